@@ -1,0 +1,47 @@
+# The two commands of the README: `make run` and `make test`. Everything else is a helper.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STATE_DIR ?= ./state
+
+.PHONY: run test lint bench deps-test system-deps clean
+
+$(VENV)/.created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.created pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+## run: set up .venv and start the sidecar on the shipped defaults with an embedded state dir
+run: $(VENV)/.installed
+	$(VENV)/bin/watchdog serve --state-dir $(STATE_DIR)
+
+## system-deps: Debian packages the tests use (a real Prometheus and promtool), when missing
+system-deps:
+	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
+		echo "installing Debian package prometheus"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; \
+	fi
+
+## test: set up .venv with test extras, install system packages, run every test
+test: $(VENV)/.installed-test system-deps
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check watchdog tests bench
+	$(VENV)/bin/mypy
+
+bench: $(VENV)/.installed-test
+	$(PY) bench/ingest.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

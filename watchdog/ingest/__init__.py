@@ -1,0 +1,1 @@
+"""Ingest: OTLP receivers (the shell), decoding and convention normalisation (pure)."""

@@ -1,0 +1,49 @@
+"""From a decoded export request to span records: the one loop every receiver shares.
+
+Resource attributes are decoded once per resource, not once per span. Unusable spans are
+counted per reason and reported back through OTLP ``partial_success``; they never fail the
+whole request.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from watchdog.ingest.conventions import SpanRejected, normalise
+from watchdog.ingest.decode import ExportTraceServiceRequest, attributes
+from watchdog.runs.record import SpanRecord
+
+
+@dataclass(slots=True)
+class Decoded:
+    records: list[SpanRecord] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)  # reason -> spans
+    first_error: str = ""
+    oldest_end_ns: int = 0
+
+    @property
+    def rejected_count(self) -> int:
+        return sum(self.rejected.values())
+
+    def message(self) -> str:
+        if not self.rejected:
+            return ""
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.rejected.items()))
+        return f"rejected {self.rejected_count} span(s) ({reasons}); first: {self.first_error}"
+
+
+def records_from(request: ExportTraceServiceRequest) -> Decoded:
+    decoded = Decoded()
+    records = decoded.records
+    for resource_spans in request.resource_spans:
+        resource = attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                try:
+                    records.append(normalise(span, attributes(span.attributes), resource))
+                except SpanRejected as exc:
+                    decoded.rejected[exc.reason] += 1
+                    if not decoded.first_error:
+                        decoded.first_error = str(exc)
+    return decoded

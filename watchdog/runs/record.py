@@ -1,0 +1,77 @@
+"""The compact, convention-free record of one ended span.
+
+Every convention (OTel GenAI, OpenInference, OpenLLMetry, pydantic-ai) is normalised into this
+one shape by :mod:`watchdog.ingest.conventions`; everything downstream reads only these fields.
+It is created once per span on the hot path, hence ``slots``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class SpanKind(str, Enum):
+    """What a span means for a run."""
+
+    LLM = "llm"
+    TOOL = "tool"
+    AGENT = "agent"
+    OTHER = "other"
+
+
+class KeySource(str, Enum):
+    """Where the run key came from (DESIGN §3), in order of precedence."""
+
+    WATCHDOG = "watchdog"  # watchdog.run.id, set by the client SDK
+    AGENT_CALL = "agent_call"  # gen_ai.agent.call.id (pydantic-ai)
+    TRACE = "trace"  # trace:<32 hex>
+
+
+BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """One ended span, reduced to what signals need. Strings are already bounded and redacted."""
+
+    run_key: str
+    key_source: KeySource
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    kind: SpanKind
+    start_ns: int
+    end_ns: int
+    agent: str | None = None
+    service: str | None = None  # resource service.name: the agent name of last resort
+    session: str | None = None
+    parent_run: str | None = None
+    tool_name: str | None = None
+    args_hash: int | None = None  # canonical (sorted-key JSON) arguments, 64-bit
+    args_brief: str | None = None
+    result_hash: int | None = None
+    result_brief: str | None = None
+    error: bool = False
+    error_type: str | None = None
+    error_message: str | None = None
+    error_signature: int | None = None  # type + masked message, 64-bit
+    input_tokens: int = 0
+    output_tokens: int = 0
+    messages: int = 0  # conversation length seen on this span; 0 = unknown
+    finish_reason: str | None = None
+    final_answer: bool = False
+    final_output: str | None = None  # brief of the final answer, when the span carries one
+    budget: dict[str, float] | None = None  # watchdog.budget.* announced by the agent
+
+    @property
+    def ends_run(self) -> bool:
+        """Whether this span closes its run.
+
+        An agent span closes the run it identifies; a trace-keyed run closes only with the trace
+        root, because nested agents in one trace share that key.
+        """
+        if self.parent_span_id is None:
+            return True
+        return self.kind is SpanKind.AGENT and self.key_source is not KeySource.TRACE

@@ -1,0 +1,341 @@
+"""One agent run: its identity, its incrementally maintained signals and its outcome.
+
+Theory of operation
+-------------------
+:meth:`RunState.apply` folds one :class:`SpanRecord` into the run in O(1): counters are bumped,
+the "most frequent" signals keep their maximum as they go (a count only ever grows, so the max
+of the counts is updated on each increment), and tool-call cycles are detected from the last
+``MAX_CYCLE_LENGTH`` call signatures. Nothing rescans the run's history, and every per-run map
+has a bound (``MAX_DISTINCT_*``) so a run's memory does not grow with its length; the activity
+log lives in the store, not here. Time enters only as the ``now`` argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from watchdog.runs.record import BUDGET_KEYS, KeySource, SpanKind, SpanRecord
+from watchdog.runs.terminal import TerminalState, classify_end
+
+# Per-run bounds. A run with more distinct tools/signatures than this still counts every call;
+# it just stops telling new ones apart (they go to an overflow bucket).
+MAX_DISTINCT_TOOLS = 64
+MAX_DISTINCT_SIGNATURES = 128
+MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
+OTHER_TOOL = "_other"
+NS = 1_000_000_000
+
+
+def _bump(counts: dict[int, int], key: int) -> int:
+    """Increment ``counts[key]`` (within the bound) and return the new count."""
+    count = counts.get(key)
+    if count is None:
+        if len(counts) >= MAX_DISTINCT_SIGNATURES:
+            return 0
+        count = 0
+    count += 1
+    counts[key] = count
+    return count
+
+
+class RunState:
+    """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
+
+    __slots__ = (
+        "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
+        "_result_counts", "activity_seq", "agent", "budget", "consecutive_errors",
+        "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
+        "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
+        "forced_reason", "forced_state", "input_tokens", "iterations", "key", "key_source",
+        "last_error", "last_progress", "last_seen", "messages", "output_tokens", "parent_run",
+        "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
+        "spans", "terminal_reason", "terminal_state", "tool_calls", "tools", "trace_id",
+    )
+
+    def __init__(self, key: str, key_source: KeySource, trace_id: str, now: float) -> None:
+        self.key = key
+        self.key_source = key_source
+        self.trace_id = trace_id
+        self.agent: str | None = None
+        self.service: str | None = None
+        self.session: str | None = None
+        self.parent_run: str | None = None
+        self.first_start_ns = 0
+        self.first_seen = now
+        self.last_seen = now
+        self.last_progress = now
+        self.spans = 0
+        self.iterations = 0
+        self.tool_calls = 0
+        self.tools: dict[str, int] = {}
+        self.messages = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.errors = 0
+        self.consecutive_errors = 0
+        self.last_error: str | None = None
+        self._error_counts: dict[int, int] = {}
+        self.repeated_error = 0
+        self._call_counts: dict[int, int] = {}
+        self.repeated_tool_call = 0
+        self._result_counts: dict[int, list[int]] = {}  # (tool, result) -> [count, last args]
+        self.repeated_tool_result = 0
+        self._recent_calls: list[int] = []
+        self._cycle_runs = [0] * MAX_CYCLE_LENGTH
+        self.cycle_repeats = 0
+        self.finish_reason: str | None = None
+        self.explicit_final = False
+        self._llm_final = False
+        self.final_output: str | None = None
+        self.budget: dict[str, float] = {}
+        self.ended = False
+        self.ended_at: float | None = None
+        self.end_error_type: str | None = None
+        self.terminal_state: TerminalState | None = None
+        self.terminal_reason: str | None = None
+        self.forced_state: TerminalState | None = None
+        self.forced_reason: str | None = None
+        self.activity_seq = 0
+
+    # -- folding spans in ---------------------------------------------------------------------
+
+    def apply(self, record: SpanRecord, now: float) -> None:
+        """Fold one ended span into the signals (O(1))."""
+        self.spans += 1
+        self.last_seen = now
+        self.last_progress = now
+        if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
+            self.first_start_ns = record.start_ns
+        if record.agent is not None and (self.agent is None or record.kind is SpanKind.AGENT):
+            self.agent = record.agent
+        if self.service is None and record.service is not None:
+            self.service = record.service
+        if self.session is None and record.session is not None:
+            self.session = record.session
+        if self.parent_run is None and record.parent_run is not None:
+            self.parent_run = record.parent_run
+        if record.budget:
+            self.budget.update(record.budget)
+        if record.messages > self.messages:
+            self.messages = record.messages
+
+        kind = record.kind
+        if kind is SpanKind.LLM:
+            self.iterations += 1
+            self.input_tokens += record.input_tokens
+            self.output_tokens += record.output_tokens
+            if record.finish_reason is not None:
+                self.finish_reason = record.finish_reason
+                self._llm_final = record.final_answer
+        elif kind is SpanKind.TOOL:
+            self._apply_tool(record)
+        elif record.final_answer:
+            self.explicit_final = True
+        if record.final_output is not None:
+            self.final_output = record.final_output
+
+        if kind is SpanKind.AGENT:
+            if record.finish_reason is not None:
+                self.finish_reason = record.finish_reason
+            if record.error:
+                self.end_error_type = record.error_type
+                self.last_error = record.error_message or record.error_type
+            return  # the agent span repeats its children's errors: do not count them twice
+        if record.error:
+            self.errors += 1
+            self.consecutive_errors += 1
+            self.last_error = _error_text(record)
+            if record.error_signature is not None:
+                count = _bump(self._error_counts, record.error_signature)
+                if count > self.repeated_error:
+                    self.repeated_error = count
+        elif kind is not SpanKind.OTHER:
+            self.consecutive_errors = 0
+
+    def _apply_tool(self, record: SpanRecord) -> None:
+        self.tool_calls += 1
+        tool = record.tool_name or "unknown"
+        if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
+            tool = OTHER_TOOL
+        self.tools[tool] = self.tools.get(tool, 0) + 1
+        call = record.args_hash
+        if call is None:
+            return
+        count = _bump(self._call_counts, call)
+        if count > self.repeated_tool_call:
+            self.repeated_tool_call = count
+        self._track_cycle(call)
+        if record.result_hash is not None and not record.error:
+            entry = self._result_counts.get(record.result_hash)
+            if entry is None:
+                if len(self._result_counts) >= MAX_DISTINCT_SIGNATURES:
+                    return
+                entry = self._result_counts[record.result_hash] = [1, call]
+            elif entry[1] != call:  # same result, other arguments: the agent learns nothing
+                entry[0] += 1
+                entry[1] = call
+            if entry[0] > self.repeated_tool_result:
+                self.repeated_tool_result = entry[0]
+
+    def _track_cycle(self, call: int) -> None:
+        """For each cycle length L, ``_cycle_runs[L-1]`` counts how many consecutive calls
+        equalled the call L positions earlier; the tail then holds (run + L) // L repetitions."""
+        recent = self._recent_calls
+        best = 0
+        for length in range(1, MAX_CYCLE_LENGTH + 1):
+            index = length - 1
+            if len(recent) >= length and recent[-length] == call:
+                self._cycle_runs[index] += 1
+            else:
+                self._cycle_runs[index] = 0
+            repeats = (self._cycle_runs[index] + length) // length
+            if repeats >= 2 and repeats > best:
+                best = repeats
+        self.cycle_repeats = best
+        recent.append(call)
+        if len(recent) > MAX_CYCLE_LENGTH:
+            del recent[0]
+
+    def heartbeat(self, messages: int, now: float) -> bool:
+        """A sign of life from the client SDK; progress only if the conversation grew."""
+        self.last_seen = now
+        if messages > self.messages:
+            self.messages = messages
+            self.last_progress = now
+            return True
+        return False
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    @property
+    def has_final_answer(self) -> bool:
+        return self.explicit_final or self._llm_final
+
+    def force(self, state: TerminalState, reason: str) -> None:
+        """Record that the watchdog stopped this run; the state applies when it ends."""
+        if self.forced_state is None:
+            self.forced_state = state
+            self.forced_reason = reason
+
+    def at_budget(self) -> bool:
+        max_calls = self.budget.get("max_tool_calls")
+        max_iterations = self.budget.get("max_iterations")
+        return (max_calls is not None and self.tool_calls >= max_calls) or (
+            max_iterations is not None and self.iterations >= max_iterations
+        )
+
+    def end(self, now: float, abandoned: bool = False) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.ended_at = now
+        if abandoned:
+            self.terminal_state, self.terminal_reason = TerminalState.ABANDONED, "run_end_timeout"
+            if self.forced_state is not None:
+                self.terminal_state, self.terminal_reason = self.forced_state, self.forced_reason
+            return
+        self.terminal_state, self.terminal_reason = classify_end(
+            forced=self.forced_state,
+            forced_reason=self.forced_reason,
+            end_error_type=self.end_error_type,
+            has_final_answer=self.has_final_answer,
+            at_budget=self.at_budget(),
+        )
+
+    # -- views ----------------------------------------------------------------------------------
+
+    @property
+    def agent_name(self) -> str:
+        return self.agent or self.service or "unknown"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def elapsed_seconds(self, now: float) -> float:
+        end = self.ended_at if self.ended_at is not None else now
+        return max(end - self.first_start_ns / NS, 0.0) if self.first_start_ns else 0.0
+
+    def idle_seconds(self, now: float) -> float:
+        return 0.0 if self.ended else max(now - self.last_progress, 0.0)
+
+    def budget_view(self, defaults: dict[str, float] | None = None, now: float = 0.0
+                    ) -> dict[str, float]:
+        """``max_*`` and ``remaining_*`` for each known budget (announced beats default)."""
+        budget = dict(defaults or {})
+        budget.update(self.budget)
+        used = {"max_tool_calls": self.tool_calls, "max_iterations": self.iterations,
+                "max_seconds": self.elapsed_seconds(now), "max_tokens": self.total_tokens}
+        view: dict[str, float] = {}
+        for key in BUDGET_KEYS:
+            if key in budget:
+                limit = budget[key]
+                view[key] = limit
+                view["remaining_" + key[4:]] = max(limit - used[key], 0)
+        return view
+
+    def signals(self, now: float, default_budget: dict[str, float] | None = None) -> dict[str, Any]:
+        """The ``run`` object of DESIGN §4 (also the API's ``signals``)."""
+        return {
+            "id": self.key,
+            "agent": self.agent_name,
+            "session": self.session or "",
+            "trace_id": self.trace_id,
+            "iterations": self.iterations,
+            "tool_calls": self.tool_calls,
+            "tools": dict(self.tools),
+            "messages": self.messages,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "errors": self.errors,
+            "consecutive_errors": self.consecutive_errors,
+            "last_error": self.last_error or "",
+            "repeated_error": self.repeated_error,
+            "repeated_tool_call": self.repeated_tool_call,
+            "repeated_tool_result": self.repeated_tool_result,
+            "cycle_repeats": self.cycle_repeats,
+            "elapsed_seconds": self.elapsed_seconds(now),
+            "idle_seconds": self.idle_seconds(now),
+            "in_flight": 0,
+            "in_flight_seconds": 0.0,
+            "budget": self.budget_view(default_budget, now),
+            "has_final_answer": self.has_final_answer,
+            "finish_reason": self.finish_reason or "",
+            "ended": self.ended,
+        }
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if isinstance(value, TerminalState | KeySource):
+                value = value.value
+            elif name in ("_call_counts", "_error_counts", "_result_counts"):
+                value = {str(k): v for k, v in value.items()}
+            data[name] = value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        run = cls(data["key"], KeySource(data["key_source"]), data["trace_id"], data["first_seen"])
+        for name in cls.__slots__:
+            if name not in data:
+                continue
+            value = data[name]
+            if name in ("_call_counts", "_error_counts", "_result_counts"):
+                value = {int(k): v for k, v in value.items()}
+            elif name in ("terminal_state", "forced_state") and value is not None:
+                value = TerminalState(value)
+            elif name == "key_source":
+                value = KeySource(value)
+            setattr(run, name, value)
+        return run
+
+
+def _error_text(record: SpanRecord) -> str:
+    if record.error_message:
+        return f"{record.error_type}: {record.error_message}"
+    return record.error_type or "error"

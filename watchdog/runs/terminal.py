@@ -1,0 +1,63 @@
+"""How a run ended: the terminal states of DESIGN §7 and the rule that picks one.
+
+A run that a framework or the watchdog stopped at its budget is ``tool_limit_reached`` even when
+it produced an answer (``has_final_answer`` says so); only a run that finished on its own with an
+answer is ``completed``. That distinction is what lets a follow-up tell "done" from "cut off".
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class TerminalState(str, Enum):
+    COMPLETED = "completed"
+    NO_RESPONSE = "no_response"
+    ERROR = "error"
+    TOOL_LIMIT_REACHED = "tool_limit_reached"
+    TIME_LIMIT_REACHED = "time_limit_reached"
+    IDLE_TIMEOUT = "idle_timeout"
+    LOOP_DETECTED = "loop_detected"
+    INTERVENTION_REQUIRED = "intervention_required"
+    ABORTED = "aborted"
+    ABANDONED = "abandoned"
+
+
+# Exceptions frameworks raise when they stop a run at a limit, by unqualified class name.
+LIMIT_EXCEPTIONS = frozenset({
+    "UsageLimitExceeded",  # pydantic-ai
+    "MaxTurnsExceeded",  # OpenAI Agents SDK
+    "GraphRecursionError",  # LangGraph
+    "AgentMaxStepsError",  # smolagents
+    "MaxIterationsExceeded",
+    "RecursionLimitExceeded",
+    "ToolLimitReached",
+})
+
+
+def short_type(error_type: str) -> str:
+    """``pydantic_ai.exceptions.UsageLimitExceeded`` -> ``UsageLimitExceeded``."""
+    return error_type.rsplit(".", 1)[-1]
+
+
+def classify_end(
+    *,
+    forced: TerminalState | None,
+    forced_reason: str | None,
+    end_error_type: str | None,
+    has_final_answer: bool,
+    at_budget: bool,
+) -> tuple[TerminalState, str | None]:
+    """The terminal state and reason of a run whose root span has arrived."""
+    if forced is not None:
+        return forced, forced_reason
+    if end_error_type is not None:
+        name = short_type(end_error_type)
+        if name in LIMIT_EXCEPTIONS:
+            return TerminalState.TOOL_LIMIT_REACHED, name
+        return TerminalState.ERROR, name
+    if at_budget:
+        return TerminalState.TOOL_LIMIT_REACHED, "budget"
+    if has_final_answer:
+        return TerminalState.COMPLETED, None
+    return TerminalState.NO_RESPONSE, None

@@ -1,0 +1,159 @@
+"""Run lifecycle: which run a span belongs to, when runs start, end, are abandoned or evicted.
+
+Theory of operation
+-------------------
+Active runs live in an ``OrderedDict`` kept in order of last activity (``move_to_end`` on every
+span), which makes both bounds cheap: evicting the oldest idle run when there are more than
+``max_runs`` is ``popitem(last=False)``, and finding runs silent for ``run_end_timeout`` walks
+from the front and stops at the first recent one. A run ends when a span that closes it arrives
+(:attr:`SpanRecord.ends_run`); recently ended runs stay in memory (bounded) so that late spans,
+reads and rule evaluation find them. The tracker is pure: ``now`` is always an argument.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from watchdog.runs.activity import ActivityEntry, entry_for
+from watchdog.runs.record import SpanKind, SpanRecord
+from watchdog.runs.run import RunState
+
+MAX_ACTIVE_RUNS = 10_000  # default bound on runs tracked at once; the oldest idle is evicted
+MAX_ENDED_IN_MEMORY = 2_000  # recently ended runs kept for late spans and fast reads
+RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified abandoned
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch of records changed; the shell persists it and updates metrics from it."""
+
+    touched: dict[str, RunState] = field(default_factory=dict)
+    started: list[RunState] = field(default_factory=list)
+    ended: list[RunState] = field(default_factory=list)
+    evicted: list[RunState] = field(default_factory=list)
+    activity: list[ActivityEntry] = field(default_factory=list)
+    late_spans: int = 0
+    tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, tool)
+    tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
+    exemplars: dict[str, str] = field(default_factory=dict)  # agent -> a trace id
+
+
+class RunTracker:
+    def __init__(self, max_runs: int = MAX_ACTIVE_RUNS,
+                 run_end_timeout: float = RUN_END_TIMEOUT,
+                 max_ended: int = MAX_ENDED_IN_MEMORY) -> None:
+        self.max_runs = max_runs
+        self.run_end_timeout = run_end_timeout
+        self.max_ended = max_ended
+        self._active: OrderedDict[str, RunState] = OrderedDict()
+        self._ended: OrderedDict[str, RunState] = OrderedDict()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get(self, key: str) -> RunState | None:
+        return self._active.get(key) or self._ended.get(key)
+
+    def active(self) -> Iterator[RunState]:
+        return iter(self._active.values())
+
+    def ended(self) -> Iterator[RunState]:
+        return iter(self._ended.values())
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def restore(self, runs: Iterable[RunState]) -> None:
+        """Put runs loaded from the store back (oldest activity first)."""
+        for run in sorted(runs, key=lambda r: r.last_seen):
+            target = self._ended if run.ended else self._active
+            target[run.key] = run
+        self._trim_ended()
+
+    def apply(self, records: Iterable[SpanRecord], now: float) -> BatchResult:
+        result = BatchResult()
+        active, ended = self._active, self._ended
+        for record in records:
+            key = record.run_key
+            run = active.get(key)
+            if run is not None:
+                active.move_to_end(key)
+            else:
+                run = ended.get(key)
+                if run is not None:
+                    result.late_spans += 1
+                else:
+                    run = RunState(key, record.key_source, record.trace_id, now)
+                    active[key] = run
+                    result.started.append(run)
+            run.apply(record, now)
+            result.touched[key] = run
+            run.activity_seq += 1
+            entry = entry_for(record, run.activity_seq)
+            if entry is not None:
+                result.activity.append(entry)
+            else:
+                run.activity_seq -= 1
+            self._count(record, run, result)
+            if record.ends_run and not run.ended:
+                run.end(now)
+                del active[key]
+                self._remember_ended(run)
+                result.ended.append(run)
+        while len(active) > self.max_runs:
+            _, victim = active.popitem(last=False)
+            victim.end(now, abandoned=True)
+            victim.terminal_reason = "evicted"
+            self._remember_ended(victim)
+            result.evicted.append(victim)
+            result.touched[victim.key] = victim
+        return result
+
+    def heartbeat(self, key: str, messages: int, now: float) -> RunState | None:
+        run = self._active.get(key)
+        if run is not None:
+            run.heartbeat(messages, now)
+            self._active.move_to_end(key)
+        return run
+
+    def expire(self, now: float) -> list[RunState]:
+        """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``."""
+        expired: list[RunState] = []
+        deadline = now - self.run_end_timeout
+        active = self._active
+        while active:
+            key, run = next(iter(active.items()))
+            if run.last_seen > deadline:
+                break
+            del active[key]
+            run.end(now, abandoned=True)
+            self._remember_ended(run)
+            expired.append(run)
+        return expired
+
+    def _remember_ended(self, run: RunState) -> None:
+        self._ended[run.key] = run
+        self._ended.move_to_end(run.key)
+        self._trim_ended()
+
+    def _trim_ended(self) -> None:
+        while len(self._ended) > self.max_ended:
+            self._ended.popitem(last=False)
+
+    @staticmethod
+    def _count(record: SpanRecord, run: RunState, result: BatchResult) -> None:
+        agent = run.agent_name
+        if record.kind is SpanKind.TOOL:
+            result.tool_calls[(agent, record.tool_name or "unknown")] += 1
+        elif record.kind is SpanKind.LLM:
+            if record.input_tokens:
+                result.tokens[(agent, "input")] += record.input_tokens
+            if record.output_tokens:
+                result.tokens[(agent, "output")] += record.output_tokens
+        if record.error and record.kind is not SpanKind.AGENT:
+            result.errors[(agent, record.error_type or "error")] += 1
+        result.exemplars[agent] = record.trace_id
