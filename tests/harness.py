@@ -1,0 +1,116 @@
+"""A real sidecar for tests: ``Server`` on 127.0.0.1 with every port 0, in a background thread
+with its own event loop, so synchronous OTel SDK exporters and HTTP clients can talk to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from watchdog.clock import Clock
+from watchdog.config import Config
+from watchdog.server import Server
+
+T = TypeVar("T")
+
+
+class RunningServer:
+    def __init__(self, server: Server, loop: asyncio.AbstractEventLoop) -> None:
+        self.server = server
+        self.loop = loop
+
+    def url(self, name: str) -> str:
+        host, port = self.server.addresses[name]
+        return f"http://{host}:{port}"
+
+    @property
+    def otlp_http(self) -> str:
+        return self.url("otlp_http")
+
+    @property
+    def grpc_target(self) -> str:
+        host, port = self.server.addresses["otlp_grpc"]
+        return f"{host}:{port}"
+
+    @property
+    def api(self) -> str:
+        return self.url("api")
+
+    @property
+    def metrics(self) -> str:
+        return self.url("metrics")
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server's loop thread (the service is not thread-safe)."""
+
+        async def wrapper() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(wrapper(), self.loop).result(timeout=30)
+
+    def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
+        status, body = http_request("GET", self.api + path, headers=headers)
+        assert status == 200, (status, body)
+        return json.loads(body)
+
+    def flush(self) -> None:
+        assert self.server.service is not None
+        self.call(self.server.service.flush)
+
+
+def http_request(method: str, url: str, body: bytes | None = None,
+                 headers: dict[str, str] | None = None, timeout: float = 10
+                 ) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def sidecar_config(state_dir: Path | str, **overrides: Any) -> Config:
+    config = Config(otlp_grpc_address="127.0.0.1:0", otlp_http_address="127.0.0.1:0",
+                    api_address="127.0.0.1:0", metrics_address="127.0.0.1:0",
+                    state_dir=str(state_dir))
+    return replace(config, **overrides).validate()
+
+
+@contextmanager
+def running_server(config: Config, clock: Clock | None = None) -> Iterator[RunningServer]:
+    loop = asyncio.new_event_loop()
+    server = Server(config, clock=clock)
+    started = threading.Event()
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.start())
+        except BaseException as exc:  # surfaced to the test below
+            failure.append(exc)
+            started.set()
+            return
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    thread = threading.Thread(target=main, name="watchdog-test-server", daemon=True)
+    thread.start()
+    started.wait(30)
+    if failure:
+        raise failure[0]
+    try:
+        yield RunningServer(server, loop)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)

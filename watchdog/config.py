@@ -1,0 +1,188 @@
+"""Configuration: frozen, validated at load, from a YAML file, ``WATCHDOG_<KEY>`` env vars and
+``--<key>`` flags (later sources win).
+
+Every field has a named default; :func:`load` refuses unknown keys and bad values with a message
+that names the key, the value and what is allowed, so a typo in a Helm value fails the pod at
+start instead of silently running on a default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from watchdog.errors import ConfigError
+
+DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
+DEFAULT_OTLP_HTTP_ADDRESS = "127.0.0.1:4318"
+DEFAULT_API_ADDRESS = "127.0.0.1:9477"
+DEFAULT_METRICS_ADDRESS = "0.0.0.0:9464"
+DEFAULT_STATE_DIR = "watchdog-state"
+DEFAULT_RUN_END_TIMEOUT = 900.0  # 15 min without a span: the run is abandoned
+DEFAULT_MAX_RUNS = 10_000
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024  # OTLP's usual 16 MiB, after decompression
+DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
+DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
+DEFAULT_ACTIVITY_LOG_SIZE = 200
+LOG_LEVELS = ("debug", "info", "warning", "error")
+ENV_PREFIX = "WATCHDOG_"
+MEMORY_STATE_DIR = ":memory:"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    otlp_grpc_address: str = DEFAULT_OTLP_GRPC_ADDRESS
+    otlp_http_address: str = DEFAULT_OTLP_HTTP_ADDRESS
+    api_address: str = DEFAULT_API_ADDRESS
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    rules: tuple[str, ...] = ()  # files or directories; empty = the shipped default pack
+    state_dir: str = DEFAULT_STATE_DIR  # ":memory:" keeps nothing across restarts
+    api_token: str | None = field(default=None, repr=False)
+    webhooks: tuple[Mapping[str, Any], ...] = ()
+    run_end_timeout: float = DEFAULT_RUN_END_TIMEOUT
+    max_runs: int = DEFAULT_MAX_RUNS
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+    state_flush_interval: float = DEFAULT_STATE_FLUSH_INTERVAL
+    activity_log_size: int = DEFAULT_ACTIVITY_LOG_SIZE
+    log_level: str = "info"
+    insecure: bool = False  # allow non-loopback binds without api_token
+
+    def validate(self) -> Config:
+        for name in ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address"):
+            split_address(name, getattr(self, name))
+        _require(self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
+                 "a positive number of seconds (e.g. 900 or 15m)")
+        _require(self.state_flush_interval > 0, "state_flush_interval", self.state_flush_interval,
+                 "a positive number of seconds")
+        for name in ("max_runs", "max_request_bytes", "max_pending_requests",
+                     "activity_log_size"):
+            _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
+        _require(self.log_level in LOG_LEVELS, "log_level", self.log_level,
+                 "one of " + ", ".join(LOG_LEVELS))
+        for hook in self.webhooks:
+            _require(isinstance(hook, Mapping) and isinstance(hook.get("url"), str),
+                     "webhooks", hook, "a list of {url: ..., secret: ...} mappings")
+        if not self.api_token and not self.insecure:
+            for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):
+                host, _ = split_address(name, getattr(self, name))
+                if not is_loopback(host):
+                    raise ConfigError(
+                        f"{name}={getattr(self, name)!r} binds a non-loopback address without "
+                        f"api_token: set WATCHDOG_API_TOKEN (Bearer auth) or pass --insecure")
+        return self
+
+
+def _require(ok: bool, key: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed: expected {allowed}")
+
+
+def split_address(key: str, address: str) -> tuple[str, int]:
+    host, sep, port = str(address).rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key}={address!r} is not allowed: expected host:port "
+                          f"(e.g. 127.0.0.1:9477, port 0-65535)")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _coerce(key: str, value: Any, kind: str) -> Any:
+    """Turn a YAML/env/flag value into the field's type, or say what was expected."""
+    if kind == "str":
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}={value!r} is not allowed: expected a string")
+    if kind == "str | None":
+        return None if value in (None, "") else _coerce(key, value, "str")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(value).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}={value!r} is not allowed: expected true or false")
+    if kind == "int":
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            return int(str(value))
+        except ValueError:
+            raise ConfigError(f"{key}={value!r} is not allowed: expected an integer") from None
+    if kind == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        match = _DURATION.match(str(value))
+        if match is None:
+            raise ConfigError(f"{key}={value!r} is not allowed: expected seconds "
+                              f"(a number, or a duration like 500ms, 30s, 15m, 1h)")
+        return float(match.group(1)) * _UNITS[match.group(2)]
+    if kind == "tuple[str, ...]":
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{key}={value!r} is not allowed: expected a list of paths")
+    if kind == "tuple[Mapping[str, Any], ...]":
+        if isinstance(value, str):
+            value = yaml.safe_load(value) if value.strip() else []
+        if isinstance(value, list):
+            return tuple(value)
+        raise ConfigError(f"{key}={value!r} is not allowed: expected a list of webhooks")
+    raise ConfigError(f"{key}: unsupported type {kind}")  # pragma: no cover - a coding error
+
+
+FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
+
+
+def _apply(config: Config, values: Mapping[str, Any], source: str) -> Config:
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in FIELD_TYPES:
+            raise ConfigError(f"unknown configuration key {key!r} in {source}; allowed: "
+                              + ", ".join(sorted(FIELD_TYPES)))
+        changes[key] = _coerce(key, value, FIELD_TYPES[key])
+    return replace(config, **changes)
+
+
+def load(path: str | None = None, env: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> Config:
+    """Defaults, then the YAML file, then ``WATCHDOG_*`` env vars, then flags; validated."""
+    config = Config()
+    if path:
+        try:
+            document = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path}: invalid YAML: {exc}") from None
+        if not isinstance(document, dict):
+            raise ConfigError(f"config file {path}: the top level must be a mapping of keys")
+        config = _apply(config, document, path)
+    env = os.environ if env is None else env
+    from_env = {name[len(ENV_PREFIX):].lower(): value for name, value in env.items()
+                if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX):].lower() in FIELD_TYPES}
+    config = _apply(config, from_env, "environment")
+    config = _apply(config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags")
+    return config.validate()

@@ -1,0 +1,74 @@
+"""Every error a user can see, and the one place that maps it to HTTP and gRPC.
+
+Retryable errors (overload) carry ``retry_after`` so receivers can answer with the protocol's
+back-pressure: HTTP 429/503 + ``Retry-After``, gRPC ``UNAVAILABLE`` with ``RetryInfo``.
+Permanent errors tell the client not to retry (OTLP exporters drop data on 400/413/415).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class WatchdogError(Exception):
+    """Base class: ``code`` is a stable machine-readable name, the message is for humans."""
+
+    code = "internal"
+    http_status = 500
+    grpc_status = grpc.StatusCode.INTERNAL
+    retry_after: float | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_json(self) -> dict[str, dict[str, str]]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class BadRequest(WatchdogError):
+    code = "bad_request"
+    http_status = 400
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class Unauthorized(WatchdogError):
+    code = "unauthorized"
+    http_status = 401
+    grpc_status = grpc.StatusCode.UNAUTHENTICATED
+
+
+class NotFound(WatchdogError):
+    code = "not_found"
+    http_status = 404
+    grpc_status = grpc.StatusCode.NOT_FOUND
+
+
+class PayloadTooLarge(WatchdogError):
+    code = "payload_too_large"
+    http_status = 413
+    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class UnsupportedMediaType(WatchdogError):
+    code = "unsupported_media_type"
+    http_status = 415
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class Overloaded(WatchdogError):
+    """Too much work in flight; the client should retry after ``retry_after`` seconds."""
+
+    code = "overloaded"
+    http_status = 503
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ConfigError(WatchdogError):
+    """A configuration key has a bad value; the message names the key, value and what is allowed."""
+
+    code = "config"

@@ -1,0 +1,138 @@
+"""The shell: builds the store, the service, the receivers, the API and the metrics endpoint,
+owns the clock-driven loops (state flush, run expiry) and shuts everything down in order.
+
+Order matters on the way out: receivers stop first (no new spans), then pending state is
+flushed, then the store closes. ``Server.addresses`` holds the bound ports (tests bind port 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+import grpc
+from aiohttp import web
+
+from watchdog import __version__, api
+from watchdog.clock import Clock, SystemClock
+from watchdog.config import Config, split_address
+from watchdog.ingest import otlp_grpc, otlp_http
+from watchdog.ingest.admission import Admission
+from watchdog.ingest.decode import protobuf_backend
+from watchdog.metrics import Metrics, create_metrics_app
+from watchdog.service import WatchdogService
+from watchdog.store import Store
+
+log = logging.getLogger("watchdog")
+
+TICK_INTERVAL = 1.0  # seconds between run-expiry sweeps
+SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown
+
+
+class Server:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.service: WatchdogService | None = None
+        self.metrics: Metrics | None = None
+        self._runners: list[web.AppRunner] = []
+        self._grpc: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    async def start(self) -> None:
+        config = self.config
+        if protobuf_backend() == "python":
+            log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
+        store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
+        self.metrics = Metrics(version=__version__)
+        self.service = service = WatchdogService(config, store, self.metrics, self.clock)
+        self.metrics.bind(service)
+        restored = await asyncio.to_thread(service.restore)
+        if restored:
+            log.info("restored %d active runs from %s", restored, config.state_dir)
+        admission = Admission(config.max_pending_requests)
+
+        await self._start_app("metrics", config.metrics_address,
+                              create_metrics_app(self.metrics, lambda: self._ready))
+        await self._start_app("otlp_http", config.otlp_http_address,
+                              otlp_http.create_app(service, self.metrics, admission, config))
+        await self._start_app("api", config.api_address, api.create_app(service, config))
+        host, port = split_address("otlp_grpc_address", config.otlp_grpc_address)
+        self._grpc, bound = otlp_grpc.create_server(service, self.metrics, admission, config)
+        await self._grpc.start()
+        self.addresses["otlp_grpc"] = (host, bound)
+
+        self._tasks = [asyncio.create_task(self._every(config.state_flush_interval, self._flush)),
+                       asyncio.create_task(self._every(TICK_INTERVAL, self._tick))]
+        self._ready = True
+        log.info("watchdog %s listening: %s", __version__,
+                 ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
+
+    async def _start_app(self, name: str, address: str, app: web.Application) -> None:
+        host, port = split_address(name, address)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               shutdown_timeout=SHUTDOWN_GRACE)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        self._runners.append(runner)
+        sockets = runner.addresses
+        self.addresses[name] = (host, sockets[0][1] if sockets else port)
+
+    async def _every(self, interval: float, work: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await work()
+            except Exception:  # a failing loop must not kill the sidecar; it says why
+                log.exception("background task %s failed", work.__name__)
+
+    async def _flush(self) -> None:
+        assert self.service is not None
+        rows, activity = self.service.take_pending()
+        if rows or activity:
+            await asyncio.to_thread(self.service.store.save, rows, activity)
+
+    async def _tick(self) -> None:
+        assert self.service is not None
+        self.service.tick()
+
+    async def stop(self) -> None:
+        self._ready = False
+        if self._grpc is not None:
+            await self._grpc.stop(SHUTDOWN_GRACE)
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.service is not None:
+            await asyncio.to_thread(self.service.flush)
+            self.service.store.close()
+            self.service = None
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGINT/SIGTERM, then shut down cleanly."""
+    server = Server(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await server.stop()

@@ -1,0 +1,176 @@
+"""The sidecar's application state: runs, their persistence and the counters about them.
+
+Receivers and the API call into :class:`WatchdogService`; it never calls out to them. All
+methods run on the event loop thread (the tracker is not thread-safe); only
+:meth:`Store.save` runs in a worker thread, on snapshots taken here. Work that cannot be
+persisted fast enough is refused with :class:`Overloaded` rather than queued without bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from watchdog.clock import Clock, SystemClock
+from watchdog.config import Config
+from watchdog.errors import NotFound, Overloaded
+from watchdog.ingest.decode import ExportTraceServiceRequest
+from watchdog.ingest.pipeline import Decoded, records_from
+from watchdog.runs.activity import ActivityEntry
+from watchdog.runs.run import RunState
+from watchdog.runs.tracker import BatchResult, RunTracker
+from watchdog.runs.view import run_detail, run_summary
+from watchdog.store import Store
+
+log = logging.getLogger("watchdog")
+
+MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
+MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
+MAX_LIST_LIMIT = 1000
+
+
+class Observer(Protocol):
+    """What the service reports as it works; :mod:`watchdog.metrics` implements it."""
+
+    def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None: ...
+    def batch_applied(self, result: BatchResult) -> None: ...
+    def runs_finished(self, runs: Iterable[RunState]) -> None: ...
+    def duplicate_request(self, protocol: str) -> None: ...
+
+
+class NullObserver:
+    def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None:
+        pass
+
+    def batch_applied(self, result: BatchResult) -> None:
+        pass
+
+    def runs_finished(self, runs: Iterable[RunState]) -> None:
+        pass
+
+    def duplicate_request(self, protocol: str) -> None:
+        pass
+
+
+class WatchdogService:
+    def __init__(self, config: Config, store: Store, observer: Observer | None = None,
+                 clock: Clock | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.observer: Observer = observer or NullObserver()
+        self.clock: Clock = clock or SystemClock()
+        self.tracker = RunTracker(max_runs=config.max_runs,
+                                  run_end_timeout=config.run_end_timeout)
+        self._dirty: dict[str, RunState] = {}
+        self._pending_activity: list[ActivityEntry] = []
+        self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def restore(self) -> int:
+        """Load the runs that were active (and recently ended) when the process last stopped."""
+        active = [RunState.from_dict(d) for d in self.store.load_runs(True, self.config.max_runs)]
+        ended = [RunState.from_dict(d) for d in self.store.load_runs(False, 1000)]
+        self.tracker.restore(active + ended)
+        return len(active)
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    def export(self, request: ExportTraceServiceRequest, protocol: str,
+               digest: bytes | None = None) -> Decoded:
+        """Apply one OTLP export request. ``digest`` (of the body) lets a retried request that
+        was already applied be acknowledged without counting its spans twice."""
+        if digest is not None:
+            if digest in self._recent_requests:
+                self.observer.duplicate_request(protocol)
+                return Decoded()
+        if len(self._pending_activity) >= MAX_PENDING_ACTIVITY:
+            raise Overloaded("the state store is behind; retry shortly", retry_after=1.0)
+        now = self.clock.now()
+        decoded = records_from(request)
+        self.observer.spans_received(protocol, decoded, now)
+        result = self.tracker.apply(decoded.records, now)
+        self._dirty.update(result.touched)
+        self._pending_activity.extend(result.activity)
+        self.observer.batch_applied(result)
+        finished = result.ended + result.evicted
+        if finished:
+            self.observer.runs_finished(finished)
+        if digest is not None:
+            self._recent_requests[digest] = None
+            if len(self._recent_requests) > MAX_RECENT_REQUESTS:
+                self._recent_requests.popitem(last=False)
+        return decoded
+
+    def heartbeat(self, key: str, messages: int) -> RunState:
+        run = self.tracker.heartbeat(key, messages, self.clock.now())
+        if run is None:
+            raise NotFound(f"no active run {key!r}")
+        self._dirty[key] = run
+        return run
+
+    def tick(self) -> list[RunState]:
+        """Periodic work: classify silent runs as abandoned."""
+        expired = self.tracker.expire(self.clock.now())
+        for run in expired:
+            self._dirty[run.key] = run
+        if expired:
+            self.observer.runs_finished(expired)
+        return expired
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def take_pending(self) -> tuple[list[dict[str, Any]], list[ActivityEntry]]:
+        """Snapshots of changed runs and new activity, to hand to :meth:`Store.save`."""
+        rows = [run.to_dict() for run in self._dirty.values()]
+        activity = self._pending_activity
+        self._dirty = {}
+        self._pending_activity = []
+        return rows, activity
+
+    def flush(self) -> None:
+        """Persist everything pending, synchronously (shutdown, tests)."""
+        rows, activity = self.take_pending()
+        if rows or activity:
+            self.store.save(rows, activity)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def find_run(self, key: str) -> RunState:
+        run = self.tracker.get(key)
+        if run is None:
+            data = self.store.get_run(key)
+            if data is None:
+                raise NotFound(f"no run {key!r}")
+            run = RunState.from_dict(data)
+        return run
+
+    def run_detail(self, key: str) -> dict[str, Any]:
+        return run_detail(self.find_run(key), self.clock.now())
+
+    def list_runs(self, state: str | None = None, agent: str | None = None,
+                  limit: int = 100) -> list[dict[str, Any]]:
+        """Active runs come from memory; ended ones from memory then the store."""
+        now = self.clock.now()
+        limit = max(1, min(limit, MAX_LIST_LIMIT))
+        runs: dict[str, RunState] = {}
+        if state in (None, "active"):
+            for run in reversed(list(self.tracker.active())):
+                if agent is None or run.agent_name == agent:
+                    runs[run.key] = run
+        if state in (None, "ended"):
+            for run in reversed(list(self.tracker.ended())):
+                if agent is None or run.agent_name == agent:
+                    runs.setdefault(run.key, run)
+            if len(runs) < limit:
+                for data in self.store.list_runs(True, agent, limit):
+                    if data["key"] not in runs:
+                        runs[data["key"]] = RunState.from_dict(data)
+        return [run_summary(run, now) for run in list(runs.values())[:limit]]
+
+    def activity(self, key: str) -> list[ActivityEntry]:
+        """The run's activity log (pending entries are flushed first so it is complete)."""
+        self.flush()
+        return self.store.activity(key)

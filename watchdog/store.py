@@ -1,0 +1,159 @@
+"""Embedded SQLite persistence: run snapshots and activity logs (later: fired rules, directives,
+sessions), so a restart loses no run.
+
+The store is synchronous and owns one connection guarded by a lock; the server calls it from a
+worker thread (``asyncio.to_thread``) so the event loop never waits on disk. Writes come in
+batches, one transaction each. The activity log is a ring per run: rows whose ``seq`` falls more
+than ``activity_log_size`` behind the newest are deleted in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from watchdog.runs.activity import ActivityEntry
+
+SCHEMA_VERSION = 1
+DB_FILE = "watchdog.sqlite3"
+MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    key TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    ended INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_state ON runs (ended, updated);
+CREATE TABLE IF NOT EXISTS activity (
+    run TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+"""
+
+
+class StoreError(RuntimeError):
+    """The state directory cannot be used (permissions, a newer schema, a corrupt file)."""
+
+
+class Store:
+    def __init__(self, state_dir: str, activity_log_size: int = 200) -> None:
+        self.activity_log_size = activity_log_size
+        if state_dir == ":memory:":
+            target = ":memory:"
+        else:
+            directory = Path(state_dir)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
+            target = str(directory / DB_FILE)
+        try:
+            self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{target} has schema version {version}; this build knows "
+                                 f"{SCHEMA_VERSION}: use a newer agent-watchdog")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"state_dir {state_dir!r}: {exc}") from None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def save(self, runs: Iterable[dict[str, Any]], activity: Iterable[ActivityEntry]) -> None:
+        """Upsert run snapshots and append activity entries, in one transaction."""
+        run_rows = [(r["key"], r.get("agent") or r.get("service") or "unknown",
+                     int(bool(r["ended"])), r["last_seen"], json.dumps(r, separators=(",", ":")))
+                    for r in runs]
+        newest: dict[str, int] = {}
+        activity_rows = []
+        for entry in activity:
+            activity_rows.append((entry.run_key, entry.seq,
+                                  json.dumps(entry.to_dict(), separators=(",", ":"))))
+            if entry.seq > newest.get(entry.run_key, 0):
+                newest[entry.run_key] = entry.seq
+        size = self.activity_log_size
+        trims = [(run, seq - size) for run, seq in newest.items() if seq > size]
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.executemany(
+                    "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
+                    "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
+                    "updated=excluded.updated, data=excluded.data", run_rows)
+                db.executemany("INSERT OR REPLACE INTO activity (run, seq, data) VALUES (?,?,?)",
+                               activity_rows)
+                db.executemany("DELETE FROM activity WHERE run=? AND seq<=?", trims)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def prune(self, max_ended: int = MAX_ENDED_RUNS_STORED) -> int:
+        """Delete the oldest ended runs beyond ``max_ended``; returns how many went."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key FROM runs WHERE ended=1 ORDER BY updated DESC LIMIT -1 OFFSET ?",
+                (max_ended,)).fetchall()
+            if not rows:
+                return 0
+            self._db.execute("BEGIN")
+            self._db.executemany("DELETE FROM runs WHERE key=?", rows)
+            self._db.executemany("DELETE FROM activity WHERE run=?", rows)
+            self._db.execute("COMMIT")
+            return len(rows)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def load_runs(self, active: bool, limit: int) -> list[dict[str, Any]]:
+        """Run snapshots, most recently updated first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT data FROM runs WHERE ended=? ORDER BY updated DESC LIMIT ?",
+                (0 if active else 1, limit)).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    def get_run(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def list_runs(self, ended: bool | None, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        sql, args = "SELECT data FROM runs WHERE 1=1", []
+        if ended is not None:
+            sql += " AND ended=?"
+            args.append(int(ended))
+        if agent:
+            sql += " AND agent=?"
+            args.append(agent)
+        sql += " ORDER BY updated DESC LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    def activity(self, key: str, limit: int | None = None) -> list[ActivityEntry]:
+        """The run's activity log, oldest first (the last ``limit`` entries)."""
+        limit = limit or self.activity_log_size
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT data FROM activity WHERE run=? ORDER BY seq DESC LIMIT ?",
+                (key, limit)).fetchall()
+        return [ActivityEntry.from_dict(key, json.loads(row[0])) for row in reversed(rows)]
