@@ -5,14 +5,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
+import json
 import logging
+import os
 import sys
-from collections.abc import Sequence
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
+from datetime import datetime
+from typing import Any
 
 from watchdog import __version__
 from watchdog.config import Config, load
 from watchdog.errors import WatchdogError
+from watchdog.runs.report import format_duration
+
+DEFAULT_URL = "http://127.0.0.1:9477"  # the control API's default bind (DESIGN §2)
+URL_ENV = "WATCHDOG_URL"
+TOKEN_ENV = "WATCHDOG_API_TOKEN"
+REQUEST_TIMEOUT = 10.0  # seconds; a sidecar that answers slower than this counts as unreachable
+DEFAULT_WATCH_INTERVAL = 2.0
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+EXIT_FAILED = 1  # the watchdog answered with an error
+EXIT_UNREACHABLE = 2  # no answer at all (or a configuration error)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -42,11 +61,54 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the sidecar")
     _add_config_flags(serve)
     serve.set_defaults(handler=_serve)
+
+    runs = commands.add_parser("runs", help="list runs (from a running sidecar)")
+    runs.add_argument("--state", choices=("active", "ended"), help="only active or ended runs")
+    runs.add_argument("--agent", help="only runs of this agent")
+    runs.add_argument("--limit", type=_positive_int, default=100, help="at most this many runs")
+    runs.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
+    runs.add_argument("--interval", type=_positive_float, default=DEFAULT_WATCH_INTERVAL,
+                      metavar="SECONDS", help="seconds between redraws with --watch (default 2)")
+    runs.add_argument("--frames", type=_positive_int, default=None, help=argparse.SUPPRESS)
+    _add_url_flag(runs)
+    runs.set_defaults(handler=_runs)
+
+    report = commands.add_parser("report", help="print a run's progress report")
+    report.add_argument("run_id", metavar="RUN_ID")
+    report.add_argument("--json", action="store_true", help="JSON instead of Markdown")
+    _add_url_flag(report)
+    report.set_defaults(handler=_report)
     return parser
 
 
+def _add_url_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=None,
+                        help=f"control API of the sidecar (env {URL_ENV}, default {DEFAULT_URL}); "
+                             f"a token is read from {TOKEN_ENV}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def _config_from(args: argparse.Namespace) -> Config:
-    flags = {f.name: getattr(args, f.name, None) for f in fields(Config)}
+    flags: dict[str, Any] = {f.name: getattr(args, f.name, None) for f in fields(Config)}
     if flags.get("rules"):
         flags["rules"] = tuple(flags["rules"])
     return load(getattr(args, "config", None), flags=flags)
@@ -62,12 +124,181 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- client commands (standard library only: they run where the server's dependencies may not) --
+
+class CommandFailed(Exception):
+    """One line for stderr and the exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+class ApiClient:
+    """A minimal client of the control API."""
+
+    def __init__(self, url: str, token: str | None = None,
+                 timeout: float = REQUEST_TIMEOUT) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def get(self, path: str, query: Mapping[str, str] | None = None,
+            accept: str = "application/json") -> bytes:
+        url = self.url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = {"Accept": accept, "User-Agent": f"agent-watchdog-cli/{__version__}"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                body: bytes = response.read()
+                return body
+        except urllib.error.HTTPError as exc:
+            raise CommandFailed(_api_error(exc)) from None
+        except urllib.error.URLError as exc:
+            raise self._unreachable(exc.reason) from None
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise self._unreachable(exc) from None
+
+    def get_json(self, path: str, query: Mapping[str, str] | None = None) -> Any:
+        body = self.get(path, query)
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise CommandFailed(f"{self.url}{path} did not answer with JSON; is --url the "
+                                f"watchdog's control API?") from None
+
+    def _unreachable(self, reason: object) -> CommandFailed:
+        text = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+        return CommandFailed(f"cannot reach the watchdog at {self.url}: {text} (is it running? "
+                             f"set --url or {URL_ENV})", EXIT_UNREACHABLE)
+
+
+def _api_error(exc: urllib.error.HTTPError) -> str:
+    try:
+        error = json.loads(exc.read())["error"]
+        message = f"{error['message']} ({exc.code} {error['code']})"
+    except (ValueError, KeyError, TypeError, OSError):
+        message = f"HTTP {exc.code} {exc.reason}"
+    if exc.code == 401:
+        message += f"; set {TOKEN_ENV}"
+    return message
+
+
+def _client(args: argparse.Namespace) -> ApiClient:
+    url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
+    return ApiClient(url, os.environ.get(TOKEN_ENV) or None)
+
+
+RUN_COLUMNS = ("ID", "AGENT", "STATE", "ITER", "TOOLS", "ERR", "TOKENS", "ELAPSED", "IDLE",
+               "TERMINAL")
+NUMERIC_COLUMNS = frozenset({"ITER", "TOOLS", "ERR", "TOKENS", "ELAPSED", "IDLE"})
+
+
+def runs_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """``runs`` (the API's list form) as an aligned text table."""
+    if not runs:
+        return "no runs"
+    rows = [RUN_COLUMNS] + [_run_row(run) for run in runs]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(RUN_COLUMNS))]
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(width) if name in NUMERIC_COLUMNS else cell.ljust(width)
+                 for name, cell, width in zip(RUN_COLUMNS, row, widths, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _run_row(run: Mapping[str, Any]) -> tuple[str, ...]:
+    ended = run.get("state") == "ended"
+    terminal = run.get("terminal_state") or "-"
+    if ended and run.get("has_final_answer") and terminal != "completed":
+        terminal += " (answered)"
+    return (
+        str(run.get("id", "")),
+        str(run.get("agent", "")),
+        str(run.get("state", "")),
+        str(run.get("iterations", 0)),
+        str(run.get("tool_calls", 0)),
+        str(run.get("errors", 0)),
+        _count(int(run.get("total_tokens", 0))),
+        format_duration(float(run.get("elapsed_seconds", 0.0))),
+        "-" if ended else format_duration(float(run.get("idle_seconds", 0.0))),
+        terminal,
+    )
+
+
+def _count(value: int) -> str:
+    if value < 10_000:
+        return str(value)
+    if value < 10_000_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1_000_000:.1f}M"
+
+
+def _runs(args: argparse.Namespace) -> int:
+    client = _client(args)
+    query = {"limit": str(args.limit)}
+    if args.state:
+        query["state"] = args.state
+    if args.agent:
+        query["agent"] = args.agent
+
+    def frame() -> str:
+        return runs_table(client.get_json("/v1/runs", query)["runs"])
+
+    if not args.watch:
+        print(frame())
+        return 0
+    tty = sys.stdout.isatty()
+    drawn = 0
+    try:
+        while True:
+            try:
+                body = frame()
+            except CommandFailed as exc:
+                if drawn == 0:
+                    raise  # never reached it at all: fail like the one-shot form
+                body = f"watchdog: {exc.message} (retrying)"
+            stamp = datetime.now().strftime("%H:%M:%S")
+            title = f"runs at {stamp}, every {args.interval:g}s (Ctrl-C to stop)"
+            if tty:
+                sys.stdout.write(CLEAR_SCREEN)
+            elif drawn:
+                print("-" * 40)
+            print(f"{title}\n{body}", flush=True)
+            drawn += 1
+            if args.frames is not None and drawn >= args.frames:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    client = _client(args)
+    path = "/v1/runs/" + urllib.parse.quote(args.run_id, safe="") + "/report"
+    if args.json:
+        print(json.dumps(client.get_json(path), indent=2, ensure_ascii=False))
+    else:
+        text = client.get(path, accept="text/markdown").decode("utf-8", "replace")
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
+    except CommandFailed as exc:
+        print(f"watchdog: {exc.message}", file=sys.stderr)
+        return exc.exit_code
     except WatchdogError as exc:
         print(f"watchdog: {exc.message}", file=sys.stderr)
-        return 2
+        return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 130

@@ -8,6 +8,7 @@ Permanent errors tell the client not to retry (OTLP exporters drop data on 400/4
 from __future__ import annotations
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 
 
 class WatchdogError(Exception):
@@ -17,6 +18,7 @@ class WatchdogError(Exception):
     http_status = 500
     grpc_status = grpc.StatusCode.INTERNAL
     retry_after: float | None = None
+    export_outcome: str | None = None  # the OTLP receivers' request-outcome metric label
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -25,17 +27,35 @@ class WatchdogError(Exception):
     def to_json(self) -> dict[str, dict[str, str]]:
         return {"error": {"code": self.code, "message": self.message}}
 
+    def to_status(self) -> status_pb2.Status:
+        """The ``google.rpc.Status`` OTLP puts in error bodies (HTTP) and in the
+        ``grpc-status-details-bin`` trailer (gRPC); back-pressure carries a ``RetryInfo``."""
+        status = status_pb2.Status(code=self.grpc_status.value[0], message=self.message)
+        retry_info = self.retry_info()
+        if retry_info is not None:
+            status.details.add().Pack(retry_info)
+        return status
+
+    def retry_info(self) -> error_details_pb2.RetryInfo | None:
+        if self.retry_after is None:
+            return None
+        retry_info = error_details_pb2.RetryInfo()
+        retry_info.retry_delay.FromNanoseconds(round(self.retry_after * 1e9))
+        return retry_info
+
 
 class BadRequest(WatchdogError):
     code = "bad_request"
     http_status = 400
     grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+    export_outcome = "invalid"
 
 
 class Unauthorized(WatchdogError):
     code = "unauthorized"
     http_status = 401
     grpc_status = grpc.StatusCode.UNAUTHENTICATED
+    export_outcome = "unauthorized"
 
 
 class NotFound(WatchdogError):
@@ -48,12 +68,23 @@ class PayloadTooLarge(WatchdogError):
     code = "payload_too_large"
     http_status = 413
     grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    export_outcome = "too_large"
 
 
 class UnsupportedMediaType(WatchdogError):
     code = "unsupported_media_type"
     http_status = 415
     grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+    export_outcome = "unsupported_media_type"
+
+
+class RequestTimeout(WatchdogError):
+    """The client did not send its request body in time (a stalled upload holds a slot)."""
+
+    code = "request_timeout"
+    http_status = 408
+    grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+    export_outcome = "invalid"
 
 
 class Overloaded(WatchdogError):
@@ -62,6 +93,7 @@ class Overloaded(WatchdogError):
     code = "overloaded"
     http_status = 503
     grpc_status = grpc.StatusCode.UNAVAILABLE
+    export_outcome = "overloaded"
 
     def __init__(self, message: str, retry_after: float = 1.0) -> None:
         super().__init__(message)

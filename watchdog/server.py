@@ -98,9 +98,7 @@ class Server:
 
     async def _flush(self) -> None:
         assert self.service is not None
-        rows, activity = self.service.take_pending()
-        if rows or activity:
-            await asyncio.to_thread(self.service.store.save, rows, activity)
+        await self.service.save_pending()
 
     async def _tick(self) -> None:
         assert self.service is not None
@@ -118,8 +116,7 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.service is not None:
-            await asyncio.to_thread(self.service.flush)
-            self.service.store.close()
+            await self.service.close()
             self.service = None
 
 

@@ -1,17 +1,20 @@
 """The sidecar's application state: runs, their persistence and the counters about them.
 
 Receivers and the API call into :class:`WatchdogService`; it never calls out to them. All
-methods run on the event loop thread (the tracker is not thread-safe); only
-:meth:`Store.save` runs in a worker thread, on snapshots taken here. Work that cannot be
-persisted fast enough is refused with :class:`Overloaded` rather than queued without bound.
+methods run on the event loop thread (the tracker is not thread-safe). Store work runs on one
+worker thread (the "store lane"), in submission order, on snapshots taken here, so the event
+loop never waits on disk and an older snapshot can never overwrite a newer one. Work that cannot
+be persisted fast enough is refused with :class:`Overloaded` rather than queued without bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
@@ -29,6 +32,8 @@ log = logging.getLogger("watchdog")
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
 MAX_LIST_LIMIT = 1000
+
+T = TypeVar("T")
 
 
 class Observer(Protocol):
@@ -66,6 +71,7 @@ class WatchdogService:
         self._dirty: dict[str, RunState] = {}
         self._pending_activity: list[ActivityEntry] = []
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
+        self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -131,10 +137,25 @@ class WatchdogService:
         return rows, activity
 
     def flush(self) -> None:
-        """Persist everything pending, synchronously (shutdown, tests)."""
+        """Persist everything pending, synchronously (only when no loop is running: tests)."""
         rows, activity = self.take_pending()
         if rows or activity:
             self.store.save(rows, activity)
+
+    async def in_store_lane(self, work: Callable[..., T], *args: Any) -> T:
+        """Run store work on the store lane, after everything submitted before it."""
+        return await asyncio.get_running_loop().run_in_executor(self._store_lane, work, *args)
+
+    async def save_pending(self) -> None:
+        rows, activity = self.take_pending()
+        if rows or activity:
+            await self.in_store_lane(self.store.save, rows, activity)
+
+    async def close(self) -> None:
+        """Persist what is pending and close the store (shutdown)."""
+        await self.save_pending()
+        await self.in_store_lane(self.store.close)
+        self._store_lane.shutdown(wait=True)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -170,7 +191,7 @@ class WatchdogService:
                         runs[data["key"]] = RunState.from_dict(data)
         return [run_summary(run, now) for run in list(runs.values())[:limit]]
 
-    def activity(self, key: str) -> list[ActivityEntry]:
-        """The run's activity log (pending entries are flushed first so it is complete)."""
-        self.flush()
-        return self.store.activity(key)
+    async def activity(self, key: str) -> list[ActivityEntry]:
+        """The run's activity log, including entries not yet flushed."""
+        await self.save_pending()
+        return await self.in_store_lane(self.store.activity, key)

@@ -28,6 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from watchdog.ingest.decode import any_value
 from watchdog.ingest.redact import brief, mask, redact
 from watchdog.runs.record import BUDGET_KEYS, KeySource, SpanKind, SpanRecord
 
@@ -65,7 +66,14 @@ OUTPUT_MESSAGES_JSON_KEYS = ("gen_ai.output.messages",)
 FLAT_INPUT_PREFIXES = ("llm.input_messages.", "gen_ai.prompt.")
 FLAT_OUTPUT_PREFIXES = ("llm.output_messages.", "gen_ai.completion.")
 
+KIND_KEYS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
+             "llm.request.type", "traceloop.entity.name", "error.type")
+FLAT_PREFIXES = FLAT_INPUT_PREFIXES + FLAT_OUTPUT_PREFIXES
+
+
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+# OpenLLMetry also sets llm.request.type on embedding and rerank calls: those are not iterations.
+TRACELOOP_LLM_REQUEST_TYPES = frozenset({"chat", "completion"})
 TOOL_OPERATIONS = frozenset({"execute_tool"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 OPENINFERENCE_KINDS = {"LLM": SpanKind.LLM, "TOOL": SpanKind.TOOL, "AGENT": SpanKind.AGENT}
@@ -77,6 +85,28 @@ OUTPUT_TOOL_NAMES = frozenset({"final_result"})
 OUTPUT_TOOL_PREFIX = "final_result_"
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = frozenset({"stop", "end_turn", "complete", "completed", "eos"})
+
+
+def select_attributes(key_values: Any) -> dict[str, object]:
+    """Decode only the attributes normalisation reads.
+
+    Real agent spans carry large attributes nothing here needs (tool definitions, JSON schemas,
+    request parameters); skipping them avoids building a Python string for each. Flattened
+    message keys are kept as markers only: their count is what matters, not their content.
+    """
+    wanted = WANTED_ATTRIBUTES
+    selected: dict[str, object] = {}
+    for kv in key_values:
+        key = kv.key
+        if key in wanted:
+            value = kv.value
+            if value.WhichOneof("value") == "string_value":
+                selected[key] = value.string_value
+            else:
+                selected[key] = any_value(value)
+        elif key.startswith(FLAT_PREFIXES):
+            selected[key] = True
+    return selected
 
 
 class SpanRejected(ValueError):
@@ -138,6 +168,16 @@ def canonical_arguments(raw: object) -> str:
         return str(raw)
 
 
+# An agent span may carry its output attribute with nothing in it (no output messages).
+EMPTY_OUTPUTS = frozenset({"[]", "{}", "null", '""'})
+
+
+def _is_empty_output(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip() in EMPTY_OUTPUTS
+    return isinstance(value, (list, dict)) and not value
+
+
 def _as_text(value: object) -> str:
     if isinstance(value, str):
         return value
@@ -187,7 +227,7 @@ def classify(name: str, attrs: Mapping[str, object]) -> SpanKind:
     tl_kind = attrs.get("traceloop.span.kind")
     if isinstance(tl_kind, str) and tl_kind in TRACELOOP_KINDS:
         return TRACELOOP_KINDS[tl_kind]
-    if "llm.request.type" in attrs:
+    if attrs.get("llm.request.type") in TRACELOOP_LLM_REQUEST_TYPES:
         return SpanKind.LLM
     legacy = LEGACY_SPAN_NAMES.get(name)
     if legacy is not None:
@@ -197,6 +237,11 @@ def classify(name: str, attrs: Mapping[str, object]) -> SpanKind:
     if name.startswith("invoke_agent") or name.startswith("agent run"):
         return SpanKind.AGENT
     return SpanKind.OTHER
+
+
+def _is_chain(attrs: Mapping[str, object]) -> bool:
+    oi_kind = attrs.get("openinference.span.kind")
+    return isinstance(oi_kind, str) and oi_kind.upper() == "CHAIN"
 
 
 def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
@@ -224,7 +269,17 @@ def _exception(events: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+BUDGET_ATTRIBUTES = frozenset("watchdog.budget." + key for key in BUDGET_KEYS)
+
+WANTED_ATTRIBUTES = frozenset(
+    RUN_ID_KEYS + AGENT_CALL_ID_KEYS + AGENT_NAME_KEYS + SESSION_KEYS + PARENT_RUN_KEYS
+    + TOOL_NAME_KEYS + TOOL_ARGS_KEYS + TOOL_RESULT_KEYS + AGENT_OUTPUT_KEYS + INPUT_TOKEN_KEYS
+    + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
+    + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS) | BUDGET_ATTRIBUTES
+
 def _budget(attrs: Mapping[str, object], resource: Mapping[str, object]) -> dict[str, float] | None:
+    if BUDGET_ATTRIBUTES.isdisjoint(attrs) and BUDGET_ATTRIBUTES.isdisjoint(resource):
+        return None  # the common case, decided without a lookup per key
     budget: dict[str, float] | None = None
     for key in BUDGET_KEYS:
         value = attrs.get("watchdog.budget." + key, resource.get("watchdog.budget." + key))
@@ -262,6 +317,10 @@ def normalise(span: Any, attrs: Mapping[str, object],
     end_ns = max(span.end_time_unix_nano, start_ns)
     key, source = run_key(trace_id, attrs, resource)
     kind = classify(name, attrs)
+    if kind is SpanKind.OTHER and parent is None and _is_chain(attrs):
+        # LangChain/LangGraph under OpenInference: the root CHAIN span is the whole run, and
+        # its output.value the answer; nested CHAIN spans are plumbing and stay OTHER.
+        kind = SpanKind.AGENT
 
     agent = _first_str(attrs, AGENT_NAME_KEYS) or _first_str(resource, AGENT_NAME_KEYS)
     if agent is None and kind is SpanKind.AGENT and "traceloop.span.kind" in attrs:
@@ -296,7 +355,7 @@ def normalise(span: Any, attrs: Mapping[str, object],
         _fill_llm(record, attrs)
     elif kind is SpanKind.AGENT:
         output = _first(attrs, AGENT_OUTPUT_KEYS)
-        if output is not None and not record.error:
+        if output is not None and not record.error and not _is_empty_output(output):
             record.final_answer = True
             record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
         record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
@@ -360,4 +419,4 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object]) -> None:
 
 
 __all__ = ["SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "run_key", "stable_hash"]
+           "run_key", "select_attributes", "stable_hash"]

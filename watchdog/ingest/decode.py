@@ -27,10 +27,12 @@ __all__ = [
     "ExportTraceServiceRequest",
     "ExportTraceServiceResponse",
     "attributes",
+    "count_spans",
     "parse_json",
     "parse_protobuf",
     "protobuf_backend",
     "response_json",
+    "response_protobuf",
 ]
 
 
@@ -93,13 +95,29 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
     return request
 
 
+def count_spans(request: ExportTraceServiceRequest) -> int:
+    return sum(len(scope_spans.spans) for resource_spans in request.resource_spans
+               for scope_spans in resource_spans.scope_spans)
+
+
+# OTLP: on full success the server MUST leave ``partial_success`` unset.
 def response_json(rejected: int, message: str) -> bytes:
     """An OTLP/JSON ``ExportTraceServiceResponse`` body."""
     if not rejected and not message:
-        return b'{"partialSuccess":{}}'
+        return b"{}"
     return json.dumps(
         {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}
     ).encode()
+
+
+def response_protobuf(rejected: int, message: str) -> bytes:
+    """A binary ``ExportTraceServiceResponse`` (empty bytes on full success)."""
+    response = ExportTraceServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    body: bytes = response.SerializeToString()
+    return body
 
 
 def any_value(value: AnyValue) -> object:
@@ -123,5 +141,15 @@ def any_value(value: AnyValue) -> object:
 
 
 def attributes(key_values: Iterable[KeyValue]) -> dict[str, object]:
-    """OTLP attributes as a dict (a repeated key keeps its last value, as the SDKs do)."""
-    return {kv.key: any_value(kv.value) for kv in key_values}
+    """OTLP attributes as a dict (a repeated key keeps its last value, as the SDKs do).
+
+    On the hot path: strings, the common case, are read without the generic dispatch.
+    """
+    result: dict[str, object] = {}
+    for kv in key_values:
+        value = kv.value
+        if value.WhichOneof("value") == "string_value":
+            result[kv.key] = value.string_value
+        else:
+            result[kv.key] = any_value(value)
+    return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from watchdog.ingest.conventions import SpanRejected, normalise
+from watchdog.ingest.conventions import SpanRejected, normalise, select_attributes
 from watchdog.ingest.decode import ExportTraceServiceRequest, attributes
 from watchdog.runs.record import SpanRecord
 
@@ -41,7 +41,7 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 try:
-                    records.append(normalise(span, attributes(span.attributes), resource))
+                    records.append(normalise(span, select_attributes(span.attributes), resource))
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
                     if not decoded.first_error:

@@ -43,7 +43,8 @@ class RunState:
 
     __slots__ = (
         "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
-        "_result_counts", "activity_seq", "agent", "budget", "consecutive_errors",
+        "_result_counts", "_tool_error_streak", "activity_seq", "agent", "budget",
+        "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "input_tokens", "iterations", "key", "key_source",
@@ -73,6 +74,7 @@ class RunState:
         self.output_tokens = 0
         self.errors = 0
         self.consecutive_errors = 0
+        self._tool_error_streak = False  # the current error streak includes a failed tool call
         self.last_error: str | None = None
         self._error_counts: dict[int, int] = {}
         self.repeated_error = 0
@@ -134,23 +136,35 @@ class RunState:
         if record.final_output is not None:
             self.final_output = record.final_output
 
+        if record.error and record.ends_run:
+            # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,
+            # an OpenInference CHAIN root, a bare root span): the run ended in that error.
+            self.end_error_type = record.error_type or "error"
         if kind is SpanKind.AGENT:
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
-            if record.error:
-                self.end_error_type = record.error_type
-                self.last_error = record.error_message or record.error_type
+            if record.error and self.last_error is None:  # keep the error that led here
+                self.last_error = _error_text(record)
             return  # the agent span repeats its children's errors: do not count them twice
-        if record.error:
+        if record.error and (kind is not SpanKind.OTHER or record.tool_name is not None):
+            # Only model and tool calls (output tools included) count: a failed HTTP or
+            # framework span under them is the same failure seen from below.
             self.errors += 1
             self.consecutive_errors += 1
+            if kind is SpanKind.TOOL:
+                self._tool_error_streak = True
             self.last_error = _error_text(record)
             if record.error_signature is not None:
                 count = _bump(self._error_counts, record.error_signature)
                 if count > self.repeated_error:
                     self.repeated_error = count
-        elif kind is not SpanKind.OTHER:
+        elif kind is SpanKind.TOOL or (kind is SpanKind.LLM and not self._tool_error_streak):
+            # In an agent loop every failed tool call is followed by a (successful) model call
+            # that reads the error; that call is no recovery, or consecutive_errors could
+            # never pass 1 in a tool error loop. Only a tool call that works ends such a
+            # streak; a working model call ends a streak of failed model calls.
             self.consecutive_errors = 0
+            self._tool_error_streak = False
 
     def _apply_tool(self, record: SpanRecord) -> None:
         self.tool_calls += 1

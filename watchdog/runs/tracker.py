@@ -17,11 +17,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from watchdog.runs.activity import ActivityEntry, entry_for
-from watchdog.runs.record import SpanKind, SpanRecord
+from watchdog.runs.record import KeySource, SpanKind, SpanRecord
 from watchdog.runs.run import RunState
+from watchdog.runs.terminal import TerminalState
 
 MAX_ACTIVE_RUNS = 10_000  # default bound on runs tracked at once; the oldest idle is evicted
 MAX_ENDED_IN_MEMORY = 2_000  # recently ended runs kept for late spans and fast reads
+MAX_TRACE_ALIASES = 20_000  # trace id -> run, for spans below the agent that name no run
 RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified abandoned
 
 
@@ -35,6 +37,7 @@ class BatchResult:
     evicted: list[RunState] = field(default_factory=list)
     activity: list[ActivityEntry] = field(default_factory=list)
     late_spans: int = 0
+    ignored_spans: int = 0  # plumbing spans (HTTP, SDK) of traces with no agent activity
     tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, tool)
     tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
@@ -50,6 +53,7 @@ class RunTracker:
         self.max_ended = max_ended
         self._active: OrderedDict[str, RunState] = OrderedDict()
         self._ended: OrderedDict[str, RunState] = OrderedDict()
+        self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -74,10 +78,47 @@ class RunTracker:
             target[run.key] = run
         self._trim_ended()
 
+    def _learn_aliases(self, records: list[SpanRecord]) -> dict[str, tuple[str, KeySource]]:
+        """Which run each span of this batch that names its run belongs to (by span id), and
+        remember, per trace, the run named last (bounded)."""
+        by_span: dict[str, tuple[str, KeySource]] = {}
+        traces = self._trace_runs
+        for record in records:
+            if record.key_source is not KeySource.TRACE:
+                owner = (record.run_key, record.key_source)
+                by_span[record.span_id] = owner
+                traces[record.trace_id] = owner
+                traces.move_to_end(record.trace_id)
+        while len(traces) > MAX_TRACE_ALIASES:
+            traces.popitem(last=False)
+        return by_span
+
+    def _attribute(self, record: SpanRecord, by_span: dict[str, tuple[str, KeySource]]) -> bool:
+        """Give a span that names no run to the run of its parent or trace; False to ignore it.
+
+        Instrumentation below the agent (HTTP clients, SDK calls) carries no run attributes;
+        without this, each such trace would become a phantom run that is later abandoned.
+        """
+        if record.key_source is not KeySource.TRACE:
+            return True
+        owner = by_span.get(record.parent_span_id or "") or self._trace_runs.get(record.trace_id)
+        if owner is not None:
+            record.run_key, record.key_source = owner
+            return True
+        # Plumbing spans (an HTTP request, a framework step) of a trace with no agent activity
+        # are not a run of their own: the service may emit traces that have nothing to do
+        # with an agent.
+        return record.kind is not SpanKind.OTHER or record.run_key in self._active
+
     def apply(self, records: Iterable[SpanRecord], now: float) -> BatchResult:
         result = BatchResult()
         active, ended = self._active, self._ended
+        records = list(records)
+        by_span = self._learn_aliases(records)
         for record in records:
+            if not self._attribute(record, by_span):
+                result.ignored_spans += 1
+                continue
             key = record.run_key
             run = active.get(key)
             if run is not None:
@@ -107,7 +148,8 @@ class RunTracker:
         while len(active) > self.max_runs:
             _, victim = active.popitem(last=False)
             victim.end(now, abandoned=True)
-            victim.terminal_reason = "evicted"
+            if victim.terminal_state is TerminalState.ABANDONED:  # keep a forced state's reason
+                victim.terminal_reason = "evicted"
             self._remember_ended(victim)
             result.evicted.append(victim)
             result.touched[victim.key] = victim

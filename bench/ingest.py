@@ -1,0 +1,223 @@
+"""Ingest benchmark: OTLP/HTTP protobuf through the whole sidecar, against a bare-parse baseline.
+
+Run with ``make bench`` (or ``.venv/bin/python bench/ingest.py --help``). It prints, from one
+process and one run, so the numbers share a machine state:
+
+* baseline  — ``ExportTraceServiceRequest.ParseFromString`` + a walk over every attribute of the
+  same payloads, in this process: the floor any OTLP consumer in Python pays;
+* core      — decode + normalise + run signals in this process, no network;
+* end to end — a ``watchdog serve`` subprocess fed over HTTP by 4 concurrent keep-alive clients;
+  every span is accounted for afterwards (received == sent, or the run is reported as failed);
+* memory    — RSS growth of a fresh sidecar per active run, with 10,000 runs open.
+
+Speed is reported as spans/s and as a ratio to the baseline measured in the same run, because
+absolute numbers depend on the machine; the README quotes a run on the 2-core CI machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.workload import batches  # noqa: E402
+from watchdog.ingest.decode import attributes, parse_protobuf, protobuf_backend  # noqa: E402
+from watchdog.ingest.pipeline import records_from  # noqa: E402
+from watchdog.runs.tracker import RunTracker  # noqa: E402
+
+CONCURRENCY = 4
+READY_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def timed(work: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def baseline(bodies: list[bytes]) -> None:
+    for body in bodies:
+        request = parse_protobuf(body)
+        for resource_spans in request.resource_spans:
+            attributes(resource_spans.resource.attributes)
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    attributes(span.attributes)
+
+
+def core(bodies: list[bytes]) -> None:
+    tracker = RunTracker(max_runs=1_000_000)
+    now = time.time()
+    for body in bodies:
+        tracker.apply(records_from(parse_protobuf(body)).records, now)
+
+
+@contextmanager
+def sidecar(state_dir: str, **extra: str) -> Iterator[dict[str, Any]]:
+    ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics")}
+    env = dict(os.environ, WATCHDOG_STATE_DIR=state_dir, WATCHDOG_LOG_LEVEL="warning",
+               WATCHDOG_OTLP_HTTP_ADDRESS=f"127.0.0.1:{ports['otlp_http']}",
+               WATCHDOG_OTLP_GRPC_ADDRESS=f"127.0.0.1:{ports['otlp_grpc']}",
+               WATCHDOG_API_ADDRESS=f"127.0.0.1:{ports['api']}",
+               WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}",
+               **{f"WATCHDOG_{k.upper()}": v for k, v in extra.items()})
+    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT
+        ready_url = f"http://127.0.0.1:{ports['metrics']}/readyz"
+        while True:
+            try:
+                import urllib.request
+                with urllib.request.urlopen(ready_url, timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the sidecar did not become ready")
+            time.sleep(0.05)
+        yield {"process": process, "ports": ports}
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def rss_bytes(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"VmRSS:\s+(\d+) kB", status)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+async def send_all(url: str, bodies: list[bytes]) -> tuple[float, int]:
+    """Send every body (retrying on 503/429 as an exporter would); returns seconds, retries."""
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+    retries = 0
+    headers = {"Content-Type": "application/x-protobuf"}
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal retries
+        while not queue.empty():
+            body = queue.get_nowait()
+            while True:
+                async with session.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    if response.status == 200:
+                        break
+                    if response.status in (429, 503):
+                        retries += 1
+                        await asyncio.sleep(float(response.headers.get("Retry-After", "0.1")))
+                        continue
+                    raise SystemExit(f"export failed: HTTP {response.status}")
+
+    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(CONCURRENCY)))
+        return time.perf_counter() - start, retries
+
+
+def metric(ports: dict[str, int], name: str) -> float:
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics") as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+def end_to_end(bodies: list[bytes], spans: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as state, sidecar(state) as proc:
+        ports = proc["ports"]
+        url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
+        seconds, retries = asyncio.run(send_all(url, bodies))
+        received = metric(ports, "agent_watchdog_spans_received_total")
+        rejected = metric(ports, "agent_watchdog_spans_rejected_total")
+    if received != spans or rejected:
+        raise SystemExit(f"spans lost: sent {spans}, received {received}, rejected {rejected}")
+    return {"seconds": seconds, "spans_per_s": spans / seconds, "retries": retries}
+
+
+def memory_per_run(runs: int) -> dict[str, float]:
+    """RSS growth per active run: ~5 spans per run, no root span, so every run stays open."""
+    warm = list(batches(200, 512, 2048, seed=3, with_root=False))
+    load = list(batches(runs, 512, runs * 5, seed=5, with_root=False))
+    with tempfile.TemporaryDirectory() as state, sidecar(state, max_runs=str(runs * 2)) as proc:
+        pid, ports = proc["process"].pid, proc["ports"]
+        url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
+        asyncio.run(send_all(url, warm))
+        time.sleep(1.5)  # let the first state flush happen before the "before" reading
+        before = rss_bytes(pid)
+        asyncio.run(send_all(url, load))
+        time.sleep(1.5)
+        after = rss_bytes(pid)
+        active = metric(ports, "agent_watchdog_runs_active")
+    return {"runs": runs, "active": active, "rss_before_mib": before / 2**20,
+            "rss_after_mib": after / 2**20, "kib_per_run": (after - before) / 1024 / runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--spans", type=int, default=102_400)
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--runs", type=int, default=1000, help="concurrent runs in the workload")
+    parser.add_argument("--memory-runs", type=int, default=10_000)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    bodies = list(batches(args.runs, args.batch, args.spans))
+    spans = len(bodies) * args.batch
+    size = sum(map(len, bodies)) / len(bodies)
+    results: dict[str, Any] = {"protobuf_backend": protobuf_backend(), "spans": spans,
+                               "batch": args.batch, "avg_batch_bytes": int(size),
+                               "concurrent_runs": args.runs, "cpus": os.cpu_count()}
+    base = min(timed(lambda: baseline(bodies)) for _ in range(2))
+    results["baseline_spans_per_s"] = spans / base
+    results["core_spans_per_s"] = spans / min(timed(lambda: core(bodies)) for _ in range(2))
+    e2e = end_to_end(bodies, spans)
+    results["end_to_end_spans_per_s"] = e2e["spans_per_s"]
+    results["end_to_end_retries"] = e2e["retries"]
+    results["ratio_end_to_end_to_baseline"] = e2e["spans_per_s"] / results["baseline_spans_per_s"]
+    results["ratio_core_to_baseline"] = results["core_spans_per_s"] / results["baseline_spans_per_s"]
+    results["memory"] = memory_per_run(args.memory_runs)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"workload: {spans} spans in {len(bodies)} batches of {args.batch} "
+          f"({size / 1024:.0f} KiB each), {args.runs} concurrent runs; protobuf backend "
+          f"{results['protobuf_backend']}; {results['cpus']} CPUs")
+    print(f"{'baseline (parse + attribute walk)':<40}{results['baseline_spans_per_s']:>12,.0f} spans/s")
+    print(f"{'core (decode+normalise+signals)':<40}{results['core_spans_per_s']:>12,.0f} spans/s"
+          f"   ratio {results['ratio_core_to_baseline']:.2f}")
+    print(f"{'end to end (OTLP/HTTP, sidecar)':<40}{results['end_to_end_spans_per_s']:>12,.0f} spans/s"
+          f"   ratio {results['ratio_end_to_end_to_baseline']:.2f}"
+          f"   (503 retries: {results['end_to_end_retries']})")
+    memory = results["memory"]
+    print(f"{'memory per active run':<40}{memory['kib_per_run']:>12.1f} KiB"
+          f"   ({memory['active']:.0f} active runs, RSS {memory['rss_before_mib']:.0f} -> "
+          f"{memory['rss_after_mib']:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""The control API over real HTTP, against a real sidecar fed by the OTel SDK's OTLP exporter."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.otel import SECRET, explorer_run, export_http
+from tests.spans import SpanMaker, tool_attrs
+
+ACTIVE_ID = "job:42/a b?c"  # ':' '/' ' ' '?' all survive the round trip in one path segment
+ENDED_ID = "job:43"
+
+
+def path(run_id: str, suffix: str = "") -> str:
+    return "/v1/runs/" + urllib.parse.quote(run_id, safe="") + suffix
+
+
+def request(sidecar: RunningServer, method: str, target: str, body: Any = None,
+            headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    status, raw = http_request(method, sidecar.api + target, data, headers)
+    return status, json.loads(raw)
+
+
+@pytest.fixture
+def fed(sidecar: RunningServer) -> Iterator[RunningServer]:
+    """One active run of ``explorer`` and one ended run of ``writer``."""
+    export_http(sidecar, explorer_run(ACTIVE_ID))
+    export_http(sidecar, explorer_run(ENDED_ID, agent="writer", end=True))
+    yield sidecar
+
+
+def ids(sidecar: RunningServer, query: str = "") -> list[str]:
+    return [run["id"] for run in sidecar.get_json("/v1/runs" + query)["runs"]]
+
+
+def test_list_and_filter_runs(fed: RunningServer) -> None:
+    assert sorted(ids(fed)) == sorted([ACTIVE_ID, ENDED_ID])
+    assert ids(fed, "?state=active") == [ACTIVE_ID]
+    assert ids(fed, "?state=ended") == [ENDED_ID]
+    assert ids(fed, "?agent=writer") == [ENDED_ID]
+    assert ids(fed, "?agent=nobody") == []
+    assert len(ids(fed, "?limit=1")) == 1
+    (run,) = fed.get_json("/v1/runs?state=active")["runs"]
+    assert run["agent"] == "explorer" and run["state"] == "active"
+    assert (run["iterations"], run["tool_calls"], run["errors"]) == (2, 4, 1)
+    assert run["total_tokens"] == 490
+
+
+def test_run_detail(fed: RunningServer) -> None:
+    detail = fed.get_json(path(ACTIVE_ID))
+    assert detail["id"] == ACTIVE_ID and detail["agent"] == "explorer"
+    assert detail["state"] == "active" and detail["terminal_state"] is None
+    signals = detail["signals"]
+    assert signals["tools"] == {"search_docs": 2, "read_env": 1, "read_file": 1}
+    assert signals["repeated_tool_call"] == 2  # key order and spacing do not matter
+    assert signals["last_error"].startswith("FileNotFoundError")
+    assert detail["budget"] == {} and detail["directives"] == []
+
+    ended = fed.get_json(path(ENDED_ID))
+    assert ended["state"] == "ended"
+    assert ended["terminal_state"] == "completed" and ended["has_final_answer"] is True
+    assert ended["final_output"] == "The retry policy is exponential backoff."
+    assert ended["ended_at"] is not None
+
+
+def test_trace_keyed_run_is_found_by_its_id(sidecar: RunningServer) -> None:
+    maker = SpanMaker()
+    span = maker.span("execute_tool ls", tool_attrs("ls", '{"dir": "."}', "a.py b.py"))
+    export_http(sidecar, maker.take())
+    run_id = "trace:" + format(span.get_span_context().trace_id, "032x")
+    assert sidecar.get_json(path(run_id))["id"] == run_id
+    assert sidecar.get_json(f"/v1/runs/{run_id}")["id"] == run_id  # ':' unescaped works too
+
+
+def test_unknown_run_and_endpoint_are_json_404(sidecar: RunningServer) -> None:
+    status, body = request(sidecar, "GET", path("no-such-run"))
+    assert status == 404
+    assert body == {"error": {"code": "not_found", "message": "no run 'no-such-run'"}}
+    status, body = request(sidecar, "GET", path("no-such-run", "/report"))
+    assert status == 404 and body["error"]["code"] == "not_found"
+    status, body = request(sidecar, "GET", "/v1/nothing-here")
+    assert status == 404 and body["error"]["code"] == "not_found"
+    status, body = request(sidecar, "DELETE", "/v1/runs")
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("state=foo", "state='foo' is not allowed: expected one of active, ended"),
+    ("limit=abc", "limit='abc' is not allowed: expected an integer from 1 to 1000"),
+    ("limit=0", "limit='0'"),
+    ("limit=100000", "limit='100000'"),
+])
+def test_bad_query_values_are_400(sidecar: RunningServer, query: str, named: str) -> None:
+    status, body = request(sidecar, "GET", "/v1/runs?" + query)
+    assert status == 400
+    assert body["error"]["code"] == "bad_request" and named in body["error"]["message"]
+
+
+def test_report_markdown(fed: RunningServer) -> None:
+    status, raw = http_request("GET", fed.api + path(ACTIVE_ID, "/report"))
+    assert status == 200
+    text = raw.decode("utf-8")
+    assert text.startswith(f"# Progress report: {ACTIVE_ID}\n")
+    for expected in ("search_docs", "read_env", "read_file",  # tool names
+                     '{"query":"retry policy"}', '{"path":"src/app.py"}',  # argument briefs
+                     "docs/retry.md: exponential backoff, max 5 attempts",  # result brief
+                     "FileNotFoundError", "No such file: src/app.py",  # the error
+                     "`search_docs` was called 2 times with the same arguments"):
+        assert expected in text, expected
+    assert SECRET not in text and "value: [REDACTED]" in text
+
+
+def test_report_content_type_and_json(fed: RunningServer) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(fed.api + path(ACTIVE_ID, "/report"), timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/markdown; charset=utf-8"
+    status, report = request(fed, "GET", path(ACTIVE_ID, "/report"),
+                             headers={"Accept": "application/json"})
+    assert status == 200
+    assert report["run"]["id"] == ACTIVE_ID and report["run"]["tool_calls"] == 4
+    tools = [(step["name"], step["detail"], step["result"]) for step in report["steps"]
+             if step["kind"] == "tool"]
+    assert tools[0] == ("search_docs", '{"query":"retry policy"}',
+                        "docs/retry.md: exponential backoff, max 5 attempts")
+    assert tools[1] == ("read_env", '{"name":"OPENAI_API_KEY"}', "value: [REDACTED]")
+    assert {t["name"]: t["errors"] for t in report["tools"]}["read_file"] == 1
+    assert SECRET not in json.dumps(report)
+    # Markdown wins when the client prefers it.
+    status, raw = http_request("GET", fed.api + path(ACTIVE_ID, "/report"),
+                               headers={"Accept": "text/markdown, application/json;q=0.5"})
+    assert status == 200 and raw.startswith(b"# Progress report")
+
+
+def test_ended_run_report_has_final_output(fed: RunningServer) -> None:
+    status, raw = http_request("GET", fed.api + path(ENDED_ID, "/report"))
+    assert status == 200
+    text = raw.decode()
+    assert "- **State:** ended: completed" in text
+    assert "**Final output:** The retry policy is exponential backoff." in text
+
+
+def test_heartbeat(fed: RunningServer) -> None:
+    status, body = request(fed, "POST", path("no-such-run", "/heartbeat"), {"messages": 3})
+    assert status == 404 and body["error"]["code"] == "not_found"
+
+    status, body = request(fed, "POST", path(ACTIVE_ID, "/heartbeat"), {"messages": 12})
+    assert status == 200 and body["id"] == ACTIVE_ID and body["messages"] == 12
+    assert fed.get_json(path(ACTIVE_ID))["signals"]["messages"] == 12
+    status, body = request(fed, "POST", path(ACTIVE_ID, "/heartbeat"), {"messages": 5})
+    assert status == 200 and body["messages"] == 12  # a count never shrinks
+    assert fed.get_json(path(ACTIVE_ID))["signals"]["messages"] == 12
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b'{"messages": "many"}', "messages='many' is not allowed"),
+    (b'{"messages": -1}', "messages=-1 is not allowed"),
+    (b'{"messages": true}', "messages=True is not allowed"),
+])
+def test_heartbeat_bad_bodies_are_400(fed: RunningServer, body: bytes, fragment: str) -> None:
+    status, answer = request(fed, "POST", path(ACTIVE_ID, "/heartbeat"), body,
+                             {"Content-Type": "application/json"})
+    assert status == 400 and answer["error"]["code"] == "bad_request"
+    assert fragment in answer["error"]["message"]
+
+
+def test_request_body_is_bounded(fed: RunningServer) -> None:
+    big = b'{"messages": 1, "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    status, body = request(fed, "POST", path(ACTIVE_ID, "/heartbeat"), big)
+    assert status == 413 and body["error"]["code"] == "payload_too_large"
+
+
+def test_unexpected_failure_is_a_generic_500(sidecar: RunningServer,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    def broken(**_: object) -> list[dict[str, Any]]:
+        raise RuntimeError("database exploded at /secret/path")
+
+    assert sidecar.server.service is not None
+    monkeypatch.setattr(sidecar.server.service, "list_runs", broken)
+    with caplog.at_level(logging.ERROR, logger="watchdog.api"):
+        status, raw = http_request("GET", sidecar.api + "/v1/runs")
+    assert status == 500
+    assert json.loads(raw) == {"error": {"code": "internal", "message":
+                                         "internal error; the watchdog log has details"}}
+    assert b"Traceback" not in raw and b"exploded" not in raw
+    assert any("exploded" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+
+
+def test_token_auth(tmp_path: Path) -> None:
+    config = sidecar_config(tmp_path / "state", api_token="s3cret")
+    with running_server(config) as sidecar:
+        export_http(sidecar, explorer_run("job:auth"), token="s3cret")
+        for target in ("/v1/runs", path("job:auth"), path("job:auth", "/report"),
+                       "/v1/unknown"):
+            status, raw = http_request("GET", sidecar.api + target)
+            assert status == 401, target
+            assert json.loads(raw)["error"]["code"] == "unauthorized"
+        status, _ = http_request("GET", sidecar.api + "/v1/runs",
+                                 headers={"Authorization": "Bearer wrong"})
+        assert status == 401
+        status, _ = http_request("GET", sidecar.api + "/v1/runs",
+                                 headers={"Authorization": "Basic s3cret"})
+        assert status == 401
+        status, _ = http_request("POST", sidecar.api + path("job:auth", "/heartbeat"),
+                                 b'{"messages": 4}')
+        assert status == 401
+        good = {"Authorization": "Bearer s3cret"}
+        assert [r["id"] for r in sidecar.get_json("/v1/runs", good)["runs"]] == ["job:auth"]
+        status, _ = http_request("POST", sidecar.api + path("job:auth", "/heartbeat"),
+                                 b'{"messages": 4}', good)
+        assert status == 200
+        assert sidecar.get_json(path("job:auth"), good)["signals"]["messages"] == 4

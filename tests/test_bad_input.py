@@ -1,0 +1,343 @@
+"""Bad input and overload against a real sidecar: every refusal has the documented status and
+a message, nothing crashes, and a run ingested before the bad request is intact afterwards."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from tests.harness import RunningServer, running_server, sidecar_config
+from tests.spans import SpanMaker, chat_attrs, encode
+from tests.test_otlp_grpc import EXPORT_METHOD
+from tests.test_otlp_http import (
+    JSON,
+    PROTOBUF,
+    agent_run,
+    assert_run,
+    export_outcomes,
+    otlp_json,
+    post,
+    post_full,
+    request_json,
+)
+from watchdog.ingest import otlp_http
+
+MAX_REQUEST_BYTES = 1024 * 1024
+MIB = 1024 * 1024
+
+
+@dataclass
+class Guarded:
+    """A sidecar holding one known-good run, to check after each bad request."""
+
+    sidecar: RunningServer
+    run_id: str
+
+    def assert_intact(self) -> None:
+        assert_run(self.sidecar, self.run_id)  # every signal as sent, nothing added
+        assert post(self.sidecar, b"")[0] == 200  # and the receiver still answers
+
+
+def start_guarded(tmp_path: Path, token: str | None = None, **config: object
+                  ) -> Iterator[Guarded]:
+    with running_server(sidecar_config(tmp_path / "state", max_request_bytes=MAX_REQUEST_BYTES,
+                                       api_token=token, **config)) as sidecar:
+        spans, key = agent_run()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        assert post(sidecar, encode(spans).SerializeToString(), headers=headers)[0] == 200
+        guarded = Guarded(sidecar, key)
+        if token is None:
+            guarded.assert_intact()
+        yield guarded
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[Guarded]:
+    yield from start_guarded(tmp_path)
+
+
+def counted(before: dict[str, float], outcome: str, times: int = 1) -> dict[str, float]:
+    return {**before, outcome: before.get(outcome, 0) + times}
+
+
+def status_message(body: bytes, content_type: str) -> status_pb2.Status:
+    """The google.rpc.Status error body, in the encoding of the request (JSON otherwise)."""
+    if content_type == PROTOBUF:
+        return status_pb2.Status.FromString(body)
+    document = json.loads(body)
+    return status_pb2.Status(code=document.get("code", 0), message=document["message"])
+
+
+def valid_body() -> bytes:
+    spans, _ = agent_run()
+    return encode(spans).SerializeToString()
+
+
+def gzip_bomb(size: int) -> bytes:
+    """``size`` zero bytes (a multiple of 16 MiB) as one gzip member of about size/1000 bytes,
+    built from one compressed block repeated (a full flush makes blocks independent)."""
+    chunk = bytes(16 * MIB)
+    assert size % len(chunk) == 0
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = compressor.compress(chunk) + compressor.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(size // len(chunk)):
+        crc = zlib.crc32(chunk, crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    final_empty_block = b"\x03\x00"
+    return (header + block * (size // len(chunk)) + final_empty_block
+            + struct.pack("<II", crc, size & 0xFFFFFFFF))
+
+
+# (name, body factory, content type, extra headers, status, outcome, message fragment)
+HTTP_CASES: list[tuple[str, Callable[[], bytes], str, dict[str, str], int, str, str]] = [
+    ("garbage", lambda: b"\xff\xfe garbage \x00\x01", PROTOBUF, {}, 400, "invalid",
+     "invalid OTLP protobuf payload"),
+    ("truncated protobuf", lambda: valid_body()[:-7], PROTOBUF, {}, 400, "invalid",
+     "invalid OTLP protobuf payload"),
+    ("invalid JSON", lambda: b'{"resourceSpans": [', JSON, {}, 400, "invalid", "invalid JSON"),
+    ("JSON not an object", lambda: b"[1, 2]", JSON, {}, 400, "invalid",
+     "the top level must be an object"),
+    ("JSON bad structure", lambda: b'{"resourceSpans": "x"}', JSON, {}, 400, "invalid",
+     "unexpected structure"),
+    ("JSON non-hex traceId",
+     lambda: otlp_json(agent_run()[0]).replace(b'"traceId": "', b'"traceId": "zz', 1), JSON, {},
+     400, "invalid", "is not a hex string"),
+    ("JSON bad field type",
+     lambda: b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5, "kind": "x"}]}]}]}',
+     JSON, {}, 400, "invalid", "invalid OTLP/JSON payload"),
+    ("wrong content type", lambda: b"{}", "text/plain", {}, 415, "unsupported_media_type",
+     "unsupported Content-Type 'text/plain'"),
+    ("unsupported content encoding", valid_body, PROTOBUF, {"Content-Encoding": "snappy"}, 415,
+     "unsupported_media_type", "unsupported Content-Encoding 'snappy'"),
+    ("not gzip data", valid_body, PROTOBUF, {"Content-Encoding": "gzip"}, 400, "invalid",
+     "not valid gzip data"),
+    ("oversized body", lambda: b"\x00" * (MAX_REQUEST_BYTES + 1), PROTOBUF, {}, 413,
+     "too_large", "exceeds max_request_bytes=1048576"),
+    ("oversized after gzip", lambda: gzip.compress(b"\x00" * (MAX_REQUEST_BYTES + 1)), JSON,
+     {"Content-Encoding": "gzip"}, 413, "too_large", "(after decompression)"),
+]
+
+
+@pytest.mark.parametrize(("body", "content_type", "headers", "status", "outcome", "message"),
+                         [case[1:] for case in HTTP_CASES], ids=[case[0] for case in HTTP_CASES])
+def test_http_bad_input(guarded: Guarded, body: Callable[[], bytes], content_type: str,
+                        headers: dict[str, str], status: int, outcome: str,
+                        message: str) -> None:
+    before = export_outcomes(guarded.sidecar, "http")
+    got, response_headers, response = post_full(guarded.sidecar, body(), content_type, headers)
+    assert got == status, response
+    expected_type = content_type if content_type in (PROTOBUF, JSON) else JSON
+    assert response_headers["Content-Type"].startswith(expected_type)
+    error = status_message(response, expected_type)
+    assert message in error.message
+    assert "Traceback" not in error.message
+    assert export_outcomes(guarded.sidecar, "http") == counted(before, outcome)
+    guarded.assert_intact()
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # resets VmHWM to the current RSS
+    except OSError:
+        return False
+    return True
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+def test_gzip_bomb_is_refused_without_inflating_it(guarded: Guarded) -> None:
+    bomb = gzip_bomb(1024 * MIB)  # 1 GiB of zeros in about 1 MiB
+    assert len(bomb) < 2 * MIB
+    if not _reset_peak_rss():
+        pytest.skip("cannot reset the peak RSS (/proc/self/clear_refs)")
+    baseline = _peak_rss()
+    got, _, response = post_full(guarded.sidecar, bomb, PROTOBUF, {"Content-Encoding": "gzip"})
+    assert got == 413
+    assert "after decompression" in status_message(response, PROTOBUF).message
+    guarded.assert_intact()
+    # The server runs in this process: had it inflated the body, the peak would be +1 GiB.
+    assert _peak_rss() - baseline < 64 * MIB
+
+
+def test_spans_without_ids_are_rejected_and_the_rest_applied(guarded: Guarded) -> None:
+    maker = SpanMaker()
+    with maker.agent():
+        maker.span("chat", chat_attrs(11, 4))
+    spans = maker.take()
+    request = encode(spans)
+    before = export_outcomes(guarded.sidecar, "http")
+    scope_spans = request.resource_spans[0].scope_spans[0]
+    scope_spans.spans.add().name = "no ids at all"
+    no_span_id = scope_spans.spans.add()
+    no_span_id.trace_id = b"\x01" * 16
+
+    status, response = post(guarded.sidecar, request.SerializeToString())
+    assert status == 200
+    partial = ExportTraceServiceResponse.FromString(response).partial_success
+    assert partial.rejected_spans == 2
+    assert "1 invalid_span_id, 1 invalid_trace_id" in partial.error_message
+
+    status, response = post(guarded.sidecar, request_json(request), JSON)
+    assert status == 200
+    partial_json = json.loads(response)["partialSuccess"]
+    assert partial_json["rejectedSpans"] == "2"
+    assert "invalid_trace_id" in partial_json["errorMessage"]
+
+    context = spans[0].context
+    assert context is not None
+    signals = guarded.sidecar.get_json(f"/v1/runs/trace:{context.trace_id:032x}")["signals"]
+    # The valid spans of both requests were applied (the second is not a byte-identical retry).
+    assert (signals["iterations"], signals["input_tokens"]) == (2, 22)
+    assert export_outcomes(guarded.sidecar, "http") == counted(before, "partial", 2)
+    guarded.assert_intact()
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong", "s3cret", "Basic s3cret"])
+def test_wrong_token(tmp_path: Path, authorization: str | None) -> None:
+    for guarded in start_guarded(tmp_path, token="s3cret"):
+        headers = {"Authorization": authorization} if authorization else {}
+        status, response_headers, response = post_full(guarded.sidecar, valid_body(), PROTOBUF,
+                                                       headers)
+        assert status == 401
+        assert response_headers["WWW-Authenticate"] == "Bearer"
+        assert "bearer token" in status_message(response, PROTOBUF).message
+        assert export_outcomes(guarded.sidecar, "http") == {"ok": 1, "unauthorized": 1}
+
+
+# -- gRPC -------------------------------------------------------------------------------------
+
+def grpc_export(sidecar: RunningServer, body: bytes, **kwargs: object) -> bytes:
+    with grpc.insecure_channel(sidecar.grpc_target) as channel:
+        response: bytes = channel.unary_unary(EXPORT_METHOD)(body, timeout=10, **kwargs)
+        return response
+
+
+@pytest.mark.parametrize(("body", "compression", "code", "message"), [
+    (lambda: b"\xff\xfe garbage", grpc.Compression.NoCompression,
+     grpc.StatusCode.INVALID_ARGUMENT, "invalid OTLP protobuf payload"),
+    (lambda: valid_body()[:-7], grpc.Compression.NoCompression,
+     grpc.StatusCode.INVALID_ARGUMENT, "invalid OTLP protobuf payload"),
+    (lambda: b"\x00" * (MAX_REQUEST_BYTES + 1), grpc.Compression.NoCompression,
+     grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
+    # Small on the wire, over the limit once inflated: the limit applies after decompression.
+    (lambda: b"\x00" * (8 * MAX_REQUEST_BYTES), grpc.Compression.Gzip,
+     grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"),
+], ids=["garbage", "truncated", "oversized", "oversized after gzip"])
+def test_grpc_bad_input(guarded: Guarded, body: Callable[[], bytes],
+                        compression: grpc.Compression, code: grpc.StatusCode,
+                        message: str) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        grpc_export(guarded.sidecar, body(), compression=compression)
+    error: grpc.Call = caught.value  # type: ignore[assignment]
+    assert error.code() is code
+    assert message in (error.details() or "")
+    guarded.assert_intact()
+
+
+# -- overload ---------------------------------------------------------------------------------
+
+class SlowUpload:
+    """An OTLP/HTTP request whose headers and first bytes are sent, the rest held back."""
+
+    def __init__(self, sidecar: RunningServer, body: bytes) -> None:
+        host, port = sidecar.server.addresses["otlp_http"]
+        self.body = body
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock.sendall(
+            b"POST /v1/traces HTTP/1.1\r\nHost: watchdog\r\nContent-Type: "
+            + PROTOBUF.encode() + b"\r\nContent-Length: " + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n" + body[:10])
+
+    def finish(self) -> tuple[int, bytes]:
+        self.sock.sendall(self.body[10:])
+        return self.response()
+
+    def response(self) -> tuple[int, bytes]:
+        """Status and body, read by Content-Length (the server may keep the socket open)."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += self._recv()
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        length = next(int(line.split(":", 1)[1]) for line in lines
+                      if line.lower().startswith("content-length:"))
+        while len(body) < length:
+            body += self._recv()
+        self.sock.close()
+        return int(lines[0].split()[1]), body
+
+    def _recv(self) -> bytes:
+        chunk = self.sock.recv(65536)
+        assert chunk, "the server closed the connection without a complete response"
+        return chunk
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_overload_answers_503_and_unavailable(tmp_path: Path) -> None:
+    for guarded in start_guarded(tmp_path, max_pending_requests=1):
+        sidecar = guarded.sidecar
+        spans, key = agent_run()
+        held = SlowUpload(sidecar, encode(spans).SerializeToString())
+        # Probe until the held upload has taken the one slot.
+        wait_for(lambda: post(sidecar, b"")[0] == 503)  # noqa: B023 - called right here
+        status_code, headers, body = post_full(sidecar, b"")
+        assert status_code == 503
+        assert headers["Retry-After"] == "1"
+        status = status_message(body, PROTOBUF)
+        assert "max_pending_requests=1" in status.message
+        retry_info = error_details_pb2.RetryInfo()
+        assert status.details[0].Unpack(retry_info)
+        assert retry_info.retry_delay.seconds == 1
+
+        with pytest.raises(grpc.RpcError) as caught:
+            grpc_export(sidecar, b"")
+        error: grpc.Call = caught.value  # type: ignore[assignment]
+        assert error.code() is grpc.StatusCode.UNAVAILABLE
+        trailers = dict(error.trailing_metadata() or ())
+        details = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+        assert details.code == grpc.StatusCode.UNAVAILABLE.value[0]
+        assert details.details[0].Unpack(retry_info) and retry_info.retry_delay.seconds == 1
+        # what opentelemetry-python's exporter reads to pace its retry
+        assert error_details_pb2.RetryInfo.FromString(
+            trailers["google.rpc.retryinfo-bin"]).retry_delay.seconds == 1
+
+        assert held.finish()[0] == 200  # the held request completes and frees its slot
+        assert_run(sidecar, key)
+        assert post(sidecar, b"")[0] == 200
+        assert export_outcomes(sidecar, "grpc") == {"overloaded": 1}
+        guarded.assert_intact()
+
+
+def test_stalled_upload_times_out(guarded: Guarded, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(otlp_http, "BODY_READ_TIMEOUT", 0.2)
+    held = SlowUpload(guarded.sidecar, valid_body())
+    status, body = held.response()
+    assert status == 408
+    assert "did not arrive within 0.2s" in status_message(body, PROTOBUF).message
+    guarded.assert_intact()

@@ -1,0 +1,745 @@
+"""Every supported instrumentation convention, through the real data path.
+
+Spans are made by the OpenTelemetry SDK (or by a real pydantic-ai agent), encoded with the SDK's
+OTLP encoder, decoded by ``parse_protobuf``/``parse_json`` and normalised by ``records_from``;
+run-level assertions go through ``RunTracker``. Attribute names follow the published
+conventions: OTel GenAI semconv, OpenInference (``openinference.semconv.trace``) and
+OpenLLMetry (``opentelemetry.semconv_ai``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import Status, StatusCode
+from pydantic import BaseModel
+from pydantic_ai import (
+    Agent,
+    InstrumentationSettings,
+    ModelResponse,
+    ModelRetry,
+    TextPart,
+    ToolCallPart,
+)
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import ModelMessage, ModelRequest
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage, UsageLimits
+
+from tests.spans import (
+    NS,
+    T0,
+    SpanMaker,
+    chat_attrs,
+    decode,
+    encode,
+    only_run,
+    record_of,
+    records_of,
+    run_spans,
+    tool_attrs,
+)
+from watchdog.ingest.decode import DecodeError, parse_json, parse_protobuf
+from watchdog.ingest.pipeline import records_from
+from watchdog.runs.record import KeySource, SpanKind
+from watchdog.runs.terminal import TerminalState
+from watchdog.runs.tracker import RunTracker
+
+
+@pytest.fixture
+def otel() -> SpanMaker:
+    return SpanMaker()
+
+
+# ---------------------------------------------------------------------------------------------
+# OTel GenAI semantic conventions
+
+
+def test_genai_chat_span_reads_usage_finish_reason_and_conversation_length(otel: SpanMaker
+                                                                           ) -> None:
+    messages = json.dumps([
+        {"role": "system", "parts": [{"type": "text", "content": "be brief"}]},
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+        {"role": "assistant", "parts": [{"type": "text", "content": "hello"}]},
+    ])
+    output = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "bye"}]}])
+    record = record_of(otel.span("chat gpt-4o", chat_attrs(
+        120, 30, finish="stop", **{"gen_ai.input.messages": messages,
+                                   "gen_ai.output.messages": output})))
+    assert record.kind is SpanKind.LLM
+    assert (record.input_tokens, record.output_tokens) == (120, 30)
+    assert record.finish_reason == "stop"
+    assert record.final_answer is True
+    assert record.messages == 4  # 3 in + 1 out
+
+
+def test_genai_legacy_prompt_and_completion_token_names(otel: SpanMaker) -> None:
+    record = record_of(otel.span("chat m", {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.usage.prompt_tokens": 70,
+        "gen_ai.usage.completion_tokens": 9,
+    }))
+    assert (record.input_tokens, record.output_tokens) == (70, 9)
+
+
+@pytest.mark.parametrize("operation", ["chat", "text_completion", "generate_content"])
+def test_genai_llm_operations_are_iterations(otel: SpanMaker, operation: str) -> None:
+    assert record_of(otel.span("x", {"gen_ai.operation.name": operation})).kind is SpanKind.LLM
+
+
+@pytest.mark.parametrize("operation", ["invoke_agent", "create_agent", "invoke_workflow"])
+def test_genai_agent_operations(otel: SpanMaker, operation: str) -> None:
+    assert record_of(otel.span("x", {"gen_ai.operation.name": operation})).kind is SpanKind.AGENT
+
+
+def test_genai_tool_call_finish_reason_is_not_an_answer(otel: SpanMaker) -> None:
+    record = record_of(otel.span("chat m", chat_attrs(finish="tool_calls")))
+    assert record.finish_reason == "tool_calls"
+    assert record.final_answer is False
+
+
+def test_genai_execute_tool_reads_name_arguments_and_result(otel: SpanMaker) -> None:
+    record = record_of(otel.span("execute_tool search", tool_attrs(
+        "search", '{"q": "paris", "limit": 3}', "3 hits")))
+    assert record.kind is SpanKind.TOOL
+    assert record.tool_name == "search"
+    assert record.args_brief == '{"limit":3,"q":"paris"}'  # canonical JSON
+    assert record.result_brief == "3 hits"
+
+
+def test_genai_tool_arguments_in_another_key_order_are_the_same_call(otel: SpanMaker) -> None:
+    a = record_of(otel.span("execute_tool s", tool_attrs("s", '{"q": "x", "n": 1}', "r")))
+    b = record_of(otel.span("execute_tool s", tool_attrs("s", '{"n":1,"q":"x"}', "r")))
+    c = record_of(otel.span("execute_tool s", tool_attrs("s", '{"n":2,"q":"x"}', "r")))
+    other_tool = record_of(otel.span("execute_tool t", tool_attrs("t", '{"n":1,"q":"x"}', "r")))
+    assert a.args_hash == b.args_hash
+    assert a.args_hash != c.args_hash
+    assert a.args_hash != other_tool.args_hash
+
+
+def test_genai_tool_name_falls_back_to_span_name(otel: SpanMaker) -> None:
+    record = record_of(otel.span("execute_tool fetch_page", {"gen_ai.operation.name":
+                                                            "execute_tool"}))
+    assert record.tool_name == "fetch_page"
+
+
+def test_genai_tool_without_captured_arguments_is_never_a_repeat(otel: SpanMaker) -> None:
+    with otel.agent():
+        for _ in range(3):
+            otel.span("execute_tool s", tool_attrs("s"))
+    tracker, _ = run_spans(otel.take())
+    run = only_run(tracker)
+    assert run.tool_calls == 3
+    assert run.repeated_tool_call == 0
+
+
+def test_genai_error_status_with_exception_event(otel: SpanMaker) -> None:
+    record = record_of(otel.span("execute_tool w", tool_attrs("w"),
+                                 exception=FileNotFoundError("no such file /tmp/a1")))
+    assert record.error is True
+    assert record.error_type == "FileNotFoundError"
+    assert record.error_message == "no such file /tmp/a1"  # no "FileNotFoundError: " prefix
+    assert record.error_signature is not None
+
+
+def test_genai_error_type_attribute_wins_over_exception_type(otel: SpanMaker) -> None:
+    record = record_of(otel.span("chat m", chat_attrs(**{"error.type": "rate_limited"}),
+                                 error="429 Too Many Requests"))
+    assert record.error_type == "rate_limited"
+    assert record.error_message == "429 Too Many Requests"
+
+
+def test_error_type_without_error_status_is_not_a_failure(otel: SpanMaker) -> None:
+    # An exception event on its own (handled and recorded) does not fail the span.
+    span = otel.open("execute_tool w", tool_attrs("w"))
+    span.record_exception(ValueError("handled"))
+    span.end(end_time=int((T0 + 1) * NS))
+    assert record_of(otel.take()[0]).error is False
+
+
+def test_genai_identity_session_and_agent_name(otel: SpanMaker) -> None:
+    record = record_of(otel.span("invoke_agent researcher", {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "researcher",
+        "gen_ai.conversation.id": "conv-1",
+    }))
+    assert record.agent == "researcher"
+    assert record.session == "conv-1"
+    assert record.service == "test-agent"
+    assert record.run_key == "trace:" + record.trace_id
+    assert record.key_source is KeySource.TRACE
+
+
+def test_run_key_precedence() -> None:
+    maker = SpanMaker(resource={"watchdog.run.id": "from-resource"})
+    explicit = record_of(maker.span("s", {"watchdog.run.id": "from-span",
+                                          "gen_ai.agent.call.id": "call-1"}))
+    resource = record_of(maker.span("s", {"gen_ai.agent.call.id": "call-1"}))
+    assert (explicit.run_key, explicit.key_source) == ("from-span", KeySource.WATCHDOG)
+    assert (resource.run_key, resource.key_source) == ("from-resource", KeySource.WATCHDOG)
+
+    plain = SpanMaker()
+    call = record_of(plain.span("s", {"gen_ai.agent.call.id": "call-1"}))
+    assert (call.run_key, call.key_source) == ("call-1", KeySource.AGENT_CALL)
+
+
+def test_agent_name_precedence_and_service_fallback(otel: SpanMaker) -> None:
+    both = record_of(otel.span("s", {"watchdog.agent.name": "wd", "gen_ai.agent.name": "ga",
+                                     "agent.name": "oi"}))
+    assert both.agent == "wd"
+    assert record_of(otel.span("s", {"agent.name": "oi"})).agent == "oi"
+    otel.take()
+    with otel.agent("invoke_agent", {}):
+        pass
+    tracker, _ = run_spans(otel.take())
+    assert only_run(tracker).agent_name == "test-agent"  # resource service.name
+
+
+@pytest.mark.parametrize(("output", "answered"), [
+    ('[{"role": "assistant", "parts": [{"type": "text", "content": "4"}]}]', True),
+    ("[]", False),
+    ("", False),
+])
+def test_genai_agent_output_messages_are_the_answer(otel: SpanMaker, output: str,
+                                                    answered: bool) -> None:
+    with otel.agent("invoke_agent a", {"gen_ai.output.messages": output}):
+        otel.span("chat m", chat_attrs())  # no finish reason: the agent span decides
+    tracker, _ = run_spans(otel.take())
+    run = only_run(tracker)
+    assert run.has_final_answer is answered
+    assert run.terminal_state is (TerminalState.COMPLETED if answered
+                                  else TerminalState.NO_RESPONSE)
+
+
+def test_genai_whole_run(otel: SpanMaker) -> None:
+    with otel.agent("invoke_agent planner", {"gen_ai.agent.name": "planner"}) as root:
+        otel.span("chat m", chat_attrs(100, 10, finish="tool_calls"), parent=root, start=T0 + 1)
+        otel.span("execute_tool ls", tool_attrs("ls", '{"dir": "/"}', "etc usr"), parent=root,
+                  start=T0 + 2)
+        otel.span("execute_tool cat", tool_attrs("cat", '{"f": "/x"}'), parent=root,
+                  start=T0 + 3, exception=OSError("permission denied"))
+        otel.span("chat m", chat_attrs(200, 20, finish="stop"), parent=root, start=T0 + 4)
+    tracker, result = run_spans(otel.take())
+    run = only_run(tracker)
+    signals = run.signals(T0 + 100)
+    assert signals["agent"] == "planner"
+    assert signals["iterations"] == 2
+    assert signals["tool_calls"] == 2
+    assert signals["tools"] == {"ls": 1, "cat": 1}
+    assert (signals["input_tokens"], signals["output_tokens"], signals["total_tokens"]) == (
+        300, 30, 330)
+    assert signals["errors"] == 1
+    assert signals["last_error"] == "OSError: permission denied"
+    # the model call that reads a tool's error is no recovery: only a working tool call is
+    assert signals["consecutive_errors"] == 1
+    assert signals["has_final_answer"] is True
+    assert signals["ended"] is True
+    assert run.terminal_state is TerminalState.COMPLETED
+    # metric deltas (the agent label of child spans depends on what had arrived before them)
+    assert sorted(tool for _, tool in result.tool_calls.elements()) == ["cat", "ls"]
+    assert sum(n for (_, d), n in result.tokens.items() if d == "input") == 300
+    assert sum(n for (_, d), n in result.tokens.items() if d == "output") == 30
+    assert [t for _, t in result.errors.elements()] == ["OSError"]
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenInference (openinference.semconv.trace.SpanAttributes / MessageAttributes)
+
+
+def test_openinference_llm_span(otel: SpanMaker) -> None:
+    record = record_of(otel.span("ChatOpenAI", {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": "gpt-4o",
+        "llm.token_count.prompt": 80,
+        "llm.token_count.completion": 12,
+        "llm.token_count.total": 92,
+        "llm.input_messages.0.message.role": "system",
+        "llm.input_messages.0.message.content": "be brief",
+        "llm.input_messages.1.message.role": "user",
+        "llm.input_messages.1.message.content": "hi",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "hello",
+        "llm.finish_reason": "stop",
+        "session.id": "sess-9",
+    }))
+    assert record.kind is SpanKind.LLM
+    assert (record.input_tokens, record.output_tokens) == (80, 12)
+    assert record.messages == 3
+    assert record.finish_reason == "stop"
+    assert record.final_answer is True
+    assert record.session == "sess-9"
+
+
+def test_openinference_total_tokens_only(otel: SpanMaker) -> None:
+    record = record_of(otel.span("llm", {"openinference.span.kind": "LLM",
+                                         "llm.token_count.total": 40}))
+    assert record.input_tokens + record.output_tokens == 40
+
+
+def test_openinference_tool_span(otel: SpanMaker) -> None:
+    record = record_of(otel.span("search", {
+        "openinference.span.kind": "TOOL",
+        "tool.name": "search",
+        "tool.parameters": '{"type": "object"}',  # the schema, not the call's arguments
+        "input.value": '{"query": "x"}',
+        "output.value": "found x",
+    }))
+    assert record.kind is SpanKind.TOOL
+    assert record.tool_name == "search"
+    assert record.args_brief == '{"query":"x"}'
+    assert record.result_brief == "found x"
+
+
+def test_openinference_agent_span_output_is_the_answer(otel: SpanMaker) -> None:
+    record = record_of(otel.span("Agent", {
+        "openinference.span.kind": "AGENT",
+        "agent.name": "helper",
+        "output.value": "the answer is 4",
+    }))
+    assert record.kind is SpanKind.AGENT
+    assert record.agent == "helper"
+    assert record.final_answer is True
+    assert record.final_output == "the answer is 4"
+
+
+def test_openinference_nested_chain_is_not_work(otel: SpanMaker) -> None:
+    with otel.agent("Agent", {"openinference.span.kind": "AGENT"}) as root:
+        otel.span("RunnableSequence", {"openinference.span.kind": "CHAIN",
+                                       "output.value": "intermediate"}, parent=root)
+    records = records_of(otel.take())
+    chain = next(r for r in records if r.name == "RunnableSequence")
+    assert chain.kind is SpanKind.OTHER
+    assert chain.final_answer is False
+
+
+def test_openinference_langgraph_run_with_chain_root(otel: SpanMaker) -> None:
+    """LangChain/LangGraph traced with OpenInference: the root is a CHAIN span whose
+    ``output.value`` is the run's answer."""
+    root = otel.open("LangGraph", {"openinference.span.kind": "CHAIN",
+                                   "input.value": '{"messages": ["hi"]}',
+                                   "output.value": '{"messages": ["hi", "hello"]}',
+                                   "session.id": "thread-7"})
+    otel.span("ChatOpenAI", {"openinference.span.kind": "LLM", "llm.token_count.prompt": 5,
+                             "llm.token_count.completion": 2}, parent=root)
+    otel.span("agent", {"openinference.span.kind": "CHAIN", "output.value": "x"}, parent=root)
+    otel.span("get_weather", {"openinference.span.kind": "TOOL", "tool.name": "get_weather",
+                              "input.value": '{"city": "Oslo"}', "output.value": "rain"},
+              parent=root)
+    root.end(end_time=int((T0 + 5) * NS))
+    tracker, _ = run_spans(otel.take())
+    run = only_run(tracker)
+    assert run.session == "thread-7"
+    assert (run.iterations, run.tool_calls, run.tools) == (1, 1, {"get_weather": 1})
+    assert run.ended
+    assert run.has_final_answer is True
+    assert run.terminal_state is TerminalState.COMPLETED
+
+
+def test_openinference_failed_chain_root_ends_the_run_in_error(otel: SpanMaker) -> None:
+    root = otel.open("LangGraph", {"openinference.span.kind": "CHAIN"})
+    otel.span("ChatOpenAI", {"openinference.span.kind": "LLM"}, parent=root)
+    root.record_exception(KeyError("state"))
+    root.set_status(Status(StatusCode.ERROR, "KeyError: 'state'"))
+    root.end(end_time=int((T0 + 5) * NS))
+    tracker, _ = run_spans(otel.take())
+    run = only_run(tracker)
+    assert run.terminal_state is TerminalState.ERROR
+    assert run.terminal_reason == "KeyError"
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenLLMetry / Traceloop (opentelemetry.semconv_ai.SpanAttributes)
+
+
+def _traceloop_llm_attrs(**extra: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "llm.request.type": "chat",
+        "gen_ai.system": "openai",
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.prompt.0.role": "system",
+        "gen_ai.prompt.0.content": "be brief",
+        "gen_ai.prompt.1.role": "user",
+        "gen_ai.prompt.1.content": "weather in Oslo?",
+        "gen_ai.completion.0.role": "assistant",
+        "gen_ai.completion.0.content": "Rain.",
+        "gen_ai.completion.0.finish_reason": "stop",
+        "gen_ai.usage.prompt_tokens": 33,
+        "gen_ai.usage.completion_tokens": 4,
+        "llm.usage.total_tokens": 37,
+    }
+    attrs.update(extra)
+    return attrs
+
+
+def test_openllmetry_llm_span(otel: SpanMaker) -> None:
+    record = record_of(otel.span("openai.chat", _traceloop_llm_attrs()))
+    assert record.kind is SpanKind.LLM
+    assert (record.input_tokens, record.output_tokens) == (33, 4)
+    assert record.messages == 3
+    assert record.finish_reason == "stop"
+    assert record.final_answer is True
+
+
+def test_openllmetry_total_tokens_only(otel: SpanMaker) -> None:
+    record = record_of(otel.span("openai.chat", {"llm.request.type": "chat",
+                                                 "llm.usage.total_tokens": 50}))
+    assert record.input_tokens + record.output_tokens == 50
+
+
+@pytest.mark.parametrize("request_type", ["embedding", "rerank"])
+def test_openllmetry_embedding_and_rerank_calls_are_not_iterations(otel: SpanMaker,
+                                                                   request_type: str) -> None:
+    record = record_of(otel.span("openai.embeddings", {"llm.request.type": request_type,
+                                                       "llm.usage.total_tokens": 8}))
+    assert record.kind is not SpanKind.LLM
+
+
+def test_openllmetry_tool_and_workflow(otel: SpanMaker) -> None:
+    root = otel.open("weather_report.workflow", {
+        "traceloop.span.kind": "workflow",
+        "traceloop.entity.name": "weather_report",
+        "traceloop.workflow.name": "weather_report",
+    })
+    otel.span("plan.task", {"traceloop.span.kind": "task", "traceloop.entity.name": "plan",
+                            "traceloop.entity.output": '{"steps": 1}'}, parent=root)
+    otel.span("openai.chat", _traceloop_llm_attrs(**{"gen_ai.completion.0.finish_reason":
+                                                     "tool_calls"}), parent=root)
+    for _ in range(2):
+        otel.span("get_weather.tool", {
+            "traceloop.span.kind": "tool",
+            "traceloop.entity.name": "get_weather",
+            "traceloop.entity.input": '{"args": [], "kwargs": {"city": "Oslo"}}',
+            "traceloop.entity.output": '"rain"',
+        }, parent=root)
+    otel.span("openai.chat", _traceloop_llm_attrs(), parent=root)
+    root.set_attribute("traceloop.entity.output", '"Rain in Oslo."')
+    root.end(end_time=int((T0 + 9) * NS))
+    tracker, _ = run_spans(otel.take())
+    run = only_run(tracker)
+    assert run.agent_name == "weather_report"
+    assert run.iterations == 2
+    assert (run.input_tokens, run.output_tokens) == (66, 8)
+    assert run.tools == {"get_weather": 2}
+    assert run.repeated_tool_call == 2
+    assert run.ended and run.has_final_answer
+    assert run.final_output == '"Rain in Oslo."'
+    assert run.terminal_state is TerminalState.COMPLETED
+
+
+# ---------------------------------------------------------------------------------------------
+# pydantic-ai, really running (FunctionModel stands in for the LLM; everything else is real)
+
+
+def _requests(messages: list[ModelMessage]) -> int:
+    return sum(isinstance(m, ModelRequest) for m in messages)
+
+
+Instrument = Callable[..., SpanMaker]
+
+
+@pytest.fixture
+def instrument() -> Iterator[Instrument]:
+    def start(version: int = 5) -> SpanMaker:
+        maker = SpanMaker()
+        Agent.instrument_all(InstrumentationSettings(tracer_provider=maker.provider,
+                                                     version=version))
+        return maker
+
+    yield start
+    Agent.instrument_all(False)
+
+
+def _tools_then_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if _requests(messages) == 1:
+        return ModelResponse(
+            parts=[ToolCallPart("read", {"path": "/etc/hosts", "lines": 5}, tool_call_id="c1"),
+                   ToolCallPart("read", {"lines": 5, "path": "/etc/hosts"}, tool_call_id="c2"),
+                   ToolCallPart("count", {"n": 3}, tool_call_id="c3")],
+            usage=RequestUsage(input_tokens=100, output_tokens=20), finish_reason="tool_call")
+    return ModelResponse(parts=[TextPart("Final answer: 42")],
+                         usage=RequestUsage(input_tokens=200, output_tokens=7),
+                         finish_reason="stop")
+
+
+def _agent_with_tools(model: FunctionModel, **kwargs: Any) -> Agent[None, Any]:
+    agent: Agent[None, Any] = Agent(model, name="reader", **kwargs)
+
+    @agent.tool_plain
+    def read(path: str, lines: int) -> str:
+        return f"{lines} lines of {path}"
+
+    @agent.tool_plain
+    def count(n: int) -> dict[str, int]:
+        return {"count": n * 2}
+
+    return agent
+
+
+def _track(spans: list[ReadableSpan]) -> RunTracker:
+    now = max(s.end_time or 0 for s in spans) / NS + 1
+    tracker, _ = run_spans(spans, now=now)
+    return tracker
+
+
+def test_pydantic_ai_tool_calls_repeats_tokens_and_final_answer(instrument: Instrument) -> None:
+    otel = instrument()
+    result = _agent_with_tools(FunctionModel(_tools_then_answer)).run_sync("What is it?")
+    assert result.output == "Final answer: 42"
+    spans = otel.take()
+    run = only_run(_track(spans))
+
+    agent_span = next(s for s in spans if s.name == "invoke_agent reader")
+    assert run.key == agent_span.attributes["gen_ai.agent.call.id"]
+    assert run.key_source is KeySource.AGENT_CALL
+    assert run.session == agent_span.attributes["gen_ai.conversation.id"]
+    assert run.agent_name == "reader"
+    assert run.iterations == 2
+    assert run.tool_calls == 3
+    assert run.tools == {"read": 2, "count": 1}
+    assert run.repeated_tool_call == 2  # same arguments, keys in another order
+    assert run.messages == 4
+    assert run.terminal_state is TerminalState.COMPLETED
+    assert run.has_final_answer is True
+    assert run.final_output == "Final answer: 42"
+
+
+def test_pydantic_ai_aggregated_usage_is_not_counted_twice(instrument: Instrument) -> None:
+    otel = instrument()
+    _agent_with_tools(FunctionModel(_tools_then_answer)).run_sync("What is it?")
+    spans = otel.take()
+    chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    agent_span = next(s for s in spans if s.attributes.get("gen_ai.operation.name")
+                      == "invoke_agent")
+    chat_input = sum(s.attributes["gen_ai.usage.input_tokens"] for s in chats)
+    chat_output = sum(s.attributes["gen_ai.usage.output_tokens"] for s in chats)
+    # the run-level aggregate really is there, and equals the sum of the chat spans
+    assert agent_span.attributes["gen_ai.aggregated_usage.input_tokens"] == chat_input == 300
+    assert agent_span.attributes["gen_ai.aggregated_usage.output_tokens"] == chat_output == 27
+    run = only_run(_track(spans))
+    assert (run.input_tokens, run.output_tokens) == (chat_input, chat_output)
+
+
+def test_pydantic_ai_tool_exception_is_an_error_run(instrument: Instrument) -> None:
+    otel = instrument()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("write_file", {"path": "/tmp/x/f"})],
+                             usage=RequestUsage(input_tokens=50, output_tokens=10))
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="writer")
+
+    @agent.tool_plain
+    def write_file(path: str) -> str:
+        raise RuntimeError(f"disk {path} full")
+
+    with pytest.raises(RuntimeError):
+        agent.run_sync("Write it")
+    run = only_run(_track(otel.take()))
+    assert run.errors == 1  # the agent span repeats the tool's error; it is not counted again
+    assert run.consecutive_errors == 1
+    assert run.last_error == "RuntimeError: disk /tmp/x/f full"  # type and message
+    assert run.terminal_state is TerminalState.ERROR
+    assert run.terminal_reason == "RuntimeError"
+    assert run.has_final_answer is False
+
+
+def test_pydantic_ai_model_retry_counts_errors_until_a_success(instrument: Instrument) -> None:
+    otel = instrument()
+    calls = {"n": 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = _requests(messages)
+        if step > 3:
+            return ModelResponse(parts=[TextPart("done")], finish_reason="stop")
+        return ModelResponse(parts=[ToolCallPart("flaky", {"attempt": step})])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="retrier")
+
+    @agent.tool_plain(retries=3)
+    def flaky(attempt: int) -> str:
+        calls["n"] += 1
+        if calls["n"] < 3:
+            raise ModelRetry(f"try again (call {calls['n']})")
+        return "ok"
+
+    assert agent.run_sync("go").output == "done"
+    spans = otel.take()
+    tracker = RunTracker()
+    tools = [s for s in spans if s.name == "execute_tool flaky"]
+    # after the two failed attempts: two consecutive errors with one masked signature
+    first_two = [s for s in spans if s.end_time <= tools[1].end_time]
+    run = tracker.apply(records_of(first_two), T0).touched.popitem()[1]
+    assert (run.errors, run.consecutive_errors, run.repeated_error) == (2, 2, 2)
+    assert run.last_error.startswith("pydantic_ai.exceptions.ToolRetryError: try again")
+    tracker.apply(records_of([s for s in spans if s not in first_two]), T0)
+    assert (run.errors, run.consecutive_errors, run.tool_calls) == (2, 0, 3)
+    assert run.terminal_state is TerminalState.COMPLETED
+
+
+def test_pydantic_ai_usage_limit_is_tool_limit_reached(instrument: Instrument) -> None:
+    otel = instrument()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("ping", {"i": _requests(messages)})],
+                             usage=RequestUsage(input_tokens=50, output_tokens=10))
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="looper")
+
+    @agent.tool_plain
+    def ping(i: int) -> str:
+        return f"pong {i}"
+
+    with pytest.raises(UsageLimitExceeded):
+        agent.run_sync("loop", usage_limits=UsageLimits(request_limit=3))
+    run = only_run(_track(otel.take()))
+    assert run.iterations == 3
+    assert run.tool_calls == 3
+    assert run.errors == 0  # the framework stopped it; no span of the agent's work failed
+    assert run.terminal_state is TerminalState.TOOL_LIMIT_REACHED
+    assert run.terminal_reason == "UsageLimitExceeded"
+    assert run.has_final_answer is False
+
+
+class Population(BaseModel):
+    city: str
+    population: int
+
+
+def _lookup_then_output_tool(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if _requests(messages) == 1:
+        return ModelResponse(parts=[ToolCallPart("lookup", {"q": "Paris"})])
+    return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name,
+                                             {"city": "Paris", "population": 2100000})])
+
+
+def _lookup_agent(output_type: Any) -> Agent[None, Any]:
+    agent: Agent[None, Any] = Agent(FunctionModel(_lookup_then_output_tool), name="geo",
+                                    output_type=output_type)
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        return f"{q}: pop 2.1M"
+
+    return agent
+
+
+def test_pydantic_ai_structured_output_is_an_answer_not_a_tool_call(
+        instrument: Instrument) -> None:
+    otel = instrument()
+    output = _lookup_agent(Population).run_sync("Population of Paris?").output
+    assert output == Population(city="Paris", population=2100000)
+    run = only_run(_track(otel.take()))
+    assert run.tool_calls == 1
+    assert run.tools == {"lookup": 1}
+    assert run.has_final_answer is True
+    assert run.terminal_state is TerminalState.COMPLETED
+
+
+def population_text(city: str, population: int) -> str:
+    """The run output: an output function, run through the ``final_result`` output tool."""
+    return f"{city} has {population} people"
+
+
+def test_pydantic_ai_output_function_span_is_a_final_answer(instrument: Instrument) -> None:
+    otel = instrument()
+    assert _lookup_agent(population_text).run_sync("Paris?").output == "Paris has 2100000 people"
+    spans = otel.take()
+    assert any(s.name == "execute_tool final_result" for s in spans)
+    children = [s for s in spans if s.parent is not None]
+    tracker = RunTracker()
+    tracker.apply(records_of(children), T0)  # the run so far, before its agent span arrives
+    run = only_run(tracker)
+    assert not run.ended
+    assert run.tool_calls == 1
+    assert "final_result" not in run.tools
+    assert run.has_final_answer is True
+
+
+@pytest.mark.filterwarnings("ignore:Instrumentation format versions")
+def test_pydantic_ai_instrumentation_version_2_counts_like_version_5(
+        instrument: Instrument) -> None:
+    signals = {}
+    for version in (2, 5):
+        otel = instrument(version)
+        _agent_with_tools(FunctionModel(_tools_then_answer)).run_sync("What is it?")
+        spans = otel.take()
+        names = {s.name for s in spans}
+        if version == 2:
+            assert {"agent run", "running tool"} <= names
+            assert any("tool_arguments" in s.attributes for s in spans)
+        else:
+            assert {"invoke_agent reader", "execute_tool read"} <= names
+        run = only_run(_track(spans))
+        signals[version] = {k: v for k, v in run.signals(0.0).items()
+                            if k not in ("id", "session", "trace_id", "elapsed_seconds")}
+        signals[version]["terminal_state"] = run.terminal_state
+    assert signals[2] == signals[5]
+    assert signals[5]["tool_calls"] == 3
+    assert signals[5]["repeated_tool_call"] == 2
+    assert signals[5]["terminal_state"] is TerminalState.COMPLETED
+
+
+# ---------------------------------------------------------------------------------------------
+# Rejections and OTLP/JSON
+
+
+def test_spans_without_ids_are_rejected_and_counted_others_kept(otel: SpanMaker) -> None:
+    for i in range(4):
+        otel.span(f"execute_tool t{i}", tool_attrs(f"t{i}"))
+    request = encode(otel.take())
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].trace_id = b""
+    spans[1].trace_id = b"\0" * 16
+    spans[2].span_id = b"\0" * 8
+    decoded = records_from(parse_protobuf(request.SerializeToString()))
+    assert [r.tool_name for r in decoded.records] == ["t3"]
+    assert decoded.rejected == {"invalid_trace_id": 2, "invalid_span_id": 1}
+    assert decoded.rejected_count == 3
+    assert "rejected 3 span(s)" in decoded.message()
+
+
+def _otlp_json(request: Any) -> bytes:
+    """OTLP/JSON as the spec defines it: protobuf JSON mapping, but hex trace/span ids and
+    integer enums."""
+    document = json_format.MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in document["resourceSpans"]:
+        for scope_spans in resource_spans["scopeSpans"]:
+            for span in scope_spans["spans"]:
+                for field in ("traceId", "spanId", "parentSpanId"):
+                    if field in span:
+                        span[field] = base64.b64decode(span[field]).hex()
+    return json.dumps(document).encode()
+
+
+def test_otlp_json_with_hex_ids_decodes_like_protobuf(otel: SpanMaker) -> None:
+    with otel.agent("invoke_agent j", {"gen_ai.agent.name": "j"}) as root:
+        otel.span("chat m", chat_attrs(11, 2), parent=root)
+        otel.span("execute_tool t", tool_attrs("t", '{"a": 1}', "ok"), parent=root,
+                  exception=ValueError("bad 42"))
+    spans = otel.take()
+    body = _otlp_json(encode(spans))
+    assert json.loads(body)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] == (
+        format(spans[0].context.trace_id, "032x"))
+    from_json = records_from(parse_json(body)).records
+    from_proto = decode(spans).records
+    assert len(from_json) == 3
+    assert from_json == from_proto
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff\xfe",
+                                  b'{"resourceSpans": [{"scopeSpans": [{"spans": '
+                                  b'[{"traceId": "zz-not-hex"}]}]}]}'])
+def test_invalid_json_raises_decode_error(body: bytes) -> None:
+    with pytest.raises(DecodeError):
+        parse_json(body)
+
+
+def test_invalid_protobuf_raises_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        parse_protobuf(b"\x0a\xff\xff\xff")

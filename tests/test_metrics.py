@@ -1,0 +1,355 @@
+"""Metrics from real OTLP requests: spans made by the OTel SDK, encoded by its OTLP encoder and
+applied by a real :class:`WatchdogService`; values read back from the Prometheus registry and
+from the exposition the endpoint serves.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from opentelemetry.trace import Span
+
+from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
+from watchdog.clock import ManualClock
+from watchdog.config import Config
+from watchdog.metrics import (
+    MAX_AGENTS,
+    MAX_ERROR_TYPES_PER_AGENT,
+    MAX_LABEL_CHARS,
+    MAX_TOOLS_PER_AGENT,
+    OTHER,
+    Metrics,
+    create_metrics_app,
+)
+from watchdog.runs.terminal import TerminalState
+from watchdog.service import WatchdogService
+from watchdog.store import Store
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+# What Prometheus 2.x sends when it scrapes.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+P = "agent_watchdog_"
+
+
+class Sidecar:
+    """A service wired to its metrics, as ``Server.start`` wires them."""
+
+    def __init__(self, clock: ManualClock, config: Config) -> None:
+        self.clock = clock
+        self.metrics = Metrics(version="1.2.3")
+        self.store = Store(":memory:")
+        self.service = WatchdogService(config, self.store, self.metrics, clock)
+        self.metrics.bind(self.service)
+
+    def export(self, maker: SpanMaker, protocol: str = "http") -> None:
+        self.service.export(encode(maker.take()), protocol)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.metrics.registry.get_sample_value(P + name, labels)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0 + 10)
+
+
+@pytest.fixture
+def sidecar(clock: ManualClock) -> Iterator[Sidecar]:
+    wired = Sidecar(clock, Config())
+    yield wired
+    wired.store.close()
+
+
+def trace_id(span: Span) -> str:
+    return format(span.get_span_context().trace_id, "032x")
+
+
+def explorer_run(maker: SpanMaker, root: Span) -> None:
+    """Two LLM calls, three tool calls (one failing), an answer; the agent span still open."""
+    maker.span("chat", chat_attrs(100, 20), parent=root, start=T0 + 1, end=T0 + 2)
+    maker.span("execute_tool search", tool_attrs("search", '{"q": 1}'), parent=root,
+               start=T0 + 2, end=T0 + 3)
+    maker.span("execute_tool search", tool_attrs("search", '{"q": 2}'), parent=root,
+               start=T0 + 3, end=T0 + 4)
+    maker.span("execute_tool read", tool_attrs("read", '{"p": "a"}', **{"error.type": "OSError"}),
+               parent=root, start=T0 + 4, end=T0 + 5, error="no such file")
+    maker.span("chat", chat_attrs(200, 30, finish="stop"), parent=root, start=T0 + 5, end=T0 + 6)
+
+
+# -- samples parsed from the exposition text, without a Prometheus library ---------------------
+
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(body: str) -> list[tuple[str, dict[str, str], str]]:
+    """(name, labels, exemplar text) of every sample line."""
+    found = []
+    for line in body.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        sample, _, exemplar = line.partition(" # ")
+        name, _, rest = sample.partition("{")
+        labels = dict(LABEL.findall(rest.rpartition("}")[0])) if rest else {}
+        found.append((name.split(" ")[0], labels, exemplar))
+    return found
+
+
+# -- counters and histograms ------------------------------------------------------------------
+
+
+def test_a_run_through_otlp_moves_every_run_metric(sidecar: Sidecar, clock: ManualClock) -> None:
+    maker = SpanMaker({"service.name": "explorer"})
+    with maker.agent(start=T0, end=T0 + 7) as root:
+        explorer_run(maker, root)
+        sidecar.export(maker)  # the children, at T0+10; the oldest ended at T0+2
+
+        assert sidecar.value("spans_received_total", protocol="http") == 5
+        assert sidecar.value("tool_calls_total", agent="explorer", tool="search") == 2
+        assert sidecar.value("tool_calls_total", agent="explorer", tool="read") == 1
+        assert sidecar.value("tokens_total", agent="explorer", direction="input") == 300
+        assert sidecar.value("tokens_total", agent="explorer", direction="output") == 50
+        assert sidecar.value("errors_total", agent="explorer", error_type="OSError") == 1
+        assert sidecar.value("ingest_lag_seconds_count") == 1
+        assert sidecar.value("ingest_lag_seconds_sum") == pytest.approx(8.0)
+        assert sidecar.value("runs_active", agent="explorer") == 1
+        clock.advance(30)
+        assert sidecar.value("run_idle_seconds_max", agent="explorer") == pytest.approx(30)
+        assert sidecar.value("runs_finished_total", agent="explorer",
+                             terminal_state="completed") is None
+    sidecar.export(maker)  # the agent span, at T0+40
+
+    assert sidecar.value("spans_received_total", protocol="http") == 6
+    assert sidecar.value("runs_finished_total", agent="explorer", terminal_state="completed") == 1
+    assert sidecar.value("runs_active", agent="explorer") == 0  # known agent: 0, not absent
+    assert sidecar.value("run_idle_seconds_max", agent="explorer") == 0
+    assert sidecar.value("run_iterations_count", agent="explorer") == 1
+    assert sidecar.value("run_iterations_sum", agent="explorer") == 2
+    assert sidecar.value("run_iterations_bucket", agent="explorer", le="2.0") == 1
+    assert sidecar.value("run_iterations_bucket", agent="explorer", le="1.0") == 0
+    assert sidecar.value("run_tool_calls_sum", agent="explorer") == 3
+    assert sidecar.value("run_duration_seconds_sum", agent="explorer") == pytest.approx(40)
+    assert sidecar.value("runs_evicted_total", agent="explorer") is None
+    assert sidecar.value("build_info", version="1.2.3") == 1
+
+
+def test_rejected_and_duplicate_requests(sidecar: Sidecar) -> None:
+    maker = SpanMaker({"service.name": "explorer"})
+    maker.span("execute_tool a", tool_attrs("a"))
+    maker.span("execute_tool b", tool_attrs("b"))
+    request = encode(maker.take())
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = b""
+
+    sidecar.service.export(request, "grpc", digest=b"body-1")
+    sidecar.service.export(request, "grpc", digest=b"body-1")  # the exporter retried
+
+    assert sidecar.value("spans_received_total", protocol="grpc") == 2
+    assert sidecar.value("spans_rejected_total", reason="invalid_trace_id") == 1
+    assert sidecar.value("tool_calls_total", agent="explorer", tool="b") == 1
+
+
+def test_receivers_count_requests_by_outcome(sidecar: Sidecar) -> None:
+    sidecar.metrics.export_request("http", "ok")
+    sidecar.metrics.export_request("http", "ok")
+    sidecar.metrics.export_request("grpc", "invalid")
+    assert sidecar.value("export_requests_total", protocol="http", outcome="ok") == 2
+    assert sidecar.value("export_requests_total", protocol="grpc", outcome="invalid") == 1
+
+
+def test_evicted_and_abandoned_runs(clock: ManualClock) -> None:
+    wired = Sidecar(clock, Config(max_runs=2, run_end_timeout=60))
+    maker = SpanMaker({"service.name": "explorer"})
+    roots = [maker.open("invoke_agent explorer", {"gen_ai.operation.name": "invoke_agent"})
+             for _ in range(3)]
+    for root in roots[:2]:  # one tool span per run; no agent span ends, so the runs stay open
+        maker.span("execute_tool a", tool_attrs("a"), parent=root)
+    wired.export(maker)
+    # A rule stopped the oldest run; eviction keeps that state, and still counts the eviction.
+    oldest = wired.service.find_run("trace:" + trace_id(roots[0]))
+    oldest.force(TerminalState.IDLE_TIMEOUT, "idle-timeout")
+    clock.advance(1)
+    maker.span("execute_tool a", tool_attrs("a"), parent=roots[2])
+    wired.export(maker)
+
+    assert wired.value("runs_evicted_total", agent="explorer") == 1
+    assert wired.value("runs_finished_total", agent="explorer",
+                       terminal_state="idle_timeout") == 1
+    assert wired.value("runs_active", agent="explorer") == 2
+
+    clock.advance(61)
+    wired.service.tick()
+    assert wired.value("runs_finished_total", agent="explorer", terminal_state="abandoned") == 2
+    assert wired.value("runs_evicted_total", agent="explorer") == 1
+    assert wired.value("run_tool_calls_count", agent="explorer") == 3
+    wired.store.close()
+
+
+# -- cardinality ------------------------------------------------------------------------------
+
+
+def test_tool_names_are_capped_per_agent(sidecar: Sidecar) -> None:
+    extra = 7
+    for agent in ("explorer", "writer"):
+        maker = SpanMaker({"service.name": agent})
+        with maker.agent() as root:
+            for i in range(MAX_TOOLS_PER_AGENT + extra):
+                maker.span(f"execute_tool t{i}", tool_attrs(f"tool-{i}"), parent=root)
+        sidecar.export(maker)
+
+    for agent in ("explorer", "writer"):  # each agent has its own allowance
+        assert sidecar.value("tool_calls_total", agent=agent, tool="tool-0") == 1
+        assert sidecar.value("tool_calls_total", agent=agent,
+                             tool=f"tool-{MAX_TOOLS_PER_AGENT - 1}") == 1
+        assert sidecar.value("tool_calls_total", agent=agent,
+                             tool=f"tool-{MAX_TOOLS_PER_AGENT}") is None
+        assert sidecar.value("tool_calls_total", agent=agent, tool=OTHER) == extra
+    body = sidecar.metrics.render("")[0].decode()
+    tools = [s for s in samples(body) if s[0] == P + "tool_calls_total"]
+    assert len(tools) == 2 * (MAX_TOOLS_PER_AGENT + 1)
+
+
+def test_agent_names_are_capped(sidecar: Sidecar) -> None:
+    extra = 5
+    maker = SpanMaker()
+    for i in range(MAX_AGENTS + extra):  # a root tool span is a whole (trace-keyed) run
+        maker.span("execute_tool a", tool_attrs("a", **{"gen_ai.agent.name": f"agent-{i}"}))
+    sidecar.export(maker)
+
+    assert sidecar.value("tool_calls_total", agent="agent-0", tool="a") == 1
+    assert sidecar.value("tool_calls_total", agent=f"agent-{MAX_AGENTS}", tool="a") is None
+    assert sidecar.value("tool_calls_total", agent=OTHER, tool="a") == extra
+    assert sidecar.value("runs_finished_total", agent=OTHER, terminal_state="no_response") == extra
+    assert sidecar.value("run_tool_calls_count", agent=OTHER) == extra
+    body = sidecar.metrics.render("")[0].decode()
+    agents = {labels["agent"] for _, labels, _ in samples(body) if "agent" in labels}
+    assert len(agents) == MAX_AGENTS + 1
+    assert OTHER in agents
+
+
+def test_error_types_are_capped_and_label_values_truncated(sidecar: Sidecar) -> None:
+    long_tool = "t" * 200  # the most the span normaliser keeps
+    maker = SpanMaker({"service.name": "explorer"})
+    with maker.agent() as root:
+        for i in range(MAX_ERROR_TYPES_PER_AGENT + 3):
+            maker.span("execute_tool x", tool_attrs(long_tool, **{"error.type": f"E{i}"}),
+                       parent=root, error="failed")
+    sidecar.export(maker)
+
+    assert sidecar.value("errors_total", agent="explorer", error_type="E0") == 1
+    assert sidecar.value("errors_total", agent="explorer", error_type=OTHER) == 3
+    assert sidecar.value("tool_calls_total", agent="explorer",
+                         tool="t" * MAX_LABEL_CHARS) == MAX_ERROR_TYPES_PER_AGENT + 3
+    body = sidecar.metrics.render(OPENMETRICS)[0].decode()
+    assert max(len(v) for _, labels, _ in samples(body) for v in labels.values()) \
+        == MAX_LABEL_CHARS
+
+
+def test_ids_never_label_values_and_exemplars_carry_trace_ids(sidecar: Sidecar) -> None:
+    maker = SpanMaker({"service.name": "explorer", "watchdog.session.id": "session-42"})
+    ids = {"watchdog.run.id": "run-7f3e9a"}
+    with maker.agent(attrs=ids) as root:
+        maker.span("chat", chat_attrs(10, 5, **ids), parent=root)
+        maker.span("execute_tool search", tool_attrs("search", **ids), parent=root, error="boom")
+        maker.span("chat", chat_attrs(10, 5, finish="stop", **ids), parent=root)
+    sidecar.export(maker)
+    trace = trace_id(root)
+    sidecar.metrics.rule_fired("budget-countdown", "wind_down", "explorer", trace)
+    assert sidecar.service.find_run("run-7f3e9a").trace_id == trace
+
+    body, content_type = sidecar.metrics.render(PROMETHEUS_ACCEPT)
+    assert content_type.startswith("application/openmetrics-text; version=1.0.0")
+    text = body.decode()
+    assert text.endswith("# EOF\n")
+    parsed = samples(text)
+    for name, labels, _ in parsed:
+        for value in labels.values():
+            assert value not in {"run-7f3e9a", trace, "trace:" + trace, "session-42"}, name
+            assert "run-7f3e9a" not in value and trace not in value, name
+    exemplars = {name for name, _, exemplar in parsed if f'{{trace_id="{trace}"}}' in exemplar}
+    assert {P + "tool_calls_total", P + "tokens_total", P + "errors_total",
+            P + "runs_finished_total", P + "rule_fired_total"} <= exemplars
+    assert {P + "run_iterations_bucket", P + "run_tool_calls_bucket",
+            P + "run_duration_seconds_bucket"} <= exemplars
+
+    plain, plain_type = sidecar.metrics.render("text/plain")
+    assert plain_type == "text/plain; version=0.0.4; charset=utf-8"
+    assert b"trace_id" not in plain  # exemplars exist only in OpenMetrics
+    assert b"agent_watchdog_tool_calls_total{" in plain
+    assert b"_created" not in plain
+
+
+# -- the rules engine's and directives' metrics -----------------------------------------------
+
+
+def test_rule_and_directive_metrics(sidecar: Sidecar) -> None:
+    metrics = sidecar.metrics
+    assert sidecar.value("rules_reload_success") is None  # not claimed before a load
+    metrics.rules_reloaded(True)
+    assert sidecar.value("rules_reload_success") == 1
+    metrics.rules_reloaded(False)
+    assert sidecar.value("rules_reload_success") == 0
+
+    metrics.rule_fired("error-loop", "abort", "explorer", None)
+    metrics.rule_error("budget-countdown")
+    metrics.directive_delivered("abort", "webhook", "retry")
+    metrics.rule_eval(0.002)
+    assert sidecar.value("rule_fired_total", rule="error-loop", action="abort",
+                         agent="explorer") == 1
+    assert sidecar.value("rule_errors_total", rule="budget-countdown") == 1
+    assert sidecar.value("directives_delivered_total", action="abort", channel="webhook",
+                         outcome="retry") == 1
+    assert sidecar.value("rule_eval_duration_seconds_count") == 1
+    assert sidecar.value("rule_eval_duration_seconds_bucket", le="0.0025") == 1
+
+    metrics.set_stuck({("explorer", "idle-timeout"): 2, ("writer", "tool-cycle"): 1})
+    assert sidecar.value("runs_stuck", agent="explorer", reason="idle-timeout") == 2
+    metrics.set_stuck({("writer", "tool-cycle"): 3})
+    assert sidecar.value("runs_stuck", agent="explorer", reason="idle-timeout") == 0
+    assert sidecar.value("runs_stuck", agent="writer", reason="tool-cycle") == 3
+
+
+def test_registries_are_independent() -> None:
+    first, second = Metrics(version="a"), Metrics(version="b")
+    first.export_request("http", "ok")
+    assert first.registry.get_sample_value(P + "export_requests_total",
+                                           {"protocol": "http", "outcome": "ok"}) == 1
+    assert second.registry.get_sample_value(P + "export_requests_total",
+                                            {"protocol": "http", "outcome": "ok"}) is None
+    assert second.registry.get_sample_value(P + "runs_active", {"agent": "x"}) is None  # unbound
+
+
+# -- the endpoint -----------------------------------------------------------------------------
+
+
+async def test_metrics_app_serves_both_formats_and_health(sidecar: Sidecar) -> None:
+    ready = False
+    app = create_metrics_app(sidecar.metrics, lambda: ready)
+    maker = SpanMaker({"service.name": "explorer"})
+    maker.span("execute_tool a", tool_attrs("a"))
+    sidecar.export(maker)
+
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/metrics", headers={"Accept": PROMETHEUS_ACCEPT})
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert "# {trace_id=" in await response.text()
+
+        response = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert 'agent_watchdog_tool_calls_total{agent="explorer",tool="a"} 1.0' in (
+            await response.text())
+
+        response = await client.get("/metrics", headers={"Accept-Encoding": "gzip"},
+                                    auto_decompress=False)
+        assert response.headers["Content-Encoding"] == "gzip"
+        assert b"agent_watchdog_build_info" in gzip.decompress(await response.read())
+
+        response = await client.get("/healthz")
+        assert (response.status, await response.text()) == (200, "ok")
+        assert (await client.get("/readyz")).status == 503
+        ready = True
+        assert (await client.get("/readyz")).status == 200

@@ -1,0 +1,76 @@
+"""Runs and their activity logs survive a restart of the sidecar (same state dir)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Status, StatusCode
+
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
+
+
+def tracer_to(server: RunningServer) -> tuple[TracerProvider, trace.Tracer]:
+    provider = TracerProvider()
+    provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=server.otlp_http + "/v1/traces")))
+    return provider, provider.get_tracer("persistence-test")
+
+
+def tool_span(tracer: trace.Tracer, run_id: str, tool: str, args: str, result: str,
+              error: bool = False) -> None:
+    with tracer.start_as_current_span(f"execute_tool {tool}", attributes={
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.arguments": args, "gen_ai.tool.call.result": result,
+        "gen_ai.agent.call.id": run_id, "gen_ai.agent.name": "persistent",
+    }) as span:
+        if error:
+            span.set_status(Status(StatusCode.ERROR, "disk full"))
+
+
+def test_active_run_survives_restart_and_ends_with_full_counts(tmp_path: Path) -> None:
+    config = sidecar_config(tmp_path / "state")
+    run_id = "run-restart-1"
+    with running_server(config) as first:
+        provider, tracer = tracer_to(first)
+        with tracer.start_as_current_span("invoke_agent persistent"):
+            for i in range(3):
+                tool_span(tracer, run_id, "read_file", f'{{"path": "/src/{i}.py"}}', f"file {i}")
+            tool_span(tracer, run_id, "write_file", '{"path": "/src/x.py"}', "", error=True)
+            provider.shutdown()  # the agent span itself never reaches this sidecar
+        before = first.get_json(f"/v1/runs/{run_id}")
+        assert before["state"] == "active"
+        assert before["signals"]["tool_calls"] == 4
+
+    with running_server(config) as second:
+        after = second.get_json(f"/v1/runs/{run_id}")
+        assert after["state"] == "active"
+        assert after["signals"] == {**before["signals"],
+                                    "elapsed_seconds": after["signals"]["elapsed_seconds"],
+                                    "idle_seconds": after["signals"]["idle_seconds"]}
+        provider, tracer = tracer_to(second)
+        with tracer.start_as_current_span("invoke_agent persistent", attributes={
+                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.call.id": run_id,
+                "gen_ai.agent.name": "persistent", "final_result": "done"}):
+            tool_span(tracer, run_id, "read_file", '{"path": "/src/0.py"}', "file 0")
+        provider.shutdown()
+        ended = second.get_json(f"/v1/runs/{run_id}")
+        assert ended["state"] == "ended"
+        assert ended["terminal_state"] == "completed"
+        assert ended["signals"]["tool_calls"] == 5
+        assert ended["signals"]["repeated_tool_call"] == 2
+        assert ended["signals"]["errors"] == 1
+
+    with running_server(config) as third:
+        replay = third.get_json(f"/v1/runs/{run_id}")
+        assert replay["terminal_state"] == "completed"
+        assert replay["has_final_answer"] is True
+        status, body = http_request("GET", third.api + f"/v1/runs/{run_id}/report")
+        assert status == 200
+        report = body.decode()
+        # the whole activity log, from both lives of the sidecar, is in the report
+        assert report.count("read_file") >= 4
+        assert "/src/2.py" in report and "write_file" in report

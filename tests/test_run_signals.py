@@ -1,0 +1,460 @@
+"""Run signals (DESIGN §4), terminal states (§7) and the run lifecycle, from real spans.
+
+Each test makes spans with the OpenTelemetry SDK at explicit times, sends them through the OTLP
+encoder and the ingest pipeline, and folds them into a ``RunTracker`` with an injected ``now``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from opentelemetry.trace import Span, Status, StatusCode
+
+from tests.spans import (
+    NS,
+    T0,
+    SpanMaker,
+    chat_attrs,
+    only_run,
+    records_of,
+    run_spans,
+    tool_attrs,
+)
+from watchdog.runs.run import MAX_DISTINCT_TOOLS, OTHER_TOOL, RunState
+from watchdog.runs.terminal import TerminalState
+from watchdog.runs.tracker import RunTracker
+
+Call = tuple[str, Any, Any]  # (tool, arguments, result)
+
+
+@pytest.fixture
+def otel() -> SpanMaker:
+    return SpanMaker()
+
+
+def tool_calls(otel: SpanMaker, parent: Span, calls: Sequence[Call], start: float = T0 + 1,
+               **attrs: Any) -> None:
+    """One ended ``execute_tool`` span per call, a second apart."""
+    for i, (tool, arguments, result) in enumerate(calls):
+        args = arguments if arguments is None or isinstance(arguments, str) else json.dumps(
+            arguments)
+        otel.span(f"execute_tool {tool}", tool_attrs(tool, args, result, **attrs),
+                  parent=parent, start=start + i, end=start + i + 0.5)
+
+
+def failing_call(otel: SpanMaker, parent: Span, message: str, start: float,
+                 exc_type: type[Exception] = FileNotFoundError, tool: str = "read") -> None:
+    otel.span(f"execute_tool {tool}", tool_attrs(tool, json.dumps({"at": start})),
+              parent=parent, start=start, exception=exc_type(message))
+
+
+def signals_after(otel: SpanMaker, now: float = T0 + 100) -> dict[str, Any]:
+    tracker, _ = run_spans(otel.take(), now=now)
+    return only_run(tracker).signals(now)
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+
+
+def test_repeated_error_masks_paths_ids_and_numbers(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    failing_call(otel, root, "file /tmp/a1 not found", T0 + 1)
+    failing_call(otel, root, "file /tmp/b2 not found", T0 + 2)
+    failing_call(otel, root, "file /var/data/c3.txt not found", T0 + 3)
+    failing_call(otel, root, "request 7f3e9a2b-1c4d-4e5f-8a9b-0c1d2e3f4a5b failed", T0 + 4,
+                 exc_type=ConnectionError)
+    signals = signals_after(otel)
+    assert signals["errors"] == 4
+    assert signals["repeated_error"] == 3
+    assert signals["last_error"] == (
+        "ConnectionError: request 7f3e9a2b-1c4d-4e5f-8a9b-0c1d2e3f4a5b failed")
+
+
+def test_repeated_error_tells_types_and_messages_apart(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    failing_call(otel, root, "file /tmp/a1 not found", T0 + 1)
+    failing_call(otel, root, "file /tmp/a1 not found", T0 + 2, exc_type=PermissionError)
+    failing_call(otel, root, "disk /tmp/a1 full", T0 + 3)
+    failing_call(otel, root, "timeout after 30 s", T0 + 4, exc_type=TimeoutError)
+    failing_call(otel, root, "timeout after 45 s", T0 + 5, exc_type=TimeoutError)
+    signals = signals_after(otel)
+    assert signals["errors"] == 5
+    assert signals["repeated_error"] == 2  # only the two timeouts share a signature
+
+
+def test_consecutive_errors_reset_by_a_working_tool_call(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    tracker = RunTracker()
+    for i in range(3):
+        failing_call(otel, root, "boom", T0 + 2 * i)
+        otel.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=T0 + 2 * i + 1)
+    tracker.apply(records_of(otel.take()), T0 + 10)
+    run = only_run(tracker)
+    # the model call that reads each error is no recovery
+    assert (run.consecutive_errors, run.errors) == (3, 3)
+    tool_calls(otel, root, [("read", {"f": 1}, "ok")], start=T0 + 11)
+    tracker.apply(records_of(otel.take()), T0 + 12)
+    assert (run.consecutive_errors, run.errors) == (0, 3)
+    assert run.last_error == "FileNotFoundError: boom"  # the last error stays known
+
+
+def test_consecutive_llm_errors_reset_by_a_working_llm_call(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    tracker = RunTracker()
+    for i in range(2):
+        otel.span("chat m", chat_attrs(**{"error.type": "429"}), parent=root,
+                  start=T0 + i, error="rate limited")
+    tracker.apply(records_of(otel.take()), T0 + 5)
+    run = only_run(tracker)
+    assert run.consecutive_errors == 2
+    otel.span("chat m", chat_attrs(), parent=root, start=T0 + 3)
+    tracker.apply(records_of(otel.take()), T0 + 6)
+    assert run.consecutive_errors == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# repeats and cycles
+
+
+def test_repeated_tool_call_ignores_argument_key_order_and_spacing(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    tool_calls(otel, root, [
+        ("grep", '{"pattern": "TODO", "path": "src"}', "3 hits"),
+        ("grep", '{"path":"src","pattern":"TODO"}', "3 hits"),
+        ("grep", '{ "path" : "src" , "pattern" : "TODO" }', "3 hits"),
+        ("grep", '{"path": "src", "pattern": "FIXME"}', "0 hits"),
+        ("find", '{"path": "src", "pattern": "TODO"}', "3 hits"),
+    ])
+    signals = signals_after(otel)
+    assert signals["tool_calls"] == 5
+    assert signals["tools"] == {"grep": 4, "find": 1}
+    assert signals["repeated_tool_call"] == 3
+    # the identical calls returned the same thing, but with the same arguments: not a
+    # "same result for other arguments" repeat
+    assert signals["repeated_tool_result"] == 1
+
+
+def test_repeated_tool_result_counts_different_arguments_with_one_result(otel: SpanMaker
+                                                                         ) -> None:
+    root = otel.open("invoke_agent a")
+    tool_calls(otel, root, [
+        ("search", {"q": "paris population"}, "no results"),
+        ("search", {"q": "population of paris"}, "no results"),
+        ("search", {"q": "paris inhabitants"}, "no results"),
+        ("search", {"q": "paris"}, "Paris: 2.1M"),
+        ("fetch", {"url": "x"}, "no results"),  # another tool's identical result
+    ])
+    signals = signals_after(otel)
+    assert signals["repeated_tool_result"] == 3
+    assert signals["repeated_tool_call"] == 1
+
+
+@pytest.mark.parametrize(("sequence", "expected"), [
+    ("ABABAB", 3),
+    ("ABCABCABC", 3),
+    ("ABCDABCD", 2),
+    ("AAAA", 4),
+    ("XABAB", 2),
+    ("ABABC", 0),  # the tail broke the cycle
+    ("ABCD", 0),
+])
+def test_cycle_repeats(otel: SpanMaker, sequence: str, expected: int) -> None:
+    root = otel.open("invoke_agent a")
+    tool_calls(otel, root, [(f"tool_{c}", {"x": c}, f"result {i}")
+                            for i, c in enumerate(sequence)])
+    assert signals_after(otel)["cycle_repeats"] == expected
+
+
+def test_cycle_needs_identical_calls_not_just_the_same_tools(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    tool_calls(otel, root, [(t, {"page": i}, "r") for i, t in enumerate("ABABAB")])
+    assert signals_after(otel)["cycle_repeats"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# time
+
+
+def test_elapsed_and_idle_seconds_follow_the_injected_clock(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", start=T0)
+    tool_calls(otel, root, [("ls", {}, "a b")], start=T0 + 5)
+    tracker = RunTracker()
+    tracker.apply(records_of(otel.take()), now=T0 + 10)  # the batch arrives at T0+10
+    run = only_run(tracker)
+    signals = run.signals(T0 + 70)
+    assert signals["elapsed_seconds"] == pytest.approx(65.0)  # since the first span started
+    assert signals["idle_seconds"] == pytest.approx(60.0)  # since the batch arrived
+    assert run.signals(T0 + 130)["idle_seconds"] == pytest.approx(120.0)
+
+
+def test_heartbeat_that_grows_the_conversation_resets_idle(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", start=T0)
+    otel.span("chat m", chat_attrs(**{"gen_ai.input.messages": json.dumps(
+        [{"role": "user", "content": "hi"}])}), parent=root, start=T0 + 1)
+    tracker = RunTracker()
+    tracker.apply(records_of(otel.take()), now=T0 + 10)
+    run = only_run(tracker)
+    assert run.messages == 2
+
+    tracker.heartbeat(run.key, messages=2, now=T0 + 50)  # alive, but no progress
+    assert run.signals(T0 + 60)["idle_seconds"] == pytest.approx(50.0)
+    tracker.heartbeat(run.key, messages=5, now=T0 + 70)  # the conversation grew
+    assert run.signals(T0 + 70)["idle_seconds"] == pytest.approx(0.0)
+    assert run.signals(T0 + 80)["idle_seconds"] == pytest.approx(10.0)
+    assert run.signals(T0 + 80)["messages"] == 5
+    tracker.heartbeat(run.key, messages=5, now=T0 + 90)
+    assert run.signals(T0 + 95)["idle_seconds"] == pytest.approx(25.0)
+    # a heartbeat keeps the run from being abandoned even without progress
+    assert RunTracker(run_end_timeout=30).expire(T0 + 95) == []
+    assert tracker.expire(T0 + 90 + tracker.run_end_timeout - 1) == []
+    assert tracker.expire(T0 + 90 + tracker.run_end_timeout + 1) == [run]
+
+
+# ---------------------------------------------------------------------------------------------
+# budgets
+
+
+def test_budget_from_span_attributes_and_remaining(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", start=T0)
+    otel.span("chat m", chat_attrs(300, 100, **{
+        "watchdog.budget.max_tool_calls": 5, "watchdog.budget.max_iterations": 10,
+        "watchdog.budget.max_tokens": 1000, "watchdog.budget.max_seconds": 120.0,
+    }), parent=root, start=T0 + 1)
+    tool_calls(otel, root, [("ls", {"d": i}, str(i)) for i in range(3)], start=T0 + 2)
+    budget = signals_after(otel, now=T0 + 50)["budget"]
+    assert budget == {
+        "max_tool_calls": 5, "remaining_tool_calls": 2,
+        "max_iterations": 10, "remaining_iterations": 9,
+        "max_tokens": 1000, "remaining_tokens": 600,
+        # the agent span has not arrived: time counts from the first span seen (T0+1)
+        "max_seconds": 120, "remaining_seconds": pytest.approx(71.0),
+    }
+
+
+def test_budget_from_resource_and_defaults(otel: SpanMaker) -> None:
+    maker = SpanMaker(resource={"watchdog.budget.max_tool_calls": 3})
+    root = maker.open("invoke_agent a")
+    tool_calls(maker, root, [("ls", {}, "")] * 5)
+    tracker, _ = run_spans(maker.take())
+    run = only_run(tracker)
+    view = run.signals(T0 + 100, default_budget={"max_tool_calls": 50, "max_iterations": 7})
+    assert view["budget"]["max_tool_calls"] == 3  # announced beats the rule pack's default
+    assert view["budget"]["remaining_tool_calls"] == 0  # never negative
+    assert view["budget"]["max_iterations"] == 7
+
+    root = otel.open("invoke_agent b")
+    tool_calls(otel, root, [("ls", {}, "")])
+    assert signals_after(otel)["budget"] == {}  # absent when no budget is known
+
+
+# ---------------------------------------------------------------------------------------------
+# terminal states
+
+
+def _ended(otel: SpanMaker, root: Span, end: float = T0 + 60) -> RunState:
+    root.end(end_time=int(end * NS))
+    tracker, result = run_spans(otel.take())
+    run = only_run(tracker)
+    assert result.ended == [run]
+    assert run.ended and run.signals(T0 + 100)["ended"] is True
+    return run
+
+
+def test_completed_run(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
+    tool_calls(otel, root, [("ls", {}, "x")])
+    otel.span("chat m", chat_attrs(finish="stop"), parent=root, start=T0 + 5)
+    run = _ended(otel, root)
+    assert (run.terminal_state, run.terminal_reason) == (TerminalState.COMPLETED, None)
+    assert run.has_final_answer is True
+    assert run.signals(T0 + 100)["finish_reason"] == "stop"
+
+
+def test_no_response_run(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
+    tool_calls(otel, root, [("ls", {}, "x")])
+    otel.span("chat m", chat_attrs(finish="length"), parent=root, start=T0 + 5)
+    run = _ended(otel, root)
+    assert run.terminal_state is TerminalState.NO_RESPONSE
+    assert run.has_final_answer is False
+
+
+def test_error_run(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
+    otel.span("chat m", chat_attrs(), parent=root)
+    root.record_exception(ValueError("bad input 7"))
+    root.set_status(Status(StatusCode.ERROR, "ValueError: bad input 7"))
+    run = _ended(otel, root)
+    assert (run.terminal_state, run.terminal_reason) == (TerminalState.ERROR, "ValueError")
+    assert run.errors == 0  # the agent span's own failure is the outcome, not a failed step
+    assert run.last_error == "ValueError: bad input 7"
+
+
+@pytest.mark.parametrize("exc_name", ["pydantic_ai.exceptions.UsageLimitExceeded",
+                                      "agents.exceptions.MaxTurnsExceeded",
+                                      "GraphRecursionError"])
+def test_framework_limit_is_tool_limit_reached(otel: SpanMaker, exc_name: str) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                        "error.type": exc_name})
+    tool_calls(otel, root, [("ls", {"i": i}, "x") for i in range(3)])
+    root.set_status(Status(StatusCode.ERROR, "limit"))
+    run = _ended(otel, root)
+    assert run.terminal_state is TerminalState.TOOL_LIMIT_REACHED
+    assert run.terminal_reason == exc_name.rsplit(".", 1)[-1]
+    assert run.has_final_answer is False
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_run_at_its_budget_is_tool_limit_reached_answer_or_not(otel: SpanMaker,
+                                                               answered: bool) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                        "watchdog.budget.max_tool_calls": 3})
+    tool_calls(otel, root, [("ls", {"i": i}, "x") for i in range(3)])
+    otel.span("chat m", chat_attrs(finish="stop" if answered else "length"), parent=root,
+              start=T0 + 10)
+    run = _ended(otel, root)
+    assert run.terminal_state is TerminalState.TOOL_LIMIT_REACHED  # never "completed"
+    assert run.terminal_reason == "budget"
+    assert run.has_final_answer is answered
+
+
+def test_run_under_its_budget_completes(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                        "watchdog.budget.max_tool_calls": 4})
+    tool_calls(otel, root, [("ls", {"i": i}, "x") for i in range(3)])
+    otel.span("chat m", chat_attrs(finish="stop"), parent=root, start=T0 + 10)
+    assert _ended(otel, root).terminal_state is TerminalState.COMPLETED
+
+
+def test_forced_state_wins_when_the_run_ends(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
+    tool_calls(otel, root, [("ls", {}, "x")] * 3)
+    tracker, _ = run_spans(otel.take())
+    run = only_run(tracker)
+    run.force(TerminalState.LOOP_DETECTED, "repeated-calls")
+    run.force(TerminalState.ABORTED, "other-rule")  # the first decision stands
+    otel.span("chat m", chat_attrs(finish="stop"), parent=root, start=T0 + 10)
+    root.end(end_time=int((T0 + 20) * NS))
+    tracker.apply(records_of(otel.take()), T0 + 30)
+    assert (run.terminal_state, run.terminal_reason) == (TerminalState.LOOP_DETECTED,
+                                                         "repeated-calls")
+    assert run.has_final_answer is True
+
+
+def test_silent_run_is_abandoned_by_expire(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    tool_calls(otel, root, [("ls", {}, "x")])
+    tracker = RunTracker(run_end_timeout=900)
+    tracker.apply(records_of(otel.take()), now=T0 + 10)
+    run = only_run(tracker)
+    assert tracker.expire(T0 + 10 + 899) == []
+    assert not run.ended and len(tracker) == 1
+    assert tracker.expire(T0 + 10 + 901) == [run]
+    assert (run.terminal_state, run.terminal_reason) == (TerminalState.ABANDONED,
+                                                         "run_end_timeout")
+    assert len(tracker) == 0
+    assert tracker.get(run.key) is run
+    assert run.signals(T0 + 2000)["idle_seconds"] == 0.0  # an ended run is not idle
+
+
+def test_oldest_idle_run_is_evicted_over_max_runs(otel: SpanMaker) -> None:
+    tracker = RunTracker(max_runs=2)
+
+    def step(key: str, now: float) -> Any:
+        root = otel.open(f"invoke_agent {key}", {"watchdog.run.id": key})
+        tool_calls(otel, root, [("ls", {}, "x")], **{"watchdog.run.id": key})
+        return tracker.apply(records_of(otel.take()), now)
+
+    assert step("r0", T0).evicted == []
+    assert step("r1", T0 + 1).evicted == []
+    assert step("r0", T0 + 2).evicted == []  # r0 works again: r1 is now the oldest idle run
+    result = step("r2", T0 + 3)
+    assert [r.key for r in result.evicted] == ["r1"]
+    assert {r.key for r in tracker.active()} == {"r0", "r2"}
+    evicted = tracker.get("r1")
+    assert evicted is not None and evicted.ended
+    assert (evicted.terminal_state, evicted.terminal_reason) == (TerminalState.ABANDONED,
+                                                                 "evicted")
+    assert result.touched["r1"] is evicted  # so the shell persists it
+
+
+def test_eviction_keeps_a_forced_state_and_its_reason(otel: SpanMaker) -> None:
+    tracker = RunTracker(max_runs=1)
+    root = otel.open("invoke_agent a", {"watchdog.run.id": "a"})
+    tool_calls(otel, root, [("ls", {}, "x")], **{"watchdog.run.id": "a"})
+    tracker.apply(records_of(otel.take()), T0)
+    tracker.get("a").force(TerminalState.IDLE_TIMEOUT, "idle-timeout")  # type: ignore[union-attr]
+    root = otel.open("invoke_agent b", {"watchdog.run.id": "b"})
+    tool_calls(otel, root, [("ls", {}, "x")], **{"watchdog.run.id": "b"})
+    result = tracker.apply(records_of(otel.take()), T0 + 1)
+    (victim,) = result.evicted
+    assert (victim.terminal_state, victim.terminal_reason) == (TerminalState.IDLE_TIMEOUT,
+                                                               "idle-timeout")
+
+
+def test_late_span_after_run_end(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    tool_calls(otel, root, [("ls", {}, "x")])
+    otel.span("chat m", chat_attrs(finish="stop"), parent=root, start=T0 + 5)
+    root.end(end_time=int((T0 + 10) * NS))
+    tracker, _ = run_spans(otel.take(), now=T0 + 20)
+    run = only_run(tracker)
+    assert run.terminal_state is TerminalState.COMPLETED
+
+    # a span of the same run from a slower exporter, after the agent span
+    otel.span("execute_tool cat", tool_attrs("cat", "{}", "y"), parent=root, start=T0 + 6)
+    result = tracker.apply(records_of(otel.take()), T0 + 30)
+    assert result.late_spans == 1
+    assert result.started == [] and result.ended == []
+    assert len(tracker) == 0  # not brought back to life
+    assert run.terminal_state is TerminalState.COMPLETED
+    assert run.tool_calls == 2  # the work it reports still counts
+
+
+# ---------------------------------------------------------------------------------------------
+# persistence and bounds
+
+
+def test_to_dict_from_dict_round_trip_keeps_signals_and_continues_identically(
+        otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a", {"gen_ai.agent.name": "planner",
+                                        "watchdog.budget.max_tool_calls": 20})
+    otel.span("chat m", chat_attrs(10, 2, **{"gen_ai.conversation.id": "s1"}), parent=root)
+    tool_calls(otel, root, [("A", {"i": 1}, "r"), ("B", {"i": 2}, "r"), ("A", {"i": 1}, "r")])
+    failing_call(otel, root, "no /tmp/x1", T0 + 9)
+    tracker, _ = run_spans(otel.take(), now=T0 + 10)
+    original = only_run(tracker)
+    original.force(TerminalState.LOOP_DETECTED, "cycle")
+
+    copy = RunState.from_dict(json.loads(json.dumps(original.to_dict())))
+    assert copy.signals(T0 + 40) == original.signals(T0 + 40)
+
+    # both continue the same way: cycle and repeat state survived the trip
+    tool_calls(otel, root, [("B", {"i": 2}, "r"), ("A", {"i": 1}, "r")], start=T0 + 20)
+    failing_call(otel, root, "no /tmp/y2", T0 + 25)
+    root.end(end_time=int((T0 + 30) * NS))
+    more = records_of(otel.take())
+    for run in (original, copy):
+        for record in more:
+            run.apply(record, T0 + 31)
+        run.end(T0 + 31)
+    assert copy.signals(T0 + 40) == original.signals(T0 + 40)
+    assert original.signals(T0 + 40)["repeated_error"] == 2
+    assert original.terminal_state is copy.terminal_state is TerminalState.LOOP_DETECTED
+    assert copy.terminal_reason == "cycle"
+
+
+def test_distinct_tools_are_bounded(otel: SpanMaker) -> None:
+    root = otel.open("invoke_agent a")
+    extra = 5
+    tool_calls(otel, root, [(f"tool_{i}", {}, "x") for i in range(MAX_DISTINCT_TOOLS + extra)])
+    tool_calls(otel, root, [("tool_0", {}, "x")], start=T0 + 500)  # a known tool still counts
+    signals = signals_after(otel, now=T0 + 600)
+    assert signals["tool_calls"] == MAX_DISTINCT_TOOLS + extra + 1
+    assert len(signals["tools"]) == MAX_DISTINCT_TOOLS + 1
+    assert signals["tools"][OTHER_TOOL] == extra
+    assert signals["tools"]["tool_0"] == 2

@@ -1,0 +1,114 @@
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+
+The method is registered with no request deserializer, so the handler gets the message bytes
+(already inflated by gRPC when the client used gzip) and parses them itself: that is how it
+hashes the exact body, so an exporter retry of an applied request is not counted twice.
+
+gRPC core enforces ``max_request_bytes`` (``grpc.max_receive_message_length``) on the
+message both as received and after decompression, answering RESOURCE_EXHAUSTED itself.
+Refusals go through :mod:`watchdog.errors`; overload is UNAVAILABLE with a ``RetryInfo``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from watchdog.config import Config
+from watchdog.errors import BadRequest, Unauthorized, WatchdogError
+from watchdog.ingest.admission import Admission
+from watchdog.ingest.decode import DecodeError, count_spans, parse_protobuf, response_protobuf
+from watchdog.metrics import Metrics
+from watchdog.service import WatchdogService
+
+log = logging.getLogger("watchdog.otlp_grpc")
+
+PROTOCOL = "grpc"
+SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
+METHOD_NAME = "Export"
+# The standard place for error details (a google.rpc.Status) in gRPC trailers.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# opentelemetry-python's gRPC exporter reads RetryInfo from this key instead of the Status.
+PYTHON_RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+
+Metadata = Sequence[tuple[str, str | bytes]]
+
+
+class TraceService:
+    def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
+                 config: Config) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.admission = admission
+        self._expected_auth = f"bearer {config.api_token}" if config.api_token else None
+
+    async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            return self._export(body, context)
+        except WatchdogError as exc:
+            error = exc
+        except Exception:  # never a traceback to the client; the log has it
+            log.exception("OTLP/gRPC export failed")
+            error = WatchdogError("internal error; see the watchdog log")
+        if error.export_outcome is not None:
+            self.metrics.export_request(PROTOCOL, error.export_outcome)
+        await context.abort(error.grpc_status, error.message,
+                            trailing_metadata=_error_details(error))
+        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+    def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        self._authorize(context.invocation_metadata() or ())
+        with self.admission:
+            try:
+                request = parse_protobuf(body)
+            except DecodeError as exc:
+                raise BadRequest(str(exc)) from None
+            digest = hashlib.blake2b(body, digest_size=16).digest()
+            decoded = self.service.export(request, PROTOCOL, digest)
+        rejected = decoded.rejected_count
+        if rejected:
+            outcome = "partial"
+        elif not decoded.records and count_spans(request):
+            outcome = "duplicate"  # an exporter retry of a request already applied
+        else:
+            outcome = "ok"
+        self.metrics.export_request(PROTOCOL, outcome)
+        return response_protobuf(rejected, decoded.message())
+
+    def _authorize(self, metadata: Metadata) -> None:
+        if self._expected_auth is None:
+            return
+        given = next((value for key, value in metadata if key == "authorization"), "")
+        if isinstance(given, bytes):
+            given = given.decode("utf-8", "replace")
+        scheme, _, token = given.partition(" ")
+        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode(),
+                                   self._expected_auth.encode()):
+            raise Unauthorized("missing or wrong bearer token (metadata authorization: "
+                               "Bearer <token>)")
+
+
+def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
+    details = [(STATUS_DETAILS_KEY, error.to_status().SerializeToString())]
+    retry_info = error.retry_info()
+    if retry_info is not None:
+        details.append((PYTHON_RETRY_INFO_KEY, retry_info.SerializeToString()))
+    return tuple(details)
+
+
+def create_server(service: WatchdogService, metrics: Metrics, admission: Admission,
+                  config: Config) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server bound to ``otlp_grpc_address`` (not started); returns it and its port."""
+    receiver = TraceService(service, metrics, admission, config)
+    handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export),
+    })
+    server = grpc.aio.server(handlers=(handler,), options=(
+        ("grpc.max_receive_message_length", config.max_request_bytes),
+    ))
+    port = server.add_insecure_port(config.otlp_grpc_address)
+    return server, port

@@ -1,0 +1,182 @@
+"""OTLP/HTTP receiver: ``POST /v1/traces`` in binary protobuf or OTLP/JSON, optionally gzip or
+deflate compressed, answered in the encoding of the request.
+
+A request passes these stages in order, and the first that refuses it answers:
+auth (401) -> media type (415) -> content coding (415) -> admission (503 + Retry-After) ->
+body, bounded after decompression (413; 408 if the upload stalls) -> decode (400) ->
+``service.export`` (503 when the store is behind) -> 200 with ``partial_success`` when spans
+were rejected. Error bodies are a ``google.rpc.Status`` in the request's encoding, as OTLP asks.
+
+aiohttp inflates the body itself in bounded steps and stops reading once ``client_max_size``
+(``max_request_bytes``) is passed, so a gzip bomb never grows in memory past about twice the
+limit. Admission is taken before the body is read: a slow upload holds a slot, which is what
+the read timeout bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from google.protobuf import json_format
+
+from watchdog.config import Config
+from watchdog.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    Unauthorized,
+    UnsupportedMediaType,
+    WatchdogError,
+)
+from watchdog.ingest.admission import Admission
+from watchdog.ingest.decode import (
+    DecodeError,
+    ExportTraceServiceRequest,
+    count_spans,
+    parse_json,
+    parse_protobuf,
+    response_json,
+    response_protobuf,
+)
+from watchdog.metrics import Metrics
+from watchdog.service import WatchdogService
+
+log = logging.getLogger("watchdog.otlp_http")
+
+PROTOCOL = "http"
+TRACES_PATH = "/v1/traces"
+# Content codings aiohttp inflates itself (br and zstd need optional packages).
+SUPPORTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
+# A stalled upload holds an admission slot; past this it is dropped with 408.
+BODY_READ_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    """One OTLP/HTTP encoding: how requests are parsed and responses written."""
+
+    content_type: str
+    parse: Callable[[bytes], ExportTraceServiceRequest]
+    response: Callable[[int, str], bytes]
+    status: Callable[[WatchdogError], bytes]
+
+
+def _status_protobuf(error: WatchdogError) -> bytes:
+    body: bytes = error.to_status().SerializeToString()
+    return body
+
+
+def _status_json(error: WatchdogError) -> bytes:
+    text: str = json_format.MessageToJson(error.to_status(), indent=None)
+    return text.encode()
+
+
+PROTOBUF = Codec("application/x-protobuf", parse_protobuf, response_protobuf, _status_protobuf)
+JSON = Codec("application/json", parse_json, response_json, _status_json)
+CODECS = {codec.content_type: codec for codec in (PROTOBUF, JSON)}
+
+
+class TraceReceiver:
+    def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
+                 config: Config) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.admission = admission
+        self.max_request_bytes = config.max_request_bytes
+        self._expected_auth = f"bearer {config.api_token}" if config.api_token else None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        codec = CODECS.get(request.content_type, JSON)
+        try:
+            response = await self._export(request)
+        except WatchdogError as exc:
+            return self._refuse(codec, exc)
+        except Exception:  # never a traceback to the client; the log has it
+            log.exception("OTLP/HTTP export failed")
+            return self._refuse(codec, WatchdogError("internal error; see the watchdog log"))
+        return response
+
+    async def _export(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        codec = CODECS.get(request.content_type)
+        if codec is None:
+            raise UnsupportedMediaType(
+                f"unsupported Content-Type {request.content_type!r}: OTLP/HTTP accepts "
+                f"{' or '.join(CODECS)}")
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in SUPPORTED_ENCODINGS:
+            raise UnsupportedMediaType(
+                f"unsupported Content-Encoding {encoding!r}: accepted are gzip, deflate, identity")
+        if encoding in ("", "identity") and (request.content_length or 0) > self.max_request_bytes:
+            raise self._too_large()
+        with self.admission:
+            body = await self._read_body(request, encoding)
+            try:
+                export_request = codec.parse(body)
+            except DecodeError as exc:
+                raise BadRequest(str(exc)) from None
+            digest = hashlib.blake2b(body, digest_size=16).digest()
+            decoded = self.service.export(export_request, PROTOCOL, digest)
+        rejected = decoded.rejected_count
+        if rejected:
+            outcome = "partial"
+        elif not decoded.records and count_spans(export_request):
+            outcome = "duplicate"  # an exporter retry of a request already applied
+        else:
+            outcome = "ok"
+        self.metrics.export_request(PROTOCOL, outcome)
+        return web.Response(body=codec.response(rejected, decoded.message()),
+                            content_type=codec.content_type)
+
+    def _authorize(self, request: web.Request) -> None:
+        if self._expected_auth is None:
+            return
+        given = request.headers.get("Authorization", "")
+        scheme, _, token = given.partition(" ")
+        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode(),
+                                   self._expected_auth.encode()):
+            raise Unauthorized("missing or wrong bearer token (Authorization: Bearer <token>)")
+
+    async def _read_body(self, request: web.Request, encoding: str) -> bytes:
+        try:
+            async with asyncio.timeout(BODY_READ_TIMEOUT):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise self._too_large() from None
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request body did not arrive within {BODY_READ_TIMEOUT:g}s") from None
+        except web.RequestPayloadError:  # corrupt gzip/deflate data, a broken chunked body
+            if encoding in ("gzip", "deflate"):
+                raise BadRequest(f"the request body is not valid {encoding} data "
+                                 f"(Content-Encoding: {encoding})") from None
+            raise BadRequest("the request body could not be read (broken transfer)") from None
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(f"request body exceeds max_request_bytes={self.max_request_bytes} "
+                               f"(after decompression); send smaller batches")
+
+    def _refuse(self, codec: Codec, error: WatchdogError) -> web.Response:
+        if error.export_outcome is not None:
+            self.metrics.export_request(PROTOCOL, error.export_outcome)
+        headers = {}
+        if error.retry_after is not None:
+            headers["Retry-After"] = str(max(1, round(error.retry_after)))
+        if isinstance(error, Unauthorized):
+            headers["WWW-Authenticate"] = "Bearer"
+        return web.Response(status=error.http_status, body=codec.status(error),
+                            content_type=codec.content_type, headers=headers)
+
+
+def create_app(service: WatchdogService, metrics: Metrics, admission: Admission,
+               config: Config) -> web.Application:
+    receiver = TraceReceiver(service, metrics, admission, config)
+    app = web.Application(client_max_size=config.max_request_bytes)
+    app.router.add_post(TRACES_PATH, receiver.handle)
+    return app

@@ -1,0 +1,375 @@
+"""Prometheus metrics (DESIGN §9) and the ``/metrics``, ``/healthz``, ``/readyz`` endpoint.
+
+This is the only module that imports ``prometheus_client``; the rest of the sidecar reports
+through the narrow :class:`~watchdog.service.Observer` protocol and the few methods below.
+
+Theory of operation
+-------------------
+* Counters and histograms move once per export request (``spans_received``, ``batch_applied``)
+  or once per finished run, from aggregates the core already computed (``BatchResult`` counts
+  per agent and tool) — never once per span.
+* Gauges about live runs (``runs_active``, ``run_idle_seconds_max``) are not kept up to date at
+  all: :class:`LiveRunsCollector` computes them from the bound service's tracker when Prometheus
+  scrapes. The scrape handler runs on the event loop thread, the one thread that owns the
+  tracker, so reading it there is safe.
+* Every label value that comes from agent data passes a :class:`LabelCap`: the first N distinct
+  values keep their name and later ones become ``_other``, so a misbehaving agent (a tool name
+  with a UUID in it, a thousand generated agent names) cannot blow up the series count. Run,
+  trace and session ids never become labels; exemplars carry ``trace_id`` instead, and only
+  OpenMetrics (``Accept: application/openmetrics-text``) shows them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from watchdog.ingest.pipeline import Decoded
+    from watchdog.runs.run import RunState
+    from watchdog.runs.tracker import BatchResult
+    from watchdog.service import WatchdogService
+
+PREFIX = "agent_watchdog_"
+OTHER = "_other"  # the label value every capped-out value collapses into
+UNKNOWN = "unknown"  # an empty label value would make Prometheus drop the label
+NS = 1_000_000_000
+
+# Cardinality bounds. Worst case for the widest metric, tool_calls_total:
+# (MAX_AGENTS + 1) x (MAX_TOOLS_PER_AGENT + 1) = 5,151 series.
+MAX_LABEL_CHARS = 128
+MAX_AGENTS = 100
+MAX_TOOLS_PER_AGENT = 50
+MAX_ERROR_TYPES_PER_AGENT = 20
+MAX_RULES = 200  # rule names come from the operator's packs, but a pack is data too
+
+# Histogram buckets, chosen for agents: a handful to a few hundred steps, seconds to hours.
+COUNT_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
+DURATION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
+# The OTel SDK batches for up to 5 s by default (DESIGN §3), so lag clusters below ~6 s.
+INGEST_LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 6, 10, 30, 60, 300)
+RULE_EVAL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                     0.25, 0.5, 1)
+
+# ``*_created`` series double the series count and Prometheus 2.x stores them as plain samples;
+# counters' resets are detected without them. Process-wide, and this module owns the library.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+def clip(value: str | None) -> str:
+    """A label value: never empty, at most ``MAX_LABEL_CHARS`` characters."""
+    if not value:
+        return UNKNOWN
+    return value if len(value) <= MAX_LABEL_CHARS else value[:MAX_LABEL_CHARS]
+
+
+class LabelCap:
+    """The first ``limit`` distinct values keep their name; later ones become ``_other``.
+
+    Admission is first come, first kept, for the life of the process, so a series never changes
+    its name once it exists. Lookups of known values take no lock.
+    """
+
+    __slots__ = ("_known", "_limit", "_lock")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._known: dict[str, None] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str | None) -> str:
+        if value in self._known:
+            return value
+        value = clip(value)
+        if value in self._known:
+            return value
+        with self._lock:
+            if len(self._known) < self._limit:
+                self._known[value] = None
+                return value
+        return OTHER
+
+    def known(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._known)
+
+
+def _capped_within(caps: dict[str, LabelCap], agent: str, value: str, limit: int) -> str:
+    """``value`` through ``agent``'s own cap (agents are capped, so ``caps`` is bounded too)."""
+    cap = caps.get(agent)
+    if cap is None:
+        cap = caps.setdefault(agent, LabelCap(limit))
+    return cap(value)
+
+
+def _exemplar(trace_id: str | None) -> dict[str, str] | None:
+    return {"trace_id": trace_id} if trace_id else None
+
+
+class Metrics:
+    """Every metric of DESIGN §9 in one registry of its own (tests create many)."""
+
+    def __init__(self, version: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry = registry if registry is not None else CollectorRegistry()
+        self._service: WatchdogService | None = None
+        self._agents = LabelCap(MAX_AGENTS)
+        self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
+        self._error_types: dict[str, LabelCap] = {}  # capped agent -> its error types
+        self._rules = LabelCap(MAX_RULES)
+        self._stuck: set[tuple[str, str]] = set()
+        self.reload_success: bool | None = None  # unknown until the rules engine reports
+
+        def counter(name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
+            return Counter(PREFIX + name, doc, tuple(labels), registry=registry)
+
+        def histogram(name: str, doc: str, labels: Iterable[str],
+                      buckets: Iterable[float]) -> Histogram:
+            return Histogram(PREFIX + name, doc, tuple(labels), registry=registry,
+                             buckets=tuple(buckets))
+
+        def gauge(name: str, doc: str, labels: Iterable[str]) -> Gauge:
+            return Gauge(PREFIX + name, doc, tuple(labels), registry=registry)
+
+        # ingest
+        self.spans_received_total = counter(
+            "spans_received_total", "Spans received, accepted or rejected.", ["protocol"])
+        self.spans_rejected_total = counter(
+            "spans_rejected_total", "Spans refused as unusable, by reason.", ["reason"])
+        self.export_requests_total = counter(
+            "export_requests_total", "OTLP export requests by outcome.", ["protocol", "outcome"])
+        self.ingest_lag_seconds = histogram(
+            "ingest_lag_seconds",
+            "Seconds from the end of the oldest span of an export request to its ingestion.",
+            (), INGEST_LAG_BUCKETS)
+        # runs
+        self.tool_calls_total = counter(
+            "tool_calls_total", "Tool executions.", ["agent", "tool"])
+        self.tokens_total = counter(
+            "tokens_total", "LLM tokens used.", ["agent", "direction"])
+        self.errors_total = counter(
+            "errors_total", "Failed LLM and tool spans.", ["agent", "error_type"])
+        self.runs_finished_total = counter(
+            "runs_finished_total", "Runs that reached a terminal state.",
+            ["agent", "terminal_state"])
+        self.runs_evicted_total = counter(
+            "runs_evicted_total", "Active runs dropped (as abandoned) to stay within max_runs.",
+            ["agent"])
+        self.run_iterations = histogram(
+            "run_iterations", "LLM calls per finished run.", ["agent"], COUNT_BUCKETS)
+        self.run_tool_calls = histogram(
+            "run_tool_calls", "Tool calls per finished run.", ["agent"], COUNT_BUCKETS)
+        self.run_duration_seconds = histogram(
+            "run_duration_seconds", "Duration of finished runs.", ["agent"], DURATION_BUCKETS)
+        # rules and directives
+        self.runs_stuck = gauge(
+            "runs_stuck", "Active runs a rule currently holds stuck, by reason.",
+            ["agent", "reason"])
+        self.rule_fired_total = counter(
+            "rule_fired_total", "Rule actions fired.", ["rule", "action", "agent"])
+        self.rule_errors_total = counter(
+            "rule_errors_total", "Rule evaluations that failed (counted as not matching).",
+            ["rule"])
+        self.directives_delivered_total = counter(
+            "directives_delivered_total", "Directive deliveries by channel and outcome.",
+            ["action", "channel", "outcome"])
+        self.rule_eval_duration_seconds = histogram(
+            "rule_eval_duration_seconds", "Seconds one evaluation of all rules took.",
+            (), RULE_EVAL_BUCKETS)
+        # process
+        gauge("build_info", "The running watchdog's version (always 1).",
+              ["version"]).labels(clip(version)).set(1)
+        registry.register(LiveRunsCollector(self))
+
+    def bind(self, service: WatchdogService) -> None:
+        """The service whose tracker the scrape-time gauges read."""
+        self._service = service
+
+    @property
+    def service(self) -> WatchdogService | None:
+        return self._service
+
+    # -- label caps ---------------------------------------------------------------------------
+
+    def agent(self, name: str | None) -> str:
+        return self._agents(name)
+
+    def known_agents(self) -> tuple[str, ...]:
+        return self._agents.known()
+
+    def _tool(self, agent: str, tool: str) -> str:
+        return _capped_within(self._tools, agent, tool, MAX_TOOLS_PER_AGENT)
+
+    def _error_type(self, agent: str, error_type: str) -> str:
+        return _capped_within(self._error_types, agent, error_type, MAX_ERROR_TYPES_PER_AGENT)
+
+    # -- Observer (watchdog.service) ----------------------------------------------------------
+
+    def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None:
+        records = decoded.records
+        received = len(records) + decoded.rejected_count
+        if received:
+            self.spans_received_total.labels(clip(protocol)).inc(received)
+        for reason, count in decoded.rejected.items():
+            self.spans_rejected_total.labels(clip(reason)).inc(count)
+        if records:
+            # Exporters send spans in the order they ended, so the oldest is at the front; the
+            # ends of the list bound it without a pass over every span.
+            oldest_ns = decoded.oldest_end_ns or min(records[0].end_ns, records[-1].end_ns)
+            if oldest_ns > 0:
+                self.ingest_lag_seconds.observe(max(now - oldest_ns / NS, 0.0))
+
+    def batch_applied(self, result: BatchResult) -> None:
+        exemplars = result.exemplars
+        for (agent, tool), count in result.tool_calls.items():
+            label = self.agent(agent)
+            self.tool_calls_total.labels(label, self._tool(label, tool)).inc(
+                count, _exemplar(exemplars.get(agent)))
+        for (agent, direction), count in result.tokens.items():
+            self.tokens_total.labels(self.agent(agent), clip(direction)).inc(
+                count, _exemplar(exemplars.get(agent)))
+        for (agent, error_type), count in result.errors.items():
+            label = self.agent(agent)
+            self.errors_total.labels(label, self._error_type(label, error_type)).inc(
+                count, _exemplar(exemplars.get(agent)))
+        for run in result.evicted:  # also reported to runs_finished, as abandoned
+            self.runs_evicted_total.labels(self.agent(run.agent_name)).inc()
+
+    def runs_finished(self, runs: Iterable[RunState]) -> None:
+        for run in runs:
+            agent = self.agent(run.agent_name)
+            state = run.terminal_state.value if run.terminal_state is not None else UNKNOWN
+            exemplar = _exemplar(run.trace_id)
+            self.runs_finished_total.labels(agent, state).inc(1, exemplar)
+            self.run_iterations.labels(agent).observe(run.iterations, exemplar)
+            self.run_tool_calls.labels(agent).observe(run.tool_calls, exemplar)
+            duration = run.elapsed_seconds(run.ended_at if run.ended_at is not None else 0.0)
+            self.run_duration_seconds.labels(agent).observe(duration, exemplar)
+
+    def duplicate_request(self, protocol: str) -> None:
+        """Counted where the outcome of every request is: the receivers report an exporter retry
+        as ``export_requests_total{outcome="duplicate"}``; a second counter would say it twice."""
+
+    # -- receivers ----------------------------------------------------------------------------
+
+    def export_request(self, protocol: str, outcome: str) -> None:
+        self.export_requests_total.labels(clip(protocol), clip(outcome)).inc()
+
+    # -- rules engine and directives ----------------------------------------------------------
+
+    def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
+        self.rule_fired_total.labels(self._rules(rule), clip(action), self.agent(agent)).inc(
+            1, _exemplar(trace_id))
+
+    def rule_error(self, rule: str) -> None:
+        self.rule_errors_total.labels(self._rules(rule)).inc()
+
+    def directive_delivered(self, action: str, channel: str, outcome: str) -> None:
+        self.directives_delivered_total.labels(clip(action), clip(channel), clip(outcome)).inc()
+
+    def rule_eval(self, seconds: float) -> None:
+        self.rule_eval_duration_seconds.observe(seconds)
+
+    def rules_reloaded(self, ok: bool) -> None:
+        self.reload_success = ok
+
+    def set_stuck(self, counts: dict[tuple[str, str], int]) -> None:
+        """Replace ``runs_stuck`` with ``counts`` ((agent, reason) -> runs); pairs that were
+        stuck before and are not now drop to 0 rather than vanish, so alerts resolve."""
+        merged: Tally[tuple[str, str]] = Tally()
+        for (agent, reason), count in counts.items():
+            merged[(self.agent(agent), self._rules(reason))] += count
+        for key in self._stuck - merged.keys():
+            self.runs_stuck.labels(*key).set(0)
+        for key, count in merged.items():
+            self.runs_stuck.labels(*key).set(count)
+        self._stuck |= merged.keys()
+
+    # -- exposition ---------------------------------------------------------------------------
+
+    def render(self, accept_header: str) -> tuple[bytes, str]:
+        """The exposition body and its content type: OpenMetrics (with exemplars) when the
+        scraper asks for it, else the Prometheus text format 0.0.4."""
+        encoder, content_type = choose_encoder(accept_header)
+        return encoder(self.registry), content_type
+
+
+class LiveRunsCollector(Collector):
+    """Gauges computed at scrape time from the bound service, on the event loop thread."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        active, idle_max = self._families()
+        counts: Tally[str] = Tally()
+        idle: dict[str, float] = {}
+        service = metrics.service
+        if service is not None:
+            now = service.clock.now()
+            for run in service.tracker.active():
+                agent = metrics.agent(run.agent_name)
+                counts[agent] += 1
+                seconds = run.idle_seconds(now)
+                if seconds > idle.get(agent, -1.0):
+                    idle[agent] = seconds
+        # Agents seen before report 0 instead of vanishing, so "no active run" is a value.
+        for agent in sorted(set(metrics.known_agents()) | counts.keys()):
+            active.add_metric([agent], counts.get(agent, 0))
+            idle_max.add_metric([agent], idle.get(agent, 0.0))
+        yield active
+        yield idle_max
+        if metrics.reload_success is not None:
+            yield GaugeMetricFamily(PREFIX + "rules_reload_success",
+                                    "Whether the last rules (re)load succeeded (1) or not (0).",
+                                    value=1.0 if metrics.reload_success else 0.0)
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(PREFIX + "runs_active", "Runs in progress.", labels=["agent"]),
+            GaugeMetricFamily(PREFIX + "run_idle_seconds_max",
+                              "Longest time without progress among the agent's active runs.",
+                              labels=["agent"]),
+        )
+
+
+def create_metrics_app(metrics: Metrics, ready: Callable[[], bool]) -> web.Application:
+    """``GET /metrics``, ``/healthz`` (the process is up) and ``/readyz`` (it takes spans)."""
+
+    async def scrape(request: web.Request) -> web.Response:
+        body, content_type = metrics.render(request.headers.get("Accept", ""))
+        response = web.Response(body=body, headers={"Content-Type": content_type})
+        response.enable_compression()  # only when the scraper sends Accept-Encoding
+        return response
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ready")
+        return web.Response(status=503, text="not ready")
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
