@@ -10,6 +10,7 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,12 +45,14 @@ class Guarded:
 
     sidecar: RunningServer
     run_id: str
+    headers: dict[str, str]  # the Authorization a good client sends, if a token is set
 
     def assert_intact(self) -> None:
-        assert_run(self.sidecar, self.run_id)  # every signal as sent, nothing added
-        assert post(self.sidecar, b"")[0] == 200  # and the receiver still answers
+        assert_run(self.sidecar, self.run_id, self.headers)  # every signal as sent, no more
+        assert post(self.sidecar, b"", headers=self.headers)[0] == 200  # the receiver answers
 
 
+@contextmanager
 def start_guarded(tmp_path: Path, token: str | None = None, **config: object
                   ) -> Iterator[Guarded]:
     with running_server(sidecar_config(tmp_path / "state", max_request_bytes=MAX_REQUEST_BYTES,
@@ -57,15 +60,15 @@ def start_guarded(tmp_path: Path, token: str | None = None, **config: object
         spans, key = agent_run()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         assert post(sidecar, encode(spans).SerializeToString(), headers=headers)[0] == 200
-        guarded = Guarded(sidecar, key)
-        if token is None:
-            guarded.assert_intact()
+        guarded = Guarded(sidecar, key, headers)
+        guarded.assert_intact()
         yield guarded
 
 
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[Guarded]:
-    yield from start_guarded(tmp_path)
+    with start_guarded(tmp_path) as guarded:
+        yield guarded
 
 
 def counted(before: dict[str, float], outcome: str, times: int = 1) -> dict[str, float]:
@@ -82,7 +85,8 @@ def status_message(body: bytes, content_type: str) -> status_pb2.Status:
 
 def valid_body() -> bytes:
     spans, _ = agent_run()
-    return encode(spans).SerializeToString()
+    body: bytes = encode(spans).SerializeToString()
+    return body
 
 
 def gzip_bomb(size: int) -> bytes:
@@ -180,56 +184,57 @@ def test_gzip_bomb_is_refused_without_inflating_it(guarded: Guarded) -> None:
 
 
 def test_spans_without_ids_are_rejected_and_the_rest_applied(guarded: Guarded) -> None:
-    maker = SpanMaker()
-    with maker.agent():
-        maker.span("chat", chat_attrs(11, 4))
-    spans = maker.take()
-    request = encode(spans)
     before = export_outcomes(guarded.sidecar, "http")
-    scope_spans = request.resource_spans[0].scope_spans[0]
-    scope_spans.spans.add().name = "no ids at all"
-    no_span_id = scope_spans.spans.add()
-    no_span_id.trace_id = b"\x01" * 16
+    for content_type in (PROTOBUF, JSON):
+        maker = SpanMaker()
+        with maker.agent():
+            maker.span("chat", chat_attrs(11, 4))
+        spans = maker.take()
+        request = encode(spans)
+        scope_spans = request.resource_spans[0].scope_spans[0]
+        scope_spans.spans.add().name = "no ids at all"
+        scope_spans.spans.add().trace_id = b"\x01" * 16  # no span id
 
-    status, response = post(guarded.sidecar, request.SerializeToString())
-    assert status == 200
-    partial = ExportTraceServiceResponse.FromString(response).partial_success
-    assert partial.rejected_spans == 2
-    assert "1 invalid_span_id, 1 invalid_trace_id" in partial.error_message
+        body = request.SerializeToString() if content_type == PROTOBUF else request_json(request)
+        status, response = post(guarded.sidecar, body, content_type)
+        assert status == 200
+        if content_type == PROTOBUF:
+            partial = ExportTraceServiceResponse.FromString(response).partial_success
+            rejected, message = partial.rejected_spans, partial.error_message
+        else:
+            partial_json = json.loads(response)["partialSuccess"]
+            rejected, message = int(partial_json["rejectedSpans"]), partial_json["errorMessage"]
+        assert rejected == 2
+        assert "invalid_trace_id" in message and "invalid_span_id" in message
 
-    status, response = post(guarded.sidecar, request_json(request), JSON)
-    assert status == 200
-    partial_json = json.loads(response)["partialSuccess"]
-    assert partial_json["rejectedSpans"] == "2"
-    assert "invalid_trace_id" in partial_json["errorMessage"]
-
-    context = spans[0].context
-    assert context is not None
-    signals = guarded.sidecar.get_json(f"/v1/runs/trace:{context.trace_id:032x}")["signals"]
-    # The valid spans of both requests were applied (the second is not a byte-identical retry).
-    assert (signals["iterations"], signals["input_tokens"]) == (2, 22)
+        context = spans[0].context
+        assert context is not None
+        detail = guarded.sidecar.get_json(f"/v1/runs/trace:{context.trace_id:032x}")
+        assert detail["spans"] == 2  # the valid spans of the request were applied
+        assert (detail["signals"]["iterations"], detail["signals"]["input_tokens"]) == (1, 11)
     assert export_outcomes(guarded.sidecar, "http") == counted(before, "partial", 2)
     guarded.assert_intact()
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong", "s3cret", "Basic s3cret"])
 def test_wrong_token(tmp_path: Path, authorization: str | None) -> None:
-    for guarded in start_guarded(tmp_path, token="s3cret"):
+    with start_guarded(tmp_path, token="s3cret") as guarded:
+        before = export_outcomes(guarded.sidecar, "http")
         headers = {"Authorization": authorization} if authorization else {}
         status, response_headers, response = post_full(guarded.sidecar, valid_body(), PROTOBUF,
                                                        headers)
         assert status == 401
         assert response_headers["WWW-Authenticate"] == "Bearer"
         assert "bearer token" in status_message(response, PROTOBUF).message
-        assert export_outcomes(guarded.sidecar, "http") == {"ok": 1, "unauthorized": 1}
+        assert export_outcomes(guarded.sidecar, "http") == counted(before, "unauthorized")
+        guarded.assert_intact()
 
 
 # -- gRPC -------------------------------------------------------------------------------------
 
 def grpc_export(sidecar: RunningServer, body: bytes, **kwargs: object) -> bytes:
     with grpc.insecure_channel(sidecar.grpc_target) as channel:
-        response: bytes = channel.unary_unary(EXPORT_METHOD)(body, timeout=10, **kwargs)
-        return response
+        return bytes(channel.unary_unary(EXPORT_METHOD)(body, timeout=10, **kwargs))
 
 
 @pytest.mark.parametrize(("body", "compression", "code", "message"), [
@@ -248,7 +253,7 @@ def test_grpc_bad_input(guarded: Guarded, body: Callable[[], bytes],
                         message: str) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         grpc_export(guarded.sidecar, body(), compression=compression)
-    error: grpc.Call = caught.value  # type: ignore[assignment]
+    error: grpc.Call = caught.value
     assert error.code() is code
     assert message in (error.details() or "")
     guarded.assert_intact()
@@ -272,7 +277,7 @@ class SlowUpload:
         self.sock.sendall(self.body[10:])
         return self.response()
 
-    def response(self) -> tuple[int, bytes]:
+    def response(self, keep_open: bool = False) -> tuple[int, bytes]:
         """Status and body, read by Content-Length (the server may keep the socket open)."""
         data = b""
         while b"\r\n\r\n" not in data:
@@ -283,7 +288,8 @@ class SlowUpload:
                       if line.lower().startswith("content-length:"))
         while len(body) < length:
             body += self._recv()
-        self.sock.close()
+        if not keep_open:
+            self.sock.close()
         return int(lines[0].split()[1]), body
 
     def _recv(self) -> bytes:
@@ -300,12 +306,12 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 def test_overload_answers_503_and_unavailable(tmp_path: Path) -> None:
-    for guarded in start_guarded(tmp_path, max_pending_requests=1):
+    with start_guarded(tmp_path, max_pending_requests=1) as guarded:
         sidecar = guarded.sidecar
         spans, key = agent_run()
         held = SlowUpload(sidecar, encode(spans).SerializeToString())
         # Probe until the held upload has taken the one slot.
-        wait_for(lambda: post(sidecar, b"")[0] == 503)  # noqa: B023 - called right here
+        wait_for(lambda: post(sidecar, b"")[0] == 503)
         status_code, headers, body = post_full(sidecar, b"")
         assert status_code == 503
         assert headers["Retry-After"] == "1"
@@ -317,7 +323,7 @@ def test_overload_answers_503_and_unavailable(tmp_path: Path) -> None:
 
         with pytest.raises(grpc.RpcError) as caught:
             grpc_export(sidecar, b"")
-        error: grpc.Call = caught.value  # type: ignore[assignment]
+        error: grpc.Call = caught.value
         assert error.code() is grpc.StatusCode.UNAVAILABLE
         trailers = dict(error.trailing_metadata() or ())
         details = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
@@ -337,7 +343,33 @@ def test_overload_answers_503_and_unavailable(tmp_path: Path) -> None:
 def test_stalled_upload_times_out(guarded: Guarded, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(otlp_http, "BODY_READ_TIMEOUT", 0.2)
     held = SlowUpload(guarded.sidecar, valid_body())
-    status, body = held.response()
+    status, body = held.response(keep_open=True)
+    held.sock.sendall(held.body[10:])  # the late rest is drained and dropped by the server
+    held.sock.close()
     assert status == 408
     assert "did not arrive within 0.2s" in status_message(body, PROTOBUF).message
+    guarded.assert_intact()
+
+
+def test_unexpected_error_is_logged_not_shown(guarded: Guarded, monkeypatch: pytest.MonkeyPatch,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Fault injection (the one place these tests replace behaviour): a bug in the service
+    answers 500 / INTERNAL with a plain message; the traceback goes to the log only."""
+    service = guarded.sidecar.server.service
+    assert service is not None
+
+    def broken_export(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("secret internal detail")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(service, "export", broken_export)
+        status, _, body = post_full(guarded.sidecar, otlp_json(agent_run()[0]), JSON)
+        assert status == 500
+        assert status_message(body, JSON).message == "internal error; see the watchdog log"
+        with pytest.raises(grpc.RpcError) as caught:
+            grpc_export(guarded.sidecar, valid_body())
+        error: grpc.Call = caught.value
+        assert error.code() is grpc.StatusCode.INTERNAL
+        assert "secret" not in (error.details() or "")
+    assert "secret internal detail" in caplog.text  # logged with its traceback
     guarded.assert_intact()

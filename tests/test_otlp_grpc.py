@@ -29,7 +29,9 @@ def export_raw(channel: grpc.Channel, body: bytes, **kwargs: object
                ) -> ExportTraceServiceResponse:
     """One ``Export`` call with the message bytes as given (no client-side serializer)."""
     call = channel.unary_unary(EXPORT_METHOD)
-    return ExportTraceServiceResponse.FromString(call(body, timeout=10, **kwargs))
+    response: ExportTraceServiceResponse = ExportTraceServiceResponse.FromString(
+        call(body, timeout=10, **kwargs))
+    return response
 
 
 @pytest.mark.parametrize("compression", [grpc.Compression.NoCompression,

@@ -78,8 +78,10 @@ def run_id(spans: Sequence[ReadableSpan]) -> str:
     return f"trace:{context.trace_id:032x}"
 
 
-def assert_run(sidecar: RunningServer, key: str) -> dict[str, object]:
-    detail = sidecar.get_json(f"/v1/runs/{key}")
+def assert_run(sidecar: RunningServer, key: str, headers: dict[str, str] | None = None
+               ) -> dict[str, object]:
+    """The run as the control API shows it has exactly the signals agent_run() sent."""
+    detail = sidecar.get_json(f"/v1/runs/{key}", headers)
     signals = detail["signals"]
     assert {name: signals[name] for name in EXPECTED_SIGNALS} == EXPECTED_SIGNALS
     assert detail["spans"] == EXPECTED_SPANS
@@ -142,7 +144,7 @@ def test_sdk_exporter_run_signals(sidecar: RunningServer, compression: Compressi
         assert exporter.export(spans[:-1]) is SpanExportResult.SUCCESS  # children first
         assert exporter.export(spans[-1:]) is SpanExportResult.SUCCESS  # the agent span last
     finally:
-        exporter.shutdown()
+        exporter.shutdown()  # type: ignore[no-untyped-call]
     detail = assert_run(sidecar, key)
     assert detail["agent"] == "explorer"
     assert export_outcomes(sidecar, "http") == {"ok": 2}
@@ -157,7 +159,7 @@ def test_sdk_exporter_with_token(tmp_path: Path) -> None:
         try:
             assert exporter.export(spans) is SpanExportResult.SUCCESS
         finally:
-            exporter.shutdown()
+            exporter.shutdown()  # type: ignore[no-untyped-call]
         detail = sidecar.get_json(f"/v1/runs/{key}", {"Authorization": "Bearer s3cret"})
         assert detail["signals"]["tool_calls"] == EXPECTED_SIGNALS["tool_calls"]
 

@@ -86,7 +86,7 @@ class TraceService:
         if isinstance(given, bytes):
             given = given.decode("utf-8", "replace")
         scheme, _, token = given.partition(" ")
-        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode(),
+        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode("utf-8", "replace"),
                                    self._expected_auth.encode()):
             raise Unauthorized("missing or wrong bearer token (metadata authorization: "
                                "Bearer <token>)")

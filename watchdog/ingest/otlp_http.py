@@ -9,8 +9,9 @@ were rejected. Error bodies are a ``google.rpc.Status`` in the request's encodin
 
 aiohttp inflates the body itself in bounded steps and stops reading once ``client_max_size``
 (``max_request_bytes``) is passed, so a gzip bomb never grows in memory past about twice the
-limit. Admission is taken before the body is read: a slow upload holds a slot, which is what
-the read timeout bounds.
+limit; a compressed body refused before its end also drops the connection, so the rest is
+never inflated (see :func:`_answer_and_close`). Admission is taken before the body is read: a
+slow upload holds a slot, which is what the read timeout bounds.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ PROTOCOL = "http"
 TRACES_PATH = "/v1/traces"
 # Content codings aiohttp inflates itself (br and zstd need optional packages).
 SUPPORTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
+COMPRESSED = frozenset({"gzip", "deflate"})
 # A stalled upload holds an admission slot; past this it is dropped with 408.
 BODY_READ_TIMEOUT = 30.0
 
@@ -94,12 +96,15 @@ class TraceReceiver:
     async def handle(self, request: web.Request) -> web.Response:
         codec = CODECS.get(request.content_type, JSON)
         try:
-            response = await self._export(request)
+            return await self._export(request)
         except WatchdogError as exc:
-            return self._refuse(codec, exc)
+            error = exc
         except Exception:  # never a traceback to the client; the log has it
             log.exception("OTLP/HTTP export failed")
-            return self._refuse(codec, WatchdogError("internal error; see the watchdog log"))
+            error = WatchdogError("internal error; see the watchdog log")
+        response = self._refuse(codec, error)
+        if _content_encoding(request) in COMPRESSED and not request.content.is_eof():
+            await _answer_and_close(request, response)
         return response
 
     async def _export(self, request: web.Request) -> web.Response:
@@ -109,7 +114,7 @@ class TraceReceiver:
             raise UnsupportedMediaType(
                 f"unsupported Content-Type {request.content_type!r}: OTLP/HTTP accepts "
                 f"{' or '.join(CODECS)}")
-        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        encoding = _content_encoding(request)
         if encoding not in SUPPORTED_ENCODINGS:
             raise UnsupportedMediaType(
                 f"unsupported Content-Encoding {encoding!r}: accepted are gzip, deflate, identity")
@@ -139,7 +144,7 @@ class TraceReceiver:
             return
         given = request.headers.get("Authorization", "")
         scheme, _, token = given.partition(" ")
-        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode(),
+        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode("utf-8", "replace"),
                                    self._expected_auth.encode()):
             raise Unauthorized("missing or wrong bearer token (Authorization: Bearer <token>)")
 
@@ -153,7 +158,7 @@ class TraceReceiver:
             raise RequestTimeout(
                 f"the request body did not arrive within {BODY_READ_TIMEOUT:g}s") from None
         except web.RequestPayloadError:  # corrupt gzip/deflate data, a broken chunked body
-            if encoding in ("gzip", "deflate"):
+            if encoding in COMPRESSED:
                 raise BadRequest(f"the request body is not valid {encoding} data "
                                  f"(Content-Encoding: {encoding})") from None
             raise BadRequest("the request body could not be read (broken transfer)") from None
@@ -172,6 +177,20 @@ class TraceReceiver:
             headers["WWW-Authenticate"] = "Bearer"
         return web.Response(status=error.http_status, body=codec.status(error),
                             content_type=codec.content_type, headers=headers)
+
+
+def _content_encoding(request: web.Request) -> str:
+    return request.headers.get("Content-Encoding", "").strip().lower()
+
+
+async def _answer_and_close(request: web.Request, response: web.Response) -> None:
+    """Send ``response``, then drop the connection. Left open, aiohttp would drain the unread
+    body for up to 10 s after the response, inflating it on the event loop thread: a gzip
+    bomb past the limit would stall every other request meanwhile, and a corrupt one would be
+    logged as an unhandled error."""
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
 
 
 def create_app(service: WatchdogService, metrics: Metrics, admission: Admission,
