@@ -10,7 +10,6 @@ The inner one checks the Bearer token when ``api_token`` is set.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from watchdog.auth import check_bearer
 from watchdog.config import Config
 from watchdog.errors import BadRequest, Unauthorized, WatchdogError
 from watchdog.runs.report import build_report, render_markdown
@@ -77,14 +77,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 def auth_middleware(token: str) -> Callable[[web.Request, Handler],
                                             Awaitable[web.StreamResponse]]:
-    expected = token.encode()
-
     @web.middleware
     async def check_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        scheme, _, provided = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(provided.strip().encode(),
-                                                                 expected):
-            raise Unauthorized("missing or wrong API token: send 'Authorization: Bearer <token>'")
+        check_bearer(request.headers.get("Authorization"), token, "the header Authorization:")
         return await handler(request)
 
     return check_token

@@ -259,10 +259,6 @@ class Metrics:
             duration = run.elapsed_seconds(run.ended_at if run.ended_at is not None else 0.0)
             self.run_duration_seconds.labels(agent).observe(duration, exemplar)
 
-    def duplicate_request(self, protocol: str) -> None:
-        """Counted where the outcome of every request is: the receivers report an exporter retry
-        as ``export_requests_total{outcome="duplicate"}``; a second counter would say it twice."""
-
     # -- receivers ----------------------------------------------------------------------------
 
     def export_request(self, protocol: str, outcome: str) -> None:

@@ -66,7 +66,7 @@ class Server:
         await self._start_app("otlp_http", config.otlp_http_address,
                               otlp_http.create_app(service, self.metrics, admission, config))
         await self._start_app("api", config.api_address, api.create_app(service, config))
-        host, port = split_address("otlp_grpc_address", config.otlp_grpc_address)
+        host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
         self._grpc, bound = otlp_grpc.create_server(service, self.metrics, admission, config)
         await self._grpc.start()
         self.addresses["otlp_grpc"] = (host, bound)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from watchdog.clock import Clock, SystemClock
@@ -42,7 +42,6 @@ class Observer(Protocol):
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None: ...
     def batch_applied(self, result: BatchResult) -> None: ...
     def runs_finished(self, runs: Iterable[RunState]) -> None: ...
-    def duplicate_request(self, protocol: str) -> None: ...
 
 
 class NullObserver:
@@ -53,9 +52,6 @@ class NullObserver:
         pass
 
     def runs_finished(self, runs: Iterable[RunState]) -> None:
-        pass
-
-    def duplicate_request(self, protocol: str) -> None:
         pass
 
 
@@ -88,10 +84,8 @@ class WatchdogService:
                digest: bytes | None = None) -> Decoded:
         """Apply one OTLP export request. ``digest`` (of the body) lets a retried request that
         was already applied be acknowledged without counting its spans twice."""
-        if digest is not None:
-            if digest in self._recent_requests:
-                self.observer.duplicate_request(protocol)
-                return Decoded()
+        if digest is not None and digest in self._recent_requests:
+            return Decoded(duplicate=True)
         if len(self._pending_activity) >= MAX_PENDING_ACTIVITY:
             raise Overloaded("the state store is behind; retry shortly", retry_after=1.0)
         now = self.clock.now()

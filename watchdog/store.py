@@ -136,7 +136,7 @@ class Store:
         return json.loads(row[0]) if row else None
 
     def list_runs(self, ended: bool | None, agent: str | None, limit: int) -> list[dict[str, Any]]:
-        sql, args = "SELECT data FROM runs WHERE 1=1", []
+        sql, args = "SELECT data FROM runs WHERE 1=1", list[object]()
         if ended is not None:
             sql += " AND ended=?"
             args.append(int(ended))

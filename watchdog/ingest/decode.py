@@ -27,7 +27,6 @@ __all__ = [
     "ExportTraceServiceRequest",
     "ExportTraceServiceResponse",
     "attributes",
-    "count_spans",
     "parse_json",
     "parse_protobuf",
     "protobuf_backend",
@@ -95,12 +94,6 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
     return request
 
 
-def count_spans(request: ExportTraceServiceRequest) -> int:
-    return sum(len(scope_spans.spans) for resource_spans in request.resource_spans
-               for scope_spans in resource_spans.scope_spans)
-
-
-# OTLP: on full success the server MUST leave ``partial_success`` unset.
 def response_json(rejected: int, message: str) -> bytes:
     """An OTLP/JSON ``ExportTraceServiceResponse`` body."""
     if not rejected and not message:

@@ -12,16 +12,16 @@ Refusals go through :mod:`watchdog.errors`; overload is UNAVAILABLE with a ``Ret
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 from collections.abc import Sequence
 
 import grpc
 
+from watchdog.auth import check_bearer
 from watchdog.config import Config
-from watchdog.errors import BadRequest, Unauthorized, WatchdogError
+from watchdog.errors import BadRequest, WatchdogError
 from watchdog.ingest.admission import Admission
-from watchdog.ingest.decode import DecodeError, count_spans, parse_protobuf, response_protobuf
+from watchdog.ingest.decode import DecodeError, parse_protobuf, response_protobuf
 from watchdog.metrics import Metrics
 from watchdog.service import WatchdogService
 
@@ -44,7 +44,7 @@ class TraceService:
         self.service = service
         self.metrics = metrics
         self.admission = admission
-        self._expected_auth = f"bearer {config.api_token}" if config.api_token else None
+        self._expected_auth = config.api_token
 
     async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
@@ -70,26 +70,14 @@ class TraceService:
             digest = hashlib.blake2b(body, digest_size=16).digest()
             decoded = self.service.export(request, PROTOCOL, digest)
         rejected = decoded.rejected_count
-        if rejected:
-            outcome = "partial"
-        elif not decoded.records and count_spans(request):
-            outcome = "duplicate"  # an exporter retry of a request already applied
-        else:
-            outcome = "ok"
-        self.metrics.export_request(PROTOCOL, outcome)
+        self.metrics.export_request(PROTOCOL, decoded.outcome())
         return response_protobuf(rejected, decoded.message())
 
     def _authorize(self, metadata: Metadata) -> None:
         if self._expected_auth is None:
             return
-        given = next((value for key, value in metadata if key == "authorization"), "")
-        if isinstance(given, bytes):
-            given = given.decode("utf-8", "replace")
-        scheme, _, token = given.partition(" ")
-        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode("utf-8", "replace"),
-                                   self._expected_auth.encode()):
-            raise Unauthorized("missing or wrong bearer token (metadata authorization: "
-                               "Bearer <token>)")
+        given = next((value for key, value in metadata if key == "authorization"), None)
+        check_bearer(given, self._expected_auth, "the metadata authorization:")
 
 
 def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:

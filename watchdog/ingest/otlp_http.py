@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from google.protobuf import json_format
 
+from watchdog.auth import check_bearer
 from watchdog.config import Config
 from watchdog.errors import (
     BadRequest,
@@ -39,7 +39,6 @@ from watchdog.ingest.admission import Admission
 from watchdog.ingest.decode import (
     DecodeError,
     ExportTraceServiceRequest,
-    count_spans,
     parse_json,
     parse_protobuf,
     response_json,
@@ -91,7 +90,7 @@ class TraceReceiver:
         self.metrics = metrics
         self.admission = admission
         self.max_request_bytes = config.max_request_bytes
-        self._expected_auth = f"bearer {config.api_token}" if config.api_token else None
+        self._expected_auth = config.api_token
 
     async def handle(self, request: web.Request) -> web.Response:
         codec = CODECS.get(request.content_type, JSON)
@@ -129,24 +128,15 @@ class TraceReceiver:
             digest = hashlib.blake2b(body, digest_size=16).digest()
             decoded = self.service.export(export_request, PROTOCOL, digest)
         rejected = decoded.rejected_count
-        if rejected:
-            outcome = "partial"
-        elif not decoded.records and count_spans(export_request):
-            outcome = "duplicate"  # an exporter retry of a request already applied
-        else:
-            outcome = "ok"
-        self.metrics.export_request(PROTOCOL, outcome)
+        self.metrics.export_request(PROTOCOL, decoded.outcome())
         return web.Response(body=codec.response(rejected, decoded.message()),
                             content_type=codec.content_type)
 
     def _authorize(self, request: web.Request) -> None:
         if self._expected_auth is None:
             return
-        given = request.headers.get("Authorization", "")
-        scheme, _, token = given.partition(" ")
-        if not hmac.compare_digest(f"{scheme.lower()} {token.strip()}".encode("utf-8", "replace"),
-                                   self._expected_auth.encode()):
-            raise Unauthorized("missing or wrong bearer token (Authorization: Bearer <token>)")
+        check_bearer(request.headers.get("Authorization"), self._expected_auth,
+                     "the header Authorization:")
 
     async def _read_body(self, request: web.Request, encoding: str) -> bytes:
         try:

@@ -20,11 +20,18 @@ class Decoded:
     records: list[SpanRecord] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)  # reason -> spans
     first_error: str = ""
+    duplicate: bool = False  # a retry of a request already applied: acknowledged, not counted
     oldest_end_ns: int = 0
 
     @property
     def rejected_count(self) -> int:
         return sum(self.rejected.values())
+
+    def outcome(self) -> str:
+        """The receivers' ``export_requests_total{outcome}`` label for a decoded request."""
+        if self.duplicate:
+            return "duplicate"
+        return "partial" if self.rejected else "ok"
 
     def message(self) -> str:
         if not self.rejected:

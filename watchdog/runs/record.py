@@ -8,10 +8,10 @@ It is created once per span on the hot path, hence ``slots``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class SpanKind(str, Enum):
+class SpanKind(StrEnum):
     """What a span means for a run."""
 
     LLM = "llm"
@@ -20,7 +20,7 @@ class SpanKind(str, Enum):
     OTHER = "other"
 
 
-class KeySource(str, Enum):
+class KeySource(StrEnum):
     """Where the run key came from (DESIGN §3), in order of precedence."""
 
     WATCHDOG = "watchdog"  # watchdog.run.id, set by the client SDK

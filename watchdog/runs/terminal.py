@@ -7,10 +7,10 @@ answer is ``completed``. That distinction is what lets a follow-up tell "done" f
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class TerminalState(str, Enum):
+class TerminalState(StrEnum):
     COMPLETED = "completed"
     NO_RESPONSE = "no_response"
     ERROR = "error"
