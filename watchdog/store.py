@@ -34,7 +34,12 @@ CREATE INDEX IF NOT EXISTS runs_by_state ON runs (ended, updated);
 CREATE TABLE IF NOT EXISTS activity (
     run TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    data TEXT NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    detail TEXT,
+    result TEXT,
+    error TEXT,
     PRIMARY KEY (run, seq)
 ) WITHOUT ROWID;
 """
@@ -83,9 +88,9 @@ class Store:
                     for r in runs]
         newest: dict[str, int] = {}
         activity_rows = []
-        for entry in activity:
-            activity_rows.append((entry.run_key, entry.seq,
-                                  json.dumps(entry.to_dict(), separators=(",", ":"))))
+        for entry in activity:  # columns, not JSON: this is the store's hottest write
+            activity_rows.append((entry.run_key, entry.seq, entry.at, entry.kind, entry.name,
+                                  entry.detail, entry.result, entry.error))
             if entry.seq > newest.get(entry.run_key, 0):
                 newest[entry.run_key] = entry.seq
         size = self.activity_log_size
@@ -98,7 +103,7 @@ class Store:
                     "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
                     "updated=excluded.updated, data=excluded.data", run_rows)
-                db.executemany("INSERT OR REPLACE INTO activity (run, seq, data) VALUES (?,?,?)",
+                db.executemany("INSERT OR REPLACE INTO activity VALUES (?,?,?,?,?,?,?,?)",
                                activity_rows)
                 db.executemany("DELETE FROM activity WHERE run=? AND seq<=?", trims)
                 db.execute("COMMIT")
@@ -154,6 +159,6 @@ class Store:
         limit = limit or self.activity_log_size
         with self._lock:
             rows = self._db.execute(
-                "SELECT data FROM activity WHERE run=? ORDER BY seq DESC LIMIT ?",
-                (key, limit)).fetchall()
-        return [ActivityEntry.from_dict(key, json.loads(row[0])) for row in reversed(rows)]
+                "SELECT run, seq, at, kind, name, detail, result, error FROM activity "
+                "WHERE run=? ORDER BY seq DESC LIMIT ?", (key, limit)).fetchall()
+        return [ActivityEntry(*row) for row in reversed(rows)]

@@ -11,7 +11,6 @@ Refusals go through :mod:`watchdog.errors`; overload is UNAVAILABLE with a ``Ret
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 
@@ -21,7 +20,12 @@ from watchdog.auth import check_bearer
 from watchdog.config import Config
 from watchdog.errors import BadRequest, WatchdogError
 from watchdog.ingest.admission import Admission
-from watchdog.ingest.decode import DecodeError, parse_protobuf, response_protobuf
+from watchdog.ingest.decode import (
+    DecodeError,
+    parse_protobuf,
+    request_digest,
+    response_protobuf,
+)
 from watchdog.metrics import Metrics
 from watchdog.service import WatchdogService
 
@@ -67,7 +71,7 @@ class TraceService:
                 request = parse_protobuf(body)
             except DecodeError as exc:
                 raise BadRequest(str(exc)) from None
-            digest = hashlib.blake2b(body, digest_size=16).digest()
+            digest = request_digest(body)
             decoded = self.service.export(request, PROTOCOL, digest)
         rejected = decoded.rejected_count
         self.metrics.export_request(PROTOCOL, decoded.outcome())

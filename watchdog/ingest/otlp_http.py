@@ -17,7 +17,6 @@ slow upload holds a slot, which is what the read timeout bounds.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from watchdog.ingest.decode import (
     ExportTraceServiceRequest,
     parse_json,
     parse_protobuf,
+    request_digest,
     response_json,
     response_protobuf,
 )
@@ -125,7 +125,7 @@ class TraceReceiver:
                 export_request = codec.parse(body)
             except DecodeError as exc:
                 raise BadRequest(str(exc)) from None
-            digest = hashlib.blake2b(body, digest_size=16).digest()
+            digest = request_digest(body)
             decoded = self.service.export(export_request, PROTOCOL, digest)
         rejected = decoded.rejected_count
         self.metrics.export_request(PROTOCOL, decoded.outcome())

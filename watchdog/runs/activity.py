@@ -8,7 +8,6 @@ not grow with its length.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from watchdog.runs.record import SpanKind, SpanRecord
 
@@ -25,16 +24,6 @@ class ActivityEntry:
     detail: str | None = None  # tool arguments brief, or tokens/finish reason for an LLM call
     result: str | None = None  # tool result brief or final answer brief
     error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "at": self.at, "kind": self.kind, "name": self.name,
-                "detail": self.detail, "result": self.result, "error": self.error}
-
-    @classmethod
-    def from_dict(cls, run_key: str, data: dict[str, Any]) -> ActivityEntry:
-        return cls(run_key=run_key, seq=data["seq"], at=data["at"], kind=data["kind"],
-                   name=data["name"], detail=data.get("detail"), result=data.get("result"),
-                   error=data.get("error"))
 
 
 def entry_for(record: SpanRecord, seq: int) -> ActivityEntry | None:
