@@ -1,0 +1,36 @@
+"""What the rule engine decides: the hand-off from ``rules`` to ``directives``.
+
+A :class:`Decision` says that a rule fired for a run; the directive layer turns it into a
+stored, numbered, delivered :class:`~watchdog.directives.model.Directive`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from watchdog.runs.terminal import TerminalState
+
+
+class Action(StrEnum):
+    NOTIFY = "notify"  # recorded and delivered, the agent need not change course
+    WIND_DOWN = "wind_down"  # finish up: report progress and stop soon
+    ABORT = "abort"  # stop now
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    run_key: str
+    rule: str
+    action: Action
+    severity: Severity
+    message: str
+    terminal_state: TerminalState | None
+    dedup_key: str  # rule name, or rule name + message hash with repeat: on_change
+    escalation: bool = False  # an abort because a wind_down's grace ran out
