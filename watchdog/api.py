@@ -109,7 +109,7 @@ class RunRoutes:
         key = request.match_info["id"]
         service = self.service
         run = service.find_run(key)
-        report = build_report(run, await service.activity(key), service.clock.now())
+        report = build_report(run, service.activity(key), service.clock.now())
         if _wants_json(request.headers.get("Accept", "")):
             return web.json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,

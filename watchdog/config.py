@@ -31,6 +31,8 @@ DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024  # OTLP's usual 16 MiB, after decom
 DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
 DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
 DEFAULT_ACTIVITY_LOG_SIZE = 200
+DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
+DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "WATCHDOG_"
 MEMORY_STATE_DIR = ":memory:"
@@ -42,7 +44,8 @@ class Config:
     otlp_http_address: str = DEFAULT_OTLP_HTTP_ADDRESS
     api_address: str = DEFAULT_API_ADDRESS
     metrics_address: str = DEFAULT_METRICS_ADDRESS
-    rules: tuple[str, ...] = ()  # files or directories; empty = the shipped default pack
+    rules: tuple[str, ...] = ()  # files or directories, loaded after the shipped default pack
+    default_rules: bool = True  # load the shipped default pack first
     state_dir: str = DEFAULT_STATE_DIR  # ":memory:" keeps nothing across restarts
     api_token: str | None = field(default=None, repr=False)
     webhooks: tuple[Mapping[str, Any], ...] = ()
@@ -52,6 +55,8 @@ class Config:
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     state_flush_interval: float = DEFAULT_STATE_FLUSH_INTERVAL
     activity_log_size: int = DEFAULT_ACTIVITY_LOG_SIZE
+    eval_interval: float = DEFAULT_EVAL_INTERVAL
+    rules_watch_interval: float = DEFAULT_RULES_WATCH_INTERVAL  # 0 disables the file watch
     log_level: str = "info"
     insecure: bool = False  # allow non-loopback binds without api_token
 
@@ -62,6 +67,10 @@ class Config:
                  "a positive number of seconds (e.g. 900 or 15m)")
         _require(self.state_flush_interval > 0, "state_flush_interval", self.state_flush_interval,
                  "a positive number of seconds")
+        _require(self.eval_interval > 0, "eval_interval", self.eval_interval,
+                 "a positive number of seconds")
+        _require(self.rules_watch_interval >= 0, "rules_watch_interval",
+                 self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
         for name in ("max_runs", "max_request_bytes", "max_pending_requests",
                      "activity_log_size"):
             _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")

@@ -66,6 +66,7 @@ class WatchdogService:
                                   run_end_timeout=config.run_end_timeout)
         self._dirty: dict[str, RunState] = {}
         self._pending_activity: list[ActivityEntry] = []
+        self._saving_activity: list[ActivityEntry] = []  # handed to the store, not committed yet
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
 
@@ -143,7 +144,12 @@ class WatchdogService:
     async def save_pending(self) -> None:
         rows, activity = self.take_pending()
         if rows or activity:
-            await self.in_store_lane(self.store.save, rows, activity)
+            self._saving_activity = activity
+            try:
+                await self.in_store_lane(self.store.save, rows, activity)
+            finally:
+                if self._saving_activity is activity:
+                    self._saving_activity = []
 
     async def close(self) -> None:
         """Persist what is pending and close the store (shutdown)."""
@@ -185,7 +191,15 @@ class WatchdogService:
                         runs[data["key"]] = RunState.from_dict(data)
         return [run_summary(run, now) for run in list(runs.values())[:limit]]
 
-    async def activity(self, key: str) -> list[ActivityEntry]:
-        """The run's activity log, including entries not yet flushed."""
-        await self.save_pending()
-        return await self.in_store_lane(self.store.activity, key)
+    def activity(self, key: str) -> list[ActivityEntry]:
+        """The run's activity log: what the store has, plus what is on its way there.
+
+        The store reads through its own connection, so this never waits for a flush.
+        """
+        entries = {entry.seq: entry for entry in self.store.activity(key)}
+        for batch in (self._saving_activity, self._pending_activity):
+            for entry in batch:
+                if entry.run_key == key:
+                    entries[entry.seq] = entry
+        ordered = [entries[seq] for seq in sorted(entries)]
+        return ordered[-self.config.activity_log_size:]

@@ -1,9 +1,10 @@
 """Embedded SQLite persistence: run snapshots and activity logs (later: fired rules, directives,
 sessions), so a restart loses no run.
 
-The store is synchronous and owns one connection guarded by a lock; the server calls it from a
-worker thread (``asyncio.to_thread``) so the event loop never waits on disk. Writes come in
-batches, one transaction each. The activity log is a ring per run: rows whose ``seq`` falls more
+The store is synchronous. Writes go through one connection, called from a single worker thread
+(the service's store lane) in batches, one transaction each. Reads use a second connection:
+in WAL mode readers never wait for a writer, so the API and the directive builder can read on
+the event loop while a large flush is being committed. The activity log is a ring per run: rows whose ``seq`` falls more
 than ``activity_log_size`` behind the newest are deleted in the same transaction.
 """
 
@@ -53,16 +54,18 @@ class Store:
     def __init__(self, state_dir: str, activity_log_size: int = 200) -> None:
         self.activity_log_size = activity_log_size
         if state_dir == ":memory:":
-            target = ":memory:"
+            # A named shared-cache memory database, so the reader connection sees the writes.
+            target = f"file:watchdog-{id(self):x}?mode=memory&cache=shared"
         else:
             directory = Path(state_dir)
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
-            target = str(directory / DB_FILE)
+            target = (directory / DB_FILE).absolute().as_uri()
         try:
-            self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+            self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
+                                       uri=True)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -71,11 +74,16 @@ class Store:
                                  f"{SCHEMA_VERSION}: use a newer agent-watchdog")
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._reader = sqlite3.connect(target, check_same_thread=False,
+                                           isolation_level=None, uri=True)
         except sqlite3.Error as exc:
             raise StoreError(f"state_dir {state_dir!r}: {exc}") from None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the writer connection
+        self._read_lock = threading.Lock()  # the reader connection
 
     def close(self) -> None:
+        with self._read_lock:
+            self._reader.close()
         with self._lock:
             self._db.close()
 
@@ -129,15 +137,15 @@ class Store:
 
     def load_runs(self, active: bool, limit: int) -> list[dict[str, Any]]:
         """Run snapshots, most recently updated first."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT data FROM runs WHERE ended=? ORDER BY updated DESC LIMIT ?",
                 (0 if active else 1, limit)).fetchall()
         return [json.loads(row[0]) for row in rows]
 
     def get_run(self, key: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
+        with self._read_lock:
+            row = self._reader.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def list_runs(self, ended: bool | None, agent: str | None, limit: int) -> list[dict[str, Any]]:
@@ -150,15 +158,15 @@ class Store:
             args.append(agent)
         sql += " ORDER BY updated DESC LIMIT ?"
         args.append(limit)
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+        with self._read_lock:
+            rows = self._reader.execute(sql, args).fetchall()
         return [json.loads(row[0]) for row in rows]
 
     def activity(self, key: str, limit: int | None = None) -> list[ActivityEntry]:
         """The run's activity log, oldest first (the last ``limit`` entries)."""
         limit = limit or self.activity_log_size
-        with self._lock:
-            rows = self._db.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT run, seq, at, kind, name, detail, result, error FROM activity "
                 "WHERE run=? ORDER BY seq DESC LIMIT ?", (key, limit)).fetchall()
         return [ActivityEntry(*row) for row in reversed(rows)]
