@@ -10,6 +10,7 @@ The inner one checks the Bearer token when ``api_token`` is set.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,9 @@ from aiohttp import web
 
 from watchdog.auth import check_bearer
 from watchdog.config import Config
+from watchdog.directives.hub import StreamEnded, SubscriberOverflow, Subscription
+from watchdog.directives.model import Directive
+from watchdog.directives.outbox import Outbox
 from watchdog.errors import BadRequest, Unauthorized, WatchdogError
 from watchdog.runs.report import build_report, render_markdown
 from watchdog.runs.view import run_summary
@@ -31,6 +35,13 @@ DEFAULT_LIST_LIMIT = 100
 RUN_STATES = ("active", "ended")
 MARKDOWN = "text/markdown"
 JSON = "application/json"
+MAX_POLL_WAIT = 60.0  # seconds a long-poll may hold (proxies commonly cut idle requests at 60 s+)
+MAX_POLL_BATCH = 100  # directives per long-poll answer; more come on the next poll
+SSE_WRITE_TIMEOUT = 10.0  # seconds a stream write may wait for a client that does not read
+SSE_RETRY_MS = 1000  # the reconnection delay EventSource clients are told to use
+MAX_SEQ = 2**63 - 1
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no", "Connection": "keep-alive"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -88,8 +99,9 @@ def auth_middleware(token: str) -> Callable[[web.Request, Handler],
 class RunRoutes:
     """``/v1/runs`` and everything under one run."""
 
-    def __init__(self, service: WatchdogService) -> None:
+    def __init__(self, service: WatchdogService, directives: Outbox | None = None) -> None:
         self.service = service
+        self.directives = directives
 
     async def list_runs(self, request: web.Request) -> web.Response:
         query = request.query
@@ -103,7 +115,11 @@ class RunRoutes:
         return web.json_response({"runs": runs})
 
     async def get_run(self, request: web.Request) -> web.Response:
-        return web.json_response(self.service.run_detail(request.match_info["id"]))
+        key = request.match_info["id"]
+        detail = self.service.run_detail(key)
+        if self.directives is not None:
+            detail["directives"] = await self.directives.run_directives(key)
+        return web.json_response(detail)
 
     async def report(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
@@ -124,6 +140,135 @@ class RunRoutes:
         run = self.service.heartbeat(request.match_info["id"], messages)
         return web.json_response({**run_summary(run, self.service.clock.now()),
                                   "messages": run.messages})
+
+
+class DirectiveRoutes:
+    """Long-poll, Server-Sent Events and acks (DESIGN §6, §7).
+
+    A run that is not known (yet) is not an error here: an agent may start polling before its
+    first span has reached the watchdog, so the request waits like any other.
+    """
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+        self.hub = outbox.hub
+        self.metrics = outbox.metrics
+
+    async def poll(self, request: web.Request) -> web.Response:
+        """``GET /v1/runs/{id}/directives?after=SEQ&wait=S``: directives with ``seq > after``,
+        waiting up to ``wait`` seconds for the first one. ``last_seq`` is the ``after`` to send
+        next time."""
+        run_id = request.match_info["id"]
+        after = _int_param(request.query.get("after"), "after", 0, 0, MAX_SEQ)
+        wait = _float_param(request.query.get("wait"), "wait", 0.0, 0.0, MAX_POLL_WAIT)
+        limit = _int_param(request.query.get("limit"), "limit", MAX_POLL_BATCH, 1,
+                           MAX_POLL_BATCH)
+        directives = await self.hub.wait_for_run(run_id, after, wait, limit)
+        if directives:
+            last_seq = directives[-1].seq
+        else:  # never past a directive not yet seen; back to the store's if the client is ahead
+            last_seq = min(after, await self.hub.latest_seq(run_id))
+        for directive in directives:
+            self.metrics.directive_delivered(directive.action, "longpoll", "sent")
+        return web.json_response({"directives": [d.to_json() for d in directives],
+                                  "last_seq": last_seq})
+
+    async def run_stream(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/runs/{id}/directives/stream``: SSE, ``id:`` = seq; from the run's first
+        directive unless ``Last-Event-ID`` or ``?after=`` say where to resume."""
+        after = self._resume_point(request)
+        return await self._stream(request, request.match_info["id"], after or 0)
+
+    async def all_stream(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/directives/stream``: SSE for every run, ``id:`` = global seq; live only
+        unless ``Last-Event-ID`` or ``?after=`` (``after=0``: all that is stored) say more."""
+        after = self._resume_point(request)
+        if after is None:
+            after = await self.hub.latest_global_seq()
+        return await self._stream(request, None, after)
+
+    async def ack(self, request: web.Request) -> web.Response:
+        """``POST /v1/runs/{id}/ack {"seq": n}``: the agent has seen directives up to ``n``."""
+        body = await _json_object(request)
+        seq = body.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise BadRequest(f"seq={seq!r} is not allowed: expected an integer >= 0 (the seq "
+                             f"of the last directive the agent has seen)")
+        run_id = request.match_info["id"]
+        acked = await self.outbox.ack(run_id, seq)
+        return web.json_response({"run_id": run_id, "acked_seq": acked})
+
+    @staticmethod
+    def _resume_point(request: web.Request) -> int | None:
+        last_event_id = request.headers.get("Last-Event-ID", "").strip()
+        if last_event_id:  # a reconnecting EventSource: it wins over the URL's ?after=
+            return _int_param(last_event_id, "Last-Event-ID", 0, 0, MAX_SEQ)
+        raw = request.query.get("after")
+        return None if raw in (None, "") else _int_param(raw, "after", 0, 0, MAX_SEQ)
+
+    async def _stream(self, request: web.Request, run_id: str | None, after: int
+                      ) -> web.StreamResponse:
+        subscription = self.hub.subscribe(run_id, after)  # may refuse: 503 before any byte
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        try:
+            await response.prepare(request)
+            await self._write(request, response, f"retry: {SSE_RETRY_MS}\n\n".encode())
+            await self._pump(request, response, subscription)
+        except SubscriberOverflow:  # counted by the hub; the client resumes from Last-Event-ID
+            await self._hang_up(request, response)
+        except (StreamEnded, ConnectionError, TimeoutError):
+            pass  # shutdown, or the client went away or stopped reading
+        finally:
+            subscription.close()
+        return response
+
+    async def _pump(self, request: web.Request, response: web.StreamResponse,
+                    subscription: Subscription) -> None:
+        heartbeat = self.hub.heartbeat
+        while True:
+            directive = await subscription.get(timeout=heartbeat)
+            if directive is None:
+                await self._write(request, response, b": keep-alive\n\n")
+                continue
+            await self._write(request, response, _sse_event(subscription.number(directive),
+                                                             directive))
+            self.metrics.directive_delivered(directive.action, "sse", "sent")
+
+    @staticmethod
+    async def _hang_up(request: web.Request, response: web.StreamResponse) -> None:
+        """End the stream cleanly if the client still reads, else drop the connection."""
+        try:
+            await asyncio.wait_for(response.write_eof(), SSE_WRITE_TIMEOUT)
+        except (TimeoutError, ConnectionError):
+            if request.transport is not None:
+                request.transport.abort()
+
+    @staticmethod
+    async def _write(request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+        try:
+            await asyncio.wait_for(response.write(data), SSE_WRITE_TIMEOUT)
+        except TimeoutError:
+            if request.transport is not None:  # a client that stopped reading: hang up
+                request.transport.abort()
+            raise
+
+
+def _sse_event(event_id: int, directive: Directive) -> bytes:
+    data = json.dumps(directive.to_json(), separators=(",", ":"), ensure_ascii=False)
+    return f"id: {event_id}\nevent: directive\ndata: {data}\n\n".encode()
+
+
+def _float_param(raw: str | None, name: str, default: float, low: float, high: float) -> float:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:  # NaN fails too
+        raise BadRequest(f"{name}={raw!r} is not allowed: expected seconds from {low:g} to "
+                         f"{high:g}")
+    return value
 
 
 def _int_param(raw: str | None, name: str, default: int, low: int, high: int) -> int:
@@ -172,14 +317,23 @@ def _wants_json(accept: str) -> bool:
     return best_json > 0 and best_json > best_markdown
 
 
-def create_app(service: WatchdogService, config: Config) -> web.Application:
+def create_app(service: WatchdogService, config: Config, *,
+               directives: Outbox | None = None) -> web.Application:
+    """The control API; ``directives`` adds the directive routes (and fills the run detail's
+    ``directives``)."""
     middlewares: list[Any] = [errors_middleware]
     if config.api_token:
         middlewares.append(auth_middleware(config.api_token))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
-    runs = RunRoutes(service)
+    runs = RunRoutes(service, directives)
     app.router.add_get("/v1/runs", runs.list_runs)
     app.router.add_get("/v1/runs/{id}", runs.get_run)
     app.router.add_get("/v1/runs/{id}/report", runs.report)
     app.router.add_post("/v1/runs/{id}/heartbeat", runs.heartbeat)
+    if directives is not None:
+        routes = DirectiveRoutes(directives)
+        app.router.add_get("/v1/runs/{id}/directives", routes.poll)
+        app.router.add_get("/v1/runs/{id}/directives/stream", routes.run_stream)
+        app.router.add_post("/v1/runs/{id}/ack", routes.ack)
+        app.router.add_get("/v1/directives/stream", routes.all_stream)
     return app

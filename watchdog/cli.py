@@ -1,5 +1,5 @@
-"""The ``watchdog`` command: ``serve``, ``runs``, ``report`` (and, as they land, ``rules`` and
-``demo``). Errors are one line on stderr and a non-zero exit code, never a traceback."""
+"""The ``watchdog`` command: ``serve``, ``rules check|test``, ``runs``, ``report`` (and, as it
+lands, ``demo``). Errors are one line on stderr and a non-zero exit code, never a traceback."""
 
 from __future__ import annotations
 
@@ -73,6 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_url_flag(runs)
     runs.set_defaults(handler=_runs)
 
+    rules = commands.add_parser("rules", help="check and test rule packs")
+    rules_commands = rules.add_subparsers(dest="rules_command", required=True, metavar="COMMAND")
+    check = rules_commands.add_parser(
+        "check", help="validate rule packs; every problem is printed as FILE:LINE: rule NAME: ...")
+    check.add_argument("paths", nargs="+", metavar="PATH", help="rule pack file or directory")
+    check.add_argument("--no-default", action="store_true",
+                       help="do not load the shipped default pack first")
+    check.set_defaults(handler=_rules_check)
+    test = rules_commands.add_parser(
+        "test", help="run rule unit tests (synthetic steps in, expected directives out)")
+    test.add_argument("files", nargs="+", metavar="FILE", help="rule test file (YAML)")
+    test.add_argument("-v", "--verbose", action="store_true", help="also list passing tests")
+    test.set_defaults(handler=_rules_test)
+
     report = commands.add_parser("report", help="print a run's progress report")
     report.add_argument("run_id", metavar="RUN_ID")
     report.add_argument("--json", action="store_true", help="JSON instead of Markdown")
@@ -122,6 +136,29 @@ def _serve(args: argparse.Namespace) -> int:
 
     asyncio.run(serve(config))
     return 0
+
+
+def _rules_check(args: argparse.Namespace) -> int:
+    from watchdog.rules.pack import RulePackError, load_rules
+
+    try:
+        ruleset = load_rules(args.paths, include_default=not args.no_default)
+    except RulePackError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        count = len(exc.problems)
+        print(f"{count} problem{'s' if count != 1 else ''} found", file=sys.stderr)
+        return EXIT_FAILED
+    files = [s.path for s in ruleset.sources if not os.path.isdir(s.path)]
+    print(f"ok: {len(ruleset.rules)} rules enabled, {len(ruleset.disabled)} disabled, "
+          f"{len(ruleset.budgets)} budgets, from {len(files)} files")
+    return 0
+
+
+def _rules_test(args: argparse.Namespace) -> int:
+    from watchdog.rules.testing import run_files
+
+    return run_files(args.files, sys.stdout, verbose=args.verbose)
 
 
 # -- client commands (standard library only: they run where the server's dependencies may not) --

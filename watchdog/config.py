@@ -8,6 +8,9 @@ start instead of silently running on a default.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import ipaddress
 import os
 import re
@@ -15,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -48,7 +52,7 @@ class Config:
     default_rules: bool = True  # load the shipped default pack first
     state_dir: str = DEFAULT_STATE_DIR  # ":memory:" keeps nothing across restarts
     api_token: str | None = field(default=None, repr=False)
-    webhooks: tuple[Mapping[str, Any], ...] = ()
+    webhooks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # holds secrets
     run_end_timeout: float = DEFAULT_RUN_END_TIMEOUT
     max_runs: int = DEFAULT_MAX_RUNS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
@@ -76,9 +80,7 @@ class Config:
             _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         _require(self.log_level in LOG_LEVELS, "log_level", self.log_level,
                  "one of " + ", ".join(LOG_LEVELS))
-        for hook in self.webhooks:
-            _require(isinstance(hook, Mapping) and isinstance(hook.get("url"), str),
-                     "webhooks", hook, "a list of {url: ..., secret: ...} mappings")
+        validate_webhooks(self.webhooks)
         if not self.api_token and not self.insecure:
             for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):
                 host, _ = split_address(name, getattr(self, name))
@@ -92,6 +94,92 @@ class Config:
 def _require(ok: bool, key: str, value: object, allowed: str) -> None:
     if not ok:
         raise ConfigError(f"{key}={value!r} is not allowed: expected {allowed}")
+
+
+# -- webhooks (DESIGN §6): each a mapping of WEBHOOK_KEYS ------------------------------------
+
+WEBHOOK_KEYS = ("url", "secret", "name", "actions", "agents")
+WEBHOOK_ACTIONS = ("notify", "wind_down", "abort")  # watchdog.rules.decision.Action values
+WEBHOOK_SECRET_PREFIX = "whsec_"  # Standard Webhooks: whsec_<base64 of the key bytes>
+MIN_WEBHOOK_SECRET_BYTES = 16
+_WEBHOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def validate_webhooks(hooks: object) -> None:
+    """Each webhook: ``url`` (http/https), ``secret`` (``whsec_<base64>`` or a string of at
+    least 16 characters), optional ``name``, ``actions`` (a list of actions) and ``agents``
+    (a list of globs). Messages name the key (``webhooks[1].url``) and never echo a secret."""
+    if not isinstance(hooks, (list, tuple)):
+        raise ConfigError(f"webhooks={hooks!r} is not allowed: expected a list of "
+                          f"{{url: ..., secret: ...}} mappings")
+    names: dict[str, int] = {}
+    for index, hook in enumerate(hooks):
+        where = f"webhooks[{index}]"
+        if not isinstance(hook, Mapping):
+            raise ConfigError(f"{where}={hook!r} is not allowed: expected a mapping with keys "
+                              + ", ".join(WEBHOOK_KEYS))
+        unknown = sorted(str(key) for key in hook if key not in WEBHOOK_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; allowed: "
+                              + ", ".join(WEBHOOK_KEYS))
+        url = hook.get("url")
+        try:
+            parsed = urlsplit(url) if isinstance(url, str) else None
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            parsed = None
+        _require(parsed is not None and parsed.scheme in ("http", "https")
+                 and bool(parsed.hostname), f"{where}.url", url,
+                 "an http:// or https:// URL with a host")
+        _check_secret(f"{where}.secret", hook.get("secret"))
+        for key, allowed in (("actions", WEBHOOK_ACTIONS), ("agents", None)):
+            if key not in hook:
+                continue
+            values = hook[key]
+            _require(isinstance(values, (list, tuple)) and bool(values)
+                     and all(isinstance(v, str) and v for v in values), f"{where}.{key}",
+                     values, "a non-empty list of " + (
+                         "actions: " + ", ".join(allowed) if allowed else "agent name globs"))
+            for value in values:
+                _require(allowed is None or value in allowed, f"{where}.{key}", value,
+                         "one of " + ", ".join(allowed or ()))
+        if "name" in hook:
+            _require(isinstance(hook["name"], str) and bool(_WEBHOOK_NAME.match(hook["name"])),
+                     f"{where}.name", hook.get("name"),
+                     "letters, digits, '.', '_' or '-' (at most 64 characters)")
+        name = webhook_name(hook)
+        if name in names:
+            raise ConfigError(f"{where}: webhook name {name!r} is already used by "
+                              f"webhooks[{names[name]}]; give each webhook its own name")
+        names[name] = index
+
+
+def _check_secret(key: str, secret: object) -> None:
+    allowed = (f"'{WEBHOOK_SECRET_PREFIX}<base64>' (Standard Webhooks) or a string of at least "
+               f"{MIN_WEBHOOK_SECRET_BYTES} characters")
+    if not isinstance(secret, str):
+        shown = "(missing)" if secret is None else "(not a string)"
+        raise ConfigError(f"{key} {shown} is not allowed: expected {allowed}")
+    if secret.startswith(WEBHOOK_SECRET_PREFIX):
+        try:
+            key_bytes = base64.b64decode(secret[len(WEBHOOK_SECRET_PREFIX):], validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError(f"{key} (hidden) is not allowed: the part after "
+                              f"{WEBHOOK_SECRET_PREFIX!r} is not valid base64") from None
+        if len(key_bytes) < MIN_WEBHOOK_SECRET_BYTES:
+            raise ConfigError(f"{key} (hidden) is not allowed: it decodes to {len(key_bytes)} "
+                              f"bytes; expected at least {MIN_WEBHOOK_SECRET_BYTES}")
+    elif len(secret) < MIN_WEBHOOK_SECRET_BYTES:
+        raise ConfigError(f"{key} (hidden, {len(secret)} characters) is not allowed: "
+                          f"expected {allowed}")
+
+
+def webhook_name(hook: Mapping[str, Any]) -> str:
+    """The webhook's stable identity in the persisted delivery outbox: its ``name``, else a
+    digest of its URL (the URL itself may hold a token and is not stored)."""
+    name = hook.get("name")
+    if isinstance(name, str) and name:
+        return name
+    return "hook-" + hashlib.sha256(str(hook.get("url", "")).encode()).hexdigest()[:12]
 
 
 def split_address(key: str, address: str) -> tuple[str, int]:

@@ -23,12 +23,13 @@ from watchdog.ingest import otlp_grpc, otlp_http
 from watchdog.ingest.admission import Admission
 from watchdog.ingest.decode import protobuf_backend
 from watchdog.metrics import Metrics, create_metrics_app
+from watchdog.rules.engine import RuleEngine
+from watchdog.rules.pack import RulePackError, RuleSet, Source, load_rules
 from watchdog.service import WatchdogService
 from watchdog.store import Store
 
 log = logging.getLogger("watchdog")
 
-TICK_INTERVAL = 1.0  # seconds between run-expiry sweeps
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown
 
 
@@ -43,6 +44,9 @@ class Server:
         self._grpc: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = False
+        self.engine: RuleEngine | None = None
+        self._reload_lock = asyncio.Lock()
+        self._rule_sources: tuple[Source, ...] = ()  # as last seen by the file watch
 
     @property
     def ready(self) -> bool:
@@ -52,9 +56,14 @@ class Server:
         config = self.config
         if protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
+        ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start
+        self.engine = RuleEngine(ruleset)
+        self._rule_sources = ruleset.sources
         store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
         self.metrics = Metrics(version=__version__)
-        self.service = service = WatchdogService(config, store, self.metrics, self.clock)
+        self.metrics.rules_reloaded(True)
+        self.service = service = WatchdogService(config, store, self.metrics, self.clock,
+                                                 engine=self.engine)
         self.metrics.bind(service)
         restored = await asyncio.to_thread(service.restore)
         if restored:
@@ -72,7 +81,10 @@ class Server:
         self.addresses["otlp_grpc"] = (host, bound)
 
         self._tasks = [asyncio.create_task(self._every(config.state_flush_interval, self._flush)),
-                       asyncio.create_task(self._every(TICK_INTERVAL, self._tick))]
+                       asyncio.create_task(self._every(config.eval_interval, self._tick))]
+        if config.rules_watch_interval > 0:
+            self._tasks.append(asyncio.create_task(
+                self._every(config.rules_watch_interval, self._watch_rules)))
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
@@ -104,6 +116,35 @@ class Server:
         assert self.service is not None
         self.service.tick()
 
+    def _load_rules(self) -> RuleSet:
+        return load_rules(self.config.rules, include_default=self.config.default_rules)
+
+    async def reload_rules(self) -> tuple[bool, str]:
+        """Load the rule packs again; on any problem keep the running rules and say why."""
+        assert self.engine is not None and self.metrics is not None
+        async with self._reload_lock:
+            try:
+                ruleset = await asyncio.to_thread(self._load_rules)
+            except RulePackError as exc:
+                self.metrics.rules_reloaded(False)
+                message = "rule reload failed, keeping the previous rules:\n" + str(exc)
+                log.error("%s", message)
+                return False, message
+            self.engine.replace(ruleset)
+            self._rule_sources = ruleset.sources
+            self.metrics.rules_reloaded(True)
+            message = f"rules reloaded: {len(ruleset.rules)} active"
+            log.info("%s", message)
+            return True, message
+
+    async def _watch_rules(self) -> None:
+        """Reload when a rule file changes (Kubernetes swaps ConfigMap files via a symlink)."""
+        seen = await asyncio.to_thread(
+            lambda: tuple(Source.of(source.path) for source in self._rule_sources))
+        if seen != self._rule_sources:
+            self._rule_sources = seen  # a broken edit is reported once, not every interval
+            await self.reload_rules()
+
     async def stop(self) -> None:
         self._ready = False
         if self._grpc is not None:
@@ -128,6 +169,8 @@ async def serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP,
+                            lambda: loop.create_task(server.reload_rules()))  # type: ignore[arg-type,return-value]
     try:
         await stop.wait()
     finally:

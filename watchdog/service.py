@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,8 @@ from watchdog.config import Config
 from watchdog.errors import NotFound, Overloaded
 from watchdog.ingest.decode import ExportTraceServiceRequest
 from watchdog.ingest.pipeline import Decoded, records_from
+from watchdog.rules.decision import Action, Decision
+from watchdog.rules.engine import RuleEngine
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.run import RunState
 from watchdog.runs.tracker import BatchResult, RunTracker
@@ -42,6 +46,10 @@ class Observer(Protocol):
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None: ...
     def batch_applied(self, result: BatchResult) -> None: ...
     def runs_finished(self, runs: Iterable[RunState]) -> None: ...
+    def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None: ...
+    def rule_error(self, rule: str) -> None: ...
+    def rule_eval(self, seconds: float) -> None: ...
+    def set_stuck(self, counts: dict[tuple[str, str], int]) -> None: ...
 
 
 class NullObserver:
@@ -54,11 +62,33 @@ class NullObserver:
     def runs_finished(self, runs: Iterable[RunState]) -> None:
         pass
 
+    def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
+        pass
+
+    def rule_error(self, rule: str) -> None:
+        pass
+
+    def rule_eval(self, seconds: float) -> None:
+        pass
+
+    def set_stuck(self, counts: dict[tuple[str, str], int]) -> None:
+        pass
+
+
+class DecisionSink(Protocol):
+    """Where decisions go to become directives (:class:`watchdog.directives.outbox.Outbox`)."""
+
+    def submit(self, decision: Decision, run: RunState, now: float) -> object: ...
+
 
 class WatchdogService:
     def __init__(self, config: Config, store: Store, observer: Observer | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, engine: RuleEngine | None = None,
+                 sink: DecisionSink | None = None) -> None:
         self.config = config
+        self.engine = engine
+        self.sink = sink
+        self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self.store = store
         self.observer: Observer = observer or NullObserver()
         self.clock: Clock = clock or SystemClock()
@@ -96,6 +126,7 @@ class WatchdogService:
         self._dirty.update(result.touched)
         self._pending_activity.extend(result.activity)
         self.observer.batch_applied(result)
+        self.evaluate(result.touched.values(), now)
         finished = result.ended + result.evicted
         if finished:
             self.observer.runs_finished(finished)
@@ -113,13 +144,64 @@ class WatchdogService:
         return run
 
     def tick(self) -> list[RunState]:
-        """Periodic work: classify silent runs as abandoned."""
-        expired = self.tracker.expire(self.clock.now())
+        """Periodic work: time-based rules for active runs, then silent runs are abandoned."""
+        now = self.clock.now()
+        self.evaluate(list(self.tracker.active()), now, timed_only=True)
+        expired = self.tracker.expire(now)
         for run in expired:
             self._dirty[run.key] = run
+            self._forget(run)
         if expired:
             self.observer.runs_finished(expired)
+        self.observer.set_stuck(self.stuck_counts())
         return expired
+
+    # -- rules ----------------------------------------------------------------------------------
+
+    def evaluate(self, runs: Iterable[RunState], now: float, timed_only: bool = False) -> int:
+        """Evaluate the rules for ``runs`` and hand every decision on; returns how many fired."""
+        engine = self.engine
+        if engine is None:
+            return 0
+        fired = 0
+        started = time.perf_counter()
+        for run in runs:
+            for decision in engine.evaluate(run, now, None, timed_only=timed_only):
+                self._decide(decision, run, now)
+                fired += 1
+            if run.ended:
+                self._forget(run)
+        self.observer.rule_eval(time.perf_counter() - started)
+        if engine.errors:
+            for rule, count in engine.errors.items():
+                for _ in range(count):
+                    self.observer.rule_error(rule)
+            engine.errors.clear()
+        return fired
+
+    def _decide(self, decision: Decision, run: RunState, now: float) -> None:
+        if decision.terminal_state is not None:
+            run.force(decision.terminal_state, decision.rule)
+            self._dirty[run.key] = run
+        if decision.action is not Action.NOTIFY and not run.ended:
+            reason = decision.terminal_state.value if decision.terminal_state else decision.rule
+            self._stuck[run.key] = (run.agent_name, reason)
+        self.observer.rule_fired(decision.rule, decision.action.value, run.agent_name,
+                                 run.trace_id)
+        if self.sink is not None:
+            self.sink.submit(decision, run, now)
+
+    def _forget(self, run: RunState) -> None:
+        if self.engine is not None:
+            self.engine.forget(run.key)
+        self._stuck.pop(run.key, None)
+
+    def stuck_counts(self) -> dict[tuple[str, str], int]:
+        """Active runs a wind_down/abort was sent to, by agent and reason (runs_stuck)."""
+        return dict(Counter(self._stuck.values()))
+
+    def default_budget(self, run: RunState) -> dict[str, float] | None:
+        return self.engine.default_budget(run.agent_name) if self.engine is not None else None
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -169,7 +251,8 @@ class WatchdogService:
         return run
 
     def run_detail(self, key: str) -> dict[str, Any]:
-        return run_detail(self.find_run(key), self.clock.now())
+        run = self.find_run(key)
+        return run_detail(run, self.clock.now(), self.default_budget(run))
 
     def list_runs(self, state: str | None = None, agent: str | None = None,
                   limit: int = 100) -> list[dict[str, Any]]:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from watchdog.ingest.decode import any_value
@@ -100,10 +102,10 @@ def select_attributes(key_values: Any) -> dict[str, object]:
         key = kv.key
         if key in wanted:
             value = kv.value
-            if value.WhichOneof("value") == "string_value":
-                selected[key] = value.string_value
-            else:
-                selected[key] = any_value(value)
+            # A non-empty string_value can only be the set member of the oneof; reading it first
+            # spares the common case the WhichOneof dispatch.
+            text = value.string_value
+            selected[key] = text if text else any_value(value)
         elif key.startswith(FLAT_PREFIXES):
             selected[key] = True
     return selected
@@ -147,10 +149,18 @@ def _int(value: object) -> int:
     return 0
 
 
+_SIGNED_64 = struct.Struct(">q")  # the same value as int.from_bytes(..., "big", signed=True)
+
+
 def stable_hash(text: str) -> int:
     """A 64-bit hash that is the same in every process (Python's ``hash`` is salted)."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).digest(),
-                          "big", signed=True)
+    digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).digest()
+    value: int = _SIGNED_64.unpack(digest)[0]
+    return value
+
+
+# json.dumps builds a new encoder on every call with non-default options; this one is reused.
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_arguments(raw: object) -> str:
@@ -163,7 +173,7 @@ def canonical_arguments(raw: object) -> str:
         except ValueError:
             return raw.strip()
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return _CANONICAL_JSON.encode(value)
     except (TypeError, ValueError):
         return str(raw)
 
@@ -277,12 +287,37 @@ WANTED_ATTRIBUTES = frozenset(
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
     + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS) | BUDGET_ATTRIBUTES
 
-def _budget(attrs: Mapping[str, object], resource: Mapping[str, object]) -> dict[str, float] | None:
-    if BUDGET_ATTRIBUTES.isdisjoint(attrs) and BUDGET_ATTRIBUTES.isdisjoint(resource):
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A resource's attributes and the facts spans fall back on, resolved once per resource
+    rather than once for each of its spans."""
+
+    attrs: Mapping[str, object]
+    run_id: str | None
+    agent: str | None
+    service: str | None  # already cut to MAX_NAME_CHARS
+    session: str | None
+    parent_run: str | None
+    announces_budget: bool
+
+    @classmethod
+    def of(cls, attrs: Mapping[str, object]) -> Resource:
+        service = _first_str(attrs, ("service.name",))
+        return cls(attrs=attrs, run_id=_first_str(attrs, RUN_ID_KEYS),
+                   agent=_first_str(attrs, AGENT_NAME_KEYS),
+                   service=service[:MAX_NAME_CHARS] if service else None,
+                   session=_first_str(attrs, SESSION_KEYS),
+                   parent_run=_first_str(attrs, PARENT_RUN_KEYS),
+                   announces_budget=not BUDGET_ATTRIBUTES.isdisjoint(attrs))
+
+
+def _budget(attrs: Mapping[str, object], resource: Resource) -> dict[str, float] | None:
+    if not resource.announces_budget and BUDGET_ATTRIBUTES.isdisjoint(attrs):
         return None  # the common case, decided without a lookup per key
     budget: dict[str, float] | None = None
     for key in BUDGET_KEYS:
-        value = attrs.get("watchdog.budget." + key, resource.get("watchdog.budget." + key))
+        value = attrs.get("watchdog.budget." + key, resource.attrs.get("watchdog.budget." + key))
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
             if budget is None:
                 budget = {}
@@ -291,8 +326,8 @@ def _budget(attrs: Mapping[str, object], resource: Mapping[str, object]) -> dict
 
 
 def run_key(trace_id: str, attrs: Mapping[str, object],
-            resource: Mapping[str, object]) -> tuple[str, KeySource]:
-    explicit = _first_str(attrs, RUN_ID_KEYS) or _first_str(resource, RUN_ID_KEYS)
+            resource: Resource) -> tuple[str, KeySource]:
+    explicit = _first_str(attrs, RUN_ID_KEYS) or resource.run_id
     if explicit:
         return explicit[:MAX_NAME_CHARS], KeySource.WATCHDOG
     call_id = _first_str(attrs, AGENT_CALL_ID_KEYS)
@@ -301,9 +336,8 @@ def run_key(trace_id: str, attrs: Mapping[str, object],
     return "trace:" + trace_id, KeySource.TRACE
 
 
-def normalise(span: Any, attrs: Mapping[str, object],
-              resource: Mapping[str, object]) -> SpanRecord:
-    """One OTLP ``Span`` (with its decoded attributes and resource attributes) as a record."""
+def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> SpanRecord:
+    """One OTLP ``Span`` (with its decoded attributes and its resource) as a record."""
     raw_trace, raw_span = span.trace_id, span.span_id
     if len(raw_trace) != 16 or raw_trace == b"\0" * 16:
         raise SpanRejected("invalid_trace_id", "span has no valid 16-byte trace_id")
@@ -314,28 +348,27 @@ def normalise(span: Any, attrs: Mapping[str, object],
     parent = raw_parent.hex() if len(raw_parent) == 8 and raw_parent != b"\0" * 8 else None
     name = span.name[:MAX_NAME_CHARS]
     start_ns = span.start_time_unix_nano
-    end_ns = max(span.end_time_unix_nano, start_ns)
     key, source = run_key(trace_id, attrs, resource)
     kind = classify(name, attrs)
     if kind is SpanKind.OTHER and parent is None and _is_chain(attrs):
         # LangChain/LangGraph under OpenInference: the root CHAIN span is the whole run, and
         # its output.value the answer; nested CHAIN spans are plumbing and stay OTHER.
         kind = SpanKind.AGENT
+    # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
+    record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
+                        max(span.end_time_unix_nano, start_ns))
 
-    agent = _first_str(attrs, AGENT_NAME_KEYS) or _first_str(resource, AGENT_NAME_KEYS)
+    agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
     if agent is None and kind is SpanKind.AGENT and "traceloop.span.kind" in attrs:
         agent = _first_str(attrs, ("traceloop.entity.name",))
-    service = _first_str(resource, ("service.name",))
-    session = _first_str(attrs, SESSION_KEYS) or _first_str(resource, SESSION_KEYS)
-    record = SpanRecord(
-        run_key=key, key_source=source, trace_id=trace_id, span_id=raw_span.hex(),
-        parent_span_id=parent, name=name, kind=kind, start_ns=start_ns, end_ns=end_ns,
-        agent=agent[:MAX_NAME_CHARS] if agent else None,
-        service=service[:MAX_NAME_CHARS] if service else None,
-        session=session[:MAX_NAME_CHARS] if session else None,
-        parent_run=_first_str(attrs, PARENT_RUN_KEYS) or _first_str(resource, PARENT_RUN_KEYS),
-        budget=_budget(attrs, resource),
-    )
+    if agent:
+        record.agent = agent[:MAX_NAME_CHARS]
+    record.service = resource.service
+    session = _first_str(attrs, SESSION_KEYS) or resource.session
+    if session:
+        record.session = session[:MAX_NAME_CHARS]
+    record.parent_run = _first_str(attrs, PARENT_RUN_KEYS) or resource.parent_run
+    record.budget = _budget(attrs, resource)
 
     if span.status.code == STATUS_CODE_ERROR:
         exc_type, exc_message = _exception(span.events)
@@ -418,5 +451,5 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     record.messages = messages
 
 
-__all__ = ["SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
+__all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
            "run_key", "select_attributes", "stable_hash"]

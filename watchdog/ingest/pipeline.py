@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from watchdog.ingest.conventions import SpanRejected, normalise, select_attributes
+from watchdog.ingest.conventions import Resource, SpanRejected, normalise, select_attributes
 from watchdog.ingest.decode import ExportTraceServiceRequest, attributes
 from watchdog.runs.record import SpanRecord
 
@@ -44,7 +44,7 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
     decoded = Decoded()
     records = decoded.records
     for resource_spans in request.resource_spans:
-        resource = attributes(resource_spans.resource.attributes)
+        resource = Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 try:

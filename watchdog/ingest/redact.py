@@ -50,11 +50,28 @@ _SCHEME_CREDENTIAL = re.compile(r"(\b(?:bearer|basic|token)\s+)([A-Za-z0-9\-._~+
                                 re.IGNORECASE)
 _CREDENTIAL_MIN_PLAIN_LENGTH = 24  # a run of letters this long is no English word
 
-# Cheap pre-check on the lower-cased text: most strings contain none of these, and then no
-# regex runs at all.
+# Cheap pre-check on the lower-cased text: every pattern above needs one of these, most strings
+# contain none, and then no pattern runs at all.
 _TRIGGERS = ("://", "bearer", "basic", "token", "key", "secret", "pass", "pwd", "auth",
              "credential", "sk-", "pk-", "rk-", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_",
              "ghr_", "github_pat", "xox", "aiza", "eyj", "-----begin")
+
+
+def _any_substring(words: tuple[str, ...]) -> re.Pattern[str]:
+    """A pattern that finds any of ``words``, with the words grouped by their first character.
+
+    Grouped, ``re`` skips every position whose character starts no word and tries one branch
+    where one does: on text with no trigger this is 1.3-2.5x faster than a substring test per
+    word, where a flat case-insensitive alternation is ~10x slower.
+    """
+    by_first: dict[str, list[str]] = {}
+    for word in words:
+        by_first.setdefault(word[0], []).append(re.escape(word[1:]))
+    return re.compile("|".join(f"{re.escape(first)}(?:{'|'.join(rests)})"
+                               for first, rests in by_first.items()))
+
+
+_TRIGGER = _any_substring(_TRIGGERS)
 
 
 def _looks_like_credential(value: str) -> bool:
@@ -72,8 +89,7 @@ def _redact_scheme_credential(match: re.Match[str]) -> str:
 
 def redact(text: str) -> str:
     """Replace secrets in ``text`` with ``[REDACTED]``."""
-    lowered = text.lower()  # substring tests beat one case-insensitive alternation ~10x
-    if not any(t in lowered for t in _TRIGGERS):
+    if _TRIGGER.search(text.lower()) is None:
         return text
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + REDACTED, text)

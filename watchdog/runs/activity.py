@@ -7,15 +7,17 @@ not grow with its length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from watchdog.runs.record import SpanKind, SpanRecord
 
 ACTIVITY_LOG_SIZE = 200  # entries kept per run (a ring in the store)
 
 
-@dataclass(slots=True, frozen=True)
-class ActivityEntry:
+class ActivityEntry(NamedTuple):
+    """One line of the log. A named tuple: immutable, made once per span at tuple cost (a frozen
+    dataclass pays ``object.__setattr__`` per field), and already the store's row."""
+
     run_key: str
     seq: int
     at: float  # span end, seconds since the epoch

@@ -194,17 +194,17 @@ class RunState:
     def _track_cycle(self, call: int) -> None:
         """For each cycle length L, ``_cycle_runs[L-1]`` counts how many consecutive calls
         equalled the call L positions earlier; the tail then holds (run + L) // L repetitions."""
-        recent = self._recent_calls
+        recent, runs = self._recent_calls, self._cycle_runs
         best = 0
-        for length in range(1, MAX_CYCLE_LENGTH + 1):
-            index = length - 1
+        for index in range(MAX_CYCLE_LENGTH):
+            length = index + 1
             if len(recent) >= length and recent[-length] == call:
-                self._cycle_runs[index] += 1
+                runs[index] += 1
+                repeats = (runs[index] + length) // length
+                if repeats >= 2 and repeats > best:
+                    best = repeats
             else:
-                self._cycle_runs[index] = 0
-            repeats = (self._cycle_runs[index] + length) // length
-            if repeats >= 2 and repeats > best:
-                best = repeats
+                runs[index] = 0  # (0 + length) // length is one: no repeat
         self.cycle_repeats = best
         recent.append(call)
         if len(recent) > MAX_CYCLE_LENGTH:

@@ -94,13 +94,12 @@ class RunTracker:
         return by_span
 
     def _attribute(self, record: SpanRecord, by_span: dict[str, tuple[str, KeySource]]) -> bool:
-        """Give a span that names no run to the run of its parent or trace; False to ignore it.
+        """Give a span that names no run (keyed by its trace) to the run of its parent or
+        trace; False to ignore it.
 
         Instrumentation below the agent (HTTP clients, SDK calls) carries no run attributes;
         without this, each such trace would become a phantom run that is later abandoned.
         """
-        if record.key_source is not KeySource.TRACE:
-            return True
         owner = by_span.get(record.parent_span_id or "") or self._trace_runs.get(record.trace_id)
         if owner is not None:
             record.run_key, record.key_source = owner
@@ -116,7 +115,7 @@ class RunTracker:
         records = list(records)
         by_span = self._learn_aliases(records)
         for record in records:
-            if not self._attribute(record, by_span):
+            if record.key_source is KeySource.TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
                 continue
             key = record.run_key
@@ -133,12 +132,10 @@ class RunTracker:
                     result.started.append(run)
             run.apply(record, now)
             result.touched[key] = run
-            run.activity_seq += 1
-            entry = entry_for(record, run.activity_seq)
+            entry = entry_for(record, run.activity_seq + 1)
             if entry is not None:
+                run.activity_seq += 1
                 result.activity.append(entry)
-            else:
-                run.activity_seq -= 1
             self._count(record, run, result)
             if record.ends_run and not run.ended:
                 run.end(now)

@@ -1,0 +1,242 @@
+"""``watchdog rules check`` and ``watchdog rules test``: exit codes, one problem per line with
+file and line, a readable diff when a rule test fails, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from watchdog.cli import main
+from watchdog.rules.pack import load_rules
+from watchdog.rules.testing import read_test_file, run_test
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TESTS = REPO / "rules" / "default.test.yaml"
+HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write(path: Path, text: str, header: bool = False) -> str:
+    path.write_text((HEADER if header else "") + textwrap.dedent(text))
+    return str(path)
+
+
+# -- rules check ----------------------------------------------------------------------------------
+
+def test_check_accepts_the_default_pack(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "rules", "check", str(REPO / "rules" / "default.yaml"))
+    assert (code, err) == (0, "")
+    assert out == "ok: 10 rules enabled, 0 disabled, 0 budgets, from 1 files\n"
+
+
+def test_check_a_user_pack_over_the_default(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    pack = write(tmp_path / "mine.yaml", HEADER + "disable: [tool-cycle]\n"
+                 "budgets: [{agents: ['*'], max_tool_calls: 40}]\n")
+    code, out, _ = cli(capsys, "rules", "check", pack)
+    assert code == 0
+    assert out == "ok: 9 rules enabled, 1 disabled, 1 budgets, from 2 files\n"
+    code, _, err = cli(capsys, "rules", "check", "--no-default", pack)
+    assert code == 1
+    assert err.splitlines() == [
+        f"{pack}:4: disable: no rule named 'tool-cycle' in this or an earlier pack",
+        "1 problem found"]
+
+
+@pytest.mark.parametrize(("rule", "line", "message"), [
+    ("{name: a, when: run.tool_calls > 3, action: explode, message: m}", 5,
+     "rule a: action: 'explode' is not one of notify, wind_down, abort"),
+    ("{name: a, when: 'run.tool_calls >', action: notify, message: m}", 5,
+     "rule a: when: syntax error: unexpected end of expression (column 17)"),
+    ("{name: a, when: foo > 3, action: notify, message: m}", 5,
+     "rule a: when: undeclared reference to 'foo' (the variables are run and session) "
+     "(column 1)"),
+    ("{name: a, when: run.tool_calss > 3, action: notify, message: m}", 5,
+     "rule a: when: unknown field 'tool_calss' in run (did you mean 'tool_calls'?) (column 4)"),
+    ("{name: a, when: 'true', for: 5x, action: notify, message: m}", 5,
+     "rule a: for: expected a duration like 0s, 30s, 5m, 1h30m (or a number of seconds), "
+     "got '5x'"),
+    ("{name: a, agents: ['ex[', 'ok'], when: 'true', action: notify, message: m}", 5,
+     "rule a: agents: bad glob 'ex[': unclosed '['"),
+])
+def test_check_reports_broken_packs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    rule: str, line: int, message: str) -> None:
+    pack = write(tmp_path / "broken.yaml", HEADER + f"rules:\n  - {rule}\n")
+    code, out, err = cli(capsys, "rules", "check", pack)
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [f"{pack}:{line}: {message}", "1 problem found"]
+
+
+def test_check_reports_duplicates_and_bad_yaml_in_one_go(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dup = write(tmp_path / "dup.yaml", header=True, text="""\
+        rules:
+          - {name: a, when: 'true', action: notify, message: m}
+          - {name: a, when: 'true', action: notify, message: m}
+    """)
+    bad = write(tmp_path / "bad.yaml", "rules: [\n")
+    code, _, err = cli(capsys, "rules", "check", dup, bad, str(tmp_path / "nope.yaml"))
+    assert code == 1
+    assert err.splitlines() == [
+        f"{dup}:6: rule a: duplicate rule name (first defined on line 5)",
+        f"{bad}:2: bad YAML: while parsing a flow node expected the node content, but found "
+        f"'<stream end>'",
+        f"{tmp_path / 'nope.yaml'}: no such file or directory",
+        "3 problems found",
+    ]
+
+
+def test_check_as_a_process_never_shows_a_traceback(tmp_path: Path) -> None:
+    pack = write(tmp_path / "broken.yaml", HEADER + "rules:\n  - {name: a, when: 'x >', "
+                 "action: notify, message: m}\n")
+    done = subprocess.run([sys.executable, "-m", "watchdog", "rules", "check", pack],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"{pack}:5: rule a: when: syntax error")
+
+
+# -- rules test -----------------------------------------------------------------------------------
+
+def test_the_default_pack_passes_its_rule_tests(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "rules", "test", str(DEFAULT_TESTS))
+    assert code == 0, out
+    assert out.endswith("tests passed — ok\n")
+
+
+def test_the_default_rule_tests_cover_every_default_rule_without_rule_errors() -> None:
+    test_file, problems = read_test_file(str(DEFAULT_TESTS))
+    assert test_file is not None, problems
+    ruleset = load_rules([])
+    expected = {e.rule for t in test_file.tests for e in t.expect}
+    assert expected == {r.name for r in ruleset.rules}
+    for test in test_file.tests:
+        result = run_test(ruleset, test)
+        assert result.passed and not result.notes, (test.name, result.failures, result.notes)
+
+
+def test_a_wrong_expectation_fails_with_a_diff(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    tests = write(tmp_path / "t.test.yaml", """\
+        tests:
+          - name: loop
+            steps:
+              - {at: 0, llm: {}}
+              - {at: 1, tool: s, args: {q: 1}}
+              - {at: 2, tool: s, args: {q: 1}}
+              - {at: 3, tool: s, args: {q: 1}}
+              - {at: 4, tool: s, args: {q: 1}}
+            expect:
+              - {step: 3, rule: tool-cycle, action: abort}
+            expect_terminal_state: completed
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert code == 1
+    assert out.splitlines() == [
+        f"FAIL {tests}:2: loop",
+        "  missing:    step 3 rule tool-cycle action abort  (line 10)",
+        "  unexpected: step 4 rule tool-cycle action wind_down severity warning terminal_state "
+        "loop_detected message 'Loop: the same sequence of tool calls 4 times in a row — "
+        "change approach or wrap up'",
+        "  terminal state: expected completed, got loop_detected",
+        "  fired:",
+        "    step 4 rule tool-cycle action wind_down severity warning terminal_state "
+        "loop_detected message 'Loop: the same sequence of tool calls 4 times in a row — "
+        "change approach or wrap up'",
+        f"{tests}: 0 of 1 tests passed — FAILED",
+    ]
+
+
+def test_rule_files_are_relative_to_the_test_file(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "packs").mkdir()
+    write(tmp_path / "packs" / "mine.yaml", header=True, text="""\
+        budgets: [{agents: ["explorer-*"], max_tool_calls: 4}]
+        disable: [budget-last-call]
+        rules:
+          - name: explorer-errors
+            agents: ["explorer-*"]
+            when: run.errors >= 2
+            action: notify
+            message: "${run.errors} errors, last ${run.last_error}"
+    """)
+    tests = write(tmp_path / "mine.test.yaml", """\
+        rule_files: [packs/mine.yaml]
+        tests:
+          - name: explorer
+            agent: explorer-1
+            steps:
+              - {at: 0, tool: read, args: {p: 1}, error: {type: OSError, message: "gone 1"}}
+              - {at: 1, tool: read, args: {p: 2}, error: {type: OSError, message: "gone 2"}}
+            expect:
+              - {step: 0, rule: budget-countdown, message: "3 of 4"}
+              - {step: 1, rule: explorer-errors, message: "2 errors, last OSError: gone 2"}
+              - {step: 1, rule: budget-countdown, message: "2 of 4"}
+          - name: others are not explorers
+            agent: writer
+            steps:
+              - {at: 0, tool: read, args: {p: 1}, error: {type: OSError, message: "gone 1"}}
+              - {at: 1, tool: read, args: {p: 2}, error: {type: OSError, message: "gone 2"}}
+    """)
+    code, out, _ = cli(capsys, "rules", "test", "-v", tests)
+    assert code == 0, out
+    assert out.splitlines() == [f"ok   {tests}:3: explorer",
+                                f"ok   {tests}:12: others are not explorers",
+                                f"{tests}: 2 of 2 tests passed — ok"]
+
+
+def test_bad_test_files_are_reported_with_lines(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    tests = write(tmp_path / "bad.test.yaml", """\
+        tests:
+          - name: bad
+            steps:
+              - {at: 0, tool: read, heartbeat: {messages: 1}}
+              - {at: -1, llm: {tokens: 3}}
+              - {at: 5, end: {final_answer: true}}
+              - {at: 6, tick: true}
+            expect:
+              - {step: 9, rule: nope}
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert code == 1
+    assert out.splitlines() == [
+        f"{tests}:4: test 'bad': step 0: needs exactly one of llm, tool, heartbeat, tick, end, "
+        f"session (has tool, heartbeat)",
+        f"{tests}:5: test 'bad': step 1: at: expected a number >= 0, got -1",
+        f"{tests}:5: test 'bad': step 1: llm: unknown key 'tokens' (did you mean "
+        f"'input_tokens'?)",
+        f"{tests}:7: test 'bad': step 3: comes after 'end' (step 2): the run has ended",
+        f"{tests}:9: test 'bad': expect: step 9 does not exist (the test has 4 steps, 0-3)",
+    ]
+
+
+def test_unknown_rules_in_expectations_and_unloadable_rule_files_fail(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tests = write(tmp_path / "t.test.yaml", """\
+        tests:
+          - name: typo
+            steps: [{at: 0, llm: {}}]
+            expect: [{step: 0, rule: idle-timout}]
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert code == 1
+    assert "  line 4: no enabled rule named 'idle-timout' (did you mean 'idle-timeout'?)" in \
+        out.splitlines()
+    broken = write(tmp_path / "u.test.yaml", "rule_files: [missing.yaml]\ntests: []\n")
+    code, out, _ = cli(capsys, "rules", "test", broken, str(tmp_path / "absent.test.yaml"))
+    assert code == 1
+    assert out.splitlines() == [
+        f"{broken}: cannot load the rules under test:",
+        f"  {tmp_path / 'missing.yaml'}: no such file or directory",
+        f"{tmp_path / 'absent.test.yaml'}: cannot read: No such file or directory",
+    ]

@@ -1,0 +1,455 @@
+"""Rule packs: schema, validation with FILE:LINE: rule NAME messages, loading from files and
+directories, merging (override, disable), budgets, reload detection, the shipped default pack."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from watchdog.rules.decision import Action, Severity
+from watchdog.rules.pack import (
+    DEFAULT_PACK,
+    Grace,
+    Repeat,
+    RulePackError,
+    RuleSet,
+    glob_problem,
+    load_rules,
+    load_text,
+)
+from watchdog.runs.terminal import TerminalState
+
+REPO = Path(__file__).resolve().parent.parent
+HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
+DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
+                 "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
+                 "tool-cycle", "zero-progress"]
+
+
+def write(path: Path, body: str, header: bool = True) -> str:
+    path.write_text((HEADER if header else "") + textwrap.dedent(body))
+    return str(path)
+
+
+def problems(*paths: str, include_default: bool = False) -> list[str]:
+    with pytest.raises(RulePackError) as caught:
+        load_rules(list(paths), include_default=include_default)
+    return [str(p) for p in caught.value.problems]
+
+
+# -- the default pack ---------------------------------------------------------------------------
+
+def test_default_pack_loads_with_the_known_rules() -> None:
+    ruleset = load_rules([])
+    assert [r.name for r in ruleset.rules] == DEFAULT_RULES
+    assert ruleset.budgets == ()
+    assert ruleset.budget_for("explorer") == {}
+    by_name = {r.name: r for r in ruleset.rules}
+    assert by_name["budget-countdown"].repeat is Repeat.ON_CHANGE
+    assert by_name["idle-timeout"].terminal_state is TerminalState.IDLE_TIMEOUT
+    assert by_name["total-timeout"].grace == Grace(tool_calls=4, seconds=60.0)
+    assert by_name["zero-progress"].terminal_state is TerminalState.INTERVENTION_REQUIRED
+    assert {r.name for r in ruleset.rules if r.timed} == {"idle-timeout", "total-timeout"}
+    for rule in ruleset.rules:
+        assert rule.description and rule.message.text
+        if "run.budget." in rule.when.source:
+            assert "has(run.budget." in rule.when.source, rule.name
+
+
+def test_the_packaged_default_pack_is_the_repository_file() -> None:
+    packaged = REPO / "watchdog" / "rules" / "packs" / "default.yaml"
+    assert packaged.is_symlink()
+    assert os.path.samefile(packaged, REPO / "rules" / "default.yaml")
+    assert os.path.samefile(DEFAULT_PACK, REPO / "rules" / "default.yaml")
+
+
+def test_default_pack_is_not_loaded_twice_when_named(tmp_path: Path) -> None:
+    ruleset = load_rules([str(REPO / "rules" / "default.yaml")])
+    assert [r.name for r in ruleset.rules] == DEFAULT_RULES
+
+
+# -- a valid pack ---------------------------------------------------------------------------------
+
+def test_a_full_rule_reads_every_key(tmp_path: Path) -> None:
+    path = write(tmp_path / "mine.yaml", """\
+        budgets:
+          - agents: ["explorer-*"]
+            max_tool_calls: 20
+            max_seconds: 10m
+          - max_iterations: 50
+        rules:
+          - name: slow-search
+            description: Too many searches.
+            agents: ["explorer-*", "scout"]
+            when: run.tools['search'] > 10
+            for: 1m30s
+            action: wind_down
+            severity: critical
+            message: "searched ${run.tools['search']} times"
+            repeat: on_change
+            terminal_state: loop_detected
+            grace: {tool_calls: 3, seconds: 2m}
+          - name: just-say
+            when: run.iterations > 100
+            action: notify
+            message: many iterations
+          - name: stop
+            when: run.errors > 50
+            action: abort
+            message: stop
+    """)
+    ruleset = load_rules([path], include_default=False)
+    rule, notify, abort = ruleset.rules
+    assert rule.agents == ("explorer-*", "scout")
+    assert rule.for_seconds == 90.0
+    assert (rule.action, rule.severity, rule.repeat) == (Action.WIND_DOWN, Severity.CRITICAL,
+                                                         Repeat.ON_CHANGE)
+    assert rule.terminal_state is TerminalState.LOOP_DETECTED
+    assert rule.grace == Grace(3, 120.0)
+    assert rule.timed  # a `for` needs the timer
+    assert (rule.file, rule.line) == (path, 10)
+    assert rule.applies_to("explorer-7") and rule.applies_to("scout")
+    assert not rule.applies_to("writer")
+    assert (notify.agents, notify.severity, notify.repeat, notify.for_seconds) == (
+        ("*",), Severity.WARNING, Repeat.ONCE, 0.0)
+    assert notify.terminal_state is None
+    assert abort.terminal_state is TerminalState.ABORTED  # an abort without a reason
+    assert ruleset.budget_for("explorer-1") == {"max_tool_calls": 20.0, "max_seconds": 600.0}
+    assert ruleset.budget_for("writer") == {"max_iterations": 50.0}
+    described = ruleset.describe()[0]
+    assert described["name"] == "slow-search"
+    assert described["grace"] == {"tool_calls": 3, "seconds": 120.0}
+    assert described["source"] == f"{path}:10"
+    assert described["when"] == "run.tools['search'] > 10"
+
+
+def test_multi_document_files_and_merge_keys(tmp_path: Path) -> None:
+    path = tmp_path / "multi.yaml"
+    path.write_text(HEADER + "rules:\n"
+                    "  - {name: a, when: run.errors > 1, action: notify, message: a}\n"
+                    "---\n" + HEADER + "rules:\n"
+                    "  - <<: {when: run.errors > 2, action: notify, message: b}\n"
+                    "    name: b\n")
+    assert [r.name for r in load_rules([str(path)], include_default=False).rules] == ["a", "b"]
+
+
+# -- merging --------------------------------------------------------------------------------------
+
+def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
+    path = write(tmp_path / "override.yaml", """\
+        budgets:
+          - agents: ["*"]
+            max_tool_calls: 30
+        disable: [repeated-tool-result, tool-cycle]
+        rules:
+          - name: idle-timeout
+            when: "!run.ended && run.idle_seconds > 60.0"
+            action: notify
+            message: idle
+          - name: error-loop
+            enabled: false
+            when: "true"
+            action: notify
+            message: "off"
+          - name: extra
+            when: run.tool_calls > 100
+            action: notify
+            message: extra
+    """)
+    ruleset = load_rules([path])
+    names = [r.name for r in ruleset.rules]
+    assert names == ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
+                     "total-timeout", "repeated-tool-call", "zero-progress", "extra"]
+    idle = ruleset.get("idle-timeout")
+    assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
+    assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",
+                                                  "tool-cycle"}
+    assert [d["enabled"] for d in ruleset.describe()][-3:] == [False, False, False]
+    assert ruleset.budget_for("anyone") == {"max_tool_calls": 30.0}
+
+
+def test_a_later_pack_can_bring_a_disabled_rule_back(tmp_path: Path) -> None:
+    first = write(tmp_path / "a.yaml", "disable: [error-loop]\n")
+    second = write(tmp_path / "b.yaml", """\
+        rules:
+          - {name: error-loop, when: run.repeated_error >= 9, action: abort, message: loop}
+    """)
+    ruleset = load_rules([first, second])
+    rule = ruleset.get("error-loop")
+    assert rule is not None and "9" in rule.when.source
+
+
+def test_budgets_of_later_packs_come_first(tmp_path: Path) -> None:
+    first = write(tmp_path / "a.yaml", """\
+        budgets:
+          - {agents: ["explorer-*"], max_tool_calls: 10}
+          - {agents: ["*"], max_tool_calls: 50}
+    """)
+    second = write(tmp_path / "b.yaml", """\
+        budgets:
+          - {agents: ["explorer-big"], max_tool_calls: 100}
+    """)
+    ruleset = load_rules([first, second], include_default=False)
+    assert ruleset.budget_for("explorer-big") == {"max_tool_calls": 100.0}
+    assert ruleset.budget_for("explorer-small") == {"max_tool_calls": 10.0}
+    assert ruleset.budget_for("writer") == {"max_tool_calls": 50.0}
+
+
+# -- directories and reload detection -----------------------------------------------------------
+
+def test_directories_load_yaml_files_in_order_skipping_tests_and_hidden(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    write(rules / "20-b.yml", "rules: [{name: b, when: 'true', action: notify, message: b}]\n")
+    write(rules / "10-a.yaml", "rules: [{name: a, when: 'true', action: notify, message: a}]\n")
+    (rules / "a.test.yaml").write_text("tests: []\n")
+    (rules / "README.md").write_text("not a pack\n")
+    (rules / ".hidden.yaml").write_text("broken: [\n")
+    ruleset = load_rules([str(rules)], include_default=False)
+    assert [r.name for r in ruleset.rules] == ["a", "b"]
+    assert [Path(s.path).name for s in ruleset.sources] == ["rules", "10-a.yaml", "20-b.yml"]
+
+
+def test_a_configmap_style_mount_is_read_through_its_symlinks(tmp_path: Path) -> None:
+    mount = tmp_path / "mount"
+    data = mount / "..2026_11_22_04_00_00.1"
+    data.mkdir(parents=True)
+    write(data / "team.yaml", "rules: [{name: t, when: 'true', action: notify, message: t}]\n")
+    (mount / "..data").symlink_to(data.name)
+    (mount / "team.yaml").symlink_to("..data/team.yaml")
+    ruleset = load_rules([str(mount)], include_default=False)
+    assert [r.name for r in ruleset.rules] == ["t"]
+    assert not ruleset.stale()
+    # Kubernetes swaps the ..data symlink to a new directory: the file behind the name changes.
+    fresh = mount / "..2026_11_22_05_00_00.2"
+    fresh.mkdir()
+    write(fresh / "team.yaml", "rules: [{name: u, when: 'true', action: notify, message: u}]\n")
+    (mount / "..data_tmp").symlink_to(fresh.name)
+    os.replace(mount / "..data_tmp", mount / "..data")
+    assert ruleset.stale()
+    assert [r.name for r in load_rules([str(mount)], include_default=False).rules] == ["u"]
+
+
+def test_stale_when_a_file_changes_or_appears(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.yaml", "rules: []\n")
+    ruleset = load_rules([path], include_default=False)
+    assert not ruleset.stale()
+    Path(path).write_text(Path(path).read_text() + "# changed, and longer\n")
+    assert ruleset.stale()
+    directory = tmp_path / "d"
+    directory.mkdir()
+    in_dir = load_rules([str(directory)], include_default=False)
+    assert in_dir.rules == () and not in_dir.stale()
+    write(directory / "new.yaml", "rules: []\n")
+    assert in_dir.stale()
+
+
+# -- problems -------------------------------------------------------------------------------------
+
+def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.yaml", "rules:\n  - name: a\n    when: [1, 2\n")
+    assert problems(path) == [f"{path}:7: bad YAML: while parsing a flow sequence expected ',' "
+                              f"or ']', but got '<stream end>' (the construct began on line 6)"]
+    tabs = write(tmp_path / "tabs.yaml", "rules:\n\t- name: a\n")
+    assert problems(tabs) == [f"{tabs}:5: bad YAML: while scanning for the next token found "
+                              f"character '\\t' that cannot start any token"]
+
+
+def test_every_problem_is_reported_with_file_line_and_rule(tmp_path: Path) -> None:
+    path = write(tmp_path / "broken.yaml", """\
+        budgets:
+          - agents: ["explorer-*"]
+            max_tool_calls: 0
+            max_cost: 3
+        rules:
+          - name: unknown-action
+            when: run.tool_calls > 3
+            action: explode
+            message: hi
+          - name: syntax
+            when: run.tool_calls >
+            action: notify
+            message: hi
+          - name: unknown-variable
+            when: runn.tool_calls > 3
+            action: notify
+            message: hi
+          - name: unknown-field
+            when: run.tool_call > 3
+            action: notify
+            message: "count ${run.tool_calss}"
+          - name: syntax
+            when: run.tool_calls > 3
+            action: notify
+            message: dup
+          - name: bad-duration
+            when: run.idle_seconds > 300
+            for: 5 minutes
+            action: notify
+            message: hi
+          - name: bad-glob
+            agents: ["explorer-[ab"]
+            when: run.tool_calls > 3
+            action: abort
+            grace: {tool_calls: 2}
+            message: hi
+            terminal_state: completed
+          - name: Bad_Name
+            when: |
+              run.tool_calls > 3 &&
+                run.agent > 2
+            action: notify
+            message: hi
+            frobnicate: true
+          - when: run.tool_calls > 3
+            action: notify
+        disable: [idle-timout]
+    """)
+    assert problems(path, include_default=True) == [
+        f"{path}:6: budgets: max_tool_calls: expected an integer >= 1, got 0",
+        f"{path}:7: budgets: unknown key 'max_cost' (did you mean 'max_seconds'?)",
+        f"{path}:11: rule unknown-action: action: 'explode' is not one of notify, wind_down, "
+        f"abort",
+        f"{path}:14: rule syntax: when: syntax error: unexpected end of expression (column 17)",
+        f"{path}:18: rule unknown-variable: when: undeclared reference to 'runn.tool_calls' "
+        f"(the variables are run and session) (column 5)",
+        f"{path}:22: rule unknown-field: when: unknown field 'tool_call' in run (did you mean "
+        f"'tool_calls'?) (column 4)",
+        f"{path}:24: rule unknown-field: message: ${{run.tool_calss}}: unknown field "
+        f"'tool_calss' in run (did you mean 'tool_calls'?) (column 12)",
+        f"{path}:25: rule syntax: duplicate rule name (first defined on line 13)",
+        f"{path}:30: rule bad-duration: when: no operator '>' for (double, int); hint: CEL does "
+        f"not mix int and double; write 300.0 (column 18)",
+        f"{path}:31: rule bad-duration: for: expected a duration like 0s, 30s, 5m, 1h30m (or a "
+        f"number of seconds), got '5 minutes'",
+        f"{path}:35: rule bad-glob: agents: bad glob 'explorer-[ab': unclosed '['",
+        f"{path}:38: rule bad-glob: grace: only a wind_down can escalate (this rule is abort)",
+        f"{path}:40: rule bad-glob: terminal_state: 'completed' is not one of "
+        f"tool_limit_reached, time_limit_reached, idle_timeout, loop_detected, "
+        f"intervention_required, aborted",
+        f"{path}:41: rule Bad_Name: name: 'Bad_Name' is not allowed: use lowercase letters, "
+        f"digits and '-' (at most 63 characters)",
+        f"{path}:44: rule Bad_Name: when: no operator '>' for (string, int) (column 13)",
+        f"{path}:47: rule Bad_Name: unknown key 'frobnicate'",
+        f"{path}:48: rule #9: 'name' is required",
+        f"{path}:48: rule #9: 'message' is required",
+        f"{path}:50: disable: no rule named 'idle-timout' in this or an earlier pack (did you "
+        f"mean 'idle-timeout'?)",
+    ]
+
+
+def test_problems_of_several_files_come_in_file_order(tmp_path: Path) -> None:
+    first = write(tmp_path / "a.yaml", "rules: [{name: a, when: 'x', action: notify, "
+                                       "message: a}]\n")
+    second = write(tmp_path / "b.yaml", "kind: Other\n")
+    missing = str(tmp_path / "missing.yaml")
+    found = problems(first, missing, second)
+    assert found[0].startswith(f"{first}:4: rule a: when: undeclared reference to 'x'")
+    assert found[1:] == [f"{missing}: no such file or directory",
+                         f"{second}:4: RulePack: duplicate key 'kind'"]
+
+
+def test_duplicate_keys_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path / "dup.yaml", """\
+        rules:
+          - name: a
+            when: run.errors > 1
+            action: notify
+            message: a
+            when: run.errors > 2
+    """)
+    assert problems(path) == [f"{path}:9: rule a: duplicate key 'when'"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", ": empty: expected a RulePack (apiVersion: agent-watchdog/v1)"),
+    ("# only a comment\n", ": empty: expected a RulePack (apiVersion: agent-watchdog/v1)"),
+    ("- a\n- b\n", ":1: RulePack must be a mapping, not a list"),
+    ("apiVersion: v2\nkind: RulePack\nname: x\n",
+     ":1: apiVersion: 'v2' is not supported (expected agent-watchdog/v1)"),
+    ("apiVersion: agent-watchdog/v1\nkind: Rules\nname: x\n", ":2: kind: 'Rules' is not RulePack"),
+    ("apiVersion: agent-watchdog/v1\nkind: RulePack\n", ":1: RulePack: 'name' is required"),
+    ("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: x\nrules: {a: 1}\n",
+     ":4: rules: expected a list, got a mapping"),
+    ("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: x\nrule: []\n",
+     ":4: RulePack: unknown key 'rule' (did you mean 'rules'?)"),
+])
+def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert f"{path}{expected}" in problems(str(path))
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ("{name: r, when: run.errors > 1, action: notify, message: m, grace: {tool_calls: 1}}",
+     "rule r: grace: only a wind_down can escalate (this rule is notify)"),
+    ("{name: r, when: run.errors > 1, action: wind_down, message: m, grace: {}}",
+     "rule r: grace: set tool_calls, seconds or both"),
+    ("{name: r, when: run.errors > 1, action: wind_down, message: m, grace: {tool_calls: -1}}",
+     "rule r: grace: tool_calls: expected an integer >= 0, got -1"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, terminal_state: aborted}",
+     "rule r: terminal_state: a notify rule does not stop the run (use wind_down or abort)"),
+    ("{name: r, when: run.errors, action: notify, message: m}",
+     "rule r: when: must be a bool condition, but it is of type int (column 1)"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, severity: high}",
+     "rule r: severity: 'high' is not one of info, warning, critical"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, repeat: always}",
+     "rule r: repeat: 'always' is not one of once, on_change"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, enabled: maybe}",
+     "rule r: enabled: expected true or false, got 'maybe'"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, agents: explorer}",
+     "rule r: agents: expected a list of strings, got 'explorer'"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, agents: []}",
+     "rule r: agents: empty list (the rule would never apply; use enabled: false)"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, for: -5}",
+     "rule r: for: expected a duration like 0s, 30s, 5m, 1h30m (or a number of seconds), "
+     "got -5"),
+    ("{name: r, when: '', action: notify, message: m}",
+     "rule r: when: expected a non-empty string, got ''"),
+    ("{name: r, when: run.errors > 1, action: notify, message: 'a ${run.errors'}",
+     "rule r: message: unclosed '${' (a placeholder ends with '}'; write $${ for a literal ${) "
+     "(column 3)"),
+    ("just-a-string", "rule #1: a rule must be a mapping, not 'just-a-string'"),
+    ("{name: r, when: run.errors > 1, action: notify, message: no}",
+     "rule r: message: expected a non-empty string (YAML reads no as a boolean: quote it), "
+     "got false"),
+])
+def test_rule_problems(tmp_path: Path, rule: str, message: str) -> None:
+    path = write(tmp_path / "r.yaml", f"rules:\n  - {rule}\n")
+    assert problems(path) == [f"{path}:5: {message}"]
+
+
+def test_budget_problems(tmp_path: Path) -> None:
+    path = write(tmp_path / "b.yaml", """\
+        budgets:
+          - agents: ["*"]
+          - max_seconds: 0
+          - max_tool_calls: 2.5
+          - agents: ["[x"]
+            max_tokens: 100
+    """)
+    assert problems(path) == [
+        f"{path}:5: budgets: an entry sets no limit (use one of max_tool_calls, max_iterations, "
+        f"max_seconds, max_tokens)",
+        f"{path}:6: budgets: max_seconds: must be more than 0",
+        f"{path}:7: budgets: max_tool_calls: expected an integer >= 1, got 2.5",
+        f"{path}:8: budgets: agents: bad glob '[x': unclosed '['",
+    ]
+
+
+@pytest.mark.parametrize(("glob", "problem"), [
+    ("explorer-*", None), ("[!a]*", None), ("[]]x", None), ("a[bc]", None), ("*", None),
+    ("x[", "unclosed '['"), ("[!", "unclosed '['"), (" x", "leading or trailing whitespace"),
+])
+def test_globs(glob: str, problem: str | None) -> None:
+    assert glob_problem(glob) == problem
+
+
+def test_load_text_for_tests_and_the_api() -> None:
+    ruleset = load_text(HEADER + "rules: [{name: a, when: 'true', action: notify, message: a}]")
+    assert isinstance(ruleset, RuleSet) and [r.name for r in ruleset.rules] == ["a"]
+    with pytest.raises(RulePackError, match=r"<string>:4: rule a: when: undeclared reference"):
+        load_text(HEADER + "rules: [{name: a, when: 'x', action: notify, message: a}]")

@@ -1,0 +1,112 @@
+"""A directive: one rule decision for one run, numbered, stored and delivered to the agent.
+
+A :class:`~watchdog.rules.decision.Decision` says *that* a rule fired; a :class:`Directive` is
+what the agent receives (DESIGN §6). Each has a per-run ``seq`` (1, 2, 3… — what long-poll
+``after=`` and the per-run SSE ``id:`` use) and a ``global_seq`` across all runs (the global SSE
+stream's ``id:``). Both are allocated by the outbox before the directive is stored, so a
+directive never changes number once anyone has seen it.
+
+:meth:`Directive.to_json` is the public shape; :meth:`to_record` adds the internal fields the
+store keeps (``global_seq``, ``dedup_key``, ``tool_calls_at``) so the rule engine can be restored
+from it after a restart (:class:`watchdog.rules.engine.FiredRecord`). Pure: no IO, no clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from watchdog.rules.decision import Action, Decision
+from watchdog.runs.run import RunState
+
+# Actions whose directive carries a report_prompt: the agent is asked to stop and report.
+REPORTING_ACTIONS = frozenset({Action.WIND_DOWN.value, Action.ABORT.value})
+
+
+@dataclass(slots=True)
+class Directive:
+    id: str  # uuid4 hex: the webhook-id, the receiver's idempotency key
+    run_id: str
+    seq: int  # per run, from 1
+    global_seq: int  # across all runs, monotonic
+    action: str  # notify | wind_down | abort
+    rule: str
+    severity: str
+    message: str
+    terminal_state: str | None
+    budget: dict[str, float]  # run.budget_view at decision time
+    report_prompt: str | None  # wind_down and abort; written before the directive is stored
+    created_at: float  # seconds since the epoch
+    dedup_key: str  # what makes a decision unique within its run (rule, or rule + message)
+    escalation: bool  # an abort because a wind_down's grace ran out
+    tool_calls_at: int  # run.tool_calls when it fired: the grace baseline after a restart
+    agent: str
+
+    @property
+    def needs_report_prompt(self) -> bool:
+        return self.action in REPORTING_ACTIONS
+
+    @classmethod
+    def from_decision(cls, decision: Decision, run: RunState, now: float,
+                      report_prompt: str | None, seq: int, global_seq: int,
+                      budget: dict[str, float] | None = None,
+                      directive_id: str | None = None) -> Directive:
+        """``budget`` defaults to ``run.budget_view(now=now)`` (without rule-pack defaults)."""
+        view = run.budget_view(now=now) if budget is None else budget
+        return cls(
+            id=directive_id or uuid.uuid4().hex,
+            run_id=decision.run_key,
+            seq=seq,
+            global_seq=global_seq,
+            action=decision.action.value,
+            rule=decision.rule,
+            severity=decision.severity.value,
+            message=decision.message,
+            terminal_state=(decision.terminal_state.value
+                            if decision.terminal_state is not None else None),
+            budget={key: _plain_number(value) for key, value in view.items()},
+            report_prompt=report_prompt,
+            created_at=now,
+            dedup_key=decision.dedup_key,
+            escalation=decision.escalation,
+            tool_calls_at=run.tool_calls,
+            agent=run.agent_name,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The DESIGN §6 shape (plus ``agent`` and ``escalation``): API, SSE and webhooks."""
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "action": self.action,
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "terminal_state": self.terminal_state,
+            "budget": self.budget,
+            "report_prompt": self.report_prompt,
+            "created_at": iso_seconds(self.created_at),
+            "agent": self.agent,
+            "escalation": self.escalation,
+        }
+
+    def to_record(self) -> dict[str, Any]:
+        """Every field, for the store."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Directive:
+        return cls(**data)
+
+
+def iso_seconds(seconds: float) -> str:
+    """``2026-11-22T04:00:00Z`` — ISO-8601 UTC with whole seconds, as in DESIGN §6."""
+    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _plain_number(value: float) -> float:
+    """``20.0`` -> ``20`` so budgets read as counts in JSON."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value

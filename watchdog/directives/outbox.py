@@ -1,0 +1,309 @@
+"""The outbox: rule decisions become numbered directives, stored, then sent.
+
+Theory of operation
+-------------------
+:meth:`Outbox.submit` runs on the event loop thread right after rule evaluation. It is
+synchronous and cheap: it allocates the run's next ``seq`` and the next ``global_seq`` in memory
+(continuing from the store, see :meth:`restore`), builds the :class:`Directive` and queues it.
+A single writer task then, in submission order:
+
+1. writes the ``report_prompt`` of a wind_down/abort from the run's activity log;
+2. stores a batch of directives, with their webhook deliveries, in one transaction on the
+   directive store's own thread (the "lane": one thread, so writes keep their order);
+3. only then publishes them to the :class:`~watchdog.directives.hub.Hub` (long-poll, SSE) and
+   wakes the :class:`~watchdog.directives.webhooks.WebhookSender`.
+
+So a directive is stored before it is sent, and published in ``global_seq`` order (which is
+what makes SSE resumption gap-free). A decision whose ``(run, dedup_key)`` is already stored is
+not published again.
+
+Bounded: at most ``max_pending`` directives wait for the store. Beyond that a submission is
+dropped, logged as an error and counted (``directives_delivered_total{channel="outbox",
+outcome="dropped"}``). A dropped decision is lost: the rule engine has recorded it as fired and
+will not repeat it (after a restart it only remembers what was stored, so it may fire again).
+That only happens when the disk cannot keep up with 10,000 decisions, at which point the
+sidecar is failing anyway and says so loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from watchdog.clock import Clock, SystemClock
+from watchdog.directives.hub import DeliveryMetrics, Hub, NullMetrics
+from watchdog.directives.model import Directive
+from watchdog.directives.prompt import PROMPT_MAX_LINES, report_prompt
+from watchdog.directives.store import AddResult, DirectiveStore
+from watchdog.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget
+from watchdog.errors import BadRequest
+from watchdog.rules.decision import Decision
+from watchdog.rules.engine import FiredRecord
+from watchdog.runs.activity import ActivityEntry
+from watchdog.runs.report import activity_lines
+from watchdog.runs.run import NS, RunState
+
+log = logging.getLogger("watchdog.directives")
+
+MAX_PENDING_DIRECTIVES = 10_000  # directives waiting for the store before submissions drop
+MAX_WRITE_BATCH = 256  # directives stored per transaction
+PROMPT_WAIT = 0.5  # seconds an async activity source may take before the prompt goes without
+STOP_TIMEOUT = 10.0  # seconds stop() waits for pending directives to be stored
+STORE_RETRY_MAX = 5.0  # seconds between attempts while the store keeps failing
+MAX_RUN_DIRECTIVES = 1_000  # directives listed for one run (the run detail)
+
+T = TypeVar("T")
+ActivityList = Sequence[ActivityEntry]
+ActivitySource = Callable[[str], ActivityList | Awaitable[ActivityList]]
+BudgetSource = Callable[[RunState], Mapping[str, float] | None]
+
+
+@dataclass(slots=True)
+class _Pending:
+    directive: Directive
+    run: RunState  # live; read on the loop thread only
+
+
+class Outbox:
+    """Construct, ``await restore(run_ids)`` (fired records for the rule engine), ``await
+    start()``; ``submit()`` per decision; ``await stop()`` on shutdown.
+
+    ``activity`` (run id → its activity log, sync or async) and ``default_budget`` (run → the
+    rule pack's budget for it) are attributes, so they can be bound after construction."""
+
+    def __init__(self, store: DirectiveStore, hub: Hub | None = None,
+                 webhooks: Sequence[WebhookTarget] = (),
+                 activity: ActivitySource | None = None,
+                 metrics: DeliveryMetrics | None = None, clock: Clock | None = None, *,
+                 default_budget: BudgetSource | None = None,
+                 max_pending: int = MAX_PENDING_DIRECTIVES,
+                 retry: RetryPolicy | None = None,
+                 prompt_wait: float = PROMPT_WAIT) -> None:
+        self.store = store
+        self.metrics: DeliveryMetrics = metrics or NullMetrics()
+        self.hub = hub if hub is not None else Hub(store, metrics=self.metrics)
+        self.activity = activity
+        self.default_budget = default_budget
+        self.clock: Clock = clock or SystemClock()
+        self.max_pending = max_pending
+        self.prompt_wait = prompt_wait
+        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-directives")
+        self.webhooks = WebhookSender(store, webhooks, self.in_lane, metrics=self.metrics,
+                                      clock=self.clock, retry=retry) if webhooks else None
+        self._pending: deque[_Pending] = deque()
+        self._storing: set[str] = set()  # runs of the batch being written
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._global_seq = 0
+        self._run_seq: dict[str, int] = {}
+        self._counters_loaded = False
+        self._writer: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._closed = False
+        self.dropped = 0  # submissions refused (queue full or stopping)
+        self.duplicates = 0  # decisions that were already stored
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def restore(self, run_ids: Iterable[str] | None = None) -> list[FiredRecord]:
+        """Continue the numbering from the store and return what was fired for ``run_ids``
+        (all runs when None), for the rule engine to restore its fired state from."""
+        await self._load_counters()
+        ids = None if run_ids is None else list(run_ids)
+        return await self.hub.in_reader(self.store.fired_records, ids)
+
+    async def start(self) -> None:
+        await self._load_counters()
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_loop(), name="watchdog-outbox")
+            if self._pending:
+                self._wake.set()
+        if self.webhooks is not None:
+            await self.webhooks.start()
+
+    async def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """End streams, store what is pending (up to ``timeout`` s), stop webhook delivery
+        (attempts in flight finish), close the store. Idempotent."""
+        if self._closed:
+            return
+        self._stopping = True
+        self.hub.close()
+        if self._writer is not None:
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            except TimeoutError:
+                log.error("shutdown: %d directives could not be stored in %.0f s and are lost",
+                          len(self._pending), timeout)
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
+        if self.webhooks is not None:
+            await self.webhooks.stop()
+        self._closed = True
+        await self.in_lane(self.store.close)
+        self._lane.shutdown(wait=True)
+        self.hub.shutdown_reader()
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far is stored and published."""
+        if self._writer is not None:
+            await self._idle.wait()
+
+    async def _load_counters(self) -> None:
+        if self._counters_loaded:
+            return
+        top, per_run = await self.in_lane(self.store.counters)
+        self._global_seq = max(self._global_seq, top)
+        for run_id, seq in per_run.items():
+            if seq > self._run_seq.get(run_id, 0):
+                self._run_seq[run_id] = seq
+        self._counters_loaded = True
+
+    async def in_lane(self, work: Callable[..., T], *args: Any) -> T:
+        """Run store work on the directive store's thread, after everything queued before."""
+        return await asyncio.get_running_loop().run_in_executor(self._lane, work, *args)
+
+    # -- the hot path ---------------------------------------------------------------------------
+
+    def submit(self, decision: Decision, run: RunState, now: float) -> Directive | None:
+        """Number and queue a decision (loop thread, non-blocking). Returns the directive (its
+        ``report_prompt`` is written just before it is stored), or None if it was dropped."""
+        if not self._counters_loaded:
+            raise RuntimeError("Outbox.submit() before restore()/start(): directive numbers "
+                               "must continue from the store")
+        if self._stopping or len(self._pending) >= self.max_pending:
+            self.dropped += 1
+            self.metrics.directive_delivered(decision.action.value, "outbox", "dropped")
+            log.error("directive dropped (%s): rule %s for run %s (%s); the decision is lost",
+                      "shutting down" if self._stopping else
+                      f"{self.max_pending} directives already wait for the store",
+                      decision.rule, decision.run_key, decision.action.value)
+            return None
+        key = decision.run_key
+        seq = self._run_seq.get(key, 0) + 1
+        self._run_seq[key] = seq
+        self._global_seq += 1
+        defaults = self.default_budget(run) if self.default_budget is not None else None
+        budget = run.budget_view(dict(defaults) if defaults else None, now)
+        directive = Directive.from_decision(decision, run, now, None, seq, self._global_seq,
+                                            budget=budget)
+        self._pending.append(_Pending(directive, run))
+        self._idle.clear()
+        self._wake.set()
+        return directive
+
+    # -- the writer -----------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch: list[_Pending] = []
+                while self._pending and len(batch) < MAX_WRITE_BATCH:
+                    batch.append(self._pending.popleft())
+                self._storing = {item.directive.run_id for item in batch}
+                for item in batch:
+                    if item.directive.needs_report_prompt and item.directive.report_prompt is None:
+                        await self._write_prompt(item)
+                await self._persist([item.directive for item in batch])
+                self._storing = set()
+            self._idle.set()
+
+    async def _write_prompt(self, item: _Pending) -> None:
+        directive, run = item.directive, item.run
+        lines: list[str] = []
+        earlier = 0
+        available = self.activity is not None
+        if self.activity is not None:
+            try:
+                entries = self.activity(directive.run_id)
+                if inspect.isawaitable(entries):
+                    entries = await asyncio.wait_for(entries, self.prompt_wait)
+                start = run.first_start_ns / NS if run.first_start_ns else None
+                # only the steps a prompt can show: rendering (and redacting) costs per line
+                recent = entries[-PROMPT_MAX_LINES:]
+                lines = activity_lines(recent, start)
+                earlier = max(recent[0].seq - 1, 0) if recent else 0
+            except Exception as exc:  # the directive goes out without the log rather than not
+                log.warning("report_prompt for run %s without its activity log: %s: %s",
+                            directive.run_id, exc.__class__.__name__, exc)
+                lines, earlier, available = [], 0, False
+        try:
+            directive.report_prompt = report_prompt(
+                run, lines, directive.message, action=directive.action,
+                now=directive.created_at, budget=directive.budget, log_available=available,
+                earlier_steps=earlier)
+        except Exception:  # a bug here must not stop the writer: send the bare request
+            log.exception("report_prompt for run %s failed", directive.run_id)
+            directive.report_prompt = report_prompt(
+                run, [], directive.message, action=directive.action, now=directive.created_at,
+                budget={}, log_available=False)
+
+    async def _persist(self, directives: list[Directive]) -> None:
+        webhooks = self.webhooks
+        items = [(d, webhooks.hooks_for(d) if webhooks is not None else []) for d in directives]
+        delay = 0.05
+        while True:
+            try:
+                results = await self.in_lane(self.store.add_many, items)
+                break
+            except Exception:  # never send what is not stored: keep trying, say so
+                log.exception("storing %d directives failed; retrying in %.2f s",
+                              len(items), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, STORE_RETRY_MAX)
+        wake_webhooks = False
+        for (directive, hooks), result in zip(items, results, strict=True):
+            if result is AddResult.STORED:
+                self.hub.publish(directive)
+                wake_webhooks = wake_webhooks or bool(hooks)
+            elif result is AddResult.DUPLICATE:
+                self.duplicates += 1
+                log.info("rule %s for run %s (%s) was already stored; not sent again",
+                         directive.rule, directive.run_id, directive.dedup_key)
+            else:
+                self.metrics.directive_delivered(directive.action, "outbox", "conflict")
+                log.error("directive seq %d / global %d for run %s clashes with a stored one "
+                          "(is another watchdog using this state_dir?); not sent",
+                          directive.seq, directive.global_seq, directive.run_id)
+        if wake_webhooks and webhooks is not None:
+            webhooks.notify()
+
+    # -- the API's questions --------------------------------------------------------------------
+
+    async def ack(self, run_id: str, seq: int) -> int:
+        """The agent has seen directives up to ``seq``; returns the run's acked seq."""
+        latest = await self.hub.latest_seq(run_id)
+        if seq > latest:
+            raise BadRequest(f"seq={seq} is not allowed: run {run_id!r} has directives up to "
+                             f"seq {latest}")
+        return await self.in_lane(self.store.ack, run_id, seq, self.clock.now())
+
+    async def run_directives(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's directives (oldest first) with ``acked`` flags, for ``GET /v1/runs/{id}``."""
+        directives = await self.hub.in_reader(self.store.list_for_run, run_id, 0,
+                                              MAX_RUN_DIRECTIVES)
+        if not directives:
+            return []
+        acked = await self.hub.in_reader(self.store.acked, run_id)
+        return [{**d.to_json(), "acked": d.seq <= acked} for d in directives]
+
+    async def prune(self, active_runs: Iterable[str]) -> int:
+        """Bound the store (call now and then with the active runs' ids)."""
+        keep = list(active_runs)
+        pruned, emptied = await self.in_lane(self.store.prune, keep)
+        waiting = self._storing | {item.directive.run_id for item in self._pending}
+        for run_id in emptied:
+            if run_id not in waiting:
+                self._run_seq.pop(run_id, None)
+        return pruned
