@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from watchdog.api import create_app
+from watchdog.clock import Clock
 from watchdog.config import Config
 from watchdog.directives.hub import Hub
 from watchdog.directives.outbox import Outbox
@@ -82,13 +83,13 @@ def activity_for(key: str) -> list[ActivityEntry]:
 @asynccontextmanager
 async def sidecar(state_dir: str = ":memory:", *, webhooks: Sequence[WebhookTarget] = (),
                   retry: RetryPolicy | None = None, config: Config | None = None,
-                  **hub_options: Any) -> AsyncIterator[Sidecar]:
+                  clock: Clock | None = None, **hub_options: Any) -> AsyncIterator[Sidecar]:
     config = config or Config(state_dir=state_dir)
     metrics = RecordingMetrics()
     store = DirectiveStore(state_dir)
     hub = Hub(store, metrics=metrics, **hub_options)
     outbox = Outbox(store, hub, webhooks, activity=activity_for, metrics=metrics,
-                    retry=retry)
+                    clock=clock, retry=retry)
     await outbox.restore()
     await outbox.start()
     service = WatchdogService(config, Store(":memory:"))

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 
 from tests.test_directives_api import Sidecar, eventually, sidecar
+from watchdog.clock import ManualClock
 from watchdog.config import Config
 from watchdog.directives.store import DeliveryState
 from watchdog.directives.webhooks import (
@@ -241,3 +242,13 @@ async def test_filters_and_a_wrong_secret() -> None:
             (body,) = aborts.bodies.values()
             assert body["action"] == "abort" and "Stop calling tools now" in body["report_prompt"]
             assert car.metrics.count("webhook", "failed") == 2  # 401: refused, not retried
+
+
+async def test_a_frozen_rules_clock_does_not_freeze_webhook_retries() -> None:
+    frozen = ManualClock(start=1_000.0)  # what end-to-end tests inject for the rules
+    async with receiver() as hook, \
+            sidecar(webhooks=[hook.target()], retry=FAST, clock=frozen) as car:
+        hook.script = [503, 503]
+        car.submit("run-1")
+        await eventually(lambda: len(hook.accepted) == 1)  # verify() checks the real time
+        assert sum(hook.attempts.values()) == 3

@@ -23,7 +23,8 @@ from watchdog.config import Config
 from watchdog.directives.hub import StreamEnded, SubscriberOverflow, Subscription
 from watchdog.directives.model import Directive
 from watchdog.directives.outbox import Outbox
-from watchdog.errors import BadRequest, Unauthorized, WatchdogError
+from watchdog.errors import BadRequest, NotFound, Unauthorized, WatchdogError
+from watchdog.rules.engine import RuleEngine
 from watchdog.runs.report import build_report, render_markdown
 from watchdog.runs.view import run_summary
 from watchdog.service import MAX_LIST_LIMIT, WatchdogService
@@ -41,7 +42,7 @@ SSE_WRITE_TIMEOUT = 10.0  # seconds a stream write may wait for a client that do
 SSE_RETRY_MS = 1000  # the reconnection delay EventSource clients are told to use
 MAX_SEQ = 2**63 - 1
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no", "Connection": "keep-alive"}
+               "X-Accel-Buffering": "no"}  # the last: nginx must not buffer the stream
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -317,10 +318,37 @@ def _wants_json(accept: str) -> bool:
     return best_json > 0 and best_json > best_markdown
 
 
+class RuleRoutes:
+    """``GET /v1/rules`` and ``POST /-/reload`` (Prometheus' name for the same thing)."""
+
+    def __init__(self, engine: RuleEngine,
+                 reload: Callable[[], Awaitable[tuple[bool, str]]] | None) -> None:
+        self.engine = engine
+        self._reload = reload
+
+    async def list_rules(self, request: web.Request) -> web.Response:
+        ruleset = self.engine.ruleset
+        return web.json_response({
+            "rules": ruleset.describe(),
+            "budgets": [{"agents": list(b.agents), **b.limits} for b in ruleset.budgets],
+            "sources": [source.path for source in ruleset.sources],
+        })
+
+    async def reload(self, request: web.Request) -> web.Response:
+        if self._reload is None:
+            raise NotFound("rule reload is not available here")
+        ok, message = await self._reload()
+        if not ok:
+            return error_response(422, "rules_invalid", message)
+        return web.json_response({"status": "reloaded", "message": message})
+
+
 def create_app(service: WatchdogService, config: Config, *,
-               directives: Outbox | None = None) -> web.Application:
+               directives: Outbox | None = None, rules: RuleEngine | None = None,
+               reload: Callable[[], Awaitable[tuple[bool, str]]] | None = None
+               ) -> web.Application:
     """The control API; ``directives`` adds the directive routes (and fills the run detail's
-    ``directives``)."""
+    ``directives``), ``rules`` the rule listing and ``reload`` the reload endpoint."""
     middlewares: list[Any] = [errors_middleware]
     if config.api_token:
         middlewares.append(auth_middleware(config.api_token))
@@ -336,4 +364,8 @@ def create_app(service: WatchdogService, config: Config, *,
         app.router.add_get("/v1/runs/{id}/directives/stream", routes.run_stream)
         app.router.add_post("/v1/runs/{id}/ack", routes.ack)
         app.router.add_get("/v1/directives/stream", routes.all_stream)
+    if rules is not None:
+        rule_routes = RuleRoutes(rules, reload)
+        app.router.add_get("/v1/rules", rule_routes.list_rules)
+        app.router.add_post("/-/reload", rule_routes.reload)
     return app

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 from prometheus_client import (
@@ -36,6 +36,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -120,6 +121,31 @@ def _exemplar(trace_id: str | None) -> dict[str, str] | None:
     return {"trace_id": trace_id} if trace_id else None
 
 
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+class Children:
+    """Labelled children of metrics, kept once made.
+
+    ``labels()`` converts, validates and takes the metric's lock on every call, which is most of
+    the per-batch cost of the metrics; a child is the same object for the life of its metric
+    (nothing here removes one), so it is looked up once. Bounded like the series themselves:
+    every label value has passed a cap or is one of our own constants.
+    """
+
+    __slots__ = ("_children",)
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+
+    def __call__(self, metric: M, *values: str) -> M:
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child  # type: ignore[return-value]  # labels() returns the metric's own type
+
+
 class Metrics:
     """Every metric of DESIGN §9 in one registry of its own (tests create many)."""
 
@@ -132,6 +158,7 @@ class Metrics:
         self._rules = LabelCap(MAX_RULES)
         self._stuck: set[tuple[str, str]] = set()
         self.reload_success: bool | None = None  # unknown until the rules engine reports
+        self._child = Children()
 
         def counter(name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
             return Counter(PREFIX + name, doc, tuple(labels), registry=registry)
@@ -221,10 +248,11 @@ class Metrics:
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None:
         records = decoded.records
         received = len(records) + decoded.rejected_count
+        child = self._child
         if received:
-            self.spans_received_total.labels(clip(protocol)).inc(received)
+            child(self.spans_received_total, clip(protocol)).inc(received)
         for reason, count in decoded.rejected.items():
-            self.spans_rejected_total.labels(clip(reason)).inc(count)
+            child(self.spans_rejected_total, clip(reason)).inc(count)
         if records:
             # Exporters send spans in the order they ended, so the oldest is at the front; the
             # ends of the list bound it without a pass over every span.
@@ -233,36 +261,37 @@ class Metrics:
                 self.ingest_lag_seconds.observe(max(now - oldest_ns / NS, 0.0))
 
     def batch_applied(self, result: BatchResult) -> None:
-        exemplars = result.exemplars
+        exemplars, child = result.exemplars, self._child
         for (agent, tool), count in result.tool_calls.items():
             label = self.agent(agent)
-            self.tool_calls_total.labels(label, self._tool(label, tool)).inc(
+            child(self.tool_calls_total, label, self._tool(label, tool)).inc(
                 count, _exemplar(exemplars.get(agent)))
         for (agent, direction), count in result.tokens.items():
-            self.tokens_total.labels(self.agent(agent), clip(direction)).inc(
+            child(self.tokens_total, self.agent(agent), clip(direction)).inc(
                 count, _exemplar(exemplars.get(agent)))
         for (agent, error_type), count in result.errors.items():
             label = self.agent(agent)
-            self.errors_total.labels(label, self._error_type(label, error_type)).inc(
+            child(self.errors_total, label, self._error_type(label, error_type)).inc(
                 count, _exemplar(exemplars.get(agent)))
         for run in result.evicted:  # also reported to runs_finished, as abandoned
-            self.runs_evicted_total.labels(self.agent(run.agent_name)).inc()
+            child(self.runs_evicted_total, self.agent(run.agent_name)).inc()
 
     def runs_finished(self, runs: Iterable[RunState]) -> None:
+        child = self._child
         for run in runs:
             agent = self.agent(run.agent_name)
             state = run.terminal_state.value if run.terminal_state is not None else UNKNOWN
             exemplar = _exemplar(run.trace_id)
-            self.runs_finished_total.labels(agent, state).inc(1, exemplar)
-            self.run_iterations.labels(agent).observe(run.iterations, exemplar)
-            self.run_tool_calls.labels(agent).observe(run.tool_calls, exemplar)
+            child(self.runs_finished_total, agent, state).inc(1, exemplar)
+            child(self.run_iterations, agent).observe(run.iterations, exemplar)
+            child(self.run_tool_calls, agent).observe(run.tool_calls, exemplar)
             duration = run.elapsed_seconds(run.ended_at if run.ended_at is not None else 0.0)
-            self.run_duration_seconds.labels(agent).observe(duration, exemplar)
+            child(self.run_duration_seconds, agent).observe(duration, exemplar)
 
     # -- receivers ----------------------------------------------------------------------------
 
     def export_request(self, protocol: str, outcome: str) -> None:
-        self.export_requests_total.labels(clip(protocol), clip(outcome)).inc()
+        self._child(self.export_requests_total, clip(protocol), clip(outcome)).inc()
 
     # -- rules engine and directives ----------------------------------------------------------
 

@@ -19,6 +19,10 @@ from aiohttp import web
 from watchdog import __version__, api
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config, split_address
+from watchdog.directives.hub import Hub
+from watchdog.directives.outbox import Outbox
+from watchdog.directives.store import DirectiveStore
+from watchdog.directives.webhooks import targets_from_config
 from watchdog.ingest import otlp_grpc, otlp_http
 from watchdog.ingest.admission import Admission
 from watchdog.ingest.decode import protobuf_backend
@@ -31,6 +35,7 @@ from watchdog.store import Store
 log = logging.getLogger("watchdog")
 
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown
+PRUNE_INTERVAL = 600.0  # seconds between prunes of old directives and ended runs
 
 
 class Server:
@@ -45,6 +50,7 @@ class Server:
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = False
         self.engine: RuleEngine | None = None
+        self.outbox: Outbox | None = None
         self._reload_lock = asyncio.Lock()
         self._rule_sources: tuple[Source, ...] = ()  # as last seen by the file watch
 
@@ -60,12 +66,21 @@ class Server:
         self.engine = RuleEngine(ruleset)
         self._rule_sources = ruleset.sources
         store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
-        self.metrics = Metrics(version=__version__)
-        self.metrics.rules_reloaded(True)
-        self.service = service = WatchdogService(config, store, self.metrics, self.clock,
-                                                 engine=self.engine)
-        self.metrics.bind(service)
+        directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
+        self.metrics = metrics = Metrics(version=__version__)
+        metrics.rules_reloaded(True)
+        self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
+                                      targets_from_config(config.webhooks), metrics=metrics,
+                                      clock=self.clock)
+        self.service = service = WatchdogService(config, store, metrics, self.clock,
+                                                 engine=self.engine, sink=outbox)
+        outbox.activity = service.activity
+        outbox.default_budget = service.default_budget
+        metrics.bind(service)
         restored = await asyncio.to_thread(service.restore)
+        # What already fired for the runs still open: nothing fires twice, grace continues.
+        self.engine.restore(await outbox.restore([r.key for r in service.tracker.active()]))
+        await outbox.start()
         if restored:
             log.info("restored %d active runs from %s", restored, config.state_dir)
         admission = Admission(config.max_pending_requests)
@@ -74,7 +89,8 @@ class Server:
                               create_metrics_app(self.metrics, lambda: self._ready))
         await self._start_app("otlp_http", config.otlp_http_address,
                               otlp_http.create_app(service, self.metrics, admission, config))
-        await self._start_app("api", config.api_address, api.create_app(service, config))
+        await self._start_app("api", config.api_address, api.create_app(
+            service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
         self._grpc, bound = otlp_grpc.create_server(service, self.metrics, admission, config)
         await self._grpc.start()
@@ -82,6 +98,7 @@ class Server:
 
         self._tasks = [asyncio.create_task(self._every(config.state_flush_interval, self._flush)),
                        asyncio.create_task(self._every(config.eval_interval, self._tick))]
+        self._tasks.append(asyncio.create_task(self._every(PRUNE_INTERVAL, self._prune)))
         if config.rules_watch_interval > 0:
             self._tasks.append(asyncio.create_task(
                 self._every(config.rules_watch_interval, self._watch_rules)))
@@ -116,6 +133,11 @@ class Server:
         assert self.service is not None
         self.service.tick()
 
+    async def _prune(self) -> None:
+        assert self.service is not None and self.outbox is not None
+        await self.outbox.prune([run.key for run in self.service.tracker.active()])
+        await self.service.in_store_lane(self.service.store.prune)
+
     def _load_rules(self) -> RuleSet:
         return load_rules(self.config.rules, include_default=self.config.default_rules)
 
@@ -147,6 +169,8 @@ class Server:
 
     async def stop(self) -> None:
         self._ready = False
+        if self.outbox is not None:
+            self.outbox.hub.close()  # open SSE / long-poll requests end now, not at a timeout
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE)
         for runner in reversed(self._runners):
@@ -156,6 +180,11 @@ class Server:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.service is not None:
+            await self.service.save_pending()
+        if self.outbox is not None:
+            await self.outbox.stop()  # stores what is pending; lets webhook attempts finish
+            self.outbox = None
         if self.service is not None:
             await self.service.close()
             self.service = None
@@ -169,8 +198,14 @@ async def serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP,
-                            lambda: loop.create_task(server.reload_rules()))  # type: ignore[arg-type,return-value]
+    reloads: set[asyncio.Task[tuple[bool, str]]] = set()
+
+    def reload() -> None:
+        task = loop.create_task(server.reload_rules())
+        reloads.add(task)  # keep a reference until it is done
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, reload)
     try:
         await stop.wait()
     finally:

@@ -4,8 +4,9 @@ sessions), so a restart loses no run.
 The store is synchronous. Writes go through one connection, called from a single worker thread
 (the service's store lane) in batches, one transaction each. Reads use a second connection:
 in WAL mode readers never wait for a writer, so the API and the directive builder can read on
-the event loop while a large flush is being committed. The activity log is a ring per run: rows whose ``seq`` falls more
-than ``activity_log_size`` behind the newest are deleted in the same transaction.
+the event loop while a large flush is being committed. The activity log is a ring per run: rows
+whose ``seq`` falls more than ``activity_log_size`` behind the newest are deleted in the same
+transaction.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ PROMPT_WAIT = 0.5  # seconds an async activity source may take before the prompt
 STOP_TIMEOUT = 10.0  # seconds stop() waits for pending directives to be stored
 STORE_RETRY_MAX = 5.0  # seconds between attempts while the store keeps failing
 MAX_RUN_DIRECTIVES = 1_000  # directives listed for one run (the run detail)
+CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints, off the write path (see store)
 
 T = TypeVar("T")
 ActivityList = Sequence[ActivityEntry]
@@ -85,7 +86,8 @@ class Outbox:
                  default_budget: BudgetSource | None = None,
                  max_pending: int = MAX_PENDING_DIRECTIVES,
                  retry: RetryPolicy | None = None,
-                 prompt_wait: float = PROMPT_WAIT) -> None:
+                 prompt_wait: float = PROMPT_WAIT,
+                 webhook_clock: Clock | None = None) -> None:
         self.store = store
         self.metrics: DeliveryMetrics = metrics or NullMetrics()
         self.hub = hub if hub is not None else Hub(store, metrics=self.metrics)
@@ -95,8 +97,12 @@ class Outbox:
         self.max_pending = max_pending
         self.prompt_wait = prompt_wait
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-directives")
+        # Webhook retries run on wall-clock time even when tests inject a clock for the rules:
+        # a frozen test clock must not freeze the backoff, nor stamp a webhook-timestamp that a
+        # receiver's replay check would refuse.
         self.webhooks = WebhookSender(store, webhooks, self.in_lane, metrics=self.metrics,
-                                      clock=self.clock, retry=retry) if webhooks else None
+                                      clock=webhook_clock or SystemClock(),
+                                      retry=retry) if webhooks else None
         self._pending: deque[_Pending] = deque()
         self._storing: set[str] = set()  # runs of the batch being written
         self._wake = asyncio.Event()
@@ -106,6 +112,7 @@ class Outbox:
         self._run_seq: dict[str, int] = {}
         self._counters_loaded = False
         self._writer: asyncio.Task[None] | None = None
+        self._checkpoints: asyncio.Task[None] | None = None
         self._stopping = False
         self._closed = False
         self.dropped = 0  # submissions refused (queue full or stopping)
@@ -124,6 +131,8 @@ class Outbox:
         await self._load_counters()
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_loop(), name="watchdog-outbox")
+            self._checkpoints = asyncio.create_task(self._checkpoint_loop(),
+                                                    name="watchdog-outbox-checkpoint")
             if self._pending:
                 self._wake.set()
         if self.webhooks is not None:
@@ -142,10 +151,12 @@ class Outbox:
             except TimeoutError:
                 log.error("shutdown: %d directives could not be stored in %.0f s and are lost",
                           len(self._pending), timeout)
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
-            self._writer = None
+            for task in (self._writer, self._checkpoints):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            self._writer = self._checkpoints = None
         if self.webhooks is not None:
             await self.webhooks.stop()
         self._closed = True
@@ -218,6 +229,15 @@ class Outbox:
                 await self._persist([item.directive for item in batch])
                 self._storing = set()
             self._idle.set()
+
+    async def _checkpoint_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL)
+            try:
+                await loop.run_in_executor(None, self.store.checkpoint)
+            except Exception:  # the log grows until a later one works; say why
+                log.exception("directive store checkpoint failed")
 
     async def _write_prompt(self, item: _Pending) -> None:
         directive, run = item.directive, item.run
