@@ -1,0 +1,181 @@
+"""The default rule pack end to end: real OTel SDK exporters feed a running sidecar, the
+sidecar's rules decide, and the decisions come back as directives on the control API."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Status, StatusCode
+
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from watchdog.clock import ManualClock
+
+
+class Agent:
+    """A scripted agent whose spans carry the watchdog run id, exported as they end."""
+
+    def __init__(self, server: RunningServer, run_id: str, name: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(
+            SimpleSpanProcessor(OTLPSpanExporter(endpoint=server.otlp_http + "/v1/traces")))
+        self.tracer = self.provider.get_tracer("rules-e2e")
+        self._root = self.tracer.start_span(f"invoke_agent {name}", attributes={
+            "gen_ai.operation.name": "invoke_agent", **self._ids()})
+        self._context = trace.set_span_in_context(self._root)
+
+    def _ids(self) -> dict[str, str]:
+        return {"watchdog.run.id": self.run_id, "watchdog.agent.name": self.name}
+
+    def tool(self, name: str, args: dict[str, Any], result: str = "ok",
+             error: str | None = None) -> None:
+        with self.tracer.start_as_current_span(f"execute_tool {name}", context=self._context,
+                                               attributes={
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+            "gen_ai.tool.call.arguments": json.dumps(args), "gen_ai.tool.call.result": result,
+            **self._ids()}) as span:
+            if error:
+                span.set_status(Status(StatusCode.ERROR, error))
+                span.set_attribute("error.type", "RuntimeError")
+
+    def chat(self, messages: int) -> None:
+        conversation = json.dumps([{"role": "user", "parts": []}] * messages)
+        with self.tracer.start_as_current_span("chat model", context=self._context, attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.input.messages": conversation,
+                "gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 5,
+                **self._ids()}):
+            pass
+
+    def finish(self) -> None:
+        self._root.end()
+        self.provider.shutdown()
+
+
+def directives(server: RunningServer, run_id: str) -> list[dict[str, Any]]:
+    return server.get_json(f"/v1/runs/{run_id}/directives?after=0")["directives"]  # type: ignore[no-any-return]
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+@contextmanager
+def sidecar_with_clock(tmp_path: Path, clock: ManualClock | None = None
+                       ) -> Iterator[RunningServer]:
+    config = sidecar_config(tmp_path / "state", eval_interval=3600.0)  # ticks only when asked
+    with running_server(config, clock=clock) as server:
+        yield server
+
+
+def test_a_looping_agent_gets_wind_down_then_abort_with_loop_detected(tmp_path: Path) -> None:
+    with sidecar_with_clock(tmp_path) as server:
+        agent = Agent(server, "loop-1", "looper")
+        for _ in range(4):
+            agent.tool("search", {"query": "the same thing", "page": 1}, result="no results")
+        first = wait_for(lambda: directives(server, "loop-1"))
+        assert [d["action"] for d in first] == ["wind_down"]
+        assert first[0]["terminal_state"] == "loop_detected"
+        assert first[0]["rule"] in ("tool-cycle", "repeated-tool-call")
+        assert "report" in first[0]["report_prompt"].lower()
+
+        for _ in range(2):  # the grace: two more tool calls are allowed...
+            agent.tool("search", {"page": 1, "query": "the same thing"}, result="no results")
+        assert len(directives(server, "loop-1")) == 1
+        agent.tool("search", {"page": 1, "query": "the same thing"}, result="no results")  # past
+        both = wait_for(lambda: len(directives(server, "loop-1")) >= 2 and
+                        directives(server, "loop-1"))
+        assert [d["action"] for d in both] == ["wind_down", "abort"]
+        assert both[1]["escalation"] is True
+        assert both[1]["terminal_state"] == "loop_detected"
+        assert [d["seq"] for d in both] == [1, 2]
+
+        agent.finish()
+        run = server.get_json("/v1/runs/loop-1")
+        assert run["terminal_state"] == "loop_detected"
+        assert run["signals"]["repeated_tool_call"] == 7  # key order did not matter
+        assert len(run["directives"]) == 2
+
+
+def test_an_agent_failing_the_same_way_is_aborted_as_an_error_loop(tmp_path: Path) -> None:
+    with sidecar_with_clock(tmp_path) as server:
+        agent = Agent(server, "errors-1", "failing")
+        for attempt in range(5):
+            agent.tool("write_file", {"path": f"/tmp/out-{attempt}.txt"},
+                       error=f"disk full while writing /tmp/out-{attempt}.txt ({attempt} bytes)")
+        found = wait_for(lambda: directives(server, "errors-1"))
+        assert [(d["rule"], d["action"]) for d in found] == [("error-loop", "abort")]
+        assert found[0]["terminal_state"] == "loop_detected"
+        assert "disk full" in found[0]["message"]
+        agent.finish()
+        assert server.get_json("/v1/runs/errors-1")["terminal_state"] == "loop_detected"
+
+
+def test_slow_but_progressing_is_not_aborted_while_stuck_is(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with sidecar_with_clock(tmp_path, clock) as server:
+        slow = Agent(server, "slow-1", "researcher")
+        stuck = Agent(server, "stuck-1", "researcher")
+        slow.chat(messages=3)
+        stuck.chat(messages=3)
+        wait_for(lambda: server.get_json("/v1/runs?state=active")["runs"])
+        assert server.server.service is not None
+        tick = server.server.service.tick
+
+        for minute in range(1, 8):  # 7 minutes: the slow one reports growth every minute
+            clock.advance(60)
+            status, _ = http_request("POST", server.api + "/v1/runs/slow-1/heartbeat",
+                                     json.dumps({"messages": 3 + minute}).encode(),
+                                     {"Content-Type": "application/json"})
+            assert status == 200
+            server.call(tick)
+
+        assert directives(server, "slow-1") == []
+        aborted = directives(server, "stuck-1")
+        assert [(d["rule"], d["action"], d["terminal_state"]) for d in aborted] == [
+            ("idle-timeout", "abort", "idle_timeout")]
+        assert server.get_json("/v1/runs/slow-1")["signals"]["messages"] == 10
+        stuck.finish()
+        assert server.get_json("/v1/runs/stuck-1")["terminal_state"] == "idle_timeout"
+        slow.chat(messages=11)
+        slow.finish()
+        assert server.get_json("/v1/runs/slow-1")["terminal_state"] in ("completed", "no_response")
+
+
+def test_rules_listing_and_reload(tmp_path: Path) -> None:
+    pack = tmp_path / "mine.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+                    "disable: [idle-timeout]\n")
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), rules_watch_interval=0.0)
+    with running_server(config) as server:
+        names = {r["name"]: r for r in server.get_json("/v1/rules")["rules"]}
+        assert names["idle-timeout"]["enabled"] is False
+        assert names["error-loop"]["enabled"] is not False
+
+        pack.write_text(pack.read_text() + "rules:\n  - name: broken\n    when: run.nope > 1\n"
+                        "    action: notify\n    message: x\n")
+        status, body = http_request("POST", server.api + "/-/reload")
+        assert status == 422
+        assert "nope" in json.loads(body)["error"]["message"]
+        assert "broken" not in {r["name"] for r in server.get_json("/v1/rules")["rules"]}
+        status, body = http_request("GET", server.metrics + "/metrics")
+        assert b"agent_watchdog_rules_reload_success 0.0" in body
+
+        pack.write_text(pack.read_text().replace("run.nope > 1", "run.tool_calls > 100"))
+        status, _ = http_request("POST", server.api + "/-/reload")
+        assert status == 200
+        assert "broken" in {r["name"] for r in server.get_json("/v1/rules")["rules"]}
