@@ -81,17 +81,20 @@ class RunTracker:
     def _learn_aliases(self, records: list[SpanRecord]) -> dict[str, tuple[str, KeySource]]:
         """Which run each span of this batch that names its run belongs to (by span id), and
         remember, per trace, the run named last (bounded)."""
-        by_span: dict[str, tuple[str, KeySource]] = {}
         traces = self._trace_runs
+        unnamed = False
         for record in records:
-            if record.key_source is not KeySource.TRACE:
-                owner = (record.run_key, record.key_source)
-                by_span[record.span_id] = owner
-                traces[record.trace_id] = owner
+            if record.key_source is KeySource.TRACE:
+                unnamed = True
+            else:
+                traces[record.trace_id] = (record.run_key, record.key_source)
                 traces.move_to_end(record.trace_id)
         while len(traces) > MAX_TRACE_ALIASES:
             traces.popitem(last=False)
-        return by_span
+        if not unnamed:
+            return {}  # every span names its run: no parent needs looking up
+        return {record.span_id: (record.run_key, record.key_source) for record in records
+                if record.key_source is not KeySource.TRACE}
 
     def _attribute(self, record: SpanRecord, by_span: dict[str, tuple[str, KeySource]]) -> bool:
         """Give a span that names no run (keyed by its trace) to the run of its parent or
