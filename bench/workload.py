@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -16,7 +17,6 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 TOOLS = ("read_file", "search_code", "run_tests", "list_dir", "write_file", "grep")
-START_NS = 1_790_000_000_000_000_000
 # What pydantic-ai puts on every chat span besides the conversation: tool schemas, request
 # parameters and a JSON schema for Logfire. Receivers must walk past them cheaply.
 TOOL_DEFINITIONS = json.dumps([
@@ -47,7 +47,8 @@ def _kv(key: str, value: object) -> KeyValue:
 class RunScript:
     """Produces the spans of one run, step by step."""
 
-    def __init__(self, index: int, rng: random.Random, with_root: bool = True) -> None:
+    def __init__(self, index: int, rng: random.Random, with_root: bool = True,
+                 start_ns: int = 0) -> None:
         self.index = index
         self.rng = rng
         self.trace_id = rng.randbytes(16)
@@ -58,7 +59,7 @@ class RunScript:
             {"role": "system", "parts": [{"type": "text", "content": "You are a coding agent."}]},
             {"role": "user", "parts": [{"type": "text", "content": f"Fix issue #{index}"}]},
         ]
-        self.t = START_NS + index * 1_000_000
+        self.t = (start_ns or time.time_ns()) + (index % 1000) * 1_000_000
         self.steps = rng.randint(6, 14)
         self.with_root = with_root
         self.done = False
@@ -113,7 +114,8 @@ class RunScript:
             _kv("gen_ai.output.messages", json.dumps(output))])]
         self.messages.extend(output)
         failing = rng.random() < 0.08
-        result = "" if failing else ("def handler(event):\n    return process(event)\n" * 6)
+        result = "" if failing else (f"# {args['path']}:{args['line']}\n"
+                                     + "def handler(event):\n    return process(event)\n" * 6)
         spans.append(self._span(f"execute_tool {tool}", [
             _kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", tool),
             _kv("gen_ai.tool.call.id", f"call_{rng.getrandbits(40):x}"),

@@ -25,6 +25,7 @@ from watchdog.ingest.pipeline import Decoded, records_from
 from watchdog.rules.decision import Action, Decision
 from watchdog.rules.engine import RuleEngine
 from watchdog.runs.activity import ActivityEntry
+from watchdog.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.runs.run import RunState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import run_detail, run_summary
@@ -121,11 +122,13 @@ class WatchdogService:
         now = self.clock.now()
         decoded = records_from(request)
         self.observer.spans_received(protocol, decoded, now)
+        before = self._snapshots(decoded) if self.engine is not None else {}
         result = self.tracker.apply(decoded.records, now)
         self._dirty.update(result.touched)
         self._pending_activity.extend(result.activity)
         self.observer.batch_applied(result)
-        self.evaluate(result.touched.values(), now)
+        if self.engine is not None:
+            self._evaluate_batch(before, result, now)
         finished = result.ended + result.evicted
         if finished:
             self.observer.runs_finished(finished)
@@ -170,13 +173,47 @@ class WatchdogService:
                 fired += 1
             if run.ended:
                 self._forget(run)
-        self.observer.rule_eval(time.perf_counter() - started)
-        if engine.errors:
-            for rule, count in engine.errors.items():
+        self._after_evaluation(time.perf_counter() - started)
+        return fired
+
+    def _snapshots(self, decoded: Decoded) -> dict[str, Snapshot]:
+        """The existing runs a batch names, as they are before it is applied."""
+        before: dict[str, Snapshot] = {}
+        get = self.tracker.get
+        for record in decoded.records:
+            key = record.run_key
+            if key not in before:
+                run = get(key)
+                if run is not None:
+                    before[key] = snapshot(run)
+        return before
+
+    def _evaluate_batch(self, before: dict[str, Snapshot], result: BatchResult,
+                        now: float) -> None:
+        """Evaluate the runs a batch touched, each only for the rules whose signals changed
+        (a run seen for the first time, or reached through another key: all rules)."""
+        engine = self.engine
+        assert engine is not None
+        started = time.perf_counter()
+        for key, run in result.touched.items():
+            old = before.get(key)
+            changed = None if old is None else changed_signals(
+                old, run, bool(run.budget) or bool(engine.default_budget(run.agent_name)))
+            if changed is not None and not changed:
+                continue
+            for decision in engine.evaluate(run, now, None, changed=changed):
+                self._decide(decision, run, now)
+            if run.ended:
+                self._forget(run)
+        self._after_evaluation(time.perf_counter() - started)
+
+    def _after_evaluation(self, seconds: float) -> None:
+        assert self.engine is not None
+        self.observer.rule_eval(seconds)
+        if self.engine.errors:
+            for rule, count in self.engine.drain_errors().items():
                 for _ in range(count):
                     self.observer.rule_error(rule)
-            engine.errors.clear()
-        return fired
 
     def _decide(self, decision: Decision, run: RunState, now: float) -> None:
         if decision.terminal_state is not None:

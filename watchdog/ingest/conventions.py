@@ -26,13 +26,25 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from watchdog.ingest.decode import any_value
 from watchdog.ingest.redact import brief, mask, redact
-from watchdog.runs.record import BUDGET_KEYS, KeySource, SpanKind, SpanRecord
+from watchdog.runs.record import (
+    AGENT,
+    BUDGET_KEYS,
+    KEY_AGENT_CALL,
+    KEY_TRACE,
+    KEY_WATCHDOG,
+    LLM,
+    OTHER,
+    TOOL,
+    KeySource,
+    SpanKind,
+    SpanRecord,
+)
 
 # Bounds on what one span may put into memory; longer strings are cut (and redacted) first.
 MAX_NAME_CHARS = 200
@@ -94,7 +106,9 @@ def select_attributes(key_values: Any) -> dict[str, object]:
 
     Real agent spans carry large attributes nothing here needs (tool definitions, JSON schemas,
     request parameters); skipping them avoids building a Python string for each. Flattened
-    message keys are kept as markers only: their count is what matters, not their content.
+    message keys (``llm.input_messages.{i}.*``) are not kept either: the rare LLM span without
+    JSON messages walks its keys again (:func:`_fill_llm`), so no other span pays a prefix test
+    per attribute.
     """
     wanted = WANTED_ATTRIBUTES
     selected: dict[str, object] = {}
@@ -106,8 +120,6 @@ def select_attributes(key_values: Any) -> dict[str, object]:
             # spares the common case the WhichOneof dispatch.
             text = value.string_value
             selected[key] = text if text else any_value(value)
-        elif key.startswith(FLAT_PREFIXES):
-            selected[key] = True
     return selected
 
 
@@ -213,9 +225,9 @@ def _count_messages(value: object) -> int:
     return 0
 
 
-def _flat_count(attrs: Mapping[str, object], prefixes: tuple[str, ...]) -> int:
+def _flat_count(keys: Iterable[str], prefixes: tuple[str, ...]) -> int:
     highest = -1
-    for key in attrs:
+    for key in keys:
         for prefix in prefixes:
             if key.startswith(prefix):
                 index, _, _ = key[len(prefix):].partition(".")
@@ -228,11 +240,11 @@ def classify(name: str, attrs: Mapping[str, object]) -> SpanKind:
     operation = attrs.get("gen_ai.operation.name")
     if isinstance(operation, str):
         if operation in LLM_OPERATIONS:
-            return SpanKind.LLM
+            return LLM
         if operation in TOOL_OPERATIONS:
-            return SpanKind.TOOL
+            return TOOL
         if operation in AGENT_OPERATIONS:
-            return SpanKind.AGENT
+            return AGENT
     oi_kind = attrs.get("openinference.span.kind")
     if isinstance(oi_kind, str) and oi_kind.upper() in OPENINFERENCE_KINDS:
         return OPENINFERENCE_KINDS[oi_kind.upper()]
@@ -240,15 +252,15 @@ def classify(name: str, attrs: Mapping[str, object]) -> SpanKind:
     if isinstance(tl_kind, str) and tl_kind in TRACELOOP_KINDS:
         return TRACELOOP_KINDS[tl_kind]
     if attrs.get("llm.request.type") in TRACELOOP_LLM_REQUEST_TYPES:
-        return SpanKind.LLM
+        return LLM
     legacy = LEGACY_SPAN_NAMES.get(name)
     if legacy is not None:
         return legacy
     if name.startswith("running tool") or name.startswith("execute_tool "):
-        return SpanKind.TOOL
+        return TOOL
     if name.startswith("invoke_agent") or name.startswith("agent run"):
-        return SpanKind.AGENT
-    return SpanKind.OTHER
+        return AGENT
+    return OTHER
 
 
 def _is_chain(attrs: Mapping[str, object]) -> bool:
@@ -331,11 +343,11 @@ def run_key(trace_id: str, attrs: Mapping[str, object],
             resource: Resource) -> tuple[str, KeySource]:
     explicit = _first_str(attrs, RUN_ID_KEYS) or resource.run_id
     if explicit:
-        return explicit[:MAX_NAME_CHARS], KeySource.WATCHDOG
+        return explicit[:MAX_NAME_CHARS], KEY_WATCHDOG
     call_id = _first_str(attrs, AGENT_CALL_ID_KEYS)
     if call_id:
-        return call_id[:MAX_NAME_CHARS], KeySource.AGENT_CALL
-    return "trace:" + trace_id, KeySource.TRACE
+        return call_id[:MAX_NAME_CHARS], KEY_AGENT_CALL
+    return "trace:" + trace_id, KEY_TRACE
 
 
 def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> SpanRecord:
@@ -352,16 +364,16 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     start_ns = span.start_time_unix_nano
     key, source = run_key(trace_id, attrs, resource)
     kind = classify(name, attrs)
-    if kind is SpanKind.OTHER and parent is None and _is_chain(attrs):
+    if kind is OTHER and parent is None and _is_chain(attrs):
         # LangChain/LangGraph under OpenInference: the root CHAIN span is the whole run, and
         # its output.value the answer; nested CHAIN spans are plumbing and stay OTHER.
-        kind = SpanKind.AGENT
+        kind = AGENT
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
                         max(span.end_time_unix_nano, start_ns))
 
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
-    if agent is None and kind is SpanKind.AGENT and "traceloop.span.kind" in attrs:
+    if agent is None and kind is AGENT and "traceloop.span.kind" in attrs:
         agent = _first_str(attrs, ("traceloop.entity.name",))
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
@@ -384,11 +396,11 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         record.error_message = brief(message, MAX_ERROR_CHARS)
         record.error_signature = stable_hash(error_type + ":" + mask(record.error_message))
 
-    if kind is SpanKind.TOOL:
+    if kind is TOOL:
         _fill_tool(record, name, attrs)
-    elif kind is SpanKind.LLM:
-        _fill_llm(record, attrs)
-    elif kind is SpanKind.AGENT:
+    elif kind is LLM:
+        _fill_llm(record, attrs, span)
+    elif kind is AGENT:
         output = _first(attrs, AGENT_OUTPUT_KEYS)
         if output is not None and not record.error and not _is_empty_output(output):
             record.final_answer = True
@@ -413,7 +425,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
     record.tool_name = tool
     if tool in OUTPUT_TOOL_NAMES or tool.startswith(OUTPUT_TOOL_PREFIX):
         # The output tool carries the answer itself: a final answer, not agent work.
-        record.kind = SpanKind.OTHER
+        record.kind = OTHER
         record.final_answer = not record.error
         args = _first(attrs, TOOL_ARGS_KEYS)
         if args is not None:
@@ -433,7 +445,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         record.result_brief = brief(text, MAX_BRIEF_CHARS)
 
 
-def _fill_llm(record: SpanRecord, attrs: Mapping[str, object]) -> None:
+def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> None:
     record.input_tokens = _int(_first(attrs, INPUT_TOKEN_KEYS))
     record.output_tokens = _int(_first(attrs, OUTPUT_TOKEN_KEYS))
     if not record.input_tokens and not record.output_tokens:
@@ -446,10 +458,11 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     if messages:
         messages += max(_count_messages(_first(attrs, OUTPUT_MESSAGES_JSON_KEYS)), 1)
-    else:
-        flat_in = _flat_count(attrs, FLAT_INPUT_PREFIXES)
+    else:  # flattened conventions: the count is in the keys, walked only now
+        keys = [kv.key for kv in span.attributes]
+        flat_in = _flat_count(keys, FLAT_INPUT_PREFIXES)
         if flat_in:
-            messages = flat_in + max(_flat_count(attrs, FLAT_OUTPUT_PREFIXES), 1)
+            messages = flat_in + max(_flat_count(keys, FLAT_OUTPUT_PREFIXES), 1)
     record.messages = messages
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,7 @@ class _AgentView:
     rules: tuple[Rule, ...]
     timed: tuple[Rule, ...]
     budget: dict[str, float]
+    reads: dict[str, frozenset[str] | None]  # rule name -> the signals it reads (None: all)
 
 
 def message_hash(message: str) -> str:
@@ -123,7 +125,7 @@ class RuleEngine:
         if view is None:
             rules = tuple(r for r in self._ruleset.rules if r.applies_to(agent))
             view = _AgentView(rules, tuple(r for r in rules if r.timed),
-                              self._ruleset.budget_for(agent))
+                              self._ruleset.budget_for(agent), {r.name: r.reads for r in rules})
             if len(self._agents) >= MAX_CACHED_AGENTS:
                 self._agents.clear()
             self._agents[agent] = view
@@ -169,12 +171,22 @@ class RuleEngine:
     # -- evaluation ---------------------------------------------------------------------------
 
     def evaluate(self, run: RunState, now: float, session: Mapping[str, Any] | None = None,
-                 timed_only: bool = False) -> list[Decision]:
+                 timed_only: bool = False, changed: AbstractSet[str] | None = None
+                 ) -> list[Decision]:
         """The decisions for ``run`` at ``now``: after its spans changed (all rules), or on the
-        timer (``timed_only``: rules time alone can make fire, and grace deadlines)."""
+        timer (``timed_only``: rules time alone can make fire, and grace deadlines).
+
+        ``changed`` names the signals that changed since the run was last evaluated (None:
+        unknown, evaluate every rule); rules reading none of them cannot have changed their
+        outcome and are skipped — on the ingest path most spans then cost no CEL at all.
+        """
         view = self._view(run.agent_name)
         state = self._runs.get(run.key)
         candidates = view.timed if timed_only else view.rules
+        if changed is not None:
+            reads = view.reads
+            candidates = tuple(r for r in candidates
+                               if (read := reads[r.name]) is None or not read.isdisjoint(changed))
         if state is not None and state.fired:
             fired = state.fired
             candidates = tuple(r for r in candidates

@@ -165,10 +165,33 @@ def activation(run: dict[str, Any], session: dict[str, Any]) -> cel.Activation:
 
 # -- compiled expressions -------------------------------------------------------------------------
 
+_VARIABLE = re.compile(r"(?<![\w.])(run|session)\b(\s*\.\s*(\w+))?")
+EVERYTHING = None  # "reads" of an expression that uses ``run``/``session`` as a whole
+
+
+def signals_read(source: str) -> frozenset[str] | None:
+    """The signals an already-checked expression reads: ``run.<field>`` names and ``session``.
+
+    An over-approximation is safe (a rule is evaluated more often than needed, never less): a
+    name inside a string literal counts too, and ``run`` used as a whole (``[run].exists(...)``)
+    means everything (None).
+    """
+    reads: set[str] = set()
+    for match in _VARIABLE.finditer(source):
+        variable, field = match.group(1), match.group(3)
+        if variable == "session":
+            reads.add("session")
+        elif field is None:
+            return EVERYTHING
+        else:
+            reads.add(field)
+    return frozenset(reads)
+
+
 class Expr:
     """A checked CEL expression, ready to evaluate on an :func:`activation`."""
 
-    __slots__ = ("_program", "result_type", "source", "timed")
+    __slots__ = ("_program", "reads", "result_type", "source", "timed")
 
     def __init__(self, source: str, program: cel.Expression, result_type: str,
                  timed: bool) -> None:
@@ -176,6 +199,7 @@ class Expr:
         self._program = program
         self.result_type = result_type  # the checker's type name: BOOL, INT, STRING...
         self.timed = timed  # reads a signal that changes with time alone
+        self.reads = signals_read(source)  # run fields (and "session"); None: all of them
 
     def evaluate(self, act: cel.Activation) -> Any:
         """The value as plain Python, or :class:`EvalError`."""
@@ -292,12 +316,17 @@ def _number_hint(source: str, row: int, column: int) -> str:
 class Template:
     """A message with ``${expr}`` placeholders (``$${`` is a literal ``${``)."""
 
-    __slots__ = ("_parts", "text", "timed")
+    __slots__ = ("_parts", "reads", "text", "timed")
 
     def __init__(self, text: str, parts: list[str | Expr]) -> None:
         self.text = text
         self._parts = parts
         self.timed = any(isinstance(p, Expr) and p.timed for p in parts)
+        reads: frozenset[str] | None = frozenset()
+        for part in parts:
+            if isinstance(part, Expr):
+                reads = None if reads is None or part.reads is None else reads | part.reads
+        self.reads = reads
 
     def render(self, act: cel.Activation) -> tuple[str, list[str]]:
         """The message, and the errors of placeholders that failed (shown as ``<error>``)."""

@@ -62,6 +62,16 @@ class Rule:
         return (self.when.timed or self.for_seconds > 0
                 or (self.repeat is Repeat.ON_CHANGE and self.message.timed))
 
+    @property
+    def reads(self) -> frozenset[str] | None:
+        """The signals whose change can change this rule's outcome (None: any): its condition,
+        and with ``on_change`` its message too."""
+        reads = self.when.reads
+        if self.repeat is Repeat.ON_CHANGE:
+            message = self.message.reads
+            reads = None if reads is None or message is None else reads | message
+        return reads
+
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)
 

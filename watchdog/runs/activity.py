@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from watchdog.runs.record import SpanKind, SpanRecord
+from watchdog.runs.record import AGENT, LLM, TOOL, SpanRecord
 
 ACTIVITY_LOG_SIZE = 200  # entries kept per run (a ring in the store)
 
@@ -35,15 +35,15 @@ def entry_for(record: SpanRecord, seq: int) -> ActivityEntry | None:
         error = f"{record.error_type}: {record.error_message}" if record.error_message \
             else record.error_type
     at = record.end_ns / 1e9
-    if record.kind is SpanKind.TOOL:
+    if record.kind is TOOL:
         return ActivityEntry(record.run_key, seq, at, "tool", record.tool_name or "unknown",
                              record.args_brief, record.result_brief, error)
-    if record.kind is SpanKind.LLM:
+    if record.kind is LLM:
         detail = f"in={record.input_tokens} out={record.output_tokens}"
         if record.finish_reason:
             detail += f" finish={record.finish_reason}"
         return ActivityEntry(record.run_key, seq, at, "llm", record.name, detail, None, error)
-    if record.kind is SpanKind.AGENT:
+    if record.kind is AGENT:
         return ActivityEntry(record.run_key, seq, at, "agent", record.name, None,
                              record.final_output, error)
     if record.final_answer:

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.runs.record import BUDGET_KEYS, KeySource, SpanKind, SpanRecord
+from watchdog.runs.record import (
+    AGENT,
+    BUDGET_KEYS,
+    LLM,
+    OTHER,
+    TOOL,
+    KeySource,
+    SpanRecord,
+)
 from watchdog.runs.terminal import TerminalState, classify_end
 
 # Per-run bounds. A run with more distinct tools/signatures than this still counts every call;
@@ -108,7 +116,7 @@ class RunState:
         self.last_progress = now
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
-        if record.agent is not None and (self.agent is None or record.kind is SpanKind.AGENT):
+        if record.agent is not None and (self.agent is None or record.kind is AGENT):
             self.agent = record.agent
         if self.service is None and record.service is not None:
             self.service = record.service
@@ -122,14 +130,14 @@ class RunState:
             self.messages = record.messages
 
         kind = record.kind
-        if kind is SpanKind.LLM:
+        if kind is LLM:
             self.iterations += 1
             self.input_tokens += record.input_tokens
             self.output_tokens += record.output_tokens
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
                 self._llm_final = record.final_answer
-        elif kind is SpanKind.TOOL:
+        elif kind is TOOL:
             self._apply_tool(record)
         elif record.final_answer:
             self.explicit_final = True
@@ -140,25 +148,25 @@ class RunState:
             # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,
             # an OpenInference CHAIN root, a bare root span): the run ended in that error.
             self.end_error_type = record.error_type or "error"
-        if kind is SpanKind.AGENT:
+        if kind is AGENT:
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
             if record.error and self.last_error is None:  # keep the error that led here
                 self.last_error = _error_text(record)
             return  # the agent span repeats its children's errors: do not count them twice
-        if record.error and (kind is not SpanKind.OTHER or record.tool_name is not None):
+        if record.error and (kind is not OTHER or record.tool_name is not None):
             # Only model and tool calls (output tools included) count: a failed HTTP or
             # framework span under them is the same failure seen from below.
             self.errors += 1
             self.consecutive_errors += 1
-            if kind is SpanKind.TOOL:
+            if kind is TOOL:
                 self._tool_error_streak = True
             self.last_error = _error_text(record)
             if record.error_signature is not None:
                 count = _bump(self._error_counts, record.error_signature)
                 if count > self.repeated_error:
                     self.repeated_error = count
-        elif kind is SpanKind.TOOL or (kind is SpanKind.LLM and not self._tool_error_streak):
+        elif kind is TOOL or (kind is LLM and not self._tool_error_streak):
             # In an agent loop every failed tool call is followed by a (successful) model call
             # that reads the error; that call is no recovery, or consecutive_errors could
             # never pass 1 in a tool error loop. Only a tool call that works ends such a

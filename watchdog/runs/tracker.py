@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from watchdog.runs.activity import ActivityEntry, entry_for
-from watchdog.runs.record import KeySource, SpanKind, SpanRecord
+from watchdog.runs.record import AGENT, KEY_TRACE, LLM, OTHER, TOOL, KeySource, SpanRecord
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
 
@@ -84,7 +84,7 @@ class RunTracker:
         traces = self._trace_runs
         unnamed = False
         for record in records:
-            if record.key_source is KeySource.TRACE:
+            if record.key_source is KEY_TRACE:
                 unnamed = True
             else:
                 traces[record.trace_id] = (record.run_key, record.key_source)
@@ -94,7 +94,7 @@ class RunTracker:
         if not unnamed:
             return {}  # every span names its run: no parent needs looking up
         return {record.span_id: (record.run_key, record.key_source) for record in records
-                if record.key_source is not KeySource.TRACE}
+                if record.key_source is not KEY_TRACE}
 
     def _attribute(self, record: SpanRecord, by_span: dict[str, tuple[str, KeySource]]) -> bool:
         """Give a span that names no run (keyed by its trace) to the run of its parent or
@@ -110,7 +110,7 @@ class RunTracker:
         # Plumbing spans (an HTTP request, a framework step) of a trace with no agent activity
         # are not a run of their own: the service may emit traces that have nothing to do
         # with an agent.
-        return record.kind is not SpanKind.OTHER or record.run_key in self._active
+        return record.kind is not OTHER or record.run_key in self._active
 
     def apply(self, records: Iterable[SpanRecord], now: float) -> BatchResult:
         result = BatchResult()
@@ -118,7 +118,7 @@ class RunTracker:
         records = list(records)
         by_span = self._learn_aliases(records)
         for record in records:
-            if record.key_source is KeySource.TRACE and not self._attribute(record, by_span):
+            if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
                 continue
             key = record.run_key
@@ -189,13 +189,13 @@ class RunTracker:
     @staticmethod
     def _count(record: SpanRecord, run: RunState, result: BatchResult) -> None:
         agent = run.agent_name
-        if record.kind is SpanKind.TOOL:
+        if record.kind is TOOL:
             result.tool_calls[(agent, record.tool_name or "unknown")] += 1
-        elif record.kind is SpanKind.LLM:
+        elif record.kind is LLM:
             if record.input_tokens:
                 result.tokens[(agent, "input")] += record.input_tokens
             if record.output_tokens:
                 result.tokens[(agent, "output")] += record.output_tokens
-        if record.error and record.kind is not SpanKind.AGENT:
+        if record.error and record.kind is not AGENT:
             result.errors[(agent, record.error_type or "error")] += 1
         result.exemplars[agent] = record.trace_id
