@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -35,6 +36,7 @@ from watchdog.store import Store
 log = logging.getLogger("watchdog")
 
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown
+GIL_SWITCH_INTERVAL = 0.001  # seconds; see Server.start
 PRUNE_INTERVAL = 600.0  # seconds between prunes of old directives and ended runs
 
 
@@ -60,6 +62,9 @@ class Server:
 
     async def start(self) -> None:
         config = self.config
+        # A worker thread holding the GIL (the store's JSON and SQLite work) delays the event
+        # loop by up to one switch interval; 5 ms by default is the whole directive budget.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         if protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
         ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start

@@ -36,6 +36,7 @@ log = logging.getLogger("watchdog")
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
 MAX_LIST_LIMIT = 1000
+SNAPSHOT_SLICE = 100  # runs snapshotted between two yields to the event loop while flushing
 
 T = TypeVar("T")
 
@@ -260,7 +261,15 @@ class WatchdogService:
         return await asyncio.get_running_loop().run_in_executor(self._store_lane, work, *args)
 
     async def save_pending(self) -> None:
-        rows, activity = self.take_pending()
+        """Persist changed runs and new activity without stalling the event loop: runs are
+        snapshotted in small slices (other requests run in between), then written on the lane."""
+        dirty, self._dirty = self._dirty, {}
+        activity, self._pending_activity = self._pending_activity, []
+        rows: list[dict[str, Any]] = []
+        for index, run in enumerate(dirty.values(), 1):
+            rows.append(run.to_dict())  # a run changed after this is dirty again: next flush
+            if index % SNAPSHOT_SLICE == 0:
+                await asyncio.sleep(0)
         if rows or activity:
             self._saving_activity = activity
             try:
