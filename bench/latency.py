@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import random
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -65,54 +67,68 @@ async def background(session: aiohttp.ClientSession, url: str, bodies: list[byte
     return sent
 
 
-async def measure(ports: dict[str, int], probes: int, rate: float, batch: int) -> dict[str, float]:
+def read_stream(url: str, ready: Any, arrivals: Any, expected: int) -> None:
+    """In its own process, so the reader never waits behind the load generator: records when
+    each probe's directive arrives (wall clock, as the sender does)."""
+
+    async def run() -> None:
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(
+                url, headers={"Accept": "text/event-stream"}) as response:
+            if response.status != 200:
+                raise SystemExit(f"directive stream: HTTP {response.status}")
+            ready.set()
+            seen = 0
+            async for raw in response.content:
+                if raw.startswith(b"data:"):
+                    arrived = time.time()
+                    run_id = json.loads(raw[5:])["run_id"]
+                    if run_id.startswith("probe-"):
+                        arrivals.put((run_id, arrived))
+                        seen += 1
+                        if seen >= expected:
+                            return
+        raise SystemExit("the directive stream ended early (a slow reader is disconnected)")
+
+    asyncio.run(run())
+
+
+async def measure(ports: dict[str, int], probes: int, rate: float, batch: int
+                  ) -> dict[str, float]:
     url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
     stream = f"http://127.0.0.1:{ports['api']}/v1/directives/stream"
     rng = random.Random(11)
     load = list(batches(1000, batch, int(rate * (probes * 0.02 + 10)), seed=13))
+    context = multiprocessing.get_context("spawn")
+    ready, arrivals = context.Event(), context.Queue()
+    reader = context.Process(target=read_stream, args=(stream, ready, arrivals, probes))
+    reader.start()
+    if not ready.wait(30):
+        raise SystemExit("the directive stream did not open")
     sent_at: dict[str, float] = {}
-    latencies: list[float] = []
-    done = asyncio.Event()
     stop = asyncio.Event()
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        async def read_stream() -> None:
-            async with session.get(stream, headers={"Accept": "text/event-stream"}) as response:
-                if response.status != 200:
-                    raise SystemExit(f"directive stream: HTTP {response.status}")
-                async for raw in response.content:
-                    line = raw.decode().strip()
-                    if not line.startswith("data:"):
-                        continue
-                    directive = json.loads(line[5:])
-                    started = sent_at.pop(directive["run_id"], None)
-                    if started is not None:
-                        latencies.append(time.perf_counter() - started)
-                        if len(latencies) >= probes:
-                            done.set()
-                            return
-            raise SystemExit("the directive stream ended early (a slow reader is disconnected)")
-
-        reader = asyncio.create_task(read_stream())
-        await asyncio.sleep(0.3)  # the stream is open before the first probe
+    async with aiohttp.ClientSession() as session:
         loader = asyncio.create_task(background(session, url, load, batch, rate, stop))
         await asyncio.sleep(1.0)  # let the load settle
         for index in range(probes):
             run_id = f"probe-{index}"
             body = probe(run_id, rng)
-            sent_at[run_id] = time.perf_counter()
+            sent_at[run_id] = time.time()
             async with session.post(url, data=body, headers=HEADERS) as response:
                 await response.read()
             await asyncio.sleep(0.02)
-        await asyncio.wait_for(done.wait(), 30)
         stop.set()
         background_spans = await loader
-        reader.cancel()
+    latencies = []
+    for _ in range(probes):
+        run_id, arrived = arrivals.get(timeout=30)
+        latencies.append((arrived - sent_at[run_id]) * 1000)
+    reader.join(10)
     latencies.sort()
-    ms = [value * 1000 for value in latencies]
-    return {"probes": len(ms), "p50_ms": statistics.median(ms),
-            "p90_ms": ms[int(len(ms) * 0.90) - 1], "p99_ms": ms[int(len(ms) * 0.99) - 1],
-            "max_ms": ms[-1], "background_spans": background_spans}
+    return {"probes": len(latencies), "p50_ms": statistics.median(latencies),
+            "p90_ms": latencies[int(len(latencies) * 0.90) - 1],
+            "p99_ms": latencies[int(len(latencies) * 0.99) - 1],
+            "max_ms": latencies[-1], "background_spans": background_spans}
 
 
 def main() -> None:

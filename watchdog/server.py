@@ -136,7 +136,7 @@ class Server:
 
     async def _tick(self) -> None:
         assert self.service is not None
-        self.service.tick()
+        await self.service.tick_in_slices()
 
     async def _prune(self) -> None:
         assert self.service is not None and self.outbox is not None

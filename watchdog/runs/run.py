@@ -12,6 +12,7 @@ log lives in the store, not here. Time enters only as the ``now`` argument.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from watchdog.runs.record import (
@@ -286,6 +287,8 @@ class RunState:
         """``max_*`` and ``remaining_*`` for each known budget (announced beats default)."""
         budget = dict(defaults or {})
         budget.update(self.budget)
+        if not budget:
+            return {}  # most runs: no budget announced or configured (rules read this per batch)
         used = {"max_tool_calls": self.tool_calls, "max_iterations": self.iterations,
                 "max_seconds": self.elapsed_seconds(now), "max_tokens": self.total_tokens}
         view: dict[str, float] = {}
@@ -330,14 +333,15 @@ class RunState:
     # -- persistence ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if isinstance(value, TerminalState | KeySource):
-                value = value.value
-            elif name in ("_call_counts", "_error_counts", "_result_counts"):
-                value = {str(k): v for k, v in value.items()}
-            data[name] = value
+        # Every dirty run is snapshotted on each state flush: one C-level read of all the slots,
+        # then the few values JSON cannot take as they are.
+        data = dict(zip(self.__slots__, _read_slots(self), strict=True))
+        for name in _ENUM_SLOTS:
+            value = data[name]
+            if value is not None:
+                data[name] = value.value
+        for name in _INT_KEYED_SLOTS:
+            data[name] = {str(k): v for k, v in data[name].items()}
         return data
 
     @classmethod
@@ -355,6 +359,11 @@ class RunState:
                 value = KeySource(value)
             setattr(run, name, value)
         return run
+
+
+_read_slots = attrgetter(*RunState.__slots__)
+_ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
+_INT_KEYED_SLOTS = ("_call_counts", "_error_counts", "_result_counts")  # JSON keys are strings
 
 
 def _error_text(record: SpanRecord) -> str:
