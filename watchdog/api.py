@@ -138,9 +138,54 @@ class RunRoutes:
         if isinstance(messages, bool) or not isinstance(messages, int) or messages < 0:
             raise BadRequest(f"messages={messages!r} is not allowed: expected an integer >= 0 "
                              f"(the conversation length)")
-        run = self.service.heartbeat(request.match_info["id"], messages)
+        in_flight = body.get("in_flight")
+        if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int)
+                                      or in_flight < 0):
+            raise BadRequest(f"in_flight={in_flight!r} is not allowed: expected an integer >= 0 "
+                             f"(calls started and not ended)")
+        oldest = body.get("oldest_call_started")
+        if oldest is not None and (isinstance(oldest, bool)
+                                   or not isinstance(oldest, (int, float))):
+            raise BadRequest(f"oldest_call_started={oldest!r} is not allowed: expected epoch "
+                             f"seconds")
+        announce = _announcement(body.get("announce"))
+        run = self.service.heartbeat(request.match_info["id"], messages, in_flight,
+                                     float(oldest) if oldest is not None else None, announce)
         return web.json_response({**run_summary(run, self.service.clock.now()),
-                                  "messages": run.messages})
+                                  "messages": run.messages, "in_flight": run.in_flight})
+
+
+ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
+
+
+def _announcement(value: object) -> dict[str, Any] | None:
+    """The heartbeat's optional ``announce`` object: who the run is, before its spans arrive."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRequest("announce must be an object with agent, session, parent_run, budget")
+    announce: dict[str, Any] = {}
+    for key, item in value.items():
+        expected = ANNOUNCE_KEYS.get(key)
+        if expected is None:
+            raise BadRequest(f"announce.{key} is not allowed: expected one of "
+                             + ", ".join(sorted(ANNOUNCE_KEYS)))
+        if item is None:
+            continue
+        if not isinstance(item, expected):
+            raise BadRequest(f"announce.{key}={item!r} is not allowed: expected a "
+                             f"{expected.__name__}")
+        announce[key] = item
+    budget = announce.get("budget")
+    if budget is not None:
+        allowed = {"max_tool_calls", "max_iterations", "max_seconds", "max_tokens"}
+        for key, limit in budget.items():
+            if key not in allowed or isinstance(limit, bool) or not isinstance(
+                    limit, (int, float)) or limit < 0:
+                raise BadRequest(f"announce.budget.{key}={limit!r} is not allowed: expected "
+                                 f"{', '.join(sorted(allowed))} with numbers >= 0")
+        announce["budget"] = {key: float(limit) for key, limit in budget.items()}
+    return announce
 
 
 class DirectiveRoutes:

@@ -140,11 +140,21 @@ class WatchdogService:
                 self._recent_requests.popitem(last=False)
         return decoded
 
-    def heartbeat(self, key: str, messages: int) -> RunState:
-        run = self.tracker.heartbeat(key, messages, self.clock.now())
+    def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
+                  oldest_call_started: float | None = None,
+                  announce: dict[str, Any] | None = None) -> RunState:
+        """A client heartbeat. ``announce`` (agent, session, parent_run, budget) registers a
+        run that has no ended span yet, so it is watched from its first second."""
+        now = self.clock.now()
+        run, created = self.tracker.heartbeat(key, messages, now, in_flight,
+                                              oldest_call_started, register=announce is not None)
         if run is None:
             raise NotFound(f"no active run {key!r}")
+        if announce:
+            run.announce(**announce)
         self._dirty[key] = run
+        if created or announce:
+            self.evaluate([run], now)
         return run
 
     def tick(self) -> list[RunState]:

@@ -174,7 +174,22 @@ def stable_hash(text: str) -> int:
 
 
 # json.dumps builds a new encoder on every call with non-default options; this one is reused.
-_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# Its values come from json.loads or OTLP AnyValues, which cannot be circular: no check.
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                   check_circular=False)
+_JSON_DECODER = json.JSONDecoder()
+_JSON_WHITESPACE = " \t\n\r"  # all the whitespace JSON allows around a value
+
+
+def _load_json(text: str) -> Any:
+    """``json.loads(text)``, without the ~0.8 µs its wrapper spends per call around
+    ``raw_decode`` (a BOM test and two whitespace regexes); raises ``ValueError`` where it does.
+    """
+    start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
+    value, end = _JSON_DECODER.raw_decode(text, start)
+    if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
+        raise ValueError("extra data after the JSON value")
+    return value
 
 
 def canonical_arguments(raw: object) -> str:
@@ -183,7 +198,7 @@ def canonical_arguments(raw: object) -> str:
     value: Any = raw
     if isinstance(raw, str):
         try:
-            value = json.loads(raw)
+            value = _load_json(raw)
         except ValueError:
             return raw.strip()
     try:
@@ -251,7 +266,8 @@ def classify(name: str, attrs: Mapping[str, object]) -> SpanKind:
     tl_kind = attrs.get("traceloop.span.kind")
     if isinstance(tl_kind, str) and tl_kind in TRACELOOP_KINDS:
         return TRACELOOP_KINDS[tl_kind]
-    if attrs.get("llm.request.type") in TRACELOOP_LLM_REQUEST_TYPES:
+    request_type = attrs.get("llm.request.type")
+    if isinstance(request_type, str) and request_type in TRACELOOP_LLM_REQUEST_TYPES:
         return LLM
     legacy = LEGACY_SPAN_NAMES.get(name)
     if legacy is not None:

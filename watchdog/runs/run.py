@@ -56,7 +56,7 @@ class RunState:
         "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
-        "forced_reason", "forced_state", "input_tokens", "iterations", "key", "key_source",
+        "forced_reason", "forced_state", "in_flight", "in_flight_since", "input_tokens", "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "messages", "output_tokens", "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
         "spans", "terminal_reason", "terminal_state", "tool_calls", "tools", "trace_id",
@@ -107,6 +107,8 @@ class RunState:
         self.forced_state: TerminalState | None = None
         self.forced_reason: str | None = None
         self.activity_seq = 0
+        self.in_flight = 0  # calls started but not ended, as the client SDK last reported
+        self.in_flight_since: float | None = None  # start of the oldest of them
 
     # -- folding spans in ---------------------------------------------------------------------
 
@@ -219,14 +221,35 @@ class RunState:
         if len(recent) > MAX_CYCLE_LENGTH:
             del recent[0]
 
-    def heartbeat(self, messages: int, now: float) -> bool:
-        """A sign of life from the client SDK; progress only if the conversation grew."""
+    def heartbeat(self, messages: int, now: float, in_flight: int | None = None,
+                  oldest_call_started: float | None = None) -> bool:
+        """A sign of life from the client SDK; progress only if the conversation grew.
+
+        ``in_flight`` (calls started, not ended) lets rules tell a slow call from a stuck run:
+        the spans of calls in progress have not reached the watchdog yet.
+        """
         self.last_seen = now
+        if in_flight is not None:
+            self.in_flight = in_flight
+            self.in_flight_since = (oldest_call_started if oldest_call_started is not None
+                                    else now) if in_flight else None
         if messages > self.messages:
             self.messages = messages
             self.last_progress = now
             return True
         return False
+
+    def announce(self, agent: str | None = None, session: str | None = None,
+                 parent_run: str | None = None, budget: dict[str, float] | None = None) -> None:
+        """What the client SDK says about a run before its spans arrive."""
+        if agent and self.agent is None:
+            self.agent = agent
+        if session and self.session is None:
+            self.session = session
+        if parent_run and self.parent_run is None:
+            self.parent_run = parent_run
+        if budget:
+            self.budget.update(budget)
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -322,8 +345,9 @@ class RunState:
             "cycle_repeats": self.cycle_repeats,
             "elapsed_seconds": self.elapsed_seconds(now),
             "idle_seconds": self.idle_seconds(now),
-            "in_flight": 0,
-            "in_flight_seconds": 0.0,
+            "in_flight": self.in_flight if not self.ended else 0,
+            "in_flight_seconds": max(now - self.in_flight_since, 0.0)
+            if self.in_flight_since is not None and not self.ended else 0.0,
             "budget": self.budget_view(default_budget, now),
             "has_final_answer": self.has_final_answer,
             "finish_reason": self.finish_reason or "",

@@ -155,12 +155,23 @@ class RunTracker:
             result.touched[victim.key] = victim
         return result
 
-    def heartbeat(self, key: str, messages: int, now: float) -> RunState | None:
+    def heartbeat(self, key: str, messages: int, now: float, in_flight: int | None = None,
+                  oldest_call_started: float | None = None, register: bool = False
+                  ) -> tuple[RunState | None, bool]:
+        """Apply a client heartbeat; with ``register`` an unknown run is started by it (the
+        client SDK announces a run before any of its spans has ended). Returns the run (None
+        if unknown and not registered, or already ended) and whether it was created."""
         run = self._active.get(key)
-        if run is not None:
-            run.heartbeat(messages, now)
-            self._active.move_to_end(key)
-        return run
+        created = False
+        if run is None:
+            if not register or key in self._ended:
+                return None, False
+            run = RunState(key, KeySource.WATCHDOG, "", now)
+            self._active[key] = run
+            created = True
+        run.heartbeat(messages, now, in_flight, oldest_call_started)
+        self._active.move_to_end(key)
+        return run, created
 
     def expire(self, now: float) -> list[RunState]:
         """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``."""

@@ -1,0 +1,151 @@
+{{/*
+The watchdog container, shared by the sidecar (in an agent's pod) and the gateway Deployment.
+
+Context: a root-like dict with Values (this chart's values), Release, Chart and Role
+("sidecar" or "gateway"). A sidecar binds OTLP and the control API to 127.0.0.1 (only the agent
+in its pod can reach them; no token needed), a gateway binds them to 0.0.0.0 (token required).
+The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
+*/}}
+{{- define "agent-watchdog.container" -}}
+{{- $v := .Values }}
+{{- $sidecar := eq .Role "sidecar" }}
+{{- $bind := ternary "127.0.0.1" "0.0.0.0" $sidecar }}
+{{- $tokenSecret := include "agent-watchdog.tokenSecretName" . }}
+- name: {{ ternary $v.sidecar.containerName "watchdog" $sidecar }}
+  image: {{ include "agent-watchdog.image" . | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  {{- if and $sidecar $v.sidecar.native }}
+  # A native sidecar (Kubernetes >= 1.29): started before the agent's containers, stopped after
+  # them, and it does not keep a Job's pod from completing.
+  restartPolicy: Always
+  {{- end }}
+  args: ["serve"]
+  env:
+    - name: WATCHDOG_OTLP_GRPC_ADDRESS
+      value: "{{ $bind }}:{{ $v.ports.otlpGrpc }}"
+    - name: WATCHDOG_OTLP_HTTP_ADDRESS
+      value: "{{ $bind }}:{{ $v.ports.otlpHttp }}"
+    - name: WATCHDOG_API_ADDRESS
+      value: "{{ $bind }}:{{ $v.ports.api }}"
+    - name: WATCHDOG_METRICS_ADDRESS
+      value: "0.0.0.0:{{ $v.ports.metrics }}"
+    - name: WATCHDOG_STATE_DIR
+      value: /var/lib/watchdog
+    - name: WATCHDOG_RULES
+      value: /etc/watchdog/rules
+    - name: WATCHDOG_DEFAULT_RULES
+      value: {{ $v.rules.defaultRules | quote }}
+    - name: WATCHDOG_RULES_WATCH_INTERVAL
+      value: {{ include "agent-watchdog.envValue" $v.rules.watchInterval | quote }}
+    {{- range $key, $value := $v.config }}
+    - name: {{ printf "WATCHDOG_%s" (upper $key) }}
+      value: {{ include "agent-watchdog.envValue" $value | quote }}
+    {{- end }}
+    {{- if $tokenSecret }}
+    - name: WATCHDOG_API_TOKEN
+      valueFrom:
+        secretKeyRef:
+          name: {{ $tokenSecret }}
+          key: {{ $v.auth.existingSecretKey }}
+    {{- end }}
+    {{- if $v.webhooks }}
+    - name: WATCHDOG_WEBHOOKS
+      valueFrom:
+        secretKeyRef:
+          name: {{ include "agent-watchdog.secretName" . }}
+          key: webhooks
+    {{- end }}
+    {{- with $v.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: wd-otlp-grpc
+      containerPort: {{ $v.ports.otlpGrpc }}
+      protocol: TCP
+    - name: wd-otlp-http
+      containerPort: {{ $v.ports.otlpHttp }}
+      protocol: TCP
+    - name: wd-api
+      containerPort: {{ $v.ports.api }}
+      protocol: TCP
+    - name: wd-metrics
+      containerPort: {{ $v.ports.metrics }}
+      protocol: TCP
+  {{- with $v.probes.startup }}
+  {{- if .enabled }}
+  # Until it passes, a native sidecar holds back the agent's containers: the agent's first
+  # spans find the receivers up.
+  startupProbe:
+    httpGet:
+      path: /readyz
+      port: wd-metrics
+    periodSeconds: {{ .periodSeconds }}
+    timeoutSeconds: {{ .timeoutSeconds }}
+    failureThreshold: {{ .failureThreshold }}
+  {{- end }}
+  {{- end }}
+  {{- with $v.probes.liveness }}
+  {{- if .enabled }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: wd-metrics
+    periodSeconds: {{ .periodSeconds }}
+    timeoutSeconds: {{ .timeoutSeconds }}
+    failureThreshold: {{ .failureThreshold }}
+  {{- end }}
+  {{- end }}
+  {{- with $v.probes.readiness }}
+  {{- if .enabled }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: wd-metrics
+    periodSeconds: {{ .periodSeconds }}
+    timeoutSeconds: {{ .timeoutSeconds }}
+    failureThreshold: {{ .failureThreshold }}
+  {{- end }}
+  {{- end }}
+  {{- with (ternary $v.sidecar.resources $v.gateway.resources $sidecar) }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $v.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: watchdog-state
+      mountPath: /var/lib/watchdog
+    - name: watchdog-tmp
+      mountPath: /tmp
+    # A directory mount (no subPath): the kubelet swaps the ConfigMap's files in place and the
+    # watchdog reloads the rules within rules.watchInterval, without a restart.
+    - name: watchdog-rules
+      mountPath: /etc/watchdog/rules
+      readOnly: true
+{{- end }}
+
+{{/*
+The volumes of the watchdog container. Context: as for "agent-watchdog.container".
+*/}}
+{{- define "agent-watchdog.volumes" -}}
+{{- $v := .Values }}
+- name: watchdog-state
+  {{- if and (eq .Role "gateway") $v.gateway.persistence.existingClaim }}
+  persistentVolumeClaim:
+    claimName: {{ $v.gateway.persistence.existingClaim }}
+  {{- else }}
+  emptyDir:
+    {{- with $v.state.medium }}
+    medium: {{ . }}
+    {{- end }}
+    {{- with $v.state.sizeLimit }}
+    sizeLimit: {{ . }}
+    {{- end }}
+  {{- end }}
+- name: watchdog-tmp
+  emptyDir:
+    sizeLimit: {{ $v.state.tmpSizeLimit }}
+- name: watchdog-rules
+  configMap:
+    name: {{ include "agent-watchdog.rulesConfigMapName" . }}
+{{- end }}

@@ -1,0 +1,128 @@
+{{/*
+Names and labels.
+
+The helpers below take a root-like context: .Values (this chart's values), .Release and, for
+labels, .Chart. The sidecar templates (_sidecar.tpl) are also included from an agent's own chart,
+where .Chart is that chart: so names are derived from the literal chart name
+"agent-watchdog" (not .Chart.Name, which an alias would change) and the default image tag from
+"agent-watchdog.appVersion" (kept equal to Chart.yaml's appVersion by the tests). A parent chart
+and this chart thus agree on the names of the rules ConfigMap and the Secret.
+*/}}
+
+{{- define "agent-watchdog.appVersion" -}}0.1.0{{- end }}
+
+{{- define "agent-watchdog.name" -}}
+{{- default "agent-watchdog" .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified name: the release name, suffixed with the chart name unless it already holds it.
+Truncated to 63 characters (a DNS label); suffixed names (-rules, -headless) trim it further.
+*/}}
+{{- define "agent-watchdog.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "agent-watchdog.name" . }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "agent-watchdog.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "agent-watchdog.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "agent-watchdog.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "agent-watchdog.labels" -}}
+helm.sh/chart: {{ include "agent-watchdog.chart" . }}
+{{ include "agent-watchdog.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "agent-watchdog.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agent-watchdog
+{{- end }}
+
+{{- define "agent-watchdog.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "agent-watchdog.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "agent-watchdog.rulesConfigMapName" -}}
+{{- if .Values.rules.existingConfigMap }}
+{{- .Values.rules.existingConfigMap }}
+{{- else }}
+{{- printf "%s-rules" (include "agent-watchdog.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret this chart creates (auth.token, webhooks); see "agent-watchdog.createSecret". */}}
+{{- define "agent-watchdog.secretName" -}}
+{{- include "agent-watchdog.fullname" . }}
+{{- end }}
+
+{{- define "agent-watchdog.createSecret" -}}
+{{- if or (and .Values.auth.token (not .Values.auth.existingSecret)) .Values.webhooks }}true{{ end }}
+{{- end }}
+
+{{/* The Secret and key holding the API token, or "" when none is configured. */}}
+{{- define "agent-watchdog.tokenSecretName" -}}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else if .Values.auth.token }}
+{{- include "agent-watchdog.secretName" . }}
+{{- end }}
+{{- end }}
+
+{{- define "agent-watchdog.imageTag" -}}
+{{- .Values.image.tag | default (include "agent-watchdog.appVersion" .) | toString }}
+{{- end }}
+
+{{- define "agent-watchdog.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (include "agent-watchdog.imageTag" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+A values scalar as an env var value: Helm reads numbers as float64, which would print 16777216
+as 1.6777216e+07; whole numbers print as integers.
+*/}}
+{{- define "agent-watchdog.envValue" -}}
+{{- if and (kindIs "float64" .) (eq (floor .) .) }}
+{{- int64 . | toString }}
+{{- else }}
+{{- toString . }}
+{{- end }}
+{{- end }}
+
+{{/* "sha256 of what this chart puts in its Secret": a change must restart the pods using it. */}}
+{{- define "agent-watchdog.secretChecksum" -}}
+{{- dict "token" .Values.auth.token "webhooks" .Values.webhooks "existingSecret" .Values.auth.existingSecret | toJson | sha256sum }}
+{{- end }}
+
+{{/*
+Refusals: values that cannot work are stopped at render time with a message naming the key.
+*/}}
+{{- define "agent-watchdog.validate" -}}
+{{- if and (eq .Values.mode "gateway") (not .Values.auth.existingSecret) (not .Values.auth.token) }}
+{{- fail "mode=gateway binds the OTLP receivers and the control API to all interfaces and needs a token: set auth.existingSecret (a Secret with key auth.existingSecretKey, default api-token) or auth.token" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (ne .Values.mode "gateway") }}
+{{- fail "serviceMonitor.enabled needs mode=gateway (a sidecar has no Service): use podMonitor.enabled to scrape the sidecars in the agent pods" }}
+{{- end }}
+{{- if and .Values.gateway.persistence.existingClaim (gt (int .Values.gateway.replicas) 1) }}
+{{- fail "gateway.persistence.existingClaim holds one replica's state: set gateway.replicas=1 (each replica needs a volume of its own)" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,89 @@
+{{/*
+Named templates for an agent's own chart: add the watchdog to an agent pod.
+
+Make this chart a dependency of the agent's chart (alias "watchdog"), then in the pod template:
+
+  {{- $wd := dict "root" $ "values" .Values.watchdog }}
+  metadata:
+    labels:      {{- include "agent-watchdog.sidecarPodLabels" $wd | nindent 8 }}
+    annotations: {{- include "agent-watchdog.sidecarPodAnnotations" $wd | nindent 8 }}
+  spec:
+    initContainers:                                  # sidecar.native: true (default, k8s >= 1.29)
+      {{- include "agent-watchdog.sidecar" $wd | nindent 8 }}
+    containers:
+      - name: agent
+        env: {{- include "agent-watchdog.agentEnv" $wd | nindent 12 }}
+      # sidecar.native: false (k8s < 1.29): include "agent-watchdog.sidecar" here instead
+    volumes:
+      {{- include "agent-watchdog.sidecarVolumes" $wd | nindent 8 }}
+
+Every template takes (dict "root" $ "values" <this chart's values>): "root" is the including
+chart's top-level context (for .Release), "values" this chart's values as the parent sees them
+(Helm merges this chart's defaults into them). The rules ConfigMap and the Secret they refer to
+are rendered by this chart in the same release. helm/agent-watchdog/examples/my-agent is a
+complete example.
+*/}}
+
+{{/*
+The watchdog container, a list entry: for initContainers (native sidecar, restartPolicy: Always)
+or, with sidecar.native=false, for containers.
+*/}}
+{{- define "agent-watchdog.sidecar" -}}
+{{- include "agent-watchdog.container" (dict "Values" .values "Release" .root.Release "Role" "sidecar") }}
+{{- end }}
+
+{{/* The volumes the sidecar mounts (list entries for the pod's volumes). */}}
+{{- define "agent-watchdog.sidecarVolumes" -}}
+{{- include "agent-watchdog.volumes" (dict "Values" .values "Release" .root.Release "Role" "sidecar") }}
+{{- end }}
+
+{{/*
+Env entries for the agent's container: its OTLP exporter and the watchdog client point at the
+sidecar (or, with mode=gateway, at the gateway's Service), with the token when one is set.
+*/}}
+{{- define "agent-watchdog.agentEnv" -}}
+{{- $ctx := dict "Values" .values "Release" .root.Release }}
+{{- $v := $ctx.Values }}
+{{- $host := "127.0.0.1" }}
+{{- if eq $v.mode "gateway" }}
+{{- $host = printf "%s.%s.svc" (include "agent-watchdog.fullname" $ctx) $ctx.Release.Namespace }}
+{{- end }}
+{{- $tokenSecret := include "agent-watchdog.tokenSecretName" $ctx }}
+{{- if $tokenSecret }}
+- name: WATCHDOG_API_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ $tokenSecret }}
+      key: {{ $v.auth.existingSecretKey }}
+{{- end }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: "http://{{ $host }}:{{ $v.ports.otlpHttp }}"
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: http/protobuf
+{{- if $tokenSecret }}
+# The receivers want "Authorization: Bearer <token>" (OTLP header values are URL-encoded).
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  value: "Authorization=Bearer%20$(WATCHDOG_API_TOKEN)"
+{{- end }}
+# The SDK batches spans for 5 s by default; 200 ms keeps the watchdog's view current.
+- name: OTEL_BSP_SCHEDULE_DELAY
+  value: "200"
+- name: WATCHDOG_URL
+  value: "http://{{ $host }}:{{ $v.ports.api }}"
+{{- end }}
+
+{{/* Pod labels: the PodMonitor of this release selects the pods that carry them. */}}
+{{- define "agent-watchdog.sidecarPodLabels" -}}
+{{- $ctx := dict "Values" .values "Release" .root.Release }}
+agent-watchdog/sidecar: {{ include "agent-watchdog.fullname" $ctx }}
+{{- end }}
+
+{{/*
+Pod annotations: a checksum of what this chart puts in its Secret (token, webhooks), read by
+the sidecar as env vars, so that a change restarts the pods. None for the rules: they reload
+in place.
+*/}}
+{{- define "agent-watchdog.sidecarPodAnnotations" -}}
+{{- $ctx := dict "Values" .values "Release" .root.Release }}
+checksum/agent-watchdog-secret: {{ include "agent-watchdog.secretChecksum" $ctx }}
+{{- end }}
