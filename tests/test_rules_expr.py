@@ -103,7 +103,8 @@ def test_run_signals_match_the_declared_schema_exactly(budget: bool) -> None:
 
 def test_session_defaults_and_schema() -> None:
     assert session_activation(None) == {"id": "", "runs": 0, "checkpoints": 0,
-                                        "zero_progress": False, "zero_progress_streak": 0}
+                                        "zero_progress": False, "zero_progress_streak": 0,
+                                        "run_checkpoints": 0}
     session = session_activation({"id": "s1", "zero_progress_streak": 2.0, "other": 1})
     assert session["zero_progress_streak"] == 2 and type(session["zero_progress_streak"]) is int
     assert "other" not in session

@@ -17,18 +17,20 @@ returns data from a real Prometheus scraping a real sidecar.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat
 from grafana_foundation_sdk.builders import timeseries as ts
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-OUTPUT = Path(__file__).resolve().parent.parent / "helm/agent-watchdog/dashboards/agent-watchdog.json"
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / "helm/agent-watchdog/dashboards/agent-watchdog.json"
 UID = "agent-watchdog"
 DATASOURCE = dashboard_models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 AGENT = 'agent=~"$agent"'
@@ -39,10 +41,16 @@ QUANTILES = (0.5, 0.9, 0.99)
 EXEMPLAR_METRICS = ("runs_finished_total", "run_iterations", "run_tool_calls",
                     "run_duration_seconds", "tool_calls_total", "tokens_total", "errors_total",
                     "rule_fired_total")
+_EXEMPLARS = re.compile(r"\bagent_watchdog_(?:" + "|".join(EXEMPLAR_METRICS) + r")(?:_bucket)?\b")
 
 
 def m(name: str) -> str:
     return "agent_watchdog_" + name
+
+
+def carries_exemplars(expr: str) -> bool:
+    """Whether the query reads a metric whose samples carry trace_id exemplars."""
+    return _EXEMPLARS.search(expr) is not None
 
 
 class Query:
@@ -57,7 +65,7 @@ class Query:
         query = (prometheus.Dataquery().expr(self.expr).legend_format(self.legend).ref_id(ref)
                  .datasource(DATASOURCE))
         query = query.instant() if self.instant else query.range()
-        if any(m(name) in self.expr for name in EXEMPLAR_METRICS) and not self.instant:
+        if carries_exemplars(self.expr) and not self.instant:
             query = query.exemplar(True)
         return query
 
@@ -138,7 +146,9 @@ def build() -> dashboard.Dashboard:
                        .query(f"label_values({m('runs_active')}, agent)")
                        .refresh(dashboard_models.VariableRefresh.ON_TIME_RANGE_CHANGED)
                        .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
-                       .multi(True).include_all(True).all_value(".*"))
+                       .multi(True).include_all(True).all_value(".*")
+                       .current(dashboard_models.VariableOption(
+                           selected=True, text="All", value="$__all")))
     )
 
     board = (
@@ -211,7 +221,7 @@ def build() -> dashboard.Dashboard:
                           "webhook, outbox) and outcome.",
                           [Query(f"sum by (channel, outcome) (rate("
                                  f"{m('directives_delivered_total')}[{RATE}]))",
-                                 "{{channel}} {{outcome}}")], unit="ops", width=8))
+                                 "{{channel}} {{outcome}}")], unit="ops", width=6))
         .with_panel(graph("Delivery failures", "failed / dropped / conflict: a directive nobody "
                           "received; retry: a webhook will be tried again; overflow: a stream "
                           "subscriber fell behind and resumes from the store.",
@@ -219,15 +229,13 @@ def build() -> dashboard.Dashboard:
                                  f"{m('directives_delivered_total')}"
                                  f"{{outcome=~\"failed|dropped|conflict|retry|overflow\"}}"
                                  f"[{RATE}]))", "{{channel}} {{outcome}}")],
-                          bars=True, width=8))
-        .with_panel(graph("Rule errors and evaluation time",
-                          "Rule evaluations that failed (a failing rule never fires), and the "
-                          "time one evaluation of all rules takes.",
+                          bars=True, width=6))
+        .with_panel(graph("Rule errors", "Rule evaluations that failed, by rule: a failing "
+                          "rule never fires.",
                           [Query(f"sum by (rule) (increase({m('rule_errors_total')}[{RATE}]))",
-                                 "errors {{rule}}"),
-                           *[Query(q.expr, f"eval {q.legend}")
-                             for q in quantiles("rule_eval_duration_seconds")[::2]]],
-                          width=8))
+                                 "{{rule}}")], bars=True, width=6))
+        .with_panel(graph("Rule evaluation time", "Time one evaluation of all rules takes.",
+                          quantiles("rule_eval_duration_seconds"), unit="s", width=6))
     )
 
     board = (

@@ -28,6 +28,7 @@ from watchdog.rules.engine import RuleEngine
 from watchdog.runs.report import build_report, render_markdown
 from watchdog.runs.view import run_summary
 from watchdog.service import MAX_LIST_LIMIT, WatchdogService
+from watchdog.sessions import Checkpoint, CheckpointError, check_session_id
 
 log = logging.getLogger("watchdog.api")
 
@@ -186,6 +187,33 @@ def _announcement(value: object) -> dict[str, Any] | None:
                                  f"{', '.join(sorted(allowed))} with numbers >= 0")
         announce["budget"] = {key: float(limit) for key, limit in budget.items()}
     return announce
+
+
+class SessionRoutes:
+    """``/v1/sessions/{id}``: checkpoints in, the context for the next run out (DESIGN §7)."""
+
+    def __init__(self, service: WatchdogService) -> None:
+        self.service = service
+
+    async def checkpoint(self, request: web.Request) -> web.Response:
+        """``POST /v1/sessions/{id}/checkpoints {"remaining", "state", "failed_approaches",
+        "run_id"}``: answered once the checkpoint is stored, with the session's context."""
+        body = await _json_object(request)
+        try:
+            session_id = check_session_id(request.match_info["id"])
+            checkpoint = Checkpoint.parse(body, self.service.clock.now())
+        except CheckpointError as exc:
+            raise BadRequest(str(exc)) from None
+        return web.json_response(await self.service.checkpoint(session_id, checkpoint))
+
+    async def context(self, request: web.Request) -> web.Response:
+        """``GET /v1/sessions/{id}/context``: facts (verbatim), failed approaches, zero-progress
+        state and note. An unknown session answers an empty context, not 404."""
+        try:
+            session_id = check_session_id(request.match_info["id"])
+        except CheckpointError as exc:
+            raise BadRequest(str(exc)) from None
+        return web.json_response(self.service.session_context(session_id))
 
 
 class DirectiveRoutes:
@@ -403,6 +431,9 @@ def create_app(service: WatchdogService, config: Config, *,
     app.router.add_get("/v1/runs/{id}", runs.get_run)
     app.router.add_get("/v1/runs/{id}/report", runs.report)
     app.router.add_post("/v1/runs/{id}/heartbeat", runs.heartbeat)
+    sessions = SessionRoutes(service)
+    app.router.add_post("/v1/sessions/{id}/checkpoints", sessions.checkpoint)
+    app.router.add_get("/v1/sessions/{id}/context", sessions.context)
     if directives is not None:
         routes = DirectiveRoutes(directives)
         app.router.add_get("/v1/runs/{id}/directives", routes.poll)

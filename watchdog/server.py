@@ -83,8 +83,11 @@ class Server:
         outbox.default_budget = service.default_budget
         metrics.bind(service)
         restored = await asyncio.to_thread(service.restore)
-        # What already fired for the runs still open: nothing fires twice, grace continues.
-        self.engine.restore(await outbox.restore([r.key for r in service.tracker.active()]))
+        # What already fired for the runs still open: nothing fires twice, grace continues,
+        # and a run stopped just before a crash keeps the terminal state the rule decided.
+        fired = await outbox.restore([r.key for r in service.tracker.active()])
+        self.engine.restore(fired)
+        service.restore_forced(fired)
         await outbox.start()
         if restored:
             log.info("restored %d active runs from %s", restored, config.state_dir)

@@ -14,6 +14,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
@@ -22,13 +23,14 @@ from watchdog.config import Config
 from watchdog.errors import NotFound, Overloaded
 from watchdog.ingest.decode import ExportTraceServiceRequest
 from watchdog.ingest.pipeline import Decoded, records_from
-from watchdog.rules.decision import Action, Decision
-from watchdog.rules.engine import RuleEngine
+from watchdog.rules.decision import Action, Decision, forced_state
+from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.runs.run import RunState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import run_detail, run_summary
+from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.store import Store
 
 log = logging.getLogger("watchdog")
@@ -38,6 +40,8 @@ MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter 
 MAX_LIST_LIMIT = 1000
 EVAL_SLICE = 200  # runs whose timed rules are evaluated between two yields to the event loop
 SNAPSHOT_SLICE = 100  # runs snapshotted between two yields to the event loop while flushing
+
+SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
 
 T = TypeVar("T")
 
@@ -101,6 +105,7 @@ class WatchdogService:
         self._saving_activity: list[ActivityEntry] = []  # handed to the store, not committed yet
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
+        self.sessions = SessionBook(store.get_session)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -110,6 +115,16 @@ class WatchdogService:
         ended = [RunState.from_dict(d) for d in self.store.load_runs(False, 1000)]
         self.tracker.restore(active + ended)
         return len(active)
+
+    def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
+        """After a restart: the terminal state each stored directive decided for an active run.
+        A run snapshot is flushed every ``state_flush_interval`` but a directive is stored at
+        once, so after a crash the directive is the more recent truth."""
+        for record in fired:
+            run = self.tracker.get(record.run_key)
+            state = forced_state(record.action, record.terminal_state)
+            if run is not None and not run.ended and state is not None:
+                run.force(state, record.rule)
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -127,6 +142,7 @@ class WatchdogService:
         before = self._snapshots(decoded) if self.engine is not None else {}
         result = self.tracker.apply(decoded.records, now)
         self._dirty.update(result.touched)
+        self._note_sessions(result.touched.values(), now)
         self._pending_activity.extend(result.activity)
         self.observer.batch_applied(result)
         if self.engine is not None:
@@ -152,6 +168,7 @@ class WatchdogService:
             raise NotFound(f"no active run {key!r}")
         if announce:
             run.announce(**announce)
+            self._note_sessions((run,), now)
         self._dirty[key] = run
         if created or announce:
             self.evaluate([run], now)
@@ -185,15 +202,18 @@ class WatchdogService:
 
     # -- rules ----------------------------------------------------------------------------------
 
-    def evaluate(self, runs: Iterable[RunState], now: float, timed_only: bool = False) -> int:
-        """Evaluate the rules for ``runs`` and hand every decision on; returns how many fired."""
+    def evaluate(self, runs: Iterable[RunState], now: float, timed_only: bool = False,
+                 changed: AbstractSet[str] | None = None) -> int:
+        """Evaluate the rules for ``runs`` and hand every decision on; returns how many fired.
+        ``changed``: only the rules reading these signals (None: all)."""
         engine = self.engine
         if engine is None:
             return 0
         fired = 0
         started = time.perf_counter()
         for run in runs:
-            for decision in engine.evaluate(run, now, None, timed_only=timed_only):
+            for decision in engine.evaluate(run, now, self._session_of(run),
+                                            timed_only=timed_only, changed=changed):
                 self._decide(decision, run, now)
                 fired += 1
             if run.ended:
@@ -226,7 +246,7 @@ class WatchdogService:
                 old, run, bool(run.budget) or bool(engine.default_budget(run.agent_name)))
             if changed is not None and not changed:
                 continue
-            for decision in engine.evaluate(run, now, None, changed=changed):
+            for decision in engine.evaluate(run, now, self._session_of(run), changed=changed):
                 self._decide(decision, run, now)
             if run.ended:
                 self._forget(run)
@@ -241,8 +261,9 @@ class WatchdogService:
                     self.observer.rule_error(rule)
 
     def _decide(self, decision: Decision, run: RunState, now: float) -> None:
-        if decision.terminal_state is not None:
-            run.force(decision.terminal_state, decision.rule)
+        state = forced_state(decision.action, decision.terminal_state)
+        if state is not None:
+            run.force(state, decision.rule)
             self._dirty[run.key] = run
         if decision.action is not Action.NOTIFY and not run.ended:
             reason = decision.terminal_state.value if decision.terminal_state else decision.rule
@@ -256,6 +277,51 @@ class WatchdogService:
         if self.engine is not None:
             self.engine.forget(run.key)
         self._stuck.pop(run.key, None)
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def _note_sessions(self, runs: Iterable[RunState], now: float) -> None:
+        """Count the runs of each session (``session.runs``) as they are first seen."""
+        note_run = self.sessions.note_run
+        for run in runs:
+            if run.session is not None:
+                note_run(run.session, run.key, now)
+
+    def _session_of(self, run: RunState) -> dict[str, Any] | None:
+        """The CEL ``session`` of a run (None: the run has no session)."""
+        if run.session is None:
+            return None
+        state = self.sessions.get(run.session)
+        return state.activation(run.key) if state is not None else {"id": run.session}
+
+    async def checkpoint(self, session_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
+        """Fold a checkpoint into its session, persist it before answering (an acknowledged
+        checkpoint survives a crash), then evaluate the session's active runs (zero-progress)."""
+        session = self.sessions.get_or_create(session_id)
+        run = self.tracker.get(checkpoint.run) if checkpoint.run else None
+        if run is not None and run.session is None:
+            run.announce(session=session_id)  # the checkpoint says whose run it is
+            self._dirty[run.key] = run
+        outcome = session.checkpoint(checkpoint, self._active_runs(session))
+        self.sessions.changed(session)
+        await self.in_store_lane(self.store.save_sessions, [session.to_dict()])
+        runs = [r for key in outcome.runs
+                if (r := self.tracker.get(key)) is not None and not r.ended]
+        fired = self.evaluate(runs, self.clock.now(), changed=SESSION_CHANGED)
+        return {**session.context(), "fired": fired}
+
+    def _active_runs(self, session: SessionState) -> list[str]:
+        get = self.tracker.get
+        return [key for key in session.recent_runs
+                if (run := get(key)) is not None and not run.ended]
+
+    def session_context(self, session_id: str) -> dict[str, Any]:
+        """What the next run of a session starts from; an unknown session has an empty
+        context (zero counts), since agents ask for it before their first checkpoint."""
+        session = self.sessions.get(session_id)
+        context = session.context() if session is not None else empty_context(session_id)
+        context["active_runs"] = self._active_runs(session) if session is not None else []
+        return context
 
     def stuck_counts(self) -> dict[tuple[str, str], int]:
         """Active runs a wind_down/abort was sent to, by agent and reason (runs_stuck)."""
@@ -277,8 +343,9 @@ class WatchdogService:
     def flush(self) -> None:
         """Persist everything pending, synchronously (only when no loop is running: tests)."""
         rows, activity = self.take_pending()
-        if rows or activity:
-            self.store.save(rows, activity)
+        sessions = self.sessions.take_dirty()
+        if rows or activity or sessions:
+            self.store.save(rows, activity, sessions)
 
     async def in_store_lane(self, work: Callable[..., T], *args: Any) -> T:
         """Run store work on the store lane, after everything submitted before it."""
@@ -294,10 +361,14 @@ class WatchdogService:
             rows.append(run.to_dict())  # a run changed after this is dirty again: next flush
             if index % SNAPSHOT_SLICE == 0:
                 await asyncio.sleep(0)
-        if rows or activity:
+        # Taken right before the store lane gets them: a checkpoint snapshotted while the runs
+        # were being sliced above is written before this, and must not be overwritten by an
+        # older snapshot of its session.
+        sessions = self.sessions.take_dirty()
+        if rows or activity or sessions:
             self._saving_activity = activity
             try:
-                await self.in_store_lane(self.store.save, rows, activity)
+                await self.in_store_lane(self.store.save, rows, activity, sessions)
             finally:
                 if self._saving_activity is activity:
                     self._saving_activity = []

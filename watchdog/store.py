@@ -1,12 +1,16 @@
-"""Embedded SQLite persistence: run snapshots and activity logs (later: fired rules, directives,
-sessions), so a restart loses no run.
+"""Embedded SQLite persistence: run snapshots, activity logs and sessions, so a restart loses no
+run and no session memory (directives have a file of their own: :mod:`watchdog.directives.store`).
 
 The store is synchronous. Writes go through one connection, called from a single worker thread
 (the service's store lane) in batches, one transaction each. Reads use a second connection:
 in WAL mode readers never wait for a writer, so the API and the directive builder can read on
 the event loop while a large flush is being committed. The activity log is a ring per run: rows
 whose ``seq`` falls more than ``activity_log_size`` behind the newest are deleted in the same
-transaction.
+transaction. Sessions are one JSON row each (:meth:`SessionState.to_dict`); a checkpoint is written
+synchronously (:meth:`Store.save_sessions`) before the API acknowledges it.
+
+Schema versions: 1 had runs and activity; 2 adds sessions. An older file is migrated in place
+when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from typing import Any
 
 from watchdog.runs.activity import ActivityEntry
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_FILE = "watchdog.sqlite3"
 MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
+MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -44,7 +49,25 @@ CREATE TABLE IF NOT EXISTS activity (
     error TEXT,
     PRIMARY KEY (run, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    updated REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
 """
+
+# version -> the statements that bring a file of the version before it up to it.
+_MIGRATIONS: dict[int, str] = {
+    2: """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    updated REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
+""",
+}
 
 
 class StoreError(RuntimeError):
@@ -73,7 +96,11 @@ class Store:
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{target} has schema version {version}; this build knows "
                                  f"{SCHEMA_VERSION}: use a newer agent-watchdog")
-            self._db.executescript(_SCHEMA)
+            if version == 0:
+                self._db.executescript(_SCHEMA)
+            else:
+                for step in range(version + 1, SCHEMA_VERSION + 1):
+                    self._db.executescript(_MIGRATIONS[step])
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._reader = sqlite3.connect(target, check_same_thread=False,
                                            isolation_level=None, uri=True)
@@ -90,8 +117,10 @@ class Store:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def save(self, runs: Iterable[dict[str, Any]], activity: Iterable[ActivityEntry]) -> None:
-        """Upsert run snapshots and append activity entries, in one transaction."""
+    def save(self, runs: Iterable[dict[str, Any]], activity: Iterable[ActivityEntry],
+             sessions: Iterable[dict[str, Any]] = ()) -> None:
+        """Upsert run and session snapshots and append activity entries, in one transaction."""
+        session_rows = _session_rows(sessions)
         run_rows = [(r["key"], r.get("agent") or r.get("service") or "unknown",
                      int(bool(r["ended"])), r["last_seen"], json.dumps(r, separators=(",", ":")))
                     for r in runs]
@@ -115,14 +144,32 @@ class Store:
                 db.executemany("INSERT OR REPLACE INTO activity VALUES (?,?,?,?,?,?,?,?)",
                                activity_rows)
                 db.executemany("DELETE FROM activity WHERE run=? AND seq<=?", trims)
+                db.executemany(_UPSERT_SESSION, session_rows)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
 
-    def prune(self, max_ended: int = MAX_ENDED_RUNS_STORED) -> int:
-        """Delete the oldest ended runs beyond ``max_ended``; returns how many went."""
+    def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
+        """Upsert session snapshots (a checkpoint: before the API answers)."""
+        rows = _session_rows(sessions)
         with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(_UPSERT_SESSION, rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def prune(self, max_ended: int = MAX_ENDED_RUNS_STORED,
+              max_sessions: int = MAX_SESSIONS_STORED) -> int:
+        """Delete the oldest ended runs beyond ``max_ended`` and the least recently updated
+        sessions beyond ``max_sessions``; returns how many runs went."""
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions "
+                "ORDER BY updated DESC LIMIT -1 OFFSET ?)", (max_sessions,))
             rows = self._db.execute(
                 "SELECT key FROM runs WHERE ended=1 ORDER BY updated DESC LIMIT -1 OFFSET ?",
                 (max_ended,)).fetchall()
@@ -163,6 +210,12 @@ class Store:
             rows = self._reader.execute(sql, args).fetchall()
         return [json.loads(row[0]) for row in rows]
 
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        with self._read_lock:
+            row = self._reader.execute("SELECT data FROM sessions WHERE id=?",
+                                       (session_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
     def activity(self, key: str, limit: int | None = None) -> list[ActivityEntry]:
         """The run's activity log, oldest first (the last ``limit`` entries)."""
         limit = limit or self.activity_log_size
@@ -171,3 +224,12 @@ class Store:
                 "SELECT run, seq, at, kind, name, detail, result, error FROM activity "
                 "WHERE run=? ORDER BY seq DESC LIMIT ?", (key, limit)).fetchall()
         return [ActivityEntry(*row) for row in reversed(rows)]
+
+
+_UPSERT_SESSION = ("INSERT INTO sessions (id, updated, data) VALUES (?,?,?) ON CONFLICT(id) "
+                   "DO UPDATE SET updated=excluded.updated, data=excluded.data")
+
+
+def _session_rows(sessions: Iterable[dict[str, Any]]) -> list[tuple[str, float, str]]:
+    return [(s["id"], float(s.get("updated_at") or 0.0), json.dumps(s, separators=(",", ":")))
+            for s in sessions]

@@ -41,6 +41,7 @@ from pathlib import Path
 from watchdog.directives.model import Directive
 from watchdog.rules.decision import Action
 from watchdog.rules.engine import FiredRecord
+from watchdog.runs.terminal import TerminalState
 
 SCHEMA_VERSION = 1
 DB_FILE = "directives.sqlite3"
@@ -313,8 +314,8 @@ class DirectiveStore:
     def fired_records(self, run_ids: Iterable[str] | None = None) -> list[FiredRecord]:
         """What the rule engine fired for these runs (all runs when None), oldest first."""
         columns = ("SELECT global_seq, run_id, rule, dedup_key, action, created_at, "
-                   "tool_calls_at FROM directives")
-        rows: list[tuple[int, str, str, str, str, float, int]] = []
+                   "tool_calls_at, json_extract(data, '$.terminal_state') FROM directives")
+        rows: list[tuple[int, str, str, str, str, float, int, str | None]] = []
         with self._reader.lock:
             db = self._reader.db
             if run_ids is None:
@@ -326,8 +327,9 @@ class DirectiveStore:
                     marks = ",".join("?" * len(chunk))
                     rows += db.execute(f"{columns} WHERE run_id IN ({marks})", chunk).fetchall()
                 rows.sort()
-        return [FiredRecord(run, rule, key, Action(action), created_at, tool_calls_at)
-                for _seq, run, rule, key, action, created_at, tool_calls_at in rows]
+        return [FiredRecord(run, rule, key, Action(action), created_at, tool_calls_at,
+                            TerminalState(terminal) if terminal else None)
+                for _seq, run, rule, key, action, created_at, tool_calls_at, terminal in rows]
 
     def acked(self, run_id: str) -> int:
         """The highest seq the agent acknowledged (0: none)."""

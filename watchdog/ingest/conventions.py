@@ -82,7 +82,6 @@ FLAT_OUTPUT_PREFIXES = ("llm.output_messages.", "gen_ai.completion.")
 
 KIND_KEYS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
              "llm.request.type", "traceloop.entity.name", "error.type")
-FLAT_PREFIXES = FLAT_INPUT_PREFIXES + FLAT_OUTPUT_PREFIXES
 
 
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})

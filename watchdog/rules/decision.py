@@ -34,3 +34,13 @@ class Decision:
     terminal_state: TerminalState | None
     dedup_key: str  # rule name, or rule name + message hash with repeat: on_change
     escalation: bool = False  # an abort because a wind_down's grace ran out
+
+
+def forced_state(action: Action | str, terminal_state: TerminalState | str | None
+                 ) -> TerminalState | None:
+    """The terminal state a decision imposes on its run when the run ends: the rule's
+    ``terminal_state``; an ``abort`` without one stops the run as ``aborted``; a notify or
+    wind_down without one imposes nothing (the run may still finish well)."""
+    if terminal_state is not None:
+        return TerminalState(terminal_state)
+    return TerminalState.ABORTED if Action(action) is Action.ABORT else None

@@ -57,11 +57,12 @@ class FiredRecord:
     action: Action
     fired_at: float
     tool_calls_at: int
+    terminal_state: TerminalState | None = None  # the rule's (restores a forced state)
 
     @classmethod
     def of(cls, decision: Decision, fired_at: float, tool_calls_at: int) -> FiredRecord:
         return cls(decision.run_key, decision.rule, decision.dedup_key, decision.action,
-                   fired_at, tool_calls_at)
+                   fired_at, tool_calls_at, decision.terminal_state)
 
 
 @dataclass(slots=True)

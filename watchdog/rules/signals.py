@@ -86,6 +86,9 @@ SESSION_SCHEMA: Schema = {
     "checkpoints": int,
     "zero_progress": bool,
     "zero_progress_streak": int,
+    # checkpoints made during the run being evaluated: lets a rule stop the runs that reported
+    # no progress without stopping a new run (new user direction) before it has checkpointed
+    "run_checkpoints": int,
 }
 
 SCHEMAS: dict[str, Schema] = {"run": RUN_SCHEMA, "session": SESSION_SCHEMA}
@@ -99,6 +102,7 @@ TIME_DEPENDENT: dict[str, frozenset[str]] = {
 
 DEFAULT_SESSION: dict[str, Any] = {
     "id": "", "runs": 0, "checkpoints": 0, "zero_progress": False, "zero_progress_streak": 0,
+    "run_checkpoints": 0,
 }
 
 
@@ -130,7 +134,8 @@ def session_activation(session: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 _SESSION_CASTS: dict[str, Any] = {"id": str, "runs": int, "checkpoints": int,
-                                  "zero_progress": bool, "zero_progress_streak": int}
+                                  "zero_progress": bool, "zero_progress_streak": int,
+                                  "run_checkpoints": int}
 
 
 def field_names(path: str) -> list[str]:

@@ -43,7 +43,7 @@ from typing import Any, TextIO
 
 from watchdog.ingest.conventions import ANSWER_FINISH_REASONS, canonical_arguments, stable_hash
 from watchdog.ingest.redact import mask
-from watchdog.rules.decision import Decision
+from watchdog.rules.decision import Decision, forced_state
 from watchdog.rules.engine import RuleEngine
 from watchdog.rules.pack import RulePackError, RuleSet, load_rules
 from watchdog.rules.testfile import RuleTest, Step, read_test_file
@@ -155,8 +155,9 @@ def run_test(ruleset: RuleSet, test: RuleTest, key: str = "test-run") -> TestRes
             continue
         for decision in engine.evaluate(run, now, session, timed_only=timed_only):
             fired.append((step.index, decision))
-            if decision.terminal_state is not None:
-                run.force(decision.terminal_state, decision.rule)
+            forced = forced_state(decision.action, decision.terminal_state)
+            if forced is not None:
+                run.force(forced, decision.rule)
         if step.kind == "tick" and run in tracker.expire(now):
             engine.forget(key)  # abandoned: silent for longer than run_end_timeout
         if run.ended:

@@ -10,7 +10,7 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
 {{- $v := .Values }}
 {{- $sidecar := eq .Role "sidecar" }}
 {{- $bind := ternary "127.0.0.1" "0.0.0.0" $sidecar }}
-{{- $tokenSecret := include "agent-watchdog.tokenSecretName" . }}
+{{- $tokenSecret := include "agent-watchdog.tokenSecretName" . -}}
 - name: {{ ternary $v.sidecar.containerName "watchdog" $sidecar }}
   image: {{ include "agent-watchdog.image" . | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
@@ -73,8 +73,8 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
       protocol: TCP
   {{- with $v.probes.startup }}
   {{- if .enabled }}
-  # Until it passes, a native sidecar holds back the agent's containers: the agent's first
-  # spans find the receivers up.
+  # /readyz: receivers and store are up. A native sidecar holds back the agent's containers
+  # until this passes, so the agent's first spans find the receivers listening.
   startupProbe:
     httpGet:
       path: /readyz
@@ -128,7 +128,7 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
 The volumes of the watchdog container. Context: as for "agent-watchdog.container".
 */}}
 {{- define "agent-watchdog.volumes" -}}
-{{- $v := .Values }}
+{{- $v := .Values -}}
 - name: watchdog-state
   {{- if and (eq .Role "gateway") $v.gateway.persistence.existingClaim }}
   persistentVolumeClaim:

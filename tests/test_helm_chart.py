@@ -1,0 +1,777 @@
+"""The Helm chart (helm/agent-watchdog), rendered offline by the Helm v4 library that
+helm-python-sdk ships (no helm binary, no cluster).
+
+Every mode's manifests pass ``kubernetes-validate --strict`` for Kubernetes 1.29 (the first with
+native sidecars) and the newest version it has schemas for; the Prometheus Operator's kinds,
+which it has no schemas for, are checked against the subset of their CRD schemas the chart uses.
+The sidecar's rendered env is fed to the real watchdog: its config accepts it, and a real
+process reloads its rules when the ConfigMap directory is swapped the way the kubelet does it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import latest_version
+
+from watchdog.config import ConfigError, load
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "agent-watchdog"
+EXAMPLE = CHART / "examples" / "my-agent"
+K8S_VERSIONS = ("1.29.0", latest_version())
+RELEASE, NAMESPACE = "rel", "agents"
+FULLNAME = "rel-agent-watchdog"
+WATCHDOG_UID = 65532
+TOKEN_SECRET = "agents-watchdog-token"
+
+# Every mode the chart has, by name: the values a user would pass.
+MODES: dict[str, dict[str, Any] | None] = {
+    "default": None,
+    "sidecar-plain": {"sidecar": {"native": False}},
+    "sidecar-monitoring": {
+        "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "dashboards": {"enabled": True, "annotations": {"grafana_folder": "Agents"}},
+        "auth": {"token": "a-token-of-at-least-16-chars"},
+        "webhooks": [{"url": "https://hooks.example.com/w", "secret": "0123456789abcdef0123",
+                      "actions": ["abort"]}],
+        "rules": {"packs": {"team": "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: team\n"}},
+        "config": {"log_level": "debug", "max_request_bytes": 16777216, "eval_interval": 0.5,
+                   "run_end_timeout": "10m"},
+    },
+    "gateway": {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET}},
+    "gateway-monitoring": {
+        "mode": "gateway", "auth": {"token": "a-token-of-at-least-16-chars"},
+        "gateway": {"replicas": 3, "podDisruptionBudget": {"enabled": True},
+                    "affinity": {"podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{
+                            "weight": 100, "podAffinityTerm": {
+                                "topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": {
+                                    "app.kubernetes.io/name": "agent-watchdog"}}}}]}}},
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "dashboards": {"enabled": True},
+    },
+    "gateway-persistent": {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET},
+                           "gateway": {"persistence": {"existingClaim": "watchdog-state"}},
+                           "podMonitor": {"enabled": True}},
+}
+OPERATOR_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+Manifest = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render_files(chart: helm.Chart, values: dict[str, Any] | None = None) -> dict[str, str]:
+    return chart.render(copy.deepcopy(values), name=RELEASE, namespace=NAMESPACE)
+
+
+def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> list[Manifest]:
+    manifests: list[Manifest] = []
+    for path, text in sorted(render_files(chart, values).items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        manifests.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return manifests
+
+
+def kinds(manifests: list[Manifest]) -> list[str]:
+    return sorted(f"{m['kind']}/{m['metadata']['name']}" for m in manifests)
+
+
+def one(manifests: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [m for m in manifests
+             if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)]
+    assert len(found) == 1, (kind, name, kinds(manifests))
+    return found[0]
+
+
+def pod_spec(manifest: Manifest) -> dict[str, Any]:
+    spec: dict[str, Any] = manifest["spec"]
+    return spec if manifest["kind"] == "Pod" else spec["template"]["spec"]
+
+
+def watchdog_containers(manifests: list[Manifest]) -> list[dict[str, Any]]:
+    """Every watchdog container (sidecar or gateway) in the pods and pod templates."""
+    found = []
+    for manifest in manifests:
+        if manifest["kind"] not in ("Pod", "Deployment"):
+            continue
+        spec = pod_spec(manifest)
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            if "agent-watchdog" in container["image"]:
+                found.append(container)
+    return found
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+@pytest.fixture(scope="module")
+def example_chart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[helm.Chart]:
+    """examples/my-agent with its dependency built, as `helm dependency update` would."""
+    work = tmp_path_factory.mktemp("example") / "agent-watchdog"
+    shutil.copytree(CHART, work)
+    example = work / "examples" / "my-agent"
+    helm.dependency_update(example, skip_refresh=True)  # file://../.. : the copy above
+    with helm.Chart.load(example) as loaded:
+        yield loaded
+
+
+def render_example(example_chart: helm.Chart,
+                   watchdog: dict[str, Any] | None = None) -> list[Manifest]:
+    values = {"watchdog": watchdog} if watchdog else None
+    rendered = example_chart.render(values, name="my-agent", namespace=NAMESPACE)
+    return [doc for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+# -- validation -----------------------------------------------------------------------------
+
+_PROM_DURATION = {"type": "string", "pattern": r"^(0|(([0-9]+)(y|w|d|h|m|s|ms))+)$"}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_LABEL_SELECTOR = {"type": "object", "additionalProperties": False, "properties": {
+    "matchLabels": _STRING_MAP,
+    "matchExpressions": {"type": "array", "items": {
+        "type": "object", "additionalProperties": False, "required": ["key", "operator"],
+        "properties": {"key": {"type": "string"}, "operator": {"type": "string"},
+                       "values": {"type": "array", "items": {"type": "string"}}}}}}}
+_ENDPOINT = {"type": "object", "additionalProperties": False, "required": ["port"], "properties": {
+    "port": {"type": "string", "minLength": 1}, "path": {"type": "string", "pattern": "^/"},
+    "interval": _PROM_DURATION, "scrapeTimeout": _PROM_DURATION,
+    "relabelings": {"type": "array", "items": {"type": "object"}},
+    "metricRelabelings": {"type": "array", "items": {"type": "object"}}}}
+_METADATA = {"type": "object", "required": ["name", "namespace", "labels"], "properties": {
+    "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
+    "namespace": {"type": "string"}, "labels": _STRING_MAP, "annotations": _STRING_MAP}}
+_RULE = {"type": "object", "additionalProperties": False, "required": ["expr"],
+         "oneOf": [{"required": ["alert"]}, {"required": ["record"]}], "properties": {
+             "alert": {"type": "string", "minLength": 1},
+             "record": {"type": "string", "minLength": 1},
+             "expr": {"type": "string", "minLength": 1}, "for": _PROM_DURATION,
+             "keep_firing_for": _PROM_DURATION, "labels": _STRING_MAP,
+             "annotations": _STRING_MAP}}
+
+
+def _operator_kind(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False,
+            "required": ["apiVersion", "kind", "metadata", "spec"],
+            "properties": {"apiVersion": {"const": "monitoring.coreos.com/v1"},
+                           "kind": {"type": "string"}, "metadata": _METADATA, "spec": spec}}
+
+
+# The parts of the Prometheus Operator's CRD schemas (monitoring.coreos.com/v1) the chart uses,
+# strict: kubernetes-validate has no schemas for custom resources.
+OPERATOR_SCHEMAS: dict[str, dict[str, Any]] = {
+    "PodMonitor": _operator_kind({
+        "type": "object", "additionalProperties": False,
+        "required": ["selector", "podMetricsEndpoints"], "properties": {
+            "selector": _LABEL_SELECTOR,
+            "namespaceSelector": {"type": "object", "additionalProperties": False, "properties": {
+                "any": {"type": "boolean"},
+                "matchNames": {"type": "array", "items": {"type": "string"}}}},
+            "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}}}),
+    "ServiceMonitor": _operator_kind({
+        "type": "object", "additionalProperties": False, "required": ["selector", "endpoints"],
+        "properties": {
+            "selector": _LABEL_SELECTOR,
+            "namespaceSelector": {"type": "object", "additionalProperties": False, "properties": {
+                "any": {"type": "boolean"},
+                "matchNames": {"type": "array", "items": {"type": "string"}}}},
+            "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}}}),
+    "PrometheusRule": _operator_kind({
+        "type": "object", "additionalProperties": False, "required": ["groups"], "properties": {
+            "groups": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "additionalProperties": False, "required": ["name", "rules"],
+                "properties": {"name": {"type": "string", "minLength": 1},
+                               "interval": _PROM_DURATION, "limit": {"type": "integer"},
+                               "rules": {"type": "array", "items": _RULE}}}}}}),
+}
+
+
+def validate(manifests: list[Manifest]) -> None:
+    """kubernetes-validate --strict for both versions; the operator's kinds by OPERATOR_SCHEMAS."""
+    for manifest in manifests:
+        kind = manifest["kind"]
+        where = f"{kind}/{manifest['metadata']['name']}"
+        if kind in OPERATOR_KINDS:
+            jsonschema.validate(manifest, OPERATOR_SCHEMAS[kind])
+            if kind == "PrometheusRule":
+                names = [group["name"] for group in manifest["spec"]["groups"]]
+                assert len(names) == len(set(names)), f"{where}: duplicate group names {names}"
+            continue
+        for version in K8S_VERSIONS:
+            problem = None
+            try:
+                kubernetes_validate.validate(manifest, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = ".".join(str(p) for p in exc.path)
+                problem = f"{where} is not valid for Kubernetes {version}: {path}: {exc.message}"
+            if problem:
+                pytest.fail(problem)
+
+
+# -- every mode: valid manifests, the expected resources ------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_renders_valid_manifests(chart: helm.Chart, mode: str) -> None:
+    manifests = render(chart, MODES[mode])
+    assert manifests
+    validate(manifests)
+    for manifest in manifests:
+        labels = manifest["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "agent-watchdog"
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["helm.sh/chart"] == "agent-watchdog-0.1.0"
+        assert manifest["metadata"]["namespace"] == NAMESPACE
+
+
+def test_default_values_render_what_the_sidecars_share(chart: helm.Chart) -> None:
+    """Sidecar mode on its own renders the rules ConfigMap and the test pod: no workload (the
+    sidecars live in the agents' pods), no Secret without a token, no ServiceAccount."""
+    manifests = render(chart)
+    assert kinds(manifests) == [f"ConfigMap/{FULLNAME}-rules", f"Pod/{FULLNAME}-test"]
+    assert one(manifests, "ConfigMap")["data"] == {}
+    test_pod = one(manifests, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    # The test pod runs the sidecar as the agents will, and curls its /readyz.
+    [sidecar] = test_pod["spec"]["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    [curl] = test_pod["spec"]["containers"]
+    assert curl["args"][-1] == "http://127.0.0.1:9464/readyz"
+
+
+def test_sidecar_plain_has_no_test_pod(chart: helm.Chart) -> None:
+    # A plain sidecar container would keep a test pod running forever.
+    assert kinds(render(chart, MODES["sidecar-plain"])) == [f"ConfigMap/{FULLNAME}-rules"]
+
+
+def test_gateway_renders_a_deployment_and_services(chart: helm.Chart) -> None:
+    manifests = render(chart, MODES["gateway"])
+    assert kinds(manifests) == [
+        f"ConfigMap/{FULLNAME}-rules", f"Deployment/{FULLNAME}", f"Pod/{FULLNAME}-test",
+        f"Service/{FULLNAME}", f"Service/{FULLNAME}-headless", f"ServiceAccount/{FULLNAME}"]
+    deployment = one(manifests, "Deployment")
+    spec = pod_spec(deployment)
+    assert spec["serviceAccountName"] == FULLNAME
+    assert spec["automountServiceAccountToken"] is False
+    [container] = spec["containers"]
+    assert "initContainers" not in spec and "restartPolicy" not in container
+    env = env_of(container)
+    for key, port in (("OTLP_GRPC", 4317), ("OTLP_HTTP", 4318), ("API", 9477), ("METRICS", 9464)):
+        assert env[f"WATCHDOG_{key}_ADDRESS"] == f"0.0.0.0:{port}"
+    assert env["WATCHDOG_API_TOKEN"] == {
+        "secretKeyRef": {"name": TOKEN_SECRET, "key": "api-token"}}
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for service in (one(manifests, "Service", FULLNAME),
+                    one(manifests, "Service", f"{FULLNAME}-headless")):
+        ports = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
+        assert sorted(ports) == [4317, 4318, 9464, 9477]
+        assert all(container_ports[target] == port for port, target in ports.items())
+        selector = service["spec"]["selector"]
+        assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert one(manifests, "Service", f"{FULLNAME}-headless")["spec"]["clusterIP"] == "None"
+    test_pod = one(manifests, "Pod")
+    assert test_pod["spec"]["containers"][0]["args"][-1] == f"http://{FULLNAME}:9464/readyz"
+
+
+def test_gateway_monitoring_selects_only_the_cluster_ip_service(chart: helm.Chart) -> None:
+    manifests = render(chart, MODES["gateway-monitoring"])
+    assert one(manifests, "Deployment")["spec"]["replicas"] == 3
+    assert one(manifests, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    monitor = one(manifests, "ServiceMonitor")
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    selected = [s["metadata"]["name"] for s in manifests if s["kind"] == "Service"
+                and wanted.items() <= s["metadata"]["labels"].items()]
+    assert selected == [FULLNAME]  # not the headless one too: no double scrape
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    # The alert rules find the watchdog's scrape job by "agent-watchdog" in its name.
+    assert "agent-watchdog" in monitor["metadata"]["name"]
+
+
+def test_gateway_with_a_claim_recreates_and_mounts_it(chart: helm.Chart) -> None:
+    manifests = render(chart, MODES["gateway-persistent"])
+    deployment = one(manifests, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    assert volumes["watchdog-state"]["persistentVolumeClaim"] == {"claimName": "watchdog-state"}
+    monitor = one(manifests, "PodMonitor")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("values", "named"), [
+    ({"sidcar": {"native": False}}, "sidcar"),
+    ({"sidecar": {"natve": False}}, "natve"),
+    ({"gateway": {"replica": 2}}, "replica"),
+    ({"config": {"log_levl": "debug"}}, "log_levl"),
+    ({"podMonitor": {"enabled": True, "intervall": "15s"}}, "intervall"),
+])
+def test_a_typo_in_values_is_refused_by_name(chart: helm.Chart, values: dict[str, Any],
+                                             named: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as refused:
+        render(chart, values)
+    assert f"'{named}' not allowed" in str(refused.value)
+
+
+@pytest.mark.parametrize(("values", "where"), [
+    ({"mode": "daemonset"}, "/mode"),
+    ({"ports": {"api": "9477"}}, "/ports/api"),
+    ({"config": {"log_level": "loud"}}, "/config/log_level"),
+    ({"config": {"run_end_timeout": "15 minutes"}}, "/config/run_end_timeout"),
+    ({"config": {"max_runs": 0}}, "/config/max_runs"),
+    ({"image": {"digest": "latest"}}, "/image/digest"),
+])
+def test_a_bad_value_is_refused_with_its_path(chart: helm.Chart, values: dict[str, Any],
+                                              where: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as refused:
+        render(chart, values)
+    assert where in str(refused.value)
+
+
+def test_gateway_without_a_token_fails_to_render(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render(chart, {"mode": "gateway"})
+    message = str(refused.value)
+    assert "mode=gateway" in message and "auth.existingSecret" in message
+    assert "auth.token" in message
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    ({"serviceMonitor": {"enabled": True}}, "use podMonitor.enabled"),
+    ({"mode": "gateway", "auth": {"token": "t" * 20}, "serviceMonitor": {"enabled": True},
+      "podMonitor": {"enabled": True}}, "enable one of them"),
+    ({"mode": "gateway", "auth": {"token": "t" * 20},
+      "gateway": {"replicas": 2, "persistence": {"existingClaim": "c"}}}, "gateway.replicas=1"),
+])
+def test_values_that_cannot_work_fail_with_the_key(chart: helm.Chart, values: dict[str, Any],
+                                                   says: str) -> None:
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render(chart, values)
+    assert says in str(refused.value)
+
+
+def test_the_schema_refuses_unknown_keys_everywhere() -> None:
+    """additionalProperties: false on every object of values.schema.json, except `global`
+    (Helm's, the parent chart's) and maps whose values are typed (labels, annotations, packs,
+    resource quantities) or Kubernetes objects passed through (affinity terms)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    passthrough = {"global", "nodeAffinity", "podAffinity", "podAntiAffinity"}
+    loose: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("type") == "object":
+            extra = node.get("additionalProperties", True)
+            if extra is True and path.rsplit(".", 1)[-1] not in passthrough:
+                loose.append(path)
+            if isinstance(extra, dict):
+                walk(extra, path + ".*")
+        for name, child in node.get("properties", {}).items():
+            walk(child, f"{path}.{name}")
+        for key in ("items", "anyOf"):
+            children = node.get(key, [])
+            for child in children if isinstance(children, list) else [children]:
+                walk(child, path + "[]")
+
+    walk(schema, "$")
+    assert loose == []
+
+
+# -- the sidecar: named templates in an agent's own chart ----------------------------------
+
+def test_example_agent_gets_a_native_sidecar(example_chart: helm.Chart) -> None:
+    manifests = render_example(example_chart)
+    validate(manifests)
+    deployment = one(manifests, "Deployment", "my-agent")
+    spec = pod_spec(deployment)
+    [sidecar] = spec["initContainers"]
+    assert sidecar["name"] == "watchdog" and sidecar["restartPolicy"] == "Always"
+    assert [c["name"] for c in spec["containers"]] == ["agent"]
+    agent_env = env_of(spec["containers"][0])
+    assert agent_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
+    assert agent_env["WATCHDOG_URL"] == "http://127.0.0.1:9477"
+    assert "WATCHDOG_API_TOKEN" not in agent_env  # loopback only: no token needed
+    # Its volumes refer to the ConfigMap the dependency rendered in the same release.
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    rules = one(manifests, "ConfigMap", "my-agent-agent-watchdog-rules")
+    assert volumes["watchdog-rules"]["configMap"]["name"] == rules["metadata"]["name"]
+    assert "my-agent.yaml" in rules["data"]
+    assert {m["name"] for m in sidecar["volumeMounts"]} <= volumes.keys()
+    # The dependency's PodMonitor selects this pod.
+    monitor = one(manifests, "PodMonitor")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    ports = {p["name"] for p in sidecar["ports"]}
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] in ports
+
+
+def render_for_kubernetes(chart: helm.Chart, values: dict[str, Any] | None,
+                          version: str) -> dict[str, str]:
+    """Render as for a cluster of ``version`` (helm template --kube-version). Chart.render of
+    helm-python-sdk 0.2.2 does not expose the option its library takes, hence _native."""
+    from helm_python import _native
+
+    rendered = _native.call_string("helm_render", chart._raw(), json.dumps(values),
+                                   json.dumps({"name": "my-agent", "namespace": NAMESPACE,
+                                               "kube_version": version}))
+    files: dict[str, str] = json.loads(rendered)
+    return files
+
+
+def test_a_native_sidecar_is_refused_before_kubernetes_1_29(example_chart: helm.Chart) -> None:
+    assert "restartPolicy: Always" in render_for_kubernetes(
+        example_chart, None, "v1.29.0")["my-agent/templates/deployment.yaml"]
+    with pytest.raises(helm.HelmRenderError, match=r"set sidecar\.native=false"):
+        render_for_kubernetes(example_chart, None, "v1.28.9")
+    older = render_for_kubernetes(example_chart, {"watchdog": {"sidecar": {"native": False}}},
+                                  "v1.25.0")["my-agent/templates/deployment.yaml"]
+    assert "restartPolicy" not in older
+
+
+def test_example_agent_on_an_older_cluster_gets_a_plain_sidecar(
+        example_chart: helm.Chart) -> None:
+    manifests = render_example(example_chart, {"sidecar": {"native": False}})
+    validate(manifests)
+    spec = pod_spec(one(manifests, "Deployment", "my-agent"))
+    assert "initContainers" not in spec
+    names = [c["name"] for c in spec["containers"]]
+    assert names == ["agent", "watchdog"]
+    assert "restartPolicy" not in spec["containers"][1]
+
+
+def test_example_agent_with_a_token_sends_it(example_chart: helm.Chart) -> None:
+    manifests = render_example(example_chart, {"auth": {"existingSecret": TOKEN_SECRET}})
+    validate(manifests)
+    spec = pod_spec(one(manifests, "Deployment", "my-agent"))
+    secret_ref = {"secretKeyRef": {"name": TOKEN_SECRET, "key": "api-token"}}
+    assert env_of(spec["initContainers"][0])["WATCHDOG_API_TOKEN"] == secret_ref
+    agent_env = spec["containers"][0]["env"]
+    names = [e["name"] for e in agent_env]
+    # $(WATCHDOG_API_TOKEN) expands only when the variable is defined earlier in the list.
+    assert names.index("WATCHDOG_API_TOKEN") < names.index("OTEL_EXPORTER_OTLP_HEADERS")
+    assert env_of(spec["containers"][0])["OTEL_EXPORTER_OTLP_HEADERS"] == (
+        "Authorization=Bearer%20$(WATCHDOG_API_TOKEN)")
+
+
+def test_agent_env_points_at_the_gateway_in_gateway_mode(example_chart: helm.Chart) -> None:
+    manifests = render_example(example_chart,
+                               {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET}})
+    validate(manifests)
+    service = one(manifests, "Service", "my-agent-agent-watchdog")["metadata"]["name"]
+    env = env_of(pod_spec(one(manifests, "Deployment", "my-agent"))["containers"][0])
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://{service}.{NAMESPACE}.svc:4318"
+    assert env["WATCHDOG_URL"] == f"http://{service}.{NAMESPACE}.svc:9477"
+
+
+# -- security, probes, rules reload --------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_restricted_security_context(chart: helm.Chart, mode: str) -> None:
+    manifests = render(chart, MODES[mode])
+    containers = watchdog_containers(manifests)
+    if mode != "sidecar-plain":
+        assert containers
+    for container in containers:
+        assert container["securityContext"] == {
+            "runAsNonRoot": True, "runAsUser": WATCHDOG_UID, "runAsGroup": WATCHDOG_UID,
+            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+        # The only writable paths, given a read-only root: state and /tmp, both volumes.
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert set(mounts) == {"/var/lib/watchdog", "/tmp", "/etc/watchdog/rules"}
+        assert mounts["/etc/watchdog/rules"]["readOnly"] is True
+        assert env_of(container)["WATCHDOG_STATE_DIR"] == "/var/lib/watchdog"
+        probes = {name: container[name]["httpGet"] for name in
+                  ("startupProbe", "livenessProbe", "readinessProbe")}
+        assert probes == {"startupProbe": {"path": "/readyz", "port": "wd-metrics"},
+                          "livenessProbe": {"path": "/healthz", "port": "wd-metrics"},
+                          "readinessProbe": {"path": "/readyz", "port": "wd-metrics"}}
+    for manifest in manifests:
+        if manifest["kind"] in ("Pod", "Deployment"):
+            pod_context = pod_spec(manifest)["securityContext"]
+            assert pod_context["runAsNonRoot"] is True
+            assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_rules_are_a_directory_mount_without_a_restart_checksum(chart: helm.Chart) -> None:
+    """A rules change must not roll the pods (the watchdog reloads them); a token change must."""
+    base: dict[str, Any] = {"mode": "gateway", "auth": {"token": "first-token-0123456789"}}
+
+    def pod_annotations(values: dict[str, Any]) -> dict[str, str]:
+        template = one(render(chart, values), "Deployment")["spec"]["template"]
+        annotations: dict[str, str] = template["metadata"]["annotations"]
+        return annotations
+
+    before = pod_annotations(base)
+    more_rules = {**base, "rules": {"packs": {"x": {"apiVersion": "agent-watchdog/v1",
+                                                    "kind": "RulePack", "name": "x"}}}}
+    assert pod_annotations(more_rules) == before
+    assert pod_annotations({**base, "auth": {"token": "second-token-0123456789"}}) != before
+    container = watchdog_containers(render(chart, base))[0]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "watchdog-rules")
+    assert "subPath" not in mount  # a subPath mount would never see the ConfigMap's updates
+    assert env_of(container)["WATCHDOG_RULES"] == mount["mountPath"]
+
+
+def test_rule_packs_become_files_of_the_configmap(chart: helm.Chart) -> None:
+    text = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: as-text\n"
+    manifests = render(chart, {"rules": {"packs": {
+        "as-text": text, "as-map.yml": {"apiVersion": "agent-watchdog/v1", "kind": "RulePack",
+                                        "name": "as-map", "disable": ["tool-cycle"]}}}})
+    data = one(manifests, "ConfigMap", f"{FULLNAME}-rules")["data"]
+    assert sorted(data) == ["as-map.yml", "as-text.yaml"]
+    assert data["as-text.yaml"] == text
+    assert yaml.safe_load(data["as-map.yml"])["disable"] == ["tool-cycle"]
+    existing = render(chart, {"rules": {"existingConfigMap": "team-rules"}})
+    assert not [m for m in existing if m["kind"] == "ConfigMap"]
+    volumes = pod_spec(one(existing, "Pod"))["volumes"]
+    assert {"name": "watchdog-rules", "configMap": {"name": "team-rules"}} in volumes
+
+
+# -- the rendered env, as the watchdog sees it ----------------------------------------------
+
+def rendered_env(container: dict[str, Any], secrets: dict[str, str]) -> dict[str, str]:
+    """The container's env as the kubelet resolves it, secretKeyRefs from ``secrets``."""
+    env: dict[str, str] = {}
+    for entry in container["env"]:
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+        else:
+            env[entry["name"]] = secrets[entry["valueFrom"]["secretKeyRef"]["key"]]
+    return env
+
+
+def test_the_watchdog_accepts_the_rendered_configuration(chart: helm.Chart) -> None:
+    manifests = render(chart, MODES["sidecar-monitoring"])
+    secret = one(manifests, "Secret")["stringData"]
+    config = load(env=rendered_env(watchdog_containers(manifests)[0], secret))
+    assert (config.api_address, config.metrics_address) == ("127.0.0.1:9477", "0.0.0.0:9464")
+    assert config.max_request_bytes == 16777216  # not 1.6777216e+07
+    assert (config.eval_interval, config.run_end_timeout, config.log_level) == (0.5, 600, "debug")
+    assert config.api_token == "a-token-of-at-least-16-chars"
+    assert config.webhooks[0]["actions"] == ["abort"]
+    assert config.rules == ("/etc/watchdog/rules",) and config.default_rules is True
+
+    gateway = watchdog_containers(render(chart, MODES["gateway"]))[0]
+    env = rendered_env(gateway, {"api-token": "gateway-token-0123456789"})
+    assert load(env=env).otlp_grpc_address == "0.0.0.0:4317"
+    del env["WATCHDOG_API_TOKEN"]  # what the chart refuses to render: the watchdog refuses too
+    with pytest.raises(ConfigError, match="non-loopback"):
+        load(env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return json.loads(response.read())
+
+
+class ConfigMapVolume:
+    """A ConfigMap volume laid out as the kubelet does it: the files live in a timestamped
+    directory, ``..data`` links to it and each key links through ``..data``; an update writes a
+    new directory and renames a new ``..data`` link over the old one (atomic)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.version = 0
+        path.mkdir()
+
+    def write(self, data: dict[str, str]) -> None:
+        self.version += 1
+        target = self.path / f"..2026_11_22_00_00_0{self.version}.000000001"
+        target.mkdir()
+        for key, text in data.items():
+            (target / key).write_text(text)
+        old = os.readlink(self.path / "..data") if (self.path / "..data").is_symlink() else None
+        (self.path / "..data_tmp").symlink_to(target.name)
+        os.replace(self.path / "..data_tmp", self.path / "..data")
+        for key in data:
+            if not (self.path / key).is_symlink():
+                (self.path / key).symlink_to(f"..data/{key}")
+        if old:
+            shutil.rmtree(self.path / old)
+
+
+def pack(max_tool_calls: int) -> str:
+    return yaml.safe_dump({"apiVersion": "agent-watchdog/v1", "kind": "RulePack",
+                           "name": "my-team", "budgets": [{"agents": ["explorer*"],
+                                                           "max_tool_calls": max_tool_calls}]})
+
+
+def wait_for(probe: Any, timeout: float, what: str, process: subprocess.Popen[bytes]) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = probe()
+            if result:
+                return result
+        except (OSError, urllib.error.URLError, ValueError):
+            pass
+        if process.poll() is not None:
+            pytest.fail(f"the watchdog exited ({process.returncode}) before {what}: "
+                        + (process.stderr.read().decode() if process.stderr else ""))
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_sidecar_reloads_rules_when_the_configmap_is_swapped(chart: helm.Chart,
+                                                             tmp_path: Path) -> None:
+    """The real `watchdog serve` with the sidecar's rendered env (paths moved to tmp_path):
+    a kubelet-style ConfigMap update changes the rules in force, without a restart."""
+    ports = {"otlpGrpc": free_port(), "otlpHttp": free_port(), "api": free_port(),
+             "metrics": free_port()}
+    values = {"ports": ports, "rules": {"watchInterval": "100ms", "packs": {"my-team": pack(20)}}}
+    manifests = render(chart, values)
+    volume = ConfigMapVolume(tmp_path / "rules")
+    volume.write(one(manifests, "ConfigMap")["data"])
+    env = rendered_env(watchdog_containers(manifests)[0], {})
+    env.update(WATCHDOG_STATE_DIR=str(tmp_path / "state"), WATCHDOG_RULES=str(volume.path),
+               # the metrics port binds 0.0.0.0 in a pod; loopback is enough here
+               WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}")
+    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"],
+                               env={**{k: v for k, v in os.environ.items()
+                                       if not k.startswith("WATCHDOG_")}, **env},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    api = f"http://127.0.0.1:{ports['api']}/v1/rules"
+    try:
+        wait_for(lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{ports['metrics']}/readyz", timeout=2).status == 200,
+            30, "/readyz", process)
+        assert get_json(api)["budgets"] == [{"agents": ["explorer*"], "max_tool_calls": 20}]
+        volume.write({"my-team.yaml": pack(7)})
+        wait_for(lambda: get_json(api)["budgets"][0]["max_tool_calls"] == 7, 15,
+                 "the rules reload", process)
+        assert process.poll() is None  # reloaded in place
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
+
+
+# -- dashboards and alert rules: files that drop in ------------------------------------------
+
+def chart_copy_with(tmp_path: Path, alerts: dict[str, str], dashboards: dict[str, str]) -> Path:
+    work = tmp_path / "agent-watchdog"
+    shutil.copytree(CHART, work, ignore=shutil.ignore_patterns("alerts", "dashboards"))
+    for folder, files in (("alerts", alerts), ("dashboards", dashboards)):
+        (work / folder).mkdir()
+        for name, text in files.items():
+            (work / folder / name).write_text(text)
+    return work
+
+
+MONITORING = {"prometheusRule": {"enabled": True}, "dashboards": {"enabled": True}}
+
+
+def test_no_alert_or_dashboard_files_render_nothing(tmp_path: Path) -> None:
+    with helm.Chart.load(chart_copy_with(tmp_path, {}, {})) as empty:
+        assert kinds(render(empty, MONITORING)) == [f"ConfigMap/{FULLNAME}-rules",
+                                                    f"Pod/{FULLNAME}-test"]
+
+
+def test_alert_files_and_dashboards_drop_in(tmp_path: Path) -> None:
+    rule = {"alert": "A", "expr": "up == 0", "for": "5m", "labels": {"severity": "warning"},
+            "annotations": {"summary": "{{ $labels.instance }} is down"}}
+    alerts = {"a.yaml": yaml.safe_dump({"groups": [{"name": "one", "rules": [rule]}]}),
+              "b.yaml": yaml.safe_dump({"groups": [{"name": "two", "rules": [
+                  {"record": "job:up:sum", "expr": "sum by (job) (up)"}]}]})}
+    dashboards = {"Agents_Overview.json": json.dumps({"title": "Agents", "panels": [
+        {"targets": [{"expr": "sum(agent_watchdog_runs_active)",
+                      "legendFormat": "{{agent}}"}]}]}),
+                  "ingest.json": json.dumps({"title": "Ingest"})}
+    with helm.Chart.load(chart_copy_with(tmp_path, alerts, dashboards)) as loaded:
+        manifests = render(loaded, {**MONITORING, "dashboards": {
+            "enabled": True, "labels": {"team": "ml"}, "namespace": "grafana"}})
+    validate(manifests)
+    groups = one(manifests, "PrometheusRule")["spec"]["groups"]
+    assert [g["name"] for g in groups] == ["one", "two"]
+    assert groups[0]["rules"][0] == rule  # Prometheus' {{ $labels }} left alone by Helm
+    maps = {m["metadata"]["name"]: m for m in manifests
+            if m["metadata"]["labels"].get("grafana_dashboard") == "1"}
+    assert sorted(maps) == [f"{FULLNAME}-dashboard-agents-overview",
+                            f"{FULLNAME}-dashboard-ingest"]
+    overview = maps[f"{FULLNAME}-dashboard-agents-overview"]
+    assert overview["metadata"]["namespace"] == "grafana"
+    assert overview["metadata"]["labels"]["team"] == "ml"
+    assert overview["data"] == {"Agents_Overview.json": dashboards["Agents_Overview.json"]}
+
+
+def test_the_shipped_alerts_and_dashboards_render(chart: helm.Chart) -> None:
+    """Whatever alerts/*.yaml and dashboards/*.json the chart ships end up in the manifests."""
+    manifests = render(chart, MONITORING)
+    shipped_groups = [group for path in sorted((CHART / "alerts").glob("*.yaml"))
+                      for group in yaml.safe_load(path.read_text())["groups"]]
+    rules = [m for m in manifests if m["kind"] == "PrometheusRule"]
+    assert [r["spec"]["groups"] for r in rules] == ([shipped_groups] if shipped_groups else [])
+    shipped_dashboards = {p.name: p.read_text() for p in (CHART / "dashboards").glob("*.json")}
+    rendered = {key: text for m in manifests if m["kind"] == "ConfigMap"
+                and m["metadata"]["labels"].get("grafana_dashboard") == "1"
+                for key, text in m["data"].items()}
+    assert {k: json.loads(v) for k, v in rendered.items()} == {
+        k: json.loads(v) for k, v in shipped_dashboards.items()}
+
+
+# -- chart metadata --------------------------------------------------------------------------
+
+def test_chart_metadata_and_lint(chart: helm.Chart) -> None:
+    metadata = chart.metadata
+    assert metadata["apiVersion"] == "v2"
+    assert metadata["kubeVersion"] == ">=1.25.0-0"
+    # The sidecar templates take their default image tag from a helper (an including chart's
+    # .Chart is its own): it must follow appVersion.
+    [container] = watchdog_containers(render(chart, MODES["gateway"]))
+    assert container["image"] == f"agent-watchdog:{metadata['appVersion']}"
+    report = helm.lint(CHART, strict=True, kube_version="v1.29.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert problems == []
+
+
+def test_notes_tell_each_mode_what_to_do(chart: helm.Chart) -> None:
+    sidecar = render_files(chart)["agent-watchdog/templates/NOTES.txt"]
+    assert 'include "agent-watchdog.sidecar"' in sidecar and "initContainers" in sidecar
+    gateway = render_files(chart, MODES["gateway"])["agent-watchdog/templates/NOTES.txt"]
+    assert f"OTEL_EXPORTER_OTLP_ENDPOINT=http://{FULLNAME}.{NAMESPACE}.svc:4318" in gateway

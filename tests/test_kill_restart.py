@@ -1,0 +1,179 @@
+"""The sidecar killed mid-run (SIGKILL: no shutdown, no final flush) and started again on the
+same state directory: no directive is lost or sent twice, and session memory is kept.
+
+The sidecar is a real ``python -m watchdog serve`` process; the agent exports real OTLP/HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.scripted import ScriptedAgent, api, wait_for
+from watchdog.store import DB_FILE
+
+READY_TIMEOUT = 30.0
+SESSION = "kill-session"
+FACTS = {"project_path": "/srv/app", "db_host": "db-7.internal"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Sidecar:
+    process: subprocess.Popen[bytes]
+    api: str
+    otlp_http: str
+
+    def get(self, path: str) -> Any:
+        status, body = api("GET", self.api + path)
+        assert status == 200, (status, body)
+        return body
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+
+@contextmanager
+def sidecar(state_dir: Path, **extra: str) -> Iterator[Sidecar]:
+    ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics")}
+    env = dict(os.environ, WATCHDOG_STATE_DIR=str(state_dir), WATCHDOG_LOG_LEVEL="warning",
+               **{f"WATCHDOG_{name.upper()}_ADDRESS": f"127.0.0.1:{port}"
+                  for name, port in ports.items()},
+               **{f"WATCHDOG_{key.upper()}": value for key, value in extra.items()})
+    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env)
+    try:
+        ready = f"http://127.0.0.1:{ports['metrics']}/readyz"
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not _answers(ready):
+            assert process.poll() is None, "the sidecar exited before it was ready"
+            assert time.monotonic() < deadline, "the sidecar did not become ready"
+            time.sleep(0.05)
+        yield Sidecar(process, f"http://127.0.0.1:{ports['api']}",
+                      f"http://127.0.0.1:{ports['otlp_http']}")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    with suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+        return response.status == 200
+    return False
+
+
+def stored_run(state_dir: Path, run_id: str) -> dict[str, Any] | None:
+    """The run as the sidecar last flushed it, read from its SQLite file (WAL: never blocks)."""
+    db = sqlite3.connect(f"file:{state_dir / DB_FILE}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT data FROM runs WHERE key=?", (run_id,)).fetchone()
+    except sqlite3.OperationalError:  # not created yet
+        row = None
+    finally:
+        db.close()
+    return json.loads(row[0]) if row else None
+
+
+def error_loop(agent: ScriptedAgent, attempts: range) -> None:
+    for attempt in attempts:
+        agent.tool("write_file", {"path": f"/data/out-{attempt}.csv"},
+                   error=f"disk full while writing /data/out-{attempt}.csv")
+
+
+def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with sidecar(state, state_flush_interval="100ms") as first:
+        agent = ScriptedAgent(first.otlp_http, "kill-1", "exporter", session=SESSION)
+        agent.chat(messages=3)
+        error_loop(agent, range(5))
+        directives = wait_for(lambda: first.get("/v1/runs/kill-1/directives?after=0")[
+            "directives"])
+        assert [(d["rule"], d["action"]) for d in directives] == [("error-loop", "abort")]
+        # the run's counters are flushed every state_flush_interval: wait until they are
+        assert wait_for(lambda: (stored_run(state, "kill-1") or {}).get("forced_state"))
+        status, _ = api("POST", f"{first.api}/v1/sessions/{SESSION}/checkpoints", {
+            "remaining": "export the last two tables", "state": FACTS,
+            "failed_approaches": ["write to /data"], "run_id": "kill-1"})
+        assert status == 200
+        first.kill()  # right after the answer: only what was stored synchronously is there
+        agent.close()
+
+    with sidecar(state, state_flush_interval="100ms") as second:
+        after = second.get("/v1/runs/kill-1")
+        assert after["state"] == "active"
+        assert after["signals"]["repeated_error"] == 5
+        assert [d["id"] for d in after["directives"]] == [d["id"] for d in directives]
+
+        context = second.get(f"/v1/sessions/{SESSION}/context")
+        assert context["facts"] == FACTS
+        assert context["last_remaining"] == "export the last two tables"
+        assert context["failed_approaches"] == ["write to /data"]
+        assert (context["runs"], context["checkpoints"]) == (1, 1)
+
+        # the same agent goes on failing: the abort already fired, it is not sent again
+        again = ScriptedAgent(second.otlp_http, "kill-1", "exporter", session=SESSION)
+        error_loop(again, range(5, 8))
+        assert wait_for(lambda: second.get("/v1/runs/kill-1")["signals"]["repeated_error"]
+                        == 8)
+        poll = second.get("/v1/runs/kill-1/directives?after=1&wait=0.3")
+        assert poll["directives"] == [] and poll["last_seq"] == 1
+        again.finish(error_type="watchdog.client.Aborted")
+        ended = second.get("/v1/runs/kill-1")
+        assert (ended["terminal_state"], ended["terminal_reason"]) == ("loop_detected",
+                                                                       "error-loop")
+
+        # the session carries on: the next checkpoint compares with the one before the kill
+        status, answer = api("POST", f"{second.api}/v1/sessions/{SESSION}/checkpoints",
+                             {"remaining": "Export the last two tables"})
+        assert status == 200
+        assert (answer["zero_progress"], answer["zero_progress_streak"]) == (True, 1)
+
+
+def test_killed_before_any_flush(tmp_path: Path) -> None:
+    """Nothing of the run was flushed (the flush interval is an hour): the acknowledged
+    checkpoint and the stored directive are all that survive, and they are enough."""
+    state = tmp_path / "state"
+    with sidecar(state, state_flush_interval="1h") as first:
+        agent = ScriptedAgent(first.otlp_http, "kill-2", "exporter", session=SESSION)
+        error_loop(agent, range(5))
+        directive = wait_for(lambda: first.get("/v1/runs/kill-2/directives?after=0")[
+            "directives"])
+        status, _ = api("POST", f"{first.api}/v1/sessions/{SESSION}/checkpoints",
+                        {"remaining": 2, "state": FACTS, "run_id": "kill-2"})
+        assert status == 200
+        first.kill()
+        agent.close()
+        assert stored_run(state, "kill-2") is None  # really nothing flushed
+
+    with sidecar(state, state_flush_interval="1h") as second:
+        assert second.get(f"/v1/sessions/{SESSION}/context")["facts"] == FACTS
+        listed = second.get("/v1/runs/kill-2/directives?after=0")["directives"]
+        assert [d["id"] for d in listed] == [d["id"] for d in directive]
+        # the agent retries from scratch: the same decision is recognised, not sent again
+        again = ScriptedAgent(second.otlp_http, "kill-2", "exporter", session=SESSION)
+        error_loop(again, range(5))
+        assert wait_for(lambda: second.get("/v1/runs/kill-2")["signals"]["repeated_error"]
+                        == 5)
+        poll = second.get("/v1/runs/kill-2/directives?after=1&wait=0.3")
+        assert poll["directives"] == []
+        again.finish()
+        assert second.get("/v1/runs/kill-2")["terminal_state"] == "loop_detected"

@@ -1,0 +1,25 @@
+"""The agent-side client of agent-watchdog (DESIGN §8).
+
+It needs only the OpenTelemetry API/SDK and the standard library — none of the sidecar's
+dependencies — so agents can install it next to any framework::
+
+    from watchdog.client import Watchdog
+
+    wd = Watchdog()                              # WATCHDOG_URL, WATCHDOG_API_TOKEN
+    wd.setup_tracing(service_name="explorer")    # or wd.instrument(your_tracer_provider)
+    with wd.run(agent="explorer", max_tool_calls=20) as run:
+        ...                                      # spans here carry watchdog.* attributes
+        run.budget_note()                        # "[budget: 3 of 20 tool calls left — ...]"
+        run.raise_if_aborted()
+
+Adapters for pydantic-ai and the OpenAI Agents SDK are in :mod:`watchdog.client.adapters`.
+"""
+
+from watchdog.client.directive import Directive
+from watchdog.client.processor import WatchdogSpanProcessor
+from watchdog.client.run import Run, WatchdogAbort, current_run
+from watchdog.client.transport import DEFAULT_URL
+from watchdog.client.watchdog import Watchdog
+
+__all__ = ["DEFAULT_URL", "Directive", "Run", "Watchdog", "WatchdogAbort",
+           "WatchdogSpanProcessor", "current_run"]

@@ -1,0 +1,124 @@
+"""Directives as the agent sees them, and the per-run board that keeps the latest of each kind.
+
+The listener thread posts every directive it receives to the run's :class:`DirectiveBoard`;
+the agent's thread reads the board without waiting (``run.directive()``, ``budget_note()``,
+the adapters' instructions). Directives arrive in ``seq`` order, but a reconnect may deliver
+one twice: anything at or below the highest ``seq`` seen is ignored.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+NOTIFY, WIND_DOWN, ABORT = "notify", "wind_down", "abort"
+BUDGET_MESSAGE_PREFIX = "[budget"
+
+
+@dataclass(frozen=True, slots=True)
+class Directive:
+    """One directive (DESIGN §6). ``raw`` is the JSON as received, for fields added later."""
+
+    id: str
+    run_id: str
+    seq: int
+    action: str  # notify | wind_down | abort
+    rule: str
+    severity: str
+    message: str
+    terminal_state: str | None
+    budget: Mapping[str, float]
+    report_prompt: str | None
+    created_at: str
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Directive:
+        """Raises ``ValueError`` for anything that is not a directive."""
+        if not isinstance(data, dict):
+            raise ValueError("a directive must be a JSON object")
+        seq = data.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise ValueError(f"directive seq={seq!r} is not a positive integer")
+        budget = data.get("budget")
+        return cls(
+            id=str(data.get("id", "")),
+            run_id=str(data.get("run_id", "")),
+            seq=seq,
+            action=str(data.get("action", NOTIFY)),
+            rule=str(data.get("rule", "")),
+            severity=str(data.get("severity", "")),
+            message=str(data.get("message", "")),
+            terminal_state=_optional_str(data.get("terminal_state")),
+            budget=dict(budget) if isinstance(budget, dict) else {},
+            report_prompt=_optional_str(data.get("report_prompt")),
+            created_at=str(data.get("created_at", "")),
+            raw=data,
+        )
+
+    @property
+    def is_abort(self) -> bool:
+        return self.action == ABORT
+
+    @property
+    def is_wind_down(self) -> bool:
+        return self.action == WIND_DOWN
+
+    @property
+    def is_budget(self) -> bool:
+        """A budget countdown: the default pack's ``budget-*`` rules, or any rule whose message
+        starts with ``[budget``."""
+        return "budget" in self.rule or self.message.startswith(BUDGET_MESSAGE_PREFIX)
+
+    def instruction(self) -> str:
+        """What to put in the model's instructions for this directive: the report prompt of a
+        wind_down or abort (it quotes the message), else the message."""
+        return self.report_prompt or self.message
+
+
+def _optional_str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class DirectiveBoard:
+    """The latest directive of each kind for one run. Written by the listener thread, read by
+    the agent's thread; the lock is held only to swap references."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.last_seq = 0
+        self.latest: Directive | None = None
+        self.latest_wind_down: Directive | None = None
+        self.latest_budget: Directive | None = None
+        self.latest_notify: Directive | None = None
+        self.abort: Directive | None = None  # the first abort: a run is aborted only once
+        self.received = 0
+        self._changed = threading.Condition(self._lock)
+
+    def post(self, directive: Directive) -> bool:
+        """Record ``directive``; False if it was already seen (a redelivery)."""
+        with self._lock:
+            if directive.seq <= self.last_seq:
+                return False
+            self.last_seq = directive.seq
+            self.latest = directive
+            self.received += 1
+            if directive.is_abort:
+                if self.abort is None:
+                    self.abort = directive
+            elif directive.is_wind_down:
+                self.latest_wind_down = directive
+            else:
+                self.latest_notify = directive
+            if directive.is_budget:
+                self.latest_budget = directive
+            self._changed.notify_all()
+        return True
+
+    def wait_for(self, seq: int, timeout: float) -> bool:
+        """Block until a directive with ``seq`` or later has arrived (for tests and tools
+        that want to wait; agents never need to)."""
+        with self._lock:
+            return self._changed.wait_for(lambda: self.last_seq >= seq, timeout)

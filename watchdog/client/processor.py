@@ -1,0 +1,121 @@
+"""The span processor: stamps each span of a run with the run's ``watchdog.*`` attributes and
+tracks the model and tool calls that have started but not ended.
+
+The run travels in the OpenTelemetry context (:data:`RUN_KEY`), so it follows the context
+wherever instrumentation propagates it — nested ``async`` tasks, executor threads that copy the
+context, sub-agents. ``on_start`` is on every span's path, so it does the least it can: one
+context lookup for spans outside a run; for spans inside one, one ``set_attributes`` with a
+dict prepared when the run started, and a classification that reads two attributes. Only model
+and tool calls (not agent, workflow or plumbing spans, which are "in flight" for the whole run)
+count as calls in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+if TYPE_CHECKING:
+    from watchdog.client.run import Run
+
+RUN_KEY = otel_context.create_key("agent-watchdog-run")
+MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it they are not tracked
+
+# What a span is, read from the attributes it has when it STARTS (all the conventions the
+# sidecar reads set their kind attribute at start; names are the fallback).
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+TOOL_OPERATIONS = frozenset({"execute_tool"})
+AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
+OPENINFERENCE_CALLS = {"LLM": False, "TOOL": True}  # kind -> is a tool
+OTHER, LLM_CALL, TOOL_CALL, AGENT = 0, 1, 2, 3
+
+
+def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
+    if attributes:
+        operation = attributes.get("gen_ai.operation.name")
+        if operation is not None:
+            if operation in LLM_OPERATIONS:
+                return LLM_CALL
+            if operation in TOOL_OPERATIONS:
+                return TOOL_CALL
+            if operation in AGENT_OPERATIONS:
+                return AGENT
+        oi_kind = attributes.get("openinference.span.kind")
+        if oi_kind is not None:
+            oi_kind = str(oi_kind).upper()
+            if oi_kind == "LLM":
+                return LLM_CALL
+            if oi_kind == "TOOL":
+                return TOOL_CALL
+            if oi_kind == "AGENT":
+                return AGENT
+        traceloop = attributes.get("traceloop.span.kind")
+        if traceloop == "tool":
+            return TOOL_CALL
+        if traceloop in ("agent", "workflow"):
+            return AGENT
+        if attributes.get("llm.request.type") in ("chat", "completion"):
+            return LLM_CALL
+    if name.startswith(("execute_tool ", "running tool:")) or name == "running tool":
+        return TOOL_CALL
+    if name.startswith(("invoke_agent", "agent run")):
+        return AGENT
+    return OTHER
+
+
+class WatchdogSpanProcessor(SpanProcessor):
+    """Install with :meth:`watchdog.client.Watchdog.instrument`; one instance serves every run
+    of every :class:`~watchdog.client.Watchdog` in the process."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, Run] = {}  # span id -> run, for calls in flight
+        self._lock = threading.Lock()
+        self.untracked_calls = 0  # calls not tracked because MAX_OPEN_CALLS were open
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        run: Run | None = otel_context.get_value(RUN_KEY, parent_context)  # type: ignore[assignment]
+        if run is None:
+            if parent_context is None:
+                return
+            run = otel_context.get_value(RUN_KEY)  # type: ignore[assignment]
+            if run is None:
+                return
+        span.set_attributes(run.span_attributes)
+        kind = classify_start(span.name, span.attributes)
+        if kind is OTHER:
+            return
+        if kind is AGENT:
+            run.agent_spans += 1
+            return
+        span_id = span.context.span_id
+        with self._lock:
+            if len(self._open) >= MAX_OPEN_CALLS:
+                self.untracked_calls += 1
+                return
+            self._open[span_id] = run
+        run.call_started(span_id, (span.start_time or 0) / 1e9, kind is TOOL_CALL)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not self._open:
+            return
+        context = span.context
+        if context is None:
+            return
+        with self._lock:
+            run = self._open.pop(context.span_id, None)
+        if run is not None:
+            run.call_ended(context.span_id)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._open.clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+PROCESSOR = WatchdogSpanProcessor()

@@ -1,0 +1,378 @@
+"""One watched agent run: the context that gives its spans a run id, and the agent's view of
+what the sidecar decided about it.
+
+Theory of operation
+-------------------
+Entering ``with wd.run(...) as run`` puts the run into the OpenTelemetry context and starts
+a ``watchdog.run AGENT`` span, so every span started inside — by pydantic-ai, the OpenAI
+Agents SDK instrumentation, your own code — is stamped with ``watchdog.run.id`` and friends by
+:class:`~watchdog.client.processor.WatchdogSpanProcessor`. A ``wd.run`` entered inside another
+run is a *child run* (a sub-agent): its own id and budget, ``watchdog.parent_run.id`` set.
+
+The run announces itself with its budget (a heartbeat, sent by the Watchdog's reporter thread),
+and a listener thread keeps :class:`~watchdog.client.directive.DirectiveBoard` fresh. Everything
+the agent's thread calls here (``directive()``, ``budget_note()``, ``instructions()``,
+``raise_if_aborted()``) reads the board and returns at once; only ``report()``,
+``checkpoint()`` and ``resume_context()`` talk to the sidecar, with a short timeout, and return
+``None`` when it does not answer.
+
+A run ends on the sidecar when its agent span arrives. When no agent span was started inside
+the run (a home-grown loop), the run's own span becomes that agent span when the ``with``
+block exits, carrying the exception if the block raised and ``set_final_answer()`` if given.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import urllib.parse
+import uuid
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from watchdog.client.directive import Directive, DirectiveBoard
+from watchdog.client.listener import DirectiveListener
+from watchdog.client.processor import RUN_KEY
+from watchdog.client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable
+
+if TYPE_CHECKING:
+    from watchdog.client.watchdog import Watchdog
+
+log = logging.getLogger("watchdog.client")
+
+BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
+LOCAL_COUNTDOWN_FROM = 3  # without the sidecar, the budget note shows from 3 calls left
+MAX_FINAL_ANSWER_CHARS = 4000
+
+
+class WatchdogAbort(Exception):
+    """The watchdog aborted the run; ``directive`` says why (rule, message, terminal state)."""
+
+    def __init__(self, directive: Directive) -> None:
+        super().__init__(f"agent-watchdog aborted run {directive.run_id}: {directive.message}")
+        self.directive = directive
+
+
+class Run:
+    """Created by :meth:`watchdog.client.Watchdog.run`; use it as a context manager."""
+
+    def __init__(self, watchdog: Watchdog, *, agent: str, budget: dict[str, float],
+                 session: str | None = None, parent: Run | str | None = None,
+                 run_id: str | None = None) -> None:
+        self.watchdog = watchdog
+        self.id = run_id or uuid.uuid4().hex
+        self.agent = agent
+        self.budget = budget
+        self._parent_arg = parent
+        self.session = session
+        self.parent_id: str | None = None
+        self.board = DirectiveBoard()
+        self.span_attributes: dict[str, Any] = {}
+        # Written by the processor and the adapters, read by the reporter thread.
+        self.agent_spans = 0
+        self.messages = 0
+        self.local_tool_calls = 0
+        self.local_model_calls = 0
+        self.announced = False
+        self._calls: dict[int, float] = {}  # span id -> start (epoch seconds)
+        self._calls_lock = threading.Lock()
+        self._ack_wanted = 0
+        self._acked = 0
+        self._final_call_used = False
+        self._final_answer: str | None = None
+        self._span: trace.Span | None = None
+        self._token: object | None = None
+        self._listener: DirectiveListener | None = None
+        self.active = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def __enter__(self) -> Run:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.finish(exc)
+
+    async def __aenter__(self) -> Run:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def start(self) -> None:
+        if self.active:
+            raise RuntimeError(f"run {self.id} has already started")
+        outer = current_run()
+        parent = self._parent_arg
+        if parent is None:
+            parent = outer
+        if isinstance(parent, Run):
+            self.parent_id = parent.id
+            self.session = self.session or parent.session
+        elif parent is not None:
+            self.parent_id = str(parent)
+        self.span_attributes = self._attributes()
+        watchdog = self.watchdog
+        watchdog.ensure_instrumented()
+        ctx = otel_context.set_value(RUN_KEY, self)
+        tracer = watchdog.tracer()
+        self._span = tracer.start_span(f"watchdog.run {self.agent}", context=ctx)
+        self._token = otel_context.attach(trace.set_span_in_context(self._span, ctx))
+        self.active = True
+        watchdog.reporter.add(self)
+        self._listener = DirectiveListener(watchdog.transport, self.id, self.board,
+                                           self._on_directive)
+        self._listener.start()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        if not self.active:
+            return
+        self.active = False
+        if self._listener is not None:
+            self._listener.stop()
+        self.watchdog.reporter.remove(self)
+        span = self._span
+        if span is not None:
+            if self.agent_spans == 0:  # nothing else will close the run on the sidecar
+                span.set_attribute("gen_ai.operation.name", "invoke_agent")
+                span.set_attribute("gen_ai.agent.name", self.agent)
+                if self._final_answer is not None and error is None:
+                    span.set_attribute("final_result", self._final_answer)
+            if error is not None:
+                span.record_exception(error)
+                span.set_attribute("error.type", type(error).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            span.end()
+        if self._token is not None:
+            try:
+                otel_context.detach(self._token)  # type: ignore[arg-type]
+            except Exception:  # exited in another context (a generator); nothing to restore
+                log.debug("run %s: context detach failed", self.id, exc_info=True)
+            self._token = None
+
+    def _attributes(self) -> dict[str, Any]:
+        attributes: dict[str, Any] = {"watchdog.run.id": self.id,
+                                      "watchdog.agent.name": self.agent}
+        if self.session:
+            attributes["watchdog.session.id"] = self.session
+        if self.parent_id:
+            attributes["watchdog.parent_run.id"] = self.parent_id
+        for key, value in self.budget.items():
+            attributes["watchdog.budget." + key] = value
+        return attributes
+
+    # -- what the sidecar decided (non-blocking) --------------------------------------------------
+
+    def directive(self) -> Directive | None:
+        """The latest directive, or None."""
+        return self.board.latest
+
+    @property
+    def aborted(self) -> bool:
+        return self.board.abort is not None
+
+    def raise_if_aborted(self) -> None:
+        abort = self.board.abort
+        if abort is not None:
+            self.applied(abort)
+            raise WatchdogAbort(abort)
+
+    def budget_note(self) -> str:
+        """The latest budget countdown (``"[budget: 3 of 20 tool calls left — wrap up soon]"``),
+        or ``""``. Without the sidecar, a note from the locally counted tool calls."""
+        directive = self.board.latest_budget
+        if directive is not None:
+            return directive.message
+        return self._local_budget_note()
+
+    def _local_budget_note(self) -> str:
+        limit = self.budget.get("max_tool_calls")
+        if limit is None or self.watchdog.transport.health.reachable is not False:
+            return ""
+        remaining = max(int(limit) - self.local_tool_calls, 0)
+        if remaining > LOCAL_COUNTDOWN_FROM:
+            return ""
+        return f"[budget: {remaining} of {int(limit)} tool calls left — wrap up soon]"
+
+    def instructions(self) -> str:
+        """The text to give the model as a system/developer instruction now: the abort's report
+        prompt once aborted; else the budget note, the latest wind-down's report prompt and a
+        newer notice. ``""`` when there is nothing to say. Marks what it shows as applied."""
+        board = self.board
+        abort = board.abort
+        if abort is not None:
+            self.applied(abort)
+            return abort.instruction()
+        parts: list[str] = []
+        wind_down = board.latest_wind_down
+        budget = board.latest_budget
+        if budget is None:
+            note = self._local_budget_note()
+            if note:
+                parts.append(note)
+        elif budget is not wind_down:
+            parts.append(budget.message)
+        if wind_down is not None:
+            parts.append(wind_down.instruction())
+        notify = board.latest_notify
+        if notify is not None and not notify.is_budget and (
+                wind_down is None or notify.seq > wind_down.seq):
+            parts.append(notify.message)
+        if board.latest is not None:
+            self.applied(board.latest)
+        return "\n\n".join(parts)
+
+    def steer_model_call(self, *, final_report: bool = True) -> str:
+        """For adapters, just before a model request: the instructions to add, or
+        :class:`WatchdogAbort` once aborted — after one last model call that is asked for the
+        report (``final_report``), or at once."""
+        abort = self.board.abort
+        if abort is not None:
+            if not final_report or self._final_call_used:
+                self.applied(abort)
+                raise WatchdogAbort(abort)
+            self._final_call_used = True
+        return self.instructions()
+
+    def check_tool_call(self) -> None:
+        """For adapters, just before a tool runs: no tool runs after an abort."""
+        self.raise_if_aborted()
+
+    def applied(self, directive: Directive) -> None:
+        """Tell the sidecar (in the background) the agent has applied ``directive``."""
+        if directive.seq > self._ack_wanted:
+            self._ack_wanted = directive.seq
+            self.watchdog.reporter.poke(self)
+
+    def set_final_answer(self, text: str) -> None:
+        """The run's answer, for runs without an agent framework span (home-grown loops)."""
+        self._final_answer = text[:MAX_FINAL_ANSWER_CHARS]
+
+    def note_messages(self, count: int) -> None:
+        """The conversation's length; a growing one is progress to the sidecar."""
+        if count > self.messages:
+            self.messages = count
+            self.watchdog.reporter.poke(self)
+
+    # -- calls in flight (from the span processor) ------------------------------------------------
+
+    def call_started(self, span_id: int, started: float, is_tool: bool) -> None:
+        with self._calls_lock:
+            self._calls[span_id] = started
+        if is_tool:
+            self.local_tool_calls += 1
+        else:
+            self.local_model_calls += 1
+        self.watchdog.reporter.poke(self)
+
+    def call_ended(self, span_id: int) -> None:
+        with self._calls_lock:
+            self._calls.pop(span_id, None)
+        self.watchdog.reporter.poke(self)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._calls)
+
+    # -- for the reporter thread ------------------------------------------------------------------
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        with self._calls_lock:
+            in_flight = len(self._calls)
+            oldest = min(self._calls.values()) if self._calls else None
+        body: dict[str, Any] = {"messages": self.messages, "in_flight": in_flight}
+        if oldest is not None:
+            body["oldest_call_started"] = oldest
+        return body
+
+    def announcement(self) -> dict[str, Any]:
+        announce: dict[str, Any] = {"agent": self.agent}
+        if self.session:
+            announce["session"] = self.session
+        if self.parent_id:
+            announce["parent_run"] = self.parent_id
+        if self.budget:
+            announce["budget"] = dict(self.budget)
+        return announce
+
+    def pending_ack(self) -> int | None:
+        wanted = self._ack_wanted
+        return wanted if wanted > self._acked else None
+
+    def acked(self, seq: int) -> None:
+        self._acked = max(self._acked, seq)
+
+    def _on_directive(self, directive: Directive) -> None:
+        log.info("agent-watchdog %s for run %s (%s): %s", directive.action, self.id,
+                 directive.rule, directive.message)
+
+    # -- explicit calls to the sidecar (blocking, short timeout, None on failure) -----------------
+
+    def report(self, *, as_json: bool = False) -> str | dict[str, Any] | None:
+        """The sidecar's progress report of this run: Markdown (or the JSON form), or None."""
+        accept = "application/json" if as_json else "text/markdown"
+        response = self._call("GET", f"/v1/runs/{_quote(self.id)}/report", accept=accept)
+        if response is None:
+            return None
+        if as_json:
+            return _json_object(response)
+        return response.decode("utf-8", "replace")
+
+    def checkpoint(self, remaining: str | float, state: dict[str, Any] | None = None,
+                   failed_approaches: list[str] | None = None) -> dict[str, Any] | None:
+        """Record where the session's task stands (DESIGN §7); the sidecar's answer, or None."""
+        body = {"remaining": remaining, "state": dict(state or {}),
+                "failed_approaches": list(failed_approaches or [])}
+        response = self._call("POST", f"/v1/sessions/{_quote(self._session())}/checkpoints",
+                              body=body)
+        return None if response is None else _json_object(response)
+
+    def resume_context(self) -> dict[str, Any] | None:
+        """What the session knows (facts, failed approaches, a zero-progress note), or None."""
+        response = self._call("GET", f"/v1/sessions/{_quote(self._session())}/context")
+        return None if response is None else _json_object(response)
+
+    def _session(self) -> str:
+        if not self.session:
+            raise ValueError(f"run {self.id} has no session: pass session= to wd.run() to use "
+                             f"checkpoints and resume context")
+        return self.session
+
+    def _call(self, method: str, path: str, body: Any = None,
+              accept: str = "application/json") -> bytes | None:
+        try:
+            response = self.watchdog.transport.request(method, path, body,
+                                                       timeout=EXPLICIT_TIMEOUT, accept=accept)
+        except SidecarUnavailable:
+            return None
+        if not response.ok:
+            log.warning("agent-watchdog: %s %s answered HTTP %s: %s", method, path,
+                        response.status, response.body[:300].decode("utf-8", "replace"))
+            return None
+        return response.body
+
+
+def _quote(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def current_run() -> Run | None:
+    """The run whose context the caller is in, or None."""
+    run = otel_context.get_value(RUN_KEY)
+    return run if isinstance(run, Run) else None

@@ -1,0 +1,142 @@
+"""HTTP to the sidecar's control API, with the standard library only, failing open.
+
+Every request has a short timeout and either answers or raises :class:`SidecarUnavailable`;
+nothing here retries (the background threads decide when to try again). :class:`Reachability`
+is what makes the client say *once* that the sidecar cannot be reached, instead of once per
+call: the first failure after a success (or at start) logs one warning, later failures are
+silent, and the first success after an outage logs that it is back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import socket
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("watchdog.client")
+
+DEFAULT_URL = "http://127.0.0.1:9477"
+BACKGROUND_TIMEOUT = 2.0  # seconds for heartbeats and acks: a sidecar on localhost answers in ms
+EXPLICIT_TIMEOUT = 5.0  # seconds for report(), checkpoint(), resume_context()
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # a report is the largest answer; anything bigger is wrong
+
+
+class SidecarUnavailable(Exception):
+    """The sidecar could not be reached, or did not answer in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+class Reachability:
+    """Whether the sidecar answered last time; logs the change, not every failure."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.Lock()
+        self._reachable: bool | None = None  # None: not tried yet
+
+    @property
+    def reachable(self) -> bool | None:
+        return self._reachable
+
+    def failed(self, error: BaseException) -> None:
+        with self._lock:
+            if self._reachable is False:
+                return
+            self._reachable = False
+        log.warning("agent-watchdog sidecar unreachable at %s: %s; continuing without it",
+                    self.url, _describe(error))
+
+    def succeeded(self) -> None:
+        if self._reachable is True:
+            return
+        with self._lock:
+            was = self._reachable
+            self._reachable = True
+        if was is False:
+            log.info("agent-watchdog sidecar reachable again at %s", self.url)
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text if isinstance(error, SidecarUnavailable) else f"{type(error).__name__}: {text}"
+
+
+class Transport:
+    """Requests to one sidecar. Thread-safe: each request opens its own connection (the
+    client sends a few requests per run, so keeping connections alive is not worth a pool)."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"WATCHDOG_URL={url!r} is not allowed: expected "
+                             f"http://HOST:PORT or https://HOST:PORT")
+        self.url = url.rstrip("/")
+        self._https = parsed.scheme == "https"
+        self._host = parsed.hostname
+        self._port = parsed.port or (443 if self._https else 80)
+        self._prefix = parsed.path.rstrip("/")
+        self._headers = {"User-Agent": "agent-watchdog-client"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self.health = Reachability(self.url)
+
+    def connect(self, timeout: float) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def path(self, path: str) -> str:
+        return self._prefix + path
+
+    def headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {**self._headers, **extra} if extra else dict(self._headers)
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                timeout: float = BACKGROUND_TIMEOUT, accept: str = "application/json"
+                ) -> Response:
+        """One request; raises :class:`SidecarUnavailable` when there is no answer."""
+        headers = self.headers({"Accept": accept})
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        connection = self.connect(timeout)
+        try:
+            connection.request(method, self.path(path), body=data, headers=headers)
+            answer = connection.getresponse()
+            payload = answer.read(MAX_RESPONSE_BYTES)
+            response = Response(answer.status, payload, answer.getheader("Content-Type", ""))
+        except (OSError, http.client.HTTPException) as exc:
+            self.health.failed(exc)
+            raise SidecarUnavailable(_describe(exc)) from exc
+        finally:
+            connection.close()
+        self.health.succeeded()
+        return response
+
+
+def shutdown_quietly(sock: socket.socket | None) -> None:
+    """Unblock a thread reading from ``sock`` (another thread's connection)."""
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,134 @@
+"""The client's entry point: configuration, tracing setup and the factory for runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from watchdog.client.processor import PROCESSOR
+from watchdog.client.reporter import HEARTBEAT_INTERVAL, Reporter
+from watchdog.client.run import BUDGET_KEYS, Run
+from watchdog.client.transport import DEFAULT_URL, Transport
+
+log = logging.getLogger("watchdog.client")
+
+EXPORT_DELAY_MS = 200  # the exporter's batch delay (the SDK default, 5 s, delays every directive)
+TRACER_NAME = "agent-watchdog.client"
+
+# Providers the processor is installed on; weak, so a discarded provider is not kept alive.
+_instrumented: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+_instrument_lock = threading.Lock()
+
+
+class Watchdog:
+    """``Watchdog()`` reads ``WATCHDOG_URL`` (default ``http://127.0.0.1:9477``) and
+    ``WATCHDOG_API_TOKEN`` (sent as a Bearer token)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *,
+                 tracer_provider: TracerProvider | None = None,
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL) -> None:
+        self.url = url or os.environ.get("WATCHDOG_URL") or DEFAULT_URL
+        self.transport = Transport(self.url, token or os.environ.get("WATCHDOG_API_TOKEN"))
+        self.reporter = Reporter(self.transport, heartbeat_interval)
+        self._provider: TracerProvider | None = tracer_provider
+        self._warned_uninstrumented = False
+        if tracer_provider is not None:
+            self.instrument(tracer_provider)
+
+    # -- tracing ----------------------------------------------------------------------------------
+
+    def instrument(self, tracer_provider: TracerProvider | None = None) -> TracerProvider | None:
+        """Install the span processor on ``tracer_provider`` (default: the global one, if it is
+        an SDK provider). Idempotent. Runs started later use this provider for their span."""
+        provider = tracer_provider or trace.get_tracer_provider()
+        if not isinstance(provider, TracerProvider):
+            return None
+        with _instrument_lock:
+            if provider not in _instrumented:
+                provider.add_span_processor(PROCESSOR)
+                _instrumented.add(provider)
+        if tracer_provider is not None or self._provider is None:
+            self._provider = provider
+        return provider
+
+    def ensure_instrumented(self) -> None:
+        """Called by each run: install on the global provider if nobody chose one."""
+        if self._provider is not None:
+            return
+        if self.instrument() is None and not self._warned_uninstrumented:
+            self._warned_uninstrumented = True
+            log.warning("agent-watchdog: no OpenTelemetry SDK TracerProvider is set, so spans "
+                        "cannot carry the run id; call Watchdog.setup_tracing() or "
+                        "Watchdog.instrument(provider)")
+
+    def tracer(self) -> trace.Tracer:
+        return trace.get_tracer(TRACER_NAME, tracer_provider=self._provider)
+
+    def setup_tracing(self, service_name: str = "agent", *, endpoint: str | None = None,
+                      headers: dict[str, str] | None = None,
+                      schedule_delay_millis: int = EXPORT_DELAY_MS,
+                      set_global: bool = True) -> TracerProvider:
+        """A TracerProvider that exports OTLP/HTTP to the sidecar (``endpoint``, default the
+        exporter's: ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`` or ``http://localhost:4318``) in
+        batches every ``schedule_delay_millis``, with this client's processor installed; made
+        the global provider unless ``set_global=False`` (or one is set already).
+
+        Needs ``opentelemetry-exporter-otlp-proto-http`` (``pip install agent-watchdog[client]``).
+        """
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            raise ImportError("Watchdog.setup_tracing() needs the OTLP exporter: pip install "
+                              "opentelemetry-exporter-otlp-proto-http (or "
+                              "agent-watchdog[client])") from exc
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        exporter_args: dict[str, Any] = {}
+        if endpoint is not None:
+            exporter_args["endpoint"] = endpoint
+        if headers is not None:
+            exporter_args["headers"] = headers
+        provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        provider.add_span_processor(BatchSpanProcessor(
+            OTLPSpanExporter(**exporter_args), schedule_delay_millis=schedule_delay_millis))
+        self.instrument(provider)
+        if set_global:
+            current = trace.get_tracer_provider()
+            if isinstance(current, TracerProvider):
+                log.warning("agent-watchdog: a global TracerProvider is already set; the one "
+                            "from setup_tracing() is used for runs but not made global")
+            else:
+                trace.set_tracer_provider(provider)
+        return provider
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def run(self, agent: str, *, max_tool_calls: int | None = None,
+            max_iterations: int | None = None, max_seconds: float | None = None,
+            max_tokens: int | None = None, session: str | None = None,
+            parent: Run | str | None = None, run_id: str | None = None) -> Run:
+        """A run of ``agent`` with an optional budget; use as ``with wd.run(...) as run:``.
+        Inside another run it is a child run (``parent`` defaults to the enclosing run)."""
+        limits = (max_tool_calls, max_iterations, max_seconds, max_tokens)
+        budget: dict[str, float] = {}
+        for key, value in zip(BUDGET_KEYS, limits, strict=True):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{key}={value!r} is not allowed: expected a number >= 0")
+            budget[key] = value
+        if not agent:
+            raise ValueError("agent='' is not allowed: expected the agent's name")
+        return Run(self, agent=agent, budget=budget, session=session, parent=parent,
+                   run_id=run_id)
+
+    def close(self) -> None:
+        """Stop the background reporter (runs still open stop reporting)."""
+        self.reporter.close()
