@@ -1,5 +1,5 @@
-"""The ``watchdog`` command: ``serve``, ``rules check|test``, ``runs``, ``report`` (and, as it
-lands, ``demo``). Errors are one line on stderr and a non-zero exit code, never a traceback."""
+"""The ``watchdog`` command: ``serve``, ``rules check|test``, ``runs``, ``report`` and ``demo``.
+Errors are one line on stderr and a non-zero exit code, never a traceback."""
 
 from __future__ import annotations
 
@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     _add_url_flag(report)
     report.set_defaults(handler=_report)
+
+    demo = commands.add_parser(
+        "demo", help="an embedded sidecar and three simulated agents (slow, looping, error "
+                     "loop), watched live; takes about 20 s")
+    demo.add_argument("--seconds", type=_positive_float, default=None, metavar="SECONDS",
+                      help="how long the slow agent works (default 15; the looping agents "
+                           "are stopped within a few seconds whatever this is)")
+    demo.set_defaults(handler=_demo)
     return parser
 
 
@@ -325,6 +333,12 @@ def _report(args: argparse.Namespace) -> int:
         text = client.get(path, accept="text/markdown").decode("utf-8", "replace")
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from watchdog.demo import DEFAULT_SECONDS, run_demo
+
+    return run_demo(args.seconds or DEFAULT_SECONDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -72,7 +72,7 @@ class WatchdogSpanProcessor(SpanProcessor):
     of every :class:`~watchdog.client.Watchdog` in the process."""
 
     def __init__(self) -> None:
-        self._open: dict[int, Run] = {}  # span id -> run, for calls in flight
+        self._open: dict[int, Run] = {}  # span id -> run, for calls and agent spans in flight
         self._lock = threading.Lock()
         self.untracked_calls = 0  # calls not tracked because MAX_OPEN_CALLS were open
 
@@ -88,16 +88,16 @@ class WatchdogSpanProcessor(SpanProcessor):
         kind = classify_start(span.name, span.attributes)
         if kind is OTHER:
             return
-        if kind is AGENT:
-            run.agent_spans += 1
-            return
         span_id = span.context.span_id
         with self._lock:
             if len(self._open) >= MAX_OPEN_CALLS:
                 self.untracked_calls += 1
                 return
             self._open[span_id] = run
-        run.call_started(span_id, (span.start_time or 0) / 1e9, kind is TOOL_CALL)
+        if kind is AGENT:
+            run.agent_started(span_id, span)
+        else:
+            run.call_started(span_id, (span.start_time or 0) / 1e9, kind is TOOL_CALL)
 
     def on_end(self, span: ReadableSpan) -> None:
         if not self._open:
@@ -108,7 +108,7 @@ class WatchdogSpanProcessor(SpanProcessor):
         with self._lock:
             run = self._open.pop(context.span_id, None)
         if run is not None:
-            run.call_ended(context.span_id)
+            run.span_ended(context.span_id)
 
     def shutdown(self) -> None:
         with self._lock:

@@ -80,6 +80,7 @@ class Run:
         self.local_model_calls = 0
         self.announced = False
         self._calls: dict[int, float] = {}  # span id -> start (epoch seconds)
+        self._agent_spans: dict[int, trace.Span] = {}  # open agent spans, oldest first
         self._calls_lock = threading.Lock()
         self._ack_wanted = 0
         self._acked = 0
@@ -253,8 +254,14 @@ class Run:
             self.watchdog.reporter.poke(self)
 
     def set_final_answer(self, text: str) -> None:
-        """The run's answer, for runs without an agent framework span (home-grown loops)."""
+        """The run's answer: put on the innermost agent span still open (for instrumentation
+        that does not record one, e.g. the OpenAI Agents SDK's) or, without one, on the run's
+        own span (home-grown loops)."""
         self._final_answer = text[:MAX_FINAL_ANSWER_CHARS]
+        with self._calls_lock:
+            spans = list(self._agent_spans.values())
+        if spans:
+            spans[-1].set_attribute("output.value", self._final_answer)
 
     def note_messages(self, count: int) -> None:
         """The conversation's length; a growing one is progress to the sidecar."""
@@ -273,8 +280,15 @@ class Run:
             self.local_model_calls += 1
         self.watchdog.reporter.poke(self)
 
-    def call_ended(self, span_id: int) -> None:
+    def agent_started(self, span_id: int, span: trace.Span) -> None:
+        self.agent_spans += 1
         with self._calls_lock:
+            self._agent_spans[span_id] = span
+
+    def span_ended(self, span_id: int) -> None:
+        with self._calls_lock:
+            if self._agent_spans.pop(span_id, None) is not None:
+                return
             self._calls.pop(span_id, None)
         self.watchdog.reporter.poke(self)
 
