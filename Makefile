@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STATE_DIR ?= ./state
 
-.PHONY: run test lint bench deps-test system-deps clean
+.PHONY: run demo test lint bench deps-test system-deps clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ $(VENV)/.installed-test: $(VENV)/.created pyproject.toml
 ## run: set up .venv and start the sidecar on the shipped defaults with an embedded state dir
 run: $(VENV)/.installed
 	$(VENV)/bin/watchdog serve --state-dir $(STATE_DIR)
+
+## demo: an embedded sidecar and three simulated agents, watched live (about 20 s)
+demo: $(VENV)/.installed
+	$(VENV)/bin/watchdog demo
 
 ## system-deps: Debian packages the tests use (a real Prometheus and promtool), when missing
 system-deps:

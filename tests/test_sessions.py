@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from watchdog.rules.signals import SESSION_SCHEMA, session_activation
 from watchdog.sessions import (
     MAX_FACT_CHARS,
     MAX_FACTS,
@@ -83,6 +84,14 @@ def test_zero_progress_carries_across_runs_and_counts_per_run_checkpoints() -> N
     assert third.runs == ("run-3", "run-4") and third.zero_progress_streak == 2
     assert session.runs == 4  # run-4 was first heard of through the checkpoint
     assert session.activation("run-4")["run_checkpoints"] == 1
+
+
+def test_the_activation_is_what_rules_may_read() -> None:
+    session = SessionState("s", runs=2, checkpoints=3, zero_progress=True,
+                           zero_progress_streak=2, recent_runs={"r": 1})
+    activation = session.activation("r")
+    assert set(activation) == set(SESSION_SCHEMA)
+    assert session_activation(activation) == activation  # already of the declared types
 
 
 def test_distinct_runs_are_counted_with_a_bounded_memory() -> None:

@@ -336,6 +336,11 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401  (the agents export with it)
+    except ImportError:
+        raise CommandFailed("the demo's agents need the OTLP/HTTP exporter: pip install "
+                            "opentelemetry-exporter-otlp-proto-http") from None
     from watchdog.demo import DEFAULT_SECONDS, run_demo
 
     return run_demo(args.seconds or DEFAULT_SECONDS)

@@ -288,7 +288,7 @@ class ErrorLoopUploader(SimulatedAgent):
         return None
 
 
-# -- the live table ---------------------------------------------------------------------------------
+# -- the live table --------------------------------------------------------------------------------
 
 COLUMNS = ("AGENT", "BEHAVIOUR", "STATE", "ITER", "TOOLS", "ERR", "MSGS", "SAME CALL",
            "SAME ERR", "CYCLE", "IDLE", "IN FLIGHT", "TERMINAL")
@@ -347,6 +347,7 @@ class Screen:
         self._last = 0.0
 
     def show(self, frame: str, force: bool = False) -> None:
+        """Draw ``frame`` if it is time to (``force``: now, e.g. a directive was sent)."""
         now = time.monotonic()
         if not force and now - self._last < self.interval:
             return
@@ -358,7 +359,7 @@ class Screen:
         self.out.flush()
 
 
-# -- the whole demo -----------------------------------------------------------------------------------
+# -- the whole demo --------------------------------------------------------------------------------
 
 def run_demo(seconds: float = DEFAULT_SECONDS, out: TextIO | None = None) -> int:
     """Run the demo; returns 0 when every run ended as expected, 1 otherwise."""
@@ -412,11 +413,17 @@ def _title(started: float, label: str) -> str:
 def _watch(sidecar: EmbeddedSidecar, agents: Sequence[SimulatedAgent], screen: Screen,
            started: float, until: Callable[[], bool], timeout: float | None = None) -> None:
     deadline = None if timeout is None else time.monotonic() + timeout
+    shown: tuple[tuple[int, str], ...] = ()
     while not until():
         if deadline is not None and time.monotonic() > deadline:
             return
         details = fetch_details(sidecar.api, agents)
-        screen.show(render(agents, details, _title(started, "live (Ctrl-C stops)")))
+        # a new directive or a run ending is drawn at once, whatever the refresh interval
+        events = tuple((len(d["directives"]), d["state"]) if d else (0, "")
+                       for d in details.values())
+        screen.show(render(agents, details, _title(started, "live (Ctrl-C stops)")),
+                    force=events != shown)
+        shown = events
         time.sleep(TTY_REFRESH / 2)
 
 

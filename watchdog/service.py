@@ -284,7 +284,8 @@ class WatchdogService:
         """Count the runs of each session (``session.runs``) as they are first seen."""
         note_run = self.sessions.note_run
         for run in runs:
-            if run.session is not None:
+            if run.session is not None and not run.session_counted:
+                run.session_counted = True
                 note_run(run.session, run.key, now)
 
     def _session_of(self, run: RunState) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -48,7 +49,7 @@ class DirectiveListener:
         self.use_stream = True
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._connection: http.client.HTTPConnection | None = None
+        self._socket: socket.socket | None = None  # of the open request, to unblock reads
         self._thread = threading.Thread(target=self._main, daemon=True,
                                         name=f"watchdog-directives-{run_id[:8]}")
         self._quoted = urllib.parse.quote(run_id, safe="")
@@ -60,9 +61,8 @@ class DirectiveListener:
         """Stop listening; closes the open connection so a blocked read returns at once."""
         self._stop.set()
         with self._lock:
-            connection = self._connection
-        if connection is not None:
-            shutdown_quietly(connection.sock)
+            sock = self._socket
+        shutdown_quietly(sock)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(join_timeout)
 
@@ -108,14 +108,18 @@ class DirectiveListener:
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         transport = self.transport
         connection = transport.connect(CONNECT_TIMEOUT)
-        with self._lock:
-            if self._stop.is_set():
-                raise SidecarUnavailable("stopped")
-            self._connection = connection
         try:
+            connection.connect()
+            sock = connection.sock
+            with self._lock:
+                if self._stop.is_set():
+                    connection.close()
+                    raise SidecarUnavailable("stopped")
+                # Kept here: http.client drops connection.sock once a response says it closes.
+                self._socket = sock
+            if sock is not None:
+                sock.settimeout(timeout)
             connection.request("GET", transport.path(path), headers=transport.headers(headers))
-            if connection.sock is not None:
-                connection.sock.settimeout(timeout)
             response = connection.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
@@ -127,7 +131,7 @@ class DirectiveListener:
 
     def _release(self, connection: http.client.HTTPConnection) -> None:
         with self._lock:
-            self._connection = None
+            self._socket = None
         connection.close()
 
     def _stream(self) -> None:

@@ -12,7 +12,6 @@ count as calls in flight.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from watchdog.client.run import Run
 
 RUN_KEY = otel_context.create_key("agent-watchdog-run")
+_get_value = otel_context.get_value
 MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it they are not tracked
 
 # What a span is, read from the attributes it has when it STARTS (all the conventions the
@@ -36,7 +36,8 @@ OTHER, LLM_CALL, TOOL_CALL, AGENT = 0, 1, 2, 3
 
 def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
     if attributes:
-        operation = attributes.get("gen_ai.operation.name")
+        get = attributes.get
+        operation = get("gen_ai.operation.name")
         if operation is not None:
             if operation in LLM_OPERATIONS:
                 return LLM_CALL
@@ -44,7 +45,7 @@ def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
                 return TOOL_CALL
             if operation in AGENT_OPERATIONS:
                 return AGENT
-        oi_kind = attributes.get("openinference.span.kind")
+        oi_kind = get("openinference.span.kind")
         if oi_kind is not None:
             oi_kind = str(oi_kind).upper()
             if oi_kind == "LLM":
@@ -53,12 +54,12 @@ def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
                 return TOOL_CALL
             if oi_kind == "AGENT":
                 return AGENT
-        traceloop = attributes.get("traceloop.span.kind")
+        traceloop = get("traceloop.span.kind")
         if traceloop == "tool":
             return TOOL_CALL
         if traceloop in ("agent", "workflow"):
             return AGENT
-        if attributes.get("llm.request.type") in ("chat", "completion"):
+        if get("llm.request.type") in ("chat", "completion"):
             return LLM_CALL
     if name.startswith(("execute_tool ", "running tool:")) or name == "running tool":
         return TOOL_CALL
@@ -67,33 +68,55 @@ def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
     return OTHER
 
 
+def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
+    """``span.set_attributes(attributes)``, and the span's attributes as a plain dict.
+
+    The SDK's public path validates and locks per attribute (~0.5 µs each; a run stamps up to
+    eight on every span), and reading back through its ``Mapping`` costs a raised ``KeyError``
+    per absent key. Our values are plain strings and numbers the SDK would accept as they are,
+    so when the span's attributes are the SDK's ``BoundedAttributes`` (a ``dict`` inside) with
+    room to spare they are written into that dict directly; anything else takes the public path.
+    """
+    try:
+        bounded: Any = span._attributes
+        plain = bounded._dict
+        room = bounded.maxlen
+        frozen = bounded._immutable
+    except AttributeError:
+        plain = None
+    if (type(plain) is dict and not frozen
+            and (room is None or len(plain) + len(attributes) <= room)):
+        plain.update(attributes)
+        return plain
+    span.set_attributes(attributes)
+    return span.attributes
+
+
 class WatchdogSpanProcessor(SpanProcessor):
     """Install with :meth:`watchdog.client.Watchdog.instrument`; one instance serves every run
     of every :class:`~watchdog.client.Watchdog` in the process."""
 
     def __init__(self) -> None:
         self._open: dict[int, Run] = {}  # span id -> run, for calls and agent spans in flight
-        self._lock = threading.Lock()
         self.untracked_calls = 0  # calls not tracked because MAX_OPEN_CALLS were open
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        run: Run | None = otel_context.get_value(RUN_KEY, parent_context)  # type: ignore[assignment]
+        run: Run | None = _get_value(RUN_KEY, parent_context)  # type: ignore[assignment]
         if run is None:
             if parent_context is None:
                 return
-            run = otel_context.get_value(RUN_KEY)  # type: ignore[assignment]
+            run = _get_value(RUN_KEY)  # type: ignore[assignment]
             if run is None:
                 return
-        span.set_attributes(run.span_attributes)
-        kind = classify_start(span.name, span.attributes)
+        kind = classify_start(span._name, _stamp(span, run.span_attributes))
         if kind is OTHER:
             return
         span_id = span.context.span_id
-        with self._lock:
-            if len(self._open) >= MAX_OPEN_CALLS:
-                self.untracked_calls += 1
-                return
-            self._open[span_id] = run
+        open_spans = self._open
+        if len(open_spans) >= MAX_OPEN_CALLS:
+            self.untracked_calls += 1
+            return
+        open_spans[span_id] = run  # single dict operations: atomic under the GIL
         if kind is AGENT:
             run.agent_started(span_id, span)
         else:
@@ -105,14 +128,12 @@ class WatchdogSpanProcessor(SpanProcessor):
         context = span.context
         if context is None:
             return
-        with self._lock:
-            run = self._open.pop(context.span_id, None)
+        run = self._open.pop(context.span_id, None)
         if run is not None:
             run.span_ended(context.span_id)
 
     def shutdown(self) -> None:
-        with self._lock:
-            self._open.clear()
+        self._open.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 import urllib.parse
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from watchdog.client.transport import SidecarUnavailable, Transport
@@ -34,6 +35,8 @@ HEARTBEAT_INTERVAL = 5.0  # seconds between heartbeats of a run with nothing new
 RETRY_FIRST = 0.5  # seconds before trying an unreachable sidecar again, doubled up to RETRY_MAX
 RETRY_MAX = 10.0
 MAX_TRACKED_RUNS = 10_000  # runs open at once in one process; more are not reported
+MAX_PENDING_POKES = 4096  # changes not yet picked up; beyond it the oldest are dropped (the
+#                           periodic heartbeat still reports those runs)
 
 
 class Reporter:
@@ -47,7 +50,8 @@ class Reporter:
         self._wake = threading.Event()
         self._stopping = False
         self._runs: dict[str, Run] = {}
-        self._dirty: dict[str, Run] = {}
+        self._dirty: dict[str, Run] = {}  # runs to report, owned by the thread (under _lock)
+        self._pokes: deque[Run] = deque(maxlen=MAX_PENDING_POKES)  # appended lock-free
         self._next_beat: dict[str, float] = {}
         self._retry_at = 0.0
         self._retry_delay = RETRY_FIRST
@@ -78,10 +82,9 @@ class Reporter:
 
     def poke(self, run: Run) -> None:
         """Something about ``run`` changed: report it soon."""
-        with self._lock:
-            if run.id in self._runs:
-                self._dirty[run.id] = run
-        self._wake.set()
+        self._pokes.append(run)  # deque.append is atomic; an overflow only drops a duplicate
+        if not self._wake.is_set():
+            self._wake.set()
 
     def close(self, timeout: float = 1.0) -> None:
         with self._lock:
@@ -101,6 +104,11 @@ class Reporter:
             with self._lock:
                 if self._stopping:
                     return
+                pokes = self._pokes
+                while pokes:
+                    run = pokes.popleft()
+                    if run.id in self._runs:
+                        self._dirty[run.id] = run
                 now = time.monotonic()
                 if now < self._retry_at:
                     continue  # the sidecar is down: keep what is dirty for later
@@ -113,7 +121,7 @@ class Reporter:
 
     def _until_next(self, now: float) -> float | None:
         with self._lock:
-            if self._dirty and now >= self._retry_at:
+            if (self._dirty or self._pokes) and now >= self._retry_at:
                 return 0.0
             times = list(self._next_beat.values())
         if now < self._retry_at:

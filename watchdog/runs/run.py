@@ -60,7 +60,8 @@ class RunState:
         "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "messages", "output_tokens", "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
-        "spans", "terminal_reason", "terminal_state", "tool_calls", "tools", "trace_id",
+        "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
+        "trace_id",
     )
 
     def __init__(self, key: str, key_source: KeySource, trace_id: str, now: float) -> None:
@@ -70,6 +71,7 @@ class RunState:
         self.agent: str | None = None
         self.service: str | None = None
         self.session: str | None = None
+        self.session_counted = False  # the shell has counted this run in its session's runs
         self.parent_run: str | None = None
         self.first_start_ns = 0
         self.first_seen = now

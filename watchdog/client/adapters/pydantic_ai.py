@@ -29,13 +29,14 @@ instructions function, for ``Agent(instructions=[..., watchdog_instructions()])`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import AgentRunError
 from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import ToolDefinition
 
 from watchdog.client.directive import Directive
@@ -91,12 +92,16 @@ class WatchdogCapability(AbstractCapability[Any]):
     def get_instructions(self) -> Any:
         return watchdog_instructions(self.run, final_report=self.final_report)
 
-    async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
-                            ) -> list[ToolDefinition]:
+    async def before_model_request(self, ctx: RunContext[Any],
+                                   request_context: ModelRequestContext) -> ModelRequestContext:
         run = self._run()
-        if run is not None and run.aborted:
-            return []  # the last request after an abort is for the report only
-        return tool_defs
+        parameters = request_context.model_request_parameters
+        if run is None or not run.aborted or not parameters.function_tools:
+            return request_context
+        # The last request after an abort is for the report: the model is offered no tools
+        # (instructions are already built by now, so this sees the abort they showed).
+        return replace(request_context,
+                       model_request_parameters=replace(parameters, function_tools=[]))
 
     async def before_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart,
                                   tool_def: ToolDefinition, args: Any) -> Any:

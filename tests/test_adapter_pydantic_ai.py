@@ -1,0 +1,426 @@
+"""The pydantic-ai adapter end to end: real pydantic-ai agents with scripted function models,
+exporting real OTLP to a running sidecar, steered by the directives the default rule pack
+sends back through the client.
+
+A model request sees the directives fired for everything before it only once the sidecar has
+ingested those spans and the listener has received what they triggered; ``settle`` (an
+instructions function listed before the watchdog's, so it runs first on every request) waits
+for exactly that, which makes each request's instructions deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent, InstrumentationSettings, ModelResponse, RunContext, TextPart
+from pydantic_ai import ToolCallPart
+from pydantic_ai.capabilities import Instrumentation
+from pydantic_ai.exceptions import AgentRunError, ModelRetry
+from pydantic_ai.messages import ModelMessage, ModelRequest
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
+
+from tests.harness import RunningServer, http_request
+from watchdog.client import Run, Watchdog, WatchdogAbort
+from watchdog.client.adapters.pydantic_ai import WatchdogAbortError, WatchdogCapability
+
+CONTROL_MARKERS = ("[budget", "agent-watchdog", "wind down", "being stopped", "## Key Findings")
+REPORT = "## Task\nFind it.\n\n## Completed Work\nSearched.\n\n## Key Findings\n/srv/a.txt"
+
+
+@pytest.fixture
+def provider(sidecar: RunningServer) -> Iterator[TracerProvider]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "adapter-tests"}))
+    exporter = OTLPSpanExporter(endpoint=sidecar.otlp_http + "/v1/traces")
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=20))
+    yield provider
+    provider.shutdown()
+
+
+@pytest.fixture
+def wd(sidecar: RunningServer, provider: TracerProvider) -> Iterator[Watchdog]:
+    watchdog = Watchdog(sidecar.api, tracer_provider=provider)
+    yield watchdog
+    watchdog.close()
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        time.sleep(0.01)
+
+
+def run_detail(sidecar: RunningServer, run_id: str) -> dict[str, Any] | None:
+    status, body = http_request("GET", f"{sidecar.api}/v1/runs/{run_id}")
+    return json.loads(body) if status == 200 else None
+
+
+def settled(sidecar: RunningServer, run: Run) -> bool:
+    """The sidecar has every span of ``run`` that has ended, and the run's board has every
+    directive the sidecar fired for them."""
+    detail = run_detail(sidecar, run.id)
+    if detail is None:
+        return False
+    signals = detail["signals"]
+    if (signals["tool_calls"], signals["iterations"]) != (run.local_tool_calls,
+                                                          run.local_model_calls):
+        return False
+    outbox = sidecar.server.outbox
+    assert outbox is not None
+    asyncio.run_coroutine_threadsafe(outbox.flush(), sidecar.loop).result(10)
+    fired = len(run_detail(sidecar, run.id)["directives"])  # type: ignore[index]
+    return bool(run.board.wait_for(fired, 10)) if fired else True
+
+
+def settle_instructions(sidecar: RunningServer, provider: TracerProvider
+                        ) -> Callable[[RunContext[Any]], str]:
+    def settle(ctx: RunContext[Any]) -> str:
+        from watchdog.client import current_run
+
+        run = current_run()
+        assert run is not None
+        provider.force_flush()
+        wait_until(lambda: settled(sidecar, run), what="the sidecar and the listener")
+        return ""
+
+    return settle
+
+
+def ended_run(sidecar: RunningServer, provider: TracerProvider, run_id: str) -> dict[str, Any]:
+    provider.force_flush()
+    return wait_until(lambda: (d := run_detail(sidecar, run_id)) and d["state"] == "ended" and d,
+                      what=f"run {run_id} to end")  # type: ignore[no-any-return]
+
+
+class Script:
+    """A FunctionModel whose ``decide(call_number, info)`` picks each response; it records the
+    instructions and the tools each request offered."""
+
+    def __init__(self, decide: Callable[[int, AgentInfo], ModelResponse | ToolCallPart | str]
+                 ) -> None:
+        self.decide = decide
+        self.instructions: list[str] = []
+        self.tools: list[list[str]] = []
+        self.model = FunctionModel(self.respond)
+
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.instructions.append(info.instructions or "")
+        self.tools.append([tool.name for tool in info.function_tools])
+        step = self.decide(len(self.instructions), info)
+        usage = RequestUsage(input_tokens=50, output_tokens=5)
+        if isinstance(step, str):
+            return ModelResponse(parts=[TextPart(step)], usage=usage)
+        if isinstance(step, ToolCallPart):
+            return ModelResponse(parts=[step], usage=usage)
+        return step
+
+
+def agent_for(script: Script, name: str, sidecar: RunningServer, provider: TracerProvider,
+              **kwargs: Any) -> Agent[None, str]:
+    return Agent(script.model, name=name, instructions=[
+        "You are a careful research agent.", settle_instructions(sidecar, provider)],
+        capabilities=[traced(provider), WatchdogCapability(**kwargs)])
+
+
+def traced(provider: TracerProvider) -> Instrumentation:
+    return Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+
+
+def assert_no_control_text(messages: list[ModelMessage]) -> None:
+    """Directives went to the instructions only: no part of any request (user prompts, tool
+    returns, retry prompts, system prompts) carries control text."""
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue  # the model's own answers (the report quotes its section titles)
+        for part in message.parts:
+            content = getattr(part, "content", None)
+            if isinstance(content, str):
+                for marker in CONTROL_MARKERS:
+                    assert marker not in content, (part, marker)
+
+
+def test_countdown_then_abort_report_is_tool_limit_reached_with_answer(
+        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog) -> None:
+    def decide(call: int, info: AgentInfo) -> ToolCallPart | str:
+        if "This run is being stopped" in (info.instructions or ""):
+            return REPORT
+        return ToolCallPart("search", {"q": f"term {call}"})
+
+    script = Script(decide)
+    agent = agent_for(script, "pyd-budget", sidecar, provider)
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        return f"results for {q}"
+
+    with wd.run(agent="explorer", max_tool_calls=5) as run:
+        result = agent.run_sync("Find the file.")
+
+    assert result.output == REPORT
+    seen = script.instructions
+    assert len(seen) == 6  # 5 tool calls, then the report
+    assert all(text.startswith("You are a careful research agent.") for text in seen)
+    assert "[budget" not in seen[0] and "[budget" not in seen[1]
+    assert "[budget: 3 of 5 tool calls left — wrap up soon]" in seen[2]
+    assert "You must wind down now" in seen[2]  # the wind_down's report prompt
+    assert "[budget: 2 of 5 tool calls left — wrap up soon]" in seen[3]
+    assert "[budget: 1 of 5 tool calls left — finalize now]" in seen[4]
+    assert "This run is being stopped: [budget: all 5 tool calls used" in seen[5]
+    assert script.tools[4] == ["search"] and script.tools[5] == []  # report only, no tools
+    assert_no_control_text(result.all_messages())
+    assert run.aborted and run.budget_note().startswith("[budget: all 5")
+
+    detail = ended_run(sidecar, provider, run.id)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["terminal_reason"] == "budget-exhausted"
+    assert detail["has_final_answer"] is True
+    assert detail["agent"] == "explorer"
+    assert detail["signals"]["tool_calls"] == 5
+    assert [d["acked"] for d in detail["directives"]] == [True] * 4
+
+
+def test_budget_exhausted_without_answer_raises_after_one_more_call(
+        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog) -> None:
+    ran: list[str] = []
+    script = Script(lambda call, info: ToolCallPart("search", {"q": f"term {call}"}))
+    agent = agent_for(script, "pyd-stubborn", sidecar, provider)
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        ran.append(q)
+        return f"results for {q}"
+
+    with pytest.raises(WatchdogAbortError) as raised, wd.run(agent="stubborn",
+                                                              max_tool_calls=3) as run:
+        agent.run_sync("Find the file.")
+
+    assert isinstance(raised.value, AgentRunError) and isinstance(raised.value, WatchdogAbort)
+    assert raised.value.directive.rule == "budget-exhausted"
+    assert len(ran) == 3  # no tool ran after the abort
+    assert len(script.instructions) == 4  # one model call after the abort, for the report
+    assert "This run is being stopped" in script.instructions[3]
+
+    detail = ended_run(sidecar, provider, run.id)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["has_final_answer"] is False
+    # The refused call is on record (a failed tool span) although the tool never ran.
+    assert detail["signals"]["tool_calls"] == 4 and detail["signals"]["errors"] == 1
+
+
+def test_wind_down_on_a_loop_gets_the_report_within_the_grace(
+        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog) -> None:
+    def decide(call: int, info: AgentInfo) -> ToolCallPart | str:
+        if "You must wind down now" in (info.instructions or ""):
+            return REPORT
+        return ToolCallPart("read", {"path": "/srv/a.txt"})  # the same call, again and again
+
+    script = Script(decide)
+    agent = agent_for(script, "pyd-loop", sidecar, provider)
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return "permission denied"
+
+    with wd.run(agent="looper") as run:
+        result = agent.run_sync("Read the file.")
+
+    assert result.output == REPORT
+    directive = run.directive()
+    assert directive is not None and directive.action == "wind_down"
+    assert directive.rule in ("tool-cycle", "repeated-tool-call")
+    assert "Loop:" in script.instructions[-1] and "## Key Findings" in script.instructions[-1]
+    assert_no_control_text(result.all_messages())
+
+    detail = ended_run(sidecar, provider, run.id)
+    assert detail["terminal_state"] == "loop_detected"
+    assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 4  # the report came before the grace (2) ran out
+    assert [d["action"] for d in detail["directives"]] == ["wind_down"]
+
+
+@pytest.mark.parametrize("final_report", [True, False])
+def test_error_loop_abort_stops_within_one_model_call(
+        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog,
+        final_report: bool) -> None:
+    abort_seen_at: list[int] = []
+
+    def decide(call: int, info: AgentInfo) -> ToolCallPart:
+        if "This run is being stopped" in (info.instructions or ""):
+            abort_seen_at.append(call)
+        return ToolCallPart("fetch", {"url": f"https://example.test/{call}"})  # ignores it
+
+    script = Script(decide)
+    agent = agent_for(script, f"pyd-errors-{final_report}", sidecar, provider,
+                      final_report=final_report)
+
+    @agent.tool_plain(retries=50)
+    def fetch(url: str) -> str:
+        raise ModelRetry("backend busy, try again")
+
+    with pytest.raises(WatchdogAbortError) as raised, wd.run(agent="fetcher") as run:
+        agent.run_sync("Fetch the page.")
+
+    assert raised.value.directive.rule == "error-loop"
+    calls_after_abort = len(script.instructions) - 5  # 5 failed calls fired the abort
+    assert calls_after_abort == (1 if final_report else 0)
+    assert abort_seen_at == ([6] if final_report else [])
+
+    detail = ended_run(sidecar, provider, run.id)
+    assert detail["terminal_state"] == "loop_detected"
+    assert detail["terminal_reason"] == "error-loop"
+    assert detail["has_final_answer"] is False
+    # Five failures fired the abort; with the report call, the model's tool call that followed
+    # was refused (one more failed tool span, the tool did not run).
+    assert detail["signals"]["errors"] == (6 if final_report else 5)
+
+
+def test_slow_tool_is_in_flight_on_the_sidecar(sidecar: RunningServer,
+                                               provider: TracerProvider, wd: Watchdog) -> None:
+    release = threading.Event()
+    started = threading.Event()
+    holder: list[Run] = []
+    failures: list[BaseException] = []
+    script = Script(lambda call, info: ToolCallPart("crawl", {}) if call == 1 else "done")
+    agent = agent_for(script, "pyd-slow", sidecar, provider)
+
+    @agent.tool_plain
+    def crawl() -> str:
+        started.set()
+        assert release.wait(20)
+        return "crawled"
+
+    def main() -> None:
+        try:
+            with wd.run(agent="crawler") as run:
+                holder.append(run)
+                agent.run_sync("Crawl.")
+        except BaseException as exc:  # surfaced below
+            failures.append(exc)
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    try:
+        assert started.wait(20)
+        run = holder[0]
+        detail = wait_until(lambda: (d := run_detail(sidecar, run.id))
+                            and d["signals"]["in_flight"] == 1 and d, what="in_flight == 1")
+        assert detail["state"] == "active"
+        assert run.in_flight == 1
+    finally:
+        release.set()
+        thread.join(20)
+    assert not failures
+    detail = ended_run(sidecar, provider, holder[0].id)
+    assert detail["terminal_state"] == "completed"
+    assert detail["signals"]["in_flight"] == 0
+
+
+def test_sub_agent_in_a_nested_run_is_a_child_run(sidecar: RunningServer,
+                                                  provider: TracerProvider,
+                                                  wd: Watchdog) -> None:
+    child_script = Script(lambda call, info: ToolCallPart("lookup", {"k": "a"}) if call == 1
+                          else "child answer")
+    child = agent_for(child_script, "pyd-child", sidecar, provider)
+
+    @child.tool_plain
+    def lookup(k: str) -> str:
+        return "value"
+
+    parent_script = Script(lambda call, info: ToolCallPart("delegate", {"task": "t"})
+                           if call == 1 else "parent answer")
+    parent = agent_for(parent_script, "pyd-parent", sidecar, provider)
+    child_ids: list[str] = []
+
+    @parent.tool_plain
+    async def delegate(task: str) -> str:
+        with wd.run(agent="researcher", max_tool_calls=4) as sub:
+            child_ids.append(sub.id)
+            return (await child.run(task)).output
+
+    with wd.run(agent="planner", session="s-42") as run:
+        assert parent.run_sync("Plan.").output == "parent answer"
+
+    child_detail = ended_run(sidecar, provider, child_ids[0])
+    parent_detail = ended_run(sidecar, provider, run.id)
+    assert child_detail["parent_run"] == run.id
+    assert child_detail["session"] == "s-42"  # inherited from the parent run
+    assert child_detail["budget"]["max_tool_calls"] == 4
+    assert child_detail["signals"]["tools"] == {"lookup": 1}
+    assert parent_detail["signals"]["tools"] == {"delegate": 1}
+    assert child_detail["terminal_state"] == parent_detail["terminal_state"] == "completed"
+
+
+def test_unreachable_sidecar_fails_open_with_one_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    wd = Watchdog(url, tracer_provider=provider)
+
+    def wait_for_failure(ctx: RunContext[Any]) -> str:
+        wait_until(lambda: wd.transport.health.reachable is False, what="a failed request")
+        return ""
+
+    script = Script(lambda call, info: ToolCallPart("search", {"q": str(call)}) if call <= 3
+                    else "answer")
+    agent = Agent(script.model, name="pyd-offline", instructions=[wait_for_failure],
+                  capabilities=[traced(provider), WatchdogCapability()])
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        return "hit"
+
+    caplog.set_level(logging.INFO, logger="watchdog.client")
+    started = time.monotonic()
+    try:
+        with wd.run(agent="offline", max_tool_calls=4) as run:
+            assert agent.run_sync("Search.").output == "answer"
+            assert run.report() is None and run.directive() is None
+    finally:
+        wd.close()
+        provider.shutdown()
+    assert time.monotonic() - started < 5
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert warnings[0].getMessage().startswith(f"agent-watchdog sidecar unreachable at {url}")
+    assert "continuing without it" in warnings[0].getMessage()
+    # Without the sidecar, the countdown comes from the locally counted tool calls.
+    assert "[budget: 3 of 4 tool calls left" in script.instructions[1]
+    assert "[budget: 1 of 4 tool calls left" in script.instructions[3]
+
+
+def test_messages_are_model_requests_with_instructions_not_user_text(
+        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog) -> None:
+    script = Script(lambda call, info: ToolCallPart("search", {"q": str(call)}) if call < 4
+                    else "done")
+    agent = agent_for(script, "pyd-transcript", sidecar, provider)
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        return "hit"
+
+    with wd.run(agent="transcript", max_tool_calls=4):
+        result = agent.run_sync("Search.")
+    requests = [m for m in result.all_messages() if isinstance(m, ModelRequest)]
+    assert any("[budget" in (m.instructions or "") for m in requests)
+    assert_no_control_text(result.all_messages())

@@ -1,0 +1,406 @@
+"""The agent-side client on its own: imports, the span processor, the directive board, the
+listener's stream and long-poll protocol, the reporter's requests, failing open.
+
+Protocol details (what is sent, how a stream resumes) are checked against a small recording
+fake sidecar; behaviour against the real one is in ``test_client_sidecar.py`` and the adapter
+tests.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from watchdog.client import Directive, Watchdog, WatchdogAbort, current_run
+from watchdog.client.directive import DirectiveBoard
+from watchdog.client.listener import sse_events
+from watchdog.client.processor import AGENT, LLM_CALL, OTHER, TOOL_CALL, classify_start
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+    return value
+
+
+def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-countdown",
+                   message: str | None = None, run_id: str = "r") -> dict[str, Any]:
+    return {"id": f"d{seq}", "run_id": run_id, "seq": seq, "action": action, "rule": rule,
+            "severity": "warning", "message": message or f"[budget: {4 - seq} of 5 left]",
+            "terminal_state": "tool_limit_reached" if action == "abort" else None,
+            "budget": {"max_tool_calls": 5}, "created_at": "2026-11-22T04:00:00Z",
+            "report_prompt": f"REPORT PROMPT {seq}" if action != "notify" else None}
+
+
+# -- import without the server's dependencies ------------------------------------------------------
+
+def test_client_imports_without_server_dependencies() -> None:
+    blocked = ["aiohttp", "grpc", "prometheus_client", "yaml", "cel_expr_python", "cel",
+               "google.protobuf", "watchdog.server", "watchdog.api", "watchdog.service"]
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}:\n"
+        "    sys.modules[name] = None\n"
+        "import watchdog.client\n"
+        "from watchdog.client import Watchdog, WatchdogAbort, Run, current_run\n"
+        "wd = Watchdog('http://127.0.0.1:9')\n"
+        "run = wd.run(agent='a', max_tool_calls=3)\n"
+        "loaded = sorted(m for m, v in sys.modules.items() if m.startswith('watchdog.') and v)\n"
+        "assert all(m.startswith('watchdog.client') for m in loaded), loaded\n"
+        "print('ok')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+# -- pure parts ---------------------------------------------------------------------------------------
+
+def test_classify_start_reads_every_convention() -> None:
+    assert classify_start("chat gpt-4o", {"gen_ai.operation.name": "chat"}) == LLM_CALL
+    assert classify_start("x", {"gen_ai.operation.name": "execute_tool"}) == TOOL_CALL
+    assert classify_start("x", {"gen_ai.operation.name": "invoke_agent"}) == AGENT
+    assert classify_start("x", {"openinference.span.kind": "LLM"}) == LLM_CALL
+    assert classify_start("x", {"openinference.span.kind": "TOOL"}) == TOOL_CALL
+    assert classify_start("x", {"openinference.span.kind": "AGENT"}) == AGENT
+    assert classify_start("x", {"openinference.span.kind": "CHAIN"}) == OTHER
+    assert classify_start("x", {"traceloop.span.kind": "tool"}) == TOOL_CALL
+    assert classify_start("x", {"llm.request.type": "chat"}) == LLM_CALL
+    assert classify_start("running tool", {}) == TOOL_CALL
+    assert classify_start("running tools", {}) == OTHER  # pydantic-ai's wrapper, not a call
+    assert classify_start("agent run", None) == AGENT
+    assert classify_start("GET /api", {"http.method": "GET"}) == OTHER
+
+
+def test_board_keeps_the_latest_of_each_kind_and_ignores_redelivery() -> None:
+    board = DirectiveBoard()
+    first = Directive.from_json(directive_json(1))
+    assert board.post(first)
+    assert not board.post(Directive.from_json(directive_json(1)))  # redelivered
+    notice = Directive.from_json(directive_json(2, "notify", "slow-tool", "slow"))
+    loop = Directive.from_json(directive_json(3, "wind_down", "tool-cycle", "Loop: 4 times"))
+    for directive in (notice, loop):
+        board.post(directive)
+    assert board.latest is loop and board.latest_budget is first
+    assert board.latest_wind_down is loop and board.latest_notify is notice
+    abort = Directive.from_json(directive_json(4, "abort", "error-loop", "Error loop"))
+    later_abort = Directive.from_json(directive_json(5, "abort", "budget-exhausted"))
+    board.post(abort)
+    board.post(later_abort)
+    assert board.abort is abort  # a run is aborted once, by the first abort
+    assert board.received == 5 and board.last_seq == 5
+    with pytest.raises(ValueError):
+        Directive.from_json({"seq": 0})
+
+
+def test_run_instructions_compose_note_wind_down_and_abort() -> None:
+    wd = Watchdog("http://127.0.0.1:9")
+    run = wd.run(agent="a", max_tool_calls=5)
+    assert run.instructions() == "" and run.budget_note() == "" and run.directive() is None
+    run.board.post(Directive.from_json(directive_json(1)))
+    assert run.budget_note() == "[budget: 3 of 5 left]"
+    assert run.instructions() == "REPORT PROMPT 1"  # the countdown is itself the wind-down
+    run.board.post(Directive.from_json(directive_json(2, "wind_down", "tool-cycle", "Loop")))
+    assert run.instructions() == "[budget: 3 of 5 left]\n\nREPORT PROMPT 2"
+    run.board.post(Directive.from_json(directive_json(3, "notify", "slow-tool", "Slow tool")))
+    assert run.instructions() == "[budget: 3 of 5 left]\n\nREPORT PROMPT 2\n\nSlow tool"
+    assert run.pending_ack() == 3
+    run.raise_if_aborted()  # not aborted: nothing happens
+    run.board.post(Directive.from_json(directive_json(4, "abort", "error-loop", "Stop")))
+    assert run.instructions() == "REPORT PROMPT 4"
+    assert run.steer_model_call() == "REPORT PROMPT 4"  # the one call for the report
+    with pytest.raises(WatchdogAbort) as raised:
+        run.steer_model_call()
+    assert raised.value.directive.rule == "error-loop" and "Stop" in str(raised.value)
+    with pytest.raises(WatchdogAbort):
+        run.check_tool_call()
+
+
+def test_sse_parser_joins_data_lines_and_skips_comments() -> None:
+    stream = io.BytesIO(b"retry: 1000\n\n: keep-alive\n\nid: 1\nevent: directive\n"
+                        b"data: {\"a\":\ndata: 1}\n\nid: 2\ndata:{}\n\n")
+    assert list(sse_events(stream)) == ['{"a":\n1}', "{}"]  # type: ignore[arg-type]
+
+
+# -- a recording fake sidecar ---------------------------------------------------------------------
+
+class FakeSidecar:
+    """Records requests; serves heartbeats, acks, an SSE stream (or 404 for it, to force
+    long-polling) and long-polls from ``directives``."""
+
+    def __init__(self, stream: bool = True) -> None:
+        self.stream = stream
+        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.directives: list[dict[str, Any]] = []
+        self.stream_hangups = 0  # streams to end after their backlog (forcing a reconnect)
+        self.lock = threading.Lock()
+        self.session_routes = False
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _record(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                with fake.lock:
+                    fake.requests.append((self.command, self.path, dict(self.headers), body))
+                return body
+
+            def _json(self, status: int, value: Any) -> None:
+                data = json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                self._record()
+                if "/sessions/" in self.path and not fake.session_routes:
+                    self._json(404, {"error": {"code": "not_found", "message": "no route"}})
+                else:
+                    self._json(200, {"ok": True})
+
+            def do_GET(self) -> None:
+                self._record()
+                if self.path.endswith("/directives/stream"):
+                    if not fake.stream:
+                        self._json(404, {"error": {"code": "not_found", "message": "x"}})
+                        return
+                    self._serve_stream(int(self.headers.get("Last-Event-ID") or 0))
+                elif "/directives?" in self.path:
+                    after = int(self.path.split("after=")[1].split("&")[0])
+                    deadline = time.monotonic() + 5
+                    while time.monotonic() < deadline:
+                        ready = [d for d in fake.directives if d["seq"] > after]
+                        if ready:
+                            break
+                        time.sleep(0.01)
+                    self._json(200, {"directives": ready, "last_seq": after})
+                elif "/context" in self.path and fake.session_routes:
+                    self._json(200, {"session": "s", "facts": {"path": "/srv"},
+                                     "failed_approaches": [], "zero_progress": False,
+                                     "note": None})
+                else:
+                    self._json(404, {"error": {"code": "not_found", "message": "x"}})
+
+            def _serve_stream(self, after: int) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(b"retry: 1000\n\n")
+                sent = after
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    for item in [d for d in fake.directives if d["seq"] > sent]:
+                        self.wfile.write(f"id: {item['seq']}\nevent: directive\ndata: "
+                                         f"{json.dumps(item)}\n\n".encode())
+                        self.wfile.flush()
+                        sent = item["seq"]
+                    with fake.lock:
+                        if sent > after and fake.stream_hangups:
+                            fake.stream_hangups -= 1
+                            return
+                    time.sleep(0.01)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
+                                       daemon=True)
+        self.thread.start()
+
+    def seen(self, method: str, fragment: str) -> list[tuple[str, str, dict[str, str], Any]]:
+        with self.lock:
+            return [r for r in self.requests if r[0] == method and fragment in r[1]]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeSidecar]:
+    sidecar = FakeSidecar()
+    yield sidecar
+    sidecar.close()
+
+
+@pytest.fixture
+def memory() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def test_spans_in_a_run_are_stamped_and_nested_runs_are_children(
+        fake: FakeSidecar, memory: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = memory
+    wd = Watchdog(fake.url, tracer_provider=provider)
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("outside"):
+        pass
+    with wd.run(agent="planner", max_tool_calls=20, max_seconds=60, session="s1") as run:
+        assert current_run() is run
+        with tracer.start_as_current_span("invoke_agent planner",
+                                          attributes={"gen_ai.operation.name": "invoke_agent"}):
+            with tracer.start_as_current_span("chat m",
+                                              attributes={"gen_ai.operation.name": "chat"}):
+                pass
+            with wd.run(agent="researcher", max_tool_calls=3) as child:
+                assert current_run() is child
+                with tracer.start_as_current_span(
+                        "execute_tool grep", attributes={"gen_ai.operation.name": "execute_tool"}):
+                    pass
+            assert current_run() is run
+    assert current_run() is None
+    wd.close()
+
+    spans = {span.name: dict(span.attributes or {}) for span in exporter.get_finished_spans()}
+    assert not any(key.startswith("watchdog.") for key in spans["outside"])
+    assert spans["chat m"]["watchdog.run.id"] == run.id
+    assert spans["chat m"]["watchdog.agent.name"] == "planner"
+    assert spans["chat m"]["watchdog.session.id"] == "s1"
+    assert spans["chat m"]["watchdog.budget.max_tool_calls"] == 20
+    assert spans["chat m"]["watchdog.budget.max_seconds"] == 60
+    assert "watchdog.parent_run.id" not in spans["chat m"]
+    tool = spans["execute_tool grep"]
+    assert tool["watchdog.run.id"] == child.id != run.id
+    assert tool["watchdog.parent_run.id"] == run.id
+    assert tool["watchdog.session.id"] == "s1"  # inherited
+    assert tool["watchdog.budget.max_tool_calls"] == 3
+    # The parent run has an agent span: its own span stays plain; the child had none, so its
+    # run span becomes the agent span that closes it on the sidecar.
+    assert "gen_ai.operation.name" not in spans["watchdog.run planner"]
+    assert spans["watchdog.run researcher"]["gen_ai.operation.name"] == "invoke_agent"
+
+
+def test_run_announces_reports_calls_in_flight_and_acks(
+        fake: FakeSidecar, memory: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, _ = memory
+    wd = Watchdog(fake.url, tracer_provider=provider, heartbeat_interval=0.2)
+    tracer = provider.get_tracer("test")
+    with wd.run(agent="explorer", max_tool_calls=5, session="s1", run_id="run-1") as run:
+        announce = wait_until(lambda: fake.seen("POST", "/v1/runs/run-1/heartbeat"))[0][3]
+        assert announce["announce"] == {"agent": "explorer", "session": "s1",
+                                        "budget": {"max_tool_calls": 5}}
+        with tracer.start_as_current_span("execute_tool slow",
+                                          attributes={"gen_ai.operation.name": "execute_tool"}):
+            assert run.in_flight == 1
+            beat = wait_until(lambda: [r for r in fake.seen("POST", "/heartbeat")
+                                       if r[3]["in_flight"] == 1], what="in_flight 1")[0][3]
+            assert "announce" not in beat  # announced once
+            assert abs(beat["oldest_call_started"] - time.time()) < 5
+        wait_until(lambda: fake.seen("POST", "/heartbeat")[-1][3]["in_flight"] == 0,
+                   what="in_flight back to 0")
+        fake.directives.append(directive_json(1, run_id="run-1"))
+        assert run.board.wait_for(1, 10)
+        assert run.budget_note() == "[budget: 3 of 5 left]"
+        run.instructions()  # the adapters call this: what it shows counts as applied
+        assert wait_until(lambda: fake.seen("POST", "/v1/runs/run-1/ack"))[0][3] == {"seq": 1}
+        beats = len(fake.seen("POST", "/heartbeat"))
+        wait_until(lambda: len(fake.seen("POST", "/heartbeat")) > beats, what="a periodic beat")
+    wd.close()
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["sse", "long-poll"])
+def test_listener_resumes_without_gaps_or_repeats(
+        stream: bool, memory: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    fake = FakeSidecar(stream=stream)
+    fake.stream_hangups = 1
+    received: list[int] = []
+    wd = Watchdog(fake.url, tracer_provider=memory[0])
+    try:
+        with wd.run(agent="a", run_id="run-2") as run:
+            run.board.post = _spy(run.board.post, received)  # type: ignore[method-assign]
+            fake.directives.append(directive_json(1, run_id="run-2"))
+            assert run.board.wait_for(1, 10)
+            fake.directives.append(directive_json(2, run_id="run-2"))
+            fake.directives.append(directive_json(3, "abort", "error-loop", run_id="run-2"))
+            assert run.board.wait_for(3, 10)
+            with pytest.raises(WatchdogAbort):
+                run.raise_if_aborted()
+    finally:
+        wd.close()
+        fake.close()
+    assert received == [1, 2, 3]
+    if stream:
+        resumes = [r[2].get("Last-Event-ID") for r in fake.seen("GET", "/directives/stream")]
+        assert resumes[0] is None and "1" in resumes  # reconnected after seq 1
+    else:
+        polls = [r[1] for r in fake.seen("GET", "/directives?")]
+        assert polls[0].startswith("/v1/runs/run-2/directives?after=0&wait=")
+        assert any("after=1&" in path for path in polls)
+
+
+def _spy(post: Callable[[Directive], bool], received: list[int]) -> Callable[[Directive], bool]:
+    def spy(directive: Directive) -> bool:
+        accepted = post(directive)
+        if accepted:
+            received.append(directive.seq)
+        return accepted
+
+    return spy
+
+
+def test_checkpoint_and_resume_context_send_the_contract_and_fail_open(
+        fake: FakeSidecar, memory: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    wd = Watchdog(fake.url, "s3cret", tracer_provider=memory[0])
+    with wd.run(agent="a", session="sess/1") as run:
+        assert run.checkpoint(remaining="2 files", state={"project": "/srv/app"},
+                              failed_approaches=["grep -r"]) is None  # no route yet: fails open
+        assert run.resume_context() is None
+        fake.session_routes = True
+        assert run.checkpoint(remaining=3) == {"ok": True}
+        assert run.resume_context()["facts"] == {"path": "/srv"}  # type: ignore[index]
+    with wd.run(agent="a") as sessionless, pytest.raises(ValueError, match="session="):
+        sessionless.checkpoint(remaining=1)
+    wd.close()
+    posts = fake.seen("POST", "/v1/sessions/sess%2F1/checkpoints")
+    assert posts[0][3] == {"remaining": "2 files", "state": {"project": "/srv/app"},
+                           "failed_approaches": ["grep -r"]}
+    assert posts[1][3] == {"remaining": 3, "state": {}, "failed_approaches": []}
+    assert posts[0][2]["Authorization"] == "Bearer s3cret"
+    assert fake.seen("GET", "/v1/sessions/sess%2F1/context")
+
+
+def test_without_a_tracer_provider_runs_still_work(fake: FakeSidecar) -> None:
+    assert not isinstance(trace.get_tracer_provider(), TracerProvider)  # nobody set one
+    wd = Watchdog(fake.url)
+    with wd.run(agent="bare", max_tool_calls=2, run_id="run-3") as run:
+        wait_until(lambda: fake.seen("POST", "/v1/runs/run-3/heartbeat"))
+        assert run.directive() is None
+    wd.close()
+
+
+def test_budget_validation() -> None:
+    wd = Watchdog("http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="max_tool_calls=-1"):
+        wd.run(agent="a", max_tool_calls=-1)
+    with pytest.raises(ValueError, match="agent"):
+        wd.run(agent="")
+    with pytest.raises(ValueError, match="WATCHDOG_URL"):
+        Watchdog("ftp://x")

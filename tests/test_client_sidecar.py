@@ -1,0 +1,153 @@
+"""The client against the real sidecar: announcing a run, a home-grown loop exported through
+``setup_tracing``, reports, and a sidecar restarted under a running agent."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from watchdog.client import Directive, Watchdog
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+    return value
+
+
+def run_detail(api: str, run_id: str) -> dict[str, Any] | None:
+    status, body = http_request("GET", f"{api}/v1/runs/{run_id}")
+    return json.loads(body) if status == 200 else None
+
+
+def test_announced_run_is_known_with_its_budget_before_any_span(sidecar: RunningServer) -> None:
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    with wd.run(agent="explorer", max_tool_calls=20, max_seconds=600, session="s-1") as run, \
+            wd.run(agent="researcher", max_tool_calls=5) as child:
+        detail = wait_until(lambda: run_detail(sidecar.api, run.id), what="the announcement")
+        assert detail["state"] == "active" and detail["agent"] == "explorer"
+        assert detail["session"] == "s-1"
+        assert detail["budget"]["max_tool_calls"] == 20
+        assert detail["budget"]["remaining_tool_calls"] == 20
+        assert detail["budget"]["max_seconds"] == 600
+        child_detail = wait_until(lambda: run_detail(sidecar.api, child.id))
+        assert child_detail["parent_run"] == run.id
+        assert child_detail["budget"]["max_tool_calls"] == 5
+    wd.close()
+
+
+def test_home_grown_loop_with_setup_tracing_ends_completed(sidecar: RunningServer) -> None:
+    wd = Watchdog(sidecar.api)
+    provider = wd.setup_tracing("loop-agent", endpoint=sidecar.otlp_http + "/v1/traces",
+                                set_global=False)
+    processors = provider._active_span_processor._span_processors  # what setup_tracing built
+    batch = next(p for p in processors if isinstance(p, BatchSpanProcessor))
+    assert batch._batch_processor._schedule_delay_millis == 200  # not the SDK's 5 s
+    tracer = provider.get_tracer("my-loop")
+    with wd.run(agent="looper", max_tool_calls=10) as run:
+        for step in range(3):
+            with tracer.start_as_current_span("chat model",
+                                              attributes={"gen_ai.operation.name": "chat"}):
+                pass
+            with tracer.start_as_current_span("execute_tool search", attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+                    "gen_ai.tool.call.arguments": json.dumps({"q": step})}):
+                pass
+        run.set_final_answer("three searches done")
+    # No agent span was started inside the run: the run's own span closes it, with the answer.
+    detail = wait_until(lambda: (d := run_detail(sidecar.api, run.id)) and d["state"] == "ended"
+                        and d, what="the run to end")
+    assert detail["terminal_state"] == "completed"
+    assert detail["has_final_answer"] is True
+    assert detail["final_output"] == "three searches done"
+    assert detail["signals"]["tool_calls"] == 3 and detail["signals"]["iterations"] == 3
+    report = run.report()
+    assert isinstance(report, str) and "search" in report
+    as_json = run.report(as_json=True)
+    assert isinstance(as_json, dict)
+    provider.shutdown()
+    wd.close()
+
+
+def test_exception_in_a_run_ends_it_as_error(sidecar: RunningServer) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+        endpoint=sidecar.otlp_http + "/v1/traces")))
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with pytest.raises(KeyError), wd.run(agent="crasher") as run:
+        raise KeyError("missing")
+    detail = wait_until(lambda: (d := run_detail(sidecar.api, run.id)) and d["state"] == "ended"
+                        and d, what="the run to end")
+    assert detail["terminal_state"] == "error" and detail["terminal_reason"] == "KeyError"
+    provider.shutdown()
+    wd.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_sidecar_restart_loses_and_repeats_no_directive(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = sidecar_config(tmp_path / "state", api_address=f"127.0.0.1:{free_port()}",
+                            otlp_http_address=f"127.0.0.1:{free_port()}")
+    api = f"http://{config.api_address}"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+        endpoint=f"http://{config.otlp_http_address}/v1/traces", timeout=5)))
+    tracer = provider.get_tracer("agent")
+    wd = Watchdog(api, tracer_provider=provider)
+    delivered: list[int] = []
+    caplog.set_level(logging.INFO, logger="watchdog.client")
+
+    def tool_call(step: int) -> None:
+        with tracer.start_as_current_span("execute_tool search", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+                "gen_ai.tool.call.arguments": json.dumps({"q": step})}):
+            pass
+
+    with running_server(config):
+        run = wd.run(agent="explorer", max_tool_calls=4)
+        run.start()
+        post = run.board.post
+
+        def spy(directive: Directive) -> bool:
+            delivered.append(directive.seq)  # every delivery, duplicates included
+            return post(directive)
+
+        run.board.post = spy  # type: ignore[method-assign]
+        wait_until(lambda: run_detail(api, run.id), what="the announcement")
+        tool_call(1)  # 3 of 4 left: the countdown
+        assert run.board.wait_for(1, 10)
+    # The sidecar is down: the agent goes on (and is told so once).
+    assert run.directive() is not None and run.budget_note().startswith("[budget: 3 of 4")
+    with running_server(config):
+        tool_call(2)  # 2 of 4 left
+        assert run.board.wait_for(2, 10)
+        detail = run_detail(api, run.id)
+        assert detail is not None and detail["signals"]["tool_calls"] == 2
+        run.finish()
+    provider.shutdown()
+    wd.close()
+    assert delivered == [1, 2]
+    assert run.budget_note().startswith("[budget: 2 of 4")
+    assert [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and "unreachable" in r.getMessage()] != []
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
