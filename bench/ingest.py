@@ -6,8 +6,9 @@ process and one run, so the numbers share a machine state:
 * baseline  — ``ExportTraceServiceRequest.ParseFromString`` + a walk over every attribute of the
   same payloads, in this process: the floor any OTLP consumer in Python pays;
 * core      — decode + normalise + run signals in this process, no network;
-* end to end — a ``watchdog serve`` subprocess fed over HTTP by 4 concurrent keep-alive clients;
-  every span is accounted for afterwards (received == sent, or the run is reported as failed);
+* end to end — a ``watchdog serve`` subprocess fed over HTTP by 4 concurrent keep-alive clients,
+  with the default rule pack and again with no rules (the cost of rule evaluation); every span
+  is accounted for afterwards (received == sent, or the run is reported as failed);
 * memory    — RSS growth of a fresh sidecar per active run, with 10,000 runs open.
 
 Speed is reported as spans/s and as a ratio to the baseline measured in the same run, because
@@ -147,8 +148,10 @@ def metric(ports: dict[str, int], name: str) -> float:
                if line.startswith(name) and not line.startswith("#"))
 
 
-def end_to_end(bodies: list[bytes], spans: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as state, sidecar(state) as proc:
+def end_to_end(bodies: list[bytes], spans: int, rules: bool = True) -> dict[str, float]:
+    """``rules``: the default rule pack evaluated during ingest (as shipped), or no rules."""
+    extra = {} if rules else {"default_rules": "false"}
+    with tempfile.TemporaryDirectory() as state, sidecar(state, **extra) as proc:
         ports = proc["ports"]
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
         seconds, retries = asyncio.run(send_all(url, bodies))
@@ -195,7 +198,10 @@ def main() -> None:
     base = min(timed(lambda: baseline(bodies)) for _ in range(2))
     results["baseline_spans_per_s"] = spans / base
     results["core_spans_per_s"] = spans / min(timed(lambda: core(bodies)) for _ in range(2))
+    bare = end_to_end(bodies, spans, rules=False)
     e2e = end_to_end(bodies, spans)
+    results["end_to_end_no_rules_spans_per_s"] = bare["spans_per_s"]
+    results["rules_throughput_cut"] = 1 - e2e["spans_per_s"] / bare["spans_per_s"]
     results["end_to_end_spans_per_s"] = e2e["spans_per_s"]
     results["end_to_end_retries"] = e2e["retries"]
     results["ratio_end_to_end_to_baseline"] = e2e["spans_per_s"] / results["baseline_spans_per_s"]
@@ -212,9 +218,11 @@ def main() -> None:
     print(f"{'core (decode+normalise+signals)':<40}{results['core_spans_per_s']:>12,.0f} spans/s"
           f"   ratio {results['ratio_core_to_baseline']:.2f}")
     e2e_rate = results["end_to_end_spans_per_s"]
-    print(f"{'end to end (OTLP/HTTP, sidecar)':<40}{e2e_rate:>12,.0f} spans/s"
+    print(f"{'end to end (OTLP/HTTP, default rules)':<40}{e2e_rate:>12,.0f} spans/s"
           f"   ratio {results['ratio_end_to_end_to_baseline']:.2f}"
           f"   (503 retries: {results['end_to_end_retries']})")
+    print(f"{'end to end, no rules':<40}{bare['spans_per_s']:>12,.0f} spans/s"
+          f"   (the default rule pack costs {results['rules_throughput_cut']:.0%} of it)")
     memory = results["memory"]
     print(f"{'memory per active run':<40}{memory['kib_per_run']:>12.1f} KiB"
           f"   ({memory['active']:.0f} active runs, RSS {memory['rss_before_mib']:.0f} -> "
