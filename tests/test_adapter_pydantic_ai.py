@@ -25,8 +25,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_ai import Agent, InstrumentationSettings, ModelResponse, RunContext, TextPart
-from pydantic_ai import ToolCallPart
+from pydantic_ai import (
+    Agent,
+    InstrumentationSettings,
+    ModelResponse,
+    RunContext,
+    TextPart,
+    ToolCallPart,
+)
 from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.exceptions import AgentRunError, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -194,7 +200,8 @@ def test_countdown_then_abort_report_is_tool_limit_reached_with_answer(
     assert detail["has_final_answer"] is True
     assert detail["agent"] == "explorer"
     assert detail["signals"]["tool_calls"] == 5
-    assert [d["acked"] for d in detail["directives"]] == [True] * 4
+    wait_until(lambda: [d["acked"] for d in run_detail(sidecar, run.id)["directives"]]
+               == [True] * 4, what="every applied directive acked")
 
 
 def test_budget_exhausted_without_answer_raises_after_one_more_call(

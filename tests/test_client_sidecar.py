@@ -138,6 +138,7 @@ def test_sidecar_restart_loses_and_repeats_no_directive(
         assert run.board.wait_for(1, 10)
     # The sidecar is down: the agent goes on (and is told so once).
     assert run.directive() is not None and run.budget_note().startswith("[budget: 3 of 4")
+    assert run.report() is None
     with running_server(config):
         tool_call(2)  # 2 of 4 left
         assert run.board.wait_for(2, 10)
@@ -148,6 +149,6 @@ def test_sidecar_restart_loses_and_repeats_no_directive(
     wd.close()
     assert delivered == [1, 2]
     assert run.budget_note().startswith("[budget: 2 of 4")
-    assert [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.WARNING and "unreachable" in r.getMessage()] != []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "unreachable" in warnings[0]
     assert any("reachable again" in r.getMessage() for r in caplog.records)

@@ -57,7 +57,7 @@ class DirectiveListener:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, join_timeout: float = 0.5) -> None:
+    def stop(self, join_timeout: float = 0.2) -> None:
         """Stop listening; closes the open connection so a blocked read returns at once."""
         self._stop.set()
         with self._lock:

@@ -4,8 +4,11 @@ tracks the model and tool calls that have started but not ended.
 The run travels in the OpenTelemetry context (:data:`RUN_KEY`), so it follows the context
 wherever instrumentation propagates it — nested ``async`` tasks, executor threads that copy the
 context, sub-agents. ``on_start`` is on every span's path, so it does the least it can: one
-context lookup for spans outside a run; for spans inside one, one ``set_attributes`` with a
-dict prepared when the run started, and a classification that reads two attributes. Only model
+context lookup for spans outside a run; for spans inside one, the attributes prepared when the
+run started written in one dict update (:func:`_stamp`), and a classification that reads a few
+attributes. Calls in flight are kept in plain dicts (single operations are atomic under the
+GIL), and nothing on this path wakes a thread or touches the network: the reporter thread
+looks at the runs every 50 ms (``bench/client_overhead.py`` measures the cost). Only model
 and tool calls (not agent, workflow or plumbing spans, which are "in flight" for the whole run)
 count as calls in flight.
 """
@@ -119,8 +122,14 @@ class WatchdogSpanProcessor(SpanProcessor):
         open_spans[span_id] = run  # single dict operations: atomic under the GIL
         if kind is AGENT:
             run.agent_started(span_id, span)
+            return
+        # Run.call_started, inlined: this is the path of every model and tool call.
+        run.calls[span_id] = span._start_time or 0
+        if kind is TOOL_CALL:
+            run.local_tool_calls += 1
         else:
-            run.call_started(span_id, (span.start_time or 0) / 1e9, kind is TOOL_CALL)
+            run.local_model_calls += 1
+        run.changed = True
 
     def on_end(self, span: ReadableSpan) -> None:
         if not self._open:

@@ -1,18 +1,20 @@
 """The background thread that tells the sidecar about runs: announcements, calls in flight,
 heartbeats and acks.
 
-The agent's thread never sends anything itself. It marks a run *dirty* (a call started or
-ended, a directive was applied) and sets an event; this thread wakes, takes every dirty run and
-sends one heartbeat per run with the run's state at that moment. However fast calls start and
-end, each run costs at most one request in flight at a time: bursts coalesce. Runs that stay
-quiet still get a heartbeat every ``HEARTBEAT_INTERVAL`` so the sidecar knows they are alive.
+The agent's thread never sends anything, and does not even wake this thread: it only changes
+the run (a call started or ended, a directive was applied) and sets ``run.changed``. While any
+run is open, this thread looks every ``REPORT_INTERVAL`` and sends one heartbeat per run whose
+state differs from what the sidecar last heard — so a call that starts is reported within that
+interval, however fast calls come and go, at no cost on the agent's path. A run with nothing new
+still gets a heartbeat every ``HEARTBEAT_INTERVAL``, so the sidecar knows it is alive.
 
 Heartbeat body (``POST /v1/runs/{id}/heartbeat``): ``messages``, ``in_flight``,
 ``oldest_call_started`` and, until the sidecar has accepted one, ``announce`` (agent, session,
 parent run, budget) — so a run is known with its budget before any of its spans has ended. A
 404 means the sidecar does not know the run (it restarted without state, or missed the
 announcement): the next heartbeat announces again; a 404 to an announcement means the run has
-already ended there, and the run is not reported any more.
+already ended there, and it is not reported any more. While the sidecar is unreachable the
+thread backs off (``RETRY_FIRST`` doubling to ``RETRY_MAX``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import logging
 import threading
 import time
 import urllib.parse
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from watchdog.client.transport import SidecarUnavailable, Transport
@@ -32,11 +33,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("watchdog.client")
 
 HEARTBEAT_INTERVAL = 5.0  # seconds between heartbeats of a run with nothing new to say
+REPORT_INTERVAL = 0.05  # seconds between looks at open runs: a call's start is reported
+#                         within this, and changes inside it coalesce into one heartbeat
 RETRY_FIRST = 0.5  # seconds before trying an unreachable sidecar again, doubled up to RETRY_MAX
 RETRY_MAX = 10.0
 MAX_TRACKED_RUNS = 10_000  # runs open at once in one process; more are not reported
-MAX_PENDING_POKES = 4096  # changes not yet picked up; beyond it the oldest are dropped (the
-#                           periodic heartbeat still reports those runs)
 
 
 class Reporter:
@@ -47,11 +48,11 @@ class Reporter:
         self.transport = transport
         self.heartbeat_interval = heartbeat_interval
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stopping = False
+        self._wake = threading.Event()  # a run was added (the thread sleeps while none is open)
+        self._halt = threading.Event()  # close()
         self._runs: dict[str, Run] = {}
-        self._dirty: dict[str, Run] = {}  # runs to report, owned by the thread (under _lock)
-        self._pokes: deque[Run] = deque(maxlen=MAX_PENDING_POKES)  # appended lock-free
+        self._farewells: dict[str, Run] = {}  # ended runs with an ack still to send
+        self._last_sent: dict[str, tuple[Any, ...]] = {}  # run id -> state the sidecar has
         self._next_beat: dict[str, float] = {}
         self._retry_at = 0.0
         self._retry_delay = RETRY_FIRST
@@ -67,7 +68,7 @@ class Reporter:
                 self.dropped_runs += 1
                 return
             self._runs[run.id] = run
-            self._dirty[run.id] = run
+            self._next_beat[run.id] = 0.0  # announce at once
             if self._thread is None:
                 self._thread = threading.Thread(target=self._main, daemon=True,
                                                 name="watchdog-reporter")
@@ -75,91 +76,99 @@ class Reporter:
         self._wake.set()
 
     def remove(self, run: Run) -> None:
+        """Stop reporting ``run`` (it ended); an ack it still owes is sent first."""
         with self._lock:
-            self._runs.pop(run.id, None)
-            self._dirty.pop(run.id, None)
+            if self._runs.pop(run.id, None) is not None and run.pending_ack() is not None:
+                self._farewells[run.id] = run
             self._next_beat.pop(run.id, None)
-
-    def poke(self, run: Run) -> None:
-        """Something about ``run`` changed: report it soon."""
-        self._pokes.append(run)  # deque.append is atomic; an overflow only drops a duplicate
-        if not self._wake.is_set():
+            self._last_sent.pop(run.id, None)
+            farewell = run.id in self._farewells
+        if farewell:
             self._wake.set()
 
+    def poke(self, run: Run) -> None:
+        """Something about ``run`` changed: report it at the next look."""
+        run.changed = True
+
     def close(self, timeout: float = 1.0) -> None:
-        with self._lock:
-            self._stopping = True
-            thread = self._thread
+        self._halt.set()
         self._wake.set()
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
     # -- the thread -----------------------------------------------------------------------------
 
     def _main(self) -> None:
-        while True:
-            timeout = self._until_next(time.monotonic())
-            self._wake.wait(timeout)
-            self._wake.clear()
+        while not self._halt.is_set():
+            now = time.monotonic()
+            if now < self._retry_at:
+                self._halt.wait(self._retry_at - now)
+                continue
             with self._lock:
-                if self._stopping:
-                    return
-                pokes = self._pokes
-                while pokes:
-                    run = pokes.popleft()
-                    if run.id in self._runs:
-                        self._dirty[run.id] = run
-                now = time.monotonic()
-                if now < self._retry_at:
-                    continue  # the sidecar is down: keep what is dirty for later
-                due = self._dirty
-                self._dirty = {}
-                for run_id, at in self._next_beat.items():
-                    if at <= now and run_id not in due and run_id in self._runs:
-                        due[run_id] = self._runs[run_id]
-            self._send_all(due)
+                runs = list(self._runs.values())
+                farewells = list(self._farewells.values())
+                self._farewells.clear()
+                if not runs and not farewells:
+                    self._wake.clear()
+            if not runs and not farewells:
+                self._wake.wait()
+                continue
+            self._say_farewell(farewells)
+            self._report(runs, now)
+            self._halt.wait(REPORT_INTERVAL)
 
-    def _until_next(self, now: float) -> float | None:
-        with self._lock:
-            if (self._dirty or self._pokes) and now >= self._retry_at:
-                return 0.0
-            times = list(self._next_beat.values())
-        if now < self._retry_at:
-            return self._retry_at - now
-        return max(min(times) - now, 0.0) if times else None
-
-    def _send_all(self, due: dict[str, Run]) -> None:
-        for run_id, run in due.items():
-            if run_id not in self._runs:
+    def _report(self, runs: list[Run], now: float) -> None:
+        for run in runs:
+            if run.id not in self._runs:
                 continue  # ended meanwhile
+            due = self._next_beat.get(run.id, 0.0) <= now
+            if not (due or run.changed or run.pending_ack() is not None):
+                continue
             try:
-                self._send(run)
+                self._send(run, due)
             except SidecarUnavailable:
-                with self._lock:  # keep everything not yet sent for the retry
-                    for pending_id, pending in due.items():
-                        if pending_id in self._runs:
-                            self._dirty.setdefault(pending_id, pending)
-                    self._retry_at = time.monotonic() + self._retry_delay
-                    self._retry_delay = min(self._retry_delay * 2, RETRY_MAX)
+                run.changed = True  # still to be said
+                self._retry_at = time.monotonic() + self._retry_delay
+                self._retry_delay = min(self._retry_delay * 2, RETRY_MAX)
                 return
         self._retry_delay = RETRY_FIRST
 
-    def _send(self, run: Run) -> None:
+    def _say_farewell(self, runs: list[Run]) -> None:
+        for run in runs:
+            ack = run.pending_ack()
+            if ack is None:
+                continue
+            try:
+                self._ack(run, ack)
+            except SidecarUnavailable:
+                return  # the sidecar is gone; so is the run
+
+    def _ack(self, run: Run, seq: int) -> None:
         quoted = urllib.parse.quote(run.id, safe="")
+        response = self.transport.request("POST", f"/v1/runs/{quoted}/ack", {"seq": seq})
+        if response.ok:
+            run.acked(seq)
+            self.sent += 1
+
+    def _send(self, run: Run, due: bool) -> None:
+        run.changed = False  # before reading the state: a change from now on is seen next time
         ack = run.pending_ack()
         if ack is not None:
-            response = self.transport.request("POST", f"/v1/runs/{quoted}/ack", {"seq": ack})
-            if response.ok:
-                run.acked(ack)
-                self.sent += 1
+            self._ack(run, ack)
+        quoted = urllib.parse.quote(run.id, safe="")
         body: dict[str, Any] = run.heartbeat_body()
+        state = tuple(body.values())
         announcing = not run.announced
+        if not (due or announcing) and self._last_sent.get(run.id) == state:
+            return  # e.g. a call that started and ended between two looks
         if announcing:
             body["announce"] = run.announcement()
         response = self.transport.request("POST", f"/v1/runs/{quoted}/heartbeat", body)
         with self._lock:
             if run.id in self._runs:
                 self._next_beat[run.id] = time.monotonic() + self.heartbeat_interval
+                self._last_sent[run.id] = state
         if response.ok:
             run.announced = True
             self.sent += 1
@@ -168,7 +177,7 @@ class Reporter:
                 self.remove(run)
             else:
                 run.announced = False
-                self.poke(run)
+                run.changed = True
         else:
             log.debug("heartbeat for run %s: HTTP %s %r", run.id, response.status,
                       response.body[:300])

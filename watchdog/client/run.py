@@ -4,7 +4,7 @@ what the sidecar decided about it.
 Theory of operation
 -------------------
 Entering ``with wd.run(...) as run`` puts the run into the OpenTelemetry context and starts
-a ``watchdog.run AGENT`` span, so every span started inside — by pydantic-ai, the OpenAI
+a span named ``watchdog.run <agent>``, so every span started inside — by pydantic-ai, the OpenAI
 Agents SDK instrumentation, your own code — is stamped with ``watchdog.run.id`` and friends by
 :class:`~watchdog.client.processor.WatchdogSpanProcessor`. A ``wd.run`` entered inside another
 run is a *child run* (a sub-agent): its own id and budget, ``watchdog.parent_run.id`` set.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import urllib.parse
 import uuid
 from types import TracebackType
@@ -79,9 +78,9 @@ class Run:
         self.local_tool_calls = 0
         self.local_model_calls = 0
         self.announced = False
-        self._calls: dict[int, float] = {}  # span id -> start (epoch seconds)
+        self.changed = False  # something the sidecar should hear (read by the reporter thread)
+        self.calls: dict[int, int] = {}  # calls in flight: span id -> start (epoch ns)
         self._agent_spans: dict[int, trace.Span] = {}  # open agent spans, oldest first
-        self._calls_lock = threading.Lock()
         self._ack_wanted = 0
         self._acked = 0
         self._final_call_used = False
@@ -258,8 +257,7 @@ class Run:
         that does not record one, e.g. the OpenAI Agents SDK's) or, without one, on the run's
         own span (home-grown loops)."""
         self._final_answer = text[:MAX_FINAL_ANSWER_CHARS]
-        with self._calls_lock:
-            spans = list(self._agent_spans.values())
+        spans = list(self._agent_spans.values())
         if spans:
             spans[-1].set_attribute("output.value", self._final_answer)
 
@@ -271,40 +269,30 @@ class Run:
 
     # -- calls in flight (from the span processor) ------------------------------------------------
 
-    def call_started(self, span_id: int, started: float, is_tool: bool) -> None:
-        with self._calls_lock:
-            self._calls[span_id] = started
-        if is_tool:
-            self.local_tool_calls += 1
-        else:
-            self.local_model_calls += 1
-        self.watchdog.reporter.poke(self)
+    # Calls start in the span processor (inlined there). Single dict operations are atomic
+    # under the GIL: no lock on the span path; the reporter thread copies the dict in one
+    # operation before it reads it.
 
     def agent_started(self, span_id: int, span: trace.Span) -> None:
         self.agent_spans += 1
-        with self._calls_lock:
-            self._agent_spans[span_id] = span
+        self._agent_spans[span_id] = span
 
     def span_ended(self, span_id: int) -> None:
-        with self._calls_lock:
-            if self._agent_spans.pop(span_id, None) is not None:
-                return
-            self._calls.pop(span_id, None)
-        self.watchdog.reporter.poke(self)
+        if self._agent_spans.pop(span_id, None) is None:
+            self.calls.pop(span_id, None)
+            self.changed = True
 
     @property
     def in_flight(self) -> int:
-        return len(self._calls)
+        return len(self.calls)
 
     # -- for the reporter thread ------------------------------------------------------------------
 
     def heartbeat_body(self) -> dict[str, Any]:
-        with self._calls_lock:
-            in_flight = len(self._calls)
-            oldest = min(self._calls.values()) if self._calls else None
-        body: dict[str, Any] = {"messages": self.messages, "in_flight": in_flight}
-        if oldest is not None:
-            body["oldest_call_started"] = oldest
+        starts = list(self.calls.values())
+        body: dict[str, Any] = {"messages": self.messages, "in_flight": len(starts)}
+        if starts:
+            body["oldest_call_started"] = min(starts) / 1e9
         return body
 
     def announcement(self) -> dict[str, Any]:
@@ -344,7 +332,7 @@ class Run:
                    failed_approaches: list[str] | None = None) -> dict[str, Any] | None:
         """Record where the session's task stands (DESIGN §7); the sidecar's answer, or None."""
         body = {"remaining": remaining, "state": dict(state or {}),
-                "failed_approaches": list(failed_approaches or [])}
+                "failed_approaches": list(failed_approaches or []), "run_id": self.id}
         response = self._call("POST", f"/v1/sessions/{_quote(self._session())}/checkpoints",
                               body=body)
         return None if response is None else _json_object(response)

@@ -120,6 +120,8 @@ class RunState:
         self.spans += 1
         self.last_seen = now
         self.last_progress = now
+        if not self.trace_id:  # a run the client SDK announced before any span arrived
+            self.trace_id = record.trace_id
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
         if record.agent is not None and (self.agent is None or record.kind is AGENT):

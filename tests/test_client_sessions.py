@@ -1,0 +1,29 @@
+"""The handoff loop through the client SDK against a real sidecar: two runs of one session that
+end with the same `remaining` are zero progress, and the next run starts knowing it."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from tests.harness import RunningServer
+from watchdog.client import Watchdog
+
+
+def test_resume_context_carries_facts_and_the_zero_progress_note(sidecar: RunningServer) -> None:
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    try:
+        for attempt in range(2):
+            with wd.run(agent="fixer", session="ticket-42") as run:
+                answer = run.checkpoint(remaining="make tests/test_api.py pass",
+                                        state={"project_path": "/srv/app", "attempt": attempt},
+                                        failed_approaches=["pin aiohttp<3.10"])
+                assert answer is not None
+        with wd.run(agent="fixer", session="ticket-42") as run:
+            context = run.resume_context()
+    finally:
+        wd.close()
+    assert context is not None
+    assert context["facts"]["project_path"] == "/srv/app"  # verbatim, across runs
+    assert context["failed_approaches"] == ["pin aiohttp<3.10"]
+    assert context["zero_progress"] is True
+    assert "make tests/test_api.py pass" in context["note"]
