@@ -358,11 +358,11 @@ def test_unexpected_error_is_logged_not_shown(guarded: Guarded, monkeypatch: pyt
     service = guarded.sidecar.server.service
     assert service is not None
 
-    def broken_export(*args: object, **kwargs: object) -> None:
+    async def broken_export(*args: object, **kwargs: object) -> None:
         raise RuntimeError("secret internal detail")
 
     with monkeypatch.context() as patch:
-        patch.setattr(service, "export", broken_export)
+        patch.setattr(service, "export_in_slices", broken_export)
         status, _, body = post_full(guarded.sidecar, otlp_json(agent_run()[0]), JSON)
         assert status == 500
         assert status_message(body, JSON).message == "internal error; see the watchdog log"

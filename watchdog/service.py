@@ -22,7 +22,7 @@ from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
 from watchdog.errors import NotFound, Overloaded
 from watchdog.ingest.decode import ExportTraceServiceRequest
-from watchdog.ingest.pipeline import Decoded, records_from
+from watchdog.ingest.pipeline import Decoded, records_from, slices_of
 from watchdog.rules.decision import Action, Decision, forced_state
 from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.activity import ActivityEntry
@@ -38,6 +38,7 @@ log = logging.getLogger("watchdog")
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
 MAX_LIST_LIMIT = 1000
+INGEST_SLICE = 64  # spans applied between two yields to the event loop
 EVAL_SLICE = 200  # runs whose timed rules are evaluated between two yields to the event loop
 SNAPSHOT_SLICE = 100  # runs snapshotted between two yields to the event loop while flushing
 
@@ -104,6 +105,7 @@ class WatchdogService:
         self._pending_activity: list[ActivityEntry] = []
         self._saving_activity: list[ActivityEntry] = []  # handed to the store, not committed yet
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
+        self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
         self.sessions = SessionBook(store.get_session)
 
@@ -130,14 +132,55 @@ class WatchdogService:
 
     def export(self, request: ExportTraceServiceRequest, protocol: str,
                digest: bytes | None = None) -> Decoded:
-        """Apply one OTLP export request. ``digest`` (of the body) lets a retried request that
-        was already applied be acknowledged without counting its spans twice."""
-        if digest is not None and digest in self._recent_requests:
+        """Apply one OTLP export request at once. ``digest`` (of the body) lets a retried
+        request that was already applied be acknowledged without counting its spans twice."""
+        if self._is_duplicate(digest):
             return Decoded(duplicate=True)
+        self._admit()
+        decoded = records_from(request)
+        self._apply(decoded, protocol)
+        self._remember(digest)
+        return decoded
+
+    async def export_in_slices(self, request: ExportTraceServiceRequest, protocol: str,
+                               digest: bytes | None = None) -> Decoded:
+        """:meth:`export` for the receivers: a large request is applied ``INGEST_SLICE`` spans
+        at a time with the event loop served in between, so a small request (a directive's
+        trigger, a heartbeat, an SSE write) never waits for a whole 512-span batch."""
+        if self._is_duplicate(digest):
+            return Decoded(duplicate=True)
+        self._admit()
+        if digest is not None:
+            self._in_progress.add(digest)
+        total = Decoded()
+        try:
+            for part in slices_of(request, INGEST_SLICE):
+                self._apply(part, protocol)
+                total.rejected.update(part.rejected)
+                total.first_error = total.first_error or part.first_error
+                await asyncio.sleep(0)
+        finally:
+            if digest is not None:
+                self._in_progress.discard(digest)
+        self._remember(digest)
+        return total
+
+    def _is_duplicate(self, digest: bytes | None) -> bool:
+        return digest is not None and (digest in self._recent_requests
+                                       or digest in self._in_progress)
+
+    def _admit(self) -> None:
         if len(self._pending_activity) >= MAX_PENDING_ACTIVITY:
             raise Overloaded("the state store is behind; retry shortly", retry_after=1.0)
+
+    def _remember(self, digest: bytes | None) -> None:
+        if digest is not None:
+            self._recent_requests[digest] = None
+            if len(self._recent_requests) > MAX_RECENT_REQUESTS:
+                self._recent_requests.popitem(last=False)
+
+    def _apply(self, decoded: Decoded, protocol: str) -> None:
         now = self.clock.now()
-        decoded = records_from(request)
         self.observer.spans_received(protocol, decoded, now)
         before = self._snapshots(decoded) if self.engine is not None else {}
         result = self.tracker.apply(decoded.records, now)
@@ -150,11 +193,6 @@ class WatchdogService:
         finished = result.ended + result.evicted
         if finished:
             self.observer.runs_finished(finished)
-        if digest is not None:
-            self._recent_requests[digest] = None
-            if len(self._recent_requests) > MAX_RECENT_REQUESTS:
-                self._recent_requests.popitem(last=False)
-        return decoded
 
     def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
                   oldest_call_started: float | None = None,

@@ -52,7 +52,7 @@ class TraceService:
 
     async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
-            return self._export(body, context)
+            return await self._export(body, context)
         except WatchdogError as exc:
             error = exc
         except Exception:  # never a traceback to the client; the log has it
@@ -64,7 +64,7 @@ class TraceService:
                             trailing_metadata=_error_details(error))
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
-    def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         self._authorize(context.invocation_metadata() or ())
         with self.admission:
             try:
@@ -72,7 +72,7 @@ class TraceService:
             except DecodeError as exc:
                 raise BadRequest(str(exc)) from None
             digest = request_digest(body)
-            decoded = self.service.export(request, PROTOCOL, digest)
+            decoded = await self.service.export_in_slices(request, PROTOCOL, digest)
         rejected = decoded.rejected_count
         self.metrics.export_request(PROTOCOL, decoded.outcome())
         return response_protobuf(rejected, decoded.message())

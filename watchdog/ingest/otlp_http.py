@@ -126,7 +126,7 @@ class TraceReceiver:
             except DecodeError as exc:
                 raise BadRequest(str(exc)) from None
             digest = request_digest(body)
-            decoded = self.service.export(export_request, PROTOCOL, digest)
+            decoded = await self.service.export_in_slices(export_request, PROTOCOL, digest)
         rejected = decoded.rejected_count
         self.metrics.export_request(PROTOCOL, decoded.outcome())
         return web.Response(body=codec.response(rejected, decoded.message()),

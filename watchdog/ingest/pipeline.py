@@ -8,6 +8,7 @@ whole request.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from watchdog.ingest.conventions import Resource, SpanRejected, normalise, select_attributes
@@ -41,8 +42,16 @@ class Decoded:
 
 
 def records_from(request: ExportTraceServiceRequest) -> Decoded:
+    """Every span of ``request`` as a record (or a counted rejection)."""
+    return next(slices_of(request, None), Decoded())
+
+
+def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[Decoded]:
+    """The request's records ``size`` spans at a time (None: all at once), so the shell can
+    apply a large request in slices and serve other requests in between."""
     decoded = Decoded()
     records = decoded.records
+    count = 0
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
@@ -53,4 +62,10 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
                     decoded.rejected[exc.reason] += 1
                     if not decoded.first_error:
                         decoded.first_error = str(exc)
-    return decoded
+                count += 1
+                if size is not None and count >= size:
+                    yield decoded
+                    decoded, count = Decoded(), 0
+                    records = decoded.records
+    if count or size is None:
+        yield decoded
