@@ -4,74 +4,18 @@ sidecar's rules decide, and the decisions come back as directives on the control
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.trace import Status, StatusCode
-
 from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.scripted import ScriptedAgent, wait_for
 from watchdog.clock import ManualClock
-
-
-class Agent:
-    """A scripted agent whose spans carry the watchdog run id, exported as they end."""
-
-    def __init__(self, server: RunningServer, run_id: str, name: str) -> None:
-        self.run_id = run_id
-        self.name = name
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(
-            SimpleSpanProcessor(OTLPSpanExporter(endpoint=server.otlp_http + "/v1/traces")))
-        self.tracer = self.provider.get_tracer("rules-e2e")
-        self._root = self.tracer.start_span(f"invoke_agent {name}", attributes={
-            "gen_ai.operation.name": "invoke_agent", **self._ids()})
-        self._context = trace.set_span_in_context(self._root)
-
-    def _ids(self) -> dict[str, str]:
-        return {"watchdog.run.id": self.run_id, "watchdog.agent.name": self.name}
-
-    def tool(self, name: str, args: dict[str, Any], result: str = "ok",
-             error: str | None = None) -> None:
-        with self.tracer.start_as_current_span(f"execute_tool {name}", context=self._context,
-                                               attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-            "gen_ai.tool.call.arguments": json.dumps(args), "gen_ai.tool.call.result": result,
-            **self._ids()}) as span:
-            if error:
-                span.set_status(Status(StatusCode.ERROR, error))
-                span.set_attribute("error.type", "RuntimeError")
-
-    def chat(self, messages: int) -> None:
-        conversation = json.dumps([{"role": "user", "parts": []}] * messages)
-        with self.tracer.start_as_current_span("chat model", context=self._context, attributes={
-                "gen_ai.operation.name": "chat", "gen_ai.input.messages": conversation,
-                "gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 5,
-                **self._ids()}):
-            pass
-
-    def finish(self) -> None:
-        self._root.end()
-        self.provider.shutdown()
 
 
 def directives(server: RunningServer, run_id: str) -> list[dict[str, Any]]:
     return server.get_json(f"/v1/runs/{run_id}/directives?after=0")["directives"]  # type: ignore[no-any-return]
-
-
-def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 @contextmanager
@@ -84,7 +28,7 @@ def sidecar_with_clock(tmp_path: Path, clock: ManualClock | None = None
 
 def test_a_looping_agent_gets_wind_down_then_abort_with_loop_detected(tmp_path: Path) -> None:
     with sidecar_with_clock(tmp_path) as server:
-        agent = Agent(server, "loop-1", "looper")
+        agent = ScriptedAgent(server.otlp_http, "loop-1", "looper")
         for _ in range(4):
             agent.tool("search", {"query": "the same thing", "page": 1}, result="no results")
         first = wait_for(lambda: directives(server, "loop-1"))
@@ -113,7 +57,7 @@ def test_a_looping_agent_gets_wind_down_then_abort_with_loop_detected(tmp_path: 
 
 def test_an_agent_failing_the_same_way_is_aborted_as_an_error_loop(tmp_path: Path) -> None:
     with sidecar_with_clock(tmp_path) as server:
-        agent = Agent(server, "errors-1", "failing")
+        agent = ScriptedAgent(server.otlp_http, "errors-1", "failing")
         for attempt in range(5):
             agent.tool("write_file", {"path": f"/tmp/out-{attempt}.txt"},
                        error=f"disk full while writing /tmp/out-{attempt}.txt ({attempt} bytes)")
@@ -128,8 +72,8 @@ def test_an_agent_failing_the_same_way_is_aborted_as_an_error_loop(tmp_path: Pat
 def test_slow_but_progressing_is_not_aborted_while_stuck_is(tmp_path: Path) -> None:
     clock = ManualClock()
     with sidecar_with_clock(tmp_path, clock) as server:
-        slow = Agent(server, "slow-1", "researcher")
-        stuck = Agent(server, "stuck-1", "researcher")
+        slow = ScriptedAgent(server.otlp_http, "slow-1", "researcher")
+        stuck = ScriptedAgent(server.otlp_http, "stuck-1", "researcher")
         slow.chat(messages=3)
         stuck.chat(messages=3)
         wait_for(lambda: server.get_json("/v1/runs?state=active")["runs"])
