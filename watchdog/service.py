@@ -182,13 +182,14 @@ class WatchdogService:
     def _apply(self, decoded: Decoded, protocol: str) -> None:
         now = self.clock.now()
         self.observer.spans_received(protocol, decoded, now)
-        before = self._snapshots(decoded) if self.engine is not None else {}
+        rules = self.engine is not None and bool(self.engine.ruleset.rules)
+        before = self._snapshots(decoded) if rules else {}
         result = self.tracker.apply(decoded.records, now)
         self._dirty.update(result.touched)
         self._note_sessions(result.touched.values(), now)
         self._pending_activity.extend(result.activity)
         self.observer.batch_applied(result)
-        if self.engine is not None:
+        if rules:
             self._evaluate_batch(before, result, now)
         finished = result.ended + result.evicted
         if finished:
