@@ -88,6 +88,33 @@ class DecisionSink(Protocol):
     def submit(self, decision: Decision, run: RunState, now: float) -> object: ...
 
 
+class PendingActivity:
+    """Activity entries not yet in the store, in order and indexed by run, so a directive's
+    report prompt finds its run's latest steps without scanning every pending entry."""
+
+    __slots__ = ("by_run", "entries")
+
+    def __init__(self) -> None:
+        self.entries: list[ActivityEntry] = []
+        self.by_run: dict[str, list[ActivityEntry]] = {}
+
+    def extend(self, entries: Iterable[ActivityEntry]) -> None:
+        by_run = self.by_run
+        for entry in entries:
+            self.entries.append(entry)
+            run = by_run.get(entry.run_key)
+            if run is None:
+                by_run[entry.run_key] = [entry]
+            else:
+                run.append(entry)
+
+    def of(self, key: str) -> list[ActivityEntry]:
+        return self.by_run.get(key, [])
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 class WatchdogService:
     def __init__(self, config: Config, store: Store, observer: Observer | None = None,
                  clock: Clock | None = None, engine: RuleEngine | None = None,
@@ -102,8 +129,8 @@ class WatchdogService:
         self.tracker = RunTracker(max_runs=config.max_runs,
                                   run_end_timeout=config.run_end_timeout)
         self._dirty: dict[str, RunState] = {}
-        self._pending_activity: list[ActivityEntry] = []
-        self._saving_activity: list[ActivityEntry] = []  # handed to the store, not committed yet
+        self._pending_activity = PendingActivity()
+        self._saving_activity = PendingActivity()  # handed to the store, not committed yet
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
@@ -375,9 +402,9 @@ class WatchdogService:
     def take_pending(self) -> tuple[list[dict[str, Any]], list[ActivityEntry]]:
         """Snapshots of changed runs and new activity, to hand to :meth:`Store.save`."""
         rows = [run.to_dict() for run in self._dirty.values()]
-        activity = self._pending_activity
+        activity = self._pending_activity.entries
         self._dirty = {}
-        self._pending_activity = []
+        self._pending_activity = PendingActivity()
         return rows, activity
 
     def flush(self) -> None:
@@ -395,7 +422,7 @@ class WatchdogService:
         """Persist changed runs and new activity without stalling the event loop: runs are
         snapshotted in small slices (other requests run in between), then written on the lane."""
         dirty, self._dirty = self._dirty, {}
-        activity, self._pending_activity = self._pending_activity, []
+        activity, self._pending_activity = self._pending_activity, PendingActivity()
         rows: list[dict[str, Any]] = []
         for index, run in enumerate(dirty.values(), 1):
             rows.append(run.to_dict())  # a run changed after this is dirty again: next flush
@@ -408,10 +435,10 @@ class WatchdogService:
         if rows or activity or sessions:
             self._saving_activity = activity
             try:
-                await self.in_store_lane(self.store.save, rows, activity, sessions)
+                await self.in_store_lane(self.store.save, rows, activity.entries, sessions)
             finally:
                 if self._saving_activity is activity:
-                    self._saving_activity = []
+                    self._saving_activity = PendingActivity()
 
     async def close(self) -> None:
         """Persist what is pending and close the store (shutdown)."""
@@ -461,8 +488,7 @@ class WatchdogService:
         """
         entries = {entry.seq: entry for entry in self.store.activity(key)}
         for batch in (self._saving_activity, self._pending_activity):
-            for entry in batch:
-                if entry.run_key == key:
-                    entries[entry.seq] = entry
+            for entry in batch.of(key):
+                entries[entry.seq] = entry
         ordered = [entries[seq] for seq in sorted(entries)]
         return ordered[-self.config.activity_log_size:]

@@ -181,7 +181,8 @@ def _next_steps(run: RunState, activity: Sequence[ActivityEntry],
                          f"complete before relying on it.")
         else:
             notes.append(f"The run ended ({state}) without a final answer: a follow-up should "
-                         f"start from the partial findings of this report instead of repeating the calls.")
+                         f"start from the partial findings of this report instead of repeating "
+                         f"the calls.")
     notes.extend(_repeat_notes(run, tool_entries))
     notes.extend(_error_notes(run, activity))
     if run.cycle_repeats >= REPEAT_NOTE_MIN:
