@@ -104,6 +104,19 @@ def sidecar(state_dir: str, **extra: str) -> Iterator[dict[str, Any]]:
         process.wait(30)
 
 
+def settled_rss(pid: int, timeout: float = 10.0) -> int:
+    """RSS once it stops moving (the state flush after a load has run), polled every 0.1 s."""
+    deadline = time.monotonic() + timeout
+    last = rss_bytes(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = rss_bytes(pid)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def rss_bytes(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     match = re.search(r"VmRSS:\s+(\d+) kB", status)
@@ -166,15 +179,14 @@ def memory_per_run(runs: int) -> dict[str, float]:
     """RSS growth per active run: ~5 spans per run, no root span, so every run stays open."""
     warm = list(batches(200, 512, 2048, seed=3, with_root=False))
     load = list(batches(runs, 512, runs * 5, seed=5, with_root=False))
-    with tempfile.TemporaryDirectory() as state, sidecar(state, max_runs=str(runs * 2)) as proc:
+    with tempfile.TemporaryDirectory() as state, sidecar(
+            state, max_runs=str(runs * 2), state_flush_interval="0.1") as proc:
         pid, ports = proc["process"].pid, proc["ports"]
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
         asyncio.run(send_all(url, warm))
-        time.sleep(1.5)  # let the first state flush happen before the "before" reading
-        before = rss_bytes(pid)
+        before = settled_rss(pid)  # after the first state flushes, so they are not counted
         asyncio.run(send_all(url, load))
-        time.sleep(1.5)
-        after = rss_bytes(pid)
+        after = settled_rss(pid)
         active = metric(ports, "agent_watchdog_runs_active")
     return {"runs": runs, "active": active, "rss_before_mib": before / 2**20,
             "rss_after_mib": after / 2**20, "kib_per_run": (after - before) / 1024 / runs}
