@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -64,6 +65,23 @@ class RunningServer:
     def flush(self) -> None:
         assert self.server.service is not None
         self.call(self.server.service.flush)
+
+
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "") -> T:
+    """Poll ``condition`` every 10 ms until it returns something truthy; fail after
+    ``timeout`` seconds naming ``what`` did not happen."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        time.sleep(0.01)
+    return value
+
+
+def run_detail(api: str, run_id: str) -> dict[str, Any] | None:
+    """``GET /v1/runs/{id}``, or None while the sidecar does not know the run."""
+    status, body = http_request("GET", f"{api}/v1/runs/{run_id}")
+    return json.loads(body) if status == 200 else None  # type: ignore[no-any-return]
 
 
 def http_request(method: str, url: str, body: bytes | None = None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,8 +24,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from tests.harness import RunningServer, http_request
-from watchdog.client import Run, Watchdog, WatchdogAbort, current_run
+from tests.client_runs import ended_run, wait_settled
+from tests.harness import RunningServer
+from watchdog.client import Watchdog, WatchdogAbort, current_run
 from watchdog.client.adapters.openai_agents import (
     WatchdogAbortError,
     WatchdogHooks,
@@ -57,48 +57,15 @@ def wd(sidecar: RunningServer, provider: TracerProvider) -> Iterator[Watchdog]:
     watchdog.close()
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-    return value
-
-
-def run_detail(sidecar: RunningServer, run_id: str) -> dict[str, Any] | None:
-    status, body = http_request("GET", f"{sidecar.api}/v1/runs/{run_id}")
-    return json.loads(body) if status == 200 else None
-
-
-def settled(sidecar: RunningServer, run: Run) -> bool:
-    detail = run_detail(sidecar, run.id)
-    if detail is None or (detail["signals"]["tool_calls"], detail["signals"]["iterations"]) != (
-            run.local_tool_calls, run.local_model_calls):
-        return False
-    outbox = sidecar.server.outbox
-    assert outbox is not None
-    asyncio.run_coroutine_threadsafe(outbox.flush(), sidecar.loop).result(10)
-    fired = len(run_detail(sidecar, run.id)["directives"])  # type: ignore[index]
-    return bool(run.board.wait_for(fired, 10)) if fired else True
-
-
 def settling_base(sidecar: RunningServer, provider: TracerProvider
                   ) -> Callable[[RunContextWrapper[Any], Agent[Any]], str]:
     def base(context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
         run = current_run()
         assert run is not None
-        provider.force_flush()
-        wait_until(lambda: settled(sidecar, run), what="the sidecar and the listener")
+        wait_settled(sidecar, provider, run)
         return "You are a careful research agent."
 
     return base
-
-
-def ended_run(sidecar: RunningServer, provider: TracerProvider, run_id: str) -> dict[str, Any]:
-    provider.force_flush()
-    return wait_until(lambda: (d := run_detail(sidecar, run_id)) and d["state"] == "ended" and d,
-                      what=f"run {run_id} to end")  # type: ignore[no-any-return]
 
 
 def scripted(decide: Callable[[int, ModelCall], Any]) -> ScriptedModel:

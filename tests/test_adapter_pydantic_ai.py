@@ -10,8 +10,6 @@ for exactly that, which makes each request's instructions deterministic.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import socket
 import threading
@@ -39,7 +37,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from tests.harness import RunningServer, http_request
+from tests.client_runs import ended_run, wait_settled
+from tests.harness import RunningServer, run_detail, wait_until
 from watchdog.client import Run, Watchdog, WatchdogAbort
 from watchdog.client.adapters.pydantic_ai import WatchdogAbortError, WatchdogCapability
 
@@ -63,39 +62,6 @@ def wd(sidecar: RunningServer, provider: TracerProvider) -> Iterator[Watchdog]:
     watchdog.close()
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.01)
-
-
-def run_detail(sidecar: RunningServer, run_id: str) -> dict[str, Any] | None:
-    status, body = http_request("GET", f"{sidecar.api}/v1/runs/{run_id}")
-    return json.loads(body) if status == 200 else None
-
-
-def settled(sidecar: RunningServer, run: Run) -> bool:
-    """The sidecar has every span of ``run`` that has ended, and the run's board has every
-    directive the sidecar fired for them."""
-    detail = run_detail(sidecar, run.id)
-    if detail is None:
-        return False
-    signals = detail["signals"]
-    if (signals["tool_calls"], signals["iterations"]) != (run.local_tool_calls,
-                                                          run.local_model_calls):
-        return False
-    outbox = sidecar.server.outbox
-    assert outbox is not None
-    asyncio.run_coroutine_threadsafe(outbox.flush(), sidecar.loop).result(10)
-    fired = len(run_detail(sidecar, run.id)["directives"])  # type: ignore[index]
-    return bool(run.board.wait_for(fired, 10)) if fired else True
-
-
 def settle_instructions(sidecar: RunningServer, provider: TracerProvider
                         ) -> Callable[[RunContext[Any]], str]:
     def settle(ctx: RunContext[Any]) -> str:
@@ -103,17 +69,10 @@ def settle_instructions(sidecar: RunningServer, provider: TracerProvider
 
         run = current_run()
         assert run is not None
-        provider.force_flush()
-        wait_until(lambda: settled(sidecar, run), what="the sidecar and the listener")
+        wait_settled(sidecar, provider, run)
         return ""
 
     return settle
-
-
-def ended_run(sidecar: RunningServer, provider: TracerProvider, run_id: str) -> dict[str, Any]:
-    provider.force_flush()
-    return wait_until(lambda: (d := run_detail(sidecar, run_id)) and d["state"] == "ended" and d,
-                      what=f"run {run_id} to end")  # type: ignore[no-any-return]
 
 
 class Script:
@@ -200,7 +159,7 @@ def test_countdown_then_abort_report_is_tool_limit_reached_with_answer(
     assert detail["has_final_answer"] is True
     assert detail["agent"] == "explorer"
     assert detail["signals"]["tool_calls"] == 5
-    wait_until(lambda: [d["acked"] for d in run_detail(sidecar, run.id)["directives"]]
+    wait_until(lambda: [d["acked"] for d in run_detail(sidecar.api, run.id)["directives"]]
                == [True] * 4, what="every applied directive acked")
 
 
@@ -327,7 +286,7 @@ def test_slow_tool_is_in_flight_on_the_sidecar(sidecar: RunningServer,
     try:
         assert started.wait(20)
         run = holder[0]
-        detail = wait_until(lambda: (d := run_detail(sidecar, run.id))
+        detail = wait_until(lambda: (d := run_detail(sidecar.api, run.id))
                             and d["signals"]["in_flight"] == 1 and d, what="in_flight == 1")
         assert detail["state"] == "active"
         assert run.in_flight == 1

@@ -23,19 +23,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tests.harness import wait_until
 from watchdog.client import Directive, Watchdog, WatchdogAbort, current_run
 from watchdog.client.directive import DirectiveBoard
 from watchdog.client.listener import sse_events
 from watchdog.client.processor import AGENT, LLM_CALL, OTHER, TOOL_CALL, classify_start
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-    return value
 
 
 def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-countdown",

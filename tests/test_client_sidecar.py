@@ -6,32 +6,21 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.harness import (
+    RunningServer,
+    run_detail,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from watchdog.client import Directive, Watchdog
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-    return value
-
-
-def run_detail(api: str, run_id: str) -> dict[str, Any] | None:
-    status, body = http_request("GET", f"{api}/v1/runs/{run_id}")
-    return json.loads(body) if status == 200 else None
 
 
 def test_announced_run_is_known_with_its_budget_before_any_span(sidecar: RunningServer) -> None:

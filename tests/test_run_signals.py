@@ -123,11 +123,11 @@ def test_consecutive_llm_errors_reset_by_a_working_llm_call(otel: SpanMaker) -> 
 def test_repeated_tool_call_ignores_argument_key_order_and_spacing(otel: SpanMaker) -> None:
     root = otel.open("invoke_agent a")
     tool_calls(otel, root, [
-        ("grep", '{"pattern": "TODO", "path": "src"}', "3 hits"),
-        ("grep", '{"path":"src","pattern":"TODO"}', "3 hits"),
-        ("grep", '{ "path" : "src" , "pattern" : "TODO" }', "3 hits"),
-        ("grep", '{"path": "src", "pattern": "FIXME"}', "0 hits"),
-        ("find", '{"path": "src", "pattern": "TODO"}', "3 hits"),
+        ("grep", '{"pattern": "deprecated", "path": "src"}', "3 hits"),
+        ("grep", '{"path":"src","pattern":"deprecated"}', "3 hits"),
+        ("grep", '{ "path" : "src" , "pattern" : "deprecated" }', "3 hits"),
+        ("grep", '{"path": "src", "pattern": "obsolete"}', "0 hits"),
+        ("find", '{"path": "src", "pattern": "deprecated"}', "3 hits"),
     ])
     signals = signals_after(otel)
     assert signals["tool_calls"] == 5

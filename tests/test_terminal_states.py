@@ -76,7 +76,10 @@ def stopped_by_the_watchdog(server: RunningServer) -> dict[str, Outcome]:
     budgeted = ScriptedAgent(otlp, "budget-answered", "explorer", budget={"max_tool_calls": 3})
     for index in range(3):
         budgeted.tool("read_file", {"path": f"/src/{index}.py"})
-    assert "budget-exhausted" in wait_for(lambda: directive_rules(server, "budget-answered"))
+    # the countdown directives come first: wait for the one that stops the run
+    assert "budget-exhausted" in wait_for(
+        lambda: "budget-exhausted" in directive_rules(server, "budget-answered")
+        and directive_rules(server, "budget-answered"))
     budgeted.chat(messages=8, finish_reason="stop")
     budgeted.finish(answer="Summary of the three files.")
     expected["budget-answered"] = ("tool_limit_reached", "budget-exhausted", True)

@@ -31,6 +31,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ def _get_json(url: str) -> Any:
 # -- the simulated agents --------------------------------------------------------------------------
 
 @dataclass
-class SimulatedAgent:
+class SimulatedAgent(ABC):
     """One agent run in a thread: spans over real OTLP, directives from the control API."""
 
     name: str
@@ -155,10 +156,10 @@ class SimulatedAgent:
         self.messages = 2
         self.thread = threading.Thread(target=self._main, name=f"demo-{self.name}", daemon=True)
 
-    # what the agent does; subclasses write the script
+    @abstractmethod
     def work(self) -> str | None:
-        """The run's steps; returns the final answer (None: stopped without one)."""
-        raise NotImplementedError
+        """The run's steps (each subclass writes its script); returns the final answer, or
+        None when it stopped without one."""
 
     def start(self) -> None:
         self.thread.start()
