@@ -127,7 +127,8 @@ class WatchdogService:
         self.observer: Observer = observer or NullObserver()
         self.clock: Clock = clock or SystemClock()
         self.tracker = RunTracker(max_runs=config.max_runs,
-                                  run_end_timeout=config.run_end_timeout)
+                                  run_end_timeout=config.run_end_timeout,
+                                  loose_run_gap=config.loose_run_gap)
         self._dirty: dict[str, RunState] = {}
         self._pending_activity = PendingActivity()
         self._saving_activity = PendingActivity()  # handed to the store, not committed yet
