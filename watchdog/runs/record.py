@@ -73,6 +73,9 @@ class SpanRecord:
     # Set by the tracker: a model or tool call that is a whole trace of its own (no span for the
     # invocation), grouped with the calls before it into one run (see RunTracker).
     loose: bool = False
+    # An agent-kind span that frames a workflow (invoke_workflow, an OpenLLMetry workflow, an
+    # OpenInference root CHAIN) rather than an agent: the agent below it is the run's own.
+    workflow: bool = False
 
     @property
     def ends_run(self) -> bool:

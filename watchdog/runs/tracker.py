@@ -191,7 +191,12 @@ class RunTracker:
                 if child is not None:  # a late span of a nested agent already split off
                     record.run_key = child
             run = self._run_for(record, now, result)
-            if record.kind is AGENT and record.parent_span_id is not None and not run.ended:
+            if record.kind is AGENT and record.parent_span_id is None and frames is not None \
+                    and not record.workflow and frames.main_agent is not None:
+                # the root is itself an agent: the one taken as main ran inside it
+                self._split(frames, frames.main_agent, run, now, result)
+                frames.main_agent = record.span_id
+            elif record.kind is AGENT and record.parent_span_id is not None and not run.ended:
                 if frames is not None:
                     if self._place_agent(record, frames, run, now, result) is not run:
                         continue  # a nested agent: its child run has it, folded and ended
