@@ -41,7 +41,7 @@ class Received:
 @dataclass
 class Upstream:
     port: int = field(default_factory=free_port)
-    received: list[Received] = field(default_factory=list)  # in arrival order
+    received: list[Received] = field(default_factory=list, repr=False)  # in arrival order
     answered: int = 0  # requests answered (any status)
 
     def __post_init__(self) -> None:
