@@ -196,6 +196,7 @@ def test_every_signal_over_both_protocols_arrives_unchanged(
             # HTTP keeps the agent's content coding; gRPC's own compression ends at the sidecar.
             assert coding == (compression if export.protocol == "http" else None), request
         counts = forwarded(sidecar)
+        assert len(counts) == 3 * 6  # every signal x outcome, zeros included
         assert {key: n for key, n in counts.items() if n} == {
             ("traces", "sent"): 2, ("metrics", "sent"): 2, ("logs", "sent"): 2}
 
@@ -334,9 +335,10 @@ def test_without_forward_endpoint_metrics_and_logs_are_answered_as_a_collector_w
 # -- the forwarder on its own, against a real upstream -----------------------------------------
 
 def counts_of(metrics: Metrics) -> dict[tuple[str, str], float]:
+    """The non-zero ``forwarded_total`` series."""
     return {(s.labels["signal"], s.labels["outcome"]): s.value
             for family in metrics.registry.collect() if family.name == "agent_watchdog_forwarded"
-            for s in family.samples if s.name.endswith("_total")}
+            for s in family.samples if s.name.endswith("_total") and s.value}
 
 
 async def test_queue_bytes_are_bounded_and_shutdown_flushes_within_its_limit() -> None:
@@ -427,6 +429,9 @@ def test_forward_configuration_from_env_and_flags() -> None:
      "forward_headers: entry 1 is not allowed: expected name=value"),
     ({"forward_headers": {"X-Token": "abc"}}, "forward_headers is set but forward_endpoint is not"),
     ({"forward_queue_size": "0"}, "forward_queue_size=0 is not allowed"),
+    ({"forward_endpoint": "http://localhost:4318", "otlp_http_address": "0.0.0.0:4318",
+      "insecure": True}, "is this watchdog's own otlp_http_address"),
+    ({"forward_endpoint": "http://127.0.0.1:4318/"}, "is this watchdog's own otlp_http_address"),
 ])
 def test_bad_forward_settings_are_refused_naming_the_key(settings: dict[str, object],
                                                          expected: str) -> None:

@@ -87,6 +87,11 @@ class Config:
                  "one of " + ", ".join(LOG_LEVELS))
         validate_webhooks(self.webhooks)
         validate_forward(self.forward_endpoint, self.forward_headers)
+        if self.forward_endpoint is not None and _same_listener(
+                self.forward_endpoint, split_address("otlp_http_address", self.otlp_http_address)):
+            raise ConfigError(f"forward_endpoint={url_for_logs(self.forward_endpoint)!r} is this "
+                              f"watchdog's own otlp_http_address: everything would go round in "
+                              f"a loop; set the address of your Collector or OTLP backend")
         if not self.api_token and not self.insecure:
             for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):
                 host, _ = split_address(name, getattr(self, name))
@@ -241,6 +246,18 @@ def validate_forward(endpoint: str | None, headers: Mapping[str, str]) -> None:
         raise ConfigError("forward_headers is set but forward_endpoint is not: set "
                           "forward_endpoint (e.g. http://otel-collector:4318) or remove the "
                           "headers")
+
+
+def _same_listener(url: str, address: tuple[str, int]) -> bool:
+    """Whether ``url`` reaches the listener bound to ``address`` on this host."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host, bound_port = address
+    if port != bound_port or bound_port == 0:
+        return False
+    target = parts.hostname or ""
+    return target == host or (is_loopback(target)
+                              and (is_loopback(host) or host in ("0.0.0.0", "::", "")))
 
 
 def parse_headers(key: str, text: str) -> dict[str, str]:

@@ -79,6 +79,8 @@ class Outcome:
     DROPPED_PERMANENT = "dropped_permanent"
     DROPPED_RETRIES_EXHAUSTED = "dropped_retries_exhausted"
     DROPPED_SHUTDOWN = "dropped_shutdown"
+    ALL = (SENT, RETRIED, DROPPED_QUEUE_FULL, DROPPED_PERMANENT, DROPPED_RETRIES_EXHAUSTED,
+           DROPPED_SHUTDOWN)
 
 
 class ForwardMetrics(Protocol):
@@ -177,6 +179,9 @@ class Forwarder:
         return True
 
     async def start(self) -> None:
+        for signal in SIGNALS:  # every series exists from the start, so rate() sees the first
+            for outcome in Outcome.ALL:
+                self._metrics.forwarded(signal, outcome, 0)
         self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         self._task = asyncio.create_task(self._run(), name="watchdog-forward")
         log.info("forwarding OTLP to %s", url_for_logs(self.endpoint))
