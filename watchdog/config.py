@@ -30,6 +30,9 @@ DEFAULT_API_ADDRESS = "127.0.0.1:9477"
 DEFAULT_METRICS_ADDRESS = "0.0.0.0:9464"
 DEFAULT_STATE_DIR = "watchdog-state"
 DEFAULT_RUN_END_TIMEOUT = 900.0  # 15 min without a span: the run is abandoned
+# A run of loose model calls (an agent that emits no span for the invocation) that has not
+# answered ends after this long without a call (DESIGN §3; see RunTracker).
+DEFAULT_LOOSE_RUN_GAP = 120.0
 DEFAULT_MAX_RUNS = 10_000
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024  # OTLP's usual 16 MiB, after decompression
 DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
@@ -55,6 +58,7 @@ class Config:
     api_token: str | None = field(default=None, repr=False)
     webhooks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # holds secrets
     run_end_timeout: float = DEFAULT_RUN_END_TIMEOUT
+    loose_run_gap: float = DEFAULT_LOOSE_RUN_GAP
     max_runs: int = DEFAULT_MAX_RUNS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
@@ -74,6 +78,8 @@ class Config:
             split_address(name, getattr(self, name))
         _require(self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
                  "a positive number of seconds (e.g. 900 or 15m)")
+        _require(self.loose_run_gap > 0, "loose_run_gap", self.loose_run_gap,
+                 "a positive number of seconds (e.g. 120 or 2m)")
         _require(self.state_flush_interval > 0, "state_flush_interval", self.state_flush_interval,
                  "a positive number of seconds")
         _require(self.eval_interval > 0, "eval_interval", self.eval_interval,
