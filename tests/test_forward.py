@@ -388,6 +388,7 @@ def test_backoff_doubles_to_its_cap_and_gives_up_after_max_elapsed() -> None:
     policy = RetryPolicy(initial_backoff=1.0, max_backoff=8.0, jitter=0.0, max_elapsed=60.0)
     assert [policy.delay(n, None, age=0.0) for n in range(1, 7)] == [1, 2, 4, 8, 8, 8]
     assert policy.delay(1, retry_after=7.0, age=0.0) == 7.0  # the upstream's word wins
+    assert policy.delay(3, retry_after=0.0, age=0.0) == 4.0  # ... but is no busy loop
     assert policy.delay(3, None, age=56.0) == 4.0  # the attempt comes at 60 s: still in time
     assert policy.delay(3, None, age=56.5) is None
     assert policy.delay(1, retry_after=120.0, age=0.0) is None

@@ -18,8 +18,8 @@ Theory of operation
   One request in flight keeps the order; the throughput (one request per upstream round trip)
   is ample for a sidecar's one agent.
 * Failures follow the OTLP/HTTP specification: 429, 502, 503, 504 and transport errors are
-  retried after the upstream's ``Retry-After``, else an exponential backoff with jitter; any
-  other status is permanent (``dropped_permanent``). A request is given up
+  retried after an exponential backoff with jitter, or the upstream's ``Retry-After`` if
+  longer; any other status is permanent (``dropped_permanent``). A request is given up
   ``RETRY_MAX_ELAPSED`` seconds after it was offered (``dropped_retries_exhausted``), the
   Collector's ``retry_on_failure`` default.
 * :meth:`Forwarder.stop` refuses new requests and keeps sending for at most its ``timeout``;
@@ -105,12 +105,12 @@ class RetryPolicy:
               rand: float = 0.5) -> float | None:
         """Seconds before the next attempt after ``attempts`` failed ones of a request offered
         ``age`` seconds ago, or None when that attempt would come too late (give up).
-        The upstream's ``Retry-After`` wins over the backoff; ``rand`` is in [0, 1)."""
+        Never sooner than the upstream's ``Retry-After`` asks, nor than the backoff (a
+        ``Retry-After: 0`` does not make a busy loop); ``rand`` is in [0, 1)."""
+        wait = min(self.initial_backoff * 2.0 ** max(attempts - 1, 0), self.max_backoff)
+        wait *= 1 - self.jitter + 2 * self.jitter * rand
         if retry_after is not None:
-            wait = retry_after
-        else:
-            wait = min(self.initial_backoff * 2.0 ** max(attempts - 1, 0), self.max_backoff)
-            wait *= 1 - self.jitter + 2 * self.jitter * rand
+            wait = max(wait, retry_after)
         return wait if age + wait <= self.max_elapsed else None
 
 
