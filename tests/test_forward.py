@@ -308,9 +308,14 @@ def test_refused_requests_are_not_forwarded(tmp_path: Path, upstream: Upstream) 
             assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
             assert call(b"", timeout=10, metadata=(("authorization",
                                                     "Bearer agent-token-1234"),)) == b""
-        # The one accepted request (an empty logs export) is the only one forwarded.
-        wait_until(lambda: forwarded(sidecar).get(("logs", "sent")), what="the accepted one")
-        assert upstream.paths() == ["/v1/logs"]
+        status, _ = http_request("POST", url + "/v1/metrics", b"",
+                                 {"Content-Type": PROTOBUF, **auth})
+        assert status == 200
+        # The two accepted requests (empty exports) are the only ones forwarded, without the
+        # agent's token: that is the watchdog's, not the upstream's.
+        wait_until(lambda: forwarded(sidecar).get(("metrics", "sent")), what="the accepted ones")
+        assert upstream.paths() == ["/v1/logs", "/v1/metrics"]
+        assert not any("Authorization" in request.headers for request in upstream.received)
 
 
 def test_without_forward_endpoint_metrics_and_logs_are_answered_as_a_collector_would(
