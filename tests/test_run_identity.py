@@ -202,3 +202,26 @@ def test_tool_calls_hung_below_a_loose_model_call_join_its_run() -> None:
     assert (run.iterations, run.tool_calls, run.terminal_state) == (
         4, 3, TerminalState.COMPLETED)
     assert list(tracker.active()) == []
+
+
+def test_one_invocation_seen_by_two_instrumentations_is_one_run() -> None:
+    """google-adk with OpenInference: ``agent_run [x]`` (OpenInference AGENT) around ADK's own
+    ``invoke_agent x``, under a CHAIN root."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("invocation [app]", attrs={"openinference.span.kind": "CHAIN",
+                                                AGENT: ""}) as root:
+        wrapper = maker.open("agent_run [adk]", {"openinference.span.kind": "AGENT",
+                                                 "agent.name": "adk"}, parent=root)
+        native = maker.open("invoke_agent adk", agent_attrs("adk"), parent=wrapper)
+        for i in range(2):
+            maker.span("call_llm", {AGENT: "generate_content"}, parent=native, start=T0 + i)
+            maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"k": {i}}}'),
+                       parent=native, start=T0 + i)
+        native.end(int((T0 + 3) * 1e9))
+        wrapper.end(int((T0 + 3) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    (run,) = tracker.ended()
+    assert (run.agent_name, run.iterations, run.tool_calls) == ("adk", 2, 2)
+    assert list(tracker.active()) == []

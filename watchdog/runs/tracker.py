@@ -214,7 +214,8 @@ class RunTracker:
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
                     and not record.workflow and frames.main_agent is not None:
                 # the root is itself an agent: the one taken as main ran inside it
-                self._split(frames, frames.main_agent, run, now, result)
+                if not frames.same_invocation(frames.main_agent, record.span_id):
+                    self._split(frames, frames.main_agent, run, now, result)
                 frames.main_agent = record.span_id
             elif record.kind is AGENT and record.parent_span_id is not None and not run.ended:
                 if frames is not None:
@@ -268,7 +269,8 @@ class RunTracker:
             frames.main_agent = record.span_id
             return run
         if frames.within(main, record.span_id):  # the agent taken as main ran inside this one
-            self._split(frames, main, run, now, result)
+            if not frames.same_invocation(main, record.span_id):
+                self._split(frames, main, run, now, result)
             frames.main_agent = record.span_id
             return run
         return self._split(frames, record.span_id, run, now, result) or run
