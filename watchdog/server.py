@@ -22,7 +22,7 @@ from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config, split_address
 from watchdog.directives.hub import Hub
 from watchdog.directives.outbox import Outbox
-from watchdog.directives.store import DirectiveStore
+from watchdog.directives.store import DirectiveStore, DirectiveStoreError
 from watchdog.directives.webhooks import targets_from_config
 from watchdog.ingest import otlp_grpc, otlp_http
 from watchdog.ingest.admission import Admission
@@ -31,7 +31,8 @@ from watchdog.metrics import Metrics, create_metrics_app
 from watchdog.rules.engine import RuleEngine
 from watchdog.rules.pack import RulePackError, RuleSet, Source, load_rules
 from watchdog.service import WatchdogService
-from watchdog.store import Store
+from watchdog.errors import StartupError
+from watchdog.store import Store, StoreError
 
 log = logging.getLogger("watchdog")
 
@@ -67,11 +68,18 @@ class Server:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         if protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
-        ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start
+        try:
+            ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start
+        except RulePackError as exc:
+            raise StartupError(rule_pack_failure(exc)) from None
         self.engine = RuleEngine(ruleset)
         self._rule_sources = ruleset.sources
-        store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
-        directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
+        try:
+            store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
+            directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
+        except (StoreError, DirectiveStoreError) as exc:
+            raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
+                               f"writable directory, or :memory: to keep nothing") from None
         self.metrics = metrics = Metrics(version=__version__)
         metrics.rules_reloaded(True)
         self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
@@ -100,7 +108,11 @@ class Server:
         await self._start_app("api", config.api_address, api.create_app(
             service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
-        self._grpc, bound = otlp_grpc.create_server(service, self.metrics, admission, config)
+        try:
+            self._grpc, bound = otlp_grpc.create_server(service, self.metrics, admission, config)
+        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
+                                              str(exc))) from None
         await self._grpc.start()
         self.addresses["otlp_grpc"] = (host, bound)
 
@@ -120,8 +132,12 @@ class Server:
                                shutdown_timeout=SHUTDOWN_GRACE)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
-        await site.start()
         self._runners.append(runner)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise StartupError(listen_failure(f"{name}_address", address,
+                                              exc.strerror or str(exc))) from None
         sockets = runner.addresses
         self.addresses[name] = (host, sockets[0][1] if sockets else port)
 
@@ -198,10 +214,29 @@ class Server:
             self.service = None
 
 
+def listen_failure(key: str, address: str, reason: str) -> str:
+    env = "WATCHDOG_" + key.upper()
+    flag = "--" + key.replace("_", "-")
+    return (f"{key}={address!r}: cannot listen ({reason}); another process (another watchdog?) "
+            f"may hold the port: stop it, or choose another address with {env} or {flag}")
+
+
+def rule_pack_failure(exc: RulePackError) -> str:
+    first = exc.problems[0] if exc.problems else "no rules could be loaded"
+    more = len(exc.problems) - 1
+    return (f"bad rule pack: {first}" + (f" (and {more} more problem{'s' if more > 1 else ''})"
+                                          if more > 0 else "")
+            + "; fix it (`watchdog rules check PATH...` lists every problem) and start again")
+
+
 async def serve(config: Config) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly."""
     server = Server(config)
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:  # what did start is stopped before the error is reported
+        await server.stop()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
