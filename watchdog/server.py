@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -109,6 +110,7 @@ class Server:
             service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
         try:
+            check_port_free("otlp_grpc_address", config.otlp_grpc_address)
             self._grpc, bound = otlp_grpc.create_server(service, self.metrics, admission, config)
         except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
             raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
@@ -219,6 +221,28 @@ def listen_failure(key: str, address: str, reason: str) -> str:
     flag = "--" + key.replace("_", "-")
     return (f"{key}={address!r}: cannot listen ({reason}); another process (another watchdog?) "
             f"may hold the port: stop it, or choose another address with {env} or {flag}")
+
+
+def check_port_free(key: str, address: str) -> None:
+    """Bind ``address`` once and let go, so a port in use is reported with the OS's reason in
+    one line; grpcio only says "Failed to bind" after logging its own error line to stderr."""
+    host, port = split_address(key, address)
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise StartupError(listen_failure(key, address, str(exc))) from None
+    reasons = []
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds
+            try:
+                probe.bind(sockaddr)
+                return  # grpc listens if any resolved address binds
+            except OSError as exc:
+                reasons.append(exc.strerror or str(exc))
+    raise StartupError(listen_failure(key, address, reasons[0] if reasons else "no address"))
 
 
 def rule_pack_failure(exc: RulePackError) -> str:
