@@ -7,44 +7,22 @@ SO_REUSEPORT would otherwise let two processes share :4317 and split the agents'
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.harness import RunningServer, wait_until
+from tests.harness import RunningServer
+from tests.processes import fresh_ports, running_sidecar, serve_env
 from watchdog.ingest import otlp_grpc
 from watchdog.ingest.admission import Admission
 
 EXIT_STARTUP = 2
-PORT_NAMES = ("otlp_grpc", "otlp_http", "api", "metrics")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def serve_env(state_dir: Path, ports: dict[str, int], **extra: str) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("WATCHDOG_")}
-    env.update({f"WATCHDOG_{name.upper()}_ADDRESS": f"127.0.0.1:{port}"
-                for name, port in ports.items()})
-    env["WATCHDOG_STATE_DIR"] = str(state_dir)
-    env["WATCHDOG_RULES_WATCH_INTERVAL"] = "0"
-    env.update(extra)
-    return env
-
-
-def fresh_ports() -> dict[str, int]:
-    return {name: free_port() for name in PORT_NAMES}
 
 
 def failed_start(env: dict[str, str], *args: str) -> str:
@@ -66,27 +44,6 @@ def listening(port: int) -> Iterator[socket.socket]:
         sock.bind(("127.0.0.1", port))
         sock.listen()
         yield sock
-
-
-def _ready(url: str) -> bool:
-    with suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
-        return response.status == 200
-    return False
-
-
-@contextmanager
-def running_sidecar(env: dict[str, str], metrics_port: int) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: process.poll() is not None
-                   or _ready(f"http://127.0.0.1:{metrics_port}/readyz"),
-                   timeout=30, what="the first sidecar to be ready")
-        assert process.poll() is None, process.communicate()[1]
-        yield process
-    finally:
-        process.terminate()
-        process.communicate(timeout=30)
 
 
 @pytest.mark.parametrize("name", ["otlp_http", "api", "metrics", "otlp_grpc"])

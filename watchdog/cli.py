@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import http.client
 import json
-import logging
 import os
 import sys
 import time
@@ -19,7 +18,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from watchdog import __version__
+from watchdog import __version__, logs
 from watchdog.config import Config, load
 from watchdog.errors import WatchdogError
 from watchdog.runs.report import format_duration
@@ -138,8 +137,7 @@ def _config_from(args: argparse.Namespace) -> Config:
 
 def _serve(args: argparse.Namespace) -> int:
     config = _config_from(args)
-    logging.basicConfig(level=config.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(config.log_level, config.log_format)
     from watchdog.server import serve  # the server's dependencies load only when serving
 
     asyncio.run(serve(config))

@@ -40,6 +40,7 @@ DEFAULT_ACTIVITY_LOG_SIZE = 200
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "WATCHDOG_"
 MEMORY_STATE_DIR = ":memory:"
 
@@ -64,6 +65,7 @@ class Config:
     eval_interval: float = DEFAULT_EVAL_INTERVAL
     rules_watch_interval: float = DEFAULT_RULES_WATCH_INTERVAL  # 0 disables the file watch
     log_level: str = "info"
+    log_format: str = "text"  # text | json (one JSON object per line; decisions as events)
     insecure: bool = False  # allow non-loopback binds without api_token
 
     def validate(self) -> Config:
@@ -82,6 +84,8 @@ class Config:
             _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         _require(self.log_level in LOG_LEVELS, "log_level", self.log_level,
                  "one of " + ", ".join(LOG_LEVELS))
+        _require(self.log_format in LOG_FORMATS, "log_format", self.log_format,
+                 "one of " + ", ".join(LOG_FORMATS))
         validate_webhooks(self.webhooks)
         if not self.api_token and not self.insecure:
             for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):

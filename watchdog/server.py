@@ -25,6 +25,7 @@ from watchdog.directives.hub import Hub
 from watchdog.directives.outbox import Outbox
 from watchdog.directives.store import DirectiveStore, DirectiveStoreError
 from watchdog.directives.webhooks import targets_from_config
+from watchdog.errors import StartupError
 from watchdog.ingest import otlp_grpc, otlp_http
 from watchdog.ingest.admission import Admission
 from watchdog.ingest.decode import protobuf_backend
@@ -32,7 +33,6 @@ from watchdog.metrics import Metrics, create_metrics_app
 from watchdog.rules.engine import RuleEngine
 from watchdog.rules.pack import RulePackError, RuleSet, Source, load_rules
 from watchdog.service import WatchdogService
-from watchdog.errors import StartupError
 from watchdog.store import Store, StoreError
 
 log = logging.getLogger("watchdog")
