@@ -9,8 +9,8 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 

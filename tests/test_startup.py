@@ -52,7 +52,9 @@ def test_a_port_held_by_another_program(tmp_path: Path, name: str) -> None:
     with listening(ports[name]):
         line = failed_start(serve_env(tmp_path / "state", ports))
     key = f"{name}_address"
-    assert line.startswith(f"watchdog: {key}='127.0.0.1:{ports[name]}': cannot listen ("), line
+    assert line.startswith(f"watchdog: {key}='127.0.0.1:{ports[name]}': cannot listen (Address "
+                           f"already in use); another process (another watchdog?) holds the "
+                           f"port: stop it"), line
     assert f"WATCHDOG_{key.upper()}" in line and f"--{key.replace('_', '-')}" in line
 
 
@@ -63,7 +65,9 @@ def test_a_second_watchdog_cannot_share_the_grpc_port(tmp_path: Path) -> None:
         line = failed_start(serve_env(tmp_path / "two", second))
     assert line.startswith(
         f"watchdog: otlp_grpc_address='127.0.0.1:{first['otlp_grpc']}': cannot listen ("), line
-    assert "another process (another watchdog?) may hold the port" in line
+    assert line.endswith("cannot listen (Address already in use); another process (another "
+                         "watchdog?) holds the port: stop it — or choose another address with "
+                         "WATCHDOG_OTLP_GRPC_ADDRESS or --otlp-grpc-address")
 
 
 def test_a_bad_rule_pack(tmp_path: Path) -> None:
@@ -135,3 +139,14 @@ def test_the_grpc_receiver_itself_refuses_a_shared_port(sidecar: RunningServer) 
     config = replace(server.config, otlp_grpc_address=sidecar.grpc_target)
     with pytest.raises(RuntimeError, match="Failed to bind"):
         otlp_grpc.create_server(server.service, server.metrics, Admission(1), config)
+
+
+def test_a_grpc_address_this_machine_does_not_have(tmp_path: Path) -> None:
+    """192.0.2.1 (TEST-NET-1, RFC 5737) is nobody's address: the bind itself fails."""
+    env = serve_env(tmp_path / "state", fresh_ports(),
+                    WATCHDOG_OTLP_GRPC_ADDRESS="192.0.2.1:4317")
+    line = failed_start(env, "--insecure")
+    assert line == ("watchdog: otlp_grpc_address='192.0.2.1:4317': cannot listen (Cannot assign "
+                    "requested address); is that address this machine's, and the port one this "
+                    "user may bind? — or choose another address with WATCHDOG_OTLP_GRPC_ADDRESS "
+                    "or --otlp-grpc-address")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import socket
 import sys
@@ -138,8 +140,9 @@ class Server:
         try:
             await site.start()
         except OSError as exc:
-            raise StartupError(listen_failure(f"{name}_address", address,
-                                              exc.strerror or str(exc))) from None
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)  # asyncio wraps it
+            raise StartupError(listen_failure(f"{name}_address", address, reason,
+                                              exc.errno)) from None
         sockets = runner.addresses
         self.addresses[name] = (host, sockets[0][1] if sockets else port)
 
@@ -216,11 +219,18 @@ class Server:
             self.service = None
 
 
-def listen_failure(key: str, address: str, reason: str) -> str:
+def listen_failure(key: str, address: str, reason: str, code: int | None = None) -> str:
+    """One line: the key and address, the OS's reason, and what to do about it."""
     env = "WATCHDOG_" + key.upper()
     flag = "--" + key.replace("_", "-")
-    return (f"{key}={address!r}: cannot listen ({reason}); another process (another watchdog?) "
-            f"may hold the port: stop it, or choose another address with {env} or {flag}")
+    if code == errno.EADDRINUSE:
+        cause = "another process (another watchdog?) holds the port: stop it"
+    elif code is not None:
+        cause = "is that address this machine's, and the port one this user may bind?"
+    else:
+        cause = "a port in use, or an address this machine does not have?"
+    return (f"{key}={address!r}: cannot listen ({reason}); {cause} — or choose another "
+            f"address with {env} or {flag}")
 
 
 def check_port_free(key: str, address: str) -> None:
@@ -233,7 +243,7 @@ def check_port_free(key: str, address: str) -> None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
         raise StartupError(listen_failure(key, address, str(exc))) from None
-    reasons = []
+    failures: list[OSError] = []
     for family, kind, proto, _name, sockaddr in infos:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds
@@ -241,8 +251,9 @@ def check_port_free(key: str, address: str) -> None:
                 probe.bind(sockaddr)
                 return  # grpc listens if any resolved address binds
             except OSError as exc:
-                reasons.append(exc.strerror or str(exc))
-    raise StartupError(listen_failure(key, address, reasons[0] if reasons else "no address"))
+                failures.append(exc)
+    first = failures[0] if failures else OSError(errno.EADDRNOTAVAIL, "no address")
+    raise StartupError(listen_failure(key, address, first.strerror or str(first), first.errno))
 
 
 def rule_pack_failure(exc: RulePackError) -> str:
