@@ -73,6 +73,10 @@ class Server:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         if protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
+        # Ports first: a second watchdog started by mistake fails before it opens the state
+        # dir (perhaps the first one's) or logs anything. The binds below still check.
+        for key in LISTEN_KEYS:
+            check_port_free(key, getattr(config, key))
         try:
             ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start
         except RulePackError as exc:
@@ -122,7 +126,6 @@ class Server:
             service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
         try:
-            check_port_free("otlp_grpc_address", config.otlp_grpc_address)
             self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
                                                         forward)
         except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
@@ -232,6 +235,9 @@ class Server:
         if self.service is not None:
             await self.service.close()
             self.service = None
+
+
+LISTEN_KEYS = ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")
 
 
 def listen_failure(key: str, address: str, reason: str, code: int | None = None) -> str:
