@@ -3,12 +3,15 @@ parser, by config keys (``WATCHDOG_EVAL_INTERVAL``) and by a rule's ``for:`` and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from watchdog.config import load
 from watchdog.durations import DURATION_HELP, SECONDS_HELP, DurationError, parse_duration
 from watchdog.errors import ConfigError
 from watchdog.rules.pack import RulePackError, load_text
+from watchdog.rules.testfile import read_test_file
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: t\n"
 
@@ -72,3 +75,16 @@ def test_a_bare_number_is_seconds_only_where_the_key_says_seconds() -> None:
     assert rules.budgets[0].limits["max_seconds"] == 600.0
     assert load(env={"WATCHDOG_EVAL_INTERVAL": "0.25"}).eval_interval == 0.25
     assert load(env={"WATCHDOG_EVAL_INTERVAL": "2"}).eval_interval == 2.0
+
+
+def test_rule_test_steps_take_durations_too(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(HEADER + "rules: []\n")
+    tests = tmp_path / "p.test.yaml"
+    tests.write_text("rule_files: [p.yaml]\ntests:\n  - name: t\n    steps:\n"
+                     "      - {at: 0, llm: {input_tokens: 1, output_tokens: 1}}\n"
+                     "      - {at: 1m30s, tool: search, duration: 500ms}\n"
+                     "      - {at: 100, end: {final_answer: true}}\n")
+    parsed, problems = read_test_file(str(tests))
+    assert problems == [] and parsed is not None
+    steps = parsed.tests[0].steps
+    assert [(s.at, s.duration) for s in steps] == [(0.0, 0.0), (90.0, 0.5), (100.0, 0.0)]
