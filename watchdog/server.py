@@ -291,7 +291,8 @@ async def serve(config: Config) -> None:
     try:
         await server.start()
     except BaseException:  # what did start is stopped before the error is reported
-        await server.stop()
+        with contextlib.suppress(Exception):  # the error that stopped the start is the news
+            await server.stop()
         raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
