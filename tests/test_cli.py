@@ -153,6 +153,12 @@ def test_bad_interval_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
     assert "positive number of seconds" in capsys.readouterr().err
 
 
+def test_the_watch_interval_is_a_duration_too(fed: RunningServer,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--url", fed.api, "--watch", "--interval", "50ms", "--frames", "2"]) == 0
+    assert "every 0.05s" in capsys.readouterr().out
+
+
 def test_runs_table_formats_numbers() -> None:
     table = runs_table([{"id": "r", "agent": "a", "state": "ended", "iterations": 3,
                          "tool_calls": 20, "errors": 0, "total_tokens": 123_456,

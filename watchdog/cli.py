@@ -22,6 +22,7 @@ from typing import Any
 
 from watchdog import __version__, logs
 from watchdog.config import Config, load
+from watchdog.durations import DurationError, parse_seconds
 from watchdog.errors import WatchdogError
 from watchdog.runs.report import format_duration
 from watchdog.tables import Column, render
@@ -135,12 +136,14 @@ def _positive_int(text: str) -> int:
 
 
 def _positive_float(text: str) -> float:
+    """Seconds: a number or a duration (``500ms``, ``1m``), as everywhere else."""
     try:
-        value = float(text)
-    except ValueError:
+        value = parse_seconds(text)
+    except DurationError:
         value = 0.0
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds or a "
+                                         f"duration like 500ms, 30s, 1m")
     return value
 
 
