@@ -8,7 +8,8 @@ Shared by the drivers ``google_adk_native`` (ADK's own OpenTelemetry spans only)
 * ``limit``: the model calls ``lookup`` forever; ADK's own ``RunConfig(max_llm_calls=3)`` stops
   it by raising ``LlmCallsLimitExceededError`` out of ``runner.run_async`` (caught here: it is
   how the run ends);
-* ``tool_error``: ``lookup`` raises.
+* ``tool_error``: ``lookup`` raises; ADK does not catch it: it ends the invocation and comes
+  out of ``runner.run_async`` (caught here).
 
 The agent is named with ``LlmAgent(name=...)`` (ADK wants an identifier).
 """
@@ -66,6 +67,8 @@ async def invoke(scenario: str) -> None:
                 print("answer:", event.content.parts[0].text)
     except LlmCallsLimitExceededError as exc:
         print("stopped:", type(exc).__name__, exc)
+    except RuntimeError as exc:  # ADK lets a tool's exception end the run
+        print("failed:", type(exc).__name__, exc)
     await runner.close()
 
 
