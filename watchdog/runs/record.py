@@ -70,6 +70,12 @@ class SpanRecord:
     final_answer: bool = False
     final_output: str | None = None  # brief of the final answer, when the span carries one
     budget: dict[str, float] | None = None  # watchdog.budget.* announced by the agent
+    # How the run ended, as this span tells it (watchdog.ingest.frameworks lists the places).
+    limit_stop: str | None = None  # a framework limit stopped the run: its name
+    requested_tools: bool = False  # a model call whose response asked for tools (no answer)
+    creates_agent: bool = False  # creates/configures an agent without running it: not a run
+    exception_id: int | None = None  # type + exact message, 64-bit: one exception seen on
+    # several nested spans (a tool, its agent, the workflow) has one id
 
     @property
     def ends_run(self) -> bool:
