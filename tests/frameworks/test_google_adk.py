@@ -26,6 +26,7 @@ from tests.frameworks.scenarios import scripted
 from tests.harness import RunningServer
 
 AGENT = "adk_researcher"
+ENVS = {"google_adk_native": "google_adk", "google_adk_openinference": "google_adk_oi"}
 EXPECTED: dict[str, list[Expect]] = {
     "three_tools": [Expect(agent=AGENT, iterations=4, tool_calls=3, errors=0,
                            terminal_state="completed", has_final_answer=True,
@@ -49,7 +50,7 @@ IDS = [f"{driver}-{scenario}" for driver, scenario in CASES]
 @pytest.mark.parametrize(("driver", "scenario"), CASES, ids=IDS)
 def test_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) -> None:
     model = scripted(llm, driver, scenario)
-    run_driver("google_adk", driver, scenario, sidecar, llm, model)
+    run_driver(ENVS[driver], driver, scenario, sidecar, llm, model)
     check_runs(sidecar, EXPECTED[scenario])
     if scenario == "limit":
         assert len(llm.requests(model)) == 3  # the framework's own limit stopped the loop

@@ -1,7 +1,8 @@
 """google-adk on its LiteLlm model wrapper (the OpenAI-compatible route to the fake server).
 
 Shared by the drivers ``google_adk_native`` (ADK's own OpenTelemetry spans only) and
-``google_adk_openinference`` (``openinference-instrumentation-google-adk`` too). Scenarios
+``google_adk_openinference`` (``openinference-instrumentation-google-adk``, in its own venv
+with google-adk<2.13: see ``envs/google_adk_oi.txt``). Scenarios
 (argv[1]):
 
 * ``three_tools``: the tool ``lookup`` called 3 times, then an answer;
@@ -20,6 +21,7 @@ import asyncio
 import os
 
 AGENT_NAME = "adk_researcher"
+SERVICE_NAME = "adk-service"  # not the agent name: the agent name must come from the spans
 MAX_LLM_CALLS = 3
 PROMPTS = {
     "three_tools": "Look up a, b and c.",
@@ -75,7 +77,7 @@ async def invoke(scenario: str) -> None:
 def run(scenario: str, openinference: bool) -> None:
     from _otel import setup_tracing
 
-    provider = setup_tracing(AGENT_NAME)
+    provider = setup_tracing(SERVICE_NAME)
     if openinference:
         from openinference.instrumentation.google_adk import GoogleADKInstrumentor
         GoogleADKInstrumentor().instrument(tracer_provider=provider)

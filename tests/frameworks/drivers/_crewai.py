@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 AGENT_ROLE = "crewai-researcher"
+SERVICE_NAME = "crewai-service"  # not the agent name: the agent name must come from the spans
 MAX_ITER = 3
 PROMPTS = {
     "three_tools": "Look up a, b and c.",
@@ -34,7 +35,7 @@ os.environ.setdefault("CREWAI_STORAGE_DIR", "/tmp/crewai-watchdog-tests")
 def run(scenario: str, instrument_openai: bool) -> None:
     from _otel import model_settings, setup_tracing
 
-    provider = setup_tracing(AGENT_ROLE)
+    provider = setup_tracing(SERVICE_NAME)
     from openinference.instrumentation.crewai import CrewAIInstrumentor
     CrewAIInstrumentor().instrument(tracer_provider=provider)
     if instrument_openai:

@@ -11,8 +11,9 @@ Hermes' own plugin system from its entry point) and ``hermes_openai_v2``
   (``{"error": "Tool execution failed: RuntimeError: ..."}``) and the model answers;
 
 each with ``_adapter`` appended: the same turn inside ``watchdog.client.adapters.hermes``.
-Hermes has no agent-name setting of its own: the name the tracer reports is the configured one
-(``AGENTO11Y_AGENT_NAME`` for the plugin; ``OTEL_SERVICE_NAME`` is all openai-v2 has).
+Hermes has no agent-name setting of its own: the plugin reports ``AGENTO11Y_AGENT_NAME`` as
+``gen_ai.agent.name``; openai-v2 spans name no agent (only the resource's ``service.name``); the
+adapter names the run ``agent_name``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 AGENT_NAME = "hermes-researcher"
+SERVICE_NAME = "hermes-service"  # not the agent name: the agent name must come from the spans
 MAX_ITERATIONS = 3  # the limit scenario's; the others get room to finish
 TOOLSET = "watchdog_tests"
 LOOKUP_SCHEMA = {
@@ -60,15 +62,19 @@ def run(scenario: str, tracer: str) -> None:
     base = scenario.removesuffix("_adapter")
     os.environ["HERMES_HOME"] = hermes_home(["agento11y"] if tracer == "agento11y" else [])
     os.environ.setdefault("AGENTO11Y_AGENT_NAME", AGENT_NAME)
-    os.environ.setdefault("OTEL_SERVICE_NAME", AGENT_NAME)
 
     from _otel import model_settings, setup_tracing
     from opentelemetry import metrics
     from opentelemetry.sdk.metrics import MeterProvider
 
-    provider = setup_tracing(AGENT_NAME)
+    provider = setup_tracing(SERVICE_NAME)
     metrics.set_meter_provider(MeterProvider())  # the plugin would install an OTLP one
     if tracer == "openai_v2":
+        # The newer GenAI attributes with the messages on the span: without them nothing in a
+        # chat span tells an answer from a tool request (Hermes streams; openai-v2 records no
+        # finish reason for streams) or shows Hermes' summary request.
+        os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+        os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
         OpenAIInstrumentor().instrument(tracer_provider=provider)
 

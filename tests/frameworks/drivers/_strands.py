@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 AGENT_NAME = "strands-researcher"
+SERVICE_NAME = "strands-service"  # not the agent name: the agent name must come from the spans
 TURNS = 3
 PROMPTS = {
     "three_tools": "Look up a, b and c.",
@@ -32,7 +33,7 @@ def run(scenario: str, latest: bool) -> None:
         os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
     from _otel import model_settings, setup_tracing
 
-    provider = setup_tracing(AGENT_NAME)
+    provider = setup_tracing(SERVICE_NAME)
     from strands import Agent, tool
     from strands.models.openai import OpenAIModel
 

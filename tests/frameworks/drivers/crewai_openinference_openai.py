@@ -1,4 +1,4 @@
-"""crewai traced by openinference-instrumentation-crewai and openinference-instrumentation-openai; see :mod:`_crewai`."""
+"""crewai traced by openinference-instrumentation-crewai and -openai; see :mod:`_crewai`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""google-adk, traced by openinference-instrumentation-google-adk (and its native tracing); see :mod:`_adk`."""
+"""google-adk traced by openinference-instrumentation-google-adk; see :mod:`_adk`."""
 
 from __future__ import annotations
 

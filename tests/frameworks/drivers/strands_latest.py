@@ -1,4 +1,4 @@
-"""strands-agents, native OTel, newer GenAI format (gen_ai_latest_experimental); see :mod:`_strands`."""
+"""strands-agents, native OTel, the newer GenAI format; see :mod:`_strands`."""
 
 from __future__ import annotations
 

@@ -28,7 +28,12 @@ adapter wraps ``AIAgent.run_conversation`` (one call = one turn = one run):
   ``max_iterations``), with ``has_final_answer`` true when the summary Hermes then asks for came;
 * the summary request Hermes sends at that limit is a ``user`` message it appends itself: spans
   started while it is asked carry ``hermes.summary_request = true`` so that request is never
-  taken for a user turn.
+  taken for a user turn;
+* Hermes makes each model request in a ``threading.Thread`` of its own, which starts with an
+  empty OpenTelemetry context: spans made there (``opentelemetry-instrumentation-openai-v2``'s
+  chat spans) would belong to no run. When ``opentelemetry-instrumentation-threading`` is
+  installed the adapter turns it on (process-wide, idempotent: every thread then starts in the
+  context of the code that started it); without it, it says once that those spans go unmarked.
 
 It patches the one agent object it is given (``watch_hermes(agent, ...)`` is idempotent) and
 nothing else in Hermes.
@@ -37,6 +42,7 @@ nothing else in Hermes.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from typing import Any
 
@@ -56,6 +62,23 @@ LIMIT_EXIT_REASONS = (
 )
 _MARK = "_watchdog_hermes"
 
+log = logging.getLogger("watchdog.client")
+
+
+def carry_context_into_threads() -> bool:
+    """Have every new thread start in its starter's OpenTelemetry context (Hermes' API-call
+    threads included), with ``opentelemetry-instrumentation-threading``; False without it."""
+    try:
+        from opentelemetry.instrumentation.threading import ThreadingInstrumentor
+    except ImportError:
+        log.warning("agent-watchdog: opentelemetry-instrumentation-threading is not installed: "
+                    "spans Hermes makes in its API-call threads carry no run id")
+        return False
+    instrumentor = ThreadingInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()
+    return True
+
 
 def limit_of(exit_reason: object) -> str | None:
     """The name of the Hermes limit behind ``turn_exit_reason``, or None."""
@@ -72,6 +95,7 @@ def watch_hermes(agent: Any, watchdog: Watchdog | None = None, *,
     if getattr(agent, _MARK, None) is not None:
         return agent
     wd = watchdog or Watchdog()
+    carry_context_into_threads()
     state: dict[str, Run | None] = {"run": None}
     run_conversation = agent.run_conversation
     handle_max_iterations = agent._handle_max_iterations
@@ -89,7 +113,7 @@ def watch_hermes(agent: Any, watchdog: Watchdog | None = None, *,
             state["run"] = run
             try:
                 with trace.use_span(span, end_on_exit=False):
-                    result = run_conversation(user_message, *args, **kwargs)
+                    result: dict[str, Any] = run_conversation(user_message, *args, **kwargs)
             except BaseException as exc:
                 span.record_exception(exc)
                 span.set_attribute("error.type", type(exc).__qualname__)
