@@ -82,6 +82,11 @@ LIMIT_ATTRIBUTE_KEYS = TABLES.limit_attributes
 LIMIT_STATES = TABLES.limit_states
 LIMIT_STATUS = TABLES.limit_status
 LIMIT_EXCEPTIONS = TABLES.limit_exceptions
+LIMIT_PROMPTS = TABLES.limit_prompts
+# Where a model call's last input message is looked for: JSON message lists, and raw requests
+# whose message list ends near their end.
+PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
+PROMPT_TAIL_CHARS = 2048  # the last message is searched for in this many final characters
 KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
 
 # What a convention's role means for a run: a span creating an agent is no work of a run.
@@ -538,6 +543,22 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         if flat_in:
             messages = flat_in + max(_flat_count(keys, FLAT_OUTPUT_PREFIXES), 1)
     record.messages = messages
+    if record.limit_stop is None:
+        record.limit_stop = _prompt_limit(attrs)
+
+
+def _prompt_limit(attrs: Mapping[str, object]) -> str | None:
+    """The limit a framework announces by asking for a last answer (Hermes' summary request,
+    crewai's forced final answer): its text in the model call's last input message."""
+    text = _first_str(attrs, PROMPT_KEYS)
+    if text is None:
+        return None
+    tail = text[-PROMPT_TAIL_CHARS:]
+    last = tail[tail.rfind('"role"'):]  # the whole tail when no role is in it
+    for prompt, limit in LIMIT_PROMPTS:
+        if prompt in last:
+            return limit
+    return None
 
 
 def _fill_outcome(record: SpanRecord, finish: object, output: object) -> None:

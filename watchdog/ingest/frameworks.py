@@ -64,6 +64,7 @@ class Convention:
     # -- model calls and answers
     answer: Names = _NO_NAMES  # an agent span's output
     llm_output: Names = _NO_NAMES  # a model call's output text (read when it gives no reason)
+    llm_input: Names = _NO_NAMES  # a model call's raw request, ending with its last message
     finish_reasons: Names = _NO_NAMES
     input_messages: Names = _NO_NAMES  # JSON message lists
     output_messages: Names = _NO_NAMES  # JSON message lists, with finish_reason per message
@@ -80,6 +81,9 @@ class Convention:
     limit_status: tuple[tuple[str, str], ...] = ()  # (status description regex, limit name)
     limit_attributes: Names = _NO_NAMES  # the value is the limit's name
     limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
+    # The framework's own request for a last answer at its limit, in the last input message of
+    # a model call: (text it contains, limit name).
+    limit_prompts: tuple[tuple[str, str], ...] = ()
     notes: str = ""  # for the README
 
 
@@ -131,6 +135,7 @@ OPENINFERENCE = Convention(
     tool_result=("output.value",),
     answer=("output.value",),
     llm_output=("output.value",),
+    llm_input=("input.value",),
     finish_reasons=("llm.finish_reason",),
     flat_input_prefixes=("llm.input_messages.",),
     flat_output_prefixes=("llm.output_messages.",),
@@ -194,6 +199,8 @@ HERMES = Convention(
     kinds={"gen_ai.operation.name": {"generateText": Role.LLM, "streamText": Role.LLM}},
     limit_states=(("hermes.turn_exit_reason", r"max_iterations_reached\b", "max_iterations"),
                   ("hermes.turn_exit_reason", r"budget_exhausted\b", "max_iterations")),
+    limit_prompts=(("You've reached the maximum number of tool-calling iterations allowed",
+                    "max_iterations"),),
     notes="no span for a turn: one trace per model call; the exit reason only via the adapter",
 )
 
@@ -224,6 +231,7 @@ CREWAI = Convention(
     name="crewai",
     emitted_by="openinference-instrumentation-crewai",
     agent_span_name=("graph.node.id",),
+    limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     notes="no model-call spans unless the OpenAI client is instrumented too",
 )
 
@@ -305,6 +313,7 @@ class Tables:
     answer_tool_prefixes: Names
     answer: Names
     llm_output: Names
+    llm_input: Names
     finish_reasons: Names
     input_messages: Names
     output_messages: Names
@@ -320,6 +329,7 @@ class Tables:
     limit_status: tuple[tuple[re.Pattern[str], str], ...]
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
+    limit_prompts: tuple[tuple[str, str], ...]
 
     @property
     def events(self) -> Mapping[str, frozenset[str]]:
@@ -353,6 +363,7 @@ def combine() -> Tables:
         answer_tool_prefixes=_names("answer_tool_prefixes"),
         answer=_names("answer"),
         llm_output=_names("llm_output"),
+        llm_input=_names("llm_input"),
         finish_reasons=_names("finish_reasons"),
         input_messages=_names("input_messages"),
         output_messages=_names("output_messages"),
@@ -371,6 +382,8 @@ def combine() -> Tables:
         limit_states=tuple((attribute, re.compile(pattern), limit)
                            for convention in CONVENTIONS
                            for attribute, pattern, limit in convention.limit_states),
+        limit_prompts=tuple(pair for convention in CONVENTIONS
+                            for pair in convention.limit_prompts),
     )
 
 
