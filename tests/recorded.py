@@ -51,6 +51,8 @@ def signature(record: SpanRecord) -> str | None:
         extra.append(f"error={short_type(record.error_type or 'error')}")
     if record.creates_agent:
         extra.append("creates-agent")
+    if record.model_calls:
+        extra.append(f"reports-calls={record.model_calls}")
     tail = "".join(" " + item for item in extra)
     if record.kind is LLM:
         return f"llm {record.finish_reason}{tail}"

@@ -27,19 +27,19 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'tool lookup {"key":"k0"}',
         'tool lookup {"key":"k1"}',
         'tool lookup {"key":"k2"}',
-        'agent crewai-researcher answer',
+        'agent crewai-researcher answer limit=max_iter reports-calls=4',
         'agent None answer',
     ],
     ("crewai_openinference", "three_tools"): [
         'tool lookup {"key":"a"}',
         'tool lookup {"key":"b"}',
         'tool lookup {"key":"c"}',
-        'agent crewai-researcher answer',
+        'agent crewai-researcher answer reports-calls=4',
         'agent None answer',
     ],
     ("crewai_openinference", "tool_error"): [
         'tool lookup {"key":"broken"} error=RuntimeError',
-        'agent crewai-researcher answer',
+        'agent crewai-researcher answer reports-calls=2',
         'agent None answer',
     ],
     ("crewai_openinference_openai", "limit"): [
@@ -50,7 +50,7 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm tool_calls asks-tools',
         'tool lookup {"key":"k2"}',
         'llm stop answer limit=max_iter',
-        'agent crewai-researcher answer',
+        'agent crewai-researcher answer limit=max_iter reports-calls=4',
         'agent None answer',
     ],
     ("crewai_openinference_openai", "three_tools"): [
@@ -61,14 +61,14 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm tool_calls asks-tools',
         'tool lookup {"key":"c"}',
         'llm stop answer',
-        'agent crewai-researcher answer',
+        'agent crewai-researcher answer reports-calls=4',
         'agent None answer',
     ],
     ("crewai_openinference_openai", "tool_error"): [
         'llm tool_calls asks-tools',
         'tool lookup {"key":"broken"} error=RuntimeError',
         'llm stop answer',
-        'agent crewai-researcher answer',
+        'agent crewai-researcher answer reports-calls=2',
         'agent None answer',
     ],
     ("google_adk_native", "limit"): [
@@ -299,7 +299,7 @@ COMPLETED_3 = Outcome(4, 3, 0, "completed", None, True)
 OUTCOMES: dict[tuple[str, str], Outcome] = {
     **{(driver, "three_tools"): COMPLETED_3 for driver in (
         "strands_default", "strands_latest", "google_adk_native", "google_adk_openinference",
-        "hermes_agento11y", "crewai_openinference_openai")},
+        "hermes_agento11y", "crewai_openinference_openai", "crewai_openinference")},
     # strands: limits={"turns": 3} ends without an exception; the finish reason limit_turns is
     # in a span event (default format) or inside gen_ai.output.messages (latest format).
     ("strands_default", "limit"): Outcome(3, 3, 0, "tool_limit_reached", "limit_turns", False),
@@ -331,9 +331,10 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("crewai_openinference_openai", "limit"): Outcome(4, 3, 0, "tool_limit_reached", "max_iter",
                                                       True),
     ("crewai_openinference_openai", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
-    # crewai without the OpenAI instrumentation: no model-call span at all.
-    ("crewai_openinference", "three_tools"): Outcome(0, 3, 0, "completed", None, True),
-    ("crewai_openinference", "tool_error"): Outcome(0, 1, 1, "completed", None, True),
+    # crewai without the OpenAI instrumentation: no model-call span at all; the agent span's
+    # TaskOutput conversation shows the calls (and, against the agent's max_iter, the limit).
+    ("crewai_openinference", "limit"): Outcome(4, 3, 0, "tool_limit_reached", "max_iter", True),
+    ("crewai_openinference", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
 }
 
 

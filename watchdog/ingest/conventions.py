@@ -83,6 +83,8 @@ LIMIT_STATES = TABLES.limit_states
 LIMIT_STATUS = TABLES.limit_status
 LIMIT_EXCEPTIONS = TABLES.limit_exceptions
 LIMIT_PROMPTS = TABLES.limit_prompts
+CONVERSATION_OUTPUTS = TABLES.conversation_outputs
+CALL_LIMITS = TABLES.call_limits
 # Where a model call's last input message is looked for: JSON message lists, and raw requests
 # whose message list ends near their end.
 PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
@@ -349,6 +351,7 @@ WANTED_ATTRIBUTES = frozenset(
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
     + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
     + LLM_OUTPUT_KEYS + LIMIT_ATTRIBUTE_KEYS + tuple(key for key, _, _ in LIMIT_STATES)
+    + tuple(key for key, _ in CONVERSATION_OUTPUTS) + tuple(key for key, _, _ in CALL_LIMITS)
 ) | BUDGET_ATTRIBUTES
 
 
@@ -605,6 +608,39 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     if record.limit_stop is None:
         record.limit_stop = _state_limit(attrs)
+    for key, marker in CONVERSATION_OUTPUTS:
+        conversation = attrs.get(key)
+        if isinstance(conversation, str) and f'"{marker}"' in conversation \
+                and '"messages"' in conversation:
+            _fill_reported_calls(record, conversation, attrs)
+            break
+
+
+def _fill_reported_calls(record: SpanRecord, conversation: str,
+                         attrs: Mapping[str, object]) -> None:
+    """Model calls an agent span reports in the conversation it returns (crewai's TaskOutput):
+    one per assistant message, plus the answering call when the conversation ends with a tool
+    result and there is an answer; and the framework's cap on them, if they reached it."""
+    value = _parsed(conversation)
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return
+    calls = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    last = messages[-1]
+    if isinstance(last, dict) and last.get("role") == "tool" and record.final_answer:
+        calls += 1
+    record.model_calls = calls
+    if record.limit_stop is not None:
+        return
+    for key, path, limit in CALL_LIMITS:
+        cap: object = _parsed(attrs.get(key))
+        for step in path:
+            cap = cap.get(step) if isinstance(cap, dict) else None
+        if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap <= calls - 1 \
+                and isinstance(last, dict) and last.get("role") == "tool":
+            # the cap's worth of calls asked for tools, then one more was made for the answer
+            record.limit_stop = limit
+            return
 
 
 def _state_limit(attrs: Mapping[str, object]) -> str | None:

@@ -84,6 +84,13 @@ class Convention:
     # The framework's own request for a last answer at its limit, in the last input message of
     # a model call: (text it contains, limit name).
     limit_prompts: tuple[tuple[str, str], ...] = ()
+    # -- frameworks that report their model calls only on the agent span
+    # (agent span attribute, a key only this framework's JSON has): a JSON object whose
+    # "messages" list is the conversation the agent had
+    conversation_outputs: tuple[tuple[str, str], ...] = ()
+    # (attribute holding JSON, path to the framework's cap on model calls, limit name): reached
+    # when the conversation shows that many model calls
+    call_limits: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     notes: str = ""  # for the README
 
 
@@ -232,6 +239,8 @@ CREWAI = Convention(
     emitted_by="openinference-instrumentation-crewai",
     agent_span_name=("graph.node.id",),
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
+    conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
+    call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
     notes="no model-call spans unless the OpenAI client is instrumented too",
 )
 
@@ -330,6 +339,8 @@ class Tables:
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     limit_prompts: tuple[tuple[str, str], ...]
+    conversation_outputs: tuple[tuple[str, str], ...]
+    call_limits: tuple[tuple[str, tuple[str, ...], str], ...]
 
     @property
     def events(self) -> Mapping[str, frozenset[str]]:
@@ -384,6 +395,10 @@ def combine() -> Tables:
                            for attribute, pattern, limit in convention.limit_states),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
+        conversation_outputs=tuple(pair for convention in CONVENTIONS
+                                   for pair in convention.conversation_outputs),
+        call_limits=tuple(entry for convention in CONVENTIONS
+                          for entry in convention.call_limits),
     )
 
 

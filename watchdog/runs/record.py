@@ -74,6 +74,8 @@ class SpanRecord:
     limit_stop: str | None = None  # a framework limit stopped the run: its name
     requested_tools: bool = False  # a model call whose response asked for tools (no answer)
     creates_agent: bool = False  # creates/configures an agent without running it: not a run
+    model_calls: int = 0  # model calls an agent span reports having made (crewai without
+    # model-call spans); 0 = not reported
     exception_id: int | None = None  # type + exact message, 64-bit: one exception seen on
     # several nested spans (a tool, its agent, the workflow) has one id
 

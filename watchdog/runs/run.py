@@ -163,6 +163,10 @@ class RunState:
             # an OpenInference CHAIN root, a bare root span): the run ended in that error.
             self.end_error_type = record.error_type or "error"
         if kind is AGENT:
+            if record.model_calls > self.iterations:
+                # A framework that emits no model-call span (crewai alone) reports its calls
+                # on the agent span: they are the run's iterations.
+                self.iterations = record.model_calls
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
             if record.error and self.last_error is None:  # keep the error that led here
