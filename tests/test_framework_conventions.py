@@ -10,12 +10,19 @@ run identity (one trace per model call, nested agent spans); the end-to-end fram
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
+from agents import Agent, Runner, function_tool
+from agents.exceptions import MaxTurnsExceeded
+from agents.testing import ModelStep, ScriptedModel
+from agents.testing.model import ModelCall, function_call
 
 from tests.recorded import recorded_lines, recorded_records, records_of_lines, signatures
+from tests.spans import SpanMaker, records_of
+from watchdog.client.adapters.openai_agents import instrument_openai_agents
 from watchdog.ingest.conventions import Resource, normalise, select_attributes
 from watchdog.ingest.decode import attributes, parse_json
 from watchdog.runs.record import SpanRecord
@@ -419,3 +426,38 @@ def test_normalise_takes_the_decoded_attributes_unchanged() -> None:
     before = dict(attrs)
     record = normalise(span, attrs, resource)
     assert record.final_answer and attrs == before
+
+
+def test_openai_agents_max_turns_only_in_a_nested_agent_status() -> None:
+    # The real SDK (its own scripted test model) under OpenInference's instrumentor: the
+    # MaxTurnsExceeded stop is only the nested agent span's status description; the root
+    # "Agent workflow" span ends OK.
+    maker = SpanMaker({"service.name": "openai-agents-service"})
+    instrumentor = instrument_openai_agents(maker.provider)
+    calls = iter(range(100))
+
+    @function_tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"value of {key}"
+
+    def respond(call: ModelCall) -> Any:
+        number = next(calls)
+        return [function_call("lookup", {"key": f"k{number}"}, call_id=f"call-{number}")]
+
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(10)], emit_traces=True)
+    agent: Agent[Any] = Agent(name="oa-researcher", instructions="Look keys up.", model=model,
+                              tools=[lookup])
+    try:
+        with pytest.raises(MaxTurnsExceeded):
+            asyncio.run(Runner.run(agent, "Look up every key.", max_turns=3))
+    finally:
+        instrumentor.uninstrument()
+    records = records_of(maker.take())
+    assert signatures(records) == [
+        "llm None", 'tool lookup {"key":"k0"}', "llm None", 'tool lookup {"key":"k1"}',
+        "llm None", 'tool lookup {"key":"k2"}',
+        "agent oa-researcher limit=MaxTurnsExceeded error=MaxTurnsExceeded", "agent None"]
+    assert records[-1].parent_span_id is None and not records[-1].error
+    assert outcome(fold(records)) == Outcome(3, 3, 0, "tool_limit_reached", "MaxTurnsExceeded",
+                                             False)

@@ -460,7 +460,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
 def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
                 status_message: str) -> None:
     exc_type, exc_message = _exception(events)
-    error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or "error"
+    status_limit = _status_limit(status_message) if status_message else None
+    # A limit only named by the status description ("Max turns exceeded: …") types the error.
+    error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or status_limit or "error"
     message = exc_message or status_message or ""
     prefix = short_type(error_type) + ": "
     if message.startswith(prefix):  # "RuntimeError: boom" -> "boom"; the type is kept apart
@@ -474,8 +476,7 @@ def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
         if candidate and short_type(candidate) in LIMIT_EXCEPTIONS:
             record.limit_stop = short_type(candidate)
             return
-    if status_message:
-        record.limit_stop = _status_limit(status_message)
+    record.limit_stop = status_limit
 
 
 def short_type(error_type: str) -> str:
