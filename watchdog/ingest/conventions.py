@@ -2,23 +2,28 @@
 
 Theory of operation
 -------------------
-Agents reach us through four families of instrumentation that name the same facts differently:
+This is the engine; what each convention and framework puts where is data, in
+:mod:`watchdog.ingest.frameworks` (OTel GenAI, OpenInference, OpenLLMetry, pydantic-ai, Hermes,
+Strands, google-adk, crewai, smolagents, OpenAI Agents, LangGraph...), combined once at import
+into ordered attribute names (first present wins), value maps and name sets. Per span:
 
-* OTel GenAI semantic conventions (``gen_ai.operation.name``, ``gen_ai.tool.name``, ...), with
-  the legacy token names ``gen_ai.usage.prompt_tokens|completion_tokens``;
-* OpenInference (``openinference.span.kind``, ``tool.name``, ``input.value``,
-  ``llm.token_count.*``, flattened ``llm.input_messages.{i}.*``);
-* OpenLLMetry / Traceloop (``traceloop.span.kind``, ``llm.request.type``,
-  ``gen_ai.prompt.{i}.*``, ``llm.usage.total_tokens``);
-* pydantic-ai, which follows GenAI but adds run-level ``gen_ai.aggregated_usage.*`` (never
-  counted: the chat spans already carry it), the output tool ``final_result`` (a final answer,
-  not a tool call) and, in older versions, ``agent run`` / ``running tool`` spans with
-  ``tool_arguments`` / ``tool_response``.
+1. the role (model call, tool call, agent invocation, agent creation) from the first convention
+   that names it; only the attributes some table names are decoded (:func:`select_attributes`);
+2. for spans that matter and have events, the few event attributes a table names are folded in
+   as ``"<event>:<attribute>"`` facts (Strands puts answers and arguments only there);
+3. identity, then the error (status ERROR, typed by ``error.type`` or the exception event, with
+   an identity that is the same on every nested span the exception passes through);
+4. by role: tool name/arguments/result (an answer tool is an answer, not work); tokens, finish
+   reason, answer or tool request (a "stop" whose output asks for tools is no answer; a stream
+   without a finish reason whose output ends with text is one); the agent's answer;
+5. a limit stop from wherever the framework says it: a limit exception, a status description,
+   a finish reason, an explicit attribute or state field, the framework's own "give your final
+   answer" request, or a conversation that reached the framework's cap.
 
-Each fact is read from an ordered list of attribute names (first present wins), so supporting a
-new convention is adding a name to a tuple. Tokens are taken from LLM spans only, which is what
-keeps agent-level aggregates from being counted twice. This module is pure: one span and its
-resource in, one record out (or :class:`SpanRejected`).
+Tokens are taken from LLM spans only, which keeps agent-level aggregates (pydantic-ai's
+``gen_ai.aggregated_usage.*``, Strands' agent usage) from being counted twice. Large JSON is
+parsed only when a fact needs it (a substring test decides first). This module is pure: one
+span and its resource in, one record out (or :class:`SpanRejected`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,18 @@ from typing import Any
 
 from watchdog.ingest.decode import any_value
 from watchdog.ingest.frameworks import TABLES, Role
+from watchdog.ingest.outcome import (
+    LIMIT_EXCEPTIONS,
+    agent_limit,
+    fill_model_outcome,
+    fill_reported_calls,
+    finish_reason,
+    has_text,
+    output_finish_reason,
+    prompt_limit,
+    short_type,
+    status_limit,
+)
 from watchdog.ingest.redact import brief, mask, redact
 from watchdog.runs.record import (
     AGENT,
@@ -78,17 +95,10 @@ OUTPUT_MESSAGES_JSON_KEYS = TABLES.output_messages
 # Flattened conventions: the message count is the highest index + 1.
 FLAT_INPUT_PREFIXES = TABLES.flat_input_prefixes
 FLAT_OUTPUT_PREFIXES = TABLES.flat_output_prefixes
-LIMIT_ATTRIBUTE_KEYS = TABLES.limit_attributes
-LIMIT_STATES = TABLES.limit_states
-LIMIT_STATUS = TABLES.limit_status
-LIMIT_EXCEPTIONS = TABLES.limit_exceptions
-LIMIT_PROMPTS = TABLES.limit_prompts
 CONVERSATION_OUTPUTS = TABLES.conversation_outputs
-CALL_LIMITS = TABLES.call_limits
 # Where a model call's last input message is looked for: JSON message lists, and raw requests
 # whose message list ends near their end.
 PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
-PROMPT_TAIL_CHARS = 2048  # the last message is searched for in this many final characters
 KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
 
 # What a convention's role means for a run: a span creating an agent is no work of a run.
@@ -105,19 +115,9 @@ TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 OUTPUT_TOOL_NAMES = TABLES.answer_tools
 OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 # A model response that finished for one of these reasons is an answer, not a tool request.
-ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons
-TOOL_FINISH_REASONS = TABLES.tool_finish_reasons
-LIMIT_FINISH_REASONS = TABLES.limit_finish_reasons
+ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
 # Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
 EVENT_FACTS = TABLES.events
-# What gives away a tool request inside a model's output, in the JSON shapes of OpenAI
-# (tool_calls), GenAI parts ({"type": "tool_call"}), Bedrock/Strands (toolUse), Gemini
-# (function_call) and Anthropic (tool_use). Substrings first: the JSON is parsed only if one
-# of them occurs.
-TOOL_REQUEST_MARKERS = ('"tool_call', '"toolUse"', '"function_call"', '"tool_use"')
-TOOL_REQUEST_KEYS = frozenset({"tool_calls", "toolUse", "function_call", "tool_use"})
-TOOL_REQUEST_TYPES = frozenset({"tool_call", "function_call", "tool_use"})
-MAX_JSON_DEPTH = 8  # how deep a model output is searched for a tool request
 
 
 def select_attributes(key_values: Any) -> dict[str, object]:
@@ -350,8 +350,9 @@ WANTED_ATTRIBUTES = frozenset(
     + TOOL_NAME_KEYS + TOOL_ARGS_KEYS + TOOL_RESULT_KEYS + AGENT_OUTPUT_KEYS + INPUT_TOKEN_KEYS
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
     + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
-    + LLM_OUTPUT_KEYS + LIMIT_ATTRIBUTE_KEYS + tuple(key for key, _, _ in LIMIT_STATES)
-    + tuple(key for key, _ in CONVERSATION_OUTPUTS) + tuple(key for key, _, _ in CALL_LIMITS)
+    + LLM_OUTPUT_KEYS + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
+    + tuple(key for key, _ in CONVERSATION_OUTPUTS)
+    + tuple(key for key, _, _ in TABLES.call_limits)
 ) | BUDGET_ATTRIBUTES
 
 
@@ -446,7 +447,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     if status.code == STATUS_CODE_ERROR:
         _fill_error(record, attrs, events, status.message)
     elif status.message:
-        record.limit_stop = _status_limit(status.message)
+        record.limit_stop = status_limit(status.message)
 
     if kind is TOOL:
         _fill_tool(record, name, attrs)
@@ -460,9 +461,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
 def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
                 status_message: str) -> None:
     exc_type, exc_message = _exception(events)
-    status_limit = _status_limit(status_message) if status_message else None
+    status_stop = status_limit(status_message) if status_message else None
     # A limit only named by the status description ("Max turns exceeded: …") types the error.
-    error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or status_limit or "error"
+    error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or status_stop or "error"
     message = exc_message or status_message or ""
     prefix = short_type(error_type) + ": "
     if message.startswith(prefix):  # "RuntimeError: boom" -> "boom"; the type is kept apart
@@ -476,31 +477,7 @@ def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
         if candidate and short_type(candidate) in LIMIT_EXCEPTIONS:
             record.limit_stop = short_type(candidate)
             return
-    record.limit_stop = status_limit
-
-
-def short_type(error_type: str) -> str:
-    """``pydantic_ai.exceptions.UsageLimitExceeded`` -> ``UsageLimitExceeded``."""
-    return error_type.rsplit(".", 1)[-1]
-
-
-def _status_limit(description: str) -> str | None:
-    """The limit a span's status description names ("Max turns exceeded: ..."), if any."""
-    for pattern, limit in LIMIT_STATUS:
-        if pattern.search(description):
-            return limit
-    head, sep, _ = description.partition(":")
-    if sep and short_type(head.strip()) in LIMIT_EXCEPTIONS:  # "LlmCallsLimitExceededError: …"
-        return short_type(head.strip())
-    return None
-
-
-def _finish_reason(value: object) -> str | None:
-    if isinstance(value, list):
-        value = value[-1] if value else None
-    if value is None:
-        return None
-    return str(value)[:MAX_NAME_CHARS]
+    record.limit_stop = status_stop
 
 
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> None:
@@ -535,7 +512,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         # OpenLLMetry may report only a total; count it as input so totals stay right.
         record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
     output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
-    _fill_outcome(record, _first(attrs, FINISH_REASON_KEYS),
+    fill_model_outcome(record, _first(attrs, FINISH_REASON_KEYS),
                   output_messages if output_messages is not None
                   else _first(attrs, LLM_OUTPUT_KEYS))
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
@@ -548,191 +525,35 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
             messages = flat_in + max(_flat_count(keys, FLAT_OUTPUT_PREFIXES), 1)
     record.messages = messages
     if record.limit_stop is None:
-        record.limit_stop = _prompt_limit(attrs)
-
-
-def _prompt_limit(attrs: Mapping[str, object]) -> str | None:
-    """The limit a framework announces by asking for a last answer (Hermes' summary request,
-    crewai's forced final answer): its text in the model call's last input message."""
-    text = _first_str(attrs, PROMPT_KEYS)
-    if text is None:
-        return None
-    tail = text[-PROMPT_TAIL_CHARS:]
-    last = tail[tail.rfind('"role"'):]  # the whole tail when no role is in it
-    for prompt, limit in LIMIT_PROMPTS:
-        if prompt in last:
-            return limit
-    return None
-
-
-def _fill_outcome(record: SpanRecord, finish: object, output: object) -> None:
-    """Finish reason, answer, tool request and limit stop of a model call.
-
-    A finish reason of "stop" is not enough (google-adk says it on tool requests too): an
-    output that asks for tools is no answer. Without a finish reason (a stream), an output
-    that ends with text and asks for no tool is the answer.
-    """
-    reason = _finish_reason(finish) if finish is not None else None
-    if reason is None and isinstance(output, str) and '"finish_reason"' in output:
-        reason = _finish_reason(_output_finish_reason(output))
-    record.finish_reason = reason
-    if reason is not None:
-        lowered = reason.lower()
-        if lowered in LIMIT_FINISH_REASONS:
-            record.limit_stop = reason
-        elif lowered in TOOL_FINISH_REASONS:
-            record.requested_tools = True
-        elif lowered in ANSWER_FINISH_REASONS:
-            requests = _requests_tools(output)
-            record.requested_tools = requests
-            record.final_answer = not requests
-    elif output is not None:
-        requests = _requests_tools(output)
-        record.requested_tools = requests
-        record.final_answer = not requests and _has_text(output)
+        prompt = _first_str(attrs, PROMPT_KEYS)
+        if prompt is not None:
+            record.limit_stop = prompt_limit(prompt)
 
 
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     output = _first(attrs, AGENT_OUTPUT_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
     if isinstance(output, str) and finish is None and '"finish_reason"' in output:
-        finish = _output_finish_reason(output)
+        finish = output_finish_reason(output)
     if finish is not None:
-        record.finish_reason = _finish_reason(finish)
-    reason = (record.finish_reason or "").lower()
-    if reason in LIMIT_FINISH_REASONS:
-        record.limit_stop = record.finish_reason
-    elif (output is not None and not record.error and not _is_empty_output(output)
-          and _has_text(output)):
+        record.finish_reason = finish_reason(finish)
+    limit = agent_limit(attrs, record.finish_reason)
+    if record.limit_stop is None:
+        record.limit_stop = limit
+    stopped_silent = limit is not None and limit == record.finish_reason
+    if (output is not None and not stopped_silent and not record.error
+            and not _is_empty_output(output) and has_text(output)):
+        # An agent stopped by a limit finish reason (Strands' limit_turns) gave no answer; one
+        # whose state names a limit may still have answered (Hermes' summary).
         record.final_answer = True
         record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
     record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
-    if record.limit_stop is None:
-        record.limit_stop = _state_limit(attrs)
     for key, marker in CONVERSATION_OUTPUTS:
         conversation = attrs.get(key)
         if isinstance(conversation, str) and f'"{marker}"' in conversation \
                 and '"messages"' in conversation:
-            _fill_reported_calls(record, conversation, attrs)
+            fill_reported_calls(record, conversation, attrs)
             break
-
-
-def _fill_reported_calls(record: SpanRecord, conversation: str,
-                         attrs: Mapping[str, object]) -> None:
-    """Model calls an agent span reports in the conversation it returns (crewai's TaskOutput):
-    one per assistant message, plus the answering call when the conversation ends with a tool
-    result and there is an answer; and the framework's cap on them, if they reached it."""
-    value = _parsed(conversation)
-    messages = value.get("messages") if isinstance(value, dict) else None
-    if not isinstance(messages, list) or not messages:
-        return
-    calls = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-    last = messages[-1]
-    if isinstance(last, dict) and last.get("role") == "tool" and record.final_answer:
-        calls += 1
-    record.model_calls = calls
-    if record.limit_stop is not None:
-        return
-    for key, path, limit in CALL_LIMITS:
-        cap: object = _parsed(attrs.get(key))
-        for step in path:
-            cap = cap.get(step) if isinstance(cap, dict) else None
-        if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap <= calls - 1 \
-                and isinstance(last, dict) and last.get("role") == "tool":
-            # the cap's worth of calls asked for tools, then one more was made for the answer
-            record.limit_stop = limit
-            return
-
-
-def _state_limit(attrs: Mapping[str, object]) -> str | None:
-    """A limit named by the agent span itself: an explicit attribute, or a framework's state
-    field (Hermes' ``turn_exit_reason``)."""
-    limit = _first_str(attrs, LIMIT_ATTRIBUTE_KEYS)
-    if limit:
-        return limit[:MAX_NAME_CHARS]
-    for key, pattern, name in LIMIT_STATES:
-        value = attrs.get(key)
-        if isinstance(value, str) and pattern.match(value):
-            return name
-    return None
-
-
-def _parsed(output: object) -> object:
-    if isinstance(output, str):
-        stripped = output.lstrip()
-        if stripped[:1] in ("[", "{"):
-            try:
-                return _load_json(output)
-            except ValueError:
-                return output
-    return output
-
-
-def _output_finish_reason(output: str) -> object:
-    """The finish reason of the last message of a JSON message list that has one."""
-    value = _parsed(output)
-    if isinstance(value, dict):
-        value = [value]
-    if isinstance(value, list):
-        for message in reversed(value):
-            if isinstance(message, dict) and message.get("finish_reason"):
-                return message["finish_reason"]
-    return None
-
-
-def _requests_tools(output: object) -> bool:
-    if isinstance(output, str):
-        if not any(marker in output for marker in TOOL_REQUEST_MARKERS):
-            return False  # the common case: no JSON parse
-        output = _parsed(output)
-    return _has_tool_request(output, 0)
-
-
-def _has_tool_request(value: object, depth: int) -> bool:
-    if depth > MAX_JSON_DEPTH:
-        return False
-    if isinstance(value, dict):
-        if value.get("type") in TOOL_REQUEST_TYPES:
-            return True
-        for key, item in value.items():
-            if key in TOOL_REQUEST_KEYS and item:
-                return True
-            if isinstance(item, (dict, list)) and _has_tool_request(item, depth + 1):
-                return True
-    elif isinstance(value, list):
-        return any(_has_tool_request(item, depth + 1) for item in value)
-    return False
-
-
-def _has_text(output: object) -> bool:
-    """Whether an output says anything: a message list (GenAI ``output.messages``) needs a
-    non-empty text part (an agent stopped at its limit may end with an empty one); any other
-    non-empty value is an answer (structured output included)."""
-    value = _parsed(output)
-    if isinstance(value, str):
-        return bool(value.strip())
-    if isinstance(value, list) and value and all(
-            isinstance(message, dict) and "role" in message for message in value):
-        return _text_in(value, 0)
-    return True
-
-
-TEXT_KEYS = frozenset({"text", "content"})
-
-
-def _text_in(value: object, depth: int) -> bool:
-    if depth > MAX_JSON_DEPTH:
-        return False
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in TEXT_KEYS and isinstance(item, str) and item.strip():
-                return True
-            if isinstance(item, (dict, list)) and _text_in(item, depth + 1):
-                return True
-        return False
-    if isinstance(value, list):
-        return any(_text_in(item, depth + 1) for item in value)
-    return value is not None and not isinstance(value, bool)
 
 
 __all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",

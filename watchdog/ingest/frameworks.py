@@ -222,7 +222,8 @@ STRANDS = Convention(
     finish_reasons=("gen_ai.choice:finish_reason",),
     output_messages=("gen_ai.client.inference.operation.details:gen_ai.output.messages",),
     input_messages=("gen_ai.client.inference.operation.details:gen_ai.input.messages",),
-    limit_finish_reasons=frozenset({"limit_turns"}),
+    # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
+    limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
     notes="default format: answers, finish reasons and tool arguments only in span events",
 )
 
