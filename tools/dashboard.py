@@ -5,12 +5,12 @@
 
 The chart ships the JSON as a ConfigMap labelled ``grafana_dashboard: "1"`` (the Grafana sidecar
 picks it up). Every query uses the ``${datasource}`` variable and filters on ``$agent`` where
-the metric has an ``agent`` label; every selector also filters on ``$cluster`` and ``$namespace``
-(the monitoring-mixin convention: one dashboard for every cluster and namespace; a series without
-a ``cluster`` label matches the "All" value ``.*``); exemplars (``trace_id``) are requested on the queries over
-metrics that carry them (runs_finished, run_* histograms, tool_calls, tokens, errors,
-rule_fired), so Grafana links a point to the agent's trace when the Prometheus data source
-names a trace data source for the ``trace_id`` exemplar label.
+the metric has an ``agent`` label; every selector also filters on ``$cluster`` and
+``$namespace`` (the monitoring-mixin convention: one dashboard for every cluster and namespace;
+a series without a ``cluster`` label matches the "All" value ``.*``); exemplars (``trace_id``)
+are requested on the queries over metrics that carry them (runs_finished, run_* histograms,
+tool_calls, tokens, errors, rule_fired), so Grafana links a point to the agent's trace when the
+Prometheus data source names a trace data source for the ``trace_id`` exemplar label.
 
 tests/test_dashboard.py checks that the committed file equals this output and that every query
 returns data from a real Prometheus scraping a real sidecar.
