@@ -790,6 +790,7 @@ def test_chart_metadata_and_lint(chart: helm.Chart) -> None:
 
 def test_notes_tell_each_mode_what_to_do(chart: helm.Chart) -> None:
     sidecar = render_files(chart)["agent-watchdog/templates/NOTES.txt"]
-    assert 'include "agent-watchdog.sidecar"' in sidecar and "initContainers" in sidecar
+    assert 'include "agent-watchdog.inject" (list $ "my-agent.deployment")' in sidecar
+    assert "native sidecar (initContainers)" in sidecar
     gateway = render_files(chart, MODES["gateway"])["agent-watchdog/templates/NOTES.txt"]
     assert f"OTEL_EXPORTER_OTLP_ENDPOINT=http://{FULLNAME}.{NAMESPACE}.svc:4318" in gateway
