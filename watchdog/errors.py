@@ -104,3 +104,11 @@ class ConfigError(WatchdogError):
     """A configuration key has a bad value; the message names the key, value and what is allowed."""
 
     code = "config"
+
+
+class StateUnavailable(Overloaded):
+    """The state store cannot be written (disk full, read-only, I/O error): work that would be
+    acknowledged but not persisted is refused until a write succeeds again."""
+
+    code = "state_unavailable"
+    export_outcome = "state_unavailable"

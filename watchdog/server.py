@@ -58,7 +58,8 @@ class Server:
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Taking spans: started, not stopping, and the state can be written."""
+        return self._ready and self.service is not None and self.service.state_error is None
 
     async def start(self) -> None:
         config = self.config
@@ -94,7 +95,7 @@ class Server:
         admission = Admission(config.max_pending_requests)
 
         await self._start_app("metrics", config.metrics_address,
-                              create_metrics_app(self.metrics, lambda: self._ready))
+                              create_metrics_app(self.metrics, lambda: self.ready))
         await self._start_app("otlp_http", config.otlp_http_address,
                               otlp_http.create_app(service, self.metrics, admission, config))
         await self._start_app("api", config.api_address, api.create_app(
