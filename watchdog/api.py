@@ -121,7 +121,8 @@ async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     if raw is not None:
         problem = id_problem(raw)
         if problem is not None:
-            raise BadRequest(f"id {_shown(raw)} is not allowed: it {problem}")
+            what = "session id" if request.path.startswith("/v1/sessions/") else "run id"
+            raise BadRequest(f"{what} {_shown(raw)} is not allowed: it {problem}")
     return await handler(request)
 
 

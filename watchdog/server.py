@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from aiohttp import web
@@ -55,6 +56,7 @@ class Server:
         self.outbox: Outbox | None = None
         self._reload_lock = asyncio.Lock()
         self._rule_sources: tuple[Source, ...] = ()  # as last seen by the file watch
+        self.admission: Admission | None = None
 
     @property
     def ready(self) -> bool:
@@ -92,12 +94,13 @@ class Server:
         await outbox.start()
         if restored:
             log.info("restored %d active runs from %s", restored, config.state_dir)
-        admission = Admission(config.max_pending_requests)
+        self.admission = admission = Admission(config.max_pending_requests)
 
         await self._start_app("metrics", config.metrics_address,
                               create_metrics_app(self.metrics, lambda: self.ready))
         await self._start_app("otlp_http", config.otlp_http_address,
-                              otlp_http.create_app(service, self.metrics, admission, config))
+                              otlp_http.create_app(service, self.metrics, admission, config),
+                              **otlp_http.RUNNER_OPTIONS)
         await self._start_app("api", config.api_address, api.create_app(
             service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
@@ -115,10 +118,11 @@ class Server:
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
 
-    async def _start_app(self, name: str, address: str, app: web.Application) -> None:
+    async def _start_app(self, name: str, address: str, app: web.Application,
+                         **options: Any) -> None:
         host, port = split_address(name, address)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               shutdown_timeout=SHUTDOWN_GRACE)
+                               shutdown_timeout=SHUTDOWN_GRACE, **options)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()

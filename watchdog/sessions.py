@@ -134,7 +134,7 @@ def _run_id(value: object) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise CheckpointError(f"run_id={value!r} is not allowed: expected a run id (a string)")
+        raise CheckpointError(f"run_id must be a string (a run id), not {type(value).__name__}")
     return _checked_id(value, "run_id")
 
 

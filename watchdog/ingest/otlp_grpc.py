@@ -99,8 +99,11 @@ def create_server(service: WatchdogService, metrics: Metrics, admission: Admissi
     handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
         METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export),
     })
+    # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
+    # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
+    # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
     server = grpc.aio.server(handlers=(handler,), options=(
         ("grpc.max_receive_message_length", config.max_request_bytes),
-    ))
+    ), maximum_concurrent_rpcs=config.max_pending_requests)
     port = server.add_insecure_port(config.otlp_grpc_address)
     return server, port

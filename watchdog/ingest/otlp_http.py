@@ -2,16 +2,17 @@
 deflate compressed, answered in the encoding of the request.
 
 A request passes these stages in order, and the first that refuses it answers:
-auth (401) -> media type (415) -> content coding (415) -> admission (503 + Retry-After) ->
-body, bounded after decompression (413; 408 if the upload stalls) -> decode (400) ->
-``service.export`` (503 when the store is behind) -> 200 with ``partial_success`` when spans
-were rejected. Error bodies are a ``google.rpc.Status`` in the request's encoding, as OTLP asks.
+auth (401) -> media type (415) -> content coding (415) -> an upload slot (503 + Retry-After) ->
+body as sent, within ``BODY_READ_TIMEOUT`` (408) and ``max_request_bytes`` (413) -> inflated
+with the same bound (413, or 400 for corrupt data) -> a processing slot (503) -> decode (400)
+-> ``service.export`` (503 when the store is behind or cannot be written) -> 200 with
+``partial_success`` when spans were rejected. Error bodies are a ``google.rpc.Status`` in the
+request's encoding, as OTLP asks.
 
-aiohttp inflates the body itself in bounded steps and stops reading once ``client_max_size``
-(``max_request_bytes``) is passed, so a gzip bomb never grows in memory past about twice the
-limit; a compressed body refused before its end also drops the connection, so the rest is
-never inflated (see :func:`_answer_and_close`). Admission is taken before the body is read: a
-slow upload holds a slot, which is what the read timeout bounds.
+A slow upload holds only an upload slot (:class:`~watchdog.ingest.admission.Uploads`: many, and
+bounded per client), never a processing slot, so slow clients cannot starve the others. The
+body is inflated by :mod:`watchdog.ingest.codings` (aiohttp's decompression is off for this
+server), so a gzip bomb never grows past the limit and ``br``/``zstd`` get the documented 415.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from watchdog.errors import (
     UnsupportedMediaType,
     WatchdogError,
 )
-from watchdog.ingest.admission import Admission
+from watchdog.ingest import codings
+from watchdog.ingest.admission import Admission, Uploads
 from watchdog.ingest.decode import (
     DecodeError,
     ExportTraceServiceRequest,
@@ -51,11 +53,10 @@ log = logging.getLogger("watchdog.otlp_http")
 
 PROTOCOL = "http"
 TRACES_PATH = "/v1/traces"
-# Content codings aiohttp inflates itself (br and zstd need optional packages).
-SUPPORTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
-COMPRESSED = frozenset({"gzip", "deflate"})
-# A stalled upload holds an admission slot; past this it is dropped with 408.
-BODY_READ_TIMEOUT = 30.0
+COMPRESSED = codings.SUPPORTED - codings.IDENTITY
+# A body must arrive within this (an OTLP exporter gives up after 10 s anyway); a stalled
+# upload holds an upload slot until then, and is answered 408.
+BODY_READ_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +86,11 @@ CODECS = {codec.content_type: codec for codec in (PROTOBUF, JSON)}
 
 class TraceReceiver:
     def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
-                 config: Config) -> None:
+                 config: Config, uploads: Uploads | None = None) -> None:
         self.service = service
         self.metrics = metrics
         self.admission = admission
+        self.uploads = uploads if uploads is not None else Uploads()
         self.max_request_bytes = config.max_request_bytes
         self._expected_auth = config.api_token
 
@@ -114,13 +116,17 @@ class TraceReceiver:
                 f"unsupported Content-Type {request.content_type!r}: OTLP/HTTP accepts "
                 f"{' or '.join(CODECS)}")
         encoding = _content_encoding(request)
-        if encoding not in SUPPORTED_ENCODINGS:
+        if encoding not in codings.SUPPORTED:
             raise UnsupportedMediaType(
-                f"unsupported Content-Encoding {encoding!r}: accepted are gzip, deflate, identity")
-        if encoding in ("", "identity") and (request.content_length or 0) > self.max_request_bytes:
+                f"unsupported Content-Encoding {encoding[:64]!r}: accepted are gzip, deflate, "
+                f"identity")
+        if (request.content_length or 0) > self.max_request_bytes:
             raise self._too_large()
+        self.admission.check()  # no slot to process it: refuse before reading it
+        with self.uploads.slot(request.remote or "unknown"):
+            raw = await self._read_body(request)
+        body = self._inflate(raw, encoding)
         with self.admission:
-            body = await self._read_body(request, encoding)
             try:
                 export_request = codec.parse(body)
             except DecodeError as exc:
@@ -138,7 +144,7 @@ class TraceReceiver:
         check_bearer(request.headers.get("Authorization"), self._expected_auth,
                      "the header Authorization:")
 
-    async def _read_body(self, request: web.Request, encoding: str) -> bytes:
+    async def _read_body(self, request: web.Request) -> bytes:
         try:
             async with asyncio.timeout(BODY_READ_TIMEOUT):
                 return await request.read()
@@ -147,11 +153,17 @@ class TraceReceiver:
         except TimeoutError:
             raise RequestTimeout(
                 f"the request body did not arrive within {BODY_READ_TIMEOUT:g}s") from None
-        except web.RequestPayloadError:  # corrupt gzip/deflate data, a broken chunked body
-            if encoding in COMPRESSED:
-                raise BadRequest(f"the request body is not valid {encoding} data "
-                                 f"(Content-Encoding: {encoding})") from None
+        except web.RequestPayloadError:  # a broken chunked body
             raise BadRequest("the request body could not be read (broken transfer)") from None
+
+    def _inflate(self, raw: bytes, encoding: str) -> bytes:
+        try:
+            return codings.inflate(raw, encoding, self.max_request_bytes)
+        except codings.BodyTooLarge:
+            raise self._too_large() from None
+        except codings.BadCoding as exc:
+            raise BadRequest(f"the request body is not valid {encoding} data "
+                             f"(Content-Encoding: {encoding}): {exc}") from None
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(f"request body exceeds max_request_bytes={self.max_request_bytes} "
@@ -175,12 +187,15 @@ def _content_encoding(request: web.Request) -> str:
 
 async def _answer_and_close(request: web.Request, response: web.Response) -> None:
     """Send ``response``, then drop the connection. Left open, aiohttp would drain the unread
-    body for up to 10 s after the response, inflating it on the event loop thread: a gzip
-    bomb past the limit would stall every other request meanwhile, and a corrupt one would be
-    logged as an unhandled error."""
+    body (up to 10 s) after the response: for a compressed body refused early, such as a gzip
+    bomb, that is megabytes read for nothing."""
     await response.prepare(request)
     await response.write_eof()
     request.protocol.force_close()
+
+
+# For the AppRunner of this app: the body is read as sent and inflated by codings.inflate.
+RUNNER_OPTIONS = {"auto_decompress": False}
 
 
 def create_app(service: WatchdogService, metrics: Metrics, admission: Admission,
