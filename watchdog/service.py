@@ -159,13 +159,8 @@ class WatchdogService:
         return len(active)
 
     def _restored(self, rows: Iterable[dict[str, Any]]) -> list[RunState]:
-        runs = []
-        for data in rows:
-            try:
-                runs.append(RunState.from_dict(data))
-            except Exception:  # a row from an older build, or one damaged on disk
-                self._run_failed("restore", str(data.get("key")))
-        return runs
+        # a row from an older build, or one damaged on disk, is skipped (and counted)
+        return [run for data in rows if (run := self._from_store(data)) is not None]
 
     def _run_failed(self, stage: str, key: str) -> None:
         """One run's work failed at ``stage``: counted; logged (with the traceback) once per
@@ -560,8 +555,17 @@ class WatchdogService:
             data = self.store.get_run(key)
             if data is None:
                 raise NotFound(f"no run {key!r}")
-            run = RunState.from_dict(data)
+            run = self._from_store(data)
+            if run is None:
+                raise NotFound(f"run {key!r} is stored but cannot be read (see the log)")
         return run
+
+    def _from_store(self, data: dict[str, Any]) -> RunState | None:
+        try:
+            return RunState.from_dict(data)
+        except Exception:
+            self._run_failed("restore", str(data.get("key")))
+            return None
 
     def run_detail(self, key: str) -> dict[str, Any]:
         run = self.find_run(key)
@@ -583,9 +587,15 @@ class WatchdogService:
                     runs.setdefault(run.key, run)
             if len(runs) < limit:
                 for data in self.store.list_runs(True, agent, limit):
-                    if data["key"] not in runs:
-                        runs[data["key"]] = RunState.from_dict(data)
-        return [run_summary(run, now) for run in list(runs.values())[:limit]]
+                    if data["key"] not in runs and (stored := self._from_store(data)):
+                        runs[data["key"]] = stored
+        summaries = []
+        for run in list(runs.values())[:limit]:
+            try:
+                summaries.append(run_summary(run, now))
+            except Exception:  # one damaged run must not take the listing down with it
+                self._run_failed("read", run.key)
+        return summaries
 
     def activity(self, key: str) -> list[ActivityEntry]:
         """The run's activity log: what the store has, plus what is on its way there.
