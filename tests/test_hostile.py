@@ -372,3 +372,42 @@ def test_grpc_refuses_past_its_bound_instead_of_queueing(tmp_path: Path) -> None
                                 grpc.StatusCode.UNAVAILABLE}, results
         assert grpc_export(sidecar, b"") == b""
         guarded.assert_intact()
+
+
+# -- redaction everywhere ----------------------------------------------------------------------
+
+LEAK_ARGS = json.dumps({"payload": json.dumps({"user": "alice", "password": "hunter2-leak"})})
+LEAK_RESULT = json.dumps({"config": json.dumps({"api_key": "leak-key-9876"}),
+                          "env": "DB_PASSWORD=leak-env-5555\nMODE=prod"})
+LEAKS = ("hunter2-leak", "leak-key-9876", "leak-env-5555")
+
+
+def test_secrets_in_json_encoded_strings_are_never_stored_or_shown(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with running_server(sidecar_config(state)) as sidecar:
+        maker = SpanMaker()
+        root = maker.open("invoke_agent a", {"watchdog.run.id": "leaky"}, start=time.time())
+        for index in range(4):  # the same call 4 times: repeated-tool-call winds it down
+            maker.span("execute_tool fetch", tool_attrs("fetch", LEAK_ARGS, LEAK_RESULT,
+                                                         **{"watchdog.run.id": "leaky"}),
+                       parent=root, start=time.time() + index)
+        export(sidecar, maker)
+        shown = [
+            http_request("GET", sidecar.api + run_path("leaky"))[1],
+            http_request("GET", sidecar.api + run_path("leaky", "/report"))[1],
+            http_request("GET", sidecar.api + run_path("leaky", "/report"),
+                         headers={"Accept": "application/json"})[1],
+        ]
+        poll = wait_until(lambda: strict_json(http_request(
+            "GET", sidecar.api + run_path("leaky", "/directives"))[1])["directives"],
+            what="the wind-down directive")
+        assert poll[0]["report_prompt"] and "[REDACTED]" in poll[0]["report_prompt"]
+        shown.append(json.dumps(poll).encode())  # the same JSON SSE and webhooks carry
+        for body in shown:
+            assert b"[REDACTED]" in body
+            for secret in LEAKS:
+                assert secret.encode() not in body, body[:300]
+    for path in state.iterdir():  # the SQLite files, WAL included
+        data = path.read_bytes()
+        for secret in LEAKS:
+            assert secret.encode() not in data, path
