@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -172,25 +173,37 @@ class RunRoutes:
                             charset="utf-8")
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        body = await _json_object(request)
-        messages = body.get("messages", 0)
-        if not _is_int_in(messages, 0, MAX_MESSAGES):
-            raise BadRequest(f"messages={_shown(messages)} is not allowed: expected an integer "
-                             f"from 0 to {MAX_MESSAGES} (the conversation length)")
-        in_flight = body.get("in_flight")
-        if in_flight is not None and not _is_int_in(in_flight, 0, MAX_IN_FLIGHT):
-            raise BadRequest(f"in_flight={_shown(in_flight)} is not allowed: expected an integer "
-                             f"from 0 to {MAX_IN_FLIGHT} (calls started and not ended)")
-        oldest = body.get("oldest_call_started")
-        if oldest is not None and not (is_number(oldest)
-                                       and 0 <= oldest <= MAX_EPOCH_SECONDS):
-            raise BadRequest(f"oldest_call_started={_shown(oldest)} is not allowed: expected "
-                             f"epoch seconds from 0 to {MAX_EPOCH_SECONDS:g}")
-        announce = _announcement(body.get("announce"))
-        run = self.service.heartbeat(request.match_info["id"], messages, in_flight,
-                                     float(oldest) if oldest is not None else None, announce)
+        beat = parse_heartbeat(await _json_object(request))
+        run = self.service.heartbeat(request.match_info["id"], beat.messages, beat.in_flight,
+                                     beat.oldest_call_started, beat.announce)
         return json_response({**run_summary(run, self.service.clock.now()),
-                                  "messages": run.messages, "in_flight": run.in_flight})
+                              "messages": run.messages, "in_flight": run.in_flight})
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    messages: int
+    in_flight: int | None
+    oldest_call_started: float | None
+    announce: dict[str, Any] | None
+
+
+def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
+    """A ``POST /v1/runs/{id}/heartbeat`` body; raises :class:`BadRequest` naming the field."""
+    messages = body.get("messages", 0)
+    if not isinstance(messages, int) or not _is_int_in(messages, 0, MAX_MESSAGES):
+        raise BadRequest(f"messages={_shown(messages)} is not allowed: expected an integer "
+                         f"from 0 to {MAX_MESSAGES} (the conversation length)")
+    in_flight = body.get("in_flight")
+    if in_flight is not None and not _is_int_in(in_flight, 0, MAX_IN_FLIGHT):
+        raise BadRequest(f"in_flight={_shown(in_flight)} is not allowed: expected an integer "
+                         f"from 0 to {MAX_IN_FLIGHT} (calls started and not ended)")
+    oldest = body.get("oldest_call_started")
+    if oldest is not None and not (is_number(oldest) and 0 <= oldest <= MAX_EPOCH_SECONDS):
+        raise BadRequest(f"oldest_call_started={_shown(oldest)} is not allowed: expected "
+                         f"epoch seconds from 0 to {MAX_EPOCH_SECONDS:g}")
+    return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
+                     _announcement(body.get("announce")))
 
 
 ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
@@ -318,11 +331,7 @@ class DirectiveRoutes:
 
     async def ack(self, request: web.Request) -> web.Response:
         """``POST /v1/runs/{id}/ack {"seq": n}``: the agent has seen directives up to ``n``."""
-        body = await _json_object(request)
-        seq = body.get("seq")
-        if not isinstance(seq, int) or not _is_int_in(seq, 0, MAX_SEQ):
-            raise BadRequest(f"seq={_shown(seq)} is not allowed: expected an integer >= 0 (the seq "
-                             f"of the last directive the agent has seen)")
+        seq = parse_ack(await _json_object(request))
         run_id = request.match_info["id"]
         acked = await self.outbox.ack(run_id, seq)
         return json_response({"run_id": run_id, "acked_seq": acked})
@@ -382,6 +391,15 @@ class DirectiveRoutes:
             raise
 
 
+def parse_ack(body: dict[str, Any]) -> int:
+    """The ``seq`` of a ``POST /v1/runs/{id}/ack`` body; raises :class:`BadRequest`."""
+    seq = body.get("seq")
+    if not isinstance(seq, int) or not _is_int_in(seq, 0, MAX_SEQ):
+        raise BadRequest(f"seq={_shown(seq)} is not allowed: expected an integer from 0 to "
+                         f"{MAX_SEQ} (the seq of the last directive the agent has seen)")
+    return seq
+
+
 def _sse_event(event_id: int, directive: Directive) -> bytes:
     data = json.dumps(directive.to_json(), separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
@@ -414,7 +432,11 @@ def _int_param(raw: str | None, name: str, default: int, low: int, high: int) ->
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    return json_object(await request.read())
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A control request body: a JSON object (empty body: ``{}``), or :class:`BadRequest`."""
     if not raw.strip():
         return {}
     try:
