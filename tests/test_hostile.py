@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from tests.otel import export_http
 from tests.spans import SpanMaker, chat_attrs, encode, tool_attrs
 from tests.test_bad_input import (
     Guarded,
@@ -302,17 +304,21 @@ def test_a_short_token_is_refused_for_a_non_loopback_bind() -> None:
 # -- admission -------------------------------------------------------------------------------
 
 def test_slow_uploaders_do_not_starve_other_exporters(tmp_path: Path) -> None:
+    """A stalled upload gives its processing slot back within a rate window, so 100 of them
+    (with 2 slots) cannot keep a normal exporter out (OTel's exporter retries a 503)."""
     with start_guarded(tmp_path, max_pending_requests=2) as guarded:
         sidecar = guarded.sidecar
         slow = [SlowUpload(sidecar, valid_body()) for _ in range(100)]
         try:
             maker = SpanMaker()
-            for index in range(10):  # normal exporters, while the 100 still upload
+            for index in range(10):  # real exporters (they retry a 503), while the 100 stall
                 maker.span("chat m", {**chat_attrs(), "watchdog.run.id": f"fast-{index}"},
                            start=time.time())
-                export(sidecar, maker)
-            for upload in slow:
-                assert upload.finish()[0] == 200
+                export_http(sidecar, maker.take())
+            # Each slow upload was either admitted (and parked while slow: it completes now)
+            # or refused at once with 503 + Retry-After; none hangs, none failed.
+            answers = Counter(upload.finish()[0] for upload in slow)
+            assert set(answers) <= {200, 503} and answers[200] >= 2, answers
         finally:
             for upload in slow:
                 upload.sock.close()

@@ -1,11 +1,14 @@
 """Admission control shared by the OTLP receivers, in two stages.
 
-* **Uploads** (HTTP): a request whose body is still arriving holds an upload slot, bounded in
-  total and per client address, and only for ``BODY_READ_TIMEOUT`` (see ``otlp_http``). Waiting
-  for a slow client costs a socket and its buffer, not a worker, so the bound is generous; the
+* **Processing**: a request being received, decoded and applied holds one of
+  ``max_pending_requests`` slots — but an HTTP upload keeps its slot only while its body
+  arrives at a useful rate (``otlp_http.MIN_UPLOAD_RATE``); a slower one gives it back, waits
+  without it and takes one again once its body is complete. Fast exporters are thus bounded
+  (and refused fast) as a whole, and slow uploaders never hold what the others need.
+* **Uploads** (HTTP): every request whose body is still arriving holds an upload slot, bounded
+  in total and per client address, for at most ``BODY_READ_TIMEOUT``. Waiting for a slow
+  client costs a socket and its buffer, not a worker, so this bound is generous; the
   per-client bound keeps one host's slow uploads from taking every slot.
-* **Processing**: a request being decoded and applied holds one of ``max_pending_requests``
-  slots; it takes one only once its body is complete, so slow uploaders never hold these.
 
 Past either bound a receiver answers with back-pressure (HTTP 503 + Retry-After, gRPC
 UNAVAILABLE with RetryInfo) instead of queueing: OTLP exporters retry those with backoff.
@@ -44,6 +47,30 @@ class Admission:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.pending -= 1
+
+    def slot(self) -> Slot:
+        return Slot(self)
+
+
+class Slot:
+    """One processing slot that can be given back and taken again (an upload that slows down
+    gives its slot back while it trickles in; see ``otlp_http``). ``release`` is idempotent."""
+
+    __slots__ = ("admission", "held")
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.held = False
+
+    def take(self) -> None:
+        if not self.held:
+            self.admission.__enter__()
+            self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.admission.pending -= 1
 
 
 class Uploads:

@@ -2,15 +2,18 @@
 deflate compressed, answered in the encoding of the request.
 
 A request passes these stages in order, and the first that refuses it answers:
-auth (401) -> media type (415) -> content coding (415) -> an upload slot (503 + Retry-After) ->
-body as sent, within ``BODY_READ_TIMEOUT`` (408) and ``max_request_bytes`` (413) -> inflated
-with the same bound (413, or 400 for corrupt data) -> a processing slot (503) -> decode (400)
+auth (401) -> media type (415) -> content coding (415) -> a processing slot and an upload slot
+(503 + Retry-After) -> body as sent, within ``BODY_READ_TIMEOUT`` (408) and
+``max_request_bytes`` (413) -> inflated with the same bound (413, or 400 for corrupt data) ->
+decode (400)
 -> ``service.export`` (503 when the store is behind or cannot be written) -> 200 with
 ``partial_success`` when spans were rejected. Error bodies are a ``google.rpc.Status`` in the
 request's encoding, as OTLP asks.
 
-A slow upload holds only an upload slot (:class:`~watchdog.ingest.admission.Uploads`: many, and
-bounded per client), never a processing slot, so slow clients cannot starve the others. The
+An upload holds a processing slot only while its body arrives at ``MIN_UPLOAD_RATE`` or
+faster; a slower one waits in an upload slot (:class:`~watchdog.ingest.admission.Uploads`: many,
+bounded per client) and takes a processing slot again once complete, so slow clients cannot
+starve the others while fast ones are bounded as a whole. The
 body is inflated by :mod:`watchdog.ingest.codings` (aiohttp's decompression is off for this
 server), so a gzip bomb never grows past the limit and ``br``/``zstd`` get the documented 415.
 """
@@ -36,7 +39,7 @@ from watchdog.errors import (
     WatchdogError,
 )
 from watchdog.ingest import codings
-from watchdog.ingest.admission import Admission, Uploads
+from watchdog.ingest.admission import Admission, Slot, Uploads
 from watchdog.ingest.decode import (
     DecodeError,
     ExportTraceServiceRequest,
@@ -57,6 +60,11 @@ COMPRESSED = codings.SUPPORTED - codings.IDENTITY
 # A body must arrive within this (an OTLP exporter gives up after 10 s anyway); a stalled
 # upload holds an upload slot until then, and is answered 408.
 BODY_READ_TIMEOUT = 10.0
+# An upload keeps its processing slot only while its body arrives at least this fast (bytes
+# per second, over each window): 64 KiB/s is far below any local exporter and far above a
+# slow-loris client. Slower, it gives the slot back and takes one again when complete.
+MIN_UPLOAD_RATE = 64 * 1024
+RATE_WINDOW = 0.25  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,17 +130,21 @@ class TraceReceiver:
                 f"identity")
         if (request.content_length or 0) > self.max_request_bytes:
             raise self._too_large()
-        self.admission.check()  # no slot to process it: refuse before reading it
-        with self.uploads.slot(request.remote or "unknown"):
-            raw = await self._read_body(request)
-        body = self._inflate(raw, encoding)
-        with self.admission:
+        slot = self.admission.slot()
+        slot.take()  # no slot: refused before its body is read
+        try:
+            with self.uploads.slot(request.remote or "unknown"):
+                raw = await self._read_body(request, slot)
+            slot.take()  # an upload that gave its slot back needs one again now
+            body = self._inflate(raw, encoding)
             try:
                 export_request = codec.parse(body)
             except DecodeError as exc:
                 raise BadRequest(str(exc)) from None
             digest = request_digest(body)
             decoded = await self.service.export_in_slices(export_request, PROTOCOL, digest)
+        finally:
+            slot.release()
         rejected = decoded.rejected_count
         self.metrics.export_request(PROTOCOL, decoded.outcome())
         return web.Response(body=codec.response(rejected, decoded.message()),
@@ -144,17 +156,45 @@ class TraceReceiver:
         check_bearer(request.headers.get("Authorization"), self._expected_auth,
                      "the header Authorization:")
 
-    async def _read_body(self, request: web.Request) -> bytes:
+    async def _read_body(self, request: web.Request, slot: Slot) -> bytes:
+        """The body as sent, at most ``max_request_bytes``, within ``BODY_READ_TIMEOUT``. While
+        it arrives slower than ``MIN_UPLOAD_RATE`` (measured over ``RATE_WINDOW``) ``slot`` is
+        given back, so a slow client holds no processing slot."""
+        loop = asyncio.get_running_loop()
+        chunks: list[bytes] = []
+        size = 0
+        window_end, window_bytes = loop.time() + RATE_WINDOW, 0
         try:
             async with asyncio.timeout(BODY_READ_TIMEOUT):
-                return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise self._too_large() from None
+                while True:
+                    if slot.held:
+                        try:
+                            async with asyncio.timeout_at(window_end):
+                                chunk = await request.content.readany()
+                        except TimeoutError:
+                            chunk = None  # the window ended with nothing more
+                    else:
+                        chunk = await request.content.readany()
+                    if chunk == b"":
+                        return b"".join(chunks)
+                    if chunk:
+                        size += len(chunk)
+                        window_bytes += len(chunk)
+                        if size > self.max_request_bytes:
+                            raise self._too_large()
+                        chunks.append(chunk)
+                    if slot.held and loop.time() >= window_end:
+                        if window_bytes < MIN_UPLOAD_RATE * RATE_WINDOW:
+                            slot.release()  # too slow to hold a slot; it takes one at the end
+                        window_end, window_bytes = loop.time() + RATE_WINDOW, 0
         except TimeoutError:
             raise RequestTimeout(
                 f"the request body did not arrive within {BODY_READ_TIMEOUT:g}s") from None
         except web.RequestPayloadError:  # a broken chunked body
             raise BadRequest("the request body could not be read (broken transfer)") from None
+        except ConnectionError:  # the client went away; nobody reads the answer
+            raise BadRequest("the connection closed before the request body was complete"
+                             ) from None
 
     def _inflate(self, raw: bytes, encoding: str) -> bytes:
         try:
