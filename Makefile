@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STATE_DIR ?= ./state
 
-.PHONY: run demo test lint bench deps-test system-deps clean
+.PHONY: run demo test lint bench deps-test system-deps frameworks clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,22 @@ system-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; \
 	fi
 
-## test: set up .venv with test extras, install system packages, run every test
-test: $(VENV)/.installed-test system-deps
+## frameworks: one venv per real agent framework the tests drive (.venvs/NAME from
+## tests/frameworks/envs/NAME.txt; frameworks pin clashing dependencies), made with uv
+FRAMEWORK_ENVS  := $(wildcard tests/frameworks/envs/*.txt)
+FRAMEWORK_VENVS := $(patsubst tests/frameworks/envs/%.txt,.venvs/%/.installed,$(FRAMEWORK_ENVS))
+export UV_PYTHON_DOWNLOADS := never
+
+.venvs/%/.installed: tests/frameworks/envs/%.txt $(VENV)/.installed-test
+	rm -rf .venvs/$*
+	$(VENV)/bin/uv venv -q --python $(PYTHON) .venvs/$*
+	$(VENV)/bin/uv pip install -q --python .venvs/$*/bin/python -r $<
+	touch $@
+
+frameworks: $(FRAMEWORK_VENVS)
+
+## test: set up .venv with test extras, the framework venvs, system packages; run every test
+test: $(VENV)/.installed-test frameworks system-deps
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-test
@@ -48,4 +62,4 @@ bench: $(VENV)/.installed-test
 	$(PY) bench/ingest.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venvs build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -238,6 +238,17 @@ class Store:
             rows = self._reader.execute(sql, args).fetchall()
         return [json.loads(row[0]) for row in rows]
 
+    def child_runs(self, parent: str, limit: int) -> list[dict[str, Any]]:
+        """Stored runs whose ``parent_run`` is ``parent`` (a scan: read per detail request)."""
+        with self._read_lock:
+            rows = self._reader.execute(
+                # json_valid first: a row an older build wrote with Infinity/NaN is not JSON to
+                # SQLite, and json_extract would fail the query for every run
+                "SELECT data FROM runs WHERE CASE WHEN json_valid(data) THEN "
+                "json_extract(data, '$.parent_run') END = ? "
+                "ORDER BY updated LIMIT ?", (parent, limit)).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         with self._read_lock:
             row = self._reader.execute("SELECT data FROM sessions WHERE id=?",

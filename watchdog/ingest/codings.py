@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 
 IDENTITY = frozenset({"", "identity"})
-SUPPORTED = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})
+SUPPORTED = frozenset({"", "identity", "gzip", "deflate"})
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 _ZLIB_WBITS = zlib.MAX_WBITS
 _RAW_DEFLATE_WBITS = -zlib.MAX_WBITS  # "deflate" as some clients send it: no zlib header
@@ -31,7 +31,7 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
         if len(body) > limit:
             raise BodyTooLarge(f"{len(body)} bytes")
         return body
-    if encoding in ("gzip", "x-gzip"):
+    if encoding == "gzip":
         return _inflate_members(body, limit)
     try:
         return _inflate_one(body, _ZLIB_WBITS, limit)

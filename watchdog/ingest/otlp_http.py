@@ -5,17 +5,17 @@ A request passes these stages in order, and the first that refuses it answers:
 auth (401) -> media type (415) -> content coding (415) -> a processing slot and an upload slot
 (503 + Retry-After) -> body as sent, within ``BODY_READ_TIMEOUT`` (408) and
 ``max_request_bytes`` (413) -> inflated with the same bound (413, or 400 for corrupt data) ->
-decode (400)
--> ``service.export`` (503 when the store is behind or cannot be written) -> 200 with
-``partial_success`` when spans were rejected. Error bodies are a ``google.rpc.Status`` in the
-request's encoding, as OTLP asks.
+decode (400) -> ``service.export`` (503 when the store is behind or cannot be written) -> 200
+with ``partial_success`` when spans were rejected; with ``forward_endpoint`` the accepted body
+is then queued for the upstream (:mod:`watchdog.ingest.forward`), never awaited. Error bodies
+are a ``google.rpc.Status`` in the request's encoding, as OTLP asks.
 
 An upload holds a processing slot only while its body arrives at ``MIN_UPLOAD_RATE`` or
-faster; a slower one waits in an upload slot (:class:`~watchdog.ingest.admission.Uploads`: many,
-bounded per client) and takes a processing slot again once complete, so slow clients cannot
-starve the others while fast ones are bounded as a whole. The
-body is inflated by :mod:`watchdog.ingest.codings` (aiohttp's decompression is off for this
-server), so a gzip bomb never grows past the limit and ``br``/``zstd`` get the documented 415.
+faster; a slower one waits in an upload slot (:class:`~watchdog.ingest.admission.Uploads`:
+many, bounded per client) and takes a processing slot again once complete, so slow clients
+cannot starve the others while fast ones are bounded as a whole. The body is inflated by
+:mod:`watchdog.ingest.codings` (aiohttp's decompression is off for this server), so a gzip
+bomb never grows past the limit and ``br``/``zstd`` get the documented 415.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from watchdog.ingest.decode import (
     response_json,
     response_protobuf,
 )
+from watchdog.ingest.forward import Forwarder, Signal
 from watchdog.metrics import Metrics
 from watchdog.service import WatchdogService
 
@@ -93,8 +94,12 @@ CODECS = {codec.content_type: codec for codec in (PROTOBUF, JSON)}
 
 
 class TraceReceiver:
+    signal: Signal = "traces"
+
     def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
-                 config: Config, uploads: Uploads | None = None) -> None:
+                 config: Config, forward: Forwarder | None = None,
+                 uploads: Uploads | None = None) -> None:
+        self.forward = forward
         self.service = service
         self.metrics = metrics
         self.admission = admission
@@ -137,18 +142,27 @@ class TraceReceiver:
                 raw = await self._read_body(request, slot)
             slot.take()  # an upload that gave its slot back needs one again now
             body = self._inflate(raw, encoding)
-            try:
-                export_request = codec.parse(body)
-            except DecodeError as exc:
-                raise BadRequest(str(exc)) from None
-            digest = request_digest(body)
-            decoded = await self.service.export_in_slices(export_request, PROTOCOL, digest)
+            answer, fresh = await self._consume(codec, body)
         finally:
             slot.release()
-        rejected = decoded.rejected_count
-        self.metrics.export_request(PROTOCOL, decoded.outcome())
-        return web.Response(body=codec.response(rejected, decoded.message()),
-                            content_type=codec.content_type)
+        if fresh and self.forward is not None:  # queued only: the upstream never delays this
+            self.forward.offer(self.signal, body, codec.content_type, encoding)
+        return web.Response(body=answer, content_type=codec.content_type)
+
+    async def _consume(self, codec: Codec, body: bytes) -> tuple[bytes, bool]:
+        """The answer's body, and whether the request is new (not an exporter's retry of one
+        already applied, which was forwarded then)."""
+        try:
+            export_request = codec.parse(body)
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        digest = request_digest(body)
+        decoded = await self.service.export_in_slices(export_request, PROTOCOL, digest)
+        self._count(decoded.outcome())
+        return codec.response(decoded.rejected_count, decoded.message()), not decoded.duplicate
+
+    def _count(self, outcome: str) -> None:
+        self.metrics.export_request(PROTOCOL, outcome)
 
     def _authorize(self, request: web.Request) -> None:
         if self._expected_auth is None:
@@ -211,7 +225,7 @@ class TraceReceiver:
 
     def _refuse(self, codec: Codec, error: WatchdogError) -> web.Response:
         if error.export_outcome is not None:
-            self.metrics.export_request(PROTOCOL, error.export_outcome)
+            self._count(error.export_outcome)
         headers = {}
         if error.retry_after is not None:
             headers["Retry-After"] = str(max(1, round(error.retry_after)))
@@ -239,8 +253,8 @@ RUNNER_OPTIONS = {"auto_decompress": False}
 
 
 def create_app(service: WatchdogService, metrics: Metrics, admission: Admission,
-               config: Config) -> web.Application:
-    receiver = TraceReceiver(service, metrics, admission, config)
+               config: Config, forward: Forwarder | None = None) -> web.Application:
+    receiver = TraceReceiver(service, metrics, admission, config, forward)
     app = web.Application(client_max_size=config.max_request_bytes)
     app.router.add_post(TRACES_PATH, receiver.handle)
     return app

@@ -1,0 +1,77 @@
+"""Tracing set-up shared by the framework drivers (they run in the framework's own venv, so
+this imports only the OpenTelemetry SDK, its OTLP/HTTP exporter and the standard library).
+
+The spans go to the sidecar through the real OTLP/HTTP exporter, configured by the standard
+``OTEL_EXPORTER_OTLP_*`` variables the test sets. With ``RECORD_SPANS`` set to a file path, every
+span is also appended there as one OTLP/JSON ``ExportTraceServiceRequest`` per line: the
+recordings under ``tests/frameworks/recordings/`` are exactly what the framework emitted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+def _hex_ids(value: Any) -> Any:
+    """OTLP/JSON writes ids as hex, protobuf's JSON mapping as base64."""
+    if isinstance(value, dict):
+        return {key: (base64.b64decode(item).hex() if key in _ID_KEYS and isinstance(item, str)
+                      else _hex_ids(item)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_hex_ids(item) for item in value]
+    return value
+
+
+class JsonLinesExporter(SpanExporter):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(_hex_ids(request), sort_keys=True) + "\n")
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def add_exporters(provider: TracerProvider) -> TracerProvider:
+    """The sidecar's exporter (and the recorder, when asked) on a provider a framework made."""
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(), schedule_delay_millis=50))
+    record = os.environ.get("RECORD_SPANS")
+    if record:
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(record)))
+    return provider
+
+
+def setup_tracing(service_name: str) -> TracerProvider:
+    """A global tracer provider exporting to the sidecar."""
+    provider = add_exporters(TracerProvider(resource=Resource.create(
+        {"service.name": service_name})))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def model_settings() -> tuple[str, str]:
+    """(base_url, model name) of the scripted model server for this scenario."""
+    return os.environ["FAKE_LLM_BASE_URL"], os.environ["FAKE_LLM_MODEL"]

@@ -1,0 +1,268 @@
+"""A scripted OpenAI-compatible model server for driving real agent frameworks without a network.
+
+Frameworks talk to it through their own OpenAI clients (``base_url = server.base_url``). Each
+scenario is a *script* registered under a model name: a list of steps, each a text answer or a
+set of tool calls; past its end the last step repeats (so a looping script loops until the
+framework's own limit stops it). Every request body is recorded per model, so a test can assert
+what the model saw at each request (its instructions, its tools, its messages).
+
+Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``)
+and ``GET /v1/models``; the same paths without ``/v1`` too, for clients configured without it.
+Standard library only: it runs inside the test process, whatever venv the framework lives in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# ---------------------------------------------------------------------------------------------
+# Scripts
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One model response: ``text`` (an answer) or ``tool_calls`` (a request to run tools)."""
+
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
+
+    @property
+    def finish(self) -> str:
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+def answer(text: str) -> Step:
+    return Step(text=text)
+
+
+def call(name: str, **arguments: Any) -> Step:
+    return Step(tool_calls=(ToolCall(name, arguments),))
+
+
+# A script picks the response to request number ``index`` (0-based) from the request body.
+Script = Callable[[int, dict[str, Any]], Step]
+
+
+def steps(*sequence: Step) -> Script:
+    """The steps in order; the last one repeats once the script runs out."""
+    if not sequence:
+        raise ValueError("a script needs at least one step")
+
+    def pick(index: int, _body: dict[str, Any]) -> Step:
+        return sequence[min(index, len(sequence) - 1)]
+
+    return pick
+
+
+def tools_then_answer(tool: str, argument_sets: Sequence[dict[str, Any]], text: str) -> Script:
+    """One tool call per request with each argument set in turn, then the answer."""
+    return steps(*(call(tool, **arguments) for arguments in argument_sets), answer(text))
+
+
+def looping(tool: str, make_arguments: Callable[[int], dict[str, Any]],
+            answer_without_tools: str | None = None) -> Script:
+    """Call ``tool`` on every request, forever (the framework's limit must stop it).
+
+    A request that offers no tools cannot be answered with a call: it gets
+    ``answer_without_tools`` (frameworks ask for a summary that way when they stop at a limit).
+    """
+    def pick(index: int, body: dict[str, Any]) -> Step:
+        if answer_without_tools is not None and not body.get("tools"):
+            return answer(answer_without_tools)
+        return call(tool, **make_arguments(index))
+
+    return pick
+
+
+# ---------------------------------------------------------------------------------------------
+# Server
+
+
+@dataclass
+class _Model:
+    script: Script
+    delay: float = 0.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakeLLM:
+    """The server; ``with FakeLLM() as llm:`` starts it on a free loopback port."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, _Model] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fakellm",
+                                        daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI ``base_url`` (ends in ``/v1``)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def script(self, model: str, script: Script, delay: float = 0.0) -> str:
+        """Serve ``script`` to requests naming ``model``; ``delay`` seconds per response."""
+        with self._lock:
+            self._models[model] = _Model(script, delay)
+        return model
+
+    def requests(self, model: str) -> list[dict[str, Any]]:
+        """The request bodies received for ``model``, in order."""
+        with self._lock:
+            return list(self._models[model].requests)
+
+    def __enter__(self) -> FakeLLM:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    # -- answering ------------------------------------------------------------------------------
+
+    def respond(self, body: dict[str, Any]) -> tuple[_Model, Step]:
+        name = str(body.get("model", ""))
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                raise KeyError(name)
+            index = len(model.requests)
+            model.requests.append(body)
+        return model, model.script(index, body)
+
+    def next_id(self) -> str:
+        return f"chatcmpl-fake{next(self._ids)}"
+
+
+def _usage(body: dict[str, Any], step: Step) -> dict[str, int]:
+    prompt = sum(len(json.dumps(m)) for m in body.get("messages", [])) // 4 + 1
+    completion = len(step.text or "") // 4 + 8 * len(step.tool_calls) + 1
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+def _tool_calls(step: Step, call_ids: list[str]) -> list[dict[str, Any]]:
+    return [{"id": call_id, "type": "function",
+             "function": {"name": tool.name, "arguments": json.dumps(tool.arguments)}}
+            for call_id, tool in zip(call_ids, step.tool_calls, strict=True)]
+
+
+def completion(model: str, response_id: str, step: Step, usage: dict[str, int]
+               ) -> dict[str, Any]:
+    call_ids = [f"call_{response_id[-6:]}_{i}" for i in range(len(step.tool_calls))]
+    message: dict[str, Any] = {"role": "assistant", "content": step.text}
+    if step.tool_calls:
+        message["tool_calls"] = _tool_calls(step, call_ids)
+    return {"id": response_id, "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "message": message,
+                                          "finish_reason": step.finish, "logprobs": None}],
+            "usage": usage}
+
+
+def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | None
+           ) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed response."""
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": response_id, "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                             "logprobs": None}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    if step.text:
+        words = step.text.split(" ")
+        for i, word in enumerate(words):
+            yield chunk({"content": word if i == len(words) - 1 else word + " "})
+    call_ids = [f"call_{response_id[-6:]}_{i}" for i in range(len(step.tool_calls))]
+    for index, (call_id, tool) in enumerate(zip(call_ids, step.tool_calls, strict=True)):
+        arguments = json.dumps(tool.arguments)
+        yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                     "function": {"name": tool.name, "arguments": ""}}]})
+        half = len(arguments) // 2
+        for part in (arguments[:half], arguments[half:]):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+    yield chunk({}, step.finish)
+    if usage is not None:
+        yield {"id": response_id, "object": "chat.completion.chunk", "created": int(time.time()),
+               "model": model, "choices": [], "usage": usage}
+
+
+def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                with llm._lock:
+                    names = list(llm._models)
+                self._send_json(200, {"object": "list", "data": [
+                    {"id": name, "object": "model", "owned_by": "fakellm"} for name in names]})
+            else:
+                self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path.split("?")[0].rstrip("/") not in ("/v1/chat/completions",
+                                                           "/chat/completions"):
+                self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                body = json.loads(raw)
+                model, step = llm.respond(body)
+            except (ValueError, KeyError) as exc:
+                self._send_json(400, {"error": {"message": f"fakellm: {exc!r}",
+                                                "type": "invalid_request_error"}})
+                return
+            if model.delay:
+                time.sleep(model.delay)
+            response_id = llm.next_id()
+            usage = _usage(body, step)
+            name = str(body.get("model"))
+            if not body.get("stream"):
+                self._send_json(200, completion(name, response_id, step, usage))
+                return
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for piece in chunks(name, response_id, step, usage if include_usage else None):
+                self.wfile.write(b"data: " + json.dumps(piece).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+    return Handler

@@ -1,0 +1,146 @@
+"""Driving real agent frameworks against a real sidecar, and checking the runs it saw.
+
+A framework runs in its own venv (``.venvs/<env>``, made by ``make test`` from
+``tests/frameworks/envs/<env>.txt``, because frameworks pin clashing dependencies) as a
+subprocess: ``drivers/<driver>.py SCENARIO``. It talks to the scripted model server of this
+process (:mod:`tests.frameworks.fakellm`) and exports its own spans, through the real OTLP
+exporter, to the sidecar under test. Nothing here shapes a span.
+
+``RECORD_SPANS=1 pytest tests/frameworks`` also writes what each framework emitted to
+``recordings/<driver>/<scenario>.jsonl`` (OTLP/JSON, one export request per line);
+:func:`replay` feeds such a recording back through the OTLP/HTTP receiver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from tests.frameworks.fakellm import FakeLLM
+from tests.harness import RunningServer, http_request, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+DRIVERS = HERE / "drivers"
+RECORDINGS = HERE / "recordings"
+VENVS = ROOT / ".venvs"
+DRIVER_TIMEOUT = 240.0  # seconds; a framework's import alone can take several
+
+
+def venv_python(env: str) -> Path:
+    python = VENVS / env / "bin" / "python"
+    if not python.exists():  # never a skip: make test builds every venv before pytest runs
+        raise AssertionError(f"{python} is missing: run `make frameworks` (part of `make test`)")
+    return python
+
+
+def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm: FakeLLM,
+               model: str, extra_env: Mapping[str, str] | None = None,
+               protocol: str = "http/protobuf") -> subprocess.CompletedProcess[str]:
+    """Run ``drivers/<driver>.py <scenario>`` in venv ``env`` against ``sidecar`` and ``llm``."""
+    env_vars = {key: value for key, value in os.environ.items()
+                if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV"))}
+    endpoint = sidecar.otlp_http if protocol.startswith("http") else "http://" + \
+        sidecar.grpc_target
+    env_vars.update({
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "WATCHDOG_URL": sidecar.api,
+        "FAKE_LLM_BASE_URL": llm.base_url,
+        "FAKE_LLM_MODEL": model,
+        "OPENAI_API_KEY": "sk-fake-for-tests",
+        "OPENAI_BASE_URL": llm.base_url,
+        "PYTHONPATH": str(DRIVERS),
+        "PYTHONUNBUFFERED": "1",
+    })
+    if os.environ.get("RECORD_SPANS"):
+        target = RECORDINGS / driver / f"{scenario}.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        env_vars["RECORD_SPANS"] = str(target)
+    env_vars.update(extra_env or {})
+    result = subprocess.run(
+        [str(venv_python(env)), str(DRIVERS / f"{driver}.py"), scenario],
+        env=env_vars, capture_output=True, text=True, timeout=DRIVER_TIMEOUT, cwd=ROOT)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"driver {driver} {scenario} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def replay(sidecar: RunningServer, recording: Path) -> None:
+    """Export a recording again, request by request, as OTLP/JSON."""
+    for line in recording.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            status, body = http_request("POST", sidecar.otlp_http + "/v1/traces",
+                                        line.encode(), {"Content-Type": "application/json"})
+            assert status == 200, (status, body)
+
+
+UNCHECKED: Any = object()  # an expectation field left out of the comparison
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the sidecar must show for one run (compare with ``GET /v1/runs/{id}``)."""
+
+    agent: str
+    iterations: int
+    tool_calls: int
+    errors: int
+    terminal_state: str
+    has_final_answer: bool
+    terminal_reason: Any = UNCHECKED
+    parent_agent: Any = UNCHECKED  # the agent name of the parent run, None for a top run
+
+
+def _seen(run: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    parent = run.get("parent_run")
+    return {"agent": run["agent"], "iterations": run["iterations"],
+            "tool_calls": run["tool_calls"], "errors": run["errors"],
+            "terminal_state": run["terminal_state"], "has_final_answer": run["has_final_answer"],
+            "terminal_reason": run["terminal_reason"],
+            "parent_agent": by_id[parent]["agent"] if parent in by_id else parent}
+
+
+def runs_seen(sidecar: RunningServer, count: int, timeout: float = 20.0
+              ) -> list[dict[str, Any]]:
+    """Every run the sidecar has, once ``count`` of them have ended (details, oldest first)."""
+    def ended() -> list[dict[str, Any]] | None:
+        sidecar.flush()
+        runs = sidecar.get_json("/v1/runs?limit=1000")["runs"]
+        done = [run for run in runs if run["state"] == "ended"]
+        return runs if len(done) >= count else None
+
+    try:
+        summaries = wait_until(ended, timeout=timeout, what=f"{count} ended runs")
+    except AssertionError:
+        summaries = sidecar.get_json("/v1/runs?limit=1000")["runs"]
+        raise AssertionError(f"expected {count} ended runs, the sidecar has: "
+                             f"{json.dumps(summaries, indent=1)}") from None
+    details = [sidecar.get_json(f"/v1/runs/{run['id']}") for run in summaries]
+    return sorted(details, key=lambda run: (run["started_at"] or "", run["id"]))
+
+
+def check_runs(sidecar: RunningServer, expected: Sequence[Expect]) -> list[dict[str, Any]]:
+    """Assert the sidecar shows exactly the expected runs (in start order); return them."""
+    runs = runs_seen(sidecar, len(expected))
+    by_id = {run["id"]: run for run in runs}
+    seen = [_seen(run, by_id) for run in runs]
+    wanted = []
+    for expect, got in zip(expected, seen, strict=False):
+        wanted.append({f.name: (got[f.name] if getattr(expect, f.name) is UNCHECKED
+                                else getattr(expect, f.name)) for f in fields(expect)})
+    assert len(runs) == len(expected) and seen == wanted, (
+        "runs differ\nexpected: " + json.dumps(wanted, indent=1) + "\nseen: "
+        + json.dumps(seen, indent=1) + "\nactive/ended: "
+        + json.dumps([(r["id"], r["state"]) for r in runs]))
+    return runs
