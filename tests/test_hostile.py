@@ -39,6 +39,7 @@ from tests.test_otlp_http import JSON, PROTOBUF, post, post_full
 from watchdog.config import Config
 from watchdog.errors import ConfigError
 from watchdog.ingest import admission as admission_module
+from watchdog.store import Store
 
 
 def strict_json(raw: bytes) -> Any:
@@ -417,3 +418,14 @@ def test_secrets_in_json_encoded_strings_are_never_stored_or_shown(tmp_path: Pat
         data = path.read_bytes()
         for secret in LEAKS:
             assert secret.encode() not in data, path
+
+
+def test_a_run_that_cannot_be_encoded_does_not_stop_the_flush(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "state"))
+    good = {"key": "good", "agent": "a", "ended": False, "last_seen": 1.0}
+    bad = {"key": "bad", "agent": "a", "ended": False, "last_seen": 1.0,
+           "budget": {"max_tokens": float("nan")}}
+    assert store.save([bad, good], []) == ["bad"]  # skipped and named; the rest is written
+    assert store.get_run("good") == good
+    assert store.get_run("bad") is None
+    store.close()
