@@ -16,7 +16,10 @@ from typing import Any
 
 import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 from tests.harness import (
     RunningServer,
@@ -399,19 +402,20 @@ def test_secrets_in_json_encoded_strings_are_never_stored_or_shown(tmp_path: Pat
                                                          **{"watchdog.run.id": "leaky"}),
                        parent=root, start=time.time() + index)
         export(sidecar, maker)
-        shown = [
-            http_request("GET", sidecar.api + run_path("leaky"))[1],
-            http_request("GET", sidecar.api + run_path("leaky", "/report"))[1],
-            http_request("GET", sidecar.api + run_path("leaky", "/report"),
-                         headers={"Accept": "application/json"})[1],
-        ]
         poll = wait_until(lambda: strict_json(http_request(
             "GET", sidecar.api + run_path("leaky", "/directives"))[1])["directives"],
             what="the wind-down directive")
         assert poll[0]["report_prompt"] and "[REDACTED]" in poll[0]["report_prompt"]
-        shown.append(json.dumps(poll).encode())  # the same JSON SSE and webhooks carry
+        shown = [  # where the tool calls are shown: redacted
+            http_request("GET", sidecar.api + run_path("leaky", "/report"))[1],
+            http_request("GET", sidecar.api + run_path("leaky", "/report"),
+                         headers={"Accept": "application/json"})[1],
+            json.dumps(poll).encode(),  # the same JSON SSE and webhooks carry
+        ]
         for body in shown:
-            assert b"[REDACTED]" in body
+            assert b"[REDACTED]" in body, body[:300]
+        shown.append(http_request("GET", sidecar.api + run_path("leaky"))[1])
+        for body in shown:
             for secret in LEAKS:
                 assert secret.encode() not in body, body[:300]
     for path in state.iterdir():  # the SQLite files, WAL included
@@ -429,3 +433,24 @@ def test_a_run_that_cannot_be_encoded_does_not_stop_the_flush(tmp_path: Path) ->
     assert store.get_run("good") == good
     assert store.get_run("bad") is None
     store.close()
+
+
+@pytest.mark.parametrize("depth", [50, 2000])
+def test_deeply_nested_attribute_values_over_grpc(guarded: Guarded, depth: int) -> None:
+    """An AnyValue nested ``depth`` deep: applied (within the parser's recursion limit) or
+    refused with INVALID_ARGUMENT — never INTERNAL."""
+    request = ExportTraceServiceRequest.FromString(valid_body())
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    value = span.attributes.add(key="gen_ai.tool.call.arguments").value
+    for _ in range(depth):
+        value = value.kvlist_value.values.add(key="k").value
+    value.string_value = "leaf"
+    body = request.SerializeToString()
+    try:
+        grpc_export(guarded.sidecar, body)
+    except grpc.RpcError as exc:
+        assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, exc
+        assert "invalid OTLP protobuf payload" in (exc.details() or "")
+    else:
+        assert depth < 100  # upb's recursion limit: deeper is refused
+    guarded.assert_intact()
