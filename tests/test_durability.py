@@ -139,6 +139,9 @@ def test_state_that_cannot_be_written_refuses_exports_and_recovers(
                 grpc_export(sidecar, one_run("grpc-refused"))
             assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
             assert ready(sidecar) == 503
+            status, answer = http_request("POST", sidecar.api + "/v1/sessions/s/checkpoints",
+                                          b'{"remaining": "x"}')
+            assert status == 503 and b"state_unavailable" in answer  # not acknowledged either
             assert gauge(sidecar, "agent_watchdog_state_writable") == 0
             assert gauge(sidecar, "agent_watchdog_state_write_failures_total") == 1
             # refused again and again, but counted (and logged) once per change of state

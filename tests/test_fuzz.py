@@ -21,7 +21,8 @@ RUNS = {"ingest": 10_000, "control": 50_000}  # about 5 s and 1 s
 
 
 @pytest.mark.parametrize("target", sorted(RUNS))
-def test_fuzz_target_finds_no_crash(target: str, tmp_path: Path) -> None:
+def test_fuzz_target_finds_no_crash(target: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     runs = RUNS[target]
     corpus = tmp_path / "corpus"
     shutil.copytree(ROOT / "fuzz" / "corpus" / target, corpus)
@@ -36,5 +37,6 @@ def test_fuzz_target_finds_no_crash(target: str, tmp_path: Path) -> None:
     assert done is not None, log[-2000:]
     assert int(done.group(1)) >= runs
     coverage = re.findall(r"cov: (\d+)", log)
-    print(f"fuzz {target}: {done.group(1)} inputs in {done.group(2)} s, "
-          f"{coverage[-1] if coverage else '?'} coverage points, no crash")
+    with capsys.disabled():  # shown in every run, not only when the test fails
+        print(f"\nfuzz {target}: {done.group(1)} inputs in {done.group(2)} s, "
+              f"{coverage[-1] if coverage else '?'} coverage points, no crash")
