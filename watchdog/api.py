@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from watchdog import logs
 from watchdog.auth import check_bearer
 from watchdog.bounds import (
     MAX_BUDGET,
@@ -313,8 +314,9 @@ class DirectiveRoutes:
             last_seq = min(after, await self.hub.latest_seq(run_id))
         for directive in directives:
             self.metrics.directive_delivered(directive.action, "longpoll", "sent")
+            logs.directive_sent(directive, "longpoll")
         return json_response({"directives": [d.to_json() for d in directives],
-                                  "last_seq": last_seq})
+                              "last_seq": last_seq})
 
     async def run_stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/runs/{id}/directives/stream``: SSE, ``id:`` = seq; from the run's first
@@ -335,6 +337,7 @@ class DirectiveRoutes:
         seq = parse_ack(await _json_object(request))
         run_id = request.match_info["id"]
         acked = await self.outbox.ack(run_id, seq)
+        logs.event("directive_acked", run=run_id, seq=seq, acked_seq=acked)
         return json_response({"run_id": run_id, "acked_seq": acked})
 
     @staticmethod
@@ -372,6 +375,7 @@ class DirectiveRoutes:
             await self._write(request, response, _sse_event(subscription.number(directive),
                                                              directive))
             self.metrics.directive_delivered(directive.action, "sse", "sent")
+            logs.directive_sent(directive, "sse")
 
     @staticmethod
     async def _hang_up(request: web.Request, response: web.StreamResponse) -> None:

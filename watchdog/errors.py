@@ -112,3 +112,10 @@ class StateUnavailable(Overloaded):
 
     code = "state_unavailable"
     export_outcome = "state_unavailable"
+
+
+class StartupError(WatchdogError):
+    """The sidecar cannot start (a port is taken, the rules or the state dir are unusable); the
+    message names the problem and what to do, for one line on stderr and exit code 2."""
+
+    code = "startup"

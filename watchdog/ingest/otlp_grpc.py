@@ -121,6 +121,11 @@ def create_server(service: WatchdogService, metrics: Metrics, admission: Admissi
     # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
     server = grpc.aio.server(handlers=(handler,), options=(
         ("grpc.max_receive_message_length", config.max_request_bytes),
+        # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the port
+        # and split the agents' spans between two processes. Refuse the port instead.
+        ("grpc.so_reuseport", 0),
     ), maximum_concurrent_rpcs=config.max_pending_requests)
     port = server.add_insecure_port(config.otlp_grpc_address)
+    if port == 0 and not config.otlp_grpc_address.endswith(":0"):  # older grpcio: no raise
+        raise RuntimeError(f"Failed to bind to address {config.otlp_grpc_address}")
     return server, port
