@@ -77,18 +77,23 @@ class TraceFrames:
 
     def same_invocation(self, inner: str, outer: str) -> bool:
         """Whether agent span ``inner`` (below ``outer``) is ``outer``'s own invocation seen by
-        a second instrumentation: the same agent name (or none), no call between them."""
+        a second instrumentation or framed by a wrapper: their agent names agree (or one is
+        unknown), no model or tool call lies between them, and ``outer`` made no call of its own
+        outside ``inner`` (a smolagents manager whose step runs a managed agent did)."""
         inner_name, outer_name = self.agents.get(inner), self.agents.get(outer)
         if inner_name and outer_name and inner_name != outer_name:
             return False
         current = self.parents.get(inner)
         for _ in range(MAX_DEPTH):
             if current is None or current == outer:
-                return current == outer
+                break
             if current in self.calls:
                 return False
             current = self.parents.get(current)
-        return False
+        if current != outer:
+            return False
+        return not any(self.within(call, outer) and not self.within(call, inner)
+                       and self.child_of(call) is None for call in self.calls)
 
     def child_of(self, span_id: str) -> str | None:
         """The child run of the nearest nested agent at or above ``span_id``, if any."""
