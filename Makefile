@@ -63,7 +63,7 @@ test: $(VENV)/.installed-test frameworks system-deps
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check watchdog tests bench tools
+	$(VENV)/bin/ruff check watchdog tests bench tools fuzz
 	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed-test
