@@ -99,6 +99,8 @@ CONVERSATION_OUTPUTS = TABLES.conversation_outputs
 # Where a model call's last input message is looked for: JSON message lists, and raw requests
 # whose message list ends near their end.
 PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
+# A model call whose attributes name none of these has its outcome looked for in its events.
+OUTCOME_KEYS = (*FINISH_REASON_KEYS, *OUTPUT_MESSAGES_JSON_KEYS, *LLM_OUTPUT_KEYS)
 KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
 
 # What a convention's role means for a run: a span creating an agent is no work of a run.
@@ -106,6 +108,7 @@ ROLE_KINDS: dict[Role | None, SpanKind] = {Role.LLM: LLM, Role.TOOL: TOOL, Role.
                                            Role.CREATE_AGENT: OTHER, None: OTHER}
 KIND_MAPS = TABLES.kinds
 ROOT_KIND_MAPS = TABLES.root_kinds
+CREATE_AGENT = Role.CREATE_AGENT  # a module global: enum member lookups cost ~50 ns per span
 SPAN_NAME_ROLES = TABLES.span_names
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
@@ -422,14 +425,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
                         max(span.end_time_unix_nano, start_ns))
-    if role is Role.CREATE_AGENT:
+    if role is CREATE_AGENT:
         record.creates_agent = True
-
-    events = span.events
-    if events and kind is not OTHER:
-        facts = _event_facts(events)
-        if facts is not None:  # some frameworks put answers and arguments only in events
-            attrs = {**attrs, **facts}
 
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
     if agent is None and kind is AGENT:
@@ -445,17 +442,30 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
 
     status = span.status
     if status.code == STATUS_CODE_ERROR:
-        _fill_error(record, attrs, events, status.message)
+        _fill_error(record, attrs, span.events, status.message)
     elif status.message:
         record.limit_stop = status_limit(status.message)
 
     if kind is TOOL:
+        if span.events and _first(attrs, TOOL_ARGS_KEYS) is None:
+            attrs = _with_events(attrs, span.events)
         _fill_tool(record, name, attrs)
     elif kind is LLM:
+        if span.events and _first(attrs, OUTCOME_KEYS) is None:
+            attrs = _with_events(attrs, span.events)
         _fill_llm(record, attrs, span)
     elif kind is AGENT:
+        if span.events:
+            attrs = _with_events(attrs, span.events)
         _fill_agent(record, attrs)
     return record
+
+
+def _with_events(attrs: Mapping[str, object], events: Any) -> Mapping[str, object]:
+    """The attributes plus the facts some frameworks put only in span events (read only when
+    the attributes lack them: most spans never pay for their events)."""
+    facts = _event_facts(events)
+    return attrs if facts is None else {**attrs, **facts}
 
 
 def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
@@ -524,7 +534,8 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         if flat_in:
             messages = flat_in + max(_flat_count(keys, FLAT_OUTPUT_PREFIXES), 1)
     record.messages = messages
-    if record.limit_stop is None:
+    if record.limit_stop is None and not record.requested_tools:
+        # (a framework's "give your final answer" request offers no tools: never asks for any)
         prompt = _first_str(attrs, PROMPT_KEYS)
         if prompt is not None:
             record.limit_stop = prompt_limit(prompt)
