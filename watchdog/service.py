@@ -18,6 +18,7 @@ from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from watchdog import logs
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
 from watchdog.errors import NotFound, Overloaded
@@ -127,7 +128,8 @@ class WatchdogService:
         self.observer: Observer = observer or NullObserver()
         self.clock: Clock = clock or SystemClock()
         self.tracker = RunTracker(max_runs=config.max_runs,
-                                  run_end_timeout=config.run_end_timeout)
+                                  run_end_timeout=config.run_end_timeout,
+                                  loose_run_gap=config.loose_run_gap)
         self._dirty: dict[str, RunState] = {}
         self._pending_activity = PendingActivity()
         self._saving_activity = PendingActivity()  # handed to the store, not committed yet
@@ -220,7 +222,7 @@ class WatchdogService:
             self._evaluate_batch(before, result, now)
         finished = result.ended + result.evicted
         if finished:
-            self.observer.runs_finished(finished)
+            self._finished(finished)
 
     def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
                   oldest_call_started: float | None = None,
@@ -262,7 +264,7 @@ class WatchdogService:
             self._dirty[run.key] = run
             self._forget(run)
         if expired:
-            self.observer.runs_finished(expired)
+            self._finished(expired)
         self.observer.set_stuck(self.stuck_counts())
         return expired
 
@@ -326,6 +328,13 @@ class WatchdogService:
                 for _ in range(count):
                     self.observer.rule_error(rule)
 
+    def _finished(self, runs: list[RunState]) -> None:
+        self.observer.runs_finished(runs)
+        for run in runs:
+            logs.event("run_ended", run=run.key, agent=run.agent_name,
+                       terminal_state=run.terminal_state.value if run.terminal_state else None,
+                       reason=run.terminal_reason, has_final_answer=run.has_final_answer)
+
     def _decide(self, decision: Decision, run: RunState, now: float) -> None:
         state = forced_state(decision.action, decision.terminal_state)
         if state is not None:
@@ -336,6 +345,10 @@ class WatchdogService:
             self._stuck[run.key] = (run.agent_name, reason)
         self.observer.rule_fired(decision.rule, decision.action.value, run.agent_name,
                                  run.trace_id)
+        logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
+                   severity=decision.severity.value, run=run.key, agent=run.agent_name,
+                   terminal_state=decision.terminal_state.value if decision.terminal_state
+                   else None, escalation=decision.escalation)
         if self.sink is not None:
             self.sink.submit(decision, run, now)
 
@@ -459,7 +472,17 @@ class WatchdogService:
 
     def run_detail(self, key: str) -> dict[str, Any]:
         run = self.find_run(key)
-        return run_detail(run, self.clock.now(), self.default_budget(run))
+        now = self.clock.now()
+        detail = run_detail(run, now, self.default_budget(run))
+        detail["children"] = [run_summary(child, now) for child in self.child_runs(key)]
+        return detail
+
+    def child_runs(self, key: str) -> list[RunState]:
+        """The runs of nested agents below ``key`` (sub-agents, agents as tools, handoffs)."""
+        children = {child.key: child for child in self.tracker.children(key)}
+        for data in self.store.child_runs(key, MAX_LIST_LIMIT):
+            children.setdefault(data["key"], RunState.from_dict(data))
+        return sorted(children.values(), key=lambda run: (run.first_start_ns, run.key))
 
     def list_runs(self, state: str | None = None, agent: str | None = None,
                   limit: int = 100) -> list[dict[str, Any]]:

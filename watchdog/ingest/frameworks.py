@@ -31,6 +31,7 @@ class Role(StrEnum):
     LLM = "llm"  # a model call: one iteration
     TOOL = "tool"  # a tool execution
     AGENT = "agent"  # an agent invocation: a run (or a child run)
+    WORKFLOW = "workflow"  # frames a workflow around agents: the agent below it is the run's own
     CREATE_AGENT = "create_agent"  # creates or configures an agent without running it: no run
 
 
@@ -107,7 +108,7 @@ GENAI = Convention(
     kinds={"gen_ai.operation.name": {
         "chat": Role.LLM, "text_completion": Role.LLM, "generate_content": Role.LLM,
         "completion": Role.LLM, "execute_tool": Role.TOOL, "invoke_agent": Role.AGENT,
-        "invoke_workflow": Role.AGENT, "create_agent": Role.CREATE_AGENT}},
+        "invoke_workflow": Role.WORKFLOW, "create_agent": Role.CREATE_AGENT}},
     span_name_prefixes=(("execute_tool ", Role.TOOL), ("invoke_agent", Role.AGENT)),
     agent_name=("gen_ai.agent.name",),
     agent_span_name=("gen_ai.workflow.name",),
@@ -134,7 +135,7 @@ OPENINFERENCE = Convention(
                "LangChain, ADK, ...)",
     kinds={"openinference.span.kind": {"LLM": Role.LLM, "TOOL": Role.TOOL, "AGENT": Role.AGENT,
                                        "llm": Role.LLM, "tool": Role.TOOL, "agent": Role.AGENT}},
-    root_kinds={"openinference.span.kind": {"CHAIN": Role.AGENT, "chain": Role.AGENT}},
+    root_kinds={"openinference.span.kind": {"CHAIN": Role.WORKFLOW, "chain": Role.WORKFLOW}},
     agent_name=("agent.name",),
     session=("session.id",),
     tool_name=("tool.name",),
@@ -156,7 +157,7 @@ OPENLLMETRY = Convention(
     name="OpenLLMetry",
     emitted_by="Traceloop OpenLLMetry (opentelemetry-instrumentation-langchain, -openai, ...)",
     kinds={"traceloop.span.kind": {"tool": Role.TOOL, "agent": Role.AGENT,
-                                   "workflow": Role.AGENT},
+                                   "workflow": Role.WORKFLOW},
            # embedding and rerank calls set llm.request.type too: they are not iterations
            "llm.request.type": {"chat": Role.LLM, "completion": Role.LLM}},
     agent_span_name=("traceloop.entity.name",),
