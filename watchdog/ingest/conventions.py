@@ -80,9 +80,11 @@ PARENT_RUN_KEYS = ("watchdog.parent_run.id",)
 ERROR_TYPE_KEYS = ("error.type",)
 AGENT_NAME_KEYS = TABLES.agent_name
 AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
+AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
 SESSION_KEYS = TABLES.session
 TOOL_NAME_KEYS = TABLES.tool_name
 TOOL_ARGS_KEYS = TABLES.tool_args
+TOOL_ARGS_ENVELOPES = TABLES.tool_args_envelopes
 TOOL_RESULT_KEYS = TABLES.tool_result
 AGENT_OUTPUT_KEYS = TABLES.answer
 LLM_OUTPUT_KEYS = TABLES.llm_output
@@ -225,10 +227,21 @@ def canonical_arguments(raw: object) -> str:
             value = _load_json(raw)
         except ValueError:
             return raw.strip()
+    if isinstance(value, dict) and TOOL_ARGS_ENVELOPES:
+        value = _unwrapped(value)
     try:
         return _CANONICAL_JSON.encode(value)
     except (TypeError, ValueError):
         return str(raw)
+
+
+def _unwrapped(value: dict[str, Any]) -> Any:
+    """The arguments inside a call's envelope (LangChain's ``inputs``, smolagents' ``kwargs``):
+    the envelope's ids and metadata would make every call look new."""
+    for keys, inner in TOOL_ARGS_ENVELOPES:
+        if inner in value and keys.issubset(value.keys()):  # (the cheap test first)
+            return value[inner]
+    return value
 
 
 # An agent span may carry its output attribute with nothing in it (no output messages).
@@ -305,6 +318,14 @@ def classify(name: str, attrs: Mapping[str, object], is_root: bool = False) -> S
     return ROLE_KINDS[role_of(name, attrs, is_root)]
 
 
+def _agent_from_span_name(name: str) -> str | None:
+    for pattern in AGENT_SPAN_NAME_PATTERNS:
+        match = pattern.match(name)
+        if match:
+            return match.group("name")
+    return None
+
+
 def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
     tool = _first_str(attrs, TOOL_NAME_KEYS)
     if tool is None:
@@ -312,6 +333,8 @@ def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
             if name.startswith(prefix):
                 tool = name[len(prefix):]
                 break
+        else:  # OpenInference names a tool span after what it runs ("handoff to researcher")
+            tool = name
     return (tool or "unknown")[:MAX_NAME_CHARS]
 
 
@@ -434,7 +457,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
 
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
     if agent is None and kind is AGENT:
-        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS)
+        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS) or _agent_from_span_name(name)
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service
