@@ -11,8 +11,8 @@ precedence (entries earlier in :data:`CONVENTIONS` win), value maps and name set
 
 Facts carried by span events are named ``"<event name>:<attribute>"`` (e.g.
 ``"gen_ai.choice:finish_reason"``) and listed among the attribute names, after the attributes
-themselves: the engine folds the few wanted event attributes into the span's attributes, and
-only for spans that have events. Supporting the next framework is an entry here plus a test
+themselves: the engine folds the few wanted event attributes into the span's attributes, only
+for spans whose attributes lack the fact. Supporting the next framework is an entry here plus a test
 on a recording of what it really emits — not another ``if`` in the engine.
 """
 
