@@ -31,7 +31,9 @@ class Role(StrEnum):
     LLM = "llm"  # a model call: one iteration
     TOOL = "tool"  # a tool execution
     AGENT = "agent"  # an agent invocation: a run (or a child run)
-    WORKFLOW = "workflow"  # frames a workflow around agents: the agent below it is the run's own
+    # frames an invocation (a workflow, a root chain) rather than being an agent: the agent
+    # span below it, if any, is the run's own, not a child run
+    WORKFLOW = "workflow"
     CREATE_AGENT = "create_agent"  # creates or configures an agent without running it: no run
 
 

@@ -70,6 +70,12 @@ class SpanRecord:
     final_answer: bool = False
     final_output: str | None = None  # brief of the final answer, when the span carries one
     budget: dict[str, float] | None = None  # watchdog.budget.* announced by the agent
+    # Set by the tracker: a model or tool call that is a whole trace of its own (no span for the
+    # invocation), grouped with the calls before it into one run (see RunTracker).
+    loose: bool = False
+    # An agent-kind span that frames a workflow (invoke_workflow, an OpenLLMetry workflow, an
+    # OpenInference root CHAIN) rather than an agent: the agent below it is the run's own.
+    workflow: bool = False
     # How the run ended, as this span tells it (watchdog.ingest.frameworks lists the places).
     limit_stop: str | None = None  # a framework limit stopped the run: its name
     requested_tools: bool = False  # a model call whose response asked for tools (no answer)
@@ -78,12 +84,6 @@ class SpanRecord:
     # model-call spans); 0 = not reported
     exception_id: int | None = None  # type + exact message, 64-bit: one exception seen on
     # several nested spans (a tool, its agent, the workflow) has one id
-    # Set by the tracker: a model or tool call that is a whole trace of its own (no span for the
-    # invocation), grouped with the calls before it into one run (see RunTracker).
-    loose: bool = False
-    # An agent-kind span that frames a workflow (invoke_workflow, an OpenLLMetry workflow, an
-    # OpenInference root CHAIN) rather than an agent: the agent below it is the run's own.
-    workflow: bool = False
 
     @property
     def ends_run(self) -> bool:
