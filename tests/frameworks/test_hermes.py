@@ -17,6 +17,7 @@ the configured agent name. Each case runs live and from its committed recording.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,15 @@ from tests.frameworks.harness import (
     run_driver,
 )
 from tests.frameworks.scenarios import SUMMARY, script, scripted
-from tests.harness import RunningServer
+from tests.harness import RunningServer, running_server, sidecar_config
 from watchdog.client.adapters.hermes import limit_of
 
 AGENT = "hermes-researcher"
 SERVICE = "hermes-service"  # openai-v2 spans name no agent: service.name is all there is
+# Without the adapter Hermes' model calls are loose (one trace each, no invocation span): such a
+# run ends with the call that answered or after `loose_run_gap` without a call (default 2 min);
+# the tests' sidecar waits LOOSE_RUN_GAP seconds instead.
+LOOSE_RUN_GAP = 8.0
 LIMIT = {"terminal_state": "tool_limit_reached", "terminal_reason": "max_iterations"}
 
 
@@ -87,6 +92,12 @@ CASES: dict[tuple[str, str], list[Expect]] = {
     ("hermes_openai_v2", "tool_error_adapter"): [ok(2, 0)],
 }
 IDS = [f"{driver}-{scenario}" for driver, scenario in CASES]
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[RunningServer]:
+    with running_server(sidecar_config(tmp_path / "state", loose_run_gap=LOOSE_RUN_GAP)) as server:
+        yield server
 
 
 def _extra_env(scenario: str) -> dict[str, str]:
