@@ -106,11 +106,11 @@ def test_loose_model_calls_of_one_agent_are_one_run_until_it_answers() -> None:
     a trace of its own."""
     maker = SpanMaker({"service.name": "home-grown"})
     tracker = RunTracker(loose_run_gap=60.0)
-    for invocation in range(2):
+    for _ in range(2):  # two invocations, both in one export batch
         for step in range(3):
             maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + step)
         maker.span("chat gpt", chat_attrs(finish="stop"), start=T0 + 4)
-        tracker.apply(records_of(maker.take()), T0 + 10 + invocation)
+    tracker.apply(records_of(maker.take()), T0 + 10)
     maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + 30)
     tracker.apply(records_of(maker.take()), T0 + 30)
 
@@ -182,3 +182,46 @@ def test_the_api_lists_a_runs_children_and_the_report_shows_the_tree(
     tree = body.decode().split("## Run tree")[1].split("##")[0]
     assert f"**this run** `{top['id']}` (planner)" in tree
     assert f"`{child['id']}` (researcher): completed, 1 model calls, 0 tool calls" in tree
+
+
+def test_tool_calls_hung_below_a_loose_model_call_join_its_run() -> None:
+    """grafana-agento11y-hermes: one trace per model call, the tool calls it requested as its
+    children (ending after it)."""
+    maker = SpanMaker({"service.name": "hermes-service"})
+    tracker = RunTracker()
+    names = {"gen_ai.agent.name": "hermes", "gen_ai.conversation.id": "s1"}
+    for step in range(3):
+        model = maker.span("chat m", chat_attrs(finish="tool_calls", **names), start=T0 + step)
+        maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"k": {step}}}', **names),
+                   parent=model, start=T0 + step + 0.5)
+        tracker.apply(records_of(maker.take()), T0 + 10 + step)
+    maker.span("chat m", chat_attrs(finish="stop", **names), start=T0 + 5)
+    tracker.apply(records_of(maker.take()), T0 + 20)
+
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.terminal_state) == (
+        4, 3, TerminalState.COMPLETED)
+    assert list(tracker.active()) == []
+
+
+def test_one_invocation_seen_by_two_instrumentations_is_one_run() -> None:
+    """google-adk with OpenInference: ``agent_run [x]`` (OpenInference AGENT) around ADK's own
+    ``invoke_agent x``, under a CHAIN root."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("invocation [app]", attrs={"openinference.span.kind": "CHAIN",
+                                                AGENT: ""}) as root:
+        wrapper = maker.open("agent_run [adk]", {"openinference.span.kind": "AGENT",
+                                                 "agent.name": "adk"}, parent=root)
+        native = maker.open("invoke_agent adk", agent_attrs("adk"), parent=wrapper)
+        for i in range(2):
+            maker.span("call_llm", {AGENT: "generate_content"}, parent=native, start=T0 + i)
+            maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"k": {i}}}'),
+                       parent=native, start=T0 + i)
+        native.end(int((T0 + 3) * 1e9))
+        wrapper.end(int((T0 + 3) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    (run,) = tracker.ended()
+    assert (run.agent_name, run.iterations, run.tool_calls) == ("adk", 2, 2)
+    assert list(tracker.active()) == []

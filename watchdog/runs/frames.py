@@ -18,7 +18,9 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   the main agent's subtree): its subtree moves out into a *child run* whose signals are folded
   again from the retained records, with ``parent_run`` = the trace run;
 * an agent span that encloses the one taken as main until then demotes it to a child: the inner
-  agent of "agent as a tool" ends first.
+  agent of "agent as a tool" ends first — unless both are one invocation seen by two
+  instrumentations (OpenInference's ``agent_run`` around google-adk's own ``invoke_agent``):
+  the same agent name (or none), and no model or tool call between them.
 
 The retained records are dropped when the trace run ends. Past ``MAX_RETAINED_SPANS`` a trace is
 no longer split (its nested agents stay folded into the trace run): counted, never unbounded.
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from watchdog.runs.record import SpanRecord
+from watchdog.runs.record import AGENT, LLM, TOOL, SpanRecord
 
 MAX_RETAINED_SPANS = 512  # records kept per trace to fold a nested agent's run again
 MAX_TRACES_RETAINED = 4_000  # traces with retained records at once (least recent dropped)
@@ -44,11 +46,18 @@ class TraceFrames:
     parents: dict[str, str | None] = field(default_factory=dict)
     records: list[SpanRecord] = field(default_factory=list)
     children: dict[str, str] = field(default_factory=dict)  # agent span id -> child run key
+    calls: set[str] = field(default_factory=set)  # model and tool call span ids
+    agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
     main_agent: str | None = None
     complete: bool = True  # False once a record could not be retained: no more splitting
 
     def note(self, record: SpanRecord) -> None:
         self.parents[record.span_id] = record.parent_span_id
+        kind = record.kind
+        if kind is LLM or kind is TOOL:
+            self.calls.add(record.span_id)
+        elif kind is AGENT:
+            self.agents[record.span_id] = record.agent
         if len(self.records) >= MAX_RETAINED_SPANS:
             self.complete = False
             return
@@ -64,6 +73,21 @@ class TraceFrames:
             if current == ancestor:
                 return True
             current = parents.get(current)
+        return False
+
+    def same_invocation(self, inner: str, outer: str) -> bool:
+        """Whether agent span ``inner`` (below ``outer``) is ``outer``'s own invocation seen by
+        a second instrumentation: the same agent name (or none), no call between them."""
+        inner_name, outer_name = self.agents.get(inner), self.agents.get(outer)
+        if inner_name and outer_name and inner_name != outer_name:
+            return False
+        current = self.parents.get(inner)
+        for _ in range(MAX_DEPTH):
+            if current is None or current == outer:
+                return current == outer
+            if current in self.calls:
+                return False
+            current = self.parents.get(current)
         return False
 
     def child_of(self, span_id: str) -> str | None:

@@ -77,6 +77,7 @@ class RunTracker:
         self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
         self._frames = FrameBook()
         self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
+        self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
         self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
 
     # -- reads ----------------------------------------------------------------------------------
@@ -136,26 +137,44 @@ class RunTracker:
         if owner is not None:
             record.run_key, record.key_source = owner
             return True
-        if record.parent_span_id is None and (record.kind is LLM or record.kind is TOOL):
-            self._group_loose(record)
+        loose = self._loose_traces.get(record.trace_id)
+        if loose is not None:  # the tool calls hung below a loose model call
+            record.run_key, record.loose = loose, True
             return True
+
         # Plumbing spans (an HTTP request, a framework step) of a trace with no agent activity
         # are not a run of their own: the service may emit traces that have nothing to do
         # with an agent.
         return record.kind is not OTHER or record.run_key in self._active
 
-    def _group_loose(self, record: SpanRecord) -> None:
-        """Key a loose call (a trace of its own) to the open run of its agent, or open one."""
-        record.loose = True
-        group = (record.service, record.agent, record.session)
-        key = self._loose.get(group)
-        if key is not None and key in self._active:
-            record.run_key = key
-            self._loose.move_to_end(group)
-            return
-        self._loose[group] = record.run_key
-        while len(self._loose) > MAX_LOOSE_GROUPS:
-            self._loose.popitem(last=False)
+    def _group_loose(self, records: list[SpanRecord]) -> None:
+        """Key each loose call (a model or tool call at the root of a trace no span names a
+        run of) to the open run of its agent, or open one; the rest of its trace (the tool
+        calls an instrumentation hangs below the model call) follows through the trace alias.
+        """
+        traces = self._loose_traces
+        opened: set[str] = set()  # runs this batch opens (not active until it is applied)
+        for record in records:
+            if record.key_source is not KEY_TRACE or record.parent_span_id is not None \
+                    or not (record.kind is LLM or record.kind is TOOL) \
+                    or record.trace_id in traces or record.trace_id in self._trace_runs:
+                continue
+            record.loose = True
+            group = (record.service, record.agent, record.session)
+            key = self._loose.get(group)
+            if key is not None and (key in self._active or key in opened):
+                record.run_key = key
+                self._loose.move_to_end(group)
+            else:
+                self._loose[group] = record.run_key
+                opened.add(record.run_key)
+                while len(self._loose) > MAX_LOOSE_GROUPS:
+                    self._loose.popitem(last=False)
+            if record.final_answer:  # the run ends with this call: the next opens another
+                del self._loose[group]
+            traces[record.trace_id] = record.run_key
+            while len(traces) > MAX_TRACE_ALIASES:
+                traces.popitem(last=False)
 
     def _run_for(self, record: SpanRecord, now: float, result: BatchResult) -> RunState:
         key = record.run_key
@@ -175,6 +194,7 @@ class RunTracker:
         result = BatchResult()
         records = list(records)
         by_span = self._learn_aliases(records)
+        self._group_loose(records)
         pending = self._pending_parents
         for record in records:
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
@@ -194,7 +214,8 @@ class RunTracker:
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
                     and not record.workflow and frames.main_agent is not None:
                 # the root is itself an agent: the one taken as main ran inside it
-                self._split(frames, frames.main_agent, run, now, result)
+                if not frames.same_invocation(frames.main_agent, record.span_id):
+                    self._split(frames, frames.main_agent, run, now, result)
                 frames.main_agent = record.span_id
             elif record.kind is AGENT and record.parent_span_id is not None and not run.ended:
                 if frames is not None:
@@ -224,8 +245,25 @@ class RunTracker:
             result.activity.append(entry)
         self._count(record, run, result)
         if record.ends_run and not run.ended:
+            if not run.has_final_answer and run.end_error_type is None:
+                self._answer_from_children(run)
             self._finish(run, now)
             result.ended.append(run)
+
+    def _answer_from_children(self, run: RunState) -> None:
+        """A run that handed off (OpenAI Agents SDK handoffs) answers through the child run
+        that ended last: its answer is the invocation's."""
+        frames = self._frames.get(run.trace_id)
+        if frames is None or not frames.children:
+            return
+        children = [child for key in frames.children.values()
+                    if (child := self.get(key)) is not None and child.parent_run == run.key
+                    and child.ended]
+        if children:
+            last = max(children, key=lambda child: child.ended_at or 0.0)
+            if last.has_final_answer:
+                run.explicit_final = True
+                run.final_output = last.final_output
 
     def _finish(self, run: RunState, now: float) -> None:
         run.end(now)
@@ -248,7 +286,8 @@ class RunTracker:
             frames.main_agent = record.span_id
             return run
         if frames.within(main, record.span_id):  # the agent taken as main ran inside this one
-            self._split(frames, main, run, now, result)
+            if not frames.same_invocation(main, record.span_id):
+                self._split(frames, main, run, now, result)
             frames.main_agent = record.span_id
             return run
         return self._split(frames, record.span_id, run, now, result) or run
