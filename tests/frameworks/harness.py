@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -76,13 +77,33 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
     return result
 
 
+_TIME_KEYS = ("startTimeUnixNano", "endTimeUnixNano", "timeUnixNano")
+
+
+def _shift_times(value: Any, delta: int) -> Any:
+    if isinstance(value, dict):
+        return {key: (str(int(item) + delta) if key in _TIME_KEYS else _shift_times(item, delta))
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shift_times(item, delta) for item in value]
+    return value
+
+
 def replay(sidecar: RunningServer, recording: Path) -> None:
-    """Export a recording again, request by request, as OTLP/JSON."""
-    for line in recording.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            status, body = http_request("POST", sidecar.otlp_http + "/v1/traces",
-                                        line.encode(), {"Content-Type": "application/json"})
-            assert status == 200, (status, body)
+    """Export a recording again, request by request, as OTLP/JSON, its timestamps moved so that
+    its last span ends now (a recording's age is no part of the run: time rules such as a total
+    timeout would otherwise see every old recording as a run that has lasted for days)."""
+    requests = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    last_end = max((int(span["endTimeUnixNano"]) for request in requests
+                    for resource in request["resourceSpans"] for scope in resource["scopeSpans"]
+                    for span in scope["spans"]), default=0)
+    delta = time.time_ns() - last_end if last_end else 0
+    for request in requests:
+        status, body = http_request("POST", sidecar.otlp_http + "/v1/traces",
+                                    json.dumps(_shift_times(request, delta)).encode(),
+                                    {"Content-Type": "application/json"})
+        assert status == 200, (status, body)
 
 
 UNCHECKED: Any = object()  # an expectation field left out of the comparison
