@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -77,33 +77,30 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
     return result
 
 
-_TIME_KEYS = ("startTimeUnixNano", "endTimeUnixNano", "timeUnixNano")
-
-
-def _shift_times(value: Any, delta: int) -> Any:
-    if isinstance(value, dict):
-        return {key: (str(int(item) + delta) if key in _TIME_KEYS else _shift_times(item, delta))
-                for key, item in value.items()}
-    if isinstance(value, list):
-        return [_shift_times(item, delta) for item in value]
-    return value
-
-
 def replay(sidecar: RunningServer, recording: Path) -> None:
-    """Export a recording again, request by request, as OTLP/JSON, its timestamps moved so that
-    its last span ends now (a recording's age is no part of the run: time rules such as a total
-    timeout would otherwise see every old recording as a run that has lasted for days)."""
+    """Export a recording again, request by request, as OTLP/JSON — its timestamps moved to
+    now, as if the framework had just run (the time-based rules read them)."""
     requests = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()
                 if line.strip()]
-    last_end = max((int(span["endTimeUnixNano"]) for request in requests
-                    for resource in request["resourceSpans"] for scope in resource["scopeSpans"]
-                    for span in scope["spans"]), default=0)
-    delta = time.time_ns() - last_end if last_end else 0
+    times = [int(span["startTimeUnixNano"]) for span in _spans(requests)]
+    shift = time.time_ns() - min(times) - 10**9 if times else 0
+    for span in _spans(requests):
+        for key in ("startTimeUnixNano", "endTimeUnixNano"):
+            span[key] = str(int(span[key]) + shift)
+        for event in span.get("events", ()):
+            event["timeUnixNano"] = str(int(event["timeUnixNano"]) + shift)
     for request in requests:
         status, body = http_request("POST", sidecar.otlp_http + "/v1/traces",
-                                    json.dumps(_shift_times(request, delta)).encode(),
+                                    json.dumps(request).encode(),
                                     {"Content-Type": "application/json"})
         assert status == 200, (status, body)
+
+
+def _spans(requests: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for request in requests:
+        for resource_spans in request.get("resourceSpans", ()):
+            for scope_spans in resource_spans.get("scopeSpans", ()):
+                yield from scope_spans.get("spans", ())
 
 
 UNCHECKED: Any = object()  # an expectation field left out of the comparison
