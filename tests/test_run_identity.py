@@ -276,3 +276,24 @@ def test_an_empty_sub_agent_span_takes_the_spans_beside_it_that_carry_its_name()
     assert researcher.parent_run == manager.key
     assert (manager.iterations, manager.tool_calls) == (2, 1)
     assert (researcher.iterations, researcher.tool_calls) == (2, 1)
+
+
+def test_the_inner_view_of_an_invocation_ending_after_the_outer_is_still_one_run() -> None:
+    """Async instrumentations may end the wrapper (OpenInference's ``agent_run``) before the
+    framework's own ``invoke_agent`` inside it."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("invocation [app]", attrs={"openinference.span.kind": "CHAIN",
+                                                AGENT: ""}) as root:
+        wrapper = maker.open("agent_run [adk]", {"openinference.span.kind": "AGENT",
+                                                 "agent.name": "adk"}, parent=root)
+        native = maker.open("invoke_agent adk", agent_attrs("adk"), parent=wrapper)
+        maker.span("call_llm", {AGENT: "generate_content"}, parent=native)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}"), parent=native)
+        wrapper.end(int((T0 + 3) * 1e9))
+        tracker.apply(records_of(maker.take()), T0 + 5)
+        native.end(int((T0 + 3.1) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    (run,) = tracker.ended()
+    assert (run.agent_name, run.iterations, run.tool_calls) == ("adk", 1, 1)
