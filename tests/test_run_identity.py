@@ -5,6 +5,7 @@ tests/frameworks/."""
 
 from __future__ import annotations
 
+from tests.frameworks.harness import RECORDINGS, replay, runs_seen
 from tests.harness import RunningServer, http_request
 from tests.otel import export_http
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
@@ -297,3 +298,14 @@ def test_the_inner_view_of_an_invocation_ending_after_the_outer_is_still_one_run
 
     (run,) = tracker.ended()
     assert (run.agent_name, run.iterations, run.tool_calls) == ("adk", 1, 1)
+
+
+def test_one_exception_on_nested_spans_is_one_error_in_the_report_too(
+        sidecar: RunningServer) -> None:
+    """google-adk: a tool's RuntimeError is also on its agent and workflow spans."""
+    replay(sidecar, RECORDINGS / "google_adk_native" / "tool_error.jsonl")
+    (run,) = runs_seen(sidecar, 1)
+    report = sidecar.get_json(f"/v1/runs/{run['id']}/report",
+                              headers={"Accept": "application/json"})
+    assert report["run"]["errors"] == run["errors"] == 1
+    assert [(error["count"], error["names"]) for error in report["errors"]] == [(1, ["lookup"])]
