@@ -10,6 +10,12 @@ catches: those are invisible in the spans, so the expectations below are what th
 tell — one run per invocation (consecutive loose model calls of one agent), iterations = model
 calls, the answer (a stream that ends with text is an answer), and a run that stops without an
 answer ends as ``no_response`` once ``loose_run_gap`` passes without a call.
+
+Streamed, with the default configuration, a span says nothing about how its response ended:
+``three_tools_stream`` (answered) and ``limit_stream`` (stopped after a tool call) end with spans
+of the same shape, so no reading can make both exact; their expectations are the truth. The
+``_content`` cases turn message capture on (``gen_ai.output.messages`` with ``finish_reason``
+on every span, streamed or not), which the README should recommend.
 """
 
 from __future__ import annotations
@@ -45,7 +51,13 @@ EXPECTED: dict[str, list[Expect]] = {
                           terminal_state="completed", has_final_answer=True,
                           terminal_reason=None, parent_agent=None)],
 }
-CASES = [scenario + suffix for scenario in EXPECTED for suffix in ("", "_stream")]
+# ``_content``: the instrumentation configured to put messages on its spans (the only way a
+# streamed span tells how the stream ended: without it, it carries no finish reason, no usage, no
+# output, so a streamed answer and a streamed tool call look the same)
+CONTENT = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+           "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"}
+CASES = [scenario + suffix for scenario in EXPECTED
+         for suffix in ("", "_stream", "_content", "_stream_content")]
 
 
 @pytest.fixture
@@ -55,13 +67,18 @@ def sidecar(tmp_path: Path) -> Iterator[RunningServer]:
 
 
 def expected(case: str) -> list[Expect]:
-    return EXPECTED[case.removesuffix("_stream")]
+    return EXPECTED[base(case)]
+
+
+def base(case: str) -> str:
+    return case.removesuffix("_content").removesuffix("_stream")
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_live(sidecar: RunningServer, llm: FakeLLM, case: str) -> None:
-    model = cases.register(llm, f"{DRIVER}-{case}", SCRIPTS[case.removesuffix("_stream")])
-    run_driver(ENV, DRIVER, case, sidecar, llm, model)
+    model = cases.register(llm, f"{DRIVER}-{case}", SCRIPTS[base(case)])
+    run_driver(ENV, DRIVER, case, sidecar, llm, model,
+               extra_env=CONTENT if case.endswith("_content") else None)
     check_runs(sidecar, expected(case))
     if case.startswith("limit"):
         assert len(llm.requests(model)) == 5  # the loop's own MAX_STEPS stopped it

@@ -2,7 +2,9 @@
 
 The instrumentation emits one ``chat`` span per model call and nothing for the loop itself: the
 loop opens no invocation span, as many home-grown agents don't. Scenarios (argv[1]):
-``three_tools`` / ``limit`` / ``tool_error``, each plain or with ``_stream`` appended.
+``three_tools`` / ``limit`` / ``tool_error``, each plain or with ``_stream`` appended, and
+optionally ``_content`` after that (the test then turns the instrumentation's message capture on:
+the driver itself is the same).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def main(scenario: str) -> None:
     OpenAIInstrumentor().instrument(tracer_provider=provider)
     base_url, model = model_settings()
     client = OpenAI(base_url=base_url, api_key="sk-fake")
-    stream = scenario.endswith("_stream")
+    stream = "_stream" in scenario
     messages: list[dict] = [{"role": "user", "content": "Look up a, b and c."}]
     for _ in range(MAX_STEPS):
         message, _finish = chat(client, model, messages, stream)
