@@ -66,7 +66,7 @@ def main(scenario: str) -> None:
         result = agent.invoke({"messages": [{"role": "user", "content": "Look up a, b and c."}]},
                               config=config)
         print("answer:", result["messages"][-1].content)
-    except Exception as exc:  # noqa: BLE001 - the limit / the tool's error, as an app sees it
+    except Exception as exc:  # the limit or the tool's error, as an application sees it
         print("stopped:", type(exc).__name__, exc)
     provider.shutdown()
 
