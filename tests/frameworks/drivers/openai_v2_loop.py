@@ -2,9 +2,7 @@
 
 The instrumentation emits one ``chat`` span per model call and nothing for the loop itself: the
 loop opens no invocation span, as many home-grown agents don't. Scenarios (argv[1]):
-``three_tools`` / ``limit`` / ``tool_error``, each plain or with ``_stream`` appended, and
-optionally ``_content`` after that (the test then turns the instrumentation's message capture on:
-the driver itself is the same).
+``three_tools`` / ``limit`` / ``tool_error``, each plain or with ``_stream`` appended.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from _otel import model_settings, setup_tracing
 from openai import OpenAI
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
-MAX_STEPS = 5
+MAX_STEPS = 5  # the loop's own cap: "limit" runs into it
 TOOLS = [{"type": "function", "function": {
     "name": "lookup", "description": "Look a key up.",
     "parameters": {"type": "object", "properties": {"key": {"type": "string"}},
@@ -60,8 +58,12 @@ def main(scenario: str) -> None:
     OpenAIInstrumentor().instrument(tracer_provider=provider)
     base_url, model = model_settings()
     client = OpenAI(base_url=base_url, api_key="sk-fake")
-    stream = "_stream" in scenario
-    messages: list[dict] = [{"role": "user", "content": "Look up a, b and c."}]
+    stream = scenario.endswith("_stream")
+    if scenario.startswith("tool_error"):
+        messages_note = "Look up broken."
+    else:
+        messages_note = "Look up a, b and c."
+    messages: list[dict] = [{"role": "user", "content": messages_note}]
     for _ in range(MAX_STEPS):
         message, _finish = chat(client, model, messages, stream)
         messages.append(message)
