@@ -1,5 +1,6 @@
-"""Fake-model scripts for the framework scenarios of smolagents, LangChain/LangGraph, OpenAI
-Agents SDK, pydantic-ai and the openai-v2 loop, and the runs they must come out as.
+"""Fake-model scripts for the smolagents and LangChain/LangGraph scenarios (the three of
+:mod:`tests.frameworks.scenarios`, with a final-answer tool where the framework answers by one,
+and a delegation to a sub-agent).
 
 A scenario registers one script per model its driver uses: the agent under test on ``<name>``,
 a sub-agent (delegation, handoff, agent-as-tool) on ``<name>-sub``.
@@ -12,10 +13,6 @@ from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Script, Step
-
-# The drivers of frameworks already in the main venv (pydantic-ai, OpenAI Agents SDK) run in it:
-# ``harness.venv_python`` looks for ``.venvs/<env>/bin/python``.
-MAIN_VENV = "../.venv"
 
 ANSWER = "a, b and c are known."
 SUMMARY = "Summary: I looked keys up and found nothing conclusive."

@@ -1,5 +1,6 @@
 """The OpenAI Agents SDK traced by OpenInference: a workflow root (ending OK) above the agent
-span, whose status carries ``Max turns exceeded``; a handoff is a child run."""
+span, whose status carries ``Max turns exceeded``; a handoff is a child run, and so is an agent
+used as a tool (its spans nest in the tool span)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ SCRIPTS = {
     "handoff": {"": fakellm.steps(fakellm.call("transfer_to_agents_researcher"),
                                   fakellm.answer("handed off")),
                 "-billing": three_tools()},
+    "agent_as_tool": {"": fakellm.steps(fakellm.call("research", input="a, b and c?"),
+                                        fakellm.answer(ANSWER)),
+                      "-sub": three_tools()},
 }
 EXPECTED = {
     "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
@@ -36,6 +40,10 @@ EXPECTED = {
     # the handoff is the triage agent's tool call; the researcher's answer is the run's
     "handoff": [Expect("agents-triage", 1, 1, 0, "completed", True, None, None),
                 Expect(AGENT, 4, 3, 0, "completed", True, None, "agents-triage")],
+    # the manager's tool call research runs the researcher: its calls are the child's, not the
+    # manager's (one model call asking for research, one answering)
+    "agent_as_tool": [Expect("agents-manager", 2, 1, 0, "completed", True, None, None),
+                      Expect(AGENT, 4, 3, 0, "completed", True, None, "agents-manager")],
 }
 
 

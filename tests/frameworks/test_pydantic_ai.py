@@ -1,5 +1,6 @@
 """pydantic-ai with its own instrumentation (``Agent.instrument_all()``): each agent run stamps
-``gen_ai.agent.call.id`` on its spans; a sub-agent run inside a tool is a child run."""
+``gen_ai.agent.call.id`` on its spans; a sub-agent run inside a tool is a child run; a
+structured output's ``final_result`` tool call is the answer, not a tool call."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ SCRIPTS = {
     "subagent": {"": fakellm.steps(fakellm.call("research", question="a, b and c?"),
                                    fakellm.answer(ANSWER)),
                  "-sub": three_tools()},
+    "structured": {"": fakellm.steps(*(fakellm.call("lookup", key=k) for k in "abc"),
+                                     fakellm.call("final_result", summary=ANSWER))},
 }
 EXPECTED = {
     "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
@@ -35,6 +38,9 @@ EXPECTED = {
     "tool_error": [Expect(AGENT, 1, 1, 1, "error", False, "RuntimeError", None)],
     "subagent": [Expect("pydantic-coordinator", 2, 1, 0, "completed", True, None, None),
                  Expect(AGENT, 4, 3, 0, "completed", True, None, "pydantic-coordinator")],
+    # the 4th model call answers with the output tool final_result (pydantic-ai 2.x opens no
+    # span for it): an answer, not a 4th tool call
+    "structured": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
 }
 
 

@@ -66,7 +66,7 @@ def main(scenario: str) -> None:
         result = agent.invoke({"messages": [{"role": "user", "content": "Look up a, b and c."}]},
                               config=config)
         print("answer:", result["messages"][-1].content)
-    except Exception as exc:
+    except Exception as exc:  # the limit or the tool's error, as an application sees it
         print("stopped:", type(exc).__name__, exc)
     provider.shutdown()
 

@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK traced by OpenInference's instrumentor, on the chat-completions model
 against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit``
 (``max_turns=3`` -> ``MaxTurnsExceeded``), ``tool_error``, ``handoff`` (a triage agent hands
-off to a billing agent)."""
+off to a billing agent), ``agent_as_tool`` (a manager calls the researcher as its tool
+``research``: the researcher's run nests inside the tool span)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ async def main(scenario: str) -> None:
         researcher.model = OpenAIChatCompletionsModel(name + "-billing", client)
         start = Agent(name="agents-triage", instructions="Hand billing questions off.",
                       handoffs=[researcher], model=OpenAIChatCompletionsModel(name, client))
+    elif scenario == "agent_as_tool":
+        researcher.model = OpenAIChatCompletionsModel(name + "-sub", client)
+        start = Agent(name="agents-manager", instructions="Use the research tool, then answer.",
+                      tools=[researcher.as_tool(tool_name="research",
+                                                tool_description="Research a question.")],
+                      model=OpenAIChatCompletionsModel(name, client))
     try:
         result = await Runner.run(start, "Look up a, b and c.",
                                   max_turns=3 if scenario == "limit" else 10)

@@ -1,7 +1,8 @@
 """pydantic-ai with its own instrumentation (``Agent.instrument_all()``), on the OpenAI chat
 model against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit``
 (``UsageLimits(request_limit=3)``), ``tool_error``, ``subagent`` (a coordinator whose tool runs
-a researcher agent: a parent run and a child run)."""
+a researcher agent: a parent run and a child run), ``structured`` (``three_tools`` with a
+structured output: the answer is the output tool ``final_result``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import sys
 
 from _otel import model_settings, setup_tracing
+from pydantic import BaseModel
 from pydantic_ai import Agent, InstrumentationSettings, UsageLimits
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -18,6 +20,10 @@ from pydantic_ai.providers.openai import OpenAIProvider
 def model(name: str) -> OpenAIChatModel:
     base_url, _ = model_settings()
     return OpenAIChatModel(name, provider=OpenAIProvider(base_url=base_url, api_key="sk-fake"))
+
+
+class Findings(BaseModel):
+    summary: str
 
 
 def lookup(key: str) -> str:
@@ -33,7 +39,8 @@ async def main(scenario: str) -> None:
     _, name = model_settings()
     researcher = Agent(model(name + "-sub" if scenario == "subagent" else name),
                        name="pydantic-researcher", tools=[lookup],
-                       instructions="Look things up, then answer.")
+                       instructions="Look things up, then answer.",
+                       output_type=Findings if scenario == "structured" else str)
     try:
         if scenario == "subagent":
             coordinator = Agent(model(name), name="pydantic-coordinator",

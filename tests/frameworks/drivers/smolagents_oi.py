@@ -2,14 +2,14 @@
 (openinference-instrumentation-smolagents).
 
 Scenarios (argv[1]):
-- ``three_tools``: a ToolCallingAgent ``smol-researcher`` calls ``lookup`` 3 times, then the
+- ``three_tools``: a ToolCallingAgent ``smol_researcher`` calls ``lookup`` 3 times, then the
   ``final_answer`` tool;
 - ``limit``: the model calls ``lookup`` forever; ``max_steps=3`` stops it (smolagents then asks
   the model, without tools, for a final answer and returns that);
 - ``tool_error``: ``lookup`` raises once, then the model answers with ``final_answer``;
-- ``code_three_tools``: a CodeAgent ``smol-coder`` doing the same in code blocks;
-- ``managed``: a manager ToolCallingAgent ``smol-manager`` delegates to the managed agent
-  ``smol-researcher`` (model ``<model>-sub``), which calls ``lookup`` once and answers.
+- ``code_three_tools``: a CodeAgent ``smol_coder`` doing the same in code blocks;
+- ``managed``: a manager ToolCallingAgent ``smol_manager`` delegates to the managed agent
+  ``smol_researcher`` (model ``<model>-sub``), which calls ``lookup`` once and answers.
 """
 
 from __future__ import annotations
