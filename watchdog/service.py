@@ -32,6 +32,7 @@ from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import run_detail, run_summary
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.store import Store
+from watchdog.sync import SpanLedger
 
 log = logging.getLogger("watchdog")
 
@@ -135,6 +136,7 @@ class WatchdogService:
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
         self.sessions = SessionBook(store.get_session)
+        self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -210,6 +212,8 @@ class WatchdogService:
         now = self.clock.now()
         self.observer.spans_received(protocol, decoded, now)
         rules = self.engine is not None and bool(self.engine.ruleset.rules)
+        if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
+            decoded.records = self.ledger.admit(decoded.records)
         before = self._snapshots(decoded) if rules else {}
         result = self.tracker.apply(decoded.records, now)
         self._dirty.update(result.touched)
@@ -233,12 +237,22 @@ class WatchdogService:
         if run is None:
             raise NotFound(f"no active run {key!r}")
         if announce:
+            self.ledger.register(key)
             run.announce(**announce)
             self._note_sessions((run,), now)
         self._dirty[key] = run
         if created or announce:
             self.evaluate([run], now)
         return run
+
+    def sync(self, key: str, request: ExportTraceServiceRequest) -> tuple[RunState | None, int]:
+        """Apply the spans a client sends before its next step (:mod:`watchdog.sync`): the
+        run's state once they are applied, and how many were new."""
+        self.ledger.register(key)
+        self._admit()
+        decoded = records_from(request)
+        self._apply(decoded, "sync")
+        return self.tracker.get(key), len(decoded.records)
 
     def tick(self) -> list[RunState]:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""

@@ -16,15 +16,13 @@ count as calls in flight.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-if TYPE_CHECKING:
-    from watchdog.client.run import Run
+from watchdog.client.tally import RUN_KEY, RunTally
 
-RUN_KEY = otel_context.create_key("agent-watchdog-run")
 _get_value = otel_context.get_value
 MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it they are not tracked
 
@@ -35,6 +33,7 @@ TOOL_OPERATIONS = frozenset({"execute_tool"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 OPENINFERENCE_CALLS = {"LLM": False, "TOOL": True}  # kind -> is a tool
 OTHER, LLM_CALL, TOOL_CALL, AGENT = 0, 1, 2, 3
+OUTPUT_TOOL_SPANS = ("execute_tool final_result", "running output function")  # answers, not work
 
 
 def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
@@ -100,18 +99,19 @@ class WatchdogSpanProcessor(SpanProcessor):
     of every :class:`~watchdog.client.Watchdog` in the process."""
 
     def __init__(self) -> None:
-        self._open: dict[int, Run] = {}  # span id -> run, for calls and agent spans in flight
+        self._open: dict[int, RunTally] = {}  # span id -> run, calls and agent spans in flight
         self.untracked_calls = 0  # calls not tracked because MAX_OPEN_CALLS were open
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        run: Run | None = _get_value(RUN_KEY, parent_context)  # type: ignore[assignment]
+        run: RunTally | None = _get_value(RUN_KEY, parent_context)  # type: ignore[assignment]
         if run is None:
             if parent_context is None:
                 return
             run = _get_value(RUN_KEY)  # type: ignore[assignment]
             if run is None:
                 return
-        kind = classify_start(span._name, _stamp(span, run.span_attributes))
+        name = span._name
+        kind = classify_start(name, _stamp(span, run.span_attributes))
         if kind is OTHER:
             return
         span_id = span.context.span_id
@@ -123,12 +123,14 @@ class WatchdogSpanProcessor(SpanProcessor):
         if kind is AGENT:
             run.agent_started(span_id, span)
             return
-        # Run.call_started, inlined: this is the path of every model and tool call.
+        # A call starts, inlined: this is the path of every model and tool call.
         run.calls[span_id] = span._start_time or 0
         if kind is TOOL_CALL:
-            run.local_tool_calls += 1
+            if not name.startswith(OUTPUT_TOOL_SPANS):
+                run.tool_spans += 1
+                run.open_tools[span_id] = None
         else:
-            run.local_model_calls += 1
+            run.model_spans += 1
         run.changed = True
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -139,7 +141,7 @@ class WatchdogSpanProcessor(SpanProcessor):
             return
         run = self._open.pop(context.span_id, None)
         if run is not None:
-            run.span_ended(context.span_id)
+            run.span_ended(context.span_id, span)
 
     def shutdown(self) -> None:
         self._open.clear()
