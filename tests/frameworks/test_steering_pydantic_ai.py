@@ -131,10 +131,12 @@ def test_tool_cycle_wind_down_before_the_next_tool_call(
 
     requests = llm.requests(model)
     # tool-cycle fires on the 8th call (list/read four times): the very next request winds
-    # down; its grace (2 more calls) ends in the abort, and the request after that is final.
+    # down. The rule's grace allows 2 more calls; the abort comes with the 3rd (the rule
+    # engine's "more than the grace"), and the very next request is the final one.
     loop = "Loop: the same sequence of tool calls 4 times in a row"
     assert [loop in instructions(body) for body in requests[:9]] == [False] * 8 + [True]
-    assert len(ran) == 10 and len(requests) == 11
+    assert len(ran) == 11 and len(requests) == 12
+    assert "Grace exceeded after wind_down (rule tool-cycle)" in instructions(requests[-1])
     check_final(requests)
     assert result.output == REPORT
     detail = ended(sidecar, run.id, provider.force_flush)
