@@ -115,7 +115,7 @@ def test_tool_cycle_wind_down_before_the_next_tool_call(
     ran: list[str] = []
 
     @agent.tool_plain
-    def list(dir: str) -> str:  # noqa: A001 - the tool's name as the model sees it
+    def list(dir: str) -> str:
         ran.append("list")
         return "a.txt b.txt"
 

@@ -277,8 +277,9 @@ class Run:
             self.steering.new_step()
 
     def _turn_key(self) -> tuple[int, ...]:
-        tally = self.tally
-        return (tally.model_spans, self.steering.tools_admitted, tally.ended_calls)
+        tally, steering = self.tally, self.steering
+        return (tally.model_spans, steering.tools_admitted, steering.tools_refused,
+                tally.ended_calls, self.board.last_seq)
 
     def _sync(self) -> None:
         tally = self.tally
