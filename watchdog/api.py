@@ -30,7 +30,7 @@ from watchdog.runs.report import build_report, render_markdown
 from watchdog.runs.view import run_summary
 from watchdog.service import MAX_LIST_LIMIT, WatchdogService
 from watchdog.sessions import Checkpoint, CheckpointError, check_session_id
-from watchdog.sync import SYNC_DIRECTIVE_WAIT, sync_answer
+from watchdog.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
 
 log = logging.getLogger("watchdog.api")
 
@@ -163,13 +163,17 @@ class RunRoutes:
         directives they caused are stored (:mod:`watchdog.sync`)."""
         run_id = request.match_info["id"]
         after = _int_param(request.query.get("after"), "after", 0, 0, MAX_SEQ)
+        stop = request.query.get("stop") or None
+        if stop is not None and stop not in CLIENT_STOPS:
+            raise BadRequest(f"stop={stop!r} is not allowed: expected one of "
+                             + ", ".join(sorted(CLIENT_STOPS)))
         body = await _bounded_body(request, self.service.config.max_request_bytes)
         try:
             export = parse_protobuf(body)
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         service = self.service
-        run, applied = service.sync(run_id, export)
+        run, applied = service.sync(run_id, export, stop)
         directives = [] if self.directives is None else await self.directives.directives_after(
             run_id, after, SYNC_DIRECTIVE_WAIT)
         budget = run.budget_view(service.default_budget(run), service.clock.now()) if run else {}

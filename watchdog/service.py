@@ -28,6 +28,7 @@ from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.runs.run import RunState
+from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import run_detail, run_summary
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
@@ -245,14 +246,20 @@ class WatchdogService:
             self.evaluate([run], now)
         return run
 
-    def sync(self, key: str, request: ExportTraceServiceRequest) -> tuple[RunState | None, int]:
+    def sync(self, key: str, request: ExportTraceServiceRequest, stop: str | None = None
+             ) -> tuple[RunState | None, int]:
         """Apply the spans a client sends before its next step (:mod:`watchdog.sync`): the
-        run's state once they are applied, and how many were new."""
+        run's state once they are applied, and how many were new. ``stop``: the client stopped
+        the run at its tool budget by itself (it ends ``tool_limit_reached``)."""
         self.ledger.register(key)
         self._admit()
         decoded = records_from(request)
         self._apply(decoded, "sync")
-        return self.tracker.get(key), len(decoded.records)
+        run = self.tracker.get(key)
+        if stop is not None and run is not None and not run.ended:
+            run.force(TerminalState.TOOL_LIMIT_REACHED, stop)
+            self._dirty[key] = run
+        return run, len(decoded.records)
 
     def tick(self) -> list[RunState]:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""

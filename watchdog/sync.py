@@ -30,6 +30,7 @@ from watchdog.runs.run import RunState
 MAX_SYNCED_RUNS = 10_000  # runs whose span ids are remembered (least recently synced dropped)
 MAX_SPANS_PER_RUN = 2_048  # span ids remembered per run: the oldest go first; OTLP brings a
 #                            span's second copy seconds after the first, not thousands of spans
+CLIENT_STOPS = frozenset({"max_tool_calls"})  # ?stop=: the client stopped the run at its budget
 SYNC_DIRECTIVE_WAIT = 2.0  # seconds a sync waits for the directives its spans caused to be stored
 
 

@@ -255,6 +255,8 @@ class Run:
                 return turn
             self._sync()
             turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
+            if turn.stop is not None and not turn.stop.seq:  # stopped here, not by a directive
+                self._sync(stop=turn.stop.rule)
             if turn.stop is not None and turn.stop.seq:
                 self.applied(turn.stop)
             elif self.board.latest is not None:
@@ -281,10 +283,10 @@ class Run:
         return (tally.model_spans, steering.tools_admitted, steering.tools_refused,
                 tally.ended_calls, self.board.last_seq)
 
-    def _sync(self) -> None:
+    def _sync(self, stop: str | None = None) -> None:
         tally = self.tally
         spans = tally.take_unsynced()
-        answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq)
+        answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop)
         if answer is None:
             tally.give_back(spans)
             return

@@ -93,14 +93,17 @@ class SyncChannel:
         """False while the sidecar is presumed down (a sync would be skipped)."""
         return time.monotonic() >= self._skip_until
 
-    def sync(self, run_id: str, spans: Sequence[ReadableSpan], after: int) -> SyncAnswer | None:
-        """Send ``spans``; the answer, or None when the sidecar could not be asked (the caller
-        keeps the spans for the next sync)."""
+    def sync(self, run_id: str, spans: Sequence[ReadableSpan], after: int,
+             stop: str | None = None) -> SyncAnswer | None:
+        """Send ``spans`` (and ``stop``: the run stopped itself at its budget); the answer, or
+        None when the sidecar could not be asked (the caller keeps the spans for the next
+        sync)."""
         if not self.available:
             return None
         body = self.encode(spans) if self.encode is not None and spans else b""
         path = self.transport.path(
-            f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/sync?after={after}")
+            f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/sync?after={after}"
+            + (f"&stop={stop}" if stop else ""))
         headers = self.transport.headers({"Content-Type": "application/x-protobuf",
                                           "Accept": "application/json"})
         try:
