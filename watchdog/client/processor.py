@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from watchdog.client.tally import RUN_KEY, RunTally
+from watchdog.client.tally import MAX_UNSYNCED_SPANS, RUN_KEY, RunTally
 
 _get_value = otel_context.get_value
 MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it they are not tracked
@@ -33,6 +33,11 @@ TOOL_OPERATIONS = frozenset({"execute_tool"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 OPENINFERENCE_CALLS = {"LLM": False, "TOOL": True}  # kind -> is a tool
 OTHER, LLM_CALL, TOOL_CALL, AGENT = 0, 1, 2, 3
+# A span with none of these attributes and none of these name prefixes is plumbing (OTHER):
+# one C-level set test and one startswith decide it, the common case on the span path.
+KIND_KEYS = frozenset({"gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
+                       "llm.request.type"})
+KIND_NAME_PREFIXES = ("execute_tool ", "running tool", "invoke_agent", "agent run")
 OUTPUT_TOOL_SPANS = ("execute_tool final_result", "running output function")  # answers, not work
 
 
@@ -111,7 +116,11 @@ class WatchdogSpanProcessor(SpanProcessor):
             if run is None:
                 return
         name = span._name
-        kind = classify_start(name, _stamp(span, run.span_attributes))
+        attributes = _stamp(span, run.span_attributes)
+        if (attributes is None or KIND_KEYS.isdisjoint(attributes)) and not name.startswith(
+                KIND_NAME_PREFIXES):
+            return  # plumbing: stamped, not tracked
+        kind = classify_start(name, attributes)
         if kind is OTHER:
             return
         span_id = span.context.span_id
@@ -134,14 +143,30 @@ class WatchdogSpanProcessor(SpanProcessor):
         run.changed = True
 
     def on_end(self, span: ReadableSpan) -> None:
-        if not self._open:
+        open_spans = self._open
+        if not open_spans:
             return
         context = span.context
         if context is None:
             return
-        run = self._open.pop(context.span_id, None)
-        if run is not None:
-            run.span_ended(context.span_id, span)
+        span_id = context.span_id
+        run = open_spans.pop(span_id, None)
+        if run is None:
+            return
+        # RunTally.span_ended, inlined for calls: the end of every model and tool call.
+        if run.calls.pop(span_id, None) is None:
+            run.span_ended(span_id, span)  # an agent span
+            return
+        open_tools = run.open_tools
+        if span_id in open_tools:
+            del open_tools[span_id]
+            run.tools_ended += 1
+        unsynced = run.unsynced
+        if len(unsynced) == MAX_UNSYNCED_SPANS:
+            run.unsynced_dropped += 1
+        unsynced.append(span)
+        run.ended_calls += 1
+        run.changed = True
 
     def shutdown(self) -> None:
         self._open.clear()
