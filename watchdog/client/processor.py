@@ -21,7 +21,13 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from watchdog.client.tally import MAX_UNSYNCED_SPANS, RUN_KEY, RunTally
+from watchdog.client.tally import (
+    LIVE_RUNS,
+    MAX_UNSYNCED_SPANS,
+    RUN_ID_ATTRIBUTE,
+    RUN_KEY,
+    RunTally,
+)
 
 _get_value = otel_context.get_value
 MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it they are not tracked
@@ -144,7 +150,7 @@ class WatchdogSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         open_spans = self._open
-        if not open_spans:
+        if not open_spans and not LIVE_RUNS:
             return
         context = span.context
         if context is None:
@@ -152,6 +158,8 @@ class WatchdogSpanProcessor(SpanProcessor):
         span_id = context.span_id
         run = open_spans.pop(span_id, None)
         if run is None:
+            if LIVE_RUNS:
+                self._classified_at_end(span)
             return
         # RunTally.span_ended, inlined for calls: the end of every model and tool call.
         if run.calls.pop(span_id, None) is None:
@@ -165,6 +173,35 @@ class WatchdogSpanProcessor(SpanProcessor):
         if len(unsynced) == MAX_UNSYNCED_SPANS:
             run.unsynced_dropped += 1
         unsynced.append(span)
+        run.ended_calls += 1
+        run.changed = True
+
+    @staticmethod
+    def _classified_at_end(span: ReadableSpan) -> None:
+        """A span of a run that was not a call when it started may be one now that it ends
+        (instrumentation that sets every attribute at the end)."""
+        attributes = span.attributes
+        if not attributes:
+            return
+        run_id = attributes.get(RUN_ID_ATTRIBUTE)
+        run = LIVE_RUNS.get(run_id) if isinstance(run_id, str) else None
+        name = span.name
+        if run is None or (KIND_KEYS.isdisjoint(attributes)
+                           and not name.startswith(KIND_NAME_PREFIXES)):
+            return
+        kind = classify_start(name, attributes)
+        if kind is TOOL_CALL:
+            if name.startswith(OUTPUT_TOOL_SPANS):
+                return
+            run.tool_spans += 1
+            run.tools_ended += 1
+        elif kind is LLM_CALL:
+            run.model_spans += 1
+        else:
+            return
+        if len(run.unsynced) == MAX_UNSYNCED_SPANS:
+            run.unsynced_dropped += 1
+        run.unsynced.append(span)
         run.ended_calls += 1
         run.changed = True
 

@@ -40,7 +40,7 @@ from watchdog.client.listener import DirectiveListener
 from watchdog.client.reporter import Reporter
 from watchdog.client.steer import ModelTurn, Steering, ToolRefused, WatchdogAbort
 from watchdog.client.sync import SyncChannel
-from watchdog.client.tally import RUN_KEY, RunTally
+from watchdog.client.tally import LIVE_RUNS, RUN_KEY, RunTally
 from watchdog.client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
 
 log = logging.getLogger("watchdog.client")
@@ -161,6 +161,7 @@ class Run:
         self._span = tracer.start_span(f"watchdog.run {self.agent}", context=ctx)
         self._token = otel_context.attach(trace.set_span_in_context(self._span, ctx))
         self.active = True
+        LIVE_RUNS[self.id] = self.tally
         watchdog.reporter.add(self)
         self._listener = DirectiveListener(watchdog.transport, self.id, self.board,
                                            self._on_directive)
@@ -170,6 +171,7 @@ class Run:
         if not self.active:
             return
         self.active = False
+        LIVE_RUNS.pop(self.id, None)
         if self._listener is not None:
             self._listener.stop()
         self.watchdog.reporter.remove(self)

@@ -149,15 +149,22 @@ class Steering:
         remaining = self.remaining(tool_spans)
         stop = self._stop(board, tool_spans)
         parts: list[str] = []
+        note = ""
         if remaining is not None and self.max_tool_calls is not None and (
                 remaining <= COUNTDOWN_FROM or board.latest_budget is not None):
-            parts.append(self.note(board, remaining, self.max_tool_calls))
+            note = self.note(board, remaining, self.max_tool_calls)
+            parts.append(note)
         if stop is not None:
             parts.append(stop.instruction())
         else:
             wind_down = board.latest_wind_down
             if wind_down is not None:
-                parts.append(wind_down.instruction())
+                text = wind_down.instruction()
+                if note and wind_down.is_budget and wind_down.message != note:
+                    # a countdown decided on fewer spans than have ended: its report prompt
+                    # quotes a stale number, the note says the true one
+                    text = text.replace(wind_down.message, note)
+                parts.append(text)
             notify = board.latest_notify
             if notify is not None and not notify.is_budget and (
                     wind_down is None or notify.seq > wind_down.seq):

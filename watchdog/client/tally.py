@@ -18,6 +18,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span
 
 RUN_KEY = otel_context.create_key("agent-watchdog-run")
+RUN_ID_ATTRIBUTE = "watchdog.run.id"
+# Runs in progress by id: some instrumentations (OpenInference's LangChain tracer) set a span's
+# kind only when it ends, so the processor finds the run of such a span by its stamped id.
+LIVE_RUNS: dict[str, RunTally] = {}
 MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older ones are dropped
 #                             (the exporter still delivers them, only later)
 
