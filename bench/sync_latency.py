@@ -4,7 +4,7 @@ applied them and stored the directives they caused — under a steady background
 
 A ``watchdog serve`` subprocess runs the default rule pack. Background load: another process
 exports the realistic workload of ``bench/workload.py`` as OTLP/HTTP protobuf at ``--rate``
-spans/s. Probe: a real client run (``Watchdog``, its span processor, a budget of 20 tool calls)
+spans/s. Probe: a real client run (``Watchdog``, its span processor, a budget of 18 tool calls)
 whose every step ends a model span and a tool span and then times ``before_model_call()`` —
 one sync carrying two spans, answered with the countdown directives they fire. Prints
 p50/p90/p99/max.
@@ -31,7 +31,7 @@ from bench.ingest import sidecar
 from bench.workload import batches
 from watchdog.client import Watchdog
 
-STEPS_PER_RUN = 16  # a run of 20 tool calls sees its countdown fire (wind_down directives)
+STEPS_PER_RUN = 16  # with a budget of 18, the last two steps fire the countdown (3 and 2 left)
 
 
 def load(url: str, rate: float, batch: int, seconds: float, ready: Any) -> None:
@@ -51,13 +51,16 @@ def load(url: str, rate: float, batch: int, seconds: float, ready: Any) -> None:
     asyncio.run(run())
 
 
-def probe(api: str, probes: int) -> list[float]:
+def probe(api: str, probes: int) -> tuple[list[float], list[float]]:
+    """Latencies (ms) of syncs that brought no new directive, and of those that did (the
+    sidecar then answers once the directive is stored)."""
     provider = TracerProvider()
     wd = Watchdog(api, tracer_provider=provider)
     tracer = provider.get_tracer("probe")
-    latencies: list[float] = []
-    while len(latencies) < probes:
-        with wd.run(agent="probe", max_tool_calls=20) as run:
+    plain: list[float] = []
+    directed: list[float] = []
+    while len(plain) + len(directed) < probes:
+        with wd.run(agent="probe", max_tool_calls=STEPS_PER_RUN + 2) as run:
             run.before_model_call()
             for step in range(STEPS_PER_RUN):
                 with tracer.start_as_current_span("chat probe", attributes={
@@ -67,13 +70,15 @@ def probe(api: str, probes: int) -> list[float]:
                         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
                         "gen_ai.tool.call.arguments": json.dumps({"q": f"term {step}"})}):
                     run.before_tool_call("search")
+                seq = run.board.last_seq
                 started = time.perf_counter()
                 run.before_model_call()
-                latencies.append((time.perf_counter() - started) * 1000)
+                elapsed = (time.perf_counter() - started) * 1000
+                (directed if run.board.last_seq > seq else plain).append(elapsed)
     wd.close()
     if wd.syncer.failures:
         raise SystemExit(f"{wd.syncer.failures} syncs failed")
-    return latencies[:probes]
+    return plain, directed
 
 
 def main() -> None:
@@ -93,17 +98,26 @@ def main() -> None:
         ready.wait(60)
         time.sleep(1.0)  # let the load settle
         try:
-            latencies = sorted(probe(f"http://127.0.0.1:{ports['api']}", args.probes))
+            plain, directed = probe(f"http://127.0.0.1:{ports['api']}", args.probes)
         finally:
             loader.terminate()
             loader.join(10)
-    count = len(latencies)
     print(f"sync latency (run.before_model_call(): 2 ended spans applied + directives), "
           f"background {args.rate:,.0f} spans/s ({args.batch}-span requests), default rule "
-          f"pack, {count} probes:")
-    print(f"  p50 {statistics.median(latencies):.2f} ms   "
-          f"p90 {latencies[int(count * 0.90) - 1]:.2f} ms   "
-          f"p99 {latencies[int(count * 0.99) - 1]:.2f} ms   max {latencies[-1]:.2f} ms")
+          f"pack, {len(plain) + len(directed)} probes:")
+    for label, values in (("all", plain + directed), ("no new directive", plain),
+                          ("with a new directive", directed)):
+        print(f"  {label:<22}" + summary(values))
+
+
+def summary(values: list[float]) -> str:
+    ordered = sorted(values)
+    count = len(ordered)
+    if not count:
+        return "none"
+    return (f"n={count:<5} p50 {statistics.median(ordered):.2f} ms   "
+            f"p90 {ordered[max(int(count * 0.90) - 1, 0)]:.2f} ms   "
+            f"p99 {ordered[max(int(count * 0.99) - 1, 0)]:.2f} ms   max {ordered[-1]:.2f} ms")
 
 
 if __name__ == "__main__":

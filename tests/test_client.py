@@ -425,3 +425,28 @@ def test_budget_validation() -> None:
         wd.run(agent="")
     with pytest.raises(ValueError, match="WATCHDOG_URL"):
         Watchdog("ftp://x")
+
+
+def test_client_modules_import_each_other_without_a_cycle() -> None:
+    """processor <- run <- watchdog, never the reverse (TYPE_CHECKING imports included)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "watchdog" / "client"
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        graph[path.stem] = {node.module.rsplit(".", 1)[-1]
+                            for node in ast.walk(ast.parse(path.read_text()))
+                            if isinstance(node, ast.ImportFrom) and node.module
+                            and node.module.startswith("watchdog.client.")}
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        for imported in graph.get(module, ()):
+            assert imported not in path, " -> ".join((*path, imported))
+            visit(imported, (*path, imported))
+
+    for module in graph:
+        visit(module, (module,))
+    assert graph["processor"] == {"tally"} and "watchdog" not in graph["run"]
