@@ -11,6 +11,11 @@ process and one run, so the numbers share a machine state:
   is accounted for afterwards (received == sent, or the run is reported as failed);
 * memory    — RSS growth of a fresh sidecar per active run, with 10,000 runs open.
 
+Each workload of :data:`bench.workload.WORKLOADS` (clean loops, tool output with secret-trigger
+words, misbehaving agents the default rules fire on, trace-keyed runs with sub-agents) is run
+through the baseline, the core and the sidecar with the default rules; for the sidecar it also
+reports spans per CPU-second of the sidecar process (user + system time, from /proc).
+
 Speed is reported as spans/s and as a ratio to the baseline measured in the same run, because
 absolute numbers depend on the machine; the README quotes a run on the 2-core CI machine.
 """
@@ -36,7 +41,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import batches
+from bench.workload import WORKLOADS, batches
 from watchdog.ingest.decode import attributes, parse_protobuf, protobuf_backend
 from watchdog.ingest.pipeline import records_from
 from watchdog.runs.tracker import RunTracker
@@ -117,6 +122,12 @@ def settled_rss(pid: int, timeout: float = 10.0) -> int:
     return last
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_bytes(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     match = re.search(r"VmRSS:\s+(\d+) kB", status)
@@ -165,14 +176,19 @@ def end_to_end(bodies: list[bytes], spans: int, rules: bool = True) -> dict[str,
     """``rules``: the default rule pack evaluated during ingest (as shipped), or no rules."""
     extra = {} if rules else {"default_rules": "false"}
     with tempfile.TemporaryDirectory() as state, sidecar(state, **extra) as proc:
-        ports = proc["ports"]
+        ports, pid = proc["ports"], proc["process"].pid
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
+        cpu_before = cpu_seconds(pid)
         seconds, retries = asyncio.run(send_all(url, bodies))
         received = metric(ports, "agent_watchdog_spans_received_total")
         rejected = metric(ports, "agent_watchdog_spans_rejected_total")
+        directives = metric(ports, "agent_watchdog_rule_fired_total")
+        settled_rss(pid)  # the state flushes that the load caused are part of its cost
+        cpu = cpu_seconds(pid) - cpu_before
     if received != spans or rejected:
         raise SystemExit(f"spans lost: sent {spans}, received {received}, rejected {rejected}")
-    return {"seconds": seconds, "spans_per_s": spans / seconds, "retries": retries}
+    return {"seconds": seconds, "spans_per_s": spans / seconds, "retries": retries,
+            "spans_per_cpu_s": spans / cpu if cpu else float("nan"), "rules_fired": directives}
 
 
 def memory_per_run(runs: int) -> dict[str, float]:
@@ -198,47 +214,66 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--runs", type=int, default=1000, help="concurrent runs in the workload")
     parser.add_argument("--memory-runs", type=int, default=10_000)
+    parser.add_argument("--workload", choices=("all", *WORKLOADS), default="all")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
 
-    bodies = list(batches(args.runs, args.batch, args.spans))
-    spans = len(bodies) * args.batch
-    size = sum(map(len, bodies)) / len(bodies)
-    results: dict[str, Any] = {"protobuf_backend": protobuf_backend(), "spans": spans,
-                               "batch": args.batch, "avg_batch_bytes": int(size),
-                               "concurrent_runs": args.runs, "cpus": os.cpu_count()}
-    base = min(timed(lambda: baseline(bodies)) for _ in range(2))
-    results["baseline_spans_per_s"] = spans / base
-    results["core_spans_per_s"] = spans / min(timed(lambda: core(bodies)) for _ in range(2))
-    bare = end_to_end(bodies, spans, rules=False)
-    e2e = end_to_end(bodies, spans)
-    results["end_to_end_no_rules_spans_per_s"] = bare["spans_per_s"]
-    results["rules_throughput_cut"] = 1 - e2e["spans_per_s"] / bare["spans_per_s"]
-    results["end_to_end_spans_per_s"] = e2e["spans_per_s"]
-    results["end_to_end_retries"] = e2e["retries"]
-    results["ratio_end_to_end_to_baseline"] = e2e["spans_per_s"] / results["baseline_spans_per_s"]
-    base_rate = results["baseline_spans_per_s"]
-    results["ratio_core_to_baseline"] = results["core_spans_per_s"] / base_rate
+    workloads = WORKLOADS if args.workload == "all" else (args.workload,)
+    results: dict[str, Any] = {"protobuf_backend": protobuf_backend(), "batch": args.batch,
+                               "concurrent_runs": args.runs, "cpus": os.cpu_count(),
+                               "workloads": {}}
+    for workload in workloads:
+        results["workloads"][workload] = measure(args, workload)
     results["memory"] = memory_per_run(args.memory_runs)
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"workload: {spans} spans in {len(bodies)} batches of {args.batch} "
-          f"({size / 1024:.0f} KiB each), {args.runs} concurrent runs; protobuf backend "
+    print(f"{args.runs} concurrent runs, batches of {args.batch} spans; protobuf backend "
           f"{results['protobuf_backend']}; {results['cpus']} CPUs")
-    print(f"{'baseline (parse + attribute walk)':<40}{base_rate:>12,.0f} spans/s")
-    print(f"{'core (decode+normalise+signals)':<40}{results['core_spans_per_s']:>12,.0f} spans/s"
-          f"   ratio {results['ratio_core_to_baseline']:.2f}")
-    e2e_rate = results["end_to_end_spans_per_s"]
-    print(f"{'end to end (OTLP/HTTP, default rules)':<40}{e2e_rate:>12,.0f} spans/s"
-          f"   ratio {results['ratio_end_to_end_to_baseline']:.2f}"
-          f"   (503 retries: {results['end_to_end_retries']})")
-    print(f"{'end to end, no rules':<40}{bare['spans_per_s']:>12,.0f} spans/s"
-          f"   (the default rule pack costs {results['rules_throughput_cut']:.0%} of it)")
+    for workload, r in results["workloads"].items():
+        print(f"\n[{workload}] {r['spans']} spans, {r['avg_batch_bytes'] / 1024:.0f} KiB "
+              "per batch")
+        print(f"  {'baseline (parse + attribute walk)':<40}{r['baseline_spans_per_s']:>10,.0f}"
+              " spans/s")
+        print(f"  {'core (decode+normalise+signals)':<40}{r['core_spans_per_s']:>10,.0f} spans/s"
+              f"   ratio {r['ratio_core_to_baseline']:.2f}")
+        e2e_rate = r["end_to_end_spans_per_s"]
+        print(f"  {'end to end (OTLP/HTTP, default rules)':<40}{e2e_rate:>10,.0f}"
+              f" spans/s   ratio {r['ratio_end_to_end_to_baseline']:.2f}"
+              f"   (503 retries: {r['end_to_end_retries']})")
+        print(f"  {'sidecar spans per CPU-second':<40}{r['spans_per_cpu_s']:>10,.0f}"
+              f"   ratio {r['ratio_cpu_to_baseline']:.2f}   (rules fired: "
+              f"{r['rules_fired']:.0f})")
+        if "end_to_end_no_rules_spans_per_s" in r:
+            print(f"  {'end to end, no rules':<40}{r['end_to_end_no_rules_spans_per_s']:>10,.0f}"
+                  f" spans/s   (the default rule pack costs {r['rules_throughput_cut']:.0%})")
     memory = results["memory"]
-    print(f"{'memory per active run':<40}{memory['kib_per_run']:>12.1f} KiB"
+    print(f"\n{'memory per active run':<42}{memory['kib_per_run']:>10.1f} KiB"
           f"   ({memory['active']:.0f} active runs, RSS {memory['rss_before_mib']:.0f} -> "
           f"{memory['rss_after_mib']:.0f} MiB)")
+
+
+def measure(args: argparse.Namespace, workload: str) -> dict[str, Any]:
+    bodies = list(batches(args.runs, args.batch, args.spans, workload=workload))
+    spans = len(bodies) * args.batch
+    r: dict[str, Any] = {"spans": spans, "avg_batch_bytes": int(sum(map(len, bodies))
+                                                                 / len(bodies))}
+    base_rate = spans / min(timed(lambda: baseline(bodies)) for _ in range(2))
+    r["baseline_spans_per_s"] = base_rate
+    r["core_spans_per_s"] = spans / min(timed(lambda: core(bodies)) for _ in range(2))
+    r["ratio_core_to_baseline"] = r["core_spans_per_s"] / base_rate
+    e2e = end_to_end(bodies, spans)
+    r["end_to_end_spans_per_s"] = e2e["spans_per_s"]
+    r["end_to_end_retries"] = e2e["retries"]
+    r["ratio_end_to_end_to_baseline"] = e2e["spans_per_s"] / base_rate
+    r["spans_per_cpu_s"] = e2e["spans_per_cpu_s"]
+    r["ratio_cpu_to_baseline"] = e2e["spans_per_cpu_s"] / base_rate
+    r["rules_fired"] = e2e["rules_fired"]
+    if workload == "clean":
+        bare = end_to_end(bodies, spans, rules=False)
+        r["end_to_end_no_rules_spans_per_s"] = bare["spans_per_s"]
+        r["rules_throughput_cut"] = 1 - e2e["spans_per_s"] / bare["spans_per_s"]
+    return r
 
 
 if __name__ == "__main__":

@@ -775,3 +775,62 @@ def test_notes_tell_each_mode_what_to_do(chart: helm.Chart) -> None:
     assert 'include "agent-watchdog.sidecar"' in sidecar and "initContainers" in sidecar
     gateway = render_files(chart, MODES["gateway"])["agent-watchdog/templates/NOTES.txt"]
     assert f"OTEL_EXPORTER_OTLP_ENDPOINT=http://{FULLNAME}.{NAMESPACE}.svc:4318" in gateway
+
+
+# -- pass-through: forward.endpoint --------------------------------------------------------
+
+FORWARD = {"endpoint": "http://otel-collector.observability:4318",
+           "headersSecret": {"name": "collector-headers"}}
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "gateway"])
+def test_forward_values_reach_the_watchdog(chart: helm.Chart, mode: str) -> None:
+    values: dict[str, Any] = {"forward": FORWARD, "config": {"forward_queue_size": 500}}
+    if mode == "gateway":
+        values |= {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET}}
+    manifests = render(chart, values)
+    validate(manifests)
+    [container] = watchdog_containers(manifests)
+    env = env_of(container)
+    assert env["WATCHDOG_FORWARD_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert env["WATCHDOG_FORWARD_HEADERS"] == {
+        "secretKeyRef": {"name": "collector-headers", "key": "headers"}}
+    secrets = {"headers": "Authorization=Bearer%20up-token,X-Scope-OrgID=team-a",
+               "api-token": "gateway-token-0123456789"}
+    config = load(env=rendered_env(container, secrets))
+    assert config.forward_endpoint == "http://otel-collector.observability:4318"
+    assert config.forward_headers == {"Authorization": "Bearer up-token",
+                                      "X-Scope-OrgID": "team-a"}
+    assert config.forward_queue_size == 500
+
+
+def test_the_agents_sidecar_forwards_and_without_an_endpoint_nothing_is_set(
+        chart: helm.Chart, example_chart: helm.Chart) -> None:
+    manifests = render_example(example_chart, {"forward": {"endpoint": FORWARD["endpoint"]}})
+    validate(manifests)
+    [sidecar] = pod_spec(one(manifests, "Deployment", "my-agent"))["initContainers"]
+    assert env_of(sidecar)["WATCHDOG_FORWARD_ENDPOINT"] == FORWARD["endpoint"]
+    assert "WATCHDOG_FORWARD_HEADERS" not in env_of(sidecar)
+    forward_env = {"WATCHDOG_FORWARD_ENDPOINT", "WATCHDOG_FORWARD_HEADERS"}
+    for container in watchdog_containers(render(chart)):
+        assert not forward_env & env_of(container).keys()
+
+
+@pytest.mark.parametrize(("values", "refusal"), [
+    ({"forward": {"endpoint": "otel-collector:4318"}}, "/forward/endpoint"),
+    ({"forward": {"endpoint": "http://collector:4318?x"}}, "/forward/endpoint"),
+    ({"forward": {"endpont": "http://collector:4318"}}, "'endpont' not allowed"),
+    ({"forward": {"headersSecret": {"name": "h", "key": ""}}}, "/forward/headersSecret/key"),
+    ({"config": {"forward_queue_size": 0}}, "/config/forward_queue_size"),
+])
+def test_bad_forward_values_are_refused_by_the_schema(chart: helm.Chart, values: dict[str, Any],
+                                                      refusal: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as refused:
+        render(chart, values)
+    assert refusal in str(refused.value)
+
+
+def test_forward_headers_without_an_endpoint_fail_to_render(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render(chart, {"forward": {"headersSecret": {"name": "collector-headers"}}})
+    assert "forward.headersSecret is set but forward.endpoint is not" in str(refused.value)

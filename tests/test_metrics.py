@@ -215,8 +215,10 @@ def test_tool_names_are_capped_per_agent(sidecar: Sidecar) -> None:
 def test_agent_names_are_capped(sidecar: Sidecar) -> None:
     extra = 5
     maker = SpanMaker()
-    for i in range(MAX_AGENTS + extra):  # a root tool span is a whole (trace-keyed) run
-        maker.span("execute_tool a", tool_attrs("a", **{"gen_ai.agent.name": f"agent-{i}"}))
+    for i in range(MAX_AGENTS + extra):  # one (trace-keyed) run per agent
+        name = {"gen_ai.agent.name": f"agent-{i}"}
+        with maker.agent(attrs=name) as root:
+            maker.span("execute_tool a", tool_attrs("a", **name), parent=root)
     sidecar.export(maker)
 
     assert sidecar.value("tool_calls_total", agent="agent-0", tool="a") == 1

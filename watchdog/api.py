@@ -129,7 +129,8 @@ class RunRoutes:
         key = request.match_info["id"]
         service = self.service
         run = service.find_run(key)
-        report = build_report(run, service.activity(key), service.clock.now())
+        report = build_report(run, service.activity(key), service.clock.now(),
+                              children=service.child_runs(key))
         if _wants_json(request.headers.get("Accept", "")):
             return web.json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 
@@ -30,6 +30,9 @@ DEFAULT_API_ADDRESS = "127.0.0.1:9477"
 DEFAULT_METRICS_ADDRESS = "0.0.0.0:9464"
 DEFAULT_STATE_DIR = "watchdog-state"
 DEFAULT_RUN_END_TIMEOUT = 900.0  # 15 min without a span: the run is abandoned
+# A run of loose model calls (an agent that emits no span for the invocation) that has not
+# answered ends after this long without a call (DESIGN §3; see RunTracker).
+DEFAULT_LOOSE_RUN_GAP = 120.0
 DEFAULT_MAX_RUNS = 10_000
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024  # OTLP's usual 16 MiB, after decompression
 DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
@@ -37,6 +40,7 @@ DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
 DEFAULT_ACTIVITY_LOG_SIZE = 200
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
+DEFAULT_MAX_FORWARD_QUEUE_REQUESTS = 1000  # export requests; the Collector's queue_size default
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "WATCHDOG_"
 MEMORY_STATE_DIR = ":memory:"
@@ -54,6 +58,7 @@ class Config:
     api_token: str | None = field(default=None, repr=False)
     webhooks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # holds secrets
     run_end_timeout: float = DEFAULT_RUN_END_TIMEOUT
+    loose_run_gap: float = DEFAULT_LOOSE_RUN_GAP
     max_runs: int = DEFAULT_MAX_RUNS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
@@ -63,12 +68,18 @@ class Config:
     rules_watch_interval: float = DEFAULT_RULES_WATCH_INTERVAL  # 0 disables the file watch
     log_level: str = "info"
     insecure: bool = False  # allow non-loopback binds without api_token
+    # Pass-through (DESIGN §2): an OTLP/HTTP base URL everything received is forwarded to.
+    forward_endpoint: str | None = field(default=None, repr=False)  # may hold a password
+    forward_headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
+    forward_queue_size: int = DEFAULT_MAX_FORWARD_QUEUE_REQUESTS
 
     def validate(self) -> Config:
         for name in ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address"):
             split_address(name, getattr(self, name))
         _require(self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
                  "a positive number of seconds (e.g. 900 or 15m)")
+        _require(self.loose_run_gap > 0, "loose_run_gap", self.loose_run_gap,
+                 "a positive number of seconds (e.g. 120 or 2m)")
         _require(self.state_flush_interval > 0, "state_flush_interval", self.state_flush_interval,
                  "a positive number of seconds")
         _require(self.eval_interval > 0, "eval_interval", self.eval_interval,
@@ -76,11 +87,17 @@ class Config:
         _require(self.rules_watch_interval >= 0, "rules_watch_interval",
                  self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
         for name in ("max_runs", "max_request_bytes", "max_pending_requests",
-                     "activity_log_size"):
+                     "activity_log_size", "forward_queue_size"):
             _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         _require(self.log_level in LOG_LEVELS, "log_level", self.log_level,
                  "one of " + ", ".join(LOG_LEVELS))
         validate_webhooks(self.webhooks)
+        validate_forward(self.forward_endpoint, self.forward_headers)
+        if self.forward_endpoint is not None and _same_listener(
+                self.forward_endpoint, split_address("otlp_http_address", self.otlp_http_address)):
+            raise ConfigError(f"forward_endpoint={url_for_logs(self.forward_endpoint)!r} is this "
+                              f"watchdog's own otlp_http_address: everything would go round in "
+                              f"a loop; set the address of your Collector or OTLP backend")
         if not self.api_token and not self.insecure:
             for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):
                 host, _ = split_address(name, getattr(self, name))
@@ -173,6 +190,96 @@ def _check_secret(key: str, secret: object) -> None:
                           f"expected {allowed}")
 
 
+# -- pass-through (DESIGN §2) ------------------------------------------------------------------
+
+SIGNAL_PATHS = ("/v1/traces", "/v1/metrics", "/v1/logs")  # appended to forward_endpoint
+# Set by the forwarder for each request; a configured value would corrupt what is sent.
+FORWARDER_HEADERS = frozenset({"content-type", "content-encoding", "content-length", "host",
+                               "transfer-encoding", "connection"})
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+_HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # controls but HTAB
+
+
+def url_for_logs(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unparsable URL)"
+    netloc = f"{parts.username}:***@{parts.hostname or ''}{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def validate_forward(endpoint: str | None, headers: Mapping[str, str]) -> None:
+    """``forward_endpoint``: an http(s) base URL (the signal paths are appended);
+    ``forward_headers``: header names and values for every forwarded request. Messages never
+    show a header value or a password."""
+    if endpoint is not None:
+        shown = url_for_logs(endpoint)
+        try:
+            parsed = urlsplit(endpoint)
+            ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+            parsed.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"forward_endpoint={shown!r} is not allowed: expected an OTLP/HTTP "
+                              f"base URL like http://otel-collector:4318")
+        if parsed.query or parsed.fragment:
+            raise ConfigError(f"forward_endpoint={shown!r} is not allowed: expected a base URL "
+                              f"without ?query or #fragment")
+        if parsed.path.rstrip("/").endswith(SIGNAL_PATHS):
+            raise ConfigError(f"forward_endpoint={shown!r} is not allowed: expected the base URL "
+                              f"(e.g. http://otel-collector:4318); {', '.join(SIGNAL_PATHS)} "
+                              f"are appended per signal")
+    if not isinstance(headers, Mapping):
+        raise ConfigError("forward_headers is not allowed: expected a mapping of header names "
+                          "to values")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            raise ConfigError(f"forward_headers: header name {name!r} is not allowed: expected "
+                              f"letters, digits and !#$%&'*+.^_`|~-")
+        if name.lower() in FORWARDER_HEADERS:
+            raise ConfigError(f"forward_headers: header {name!r} is not allowed: the forwarder "
+                              f"sets it for each request")
+        if not isinstance(value, str) or _HEADER_VALUE_FORBIDDEN.search(value):
+            raise ConfigError(f"forward_headers[{name}] (hidden) is not allowed: expected a "
+                              f"string without control characters or line breaks")
+    if headers and endpoint is None:
+        raise ConfigError("forward_headers is set but forward_endpoint is not: set "
+                          "forward_endpoint (e.g. http://otel-collector:4318) or remove the "
+                          "headers")
+
+
+def _same_listener(url: str, address: tuple[str, int]) -> bool:
+    """Whether ``url`` reaches the listener bound to ``address`` on this host."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host, bound_port = address
+    if port != bound_port or bound_port == 0:
+        return False
+    target = parts.hostname or ""
+    return target == host or (is_loopback(target)
+                              and (is_loopback(host) or host in ("0.0.0.0", "::", "")))
+
+
+def parse_headers(key: str, text: str) -> dict[str, str]:
+    """``name=value,name2=value2`` with percent-encoded values, as OTEL_EXPORTER_OTLP_HEADERS
+    (the W3C baggage format the OTLP exporters read)."""
+    headers: dict[str, str] = {}
+    for index, pair in enumerate(part for part in text.split(",") if part.strip()):
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{key}: entry {index + 1} is not allowed: expected name=value "
+                              f"pairs separated by commas (values percent-encoded), as in "
+                              f"OTEL_EXPORTER_OTLP_HEADERS")
+        headers[name.strip()] = unquote(value.strip())
+    return headers
+
+
 def webhook_name(hook: Mapping[str, Any]) -> str:
     """The webhook's stable identity in the persisted delivery outbox: its ``name``, else a
     digest of its URL (the URL itself may hold a token and is not stored)."""
@@ -247,6 +354,14 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
         if isinstance(value, list):
             return tuple(value)
         raise ConfigError(f"{key}={value!r} is not allowed: expected a list of webhooks")
+    if kind == "Mapping[str, str]":
+        if isinstance(value, str):
+            return parse_headers(key, value)
+        if isinstance(value, Mapping):
+            return {name: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else v for name, v in value.items()}
+        raise ConfigError(f"{key} is not allowed: expected a mapping of names to values, or "
+                          f"name=value,name2=value2")
     raise ConfigError(f"{key}: unsupported type {kind}")  # pragma: no cover - a coding error
 
 

@@ -178,6 +178,9 @@ class Metrics:
             "spans_rejected_total", "Spans refused as unusable, by reason.", ["reason"])
         self.export_requests_total = counter(
             "export_requests_total", "OTLP export requests by outcome.", ["protocol", "outcome"])
+        self.forwarded_total = counter(
+            "forwarded_total", "OTLP export requests passed on to forward_endpoint, by outcome "
+            "(sent, retried: one failed attempt, dropped_*: given up).", ["signal", "outcome"])
         self.ingest_lag_seconds = histogram(
             "ingest_lag_seconds",
             "Seconds from the end of the oldest span of an export request to its ingestion.",
@@ -292,6 +295,9 @@ class Metrics:
 
     def export_request(self, protocol: str, outcome: str) -> None:
         self._child(self.export_requests_total, clip(protocol), clip(outcome)).inc()
+
+    def forwarded(self, signal: str, outcome: str, count: int = 1) -> None:
+        self._child(self.forwarded_total, clip(signal), clip(outcome)).inc(count)
 
     # -- rules engine and directives ----------------------------------------------------------
 

@@ -24,9 +24,10 @@ from watchdog.directives.hub import Hub
 from watchdog.directives.outbox import Outbox
 from watchdog.directives.store import DirectiveStore
 from watchdog.directives.webhooks import targets_from_config
-from watchdog.ingest import otlp_grpc, otlp_http
+from watchdog.ingest import otlp_grpc, otlp_http, passthrough
 from watchdog.ingest.admission import Admission
 from watchdog.ingest.decode import protobuf_backend
+from watchdog.ingest.forward import Forwarder
 from watchdog.metrics import Metrics, create_metrics_app
 from watchdog.rules.engine import RuleEngine
 from watchdog.rules.pack import RulePackError, RuleSet, Source, load_rules
@@ -53,6 +54,7 @@ class Server:
         self._ready = False
         self.engine: RuleEngine | None = None
         self.outbox: Outbox | None = None
+        self.forwarder: Forwarder | None = None
         self._reload_lock = asyncio.Lock()
         self._rule_sources: tuple[Source, ...] = ()  # as last seen by the file watch
 
@@ -92,15 +94,25 @@ class Server:
         if restored:
             log.info("restored %d active runs from %s", restored, config.state_dir)
         admission = Admission(config.max_pending_requests)
+        self.forwarder = forward = Forwarder.from_config(config, metrics)
+        if forward is not None:
+            await forward.start()
+        else:
+            log.info("forward_endpoint not set: traces are not passed on; OTLP metrics and logs "
+                     "are answered 404 / UNIMPLEMENTED, as by a Collector without such pipelines")
 
         await self._start_app("metrics", config.metrics_address,
                               create_metrics_app(self.metrics, lambda: self._ready))
-        await self._start_app("otlp_http", config.otlp_http_address,
-                              otlp_http.create_app(service, self.metrics, admission, config))
+        otlp_app = otlp_http.create_app(service, metrics, admission, config, forward)
+        if forward is not None:
+            passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
+        await self._start_app("otlp_http", config.otlp_http_address, otlp_app)
         await self._start_app("api", config.api_address, api.create_app(
             service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
-        self._grpc, bound = otlp_grpc.create_server(service, self.metrics, admission, config)
+        self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config, forward)
+        if forward is not None:
+            passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
         await self._grpc.start()
         self.addresses["otlp_grpc"] = (host, bound)
 
@@ -184,6 +196,8 @@ class Server:
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
+        if self.forwarder is not None:  # receivers are closed: nothing more is offered
+            await self.forwarder.stop()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -129,7 +129,8 @@ class WatchdogService:
         self.observer: Observer = observer or NullObserver()
         self.clock: Clock = clock or SystemClock()
         self.tracker = RunTracker(max_runs=config.max_runs,
-                                  run_end_timeout=config.run_end_timeout)
+                                  run_end_timeout=config.run_end_timeout,
+                                  loose_run_gap=config.loose_run_gap)
         self._dirty: dict[str, RunState] = {}
         self._pending_activity = PendingActivity()
         self._saving_activity = PendingActivity()  # handed to the store, not committed yet
@@ -480,7 +481,17 @@ class WatchdogService:
 
     def run_detail(self, key: str) -> dict[str, Any]:
         run = self.find_run(key)
-        return run_detail(run, self.clock.now(), self.default_budget(run))
+        now = self.clock.now()
+        detail = run_detail(run, now, self.default_budget(run))
+        detail["children"] = [run_summary(child, now) for child in self.child_runs(key)]
+        return detail
+
+    def child_runs(self, key: str) -> list[RunState]:
+        """The runs of nested agents below ``key`` (sub-agents, agents as tools, handoffs)."""
+        children = {child.key: child for child in self.tracker.children(key)}
+        for data in self.store.child_runs(key, MAX_LIST_LIMIT):
+            children.setdefault(data["key"], RunState.from_dict(data))
+        return sorted(children.values(), key=lambda run: (run.first_start_ns, run.key))
 
     def list_runs(self, state: str | None = None, agent: str | None = None,
                   limit: int = 100) -> list[dict[str, Any]]:

@@ -210,6 +210,14 @@ class Store:
             rows = self._reader.execute(sql, args).fetchall()
         return [json.loads(row[0]) for row in rows]
 
+    def child_runs(self, parent: str, limit: int) -> list[dict[str, Any]]:
+        """Stored runs whose ``parent_run`` is ``parent`` (a scan: read per detail request)."""
+        with self._read_lock:
+            rows = self._reader.execute(
+                "SELECT data FROM runs WHERE json_extract(data, '$.parent_run') = ? "
+                "ORDER BY updated LIMIT ?", (parent, limit)).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         with self._read_lock:
             row = self._reader.execute("SELECT data FROM sessions WHERE id=?",

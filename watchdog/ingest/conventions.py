@@ -383,9 +383,15 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         # LangChain/LangGraph under OpenInference: the root CHAIN span is the whole run, and
         # its output.value the answer; nested CHAIN spans are plumbing and stay OTHER.
         kind = AGENT
+        workflow = True
+    else:
+        workflow = kind is AGENT and (attrs.get("gen_ai.operation.name") == "invoke_workflow"
+                                      or attrs.get("traceloop.span.kind") == "workflow")
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
                         max(span.end_time_unix_nano, start_ns))
+    if workflow:
+        record.workflow = True
 
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
     if agent is None and kind is AGENT and "traceloop.span.kind" in attrs:

@@ -26,6 +26,7 @@ from watchdog.ingest.decode import (
     request_digest,
     response_protobuf,
 )
+from watchdog.ingest.forward import Forwarder, Signal
 from watchdog.metrics import Metrics
 from watchdog.service import WatchdogService
 
@@ -39,12 +40,18 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 # opentelemetry-python's gRPC exporter reads RetryInfo from this key instead of the Status.
 PYTHON_RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 
+# gRPC messages are binary protobuf; they are forwarded uncompressed (gRPC inflated them).
+FORWARD_CONTENT_TYPE = "application/x-protobuf"
+
 Metadata = Sequence[tuple[str, str | bytes]]
 
 
 class TraceService:
+    signal: Signal = "traces"
+
     def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
-                 config: Config) -> None:
+                 config: Config, forward: Forwarder | None = None) -> None:
+        self.forward = forward
         self.service = service
         self.metrics = metrics
         self.admission = admission
@@ -59,7 +66,7 @@ class TraceService:
             log.exception("OTLP/gRPC export failed")
             error = WatchdogError("internal error; see the watchdog log")
         if error.export_outcome is not None:
-            self.metrics.export_request(PROTOCOL, error.export_outcome)
+            self._count(error.export_outcome)
         await context.abort(error.grpc_status, error.message,
                             trailing_metadata=_error_details(error))
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
@@ -67,15 +74,24 @@ class TraceService:
     async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         self._authorize(context.invocation_metadata() or ())
         with self.admission:
-            try:
-                request = parse_protobuf(body)
-            except DecodeError as exc:
-                raise BadRequest(str(exc)) from None
-            digest = request_digest(body)
-            decoded = await self.service.export_in_slices(request, PROTOCOL, digest)
-        rejected = decoded.rejected_count
-        self.metrics.export_request(PROTOCOL, decoded.outcome())
-        return response_protobuf(rejected, decoded.message())
+            answer, fresh = await self._consume(body)
+        if fresh and self.forward is not None:  # queued only: the upstream never delays this
+            self.forward.offer(self.signal, body, FORWARD_CONTENT_TYPE)
+        return answer
+
+    async def _consume(self, body: bytes) -> tuple[bytes, bool]:
+        """The answer, and whether the request is new (not a retry of one already applied)."""
+        try:
+            request = parse_protobuf(body)
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        digest = request_digest(body)
+        decoded = await self.service.export_in_slices(request, PROTOCOL, digest)
+        self._count(decoded.outcome())
+        return response_protobuf(decoded.rejected_count, decoded.message()), not decoded.duplicate
+
+    def _count(self, outcome: str) -> None:
+        self.metrics.export_request(PROTOCOL, outcome)
 
     def _authorize(self, metadata: Metadata) -> None:
         if self._expected_auth is None:
@@ -93,9 +109,10 @@ def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
 
 
 def create_server(service: WatchdogService, metrics: Metrics, admission: Admission,
-                  config: Config) -> tuple[grpc.aio.Server, int]:
+                  config: Config, forward: Forwarder | None = None
+                  ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server bound to ``otlp_grpc_address`` (not started); returns it and its port."""
-    receiver = TraceService(service, metrics, admission, config)
+    receiver = TraceService(service, metrics, admission, config, forward)
     handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
         METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export),
     })

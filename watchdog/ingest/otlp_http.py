@@ -5,7 +5,9 @@ A request passes these stages in order, and the first that refuses it answers:
 auth (401) -> media type (415) -> content coding (415) -> admission (503 + Retry-After) ->
 body, bounded after decompression (413; 408 if the upload stalls) -> decode (400) ->
 ``service.export`` (503 when the store is behind) -> 200 with ``partial_success`` when spans
-were rejected. Error bodies are a ``google.rpc.Status`` in the request's encoding, as OTLP asks.
+were rejected; with ``forward_endpoint`` the accepted body is then queued for the upstream
+(:mod:`watchdog.ingest.forward`), never awaited. Error bodies are a ``google.rpc.Status`` in
+the request's encoding, as OTLP asks.
 
 aiohttp inflates the body itself in bounded steps and stops reading once ``client_max_size``
 (``max_request_bytes``) is passed, so a gzip bomb never grows in memory past about twice the
@@ -44,6 +46,7 @@ from watchdog.ingest.decode import (
     response_json,
     response_protobuf,
 )
+from watchdog.ingest.forward import Forwarder, Signal
 from watchdog.metrics import Metrics
 from watchdog.service import WatchdogService
 
@@ -84,8 +87,11 @@ CODECS = {codec.content_type: codec for codec in (PROTOBUF, JSON)}
 
 
 class TraceReceiver:
+    signal: Signal = "traces"
+
     def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
-                 config: Config) -> None:
+                 config: Config, forward: Forwarder | None = None) -> None:
+        self.forward = forward
         self.service = service
         self.metrics = metrics
         self.admission = admission
@@ -121,16 +127,25 @@ class TraceReceiver:
             raise self._too_large()
         with self.admission:
             body = await self._read_body(request, encoding)
-            try:
-                export_request = codec.parse(body)
-            except DecodeError as exc:
-                raise BadRequest(str(exc)) from None
-            digest = request_digest(body)
-            decoded = await self.service.export_in_slices(export_request, PROTOCOL, digest)
-        rejected = decoded.rejected_count
-        self.metrics.export_request(PROTOCOL, decoded.outcome())
-        return web.Response(body=codec.response(rejected, decoded.message()),
-                            content_type=codec.content_type)
+            answer, fresh = await self._consume(codec, body)
+        if fresh and self.forward is not None:  # queued only: the upstream never delays this
+            self.forward.offer(self.signal, body, codec.content_type, encoding)
+        return web.Response(body=answer, content_type=codec.content_type)
+
+    async def _consume(self, codec: Codec, body: bytes) -> tuple[bytes, bool]:
+        """The answer's body, and whether the request is new (not an exporter's retry of one
+        already applied, which was forwarded then)."""
+        try:
+            export_request = codec.parse(body)
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        digest = request_digest(body)
+        decoded = await self.service.export_in_slices(export_request, PROTOCOL, digest)
+        self._count(decoded.outcome())
+        return codec.response(decoded.rejected_count, decoded.message()), not decoded.duplicate
+
+    def _count(self, outcome: str) -> None:
+        self.metrics.export_request(PROTOCOL, outcome)
 
     def _authorize(self, request: web.Request) -> None:
         if self._expected_auth is None:
@@ -159,7 +174,7 @@ class TraceReceiver:
 
     def _refuse(self, codec: Codec, error: WatchdogError) -> web.Response:
         if error.export_outcome is not None:
-            self.metrics.export_request(PROTOCOL, error.export_outcome)
+            self._count(error.export_outcome)
         headers = {}
         if error.retry_after is not None:
             headers["Retry-After"] = str(max(1, round(error.retry_after)))
@@ -184,8 +199,8 @@ async def _answer_and_close(request: web.Request, response: web.Response) -> Non
 
 
 def create_app(service: WatchdogService, metrics: Metrics, admission: Admission,
-               config: Config) -> web.Application:
-    receiver = TraceReceiver(service, metrics, admission, config)
+               config: Config, forward: Forwarder | None = None) -> web.Application:
+    receiver = TraceReceiver(service, metrics, admission, config, forward)
     app = web.Application(client_max_size=config.max_request_bytes)
     app.router.add_post(TRACES_PATH, receiver.handle)
     return app

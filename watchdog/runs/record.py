@@ -70,6 +70,12 @@ class SpanRecord:
     final_answer: bool = False
     final_output: str | None = None  # brief of the final answer, when the span carries one
     budget: dict[str, float] | None = None  # watchdog.budget.* announced by the agent
+    # Set by the tracker: a model or tool call that is a whole trace of its own (no span for the
+    # invocation), grouped with the calls before it into one run (see RunTracker).
+    loose: bool = False
+    # An agent-kind span that frames a workflow (invoke_workflow, an OpenLLMetry workflow, an
+    # OpenInference root CHAIN) rather than an agent: the agent below it is the run's own.
+    workflow: bool = False
 
     @property
     def ends_run(self) -> bool:
@@ -78,6 +84,8 @@ class SpanRecord:
         An agent span closes the run it identifies; a trace-keyed run closes only with the trace
         root, because nested agents in one trace share that key.
         """
+        if self.loose:  # a run of loose calls ends with its answer (or after a gap)
+            return self.final_answer
         if self.parent_span_id is None:
             return True
         return self.kind is AGENT and self.key_source is not KEY_TRACE

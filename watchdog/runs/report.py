@@ -41,8 +41,10 @@ _WHITESPACE = re.compile(r"\s+")
 # -- building ------------------------------------------------------------------------------------
 
 def build_report(run: RunState, activity: Sequence[ActivityEntry], now: float,
-                 default_budget: dict[str, float] | None = None) -> dict[str, Any]:
-    """The report as a JSON-ready dict (every string redacted)."""
+                 default_budget: dict[str, float] | None = None,
+                 children: Sequence[RunState] = ()) -> dict[str, Any]:
+    """The report as a JSON-ready dict (every string redacted). ``children``: the runs of
+    the nested agents it delegated to, shown as a tree below it."""
     start = _start_of(run, activity)
     steps = [_step(entry, start) for entry in activity]
     tool_entries = [e for e in activity if e.kind == "tool"]
@@ -56,9 +58,19 @@ def build_report(run: RunState, activity: Sequence[ActivityEntry], now: float,
         "final_output": _final_output(run, activity),
         "errors": _errors(activity, start),
         "next_steps": _next_steps(run, activity, tool_entries, now, default_budget),
+        "parent_run": run.parent_run,
+        "children": [_child(child, now) for child in children],
     }
     redacted: dict[str, Any] = _redact_all(report)
     return redacted
+
+
+def _child(run: RunState, now: float) -> dict[str, Any]:
+    return {"id": run.key, "agent": run.agent_name, "state": "ended" if run.ended else "active",
+            "terminal_state": run.terminal_state.value if run.terminal_state else None,
+            "terminal_reason": run.terminal_reason, "has_final_answer": run.has_final_answer,
+            "iterations": run.iterations, "tool_calls": run.tool_calls, "errors": run.errors,
+            "elapsed_seconds": run.elapsed_seconds(now)}
 
 
 def _start_of(run: RunState, activity: Sequence[ActivityEntry]) -> float:
@@ -277,6 +289,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     run = report["run"]
     out: list[str] = [f"# Progress report: {run['id']}", ""]
     out += _header_lines(run)
+    if report["parent_run"] or report["children"]:
+        out += ["", "## Run tree", "", *_tree_lines(run, report)]
     out += ["", "## Tool usage", ""]
     if report["tools"]:
         out += ["| tool | calls | errors |", "|---|---:|---:|"]
@@ -311,6 +325,24 @@ def render_markdown(report: dict[str, Any]) -> str:
     out += ["", "## Suggested next steps", ""]
     out += [f"- {note}" for note in report["next_steps"]]
     return redact("\n".join(out) + "\n")
+
+
+def _tree_lines(run: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """This run under its parent, its nested agents' runs under it."""
+    lines, indent = [], ""
+    if report["parent_run"]:
+        lines.append(f"- parent run `{report['parent_run']}`")
+        indent = "  "
+    lines.append(f"{indent}- **this run** `{run['id']}` ({run['agent']})")
+    for child in report["children"]:
+        state = child["terminal_state"] or f"{child['state']}"
+        if child["terminal_reason"]:
+            state += f" ({child['terminal_reason']})"
+        lines.append(f"{indent}  - `{child['id']}` ({child['agent']}): {state}, "
+                     f"{child['iterations']} model calls, {child['tool_calls']} tool calls, "
+                     f"{child['errors']} errors, final answer "
+                     f"{'yes' if child['has_final_answer'] else 'no'}")
+    return lines
 
 
 def _header_lines(run: dict[str, Any]) -> list[str]:

@@ -152,9 +152,10 @@ class RunState:
         if record.final_output is not None:
             self.final_output = record.final_output
 
-        if record.error and record.ends_run:
+        if record.error and (record.ends_run or kind is AGENT):
             # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,
-            # an OpenInference CHAIN root, a bare root span): the run ended in that error.
+            # an OpenInference CHAIN root, a bare root span), or the run's own agent span did
+            # below a root that ended OK (nested agents are child runs): the run ended in it.
             self.end_error_type = record.error_type or "error"
         if kind is AGENT:
             if record.finish_reason is not None:
@@ -293,6 +294,16 @@ class RunState:
             at_budget=self.at_budget(),
         )
 
+    def refold(self, records: list[SpanRecord], now: float) -> None:
+        """Fold the run's span-derived signals again from ``records`` (after a nested agent's
+        spans moved out into a child run); identity, timing and what the watchdog or the client
+        said about the run are kept."""
+        fresh = RunState(self.key, self.key_source, self.trace_id, self.first_seen)
+        for record in records:
+            fresh.apply(record, now)
+        for name in _SPAN_SLOTS:
+            setattr(self, name, getattr(fresh, name))
+
     # -- views ----------------------------------------------------------------------------------
 
     @property
@@ -391,6 +402,15 @@ class RunState:
 
 
 _read_slots = attrgetter(*RunState.__slots__)
+# What RunState.apply derives from spans alone, and refold therefore recomputes.
+_SPAN_SLOTS = (
+    "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
+    "_result_counts", "_tool_error_streak", "agent", "consecutive_errors", "cycle_repeats",
+    "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
+    "first_start_ns", "input_tokens", "iterations", "last_error", "messages", "output_tokens",
+    "repeated_error", "repeated_tool_call", "repeated_tool_result", "spans", "tool_calls",
+    "tools",
+)
 _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts", "_result_counts")  # JSON keys are strings
 

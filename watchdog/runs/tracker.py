@@ -8,6 +8,18 @@ span), which makes both bounds cheap: evicting the oldest idle run when there ar
 from the front and stops at the first recent one. A run ends when a span that closes it arrives
 (:attr:`SpanRecord.ends_run`); recently ended runs stay in memory (bounded) so that late spans,
 reads and rule evaluation find them. The tracker is pure: ``now`` is always an argument.
+
+One run per agent invocation (DESIGN §3):
+
+* spans that name their run (``watchdog.run.id``, ``gen_ai.agent.call.id``) are keyed by it; a
+  nested agent keyed so is a child run, and its parent is the run of the span its agent span
+  hangs from (that span ends later, children first: the link waits in ``_pending_parents``);
+* spans that name no run belong to their trace's run; a nested agent's subtree is split out into
+  a child run by :mod:`watchdog.runs.frames`;
+* a model (or tool) call that is a whole trace by itself — a home-grown loop traced only by its
+  client's instrumentation, with no span for the invocation — is *loose*: consecutive loose
+  calls of one agent (service, agent name, session) form one run, which ends with a call that
+  answered, or after ``loose_run_gap`` seconds without a call.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from watchdog.runs.activity import ActivityEntry, entry_for
+from watchdog.runs.frames import FrameBook, TraceFrames
 from watchdog.runs.record import AGENT, KEY_TRACE, LLM, OTHER, TOOL, KeySource, SpanRecord
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
@@ -25,6 +38,11 @@ MAX_ACTIVE_RUNS = 10_000  # default bound on runs tracked at once; the oldest id
 MAX_ENDED_IN_MEMORY = 2_000  # recently ended runs kept for late spans and fast reads
 MAX_TRACE_ALIASES = 20_000  # trace id -> run, for spans below the agent that name no run
 RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified abandoned
+# A run of loose model calls (no invocation span) that has not answered ends after this long
+# without a call: longer than a slow tool plus a slow model call, shorter than "abandoned".
+LOOSE_RUN_GAP = 120.0
+MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
+MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
 
 
 @dataclass(slots=True)
@@ -38,6 +56,7 @@ class BatchResult:
     activity: list[ActivityEntry] = field(default_factory=list)
     late_spans: int = 0
     ignored_spans: int = 0  # plumbing spans (HTTP, SDK) of traces with no agent activity
+    unsplit_agents: int = 0  # nested agents left in their parent: the trace outgrew its bound
     tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, tool)
     tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
@@ -47,18 +66,29 @@ class BatchResult:
 class RunTracker:
     def __init__(self, max_runs: int = MAX_ACTIVE_RUNS,
                  run_end_timeout: float = RUN_END_TIMEOUT,
-                 max_ended: int = MAX_ENDED_IN_MEMORY) -> None:
+                 max_ended: int = MAX_ENDED_IN_MEMORY,
+                 loose_run_gap: float = LOOSE_RUN_GAP) -> None:
         self.max_runs = max_runs
         self.run_end_timeout = run_end_timeout
         self.max_ended = max_ended
+        self.loose_run_gap = loose_run_gap
         self._active: OrderedDict[str, RunState] = OrderedDict()
         self._ended: OrderedDict[str, RunState] = OrderedDict()
         self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
+        self._frames = FrameBook()
+        self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
+        self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
+        self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
 
     # -- reads ----------------------------------------------------------------------------------
 
     def get(self, key: str) -> RunState | None:
         return self._active.get(key) or self._ended.get(key)
+
+    def children(self, key: str) -> list[RunState]:
+        """The child runs of ``key`` that are in memory."""
+        return [run for run in (*self._active.values(), *self._ended.values())
+                if run.parent_run == key]
 
     def active(self) -> Iterator[RunState]:
         return iter(self._active.values())
@@ -107,46 +137,97 @@ class RunTracker:
         if owner is not None:
             record.run_key, record.key_source = owner
             return True
+        loose = self._loose_traces.get(record.trace_id)
+        if loose is not None:  # the tool calls hung below a loose model call
+            record.run_key, record.loose = loose, True
+            return True
+
         # Plumbing spans (an HTTP request, a framework step) of a trace with no agent activity
         # are not a run of their own: the service may emit traces that have nothing to do
         # with an agent.
         return record.kind is not OTHER or record.run_key in self._active
 
+    def _group_loose(self, records: list[SpanRecord]) -> None:
+        """Key each loose call (a model or tool call at the root of a trace no span names a
+        run of) to the open run of its agent, or open one; the rest of its trace (the tool
+        calls an instrumentation hangs below the model call) follows through the trace alias.
+        """
+        traces = self._loose_traces
+        opened: set[str] = set()  # runs this batch opens (not active until it is applied)
+        for record in records:
+            if record.key_source is not KEY_TRACE or record.parent_span_id is not None \
+                    or not (record.kind is LLM or record.kind is TOOL) \
+                    or record.trace_id in traces or record.trace_id in self._trace_runs:
+                continue
+            record.loose = True
+            group = (record.service, record.agent, record.session)
+            key = self._loose.get(group)
+            if key is not None and (key in self._active or key in opened):
+                record.run_key = key
+                self._loose.move_to_end(group)
+            else:
+                self._loose[group] = record.run_key
+                opened.add(record.run_key)
+                while len(self._loose) > MAX_LOOSE_GROUPS:
+                    self._loose.popitem(last=False)
+            if record.final_answer:  # the run ends with this call: the next opens another
+                del self._loose[group]
+            traces[record.trace_id] = record.run_key
+            while len(traces) > MAX_TRACE_ALIASES:
+                traces.popitem(last=False)
+
+    def _run_for(self, record: SpanRecord, now: float, result: BatchResult) -> RunState:
+        key = record.run_key
+        run = self._active.get(key)
+        if run is not None:
+            self._active.move_to_end(key)
+            return run
+        run = self._ended.get(key)
+        if run is not None:
+            result.late_spans += 1
+            return run
+        run = self._active[key] = RunState(key, record.key_source, record.trace_id, now)
+        result.started.append(run)
+        return run
+
     def apply(self, records: Iterable[SpanRecord], now: float) -> BatchResult:
         result = BatchResult()
-        active, ended = self._active, self._ended
         records = list(records)
         by_span = self._learn_aliases(records)
+        self._group_loose(records)
+        pending = self._pending_parents
         for record in records:
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
                 continue
-            key = record.run_key
-            run = active.get(key)
-            if run is not None:
-                active.move_to_end(key)
-            else:
-                run = ended.get(key)
-                if run is not None:
-                    result.late_spans += 1
-                else:
-                    run = RunState(key, record.key_source, record.trace_id, now)
-                    active[key] = run
-                    result.started.append(run)
-            run.apply(record, now)
-            result.touched[key] = run
-            entry = entry_for(record, run.activity_seq + 1)
-            if entry is not None:
-                run.activity_seq += 1
-                result.activity.append(entry)
-            self._count(record, run, result)
-            if record.ends_run and not run.ended:
-                run.end(now)
-                del active[key]
-                self._remember_ended(run)
-                result.ended.append(run)
-        while len(active) > self.max_runs:
-            _, victim = active.popitem(last=False)
+            if pending and record.span_id in pending:
+                self._adopt(pending.pop(record.span_id), record.run_key, result)
+            frames = None
+            if record.key_source is KEY_TRACE and not record.loose:
+                frames = self._frames.of(record.trace_id)
+                frames.note(record)
+                child = frames.child_of(record.parent_span_id) if record.parent_span_id \
+                    else None
+                if child is not None:  # a late span of a nested agent already split off
+                    record.run_key = child
+            run = self._run_for(record, now, result)
+            if record.kind is AGENT and record.parent_span_id is None and frames is not None \
+                    and not record.workflow and frames.main_agent is not None:
+                # the root is itself an agent: the one taken as main ran inside it
+                if not frames.same_invocation(frames.main_agent, record.span_id):
+                    self._split(frames, frames.main_agent, run, now, result)
+                frames.main_agent = record.span_id
+            elif record.kind is AGENT and record.parent_span_id is not None and not run.ended:
+                if frames is not None:
+                    if self._place_agent(record, frames, run, now, result) is not run:
+                        continue  # a nested agent: its child run has it, folded and ended
+                elif run.parent_run is None:
+                    pending[record.parent_span_id] = record.run_key
+                    while len(pending) > MAX_PENDING_PARENTS:
+                        pending.popitem(last=False)
+            self._fold(record, run, now, result)
+        while len(self._active) > self.max_runs:
+            _, victim = self._active.popitem(last=False)
             victim.end(now, abandoned=True)
             if victim.terminal_state is TerminalState.ABANDONED:  # keep a forced state's reason
                 victim.terminal_reason = "evicted"
@@ -154,6 +235,73 @@ class RunTracker:
             result.evicted.append(victim)
             result.touched[victim.key] = victim
         return result
+
+    def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult) -> None:
+        run.apply(record, now)
+        result.touched[run.key] = run
+        entry = entry_for(record, run.activity_seq + 1)
+        if entry is not None:
+            run.activity_seq += 1
+            result.activity.append(entry)
+        self._count(record, run, result)
+        if record.ends_run and not run.ended:
+            self._finish(run, now)
+            result.ended.append(run)
+
+    def _finish(self, run: RunState, now: float) -> None:
+        run.end(now)
+        self._active.pop(run.key, None)
+        self._remember_ended(run)
+
+    def _adopt(self, child_key: str, parent_key: str, result: BatchResult) -> None:
+        """The span a child run's agent span hangs from has arrived: its run is the parent."""
+        child = self.get(child_key)
+        if child is not None and child_key != parent_key and child.parent_run is None:
+            child.parent_run = parent_key
+            result.touched[child_key] = child
+
+    def _place_agent(self, record: SpanRecord, frames: TraceFrames, run: RunState, now: float,
+                     result: BatchResult) -> RunState:
+        """Decide whether an agent span below its trace root is the trace run's own agent
+        (returns the trace run) or a nested one (returns its child run, already folded)."""
+        main = frames.main_agent
+        if main is None:
+            frames.main_agent = record.span_id
+            return run
+        if frames.within(main, record.span_id):  # the agent taken as main ran inside this one
+            if not frames.same_invocation(main, record.span_id):
+                self._split(frames, main, run, now, result)
+            frames.main_agent = record.span_id
+            return run
+        return self._split(frames, record.span_id, run, now, result) or run
+
+    def _split(self, frames: TraceFrames, agent_span: str, parent: RunState, now: float,
+               result: BatchResult) -> RunState | None:
+        """Move the subtree of the nested agent span ``agent_span`` out of ``parent`` into a
+        child run of its own, folded again from the retained records."""
+        if not frames.complete:
+            result.unsplit_agents += 1
+            return None
+        key = f"{parent.key}:{agent_span}"
+        moved = frames.subtree(agent_span)
+        for grandchild in frames.nested_children(agent_span):
+            nested = self.get(grandchild)
+            if nested is not None and nested.parent_run == parent.key:
+                nested.parent_run = key
+                result.touched[grandchild] = nested
+        frames.children[agent_span] = key
+        child = self._active[key] = RunState(key, KEY_TRACE, parent.trace_id, now)
+        child.parent_run = parent.key
+        result.started.append(child)
+        for record in moved:
+            record.run_key = key
+            self._fold(record, child, now, result)
+        if not child.ended and any(record.span_id == agent_span for record in moved):
+            self._finish(child, now)
+            result.ended.append(child)
+        parent.refold(frames.own(), now)
+        result.touched[parent.key] = parent
+        return child
 
     def heartbeat(self, key: str, messages: int, now: float, in_flight: int | None = None,
                   oldest_call_started: float | None = None, register: bool = False
@@ -174,8 +322,18 @@ class RunTracker:
         return run, created
 
     def expire(self, now: float) -> list[RunState]:
-        """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``."""
+        """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``; end
+        runs of loose calls that have had no call for ``loose_run_gap``."""
         expired: list[RunState] = []
+        gap_deadline = now - self.loose_run_gap
+        for group, key in list(self._loose.items()):
+            run = self._active.get(key)
+            if run is None:
+                del self._loose[group]
+            elif run.last_seen <= gap_deadline:
+                del self._loose[group]
+                self._finish(run, now)
+                expired.append(run)
         deadline = now - self.run_end_timeout
         active = self._active
         while active:
@@ -189,6 +347,8 @@ class RunTracker:
         return expired
 
     def _remember_ended(self, run: RunState) -> None:
+        if run.key_source is KEY_TRACE and run.parent_run is None:
+            self._frames.forget(run.trace_id)
         self._ended[run.key] = run
         self._ended.move_to_end(run.key)
         self._trim_ended()

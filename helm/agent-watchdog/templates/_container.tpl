@@ -55,6 +55,17 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
           name: {{ include "agent-watchdog.secretName" . }}
           key: webhooks
     {{- end }}
+    {{- with $v.forward.endpoint }}
+    - name: WATCHDOG_FORWARD_ENDPOINT
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with $v.forward.headersSecret.name }}
+    - name: WATCHDOG_FORWARD_HEADERS
+      valueFrom:
+        secretKeyRef:
+          name: {{ . }}
+          key: {{ $v.forward.headersSecret.key }}
+    {{- end }}
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

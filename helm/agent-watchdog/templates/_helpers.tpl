@@ -125,6 +125,9 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
 {{- fail "serviceMonitor.enabled and podMonitor.enabled would scrape the gateway twice (and double every alert's counts): enable one of them" }}
 {{- end }}
+{{- if and .Values.forward.headersSecret.name (not .Values.forward.endpoint) }}
+{{- fail "forward.headersSecret is set but forward.endpoint is not: set forward.endpoint (e.g. http://otel-collector:4318) or remove the headers" }}
+{{- end }}
 {{- if and .Values.gateway.persistence.existingClaim (gt (int .Values.gateway.replicas) 1) }}
 {{- fail "gateway.persistence.existingClaim holds one replica's state: set gateway.replicas=1 (each replica needs a volume of its own)" }}
 {{- end }}

@@ -1,0 +1,227 @@
+"""Run identity (DESIGN §3), in the pure tracker: one run per agent invocation, nested agents as
+child runs, no run split in two, no two invocations merged. Spans come from a real tracer and
+end children first, as an exporter sends them; the real-framework matrix is in
+tests/frameworks/."""
+
+from __future__ import annotations
+
+from tests.harness import RunningServer, http_request
+from tests.otel import export_http
+from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from watchdog.runs.run import RunState
+from watchdog.runs.terminal import TerminalState
+from watchdog.runs.tracker import RunTracker
+
+AGENT = "gen_ai.operation.name"
+
+
+def agent_attrs(name: str) -> dict[str, str]:
+    return {AGENT: "invoke_agent", "gen_ai.agent.name": name}
+
+
+def runs_by_agent(tracker: RunTracker) -> dict[str, RunState]:
+    runs = [*tracker.active(), *tracker.ended()]
+    assert len({run.agent_name for run in runs}) == len(runs), [r.agent_name for r in runs]
+    return {run.agent_name: run for run in runs}
+
+
+def test_agent_as_tool_is_a_child_run_with_its_own_signals() -> None:
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent(attrs=agent_attrs("planner")) as root:
+        maker.span("chat", chat_attrs(), parent=root)
+        delegate = maker.open("execute_tool research", tool_attrs("research", '{"q": "x"}'),
+                              parent=root, start=T0 + 1)
+        inner = maker.open("invoke_agent researcher", agent_attrs("researcher"), parent=delegate,
+                           start=T0 + 1)
+        for i in range(3):
+            maker.span("chat", chat_attrs(), parent=inner, start=T0 + 2 + i)
+            maker.span("execute_tool search", tool_attrs("search", f'{{"q": {i}}}'), parent=inner,
+                       start=T0 + 2 + i)
+        maker.span("chat", chat_attrs(finish="stop"), parent=inner, start=T0 + 6)
+        inner.end(int((T0 + 7) * 1e9))
+        delegate.end(int((T0 + 7) * 1e9))
+        maker.span("chat", chat_attrs(finish="stop"), parent=root, start=T0 + 8)
+    # children first: the inner agent's calls reach the tracker before its agent span
+    tracker.apply(records_of(maker.take()), T0 + 100)
+
+    runs = runs_by_agent(tracker)
+    planner, researcher = runs["planner"], runs["researcher"]
+    assert (planner.iterations, planner.tool_calls) == (2, 1)
+    assert (researcher.iterations, researcher.tool_calls) == (4, 3)
+    assert researcher.parent_run == planner.key and planner.parent_run is None
+    assert planner.terminal_state is researcher.terminal_state is TerminalState.COMPLETED
+    assert [run.key for run in tracker.children(planner.key)] == [researcher.key]
+
+
+def test_the_inner_agent_ending_first_is_demoted_when_its_outer_agent_arrives() -> None:
+    """Under a workflow root, the first agent span to end is taken as the run's own agent until
+    one that encloses it arrives."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("workflow", attrs={"openinference.span.kind": "CHAIN", AGENT: ""}) as root:
+        outer = maker.open("invoke_agent lead", agent_attrs("lead"), parent=root)
+        inner = maker.open("invoke_agent helper", agent_attrs("helper"), parent=outer)
+        maker.span("execute_tool t", tool_attrs("t", "{}"), parent=inner)
+        inner.end(int((T0 + 2) * 1e9))
+        tracker.apply(records_of(maker.take()), T0 + 10)  # the helper arrives alone first
+        maker.span("execute_tool u", tool_attrs("u", "{}"), parent=outer)
+        outer.end(int((T0 + 3) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 20)
+
+    runs = runs_by_agent(tracker)
+    lead, helper = runs["lead"], runs["helper"]
+    assert (lead.tool_calls, helper.tool_calls) == (1, 1)
+    assert helper.parent_run == lead.key and lead.ended and helper.ended
+
+
+def test_a_handoff_is_a_child_run_and_the_first_agents_limit_is_the_runs_outcome() -> None:
+    """The OpenAI Agents SDK shape: a workflow root that ends OK above agent spans; the limit
+    stop lives only on the agent span's status."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("Agent workflow", attrs={"openinference.span.kind": "CHAIN",
+                                              AGENT: ""}) as root:
+        triage = maker.open("triage", {"openinference.span.kind": "AGENT", "agent.name": "triage"},
+                            parent=root)
+        maker.span("execute_tool transfer", tool_attrs("transfer_to_billing", "{}"), parent=triage)
+        triage.end(int((T0 + 1) * 1e9))
+        billing = maker.open("billing", {"openinference.span.kind": "AGENT",
+                                         "agent.name": "billing"}, parent=root, start=T0 + 1)
+        for i in range(3):
+            maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"n": {i}}}'),
+                       parent=billing, start=T0 + 2)
+        maker.span("chat", chat_attrs(finish="stop"), parent=billing, start=T0 + 3)
+        billing.end(int((T0 + 4) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    runs = runs_by_agent(tracker)
+    triage_run, billing_run = runs["triage"], runs["billing"]
+    assert billing_run.parent_run == triage_run.key
+    assert (triage_run.tool_calls, billing_run.tool_calls) == (1, 3)
+
+
+def test_loose_model_calls_of_one_agent_are_one_run_until_it_answers() -> None:
+    """A home-grown loop traced only by its OpenAI client's instrumentation: each model call is
+    a trace of its own."""
+    maker = SpanMaker({"service.name": "home-grown"})
+    tracker = RunTracker(loose_run_gap=60.0)
+    for _ in range(2):  # two invocations, both in one export batch
+        for step in range(3):
+            maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + step)
+        maker.span("chat gpt", chat_attrs(finish="stop"), start=T0 + 4)
+    tracker.apply(records_of(maker.take()), T0 + 10)
+    maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + 30)
+    tracker.apply(records_of(maker.take()), T0 + 30)
+
+    ended = list(tracker.ended())
+    assert [run.iterations for run in ended] == [4, 4]
+    assert all(run.terminal_state is TerminalState.COMPLETED for run in ended)
+    (open_run,) = tracker.active()
+    assert open_run.iterations == 1
+    assert tracker.expire(T0 + 30 + 59) == []
+    assert tracker.expire(T0 + 30 + 61) == [open_run]
+    assert open_run.terminal_state is TerminalState.NO_RESPONSE  # it stopped; not abandoned
+
+
+def test_loose_calls_of_two_agents_are_two_runs() -> None:
+    maker = SpanMaker({"service.name": "home-grown"})
+    tracker = RunTracker()
+    for step in range(2):
+        for name in ("alpha", "beta"):
+            maker.span("chat", chat_attrs(finish="tool_calls", **{"gen_ai.agent.name": name}),
+                       start=T0 + step)
+    tracker.apply(records_of(maker.take()), T0 + 10)
+    assert sorted((run.agent_name, run.iterations) for run in tracker.active()) == [
+        ("alpha", 2), ("beta", 2)]
+
+
+def test_a_call_id_keyed_child_learns_its_parent_from_the_span_it_hangs_from() -> None:
+    """pydantic-ai stamps each agent run's own gen_ai.agent.call.id on its spans; the span a
+    sub-agent's agent span hangs from (the parent's tool span) ends after it."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    outer_id = {"gen_ai.agent.call.id": "call-outer"}
+    inner_id = {"gen_ai.agent.call.id": "call-inner"}
+    with maker.agent(attrs={**agent_attrs("boss"), **outer_id}) as root:
+        tool = maker.open("execute_tool ask", {**tool_attrs("ask", "{}"), **outer_id},
+                          parent=root)
+        inner = maker.open("invoke_agent worker", {**agent_attrs("worker"), **inner_id},
+                           parent=tool)
+        maker.span("chat", {**chat_attrs(finish="stop"), **inner_id}, parent=inner)
+        inner.end(int((T0 + 1) * 1e9))
+        tracker.apply(records_of(maker.take()), T0 + 5)  # the child ends in its own batch
+        tool.end(int((T0 + 2) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    worker, boss = tracker.get("call-inner"), tracker.get("call-outer")
+    assert worker is not None and boss is not None
+    assert worker.parent_run == "call-outer" and boss.tool_calls == 1 and boss.iterations == 0
+    assert worker.iterations == 1
+
+
+def test_the_api_lists_a_runs_children_and_the_report_shows_the_tree(
+        sidecar: RunningServer) -> None:
+    maker = SpanMaker()
+    with maker.agent(attrs=agent_attrs("planner")) as root:
+        delegate = maker.open("execute_tool research", tool_attrs("research", "{}"), parent=root)
+        inner = maker.open("invoke_agent researcher", agent_attrs("researcher"), parent=delegate)
+        maker.span("chat", chat_attrs(finish="stop"), parent=inner)
+        inner.end(int((T0 + 1) * 1e9))
+        delegate.end(int((T0 + 2) * 1e9))
+    export_http(sidecar, maker.take())
+    sidecar.flush()
+
+    (top,) = [run for run in sidecar.get_json("/v1/runs")["runs"] if run["agent"] == "planner"]
+    detail = sidecar.get_json(f"/v1/runs/{top['id']}")
+    (child,) = detail["children"]
+    assert child["agent"] == "researcher" and child["terminal_state"] == "completed"
+    assert sidecar.get_json(f"/v1/runs/{child['id']}")["parent_run"] == top["id"]
+    status, body = http_request("GET", f"{sidecar.api}/v1/runs/{top['id']}/report")
+    assert status == 200
+    tree = body.decode().split("## Run tree")[1].split("##")[0]
+    assert f"**this run** `{top['id']}` (planner)" in tree
+    assert f"`{child['id']}` (researcher): completed, 1 model calls, 0 tool calls" in tree
+
+
+def test_tool_calls_hung_below_a_loose_model_call_join_its_run() -> None:
+    """grafana-agento11y-hermes: one trace per model call, the tool calls it requested as its
+    children (ending after it)."""
+    maker = SpanMaker({"service.name": "hermes-service"})
+    tracker = RunTracker()
+    names = {"gen_ai.agent.name": "hermes", "gen_ai.conversation.id": "s1"}
+    for step in range(3):
+        model = maker.span("chat m", chat_attrs(finish="tool_calls", **names), start=T0 + step)
+        maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"k": {step}}}', **names),
+                   parent=model, start=T0 + step + 0.5)
+        tracker.apply(records_of(maker.take()), T0 + 10 + step)
+    maker.span("chat m", chat_attrs(finish="stop", **names), start=T0 + 5)
+    tracker.apply(records_of(maker.take()), T0 + 20)
+
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.terminal_state) == (
+        4, 3, TerminalState.COMPLETED)
+    assert list(tracker.active()) == []
+
+
+def test_one_invocation_seen_by_two_instrumentations_is_one_run() -> None:
+    """google-adk with OpenInference: ``agent_run [x]`` (OpenInference AGENT) around ADK's own
+    ``invoke_agent x``, under a CHAIN root."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("invocation [app]", attrs={"openinference.span.kind": "CHAIN",
+                                                AGENT: ""}) as root:
+        wrapper = maker.open("agent_run [adk]", {"openinference.span.kind": "AGENT",
+                                                 "agent.name": "adk"}, parent=root)
+        native = maker.open("invoke_agent adk", agent_attrs("adk"), parent=wrapper)
+        for i in range(2):
+            maker.span("call_llm", {AGENT: "generate_content"}, parent=native, start=T0 + i)
+            maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"k": {i}}}'),
+                       parent=native, start=T0 + i)
+        native.end(int((T0 + 3) * 1e9))
+        wrapper.end(int((T0 + 3) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    (run,) = tracker.ended()
+    assert (run.agent_name, run.iterations, run.tool_calls) == ("adk", 2, 2)
+    assert list(tracker.active()) == []
