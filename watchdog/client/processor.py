@@ -81,14 +81,14 @@ def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
     return OTHER
 
 
-def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
-    """``span.set_attributes(attributes)``, and the span's attributes as a plain dict.
+def _writable(span: Span, extra: int) -> dict[str, Any] | None:
+    """The span's attributes as the plain ``dict`` inside the SDK's ``BoundedAttributes``, when
+    ``extra`` more fit; else None (the public path must be taken).
 
     The SDK's public path validates and locks per attribute (~0.5 µs each; a run stamps up to
-    eight on every span), and reading back through its ``Mapping`` costs a raised ``KeyError``
+    eight on a call span), and reading back through its ``Mapping`` costs a raised ``KeyError``
     per absent key. Our values are plain strings and numbers the SDK would accept as they are,
-    so when the span's attributes are the SDK's ``BoundedAttributes`` (a ``dict`` inside) with
-    room to spare they are written into that dict directly; anything else takes the public path.
+    so they are written into that dict directly.
     """
     try:
         bounded: Any = span._attributes
@@ -96,9 +96,16 @@ def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
         room = bounded.maxlen
         frozen = bounded._immutable
     except AttributeError:
-        plain = None
-    if (type(plain) is dict and not frozen
-            and (room is None or len(plain) + len(attributes) <= room)):
+        return None
+    if type(plain) is dict and not frozen and (room is None or len(plain) + extra <= room):
+        return plain
+    return None
+
+
+def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
+    """``span.set_attributes(attributes)``, and the span's attributes."""
+    plain = _writable(span, len(attributes))
+    if plain is not None:
         plain.update(attributes)
         return plain
     span.set_attributes(attributes)
@@ -122,10 +129,18 @@ class WatchdogSpanProcessor(SpanProcessor):
             if run is None:
                 return
         name = span._name
-        attributes = _stamp(span, run.span_attributes)
-        if (attributes is None or KIND_KEYS.isdisjoint(attributes)) and not name.startswith(
+        plain = _writable(span, len(run.span_attributes))
+        if plain is not None and KIND_KEYS.isdisjoint(plain) and not name.startswith(
                 KIND_NAME_PREFIXES):
-            return  # plumbing: stamped, not tracked
+            # Plumbing (an HTTP request, a framework step): the run's id is all the sidecar
+            # needs to place it; the rest of the run's attributes go on calls and agent spans.
+            plain[RUN_ID_ATTRIBUTE] = run.run_id
+            return
+        if plain is not None:
+            plain.update(run.span_attributes)
+            attributes: Mapping[str, Any] | None = plain
+        else:
+            attributes = _stamp(span, run.span_attributes)
         kind = classify_start(name, attributes)
         if kind is OTHER:
             return
@@ -180,14 +195,15 @@ class WatchdogSpanProcessor(SpanProcessor):
     def _classified_at_end(span: ReadableSpan) -> None:
         """A span of a run that was not a call when it started may be one now that it ends
         (instrumentation that sets every attribute at the end)."""
-        attributes = span.attributes
-        if not attributes:
-            return
+        bounded: Any = span._attributes
+        attributes: Mapping[str, Any] | None = getattr(bounded, "_dict", bounded)
+        name = span._name
+        if not attributes or (KIND_KEYS.isdisjoint(attributes)
+                              and not name.startswith(KIND_NAME_PREFIXES)):
+            return  # plumbing, still
         run_id = attributes.get(RUN_ID_ATTRIBUTE)
         run = LIVE_RUNS.get(run_id) if isinstance(run_id, str) else None
-        name = span.name
-        if run is None or (KIND_KEYS.isdisjoint(attributes)
-                           and not name.startswith(KIND_NAME_PREFIXES)):
+        if run is None:
             return
         kind = classify_start(name, attributes)
         if kind is TOOL_CALL:
