@@ -184,10 +184,11 @@ class WatchdogSpanProcessor(SpanProcessor):
         if span_id in open_tools:
             del open_tools[span_id]
             run.tools_ended += 1
-        unsynced = run.unsynced
-        if len(unsynced) == MAX_UNSYNCED_SPANS:
-            run.unsynced_dropped += 1
-        unsynced.append(span)
+        if run.keep_spans:
+            unsynced = run.unsynced
+            if len(unsynced) == MAX_UNSYNCED_SPANS:
+                run.unsynced_dropped += 1
+            unsynced.append(span)
         run.ended_calls += 1
         run.changed = True
 
@@ -215,9 +216,10 @@ class WatchdogSpanProcessor(SpanProcessor):
             run.model_spans += 1
         else:
             return
-        if len(run.unsynced) == MAX_UNSYNCED_SPANS:
-            run.unsynced_dropped += 1
-        run.unsynced.append(span)
+        if run.keep_spans:
+            if len(run.unsynced) == MAX_UNSYNCED_SPANS:
+                run.unsynced_dropped += 1
+            run.unsynced.append(span)
         run.ended_calls += 1
         run.changed = True
 

@@ -276,6 +276,7 @@ class Run:
         the tool; give the model ``exc.message`` as its result) once the budget is used up or
         the run is stopped — with or without the sidecar."""
         with self._steer_lock:
+            self.tally.keep_spans = True
             if self.tally.unsynced:  # a call ended since the last sync: its verdict first
                 self._sync()
             self.steering.admit_tool(self.board, self.tally.tools_ended)
@@ -288,6 +289,7 @@ class Run:
 
     def _sync(self, stop: str | None = None) -> None:
         tally = self.tally
+        tally.keep_spans = True  # the run steers: from now on its ended calls wait for a sync
         spans = tally.take_unsynced()
         answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop)
         if answer is None:

@@ -29,7 +29,8 @@ MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older 
 class RunTally:
     """Created by the run; ``owner`` is the :class:`~watchdog.client.Run` it belongs to."""
 
-    __slots__ = ("_agent_spans", "agent_spans", "calls", "changed", "ended_calls", "model_spans",
+    __slots__ = ("_agent_spans", "agent_spans", "calls", "changed", "ended_calls", "keep_spans",
+                 "model_spans",
                  "open_tools", "owner", "run_id", "span_attributes", "tool_spans", "tools_ended",
                  "unsynced", "unsynced_dropped")
 
@@ -46,6 +47,9 @@ class RunTally:
         self.model_spans = 0  # model calls started
         self.ended_calls = 0  # model and tool calls ended
         self.changed = False  # something the sidecar should hear (read by the reporter thread)
+        # Ended call spans are kept for the next sync only once the run steers (an adapter
+        # asked at a decision point): a run nobody steers holds no span.
+        self.keep_spans = False
         self.unsynced: deque[ReadableSpan] = deque(maxlen=MAX_UNSYNCED_SPANS)
         self.unsynced_dropped = 0
 
@@ -64,10 +68,11 @@ class RunTally:
             if span_id in self.open_tools:
                 del self.open_tools[span_id]
                 self.tools_ended += 1
-            unsynced = self.unsynced
-            if len(unsynced) == MAX_UNSYNCED_SPANS:
-                self.unsynced_dropped += 1
-            unsynced.append(span)
+            if self.keep_spans:
+                unsynced = self.unsynced
+                if len(unsynced) == MAX_UNSYNCED_SPANS:
+                    self.unsynced_dropped += 1
+                unsynced.append(span)
             self.ended_calls += 1
         self.changed = True
 
