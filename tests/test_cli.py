@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import (
+    RunningServer,
+    http_request,
+    run_detail,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from tests.otel import SECRET, explorer_run, export_http
 from watchdog.cli import main, runs_table
 
@@ -34,10 +41,10 @@ def closed_port_url() -> str:
 def test_runs_table(fed: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "--url", fed.api]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["ID", "AGENT", "STATE", "ITER", "TOOLS", "ERR", "TOKENS",
-                                "ELAPSED", "IDLE", "TERMINAL"]
+    assert lines[0].split() == ["ID", "AGENT", "STATE", "TOOLS", "ERR", "ELAPSED", "IDLE",
+                                "TERMINAL"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows[RUN_ID][1:7] == ["explorer", "active", "2", "4", "1", "490"]
+    assert rows[RUN_ID][1:5] == ["explorer", "active", "4", "1"]
     assert rows[RUN_ID][-1] == "-"
     assert rows["job:8"][1:3] == ["writer", "ended"] and rows["job:8"][-1] == "completed"
     assert rows["job:8"][-2] == "-"  # an ended run is not idle
@@ -146,10 +153,124 @@ def test_bad_interval_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
     assert "positive number of seconds" in capsys.readouterr().err
 
 
+def test_the_watch_interval_is_a_duration_too(fed: RunningServer,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--url", fed.api, "--watch", "--interval", "50ms", "--frames", "2"]) == 0
+    assert "every 0.05s" in capsys.readouterr().out
+
+
 def test_runs_table_formats_numbers() -> None:
     table = runs_table([{"id": "r", "agent": "a", "state": "ended", "iterations": 3,
                          "tool_calls": 20, "errors": 0, "total_tokens": 123_456,
                          "elapsed_seconds": 185.0, "idle_seconds": 0.0,
-                         "terminal_state": "tool_limit_reached", "has_final_answer": True}])
-    assert table.splitlines()[1].split() == ["r", "a", "ended", "3", "20", "0", "123.5k",
-                                             "3m05s", "-", "tool_limit_reached", "(answered)"]
+                         "terminal_state": "tool_limit_reached", "has_final_answer": True}],
+                       wide=True)
+    assert table.splitlines()[1].split() == ["r", "a", "-", "ended", "3", "20", "0", "123.5k",
+                                             "3m05s", "-", "tool_limit_reached", "(answered)",
+                                             "-"]
+
+
+TRACE_RUN = "trace:" + "0af7651916cd43dd8448eb211c80319c"
+LONG_RUNS = [{"id": TRACE_RUN, "agent": "customer-support-triage-agent", "state": "ended",
+              "iterations": 31, "tool_calls": 120, "errors": 12, "total_tokens": 2_345_678,
+              "elapsed_seconds": 3725.0, "idle_seconds": 0.0, "session": "ticket-4711",
+              "terminal_state": "tool_limit_reached", "has_final_answer": True,
+              "trace_id": "0af7651916cd43dd8448eb211c80319c"},
+             {"id": "job:7", "agent": "explorer", "state": "active", "iterations": 2,
+              "tool_calls": 4, "errors": 1, "total_tokens": 490, "elapsed_seconds": 7.0,
+              "idle_seconds": 2.0, "terminal_state": None, "has_final_answer": False}]
+
+
+def test_the_table_fits_80_columns_and_wide_cuts_nothing() -> None:
+    table = runs_table(LONG_RUNS, width=80)
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) <= 80, table
+    first = lines[1].split()
+    assert first[0].startswith("trace:0a") and first[0].endswith("319c") and "…" in first[0]
+    assert first[1].startswith("customer") and first[1].endswith("…")
+    assert first[2:7] == ["ended", "120", "12", "1h02m", "-"]
+    assert lines[2].split() == ["job:7", "explorer", "active", "4", "1", "7.0s", "2.0s", "-"]
+    wide = runs_table(LONG_RUNS, wide=True)
+    assert wide.splitlines()[1].split() == [
+        TRACE_RUN, "customer-support-triage-agent", "ticket-4711", "ended", "31", "120", "12",
+        "2345.7k", "1h02m", "-", "tool_limit_reached", "(answered)",
+        "0af7651916cd43dd8448eb211c80319c"]
+    assert runs_table(LONG_RUNS, width=200) == runs_table(LONG_RUNS, width=200).rstrip()
+    assert "…" not in runs_table(LONG_RUNS, width=200)
+
+
+def test_runs_json_and_wide(fed: RunningServer, capsys: pytest.CaptureFixture[str],
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["runs", "--url", fed.api, "-o", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert {run["id"] for run in answer["runs"]} == {RUN_ID, "job:8"}
+    assert answer == fed.get_json("/v1/runs?limit=100") | {"runs": answer["runs"]}
+    monkeypatch.setenv("COLUMNS", "40")  # wide ignores the terminal's width
+    assert main(["runs", "--url", fed.api, "--output", "wide"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ID", "AGENT", "SESSION", "STATE", "ITER", "TOOLS", "ERR",
+                                "TOKENS", "ELAPSED", "IDLE", "TERMINAL", "TRACE"]
+    row = next(line.split() for line in lines if line.startswith(RUN_ID))
+    assert row[3:8] == ["active", "2", "4", "1", "490"]
+    assert main(["runs", "--url", fed.api, "-o", "json", "--watch"]) == 2
+    assert "-o json prints one snapshot" in capsys.readouterr().err
+
+
+DIRECTIVE_PACK = """apiVersion: agent-watchdog/v1
+kind: RulePack
+name: cli
+rules:
+  - name: errors-seen
+    when: run.errors >= 1
+    action: notify
+    message: "saw ${run.errors} error: check the
+      file path"
+  - name: many-tools
+    when: run.tool_calls >= 4
+    action: wind_down
+    severity: warning
+    message: "4 tool calls: wrap up"
+"""
+
+
+def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WATCHDOG_URL", raising=False)
+    monkeypatch.delenv("WATCHDOG_API_TOKEN", raising=False)
+    pack = tmp_path / "cli.yaml"
+    pack.write_text(DIRECTIVE_PACK)
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), default_rules=False,
+                            rules_watch_interval=0.0)
+    with running_server(config) as sidecar:
+        export_http(sidecar, explorer_run(RUN_ID))
+        detail = wait_until(lambda: (d := run_detail(sidecar.api, RUN_ID))
+                            and len(d["directives"]) == 2 and d, what="two directives")
+        status, _ = http_request("POST", f"{sidecar.api}/v1/runs/{RUN_ID}/ack",
+                                 json.dumps({"seq": 1}).encode())
+        assert status == 200
+
+        assert main(["directives", RUN_ID, "--url", sidecar.api, "-o", "json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["run_id"] == RUN_ID
+        assert [(d["seq"], d["rule"], d["acked"]) for d in answer["directives"]] == [
+            (1, "errors-seen", True), (2, "many-tools", False)]
+        assert [d["id"] for d in answer["directives"]] == [d["id"] for d in detail["directives"]]
+
+        assert main(["directives", RUN_ID, "--url", sidecar.api]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split() == ["SEQ", "CREATED", "ACTION", "RULE", "ACKED", "MESSAGE"]
+        assert lines[1].split()[2:] == ["notify", "errors-seen", "yes", "saw", "1", "error:",
+                                        "check", "the", "file", "path"]
+        assert lines[2].split()[2:] == ["wind_down", "many-tools", "no", "4", "tool", "calls:",
+                                        "wrap", "up"]
+
+        assert main(["directives", RUN_ID, "--url", sidecar.api, "-o", "wide"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split() == ["SEQ", "ID", "CREATED", "ACTION", "RULE", "SEVERITY",
+                                    "TERMINAL", "ESCALATION", "ACKED", "MESSAGE"]
+        assert lines[2].split()[:9] == [
+            "2", answer["directives"][1]["id"], answer["directives"][1]["created_at"],
+            "wind_down", "many-tools", "warning", "-", "no", "no"]
+
+        assert main(["directives", "job:none", "--url", sidecar.api]) == 1
+        assert capsys.readouterr().err == "watchdog: no run 'job:none' (404 not_found)\n"

@@ -93,9 +93,15 @@ def test_genai_llm_operations_are_iterations(otel: SpanMaker, operation: str) ->
     assert record_of(otel.span("x", {"gen_ai.operation.name": operation})).kind is SpanKind.LLM
 
 
-@pytest.mark.parametrize("operation", ["invoke_agent", "create_agent", "invoke_workflow"])
+@pytest.mark.parametrize("operation", ["invoke_agent", "invoke_workflow"])
 def test_genai_agent_operations(otel: SpanMaker, operation: str) -> None:
     assert record_of(otel.span("x", {"gen_ai.operation.name": operation})).kind is SpanKind.AGENT
+
+
+def test_genai_create_agent_is_not_a_run(otel: SpanMaker) -> None:
+    # DESIGN §3: a span that creates or configures an agent without running it is no run.
+    record = record_of(otel.span("create_agent x", {"gen_ai.operation.name": "create_agent"}))
+    assert (record.kind, record.creates_agent) == (SpanKind.OTHER, True)
 
 
 def test_genai_tool_call_finish_reason_is_not_an_answer(otel: SpanMaker) -> None:

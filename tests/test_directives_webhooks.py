@@ -8,13 +8,15 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.test_directives_api import Sidecar, eventually, sidecar
 from watchdog.clock import ManualClock
@@ -46,6 +48,20 @@ def test_signature_matches_the_standard_webhooks_test_vector() -> None:
     headers = {"Webhook-Id": "msg_p5jXN8AQM9LWM0D4loKWxJek", "Webhook-Timestamp": "1614265330",
                "Webhook-Signature": "v1,bm9wZQ== " + expected}  # rotation: any may match
     assert verify(body, headers, secret, now=1614265330 + 10)
+    reference = Webhook(secret).sign("msg_p5jXN8AQM9LWM0D4loKWxJek",
+                                     datetime.fromtimestamp(1614265330, UTC), body.decode())
+    assert reference == expected  # the Standard Webhooks reference library agrees
+
+
+def reference_verifies(body: bytes, headers: Mapping[str, str], secret: str) -> bool:
+    """What a receiver using the Standard Webhooks reference library concludes (a raw,
+    non-``whsec_`` secret is given to it as its UTF-8 bytes, as the sidecar signs with)."""
+    key: str | bytes = secret if secret.startswith("whsec_") else secret.encode()
+    try:
+        Webhook(key).verify(body, dict(headers), json_parse=False)
+    except WebhookVerificationError:
+        return False
+    return True
 
 
 def test_verify_rejects_tampering_wrong_secret_and_stale_timestamps() -> None:
@@ -118,13 +134,16 @@ class Receiver:
         self.accepted: Counter[str] = Counter()
         self.bodies: dict[str, dict[str, Any]] = {}
         self.bad_signatures = 0
+        self.reference_accepted = 0  # deliveries the reference library verified too
         self.url = ""
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         if not verify(body, request.headers, self.secret):
             self.bad_signatures += 1
+            assert not reference_verifies(body, request.headers, self.secret)
             return web.Response(status=401)
+        self.reference_accepted += reference_verifies(body, request.headers, self.secret)
         msg_id = request.headers["webhook-id"]
         self.attempts[msg_id] += 1
         status = self.script.pop(0) if self.script else self.status
@@ -180,7 +199,8 @@ async def test_each_directive_exactly_once_across_an_outage_and_a_restart(tmp_pa
             car.submit("run-2")
             car.submit("run-2")
             await eventually(lambda: len(hook.attempts) == 7)
-            assert car.metrics.count("webhook", "retry") >= 8
+            # the sender counts an attempt once it has read the answer: after the receiver
+            await eventually(lambda: car.metrics.count("webhook", "retry") >= 8)
         hook.status = 200
         async with sidecar(state, webhooks=[hook.target()], retry=FAST) as car:
             await eventually(lambda: len(hook.accepted) == 7)  # the persisted outbox resumes
@@ -191,6 +211,7 @@ async def test_each_directive_exactly_once_across_an_outage_and_a_restart(tmp_pa
         assert sorted(hook.accepted) == sorted(ids)
         assert set(hook.accepted.values()) == {1}  # exactly once each
         assert hook.bad_signatures == 0
+        assert hook.reference_accepted == sum(hook.attempts.values())
         seqs = sorted((body["run_id"], body["seq"]) for body in hook.bodies.values())
         assert seqs == [("run-1", n) for n in range(1, 6)] + [("run-2", 1), ("run-2", 2)]
 
@@ -239,6 +260,7 @@ async def test_filters_and_a_wrong_secret() -> None:
             car.submit("run-1", rule="error-loop", action=Action.ABORT)
             await eventually(lambda: len(everything.accepted) == 2 and len(aborts.accepted) == 1)
             await eventually(lambda: mismatched.bad_signatures == 2)
+            assert everything.reference_accepted == 2 and aborts.reference_accepted == 1
             (body,) = aborts.bodies.values()
             assert body["action"] == "abort" and "Stop calling tools now" in body["report_prompt"]
             # 401: refused, not retried (counted once the sender has read the answer)

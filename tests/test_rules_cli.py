@@ -63,8 +63,8 @@ def test_check_a_user_pack_over_the_default(tmp_path: Path,
     ("{name: a, when: run.tool_calss > 3, action: notify, message: m}", 5,
      "rule a: when: unknown field 'tool_calss' in run (did you mean 'tool_calls'?) (column 4)"),
     ("{name: a, when: 'true', for: 5x, action: notify, message: m}", 5,
-     "rule a: for: expected a duration like 0s, 30s, 5m, 1h30m (or a number of seconds), "
-     "got '5x'"),
+     "rule a: for: expected a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, "
+     "largest first), got '5x'"),
     ("{name: a, agents: ['ex[', 'ok'], when: 'true', action: notify, message: m}", 5,
      "rule a: agents: bad glob 'ex[': unclosed '['"),
 ])
@@ -212,7 +212,8 @@ def test_bad_test_files_are_reported_with_lines(tmp_path: Path,
     assert out.splitlines() == [
         f"{tests}:4: test 'bad': step 0: needs exactly one of llm, tool, heartbeat, tick, end, "
         f"session (has tool, heartbeat)",
-        f"{tests}:5: test 'bad': step 1: at: expected a number >= 0, got -1",
+        f"{tests}:5: test 'bad': step 1: at: expected a number of seconds >= 0 or a duration "
+        f"like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first), got -1",
         f"{tests}:5: test 'bad': step 1: llm: unknown key 'tokens' (did you mean "
         f"'input_tokens'?)",
         f"{tests}:7: test 'bad': step 3: comes after 'end' (step 2): the run has ended",

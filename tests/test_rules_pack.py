@@ -323,8 +323,8 @@ def test_every_problem_is_reported_with_file_line_and_rule(tmp_path: Path) -> No
         f"{path}:25: rule syntax: duplicate rule name (first defined on line 13)",
         f"{path}:30: rule bad-duration: when: no operator '>' for (double, int); hint: CEL does "
         f"not mix int and double; write 300.0 (column 18)",
-        f"{path}:31: rule bad-duration: for: expected a duration like 0s, 30s, 5m, 1h30m (or a "
-        f"number of seconds), got '5 minutes'",
+        f"{path}:31: rule bad-duration: for: expected a duration like 500ms, 30s, 1m30s, 1h, 1d "
+        f"(units ms s m h d w y, largest first), got '5 minutes'",
         f"{path}:35: rule bad-glob: agents: bad glob 'explorer-[ab': unclosed '['",
         f"{path}:38: rule bad-glob: grace: only a wind_down can escalate (this rule is abort)",
         f"{path}:40: rule bad-glob: terminal_state: 'completed' is not one of "
@@ -404,9 +404,12 @@ def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
      "rule r: agents: expected a list of strings, got 'explorer'"),
     ("{name: r, when: run.errors > 1, action: notify, message: m, agents: []}",
      "rule r: agents: empty list (the rule would never apply; use enabled: false)"),
-    ("{name: r, when: run.errors > 1, action: notify, message: m, for: -5}",
-     "rule r: for: expected a duration like 0s, 30s, 5m, 1h30m (or a number of seconds), "
-     "got -5"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, for: -5s}",
+     "rule r: for: expected a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, "
+     "largest first), got '-5s'"),
+    ("{name: r, when: run.errors > 1, action: notify, message: m, for: 5}",
+     "rule r: for: expected a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, "
+     "largest first), got 5; a bare number has no unit: write 5s"),
     ("{name: r, when: '', action: notify, message: m}",
      "rule r: when: expected a non-empty string, got ''"),
     ("{name: r, when: run.errors > 1, action: notify, message: 'a ${run.errors'}",

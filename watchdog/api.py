@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from watchdog import logs
 from watchdog.auth import check_bearer
 from watchdog.config import Config
 from watchdog.directives.hub import StreamEnded, SubscriberOverflow, Subscription
@@ -283,6 +284,7 @@ class DirectiveRoutes:
             last_seq = min(after, await self.hub.latest_seq(run_id))
         for directive in directives:
             self.metrics.directive_delivered(directive.action, "longpoll", "sent")
+            logs.directive_sent(directive, "longpoll")
         return web.json_response({"directives": [d.to_json() for d in directives],
                                   "last_seq": last_seq})
 
@@ -309,6 +311,7 @@ class DirectiveRoutes:
                              f"of the last directive the agent has seen)")
         run_id = request.match_info["id"]
         acked = await self.outbox.ack(run_id, seq)
+        logs.event("directive_acked", run=run_id, seq=seq, acked_seq=acked)
         return web.json_response({"run_id": run_id, "acked_seq": acked})
 
     @staticmethod
@@ -346,6 +349,7 @@ class DirectiveRoutes:
             await self._write(request, response, _sse_event(subscription.number(directive),
                                                              directive))
             self.metrics.directive_delivered(directive.action, "sse", "sent")
+            logs.directive_sent(directive, "sse")
 
     @staticmethod
     async def _hang_up(request: web.Request, response: web.StreamResponse) -> None:

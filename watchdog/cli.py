@@ -1,4 +1,5 @@
-"""The ``watchdog`` command: ``serve``, ``rules check|test``, ``runs``, ``report`` and ``demo``.
+"""The ``watchdog`` command: ``serve``, ``rules check|test``, ``runs``, ``directives``, ``report``
+and ``demo``.
 Errors are one line on stderr and a non-zero exit code, never a traceback."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ import argparse
 import asyncio
 import http.client
 import json
-import logging
 import os
+import shutil
 import sys
 import time
 import urllib.error
@@ -19,10 +20,12 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from watchdog import __version__
+from watchdog import __version__, logs
 from watchdog.config import Config, load
+from watchdog.durations import DurationError, parse_seconds
 from watchdog.errors import WatchdogError
 from watchdog.runs.report import format_duration
+from watchdog.tables import Column, render
 
 DEFAULT_URL = "http://127.0.0.1:9477"  # the control API's default bind (DESIGN §2)
 URL_ENV = "WATCHDOG_URL"
@@ -70,8 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--interval", type=_positive_float, default=DEFAULT_WATCH_INTERVAL,
                       metavar="SECONDS", help="seconds between redraws with --watch (default 2)")
     runs.add_argument("--frames", type=_positive_int, default=None, help=argparse.SUPPRESS)
+    _add_output_flag(runs)
     _add_url_flag(runs)
     runs.set_defaults(handler=_runs)
+
+    directives = commands.add_parser("directives", help="list a run's directives")
+    directives.add_argument("run_id", metavar="RUN_ID")
+    _add_output_flag(directives)
+    _add_url_flag(directives)
+    directives.set_defaults(handler=_directives)
 
     rules = commands.add_parser("rules", help="check and test rule packs")
     rules_commands = rules.add_subparsers(dest="rules_command", required=True, metavar="COMMAND")
@@ -103,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_output_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
+                        help="table (default; fits the terminal), wide (more columns, nothing "
+                             "cut) or json (the control API's answer)")
+
+
 def _add_url_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None,
                         help=f"control API of the sidecar (env {URL_ENV}, default {DEFAULT_URL}); "
@@ -120,12 +136,14 @@ def _positive_int(text: str) -> int:
 
 
 def _positive_float(text: str) -> float:
+    """Seconds: a number or a duration (``500ms``, ``1m``), as everywhere else."""
     try:
-        value = float(text)
-    except ValueError:
+        value = parse_seconds(text)
+    except DurationError:
         value = 0.0
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds or a "
+                                         f"duration like 500ms, 30s, 1m")
     return value
 
 
@@ -138,8 +156,7 @@ def _config_from(args: argparse.Namespace) -> Config:
 
 def _serve(args: argparse.Namespace) -> int:
     config = _config_from(args)
-    logging.basicConfig(level=config.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(config.log_level, config.log_format)
     from watchdog.server import serve  # the server's dependencies load only when serving
 
     asyncio.run(serve(config))
@@ -239,42 +256,51 @@ def _client(args: argparse.Namespace) -> ApiClient:
     return ApiClient(url, os.environ.get(TOKEN_ENV) or None)
 
 
-RUN_COLUMNS = ("ID", "AGENT", "STATE", "ITER", "TOOLS", "ERR", "TOKENS", "ELAPSED", "IDLE",
-               "TERMINAL")
-NUMERIC_COLUMNS = frozenset({"ITER", "TOOLS", "ERR", "TOKENS", "ELAPSED", "IDLE"})
+OUTPUTS = ("table", "wide", "json")
+RUN_COLUMNS = (  # -o table: fits 80 columns (ids and names are cut with "…")
+    Column("ID", min_width=14, middle=True), Column("AGENT", min_width=8), Column("STATE"),
+    Column("TOOLS", numeric=True), Column("ERR", numeric=True),
+    Column("ELAPSED", numeric=True), Column("IDLE", numeric=True),
+    Column("TERMINAL", min_width=12))
+WIDE_RUN_COLUMNS = (  # -o wide: everything, never cut
+    Column("ID"), Column("AGENT"), Column("SESSION"), Column("STATE"),
+    Column("ITER", numeric=True), Column("TOOLS", numeric=True), Column("ERR", numeric=True),
+    Column("TOKENS", numeric=True), Column("ELAPSED", numeric=True),
+    Column("IDLE", numeric=True), Column("TERMINAL"), Column("TRACE"))
 
 
-def runs_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """``runs`` (the API's list form) as an aligned text table."""
+def terminal_width() -> int:
+    """The terminal's width (``COLUMNS`` wins; 80 when stdout is not a terminal)."""
+    return shutil.get_terminal_size().columns
+
+
+def runs_table(runs: Sequence[Mapping[str, Any]], wide: bool = False,
+               width: int | None = None) -> str:
+    """``runs`` (the API's list form) as an aligned text table; ``wide`` adds columns and cuts
+    nothing, else the table fits ``width`` (default: the terminal's)."""
     if not runs:
         return "no runs"
-    rows = [RUN_COLUMNS] + [_run_row(run) for run in runs]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(RUN_COLUMNS))]
-    lines = []
-    for row in rows:
-        cells = [cell.rjust(width) if name in NUMERIC_COLUMNS else cell.ljust(width)
-                 for name, cell, width in zip(RUN_COLUMNS, row, widths, strict=True)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+    if wide:
+        return render(WIDE_RUN_COLUMNS, [_run_row(run, wide=True) for run in runs])
+    return render(RUN_COLUMNS, [_run_row(run) for run in runs],
+                  terminal_width() if width is None else width)
 
 
-def _run_row(run: Mapping[str, Any]) -> tuple[str, ...]:
+def _run_row(run: Mapping[str, Any], wide: bool = False) -> tuple[str, ...]:
     ended = run.get("state") == "ended"
     terminal = run.get("terminal_state") or "-"
     if ended and run.get("has_final_answer") and terminal != "completed":
         terminal += " (answered)"
-    return (
-        str(run.get("id", "")),
-        str(run.get("agent", "")),
-        str(run.get("state", "")),
-        str(run.get("iterations", 0)),
-        str(run.get("tool_calls", 0)),
-        str(run.get("errors", 0)),
-        _count(int(run.get("total_tokens", 0))),
-        format_duration(float(run.get("elapsed_seconds", 0.0))),
-        "-" if ended else format_duration(float(run.get("idle_seconds", 0.0))),
-        terminal,
-    )
+    elapsed = format_duration(float(run.get("elapsed_seconds", 0.0)))
+    idle = "-" if ended else format_duration(float(run.get("idle_seconds", 0.0)))
+    tools, errors = str(run.get("tool_calls", 0)), str(run.get("errors", 0))
+    if not wide:
+        return (str(run.get("id", "")), str(run.get("agent", "")), str(run.get("state", "")),
+                tools, errors, elapsed, idle, terminal)
+    return (str(run.get("id", "")), str(run.get("agent", "")), str(run.get("session") or "-"),
+            str(run.get("state", "")), str(run.get("iterations", 0)), tools, errors,
+            _count(int(run.get("total_tokens", 0))), elapsed, idle, terminal,
+            str(run.get("trace_id") or "-"))
 
 
 def _count(value: int) -> str:
@@ -293,8 +319,16 @@ def _runs(args: argparse.Namespace) -> int:
     if args.agent:
         query["agent"] = args.agent
 
+    if args.output == "json":
+        if args.watch:
+            raise CommandFailed("--watch redraws a table; -o json prints one snapshot (run it "
+                                "again to poll)", EXIT_UNREACHABLE)
+        print(json.dumps(client.get_json("/v1/runs", query), indent=2, ensure_ascii=False))
+        return 0
+
     def frame() -> str:
-        return runs_table(client.get_json("/v1/runs", query)["runs"])
+        return runs_table(client.get_json("/v1/runs", query)["runs"],
+                          wide=args.output == "wide")
 
     if not args.watch:
         print(frame())
@@ -322,6 +356,50 @@ def _runs(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
+
+
+DIRECTIVE_COLUMNS = (
+    Column("SEQ", numeric=True), Column("CREATED"), Column("ACTION"),
+    Column("RULE", min_width=10), Column("ACKED"), Column("MESSAGE", min_width=12))
+WIDE_DIRECTIVE_COLUMNS = (
+    Column("SEQ", numeric=True), Column("ID"), Column("CREATED"), Column("ACTION"),
+    Column("RULE"), Column("SEVERITY"), Column("TERMINAL"), Column("ESCALATION"),
+    Column("ACKED"), Column("MESSAGE"))
+
+
+def directives_table(directives: Sequence[Mapping[str, Any]], wide: bool = False,
+                     width: int | None = None) -> str:
+    """A run's directives (``GET /v1/runs/{id}``'s ``directives``), oldest first."""
+    if not directives:
+        return "no directives"
+    rows: list[tuple[str, ...]] = []
+    for d in directives:
+        created = str(d.get("created_at", ""))
+        acked = "yes" if d.get("acked") else "no"
+        message = " ".join(str(d.get("message", "")).split())  # one line per directive
+        if wide:
+            rows.append((str(d.get("seq", "")), str(d.get("id", "")), created,
+                         str(d.get("action", "")), str(d.get("rule", "")),
+                         str(d.get("severity", "")), str(d.get("terminal_state") or "-"),
+                         "yes" if d.get("escalation") else "no", acked, message))
+        else:
+            rows.append((str(d.get("seq", "")), created[11:19] or created,
+                         str(d.get("action", "")), str(d.get("rule", "")), acked, message))
+    if wide:
+        return render(WIDE_DIRECTIVE_COLUMNS, rows)
+    return render(DIRECTIVE_COLUMNS, rows, terminal_width() if width is None else width)
+
+
+def _directives(args: argparse.Namespace) -> int:
+    client = _client(args)
+    run = client.get_json("/v1/runs/" + urllib.parse.quote(args.run_id, safe=""))
+    directives = run.get("directives", []) if isinstance(run, dict) else []
+    if args.output == "json":
+        print(json.dumps({"run_id": args.run_id, "directives": directives}, indent=2,
+                         ensure_ascii=False))
+    else:
+        print(directives_table(directives, wide=args.output == "wide"))
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

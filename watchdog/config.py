@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import hashlib
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 
+from watchdog.durations import DurationError, parse_seconds
 from watchdog.errors import ConfigError
 
 DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
@@ -42,6 +44,7 @@ DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
 DEFAULT_MAX_FORWARD_QUEUE_REQUESTS = 1000  # export requests; the Collector's queue_size default
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "WATCHDOG_"
 MEMORY_STATE_DIR = ":memory:"
 
@@ -67,6 +70,7 @@ class Config:
     eval_interval: float = DEFAULT_EVAL_INTERVAL
     rules_watch_interval: float = DEFAULT_RULES_WATCH_INTERVAL  # 0 disables the file watch
     log_level: str = "info"
+    log_format: str = "text"  # text | json (one JSON object per line; decisions as events)
     insecure: bool = False  # allow non-loopback binds without api_token
     # Pass-through (DESIGN §2): an OTLP/HTTP base URL everything received is forwarded to.
     forward_endpoint: str | None = field(default=None, repr=False)  # may hold a password
@@ -91,6 +95,8 @@ class Config:
             _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         _require(self.log_level in LOG_LEVELS, "log_level", self.log_level,
                  "one of " + ", ".join(LOG_LEVELS))
+        _require(self.log_format in LOG_FORMATS, "log_format", self.log_format,
+                 "one of " + ", ".join(LOG_FORMATS))
         validate_webhooks(self.webhooks)
         validate_forward(self.forward_endpoint, self.forward_headers)
         if self.forward_endpoint is not None and _same_listener(
@@ -307,10 +313,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
 def _coerce(key: str, value: Any, kind: str) -> Any:
     """Turn a YAML/env/flag value into the field's type, or say what was expected."""
     if kind == "str":
@@ -335,13 +337,10 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
         except ValueError:
             raise ConfigError(f"{key}={value!r} is not allowed: expected an integer") from None
     if kind == "float":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        match = _DURATION.match(str(value))
-        if match is None:
-            raise ConfigError(f"{key}={value!r} is not allowed: expected seconds "
-                              f"(a number, or a duration like 500ms, 30s, 15m, 1h)")
-        return float(match.group(1)) * _UNITS[match.group(2)]
+        try:  # every float key is a time: seconds, or a duration in the shared grammar
+            return parse_seconds(value)
+        except DurationError as exc:
+            raise ConfigError(f"{key}={value!r} is not allowed: expected {exc}") from None
     if kind == "tuple[str, ...]":
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
@@ -368,11 +367,47 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 
+# WATCHDOG_* variables that are not configuration keys, so the sidecar leaves them alone:
+# WATCHDOG_URL tells the client SDK and the CLI where the control API is (an agent container
+# and its sidecar often share one env block), and Kubernetes injects "service links"
+# (WATCHDOG_SERVICE_HOST, WATCHDOG_PORT_9477_TCP, ...) into every pod of a namespace that has
+# a Service named "watchdog".
+NOT_CONFIG_ENV = ("WATCHDOG_URL",)
+_SERVICE_LINK_ENV = re.compile(r"^WATCHDOG_(?:SERVICE_(?:HOST|PORT)(?:_\w+)?|PORT(?:_\w+)?)$")
+
+
+def _closest(word: str, choices: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def env_keys(env: Mapping[str, str]) -> dict[str, str]:
+    """The configuration in ``WATCHDOG_<KEY>`` variables; any other ``WATCHDOG_*`` variable
+    (a typo such as ``WATCHDOG_RUN_END_TIMOUT``) is refused rather than silently ignored."""
+    values: dict[str, str] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG_ENV:
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key in FIELD_TYPES:
+            values[key] = value
+        elif not _SERVICE_LINK_ENV.match(name):
+            close = _closest(key, FIELD_TYPES)
+            hint = f"did you mean {ENV_PREFIX}{close.upper()}? " if close else ""
+            raise ConfigError(
+                f"unknown environment variable {name}: {hint}"
+                f"WATCHDOG_<KEY> sets a configuration key (README: Configuration); fix the "
+                f"name or unset it")
+    return values
+
+
 def _apply(config: Config, values: Mapping[str, Any], source: str) -> Config:
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in FIELD_TYPES:
-            raise ConfigError(f"unknown configuration key {key!r} in {source}; allowed: "
+            close = _closest(str(key), FIELD_TYPES)
+            hint = f"did you mean {close}? " if close else ""
+            raise ConfigError(f"unknown configuration key {key!r} in {source}; {hint}allowed: "
                               + ", ".join(sorted(FIELD_TYPES)))
         changes[key] = _coerce(key, value, FIELD_TYPES[key])
     return replace(config, **changes)
@@ -393,8 +428,6 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
             raise ConfigError(f"config file {path}: the top level must be a mapping of keys")
         config = _apply(config, document, path)
     env = os.environ if env is None else env
-    from_env = {name[len(ENV_PREFIX):].lower(): value for name, value in env.items()
-                if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX):].lower() in FIELD_TYPES}
-    config = _apply(config, from_env, "environment")
+    config = _apply(config, env_keys(env), "environment")
     config = _apply(config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags")
     return config.validate()

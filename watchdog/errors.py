@@ -104,3 +104,10 @@ class ConfigError(WatchdogError):
     """A configuration key has a bad value; the message names the key, value and what is allowed."""
 
     code = "config"
+
+
+class StartupError(WatchdogError):
+    """The sidecar cannot start (a port is taken, the rules or the state dir are unusable); the
+    message names the problem and what to do, for one line on stderr and exit code 2."""
+
+    code = "startup"

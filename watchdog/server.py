@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -22,8 +25,9 @@ from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config, split_address
 from watchdog.directives.hub import Hub
 from watchdog.directives.outbox import Outbox
-from watchdog.directives.store import DirectiveStore
+from watchdog.directives.store import DirectiveStore, DirectiveStoreError
 from watchdog.directives.webhooks import targets_from_config
+from watchdog.errors import StartupError
 from watchdog.ingest import otlp_grpc, otlp_http, passthrough
 from watchdog.ingest.admission import Admission
 from watchdog.ingest.decode import protobuf_backend
@@ -32,7 +36,7 @@ from watchdog.metrics import Metrics, create_metrics_app
 from watchdog.rules.engine import RuleEngine
 from watchdog.rules.pack import RulePackError, RuleSet, Source, load_rules
 from watchdog.service import WatchdogService
-from watchdog.store import Store
+from watchdog.store import Store, StoreError
 
 log = logging.getLogger("watchdog")
 
@@ -69,11 +73,22 @@ class Server:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         if protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
-        ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start
+        # Ports first: a second watchdog started by mistake fails before it opens the state
+        # dir (perhaps the first one's) or logs anything. The binds below still check.
+        for key in LISTEN_KEYS:
+            check_port_free(key, getattr(config, key))
+        try:
+            ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start
+        except RulePackError as exc:
+            raise StartupError(rule_pack_failure(exc)) from None
         self.engine = RuleEngine(ruleset)
         self._rule_sources = ruleset.sources
-        store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
-        directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
+        try:
+            store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
+            directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
+        except (StoreError, DirectiveStoreError) as exc:
+            raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
+                               f"writable directory, or :memory: to keep nothing") from None
         self.metrics = metrics = Metrics(version=__version__)
         metrics.rules_reloaded(True)
         self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
@@ -110,7 +125,12 @@ class Server:
         await self._start_app("api", config.api_address, api.create_app(
             service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
-        self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config, forward)
+        try:
+            self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
+                                                        forward)
+        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
+                                              str(exc))) from None
         if forward is not None:
             passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
         await self._grpc.start()
@@ -132,8 +152,13 @@ class Server:
                                shutdown_timeout=SHUTDOWN_GRACE)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
-        await site.start()
         self._runners.append(runner)
+        try:
+            await site.start()
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)  # asyncio wraps it
+            raise StartupError(listen_failure(f"{name}_address", address, reason,
+                                              exc.errno)) from None
         sockets = runner.addresses
         self.addresses[name] = (host, sockets[0][1] if sockets else port)
 
@@ -212,10 +237,63 @@ class Server:
             self.service = None
 
 
+LISTEN_KEYS = ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")
+
+
+def listen_failure(key: str, address: str, reason: str, code: int | None = None) -> str:
+    """One line: the key and address, the OS's reason, and what to do about it."""
+    env = "WATCHDOG_" + key.upper()
+    flag = "--" + key.replace("_", "-")
+    if code == errno.EADDRINUSE:
+        cause = "another process (another watchdog?) holds the port: stop it"
+    elif code is not None:
+        cause = "is that address this machine's, and the port one this user may bind?"
+    else:
+        cause = "a port in use, or an address this machine does not have?"
+    return (f"{key}={address!r}: cannot listen ({reason}); {cause} — or choose another "
+            f"address with {env} or {flag}")
+
+
+def check_port_free(key: str, address: str) -> None:
+    """Bind ``address`` once and let go, so a port in use is reported with the OS's reason in
+    one line; grpcio only says "Failed to bind" after logging its own error line to stderr."""
+    host, port = split_address(key, address)
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise StartupError(listen_failure(key, address, str(exc))) from None
+    failures: list[OSError] = []
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds
+            try:
+                probe.bind(sockaddr)
+                return  # grpc listens if any resolved address binds
+            except OSError as exc:
+                failures.append(exc)
+    first = failures[0] if failures else OSError(errno.EADDRNOTAVAIL, "no address")
+    raise StartupError(listen_failure(key, address, first.strerror or str(first), first.errno))
+
+
+def rule_pack_failure(exc: RulePackError) -> str:
+    first = exc.problems[0] if exc.problems else "no rules could be loaded"
+    more = len(exc.problems) - 1
+    return (f"bad rule pack: {first}" + (f" (and {more} more problem{'s' if more > 1 else ''})"
+                                          if more > 0 else "")
+            + "; fix it (`watchdog rules check PATH...` lists every problem) and start again")
+
+
 async def serve(config: Config) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly."""
     server = Server(config)
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:  # what did start is stopped before the error is reported
+        with contextlib.suppress(Exception):  # the error that stopped the start is the news
+            await server.stop()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

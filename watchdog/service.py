@@ -18,6 +18,7 @@ from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from watchdog import logs
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
 from watchdog.errors import NotFound, Overloaded
@@ -226,7 +227,7 @@ class WatchdogService:
             self._evaluate_batch(before, result, now)
         finished = result.ended + result.evicted
         if finished:
-            self.observer.runs_finished(finished)
+            self._finished(finished)
 
     def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
                   oldest_call_started: float | None = None,
@@ -284,7 +285,7 @@ class WatchdogService:
             self._dirty[run.key] = run
             self._forget(run)
         if expired:
-            self.observer.runs_finished(expired)
+            self._finished(expired)
         self.observer.set_stuck(self.stuck_counts())
         return expired
 
@@ -348,6 +349,13 @@ class WatchdogService:
                 for _ in range(count):
                     self.observer.rule_error(rule)
 
+    def _finished(self, runs: list[RunState]) -> None:
+        self.observer.runs_finished(runs)
+        for run in runs:
+            logs.event("run_ended", run=run.key, agent=run.agent_name,
+                       terminal_state=run.terminal_state.value if run.terminal_state else None,
+                       reason=run.terminal_reason, has_final_answer=run.has_final_answer)
+
     def _decide(self, decision: Decision, run: RunState, now: float) -> None:
         state = forced_state(decision.action, decision.terminal_state)
         if state is not None:
@@ -358,6 +366,10 @@ class WatchdogService:
             self._stuck[run.key] = (run.agent_name, reason)
         self.observer.rule_fired(decision.rule, decision.action.value, run.agent_name,
                                  run.trace_id)
+        logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
+                   severity=decision.severity.value, run=run.key, agent=run.agent_name,
+                   terminal_state=decision.terminal_state.value if decision.terminal_state
+                   else None, escalation=decision.escalation)
         if self.sink is not None:
             self.sink.submit(decision, run, now)
 

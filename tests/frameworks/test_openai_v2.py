@@ -1,21 +1,73 @@
 """A home-grown loop on the OpenAI client, traced by opentelemetry-instrumentation-openai-v2:
-one ``chat`` span per model call, each its own trace, and no span for the invocation."""
+one ``chat`` span per model call, each its own trace, no span for the invocation and none for
+the tools (the loop runs them itself). The calls are grouped into one run per invocation."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import Expect, check_runs, run_driver
-from tests.harness import RunningServer
+from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, run_driver
+from tests.harness import RunningServer, running_server, sidecar_config
+
+AGENT = "openai-v2-loop"  # no agent name on these spans: the service name is all there is
+ANSWER = "a, b and c are known."
+# Streamed calls carry no finish reason and no usage: what tells an answer from a tool request
+# is the output message, on the span only with the latest GenAI conventions and content capture.
+STREAM_ENV = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+              "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_only"}
+
+SCRIPTS = {
+    "three_tools": fakellm.tools_then_answer("lookup", [{"key": k} for k in "abc"], ANSWER),
+    # the loop's own cap (5 model calls) stops it; nothing on a span says so
+    "limit": fakellm.looping("lookup", lambda i: {"key": f"k{i}"}),
+    "tool_error": fakellm.steps(fakellm.call("lookup", key="broken"),
+                                fakellm.answer("it is broken")),
+}
+EXPECTED = {
+    "three_tools": [Expect(AGENT, 4, 0, 0, "completed", True, None, None)],
+    # no answer came; the run ends after loose_run_gap without a call
+    "limit": [Expect(AGENT, 5, 0, 0, "no_response", False, None, None)],
+    # the tool's failure is only text in the next request: not a span, not an error here
+    "tool_error": [Expect(AGENT, 2, 0, 0, "completed", True, None, None)],
+}
+CASES = [(scenario, stream) for scenario in EXPECTED for stream in (False, True)]
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_three_tools_then_answer(sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
-    model = llm.script(f"openai-v2-three-{stream}", fakellm.tools_then_answer(
-        "lookup", [{"key": "a"}, {"key": "b"}, {"key": "c"}], "a, b and c are known."))
-    run_driver("openai_v2", "openai_v2_loop", "three_tools" + ("_stream" if stream else ""),
-               sidecar, llm, model)
-    check_runs(sidecar, [Expect(agent="openai-v2-loop", iterations=4, tool_calls=0, errors=0,
-                                terminal_state="completed", has_final_answer=True)])
+@pytest.fixture
+def quick_sidecar(tmp_path: Path) -> Iterator[RunningServer]:
+    """A sidecar that ends a run of loose calls 1 s after its last call (default 2 min)."""
+    config = sidecar_config(tmp_path / "state", loose_run_gap=1.0, eval_interval=0.2)
+    with running_server(config) as server:
+        yield server
+
+
+def _name(scenario: str, stream: bool) -> str:
+    return scenario + ("_stream" if stream else "")
+
+
+@pytest.mark.parametrize(("scenario", "stream"), CASES)
+def test_live(quick_sidecar: RunningServer, llm: FakeLLM, scenario: str, stream: bool) -> None:
+    model = llm.script(f"openai-v2-{_name(scenario, stream)}", SCRIPTS[scenario])
+    run_driver("openai_v2", "openai_v2_loop", _name(scenario, stream), quick_sidecar, llm, model,
+               extra_env=STREAM_ENV if stream else None)
+    check_runs(quick_sidecar, EXPECTED[scenario])
+
+
+@pytest.mark.parametrize(("scenario", "stream"), CASES)
+def test_recorded(quick_sidecar: RunningServer, scenario: str, stream: bool) -> None:
+    replay(quick_sidecar, RECORDINGS / "openai_v2_loop" / f"{_name(scenario, stream)}.jsonl")
+    check_runs(quick_sidecar, EXPECTED[scenario])
+
+
+def test_streamed_calls_without_content_capture_cannot_tell_an_answer(
+        quick_sidecar: RunningServer, llm: FakeLLM) -> None:
+    """The instrumentation's default for streams: no finish reason, no usage, no content. The
+    calls are still one run; whether it answered is unknowable, so it ends `no_response`."""
+    model = llm.script("openai-v2-bare-stream", SCRIPTS["three_tools"])
+    run_driver("openai_v2", "openai_v2_loop", "three_tools_stream", quick_sidecar, llm, model)
+    check_runs(quick_sidecar, [Expect(AGENT, 4, 0, 0, "no_response", False, None, None)])

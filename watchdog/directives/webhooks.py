@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from watchdog import logs
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import WEBHOOK_SECRET_PREFIX, webhook_name
 from watchdog.directives.hub import DeliveryMetrics, NullMetrics
@@ -345,6 +346,7 @@ class WebhookSender:
         else:
             await self._lane(self.store.mark_failed, seq, hook, error or "", now)
         self.metrics.directive_delivered(directive.action, "webhook", outcome)
+        logs.directive_sent(directive, "webhook", outcome, hook=hook, attempt=attempts)
         if outcome == Outcome.FAILED:
             log.warning("webhook %s: directive %s (run %s, seq %d) not delivered: %s",
                         hook, directive.id, directive.run_id, directive.seq, error)

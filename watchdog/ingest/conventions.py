@@ -2,23 +2,28 @@
 
 Theory of operation
 -------------------
-Agents reach us through four families of instrumentation that name the same facts differently:
+This is the engine; what each convention and framework puts where is data, in
+:mod:`watchdog.ingest.frameworks` (OTel GenAI, OpenInference, OpenLLMetry, pydantic-ai, Hermes,
+Strands, google-adk, crewai, smolagents, OpenAI Agents, LangGraph...), combined once at import
+into ordered attribute names (first present wins), value maps and name sets. Per span:
 
-* OTel GenAI semantic conventions (``gen_ai.operation.name``, ``gen_ai.tool.name``, ...), with
-  the legacy token names ``gen_ai.usage.prompt_tokens|completion_tokens``;
-* OpenInference (``openinference.span.kind``, ``tool.name``, ``input.value``,
-  ``llm.token_count.*``, flattened ``llm.input_messages.{i}.*``);
-* OpenLLMetry / Traceloop (``traceloop.span.kind``, ``llm.request.type``,
-  ``gen_ai.prompt.{i}.*``, ``llm.usage.total_tokens``);
-* pydantic-ai, which follows GenAI but adds run-level ``gen_ai.aggregated_usage.*`` (never
-  counted: the chat spans already carry it), the output tool ``final_result`` (a final answer,
-  not a tool call) and, in older versions, ``agent run`` / ``running tool`` spans with
-  ``tool_arguments`` / ``tool_response``.
+1. the role (model call, tool call, agent invocation, agent creation) from the first convention
+   that names it; only the attributes some table names are decoded (:func:`select_attributes`);
+2. for spans that matter and have events, the few event attributes a table names are folded in
+   as ``"<event>:<attribute>"`` facts (Strands puts answers and arguments only there);
+3. identity, then the error (status ERROR, typed by ``error.type`` or the exception event, with
+   an identity that is the same on every nested span the exception passes through);
+4. by role: tool name/arguments/result (an answer tool is an answer, not work); tokens, finish
+   reason, answer or tool request (a "stop" whose output asks for tools is no answer; a stream
+   without a finish reason whose output ends with text is one); the agent's answer;
+5. a limit stop from wherever the framework says it: a limit exception, a status description,
+   a finish reason, an explicit attribute or state field, the framework's own "give your final
+   answer" request, or a conversation that reached the framework's cap.
 
-Each fact is read from an ordered list of attribute names (first present wins), so supporting a
-new convention is adding a name to a tuple. Tokens are taken from LLM spans only, which is what
-keeps agent-level aggregates from being counted twice. This module is pure: one span and its
-resource in, one record out (or :class:`SpanRejected`).
+Tokens are taken from LLM spans only, which keeps agent-level aggregates (pydantic-ai's
+``gen_ai.aggregated_usage.*``, Strands' agent usage) from being counted twice. Large JSON is
+parsed only when a fact needs it (a substring test decides first). This module is pure: one
+span and its resource in, one record out (or :class:`SpanRejected`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.ingest.decode import any_value
+from watchdog.ingest.frameworks import TABLES, Role
+from watchdog.ingest.outcome import (
+    LIMIT_EXCEPTIONS,
+    agent_limit,
+    fill_model_outcome,
+    fill_reported_calls,
+    finish_reason,
+    has_text,
+    output_finish_reason,
+    prompt_limit,
+    short_type,
+    status_limit,
+)
 from watchdog.ingest.redact import brief, mask, redact
 from watchdog.runs.record import (
     AGENT,
@@ -54,50 +72,53 @@ MAX_ERROR_CHARS = 500
 STATUS_CODE_ERROR = 2
 
 # ---------------------------------------------------------------------------------------------
-# Attribute names, in order of precedence.
+# Attribute names, in order of precedence: the combined tables of watchdog.ingest.frameworks.
+# The run key (DESIGN §3) is not a convention's: it is the watchdog's contract.
 RUN_ID_KEYS = ("watchdog.run.id",)
 AGENT_CALL_ID_KEYS = ("gen_ai.agent.call.id",)
-AGENT_NAME_KEYS = ("watchdog.agent.name", "gen_ai.agent.name", "agent.name", "agent_name")
-SESSION_KEYS = ("watchdog.session.id", "gen_ai.conversation.id", "session.id")
 PARENT_RUN_KEYS = ("watchdog.parent_run.id",)
-TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "tool_name")
-TOOL_ARGS_KEYS = ("gen_ai.tool.call.arguments", "tool_arguments", "input.value",
-                  "traceloop.entity.input")
-TOOL_RESULT_KEYS = ("gen_ai.tool.call.result", "tool_response", "output.value",
-                    "traceloop.entity.output")
-AGENT_OUTPUT_KEYS = ("final_result", "output.value", "traceloop.entity.output",
-                     "gen_ai.output.messages")
-INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
-                    "llm.token_count.prompt", "llm.usage.prompt_tokens")
-OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
-                     "llm.token_count.completion", "llm.usage.completion_tokens")
-TOTAL_TOKEN_KEYS = ("llm.usage.total_tokens", "llm.token_count.total", "gen_ai.usage.total_tokens")
-FINISH_REASON_KEYS = ("gen_ai.response.finish_reasons", "llm.finish_reason",
-                      "gen_ai.completion.0.finish_reason", "llm.response.finish_reason")
-MESSAGES_JSON_KEYS = ("gen_ai.input.messages", "pydantic_ai.all_messages")
-OUTPUT_MESSAGES_JSON_KEYS = ("gen_ai.output.messages",)
+ERROR_TYPE_KEYS = ("error.type",)
+AGENT_NAME_KEYS = TABLES.agent_name
+AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
+SESSION_KEYS = TABLES.session
+TOOL_NAME_KEYS = TABLES.tool_name
+TOOL_ARGS_KEYS = TABLES.tool_args
+TOOL_RESULT_KEYS = TABLES.tool_result
+AGENT_OUTPUT_KEYS = TABLES.answer
+LLM_OUTPUT_KEYS = TABLES.llm_output
+INPUT_TOKEN_KEYS = TABLES.input_tokens
+OUTPUT_TOKEN_KEYS = TABLES.output_tokens
+TOTAL_TOKEN_KEYS = TABLES.total_tokens
+FINISH_REASON_KEYS = TABLES.finish_reasons
+MESSAGES_JSON_KEYS = TABLES.input_messages
+OUTPUT_MESSAGES_JSON_KEYS = TABLES.output_messages
 # Flattened conventions: the message count is the highest index + 1.
-FLAT_INPUT_PREFIXES = ("llm.input_messages.", "gen_ai.prompt.")
-FLAT_OUTPUT_PREFIXES = ("llm.output_messages.", "gen_ai.completion.")
+FLAT_INPUT_PREFIXES = TABLES.flat_input_prefixes
+FLAT_OUTPUT_PREFIXES = TABLES.flat_output_prefixes
+CONVERSATION_OUTPUTS = TABLES.conversation_outputs
+# Where a model call's last input message is looked for: JSON message lists, and raw requests
+# whose message list ends near their end.
+PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
+KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
 
-KIND_KEYS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
-             "llm.request.type", "traceloop.entity.name", "error.type")
+# What a convention's role means for a run: a span creating an agent is no work of a run.
+ROLE_KINDS: dict[Role | None, SpanKind] = {Role.LLM: LLM, Role.TOOL: TOOL, Role.AGENT: AGENT,
+                                           Role.WORKFLOW: AGENT,
+                                           Role.CREATE_AGENT: OTHER, None: OTHER}
+KIND_MAPS = TABLES.kinds
+ROOT_KIND_MAPS = TABLES.root_kinds
+SPAN_NAME_ROLES = TABLES.span_names
+SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
+TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 
-
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
-# OpenLLMetry also sets llm.request.type on embedding and rerank calls: those are not iterations.
-TRACELOOP_LLM_REQUEST_TYPES = frozenset({"chat", "completion"})
-TOOL_OPERATIONS = frozenset({"execute_tool"})
-AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
-OPENINFERENCE_KINDS = {"LLM": SpanKind.LLM, "TOOL": SpanKind.TOOL, "AGENT": SpanKind.AGENT}
-TRACELOOP_KINDS = {"tool": SpanKind.TOOL, "agent": SpanKind.AGENT, "workflow": SpanKind.AGENT}
-LEGACY_SPAN_NAMES = {"agent run": SpanKind.AGENT, "running tool": SpanKind.TOOL}
-
-# pydantic-ai's output tools deliver the final answer; they are not work the agent did.
-OUTPUT_TOOL_NAMES = frozenset({"final_result"})
-OUTPUT_TOOL_PREFIX = "final_result_"
+# Output tools deliver the final answer (pydantic-ai final_result, smolagents final_answer);
+# they are not work the agent did.
+OUTPUT_TOOL_NAMES = TABLES.answer_tools
+OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 # A model response that finished for one of these reasons is an answer, not a tool request.
-ANSWER_FINISH_REASONS = frozenset({"stop", "end_turn", "complete", "completed", "eos"})
+ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
+# Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
+EVENT_FACTS = TABLES.events
 
 
 def select_attributes(key_values: Any) -> dict[str, object]:
@@ -250,45 +271,40 @@ def _flat_count(keys: Iterable[str], prefixes: tuple[str, ...]) -> int:
     return highest + 1
 
 
-def classify(name: str, attrs: Mapping[str, object]) -> SpanKind:
-    operation = attrs.get("gen_ai.operation.name")
-    if isinstance(operation, str):
-        if operation in LLM_OPERATIONS:
-            return LLM
-        if operation in TOOL_OPERATIONS:
-            return TOOL
-        if operation in AGENT_OPERATIONS:
-            return AGENT
-    oi_kind = attrs.get("openinference.span.kind")
-    if isinstance(oi_kind, str) and oi_kind.upper() in OPENINFERENCE_KINDS:
-        return OPENINFERENCE_KINDS[oi_kind.upper()]
-    tl_kind = attrs.get("traceloop.span.kind")
-    if isinstance(tl_kind, str) and tl_kind in TRACELOOP_KINDS:
-        return TRACELOOP_KINDS[tl_kind]
-    request_type = attrs.get("llm.request.type")
-    if isinstance(request_type, str) and request_type in TRACELOOP_LLM_REQUEST_TYPES:
-        return LLM
-    legacy = LEGACY_SPAN_NAMES.get(name)
-    if legacy is not None:
-        return legacy
-    if name.startswith("running tool") or name.startswith("execute_tool "):
-        return TOOL
-    if name.startswith("invoke_agent") or name.startswith("agent run"):
-        return AGENT
-    return OTHER
+def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Role | None:
+    """What the span is, by the first convention that says so (None: plumbing)."""
+    for key, roles in KIND_MAPS:
+        value = attrs.get(key)
+        if isinstance(value, str):
+            role = roles.get(value)
+            if role is not None:
+                return role
+    role = SPAN_NAME_ROLES.get(name)
+    if role is not None:
+        return role
+    for prefix, prefix_role in SPAN_NAME_PREFIX_ROLES:
+        if name.startswith(prefix):
+            return prefix_role
+    if is_root:
+        # LangChain/LangGraph and ADK under OpenInference: the root CHAIN span is the whole
+        # run, and its output.value the answer; nested CHAIN spans are plumbing.
+        for key, roles in ROOT_KIND_MAPS:
+            value = attrs.get(key)
+            if isinstance(value, str):
+                role = roles.get(value)
+                if role is not None:
+                    return role
+    return None
 
 
-def _is_chain(attrs: Mapping[str, object]) -> bool:
-    oi_kind = attrs.get("openinference.span.kind")
-    return isinstance(oi_kind, str) and oi_kind.upper() == "CHAIN"
+def classify(name: str, attrs: Mapping[str, object], is_root: bool = False) -> SpanKind:
+    return ROLE_KINDS[role_of(name, attrs, is_root)]
 
 
 def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
     tool = _first_str(attrs, TOOL_NAME_KEYS)
-    if tool is None and attrs.get("traceloop.span.kind") == "tool":
-        tool = _first_str(attrs, ("traceloop.entity.name",))
     if tool is None:
-        for prefix in ("execute_tool ", "running tool: ", "running tool "):
+        for prefix in TOOL_NAME_SPAN_PREFIXES:
             if name.startswith(prefix):
                 tool = name[len(prefix):]
                 break
@@ -308,13 +324,37 @@ def _exception(events: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _event_facts(events: Any) -> dict[str, object] | None:
+    """The wanted attributes of the span's events, as ``"<event>:<attribute>"`` facts (the
+    first event of a name that carries an attribute wins)."""
+    facts: dict[str, object] | None = None
+    for event in events:
+        wanted = EVENT_FACTS.get(event.name)
+        if wanted is None:
+            continue
+        for kv in event.attributes:
+            if kv.key in wanted:
+                key = event.name + ":" + kv.key
+                if facts is None:
+                    facts = {}
+                if key not in facts:
+                    value = kv.value
+                    text = value.string_value
+                    facts[key] = text if text else any_value(value)
+    return facts
+
+
 BUDGET_ATTRIBUTES = frozenset("watchdog.budget." + key for key in BUDGET_KEYS)
 
 WANTED_ATTRIBUTES = frozenset(
     RUN_ID_KEYS + AGENT_CALL_ID_KEYS + AGENT_NAME_KEYS + SESSION_KEYS + PARENT_RUN_KEYS
     + TOOL_NAME_KEYS + TOOL_ARGS_KEYS + TOOL_RESULT_KEYS + AGENT_OUTPUT_KEYS + INPUT_TOKEN_KEYS
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
-    + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS) | BUDGET_ATTRIBUTES
+    + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
+    + LLM_OUTPUT_KEYS + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
+    + tuple(key for key, _ in CONVERSATION_OUTPUTS)
+    + tuple(key for key, _, _ in TABLES.call_limits)
+) | BUDGET_ATTRIBUTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,24 +418,25 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     name = span.name[:MAX_NAME_CHARS]
     start_ns = span.start_time_unix_nano
     key, source = run_key(trace_id, attrs, resource)
-    kind = classify(name, attrs)
-    if kind is OTHER and parent is None and _is_chain(attrs):
-        # LangChain/LangGraph under OpenInference: the root CHAIN span is the whole run, and
-        # its output.value the answer; nested CHAIN spans are plumbing and stay OTHER.
-        kind = AGENT
-        workflow = True
-    else:
-        workflow = kind is AGENT and (attrs.get("gen_ai.operation.name") == "invoke_workflow"
-                                      or attrs.get("traceloop.span.kind") == "workflow")
+    role = role_of(name, attrs, parent is None)
+    kind = ROLE_KINDS[role]
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
                         max(span.end_time_unix_nano, start_ns))
-    if workflow:
+    if role is Role.CREATE_AGENT:
+        record.creates_agent = True
+    elif role is Role.WORKFLOW:
         record.workflow = True
 
+    events = span.events
+    if events and kind is not OTHER:
+        facts = _event_facts(events)
+        if facts is not None:  # some frameworks put answers and arguments only in events
+            attrs = {**attrs, **facts}
+
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
-    if agent is None and kind is AGENT and "traceloop.span.kind" in attrs:
-        agent = _first_str(attrs, ("traceloop.entity.name",))
+    if agent is None and kind is AGENT:
+        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS)
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service
@@ -405,46 +446,47 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     record.parent_run = _first_str(attrs, PARENT_RUN_KEYS) or resource.parent_run
     record.budget = _budget(attrs, resource)
 
-    if span.status.code == STATUS_CODE_ERROR:
-        exc_type, exc_message = _exception(span.events)
-        error_type = _first_str(attrs, ("error.type",)) or exc_type or "error"
-        message = exc_message or span.status.message or ""
-        prefix = error_type.rsplit(".", 1)[-1] + ": "
-        if message.startswith(prefix):  # "RuntimeError: boom" -> "boom"; the type is kept apart
-            message = message[len(prefix):]
-        record.error = True
-        record.error_type = error_type[:MAX_NAME_CHARS]
-        record.error_message = brief(message, MAX_ERROR_CHARS)
-        record.error_signature = stable_hash(error_type + ":" + mask(record.error_message))
+    status = span.status
+    if status.code == STATUS_CODE_ERROR:
+        _fill_error(record, attrs, events, status.message)
+    elif status.message:
+        record.limit_stop = status_limit(status.message)
 
     if kind is TOOL:
         _fill_tool(record, name, attrs)
     elif kind is LLM:
         _fill_llm(record, attrs, span)
     elif kind is AGENT:
-        output = _first(attrs, AGENT_OUTPUT_KEYS)
-        if output is not None and not record.error and not _is_empty_output(output):
-            record.final_answer = True
-            record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
-        record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
-        finish = _first(attrs, FINISH_REASON_KEYS)
-        if finish is not None:
-            record.finish_reason = _finish_reason(finish)
+        _fill_agent(record, attrs)
     return record
 
 
-def _finish_reason(value: object) -> str | None:
-    if isinstance(value, list):
-        value = value[-1] if value else None
-    if value is None:
-        return None
-    return str(value)[:MAX_NAME_CHARS]
+def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
+                status_message: str) -> None:
+    exc_type, exc_message = _exception(events)
+    status_stop = status_limit(status_message) if status_message else None
+    # A limit only named by the status description ("Max turns exceeded: …") types the error.
+    error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or status_stop or "error"
+    message = exc_message or status_message or ""
+    prefix = short_type(error_type) + ": "
+    if message.startswith(prefix):  # "RuntimeError: boom" -> "boom"; the type is kept apart
+        message = message[len(prefix):]
+    record.error = True
+    record.error_type = error_type[:MAX_NAME_CHARS]
+    record.error_message = brief(message, MAX_ERROR_CHARS)
+    record.error_signature = stable_hash(error_type + ":" + mask(record.error_message))
+    record.exception_id = stable_hash((exc_type or error_type) + "\0" + message)
+    for candidate in (error_type, exc_type):
+        if candidate and short_type(candidate) in LIMIT_EXCEPTIONS:
+            record.limit_stop = short_type(candidate)
+            return
+    record.limit_stop = status_stop
 
 
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> None:
     tool = _tool_name(name, attrs)
     record.tool_name = tool
-    if tool in OUTPUT_TOOL_NAMES or tool.startswith(OUTPUT_TOOL_PREFIX):
+    if tool in OUTPUT_TOOL_NAMES or tool.startswith(OUTPUT_TOOL_PREFIXES):
         # The output tool carries the answer itself: a final answer, not agent work.
         record.kind = OTHER
         record.final_answer = not record.error
@@ -472,20 +514,50 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     if not record.input_tokens and not record.output_tokens:
         # OpenLLMetry may report only a total; count it as input so totals stay right.
         record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
-    finish = _first(attrs, FINISH_REASON_KEYS)
-    if finish is not None:
-        record.finish_reason = _finish_reason(finish)
-        record.final_answer = (record.finish_reason or "").lower() in ANSWER_FINISH_REASONS
+    output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
+    fill_model_outcome(record, _first(attrs, FINISH_REASON_KEYS),
+                  output_messages if output_messages is not None
+                  else _first(attrs, LLM_OUTPUT_KEYS))
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     if messages:
-        messages += max(_count_messages(_first(attrs, OUTPUT_MESSAGES_JSON_KEYS)), 1)
+        messages += max(_count_messages(output_messages), 1)
     else:  # flattened conventions: the count is in the keys, walked only now
         keys = [kv.key for kv in span.attributes]
         flat_in = _flat_count(keys, FLAT_INPUT_PREFIXES)
         if flat_in:
             messages = flat_in + max(_flat_count(keys, FLAT_OUTPUT_PREFIXES), 1)
     record.messages = messages
+    if record.limit_stop is None:
+        prompt = _first_str(attrs, PROMPT_KEYS)
+        if prompt is not None:
+            record.limit_stop = prompt_limit(prompt)
+
+
+def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
+    output = _first(attrs, AGENT_OUTPUT_KEYS)
+    finish = _first(attrs, FINISH_REASON_KEYS)
+    if isinstance(output, str) and finish is None and '"finish_reason"' in output:
+        finish = output_finish_reason(output)
+    if finish is not None:
+        record.finish_reason = finish_reason(finish)
+    limit = agent_limit(attrs, record.finish_reason)
+    if record.limit_stop is None:
+        record.limit_stop = limit
+    stopped_silent = limit is not None and limit == record.finish_reason
+    if (output is not None and not stopped_silent and not record.error
+            and not _is_empty_output(output) and has_text(output)):
+        # An agent stopped by a limit finish reason (Strands' limit_turns) gave no answer; one
+        # whose state names a limit may still have answered (Hermes' summary).
+        record.final_answer = True
+        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+    record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
+    for key, marker in CONVERSATION_OUTPUTS:
+        conversation = attrs.get(key)
+        if isinstance(conversation, str) and f'"{marker}"' in conversation \
+                and '"messages"' in conversation:
+            fill_reported_calls(record, conversation, attrs)
+            break
 
 
 __all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "run_key", "select_attributes", "stable_hash"]
+           "role_of", "run_key", "select_attributes", "short_type", "stable_hash"]

@@ -118,6 +118,11 @@ def create_server(service: WatchdogService, metrics: Metrics, admission: Admissi
     })
     server = grpc.aio.server(handlers=(handler,), options=(
         ("grpc.max_receive_message_length", config.max_request_bytes),
+        # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the port
+        # and split the agents' spans between two processes. Refuse the port instead.
+        ("grpc.so_reuseport", 0),
     ))
     port = server.add_insecure_port(config.otlp_grpc_address)
+    if port == 0 and not config.otlp_grpc_address.endswith(":0"):  # older grpcio: no raise
+        raise RuntimeError(f"Failed to bind to address {config.otlp_grpc_address}")
     return server, port

@@ -219,7 +219,7 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         if key in INTEGER_BUDGETS:
             value: float | None = reader.integer(fields[key], None, f"budgets: {key}", 1)
         else:
-            value = reader.duration(fields[key], None, f"budgets: {key}")
+            value = reader.duration(fields[key], None, f"budgets: {key}", seconds=True)
             if value == 0:
                 reader.problem(fields[key], None, f"budgets: {key}: must be more than 0")
                 value = None
@@ -394,7 +394,7 @@ def _read_grace(reader: Reader, node: Node, rule: str, action: Action | None) ->
         tool_calls = reader.integer(fields["tool_calls"], rule, "grace: tool_calls", 0)
         ok = tool_calls is not None
     if "seconds" in fields:
-        seconds = reader.duration(fields["seconds"], rule, "grace: seconds")
+        seconds = reader.duration(fields["seconds"], rule, "grace: seconds", seconds=True)
         ok = ok and seconds is not None
     if ok and tool_calls is None and seconds is None:
         reader.problem(node, rule, "grace: set tool_calls, seconds or both")

@@ -218,7 +218,7 @@ def _read_step(reader: Reader, node: Node, index: int, where: str) -> Step | Non
     fields = reader.fields(node, None, where, STEP_KEYS, ("at",))
     if fields is None or "at" not in fields:
         return None
-    at = reader.number(fields["at"], None, f"{where}: at")
+    at = reader.duration(fields["at"], None, f"{where}: at", seconds=True)
     kinds = [k for k in STEP_KINDS if k in fields]
     if len(kinds) != 1:
         reader.problem(node, None, f"{where}: needs exactly one of {', '.join(STEP_KINDS)}"
@@ -230,7 +230,8 @@ def _read_step(reader: Reader, node: Node, index: int, where: str) -> Step | Non
         if key in fields and kind != "tool":
             reader.problem(fields[key], None, f"{where}: '{key}' belongs to a tool step")
     if "duration" in fields:
-        step.duration = reader.number(fields["duration"], None, f"{where}: duration") or 0.0
+        step.duration = reader.duration(fields["duration"], None, f"{where}: duration",
+                                        seconds=True) or 0.0
     body = fields[kind]
     if kind == "tool":
         step.data["tool"] = reader.string(body, None, f"{where}: tool")

@@ -9,7 +9,6 @@ wrong and returns ``None``, so one ``watchdog rules check`` lists everything to 
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,11 +16,10 @@ from typing import Any, TypeVar
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from watchdog.durations import DurationError, parse_duration, parse_seconds
+
 T = TypeVar("T")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +49,6 @@ def text_line(node: Node, row: int) -> int:
     if isinstance(node, ScalarNode) and node.style in ("|", ">"):
         first += 1
     return first + row - 1
-
-
-def parse_duration(value: object) -> float | None:
-    """Seconds from a YAML number or a duration string (``30s``, ``5m``, ``1h30m``, ``500ms``)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if isinstance(value, str) and _DURATION.match(value.strip()):
-        return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
-    return None
 
 
 class Reader:
@@ -161,9 +148,17 @@ class Reader:
                         and not isinstance(v, bool) and v >= minimum else None,
                         f"a number >= {minimum:g}")
 
-    def duration(self, node: Node, rule: str | None, key: str) -> float | None:
-        return self.get(node, rule, key, parse_duration,
-                        "a duration like 0s, 30s, 5m, 1h30m (or a number of seconds)")
+    def duration(self, node: Node, rule: str | None, key: str, seconds: bool = False
+                 ) -> float | None:
+        """A duration (:mod:`watchdog.durations`); ``seconds``: a key named in seconds also
+        takes a plain number."""
+        value = self.value(node)
+        try:
+            return (parse_seconds if seconds else parse_duration)(value)
+        except DurationError as exc:
+            self.problem(node, rule, f"{key}: expected {exc.allowed}, got {describe(value)}"
+                                     + (f"; {exc.hint}" if exc.hint else ""))
+            return None
 
     def choice(self, node: Node, rule: str | None, key: str, choices: Collection[str]
                ) -> str | None:

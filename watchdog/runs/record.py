@@ -76,6 +76,14 @@ class SpanRecord:
     # An agent-kind span that frames a workflow (invoke_workflow, an OpenLLMetry workflow, an
     # OpenInference root CHAIN) rather than an agent: the agent below it is the run's own.
     workflow: bool = False
+    # How the run ended, as this span tells it (watchdog.ingest.frameworks lists the places).
+    limit_stop: str | None = None  # a framework limit stopped the run: its name
+    requested_tools: bool = False  # a model call whose response asked for tools (no answer)
+    creates_agent: bool = False  # creates/configures an agent without running it: not a run
+    model_calls: int = 0  # model calls an agent span reports having made (crewai without
+    # model-call spans); 0 = not reported
+    exception_id: int | None = None  # type + exact message, 64-bit: one exception seen on
+    # several nested spans (a tool, its agent, the workflow) has one id
 
     @property
     def ends_run(self) -> bool:

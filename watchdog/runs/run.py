@@ -58,7 +58,8 @@ class RunState:
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "in_flight", "in_flight_since", "input_tokens",
         "iterations", "key", "key_source",
-        "last_error", "last_progress", "last_seen", "messages", "output_tokens", "parent_run",
+        "last_error", "last_progress", "last_seen", "limit_stop", "messages", "output_tokens",
+        "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
         "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
         "trace_id",
@@ -101,6 +102,7 @@ class RunState:
         self.explicit_final = False
         self._llm_final = False
         self.final_output: str | None = None
+        self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
         self.ended = False
         self.ended_at: float | None = None
@@ -144,6 +146,8 @@ class RunState:
             self.output_tokens += record.output_tokens
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
+            if (record.finish_reason is not None or record.final_answer
+                    or record.requested_tools):  # else: a stream that says nothing
                 self._llm_final = record.final_answer
         elif kind is TOOL:
             self._apply_tool(record)
@@ -151,6 +155,8 @@ class RunState:
             self.explicit_final = True
         if record.final_output is not None:
             self.final_output = record.final_output
+        if record.limit_stop is not None and self.limit_stop is None:
+            self.limit_stop = record.limit_stop
 
         if record.error and (record.ends_run or kind is AGENT):
             # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,
@@ -158,6 +164,10 @@ class RunState:
             # below a root that ended OK (nested agents are child runs): the run ended in it.
             self.end_error_type = record.error_type or "error"
         if kind is AGENT:
+            if record.model_calls > self.iterations:
+                # A framework that emits no model-call span (crewai alone) reports its calls
+                # on the agent span: they are the run's iterations.
+                self.iterations = record.model_calls
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
             if record.error and self.last_error is None:  # keep the error that led here
@@ -184,6 +194,9 @@ class RunState:
             self._tool_error_streak = False
 
     def _apply_tool(self, record: SpanRecord) -> None:
+        # A tool ran after the last model call: that call asked for it, whatever its finish
+        # reason said (google-adk says "stop" on tool requests), so it was not the answer.
+        self._llm_final = False
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
@@ -292,6 +305,7 @@ class RunState:
             end_error_type=self.end_error_type,
             has_final_answer=self.has_final_answer,
             at_budget=self.at_budget(),
+            limit_stop=self.limit_stop,
         )
 
     def refold(self, records: list[SpanRecord], now: float) -> None:

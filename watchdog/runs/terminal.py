@@ -23,18 +23,6 @@ class TerminalState(StrEnum):
     ABANDONED = "abandoned"
 
 
-# Exceptions frameworks raise when they stop a run at a limit, by unqualified class name.
-LIMIT_EXCEPTIONS = frozenset({
-    "UsageLimitExceeded",  # pydantic-ai
-    "MaxTurnsExceeded",  # OpenAI Agents SDK
-    "GraphRecursionError",  # LangGraph
-    "AgentMaxStepsError",  # smolagents
-    "MaxIterationsExceeded",
-    "RecursionLimitExceeded",
-    "ToolLimitReached",
-})
-
-
 def short_type(error_type: str) -> str:
     """``pydantic_ai.exceptions.UsageLimitExceeded`` -> ``UsageLimitExceeded``."""
     return error_type.rsplit(".", 1)[-1]
@@ -47,15 +35,19 @@ def classify_end(
     end_error_type: str | None,
     has_final_answer: bool,
     at_budget: bool,
+    limit_stop: str | None = None,
 ) -> tuple[TerminalState, str | None]:
-    """The terminal state and reason of a run whose root span has arrived."""
+    """The terminal state and reason of a run whose root span has arrived.
+
+    ``limit_stop`` is the framework limit any span of the run reported (a limit exception, a
+    status description, a finish reason, a state field: :mod:`watchdog.ingest.frameworks`).
+    """
     if forced is not None:
         return forced, forced_reason
+    if limit_stop is not None:
+        return TerminalState.TOOL_LIMIT_REACHED, limit_stop
     if end_error_type is not None:
-        name = short_type(end_error_type)
-        if name in LIMIT_EXCEPTIONS:
-            return TerminalState.TOOL_LIMIT_REACHED, name
-        return TerminalState.ERROR, name
+        return TerminalState.ERROR, short_type(end_error_type)
     if at_budget:
         return TerminalState.TOOL_LIMIT_REACHED, "budget"
     if has_final_answer:

@@ -245,8 +245,25 @@ class RunTracker:
             result.activity.append(entry)
         self._count(record, run, result)
         if record.ends_run and not run.ended:
+            if not run.has_final_answer and run.end_error_type is None:
+                self._answer_from_children(run)
             self._finish(run, now)
             result.ended.append(run)
+
+    def _answer_from_children(self, run: RunState) -> None:
+        """A run that handed off (OpenAI Agents SDK handoffs) answers through the child run
+        that ended last: its answer is the invocation's."""
+        frames = self._frames.get(run.trace_id)
+        if frames is None or not frames.children:
+            return
+        children = [child for key in frames.children.values()
+                    if (child := self.get(key)) is not None and child.parent_run == run.key
+                    and child.ended]
+        if children:
+            last = max(children, key=lambda child: child.ended_at or 0.0)
+            if last.has_final_answer:
+                run.explicit_final = True
+                run.final_output = last.final_output
 
     def _finish(self, run: RunState, now: float) -> None:
         run.end(now)

@@ -14,7 +14,7 @@ from _otel import model_settings, setup_tracing
 from openai import OpenAI
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
-MAX_STEPS = 5
+MAX_STEPS = 5  # the loop's own cap: "limit" runs into it
 TOOLS = [{"type": "function", "function": {
     "name": "lookup", "description": "Look a key up.",
     "parameters": {"type": "object", "properties": {"key": {"type": "string"}},
@@ -59,7 +59,11 @@ def main(scenario: str) -> None:
     base_url, model = model_settings()
     client = OpenAI(base_url=base_url, api_key="sk-fake")
     stream = scenario.endswith("_stream")
-    messages: list[dict] = [{"role": "user", "content": "Look up a, b and c."}]
+    if scenario.startswith("tool_error"):
+        messages_note = "Look up broken."
+    else:
+        messages_note = "Look up a, b and c."
+    messages: list[dict] = [{"role": "user", "content": messages_note}]
     for _ in range(MAX_STEPS):
         message, _finish = chat(client, model, messages, stream)
         messages.append(message)

@@ -1,0 +1,64 @@
+"""crewai (one agent, one task, one crew) on its native OpenAI provider.
+
+Shared by the drivers ``crewai_openinference`` (``openinference-instrumentation-crewai``
+only: what a user who follows the crewai instrumentation's docs gets) and
+``crewai_openinference_openai`` (plus ``openinference-instrumentation-openai``, which adds the
+model-call spans crewai's own instrumentation lacks). Scenarios (argv[1]):
+
+* ``three_tools``: the tool ``lookup`` called 3 times, then an answer;
+* ``limit``: the model calls ``lookup`` forever; the agent's own ``max_iter=3`` stops it (crewai
+  then asks the model for a final answer, without tools);
+* ``tool_error``: ``lookup`` raises.
+
+The agent is named by its ``role``.
+"""
+
+from __future__ import annotations
+
+import os
+
+AGENT_ROLE = "crewai-researcher"
+SERVICE_NAME = "crewai-service"  # not the agent name: the agent name must come from the spans
+MAX_ITER = 3
+PROMPTS = {
+    "three_tools": "Look up a, b and c.",
+    "limit": "Look up every key you can find.",
+    "tool_error": "Look up broken.",
+}
+# crewai's own telemetry and tracing service are off (no network); OTel itself stays on.
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("CREWAI_DISABLE_TRACKING", "true")
+os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+os.environ.setdefault("CREWAI_STORAGE_DIR", "/tmp/crewai-watchdog-tests")
+
+
+def run(scenario: str, instrument_openai: bool) -> None:
+    from _otel import model_settings, setup_tracing
+
+    provider = setup_tracing(SERVICE_NAME)
+    from openinference.instrumentation.crewai import CrewAIInstrumentor
+    CrewAIInstrumentor().instrument(tracer_provider=provider)
+    if instrument_openai:
+        from openinference.instrumentation.openai import OpenAIInstrumentor
+        OpenAIInstrumentor().instrument(tracer_provider=provider)
+
+    from crewai import LLM, Agent, Crew, Task
+    from crewai.tools import tool
+
+    @tool("lookup")
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        if key == "broken":
+            raise RuntimeError(f"backend unavailable for {key}")
+        return f"value of {key}"
+
+    base_url, model_name = model_settings()
+    llm = LLM(model=f"openai/{model_name}", base_url=base_url, api_key="sk-fake")
+    agent = Agent(role=AGENT_ROLE, goal="Look keys up.", backstory="You look keys up.",
+                  tools=[lookup], llm=llm, max_iter=MAX_ITER if scenario == "limit" else 10,
+                  verbose=False)
+    task = Task(description=PROMPTS[scenario], expected_output="What the keys are.",
+                agent=agent)
+    result = Crew(agents=[agent], tasks=[task], verbose=False).kickoff()
+    print("answer:", result.raw)
+    provider.shutdown()

@@ -1,0 +1,10 @@
+"""crewai traced by openinference-instrumentation-crewai and -openai; see :mod:`_crewai`."""
+
+from __future__ import annotations
+
+import sys
+
+from _crewai import run
+
+if __name__ == "__main__":
+    run(sys.argv[1], instrument_openai=True)

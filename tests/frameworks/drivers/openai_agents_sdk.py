@@ -1,0 +1,49 @@
+"""The OpenAI Agents SDK traced by OpenInference's instrumentor, on the chat-completions model
+against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit``
+(``max_turns=3`` -> ``MaxTurnsExceeded``), ``tool_error``, ``handoff`` (a triage agent hands
+off to a billing agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from _otel import model_settings, setup_tracing
+from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_trace_processors
+from agents.exceptions import MaxTurnsExceeded
+from openai import AsyncOpenAI
+from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+
+@function_tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    if key == "broken":
+        raise RuntimeError(f"backend unavailable for {key}")
+    return f"value of {key}"
+
+
+async def main(scenario: str) -> None:
+    provider = setup_tracing("openai-agents-service")
+    set_trace_processors([])  # no export to OpenAI's backend: there is no network here
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
+    base_url, name = model_settings()
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-fake")
+    researcher = Agent(name="agents-researcher", instructions="Look things up, then answer.",
+                       tools=[lookup], model=OpenAIChatCompletionsModel(name, client))
+    start = researcher
+    if scenario == "handoff":
+        researcher.model = OpenAIChatCompletionsModel(name + "-billing", client)
+        start = Agent(name="agents-triage", instructions="Hand billing questions off.",
+                      handoffs=[researcher], model=OpenAIChatCompletionsModel(name, client))
+    try:
+        result = await Runner.run(start, "Look up a, b and c.",
+                                  max_turns=3 if scenario == "limit" else 10)
+        print("answer:", result.final_output)
+    except MaxTurnsExceeded as exc:
+        print("stopped:", exc)
+    provider.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))

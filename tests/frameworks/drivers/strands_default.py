@@ -1,0 +1,10 @@
+"""strands-agents, native OTel, default span format; see :mod:`_strands`."""
+
+from __future__ import annotations
+
+import sys
+
+from _strands import run
+
+if __name__ == "__main__":
+    run(sys.argv[1], latest=False)

@@ -1,0 +1,64 @@
+"""A real ``python -m watchdog serve`` process on free loopback ports, for tests of what only a
+process shows: exit codes, stderr, log lines."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO
+
+from tests.harness import wait_until
+
+PORT_NAMES = ("otlp_grpc", "otlp_http", "api", "metrics")
+READY_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fresh_ports() -> dict[str, int]:
+    return {name: free_port() for name in PORT_NAMES}
+
+
+def serve_env(state_dir: Path, ports: dict[str, int], **extra: str) -> dict[str, str]:
+    """The test's environment without its WATCHDOG_* variables, plus the sidecar's."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("WATCHDOG_")}
+    env.update({f"WATCHDOG_{name.upper()}_ADDRESS": f"127.0.0.1:{port}"
+                for name, port in ports.items()})
+    env["WATCHDOG_STATE_DIR"] = str(state_dir)
+    env["WATCHDOG_RULES_WATCH_INTERVAL"] = "0"
+    env.update(extra)
+    return env
+
+
+def _ready(url: str) -> bool:
+    with suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+        return response.status == 200
+    return False
+
+
+@contextmanager
+def running_sidecar(env: dict[str, str], metrics_port: int,
+                    stderr: IO[str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A sidecar that is ready (``/readyz``); SIGTERM and wait on the way out."""
+    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env,
+                               stderr=stderr if stderr is not None else subprocess.PIPE,
+                               text=True)
+    try:
+        wait_until(lambda: process.poll() is not None
+                   or _ready(f"http://127.0.0.1:{metrics_port}/readyz"),
+                   timeout=READY_TIMEOUT, what="the sidecar to be ready")
+        assert process.poll() is None, process.communicate()[1]
+        yield process
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)

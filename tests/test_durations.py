@@ -1,0 +1,90 @@
+"""One duration grammar (Prometheus') for configuration and rules: the same table is read by the
+parser, by config keys (``WATCHDOG_EVAL_INTERVAL``) and by a rule's ``for:`` and ``grace``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from watchdog.config import load
+from watchdog.durations import DURATION_HELP, SECONDS_HELP, DurationError, parse_duration
+from watchdog.errors import ConfigError
+from watchdog.rules.pack import RulePackError, load_text
+from watchdog.rules.testfile import read_test_file
+
+HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: t\n"
+
+# text -> seconds, or None where Prometheus' model.ParseDuration refuses it too
+DURATIONS: list[tuple[str, float | None]] = [
+    ("0", 0.0), ("0s", 0.0), ("500ms", 0.5), ("30s", 30.0), ("1m30s", 90.0), ("15m", 900.0),
+    ("1h", 3600.0), ("1h30m", 5400.0), ("1d", 86400.0), ("1w", 604800.0),
+    ("1y", 365 * 86400.0), ("2d12h", 216000.0), ("1h0m5s250ms", 3605.25), (" 10m ", 600.0),
+    ("", None), ("5 minutes", None), ("1.5h", None), ("30m1h", None), ("1h1h", None),
+    ("-5s", None), ("5x", None), ("ms", None), ("1M", None), ("10S", None),
+]
+
+
+@pytest.mark.parametrize(("text", "seconds"), DURATIONS)
+def test_the_grammar(text: str, seconds: float | None) -> None:
+    if seconds is None:
+        with pytest.raises(DurationError) as caught:
+            parse_duration(text)
+        assert caught.value.allowed == DURATION_HELP
+    else:
+        assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(("text", "seconds"), DURATIONS)
+def test_config_reads_the_same_grammar(text: str, seconds: float | None) -> None:
+    env = {"WATCHDOG_RUN_END_TIMEOUT": text}
+    if seconds is None or seconds == 0:  # run_end_timeout must also be > 0
+        with pytest.raises(ConfigError, match=r"^run_end_timeout="):
+            load(env=env)
+    else:
+        assert load(env=env).run_end_timeout == seconds
+
+
+@pytest.mark.parametrize(("text", "seconds"), DURATIONS)
+def test_rules_read_the_same_grammar(text: str, seconds: float | None) -> None:
+    pack = (HEADER + "rules:\n  - {name: a, when: 'true', action: wind_down, message: m, "
+            f"for: '{text}', grace: {{seconds: '{text}'}}}}\n")
+    if seconds is None:
+        with pytest.raises(RulePackError) as caught:
+            load_text(pack)
+        assert [p.message for p in caught.value.problems] == [
+            f"for: expected {DURATION_HELP}, got {text!r}",
+            f"grace: seconds: expected {SECONDS_HELP}, got {text!r}"]
+    else:
+        rule = load_text(pack).rules[0]
+        assert (rule.for_seconds, rule.grace and rule.grace.seconds) == (seconds, seconds)
+
+
+def test_a_bare_number_is_seconds_only_where_the_key_says_seconds() -> None:
+    """``for: 5`` has no unit (promtool refuses it); ``grace: {seconds: 60}``, a budget's
+    ``max_seconds`` and config timers name their unit, so a number is read as seconds."""
+    with pytest.raises(RulePackError) as caught:
+        load_text(HEADER + "rules:\n  - {name: a, when: 'true', action: notify, message: m, "
+                           "for: 5}\n")
+    assert [p.message for p in caught.value.problems] == [
+        f"for: expected {DURATION_HELP}, got 5; a bare number has no unit: write 5s"]
+    rules = load_text(HEADER + "budgets: [{agents: ['*'], max_seconds: 600}]\nrules:\n"
+                               "  - {name: a, when: 'true', action: wind_down, message: m, "
+                               "grace: {seconds: 60}}\n")
+    assert rules.rules[0].grace is not None and rules.rules[0].grace.seconds == 60.0
+    assert rules.budgets[0].limits["max_seconds"] == 600.0
+    assert load(env={"WATCHDOG_EVAL_INTERVAL": "0.25"}).eval_interval == 0.25
+    assert load(env={"WATCHDOG_EVAL_INTERVAL": "2"}).eval_interval == 2.0
+
+
+def test_rule_test_steps_take_durations_too(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(HEADER + "rules: []\n")
+    tests = tmp_path / "p.test.yaml"
+    tests.write_text("rule_files: [p.yaml]\ntests:\n  - name: t\n    steps:\n"
+                     "      - {at: 0, llm: {input_tokens: 1, output_tokens: 1}}\n"
+                     "      - {at: 1m30s, tool: search, duration: 500ms}\n"
+                     "      - {at: 100, end: {final_answer: true}}\n")
+    parsed, problems = read_test_file(str(tests))
+    assert problems == [] and parsed is not None
+    steps = parsed.tests[0].steps
+    assert [(s.at, s.duration) for s in steps] == [(0.0, 0.0), (90.0, 0.5), (100.0, 0.0)]

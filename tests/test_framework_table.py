@@ -1,0 +1,28 @@
+"""The README's "what is read from where, per framework" table is the convention tables the
+normaliser reads (watchdog/ingest/frameworks.py), rendered by tools/frameworks_table.py."""
+
+from __future__ import annotations
+
+from tools import frameworks_table
+from watchdog.ingest.frameworks import CONVENTIONS, TABLES
+
+
+def test_readme_table_matches_the_tables() -> None:
+    readme = frameworks_table.README.read_text("utf-8")
+    assert frameworks_table.updated(readme) == readme, (
+        "README.md's frameworks table is out of date: run python tools/frameworks_table.py")
+
+
+def test_every_table_entry_has_a_readme_row() -> None:
+    readme = frameworks_table.README.read_text("utf-8")
+    for convention in CONVENTIONS:
+        assert f"| **{convention.name}** (" in readme
+
+
+def test_combined_tables_keep_precedence_and_read_events_last() -> None:
+    # DESIGN §3: watchdog.agent.name → gen_ai.agent.name → agent.name; event facts come after
+    # every span attribute.
+    assert TABLES.agent_name[:3] == ("watchdog.agent.name", "gen_ai.agent.name", "agent.name")
+    assert TABLES.session[:3] == ("watchdog.session.id", "gen_ai.conversation.id", "session.id")
+    assert TABLES.finish_reasons[-1] == "gen_ai.choice:finish_reason"
+    assert TABLES.events["gen_ai.choice"] == frozenset({"finish_reason", "message"})

@@ -1,0 +1,152 @@
+"""Startup failures of a real ``python -m watchdog serve`` process: each is exit code 2 and one
+line on stderr naming the problem and what to do — never a traceback (DESIGN §2).
+
+Ports are held by real sockets, and by a real second sidecar for gRPC (whose default
+SO_REUSEPORT would otherwise let two processes share :4317 and split the agents' spans).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.harness import RunningServer
+from tests.processes import fresh_ports, running_sidecar, serve_env
+from watchdog.ingest import otlp_grpc
+from watchdog.ingest.admission import Admission
+
+EXIT_STARTUP = 2
+
+
+def failed_start(env: dict[str, str], *args: str) -> str:
+    """Run ``watchdog serve``; assert it refused to start the right way; return its one line."""
+    done = subprocess.run([sys.executable, "-m", "watchdog", "serve", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_STARTUP, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("watchdog: "), lines
+    return lines[0]
+
+
+@contextmanager
+def listening(port: int) -> Iterator[socket.socket]:
+    """A plain socket listening on ``port``, as any other program would hold it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        yield sock
+
+
+@pytest.mark.parametrize("name", ["otlp_http", "api", "metrics", "otlp_grpc"])
+def test_a_port_held_by_another_program(tmp_path: Path, name: str) -> None:
+    ports = fresh_ports()
+    with listening(ports[name]):
+        line = failed_start(serve_env(tmp_path / "state", ports))
+    key = f"{name}_address"
+    assert line.startswith(f"watchdog: {key}='127.0.0.1:{ports[name]}': cannot listen (Address "
+                           f"already in use); another process (another watchdog?) holds the "
+                           f"port: stop it"), line
+    assert f"WATCHDOG_{key.upper()}" in line and f"--{key.replace('_', '-')}" in line
+
+
+def test_a_second_watchdog_cannot_share_the_grpc_port(tmp_path: Path) -> None:
+    first = fresh_ports()
+    with running_sidecar(serve_env(tmp_path / "one", first), first["metrics"]):
+        second = {**fresh_ports(), "otlp_grpc": first["otlp_grpc"]}
+        line = failed_start(serve_env(tmp_path / "two", second))
+    assert line.startswith(
+        f"watchdog: otlp_grpc_address='127.0.0.1:{first['otlp_grpc']}': cannot listen ("), line
+    assert line.endswith("cannot listen (Address already in use); another process (another "
+                         "watchdog?) holds the port: stop it — or choose another address with "
+                         "WATCHDOG_OTLP_GRPC_ADDRESS or --otlp-grpc-address")
+
+
+def test_a_bad_rule_pack(tmp_path: Path) -> None:
+    pack = tmp_path / "broken.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: broken\nrules:\n"
+                    "  - {name: a, when: 'run.tool_calss > 1', action: notify, message: m}\n"
+                    "  - {name: b, when: 'true', for: 5, action: notify, message: m}\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(), WATCHDOG_RULES=str(pack)))
+    assert line.startswith(f"watchdog: bad rule pack: {pack}:5: rule a: when: "), line
+    assert "(and 1 more problem)" in line
+    assert "`watchdog rules check PATH...` lists every problem" in line
+
+
+def test_an_unusable_state_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    line = failed_start(serve_env(blocker / "state", fresh_ports()))
+    assert line == (f"watchdog: state_dir '{blocker / 'state'}': Not a directory: set state_dir "
+                    f"(WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or :memory: "
+                    f"to keep nothing")
+
+
+def test_an_unknown_environment_variable(tmp_path: Path) -> None:
+    env = serve_env(tmp_path / "state", fresh_ports(), WATCHDOG_RUN_END_TIMOUT="10m")
+    line = failed_start(env)
+    assert line.startswith("watchdog: unknown environment variable WATCHDOG_RUN_END_TIMOUT: "
+                           "did you mean WATCHDOG_RUN_END_TIMEOUT?"), line
+
+
+def test_variables_that_are_not_configuration_are_left_alone(tmp_path: Path) -> None:
+    """The client SDK's WATCHDOG_URL and Kubernetes' service links for a Service named
+    "watchdog" share the pod's environment; the sidecar starts with them."""
+    ports = fresh_ports()
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_URL="http://127.0.0.1:9477",
+                    WATCHDOG_SERVICE_HOST="10.0.0.7", WATCHDOG_SERVICE_PORT="9477",
+                    WATCHDOG_PORT="tcp://10.0.0.7:9477",
+                    WATCHDOG_PORT_9477_TCP_ADDR="10.0.0.7")
+    with running_sidecar(env, ports["metrics"]) as process:
+        assert process.poll() is None
+
+
+@pytest.mark.parametrize(("args", "extra", "expected"), [
+    (["--config", "{config}"], {},
+     "watchdog: unknown configuration key 'run_end_timout' in {config}; did you mean "
+     "run_end_timeout? allowed: "),
+    ([], {"WATCHDOG_RUN_END_TIMEOUT": "15 minutes"},
+     "watchdog: run_end_timeout='15 minutes' is not allowed: expected a number of seconds >= 0 "
+     "or a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first)"),
+    (["--eval-interval", "1.5h"], {},
+     "watchdog: eval_interval='1.5h' is not allowed: expected a number of seconds >= 0 "
+     "or a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first)"),
+    (["--max-runs", "many"], {},
+     "watchdog: max_runs='many' is not allowed: expected an integer"),
+])
+def test_an_unknown_key_or_a_bad_value(tmp_path: Path, args: list[str], extra: dict[str, str],
+                                       expected: str) -> None:
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("run_end_timout: 10m\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(), **extra),
+                        *(arg.format(config=config) for arg in args))
+    assert line.startswith(expected.format(config=config)), line
+
+
+def test_the_grpc_receiver_itself_refuses_a_shared_port(sidecar: RunningServer) -> None:
+    """Without the pre-flight check (a race, or another caller): grpcio's default
+    SO_REUSEPORT is off, so binding the running sidecar's gRPC port fails."""
+    server = sidecar.server
+    assert server.service is not None and server.metrics is not None
+    config = replace(server.config, otlp_grpc_address=sidecar.grpc_target)
+    with pytest.raises(RuntimeError, match="Failed to bind"):
+        otlp_grpc.create_server(server.service, server.metrics, Admission(1), config)
+
+
+def test_a_grpc_address_this_machine_does_not_have(tmp_path: Path) -> None:
+    """192.0.2.1 (TEST-NET-1, RFC 5737) is nobody's address: the bind itself fails."""
+    env = serve_env(tmp_path / "state", fresh_ports(),
+                    WATCHDOG_OTLP_GRPC_ADDRESS="192.0.2.1:4317")
+    line = failed_start(env, "--insecure")
+    assert line == ("watchdog: otlp_grpc_address='192.0.2.1:4317': cannot listen (Cannot assign "
+                    "requested address); is that address this machine's, and the port one this "
+                    "user may bind? — or choose another address with WATCHDOG_OTLP_GRPC_ADDRESS "
+                    "or --otlp-grpc-address")

@@ -1,0 +1,76 @@
+"""One duration grammar for configuration and rules: Prometheus'.
+
+A duration is one or more ``<integer><unit>`` parts, largest unit first, each unit at most once:
+``500ms``, ``30s``, ``1m30s``, ``1h``, ``1d``, ``2w``, ``1y`` (units ``ms s m h d w y``; a day is
+24 h, a week 7 d, a year 365 d) — what ``promtool`` and Prometheus' ``for:`` accept, so a rule
+author writes the same thing in both places. ``0`` alone is the zero duration.
+
+Two readers, by what a key's name promises:
+
+* :func:`parse_duration` — a duration string only. Rules' ``for:`` uses it: a bare ``5`` has no
+  unit and Prometheus refuses it, so we do too.
+* :func:`parse_seconds` — keys whose name or documentation says *seconds* (``run_end_timeout``,
+  ``eval_interval``, ``grace.seconds``, a budget's ``max_seconds``) also take a plain number of
+  seconds (``900``, ``0.5``, or the env var text ``"900"``): that reads unambiguously and is what
+  those keys always accepted.
+
+Pure: no IO. Errors are :class:`DurationError` (a ``ValueError``) whose text says what is
+allowed; callers add the key and the value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+UNIT_SECONDS = {"y": 365 * 86400.0, "w": 7 * 86400.0, "d": 86400.0, "h": 3600.0, "m": 60.0,
+                "s": 1.0, "ms": 0.001}
+# Prometheus' model.ParseDuration: each unit at most once, in this order.
+_GRAMMAR = re.compile("^" + "".join(f"(?:(?P<{'ms_' if u == 'ms' else u}>[0-9]+){u})?"
+                                    for u in UNIT_SECONDS) + "$")
+_NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
+
+DURATION_HELP = "a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first)"
+SECONDS_HELP = "a number of seconds >= 0 or " + DURATION_HELP
+
+
+class DurationError(ValueError):
+    """The value is not a duration: :attr:`allowed` says what is, :attr:`hint` (may be empty)
+    how to fix this value."""
+
+    def __init__(self, allowed: str, hint: str = "") -> None:
+        super().__init__(allowed + (f"; {hint}" if hint else ""))
+        self.allowed = allowed
+        self.hint = hint
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a Prometheus duration string (``1m30s``); a bare number is refused."""
+    text = value.strip() if isinstance(value, str) else None
+    if text == "0":
+        return 0.0
+    match = _GRAMMAR.match(text) if text else None
+    if match is None:
+        bare = text if text is not None else value
+        hint = "" if isinstance(value, bool) or not _NUMBER.match(str(bare)) else (
+            f"a bare number has no unit: write {bare}s")
+        raise DurationError(DURATION_HELP, hint)
+    return sum(int(count) * UNIT_SECONDS["ms" if name == "ms_" else name]
+               for name, count in match.groupdict().items() if count is not None)
+
+
+def parse_seconds(value: object) -> float:
+    """Seconds from a non-negative number, a numeric string or a duration string."""
+    if isinstance(value, bool):
+        raise DurationError(SECONDS_HELP)
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value) or value < 0:
+            raise DurationError(SECONDS_HELP)
+        return float(value)
+    if isinstance(value, str) and _NUMBER.match(value.strip()):
+        return float(value.strip())
+    try:
+        return parse_duration(value)
+    except DurationError:
+        raise DurationError(SECONDS_HELP) from None
+

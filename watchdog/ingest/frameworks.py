@@ -1,0 +1,409 @@
+"""What each instrumentation convention and agent framework puts where: one table per entry.
+
+Theory of operation
+-------------------
+Agents reach us through instrumentation that names the same facts differently (OTel GenAI,
+OpenInference, OpenLLMetry) and through frameworks that add their own places on top (Strands'
+span events, ADK's ``finish_reasons``, crewai's ``graph.node.id``, Hermes' exit reason...). Each
+of them is one :class:`Convention` below: data only. :mod:`watchdog.ingest.conventions` (the
+engine) reads :data:`TABLES`, the entries combined once at import: attribute names in order of
+precedence (entries earlier in :data:`CONVENTIONS` win), value maps and name sets merged.
+
+Facts carried by span events are named ``"<event name>:<attribute>"`` (e.g.
+``"gen_ai.choice:finish_reason"``) and listed among the attribute names, after the attributes
+themselves: the engine folds the few wanted event attributes into the span's attributes, and
+only for spans that have events. Supporting the next framework is an entry here plus a test
+on a recording of what it really emits — not another ``if`` in the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class Role(StrEnum):
+    """What a span is, as a convention labels it."""
+
+    LLM = "llm"  # a model call: one iteration
+    TOOL = "tool"  # a tool execution
+    AGENT = "agent"  # an agent invocation: a run (or a child run)
+    # frames an invocation (a workflow, a root chain) rather than being an agent: the agent
+    # span below it, if any, is the run's own, not a child run
+    WORKFLOW = "workflow"
+    CREATE_AGENT = "create_agent"  # creates or configures an agent without running it: no run
+
+
+Names = tuple[str, ...]
+_NO_NAMES: Names = ()
+_NO_SET: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Convention:
+    """Where one convention or framework puts each fact. Every field is optional."""
+
+    name: str
+    emitted_by: str  # who emits it: for the README
+    # -- what a span is
+    kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # attribute -> value
+    root_kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # roots only
+    span_names: Mapping[str, Role] = field(default_factory=dict)  # exact span name
+    span_name_prefixes: tuple[tuple[str, Role], ...] = ()
+    # -- identity
+    agent_name: Names = _NO_NAMES  # on any span
+    agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)
+    session: Names = _NO_NAMES
+    # -- tool calls
+    tool_name: Names = _NO_NAMES
+    tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
+    tool_args: Names = _NO_NAMES
+    tool_result: Names = _NO_NAMES
+    answer_tools: frozenset[str] = _NO_SET  # a tool that delivers the answer, not agent work
+    answer_tool_prefixes: Names = _NO_NAMES
+    # -- model calls and answers
+    answer: Names = _NO_NAMES  # an agent span's output
+    llm_output: Names = _NO_NAMES  # a model call's output text (read when it gives no reason)
+    llm_input: Names = _NO_NAMES  # a model call's raw request, ending with its last message
+    finish_reasons: Names = _NO_NAMES
+    input_messages: Names = _NO_NAMES  # JSON message lists
+    output_messages: Names = _NO_NAMES  # JSON message lists, with finish_reason per message
+    flat_input_prefixes: Names = _NO_NAMES  # llm.input_messages.{i}.*: count = highest i + 1
+    flat_output_prefixes: Names = _NO_NAMES
+    input_tokens: Names = _NO_NAMES
+    output_tokens: Names = _NO_NAMES
+    total_tokens: Names = _NO_NAMES  # when only a total is given (counted as input)
+    answer_finish_reasons: frozenset[str] = _NO_SET  # lower case
+    tool_finish_reasons: frozenset[str] = _NO_SET  # the model asked for tools
+    # -- how a run was stopped at a limit
+    limit_finish_reasons: frozenset[str] = _NO_SET  # lower case
+    limit_exceptions: frozenset[str] = _NO_SET  # unqualified class names
+    limit_status: tuple[tuple[str, str], ...] = ()  # (status description regex, limit name)
+    limit_attributes: Names = _NO_NAMES  # the value is the limit's name
+    limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
+    # The framework's own request for a last answer at its limit, in the last input message of
+    # a model call: (text it contains, limit name).
+    limit_prompts: tuple[tuple[str, str], ...] = ()
+    # -- frameworks that report their model calls only on the agent span
+    # (agent span attribute, a key only this framework's JSON has): a JSON object whose
+    # "messages" list is the conversation the agent had
+    conversation_outputs: tuple[tuple[str, str], ...] = ()
+    # (attribute holding JSON, path to the framework's cap on model calls, limit name): reached
+    # when the conversation shows that many model calls
+    call_limits: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+    notes: str = ""  # for the README
+
+
+# The answer/tool-request finish reasons every provider family uses (OpenAI, Anthropic, Bedrock,
+# Gemini). "length"/"max_tokens" is neither: a truncated response is not the run's answer, and
+# not a limit stop of the run either (the loop may go on); the run ends no_response if it was
+# the last word.
+ANSWER_FINISH = frozenset({"stop", "end_turn", "complete", "completed", "eos", "stop_sequence"})
+TOOL_FINISH = frozenset({"tool_calls", "tool_call", "tool_use", "function_call"})
+
+GENAI = Convention(
+    name="OTel GenAI",
+    emitted_by="OTel GenAI semantic conventions (openai-v2, pydantic-ai, Strands, ADK, ...)",
+    kinds={"gen_ai.operation.name": {
+        "chat": Role.LLM, "text_completion": Role.LLM, "generate_content": Role.LLM,
+        "completion": Role.LLM, "execute_tool": Role.TOOL, "invoke_agent": Role.AGENT,
+        "invoke_workflow": Role.WORKFLOW, "create_agent": Role.CREATE_AGENT}},
+    span_name_prefixes=(("execute_tool ", Role.TOOL), ("invoke_agent", Role.AGENT)),
+    agent_name=("gen_ai.agent.name",),
+    agent_span_name=("gen_ai.workflow.name",),
+    session=("gen_ai.conversation.id",),
+    tool_name=("gen_ai.tool.name",),
+    tool_name_span_prefixes=("execute_tool ",),
+    tool_args=("gen_ai.tool.call.arguments",),
+    tool_result=("gen_ai.tool.call.result",),
+    answer=("gen_ai.output.messages",),
+    finish_reasons=("gen_ai.response.finish_reasons",),
+    input_messages=("gen_ai.input.messages",),
+    output_messages=("gen_ai.output.messages",),
+    input_tokens=("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+    output_tokens=("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
+    total_tokens=("gen_ai.usage.total_tokens",),
+    answer_finish_reasons=ANSWER_FINISH,
+    tool_finish_reasons=TOOL_FINISH,
+    notes="`error.type`, status ERROR and `exception` events for errors",
+)
+
+OPENINFERENCE = Convention(
+    name="OpenInference",
+    emitted_by="Arize OpenInference instrumentations (OpenAI Agents, smolagents, crewai, "
+               "LangChain, ADK, ...)",
+    kinds={"openinference.span.kind": {"LLM": Role.LLM, "TOOL": Role.TOOL, "AGENT": Role.AGENT,
+                                       "llm": Role.LLM, "tool": Role.TOOL, "agent": Role.AGENT}},
+    root_kinds={"openinference.span.kind": {"CHAIN": Role.WORKFLOW, "chain": Role.WORKFLOW}},
+    agent_name=("agent.name",),
+    session=("session.id",),
+    tool_name=("tool.name",),
+    tool_args=("input.value",),
+    tool_result=("output.value",),
+    answer=("output.value",),
+    llm_output=("output.value",),
+    llm_input=("input.value",),
+    finish_reasons=("llm.finish_reason",),
+    flat_input_prefixes=("llm.input_messages.",),
+    flat_output_prefixes=("llm.output_messages.",),
+    input_tokens=("llm.token_count.prompt",),
+    output_tokens=("llm.token_count.completion",),
+    total_tokens=("llm.token_count.total",),
+    notes="a root CHAIN span (LangChain/LangGraph, ADK `invocation`) is the invocation",
+)
+
+OPENLLMETRY = Convention(
+    name="OpenLLMetry",
+    emitted_by="Traceloop OpenLLMetry (opentelemetry-instrumentation-langchain, -openai, ...)",
+    kinds={"traceloop.span.kind": {"tool": Role.TOOL, "agent": Role.AGENT,
+                                   "workflow": Role.WORKFLOW},
+           # embedding and rerank calls set llm.request.type too: they are not iterations
+           "llm.request.type": {"chat": Role.LLM, "completion": Role.LLM}},
+    agent_span_name=("traceloop.entity.name",),
+    tool_name=("traceloop.entity.name",),
+    tool_args=("traceloop.entity.input",),
+    tool_result=("traceloop.entity.output",),
+    answer=("traceloop.entity.output",),
+    finish_reasons=("gen_ai.completion.0.finish_reason", "llm.response.finish_reason"),
+    flat_input_prefixes=("gen_ai.prompt.",),
+    flat_output_prefixes=("gen_ai.completion.",),
+    input_tokens=("llm.usage.prompt_tokens",),
+    output_tokens=("llm.usage.completion_tokens",),
+    total_tokens=("llm.usage.total_tokens",),
+)
+
+PYDANTIC_AI = Convention(
+    name="pydantic-ai",
+    emitted_by="pydantic-ai (GenAI, plus its own names)",
+    span_names={"agent run": Role.AGENT, "running tool": Role.TOOL},
+    span_name_prefixes=(("running tool", Role.TOOL), ("agent run", Role.AGENT)),
+    agent_name=("agent_name",),
+    tool_name=("tool_name",),
+    tool_name_span_prefixes=("running tool: ", "running tool "),
+    tool_args=("tool_arguments",),
+    tool_result=("tool_response",),
+    answer_tools=frozenset({"final_result"}),
+    answer_tool_prefixes=("final_result_",),
+    answer=("final_result",),
+    input_messages=("pydantic_ai.all_messages",),
+    limit_exceptions=frozenset({"UsageLimitExceeded"}),
+    notes="`gen_ai.aggregated_usage.*` on the agent span is never counted (the model calls "
+          "carry it)",
+)
+
+WATCHDOG = Convention(
+    name="watchdog client SDK",
+    emitted_by="watchdog.client and its adapters",
+    agent_name=("watchdog.agent.name",),
+    session=("watchdog.session.id",),
+    limit_attributes=("watchdog.limit_reached",),
+    limit_exceptions=frozenset({"ToolLimitReached"}),
+)
+
+HERMES = Convention(
+    name="hermes-agent",
+    emitted_by="grafana-agento11y-hermes plugin (sigil SDK); watchdog.client.adapters.hermes",
+    kinds={"gen_ai.operation.name": {"generateText": Role.LLM, "streamText": Role.LLM}},
+    limit_states=(("hermes.turn_exit_reason", r"max_iterations_reached\b", "max_iterations"),
+                  ("hermes.turn_exit_reason", r"budget_exhausted\b", "max_iterations")),
+    limit_prompts=(("You've reached the maximum number of tool-calling iterations allowed",
+                    "max_iterations"),),
+    notes="no span for a turn: one trace per model call; the exit reason only via the adapter",
+)
+
+STRANDS = Convention(
+    name="strands-agents",
+    emitted_by="Strands' native tracer (default and `gen_ai_latest_experimental` formats)",
+    tool_args=("gen_ai.tool.message:content",),
+    tool_result=("gen_ai.choice:message",),
+    answer=("gen_ai.choice:message",
+            "gen_ai.client.inference.operation.details:gen_ai.output.messages"),
+    llm_output=("gen_ai.choice:message",),
+    finish_reasons=("gen_ai.choice:finish_reason",),
+    output_messages=("gen_ai.client.inference.operation.details:gen_ai.output.messages",),
+    input_messages=("gen_ai.client.inference.operation.details:gen_ai.input.messages",),
+    # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
+    limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
+    notes="default format: answers, finish reasons and tool arguments only in span events",
+)
+
+GOOGLE_ADK = Convention(
+    name="google-adk",
+    emitted_by="ADK's native tracer (GenAI), optionally with OpenInference",
+    limit_exceptions=frozenset({"LlmCallsLimitExceededError"}),
+    notes="every `generate_content` says `finish_reasons=['stop']`, tool requests included: "
+          "a model call followed by a tool call is not the answer",
+)
+
+CREWAI = Convention(
+    name="crewai",
+    emitted_by="openinference-instrumentation-crewai",
+    agent_span_name=("graph.node.id",),
+    limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
+    conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
+    call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
+    notes="no model-call spans unless the OpenAI client is instrumented too",
+)
+
+SMOLAGENTS = Convention(
+    name="smolagents",
+    emitted_by="openinference-instrumentation-smolagents",
+    answer_tools=frozenset({"final_answer"}),
+    limit_exceptions=frozenset({"AgentMaxStepsError"}),
+)
+
+OPENAI_AGENTS = Convention(
+    name="OpenAI Agents SDK",
+    emitted_by="openinference-instrumentation-openai-agents",
+    limit_exceptions=frozenset({"MaxTurnsExceeded"}),
+    limit_status=((r"^Max turns exceeded\b", "MaxTurnsExceeded"),),
+    notes="the limit is only in the nested agent span's status description; the root ends OK",
+)
+
+LANGGRAPH = Convention(
+    name="LangChain / LangGraph",
+    emitted_by="OpenLLMetry (opentelemetry-instrumentation-langchain) or OpenInference",
+    limit_exceptions=frozenset({"GraphRecursionError"}),
+    limit_status=((r"^Recursion limit of \d+ reached", "GraphRecursionError"),),
+)
+
+GENERIC_LIMITS = Convention(
+    name="other limits",
+    emitted_by="common names for a stop at a limit",
+    limit_exceptions=frozenset({"MaxIterationsExceeded", "RecursionLimitExceeded"}),
+)
+
+# Order is precedence: the first entry naming a fact wins when a span carries several.
+CONVENTIONS: tuple[Convention, ...] = (
+    WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, GOOGLE_ADK,
+    CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS,
+)
+
+
+def _names(attribute: str) -> Names:
+    seen: dict[str, None] = {}
+    events: dict[str, None] = {}
+    for convention in CONVENTIONS:
+        for name in getattr(convention, attribute):
+            (events if ":" in name else seen)[name] = None
+    return tuple(seen) + tuple(events)  # span attributes before event attributes
+
+
+def _union(attribute: str) -> frozenset[str]:
+    merged: set[str] = set()
+    for convention in CONVENTIONS:
+        merged |= getattr(convention, attribute)
+    return frozenset(merged)
+
+
+def _kind_maps(attribute: str) -> tuple[tuple[str, Mapping[str, Role]], ...]:
+    merged: dict[str, dict[str, Role]] = {}
+    for convention in CONVENTIONS:
+        for key, values in getattr(convention, attribute).items():
+            merged.setdefault(key, {}).update(values)
+    return tuple((key, MappingProxyType(values)) for key, values in merged.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """Every convention combined, in the shape the engine reads per span."""
+
+    kinds: tuple[tuple[str, Mapping[str, Role]], ...]
+    root_kinds: tuple[tuple[str, Mapping[str, Role]], ...]
+    span_names: Mapping[str, Role]
+    span_name_prefixes: tuple[tuple[str, Role], ...]
+    agent_name: Names
+    agent_span_name: Names
+    session: Names
+    tool_name: Names
+    tool_name_span_prefixes: Names
+    tool_args: Names
+    tool_result: Names
+    answer_tools: frozenset[str]
+    answer_tool_prefixes: Names
+    answer: Names
+    llm_output: Names
+    llm_input: Names
+    finish_reasons: Names
+    input_messages: Names
+    output_messages: Names
+    flat_input_prefixes: Names
+    flat_output_prefixes: Names
+    input_tokens: Names
+    output_tokens: Names
+    total_tokens: Names
+    answer_finish_reasons: frozenset[str]
+    tool_finish_reasons: frozenset[str]
+    limit_finish_reasons: frozenset[str]
+    limit_exceptions: frozenset[str]
+    limit_status: tuple[tuple[re.Pattern[str], str], ...]
+    limit_attributes: Names
+    limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
+    limit_prompts: tuple[tuple[str, str], ...]
+    conversation_outputs: tuple[tuple[str, str], ...]
+    call_limits: tuple[tuple[str, tuple[str, ...], str], ...]
+
+    @property
+    def events(self) -> Mapping[str, frozenset[str]]:
+        """Event name -> the attributes read from such events."""
+        wanted: dict[str, set[str]] = {}
+        for names in (self.tool_args, self.tool_result, self.answer, self.llm_output,
+                      self.finish_reasons, self.input_messages, self.output_messages):
+            for name in names:
+                event, sep, attribute = name.partition(":")
+                if sep:
+                    wanted.setdefault(event, set()).add(attribute)
+        return {event: frozenset(attributes) for event, attributes in wanted.items()}
+
+
+def combine() -> Tables:
+    return Tables(
+        kinds=_kind_maps("kinds"),
+        root_kinds=_kind_maps("root_kinds"),
+        span_names=MappingProxyType({name: role for convention in CONVENTIONS
+                                     for name, role in convention.span_names.items()}),
+        span_name_prefixes=tuple(pair for convention in CONVENTIONS
+                                 for pair in convention.span_name_prefixes),
+        agent_name=_names("agent_name"),
+        agent_span_name=_names("agent_span_name"),
+        session=_names("session"),
+        tool_name=_names("tool_name"),
+        tool_name_span_prefixes=_names("tool_name_span_prefixes"),
+        tool_args=_names("tool_args"),
+        tool_result=_names("tool_result"),
+        answer_tools=_union("answer_tools"),
+        answer_tool_prefixes=_names("answer_tool_prefixes"),
+        answer=_names("answer"),
+        llm_output=_names("llm_output"),
+        llm_input=_names("llm_input"),
+        finish_reasons=_names("finish_reasons"),
+        input_messages=_names("input_messages"),
+        output_messages=_names("output_messages"),
+        flat_input_prefixes=_names("flat_input_prefixes"),
+        flat_output_prefixes=_names("flat_output_prefixes"),
+        input_tokens=_names("input_tokens"),
+        output_tokens=_names("output_tokens"),
+        total_tokens=_names("total_tokens"),
+        answer_finish_reasons=_union("answer_finish_reasons"),
+        tool_finish_reasons=_union("tool_finish_reasons"),
+        limit_finish_reasons=_union("limit_finish_reasons"),
+        limit_exceptions=_union("limit_exceptions"),
+        limit_status=tuple((re.compile(pattern), limit) for convention in CONVENTIONS
+                           for pattern, limit in convention.limit_status),
+        limit_attributes=_names("limit_attributes"),
+        limit_states=tuple((attribute, re.compile(pattern), limit)
+                           for convention in CONVENTIONS
+                           for attribute, pattern, limit in convention.limit_states),
+        limit_prompts=tuple(pair for convention in CONVENTIONS
+                            for pair in convention.limit_prompts),
+        conversation_outputs=tuple(pair for convention in CONVENTIONS
+                                   for pair in convention.conversation_outputs),
+        call_limits=tuple(entry for convention in CONVENTIONS
+                          for entry in convention.call_limits),
+    )
+
+
+TABLES = combine()

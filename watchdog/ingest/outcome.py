@@ -1,0 +1,224 @@
+"""How a span says its run ended: finish reasons, answers, tool requests and limit stops.
+
+Pure functions over values the normaliser (:mod:`watchdog.ingest.conventions`) looked up with
+the convention tables of :mod:`watchdog.ingest.frameworks`, which also name every finish
+reason, limit exception, status pattern, state field and prompt read here. JSON is parsed only
+when a cheap substring test says the fact may be in it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from watchdog.ingest.frameworks import TABLES
+from watchdog.runs.record import SpanRecord
+
+MAX_REASON_CHARS = 200
+ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons
+TOOL_FINISH_REASONS = TABLES.tool_finish_reasons
+LIMIT_FINISH_REASONS = TABLES.limit_finish_reasons
+LIMIT_EXCEPTIONS = TABLES.limit_exceptions
+LIMIT_STATUS = TABLES.limit_status
+LIMIT_ATTRIBUTE_KEYS = TABLES.limit_attributes
+LIMIT_STATES = TABLES.limit_states
+LIMIT_PROMPTS = TABLES.limit_prompts
+CALL_LIMITS = TABLES.call_limits
+PROMPT_TAIL_CHARS = 2048  # the last input message is searched for in this many final characters
+# What gives away a tool request inside a model's output, in the JSON shapes of OpenAI
+# (tool_calls), GenAI parts ({"type": "tool_call"}), Bedrock/Strands (toolUse), Gemini
+# (function_call) and Anthropic (tool_use). Substrings first: the JSON is parsed only if one
+# of them occurs.
+TOOL_REQUEST_MARKERS = ('"tool_call', '"toolUse"', '"function_call"', '"tool_use"')
+TOOL_REQUEST_KEYS = frozenset({"tool_calls", "toolUse", "function_call", "tool_use"})
+TOOL_REQUEST_TYPES = frozenset({"tool_call", "function_call", "tool_use"})
+MAX_JSON_DEPTH = 8  # how deep a model output is searched for a tool request or text
+
+
+def short_type(error_type: str) -> str:
+    """``pydantic_ai.exceptions.UsageLimitExceeded`` -> ``UsageLimitExceeded``."""
+    return error_type.rsplit(".", 1)[-1]
+
+
+def status_limit(description: str) -> str | None:
+    """The limit a span's status description names ("Max turns exceeded: ..."), if any."""
+    for pattern, limit in LIMIT_STATUS:
+        if pattern.search(description):
+            return limit
+    head, sep, _ = description.partition(":")
+    if sep and short_type(head.strip()) in LIMIT_EXCEPTIONS:  # "LlmCallsLimitExceededError: …"
+        return short_type(head.strip())
+    return None
+
+
+def finish_reason(value: object) -> str | None:
+    if isinstance(value, list):
+        value = value[-1] if value else None
+    if value is None:
+        return None
+    return str(value)[:MAX_REASON_CHARS]
+
+
+def fill_model_outcome(record: SpanRecord, finish: object, output: object) -> None:
+    """Finish reason, answer, tool request and limit stop of a model call.
+
+    A finish reason of "stop" is not enough (google-adk says it on tool requests too): an
+    output that asks for tools is no answer. Without a finish reason (a stream), an output
+    that ends with text and asks for no tool is the answer.
+    """
+    reason = finish_reason(finish) if finish is not None else None
+    if reason is None and isinstance(output, str) and '"finish_reason"' in output:
+        reason = finish_reason(output_finish_reason(output))
+    record.finish_reason = reason
+    if reason is not None:
+        lowered = reason.lower()
+        if lowered in LIMIT_FINISH_REASONS:
+            record.limit_stop = reason
+        elif lowered in TOOL_FINISH_REASONS:
+            record.requested_tools = True
+        elif lowered in ANSWER_FINISH_REASONS:
+            requests = _requests_tools(output)
+            record.requested_tools = requests
+            record.final_answer = not requests
+    elif output is not None:
+        requests = _requests_tools(output)
+        record.requested_tools = requests
+        record.final_answer = not requests and has_text(output)
+
+
+def agent_limit(attrs: Mapping[str, object], finish: str | None) -> str | None:
+    """A limit an agent span names: its finish reason, an explicit attribute, or a framework's
+    state field (Hermes' ``turn_exit_reason``)."""
+    if finish is not None and finish.lower() in LIMIT_FINISH_REASONS:
+        return finish
+    return _state_limit(attrs)
+
+
+def _state_limit(attrs: Mapping[str, object]) -> str | None:
+    """A limit named by the agent span itself: an explicit attribute, or a framework's state
+    field (Hermes' ``turn_exit_reason``)."""
+    for key in LIMIT_ATTRIBUTE_KEYS:
+        limit = attrs.get(key)
+        if isinstance(limit, str) and limit:
+            return limit[:MAX_REASON_CHARS]
+    for key, pattern, name in LIMIT_STATES:
+        value = attrs.get(key)
+        if isinstance(value, str) and pattern.match(value):
+            return name
+    return None
+
+
+def prompt_limit(text: str) -> str | None:
+    """The limit a framework announces by asking for a last answer (Hermes' summary request,
+    crewai's forced final answer): its text in the model call's last input message."""
+    tail = text[-PROMPT_TAIL_CHARS:]
+    last = tail[tail.rfind('"role"'):]  # the whole tail when no role is in it
+    for prompt, limit in LIMIT_PROMPTS:
+        if prompt in last:
+            return limit
+    return None
+
+
+def fill_reported_calls(record: SpanRecord, conversation: str,
+                         attrs: Mapping[str, object]) -> None:
+    """Model calls an agent span reports in the conversation it returns (crewai's TaskOutput):
+    one per assistant message, plus the answering call when the conversation ends with a tool
+    result and there is an answer; and the framework's cap on them, if they reached it."""
+    value = _parsed(conversation)
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return
+    calls = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    last = messages[-1]
+    if isinstance(last, dict) and last.get("role") == "tool" and record.final_answer:
+        calls += 1
+    record.model_calls = calls
+    if record.limit_stop is not None:
+        return
+    for key, path, limit in CALL_LIMITS:
+        cap: object = _parsed(attrs.get(key))
+        for step in path:
+            cap = cap.get(step) if isinstance(cap, dict) else None
+        if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap <= calls - 1 \
+                and isinstance(last, dict) and last.get("role") == "tool":
+            # the cap's worth of calls asked for tools, then one more was made for the answer
+            record.limit_stop = limit
+            return
+
+
+def _parsed(output: object) -> object:
+    if isinstance(output, str):
+        stripped = output.lstrip()
+        if stripped[:1] in ("[", "{"):
+            try:
+                return json.loads(output)
+            except ValueError:
+                return output
+    return output
+
+
+def output_finish_reason(output: str) -> object:
+    """The finish reason of the last message of a JSON message list that has one."""
+    value = _parsed(output)
+    if isinstance(value, dict):
+        value = [value]
+    if isinstance(value, list):
+        for message in reversed(value):
+            if isinstance(message, dict) and message.get("finish_reason"):
+                return message["finish_reason"]
+    return None
+
+
+def _requests_tools(output: object) -> bool:
+    if isinstance(output, str):
+        if not any(marker in output for marker in TOOL_REQUEST_MARKERS):
+            return False  # the common case: no JSON parse
+        output = _parsed(output)
+    return _has_tool_request(output, 0)
+
+
+def _has_tool_request(value: object, depth: int) -> bool:
+    if depth > MAX_JSON_DEPTH:
+        return False
+    if isinstance(value, dict):
+        if value.get("type") in TOOL_REQUEST_TYPES:
+            return True
+        for key, item in value.items():
+            if key in TOOL_REQUEST_KEYS and item:
+                return True
+            if isinstance(item, (dict, list)) and _has_tool_request(item, depth + 1):
+                return True
+    elif isinstance(value, list):
+        return any(_has_tool_request(item, depth + 1) for item in value)
+    return False
+
+
+def has_text(output: object) -> bool:
+    """Whether an output says anything: a message list (GenAI ``output.messages``) needs a
+    non-empty text part (an agent stopped at its limit may end with an empty one); any other
+    non-empty value is an answer (structured output included)."""
+    value = _parsed(output)
+    if isinstance(value, str):
+        return bool(value.strip())
+    if isinstance(value, list) and value and all(
+            isinstance(message, dict) and "role" in message for message in value):
+        return _text_in(value, 0)
+    return True
+
+
+TEXT_KEYS = frozenset({"text", "content"})
+
+
+def _text_in(value: object, depth: int) -> bool:
+    if depth > MAX_JSON_DEPTH:
+        return False
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in TEXT_KEYS and isinstance(item, str) and item.strip():
+                return True
+            if isinstance(item, (dict, list)) and _text_in(item, depth + 1):
+                return True
+        return False
+    if isinstance(value, list):
+        return any(_text_in(item, depth + 1) for item in value)
+    return value is not None and not isinstance(value, bool)
