@@ -159,7 +159,8 @@ class Run:
         watchdog.ensure_instrumented()
         ctx = otel_context.set_value(RUN_KEY, self.tally)
         tracer = watchdog.tracer()
-        self._span = tracer.start_span(f"watchdog.run {self.agent}", context=ctx)
+        self._span = tracer.start_span(f"watchdog.run {self.agent}", context=ctx,
+                                       attributes=self.tally.span_attributes)
         self._token = otel_context.attach(trace.set_span_in_context(self._span, ctx))
         self.active = True
         LIVE_RUNS[self.id] = self.tally
