@@ -20,6 +20,8 @@
 # WATCHDOG_OTLP_GRPC_ADDRESS / WATCHDOG_OTLP_HTTP_ADDRESS / WATCHDOG_API_ADDRESS to 0.0.0.0:PORT
 # and WATCHDOG_API_TOKEN: the process refuses a non-loopback bind without a token.
 
+# The base of both stages. tests/test_image.py builds with a Debian bookworm + python3 base it
+# makes itself (no registry is reachable there); any image with python3.11+, pip and venv works.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
@@ -39,8 +41,7 @@ LABEL org.opencontainers.image.title="agent-watchdog" \
       org.opencontainers.image.description="Watches LLM agents through their OpenTelemetry spans; tells stuck, looping or over-budget runs to wrap up or stop." \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
-ENV PATH=/opt/watchdog/bin:$PATH \
-    PYTHONDONTWRITEBYTECODE=1 \
+ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -54,6 +55,8 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     && mkdir -p /var/lib/watchdog \
     && chown 65532:65532 /var/lib/watchdog \
     && chmod 0750 /var/lib/watchdog
+# Only now: before the install, `python` would resolve to the venv, which has no pip.
+ENV PATH=/opt/watchdog/bin:$PATH
 WORKDIR /var/lib/watchdog
 USER 65532:65532
 # OTLP/gRPC, OTLP/HTTP, metrics + health, control API (DESIGN §2).

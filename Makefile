@@ -28,12 +28,20 @@ run: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/watchdog demo
 
-## system-deps: Debian packages the tests use (a real Prometheus and promtool), when missing
+## system-deps: Debian packages the tests use, when missing: a real Prometheus and promtool;
+## buildah, podman, runc and debootstrap to build and run the container image (tests/test_image.py)
+SYSTEM_DEPS := prometheus:prometheus promtool:prometheus buildah:buildah podman:podman \
+	runc:runc debootstrap:debootstrap
 system-deps:
-	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
-		echo "installing Debian package prometheus"; \
+	@missing=""; for dep in $(SYSTEM_DEPS); do \
+		command -v $${dep%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${dep%%:*} ] \
+			|| missing="$$missing $${dep#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		missing=$$(echo $$missing | tr ' ' '\n' | sort -u | tr '\n' ' '); \
+		echo "installing Debian packages: $$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
 ## frameworks: one venv per real agent framework the tests drive (.venvs/NAME from
@@ -55,11 +63,11 @@ test: $(VENV)/.installed-test frameworks system-deps
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check watchdog tests bench tools
+	$(VENV)/bin/ruff check watchdog tests bench tools fuzz
 	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/ingest.py
 
 clean:
-	rm -rf $(VENV) .venvs build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -139,15 +139,21 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 # -- the alert rules ------------------------------------------------------------------------------
 
-def alert_groups() -> list[dict[str, Any]]:
+# The runbook base URL the alert tests render the chart with (prometheusRule.runbookUrl).
+RUNBOOK_URL = "https://git.example.com/platform/agent-watchdog/blob/v0.1.0/docs/alerts.md"
+
+
+def alert_groups(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The rule groups of the PrometheusRule the chart renders with
-    ``prometheusRule.enabled=true`` (rendered offline by the Helm v4 library of
-    helm-python-sdk, as the chart tests do)."""
+    ``prometheusRule.enabled=true`` and ``runbookUrl`` (rendered offline by the Helm v4 library
+    of helm-python-sdk, as the chart tests do); ``values`` are merged over those."""
     import helm_python
 
+    merged: dict[str, Any] = {"prometheusRule": {"enabled": True, "runbookUrl": RUNBOOK_URL}}
+    for key, value in (values or {}).items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
     with helm_python.Chart.load(str(CHART)) as chart:
-        manifests = chart.render({"prometheusRule": {"enabled": True}}, name="watchdog",
-                                 namespace="agents")
+        manifests = chart.render(merged, name="watchdog", namespace="agents")
     rules = [doc for path, text in manifests.items() if not path.endswith("NOTES.txt")
              for doc in yaml.safe_load_all(text)
              if isinstance(doc, dict) and doc.get("kind") == "PrometheusRule"]

@@ -42,6 +42,7 @@ RELEASE, NAMESPACE = "rel", "agents"
 FULLNAME = "rel-agent-watchdog"
 WATCHDOG_UID = 65532
 TOKEN_SECRET = "agents-watchdog-token"
+RUNBOOK_URL = "https://git.example.com/platform/agent-watchdog/blob/v0.1.0/docs/alerts.md"
 
 # Every mode the chart has, by name: the values a user would pass.
 MODES: dict[str, dict[str, Any] | None] = {
@@ -49,7 +50,12 @@ MODES: dict[str, dict[str, Any] | None] = {
     "sidecar-plain": {"sidecar": {"native": False}},
     "sidecar-monitoring": {
         "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
-        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
+                           "runbookUrl": "https://wiki.example.com/agent-watchdog/alerts",
+                           "additionalRuleLabels": {"team": "platform"},
+                           "disabled": {"AgentWatchdogWebhookRetrying": True},
+                           "customRules": {"AgentWatchdogRunIdle": {"for": "5m",
+                                                                    "severity": "critical"}}},
         "dashboards": {"enabled": True, "annotations": {"grafana_folder": "Agents"}},
         "auth": {"token": "a-token-of-at-least-16-chars"},
         "webhooks": [{"url": "https://hooks.example.com/w", "secret": "0123456789abcdef0123",
@@ -69,7 +75,7 @@ MODES: dict[str, dict[str, Any] | None] = {
                                 "labelSelector": {"matchLabels": {
                                     "app.kubernetes.io/name": "agent-watchdog"}}}}]}}},
         "serviceMonitor": {"enabled": True},
-        "prometheusRule": {"enabled": True},
+        "prometheusRule": {"enabled": True, "runbookUrl": RUNBOOK_URL},
         "dashboards": {"enabled": True},
     },
     "gateway-persistent": {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET},
@@ -704,7 +710,16 @@ def chart_copy_with(tmp_path: Path, alerts: dict[str, str], dashboards: dict[str
     return work
 
 
-MONITORING = {"prometheusRule": {"enabled": True}, "dashboards": {"enabled": True}}
+MONITORING = {"prometheusRule": {"enabled": True, "runbookUrl": RUNBOOK_URL},
+              "dashboards": {"enabled": True}}
+
+
+def with_runbook(rule: dict[str, Any]) -> dict[str, Any]:
+    """An alert as the chart renders it: with its absolute runbook URL."""
+    if "alert" not in rule:
+        return rule
+    url = f"{RUNBOOK_URL}#{rule['alert'].lower()}"
+    return {**rule, "annotations": {**rule.get("annotations", {}), "runbook_url": url}}
 
 
 def test_no_alert_or_dashboard_files_render_nothing(tmp_path: Path) -> None:
@@ -729,7 +744,9 @@ def test_alert_files_and_dashboards_drop_in(tmp_path: Path) -> None:
     validate(manifests)
     groups = one(manifests, "PrometheusRule")["spec"]["groups"]
     assert [g["name"] for g in groups] == ["one", "two"]
-    assert groups[0]["rules"][0] == rule  # Prometheus' {{ $labels }} left alone by Helm
+    # Prometheus' {{ $labels }} left alone by Helm; the record rule as it is.
+    assert groups[0]["rules"][0] == with_runbook(rule)
+    assert groups[1]["rules"] == yaml.safe_load(alerts["b.yaml"])["groups"][0]["rules"]
     maps = {m["metadata"]["name"]: m for m in manifests
             if m["metadata"]["labels"].get("grafana_dashboard") == "1"}
     assert sorted(maps) == [f"{FULLNAME}-dashboard-agents-overview",
@@ -743,7 +760,8 @@ def test_alert_files_and_dashboards_drop_in(tmp_path: Path) -> None:
 def test_the_shipped_alerts_and_dashboards_render(chart: helm.Chart) -> None:
     """Whatever alerts/*.yaml and dashboards/*.json the chart ships end up in the manifests."""
     manifests = render(chart, MONITORING)
-    shipped_groups = [group for path in sorted((CHART / "alerts").glob("*.yaml"))
+    shipped_groups = [{**group, "rules": [with_runbook(rule) for rule in group["rules"]]}
+                      for path in sorted((CHART / "alerts").glob("*.yaml"))
                       for group in yaml.safe_load(path.read_text())["groups"]]
     rules = [m for m in manifests if m["kind"] == "PrometheusRule"]
     assert [r["spec"]["groups"] for r in rules] == ([shipped_groups] if shipped_groups else [])
@@ -772,7 +790,8 @@ def test_chart_metadata_and_lint(chart: helm.Chart) -> None:
 
 def test_notes_tell_each_mode_what_to_do(chart: helm.Chart) -> None:
     sidecar = render_files(chart)["agent-watchdog/templates/NOTES.txt"]
-    assert 'include "agent-watchdog.sidecar"' in sidecar and "initContainers" in sidecar
+    assert 'include "agent-watchdog.inject" (list $ "my-agent.deployment")' in sidecar
+    assert "native sidecar (initContainers)" in sidecar
     gateway = render_files(chart, MODES["gateway"])["agent-watchdog/templates/NOTES.txt"]
     assert f"OTEL_EXPORTER_OTLP_ENDPOINT=http://{FULLNAME}.{NAMESPACE}.svc:4318" in gateway
 

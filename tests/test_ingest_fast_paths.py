@@ -15,7 +15,8 @@ import pytest
 
 from tests.spans import T0, SpanMaker, only_run, record_of, run_spans, tool_attrs
 from watchdog.ingest.conventions import canonical_arguments, stable_hash
-from watchdog.ingest.redact import _TRIGGER, _TRIGGERS
+from watchdog.ingest.redact import _ANCHOR as _TRIGGER
+from watchdog.ingest.redact import _AT_ANCHOR
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.record import SpanKind
 
@@ -23,6 +24,9 @@ from watchdog.runs.record import SpanKind
 @pytest.fixture
 def otel() -> SpanMaker:
     return SpanMaker()
+
+
+_TRIGGERS = tuple(_AT_ANCHOR)  # the anchor words redaction scans for
 
 
 def has_trigger(lowered: str) -> bool:

@@ -52,6 +52,24 @@ LEAKY_RESULTS = [
     (f"SLACK_BOT={SLACK_TOKEN}", SLACK_TOKEN),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1b2c3\n-----END RSA PRIVATE KEY-----",
      "MIIEowIBAAKCAQEA1b2c3"),
+    # JSON inside a JSON string, escaped once and twice (issue 10)
+    (json.dumps({"payload": json.dumps({"password": DB_PASSWORD})}), DB_PASSWORD),
+    (json.dumps({"a": json.dumps({"b": json.dumps({"api_key": DB_PASSWORD})})}), DB_PASSWORD),
+    (json.dumps(json.dumps({"Authorization": f"Bearer {BEARER}"})), BEARER),
+    # name/value pairs (Kubernetes env, config dumps)
+    (json.dumps([{"name": "DB_PASSWORD", "value": DB_PASSWORD}]), DB_PASSWORD),
+    # URL query strings
+    (f"GET /callback?code=abc&access_token={DB_PASSWORD}&state=x", DB_PASSWORD),
+    (f"https://s3.example.com/o?X-Amz-Signature={DB_PASSWORD}ab12", DB_PASSWORD),
+    # env-file lines
+    (f"# .env\nMODE=prod\nexport STRIPE_SECRET_KEY={DB_PASSWORD}\nPORT=80", DB_PASSWORD),
+    (f"APP_CLIENT_SECRET='{DB_PASSWORD}'", DB_PASSWORD),
+    # HTTP headers
+    (f"X-Api-Key: {DB_PASSWORD}\r\nAccept: */*", DB_PASSWORD),
+    (f"X-Auth-Token: {DB_PASSWORD}", DB_PASSWORD),
+    (f"Proxy-Authorization: Basic {BASIC}", BASIC),
+    (f"Cookie: session={DB_PASSWORD}; theme=dark", DB_PASSWORD),
+    (f"set-cookie: sid={DB_PASSWORD}; HttpOnly", DB_PASSWORD),
 ]
 
 
@@ -121,6 +139,9 @@ ORDINARY = [
     "ask-me-anything is a channel",
     "Key points: Paris has 2.1M people",
     '{"path": "/etc/hosts", "lines": 5}',
+    "the authentication module and the authorization layer were both reloaded",
+    "passing 5 tests; the api is stable; access granted to the private repo",
+    '{"name": "PORT", "value": "8080"}',
 ]
 
 
@@ -129,6 +150,18 @@ def test_ordinary_text_is_untouched(otel: SpanMaker, text: str) -> None:
     assert redact(text) == text
     record = record_of(otel.span("execute_tool t", tool_attrs("t", "{}", text)))
     assert record.result_brief == text
+
+
+def test_redaction_keeps_the_json_structure() -> None:
+    nested = json.dumps({"payload": json.dumps({"password": DB_PASSWORD, "user": "alice"})})
+    inner = json.loads(json.loads(redact(nested))["payload"])  # still valid JSON, twice
+    assert inner == {"password": REDACTED, "user": "alice"}
+
+
+def test_non_ascii_text_is_scanned_at_the_right_places() -> None:
+    # "İ".lower() is two characters: the scan must not drift off the original positions
+    text = f"İİİ password={DB_PASSWORD} ok"
+    assert redact(text) == f"İİİ password={REDACTED} ok"
 
 
 def test_brief_bounds_length() -> None:

@@ -225,3 +225,54 @@ def test_one_invocation_seen_by_two_instrumentations_is_one_run() -> None:
     (run,) = tracker.ended()
     assert (run.agent_name, run.iterations, run.tool_calls) == ("adk", 2, 2)
     assert list(tracker.active()) == []
+
+
+def test_a_managed_agent_under_a_step_of_an_agent_with_calls_of_its_own_is_a_child() -> None:
+    """smolagents: a manager's step runs a managed agent directly (no tool span), and agent
+    names are not always known: the manager's own model calls tell it is another invocation."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("manager.run", attrs={"openinference.span.kind": "AGENT", AGENT: ""}) as root:
+        step = maker.open("Step 1", {"openinference.span.kind": "CHAIN"}, parent=root)
+        maker.span("model", {"openinference.span.kind": "LLM"}, parent=step)
+        inner = maker.open("researcher.run", {"openinference.span.kind": "AGENT"}, parent=step)
+        maker.span("model", {"openinference.span.kind": "LLM"}, parent=inner)
+        maker.span("lookup", {"openinference.span.kind": "TOOL", "tool.name": "lookup",
+                              "input.value": "{}"}, parent=inner)
+        inner.end(int((T0 + 2) * 1e9))
+        step.end(int((T0 + 3) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    runs = sorted([*tracker.ended()], key=lambda run: run.iterations + run.tool_calls)
+    manager, researcher = runs
+    assert researcher.parent_run == manager.key
+    assert (manager.iterations, manager.tool_calls) == (1, 0)
+    assert (researcher.iterations, researcher.tool_calls) == (1, 1)
+
+
+def test_an_empty_sub_agent_span_takes_the_spans_beside_it_that_carry_its_name() -> None:
+    """LangGraph under OpenLLMetry: a sub-agent's ``invoke_agent`` span has nothing below it;
+    its work hangs from a sibling task span, every span naming its agent."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    lc = "traceloop.association.properties.lc_agent_name"
+    with maker.agent(attrs=agent_attrs("manager")) as root:
+        maker.span("chat", {**chat_attrs(), lc: "manager"}, parent=root)
+        tool = maker.open("execute_tool research", {**tool_attrs("research", "{}"), lc: "manager"},
+                          parent=root)
+        task = maker.open("execute_task researcher", {lc: "researcher"}, parent=tool)
+        for i in range(2):
+            maker.span("chat", {**chat_attrs(), lc: "researcher"}, parent=task, start=T0 + i)
+        maker.span("execute_tool lookup", {**tool_attrs("lookup", "{}"), lc: "researcher"},
+                   parent=task)
+        task.end(int((T0 + 3) * 1e9))
+        maker.span("invoke_agent researcher", agent_attrs("researcher"), parent=tool)
+        tool.end(int((T0 + 4) * 1e9))
+        maker.span("chat", {**chat_attrs(finish="stop"), lc: "manager"}, parent=root)
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    runs = runs_by_agent(tracker)
+    manager, researcher = runs["manager"], runs["researcher"]
+    assert researcher.parent_run == manager.key
+    assert (manager.iterations, manager.tool_calls) == (2, 1)
+    assert (researcher.iterations, researcher.tool_calls) == (2, 1)

@@ -5,10 +5,12 @@
 
 The chart ships the JSON as a ConfigMap labelled ``grafana_dashboard: "1"`` (the Grafana sidecar
 picks it up). Every query uses the ``${datasource}`` variable and filters on ``$agent`` where
-the metric has an ``agent`` label; exemplars (``trace_id``) are requested on the queries over
-metrics that carry them (runs_finished, run_* histograms, tool_calls, tokens, errors,
-rule_fired), so Grafana links a point to the agent's trace when the Prometheus data source
-names a trace data source for the ``trace_id`` exemplar label.
+the metric has an ``agent`` label; every selector also filters on ``$cluster`` and
+``$namespace`` (the monitoring-mixin convention: one dashboard for every cluster and namespace;
+a series without a ``cluster`` label matches the "All" value ``.*``); exemplars (``trace_id``)
+are requested on the queries over metrics that carry them (runs_finished, run_* histograms,
+tool_calls, tokens, errors, rule_fired), so Grafana links a point to the agent's trace when the
+Prometheus data source names a trace data source for the ``trace_id`` exemplar label.
 
 tests/test_dashboard.py checks that the committed file equals this output and that every query
 returns data from a real Prometheus scraping a real sidecar.
@@ -34,6 +36,8 @@ OUTPUT = ROOT / "helm/agent-watchdog/dashboards/agent-watchdog.json"
 UID = "agent-watchdog"
 DATASOURCE = dashboard_models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 AGENT = 'agent=~"$agent"'
+# Added to every selector of every query (see scoped()).
+SCOPE = 'cluster=~"$cluster",namespace=~"$namespace"'
 RATE = "$__rate_interval"
 QUANTILES = (0.5, 0.9, 0.99)
 # Which metrics carry trace_id exemplars (watchdog/metrics.py): a query over one of them asks
@@ -42,6 +46,7 @@ EXEMPLAR_METRICS = ("runs_finished_total", "run_iterations", "run_tool_calls",
                     "run_duration_seconds", "tool_calls_total", "tokens_total", "errors_total",
                     "rule_fired_total")
 _EXEMPLARS = re.compile(r"\bagent_watchdog_(?:" + "|".join(EXEMPLAR_METRICS) + r")(?:_bucket)?\b")
+_SELECTOR = re.compile(r"\b(agent_watchdog_\w+)(?:\{([^}]*)\})?")
 
 
 def m(name: str) -> str:
@@ -53,11 +58,23 @@ def carries_exemplars(expr: str) -> bool:
     return _EXEMPLARS.search(expr) is not None
 
 
+def scoped(expr: str) -> str:
+    """``expr`` with the $cluster and $namespace matchers in every agent_watchdog_* selector."""
+    def scope(match: re.Match[str]) -> str:
+        name, matchers = match.group(1), match.group(2)
+        return f"{name}{{{SCOPE}{',' + matchers if matchers else ''}}}"
+    return _SELECTOR.sub(scope, expr)
+
+
+def label_values(metric: str, label: str, selector: str = SCOPE) -> str:
+    return f"label_values({m(metric)}{{{selector}}}, {label})".replace("{}", "")
+
+
 class Query:
-    """One PromQL query and its legend."""
+    """One PromQL query and its legend; scoped to $cluster and $namespace."""
 
     def __init__(self, expr: str, legend: str = "__auto", instant: bool = False) -> None:
-        self.expr = expr
+        self.expr = scoped(expr)
         self.legend = legend
         self.instant = instant
 
@@ -125,6 +142,17 @@ def bars(title: str, description: str, query: Query, width: int = 12) -> bargaug
     return panel
 
 
+def scope_variable(name: str, label: str, query: str) -> dashboard.QueryVariable:
+    """A multi-value variable whose "All" is ``.*``: it also matches series without the label
+    (a single cluster without a ``cluster`` label)."""
+    return (dashboard.QueryVariable(name).label(label).datasource(DATASOURCE).query(query)
+            .refresh(dashboard_models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
+            .multi(True).include_all(True).all_value(".*")
+            .current(dashboard_models.VariableOption(selected=True, text="All",
+                                                     value="$__all")))
+
+
 def build() -> dashboard.Dashboard:
     a = AGENT
     board = (
@@ -141,9 +169,13 @@ def build() -> dashboard.Dashboard:
         .timezone("browser")
         .with_variable(dashboard.DatasourceVariable("datasource").label("Data source")
                        .type("prometheus"))
+        .with_variable(scope_variable("cluster", "Cluster",
+                                      label_values("build_info", "cluster", "")))
+        .with_variable(scope_variable("namespace", "Namespace", label_values(
+            "build_info", "namespace", 'cluster=~"$cluster"')))
         .with_variable(dashboard.QueryVariable("agent").label("Agent")
                        .datasource(DATASOURCE)
-                       .query(f"label_values({m('runs_active')}, agent)")
+                       .query(label_values("runs_active", "agent"))
                        .refresh(dashboard_models.VariableRefresh.ON_TIME_RANGE_CHANGED)
                        .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
                        .multi(True).include_all(True).all_value(".*")

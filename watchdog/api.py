@@ -11,15 +11,27 @@ The inner one checks the Bearer token when ``api_token`` is set.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from watchdog import logs
 from watchdog.auth import check_bearer
+from watchdog.bounds import (
+    MAX_BUDGET,
+    MAX_EPOCH_SECONDS,
+    MAX_IN_FLIGHT,
+    MAX_MESSAGES,
+    budget_limit,
+    id_problem,
+    is_number,
+    load_json,
+)
 from watchdog.config import Config
 from watchdog.directives.hub import StreamEnded, SubscriberOverflow, Subscription
 from watchdog.directives.model import Directive
@@ -48,6 +60,11 @@ MAX_SEQ = 2**63 - 1
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}  # the last: nginx must not buffer the stream
 
+# A run or session id in a route: any characters but "/" (aiohttp's default also refuses
+# "{" and "}", which ids may hold); a "/" in an id is sent as %2F.
+RUNS = "/v1/runs/{id:[^/]+}"
+SESSIONS = "/v1/sessions/{id:[^/]+}"
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # aiohttp's own HTTP errors (routing, body size) by status -> our error code.
@@ -56,10 +73,20 @@ _HTTP_ERROR_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                      415: "unsupported_media_type"}
 
 
+# Every JSON answer: ``Infinity``/``NaN`` are not JSON, so a non-finite float that got past
+# validation is a bug to see (a 500 and a log line), not an answer clients cannot parse.
+_dumps = functools.partial(json.dumps, allow_nan=False)
+
+
+def json_response(data: object, status: int = 200,
+                  headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(data, status=status, headers=headers, dumps=_dumps)
+
+
 def error_response(status: int, code: str, message: str,
                    headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status,
-                             headers=headers)
+    return json_response({"error": {"code": code, "message": message}}, status=status,
+                         headers=headers)
 
 
 @web.middleware
@@ -91,6 +118,18 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(500, "internal", "internal error; the watchdog log has details")
 
 
+@web.middleware
+async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The id rule (:mod:`watchdog.bounds`) for every ``{id}`` in a route, as at ingest."""
+    raw = request.match_info.get("id")
+    if raw is not None:
+        problem = id_problem(raw)
+        if problem is not None:
+            what = "session id" if request.path.startswith("/v1/sessions/") else "run id"
+            raise BadRequest(f"{what} {_shown(raw)} is not allowed: it {problem}")
+    return await handler(request)
+
+
 def auth_middleware(token: str) -> Callable[[web.Request, Handler],
                                             Awaitable[web.StreamResponse]]:
     @web.middleware
@@ -117,14 +156,14 @@ class RunRoutes:
         agent = query.get("agent") or None
         limit = _int_param(query.get("limit"), "limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
         runs = self.service.list_runs(state=state, agent=agent, limit=limit)
-        return web.json_response({"runs": runs})
+        return json_response({"runs": runs})
 
     async def get_run(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
         detail = self.service.run_detail(key)
         if self.directives is not None:
             detail["directives"] = await self.directives.run_directives(key)
-        return web.json_response(detail)
+        return json_response(detail)
 
     async def report(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
@@ -133,31 +172,42 @@ class RunRoutes:
         report = build_report(run, service.activity(key), service.clock.now(),
                               children=service.child_runs(key))
         if _wants_json(request.headers.get("Accept", "")):
-            return web.json_response(report)
+            return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,
                             charset="utf-8")
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        body = await _json_object(request)
-        messages = body.get("messages", 0)
-        if isinstance(messages, bool) or not isinstance(messages, int) or messages < 0:
-            raise BadRequest(f"messages={messages!r} is not allowed: expected an integer >= 0 "
-                             f"(the conversation length)")
-        in_flight = body.get("in_flight")
-        if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int)
-                                      or in_flight < 0):
-            raise BadRequest(f"in_flight={in_flight!r} is not allowed: expected an integer >= 0 "
-                             f"(calls started and not ended)")
-        oldest = body.get("oldest_call_started")
-        if oldest is not None and (isinstance(oldest, bool)
-                                   or not isinstance(oldest, (int, float))):
-            raise BadRequest(f"oldest_call_started={oldest!r} is not allowed: expected epoch "
-                             f"seconds")
-        announce = _announcement(body.get("announce"))
-        run = self.service.heartbeat(request.match_info["id"], messages, in_flight,
-                                     float(oldest) if oldest is not None else None, announce)
-        return web.json_response({**run_summary(run, self.service.clock.now()),
-                                  "messages": run.messages, "in_flight": run.in_flight})
+        beat = parse_heartbeat(await _json_object(request))
+        run = self.service.heartbeat(request.match_info["id"], beat.messages, beat.in_flight,
+                                     beat.oldest_call_started, beat.announce)
+        return json_response({**run_summary(run, self.service.clock.now()),
+                              "messages": run.messages, "in_flight": run.in_flight})
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    messages: int
+    in_flight: int | None
+    oldest_call_started: float | None
+    announce: dict[str, Any] | None
+
+
+def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
+    """A ``POST /v1/runs/{id}/heartbeat`` body; raises :class:`BadRequest` naming the field."""
+    messages = body.get("messages", 0)
+    if not isinstance(messages, int) or not _is_int_in(messages, 0, MAX_MESSAGES):
+        raise BadRequest(f"messages={_shown(messages)} is not allowed: expected an integer "
+                         f"from 0 to {MAX_MESSAGES} (the conversation length)")
+    in_flight = body.get("in_flight")
+    if in_flight is not None and not _is_int_in(in_flight, 0, MAX_IN_FLIGHT):
+        raise BadRequest(f"in_flight={_shown(in_flight)} is not allowed: expected an integer "
+                         f"from 0 to {MAX_IN_FLIGHT} (calls started and not ended)")
+    oldest = body.get("oldest_call_started")
+    if oldest is not None and not (is_number(oldest) and 0 <= oldest <= MAX_EPOCH_SECONDS):
+        raise BadRequest(f"oldest_call_started={_shown(oldest)} is not allowed: expected "
+                         f"epoch seconds from 0 to {MAX_EPOCH_SECONDS:g}")
+    return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
+                     _announcement(body.get("announce")))
 
     async def sync(self, request: web.Request) -> web.Response:
         """``POST /v1/runs/{id}/sync?after=SEQ`` with the run's newly ended spans (an OTLP
@@ -197,6 +247,17 @@ async def _bounded_body(request: web.Request, limit: int) -> bytes:
 
 
 ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
+ID_KEYS = frozenset({"session", "parent_run"})  # follow the id rule (watchdog.bounds)
+
+
+def _is_int_in(value: object, low: int, high: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def _shown(value: object) -> str:
+    """A client's value in an error message: its repr, cut (it may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _announcement(value: object) -> dict[str, Any] | None:
@@ -214,18 +275,25 @@ def _announcement(value: object) -> dict[str, Any] | None:
         if item is None:
             continue
         if not isinstance(item, expected):
-            raise BadRequest(f"announce.{key}={item!r} is not allowed: expected a "
+            raise BadRequest(f"announce.{key}={_shown(item)} is not allowed: expected a "
                              f"{expected.__name__}")
+        if key in ID_KEYS:
+            problem = id_problem(item)
+            if problem is not None:
+                raise BadRequest(f"announce.{key}={_shown(item)} is not allowed: it {problem}")
         announce[key] = item
     budget = announce.get("budget")
     if budget is not None:
         allowed = {"max_tool_calls", "max_iterations", "max_seconds", "max_tokens"}
-        for key, limit in budget.items():
-            if key not in allowed or isinstance(limit, bool) or not isinstance(
-                    limit, (int, float)) or limit < 0:
-                raise BadRequest(f"announce.budget.{key}={limit!r} is not allowed: expected "
-                                 f"{', '.join(sorted(allowed))} with numbers >= 0")
-        announce["budget"] = {key: float(limit) for key, limit in budget.items()}
+        limits: dict[str, float] = {}
+        for key, raw in budget.items():
+            limit = budget_limit(raw)
+            if key not in allowed or limit is None:
+                raise BadRequest(f"announce.budget.{key[:64]}={_shown(raw)} is not allowed: "
+                                 f"expected {', '.join(sorted(allowed))} with numbers from 0 "
+                                 f"to {MAX_BUDGET:g}")
+            limits[key] = limit
+        announce["budget"] = limits
     return announce
 
 
@@ -244,7 +312,7 @@ class SessionRoutes:
             checkpoint = Checkpoint.parse(body, self.service.clock.now())
         except CheckpointError as exc:
             raise BadRequest(str(exc)) from None
-        return web.json_response(await self.service.checkpoint(session_id, checkpoint))
+        return json_response(await self.service.checkpoint(session_id, checkpoint))
 
     async def context(self, request: web.Request) -> web.Response:
         """``GET /v1/sessions/{id}/context``: facts (verbatim), failed approaches, zero-progress
@@ -253,7 +321,7 @@ class SessionRoutes:
             session_id = check_session_id(request.match_info["id"])
         except CheckpointError as exc:
             raise BadRequest(str(exc)) from None
-        return web.json_response(self.service.session_context(session_id))
+        return json_response(self.service.session_context(session_id))
 
 
 class DirectiveRoutes:
@@ -285,8 +353,8 @@ class DirectiveRoutes:
         for directive in directives:
             self.metrics.directive_delivered(directive.action, "longpoll", "sent")
             logs.directive_sent(directive, "longpoll")
-        return web.json_response({"directives": [d.to_json() for d in directives],
-                                  "last_seq": last_seq})
+        return json_response({"directives": [d.to_json() for d in directives],
+                              "last_seq": last_seq})
 
     async def run_stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/runs/{id}/directives/stream``: SSE, ``id:`` = seq; from the run's first
@@ -304,15 +372,11 @@ class DirectiveRoutes:
 
     async def ack(self, request: web.Request) -> web.Response:
         """``POST /v1/runs/{id}/ack {"seq": n}``: the agent has seen directives up to ``n``."""
-        body = await _json_object(request)
-        seq = body.get("seq")
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise BadRequest(f"seq={seq!r} is not allowed: expected an integer >= 0 (the seq "
-                             f"of the last directive the agent has seen)")
+        seq = parse_ack(await _json_object(request))
         run_id = request.match_info["id"]
         acked = await self.outbox.ack(run_id, seq)
         logs.event("directive_acked", run=run_id, seq=seq, acked_seq=acked)
-        return web.json_response({"run_id": run_id, "acked_seq": acked})
+        return json_response({"run_id": run_id, "acked_seq": acked})
 
     @staticmethod
     def _resume_point(request: web.Request) -> int | None:
@@ -370,8 +434,18 @@ class DirectiveRoutes:
             raise
 
 
+def parse_ack(body: dict[str, Any]) -> int:
+    """The ``seq`` of a ``POST /v1/runs/{id}/ack`` body; raises :class:`BadRequest`."""
+    seq = body.get("seq")
+    if not isinstance(seq, int) or not _is_int_in(seq, 0, MAX_SEQ):
+        raise BadRequest(f"seq={_shown(seq)} is not allowed: expected an integer from 0 to "
+                         f"{MAX_SEQ} (the seq of the last directive the agent has seen)")
+    return seq
+
+
 def _sse_event(event_id: int, directive: Directive) -> bytes:
-    data = json.dumps(directive.to_json(), separators=(",", ":"), ensure_ascii=False)
+    data = json.dumps(directive.to_json(), separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
     return f"id: {event_id}\nevent: directive\ndata: {data}\n\n".encode()
 
 
@@ -401,12 +475,16 @@ def _int_param(raw: str | None, name: str, default: int, low: int, high: int) ->
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    return json_object(await request.read())
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A control request body: a JSON object (empty body: ``{}``), or :class:`BadRequest`."""
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = load_json(raw)
+    except ValueError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
@@ -444,7 +522,7 @@ class RuleRoutes:
 
     async def list_rules(self, request: web.Request) -> web.Response:
         ruleset = self.engine.ruleset
-        return web.json_response({
+        return json_response({
             "rules": ruleset.describe(),
             "budgets": [{"agents": list(b.agents), **b.limits} for b in ruleset.budgets],
             "sources": [source.path for source in ruleset.sources],
@@ -456,7 +534,7 @@ class RuleRoutes:
         ok, message = await self._reload()
         if not ok:
             return error_response(422, "rules_invalid", message)
-        return web.json_response({"status": "reloaded", "message": message})
+        return json_response({"status": "reloaded", "message": message})
 
 
 def create_app(service: WatchdogService, config: Config, *,
@@ -468,21 +546,28 @@ def create_app(service: WatchdogService, config: Config, *,
     middlewares: list[Any] = [errors_middleware]
     if config.api_token:
         middlewares.append(auth_middleware(config.api_token))
+    middlewares.append(ids_middleware)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     runs = RunRoutes(service, directives)
     app.router.add_get("/v1/runs", runs.list_runs)
+<<<<<<< HEAD
     app.router.add_get("/v1/runs/{id}", runs.get_run)
     app.router.add_get("/v1/runs/{id}/report", runs.report)
     app.router.add_post("/v1/runs/{id}/heartbeat", runs.heartbeat)
     app.router.add_post("/v1/runs/{id}/sync", runs.sync)
+=======
+    app.router.add_get(RUNS, runs.get_run)
+    app.router.add_get(RUNS + "/report", runs.report)
+    app.router.add_post(RUNS + "/heartbeat", runs.heartbeat)
+>>>>>>> main
     sessions = SessionRoutes(service)
-    app.router.add_post("/v1/sessions/{id}/checkpoints", sessions.checkpoint)
-    app.router.add_get("/v1/sessions/{id}/context", sessions.context)
+    app.router.add_post(SESSIONS + "/checkpoints", sessions.checkpoint)
+    app.router.add_get(SESSIONS + "/context", sessions.context)
     if directives is not None:
         routes = DirectiveRoutes(directives)
-        app.router.add_get("/v1/runs/{id}/directives", routes.poll)
-        app.router.add_get("/v1/runs/{id}/directives/stream", routes.run_stream)
-        app.router.add_post("/v1/runs/{id}/ack", routes.ack)
+        app.router.add_get(RUNS + "/directives", routes.poll)
+        app.router.add_get(RUNS + "/directives/stream", routes.run_stream)
+        app.router.add_post(RUNS + "/ack", routes.ack)
         app.router.add_get("/v1/directives/stream", routes.all_stream)
     if rules is not None:
         rule_routes = RuleRoutes(rules, reload)

@@ -37,6 +37,8 @@ DEFAULT_RUN_END_TIMEOUT = 900.0  # 15 min without a span: the run is abandoned
 DEFAULT_LOOSE_RUN_GAP = 120.0
 DEFAULT_MAX_RUNS = 10_000
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024  # OTLP's usual 16 MiB, after decompression
+# A token that others on the network could guess: 16 random hex characters are 64 bits.
+MIN_API_TOKEN_CHARS = 16
 DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
 DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
 DEFAULT_ACTIVITY_LOG_SIZE = 200
@@ -111,6 +113,14 @@ class Config:
                     raise ConfigError(
                         f"{name}={getattr(self, name)!r} binds a non-loopback address without "
                         f"api_token: set WATCHDOG_API_TOKEN (Bearer auth) or pass --insecure")
+        if self.api_token and len(self.api_token) < MIN_API_TOKEN_CHARS:
+            for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):
+                host, _ = split_address(name, getattr(self, name))
+                if not is_loopback(host):
+                    raise ConfigError(
+                        f"api_token is {len(self.api_token)} characters: a token guarding a "
+                        f"non-loopback bind ({name}={getattr(self, name)!r}) needs at least "
+                        f"{MIN_API_TOKEN_CHARS} (e.g. openssl rand -hex 32)")
         return self
 
 

@@ -106,6 +106,14 @@ class ConfigError(WatchdogError):
     code = "config"
 
 
+class StateUnavailable(Overloaded):
+    """The state store cannot be written (disk full, read-only, I/O error): work that would be
+    acknowledged but not persisted is refused until a write succeeds again."""
+
+    code = "state_unavailable"
+    export_outcome = "state_unavailable"
+
+
 class StartupError(WatchdogError):
     """The sidecar cannot start (a port is taken, the rules or the state dir are unusable); the
     message names the problem and what to do, for one line on stderr and exit code 2."""

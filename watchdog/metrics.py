@@ -219,6 +219,16 @@ class Metrics:
         self.rule_eval_duration_seconds = histogram(
             "rule_eval_duration_seconds", "Seconds one evaluation of all rules took.",
             (), RULE_EVAL_BUCKETS)
+        # faults
+        self.run_failures_total = counter(
+            "run_failures_total", "Per-run work that failed and was skipped for that run alone "
+            "(stage: rules, flush, restore, read); the other runs go on.", ["stage"])
+        self.state_writable_gauge = gauge(
+            "state_writable", "1 while the state directory can be written; 0 while exports are "
+            "refused because it cannot (disk full, read-only, I/O error).", ())
+        self.state_writable_gauge.set(1)
+        self.state_write_failures_total = counter(
+            "state_write_failures_total", "Times the state became unwritable.", ())
         # process
         gauge("build_info", "The running watchdog's version (always 1).",
               ["version"]).labels(clip(version)).set(1)
@@ -313,6 +323,14 @@ class Metrics:
 
     def rule_eval(self, seconds: float) -> None:
         self.rule_eval_duration_seconds.observe(seconds)
+
+    def run_failed(self, stage: str) -> None:
+        self.run_failures_total.labels(clip(stage)).inc()
+
+    def state_writable(self, writable: bool) -> None:
+        self.state_writable_gauge.set(1 if writable else 0)
+        if not writable:
+            self.state_write_failures_total.inc()
 
     def rules_reloaded(self, ok: bool) -> None:
         self.reload_success = ok

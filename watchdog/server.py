@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from aiohttp import web
@@ -61,10 +62,12 @@ class Server:
         self.forwarder: Forwarder | None = None
         self._reload_lock = asyncio.Lock()
         self._rule_sources: tuple[Source, ...] = ()  # as last seen by the file watch
+        self.admission: Admission | None = None
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Taking spans: started, not stopping, and the state can be written."""
+        return self._ready and self.service is not None and self.service.state_error is None
 
     async def start(self) -> None:
         config = self.config
@@ -108,7 +111,7 @@ class Server:
         await outbox.start()
         if restored:
             log.info("restored %d active runs from %s", restored, config.state_dir)
-        admission = Admission(config.max_pending_requests)
+        self.admission = admission = Admission(config.max_pending_requests)
         self.forwarder = forward = Forwarder.from_config(config, metrics)
         if forward is not None:
             await forward.start()
@@ -117,11 +120,12 @@ class Server:
                      "are answered 404 / UNIMPLEMENTED, as by a Collector without such pipelines")
 
         await self._start_app("metrics", config.metrics_address,
-                              create_metrics_app(self.metrics, lambda: self._ready))
+                              create_metrics_app(self.metrics, lambda: self.ready))
         otlp_app = otlp_http.create_app(service, metrics, admission, config, forward)
         if forward is not None:
             passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
-        await self._start_app("otlp_http", config.otlp_http_address, otlp_app)
+        await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
+                              **otlp_http.RUNNER_OPTIONS)
         await self._start_app("api", config.api_address, api.create_app(
             service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
@@ -146,10 +150,11 @@ class Server:
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
 
-    async def _start_app(self, name: str, address: str, app: web.Application) -> None:
+    async def _start_app(self, name: str, address: str, app: web.Application,
+                         **options: Any) -> None:
         host, port = split_address(name, address)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               shutdown_timeout=SHUTDOWN_GRACE)
+                               shutdown_timeout=SHUTDOWN_GRACE, **options)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         self._runners.append(runner)

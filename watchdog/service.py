@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 from watchdog import logs
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
-from watchdog.errors import NotFound, Overloaded
+from watchdog.errors import NotFound, Overloaded, StateUnavailable
 from watchdog.ingest.decode import ExportTraceServiceRequest
 from watchdog.ingest.pipeline import Decoded, records_from, slices_of
 from watchdog.rules.decision import Action, Decision, forced_state
@@ -33,7 +33,7 @@ from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import run_detail, run_summary
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
-from watchdog.store import Store
+from watchdog.store import Store, StoreWriteError
 from watchdog.sync import SpanLedger
 
 log = logging.getLogger("watchdog")
@@ -41,6 +41,8 @@ log = logging.getLogger("watchdog")
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
 MAX_LIST_LIMIT = 1000
+MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged once per stage)
+STATE_RETRY_AFTER = 5.0  # seconds exporters are told to wait while the state is not writable
 INGEST_SLICE = 64  # spans applied between two yields to the event loop
 EVAL_SLICE = 200  # runs whose timed rules are evaluated between two yields to the event loop
 SNAPSHOT_SLICE = 100  # runs snapshotted between two yields to the event loop while flushing
@@ -60,6 +62,8 @@ class Observer(Protocol):
     def rule_error(self, rule: str) -> None: ...
     def rule_eval(self, seconds: float) -> None: ...
     def set_stuck(self, counts: dict[tuple[str, str], int]) -> None: ...
+    def run_failed(self, stage: str) -> None: ...
+    def state_writable(self, writable: bool) -> None: ...
 
 
 class NullObserver:
@@ -82,6 +86,12 @@ class NullObserver:
         pass
 
     def set_stuck(self, counts: dict[tuple[str, str], int]) -> None:
+        pass
+
+    def run_failed(self, stage: str) -> None:
+        pass
+
+    def state_writable(self, writable: bool) -> None:
         pass
 
 
@@ -140,15 +150,35 @@ class WatchdogService:
         self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
         self.sessions = SessionBook(store.get_session)
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
+        self.state_error: str | None = None  # why the last store write failed; None: writable
+        self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def restore(self) -> int:
-        """Load the runs that were active (and recently ended) when the process last stopped."""
-        active = [RunState.from_dict(d) for d in self.store.load_runs(True, self.config.max_runs)]
-        ended = [RunState.from_dict(d) for d in self.store.load_runs(False, 1000)]
+        """Load the runs that were active (and recently ended) when the process last stopped.
+        A stored run that cannot be read back is skipped and counted, never a failed start."""
+        active = self._restored(self.store.load_runs(True, self.config.max_runs))
+        ended = self._restored(self.store.load_runs(False, 1000))
         self.tracker.restore(active + ended)
         return len(active)
+
+    def _restored(self, rows: Iterable[dict[str, Any]]) -> list[RunState]:
+        # a row from an older build, or one damaged on disk, is skipped (and counted)
+        return [run for data in rows if (run := self._from_store(data)) is not None]
+
+    def _run_failed(self, stage: str, key: str) -> None:
+        """One run's work failed at ``stage``: counted; logged (with the traceback) once per
+        run and stage, so one poisoned run cannot flood the log every tick."""
+        self.observer.run_failed(stage)
+        logged = self._failed_logged
+        if (stage, key) in logged:
+            return
+        if len(logged) >= MAX_FAILED_RUNS_LOGGED:
+            logged.clear()
+        logged.add((stage, key))
+        log.exception("run %r: %s failed; skipped for this run, the others go on", key[:200],
+                      stage)
 
     def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
         """After a restart: the terminal state each stored directive decided for an active run.
@@ -202,6 +232,10 @@ class WatchdogService:
                                        or digest in self._in_progress)
 
     def _admit(self) -> None:
+        if self.state_error is not None:
+            raise StateUnavailable(f"the state cannot be written ({self.state_error}); nothing "
+                                   f"is acknowledged until it can: retry later",
+                                   retry_after=STATE_RETRY_AFTER)
         if len(self._pending_activity) >= MAX_PENDING_ACTIVITY:
             raise Overloaded("the state store is behind; retry shortly", retry_after=1.0)
 
@@ -301,13 +335,24 @@ class WatchdogService:
         fired = 0
         started = time.perf_counter()
         for run in runs:
+            fired += self._evaluate_run(engine, run, now, timed_only, changed)
+        self._after_evaluation(time.perf_counter() - started)
+        return fired
+
+    def _evaluate_run(self, engine: RuleEngine, run: RunState, now: float, timed_only: bool,
+                      changed: AbstractSet[str] | None) -> int:
+        """The rules for one run; a failure (a bug, or a value nothing should have let in)
+        is this run's alone: counted, logged once, and the other runs are evaluated."""
+        fired = 0
+        try:
             for decision in engine.evaluate(run, now, self._session_of(run),
                                             timed_only=timed_only, changed=changed):
                 self._decide(decision, run, now)
                 fired += 1
-            if run.ended:
-                self._forget(run)
-        self._after_evaluation(time.perf_counter() - started)
+        except Exception:
+            self._run_failed("rules", run.key)
+        if run.ended:
+            self._forget(run)
         return fired
 
     def _snapshots(self, decoded: Decoded) -> dict[str, Snapshot]:
@@ -335,10 +380,7 @@ class WatchdogService:
                 old, run, bool(run.budget) or bool(engine.default_budget(run.agent_name)))
             if changed is not None and not changed:
                 continue
-            for decision in engine.evaluate(run, now, self._session_of(run), changed=changed):
-                self._decide(decision, run, now)
-            if run.ended:
-                self._forget(run)
+            self._evaluate_run(engine, run, now, False, changed)
         self._after_evaluation(time.perf_counter() - started)
 
     def _after_evaluation(self, seconds: float) -> None:
@@ -398,6 +440,7 @@ class WatchdogService:
     async def checkpoint(self, session_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
         """Fold a checkpoint into its session, persist it before answering (an acknowledged
         checkpoint survives a crash), then evaluate the session's active runs (zero-progress)."""
+        self._admit_state()
         session = self.sessions.get_or_create(session_id)
         run = self.tracker.get(checkpoint.run) if checkpoint.run else None
         if run is not None and run.session is None:
@@ -405,7 +448,13 @@ class WatchdogService:
             self._dirty[run.key] = run
         outcome = session.checkpoint(checkpoint, self._active_runs(session))
         self.sessions.changed(session)
-        await self.in_store_lane(self.store.save_sessions, [session.to_dict()])
+        self._admit_state()
+        try:
+            await self.in_store_lane(self.store.save_sessions, [session.to_dict()])
+        except StoreWriteError as exc:  # it stays dirty: the next flush that works stores it
+            self._state_failed(exc)
+            raise StateUnavailable(f"the checkpoint could not be stored ({exc}); retry later",
+                                   retry_after=STATE_RETRY_AFTER) from None
         runs = [r for key in outcome.runs
                 if (r := self.tracker.get(key)) is not None and not r.ended]
         fired = self.evaluate(runs, self.clock.now(), changed=SESSION_CHANGED)
@@ -452,31 +501,83 @@ class WatchdogService:
         """Run store work on the store lane, after everything submitted before it."""
         return await asyncio.get_running_loop().run_in_executor(self._store_lane, work, *args)
 
-    async def save_pending(self) -> None:
+    async def save_pending(self) -> bool:
         """Persist changed runs and new activity without stalling the event loop: runs are
-        snapshotted in small slices (other requests run in between), then written on the lane."""
+        snapshotted in small slices (other requests run in between), then written on the lane.
+
+        When the store cannot be written, everything taken is put back (the next flush tries
+        again), the service refuses new exports (:meth:`_admit`) until a write succeeds, and
+        False is returned. A run whose snapshot fails is skipped and counted; the rest are
+        written."""
         dirty, self._dirty = self._dirty, {}
         activity, self._pending_activity = self._pending_activity, PendingActivity()
         rows: list[dict[str, Any]] = []
         for index, run in enumerate(dirty.values(), 1):
-            rows.append(run.to_dict())  # a run changed after this is dirty again: next flush
+            try:
+                rows.append(run.to_dict())  # a run changed after this is dirty again: next flush
+            except Exception:
+                self._run_failed("flush", run.key)
             if index % SNAPSHOT_SLICE == 0:
                 await asyncio.sleep(0)
         # Taken right before the store lane gets them: a checkpoint snapshotted while the runs
         # were being sliced above is written before this, and must not be overwritten by an
         # older snapshot of its session.
         sessions = self.sessions.take_dirty()
-        if rows or activity or sessions:
-            self._saving_activity = activity
-            try:
-                await self.in_store_lane(self.store.save, rows, activity.entries, sessions)
-            finally:
-                if self._saving_activity is activity:
-                    self._saving_activity = PendingActivity()
+        if not (rows or activity or sessions):
+            return True
+        self._saving_activity = activity
+        try:
+            refused = await self.in_store_lane(self.store.save, rows, activity.entries, sessions)
+        except StoreWriteError as exc:
+            self._requeue(dirty, activity, sessions)
+            self._state_failed(exc)
+            return False
+        finally:
+            if self._saving_activity is activity:
+                self._saving_activity = PendingActivity()
+        for key in refused:
+            self._run_failed("flush", key)
+        self._state_written()
+        return True
+
+    def _requeue(self, dirty: dict[str, RunState], activity: PendingActivity,
+                 sessions: list[dict[str, Any]]) -> None:
+        """What a failed write took, pending again, in its order (older activity first)."""
+        for key, run in dirty.items():
+            self._dirty.setdefault(key, run)  # the run object is live: its next snapshot is new
+        merged = PendingActivity()
+        merged.extend(activity.entries)
+        merged.extend(self._pending_activity.entries)
+        self._pending_activity = merged
+        self.sessions.requeue(sessions)
+
+    def _admit_state(self) -> None:
+        if self.state_error is not None:
+            raise StateUnavailable(f"the state cannot be written ({self.state_error}); retry "
+                                   f"later", retry_after=STATE_RETRY_AFTER)
+
+    def _state_failed(self, exc: Exception) -> None:
+        if self.state_error is None:  # logged once per change of state, not every flush
+            log.error("the state in %s cannot be written (%s): exports are refused with 503 / "
+                      "UNAVAILABLE and /readyz is unready until a write succeeds; %d runs and "
+                      "%d activity entries wait in memory", self.config.state_dir, exc,
+                      len(self._dirty), len(self._pending_activity))
+            self.observer.state_writable(False)
+        self.state_error = str(exc) or type(exc).__name__
+
+    def _state_written(self) -> None:
+        if self.state_error is not None:
+            log.warning("the state in %s is writable again: exports are accepted",
+                        self.config.state_dir)
+            self.state_error = None
+            self.observer.state_writable(True)
 
     async def close(self) -> None:
         """Persist what is pending and close the store (shutdown)."""
-        await self.save_pending()
+        if not await self.save_pending():
+            log.error("shutting down with unsaved state: %d runs and %d activity entries could "
+                      "not be written (%s)", len(self._dirty), len(self._pending_activity),
+                      self.state_error)
         await self.in_store_lane(self.store.close)
         self._store_lane.shutdown(wait=True)
 
@@ -488,8 +589,17 @@ class WatchdogService:
             data = self.store.get_run(key)
             if data is None:
                 raise NotFound(f"no run {key!r}")
-            run = RunState.from_dict(data)
+            run = self._from_store(data)
+            if run is None:
+                raise NotFound(f"run {key!r} is stored but cannot be read (see the log)")
         return run
+
+    def _from_store(self, data: dict[str, Any]) -> RunState | None:
+        try:
+            return RunState.from_dict(data)
+        except Exception:
+            self._run_failed("restore", str(data.get("key")))
+            return None
 
     def run_detail(self, key: str) -> dict[str, Any]:
         run = self.find_run(key)
@@ -502,7 +612,8 @@ class WatchdogService:
         """The runs of nested agents below ``key`` (sub-agents, agents as tools, handoffs)."""
         children = {child.key: child for child in self.tracker.children(key)}
         for data in self.store.child_runs(key, MAX_LIST_LIMIT):
-            children.setdefault(data["key"], RunState.from_dict(data))
+            if data["key"] not in children and (stored := self._from_store(data)):
+                children[data["key"]] = stored
         return sorted(children.values(), key=lambda run: (run.first_start_ns, run.key))
 
     def list_runs(self, state: str | None = None, agent: str | None = None,
@@ -521,9 +632,15 @@ class WatchdogService:
                     runs.setdefault(run.key, run)
             if len(runs) < limit:
                 for data in self.store.list_runs(True, agent, limit):
-                    if data["key"] not in runs:
-                        runs[data["key"]] = RunState.from_dict(data)
-        return [run_summary(run, now) for run in list(runs.values())[:limit]]
+                    if data["key"] not in runs and (stored := self._from_store(data)):
+                        runs[data["key"]] = stored
+        summaries = []
+        for run in list(runs.values())[:limit]:
+            try:
+                summaries.append(run_summary(run, now))
+            except Exception:  # one damaged run must not take the listing down with it
+                self._run_failed("read", run.key)
+        return summaries
 
     def activity(self, key: str) -> list[ActivityEntry]:
         """The run's activity log: what the store has, plus what is on its way there.

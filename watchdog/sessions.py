@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
+from watchdog.bounds import InvalidId, check_id, is_number
 from watchdog.ingest.redact import brief
 
 MAX_SESSIONS_IN_MEMORY = 10_000  # sessions cached; the rest are read back from the store
@@ -54,7 +55,6 @@ MAX_FAILED_APPROACHES = 50  # the most recent are kept
 MAX_APPROACH_CHARS = 500
 MAX_REMAINING_CHARS = 2000
 MAX_RECENT_RUNS = 64  # runs remembered per session, to count distinct runs (see note_run)
-MAX_SESSION_ID_CHARS = 256
 NOTE_APPROACHES = 10  # failed approaches named in the zero-progress note (all are in the context)
 
 Remaining: TypeAlias = "str | int | float"
@@ -93,8 +93,8 @@ class Checkpoint:
 def _remaining(value: object) -> Remaining:
     if isinstance(value, str):
         return brief(value, MAX_REMAINING_CHARS)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return value
+    if is_number(value):
+        return value  # type: ignore[return-value]
     raise CheckpointError(f"remaining={value!r} is not allowed: expected a string or a finite "
                           f"number (what is left to do)")
 
@@ -114,7 +114,7 @@ def _state(value: object) -> dict[str, FactValue | None]:
             facts[key] = item
         elif isinstance(item, str):
             facts[key] = brief(item, MAX_FACT_CHARS)
-        elif isinstance(item, (int, float)) and math.isfinite(item):
+        elif is_number(item):
             facts[key] = item
         else:
             raise CheckpointError(f"state.{key} is not allowed: expected a string, number, "
@@ -133,16 +133,20 @@ def _approaches(value: object) -> tuple[str, ...]:
 def _run_id(value: object) -> str | None:
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or len(value) > MAX_SESSION_ID_CHARS:
-        raise CheckpointError(f"run_id must be a string of at most {MAX_SESSION_ID_CHARS} "
-                              f"characters")
-    return value
+    if not isinstance(value, str):
+        raise CheckpointError(f"run_id must be a string (a run id), not {type(value).__name__}")
+    return _checked_id(value, "run_id")
 
 
 def check_session_id(session_id: str) -> str:
-    if not session_id or len(session_id) > MAX_SESSION_ID_CHARS:
-        raise CheckpointError(f"session id must be 1 to {MAX_SESSION_ID_CHARS} characters")
-    return session_id
+    return _checked_id(session_id, "session id")
+
+
+def _checked_id(value: str, what: str) -> str:
+    try:
+        return check_id(value, what)
+    except InvalidId as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def progress_key(remaining: Remaining | None) -> ProgressKey | None:
@@ -392,3 +396,13 @@ class SessionBook:
         """Snapshots of the sessions changed since the last call, to persist."""
         dirty, self._dirty = self._dirty, {}
         return [state.to_dict() for state in dirty.values()]
+
+    def requeue(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
+        """Snapshots taken by :meth:`take_dirty` that could not be stored: dirty again (a
+        session changed since keeps its newer state)."""
+        for data in snapshots:
+            session_id = data["id"]
+            if session_id not in self._dirty:
+                state = self._cache.get(session_id)
+                self._dirty[session_id] = state if state is not None else \
+                    SessionState.from_dict(data)

@@ -15,6 +15,7 @@ when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -74,6 +75,17 @@ class StoreError(RuntimeError):
     """The state directory cannot be used (permissions, a newer schema, a corrupt file)."""
 
 
+class StoreWriteError(StoreError):
+    """A write failed (disk full, read-only file system, I/O error); nothing of it is stored.
+    Callers keep what they tried to write and try again later."""
+
+
+def _dumps(row: dict[str, Any]) -> str:
+    # allow_nan=False: Infinity/NaN are not JSON; a row holding one is refused, not stored to
+    # poison every later read (and restart) of it.
+    return json.dumps(row, separators=(",", ":"), allow_nan=False)
+
+
 class Store:
     def __init__(self, state_dir: str, activity_log_size: int = 200) -> None:
         self.activity_log_size = activity_log_size
@@ -118,12 +130,19 @@ class Store:
     # -- writes ---------------------------------------------------------------------------------
 
     def save(self, runs: Iterable[dict[str, Any]], activity: Iterable[ActivityEntry],
-             sessions: Iterable[dict[str, Any]] = ()) -> None:
-        """Upsert run and session snapshots and append activity entries, in one transaction."""
+             sessions: Iterable[dict[str, Any]] = ()) -> list[str]:
+        """Upsert run and session snapshots and append activity entries, in one transaction.
+        Returns the keys of runs whose snapshot could not be encoded (skipped, the rest is
+        written); raises :class:`StoreWriteError` when nothing could be written."""
         session_rows = _session_rows(sessions)
-        run_rows = [(r["key"], r.get("agent") or r.get("service") or "unknown",
-                     int(bool(r["ended"])), r["last_seen"], json.dumps(r, separators=(",", ":")))
-                    for r in runs]
+        run_rows = []
+        refused: list[str] = []
+        for r in runs:
+            try:
+                run_rows.append((r["key"], r.get("agent") or r.get("service") or "unknown",
+                                 int(bool(r["ended"])), float(r["last_seen"]), _dumps(r)))
+            except (TypeError, ValueError, OverflowError):
+                refused.append(str(r.get("key")))
         newest: dict[str, int] = {}
         activity_rows = []
         for entry in activity:  # columns, not JSON: this is the store's hottest write
@@ -146,9 +165,12 @@ class Store:
                 db.executemany("DELETE FROM activity WHERE run=? AND seq<=?", trims)
                 db.executemany(_UPSERT_SESSION, session_rows)
                 db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as exc:
+                _rollback(db)
+                if isinstance(exc, (sqlite3.Error, OSError)):
+                    raise StoreWriteError(str(exc)) from exc
                 raise
+        return refused
 
     def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         """Upsert session snapshots (a checkpoint: before the API answers)."""
@@ -158,8 +180,10 @@ class Store:
             try:
                 self._db.executemany(_UPSERT_SESSION, rows)
                 self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
+            except BaseException as exc:
+                _rollback(self._db)
+                if isinstance(exc, (sqlite3.Error, OSError)):
+                    raise StoreWriteError(str(exc)) from exc
                 raise
 
     def prune(self, max_ended: int = MAX_ENDED_RUNS_STORED,
@@ -176,9 +200,13 @@ class Store:
             if not rows:
                 return 0
             self._db.execute("BEGIN")
-            self._db.executemany("DELETE FROM runs WHERE key=?", rows)
-            self._db.executemany("DELETE FROM activity WHERE run=?", rows)
-            self._db.execute("COMMIT")
+            try:
+                self._db.executemany("DELETE FROM runs WHERE key=?", rows)
+                self._db.executemany("DELETE FROM activity WHERE run=?", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                _rollback(self._db)  # never leave the writer inside a transaction
+                raise
             return len(rows)
 
     # -- reads ----------------------------------------------------------------------------------
@@ -214,7 +242,10 @@ class Store:
         """Stored runs whose ``parent_run`` is ``parent`` (a scan: read per detail request)."""
         with self._read_lock:
             rows = self._reader.execute(
-                "SELECT data FROM runs WHERE json_extract(data, '$.parent_run') = ? "
+                # json_valid first: a row an older build wrote with Infinity/NaN is not JSON to
+                # SQLite, and json_extract would fail the query for every run
+                "SELECT data FROM runs WHERE CASE WHEN json_valid(data) THEN "
+                "json_extract(data, '$.parent_run') END = ? "
                 "ORDER BY updated LIMIT ?", (parent, limit)).fetchall()
         return [json.loads(row[0]) for row in rows]
 
@@ -239,5 +270,12 @@ _UPSERT_SESSION = ("INSERT INTO sessions (id, updated, data) VALUES (?,?,?) ON C
 
 
 def _session_rows(sessions: Iterable[dict[str, Any]]) -> list[tuple[str, float, str]]:
-    return [(s["id"], float(s.get("updated_at") or 0.0), json.dumps(s, separators=(",", ":")))
-            for s in sessions]
+    return [(s["id"], float(s.get("updated_at") or 0.0), _dumps(s)) for s in sessions]
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open (SQLite ends it itself on some errors, such as
+    a full disk, and a second error here would hide the first)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")

@@ -17,7 +17,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,29 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
 
 
 def replay(sidecar: RunningServer, recording: Path) -> None:
-    """Export a recording again, request by request, as OTLP/JSON."""
-    for line in recording.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            status, body = http_request("POST", sidecar.otlp_http + "/v1/traces",
-                                        line.encode(), {"Content-Type": "application/json"})
-            assert status == 200, (status, body)
+    """Export a recording again, request by request, as OTLP/JSON — its timestamps moved to
+    now, as if the framework had just run (the time-based rules read them)."""
+    requests = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    times = [int(span["startTimeUnixNano"]) for span in _spans(requests)]
+    shift = time.time_ns() - min(times) - 10**9 if times else 0
+    for span in _spans(requests):
+        for key in ("startTimeUnixNano", "endTimeUnixNano"):
+            span[key] = str(int(span[key]) + shift)
+        for event in span.get("events", ()):
+            event["timeUnixNano"] = str(int(event["timeUnixNano"]) + shift)
+    for request in requests:
+        status, body = http_request("POST", sidecar.otlp_http + "/v1/traces",
+                                    json.dumps(request).encode(),
+                                    {"Content-Type": "application/json"})
+        assert status == 200, (status, body)
+
+
+def _spans(requests: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for request in requests:
+        for resource_spans in request.get("resourceSpans", ()):
+            for scope_spans in resource_spans.get("scopeSpans", ()):
+                yield from scope_spans.get("spans", ())
 
 
 UNCHECKED: Any = object()  # an expectation field left out of the comparison

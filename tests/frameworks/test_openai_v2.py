@@ -4,15 +4,12 @@ the tools (the loop runs them itself). The calls are grouped into one run per in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, run_driver
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer
 
 AGENT = "openai-v2-loop"  # no agent name on these spans: the service name is all there is
 ANSWER = "a, b and c are known."
@@ -38,36 +35,28 @@ EXPECTED = {
 CASES = [(scenario, stream) for scenario in EXPECTED for stream in (False, True)]
 
 
-@pytest.fixture
-def quick_sidecar(tmp_path: Path) -> Iterator[RunningServer]:
-    """A sidecar that ends a run of loose calls 1 s after its last call (default 2 min)."""
-    config = sidecar_config(tmp_path / "state", loose_run_gap=1.0, eval_interval=0.2)
-    with running_server(config) as server:
-        yield server
-
-
 def _name(scenario: str, stream: bool) -> str:
     return scenario + ("_stream" if stream else "")
 
 
 @pytest.mark.parametrize(("scenario", "stream"), CASES)
-def test_live(quick_sidecar: RunningServer, llm: FakeLLM, scenario: str, stream: bool) -> None:
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str, stream: bool) -> None:
     model = llm.script(f"openai-v2-{_name(scenario, stream)}", SCRIPTS[scenario])
-    run_driver("openai_v2", "openai_v2_loop", _name(scenario, stream), quick_sidecar, llm, model,
+    run_driver("openai_v2", "openai_v2_loop", _name(scenario, stream), sidecar, llm, model,
                extra_env=STREAM_ENV if stream else None)
-    check_runs(quick_sidecar, EXPECTED[scenario])
+    check_runs(sidecar, EXPECTED[scenario])
 
 
 @pytest.mark.parametrize(("scenario", "stream"), CASES)
-def test_recorded(quick_sidecar: RunningServer, scenario: str, stream: bool) -> None:
-    replay(quick_sidecar, RECORDINGS / "openai_v2_loop" / f"{_name(scenario, stream)}.jsonl")
-    check_runs(quick_sidecar, EXPECTED[scenario])
+def test_recorded(sidecar: RunningServer, scenario: str, stream: bool) -> None:
+    replay(sidecar, RECORDINGS / "openai_v2_loop" / f"{_name(scenario, stream)}.jsonl")
+    check_runs(sidecar, EXPECTED[scenario])
 
 
 def test_streamed_calls_without_content_capture_cannot_tell_an_answer(
-        quick_sidecar: RunningServer, llm: FakeLLM) -> None:
+        sidecar: RunningServer, llm: FakeLLM) -> None:
     """The instrumentation's default for streams: no finish reason, no usage, no content. The
     calls are still one run; whether it answered is unknowable, so it ends `no_response`."""
     model = llm.script("openai-v2-bare-stream", SCRIPTS["three_tools"])
-    run_driver("openai_v2", "openai_v2_loop", "three_tools_stream", quick_sidecar, llm, model)
-    check_runs(quick_sidecar, [Expect(AGENT, 4, 0, 0, "no_response", False, None, None)])
+    run_driver("openai_v2", "openai_v2_loop", "three_tools_stream", sidecar, llm, model)
+    check_runs(sidecar, [Expect(AGENT, 4, 0, 0, "no_response", False, None, None)])

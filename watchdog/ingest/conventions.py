@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from watchdog.bounds import budget_limit, token_count
 from watchdog.ingest.decode import any_value
 from watchdog.ingest.frameworks import TABLES, Role
 from watchdog.ingest.outcome import (
@@ -169,18 +170,7 @@ def _first_str(attrs: Mapping[str, object], keys: tuple[str, ...]) -> str | None
 
 
 def _int(value: object) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(value, 0)
-    if isinstance(value, float):
-        return max(int(value), 0)
-    if isinstance(value, str):
-        try:
-            return max(int(float(value)), 0)
-        except ValueError:
-            return 0
-    return 0
+    return token_count(value)  # finite, >= 0, bounded: never inf/NaN/overflow from a span
 
 
 _SIGNED_64 = struct.Struct(">q")  # the same value as int.from_bytes(..., "big", signed=True)
@@ -387,10 +377,11 @@ def _budget(attrs: Mapping[str, object], resource: Resource) -> dict[str, float]
     budget: dict[str, float] | None = None
     for key in BUDGET_KEYS:
         value = attrs.get("watchdog.budget." + key, resource.attrs.get("watchdog.budget." + key))
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        limit = budget_limit(value)  # finite and in range, or not a budget
+        if limit is not None:
             if budget is None:
                 budget = {}
-            budget[key] = float(value)
+            budget[key] = limit
     return budget
 
 

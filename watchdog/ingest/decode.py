@@ -23,6 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from watchdog.bounds import load_json
+
 __all__ = [
     "DecodeError",
     "ExportTraceServiceRequest",
@@ -90,8 +92,8 @@ def _hex_ids_to_base64(obj: dict[str, Any]) -> None:
 
 def parse_json(body: bytes) -> ExportTraceServiceRequest:
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        document = load_json(body)
+    except ValueError as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise DecodeError("invalid OTLP/JSON payload: the top level must be an object")
@@ -111,6 +113,8 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
         raise DecodeError(f"invalid OTLP/JSON payload: {exc}") from None
+    except RecursionError:
+        raise DecodeError("invalid OTLP/JSON payload: nested too deeply") from None
     return request
 
 

@@ -162,6 +162,8 @@ OPENLLMETRY = Convention(
                                    "workflow": Role.WORKFLOW},
            # embedding and rerank calls set llm.request.type too: they are not iterations
            "llm.request.type": {"chat": Role.LLM, "completion": Role.LLM}},
+    # LangChain/LangGraph: the agent whose graph ran the span, on every span of it
+    agent_name=("traceloop.association.properties.lc_agent_name",),
     agent_span_name=("traceloop.entity.name",),
     tool_name=("traceloop.entity.name",),
     tool_args=("traceloop.entity.input",),

@@ -116,12 +116,15 @@ def create_server(service: WatchdogService, metrics: Metrics, admission: Admissi
     handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
         METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export),
     })
+    # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
+    # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
+    # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
     server = grpc.aio.server(handlers=(handler,), options=(
         ("grpc.max_receive_message_length", config.max_request_bytes),
         # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the port
         # and split the agents' spans between two processes. Refuse the port instead.
         ("grpc.so_reuseport", 0),
-    ))
+    ), maximum_concurrent_rpcs=config.max_pending_requests)
     port = server.add_insecure_port(config.otlp_grpc_address)
     if port == 0 and not config.otlp_grpc_address.endswith(":0"):  # older grpcio: no raise
         raise RuntimeError(f"Failed to bind to address {config.otlp_grpc_address}")

@@ -2,18 +2,20 @@
 deflate compressed, answered in the encoding of the request.
 
 A request passes these stages in order, and the first that refuses it answers:
-auth (401) -> media type (415) -> content coding (415) -> admission (503 + Retry-After) ->
-body, bounded after decompression (413; 408 if the upload stalls) -> decode (400) ->
-``service.export`` (503 when the store is behind) -> 200 with ``partial_success`` when spans
-were rejected; with ``forward_endpoint`` the accepted body is then queued for the upstream
-(:mod:`watchdog.ingest.forward`), never awaited. Error bodies are a ``google.rpc.Status`` in
-the request's encoding, as OTLP asks.
+auth (401) -> media type (415) -> content coding (415) -> a processing slot and an upload slot
+(503 + Retry-After) -> body as sent, within ``BODY_READ_TIMEOUT`` (408) and
+``max_request_bytes`` (413) -> inflated with the same bound (413, or 400 for corrupt data) ->
+decode (400) -> ``service.export`` (503 when the store is behind or cannot be written) -> 200
+with ``partial_success`` when spans were rejected; with ``forward_endpoint`` the accepted body
+is then queued for the upstream (:mod:`watchdog.ingest.forward`), never awaited. Error bodies
+are a ``google.rpc.Status`` in the request's encoding, as OTLP asks.
 
-aiohttp inflates the body itself in bounded steps and stops reading once ``client_max_size``
-(``max_request_bytes``) is passed, so a gzip bomb never grows in memory past about twice the
-limit; a compressed body refused before its end also drops the connection, so the rest is
-never inflated (see :func:`_answer_and_close`). Admission is taken before the body is read: a
-slow upload holds a slot, which is what the read timeout bounds.
+An upload holds a processing slot only while its body arrives at ``MIN_UPLOAD_RATE`` or
+faster; a slower one waits in an upload slot (:class:`~watchdog.ingest.admission.Uploads`:
+many, bounded per client) and takes a processing slot again once complete, so slow clients
+cannot starve the others while fast ones are bounded as a whole. The body is inflated by
+:mod:`watchdog.ingest.codings` (aiohttp's decompression is off for this server), so a gzip
+bomb never grows past the limit and ``br``/``zstd`` get the documented 415.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from watchdog.errors import (
     UnsupportedMediaType,
     WatchdogError,
 )
-from watchdog.ingest.admission import Admission
+from watchdog.ingest import codings
+from watchdog.ingest.admission import Admission, Slot, Uploads
 from watchdog.ingest.decode import (
     DecodeError,
     ExportTraceServiceRequest,
@@ -54,11 +57,15 @@ log = logging.getLogger("watchdog.otlp_http")
 
 PROTOCOL = "http"
 TRACES_PATH = "/v1/traces"
-# Content codings aiohttp inflates itself (br and zstd need optional packages).
-SUPPORTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
-COMPRESSED = frozenset({"gzip", "deflate"})
-# A stalled upload holds an admission slot; past this it is dropped with 408.
-BODY_READ_TIMEOUT = 30.0
+COMPRESSED = codings.SUPPORTED - codings.IDENTITY
+# A body must arrive within this (an OTLP exporter gives up after 10 s anyway); a stalled
+# upload holds an upload slot until then, and is answered 408.
+BODY_READ_TIMEOUT = 10.0
+# An upload keeps its processing slot only while its body arrives at least this fast (bytes
+# per second, over each window): 64 KiB/s is far below any local exporter and far above a
+# slow-loris client. Slower, it gives the slot back and takes one again when complete.
+MIN_UPLOAD_RATE = 64 * 1024
+RATE_WINDOW = 0.25  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +97,13 @@ class TraceReceiver:
     signal: Signal = "traces"
 
     def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
-                 config: Config, forward: Forwarder | None = None) -> None:
+                 config: Config, forward: Forwarder | None = None,
+                 uploads: Uploads | None = None) -> None:
         self.forward = forward
         self.service = service
         self.metrics = metrics
         self.admission = admission
+        self.uploads = uploads if uploads is not None else Uploads()
         self.max_request_bytes = config.max_request_bytes
         self._expected_auth = config.api_token
 
@@ -120,14 +129,22 @@ class TraceReceiver:
                 f"unsupported Content-Type {request.content_type!r}: OTLP/HTTP accepts "
                 f"{' or '.join(CODECS)}")
         encoding = _content_encoding(request)
-        if encoding not in SUPPORTED_ENCODINGS:
+        if encoding not in codings.SUPPORTED:
             raise UnsupportedMediaType(
-                f"unsupported Content-Encoding {encoding!r}: accepted are gzip, deflate, identity")
-        if encoding in ("", "identity") and (request.content_length or 0) > self.max_request_bytes:
+                f"unsupported Content-Encoding {encoding[:64]!r}: accepted are gzip, deflate, "
+                f"identity")
+        if (request.content_length or 0) > self.max_request_bytes:
             raise self._too_large()
-        with self.admission:
-            body = await self._read_body(request, encoding)
+        slot = self.admission.slot()
+        slot.take()  # no slot: refused before its body is read
+        try:
+            with self.uploads.slot(request.remote or "unknown"):
+                raw = await self._read_body(request, slot)
+            slot.take()  # an upload that gave its slot back needs one again now
+            body = self._inflate(raw, encoding)
             answer, fresh = await self._consume(codec, body)
+        finally:
+            slot.release()
         if fresh and self.forward is not None:  # queued only: the upstream never delays this
             self.forward.offer(self.signal, body, codec.content_type, encoding)
         return web.Response(body=answer, content_type=codec.content_type)
@@ -153,20 +170,54 @@ class TraceReceiver:
         check_bearer(request.headers.get("Authorization"), self._expected_auth,
                      "the header Authorization:")
 
-    async def _read_body(self, request: web.Request, encoding: str) -> bytes:
+    async def _read_body(self, request: web.Request, slot: Slot) -> bytes:
+        """The body as sent, at most ``max_request_bytes``, within ``BODY_READ_TIMEOUT``. While
+        it arrives slower than ``MIN_UPLOAD_RATE`` (measured over ``RATE_WINDOW``) ``slot`` is
+        given back, so a slow client holds no processing slot."""
+        loop = asyncio.get_running_loop()
+        chunks: list[bytes] = []
+        size = 0
+        window_end, window_bytes = loop.time() + RATE_WINDOW, 0
         try:
             async with asyncio.timeout(BODY_READ_TIMEOUT):
-                return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise self._too_large() from None
+                while True:
+                    if slot.held:
+                        try:
+                            async with asyncio.timeout_at(window_end):
+                                chunk = await request.content.readany()
+                        except TimeoutError:
+                            chunk = None  # the window ended with nothing more
+                    else:
+                        chunk = await request.content.readany()
+                    if chunk == b"":
+                        return b"".join(chunks)
+                    if chunk:
+                        size += len(chunk)
+                        window_bytes += len(chunk)
+                        if size > self.max_request_bytes:
+                            raise self._too_large()
+                        chunks.append(chunk)
+                    if slot.held and loop.time() >= window_end:
+                        if window_bytes < MIN_UPLOAD_RATE * RATE_WINDOW:
+                            slot.release()  # too slow to hold a slot; it takes one at the end
+                        window_end, window_bytes = loop.time() + RATE_WINDOW, 0
         except TimeoutError:
             raise RequestTimeout(
                 f"the request body did not arrive within {BODY_READ_TIMEOUT:g}s") from None
-        except web.RequestPayloadError:  # corrupt gzip/deflate data, a broken chunked body
-            if encoding in COMPRESSED:
-                raise BadRequest(f"the request body is not valid {encoding} data "
-                                 f"(Content-Encoding: {encoding})") from None
+        except web.RequestPayloadError:  # a broken chunked body
             raise BadRequest("the request body could not be read (broken transfer)") from None
+        except ConnectionError:  # the client went away; nobody reads the answer
+            raise BadRequest("the connection closed before the request body was complete"
+                             ) from None
+
+    def _inflate(self, raw: bytes, encoding: str) -> bytes:
+        try:
+            return codings.inflate(raw, encoding, self.max_request_bytes)
+        except codings.BodyTooLarge:
+            raise self._too_large() from None
+        except codings.BadCoding as exc:
+            raise BadRequest(f"the request body is not valid {encoding} data "
+                             f"(Content-Encoding: {encoding}): {exc}") from None
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(f"request body exceeds max_request_bytes={self.max_request_bytes} "
@@ -190,12 +241,15 @@ def _content_encoding(request: web.Request) -> str:
 
 async def _answer_and_close(request: web.Request, response: web.Response) -> None:
     """Send ``response``, then drop the connection. Left open, aiohttp would drain the unread
-    body for up to 10 s after the response, inflating it on the event loop thread: a gzip
-    bomb past the limit would stall every other request meanwhile, and a corrupt one would be
-    logged as an unhandled error."""
+    body (up to 10 s) after the response: for a compressed body refused early, such as a gzip
+    bomb, that is megabytes read for nothing."""
     await response.prepare(request)
     await response.write_eof()
     request.protocol.force_close()
+
+
+# For the AppRunner of this app: the body is read as sent and inflated by codings.inflate.
+RUNNER_OPTIONS = {"auto_decompress": False}
 
 
 def create_app(service: WatchdogService, metrics: Metrics, admission: Admission,

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from watchdog.bounds import id_problem
 from watchdog.ingest.conventions import Resource, SpanRejected, normalise, select_attributes
 from watchdog.ingest.decode import ExportTraceServiceRequest, attributes
 from watchdog.runs.record import SpanRecord
@@ -41,6 +42,17 @@ class Decoded:
         return f"rejected {self.rejected_count} span(s) ({reasons}); first: {self.first_error}"
 
 
+def _checked(record: SpanRecord) -> SpanRecord:
+    """The id rule (:mod:`watchdog.bounds`), the same the API routes apply: a run that could
+    not be asked for by its id is refused at the door, not stored."""
+    for reason, what, value in (("invalid_run_id", "run id", record.run_key),
+                                ("invalid_session_id", "session id", record.session),
+                                ("invalid_run_id", "parent run id", record.parent_run)):
+        if value is not None and (problem := id_problem(value)) is not None:
+            raise SpanRejected(reason, f"{what} {value[:64]!r} is not allowed: it {problem}")
+    return record
+
+
 def records_from(request: ExportTraceServiceRequest) -> Decoded:
     """Every span of ``request`` as a record (or a counted rejection)."""
     return next(slices_of(request, None), Decoded())
@@ -57,7 +69,8 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 try:
-                    records.append(normalise(span, select_attributes(span.attributes), resource))
+                    records.append(_checked(normalise(span, select_attributes(span.attributes),
+                                                      resource)))
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
                     if not decoded.first_error:

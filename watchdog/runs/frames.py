@@ -17,6 +17,8 @@ bounded), so that when an agent span that is not the trace root arrives it can d
 * a **nested agent** (a sibling that ends after the main one, as a handoff does, or one inside
   the main agent's subtree): its subtree moves out into a *child run* whose signals are folded
   again from the retained records, with ``parent_run`` = the trace run;
+* a nested agent span with nothing below it (LangGraph under OpenLLMetry hangs a sub-agent's
+  work from a sibling task span) takes the spans beside it that carry its agent name;
 * an agent span that encloses the one taken as main until then demotes it to a child: the inner
   agent of "agent as a tool" ends first — unless both are one invocation seen by two
   instrumentations (OpenInference's ``agent_run`` around google-adk's own ``invoke_agent``):
@@ -46,6 +48,7 @@ class TraceFrames:
     parents: dict[str, str | None] = field(default_factory=dict)
     records: list[SpanRecord] = field(default_factory=list)
     children: dict[str, str] = field(default_factory=dict)  # agent span id -> child run key
+    adopted: dict[str, str] = field(default_factory=dict)  # span beside its agent -> child run
     calls: set[str] = field(default_factory=set)  # model and tool call span ids
     agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
     main_agent: str | None = None
@@ -77,22 +80,27 @@ class TraceFrames:
 
     def same_invocation(self, inner: str, outer: str) -> bool:
         """Whether agent span ``inner`` (below ``outer``) is ``outer``'s own invocation seen by
-        a second instrumentation: the same agent name (or none), no call between them."""
+        a second instrumentation or framed by a wrapper: their agent names agree (or one is
+        unknown), no model or tool call lies between them, and ``outer`` made no call of its own
+        outside ``inner`` (a smolagents manager whose step runs a managed agent did)."""
         inner_name, outer_name = self.agents.get(inner), self.agents.get(outer)
         if inner_name and outer_name and inner_name != outer_name:
             return False
         current = self.parents.get(inner)
         for _ in range(MAX_DEPTH):
             if current is None or current == outer:
-                return current == outer
+                break
             if current in self.calls:
                 return False
             current = self.parents.get(current)
-        return False
+        if current != outer:
+            return False
+        return not any(self.within(call, outer) and not self.within(call, inner)
+                       and self.child_of(call) is None for call in self.calls)
 
     def child_of(self, span_id: str) -> str | None:
         """The child run of the nearest nested agent at or above ``span_id``, if any."""
-        children = self.children
+        children, adopted = self.children, self.adopted
         if not children:
             return None
         parents = self.parents
@@ -100,17 +108,29 @@ class TraceFrames:
         for _ in range(MAX_DEPTH):
             if current is None:
                 return None
-            key = children.get(current)
+            key = children.get(current) or adopted.get(current)
             if key is not None:
                 return key
             current = parents.get(current)
         return None
 
-    def subtree(self, agent_span: str) -> list[SpanRecord]:
-        """The retained records at or below ``agent_span`` that no deeper child run owns."""
-        return [record for record in self.records
-                if self.child_of(record.span_id) is None
-                and self.within(record.span_id, agent_span)]
+    def subtree(self, agent_span: str, key: str) -> list[SpanRecord]:
+        """The retained records at or below ``agent_span`` that no deeper child run owns —
+        or, for an agent span with nothing below it, the spans beside it (under its parent)
+        that carry its agent name, which are then owned by ``key``."""
+        moved = [record for record in self.records
+                 if self.child_of(record.span_id) is None
+                 and self.within(record.span_id, agent_span)]
+        name, parent = self.agents.get(agent_span), self.parents.get(agent_span)
+        if len(moved) <= 1 and name and parent:
+            beside = [record for record in self.records
+                      if record.agent == name and record.span_id != agent_span
+                      and self.child_of(record.span_id) is None
+                      and self.within(record.span_id, parent)]
+            for record in beside:
+                self.adopted[record.span_id] = key
+            moved = beside + moved
+        return moved
 
     def own(self) -> list[SpanRecord]:
         """The retained records that belong to the trace run itself."""

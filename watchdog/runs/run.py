@@ -15,6 +15,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any
 
+from watchdog.bounds import budget_limit
 from watchdog.runs.record import (
     AGENT,
     BUDGET_KEYS,
@@ -411,6 +412,9 @@ class RunState:
                 value = TerminalState(value)
             elif name == "key_source":
                 value = KeySource(value)
+            elif name == "budget":  # a build before bounds.budget_limit may have stored inf
+                value = {k: limit for k, v in value.items()
+                         if (limit := budget_limit(v)) is not None}
             setattr(run, name, value)
         return run
 

@@ -300,7 +300,7 @@ class RunTracker:
             result.unsplit_agents += 1
             return None
         key = f"{parent.key}:{agent_span}"
-        moved = frames.subtree(agent_span)
+        moved = frames.subtree(agent_span, key)
         for grandchild in frames.nested_children(agent_span):
             nested = self.get(grandchild)
             if nested is not None and nested.parent_run == parent.key:

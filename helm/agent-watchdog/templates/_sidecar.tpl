@@ -1,7 +1,9 @@
 {{/*
 Named templates for an agent's own chart: add the watchdog to an agent pod.
 
-Make this chart a dependency of the agent's chart (alias "watchdog"), then in the pod template:
+The short way is "agent-watchdog.inject" at the end of this file: one include around the
+agent's manifest. The long way, for finer control: make this chart a dependency of the agent's
+chart (alias "watchdog"), then in the pod template:
 
   {{- $wd := dict "root" $ "values" .Values.watchdog }}
   metadata:
@@ -95,4 +97,81 @@ in place.
 {{- define "agent-watchdog.sidecarPodAnnotations" -}}
 {{- $ctx := dict "Values" .values "Release" .root.Release -}}
 checksum/agent-watchdog-secret: {{ include "agent-watchdog.secretChecksum" $ctx }}
+{{- end }}
+
+{{/*
+One line instead of the templates above: the agent's chart wraps its workload manifest in a
+named template and includes it through this one, which returns it with the watchdog added.
+
+  {{- define "my-agent.deployment" }}
+  apiVersion: apps/v1
+  kind: Deployment
+  ...                                   (the manifest, unchanged)
+  {{- end }}
+  {{ include "agent-watchdog.inject" (list $ "my-agent.deployment") }}
+
+Arguments: (list ROOT TEMPLATE) with this chart's values at ROOT.Values.watchdog (the alias of
+the examples), or (list ROOT TEMPLATE VALUES). Kinds: Deployment, StatefulSet, DaemonSet,
+ReplicaSet, Job, CronJob, Pod. What it adds to the pod template:
+- sidecar mode: the watchdog container (first of initContainers as a native sidecar, or last of
+  containers with sidecar.native=false), its volumes, the PodMonitor's label;
+- both modes: the checksum annotation and, in every container listed in sidecar.agentContainers
+  (default: every container), the env of "agent-watchdog.agentEnv" — except the variables the
+  container already sets (kept as they are, as the OpenTelemetry Operator does).
+The manifest is re-serialised (keys sorted, comments gone); its values are kept.
+*/}}
+{{- define "agent-watchdog.inject" -}}
+{{- $root := index . 0 }}
+{{- $values := dict }}
+{{- if eq (len .) 3 }}
+{{- $values = index . 2 }}
+{{- else if hasKey $root.Values "watchdog" }}
+{{- $values = $root.Values.watchdog }}
+{{- else }}
+{{- fail "agent-watchdog.inject: no .Values.watchdog: make agent-watchdog a dependency with alias watchdog, or pass its values: (list $ TEMPLATE .Values.ALIAS)" }}
+{{- end }}
+{{- $wd := dict "root" $root "values" $values }}
+{{- $doc := include (index . 1) $root | fromYaml }}
+{{- if hasKey $doc "Error" }}
+{{- fail (printf "agent-watchdog.inject: template %s is not one YAML manifest: %s" (index . 1) $doc.Error) }}
+{{- end }}
+{{- $pod := dict }}
+{{- if eq $doc.kind "Pod" }}
+{{- $pod = $doc }}
+{{- else if eq $doc.kind "CronJob" }}
+{{- $pod = $doc.spec.jobTemplate.spec.template }}
+{{- else if has $doc.kind (list "Deployment" "StatefulSet" "DaemonSet" "ReplicaSet" "Job") }}
+{{- $pod = $doc.spec.template }}
+{{- else }}
+{{- fail (printf "agent-watchdog.inject: template %s renders a %s; it takes a Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or Pod" (index . 1) (toString $doc.kind)) }}
+{{- end }}
+{{- $meta := $pod.metadata | default dict }}
+{{- $_ := set $pod "metadata" $meta }}
+{{- $spec := $pod.spec }}
+{{- $annotations := $meta.annotations | default dict }}
+{{- $_ := set $meta "annotations" (merge $annotations (include "agent-watchdog.sidecarPodAnnotations" $wd | fromYaml)) }}
+{{- $agentEnv := include "agent-watchdog.agentEnv" $wd | fromYamlArray }}
+{{- $wanted := $values.sidecar.agentContainers | default list }}
+{{- range $container := $spec.containers }}
+{{- if or (not $wanted) (has $container.name $wanted) }}
+{{- $env := $container.env | default list }}
+{{- $set := dict }}
+{{- range $env }}{{ $_ := set $set .name true }}{{ end }}
+{{- range $agentEnv }}
+{{- if not (hasKey $set .name) }}{{ $env = append $env . }}{{ end }}
+{{- end }}
+{{- $_ := set $container "env" $env }}
+{{- end }}
+{{- end }}
+{{- if ne $values.mode "gateway" }}
+{{- $_ := set $meta "labels" (merge ($meta.labels | default dict) (include "agent-watchdog.sidecarPodLabels" $wd | fromYaml)) }}
+{{- $sidecar := include "agent-watchdog.sidecar" $wd | fromYamlArray }}
+{{- if $values.sidecar.native }}
+{{- $_ := set $spec "initContainers" (concat $sidecar ($spec.initContainers | default list)) }}
+{{- else }}
+{{- $_ := set $spec "containers" (concat $spec.containers $sidecar) }}
+{{- end }}
+{{- $_ := set $spec "volumes" (concat ($spec.volumes | default list) (include "agent-watchdog.sidecarVolumes" $wd | fromYamlArray)) }}
+{{- end }}
+{{- toYaml $doc }}
 {{- end }}

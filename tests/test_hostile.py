@@ -1,0 +1,456 @@
+"""Issue 10's findings, each reproduced against a real sidecar: hostile JSON, non-finite and
+huge numbers, poisoned state, ids with odd characters, unsupported codings, short tokens,
+slow uploaders and gRPC overload. Every refusal is a documented 4xx/503 with a message, every
+answer is valid JSON, and a good run sent before is intact after."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
+from tests.otel import export_http
+from tests.spans import SpanMaker, chat_attrs, encode, tool_attrs
+from tests.test_bad_input import (
+    Guarded,
+    SlowUpload,
+    grpc_export,
+    start_guarded,
+    status_message,
+    valid_body,
+)
+from tests.test_otlp_http import JSON, PROTOBUF, post, post_full
+from watchdog.config import Config
+from watchdog.errors import ConfigError
+from watchdog.ingest import admission as admission_module
+from watchdog.store import Store
+
+
+def strict_json(raw: bytes) -> Any:
+    """JSON as a strict client parses it: ``Infinity``/``NaN`` are errors."""
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in an API answer: {raw[:200]!r}")
+    return json.loads(raw, parse_constant=refuse)
+
+
+def api(sidecar: RunningServer, method: str, target: str, body: bytes | None = None,
+        headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    status, raw = http_request(method, sidecar.api + target, body,
+                               {"Content-Type": "application/json", **(headers or {})})
+    return status, strict_json(raw)
+
+
+def run_path(run_id: str, suffix: str = "") -> str:
+    return "/v1/runs/" + urllib.parse.quote(run_id, safe="") + suffix
+
+
+def export(sidecar: RunningServer, maker: SpanMaker) -> ExportTraceServiceResponse:
+    status, body = post(sidecar, encode(maker.take()).SerializeToString())
+    assert status == 200, body
+    return ExportTraceServiceResponse.FromString(body)
+
+
+# -- OTLP/JSON that used to crash the decoder ------------------------------------------------
+
+DEEP = 1000
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b'{"\\ud800": 1}', "unpaired UTF-16 surrogate"),
+    (b'{"resourceSpans": [{"resource": {"attributes": [{"key": "\\udc00x", "value": '
+     b'{"stringValue": "x"}}]}}]}', "unpaired UTF-16 surrogate"),
+    (b'{"resourceSpans": [{"resource": {"attributes": [{"key": "k", "value": '
+     b'{"stringValue": "\\ud800"}}]}}]}', "unpaired UTF-16 surrogate"),
+    (b"[" * DEEP + b"]" * DEEP, "nested too deeply"),
+    (b'{"a":' * DEEP + b"1" + b"}" * DEEP, "nested too deeply"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"x": ' + b"[" * DEEP + b"]" * DEEP
+     + b"}]}]}]}", "nested too deeply"),
+    (b'{"resourceSpans": [], "x": 1e999}', "out of range"),
+    (b'{"resourceSpans": [], "x": NaN}', "NaN is not a JSON number"),
+], ids=["surrogate key", "surrogate attribute key", "surrogate value", "deep array",
+        "deep object", "deep inside a span", "1e999", "NaN literal"])
+def test_hostile_otlp_json_is_a_400_with_a_message(guarded: Guarded, body: bytes,
+                                                   message: str) -> None:
+    status, _, answer = post_full(guarded.sidecar, body, JSON)
+    assert status == 400, answer
+    assert message in status_message(answer, JSON).message
+    guarded.assert_intact()
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Any:
+    with start_guarded(tmp_path) as guarded:
+        yield guarded
+
+
+# -- numbers at the edge ---------------------------------------------------------------------
+
+BAD_COUNTS = [float("inf"), float("-inf"), float("nan"), "inf", "1e999", "nan", "-5", "lots"]
+
+
+def test_non_finite_and_huge_token_counts_count_as_nothing(sidecar: RunningServer) -> None:
+    maker = SpanMaker()
+    for index, bad in enumerate(BAD_COUNTS):
+        maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "tokens",
+                              "gen_ai.usage.input_tokens": bad,
+                              "gen_ai.usage.output_tokens": 1}, start=time.time() + index)
+    maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "tokens",
+                          "gen_ai.usage.input_tokens": 2**62,
+                          "gen_ai.usage.output_tokens": "1e30"}, start=time.time() + 20)
+    response = export(sidecar, maker)
+    assert response.partial_success.rejected_spans == 0
+    status, detail = api(sidecar, "GET", run_path("tokens"))
+    assert status == 200
+    signals = detail["signals"]
+    assert signals["iterations"] == len(BAD_COUNTS) + 1
+    # every bad count is 0; a huge one is cut to the bound (10**9 tokens per call)
+    assert signals["input_tokens"] == 10**9
+    assert signals["output_tokens"] == len(BAD_COUNTS) + 10**9
+
+
+@pytest.mark.parametrize("limit", [float("inf"), float("nan"), -1.0, 1e300])
+def test_an_unusable_budget_attribute_is_ignored(sidecar: RunningServer, limit: float) -> None:
+    maker = SpanMaker()
+    maker.span("execute_tool t", {**tool_attrs("t", "{}", "ok"), "watchdog.run.id": "budget",
+                                  "watchdog.budget.max_tool_calls": limit,
+                                  "watchdog.budget.max_iterations": 7}, start=time.time())
+    export(sidecar, maker)
+    status, detail = api(sidecar, "GET", run_path("budget"))
+    assert status == 200
+    assert detail["budget"] == {"max_iterations": 7.0, "remaining_iterations": 7.0}
+
+
+CONTROL_BODIES: list[tuple[str, str, bytes, str]] = [
+    ("heartbeat", "/heartbeat", b'{"messages": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+     "nested too deeply"),
+    ("heartbeat", "/heartbeat", b'{"\\ud800": 1}', "unpaired UTF-16 surrogate"),
+    ("heartbeat", "/heartbeat", b'{"messages": NaN}', "NaN is not a JSON number"),
+    ("heartbeat", "/heartbeat", b'{"messages": 1, "oldest_call_started": Infinity}',
+     "Infinity is not a JSON number"),
+    ("heartbeat", "/heartbeat", b'{"messages": 1e999}', "out of range"),
+    ("heartbeat", "/heartbeat", b'{"messages": 100000000000000000000000000000}',
+     "messages=100000000000000000000000000000 is not allowed"),
+    ("heartbeat", "/heartbeat", b'{"messages": 1, "oldest_call_started": 1e200}',
+     "oldest_call_started=1e+200 is not allowed"),
+    ("heartbeat", "/heartbeat",
+     b'{"announce": {"agent": "a", "budget": {"max_tool_calls": 1e300}}}',
+     "announce.budget.max_tool_calls=1e+300 is not allowed"),
+    ("heartbeat", "/heartbeat", b'{"announce": {"session": "a\\u0000b"}}',
+     "must not contain control characters"),
+    ("ack", "/ack", b'{"seq": ' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"}",
+     "nested too deeply"),
+    ("ack", "/ack", b'{"seq": 99999999999999999999999999}', "is not allowed"),
+    ("checkpoint", "", b'{"remaining": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+     "nested too deeply"),
+    ("checkpoint", "", b'{"remaining": "x", "state": {"\\udfff": 1}}',
+     "unpaired UTF-16 surrogate"),
+    ("checkpoint", "", b'{"remaining": 1e999}', "out of range"),
+    ("checkpoint", "", b'{"remaining": "x", "state": {"n": ' + b"9" * 30 + b"}}",
+     "state.n is not allowed"),
+]
+
+
+@pytest.mark.parametrize(("route", "suffix", "body", "message"), CONTROL_BODIES,
+                         ids=[f"{c[0]}: {c[3]}" for c in CONTROL_BODIES])
+def test_hostile_control_bodies_are_400(sidecar: RunningServer, route: str, suffix: str,
+                                        body: bytes, message: str) -> None:
+    target = ("/v1/sessions/s-1/checkpoints" if route == "checkpoint"
+              else run_path("r-1", suffix))
+    status, answer = api(sidecar, "POST", target, body)
+    assert status == 400, answer
+    assert answer["error"]["code"] == "bad_request"
+    assert message in answer["error"]["message"]
+
+
+# -- one bad run cannot stop the others --------------------------------------------------------
+
+QUIET_PACK = """apiVersion: agent-watchdog/v1
+kind: RulePack
+name: quiet
+rules:
+  - name: quiet
+    when: "!run.ended && run.idle_seconds > 0.2"
+    action: notify
+    message: quiet
+"""
+
+
+def metric_values(sidecar: RunningServer, name: str) -> dict[str, float]:
+    metrics = sidecar.server.metrics
+    assert metrics is not None
+    return {",".join(f"{k}={v}" for k, v in sorted(sample.labels.items())): sample.value
+            for family in metrics.registry.collect() for sample in family.samples
+            if sample.name == name}
+
+
+def test_a_poisoned_stored_run_does_not_stop_the_timer_for_the_others(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    maker = SpanMaker()
+    root = maker.open("invoke_agent a", start=time.time())  # never ends: the runs stay active
+    for key in ("healthy-1", "poisoned", "damaged", "unreadable", "healthy-2"):
+        maker.span("chat m", {**chat_attrs(), "watchdog.run.id": key}, parent=root,
+                   start=time.time())
+    with running_server(sidecar_config(state)) as sidecar:
+        export(sidecar, maker)
+    # What an older build could store: a budget of Infinity / NaN (json.dumps allows them),
+    # a value of the wrong type, and a row that cannot be read back at all.
+    with sqlite3.connect(state / "watchdog.sqlite3") as db:
+        def poison(key: str, change: dict[str, Any]) -> None:
+            data = json.loads(db.execute("SELECT data FROM runs WHERE key=?",
+                                         (key,)).fetchone()[0])
+            data.update(change)
+            db.execute("UPDATE runs SET data=? WHERE key=?", (json.dumps(data), key))
+        poison("poisoned", {"budget": {"max_tool_calls": float("inf"),
+                                       "max_iterations": float("nan"), "max_tokens": 50}})
+        poison("damaged", {"first_start_ns": "not a number"})
+        poison("unreadable", {"key_source": "no such source"})
+    pack = tmp_path / "quiet.yaml"
+    pack.write_text(QUIET_PACK)
+    config = sidecar_config(state, rules=(str(pack),), default_rules=False, eval_interval=0.05)
+    with running_server(config) as sidecar:
+        for key in ("healthy-1", "healthy-2", "poisoned"):
+            wait_until(lambda key=key: [d for d in api(sidecar, "GET", run_path(key))[1]
+                                        ["directives"] if d["rule"] == "quiet"],
+                       what=f"the quiet rule firing for {key}")
+        status, detail = api(sidecar, "GET", run_path("poisoned"))
+        assert status == 200 and detail["budget"] == {"max_tokens": 50.0,
+                                                      "remaining_tokens": 35.0}
+        failures = metric_values(sidecar, "agent_watchdog_run_failures_total")
+        assert failures["stage=restore"] >= 1, failures  # "unreadable" skipped, not a failed start
+        assert failures["stage=rules"] >= 1  # "damaged", on every tick, alone
+        status, answer = api(sidecar, "GET", run_path("unreadable"))
+        assert status == 404 and "cannot be read" in answer["error"]["message"]
+        status, listing = api(sidecar, "GET", "/v1/runs")
+        assert status == 200
+        assert {"healthy-1", "healthy-2", "poisoned"} <= {r["id"] for r in listing["runs"]}
+
+
+# -- ids -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("run_id", ["{braces}", "a/b", "percent%41", "space d", "ünï€ode",
+                                    "trace:{x}?#"])
+def test_any_id_the_ingest_accepts_works_in_every_route(sidecar: RunningServer,
+                                                        run_id: str) -> None:
+    maker = SpanMaker()
+    root = maker.open("invoke_agent a", {"watchdog.run.id": run_id}, start=time.time())
+    maker.span("execute_tool t", {**tool_attrs("t", "{}", "ok"), "watchdog.run.id": run_id},
+               parent=root, start=time.time())  # the run stays active: its root is open
+    assert export(sidecar, maker).partial_success.rejected_spans == 0
+    for method, suffix, body in (("GET", "", None), ("GET", "/report", None),
+                                 ("GET", "/directives", None),
+                                 ("POST", "/heartbeat", b'{"messages": 3}'),
+                                 ("POST", "/ack", b'{"seq": 0}')):
+        status, raw = http_request(method, sidecar.api + run_path(run_id, suffix), body,
+                                   {"Accept": "application/json"})
+        assert status == 200, (suffix, raw)
+    status, detail = api(sidecar, "GET", run_path(run_id))
+    assert detail["id"] == run_id
+
+
+def test_ids_breaking_the_rule_are_refused_at_ingest_and_in_routes(
+        sidecar: RunningServer) -> None:
+    maker = SpanMaker()
+    maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "bad\x01id"}, start=time.time())
+    maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "ok",
+                          "watchdog.session.id": "s\x7f"}, start=time.time())
+    maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "fine"}, start=time.time())
+    response = export(sidecar, maker)
+    assert response.partial_success.rejected_spans == 2
+    assert "1 invalid_run_id, 1 invalid_session_id" in response.partial_success.error_message
+    assert api(sidecar, "GET", run_path("fine"))[0] == 200
+    for target in (run_path("bad\x01id"), "/v1/sessions/s%7F/context", run_path("x" * 201)):
+        status, answer = api(sidecar, "GET", target)
+        assert status == 400 and "is not allowed" in answer["error"]["message"], answer
+
+
+# -- codings and tokens ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "gzip, br"])
+@pytest.mark.parametrize("content_type", [PROTOBUF, JSON])
+def test_unsupported_content_encoding_is_415_with_a_status(guarded: Guarded, encoding: str,
+                                                           content_type: str) -> None:
+    status, headers, body = post_full(guarded.sidecar, valid_body(), content_type,
+                                      {"Content-Encoding": encoding})
+    assert status == 415
+    assert headers["Content-Type"].startswith(content_type)
+    assert f"unsupported Content-Encoding {encoding!r}" in status_message(
+        body, content_type).message
+    guarded.assert_intact()
+
+
+def test_a_short_token_is_refused_for_a_non_loopback_bind() -> None:
+    config = Config(api_token="x", otlp_http_address="0.0.0.0:4318")
+    with pytest.raises(ConfigError, match=r"api_token is 1 characters: .* needs at least 16"):
+        config.validate()
+    Config(api_token="x").validate()  # loopback only: the pod's own processes
+    Config(api_token="0123456789abcdef", otlp_http_address="0.0.0.0:4318").validate()
+
+
+# -- admission -------------------------------------------------------------------------------
+
+def test_slow_uploaders_do_not_starve_other_exporters(tmp_path: Path) -> None:
+    """A stalled upload gives its processing slot back within a rate window, so 100 of them
+    (with 2 slots) cannot keep a normal exporter out (OTel's exporter retries a 503)."""
+    with start_guarded(tmp_path, max_pending_requests=2) as guarded:
+        sidecar = guarded.sidecar
+        slow = [SlowUpload(sidecar, valid_body()) for _ in range(100)]
+        try:
+            maker = SpanMaker()
+            for index in range(10):  # real exporters (they retry a 503), while the 100 stall
+                maker.span("chat m", {**chat_attrs(), "watchdog.run.id": f"fast-{index}"},
+                           start=time.time())
+                export_http(sidecar, maker.take())
+            # Each slow upload was either admitted (and parked while slow: it completes now)
+            # or refused at once with 503 + Retry-After; none hangs, none failed.
+            answers = Counter(upload.finish()[0] for upload in slow)
+            assert set(answers) <= {200, 503} and answers[200] >= 2, answers
+        finally:
+            for upload in slow:
+                upload.sock.close()
+        for index in range(10):
+            assert api(sidecar, "GET", run_path(f"fast-{index}"))[0] == 200
+        guarded.assert_intact()
+
+
+def test_uploads_are_bounded_per_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission_module, "MAX_UPLOADS_PER_CLIENT", 3)
+    with start_guarded(tmp_path) as guarded:
+        held = [SlowUpload(guarded.sidecar, valid_body()) for _ in range(3)]
+        status, headers, body = post_full(guarded.sidecar, valid_body())
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert "at most 3 per client" in status_message(body, PROTOBUF).message
+        for upload in held:
+            assert upload.finish()[0] == 200
+        assert post(guarded.sidecar, b"")[0] == 200
+
+
+def test_grpc_refuses_past_its_bound_instead_of_queueing(tmp_path: Path) -> None:
+    """Calls past ``max_pending_requests`` get RESOURCE_EXHAUSTED from gRPC itself (not queued
+    behind the busy event loop); the admitted ones are served."""
+    bodies = []
+    for index in range(8):  # distinct bodies (a repeated one is a retry), applied in slices
+        maker = SpanMaker()
+        for span in range(300):
+            maker.span("chat m", {**chat_attrs(), "watchdog.run.id": f"g-{index}-{span}"},
+                       start=time.time())
+        bodies.append(encode(maker.take()).SerializeToString())
+    with start_guarded(tmp_path, max_pending_requests=2) as guarded:
+        sidecar = guarded.sidecar
+        blocked = threading.Event()
+
+        def busy_loop() -> None:  # every call below arrives while the loop is busy
+            blocked.set()
+            time.sleep(1.0)
+
+        hold = threading.Thread(target=sidecar.call, args=(busy_loop,))
+        hold.start()
+        blocked.wait(10)
+        results: list[grpc.StatusCode] = []
+        with grpc.insecure_channel(sidecar.grpc_target) as channel:
+            call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1."
+                                       "TraceService/Export")
+            futures = [call.future(body, timeout=30) for body in bodies]
+            for future in futures:
+                try:
+                    future.result()
+                    results.append(grpc.StatusCode.OK)
+                except grpc.RpcError as exc:
+                    results.append(exc.code())
+        hold.join()
+        assert results.count(grpc.StatusCode.OK) >= 2, results
+        assert grpc.StatusCode.RESOURCE_EXHAUSTED in results, results
+        assert set(results) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                grpc.StatusCode.UNAVAILABLE}, results
+        assert grpc_export(sidecar, b"") == b""
+        guarded.assert_intact()
+
+
+# -- redaction everywhere ----------------------------------------------------------------------
+
+LEAK_ARGS = json.dumps({"payload": json.dumps({"user": "alice", "password": "hunter2-leak"})})
+LEAK_RESULT = json.dumps({"config": json.dumps({"api_key": "leak-key-9876"}),
+                          "env": "DB_PASSWORD=leak-env-5555\nMODE=prod"})
+LEAKS = ("hunter2-leak", "leak-key-9876", "leak-env-5555")
+
+
+def test_secrets_in_json_encoded_strings_are_never_stored_or_shown(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with running_server(sidecar_config(state)) as sidecar:
+        maker = SpanMaker()
+        root = maker.open("invoke_agent a", {"watchdog.run.id": "leaky"}, start=time.time())
+        for index in range(4):  # the same call 4 times: repeated-tool-call winds it down
+            maker.span("execute_tool fetch", tool_attrs("fetch", LEAK_ARGS, LEAK_RESULT,
+                                                         **{"watchdog.run.id": "leaky"}),
+                       parent=root, start=time.time() + index)
+        export(sidecar, maker)
+        poll = wait_until(lambda: strict_json(http_request(
+            "GET", sidecar.api + run_path("leaky", "/directives"))[1])["directives"],
+            what="the wind-down directive")
+        assert poll[0]["report_prompt"] and "[REDACTED]" in poll[0]["report_prompt"]
+        shown = [  # where the tool calls are shown: redacted
+            http_request("GET", sidecar.api + run_path("leaky", "/report"))[1],
+            http_request("GET", sidecar.api + run_path("leaky", "/report"),
+                         headers={"Accept": "application/json"})[1],
+            json.dumps(poll).encode(),  # the same JSON SSE and webhooks carry
+        ]
+        for body in shown:
+            assert b"[REDACTED]" in body, body[:300]
+        shown.append(http_request("GET", sidecar.api + run_path("leaky"))[1])
+        for body in shown:
+            for secret in LEAKS:
+                assert secret.encode() not in body, body[:300]
+    for path in state.iterdir():  # the SQLite files, WAL included
+        data = path.read_bytes()
+        for secret in LEAKS:
+            assert secret.encode() not in data, path
+
+
+def test_a_run_that_cannot_be_encoded_does_not_stop_the_flush(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "state"))
+    good = {"key": "good", "agent": "a", "ended": False, "last_seen": 1.0}
+    bad = {"key": "bad", "agent": "a", "ended": False, "last_seen": 1.0,
+           "budget": {"max_tokens": float("nan")}}
+    assert store.save([bad, good], []) == ["bad"]  # skipped and named; the rest is written
+    assert store.get_run("good") == good
+    assert store.get_run("bad") is None
+    store.close()
+
+
+@pytest.mark.parametrize("depth", [50, 2000])
+def test_deeply_nested_attribute_values_over_grpc(guarded: Guarded, depth: int) -> None:
+    """An AnyValue nested ``depth`` deep: applied (within the parser's recursion limit) or
+    refused with INVALID_ARGUMENT — never INTERNAL."""
+    request = ExportTraceServiceRequest.FromString(valid_body())
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    value = span.attributes.add(key="gen_ai.tool.call.arguments").value
+    for _ in range(depth):
+        value = value.kvlist_value.values.add(key="k").value
+    value.string_value = "leaf"
+    body = request.SerializeToString()
+    try:
+        grpc_export(guarded.sidecar, body)
+    except grpc.RpcError as exc:
+        assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, exc
+        assert "invalid OTLP protobuf payload" in (exc.details() or "")
+    else:
+        assert depth < 100  # upb's recursion limit: deeper is refused
+    guarded.assert_intact()

@@ -1,0 +1,258 @@
+"""The container image, built and run for real: buildah builds the repository's Dockerfile and
+podman runs the image read-only as uid 65532; a real OTLP exporter sends it spans over gRPC and
+HTTP and its control API shows the runs.
+
+No registry is reachable here, so the base image (the Dockerfile's ``PYTHON_IMAGE``, default
+``python:3.11-slim-bookworm``) is made locally: ``debootstrap`` of Debian bookworm with python3,
+pip and venv, imported into buildah's storage. The rootfs tarball is cached in ``.cache/image/``
+(ignored by git), and buildah caches the build's layers, so a repeat run takes seconds.
+
+The base trusts the CA certificates the host added to its own trust store
+(/usr/local/share/ca-certificates): the builder stage's ``pip wheel`` reaches PyPI the way the
+host does, through the same proxy, as a company's base image would.
+
+Everything is a Debian package that ``make system-deps`` installs (buildah, podman, runc,
+debootstrap) and needs root, as ``make test`` runs in CI. Podman runs with runc and cgroupfs
+(crun refuses this machine's hybrid cgroup layout) and explicit ulimits at or below the host's
+(the sandbox has no CAP_SYS_RESOURCE to raise them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpSpanExporter,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+
+from tests.harness import http_request, run_detail, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("WATCHDOG_IMAGE_CACHE", ROOT / ".cache" / "image"))
+SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "python-is-python3",
+                 "ca-certificates")
+# The tag names the suite and the packages: change either and the base is made anew.
+BASE_KEY = f"{SUITE}-" + "-".join(sorted(BASE_PACKAGES)).replace("python", "py")
+BASE_TARBALL = CACHE / f"{BASE_KEY}.tar.gz"
+BASE_IMAGE = ("localhost/agent-watchdog-test-base:"
+              + hashlib.sha256(BASE_KEY.encode()).hexdigest()[:12])
+IMAGE = "localhost/agent-watchdog:test"
+WATCHDOG_UID = 65532
+STATE_DIR = "/var/lib/watchdog"
+BUILD_SECONDS = 900  # cold: debootstrap (~1-2 min) + pip wheel of every dependency
+START_SECONDS = 30
+# podman on this machine: see the module docstring.
+PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
+ULIMITS = ("--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096")
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+    if found is None:
+        pytest.fail(f"{name} is not installed: `make test` installs it (make system-deps)")
+    return found
+
+
+def run(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([tool(args[0]), *args[1:]], capture_output=True, text=True,
+                          timeout=timeout)
+    if check and done.returncode != 0:
+        pytest.fail(f"{' '.join(args)} exited {done.returncode}:\n"
+                    f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def podman(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run(*PODMAN, *args, timeout=timeout, check=check)
+
+
+# -- the base image -------------------------------------------------------------------------
+
+def make_base_tarball() -> None:
+    """debootstrap Debian with python3 into a rootfs, trusting the host's added CAs."""
+    if os.geteuid() != 0:
+        pytest.fail("debootstrap and buildah need root (make test runs as root in CI)")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as work:
+        rootfs = Path(work) / "rootfs"
+        run("debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
+            SUITE, str(rootfs), timeout=BUILD_SECONDS)
+        for cert in Path("/usr/local/share/ca-certificates").glob("*.crt"):
+            shutil.copy(cert, rootfs / "usr/local/share/ca-certificates" / cert.name)
+        run("chroot", str(rootfs), "update-ca-certificates", "--fresh")
+        shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+        for deb in (rootfs / "var/cache/apt/archives").glob("*.deb"):
+            deb.unlink()
+        partial = BASE_TARBALL.with_suffix(".partial")
+        with tarfile.open(partial, "w:gz", compresslevel=1) as archive:
+            archive.add(rootfs, arcname=".")
+        partial.rename(BASE_TARBALL)
+
+
+def import_base() -> None:
+    if not BASE_TARBALL.exists():
+        make_base_tarball()
+    container = run("buildah", "from", "scratch").stdout.strip()
+    try:
+        run("buildah", "add", container, str(BASE_TARBALL), "/", timeout=300)
+        run("buildah", "config", "--env",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--cmd", "python3", container)
+        run("buildah", "commit", "--quiet", container, BASE_IMAGE, timeout=300)
+    finally:
+        run("buildah", "rm", container, check=False)
+
+
+@dataclass(frozen=True)
+class Built:
+    image: str
+    base_seconds: float
+    build_seconds: float
+
+
+@pytest.fixture(scope="module")
+def image() -> Built:
+    start = time.monotonic()
+    if run("buildah", "images", "--quiet", BASE_IMAGE, check=False).returncode != 0:
+        import_base()
+    based = time.monotonic()
+    run("buildah", "bud", "--isolation", "chroot", "--layers", "--format", "docker",
+        "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}", "--tag", IMAGE, str(ROOT),
+        timeout=BUILD_SECONDS)
+    built = Built(IMAGE, based - start, time.monotonic() - based)
+    print(f"\nimage: base {built.base_seconds:.1f}s, build {built.build_seconds:.1f}s")
+    return built
+
+
+def inspect(image: Built) -> dict[str, Any]:
+    [found] = json.loads(podman("image", "inspect", image.image).stdout)
+    return found  # type: ignore[no-any-return]
+
+
+# -- the running container ------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Running:
+    name: str
+    state: Path
+    ports: dict[str, int]
+
+    def url(self, port: str) -> str:
+        return f"http://127.0.0.1:{self.ports[port]}"
+
+
+@pytest.fixture
+def container(image: Built, tmp_path: Path) -> Iterator[Running]:
+    """The image as a Kubernetes pod runs it: read-only root, uid 65532, the state on a volume
+    owned by that uid, /tmp a tmpfs; the host's network (ports chosen free here)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, WATCHDOG_UID, WATCHDOG_UID)
+    ports = {key: free_port() for key in ("otlp_grpc", "otlp_http", "api", "metrics")}
+    name = f"watchdog-test-{uuid.uuid4().hex[:8]}"
+    env = [arg for key, port in ports.items()
+           for arg in ("--env", f"WATCHDOG_{key.upper()}_ADDRESS=127.0.0.1:{port}")]
+    podman("run", "--detach", "--name", name, "--read-only", "--user",
+           f"{WATCHDOG_UID}:{WATCHDOG_UID}", "--tmpfs", "/tmp", "--volume",
+           f"{state}:{STATE_DIR}", "--network", "host", *ULIMITS, *env, image.image)
+    running = Running(name, state, ports)
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            try:
+                if http_request("GET", running.url("metrics") + "/readyz", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                logs = podman("logs", name, check=False)
+                pytest.fail(f"no /readyz after {START_SECONDS}s:\n{logs.stdout}{logs.stderr}")
+            time.sleep(0.2)
+        yield running
+    finally:
+        podman("rm", "--force", "--time", "5", name, check=False)
+
+
+def export_one_span(exporter: SpanExporter, run_id: str) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "image-test"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    span = provider.get_tracer("image-test").start_span("invoke_agent explorer", attributes={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "explorer",
+        "watchdog.run.id": run_id})
+    span.end()
+    provider.shutdown()
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+def test_the_image_is_configured_for_a_restricted_pod(image: Built) -> None:
+    inspected = inspect(image)
+    config = inspected["Config"]
+    assert config["User"] == f"{WATCHDOG_UID}:{WATCHDOG_UID}"
+    assert (config["Entrypoint"], config["Cmd"]) == (["watchdog"], ["serve"])
+    assert set(config["ExposedPorts"]) == {f"{p}/tcp" for p in (4317, 4318, 9464, 9477)}
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["PATH"].startswith("/opt/watchdog/bin:")
+    assert env["WATCHDOG_STATE_DIR"] == STATE_DIR
+    # Docker format (buildah's default OCI format would drop HEALTHCHECK).
+    assert inspected["Healthcheck"]["Test"][:2] == ["CMD", "python"]
+
+
+def test_runs_read_only_as_65532_and_is_ready(container: Running) -> None:
+    status, body = http_request("GET", container.url("metrics") + "/readyz")
+    assert (status, body.strip()) == (200, b"ready")
+    assert podman("exec", container.name, "id", "-u").stdout.strip() == str(WATCHDOG_UID)
+    denied = podman("exec", container.name, "touch", "/opt/watchdog/x", check=False)
+    assert denied.returncode != 0 and "Read-only file system" in denied.stderr
+    # pip is not in the venv, and nothing is writable but the state volume and /tmp.
+    assert podman("exec", container.name, "python", "-c", "import pip",
+                  check=False).returncode != 0
+    status, metrics = http_request("GET", container.url("metrics") + "/metrics")
+    assert b'agent_watchdog_build_info{version="0.1.0"} 1.0' in metrics
+
+
+def test_a_span_over_each_protocol_becomes_a_run(container: Running) -> None:
+    grpc_run, http_run = f"image-grpc-{uuid.uuid4().hex[:6]}", f"image-http-{uuid.uuid4().hex[:6]}"
+    export_one_span(GrpcSpanExporter(endpoint=f"127.0.0.1:{container.ports['otlp_grpc']}",
+                                     insecure=True), grpc_run)
+    export_one_span(HttpSpanExporter(endpoint=container.url("otlp_http") + "/v1/traces"),
+                    http_run)
+    api = container.url("api")
+    for run_id in (grpc_run, http_run):
+        detail = wait_until(lambda r=run_id: run_detail(api, r), timeout=10, what=run_id)
+        assert detail["agent"] == "explorer", detail
+        assert detail["state"] == "ended", detail  # the agent span ended the run
+    # A clean stop on SIGTERM, and the state was written to the volume by uid 65532.
+    podman("stop", "--time", "10", container.name)
+    inspected = json.loads(podman("container", "inspect", container.name).stdout)[0]
+    assert inspected["State"]["ExitCode"] == 0, inspected["State"]
+    files = list(container.state.iterdir())
+    assert files and all(f.stat().st_uid == WATCHDOG_UID for f in files), files

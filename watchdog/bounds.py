@@ -1,0 +1,137 @@
+"""What a number or an id coming from outside may be: one rule each, used at every edge
+(span normalisation, heartbeats, checkpoints, API routes), so a value that passed one door
+cannot be refused — or crash something — behind another.
+
+Numbers must be finite and within a range that every consumer can hold: CEL ints are 64-bit,
+JSON answers must not carry ``Infinity``/``NaN``, and a budget of 1e300 is a mistake, not a
+plan. Ids are 1 to :data:`MAX_ID_CHARS` characters without control characters or unpaired
+surrogates; anything else (``{``, ``/``, spaces, non-ASCII) is allowed and routes take it
+percent-encoded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+MAX_ID_CHARS = 200
+# More tokens than any model call uses (a year of a large model's output); a larger figure is
+# taken as this bound, so a run's sum stays far below 2**63 (CEL's int) for billions of calls.
+MAX_TOKENS_PER_CALL = 10**9
+# Budgets: counts, seconds or tokens an agent announces. 1e12 seconds is 31,000 years.
+MAX_BUDGET = 1e12
+MAX_MESSAGES = 10**9  # conversation length a heartbeat may report
+MAX_IN_FLIGHT = 10**6  # calls a heartbeat may report as running
+MAX_EPOCH_SECONDS = 1e11  # year 5138: later "epoch seconds" are units mixed up (ms, ns)
+
+# C0 and C1 controls, DEL, and lone surrogates (JSON "\ud800" decodes to one).
+_BAD_ID_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+class InvalidId(ValueError):
+    """An id breaks the id rule; the message says which part."""
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` is not a valid run/session id, or None when it is."""
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_ID_CHARS:
+        return f"must be at most {MAX_ID_CHARS} characters (got {len(value)})"
+    bad = _BAD_ID_CHAR.search(value)
+    if bad is not None:
+        return (f"must not contain control characters or unpaired surrogates "
+                f"(U+{ord(bad.group()):04X} at {bad.start()})")
+    return None
+
+
+def check_id(value: str, what: str) -> str:
+    problem = id_problem(value)
+    if problem is not None:
+        raise InvalidId(f"{what} {value[:64]!r} is not allowed: it {problem}")
+    return value
+
+
+def token_count(value: object) -> int:
+    """A token count from a span attribute: a number or numeric string, finite, >= 0, at most
+    :data:`MAX_TOKENS_PER_CALL`; anything else (NaN, ±inf, "1e999", text) counts as 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return min(max(value, 0), MAX_TOKENS_PER_CALL)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return 0
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return 0
+        return int(min(max(value, 0.0), MAX_TOKENS_PER_CALL))
+    return 0
+
+
+def budget_limit(value: object) -> float | None:
+    """A budget limit: a finite number from 0 to :data:`MAX_BUDGET`, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    limit = float(value)
+    if not 0.0 <= limit <= MAX_BUDGET:  # NaN fails too
+        return None
+    return limit
+
+
+def finite_float(text: str) -> float:
+    """``json.loads(parse_float=...)``: a JSON number too large for a double ("1e999") would
+    become ``inf``; refuse it like the ``NaN``/``Infinity`` literals."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:32]} is out of range")
+    return value
+
+
+def refuse_constant(name: str) -> float:
+    """``json.loads(parse_constant=...)``: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def load_json(raw: bytes | str) -> object:
+    """``json.loads`` for input from outside: numbers finite, no ``NaN``/``Infinity``, no
+    unpaired surrogate (``"\\ud800"`` — it cannot be encoded again, so it would fail far from
+    here), nesting bounded by the interpreter's recursion limit. Raises ``ValueError`` with a
+    message for the client in every case."""
+    try:
+        value = json.loads(raw, parse_float=finite_float, parse_constant=refuse_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    needle = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    if _SURROGATE_ESCAPE.search(needle) is not None:  # rare: check what it decoded to
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+                             ) from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+    return value
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def is_number(value: object) -> bool:
+    """A JSON number every consumer can hold: a finite float, or an int within 64 bits
+    (``math.isfinite(10**400)`` itself raises; SQLite and CEL stop at 64 bits)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return INT64_MIN <= value <= INT64_MAX
+    return isinstance(value, float) and math.isfinite(value)
