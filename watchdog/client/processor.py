@@ -130,14 +130,14 @@ class WatchdogSpanProcessor(SpanProcessor):
                 return
         name = span._name
         plain = _writable(span, len(run.span_attributes))
-        if plain is not None and KIND_KEYS.isdisjoint(plain) and not name.startswith(
-                KIND_NAME_PREFIXES):
-            # Plumbing (an HTTP request, a framework step): the run's id is all the sidecar
-            # needs to place it; the rest of the run's attributes go on calls and agent spans.
-            plain[RUN_ID_ATTRIBUTE] = run.run_id
-            return
         if plain is not None:
+            # Every span of the run gets all of the run's attributes, plumbing included: some
+            # instrumentations only say what a span is after it started (openai-v2's chat
+            # spans), and adapters stamp passing marks (hermes.summary_request) through them.
+            is_plumbing = KIND_KEYS.isdisjoint(plain)  # tested before our keys are added
             plain.update(run.span_attributes)
+            if is_plumbing and not name.startswith(KIND_NAME_PREFIXES):
+                return
             attributes: Mapping[str, Any] | None = plain
         else:
             attributes = _stamp(span, run.span_attributes)

@@ -154,7 +154,6 @@ class Run:
         elif parent is not None:
             self.parent_id = str(parent)
         self.tally.span_attributes = self._attributes()
-        self.tally.run_id = self.id
         watchdog = self.watchdog
         watchdog.ensure_instrumented()
         ctx = otel_context.set_value(RUN_KEY, self.tally)

@@ -31,12 +31,11 @@ class RunTally:
 
     __slots__ = ("_agent_spans", "agent_spans", "calls", "changed", "ended_calls", "keep_spans",
                  "model_spans",
-                 "open_tools", "owner", "run_id", "span_attributes", "tool_spans", "tools_ended",
+                 "open_tools", "owner", "span_attributes", "tool_spans", "tools_ended",
                  "unsynced", "unsynced_dropped")
 
     def __init__(self, owner: object) -> None:
         self.owner = owner
-        self.run_id = ""
         self.span_attributes: dict[str, Any] = {}
         self.calls: dict[int, int] = {}  # calls in flight: span id -> start (epoch ns)
         self.agent_spans = 0
