@@ -5,6 +5,7 @@ tests/frameworks/."""
 
 from __future__ import annotations
 
+from tests.frameworks.harness import RECORDINGS, replay, runs_seen
 from tests.harness import RunningServer, http_request
 from tests.otel import export_http
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
@@ -276,3 +277,35 @@ def test_an_empty_sub_agent_span_takes_the_spans_beside_it_that_carry_its_name()
     assert researcher.parent_run == manager.key
     assert (manager.iterations, manager.tool_calls) == (2, 1)
     assert (researcher.iterations, researcher.tool_calls) == (2, 1)
+
+
+def test_the_inner_view_of_an_invocation_ending_after_the_outer_is_still_one_run() -> None:
+    """Async instrumentations may end the wrapper (OpenInference's ``agent_run``) before the
+    framework's own ``invoke_agent`` inside it."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent("invocation [app]", attrs={"openinference.span.kind": "CHAIN",
+                                                AGENT: ""}) as root:
+        wrapper = maker.open("agent_run [adk]", {"openinference.span.kind": "AGENT",
+                                                 "agent.name": "adk"}, parent=root)
+        native = maker.open("invoke_agent adk", agent_attrs("adk"), parent=wrapper)
+        maker.span("call_llm", {AGENT: "generate_content"}, parent=native)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}"), parent=native)
+        wrapper.end(int((T0 + 3) * 1e9))
+        tracker.apply(records_of(maker.take()), T0 + 5)
+        native.end(int((T0 + 3.1) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    (run,) = tracker.ended()
+    assert (run.agent_name, run.iterations, run.tool_calls) == ("adk", 1, 1)
+
+
+def test_one_exception_on_nested_spans_is_one_error_in_the_report_too(
+        sidecar: RunningServer) -> None:
+    """google-adk: a tool's RuntimeError is also on its agent and workflow spans."""
+    replay(sidecar, RECORDINGS / "google_adk_native" / "tool_error.jsonl")
+    (run,) = runs_seen(sidecar, 1)
+    report = sidecar.get_json(f"/v1/runs/{run['id']}/report",
+                              headers={"Accept": "application/json"})
+    assert report["run"]["errors"] == run["errors"] == 1
+    assert [(error["count"], error["names"]) for error in report["errors"]] == [(1, ["lookup"])]

@@ -81,9 +81,11 @@ PARENT_RUN_KEYS = ("watchdog.parent_run.id",)
 ERROR_TYPE_KEYS = ("error.type",)
 AGENT_NAME_KEYS = TABLES.agent_name
 AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
+AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
 SESSION_KEYS = TABLES.session
 TOOL_NAME_KEYS = TABLES.tool_name
 TOOL_ARGS_KEYS = TABLES.tool_args
+TOOL_ARGS_ENVELOPES = TABLES.tool_args_envelopes
 TOOL_RESULT_KEYS = TABLES.tool_result
 AGENT_OUTPUT_KEYS = TABLES.answer
 LLM_OUTPUT_KEYS = TABLES.llm_output
@@ -100,14 +102,18 @@ CONVERSATION_OUTPUTS = TABLES.conversation_outputs
 # Where a model call's last input message is looked for: JSON message lists, and raw requests
 # whose message list ends near their end.
 PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
+# A model call whose attributes name none of these has its outcome looked for in its events.
+OUTCOME_KEYS = (*FINISH_REASON_KEYS, *OUTPUT_MESSAGES_JSON_KEYS, *LLM_OUTPUT_KEYS)
 KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
 
 # What a convention's role means for a run: a span creating an agent is no work of a run.
-ROLE_KINDS: dict[Role | None, SpanKind] = {Role.LLM: LLM, Role.TOOL: TOOL, Role.AGENT: AGENT,
-                                           Role.WORKFLOW: AGENT,
-                                           Role.CREATE_AGENT: OTHER, None: OTHER}
+ROLE_KINDS: dict[Role | None, SpanKind] = {
+    Role.LLM: LLM, Role.TOOL: TOOL, Role.AGENT: AGENT, Role.WORKFLOW: AGENT,
+    Role.CREATE_AGENT: OTHER, None: OTHER}
 KIND_MAPS = TABLES.kinds
 ROOT_KIND_MAPS = TABLES.root_kinds
+# Module globals: an enum member lookup costs ~50 ns, once per span.
+CREATE_AGENT, WORKFLOW = Role.CREATE_AGENT, Role.WORKFLOW
 SPAN_NAME_ROLES = TABLES.span_names
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
@@ -211,10 +217,21 @@ def canonical_arguments(raw: object) -> str:
             value = _load_json(raw)
         except ValueError:
             return raw.strip()
+    if isinstance(value, dict) and TOOL_ARGS_ENVELOPES:
+        value = _unwrapped(value)
     try:
         return _CANONICAL_JSON.encode(value)
     except (TypeError, ValueError):
         return str(raw)
+
+
+def _unwrapped(value: dict[str, Any]) -> Any:
+    """The arguments inside a call's envelope (LangChain's ``inputs``, smolagents' ``kwargs``):
+    the envelope's ids and metadata would make every call look new."""
+    for keys, inner in TOOL_ARGS_ENVELOPES:
+        if inner in value and keys.issubset(value.keys()):  # (the cheap test first)
+            return value[inner]
+    return value
 
 
 # An agent span may carry its output attribute with nothing in it (no output messages).
@@ -291,6 +308,14 @@ def classify(name: str, attrs: Mapping[str, object], is_root: bool = False) -> S
     return ROLE_KINDS[role_of(name, attrs, is_root)]
 
 
+def _agent_from_span_name(name: str) -> str | None:
+    for pattern in AGENT_SPAN_NAME_PATTERNS:
+        match = pattern.match(name)
+        if match:
+            return match.group("name")
+    return None
+
+
 def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
     tool = _first_str(attrs, TOOL_NAME_KEYS)
     if tool is None:
@@ -298,6 +323,8 @@ def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
             if name.startswith(prefix):
                 tool = name[len(prefix):]
                 break
+        else:  # OpenInference names a tool span after what it runs ("handoff to researcher")
+            tool = name
     return (tool or "unknown")[:MAX_NAME_CHARS]
 
 
@@ -414,20 +441,14 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
                         max(span.end_time_unix_nano, start_ns))
-    if role is Role.CREATE_AGENT:
+    if role is CREATE_AGENT:
         record.creates_agent = True
-    elif role is Role.WORKFLOW:
+    elif role is WORKFLOW:
         record.workflow = True
-
-    events = span.events
-    if events and kind is not OTHER:
-        facts = _event_facts(events)
-        if facts is not None:  # some frameworks put answers and arguments only in events
-            attrs = {**attrs, **facts}
 
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
     if agent is None and kind is AGENT:
-        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS)
+        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS) or _agent_from_span_name(name)
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service
@@ -439,17 +460,30 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
 
     status = span.status
     if status.code == STATUS_CODE_ERROR:
-        _fill_error(record, attrs, events, status.message)
+        _fill_error(record, attrs, span.events, status.message)
     elif status.message:
         record.limit_stop = status_limit(status.message)
 
     if kind is TOOL:
+        if span.events and _first(attrs, TOOL_ARGS_KEYS) is None:
+            attrs = _with_events(attrs, span.events)
         _fill_tool(record, name, attrs)
     elif kind is LLM:
+        if span.events and _first(attrs, OUTCOME_KEYS) is None:
+            attrs = _with_events(attrs, span.events)
         _fill_llm(record, attrs, span)
     elif kind is AGENT:
+        if span.events:
+            attrs = _with_events(attrs, span.events)
         _fill_agent(record, attrs)
     return record
+
+
+def _with_events(attrs: Mapping[str, object], events: Any) -> Mapping[str, object]:
+    """The attributes plus the facts some frameworks put only in span events (read only when
+    the attributes lack them: most spans never pay for their events)."""
+    facts = _event_facts(events)
+    return attrs if facts is None else {**attrs, **facts}
 
 
 def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
@@ -518,7 +552,8 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         if flat_in:
             messages = flat_in + max(_flat_count(keys, FLAT_OUTPUT_PREFIXES), 1)
     record.messages = messages
-    if record.limit_stop is None:
+    if record.limit_stop is None and not record.requested_tools:
+        # (a framework's "give your final answer" request offers no tools: never asks for any)
         prompt = _first_str(attrs, PROMPT_KEYS)
         if prompt is not None:
             record.limit_stop = prompt_limit(prompt)

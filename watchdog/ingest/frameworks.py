@@ -11,8 +11,8 @@ precedence (entries earlier in :data:`CONVENTIONS` win), value maps and name set
 
 Facts carried by span events are named ``"<event name>:<attribute>"`` (e.g.
 ``"gen_ai.choice:finish_reason"``) and listed among the attribute names, after the attributes
-themselves: the engine folds the few wanted event attributes into the span's attributes, and
-only for spans that have events. Supporting the next framework is an entry here plus a test
+themselves: the engine folds the few wanted event attributes into the span's attributes, only
+for spans whose attributes lack the fact. Supporting the next framework is an entry here plus a test
 on a recording of what it really emits — not another ``if`` in the engine.
 """
 
@@ -56,11 +56,15 @@ class Convention:
     # -- identity
     agent_name: Names = _NO_NAMES  # on any span
     agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)
+    agent_span_name_patterns: Names = _NO_NAMES  # regexes on an agent span's name, group "name"
     session: Names = _NO_NAMES
     # -- tool calls
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
     tool_args: Names = _NO_NAMES
+    # (keys only the wrapper has, the key holding the arguments): instrumentations that record
+    # a call's whole envelope (ids, metadata) instead of its arguments
+    tool_args_envelopes: tuple[tuple[frozenset[str], str], ...] = ()
     tool_result: Names = _NO_NAMES
     answer_tools: frozenset[str] = _NO_SET  # a tool that delivers the answer, not agent work
     answer_tool_prefixes: Names = _NO_NAMES
@@ -87,6 +91,8 @@ class Convention:
     # The framework's own request for a last answer at its limit, in the last input message of
     # a model call: (text it contains, limit name).
     limit_prompts: tuple[tuple[str, str], ...] = ()
+    # ... or in the first (system) message: (text it contains, limit name)
+    limit_system_prompts: tuple[tuple[str, str], ...] = ()
     # -- frameworks that report their model calls only on the agent span
     # (agent span attribute, a key only this framework's JSON has): a JSON object whose
     # "messages" list is the conversation the agent had
@@ -167,6 +173,7 @@ OPENLLMETRY = Convention(
     agent_span_name=("traceloop.entity.name",),
     tool_name=("traceloop.entity.name",),
     tool_args=("traceloop.entity.input",),
+    tool_args_envelopes=((frozenset({"input_str", "inputs"}), "inputs"),),  # LangChain tools
     tool_result=("traceloop.entity.output",),
     answer=("traceloop.entity.output",),
     finish_reasons=("gen_ai.completion.0.finish_reason", "llm.response.finish_reason"),
@@ -253,8 +260,14 @@ CREWAI = Convention(
 SMOLAGENTS = Convention(
     name="smolagents",
     emitted_by="openinference-instrumentation-smolagents",
+    agent_span_name_patterns=(r"^(?P<name>.+)\.run$",),  # "<agent name>.run"
+    tool_args_envelopes=((frozenset({"args", "kwargs", "sanitize_inputs_outputs"}), "kwargs"),),
     answer_tools=frozenset({"final_answer"}),
     limit_exceptions=frozenset({"AgentMaxStepsError"}),
+    # at max_steps smolagents asks the model for an answer with its own system prompt
+    limit_system_prompts=(("An agent tried to answer a user query but it got stuck and failed",
+                           "max_steps"),),
+    notes="`max_steps` raises nothing: only the final request for an answer shows it",
 )
 
 OPENAI_AGENTS = Convention(
@@ -319,10 +332,12 @@ class Tables:
     span_name_prefixes: tuple[tuple[str, Role], ...]
     agent_name: Names
     agent_span_name: Names
+    agent_span_name_patterns: tuple[re.Pattern[str], ...]
     session: Names
     tool_name: Names
     tool_name_span_prefixes: Names
     tool_args: Names
+    tool_args_envelopes: tuple[tuple[frozenset[str], str], ...]
     tool_result: Names
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
@@ -345,6 +360,7 @@ class Tables:
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     limit_prompts: tuple[tuple[str, str], ...]
+    limit_system_prompts: tuple[tuple[str, str], ...]
     conversation_outputs: tuple[tuple[str, str], ...]
     call_limits: tuple[tuple[str, tuple[str, ...], str], ...]
 
@@ -371,10 +387,14 @@ def combine() -> Tables:
                                  for pair in convention.span_name_prefixes),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),
+        agent_span_name_patterns=tuple(re.compile(pattern) for convention in CONVENTIONS
+                                       for pattern in convention.agent_span_name_patterns),
         session=_names("session"),
         tool_name=_names("tool_name"),
         tool_name_span_prefixes=_names("tool_name_span_prefixes"),
         tool_args=_names("tool_args"),
+        tool_args_envelopes=tuple(pair for convention in CONVENTIONS
+                                  for pair in convention.tool_args_envelopes),
         tool_result=_names("tool_result"),
         answer_tools=_union("answer_tools"),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
@@ -401,6 +421,8 @@ def combine() -> Tables:
                            for attribute, pattern, limit in convention.limit_states),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
+        limit_system_prompts=tuple(pair for convention in CONVENTIONS
+                                   for pair in convention.limit_system_prompts),
         conversation_outputs=tuple(pair for convention in CONVENTIONS
                                    for pair in convention.conversation_outputs),
         call_limits=tuple(entry for convention in CONVENTIONS

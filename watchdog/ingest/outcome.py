@@ -23,8 +23,9 @@ LIMIT_STATUS = TABLES.limit_status
 LIMIT_ATTRIBUTE_KEYS = TABLES.limit_attributes
 LIMIT_STATES = TABLES.limit_states
 LIMIT_PROMPTS = TABLES.limit_prompts
+LIMIT_SYSTEM_PROMPTS = TABLES.limit_system_prompts
 CALL_LIMITS = TABLES.call_limits
-PROMPT_TAIL_CHARS = 2048  # the last input message is searched for in this many final characters
+PROMPT_TAIL_CHARS = 2048  # the first/last input message is looked for in this many characters
 # What gives away a tool request inside a model's output, in the JSON shapes of OpenAI
 # (tool_calls), GenAI parts ({"type": "tool_call"}), Bedrock/Strands (toolUse), Gemini
 # (function_call) and Anthropic (tool_use). Substrings first: the JSON is parsed only if one
@@ -110,12 +111,19 @@ def _state_limit(attrs: Mapping[str, object]) -> str | None:
 
 def prompt_limit(text: str) -> str | None:
     """The limit a framework announces by asking for a last answer (Hermes' summary request,
-    crewai's forced final answer): its text in the model call's last input message."""
+    crewai's forced final answer in the last input message; smolagents' system prompt in the
+    first)."""
     tail = text[-PROMPT_TAIL_CHARS:]
-    last = tail[tail.rfind('"role"'):]  # the whole tail when no role is in it
+    start = tail.rfind('"role"')
+    last = tail if start < 0 else tail[start:]
     for prompt, limit in LIMIT_PROMPTS:
         if prompt in last:
             return limit
+    if LIMIT_SYSTEM_PROMPTS:
+        head = text[:PROMPT_TAIL_CHARS]
+        for prompt, limit in LIMIT_SYSTEM_PROMPTS:
+            if prompt in head:
+                return limit
     return None
 
 

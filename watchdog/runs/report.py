@@ -158,10 +158,11 @@ def _final_output(run: RunState, activity: Sequence[ActivityEntry]) -> str | Non
 
 def _errors(activity: Sequence[ActivityEntry], start: float) -> list[dict[str, Any]]:
     """Distinct errors (same text once ids, numbers and paths are masked), most frequent first;
-    each shows its latest wording."""
+    each shows its latest wording. Only failed model and tool calls, as the header counts them:
+    an agent span repeats the failure of the call below it (the run's end shows in its state)."""
     groups: dict[str, dict[str, Any]] = {}
     for entry in activity:
-        if not entry.error:
+        if not entry.error or entry.kind == "agent":
             continue
         signature = mask(entry.error)
         group = groups.get(signature)

@@ -425,7 +425,8 @@ _SPAN_SLOTS = (
     "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
     "_result_counts", "_tool_error_streak", "agent", "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
-    "first_start_ns", "input_tokens", "iterations", "last_error", "messages", "output_tokens",
+    "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",
+    "output_tokens",
     "repeated_error", "repeated_tool_call", "repeated_tool_result", "spans", "tool_calls",
     "tools",
 )

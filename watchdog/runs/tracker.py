@@ -290,6 +290,8 @@ class RunTracker:
                 self._split(frames, main, run, now, result)
             frames.main_agent = record.span_id
             return run
+        if frames.within(record.span_id, main) and frames.same_invocation(record.span_id, main):
+            return run  # the inner view of the main agent, ending after it (async exporters)
         return self._split(frames, record.span_id, run, now, result) or run
 
     def _split(self, frames: TraceFrames, agent_span: str, parent: RunState, now: float,

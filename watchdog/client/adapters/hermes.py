@@ -34,6 +34,8 @@ adapter wraps ``AIAgent.run_conversation`` (one call = one turn = one run):
   chat spans) would belong to no run. When ``opentelemetry-instrumentation-threading`` is
   installed the adapter turns it on (process-wide, idempotent: every thread then starts in the
   context of the code that started it); without it, it says once that those spans go unmarked.
+  Threads a turn starts and leaves running (Hermes' background memory/skill review) carry the
+  turn's run too: their model calls after the turn arrive as late spans of that ended run.
 
 It patches the one agent object it is given (``watch_hermes(agent, ...)`` is idempotent) and
 nothing else in Hermes.

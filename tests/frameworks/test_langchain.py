@@ -1,0 +1,76 @@
+"""LangChain 1.x ``create_agent`` and LangGraph's ``create_react_agent`` (ChatOpenAI on the fake
+server) traced by OpenLLMetry (opentelemetry-instrumentation-langchain), in venv
+``.venvs/langchain``.
+
+What OpenLLMetry emits (details: the recordings and ``/work/findings/langchain.md``): one trace
+per ``invoke``, the graph's workflow span ``<agent name>`` > task spans per graph node
+(``model``/``agent``, ``tools``) > ``ChatOpenAI.chat`` LLM spans and ``<tool>.tool`` spans.
+LangGraph's ``recursion_limit`` raises ``GraphRecursionError``; a tool's exception is
+re-raised by the ToolNode and ends the invocation. A tool that invokes another agent nests that
+agent's workflow span inside its tool span.
+
+The expectations are DESIGN §3's: one run per invocation (``create_agent`` opens no run of its
+own), a child run for the agent a tool invokes (with its parent), iterations = model calls, tool
+calls, an error counted once, terminal state and reason, ``has_final_answer``, the agent's name.
+Each case runs live and from its committed recording.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.frameworks import cases
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, run_driver
+from tests.harness import RunningServer
+
+DRIVER = "langchain_openllmetry"
+ENV = "langchain"
+AGENT = "lc_researcher"
+SCRIPTS = {
+    "three_tools": cases.three_tools(),
+    "limit": cases.limit(),
+    "tool_error": cases.tool_error(),
+    "react_three_tools": cases.three_tools(),
+    "subagent": cases.delegate("research", question="What is a?"),
+}
+EXPECTED: dict[str, list[Expect]] = {
+    "three_tools": [Expect(agent=AGENT, iterations=4, tool_calls=3, errors=0,
+                           terminal_state="completed", has_final_answer=True,
+                           terminal_reason=None, parent_agent=None)],
+    # recursion_limit=6 super-steps: model, tools, model, tools, model, tools, then
+    # GraphRecursionError before the 4th model call (no answer; a limit is not an error)
+    "limit": [Expect(agent=AGENT, iterations=3, tool_calls=3, errors=0,
+                     terminal_state="tool_limit_reached", terminal_reason="GraphRecursionError",
+                     has_final_answer=False, parent_agent=None)],
+    # the tool's RuntimeError ends the invocation: one failed tool call, one error
+    "tool_error": [Expect(agent=AGENT, iterations=1, tool_calls=1, errors=1,
+                          terminal_state="error", terminal_reason="RuntimeError",
+                          has_final_answer=False, parent_agent=None)],
+    "react_three_tools": [Expect(agent="lg_researcher", iterations=4, tool_calls=3, errors=0,
+                                 terminal_state="completed", has_final_answer=True,
+                                 terminal_reason=None, parent_agent=None)],
+    # the manager's tool research invokes lc_researcher: a child run
+    "subagent": [Expect(agent="lc_manager", iterations=2, tool_calls=1, errors=0,
+                        terminal_state="completed", has_final_answer=True,
+                        terminal_reason=None, parent_agent=None),
+                 Expect(agent=AGENT, iterations=2, tool_calls=1, errors=0,
+                        terminal_state="completed", has_final_answer=True,
+                        terminal_reason=None, parent_agent="lc_manager")],
+}
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    model = cases.register(llm, f"{DRIVER}-{scenario}", SCRIPTS[scenario])
+    result = run_driver(ENV, DRIVER, scenario, sidecar, llm, model)
+    check_runs(sidecar, EXPECTED[scenario])
+    if scenario == "limit":
+        assert "GraphRecursionError" in result.stdout
+        assert len(llm.requests(model)) == 3  # the framework's own limit stopped the loop
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_replay(sidecar: RunningServer, scenario: str) -> None:
+    replay(sidecar, RECORDINGS / DRIVER / f"{scenario}.jsonl")
+    check_runs(sidecar, EXPECTED[scenario])
