@@ -1,11 +1,7 @@
-"""The pydantic-ai adapter end to end: real pydantic-ai agents with scripted function models,
-exporting real OTLP to a running sidecar, steered by the directives the default rule pack
-sends back through the client.
-
-A model request sees the directives fired for everything before it only once the sidecar has
-ingested those spans and the listener has received what they triggered; ``settle`` (an
-instructions function listed before the watchdog's, so it runs first on every request) waits
-for exactly that, which makes each request's instructions deterministic.
+"""The pydantic-ai adapter end to end, beyond steering (which
+``tests/frameworks/test_steering_pydantic_ai.py`` covers): calls in flight, child runs, failing
+open, and where control text goes. Real pydantic-ai agents with scripted function models export
+real OTLP to a running sidecar; nothing waits for a directive.
 """
 
 from __future__ import annotations
@@ -32,15 +28,14 @@ from pydantic_ai import (
     ToolCallPart,
 )
 from pydantic_ai.capabilities import Instrumentation
-from pydantic_ai.exceptions import AgentRunError, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from tests.client_runs import ended_run, wait_settled
+from tests.client_runs import ended_run
 from tests.harness import RunningServer, run_detail, wait_until
-from watchdog.client import Run, Watchdog, WatchdogAbort
-from watchdog.client.adapters.pydantic_ai import WatchdogAbortError, WatchdogCapability
+from watchdog.client import Run, Watchdog
+from watchdog.client.adapters.pydantic_ai import WatchdogCapability
 
 CONTROL_MARKERS = ("[budget", "agent-watchdog", "wind down", "being stopped", "## Key Findings")
 REPORT = "## Task\nFind it.\n\n## Completed Work\nSearched.\n\n## Key Findings\n/srv/a.txt"
@@ -60,19 +55,6 @@ def wd(sidecar: RunningServer, provider: TracerProvider) -> Iterator[Watchdog]:
     watchdog = Watchdog(sidecar.api, tracer_provider=provider)
     yield watchdog
     watchdog.close()
-
-
-def settle_instructions(sidecar: RunningServer, provider: TracerProvider
-                        ) -> Callable[[RunContext[Any]], str]:
-    def settle(ctx: RunContext[Any]) -> str:
-        from watchdog.client import current_run
-
-        run = current_run()
-        assert run is not None
-        wait_settled(sidecar, provider, run)
-        return ""
-
-    return settle
 
 
 class Script:
@@ -100,8 +82,7 @@ class Script:
 
 def agent_for(script: Script, name: str, sidecar: RunningServer, provider: TracerProvider,
               **kwargs: Any) -> Agent[None, str]:
-    return Agent(script.model, name=name, instructions=[
-        "You are a careful research agent.", settle_instructions(sidecar, provider)],
+    return Agent(script.model, name=name, instructions=["You are a careful research agent."],
         capabilities=[traced(provider), WatchdogCapability(**kwargs)])
 
 
@@ -120,142 +101,6 @@ def assert_no_control_text(messages: list[ModelMessage]) -> None:
             if isinstance(content, str):
                 for marker in CONTROL_MARKERS:
                     assert marker not in content, (part, marker)
-
-
-def test_countdown_then_abort_report_is_tool_limit_reached_with_answer(
-        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog) -> None:
-    def decide(call: int, info: AgentInfo) -> ToolCallPart | str:
-        if "This run is being stopped" in (info.instructions or ""):
-            return REPORT
-        return ToolCallPart("search", {"q": f"term {call}"})
-
-    script = Script(decide)
-    agent = agent_for(script, "pyd-budget", sidecar, provider)
-
-    @agent.tool_plain
-    def search(q: str) -> str:
-        return f"results for {q}"
-
-    with wd.run(agent="explorer", max_tool_calls=5) as run:
-        result = agent.run_sync("Find the file.")
-
-    assert result.output == REPORT
-    seen = script.instructions
-    assert len(seen) == 6  # 5 tool calls, then the report
-    assert all(text.startswith("You are a careful research agent.") for text in seen)
-    assert "[budget" not in seen[0] and "[budget" not in seen[1]
-    assert "[budget: 3 of 5 tool calls left — wrap up soon]" in seen[2]
-    assert "You must wind down now" in seen[2]  # the wind_down's report prompt
-    assert "[budget: 2 of 5 tool calls left — wrap up soon]" in seen[3]
-    assert "[budget: 1 of 5 tool calls left — finalize now]" in seen[4]
-    assert "This run is being stopped: [budget: all 5 tool calls used" in seen[5]
-    assert script.tools[4] == ["search"] and script.tools[5] == []  # report only, no tools
-    assert_no_control_text(result.all_messages())
-    assert run.aborted and run.budget_note().startswith("[budget: all 5")
-
-    detail = ended_run(sidecar, provider, run.id)
-    assert detail["terminal_state"] == "tool_limit_reached"
-    assert detail["terminal_reason"] == "budget-exhausted"
-    assert detail["has_final_answer"] is True
-    assert detail["agent"] == "explorer"
-    assert detail["signals"]["tool_calls"] == 5
-    wait_until(lambda: [d["acked"] for d in run_detail(sidecar.api, run.id)["directives"]]
-               == [True] * 4, what="every applied directive acked")
-
-
-def test_budget_exhausted_without_answer_raises_after_one_more_call(
-        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog) -> None:
-    ran: list[str] = []
-    script = Script(lambda call, info: ToolCallPart("search", {"q": f"term {call}"}))
-    agent = agent_for(script, "pyd-stubborn", sidecar, provider)
-
-    @agent.tool_plain
-    def search(q: str) -> str:
-        ran.append(q)
-        return f"results for {q}"
-
-    with pytest.raises(WatchdogAbortError) as raised, wd.run(agent="stubborn",
-                                                              max_tool_calls=3) as run:
-        agent.run_sync("Find the file.")
-
-    assert isinstance(raised.value, AgentRunError) and isinstance(raised.value, WatchdogAbort)
-    assert raised.value.directive.rule == "budget-exhausted"
-    assert len(ran) == 3  # no tool ran after the abort
-    assert len(script.instructions) == 4  # one model call after the abort, for the report
-    assert "This run is being stopped" in script.instructions[3]
-
-    detail = ended_run(sidecar, provider, run.id)
-    assert detail["terminal_state"] == "tool_limit_reached"
-    assert detail["has_final_answer"] is False
-    # The refused call is on record (a failed tool span) although the tool never ran.
-    assert detail["signals"]["tool_calls"] == 4 and detail["signals"]["errors"] == 1
-
-
-def test_wind_down_on_a_loop_gets_the_report_within_the_grace(
-        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog) -> None:
-    def decide(call: int, info: AgentInfo) -> ToolCallPart | str:
-        if "You must wind down now" in (info.instructions or ""):
-            return REPORT
-        return ToolCallPart("read", {"path": "/srv/a.txt"})  # the same call, again and again
-
-    script = Script(decide)
-    agent = agent_for(script, "pyd-loop", sidecar, provider)
-
-    @agent.tool_plain
-    def read(path: str) -> str:
-        return "permission denied"
-
-    with wd.run(agent="looper") as run:
-        result = agent.run_sync("Read the file.")
-
-    assert result.output == REPORT
-    directive = run.directive()
-    assert directive is not None and directive.action == "wind_down"
-    assert directive.rule in ("tool-cycle", "repeated-tool-call")
-    assert "Loop:" in script.instructions[-1] and "## Key Findings" in script.instructions[-1]
-    assert_no_control_text(result.all_messages())
-
-    detail = ended_run(sidecar, provider, run.id)
-    assert detail["terminal_state"] == "loop_detected"
-    assert detail["has_final_answer"] is True
-    assert detail["signals"]["tool_calls"] == 4  # the report came before the grace (2) ran out
-    assert [d["action"] for d in detail["directives"]] == ["wind_down"]
-
-
-@pytest.mark.parametrize("final_report", [True, False])
-def test_error_loop_abort_stops_within_one_model_call(
-        sidecar: RunningServer, provider: TracerProvider, wd: Watchdog,
-        final_report: bool) -> None:
-    abort_seen_at: list[int] = []
-
-    def decide(call: int, info: AgentInfo) -> ToolCallPart:
-        if "This run is being stopped" in (info.instructions or ""):
-            abort_seen_at.append(call)
-        return ToolCallPart("fetch", {"url": f"https://example.test/{call}"})  # ignores it
-
-    script = Script(decide)
-    agent = agent_for(script, f"pyd-errors-{final_report}", sidecar, provider,
-                      final_report=final_report)
-
-    @agent.tool_plain(retries=50)
-    def fetch(url: str) -> str:
-        raise ModelRetry("backend busy, try again")
-
-    with pytest.raises(WatchdogAbortError) as raised, wd.run(agent="fetcher") as run:
-        agent.run_sync("Fetch the page.")
-
-    assert raised.value.directive.rule == "error-loop"
-    calls_after_abort = len(script.instructions) - 5  # 5 failed calls fired the abort
-    assert calls_after_abort == (1 if final_report else 0)
-    assert abort_seen_at == ([6] if final_report else [])
-
-    detail = ended_run(sidecar, provider, run.id)
-    assert detail["terminal_state"] == "loop_detected"
-    assert detail["terminal_reason"] == "error-loop"
-    assert detail["has_final_answer"] is False
-    # Five failures fired the abort; with the report call, the model's tool call that followed
-    # was refused (one more failed tool span, the tool did not run).
-    assert detail["signals"]["errors"] == (6 if final_report else 5)
 
 
 def test_slow_tool_is_in_flight_on_the_sidecar(sidecar: RunningServer,

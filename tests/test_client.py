@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.harness import wait_until
-from watchdog.client import Directive, Watchdog, WatchdogAbort, current_run
+from watchdog.client import Directive, ToolRefused, Watchdog, WatchdogAbort, current_run
 from watchdog.client.directive import DirectiveBoard
 from watchdog.client.listener import sse_events
 from watchdog.client.processor import AGENT, LLM_CALL, OTHER, TOOL_CALL, classify_start
@@ -35,7 +35,8 @@ def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-coun
     return {"id": f"d{seq}", "run_id": run_id, "seq": seq, "action": action, "rule": rule,
             "severity": "warning", "message": message or f"[budget: {4 - seq} of 5 left]",
             "terminal_state": "tool_limit_reached" if action == "abort" else None,
-            "budget": {"max_tool_calls": 5}, "created_at": "2026-11-22T04:00:00Z",
+            "budget": {"max_tool_calls": 5, "remaining_tool_calls": 4 - seq},
+            "created_at": "2026-11-22T04:00:00Z",
             "report_prompt": f"REPORT PROMPT {seq}" if action != "notify" else None}
 
 
@@ -100,27 +101,57 @@ def test_board_keeps_the_latest_of_each_kind_and_ignores_redelivery() -> None:
         Directive.from_json({"seq": 0})
 
 
-def test_run_instructions_compose_note_wind_down_and_abort() -> None:
+def test_turns_show_the_true_count_wind_down_and_abort() -> None:
+    """The steering core alone (no sidecar answers: port 9 refuses): the countdown is the
+    local count, a wind-down's report prompt follows it, an abort makes the next turn final and
+    the one after raises with the report."""
     wd = Watchdog("http://127.0.0.1:9")
     run = wd.run(agent="a", max_tool_calls=5)
     assert run.instructions() == "" and run.budget_note() == "" and run.directive() is None
-    run.board.post(Directive.from_json(directive_json(1)))
-    assert run.budget_note() == "[budget: 3 of 5 left]"
-    assert run.instructions() == "REPORT PROMPT 1"  # the countdown is itself the wind-down
-    run.board.post(Directive.from_json(directive_json(2, "wind_down", "tool-cycle", "Loop")))
-    assert run.instructions() == "[budget: 3 of 5 left]\n\nREPORT PROMPT 2"
-    run.board.post(Directive.from_json(directive_json(3, "notify", "slow-tool", "Slow tool")))
-    assert run.instructions() == "[budget: 3 of 5 left]\n\nREPORT PROMPT 2\n\nSlow tool"
-    assert run.pending_ack() == 3
+    run.board.post(Directive.from_json(directive_json(1)))  # "[budget: 3 of 5 left]"
+    assert run.budget_note() == "[budget: 5 of 5 tool calls left — wrap up soon]"  # true count
+    for _ in range(2):
+        run.before_tool_call("search")
+    assert run.budget_note() == "[budget: 3 of 5 left]"  # the sidecar's words, true now
+    turn = run.before_model_call()
+    assert turn.instructions == "[budget: 3 of 5 left]\n\nREPORT PROMPT 1"
+    assert not turn.final and turn.remaining_tool_calls == 3
+    assert run.before_model_call() is turn  # asked twice for one request: the same turn
+    run.board.post(Directive.from_json(directive_json(2, "notify", "slow-tool", "Slow tool")))
+    run.before_tool_call("search")
+    assert run.before_model_call().instructions == (
+        "[budget: 2 of 5 tool calls left — wrap up soon]\n\nREPORT PROMPT 1\n\nSlow tool")
     run.raise_if_aborted()  # not aborted: nothing happens
-    run.board.post(Directive.from_json(directive_json(4, "abort", "error-loop", "Stop")))
-    assert run.instructions() == "REPORT PROMPT 4"
-    assert run.steer_model_call() == "REPORT PROMPT 4"  # the one call for the report
+    run.board.post(Directive.from_json(directive_json(3, "abort", "error-loop", "Stop")))
+    with pytest.raises(ToolRefused) as refused:
+        run.before_tool_call("search")
+    assert refused.value.message.startswith("Not run: Stop")
+    final = run.before_model_call()
+    assert final.final and final.instructions.endswith("REPORT PROMPT 3")
+    run.set_final_answer("## Task\nthe report")
+    with pytest.raises(ToolRefused):
+        run.before_tool_call("search")
     with pytest.raises(WatchdogAbort) as raised:
-        run.steer_model_call()
-    assert raised.value.directive.rule == "error-loop" and "Stop" in str(raised.value)
-    with pytest.raises(WatchdogAbort):
-        run.check_tool_call()
+        run.before_model_call()
+    assert raised.value.directive.rule == "error-loop" and raised.value.report == (
+        "## Task\nthe report")
+
+
+def test_the_cap_holds_without_any_directive() -> None:
+    wd = Watchdog("http://127.0.0.1:9")
+    run = wd.run(agent="a", max_tool_calls=2)
+    run.before_model_call()
+    run.before_tool_call("a")
+    assert run.before_model_call().instructions == (
+        "[budget: 1 of 2 tool calls left — finalize now]")
+    run.before_tool_call("b")
+    with pytest.raises(ToolRefused):
+        run.before_tool_call("c")
+    final = run.before_model_call()
+    assert final.final and final.stop is not None and final.stop.rule == "max_tool_calls"
+    assert "[budget: 0 of 2 tool calls left" in final.instructions
+    assert "This run is being stopped: [budget: all 2 tool calls used" in final.instructions
+    assert run.local_tool_calls == 2
 
 
 def test_sse_parser_joins_data_lines_and_skips_comments() -> None:
@@ -309,8 +340,7 @@ def test_run_announces_reports_calls_in_flight_and_acks(
                    what="in_flight back to 0")
         fake.directives.append(directive_json(1, run_id="run-1"))
         assert run.board.wait_for(1, 10)
-        assert run.budget_note() == "[budget: 3 of 5 left]"
-        run.instructions()  # the adapters call this: what it shows counts as applied
+        run.before_model_call()  # what the turn shows counts as applied
         assert wait_until(lambda: fake.seen("POST", "/v1/runs/run-1/ack"))[0][3] == {"seq": 1}
         beats = len(fake.seen("POST", "/heartbeat"))
         wait_until(lambda: len(fake.seen("POST", "/heartbeat")) > beats, what="a periodic beat")
@@ -395,3 +425,28 @@ def test_budget_validation() -> None:
         wd.run(agent="")
     with pytest.raises(ValueError, match="WATCHDOG_URL"):
         Watchdog("ftp://x")
+
+
+def test_client_modules_import_each_other_without_a_cycle() -> None:
+    """processor <- run <- watchdog, never the reverse (TYPE_CHECKING imports included)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "watchdog" / "client"
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        graph[path.stem] = {node.module.rsplit(".", 1)[-1]
+                            for node in ast.walk(ast.parse(path.read_text()))
+                            if isinstance(node, ast.ImportFrom) and node.module
+                            and node.module.startswith("watchdog.client.")}
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        for imported in graph.get(module, ()):
+            assert imported not in path, " -> ".join((*path, imported))
+            visit(imported, (*path, imported))
+
+    for module in graph:
+        visit(module, (module,))
+    assert graph["processor"] == {"tally"} and "watchdog" not in graph["run"]

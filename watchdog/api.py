@@ -36,12 +36,14 @@ from watchdog.config import Config
 from watchdog.directives.hub import StreamEnded, SubscriberOverflow, Subscription
 from watchdog.directives.model import Directive
 from watchdog.directives.outbox import Outbox
-from watchdog.errors import BadRequest, NotFound, Unauthorized, WatchdogError
+from watchdog.errors import BadRequest, NotFound, PayloadTooLarge, Unauthorized, WatchdogError
+from watchdog.ingest.decode import DecodeError, parse_protobuf
 from watchdog.rules.engine import RuleEngine
 from watchdog.runs.report import build_report, render_markdown
 from watchdog.runs.view import run_summary
 from watchdog.service import MAX_LIST_LIMIT, WatchdogService
 from watchdog.sessions import Checkpoint, CheckpointError, check_session_id
+from watchdog.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
 
 log = logging.getLogger("watchdog.api")
 
@@ -181,6 +183,30 @@ class RunRoutes:
         return json_response({**run_summary(run, self.service.clock.now()),
                               "messages": run.messages, "in_flight": run.in_flight})
 
+    async def sync(self, request: web.Request) -> web.Response:
+        """``POST /v1/runs/{id}/sync?after=SEQ`` with the run's newly ended spans (an OTLP
+        protobuf export body, possibly empty): answered once they are applied and the
+        directives they caused are stored (:mod:`watchdog.sync`)."""
+        run_id = request.match_info["id"]
+        after = _int_param(request.query.get("after"), "after", 0, 0, MAX_SEQ)
+        stop = request.query.get("stop") or None
+        if stop is not None and stop not in CLIENT_STOPS:
+            raise BadRequest(f"stop={stop!r} is not allowed: expected one of "
+                             + ", ".join(sorted(CLIENT_STOPS)))
+        body = await _bounded_body(request, self.service.config.max_request_bytes)
+        try:
+            export = parse_protobuf(body)
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        service = self.service
+        run, applied = service.sync(run_id, export, stop)
+        directives = [] if self.directives is None else await self.directives.directives_after(
+            run_id, after, SYNC_DIRECTIVE_WAIT)
+        budget = run.budget_view(service.default_budget(run), service.clock.now()) if run else {}
+        return json_response(sync_answer(
+            run, run_id, applied, budget, [d.to_json() for d in directives],
+            directives[-1].seq if directives else after))
+
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
@@ -206,6 +232,17 @@ def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
                          f"epoch seconds from 0 to {MAX_EPOCH_SECONDS:g}")
     return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
                      _announcement(body.get("announce")))
+
+async def _bounded_body(request: web.Request, limit: int) -> bytes:
+    """The body of a request allowed more than the control API's ``MAX_BODY_BYTES``."""
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"sync body larger than max_request_bytes={limit}")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
@@ -515,6 +552,7 @@ def create_app(service: WatchdogService, config: Config, *,
     app.router.add_get(RUNS, runs.get_run)
     app.router.add_get(RUNS + "/report", runs.report)
     app.router.add_post(RUNS + "/heartbeat", runs.heartbeat)
+    app.router.add_post(RUNS + "/sync", runs.sync)
     sessions = SessionRoutes(service)
     app.router.add_post(SESSIONS + "/checkpoints", sessions.checkpoint)
     app.router.add_get(SESSIONS + "/context", sessions.context)

@@ -29,10 +29,12 @@ from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.runs.run import RunState
+from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import run_detail, run_summary
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.store import Store, StoreWriteError
+from watchdog.sync import SpanLedger
 
 log = logging.getLogger("watchdog")
 
@@ -147,6 +149,7 @@ class WatchdogService:
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._store_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
         self.sessions = SessionBook(store.get_session)
+        self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self.state_error: str | None = None  # why the last store write failed; None: writable
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
 
@@ -246,6 +249,8 @@ class WatchdogService:
         now = self.clock.now()
         self.observer.spans_received(protocol, decoded, now)
         rules = self.engine is not None and bool(self.engine.ruleset.rules)
+        if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
+            decoded.records = self.ledger.admit(decoded.records)
         before = self._snapshots(decoded) if rules else {}
         result = self.tracker.apply(decoded.records, now)
         self._dirty.update(result.touched)
@@ -269,12 +274,28 @@ class WatchdogService:
         if run is None:
             raise NotFound(f"no active run {key!r}")
         if announce:
+            self.ledger.register(key)
             run.announce(**announce)
             self._note_sessions((run,), now)
         self._dirty[key] = run
         if created or announce:
             self.evaluate([run], now)
         return run
+
+    def sync(self, key: str, request: ExportTraceServiceRequest, stop: str | None = None
+             ) -> tuple[RunState | None, int]:
+        """Apply the spans a client sends before its next step (:mod:`watchdog.sync`): the
+        run's state once they are applied, and how many were new. ``stop``: the client stopped
+        the run at its tool budget by itself (it ends ``tool_limit_reached``)."""
+        self.ledger.register(key)
+        self._admit()
+        decoded = records_from(request)
+        self._apply(decoded, "sync")
+        run = self.tracker.get(key)
+        if stop is not None and run is not None and not run.ended:
+            run.force(TerminalState.TOOL_LIMIT_REACHED, stop)
+            self._dirty[key] = run
+        return run, len(decoded.records)
 
     def tick(self) -> list[RunState]:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""

@@ -17,9 +17,10 @@ Adapters for pydantic-ai and the OpenAI Agents SDK are in :mod:`watchdog.client.
 
 from watchdog.client.directive import Directive
 from watchdog.client.processor import WatchdogSpanProcessor
-from watchdog.client.run import Run, WatchdogAbort, current_run
+from watchdog.client.run import Run, current_run
+from watchdog.client.steer import ModelTurn, ToolRefused, WatchdogAbort
 from watchdog.client.transport import DEFAULT_URL
 from watchdog.client.watchdog import Watchdog
 
-__all__ = ["DEFAULT_URL", "Directive", "Run", "Watchdog", "WatchdogAbort",
-           "WatchdogSpanProcessor", "current_run"]
+__all__ = ["DEFAULT_URL", "Directive", "ModelTurn", "Run", "ToolRefused", "Watchdog",
+           "WatchdogAbort", "WatchdogSpanProcessor", "current_run"]

@@ -16,15 +16,19 @@ count as calls in flight.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-if TYPE_CHECKING:
-    from watchdog.client.run import Run
+from watchdog.client.tally import (
+    LIVE_RUNS,
+    MAX_UNSYNCED_SPANS,
+    RUN_ID_ATTRIBUTE,
+    RUN_KEY,
+    RunTally,
+)
 
-RUN_KEY = otel_context.create_key("agent-watchdog-run")
 _get_value = otel_context.get_value
 MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it they are not tracked
 
@@ -35,6 +39,12 @@ TOOL_OPERATIONS = frozenset({"execute_tool"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 OPENINFERENCE_CALLS = {"LLM": False, "TOOL": True}  # kind -> is a tool
 OTHER, LLM_CALL, TOOL_CALL, AGENT = 0, 1, 2, 3
+# A span with none of these attributes and none of these name prefixes is plumbing (OTHER):
+# one C-level set test and one startswith decide it, the common case on the span path.
+KIND_KEYS = frozenset({"gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
+                       "llm.request.type"})
+KIND_NAME_PREFIXES = ("execute_tool ", "running tool", "invoke_agent", "agent run")
+OUTPUT_TOOL_SPANS = ("execute_tool final_result", "running output function")  # answers, not work
 
 
 def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
@@ -71,14 +81,14 @@ def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
     return OTHER
 
 
-def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
-    """``span.set_attributes(attributes)``, and the span's attributes as a plain dict.
+def _writable(span: Span, extra: int) -> dict[str, Any] | None:
+    """The span's attributes as the plain ``dict`` inside the SDK's ``BoundedAttributes``, when
+    ``extra`` more fit; else None (the public path must be taken).
 
     The SDK's public path validates and locks per attribute (~0.5 µs each; a run stamps up to
-    eight on every span), and reading back through its ``Mapping`` costs a raised ``KeyError``
+    eight on a call span), and reading back through its ``Mapping`` costs a raised ``KeyError``
     per absent key. Our values are plain strings and numbers the SDK would accept as they are,
-    so when the span's attributes are the SDK's ``BoundedAttributes`` (a ``dict`` inside) with
-    room to spare they are written into that dict directly; anything else takes the public path.
+    so they are written into that dict directly.
     """
     try:
         bounded: Any = span._attributes
@@ -86,9 +96,16 @@ def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
         room = bounded.maxlen
         frozen = bounded._immutable
     except AttributeError:
-        plain = None
-    if (type(plain) is dict and not frozen
-            and (room is None or len(plain) + len(attributes) <= room)):
+        return None
+    if type(plain) is dict and not frozen and (room is None or len(plain) + extra <= room):
+        return plain
+    return None
+
+
+def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
+    """``span.set_attributes(attributes)``, and the span's attributes."""
+    plain = _writable(span, len(attributes))
+    if plain is not None:
         plain.update(attributes)
         return plain
     span.set_attributes(attributes)
@@ -100,18 +117,31 @@ class WatchdogSpanProcessor(SpanProcessor):
     of every :class:`~watchdog.client.Watchdog` in the process."""
 
     def __init__(self) -> None:
-        self._open: dict[int, Run] = {}  # span id -> run, for calls and agent spans in flight
+        self._open: dict[int, RunTally] = {}  # span id -> run, calls and agent spans in flight
         self.untracked_calls = 0  # calls not tracked because MAX_OPEN_CALLS were open
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        run: Run | None = _get_value(RUN_KEY, parent_context)  # type: ignore[assignment]
+        run: RunTally | None = _get_value(RUN_KEY, parent_context)  # type: ignore[assignment]
         if run is None:
             if parent_context is None:
                 return
             run = _get_value(RUN_KEY)  # type: ignore[assignment]
             if run is None:
                 return
-        kind = classify_start(span._name, _stamp(span, run.span_attributes))
+        name = span._name
+        plain = _writable(span, len(run.span_attributes))
+        if plain is not None:
+            # Every span of the run gets all of the run's attributes, plumbing included: some
+            # instrumentations only say what a span is after it started (openai-v2's chat
+            # spans), and adapters stamp passing marks (hermes.summary_request) through them.
+            is_plumbing = KIND_KEYS.isdisjoint(plain)  # tested before our keys are added
+            plain.update(run.span_attributes)
+            if is_plumbing and not name.startswith(KIND_NAME_PREFIXES):
+                return
+            attributes: Mapping[str, Any] | None = plain
+        else:
+            attributes = _stamp(span, run.span_attributes)
+        kind = classify_start(name, attributes)
         if kind is OTHER:
             return
         span_id = span.context.span_id
@@ -123,23 +153,75 @@ class WatchdogSpanProcessor(SpanProcessor):
         if kind is AGENT:
             run.agent_started(span_id, span)
             return
-        # Run.call_started, inlined: this is the path of every model and tool call.
+        # A call starts, inlined: this is the path of every model and tool call.
         run.calls[span_id] = span._start_time or 0
         if kind is TOOL_CALL:
-            run.local_tool_calls += 1
+            if not name.startswith(OUTPUT_TOOL_SPANS):
+                run.tool_spans += 1
+                run.open_tools[span_id] = None
         else:
-            run.local_model_calls += 1
+            run.model_spans += 1
         run.changed = True
 
     def on_end(self, span: ReadableSpan) -> None:
-        if not self._open:
+        open_spans = self._open
+        if not open_spans and not LIVE_RUNS:
             return
         context = span.context
         if context is None:
             return
-        run = self._open.pop(context.span_id, None)
-        if run is not None:
-            run.span_ended(context.span_id)
+        span_id = context.span_id
+        run = open_spans.pop(span_id, None)
+        if run is None:
+            if LIVE_RUNS:
+                self._classified_at_end(span)
+            return
+        # RunTally.span_ended, inlined for calls: the end of every model and tool call.
+        if run.calls.pop(span_id, None) is None:
+            run.span_ended(span_id, span)  # an agent span
+            return
+        open_tools = run.open_tools
+        if span_id in open_tools:
+            del open_tools[span_id]
+            run.tools_ended += 1
+        if run.keep_spans:
+            unsynced = run.unsynced
+            if len(unsynced) == MAX_UNSYNCED_SPANS:
+                run.unsynced_dropped += 1
+            unsynced.append(span)
+        run.ended_calls += 1
+        run.changed = True
+
+    @staticmethod
+    def _classified_at_end(span: ReadableSpan) -> None:
+        """A span of a run that was not a call when it started may be one now that it ends
+        (instrumentation that sets every attribute at the end)."""
+        bounded: Any = span._attributes
+        attributes: Mapping[str, Any] | None = getattr(bounded, "_dict", bounded)
+        name = span._name
+        if not attributes or (KIND_KEYS.isdisjoint(attributes)
+                              and not name.startswith(KIND_NAME_PREFIXES)):
+            return  # plumbing, still
+        run_id = attributes.get(RUN_ID_ATTRIBUTE)
+        run = LIVE_RUNS.get(run_id) if isinstance(run_id, str) else None
+        if run is None:
+            return
+        kind = classify_start(name, attributes)
+        if kind is TOOL_CALL:
+            if name.startswith(OUTPUT_TOOL_SPANS):
+                return
+            run.tool_spans += 1
+            run.tools_ended += 1
+        elif kind is LLM_CALL:
+            run.model_spans += 1
+        else:
+            return
+        if run.keep_spans:
+            if len(run.unsynced) == MAX_UNSYNCED_SPANS:
+                run.unsynced_dropped += 1
+            run.unsynced.append(span)
+        run.ended_calls += 1
+        run.changed = True
 
     def shutdown(self) -> None:
         self._open.clear()

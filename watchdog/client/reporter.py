@@ -23,12 +23,9 @@ import logging
 import threading
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from watchdog.client.transport import SidecarUnavailable, Transport
-
-if TYPE_CHECKING:
-    from watchdog.client.run import Run
 
 log = logging.getLogger("watchdog.client")
 
@@ -38,6 +35,19 @@ REPORT_INTERVAL = 0.05  # seconds between looks at open runs: a call's start is 
 RETRY_FIRST = 0.5  # seconds before trying an unreachable sidecar again, doubled up to RETRY_MAX
 RETRY_MAX = 10.0
 MAX_TRACKED_RUNS = 10_000  # runs open at once in one process; more are not reported
+
+
+class Run(Protocol):
+    """What the reporter reads of a run (:class:`watchdog.client.Run`)."""
+
+    id: str
+    changed: bool
+    announced: bool
+
+    def heartbeat_body(self) -> dict[str, Any]: ...
+    def announcement(self) -> dict[str, Any]: ...
+    def pending_ack(self) -> int | None: ...
+    def acked(self, seq: int) -> None: ...
 
 
 class Reporter:

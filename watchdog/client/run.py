@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import urllib.parse
 import uuid
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -36,31 +37,38 @@ from opentelemetry.trace import Status, StatusCode
 
 from watchdog.client.directive import Directive, DirectiveBoard
 from watchdog.client.listener import DirectiveListener
-from watchdog.client.processor import RUN_KEY
-from watchdog.client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable
-
-if TYPE_CHECKING:
-    from watchdog.client.watchdog import Watchdog
+from watchdog.client.reporter import Reporter
+from watchdog.client.steer import ModelTurn, Steering, ToolRefused, WatchdogAbort
+from watchdog.client.sync import SyncChannel
+from watchdog.client.tally import LIVE_RUNS, RUN_KEY, RunTally
+from watchdog.client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
 
 log = logging.getLogger("watchdog.client")
 
 BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
-LOCAL_COUNTDOWN_FROM = 3  # without the sidecar, the budget note shows from 3 calls left
 MAX_FINAL_ANSWER_CHARS = 4000
 
+__all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",
+           "current_run"]
 
-class WatchdogAbort(Exception):
-    """The watchdog aborted the run; ``directive`` says why (rule, message, terminal state)."""
 
-    def __init__(self, directive: Directive) -> None:
-        super().__init__(f"agent-watchdog aborted run {directive.run_id}: {directive.message}")
-        self.directive = directive
+class RunHost(Protocol):
+    """What a run needs from its :class:`~watchdog.client.Watchdog` (kept to a protocol so this
+    module does not import the watchdog module that creates runs)."""
+
+    transport: Transport
+    reporter: Reporter
+    syncer: SyncChannel
+
+    def tracer(self) -> trace.Tracer: ...
+
+    def ensure_instrumented(self) -> None: ...
 
 
 class Run:
     """Created by :meth:`watchdog.client.Watchdog.run`; use it as a context manager."""
 
-    def __init__(self, watchdog: Watchdog, *, agent: str, budget: dict[str, float],
+    def __init__(self, watchdog: RunHost, *, agent: str, budget: dict[str, float],
                  session: str | None = None, parent: Run | str | None = None,
                  run_id: str | None = None) -> None:
         self.watchdog = watchdog
@@ -71,24 +79,50 @@ class Run:
         self.session = session
         self.parent_id: str | None = None
         self.board = DirectiveBoard()
-        self.span_attributes: dict[str, Any] = {}
-        # Written by the processor and the adapters, read by the reporter thread.
-        self.agent_spans = 0
+        self.tally = RunTally(self)
+        self.steering = Steering(self.id, budget)
+        self._steer_lock = threading.Lock()  # one decision at a time (parallel tool calls)
+        # Written by the adapters, read by the reporter thread.
         self.messages = 0
-        self.local_tool_calls = 0
-        self.local_model_calls = 0
         self.announced = False
-        self.changed = False  # something the sidecar should hear (read by the reporter thread)
-        self.calls: dict[int, int] = {}  # calls in flight: span id -> start (epoch ns)
-        self._agent_spans: dict[int, trace.Span] = {}  # open agent spans, oldest first
         self._ack_wanted = 0
         self._acked = 0
-        self._final_call_used = False
         self._final_answer: str | None = None
         self._span: trace.Span | None = None
         self._token: object | None = None
         self._listener: DirectiveListener | None = None
         self.active = False
+
+    # -- what the span processor counted --------------------------------------------------------
+
+    @property
+    def span_attributes(self) -> dict[str, Any]:
+        return self.tally.span_attributes
+
+    @property
+    def changed(self) -> bool:
+        return self.tally.changed
+
+    @changed.setter
+    def changed(self, value: bool) -> None:
+        self.tally.changed = value
+
+    @property
+    def calls(self) -> dict[int, int]:
+        return self.tally.calls
+
+    @property
+    def agent_spans(self) -> int:
+        return self.tally.agent_spans
+
+    @property
+    def local_tool_calls(self) -> int:
+        """Tool calls this process counted (admitted by the adapters, or tool spans started)."""
+        return self.steering.used(self.tally.tools_ended)
+
+    @property
+    def local_model_calls(self) -> int:
+        return self.tally.model_spans
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -119,14 +153,16 @@ class Run:
             self.session = self.session or parent.session
         elif parent is not None:
             self.parent_id = str(parent)
-        self.span_attributes = self._attributes()
+        self.tally.span_attributes = self._attributes()
         watchdog = self.watchdog
         watchdog.ensure_instrumented()
-        ctx = otel_context.set_value(RUN_KEY, self)
+        ctx = otel_context.set_value(RUN_KEY, self.tally)
         tracer = watchdog.tracer()
-        self._span = tracer.start_span(f"watchdog.run {self.agent}", context=ctx)
+        self._span = tracer.start_span(f"watchdog.run {self.agent}", context=ctx,
+                                       attributes=self.tally.span_attributes)
         self._token = otel_context.attach(trace.set_span_in_context(self._span, ctx))
         self.active = True
+        LIVE_RUNS[self.id] = self.tally
         watchdog.reporter.add(self)
         self._listener = DirectiveListener(watchdog.transport, self.id, self.board,
                                            self._on_directive)
@@ -136,6 +172,7 @@ class Run:
         if not self.active:
             return
         self.active = False
+        LIVE_RUNS.pop(self.id, None)
         if self._listener is not None:
             self._listener.stop()
         self.watchdog.reporter.remove(self)
@@ -183,68 +220,87 @@ class Run:
         abort = self.board.abort
         if abort is not None:
             self.applied(abort)
-            raise WatchdogAbort(abort)
+            raise WatchdogAbort(abort, self.steering.report)
+
+    def remaining_tool_calls(self) -> int | None:
+        """The true number of tool calls left (None without a tool budget)."""
+        return self.steering.remaining(self.tally.tools_ended)
 
     def budget_note(self) -> str:
-        """The latest budget countdown (``"[budget: 3 of 20 tool calls left — wrap up soon]"``),
-        or ``""``. Without the sidecar, a note from the locally counted tool calls."""
-        directive = self.board.latest_budget
-        if directive is not None:
-            return directive.message
-        return self._local_budget_note()
-
-    def _local_budget_note(self) -> str:
-        limit = self.budget.get("max_tool_calls")
-        if limit is None or self.watchdog.transport.health.reachable is not False:
+        """``"[budget: 3 of 20 tool calls left — wrap up soon]"`` once three or fewer are left
+        (or the sidecar has sent a countdown), with the true number; else ``""``."""
+        remaining = self.remaining_tool_calls()
+        limit = self.steering.max_tool_calls
+        if remaining is None or limit is None:
             return ""
-        remaining = max(int(limit) - self.local_tool_calls, 0)
-        if remaining > LOCAL_COUNTDOWN_FROM:
+        if remaining > 3 and self.board.latest_budget is None:
             return ""
-        return f"[budget: {remaining} of {int(limit)} tool calls left — wrap up soon]"
+        return Steering.note(self.board, remaining, limit)
 
     def instructions(self) -> str:
-        """The text to give the model as a system/developer instruction now: the abort's report
-        prompt once aborted; else the budget note, the latest wind-down's report prompt and a
-        newer notice. ``""`` when there is nothing to say. Marks what it shows as applied."""
-        board = self.board
-        abort = board.abort
-        if abort is not None:
-            self.applied(abort)
-            return abort.instruction()
-        parts: list[str] = []
-        wind_down = board.latest_wind_down
-        budget = board.latest_budget
-        if budget is None:
-            note = self._local_budget_note()
-            if note:
-                parts.append(note)
-        elif budget is not wind_down:
-            parts.append(budget.message)
-        if wind_down is not None:
-            parts.append(wind_down.instruction())
-        notify = board.latest_notify
-        if notify is not None and not notify.is_budget and (
-                wind_down is None or notify.seq > wind_down.seq):
-            parts.append(notify.message)
-        if board.latest is not None:
-            self.applied(board.latest)
-        return "\n\n".join(parts)
+        """What the model would be told now, from what is known without a sync (adapters use
+        :meth:`before_model_call`)."""
+        return self.steering.compose(self.board, self.tally.tools_ended).instructions
 
-    def steer_model_call(self, *, final_report: bool = True) -> str:
-        """For adapters, just before a model request: the instructions to add, or
-        :class:`WatchdogAbort` once aborted — after one last model call that is asked for the
-        report (``final_report``), or at once."""
-        abort = self.board.abort
-        if abort is not None:
-            if not final_report or self._final_call_used:
-                self.applied(abort)
-                raise WatchdogAbort(abort)
-            self._final_call_used = True
-        return self.instructions()
+    # -- the decision points (DESIGN §8) ----------------------------------------------------------
 
-    def check_tool_call(self) -> None:
-        """For adapters, just before a tool runs: no tool runs after an abort."""
-        self.raise_if_aborted()
+    def before_model_call(self) -> ModelTurn:
+        """Call right before each model request: syncs the run's ended spans with the sidecar
+        (a few ms at most; skipped while it is down) and returns the :class:`ModelTurn` — the
+        instructions to add as a system/developer instruction, and whether the request is the
+        final one (offer no tools; its answer is the run's report, give it to
+        :meth:`set_final_answer`). Raises :class:`WatchdogAbort` (with ``report``) when asked
+        again after the final turn. Asking twice for one request returns the same turn."""
+        with self._steer_lock:
+            key = self._turn_key()
+            turn = self.steering.current(key)
+            if turn is not None:
+                return turn
+            self._sync()
+            turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
+            if turn.stop is not None and not turn.stop.seq:  # stopped here, not by a directive
+                self._sync(stop=turn.stop.rule)
+            if turn.stop is not None and turn.stop.seq:
+                self.applied(turn.stop)
+            elif self.board.latest is not None:
+                self.applied(self.board.latest)
+            return turn
+
+    @property
+    def turn(self) -> ModelTurn | None:
+        """The turn last decided by :meth:`before_model_call`."""
+        return self.steering.last_turn
+
+    def before_tool_call(self, name: str = "") -> None:
+        """Call right before a tool runs: counts it, or raises :class:`ToolRefused` (do not run
+        the tool; give the model ``exc.message`` as its result) once the budget is used up or
+        the run is stopped — with or without the sidecar."""
+        with self._steer_lock:
+            self.tally.keep_spans = True
+            if self.tally.unsynced:  # a call ended since the last sync: its verdict first
+                self._sync()
+            self.steering.admit_tool(self.board, self.tally.tools_ended)
+            self.steering.new_step()
+
+    def _turn_key(self) -> tuple[int, ...]:
+        tally, steering = self.tally, self.steering
+        return (tally.model_spans, steering.tools_admitted, steering.tools_refused,
+                tally.ended_calls, self.board.last_seq)
+
+    def _sync(self, stop: str | None = None) -> None:
+        tally = self.tally
+        tally.keep_spans = True  # the run steers: from now on its ended calls wait for a sync
+        spans = tally.take_unsynced()
+        answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop)
+        if answer is None:
+            tally.give_back(spans)
+            return
+        for directive in answer.directives:
+            if self.board.post(directive):
+                self._on_directive(directive)
+        self.steering.sidecar_said(answer.tool_calls, answer.budget)
+
+    # -- outcome ----------------------------------------------------------------------------------
 
     def applied(self, directive: Directive) -> None:
         """Tell the sidecar (in the background) the agent has applied ``directive``."""
@@ -253,13 +309,20 @@ class Run:
             self.watchdog.reporter.poke(self)
 
     def set_final_answer(self, text: str) -> None:
-        """The run's answer: put on the innermost agent span still open (for instrumentation
-        that does not record one, e.g. the OpenAI Agents SDK's) or, without one, on the run's
-        own span (home-grown loops)."""
+        """The run's answer (after a final turn: its report): put on the innermost agent span
+        still open (for instrumentation that does not record one, e.g. the OpenAI Agents
+        SDK's) or, without one, on the run's own span (home-grown loops)."""
         self._final_answer = text[:MAX_FINAL_ANSWER_CHARS]
-        spans = list(self._agent_spans.values())
-        if spans:
-            spans[-1].set_attribute("output.value", self._final_answer)
+        if self.steering.final_used:
+            self.steering.report = text
+        span = self.tally.innermost_agent_span()
+        if span is not None:
+            span.set_attribute("output.value", self._final_answer)
+
+    @property
+    def report_text(self) -> str | None:
+        """The model's answer to the final turn, once given."""
+        return self.steering.report
 
     def note_messages(self, count: int) -> None:
         """The conversation's length; a growing one is progress to the sidecar."""
@@ -267,29 +330,14 @@ class Run:
             self.messages = count
             self.watchdog.reporter.poke(self)
 
-    # -- calls in flight (from the span processor) ------------------------------------------------
-
-    # Calls start in the span processor (inlined there). Single dict operations are atomic
-    # under the GIL: no lock on the span path; the reporter thread copies the dict in one
-    # operation before it reads it.
-
-    def agent_started(self, span_id: int, span: trace.Span) -> None:
-        self.agent_spans += 1
-        self._agent_spans[span_id] = span
-
-    def span_ended(self, span_id: int) -> None:
-        if self._agent_spans.pop(span_id, None) is None:
-            self.calls.pop(span_id, None)
-            self.changed = True
-
     @property
     def in_flight(self) -> int:
-        return len(self.calls)
+        return len(self.tally.calls)
 
     # -- for the reporter thread ------------------------------------------------------------------
 
     def heartbeat_body(self) -> dict[str, Any]:
-        starts = list(self.calls.values())
+        starts = list(self.tally.calls.values())
         body: dict[str, Any] = {"messages": self.messages, "in_flight": len(starts)}
         if starts:
             body["oldest_call_started"] = min(starts) / 1e9
@@ -376,5 +424,6 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 
 def current_run() -> Run | None:
     """The run whose context the caller is in, or None."""
-    run = otel_context.get_value(RUN_KEY)
+    tally = otel_context.get_value(RUN_KEY)
+    run = tally.owner if isinstance(tally, RunTally) else None
     return run if isinstance(run, Run) else None

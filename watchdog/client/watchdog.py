@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from watchdog.client.processor import PROCESSOR
 from watchdog.client.reporter import HEARTBEAT_INTERVAL, Reporter
 from watchdog.client.run import BUDGET_KEYS, Run
+from watchdog.client.sync import SyncChannel
 from watchdog.client.transport import DEFAULT_URL, Transport
 
 log = logging.getLogger("watchdog.client")
@@ -36,6 +37,7 @@ class Watchdog:
         self.url = url or os.environ.get("WATCHDOG_URL") or DEFAULT_URL
         self.transport = Transport(self.url, token or os.environ.get("WATCHDOG_API_TOKEN"))
         self.reporter = Reporter(self.transport, heartbeat_interval)
+        self.syncer = SyncChannel(self.transport)
         self._provider: TracerProvider | None = tracer_provider
         self._warned_uninstrumented = False
         if tracer_provider is not None:
@@ -132,3 +134,4 @@ class Watchdog:
     def close(self) -> None:
         """Stop the background reporter (runs still open stop reporting)."""
         self.reporter.close()
+        self.syncer.close()

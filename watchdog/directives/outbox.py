@@ -309,6 +309,29 @@ class Outbox:
                              f"seq {latest}")
         return await self.in_lane(self.store.ack, run_id, seq, self.clock.now())
 
+    async def directives_after(self, run_id: str, after: int, wait: float
+                               ) -> list[Directive]:
+        """The run's directives after ``after``, including every one submitted so far (waits
+        up to ``wait`` s for those still on their way to the store). Read-your-writes for a sync:
+        with nothing new submitted for the run it answers from memory."""
+        target = self._run_seq.get(run_id, 0)
+        if target <= after:
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        found: list[Directive] = []
+        last = after
+        while last < target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            batch = await self.hub.wait_for_run(run_id, last, remaining)
+            if not batch:
+                break
+            found.extend(batch)
+            last = batch[-1].seq
+        return found
+
     async def run_directives(self, run_id: str) -> list[dict[str, Any]]:
         """The run's directives (oldest first) with ``acked`` flags, for ``GET /v1/runs/{id}``."""
         directives = await self.hub.in_reader(self.store.list_for_run, run_id, 0,

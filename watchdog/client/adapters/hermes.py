@@ -39,6 +39,13 @@ adapter wraps ``AIAgent.run_conversation`` (one call = one turn = one run):
 
 It patches the one agent object it is given (``watch_hermes(agent, ...)`` is idempotent) and
 nothing else in Hermes.
+
+Not yet here: steering at the decision point (DESIGN §8, issue 9), which the other adapters
+share through ``run.before_model_call()`` / ``run.before_tool_call()``. For Hermes the places
+are this agent's ``_build_api_kwargs`` (or the ``pre_api_request`` hook: add the turn's
+instructions as a system message, drop ``tools`` on the final turn) and the ``pre_tool_call``
+hook (``{"action": "block", "message": refused.message}`` on :class:`~watchdog.client.
+ToolRefused`); the tests would be those of ``tests/frameworks/test_steering_frameworks.py``.
 """
 
 from __future__ import annotations

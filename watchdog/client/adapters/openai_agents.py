@@ -1,16 +1,16 @@
-"""OpenAI Agents SDK: dynamic instructions, run hooks and OpenTelemetry spans.
+"""OpenAI Agents SDK: dynamic instructions, steered tools, run hooks and OpenTelemetry spans.
 
 ::
 
     from agents import Agent, Runner
     from watchdog.client import Watchdog
     from watchdog.client.adapters.openai_agents import (
-        WatchdogHooks, instrument_openai_agents, watchdog_instructions)
+        WatchdogHooks, instrument_openai_agents, steered)
 
     wd = Watchdog()
     provider = wd.setup_tracing(service_name="explorer")
     instrument_openai_agents(provider)            # the SDK's spans as OTel spans
-    agent = Agent(name="explorer", instructions=watchdog_instructions("You are ..."), tools=[...])
+    agent = steered(Agent(name="explorer", instructions="You are ...", tools=[...]))
     with wd.run(agent="explorer", max_tool_calls=20):
         result = await Runner.run(agent, "...", hooks=WatchdogHooks())
 
@@ -20,50 +20,62 @@ The SDK's own tracing is not OpenTelemetry, so the watchdog cannot see it as is:
 response and function spans into OTel spans (AGENT, LLM, TOOL) the sidecar understands; the
 client's span processor then stamps them with the run's attributes.
 
-* :func:`watchdog_instructions` wraps the agent's instructions (a string, or the SDK's
-  ``(context, agent)`` callable): the SDK evaluates it before each model call and sends the
-  result as the system instructions — the budget countdown and, on a wind-down, the report
-  prompt are appended there, never to the conversation. After an abort it gives the model one
-  last call with the abort's report prompt, then raises :class:`WatchdogAbortError` (an
-  ``AgentsException``) out of ``Runner.run`` (``final_report=False``: at once).
-* :class:`WatchdogHooks` (``Runner.run(..., hooks=WatchdogHooks())``) stops any tool call after
-  an abort (the tool does not run), tells the sidecar how long the conversation is, and puts
-  the final output on the agent span so the run counts as answered.
+:func:`steered` returns a clone of the agent whose
+
+* instructions (:func:`watchdog_instructions`, evaluated by the SDK before each model call and
+  sent as the system instructions, never as conversation) carry the turn's text — the true
+  budget countdown, a wind-down's report prompt; at the limit (an abort, or the tool budget used
+  up) the request asks for the progress report;
+* function tools (:func:`watchdog_tools`) are disabled for that final request (``is_enabled``,
+  which the SDK checks before each model call — this is where the run syncs with the sidecar)
+  and never run past the budget or after an abort: the model gets ``"Not run: …"`` instead.
+
+The model's answer to the final request is the run's ``final_output``. Asked for another model
+call after it, the run raises :class:`WatchdogAbortError` (an ``AgentsException``) with the
+report. :class:`WatchdogHooks` tells the sidecar how long the conversation is and puts the final
+output on the agent span so the run counts as answered.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from agents import Agent, RunContextWrapper, RunHooks
+from agents import Agent, FunctionTool, RunContextWrapper, RunHooks, Tool
 from agents.exceptions import AgentsException
 
 from watchdog.client.directive import Directive
-from watchdog.client.run import Run, WatchdogAbort, current_run
+from watchdog.client.run import Run, current_run
+from watchdog.client.steer import ModelTurn, ToolRefused, WatchdogAbort
 
 Instructions = str | Callable[[RunContextWrapper[Any], Agent[Any]], str | Awaitable[str]] | None
 
 
 class WatchdogAbortError(WatchdogAbort, AgentsException):
-    """The watchdog aborted the run: an ``AgentsException`` (like ``MaxTurnsExceeded``) that is
-    also a :class:`~watchdog.client.WatchdogAbort`."""
+    """The watchdog stopped the run: an ``AgentsException`` (like ``MaxTurnsExceeded``) that is
+    also a :class:`~watchdog.client.WatchdogAbort`, with the model's ``report`` if it gave one."""
 
-    def __init__(self, directive: Directive) -> None:
-        WatchdogAbort.__init__(self, directive)
+    def __init__(self, directive: Directive, report: str | None = None) -> None:
+        WatchdogAbort.__init__(self, directive, report)
         self.message = str(self)
 
 
-def _abort_error(exc: WatchdogAbort) -> WatchdogAbortError:
-    return WatchdogAbortError(exc.directive)
+def _turn(run: Run | None) -> ModelTurn | None:
+    current = run or current_run()
+    if current is None:
+        return None
+    try:
+        return current.before_model_call()
+    except WatchdogAbort as exc:
+        raise WatchdogAbortError(exc.directive, exc.report) from None
 
 
-def watchdog_instructions(base: Instructions = None, run: Run | None = None, *,
-                          final_report: bool = True
+def watchdog_instructions(base: Instructions = None, run: Run | None = None
                           ) -> Callable[[RunContextWrapper[Any], Agent[Any]], Awaitable[str]]:
-    """``Agent(instructions=watchdog_instructions(base))``: ``base`` followed by the run's
-    watchdog instructions (see the module doc)."""
+    """``Agent(instructions=watchdog_instructions(base))``: ``base`` followed by the turn's
+    instructions (see the module doc)."""
 
     async def instructions(context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
         text = ""
@@ -72,20 +84,57 @@ def watchdog_instructions(base: Instructions = None, run: Run | None = None, *,
             text = await result if inspect.isawaitable(result) else result
         elif base:
             text = base
-        current = run or current_run()
-        if current is None:
-            return text
-        try:
-            extra = current.steer_model_call(final_report=final_report)
-        except WatchdogAbort as exc:
-            raise _abort_error(exc) from None
+        turn = _turn(run)
+        extra = turn.instructions if turn is not None else ""
         return f"{text}\n\n{extra}" if text and extra else text or extra
 
     return instructions
 
 
+def watchdog_tools(tools: Sequence[Tool], run: Run | None = None) -> list[Tool]:
+    """Function tools disabled on the final request and refused past the budget (other tools
+    are returned as they are)."""
+    return [_steered_tool(tool, run) if isinstance(tool, FunctionTool) else tool
+            for tool in tools]
+
+
+def _steered_tool(tool: FunctionTool, run: Run | None) -> FunctionTool:
+    enabled = tool.is_enabled
+    invoke = tool.on_invoke_tool
+
+    async def is_enabled(context: RunContextWrapper[Any], agent: Any) -> bool:
+        # The SDK also lists the tools after a response (to resolve its calls): once the final
+        # turn is out, tools stay disabled; it is the next request's instructions that raise.
+        current = run or current_run()
+        last = current.turn if current is not None else None
+        turn = last if last is not None and last.final else _turn(run)
+        if turn is not None and turn.final:
+            return False
+        if isinstance(enabled, bool):
+            return enabled
+        result = enabled(context, agent)
+        return bool(await result if inspect.isawaitable(result) else result)
+
+    async def on_invoke_tool(context: Any, arguments: str) -> Any:
+        current = run or current_run()
+        if current is not None:
+            try:
+                current.before_tool_call(tool.name)
+            except ToolRefused as exc:
+                return exc.message
+        return await invoke(context, arguments)
+
+    return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=on_invoke_tool)
+
+
+def steered(agent: Agent[Any], run: Run | None = None) -> Agent[Any]:
+    """A clone of ``agent`` with :func:`watchdog_instructions` and :func:`watchdog_tools`."""
+    return agent.clone(instructions=watchdog_instructions(agent.instructions, run),
+                       tools=watchdog_tools(agent.tools, run))
+
+
 class WatchdogHooks(RunHooks[Any]):
-    """Run hooks: no tool after an abort; conversation length; the final output on the span."""
+    """Run hooks: conversation length; the final output on the agent span."""
 
     def __init__(self, run: Run | None = None) -> None:
         self.run = run
@@ -98,15 +147,6 @@ class WatchdogHooks(RunHooks[Any]):
         run = self._run()
         if run is not None:
             run.note_messages(len(input_items) + (1 if system_prompt else 0))
-
-    async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any],
-                            tool: Any) -> None:
-        run = self._run()
-        if run is not None:
-            try:
-                run.check_tool_call()
-            except WatchdogAbort as exc:
-                raise _abort_error(exc) from None
 
     async def on_agent_end(self, context: Any, agent: Agent[Any], output: Any) -> None:
         run = self._run()

@@ -1,0 +1,105 @@
+"""Shared expectations of the steering tests (DESIGN §8): what the model must have received.
+
+Every adapter is driven against the scripted model server (:mod:`tests.frameworks.fakellm`),
+whose recorded request bodies are what the model really saw; nothing here waits for a directive.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import Step
+from tests.harness import RunningServer, run_detail, wait_until
+
+LATENCIES = [0.0, 0.02, 0.3]  # seconds per model response
+LATENCY_IDS = ["0ms", "20ms", "300ms"]
+REPORT = ("## Task\nFind the file.\n\n## Completed Work\nSearched.\n\n## Key Findings\n"
+          "/srv/a.txt\n\n## Not Started / Remaining\nNothing.")
+STOP_MARKER = "This run is being stopped"
+LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
+
+
+def instructions(body: dict[str, Any]) -> str:
+    """The system/developer text of a chat-completions or responses request body."""
+    texts: list[str] = []
+    if isinstance(body.get("instructions"), str):
+        texts.append(body["instructions"])
+    for message in body.get("messages") or body.get("input") or []:
+        if isinstance(message, dict) and message.get("role") in ("system", "developer"):
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(str(part.get("text", "")) for part in content
+                                   if isinstance(part, dict))
+            texts.append(str(content))
+    return "\n".join(texts)
+
+
+def user_text(body: dict[str, Any]) -> str:
+    """Everything the request carries in user messages (control text must never be there)."""
+    out: list[str] = []
+    for message in body.get("messages") or body.get("input") or []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            out.append(json.dumps(message.get("content")))
+    return "\n".join(out)
+
+
+def offers_tools(body: dict[str, Any]) -> bool:
+    return bool(body.get("tools"))
+
+
+def searching(answer_without_tools: str = REPORT) -> fakellm.Script:
+    """Search with new terms on every request that offers tools; the report when none."""
+    return fakellm.looping("search", lambda i: {"q": f"term {i}"}, answer_without_tools)
+
+
+def cycling(answer_without_tools: str = REPORT) -> fakellm.Script:
+    """``list`` then ``read`` with the same arguments, round and round (a tool cycle)."""
+    def pick(index: int, body: dict[str, Any]) -> Step:
+        if not body.get("tools"):
+            return fakellm.answer(answer_without_tools)
+        return fakellm.call("list", dir="/srv") if index % 2 == 0 else fakellm.call(
+            "read", path="/srv/a.txt")
+    return pick
+
+
+def failing(answer_without_tools: str = REPORT) -> fakellm.Script:
+    """Fetch the same URL on every request (the tool fails the same way each time)."""
+    return fakellm.looping("fetch", lambda i: {"url": "http://backend/data"},
+                           answer_without_tools)
+
+
+def check_countdown(requests: Sequence[dict[str, Any]], tools_before: Callable[[int], int],
+                    limit: int) -> None:
+    """At every request with three or fewer tool calls left, the instructions say exactly how
+    many are left; none says a wrong number."""
+    for index, body in enumerate(requests):
+        left = limit - tools_before(index)
+        said = [(int(n), int(m)) for n, m in LEFT.findall(instructions(body))]
+        if left <= 3:
+            assert (left, limit) in said, (index, left, instructions(body)[:300])
+        assert all(n == left for n, _m in said), (index, left, said)
+
+
+def check_final(requests: Sequence[dict[str, Any]], marker: str = STOP_MARKER) -> None:
+    """Exactly one request offers no tools: the last, asking for the report (as a system or
+    developer instruction, never in a user message)."""
+    without = [i for i, body in enumerate(requests) if not offers_tools(body)]
+    assert without == [len(requests) - 1], without
+    last = requests[-1]
+    assert marker in instructions(last), instructions(last)[:500]
+    assert "## Key Findings" in instructions(last)
+    for body in requests:
+        assert STOP_MARKER not in user_text(body) and "[budget" not in user_text(body)
+
+
+def ended(sidecar: RunningServer, run_id: str, flush: Callable[[], object]) -> dict[str, Any]:
+    """The sidecar's record of the run once it has ended (the OTLP export ends it)."""
+    flush()
+    detail: dict[str, Any] = wait_until(
+        lambda: (d := run_detail(sidecar.api, run_id)) and d["state"] == "ended" and d,
+        what=f"run {run_id} to end")
+    return detail

@@ -1,0 +1,94 @@
+"""Steering a home-grown loop with the framework-free pair ``run.before_model_call()`` /
+``run.before_tool_call()`` (DESIGN §8): the OpenAI client against the scripted model server,
+spans exported to a real sidecar by the client's own ``setup_tracing``, no waiting."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openai import OpenAI
+from opentelemetry import trace
+
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.steering import (
+    LATENCIES,
+    LATENCY_IDS,
+    REPORT,
+    check_countdown,
+    check_final,
+    ended,
+    searching,
+)
+from tests.harness import RunningServer
+from watchdog.client import ToolRefused, Watchdog
+
+SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+
+
+def agent_loop(client: OpenAI, model: str, wd: Watchdog, ran: list[str]) -> str:
+    """The README's home-grown loop: ask, run the tools asked for, until an answer."""
+    tracer = wd.tracer()
+    messages: list[Any] = [{"role": "user", "content": "Find the file."}]
+    while True:
+        turn = wd_run().before_model_call()
+        system = "You are a careful research agent.\n\n" + turn.instructions
+        with tracer.start_as_current_span("chat", attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": model}):
+            response = client.chat.completions.create(
+                model=model, messages=[{"role": "system", "content": system}, *messages],
+                tools=[] if turn.final else [SEARCH])
+        message = response.choices[0].message
+        if not message.tool_calls:
+            wd_run().set_final_answer(message.content or "")
+            return message.content or ""
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:
+            arguments = json.loads(call.function.arguments)
+            with tracer.start_as_current_span(f"execute_tool {call.function.name}", attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": call.function.name,
+                    "gen_ai.tool.call.arguments": call.function.arguments}):
+                try:
+                    wd_run().before_tool_call(call.function.name)
+                    ran.append(arguments["q"])
+                    result = f"2 results for {arguments['q']}"
+                except ToolRefused as refused:
+                    result = refused.message
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+
+
+def wd_run() -> Any:
+    from watchdog.client import current_run
+
+    run = current_run()
+    assert run is not None
+    return run
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_home_grown_loop_countdown_cap_and_report(sidecar: RunningServer, llm: FakeLLM,
+                                                  latency: float) -> None:
+    model = llm.script(f"home-budget-{latency}", searching(), delay=latency)
+    wd = Watchdog(sidecar.api)
+    provider = wd.setup_tracing(service_name="home-grown", endpoint=sidecar.otlp_http
+                                + "/v1/traces", set_global=False)
+    ran: list[str] = []
+    client = OpenAI(base_url=llm.base_url, api_key="sk-fake")
+    with wd.run(agent="explorer", max_tool_calls=10) as run:
+        output = agent_loop(client, model, wd, ran)
+    wd.close()
+
+    requests = llm.requests(model)
+    assert len(ran) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert output == REPORT and run.report_text == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 10
+    provider.shutdown()
+    assert trace.get_tracer_provider() is not provider

@@ -1,0 +1,150 @@
+"""Steering at the decision point with the real OpenAI Agents SDK (DESIGN §8).
+
+The SDK's chat-completions model talks to the scripted model server, which records every
+request; OpenInference turns the SDK's traces into OTel spans exported to a real sidecar with
+the client's usual batch delay. Nothing waits for a directive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from openai import AsyncOpenAI
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.steering import (
+    LATENCIES,
+    LATENCY_IDS,
+    REPORT,
+    check_countdown,
+    check_final,
+    cycling,
+    ended,
+    failing,
+    instructions,
+    searching,
+)
+from tests.harness import RunningServer
+from watchdog.client import Watchdog
+from watchdog.client.adapters.openai_agents import (
+    WatchdogHooks,
+    instrument_openai_agents,
+    steered,
+)
+
+EXPORT_DELAY_MS = 200
+
+
+@pytest.fixture
+def provider(sidecar: RunningServer) -> Iterator[TracerProvider]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "steering-oa"}))
+    provider.add_span_processor(BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=sidecar.otlp_http + "/v1/traces"),
+        schedule_delay_millis=EXPORT_DELAY_MS))
+    set_tracing_disabled(False)
+    instrumentor = instrument_openai_agents(provider)
+    yield provider
+    instrumentor.uninstrument()
+    provider.shutdown()
+
+
+def run_agent(llm: FakeLLM, model: str, tools: list[Any]) -> Any:
+    client = AsyncOpenAI(base_url=llm.base_url, api_key="sk-fake")
+    agent = steered(Agent(name="explorer", instructions="You are a careful research agent.",
+                          model=OpenAIChatCompletionsModel(model, openai_client=client),
+                          tools=tools))
+    return asyncio.run(Runner.run(agent, "Find the file.", hooks=WatchdogHooks(),
+                                  max_turns=40))
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_budget_countdown_cap_and_report(sidecar: RunningServer, llm: FakeLLM,
+                                         provider: TracerProvider, latency: float) -> None:
+    model = llm.script(f"oa-budget-{latency}", searching(), delay=latency)
+    ran: list[str] = []
+
+    @function_tool
+    def search(q: str) -> str:
+        ran.append(q)
+        return f"2 results for {q}"
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=10) as run:
+        result = run_agent(llm, model, [search])
+    wd.close()
+
+    requests = llm.requests(model)
+    assert len(ran) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert result.final_output == REPORT and run.report_text == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 10
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_tool_cycle_wind_down_before_the_next_tool_call(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider, latency: float) -> None:
+    model = llm.script(f"oa-cycle-{latency}", cycling(), delay=latency)
+    ran: list[str] = []
+
+    @function_tool(name_override="list")
+    def list_dir(dir: str) -> str:
+        ran.append("list")
+        return "a.txt b.txt"
+
+    @function_tool
+    def read(path: str) -> str:
+        ran.append("read")
+        return "nothing useful"
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=50) as run:
+        result = run_agent(llm, model, [list_dir, read])
+    wd.close()
+
+    requests = llm.requests(model)
+    loop = "Loop: the same sequence of tool calls 4 times in a row"
+    assert [loop in instructions(body) for body in requests[:9]] == [False] * 8 + [True]
+    assert len(ran) == 11 and len(requests) == 12  # see the pydantic-ai test on the grace
+    check_final(requests)
+    assert result.final_output == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "loop_detected"
+    assert detail["has_final_answer"] is True
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_error_loop_abort_before_the_next_tool_call(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider, latency: float) -> None:
+    model = llm.script(f"oa-errors-{latency}", failing(), delay=latency)
+    ran: list[str] = []
+
+    @function_tool
+    def fetch(url: str) -> str:
+        ran.append(url)
+        raise ConnectionError(f"connection refused: {url}")
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=50) as run:
+        result = run_agent(llm, model, [fetch])
+    wd.close()
+
+    requests = llm.requests(model)
+    assert len(ran) == 5 and len(requests) == 6
+    check_final(requests)
+    assert "Error loop: the same error 5 times" in instructions(requests[-1])
+    assert result.final_output == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "loop_detected"
+    assert detail["has_final_answer"] is True

@@ -1,0 +1,228 @@
+"""Steering at the decision point with a real pydantic-ai agent (DESIGN §8).
+
+pydantic-ai's OpenAI model talks to the scripted model server, which records every request;
+spans go to a real sidecar through the real OTLP exporter with its usual batch delay, and
+nothing waits for a directive: each model request must already show what every earlier span
+caused (the client syncs), the tool budget holds in the agent process, and the last request
+asks for the report with no tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from pydantic_ai import Agent, InstrumentationSettings
+from pydantic_ai.capabilities import Instrumentation
+from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.steering import (
+    LATENCIES,
+    LATENCY_IDS,
+    REPORT,
+    check_countdown,
+    check_final,
+    cycling,
+    ended,
+    failing,
+    instructions,
+    searching,
+)
+from tests.harness import RunningServer, running_server, sidecar_config
+from watchdog.client import Watchdog
+from watchdog.client.adapters.pydantic_ai import WatchdogCapability
+
+EXPORT_DELAY_MS = 200  # the client's default batch delay: spans reach the sidecar late
+
+
+def tracer_provider(otlp_http: str) -> TracerProvider:
+    provider = TracerProvider(resource=Resource.create({"service.name": "steering-pyd"}))
+    provider.add_span_processor(BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=otlp_http + "/v1/traces"),
+        schedule_delay_millis=EXPORT_DELAY_MS))
+    return provider
+
+
+@pytest.fixture
+def provider(sidecar: RunningServer) -> Iterator[TracerProvider]:
+    provider = tracer_provider(sidecar.otlp_http)
+    yield provider
+    provider.shutdown()
+
+
+def agent_on(llm: FakeLLM, model: str, provider: TracerProvider) -> Agent[None, str]:
+    chat = OpenAIChatModel(model, provider=OpenAIProvider(base_url=llm.base_url,
+                                                          api_key="sk-fake"))
+    return Agent(chat, name="explorer", instructions="You are a careful research agent.",
+                 capabilities=[Instrumentation(settings=InstrumentationSettings(
+                     tracer_provider=provider)), WatchdogCapability()])
+
+
+def with_search(agent: Agent[None, str], ran: list[str]) -> None:
+    @agent.tool_plain
+    def search(q: str) -> str:
+        ran.append(q)
+        return f"2 results for {q}: /srv/{q.replace(' ', '_')}.txt"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_budget_countdown_cap_and_report(sidecar: RunningServer, llm: FakeLLM,
+                                         provider: TracerProvider, latency: float) -> None:
+    model = llm.script(f"pyd-budget-{latency}", searching(), delay=latency)
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=10) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+
+    requests = llm.requests(model)
+    assert len(ran) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert "[budget: all 10 tool calls used" in instructions(requests[-1])
+    assert result.output == REPORT and run.report_text == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 10  # every span counted once (sync + OTLP)
+    assert detail["signals"]["iterations"] == 11
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_tool_cycle_wind_down_before_the_next_tool_call(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider, latency: float) -> None:
+    model = llm.script(f"pyd-cycle-{latency}", cycling(), delay=latency)
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+
+    @agent.tool_plain
+    def list(dir: str) -> str:
+        ran.append("list")
+        return "a.txt b.txt"
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        ran.append("read")
+        return "nothing useful"
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=50) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+
+    requests = llm.requests(model)
+    # tool-cycle fires on the 8th call (list/read four times): the very next request winds
+    # down. The rule's grace allows 2 more calls; the abort comes with the 3rd (the rule
+    # engine's "more than the grace"), and the very next request is the final one.
+    loop = "Loop: the same sequence of tool calls 4 times in a row"
+    assert [loop in instructions(body) for body in requests[:9]] == [False] * 8 + [True]
+    assert len(ran) == 11 and len(requests) == 12
+    assert "Grace exceeded after wind_down (rule tool-cycle)" in instructions(requests[-1])
+    check_final(requests)
+    assert result.output == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "loop_detected"
+    assert detail["has_final_answer"] is True
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_error_loop_abort_before_the_next_tool_call(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider, latency: float) -> None:
+    model = llm.script(f"pyd-errors-{latency}", failing(), delay=latency)
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+
+    @agent.tool_plain(retries=20)
+    def fetch(url: str) -> str:
+        ran.append(url)
+        raise ModelRetry(f"connection refused: {url}")
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=50) as run:
+        result = agent.run_sync("Fetch the data.")
+    wd.close()
+
+    requests = llm.requests(model)
+    assert len(ran) == 5 and len(requests) == 6  # the 5th identical error stops the run
+    check_final(requests)
+    assert "Error loop: the same error 5 times" in instructions(requests[-1])
+    assert result.output == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "loop_detected"
+    assert detail["has_final_answer"] is True
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02], ids=["0ms", "20ms"])
+def test_without_a_sidecar_the_cap_and_countdown_are_local(
+        llm: FakeLLM, latency: float, caplog: pytest.LogCaptureFixture) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    provider = tracer_provider(dead)
+    model = llm.script(f"pyd-alone-{latency}", searching(), delay=latency)
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(dead, tracer_provider=provider)
+    with caplog.at_level(logging.WARNING, logger="watchdog.client"), \
+            wd.run(agent="explorer", max_tool_calls=10) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+    provider.shutdown()
+
+    requests = llm.requests(model)
+    assert len(ran) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert result.output == REPORT and run.report_text == REPORT
+    unreachable = [r for r in caplog.records if "sidecar unreachable" in r.getMessage()]
+    assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
+
+
+def test_sidecar_killed_mid_run_keeps_the_local_cap(
+        llm: FakeLLM, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = llm.script("pyd-killed", searching(), delay=0.02)
+    stack = ExitStack()
+    sidecar = stack.enter_context(running_server(sidecar_config(tmp_path / "state")))
+    provider = tracer_provider(sidecar.otlp_http)
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        ran.append(q)
+        if len(ran) == 4:
+            stack.close()  # the sidecar dies while the agent works
+        return f"results for {q}"
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with caplog.at_level(logging.WARNING, logger="watchdog.client"), \
+            wd.run(agent="explorer", max_tool_calls=10) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+    provider.shutdown()
+
+    requests = llm.requests(model)
+    assert len(ran) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert result.output == REPORT and run.report_text == REPORT
+    unreachable = [r for r in caplog.records if "sidecar unreachable" in r.getMessage()]
+    assert len(unreachable) == 1, [r.getMessage() for r in unreachable]

@@ -1,0 +1,161 @@
+"""The agent's side of read-your-writes (DESIGN §8): before a model request, the run's call
+spans that ended since its last sync go to ``POST /v1/runs/{id}/sync?after=SEQ`` as an OTLP
+protobuf body, and the sidecar answers once it has applied them, with the directives they
+caused and the run's budget view (see ``watchdog/sync.py`` on the sidecar).
+
+The same spans still go through the agent's OTLP exporter; the sidecar applies each span once,
+whichever copy comes first. Each agent thread keeps one connection open (a sync is a few
+hundred microseconds on loopback; a new TCP connection would double it). When the sidecar
+cannot be reached, syncs are skipped for a while (``RETRY_FIRST`` doubling to ``RETRY_MAX``)
+so a dead sidecar costs the agent nothing per step: the run steers by its local counts, and the
+transport's :class:`~watchdog.client.transport.Reachability` says so once.
+
+Encoding needs ``opentelemetry-exporter-otlp-proto-common`` (every OTLP exporter depends on
+it); without it the run still syncs its directives, with an empty body.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from watchdog.client.directive import Directive
+from watchdog.client.transport import MAX_RESPONSE_BYTES, Transport
+
+log = logging.getLogger("watchdog.client")
+
+SYNC_TIMEOUT = 2.0  # seconds; the sidecar answers a sync in milliseconds, or is in trouble
+RETRY_FIRST = 0.5  # seconds without syncing after a failure, doubled up to RETRY_MAX
+RETRY_MAX = 10.0
+
+Encoder = Callable[[Sequence[ReadableSpan]], bytes]
+
+
+def _load_encoder() -> Encoder | None:
+    try:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    except ImportError:
+        return None
+
+    def encode(spans: Sequence[ReadableSpan]) -> bytes:
+        body: bytes = encode_spans(spans).SerializeToString()
+        return body
+
+    return encode
+
+
+@dataclass(frozen=True, slots=True)
+class SyncAnswer:
+    tool_calls: int
+    budget: dict[str, Any]
+    directives: list[Directive] = field(default_factory=list)
+    ended: bool = False
+
+    @classmethod
+    def from_json(cls, data: Any) -> SyncAnswer:
+        if not isinstance(data, dict):
+            raise ValueError("a sync answer must be a JSON object")
+        directives = []
+        for item in data.get("directives") or ():
+            directives.append(Directive.from_json(item))
+        budget = data.get("budget")
+        tool_calls = data.get("tool_calls")
+        return cls(tool_calls=tool_calls if isinstance(tool_calls, int) else 0,
+                   budget=budget if isinstance(budget, dict) else {},
+                   directives=directives, ended=bool(data.get("ended")))
+
+
+class SyncChannel:
+    """One per :class:`~watchdog.client.Watchdog`; thread-safe (a connection per thread)."""
+
+    def __init__(self, transport: Transport, timeout: float = SYNC_TIMEOUT) -> None:
+        self.transport = transport
+        self.timeout = timeout
+        self.encode = _load_encoder()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._skip_until = 0.0
+        self._retry_delay = RETRY_FIRST
+        self.failures = 0
+        self.sent = 0
+
+    @property
+    def available(self) -> bool:
+        """False while the sidecar is presumed down (a sync would be skipped)."""
+        return time.monotonic() >= self._skip_until
+
+    def sync(self, run_id: str, spans: Sequence[ReadableSpan], after: int,
+             stop: str | None = None) -> SyncAnswer | None:
+        """Send ``spans`` (and ``stop``: the run stopped itself at its budget); the answer, or
+        None when the sidecar could not be asked (the caller keeps the spans for the next
+        sync)."""
+        if not self.available:
+            return None
+        body = self.encode(spans) if self.encode is not None and spans else b""
+        path = self.transport.path(
+            f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/sync?after={after}"
+            + (f"&stop={stop}" if stop else ""))
+        headers = self.transport.headers({"Content-Type": "application/x-protobuf",
+                                          "Accept": "application/json"})
+        try:
+            status, payload = self._post(path, body, headers)
+        except (OSError, http.client.HTTPException) as exc:
+            self._failed(exc)
+            return None
+        self.transport.health.succeeded()
+        self._retry_delay = RETRY_FIRST
+        if status != 200:
+            log.debug("sync for run %s: HTTP %s %r", run_id, status, payload[:300])
+            return None
+        try:
+            answer = SyncAnswer.from_json(json.loads(payload))
+        except ValueError as exc:
+            log.debug("sync for run %s: undecodable answer: %s", run_id, exc)
+            return None
+        self.sent += 1
+        return answer
+
+    def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+        fresh = connection is None
+        for _attempt in range(2):
+            if connection is None:
+                connection = self.transport.connect(self.timeout)
+                self._local.connection = connection
+            try:
+                connection.request("POST", path, body=body, headers=headers)
+                response = connection.getresponse()
+                payload = response.read(MAX_RESPONSE_BYTES)
+                if response.will_close:
+                    connection.close()
+                    self._local.connection = None
+                return response.status, payload
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                self._local.connection = connection = None
+                if fresh:
+                    raise
+                fresh = True  # a kept-alive connection the server closed: once more, anew
+        raise http.client.HTTPException("unreachable")  # pragma: no cover - loop returns/raises
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failures += 1
+        self.transport.health.failed(exc)
+        with self._lock:
+            self._skip_until = time.monotonic() + self._retry_delay
+            self._retry_delay = min(self._retry_delay * 2, RETRY_MAX)
+
+    def close(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None

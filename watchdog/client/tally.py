@@ -1,0 +1,89 @@
+"""What the span processor knows about a run: its attributes, its calls in flight, what it
+counted, and the call spans that ended since the run last synced with the sidecar.
+
+This is the only run state the span path touches, kept apart from :class:`~watchdog.client.Run`
+so that the processor depends on it alone (the run, the reporter and the watchdog depend on the
+processor's module, never the reverse). Written by the span processor on the agent's threads,
+read by the reporter thread and by the run before each model request: single operations on
+plain dicts, ints and a deque, which are atomic under the GIL.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import Span
+
+RUN_KEY = otel_context.create_key("agent-watchdog-run")
+RUN_ID_ATTRIBUTE = "watchdog.run.id"
+# Runs in progress by id: some instrumentations (OpenInference's LangChain tracer) set a span's
+# kind only when it ends, so the processor finds the run of such a span by its stamped id.
+LIVE_RUNS: dict[str, RunTally] = {}
+MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older ones are dropped
+#                             (the exporter still delivers them, only later)
+
+
+class RunTally:
+    """Created by the run; ``owner`` is the :class:`~watchdog.client.Run` it belongs to."""
+
+    __slots__ = ("_agent_spans", "agent_spans", "calls", "changed", "ended_calls", "keep_spans",
+                 "model_spans",
+                 "open_tools", "owner", "span_attributes", "tool_spans", "tools_ended",
+                 "unsynced", "unsynced_dropped")
+
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+        self.span_attributes: dict[str, Any] = {}
+        self.calls: dict[int, int] = {}  # calls in flight: span id -> start (epoch ns)
+        self.agent_spans = 0
+        self._agent_spans: dict[int, Span] = {}  # open agent spans, oldest first
+        self.tool_spans = 0  # tool calls started (output tools excluded)
+        self.open_tools: dict[int, None] = {}  # of the calls in flight, the tool calls
+        self.tools_ended = 0  # tool calls ended (output tools excluded)
+        self.model_spans = 0  # model calls started
+        self.ended_calls = 0  # model and tool calls ended
+        self.changed = False  # something the sidecar should hear (read by the reporter thread)
+        # Ended call spans are kept for the next sync only once the run steers (an adapter
+        # asked at a decision point): a run nobody steers holds no span.
+        self.keep_spans = False
+        self.unsynced: deque[ReadableSpan] = deque(maxlen=MAX_UNSYNCED_SPANS)
+        self.unsynced_dropped = 0
+
+    def agent_started(self, span_id: int, span: Span) -> None:
+        self.agent_spans += 1
+        self._agent_spans[span_id] = span
+
+    def innermost_agent_span(self) -> Span | None:
+        spans = list(self._agent_spans.values())
+        return spans[-1] if spans else None
+
+    def span_ended(self, span_id: int, span: ReadableSpan) -> None:
+        if self._agent_spans.pop(span_id, None) is not None:
+            return
+        if self.calls.pop(span_id, None) is not None:
+            if span_id in self.open_tools:
+                del self.open_tools[span_id]
+                self.tools_ended += 1
+            if self.keep_spans:
+                unsynced = self.unsynced
+                if len(unsynced) == MAX_UNSYNCED_SPANS:
+                    self.unsynced_dropped += 1
+                unsynced.append(span)
+            self.ended_calls += 1
+        self.changed = True
+
+    def take_unsynced(self) -> list[ReadableSpan]:
+        """The ended call spans not sent yet, oldest first (popped one at a time: the span
+        path may append meanwhile)."""
+        taken: list[ReadableSpan] = []
+        unsynced = self.unsynced
+        while unsynced:
+            taken.append(unsynced.popleft())
+        return taken
+
+    def give_back(self, spans: list[ReadableSpan]) -> None:
+        """Spans a failed sync could not deliver: sent with the next one."""
+        self.unsynced.extendleft(reversed(spans))
