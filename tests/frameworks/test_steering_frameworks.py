@@ -27,11 +27,11 @@ from tests.frameworks.steering import (
 from tests.harness import RunningServer, run_detail, wait_until
 
 FRAMEWORKS = [("steering_langchain", "steering_langchain"),
-              ("steering_smolagents", "steering_smolagents")]
+              ("smolagents", "steering_smolagents")]
 # Frameworks whose failing tool ends its span as an error. A LangChain agent's tool error is
 # either fatal (a plain exception ends the run) or a ToolMessage with status "error" on a span
 # that ends OK: the sidecar sees no error there (a conventions gap, not a steering one).
-ERROR_SPAN_FRAMEWORKS = [("steering_smolagents", "steering_smolagents")]
+ERROR_SPAN_FRAMEWORKS = [("smolagents", "steering_smolagents")]
 
 
 def drive(sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], scenario: str,
