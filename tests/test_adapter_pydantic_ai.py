@@ -6,6 +6,7 @@ real OTLP to a running sidecar; nothing waits for a directive.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -176,7 +177,8 @@ def test_sub_agent_in_a_nested_run_is_a_child_run(sidecar: RunningServer,
     assert child_detail["budget"]["max_tool_calls"] == 4
     assert child_detail["signals"]["tools"] == {"lookup": 1}
     assert parent_detail["signals"]["tools"] == {"delegate": 1}
-    assert child_detail["terminal_state"] == parent_detail["terminal_state"] == "completed"
+    assert child_detail["terminal_state"] == parent_detail["terminal_state"] == "completed", (
+        json.dumps([child_detail, parent_detail]))
 
 
 def test_unreachable_sidecar_fails_open_with_one_warning(

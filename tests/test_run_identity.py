@@ -309,3 +309,18 @@ def test_one_exception_on_nested_spans_is_one_error_in_the_report_too(
                               headers={"Accept": "application/json"})
     assert report["run"]["errors"] == run["errors"] == 1
     assert [(error["count"], error["names"]) for error in report["errors"]] == [(1, ["lookup"])]
+
+
+def test_an_answer_that_arrives_after_the_run_ended_completes_it() -> None:
+    """Spans can reach the sidecar out of the order they ended (a sync and an export, or two
+    exporters): the agent span first, the model call that answered after it."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    with maker.agent(attrs=agent_attrs("writer")) as root:
+        maker.span("chat", chat_attrs(finish="stop"), parent=root)
+    answer, agent = records_of(maker.take())
+    tracker.apply([agent], T0 + 5)
+    (run,) = tracker.ended()
+    assert run.terminal_state is TerminalState.NO_RESPONSE
+    tracker.apply([answer], T0 + 6)
+    assert (run.terminal_state, run.has_final_answer) == (TerminalState.COMPLETED, True)

@@ -309,6 +309,18 @@ class RunState:
             limit_stop=self.limit_stop,
         )
 
+    def late_answer(self) -> bool:
+        """A span that arrived after the run ended brought its answer (two export paths, or
+        an exporter's batches, need not arrive in the order the spans ended): a run that ended
+        ``no_response`` is classified again. True if its state changed."""
+        if self.terminal_state is not TerminalState.NO_RESPONSE or not self.has_final_answer:
+            return False
+        self.terminal_state, self.terminal_reason = classify_end(
+            forced=self.forced_state, forced_reason=self.forced_reason,
+            end_error_type=self.end_error_type, has_final_answer=True,
+            at_budget=self.at_budget(), limit_stop=self.limit_stop)
+        return True
+
     def refold(self, records: list[SpanRecord], now: float) -> None:
         """Fold the run's span-derived signals again from ``records`` (after a nested agent's
         spans moved out into a child run); identity, timing and what the watchdog or the client

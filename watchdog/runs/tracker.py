@@ -237,7 +237,10 @@ class RunTracker:
         return result
 
     def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult) -> None:
+        late = run.ended
         run.apply(record, now)
+        if late:
+            run.late_answer()
         result.touched[run.key] = run
         entry = entry_for(record, run.activity_seq + 1)
         if entry is not None:
