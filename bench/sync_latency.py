@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from bench.ingest import sidecar
+from bench.ingest import metric, sidecar
 from bench.workload import batches
 from watchdog.client import Watchdog
 
@@ -49,6 +49,15 @@ def load(url: str, rate: float, batch: int, seconds: float, ready: Any) -> None:
             await background(session, url, bodies, batch, rate, stop)
 
     asyncio.run(run())
+
+
+def settled(ports: dict[str, int], rate: float, timeout: float = 30.0) -> None:
+    """Wait until the sidecar has received a second's worth of the background load."""
+    deadline = time.monotonic() + timeout
+    while metric(ports, "agent_watchdog_spans_received_total") < rate:
+        if time.monotonic() > deadline:
+            raise SystemExit("the background load never reached the sidecar")
+        time.sleep(0.05)
 
 
 def probe(api: str, probes: int) -> tuple[list[float], list[float]]:
@@ -96,7 +105,7 @@ def main() -> None:
             args.probes * 0.01 + 30, ready))
         loader.start()
         ready.wait(60)
-        time.sleep(1.0)  # let the load settle
+        settled(ports, args.rate)
         try:
             plain, directed = probe(f"http://127.0.0.1:{ports['api']}", args.probes)
         finally:

@@ -359,6 +359,8 @@ def test_grpc_refuses_past_its_bound_instead_of_queueing(tmp_path: Path) -> None
 
         def busy_loop() -> None:  # every call below arrives while the loop is busy
             blocked.set()
+            # The stimulus, not a wait for a result: grpc.aio answers (and refuses) calls only
+            # through this loop, so nothing observable happens until the hold ends.
             time.sleep(1.0)
 
         hold = threading.Thread(target=sidecar.call, args=(busy_loop,))

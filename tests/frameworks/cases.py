@@ -13,10 +13,8 @@ from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Script, Step
+from tests.frameworks.scenarios import ANSWER, ERROR_ANSWER, SUMMARY
 
-ANSWER = "a, b and c are known."
-SUMMARY = "Summary: I looked keys up and found nothing conclusive."
-ERROR_ANSWER = "The backend is down."
 SUB_ANSWER = "a is known."
 KEYS = [{"key": "a"}, {"key": "b"}, {"key": "c"}]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.fakellm import FakeLLM, Script
 from tests.harness import RunningServer, http_request, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +75,24 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
         raise AssertionError(f"driver {driver} {scenario} exited {result.returncode}:\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
+
+
+def drive_and_check(sidecar: RunningServer, llm: FakeLLM, env: str, driver: str, scenario: str,
+                    scripts: Mapping[str, Script], expected: Sequence[Expect]) -> None:
+    """Register a scenario's scripts (``""`` for the agent under test, ``"-sub"`` etc. for the
+    agents it hands off to), run its driver live, and check the runs the sidecar shows."""
+    model = f"{driver}-{scenario}"
+    for suffix, script in scripts.items():
+        llm.script(model + suffix, script)
+    run_driver(env, driver, scenario, sidecar, llm, model)
+    check_runs(sidecar, expected)
+
+
+def check_recorded(sidecar: RunningServer, driver: str, scenario: str,
+                   expected: Sequence[Expect]) -> None:
+    """Replay a committed recording and check the same runs as live."""
+    replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl")
+    check_runs(sidecar, expected)
 
 
 def replay(sidecar: RunningServer, recording: Path) -> None:

@@ -8,28 +8,19 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, run_driver
+from tests.frameworks.harness import Expect, check_recorded, drive_and_check
+from tests.frameworks.scenarios import ANSWER, script
 from tests.harness import RunningServer
 
 AGENT = "agents-researcher"
-ANSWER = "a, b and c are known."
-
-
-def three_tools() -> fakellm.Script:
-    return fakellm.tools_then_answer("lookup", [{"key": k} for k in "abc"], ANSWER)
-
-
 SCRIPTS = {
-    "three_tools": {"": three_tools()},
-    "limit": {"": fakellm.looping("lookup", lambda i: {"key": f"k{i}"})},
-    "tool_error": {"": fakellm.steps(fakellm.call("lookup", key="broken"),
-                                     fakellm.answer("it is broken"))},
+    **{name: {"": script(name)} for name in ("three_tools", "limit", "tool_error")},
     "handoff": {"": fakellm.steps(fakellm.call("transfer_to_agents_researcher"),
                                   fakellm.answer("handed off")),
-                "-billing": three_tools()},
+                "-billing": script("three_tools")},
     "agent_as_tool": {"": fakellm.steps(fakellm.call("research", input="a, b and c?"),
                                         fakellm.answer(ANSWER)),
-                      "-sub": three_tools()},
+                      "-sub": script("three_tools")},
 }
 EXPECTED = {
     "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
@@ -49,14 +40,10 @@ EXPECTED = {
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    model = f"openai-agents-{scenario}"
-    for suffix, script in SCRIPTS[scenario].items():
-        llm.script(model + suffix, script)
-    run_driver("openai_agents", "openai_agents_sdk", scenario, sidecar, llm, model)
-    check_runs(sidecar, EXPECTED[scenario])
+    drive_and_check(sidecar, llm, "openai_agents", "openai_agents_sdk", scenario, SCRIPTS[scenario],
+                    EXPECTED[scenario])
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    replay(sidecar, RECORDINGS / "openai_agents_sdk" / f"{scenario}.jsonl")
-    check_runs(sidecar, EXPECTED[scenario])
+    check_recorded(sidecar, "openai_agents_sdk", scenario, EXPECTED[scenario])

@@ -8,25 +8,16 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, run_driver
+from tests.frameworks.harness import Expect, check_recorded, drive_and_check
+from tests.frameworks.scenarios import ANSWER, script
 from tests.harness import RunningServer
 
 AGENT = "pydantic-researcher"
-ANSWER = "a, b and c are known."
-
-
-def three_tools() -> fakellm.Script:
-    return fakellm.tools_then_answer("lookup", [{"key": k} for k in "abc"], ANSWER)
-
-
 SCRIPTS = {
-    "three_tools": {"": three_tools()},
-    "limit": {"": fakellm.looping("lookup", lambda i: {"key": f"k{i}"})},
-    "tool_error": {"": fakellm.steps(fakellm.call("lookup", key="broken"),
-                                     fakellm.answer("it is broken"))},
+    **{name: {"": script(name)} for name in ("three_tools", "limit", "tool_error")},
     "subagent": {"": fakellm.steps(fakellm.call("research", question="a, b and c?"),
                                    fakellm.answer(ANSWER)),
-                 "-sub": three_tools()},
+                 "-sub": script("three_tools")},
     "structured": {"": fakellm.steps(*(fakellm.call("lookup", key=k) for k in "abc"),
                                      fakellm.call("final_result", summary=ANSWER))},
 }
@@ -46,14 +37,10 @@ EXPECTED = {
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    model = f"pydantic-ai-{scenario}"
-    for suffix, script in SCRIPTS[scenario].items():
-        llm.script(model + suffix, script)
-    run_driver("pydantic_ai", "pydantic_ai_agent", scenario, sidecar, llm, model)
-    check_runs(sidecar, EXPECTED[scenario])
+    drive_and_check(sidecar, llm, "pydantic_ai", "pydantic_ai_agent", scenario, SCRIPTS[scenario],
+                    EXPECTED[scenario])
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    replay(sidecar, RECORDINGS / "pydantic_ai_agent" / f"{scenario}.jsonl")
-    check_runs(sidecar, EXPECTED[scenario])
+    check_recorded(sidecar, "pydantic_ai_agent", scenario, EXPECTED[scenario])
