@@ -31,6 +31,7 @@ the result.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import logging
@@ -198,8 +199,8 @@ def main() -> None:
                 if round_number % 2:
                     variants.reverse()  # neither variant always runs first
                 for results, tracer, owner in variants:
-                    results.append(per_span(lambda w=workload, t=tracer: w(t, args.spans),
-                                            args.spans, owner, clock))
+                    work = functools.partial(workload, tracer, args.spans)
+                    results.append(per_span(work, args.spans, owner, clock))
         del baseline[0], client[0]  # the warm-up pair
         ratios = [c / b for b, c in zip(baseline, client, strict=True)]
         ratio = statistics.median(ratios)

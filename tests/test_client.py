@@ -19,15 +19,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext
 
 from tests.harness import wait_until
 from watchdog.client import Directive, ToolRefused, Watchdog, WatchdogAbort, current_run
 from watchdog.client.directive import DirectiveBoard
 from watchdog.client.listener import sse_events
-from watchdog.client.processor import AGENT, LLM_CALL, OTHER, TOOL_CALL, classify_start
+from watchdog.client.processor import (
+    AGENT,
+    LLM_CALL,
+    OTHER,
+    PROCESSOR,
+    SPAN_ID,
+    TOOL_CALL,
+    WatchdogSpanProcessor,
+    classify_start,
+)
 
 
 def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-countdown",
@@ -318,6 +328,49 @@ def test_spans_in_a_run_are_stamped_and_nested_runs_are_children(
     # run span becomes the agent span that closes it on the sidecar.
     assert "gen_ai.operation.name" not in spans["watchdog.run planner"]
     assert spans["watchdog.run researcher"]["gen_ai.operation.name"] == "invoke_agent"
+
+
+def test_processor_is_fused_into_the_sdk_multi_processor_and_others_still_run(
+        fake: FakeSidecar) -> None:
+    """install() folds the processor into the provider's SynchronousMultiSpanProcessor: the
+    processors added before and after still see every span, in order, with the stamp."""
+    provider = TracerProvider()
+    before, after = InMemorySpanExporter(), InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(before))
+    wd = Watchdog(fake.url, tracer_provider=provider)
+    provider.add_span_processor(SimpleSpanProcessor(after))
+    active = provider._active_span_processor
+    assert not any(isinstance(p, WatchdogSpanProcessor) for p in active._span_processors)
+    assert isinstance(active.on_start.__self__, WatchdogSpanProcessor)
+    Watchdog(fake.url, tracer_provider=provider)  # installing again changes nothing
+    assert active.on_start.__self__._chain is active
+    tracer = provider.get_tracer("test")
+    with wd.run(agent="a", max_tool_calls=3) as run:
+        with tracer.start_as_current_span("execute_tool t",
+                                          attributes={"gen_ai.operation.name": "execute_tool"}):
+            assert run.in_flight == 1
+        assert run.in_flight == 0 and run.local_tool_calls == 1
+    wd.close()
+    for exporter in (before, after):
+        tool = next(s for s in exporter.get_finished_spans() if s.name == "execute_tool t")
+        assert (tool.attributes or {})["watchdog.run.id"] == run.id
+    provider.shutdown()
+
+
+def test_processor_is_added_to_a_provider_whose_processor_is_not_the_sdk_default(
+        fake: FakeSidecar) -> None:
+    multi = ConcurrentMultiSpanProcessor(2)
+    provider = TracerProvider(active_span_processor=multi, shutdown_on_exit=False)
+    wd = Watchdog(fake.url, tracer_provider=provider)
+    assert multi._span_processors == (PROCESSOR,)
+    assert "on_start" not in vars(multi)
+    wd.close()
+    provider.shutdown()
+
+
+def test_span_id_is_read_from_the_span_context_tuple() -> None:
+    context = SpanContext(trace_id=7, span_id=0xABC, is_remote=False)
+    assert context[SPAN_ID] == context.span_id == 0xABC
 
 
 def test_run_announces_reports_calls_in_flight_and_acks(

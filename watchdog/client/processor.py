@@ -3,14 +3,15 @@ tracks the model and tool calls that have started but not ended.
 
 The run travels in the OpenTelemetry context (:data:`RUN_KEY`), so it follows the context
 wherever instrumentation propagates it — nested ``async`` tasks, executor threads that copy the
-context, sub-agents. ``on_start`` is on every span's path, so it does the least it can: one
-context lookup for spans outside a run; for spans inside one, the attributes prepared when the
-run started written in one dict update (:func:`_stamp`), and a classification that reads a few
-attributes. Calls in flight are kept in plain dicts (single operations are atomic under the
-GIL), and nothing on this path wakes a thread or touches the network: the reporter thread
-looks at the runs every 50 ms (``bench/client_overhead.py`` measures the cost). Only model
-and tool calls (not agent, workflow or plumbing spans, which are "in flight" for the whole run)
-count as calls in flight.
+context, sub-agents. ``on_start`` and ``on_end`` are on every span's path, so they do the least
+they can (``bench/client_overhead.py`` measures it against the bare SDK): the processor is
+fused into the provider's own multi-processor rather than added to it (:func:`install`); a
+span outside a run costs one context lookup; a span inside one gets the attributes prepared
+when the run started in one dict update, and plumbing is told from calls by four dict lookups
+and one ``startswith``. Calls in flight are kept in plain dicts (single operations are atomic
+under the GIL), and nothing on this path wakes a thread or touches the network: the reporter
+thread looks at the runs every 50 ms. Only model and tool calls (not agent, workflow or
+plumbing spans, which are "in flight" for the whole run) count as calls in flight.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import (
+    ReadableSpan,
+    Span,
+    SpanProcessor,
+    SynchronousMultiSpanProcessor,
+    TracerProvider,
+)
 
 from watchdog.client.tally import (
     LIVE_RUNS,
@@ -30,7 +37,6 @@ from watchdog.client.tally import (
     RUN_KEY,
     RunTally,
 )
-
 
 
 def _current_context_getter() -> Callable[[], Mapping[str, object]]:
@@ -44,6 +50,9 @@ def _current_context_getter() -> Callable[[], Mapping[str, object]]:
 
 
 _current_context = _current_context_getter()
+# SpanContext is a tuple (trace_id, span_id, ...): its ``span_id`` property is a Python call
+# on 3.11, the index is not (tests/test_client.py holds the SDK to it).
+SPAN_ID = 1
 MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it they are not tracked
 
 # What a span is, read from the attributes it has when it STARTS (all the conventions the
@@ -126,15 +135,33 @@ def _stamp(span: Span, attributes: dict[str, Any]) -> Mapping[str, Any] | None:
     return span.attributes
 
 
-class WatchdogSpanProcessor(SpanProcessor):
-    """Install with :meth:`watchdog.client.Watchdog.instrument`; one instance serves every run
-    of every :class:`~watchdog.client.Watchdog` in the process."""
+class _Unchained:
+    """No processors to run before this one (it was added to the provider's as usual)."""
 
-    def __init__(self) -> None:
-        self._open: dict[int, RunTally] = {}  # span id -> run, calls and agent spans in flight
+    _span_processors: tuple[SpanProcessor, ...] = ()
+
+
+_UNCHAINED = _Unchained()
+_OPEN: dict[int, RunTally] = {}  # span id -> run, calls and agent spans in flight (all providers)
+
+
+class WatchdogSpanProcessor(SpanProcessor):
+    """Installed by :meth:`watchdog.client.Watchdog.instrument` (see :func:`install`); all
+    instances share the calls in flight, of every run of every
+    :class:`~watchdog.client.Watchdog` in the process.
+
+    ``chain`` is the provider's own multi-processor when this one is fused into it: its
+    processors (the exporter's) run first, in the same call.
+    """
+
+    def __init__(self, chain: SynchronousMultiSpanProcessor | None = None) -> None:
+        self._chain: SynchronousMultiSpanProcessor | _Unchained = chain or _UNCHAINED
+        self._open = _OPEN
         self.untracked_calls = 0  # calls not tracked because MAX_OPEN_CALLS were open
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        for processor in self._chain._span_processors:
+            processor.on_start(span, parent_context=parent_context)
         # The run: from the parent context the SDK was given, else the current one.
         if parent_context is None:
             run: RunTally | None = _current_context().get(RUN_KEY)  # type: ignore[assignment]
@@ -179,7 +206,7 @@ class WatchdogSpanProcessor(SpanProcessor):
             kind = classify_start(name, _stamp(span, stamp))
         if kind is OTHER:
             return
-        span_id = span._context.span_id
+        span_id: int = span._context[SPAN_ID]  # type: ignore[index,assignment]
         open_spans = self._open
         if len(open_spans) >= MAX_OPEN_CALLS:
             self.untracked_calls += 1
@@ -199,12 +226,14 @@ class WatchdogSpanProcessor(SpanProcessor):
         run.changed = True
 
     def on_end(self, span: ReadableSpan) -> None:
+        for processor in self._chain._span_processors:
+            processor.on_end(span)
         open_spans = self._open
         if open_spans:
-            context = span._context
+            context: Any = span._context
             if context is None:
                 return
-            span_id = context.span_id
+            span_id: int = context[SPAN_ID]
             run = open_spans.pop(span_id, None)
             if run is not None:
                 # RunTally.span_ended, inlined for calls: the end of every model and tool call.
@@ -226,10 +255,11 @@ class WatchdogSpanProcessor(SpanProcessor):
         if LIVE_RUNS:
             # A span of a run that was not a call when it started may be one now that it ends
             # (instrumentation that sets every attribute at the end); plumbing stays plumbing.
+            bounded: Any = span._attributes
             try:
-                attributes: Any = span._attributes._dict
+                attributes: Any = bounded._dict
             except AttributeError:
-                attributes = span._attributes
+                attributes = bounded
             if not attributes or (
                     "gen_ai.operation.name" not in attributes
                     and "openinference.span.kind" not in attributes
@@ -272,3 +302,25 @@ class WatchdogSpanProcessor(SpanProcessor):
 
 
 PROCESSOR = WatchdogSpanProcessor()
+
+
+def install(provider: TracerProvider) -> None:
+    """Put the processor on ``provider``'s span path (once per provider: the caller keeps
+    count).
+
+    On the SDK's own :class:`SynchronousMultiSpanProcessor` (what ``TracerProvider()`` makes)
+    it is *fused*: the multi-processor's ``on_start`` and ``on_end`` become a processor's that
+    runs the provider's processors, then its own work, in the one call the span makes. Added
+    as one more processor, the SDK's dispatch to it (three more calls per span, ~0.25 µs) would
+    cost as much as its own work on a plumbing span. Any other active processor (the SDK's
+    concurrent one, a user's own): added with ``add_span_processor`` as usual.
+    """
+    active = getattr(provider, "_active_span_processor", None)
+    if (type(active) is SynchronousMultiSpanProcessor
+            and isinstance(getattr(active, "_span_processors", None), tuple)
+            and "on_start" not in vars(active) and "on_end" not in vars(active)):
+        fused = WatchdogSpanProcessor(chain=active)
+        active.on_start = fused.on_start  # type: ignore[method-assign]
+        active.on_end = fused.on_end  # type: ignore[method-assign]
+        return
+    provider.add_span_processor(PROCESSOR)

@@ -11,7 +11,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from watchdog.client.processor import PROCESSOR
+from watchdog.client.processor import install
 from watchdog.client.reporter import HEARTBEAT_INTERVAL, Reporter
 from watchdog.client.run import BUDGET_KEYS, Run
 from watchdog.client.sync import SyncChannel
@@ -53,7 +53,7 @@ class Watchdog:
             return None
         with _instrument_lock:
             if provider not in _instrumented:
-                provider.add_span_processor(PROCESSOR)
+                install(provider)
                 _instrumented.add(provider)
         if tracer_provider is not None or self._provider is None:
             self._provider = provider
