@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import (
 from watchdog.client.tally import (
     LIVE_RUNS,
     MAX_UNSYNCED_SPANS,
+    OPEN_SPANS,
     RUN_ID_ATTRIBUTE,
     RUN_KEY,
     RunTally,
@@ -142,7 +143,6 @@ class _Unchained:
 
 
 _UNCHAINED = _Unchained()
-_OPEN: dict[int, RunTally] = {}  # span id -> run, calls and agent spans in flight (all providers)
 
 
 class WatchdogSpanProcessor(SpanProcessor):
@@ -156,7 +156,7 @@ class WatchdogSpanProcessor(SpanProcessor):
 
     def __init__(self, chain: SynchronousMultiSpanProcessor | None = None) -> None:
         self._chain: SynchronousMultiSpanProcessor | _Unchained = chain or _UNCHAINED
-        self._open = _OPEN
+        self._open = OPEN_SPANS
         self.untracked_calls = 0  # calls not tracked because MAX_OPEN_CALLS were open
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
@@ -181,27 +181,28 @@ class WatchdogSpanProcessor(SpanProcessor):
             frozen = bounded._immutable
         except AttributeError:
             plain = None
-        if (type(plain) is dict and not frozen
-                and (room is None or len(plain) + len(stamp) <= room)):
+        if plain is not None and not frozen and (room is None
+                                                 or len(plain) + len(stamp) <= room):
             # Every span of the run gets all of the run's attributes, plumbing included: some
             # instrumentations only say what a span is after it started (openai-v2's chat
             # spans), and adapters stamp passing marks (hermes.summary_request) through them.
-            plain.update(stamp)
             # classify_start(name, plain), with its common cases first: plumbing (none of
-            # KIND_KEYS, which our keys are not, and no KIND_NAME_PREFIXES), then gen_ai calls.
-            operation = plain.get("gen_ai.operation.name")
-            if operation is None:
-                if ("openinference.span.kind" not in plain and "traceloop.span.kind" not in plain
-                        and "llm.request.type" not in plain
-                        and not name.startswith(KIND_NAME_PREFIXES)):
+            # KIND_KEYS, tested before our keys, which are none of them, are added; and no
+            # KIND_NAME_PREFIXES), then gen_ai calls.
+            if KIND_KEYS.isdisjoint(plain):
+                plain.update(stamp)
+                if not name.startswith(KIND_NAME_PREFIXES):
                     return
                 kind = classify_start(name, plain)
-            elif operation in LLM_OPERATIONS:
-                kind = LLM_CALL
-            elif operation in TOOL_OPERATIONS:
-                kind = TOOL_CALL
             else:
-                kind = classify_start(name, plain)
+                plain.update(stamp)
+                operation = plain.get("gen_ai.operation.name")
+                if operation in LLM_OPERATIONS:
+                    kind = LLM_CALL
+                elif operation in TOOL_OPERATIONS:
+                    kind = TOOL_CALL
+                else:
+                    kind = classify_start(name, plain)
         else:
             kind = classify_start(name, _stamp(span, stamp))
         if kind is OTHER:
@@ -211,18 +212,19 @@ class WatchdogSpanProcessor(SpanProcessor):
         if len(open_spans) >= MAX_OPEN_CALLS:
             self.untracked_calls += 1
             return
-        open_spans[span_id] = run  # single dict operations: atomic under the GIL
-        if kind is AGENT:
+        # Single dict operations: atomic under the GIL.
+        if kind is LLM_CALL:
+            run.model_spans += 1
+            open_spans[span_id] = (run, span._start_time or 0, False)
+        elif kind is TOOL_CALL:
+            counted = not name.startswith(OUTPUT_TOOL_SPANS)
+            if counted:
+                run.tool_spans += 1
+            open_spans[span_id] = (run, span._start_time or 0, counted)
+        else:
+            open_spans[span_id] = (run, None, False)
             run.agent_started(span_id, span)
             return
-        # A call starts, inlined: this is the path of every model and tool call.
-        run.calls[span_id] = span._start_time or 0
-        if kind is TOOL_CALL:
-            if not name.startswith(OUTPUT_TOOL_SPANS):
-                run.tool_spans += 1
-                run.open_tools[span_id] = None
-        else:
-            run.model_spans += 1
         run.changed = True
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -234,15 +236,13 @@ class WatchdogSpanProcessor(SpanProcessor):
             if context is None:
                 return
             span_id: int = context[SPAN_ID]
-            run = open_spans.pop(span_id, None)
-            if run is not None:
-                # RunTally.span_ended, inlined for calls: the end of every model and tool call.
-                if run.calls.pop(span_id, None) is None:
-                    run.span_ended(span_id, span)  # an agent span
+            entry = open_spans.pop(span_id, None)
+            if entry is not None:
+                run, started, counted_tool = entry
+                if started is None:
+                    run.agent_ended(span_id)
                     return
-                open_tools = run.open_tools
-                if span_id in open_tools:
-                    del open_tools[span_id]
+                if counted_tool:
                     run.tools_ended += 1
                 if run.keep_spans:
                     unsynced = run.unsynced
@@ -260,12 +260,8 @@ class WatchdogSpanProcessor(SpanProcessor):
                 attributes: Any = bounded._dict
             except AttributeError:
                 attributes = bounded
-            if not attributes or (
-                    "gen_ai.operation.name" not in attributes
-                    and "openinference.span.kind" not in attributes
-                    and "traceloop.span.kind" not in attributes
-                    and "llm.request.type" not in attributes
-                    and not span._name.startswith(KIND_NAME_PREFIXES)):
+            if not attributes or (KIND_KEYS.isdisjoint(attributes)
+                                  and not span._name.startswith(KIND_NAME_PREFIXES)):
                 return
             self._classified_at_end(span, attributes)
 

@@ -332,7 +332,7 @@ class Run:
 
     @property
     def in_flight(self) -> int:
-        return len(self.tally.calls)
+        return len(self.tally.calls)  # not on the span path: picked out of every run's calls
 
     # -- for the reporter thread ------------------------------------------------------------------
 

@@ -22,6 +22,11 @@ RUN_ID_ATTRIBUTE = "watchdog.run.id"
 # Runs in progress by id: some instrumentations (OpenInference's LangChain tracer) set a span's
 # kind only when it ends, so the processor finds the run of such a span by its stamped id.
 LIVE_RUNS: dict[str, RunTally] = {}
+# Calls and agent spans in flight, of every run: span id -> (run, start in epoch ns — None for
+# an agent span —, whether it is a tool call that counts). One dict for all runs, so that a
+# span's end is one pop; a run's own calls in flight are picked out when asked (the reporter,
+# every 50 ms). Bounded by the processor's MAX_OPEN_CALLS.
+OPEN_SPANS: dict[int, tuple[RunTally, int | None, bool]] = {}
 MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older ones are dropped
 #                             (the exporter still delivers them, only later)
 
@@ -29,19 +34,16 @@ MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older 
 class RunTally:
     """Created by the run; ``owner`` is the :class:`~watchdog.client.Run` it belongs to."""
 
-    __slots__ = ("_agent_spans", "agent_spans", "calls", "changed", "ended_calls", "keep_spans",
-                 "model_spans",
-                 "open_tools", "owner", "span_attributes", "tool_spans", "tools_ended",
+    __slots__ = ("_agent_spans", "agent_spans", "changed", "ended_calls", "keep_spans",
+                 "model_spans", "owner", "span_attributes", "tool_spans", "tools_ended",
                  "unsynced", "unsynced_dropped")
 
     def __init__(self, owner: object) -> None:
         self.owner = owner
         self.span_attributes: dict[str, Any] = {}
-        self.calls: dict[int, int] = {}  # calls in flight: span id -> start (epoch ns)
         self.agent_spans = 0
         self._agent_spans: dict[int, Span] = {}  # open agent spans, oldest first
         self.tool_spans = 0  # tool calls started (output tools excluded)
-        self.open_tools: dict[int, None] = {}  # of the calls in flight, the tool calls
         self.tools_ended = 0  # tool calls ended (output tools excluded)
         self.model_spans = 0  # model calls started
         self.ended_calls = 0  # model and tool calls ended
@@ -60,20 +62,14 @@ class RunTally:
         spans = list(self._agent_spans.values())
         return spans[-1] if spans else None
 
-    def span_ended(self, span_id: int, span: ReadableSpan) -> None:
-        if self._agent_spans.pop(span_id, None) is not None:
-            return
-        if self.calls.pop(span_id, None) is not None:
-            if span_id in self.open_tools:
-                del self.open_tools[span_id]
-                self.tools_ended += 1
-            if self.keep_spans:
-                unsynced = self.unsynced
-                if len(unsynced) == MAX_UNSYNCED_SPANS:
-                    self.unsynced_dropped += 1
-                unsynced.append(span)
-            self.ended_calls += 1
-        self.changed = True
+    def agent_ended(self, span_id: int) -> None:
+        self._agent_spans.pop(span_id, None)
+
+    @property
+    def calls(self) -> dict[int, int]:
+        """This run's calls in flight: span id -> start (epoch ns)."""
+        return {span_id: start for span_id, (run, start, _) in list(OPEN_SPANS.items())
+                if run is self and start is not None}
 
     def take_unsynced(self) -> list[ReadableSpan]:
         """The ended call spans not sent yet, oldest first (popped one at a time: the span
