@@ -1,5 +1,6 @@
 """Steering at the decision point in frameworks that live in their own venvs (DESIGN §8):
-LangChain (middleware) and smolagents (step callbacks). Each driver runs a real agent of its
+LangChain (middleware), smolagents (its model and tools) and hermes-agent (its request builder
+and its ``pre_tool_call`` hook). Each driver runs a real agent of its
 framework against the scripted model server, with the client SDK imported from this repository
 (``PYTHONPATH``: it needs only the OpenTelemetry SDK and the standard library), exporting real
 OTLP to a real sidecar; nothing waits for a directive."""
@@ -27,11 +28,13 @@ from tests.frameworks.steering import (
 from tests.harness import RunningServer, run_detail, wait_until
 
 FRAMEWORKS = [("steering_langchain", "steering_langchain"),
-              ("smolagents", "steering_smolagents")]
+              ("smolagents", "steering_smolagents"), ("hermes", "steering_hermes")]
 # Frameworks whose failing tool ends its span as an error. A LangChain agent's tool error is
 # either fatal (a plain exception ends the run) or a ToolMessage with status "error" on a span
-# that ends OK: the sidecar sees no error there (a conventions gap, not a steering one).
-ERROR_SPAN_FRAMEWORKS = [("smolagents", "steering_smolagents")]
+# that ends OK: the sidecar sees no error there (a conventions gap, not a steering one). Hermes'
+# registry turns a tool's exception into its result, and the agento11y plugin's tool span for
+# it ends with status ERROR.
+ERROR_SPAN_FRAMEWORKS = [("smolagents", "steering_smolagents"), ("hermes", "steering_hermes")]
 
 
 def drive(sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], scenario: str,
