@@ -70,7 +70,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -112,7 +112,9 @@ class HermesTurns:
     watchdog: Watchdog
     agent_name: str
     steer: bool
-    budget: dict[str, float] = field(default_factory=dict)
+    max_tool_calls: int | None = None
+    max_seconds: float | None = None
+    max_tokens: int | None = None
     run: Run | None = None  # the turn under way
     last: Run | None = None  # the latest turn's run, once started
     summary: bool = False  # Hermes is asking for its own max_iterations summary
@@ -156,10 +158,8 @@ def watch_hermes(agent: Any, watchdog: Watchdog | None = None, *, agent_name: st
     the given budget, steered unless ``steer=False``."""
     if getattr(agent, _MARK, None) is not None:
         return agent
-    budget = {key: value for key, value in (("max_tool_calls", max_tool_calls),
-                                            ("max_seconds", max_seconds),
-                                            ("max_tokens", max_tokens)) if value is not None}
-    turns = HermesTurns(watchdog or Watchdog(), agent_name, steer, budget)
+    turns = HermesTurns(watchdog or Watchdog(), agent_name, steer, max_tool_calls, max_seconds,
+                        max_tokens)
     carry_context_into_threads()
     run_conversation = agent.run_conversation
     handle_max_iterations = agent._handle_max_iterations
@@ -170,7 +170,8 @@ def watch_hermes(agent: Any, watchdog: Watchdog | None = None, *, agent_name: st
         session = getattr(agent, "session_id", None) or None
         with wd.run(agent=agent_name, session=session,
                     max_iterations=getattr(agent, "max_iterations", None),
-                    **turns.budget) as run:
+                    max_tool_calls=turns.max_tool_calls, max_seconds=turns.max_seconds,
+                    max_tokens=turns.max_tokens) as run:
             attributes = {"gen_ai.operation.name": "invoke_agent",
                           "gen_ai.agent.name": agent_name}
             if session:
