@@ -255,6 +255,10 @@ class Store:
                                        (session_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
+    def session_ids(self) -> list[str]:
+        with self._read_lock:
+            return [row[0] for row in self._reader.execute("SELECT id FROM sessions")]
+
     def activity(self, key: str, limit: int | None = None) -> list[ActivityEntry]:
         """The run's activity log, oldest first (the last ``limit`` entries)."""
         limit = limit or self.activity_log_size

@@ -260,12 +260,17 @@ def _budget_notes(run: RunState, now: float, default_budget: dict[str, float] | 
 
 # -- rendering ------------------------------------------------------------------------------------
 
-def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None) -> list[str]:
+def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None,
+                   fields_redacted: bool = False) -> list[str]:
     """One compact line per step, e.g. ``+12.3s tool read_file({"path":"a.py"}) -> 'x = 1'``.
-    Offsets count from ``start`` (default: the first entry)."""
+    Offsets count from ``start`` (default: the first entry). ``fields_redacted``: the entries'
+    arguments, results and errors were redacted at ingest (entries the core kept), so only
+    the step names are redacted here; otherwise each whole line is."""
     if not activity:
         return []
     origin = activity[0].at if start is None else start
+    if fields_redacted:
+        return [_line(entry._replace(name=redact(entry.name)), origin) for entry in activity]
     return [redact(_line(entry, origin)) for entry in activity]
 
 
