@@ -3,15 +3,15 @@ run and no session memory (directives have a file of their own: :mod:`watchdog.d
 
 The store is synchronous. Writes go through one connection, called from a single worker thread
 (the service's store lane) in batches, one transaction each. Reads use a second connection:
-in WAL mode readers never wait for a writer, so the API and the directive builder can read on
-the event loop while a large flush is being committed. The activity log is a ring per run, stored
-as *chunks*: one row per run per flush holding that flush's entries (a JSON array of arrays), not
-one row per span; chunks whose newest ``seq`` falls more than ``activity_log_size`` behind the
-run's newest are deleted in the same transaction. Sessions are one JSON row each (:meth:`SessionState.to_dict`); a checkpoint is written
-synchronously (:meth:`Store.save_sessions`) before the API acknowledges it.
+in WAL mode readers never wait for a writer, so the API can read on the event loop while a large
+flush is being committed. The activity log is a ring per run, stored as *chunks*: one row per run
+per flush holding that flush's entries (a JSON array of arrays), not one row per span; chunks
+whose newest ``seq`` falls more than ``activity_log_size`` behind the run's newest are deleted
+in the same transaction. Sessions are one JSON row each (:meth:`SessionState.to_dict`); a
+checkpoint is written synchronously (:meth:`Store.save_sessions`) before the API acknowledges it.
 
-Schema versions: 1 had runs and activity; 2 adds sessions; 3 stores activity in chunks. An older file is migrated in place
-when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
+Schema versions: 1 had runs and activity; 2 adds sessions; 3 stores activity in chunks. An older
+file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
 """
 
 from __future__ import annotations

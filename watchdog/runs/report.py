@@ -271,23 +271,23 @@ def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None
         return []
     origin = activity[0].at if start is None else start
     if fields_redacted:
-        return ["+" + format_duration(max(entry.at - origin, 0.0)) + " " + _redacted_step(entry)
-                for entry in activity]
+        return ["+" + format_duration(max(entry.at - origin, 0.0)) + " "
+                + _redacted_step(entry) for entry in activity]
     return [redact(_line(entry, origin)) for entry in activity]
 
 
 @functools.lru_cache(maxsize=4096)
 def _redacted_step(entry: ActivityEntry) -> str:
-    """:func:`_step` of an entry whose fields were redacted at ingest, its name redacted here.
-    Cached: a looping run's report prompts show the same recent steps again and again."""
-    return _step(entry._replace(name=redact(entry.name)))
+    """:func:`_step_line` of an entry whose fields were redacted at ingest, its name redacted
+    here. Cached: a looping run's report prompts show the same recent steps again and again."""
+    return _step_line(entry._replace(name=redact(entry.name)))
 
 
 def _line(entry: ActivityEntry, origin: float) -> str:
-    return "+" + format_duration(max(entry.at - origin, 0.0)) + " " + _step(entry)
+    return "+" + format_duration(max(entry.at - origin, 0.0)) + " " + _step_line(entry)
 
 
-def _step(entry: ActivityEntry) -> str:
+def _step_line(entry: ActivityEntry) -> str:
     if entry.kind == "tool":
         call = f"{entry.name}({_one_line(entry.detail or '', LINE_DETAIL_CHARS)})"
     elif entry.detail:
