@@ -200,9 +200,10 @@ class RunRoutes:
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         service = self.service
-        run, applied = service.sync(run_id, export, stop)
-        directives = [] if self.directives is None else await self.directives.directives_after(
-            run_id, after, SYNC_DIRECTIVE_WAIT)
+        with service.priority.sync():  # bulk ingest waits until this is answered
+            run, applied = service.sync(run_id, export, stop)
+            directives = [] if self.directives is None else \
+                await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)
         budget = run.budget_view(service.default_budget(run), service.clock.now()) if run else {}
         return json_response(sync_answer(
             run, run_id, applied, budget, [d.to_json() for d in directives],

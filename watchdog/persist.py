@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from watchdog.errors import Overloaded, StateUnavailable
+from watchdog.priority import Priority
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.run import RunState
 from watchdog.sessions import SessionBook
@@ -33,7 +34,7 @@ log = logging.getLogger("watchdog")
 
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 STATE_RETRY_AFTER = 5.0  # seconds exporters are told to wait while the state is not writable
-SNAPSHOT_SLICE = 100  # runs snapshotted between two yields to the event loop while flushing
+SNAPSHOT_SLICE = 25  # runs snapshotted between two yields to the event loop while flushing
 
 T = TypeVar("T")
 
@@ -72,12 +73,14 @@ class PendingActivity:
 
 class StateWriter:
     def __init__(self, store: Store, sessions: SessionBook, observer: WriteObserver,
-                 state_dir: str, on_failed_run: Callable[[str, str], None]) -> None:
+                 state_dir: str, on_failed_run: Callable[[str, str], None],
+                 priority: Priority | None = None) -> None:
         self.store = store
         self.sessions = sessions
         self.observer = observer
         self.state_dir = state_dir
         self._on_failed_run = on_failed_run
+        self.priority = priority or Priority()
         self._dirty: dict[str, RunState] = {}
         self._pending = PendingActivity()
         self._saving = PendingActivity()  # handed to the store, not committed yet
@@ -138,7 +141,7 @@ class StateWriter:
             except Exception:
                 self._on_failed_run("flush", run.key)
             if index % SNAPSHOT_SLICE == 0:
-                await asyncio.sleep(0)
+                await self.priority.turn()
         # Taken right before the store lane gets them: a checkpoint snapshotted while the runs
         # were being sliced above is written before this, and must not be overwritten by an
         # older snapshot of its session.

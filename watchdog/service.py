@@ -14,7 +14,6 @@ bound.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -28,6 +27,7 @@ from watchdog.errors import NotFound
 from watchdog.ingest.decode import ExportTraceServiceRequest
 from watchdog.ingest.pipeline import Decoded, records_from, slices_of
 from watchdog.persist import StateWriter
+from watchdog.priority import Priority
 from watchdog.queries import RunQueries
 from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.run import RunState
@@ -39,8 +39,8 @@ log = logging.getLogger("watchdog")
 
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
 MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged once per stage)
-INGEST_SLICE = 64  # spans applied between two yields to the event loop
-EVAL_SLICE = 200  # runs whose timed rules are evaluated between two yields to the event loop
+INGEST_SLICE = 16  # spans applied between two yields to the event loop
+EVAL_SLICE = 50  # runs whose timed rules are evaluated between two yields to the event loop
 
 SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
 
@@ -107,8 +107,9 @@ class WatchdogService:
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
         self.core = Core(tracker, self.sessions, engine)
+        self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
-                                 self._run_failed)
+                                 self._run_failed, self.priority)
         self.queries = RunQueries(tracker, store, self.clock, self.core.default_budget,
                                   self.state.unsaved, self._run_failed,
                                   config.activity_log_size)
@@ -223,7 +224,7 @@ class WatchdogService:
                 self._apply(part, protocol)
                 total.rejected.update(part.rejected)
                 total.first_error = total.first_error or part.first_error
-                await asyncio.sleep(0)
+                await self.priority.turn()
         finally:
             if digest is not None:
                 self._in_progress.discard(digest)
@@ -293,7 +294,7 @@ class WatchdogService:
             step = Step()
             self.core.evaluate(runs[start:start + EVAL_SLICE], now, step, timed_only=True)
             self._carry(step)
-            await asyncio.sleep(0)
+            await self.priority.turn()
         return self._expire(now, Step())
 
     def _expire(self, now: float, step: Step) -> list[RunState]:
