@@ -39,7 +39,7 @@ log = logging.getLogger("watchdog")
 
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
 MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged once per stage)
-INGEST_SLICE = 16  # spans applied between two yields to the event loop
+INGEST_SLICE = 32  # spans applied between two yields to the event loop
 EVAL_SLICE = 50  # runs whose timed rules are evaluated between two yields to the event loop
 
 SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
