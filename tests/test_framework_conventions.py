@@ -271,6 +271,16 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'agent lc_researcher error=RuntimeError',
         'agent lc_researcher error=RuntimeError',
     ],
+    # the tool handles its ToolException: a ToolMessage with status "error", the span ends OK
+    ("langchain_openllmetry", "tool_error_handled"): [
+        'llm tool_call asks-tools',
+        'tool lookup {"key":"missing"}',
+        'llm tool_call asks-tools',
+        'tool lookup {"key":"broken"} error=tool_error',
+        'llm stop answer',
+        'agent lc_researcher answer',
+        'agent lc_researcher',
+    ],
     ("openai_agents_oi", "agent_as_tool"): [
         'llm None asks-tools',
         'llm None asks-tools',
@@ -653,6 +663,7 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("langchain_openllmetry", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
                                                 "GraphRecursionError", False),
     ("langchain_openllmetry", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
+    ("langchain_openllmetry", "tool_error_handled"): Outcome(3, 2, 1, "completed", None, True),
     # OpenAI Agents SDK (OpenInference, and the watchdog adapter's own processor): the model
     # calls carry no finish reason; their output says answer or tool request.
     **{(driver, "three_tools"): COMPLETED_3 for driver in ("openai_agents_oi",
@@ -703,6 +714,17 @@ def test_adk_exception_on_nested_spans_has_one_identity() -> None:
     assert len(failed) >= 4
     assert {r.exception_id for r in failed} == {failed[0].exception_id}
     assert failed[0].exception_id is not None
+
+
+def test_langchain_handled_tool_error_is_read_from_the_tool_message() -> None:
+    # OpenLLMetry: the span ends OK; traceloop.entity.output holds the ToolMessage, status
+    # "error", the ToolException's text as content. The task span of the tools node repeats
+    # it and is not counted; the result that only says "Error: ..." is a result.
+    records = recorded_records("langchain_openllmetry", "tool_error_handled")
+    tools = [r for r in records if r.tool_name == "lookup"]
+    assert [(r.error, r.error_type, r.error_message) for r in tools] == [
+        (False, None, None), (True, "tool_error", "backend unavailable for broken")]
+    assert [r for r in records if r.error] == tools[1:]
 
 
 def test_strands_tool_arguments_and_answer_come_from_span_events() -> None:

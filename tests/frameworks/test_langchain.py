@@ -6,7 +6,9 @@ What OpenLLMetry emits (details: the recordings and ``/work/findings/langchain.m
 per ``invoke``, the graph's workflow span ``<agent name>`` > task spans per graph node
 (``model``/``agent``, ``tools``) > ``ChatOpenAI.chat`` LLM spans and ``<tool>.tool`` spans.
 LangGraph's ``recursion_limit`` raises ``GraphRecursionError``; a tool's exception is
-re-raised by the ToolNode and ends the invocation. A tool that invokes another agent nests that
+re-raised by the ToolNode and ends the invocation, unless the tool handles it
+(``handle_tool_error``): then the model gets a ToolMessage with status "error", the tool span ends
+OK and only its ``traceloop.entity.output`` says the call failed. A tool that invokes another agent nests that
 agent's workflow span inside its tool span.
 
 The expectations are DESIGN §3's: one run per invocation (``create_agent`` opens no run of its
@@ -31,6 +33,7 @@ SCRIPTS = {
     "three_tools": cases.three_tools(),
     "limit": cases.limit(),
     "tool_error": cases.tool_error(),
+    "tool_error_handled": cases.tool_error_handled(),
     "react_three_tools": cases.three_tools(),
     "subagent": cases.delegate("research", question="What is a?"),
 }
@@ -47,6 +50,12 @@ EXPECTED: dict[str, list[Expect]] = {
     "tool_error": [Expect(agent=AGENT, iterations=1, tool_calls=1, errors=1,
                           terminal_state="error", terminal_reason="RuntimeError",
                           has_final_answer=False, parent_agent=None)],
+    # the tool hands its failure to the model (a ToolMessage with status "error" on a span that
+    # ends OK): one error among two tool calls, and the run goes on to its answer; the result
+    # that merely says "Error: ..." is no error
+    "tool_error_handled": [Expect(agent=AGENT, iterations=3, tool_calls=2, errors=1,
+                                  terminal_state="completed", has_final_answer=True,
+                                  terminal_reason=None, parent_agent=None)],
     "react_three_tools": [Expect(agent="lg_researcher", iterations=4, tool_calls=3, errors=0,
                                  terminal_state="completed", has_final_answer=True,
                                  terminal_reason=None, parent_agent=None)],

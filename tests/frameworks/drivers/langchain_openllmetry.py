@@ -8,6 +8,10 @@ Scenarios (argv[1]):
   stops it with ``GraphRecursionError`` (caught here, as an application would);
 - ``tool_error``: ``lookup`` raises; LangGraph's ToolNode re-raises anything but a
   ToolInvocationError, so the invocation ends with that exception (caught here);
+- ``tool_error_handled``: the tool handles its own errors (``handle_tool_error=True``): for
+  ``missing`` it returns a text that says "Error" (a result like any other), for ``broken`` it
+  raises a ``ToolException``, which LangChain hands to the model as a ToolMessage with status
+  "error" (the tool span ends OK); then the model answers;
 - ``react_three_tools``: the same as ``three_tools`` with LangGraph's ``create_react_agent``
   named ``lg_researcher``;
 - ``subagent``: ``lc_manager`` calls a tool ``research`` that invokes the agent
@@ -21,7 +25,7 @@ import warnings
 
 from _otel import model_settings, setup_tracing
 from langchain.agents import create_agent
-from langchain_core.tools import tool
+from langchain_core.tools import ToolException, tool
 from langchain_openai import ChatOpenAI
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 
@@ -34,6 +38,19 @@ def lookup(key: str) -> str:
     if key == "broken":
         raise RuntimeError(f"backend unavailable for {key}")
     return f"value of {key}"
+
+
+@tool("lookup")
+def lookup_handled(key: str) -> str:
+    """Look a key up."""
+    if key == "missing":
+        return f"Error: no value stored for {key}"
+    if key == "broken":
+        raise ToolException(f"backend unavailable for {key}")
+    return f"value of {key}"
+
+
+lookup_handled.handle_tool_error = True
 
 
 def main(scenario: str) -> None:
@@ -61,7 +78,8 @@ def main(scenario: str) -> None:
 
         agent = create_agent(model(model_name), [research], name="lc_manager")
     else:
-        agent = create_agent(model(model_name), [lookup], name="lc_researcher")
+        tools = [lookup_handled if scenario == "tool_error_handled" else lookup]
+        agent = create_agent(model(model_name), tools, name="lc_researcher")
     try:
         result = agent.invoke({"messages": [{"role": "user", "content": "Look up a, b and c."}]},
                               config=config)
