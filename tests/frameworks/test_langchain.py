@@ -7,9 +7,9 @@ per ``invoke``, the graph's workflow span ``<agent name>`` > task spans per grap
 (``model``/``agent``, ``tools``) > ``ChatOpenAI.chat`` LLM spans and ``<tool>.tool`` spans.
 LangGraph's ``recursion_limit`` raises ``GraphRecursionError``; a tool's exception is
 re-raised by the ToolNode and ends the invocation, unless the tool handles it
-(``handle_tool_error``): then the model gets a ToolMessage with status "error", the tool span ends
-OK and only its ``traceloop.entity.output`` says the call failed. A tool that invokes another agent nests that
-agent's workflow span inside its tool span.
+(``handle_tool_error``): then the model gets a ToolMessage with status "error", the tool span
+ends OK and only its ``traceloop.entity.output`` says the call failed. A tool that invokes
+another agent nests that agent's workflow span inside its tool span.
 
 The expectations are DESIGN §3's: one run per invocation (``create_agent`` opens no run of its
 own), a child run for the agent a tool invokes (with its parent), iterations = model calls, tool
