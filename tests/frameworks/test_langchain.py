@@ -1,6 +1,7 @@
 """LangChain 1.x ``create_agent`` and LangGraph's ``create_react_agent`` (ChatOpenAI on the fake
 server) traced by OpenLLMetry (opentelemetry-instrumentation-langchain), in venv
-``.venvs/langchain``.
+``.venvs/langchain``; and ``create_agent`` traced by OpenInference
+(openinference-instrumentation-langchain), in venv ``.venvs/steering_langchain``.
 
 What OpenLLMetry emits (details: the recordings and ``/work/findings/langchain.md``): one trace
 per ``invoke``, the graph's workflow span ``<agent name>`` > task spans per graph node
@@ -19,6 +20,8 @@ Each case runs live and from its committed recording.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.frameworks import cases
@@ -28,6 +31,14 @@ from tests.harness import RunningServer
 
 DRIVER = "langchain_openllmetry"
 ENV = "langchain"
+# OpenInference's LangChain instrumentation, in the venv of the LangChain steering tests. It
+# names no agent (the run takes the service name) and, today, neither splits a sub-agent's run
+# off nor keeps create_react_agent's calls in one run: its cases are the four a single
+# create_agent plays.
+OI_DRIVER = "langchain_openinference"
+OI_ENV = "steering_langchain"
+OI_AGENT = "langchain-service"
+OI_SCENARIOS = ("three_tools", "limit", "tool_error", "tool_error_handled")
 AGENT = "lc_researcher"
 SCRIPTS = {
     "three_tools": cases.three_tools(),
@@ -83,3 +94,21 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
 def test_replay(sidecar: RunningServer, scenario: str) -> None:
     replay(sidecar, RECORDINGS / DRIVER / f"{scenario}.jsonl")
     check_runs(sidecar, EXPECTED[scenario])
+
+
+
+def _oi_expected(scenario: str) -> list[Expect]:
+    return [replace(expect, agent=OI_AGENT) for expect in EXPECTED[scenario]]
+
+
+@pytest.mark.parametrize("scenario", OI_SCENARIOS)
+def test_openinference_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    model = cases.register(llm, f"{OI_DRIVER}-{scenario}", SCRIPTS[scenario])
+    run_driver(OI_ENV, OI_DRIVER, scenario, sidecar, llm, model)
+    check_runs(sidecar, _oi_expected(scenario))
+
+
+@pytest.mark.parametrize("scenario", OI_SCENARIOS)
+def test_openinference_replay(sidecar: RunningServer, scenario: str) -> None:
+    replay(sidecar, RECORDINGS / OI_DRIVER / f"{scenario}.jsonl")
+    check_runs(sidecar, _oi_expected(scenario))
