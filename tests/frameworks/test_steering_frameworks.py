@@ -29,12 +29,6 @@ from tests.harness import RunningServer, run_detail, wait_until
 
 FRAMEWORKS = [("steering_langchain", "steering_langchain"),
               ("smolagents", "steering_smolagents"), ("hermes", "steering_hermes")]
-# Frameworks whose failing tool ends its span as an error. A LangChain agent's tool error is
-# either fatal (a plain exception ends the run) or a ToolMessage with status "error" on a span
-# that ends OK: the sidecar sees no error there (a conventions gap, not a steering one). Hermes'
-# registry turns a tool's exception into its result, and the agento11y plugin's tool span for
-# it ends with status ERROR.
-ERROR_SPAN_FRAMEWORKS = [("smolagents", "steering_smolagents"), ("hermes", "steering_hermes")]
 
 
 def drive(sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], scenario: str,
@@ -89,10 +83,11 @@ def test_tool_cycle_wind_down_before_the_next_tool_call(
 
 
 @pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
-@pytest.mark.parametrize("framework", ERROR_SPAN_FRAMEWORKS,
-                         ids=[f[0] for f in ERROR_SPAN_FRAMEWORKS])
+@pytest.mark.parametrize("framework", FRAMEWORKS, ids=[f[0] for f in FRAMEWORKS])
 def test_error_loop_abort_before_the_next_tool_call(
         sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], latency: float) -> None:
+    """smolagents ends the failing tool's span as an error; LangChain's tool hands its error to
+    the model (a ToolMessage with status "error") and its span ends OK: the result says it."""
     model = llm.script(f"{framework[0]}-errors-{latency}", failing(), delay=latency)
     outcome = drive(sidecar, llm, framework, "errors", model)
     requests = llm.requests(model)
@@ -103,3 +98,11 @@ def test_error_loop_abort_before_the_next_tool_call(
     detail = ended(sidecar, outcome["run_id"])
     assert detail["terminal_state"] == "loop_detected"
     assert detail["has_final_answer"] is True
+    # the error's text, as the framework gave it, is the run's last error and the report's one
+    # distinct error (with ids, numbers and paths masked)
+    assert detail["errors"] == 5
+    assert "connection refused: http://backend/data" in detail["signals"]["last_error"]
+    report = sidecar.get_json(f"/v1/runs/{outcome['run_id']}/report",
+                              {"Accept": "application/json"})
+    assert [(e["count"], e["names"]) for e in report["errors"]] == [(5, ["fetch"])]
+    assert "connection refused: http://backend/data" in report["errors"][0]["error"]
