@@ -86,8 +86,9 @@ def test_tool_cycle_wind_down_before_the_next_tool_call(
 @pytest.mark.parametrize("framework", FRAMEWORKS, ids=[f[0] for f in FRAMEWORKS])
 def test_error_loop_abort_before_the_next_tool_call(
         sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], latency: float) -> None:
-    """smolagents ends the failing tool's span as an error; LangChain's tool hands its error to
-    the model (a ToolMessage with status "error") and its span ends OK: the result says it."""
+    """smolagents and Hermes (agento11y) end the failing tool's span as an error; LangChain's
+    tool hands its error to the model (a ToolMessage with status "error") and its span ends OK:
+    the result says it."""
     model = llm.script(f"{framework[0]}-errors-{latency}", failing(), delay=latency)
     outcome = drive(sidecar, llm, framework, "errors", model)
     requests = llm.requests(model)
