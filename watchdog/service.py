@@ -34,7 +34,7 @@ from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import run_detail, run_summary
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.store import Store, StoreWriteError
-from watchdog.sync import SpanLedger
+from watchdog.sync import STOP_GRACE, SpanLedger
 
 log = logging.getLogger("watchdog")
 
@@ -286,16 +286,36 @@ class WatchdogService:
              ) -> tuple[RunState | None, int]:
         """Apply the spans a client sends before its next step (:mod:`watchdog.sync`): the
         run's state once they are applied, and how many were new. ``stop``: the client stopped
-        the run at its tool budget by itself (it ends ``tool_limit_reached``)."""
+        the run by itself (:data:`watchdog.sync.CLIENT_STOPS`), taken before the spans: a
+        tool call it refused at the stop still ends a span, which must not count as an
+        overrun."""
         self.ledger.register(key)
         self._admit()
         decoded = records_from(request)
+        stopped = stop is not None and self._client_stop(key, stop)
         self._apply(decoded, "sync")
         run = self.tracker.get(key)
-        if stop is not None and run is not None and not run.ended:
-            run.force(TerminalState.TOOL_LIMIT_REACHED, stop)
-            self._dirty[key] = run
+        if stop is not None and not stopped:
+            self._client_stop(key, stop)
         return run, len(decoded.records)
+
+    def _client_stop(self, key: str, stop: str) -> bool:
+        """The run ends as the stop decides: ``tool_limit_reached`` at the budget; at a grace,
+        as the wind_down's escalation would have ended it (its rule's terminal state). False
+        when the run is not known yet."""
+        run = self.tracker.get(key)
+        if run is None:
+            return False
+        if run.ended:
+            return True
+        if stop == STOP_GRACE:
+            kept = self.engine.grace_kept(key) if self.engine is not None else None
+            if kept is not None:
+                run.force(*kept)
+        else:
+            run.force(TerminalState.TOOL_LIMIT_REACHED, stop)
+        self._dirty[key] = run
+        return True
 
     def tick(self) -> list[RunState]:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""

@@ -43,6 +43,9 @@ class Directive:
     escalation: bool  # an abort because a wind_down's grace ran out
     tool_calls_at: int  # run.tool_calls when it fired: the grace baseline after a restart
     agent: str
+    # a wind_down's grace: {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 10} (see
+    # Decision.grace); None otherwise, and in records stored before it existed
+    grace: dict[str, float] | None = None
 
     @property
     def needs_report_prompt(self) -> bool:
@@ -73,6 +76,8 @@ class Directive:
             escalation=decision.escalation,
             tool_calls_at=run.tool_calls,
             agent=run.agent_name,
+            grace=({key: _plain_number(value) for key, value in decision.grace.items()}
+                   if decision.grace is not None else None),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -87,6 +92,7 @@ class Directive:
             "message": self.message,
             "terminal_state": self.terminal_state,
             "budget": self.budget,
+            "grace": self.grace,
             "report_prompt": self.report_prompt,
             "created_at": iso_seconds(self.created_at),
             "agent": self.agent,
