@@ -93,8 +93,10 @@ def test_wind_down_prompt_is_a_system_instruction_with_sections_log_and_counters
     assert "3 of 20 tool calls left" in text
     assert "tool calls 17 of 20 (3 left)" in text and "model calls 9" in text
     assert "errors 2" in text and "elapsed 4m12s" in text
-    assert "/src/79.py" in text and "/src/29.py" not in text  # the last 50 steps only
-    assert "30 earlier steps omitted" in text
+    last = 80 - PROMPT_MAX_LINES
+    assert "/src/79.py" in text and f"/src/{last}.py" in text  # the last PROMPT_MAX_LINES
+    assert f"/src/{last - 1}.py" not in text
+    assert f"{last} earlier steps omitted" in text
     assert "Stop calling tools now" not in text
 
 

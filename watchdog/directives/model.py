@@ -21,13 +21,17 @@ from typing import Any
 from watchdog.rules.decision import Action, Decision
 from watchdog.runs.run import RunState
 
+# A directive's id: this process's random prefix + its global_seq (unique within a state dir),
+# 32 hex digits like a uuid4's, without a uuid4's os.urandom call per directive.
+_ID_PREFIX = uuid.uuid4().hex[:20]
+
 # Actions whose directive carries a report_prompt: the agent is asked to stop and report.
 REPORTING_ACTIONS = frozenset({Action.WIND_DOWN.value, Action.ABORT.value})
 
 
 @dataclass(slots=True)
 class Directive:
-    id: str  # uuid4 hex: the webhook-id, the receiver's idempotency key
+    id: str  # 32 hex digits, unique: the webhook-id, the receiver's idempotency key
     run_id: str
     seq: int  # per run, from 1
     global_seq: int  # across all runs, monotonic
@@ -59,7 +63,7 @@ class Directive:
         """``budget`` defaults to ``run.budget_view(now=now)`` (without rule-pack defaults)."""
         view = run.budget_view(now=now) if budget is None else budget
         return cls(
-            id=directive_id or uuid.uuid4().hex,
+            id=directive_id or f"{_ID_PREFIX}{global_seq & 0xFFFFFFFFFFFF:012x}",
             run_id=decision.run_key,
             seq=seq,
             global_seq=global_seq,
