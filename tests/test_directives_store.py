@@ -50,8 +50,8 @@ def test_to_json_is_the_design_shape() -> None:
     d = Directive.from_decision(decision(), make_run(), NOW, "report please", 2, 7)
     body = d.to_json()
     assert list(body) == ["id", "run_id", "seq", "action", "rule", "severity", "message",
-                          "terminal_state", "budget", "grace", "report_prompt", "created_at",
-                          "agent", "escalation"]
+                          "terminal_state", "budget", "report_prompt", "created_at", "agent",
+                          "escalation", "grace"]
     assert body["seq"] == 2 and body["run_id"] == "run-1" and body["action"] == "wind_down"
     assert body["budget"] == {"max_tool_calls": 20, "remaining_tool_calls": 3}
     assert isinstance(body["budget"]["max_tool_calls"], int)  # 20, not 20.0

@@ -85,7 +85,8 @@ class Directive:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The DESIGN §6 shape (plus ``agent`` and ``escalation``): API, SSE and webhooks."""
+        """The DESIGN §6 shape (plus ``agent``, ``escalation`` and ``grace``): API, SSE and
+        webhooks."""
         return {
             "id": self.id,
             "run_id": self.run_id,
@@ -96,11 +97,11 @@ class Directive:
             "message": self.message,
             "terminal_state": self.terminal_state,
             "budget": self.budget,
-            "grace": self.grace,
             "report_prompt": self.report_prompt,
             "created_at": iso_seconds(self.created_at),
             "agent": self.agent,
             "escalation": self.escalation,
+            "grace": self.grace,
         }
 
     def to_record(self) -> dict[str, Any]:
