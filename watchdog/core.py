@@ -40,7 +40,7 @@ from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.sessions import SessionBook
-from watchdog.sync import SpanLedger
+from watchdog.sync import STOP_GRACE, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
 
@@ -173,10 +173,18 @@ class Core:
         return run, step
 
     def client_stopped(self, key: str, stop: str) -> RunState | None:
-        """The client stopped the run at its tool budget by itself (DESIGN §8): it ends
-        ``tool_limit_reached``."""
+        """The client stopped the run by itself (DESIGN §8): at its tool budget it ends
+        ``tool_limit_reached``; at the end of a wind_down's tool-call grace it ends as that
+        wind_down's escalation would have ended it (the rule's terminal state), and the engine
+        has nothing left to escalate for tool calls. None when the run is not known."""
         run = self.tracker.get(key)
-        if run is not None and not run.ended:
+        if run is None or run.ended:
+            return run
+        if stop == STOP_GRACE:
+            kept = self.engine.grace_kept(key) if self.engine is not None else None
+            if kept is not None:
+                run.force(*kept)
+        else:
             run.force(TerminalState.TOOL_LIMIT_REACHED, stop)
         return run
 

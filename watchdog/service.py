@@ -265,13 +265,17 @@ class WatchdogService:
              ) -> tuple[RunState | None, int]:
         """Apply the spans a client sends before its next step (:mod:`watchdog.sync`): the
         run's state once they are applied, and how many were new. ``stop``: the client stopped
-        the run at its tool budget by itself (it ends ``tool_limit_reached``)."""
+        the run by itself (:data:`watchdog.sync.CLIENT_STOPS`), taken before the spans when the
+        run is known: a tool call refused at the stop still ends a span, which must not count
+        as an overrun of a grace."""
         self.core.ledger.register(key)
         self.state.admit()
-        applied = self._apply(records_from(request), "sync")
+        decoded = records_from(request)
+        stopped = self.core.client_stopped(key, stop) if stop is not None else None
+        applied = self._apply(decoded, "sync")
         if stop is None:
             return self.tracker.get(key), applied
-        run = self.core.client_stopped(key, stop)
+        run = stopped if stopped is not None else self.core.client_stopped(key, stop)
         if run is not None:
             self.state.mark(run)
         return run, applied

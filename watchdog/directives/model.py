@@ -47,6 +47,9 @@ class Directive:
     escalation: bool  # an abort because a wind_down's grace ran out
     tool_calls_at: int  # run.tool_calls when it fired: the grace baseline after a restart
     agent: str
+    # a wind_down's grace: {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 10} (see
+    # Decision.grace); None otherwise, and in records stored before it existed
+    grace: dict[str, float] | None = None
 
     @property
     def needs_report_prompt(self) -> bool:
@@ -77,10 +80,13 @@ class Directive:
             escalation=decision.escalation,
             tool_calls_at=run.tool_calls,
             agent=run.agent_name,
+            grace=({key: _plain_number(value) for key, value in decision.grace.items()}
+                   if decision.grace is not None else None),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The DESIGN §6 shape (plus ``agent`` and ``escalation``): API, SSE and webhooks."""
+        """The DESIGN §6 shape (plus ``agent``, ``escalation`` and ``grace``): API, SSE and
+        webhooks."""
         return {
             "id": self.id,
             "run_id": self.run_id,
@@ -95,6 +101,7 @@ class Directive:
             "created_at": iso_seconds(self.created_at),
             "agent": self.agent,
             "escalation": self.escalation,
+            "grace": self.grace,
         }
 
     def to_record(self) -> dict[str, Any]:
