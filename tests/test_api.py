@@ -188,7 +188,7 @@ def test_unexpected_failure_is_a_generic_500(sidecar: RunningServer,
         raise RuntimeError("database exploded at /secret/path")
 
     assert sidecar.server.service is not None
-    monkeypatch.setattr(sidecar.server.service, "list_runs", broken)
+    monkeypatch.setattr(sidecar.server.service.queries, "list_runs", broken)
     with caplog.at_level(logging.ERROR, logger="watchdog.api"):
         status, raw = http_request("GET", sidecar.api + "/v1/runs")
     assert status == 500

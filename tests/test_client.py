@@ -38,6 +38,7 @@ from watchdog.client.processor import (
     WatchdogSpanProcessor,
     classify_start,
 )
+from watchdog.client.steer import REPORT_HEADER, Steering
 
 
 def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-countdown",
@@ -162,6 +163,74 @@ def test_the_cap_holds_without_any_directive() -> None:
     assert "[budget: 0 of 2 tool calls left" in final.instructions
     assert "This run is being stopped: [budget: all 2 tool calls used" in final.instructions
     assert run.local_tool_calls == 2
+
+
+def grace_json(seq: int, ends_at: int, rule: str = "tool-cycle") -> dict[str, Any]:
+    return {**directive_json(seq, "wind_down", rule, "Loop: 4 times"),
+            "terminal_state": "loop_detected", "budget": {"max_tool_calls": 50},
+            "grace": {"tool_calls": 2, "ends_at_tool_calls": ends_at},
+            "report_prompt": REPORT_HEADER + "\n\nYou must wind down now: Loop\n## Key Findings"}
+
+
+def test_a_wind_down_grace_is_a_hard_cap_with_a_true_countdown() -> None:
+    """tool-cycle fired after 8 calls with a 2-call grace: the model sees the true number of
+    grace calls left, no tool runs past it, the next request is the final one asking for the
+    wind-down's report, and the sidecar is to be told (stop=grace) — sidecar or not."""
+    wd = Watchdog("http://127.0.0.1:9")
+    run = wd.run(agent="a", max_tool_calls=50)
+    for _ in range(8):
+        run.before_model_call()
+        run.before_tool_call("list")
+    run.board.post(Directive.from_json(grace_json(1, ends_at=10)))
+    turn = run.before_model_call()
+    assert turn.instructions.startswith("[grace: 2 tool calls left to wrap up]\n\n" + REPORT_HEADER)
+    assert not turn.final and "[budget" not in turn.instructions
+    run.before_tool_call("read")
+    turn = run.before_model_call()
+    assert turn.instructions.startswith("[grace: 1 tool call left — finalize now]")
+    run.before_tool_call("list")
+    with pytest.raises(ToolRefused) as refused:  # a parallel call past the grace never runs
+        run.before_tool_call("read")
+    assert "the 2 tool calls allowed after the wind-down (tool-cycle) are used" in (
+        refused.value.message)
+    final = run.before_model_call()
+    assert final.final and final.stop is not None
+    assert (final.stop.rule, final.stop.terminal_state) == ("tool-cycle", "loop_detected")
+    assert "This run is being stopped: [grace: the 2 tool calls allowed" in final.instructions
+    assert "You must wind down now: Loop\n## Key Findings" in final.instructions
+    assert final.instructions.count(REPORT_HEADER) == 1
+    assert run.steering.unreported_stop == "grace"  # no sidecar answered: kept for the next
+    assert run.local_tool_calls == 10
+    run.set_final_answer("## Task\nthe report")
+    with pytest.raises(ToolRefused):  # the model ignored the final turn: still nothing runs
+        run.before_tool_call("list")
+    with pytest.raises(WatchdogAbort) as raised:
+        run.before_model_call()
+    assert raised.value.directive.rule == "tool-cycle"
+    assert raised.value.report == "## Task\nthe report"
+
+
+def test_a_grace_cap_is_the_same_when_re_read_and_the_tightest_one_holds() -> None:
+    """The cap is absolute: a client that re-reads the directive after a reconnect or restart
+    (its own count lost, the sidecar's known) gets the same number left; a directive that
+    arrives after its grace was used up stops at once; of two graces the first to end holds."""
+    board = DirectiveBoard()
+    board.post(Directive.from_json(grace_json(1, ends_at=12, rule="repeated-tool-call")))
+    board.post(Directive.from_json(grace_json(2, ends_at=10)))
+    board.post(Directive.from_json(grace_json(3, ends_at=14, rule="total-timeout")))
+    assert board.grace is not None and board.grace.seq == 2
+    fresh = Steering("r", {})
+    fresh.sidecar_said(9, {})
+    assert fresh.grace_left(board, 0) == 1
+    assert fresh.compose(board, 0).instructions.startswith("[grace: 1 tool call left")
+    late = Steering("r", {})
+    late.sidecar_said(11, {})
+    with pytest.raises(ToolRefused):
+        late.admit_tool(board, 11)
+    turn = late.compose(board, 11)
+    assert turn.final and turn.stop is not None and turn.stop.rule == "tool-cycle"
+    plain = Directive.from_json(directive_json(1, "wind_down", "repeated-tool-result", "same"))
+    assert plain.grace_ends_at is None
 
 
 def test_sse_parser_joins_data_lines_and_skips_comments() -> None:

@@ -439,6 +439,109 @@ def test_openllmetry_tool_and_workflow(otel: SpanMaker) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# LangChain: a tool error the tool handles itself (handle_tool_error) ends its span OK; only the
+# ToolMessage it returns says status "error". The shapes are the tracers' own (recorded from
+# langchain-core 1.7 under openinference-instrumentation-langchain 0.1.80 and
+# opentelemetry-instrumentation-langchain 0.62).
+
+
+def _oi_tool_message(content: Any, status: str) -> str:
+    return json.dumps({"type": "tool", "data": {
+        "content": content, "additional_kwargs": {}, "response_metadata": {}, "type": "tool",
+        "name": "fetch", "id": None, "tool_call_id": "call_1", "artifact": None,
+        "status": status}})
+
+
+def _traceloop_tool_message(content: Any, status: str) -> str:
+    return json.dumps({"output": {
+        "lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"],
+        "kwargs": {"content": content, "type": "tool", "name": "fetch",
+                   "tool_call_id": "call_1", "status": status}},
+        "kwargs": {"tags": ["seq:step:1"], "color": "green", "name": "fetch"}})
+
+
+def _oi_tool(output: str) -> dict[str, Any]:
+    return {"openinference.span.kind": "TOOL", "tool.name": "fetch",
+            "input.value": '{"url": "http://backend/data"}', "output.value": output}
+
+
+def _traceloop_tool(output: str) -> dict[str, Any]:
+    return {"traceloop.span.kind": "tool", "traceloop.entity.name": "fetch",
+            "traceloop.entity.input": '{"input_str": "{}", "inputs": {"url": "http://backend/data"}}',
+            "traceloop.entity.output": output}
+
+
+LANGCHAIN_TRACERS = {"openinference": (_oi_tool, _oi_tool_message),
+                     "openllmetry": (_traceloop_tool, _traceloop_tool_message)}
+
+
+@pytest.mark.parametrize("tracer", list(LANGCHAIN_TRACERS))
+@pytest.mark.parametrize("content", [
+    "connection refused: http://backend/data",
+    [{"type": "text", "text": "connection refused: http://backend/data"}],
+], ids=["text", "content-blocks"])
+def test_langchain_tool_message_with_status_error_is_a_tool_error(
+        otel: SpanMaker, tracer: str, content: Any) -> None:
+    span_attrs, message = LANGCHAIN_TRACERS[tracer]
+    record = record_of(otel.span("fetch", span_attrs(message(content, "error"))))
+    assert record.kind is SpanKind.TOOL and record.tool_name == "fetch"
+    assert record.error is True
+    assert (record.error_type, record.error_message) == (
+        "tool_error", "connection refused: http://backend/data")
+    assert record.result_brief is not None  # the result is still what the model saw
+
+
+@pytest.mark.parametrize("tracer", list(LANGCHAIN_TRACERS))
+@pytest.mark.parametrize("output", [
+    "success-message",  # a ToolMessage with status success whose text is an error message
+    '{"status": "error", "message": "no such key"}',  # a tool's own JSON: no ToolMessage
+    "Error: no such key",
+    '"error"',
+    "{not json, \"type\": \"tool\", \"status\": \"error\"",
+])
+def test_a_tool_result_that_mentions_an_error_is_no_error(
+        otel: SpanMaker, tracer: str, output: str) -> None:
+    span_attrs, message = LANGCHAIN_TRACERS[tracer]
+    if output == "success-message":
+        output = message("Error: no such key. Please fix your mistakes.", "success")
+    record = record_of(otel.span("fetch", span_attrs(output)))
+    assert record.kind is SpanKind.TOOL
+    assert record.error is False and record.error_type is None
+
+
+@pytest.mark.parametrize("tracer", list(LANGCHAIN_TRACERS))
+def test_langchain_tool_message_on_a_chain_span_is_not_counted(
+        otel: SpanMaker, tracer: str) -> None:
+    """LangGraph's ``tools`` node repeats the tool's messages in its own output: plumbing."""
+    _, message = LANGCHAIN_TRACERS[tracer]
+    attrs = ({"openinference.span.kind": "CHAIN", "output.value": message("boom", "error")}
+             if tracer == "openinference" else
+             {"traceloop.span.kind": "task", "traceloop.entity.name": "tools",
+              "traceloop.entity.output": message("boom", "error")})
+    with otel.agent("invoke_agent lc") as root:
+        otel.span("tools", attrs, parent=root)
+    record = next(r for r in records_of(otel.take()) if r.name == "tools")
+    assert record.kind is SpanKind.OTHER and record.error is False
+
+
+@pytest.mark.parametrize("tracer", list(LANGCHAIN_TRACERS))
+def test_langchain_handled_tool_errors_repeat_as_one_error(otel: SpanMaker, tracer: str
+                                                           ) -> None:
+    span_attrs, message = LANGCHAIN_TRACERS[tracer]
+    with otel.agent("invoke_agent lc") as root:
+        for index in range(5):
+            otel.span("fetch", span_attrs(message("connection refused: http://backend/data",
+                                                  "error")),
+                      parent=root, start=T0 + index)
+    tracker, result = run_spans(otel.take())
+    run = only_run(tracker)
+    assert (run.tool_calls, run.errors, run.repeated_error) == (5, 5, 5)
+    assert run.consecutive_errors == 5
+    assert run.last_error == "tool_error: connection refused: http://backend/data"
+    assert sum(result.errors.values()) == 5
+
+
+# ---------------------------------------------------------------------------------------------
 # pydantic-ai, really running (FunctionModel stands in for the LLM; everything else is real)
 
 

@@ -22,6 +22,7 @@ from aiohttp import web
 from watchdog.api import create_app
 from watchdog.clock import Clock
 from watchdog.config import Config
+from watchdog.core import Decided
 from watchdog.directives.hub import Hub
 from watchdog.directives.outbox import Outbox
 from watchdog.directives.store import DirectiveStore
@@ -70,14 +71,16 @@ class Sidecar:
         run.tool_calls += 1
         text = message or f"{20 - run.tool_calls} of 20 tool calls left"
         made = Decision(key, rule, action, Severity.WARNING, text, None, dedup_key or text)
-        directive = self.outbox.submit(made, run, time.time())
+        now = time.time()
+        directive = self.outbox.submit(Decided(made, run, run.budget_view(now=now),
+                                               recent_steps(key), now))
         assert directive is not None
         return directive.seq
 
 
-def activity_for(key: str) -> list[ActivityEntry]:
-    return [ActivityEntry(key, i, time.time(), "tool", "read_file", f'{{"path": "/a/{i}"}}',
-                          f"content {i}") for i in range(1, 4)]
+def recent_steps(key: str) -> tuple[ActivityEntry, ...]:
+    return tuple(ActivityEntry(key, i, time.time(), "tool", "read_file",
+                               f'{{"path": "/a/{i}"}}', f"content {i}") for i in range(1, 4))
 
 
 @asynccontextmanager
@@ -88,7 +91,7 @@ async def sidecar(state_dir: str = ":memory:", *, webhooks: Sequence[WebhookTarg
     metrics = RecordingMetrics()
     store = DirectiveStore(state_dir)
     hub = Hub(store, metrics=metrics, **hub_options)
-    outbox = Outbox(store, hub, webhooks, activity=activity_for, metrics=metrics,
+    outbox = Outbox(store, hub, webhooks, metrics=metrics,
                     clock=clock, retry=retry)
     await outbox.restore()
     await outbox.start()
@@ -362,11 +365,13 @@ async def test_numbering_and_dedup_survive_a_restart(tmp_path: Path) -> None:
 async def test_submissions_beyond_the_bound_are_dropped_and_counted() -> None:
     async with sidecar() as car:
         car.outbox.max_pending = 2
-        assert car.outbox.submit(Decision("r", "x", Action.NOTIFY, Severity.INFO, "m", None,
-                                          "1"), car.run("r"), time.time()) is not None
+        assert car.outbox.submit(Decided(Decision("r", "x", Action.NOTIFY, Severity.INFO, "m",
+                                                  None, "1"), car.run("r"), {}, (),
+                                         time.time())) is not None
         car.submit("r", dedup_key="2")
-        dropped = car.outbox.submit(Decision("r", "x", Action.NOTIFY, Severity.INFO, "m", None,
-                                             "3"), car.run("r"), time.time())
+        dropped = car.outbox.submit(Decided(Decision("r", "x", Action.NOTIFY, Severity.INFO,
+                                                     "m", None, "3"), car.run("r"), {}, (),
+                                            time.time()))
         assert dropped is None and car.outbox.dropped == 1
         assert car.metrics.count("outbox", "dropped") == 1
 

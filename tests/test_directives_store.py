@@ -51,17 +51,32 @@ def test_to_json_is_the_design_shape() -> None:
     body = d.to_json()
     assert list(body) == ["id", "run_id", "seq", "action", "rule", "severity", "message",
                           "terminal_state", "budget", "report_prompt", "created_at", "agent",
-                          "escalation"]
+                          "escalation", "grace"]
     assert body["seq"] == 2 and body["run_id"] == "run-1" and body["action"] == "wind_down"
     assert body["budget"] == {"max_tool_calls": 20, "remaining_tool_calls": 3}
     assert isinstance(body["budget"]["max_tool_calls"], int)  # 20, not 20.0
     assert body["created_at"] == "2026-11-22T04:00:00Z" == iso_seconds(NOW)
     assert len(body["id"]) == 32 and body["agent"] == "explorer"
     assert "tool_calls_at" not in body and "global_seq" not in body
+    assert body["grace"] is None  # a wind_down without grace
     assert json.loads(json.dumps(body)) == body
     record = d.to_record()
     assert record["tool_calls_at"] == 17 and record["global_seq"] == 7
     assert Directive.from_record(json.loads(json.dumps(record))) == d
+
+
+def test_a_grace_is_announced_as_an_absolute_cap_and_survives_the_store() -> None:
+    """The wind_down's grace says at which tool-call count it ends, so a client re-reading the
+    directive (reconnect, restart) gets the same cap; records stored before it still load."""
+    made = Decision("run-1", "tool-cycle", Action.WIND_DOWN, Severity.WARNING, "Loop",
+                    TerminalState.LOOP_DETECTED, "tool-cycle",
+                    grace={"tool_calls": 2, "ends_at_tool_calls": 19})
+    d = Directive.from_decision(made, make_run(), NOW, "prompt", 1, 1)
+    assert d.to_json()["grace"] == {"tool_calls": 2, "ends_at_tool_calls": 19}
+    record = json.loads(json.dumps(d.to_record()))
+    assert Directive.from_record(record).to_json() == d.to_json()
+    del record["grace"]  # stored by an earlier version
+    assert Directive.from_record(record).grace is None
 
 
 # -- report prompt --------------------------------------------------------------------------------
@@ -78,8 +93,10 @@ def test_wind_down_prompt_is_a_system_instruction_with_sections_log_and_counters
     assert "3 of 20 tool calls left" in text
     assert "tool calls 17 of 20 (3 left)" in text and "model calls 9" in text
     assert "errors 2" in text and "elapsed 4m12s" in text
-    assert "/src/79.py" in text and "/src/29.py" not in text  # the last 50 steps only
-    assert "30 earlier steps omitted" in text
+    last = 80 - PROMPT_MAX_LINES
+    assert "/src/79.py" in text and f"/src/{last}.py" in text  # the last PROMPT_MAX_LINES
+    assert f"/src/{last - 1}.py" not in text
+    assert f"{last} earlier steps omitted" in text
     assert "Stop calling tools now" not in text
 
 

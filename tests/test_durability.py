@@ -119,7 +119,7 @@ def test_state_that_cannot_be_written_refuses_exports_and_recovers(
             assert post_full(sidecar, one_run("before"))[0] == 200
             acknowledged.append("before")
             wait_until(lambda: sidecar.server.service is not None
-                       and not sidecar.server.service._dirty, what="the first flush")
+                       and not sidecar.server.service.state._dirty, what="the first flush")
             disk.fill()
             refused = None
             for index in range(3000):  # acknowledged until a flush finds the disk full

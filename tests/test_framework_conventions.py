@@ -220,6 +220,41 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm stop answer',
         'agent hermes-researcher answer',
     ],
+    # OpenInference: input.value is the tool's single argument's value, not JSON
+    ("langchain_openinference", "limit"): [
+        'llm tool_calls asks-tools',
+        'tool lookup k0',
+        'llm tool_calls asks-tools',
+        'tool lookup k1',
+        'llm tool_calls asks-tools',
+        'tool lookup k2',
+        'agent None limit=GraphRecursionError error=GraphRecursionError',
+    ],
+    ("langchain_openinference", "three_tools"): [
+        'llm tool_calls asks-tools',
+        'tool lookup a',
+        'llm tool_calls asks-tools',
+        'tool lookup b',
+        'llm tool_calls asks-tools',
+        'tool lookup c',
+        'llm stop answer',
+        'agent None answer',
+    ],
+    ("langchain_openinference", "tool_error"): [
+        'llm tool_calls asks-tools',
+        'tool lookup broken error=RuntimeError',
+        'other error=RuntimeError',
+        'agent None error=RuntimeError',
+    ],
+    # the tool handles its ToolException: a ToolMessage with status "error", the span ends OK
+    ("langchain_openinference", "tool_error_handled"): [
+        'llm tool_calls asks-tools',
+        'tool lookup missing',
+        'llm tool_calls asks-tools',
+        'tool lookup broken error=tool_error',
+        'llm stop answer',
+        'agent None answer',
+    ],
     ("langchain_openllmetry", "limit"): [
         'llm tool_call asks-tools',
         'tool lookup {"key":"k0"}',
@@ -270,6 +305,16 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'other error=RuntimeError',
         'agent lc_researcher error=RuntimeError',
         'agent lc_researcher error=RuntimeError',
+    ],
+    # the tool handles its ToolException: a ToolMessage with status "error", the span ends OK
+    ("langchain_openllmetry", "tool_error_handled"): [
+        'llm tool_call asks-tools',
+        'tool lookup {"key":"missing"}',
+        'llm tool_call asks-tools',
+        'tool lookup {"key":"broken"} error=tool_error',
+        'llm stop answer',
+        'agent lc_researcher answer',
+        'agent lc_researcher',
     ],
     ("openai_agents_oi", "agent_as_tool"): [
         'llm None asks-tools',
@@ -653,6 +698,14 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("langchain_openllmetry", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
                                                 "GraphRecursionError", False),
     ("langchain_openllmetry", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
+    ("langchain_openllmetry", "tool_error_handled"): Outcome(3, 2, 1, "completed", None, True),
+    # ... and under OpenInference (a root CHAIN span is the invocation)
+    ("langchain_openinference", "three_tools"): COMPLETED_3,
+    ("langchain_openinference", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
+                                                  "GraphRecursionError", False),
+    ("langchain_openinference", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
+    ("langchain_openinference", "tool_error_handled"): Outcome(3, 2, 1, "completed", None,
+                                                               True),
     # OpenAI Agents SDK (OpenInference, and the watchdog adapter's own processor): the model
     # calls carry no finish reason; their output says answer or tool request.
     **{(driver, "three_tools"): COMPLETED_3 for driver in ("openai_agents_oi",
@@ -703,6 +756,19 @@ def test_adk_exception_on_nested_spans_has_one_identity() -> None:
     assert len(failed) >= 4
     assert {r.exception_id for r in failed} == {failed[0].exception_id}
     assert failed[0].exception_id is not None
+
+
+@pytest.mark.parametrize("driver", ["langchain_openllmetry", "langchain_openinference"])
+def test_langchain_handled_tool_error_is_read_from_the_tool_message(driver: str) -> None:
+    # The span ends OK; its output (OpenLLMetry traceloop.entity.output, OpenInference
+    # output.value) holds the ToolMessage, status "error", the ToolException's text as content.
+    # The span of the tools node repeats it and is not counted; the result that only says
+    # "Error: ..." is a result.
+    records = recorded_records(driver, "tool_error_handled")
+    tools = [r for r in records if r.tool_name == "lookup"]
+    assert [(r.error, r.error_type, r.error_message) for r in tools] == [
+        (False, None, None), (True, "tool_error", "backend unavailable for broken")]
+    assert [r for r in records if r.error] == tools[1:]
 
 
 def test_strands_tool_arguments_and_answer_come_from_span_events() -> None:

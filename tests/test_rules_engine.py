@@ -222,6 +222,50 @@ def test_no_escalation_once_the_run_ended_or_was_aborted() -> None:
     assert aborted.tool(4) == [] and aborted.tool(5) == [] and aborted.tick(500) == []
 
 
+def test_a_wind_down_announces_where_its_tool_call_grace_ends() -> None:
+    agent = Agent(RuleEngine(rules(LOOP_PACK)))
+    agent.tool(1, args={"q": 1})
+    (wind_down,) = agent.tool(2, args={"q": 1})
+    assert wind_down.grace == {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 4}
+    seconds_only = Agent(RuleEngine(rules(LOOP_PACK.replace("tool_calls: 2, ", ""))))
+    seconds_only.tool(1, args={"q": 1})
+    (wind_down,) = seconds_only.tool(2, args={"q": 1})
+    assert wind_down.grace == {"seconds": 60}  # no cap for the client: the timer's business
+
+
+def test_a_grace_kept_by_the_client_is_not_escalated_but_its_seconds_are() -> None:
+    agent = Agent(RuleEngine(rules(LOOP_PACK)))
+    assert agent.engine.grace_kept("run-1") is None  # no grace yet
+    agent.tool(1, args={"q": 1})
+    agent.tool(2, args={"q": 1})
+    assert agent.engine.grace_kept("run-1") == (TerminalState.LOOP_DETECTED, "loop")
+    # the client refused the 5th call: its span still counts, but it never ran
+    assert agent.tool(3) == [] and agent.tool(4) == [] and agent.tool(5) == []
+    (abort,) = agent.tick(62.5)
+    assert abort.escalation and "60 s" in abort.message
+
+
+def test_a_repeated_wind_down_announces_the_same_grace_end_after_a_restart() -> None:
+    pack = rules("""
+rules:
+  - name: loop
+    when: run.repeated_tool_call >= 2
+    action: wind_down
+    repeat: on_change
+    terminal_state: loop_detected
+    grace: {tool_calls: 3}
+    message: "loop ${run.repeated_tool_call}"
+""")
+    agent = Agent(RuleEngine(pack))
+    agent.tool(1, args={"q": 1})
+    (first,) = agent.tool(2, args={"q": 1})
+    assert first.grace == {"tool_calls": 3, "ends_at_tool_calls": 5}
+    agent.engine = RuleEngine(pack)
+    agent.engine.restore([FiredRecord.of(first, T0 + 2, 2)])
+    (again,) = agent.tool(3, args={"q": 1})
+    assert again.message == "loop 3" and again.grace == first.grace
+
+
 def test_an_escalated_wind_down_without_terminal_state_aborts_as_aborted() -> None:
     agent = Agent(RuleEngine(rules("""
 rules:

@@ -236,7 +236,7 @@ def test_a_version_1_state_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -
     assert store.get_session("s") == session.to_dict()
     store.close()
     check = sqlite3.connect(tmp_path / DB_FILE)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     check.close()
     reopened = Store(str(tmp_path))  # opening a current file again changes nothing
     assert reopened.get_session("s") == session.to_dict()
@@ -322,3 +322,30 @@ def test_session_memory_survives_a_restart(tmp_path: Path) -> None:
         assert second.get_json("/v1/sessions/kept/context") == before
         status, third = post(second, "/v1/sessions/kept/checkpoints", {"remaining": 4.0})
         assert status == 200 and third["zero_progress_streak"] == 2
+
+
+V2_ACTIVITY = """
+INSERT INTO activity VALUES ('r1', 1, 10.0, 'tool', 'read', '{"path":"/a"}', 'x = 1', NULL);
+INSERT INTO activity VALUES ('r1', 2, 11.0, 'llm', 'chat', 'in=1 out=2', NULL, 'Boom: no');
+INSERT INTO activity VALUES ('r2', 1, 12.0, 'answer', 'final', NULL, 'done', NULL);
+PRAGMA user_version=2;
+"""
+
+
+def test_a_version_2_activity_log_is_migrated_into_chunks(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / DB_FILE)
+    db.executescript(V1_SCHEMA)
+    db.executescript(V2_ACTIVITY)
+    db.commit()
+    db.close()
+
+    store = Store(str(tmp_path))
+    assert [tuple(entry) for entry in store.activity("r1")] == [
+        ("r1", 1, 10.0, "tool", "read", '{"path":"/a"}', "x = 1", None),
+        ("r1", 2, 11.0, "llm", "chat", "in=1 out=2", None, "Boom: no")]
+    assert [entry.result for entry in store.activity("r2")] == ["done"]
+    store.close()
+    check = sqlite3.connect(tmp_path / DB_FILE)
+    tables = {row[0] for row in check.execute("SELECT name FROM sqlite_master")}
+    assert "activity" not in tables and "activity_chunks" in tables
+    check.close()

@@ -89,3 +89,42 @@ def test_a_client_stop_and_bad_requests(sidecar: RunningServer) -> None:
     detail = sidecar.get_json("/v1/runs/sync-run")
     assert detail["terminal_state"] == "tool_limit_reached"
     assert detail["terminal_reason"] == "max_tool_calls"
+
+
+def test_a_client_stop_at_a_grace_spares_the_escalation(sidecar: RunningServer) -> None:
+    """tool-cycle winds down with a 2-call grace announced as the absolute count where it ends;
+    a client that stops there says ``stop=grace`` and the run ends as the rule decided, with no
+    escalation — even when the tool call it refused at the stop sent a span."""
+    run = {"watchdog.run.id": "grace-run", "watchdog.agent.name": "cycler"}
+    maker = SpanMaker()
+    root = maker.open("invoke_agent cycler", {**run, "gen_ai.operation.name": "invoke_agent"})
+
+    def calls(names: list[str]) -> list[Any]:
+        for name in names:
+            maker.span(f"execute_tool {name}", {**run, **tool_attrs(name, '{"p": 1}')},
+                       parent=root)
+        return maker.take()
+
+    def grace_sync(spans: list[Any], query: str = "") -> dict[str, Any]:
+        status, raw = http_request(
+            "POST", f"{sidecar.api}/v1/runs/grace-run/sync?after=0" + query,
+            encode(spans).SerializeToString() if spans else b"",
+            {"Content-Type": "application/x-protobuf"})
+        assert status == 200, raw
+        answer: dict[str, Any] = json.loads(raw)
+        return answer
+
+    answer = grace_sync(calls(["list", "read"] * 4))
+    (wind_down,) = [d for d in answer["directives"] if d["rule"] == "tool-cycle"]
+    assert wind_down["grace"] == {"tool_calls": 2, "ends_at_tool_calls": 10}
+    grace_sync(calls(["list", "read"]))
+    answer = grace_sync(calls(["list"]), "&stop=grace")  # the 11th was refused, not run
+    assert answer["tool_calls"] == 11
+    assert [d["rule"] for d in answer["directives"]] == ["tool-cycle"]  # no escalation
+    root.end()
+    export(sidecar, maker.take())
+    sidecar.flush()
+    detail = sidecar.get_json("/v1/runs/grace-run")
+    assert (detail["terminal_state"], detail["terminal_reason"]) == ("loop_detected",
+                                                                     "tool-cycle")
+    assert [d["escalation"] for d in detail["directives"]] == [False]

@@ -38,10 +38,11 @@ from watchdog.directives.model import Directive
 from watchdog.directives.outbox import Outbox
 from watchdog.errors import BadRequest, NotFound, PayloadTooLarge, Unauthorized, WatchdogError
 from watchdog.ingest.decode import DecodeError, parse_protobuf
+from watchdog.queries import MAX_LIST_LIMIT
 from watchdog.rules.engine import RuleEngine
 from watchdog.runs.report import build_report, render_markdown
 from watchdog.runs.view import run_summary
-from watchdog.service import MAX_LIST_LIMIT, WatchdogService
+from watchdog.service import WatchdogService
 from watchdog.sessions import Checkpoint, CheckpointError, check_session_id
 from watchdog.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
 
@@ -155,12 +156,12 @@ class RunRoutes:
                              + ", ".join(RUN_STATES))
         agent = query.get("agent") or None
         limit = _int_param(query.get("limit"), "limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
-        runs = self.service.list_runs(state=state, agent=agent, limit=limit)
+        runs = self.service.queries.list_runs(state=state, agent=agent, limit=limit)
         return json_response({"runs": runs})
 
     async def get_run(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
-        detail = self.service.run_detail(key)
+        detail = self.service.queries.run_detail(key)
         if self.directives is not None:
             detail["directives"] = await self.directives.run_directives(key)
         return json_response(detail)
@@ -168,9 +169,9 @@ class RunRoutes:
     async def report(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
         service = self.service
-        run = service.find_run(key)
-        report = build_report(run, service.activity(key), service.clock.now(),
-                              children=service.child_runs(key))
+        run = service.queries.find_run(key)
+        report = build_report(run, service.queries.activity(key), service.clock.now(),
+                              children=service.queries.child_runs(key))
         if _wants_json(request.headers.get("Accept", "")):
             return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,
@@ -199,9 +200,10 @@ class RunRoutes:
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         service = self.service
-        run, applied = service.sync(run_id, export, stop)
-        directives = [] if self.directives is None else await self.directives.directives_after(
-            run_id, after, SYNC_DIRECTIVE_WAIT)
+        with service.priority.sync():  # bulk ingest waits until this is answered
+            run, applied = service.sync(run_id, export, stop)
+            directives = [] if self.directives is None else \
+                await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)
         budget = run.budget_view(service.default_budget(run), service.clock.now()) if run else {}
         return json_response(sync_answer(
             run, run_id, applied, budget, [d.to_json() for d in directives],

@@ -99,8 +99,6 @@ class Server:
                                       clock=self.clock)
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
-        outbox.activity = service.activity
-        outbox.default_budget = service.default_budget
         metrics.bind(service)
         restored = await asyncio.to_thread(service.restore)
         # What already fired for the runs still open: nothing fires twice, grace continues,
@@ -186,7 +184,7 @@ class Server:
     async def _prune(self) -> None:
         assert self.service is not None and self.outbox is not None
         await self.outbox.prune([run.key for run in self.service.tracker.active()])
-        await self.service.in_store_lane(self.service.store.prune)
+        await self.service.state.in_lane(self.service.store.prune)
 
     def _load_rules(self) -> RuleSet:
         return load_rules(self.config.rules, include_default=self.config.default_rules)

@@ -348,6 +348,14 @@ class SessionBook:
         self._cache: OrderedDict[str, SessionState] = OrderedDict()
         self._dirty: dict[str, SessionState] = {}
         self.evicted = 0  # sessions dropped from memory (they remain in the store)
+        # ids the store may hold that memory does not (stored before the start, or evicted);
+        # None: unknown, so every miss asks the store
+        self._stored: set[str] | None = None
+
+    def know(self, stored_ids: Iterable[str]) -> None:
+        """The ids of the sessions in the store (at start): a session not among them and not in
+        memory is new, and is not looked up in the store (no read on the ingest path)."""
+        self._stored = set(stored_ids)
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -361,6 +369,8 @@ class SessionBook:
             return state
         state = self._dirty.get(session_id)
         if state is None:
+            if self._stored is not None and session_id not in self._stored:
+                return None
             data = self._load(session_id)
             if data is None:
                 return None
@@ -378,8 +388,10 @@ class SessionBook:
     def _remember(self, state: SessionState) -> None:
         self._cache[state.id] = state
         while len(self._cache) > self.max_sessions:
-            self._cache.popitem(last=False)
+            evicted, _state = self._cache.popitem(last=False)
             self.evicted += 1
+            if self._stored is not None:
+                self._stored.add(evicted)
 
     def note_run(self, session_id: str, run_key: str, now: float) -> SessionState | None:
         """A run of ``session_id`` was seen; returns the session if that was news."""

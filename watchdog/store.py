@@ -3,14 +3,15 @@ run and no session memory (directives have a file of their own: :mod:`watchdog.d
 
 The store is synchronous. Writes go through one connection, called from a single worker thread
 (the service's store lane) in batches, one transaction each. Reads use a second connection:
-in WAL mode readers never wait for a writer, so the API and the directive builder can read on
-the event loop while a large flush is being committed. The activity log is a ring per run: rows
-whose ``seq`` falls more than ``activity_log_size`` behind the newest are deleted in the same
-transaction. Sessions are one JSON row each (:meth:`SessionState.to_dict`); a checkpoint is written
-synchronously (:meth:`Store.save_sessions`) before the API acknowledges it.
+in WAL mode readers never wait for a writer, so the API can read on the event loop while a large
+flush is being committed. The activity log is a ring per run, stored as *chunks*: one row per run
+per flush holding that flush's entries (a JSON array of arrays), not one row per span; chunks
+whose newest ``seq`` falls more than ``activity_log_size`` behind the run's newest are deleted
+in the same transaction. Sessions are one JSON row each (:meth:`SessionState.to_dict`); a
+checkpoint is written synchronously (:meth:`Store.save_sessions`) before the API acknowledges it.
 
-Schema versions: 1 had runs and activity; 2 adds sessions. An older file is migrated in place
-when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
+Schema versions: 1 had runs and activity; 2 adds sessions; 3 stores activity in chunks. An older
+file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from watchdog.runs.activity import ActivityEntry
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_FILE = "watchdog.sqlite3"
 MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
 MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
@@ -39,16 +40,11 @@ CREATE TABLE IF NOT EXISTS runs (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_state ON runs (ended, updated);
-CREATE TABLE IF NOT EXISTS activity (
+CREATE TABLE IF NOT EXISTS activity_chunks (
     run TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    at REAL NOT NULL,
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    detail TEXT,
-    result TEXT,
-    error TEXT,
-    PRIMARY KEY (run, seq)
+    last_seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run, last_seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
@@ -67,6 +63,20 @@ CREATE TABLE IF NOT EXISTS sessions (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
+""",
+    3: """
+BEGIN;
+CREATE TABLE IF NOT EXISTS activity_chunks (
+    run TEXT NOT NULL,
+    last_seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run, last_seq)
+) WITHOUT ROWID;
+INSERT OR REPLACE INTO activity_chunks (run, last_seq, data)
+    SELECT run, MAX(seq), json_group_array(json_array(seq, at, kind, name, detail, result, error))
+    FROM (SELECT * FROM activity ORDER BY run, seq) GROUP BY run;
+DROP TABLE activity;
+COMMIT;
 """,
 }
 
@@ -143,15 +153,20 @@ class Store:
                                  int(bool(r["ended"])), float(r["last_seen"]), _dumps(r)))
             except (TypeError, ValueError, OverflowError):
                 refused.append(str(r.get("key")))
-        newest: dict[str, int] = {}
-        activity_rows = []
-        for entry in activity:  # columns, not JSON: this is the store's hottest write
-            activity_rows.append((entry.run_key, entry.seq, entry.at, entry.kind, entry.name,
-                                  entry.detail, entry.result, entry.error))
-            if entry.seq > newest.get(entry.run_key, 0):
-                newest[entry.run_key] = entry.seq
+        chunks: dict[str, list[tuple[Any, ...]]] = {}
+        for entry in activity:  # one row per run: a row per span was the store's hottest write
+            chunk = chunks.get(entry.run_key)
+            if chunk is None:
+                chunks[entry.run_key] = chunk = []
+            chunk.append(entry[1:])
+        chunk_rows = []
+        trims = []
         size = self.activity_log_size
-        trims = [(run, seq - size) for run, seq in newest.items() if seq > size]
+        for run, chunk in chunks.items():
+            newest = max(item[0] for item in chunk)
+            chunk_rows.append((run, newest, _dumps_list(chunk)))
+            if newest > size:
+                trims.append((run, newest - size))
         with self._lock:
             db = self._db
             db.execute("BEGIN")
@@ -160,9 +175,9 @@ class Store:
                     "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
                     "updated=excluded.updated, data=excluded.data", run_rows)
-                db.executemany("INSERT OR REPLACE INTO activity VALUES (?,?,?,?,?,?,?,?)",
-                               activity_rows)
-                db.executemany("DELETE FROM activity WHERE run=? AND seq<=?", trims)
+                db.executemany("INSERT OR REPLACE INTO activity_chunks VALUES (?,?,?)",
+                               chunk_rows)
+                db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?", trims)
                 db.executemany(_UPSERT_SESSION, session_rows)
                 db.execute("COMMIT")
             except BaseException as exc:
@@ -202,7 +217,7 @@ class Store:
             self._db.execute("BEGIN")
             try:
                 self._db.executemany("DELETE FROM runs WHERE key=?", rows)
-                self._db.executemany("DELETE FROM activity WHERE run=?", rows)
+                self._db.executemany("DELETE FROM activity_chunks WHERE run=?", rows)
                 self._db.execute("COMMIT")
             except BaseException:
                 _rollback(self._db)  # never leave the writer inside a transaction
@@ -255,14 +270,24 @@ class Store:
                                        (session_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
+    def session_ids(self) -> list[str]:
+        with self._read_lock:
+            return [row[0] for row in self._reader.execute("SELECT id FROM sessions")]
+
     def activity(self, key: str, limit: int | None = None) -> list[ActivityEntry]:
         """The run's activity log, oldest first (the last ``limit`` entries)."""
         limit = limit or self.activity_log_size
+        entries: dict[int, ActivityEntry] = {}
         with self._read_lock:
-            rows = self._reader.execute(
-                "SELECT run, seq, at, kind, name, detail, result, error FROM activity "
-                "WHERE run=? ORDER BY seq DESC LIMIT ?", (key, limit)).fetchall()
-        return [ActivityEntry(*row) for row in reversed(rows)]
+            cursor = self._reader.execute(
+                "SELECT data FROM activity_chunks WHERE run=? ORDER BY last_seq DESC", (key,))
+            for (data,) in cursor:  # newest chunk first, until enough entries are read
+                for item in json.loads(data):
+                    entries.setdefault(item[0], ActivityEntry(key, *item))
+                if len(entries) >= limit:
+                    break
+        newest = sorted(entries)[-limit:]
+        return [entries[seq] for seq in newest]
 
 
 _UPSERT_SESSION = ("INSERT INTO sessions (id, updated, data) VALUES (?,?,?) ON CONFLICT(id) "
@@ -271,6 +296,11 @@ _UPSERT_SESSION = ("INSERT INTO sessions (id, updated, data) VALUES (?,?,?) ON C
 
 def _session_rows(sessions: Iterable[dict[str, Any]]) -> list[tuple[str, float, str]]:
     return [(s["id"], float(s.get("updated_at") or 0.0), _dumps(s)) for s in sessions]
+
+
+def _dumps_list(items: list[tuple[Any, ...]]) -> str:
+    # an entry's only number is its span's end time (finite); nothing here may fail the write
+    return json.dumps(items, separators=(",", ":"), ensure_ascii=False)
 
 
 def _rollback(db: sqlite3.Connection) -> None:

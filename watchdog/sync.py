@@ -30,7 +30,10 @@ from watchdog.runs.run import RunState
 MAX_SYNCED_RUNS = 10_000  # runs whose span ids are remembered (least recently synced dropped)
 MAX_SPANS_PER_RUN = 2_048  # span ids remembered per run: the oldest go first; OTLP brings a
 #                            span's second copy seconds after the first, not thousands of spans
-CLIENT_STOPS = frozenset({"max_tool_calls"})  # ?stop=: the client stopped the run at its budget
+# ?stop=: the client stopped the run by itself — at its tool budget (``max_tool_calls``), or at
+# the end of the tool-call grace a wind_down announced (``grace``)
+STOP_BUDGET, STOP_GRACE = "max_tool_calls", "grace"
+CLIENT_STOPS = frozenset({STOP_BUDGET, STOP_GRACE})
 SYNC_DIRECTIVE_WAIT = 2.0  # seconds a sync waits for the directives its spans caused to be stored
 
 

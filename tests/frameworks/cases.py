@@ -41,6 +41,14 @@ def tool_error(final_tool: str | None = None, **arguments: Any) -> Script:
                          final(final_tool, ERROR_ANSWER, **arguments))
 
 
+def tool_error_handled(final_tool: str | None = None, **arguments: Any) -> Script:
+    """A result that merely says "Error" (``missing``), then a failure the framework hands to
+    the model as the result (``broken``), then the answer."""
+    return fakellm.steps(fakellm.call("lookup", key="missing"),
+                         fakellm.call("lookup", key="broken"),
+                         final(final_tool, ERROR_ANSWER, **arguments))
+
+
 def delegate(tool: str, final_tool: str | None = None, **arguments: Any
              ) -> dict[str, Script]:
     """The parent calls ``tool`` (the sub-agent) once, then answers; the sub-agent looks ``a``

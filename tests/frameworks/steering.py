@@ -21,6 +21,7 @@ REPORT = ("## Task\nFind the file.\n\n## Completed Work\nSearched.\n\n## Key Fin
           "/srv/a.txt\n\n## Not Started / Remaining\nNothing.")
 STOP_MARKER = "This run is being stopped"
 LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
+GRACE_LEFT = re.compile(r"\[grace: (\d+) tool calls? left")
 
 
 def instructions(body: dict[str, Any]) -> str:
@@ -82,6 +83,24 @@ def check_countdown(requests: Sequence[dict[str, Any]], tools_before: Callable[[
         if left <= 3:
             assert (left, limit) in said, (index, left, instructions(body)[:300])
         assert all(n == left for n, _m in said), (index, left, said)
+
+
+GRACE_STOP = "This run is being stopped: [grace: the 2 tool calls allowed after the wind-down"
+CYCLE_LOOP = "Loop: the same sequence of tool calls 4 times in a row"
+
+
+def check_grace(requests: Sequence[dict[str, Any]], ran: int) -> None:
+    """tool-cycle fires on the 8th call (list/read four times), so the very next request winds
+    down, with the rule's grace of 2 tool calls as a hard cap: the model sees the true number
+    left ("2", "1", then "0"), 10 tools ran, and the 11th request is the one final request (no
+    tools) asking for the report, before the sidecar would have had to escalate."""
+    assert ran == 10 and len(requests) == 11, (ran, len(requests))
+    assert [CYCLE_LOOP in instructions(body) for body in requests[:9]] == [False] * 8 + [True]
+    grace = [GRACE_LEFT.findall(instructions(body)) for body in requests]
+    assert grace == [[]] * 8 + [["2"], ["1"], ["0"]], grace  # "0 … report now" at the end
+    check_final(requests)
+    assert GRACE_STOP in instructions(requests[-1])
+    assert "Grace exceeded" not in "".join(instructions(body) for body in requests)
 
 
 def check_final(requests: Sequence[dict[str, Any]], marker: str = STOP_MARKER) -> None:

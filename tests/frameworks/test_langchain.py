@@ -1,13 +1,16 @@
 """LangChain 1.x ``create_agent`` and LangGraph's ``create_react_agent`` (ChatOpenAI on the fake
 server) traced by OpenLLMetry (opentelemetry-instrumentation-langchain), in venv
-``.venvs/langchain``.
+``.venvs/langchain``; and ``create_agent`` traced by OpenInference
+(openinference-instrumentation-langchain), in venv ``.venvs/steering_langchain``.
 
 What OpenLLMetry emits (details: the recordings and ``/work/findings/langchain.md``): one trace
 per ``invoke``, the graph's workflow span ``<agent name>`` > task spans per graph node
 (``model``/``agent``, ``tools``) > ``ChatOpenAI.chat`` LLM spans and ``<tool>.tool`` spans.
 LangGraph's ``recursion_limit`` raises ``GraphRecursionError``; a tool's exception is
-re-raised by the ToolNode and ends the invocation. A tool that invokes another agent nests that
-agent's workflow span inside its tool span.
+re-raised by the ToolNode and ends the invocation, unless the tool handles it
+(``handle_tool_error``): then the model gets a ToolMessage with status "error", the tool span
+ends OK and only its ``traceloop.entity.output`` says the call failed. A tool that invokes
+another agent nests that agent's workflow span inside its tool span.
 
 The expectations are DESIGN §3's: one run per invocation (``create_agent`` opens no run of its
 own), a child run for the agent a tool invokes (with its parent), iterations = model calls, tool
@@ -16,6 +19,8 @@ Each case runs live and from its committed recording.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -26,11 +31,20 @@ from tests.harness import RunningServer
 
 DRIVER = "langchain_openllmetry"
 ENV = "langchain"
+# OpenInference's LangChain instrumentation, in the venv of the LangChain steering tests. It
+# names no agent (the run takes the service name) and, today, neither splits a sub-agent's run
+# off nor keeps create_react_agent's calls in one run: its cases are the four a single
+# create_agent plays.
+OI_DRIVER = "langchain_openinference"
+OI_ENV = "steering_langchain"
+OI_AGENT = "langchain-service"
+OI_SCENARIOS = ("three_tools", "limit", "tool_error", "tool_error_handled")
 AGENT = "lc_researcher"
 SCRIPTS = {
     "three_tools": cases.three_tools(),
     "limit": cases.limit(),
     "tool_error": cases.tool_error(),
+    "tool_error_handled": cases.tool_error_handled(),
     "react_three_tools": cases.three_tools(),
     "subagent": cases.delegate("research", question="What is a?"),
 }
@@ -47,6 +61,12 @@ EXPECTED: dict[str, list[Expect]] = {
     "tool_error": [Expect(agent=AGENT, iterations=1, tool_calls=1, errors=1,
                           terminal_state="error", terminal_reason="RuntimeError",
                           has_final_answer=False, parent_agent=None)],
+    # the tool hands its failure to the model (a ToolMessage with status "error" on a span that
+    # ends OK): one error among two tool calls, and the run goes on to its answer; the result
+    # that merely says "Error: ..." is no error
+    "tool_error_handled": [Expect(agent=AGENT, iterations=3, tool_calls=2, errors=1,
+                                  terminal_state="completed", has_final_answer=True,
+                                  terminal_reason=None, parent_agent=None)],
     "react_three_tools": [Expect(agent="lg_researcher", iterations=4, tool_calls=3, errors=0,
                                  terminal_state="completed", has_final_answer=True,
                                  terminal_reason=None, parent_agent=None)],
@@ -74,3 +94,21 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
 def test_replay(sidecar: RunningServer, scenario: str) -> None:
     replay(sidecar, RECORDINGS / DRIVER / f"{scenario}.jsonl")
     check_runs(sidecar, EXPECTED[scenario])
+
+
+
+def _oi_expected(scenario: str) -> list[Expect]:
+    return [replace(expect, agent=OI_AGENT) for expect in EXPECTED[scenario]]
+
+
+@pytest.mark.parametrize("scenario", OI_SCENARIOS)
+def test_openinference_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    model = cases.register(llm, f"{OI_DRIVER}-{scenario}", SCRIPTS[scenario])
+    run_driver(OI_ENV, OI_DRIVER, scenario, sidecar, llm, model)
+    check_runs(sidecar, _oi_expected(scenario))
+
+
+@pytest.mark.parametrize("scenario", OI_SCENARIOS)
+def test_openinference_replay(sidecar: RunningServer, scenario: str) -> None:
+    replay(sidecar, RECORDINGS / OI_DRIVER / f"{scenario}.jsonl")
+    check_runs(sidecar, _oi_expected(scenario))

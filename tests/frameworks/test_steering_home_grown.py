@@ -18,6 +18,8 @@ from tests.frameworks.steering import (
     REPORT,
     check_countdown,
     check_final,
+    check_grace,
+    cycling,
     ended,
     searching,
 )
@@ -26,9 +28,14 @@ from watchdog.client import ToolRefused, Watchdog
 
 SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
     "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+LIST = {"type": "function", "function": {"name": "list", "parameters": {
+    "type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]}}}
+READ = {"type": "function", "function": {"name": "read", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
 
 
-def agent_loop(client: OpenAI, model: str, wd: Watchdog, ran: list[str]) -> str:
+def agent_loop(client: OpenAI, model: str, wd: Watchdog, ran: list[str],
+               tools: list[dict[str, Any]] | None = None) -> str:
     """The README's home-grown loop: ask, run the tools asked for, until an answer."""
     tracer = wd.tracer()
     messages: list[Any] = [{"role": "user", "content": "Find the file."}]
@@ -39,7 +46,7 @@ def agent_loop(client: OpenAI, model: str, wd: Watchdog, ran: list[str]) -> str:
                 "gen_ai.operation.name": "chat", "gen_ai.request.model": model}):
             response = client.chat.completions.create(
                 model=model, messages=[{"role": "system", "content": system}, *messages],
-                tools=[] if turn.final else [SEARCH])
+                tools=[] if turn.final else (tools or [SEARCH]))
         message = response.choices[0].message
         if not message.tool_calls:
             wd_run().set_final_answer(message.content or "")
@@ -53,8 +60,8 @@ def agent_loop(client: OpenAI, model: str, wd: Watchdog, ran: list[str]) -> str:
                     "gen_ai.tool.call.arguments": call.function.arguments}):
                 try:
                     wd_run().before_tool_call(call.function.name)
-                    ran.append(arguments["q"])
-                    result = f"2 results for {arguments['q']}"
+                    ran.append(str(next(iter(arguments.values()))))
+                    result = f"2 results for {ran[-1]}"
                 except ToolRefused as refused:
                     result = refused.message
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
@@ -92,3 +99,24 @@ def test_home_grown_loop_countdown_cap_and_report(sidecar: RunningServer, llm: F
     assert detail["signals"]["tool_calls"] == 10
     provider.shutdown()
     assert trace.get_tracer_provider() is not provider
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
+def test_home_grown_loop_tool_cycle_grace_is_a_hard_cap(sidecar: RunningServer, llm: FakeLLM,
+                                                        latency: float) -> None:
+    model = llm.script(f"home-cycle-{latency}", cycling(), delay=latency)
+    wd = Watchdog(sidecar.api)
+    provider = wd.setup_tracing(service_name="home-grown", endpoint=sidecar.otlp_http
+                                + "/v1/traces", set_global=False)
+    ran: list[str] = []
+    client = OpenAI(base_url=llm.base_url, api_key="sk-fake")
+    with wd.run(agent="explorer", max_tool_calls=50) as run:
+        output = agent_loop(client, model, wd, ran, [LIST, READ])
+    wd.close()
+
+    check_grace(llm.requests(model), len(ran))
+    assert output == REPORT and run.report_text == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "loop_detected"
+    assert detail["has_final_answer"] is True
+    provider.shutdown()

@@ -12,7 +12,8 @@ dependencies — so agents can install it next to any framework::
         run.budget_note()                        # "[budget: 3 of 20 tool calls left — ...]"
         run.raise_if_aborted()
 
-Adapters for pydantic-ai and the OpenAI Agents SDK are in :mod:`watchdog.client.adapters`.
+Adapters for pydantic-ai, the OpenAI Agents SDK, LangChain, smolagents and hermes-agent are in
+:mod:`watchdog.client.adapters`.
 """
 
 from watchdog.client.directive import Directive

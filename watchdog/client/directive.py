@@ -33,6 +33,8 @@ class Directive:
     report_prompt: str | None
     created_at: str
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    # a wind_down's grace: {"tool_calls": 2, "ends_at_tool_calls": 10, "seconds": 60}
+    grace: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Any) -> Directive:
@@ -43,6 +45,7 @@ class Directive:
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise ValueError(f"directive seq={seq!r} is not a positive integer")
         budget = data.get("budget")
+        grace = data.get("grace")
         return cls(
             id=str(data.get("id", "")),
             run_id=str(data.get("run_id", "")),
@@ -56,6 +59,9 @@ class Directive:
             report_prompt=_optional_str(data.get("report_prompt")),
             created_at=str(data.get("created_at", "")),
             raw=data,
+            grace={key: value for key, value in grace.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+            if isinstance(grace, dict) else {},
         )
 
     @property
@@ -71,6 +77,15 @@ class Directive:
         """A budget countdown: the default pack's ``budget-*`` rules, or any rule whose message
         starts with ``[budget``."""
         return "budget" in self.rule or self.message.startswith(BUDGET_MESSAGE_PREFIX)
+
+    @property
+    def grace_ends_at(self) -> int | None:
+        """A wind_down's hard cap: the run's tool-call count at which its grace is used up
+        (absolute, so re-reading the directive gives the same cap), or None."""
+        if not self.is_wind_down:
+            return None
+        ends = self.grace.get("ends_at_tool_calls")
+        return None if ends is None else int(ends)
 
     def instruction(self) -> str:
         """What to put in the model's instructions for this directive: the report prompt of a
@@ -94,6 +109,7 @@ class DirectiveBoard:
         self.latest_budget: Directive | None = None
         self.latest_notify: Directive | None = None
         self.abort: Directive | None = None  # the first abort: a run is aborted only once
+        self.grace: Directive | None = None  # the wind_down whose tool-call grace ends first
         self.received = 0
         self._changed = threading.Condition(self._lock)
 
@@ -110,6 +126,10 @@ class DirectiveBoard:
                     self.abort = directive
             elif directive.is_wind_down:
                 self.latest_wind_down = directive
+                ends = directive.grace_ends_at
+                if ends is not None and (self.grace is None
+                                         or ends < (self.grace.grace_ends_at or 0)):
+                    self.grace = directive
             else:
                 self.latest_notify = directive
             if directive.is_budget:

@@ -258,8 +258,8 @@ class Run:
                 return turn
             self._sync()
             turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
-            if turn.stop is not None and not turn.stop.seq:  # stopped here, not by a directive
-                self._sync(stop=turn.stop.rule)
+            if self.steering.unreported_stop is not None:  # stopped here, not by a directive
+                self._sync()
             if turn.stop is not None and turn.stop.seq:
                 self.applied(turn.stop)
             elif self.board.latest is not None:
@@ -287,14 +287,19 @@ class Run:
         return (tally.model_spans, steering.tools_admitted, steering.tools_refused,
                 tally.ended_calls, self.board.last_seq)
 
-    def _sync(self, stop: str | None = None) -> None:
+    def _sync(self) -> None:
         tally = self.tally
         tally.keep_spans = True  # the run steers: from now on its ended calls wait for a sync
         spans = tally.take_unsynced()
+        # a stop the run made by itself goes with the spans (the sidecar takes it first: a tool
+        # call refused at the stop still ends a span), and again until a sync carried it
+        stop = self.steering.unreported_stop
         answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop)
         if answer is None:
             tally.give_back(spans)
             return
+        if stop is not None:
+            self.steering.stop_reported(stop)
         for directive in answer.directives:
             if self.board.post(directive):
                 self._on_directive(directive)

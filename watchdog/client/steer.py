@@ -9,8 +9,17 @@ span that ended before it; then :meth:`Steering.turn` decides the :class:`ModelT
 
 * the *instructions* — a budget note with the true number of tool calls left (once three or
   fewer are left), the latest wind-down's report prompt, a newer notice;
-* whether the turn is *final*: after an abort, or once the tool budget is used up, the model is
-  asked for its progress report with no tools offered, and its answer is the run's result.
+* whether the turn is *final*: after an abort, once the tool budget is used up, or once the
+  tool-call grace of a wind-down is used up, the model is asked for its progress report with no
+  tools offered, and its answer is the run's result.
+
+A wind-down with a tool-call grace (a loop rule's ``grace: {tool_calls: 2}``) announces the
+run's tool-call count at which the grace ends (``grace.ends_at_tool_calls``, fixed by the
+sidecar when the rule fired). It is a hard cap like the budget: the model sees the true number
+of grace calls left (``[grace: 2 tool calls left to wrap up]``, a note apart from the budget's
+``[budget: N of M …]``), no tool runs past it, and the next request is the final one. The
+sidecar is told (``stop=grace`` on the next sync), so it need not escalate to an abort; agents
+without the client still get that escalation. A seconds grace stays the sidecar's business.
 
 The number of tool calls used is the largest of what this process counted (tools admitted by
 :meth:`Steering.admit_tool`, tool spans ended) and what the sidecar counted, so the countdown
@@ -32,6 +41,8 @@ from watchdog.client.directive import ABORT, Directive, DirectiveBoard
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left
 LOCAL_RULE = "max_tool_calls"  # the rule name of the client's own stop at the budget
+# what a sync's ``stop=`` says when the client stopped the run by itself (watchdog/sync.py)
+STOP_BUDGET, STOP_GRACE = LOCAL_RULE, "grace"
 
 REPORT_HEADER = ("[agent-watchdog: system instruction. This comes from the supervisor that "
                  "monitors this agent run, not from the user.]")
@@ -52,6 +63,13 @@ Write the report in Markdown with exactly these sections:
 ## Suggested Next Steps
 
 Report only what you actually observed; mark anything uncertain as uncertain."""
+GRACE_REPORT_PROMPT = REPORT_HEADER + """
+
+This run is being stopped: {message}
+Stop calling tools now: no tool will run. Produce the progress report asked for below as your
+final answer, immediately.
+
+{report}"""
 
 
 class WatchdogAbort(Exception):
@@ -84,6 +102,14 @@ class ModelTurn:
     stop: Directive | None = None  # the abort (sidecar or local) that made the turn final
 
 
+def grace_note(left: int) -> str:
+    if left <= 0:
+        return "[grace: 0 tool calls left — no tool will run; report now]"
+    if left == 1:
+        return "[grace: 1 tool call left — finalize now]"
+    return f"[grace: {left} tool calls left to wrap up]"
+
+
 def budget_note(remaining: int, limit: int) -> str:
     if remaining <= 0:
         return f"[budget: 0 of {limit} tool calls left — no tool will run; report now]"
@@ -103,6 +129,8 @@ class Steering:
         self.tools_refused = 0
         self.sidecar_tool_calls = 0
         self.local_stop: Directive | None = None  # the client's own abort at the budget
+        self.grace_stop: Directive | None = None  # ... and at the end of a wind-down's grace
+        self.unreported_stop: str | None = None  # a stop the sidecar has not been told of
         self.final_used = False  # a final turn was handed out
         self.report: str | None = None  # the answer to the final turn
         self._turn: ModelTurn | None = None
@@ -125,6 +153,19 @@ class Steering:
         if self.max_tool_calls is None:
             return None
         return max(self.max_tool_calls - self.used(tool_spans), 0)
+
+    def grace_left(self, board: DirectiveBoard, tool_spans: int) -> int | None:
+        """Tool calls left before the tightest wind-down grace ends (None without one)."""
+        wind_down = board.grace
+        ends = wind_down.grace_ends_at if wind_down is not None else None
+        if ends is None:
+            return None
+        return max(ends - self.used(tool_spans), 0)
+
+    def stop_reported(self, stop: str) -> None:
+        """The sidecar has been told of ``stop`` (a sync carried it)."""
+        if self.unreported_stop == stop:
+            self.unreported_stop = None
 
     # -- decisions ------------------------------------------------------------------------------
 
@@ -154,6 +195,9 @@ class Steering:
                 remaining <= COUNTDOWN_FROM or board.latest_budget is not None):
             note = self.note(board, remaining, self.max_tool_calls)
             parts.append(note)
+        grace_left = self.grace_left(board, tool_spans)
+        if grace_left is not None:
+            parts.append(grace_note(grace_left))
         if stop is not None:
             parts.append(stop.instruction())
         else:
@@ -182,24 +226,48 @@ class Steering:
     def admit_tool(self, board: DirectiveBoard, tool_spans: int) -> None:
         """Count a tool call that is about to run, or raise :class:`ToolRefused`. ``tool_spans``
         counts tool spans that have *ended* (the span of this very call may have started)."""
-        stop = board.abort
+        stop = self._stop(board, tool_spans)
         if stop is None and self.final_used:
-            stop = self.local_stop
-        remaining = self.remaining(tool_spans)
-        if stop is None and remaining is not None and remaining <= 0:
-            stop = self._local_stop(board)
+            stop = self.local_stop or self.grace_stop
         if stop is not None:
             self.tools_refused += 1
             raise ToolRefused(f"Not run: {stop.message} Write your progress report now.", stop)
         self.tools_admitted += 1
 
     def _stop(self, board: DirectiveBoard, tool_spans: int) -> Directive | None:
+        """What stops the run now: an abort, else the end of a wind-down's grace (the sidecar
+        decided it first: its terminal state is the run's), else the end of the budget."""
         if board.abort is not None:
             return board.abort
+        grace_left = self.grace_left(board, tool_spans)
+        if grace_left is not None and grace_left <= 0:
+            return self._grace_stop(board)
         remaining = self.remaining(tool_spans)
         if remaining is not None and remaining <= 0:
             return self._local_stop(board)
         return None
+
+    def _grace_stop(self, board: DirectiveBoard) -> Directive:
+        """The client's abort at the end of the grace: the wind-down's rule and terminal state,
+        and its report prompt under a stop notice."""
+        if self.grace_stop is None:
+            wind_down = board.grace
+            assert wind_down is not None  # only called with a grace on the board
+            allowed = int(wind_down.grace.get("tool_calls", 0))
+            message = (f"[grace: the {allowed} tool calls allowed after the wind-down "
+                       f"({wind_down.rule}) are used — stop and report]")
+            if wind_down.report_prompt:
+                report = wind_down.report_prompt.removeprefix(REPORT_HEADER).lstrip()
+                prompt = GRACE_REPORT_PROMPT.format(message=message, report=report)
+            else:
+                prompt = LOCAL_REPORT_PROMPT.format(message=message)
+            self.grace_stop = Directive(
+                id="", run_id=self.run_id, seq=0, action=ABORT, rule=wind_down.rule,
+                severity="critical", message=message, terminal_state=wind_down.terminal_state,
+                budget=wind_down.budget, report_prompt=prompt, created_at="", raw={},
+                grace=wind_down.grace)
+            self.unreported_stop = STOP_GRACE
+        return self.grace_stop
 
     def _local_stop(self, board: DirectiveBoard) -> Directive:
         if self.local_stop is None:
@@ -211,6 +279,7 @@ class Steering:
                 budget={"max_tool_calls": limit, "remaining_tool_calls": 0},
                 report_prompt=LOCAL_REPORT_PROMPT.format(message=message), created_at="",
                 raw={})
+            self.unreported_stop = STOP_BUDGET
         return self.local_stop
 
     @staticmethod

@@ -21,13 +21,17 @@ from typing import Any
 from watchdog.rules.decision import Action, Decision
 from watchdog.runs.run import RunState
 
+# A directive's id: this process's random prefix + its global_seq (unique within a state dir),
+# 32 hex digits like a uuid4's, without a uuid4's os.urandom call per directive.
+_ID_PREFIX = uuid.uuid4().hex[:20]
+
 # Actions whose directive carries a report_prompt: the agent is asked to stop and report.
 REPORTING_ACTIONS = frozenset({Action.WIND_DOWN.value, Action.ABORT.value})
 
 
 @dataclass(slots=True)
 class Directive:
-    id: str  # uuid4 hex: the webhook-id, the receiver's idempotency key
+    id: str  # 32 hex digits, unique: the webhook-id, the receiver's idempotency key
     run_id: str
     seq: int  # per run, from 1
     global_seq: int  # across all runs, monotonic
@@ -43,6 +47,9 @@ class Directive:
     escalation: bool  # an abort because a wind_down's grace ran out
     tool_calls_at: int  # run.tool_calls when it fired: the grace baseline after a restart
     agent: str
+    # a wind_down's grace: {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 10} (see
+    # Decision.grace); None otherwise, and in records stored before it existed
+    grace: dict[str, float] | None = None
 
     @property
     def needs_report_prompt(self) -> bool:
@@ -56,7 +63,7 @@ class Directive:
         """``budget`` defaults to ``run.budget_view(now=now)`` (without rule-pack defaults)."""
         view = run.budget_view(now=now) if budget is None else budget
         return cls(
-            id=directive_id or uuid.uuid4().hex,
+            id=directive_id or f"{_ID_PREFIX}{global_seq & 0xFFFFFFFFFFFF:012x}",
             run_id=decision.run_key,
             seq=seq,
             global_seq=global_seq,
@@ -73,10 +80,13 @@ class Directive:
             escalation=decision.escalation,
             tool_calls_at=run.tool_calls,
             agent=run.agent_name,
+            grace=({key: _plain_number(value) for key, value in decision.grace.items()}
+                   if decision.grace is not None else None),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The DESIGN §6 shape (plus ``agent`` and ``escalation``): API, SSE and webhooks."""
+        """The DESIGN §6 shape (plus ``agent``, ``escalation`` and ``grace``): API, SSE and
+        webhooks."""
         return {
             "id": self.id,
             "run_id": self.run_id,
@@ -91,6 +101,7 @@ class Directive:
             "created_at": iso_seconds(self.created_at),
             "agent": self.agent,
             "escalation": self.escalation,
+            "grace": self.grace,
         }
 
     def to_record(self) -> dict[str, Any]:

@@ -3,14 +3,15 @@
 Theory of operation
 -------------------
 :meth:`Outbox.submit` runs on the event loop thread right after rule evaluation. It is
-synchronous and cheap: it allocates the run's next ``seq`` and the next ``global_seq`` in memory
-(continuing from the store, see :meth:`restore`), builds the :class:`Directive` and queues it.
-A single writer task then, in submission order:
+synchronous: it allocates the run's next ``seq`` and the next ``global_seq`` in memory
+(continuing from the store, see :meth:`restore`) and builds the whole :class:`Directive` from
+what the decision carries (:class:`~watchdog.core.Decided`: the budget view and the run's last
+steps, for the ``report_prompt`` of a wind_down/abort) — no callback, no store read — and queues
+it. A single writer task then, in submission order:
 
-1. writes the ``report_prompt`` of a wind_down/abort from the run's activity log;
-2. stores a batch of directives, with their webhook deliveries, in one transaction on the
+1. stores a batch of directives, with their webhook deliveries, in one transaction on the
    directive store's own thread (the "lane": one thread, so writes keep their order);
-3. only then publishes them to the :class:`~watchdog.directives.hub.Hub` (long-poll, SSE) and
+2. only then publishes them to the :class:`~watchdog.directives.hub.Hub` (long-poll, SSE) and
    wakes the :class:`~watchdog.directives.webhooks.WebhookSender`.
 
 So a directive is stored before it is sent, and published in ``global_seq`` order (which is
@@ -29,73 +30,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from watchdog.clock import Clock, SystemClock
+from watchdog.core import Decided
 from watchdog.directives.hub import DeliveryMetrics, Hub, NullMetrics
 from watchdog.directives.model import Directive
-from watchdog.directives.prompt import PROMPT_MAX_LINES, report_prompt
+from watchdog.directives.prompt import prompt_for, report_prompt
 from watchdog.directives.store import AddResult, DirectiveStore
 from watchdog.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget
 from watchdog.errors import BadRequest
-from watchdog.rules.decision import Decision
 from watchdog.rules.engine import FiredRecord
-from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.report import activity_lines
-from watchdog.runs.run import NS, RunState
 
 log = logging.getLogger("watchdog.directives")
 
 MAX_PENDING_DIRECTIVES = 10_000  # directives waiting for the store before submissions drop
 MAX_WRITE_BATCH = 256  # directives stored per transaction
-PROMPT_WAIT = 0.5  # seconds an async activity source may take before the prompt goes without
 STOP_TIMEOUT = 10.0  # seconds stop() waits for pending directives to be stored
 STORE_RETRY_MAX = 5.0  # seconds between attempts while the store keeps failing
 MAX_RUN_DIRECTIVES = 1_000  # directives listed for one run (the run detail)
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints, off the write path (see store)
 
 T = TypeVar("T")
-ActivityList = Sequence[ActivityEntry]
-ActivitySource = Callable[[str], ActivityList | Awaitable[ActivityList]]
-BudgetSource = Callable[[RunState], Mapping[str, float] | None]
-
-
-@dataclass(slots=True)
-class _Pending:
-    directive: Directive
-    run: RunState  # live; read on the loop thread only
 
 
 class Outbox:
     """Construct, ``await restore(run_ids)`` (fired records for the rule engine), ``await
-    start()``; ``submit()`` per decision; ``await stop()`` on shutdown.
-
-    ``activity`` (run id → its activity log, sync or async) and ``default_budget`` (run → the
-    rule pack's budget for it) are attributes, so they can be bound after construction."""
+    start()``; ``submit()`` per decision; ``await stop()`` on shutdown."""
 
     def __init__(self, store: DirectiveStore, hub: Hub | None = None,
                  webhooks: Sequence[WebhookTarget] = (),
-                 activity: ActivitySource | None = None,
                  metrics: DeliveryMetrics | None = None, clock: Clock | None = None, *,
-                 default_budget: BudgetSource | None = None,
                  max_pending: int = MAX_PENDING_DIRECTIVES,
                  retry: RetryPolicy | None = None,
-                 prompt_wait: float = PROMPT_WAIT,
                  webhook_clock: Clock | None = None) -> None:
         self.store = store
         self.metrics: DeliveryMetrics = metrics or NullMetrics()
         self.hub = hub if hub is not None else Hub(store, metrics=self.metrics)
-        self.activity = activity
-        self.default_budget = default_budget
         self.clock: Clock = clock or SystemClock()
         self.max_pending = max_pending
-        self.prompt_wait = prompt_wait
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-directives")
         # Webhook retries run on wall-clock time even when tests inject a clock for the rules:
         # a frozen test clock must not freeze the backoff, nor stamp a webhook-timestamp that a
@@ -103,7 +80,7 @@ class Outbox:
         self.webhooks = WebhookSender(store, webhooks, self.in_lane, metrics=self.metrics,
                                       clock=webhook_clock or SystemClock(),
                                       retry=retry) if webhooks else None
-        self._pending: deque[_Pending] = deque()
+        self._pending: deque[Directive] = deque()
         self._storing: set[str] = set()  # runs of the batch being written
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -185,12 +162,13 @@ class Outbox:
 
     # -- the hot path ---------------------------------------------------------------------------
 
-    def submit(self, decision: Decision, run: RunState, now: float) -> Directive | None:
-        """Number and queue a decision (loop thread, non-blocking). Returns the directive (its
-        ``report_prompt`` is written just before it is stored), or None if it was dropped."""
+    def submit(self, decided: Decided) -> Directive | None:
+        """Number, write and queue a decision (loop thread, non-blocking). Returns the
+        directive, or None if it was dropped."""
         if not self._counters_loaded:
             raise RuntimeError("Outbox.submit() before restore()/start(): directive numbers "
                                "must continue from the store")
+        decision = decided.decision
         if self._stopping or len(self._pending) >= self.max_pending:
             self.dropped += 1
             self.metrics.directive_delivered(decision.action.value, "outbox", "dropped")
@@ -203,11 +181,17 @@ class Outbox:
         seq = self._run_seq.get(key, 0) + 1
         self._run_seq[key] = seq
         self._global_seq += 1
-        defaults = self.default_budget(run) if self.default_budget is not None else None
-        budget = run.budget_view(dict(defaults) if defaults else None, now)
-        directive = Directive.from_decision(decision, run, now, None, seq, self._global_seq,
-                                            budget=budget)
-        self._pending.append(_Pending(directive, run))
+        directive = Directive.from_decision(decision, decided.run, decided.now, None, seq,
+                                            self._global_seq, budget=decided.budget)
+        if directive.needs_report_prompt:
+            try:
+                directive.report_prompt = prompt_for(decided, directive)
+            except Exception:  # a bug here must not lose the directive: the bare request
+                log.exception("report_prompt for run %s failed", key)
+                directive.report_prompt = report_prompt(
+                    decided.run, [], directive.message, action=directive.action,
+                    now=directive.created_at, budget={}, log_available=False)
+        self._pending.append(directive)
         self._idle.clear()
         self._wake.set()
         return directive
@@ -219,14 +203,11 @@ class Outbox:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                batch: list[_Pending] = []
+                batch: list[Directive] = []
                 while self._pending and len(batch) < MAX_WRITE_BATCH:
                     batch.append(self._pending.popleft())
-                self._storing = {item.directive.run_id for item in batch}
-                for item in batch:
-                    if item.directive.needs_report_prompt and item.directive.report_prompt is None:
-                        await self._write_prompt(item)
-                await self._persist([item.directive for item in batch])
+                self._storing = {directive.run_id for directive in batch}
+                await self._persist(batch)
                 self._storing = set()
             self._idle.set()
 
@@ -238,36 +219,6 @@ class Outbox:
                 await loop.run_in_executor(None, self.store.checkpoint)
             except Exception:  # the log grows until a later one works; say why
                 log.exception("directive store checkpoint failed")
-
-    async def _write_prompt(self, item: _Pending) -> None:
-        directive, run = item.directive, item.run
-        lines: list[str] = []
-        earlier = 0
-        available = self.activity is not None
-        if self.activity is not None:
-            try:
-                entries = self.activity(directive.run_id)
-                if inspect.isawaitable(entries):
-                    entries = await asyncio.wait_for(entries, self.prompt_wait)
-                start = run.first_start_ns / NS if run.first_start_ns else None
-                # only the steps a prompt can show: rendering (and redacting) costs per line
-                recent = entries[-PROMPT_MAX_LINES:]
-                lines = activity_lines(recent, start)
-                earlier = max(recent[0].seq - 1, 0) if recent else 0
-            except Exception as exc:  # the directive goes out without the log rather than not
-                log.warning("report_prompt for run %s without its activity log: %s: %s",
-                            directive.run_id, exc.__class__.__name__, exc)
-                lines, earlier, available = [], 0, False
-        try:
-            directive.report_prompt = report_prompt(
-                run, lines, directive.message, action=directive.action,
-                now=directive.created_at, budget=directive.budget, log_available=available,
-                earlier_steps=earlier)
-        except Exception:  # a bug here must not stop the writer: send the bare request
-            log.exception("report_prompt for run %s failed", directive.run_id)
-            directive.report_prompt = report_prompt(
-                run, [], directive.message, action=directive.action, now=directive.created_at,
-                budget={}, log_available=False)
 
     async def _persist(self, directives: list[Directive]) -> None:
         webhooks = self.webhooks
@@ -345,7 +296,7 @@ class Outbox:
         """Bound the store (call now and then with the active runs' ids)."""
         keep = list(active_runs)
         pruned, emptied = await self.in_lane(self.store.prune, keep)
-        waiting = self._storing | {item.directive.run_id for item in self._pending}
+        waiting = self._storing | {directive.run_id for directive in self._pending}
         for run_id in emptied:
             if run_id not in waiting:
                 self._run_seq.pop(run_id, None)

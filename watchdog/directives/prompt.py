@@ -17,13 +17,18 @@ whole: that took milliseconds on the directive path).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from watchdog.ingest.redact import redact
 from watchdog.rules.decision import Action
-from watchdog.runs.report import format_duration
-from watchdog.runs.run import RunState
+from watchdog.runs.report import activity_lines, format_duration
+from watchdog.runs.run import NS, RunState
 
-PROMPT_MAX_LINES = 50  # most recent activity lines in a prompt
+if TYPE_CHECKING:
+    from watchdog.core import Decided
+    from watchdog.directives.model import Directive
+
+PROMPT_MAX_LINES = 20  # most recent activity lines in a prompt (watchdog.core.RECENT_STEPS)
 PROMPT_MAX_LOG_CHARS = 8 * 1024  # and at most this much log text
 
 _HEADER = ("[agent-watchdog: system instruction. This comes from the supervisor that monitors "
@@ -97,6 +102,20 @@ def report_prompt(run: RunState, activity_lines: Sequence[str], directive_messag
         parts.append("Activity log of this run: not available right now; rely on your own "
                      "context.")
     return "\n\n".join(parts)
+
+
+def prompt_for(decided: Decided, directive: Directive) -> str:
+    """The report prompt of ``directive`` from what its decision carries: the run's last steps
+    (:data:`watchdog.core.RECENT_STEPS`) and its budget view. A run restored after a restart
+    has its earlier steps in the store only: the prompt says the log is not available."""
+    run, recent = decided.run, decided.recent
+    start = run.first_start_ns / NS if run.first_start_ns else None
+    lines = activity_lines(recent, start, fields_redacted=True)
+    earlier = max(recent[0].seq - 1, 0) if recent else 0
+    return report_prompt(run, lines, directive.message, action=directive.action,
+                         now=directive.created_at, budget=directive.budget,
+                         log_available=bool(recent) or not run.activity_seq,
+                         earlier_steps=earlier)
 
 
 def bounded_log(lines: Sequence[str], max_lines: int = PROMPT_MAX_LINES,

@@ -13,7 +13,8 @@ into ordered attribute names (first present wins), value maps and name sets. Per
    as ``"<event>:<attribute>"`` facts (Strands puts answers and arguments only there);
 3. identity, then the error (status ERROR, typed by ``error.type`` or the exception event, with
    an identity that is the same on every nested span the exception passes through);
-4. by role: tool name/arguments/result (an answer tool is an answer, not work); tokens, finish
+4. by role: tool name/arguments/result (an answer tool is an answer, not work; a result that
+   says the call failed, on a span that ended OK, is the tool's error); tokens, finish
    reason, answer or tool request (a "stop" whose output asks for tools is no answer; a stream
    without a finish reason whose output ends with text is one); the agent's answer;
 5. a limit stop from wherever the framework says it: a limit exception, a status description,
@@ -47,6 +48,7 @@ from watchdog.ingest.outcome import (
     has_text,
     output_finish_reason,
     prompt_limit,
+    result_error,
     short_type,
     status_limit,
 )
@@ -368,7 +370,8 @@ WANTED_ATTRIBUTES = frozenset(
     + TOOL_NAME_KEYS + TOOL_ARGS_KEYS + TOOL_RESULT_KEYS + AGENT_OUTPUT_KEYS + INPUT_TOKEN_KEYS
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
     + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
-    + LLM_OUTPUT_KEYS + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
+    + LLM_OUTPUT_KEYS + tuple(rule.attribute for rule in TABLES.tool_result_errors)
+    + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
     + tuple(key for key, _, _ in TABLES.call_limits)
 ) | BUDGET_ATTRIBUTES
@@ -492,7 +495,18 @@ def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
     status_stop = status_limit(status_message) if status_message else None
     # A limit only named by the status description ("Max turns exceeded: …") types the error.
     error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or status_stop or "error"
-    message = exc_message or status_message or ""
+    _failed(record, error_type, exc_message or status_message or "", exc_type)
+    for candidate in (error_type, exc_type):
+        if candidate and short_type(candidate) in LIMIT_EXCEPTIONS:
+            record.limit_stop = short_type(candidate)
+            return
+    record.limit_stop = status_stop
+
+
+def _failed(record: SpanRecord, error_type: str, message: str,
+            exc_type: str | None = None) -> None:
+    """Mark the span failed: its error, the signature repeats are counted by (type + masked
+    message) and the identity of the exception (the same on every span it passed through)."""
     prefix = short_type(error_type) + ": "
     if message.startswith(prefix):  # "RuntimeError: boom" -> "boom"; the type is kept apart
         message = message[len(prefix):]
@@ -501,11 +515,6 @@ def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
     record.error_message = brief(message, MAX_ERROR_CHARS)
     record.error_signature = stable_hash(error_type + ":" + mask(record.error_message))
     record.exception_id = stable_hash((exc_type or error_type) + "\0" + message)
-    for candidate in (error_type, exc_type):
-        if candidate and short_type(candidate) in LIMIT_EXCEPTIONS:
-            record.limit_stop = short_type(candidate)
-            return
-    record.limit_stop = status_stop
 
 
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> None:
@@ -531,6 +540,12 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         text = _as_text(result)
         record.result_hash = stable_hash(tool + "\0" + text)
         record.result_brief = brief(text, MAX_BRIEF_CHARS)
+    if not record.error:
+        # The framework caught the tool's exception and returned its text as the result
+        # (LangChain's ToolMessage with status "error"): the call failed all the same.
+        failure = result_error(attrs)
+        if failure is not None:
+            _failed(record, *failure)
 
 
 def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> None:

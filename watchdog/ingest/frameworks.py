@@ -40,6 +40,23 @@ class Role(StrEnum):
 Names = tuple[str, ...]
 _NO_NAMES: Names = ()
 _NO_SET: frozenset[str] = frozenset()
+Path = tuple[str, ...]  # keys into a JSON object, outermost first
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResult:
+    """A tool result that says its call failed on a span that ended OK (the framework caught
+    the tool's exception and handed its text to the model as the result).
+
+    ``attribute`` holds the result as JSON; it is such a failure when every ``(path, value)`` of
+    ``where`` holds in it (a status field, not a word in the text: a result that merely mentions
+    an error is no failure); the message is at ``message`` (a string, or a list of text parts).
+    """
+
+    attribute: str
+    where: tuple[tuple[Path, str], ...]
+    message: Path
+    error_type: str = "tool_error"  # the result names no exception type
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +83,8 @@ class Convention:
     # a call's whole envelope (ids, metadata) instead of its arguments
     tool_args_envelopes: tuple[tuple[frozenset[str], str], ...] = ()
     tool_result: Names = _NO_NAMES
+    # a result that says the call failed although its span ended OK
+    tool_result_errors: tuple[ErrorResult, ...] = ()
     answer_tools: frozenset[str] = _NO_SET  # a tool that delivers the answer, not agent work
     answer_tool_prefixes: Names = _NO_NAMES
     # -- model calls and answers
@@ -281,8 +300,24 @@ OPENAI_AGENTS = Convention(
 LANGGRAPH = Convention(
     name="LangChain / LangGraph",
     emitted_by="OpenLLMetry (opentelemetry-instrumentation-langchain) or OpenInference",
+    # A tool whose handle_tool_error catches its ToolException returns a ToolMessage with
+    # status "error" (the exception's text as content); its span ends OK. Each tracer writes
+    # that ToolMessage as the span's output, in its own shape:
+    tool_result_errors=(
+        # OpenInference: output.value = {"type": "tool", "data": {"content": …, "status": …}}
+        ErrorResult("output.value", ((("type",), "tool"), (("data", "status"), "error")),
+                    ("data", "content")),
+        # OpenLLMetry: traceloop.entity.output = {"output": {"lc": 1, "type": "constructor",
+        # "id": [… "ToolMessage"], "kwargs": {"content": …, "type": "tool", "status": …}}, …}
+        ErrorResult("traceloop.entity.output",
+                    ((("output", "kwargs", "type"), "tool"),
+                     (("output", "kwargs", "status"), "error")),
+                    ("output", "kwargs", "content")),
+    ),
     limit_exceptions=frozenset({"GraphRecursionError"}),
     limit_status=((r"^Recursion limit of \d+ reached", "GraphRecursionError"),),
+    notes="a tool error the tool handles itself (`handle_tool_error`) is only in its result: "
+          "a ToolMessage with status `error` on a span that ends OK",
 )
 
 GENERIC_LIMITS = Convention(
@@ -339,6 +374,7 @@ class Tables:
     tool_args: Names
     tool_args_envelopes: tuple[tuple[frozenset[str], str], ...]
     tool_result: Names
+    tool_result_errors: tuple[ErrorResult, ...]
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
     answer: Names
@@ -396,6 +432,8 @@ def combine() -> Tables:
         tool_args_envelopes=tuple(pair for convention in CONVENTIONS
                                   for pair in convention.tool_args_envelopes),
         tool_result=_names("tool_result"),
+        tool_result_errors=tuple(entry for convention in CONVENTIONS
+                                 for entry in convention.tool_result_errors),
         answer_tools=_union("answer_tools"),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
         answer=_names("answer"),

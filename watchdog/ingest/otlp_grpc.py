@@ -20,6 +20,7 @@ from watchdog.auth import check_bearer
 from watchdog.config import Config
 from watchdog.errors import BadRequest, WatchdogError
 from watchdog.ingest.admission import Admission
+from watchdog.ingest.consumer import TraceConsumer
 from watchdog.ingest.decode import (
     DecodeError,
     parse_protobuf,
@@ -28,7 +29,6 @@ from watchdog.ingest.decode import (
 )
 from watchdog.ingest.forward import Forwarder, Signal
 from watchdog.metrics import Metrics
-from watchdog.service import WatchdogService
 
 log = logging.getLogger("watchdog.otlp_grpc")
 
@@ -49,10 +49,10 @@ Metadata = Sequence[tuple[str, str | bytes]]
 class TraceService:
     signal: Signal = "traces"
 
-    def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
+    def __init__(self, consumer: TraceConsumer, metrics: Metrics, admission: Admission,
                  config: Config, forward: Forwarder | None = None) -> None:
         self.forward = forward
-        self.service = service
+        self.consumer = consumer
         self.metrics = metrics
         self.admission = admission
         self._expected_auth = config.api_token
@@ -86,7 +86,7 @@ class TraceService:
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         digest = request_digest(body)
-        decoded = await self.service.export_in_slices(request, PROTOCOL, digest)
+        decoded = await self.consumer.export_in_slices(request, PROTOCOL, digest)
         self._count(decoded.outcome())
         return response_protobuf(decoded.rejected_count, decoded.message()), not decoded.duplicate
 
@@ -108,11 +108,11 @@ def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
     return tuple(details)
 
 
-def create_server(service: WatchdogService, metrics: Metrics, admission: Admission,
+def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
                   config: Config, forward: Forwarder | None = None
                   ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server bound to ``otlp_grpc_address`` (not started); returns it and its port."""
-    receiver = TraceService(service, metrics, admission, config, forward)
+    receiver = TraceService(consumer, metrics, admission, config, forward)
     handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
         METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export),
     })

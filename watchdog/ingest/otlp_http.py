@@ -40,6 +40,7 @@ from watchdog.errors import (
 )
 from watchdog.ingest import codings
 from watchdog.ingest.admission import Admission, Slot, Uploads
+from watchdog.ingest.consumer import TraceConsumer
 from watchdog.ingest.decode import (
     DecodeError,
     ExportTraceServiceRequest,
@@ -51,7 +52,6 @@ from watchdog.ingest.decode import (
 )
 from watchdog.ingest.forward import Forwarder, Signal
 from watchdog.metrics import Metrics
-from watchdog.service import WatchdogService
 
 log = logging.getLogger("watchdog.otlp_http")
 
@@ -96,11 +96,11 @@ CODECS = {codec.content_type: codec for codec in (PROTOBUF, JSON)}
 class TraceReceiver:
     signal: Signal = "traces"
 
-    def __init__(self, service: WatchdogService, metrics: Metrics, admission: Admission,
+    def __init__(self, consumer: TraceConsumer, metrics: Metrics, admission: Admission,
                  config: Config, forward: Forwarder | None = None,
                  uploads: Uploads | None = None) -> None:
         self.forward = forward
-        self.service = service
+        self.consumer = consumer
         self.metrics = metrics
         self.admission = admission
         self.uploads = uploads if uploads is not None else Uploads()
@@ -157,7 +157,7 @@ class TraceReceiver:
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         digest = request_digest(body)
-        decoded = await self.service.export_in_slices(export_request, PROTOCOL, digest)
+        decoded = await self.consumer.export_in_slices(export_request, PROTOCOL, digest)
         self._count(decoded.outcome())
         return codec.response(decoded.rejected_count, decoded.message()), not decoded.duplicate
 
@@ -252,9 +252,9 @@ async def _answer_and_close(request: web.Request, response: web.Response) -> Non
 RUNNER_OPTIONS = {"auto_decompress": False}
 
 
-def create_app(service: WatchdogService, metrics: Metrics, admission: Admission,
+def create_app(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
                config: Config, forward: Forwarder | None = None) -> web.Application:
-    receiver = TraceReceiver(service, metrics, admission, config, forward)
+    receiver = TraceReceiver(consumer, metrics, admission, config, forward)
     app = web.Application(client_max_size=config.max_request_bytes)
     app.router.add_post(TRACES_PATH, receiver.handle)
     return app

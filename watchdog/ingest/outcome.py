@@ -1,4 +1,5 @@
-"""How a span says its run ended: finish reasons, answers, tool requests and limit stops.
+"""How a span says its run ended: finish reasons, answers, tool requests and limit stops; and
+how a tool result says its call failed.
 
 Pure functions over values the normaliser (:mod:`watchdog.ingest.conventions`) looked up with
 the convention tables of :mod:`watchdog.ingest.frameworks`, which also name every finish
@@ -25,6 +26,10 @@ LIMIT_STATES = TABLES.limit_states
 LIMIT_PROMPTS = TABLES.limit_prompts
 LIMIT_SYSTEM_PROMPTS = TABLES.limit_system_prompts
 CALL_LIMITS = TABLES.call_limits
+# (rule, the JSON texts of its values): a result must contain all of them to be parsed
+TOOL_RESULT_ERRORS = tuple(
+    (rule, tuple(json.dumps(value) for _, value in rule.where))
+    for rule in TABLES.tool_result_errors)
 PROMPT_TAIL_CHARS = 2048  # the first/last input message is looked for in this many characters
 # What gives away a tool request inside a model's output, in the JSON shapes of OpenAI
 # (tool_calls), GenAI parts ({"type": "tool_call"}), Bedrock/Strands (toolUse), Gemini
@@ -125,6 +130,47 @@ def prompt_limit(text: str) -> str | None:
             if prompt in head:
                 return limit
     return None
+
+
+def result_error(attrs: Mapping[str, object]) -> tuple[str, str] | None:
+    """(error type, message) when a tool span's result says the call failed though the span
+    ended OK (LangChain's ToolMessage with status "error"), else None. Only a status field of
+    the result's JSON says so: a result whose text mentions an error is a result."""
+    for rule, markers in TOOL_RESULT_ERRORS:
+        raw = attrs.get(rule.attribute)
+        if isinstance(raw, str):
+            if not all(marker in raw for marker in markers):
+                continue  # the common case: no JSON parse
+            value = _parsed(raw)
+        elif isinstance(raw, dict):
+            value = raw
+        else:
+            continue
+        if all(_at(value, path) == wanted for path, wanted in rule.where):
+            return rule.error_type, _message_text(_at(value, rule.message))
+    return None
+
+
+def _at(value: object, path: tuple[str, ...]) -> object:
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _message_text(content: object) -> str:
+    """A message's content as text: a string, or the text of its parts (LangChain's content
+    blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part if isinstance(part, str) else part.get("text")
+                 for part in content if isinstance(part, (str, dict))]
+        return "\n".join(part for part in parts if isinstance(part, str))
+    if content is None:
+        return ""
+    return json.dumps(content, ensure_ascii=False, default=str)
 
 
 def fill_reported_calls(record: SpanRecord, conversation: str,

@@ -30,9 +30,9 @@ from watchdog.config import Config
 from watchdog.errors import BadRequest
 from watchdog.ingest import otlp_grpc, otlp_http
 from watchdog.ingest.admission import Admission
+from watchdog.ingest.consumer import TraceConsumer
 from watchdog.ingest.forward import Forwarder, Signal
 from watchdog.metrics import Metrics
-from watchdog.service import WatchdogService
 
 PATHS: dict[Signal, str] = {"metrics": "/v1/metrics", "logs": "/v1/logs"}
 GRPC_SERVICES: dict[Signal, str] = {
@@ -66,9 +66,9 @@ def check_message(signal: Signal, body: bytes, content_type: str) -> None:
 class PassThroughReceiver(otlp_http.TraceReceiver):
     """An OTLP/HTTP receiver of ``signal`` whose one consumer is the forwarder."""
 
-    def __init__(self, signal: Signal, service: WatchdogService, metrics: Metrics,
+    def __init__(self, signal: Signal, consumer: TraceConsumer, metrics: Metrics,
                  admission: Admission, config: Config, forward: Forwarder) -> None:
-        super().__init__(service, metrics, admission, config, forward)
+        super().__init__(consumer, metrics, admission, config, forward)
         self.signal = signal
 
     async def _consume(self, codec: otlp_http.Codec, body: bytes) -> tuple[bytes, bool]:
@@ -82,9 +82,9 @@ class PassThroughReceiver(otlp_http.TraceReceiver):
 class PassThroughService(otlp_grpc.TraceService):
     """An OTLP/gRPC ``Export`` of ``signal`` whose one consumer is the forwarder."""
 
-    def __init__(self, signal: Signal, service: WatchdogService, metrics: Metrics,
+    def __init__(self, signal: Signal, consumer: TraceConsumer, metrics: Metrics,
                  admission: Admission, config: Config, forward: Forwarder) -> None:
-        super().__init__(service, metrics, admission, config, forward)
+        super().__init__(consumer, metrics, admission, config, forward)
         self.signal = signal
 
     async def _consume(self, body: bytes) -> tuple[bytes, bool]:
@@ -95,21 +95,21 @@ class PassThroughService(otlp_grpc.TraceService):
         """As :meth:`PassThroughReceiver._count`."""
 
 
-def install_http(app: web.Application, service: WatchdogService, metrics: Metrics,
+def install_http(app: web.Application, consumer: TraceConsumer, metrics: Metrics,
                  admission: Admission, config: Config, forward: Forwarder) -> None:
     """Add ``POST /v1/metrics`` and ``/v1/logs`` to the OTLP/HTTP app (not started yet)."""
     for signal, path in PATHS.items():
-        receiver = PassThroughReceiver(signal, service, metrics, admission, config, forward)
+        receiver = PassThroughReceiver(signal, consumer, metrics, admission, config, forward)
         app.router.add_post(path, receiver.handle)
 
 
-def install_grpc(server: grpc.aio.Server, service: WatchdogService, metrics: Metrics,
+def install_grpc(server: grpc.aio.Server, consumer: TraceConsumer, metrics: Metrics,
                  admission: Admission, config: Config, forward: Forwarder) -> None:
     """Add ``MetricsService/Export`` and ``LogsService/Export`` to the gRPC server (not
     started yet)."""
     handlers = []
     for signal, name in GRPC_SERVICES.items():
-        rpc = PassThroughService(signal, service, metrics, admission, config, forward)
+        rpc = PassThroughService(signal, consumer, metrics, admission, config, forward)
         handlers.append(grpc.method_handlers_generic_handler(name, {
             otlp_grpc.METHOD_NAME: grpc.unary_unary_rpc_method_handler(rpc.export),
         }))

@@ -6,7 +6,8 @@ stored, numbered, delivered :class:`~watchdog.directives.model.Directive`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from watchdog.runs.terminal import TerminalState
@@ -34,6 +35,11 @@ class Decision:
     terminal_state: TerminalState | None
     dedup_key: str  # rule name, or rule name + message hash with repeat: on_change
     escalation: bool = False  # an abort because a wind_down's grace ran out
+    # a wind_down's grace as announced to the agent: the rule's limits ({"tool_calls": 2,
+    # "seconds": 60}) and, with a tool-call limit, "ends_at_tool_calls" — the run's tool-call
+    # count at which the grace is used up (absolute, so a client that re-reads the directive
+    # after a reconnect or a restart gets the same cap)
+    grace: Mapping[str, float] | None = field(default=None, compare=False)
 
 
 def forced_state(action: Action | str, terminal_state: TerminalState | str | None

@@ -13,7 +13,10 @@ keeps, only once something happened, a small :class:`_RunRules`:
   per run; :meth:`RuleEngine.restore` refills it after a restart so nothing fires twice.
 * ``grace[rule]`` — when a ``wind_down`` with ``grace`` fired, and at which tool-call count. If the
   run goes on past the grace (more tool calls, or more seconds, than allowed) and has not ended
-  or been aborted, an ``abort`` escalation fires once (dedup key ``RULE#grace``).
+  or been aborted, an ``abort`` escalation fires once (dedup key ``RULE#grace``). The wind_down
+  announces the tool-call count at which its grace ends (``ends_at_tool_calls``); an agent with
+  the client SDK stops there by itself and says so (:meth:`RuleEngine.grace_kept`), so only
+  un-steered agents, and seconds graces, need the escalation.
 
 One evaluation builds the CEL activation once (``run.signals`` + the session) and evaluates every
 rule that applies to the run's agent against it. Rules that already fired with ``repeat: once``
@@ -71,6 +74,7 @@ class _RunRules:
     pending: dict[str, float] = field(default_factory=dict)  # rule -> condition true since
     grace: dict[str, tuple[float, int]] = field(default_factory=dict)  # -> (fired_at, calls)
     aborted: bool = False  # an abort was decided: no grace escalation is needed any more
+    kept: bool = False  # the agent's client stopped it at its tool-call grace (see grace_kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +169,21 @@ class RuleEngine:
                         and (started is None or record.fired_at < started[0])):
                     state.grace[record.rule] = (record.fired_at, record.tool_calls_at)
 
+    def grace_kept(self, run_key: str) -> tuple[TerminalState, str] | None:
+        """The agent's client stopped the run at the tool-call grace its wind_down announced
+        (``ends_at_tool_calls``): tool calls counted after that were refused, never run, so
+        they are no overrun to escalate (a seconds grace still is). Returns the terminal state
+        the escalation would have imposed, and the rule, or None without a grace."""
+        state = self._runs.get(run_key)
+        if state is None or not state.grace:
+            return None
+        state.kept = True
+        for name in state.grace:
+            rule = self._by_name.get(name)
+            if rule is not None:
+                return rule.terminal_state or TerminalState.ABORTED, name
+        return None
+
     def drain_errors(self) -> Counter[str]:
         errors, self.errors = self.errors, Counter()
         return errors
@@ -239,10 +258,12 @@ class RuleEngine:
         state.fired.add(dedup_key)
         if rule.action is Action.ABORT:
             state.aborted = True
-        elif rule.action is Action.WIND_DOWN and rule.grace is not None:
-            state.grace.setdefault(name, (now, run.tool_calls))
+        grace: dict[str, float] | None = None
+        if rule.action is Action.WIND_DOWN and rule.grace is not None:
+            _fired_at, calls_at = state.grace.setdefault(name, (now, run.tool_calls))
+            grace = announced_grace(rule.grace, calls_at)
         return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
-                        dedup_key)
+                        dedup_key, grace=grace)
 
     def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
         """An abort when a run went on past the grace of a wind_down it was sent."""
@@ -256,7 +277,8 @@ class RuleEngine:
             grace = rule.grace
             more_calls = run.tool_calls - calls_at
             waited = max(now - fired_at, 0.0)
-            over_calls = grace.tool_calls is not None and more_calls > grace.tool_calls
+            over_calls = (grace.tool_calls is not None and not state.kept
+                          and more_calls > grace.tool_calls)
             over_time = grace.seconds is not None and waited > grace.seconds
             if not (over_calls or over_time):
                 continue
@@ -268,6 +290,16 @@ class RuleEngine:
                             rule.terminal_state or TerminalState.ABORTED, dedup_key,
                             escalation=True)
         return None
+
+
+def announced_grace(grace: Grace, calls_at: int) -> dict[str, float]:
+    """The grace as the wind_down directive announces it: the rule's limits, and the tool-call
+    count at which a tool-call grace ends (the engine's own baseline, so the agent's cap and
+    the escalation agree: a client that stops there leaves nothing to escalate)."""
+    announced: dict[str, float] = dict(grace.describe())
+    if grace.tool_calls is not None:
+        announced["ends_at_tool_calls"] = calls_at + grace.tool_calls
+    return announced
 
 
 def _grace_text(grace: Grace) -> str:

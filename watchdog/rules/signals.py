@@ -128,6 +128,9 @@ def session_activation(session: Mapping[str, Any] | None) -> dict[str, Any]:
             cast = _SESSION_CASTS.get(key)
             if cast is None or value is None:
                 continue
+            if type(value) is cast:  # the session book's own values: nothing to convert
+                values[key] = value
+                continue
             with suppress(TypeError, ValueError):  # a bad value reads as the default
                 values[key] = cast(value)
     return values

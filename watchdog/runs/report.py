@@ -18,6 +18,7 @@ Pure: no IO, no clock (``now`` is an argument).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -260,24 +261,40 @@ def _budget_notes(run: RunState, now: float, default_budget: dict[str, float] | 
 
 # -- rendering ------------------------------------------------------------------------------------
 
-def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None) -> list[str]:
+def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None,
+                   fields_redacted: bool = False) -> list[str]:
     """One compact line per step, e.g. ``+12.3s tool read_file({"path":"a.py"}) -> 'x = 1'``.
-    Offsets count from ``start`` (default: the first entry)."""
+    Offsets count from ``start`` (default: the first entry). ``fields_redacted``: the entries'
+    arguments, results and errors were redacted at ingest (entries the core kept), so only
+    the step names are redacted here; otherwise each whole line is."""
     if not activity:
         return []
     origin = activity[0].at if start is None else start
+    if fields_redacted:
+        return ["+" + format_duration(max(entry.at - origin, 0.0)) + " "
+                + _redacted_step(entry) for entry in activity]
     return [redact(_line(entry, origin)) for entry in activity]
 
 
+@functools.lru_cache(maxsize=4096)
+def _redacted_step(entry: ActivityEntry) -> str:
+    """:func:`_step_line` of an entry whose fields were redacted at ingest, its name redacted
+    here. Cached: a looping run's report prompts show the same recent steps again and again."""
+    return _step_line(entry._replace(name=redact(entry.name)))
+
+
 def _line(entry: ActivityEntry, origin: float) -> str:
-    offset = "+" + format_duration(max(entry.at - origin, 0.0))
+    return "+" + format_duration(max(entry.at - origin, 0.0)) + " " + _step_line(entry)
+
+
+def _step_line(entry: ActivityEntry) -> str:
     if entry.kind == "tool":
         call = f"{entry.name}({_one_line(entry.detail or '', LINE_DETAIL_CHARS)})"
     elif entry.detail:
         call = f"{entry.name} ({_one_line(entry.detail, LINE_DETAIL_CHARS)})"
     else:
         call = entry.name
-    line = f"{offset} {entry.kind} {call}"
+    line = f"{entry.kind} {call}"
     if entry.error:
         return f"{line} -> ERROR {_one_line(entry.error, LINE_RESULT_CHARS)}"
     if entry.result:

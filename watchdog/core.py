@@ -1,0 +1,296 @@
+"""The core step: span records in, decisions, activity and finished runs out. Sans-IO.
+
+Theory of operation
+-------------------
+:meth:`Core.apply` is the whole of what one batch of spans does to the watchdog's state: the
+records are folded into runs (:class:`~watchdog.runs.tracker.RunTracker`), the rules are
+evaluated for the runs whose signals changed, and the result comes back as a :class:`Step` —
+the runs touched (to persist), the new activity entries (to persist), the decisions (to become
+directives) and the runs that finished (to count and log). :meth:`Core.tick` does the same for
+the timer (timed rules, expiry). Nothing here reads a clock, a file or a socket, and nothing
+calls back into the shell: the caller passes ``now`` and carries the step on.
+
+Every :class:`Decided` carries what delivery needs — the run's budget view and its most recent
+activity at the moment of the decision — so the outbox writes the directive, report prompt
+included, without asking anyone (no store read, no callback).
+
+A failure in one run's work (a bug, a value nothing should have let in) is that run's alone: it
+is reported in :attr:`Step.failures` with the exception, and the other runs go on.
+
+Sessions: a run's session (``session.*`` in rules) is read from the :class:`SessionBook`, the
+in-memory side of the sessions; it loads a session from the store only when the session is
+known to be there and not in memory (see :class:`~watchdog.sessions.SessionBook`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.rules.decision import Action, Decision, forced_state
+from watchdog.rules.engine import FiredRecord, RuleEngine
+from watchdog.runs.activity import ActivityEntry
+from watchdog.runs.changes import Snapshot, changed_signals, snapshot
+from watchdog.runs.record import SpanRecord
+from watchdog.runs.run import RunState
+from watchdog.runs.terminal import TerminalState
+from watchdog.runs.tracker import BatchResult, RunTracker
+from watchdog.sessions import SessionBook
+from watchdog.sync import STOP_GRACE, SpanLedger
+
+RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
+
+
+@dataclass(slots=True)
+class Decided:
+    """A decision with what its directive needs, taken when it was decided."""
+
+    decision: Decision
+    run: RunState  # live: read on the event loop thread, in the step that decided it
+    budget: dict[str, float]  # the run's budget view (rule pack defaults included)
+    recent: tuple[ActivityEntry, ...]  # the run's last steps, oldest first
+    now: float
+
+
+@dataclass(slots=True)
+class Failure:
+    """One run's work that failed; the shell counts and logs it."""
+
+    stage: str  # ingest | rules | expire
+    run_key: str
+    error: BaseException
+
+
+@dataclass(slots=True)
+class Step:
+    """What one :meth:`Core.apply` / :meth:`Core.tick` produced, for the shell to carry on."""
+
+    touched: dict[str, RunState] = field(default_factory=dict)  # to persist
+    activity: list[ActivityEntry] = field(default_factory=list)  # to persist
+    decisions: list[Decided] = field(default_factory=list)  # to become directives
+    finished: list[RunState] = field(default_factory=list)  # ended or evicted
+    batch: BatchResult | None = None  # the tracker's counts (metrics)
+    applied: int = 0  # records applied (a synced span's second copy is not)
+    rule_errors: Counter[str] = field(default_factory=Counter)
+    eval_seconds: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+
+
+class Core:
+    """Runs, rules and the sync ledger; one instance, used from one thread."""
+
+    def __init__(self, tracker: RunTracker, sessions: SessionBook,
+                 engine: RuleEngine | None = None) -> None:
+        self.tracker = tracker
+        self.sessions = sessions
+        self.engine = engine
+        self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
+        self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
+        self._recent: dict[str, deque[ActivityEntry]] = {}
+
+    # -- spans ----------------------------------------------------------------------------------
+
+    def apply(self, records: Sequence[SpanRecord], now: float) -> Step:
+        """Fold one batch of records in and evaluate the rules for the runs it changed."""
+        if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
+            records = self.ledger.admit(records)
+        rules = self._has_rules()
+        before = self._snapshots(records) if rules else {}
+        result = self.tracker.apply(records, now)
+        step = Step(touched=result.touched, activity=result.activity, batch=result,
+                    applied=len(records))
+        self._note_sessions(result.touched.values(), now)
+        self._remember(result.activity)
+        if rules:
+            self._evaluate_batch(before, result, now, step)
+        finished = result.ended + result.evicted
+        if finished:
+            self._finish(finished, step)
+        return step
+
+    def _has_rules(self) -> bool:
+        return self.engine is not None and bool(self.engine.ruleset.rules)
+
+    def _snapshots(self, records: Iterable[SpanRecord]) -> dict[str, Snapshot]:
+        """The existing runs a batch names, as they are before it is applied."""
+        before: dict[str, Snapshot] = {}
+        get = self.tracker.get
+        for record in records:
+            key = record.run_key
+            if key not in before:
+                run = get(key)
+                if run is not None:
+                    before[key] = snapshot(run)
+        return before
+
+    def _evaluate_batch(self, before: dict[str, Snapshot], result: BatchResult, now: float,
+                        step: Step) -> None:
+        """Evaluate the runs a batch touched, each only for the rules whose signals changed
+        (a run seen for the first time, or reached through another key: all rules)."""
+        engine = self.engine
+        assert engine is not None
+        started = time.perf_counter()
+        for key, run in result.touched.items():
+            old = before.get(key)
+            changed = None if old is None else changed_signals(
+                old, run, bool(run.budget) or bool(engine.default_budget(run.agent_name)))
+            if changed is not None and not changed:
+                continue
+            self._evaluate_run(engine, run, now, False, changed, step)
+        self._after_evaluation(started, step)
+
+    def _remember(self, activity: Iterable[ActivityEntry]) -> None:
+        recent = self._recent
+        for entry in activity:
+            ring = recent.get(entry.run_key)
+            if ring is None:
+                ring = recent[entry.run_key] = deque(maxlen=RECENT_STEPS)
+            ring.append(entry)
+
+    # -- client calls ---------------------------------------------------------------------------
+
+    def heartbeat(self, key: str, messages: int, now: float, in_flight: int | None = None,
+                  oldest_call_started: float | None = None,
+                  announce: dict[str, Any] | None = None) -> tuple[RunState | None, Step]:
+        """A client heartbeat. ``announce`` (agent, session, parent_run, budget) registers a
+        run that has no ended span yet, so it is watched from its first second."""
+        step = Step()
+        run, created = self.tracker.heartbeat(key, messages, now, in_flight,
+                                              oldest_call_started, register=announce is not None)
+        if run is None:
+            return None, step
+        if announce:
+            self.ledger.register(key)
+            run.announce(**announce)
+            self._note_sessions((run,), now)
+        step.touched[key] = run
+        if created or announce:
+            self.evaluate([run], now, step)
+        return run, step
+
+    def client_stopped(self, key: str, stop: str) -> RunState | None:
+        """The client stopped the run by itself (DESIGN §8): at its tool budget it ends
+        ``tool_limit_reached``; at the end of a wind_down's tool-call grace it ends as that
+        wind_down's escalation would have ended it (the rule's terminal state), and the engine
+        has nothing left to escalate for tool calls. None when the run is not known."""
+        run = self.tracker.get(key)
+        if run is None or run.ended:
+            return run
+        if stop == STOP_GRACE:
+            kept = self.engine.grace_kept(key) if self.engine is not None else None
+            if kept is not None:
+                run.force(*kept)
+        else:
+            run.force(TerminalState.TOOL_LIMIT_REACHED, stop)
+        return run
+
+    def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
+        """After a restart: the terminal state each stored directive decided for an active run.
+        A run snapshot is flushed every ``state_flush_interval`` but a directive is stored at
+        once, so after a crash the directive is the more recent truth."""
+        for record in fired:
+            run = self.tracker.get(record.run_key)
+            state = forced_state(record.action, record.terminal_state)
+            if run is not None and not run.ended and state is not None:
+                run.force(state, record.rule)
+
+    # -- the timer ------------------------------------------------------------------------------
+
+    def evaluate(self, runs: Iterable[RunState], now: float, step: Step,
+                 timed_only: bool = False, changed: AbstractSet[str] | None = None) -> int:
+        """Evaluate the rules for ``runs`` into ``step``; returns how many fired.
+        ``changed``: only the rules reading these signals (None: all)."""
+        engine = self.engine
+        if engine is None:
+            return 0
+        started = time.perf_counter()
+        fired = 0
+        for run in runs:
+            fired += self._evaluate_run(engine, run, now, timed_only, changed, step)
+        self._after_evaluation(started, step)
+        return fired
+
+    def expire(self, now: float, step: Step) -> None:
+        """End the runs that went silent (abandoned) or whose loose calls stopped."""
+        expired = self.tracker.expire(now)
+        for run in expired:
+            step.touched[run.key] = run
+        if expired:
+            self._finish(expired, step)
+
+    # -- rules ----------------------------------------------------------------------------------
+
+    def _evaluate_run(self, engine: RuleEngine, run: RunState, now: float, timed_only: bool,
+                      changed: AbstractSet[str] | None, step: Step) -> int:
+        fired = 0
+        try:
+            for decision in engine.evaluate(run, now, self._session_of(run),
+                                            timed_only=timed_only, changed=changed):
+                self._decide(decision, run, now, step)
+                fired += 1
+        except Exception as exc:
+            step.failures.append(Failure("rules", run.key, exc))
+        if run.ended:
+            self._forget(run.key)
+        return fired
+
+    def _after_evaluation(self, started: float, step: Step) -> None:
+        assert self.engine is not None
+        step.eval_seconds += time.perf_counter() - started
+        if self.engine.errors:
+            step.rule_errors.update(self.engine.drain_errors())
+
+    def _decide(self, decision: Decision, run: RunState, now: float, step: Step) -> None:
+        state = forced_state(decision.action, decision.terminal_state)
+        if state is not None:
+            run.force(state, decision.rule)
+            step.touched[run.key] = run
+        if decision.action is not Action.NOTIFY and not run.ended:
+            reason = decision.terminal_state.value if decision.terminal_state else decision.rule
+            self._stuck[run.key] = (run.agent_name, reason)
+        ring = self._recent.get(run.key)
+        step.decisions.append(Decided(decision, run, run.budget_view(self.default_budget(run),
+                                                                     now),
+                                      tuple(ring) if ring else (), now))
+
+    def _finish(self, runs: list[RunState], step: Step) -> None:
+        step.finished.extend(runs)
+        for run in runs:
+            self._forget(run.key)
+
+    def _forget(self, key: str) -> None:
+        if self.engine is not None:
+            self.engine.forget(key)
+        self._stuck.pop(key, None)
+        self._recent.pop(key, None)
+
+    def default_budget(self, run: RunState) -> dict[str, float] | None:
+        if self.engine is None:
+            return None
+        budget = self.engine.default_budget(run.agent_name)
+        return dict(budget) if budget else None
+
+    def stuck_counts(self) -> dict[tuple[str, str], int]:
+        """Active runs a wind_down/abort was sent to, by agent and reason (runs_stuck)."""
+        return dict(Counter(self._stuck.values()))
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def _note_sessions(self, runs: Iterable[RunState], now: float) -> None:
+        """Count the runs of each session (``session.runs``) as they are first seen."""
+        note_run = self.sessions.note_run
+        for run in runs:
+            if run.session is not None and not run.session_counted:
+                run.session_counted = True
+                note_run(run.session, run.key, now)
+
+    def _session_of(self, run: RunState) -> dict[str, Any] | None:
+        """The CEL ``session`` of a run (None: the run has no session)."""
+        if run.session is None:
+            return None
+        state = self.sessions.get(run.session)
+        return state.activation(run.key) if state is not None else {"id": run.session}

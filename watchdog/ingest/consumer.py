@@ -1,0 +1,21 @@
+"""What the receivers hand decoded export requests to: one method, nothing else of the sidecar.
+
+The OTLP receivers (HTTP, gRPC, pass-through) depend on this protocol only; the shell's
+:class:`~watchdog.service.WatchdogService` implements it. Raising
+:class:`~watchdog.errors.Overloaded` or :class:`~watchdog.errors.StateUnavailable` refuses the
+request with the protocol's back-pressure (HTTP 503 + Retry-After, gRPC UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from watchdog.ingest.decode import ExportTraceServiceRequest
+from watchdog.ingest.pipeline import Decoded
+
+
+class TraceConsumer(Protocol):
+    async def export_in_slices(self, request: ExportTraceServiceRequest, protocol: str,
+                               digest: bytes | None = None) -> Decoded:
+        """Apply one export request; ``digest`` (of its body) drops an exporter's retry."""
+        ...

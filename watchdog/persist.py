@@ -1,0 +1,210 @@
+"""Persisting the core's state: changed runs, new activity and sessions, written in order on
+one worker thread (the "store lane") so the event loop never waits on disk.
+
+Theory of operation
+-------------------
+The shell hands every :class:`~watchdog.core.Step` here (:meth:`StateWriter.take`): the runs it
+touched become *dirty* and its activity entries *pending*. :meth:`StateWriter.save_pending`,
+called by the flush timer, snapshots the dirty runs in small slices (requests are served in
+between), then writes snapshots, activity and dirty sessions in one transaction on the lane.
+Work is submitted in order, so an older snapshot can never overwrite a newer one.
+
+When the store cannot be written, what was taken is put back, :attr:`state_error` says why,
+:meth:`admit` refuses new work with :class:`StateUnavailable` (503 / UNAVAILABLE, and
+``/readyz`` unready) until a write succeeds, and it is logged once per change. When the store
+falls behind, :meth:`admit` refuses with :class:`Overloaded` rather than queue without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from watchdog.errors import Overloaded, StateUnavailable
+from watchdog.priority import Priority
+from watchdog.runs.activity import ActivityEntry
+from watchdog.runs.run import RunState
+from watchdog.sessions import SessionBook
+from watchdog.store import Store, StoreWriteError
+
+log = logging.getLogger("watchdog")
+
+MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
+STATE_RETRY_AFTER = 5.0  # seconds exporters are told to wait while the state is not writable
+SNAPSHOT_SLICE = 25  # runs snapshotted between two yields to the event loop while flushing
+
+T = TypeVar("T")
+
+
+class WriteObserver(Protocol):
+    def run_failed(self, stage: str) -> None: ...
+    def state_writable(self, writable: bool) -> None: ...
+
+
+class PendingActivity:
+    """Activity entries not yet in the store, in order and indexed by run, so reading one run's
+    log does not scan every pending entry."""
+
+    __slots__ = ("by_run", "entries")
+
+    def __init__(self) -> None:
+        self.entries: list[ActivityEntry] = []
+        self.by_run: dict[str, list[ActivityEntry]] = {}
+
+    def extend(self, entries: Iterable[ActivityEntry]) -> None:
+        by_run = self.by_run
+        for entry in entries:
+            self.entries.append(entry)
+            run = by_run.get(entry.run_key)
+            if run is None:
+                by_run[entry.run_key] = [entry]
+            else:
+                run.append(entry)
+
+    def of(self, key: str) -> list[ActivityEntry]:
+        return self.by_run.get(key, [])
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class StateWriter:
+    def __init__(self, store: Store, sessions: SessionBook, observer: WriteObserver,
+                 state_dir: str, on_failed_run: Callable[[str, str], None],
+                 priority: Priority | None = None) -> None:
+        self.store = store
+        self.sessions = sessions
+        self.observer = observer
+        self.state_dir = state_dir
+        self._on_failed_run = on_failed_run
+        self.priority = priority or Priority()
+        self._dirty: dict[str, RunState] = {}
+        self._pending = PendingActivity()
+        self._saving = PendingActivity()  # handed to the store, not committed yet
+        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
+        self.state_error: str | None = None  # why the last store write failed; None: writable
+
+    # -- what changed -----------------------------------------------------------------------------
+
+    def take(self, touched: dict[str, RunState], activity: list[ActivityEntry]) -> None:
+        self._dirty.update(touched)
+        if activity:
+            self._pending.extend(activity)
+
+    def mark(self, run: RunState) -> None:
+        self._dirty[run.key] = run
+
+    def admit(self) -> None:
+        """Raise unless new work can be accepted (the state is writable and keeps up)."""
+        self.admit_state()
+        if len(self._pending) >= MAX_PENDING_ACTIVITY:
+            raise Overloaded("the state store is behind; retry shortly", retry_after=1.0)
+
+    def admit_state(self) -> None:
+        if self.state_error is not None:
+            raise StateUnavailable(f"the state cannot be written ({self.state_error}); nothing "
+                                   f"is acknowledged until it can: retry later",
+                                   retry_after=STATE_RETRY_AFTER)
+
+    def unsaved(self, key: str) -> list[ActivityEntry]:
+        """The run's activity on its way to the store (being written, then pending)."""
+        return self._saving.of(key) + self._pending.of(key)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def in_lane(self, work: Callable[..., T], *args: Any) -> T:
+        """Run store work on the store lane, after everything submitted before it."""
+        return await asyncio.get_running_loop().run_in_executor(self._lane, work, *args)
+
+    def flush(self) -> None:
+        """Persist everything pending, synchronously (only when no loop is running: tests)."""
+        rows = [run.to_dict() for run in self._dirty.values()]
+        activity = self._pending.entries
+        self._dirty, self._pending = {}, PendingActivity()
+        sessions = self.sessions.take_dirty()
+        if rows or activity or sessions:
+            self.store.save(rows, activity, sessions)
+
+    async def save_pending(self) -> bool:
+        """Persist changed runs and new activity without stalling the event loop: runs are
+        snapshotted in small slices (other requests run in between), then written on the lane.
+        Returns False when the store could not be written (everything is pending again)."""
+        dirty, self._dirty = self._dirty, {}
+        activity, self._pending = self._pending, PendingActivity()
+        rows: list[dict[str, Any]] = []
+        for index, run in enumerate(dirty.values(), 1):
+            try:
+                rows.append(run.to_dict())  # a run changed after this is dirty again: next flush
+            except Exception:
+                self._on_failed_run("flush", run.key)
+            if index % SNAPSHOT_SLICE == 0:
+                await self.priority.turn()
+        # Taken right before the store lane gets them: a checkpoint snapshotted while the runs
+        # were being sliced above is written before this, and must not be overwritten by an
+        # older snapshot of its session.
+        sessions = self.sessions.take_dirty()
+        if not (rows or activity or sessions):
+            return True
+        self._saving = activity
+        try:
+            refused = await self.in_lane(self.store.save, rows, activity.entries, sessions)
+        except StoreWriteError as exc:
+            self._requeue(dirty, activity, sessions)
+            self.failed(exc)
+            return False
+        finally:
+            if self._saving is activity:
+                self._saving = PendingActivity()
+        for key in refused:
+            self._on_failed_run("flush", key)
+        self._written()
+        return True
+
+    async def save_sessions(self, sessions: list[dict[str, Any]]) -> None:
+        """Store session snapshots now (a checkpoint, before it is acknowledged)."""
+        self.admit_state()
+        try:
+            await self.in_lane(self.store.save_sessions, sessions)
+        except StoreWriteError as exc:  # it stays dirty: the next flush that works stores it
+            self.failed(exc)
+            raise StateUnavailable(f"the checkpoint could not be stored ({exc}); retry later",
+                                   retry_after=STATE_RETRY_AFTER) from None
+
+    def _requeue(self, dirty: dict[str, RunState], activity: PendingActivity,
+                 sessions: list[dict[str, Any]]) -> None:
+        """What a failed write took, pending again, in its order (older activity first)."""
+        for key, run in dirty.items():
+            self._dirty.setdefault(key, run)  # the run object is live: its next snapshot is new
+        merged = PendingActivity()
+        merged.extend(activity.entries)
+        merged.extend(self._pending.entries)
+        self._pending = merged
+        self.sessions.requeue(sessions)
+
+    def failed(self, exc: Exception) -> None:
+        if self.state_error is None:  # logged once per change of state, not every flush
+            log.error("the state in %s cannot be written (%s): exports are refused with 503 / "
+                      "UNAVAILABLE and /readyz is unready until a write succeeds; %d runs and "
+                      "%d activity entries wait in memory", self.state_dir, exc,
+                      len(self._dirty), len(self._pending))
+            self.observer.state_writable(False)
+        self.state_error = str(exc) or type(exc).__name__
+
+    def _written(self) -> None:
+        if self.state_error is not None:
+            log.warning("the state in %s is writable again: exports are accepted",
+                        self.state_dir)
+            self.state_error = None
+            self.observer.state_writable(True)
+
+    async def close(self) -> None:
+        """Persist what is pending and close the store (shutdown)."""
+        if not await self.save_pending():
+            log.error("shutting down with unsaved state: %d runs and %d activity entries could "
+                      "not be written (%s)", len(self._dirty), len(self._pending),
+                      self.state_error)
+        await self.in_lane(self.store.close)
+        self._lane.shutdown(wait=True)
