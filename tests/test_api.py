@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from tests.otel import SECRET, explorer_run, export_http
 from tests.spans import SpanMaker, tool_attrs
 
@@ -222,3 +229,19 @@ def test_token_auth(tmp_path: Path) -> None:
                                  b'{"messages": 4}', good)
         assert status == 200
         assert sidecar.get_json(path("job:auth"), good)["signals"]["messages"] == 4
+
+
+def test_bytes_at_the_control_api_put_syncs_first_until_their_request_is_dispatched(
+        sidecar: RunningServer) -> None:
+    """The API's connections tell the priority gate when bytes arrive (DESIGN §8): bulk work
+    steps aside from a request's first byte, not from the loop turn its handler starts in."""
+    assert sidecar.server.service is not None
+    priority = sidecar.server.service.priority
+    host, port = sidecar.server.addresses["api"]
+    with socket.create_connection((host, port), timeout=10) as conn:
+        assert not sidecar.call(lambda: priority.holding)
+        conn.sendall(b"GET /v1/runs?limit=1 HTTP/1.1\r\nHost: watchdog\r\n")  # half a request
+        wait_until(lambda: sidecar.call(lambda: priority.holding), what="bulk work held")
+        conn.sendall(b"\r\n")
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+        assert not sidecar.call(lambda: priority.holding)  # dispatched: nothing held any more

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -38,6 +38,7 @@ from watchdog.directives.model import Directive
 from watchdog.directives.outbox import Outbox
 from watchdog.errors import BadRequest, NotFound, PayloadTooLarge, Unauthorized, WatchdogError
 from watchdog.ingest.decode import DecodeError, parse_protobuf
+from watchdog.priority import Priority
 from watchdog.queries import MAX_LIST_LIMIT
 from watchdog.rules.engine import RuleEngine
 from watchdog.runs.report import build_report, render_markdown
@@ -129,6 +130,69 @@ async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             what = "session id" if request.path.startswith("/v1/sessions/") else "run id"
             raise BadRequest(f"{what} {_shown(raw)} is not allowed: it {problem}")
     return await handler(request)
+
+
+def dispatch_middleware(priority: Priority) -> Callable[[web.Request, Handler],
+                                                      Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def dispatched(request: web.Request, handler: Handler) -> web.StreamResponse:
+        priority.dispatched()
+        return await handler(request)
+
+    return dispatched
+
+
+class ApiRunner(web.AppRunner):
+    """The control API's runner: its connections tell :class:`~watchdog.priority.Priority`
+    when bytes arrive, so bulk work steps aside for a sync from its first byte on, not from
+    the loop turn its handler starts in."""
+
+    def __init__(self, app: web.Application, priority: Priority, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.priority = priority
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()  # aiohttp builds it (Application._make_handler)
+        server.__class__ = _ArrivalServer
+        cast(_ArrivalServer, server).priority = self.priority
+        return server
+
+
+class _ArrivalServer(web.Server):
+    priority: Priority
+
+    def __call__(self) -> Any:  # the protocol factory of every accepted connection
+        return _Arrivals(super().__call__(), self.priority)
+
+
+class _Arrivals(asyncio.Protocol):
+    """One control API connection: aiohttp's request handler, told nothing new; the priority
+    gate told when bytes come in."""
+
+    __slots__ = ("handler", "priority")
+
+    def __init__(self, handler: asyncio.Protocol, priority: Priority) -> None:
+        self.handler = handler
+        self.priority = priority
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.priority.arrived()
+        self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
 
 
 def auth_middleware(token: str) -> Callable[[web.Request, Handler],
@@ -544,7 +608,7 @@ def create_app(service: WatchdogService, config: Config, *,
                ) -> web.Application:
     """The control API; ``directives`` adds the directive routes (and fills the run detail's
     ``directives``), ``rules`` the rule listing and ``reload`` the reload endpoint."""
-    middlewares: list[Any] = [errors_middleware]
+    middlewares: list[Any] = [dispatch_middleware(service.priority), errors_middleware]
     if config.api_token:
         middlewares.append(auth_middleware(config.api_token))
     middlewares.append(ids_middleware)

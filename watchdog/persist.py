@@ -28,13 +28,12 @@ from watchdog.priority import Priority
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.run import RunState
 from watchdog.sessions import SessionBook
-from watchdog.store import Store, StoreWriteError
+from watchdog.store import Rows, Store, StoreWriteError
 
 log = logging.getLogger("watchdog")
 
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 STATE_RETRY_AFTER = 5.0  # seconds exporters are told to wait while the state is not writable
-SNAPSHOT_SLICE = 25  # runs snapshotted between two yields to the event loop while flushing
 
 T = TypeVar("T")
 
@@ -130,27 +129,31 @@ class StateWriter:
 
     async def save_pending(self) -> bool:
         """Persist changed runs and new activity without stalling the event loop: runs are
-        snapshotted in small slices (other requests run in between), then written on the lane.
-        Returns False when the store could not be written (everything is pending again)."""
+        snapshotted and encoded a slice at a time (other requests run in between), then the
+        rows are written on the lane. Returns False when the store could not be written
+        (everything is pending again)."""
         dirty, self._dirty = self._dirty, {}
         activity, self._pending = self._pending, PendingActivity()
-        rows: list[dict[str, Any]] = []
-        for index, run in enumerate(dirty.values(), 1):
+        rows = Rows(self.store.activity_log_size)
+        async for run in self.priority.sliced(dirty.values()):
             try:
-                rows.append(run.to_dict())  # a run changed after this is dirty again: next flush
+                rows.add_run(run.to_dict())  # a run changed after this is dirty again
             except Exception:
-                self._on_failed_run("flush", run.key)
-            if index % SNAPSHOT_SLICE == 0:
-                await self.priority.turn()
+                rows.refused.append(run.key)
+        async for chunk in self.priority.sliced(activity.by_run.items()):
+            rows.add_activity((chunk,))
         # Taken right before the store lane gets them: a checkpoint snapshotted while the runs
         # were being sliced above is written before this, and must not be overwritten by an
         # older snapshot of its session.
         sessions = self.sessions.take_dirty()
-        if not (rows or activity or sessions):
+        rows.add_sessions(sessions)
+        for key in rows.refused:
+            self._on_failed_run("flush", key)
+        if not rows:
             return True
         self._saving = activity
         try:
-            refused = await self.in_lane(self.store.save, rows, activity.entries, sessions)
+            await self.in_lane(self.store.write, rows)
         except StoreWriteError as exc:
             self._requeue(dirty, activity, sessions)
             self.failed(exc)
@@ -158,8 +161,6 @@ class StateWriter:
         finally:
             if self._saving is activity:
                 self._saving = PendingActivity()
-        for key in refused:
-            self._on_failed_run("flush", key)
         self._written()
         return True
 

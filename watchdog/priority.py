@@ -1,48 +1,133 @@
 """Syncs first: bulk work on the event loop steps aside while an agent waits at its decision
 point (DESIGN §8: ≤ 5 ms p99 under 10,000 spans/s of background load).
 
-A sync is answered only after several turns of the event loop (its spans applied, the directives
-they caused stored on the directive lane, published, then written back). Between two of those
-turns every other ready task runs one slice of its work — an export request's next spans, a
-flush's next run snapshots, the timer's next rules — and with a few exporters busy that is
-milliseconds per turn. So while any sync is in flight, bulk work waits at its next yield
-(:meth:`Priority.turn`) until no sync is left. Bounded: bulk work waits at most
-``MAX_PAUSE`` seconds at a time, so a stream of syncs can slow ingest but never stop it.
+A sync is answered only after several turns of the event loop (its request read, its spans
+applied, the directives they caused stored on the directive lane and published, the answer
+written). Bulk work — an export request's spans, a flush's run snapshots, the timer's rules —
+runs in slices of about a millisecond, and yields between two of them at :meth:`Priority.turn`.
+Two things keep a sync from waiting behind many slices:
+
+* **one slice per loop turn**: bulk work takes turns in order (FIFO), and the next slice is let
+  go only on the loop turn after the last one, so the loop polls its sockets between any two
+  slices — with five export requests in flight, a request that arrives waits for one slice, not
+  five;
+* **syncs first**: no slice is let go from the moment bytes reach the control API
+  (:meth:`Priority.arrived`, told by the API's connections; most control requests are syncs)
+  until that request reaches its handler (:meth:`Priority.dispatched`), nor while any sync is
+  in flight (:meth:`Priority.sync`).
+
+Bounded: bulk work is held at most ``MAX_PAUSE`` seconds at a time — a stream of syncs can slow
+ingest but never stop it, and bytes that never make a request (a client that sends half a
+request and stalls) hold nothing back past one pause.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import TypeVar
 
-MAX_PAUSE = 0.02  # seconds bulk work waits for syncs at one yield before it goes on anyway
+MAX_PAUSE = 0.02  # seconds bulk work is held for syncs at one turn before it goes on anyway
+SLICE_SECONDS = 0.001  # bulk work over many items yields this often (:meth:`Priority.sliced`)
+
+T = TypeVar("T")
 
 
 class Priority:
     def __init__(self, max_pause: float = MAX_PAUSE) -> None:
         self.max_pause = max_pause
         self._syncs = 0
-        self._clear = asyncio.Event()
-        self._clear.set()
+        self._arrived = False  # control API bytes in, their request not yet at its handler
+        self._waiting: deque[asyncio.Future[bool]] = deque()  # bulk work at its turn, in order
+        self._next: asyncio.Handle | asyncio.TimerHandle | None = None  # the next _pass
+        self._held_since: float | None = None
+
+    async def turn(self) -> None:
+        """Where bulk work yields before its next slice: goes on at a later loop turn, after
+        the slices waiting before it, one per turn, and not while a sync is on its way or in
+        flight (up to ``max_pause``)."""
+        loop = asyncio.get_running_loop()
+        first = False
+        while True:
+            turn: asyncio.Future[bool] = loop.create_future()
+            if first:
+                self._waiting.appendleft(turn)  # its place kept
+            else:
+                self._waiting.append(turn)
+            if self._next is None:
+                self._next = loop.call_soon(self._pass)
+            forced = await turn  # cancelled with its task: _pass skips it
+            if forced or not self.holding:
+                return
+            first = True  # a sync came in between its pass and its wake-up: it goes first
+
+    async def sliced(self, items: Iterable[T]) -> AsyncIterator[T]:
+        """``items``, with a :meth:`turn` whenever about ``SLICE_SECONDS`` of work on them
+        (the caller's, between two items) has gone by."""
+        clock = time.perf_counter
+        due = clock() + SLICE_SECONDS
+        for item in items:
+            yield item
+            if clock() >= due:
+                await self.turn()
+                due = clock() + SLICE_SECONDS
+
+    def arrived(self) -> None:
+        """Bytes reached the control API: hold bulk work back until their request is
+        dispatched."""
+        self._arrived = True
+
+    def dispatched(self) -> None:
+        """A control API request reached its handler."""
+        self._arrived = False
+        self._resume()
 
     @contextlib.contextmanager
     def sync(self) -> Iterator[None]:
         """Hold bulk work back while the block (one sync) runs."""
         self._syncs += 1
-        self._clear.clear()
+        self._arrived = False  # its bytes (the body may come after the headers) are in
         try:
             yield
         finally:
             self._syncs -= 1
-            if not self._syncs:
-                self._clear.set()
+            self._resume()
 
-    async def turn(self) -> None:
-        """Where bulk work yields between two slices: to every ready task, and while a sync is
-        in flight, to it (up to ``max_pause``)."""
-        if self._clear.is_set():
-            await asyncio.sleep(0)
+    @property
+    def holding(self) -> bool:
+        return self._arrived or self._syncs > 0
+
+    def _pass(self) -> None:
+        """Let the first bulk slice waiting go, unless a sync is on its way or in flight."""
+        self._next = None
+        waiting = self._waiting
+        while waiting and waiting[0].done():
+            waiting.popleft()
+        if not waiting:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._clear.wait(), self.max_pause)
+        loop = asyncio.get_running_loop()
+        forced = False
+        if self.holding:
+            now = loop.time()
+            if self._held_since is None:
+                self._held_since = now
+            left = self._held_since + self.max_pause - now
+            if left > 0:
+                self._next = loop.call_later(left, self._pass)
+                return
+            self._arrived = False  # bytes that made no request in a whole pause hold no more
+            forced = True
+        self._held_since = None
+        waiting.popleft().set_result(forced)
+        if waiting:
+            self._next = loop.call_soon(self._pass)
+
+    def _resume(self) -> None:
+        """Nothing holds bulk work back any more: let the next slice go at the next turn."""
+        if self.holding or not isinstance(self._next, asyncio.TimerHandle):
+            return
+        self._next.cancel()
+        self._next = asyncio.get_running_loop().call_soon(self._pass)

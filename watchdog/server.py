@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import os
 import signal
@@ -125,7 +126,8 @@ class Server:
         await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
                               **otlp_http.RUNNER_OPTIONS)
         await self._start_app("api", config.api_address, api.create_app(
-            service, config, directives=outbox, rules=self.engine, reload=self.reload_rules))
+            service, config, directives=outbox, rules=self.engine, reload=self.reload_rules),
+            make_runner=functools.partial(api.ApiRunner, priority=service.priority))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
         try:
             self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
@@ -149,10 +151,11 @@ class Server:
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
 
     async def _start_app(self, name: str, address: str, app: web.Application,
+                         *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,
                          **options: Any) -> None:
         host, port = split_address(name, address)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               shutdown_timeout=SHUTDOWN_GRACE, **options)
+        runner = make_runner(app, access_log=None, handle_signals=False,
+                             shutdown_timeout=SHUTDOWN_GRACE, **options)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         self._runners.append(runner)

@@ -221,10 +221,10 @@ class WatchdogService:
         total = Decoded()
         try:
             for part in slices_of(request, INGEST_SLICE):
+                await self.priority.turn()  # a sync on its way goes first, even of a new request
                 self._apply(part, protocol)
                 total.rejected.update(part.rejected)
                 total.first_error = total.first_error or part.first_error
-                await self.priority.turn()
         finally:
             if digest is not None:
                 self._in_progress.discard(digest)

@@ -20,7 +20,7 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,51 @@ def _dumps(row: dict[str, Any]) -> str:
     return json.dumps(row, separators=(",", ":"), allow_nan=False)
 
 
+class Rows:
+    """One write's rows, encoded (JSON) before the store lane gets them: a caller on the event
+    loop adds them a few at a time between yields, and the lane only runs SQL."""
+
+    __slots__ = ("activity_log_size", "chunks", "refused", "runs", "sessions", "trims")
+
+    def __init__(self, activity_log_size: int) -> None:
+        self.activity_log_size = activity_log_size
+        self.runs: list[tuple[str, str, int, float, str]] = []
+        self.chunks: list[tuple[str, int, str]] = []  # one row per run: its new entries
+        self.trims: list[tuple[str, int]] = []
+        self.sessions: list[tuple[str, float, str]] = []
+        self.refused: list[str] = []  # runs whose snapshot cannot be encoded (not written)
+
+    def __bool__(self) -> bool:
+        return bool(self.runs or self.chunks or self.sessions)
+
+    def add_run(self, r: dict[str, Any]) -> None:
+        try:
+            self.runs.append((r["key"], r.get("agent") or r.get("service") or "unknown",
+                              int(bool(r["ended"])), float(r["last_seen"]), _dumps(r)))
+        except (TypeError, ValueError, OverflowError):
+            self.refused.append(str(r.get("key")))
+
+    def add_activity(self, by_run: Iterable[tuple[str, Sequence[ActivityEntry]]]) -> None:
+        """Each run's new entries (oldest first) as one row: a row per span was the store's
+        hottest write."""
+        size = self.activity_log_size
+        for run, entries in by_run:
+            newest = max(entry.seq for entry in entries)
+            self.chunks.append((run, newest, _dumps_list([entry[1:] for entry in entries])))
+            if newest > size:
+                self.trims.append((run, newest - size))
+
+    def add_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
+        self.sessions.extend(_session_rows(sessions))
+
+
+def _by_run(activity: Iterable[ActivityEntry]) -> dict[str, list[ActivityEntry]]:
+    by_run: dict[str, list[ActivityEntry]] = {}
+    for entry in activity:
+        by_run.setdefault(entry.run_key, []).append(entry)
+    return by_run
+
+
 class Store:
     def __init__(self, state_dir: str, activity_log_size: int = 200) -> None:
         self.activity_log_size = activity_log_size
@@ -144,29 +189,17 @@ class Store:
         """Upsert run and session snapshots and append activity entries, in one transaction.
         Returns the keys of runs whose snapshot could not be encoded (skipped, the rest is
         written); raises :class:`StoreWriteError` when nothing could be written."""
-        session_rows = _session_rows(sessions)
-        run_rows = []
-        refused: list[str] = []
-        for r in runs:
-            try:
-                run_rows.append((r["key"], r.get("agent") or r.get("service") or "unknown",
-                                 int(bool(r["ended"])), float(r["last_seen"]), _dumps(r)))
-            except (TypeError, ValueError, OverflowError):
-                refused.append(str(r.get("key")))
-        chunks: dict[str, list[tuple[Any, ...]]] = {}
-        for entry in activity:  # one row per run: a row per span was the store's hottest write
-            chunk = chunks.get(entry.run_key)
-            if chunk is None:
-                chunks[entry.run_key] = chunk = []
-            chunk.append(entry[1:])
-        chunk_rows = []
-        trims = []
-        size = self.activity_log_size
-        for run, chunk in chunks.items():
-            newest = max(item[0] for item in chunk)
-            chunk_rows.append((run, newest, _dumps_list(chunk)))
-            if newest > size:
-                trims.append((run, newest - size))
+        rows = Rows(self.activity_log_size)
+        for run in runs:
+            rows.add_run(run)
+        rows.add_activity(_by_run(activity).items())
+        rows.add_sessions(sessions)
+        self.write(rows)
+        return rows.refused
+
+    def write(self, rows: Rows) -> None:
+        """Write encoded rows in one transaction: SQL only, so the thread calling it holds the
+        GIL little (the encoding is done where it can be sliced: :class:`Rows`)."""
         with self._lock:
             db = self._db
             db.execute("BEGIN")
@@ -174,18 +207,18 @@ class Store:
                 db.executemany(
                     "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
-                    "updated=excluded.updated, data=excluded.data", run_rows)
+                    "updated=excluded.updated, data=excluded.data", rows.runs)
                 db.executemany("INSERT OR REPLACE INTO activity_chunks VALUES (?,?,?)",
-                               chunk_rows)
-                db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?", trims)
-                db.executemany(_UPSERT_SESSION, session_rows)
+                               rows.chunks)
+                db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?",
+                               rows.trims)
+                db.executemany(_UPSERT_SESSION, rows.sessions)
                 db.execute("COMMIT")
             except BaseException as exc:
                 _rollback(db)
                 if isinstance(exc, (sqlite3.Error, OSError)):
                     raise StoreWriteError(str(exc)) from exc
                 raise
-        return refused
 
     def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         """Upsert session snapshots (a checkpoint: before the API answers)."""

@@ -24,6 +24,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from google.protobuf import json_format
@@ -249,7 +250,7 @@ async def _answer_and_close(request: web.Request, response: web.Response) -> Non
 
 
 # For the AppRunner of this app: the body is read as sent and inflated by codings.inflate.
-RUNNER_OPTIONS = {"auto_decompress": False}
+RUNNER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
 
 
 def create_app(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
