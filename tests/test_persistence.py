@@ -10,7 +10,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 
 
 def tracer_to(server: RunningServer) -> tuple[TracerProvider, trace.Tracer]:
@@ -74,3 +80,31 @@ def test_active_run_survives_restart_and_ends_with_full_counts(tmp_path: Path) -
         # the whole activity log, from both lives of the sidecar, is in the report
         assert report.count("read_file") >= 4
         assert "/src/2.py" in report and "write_file" in report
+
+
+def test_a_restored_runs_report_prompt_shows_its_steps_from_before_the_restart(
+        tmp_path: Path) -> None:
+    """A directive's report prompt is written from the run's last steps in memory; a run
+    restored after a restart gets its stored steps back, so its first prompt is not blind."""
+    config = sidecar_config(tmp_path / "state")
+    run_id = "run-restart-prompt"
+    with running_server(config) as first:
+        provider, tracer = tracer_to(first)
+        with tracer.start_as_current_span("invoke_agent persistent"):
+            tool_span(tracer, run_id, "list_dir", '{"path": "/src/first-life"}', "a.py")
+            for _ in range(3):
+                tool_span(tracer, run_id, "read_file", '{"path": "/src/a.py"}', "file a")
+            provider.shutdown()  # the agent span itself never reaches this sidecar
+        assert first.get_json(f"/v1/runs/{run_id}/directives")["directives"] == []
+
+    with running_server(config) as second:
+        provider, tracer = tracer_to(second)
+        with tracer.start_as_current_span("invoke_agent persistent"):
+            tool_span(tracer, run_id, "read_file", '{"path": "/src/a.py"}', "file a")  # a loop
+            provider.shutdown()
+        directives = wait_until(lambda: second.get_json(
+            f"/v1/runs/{run_id}/directives")["directives"], what="the loop's directive")
+        assert [d["action"] for d in directives] == ["wind_down"], directives
+        prompt = directives[0]["report_prompt"]
+        assert "not available" not in prompt
+        assert "/src/first-life" in prompt and prompt.count("/src/a.py") >= 4, prompt

@@ -104,7 +104,7 @@ class Core:
         step = Step(touched=result.touched, activity=result.activity, batch=result,
                     applied=len(records))
         self._note_sessions(result.touched.values(), now)
-        self._remember(result.activity)
+        self.remember(result.activity)
         if rules:
             self._evaluate_batch(before, result, now, step)
         finished = result.ended + result.evicted
@@ -143,7 +143,9 @@ class Core:
             self._evaluate_run(engine, run, now, False, changed, step)
         self._after_evaluation(started, step)
 
-    def _remember(self, activity: Iterable[ActivityEntry]) -> None:
+    def remember(self, activity: Iterable[ActivityEntry]) -> None:
+        """Keep the last ``RECENT_STEPS`` of each run's activity (oldest first) for the report
+        prompts of its directives; the shell gives back a restored run's stored steps."""
         recent = self._recent
         for entry in activity:
             ring = recent.get(entry.run_key)

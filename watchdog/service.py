@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from watchdog import logs
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
-from watchdog.core import Core, Decided, Step
+from watchdog.core import RECENT_STEPS, Core, Decided, Step
 from watchdog.errors import NotFound
 from watchdog.ingest.decode import ExportTraceServiceRequest
 from watchdog.ingest.pipeline import Decoded, records_from, slices_of
@@ -133,6 +133,8 @@ class WatchdogService:
         active = self._restored(self.store.load_runs(True, self.config.max_runs))
         ended = self._restored(self.store.load_runs(False, 1000))
         self.tracker.restore(active + ended)
+        for run in active:  # their last steps, for the report prompts of their next directives
+            self.core.remember(self.store.activity(run.key, RECENT_STEPS))
         self.sessions.know(self.store.session_ids())
         return len(active)
 
