@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -245,3 +246,28 @@ def test_bytes_at_the_control_api_put_syncs_first_until_their_request_is_dispatc
         conn.sendall(b"\r\n")
         assert conn.recv(65536).startswith(b"HTTP/1.1 200")
         assert not sidecar.call(lambda: priority.holding)  # dispatched: nothing held any more
+
+
+def test_the_apis_store_reads_run_off_the_event_loop(fed: RunningServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report's log, a run's children and the ended runs are read on the reader lane: the
+    event loop (ingest, syncs) never waits for the disk."""
+    assert fed.server.service is not None
+    store = fed.server.service.store
+    threads: dict[str, set[str]] = {}
+    for name in ("activity", "child_runs", "list_runs", "get_run"):
+        read = getattr(store, name)
+
+        def spy(*args: Any, _read: Any = read, _name: str = name) -> Any:
+            threads.setdefault(_name, set()).add(threading.current_thread().name)
+            return _read(*args)
+
+        monkeypatch.setattr(store, name, spy)
+    run_id = ids(fed)[0]
+    assert request(fed, "GET", path(run_id, "/report"),
+                   headers={"Accept": "application/json"})[0] == 200
+    assert request(fed, "GET", "/v1/runs?state=ended")[0] == 200
+    assert request(fed, "GET", path("run-never-seen"))[0] == 404
+    assert set(threads) == {"activity", "child_runs", "list_runs", "get_run"}, threads
+    assert all(name.startswith("watchdog-reader") for seen in threads.values()
+               for name in seen), threads

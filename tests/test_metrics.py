@@ -169,7 +169,8 @@ def test_evicted_and_abandoned_runs(clock: ManualClock) -> None:
         maker.span("execute_tool a", tool_attrs("a"), parent=root)
     wired.export(maker)
     # A rule stopped the oldest run; eviction keeps that state, and still counts the eviction.
-    oldest = wired.service.queries.find_run("trace:" + trace_id(roots[0]))
+    oldest = wired.service.tracker.get("trace:" + trace_id(roots[0]))
+    assert oldest is not None
     oldest.force(TerminalState.IDLE_TIMEOUT, "idle-timeout")
     clock.advance(1)
     maker.span("execute_tool a", tool_attrs("a"), parent=roots[2])
@@ -260,7 +261,8 @@ def test_ids_never_label_values_and_exemplars_carry_trace_ids(sidecar: Sidecar) 
     sidecar.export(maker)
     trace = trace_id(root)
     sidecar.metrics.rule_fired("budget-countdown", "wind_down", "explorer", trace)
-    assert sidecar.service.queries.find_run("run-7f3e9a").trace_id == trace
+    run = sidecar.service.tracker.get("run-7f3e9a")
+    assert run is not None and run.trace_id == trace
 
     body, content_type = sidecar.metrics.render(PROMETHEUS_ACCEPT)
     assert content_type.startswith("application/openmetrics-text; version=1.0.0")

@@ -220,12 +220,12 @@ class RunRoutes:
                              + ", ".join(RUN_STATES))
         agent = query.get("agent") or None
         limit = _int_param(query.get("limit"), "limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
-        runs = self.service.queries.list_runs(state=state, agent=agent, limit=limit)
+        runs = await self.service.queries.list_runs(state=state, agent=agent, limit=limit)
         return json_response({"runs": runs})
 
     async def get_run(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
-        detail = self.service.queries.run_detail(key)
+        detail = await self.service.queries.run_detail(key)
         if self.directives is not None:
             detail["directives"] = await self.directives.run_directives(key)
         return json_response(detail)
@@ -233,9 +233,11 @@ class RunRoutes:
     async def report(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
         service = self.service
-        run = service.queries.find_run(key)
-        report = build_report(run, service.queries.activity(key), service.clock.now(),
-                              children=service.queries.child_runs(key))
+        queries = service.queries
+        run = await queries.find_run(key)
+        activity = await queries.activity(key)
+        children = await queries.child_runs(key)
+        report = build_report(run, activity, service.clock.now(), children=children)
         if _wants_json(request.headers.get("Accept", "")):
             return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,

@@ -1,14 +1,19 @@
 """Read queries for the API: runs and their activity, from memory first, then the store.
 
-The store reads through its own connection (WAL: readers never wait for the writer), so a query
-never waits for a flush. Nothing here changes state.
+Memory (the tracker, what is on its way to the store) is read on the event loop; the store is
+read on the reader lane, a thread of its own, through the store's reader connection (WAL:
+readers never wait for the writer). So a query never waits for a flush, and the event loop never
+waits for the disk: ingest and syncs go on while a report's log is read. Nothing here changes
+state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from watchdog.clock import Clock
 from watchdog.errors import NotFound
@@ -21,6 +26,8 @@ from watchdog.store import Store
 log = logging.getLogger("watchdog")
 
 MAX_LIST_LIMIT = 1000
+
+T = TypeVar("T")
 
 
 class RunQueries:
@@ -35,11 +42,18 @@ class RunQueries:
         self._unsaved = unsaved
         self._on_failed_run = on_failed_run
         self.activity_log_size = activity_log_size
+        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-reader")
 
-    def find_run(self, key: str) -> RunState:
+    async def _read(self, work: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._lane, work, *args)
+
+    def close(self) -> None:
+        self._lane.shutdown(wait=True)
+
+    async def find_run(self, key: str) -> RunState:
         run = self.tracker.get(key)
         if run is None:
-            data = self.store.get_run(key)
+            data = await self._read(self.store.get_run, key)
             if data is None:
                 raise NotFound(f"no run {key!r}")
             run = self.from_store(data)
@@ -56,26 +70,30 @@ class RunQueries:
             self._on_failed_run("restore", str(data.get("key")))
             return None
 
-    def run_detail(self, key: str) -> dict[str, Any]:
-        run = self.find_run(key)
+    async def run_detail(self, key: str) -> dict[str, Any]:
+        run = await self.find_run(key)
+        children = await self.child_runs(key)
         now = self.clock.now()
         detail = run_detail(run, now, self.default_budget(run))
-        detail["children"] = [run_summary(child, now) for child in self.child_runs(key)]
+        detail["children"] = [run_summary(child, now) for child in children]
         return detail
 
-    def child_runs(self, key: str) -> list[RunState]:
+    async def child_runs(self, key: str) -> list[RunState]:
         """The runs of nested agents below ``key`` (sub-agents, agents as tools, handoffs)."""
+        stored = await self._read(self.store.child_runs, key, MAX_LIST_LIMIT)
         children = {child.key: child for child in self.tracker.children(key)}
-        for data in self.store.child_runs(key, MAX_LIST_LIMIT):
-            if data["key"] not in children and (stored := self.from_store(data)):
-                children[data["key"]] = stored
+        for data in stored:
+            if data["key"] not in children and (child := self.from_store(data)):
+                children[data["key"]] = child
         return sorted(children.values(), key=lambda run: (run.first_start_ns, run.key))
 
-    def list_runs(self, state: str | None = None, agent: str | None = None,
-                  limit: int = 100) -> list[dict[str, Any]]:
+    async def list_runs(self, state: str | None = None, agent: str | None = None,
+                        limit: int = 100) -> list[dict[str, Any]]:
         """Active runs come from memory; ended ones from memory then the store."""
-        now = self.clock.now()
         limit = max(1, min(limit, MAX_LIST_LIMIT))
+        stored = await self._read(self.store.list_runs, True, agent, limit) \
+            if state in (None, "ended") else []
+        now = self.clock.now()
         runs: dict[str, RunState] = {}
         if state in (None, "active"):
             for run in reversed(list(self.tracker.active())):
@@ -86,9 +104,9 @@ class RunQueries:
                 if agent is None or run.agent_name == agent:
                     runs.setdefault(run.key, run)
             if len(runs) < limit:
-                for data in self.store.list_runs(True, agent, limit):
-                    if data["key"] not in runs and (stored := self.from_store(data)):
-                        runs[data["key"]] = stored
+                for data in stored:
+                    if data["key"] not in runs and (restored := self.from_store(data)):
+                        runs[data["key"]] = restored
         summaries = []
         for run in list(runs.values())[:limit]:
             try:
@@ -97,10 +115,12 @@ class RunQueries:
                 self._on_failed_run("read", run.key)
         return summaries
 
-    def activity(self, key: str) -> list[ActivityEntry]:
-        """The run's activity log: what the store has, plus what is on its way there."""
-        entries = {entry.seq: entry for entry in self.store.activity(key)}
-        for entry in self._unsaved(key):
+    async def activity(self, key: str) -> list[ActivityEntry]:
+        """The run's activity log: what the store has, plus what is on its way there (taken
+        first: an entry written while the store is read is in one or the other)."""
+        unsaved = self._unsaved(key)
+        entries = {entry.seq: entry for entry in await self._read(self.store.activity, key)}
+        for entry in unsaved:
             entries[entry.seq] = entry
         ordered = [entries[seq] for seq in sorted(entries)]
         return ordered[-self.activity_log_size:]

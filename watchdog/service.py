@@ -146,6 +146,7 @@ class WatchdogService:
 
     async def close(self) -> None:
         await self.state.close()
+        self.queries.close()
 
     # -- carrying a step on ---------------------------------------------------------------------
 
