@@ -302,6 +302,42 @@ def test_openinference_tool_span(otel: SpanMaker) -> None:
     assert record.result_brief == "found x"
 
 
+@pytest.mark.parametrize(("metadata", "agent"), [
+    ('{"lc_agent_name": "lc_researcher", "langgraph_node": "tools"}', "lc_researcher"),
+    ('{"lc_agent_name": "lc_researcher"', None),  # cut: not JSON, no name, no failure
+    ('["lc_agent_name"]', None),
+    ('{"lc_agent_name": 7}', None),
+    ("", None),
+])
+def test_openinference_langchain_agent_name_from_metadata(otel: SpanMaker, metadata: str,
+                                                          agent: str | None) -> None:
+    record = record_of(otel.span("lookup", {"openinference.span.kind": "TOOL",
+                                            "metadata": metadata}))
+    assert record.kind is SpanKind.TOOL
+    assert record.agent == agent
+
+
+def test_openinference_langchain_span_named_after_its_agent_is_the_agent(otel: SpanMaker
+                                                                         ) -> None:
+    metadata = '{"lc_agent_name": "lc_researcher", "langgraph_node": "tools"}'
+    tool = otel.open("research", {"openinference.span.kind": "TOOL"})
+    nested = record_of(otel.span("lc_researcher", {"openinference.span.kind": "CHAIN",
+                                                   "metadata": metadata}, parent=tool))
+    step = record_of(otel.span("model", {"openinference.span.kind": "CHAIN",
+                                         "metadata": metadata}, parent=tool))
+    assert (nested.kind, nested.agent) == (SpanKind.AGENT, "lc_researcher")
+    assert (step.kind, step.agent) == (SpanKind.OTHER, "lc_researcher")
+
+
+def test_openinference_langgraph_node_named_agent_is_a_step(otel: SpanMaker) -> None:
+    node = record_of(otel.span("agent", {
+        "openinference.span.kind": "AGENT",
+        "metadata": '{"ls_integration": "langgraph", "langgraph_node": "agent"}'}))
+    agent = record_of(otel.span("agent", {"openinference.span.kind": "AGENT"}))
+    assert node.kind is SpanKind.OTHER
+    assert agent.kind is SpanKind.AGENT
+
+
 def test_openinference_agent_span_output_is_the_answer(otel: SpanMaker) -> None:
     record = record_of(otel.span("Agent", {
         "openinference.span.kind": "AGENT",

@@ -228,7 +228,7 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'tool lookup k1',
         'llm tool_calls asks-tools',
         'tool lookup k2',
-        'agent None limit=GraphRecursionError error=GraphRecursionError',
+        'agent lc_researcher limit=GraphRecursionError error=GraphRecursionError',
     ],
     ("langchain_openinference", "three_tools"): [
         'llm tool_calls asks-tools',
@@ -238,13 +238,13 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm tool_calls asks-tools',
         'tool lookup c',
         'llm stop answer',
-        'agent None answer',
+        'agent lc_researcher answer',
     ],
     ("langchain_openinference", "tool_error"): [
         'llm tool_calls asks-tools',
         'tool lookup broken error=RuntimeError',
         'other error=RuntimeError',
-        'agent None error=RuntimeError',
+        'agent lc_researcher error=RuntimeError',
     ],
     # the tool handles its ToolException: a ToolMessage with status "error", the span ends OK
     ("langchain_openinference", "tool_error_handled"): [
@@ -253,7 +253,7 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm tool_calls asks-tools',
         'tool lookup broken error=tool_error',
         'llm stop answer',
-        'agent None answer',
+        'agent lc_researcher answer',
     ],
     ("langchain_openllmetry", "limit"): [
         'llm tool_call asks-tools',
@@ -699,8 +699,10 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
                                                 "GraphRecursionError", False),
     ("langchain_openllmetry", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
     ("langchain_openllmetry", "tool_error_handled"): Outcome(3, 2, 1, "completed", None, True),
-    # ... and under OpenInference (a root CHAIN span is the invocation)
-    ("langchain_openinference", "three_tools"): COMPLETED_3,
+    # ... and under OpenInference (a root CHAIN span is the invocation; create_react_agent's
+    # model node, an AGENT-kind span, is a step of it)
+    **{("langchain_openinference", scenario): COMPLETED_3
+       for scenario in ("three_tools", "react_three_tools")},
     ("langchain_openinference", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
                                                   "GraphRecursionError", False),
     ("langchain_openinference", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),

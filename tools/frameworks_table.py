@@ -56,7 +56,9 @@ def row(convention: Convention) -> str:
              + _places(c.limit_attributes)
              + [f"`{key}` ~ /{pattern}/ → `{name}`" for key, pattern, name in c.limit_states]
              + [f"last input “{text}…” → `{name}`" for text, name in c.limit_prompts])
-    agent = _places(c.agent_name) + _places(c.agent_span_name, "agent span ")
+    agent = (_places(c.agent_name) + _places(c.agent_span_name, "agent span ")
+             + [f"`{key}` JSON `{'.'.join(path)}` (a span named so is the agent)"
+                for key, path in c.agent_name_json])
     tools = (_places(c.tool_name) + [f"span name `{p}…`" for p in c.tool_name_span_prefixes]
              + _places(c.tool_args))
     failed = [f"`{rule.attribute}` with "
@@ -67,7 +69,9 @@ def row(convention: Convention) -> str:
              + [f"root `{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
                 for key, roles in c.root_kinds.items()]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]
-             + [f"span `{prefix}…` ({role})" for prefix, role in c.span_name_prefixes])
+             + [f"span `{prefix}…` ({role})" for prefix, role in c.span_name_prefixes]
+             + [f"an agent-kind span named after `{key}` JSON `{'.'.join(path)}` is a graph "
+                "step" for key, path in c.graph_node_json])
     cells = [f"**{c.name}** ({c.emitted_by})", _cell(spans), _cell(answer), _cell(limit),
              _cell(agent), _cell(tools), _cell(failed), c.notes or "—"]
     return "| " + " | ".join(cells) + " |"

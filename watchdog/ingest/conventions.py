@@ -38,10 +38,11 @@ from typing import Any
 
 from watchdog.bounds import budget_limit, token_count
 from watchdog.ingest.decode import any_value
-from watchdog.ingest.frameworks import TABLES, Role
+from watchdog.ingest.frameworks import TABLES, Path, Role
 from watchdog.ingest.outcome import (
     LIMIT_EXCEPTIONS,
     agent_limit,
+    at_path,
     fill_model_outcome,
     fill_reported_calls,
     finish_reason,
@@ -84,6 +85,9 @@ ERROR_TYPE_KEYS = ("error.type",)
 AGENT_NAME_KEYS = TABLES.agent_name
 AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
 AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
+AGENT_NAME_JSON = TABLES.agent_name_json
+GRAPH_NODE_JSON = TABLES.graph_node_json
+JSON_IDENTITY_KEYS = tuple(dict.fromkeys(key for key, _ in AGENT_NAME_JSON + GRAPH_NODE_JSON))
 SESSION_KEYS = TABLES.session
 TOOL_NAME_KEYS = TABLES.tool_name
 TOOL_ARGS_KEYS = TABLES.tool_args
@@ -115,7 +119,7 @@ ROLE_KINDS: dict[Role | None, SpanKind] = {
 KIND_MAPS = TABLES.kinds
 ROOT_KIND_MAPS = TABLES.root_kinds
 # Module globals: an enum member lookup costs ~50 ns, once per span.
-CREATE_AGENT, WORKFLOW = Role.CREATE_AGENT, Role.WORKFLOW
+CREATE_AGENT, WORKFLOW, AGENT_ROLE = Role.CREATE_AGENT, Role.WORKFLOW, Role.AGENT
 SPAN_NAME_ROLES = TABLES.span_names
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
@@ -310,6 +314,40 @@ def classify(name: str, attrs: Mapping[str, object], is_root: bool = False) -> S
     return ROLE_KINDS[role_of(name, attrs, is_root)]
 
 
+def _json_identity(name: str, attrs: Mapping[str, object], role: Role | None
+                   ) -> tuple[Role | None, str | None]:
+    """The span's role and agent as JSON attributes tell them (:attr:`Convention.
+    agent_name_json`, :attr:`Convention.graph_node_json`): a span named after the agent in its
+    JSON is that agent's invocation; a span of agent kind named after its graph node is a step
+    of the graph. Parsed only when the key's name occurs in the text."""
+    parsed: dict[str, object] = {}
+
+    def found(key: str, path: Path) -> object:
+        raw = attrs.get(key)
+        if not isinstance(raw, str) or f'"{path[-1]}"' not in raw:
+            return None
+        if key not in parsed:
+            try:
+                parsed[key] = _load_json(raw)
+            except ValueError:
+                parsed[key] = None
+        return at_path(parsed[key], path)
+
+    agent = None
+    for key, path in AGENT_NAME_JSON:
+        value = found(key, path)
+        if isinstance(value, str) and value:
+            agent = value
+            break
+    if role is AGENT_ROLE:
+        if any(found(key, path) == name for key, path in GRAPH_NODE_JSON):
+            role = None
+    elif (role is None or role is WORKFLOW) and agent is not None \
+            and agent[:MAX_NAME_CHARS] == name:
+        role = AGENT_ROLE  # the agent itself, not a workflow around agents: one nested in it
+    return role, agent
+
+
 def _agent_from_span_name(name: str) -> str | None:
     for pattern in AGENT_SPAN_NAME_PATTERNS:
         match = pattern.match(name)
@@ -373,7 +411,7 @@ WANTED_ATTRIBUTES = frozenset(
     + LLM_OUTPUT_KEYS + tuple(rule.attribute for rule in TABLES.tool_result_errors)
     + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
-    + tuple(key for key, _, _ in TABLES.call_limits)
+    + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
 ) | BUDGET_ATTRIBUTES
 
 
@@ -440,6 +478,11 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     start_ns = span.start_time_unix_nano
     key, source = run_key(trace_id, attrs, resource)
     role = role_of(name, attrs, parent is None)
+    json_agent = None
+    for json_key in JSON_IDENTITY_KEYS:
+        if json_key in attrs:
+            role, json_agent = _json_identity(name, attrs, role)
+            break
     kind = ROLE_KINDS[role]
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
@@ -449,7 +492,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     elif role is WORKFLOW:
         record.workflow = True
 
-    agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent
+    agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent or json_agent
     if agent is None and kind is AGENT:
         agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS) or _agent_from_span_name(name)
     if agent:

@@ -74,6 +74,13 @@ class Convention:
     agent_name: Names = _NO_NAMES  # on any span
     agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)
     agent_span_name_patterns: Names = _NO_NAMES  # regexes on an agent span's name, group "name"
+    # (attribute holding JSON, path to an agent's name in it): the agent a span works for when
+    # no attribute names it; and a span named after that agent is the agent's invocation, at
+    # the root or nested (an agent run as another agent's tool: a child run)
+    agent_name_json: tuple[tuple[str, Path], ...] = ()
+    # (attribute holding JSON, path to a graph node's name in it): a span of agent kind named
+    # after the node it runs in is a step of a graph, not an agent of its own
+    graph_node_json: tuple[tuple[str, Path], ...] = ()
     session: Names = _NO_NAMES
     # -- tool calls
     tool_name: Names = _NO_NAMES
@@ -314,6 +321,12 @@ LANGGRAPH = Convention(
                      (("output", "kwargs", "status"), "error")),
                     ("output", "kwargs", "content")),
     ),
+    # OpenInference writes the runnable's metadata as JSON: create_agent(name=…) puts the
+    # agent's name in every span's metadata (its graph span is named after it), and LangGraph
+    # the node each span runs in — create_react_agent's model node is "agent", which
+    # OpenInference gives the AGENT kind although it is one step of the graph.
+    agent_name_json=(("metadata", ("lc_agent_name",)),),
+    graph_node_json=(("metadata", ("langgraph_node",)),),
     limit_exceptions=frozenset({"GraphRecursionError"}),
     limit_status=((r"^Recursion limit of \d+ reached", "GraphRecursionError"),),
     notes="a tool error the tool handles itself (`handle_tool_error`) is only in its result: "
@@ -368,6 +381,8 @@ class Tables:
     agent_name: Names
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
+    agent_name_json: tuple[tuple[str, Path], ...]
+    graph_node_json: tuple[tuple[str, Path], ...]
     session: Names
     tool_name: Names
     tool_name_span_prefixes: Names
@@ -425,6 +440,10 @@ def combine() -> Tables:
         agent_span_name=_names("agent_span_name"),
         agent_span_name_patterns=tuple(re.compile(pattern) for convention in CONVENTIONS
                                        for pattern in convention.agent_span_name_patterns),
+        agent_name_json=tuple(pair for convention in CONVENTIONS
+                              for pair in convention.agent_name_json),
+        graph_node_json=tuple(pair for convention in CONVENTIONS
+                              for pair in convention.graph_node_json),
         session=_names("session"),
         tool_name=_names("tool_name"),
         tool_name_span_prefixes=_names("tool_name_span_prefixes"),

@@ -146,12 +146,13 @@ def result_error(attrs: Mapping[str, object]) -> tuple[str, str] | None:
             value = raw
         else:
             continue
-        if all(_at(value, path) == wanted for path, wanted in rule.where):
-            return rule.error_type, _message_text(_at(value, rule.message))
+        if all(at_path(value, path) == wanted for path, wanted in rule.where):
+            return rule.error_type, _message_text(at_path(value, rule.message))
     return None
 
 
-def _at(value: object, path: tuple[str, ...]) -> object:
+def at_path(value: object, path: tuple[str, ...]) -> object:
+    """``value[path[0]][path[1]]…``, or None where a key is missing or a level is no object."""
     for key in path:
         if not isinstance(value, dict):
             return None
