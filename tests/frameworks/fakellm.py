@@ -99,6 +99,7 @@ class _Model:
     script: Script
     delay: float = 0.0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    on_request: Callable[[int], object] | None = None  # called with the request's index
 
 
 class FakeLLM:
@@ -119,10 +120,12 @@ class FakeLLM:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
-    def script(self, model: str, script: Script, delay: float = 0.0) -> str:
-        """Serve ``script`` to requests naming ``model``; ``delay`` seconds per response."""
+    def script(self, model: str, script: Script, delay: float = 0.0,
+               on_request: Callable[[int], object] | None = None) -> str:
+        """Serve ``script`` to requests naming ``model``; ``delay`` seconds per response;
+        ``on_request(index)`` before each response (index from 0): a test's fault, at a step."""
         with self._lock:
-            self._models[model] = _Model(script, delay)
+            self._models[model] = _Model(script, delay, on_request=on_request)
         return model
 
     def requests(self, model: str) -> list[dict[str, Any]]:
@@ -245,6 +248,8 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 self._send_json(400, {"error": {"message": f"fakellm: {exc!r}",
                                                 "type": "invalid_request_error"}})
                 return
+            if model.on_request is not None:
+                model.on_request(len(llm.requests(str(body.get("model")))) - 1)
             if model.delay:
                 time.sleep(model.delay)
             response_id = llm.next_id()

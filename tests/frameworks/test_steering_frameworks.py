@@ -8,6 +8,8 @@ OTLP to a real sidecar; nothing waits for a directive."""
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +28,13 @@ from tests.frameworks.steering import (
     instructions,
     searching,
 )
-from tests.harness import RunningServer, run_detail, wait_until
+from tests.harness import (
+    RunningServer,
+    run_detail,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 
 FRAMEWORKS = [("steering_langchain", "steering_langchain"),
               ("smolagents", "steering_smolagents"), ("hermes", "steering_hermes")]
@@ -40,6 +48,7 @@ def drive(sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], scen
                                    "OTEL_BSP_SCHEDULE_DELAY": "200"})
     line = [text for text in result.stdout.splitlines() if text.startswith("{")][-1]
     outcome: dict[str, Any] = json.loads(line)
+    outcome["stderr"] = result.stderr
     return outcome
 
 
@@ -104,3 +113,21 @@ def test_error_loop_abort_before_the_next_tool_call(
                               {"Accept": "application/json"})
     assert [(e["count"], e["names"]) for e in report["errors"]] == [(5, ["fetch"])]
     assert "connection refused: http://backend/data" in report["errors"][0]["error"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS, ids=[f[0] for f in FRAMEWORKS])
+def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path,
+                                                    framework: tuple[str, str]) -> None:
+    """The sidecar dies at the agent's 5th model request: the agent goes on with its own count
+    — the same countdown, no tool past the budget, the report — and says so once."""
+    stack = ExitStack()
+    sidecar = stack.enter_context(running_server(sidecar_config(tmp_path / "state")))
+    model = llm.script(f"{framework[0]}-killed", searching(), delay=0.02,
+                       on_request=lambda index: index == 4 and stack.close())
+    outcome = drive(sidecar, llm, framework, "budget", model)
+    requests = llm.requests(model)
+    assert len(outcome["ran"]) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert outcome["output"] == REPORT and outcome["report"] == REPORT
+    assert outcome["stderr"].count("sidecar unreachable") == 1, outcome["stderr"]

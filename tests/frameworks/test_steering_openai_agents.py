@@ -8,7 +8,10 @@ the client's usual batch delay. Nothing waits for a directive.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +36,7 @@ from tests.frameworks.steering import (
     instructions,
     searching,
 )
-from tests.harness import RunningServer
+from tests.harness import RunningServer, running_server, sidecar_config
 from watchdog.client import Watchdog
 from watchdog.client.adapters.openai_agents import (
     WatchdogHooks,
@@ -145,3 +148,43 @@ def test_error_loop_abort_before_the_next_tool_call(
     detail = ended(sidecar, run.id, provider.force_flush)
     assert detail["terminal_state"] == "loop_detected"
     assert detail["has_final_answer"] is True
+
+
+def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The sidecar dies at the agent's 5th model request: the agent goes on with its own count
+    — the same countdown, no tool past the budget, the report — and says so once."""
+    stack = ExitStack()
+    sidecar = stack.enter_context(running_server(sidecar_config(tmp_path / "state")))
+    model = llm.script("oa-killed", searching(), delay=0.02,
+                       on_request=lambda index: index == 4 and stack.close())
+    provider = TracerProvider(resource=Resource.create({"service.name": "steering-oa"}))
+    provider.add_span_processor(BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=sidecar.otlp_http + "/v1/traces"),
+        schedule_delay_millis=EXPORT_DELAY_MS))
+    set_tracing_disabled(False)
+    instrumentor = instrument_openai_agents(provider)
+    ran: list[str] = []
+
+    @function_tool
+    def search(q: str) -> str:
+        ran.append(q)
+        return f"2 results for {q}"
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    try:
+        with caplog.at_level(logging.WARNING, logger="watchdog.client"), \
+                wd.run(agent="explorer", max_tool_calls=10) as run:
+            result = run_agent(llm, model, [search])
+    finally:
+        wd.close()
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+    requests = llm.requests(model)
+    assert len(ran) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert result.final_output == REPORT and run.report_text == REPORT
+    unreachable = [r for r in caplog.records if "sidecar unreachable" in r.getMessage()]
+    assert len(unreachable) == 1, [r.getMessage() for r in unreachable]

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from _hermes import hermes_home
@@ -88,6 +89,13 @@ def main() -> None:
     from grafana_agento11y_hermes import _otel as plugin_otel  # flushes what the plugin holds
     plugin_otel.force_flush(5000)
     provider.shutdown()
+    # Hermes sends every log record to its own files: echo the client's to stderr, where the
+    # drivers of the other frameworks have them
+    agent_log = Path(os.environ["HERMES_HOME"]) / "logs" / "agent.log"
+    if agent_log.exists():
+        for line in agent_log.read_text(encoding="utf-8").splitlines():
+            if "watchdog.client" in line:
+                print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":
