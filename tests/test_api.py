@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -271,3 +273,20 @@ def test_the_apis_store_reads_run_off_the_event_loop(fed: RunningServer,
     assert set(threads) == {"activity", "child_runs", "list_runs", "get_run"}, threads
     assert all(name.startswith("watchdog-reader") for seen in threads.values()
                for name in seen), threads
+
+
+def test_a_client_trickling_bytes_holds_bulk_work_back_once(sidecar: RunningServer) -> None:
+    """Bytes that make no request hold bulk work for one pause (MAX_PAUSE) at most, and more
+    bytes of the same request do not hold it again: a slow client cannot stall ingest."""
+    assert sidecar.server.service is not None
+    priority = sidecar.server.service.priority
+    host, port = sidecar.server.addresses["api"]
+    with socket.create_connection((host, port), timeout=10) as conn:
+        conn.sendall(b"G")
+        wait_until(lambda: sidecar.call(lambda: priority.holding), what="bulk work held")
+        asyncio.run_coroutine_threadsafe(priority.turn(), sidecar.loop).result(timeout=1)
+        assert not sidecar.call(lambda: priority.holding)
+        for piece in (b"ET /v1/ru", b"ns HTTP/1.1\r\n", b"Host: x\r\n"):
+            conn.sendall(piece)
+            time.sleep(0.05)
+            assert not sidecar.call(lambda: priority.holding)

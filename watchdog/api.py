@@ -136,8 +136,16 @@ def dispatch_middleware(priority: Priority) -> Callable[[web.Request, Handler],
                                                       Awaitable[web.StreamResponse]]:
     @web.middleware
     async def dispatched(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        connection = transport.get_protocol() if transport is not None else None
+        if isinstance(connection, _Arrivals):
+            connection.waiting = False  # its next bytes are the next request's
         priority.dispatched()
-        return await handler(request)
+        try:
+            return await handler(request)
+        finally:
+            if isinstance(connection, _Arrivals):
+                connection.waiting = False  # bytes read while it ran were its body
 
     return dispatched
 
@@ -167,19 +175,23 @@ class _ArrivalServer(web.Server):
 
 class _Arrivals(asyncio.Protocol):
     """One control API connection: aiohttp's request handler, told nothing new; the priority
-    gate told when bytes come in."""
+    gate told when a request's first bytes come in — once per request, so a client trickling
+    bytes holds bulk work back for one pause at most (``priority.MAX_PAUSE``), not forever."""
 
-    __slots__ = ("handler", "priority")
+    __slots__ = ("handler", "priority", "waiting")
 
     def __init__(self, handler: asyncio.Protocol, priority: Priority) -> None:
         self.handler = handler
         self.priority = priority
+        self.waiting = False  # bytes in, their request not yet dispatched
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        self.priority.arrived()
+        if not self.waiting:
+            self.waiting = True
+            self.priority.arrived()
         self.handler.data_received(data)
 
     def eof_received(self) -> bool | None:
