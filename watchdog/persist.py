@@ -34,6 +34,7 @@ log = logging.getLogger("watchdog")
 
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 STATE_RETRY_AFTER = 5.0  # seconds exporters are told to wait while the state is not writable
+WRITE_PART_RUNS = 200  # runs (with their new activity) per store transaction of a flush
 
 T = TypeVar("T")
 
@@ -129,31 +130,49 @@ class StateWriter:
 
     async def save_pending(self) -> bool:
         """Persist changed runs and new activity without stalling the event loop: runs are
-        snapshotted and encoded a slice at a time (other requests run in between), then the
-        rows are written on the lane. Returns False when the store could not be written
+        snapshotted and encoded a slice at a time (other requests run in between), then written
+        on the lane in parts of ``WRITE_PART_RUNS`` runs (each with its new activity, one
+        transaction each), so a sync whose directive is being stored meanwhile contends with
+        one part, not the whole flush. Returns False when the store could not be written
         (everything is pending again)."""
         dirty, self._dirty = self._dirty, {}
         activity, self._pending = self._pending, PendingActivity()
-        rows = Rows(self.store.activity_log_size)
+        size = self.store.activity_log_size
+        parts = [Rows(size)]
+        by_run = activity.by_run
         async for run in self.priority.sliced(dirty.values()):
+            rows = parts[-1]
+            if len(rows.runs) >= WRITE_PART_RUNS:
+                rows = Rows(size)
+                parts.append(rows)
             try:
                 rows.add_run(run.to_dict())  # a run changed after this is dirty again
             except Exception:
                 rows.refused.append(run.key)
-        async for chunk in self.priority.sliced(activity.by_run.items()):
-            rows.add_activity((chunk,))
-        # Taken right before the store lane gets them: a checkpoint snapshotted while the runs
-        # were being sliced above is written before this, and must not be overwritten by an
-        # older snapshot of its session.
-        sessions = self.sessions.take_dirty()
-        rows.add_sessions(sessions)
-        for key in rows.refused:
-            self._on_failed_run("flush", key)
-        if not rows:
-            return True
+            entries = by_run.get(run.key)
+            if entries:
+                rows.add_activity(((run.key, entries),))
+        parts[-1].add_activity((key, entries) for key, entries in by_run.items()
+                               if key not in dirty)
+        for rows in parts:
+            for key in rows.refused:
+                self._on_failed_run("flush", key)
         self._saving = activity
+        sessions: list[dict[str, Any]] = []
+        wrote = False
         try:
-            await self.in_lane(self.store.write, rows)
+            for rows in parts[:-1]:
+                await self.in_lane(self.store.write, rows)
+                wrote = True
+                await self.priority.turn()
+            # Taken right before the lane gets them: a checkpoint snapshotted while the runs
+            # were being sliced above is written before this, and must not be overwritten by
+            # an older snapshot of its session.
+            sessions = self.sessions.take_dirty()
+            parts[-1].add_sessions(sessions)
+            if parts[-1]:
+                await self.in_lane(self.store.write, parts[-1])
+                wrote = True
         except StoreWriteError as exc:
             self._requeue(dirty, activity, sessions)
             self.failed(exc)
@@ -161,7 +180,8 @@ class StateWriter:
         finally:
             if self._saving is activity:
                 self._saving = PendingActivity()
-        self._written()
+        if wrote:
+            self._written()
         return True
 
     async def save_sessions(self, sessions: list[dict[str, Any]]) -> None:

@@ -89,11 +89,9 @@ class RunQueries:
 
     async def list_runs(self, state: str | None = None, agent: str | None = None,
                         limit: int = 100) -> list[dict[str, Any]]:
-        """Active runs come from memory; ended ones from memory then the store."""
+        """Active runs come from memory; ended ones from memory, then from the store when
+        memory has fewer than ``limit``."""
         limit = max(1, min(limit, MAX_LIST_LIMIT))
-        stored = await self._read(self.store.list_runs, True, agent, limit) \
-            if state in (None, "ended") else []
-        now = self.clock.now()
         runs: dict[str, RunState] = {}
         if state in (None, "active"):
             for run in reversed(list(self.tracker.active())):
@@ -104,9 +102,10 @@ class RunQueries:
                 if agent is None or run.agent_name == agent:
                     runs.setdefault(run.key, run)
             if len(runs) < limit:
-                for data in stored:
+                for data in await self._read(self.store.list_runs, True, agent, limit):
                     if data["key"] not in runs and (restored := self.from_store(data)):
                         runs[data["key"]] = restored
+        now = self.clock.now()
         summaries = []
         for run in list(runs.values())[:limit]:
             try:
