@@ -60,9 +60,10 @@ def settled(ports: dict[str, int], rate: float, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def probe(api: str, probes: int) -> tuple[list[float], list[float]]:
+def probe(api: str, probes: int, gap: float = 0.0) -> tuple[list[float], list[float]]:
     """Latencies (ms) of syncs that brought no new directive, and of those that did (the
-    sidecar then answers once the directive is stored)."""
+    sidecar then answers once the directive is stored). ``gap``: seconds between a step's
+    spans and its sync (the model call an agent waits for), 0: back to back."""
     provider = TracerProvider()
     wd = Watchdog(api, tracer_provider=provider)
     tracer = provider.get_tracer("probe")
@@ -79,6 +80,8 @@ def probe(api: str, probes: int) -> tuple[list[float], list[float]]:
                         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
                         "gen_ai.tool.call.arguments": json.dumps({"q": f"term {step}"})}):
                     run.before_tool_call("search")
+                if gap:
+                    time.sleep(gap)
                 seq = run.board.last_seq
                 started = time.perf_counter()
                 run.before_model_call()
@@ -95,6 +98,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10_000, help="background spans/s")
     parser.add_argument("--probes", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=128, help="spans per background request")
+    parser.add_argument("--gap", type=float, default=0.0,
+                        help="seconds between a step's spans and its sync (a model call); "
+                             "0: back to back, the worst case")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as state, sidecar(state) as proc:
         ports = proc["ports"]
@@ -102,18 +108,19 @@ def main() -> None:
         ready = context.Event()
         loader = context.Process(target=load, args=(
             f"http://127.0.0.1:{ports['otlp_http']}/v1/traces", args.rate, args.batch,
-            args.probes * 0.01 + 30, ready))
+            args.probes * (0.01 + args.gap) + 30, ready))
         loader.start()
         ready.wait(60)
         settled(ports, args.rate)
         try:
-            plain, directed = probe(f"http://127.0.0.1:{ports['api']}", args.probes)
+            plain, directed = probe(f"http://127.0.0.1:{ports['api']}", args.probes, args.gap)
         finally:
             loader.terminate()
             loader.join(10)
     print(f"sync latency (run.before_model_call(): 2 ended spans applied + directives), "
           f"background {args.rate:,.0f} spans/s ({args.batch}-span requests), default rule "
-          f"pack, {len(plain) + len(directed)} probes:")
+          f"pack, {len(plain) + len(directed)} probes, {args.gap * 1000:g} ms between a step and "
+          f"its sync:")
     for label, values in (("all", plain + directed), ("no new directive", plain),
                           ("with a new directive", directed)):
         print(f"  {label:<22}" + summary(values))
