@@ -1,6 +1,8 @@
 """A flush is written in parts (``WRITE_PART_RUNS`` runs with their activity per transaction),
 so a sync storing a directive meanwhile contends with one part: every run and every entry still
-lands, and a part that cannot be written puts the whole flush back."""
+lands, and a part that cannot be written puts the whole flush back. Sessions are encoded a slice
+at a time too, and a checkpoint stored meanwhile is never overwritten by the flush's older
+snapshot of its session."""
 
 from __future__ import annotations
 
@@ -27,11 +29,12 @@ class Observer:
         self.writable.append(writable)
 
 
-def writer(tmp_path: Path) -> tuple[StateWriter, Store, Observer]:
+def writer(tmp_path: Path, sessions: SessionBook | None = None
+           ) -> tuple[StateWriter, Store, Observer]:
     store = Store(str(tmp_path))
     observer = Observer()
-    sessions = SessionBook(lambda _id: None)
-    return StateWriter(store, sessions, observer, str(tmp_path), lambda *_: None), store, observer
+    book = sessions if sessions is not None else SessionBook(lambda _id: None)
+    return StateWriter(store, book, observer, str(tmp_path), lambda *_: None), store, observer
 
 
 def changed_runs(state: StateWriter, count: int) -> None:
@@ -73,3 +76,59 @@ def test_a_part_that_cannot_be_written_puts_the_whole_flush_back(tmp_path: Path)
     assert observer.writable == [False, True] and state.state_error is None
     assert len(store.load_runs(True, 10 * count)) == count
     assert [entry.seq for entry in store.activity(f"run-{count - 1}")] == [1, 2]
+
+
+def test_a_checkpoint_stored_during_a_flush_is_not_overwritten_by_the_flush(
+        tmp_path: Path) -> None:
+    book = SessionBook(lambda _id: None)
+    state, store, _ = writer(tmp_path, book)
+    changed_runs(state, WRITE_PART_RUNS + 1)  # two parts: the lane is awaited in between
+    session = book.note_run("conv-1", "run-0", 1.7e9)  # dirty: the flush snapshots one run
+    assert session is not None
+    in_lane, checkpointed = state.in_lane, []
+
+    async def lane_then_checkpoint(work: object, *args: object) -> object:
+        result = await in_lane(work, *args)  # type: ignore[arg-type]
+        if work == store.write and not checkpointed:  # the first part is written: the
+            checkpointed.append(True)  # flush holds its snapshot; a checkpoint comes in
+            session.note_run("run-1", 1.7e9 + 1)
+            book.changed(session)
+            await state.save_sessions([session.to_dict()])
+        return result
+
+    state.in_lane = lane_then_checkpoint  # type: ignore[method-assign]
+    assert asyncio.run(state.save_pending()) is True
+    assert checkpointed
+    stored = store.get_session("conv-1")
+    assert stored is not None and stored["runs"] == 2  # the checkpoint's, not the flush's 1
+    assert [s.id for s in book.take_dirty()] == ["conv-1"]  # and the next flush has it too
+
+
+def test_sessions_are_encoded_a_slice_at_a_time(tmp_path: Path) -> None:
+    book = SessionBook(lambda _id: None)
+    state, store, _ = writer(tmp_path, book)
+    count = 3000
+    for index in range(count):
+        for run in range(64):
+            book.note_run(f"conv-{index}", f"run-{index}-{run}-{'x' * 24}", 1.7e9)
+    turns = 0
+    at_write: list[int] = []
+    write = store.write
+
+    def counted_write(rows: object) -> None:
+        at_write.append(turns)
+        write(rows)  # type: ignore[arg-type]
+
+    store.write = counted_write  # type: ignore[method-assign]
+
+    async def main() -> bool:
+        nonlocal turns
+        flush = asyncio.create_task(state.save_pending())
+        while not flush.done():
+            turns += 1
+            await asyncio.sleep(0)
+        return flush.result()
+
+    assert asyncio.run(main()) is True
+    assert at_write and at_write[0] >= 5  # the loop ran other work while they were encoded
+    assert len(store.session_ids()) == count

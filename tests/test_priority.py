@@ -1,12 +1,15 @@
-"""Bulk work steps aside for syncs in flight, and never for longer than its bound."""
+"""Bulk work steps aside for syncs in flight, and never for longer than its bound; the garbage
+collector's full passes, which stop everything, are rare once the server has started."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import time
 
 from watchdog.priority import SLICE_SECONDS, Priority
+from watchdog.server import FULL_COLLECTION_EVERY, settle_collector
 
 
 async def test_bulk_work_waits_for_a_sync_in_flight_then_goes_on() -> None:
@@ -134,3 +137,17 @@ async def test_sliced_turns_when_the_work_on_its_items_took_a_slice() -> None:
     items = [index for index, entry in enumerate(log) if entry.startswith("item")]
     assert len(items) == 4 and all(b - a > 1 for a, b in itertools.pairwise(items)), log
     assert quick == list(range(1000))
+
+
+def test_a_started_server_freezes_what_startup_loaded_and_makes_full_collections_rare() -> None:
+    thresholds = gc.get_threshold()
+    try:
+        settle_collector()
+        assert gc.get_freeze_count() > 1000  # this process's modules, at least
+        young, middle, full = gc.get_threshold()
+        assert (young, middle) == thresholds[:2]  # young collections as CPython has them
+        assert full == FULL_COLLECTION_EVERY > thresholds[2]
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)

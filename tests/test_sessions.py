@@ -204,7 +204,7 @@ def test_the_book_is_an_lru_in_front_of_the_store_and_keeps_dirty_sessions() -> 
     loads.clear()
     a = book.get("a")  # ...but "a" is dirty: it comes back from memory, not the store
     assert a is not None and a.runs == 1 and loads == []
-    assert sorted(row["id"] for row in book.take_dirty()) == ["a", "b", "c"]
+    assert sorted(state.id for state in book.take_dirty()) == ["a", "b", "c"]
     assert book.take_dirty() == []
 
 

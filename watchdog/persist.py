@@ -27,7 +27,7 @@ from watchdog.errors import Overloaded, StateUnavailable
 from watchdog.priority import Priority
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.run import RunState
-from watchdog.sessions import SessionBook
+from watchdog.sessions import SessionBook, SessionState
 from watchdog.store import Rows, Store, StoreWriteError
 
 log = logging.getLogger("watchdog")
@@ -84,6 +84,9 @@ class StateWriter:
         self._dirty: dict[str, RunState] = {}
         self._pending = PendingActivity()
         self._saving = PendingActivity()  # handed to the store, not committed yet
+        # sessions a checkpoint stored while a flush was encoding its own snapshots of them
+        # (None: no flush under way); the flush leaves them out, see save_pending
+        self._checkpointed: set[str] | None = None
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
         self.state_error: str | None = None  # why the last store write failed; None: writable
 
@@ -124,19 +127,34 @@ class StateWriter:
         rows = [run.to_dict() for run in self._dirty.values()]
         activity = self._pending.entries
         self._dirty, self._pending = {}, PendingActivity()
-        sessions = self.sessions.take_dirty()
+        sessions = [state.to_dict() for state in self.sessions.take_dirty()]
         if rows or activity or sessions:
             self.store.save(rows, activity, sessions)
 
     async def save_pending(self) -> bool:
-        """Persist changed runs and new activity without stalling the event loop: runs are
-        snapshotted and encoded a slice at a time (other requests run in between), then written
-        on the lane in parts of ``WRITE_PART_RUNS`` runs (each with its new activity, one
-        transaction each), so a sync whose directive is being stored meanwhile contends with
-        one part, not the whole flush. Returns False when the store could not be written
+        """Persist changed runs, new activity and changed sessions without stalling the event
+        loop: runs and sessions are snapshotted and encoded a slice at a time (other requests
+        run in between), then written on the lane in parts of ``WRITE_PART_RUNS`` runs (each
+        with its new activity, one transaction each; the sessions with the last), so a sync
+        whose directive is being stored meanwhile contends with one part, not the whole flush.
+        A checkpoint stored while this flush was under way wrote a newer snapshot of its
+        session than the one this flush may hold: that session is left out here (it is dirty
+        again, so the next flush has it). Returns False when the store could not be written
         (everything is pending again)."""
         dirty, self._dirty = self._dirty, {}
         activity, self._pending = self._pending, PendingActivity()
+        states = self.sessions.take_dirty()
+        self._saving = activity  # still the run's (unsaved) until the store has it
+        self._checkpointed = set()
+        try:
+            return await self._save(dirty, activity, states)
+        finally:
+            self._checkpointed = None
+            if self._saving is activity:
+                self._saving = PendingActivity()
+
+    async def _save(self, dirty: dict[str, RunState], activity: PendingActivity,
+                    states: list[SessionState]) -> bool:
         size = self.store.activity_log_size
         parts = [Rows(size)]
         by_run = activity.by_run
@@ -154,32 +172,32 @@ class StateWriter:
                 rows.add_activity(((run.key, entries),))
         parts[-1].add_activity((key, entries) for key, entries in by_run.items()
                                if key not in dirty)
+        sessions: list[dict[str, Any]] = []
+        last = parts[-1]
+        async for state in self.priority.sliced(states):
+            snapshot = state.to_dict()
+            sessions.append(snapshot)
+            last.add_sessions((snapshot,))
         for rows in parts:
             for key in rows.refused:
                 self._on_failed_run("flush", key)
-        self._saving = activity
-        sessions: list[dict[str, Any]] = []
         wrote = False
         try:
             for rows in parts[:-1]:
                 await self.in_lane(self.store.write, rows)
                 wrote = True
                 await self.priority.turn()
-            # Taken right before the lane gets them: a checkpoint snapshotted while the runs
-            # were being sliced above is written before this, and must not be overwritten by
-            # an older snapshot of its session.
-            sessions = self.sessions.take_dirty()
-            parts[-1].add_sessions(sessions)
-            if parts[-1]:
-                await self.in_lane(self.store.write, parts[-1])
+            checkpointed = self._checkpointed
+            if checkpointed:  # stored meanwhile, newer than what was encoded here
+                last.sessions = [row for row in last.sessions if row[0] not in checkpointed]
+                sessions = [s for s in sessions if s["id"] not in checkpointed]
+            if last:
+                await self.in_lane(self.store.write, last)
                 wrote = True
         except StoreWriteError as exc:
             self._requeue(dirty, activity, sessions)
             self.failed(exc)
             return False
-        finally:
-            if self._saving is activity:
-                self._saving = PendingActivity()
         if wrote:
             self._written()
         return True
@@ -187,6 +205,8 @@ class StateWriter:
     async def save_sessions(self, sessions: list[dict[str, Any]]) -> None:
         """Store session snapshots now (a checkpoint, before it is acknowledged)."""
         self.admit_state()
+        if self._checkpointed is not None:  # a flush under way must not write older ones after
+            self._checkpointed.update(session["id"] for session in sessions)
         try:
             await self.in_lane(self.store.save_sessions, sessions)
         except StoreWriteError as exc:  # it stays dirty: the next flush that works stores it

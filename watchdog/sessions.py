@@ -404,10 +404,11 @@ class SessionBook:
     def changed(self, state: SessionState) -> None:
         self._dirty[state.id] = state
 
-    def take_dirty(self) -> list[dict[str, Any]]:
-        """Snapshots of the sessions changed since the last call, to persist."""
+    def take_dirty(self) -> list[SessionState]:
+        """The sessions changed since the last call, to persist (their snapshots are the
+        caller's to take: :meth:`SessionState.to_dict`)."""
         dirty, self._dirty = self._dirty, {}
-        return [state.to_dict() for state in dirty.values()]
+        return list(dirty.values())
 
     def requeue(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
         """Snapshots taken by :meth:`take_dirty` that could not be stored: dirty again (a
