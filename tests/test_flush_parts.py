@@ -132,3 +132,40 @@ def test_sessions_are_encoded_a_slice_at_a_time(tmp_path: Path) -> None:
     assert asyncio.run(main()) is True
     assert at_write and at_write[0] >= 5  # the loop ran other work while they were encoded
     assert len(store.session_ids()) == count
+
+
+def test_a_flush_cancelled_midway_leaves_everything_for_the_final_flush(tmp_path: Path) -> None:
+    book = SessionBook(lambda _id: None)
+    state, store, _ = writer(tmp_path, book)
+    count = WRITE_PART_RUNS * 2 + 5
+    changed_runs(state, count)
+    book.note_run("conv-1", "run-0", 1.7e9)
+    in_lane = state.in_lane
+    parts: list[object] = []
+
+    async def first_part_then_hang(work: object, *args: object) -> object:
+        if work == store.write:
+            parts.append(args)
+            if len(parts) > 1:
+                await asyncio.Event().wait()  # shutdown cancels the flush here
+        return await in_lane(work, *args)  # type: ignore[arg-type]
+
+    async def shutdown() -> bool:
+        state.in_lane = first_part_then_hang  # type: ignore[method-assign]
+        flush = asyncio.create_task(state.save_pending())
+        while len(parts) < 2:
+            await asyncio.sleep(0)
+        flush.cancel()
+        try:
+            await flush
+        except asyncio.CancelledError:
+            pass
+        state.in_lane = in_lane  # type: ignore[method-assign]
+        return await state.save_pending()  # as Server.stop does after cancelling its tasks
+
+    assert asyncio.run(shutdown()) is True
+    assert len(store.load_runs(True, 10 * count)) == count
+    assert [entry.seq for entry in store.activity(f"run-{count - 1}")] == [1, 2]
+    assert [entry.seq for entry in store.activity("run-0")] == [1, 2]  # written once, not twice
+    stored = store.get_session("conv-1")
+    assert stored is not None and stored["runs"] == 1

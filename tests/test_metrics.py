@@ -316,6 +316,16 @@ def test_rule_and_directive_metrics(sidecar: Sidecar) -> None:
     assert sidecar.value("runs_stuck", agent="writer", reason="tool-cycle") == 3
 
 
+def test_the_process_and_its_garbage_collector_are_measured(sidecar: Sidecar) -> None:
+    registry = sidecar.metrics.registry
+    assert registry.get_sample_value("process_resident_memory_bytes") > 10 * 2**20
+    assert registry.get_sample_value("process_cpu_seconds_total") > 0
+    assert registry.get_sample_value("python_gc_collections_total", {"generation": "0"}) > 0
+    assert registry.get_sample_value("python_gc_collections_total", {"generation": "2"}) >= 0
+    text = sidecar.metrics.render("text/plain")[0].decode()
+    assert "python_info{" in text and "agent_watchdog_process" not in text
+
+
 def test_registries_are_independent() -> None:
     first, second = Metrics(version="a"), Metrics(version="b")
     first.export_request("http", "ok")

@@ -31,7 +31,10 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -151,6 +154,11 @@ class Metrics:
 
     def __init__(self, version: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry = registry if registry is not None else CollectorRegistry()
+        # What every Python exporter has, unprefixed: process_* (CPU, resident memory, file
+        # descriptors) and python_gc_* (collections per generation: full ones stop the loop)
+        ProcessCollector(registry=registry)
+        GCCollector(registry=registry)
+        PlatformCollector(registry=registry)
         self._service: WatchdogService | None = None
         self._agents = LabelCap(MAX_AGENTS)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names

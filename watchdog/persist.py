@@ -140,7 +140,8 @@ class StateWriter:
         A checkpoint stored while this flush was under way wrote a newer snapshot of its
         session than the one this flush may hold: that session is left out here (it is dirty
         again, so the next flush has it). Returns False when the store could not be written
-        (everything is pending again)."""
+        (everything is pending again; so it is when shutdown cancels the flush midway, for the
+        final flush to write)."""
         dirty, self._dirty = self._dirty, {}
         activity, self._pending = self._pending, PendingActivity()
         states = self.sessions.take_dirty()
@@ -148,6 +149,9 @@ class StateWriter:
         self._checkpointed = set()
         try:
             return await self._save(dirty, activity, states)
+        except asyncio.CancelledError:
+            self._requeue(dirty, activity, states)
+            raise
         finally:
             self._checkpointed = None
             if self._saving is activity:
@@ -172,12 +176,9 @@ class StateWriter:
                 rows.add_activity(((run.key, entries),))
         parts[-1].add_activity((key, entries) for key, entries in by_run.items()
                                if key not in dirty)
-        sessions: list[dict[str, Any]] = []
         last = parts[-1]
         async for state in self.priority.sliced(states):
-            snapshot = state.to_dict()
-            sessions.append(snapshot)
-            last.add_sessions((snapshot,))
+            last.add_sessions((state.to_dict(),))
         for rows in parts:
             for key in rows.refused:
                 self._on_failed_run("flush", key)
@@ -190,12 +191,11 @@ class StateWriter:
             checkpointed = self._checkpointed
             if checkpointed:  # stored meanwhile, newer than what was encoded here
                 last.sessions = [row for row in last.sessions if row[0] not in checkpointed]
-                sessions = [s for s in sessions if s["id"] not in checkpointed]
             if last:
                 await self.in_lane(self.store.write, last)
                 wrote = True
         except StoreWriteError as exc:
-            self._requeue(dirty, activity, sessions)
+            self._requeue(dirty, activity, states)
             self.failed(exc)
             return False
         if wrote:
@@ -215,7 +215,7 @@ class StateWriter:
                                    retry_after=STATE_RETRY_AFTER) from None
 
     def _requeue(self, dirty: dict[str, RunState], activity: PendingActivity,
-                 sessions: list[dict[str, Any]]) -> None:
+                 sessions: list[SessionState]) -> None:
         """What a failed write took, pending again, in its order (older activity first)."""
         for key, run in dirty.items():
             self._dirty.setdefault(key, run)  # the run object is live: its next snapshot is new

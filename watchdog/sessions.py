@@ -410,12 +410,8 @@ class SessionBook:
         dirty, self._dirty = self._dirty, {}
         return list(dirty.values())
 
-    def requeue(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
-        """Snapshots taken by :meth:`take_dirty` that could not be stored: dirty again (a
-        session changed since keeps its newer state)."""
-        for data in snapshots:
-            session_id = data["id"]
-            if session_id not in self._dirty:
-                state = self._cache.get(session_id)
-                self._dirty[session_id] = state if state is not None else \
-                    SessionState.from_dict(data)
+    def requeue(self, states: Iterable[SessionState]) -> None:
+        """Sessions taken by :meth:`take_dirty` that could not be stored: dirty again (each is
+        the live state, so its changes since are kept)."""
+        for state in states:
+            self._dirty.setdefault(state.id, state)
