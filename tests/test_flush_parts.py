@@ -7,6 +7,7 @@ snapshot of its session."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from watchdog.persist import WRITE_PART_RUNS, StateWriter
@@ -156,10 +157,8 @@ def test_a_flush_cancelled_midway_leaves_everything_for_the_final_flush(tmp_path
         while len(parts) < 2:
             await asyncio.sleep(0)
         flush.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await flush
-        except asyncio.CancelledError:
-            pass
         state.in_lane = in_lane  # type: ignore[method-assign]
         return await state.save_pending()  # as Server.stop does after cancelling its tasks
 
