@@ -26,6 +26,10 @@ _FOLLOWERS = {"tool_calls": ("tools",), "input_tokens": ("total_tokens",),
 # A known budget's remaining_* move with these.
 _BUDGET_USES = frozenset({"tool_calls", "iterations", "input_tokens", "output_tokens"})
 
+# attribute -> the signals that change with it
+_CHANGES = {name: (_RENAMED.get(name, name), *_FOLLOWERS.get(name, ())) for name in _PLAIN}
+_NOTHING: frozenset[str] = frozenset()
+
 Snapshot = tuple[Any, ...]
 _read_plain = attrgetter(*_PLAIN)  # one C call for all of them
 
@@ -40,11 +44,12 @@ def changed_signals(before: Snapshot, run: RunState, has_budget: bool) -> frozen
     whether the run has any budget (announced or from a rule pack) whose remaining_* follow
     its usage."""
     after = snapshot(run)
+    if before == after:
+        return _NOTHING
     changed: set[str] = set()
-    for index, name in enumerate(_PLAIN):
-        if before[index] != after[index]:
-            changed.add(_RENAMED.get(name, name))
-            changed.update(_FOLLOWERS.get(name, ()))
+    for name, old, new in zip(_PLAIN, before, after, strict=False):  # (budget items: below)
+        if old != new:
+            changed.update(_CHANGES[name])
     if before[-1] != after[-1] or (has_budget and not _BUDGET_USES.isdisjoint(changed)):
         changed.add("budget")
     return frozenset(changed)

@@ -280,21 +280,24 @@ def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None
 def _redacted_step(entry: ActivityEntry) -> str:
     """:func:`_step_line` of an entry whose fields were redacted at ingest, its name redacted
     here. Cached: a looping run's report prompts show the same recent steps again and again."""
-    return _step_line(entry._replace(name=redact(entry.name)))
+    return _step_line(entry, redact(entry.name))
 
 
 def _line(entry: ActivityEntry, origin: float) -> str:
-    return "+" + format_duration(max(entry.at - origin, 0.0)) + " " + _step_line(entry)
+    return "+" + format_duration(max(entry.at - origin, 0.0)) + " " + _step_line(entry,
+                                                                                 entry.name)
 
 
-def _step_line(entry: ActivityEntry) -> str:
-    if entry.kind == "tool":
-        call = f"{entry.name}({_one_line(entry.detail or '', LINE_DETAIL_CHARS)})"
-    elif entry.detail:
-        call = f"{entry.name} ({_one_line(entry.detail, LINE_DETAIL_CHARS)})"
+def _step_line(entry: ActivityEntry, name: str) -> str:
+    """The line of ``entry`` after its offset, with ``name`` for its name."""
+    kind, detail = entry.kind, entry.detail
+    if kind == "tool":
+        call = f"{name}({_one_line(detail, LINE_DETAIL_CHARS) if detail else ''})"
+    elif detail:
+        call = f"{name} ({_one_line(detail, LINE_DETAIL_CHARS)})"
     else:
-        call = entry.name
-    line = f"{entry.kind} {call}"
+        call = name
+    line = f"{kind} {call}"
     if entry.error:
         return f"{line} -> ERROR {_one_line(entry.error, LINE_RESULT_CHARS)}"
     if entry.result:
