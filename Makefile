@@ -58,8 +58,9 @@ export UV_PYTHON_DOWNLOADS := never
 
 frameworks: $(FRAMEWORK_VENVS)
 
-## test: set up .venv with test extras, the framework venvs, system packages; run every test
-test: $(VENV)/.installed-test frameworks system-deps
+## test: set up .venv with test extras, the framework venvs, system packages; lint (ruff and
+## mypy: a lint error fails CI like a failing test); run every test
+test: $(VENV)/.installed-test frameworks system-deps lint
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-test

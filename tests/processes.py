@@ -7,9 +7,10 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -49,16 +50,22 @@ def _ready(url: str) -> bool:
 @contextmanager
 def running_sidecar(env: dict[str, str], metrics_port: int,
                     stderr: IO[str] | None = None) -> Iterator[subprocess.Popen[str]]:
-    """A sidecar that is ready (``/readyz``); SIGTERM and wait on the way out."""
-    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env,
-                               stderr=stderr if stderr is not None else subprocess.PIPE,
-                               text=True)
-    try:
-        wait_until(lambda: process.poll() is not None
-                   or _ready(f"http://127.0.0.1:{metrics_port}/readyz"),
-                   timeout=READY_TIMEOUT, what="the sidecar to be ready")
-        assert process.poll() is None, process.communicate()[1]
-        yield process
-    finally:
-        process.terminate()
-        process.communicate(timeout=30)
+    """A sidecar that is ready (``/readyz``); SIGTERM and wait on the way out. Its stderr goes
+    to ``stderr``, by default to a temporary file (shown if it does not start): a pipe nobody
+    reads would block a sidecar that logs a lot."""
+    with ExitStack() as stack:
+        log = stderr if stderr is not None else stack.enter_context(
+            tempfile.TemporaryFile("w+", encoding="utf-8"))
+        process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env,
+                                   stderr=log, text=True)
+        try:
+            wait_until(lambda: process.poll() is not None
+                       or _ready(f"http://127.0.0.1:{metrics_port}/readyz"),
+                       timeout=READY_TIMEOUT, what="the sidecar to be ready")
+            if process.poll() is not None:
+                shown = "" if stderr is not None else (log.seek(0), log.read()[-3000:])[1]
+                raise AssertionError(f"the sidecar exited ({process.returncode}): {shown}")
+            yield process
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
