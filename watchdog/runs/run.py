@@ -94,7 +94,9 @@ class RunState:
         self.repeated_error = 0
         self._call_counts: dict[int, int] = {}
         self.repeated_tool_call = 0
-        self._result_counts: dict[int, list[int]] = {}  # (tool, result) -> [count, last args]
+        # (tool, result) -> (count, last args); tuples of ints, so the garbage collector stops
+        # tracking them (a list per distinct result made every young collection longer)
+        self._result_counts: dict[int, tuple[int, int]] = {}
         self.repeated_tool_result = 0
         self._recent_calls: list[int] = []
         self._cycle_runs = [0] * MAX_CYCLE_LENGTH
@@ -211,16 +213,20 @@ class RunState:
             self.repeated_tool_call = count
         self._track_cycle(call)
         if record.result_hash is not None and not record.error:
-            entry = self._result_counts.get(record.result_hash)
+            results = self._result_counts
+            entry = results.get(record.result_hash)
             if entry is None:
-                if len(self._result_counts) >= MAX_DISTINCT_SIGNATURES:
+                if len(results) >= MAX_DISTINCT_SIGNATURES:
                     return
-                entry = self._result_counts[record.result_hash] = [1, call]
+                count = 1
+                results[record.result_hash] = (count, call)
             elif entry[1] != call:  # same result, other arguments: the agent learns nothing
-                entry[0] += 1
-                entry[1] = call
-            if entry[0] > self.repeated_tool_result:
-                self.repeated_tool_result = entry[0]
+                count = entry[0] + 1
+                results[record.result_hash] = (count, call)
+            else:
+                count = entry[0]
+            if count > self.repeated_tool_result:
+                self.repeated_tool_result = count
 
     def _track_cycle(self, call: int) -> None:
         """For each cycle length L, ``_cycle_runs[L-1]`` counts how many consecutive calls
@@ -418,8 +424,10 @@ class RunState:
             if name not in data:
                 continue
             value = data[name]
-            if name in ("_call_counts", "_error_counts", "_result_counts"):
+            if name in ("_call_counts", "_error_counts"):
                 value = {int(k): v for k, v in value.items()}
+            elif name == "_result_counts":  # stored as JSON lists
+                value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in ("terminal_state", "forced_state") and value is not None:
                 value = TerminalState(value)
             elif name == "key_source":
