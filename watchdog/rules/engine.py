@@ -213,9 +213,16 @@ class RuleEngine:
                                if r.repeat is not Repeat.ONCE or r.name not in fired)
         decisions: list[Decision] = []
         if candidates:
-            signals = run_activation(run.signals(now, view.budget))
-            act = activation(signals, session_activation(session))
+            act = None  # built for the first rule CEL evaluates: most runs need none
             for rule in candidates:
+                fast = rule.when.fast
+                if fast is not None and not fast(run):  # false, as CEL would say
+                    if state is not None and rule.name in state.pending:
+                        del state.pending[rule.name]
+                    continue
+                if act is None:
+                    act = activation(run_activation(run.signals(now, view.budget)),
+                                     session_activation(session))
                 decision = self._evaluate_rule(rule, run, now, act, state)
                 if decision is not None:
                     decisions.append(decision)

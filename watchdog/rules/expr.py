@@ -16,6 +16,10 @@ counts as "did not match" plus a rule error.
 
 A third compile, against a schema without the time-dependent signals, tells whether an expression
 reads one of them (:attr:`Expr.timed`): only such rules need evaluating on a timer.
+
+A condition that only compares a run's counters and flags also gets :attr:`Expr.fast`, a Python
+function of the run that the engine asks first (:mod:`watchdog.rules.fast`): no activation is
+built for a run whose conditions all come out false that way.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_math, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, struct_pb2, wrappers_pb2
 
+from watchdog.rules.fast import FastCondition, compile_fast
 from watchdog.rules.signals import (
     SCHEMAS,
     TIME_DEPENDENT,
@@ -191,15 +196,17 @@ def signals_read(source: str) -> frozenset[str] | None:
 class Expr:
     """A checked CEL expression, ready to evaluate on an :func:`activation`."""
 
-    __slots__ = ("_program", "reads", "result_type", "source", "timed")
+    __slots__ = ("_program", "fast", "reads", "result_type", "source", "timed")
 
     def __init__(self, source: str, program: cel.Expression, result_type: str,
-                 timed: bool) -> None:
+                 timed: bool, fast: FastCondition | None = None) -> None:
         self.source = source
         self._program = program
         self.result_type = result_type  # the checker's type name: BOOL, INT, STRING...
         self.timed = timed  # reads a signal that changes with time alone
         self.reads = signals_read(source)  # run fields (and "session"); None: all of them
+        # a condition decided on the RunState itself (None: CEL only); see watchdog.rules.fast
+        self.fast = fast
 
     def evaluate(self, act: cel.Activation) -> Any:
         """The value as plain Python, or :class:`EvalError`."""
@@ -246,7 +253,8 @@ def compile_expr(source: str, *, condition: bool = False) -> Expr:
         timed = False
     except RuntimeError:
         timed = True  # it names a field the time-free schema lacks
-    return Expr(source, envs.runtime.compile(source), result_type.name(), timed)
+    return Expr(source, envs.runtime.compile(source), result_type.name(), timed,
+                compile_fast(source) if condition else None)
 
 
 _ERROR_HEAD = re.compile(r"^ERROR: <input>:(\d+):(\d+): (.*)$")
