@@ -1,23 +1,29 @@
-"""Conditions the engine can decide without CEL: comparisons of a run's counters.
+"""Conditions the engine can often decide without CEL: comparisons of a run's counters.
 
 Most rule conditions are of one shape — ``!run.ended && run.repeated_error >= 5`` — and on the
 ingest path most evaluations of them come out false. Evaluating one with CEL needs the run's
 whole ``signals()`` dict and an activation (~10 µs per run evaluation, the largest part of rule
-evaluation). :func:`compile_fast` turns a condition of that shape into a Python function of the
-:class:`~watchdog.runs.run.RunState` itself, reading only the attributes it names.
+evaluation). :func:`compile_fast` turns a condition into a Python function of the
+:class:`~watchdog.runs.run.RunState` itself that answers ``True``, ``False`` or ``None`` (not
+known without CEL), reading only the attributes it names.
 
 Theory of operation
 -------------------
-* The subset: ``&&``, ``||``, ``!``, parentheses, and the six comparisons between fields of
-  :data:`RUN_FIELDS` (counters and flags that are RunState attributes of the same name and
-  type as the signal) and int or bool literals. Anything else — another variable, a budget, a
-  time signal, a string, a double, arithmetic, a function — leaves the rule to CEL alone
-  (:func:`compile_fast` returns None).
+* Known atoms: the fields of :data:`RUN_FIELDS` (counters and flags that are RunState attributes
+  of the same name and type as the signal), int and bool literals, and the six comparisons
+  between them. ``&&``, ``||``, ``!`` and parentheses combine them.
+* Any other operand of ``&&``, ``||`` or ``!`` — a budget, a time signal, a string, a double,
+  arithmetic, a function, a macro — is *unknown*. CEL's logical operators are commutative over
+  errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
+  whatever ``x`` is), so three-valued logic gives CEL's answer whenever it gives one:
+  ``!run.ended && has(run.budget.remaining_tool_calls) && …`` is false, without CEL, for every
+  run that ended.
 * Only expressions the CEL checker accepted are compiled here, so types agree (an int field is
-  compared with an int); the fields always exist and are never absent, so no CEL error value
-  can occur, and ``&&``/``||`` short-circuiting gives CEL's result.
-* The engine asks the fast function first; only when it says *true* is the CEL program run —
-  the authority for what fires, and what the message template is rendered against.
+  compared with an int) and the known fields are never absent.
+* The engine asks the fast function first; when it says ``True`` or ``None`` the CEL program
+  runs — the authority for what fires, and what the message template is rendered against.
+* A condition with a string literal or a ternary is not split (quotes could hide an operator;
+  ``?:`` binds looser than ``&&`` and ``||``): it is decided here only if it is entirely known.
 * Generated from the parsed tree (field names checked against :data:`RUN_FIELDS`, literals
   re-printed from Python ints), never from the rule's text.
 """
@@ -34,109 +40,184 @@ RUN_FIELDS = frozenset({
     "errors", "consecutive_errors", "repeated_error", "repeated_tool_call",
     "repeated_tool_result", "cycle_repeats", "has_final_answer", "ended"})
 
-FastCondition = Callable[[Any], bool]
+FastCondition = Callable[[Any], "bool | None"]
 
-_TOKEN = re.compile(r"\s*(?:(\d+)(?![\w.])|(&&|\|\||==|!=|<=|>=|[<>!().-])|([A-Za-z_]\w*))")
-_COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
+_TOKEN = re.compile(
+    r"\s*(?:"
+    r"(\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|0[xX][0-9a-fA-F]+[uU]?"
+    r"|\d+[uU]?)"  # numbers: only plain decimal ints are known
+    r"|(&&|\|\||==|!=|<=|>=|[-+*/%<>!().,\[\]{}:?])"
+    r"|([A-Za-z_]\w*))")
+_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+_OPEN, _CLOSE = frozenset("([{"), frozenset(")]}")
+_UNKNOWN = "None"  # the code of an unknown value
 
 
 class _Unsupported(Exception):
-    """Outside the subset: CEL alone evaluates the condition."""
+    """Not decided here at all: CEL alone evaluates the condition."""
 
 
 def compile_fast(source: str) -> FastCondition | None:
-    """A Python function of a run deciding ``source`` as CEL does, or None when ``source`` is
-    outside the subset. ``source`` must already have passed the CEL checker as a condition."""
+    """A Python function of a run deciding ``source`` as CEL does (``None``: not known without
+    CEL), or None when nothing of ``source`` can be decided here. ``source`` must already have
+    passed the CEL checker as a condition."""
     try:
         tokens = _tokens(source)
-        parser = _Parser(tokens)
-        code = parser.expression()
-        if parser.position != len(tokens):
-            raise _Unsupported
+        # a ternary has the lowest precedence: splitting at the && or || before its ? is wrong
+        code, partial = _Compiler(tokens, splittable="?" not in tokens).expression(
+            0, len(tokens))
     except _Unsupported:
         return None
-    # (every expression of the subset is a bool, and the checker only lets bool conditions in)
-    function: FastCondition = eval(f"lambda run: {code}", {"__builtins__": {}})
+    if code == _UNKNOWN:
+        return None  # nothing known: asking would only cost time
+    # (a known condition is a bool: the checker only lets bool conditions in)
+    namespace: dict[str, Any] = {"__builtins__": {}, "_and": _and, "_or": _or, "_not": _not}
+    function: FastCondition = eval(f"lambda run: {code}", namespace)
+    function.partial = partial  # type: ignore[attr-defined]  # (for tests: may answer None)
     return function
 
 
+def _and(*values: bool | None) -> bool | None:
+    result: bool | None = True
+    for value in values:
+        if value is False:
+            return False
+        if value is None:
+            result = None
+    return result
+
+
+def _or(*values: bool | None) -> bool | None:
+    result: bool | None = False
+    for value in values:
+        if value is True:
+            return True
+        if value is None:
+            result = None
+    return result
+
+
+def _not(value: bool | None) -> bool | None:
+    return None if value is None else not value
+
+
 def _tokens(source: str) -> list[str]:
+    if any(quote in source for quote in "\"'`"):
+        raise _Unsupported  # string literals: their text could look like operators
     tokens: list[str] = []
     position = 0
     end = len(source.rstrip())
     while position < end:
         match = _TOKEN.match(source, position)
         if match is None:
-            raise _Unsupported  # a string, a double, an operator CEL has and this does not
+            raise _Unsupported
         tokens.append(match.group(match.lastindex or 0))
         position = match.end()
     return tokens
 
 
-class _Parser:
-    """CEL precedence: ``||`` < ``&&`` < comparisons < ``!`` (and a literal's ``-``)."""
+class _Compiler:
+    """CEL precedence: ``||`` < ``&&`` < comparisons < ``!`` (and a literal's ``-``) <
+    member access. Each method compiles ``tokens[lo:hi]`` to Python code and says whether that
+    code may be unknown (``None``)."""
 
-    def __init__(self, tokens: list[str]) -> None:
+    def __init__(self, tokens: list[str], splittable: bool) -> None:
         self.tokens = tokens
-        self.position = 0
+        self.splittable = splittable  # unknown parts allowed (no string, no top-level ?:)
 
-    def _peek(self) -> str | None:
-        return self.tokens[self.position] if self.position < len(self.tokens) else None
+    def _split(self, lo: int, hi: int, operator: str) -> list[tuple[int, int]]:
+        parts: list[tuple[int, int]] = []
+        depth, start = 0, lo
+        for index in range(lo, hi):
+            token = self.tokens[index]
+            if token in _OPEN:
+                depth += 1
+            elif token in _CLOSE:
+                depth -= 1
+            elif depth == 0 and token == operator:
+                parts.append((start, index))
+                start = index + 1
+        parts.append((start, hi))
+        if any(a >= b for a, b in parts):
+            raise _Unsupported  # an operator with a missing operand: not CEL
+        return parts
 
-    def _take(self) -> str:
-        token = self._peek()
-        if token is None:
+    def expression(self, lo: int, hi: int) -> tuple[str, bool]:
+        return self._join(self._split(lo, hi, "||"), self._conjunction, " or ", "_or")
+
+    def _conjunction(self, lo: int, hi: int) -> tuple[str, bool]:
+        return self._join(self._split(lo, hi, "&&"), self._relation, " and ", "_and")
+
+    def _join(self, parts: list[tuple[int, int]], compile_part: Callable[[int, int],
+              tuple[str, bool]], python: str, helper: str) -> tuple[str, bool]:
+        compiled = [compile_part(lo, hi) for lo, hi in parts]
+        if len(compiled) == 1:
+            return compiled[0]
+        codes = [code for code, _ in compiled]
+        if not any(partial for _, partial in compiled):
+            return "(" + python.join(codes) + ")", False
+        return f"{helper}({', '.join(codes)})", True
+
+    def _relation(self, lo: int, hi: int) -> tuple[str, bool]:
+        try:
+            operators = [i for i in range(lo, hi)
+                         if self.tokens[i] in _COMPARISONS and self._depth(lo, i) == 0]
+            if not operators:
+                return self._operand(lo, hi)
+            if len(operators) > 1:
+                raise _Unsupported  # a < b < c, or a comparison we cannot split
+            at = operators[0]
+            left, left_partial = self._operand(lo, at)
+            right, right_partial = self._operand(at + 1, hi)
+            if left_partial or right_partial:
+                return self._unknown()
+            return f"({left} {self.tokens[at]} {right})", False
+        except _Unsupported:
+            return self._unknown()
+
+    def _depth(self, lo: int, at: int) -> int:
+        depth = 0
+        for token in self.tokens[lo:at]:
+            if token in _OPEN:
+                depth += 1
+            elif token in _CLOSE:
+                depth -= 1
+        return depth
+
+    def _unknown(self) -> tuple[str, bool]:
+        if not self.splittable:
             raise _Unsupported
-        self.position += 1
-        return token
+        return _UNKNOWN, True
 
-    def expression(self) -> str:
-        parts = [self._conjunction()]
-        while self._peek() == "||":
-            self._take()
-            parts.append(self._conjunction())
-        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+    def _operand(self, lo: int, hi: int) -> tuple[str, bool]:
+        tokens = self.tokens[lo:hi]
+        if not tokens:
+            raise _Unsupported
+        first = tokens[0]
+        if first == "!":
+            code, partial = self._operand(lo + 1, hi)
+            return (f"_not({code})", True) if partial else (f"(not {code})", False)
+        if first == "(" and self._closing(lo) == hi - 1:
+            return self.expression(lo + 1, hi - 1)
+        if len(tokens) == 1 and first.isdigit():
+            return repr(int(first)), False
+        if len(tokens) == 2 and first == "-" and tokens[1].isdigit():
+            return repr(-int(tokens[1])), False
+        if len(tokens) == 1 and first in ("true", "false"):
+            return repr(first == "true"), False
+        if len(tokens) == 3 and first == "run" and tokens[1] == "." and tokens[2] in RUN_FIELDS:
+            return f"run.{tokens[2]}", False
+        return self._unknown()
 
-    def _conjunction(self) -> str:
-        parts = [self._comparison()]
-        while self._peek() == "&&":
-            self._take()
-            parts.append(self._comparison())
-        return parts[0] if len(parts) == 1 else "(" + " and ".join(parts) + ")"
-
-    def _comparison(self) -> str:
-        left = self._unary()
-        operator = self._peek()
-        if operator in _COMPARISONS:
-            self._take()
-            right = self._unary()
-            if self._peek() in _COMPARISONS:
-                raise _Unsupported  # a < b < c: not CEL (bool < int), leave it to the checker
-            return f"({left} {operator} {right})"
-        return left
-
-    def _unary(self) -> str:
-        token = self._take()
-        if token == "!":
-            return f"(not {self._unary()})"
-        if token == "-":
-            digits = self._take()
-            if not digits.isdigit():
-                raise _Unsupported  # negation of anything but a literal
-            return repr(-int(digits))
-        if token == "(":
-            inner = self.expression()
-            if self._take() != ")":
-                raise _Unsupported
-            return inner
-        if token.isdigit():
-            return repr(int(token))
-        if token in ("true", "false"):
-            return repr(token == "true")
-        if token == "run" and self._peek() == ".":
-            self._take()
-            field = self._take()
-            if field not in RUN_FIELDS or self._peek() in (".", "("):
-                raise _Unsupported
-            return f"run.{field}"
+    def _closing(self, lo: int) -> int:
+        """The index of the bracket that closes the one at ``lo``."""
+        depth = 0
+        for index in range(lo, len(self.tokens)):
+            token = self.tokens[index]
+            if token in _OPEN:
+                depth += 1
+            elif token in _CLOSE:
+                depth -= 1
+                if depth == 0:
+                    return index
         raise _Unsupported

@@ -415,6 +415,7 @@ class RunState:
                 data[name] = value.value
         for name in _INT_KEYED_SLOTS:
             data[name] = {str(k): v for k, v in data[name].items()}
+        data["_result_counts"] = {k: list(v) for k, v in data["_result_counts"].items()}
         return data
 
     @classmethod
