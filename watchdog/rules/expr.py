@@ -17,9 +17,9 @@ counts as "did not match" plus a rule error.
 A third compile, against a schema without the time-dependent signals, tells whether an expression
 reads one of them (:attr:`Expr.timed`): only such rules need evaluating on a timer.
 
-A condition that only compares a run's counters and flags also gets :attr:`Expr.fast`, a Python
-function of the run that the engine asks first (:mod:`watchdog.rules.fast`): no activation is
-built for a run whose conditions all come out false that way.
+A condition with parts that compare a run's counters and flags also gets :attr:`Expr.fast`, a
+Python function of the run that the engine asks first (:mod:`watchdog.rules.fast`): no
+activation is built for a run whose conditions all come out false that way.
 """
 
 from __future__ import annotations
