@@ -8,6 +8,7 @@ what "the same error again" means to a human.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -154,11 +155,16 @@ def redact(text: str) -> str:
     return "".join(parts)
 
 
+# Briefs of the same text again and again are what a looping agent sends (the same result, the
+# same error): they are redacted once. Keys are at most 4 x a brief's limit (~2 KB).
+_redact_recent = functools.lru_cache(maxsize=1024)(redact)
+
+
 def brief(text: str, limit: int) -> str:
     """Redacted ``text`` cut to ``limit`` characters (an ellipsis marks the cut)."""
     if len(text) > limit * 4:
         text = text[: limit * 4]  # never run the regexes over megabytes
-    text = redact(text)
+    text = _redact_recent(text)
     if len(text) > limit:
         return text[: limit - 1] + "…"
     return text
@@ -173,6 +179,7 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=1024)  # (a looping agent's errors repeat; briefs: <= 500 chars)
 def mask(message: str) -> str:
     """``message`` with ids, paths and numbers replaced, for grouping identical errors."""
     for pattern, token in _MASKS:
