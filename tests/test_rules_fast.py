@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.workload import batches
-from watchdog.core import Core
+from watchdog.core import Core, Decided
 from watchdog.ingest.decode import parse_protobuf
 from watchdog.ingest.pipeline import slices_of
 from watchdog.rules.engine import RuleEngine
@@ -30,8 +30,10 @@ from watchdog.sessions import SessionBook
 
 BOOL_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is bool)
 INT_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is int)
+DOUBLE_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is float)
 # total_tokens and has_final_answer are RunState properties: set what they are made of
 SETTABLE = [f for f in INT_FIELDS if f != "total_tokens"]
+NOW = 1_700_000_500.0
 
 
 def random_run(rng: random.Random) -> RunState:
@@ -40,14 +42,12 @@ def random_run(rng: random.Random) -> RunState:
         setattr(run, name, rng.choice((0, 1, 2, 3, 4, 5, 6, 10, 100)))
     run.ended = rng.random() < 0.3
     run.explicit_final = rng.random() < 0.3
-    run.first_start_ns = int((NOW - rng.choice((1, 100, 1000))) * 1e9)
-    run.last_progress = NOW - rng.choice((1.0, 400.0))
+    run.first_start_ns = rng.choice((0, int((NOW - rng.choice((1, 100, 1000))) * 1e9)))
+    run.last_progress = NOW - rng.choice((0.0, 1.0, 299.5, 400.0))
+    run.in_flight_since = rng.choice((None, NOW - 1.0, NOW - 500.0))
     if rng.random() < 0.5:
         run.budget = {"max_tool_calls": float(rng.choice((3, 5, 20)))}
     return run
-
-
-NOW = 1_700_000_500.0
 
 
 def cel_says(source: str, run: RunState) -> bool | str:
@@ -59,27 +59,31 @@ def cel_says(source: str, run: RunState) -> bool | str:
         return "error"
 
 
-def test_the_fields_are_the_runs_own_attributes_with_the_signals_types() -> None:
-    run = random_run(random.Random(1))
-    signals = run.signals(NOW)
-    for name in RUN_FIELDS:
-        assert getattr(run, name) == signals[name]
-        assert type(getattr(run, name)) is RUN_SCHEMA[name]
+def test_the_fields_read_as_the_signals_read_them() -> None:
+    rng = random.Random(1)
+    for _ in range(50):
+        run = random_run(rng)
+        signals = run_activation(run.signals(NOW))
+        for name, code in RUN_FIELDS.items():
+            value = eval(code, {"float": float}, {"run": run, "now": NOW})
+            assert value == signals[name] and type(value) is type(signals[name]), name
+            assert type(value) is RUN_SCHEMA[name], name
 
 
 def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
     rng = random.Random(7)
     rules = load_rules([]).rules
-    # every default condition starts with !run.ended; the loop rules are known entirely
+    # every default condition starts with !run.ended; the loop and time rules are known entirely
     assert all(rule.when.fast is not None for rule in rules)
     assert {rule.name for rule in rules if not rule.when.fast.partial} == {  # type: ignore[union-attr]
-        "error-loop", "repeated-tool-call", "repeated-tool-result", "tool-cycle"}
+        "error-loop", "repeated-tool-call", "repeated-tool-result", "tool-cycle",
+        "idle-timeout", "total-timeout"}
     answers = []
     for _ in range(400):
         run = random_run(rng)
         for rule in rules:
             assert rule.when.fast is not None
-            fast = rule.when.fast(run)
+            fast = rule.when.fast(run, NOW)
             if fast is not None:
                 assert fast is cel_says(rule.when.source, run), rule.when.source
             answers.append(fast)
@@ -88,7 +92,7 @@ def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
 
 UNKNOWN_ATOMS = (  # valid CEL the fast path does not know: CEL alone decides these parts
     "has(run.budget.remaining_tool_calls)", "run.budget.remaining_tool_calls <= 3",
-    "run.budget.max_tool_calls > 4", "run.idle_seconds > 300.0", "run.elapsed_seconds < 1e2",
+    "run.budget.max_tool_calls > 4", "run.budget.max_seconds > 1.5", "session.runs > 1",
     "size(run.tools) > 1", "run.tool_calls - 1 > 3", "run.tool_calls * 2 == 6",
     "run.tool_calls in [1, 2]", "[run].exists(r, r.tool_calls > 3 && r.ended)",
     "(run.tool_calls > 2 ? run.ended : !run.ended)", "uint(run.tool_calls) > 3u",
@@ -110,8 +114,12 @@ def generated(rng: random.Random, depth: int = 0) -> str:
                            "(run.has_final_answer != run.ended)"))
     if roll < 0.7:
         return rng.choice(UNKNOWN_ATOMS)
-    field = "run." + rng.choice(INT_FIELDS)
-    literal = str(rng.choice((-1, 0, 1, 2, 3, 4, 5, 7, 99)))
+    if rng.random() < 0.3:
+        field = "run." + rng.choice(DOUBLE_FIELDS)
+        literal = rng.choice(("0.0", "1.0", "299.5", "300.0", "-1.5", "1e3", "1.5e2", ".5"))
+    else:
+        field = "run." + rng.choice(INT_FIELDS)
+        literal = str(rng.choice((-1, 0, 1, 2, 3, 4, 5, 7, 99)))
     left, right = (field, literal) if rng.random() < 0.7 else (literal, field)
     return f"{left} {rng.choice(('==', '!=', '<', '<=', '>', '>='))} {right}"
 
@@ -139,7 +147,7 @@ def test_generated_conditions_decide_as_cel_whenever_they_decide(seed: int) -> N
         fast = compile_fast(source)
         for _ in range(25):
             run = random_run(rng)
-            answer = None if fast is None else fast(run)
+            answer = None if fast is None else fast(run, NOW)
             if answer is not None:
                 assert answer is cel_says(source, run), source
             answers[answer] += 1
@@ -157,26 +165,32 @@ def test_what_only_cel_can_decide_gets_no_fast_path(source: str) -> None:
 
 def test_the_engine_decides_the_same_with_and_without_the_fast_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Misbehaving agents (the default rules fire on every run): the same directives, the same
-    rule errors, in the same order."""
+    """Misbehaving agents (the default rules fire on every run) and the timer's evaluations
+    as time passes (idle and total timeouts fire): the same directives, in the same order, and
+    no rule errors."""
     bodies = list(batches(300, 512, 8192, workload="rules-firing", seed=11))
     slices = [part.records for body in bodies for part in slices_of(parse_protobuf(body), 32)]
+    start = max(record.end_ns for records in slices for record in records) / 1e9
 
     def decisions(fast_rules: int) -> list[tuple[str, str, str, str]]:
         ruleset = load_rules([])
         assert sum(rule.when.fast is not None for rule in ruleset.rules) == fast_rules
         core = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(ruleset))
-        made = []
-        now = 1_800_000_000.0
-        for records in slices:
+        made: list[Decided] = []
+        now = start
+        for index, records in enumerate(slices):
             step = core.apply(records, now)
-            made += [(d.decision.run_key, d.decision.rule, d.decision.action.value,
-                      d.decision.message) for d in step.decisions]
+            if index % 4 == 3:  # the timer, 100 s later each time
+                now += 100.0
+                core.evaluate(list(core.tracker.active()), now, step, timed_only=True)
             assert not step.rule_errors
-        return made
+            made += step.decisions
+        return [(d.decision.run_key, d.decision.rule, d.decision.action.value,
+                 d.decision.message) for d in made]
 
     fast = decisions(fast_rules=10)
     monkeypatch.setattr("watchdog.rules.expr.compile_fast", lambda source: None)
     slow = decisions(fast_rules=0)
     assert len(fast) > 500
+    assert {"idle-timeout", "total-timeout", "tool-cycle", "error-loop"} <= {d[1] for d in fast}
     assert fast == slow

@@ -216,7 +216,7 @@ class RuleEngine:
             act = None  # built for the first rule CEL evaluates: most runs need none
             for rule in candidates:
                 fast = rule.when.fast
-                if fast is not None and fast(run) is False:  # as CEL would say (None: ask it)
+                if fast is not None and fast(run, now) is False:  # as CEL says (None: ask it)
                     if state is not None and rule.name in state.pending:
                         del state.pending[rule.name]
                     continue

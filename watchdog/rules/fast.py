@@ -9,11 +9,11 @@ known without CEL), reading only the attributes it names.
 
 Theory of operation
 -------------------
-* Known atoms: the fields of :data:`RUN_FIELDS` (counters and flags that are RunState attributes
-  of the same name and type as the signal), int and bool literals, and the six comparisons
-  between them. ``&&``, ``||``, ``!`` and parentheses combine them.
-* Any other operand of ``&&``, ``||`` or ``!`` — a budget, a time signal, a string, a double,
-  arithmetic, a function, a macro — is *unknown*. CEL's logical operators are commutative over
+* Known atoms: the fields of :data:`RUN_FIELDS` (counters, flags and time signals, read from
+  the RunState as its ``signals()`` reads them), int, double and bool literals, and the six
+  comparisons between them. ``&&``, ``||``, ``!`` and parentheses combine them.
+* Any other operand of ``&&``, ``||`` or ``!`` — a budget, the session, a string, arithmetic,
+  a function, a macro — is *unknown*. CEL's logical operators are commutative over
   errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
   whatever ``x`` is), so three-valued logic gives CEL's answer whenever it gives one:
   ``!run.ended && has(run.budget.remaining_tool_calls) && …`` is false, without CEL, for every
@@ -34,13 +34,20 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-# Signals that are RunState attributes of the same name, as ints or bools, never absent.
-RUN_FIELDS = frozenset({
-    "iterations", "tool_calls", "messages", "input_tokens", "output_tokens", "total_tokens",
-    "errors", "consecutive_errors", "repeated_error", "repeated_tool_call",
-    "repeated_tool_result", "cycle_repeats", "has_final_answer", "ended"})
+# Signals read from the RunState as RunState.signals() reads them (never absent), by the code
+# that reads them: an int, a bool or (the time signals) a double.
+RUN_FIELDS: dict[str, str] = {
+    **{name: f"run.{name}" for name in (
+        "iterations", "tool_calls", "messages", "input_tokens", "output_tokens", "total_tokens",
+        "errors", "consecutive_errors", "repeated_error", "repeated_tool_call",
+        "repeated_tool_result", "cycle_repeats", "has_final_answer", "ended")},
+    "in_flight": "run.calls_in_flight()",
+    "elapsed_seconds": "float(run.elapsed_seconds(now))",
+    "idle_seconds": "float(run.idle_seconds(now))",
+    "in_flight_seconds": "float(run.in_flight_seconds(now))",
+}
 
-FastCondition = Callable[[Any], "bool | None"]
+FastCondition = Callable[[Any, float], "bool | None"]  # (run, now)
 
 _TOKEN = re.compile(
     r"\s*(?:"
@@ -71,10 +78,24 @@ def compile_fast(source: str) -> FastCondition | None:
     if code == _UNKNOWN:
         return None  # nothing known: asking would only cost time
     # (a known condition is a bool: the checker only lets bool conditions in)
-    namespace: dict[str, Any] = {"__builtins__": {}, "_and": _and, "_or": _or, "_not": _not}
-    function: FastCondition = eval(f"lambda run: {code}", namespace)
+    namespace: dict[str, Any] = {"__builtins__": {}, "_and": _and, "_or": _or, "_not": _not,
+                                 "float": float}
+    function: FastCondition = eval(f"lambda run, now: {code}", namespace)
     function.partial = partial  # type: ignore[attr-defined]  # (for tests: may answer None)
     return function
+
+
+_INT = re.compile(r"\d+")
+_DOUBLE = re.compile(r"\d*\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+")  # CEL's double literals
+
+
+def _number(token: str) -> int | float | None:
+    """A decimal int or a double literal as Python's value (IEEE doubles, as CEL's)."""
+    if _INT.fullmatch(token):
+        return int(token)
+    if _DOUBLE.fullmatch(token):
+        return float(token)
+    return None  # hex, unsigned: left to CEL
 
 
 def _and(*values: bool | None) -> bool | None:
@@ -199,14 +220,13 @@ class _Compiler:
             return (f"_not({code})", True) if partial else (f"(not {code})", False)
         if first == "(" and self._closing(lo) == hi - 1:
             return self.expression(lo + 1, hi - 1)
-        if len(tokens) == 1 and first.isdigit():
-            return repr(int(first)), False
-        if len(tokens) == 2 and first == "-" and tokens[1].isdigit():
-            return repr(-int(tokens[1])), False
         if len(tokens) == 1 and first in ("true", "false"):
             return repr(first == "true"), False
+        number = tokens[1:] if first == "-" else tokens
+        if len(number) == 1 and (value := _number(number[0])) is not None:
+            return repr(-value if first == "-" else value), False
         if len(tokens) == 3 and first == "run" and tokens[1] == "." and tokens[2] in RUN_FIELDS:
-            return f"run.{tokens[2]}", False
+            return RUN_FIELDS[tokens[2]], False
         return self._unknown()
 
     def _closing(self, lo: int) -> int:

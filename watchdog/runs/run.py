@@ -354,6 +354,16 @@ class RunState:
     def idle_seconds(self, now: float) -> float:
         return 0.0 if self.ended else max(now - self.last_progress, 0.0)
 
+    def calls_in_flight(self) -> int:
+        """Calls started and not ended, as the client last said (none once the run ended)."""
+        return 0 if self.ended else self.in_flight
+
+    def in_flight_seconds(self, now: float) -> float:
+        """How long the oldest call in flight has run."""
+        if self.in_flight_since is None or self.ended:
+            return 0.0
+        return max(now - self.in_flight_since, 0.0)
+
     def budget_view(self, defaults: dict[str, float] | None = None, now: float = 0.0
                     ) -> dict[str, float]:
         """``max_*`` and ``remaining_*`` for each known budget (announced beats default)."""
@@ -394,9 +404,8 @@ class RunState:
             "cycle_repeats": self.cycle_repeats,
             "elapsed_seconds": self.elapsed_seconds(now),
             "idle_seconds": self.idle_seconds(now),
-            "in_flight": self.in_flight if not self.ended else 0,
-            "in_flight_seconds": max(now - self.in_flight_since, 0.0)
-            if self.in_flight_since is not None and not self.ended else 0.0,
+            "in_flight": self.calls_in_flight(),
+            "in_flight_seconds": self.in_flight_seconds(now),
             "budget": self.budget_view(default_budget, now),
             "has_final_answer": self.has_final_answer,
             "finish_reason": self.finish_reason or "",
