@@ -424,7 +424,7 @@ class RunState:
                 data[name] = value.value
         for name in _INT_KEYED_SLOTS:
             data[name] = {str(k): v for k, v in data[name].items()}
-        data["_result_counts"] = {k: list(v) for k, v in data["_result_counts"].items()}
+        data["_result_counts"] = {str(k): list(v) for k, v in data["_result_counts"].items()}
         return data
 
     @classmethod
@@ -461,7 +461,7 @@ _SPAN_SLOTS = (
     "tools",
 )
 _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
-_INT_KEYED_SLOTS = ("_call_counts", "_error_counts", "_result_counts")  # JSON keys are strings
+_INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
 
 
 def _error_text(record: SpanRecord) -> str:
