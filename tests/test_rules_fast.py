@@ -4,7 +4,7 @@ Differential: the same conditions evaluated by the fast path on a RunState and b
 run's activation, over many runs (every condition of the default pack, and generated conditions
 accepted by the CEL checker that mix what the fast path knows with what only CEL knows); then
 the engine as a whole, with and without the fast path, on a workload where the default rules
-fire on every run.
+fire on every run, with the timer's evaluations as time passes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from watchdog.runs.run import RunState
 from watchdog.runs.tracker import RunTracker
 from watchdog.sessions import SessionBook
 
-BOOL_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is bool)
 INT_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is int)
 DOUBLE_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is float)
 # total_tokens and has_final_answer are RunState properties: set what they are made of
