@@ -437,6 +437,66 @@ def test_processor_is_added_to_a_provider_whose_processor_is_not_the_sdk_default
     provider.shutdown()
 
 
+def test_processor_is_added_when_the_multi_processor_was_patched_on_the_instance(
+        fake: FakeSidecar) -> None:
+    """Someone else replaced the SDK multi-processor's on_start on the instance: it is kept, and
+    the processor is added as one more processor rather than fused."""
+    provider = TracerProvider()
+    active = provider._active_span_processor
+    started: list[str] = []
+    original = active.on_start
+
+    def patched(span: Any, parent_context: Any = None) -> None:
+        started.append(span.name)
+        original(span, parent_context=parent_context)
+
+    active.on_start = patched  # type: ignore[method-assign]
+    wd = Watchdog(fake.url, tracer_provider=provider)
+    assert active.on_start is patched and active._span_processors == (PROCESSOR,)
+    tool = {"gen_ai.operation.name": "execute_tool"}
+    with wd.run(agent="a") as run, provider.get_tracer("test").start_as_current_span(
+            "execute_tool t", attributes=tool):
+        assert run.in_flight == 1
+    wd.close()
+    assert "execute_tool t" in started
+    provider.shutdown()
+
+
+def test_spans_are_told_apart_by_name_and_by_what_they_have_when_they_end(
+        fake: FakeSidecar, memory: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    """Names alone make calls and agent spans (plumbing whose name shares only a first letter
+    with them stays plumbing), and a span that gets its kind, or its name, only before it ends
+    is counted then."""
+    provider, exporter = memory
+    tracer = provider.get_tracer("test")
+    wd = Watchdog(fake.url, tracer_provider=provider)
+    with wd.run(agent="a") as run:
+        for name in ("", "e", "embeddings", "retriever", "invoke", "agent step",
+                     "running tools", "GET /api"):
+            with tracer.start_as_current_span(name):
+                assert run.in_flight == 0 and run.agent_spans == 0
+        with tracer.start_as_current_span("running tool: grep"):
+            assert run.in_flight == 1
+        with tracer.start_as_current_span("execute_tool final_result"):
+            assert run.in_flight == 1  # in flight, not counted
+        with (tracer.start_as_current_span("invoke_agent helper"),
+              tracer.start_as_current_span("agent run")):
+            assert run.agent_spans == 2 and run.in_flight == 0
+        assert (run.local_tool_calls, run.local_model_calls) == (1, 0)
+        with tracer.start_as_current_span("tool") as span:
+            span.set_attribute("openinference.span.kind", "TOOL")
+            assert run.in_flight == 0
+        with tracer.start_as_current_span("step") as span:
+            span.update_name("execute_tool ls")
+        with tracer.start_as_current_span("completion") as span:
+            span.set_attribute("llm.request.type", "chat")
+        assert (run.local_tool_calls, run.local_model_calls) == (3, 1)
+    wd.close()
+    stamped = [span for span in exporter.get_finished_spans()
+               if (span.attributes or {}).get("watchdog.run.id") == run.id]
+    assert len(stamped) == 16  # the run's own span and every span inside it
+
+
 def test_span_id_is_read_from_the_span_context_tuple() -> None:
     context = SpanContext(trace_id=7, span_id=0xABC, is_remote=False)
     assert context[SPAN_ID] == context.span_id == 0xABC
