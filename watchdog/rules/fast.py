@@ -52,7 +52,7 @@ FastCondition = Callable[[Any, float], "bool | None"]  # (run, now)
 _TOKEN = re.compile(
     r"\s*(?:"
     r"(\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|0[xX][0-9a-fA-F]+[uU]?"
-    r"|\d+[uU]?)"  # numbers: only plain decimal ints are known
+    r"|\d+[uU]?)"  # numbers (hex and unsigned ones are left to CEL)
     r"|(&&|\|\||==|!=|<=|>=|[-+*/%<>!().,\[\]{}:?])"
     r"|([A-Za-z_]\w*))")
 _COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
@@ -99,20 +99,20 @@ def _number(token: str) -> int | float | None:
 
 
 def _and(*values: bool | None) -> bool | None:
-    result: bool | None = True
-    for value in values:
-        if value is False:
-            return False
-        if value is None:
-            result = None
-    return result
+    return _settled(False, values)
 
 
 def _or(*values: bool | None) -> bool | None:
-    result: bool | None = False
+    return _settled(True, values)
+
+
+def _settled(decisive: bool, values: tuple[bool | None, ...]) -> bool | None:
+    """``decisive`` if any value is it (CEL then ignores the others, errors included), else
+    unknown (None) if any value is, else the other bool."""
+    result: bool | None = not decisive
     for value in values:
-        if value is True:
-            return True
+        if value is decisive:
+            return decisive
         if value is None:
             result = None
     return result
