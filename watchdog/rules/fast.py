@@ -71,7 +71,7 @@ def compile_fast(source: str) -> FastCondition | None:
     try:
         tokens = _tokens(source)
         # a ternary has the lowest precedence: splitting at the && or || before its ? is wrong
-        code, partial = _Compiler(tokens, splittable="?" not in tokens).expression(
+        code, _partial = _Compiler(tokens, splittable="?" not in tokens).expression(
             0, len(tokens))
     except _Unsupported:
         return None
@@ -81,7 +81,6 @@ def compile_fast(source: str) -> FastCondition | None:
     namespace: dict[str, Any] = {"__builtins__": {}, "_and": _and, "_or": _or, "_not": _not,
                                  "float": float}
     function: FastCondition = eval(f"lambda run, now: {code}", namespace)
-    function.partial = partial  # type: ignore[attr-defined]  # (for tests: may answer None)
     return function
 
 
@@ -146,19 +145,23 @@ class _Compiler:
         self.tokens = tokens
         self.splittable = splittable  # unknown parts allowed (no string, no top-level ?:)
 
-    def _split(self, lo: int, hi: int, operator: str) -> list[tuple[int, int]]:
-        parts: list[tuple[int, int]] = []
-        depth, start = 0, lo
+    def _outside(self, lo: int, hi: int) -> list[int]:
+        """The indexes of the tokens of ``tokens[lo:hi]`` outside any brackets."""
+        outside: list[int] = []
+        depth = 0
         for index in range(lo, hi):
             token = self.tokens[index]
             if token in _OPEN:
                 depth += 1
             elif token in _CLOSE:
                 depth -= 1
-            elif depth == 0 and token == operator:
-                parts.append((start, index))
-                start = index + 1
-        parts.append((start, hi))
+            elif depth == 0:
+                outside.append(index)
+        return outside
+
+    def _split(self, lo: int, hi: int, operator: str) -> list[tuple[int, int]]:
+        cuts = [i for i in self._outside(lo, hi) if self.tokens[i] == operator]
+        parts = list(zip([lo, *(i + 1 for i in cuts)], [*cuts, hi], strict=True))
         if any(a >= b for a, b in parts):
             raise _Unsupported  # an operator with a missing operand: not CEL
         return parts
@@ -181,8 +184,7 @@ class _Compiler:
 
     def _relation(self, lo: int, hi: int) -> tuple[str, bool]:
         try:
-            operators = [i for i in range(lo, hi)
-                         if self.tokens[i] in _COMPARISONS and self._depth(lo, i) == 0]
+            operators = [i for i in self._outside(lo, hi) if self.tokens[i] in _COMPARISONS]
             if not operators:
                 return self._operand(lo, hi)
             if len(operators) > 1:
@@ -195,15 +197,6 @@ class _Compiler:
             return f"({left} {self.tokens[at]} {right})", False
         except _Unsupported:
             return self._unknown()
-
-    def _depth(self, lo: int, at: int) -> int:
-        depth = 0
-        for token in self.tokens[lo:at]:
-            if token in _OPEN:
-                depth += 1
-            elif token in _CLOSE:
-                depth -= 1
-        return depth
 
     def _unknown(self) -> tuple[str, bool]:
         if not self.splittable:
