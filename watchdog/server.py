@@ -37,7 +37,8 @@ from watchdog.ingest.decode import protobuf_backend
 from watchdog.ingest.forward import Forwarder
 from watchdog.metrics import Metrics, create_metrics_app
 from watchdog.rules.engine import RuleEngine
-from watchdog.rules.pack import RulePackError, RuleSet, Source, load_rules
+from watchdog.rules.manager import RuleManager, pack_failure
+from watchdog.rules.pack import RulePackError
 from watchdog.service import WatchdogService
 from watchdog.store import Store, StoreError
 
@@ -62,10 +63,9 @@ class Server:
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = False
         self.engine: RuleEngine | None = None
+        self.rules: RuleManager | None = None
         self.outbox: Outbox | None = None
         self.forwarder: Forwarder | None = None
-        self._reload_lock = asyncio.Lock()
-        self._rule_sources: tuple[Source, ...] = ()  # as last seen by the file watch
         self.admission: Admission | None = None
 
     @property
@@ -84,20 +84,19 @@ class Server:
         # dir (perhaps the first one's) or logs anything. The binds below still check.
         for key in LISTEN_KEYS:
             check_port_free(key, getattr(config, key))
+        self.metrics = metrics = Metrics(version=__version__)
+        self.rules = rules = RuleManager(config.rules, config.default_rules,
+                                         reloaded=metrics.rules_reloaded)
         try:
-            ruleset = await asyncio.to_thread(self._load_rules)  # a bad pack refuses to start
+            self.engine = await rules.start()  # a bad pack refuses to start
         except RulePackError as exc:
-            raise StartupError(rule_pack_failure(exc)) from None
-        self.engine = RuleEngine(ruleset)
-        self._rule_sources = ruleset.sources
+            raise StartupError(pack_failure(exc)) from None
         try:
             store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
             directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
         except (StoreError, DirectiveStoreError) as exc:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
                                f"writable directory, or :memory: to keep nothing") from None
-        self.metrics = metrics = Metrics(version=__version__)
-        metrics.rules_reloaded(True)
         self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
                                       targets_from_config(config.webhooks), metrics=metrics,
                                       clock=self.clock)
@@ -129,7 +128,7 @@ class Server:
         await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
                               **otlp_http.RUNNER_OPTIONS)
         await self._start_app("api", config.api_address, api.create_app(
-            service, config, directives=outbox, rules=self.engine, reload=self.reload_rules),
+            service, config, directives=outbox, rules=self.engine, reload=rules.reload),
             make_runner=functools.partial(api.ApiRunner, priority=service.priority))
         host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
         try:
@@ -148,7 +147,7 @@ class Server:
         self._tasks.append(asyncio.create_task(self._every(PRUNE_INTERVAL, self._prune)))
         if config.rules_watch_interval > 0:
             self._tasks.append(asyncio.create_task(
-                self._every(config.rules_watch_interval, self._watch_rules)))
+                self._every(config.rules_watch_interval, rules.watch)))
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
@@ -192,34 +191,10 @@ class Server:
         await self.outbox.prune([run.key for run in self.service.tracker.active()])
         await self.service.state.in_lane(self.service.store.prune)
 
-    def _load_rules(self) -> RuleSet:
-        return load_rules(self.config.rules, include_default=self.config.default_rules)
-
     async def reload_rules(self) -> tuple[bool, str]:
-        """Load the rule packs again; on any problem keep the running rules and say why."""
-        assert self.engine is not None and self.metrics is not None
-        async with self._reload_lock:
-            try:
-                ruleset = await asyncio.to_thread(self._load_rules)
-            except RulePackError as exc:
-                self.metrics.rules_reloaded(False)
-                message = "rule reload failed, keeping the previous rules:\n" + str(exc)
-                log.error("%s", message)
-                return False, message
-            self.engine.replace(ruleset)
-            self._rule_sources = ruleset.sources
-            self.metrics.rules_reloaded(True)
-            message = f"rules reloaded: {len(ruleset.rules)} active"
-            log.info("%s", message)
-            return True, message
-
-    async def _watch_rules(self) -> None:
-        """Reload when a rule file changes (Kubernetes swaps ConfigMap files via a symlink)."""
-        seen = await asyncio.to_thread(
-            lambda: tuple(Source.of(source.path) for source in self._rule_sources))
-        if seen != self._rule_sources:
-            self._rule_sources = seen  # a broken edit is reported once, not every interval
-            await self.reload_rules()
+        """Load the rule packs again (SIGHUP); on any problem keep the running rules."""
+        assert self.rules is not None
+        return await self.rules.reload()
 
     async def stop(self) -> None:
         self._ready = False
@@ -284,14 +259,6 @@ def check_port_free(key: str, address: str) -> None:
                 failures.append(exc)
     first = failures[0] if failures else OSError(errno.EADDRNOTAVAIL, "no address")
     raise StartupError(listen_failure(key, address, first.strerror or str(first), first.errno))
-
-
-def rule_pack_failure(exc: RulePackError) -> str:
-    first = exc.problems[0] if exc.problems else "no rules could be loaded"
-    more = len(exc.problems) - 1
-    return (f"bad rule pack: {first}" + (f" (and {more} more problem{'s' if more > 1 else ''})"
-                                          if more > 0 else "")
-            + "; fix it (`watchdog rules check PATH...` lists every problem) and start again")
 
 
 def settle_collector() -> None:

@@ -1,0 +1,91 @@
+"""The rule manager: packs loaded at start, reloaded when a file changes (a broken edit keeps
+the running rules and is reported once), and a ConfigMap-style symlink swap noticed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from watchdog.rules.manager import RuleManager, pack_failure
+from watchdog.rules.pack import RulePackError
+
+HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+RULE = ("rules:\n  - name: {name}\n    when: {when}\n    action: notify\n"
+        "    message: x\n")
+
+
+def write(path: Path, name: str, when: str = "run.tool_calls > 100") -> None:
+    path.write_text(HEADER + RULE.format(name=name, when=when))
+    # a new mtime even on a filesystem with coarse timestamps
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
+def rule_names(manager: RuleManager) -> set[str]:
+    assert manager.engine is not None
+    return {rule.name for rule in manager.engine.ruleset.rules}
+
+
+def test_a_changed_file_is_reloaded_and_a_broken_edit_keeps_the_rules_and_is_said_once(
+        tmp_path: Path) -> None:
+    pack = tmp_path / "mine.yaml"
+    write(pack, "first")
+    outcomes: list[bool] = []
+    manager = RuleManager([str(pack)], include_default=False, reloaded=outcomes.append)
+
+    async def scenario() -> None:
+        await manager.start()
+        assert rule_names(manager) == {"first"} and outcomes == [True]
+        await manager.watch()  # nothing changed: nothing loaded
+        assert outcomes == [True]
+
+        write(pack, "second")
+        await manager.watch()
+        assert rule_names(manager) == {"second"} and outcomes == [True, True]
+
+        write(pack, "broken", when="run.nope > 1")
+        await manager.watch()
+        await manager.watch()  # the same broken file: not reported again
+        assert rule_names(manager) == {"second"} and outcomes == [True, True, False]
+
+        write(pack, "third")
+        await manager.watch()
+        assert rule_names(manager) == {"third"} and outcomes[-1] is True
+
+    asyncio.run(scenario())
+
+
+def test_a_symlink_swapped_to_another_file_is_noticed(tmp_path: Path) -> None:
+    """What Kubernetes does to a mounted ConfigMap: the link points to a new file."""
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v2").mkdir()
+    write(tmp_path / "v1" / "mine.yaml", "old")
+    write(tmp_path / "v2" / "mine.yaml", "new")
+    link = tmp_path / "mine.yaml"
+    link.symlink_to(tmp_path / "v1" / "mine.yaml")
+    manager = RuleManager([str(link)], include_default=False)
+
+    async def scenario() -> None:
+        await manager.start()
+        assert rule_names(manager) == {"old"}
+        swap = tmp_path / "swap"
+        swap.symlink_to(tmp_path / "v2" / "mine.yaml")
+        os.replace(swap, link)
+        await manager.watch()
+        assert rule_names(manager) == {"new"}
+
+    asyncio.run(scenario())
+
+
+def test_a_bad_pack_at_start_is_an_error_said_in_one_line(tmp_path: Path) -> None:
+    pack = tmp_path / "mine.yaml"
+    write(pack, "broken", when="run.nope > 1")
+    manager = RuleManager([str(pack)], include_default=False)
+    with pytest.raises(RulePackError) as caught:
+        asyncio.run(manager.start())
+    line = pack_failure(caught.value)
+    assert "\n" not in line and "nope" in line and "watchdog rules check" in line
+    assert manager.engine is None
