@@ -149,15 +149,18 @@ CLOCKS = {"cpu": time.process_time_ns, "wall": time.perf_counter_ns}
 
 
 def per_span(work: Callable[[], None], count: int, flush: TracerProvider,
-             clock: Callable[[], int]) -> float:
-    """One timed round, in ns per span. The exporter thread drains this round's spans before
-    the next round starts (else it competes with whichever variant runs next), and the
-    collector waits."""
+             clock: Callable[[], int], settle: Callable[[], object] = lambda: None) -> float:
+    """One timed round, in ns per span. ``settle`` runs inside the round: the client's round
+    ends by reading its run's counts, which sweeps the spans it queued (else that work would
+    land in whichever round the reporter thread happens to sweep in, perhaps the baseline's).
+    The exporter thread drains this round's spans before the next round starts (else it
+    competes with whichever variant runs next), and the collector waits."""
     gc.collect()
     gc.disable()
     try:
         started = clock()
         work()
+        settle()
         elapsed = clock() - started
     finally:
         gc.enable()
@@ -193,14 +196,18 @@ def main() -> None:
                            ("agent", agent_calls)):
         baseline: list[float] = []
         client: list[float] = []
-        with wd.run(agent="bench", max_tool_calls=10**9, session="bench-session"):
+        with wd.run(agent="bench", max_tool_calls=10**9, session="bench-session") as run:
+            def counts() -> int:
+                return run.local_model_calls  # the counts, as at an agent's decision point
+
             for round_number in range(args.rounds + 1):
-                variants = [(baseline, plain_tracer, plain), (client, watched_tracer, watched)]
+                variants = [(baseline, plain_tracer, plain, lambda: None),
+                            (client, watched_tracer, watched, counts)]
                 if round_number % 2:
                     variants.reverse()  # neither variant always runs first
-                for results, tracer, owner in variants:
+                for results, tracer, owner, settle in variants:
                     work = functools.partial(workload, tracer, args.spans)
-                    results.append(per_span(work, args.spans, owner, clock))
+                    results.append(per_span(work, args.spans, owner, clock, settle))
         del baseline[0], client[0]  # the warm-up pair
         ratios = [c / b for b, c in zip(baseline, client, strict=True)]
         ratio = statistics.median(ratios)
