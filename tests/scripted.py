@@ -4,11 +4,9 @@ a sidecar as each one ends (SimpleSpanProcessor), with the attributes the client
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -16,7 +14,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
-T = TypeVar("T")
 
 
 class ScriptedAgent:
@@ -71,16 +68,6 @@ class ScriptedAgent:
         if not self.finished:
             self.finished = True
             self.provider.shutdown()
-
-
-def wait_for(predicate: Callable[[], T], timeout: float = 10.0) -> T:
-    """Poll ``predicate`` until it returns something truthy (or the timeout: its last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 def api(method: str, url: str, body: object = None) -> tuple[int, Any]:

@@ -7,7 +7,6 @@ import gzip
 import json
 import socket
 import struct
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -296,13 +295,6 @@ class SlowUpload:
         chunk = self.sock.recv(65536)
         assert chunk, "the server closed the connection without a complete response"
         return chunk
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_overload_answers_503_and_unavailable(tmp_path: Path) -> None:

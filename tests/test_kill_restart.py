@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.scripted import ScriptedAgent, api, wait_for
+from tests.harness import wait_until
+from tests.scripted import ScriptedAgent, api
 from watchdog.store import DB_FILE
 
 READY_TIMEOUT = 30.0
@@ -105,11 +106,11 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
         agent = ScriptedAgent(first.otlp_http, "kill-1", "exporter", session=SESSION)
         agent.chat(messages=3)
         error_loop(agent, range(5))
-        directives = wait_for(lambda: first.get("/v1/runs/kill-1/directives?after=0")[
+        directives = wait_until(lambda: first.get("/v1/runs/kill-1/directives?after=0")[
             "directives"])
         assert [(d["rule"], d["action"]) for d in directives] == [("error-loop", "abort")]
         # the run's counters are flushed every state_flush_interval: wait until they are
-        assert wait_for(lambda: (stored_run(state, "kill-1") or {}).get("forced_state"))
+        assert wait_until(lambda: (stored_run(state, "kill-1") or {}).get("forced_state"))
         status, _ = api("POST", f"{first.api}/v1/sessions/{SESSION}/checkpoints", {
             "remaining": "export the last two tables", "state": FACTS,
             "failed_approaches": ["write to /data"], "run_id": "kill-1"})
@@ -132,7 +133,7 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
         # the same agent goes on failing: the abort already fired, it is not sent again
         again = ScriptedAgent(second.otlp_http, "kill-1", "exporter", session=SESSION)
         error_loop(again, range(5, 8))
-        assert wait_for(lambda: second.get("/v1/runs/kill-1")["signals"]["repeated_error"]
+        assert wait_until(lambda: second.get("/v1/runs/kill-1")["signals"]["repeated_error"]
                         == 8)
         poll = second.get("/v1/runs/kill-1/directives?after=1&wait=0.3")
         assert poll["directives"] == [] and poll["last_seq"] == 1
@@ -155,7 +156,7 @@ def test_killed_before_any_flush(tmp_path: Path) -> None:
     with sidecar(state, state_flush_interval="1h") as first:
         agent = ScriptedAgent(first.otlp_http, "kill-2", "exporter", session=SESSION)
         error_loop(agent, range(5))
-        directive = wait_for(lambda: first.get("/v1/runs/kill-2/directives?after=0")[
+        directive = wait_until(lambda: first.get("/v1/runs/kill-2/directives?after=0")[
             "directives"])
         status, _ = api("POST", f"{first.api}/v1/sessions/{SESSION}/checkpoints",
                         {"remaining": 2, "state": FACTS, "run_id": "kill-2"})
@@ -171,7 +172,7 @@ def test_killed_before_any_flush(tmp_path: Path) -> None:
         # the agent retries from scratch: the same decision is recognised, not sent again
         again = ScriptedAgent(second.otlp_http, "kill-2", "exporter", session=SESSION)
         error_loop(again, range(5))
-        assert wait_for(lambda: second.get("/v1/runs/kill-2")["signals"]["repeated_error"]
+        assert wait_until(lambda: second.get("/v1/runs/kill-2")["signals"]["repeated_error"]
                         == 5)
         poll = second.get("/v1/runs/kill-2/directives?after=1&wait=0.3")
         assert poll["directives"] == []

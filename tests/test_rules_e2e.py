@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
-from tests.scripted import ScriptedAgent, wait_for
+from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
+from tests.scripted import ScriptedAgent
 from watchdog.clock import ManualClock
 
 
@@ -31,7 +31,7 @@ def test_a_looping_agent_gets_wind_down_then_abort_with_loop_detected(tmp_path: 
         agent = ScriptedAgent(server.otlp_http, "loop-1", "looper")
         for _ in range(4):
             agent.tool("search", {"query": "the same thing", "page": 1}, result="no results")
-        first = wait_for(lambda: directives(server, "loop-1"))
+        first = wait_until(lambda: directives(server, "loop-1"))
         assert [d["action"] for d in first] == ["wind_down"]
         assert first[0]["terminal_state"] == "loop_detected"
         assert first[0]["rule"] in ("tool-cycle", "repeated-tool-call")
@@ -41,7 +41,7 @@ def test_a_looping_agent_gets_wind_down_then_abort_with_loop_detected(tmp_path: 
             agent.tool("search", {"page": 1, "query": "the same thing"}, result="no results")
         assert len(directives(server, "loop-1")) == 1
         agent.tool("search", {"page": 1, "query": "the same thing"}, result="no results")  # past
-        both = wait_for(lambda: len(directives(server, "loop-1")) >= 2 and
+        both = wait_until(lambda: len(directives(server, "loop-1")) >= 2 and
                         directives(server, "loop-1"))
         assert [d["action"] for d in both] == ["wind_down", "abort"]
         assert both[1]["escalation"] is True
@@ -61,7 +61,7 @@ def test_an_agent_failing_the_same_way_is_aborted_as_an_error_loop(tmp_path: Pat
         for attempt in range(5):
             agent.tool("write_file", {"path": f"/tmp/out-{attempt}.txt"},
                        error=f"disk full while writing /tmp/out-{attempt}.txt ({attempt} bytes)")
-        found = wait_for(lambda: directives(server, "errors-1"))
+        found = wait_until(lambda: directives(server, "errors-1"))
         assert [(d["rule"], d["action"]) for d in found] == [("error-loop", "abort")]
         assert found[0]["terminal_state"] == "loop_detected"
         assert "disk full" in found[0]["message"]
@@ -76,7 +76,7 @@ def test_slow_but_progressing_is_not_aborted_while_stuck_is(tmp_path: Path) -> N
         stuck = ScriptedAgent(server.otlp_http, "stuck-1", "researcher")
         slow.chat(messages=3)
         stuck.chat(messages=3)
-        wait_for(lambda: server.get_json("/v1/runs?state=active")["runs"])
+        wait_until(lambda: server.get_json("/v1/runs?state=active")["runs"])
         assert server.server.service is not None
         tick = server.server.service.tick
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.harness import RunningServer, running_server, sidecar_config
-from tests.scripted import ScriptedAgent, api, wait_for
+from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+from tests.scripted import ScriptedAgent, api
 
 SESSION = "ticket-4711"
 REMAINING = "Deploy the fix to staging and confirm the health check passes"
@@ -79,14 +79,14 @@ def test_a_run_that_checkpoints_no_progress_again_is_stopped_for_a_human(
         bystander = ScriptedAgent(server.otlp_http, "run-4", "deployer", session=SESSION)
         third.chat(messages=2)
         bystander.chat(messages=2)
-        wait_for(lambda: context(server)["runs"] == 4)
+        wait_until(lambda: context(server)["runs"] == 4)
         assert context(server)["active_runs"] == ["run-3", "run-4"]
         # a new run of a stalled session is not stopped before it has checkpointed
         assert directives(server, "run-3") == [] and directives(server, "run-4") == []
 
         answer = checkpoint(server, {"remaining": REMAINING.upper(), "run_id": "run-3"})
         assert answer["zero_progress_streak"] == 2 and answer["fired"] == 1
-        stop = wait_for(lambda: directives(server, "run-3"))
+        stop = wait_until(lambda: directives(server, "run-3"))
         assert [(d["rule"], d["action"], d["terminal_state"]) for d in stop] == [
             ("zero-progress", "abort", "intervention_required")]
         assert f"session {SESSION}" in stop[0]["message"]
@@ -99,7 +99,7 @@ def test_a_run_that_checkpoints_no_progress_again_is_stopped_for_a_human(
         # a checkpoint that names no run counts for the session's runs in progress
         answer = checkpoint(server, {"remaining": REMAINING})
         assert answer["zero_progress_streak"] == 3
-        assert [d["rule"] for d in wait_for(lambda: directives(server, "run-4"))] == [
+        assert [d["rule"] for d in wait_until(lambda: directives(server, "run-4"))] == [
             "zero-progress"]
         bystander.finish()
         assert server.get_json("/v1/runs/run-4")["terminal_state"] == "intervention_required"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.harness import RunningServer, running_server, sidecar_config
-from tests.scripted import ScriptedAgent, wait_for
+from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+from tests.scripted import ScriptedAgent
 from watchdog.clock import ManualClock
 from watchdog.config import Config
 from watchdog.rules.decision import Action
@@ -60,14 +60,14 @@ def stopped_by_the_watchdog(server: RunningServer) -> dict[str, Outcome]:
     for attempt in range(5):
         looping.tool("write_file", {"path": f"/tmp/out-{attempt}"},
                      error=f"disk full while writing /tmp/out-{attempt}")
-    assert wait_for(lambda: directive_rules(server, "error-loop")) == ["error-loop"]
+    assert wait_until(lambda: directive_rules(server, "error-loop")) == ["error-loop"]
     looping.finish(error_type="watchdog.client.AbortedByWatchdog")
     expected["error-loop"] = ("loop_detected", "error-loop", False)
 
     # an abort without a terminal_state ends the run as "aborted"
     deleting = ScriptedAgent(otlp, "custom-abort", "git-bot")
     deleting.tool("delete_branch", {"name": "main"})
-    assert wait_for(lambda: directive_rules(server, "custom-abort")) == ["no-deletes"]
+    assert wait_until(lambda: directive_rules(server, "custom-abort")) == ["no-deletes"]
     deleting.chat(messages=3, finish_reason="stop")
     deleting.finish(answer="I was stopped before deleting main.")
     expected["custom-abort"] = ("aborted", "no-deletes", True)
@@ -77,7 +77,7 @@ def stopped_by_the_watchdog(server: RunningServer) -> dict[str, Outcome]:
     for index in range(3):
         budgeted.tool("read_file", {"path": f"/src/{index}.py"})
     # the countdown directives come first: wait for the one that stops the run
-    assert "budget-exhausted" in wait_for(
+    assert "budget-exhausted" in wait_until(
         lambda: "budget-exhausted" in directive_rules(server, "budget-answered")
         and directive_rules(server, "budget-answered"))
     budgeted.chat(messages=8, finish_reason="stop")
@@ -142,7 +142,7 @@ def test_terminal_states_and_their_replay_after_a_restart(tmp_path: Path) -> Non
         for page in range(5):
             stuck.tool("fetch", {"url": f"https://example.com/{page}"},
                        error="HTTP 503 from upstream")
-        assert wait_for(lambda: directive_rules(server, "stuck-loop")) == ["error-loop"]
+        assert wait_until(lambda: directive_rules(server, "stuck-loop")) == ["error-loop"]
         stuck.close()
         assert server.get_json("/v1/runs/vanished")["state"] == "active"
 
