@@ -15,7 +15,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
 
-
 class ScriptedAgent:
     def __init__(self, otlp_http: str, run_id: str, name: str = "scripted",
                  session: str | None = None, budget: dict[str, int] | None = None) -> None:
