@@ -77,6 +77,8 @@ def test_client_imports_without_server_dependencies() -> None:
 
 def test_classify_start_reads_every_convention() -> None:
     assert classify_start("chat gpt-4o", {"gen_ai.operation.name": "chat"}) == LLM_CALL
+    assert classify_start("chat.streaming_completions m",  # Semantic Kernel <= 1.37
+                          {"gen_ai.operation.name": "chat.streaming_completions"}) == LLM_CALL
     assert classify_start("x", {"gen_ai.operation.name": "execute_tool"}) == TOOL_CALL
     assert classify_start("x", {"gen_ai.operation.name": "invoke_agent"}) == AGENT
     assert classify_start("x", {"openinference.span.kind": "LLM"}) == LLM_CALL

@@ -88,7 +88,11 @@ def test_genai_legacy_prompt_and_completion_token_names(otel: SpanMaker) -> None
     assert (record.input_tokens, record.output_tokens) == (70, 9)
 
 
-@pytest.mark.parametrize("operation", ["chat", "text_completion", "generate_content"])
+@pytest.mark.parametrize("operation", ["chat", "text_completion", "generate_content",
+                                       # Semantic Kernel's own (<= 1.37; text_completions since)
+                                       "chat.completions", "chat.streaming_completions",
+                                       "text.completions", "text.streaming_completions",
+                                       "text_completions"])
 def test_genai_llm_operations_are_iterations(otel: SpanMaker, operation: str) -> None:
     assert record_of(otel.span("x", {"gen_ai.operation.name": operation})).kind is SpanKind.LLM
 

@@ -28,6 +28,31 @@ from watchdog.ingest.decode import attributes, parse_json
 from watchdog.runs.record import SpanRecord
 from watchdog.runs.run import RunState
 
+
+def _semantic_kernel(keys: list[str], answer: bool = True, broken: bool = False) -> list[str]:
+    """Semantic Kernel's spans for one invocation: a model call asking for ``Lookup-lookup``
+    and the call, per key; then the model's answer, if any, and the agent span."""
+    lines = []
+    for key in keys:
+        lines += ["llm FinishReason.TOOL_CALLS asks-tools",
+                  f'tool Lookup-lookup {{"key":"{key}"}}' + (" error=RuntimeError" if broken
+                                                             else "")]
+    if answer:
+        lines.append("llm FinishReason.STOP answer")
+    return [*lines, "agent sk-researcher" + (" answer" if answer else "")]
+
+
+# The same spans from SK 1.37 (model calls "chat.completions" / "chat.streaming_completions")
+# and from a current SK ("chat"), streamed or not; the cap on auto-invoke rounds is on no span.
+SEMANTIC_KERNEL: dict[tuple[str, str], list[str]] = {
+    (driver, scenario + stream): lines
+    for driver in ("semantic_kernel_agent", "semantic_kernel_137_agent")
+    for stream in ("", "_stream")
+    for scenario, lines in (("three_tools", _semantic_kernel(["a", "b", "c"])),
+                            ("tool_error", _semantic_kernel(["broken"], broken=True)),
+                            ("limit", _semantic_kernel(["k0", "k1", "k2"],
+                                                       answer=not stream)))}
+
 # One line per span that says something, in export order (plumbing spans are left out).
 SIGNATURES: dict[tuple[str, str], list[str]] = {
     ("crewai_openinference", "limit"): [
@@ -624,6 +649,7 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm end_turn answer',
         'agent strands-researcher answer',
     ],
+    **SEMANTIC_KERNEL,
 }
 
 
@@ -743,6 +769,15 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     # TaskOutput conversation shows the calls (and, against the agent's max_iter, the limit).
     ("crewai_openinference", "limit"): Outcome(4, 3, 0, "tool_limit_reached", "max_iter", True),
     ("crewai_openinference", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # Semantic Kernel: the cap on auto-invoke rounds is on no span; SK asks once more without
+    # tools (answered), or, streaming, stops without an answer.
+    **{(driver, scenario + stream): expected for driver in ("semantic_kernel_agent",
+                                                            "semantic_kernel_137_agent")
+       for stream in ("", "_stream")
+       for scenario, expected in (("three_tools", COMPLETED_3),
+                                  ("tool_error", Outcome(2, 1, 1, "completed", None, True)),
+                                  ("limit", COMPLETED_3 if not stream else
+                                   Outcome(3, 3, 0, "no_response", None, False)))},
 }
 
 

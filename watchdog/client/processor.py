@@ -59,7 +59,11 @@ MAX_OPEN_CALLS = 100_000  # calls started and not ended, across runs; beyond it 
 
 # What a span is, read from the attributes it has when it STARTS (all the conventions the
 # sidecar reads set their kind attribute at start; names are the fallback).
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+# (Semantic Kernel's own names too: it sets them after the span started, so they are read at
+# its end.)
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion",
+                            "chat.completions", "chat.streaming_completions", "text.completions",
+                            "text.streaming_completions", "text_completions"})
 TOOL_OPERATIONS = frozenset({"execute_tool"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 OPENINFERENCE_CALLS = {"LLM": False, "TOOL": True}  # kind -> is a tool

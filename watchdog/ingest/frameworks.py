@@ -265,6 +265,23 @@ STRANDS = Convention(
     notes="default format: answers, finish reasons and tool arguments only in span events",
 )
 
+SEMANTIC_KERNEL = Convention(
+    name="Semantic Kernel",
+    emitted_by="Semantic Kernel's model diagnostics (Python; GenAI, with its own operation names)",
+    # up to 1.37 every model call had an SK name; since 1.38 chat is GenAI's "chat" and text
+    # completions are "text_completions" (read for any emitter: kinds are merged by attribute)
+    kinds={"gen_ai.operation.name": {
+        "chat.completions": Role.LLM, "chat.streaming_completions": Role.LLM,
+        "text.completions": Role.LLM, "text.streaming_completions": Role.LLM,
+        "text_completions": Role.LLM}},
+    # one reason per choice, joined by commas, each the str() of SK's FinishReason enum
+    finish_reasons=("gen_ai.response.finish_reason",),
+    answer_finish_reasons=frozenset({"finishreason.stop"}),
+    tool_finish_reasons=frozenset({"finishreason.tool_calls", "finishreason.function_call"}),
+    notes="messages and answers of model calls only in log records, never on spans; the "
+          "auto-invoke cap (`maximum_auto_invoke_attempts`) leaves no trace",
+)
+
 GOOGLE_ADK = Convention(
     name="google-adk",
     emitted_by="ADK's native tracer (GenAI), optionally with OpenInference",
@@ -341,8 +358,8 @@ GENERIC_LIMITS = Convention(
 
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
-    WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, GOOGLE_ADK,
-    CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS,
+    WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
+    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS,
 )
 
 

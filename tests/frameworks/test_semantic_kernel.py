@@ -1,0 +1,105 @@
+"""Semantic Kernel (Python): a ChatCompletionAgent with auto function calling, traced by SK's
+own OTel diagnostics (``SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS[_SENSITIVE]``),
+in a current release and in 1.37, the last one with SK's own model-call operation names.
+
+What SK emits (details: the recordings): one trace per invocation, ``invoke_agent <name>``
+(``gen_ai.agent.name``; with content on, ``gen_ai.input/output.messages``) >
+``AutoFunctionInvocationLoop`` (``sk.available_functions``) > ``chat <model>`` +
+``execute_tool <plugin>-<function>`` (``gen_ai.tool.name`` the function's fully qualified name,
+``gen_ai.tool.call.arguments|result``; a raising function: status ERROR, ``error.type`` and an
+``exception`` event). Model calls: ``gen_ai.operation.name`` = ``chat`` (1.38 on) or
+``chat.completions`` / ``chat.streaming_completions`` (up to 1.37), the finish reason as
+``gen_ai.response.finish_reason`` = ``FinishReason.STOP`` (the str() of SK's enum), usage as
+``gen_ai.usage.input/output_tokens``; their messages go to log records, never to the span.
+
+The cap on auto-invoke rounds (``maximum_auto_invoke_attempts``) is on no span: without
+streaming SK then asks once more without tools, and the model's answer is the run's; streaming,
+it stops without an answer. Each case runs live and from its committed recording; the client
+SDK's count of model and tool calls is checked on SK's spans too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import (
+    DRIVERS,
+    RECORDINGS,
+    ROOT,
+    Expect,
+    check_runs,
+    replay,
+    run_driver,
+)
+from tests.frameworks.scenarios import scripted
+from tests.harness import RunningServer
+
+AGENT = "sk-researcher"
+TOOL = "Lookup-lookup"  # the kernel function's fully qualified name: what the model calls
+CURRENT, LEGACY = "semantic_kernel_agent", "semantic_kernel_137_agent"
+ENVS = {CURRENT: "semantic_kernel", LEGACY: "semantic_kernel_137"}
+COMPLETED_3 = Expect(agent=AGENT, iterations=4, tool_calls=3, errors=0,
+                     terminal_state="completed", has_final_answer=True, terminal_reason=None,
+                     parent_agent=None)
+# The tool span fails (RuntimeError); SK hands the error to the model, which answers.
+TOOL_ERROR = Expect(agent=AGENT, iterations=2, tool_calls=1, errors=1,
+                    terminal_state="completed", has_final_answer=True, terminal_reason=None,
+                    parent_agent=None)
+EXPECTED: dict[str, list[Expect]] = {
+    "three_tools": [COMPLETED_3],
+    "three_tools_stream": [COMPLETED_3],
+    "tool_error": [TOOL_ERROR],
+    "tool_error_stream": [TOOL_ERROR],
+    # maximum_auto_invoke_attempts=3: three rounds of model call + tool call, then one more
+    # call without tools, answered with the summary. Nothing on the spans says it was a cap.
+    "limit": [COMPLETED_3],
+    # streamed, SK stops after the third round: the agent's output is an empty message
+    "limit_stream": [Expect(agent=AGENT, iterations=3, tool_calls=3, errors=0,
+                            terminal_state="no_response", has_final_answer=False,
+                            terminal_reason=None, parent_agent=None)],
+}
+TOOLS_CALLED = {"three_tools": 3, "limit": 3, "tool_error": 1}
+REQUESTS = {"three_tools": 4, "limit": 4, "tool_error": 2}
+# Live: every scenario on the current release; on 1.37, the two operation names it has.
+LIVE = [(CURRENT, scenario) for scenario in EXPECTED] + \
+    [(LEGACY, scenario) for scenario in ("three_tools", "three_tools_stream")]
+RECORDED = [(driver, scenario) for driver in (CURRENT, LEGACY) for scenario in EXPECTED]
+
+
+def ids(cases: list[tuple[str, str]]) -> list[str]:
+    return [f"{driver}-{scenario}" for driver, scenario in cases]
+
+
+@pytest.mark.parametrize(("driver", "scenario"), LIVE, ids=ids(LIVE))
+def test_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) -> None:
+    model = scripted(llm, driver, scenario, tool=TOOL)
+    run_driver(ENVS[driver], driver, scenario, sidecar, llm, model)
+    [run] = check_runs(sidecar, EXPECTED[scenario])
+    base = scenario.removesuffix("_stream")
+    assert run["signals"]["tools"] == {TOOL: TOOLS_CALLED[base]}
+    requests = llm.requests(model)
+    if scenario == "limit":  # the cap, then SK's last request, without tools
+        assert len(requests) == 4 and not requests[-1].get("tools")
+    elif scenario == "limit_stream":
+        assert len(requests) == 3
+    else:
+        assert len(requests) == REQUESTS[base]
+
+
+@pytest.mark.parametrize("scenario", ["three_tools_client", "three_tools_stream_client"])
+def test_client_sdk_counts_the_model_calls(sidecar: RunningServer, llm: FakeLLM,
+                                           scenario: str) -> None:
+    # SK sets a model call's attributes after the span started: the client's span processor
+    # knows it for one only when it ends, by SK's own operation names (1.37).
+    model = scripted(llm, LEGACY, scenario, tool=TOOL)
+    result = run_driver(ENVS[LEGACY], LEGACY, scenario, sidecar, llm, model,
+                        extra_env={"PYTHONPATH": f"{DRIVERS}:{ROOT}"})
+    assert "client counted: 4 model calls, 3 tool calls" in result.stdout
+    check_runs(sidecar, [COMPLETED_3])
+
+
+@pytest.mark.parametrize(("driver", "scenario"), RECORDED, ids=ids(RECORDED))
+def test_replay(sidecar: RunningServer, driver: str, scenario: str) -> None:
+    replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl")
+    check_runs(sidecar, EXPECTED[scenario])
