@@ -25,8 +25,10 @@ from tests.spans import SpanMaker, records_of
 from watchdog.client.adapters.openai_agents import instrument_openai_agents
 from watchdog.ingest.conventions import Resource, normalise, select_attributes
 from watchdog.ingest.decode import attributes, parse_json
-from watchdog.runs.record import SpanRecord
+from watchdog.runs.record import TOOL, SpanRecord
 from watchdog.runs.run import RunState
+from watchdog.runs.terminal import TerminalState
+from watchdog.runs.tracker import RunTracker
 
 
 def _semantic_kernel(keys: list[str], answer: bool = True, broken: bool = False) -> list[str]:
@@ -785,6 +787,41 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
                          ids=[f"{d}-{s}" for d, s in OUTCOMES])
 def test_recorded_invocation_folds_into(driver: str, scenario: str) -> None:
     assert outcome(fold(recorded_records(driver, scenario))) == OUTCOMES[driver, scenario]
+
+
+# Semantic Kernel without an agent (kernel.invoke_prompt): the trace root is the prompt
+# function's execute_tool, with no gen_ai.tool.call.id; every tool call a model asked for has one.
+# (iterations, tool calls, errors, terminal state, answered) of each invocation
+KERNEL_COMPLETED_3 = (4, 3, 0, TerminalState.COMPLETED, True)
+KERNEL_ERROR = (2, 1, 1, TerminalState.COMPLETED, True)
+KERNEL_RUNS = {
+    "kernel_three_tools": [KERNEL_COMPLETED_3], "kernel_three_tools_stream": [KERNEL_COMPLETED_3],
+    "kernel_tool_error": [KERNEL_ERROR], "kernel_limit": [KERNEL_COMPLETED_3],
+    "kernel_limit_stream": [(3, 3, 0, TerminalState.NO_RESPONSE, False)],
+    "kernel_twice": [KERNEL_COMPLETED_3, KERNEL_ERROR],
+}
+KERNEL_CASES = [(driver, scenario) for driver in ("semantic_kernel_agent",
+                                                  "semantic_kernel_137_agent")
+                for scenario in KERNEL_RUNS]
+
+
+@pytest.mark.parametrize(("driver", "scenario"), KERNEL_CASES,
+                         ids=[f"{d}-{s}" for d, s in KERNEL_CASES])
+def test_semantic_kernel_prompt_function_is_the_invocation(driver: str, scenario: str) -> None:
+    records = recorded_records(driver, scenario)
+    roots = [record for record in records if record.parent_span_id is None]
+    assert len(roots) == len(KERNEL_RUNS[scenario])
+    assert all(root.kind is TOOL and root.unasked for root in roots)
+    assert not any(record.unasked for record in records if record.parent_span_id is not None)
+    for per_span in (False, True):  # one batch, or each span in its own, as recorded
+        tracker = RunTracker()
+        for batch in ([[record] for record in records] if per_span else [records]):
+            tracker.apply(batch, 1.0)
+        runs = sorted(tracker.ended(), key=lambda run: run.first_start_ns)
+        assert not list(tracker.active())
+        assert [(run.iterations, run.tool_calls, run.errors, run.terminal_state,
+                 run.has_final_answer) for run in runs] == KERNEL_RUNS[scenario]
+        assert all(set(run.tools) == {"Lookup-lookup"} for run in runs)
 
 
 def test_adk_exception_on_nested_spans_has_one_identity() -> None:

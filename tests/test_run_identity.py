@@ -324,3 +324,117 @@ def test_an_answer_that_arrives_after_the_run_ended_completes_it() -> None:
     assert run.terminal_state is TerminalState.NO_RESPONSE
     tracker.apply([answer], T0 + 6)
     assert (run.terminal_state, run.has_final_answer) == (TerminalState.COMPLETED, True)
+
+
+def _prompt_function(maker: SpanMaker, answer: str = "stop", *,
+                     call_ids: bool = True, **root_attrs: object) -> None:
+    """Semantic Kernel's ``kernel.invoke_prompt`` with auto function calling: the prompt
+    function's ``execute_tool`` (no call id: no model asked for it) is the trace root, above
+    the model calls and the tool calls they asked for (with call ids)."""
+    root = maker.open("execute_tool func3f2a",
+                      {**tool_attrs("func3f2a", "{}", "[ChatMessageContent(content='done')]"),
+                       **root_attrs}, start=T0)
+    for step, key in enumerate("abc"):
+        maker.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=T0 + step)
+        ids = {"gen_ai.tool.call.id": f"call_{key}"} if call_ids else {}
+        maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"key": "{key}"}}', **ids),
+                   parent=root, start=T0 + step + 0.5)
+    maker.span("chat m", chat_attrs(finish=answer), parent=root, start=T0 + 3)
+    root.end(int((T0 + 4) * 1e9))
+
+
+def test_a_root_tool_call_no_model_asked_for_is_the_invocation() -> None:
+    """Its model and tool calls are the run's, it is no tool call, and it ends the run; two
+    invocations are two runs, in one batch or span by span."""
+    for per_span in (False, True):
+        maker = SpanMaker({"service.name": "sk-app"})
+        tracker = RunTracker()
+        _prompt_function(maker)
+        _prompt_function(maker)
+        spans = maker.take()
+        for batch in ([[span] for span in spans] if per_span else [spans]):
+            tracker.apply(records_of(batch), T0 + 10)
+        runs = list(tracker.ended())
+        assert not list(tracker.active())
+        assert [(run.iterations, run.tool_calls, run.tools) for run in runs] == \
+            [(4, 3, {"lookup": 3})] * 2
+        assert all(run.terminal_state is TerminalState.COMPLETED and run.has_final_answer
+                   and run.agent_name == "sk-app" for run in runs)
+        # the answering model call carries no text: what the function returned is the output
+        assert runs[0].final_output == "[ChatMessageContent(content='done')]"
+
+
+def test_an_unasked_root_answers_only_if_its_model_calls_say_nothing() -> None:
+    maker = SpanMaker()
+    tracker = RunTracker()
+    _prompt_function(maker, answer="tool_calls")  # the loop stopped at a tool request
+    tracker.apply(records_of(maker.take()), T0 + 10)
+    (run,) = tracker.ended()
+    assert run.terminal_state is TerminalState.NO_RESPONSE and not run.has_final_answer
+    assert run.final_output == "[ChatMessageContent(content='done')]"  # output, no answer
+
+    maker = SpanMaker()
+    tracker = RunTracker()
+    root = maker.open("execute_tool func3f2a", tool_attrs("func3f2a", "{}", "the answer"))
+    maker.span("chat m", {"gen_ai.operation.name": "chat"}, parent=root)  # says nothing
+    root.end(int((T0 + 4) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+    (run,) = tracker.ended()
+    assert run.terminal_state is TerminalState.COMPLETED and run.final_output == "the answer"
+    assert (run.iterations, run.tool_calls) == (1, 0)
+
+
+def test_a_root_tool_call_without_model_calls_below_stays_a_tool_call() -> None:
+    """A tool call that lost its context (or code calling a plain function): nothing to
+    frame, so it is counted as the loose tool call it is, with no call id or with one."""
+    maker = SpanMaker()
+    tracker = RunTracker(loose_run_gap=60.0)
+    maker.span("chat m", chat_attrs(finish="tool_calls"), start=T0)
+    maker.span("execute_tool lookup", tool_attrs("lookup", '{"key": "a"}', "x"), start=T0 + 1)
+    maker.span("execute_tool lookup", tool_attrs("lookup", '{"key": "b"}', "y",
+                                                 **{"gen_ai.tool.call.id": "call_b"}),
+               start=T0 + 2)
+    tracker.apply(records_of(maker.take()), T0 + 10)
+    (run,) = tracker.active()
+    assert (run.iterations, run.tool_calls) == (1, 2)
+
+
+def test_a_named_run_keeps_counting_a_root_tool_call_without_a_call_id() -> None:
+    for key in ("watchdog.run.id", "gen_ai.agent.call.id"):
+        maker = SpanMaker()
+        tracker = RunTracker()
+        root = maker.open("execute_tool func3f2a", tool_attrs("func3f2a", "{}", "r", **{key: "r1"}))
+        maker.span("chat m", chat_attrs(finish="stop", **{key: "r1"}), parent=root)
+        root.end(int((T0 + 4) * 1e9))
+        tracker.apply(records_of(maker.take()), T0 + 10)
+        run = tracker.get("r1")
+        assert run is not None and (run.iterations, run.tool_calls) == (1, 1), key
+
+
+def test_call_ids_lost_below_an_unasked_root_still_one_run() -> None:
+    # the tool calls' own ids do not matter: they are below the root, so never unasked
+    maker = SpanMaker()
+    tracker = RunTracker()
+    _prompt_function(maker, call_ids=False)
+    tracker.apply(records_of(maker.take()), T0 + 10)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.terminal_state) == (
+        4, 3, TerminalState.COMPLETED)
+
+
+def test_an_unasked_root_before_its_last_model_calls_in_a_batch() -> None:
+    """An export request groups spans by instrumentation scope: Semantic Kernel's prompt
+    function shares its scope with the tool calls, so it may come before the model calls that
+    ended before it. The run ends with it, and the late answer completes it."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    _prompt_function(maker)
+    records = records_of(maker.take())
+    tracker.apply(records[:2], T0 + 5)  # a model call and the tool call it asked for
+    rest = records[2:]
+    tools = [record for record in rest if record.name != "chat m"]  # and the root, last
+    tracker.apply(tools + [record for record in rest if record.name == "chat m"], T0 + 10)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.terminal_state, run.has_final_answer) == (
+        4, 3, TerminalState.COMPLETED, True)
+    assert run.final_output == "[ChatMessageContent(content='done')]"

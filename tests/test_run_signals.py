@@ -274,6 +274,22 @@ def test_completed_run(otel: SpanMaker) -> None:
     assert run.signals(T0 + 100)["finish_reason"] == "stop"
 
 
+def test_the_answer_is_the_last_model_call_to_end_whatever_the_arrival_order(
+        otel: SpanMaker) -> None:
+    """An export request groups its spans by instrumentation scope (Semantic Kernel's model
+    calls and tool calls have different ones): a tool call may arrive after the model call
+    that followed it and answered. Which came last is in their end times."""
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
+    otel.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=T0)
+    otel.span("chat m", chat_attrs(finish="stop"), parent=root, start=T0 + 5)
+    otel.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=T0 + 0.1,
+              end=T0 + 0.2)  # an earlier request, arriving late: the answer stands
+    tool_calls(otel, root, [("ls", {}, "x")])  # ran at T0 + 1, before the answer
+    run = _ended(otel, root)
+    assert run.terminal_state is TerminalState.COMPLETED and run.has_final_answer is True
+    assert run.tool_calls == 1
+
+
 def test_no_response_run(otel: SpanMaker) -> None:
     root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
     tool_calls(otel, root, [("ls", {}, "x")])

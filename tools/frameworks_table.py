@@ -68,6 +68,9 @@ def row(convention: Convention) -> str:
               for key, roles in c.kinds.items()]
              + [f"root `{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
                 for key, roles in c.root_kinds.items()]
+             + [f"root `{rule.attribute}` = {rule.value} without "
+                + " or ".join(f"`{key}`" for key in rule.call_ids)
+                + ", with model calls below (workflow)" for rule in c.unasked_tools]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]
              + [f"span `{prefix}…` ({role})" for prefix, role in c.span_name_prefixes]
              + [f"an agent-kind span named after `{key}` JSON `{'.'.join(path)}` is a graph "

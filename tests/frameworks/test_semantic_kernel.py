@@ -1,4 +1,5 @@
-"""Semantic Kernel (Python): a ChatCompletionAgent with auto function calling, traced by SK's
+"""Semantic Kernel (Python): a ChatCompletionAgent with auto function calling, and the kernel
+alone (``kernel.invoke_prompt`` with plugins and ``FunctionChoiceBehavior.Auto``), traced by SK's
 own OTel diagnostics (``SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS[_SENSITIVE]``),
 in a current release and in 1.37, the last one with SK's own model-call operation names.
 
@@ -16,13 +17,22 @@ The cap on auto-invoke rounds (``maximum_auto_invoke_attempts``) is on no span: 
 streaming SK then asks once more without tools, and the model's answer is the run's; streaming,
 it stops without an answer. Each case runs live and from its committed recording; the client
 SDK's count of model and tool calls is checked on SK's spans too.
+
+Without an agent SK emits no agent span: ``invoke_prompt`` wraps the prompt in a kernel function
+of a random name and invokes it, so the trace's root is ``execute_tool <random name>``
+(``gen_ai.tool.name`` that name, ``gen_ai.tool.call.arguments`` ``{}``,
+``gen_ai.tool.call.result`` the str() of what it returned: a list of ``ChatMessageContent``, or
+of streamed chunks) with no ``gen_ai.tool.call.id`` — no model asked for it — above
+``AutoFunctionInvocationLoop`` and the same model and tool calls (those with a call id). That
+root is the invocation, not a fourth tool call; the last model call says whether it answered.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
     DRIVERS,
     RECORDINGS,
@@ -32,10 +42,11 @@ from tests.frameworks.harness import (
     replay,
     run_driver,
 )
-from tests.frameworks.scenarios import scripted
+from tests.frameworks.scenarios import ANSWER, ERROR_ANSWER, SUMMARY, script, scripted
 from tests.harness import RunningServer
 
 AGENT = "sk-researcher"
+SERVICE = "semantic-kernel-service"  # no agent, no agent name: the run's is the service's
 TOOL = "Lookup-lookup"  # the kernel function's fully qualified name: what the model calls
 CURRENT, LEGACY = "semantic_kernel_agent", "semantic_kernel_137_agent"
 ENVS = {CURRENT: "semantic_kernel", LEGACY: "semantic_kernel_137"}
@@ -71,6 +82,40 @@ def ids(cases: list[tuple[str, str]]) -> list[str]:
     return [f"{driver}-{scenario}" for driver, scenario in cases]
 
 
+# The kernel without an agent: one run per invoke_prompt, named after the service.
+KERNEL_3 = Expect(agent=SERVICE, iterations=4, tool_calls=3, errors=0, terminal_state="completed",
+                  has_final_answer=True, terminal_reason=None, parent_agent=None)
+KERNEL_ERROR = Expect(agent=SERVICE, iterations=2, tool_calls=1, errors=1,
+                      terminal_state="completed", has_final_answer=True, terminal_reason=None,
+                      parent_agent=None)
+KERNEL: dict[str, list[Expect]] = {
+    "kernel_three_tools": [KERNEL_3],
+    "kernel_three_tools_stream": [KERNEL_3],
+    "kernel_tool_error": [KERNEL_ERROR],
+    "kernel_limit": [KERNEL_3],  # the cap, then the answer to SK's last request, without tools
+    # streamed, the loop stops after the third round, which asked for a tool: no answer,
+    # whatever the prompt function returned (the chunks it streamed)
+    "kernel_limit_stream": [Expect(agent=SERVICE, iterations=3, tool_calls=3, errors=0,
+                                   terminal_state="no_response", has_final_answer=False,
+                                   terminal_reason=None, parent_agent=None)],
+    "kernel_twice": [KERNEL_3, KERNEL_ERROR],  # two invoke_prompt calls: two runs
+}
+# What the prompt function returned (its result on the root span) holds the model's answer.
+KERNEL_ANSWERS = {"kernel_three_tools": [ANSWER], "kernel_tool_error": [ERROR_ANSWER],
+                  "kernel_limit": [SUMMARY], "kernel_twice": [ANSWER, ERROR_ANSWER]}
+KERNEL_LIVE = [(CURRENT, scenario) for scenario in KERNEL] + \
+    [(LEGACY, scenario) for scenario in ("kernel_three_tools", "kernel_three_tools_stream")]
+KERNEL_RECORDED = [(driver, scenario) for driver in (CURRENT, LEGACY) for scenario in KERNEL]
+
+
+def kernel_script(scenario: str) -> Script:
+    if scenario == "kernel_twice":
+        return fakellm.steps(*(fakellm.call(TOOL, key=key) for key in "abc"),
+                             fakellm.answer(ANSWER), fakellm.call(TOOL, key="broken"),
+                             fakellm.answer(ERROR_ANSWER))
+    return script(scenario.removeprefix("kernel_"), TOOL)
+
+
 @pytest.mark.parametrize(("driver", "scenario"), LIVE, ids=ids(LIVE))
 def test_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) -> None:
     model = scripted(llm, driver, scenario, tool=TOOL)
@@ -103,3 +148,24 @@ def test_client_sdk_counts_the_model_calls(sidecar: RunningServer, llm: FakeLLM,
 def test_replay(sidecar: RunningServer, driver: str, scenario: str) -> None:
     replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl")
     check_runs(sidecar, EXPECTED[scenario])
+
+
+@pytest.mark.parametrize(("driver", "scenario"), KERNEL_LIVE, ids=ids(KERNEL_LIVE))
+def test_kernel_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) -> None:
+    model = llm.script(f"{driver}-{scenario}", kernel_script(scenario))
+    run_driver(ENVS[driver], driver, scenario, sidecar, llm, model)
+    runs = check_runs(sidecar, KERNEL[scenario])
+    tools = [{TOOL: run["tool_calls"]} for run in runs]  # the prompt function is no tool
+    assert [run["signals"]["tools"] for run in runs] == tools
+    requests = {"kernel_limit_stream": 3, "kernel_twice": 6, "kernel_tool_error": 2}
+    assert len(llm.requests(model)) == requests.get(scenario, 4)
+    for run, answer in zip(runs, KERNEL_ANSWERS.get(scenario, ()), strict=False):
+        assert answer in run["final_output"]
+
+
+@pytest.mark.parametrize(("driver", "scenario"), KERNEL_RECORDED, ids=ids(KERNEL_RECORDED))
+def test_kernel_replay(sidecar: RunningServer, driver: str, scenario: str) -> None:
+    replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl")
+    runs = check_runs(sidecar, KERNEL[scenario])
+    for run, answer in zip(runs, KERNEL_ANSWERS.get(scenario, ()), strict=False):
+        assert answer in run["final_output"]

@@ -57,6 +57,7 @@ from watchdog.ingest.redact import brief, mask, redact
 from watchdog.runs.record import (
     AGENT,
     BUDGET_KEYS,
+    EMPTY_OUTPUTS,
     KEY_AGENT_CALL,
     KEY_TRACE,
     KEY_WATCHDOG,
@@ -111,6 +112,10 @@ PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
 # A model call whose attributes name none of these has its outcome looked for in its events.
 OUTCOME_KEYS = (*FINISH_REASON_KEYS, *OUTPUT_MESSAGES_JSON_KEYS, *LLM_OUTPUT_KEYS)
 KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
+# Tool spans no model asked for (no call id): at a trace root, maybe the invocation.
+UNASKED_TOOLS = tuple((rule.attribute, rule.value, rule.call_ids)
+                      for rule in TABLES.unasked_tools)
+CALL_ID_KEYS = tuple(dict.fromkeys(key for _, _, keys in UNASKED_TOOLS for key in keys))
 
 # What a convention's role means for a run: a span creating an agent is no work of a run.
 ROLE_KINDS: dict[Role | None, SpanKind] = {
@@ -240,10 +245,6 @@ def _unwrapped(value: dict[str, Any]) -> Any:
     return value
 
 
-# An agent span may carry its output attribute with nothing in it (no output messages).
-EMPTY_OUTPUTS = frozenset({"[]", "{}", "null", '""'})
-
-
 def _is_empty_output(value: object) -> bool:
     if isinstance(value, str):
         return value.strip() in EMPTY_OUTPUTS
@@ -308,6 +309,15 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
                 if role is not None:
                     return role
     return None
+
+
+def unasked_tool(attrs: Mapping[str, object]) -> bool:
+    """Whether a tool span is one no model asked for: of a kind some convention gives call ids
+    to (:class:`~watchdog.ingest.frameworks.UnaskedTool`), without one."""
+    for key, value, call_ids in UNASKED_TOOLS:
+        if attrs.get(key) == value:
+            return all(attrs.get(call_id) in (None, "") for call_id in call_ids)
+    return False
 
 
 def classify(name: str, attrs: Mapping[str, object], is_root: bool = False) -> SpanKind:
@@ -411,7 +421,7 @@ WANTED_ATTRIBUTES = frozenset(
     + LLM_OUTPUT_KEYS + tuple(rule.attribute for rule in TABLES.tool_result_errors)
     + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
-    + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
+    + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS + CALL_ID_KEYS
 ) | BUDGET_ATTRIBUTES
 
 
@@ -514,6 +524,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         if span.events and _first(attrs, TOOL_ARGS_KEYS) is None:
             attrs = _with_events(attrs, span.events)
         _fill_tool(record, name, attrs)
+        if parent is None and source is KEY_TRACE and record.kind is TOOL:
+            record.unasked = unasked_tool(attrs)
     elif kind is LLM:
         if span.events and _first(attrs, OUTCOME_KEYS) is None:
             attrs = _with_events(attrs, span.events)
@@ -644,4 +656,4 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
 
 
 __all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "role_of", "run_key", "select_attributes", "short_type", "stable_hash"]
+           "role_of", "run_key", "select_attributes", "short_type", "stable_hash", "unasked_tool"]

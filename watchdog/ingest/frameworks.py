@@ -60,6 +60,24 @@ class ErrorResult:
 
 
 @dataclass(frozen=True, slots=True)
+class UnaskedTool:
+    """A tool span no model asked for: of the tool kind ``attribute`` = ``value``, and carrying
+    none of ``call_ids`` (the id of the model's tool call: pydantic-ai, google-adk, Strands,
+    Semantic Kernel and Hermes' plugin put it on every tool call a model asked for).
+
+    Such a span at the root of a trace that names no run, with model calls below it, is code
+    invoking a function that runs the model loop itself (Semantic Kernel's
+    ``kernel.invoke_prompt``: a prompt function with auto function calling): it is the
+    invocation, not a tool call. A tool span that lost its context is a root too, but was asked
+    for by a model (it has a call id, or no model call below it): it stays a tool call.
+    """
+
+    attribute: str
+    value: str
+    call_ids: Names
+
+
+@dataclass(frozen=True, slots=True)
 class Convention:
     """Where one convention or framework puts each fact. Every field is optional."""
 
@@ -70,6 +88,7 @@ class Convention:
     root_kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # roots only
     span_names: Mapping[str, Role] = field(default_factory=dict)  # exact span name
     span_name_prefixes: tuple[tuple[str, Role], ...] = ()
+    unasked_tools: tuple[UnaskedTool, ...] = ()  # at a trace root: the invocation
     # -- identity
     agent_name: Names = _NO_NAMES  # on any span
     agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)
@@ -144,6 +163,9 @@ GENAI = Convention(
         "completion": Role.LLM, "execute_tool": Role.TOOL, "invoke_agent": Role.AGENT,
         "invoke_workflow": Role.WORKFLOW, "create_agent": Role.CREATE_AGENT}},
     span_name_prefixes=(("execute_tool ", Role.TOOL), ("invoke_agent", Role.AGENT)),
+    # Semantic Kernel's kernel.invoke_prompt: the prompt function's execute_tool frames the run
+    unasked_tools=(UnaskedTool("gen_ai.operation.name", "execute_tool",
+                               ("gen_ai.tool.call.id",)),),
     agent_name=("gen_ai.agent.name",),
     agent_span_name=("gen_ai.workflow.name",),
     session=("gen_ai.conversation.id",),
@@ -160,7 +182,9 @@ GENAI = Convention(
     total_tokens=("gen_ai.usage.total_tokens",),
     answer_finish_reasons=ANSWER_FINISH,
     tool_finish_reasons=TOOL_FINISH,
-    notes="`error.type`, status ERROR and `exception` events for errors",
+    notes="`error.type`, status ERROR and `exception` events for errors; a root tool call no "
+          "model asked for (Semantic Kernel's `kernel.invoke_prompt`) is the invocation, its "
+          "result the answer if its model calls say nothing",
 )
 
 OPENINFERENCE = Convention(
@@ -395,6 +419,7 @@ class Tables:
     root_kinds: tuple[tuple[str, Mapping[str, Role]], ...]
     span_names: Mapping[str, Role]
     span_name_prefixes: tuple[tuple[str, Role], ...]
+    unasked_tools: tuple[UnaskedTool, ...]
     agent_name: Names
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
@@ -453,6 +478,8 @@ def combine() -> Tables:
                                      for name, role in convention.span_names.items()}),
         span_name_prefixes=tuple(pair for convention in CONVENTIONS
                                  for pair in convention.span_name_prefixes),
+        unasked_tools=tuple(rule for convention in CONVENTIONS
+                            for rule in convention.unasked_tools),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),
         agent_span_name_patterns=tuple(re.compile(pattern) for convention in CONVENTIONS

@@ -35,6 +35,8 @@ LLM, TOOL, AGENT, OTHER = SpanKind.LLM, SpanKind.TOOL, SpanKind.AGENT, SpanKind.
 KEY_WATCHDOG, KEY_AGENT_CALL, KEY_TRACE = KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE
 
 BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
+# An output that says nothing (an agent span's output attribute with no messages in it).
+EMPTY_OUTPUTS = frozenset({"[]", "{}", "null", '""'})
 
 
 @dataclass(slots=True)
@@ -84,6 +86,22 @@ class SpanRecord:
     # model-call spans); 0 = not reported
     exception_id: int | None = None  # type + exact message, 64-bit: one exception seen on
     # several nested spans (a tool, its agent, the workflow) has one id
+    # A tool call no model asked for (no call id) at the root of a trace that names no run: the
+    # tracker makes it the invocation (:meth:`as_invocation`) when model calls ran below it.
+    unasked: bool = False
+
+    def as_invocation(self) -> None:
+        """This unasked tool call is code invoking a function that runs the model loop itself
+        (Semantic Kernel's ``kernel.invoke_prompt``): it frames the run, as a workflow root
+        does, and what the function returned is the run's answer if nothing better says so
+        (:meth:`RunState.apply <watchdog.runs.run.RunState.apply>` decides)."""
+        self.kind = AGENT
+        self.workflow = True
+        result = self.result_brief
+        if not self.error and result is not None and result.strip() \
+                and result.strip() not in EMPTY_OUTPUTS:
+            self.final_answer = True
+            self.final_output = result
 
     @property
     def ends_run(self) -> bool:

@@ -52,8 +52,8 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
-        "_result_counts", "_tool_error_streak", "activity_seq", "agent", "budget",
+        "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_llm_said_ns",
+        "_recent_calls", "_result_counts", "_tool_error_streak", "activity_seq", "agent", "budget",
         "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
@@ -104,6 +104,10 @@ class RunState:
         self.finish_reason: str | None = None
         self.explicit_final = False
         self._llm_final = False
+        # When the model call that set _llm_final (said whether it answered) ended; 0: none has.
+        # An export request groups its spans by instrumentation scope, so a tool call and the
+        # model call after it may arrive in either order: their end times tell which was last.
+        self._llm_said_ns = 0
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -150,13 +154,21 @@ class RunState:
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
             if (record.finish_reason is not None or record.final_answer
-                    or record.requested_tools):  # else: a stream that says nothing
+                    or record.requested_tools) \
+                    and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
                 self._llm_final = record.final_answer
+                self._llm_said_ns = record.end_ns
         elif kind is TOOL:
             self._apply_tool(record)
-        elif record.final_answer:
+        elif record.final_answer and not (record.unasked and self._llm_said_ns):
+            # What a function that ran the model loop returned (an unasked tool call made the
+            # invocation) is its answer only if the model calls below it said nothing: when
+            # the last one asked for tools, the loop stopped without an answer.
             self.explicit_final = True
-        if record.final_output is not None:
+        if record.final_output is not None and not (
+                record.unasked and self.final_output is not None):
+            # (what the function returned, kept even if it is no answer yet: an export request
+            # groups spans by scope, so the model call that answered may still come)
             self.final_output = record.final_output
         if record.limit_stop is not None and self.limit_stop is None:
             self.limit_stop = record.limit_stop
@@ -199,7 +211,9 @@ class RunState:
     def _apply_tool(self, record: SpanRecord) -> None:
         # A tool ran after the last model call: that call asked for it, whatever its finish
         # reason said (google-adk says "stop" on tool requests), so it was not the answer.
-        self._llm_final = False
+        # (A tool that ended before it, arriving after it, was asked for by an earlier one.)
+        if record.end_ns >= self._llm_said_ns:
+            self._llm_final = False
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
@@ -452,7 +466,7 @@ class RunState:
 _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
+    "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_llm_said_ns", "_recent_calls",
     "_result_counts", "_tool_error_streak", "agent", "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
     "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",

@@ -19,7 +19,10 @@ One run per agent invocation (DESIGN §3):
 * a model (or tool) call that is a whole trace by itself — a home-grown loop traced only by its
   client's instrumentation, with no span for the invocation — is *loose*: consecutive loose
   calls of one agent (service, agent name, session) form one run, which ends with a call that
-  answered, or after ``loose_run_gap`` seconds without a call.
+  answered, or after ``loose_run_gap`` seconds without a call;
+* a tool call no model asked for at the root of such a trace, with model calls below it, is not
+  loose: it is the invocation (code invoked a function that runs the model loop itself, as
+  Semantic Kernel's ``kernel.invoke_prompt`` does), the trace's run, ended by it.
 """
 
 from __future__ import annotations
@@ -159,6 +162,9 @@ class RunTracker:
                     or not (record.kind is LLM or record.kind is TOOL) \
                     or record.trace_id in traces or record.trace_id in self._trace_runs:
                 continue
+            if record.unasked and self._ran_models(record, records):
+                record.as_invocation()  # the trace's run, closed by this span
+                continue
             record.loose = True
             group = (record.service, record.agent, record.session)
             key = self._loose.get(group)
@@ -175,6 +181,14 @@ class RunTracker:
             traces[record.trace_id] = record.run_key
             while len(traces) > MAX_TRACE_ALIASES:
                 traces.popitem(last=False)
+
+    def _ran_models(self, root: SpanRecord, records: list[SpanRecord]) -> bool:
+        """Whether model calls ran in ``root``'s trace (all of it lies below its root): in the
+        trace's run, or in this batch (children end, and arrive, before their root)."""
+        run = self._active.get(root.run_key)
+        if run is not None and run.iterations:
+            return True
+        return any(record.kind is LLM and record.trace_id == root.trace_id for record in records)
 
     def _run_for(self, record: SpanRecord, now: float, result: BatchResult) -> RunState:
         key = record.run_key

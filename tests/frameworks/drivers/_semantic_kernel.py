@@ -1,5 +1,5 @@
-"""Semantic Kernel (Python): a ChatCompletionAgent on SK's OpenAI connector, traced by SK's own
-OpenTelemetry diagnostics.
+"""Semantic Kernel (Python): a ChatCompletionAgent, or the kernel alone, on SK's OpenAI connector,
+traced by SK's own OpenTelemetry diagnostics.
 
 Shared by the drivers ``semantic_kernel_agent`` (a current SK: model calls are
 ``gen_ai.operation.name = "chat"``) and ``semantic_kernel_137_agent`` (SK 1.37, the last
@@ -24,6 +24,13 @@ each also with ``_stream`` appended: the agent's ``invoke_stream`` instead of ``
 ``three_tools_client`` / ``three_tools_stream_client``: the invocation inside a run of the
 watchdog client SDK (``watchdog.client``, from the checkout: PYTHONPATH), which prints the model
 and tool calls its span processor counted.
+
+Without an agent (``kernel_`` + a scenario above: ``kernel_three_tools``, ``kernel_tool_error``,
+``kernel_limit_stream``...): ``kernel.invoke_prompt`` (``invoke_prompt_stream``) with the same
+plugin and ``FunctionChoiceBehavior.Auto`` in the prompt's execution settings, as most SK code
+calls a model with tools. SK wraps the prompt in a kernel function of a random name and invokes
+it: no agent span, the trace's root is that function's ``execute_tool``. ``kernel_twice``: two
+such invocations in a row (three tools, then the tool error), one trace each.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ PROMPTS = {
     "limit": "Look up every key you can find.",
     "tool_error": "Look up broken.",
 }
+KERNEL_PREFIX = "kernel_"
 
 
 async def invoke(scenario: str, provider: Any) -> None:
@@ -61,6 +69,9 @@ async def invoke(scenario: str, provider: Any) -> None:
     base_url, model_name = model_settings()
     service = OpenAIChatCompletion(ai_model_id=model_name, async_client=AsyncOpenAI(
         base_url=base_url, api_key="sk-fake"))
+    if scenario.startswith(KERNEL_PREFIX):
+        await invoke_kernel(scenario.removeprefix(KERNEL_PREFIX), service, Lookup())
+        return
     attempts = MAX_AUTO_INVOKE if scenario.startswith("limit") else 5  # 5: SK's default
     agent = ChatCompletionAgent(
         service=service, name=AGENT_NAME, instructions="You look keys up.", plugins=[Lookup()],
@@ -90,6 +101,33 @@ async def answer(agent: Any, prompt: str, stream: bool) -> str:
         async for response in agent.invoke(prompt):
             text = str(response.message.content)
     return text
+
+
+async def invoke_kernel(scenario: str, service: Any, plugin: Any) -> None:
+    """``kernel.invoke_prompt`` with auto function calling: the kernel without an agent."""
+    from semantic_kernel import Kernel
+    from semantic_kernel.connectors.ai import FunctionChoiceBehavior
+    from semantic_kernel.connectors.ai.open_ai import OpenAIChatPromptExecutionSettings
+    from semantic_kernel.functions import KernelArguments
+
+    kernel = Kernel()
+    kernel.add_service(service)
+    kernel.add_plugin(plugin, plugin_name="Lookup")
+    attempts = MAX_AUTO_INVOKE if scenario.startswith("limit") else 5
+    settings = OpenAIChatPromptExecutionSettings(
+        function_choice_behavior=FunctionChoiceBehavior.Auto(
+            maximum_auto_invoke_attempts=attempts))
+    bases = ["three_tools", "tool_error"] if scenario == "twice" else [scenario]
+    for base in bases:
+        arguments = KernelArguments(settings=settings)
+        prompt = PROMPTS[base.removesuffix("_stream")]
+        if base.endswith("_stream"):
+            text = ""
+            async for chunks in kernel.invoke_prompt_stream(prompt, arguments=arguments):
+                text += "".join(str(chunk) for chunk in chunks)
+            print("answer:", text)
+        else:
+            print("answer:", await kernel.invoke_prompt(prompt, arguments=arguments))
 
 
 def run(scenario: str) -> None:
