@@ -574,6 +574,35 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'output-tool final_answer answer',
         'agent smol_researcher answer',
     ],
+    # AutoGen: execute_tool spans carry the tool's name, never its arguments
+    ("autogen_native", "three_tools"): [
+        'other creates-agent',
+        'llm tool_calls asks-tools',
+        'tool lookup None',
+        'llm tool_calls asks-tools',
+        'tool lookup None',
+        'llm tool_calls asks-tools',
+        'tool lookup None',
+        'llm stop answer',
+        'agent autogen_researcher',
+    ],
+    ("autogen_native", "limit"): [
+        'other creates-agent',
+        'llm tool_calls asks-tools',
+        'tool lookup None',
+        'llm tool_calls asks-tools',
+        'tool lookup None',
+        'llm tool_calls asks-tools',
+        'tool lookup None',
+        'agent autogen_researcher',
+    ],
+    ("autogen_native", "tool_error"): [
+        'other creates-agent',
+        'llm tool_calls asks-tools',
+        'tool lookup None error=RuntimeError',
+        'llm stop answer',
+        'agent autogen_researcher',
+    ],
     ("strands_default", "limit"): [
         'llm tool_use asks-tools',
         'tool lookup {"key":"k0"}',
@@ -743,6 +772,10 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     # TaskOutput conversation shows the calls (and, against the agent's max_iter, the limit).
     ("crewai_openinference", "limit"): Outcome(4, 3, 0, "tool_limit_reached", "max_iter", True),
     ("crewai_openinference", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # AutoGen: max_tool_iterations stops the loop after a tool request, on no span
+    ("autogen_native", "three_tools"): COMPLETED_3,
+    ("autogen_native", "limit"): Outcome(3, 3, 0, "no_response", None, False),
+    ("autogen_native", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
 }
 
 
