@@ -908,3 +908,17 @@ def test_openai_agents_max_turns_only_in_a_nested_agent_status() -> None:
     assert records[-1].parent_span_id is None and not records[-1].error
     assert outcome(fold(records)) == Outcome(3, 3, 0, "tool_limit_reached", "MaxTurnsExceeded",
                                              False)
+
+
+def test_batches_out_of_order_keep_the_answer() -> None:
+    # An exporter's batches may arrive out of order: the last tool call arriving after the
+    # answer (and the agent span) ran before it, so the answer stands.
+    from watchdog.runs.tracker import RunTracker
+
+    records = recorded_records("autogen_native", "three_tools")
+    tool = max((r for r in records if r.kind.value == "tool"), key=lambda r: r.start_ns)
+    tracker = RunTracker()
+    tracker.apply([r for r in records if r is not tool], 1.0)
+    tracker.apply([tool], 1.1)
+    (run,) = [r for r in tracker.ended() if r.iterations]
+    assert outcome(run) == COMPLETED_3

@@ -52,8 +52,8 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
-        "_result_counts", "_tool_error_streak", "activity_seq", "agent", "budget",
+        "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_llm_final_start",
+        "_recent_calls", "_result_counts", "_tool_error_streak", "activity_seq", "agent", "budget",
         "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
@@ -104,6 +104,9 @@ class RunState:
         self.finish_reason: str | None = None
         self.explicit_final = False
         self._llm_final = False
+        # start of the model call _llm_final was read from: an exporter's batches may arrive
+        # out of order, so a call or tool that started before it says nothing about it
+        self._llm_final_start = -1
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -150,8 +153,10 @@ class RunState:
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
             if (record.finish_reason is not None or record.final_answer
-                    or record.requested_tools):  # else: a stream that says nothing
-                self._llm_final = record.final_answer
+                    or record.requested_tools) \
+                    and record.start_ns >= self._llm_final_start:  # else: a stream that
+                self._llm_final = record.final_answer  # says nothing, or an earlier call
+                self._llm_final_start = record.start_ns
         elif kind is TOOL:
             self._apply_tool(record)
         elif record.final_answer:
@@ -199,7 +204,9 @@ class RunState:
     def _apply_tool(self, record: SpanRecord) -> None:
         # A tool ran after the last model call: that call asked for it, whatever its finish
         # reason said (google-adk says "stop" on tool requests), so it was not the answer.
-        self._llm_final = False
+        # (A tool that started before that call, arriving late, ran before it.)
+        if record.start_ns >= self._llm_final_start:
+            self._llm_final = False
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
@@ -452,8 +459,9 @@ class RunState:
 _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_recent_calls",
-    "_result_counts", "_tool_error_streak", "agent", "consecutive_errors", "cycle_repeats",
+    "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_llm_final_start",
+    "_recent_calls", "_result_counts", "_tool_error_streak", "agent", "consecutive_errors",
+    "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
     "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",
     "output_tokens",
