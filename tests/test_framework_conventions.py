@@ -922,3 +922,20 @@ def test_batches_out_of_order_keep_the_answer() -> None:
     tracker.apply([tool], 1.1)
     (run,) = [r for r in tracker.ended() if r.iterations]
     assert outcome(run) == COMPLETED_3
+
+
+def test_a_model_call_arriving_late_does_not_change_the_last_finish_reason() -> None:
+    # The first model call (it asked for a tool) arrives after the answer: the run's finish
+    # reason and its answer stay the last call's.
+    from watchdog.runs.tracker import RunTracker
+
+    records = recorded_records("autogen_native", "three_tools")
+    calls = sorted((r for r in records if r.kind.value == "llm"), key=lambda r: r.start_ns)
+    first, last = calls[0], calls[-1]
+    assert first.finish_reason != last.finish_reason  # the recording shows both kinds
+    tracker = RunTracker()
+    tracker.apply([r for r in records if r is not first], 1.0)
+    tracker.apply([first], 1.1)
+    (run,) = [r for r in tracker.ended() if r.iterations]
+    assert run.finish_reason == last.finish_reason
+    assert outcome(run) == COMPLETED_3

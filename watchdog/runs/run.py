@@ -150,13 +150,13 @@ class RunState:
             self.iterations += 1
             self.input_tokens += record.input_tokens
             self.output_tokens += record.output_tokens
-            if record.finish_reason is not None:
-                self.finish_reason = record.finish_reason
             if (record.finish_reason is not None or record.final_answer
                     or record.requested_tools) \
                     and record.start_ns >= self._llm_final_start:  # else: a stream that
                 self._llm_final = record.final_answer  # says nothing, or an earlier call
                 self._llm_final_start = record.start_ns
+                if record.finish_reason is not None:
+                    self.finish_reason = record.finish_reason
         elif kind is TOOL:
             self._apply_tool(record)
         elif record.final_answer:
