@@ -374,6 +374,15 @@ LANGGRAPH = Convention(
           "a ToolMessage with status `error` on a span that ends OK",
 )
 
+AUTOGEN = Convention(
+    name="AutoGen AgentChat",
+    emitted_by="autogen-core's own GenAI spans; model calls by opentelemetry-instrumentation-"
+               "openai-v2",
+    notes="`execute_tool` spans carry no arguments or result; `max_tool_iterations` ends the "
+          "loop on no span (no answer: `no_response`); a team run inside no span of the "
+          "application's is one trace per runtime message (tied by span links only)",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -383,7 +392,7 @@ GENERIC_LIMITS = Convention(
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
-    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS,
+    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN,
 )
 
 

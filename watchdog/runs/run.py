@@ -151,13 +151,13 @@ class RunState:
             self.iterations += 1
             self.input_tokens += record.input_tokens
             self.output_tokens += record.output_tokens
-            if record.finish_reason is not None:
-                self.finish_reason = record.finish_reason
             if (record.finish_reason is not None or record.final_answer
                     or record.requested_tools) \
                     and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
                 self._llm_final = record.final_answer
                 self._llm_said_ns = record.end_ns
+                if record.finish_reason is not None:
+                    self.finish_reason = record.finish_reason
         elif kind is TOOL:
             self._apply_tool(record)
         elif record.final_answer and not (record.unasked and self._llm_said_ns):
