@@ -7,6 +7,7 @@ SO_REUSEPORT would otherwise let two processes share :4317 and split the agents'
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -137,8 +138,13 @@ def test_the_grpc_receiver_itself_refuses_a_shared_port(sidecar: RunningServer) 
     server = sidecar.server
     assert server.service is not None and server.metrics is not None
     config = replace(server.config, otlp_grpc_address=sidecar.grpc_target)
-    with pytest.raises(RuntimeError, match="Failed to bind"):
+
+    async def bind() -> None:  # in a loop of its own, as the server does (not the thread's)
+        assert server.service is not None and server.metrics is not None
         otlp_grpc.create_server(server.service, server.metrics, Admission(1), config)
+
+    with pytest.raises(RuntimeError, match="Failed to bind"):
+        asyncio.run(bind())
 
 
 def test_a_grpc_address_this_machine_does_not_have(tmp_path: Path) -> None:
