@@ -115,7 +115,6 @@ KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
 # Tool spans no model asked for (no call id): at a trace root, maybe the invocation.
 UNASKED_TOOLS = tuple((rule.attribute, rule.value, rule.call_ids)
                       for rule in TABLES.unasked_tools)
-CALL_ID_KEYS = tuple(dict.fromkeys(key for _, _, keys in UNASKED_TOOLS for key in keys))
 
 # What a convention's role means for a run: a span creating an agent is no work of a run.
 ROLE_KINDS: dict[Role | None, SpanKind] = {
@@ -311,12 +310,17 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
     return None
 
 
-def unasked_tool(attrs: Mapping[str, object]) -> bool:
+def unasked_tool(attrs: Mapping[str, object], key_values: Any = ()) -> bool:
     """Whether a tool span is one no model asked for: of a kind some convention gives call ids
-    to (:class:`~watchdog.ingest.frameworks.UnaskedTool`), without one."""
+    to (:class:`~watchdog.ingest.frameworks.UnaskedTool`), without one. The call ids are looked
+    for in ``attrs`` and in the span's raw ``key_values`` (:func:`select_attributes` does not
+    decode them: only a trace's root tool span is asked, so no other span pays for them)."""
     for key, value, call_ids in UNASKED_TOOLS:
         if attrs.get(key) == value:
-            return all(attrs.get(call_id) in (None, "") for call_id in call_ids)
+            if any(attrs.get(call_id) not in (None, "") for call_id in call_ids):
+                return False
+            return not any(kv.key in call_ids and any_value(kv.value) not in (None, "")
+                           for kv in key_values)
     return False
 
 
@@ -421,7 +425,7 @@ WANTED_ATTRIBUTES = frozenset(
     + LLM_OUTPUT_KEYS + tuple(rule.attribute for rule in TABLES.tool_result_errors)
     + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
-    + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS + CALL_ID_KEYS
+    + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
 ) | BUDGET_ATTRIBUTES
 
 
@@ -525,7 +529,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
             attrs = _with_events(attrs, span.events)
         _fill_tool(record, name, attrs)
         if parent is None and source is KEY_TRACE and record.kind is TOOL:
-            record.unasked = unasked_tool(attrs)
+            record.unasked = unasked_tool(attrs, span.attributes)
     elif kind is LLM:
         if span.events and _first(attrs, OUTCOME_KEYS) is None:
             attrs = _with_events(attrs, span.events)
