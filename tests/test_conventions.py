@@ -653,14 +653,17 @@ def _tools_then_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelRe
 
 
 def _agent_with_tools(model: FunctionModel, **kwargs: Any) -> Agent[None, Any]:
+    """The tools are coroutines: the calls of one model response run as tasks on the agent's
+    loop and end in the order they were asked for (sync tools run in a thread pool and end in
+    any order, which makes order-dependent signals such as cycle_repeats differ between runs)."""
     agent: Agent[None, Any] = Agent(model, name="reader", **kwargs)
 
     @agent.tool_plain
-    def read(path: str, lines: int) -> str:
+    async def read(path: str, lines: int) -> str:
         return f"{lines} lines of {path}"
 
     @agent.tool_plain
-    def count(n: int) -> dict[str, int]:
+    async def count(n: int) -> dict[str, int]:
         return {"count": n * 2}
 
     return agent
