@@ -380,7 +380,9 @@ AUTOGEN = Convention(
                "openai-v2",
     notes="`execute_tool` spans carry no arguments or result; `max_tool_iterations` ends the "
           "loop on no span (no answer: `no_response`); a team run inside no span of the "
-          "application's is one trace per runtime message (tied by span links only)",
+          "application's is one trace per runtime message, tied by span links only, which are "
+          "not followed: one run per turn (run the team inside a span of your own, as "
+          "AutoGen's tracing guide does)",
 )
 
 GENERIC_LIMITS = Convention(
