@@ -5,10 +5,12 @@ tests/frameworks/."""
 
 from __future__ import annotations
 
+from opentelemetry import trace
+
 from tests.frameworks.harness import RECORDINGS, replay, runs_seen
 from tests.harness import RunningServer, http_request
 from tests.otel import export_http
-from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from tests.spans import T0, SpanMaker, chat_attrs, encode, records_of, tool_attrs
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import RunTracker
@@ -438,3 +440,54 @@ def test_an_unasked_root_before_its_last_model_calls_in_a_batch() -> None:
     assert (run.iterations, run.tool_calls, run.terminal_state, run.has_final_answer) == (
         4, 3, TerminalState.COMPLETED, True)
     assert run.final_output == "[ChatMessageContent(content='done')]"
+
+
+# -- a request's order is by scope, not by end time ----------------------------------------------
+
+def _first_reported(bodies: list[bytes], size: int | None) -> dict[str, tuple[object, ...]]:
+    """Each run's outcome as first reported ended (what metrics and the run_ended event see),
+    with every request applied ``size`` spans at a time, as the receivers slice them."""
+    from watchdog.ingest.decode import parse_json, parse_protobuf
+    from watchdog.ingest.pipeline import slices_of
+
+    tracker = RunTracker()
+    seen: dict[str, tuple[object, ...]] = {}
+    for index, body in enumerate(bodies):
+        request = parse_json(body) if body.startswith(b"{") else parse_protobuf(body)
+        for part in slices_of(request, size):
+            for run in tracker.apply(part.records, T0 + index).ended:
+                seen.setdefault(run.key, (run.terminal_state, run.has_final_answer,
+                                          run.iterations, run.tool_calls))
+    return seen
+
+
+def test_an_agent_span_before_its_answer_in_one_request_ends_the_run_answered() -> None:
+    """An exporter groups a request's spans by instrumentation scope: the agent framework's
+    span may come before the model instrumentation's answer. However the request is sliced,
+    the run is reported ended once, with its answer."""
+    agent_maker = SpanMaker()
+    model_tracer = agent_maker.provider.get_tracer("model-instrumentation")
+    root = agent_maker.open("invoke_agent helper", {"gen_ai.operation.name": "invoke_agent"})
+    context = trace.set_span_in_context(root)
+    for index, finish in enumerate(("tool_calls", "stop")):
+        chat = model_tracer.start_span("chat m", context=context, attributes=chat_attrs(
+            finish=finish), start_time=int((T0 + 2 * index) * 1e9))
+        chat.end(end_time=int((T0 + 2 * index + 1) * 1e9))
+    root.end(end_time=int((T0 + 10) * 1e9))
+    spans = agent_maker.take()
+    ordered = [spans[-1], *spans[:-1]]  # the agent's scope first, as the SDK groups them
+    body = encode(ordered).SerializeToString()
+    whole = _first_reported([body], None)
+    assert list(whole.values()) == [(TerminalState.COMPLETED, True, 2, 0)]
+    for size in (1, 2):
+        assert _first_reported([body], size) == whole
+
+
+def test_every_recording_reads_the_same_however_its_requests_are_sliced() -> None:
+    """Every committed recording of a real framework, its requests applied whole and one span
+    at a time: the same runs, reported ended with the same outcome."""
+    for directory in sorted(path for path in RECORDINGS.iterdir() if path.is_dir()):
+        for recording in sorted(directory.glob("*.jsonl")):
+            lines = [line.encode() for line in recording.read_text("utf-8").splitlines()
+                     if line.strip()]
+            assert _first_reported(lines, 1) == _first_reported(lines, None), recording.name

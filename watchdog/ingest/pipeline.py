@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from watchdog.bounds import id_problem
 from watchdog.ingest.conventions import Resource, SpanRejected, normalise, select_attributes
 from watchdog.ingest.decode import ExportTraceServiceRequest, attributes
-from watchdog.runs.record import SpanRecord
+from watchdog.runs.record import AGENT, KEY_TRACE, LLM, TOOL, SpanRecord
 
 
 @dataclass(slots=True)
@@ -58,19 +58,36 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
     return next(slices_of(request, None), Decoded())
 
 
+def _closes_run(record: SpanRecord) -> bool:
+    """A span that may close its run (:attr:`SpanRecord.ends_run`), as far as decoding can tell:
+    a trace root that is no model or tool call (those may be loose calls, grouped in order), a
+    root tool call no model asked for, or an agent span of a run its spans name."""
+    if record.parent_span_id is None:
+        return record.unasked or not (record.kind is LLM or record.kind is TOOL)
+    return record.kind is AGENT and record.key_source is not KEY_TRACE
+
+
 def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[Decoded]:
     """The request's records ``size`` spans at a time (None: all at once), so the shell can
-    apply a large request in slices and serve other requests in between."""
+    apply a large request in slices and serve other requests in between.
+
+    The spans that may close their run come last, in the request's last slice: an exporter
+    groups a request's spans by instrumentation scope, not by end time, so an agent span (one
+    framework's scope) may come before the model call that answered (another's), and a slice
+    boundary between them would end the run before its answer arrived.
+    """
     decoded = Decoded()
     records = decoded.records
+    closing: list[SpanRecord] = []
     count = 0
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 try:
-                    records.append(_checked(normalise(span, select_attributes(span.attributes),
-                                                      resource)))
+                    record = _checked(normalise(span, select_attributes(span.attributes),
+                                                resource))
+                    (closing if _closes_run(record) else records).append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
                     if not decoded.first_error:
@@ -80,5 +97,6 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                     yield decoded
                     decoded, count = Decoded(), 0
                     records = decoded.records
-    if count or size is None:
+    records.extend(closing)
+    if count or closing or size is None:
         yield decoded
