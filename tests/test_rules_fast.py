@@ -154,6 +154,22 @@ def test_generated_conditions_decide_as_cel_whenever_they_decide(seed: int) -> N
     assert min(answers.values()) > 100, answers  # each kind of answer, many times
 
 
+@pytest.mark.parametrize("source", ["(run.tool_calls > 2) && !run.ended",
+                                    "!(run.ended || (run.errors >= 5 && run.tool_calls > 1))",
+                                    "((run.ended)) || (run.tool_calls > 2 && (run.errors < 1))"])
+def test_brackets_are_decided_without_cel(source: str) -> None:
+    """Bracketed parts are taken apart, not left to CEL: on every run the fast path answers,
+    and as CEL does."""
+    fast = compile_fast(source)
+    assert fast is not None
+    rng = random.Random(7)
+    for _ in range(200):
+        run = random_run(rng)
+        answer = fast(run, NOW)
+        assert answer is not None, source
+        assert answer == cel_says(source, run), source
+
+
 @pytest.mark.parametrize("source", [*UNKNOWN_ATOMS, 'run.agent == "planner" && run.ended',
                                     "run.ended && run.tool_calls > 2 ? true : false",
                                     "session.zero_progress_streak >= 2"])

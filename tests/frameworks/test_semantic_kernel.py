@@ -50,13 +50,19 @@ SERVICE = "semantic-kernel-service"  # no agent, no agent name: the run's is the
 TOOL = "Lookup-lookup"  # the kernel function's fully qualified name: what the model calls
 CURRENT, LEGACY = "semantic_kernel_agent", "semantic_kernel_137_agent"
 ENVS = {CURRENT: "semantic_kernel", LEGACY: "semantic_kernel_137"}
-COMPLETED_3 = Expect(agent=AGENT, iterations=4, tool_calls=3, errors=0,
-                     terminal_state="completed", has_final_answer=True, terminal_reason=None,
-                     parent_agent=None)
+
+
+def outcome(agent: str, iterations: int, tool_calls: int, errors: int = 0,
+            answered: bool = True) -> Expect:
+    """One run as SK's scenarios end: answered (completed) or not (no_response)."""
+    return Expect(agent=agent, iterations=iterations, tool_calls=tool_calls, errors=errors,
+                  terminal_state="completed" if answered else "no_response",
+                  has_final_answer=answered, terminal_reason=None, parent_agent=None)
+
+
+COMPLETED_3 = outcome(AGENT, 4, 3)
 # The tool span fails (RuntimeError); SK hands the error to the model, which answers.
-TOOL_ERROR = Expect(agent=AGENT, iterations=2, tool_calls=1, errors=1,
-                    terminal_state="completed", has_final_answer=True, terminal_reason=None,
-                    parent_agent=None)
+TOOL_ERROR = outcome(AGENT, 2, 1, errors=1)
 EXPECTED: dict[str, list[Expect]] = {
     "three_tools": [COMPLETED_3],
     "three_tools_stream": [COMPLETED_3],
@@ -66,9 +72,7 @@ EXPECTED: dict[str, list[Expect]] = {
     # call without tools, answered with the summary. Nothing on the spans says it was a cap.
     "limit": [COMPLETED_3],
     # streamed, SK stops after the third round: the agent's output is an empty message
-    "limit_stream": [Expect(agent=AGENT, iterations=3, tool_calls=3, errors=0,
-                            terminal_state="no_response", has_final_answer=False,
-                            terminal_reason=None, parent_agent=None)],
+    "limit_stream": [outcome(AGENT, 3, 3, answered=False)],
 }
 TOOLS_CALLED = {"three_tools": 3, "limit": 3, "tool_error": 1}
 REQUESTS = {"three_tools": 4, "limit": 4, "tool_error": 2}
@@ -83,11 +87,8 @@ def ids(cases: list[tuple[str, str]]) -> list[str]:
 
 
 # The kernel without an agent: one run per invoke_prompt, named after the service.
-KERNEL_3 = Expect(agent=SERVICE, iterations=4, tool_calls=3, errors=0, terminal_state="completed",
-                  has_final_answer=True, terminal_reason=None, parent_agent=None)
-KERNEL_ERROR = Expect(agent=SERVICE, iterations=2, tool_calls=1, errors=1,
-                      terminal_state="completed", has_final_answer=True, terminal_reason=None,
-                      parent_agent=None)
+KERNEL_3 = outcome(SERVICE, 4, 3)
+KERNEL_ERROR = outcome(SERVICE, 2, 1, errors=1)
 KERNEL: dict[str, list[Expect]] = {
     "kernel_three_tools": [KERNEL_3],
     "kernel_three_tools_stream": [KERNEL_3],
@@ -95,9 +96,7 @@ KERNEL: dict[str, list[Expect]] = {
     "kernel_limit": [KERNEL_3],  # the cap, then the answer to SK's last request, without tools
     # streamed, the loop stops after the third round, which asked for a tool: no answer,
     # whatever the prompt function returned (the chunks it streamed)
-    "kernel_limit_stream": [Expect(agent=SERVICE, iterations=3, tool_calls=3, errors=0,
-                                   terminal_state="no_response", has_final_answer=False,
-                                   terminal_reason=None, parent_agent=None)],
+    "kernel_limit_stream": [outcome(SERVICE, 3, 3, answered=False)],
     "kernel_twice": [KERNEL_3, KERNEL_ERROR],  # two invoke_prompt calls: two runs
 }
 # What the prompt function returned (its result on the root span) holds the model's answer.

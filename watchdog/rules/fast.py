@@ -31,7 +31,7 @@ Theory of operation
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # Signals read from the RunState as RunState.signals() reads them (never absent), by the code
@@ -145,9 +145,9 @@ class _Compiler:
         self.tokens = tokens
         self.splittable = splittable  # unknown parts allowed (no string, no top-level ?:)
 
-    def _outside(self, lo: int, hi: int) -> list[int]:
-        """The indexes of the tokens of ``tokens[lo:hi]`` outside any brackets."""
-        outside: list[int] = []
+    def _depths(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        """Each index of ``tokens[lo:hi]`` with the bracket depth after its token (0: outside
+        any bracket opened from ``lo``)."""
         depth = 0
         for index in range(lo, hi):
             token = self.tokens[index]
@@ -155,9 +155,13 @@ class _Compiler:
                 depth += 1
             elif token in _CLOSE:
                 depth -= 1
-            elif depth == 0:
-                outside.append(index)
-        return outside
+            yield index, depth
+
+    def _outside(self, lo: int, hi: int) -> list[int]:
+        """The indexes of the tokens of ``tokens[lo:hi]`` outside any brackets."""
+        tokens = self.tokens
+        return [index for index, depth in self._depths(lo, hi)
+                if depth == 0 and tokens[index] not in _CLOSE]
 
     def _split(self, lo: int, hi: int, operator: str) -> list[tuple[int, int]]:
         cuts = [i for i in self._outside(lo, hi) if self.tokens[i] == operator]
@@ -224,13 +228,7 @@ class _Compiler:
 
     def _closing(self, lo: int) -> int:
         """The index of the bracket that closes the one at ``lo``."""
-        depth = 0
-        for index in range(lo, len(self.tokens)):
-            token = self.tokens[index]
-            if token in _OPEN:
-                depth += 1
-            elif token in _CLOSE:
-                depth -= 1
-                if depth == 0:
-                    return index
+        for index, depth in self._depths(lo, len(self.tokens)):
+            if depth == 0:
+                return index
         raise _Unsupported
