@@ -5,12 +5,16 @@ tests/frameworks/."""
 
 from __future__ import annotations
 
+import json
+
 from opentelemetry import trace
 
 from tests.frameworks.harness import RECORDINGS, replay, runs_seen
 from tests.harness import RunningServer, http_request
 from tests.otel import export_http
 from tests.spans import T0, SpanMaker, chat_attrs, encode, records_of, tool_attrs
+from watchdog.ingest.decode import parse_json, parse_protobuf
+from watchdog.ingest.pipeline import slices_of
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import RunTracker
@@ -447,9 +451,6 @@ def test_an_unasked_root_before_its_last_model_calls_in_a_batch() -> None:
 def _first_reported(bodies: list[bytes], size: int | None) -> dict[str, tuple[object, ...]]:
     """Each run's outcome as first reported ended (what metrics and the run_ended event see),
     with every request applied ``size`` spans at a time, as the receivers slice them."""
-    from watchdog.ingest.decode import parse_json, parse_protobuf
-    from watchdog.ingest.pipeline import slices_of
-
     tracker = RunTracker()
     seen: dict[str, tuple[object, ...]] = {}
     for index, body in enumerate(bodies):
@@ -491,3 +492,21 @@ def test_every_recording_reads_the_same_however_its_requests_are_sliced() -> Non
             lines = [line.encode() for line in recording.read_text("utf-8").splitlines()
                      if line.strip()]
             assert _first_reported(lines, 1) == _first_reported(lines, None), recording.name
+
+
+def test_a_sub_agent_is_adopted_when_its_whole_trace_comes_in_one_request() -> None:
+    """pydantic-ai's sub-agent (its own gen_ai.agent.call.id) hangs from the coordinator's tool
+    span, which ends after it: in one request, however sliced, the child run still finds its
+    parent (the recording's requests merged into one, in their order)."""
+    merged: dict[str, list[object]] = {"resourceSpans": []}
+    for line in (RECORDINGS / "pydantic_ai_agent" / "subagent.jsonl").read_text().splitlines():
+        if line.strip():
+            merged["resourceSpans"].extend(json.loads(line)["resourceSpans"])
+    body = json.dumps(merged).encode()
+    for size in (None, 1, 3):
+        tracker = RunTracker()
+        for part in slices_of(parse_json(body), size):
+            tracker.apply(part.records, T0)
+        runs = {run.agent_name: run for run in tracker.ended()}
+        assert set(runs) == {"pydantic-coordinator", "pydantic-researcher"}, size
+        assert runs["pydantic-researcher"].parent_run == runs["pydantic-coordinator"].key, size

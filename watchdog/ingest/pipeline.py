@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from watchdog.bounds import id_problem
 from watchdog.ingest.conventions import Resource, SpanRejected, normalise, select_attributes
 from watchdog.ingest.decode import ExportTraceServiceRequest, attributes
-from watchdog.runs.record import AGENT, KEY_TRACE, LLM, TOOL, SpanRecord
+from watchdog.runs.record import LLM, TOOL, SpanRecord
 
 
 @dataclass(slots=True)
@@ -59,20 +59,20 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
 
 
 def _closes_run(record: SpanRecord) -> bool:
-    """A span that may close its run (:attr:`SpanRecord.ends_run`), as far as decoding can tell:
-    a trace root that is no model or tool call (those may be loose calls, grouped in order), a
-    root tool call no model asked for, or an agent span of a run its spans name."""
-    if record.parent_span_id is None:
-        return record.unasked or not (record.kind is LLM or record.kind is TOOL)
-    return record.kind is AGENT and record.key_source is not KEY_TRACE
+    """A trace root that closes its run (:attr:`SpanRecord.ends_run`): one that is no model or
+    tool call (those may be loose calls, grouped in order), or a root tool call no model asked
+    for. A nested agent span is not held back: the span it hangs from (in the same request)
+    must find it waiting (:class:`~watchdog.runs.tracker.RunTracker`'s pending parents)."""
+    return record.parent_span_id is None and (
+        record.unasked or not (record.kind is LLM or record.kind is TOOL))
 
 
 def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[Decoded]:
     """The request's records ``size`` spans at a time (None: all at once), so the shell can
     apply a large request in slices and serve other requests in between.
 
-    The spans that may close their run come last, in the request's last slice: an exporter
-    groups a request's spans by instrumentation scope, not by end time, so an agent span (one
+    The trace roots that close their run come last, in the request's last slice: an exporter
+    groups a request's spans by instrumentation scope, not by end time, so a root (one
     framework's scope) may come before the model call that answered (another's), and a slice
     boundary between them would end the run before its answer arrived.
     """
