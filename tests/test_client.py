@@ -634,3 +634,30 @@ def test_client_modules_import_each_other_without_a_cycle() -> None:
     for module in graph:
         visit(module, (module,))
     assert graph["processor"] == {"tally"} and "watchdog" not in graph["run"]
+
+
+def test_a_tool_call_no_model_asked_for_that_runs_the_model_loop_is_not_counted(
+        fake: FakeSidecar, memory: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    """Semantic Kernel's ``kernel.invoke_prompt`` inside a run: the prompt function's
+    ``execute_tool`` has no call id and model calls start inside it (here one set at start,
+    one only before it ends, as SK does): the loop's frame, not a tool call. A tool call
+    without a call id and no model call inside it counts."""
+    provider, _ = memory
+    tracer = provider.get_tracer("test")
+    tool = {"gen_ai.operation.name": "execute_tool"}
+    wd = Watchdog(fake.url, tracer_provider=provider)
+    with wd.run(agent="a") as run:
+        with tracer.start_as_current_span("execute_tool func3f2a", attributes=tool):
+            with tracer.start_as_current_span("chat m", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+            with tracer.start_as_current_span("execute_tool lookup", attributes={
+                    **tool, "gen_ai.tool.call.id": "call_1"}):
+                pass
+            with tracer.start_as_current_span("chat m") as span:
+                span.set_attribute("gen_ai.operation.name", "chat")
+        assert (run.local_tool_calls, run.local_model_calls) == (1, 2)
+        with tracer.start_as_current_span("execute_tool lookup", attributes=tool):
+            pass
+        assert (run.local_tool_calls, run.local_model_calls) == (2, 2)
+    wd.close()

@@ -140,39 +140,39 @@ def test_genai_tool_name_falls_back_to_span_name(otel: SpanMaker) -> None:
 
 
 # A tool call no model asked for (Semantic Kernel's kernel.invoke_prompt: the prompt function's
-# execute_tool is the trace root, without gen_ai.tool.call.id): the tracker may make it the
-# invocation. Anything a model asked for, or that belongs to a named run, stays a tool call.
+# execute_tool, without gen_ai.tool.call.id): the tracker may make it the invocation (at a trace
+# root) or the frame of its run's model loop (inside a run). Anything a model asked for stays a
+# tool call.
 PROMPT_FUNCTION = tool_attrs("func3f2a", "{}", "[ChatMessageContent(...)]")
 
 
-def test_genai_root_tool_without_a_call_id_is_unasked(otel: SpanMaker) -> None:
-    record = record_of(otel.span("execute_tool func3f2a", PROMPT_FUNCTION))
+@pytest.mark.parametrize("where", ["root", "nested", "watchdog.run.id", "gen_ai.agent.call.id"])
+def test_genai_tool_without_a_call_id_is_unasked(otel: SpanMaker, where: str) -> None:
+    attrs: dict[str, Any] = dict(PROMPT_FUNCTION)
+    parent = None
+    if where == "nested":
+        parent = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
+    elif where != "root":
+        attrs[where] = "run-1"
+    spans = [otel.span("execute_tool func3f2a", attrs, parent=parent)]
+    if parent is not None:
+        parent.end()
+    record = records_of(spans)[0]
     assert record.kind is SpanKind.TOOL and record.unasked is True
     assert record.tool_name == "func3f2a" and record.result_brief == "[ChatMessageContent(...)]"
-    empty_id = {**PROMPT_FUNCTION, "gen_ai.tool.call.id": ""}  # an empty id is no id
+    empty_id = {**attrs, "gen_ai.tool.call.id": ""}  # an empty id is no id
     assert record_of(otel.span("execute_tool func3f2a", empty_id)).unasked is True
 
 
-@pytest.mark.parametrize("why", ["call id", "nested", "watchdog.run.id", "gen_ai.agent.call.id",
-                                 "OpenInference", "output tool"])
-def test_a_tool_call_that_is_asked_for_or_named_is_not_unasked(otel: SpanMaker,
-                                                                  why: str) -> None:
-    attrs: dict[str, Any] = dict(PROMPT_FUNCTION)
-    parent = None
-    if why == "call id":  # a model asked for it; the context was lost on the way
-        attrs["gen_ai.tool.call.id"] = "call_1"
-    elif why == "nested":
-        parent = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
-    elif why in ("watchdog.run.id", "gen_ai.agent.call.id"):
-        attrs[why] = "run-1"
+@pytest.mark.parametrize("why", ["call id", "OpenInference", "output tool"])
+def test_a_tool_call_that_is_asked_for_is_not_unasked(otel: SpanMaker, why: str) -> None:
+    if why == "call id":  # a model asked for it
+        attrs = {**PROMPT_FUNCTION, "gen_ai.tool.call.id": "call_1"}
     elif why == "OpenInference":  # no convention there gives tool spans a call id
         attrs = {"openinference.span.kind": "TOOL", "tool.name": "t", "output.value": "x"}
     else:  # the output tool is the answer, not a tool call at all
         attrs = tool_attrs("final_result", '{"a": 1}')
-    spans = [otel.span("execute_tool func3f2a", attrs, parent=parent)]
-    if parent is not None:
-        parent.end()
-    assert records_of(spans)[0].unasked is False
+    assert record_of(otel.span("execute_tool func3f2a", attrs)).unasked is False
 
 
 def test_genai_tool_without_captured_arguments_is_never_a_repeat(otel: SpanMaker) -> None:

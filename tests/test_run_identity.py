@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from opentelemetry import trace
 
 from tests.frameworks.harness import RECORDINGS, replay, runs_seen
@@ -332,21 +333,25 @@ def test_an_answer_that_arrives_after_the_run_ended_completes_it() -> None:
     assert (run.terminal_state, run.has_final_answer) == (TerminalState.COMPLETED, True)
 
 
-def _prompt_function(maker: SpanMaker, answer: str = "stop", *,
-                     call_ids: bool = True, **root_attrs: object) -> None:
+def _prompt_function(maker: SpanMaker, answer: str = "stop", *, call_ids: bool = True,
+                     parent: trace.Span | None = None, start: float = T0,
+                     **root_attrs: object) -> None:
     """Semantic Kernel's ``kernel.invoke_prompt`` with auto function calling: the prompt
-    function's ``execute_tool`` (no call id: no model asked for it) is the trace root, above
-    the model calls and the tool calls they asked for (with call ids)."""
+    function's ``execute_tool`` (no call id: no model asked for it) is the trace root (or hangs
+    from ``parent``), above the model calls and the tool calls they asked for (with call ids).
+    """
     root = maker.open("execute_tool func3f2a",
                       {**tool_attrs("func3f2a", "{}", "[ChatMessageContent(content='done')]"),
-                       **root_attrs}, start=T0)
+                       **root_attrs}, parent=parent, start=start)
     for step, key in enumerate("abc"):
-        maker.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=T0 + step)
+        maker.span("chat m", chat_attrs(finish="tool_calls", **root_attrs), parent=root,
+                   start=start + step + 0.1)
         ids = {"gen_ai.tool.call.id": f"call_{key}"} if call_ids else {}
-        maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"key": "{key}"}}', **ids),
-                   parent=root, start=T0 + step + 0.5)
-    maker.span("chat m", chat_attrs(finish=answer), parent=root, start=T0 + 3)
-    root.end(int((T0 + 4) * 1e9))
+        maker.span("execute_tool lookup",
+                   tool_attrs("lookup", f'{{"key": "{key}"}}', **ids, **root_attrs),
+                   parent=root, start=start + step + 0.6)
+    maker.span("chat m", chat_attrs(finish=answer, **root_attrs), parent=root, start=start + 3.1)
+    root.end(int((start + 4) * 1e9))
 
 
 def test_a_root_tool_call_no_model_asked_for_is_the_invocation() -> None:
@@ -405,20 +410,54 @@ def test_a_root_tool_call_without_model_calls_below_stays_a_tool_call() -> None:
     assert (run.iterations, run.tool_calls) == (1, 2)
 
 
-def test_a_named_run_keeps_counting_a_root_tool_call_without_a_call_id() -> None:
-    for key in ("watchdog.run.id", "gen_ai.agent.call.id"):
-        maker = SpanMaker()
+@pytest.mark.parametrize("key", ["watchdog.run.id", "gen_ai.agent.call.id"])
+def test_an_unasked_tool_call_inside_a_named_run_is_the_frame_of_its_model_loop(key: str) -> None:
+    """The client SDK's run around ``kernel.invoke_prompt`` (twice): the prompt function runs
+    the model loop, it is no tool call of the run — applied whole, span by span, and with
+    its request sliced every way."""
+    maker = SpanMaker()
+    with maker.agent(attrs={key: "r1"}) as run_span:
+        _prompt_function(maker, parent=run_span, **{key: "r1"})
+        _prompt_function(maker, parent=run_span, start=T0 + 5, **{key: "r1"})
+    spans = maker.take()
+    request = parse_protobuf(encode(spans).SerializeToString())
+    batches = [[records_of([span]) for span in spans]] + [
+        [decoded.records for decoded in slices_of(request, size)] for size in range(1, 20)]
+    for records in batches:
         tracker = RunTracker()
-        root = maker.open("execute_tool func3f2a", tool_attrs("func3f2a", "{}", "r", **{key: "r1"}))
-        maker.span("chat m", chat_attrs(finish="stop", **{key: "r1"}), parent=root)
-        root.end(int((T0 + 4) * 1e9))
-        tracker.apply(records_of(maker.take()), T0 + 10)
+        for batch in records:
+            tracker.apply(batch, T0 + 20)
         run = tracker.get("r1")
-        assert run is not None and (run.iterations, run.tool_calls) == (1, 1), key
+        assert run is not None and (run.iterations, run.tool_calls, run.tools) == (
+            8, 6, {"lookup": 6})
+        assert run.terminal_state is TerminalState.COMPLETED and run.has_final_answer
+
+
+def test_an_unasked_tool_call_with_no_model_call_inside_stays_a_tool_call() -> None:
+    """A home-grown loop's tool span without a call id, after the model call that asked for
+    it; a sub-agent called as a tool (an agent ran inside it): tool calls."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"watchdog.run.id": "r1"}) as run_span:
+        maker.span("chat m", chat_attrs(finish="tool_calls"), parent=run_span, start=T0)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}", "x"), parent=run_span,
+                   start=T0 + 0.5)
+        delegate = maker.open("execute_tool research", tool_attrs("research", "{}"),
+                              parent=run_span, start=T0 + 1)
+        with trace.use_span(delegate, end_on_exit=False):
+            inner = maker.open("invoke_agent researcher", agent_attrs("researcher"),
+                               start=T0 + 1.1)
+            maker.span("chat m", chat_attrs(finish="stop"), parent=inner, start=T0 + 1.2)
+            inner.end(int((T0 + 2) * 1e9))
+        delegate.end(int((T0 + 2.5) * 1e9))
+        maker.span("chat m", chat_attrs(finish="stop"), parent=run_span, start=T0 + 3)
+    tracker = RunTracker()
+    tracker.apply(records_of(maker.take()), T0 + 10)
+    run = tracker.get("r1")
+    assert run is not None and run.tools == {"lookup": 1, "research": 1}
 
 
 def test_call_ids_lost_below_an_unasked_root_still_one_run() -> None:
-    # the tool calls' own ids do not matter: they are below the root, so never unasked
+    # the tool calls' own ids do not matter: no model call ran inside them
     maker = SpanMaker()
     tracker = RunTracker()
     _prompt_function(maker, call_ids=False)

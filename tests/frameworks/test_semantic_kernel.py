@@ -131,16 +131,31 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) 
         assert len(requests) == REQUESTS[base]
 
 
-@pytest.mark.parametrize("scenario", ["three_tools_client", "three_tools_stream_client"])
-def test_client_sdk_counts_the_model_calls(sidecar: RunningServer, llm: FakeLLM,
-                                           scenario: str) -> None:
+# Inside a run of the client SDK: (model calls, tool calls) its span processor counted, and the
+# run the sidecar reports. The kernel's prompt function (an execute_tool no model asked for,
+# with the model loop inside it) is no tool call there either: the budget is the model's calls.
+CLIENT = {
+    (LEGACY, "three_tools_client"): (4, 3, COMPLETED_3),
+    (LEGACY, "three_tools_stream_client"): (4, 3, COMPLETED_3),
+    (CURRENT, "kernel_three_tools_client"): (4, 3, COMPLETED_3),
+    (CURRENT, "kernel_twice_client"): (6, 4, outcome(AGENT, 6, 4, errors=1)),
+}
+
+
+@pytest.mark.parametrize(("driver", "scenario"), list(CLIENT), ids=ids(list(CLIENT)))
+def test_client_sdk_counts(sidecar: RunningServer, llm: FakeLLM, driver: str,
+                           scenario: str) -> None:
     # SK sets a model call's attributes after the span started: the client's span processor
     # knows it for one only when it ends, by SK's own operation names (1.37).
-    model = scripted(llm, LEGACY, scenario, tool=TOOL)
-    result = run_driver(ENVS[LEGACY], LEGACY, scenario, sidecar, llm, model,
+    base = scenario.removesuffix("_client")
+    model = llm.script(f"{driver}-{scenario}", kernel_script(base)
+                       if base.startswith("kernel_") else script(base, TOOL))
+    result = run_driver(ENVS[driver], driver, scenario, sidecar, llm, model,
                         extra_env={"PYTHONPATH": f"{DRIVERS}:{ROOT}"})
-    assert "client counted: 4 model calls, 3 tool calls" in result.stdout
-    check_runs(sidecar, [COMPLETED_3])
+    model_calls, tool_calls, run = CLIENT[driver, scenario]
+    assert f"client counted: {model_calls} model calls, {tool_calls} tool calls" \
+        in result.stdout
+    check_runs(sidecar, [run])
 
 
 @pytest.mark.parametrize(("driver", "scenario"), RECORDED, ids=ids(RECORDED))

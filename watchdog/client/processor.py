@@ -75,6 +75,7 @@ KIND_KEYS = frozenset({"gen_ai.operation.name", "openinference.span.kind", "trac
 KIND_NAME_PREFIXES = ("execute_tool ", "running tool", "invoke_agent", "agent run")
 KIND_NAME_INITIALS = frozenset(prefix[0] for prefix in KIND_NAME_PREFIXES)
 OUTPUT_TOOL_SPANS = ("execute_tool final_result", "running output function")  # answers, not work
+CALL_ID = "gen_ai.tool.call.id"  # what the model asked for; a tool span without it may be a frame
 
 
 def classify_start(name: str, attributes: Mapping[str, Any] | None) -> int:
@@ -179,6 +180,7 @@ class WatchdogSpanProcessor(SpanProcessor):
             return
         name = span._name
         stamp = run.span_attributes
+        unasked = False
         # _writable(span, len(stamp)), inlined: this is the path of every span of a run.
         try:
             bounded: Any = span._attributes
@@ -202,6 +204,7 @@ class WatchdogSpanProcessor(SpanProcessor):
                     kind = LLM_CALL
                 elif operation in TOOL_OPERATIONS:
                     kind = TOOL_CALL
+                    unasked = CALL_ID not in plain
                 else:
                     kind = classify_start(name, plain)
             elif ("openinference.span.kind" not in plain and "traceloop.span.kind" not in plain
@@ -230,9 +233,11 @@ class WatchdogSpanProcessor(SpanProcessor):
             run.model_spans += 1
             open_spans[span_id] = (run, span._start_time or 0, False)
         elif kind is TOOL_CALL:
-            counted = not name.startswith(OUTPUT_TOOL_SPANS)
+            counted: bool | int = not name.startswith(OUTPUT_TOOL_SPANS)
             if counted:
                 run.tool_spans += 1
+                if unasked:  # counted when it ends, if no model call started meanwhile
+                    counted = run.model_spans
             open_spans[span_id] = (run, span._start_time or 0, counted)
         else:
             open_spans[span_id] = (run, None, False)
@@ -255,8 +260,16 @@ class WatchdogSpanProcessor(SpanProcessor):
                 if started is None:
                     run.agent_ended(span_id)
                     return
-                if counted_tool:
+                if counted_tool is True:
                     run.tools_ended += 1
+                elif counted_tool is not False:
+                    # A tool call no model asked for (no call id), counted if no model call
+                    # started while it ran; else it is a function running the model loop
+                    # itself (Semantic Kernel's prompt functions): that loop's frame.
+                    if run.model_spans == counted_tool:
+                        run.tools_ended += 1
+                    else:
+                        run.tool_spans -= 1
                 if run.keep_spans:
                     unsynced = run.unsynced
                     if len(unsynced) == MAX_UNSYNCED_SPANS:

@@ -23,10 +23,11 @@ RUN_ID_ATTRIBUTE = "watchdog.run.id"
 # kind only when it ends, so the processor finds the run of such a span by its stamped id.
 LIVE_RUNS: dict[str, RunTally] = {}
 # Calls and agent spans in flight, of every run: span id -> (run, start in epoch ns — None for
-# an agent span —, whether it is a tool call that counts). One dict for all runs, so that a
-# span's end is one pop; a run's own calls in flight are picked out when asked (the reporter,
-# every 50 ms). Bounded by the processor's MAX_OPEN_CALLS.
-OPEN_SPANS: dict[int, tuple[RunTally, int | None, bool]] = {}
+# an agent span —, whether it is a tool call that counts: an int for one no model asked for,
+# the run's model calls when it started). One dict for all runs, so that a span's end is one
+# pop; a run's own calls in flight are picked out when asked (the reporter, every 50 ms).
+# Bounded by the processor's MAX_OPEN_CALLS.
+OPEN_SPANS: dict[int, tuple[RunTally, int | None, bool | int]] = {}
 MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older ones are dropped
 #                             (the exporter still delivers them, only later)
 

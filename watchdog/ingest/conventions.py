@@ -310,17 +310,12 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
     return None
 
 
-def unasked_tool(attrs: Mapping[str, object], key_values: Any = ()) -> bool:
+def unasked_tool(attrs: Mapping[str, object]) -> bool:
     """Whether a tool span is one no model asked for: of a kind some convention gives call ids
-    to (:class:`~watchdog.ingest.frameworks.UnaskedTool`), without one. The call ids are looked
-    for in ``attrs`` and in the span's raw ``key_values`` (:func:`select_attributes` does not
-    decode them: only a trace's root tool span is asked, so no other span pays for them)."""
+    to (:class:`~watchdog.ingest.frameworks.UnaskedTool`), without one."""
     for key, value, call_ids in UNASKED_TOOLS:
         if attrs.get(key) == value:
-            if any(attrs.get(call_id) not in (None, "") for call_id in call_ids):
-                return False
-            return not any(kv.key in call_ids and any_value(kv.value) not in (None, "")
-                           for kv in key_values)
+            return all(attrs.get(call_id) in (None, "") for call_id in call_ids)
     return False
 
 
@@ -426,6 +421,7 @@ WANTED_ATTRIBUTES = frozenset(
     + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
     + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
+    + tuple(call_id for _, _, call_ids in UNASKED_TOOLS for call_id in call_ids)
 ) | BUDGET_ATTRIBUTES
 
 
@@ -528,8 +524,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         if span.events and _first(attrs, TOOL_ARGS_KEYS) is None:
             attrs = _with_events(attrs, span.events)
         _fill_tool(record, name, attrs)
-        if parent is None and source is KEY_TRACE and record.kind is TOOL:
-            record.unasked = unasked_tool(attrs, span.attributes)
+        if record.kind is TOOL:
+            record.unasked = unasked_tool(attrs)
     elif kind is LLM:
         if span.events and _first(attrs, OUTCOME_KEYS) is None:
             attrs = _with_events(attrs, span.events)

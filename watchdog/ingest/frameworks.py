@@ -65,11 +65,12 @@ class UnaskedTool:
     none of ``call_ids`` (the id of the model's tool call: pydantic-ai, google-adk, Strands,
     Semantic Kernel and Hermes' plugin put it on every tool call a model asked for).
 
-    Such a span at the root of a trace that names no run, with model calls below it, is code
-    invoking a function that runs the model loop itself (Semantic Kernel's
-    ``kernel.invoke_prompt``: a prompt function with auto function calling): it is the
-    invocation, not a tool call. A tool span that lost its context is a root too, but was asked
-    for by a model (it has a call id, or no model call below it): it stays a tool call.
+    Such a span with model calls below it is code invoking a function that runs the model loop
+    itself (Semantic Kernel's ``kernel.invoke_prompt``: a prompt function with auto function
+    calling), not a tool call: at the root of a trace that names no run it is the invocation;
+    inside a run (the client SDK's, a web request's trace) the frame of that run's model loop.
+    A tool span that lost its context is a root too, but was asked for by a model (it has a call
+    id, or no model call below it): it stays a tool call.
     """
 
     attribute: str
@@ -88,7 +89,7 @@ class Convention:
     root_kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # roots only
     span_names: Mapping[str, Role] = field(default_factory=dict)  # exact span name
     span_name_prefixes: tuple[tuple[str, Role], ...] = ()
-    unasked_tools: tuple[UnaskedTool, ...] = ()  # at a trace root: the invocation
+    unasked_tools: tuple[UnaskedTool, ...] = ()  # with model calls below: no tool call
     # -- identity
     agent_name: Names = _NO_NAMES  # on any span
     agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)

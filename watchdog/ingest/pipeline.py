@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from watchdog.bounds import id_problem
 from watchdog.ingest.conventions import Resource, SpanRejected, normalise, select_attributes
 from watchdog.ingest.decode import ExportTraceServiceRequest, attributes
-from watchdog.runs.record import LLM, TOOL, SpanRecord
+from watchdog.runs.record import AGENT, LLM, TOOL, SpanRecord
 
 
 @dataclass(slots=True)
@@ -58,27 +58,29 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
     return next(slices_of(request, None), Decoded())
 
 
-def _closes_run(record: SpanRecord) -> bool:
+def _applied_last(record: SpanRecord) -> bool:
     """A trace root that closes its run (:attr:`SpanRecord.ends_run`): one that is no model or
-    tool call (those may be loose calls, grouped in order), or a root tool call no model asked
-    for. A nested agent span is not held back: the span it hangs from (in the same request)
-    must find it waiting (:class:`~watchdog.runs.tracker.RunTracker`'s pending parents)."""
-    return record.parent_span_id is None and (
-        record.unasked or not (record.kind is LLM or record.kind is TOOL))
+    tool call (those may be loose calls, grouped in order); and a tool call no model asked for,
+    which the model calls below it (maybe of another scope) make a frame, not a tool call. A
+    nested agent span is not held back: the span it hangs from (in the same request) must find
+    it waiting (:class:`~watchdog.runs.tracker.RunTracker`'s pending parents)."""
+    return record.unasked or (record.parent_span_id is None
+                              and not (record.kind is LLM or record.kind is TOOL))
 
 
 def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[Decoded]:
     """The request's records ``size`` spans at a time (None: all at once), so the shell can
     apply a large request in slices and serve other requests in between.
 
-    The trace roots that close their run come last, in the request's last slice: an exporter
-    groups a request's spans by instrumentation scope, not by end time, so a root (one
-    framework's scope) may come before the model call that answered (another's), and a slice
-    boundary between them would end the run before its answer arrived.
+    The trace roots that close their run, and the tool calls no model asked for, come last, in
+    the request's last slice: an exporter groups a request's spans by instrumentation scope, not
+    by end time, so a root (one framework's scope) may come before the model call that answered
+    (another's), and a slice boundary between them would end the run before its answer arrived.
     """
     decoded = Decoded()
     records = decoded.records
-    closing: list[SpanRecord] = []
+    applied: list[list[SpanRecord]] = [records]  # every slice's records, for _models_below
+    held: list[SpanRecord] = []
     count = 0
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
@@ -87,7 +89,7 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                 try:
                     record = _checked(normalise(span, select_attributes(span.attributes),
                                                 resource))
-                    (closing if _closes_run(record) else records).append(record)
+                    (held if _applied_last(record) else records).append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
                     if not decoded.first_error:
@@ -97,6 +99,30 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                     yield decoded
                     decoded, count = Decoded(), 0
                     records = decoded.records
-    records.extend(closing)
-    if count or closing or size is None:
+                    applied.append(records)
+    if held:
+        _models_below(held, applied)
+    records.extend(held)
+    if count or held or size is None:
         yield decoded
+
+
+def _models_below(held: list[SpanRecord], applied: list[list[SpanRecord]]) -> None:
+    """Tell the unasked tool calls inside which a model call of their trace ran (started after
+    it, ended before it did) in this request (``models_below`` True), or an agent did (False: a
+    sub-agent called as a tool is a tool call); the tracker looks at the runs for the rest."""
+    unasked = [record for record in held if record.unasked]
+    if not unasked:
+        return
+    for records in applied:
+        for record in records:
+            kind = record.kind
+            if kind is LLM or (kind is AGENT and not record.workflow):
+                for tool in unasked:
+                    if record.trace_id != tool.trace_id or record.end_ns > tool.end_ns:
+                        continue
+                    if kind is AGENT:
+                        if tool.start_ns <= record.start_ns:
+                            tool.models_below = False
+                    elif tool.start_ns < record.start_ns and tool.models_below is None:
+                        tool.models_below = True

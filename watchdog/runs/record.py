@@ -86,9 +86,13 @@ class SpanRecord:
     # model-call spans); 0 = not reported
     exception_id: int | None = None  # type + exact message, 64-bit: one exception seen on
     # several nested spans (a tool, its agent, the workflow) has one id
-    # A tool call no model asked for (no call id) at the root of a trace that names no run: the
-    # tracker makes it the invocation (:meth:`as_invocation`) when model calls ran below it.
+    # A tool call no model asked for (no call id): with model calls below it, the tracker makes
+    # it the invocation (:meth:`as_invocation`) at the root of a trace that names no run, else
+    # the frame of its run's model loop (:meth:`as_frame`). ``models_below``, as its request
+    # tells (the pipeline looks, holding it to the end): True, a model call of its trace ran
+    # inside it; False, an agent did (a sub-agent called as a tool); None, neither.
     unasked: bool = False
+    models_below: bool | None = None
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself
@@ -102,6 +106,13 @@ class SpanRecord:
                 and result.strip() not in EMPTY_OUTPUTS:
             self.final_answer = True
             self.final_output = result
+
+    def as_frame(self) -> None:
+        """This unasked tool call ran the model loop of a run named otherwise (the client SDK's
+        run around ``kernel.invoke_prompt``, a web request's trace): it is no tool call, and
+        the model calls below it say how the run went."""
+        self.kind = OTHER
+        self.tool_name = None  # its failure is its model loop's, already counted
 
     @property
     def ends_run(self) -> bool:

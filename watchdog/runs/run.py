@@ -52,9 +52,9 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_llm_said_ns",
-        "_recent_calls", "_result_counts", "_tool_error_streak", "activity_seq", "agent", "budget",
-        "consecutive_errors",
+        "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final",
+        "_llm_said_ns", "_llm_start_ns", "_recent_calls", "_result_counts", "_tool_error_streak",
+        "activity_seq", "agent", "budget", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "in_flight", "in_flight_since", "input_tokens",
@@ -108,6 +108,7 @@ class RunState:
         # An export request groups its spans by instrumentation scope, so a tool call and the
         # model call after it may arrive in either order: their end times tell which was last.
         self._llm_said_ns = 0
+        self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -151,6 +152,8 @@ class RunState:
             self.iterations += 1
             self.input_tokens += record.input_tokens
             self.output_tokens += record.output_tokens
+            if record.end_ns > self._llm_end_ns:
+                self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
             if (record.finish_reason is not None or record.final_answer
                     or record.requested_tools) \
                     and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
@@ -207,6 +210,11 @@ class RunState:
             # streak; a working model call ends a streak of failed model calls.
             self.consecutive_errors = 0
             self._tool_error_streak = False
+
+    def ran_model_inside(self, record: SpanRecord) -> bool:
+        """Whether the run's last model call so far (to end) ran inside ``record``'s span:
+        started after it, ended before it did."""
+        return record.start_ns < self._llm_start_ns and self._llm_end_ns <= record.end_ns
 
     def _apply_tool(self, record: SpanRecord) -> None:
         # A tool ran after the last model call: that call asked for it, whatever its finish
@@ -466,8 +474,9 @@ class RunState:
 _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_call_counts", "_cycle_runs", "_error_counts", "_llm_final", "_llm_said_ns", "_recent_calls",
-    "_result_counts", "_tool_error_streak", "agent", "consecutive_errors", "cycle_repeats",
+    "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_said_ns",
+    "_llm_start_ns", "_recent_calls", "_result_counts", "_tool_error_streak", "agent",
+    "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
     "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",
     "output_tokens",

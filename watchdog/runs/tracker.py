@@ -162,7 +162,7 @@ class RunTracker:
                     or not (record.kind is LLM or record.kind is TOOL) \
                     or record.trace_id in traces or record.trace_id in self._trace_runs:
                 continue
-            if record.unasked and self._ran_models(record, records):
+            if record.unasked and (record.models_below or self._ran_models(record, records)):
                 record.as_invocation()  # the trace's run, closed by this span
                 continue
             record.loose = True
@@ -189,6 +189,15 @@ class RunTracker:
         if run is not None and run.iterations:
             return True
         return any(record.kind is LLM and record.trace_id == root.trace_id for record in records)
+
+    @staticmethod
+    def _frames_models(tool: SpanRecord, run: RunState) -> bool:
+        """Whether a tool call no model asked for ran its run's model loop: a model call ran
+        inside it in its request (the pipeline looked), or, in a run its spans name (a nested
+        agent shares its key: its calls are the run's), the run's last model call did."""
+        if tool.models_below is not None:
+            return tool.models_below
+        return tool.key_source is not KEY_TRACE and run.ran_model_inside(tool)
 
     def _run_for(self, record: SpanRecord, now: float, result: BatchResult) -> RunState:
         key = record.run_key
@@ -239,6 +248,8 @@ class RunTracker:
                     pending[record.parent_span_id] = record.run_key
                     while len(pending) > MAX_PENDING_PARENTS:
                         pending.popitem(last=False)
+            if record.unasked and record.kind is TOOL and self._frames_models(record, run):
+                record.as_frame()  # the run's model loop ran inside it: no tool call
             self._fold(record, run, now, result)
         while len(self._active) > self.max_runs:
             _, victim = self._active.popitem(last=False)

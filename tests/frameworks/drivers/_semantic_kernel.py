@@ -21,9 +21,9 @@ auto-invoke loop (``FunctionChoiceBehavior.Auto``). Scenarios (argv[1]):
   model answers;
 
 each also with ``_stream`` appended: the agent's ``invoke_stream`` instead of ``invoke``; and
-``three_tools_client`` / ``three_tools_stream_client``: the invocation inside a run of the
-watchdog client SDK (``watchdog.client``, from the checkout: PYTHONPATH), which prints the model
-and tool calls its span processor counted.
+any scenario with ``_client`` appended (``three_tools_client``, ``kernel_three_tools_client``...):
+the invocation inside a run of the watchdog client SDK (``watchdog.client``, from the checkout:
+PYTHONPATH), which prints the model and tool calls its span processor counted.
 
 Without an agent (``kernel_`` + a scenario above: ``kernel_three_tools``, ``kernel_tool_error``,
 ``kernel_limit_stream``...): ``kernel.invoke_prompt`` (``invoke_prompt_stream``) with the same
@@ -69,24 +69,28 @@ async def invoke(scenario: str, provider: Any) -> None:
     base_url, model_name = model_settings()
     service = OpenAIChatCompletion(ai_model_id=model_name, async_client=AsyncOpenAI(
         base_url=base_url, api_key="sk-fake"))
-    if scenario.startswith(KERNEL_PREFIX):
-        await invoke_kernel(scenario.removeprefix(KERNEL_PREFIX), service, Lookup())
-        return
-    attempts = MAX_AUTO_INVOKE if scenario.startswith("limit") else 5  # 5: SK's default
-    agent = ChatCompletionAgent(
-        service=service, name=AGENT_NAME, instructions="You look keys up.", plugins=[Lookup()],
-        function_choice_behavior=FunctionChoiceBehavior.Auto(
-            maximum_auto_invoke_attempts=attempts))
     base = scenario.removesuffix("_client")
-    prompt = PROMPTS[base.removesuffix("_stream")]
-    if base == scenario:
+
+    async def invoke_one() -> None:
+        if base.startswith(KERNEL_PREFIX):
+            await invoke_kernel(base.removeprefix(KERNEL_PREFIX), service, Lookup())
+            return
+        attempts = MAX_AUTO_INVOKE if base.startswith("limit") else 5  # 5: SK's default
+        agent = ChatCompletionAgent(
+            service=service, name=AGENT_NAME, instructions="You look keys up.",
+            plugins=[Lookup()], function_choice_behavior=FunctionChoiceBehavior.Auto(
+                maximum_auto_invoke_attempts=attempts))
+        prompt = PROMPTS[base.removesuffix("_stream")]
         print("answer:", await answer(agent, prompt, stream=base.endswith("_stream")))
+
+    if base == scenario:
+        await invoke_one()
         return
     from watchdog.client import Watchdog
 
     wd = Watchdog(tracer_provider=provider)
     with wd.run(agent=AGENT_NAME) as run:
-        print("answer:", await answer(agent, prompt, stream=base.endswith("_stream")))
+        await invoke_one()
     print("client counted:", run.local_model_calls, "model calls,", run.local_tool_calls,
           "tool calls")
     wd.close()
