@@ -396,7 +396,8 @@ AGNO = Convention(
           "again, so the limit shows only in the input of the model call after it (a model that "
           "keeps asking is refused again and again: the run ends when it answers); a team "
           "member's agent span hangs from the team's agent span, not from "
-          "`delegate_task_to_member`",
+          "`delegate_task_to_member`; a tool's exception leaves only its message (the status "
+          "description): its type is `error`",
 )
 
 GENERIC_LIMITS = Convention(
