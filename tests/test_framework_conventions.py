@@ -25,6 +25,7 @@ from tests.spans import SpanMaker, records_of
 from watchdog.client.adapters.openai_agents import instrument_openai_agents
 from watchdog.ingest.conventions import Resource, normalise, select_attributes
 from watchdog.ingest.decode import attributes, parse_json
+from watchdog.ingest.outcome import prompt_limit
 from watchdog.runs.record import TOOL, SpanRecord
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
@@ -630,6 +631,27 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm stop answer',
         'agent autogen_researcher',
     ],
+    # Agno: no finish reasons; tool_call_limit=3 runs no 4th call but answers it with its own
+    # tool message, which ends the input of the next model call (Agno writes a message's role
+    # after its content)
+    ("agno_oi", "limit"): [
+        'llm None asks-tools',
+        'tool lookup {"key":"k0"}',
+        'llm None asks-tools',
+        'tool lookup {"key":"k1"}',
+        'llm None asks-tools',
+        'tool lookup {"key":"k2"}',
+        'llm None asks-tools',
+        'llm None answer limit=tool_call_limit',
+        'agent agno_researcher answer',
+    ],
+    # a tool's exception: its span is ERROR with the message as status, no type
+    ("agno_oi", "tool_error"): [
+        'llm None asks-tools',
+        'tool lookup {"key":"broken"} error=error',
+        'llm None answer',
+        'agent agno_researcher answer',
+    ],
     ("strands_default", "limit"): [
         'llm tool_use asks-tools',
         'tool lookup {"key":"k0"}',
@@ -813,6 +835,10 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("autogen_native", "three_tools"): COMPLETED_3,
     ("autogen_native", "limit"): Outcome(3, 3, 0, "no_response", None, False),
     ("autogen_native", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # Agno: tool_call_limit refuses the 4th call (no tool span); the model then answers
+    **{("agno_oi", scenario): COMPLETED_3 for scenario in ("three_tools", "three_tools_stream")},
+    ("agno_oi", "limit"): Outcome(5, 3, 0, "tool_limit_reached", "tool_call_limit", True),
+    ("agno_oi", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
 }
 
 
@@ -933,6 +959,28 @@ def test_streamed_answer_without_finish_reason_is_an_answer() -> None:
     record = records_of_lines([json.dumps(request)])[-1]
     assert (record.finish_reason, record.final_answer, record.requested_tools) == (
         None, True, False)
+
+
+AGNO_REFUSAL = ("Tool call limit reached. Tool call lookup not executed. Don't try to execute "
+                "it again.")
+
+
+@pytest.mark.parametrize("refusal", [{"role": "tool", "content": AGNO_REFUSAL},
+                                     {"content": AGNO_REFUSAL, "role": "tool"}],
+                         ids=["role-first", "content-first"])
+def test_a_limit_notice_is_read_from_the_last_input_message_whatever_its_key_order(
+        refusal: dict[str, str]) -> None:
+    # Agno writes each message's role after its content: the last message is not what follows
+    # the last "role" key. An earlier message is not the last one.
+    asked = {"role": "user", "content": "Look up every key."}
+    answered = {"content": "Nothing found.", "role": "assistant"}
+    assert prompt_limit(json.dumps({"messages": [asked, refusal]})) == "tool_call_limit"
+    assert prompt_limit(json.dumps([asked, refusal])) == "tool_call_limit"
+    assert prompt_limit(json.dumps({"messages": [asked, refusal, answered]})) is None
+    assert prompt_limit(json.dumps([refusal, asked])) is None
+    # text that is no JSON (cut short): read from its last "role" key on
+    cut = json.dumps([asked, {"role": "tool", "content": AGNO_REFUSAL}])[:-3]
+    assert prompt_limit(cut) == "tool_call_limit"
 
 
 def test_normalise_takes_the_decoded_attributes_unchanged() -> None:

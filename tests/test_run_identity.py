@@ -533,12 +533,17 @@ def test_every_recording_reads_the_same_however_its_requests_are_sliced() -> Non
             assert _first_reported(lines, 1) == _first_reported(lines, None), recording.name
 
 
-def test_a_sub_agent_is_adopted_when_its_whole_trace_comes_in_one_request() -> None:
+@pytest.mark.parametrize(("recording", "parent", "child"), [
+    ("pydantic_ai_agent/subagent", "pydantic-coordinator", "pydantic-researcher"),
+    ("agno_oi/team", "agno_team", "agno_researcher")])
+def test_a_sub_agent_is_adopted_when_its_whole_trace_comes_in_one_request(
+        recording: str, parent: str, child: str) -> None:
     """pydantic-ai's sub-agent (its own gen_ai.agent.call.id) hangs from the coordinator's tool
-    span, which ends after it: in one request, however sliced, the child run still finds its
-    parent (the recording's requests merged into one, in their order)."""
+    span, which ends after it; an Agno team member's agent span from the team's agent span: in
+    one request, however sliced, the child run still finds its parent (the recording's
+    requests merged into one, in their order)."""
     merged: dict[str, list[object]] = {"resourceSpans": []}
-    for line in (RECORDINGS / "pydantic_ai_agent" / "subagent.jsonl").read_text().splitlines():
+    for line in (RECORDINGS / f"{recording}.jsonl").read_text().splitlines():
         if line.strip():
             merged["resourceSpans"].extend(json.loads(line)["resourceSpans"])
     body = json.dumps(merged).encode()
@@ -547,5 +552,5 @@ def test_a_sub_agent_is_adopted_when_its_whole_trace_comes_in_one_request() -> N
         for part in slices_of(parse_json(body), size):
             tracker.apply(part.records, T0)
         runs = {run.agent_name: run for run in tracker.ended()}
-        assert set(runs) == {"pydantic-coordinator", "pydantic-researcher"}, size
-        assert runs["pydantic-researcher"].parent_run == runs["pydantic-coordinator"].key, size
+        assert set(runs) == {parent, child}, size
+        assert runs[child].parent_run == runs[parent].key, size

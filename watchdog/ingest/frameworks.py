@@ -386,6 +386,21 @@ AUTOGEN = Convention(
           "AutoGen's tracing guide does)",
 )
 
+AGNO = Convention(
+    name="Agno",
+    emitted_by="openinference-instrumentation-agno",
+    # tool_call_limit runs no call past the cap: Agno answers it with a tool message of its own
+    # and asks the model again (tools still offered), which then answers
+    limit_prompts=(("Tool call limit reached. Tool call ", "tool_call_limit"),),
+    notes="`tool_call_limit` raises nothing and ends no loop: a call past it gets Agno's "
+          "\"Tool call limit reached…\" as its result (no tool span) and the model is asked "
+          "again, so the limit shows only in the input of the model call after it (a model that "
+          "keeps asking is refused again and again: the run ends when it answers); a team "
+          "member's agent span hangs from the team's agent span, not from "
+          "`delegate_task_to_member`; a tool's exception leaves only its message (the status "
+          "description): its type is `error`",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -395,7 +410,7 @@ GENERIC_LIMITS = Convention(
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
-    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN,
+    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN, AGNO,
 )
 
 

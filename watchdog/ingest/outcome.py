@@ -115,21 +115,36 @@ def _state_limit(attrs: Mapping[str, object]) -> str | None:
 
 
 def prompt_limit(text: str) -> str | None:
-    """The limit a framework announces by asking for a last answer (Hermes' summary request,
-    crewai's forced final answer in the last input message; smolagents' system prompt in the
-    first)."""
+    """The limit a framework announces in the last input message of a model call (Hermes'
+    summary request, crewai's forced final answer, Agno's refusal of a call past its cap), or
+    in the first (smolagents' system prompt)."""
     tail = text[-PROMPT_TAIL_CHARS:]
-    start = tail.rfind('"role"')
-    last = tail if start < 0 else tail[start:]
+    last: str | None = None
     for prompt, limit in LIMIT_PROMPTS:
-        if prompt in last:
-            return limit
+        if prompt in tail:  # the common case: not there, and nothing is parsed
+            if last is None:
+                last = _last_message(text, tail)
+            if prompt in last:
+                return limit
     if LIMIT_SYSTEM_PROMPTS:
         head = text[:PROMPT_TAIL_CHARS]
         for prompt, limit in LIMIT_SYSTEM_PROMPTS:
             if prompt in head:
                 return limit
     return None
+
+
+def _last_message(text: str, tail: str) -> str:
+    """The last message of a request's message list (a JSON list of messages, or an object
+    holding one as ``messages``), as JSON text. Where a message's ``role`` key stands varies
+    (Agno writes it after the content), so the list is parsed; a text that is no such JSON is
+    read from its last ``"role"`` key on."""
+    value = _parsed(text)
+    messages = value.get("messages") if isinstance(value, dict) else value
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        return json.dumps(messages[-1], ensure_ascii=False)
+    start = tail.rfind('"role"')
+    return tail if start < 0 else tail[start:]
 
 
 def result_error(attrs: Mapping[str, object]) -> tuple[str, str] | None:
