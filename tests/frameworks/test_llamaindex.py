@@ -34,6 +34,11 @@ Known gap (not tested as if right): an ``AgentWorkflow`` handoff. Every agent's 
 flat below the one workflow span and no span says which agent ran (only the event reprs do):
 the watchdog sees one run, the ``handoff`` call one of its tool calls, not a child run per
 agent. ``test_handoff_*`` checks the handoff happened and that the spans name no agent.
+
+Known gap, not tested: LlamaIndex's native ``llama-index-observability-otel`` (0.7) emits the
+same spans (named after the traced methods) with no span kind and no convention's attributes,
+its facts only in span events named after LlamaIndex's events (``LLMChatStartEvent``...): the
+watchdog reads every span as plumbing and sees no run. Use OpenInference's instrumentation.
 """
 
 from __future__ import annotations

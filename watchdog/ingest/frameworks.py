@@ -398,7 +398,9 @@ LLAMAINDEX = Convention(
           "run's agent is `service.name`; an `AgentWorkflow` is one run, its agents' steps "
           "flat below the workflow span and a handoff a tool call (`handoff`): no child run "
           "per agent; every traced method of the LLM object is an LLM span: those with their "
-          "input but no messages, finish reason or usage are no model call",
+          "input but no messages, finish reason or usage are no model call; LlamaIndex's "
+          "native `llama-index-observability-otel` names no span kind (only its spans' names "
+          "and LlamaIndex event names say what a span is): nothing is read from it, no run",
 )
 
 GENERIC_LIMITS = Convention(
