@@ -322,6 +322,43 @@ def test_openinference_llm_span(otel: SpanMaker) -> None:
     assert record.session == "sess-9"
 
 
+@pytest.mark.parametrize("attrs", [
+    # a request built, not sent (LlamaIndex's _prepare_chat_with_tools)
+    {"input.value": '{"messages": ["..."], "tools": []}',
+     "output.value": '{"messages": ["..."], "tools": []}'},
+    # a method around the one that called the model (a subclass's astream_chat around its
+    # parent's): only the inner span has the messages
+    {"input.value": '{"messages": ["..."], "kwargs": {}}'},
+], ids=["helper", "wrapper"])
+def test_openinference_llm_kind_span_without_a_model_call(otel: SpanMaker,
+                                                          attrs: dict[str, Any]) -> None:
+    # Its input recorded, yet no messages, finish reason or usage: the instrumentation gives
+    # the model kind to every traced method of a model object; this one called no model.
+    record = record_of(otel.span("OpenAILike._prepare_chat_with_tools",
+                                 {"openinference.span.kind": "LLM", **attrs}))
+    assert record.kind is SpanKind.OTHER and not record.final_answer
+
+
+def test_openinference_llm_span_recording_nothing_is_a_model_call(otel: SpanMaker) -> None:
+    # the OpenAI Agents SDK's `generation` for an application's own model carries nothing
+    assert record_of(otel.span("generation", {"openinference.span.kind": "LLM"})).kind \
+        is SpanKind.LLM
+    # ... and a model-kind span that failed is a failed model call, whatever it recorded
+    failed = record_of(otel.span("OpenAILike.astream_chat", {
+        "openinference.span.kind": "LLM", "input.value": '{"messages": []}'},
+        exception=RuntimeError("connection refused")))
+    assert failed.kind is SpanKind.LLM and failed.error
+
+
+def test_workflow_span_name_is_no_agent_name(otel: SpanMaker) -> None:
+    # smolagents names its agent spans "<agent name>.run"; a workflow root named after the
+    # code that frames the run (LlamaIndex's "FunctionAgent.run", a CHAIN) names no agent
+    record = record_of(otel.span("FunctionAgent.run", {"openinference.span.kind": "CHAIN"}))
+    assert record.kind is SpanKind.AGENT and record.workflow and record.agent is None
+    agent = record_of(otel.span("smol_researcher.run", {"openinference.span.kind": "AGENT"}))
+    assert agent.agent == "smol_researcher"
+
+
 def test_openinference_total_tokens_only(otel: SpanMaker) -> None:
     record = record_of(otel.span("llm", {"openinference.span.kind": "LLM",
                                          "llm.token_count.total": 40}))

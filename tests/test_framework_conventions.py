@@ -702,6 +702,35 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm end_turn answer',
         'agent strands-researcher answer',
     ],
+    # LlamaIndex under OpenInference: per model call, `_prepare_chat_with_tools` and the
+    # `astream_chat` around the one that called the model are LLM spans too (their input
+    # recorded, nothing of a model call): plumbing. The root (`FunctionAgent.run`, a CHAIN)
+    # names no agent; the cap is only the message of a WorkflowRuntimeError, or LlamaIndex's
+    # own request for an answer.
+    **{("llamaindex_oi", scenario): [
+        *(line for key in "abc" for line in (
+            'llm tool_calls asks-tools', f'tool lookup {{"kwargs":{{"key":"{key}"}}}}')),
+        'llm stop answer',
+        'agent None answer',
+    ] for scenario in ("three_tools", "three_tools_nostream")},
+    ("llamaindex_oi", "limit"): [
+        'llm tool_calls asks-tools',
+        'tool lookup {"kwargs":{"key":"k0"}}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"kwargs":{"key":"k1"}}',
+        'llm tool_calls asks-tools',
+        'other limit=max_iterations error=WorkflowRuntimeError',
+        'agent None limit=max_iterations error=WorkflowRuntimeError',
+    ],
+    ("llamaindex_oi", "limit_generate"): [
+        'llm tool_calls asks-tools',
+        'tool lookup {"kwargs":{"key":"k0"}}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"kwargs":{"key":"k1"}}',
+        'llm tool_calls asks-tools',
+        'llm stop answer limit=max_iterations',
+        'agent None answer',
+    ],
     **SEMANTIC_KERNEL,
 }
 
@@ -839,6 +868,13 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     **{("agno_oi", scenario): COMPLETED_3 for scenario in ("three_tools", "three_tools_stream")},
     ("agno_oi", "limit"): Outcome(5, 3, 0, "tool_limit_reached", "tool_call_limit", True),
     ("agno_oi", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # LlamaIndex: run(max_iterations=3) stops before the third tool request is run
+    **{("llamaindex_oi", scenario): COMPLETED_3
+       for scenario in ("three_tools", "three_tools_stream", "three_tools_nostream")},
+    ("llamaindex_oi", "limit"): Outcome(3, 2, 0, "tool_limit_reached", "max_iterations", False),
+    ("llamaindex_oi", "limit_generate"): Outcome(4, 2, 0, "tool_limit_reached", "max_iterations",
+                                                 True),
+    ("llamaindex_oi", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
 }
 
 

@@ -96,6 +96,7 @@ TOOL_ARGS_ENVELOPES = TABLES.tool_args_envelopes
 TOOL_RESULT_KEYS = TABLES.tool_result
 AGENT_OUTPUT_KEYS = TABLES.answer
 LLM_OUTPUT_KEYS = TABLES.llm_output
+LLM_INPUT_KEYS = TABLES.llm_input
 INPUT_TOKEN_KEYS = TABLES.input_tokens
 OUTPUT_TOKEN_KEYS = TABLES.output_tokens
 TOTAL_TOKEN_KEYS = TABLES.total_tokens
@@ -504,7 +505,11 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
 
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent or json_agent
     if agent is None and kind is AGENT:
-        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS) or _agent_from_span_name(name)
+        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS)
+        if agent is None and role is AGENT_ROLE:
+            # (a workflow's span name is the code that frames the run, "FunctionAgent.run"
+            # in LlamaIndex: not an agent's name)
+            agent = _agent_from_span_name(name)
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service
@@ -604,23 +609,40 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
 
 
 def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> None:
-    record.input_tokens = _int(_first(attrs, INPUT_TOKEN_KEYS))
-    record.output_tokens = _int(_first(attrs, OUTPUT_TOKEN_KEYS))
+    input_tokens = _first(attrs, INPUT_TOKEN_KEYS)
+    output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
+    total_tokens = _first(attrs, TOTAL_TOKEN_KEYS)
+    finish = _first(attrs, FINISH_REASON_KEYS)
+    output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
+    messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
+    flat_out = 0
+    if not messages:  # flattened conventions: the count is in the keys, walked only now
+        keys = [kv.key for kv in span.attributes]
+        messages = _flat_count(keys, FLAT_INPUT_PREFIXES)
+        flat_out = _flat_count(keys, FLAT_OUTPUT_PREFIXES)
+    elif output_messages is not None:
+        flat_out = _count_messages(output_messages)
+    if not messages and not flat_out and finish is None and output_messages is None \
+            and input_tokens is None and output_tokens is None and total_tokens is None \
+            and not record.error and _first(attrs, LLM_INPUT_KEYS) is not None:
+        # Its input recorded (content capture is on), yet nothing a model call carries: no
+        # messages in or out, no finish reason, no usage. An instrumentation that gives the
+        # model kind to every traced method of a model object made it (OpenInference's
+        # LlamaIndex: `_prepare_chat_with_tools`, and an `astream_chat` wrapping the one that
+        # called the model): no model call. (A span that records nothing at all, the OpenAI
+        # Agents SDK's `generation` for a model of the application's own, stays one.)
+        record.kind = OTHER
+        return
+    record.input_tokens = _int(input_tokens)
+    record.output_tokens = _int(output_tokens)
     if not record.input_tokens and not record.output_tokens:
         # OpenLLMetry may report only a total; count it as input so totals stay right.
-        record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
-    output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
-    fill_model_outcome(record, _first(attrs, FINISH_REASON_KEYS),
-                  output_messages if output_messages is not None
-                  else _first(attrs, LLM_OUTPUT_KEYS))
-    messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
+        record.input_tokens = _int(total_tokens)
+    fill_model_outcome(record, finish,
+                       output_messages if output_messages is not None
+                       else _first(attrs, LLM_OUTPUT_KEYS))
     if messages:
-        messages += max(_count_messages(output_messages), 1)
-    else:  # flattened conventions: the count is in the keys, walked only now
-        keys = [kv.key for kv in span.attributes]
-        flat_in = _flat_count(keys, FLAT_INPUT_PREFIXES)
-        if flat_in:
-            messages = flat_in + max(_flat_count(keys, FLAT_OUTPUT_PREFIXES), 1)
+        messages += max(flat_out, 1)
     record.messages = messages
     if record.limit_stop is None and not record.requested_tools:
         # (a framework's "give your final answer" request offers no tools: never asks for any)

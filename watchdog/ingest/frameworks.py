@@ -401,6 +401,24 @@ AGNO = Convention(
           "description): its type is `error`",
 )
 
+LLAMAINDEX = Convention(
+    name="LlamaIndex",
+    emitted_by="openinference-instrumentation-llama-index (FunctionAgent, AgentWorkflow)",
+    # run(max_iterations=n) with the default early_stopping_method="force" raises the generic
+    # WorkflowRuntimeError: only its message names the limit
+    limit_status=((r"^(?:[\w.]+: )?Max iterations of \d+ reached!", "max_iterations"),),
+    # ... and with early_stopping_method="generate" appends a system message of its own and
+    # asks the model once more
+    limit_prompts=(("You have reached the maximum number of iterations (", "max_iterations"),),
+    notes="no span names the agent (only the repr of LlamaIndex's workflow events does): the "
+          "run's agent is `service.name`; an `AgentWorkflow` is one run, its agents' steps "
+          "flat below the workflow span and a handoff a tool call (`handoff`): no child run "
+          "per agent; every traced method of the LLM object is an LLM span: those with their "
+          "input but no messages, finish reason or usage are no model call; LlamaIndex's "
+          "native `llama-index-observability-otel` names no span kind (only its spans' names "
+          "and LlamaIndex event names say what a span is): nothing is read from it, no run",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -411,6 +429,7 @@ GENERIC_LIMITS = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN, AGNO,
+    LLAMAINDEX,
 )
 
 
