@@ -316,7 +316,10 @@ def unasked_tool(attrs: Mapping[str, object]) -> bool:
     to (:class:`~watchdog.ingest.frameworks.UnaskedTool`), without one."""
     for key, value, call_ids in UNASKED_TOOLS:
         if attrs.get(key) == value:
-            return all(attrs.get(call_id) in (None, "") for call_id in call_ids)
+            for call_id in call_ids:  # noqa: SIM110 (a generator costs ~3 % of normalise)
+                if attrs.get(call_id):
+                    return False
+            return True
     return False
 
 
