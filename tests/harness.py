@@ -67,14 +67,28 @@ class RunningServer:
         self.call(self.server.service.flush)
 
 
-def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "") -> T:
-    """Poll ``condition`` every 10 ms until it returns something truthy; fail after
-    ``timeout`` seconds naming ``what`` did not happen."""
+WAIT = 20.0  # the longest any awaited condition may take before the test fails
+
+
+def wait_until(condition: Callable[[], T], what: str = "", timeout: float = WAIT) -> T:
+    """Poll ``condition`` every 10 ms until it returns something truthy, and return that; fail
+    after ``timeout`` seconds naming ``what`` did not happen. The one polling helper of the
+    tests (:func:`eventually` is its twin for a test's own event loop)."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
+            raise AssertionError(f"not within {timeout:g} s: {what or condition}")
         time.sleep(0.01)
+    return value
+
+
+async def eventually(condition: Callable[[], T], what: str = "", timeout: float = WAIT) -> T:
+    """:func:`wait_until` inside a running event loop: the loop is served while it waits."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what or condition}")
+        await asyncio.sleep(0.01)
     return value
 
 

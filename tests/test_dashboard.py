@@ -34,10 +34,15 @@ from opentelemetry.trace import Status, StatusCode, Tracer, set_span_in_context
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.workload import batches
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from tests.prom import (
     ROOT,
-    WAIT_SECONDS,
     Prometheus,
     alert_groups,
     alert_rules,
@@ -214,14 +219,6 @@ def sidecar_values(sidecar: RunningServer) -> dict[str, float]:
     return values
 
 
-def until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {WAIT_SECONDS}s: {what}")
-        time.sleep(0.05)
-
-
 def play_round(round_: int, sidecar: RunningServer, agents: Agents, prometheus: Prometheus
                ) -> None:
     for body in batches(runs=8, batch_size=40, total_spans=320, seed=round_):
@@ -244,7 +241,7 @@ def play_round(round_: int, sidecar: RunningServer, agents: Agents, prometheus: 
         fired = values.get("agent_watchdog_rule_fired_total", 0)
         return fired > 0 and values.get(
             'agent_watchdog_directives_delivered_total{outcome="failed"}', 0) == fired
-    until(delivered, "every directive refused by the /refuse webhook")
+    wait_until(delivered, "every directive refused by the /refuse webhook")
     values = sidecar_values(sidecar)
     prometheus.wait_for_at_least({
         f"sum({name})": values[name] for name in (

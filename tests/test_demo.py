@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.harness import wait_until
 from watchdog.cli import main
 
 
@@ -45,7 +46,5 @@ def test_the_demo_shows_each_run_ending_as_it_should(capsys: pytest.CaptureFixtu
         return [t.name for t in set(threading.enumerate()) - threads_before
                 if "_poll_wrapper" not in t.name]
 
-    deadline = time.monotonic() + 5
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert left() == []
+    wait_until(lambda: not left(), "the sidecar's, the agents' and the exporters' threads to end",
+               timeout=5)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.harness import eventually
 from watchdog.api import create_app
 from watchdog.clock import Clock
 from watchdog.config import Config
@@ -109,14 +110,6 @@ async def sidecar(state_dir: str = ":memory:", *, webhooks: Sequence[WebhookTarg
         await runner.cleanup()
         await outbox.stop()
         await service.close()
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 # -- SSE client ---------------------------------------------------------------------------------

@@ -40,7 +40,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.harness import (
+    WAIT,
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from watchdog.directives.store import DeliveryState, DirectiveStore
 from watchdog.directives.webhooks import verify
 
@@ -50,22 +57,6 @@ SECRET = "whsec_" + base64.b64encode(b"agent-watchdog-e2e-webhook-key-32").decod
 DESIGN_FIELDS = ["id", "run_id", "seq", "action", "rule", "severity", "message",
                  "terminal_state", "budget", "report_prompt", "created_at"]
 ISO_SECONDS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-WAIT = 20.0  # the longest any condition may take before the test fails
-
-
-def until(condition: Callable[[], T], what: str, timeout: float = WAIT) -> T:
-    """Poll ``condition`` every 50 ms until it returns something truthy; fail after
-    ``timeout`` seconds saying ``what`` did not happen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.05)
-
-
 # -- the agent ------------------------------------------------------------------------------------
 
 class Redirectable(SpanExporter):
@@ -362,7 +353,7 @@ def test_budget_countdown_reaches_sse_and_long_poll_with_the_right_numbers(tmp_p
             for n, (tool, args, result) in enumerate(CALLS[:limit], start=1):
                 if n == limit:  # a long-poll already waiting when the abort is decided
                     waiting = Background(lambda: long_poll(server, run_id, after=3, wait=15))
-                    until(lambda: open_longpolls(server) == 1, "the long-poll is waiting")
+                    wait_until(lambda: open_longpolls(server) == 1, "the long-poll is waiting")
                 agent.tool(tool, args, result)
                 if n not in expected:
                     continue
@@ -401,8 +392,9 @@ def test_budget_countdown_reaches_sse_and_long_poll_with_the_right_numbers(tmp_p
             assert live.pending() == []
 
             agent.finish()  # the root span: the run ends
-            run = until(lambda: (r := server.get_json(f"/v1/runs/{run_id}"))["state"] == "ended"
-                        and r, "the run ends when its root span arrives")
+            run = wait_until(
+                lambda: (r := server.get_json(f"/v1/runs/{run_id}"))["state"] == "ended" and r,
+                "the run ends when its root span arrives")
     assert run["terminal_state"] == "tool_limit_reached"
     assert run["terminal_reason"] == "budget-exhausted"
     assert run["signals"]["tool_calls"] == limit
@@ -492,11 +484,11 @@ def test_webhooks_arrive_exactly_once_across_a_receiver_outage_and_a_sidecar_res
             agent = Agent(first, run_id, "hooked-agent", max_tool_calls=limit)
             for tool, args, result in CALLS[:4]:  # -> "3 of 6" (call 3), "2 of 6" (call 4)
                 agent.tool(tool, args, result)
-            stored = until(lambda: len(found := run_directives(first, run_id)) == 2 and found,
+            stored = wait_until(lambda: len(found := run_directives(first, run_id)) == 2 and found,
                            "two countdown directives stored during the outage")
             ids_before = [d["id"] for d in stored]
             # each refused at least twice (the first attempt and a backoff retry), none accepted
-            until(lambda: all(receiver.snapshot()[0][i] >= 2 for i in ids_before),
+            wait_until(lambda: all(receiver.snapshot()[0][i] >= 2 for i in ids_before),
                   "the outbox retries during the outage")
             assert not receiver.snapshot()[1]
             rows = deliveries(first)
@@ -513,13 +505,13 @@ def test_webhooks_arrive_exactly_once_across_a_receiver_outage_and_a_sidecar_res
         receiver.status = 200  # the receiver is back; a new sidecar on the same state dir
         with running_server(config) as second:
             agent.point_at(second)
-            until(lambda: set(receiver.snapshot()[1]) == set(ids_before),
+            wait_until(lambda: set(receiver.snapshot()[1]) == set(ids_before),
                   "the persisted deliveries are sent after the restart")
             for tool, args, result in CALLS[4:6]:  # -> "1 of 6" (call 5), abort (call 6)
                 agent.tool(tool, args, result)
-            everything = until(lambda: len(found := run_directives(second, run_id)) == 4
+            everything = wait_until(lambda: len(found := run_directives(second, run_id)) == 4
                                and found, "two more directives after the restart")
-            until(lambda: len(rows := deliveries(second)) == 4
+            wait_until(lambda: len(rows := deliveries(second)) == 4
                   and all(r.state is DeliveryState.DELIVERED for r in rows),
                   "every delivery is marked delivered")
             attempts, accepted = receiver.snapshot()
@@ -561,7 +553,7 @@ def test_directives_fired_before_a_restart_are_not_fired_again_and_seq_continues
     main, other = f"restart-{uuid.uuid4().hex[:12]}", f"other-{uuid.uuid4().hex[:12]}"
 
     def seen(server: RunningServer, run_id: str, count: int) -> list[dict[str, Any]]:
-        return until(lambda: len(found := long_poll(server, run_id, 0)["directives"]) >= count
+        return wait_until(lambda: len(found := long_poll(server, run_id, 0)["directives"]) >= count
                      and found, f"{count} directives for {run_id}")
 
     def check_outbox(server: RunningServer) -> None:
@@ -604,7 +596,7 @@ def test_directives_fired_before_a_restart_are_not_fired_again_and_seq_continues
         check_outbox(third)
         agent.finish()
         bystander.finish()
-        ended = until(lambda: (r := third.get_json(f"/v1/runs/{main}"))["state"] == "ended"
+        ended = wait_until(lambda: (r := third.get_json(f"/v1/runs/{main}"))["state"] == "ended"
                       and r, "the run ends")
 
     assert [(d["seq"], d["rule"], d["message"]) for d in final] == [

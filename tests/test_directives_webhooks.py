@@ -18,7 +18,8 @@ import pytest
 from aiohttp import web
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from tests.test_directives_api import Sidecar, eventually, sidecar
+from tests.harness import eventually
+from tests.test_directives_api import Sidecar, sidecar
 from watchdog.clock import ManualClock
 from watchdog.config import Config
 from watchdog.directives.store import DeliveryState
