@@ -875,6 +875,14 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("llamaindex_oi", "limit_generate"): Outcome(4, 2, 0, "tool_limit_reached", "max_iterations",
                                                  True),
     ("llamaindex_oi", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # DSPy ReAct: three tool calls, ReAct's own `finish` (no tool call) and its extract step (a
+    # fifth model call, the answer); with LiteLLM's instrumentation too each call is two nested
+    # model spans, counted once; max_iters=3 is read from a trajectory without `finish`
+    **{("dspy_oi", scenario): Outcome(5, 3, 0, "completed", None, True)
+       for scenario in ("three_tools", "three_tools_async", "three_tools_litellm")},
+    **{("dspy_oi", scenario): Outcome(4, 3, 0, "tool_limit_reached", "max_iters", True)
+       for scenario in ("limit", "limit_litellm")},
+    ("dspy_oi", "tool_error"): Outcome(3, 1, 1, "completed", None, True),
 }
 
 

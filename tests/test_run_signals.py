@@ -290,6 +290,33 @@ def test_the_answer_is_the_last_model_call_to_end_whatever_the_arrival_order(
     assert run.tool_calls == 1
 
 
+@pytest.mark.parametrize("outer_first", [False, True])
+def test_a_model_call_traced_twice_one_span_inside_the_other_counts_once(
+        otel: SpanMaker, outer_first: bool) -> None:
+    """A framework's model-call span around its client library's (DSPy's ``LM.__call__``
+    around LiteLLM's ``completion``) is one call: one iteration, its usage once (from the span
+    that reported it). An export request groups spans by scope: either may arrive first."""
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
+    for step, finish in enumerate(("tool_calls", "stop")):
+        start = T0 + 10 * step
+        outer = otel.open("LM.__call__", chat_attrs(0, 0), parent=root, start=start)
+        otel.span("completion", chat_attrs(100, 7, finish=finish), parent=outer,
+                  start=start + 0.1, end=start + 0.9)
+        outer.end(end_time=int((start + 1) * NS))
+        if step == 0:
+            tool_calls(otel, root, [("ls", {}, "x")], start=start + 2)
+    root.end(end_time=int((T0 + 60) * NS))
+    spans = otel.take()
+    if outer_first:  # each outer span before the inner one it wraps
+        for index, span in enumerate(spans):
+            if span.name == "LM.__call__":
+                spans.insert(index - 1, spans.pop(index))
+    tracker, _ = run_spans(spans)
+    run = only_run(tracker)
+    assert (run.iterations, run.input_tokens, run.output_tokens) == (2, 200, 14)
+    assert run.terminal_state is TerminalState.COMPLETED and run.tool_calls == 1
+
+
 def test_no_response_run(otel: SpanMaker) -> None:
     root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
     tool_calls(otel, root, [("ls", {}, "x")])

@@ -60,6 +60,7 @@ def row(convention: Convention) -> str:
              + [f"`{key}` JSON `{'.'.join(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json])
     tools = (_places(c.tool_name) + [f"span name `{p}…`" for p in c.tool_name_span_prefixes]
+             + [f"span name `…{s}`" for s in c.tool_name_span_suffixes]
              + _places(c.tool_args))
     failed = [f"`{rule.attribute}` with "
               + ", ".join(f"`{'.'.join(path)}` = `{value}`" for path, value in rule.where)
@@ -71,6 +72,8 @@ def row(convention: Convention) -> str:
              + [f"root `{rule.attribute}` = {rule.value} without "
                 + " or ".join(f"`{key}`" for key in rule.call_ids)
                 + ", with model calls below (workflow)" for rule in c.unasked_tools]
+             + [f"tool `{name}` with result `{result}` ends the loop (no tool call)"
+                for name, result in c.loop_end_tools]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]
              + [f"span `{prefix}…` ({role})" for prefix, role in c.span_name_prefixes]
              + [f"an agent-kind span named after `{key}` JSON `{'.'.join(path)}` is a graph "

@@ -128,11 +128,13 @@ CREATE_AGENT, WORKFLOW, AGENT_ROLE = Role.CREATE_AGENT, Role.WORKFLOW, Role.AGEN
 SPAN_NAME_ROLES = TABLES.span_names
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
+TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
 
 # Output tools deliver the final answer (pydantic-ai final_result, smolagents final_answer);
 # they are not work the agent did.
 OUTPUT_TOOL_NAMES = TABLES.answer_tools
 OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
+LOOP_END_TOOLS = TABLES.loop_end_tools
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
 # Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
@@ -378,6 +380,10 @@ def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
                 break
         else:  # OpenInference names a tool span after what it runs ("handoff to researcher")
             tool = name
+            for suffix in TOOL_NAME_SPAN_SUFFIXES:  # ... or after its method ("lookup.acall")
+                if tool.endswith(suffix) and len(tool) > len(suffix):
+                    tool = tool[:-len(suffix)]
+                    break
     return (tool or "unknown")[:MAX_NAME_CHARS]
 
 
@@ -590,6 +596,12 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         args = _first(attrs, TOOL_ARGS_KEYS)
         if args is not None:
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
+        return
+    if tool in LOOP_END_TOOLS and not record.error \
+            and _first(attrs, TOOL_RESULT_KEYS) == LOOP_END_TOOLS[tool]:
+        # The framework's own tool to end its loop (DSPy ReAct's `finish`): no agent work,
+        # and no answer either (a later step extracts it).
+        record.kind = OTHER
         return
     args = _first(attrs, TOOL_ARGS_KEYS)
     if args is not None:

@@ -105,6 +105,7 @@ class Convention:
     # -- tool calls
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
+    tool_name_span_suffixes: Names = _NO_NAMES  # "lookup.__call__" -> lookup
     tool_args: Names = _NO_NAMES
     # (keys only the wrapper has, the key holding the arguments): instrumentations that record
     # a call's whole envelope (ids, metadata) instead of its arguments
@@ -113,6 +114,9 @@ class Convention:
     # a result that says the call failed although its span ended OK
     tool_result_errors: tuple[ErrorResult, ...] = ()
     answer_tools: frozenset[str] = _NO_SET  # a tool that delivers the answer, not agent work
+    # (tool name, its result exactly): a tool the framework adds to end its loop, neither agent
+    # work nor the answer (a later step extracts that): DSPy ReAct's `finish`
+    loop_end_tools: tuple[tuple[str, str], ...] = ()
     answer_tool_prefixes: Names = _NO_NAMES
     # -- model calls and answers
     answer: Names = _NO_NAMES  # an agent span's output
@@ -419,6 +423,31 @@ LLAMAINDEX = Convention(
           "and LlamaIndex event names say what a span is): nothing is read from it, no run",
 )
 
+DSPY = Convention(
+    name="DSPy",
+    emitted_by="openinference-instrumentation-dspy (`dspy.ReAct`), optionally with "
+               "openinference-instrumentation-litellm",
+    # ReAct offers the model a tool of its own, `finish` (no arguments, returns "Completed."),
+    # to end its loop; the answer comes after it, from ReAct's extract step (a model call)
+    loop_end_tools=(("finish", '"Completed."'),),
+    # a tool span has no `tool.name`: it is named after the tool's method
+    tool_name_span_suffixes=(".__call__", ".acall"),
+    # max_iters ends the loop silently and the extract step answers all the same: only the
+    # trajectory in ReAct's output (the root CHAIN's `output.value`) shows that no step finished
+    limit_states=(("output.value",
+                   r'(?s)\{"trajectory": \{"thought_0": (?!.*"tool_name_\d+": "finish")',
+                   "max_iters"),),
+    notes="no AGENT span: the root `ReAct.forward` CHAIN is the invocation and no span names "
+          "the agent (its name is `service.name`); the answer is the root's output (the whole "
+          "`Prediction`, trajectory included); `max_iters` is read from a root trajectory "
+          "without `finish` (a loop ended early for another reason — no valid tool named, "
+          "context window exceeded — reads the same; a ReAct inside a program of the "
+          "application's is not looked at); a ReAct run inside another's tool is a CHAIN "
+          "below a TOOL span: no child run, its calls are the outer run's; a model call traced "
+          "by both DSPy's `LM.__call__` and LiteLLM's `completion` counts once; without "
+          "LiteLLM's instrumentation the model calls carry no token counts",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -429,7 +458,7 @@ GENERIC_LIMITS = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN, AGNO,
-    LLAMAINDEX,
+    LLAMAINDEX, DSPY,
 )
 
 
@@ -474,12 +503,14 @@ class Tables:
     session: Names
     tool_name: Names
     tool_name_span_prefixes: Names
+    tool_name_span_suffixes: Names
     tool_args: Names
     tool_args_envelopes: tuple[tuple[frozenset[str], str], ...]
     tool_result: Names
     tool_result_errors: tuple[ErrorResult, ...]
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
+    loop_end_tools: Mapping[str, str]
     answer: Names
     llm_output: Names
     llm_input: Names
@@ -537,6 +568,7 @@ def combine() -> Tables:
         session=_names("session"),
         tool_name=_names("tool_name"),
         tool_name_span_prefixes=_names("tool_name_span_prefixes"),
+        tool_name_span_suffixes=_names("tool_name_span_suffixes"),
         tool_args=_names("tool_args"),
         tool_args_envelopes=tuple(pair for convention in CONVENTIONS
                                   for pair in convention.tool_args_envelopes),
@@ -544,6 +576,8 @@ def combine() -> Tables:
         tool_result_errors=tuple(entry for convention in CONVENTIONS
                                  for entry in convention.tool_result_errors),
         answer_tools=_union("answer_tools"),
+        loop_end_tools=MappingProxyType({name: result for convention in CONVENTIONS
+                                         for name, result in convention.loop_end_tools}),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
         answer=_names("answer"),
         llm_output=_names("llm_output"),

@@ -32,6 +32,10 @@ from watchdog.runs.terminal import TerminalState, classify_end
 MAX_DISTINCT_TOOLS = 64
 MAX_DISTINCT_SIGNATURES = 128
 MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
+# Model-call spans remembered to tell a call traced twice, one span inside the other: the two
+# arrive in the same or the next export request, but a request groups spans by instrumentation
+# scope, so one batch's outer spans may all come before its inner ones.
+MAX_MODEL_SPANS = 64
 OTHER_TOOL = "_other"
 NS = 1_000_000_000
 
@@ -53,7 +57,8 @@ class RunState:
 
     __slots__ = (
         "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final",
-        "_llm_said_ns", "_llm_start_ns", "_recent_calls", "_result_counts", "_tool_error_streak",
+        "_llm_said_ns", "_llm_start_ns", "_model_parents", "_model_spans", "_recent_calls",
+        "_result_counts", "_tool_error_streak",
         "activity_seq", "agent", "budget", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
@@ -109,6 +114,9 @@ class RunState:
         # model call after it may arrive in either order: their end times tell which was last.
         self._llm_said_ns = 0
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
+        # model-call span id -> [its parent span id, input tokens, output tokens counted]
+        self._model_spans: dict[str, list[Any]] = {}
+        self._model_parents: dict[str, str] = {}  # parent span id -> model-call span id
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -149,9 +157,7 @@ class RunState:
 
         kind = record.kind
         if kind is LLM:
-            self.iterations += 1
-            self.input_tokens += record.input_tokens
-            self.output_tokens += record.output_tokens
+            self._count_model_call(record)
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
             if (record.finish_reason is not None or record.final_answer
@@ -210,6 +216,35 @@ class RunState:
             # streak; a working model call ends a streak of failed model calls.
             self.consecutive_errors = 0
             self._tool_error_streak = False
+
+    def _count_model_call(self, record: SpanRecord) -> None:
+        """One iteration and its usage, unless the span is the twin of a model call already
+        counted: a model-call span directly inside another (or around one) is the same call
+        traced by two instrumentations — a framework's and its client library's (DSPy's
+        ``LM.__call__`` around LiteLLM's ``completion``). The pair counts once, its usage from
+        whichever of the two reported more (the framework's span often reports none)."""
+        spans = self._model_spans
+        twin = spans.get(record.parent_span_id) if record.parent_span_id else None
+        if twin is None and record.span_id in self._model_parents:
+            twin = spans.get(self._model_parents[record.span_id])
+        input_tokens, output_tokens = record.input_tokens, record.output_tokens
+        if twin is None:
+            self.iterations += 1
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+        else:
+            self.input_tokens += max(input_tokens - twin[1], 0)
+            self.output_tokens += max(output_tokens - twin[2], 0)
+            twin[1], twin[2] = max(input_tokens, twin[1]), max(output_tokens, twin[2])
+            input_tokens, output_tokens = twin[1], twin[2]
+        if len(spans) >= MAX_MODEL_SPANS:
+            oldest = next(iter(spans))
+            parent = spans.pop(oldest)[0]
+            if self._model_parents.get(parent) == oldest:
+                del self._model_parents[parent]
+        spans[record.span_id] = [record.parent_span_id or "", input_tokens, output_tokens]
+        if record.parent_span_id:
+            self._model_parents[record.parent_span_id] = record.span_id
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
@@ -475,7 +510,8 @@ _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_said_ns",
-    "_llm_start_ns", "_recent_calls", "_result_counts", "_tool_error_streak", "agent",
+    "_llm_start_ns", "_model_parents", "_model_spans", "_recent_calls", "_result_counts",
+    "_tool_error_streak", "agent",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
     "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",

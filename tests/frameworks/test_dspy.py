@@ -1,0 +1,166 @@
+"""DSPy (dspy 3.4 ``dspy.ReAct`` with Python function tools) on ``dspy.LM`` (LiteLLM inside)
+against the fake server, traced by OpenInference (openinference-instrumentation-dspy, DSPy's
+documented OpenTelemetry route; ``*_litellm`` scenarios add openinference-instrumentation-litellm,
+which DSPy's tracing guides install beside it), in venv ``.venvs/dspy``. DSPy's ChatAdapter has
+the model answer in text fields (``[[ ## next_tool_name ## ]]``...), not native tool calls: the
+scripts below answer in that format.
+
+What DSPy emits (details: the recordings): one trace per ``agent(question=...)``, its root a
+CHAIN ``ReAct.forward`` (``acall``: ``ReAct.aforward``) with the call's inputs as ``input.value``
+and the whole ``Prediction`` as ``output.value`` (``{"trajectory": {"thought_0", "tool_name_0",
+"tool_args_0", "observation_0", ...}, "reasoning", "answer"}``). No span is of AGENT kind and
+none names the agent: the run's agent is ``service.name``. Per step: CHAIN ``Predict.forward`` >
+CHAIN ``Predict(StringSignature).forward`` > CHAIN ``ChatAdapter.__call__`` > LLM
+``LM.__call__`` (``llm.model_name``, ``llm.input_messages.*``, ``llm.output_messages.*``, the
+raw completions as ``output.value``; no finish reason, no token counts), then a TOOL span named
+after the tool's method, ``lookup.__call__`` (``lookup.acall``), with no ``tool.name``
+(``input.value`` = ``{"kwargs": {...}}``). ReAct ends its loop with a tool of its own,
+``finish`` (a TOOL span ``finish.__call__``, result ``"Completed."``), then its extract step (a
+CHAIN ``ChainOfThought.forward`` and one more model call) produces the answer fields. With
+LiteLLM's instrumentation each ``LM.__call__`` has an LLM span ``completion`` inside it (finish
+reason, token counts): the same call traced twice.
+
+What the watchdog read wrong before: tools named ``lookup.__call__`` (OpenInference tool spans
+named after the tool's method: ``.__call__``/``.acall`` are stripped); ``finish`` counted as a
+tool call (a tool the framework adds to end its loop is none, and no answer: the extract step's
+model call and the root's output are); with LiteLLM every model call counted twice (a model-call
+span directly inside another, or around one, is the same call: counted once, its usage once);
+``max_iters`` read as ``completed``.
+
+The cap: ``max_iters`` raises nothing and ends the loop silently after the n-th tool call; the
+extract step answers from the trajectory anyway. Only the root's trajectory shows it: no step
+called ``finish``. That is ``tool_limit_reached`` with reason ``max_iters`` and the answer.
+
+A tool's exception ends its TOOL span ERROR (``exception`` event); ReAct catches it and shows
+the model "Execution error in lookup: ..." as the observation.
+
+Known gaps (in the README row, not tested as if right): a ReAct inside another's tool (the
+``subagent`` scenario) is a CHAIN below the TOOL span, no agent span: no child run, its model and
+tool calls are the outer run's (``test_subagent_*`` checks what is seen and why). A loop ended
+early for another reason (the model named no valid tool, the context window was exceeded)
+leaves a trajectory without ``finish`` too: it would read as ``max_iters``. A ReAct inside a
+program of the application's own (a custom ``dspy.Module``) is not the root: its cap is not
+read. Without LiteLLM's instrumentation no span carries token counts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM, Script, Step
+from tests.frameworks.harness import (
+    RECORDINGS,
+    Expect,
+    check_recorded,
+    check_runs,
+    drive_and_check,
+)
+from tests.frameworks.scenarios import ANSWER, ERROR_ANSWER, SUMMARY
+from tests.harness import RunningServer
+
+DRIVER = "dspy_oi"
+ENV = "dspy"
+AGENT = "dspy-service"  # the resource's service.name: no span names the agent
+SUB_ANSWER = "a is known."
+
+
+def react_step(tool: str, **arguments: Any) -> Step:
+    """One ReAct step in DSPy's ChatAdapter format: a thought, the tool to call, its args."""
+    return fakellm.answer(f"[[ ## next_thought ## ]]\nI call {tool}.\n\n"
+                          f"[[ ## next_tool_name ## ]]\n{tool}\n\n"
+                          f"[[ ## next_tool_args ## ]]\n{json.dumps(arguments)}\n\n"
+                          "[[ ## completed ## ]]")
+
+
+def extract_step(answer: str) -> Step:
+    """ReAct's extract step (a ChainOfThought over the trajectory): reasoning, the answer."""
+    return fakellm.answer(f"[[ ## reasoning ## ]]\nThe trajectory says so.\n\n"
+                          f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]")
+
+
+def react(steps: list[Step], answer: str) -> Script:
+    """ReAct's requests get ``steps`` in turn (the last repeats), its extract step ``answer``:
+    the two are told apart by the system message (only ReAct's offers ``next_tool_name``)."""
+    def pick(index: int, body: dict[str, Any]) -> Step:
+        system = str((body.get("messages") or [{}])[0].get("content"))
+        if "next_tool_name" not in system:
+            return extract_step(answer)
+        return steps[min(index, len(steps) - 1)]
+
+    return pick
+
+
+def looping(index: int, body: dict[str, Any]) -> Step:
+    system = str((body.get("messages") or [{}])[0].get("content"))
+    if "next_tool_name" not in system:
+        return extract_step(SUMMARY)
+    return react_step("lookup", key=f"k{index}")
+
+
+THREE = react([*(react_step("lookup", key=key) for key in "abc"), react_step("finish")], ANSWER)
+SCRIPTS: dict[str, dict[str, Script]] = {
+    "three_tools": {"": THREE},
+    "three_tools_async": {"": THREE},
+    "three_tools_litellm": {"": THREE},
+    "limit": {"": looping},
+    "limit_litellm": {"": looping},
+    "tool_error": {"": react([react_step("lookup", key="broken"), react_step("finish")],
+                             ERROR_ANSWER)},
+    "subagent": {"": react([react_step("research", question="What is a?"),
+                            react_step("finish")], ANSWER),
+                 "-sub": react([react_step("lookup", key="a"), react_step("finish")],
+                               SUB_ANSWER)},
+}
+EXPECTED = {
+    "three_tools": [Expect(AGENT, 5, 3, 0, "completed", True, None, None)],
+    "three_tools_async": [Expect(AGENT, 5, 3, 0, "completed", True, None, None)],
+    "three_tools_litellm": [Expect(AGENT, 5, 3, 0, "completed", True, None, None)],
+    "limit": [Expect(AGENT, 4, 3, 0, "tool_limit_reached", True, "max_iters", None)],
+    "limit_litellm": [Expect(AGENT, 4, 3, 0, "tool_limit_reached", True, "max_iters", None)],
+    "tool_error": [Expect(AGENT, 3, 1, 1, "completed", True, None, None)],
+    # known gap: the researcher (a ReAct inside the outer one's tool) is no child run
+    "subagent": [Expect(AGENT, 6, 2, 0, "completed", True, None, None)],
+}
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    drive_and_check(sidecar, llm, ENV, DRIVER, scenario, SCRIPTS[scenario], EXPECTED[scenario])
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_recorded(sidecar: RunningServer, scenario: str) -> None:
+    check_recorded(sidecar, DRIVER, scenario, EXPECTED[scenario])
+    (run,) = check_runs(sidecar, EXPECTED[scenario])
+    signals = run["signals"]
+    if scenario != "subagent":  # the tool is named, and finish is none of them
+        assert signals["tools"] == {"lookup": run["tool_calls"]}
+    # only LiteLLM's spans carry usage, each call's once (DSPy's LM.__call__ around it has none)
+    prompt_tokens = sum(int(item["value"]["intValue"]) for span in recorded_spans(scenario)
+                        for item in span.get("attributes", ())
+                        if item["key"] == "llm.token_count.prompt")
+    assert signals["input_tokens"] == prompt_tokens
+    assert (prompt_tokens > 0) is scenario.endswith("_litellm")
+
+
+def recorded_spans(scenario: str) -> list[dict[str, Any]]:
+    return [span for line in (RECORDINGS / DRIVER / f"{scenario}.jsonl").read_text().splitlines()
+            for resource in json.loads(line)["resourceSpans"]
+            for scope in resource["scopeSpans"] for span in scope["spans"]]
+
+
+def test_subagent_spans_name_no_agent() -> None:
+    """Why the inner ReAct is no child run (the known gap): no span is of agent kind or names
+    an agent; the inner ``ReAct.forward`` is a CHAIN below the outer one's ``research`` TOOL."""
+    spans = recorded_spans("subagent")
+    by_id = {span["spanId"]: span for span in spans}
+    kinds = {item["value"].get("stringValue") for span in spans
+             for item in span.get("attributes", ()) if item["key"] == "openinference.span.kind"}
+    assert kinds == {"CHAIN", "LLM", "TOOL"}
+    inner = [span for span in spans if span["name"] == "ReAct.forward"
+             and span.get("parentSpanId")]
+    assert [by_id[span["parentSpanId"]]["name"] for span in inner] == ["research.__call__"]
