@@ -652,6 +652,25 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm None answer',
         'agent agno_researcher answer',
     ],
+    # Microsoft Agent Framework: finish reasons as JSON text ('["tool_calls"]'); at its
+    # max_iterations=3 one more request with tool_choice="none", which the model answers with a
+    # call anyway: the framework's own text ends the agent's output instead of an answer
+    ("agent_framework_native", "limit"): [
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"k0"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"k1"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"k2"}',
+        'llm tool_calls asks-tools',
+        'agent maf_researcher limit=function_invocation_limit',
+    ],
+    ("agent_framework_native", "tool_error"): [
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"broken"} error=RuntimeError',
+        'llm stop answer',
+        'agent maf_researcher answer',
+    ],
     ("strands_default", "limit"): [
         'llm tool_use asks-tools',
         'tool lookup {"key":"k0"}',
@@ -883,6 +902,16 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     **{("dspy_oi", scenario): Outcome(4, 3, 0, "tool_limit_reached", "max_iters", True)
        for scenario in ("limit", "limit_litellm")},
     ("dspy_oi", "tool_error"): Outcome(3, 1, 1, "completed", None, True),
+    # Microsoft Agent Framework: a cap of its function invocation config, and the model still
+    # asking for a tool in the request after it: the framework's text stands in for the answer
+    **{("agent_framework_native", scenario): COMPLETED_3
+       for scenario in ("three_tools", "three_tools_stream")},
+    **{("agent_framework_native", scenario): Outcome(4, 3, 0, "tool_limit_reached",
+                                                     "function_invocation_limit", False)
+       for scenario in ("limit", "limit_stream")},
+    ("agent_framework_native", "calls_limit"): Outcome(3, 2, 0, "tool_limit_reached",
+                                                       "function_invocation_limit", False),
+    ("agent_framework_native", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
 }
 
 

@@ -55,7 +55,8 @@ def row(convention: Convention) -> str:
              + _codes(c.limit_finish_reasons, "finish reason ")
              + _places(c.limit_attributes)
              + [f"`{key}` ~ /{pattern}/ → `{name}`" for key, pattern, name in c.limit_states]
-             + [f"last input “{text}…” → `{name}`" for text, name in c.limit_prompts])
+             + [f"last input “{text}…” → `{name}`" for text, name in c.limit_prompts]
+             + [f"agent output ends “{text}…” → `{name}`" for text, name in c.limit_answers])
     agent = (_places(c.agent_name) + _places(c.agent_span_name, "agent span ")
              + [f"`{key}` JSON `{'.'.join(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json])

@@ -42,6 +42,7 @@ from watchdog.ingest.frameworks import TABLES, Path, Role
 from watchdog.ingest.outcome import (
     LIMIT_EXCEPTIONS,
     agent_limit,
+    answer_limit,
     at_path,
     fill_model_outcome,
     fill_reported_calls,
@@ -674,9 +675,10 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     if finish is not None:
         record.finish_reason = finish_reason(finish)
     limit = agent_limit(attrs, record.finish_reason)
+    stand_in = answer_limit(output)  # the framework's text where no answer came
     if record.limit_stop is None:
-        record.limit_stop = limit
-    stopped_silent = limit is not None and limit == record.finish_reason
+        record.limit_stop = limit or stand_in
+    stopped_silent = (limit is not None and limit == record.finish_reason) or stand_in is not None
     if (output is not None and not stopped_silent and not record.error
             and not _is_empty_output(output) and has_text(output)):
         # An agent stopped by a limit finish reason (Strands' limit_turns) gave no answer; one

@@ -143,6 +143,9 @@ class Convention:
     limit_prompts: tuple[tuple[str, str], ...] = ()
     # ... or in the first (system) message: (text it contains, limit name)
     limit_system_prompts: tuple[tuple[str, str], ...] = ()
+    # The framework's own text in place of an answer when its limit ended the loop without
+    # one, in the last message of an agent span's output: (text it contains, limit name).
+    limit_answers: tuple[tuple[str, str], ...] = ()
     # -- frameworks that report their model calls only on the agent span
     # (agent span attribute, a key only this framework's JSON has): a JSON object whose
     # "messages" list is the conversation the agent had
@@ -448,6 +451,24 @@ DSPY = Convention(
           "LiteLLM's instrumentation the model calls carry no token counts",
 )
 
+AGENT_FRAMEWORK = Convention(
+    name="Microsoft Agent Framework",
+    emitted_by="agent-framework-core's own GenAI spans (`agent_framework.observability`)",
+    # max_iterations / max_function_calls / max_duration_seconds of the chat client's
+    # function_invocation_configuration: one last model call with tool_choice="none"; when it
+    # still asks for a tool (or says nothing) the framework answers with this text instead
+    limit_answers=(("Function invocation limit reached before a final answer could be produced",
+                    "function_invocation_limit"),),
+    notes="`gen_ai.response.finish_reasons` is JSON text (`'[\"stop\"]'`), read as the list; "
+          "the function-calling caps (`max_iterations`, `max_function_calls`, "
+          "`max_duration_seconds`) end the loop with one more model call with "
+          "`tool_choice=\"none\"`, on no span: a model that then answers leaves a run like any "
+          "answered one (`completed`: a known gap); only the framework's stand-in text, when "
+          "the model still asks for a tool, shows the limit; a workflow (`workflow.run`, no "
+          "GenAI operation) is one run named after its first agent, each later agent a child "
+          "run of it",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -458,7 +479,7 @@ GENERIC_LIMITS = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN, AGNO,
-    LLAMAINDEX, DSPY,
+    LLAMAINDEX, DSPY, AGENT_FRAMEWORK,
 )
 
 
@@ -531,6 +552,7 @@ class Tables:
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
+    limit_answers: tuple[tuple[str, str], ...]
     conversation_outputs: tuple[tuple[str, str], ...]
     call_limits: tuple[tuple[str, tuple[str, ...], str], ...]
 
@@ -604,6 +626,8 @@ def combine() -> Tables:
                             for pair in convention.limit_prompts),
         limit_system_prompts=tuple(pair for convention in CONVENTIONS
                                    for pair in convention.limit_system_prompts),
+        limit_answers=tuple(pair for convention in CONVENTIONS
+                            for pair in convention.limit_answers),
         conversation_outputs=tuple(pair for convention in CONVENTIONS
                                    for pair in convention.conversation_outputs),
         call_limits=tuple(entry for convention in CONVENTIONS

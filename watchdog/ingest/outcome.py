@@ -25,6 +25,7 @@ LIMIT_ATTRIBUTE_KEYS = TABLES.limit_attributes
 LIMIT_STATES = TABLES.limit_states
 LIMIT_PROMPTS = TABLES.limit_prompts
 LIMIT_SYSTEM_PROMPTS = TABLES.limit_system_prompts
+LIMIT_ANSWERS = TABLES.limit_answers
 CALL_LIMITS = TABLES.call_limits
 # (rule, the JSON texts of its values): a result must contain all of them to be parsed
 TOOL_RESULT_ERRORS = tuple(
@@ -58,6 +59,12 @@ def status_limit(description: str) -> str | None:
 
 
 def finish_reason(value: object) -> str | None:
+    if isinstance(value, str) and value.startswith("["):
+        # a list written as JSON text (Microsoft Agent Framework: '["tool_calls"]'), not the
+        # array the conventions name
+        parsed = _parsed(value)
+        if isinstance(parsed, list) and all(isinstance(item, str) for item in parsed):
+            value = parsed
     if isinstance(value, list):
         value = value[-1] if value else None
     if value is None:
@@ -130,6 +137,23 @@ def prompt_limit(text: str) -> str | None:
         head = text[:PROMPT_TAIL_CHARS]
         for prompt, limit in LIMIT_SYSTEM_PROMPTS:
             if prompt in head:
+                return limit
+    return None
+
+
+def answer_limit(output: object) -> str | None:
+    """The limit a framework names by putting its own text in place of the answer, in the last
+    message of an agent span's output (Microsoft Agent Framework's "Function invocation limit
+    reached…" when its last request, without tools, still got no answer)."""
+    if not isinstance(output, str):
+        return None
+    tail = output[-PROMPT_TAIL_CHARS:]
+    last: str | None = None
+    for text, limit in LIMIT_ANSWERS:
+        if text in tail:  # the common case: not there, and nothing is parsed
+            if last is None:
+                last = _last_message(output, tail)
+            if text in last:
                 return limit
     return None
 
