@@ -554,3 +554,45 @@ def test_a_sub_agent_is_adopted_when_its_whole_trace_comes_in_one_request(
         runs = {run.agent_name: run for run in tracker.ended()}
         assert set(runs) == {parent, child}, size
         assert runs[child].parent_run == runs[parent].key, size
+
+
+def test_a_client_run_ends_with_its_own_span_not_with_an_agent_span_inside_it() -> None:
+    """A run the client SDK announced is framed by its ``watchdog.run <agent>`` span: an agent
+    called as a tool inside it (whose agent span ends first) does not end it, and its own span
+    ends it even below a web request's span. A run nobody announced ends with its agent span."""
+    for announced in (True, False):
+        maker = SpanMaker()
+        ids = {"watchdog.run.id": "r1", "watchdog.agent.name": "lead"}
+        with maker.agent("POST /ask", attrs={}) as request:
+            frame = maker.open("watchdog.run lead", ids, parent=request, start=T0)
+            lead = maker.open("invoke_agent lead", {**agent_attrs("lead"), **ids}, parent=frame,
+                              start=T0 + 0.1)
+            maker.span("chat m", chat_attrs(finish="tool_calls", **ids), parent=lead,
+                       start=T0 + 0.2)
+            tool = maker.open("execute_tool researcher", tool_attrs("researcher", "{}", **{
+                **ids, "gen_ai.tool.call.id": "call_1"}), parent=lead, start=T0 + 1)
+            inner = maker.open("invoke_agent researcher", {**agent_attrs("researcher"), **ids},
+                               parent=tool, start=T0 + 1.1)
+            maker.span("chat m", chat_attrs(finish="stop", **ids), parent=inner, start=T0 + 1.2)
+            inner.end(int((T0 + 2) * 1e9))
+            tool.end(int((T0 + 2.1) * 1e9))
+            spans = maker.take()  # exported while the lead still works
+            maker.span("chat m", chat_attrs(finish="stop", **ids), parent=lead, start=T0 + 3)
+            lead.end(int((T0 + 4) * 1e9))
+            frame.end(int((T0 + 4.1) * 1e9))
+        tracker = RunTracker()
+        if announced:
+            run, _ = tracker.heartbeat("r1", 0, T0, register=True)
+            assert run is not None
+            run.announce(agent="lead")
+        tracker.apply(records_of(spans), T0 + 2.5)
+        run = tracker.get("r1")
+        assert run is not None and run.ended is not announced
+        if not announced:
+            continue
+        late = maker.take()
+        tracker.apply(records_of(late[:-2]), T0 + 4.5)  # the lead's own agent span: still on
+        assert not run.ended
+        tracker.apply(records_of(late[-2:-1]), T0 + 5)  # the client's span
+        assert run.ended and run.terminal_state is TerminalState.COMPLETED
+        assert (run.iterations, run.tool_calls, run.agent_name) == (3, 1, "lead")

@@ -22,11 +22,11 @@ is not obeyed: the framework puts its own text "Function invocation limit reache
 final answer could be produced." last in the agent's output (``limit``, ``calls_limit``): that
 run is ``tool_limit_reached`` without an answer.
 
-Inside a run of the client SDK the counts are the agent's. A known gap, not tested: an agent
-used as a tool inside the same ``wd.run`` is no child run there — its calls count as the run's
-(the client's 6 model and 4 tool calls, and the sidecar's) and its ``invoke_agent`` span, the
-first agent span of the run to end, closes the run while the lead still works (the README's
-advice: give each sub-agent its own ``wd.run``).
+Inside a run of the client SDK the counts are the agent's. An agent used as a tool inside the
+same ``wd.run`` is no child run there: its calls count as the run's (the client's 6 model and
+4 tool calls, and the sidecar's; the README's advice: give each sub-agent its own ``wd.run``);
+its ``invoke_agent`` span, the first agent span of the run to end, does not end the run: the
+client's own span does.
 
 The expectations are DESIGN §3's: one run per invocation, the sub-agent a child run with its
 parent, iterations = model calls, tool calls, errors, terminal state and reason, the agent's
@@ -109,6 +109,9 @@ CLIENT = {
     "three_tools_stream_client": (4, 3, EXPECTED["three_tools_stream"]),
     "tool_error_client": (2, 1, EXPECTED["tool_error"]),
     "limit_client": (4, 3, EXPECTED["limit"]),
+    # an agent used as a tool inside the run (named as the client's run is): its calls are the
+    # run's, and its agent span, the first to end, does not end the run (the client's own does)
+    "sub_agent_client": (6, 4, [Expect(AGENT, 6, 4, 0, "completed", True, None, None)]),
 }
 
 

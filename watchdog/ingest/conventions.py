@@ -81,6 +81,7 @@ STATUS_CODE_ERROR = 2
 # Attribute names, in order of precedence: the combined tables of watchdog.ingest.frameworks.
 # The run key (DESIGN §3) is not a convention's: it is the watchdog's contract.
 RUN_ID_KEYS = ("watchdog.run.id",)
+CLIENT_RUN_SPAN = "watchdog.run "  # the name of the span the client SDK frames its runs with
 AGENT_CALL_ID_KEYS = ("gen_ai.agent.call.id",)
 PARENT_RUN_KEYS = ("watchdog.parent_run.id",)
 ERROR_TYPE_KEYS = ("error.type",)
@@ -508,6 +509,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
                         max(span.end_time_unix_nano, start_ns))
+    if source is KEY_WATCHDOG and name.startswith(CLIENT_RUN_SPAN):
+        record.run_frame = True
     if role is CREATE_AGENT:
         record.creates_agent = True
     elif role is WORKFLOW:

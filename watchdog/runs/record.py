@@ -93,6 +93,8 @@ class SpanRecord:
     # inside it; False, an agent did (a sub-agent called as a tool); None, neither.
     unasked: bool = False
     models_below: bool | None = None
+    # The client SDK's own span of a run it frames (``watchdog.run <agent>``): it ends the run.
+    run_frame: bool = False
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself
@@ -123,6 +125,6 @@ class SpanRecord:
         """
         if self.loose:  # a run of loose calls ends with its answer (or after a gap)
             return self.final_answer
-        if self.parent_span_id is None:
+        if self.parent_span_id is None or self.run_frame:
             return True
         return self.kind is AGENT and self.key_source is not KEY_TRACE

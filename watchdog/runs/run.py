@@ -34,8 +34,9 @@ MAX_DISTINCT_SIGNATURES = 128
 MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
 # Model-call spans remembered to tell a call traced twice, one span inside the other: the two
 # arrive in the same or the next export request, but a request groups spans by instrumentation
-# scope, so one batch's outer spans may all come before its inner ones.
-MAX_MODEL_SPANS = 64
+# scope, so one batch's outer spans may all come before its inner ones (a request with more
+# model calls of one run than this, each traced twice, counts some twice). ~250 bytes each.
+MAX_MODEL_SPANS = 16
 OTHER_TOOL = "_other"
 NS = 1_000_000_000
 
@@ -57,12 +58,12 @@ class RunState:
 
     __slots__ = (
         "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final",
-        "_llm_said_ns", "_llm_start_ns", "_model_parents", "_model_spans", "_recent_calls",
+        "_llm_said_ns", "_llm_start_ns", "_model_spans", "_recent_calls",
         "_result_counts", "_tool_error_streak",
         "activity_seq", "agent", "budget", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
-        "forced_reason", "forced_state", "in_flight", "in_flight_since", "input_tokens",
+        "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since", "input_tokens",
         "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "limit_stop", "messages", "output_tokens",
         "parent_run",
@@ -79,6 +80,9 @@ class RunState:
         self.service: str | None = None
         self.session: str | None = None
         self.session_counted = False  # the shell has counted this run in its session's runs
+        # The client SDK announced it: its own span (``watchdog.run <agent>``) ends it, not the
+        # agent spans inside it (a framework's agent, an agent called as a tool).
+        self.framed = False
         self.parent_run: str | None = None
         self.first_start_ns = 0
         self.first_seen = now
@@ -115,8 +119,8 @@ class RunState:
         self._llm_said_ns = 0
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         # model-call span id -> [its parent span id, input tokens, output tokens counted]
-        self._model_spans: dict[str, list[Any]] = {}
-        self._model_parents: dict[str, str] = {}  # parent span id -> model-call span id
+        # the last model calls: (span id, parent span id, input tokens, output tokens)
+        self._model_spans: list[tuple[str, str, int, int]] = []
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -222,29 +226,24 @@ class RunState:
         counted: a model-call span directly inside another (or around one) is the same call
         traced by two instrumentations — a framework's and its client library's (DSPy's
         ``LM.__call__`` around LiteLLM's ``completion``). The pair counts once, its usage from
-        whichever of the two reported more (the framework's span often reports none)."""
-        spans = self._model_spans
-        twin = spans.get(record.parent_span_id) if record.parent_span_id else None
-        if twin is None and record.span_id in self._model_parents:
-            twin = spans.get(self._model_parents[record.span_id])
+        whichever of the two reported more (the framework's span often reports none). Twins
+        end together, so the last few model calls are all there is to look at."""
+        recent = self._model_spans
+        span_id, parent = record.span_id, record.parent_span_id or ""
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
-        if twin is None:
-            self.iterations += 1
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
-        else:
-            self.input_tokens += max(input_tokens - twin[1], 0)
-            self.output_tokens += max(output_tokens - twin[2], 0)
-            twin[1], twin[2] = max(input_tokens, twin[1]), max(output_tokens, twin[2])
-            input_tokens, output_tokens = twin[1], twin[2]
-        if len(spans) >= MAX_MODEL_SPANS:
-            oldest = next(iter(spans))
-            parent = spans.pop(oldest)[0]
-            if self._model_parents.get(parent) == oldest:
-                del self._model_parents[parent]
-        spans[record.span_id] = [record.parent_span_id or "", input_tokens, output_tokens]
-        if record.parent_span_id:
-            self._model_parents[record.parent_span_id] = record.span_id
+        for index, (other, other_parent, other_in, other_out) in enumerate(recent):
+            if other == parent or other_parent == span_id:  # around it, or inside it
+                self.input_tokens += max(input_tokens - other_in, 0)
+                self.output_tokens += max(output_tokens - other_out, 0)
+                recent[index] = (other, other_parent, max(input_tokens, other_in),
+                                 max(output_tokens, other_out))
+                return
+        self.iterations += 1
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        if len(recent) >= MAX_MODEL_SPANS:
+            del recent[0]
+        recent.append((span_id, parent, input_tokens, output_tokens))
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
@@ -325,6 +324,7 @@ class RunState:
     def announce(self, agent: str | None = None, session: str | None = None,
                  parent_run: str | None = None, budget: dict[str, float] | None = None) -> None:
         """What the client SDK says about a run before its spans arrive."""
+        self.framed = True
         if agent and self.agent is None:
             self.agent = agent
         if session and self.session is None:
@@ -493,6 +493,8 @@ class RunState:
             value = data[name]
             if name in ("_call_counts", "_error_counts"):
                 value = {int(k): v for k, v in value.items()}
+            elif name == "_model_spans":  # stored as JSON lists
+                value = [(str(v[0]), str(v[1]), int(v[2]), int(v[3])) for v in value]
             elif name == "_result_counts":  # stored as JSON lists
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in ("terminal_state", "forced_state") and value is not None:
@@ -510,7 +512,7 @@ _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_said_ns",
-    "_llm_start_ns", "_model_parents", "_model_spans", "_recent_calls", "_result_counts",
+    "_llm_start_ns", "_model_spans", "_recent_calls", "_result_counts",
     "_tool_error_streak", "agent",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",

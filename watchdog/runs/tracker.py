@@ -272,7 +272,8 @@ class RunTracker:
             run.activity_seq += 1
             result.activity.append(entry)
         self._count(record, run, result)
-        if record.ends_run and not run.ended:
+        if record.ends_run and not run.ended and (
+                not run.framed or record.run_frame or record.parent_span_id is None):
             if not run.has_final_answer and run.end_error_type is None:
                 self._answer_from_children(run)
             self._finish(run, now)
