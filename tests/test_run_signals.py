@@ -290,12 +290,13 @@ def test_the_answer_is_the_last_model_call_to_end_whatever_the_arrival_order(
     assert run.tool_calls == 1
 
 
-@pytest.mark.parametrize("outer_first", [False, True])
+@pytest.mark.parametrize("order", ["inner first", "outer first", "by scope", "one by one"])
 def test_a_model_call_traced_twice_one_span_inside_the_other_counts_once(
-        otel: SpanMaker, outer_first: bool) -> None:
+        otel: SpanMaker, order: str) -> None:
     """A framework's model-call span around its client library's (DSPy's ``LM.__call__``
     around LiteLLM's ``completion``) is one call: one iteration, its usage once (from the span
-    that reported it). An export request groups spans by scope: either may arrive first."""
+    that reported it). An export request groups spans by scope: either may arrive first, and
+    all of one scope's before the other's; or each span comes in a request of its own."""
     root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
     for step, finish in enumerate(("tool_calls", "stop")):
         start = T0 + 10 * step
@@ -307,11 +308,18 @@ def test_a_model_call_traced_twice_one_span_inside_the_other_counts_once(
             tool_calls(otel, root, [("ls", {}, "x")], start=start + 2)
     root.end(end_time=int((T0 + 60) * NS))
     spans = otel.take()
-    if outer_first:  # each outer span before the inner one it wraps
+    if order == "outer first":  # each outer span before the inner one it wraps
         for index, span in enumerate(spans):
             if span.name == "LM.__call__":
                 spans.insert(index - 1, spans.pop(index))
-    tracker, _ = run_spans(spans)
+    elif order == "by scope":
+        spans.sort(key=lambda span: span.name != "LM.__call__")
+    if order == "one by one":
+        tracker = RunTracker()
+        for span in spans:
+            tracker.apply(records_of([span]), T0 + 100)
+    else:
+        tracker, _ = run_spans(spans)
     run = only_run(tracker)
     assert (run.iterations, run.input_tokens, run.output_tokens) == (2, 200, 14)
     assert run.terminal_state is TerminalState.COMPLETED and run.tool_calls == 1

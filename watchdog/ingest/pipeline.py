@@ -81,6 +81,8 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
     records = decoded.records
     applied: list[list[SpanRecord]] = [records]  # every slice's records, for _models_below
     held: list[SpanRecord] = []
+    models: dict[str, SpanRecord] = {}  # the request's model calls by span id, for _pair
+    inner: dict[str, SpanRecord] = {}  # ... and by parent span id
     count = 0
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
@@ -89,6 +91,8 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                 try:
                     record = _checked(normalise(span, select_attributes(span.attributes),
                                                 resource))
+                    if record.kind is LLM:
+                        _pair(record, models, inner)
                     (held if _applied_last(record) else records).append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
@@ -105,6 +109,24 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
     records.extend(held)
     if count or held or size is None:
         yield decoded
+
+
+def _pair(record: SpanRecord, models: dict[str, SpanRecord],
+          inner: dict[str, SpanRecord]) -> None:
+    """A model call traced twice (one span inside the other: a framework's and its client
+    library's), both in one request: the one that comes second learns the first's usage
+    (:attr:`SpanRecord.twin_tokens`) and counts no iteration. A request groups spans by scope,
+    so a batch's outer spans may all come before its inner ones, or after."""
+    parent = record.parent_span_id
+    twin = models.get(parent) if parent is not None else None
+    if twin is None:
+        twin = inner.get(record.span_id)
+    if twin is not None:
+        record.twin_tokens = (twin.input_tokens, twin.output_tokens)
+        return
+    models[record.span_id] = record
+    if parent is not None:
+        inner[parent] = record
 
 
 def _models_below(held: list[SpanRecord], applied: list[list[SpanRecord]]) -> None:

@@ -95,6 +95,9 @@ class SpanRecord:
     models_below: bool | None = None
     # The client SDK's own span of a run it frames (``watchdog.run <agent>``): it ends the run.
     run_frame: bool = False
+    # A model call whose twin (the same call traced by a second instrumentation, one span
+    # inside the other) came before it in its request: the twin's (input, output) tokens.
+    twin_tokens: tuple[int, int] | None = None
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself

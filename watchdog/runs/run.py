@@ -32,11 +32,6 @@ from watchdog.runs.terminal import TerminalState, classify_end
 MAX_DISTINCT_TOOLS = 64
 MAX_DISTINCT_SIGNATURES = 128
 MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
-# Model-call spans remembered to tell a call traced twice, one span inside the other: the two
-# arrive in the same or the next export request, but a request groups spans by instrumentation
-# scope, so one batch's outer spans may all come before its inner ones (a request with more
-# model calls of one run than this, each traced twice, counts some twice). ~250 bytes each.
-MAX_MODEL_SPANS = 16
 OTHER_TOOL = "_other"
 NS = 1_000_000_000
 
@@ -57,14 +52,13 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final",
-        "_llm_said_ns", "_llm_start_ns", "_model_spans", "_recent_calls",
-        "_result_counts", "_tool_error_streak",
-        "activity_seq", "agent", "budget", "consecutive_errors",
+        "_call_counts", "_cycle_runs", "_error_counts", "_last_model", "_llm_end_ns",
+        "_llm_final", "_llm_said_ns", "_llm_start_ns", "_recent_calls", "_result_counts",
+        "_tool_error_streak", "activity_seq", "agent", "budget", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
-        "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since", "input_tokens",
-        "iterations", "key", "key_source",
+        "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since",
+        "input_tokens", "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "limit_stop", "messages", "output_tokens",
         "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
@@ -119,8 +113,8 @@ class RunState:
         self._llm_said_ns = 0
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         # model-call span id -> [its parent span id, input tokens, output tokens counted]
-        # the last model calls: (span id, parent span id, input tokens, output tokens)
-        self._model_spans: list[tuple[str, str, int, int]] = []
+        # the last model call: (span id, parent span id, input tokens, output tokens)
+        self._last_model: tuple[str, str, int, int] | None = None
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -226,24 +220,25 @@ class RunState:
         counted: a model-call span directly inside another (or around one) is the same call
         traced by two instrumentations — a framework's and its client library's (DSPy's
         ``LM.__call__`` around LiteLLM's ``completion``). The pair counts once, its usage from
-        whichever of the two reported more (the framework's span often reports none). Twins
-        end together, so the last few model calls are all there is to look at."""
-        recent = self._model_spans
-        span_id, parent = record.span_id, record.parent_span_id or ""
+        whichever of the two reported more (the framework's span often reports none). The
+        pipeline pairs the twins of one export request (``twin_tokens``); the run, a pair
+        split between two requests (the last model call and this one)."""
+        twin = record.twin_tokens
+        last = self._last_model
+        if twin is None and last is not None and (
+                last[0] == record.parent_span_id or last[1] == record.span_id):
+            twin = last[2], last[3]
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
-        for index, (other, other_parent, other_in, other_out) in enumerate(recent):
-            if other == parent or other_parent == span_id:  # around it, or inside it
-                self.input_tokens += max(input_tokens - other_in, 0)
-                self.output_tokens += max(output_tokens - other_out, 0)
-                recent[index] = (other, other_parent, max(input_tokens, other_in),
-                                 max(output_tokens, other_out))
-                return
-        self.iterations += 1
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-        if len(recent) >= MAX_MODEL_SPANS:
-            del recent[0]
-        recent.append((span_id, parent, input_tokens, output_tokens))
+        if twin is None:
+            self.iterations += 1
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+        else:
+            self.input_tokens += max(input_tokens - twin[0], 0)
+            self.output_tokens += max(output_tokens - twin[1], 0)
+            input_tokens, output_tokens = max(input_tokens, twin[0]), max(output_tokens, twin[1])
+        self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
+                            output_tokens)
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
@@ -493,8 +488,8 @@ class RunState:
             value = data[name]
             if name in ("_call_counts", "_error_counts"):
                 value = {int(k): v for k, v in value.items()}
-            elif name == "_model_spans":  # stored as JSON lists
-                value = [(str(v[0]), str(v[1]), int(v[2]), int(v[3])) for v in value]
+            elif name == "_last_model" and value is not None:  # stored as a JSON list
+                value = (str(value[0]), str(value[1]), int(value[2]), int(value[3]))
             elif name == "_result_counts":  # stored as JSON lists
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in ("terminal_state", "forced_state") and value is not None:
@@ -512,7 +507,7 @@ _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_said_ns",
-    "_llm_start_ns", "_model_spans", "_recent_calls", "_result_counts",
+    "_last_model", "_llm_start_ns", "_recent_calls", "_result_counts",
     "_tool_error_streak", "agent",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
