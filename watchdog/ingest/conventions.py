@@ -630,7 +630,6 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
 def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> None:
     input_tokens = _first(attrs, INPUT_TOKEN_KEYS)
     output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
-    total_tokens = _first(attrs, TOTAL_TOKEN_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
     output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
@@ -642,8 +641,9 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     elif output_messages is not None:
         flat_out = _count_messages(output_messages)
     if not messages and not flat_out and finish is None and output_messages is None \
-            and input_tokens is None and output_tokens is None and total_tokens is None \
-            and not record.error and _first(attrs, LLM_INPUT_KEYS) is not None:
+            and input_tokens is None and output_tokens is None and not record.error \
+            and _first(attrs, TOTAL_TOKEN_KEYS) is None \
+            and _first(attrs, LLM_INPUT_KEYS) is not None:
         # Its input recorded (content capture is on), yet nothing a model call carries: no
         # messages in or out, no finish reason, no usage. An instrumentation that gives the
         # model kind to every traced method of a model object made it (OpenInference's
@@ -656,7 +656,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     record.output_tokens = _int(output_tokens)
     if not record.input_tokens and not record.output_tokens:
         # OpenLLMetry may report only a total; count it as input so totals stay right.
-        record.input_tokens = _int(total_tokens)
+        record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
     fill_model_outcome(record, finish,
                        output_messages if output_messages is not None
                        else _first(attrs, LLM_OUTPUT_KEYS))
