@@ -70,9 +70,10 @@ def row(convention: Convention) -> str:
               for key, roles in c.kinds.items()]
              + [f"root `{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
                 for key, roles in c.root_kinds.items()]
-             + [f"root `{rule.attribute}` = {rule.value} without "
+             + [f"`{rule.attribute}` = {rule.value} without "
                 + " or ".join(f"`{key}`" for key in rule.call_ids)
-                + ", with model calls below (workflow)" for rule in c.unasked_tools]
+                + ", with a model call inside (at a root: workflow; else none)"
+                for rule in c.unasked_tools]
              + [f"tool `{name}` with result `{result}` ends the loop (no tool call)"
                 for name, result in c.loop_end_tools]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]

@@ -190,9 +190,10 @@ GENAI = Convention(
     total_tokens=("gen_ai.usage.total_tokens",),
     answer_finish_reasons=ANSWER_FINISH,
     tool_finish_reasons=TOOL_FINISH,
-    notes="`error.type`, status ERROR and `exception` events for errors; a root tool call no "
-          "model asked for (Semantic Kernel's `kernel.invoke_prompt`) is the invocation, its "
-          "result the answer if its model calls say nothing",
+    notes="`error.type`, status ERROR and `exception` events for errors; a tool call no "
+          "model asked for (Semantic Kernel's `kernel.invoke_prompt`) with a model call inside "
+          "is no tool call: at a trace root the invocation, its result the answer if its model "
+          "calls say nothing; inside a run the frame of its model loop",
 )
 
 OPENINFERENCE = Convention(
