@@ -125,18 +125,25 @@ def prompt_limit(text: str) -> str | None:
     """The limit a framework announces in the last input message of a model call (Hermes'
     summary request, crewai's forced final answer, Agno's refusal of a call past its cap), or
     in the first (smolagents' system prompt)."""
+    limit = _in_last_message(text, LIMIT_PROMPTS)
+    if limit is None and LIMIT_SYSTEM_PROMPTS:
+        head = text[:PROMPT_TAIL_CHARS]
+        for prompt, system_limit in LIMIT_SYSTEM_PROMPTS:
+            if prompt in head:
+                return system_limit
+    return limit
+
+
+def _in_last_message(text: str, table: tuple[tuple[str, str], ...]) -> str | None:
+    """The limit of the first of ``table``'s texts found in the last message of ``text`` (a
+    JSON message list, or a raw request whose messages end near its end)."""
     tail = text[-PROMPT_TAIL_CHARS:]
     last: str | None = None
-    for prompt, limit in LIMIT_PROMPTS:
-        if prompt in tail:  # the common case: not there, and nothing is parsed
+    for needle, limit in table:
+        if needle in tail:  # the common case: not there, and nothing is parsed
             if last is None:
                 last = _last_message(text, tail)
-            if prompt in last:
-                return limit
-    if LIMIT_SYSTEM_PROMPTS:
-        head = text[:PROMPT_TAIL_CHARS]
-        for prompt, limit in LIMIT_SYSTEM_PROMPTS:
-            if prompt in head:
+            if needle in last:
                 return limit
     return None
 
@@ -145,17 +152,7 @@ def answer_limit(output: object) -> str | None:
     """The limit a framework names by putting its own text in place of the answer, in the last
     message of an agent span's output (Microsoft Agent Framework's "Function invocation limit
     reached…" when its last request, without tools, still got no answer)."""
-    if not isinstance(output, str):
-        return None
-    tail = output[-PROMPT_TAIL_CHARS:]
-    last: str | None = None
-    for text, limit in LIMIT_ANSWERS:
-        if text in tail:  # the common case: not there, and nothing is parsed
-            if last is None:
-                last = _last_message(output, tail)
-            if text in last:
-                return limit
-    return None
+    return _in_last_message(output, LIMIT_ANSWERS) if isinstance(output, str) else None
 
 
 def _last_message(text: str, tail: str) -> str:
