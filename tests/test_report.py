@@ -200,6 +200,15 @@ def test_activity_lines_are_compact() -> None:
     assert activity_lines(exploring_log(), start=T0)[0].startswith("+1.0s ")
 
 
+def test_activity_lines_are_in_the_order_the_steps_ended() -> None:
+    """Steps arrive in the order of their export request (grouped by instrumentation scope, some
+    held to its end), not in the order they ended: the lines follow the end times."""
+    log = exploring_log()
+    arrived = [entry for entry in log if entry.kind == "llm"] + \
+        [entry for entry in log if entry.kind != "llm"]
+    assert activity_lines(arrived) == activity_lines(log)
+
+
 def test_activity_lines_cut_long_briefs() -> None:
     (line,) = activity_lines([tool(1, "cat", '{"f":"x"}', "y" * 500)])
     assert len(line) < 260 and line.endswith("…")

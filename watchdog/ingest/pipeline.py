@@ -132,16 +132,22 @@ def _pair(record: SpanRecord, models: dict[str, SpanRecord],
 def _models_below(held: list[SpanRecord], applied: list[list[SpanRecord]]) -> None:
     """Tell the unasked tool calls inside which a model call of their trace ran (started after
     it, ended before it did) in this request (``models_below`` True), or an agent did (False: a
-    sub-agent called as a tool is a tool call); the tracker looks at the runs for the rest."""
-    unasked = [record for record in held if record.unasked]
+    sub-agent called as a tool is a tool call); the tracker looks at the runs for the rest.
+    (A home-grown loop may give no tool span a call id: each is compared with its trace's model
+    calls and agent spans only.)"""
+    unasked: dict[str, list[SpanRecord]] = {}
+    for record in held:
+        if record.unasked:
+            unasked.setdefault(record.trace_id, []).append(record)
     if not unasked:
         return
     for records in applied:
         for record in records:
             kind = record.kind
-            if kind is LLM or (kind is AGENT and not record.workflow):
-                for tool in unasked:
-                    if record.trace_id != tool.trace_id or record.end_ns > tool.end_ns:
+            if (kind is LLM or (kind is AGENT and not record.workflow)) \
+                    and (tools := unasked.get(record.trace_id)) is not None:
+                for tool in tools:
+                    if record.end_ns > tool.end_ns:
                         continue
                     if kind is AGENT:
                         if tool.start_ns <= record.start_ns:

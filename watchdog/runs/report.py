@@ -267,11 +267,18 @@ def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None
     the step names are redacted here; otherwise each whole line is."""
     if not activity:
         return []
+    # In the order the steps ended: an export request groups spans by instrumentation scope,
+    # and the ingest holds some back to the request's end, so arrival order is not step order.
+    activity = sorted(activity, key=_ended_at)
     origin = activity[0].at if start is None else start
     if fields_redacted:
         return ["+" + format_duration(max(entry.at - origin, 0.0)) + " "
                 + _redacted_step(entry) for entry in activity]
     return [redact(_line(entry, origin)) for entry in activity]
+
+
+def _ended_at(entry: ActivityEntry) -> float:
+    return entry.at
 
 
 @functools.lru_cache(maxsize=4096)
