@@ -384,17 +384,22 @@ def test_spans_in_a_run_are_stamped_and_nested_runs_are_children(
 
     spans = {span.name: dict(span.attributes or {}) for span in exporter.get_finished_spans()}
     assert not any(key.startswith("watchdog.") for key in spans["outside"])
-    assert spans["chat m"]["watchdog.run.id"] == run.id
-    assert spans["chat m"]["watchdog.agent.name"] == "planner"
-    assert spans["chat m"]["watchdog.session.id"] == "s1"
-    assert spans["chat m"]["watchdog.budget.max_tool_calls"] == 20
-    assert spans["chat m"]["watchdog.budget.max_seconds"] == 60
-    assert "watchdog.parent_run.id" not in spans["chat m"]
-    tool = spans["execute_tool grep"]
-    assert tool["watchdog.run.id"] == child.id != run.id
-    assert tool["watchdog.parent_run.id"] == run.id
-    assert tool["watchdog.session.id"] == "s1"  # inherited
-    assert tool["watchdog.budget.max_tool_calls"] == 3
+    # every span of a run carries the run id, and only that (each attribute costs every span
+    # its export); the run's own span carries the rest, as its announcement does
+    watchdog_keys = {name: {k: v for k, v in attrs.items() if k.startswith("watchdog.")}
+                     for name, attrs in spans.items()}
+    assert watchdog_keys["chat m"] == watchdog_keys["invoke_agent planner"] == {
+        "watchdog.run.id": run.id}
+    assert watchdog_keys["execute_tool grep"] == {"watchdog.run.id": child.id} != \
+        watchdog_keys["chat m"]
+    assert watchdog_keys["watchdog.run planner"] == {
+        "watchdog.run.id": run.id, "watchdog.agent.name": "planner",
+        "watchdog.session.id": "s1", "watchdog.budget.max_tool_calls": 20,
+        "watchdog.budget.max_seconds": 60}
+    assert watchdog_keys["watchdog.run researcher"] == {
+        "watchdog.run.id": child.id, "watchdog.agent.name": "researcher",
+        "watchdog.session.id": "s1",  # inherited
+        "watchdog.parent_run.id": run.id, "watchdog.budget.max_tool_calls": 3}
     # The parent run has an agent span: its own span stays plain; the child had none, so its
     # run span becomes the agent span that closes it on the sidecar.
     assert "gen_ai.operation.name" not in spans["watchdog.run planner"]

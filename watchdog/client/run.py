@@ -5,9 +5,12 @@ Theory of operation
 -------------------
 Entering ``with wd.run(...) as run`` puts the run into the OpenTelemetry context and starts
 a span named ``watchdog.run <agent>``, so every span started inside — by pydantic-ai, the OpenAI
-Agents SDK instrumentation, your own code — is stamped with ``watchdog.run.id`` and friends by
-:class:`~watchdog.client.processor.WatchdogSpanProcessor`. A ``wd.run`` entered inside another
-run is a *child run* (a sub-agent): its own id and budget, ``watchdog.parent_run.id`` set.
+Agents SDK instrumentation, your own code — is stamped with ``watchdog.run.id`` by
+:class:`~watchdog.client.processor.WatchdogSpanProcessor`: the one attribute the sidecar needs
+to give it to the run (each attribute costs every span its export: ~2 µs in the SDK's encoder).
+The run's agent, session, parent and budget are on the run's own span and in its announcement.
+A ``wd.run`` entered inside another run is a *child run* (a sub-agent): its own id and budget,
+``watchdog.parent_run.id`` set.
 
 The run announces itself with its budget (a heartbeat, sent by the Watchdog's reporter thread),
 and a listener thread keeps :class:`~watchdog.client.directive.DirectiveBoard` fresh. Everything
@@ -16,7 +19,7 @@ the agent's thread calls here (``directive()``, ``budget_note()``, ``instruction
 ``checkpoint()`` and ``resume_context()`` talk to the sidecar, with a short timeout, and return
 ``None`` when it does not answer.
 
-A run ends on the sidecar when its agent span arrives. When no agent span was started inside
+A run ends on the sidecar when its own span arrives. When no agent span was started inside
 the run (a home-grown loop), the run's own span becomes that agent span when the ``with``
 block exits, carrying the exception if the block raised and ``set_final_answer()`` if given.
 """
@@ -40,7 +43,7 @@ from watchdog.client.listener import DirectiveListener
 from watchdog.client.reporter import Reporter
 from watchdog.client.steer import ModelTurn, Steering, ToolRefused, WatchdogAbort
 from watchdog.client.sync import SyncChannel
-from watchdog.client.tally import LIVE_RUNS, RUN_KEY, RunTally
+from watchdog.client.tally import LIVE_RUNS, RUN_ID_ATTRIBUTE, RUN_KEY, RunTally
 from watchdog.client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
 
 log = logging.getLogger("watchdog.client")
@@ -153,13 +156,13 @@ class Run:
             self.session = self.session or parent.session
         elif parent is not None:
             self.parent_id = str(parent)
-        self.tally.span_attributes = self._attributes()
+        self.tally.span_attributes = {RUN_ID_ATTRIBUTE: self.id}
         watchdog = self.watchdog
         watchdog.ensure_instrumented()
         ctx = otel_context.set_value(RUN_KEY, self.tally)
         tracer = watchdog.tracer()
         self._span = tracer.start_span(f"watchdog.run {self.agent}", context=ctx,
-                                       attributes=self.tally.span_attributes)
+                                       attributes=self._attributes())
         self._token = otel_context.attach(trace.set_span_in_context(self._span, ctx))
         self.active = True
         LIVE_RUNS[self.id] = self.tally
@@ -196,7 +199,7 @@ class Run:
             self._token = None
 
     def _attributes(self) -> dict[str, Any]:
-        attributes: dict[str, Any] = {"watchdog.run.id": self.id,
+        attributes: dict[str, Any] = {RUN_ID_ATTRIBUTE: self.id,
                                       "watchdog.agent.name": self.agent}
         if self.session:
             attributes["watchdog.session.id"] = self.session

@@ -140,7 +140,12 @@ class RunState:
             self.trace_id = record.trace_id
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
-        if record.agent is not None and (self.agent is None or record.kind is AGENT):
+        if record.run_frame:  # the client SDK's own span: what it says is the client's word
+            self.announce(record.agent, record.session, record.parent_run, record.budget)
+        if record.agent is not None and (
+                self.agent is None or (record.kind is AGENT and not self.framed)):
+            # (a run the client SDK announced keeps the name it was given: an agent span of
+            # the framework inside it names the framework's agent)
             self.agent = record.agent
         if self.service is None and record.service is not None:
             self.service = record.service
@@ -318,13 +323,17 @@ class RunState:
 
     def announce(self, agent: str | None = None, session: str | None = None,
                  parent_run: str | None = None, budget: dict[str, float] | None = None) -> None:
-        """What the client SDK says about a run before its spans arrive."""
+        """What the client SDK says about a run before its spans arrive (its spans carry only the
+        run id: the agent, session, parent run and budget are here, and on the run's own span).
+        The client names its run: what spans that arrived before the announcement said (a
+        framework's agent name, its conversation id) yields."""
         self.framed = True
-        if agent and self.agent is None:
+        if agent:
             self.agent = agent
-        if session and self.session is None:
+        if session and session != self.session:
             self.session = session
-        if parent_run and self.parent_run is None:
+            self.session_counted = False  # (counted in its session now)
+        if parent_run:
             self.parent_run = parent_run
         if budget:
             self.budget.update(budget)
