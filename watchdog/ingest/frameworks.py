@@ -327,12 +327,15 @@ GOOGLE_ADK = Convention(
 
 CREWAI = Convention(
     name="crewai",
-    emitted_by="openinference-instrumentation-crewai",
+    emitted_by="openinference-instrumentation-crewai or OpenLLMetry's "
+               "opentelemetry-instrumentation-crewai",
     agent_span_name=("graph.node.id",),
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
     call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
-    notes="no model-call spans unless the OpenAI client is instrumented too",
+    notes="no model-call spans unless the OpenAI client is instrumented too; OpenLLMetry's "
+          "instrumentation emits no tool span at all (workflow, task and agent spans, each "
+          "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap)",
 )
 
 SMOLAGENTS = Convention(
