@@ -836,13 +836,16 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("langchain_openinference", "tool_error_handled"): Outcome(3, 2, 1, "completed", None,
                                                                True),
     # OpenAI Agents SDK (OpenInference, and the watchdog adapter's own processor): the model
-    # calls carry no finish reason; their output says answer or tool request.
+    # calls carry no finish reason; their output says answer or tool request. With OpenLLMetry
+    # the SDK's response span and the OpenAI client's chat span inside it are one model call,
+    # and the limit is in the repr of the SDK's error dict on the agent span's status.
     **{(driver, "three_tools"): COMPLETED_3 for driver in ("openai_agents_oi",
-                                                           "openai_agents_sdk")},
+                                                           "openai_agents_sdk",
+                                                           "openai_agents_openllmetry")},
     **{(driver, "limit"): Outcome(3, 3, 0, "tool_limit_reached", "MaxTurnsExceeded", False)
-       for driver in ("openai_agents_oi", "openai_agents_sdk")},
+       for driver in ("openai_agents_oi", "openai_agents_sdk", "openai_agents_openllmetry")},
     **{(driver, "tool_error"): Outcome(2, 1, 1, "completed", None, True)
-       for driver in ("openai_agents_oi", "openai_agents_sdk")},
+       for driver in ("openai_agents_oi", "openai_agents_sdk", "openai_agents_openllmetry")},
     # openai-v2 around a home-made loop: no tool spans; streamed calls say their finish reason
     # only inside gen_ai.output.messages. The loop's own cap is on no span.
     **{("openai_v2_loop", "three_tools" + stream): Outcome(4, 0, 0, "completed", None, True)

@@ -224,7 +224,9 @@ OPENLLMETRY = Convention(
     name="OpenLLMetry",
     emitted_by="Traceloop OpenLLMetry (opentelemetry-instrumentation-langchain, -openai, ...)",
     kinds={"traceloop.span.kind": {"tool": Role.TOOL, "agent": Role.AGENT,
-                                   "workflow": Role.WORKFLOW},
+                                   "workflow": Role.WORKFLOW,
+                                   # OpenAI Agents: the model's transfer_to_<agent> call
+                                   "handoff": Role.TOOL},
            # embedding and rerank calls set llm.request.type too: they are not iterations
            "llm.request.type": {"chat": Role.LLM, "completion": Role.LLM}},
     # LangChain/LangGraph: the agent whose graph ran the span, on every span of it
@@ -325,12 +327,15 @@ GOOGLE_ADK = Convention(
 
 CREWAI = Convention(
     name="crewai",
-    emitted_by="openinference-instrumentation-crewai",
+    emitted_by="openinference-instrumentation-crewai or OpenLLMetry's "
+               "opentelemetry-instrumentation-crewai",
     agent_span_name=("graph.node.id",),
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
     call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
-    notes="no model-call spans unless the OpenAI client is instrumented too",
+    notes="no model-call spans unless the OpenAI client is instrumented too; OpenLLMetry's "
+          "instrumentation emits no tool span at all (workflow, task and agent spans, each "
+          "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap)",
 )
 
 SMOLAGENTS = Convention(
@@ -348,10 +353,16 @@ SMOLAGENTS = Convention(
 
 OPENAI_AGENTS = Convention(
     name="OpenAI Agents SDK",
-    emitted_by="openinference-instrumentation-openai-agents",
+    emitted_by="openinference-instrumentation-openai-agents or OpenLLMetry's "
+               "opentelemetry-instrumentation-openai-agents",
     limit_exceptions=frozenset({"MaxTurnsExceeded"}),
-    limit_status=((r"^Max turns exceeded\b", "MaxTurnsExceeded"),),
-    notes="the limit is only in the nested agent span's status description; the root ends OK",
+    # OpenInference writes the SDK's span error message; OpenLLMetry the repr of the whole
+    # error dict (`{'message': 'Max turns exceeded', 'data': {'max_turns': 3}}`)
+    limit_status=((r"^(?:\{'message': ')?Max turns exceeded\b", "MaxTurnsExceeded"),),
+    notes="the limit is only in the nested agent span's status description; the root ends OK; "
+          "OpenLLMetry hangs every agent span from the workflow root, never from the tool "
+          "span that ran it: an agent used as a tool (`as_tool`) ends first and reads as the "
+          "top run, its caller as its child (a known gap); its handoff span is a tool call",
 )
 
 LANGGRAPH = Convention(

@@ -3,7 +3,9 @@
 Shared by the drivers ``crewai_openinference`` (``openinference-instrumentation-crewai``
 only: what a user who follows the crewai instrumentation's docs gets) and
 ``crewai_openinference_openai`` (plus ``openinference-instrumentation-openai``, which adds the
-model-call spans crewai's own instrumentation lacks). Scenarios (argv[1]):
+model-call spans crewai's own instrumentation lacks), and ``crewai_openllmetry`` (Traceloop's
+``opentelemetry-instrumentation-crewai`` and ``-openai``, as ``Traceloop.init()`` sets them
+up). Scenarios (argv[1]):
 
 * ``three_tools``: the tool ``lookup`` called 3 times, then an answer;
 * ``limit``: the model calls ``lookup`` forever; the agent's own ``max_iter=3`` stops it (crewai
@@ -32,15 +34,22 @@ os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 os.environ.setdefault("CREWAI_STORAGE_DIR", "/tmp/crewai-watchdog-tests")
 
 
-def run(scenario: str, instrument_openai: bool) -> None:
+def run(scenario: str, instrument_openai: bool, tracer: str = "openinference") -> None:
     from _otel import model_settings, setup_tracing
 
     provider = setup_tracing(SERVICE_NAME)
-    from openinference.instrumentation.crewai import CrewAIInstrumentor
-    CrewAIInstrumentor().instrument(tracer_provider=provider)
-    if instrument_openai:
-        from openinference.instrumentation.openai import OpenAIInstrumentor
-        OpenAIInstrumentor().instrument(tracer_provider=provider)
+    if tracer == "openllmetry":
+        from opentelemetry.instrumentation.crewai import CrewAIInstrumentor as OLMCrewAI
+        OLMCrewAI().instrument(tracer_provider=provider)
+        if instrument_openai:
+            from opentelemetry.instrumentation.openai import OpenAIInstrumentor as OLMOpenAI
+            OLMOpenAI().instrument(tracer_provider=provider)
+    else:
+        from openinference.instrumentation.crewai import CrewAIInstrumentor
+        CrewAIInstrumentor().instrument(tracer_provider=provider)
+        if instrument_openai:
+            from openinference.instrumentation.openai import OpenAIInstrumentor
+            OpenAIInstrumentor().instrument(tracer_provider=provider)
 
     from crewai import LLM, Agent, Crew, Task
     from crewai.tools import tool

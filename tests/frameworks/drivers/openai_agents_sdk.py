@@ -1,4 +1,5 @@
-"""The OpenAI Agents SDK traced by OpenInference's instrumentor, on the chat-completions model
+"""The OpenAI Agents SDK traced by OpenInference's instrumentor (or, from
+``openai_agents_openllmetry``, by Traceloop's OpenLLMetry), on the chat-completions model
 against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit``
 (``max_turns=3`` -> ``MaxTurnsExceeded``), ``tool_error``, ``handoff`` (a triage agent hands
 off to a billing agent), ``agent_as_tool`` (a manager calls the researcher as its tool
@@ -8,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 
 from _otel import model_settings, setup_tracing
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_trace_processors
 from agents.exceptions import MaxTurnsExceeded
 from openai import AsyncOpenAI
-from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 
 @function_tool
@@ -24,10 +26,16 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-async def main(scenario: str) -> None:
+def instrument_openinference(provider: TracerProvider) -> None:
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
+
+
+async def main(scenario: str,
+               instrument: Callable[[TracerProvider], None] = instrument_openinference) -> None:
     provider = setup_tracing("openai-agents-service")
     set_trace_processors([])  # no export to OpenAI's backend: there is no network here
-    OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
+    instrument(provider)
     base_url, name = model_settings()
     client = AsyncOpenAI(base_url=base_url, api_key="sk-fake")
     researcher = Agent(name="agents-researcher", instructions="Look things up, then answer.",

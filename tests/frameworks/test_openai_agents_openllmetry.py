@@ -1,0 +1,44 @@
+"""The OpenAI Agents SDK traced by Traceloop's OpenLLMetry (opentelemetry-instrumentation-
+openai-agents, with -openai for the model calls): the same runs as with OpenInference
+(:mod:`tests.frameworks.test_openai_agents`) must read the same.
+
+What it emits: a root ``Agent Workflow`` (``traceloop.span.kind`` = workflow), an agent span
+``<name>.agent`` (``traceloop.span.kind`` = agent, ``gen_ai.operation.name`` = invoke_agent,
+``gen_ai.agent.name``), model calls ``openai.response``/``chat``, tools ``<name>.tool``
+(``traceloop.span.kind`` = tool, GenAI tool attributes) and handoffs ``<from> → <to>.handoff``
+(``traceloop.span.kind`` = handoff: the model's ``transfer_to_<agent>`` call, a tool call). Each
+model call is two nested spans: the SDK's ``openai.response`` (no output, no usage) and, inside
+it, the OpenAI client's ``openai.chat`` (one model call). ``max_turns`` is the agent span's
+status description, the repr of the SDK's error dict (``{'message': 'Max turns exceeded', …}``).
+Every agent span hangs from the ``Agent Workflow`` root, never from the span that ran it.
+
+Known gap: an agent used as a tool (``agent_as_tool``) is not nested in the tool span that ran
+it; it hangs from the root like its caller and, ending first, is read as the top run, its caller
+as its child (the model and tool calls of each are right).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import check_recorded, drive_and_check
+from tests.frameworks.test_openai_agents import EXPECTED, SCRIPTS
+from tests.harness import RunningServer
+
+DRIVER = "openai_agents_openllmetry"
+GAP = pytest.mark.xfail(strict=True, reason="an agent used as a tool hangs from the workflow "
+                        "root, not the tool span: caller and callee read inverted")
+CASES = [pytest.param(scenario, marks=GAP) if scenario == "agent_as_tool" else scenario
+         for scenario in EXPECTED]
+
+
+@pytest.mark.parametrize("scenario", CASES)
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    drive_and_check(sidecar, llm, "openai_agents_olm", DRIVER, scenario, SCRIPTS[scenario],
+                    EXPECTED[scenario])
+
+
+@pytest.mark.parametrize("scenario", CASES)
+def test_recorded(sidecar: RunningServer, scenario: str) -> None:
+    check_recorded(sidecar, DRIVER, scenario, EXPECTED[scenario])
