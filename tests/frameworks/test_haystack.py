@@ -17,7 +17,8 @@ per step > ``haystack.agent.step.llm`` (content only: ``haystack.agent.step.llm.
 convention named any of these: the watchdog saw no model call, no tool call and no agent span
 (each trace a run of nothing). In a ``Pipeline`` the root is ``haystack.pipeline.run`` >
 ``haystack.component.run`` (``haystack.component.name``/``type``) per component, the agent's
-``haystack.agent.run`` inside its component span.
+``haystack.agent.run`` inside its component span (both read as plumbing: a pipeline without an
+Agent is no run; an Agent's span is its run wherever it hangs).
 
 A tool's exception: by default (``raise_on_tool_invocation_failure=False``) Haystack hands
 the error text to the model; the tool span ends OK with ``haystack.tool.error`` = true and its

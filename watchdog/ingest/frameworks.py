@@ -509,7 +509,7 @@ HAYSTACK = Convention(
     emitted_by="Haystack's own tracer (`haystack.tracing`; the OpenTelemetryTracer of "
                "`opentelemetry-haystack` in 3.x), or openinference-instrumentation-haystack",
     span_names={"haystack.agent.run": Role.AGENT, "haystack.agent.step.llm": Role.LLM,
-                "haystack.agent.step.tool": Role.TOOL, "haystack.pipeline.run": Role.WORKFLOW},
+                "haystack.agent.step.tool": Role.TOOL},
     tool_name=("haystack.tool.name",),
     # content tracing only (HAYSTACK_CONTENT_TRACING_ENABLED=true), as are the model outputs
     tool_args=("haystack.agent.step.tool.input",),
