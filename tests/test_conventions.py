@@ -460,6 +460,41 @@ def test_openinference_langgraph_run_with_chain_root(otel: SpanMaker) -> None:
     assert run.terminal_state is TerminalState.COMPLETED
 
 
+def test_openinference_flat_tool_calls_ask_for_tools(otel: SpanMaker) -> None:
+    """No finish reason and an output text that hides the request (OpenInference's Haystack
+    writes a Python repr): the flattened output message's tool calls say it asked for tools."""
+    record = record_of(otel.span("OpenAIChatGenerator.run", {
+        "openinference.span.kind": "LLM",
+        "llm.input_messages.0.message.role": "user",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "lookup",
+        "output.value": '{"replies": ["ChatMessage(_content=[ToolCall(tool_name=\'lookup\')])"]}',
+    }))
+    assert record.requested_tools and not record.final_answer
+    text = record_of(otel.span("OpenAIChatGenerator.run", {
+        "openinference.span.kind": "LLM",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "done",
+        "output.value": '{"replies": ["ChatMessage(_content=[TextContent(text=\'done\')])"]}',
+    }))
+    assert text.final_answer and not text.requested_tools
+
+
+def test_chain_root_output_is_no_answer_after_a_tool_request(otel: SpanMaker) -> None:
+    """A framing span returns whatever the loop left (OpenInference's Haystack ``Agent.run``
+    at ``max_agent_steps``: the whole result, its last message a tool's): when the last model
+    call below it asked for tools, that is no answer."""
+    root = otel.open("Agent.run", {"openinference.span.kind": "CHAIN",
+                                   "output.value": '{"messages": ["...", "tool result"]}'})
+    otel.span("ChatOpenAI", {"openinference.span.kind": "LLM", "llm.finish_reason": "tool_calls",
+                             "llm.output_messages.0.message.role": "assistant"}, parent=root)
+    root.end(end_time=int((T0 + 5) * NS))
+    tracker, _ = run_spans(otel.take())
+    run = only_run(tracker)
+    assert run.has_final_answer is False
+    assert run.terminal_state is TerminalState.NO_RESPONSE
+
+
 def test_openinference_failed_chain_root_ends_the_run_in_error(otel: SpanMaker) -> None:
     root = otel.open("LangGraph", {"openinference.span.kind": "CHAIN"})
     otel.span("ChatOpenAI", {"openinference.span.kind": "LLM"}, parent=root)

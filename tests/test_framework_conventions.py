@@ -750,6 +750,35 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm stop answer limit=max_iterations',
         'agent None answer',
     ],
+    # Haystack's own tracer (content tracing on): haystack.agent.step.llm's output is Haystack's
+    # own ChatMessage JSON (finish reason and usage in each reply's meta); a tool's failure
+    # handed to the model is only the flag haystack.tool.error on a span that ended OK; the
+    # cap is the exit reason in the agent's output. No span names the agent.
+    **{("haystack_native", scenario): [
+        *(line for key in "abc" for line in (
+            'llm tool_calls asks-tools', f'tool lookup {{"key":"{key}"}}')),
+        'llm stop answer',
+        'agent None',
+    ] for scenario in ("three_tools", "three_tools_stream")},
+    ("haystack_native", "limit"): [
+        *(line for key in ("k0", "k1", "k2") for line in (
+            'llm tool_calls asks-tools', f'tool lookup {{"key":"{key}"}}')),
+        'agent None limit=max_agent_steps',
+    ],
+    ("haystack_native", "tool_error"): [
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"broken"} error=tool_error',
+        'llm stop answer',
+        'agent None',
+    ],
+    # OpenInference's Haystack instrumentation: no tool spans; the flattened output messages
+    # say which model call asked for tools (its output.value is a Python repr)
+    ("haystack_oi", "limit"): [
+        'llm None asks-tools',
+        'llm None asks-tools',
+        'llm None asks-tools',
+        'agent None answer limit=max_agent_steps',
+    ],
     **SEMANTIC_KERNEL,
 }
 
@@ -915,6 +944,22 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("agent_framework_native", "calls_limit"): Outcome(3, 2, 0, "tool_limit_reached",
                                                        "function_invocation_limit", False),
     ("agent_framework_native", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # Haystack's own tracer: max_agent_steps raises nothing and asks for no answer; with
+    # content tracing the agent's exit reason says it (an answer in the cap's last step is no
+    # stop), without it steps_taken = max_steps; a tool's failure is a flag on its span
+    **{("haystack_native", scenario): COMPLETED_3
+       for scenario in ("three_tools", "three_tools_stream", "pipeline")},
+    **{("haystack_native", scenario): Outcome(3, 3, 0, "tool_limit_reached", "max_agent_steps",
+                                              False)
+       for scenario in ("limit", "limit_nocontent")},
+    ("haystack_native", "answer_at_cap"): Outcome(3, 2, 0, "completed", None, True),
+    ("haystack_native", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    ("haystack_native", "tool_error_raise"): Outcome(1, 1, 1, "error", "ToolInvocationError",
+                                                     False),
+    # OpenInference: no tool spans; the CHAIN's output (the whole result) is no answer when
+    # the last model call asked for tools
+    ("haystack_oi", "three_tools"): Outcome(4, 0, 0, "completed", None, True),
+    ("haystack_oi", "limit"): Outcome(3, 0, 0, "tool_limit_reached", "max_agent_steps", False),
 }
 
 

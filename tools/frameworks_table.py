@@ -46,6 +46,9 @@ def row(convention: Convention) -> str:
     c = convention
     answer = (_places(c.answer, "agent span ") + _places(c.llm_output, "model output ")
               + _places(c.output_messages, "messages ") + _places(c.finish_reasons)
+              + [f"model output `{rule.attribute}` JSON `{'.'.join(rule.messages)}[]."
+                 f"{'.'.join(rule.finish_reason)}` (usage `{'.'.join(rule.input_tokens)}`, "
+                 f"`{'.'.join(rule.output_tokens)}`)" for rule in c.output_envelopes]
               + _codes(c.answer_tools, "tool ")
               + [f"tool `{prefix}*`" for prefix in c.answer_tool_prefixes])
     if c.answer_finish_reasons:
@@ -56,7 +59,10 @@ def row(convention: Convention) -> str:
              + _places(c.limit_attributes)
              + [f"`{key}` ~ /{pattern}/ → `{name}`" for key, pattern, name in c.limit_states]
              + [f"last input “{text}…” → `{name}`" for text, name in c.limit_prompts]
-             + [f"agent output ends “{text}…” → `{name}`" for text, name in c.limit_answers])
+             + [f"agent output ends “{text}…” → `{name}`" for text, name in c.limit_answers]
+             + [f"`{rule.steps}` ≥ `{rule.cap}` → `{rule.limit}`"
+                + (f" (when `{rule.exit_reason}` is not recorded)" if rule.exit_reason else "")
+                for rule in c.step_caps])
     agent = (_places(c.agent_name) + _places(c.agent_span_name, "agent span ")
              + [f"`{key}` JSON `{'.'.join(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json])
@@ -65,7 +71,9 @@ def row(convention: Convention) -> str:
              + _places(c.tool_args))
     failed = [f"`{rule.attribute}` with "
               + ", ".join(f"`{'.'.join(path)}` = `{value}`" for path, value in rule.where)
-              + f" (message `{'.'.join(rule.message)}`)" for rule in c.tool_result_errors]
+              + f" (message `{'.'.join(rule.message)}`)" for rule in c.tool_result_errors] \
+        + [f"`{flag}` = true (message `{result}` JSON `{'.'.join(path)}`)"
+           for flag, result, path in c.tool_error_flags]
     spans = ([f"`{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
               for key, roles in c.kinds.items()]
              + [f"root `{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())

@@ -44,9 +44,11 @@ from watchdog.ingest.outcome import (
     agent_limit,
     answer_limit,
     at_path,
+    enveloped_output,
     fill_model_outcome,
     fill_reported_calls,
     finish_reason,
+    flagged_error,
     has_text,
     output_finish_reason,
     prompt_limit,
@@ -108,6 +110,7 @@ OUTPUT_MESSAGES_JSON_KEYS = TABLES.output_messages
 # Flattened conventions: the message count is the highest index + 1.
 FLAT_INPUT_PREFIXES = TABLES.flat_input_prefixes
 FLAT_OUTPUT_PREFIXES = TABLES.flat_output_prefixes
+FLAT_TOOL_CALLS = ".tool_calls."  # in a flattened output message's key: it asks for tools
 CONVERSATION_OUTPUTS = TABLES.conversation_outputs
 # Where a model call's last input message is looked for: JSON message lists, and raw requests
 # whose message list ends near their end.
@@ -434,6 +437,10 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
     + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
     + tuple(call_id for _, _, call_ids in UNASKED_TOOLS for call_id in call_ids)
+    + tuple(key for flag, result, _ in TABLES.tool_error_flags for key in (flag, result))
+    + tuple(rule.attribute for rule in TABLES.output_envelopes)
+    + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap, rule.exit_reason)
+            if key)
 ) | BUDGET_ATTRIBUTES
 
 
@@ -519,7 +526,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent or json_agent
     if agent is None and kind is AGENT:
         agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS)
-        if agent is None and role is AGENT_ROLE:
+        if agent is None and role is AGENT_ROLE and name not in SPAN_NAME_ROLES:
+            # (a convention's own fixed span name, "haystack.agent.run", names no agent)
             # (a workflow's span name is the code that frames the run, "FunctionAgent.run"
             # in LlamaIndex: not an agent's name)
             agent = _agent_from_span_name(name)
@@ -622,7 +630,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
     if not record.error:
         # The framework caught the tool's exception and returned its text as the result
         # (LangChain's ToolMessage with status "error"): the call failed all the same.
-        failure = result_error(attrs)
+        failure = result_error(attrs) or flagged_error(attrs)
         if failure is not None:
             _failed(record, *failure)
 
@@ -632,12 +640,23 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
     output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
+    envelope = None
+    if finish is None and input_tokens is None and output_tokens is None \
+            and output_messages is None:
+        # a framework's own message objects (Haystack's replies): one parse of the output
+        envelope = enveloped_output(attrs)
+        if envelope is not None:
+            finish, input_tokens, output_tokens, output_messages = envelope
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     flat_out = 0
+    flat_tools = False
     if not messages:  # flattened conventions: the count is in the keys, walked only now
         keys = [kv.key for kv in span.attributes]
         messages = _flat_count(keys, FLAT_INPUT_PREFIXES)
         flat_out = _flat_count(keys, FLAT_OUTPUT_PREFIXES)
+        # an output message with tool calls (llm.output_messages.{i}.message.tool_calls.*)
+        flat_tools = flat_out > 0 and any(FLAT_TOOL_CALLS in key for key in keys
+                                          if key.startswith(FLAT_OUTPUT_PREFIXES))
     elif output_messages is not None:
         flat_out = _count_messages(output_messages)
     if not messages and not flat_out and finish is None and output_messages is None \
@@ -660,6 +679,11 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     fill_model_outcome(record, finish,
                        output_messages if output_messages is not None
                        else _first(attrs, LLM_OUTPUT_KEYS))
+    if flat_tools and not record.requested_tools:
+        # no finish reason, and an output text that hides its tool requests (a Python repr):
+        # the flattened output messages still say the model asked for tools
+        record.requested_tools = True
+        record.final_answer = False
     if messages:
         messages += max(flat_out, 1)
     record.messages = messages

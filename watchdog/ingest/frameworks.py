@@ -79,6 +79,35 @@ class UnaskedTool:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputEnvelope:
+    """A model call's output as a framework serialises its own message objects: JSON in
+    ``attribute``, the messages the list at ``messages``; in each message, its finish reason at
+    ``finish_reason`` and its token usage at ``input_tokens``/``output_tokens`` (Haystack:
+    ``{"replies": [{"meta": {"finish_reason": …, "usage": {…}}, "content": […]}]}``). Read
+    only for a model call whose attributes name no finish reason and no usage."""
+
+    attribute: str
+    messages: Path
+    finish_reason: Path
+    input_tokens: Path = ()
+    output_tokens: Path = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepCap:
+    """An agent span that names its cap on steps (``cap``) and the steps it took (``steps``):
+    a run that took the cap's worth was stopped by it (``limit``: its name) — unless the
+    framework's own exit reason is recorded (``exit_reason``, an attribute whose presence means
+    the limit is read from it by a ``limit_states`` rule): then that decides (a model that
+    answered in the last step allowed was not stopped by the cap)."""
+
+    steps: str
+    cap: str
+    limit: str
+    exit_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Convention:
     """Where one convention or framework puts each fact. Every field is optional."""
 
@@ -113,6 +142,9 @@ class Convention:
     tool_result: Names = _NO_NAMES
     # a result that says the call failed although its span ended OK
     tool_result_errors: tuple[ErrorResult, ...] = ()
+    # (attribute true when the call failed although its span ended OK, attribute holding the
+    # result as JSON, path to the error message in it)
+    tool_error_flags: tuple[tuple[str, str, Path], ...] = ()
     answer_tools: frozenset[str] = _NO_SET  # a tool that delivers the answer, not agent work
     # (tool name, its result exactly): a tool the framework adds to end its loop, neither agent
     # work nor the answer (a later step extracts that): DSPy ReAct's `finish`
@@ -125,6 +157,7 @@ class Convention:
     finish_reasons: Names = _NO_NAMES
     input_messages: Names = _NO_NAMES  # JSON message lists
     output_messages: Names = _NO_NAMES  # JSON message lists, with finish_reason per message
+    output_envelopes: tuple[OutputEnvelope, ...] = ()  # a framework's own message objects
     flat_input_prefixes: Names = _NO_NAMES  # llm.input_messages.{i}.*: count = highest i + 1
     flat_output_prefixes: Names = _NO_NAMES
     input_tokens: Names = _NO_NAMES
@@ -138,6 +171,7 @@ class Convention:
     limit_status: tuple[tuple[str, str], ...] = ()  # (status description regex, limit name)
     limit_attributes: Names = _NO_NAMES  # the value is the limit's name
     limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
+    step_caps: tuple[StepCap, ...] = ()  # an agent span that counts its steps against a cap
     # The framework's own request for a last answer at its limit, in the last input message of
     # a model call: (text it contains, limit name).
     limit_prompts: tuple[tuple[str, str], ...] = ()
@@ -481,6 +515,41 @@ AGENT_FRAMEWORK = Convention(
           "run of it",
 )
 
+HAYSTACK = Convention(
+    name="Haystack",
+    emitted_by="Haystack's own tracer (`haystack.tracing`; the OpenTelemetryTracer of "
+               "`opentelemetry-haystack` in 3.x), or openinference-instrumentation-haystack",
+    span_names={"haystack.agent.run": Role.AGENT, "haystack.agent.step.llm": Role.LLM,
+                "haystack.agent.step.tool": Role.TOOL},
+    tool_name=("haystack.tool.name",),
+    # content tracing only (HAYSTACK_CONTENT_TRACING_ENABLED=true), as are the model outputs
+    tool_args=("haystack.agent.step.tool.input",),
+    tool_result=("haystack.agent.step.tool.output",),
+    # raise_on_tool_invocation_failure=False (the default): the error text goes to the model
+    tool_error_flags=(("haystack.tool.error", "haystack.agent.step.tool.output", ("error",)),),
+    llm_output=("haystack.agent.step.llm.output",),
+    output_envelopes=(OutputEnvelope("haystack.agent.step.llm.output", ("replies",),
+                                     ("meta", "finish_reason"),
+                                     ("meta", "usage", "prompt_tokens"),
+                                     ("meta", "usage", "completion_tokens")),),
+    # max_agent_steps raises nothing: the agent's result says why it stopped (content
+    # tracing), its span how many steps it took of how many allowed
+    limit_states=(("haystack.agent.output", r'(?s).*"exit_reason": "max_agent_steps"',
+                   "max_agent_steps"),
+                  # OpenInference: the Agent's CHAIN span, its result as JSON of reprs
+                  ("output.value", r'(?s)\{"messages": .*"exit_reason": "max_agent_steps"',
+                   "max_agent_steps")),
+    step_caps=(StepCap("haystack.agent.steps_taken", "haystack.agent.max_steps",
+                       "max_agent_steps", exit_reason="haystack.agent.output"),),
+    notes="`max_agent_steps` raises nothing and asks for no last answer; without content "
+          "tracing (Haystack's default) the model calls carry nothing: no run reads as "
+          "answered (`no_response`), and a model that answers in the cap's last step reads as "
+          "stopped by it; no span names the agent (its name is `service.name`); the model "
+          "calls' input is a Python repr (no message count); openinference-instrumentation-"
+          "haystack makes the Agent a CHAIN and its model calls LLM spans but gives its tools "
+          "no span: no tool calls, no tool failures",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -491,7 +560,7 @@ GENERIC_LIMITS = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN, AGNO,
-    LLAMAINDEX, DSPY, AGENT_FRAMEWORK,
+    LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
 )
 
 
@@ -541,6 +610,7 @@ class Tables:
     tool_args_envelopes: tuple[tuple[frozenset[str], str], ...]
     tool_result: Names
     tool_result_errors: tuple[ErrorResult, ...]
+    tool_error_flags: tuple[tuple[str, str, Path], ...]
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
     loop_end_tools: Mapping[str, str]
@@ -550,6 +620,7 @@ class Tables:
     finish_reasons: Names
     input_messages: Names
     output_messages: Names
+    output_envelopes: tuple[OutputEnvelope, ...]
     flat_input_prefixes: Names
     flat_output_prefixes: Names
     input_tokens: Names
@@ -562,6 +633,7 @@ class Tables:
     limit_status: tuple[tuple[re.Pattern[str], str], ...]
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
+    step_caps: tuple[StepCap, ...]
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
     limit_answers: tuple[tuple[str, str], ...]
@@ -609,6 +681,8 @@ def combine() -> Tables:
         tool_result=_names("tool_result"),
         tool_result_errors=tuple(entry for convention in CONVENTIONS
                                  for entry in convention.tool_result_errors),
+        tool_error_flags=tuple(entry for convention in CONVENTIONS
+                               for entry in convention.tool_error_flags),
         answer_tools=_union("answer_tools"),
         loop_end_tools=MappingProxyType({name: result for convention in CONVENTIONS
                                          for name, result in convention.loop_end_tools}),
@@ -619,6 +693,8 @@ def combine() -> Tables:
         finish_reasons=_names("finish_reasons"),
         input_messages=_names("input_messages"),
         output_messages=_names("output_messages"),
+        output_envelopes=tuple(entry for convention in CONVENTIONS
+                               for entry in convention.output_envelopes),
         flat_input_prefixes=_names("flat_input_prefixes"),
         flat_output_prefixes=_names("flat_output_prefixes"),
         input_tokens=_names("input_tokens"),
@@ -634,6 +710,7 @@ def combine() -> Tables:
         limit_states=tuple((attribute, re.compile(pattern), limit)
                            for convention in CONVENTIONS
                            for attribute, pattern, limit in convention.limit_states),
+        step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
         limit_system_prompts=tuple(pair for convention in CONVENTIONS

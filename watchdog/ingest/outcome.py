@@ -27,6 +27,9 @@ LIMIT_PROMPTS = TABLES.limit_prompts
 LIMIT_SYSTEM_PROMPTS = TABLES.limit_system_prompts
 LIMIT_ANSWERS = TABLES.limit_answers
 CALL_LIMITS = TABLES.call_limits
+STEP_CAPS = TABLES.step_caps
+OUTPUT_ENVELOPES = TABLES.output_envelopes
+TOOL_ERROR_FLAGS = TABLES.tool_error_flags
 # (rule, the JSON texts of its values): a result must contain all of them to be parsed
 TOOL_RESULT_ERRORS = tuple(
     (rule, tuple(json.dumps(value) for _, value in rule.where))
@@ -118,6 +121,46 @@ def _state_limit(attrs: Mapping[str, object]) -> str | None:
         value = attrs.get(key)
         if isinstance(value, str) and pattern.match(value):
             return name
+    for rule in STEP_CAPS:
+        steps, cap = attrs.get(rule.steps), attrs.get(rule.cap)
+        if isinstance(steps, int) and isinstance(cap, int) and 0 < cap <= steps \
+                and not (rule.exit_reason and rule.exit_reason in attrs):
+            # (with the framework's exit reason recorded, a limit_states rule read it above)
+            return rule.limit
+    return None
+
+
+def enveloped_output(attrs: Mapping[str, object]
+                     ) -> tuple[object, object, object, object] | None:
+    """(finish reason, input tokens, output tokens, messages) of a model call's output that a
+    framework wrote as its own message objects (Haystack's ``replies``), or None. One JSON
+    parse of that output, only for a model call that names no finish reason and no usage."""
+    for rule in OUTPUT_ENVELOPES:
+        raw = attrs.get(rule.attribute)
+        if not isinstance(raw, str) or not raw.startswith("{"):
+            continue
+        messages = at_path(_parsed(raw), rule.messages)
+        if not isinstance(messages, list) or not messages:
+            continue
+        finish: object = None
+        input_tokens = output_tokens = 0
+        for message in messages:
+            finish = at_path(message, rule.finish_reason) or finish
+            value = at_path(message, rule.input_tokens) if rule.input_tokens else None
+            input_tokens += value if isinstance(value, int) else 0
+            value = at_path(message, rule.output_tokens) if rule.output_tokens else None
+            output_tokens += value if isinstance(value, int) else 0
+        return (finish, input_tokens or None, output_tokens or None, messages)
+    return None
+
+
+def flagged_error(attrs: Mapping[str, object]) -> tuple[str, str] | None:
+    """(error type, message) when a tool span that ended OK carries a framework's flag saying
+    the call failed (Haystack's ``haystack.tool.error``), else None."""
+    for flag, result, path in TOOL_ERROR_FLAGS:
+        if attrs.get(flag) is True:
+            message = at_path(_parsed(attrs.get(result)), path)
+            return "tool_error", _message_text(message)
     return None
 
 

@@ -172,10 +172,13 @@ class RunState:
                     self.finish_reason = record.finish_reason
         elif kind is TOOL:
             self._apply_tool(record)
-        elif record.final_answer and not (record.unasked and self._llm_said_ns):
-            # What a function that ran the model loop returned (an unasked tool call made the
-            # invocation) is its answer only if the model calls below it said nothing: when
-            # the last one asked for tools, the loop stopped without an answer.
+        elif record.final_answer and not (
+                (record.unasked or record.workflow) and self._llm_said_ns):
+            # What a framing span returned (a root CHAIN's output, a function that ran the
+            # model loop: an unasked tool call made the invocation) is its answer only if the
+            # model calls below it said nothing: when the last one asked for tools, the loop
+            # stopped without an answer (OpenInference's Haystack Agent at max_agent_steps:
+            # its CHAIN returns the whole result, the last message a tool's).
             self.explicit_final = True
         if record.final_output is not None and not (
                 record.unasked and self.final_output is not None):
