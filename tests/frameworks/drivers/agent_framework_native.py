@@ -35,22 +35,16 @@ import sys
 from typing import Any
 
 from _otel import model_settings, setup_tracing
+from _tools import TASKS as BASE_TASKS
+from _tools import lookup
 
 RESEARCHER = "maf_researcher"
 LEAD = "maf_lead"
 WRITER = "maf_writer"
 SERVICE_NAME = "agent-framework-service"  # not the agent name: that must come from the spans
 LIMITS = {"limit": {"max_iterations": 3}, "calls_limit": {"max_function_calls": 2}}
-TASKS = {"three_tools": "Look up a, b and c.", "limit": "Look up every key you can find.",
-         "calls_limit": "Look up every key you can find.", "tool_error": "Look up broken.",
-         "sub_agent": "Find out a, b and c.", "workflow": "Find out a, b and c."}
-
-
-def lookup(key: str) -> str:
-    """Look a key up."""
-    if key == "broken":
-        raise RuntimeError(f"backend unavailable for {key}")
-    return f"value of {key}"
+TASKS = {**BASE_TASKS, "calls_limit": BASE_TASKS["limit"], "sub_agent": "Find out a, b and c.",
+         "workflow": "Find out a, b and c."}
 
 
 async def invoke(scenario: str) -> None:

@@ -23,24 +23,14 @@ import asyncio
 import sys
 
 from _otel import model_settings, setup_tracing
+from _tools import TASKS as BASE_TASKS
+from _tools import lookup
 from openinference.instrumentation.agno import AgnoInstrumentor
 
 RESEARCHER = "agno_researcher"
 TEAM = "agno_team"
 SERVICE_NAME = "agno-service"  # not the agent name: the agent name must come from the spans
-TASKS = {"three_tools": "Look up a, b and c.", "limit": "Look up every key you can find.",
-         "tool_error": "Look up broken.", "team": "Find out a, b and c."}
-
-
-def lookup(key: str) -> str:
-    """Look a key up.
-
-    Args:
-        key: the key to look up.
-    """
-    if key == "broken":
-        raise RuntimeError(f"backend unavailable for {key}")
-    return f"value of {key}"
+TASKS = {**BASE_TASKS, "team": "Find out a, b and c."}
 
 
 def main(scenario: str) -> None:

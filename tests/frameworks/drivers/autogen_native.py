@@ -26,6 +26,8 @@ import asyncio
 import sys
 
 from _otel import model_settings, setup_tracing
+from _tools import TASKS as BASE_TASKS
+from _tools import lookup
 from opentelemetry import trace
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
@@ -34,15 +36,7 @@ WRITER = "autogen_writer"
 SERVICE_NAME = "autogen-service"  # not the agent name: the agent name must come from the spans
 MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False,
               "family": "unknown", "structured_output": False}
-TASKS = {"three_tools": "Look up a, b and c.", "limit": "Look up every key you can find.",
-         "tool_error": "Look up broken.", "team": "Look up a, b and c, then write it up."}
-
-
-def lookup(key: str) -> str:
-    """Look a key up."""
-    if key == "broken":
-        raise RuntimeError(f"backend unavailable for {key}")
-    return f"value of {key}"
+TASKS = {**BASE_TASKS, "team": "Look up a, b and c, then write it up."}
 
 
 async def main(scenario: str) -> None:

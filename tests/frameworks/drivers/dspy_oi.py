@@ -27,18 +27,11 @@ import sys
 import tempfile
 
 from _otel import model_settings, setup_tracing
+from _tools import TASKS, lookup
 from openinference.instrumentation.dspy import DSPyInstrumentor
 
 SERVICE_NAME = "dspy-service"  # not the agent name: that must come from the spans
-QUESTIONS = {"three_tools": "Look up a, b and c.", "limit": "Look up every key you can find.",
-             "tool_error": "Look up broken.", "subagent": "Find out a."}
-
-
-def lookup(key: str) -> str:
-    """Look a key up."""
-    if key == "broken":
-        raise RuntimeError(f"backend unavailable for {key}")
-    return f"value of {key}"
+QUESTIONS = {**TASKS, "subagent": "Find out a."}
 
 
 def main(scenario: str) -> None:

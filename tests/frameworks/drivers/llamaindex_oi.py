@@ -26,20 +26,14 @@ import asyncio
 import sys
 
 from _otel import model_settings, setup_tracing
+from _tools import TASKS as BASE_TASKS
+from _tools import lookup
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
 RESEARCHER = "li_researcher"
 WRITER = "li_writer"
 SERVICE_NAME = "llamaindex-service"  # not the agent name: that must come from the spans
-TASKS = {"three_tools": "Look up a, b and c.", "limit": "Look up every key you can find.",
-         "tool_error": "Look up broken.", "handoff": "Look up a, b and c, then write it up."}
-
-
-def lookup(key: str) -> str:
-    """Look a key up."""
-    if key == "broken":
-        raise RuntimeError(f"backend unavailable for {key}")
-    return f"value of {key}"
+TASKS = {**BASE_TASKS, "handoff": "Look up a, b and c, then write it up."}
 
 
 async def main(scenario: str) -> None:
