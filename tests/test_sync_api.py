@@ -4,11 +4,19 @@ sync or the OTLP export — brings it first."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import select
+import socket
 from typing import Any
 
-from tests.harness import RunningServer, http_request
+import pytest
+
+from tests.harness import WAIT, RunningServer, http_request, wait_until
 from tests.spans import SpanMaker, encode, tool_attrs
+from watchdog import api
+from watchdog.ingest.decode import parse_protobuf
 
 RUN = {"watchdog.run.id": "sync-run", "watchdog.agent.name": "syncer",
        "watchdog.budget.max_tool_calls": 4}
@@ -128,3 +136,52 @@ def test_a_client_stop_at_a_grace_spares_the_escalation(sidecar: RunningServer) 
     assert (detail["terminal_state"], detail["terminal_reason"]) == ("loop_detected",
                                                                      "tool-cycle")
     assert [d["escalation"] for d in detail["directives"]] == [False]
+
+
+def test_the_answer_is_on_the_wire_before_the_sidecar_hands_its_cpu_over(
+        sidecar: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent woken by the answer is queued on the sidecar's CPU (a loopback wake-up is a
+    synchronous one): the sidecar yields that CPU only once the whole answer is written."""
+    host, port = sidecar.server.addresses["api"]
+    seen: list[bytes] = []
+
+    def hand_over() -> None:  # on the server's loop, when it yields: what the agent can read
+        readable, _, _ = select.select([client], [], [], 0)
+        seen.append(client.recv(65536, socket.MSG_PEEK) if readable else b"")
+
+    monkeypatch.setattr(api, "hand_over", hand_over)
+    body = encode(tools(SpanMaker(), 0, 1)).SerializeToString()
+    with socket.create_connection((host, port)) as client:
+        client.sendall(b"POST /v1/runs/sync-run/sync?after=0 HTTP/1.1\r\nHost: watchdog\r\n"
+                       b"Content-Type: application/x-protobuf\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        (wire,) = wait_until(lambda: seen, "the sidecar handed its CPU over")
+    head, _, answer = wire.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    length = int(re.search(rb"(?i)content-length: (\d+)", head)[1])  # type: ignore[index]
+    assert len(answer) == length and json.loads(answer)["tool_calls"] == 1
+
+
+def test_an_export_is_parsed_only_when_no_sync_is_in_flight(sidecar: RunningServer) -> None:
+    """A sync arriving while an export request's body waits to be parsed goes first: the parse
+    (~1 ms for 128 spans, unsliced) is a slice of bulk work like any other."""
+    service = sidecar.server.service
+    assert service is not None
+    body = encode(tools(SpanMaker(), 0, 2)).SerializeToString()
+    order: list[str] = []
+
+    def parse() -> Any:
+        order.append("parsed")
+        return parse_protobuf(body)
+
+    async def scenario() -> int:
+        with service.priority.sync():
+            export = asyncio.ensure_future(service.export_in_slices(parse, "test"))
+            for _ in range(5):  # the sync's turns of the loop
+                await asyncio.sleep(0)
+            order.append("sync answered")
+        return (await export).rejected_count
+
+    assert asyncio.run_coroutine_threadsafe(scenario(), sidecar.loop).result(WAIT) == 0
+    assert order == ["sync answered", "parsed"]
+    assert tool_calls(sidecar) == 2

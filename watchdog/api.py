@@ -38,7 +38,7 @@ from watchdog.directives.model import Directive
 from watchdog.directives.outbox import Outbox
 from watchdog.errors import BadRequest, NotFound, PayloadTooLarge, Unauthorized, WatchdogError
 from watchdog.ingest.decode import DecodeError, parse_protobuf
-from watchdog.priority import Priority
+from watchdog.priority import Priority, hand_over
 from watchdog.queries import MAX_LIST_LIMIT
 from watchdog.rules.engine import RuleEngine
 from watchdog.runs.report import build_report, render_markdown
@@ -278,14 +278,22 @@ class RunRoutes:
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         service = self.service
-        with service.priority.sync():  # bulk ingest waits until this is answered
+        with service.priority.sync():  # bulk ingest waits until the answer is on the wire
             run, applied = service.sync(run_id, export, stop)
             directives = [] if self.directives is None else \
                 await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)
-        budget = run.budget_view(service.default_budget(run), service.clock.now()) if run else {}
-        return json_response(sync_answer(
-            run, run_id, applied, budget, [d.to_json() for d in directives],
-            directives[-1].seq if directives else after))
+            budget = run.budget_view(service.default_budget(run), service.clock.now()) \
+                if run else {}
+            response = json_response(sync_answer(
+                run, run_id, applied, budget, [d.to_json() for d in directives],
+                directives[-1].seq if directives else after))
+            try:
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError:  # the agent hung up: aiohttp logs it as it would have
+                return response
+        hand_over()  # the agent was woken on this CPU to read it (watchdog.priority)
+        return response
 
 
 @dataclass(frozen=True, slots=True)

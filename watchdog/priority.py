@@ -16,6 +16,12 @@ Two things keep a sync from waiting behind many slices:
   until that request reaches its handler (:meth:`Priority.dispatched`), nor while any sync is
   in flight (:meth:`Priority.sync`).
 
+* **the answer on the wire, then the CPU handed over**: a sync's answer is written before bulk
+  work may go on, and the sidecar then yields its CPU (:func:`hand_over`). A loopback socket
+  wakes its reader as a *synchronous* wake-up: the kernel queues the agent on the CPU the
+  sidecar runs on, expecting the writer to sleep next — but bulk work goes on, and the agent
+  waited for the CPU until the scheduler's next tick (~4 ms, measured: 1 % of syncs under load).
+
 Bounded: bulk work is held at most ``MAX_PAUSE`` seconds at a time — a stream of syncs can slow
 ingest but never stop it, and bytes that never make a request (a client that sends half a
 request and stalls) hold nothing back past one pause.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -34,6 +41,14 @@ MAX_PAUSE = 0.02  # seconds bulk work is held for syncs at one turn before it go
 SLICE_SECONDS = 0.001  # bulk work over many items yields this often (:meth:`Priority.sliced`)
 
 T = TypeVar("T")
+_yield_cpu = getattr(os, "sched_yield", None)  # POSIX; absent on Windows
+
+
+def hand_over() -> None:
+    """Give this CPU to a process the sidecar just woke (an agent reading a sync's answer)
+    before going on with bulk work; a no-op where the platform has no ``sched_yield``."""
+    if _yield_cpu is not None:
+        _yield_cpu()
 
 
 class Priority:

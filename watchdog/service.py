@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from watchdog import logs
@@ -211,11 +211,13 @@ class WatchdogService:
         self._remember(digest)
         return decoded
 
-    async def export_in_slices(self, request: ExportTraceServiceRequest, protocol: str,
-                               digest: bytes | None = None) -> Decoded:
-        """:meth:`export` for the receivers: a large request is applied ``INGEST_SLICE`` spans
-        at a time with the event loop served in between, so a small request (a sync, a
-        heartbeat, an SSE write) never waits for a whole 512-span batch."""
+    async def export_in_slices(self, parse: Callable[[], ExportTraceServiceRequest],
+                               protocol: str, digest: bytes | None = None) -> Decoded:
+        """:meth:`export` for the receivers (:class:`~watchdog.ingest.consumer.TraceConsumer`):
+        the request is parsed at its turn — a sync on its way goes first, not after a whole
+        body's parse (~1 ms for 128 spans) — and applied ``INGEST_SLICE`` spans at a time with
+        the event loop served in between, so a small request (a sync, a heartbeat, an SSE
+        write) never waits for a whole 512-span batch."""
         if self._is_duplicate(digest):
             return Decoded(duplicate=True)
         self.state.admit()
@@ -223,8 +225,10 @@ class WatchdogService:
             self._in_progress.add(digest)
         total = Decoded()
         try:
+            await self.priority.turn()  # the parse is a slice of its own
+            request = parse()
             for part in slices_of(request, INGEST_SLICE):
-                await self.priority.turn()  # a sync on its way goes first, even of a new request
+                await self.priority.turn()
                 self._apply(part, protocol)
                 total.rejected.update(part.rejected)
                 total.first_error = total.first_error or part.first_error

@@ -8,6 +8,7 @@ request with the protocol's back-pressure (HTTP 503 + Retry-After, gRPC UNAVAILA
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from watchdog.ingest.decode import ExportTraceServiceRequest
@@ -15,7 +16,9 @@ from watchdog.ingest.pipeline import Decoded
 
 
 class TraceConsumer(Protocol):
-    async def export_in_slices(self, request: ExportTraceServiceRequest, protocol: str,
-                               digest: bytes | None = None) -> Decoded:
-        """Apply one export request; ``digest`` (of its body) drops an exporter's retry."""
+    async def export_in_slices(self, parse: Callable[[], ExportTraceServiceRequest],
+                               protocol: str, digest: bytes | None = None) -> Decoded:
+        """Apply one export request, parsed by ``parse()`` when its turn comes (its
+        :class:`~watchdog.ingest.decode.DecodeError` raised to the receiver); ``digest`` (of
+        its body) drops an exporter's retry unparsed."""
         ...

@@ -11,6 +11,7 @@ Refusals go through :mod:`watchdog.errors`; overload is UNAVAILABLE with a ``Ret
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -82,11 +83,10 @@ class TraceService:
     async def _consume(self, body: bytes) -> tuple[bytes, bool]:
         """The answer, and whether the request is new (not a retry of one already applied)."""
         try:
-            request = parse_protobuf(body)
+            decoded = await self.consumer.export_in_slices(
+                functools.partial(parse_protobuf, body), PROTOCOL, request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
-        digest = request_digest(body)
-        decoded = await self.consumer.export_in_slices(request, PROTOCOL, digest)
         self._count(decoded.outcome())
         return response_protobuf(decoded.rejected_count, decoded.message()), not decoded.duplicate
 

@@ -21,6 +21,7 @@ bomb never grows past the limit and ``br``/``zstd`` get the documented 415.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,11 +155,10 @@ class TraceReceiver:
         """The answer's body, and whether the request is new (not an exporter's retry of one
         already applied, which was forwarded then)."""
         try:
-            export_request = codec.parse(body)
+            decoded = await self.consumer.export_in_slices(
+                functools.partial(codec.parse, body), PROTOCOL, request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
-        digest = request_digest(body)
-        decoded = await self.consumer.export_in_slices(export_request, PROTOCOL, digest)
         self._count(decoded.outcome())
         return codec.response(decoded.rejected_count, decoded.message()), not decoded.duplicate
 
