@@ -5,7 +5,7 @@ A sync is answered only after several turns of the event loop (its request read,
 applied, the directives they caused stored on the directive lane and published, the answer
 written). Bulk work — an export request's spans, a flush's run snapshots, the timer's rules —
 runs in slices of about a millisecond, and yields between two of them at :meth:`Priority.turn`.
-Two things keep a sync from waiting behind many slices:
+Three things keep a sync from waiting behind many slices, or its agent behind the sidecar:
 
 * **one slice per loop turn**: bulk work takes turns in order (FIFO), and the next slice is let
   go only on the loop turn after the last one, so the loop polls its sockets between any two
@@ -14,13 +14,12 @@ Two things keep a sync from waiting behind many slices:
 * **syncs first**: no slice is let go from the moment bytes reach the control API
   (:meth:`Priority.arrived`, told by the API's connections; most control requests are syncs)
   until that request reaches its handler (:meth:`Priority.dispatched`), nor while any sync is
-  in flight (:meth:`Priority.sync`).
-
+  in flight (:meth:`Priority.sync`);
 * **the answer on the wire, then the CPU handed over**: a sync's answer is written before bulk
   work may go on, and the sidecar then yields its CPU (:func:`hand_over`). A loopback socket
   wakes its reader as a *synchronous* wake-up: the kernel queues the agent on the CPU the
   sidecar runs on, expecting the writer to sleep next — but bulk work goes on, and the agent
-  waited for the CPU until the scheduler's next tick (~4 ms, measured: 1 % of syncs under load).
+  waited for the CPU until the scheduler's next tick (~4 ms: 1 % of syncs under load).
 
 Bounded: bulk work is held at most ``MAX_PAUSE`` seconds at a time — a stream of syncs can slow
 ingest but never stop it, and bytes that never make a request (a client that sends half a
