@@ -32,9 +32,13 @@ terminal state and reason (the recursion cap: ``tool_limit_reached``,
 its committed recording (one span per export request, the root first: the root ends its run
 before the rest arrives, and the nested agent is split out all the same).
 
-Known gap: a ``create_react_agent`` invoked inside another agent's tool names no agent on any
+Known gaps: a ``create_react_agent`` invoked inside another agent's tool names no agent on any
 span (no ``lc_agent_name``): it is not told apart from the steps of its caller's graph, so it
-would be no child run (not exercised here: the ``subagent`` case uses ``create_agent``).
+would be no child run (not exercised here: the ``subagent`` case uses ``create_agent``). The
+trace's records are kept past the run's end only when its root came alone, first: a root that
+arrives after some but not all of its spans (an export batch cut in the middle of a
+parents-first trace) ends its run and drops them, and a sub-agent arriving later stays in its
+caller's run (not exercised here).
 """
 
 from __future__ import annotations
