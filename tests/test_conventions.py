@@ -1003,3 +1003,79 @@ def test_invalid_json_raises_decode_error(body: bytes) -> None:
 def test_invalid_protobuf_raises_decode_error() -> None:
     with pytest.raises(DecodeError):
         parse_protobuf(b"\x0a\xff\xff\xff")
+
+
+# ---------------------------------------------------------------------------------------------
+# LangSmith's own OpenTelemetry export (langsmith[otel]) of LangChain runs
+
+
+def _llm_result(finish: str, text: str = "", tool_calls: list[object] | None = None) -> str:
+    message = {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages",
+                                                      "AIMessage"],
+               "kwargs": {"content": text, "type": "ai", "tool_calls": tool_calls or []}}
+    return json.dumps({"generations": [[{"text": text, "generation_info": {
+        "finish_reason": finish}, "type": "ChatGeneration", "message": message}]],
+        "llm_output": {}, "type": "LLMResult"})
+
+
+def test_langsmith_model_call_finish_reason_is_read_from_its_llm_result(otel: SpanMaker) -> None:
+    usage = {"gen_ai.operation.name": "chat", "langsmith.span.kind": "llm",
+             "gen_ai.usage.input_tokens": 13, "gen_ai.usage.output_tokens": 9}
+    asks = record_of(otel.span("ChatOpenAI", {**usage, "gen_ai.completion": _llm_result(
+        "tool_calls", tool_calls=[{"name": "lookup", "args": {}, "type": "tool_call"}])}))
+    answers = record_of(otel.span("ChatOpenAI", {**usage, "gen_ai.completion": _llm_result(
+        "stop", "a is known.")}))
+    assert (asks.kind, asks.finish_reason, asks.requested_tools, asks.final_answer) == (
+        SpanKind.LLM, "tool_calls", True, False)
+    assert (answers.finish_reason, answers.requested_tools, answers.final_answer) == (
+        "stop", False, True)
+    # the usage attributes stand; the envelope names none
+    assert (answers.input_tokens, answers.output_tokens) == (13, 9)
+
+
+def test_langsmith_exception_wrapper_gives_the_real_exception(otel: SpanMaker) -> None:
+    """LangSmith records every error as ``Exception(run.error)``: the repr of the exception,
+    then its traceback (different on every span the exception passed through)."""
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+    wrapped = [record_of(otel.span("lookup", tool, exception=Exception(
+        f"RuntimeError('backend unavailable')Traceback (most recent call last):\n{frame}")))
+        for frame in ('  File "tool.py"', '  File "graph.py"')]
+    assert {(r.error_type, r.error_message) for r in wrapped} == {
+        ("RuntimeError", "backend unavailable")}
+    assert wrapped[0].exception_id == wrapped[1].exception_id
+    limit = record_of(otel.span("graph", {"langsmith.span.kind": "chain"}, exception=Exception(
+        "GraphRecursionError('Recursion limit of 6 reached')Traceback (most recent call last):")))
+    assert (limit.kind, limit.error_type, limit.limit_stop) == (
+        SpanKind.AGENT, "GraphRecursionError", "GraphRecursionError")
+    # a plain Exception whose message is no repr stays what it is
+    plain = record_of(otel.span("lookup", tool, exception=Exception("call f(x) failed")))
+    assert (plain.error_type, plain.error_message) == ("Exception", "call f(x) failed")
+
+
+def test_langsmith_span_named_after_its_lc_agent_name_is_the_agent(otel: SpanMaker) -> None:
+    """create_agent's name is in the metadata of every span of its graph: the chain span named
+    after it is the agent (the root, or one a tool invoked: a child run), the graph's steps are
+    not; a root chain with no such name (create_react_agent) frames the run, named after it."""
+    def chain(name: str, agent: str | None, parent: Any = None) -> Any:
+        attrs = {"langsmith.span.kind": "chain", "gen_ai.operation.name": "chain",
+                 "langsmith.trace.name": name}
+        if agent is not None:
+            attrs["langsmith.metadata.lc_agent_name"] = agent
+        return otel.open(name, attrs, parent=parent)
+
+    root = chain("lc_manager", "lc_manager")
+    tool = otel.open("research", {"gen_ai.operation.name": "execute_tool",
+                                  "langsmith.span.kind": "tool", "gen_ai.tool.name": "research",
+                                  "langsmith.metadata.lc_agent_name": "lc_manager"}, parent=root)
+    nested = chain("lc_researcher", "lc_researcher", tool)
+    step = chain("model", "lc_researcher", nested)
+    react = chain("lg_researcher", None)
+    for span in (step, nested, tool, root, react):
+        span.end()
+    records = {r.name: r for r in records_of(otel.take())}
+    assert {name: (r.kind, r.agent, r.workflow) for name, r in records.items()} == {
+        "model": (SpanKind.OTHER, "lc_researcher", False),
+        "lc_researcher": (SpanKind.AGENT, "lc_researcher", False),
+        "research": (SpanKind.TOOL, "lc_manager", False),
+        "lc_manager": (SpanKind.AGENT, "lc_manager", False),
+        "lg_researcher": (SpanKind.AGENT, "lg_researcher", True)}

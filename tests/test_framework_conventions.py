@@ -779,6 +779,60 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'llm None asks-tools',
         'agent None answer limit=max_agent_steps',
     ],
+    # LangSmith's OpenTelemetry export: the spans in the order the runs started, the root first
+    ("langchain_langsmith", "limit"): [
+        'agent lc_researcher limit=GraphRecursionError error=GraphRecursionError',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"k0"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"k1"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"k2"}',
+    ],
+    ("langchain_langsmith", "react_three_tools"): [
+        'agent lg_researcher answer',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"a"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"b"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"c"}',
+        'llm stop answer',
+    ],
+    ("langchain_langsmith", "subagent"): [
+        'agent lc_manager answer',
+        'llm tool_calls asks-tools',
+        'tool research {"question":"What is a?"}',
+        'agent lc_researcher answer',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"a"}',
+        'llm stop answer',
+        'llm stop answer',
+    ],
+    ("langchain_langsmith", "three_tools"): [
+        'agent lc_researcher answer',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"a"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"b"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"c"}',
+        'llm stop answer',
+    ],
+    ("langchain_langsmith", "tool_error"): [
+        'agent lc_researcher error=RuntimeError',
+        'llm tool_calls asks-tools',
+        'other error=RuntimeError',
+        'tool lookup {"key":"broken"} error=RuntimeError',
+    ],
+    ("langchain_langsmith", "tool_error_handled"): [
+        'agent lc_researcher answer',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"missing"}',
+        'llm tool_calls asks-tools',
+        'tool lookup {"key":"broken"} error=tool_error',
+        'llm stop answer',
+    ],
     **SEMANTIC_KERNEL,
 }
 
@@ -864,6 +918,14 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("langchain_openinference", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
     ("langchain_openinference", "tool_error_handled"): Outcome(3, 2, 1, "completed", None,
                                                                True),
+    # ... and under LangSmith's own OpenTelemetry export: the finish reasons in each model
+    # call's LLMResult, every error an `Exception` whose message is the real one's repr
+    **{("langchain_langsmith", scenario): COMPLETED_3
+       for scenario in ("three_tools", "react_three_tools")},
+    ("langchain_langsmith", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
+                                              "GraphRecursionError", False),
+    ("langchain_langsmith", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
+    ("langchain_langsmith", "tool_error_handled"): Outcome(3, 2, 1, "completed", None, True),
     # OpenAI Agents SDK (OpenInference, and the watchdog adapter's own processor): the model
     # calls carry no finish reason; their output says answer or tool request. With OpenLLMetry
     # the SDK's response span and the OpenAI client's chat span inside it are one model call,
@@ -1012,10 +1074,12 @@ def test_adk_exception_on_nested_spans_has_one_identity() -> None:
     assert failed[0].exception_id is not None
 
 
-@pytest.mark.parametrize("driver", ["langchain_openllmetry", "langchain_openinference"])
+@pytest.mark.parametrize("driver", ["langchain_openllmetry", "langchain_openinference",
+                                    "langchain_langsmith"])
 def test_langchain_handled_tool_error_is_read_from_the_tool_message(driver: str) -> None:
     # The span ends OK; its output (OpenLLMetry traceloop.entity.output, OpenInference
-    # output.value) holds the ToolMessage, status "error", the ToolException's text as content.
+    # output.value, LangSmith gen_ai.completion) holds the ToolMessage, status "error", the
+    # ToolException's text as content.
     # The span of the tools node repeats it and is not counted; the result that only says
     # "Error: ..." is a result.
     records = recorded_records(driver, "tool_error_handled")
@@ -1023,6 +1087,39 @@ def test_langchain_handled_tool_error_is_read_from_the_tool_message(driver: str)
     assert [(r.error, r.error_type, r.error_message) for r in tools] == [
         (False, None, None), (True, "tool_error", "backend unavailable for broken")]
     assert [r for r in records if r.error] == tools[1:]
+
+
+def test_langsmith_error_is_the_exception_in_the_repr() -> None:
+    # LangSmith records every error as Exception(run.error): the repr of the real exception,
+    # then a traceback that differs on each span it passed through (the tool, the tools node,
+    # the agent). The type and message are the repr's; one exception, one identity.
+    failed = [r for r in recorded_records("langchain_langsmith", "tool_error") if r.error]
+    assert [(r.name, r.error_type, r.error_message) for r in failed] == [
+        (name, "RuntimeError", "backend unavailable for broken")
+        for name in ("lc_researcher", "tools", "lookup")]
+    assert len({r.exception_id for r in failed}) == 1
+    limit = [r for r in recorded_records("langchain_langsmith", "limit") if r.error]
+    assert [(r.error_type, r.limit_stop) for r in limit] == [
+        ("GraphRecursionError", "GraphRecursionError")]
+
+
+@pytest.mark.parametrize("per_span", [False, True], ids=["one-request", "span-per-request"])
+def test_langsmith_subagent_is_a_child_run_when_parents_come_first(per_span: bool) -> None:
+    # LangSmith turns finished LangChain runs into spans in the order they started: the root
+    # agent span comes first and ends the trace's run; the agent a tool invoked (named after
+    # its lc_agent_name, as the root is) comes later, and is a child run all the same.
+    records = recorded_records("langchain_langsmith", "subagent")
+    assert records[0].parent_span_id is None and records[0].agent == "lc_manager"
+    tracker = RunTracker()
+    for batch in ([[record] for record in records] if per_span else [records]):
+        tracker.apply(batch, 1.0)
+    assert not list(tracker.active())
+    runs = {run.agent: run for run in tracker.ended()}
+    assert [(name, run.iterations, run.tool_calls, run.terminal_state, run.has_final_answer)
+            for name, run in sorted(runs.items())] == [
+        ("lc_manager", 2, 1, TerminalState.COMPLETED, True),
+        ("lc_researcher", 2, 1, TerminalState.COMPLETED, True)]
+    assert runs["lc_researcher"].parent_run == runs["lc_manager"].key
 
 
 def test_strands_tool_arguments_and_answer_come_from_span_events() -> None:

@@ -596,3 +596,41 @@ def test_a_client_run_ends_with_its_own_span_not_with_an_agent_span_inside_it() 
         tracker.apply(records_of(late[-2:-1]), T0 + 5)  # the client's span
         assert run.ended and run.terminal_state is TerminalState.COMPLETED
         assert (run.iterations, run.tool_calls, run.agent_name) == (3, 1, "lead")
+
+
+def test_a_sub_agent_arriving_after_its_root_ended_the_run_is_still_a_child() -> None:
+    """An exporter that sends parents before children (LangSmith's, which turns finished runs
+    into spans in the order they started): the root agent span comes first, alone, and ends
+    the trace's run; the agent a tool invoked comes later and is split out all the same, its
+    calls following it. A trace whose root came last forgets its frames when the run ends."""
+    maker = SpanMaker()
+    with maker.agent(attrs=agent_attrs("planner")) as root:
+        maker.span("chat", chat_attrs(finish="tool_calls"), parent=root, start=T0 + 0.1)
+        delegate = maker.open("execute_tool research", tool_attrs("research", '{"q": "x"}'),
+                              parent=root, start=T0 + 1)
+        inner = maker.open("invoke_agent researcher", agent_attrs("researcher"), parent=delegate,
+                           start=T0 + 1.1)
+        maker.span("chat", chat_attrs(finish="tool_calls"), parent=inner, start=T0 + 2)
+        maker.span("execute_tool search", tool_attrs("search", "{}"), parent=inner,
+                   start=T0 + 3)
+        maker.span("chat", chat_attrs(finish="stop"), parent=inner, start=T0 + 4)
+        inner.end(int((T0 + 5) * 1e9))
+        delegate.end(int((T0 + 5) * 1e9))
+        maker.span("chat", chat_attrs(finish="stop"), parent=root, start=T0 + 6)
+    spans = maker.take()
+    records = sorted(records_of(spans), key=lambda record: record.start_ns)
+    tracker = RunTracker()
+    for record in records:  # parents first, one request each
+        tracker.apply([record], T0 + 100)
+    runs = runs_by_agent(tracker)
+    planner, researcher = runs["planner"], runs["researcher"]
+    assert not list(tracker.active())
+    assert (planner.iterations, planner.tool_calls, planner.has_final_answer) == (2, 1, True)
+    assert (researcher.iterations, researcher.tool_calls, researcher.has_final_answer) == (
+        2, 1, True)
+    assert researcher.parent_run == planner.key
+    assert planner.terminal_state is researcher.terminal_state is TerminalState.COMPLETED
+
+    tracker = RunTracker()
+    tracker.apply(records_of(spans), T0 + 100)  # children first, in one request
+    assert len(runs_by_agent(tracker)) == 2 and len(tracker._frames) == 0

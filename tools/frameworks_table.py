@@ -38,6 +38,10 @@ def _codes(values: Iterable[str], prefix: str) -> list[str]:
     return [f"{prefix}`{value}`" for value in sorted(values)]
 
 
+def _dotted(path: Iterable[str | int]) -> str:
+    return ".".join(str(key) for key in path)
+
+
 def _cell(items: list[str]) -> str:
     return ", ".join(items).replace("|", "\\|") if items else "—"
 
@@ -46,9 +50,10 @@ def row(convention: Convention) -> str:
     c = convention
     answer = (_places(c.answer, "agent span ") + _places(c.llm_output, "model output ")
               + _places(c.output_messages, "messages ") + _places(c.finish_reasons)
-              + [f"model output `{rule.attribute}` JSON `{'.'.join(rule.messages)}[]."
-                 f"{'.'.join(rule.finish_reason)}` (usage `{'.'.join(rule.input_tokens)}`, "
-                 f"`{'.'.join(rule.output_tokens)}`)" for rule in c.output_envelopes]
+              + [f"model output `{rule.attribute}` JSON `{_dotted(rule.messages)}[]."
+                 f"{_dotted(rule.finish_reason)}`"
+                 + (f" (usage `{_dotted(rule.input_tokens)}`, `{_dotted(rule.output_tokens)}`)"
+                    if rule.input_tokens else "") for rule in c.output_envelopes]
               + _codes(c.answer_tools, "tool ")
               + [f"tool `{prefix}*`" for prefix in c.answer_tool_prefixes])
     if c.answer_finish_reasons:
@@ -63,16 +68,21 @@ def row(convention: Convention) -> str:
              + [f"`{rule.steps}` ≥ `{rule.cap}` → `{rule.limit}`"
                 + (f" (when `{rule.exit_reason}` is not recorded)" if rule.exit_reason else "")
                 for rule in c.step_caps])
-    agent = (_places(c.agent_name) + _places(c.agent_span_name, "agent span ")
-             + [f"`{key}` JSON `{'.'.join(path)}` (a span named so is the agent)"
+    named = " (a span named so is the agent)"
+    agent = ([_place(key) + (named if key in c.agent_name_invocations else "")
+              for key in c.agent_name]
+             + [_place(key) + named for key in c.agent_name_invocations
+                if key not in c.agent_name]
+             + _places(c.agent_span_name, "agent span ")
+             + [f"`{key}` JSON `{_dotted(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json])
     tools = (_places(c.tool_name) + [f"span name `{p}…`" for p in c.tool_name_span_prefixes]
              + [f"span name `…{s}`" for s in c.tool_name_span_suffixes]
              + _places(c.tool_args))
     failed = [f"`{rule.attribute}` with "
-              + ", ".join(f"`{'.'.join(path)}` = `{value}`" for path, value in rule.where)
-              + f" (message `{'.'.join(rule.message)}`)" for rule in c.tool_result_errors] \
-        + [f"`{flag}` = true (message `{result}` JSON `{'.'.join(path)}`)"
+              + ", ".join(f"`{_dotted(path)}` = `{value}`" for path, value in rule.where)
+              + f" (message `{_dotted(rule.message)}`)" for rule in c.tool_result_errors] \
+        + [f"`{flag}` = true (message `{result}` JSON `{_dotted(path)}`)"
            for flag, result, path in c.tool_error_flags]
     spans = ([f"`{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
               for key, roles in c.kinds.items()]
@@ -86,7 +96,7 @@ def row(convention: Convention) -> str:
                 for name, result in c.loop_end_tools]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]
              + [f"span `{prefix}…` ({role})" for prefix, role in c.span_name_prefixes]
-             + [f"an agent-kind span named after `{key}` JSON `{'.'.join(path)}` is a graph "
+             + [f"an agent-kind span named after `{key}` JSON `{_dotted(path)}` is a graph "
                 "step" for key, path in c.graph_node_json])
     cells = [f"**{c.name}** ({c.emitted_by})", _cell(spans), _cell(answer), _cell(limit),
              _cell(agent), _cell(tools), _cell(failed), c.notes or "—"]

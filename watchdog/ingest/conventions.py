@@ -55,6 +55,7 @@ from watchdog.ingest.outcome import (
     result_error,
     short_type,
     status_limit,
+    unwrapped_exception,
 )
 from watchdog.ingest.redact import brief, mask, redact
 from watchdog.runs.record import (
@@ -91,6 +92,8 @@ AGENT_NAME_KEYS = TABLES.agent_name
 AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
 AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
 AGENT_NAME_JSON = TABLES.agent_name_json
+AGENT_INVOCATION_KEYS = TABLES.agent_name_invocations
+WRAPPED_EXCEPTION_TYPES = frozenset(TABLES.wrapped_exceptions)
 GRAPH_NODE_JSON = TABLES.graph_node_json
 JSON_IDENTITY_KEYS = tuple(dict.fromkeys(key for key, _ in AGENT_NAME_JSON + GRAPH_NODE_JSON))
 SESSION_KEYS = TABLES.session
@@ -428,7 +431,8 @@ def _event_facts(events: Any) -> dict[str, object] | None:
 BUDGET_ATTRIBUTES = frozenset("watchdog.budget." + key for key in BUDGET_KEYS)
 
 WANTED_ATTRIBUTES = frozenset(
-    RUN_ID_KEYS + AGENT_CALL_ID_KEYS + AGENT_NAME_KEYS + SESSION_KEYS + PARENT_RUN_KEYS
+    RUN_ID_KEYS + AGENT_CALL_ID_KEYS + AGENT_NAME_KEYS + AGENT_INVOCATION_KEYS + SESSION_KEYS
+    + PARENT_RUN_KEYS
     + TOOL_NAME_KEYS + TOOL_ARGS_KEYS + TOOL_RESULT_KEYS + AGENT_OUTPUT_KEYS + INPUT_TOKEN_KEYS
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
     + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
@@ -512,6 +516,13 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         if json_key in attrs:
             role, json_agent = _json_identity(name, attrs, role)
             break
+    if role is None or role is WORKFLOW:
+        for invocation_key in AGENT_INVOCATION_KEYS:
+            invoked = attrs.get(invocation_key)
+            if invoked is not None:
+                if invoked == name:  # the agent itself, not one of its graph's steps
+                    role = AGENT_ROLE
+                break
     kind = ROLE_KINDS[role]
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
@@ -573,6 +584,8 @@ def _with_events(attrs: Mapping[str, object], events: Any) -> Mapping[str, objec
 def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
                 status_message: str) -> None:
     exc_type, exc_message = _exception(events)
+    if exc_type in WRAPPED_EXCEPTION_TYPES and exc_message:
+        exc_type, exc_message = unwrapped_exception(exc_type, exc_message)
     status_stop = status_limit(status_message) if status_message else None
     # A limit only named by the status description ("Max turns exceeded: …") types the error.
     error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or status_stop or "error"
@@ -640,13 +653,14 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
     output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
-    envelope = None
-    if finish is None and input_tokens is None and output_tokens is None \
-            and output_messages is None:
-        # a framework's own message objects (Haystack's replies): one parse of the output
+    if finish is None and output_messages is None:
+        # a framework's own message objects (Haystack's replies, LangChain's LLMResult): one
+        # parse of the output, its usage where the attributes name none
         envelope = enveloped_output(attrs)
         if envelope is not None:
-            finish, input_tokens, output_tokens, output_messages = envelope
+            finish, envelope_input, envelope_output, output_messages = envelope
+            if input_tokens is None and output_tokens is None:
+                input_tokens, output_tokens = envelope_input, envelope_output
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     flat_out = 0
     flat_tools = False

@@ -40,7 +40,7 @@ class Role(StrEnum):
 Names = tuple[str, ...]
 _NO_NAMES: Names = ()
 _NO_SET: frozenset[str] = frozenset()
-Path = tuple[str, ...]  # keys into a JSON object, outermost first
+Path = tuple[str | int, ...]  # keys into a JSON object (indexes into a list), outermost first
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +127,19 @@ class Convention:
     # no attribute names it; and a span named after that agent is the agent's invocation, at
     # the root or nested (an agent run as another agent's tool: a child run)
     agent_name_json: tuple[tuple[str, Path], ...] = ()
+    # attributes naming, on every span, the agent whose graph runs it (read as agent_name too):
+    # a span of no role (or a root workflow) named after that agent is the agent's invocation,
+    # at the root or nested (an agent run as another agent's tool: a child run)
+    agent_name_invocations: Names = _NO_NAMES
     # (attribute holding JSON, path to a graph node's name in it): a span of agent kind named
     # after the node it runs in is a step of a graph, not an agent of its own
     graph_node_json: tuple[tuple[str, Path], ...] = ()
     session: Names = _NO_NAMES
+    # -- errors
+    # (exception type, regex with groups "type" and "message"): an exporter that records every
+    # error as this generic exception type, the real exception's repr (and maybe a traceback)
+    # as its message; the groups give the real type and message
+    wrapped_exceptions: tuple[tuple[str, str], ...] = ()
     # -- tool calls
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
@@ -428,6 +437,41 @@ LANGGRAPH = Convention(
           "a ToolMessage with status `error` on a span that ends OK",
 )
 
+LANGSMITH = Convention(
+    name="LangSmith OpenTelemetry",
+    emitted_by="LangSmith's own OpenTelemetry export (`langsmith[otel]`, `LANGSMITH_OTEL_ENABLED`"
+               ", `LANGSMITH_OTEL_ONLY`) of LangChain/LangGraph runs",
+    # every LangChain run is a span: `langsmith.span.kind` chain/llm/tool (GenAI's operation
+    # names chat and execute_tool type the model and tool calls); the root chain is the
+    # invocation (create_agent's and create_react_agent's graph, named after the agent)
+    root_kinds={"langsmith.span.kind": {"chain": Role.WORKFLOW}},
+    # create_agent(name=…) puts the agent's name in the metadata of every run of its graph
+    agent_name=("langsmith.metadata.lc_agent_name",),
+    agent_name_invocations=("langsmith.metadata.lc_agent_name",),
+    agent_span_name=("langsmith.trace.name",),  # the run's name: the graph's name at the root
+    # the run's inputs and outputs as JSON
+    tool_args=("gen_ai.prompt",),
+    tool_result=("gen_ai.completion",),
+    answer=("gen_ai.completion",),
+    # a handled tool error (handle_tool_error): {"output": {ToolMessage, "status": "error"}}
+    tool_result_errors=(ErrorResult("gen_ai.completion",
+                                    ((("output", "type"), "tool"),
+                                     (("output", "status"), "error")),
+                                    ("output", "content")),),
+    # a model call's output is LangChain's LLMResult: the finish reason per generation
+    output_envelopes=(OutputEnvelope("gen_ai.completion", ("generations", 0),
+                                     ("generation_info", "finish_reason")),),
+    # every error is recorded as `Exception(run.error)`: the exception's repr, then its traceback
+    wrapped_exceptions=(("Exception", r"(?s)^(?P<type>[A-Za-z_][\w.]*)\((?P<message>.*?)\)"
+                                      r"(?:Traceback \(most recent call last\)|$)"),),
+    notes="no finish-reason or agent attribute: the finish reason is read from the model "
+          "call's LLMResult (`gen_ai.completion`), the agent from `lc_agent_name` metadata "
+          "(create_agent) or the root span's name (create_react_agent); errors are "
+          "`exception` events of type `Exception` whose message is the real exception's repr "
+          "and traceback: the type is read from the repr; a create_react_agent run inside "
+          "another's tool names no agent in its metadata: no child run (a known gap)",
+)
+
 AUTOGEN = Convention(
     name="AutoGen AgentChat",
     emitted_by="autogen-core's own GenAI spans; model calls by opentelemetry-instrumentation-"
@@ -559,8 +603,8 @@ GENERIC_LIMITS = Convention(
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
-    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, GENERIC_LIMITS, AUTOGEN, AGNO,
-    LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
+    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH, GENERIC_LIMITS, AUTOGEN,
+    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
 )
 
 
@@ -601,7 +645,9 @@ class Tables:
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
     agent_name_json: tuple[tuple[str, Path], ...]
+    agent_name_invocations: Names
     graph_node_json: tuple[tuple[str, Path], ...]
+    wrapped_exceptions: Mapping[str, re.Pattern[str]]
     session: Names
     tool_name: Names
     tool_name_span_prefixes: Names
@@ -669,8 +715,12 @@ def combine() -> Tables:
                                        for pattern in convention.agent_span_name_patterns),
         agent_name_json=tuple(pair for convention in CONVENTIONS
                               for pair in convention.agent_name_json),
+        agent_name_invocations=_names("agent_name_invocations"),
         graph_node_json=tuple(pair for convention in CONVENTIONS
                               for pair in convention.graph_node_json),
+        wrapped_exceptions=MappingProxyType({
+            exc_type: re.compile(pattern) for convention in CONVENTIONS
+            for exc_type, pattern in convention.wrapped_exceptions}),
         session=_names("session"),
         tool_name=_names("tool_name"),
         tool_name_span_prefixes=_names("tool_name_span_prefixes"),

@@ -9,6 +9,7 @@ when a cheap substring test says the fact may be in it.
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 
@@ -30,6 +31,7 @@ CALL_LIMITS = TABLES.call_limits
 STEP_CAPS = TABLES.step_caps
 OUTPUT_ENVELOPES = TABLES.output_envelopes
 TOOL_ERROR_FLAGS = TABLES.tool_error_flags
+WRAPPED_EXCEPTIONS = TABLES.wrapped_exceptions
 # (rule, the JSON texts of its values): a result must contain all of them to be parsed
 TOOL_RESULT_ERRORS = tuple(
     (rule, tuple(json.dumps(value) for _, value in rule.where))
@@ -154,6 +156,25 @@ def enveloped_output(attrs: Mapping[str, object]
     return None
 
 
+def unwrapped_exception(exc_type: str, message: str) -> tuple[str, str]:
+    """(type, message) of the exception an exporter recorded as a generic one with the real
+    exception's repr as its message (LangSmith: ``Exception("RuntimeError('boom')Traceback…")``
+    -> ``("RuntimeError", "boom")``); the exception itself when it is no such wrapper."""
+    pattern = WRAPPED_EXCEPTIONS.get(exc_type)
+    match = pattern.match(message) if pattern is not None else None
+    if match is None:
+        return exc_type, message
+    inner = match.group("message").strip()
+    if inner[:1] in ("'", '"'):  # the repr of a string argument: its text
+        try:
+            value = ast.literal_eval(inner)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = None
+        if isinstance(value, str):
+            inner = value
+    return match.group("type"), inner
+
+
 def flagged_error(attrs: Mapping[str, object]) -> tuple[str, str] | None:
     """(error type, message) when a tool span that ended OK carries a framework's flag saying
     the call failed (Haystack's ``haystack.tool.error``), else None."""
@@ -237,9 +258,15 @@ def _contains_all(text: str, parts: tuple[str, ...]) -> bool:
     return True
 
 
-def at_path(value: object, path: tuple[str, ...]) -> object:
-    """``value[path[0]][path[1]]…``, or None where a key is missing or a level is no object."""
+def at_path(value: object, path: tuple[str | int, ...]) -> object:
+    """``value[path[0]][path[1]]…``, or None where a key is missing or a level is no object
+    (an int indexes a list: None where it is out of range or the level is no list)."""
     for key in path:
+        if isinstance(key, int):
+            if not isinstance(value, list) or not -len(value) <= key < len(value):
+                return None
+            value = value[key]
+            continue
         if not isinstance(value, dict):
             return None
         value = value.get(key)

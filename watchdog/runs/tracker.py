@@ -148,7 +148,9 @@ class RunTracker:
         # Plumbing spans (an HTTP request, a framework step) of a trace with no agent activity
         # are not a run of their own: the service may emit traces that have nothing to do
         # with an agent.
-        return record.kind is not OTHER or record.run_key in self._active
+        # (a run that ended first, its frames kept for the spans still to come: its steps)
+        return record.kind is not OTHER or record.run_key in self._active \
+            or self._frames.get(record.trace_id) is not None
 
     def _group_loose(self, records: list[SpanRecord]) -> None:
         """Key each loose call (a model or tool call at the root of a trace no span names a
@@ -235,12 +237,16 @@ class RunTracker:
                     record.run_key = child
             run = self._run_for(record, now, result)
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
-                    and not record.workflow and frames.main_agent is not None:
-                # the root is itself an agent: the one taken as main ran inside it
-                if not frames.same_invocation(frames.main_agent, record.span_id):
-                    self._split(frames, frames.main_agent, run, now, result)
+                    and not record.workflow:
+                # the root is itself an agent: the one taken as main, if any, ran inside it
+                main = frames.main_agent
+                if main is not None and not frames.same_invocation(main, record.span_id):
+                    self._split(frames, main, run, now, result)
                 frames.main_agent = record.span_id
-            elif record.kind is AGENT and record.parent_span_id is not None and not run.ended:
+            elif record.kind is AGENT and record.parent_span_id is not None and (
+                    not run.ended or (frames is not None and frames.main_agent is not None)):
+                # (an exporter that sends parents first, LangSmith's: a nested agent may come
+                # after the root agent ended the trace run; it is a child run all the same)
                 if frames is not None:
                     if self._place_agent(record, frames, run, now, result) is not run:
                         continue  # a nested agent: its child run has it, folded and ended
@@ -276,7 +282,7 @@ class RunTracker:
                 not run.framed or record.run_frame or record.parent_span_id is None):
             if not run.has_final_answer and run.end_error_type is None:
                 self._answer_from_children(run)
-            self._finish(run, now)
+            self._finish(run, now, keep_frames=self._root_first(record))
             result.ended.append(run)
 
     def _answer_from_children(self, run: RunState) -> None:
@@ -294,10 +300,21 @@ class RunTracker:
                 run.explicit_final = True
                 run.final_output = last.final_output
 
-    def _finish(self, run: RunState, now: float) -> None:
+    def _root_first(self, record: SpanRecord) -> bool:
+        """Whether ``record``, the root that ends its trace's run, is the first span of its
+        trace: an exporter that sends parents before children (LangSmith's, which turns
+        finished LangChain runs into spans in the order they started) — the run's spans come
+        late, and a nested agent among them must still find the trace's frames to be split
+        into a child run (kept until the book's bound drops them, as a trace in progress)."""
+        if record.key_source is not KEY_TRACE or record.parent_span_id is not None:
+            return False
+        frames = self._frames.get(record.trace_id)
+        return frames is not None and len(frames.parents) == 1 and record.kind is AGENT
+
+    def _finish(self, run: RunState, now: float, keep_frames: bool = False) -> None:
         run.end(now)
         self._active.pop(run.key, None)
-        self._remember_ended(run)
+        self._remember_ended(run, keep_frames)
 
     def _adopt(self, child_key: str, parent_key: str, result: BatchResult) -> None:
         """The span a child run's agent span hangs from has arrived: its run is the parent."""
@@ -394,8 +411,8 @@ class RunTracker:
             expired.append(run)
         return expired
 
-    def _remember_ended(self, run: RunState) -> None:
-        if run.key_source is KEY_TRACE and run.parent_run is None:
+    def _remember_ended(self, run: RunState, keep_frames: bool = False) -> None:
+        if run.key_source is KEY_TRACE and run.parent_run is None and not keep_frames:
             self._frames.forget(run.trace_id)
         self._ended[run.key] = run
         self._ended.move_to_end(run.key)

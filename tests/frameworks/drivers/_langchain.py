@@ -54,7 +54,8 @@ def lookup_handled(key: str) -> str:
 lookup_handled.handle_tool_error = True
 
 
-def run(scenario: str, instrument: Callable[[TracerProvider], object]) -> None:
+def run(scenario: str, instrument: Callable[[TracerProvider], object],
+        before_shutdown: Callable[[], object] = lambda: None) -> None:
     provider = setup_tracing("langchain-service")
     instrument(provider)
     base_url, model_name = model_settings()
@@ -87,4 +88,5 @@ def run(scenario: str, instrument: Callable[[TracerProvider], object]) -> None:
         print("answer:", result["messages"][-1].content)
     except Exception as exc:  # the limit or the tool's error, as an application sees it
         print("stopped:", type(exc).__name__, exc)
+    before_shutdown()
     provider.shutdown()
