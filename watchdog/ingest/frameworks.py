@@ -408,8 +408,8 @@ SMOLAGENTS = Convention(
 
 OPENAI_AGENTS = Convention(
     name="OpenAI Agents SDK",
-    emitted_by="openinference-instrumentation-openai-agents or OpenLLMetry's "
-               "opentelemetry-instrumentation-openai-agents",
+    emitted_by="openinference-instrumentation-openai-agents, OpenLLMetry's "
+               "opentelemetry-instrumentation-openai-agents or OpenLIT",
     limit_exceptions=frozenset({"MaxTurnsExceeded"}),
     # OpenInference writes the SDK's span error message; OpenLLMetry the repr of the whole
     # error dict (`{'message': 'Max turns exceeded', 'data': {'max_turns': 3}}`)
@@ -422,7 +422,7 @@ OPENAI_AGENTS = Convention(
 
 LANGGRAPH = Convention(
     name="LangChain / LangGraph",
-    emitted_by="OpenLLMetry (opentelemetry-instrumentation-langchain) or OpenInference",
+    emitted_by="OpenLLMetry (opentelemetry-instrumentation-langchain), OpenInference or OpenLIT",
     # A tool whose handle_tool_error catches its ToolException returns a ToolMessage with
     # status "error" (the exception's text as content); its span ends OK. Each tracer writes
     # that ToolMessage as the span's output, in its own shape:
