@@ -415,6 +415,64 @@ def test_openinference_langgraph_node_named_agent_is_a_step(otel: SpanMaker) -> 
     assert agent.kind is SpanKind.AGENT
 
 
+def test_openlit_agent_kind_steps_and_handoffs_are_no_agents(otel: SpanMaker) -> None:
+    # OpenLIT gives the agent operation to spans that are no agent: the OpenAI Agents SDK's task
+    # and turn spans (bare "invoke_agent", no name), LangGraph's nodes and LangChain's chains
+    # named "agent"; a handoff names the agent handed to and the one handing off
+    root = otel.open("invoke_workflow Agent workflow", {
+        "gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "Agent workflow"})
+    turn = record_of(otel.span("invoke_agent", {"gen_ai.operation.name": "invoke_agent"},
+                               parent=root))
+    node = record_of(otel.span("invoke_agent model", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "model",
+        "gen_ai.provider.name": "langgraph", "gen_ai.application_name": "app"}, parent=root))
+    chain = record_of(otel.span("invoke_agent agent", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "agent",
+        "gen_ai.provider.name": "langchain", "gen_ai.application_name": "app"}, parent=root))
+    handoff = record_of(otel.span("invoke_agent billing", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "billing",
+        "gen_ai.agent.source": "triage"}, parent=root))
+    assert [(r.kind, r.agent) for r in (turn, node, chain)] == [(SpanKind.OTHER, None)] * 3
+    assert (handoff.kind, handoff.agent) == (SpanKind.TOOL, None)
+    # the same names elsewhere are agents: a named agent, an unnamed one at the root, and
+    # OpenLLMetry's sub-agent (which says "langgraph" too, but is no OpenLIT span)
+    named = record_of(otel.span("invoke_agent", {"gen_ai.operation.name": "invoke_agent",
+                                                 "gen_ai.agent.name": "researcher"},
+                                parent=root))
+    unnamed_root = record_of(otel.span("invoke_agent", {"gen_ai.operation.name": "invoke_agent"}))
+    sub_agent = record_of(otel.span("invoke_agent lc_researcher", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "lc_researcher",
+        "gen_ai.provider.name": "langgraph"}, parent=root))
+    assert [(r.kind, r.agent) for r in (named, sub_agent)] == [
+        (SpanKind.AGENT, "researcher"), (SpanKind.AGENT, "lc_researcher")]
+    assert unnamed_root.kind is SpanKind.AGENT
+
+
+def test_a_workflow_span_without_its_operation_is_one_by_its_name(otel: SpanMaker) -> None:
+    # OpenLIT's LangGraph root that ended in an error keeps only its name and workflow name
+    record = record_of(otel.span("invoke_workflow lc_researcher",
+                                 {"gen_ai.workflow.name": "lc_researcher"},
+                                 error="GraphRecursionError: Recursion limit of 6 reached"))
+    assert (record.kind, record.workflow, record.agent) == (SpanKind.AGENT, True,
+                                                            "lc_researcher")
+
+
+@pytest.mark.parametrize(("result", "failed"), [
+    ("content='backend unavailable' name='lookup' tool_call_id='call_1' status='error'", True),
+    ('content="it\'s down" name=\'lookup\' tool_call_id=\'c\' status=\'error\'', True),
+    ("content='Error: none' name='lookup' tool_call_id='call_1' status='success'", False),
+    ("the status='error'", False),
+])
+def test_a_tool_message_repr_with_status_error_is_a_failed_call(
+        otel: SpanMaker, result: str, failed: bool) -> None:
+    # OpenLIT writes LangChain's ToolMessage as its repr: its status field says it failed
+    record = record_of(otel.span("execute_tool lookup", tool_attrs("lookup", "{}", result)))
+    assert record.error is failed
+    if failed:
+        assert record.error_type == "tool_error"
+        assert record.error_message in {"backend unavailable", "it's down"}
+
+
 def test_openinference_agent_span_output_is_the_answer(otel: SpanMaker) -> None:
     record = record_of(otel.span("Agent", {
         "openinference.span.kind": "AGENT",

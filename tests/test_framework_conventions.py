@@ -866,6 +866,8 @@ def outcome(run: RunState) -> Outcome:
 
 
 COMPLETED_3 = Outcome(4, 3, 0, "completed", None, True)
+OPENAI_AGENTS_DRIVERS = ("openai_agents_oi", "openai_agents_sdk", "openai_agents_openllmetry",
+                         "openai_agents_openlit")
 # Every span of one invocation folded into one run: the outcome DESIGN §3 asks for.
 OUTCOMES: dict[tuple[str, str], Outcome] = {
     **{(driver, "three_tools"): COMPLETED_3 for driver in (
@@ -909,6 +911,14 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
                                                 "GraphRecursionError", False),
     ("langchain_openllmetry", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
     ("langchain_openllmetry", "tool_error_handled"): Outcome(3, 2, 1, "completed", None, True),
+    # ... under OpenLIT (the failed root has no operation: its name says it is the workflow;
+    # a handled error is in the ToolMessage's repr)
+    **{("langchain_openlit", scenario): COMPLETED_3
+       for scenario in ("three_tools", "react_three_tools")},
+    ("langchain_openlit", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
+                                            "GraphRecursionError", False),
+    ("langchain_openlit", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
+    ("langchain_openlit", "tool_error_handled"): Outcome(3, 2, 1, "completed", None, True),
     # ... and under OpenInference (a root CHAIN span is the invocation; create_react_agent's
     # model node, an AGENT-kind span, is a step of it)
     **{("langchain_openinference", scenario): COMPLETED_3
@@ -930,13 +940,13 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     # calls carry no finish reason; their output says answer or tool request. With OpenLLMetry
     # the SDK's response span and the OpenAI client's chat span inside it are one model call,
     # and the limit is in the repr of the SDK's error dict on the agent span's status.
-    **{(driver, "three_tools"): COMPLETED_3 for driver in ("openai_agents_oi",
-                                                           "openai_agents_sdk",
-                                                           "openai_agents_openllmetry")},
+    # OpenLIT: the OpenAI client's chat spans, GenAI finish reasons; "Max turns exceeded" is the
+    # agent span's status description.
+    **{(driver, "three_tools"): COMPLETED_3 for driver in OPENAI_AGENTS_DRIVERS},
     **{(driver, "limit"): Outcome(3, 3, 0, "tool_limit_reached", "MaxTurnsExceeded", False)
-       for driver in ("openai_agents_oi", "openai_agents_sdk", "openai_agents_openllmetry")},
+       for driver in OPENAI_AGENTS_DRIVERS},
     **{(driver, "tool_error"): Outcome(2, 1, 1, "completed", None, True)
-       for driver in ("openai_agents_oi", "openai_agents_sdk", "openai_agents_openllmetry")},
+       for driver in OPENAI_AGENTS_DRIVERS},
     # openai-v2 around a home-made loop: no tool spans; streamed calls say their finish reason
     # only inside gen_ai.output.messages. The loop's own cap is on no span.
     **{("openai_v2_loop", "three_tools" + stream): Outcome(4, 0, 0, "completed", None, True)
@@ -1075,11 +1085,12 @@ def test_adk_exception_on_nested_spans_has_one_identity() -> None:
 
 
 @pytest.mark.parametrize("driver", ["langchain_openllmetry", "langchain_openinference",
-                                    "langchain_langsmith"])
+                                    "langchain_langsmith", "langchain_openlit"])
 def test_langchain_handled_tool_error_is_read_from_the_tool_message(driver: str) -> None:
     # The span ends OK; its output (OpenLLMetry traceloop.entity.output, OpenInference
     # output.value, LangSmith gen_ai.completion) holds the ToolMessage, status "error", the
-    # ToolException's text as content.
+    # ToolException's text as content (OpenLIT's gen_ai.tool.call.result: the ToolMessage's
+    # repr, its status last).
     # The span of the tools node repeats it and is not counted; the result that only says
     # "Error: ..." is a result.
     records = recorded_records(driver, "tool_error_handled")

@@ -109,6 +109,47 @@ def test_a_handoff_is_a_child_run_and_the_first_agents_limit_is_the_runs_outcome
     assert (triage_run.tool_calls, billing_run.tool_calls) == (1, 3)
 
 
+def test_openlit_openai_agents_turns_and_handoff_leave_one_run_per_agent() -> None:
+    """OpenLIT's OpenAI Agents shape: a workflow root named after the SDK's trace, the SDK's
+    task and turn spans as bare ``invoke_agent``, a handoff as ``invoke_agent <to>`` naming its
+    source inside the first agent, the agent handed to a sibling after it."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    bare = {AGENT: "invoke_agent"}
+    with maker.agent("invoke_workflow Agent workflow", attrs={
+            AGENT: "invoke_workflow", "gen_ai.workflow.name": "Agent workflow"}) as root:
+        task = maker.open("invoke_agent", bare, parent=root)
+        triage = maker.open("invoke_agent triage", agent_attrs("triage"), parent=task)
+        turn = maker.open("invoke_agent", bare, parent=triage)
+        maker.span("chat", chat_attrs(finish="tool_calls"), parent=turn)
+        maker.span("invoke_agent billing", {**agent_attrs("billing"),
+                                             "gen_ai.agent.source": "triage"}, parent=turn)
+        turn.end(int((T0 + 1) * 1e9))
+        triage.end(int((T0 + 1) * 1e9))
+        billing = maker.open("invoke_agent billing", agent_attrs("billing"), parent=task,
+                             start=T0 + 1)
+        for i in range(2):
+            turn = maker.open("invoke_agent", bare, parent=billing, start=T0 + 2)
+            maker.span("chat", chat_attrs(finish="tool_calls" if i == 0 else "stop"),
+                       parent=turn, start=T0 + 2)
+            if i == 0:
+                maker.span("execute_tool lookup", tool_attrs("lookup", "{}"), parent=turn,
+                           start=T0 + 2)
+            turn.end(int((T0 + 3) * 1e9))
+        billing.end(int((T0 + 4) * 1e9))
+        task.end(int((T0 + 5) * 1e9))
+    tracker.apply(records_of(maker.take()), T0 + 10)
+
+    runs = runs_by_agent(tracker)
+    assert set(runs) == {"triage", "billing"}  # the workflow's name yields to its agent's
+    triage_run, billing_run = runs["triage"], runs["billing"]
+    assert billing_run.parent_run == triage_run.key
+    assert (triage_run.iterations, triage_run.tool_calls) == (1, 1)  # the handoff
+    assert (billing_run.iterations, billing_run.tool_calls) == (2, 1)
+    assert billing_run.ended and billing_run.terminal_state is TerminalState.COMPLETED, (
+        billing_run.ended, billing_run.terminal_state, billing_run.finish_reason)
+
+
 def test_loose_model_calls_of_one_agent_are_one_run_until_it_answers() -> None:
     """A home-grown loop traced only by its OpenAI client's instrumentation: each model call is
     a trace of its own."""

@@ -83,7 +83,9 @@ def row(convention: Convention) -> str:
               + ", ".join(f"`{_dotted(path)}` = `{value}`" for path, value in rule.where)
               + f" (message `{_dotted(rule.message)}`)" for rule in c.tool_result_errors] \
         + [f"`{flag}` = true (message `{result}` JSON `{_dotted(path)}`)"
-           for flag, result, path in c.tool_error_flags]
+           for flag, result, path in c.tool_error_flags] \
+        + [f"`{key}` ending `{end}` ~ /{pattern}/" for key, end, pattern
+           in c.tool_result_error_texts]
     spans = ([f"`{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
               for key, roles in c.kinds.items()]
              + [f"root `{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
@@ -97,7 +99,13 @@ def row(convention: Convention) -> str:
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]
              + [f"span `{prefix}…` ({role})" for prefix, role in c.span_name_prefixes]
              + [f"an agent-kind span named after `{key}` JSON `{_dotted(path)}` is a graph "
-                "step" for key, path in c.graph_node_json])
+                "step" for key, path in c.graph_node_json]
+             + ["a nested agent-kind span with "
+                + ", ".join(f"`{key}`" + (f" = {value}" if value is not None else "")
+                            for key, value in rule.where)
+                + f" ({rule.role or 'a step'})" for rule in c.nested_agent_roles]
+             + [f"a nested agent-kind span `{name}` naming no agent (a step)"
+                for name in c.nested_step_span_names])
     cells = [f"**{c.name}** ({c.emitted_by})", _cell(spans), _cell(answer), _cell(limit),
              _cell(agent), _cell(tools), _cell(failed), c.notes or "—"]
     return "| " + " | ".join(cells) + " |"

@@ -134,6 +134,8 @@ ROOT_KIND_MAPS = TABLES.root_kinds
 # Module globals: an enum member lookup costs ~50 ns, once per span.
 CREATE_AGENT, WORKFLOW, AGENT_ROLE = Role.CREATE_AGENT, Role.WORKFLOW, Role.AGENT
 SPAN_NAME_ROLES = TABLES.span_names
+NESTED_AGENT_ROLES = TABLES.nested_agent_roles
+NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
@@ -321,6 +323,22 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
     return None
 
 
+def nested_agent_role(name: str, attrs: Mapping[str, object]) -> Role | None:
+    """What a span of agent kind below the trace root is when a convention says it is no agent
+    (:attr:`~watchdog.ingest.frameworks.Convention.nested_agent_roles`): a step of the run it is
+    in (None) or a tool call; AGENT otherwise."""
+    for rule in NESTED_AGENT_ROLES:
+        for key, value in rule.where:
+            found = attrs.get(key)
+            if found is None or (value is not None and found != value):
+                break
+        else:
+            return rule.role
+    if name in NESTED_STEP_SPAN_NAMES and _first_str(attrs, AGENT_NAME_KEYS) is None:
+        return None
+    return AGENT_ROLE
+
+
 def unasked_tool(attrs: Mapping[str, object]) -> bool:
     """Whether a tool span is one no model asked for: of a kind some convention gives call ids
     to (:class:`~watchdog.ingest.frameworks.UnaskedTool`), without one."""
@@ -441,6 +459,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
     + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
     + tuple(call_id for _, _, call_ids in UNASKED_TOOLS for call_id in call_ids)
+    + tuple(key for rule in NESTED_AGENT_ROLES for key, _ in rule.where)
     + tuple(key for flag, result, _ in TABLES.tool_error_flags for key in (flag, result))
     + tuple(rule.attribute for rule in TABLES.output_envelopes)
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap, rule.exit_reason)
@@ -511,6 +530,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     start_ns = span.start_time_unix_nano
     key, source = run_key(trace_id, attrs, resource)
     role = role_of(name, attrs, parent is None)
+    step = False  # a span of agent kind that is a step or a tool call: the name it has is not
+    if role is AGENT_ROLE and parent is not None:  # the run's agent (a node's, a handoff's)
+        role = nested_agent_role(name, attrs)
+        step = role is not AGENT_ROLE
     json_agent = None
     for json_key in JSON_IDENTITY_KEYS:
         if json_key in attrs:
@@ -534,7 +557,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     elif role is WORKFLOW:
         record.workflow = True
 
-    agent = _first_str(attrs, AGENT_NAME_KEYS) or resource.agent or json_agent
+    agent = (None if step else _first_str(attrs, AGENT_NAME_KEYS)) or resource.agent \
+        or json_agent
     if agent is None and kind is AGENT:
         agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS)
         if agent is None and role is AGENT_ROLE and name not in SPAN_NAME_ROLES:

@@ -79,6 +79,17 @@ class UnaskedTool:
 
 
 @dataclass(frozen=True, slots=True)
+class NestedAgent:
+    """A span of agent kind below the trace root that is no agent of its own, when every
+    ``(attribute, value)`` of ``where`` holds (value None: present with any value): a step of
+    the run it is in (``role`` None: a graph node, a turn) or a tool call (``Role.TOOL``: a
+    handoff, the model's transfer call). The agent name it carries is not the run's."""
+
+    where: tuple[tuple[str, str | None], ...]
+    role: Role | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class OutputEnvelope:
     """A model call's output as a framework serialises its own message objects: JSON in
     ``attribute``, the messages the list at ``messages``; in each message, its finish reason at
@@ -119,6 +130,10 @@ class Convention:
     span_names: Mapping[str, Role] = field(default_factory=dict)  # exact span name
     span_name_prefixes: tuple[tuple[str, Role], ...] = ()
     unasked_tools: tuple[UnaskedTool, ...] = ()  # with model calls below: no tool call
+    # a span of agent kind below the trace root that is no agent of its own
+    nested_agent_roles: tuple[NestedAgent, ...] = ()
+    # span names of such steps when they name no agent (an instrumentation's fallback name)
+    nested_step_span_names: Names = _NO_NAMES
     # -- identity
     agent_name: Names = _NO_NAMES  # on any span
     agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)
@@ -151,6 +166,9 @@ class Convention:
     tool_result: Names = _NO_NAMES
     # a result that says the call failed although its span ended OK
     tool_result_errors: tuple[ErrorResult, ...] = ()
+    # (attribute, the text it ends with, regex with group "message"): the same, in a result
+    # written as the framework's own text (a Python repr): the end tested first, then the regex
+    tool_result_error_texts: tuple[tuple[str, str, str], ...] = ()
     # (attribute true when the call failed although its span ended OK, attribute holding the
     # result as JSON, path to the error message in it)
     tool_error_flags: tuple[tuple[str, str, Path], ...] = ()
@@ -213,7 +231,10 @@ GENAI = Convention(
         "chat": Role.LLM, "text_completion": Role.LLM, "generate_content": Role.LLM,
         "completion": Role.LLM, "execute_tool": Role.TOOL, "invoke_agent": Role.AGENT,
         "invoke_workflow": Role.WORKFLOW, "create_agent": Role.CREATE_AGENT}},
-    span_name_prefixes=(("execute_tool ", Role.TOOL), ("invoke_agent", Role.AGENT)),
+    # (a span's name is `<operation> <entity>`: OpenLIT's LangGraph workflow span that ended in
+    # an error has only its name left to say what it is)
+    span_name_prefixes=(("execute_tool ", Role.TOOL), ("invoke_agent", Role.AGENT),
+                        ("invoke_workflow", Role.WORKFLOW)),
     # Semantic Kernel's kernel.invoke_prompt: the prompt function's execute_tool frames the run
     unasked_tools=(UnaskedTool("gen_ai.operation.name", "execute_tool",
                                ("gen_ai.tool.call.id",)),),
@@ -396,8 +417,8 @@ SMOLAGENTS = Convention(
 
 OPENAI_AGENTS = Convention(
     name="OpenAI Agents SDK",
-    emitted_by="openinference-instrumentation-openai-agents or OpenLLMetry's "
-               "opentelemetry-instrumentation-openai-agents",
+    emitted_by="openinference-instrumentation-openai-agents, OpenLLMetry's "
+               "opentelemetry-instrumentation-openai-agents or OpenLIT",
     limit_exceptions=frozenset({"MaxTurnsExceeded"}),
     # OpenInference writes the SDK's span error message; OpenLLMetry the repr of the whole
     # error dict (`{'message': 'Max turns exceeded', 'data': {'max_turns': 3}}`)
@@ -410,7 +431,7 @@ OPENAI_AGENTS = Convention(
 
 LANGGRAPH = Convention(
     name="LangChain / LangGraph",
-    emitted_by="OpenLLMetry (opentelemetry-instrumentation-langchain) or OpenInference",
+    emitted_by="OpenLLMetry (opentelemetry-instrumentation-langchain), OpenInference or OpenLIT",
     # A tool whose handle_tool_error catches its ToolException returns a ToolMessage with
     # status "error" (the exception's text as content); its span ends OK. Each tracer writes
     # that ToolMessage as the span's output, in its own shape:
@@ -425,6 +446,10 @@ LANGGRAPH = Convention(
                      (("output", "kwargs", "status"), "error")),
                     ("output", "kwargs", "content")),
     ),
+    # OpenLIT: gen_ai.tool.call.result = the ToolMessage's repr, ending with its status
+    tool_result_error_texts=(
+        ("gen_ai.tool.call.result", " status='error'",
+         r"(?s)^content=(?P<q>['\"])(?P<message>.*)(?P=q) name=.* status='error'$"),),
     # OpenInference writes the runnable's metadata as JSON: create_agent(name=…) puts the
     # agent's name in every span's metadata (its graph span is named after it), and LangGraph
     # the node each span runs in — create_react_agent's model node is "agent", which
@@ -594,6 +619,29 @@ HAYSTACK = Convention(
           "no span: no tool calls, no tool failures",
 )
 
+OPENLIT = Convention(
+    name="OpenLIT",
+    emitted_by="OpenLIT (`openlit.init()`: GenAI spans for the OpenAI Agents SDK, LangChain, "
+               "LangGraph, the OpenAI client, ...)",
+    nested_agent_roles=(
+        # OpenAI Agents: a handoff is `invoke_agent <to agent>` naming the agent it came from
+        NestedAgent((("gen_ai.agent.source", None),), Role.TOOL),
+        # LangGraph: every graph node runs in an `invoke_agent <node>` span (the graph is the
+        # `invoke_workflow <agent>` root); LangChain: any chain whose name says "agent" (the
+        # model node "agent" of create_react_agent) is `invoke_agent <chain>`. OpenLIT's spans
+        # carry `gen_ai.application_name` (OpenLLMetry's agent spans say "langgraph" too)
+        NestedAgent((("gen_ai.provider.name", "langgraph"), ("gen_ai.application_name", None))),
+        NestedAgent((("gen_ai.provider.name", "langchain"), ("gen_ai.application_name", None))),
+    ),
+    # OpenAI Agents: the SDK's task and turn spans, which OpenLIT gives the agent operation
+    nested_step_span_names=("invoke_agent",),
+    notes="every span is GenAI: spans of agent kind that are no agent are read as steps (the "
+          "OpenAI Agents SDK's task and turn spans, bare `invoke_agent`; LangGraph's graph "
+          "nodes and LangChain's chains named \"agent\"), a handoff (`gen_ai.agent.source`) as "
+          "a tool call; a LangGraph agent invoked inside a tool gets no span of its own: its "
+          "model and tool calls are its caller's (a known gap)",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -604,7 +652,7 @@ GENERIC_LIMITS = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH, GENERIC_LIMITS, AUTOGEN,
-    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
+    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
 )
 
 
@@ -641,6 +689,8 @@ class Tables:
     span_names: Mapping[str, Role]
     span_name_prefixes: tuple[tuple[str, Role], ...]
     unasked_tools: tuple[UnaskedTool, ...]
+    nested_agent_roles: tuple[NestedAgent, ...]
+    nested_step_span_names: frozenset[str]
     agent_name: Names
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
@@ -656,6 +706,7 @@ class Tables:
     tool_args_envelopes: tuple[tuple[frozenset[str], str], ...]
     tool_result: Names
     tool_result_errors: tuple[ErrorResult, ...]
+    tool_result_error_texts: tuple[tuple[str, str, re.Pattern[str]], ...]
     tool_error_flags: tuple[tuple[str, str, Path], ...]
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
@@ -709,6 +760,9 @@ def combine() -> Tables:
                                  for pair in convention.span_name_prefixes),
         unasked_tools=tuple(rule for convention in CONVENTIONS
                             for rule in convention.unasked_tools),
+        nested_agent_roles=tuple(rule for convention in CONVENTIONS
+                                 for rule in convention.nested_agent_roles),
+        nested_step_span_names=frozenset(_names("nested_step_span_names")),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),
         agent_span_name_patterns=tuple(re.compile(pattern) for convention in CONVENTIONS
@@ -731,6 +785,10 @@ def combine() -> Tables:
         tool_result=_names("tool_result"),
         tool_result_errors=tuple(entry for convention in CONVENTIONS
                                  for entry in convention.tool_result_errors),
+        tool_result_error_texts=tuple((attribute, end, re.compile(pattern))
+                                      for convention in CONVENTIONS
+                                      for attribute, end, pattern
+                                      in convention.tool_result_error_texts),
         tool_error_flags=tuple(entry for convention in CONVENTIONS
                                for entry in convention.tool_error_flags),
         answer_tools=_union("answer_tools"),

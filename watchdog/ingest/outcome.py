@@ -33,6 +33,7 @@ OUTPUT_ENVELOPES = TABLES.output_envelopes
 TOOL_ERROR_FLAGS = TABLES.tool_error_flags
 WRAPPED_EXCEPTIONS = TABLES.wrapped_exceptions
 # (rule, the JSON texts of its values): a result must contain all of them to be parsed
+TOOL_RESULT_ERROR_TEXTS = TABLES.tool_result_error_texts
 TOOL_RESULT_ERRORS = tuple(
     (rule, tuple(json.dumps(value) for _, value in rule.where))
     for rule in TABLES.tool_result_errors)
@@ -248,6 +249,12 @@ def result_error(attrs: Mapping[str, object]) -> tuple[str, str] | None:
             continue
         if all(at_path(value, path) == wanted for path, wanted in rule.where):
             return rule.error_type, _message_text(at_path(value, rule.message))
+    for attribute, end, pattern in TOOL_RESULT_ERROR_TEXTS:
+        raw = attrs.get(attribute)
+        if isinstance(raw, str) and raw.endswith(end):
+            match = pattern.match(raw)
+            if match:
+                return "tool_error", match.group("message")
     return None
 
 

@@ -59,8 +59,8 @@ class RunState:
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since",
         "input_tokens", "iterations", "key", "key_source",
-        "last_error", "last_progress", "last_seen", "limit_stop", "messages", "output_tokens",
-        "parent_run",
+        "last_error", "last_progress", "last_seen", "limit_stop", "messages", "named_by_agent",
+        "output_tokens", "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
         "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
         "trace_id",
@@ -77,6 +77,7 @@ class RunState:
         # The client SDK announced it: its own span (``watchdog.run <agent>``) ends it, not the
         # agent spans inside it (a framework's agent, an agent called as a tool).
         self.framed = False
+        self.named_by_agent = False  # an agent span (not a workflow around it) named the run
         self.parent_run: str | None = None
         self.first_start_ns = 0
         self.first_seen = now
@@ -143,10 +144,15 @@ class RunState:
         if record.run_frame:  # the client SDK's own span: what it says is the client's word
             self.announce(record.agent, record.session, record.parent_run, record.budget)
         if record.agent is not None and (
-                self.agent is None or (record.kind is AGENT and not self.framed)):
+                self.agent is None or (record.kind is AGENT and not self.framed
+                                       and not (record.workflow and self.named_by_agent))):
             # (a run the client SDK announced keeps the name it was given: an agent span of
-            # the framework inside it names the framework's agent)
+            # the framework inside it names the framework's agent; a workflow span around the
+            # agent names the workflow — the OpenAI Agents SDK's "Agent workflow" — and yields
+            # to the agent span's name)
             self.agent = record.agent
+            if record.kind is AGENT and not record.workflow:
+                self.named_by_agent = True
         if self.service is None and record.service is not None:
             self.service = record.service
         if self.session is None and record.session is not None:
