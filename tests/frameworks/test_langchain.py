@@ -80,20 +80,31 @@ EXPECTED: dict[str, list[Expect]] = {
 }
 
 
-@pytest.mark.parametrize("scenario", list(EXPECTED))
-def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    model = cases.register(llm, f"{DRIVER}-{scenario}", SCRIPTS[scenario])
-    result = run_driver(ENV, DRIVER, scenario, sidecar, llm, model)
+def check_live(env: str, driver: str, sidecar: RunningServer, llm: FakeLLM,
+               scenario: str) -> None:
+    """``scenario`` driven live by ``driver`` (any tracer of LangChain) meets :data:`EXPECTED`."""
+    model = cases.register(llm, f"{driver}-{scenario}", SCRIPTS[scenario])
+    result = run_driver(env, driver, scenario, sidecar, llm, model)
     check_runs(sidecar, EXPECTED[scenario])
     if scenario == "limit":
         assert "GraphRecursionError" in result.stdout
         assert len(llm.requests(model)) == 3  # the framework's own limit stopped the loop
 
 
+def check_replay(driver: str, sidecar: RunningServer, scenario: str) -> None:
+    """``scenario`` replayed from ``driver``'s recording meets :data:`EXPECTED`."""
+    replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl")
+    check_runs(sidecar, EXPECTED[scenario])
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    check_live(ENV, DRIVER, sidecar, llm, scenario)
+
+
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_replay(sidecar: RunningServer, scenario: str) -> None:
-    replay(sidecar, RECORDINGS / DRIVER / f"{scenario}.jsonl")
-    check_runs(sidecar, EXPECTED[scenario])
+    check_replay(DRIVER, sidecar, scenario)
 
 
 

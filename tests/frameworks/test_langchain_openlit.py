@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.frameworks import cases
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import RECORDINGS, check_runs, replay, run_driver
-from tests.frameworks.test_langchain import EXPECTED, SCRIPTS
+from tests.frameworks.test_langchain import EXPECTED, check_live, check_replay
 from tests.harness import RunningServer
 
 DRIVER = "langchain_openlit"
@@ -45,15 +43,9 @@ CASES = [scenario for scenario in EXPECTED if scenario != "subagent"]  # the kno
 
 @pytest.mark.parametrize("scenario", CASES)
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    model = cases.register(llm, f"{DRIVER}-{scenario}", SCRIPTS[scenario])
-    result = run_driver(ENV, DRIVER, scenario, sidecar, llm, model)
-    check_runs(sidecar, EXPECTED[scenario])
-    if scenario == "limit":
-        assert "GraphRecursionError" in result.stdout
-        assert len(llm.requests(model)) == 3  # the framework's own limit stopped the loop
+    check_live(ENV, DRIVER, sidecar, llm, scenario)
 
 
 @pytest.mark.parametrize("scenario", CASES)
 def test_replay(sidecar: RunningServer, scenario: str) -> None:
-    replay(sidecar, RECORDINGS / DRIVER / f"{scenario}.jsonl")
-    check_runs(sidecar, EXPECTED[scenario])
+    check_replay(DRIVER, sidecar, scenario)
