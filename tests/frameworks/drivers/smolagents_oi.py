@@ -16,21 +16,12 @@ from __future__ import annotations
 
 import sys
 
+import _tools
 from _otel import model_settings, setup_tracing
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import CodeAgent, OpenAIServerModel, ToolCallingAgent, tool
 
-
-@tool
-def lookup(key: str) -> str:
-    """Look a key up.
-
-    Args:
-        key: the key to look up.
-    """
-    if key == "broken":
-        raise RuntimeError(f"backend unavailable for {key}")
-    return f"value of {key}"
+lookup = tool(_tools.lookup)
 
 
 def main(scenario: str) -> None:
