@@ -236,8 +236,11 @@ class RunState:
         ``LM.__call__`` around LiteLLM's ``completion``). The pair counts once, its usage from
         whichever of the two reported more (the framework's span often reports none). The
         pipeline pairs the twins of one export request (``twin_tokens``); the run, a pair
-        split between two requests (the last model call and this one)."""
+        split between two requests (the last model call not paired in its request, and this
+        one: a request groups spans by scope, so the framework's half of an earlier pair may
+        come after the client library's half of the one split off)."""
         twin = record.twin_tokens
+        paired_in_request = twin is not None
         last = self._last_model
         if twin is None and last is not None and (
                 last[0] == record.parent_span_id or last[1] == record.span_id):
@@ -251,8 +254,9 @@ class RunState:
             self.input_tokens += max(input_tokens - twin[0], 0)
             self.output_tokens += max(output_tokens - twin[1], 0)
             input_tokens, output_tokens = max(input_tokens, twin[0]), max(output_tokens, twin[1])
-        self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
-                            output_tokens)
+        if not paired_in_request:
+            self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
+                                output_tokens)
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
