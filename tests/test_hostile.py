@@ -5,12 +5,15 @@ answer is valid JSON, and a good run sent before is intact after."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 import threading
 import time
 import urllib.parse
+import zlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +34,11 @@ from tests.harness import (
 from tests.otel import export_http
 from tests.spans import SpanMaker, chat_attrs, encode, tool_attrs
 from tests.test_bad_input import (
+    MIB,
     Guarded,
     SlowUpload,
     grpc_export,
+    gzip_bomb,
     start_guarded,
     status_message,
     valid_body,
@@ -179,6 +184,49 @@ def test_hostile_control_bodies_are_400(sidecar: RunningServer, route: str, suff
     assert status == 400, answer
     assert answer["error"]["code"] == "bad_request"
     assert message in answer["error"]["message"]
+
+
+CONTROL_POSTS = {"heartbeat": run_path("r-1", "/heartbeat"), "sync": run_path("r-1", "/sync"),
+                 "ack": run_path("r-1", "/ack"), "checkpoint": "/v1/sessions/s-1/checkpoints"}
+# (case, body factory, Content-Encoding, status, error code, message fragment)
+CODED_BODIES: list[tuple[str, Callable[[], bytes], str, int, str, str]] = [
+    ("not gzip", lambda: b'{"messages": 1}', "gzip", 400, "bad_request", "not valid gzip data"),
+    ("not deflate", lambda: b"\x00\x01\x02", "deflate", 400, "bad_request",
+     "not valid deflate data"),
+    ("cut gzip", lambda: gzip.compress(b'{"messages": 1}')[:-9], "gzip", 400, "bad_request",
+     "not valid gzip data"),
+    ("unsupported coding", lambda: b'{"messages": 1}', "br", 415, "unsupported_media_type",
+     "unsupported Content-Encoding 'br'"),
+    ("gzip bomb", lambda: gzip_bomb(32 * MIB), "gzip", 413, "payload_too_large",
+     "(after decompression)"),
+]
+
+
+@pytest.mark.parametrize("route", list(CONTROL_POSTS))
+@pytest.mark.parametrize(("case", "body", "encoding", "status", "code", "message"), CODED_BODIES,
+                         ids=[case[0] for case in CODED_BODIES])
+def test_control_bodies_in_a_content_coding(sidecar: RunningServer, route: str, case: str,
+                                            body: Callable[[], bytes], encoding: str,
+                                            status: int, code: str, message: str,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A control request whose body is not the coding its header names is refused with a
+    message, as an OTLP export is (it was a 500 and two tracebacks in the log), a coding the
+    sidecar does not read is a 415, and a body is bounded once inflated too."""
+    answered, answer = api(sidecar, "POST", CONTROL_POSTS[route], body(),
+                           {"Content-Encoding": encoding})
+    assert (answered, answer["error"]["code"]) == (status, code), answer
+    assert message in answer["error"]["message"]
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_control_bodies_may_be_compressed(sidecar: RunningServer, encoding: str) -> None:
+    body = b'{"messages": 3, "announce": {"agent": "zipped"}}'
+    sent = gzip.compress(body) if encoding == "gzip" else zlib.compress(body)
+    status, answer = api(sidecar, "POST", run_path("r-zip", "/heartbeat"), sent,
+                         {"Content-Encoding": encoding})
+    assert status == 200, answer
+    assert (answer["agent"], answer["messages"]) == ("zipped", 3)
 
 
 # -- one bad run cannot stop the others --------------------------------------------------------

@@ -36,7 +36,15 @@ from watchdog.config import Config
 from watchdog.directives.hub import StreamEnded, SubscriberOverflow, Subscription
 from watchdog.directives.model import Directive
 from watchdog.directives.outbox import Outbox
-from watchdog.errors import BadRequest, NotFound, PayloadTooLarge, Unauthorized, WatchdogError
+from watchdog.errors import (
+    BadRequest,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    UnsupportedMediaType,
+    WatchdogError,
+)
+from watchdog.ingest import codings
 from watchdog.ingest.decode import DecodeError, parse_protobuf
 from watchdog.priority import Priority, hand_over
 from watchdog.queries import MAX_LIST_LIMIT
@@ -156,7 +164,9 @@ class ApiRunner(web.AppRunner):
     the loop turn its handler starts in."""
 
     def __init__(self, app: web.Application, priority: Priority, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
+        # Bodies are read as sent and inflated by request_body (codings.inflate): aiohttp's
+        # own decompression raised on a body that is not the gzip its header says (a 500).
+        super().__init__(app, auto_decompress=False, **kwargs)
         self.priority = priority
 
     async def _make_server(self) -> web.Server:
@@ -272,7 +282,8 @@ class RunRoutes:
         if stop is not None and stop not in CLIENT_STOPS:
             raise BadRequest(f"stop={stop!r} is not allowed: expected one of "
                              + ", ".join(sorted(CLIENT_STOPS)))
-        body = await _bounded_body(request, self.service.config.max_request_bytes)
+        body = await request_body(request, self.service.config.max_request_bytes,
+                                  "max_request_bytes")
         try:
             export = parse_protobuf(body)
         except DecodeError as exc:
@@ -321,16 +332,31 @@ def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
     return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
                      _announcement(body.get("announce")))
 
-async def _bounded_body(request: web.Request, limit: int) -> bytes:
-    """The body of a request allowed more than the control API's ``MAX_BODY_BYTES``."""
+async def request_body(request: web.Request, limit: int = MAX_BODY_BYTES,
+                       setting: str | None = None) -> bytes:
+    """A control request's body, inflated from its ``Content-Encoding`` (gzip or deflate, as
+    the OTLP receivers accept), at most ``limit`` bytes as sent and once inflated (``setting``:
+    the configuration that sets the limit, named in the refusal)."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in codings.SUPPORTED:
+        raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r}: send the body "
+                                   f"as it is, or as gzip or deflate")
+    limit_text = f"{setting}={limit}" if setting else f"{limit} bytes"
     chunks: list[bytes] = []
     size = 0
     while chunk := await request.content.read(64 * 1024):
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"sync body larger than max_request_bytes={limit}")
+            raise PayloadTooLarge(f"request body larger than {limit_text}")
         chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return codings.inflate(b"".join(chunks), encoding, limit)
+    except codings.BodyTooLarge:
+        raise PayloadTooLarge(f"request body larger than {limit_text} (after decompression)"
+                              ) from None
+    except codings.BadCoding as exc:
+        raise BadRequest(f"the request body is not valid {encoding} data "
+                         f"(Content-Encoding: {encoding}): {exc}") from None
 
 
 ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
@@ -562,7 +588,7 @@ def _int_param(raw: str | None, name: str, default: int, low: int, high: int) ->
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
-    return json_object(await request.read())
+    return json_object(await request_body(request))
 
 
 def json_object(raw: bytes) -> dict[str, Any]:
