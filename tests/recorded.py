@@ -4,8 +4,9 @@ into span records, for tests of what the normaliser makes of them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from watchdog.ingest.decode import parse_json
+from watchdog.ingest.decode import ExportTraceServiceRequest, parse_json
 from watchdog.ingest.pipeline import records_from
 from watchdog.runs.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 from watchdog.runs.terminal import short_type
@@ -36,6 +37,42 @@ def records_of_lines(lines: list[str]) -> list[SpanRecord]:
 def recorded_records(driver: str, scenario: str) -> list[SpanRecord]:
     """Every span of a recording, normalised, in the order the framework exported them."""
     return records_of_lines(recorded_lines(driver, scenario))
+
+
+# (resource, scope, span) of a recording, as protobuf messages
+ScopedSpan = tuple[Any, Any, Any]
+
+
+def recorded_spans(driver: str, scenario: str) -> list[ScopedSpan]:
+    """Every span of a recording with its resource and scope, in the order exported."""
+    spans: list[ScopedSpan] = []
+    for line in recorded_lines(driver, scenario):
+        for resource_spans in parse_json(line.encode()).resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                spans.extend((resource_spans.resource, scope_spans.scope, span)
+                             for span in scope_spans.spans)
+    return spans
+
+
+def request_of(spans: list[ScopedSpan]) -> ExportTraceServiceRequest:
+    """One export request of ``spans``, grouped by resource and then by scope in the order each
+    first appears, as the OpenTelemetry SDK's exporters (and a Collector's batches) group them."""
+    request = ExportTraceServiceRequest()
+    groups: dict[bytes, Any] = {}
+    scopes: dict[tuple[bytes, bytes], Any] = {}
+    for resource, scope, span in spans:
+        resource_key = resource.SerializeToString(deterministic=True)
+        group = groups.get(resource_key)
+        if group is None:
+            group = groups[resource_key] = request.resource_spans.add()
+            group.resource.CopyFrom(resource)
+        scope_key = (resource_key, scope.SerializeToString(deterministic=True))
+        scoped = scopes.get(scope_key)
+        if scoped is None:
+            scoped = scopes[scope_key] = group.scope_spans.add()
+            scoped.scope.CopyFrom(scope)
+        scoped.spans.add().CopyFrom(span)
+    return request
 
 
 def signature(record: SpanRecord) -> str | None:

@@ -20,11 +20,18 @@ from agents.exceptions import MaxTurnsExceeded
 from agents.testing import ModelStep, ScriptedModel
 from agents.testing.model import ModelCall, function_call
 
-from tests.recorded import recorded_lines, recorded_records, records_of_lines, signatures
+from tests.recorded import (
+    recorded_lines,
+    recorded_records,
+    recorded_spans,
+    records_of_lines,
+    request_of,
+    signatures,
+)
 from tests.spans import SpanMaker, records_of
 from watchdog.client.adapters.openai_agents import instrument_openai_agents
 from watchdog.ingest.conventions import Resource, normalise, select_attributes
-from watchdog.ingest.decode import ExportTraceServiceRequest, attributes, parse_json
+from watchdog.ingest.decode import attributes, parse_json
 from watchdog.ingest.outcome import prompt_limit
 from watchdog.ingest.pipeline import records_from
 from watchdog.runs.record import TOOL, SpanRecord
@@ -1298,26 +1305,8 @@ def test_dspy_twin_model_calls_count_once_wherever_the_exporter_cuts(scenario: s
     by scope in the order the scopes first appear (as the OTel SDK's exporter does) — so a
     request may hold the client library's half of a pair whose framework half comes in the
     next request, after the framework half of an earlier pair."""
-    spans = []
-    for line in recorded_lines("dspy_oi", scenario):
-        for resource_spans in parse_json(line.encode()).resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                spans.extend((resource_spans.resource, scope_spans.scope, span)
-                             for span in scope_spans.spans)
-    spans.sort(key=lambda item: item[2].end_time_unix_nano)
-
-    def request_of(part: list[tuple[Any, Any, Any]]) -> ExportTraceServiceRequest:
-        request = ExportTraceServiceRequest()
-        resource_spans = request.resource_spans.add()
-        resource_spans.resource.CopyFrom(part[0][0])
-        groups: dict[str, Any] = {}
-        for _, scope, span in part:
-            if scope.name not in groups:
-                groups[scope.name] = resource_spans.scope_spans.add()
-                groups[scope.name].scope.CopyFrom(scope)
-            groups[scope.name].spans.add().CopyFrom(span)
-        return request
-
+    spans = sorted(recorded_spans("dspy_oi", scenario),
+                   key=lambda item: item[2].end_time_unix_nano)
     expected = OUTCOMES[("dspy_oi", scenario)]
     for cut in range(1, len(spans)):
         tracker = RunTracker()

@@ -155,10 +155,10 @@ def test_loose_model_calls_of_one_agent_are_one_run_until_it_answers() -> None:
     a trace of its own."""
     maker = SpanMaker({"service.name": "home-grown"})
     tracker = RunTracker(loose_run_gap=60.0)
-    for _ in range(2):  # two invocations, both in one export batch
+    for invocation in (0, 5):  # two invocations, one after the other, in one export batch
         for step in range(3):
-            maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + step)
-        maker.span("chat gpt", chat_attrs(finish="stop"), start=T0 + 4)
+            maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + invocation + step)
+        maker.span("chat gpt", chat_attrs(finish="stop"), start=T0 + invocation + 4)
     tracker.apply(records_of(maker.take()), T0 + 10)
     maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + 30)
     tracker.apply(records_of(maker.take()), T0 + 30)

@@ -58,29 +58,14 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
     return next(slices_of(request, None), Decoded())
 
 
-def _applied_last(record: SpanRecord) -> bool:
-    """A trace root that closes its run (:attr:`SpanRecord.ends_run`): one that is no model or
-    tool call (those may be loose calls, grouped in order); and a tool call no model asked for,
-    which the model calls below it (maybe of another scope) make a frame, not a tool call. A
-    nested agent span is not held back: the span it hangs from (in the same request) must find
-    it waiting (:class:`~watchdog.runs.tracker.RunTracker`'s pending parents)."""
-    return record.unasked or (record.parent_span_id is None
-                              and not (record.kind is LLM or record.kind is TOOL))
-
-
 def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[Decoded]:
-    """The request's records ``size`` spans at a time (None: all at once), so the shell can
-    apply a large request in slices and serve other requests in between.
-
-    The trace roots that close their run, and the tool calls no model asked for, come last, in
-    the request's last slice: an exporter groups a request's spans by instrumentation scope, not
-    by end time, so a root (one framework's scope) may come before the model call that answered
-    (another's), and a slice boundary between them would end the run before its answer arrived.
-    """
+    """The request's records in the order their spans ended (:func:`_in_end_order`), ``size``
+    at a time (None: all at once), so the shell can apply a large request in slices and serve
+    other requests in between. Every span is normalised before the first is applied (the order
+    needs them all); meanwhile a part with no records (the spans rejected so far counted in it)
+    comes every ``size`` spans: a turn for the shell."""
     decoded = Decoded()
-    records = decoded.records
-    applied: list[list[SpanRecord]] = [records]  # every slice's records, for _models_below
-    held: list[SpanRecord] = []
+    records: list[SpanRecord] = []
     models: dict[str, SpanRecord] = {}  # the request's model calls by span id, for _pair
     inner: dict[str, SpanRecord] = {}  # ... and by parent span id
     count = 0
@@ -93,7 +78,7 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                                                 resource))
                     if record.kind is LLM:
                         _pair(record, models, inner)
-                    (held if _applied_last(record) else records).append(record)
+                    records.append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
                     if not decoded.first_error:
@@ -102,13 +87,55 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                 if size is not None and count >= size:
                     yield decoded
                     decoded, count = Decoded(), 0
-                    records = decoded.records
-                    applied.append(records)
-    if held:
-        _models_below(held, applied)
-    records.extend(held)
-    if count or held or size is None:
+    ordered = _in_end_order(records)
+    if size is None:
+        decoded.records = ordered
         yield decoded
+        return
+    for start in range(0, len(ordered), size):
+        decoded.records = ordered[start:start + size]
+        yield decoded
+        decoded = Decoded()
+    if decoded.rejected:
+        yield decoded
+
+
+def _closes_trace(record: SpanRecord) -> bool:
+    """A trace root that closes its run (:attr:`SpanRecord.ends_run`): one that is no model or
+    tool call (those may be loose calls, grouped in order), or a tool call no model asked for
+    (a function that ran the model loop itself, Semantic Kernel's prompt functions)."""
+    return record.parent_span_id is None and (
+        record.unasked or not (record.kind is LLM or record.kind is TOOL))
+
+
+def _in_end_order(records: list[SpanRecord]) -> list[SpanRecord]:
+    """``records`` in the order their spans ended, each trace root that closes its run after
+    every other span of its trace in the request (a root may end before a span below it: an
+    async child, a streamed answer); at equal times, as the request had them.
+
+    That is the order an exporter sending each span as it ends sends them, and the one the
+    tracker reads right. The order a request holds is no order at all: an SDK exporter groups a
+    batch's spans by resource and scope (so one framework's root may come before the model call
+    that answered, another scope's), and a Collector merges requests and cuts them anywhere.
+    The unasked tool calls learn here whether a model call ran inside them (the whole request
+    is known)."""
+    if len(records) < 2:
+        _models_below(records)
+        return records
+    last_end: dict[str, int] = {}
+    closing = False
+    for record in records:
+        if record.end_ns >= last_end.get(record.trace_id, -1):
+            last_end[record.trace_id] = record.end_ns
+        closing = closing or _closes_trace(record)
+    _models_below(records)
+
+    def ended(record: SpanRecord) -> int:  # twice the time, odd for a root: after a tie
+        if closing and _closes_trace(record):
+            return 2 * last_end[record.trace_id] + 1
+        return 2 * record.end_ns
+
+    return sorted(records, key=ended)
 
 
 def _pair(record: SpanRecord, models: dict[str, SpanRecord],
@@ -129,28 +156,27 @@ def _pair(record: SpanRecord, models: dict[str, SpanRecord],
         inner[parent] = record
 
 
-def _models_below(held: list[SpanRecord], applied: list[list[SpanRecord]]) -> None:
+def _models_below(records: list[SpanRecord]) -> None:
     """Tell the unasked tool calls inside which a model call of their trace ran (started after
     it, ended before it did) in this request (``models_below`` True), or an agent did (False: a
     sub-agent called as a tool is a tool call); the tracker looks at the runs for the rest.
     (A home-grown loop may give no tool span a call id: each is compared with its trace's model
     calls and agent spans only.)"""
     unasked: dict[str, list[SpanRecord]] = {}
-    for record in held:
+    for record in records:
         if record.unasked:
             unasked.setdefault(record.trace_id, []).append(record)
     if not unasked:
         return
-    for records in applied:
-        for record in records:
-            kind = record.kind
-            if (kind is LLM or (kind is AGENT and not record.workflow)) \
-                    and (tools := unasked.get(record.trace_id)) is not None:
-                for tool in tools:
-                    if record.end_ns > tool.end_ns:
-                        continue
-                    if kind is AGENT:
-                        if tool.start_ns <= record.start_ns:
-                            tool.models_below = False
-                    elif tool.start_ns < record.start_ns and tool.models_below is None:
-                        tool.models_below = True
+    for record in records:
+        kind = record.kind
+        if (kind is LLM or (kind is AGENT and not record.workflow)) \
+                and (tools := unasked.get(record.trace_id)) is not None:
+            for tool in tools:
+                if record.end_ns > tool.end_ns:
+                    continue
+                if kind is AGENT:
+                    if tool.start_ns <= record.start_ns:
+                        tool.models_below = False
+                elif tool.start_ns < record.start_ns and tool.models_below is None:
+                    tool.models_below = True

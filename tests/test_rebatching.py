@@ -1,0 +1,66 @@
+"""Every recording of a real framework reads the same however its spans are batched.
+
+The recordings hold one export request per span, in the order the spans ended (what an
+exporter sending each span as it ends sends). Real agents batch: the SDK's
+``BatchSpanProcessor`` sends a whole short run in one request (its default delay is 5 s), grouped
+by resource and scope rather than in end order, and a Collector merges requests and cuts them
+anywhere. So each recording is also read as one request and cut into two at many points, and
+the runs must be the same: agent, model and tool calls, errors, terminal state, answer, parent.
+
+Known gap, pinned as such: an exporter that sends parents before children (LangSmith's) and is
+cut mid-trace (``PARENTS_FIRST_CUTS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, recorded_spans, request_of
+from watchdog.ingest.decode import ExportTraceServiceRequest, parse_json
+from watchdog.ingest.pipeline import records_from
+from watchdog.runs.tracker import RunTracker
+
+MAX_CUTS = 40  # cut points tried per recording (every one, for shorter recordings)
+ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl"))
+# Parents first, the root in a request of its own: a cut after the sub-agent's agent span and
+# before its calls leaves the calls in the caller's run (the frames are not kept that long).
+PARENTS_FIRST_CUTS = {("langchain_langsmith", "subagent")}
+
+Runs = list[tuple[Any, ...]]
+
+
+def runs_read(requests: list[ExportTraceServiceRequest]) -> Runs:
+    """The runs a tracker makes of ``requests``, applied in turn, every run ended."""
+    tracker = RunTracker()
+    for now, request in enumerate(requests, start=1):
+        tracker.apply(records_from(request).records, float(now))
+    tracker.expire(1e12)
+    runs = list(tracker.ended())
+    agents = {run.key: run.agent_name for run in runs}
+    return sorted((run.agent_name, run.iterations, run.tool_calls, run.errors,
+                   str(run.terminal_state), run.has_final_answer,
+                   agents.get(run.parent_run) if run.parent_run else None) for run in runs)
+
+
+def cuts(spans: list[ScopedSpan]) -> list[int]:
+    points = list(range(1, len(spans)))
+    if len(points) <= MAX_CUTS:
+        return points
+    step = len(points) / MAX_CUTS
+    return [points[int(i * step)] for i in range(MAX_CUTS)]
+
+
+@pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
+def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario: str) -> None:
+    exported = runs_read([parse_json(line.encode())
+                          for line in recorded_lines(driver, scenario)])
+    spans = recorded_spans(driver, scenario)
+    assert runs_read([request_of(spans)]) == exported, "all in one request"
+    differ = [cut for cut in cuts(spans)
+              if runs_read([request_of(spans[:cut]), request_of(spans[cut:])]) != exported]
+    if (driver, scenario) in PARENTS_FIRST_CUTS:
+        assert differ, "the known gap is closed: take it out of PARENTS_FIRST_CUTS"
+    else:
+        assert not differ, f"cut after these spans: {differ}"
