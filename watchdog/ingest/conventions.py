@@ -145,6 +145,9 @@ TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
 OUTPUT_TOOL_NAMES = TABLES.answer_tools
 OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 LOOP_END_TOOLS = TABLES.loop_end_tools
+# attribute -> the text an instrumentation puts there in place of content it hides
+HIDDEN_CONTENT = TABLES.hidden_content
+HIDDEN_CONTENT_ITEMS = tuple(HIDDEN_CONTENT.items())
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
 # Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
@@ -581,6 +584,11 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     elif status.message:
         record.limit_stop = status_limit(status.message)
 
+    if kind is not OTHER:
+        for hidden_key, hidden_text in HIDDEN_CONTENT_ITEMS:
+            if attrs.get(hidden_key) == hidden_text:  # (a length test first: no text compare)
+                attrs = _without_hidden(attrs)
+                break
     if kind is TOOL:
         if span.events and _first(attrs, TOOL_ARGS_KEYS) is None:
             attrs = _with_events(attrs, span.events)
@@ -596,6 +604,12 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
             attrs = _with_events(attrs, span.events)
         _fill_agent(record, attrs)
     return record
+
+
+def _without_hidden(attrs: Mapping[str, object]) -> dict[str, object]:
+    """The attributes without those an instrumentation hid (content capture off: its
+    placeholder is no answer, no tool arguments, no result)."""
+    return {key: value for key, value in attrs.items() if HIDDEN_CONTENT.get(key) != value}
 
 
 def _with_events(attrs: Mapping[str, object], events: Any) -> Mapping[str, object]:

@@ -177,6 +177,10 @@ class Convention:
     # work nor the answer (a later step extracts that): DSPy ReAct's `finish`
     loop_end_tools: tuple[tuple[str, str], ...] = ()
     answer_tool_prefixes: Names = _NO_NAMES
+    # (attribute, the text an instrumentation writes there in place of content it hides):
+    # content capture off, not content; read as if the attribute were not there (never an
+    # answer, a tool's arguments or its result)
+    hidden_content: tuple[tuple[str, str], ...] = ()
     # -- model calls and answers
     answer: Names = _NO_NAMES  # an agent span's output
     llm_output: Names = _NO_NAMES  # a model call's output text (read when it gives no reason)
@@ -272,6 +276,9 @@ OPENINFERENCE = Convention(
     tool_name=("tool.name",),
     tool_args=("input.value",),
     tool_result=("output.value",),
+    # OPENINFERENCE_HIDE_INPUTS / _OUTPUTS (TraceConfig.hide_inputs / hide_outputs): the values
+    # become "__REDACTED__"; the flattened messages are dropped
+    hidden_content=(("input.value", "__REDACTED__"), ("output.value", "__REDACTED__")),
     answer=("output.value",),
     llm_output=("output.value",),
     llm_input=("input.value",),
@@ -710,6 +717,7 @@ class Tables:
     tool_error_flags: tuple[tuple[str, str, Path], ...]
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
+    hidden_content: Mapping[str, str]
     loop_end_tools: Mapping[str, str]
     answer: Names
     llm_output: Names
@@ -795,6 +803,8 @@ def combine() -> Tables:
         loop_end_tools=MappingProxyType({name: result for convention in CONVENTIONS
                                          for name, result in convention.loop_end_tools}),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
+        hidden_content=MappingProxyType({key: text for convention in CONVENTIONS
+                                         for key, text in convention.hidden_content}),
         answer=_names("answer"),
         llm_output=_names("llm_output"),
         llm_input=_names("llm_input"),
