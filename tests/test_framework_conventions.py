@@ -880,6 +880,13 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("strands_latest", "limit"): Outcome(3, 3, 0, "tool_limit_reached", "limit_turns", False),
     ("strands_default", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
     ("strands_latest", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # ... with every sensitive attribute redacted ("[REDACTED]", no content): the default
+    # format's finish reasons are in unredacted event attributes (the latest format's are
+    # not: test_redacted_latest_format_says_nothing_of_the_outcome in test_strands.py)
+    ("strands_default", "three_tools_nocontent"): COMPLETED_3,
+    ("strands_default", "limit_nocontent"): Outcome(3, 3, 0, "tool_limit_reached", "limit_turns",
+                                                    False),
+    ("strands_default", "tool_error_nocontent"): Outcome(2, 1, 1, "completed", None, True),
     # google-adk: every model call says finish_reasons=["stop"]; the tool calls that follow
     # say it was no answer. The limit exception is on several nested spans.
     ("google_adk_native", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
@@ -1103,6 +1110,18 @@ def _recorded_spans(driver: str, scenario: str) -> list[dict[str, Any]]:
 def _attribute(span: dict[str, Any], key: str) -> object:
     return next((next(iter(item["value"].values())) for item in span.get("attributes", ())
                  if item["key"] == key), None)
+
+
+@pytest.mark.parametrize("driver", ["strands_default", "strands_latest"])
+def test_redacted_strands_content_is_no_content(driver: str) -> None:
+    """Strands' "[REDACTED]" in place of tool arguments, results and answers: no content (three
+    calls with other arguments are no repeats; the placeholder is no answer)."""
+    records = recorded_records(driver, "three_tools_nocontent")
+    assert [(r.args_brief, r.result_brief) for r in records if r.kind is TOOL] == \
+        [(None, None)] * 3
+    run = fold(records)
+    assert (run.repeated_tool_call, run.repeated_tool_result, run.cycle_repeats) == (0, 0, 0)
+    assert run.final_output is None
 
 
 def test_hidden_content_placeholder_is_no_content() -> None:
