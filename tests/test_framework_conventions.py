@@ -34,7 +34,7 @@ from watchdog.ingest.conventions import Resource, normalise, select_attributes
 from watchdog.ingest.decode import attributes, parse_json
 from watchdog.ingest.outcome import prompt_limit
 from watchdog.ingest.pipeline import records_from
-from watchdog.runs.record import TOOL, SpanRecord
+from watchdog.runs.record import LLM, TOOL, SpanRecord
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import RunTracker
@@ -887,6 +887,13 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("strands_latest", "limit"): Outcome(3, 3, 0, "tool_limit_reached", "limit_turns", False),
     ("strands_default", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
     ("strands_latest", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # ... with every sensitive attribute redacted ("[REDACTED]", no content): the default
+    # format's finish reasons are in unredacted event attributes (the latest format's are
+    # not: test_redacted_latest_format_says_nothing_of_the_outcome in test_strands.py)
+    ("strands_default", "three_tools_nocontent"): COMPLETED_3,
+    ("strands_default", "limit_nocontent"): Outcome(3, 3, 0, "tool_limit_reached", "limit_turns",
+                                                    False),
+    ("strands_default", "tool_error_nocontent"): Outcome(2, 1, 1, "completed", None, True),
     # google-adk: every model call says finish_reasons=["stop"]; the tool calls that follow
     # say it was no answer. The limit exception is on several nested spans.
     ("google_adk_native", "limit"): Outcome(3, 3, 0, "tool_limit_reached",
@@ -895,6 +902,15 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
                                                    "LlmCallsLimitExceededError", False),
     ("google_adk_native", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
     ("google_adk_openinference", "tool_error"): Outcome(1, 1, 1, "error", "RuntimeError", False),
+    # ... with message content capture off: the same (under OpenInference the tools that ran
+    # inside a model call's span say it asked for them; the placeholders are no content)
+    **{(driver, scenario + "_nocontent"): outcome
+       for driver in ("google_adk_native", "google_adk_openinference")
+       for scenario, outcome in (
+           ("three_tools", COMPLETED_3),
+           ("limit", Outcome(3, 3, 0, "tool_limit_reached", "LlmCallsLimitExceededError",
+                             False)),
+           ("tool_error", Outcome(1, 1, 1, "error", "RuntimeError", False)))},
     # hermes: the plugin shows nothing of the limit; the adapter says watchdog.limit_reached;
     # with openai-v2 (content captured) the summary request Hermes sends says it.
     ("hermes_agento11y", "limit"): Outcome(3, 3, 0, "no_response", None, False),
@@ -1090,6 +1106,67 @@ def test_adk_exception_on_nested_spans_has_one_identity() -> None:
     assert len(failed) >= 4
     assert {r.exception_id for r in failed} == {failed[0].exception_id}
     assert failed[0].exception_id is not None
+
+
+def _recorded_spans(driver: str, scenario: str) -> list[dict[str, Any]]:
+    return [span for line in recorded_lines(driver, scenario)
+            for resource in json.loads(line)["resourceSpans"]
+            for scope in resource["scopeSpans"] for span in scope["spans"]]
+
+
+def _attribute(span: dict[str, Any], key: str) -> object:
+    return next((next(iter(item["value"].values())) for item in span.get("attributes", ())
+                 if item["key"] == key), None)
+
+
+@pytest.mark.parametrize("driver", ["strands_default", "strands_latest"])
+def test_redacted_strands_content_is_no_content(driver: str) -> None:
+    """Strands' "[REDACTED]" in place of tool arguments, results and answers: no content (three
+    calls with other arguments are no repeats; the placeholder is no answer)."""
+    records = recorded_records(driver, "three_tools_nocontent")
+    assert [(r.args_brief, r.result_brief) for r in records if r.kind is TOOL] == \
+        [(None, None)] * 3
+    run = fold(records)
+    assert (run.repeated_tool_call, run.repeated_tool_result, run.cycle_repeats) == (0, 0, 0)
+    assert run.final_output is None
+
+
+def test_hidden_content_placeholder_is_no_content() -> None:
+    """OPENINFERENCE_HIDE_INPUTS/_OUTPUTS write "__REDACTED__" in place of every input and
+    output: no tool's arguments or result (three calls with other arguments are no repeats),
+    no answer, no model output."""
+    spans = _recorded_spans("google_adk_openinference", "three_tools_nocontent")
+    tools = [span for span in spans if _attribute(span, "openinference.span.kind") == "TOOL"]
+    assert len(tools) == 3
+    assert {_attribute(span, key) for span in tools for key in ("input.value", "output.value")
+            } == {"__REDACTED__"}
+    records = recorded_records("google_adk_openinference", "three_tools_nocontent")
+    assert [(r.args_brief, r.result_brief) for r in records if r.kind is TOOL] == \
+        [(None, None)] * 3
+    run = fold(records)
+    assert (run.repeated_tool_call, run.repeated_tool_result, run.cycle_repeats) == (0, 0, 0)
+    assert run.final_output is None
+    assert outcome(run) == COMPLETED_3
+
+
+@pytest.mark.parametrize("tools_first", [True, False])
+def test_a_tool_run_inside_a_model_calls_span_was_asked_for_by_it(tools_first: bool) -> None:
+    """OpenInference's span of an ADK model call stays open while the tools it asked for run;
+    with content capture off its finish reason ("stop", as ADK says on tool requests too) is
+    all it says. The tool inside it says it asked for tools, whichever of the two comes first
+    (an export request groups spans by scope)."""
+    records = recorded_records("google_adk_openinference", "limit_nocontent")
+    models = [r for r in records if r.kind is LLM and r.finish_reason is not None]
+    tools = [r for r in records if r.kind is TOOL]
+    assert len(models) == len(tools) == 3
+    for model, tool in zip(models, tools, strict=True):
+        assert model.final_answer and not model.requested_tools  # all the span says
+        assert model.start_ns < tool.start_ns and tool.end_ns < model.end_ns
+    others = [r for r in records if r.kind is not TOOL and r not in models]
+    pairs = [pair for model, tool in zip(models, tools, strict=True)
+             for pair in ((tool, model) if tools_first else (model, tool))]
+    assert outcome(fold(pairs + others)) == OUTCOMES["google_adk_openinference",
+                                                     "limit_nocontent"]
 
 
 @pytest.mark.parametrize("driver", ["langchain_openllmetry", "langchain_openinference",

@@ -106,8 +106,12 @@ def row(convention: Convention) -> str:
                 + f" ({rule.role or 'a step'})" for rule in c.nested_agent_roles]
              + [f"a nested agent-kind span `{name}` naming no agent (a step)"
                 for name in c.nested_step_span_names])
+    notes = ([c.notes] if c.notes else []) + (
+        ["content capture off: " + ", ".join(f"`{text}`" for text in sorted(c.hidden_content))
+         + " in place of content is no content (no answer, output, arguments or result)"]
+        if c.hidden_content else [])
     cells = [f"**{c.name}** ({c.emitted_by})", _cell(spans), _cell(answer), _cell(limit),
-             _cell(agent), _cell(tools), _cell(failed), c.notes or "—"]
+             _cell(agent), _cell(tools), _cell(failed), "; ".join(notes) or "—"]
     return "| " + " | ".join(cells) + " |"
 
 

@@ -10,6 +10,17 @@ Default format: answers, finish reasons and tool arguments/results only in span 
 attributes. ``limits={"turns": 3}`` stops the loop without an exception: the agent span's
 answer is empty with finish reason ``limit_turns``.
 
+With Strands' redaction on for every sensitive attribute (``*_nocontent``: the token
+``gen_ai_unredacted_attributes=`` in ``OTEL_SEMCONV_STABILITY_OPT_IN``) messages, answers, tool
+arguments and results are ``[REDACTED]``. The watchdog took the placeholder for every tool's
+arguments (three identical calls: repeats) and, in the latest format, for the agent's answer (a
+run stopped at ``limit_turns`` read ``completed``): the placeholder is no content now. The default
+format keeps its finish reasons in ``gen_ai.choice`` events, unredacted: its runs read as with
+content. Known gap (not tested as if right): in the latest format the finish reasons are only
+inside ``gen_ai.output.messages``, redacted whole, so no span says a run answered or stopped at
+its limit: every such run reads unanswered (``no_response``; ``test_redacted_latest_format_*``
+pins the cause).
+
 The expectations are DESIGN §3's (one run per invocation, iterations = model calls, tool calls,
 errors once, terminal state and reason, ``has_final_answer``, the agent's name). Each case runs
 live and from its committed recording.
@@ -17,10 +28,20 @@ live and from its committed recording.
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, run_driver
+from tests.frameworks.harness import (
+    RECORDINGS,
+    UNCHECKED,
+    Expect,
+    check_runs,
+    replay,
+    run_driver,
+)
 from tests.frameworks.scenarios import scripted
 from tests.harness import RunningServer
 
@@ -39,8 +60,23 @@ EXPECTED: dict[str, list[Expect]] = {
                           terminal_state="completed", has_final_answer=True,
                           terminal_reason=None, parent_agent=None)],
 }
+# Strands' redaction of every sensitive attribute (see ``drivers/_strands.py``): the default
+# format reads the same; the latest format says nothing of an answer or a limit (the known gap):
+# never answered, its state not checked
+EXPECTED_LATEST = {f"{scenario}_nocontent": [replace(expect, terminal_state=UNCHECKED,
+                                                     terminal_reason=UNCHECKED,
+                                                     has_final_answer=False)
+                                             for expect in expected]
+                   for scenario, expected in EXPECTED.items()}
+EXPECTED.update({f"{scenario}_nocontent": expected for scenario, expected in EXPECTED.items()})
 CASES = [(driver, scenario) for driver in ("strands_default", "strands_latest")
          for scenario in EXPECTED]
+
+
+def expected(driver: str, scenario: str) -> list[Expect]:
+    if driver == "strands_latest" and scenario in EXPECTED_LATEST:
+        return EXPECTED_LATEST[scenario]
+    return EXPECTED[scenario]
 IDS = [f"{driver}-{scenario}" for driver, scenario in CASES]
 
 
@@ -48,12 +84,32 @@ IDS = [f"{driver}-{scenario}" for driver, scenario in CASES]
 def test_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) -> None:
     model = scripted(llm, driver, scenario)
     run_driver("strands", driver, scenario, sidecar, llm, model)
-    check_runs(sidecar, EXPECTED[scenario])
-    if scenario == "limit":
+    check_runs(sidecar, expected(driver, scenario))
+    if scenario.startswith("limit"):
         assert len(llm.requests(model)) == 3  # the framework's own cap stopped the loop
 
 
 @pytest.mark.parametrize(("driver", "scenario"), CASES, ids=IDS)
 def test_replay(sidecar: RunningServer, driver: str, scenario: str) -> None:
     replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl")
-    check_runs(sidecar, EXPECTED[scenario])
+    check_runs(sidecar, expected(driver, scenario))
+
+
+def test_redacted_latest_format_says_nothing_of_the_outcome() -> None:
+    """Why a redacted run in the latest format reads unanswered: its model calls carry no
+    finish reason (it was inside ``gen_ai.output.messages``), and every message, answer and
+    tool argument is the placeholder ``[REDACTED]`` (no content: no answer)."""
+    spans = [span for line in (RECORDINGS / "strands_latest" / "limit_nocontent.jsonl")
+             .read_text().splitlines()
+             for resource in json.loads(line)["resourceSpans"]
+             for scope in resource["scopeSpans"] for span in scope["spans"]]
+    contents = {next(iter(item["value"].values())) for span in spans
+                for item in [*span.get("attributes", ()),
+                             *(a for event in span.get("events", ()) for a in event["attributes"])]
+                if item["key"] in ("gen_ai.input.messages", "gen_ai.output.messages",
+                                   "gen_ai.tool.call.arguments", "gen_ai.tool.call.result")}
+    assert contents == {"[REDACTED]"}
+    chats = [span for span in spans if span["name"] == "chat"]
+    assert len(chats) == 3
+    assert not any("finish" in item["key"] for span in chats
+                   for item in span.get("attributes", ()))

@@ -145,6 +145,9 @@ TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
 OUTPUT_TOOL_NAMES = TABLES.answer_tools
 OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 LOOP_END_TOOLS = TABLES.loop_end_tools
+# The texts instrumentations write in place of content they hide: no content.
+HIDDEN_CONTENT = TABLES.hidden_content
+HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
 # Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
@@ -187,6 +190,15 @@ def _first(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | None:
         if value is not None and value != "":
             return value
     return None
+
+
+def _content(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | None:
+    """:func:`_first` of content (a message, an output, a tool's arguments or result): None
+    where an instrumentation wrote its placeholder for hidden content (content capture off)."""
+    value = _first(attrs, keys)
+    if isinstance(value, str) and len(value) <= HIDDEN_CONTENT_CHARS and value in HIDDEN_CONTENT:
+        return None
+    return value
 
 
 def _first_str(attrs: Mapping[str, object], keys: tuple[str, ...]) -> str | None:
@@ -642,7 +654,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         # The output tool carries the answer itself: a final answer, not agent work.
         record.kind = OTHER
         record.final_answer = not record.error
-        args = _first(attrs, TOOL_ARGS_KEYS)
+        args = _content(attrs, TOOL_ARGS_KEYS)
         if args is not None:
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
         return
@@ -652,14 +664,14 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         # and no answer either (a later step extracts it).
         record.kind = OTHER
         return
-    args = _first(attrs, TOOL_ARGS_KEYS)
+    args = _content(attrs, TOOL_ARGS_KEYS)
     if args is not None:
         # Without arguments (content capture off) two calls cannot be told apart: no hash,
         # so they never count as repeats of each other.
         canonical = canonical_arguments(args)
         record.args_hash = stable_hash(tool + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
-    result = _first(attrs, TOOL_RESULT_KEYS)
+    result = _content(attrs, TOOL_RESULT_KEYS)
     if result is not None:
         text = _as_text(result)
         record.result_hash = stable_hash(tool + "\0" + text)
@@ -676,7 +688,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     input_tokens = _first(attrs, INPUT_TOKEN_KEYS)
     output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
-    output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
+    output_messages = _content(attrs, OUTPUT_MESSAGES_JSON_KEYS)
     if finish is None and output_messages is None:
         # a framework's own message objects (Haystack's replies, LangChain's LLMResult): one
         # parse of the output, its usage where the attributes name none
@@ -716,7 +728,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
     fill_model_outcome(record, finish,
                        output_messages if output_messages is not None
-                       else _first(attrs, LLM_OUTPUT_KEYS))
+                       else _content(attrs, LLM_OUTPUT_KEYS))
     if flat_tools and not record.requested_tools:
         # no finish reason, and an output text that hides its tool requests (a Python repr):
         # the flattened output messages still say the model asked for tools
@@ -733,7 +745,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
 
 
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
-    output = _first(attrs, AGENT_OUTPUT_KEYS)
+    output = _content(attrs, AGENT_OUTPUT_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
     if isinstance(output, str) and finish is None and '"finish_reason"' in output:
         finish = output_finish_reason(output)

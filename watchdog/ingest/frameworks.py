@@ -177,6 +177,10 @@ class Convention:
     # work nor the answer (a later step extracts that): DSPy ReAct's `finish`
     loop_end_tools: tuple[tuple[str, str], ...] = ()
     answer_tool_prefixes: Names = _NO_NAMES
+    # the text an instrumentation writes in place of content it hides (content capture off):
+    # no content; read as if the attribute were not there (never an answer, a model output, a
+    # tool's arguments or its result)
+    hidden_content: frozenset[str] = _NO_SET
     # -- model calls and answers
     answer: Names = _NO_NAMES  # an agent span's output
     llm_output: Names = _NO_NAMES  # a model call's output text (read when it gives no reason)
@@ -272,6 +276,9 @@ OPENINFERENCE = Convention(
     tool_name=("tool.name",),
     tool_args=("input.value",),
     tool_result=("output.value",),
+    # OPENINFERENCE_HIDE_INPUTS / _OUTPUTS (TraceConfig.hide_inputs / hide_outputs): the values
+    # become "__REDACTED__"; the flattened messages are dropped
+    hidden_content=frozenset({"__REDACTED__"}),
     answer=("output.value",),
     llm_output=("output.value",),
     llm_input=("input.value",),
@@ -361,7 +368,13 @@ STRANDS = Convention(
     input_messages=("gen_ai.client.inference.operation.details:gen_ai.input.messages",),
     # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
     limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
-    notes="default format: answers, finish reasons and tool arguments only in span events",
+    # `gen_ai_unredacted_attributes=<list>` in OTEL_SEMCONV_STABILITY_OPT_IN: every sensitive
+    # attribute (and event attribute) not listed is "[REDACTED]"
+    hidden_content=frozenset({"[REDACTED]"}),
+    notes="default format: answers, finish reasons and tool arguments only in span events; "
+          "latest format with redaction on: the finish reasons only inside the redacted "
+          "`gen_ai.output.messages`: no answer and no limit stop is seen (`no_response`, a "
+          "known gap)",
 )
 
 SEMANTIC_KERNEL = Convention(
@@ -710,6 +723,7 @@ class Tables:
     tool_error_flags: tuple[tuple[str, str, Path], ...]
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
+    hidden_content: frozenset[str]
     loop_end_tools: Mapping[str, str]
     answer: Names
     llm_output: Names
@@ -795,6 +809,7 @@ def combine() -> Tables:
         loop_end_tools=MappingProxyType({name: result for convention in CONVENTIONS
                                          for name, result in convention.loop_end_tools}),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
+        hidden_content=_union("hidden_content"),
         answer=_names("answer"),
         llm_output=_names("llm_output"),
         llm_input=_names("llm_input"),

@@ -53,8 +53,9 @@ class RunState:
 
     __slots__ = (
         "_call_counts", "_cycle_runs", "_error_counts", "_last_model", "_llm_end_ns",
-        "_llm_final", "_llm_said_ns", "_llm_start_ns", "_recent_calls", "_result_counts",
-        "_tool_error_streak", "activity_seq", "agent", "budget", "consecutive_errors",
+        "_llm_final", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns", "_recent_calls",
+        "_result_counts", "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "activity_seq",
+        "agent", "budget", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since",
@@ -112,6 +113,8 @@ class RunState:
         # An export request groups its spans by instrumentation scope, so a tool call and the
         # model call after it may arrive in either order: their end times tell which was last.
         self._llm_said_ns = 0
+        self._llm_said_start_ns = 0  # ... and when it started
+        self._tool_start_ns = self._tool_end_ns = 0  # the last tool call to end: its span
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         # model-call span id -> [its parent span id, input tokens, output tokens counted]
         # the last model call: (span id, parent span id, input tokens, output tokens)
@@ -172,8 +175,12 @@ class RunState:
             if (record.finish_reason is not None or record.final_answer
                     or record.requested_tools) \
                     and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
-                self._llm_final = record.final_answer
+                # (a tool that ran inside this call's span, or after it, ran at its request,
+                # though it came first: see _apply_tool)
+                self._llm_final = record.final_answer and not (
+                    self._tool_start_ns > record.start_ns or self._tool_end_ns > record.end_ns)
                 self._llm_said_ns = record.end_ns
+                self._llm_said_start_ns = record.start_ns
                 if record.finish_reason is not None:
                     self.finish_reason = record.finish_reason
         elif kind is TOOL:
@@ -264,11 +271,16 @@ class RunState:
         return record.start_ns < self._llm_start_ns and self._llm_end_ns <= record.end_ns
 
     def _apply_tool(self, record: SpanRecord) -> None:
-        # A tool ran after the last model call: that call asked for it, whatever its finish
-        # reason said (google-adk says "stop" on tool requests), so it was not the answer.
-        # (A tool that ended before it, arriving after it, was asked for by an earlier one.)
-        if record.end_ns >= self._llm_said_ns:
+        # A tool ran after the last model call, or inside its span (started after it): that
+        # call asked for it, whatever its finish reason said (google-adk says "stop" on tool
+        # requests), so it was not the answer. (OpenInference's span of an ADK model call stays
+        # open while the tools it asked for run; with content capture off nothing else says it
+        # asked.) A tool that ended before the call, arriving after it, was asked for by an
+        # earlier one.
+        if record.end_ns >= self._llm_said_ns or record.start_ns > self._llm_said_start_ns:
             self._llm_final = False
+        if record.end_ns > self._tool_end_ns:
+            self._tool_start_ns, self._tool_end_ns = record.start_ns, record.end_ns
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
@@ -529,8 +541,8 @@ _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_said_ns",
-    "_last_model", "_llm_start_ns", "_recent_calls", "_result_counts",
-    "_tool_error_streak", "agent",
+    "_llm_said_start_ns", "_last_model", "_llm_start_ns", "_recent_calls", "_result_counts",
+    "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
     "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",

@@ -12,6 +12,13 @@ with google-adk<2.13: see ``envs/google_adk_oi.txt``). Scenarios
 * ``tool_error``: ``lookup`` raises; ADK does not catch it: it ends the invocation and comes
   out of ``runner.run_async`` (caught here).
 
+A scenario ending ``_nocontent`` runs it with message content capture off, as privacy-minded
+deployments do: ADK's own switches (``ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false`` for its
+legacy spans, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT`` for its GenAI
+semconv spans, the default on google-adk 2.13) and OpenInference's (``OPENINFERENCE_HIDE_INPUTS``
+/ ``_OUTPUTS``: ``input.value``/``output.value`` become ``__REDACTED__``, the flattened
+``llm.input_messages.*``/``llm.output_messages.*`` are dropped).
+
 The agent is named with ``LlmAgent(name=...)`` (ADK wants an identifier).
 """
 
@@ -74,8 +81,20 @@ async def invoke(scenario: str) -> None:
     await runner.close()
 
 
+NO_CONTENT = {
+    "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT",
+    "OPENINFERENCE_HIDE_INPUTS": "true",
+    "OPENINFERENCE_HIDE_OUTPUTS": "true",
+}
+
+
 def run(scenario: str, openinference: bool) -> None:
     from _otel import setup_tracing
+
+    if scenario.endswith("_nocontent"):  # (read when ADK and OpenInference make their configs)
+        os.environ.update(NO_CONTENT)
+        scenario = scenario.removesuffix("_nocontent")
 
     provider = setup_tracing(SERVICE_NAME)
     if openinference:

@@ -11,6 +11,11 @@ reasons and tool arguments in span events) and ``strands_latest`` (the newer Gen
 * ``tool_error``: ``lookup`` raises; Strands turns the exception into an error tool result and
   the model answers.
 
+A scenario ending ``_nocontent`` runs it with Strands' redaction on for every sensitive
+attribute (``gen_ai_unredacted_attributes=`` with an empty list in
+``OTEL_SEMCONV_STABILITY_OPT_IN``): messages, answers, tool arguments and results become
+``[REDACTED]``.
+
 The agent is named with ``Agent(name=...)``.
 """
 
@@ -29,8 +34,12 @@ PROMPTS = {
 
 
 def run(scenario: str, latest: bool) -> None:
-    if latest:
-        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    opt_in = ["gen_ai_latest_experimental"] if latest else []
+    if scenario.endswith("_nocontent"):
+        opt_in.append("gen_ai_unredacted_attributes=")  # nothing left unredacted
+        scenario = scenario.removesuffix("_nocontent")
+    if opt_in:
+        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = ",".join(opt_in)
     from _otel import model_settings, setup_tracing
 
     provider = setup_tracing(SERVICE_NAME)
