@@ -106,8 +106,13 @@ def row(convention: Convention) -> str:
                 + f" ({rule.role or 'a step'})" for rule in c.nested_agent_roles]
              + [f"a nested agent-kind span `{name}` naming no agent (a step)"
                 for name in c.nested_step_span_names])
+    notes = [c.notes] if c.notes else []
+    if c.redacted_values:
+        notes.append("content it hides reads " + ", ".join(f"`{v}`" for v in c.redacted_values)
+                     + ": no tool arguments or result to compare (hidden calls are no repeats "
+                     "of each other), an agent output that is one but has no text")
     cells = [f"**{c.name}** ({c.emitted_by})", _cell(spans), _cell(answer), _cell(limit),
-             _cell(agent), _cell(tools), _cell(failed), c.notes or "—"]
+             _cell(agent), _cell(tools), _cell(failed), "; ".join(notes) or "—"]
     return "| " + " | ".join(cells) + " |"
 
 

@@ -1,6 +1,13 @@
 """pydantic-ai with its own instrumentation (``Agent.instrument_all()``): each agent run stamps
 ``gen_ai.agent.call.id`` on its spans; a sub-agent run inside a tool is a child run; a
-structured output's ``final_result`` tool call is the answer, not a tool call."""
+structured output's ``final_result`` tool call is the answer, not a tool call.
+
+Content capture off (``InstrumentationSettings(include_content=False)``, scenarios
+``*_nocontent``): the model calls keep their finish reasons, usage and tool-call parts (names and
+ids, no arguments), the tool spans their names; the agent span loses ``final_result``. The
+structured answer was read from that attribute only, so the run read ``no_response``: now the
+model's request for the output tool alone is the answer. The tools' arguments are gone, so
+repeated calls cannot be told (none counts as a repeat)."""
 
 from __future__ import annotations
 
@@ -33,6 +40,10 @@ EXPECTED = {
     # span for it): an answer, not a 4th tool call
     "structured": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
 }
+# message content off (include_content=False): the same runs
+NOCONTENT = ("three_tools", "limit", "tool_error", "subagent", "structured")
+SCRIPTS.update({f"{name}_nocontent": SCRIPTS[name] for name in NOCONTENT})
+EXPECTED.update({f"{name}_nocontent": EXPECTED[name] for name in NOCONTENT})
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))

@@ -145,6 +145,9 @@ TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
 OUTPUT_TOOL_NAMES = TABLES.answer_tools
 OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 LOOP_END_TOOLS = TABLES.loop_end_tools
+# What an instrumentation writes in place of content it hides (OpenInference's TraceConfig).
+# A tuple: `in` compares lengths first, where a set would hash a long argument string.
+REDACTED_VALUES = TABLES.redacted_values
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
 # Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
@@ -643,7 +646,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         record.kind = OTHER
         record.final_answer = not record.error
         args = _first(attrs, TOOL_ARGS_KEYS)
-        if args is not None:
+        if args is not None and args not in REDACTED_VALUES:
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
         return
     if tool in LOOP_END_TOOLS and not record.error \
@@ -653,14 +656,14 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         record.kind = OTHER
         return
     args = _first(attrs, TOOL_ARGS_KEYS)
-    if args is not None:
-        # Without arguments (content capture off) two calls cannot be told apart: no hash,
-        # so they never count as repeats of each other.
+    if args is not None and args not in REDACTED_VALUES:
+        # Without arguments (content capture off, or hidden behind a placeholder) two calls
+        # cannot be told apart: no hash, so they never count as repeats of each other.
         canonical = canonical_arguments(args)
         record.args_hash = stable_hash(tool + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
     result = _first(attrs, TOOL_RESULT_KEYS)
-    if result is not None:
+    if result is not None and result not in REDACTED_VALUES:
         text = _as_text(result)
         record.result_hash = stable_hash(tool + "\0" + text)
         record.result_brief = brief(text, MAX_BRIEF_CHARS)
@@ -749,7 +752,8 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         # An agent stopped by a limit finish reason (Strands' limit_turns) gave no answer; one
         # whose state names a limit may still have answered (Hermes' summary).
         record.final_answer = True
-        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+        if output not in REDACTED_VALUES:  # (a hidden output is one: its text is unknown)
+            record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
     record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     for key, marker in CONVERSATION_OUTPUTS:
         conversation = attrs.get(key)

@@ -177,6 +177,10 @@ class Convention:
     # work nor the answer (a later step extracts that): DSPy ReAct's `finish`
     loop_end_tools: tuple[tuple[str, str], ...] = ()
     answer_tool_prefixes: Names = _NO_NAMES
+    # -- content the instrumentation hides (privacy settings): the placeholder it writes in
+    # place of a value. A tool's hidden arguments or result are none to compare (two hidden
+    # calls are not the same call); an agent's hidden output is an output, not its text.
+    redacted_values: Names = _NO_NAMES
     # -- model calls and answers
     answer: Names = _NO_NAMES  # an agent span's output
     llm_output: Names = _NO_NAMES  # a model call's output text (read when it gives no reason)
@@ -281,6 +285,8 @@ OPENINFERENCE = Convention(
     input_tokens=("llm.token_count.prompt",),
     output_tokens=("llm.token_count.completion",),
     total_tokens=("llm.token_count.total",),
+    # TraceConfig's OPENINFERENCE_HIDE_INPUTS/OUTPUTS (REDACTED_VALUE)
+    redacted_values=("__REDACTED__",),
     notes="a root CHAIN span (LangChain/LangGraph, ADK `invocation`) is the invocation",
 )
 
@@ -711,6 +717,7 @@ class Tables:
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
     loop_end_tools: Mapping[str, str]
+    redacted_values: Names
     answer: Names
     llm_output: Names
     llm_input: Names
@@ -795,6 +802,7 @@ def combine() -> Tables:
         loop_end_tools=MappingProxyType({name: result for convention in CONVENTIONS
                                          for name, result in convention.loop_end_tools}),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
+        redacted_values=_names("redacted_values"),
         answer=_names("answer"),
         llm_output=_names("llm_output"),
         llm_input=_names("llm_input"),
