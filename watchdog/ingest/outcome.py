@@ -50,8 +50,25 @@ MAX_JSON_DEPTH = 8  # how deep a model output is searched for a tool request or 
 # the answer: its name, JSON-quoted, must occur in the output before it is parsed for names.
 ANSWER_TOOLS = TABLES.answer_tools
 ANSWER_TOOL_PREFIXES = TABLES.answer_tool_prefixes
-ANSWER_TOOL_MARKERS = tuple('"' + name for name in (*sorted(ANSWER_TOOLS),
-                                                     *ANSWER_TOOL_PREFIXES))
+_ANSWER_TOOL_NAMES = sorted({*ANSWER_TOOLS, *ANSWER_TOOL_PREFIXES})
+# (a name that starts with another one is found by the other's test: "final_result_")
+ANSWER_TOOL_MARKERS = tuple('"' + name for name in _ANSWER_TOOL_NAMES
+                            if not any(name != other and name.startswith(other)
+                                       for other in _ANSWER_TOOL_NAMES))
+
+
+def _common_start(texts: tuple[str, ...]) -> str:
+    if not texts:
+        return ""
+    first, last = min(texts), max(texts)
+    end = 0
+    while end < len(first) and first[end] == last[end]:
+        end += 1
+    return first[:end]
+
+
+# Their common start ('"final_') is looked for first: one pass over an output without any.
+ANSWER_TOOL_SCAN = _common_start(ANSWER_TOOL_MARKERS)
 
 
 def short_type(error_type: str) -> str:
@@ -366,7 +383,9 @@ def _requests_tools(output: object) -> bool:
 
 def _asks_answer_tools_only(output: str) -> bool:
     """Whether every tool a model's output (JSON) asks for is an output tool."""
-    for marker in ANSWER_TOOL_MARKERS:  # the common case: none, and no JSON parse
+    if not ANSWER_TOOL_MARKERS or ANSWER_TOOL_SCAN not in output:
+        return False  # the common case: one pass over the text, no JSON parse
+    for marker in ANSWER_TOOL_MARKERS:
         if marker in output:
             break
     else:
