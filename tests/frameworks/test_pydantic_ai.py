@@ -40,18 +40,16 @@ EXPECTED = {
     # span for it): an answer, not a 4th tool call
     "structured": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
 }
-# message content off (include_content=False): the same runs
-NOCONTENT = ("three_tools", "limit", "tool_error", "subagent", "structured")
-SCRIPTS.update({f"{name}_nocontent": SCRIPTS[name] for name in NOCONTENT})
-EXPECTED.update({f"{name}_nocontent": EXPECTED[name] for name in NOCONTENT})
+# ... and each again with message content off (include_content=False): the same runs
+CASES = {**EXPECTED, **{f"{name}_nocontent": expected for name, expected in EXPECTED.items()}}
 
 
-@pytest.mark.parametrize("scenario", list(EXPECTED))
+@pytest.mark.parametrize("scenario", list(CASES))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    drive_and_check(sidecar, llm, "pydantic_ai", "pydantic_ai_agent", scenario, SCRIPTS[scenario],
-                    EXPECTED[scenario])
+    drive_and_check(sidecar, llm, "pydantic_ai", "pydantic_ai_agent", scenario,
+                    SCRIPTS[scenario.removesuffix("_nocontent")], CASES[scenario])
 
 
-@pytest.mark.parametrize("scenario", list(EXPECTED))
+@pytest.mark.parametrize("scenario", list(CASES))
 def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    check_recorded(sidecar, "pydantic_ai_agent", scenario, EXPECTED[scenario])
+    check_recorded(sidecar, "pydantic_ai_agent", scenario, CASES[scenario])
