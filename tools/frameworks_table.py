@@ -108,7 +108,9 @@ def row(convention: Convention) -> str:
                 for name in c.nested_step_span_names])
     notes = ([c.notes] if c.notes else []) + (
         ["content capture off: " + ", ".join(f"`{text}`" for text in sorted(c.hidden_content))
-         + " in place of content is no content (no answer, output, arguments or result)"]
+         + " in place of content: no tool arguments or result (hidden calls are no repeats of "
+           "each other), no agent output; a hidden model output is the answer unless a tool "
+           "call follows"]
         if c.hidden_content else [])
     cells = [f"**{c.name}** ({c.emitted_by})", _cell(spans), _cell(answer), _cell(limit),
              _cell(agent), _cell(tools), _cell(failed), "; ".join(notes) or "—"]

@@ -114,6 +114,13 @@ def replay(sidecar: RunningServer, recording: Path) -> None:
         assert status == 200, (status, body)
 
 
+def recorded_spans(recording: Path) -> list[dict[str, Any]]:
+    """Every span of a recording, as OTLP/JSON, in export order (for tests of what a framework
+    emitted)."""
+    return list(_spans([json.loads(line) for line in
+                        recording.read_text(encoding="utf-8").splitlines() if line.strip()]))
+
+
 def _spans(requests: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for request in requests:
         for resource_spans in request.get("resourceSpans", ()):

@@ -1,6 +1,15 @@
 """The OpenAI Agents SDK traced by OpenInference: a workflow root (ending OK) above the agent
 span, whose status carries ``Max turns exceeded``; a handoff is a child run, and so is an agent
-used as a tool (its spans nest in the tool span)."""
+used as a tool (its spans nest in the tool span).
+
+Content hidden (``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
+``_OUTPUT_MESSAGES``, scenarios ``*_nocontent``): every ``input.value``/``output.value`` is
+``__REDACTED__`` and the flattened messages are dropped; the model calls keep their token counts
+only (no finish reason, with content or without). A model call whose output is hidden reads as
+an answer until a tool call after it says otherwise (as a stream without a finish reason does):
+the runs read as with content. Every tool call's arguments were the same placeholder, so three
+different calls counted as one call repeated three times (and a cycle): now hidden arguments are
+none (no repeats). The conversation length is unknown (``messages`` 0)."""
 
 from __future__ import annotations
 
@@ -36,14 +45,17 @@ EXPECTED = {
     "agent_as_tool": [Expect("agents-manager", 2, 1, 0, "completed", True, None, None),
                       Expect(AGENT, 4, 3, 0, "completed", True, None, "agents-manager")],
 }
+# ... and each again with message content hidden (OPENINFERENCE_HIDE_INPUTS/OUTPUTS/
+# ..._MESSAGES): the same runs (EXPECTED, SCRIPTS: the content-on scenarios other tracers share)
+CASES = {**EXPECTED, **{f"{name}_nocontent": expected for name, expected in EXPECTED.items()}}
 
 
-@pytest.mark.parametrize("scenario", list(EXPECTED))
+@pytest.mark.parametrize("scenario", list(CASES))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    drive_and_check(sidecar, llm, "openai_agents", "openai_agents_sdk", scenario, SCRIPTS[scenario],
-                    EXPECTED[scenario])
+    drive_and_check(sidecar, llm, "openai_agents", "openai_agents_sdk", scenario,
+                    SCRIPTS[scenario.removesuffix("_nocontent")], CASES[scenario])
 
 
-@pytest.mark.parametrize("scenario", list(EXPECTED))
+@pytest.mark.parametrize("scenario", list(CASES))
 def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    check_recorded(sidecar, "openai_agents_sdk", scenario, EXPECTED[scenario])
+    check_recorded(sidecar, "openai_agents_sdk", scenario, CASES[scenario])

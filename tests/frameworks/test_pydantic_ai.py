@@ -1,6 +1,13 @@
 """pydantic-ai with its own instrumentation (``Agent.instrument_all()``): each agent run stamps
 ``gen_ai.agent.call.id`` on its spans; a sub-agent run inside a tool is a child run; a
-structured output's ``final_result`` tool call is the answer, not a tool call."""
+structured output's ``final_result`` tool call is the answer, not a tool call.
+
+Content capture off (``InstrumentationSettings(include_content=False)``, scenarios
+``*_nocontent``): the model calls keep their finish reasons, usage and tool-call parts (names and
+ids, no arguments), the tool spans their names; the agent span loses ``final_result``. The
+structured answer was read from that attribute only, so the run read ``no_response``: now the
+model's request for the output tool alone is the answer. The tools' arguments are gone, so
+repeated calls cannot be told (none counts as a repeat)."""
 
 from __future__ import annotations
 
@@ -33,14 +40,16 @@ EXPECTED = {
     # span for it): an answer, not a 4th tool call
     "structured": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
 }
+# ... and each again with message content off (include_content=False): the same runs
+CASES = {**EXPECTED, **{f"{name}_nocontent": expected for name, expected in EXPECTED.items()}}
 
 
-@pytest.mark.parametrize("scenario", list(EXPECTED))
+@pytest.mark.parametrize("scenario", list(CASES))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    drive_and_check(sidecar, llm, "pydantic_ai", "pydantic_ai_agent", scenario, SCRIPTS[scenario],
-                    EXPECTED[scenario])
+    drive_and_check(sidecar, llm, "pydantic_ai", "pydantic_ai_agent", scenario,
+                    SCRIPTS[scenario.removesuffix("_nocontent")], CASES[scenario])
 
 
-@pytest.mark.parametrize("scenario", list(EXPECTED))
+@pytest.mark.parametrize("scenario", list(CASES))
 def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    check_recorded(sidecar, "pydantic_ai_agent", scenario, EXPECTED[scenario])
+    check_recorded(sidecar, "pydantic_ai_agent", scenario, CASES[scenario])

@@ -14,12 +14,13 @@ With Strands' redaction on for every sensitive attribute (``*_nocontent``: the t
 ``gen_ai_unredacted_attributes=`` in ``OTEL_SEMCONV_STABILITY_OPT_IN``) messages, answers, tool
 arguments and results are ``[REDACTED]``. The watchdog took the placeholder for every tool's
 arguments (three identical calls: repeats) and, in the latest format, for the agent's answer (a
-run stopped at ``limit_turns`` read ``completed``): the placeholder is no content now. The default
-format keeps its finish reasons in ``gen_ai.choice`` events, unredacted: its runs read as with
-content. Known gap (not tested as if right): in the latest format the finish reasons are only
-inside ``gen_ai.output.messages``, redacted whole, so no span says a run answered or stopped at
-its limit: every such run reads unanswered (``no_response``; ``test_redacted_latest_format_*``
-pins the cause).
+run stopped at ``limit_turns`` read ``completed``): a hidden tool argument or result, or agent
+output, is no content now; a hidden model output says the model said something (the answer,
+unless a tool call follows). The default format keeps its finish reasons in ``gen_ai.choice``
+events, unredacted: its runs read as with content. Known gap (not tested as if right): in the
+latest format the finish reasons are only inside ``gen_ai.output.messages``, redacted whole, so
+no span says a run stopped at its limit: a run stopped by ``limits`` reads unanswered but not
+``tool_limit_reached`` (``test_redacted_latest_format_*`` pins the cause).
 
 The expectations are DESIGN §3's (one run per invocation, iterations = model calls, tool calls,
 errors once, terminal state and reason, ``has_final_answer``, the agent's name). Each case runs
@@ -61,13 +62,11 @@ EXPECTED: dict[str, list[Expect]] = {
                           terminal_reason=None, parent_agent=None)],
 }
 # Strands' redaction of every sensitive attribute (see ``drivers/_strands.py``): the default
-# format reads the same; the latest format says nothing of an answer or a limit (the known gap):
-# never answered, its state not checked
-EXPECTED_LATEST = {f"{scenario}_nocontent": [replace(expect, terminal_state=UNCHECKED,
-                                                     terminal_reason=UNCHECKED,
-                                                     has_final_answer=False)
-                                             for expect in expected]
-                   for scenario, expected in EXPECTED.items()}
+# format reads the same; the latest format says nothing of a limit (the known gap): a capped run
+# reads unanswered, its state not checked
+EXPECTED_LATEST = {"limit_nocontent": [replace(expect, terminal_state=UNCHECKED,
+                                               terminal_reason=UNCHECKED)
+                                       for expect in EXPECTED["limit"]]}
 EXPECTED.update({f"{scenario}_nocontent": expected for scenario, expected in EXPECTED.items()})
 CASES = [(driver, scenario) for driver in ("strands_default", "strands_latest")
          for scenario in EXPECTED]
@@ -95,10 +94,11 @@ def test_replay(sidecar: RunningServer, driver: str, scenario: str) -> None:
     check_runs(sidecar, expected(driver, scenario))
 
 
-def test_redacted_latest_format_says_nothing_of_the_outcome() -> None:
-    """Why a redacted run in the latest format reads unanswered: its model calls carry no
-    finish reason (it was inside ``gen_ai.output.messages``), and every message, answer and
-    tool argument is the placeholder ``[REDACTED]`` (no content: no answer)."""
+def test_redacted_latest_format_says_nothing_of_the_limit() -> None:
+    """Why a redacted run in the latest format stopped by its limit does not read
+    ``tool_limit_reached``: its model calls carry no finish reason (``limit_turns`` was inside
+    ``gen_ai.output.messages``), and every message, answer and tool argument is the placeholder
+    ``[REDACTED]``."""
     spans = [span for line in (RECORDINGS / "strands_latest" / "limit_nocontent.jsonl")
              .read_text().splitlines()
              for resource in json.loads(line)["resourceSpans"]

@@ -688,7 +688,9 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     input_tokens = _first(attrs, INPUT_TOKEN_KEYS)
     output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
-    output_messages = _content(attrs, OUTPUT_MESSAGES_JSON_KEYS)
+    # (a hidden output is read as it is: the model said something, and the call is the answer
+    # unless a tool call follows, as for any output that asks for no tool)
+    output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
     if finish is None and output_messages is None:
         # a framework's own message objects (Haystack's replies, LangChain's LLMResult): one
         # parse of the output, its usage where the attributes name none
@@ -728,7 +730,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
     fill_model_outcome(record, finish,
                        output_messages if output_messages is not None
-                       else _content(attrs, LLM_OUTPUT_KEYS))
+                       else _first(attrs, LLM_OUTPUT_KEYS))
     if flat_tools and not record.requested_tools:
         # no finish reason, and an output text that hides its tool requests (a Python repr):
         # the flattened output messages still say the model asked for tools

@@ -178,8 +178,10 @@ class Convention:
     loop_end_tools: tuple[tuple[str, str], ...] = ()
     answer_tool_prefixes: Names = _NO_NAMES
     # the text an instrumentation writes in place of content it hides (content capture off):
-    # no content; read as if the attribute were not there (never an answer, a model output, a
-    # tool's arguments or its result)
+    # a tool's arguments or result, or an agent's output, that is one is read as if the
+    # attribute were not there (hidden calls are no repeats of each other; no answer text); a
+    # model call's hidden output says the model said something: the answer unless a tool
+    # call follows, as for any output that asks for no tool
     hidden_content: frozenset[str] = _NO_SET
     # -- model calls and answers
     answer: Names = _NO_NAMES  # an agent span's output
@@ -373,8 +375,8 @@ STRANDS = Convention(
     hidden_content=frozenset({"[REDACTED]"}),
     notes="default format: answers, finish reasons and tool arguments only in span events; "
           "latest format with redaction on: the finish reasons only inside the redacted "
-          "`gen_ai.output.messages`: no answer and no limit stop is seen (`no_response`, a "
-          "known gap)",
+          "`gen_ai.output.messages`: a run stopped by `limits` reads unanswered, not "
+          "`tool_limit_reached` (a known gap)",
 )
 
 SEMANTIC_KERNEL = Convention(

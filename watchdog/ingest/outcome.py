@@ -46,6 +46,29 @@ TOOL_REQUEST_MARKERS = ('"tool_call', '"toolUse"', '"function_call"', '"tool_use
 TOOL_REQUEST_KEYS = frozenset({"tool_calls", "toolUse", "function_call", "tool_use"})
 TOOL_REQUEST_TYPES = frozenset({"tool_call", "function_call", "tool_use"})
 MAX_JSON_DEPTH = 8  # how deep a model output is searched for a tool request or text
+# A request for an output tool only (pydantic-ai's final_result, smolagents' final_answer) is
+# the answer: its name, JSON-quoted, must occur in the output before it is parsed for names.
+ANSWER_TOOLS = TABLES.answer_tools
+ANSWER_TOOL_PREFIXES = TABLES.answer_tool_prefixes
+_ANSWER_TOOL_NAMES = sorted({*ANSWER_TOOLS, *ANSWER_TOOL_PREFIXES})
+# (a name that starts with another one is found by the other's test: "final_result_")
+ANSWER_TOOL_MARKERS = tuple('"' + name for name in _ANSWER_TOOL_NAMES
+                            if not any(name != other and name.startswith(other)
+                                       for other in _ANSWER_TOOL_NAMES))
+
+
+def _common_start(texts: tuple[str, ...]) -> str:
+    if not texts:
+        return ""
+    first, last = min(texts), max(texts)
+    end = 0
+    while end < len(first) and first[end] == last[end]:
+        end += 1
+    return first[:end]
+
+
+# Their common start ('"final_') is looked for first: one pass over an output without any.
+ANSWER_TOOL_SCAN = _common_start(ANSWER_TOOL_MARKERS)
 
 
 def short_type(error_type: str) -> str:
@@ -103,6 +126,12 @@ def fill_model_outcome(record: SpanRecord, finish: object, output: object) -> No
         requests = _requests_tools(output)
         record.requested_tools = requests
         record.final_answer = not requests and has_text(output)
+    if record.requested_tools and isinstance(output, str) and _asks_answer_tools_only(output):
+        # the model answered through the framework's output tool (pydantic-ai's structured
+        # output opens no span for it, and without content capture the agent span does not
+        # carry the result either): an answer, not a tool request
+        record.requested_tools = False
+        record.final_answer = True
 
 
 def agent_limit(attrs: Mapping[str, object], finish: str | None) -> str | None:
@@ -350,6 +379,54 @@ def _requests_tools(output: object) -> bool:
             return False  # the common case: no JSON parse
         output = _parsed(output)
     return _has_tool_request(output, 0)
+
+
+def _asks_answer_tools_only(output: str) -> bool:
+    """Whether every tool a model's output (JSON) asks for is an output tool."""
+    if not ANSWER_TOOL_MARKERS or ANSWER_TOOL_SCAN not in output:
+        return False  # the common case: one pass over the text, no JSON parse
+    for marker in ANSWER_TOOL_MARKERS:
+        if marker in output:
+            break
+    else:
+        return False
+    names: list[object] = []
+    _tool_request_names(_parsed(output), 0, names)
+    return bool(names) and all(
+        isinstance(name, str) and (name in ANSWER_TOOLS or name.startswith(ANSWER_TOOL_PREFIXES))
+        for name in names)
+
+
+def _tool_request_names(value: object, depth: int, names: list[object]) -> None:
+    """The names of the tools a model's output asks for, in the shapes
+    :func:`_has_tool_request` knows (None for a request whose name is not there)."""
+    if depth > MAX_JSON_DEPTH:
+        return
+    if isinstance(value, dict):
+        if value.get("type") in TOOL_REQUEST_TYPES:
+            names.append(_call_name(value))
+            return
+        for key, item in value.items():
+            if key in TOOL_REQUEST_KEYS and item:
+                if isinstance(item, list):
+                    names.extend(_call_name(call) for call in item)
+                else:
+                    names.append(_call_name(item))
+            elif isinstance(item, (dict, list)):
+                _tool_request_names(item, depth + 1, names)
+    elif isinstance(value, list):
+        for item in value:
+            _tool_request_names(item, depth + 1, names)
+
+
+def _call_name(call: object) -> object:
+    """A tool request's tool name: ``name``, or OpenAI's ``function.name``."""
+    if not isinstance(call, dict):
+        return None
+    name = call.get("name")
+    if name is None and isinstance(call.get("function"), dict):
+        name = call["function"].get("name")
+    return name
 
 
 def _has_tool_request(value: object, depth: int) -> bool:

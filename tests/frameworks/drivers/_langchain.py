@@ -17,10 +17,16 @@ Scenarios (argv[1]):
   named ``lg_researcher``;
 - ``subagent``: ``lc_manager`` calls a tool ``research`` that invokes the agent
   ``lc_researcher`` (model ``<model>-sub``: one ``lookup``, then an answer), then answers.
+
+A scenario ending ``_nocontent`` runs with message content off, as a privacy-minded deployment
+sets it: OpenLLMetry's ``TRACELOOP_TRACE_CONTENT=false``, OpenInference's
+``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/``_OUTPUT_MESSAGES`` (both set:
+each instrumentation reads its own).
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 
@@ -31,6 +37,11 @@ from langchain_openai import ChatOpenAI
 from opentelemetry.sdk.trace import TracerProvider
 
 RECURSION_LIMIT = 6
+CONTENT_OFF = {
+    "TRACELOOP_TRACE_CONTENT": "false",
+    **{f"OPENINFERENCE_HIDE_{what}": "true"
+       for what in ("INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES")},
+}
 
 
 @tool
@@ -56,6 +67,9 @@ lookup_handled.handle_tool_error = True
 
 def run(scenario: str, instrument: Callable[[TracerProvider], object],
         before_shutdown: Callable[[], object] = lambda: None) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)
+        scenario = scenario.removesuffix("_nocontent")
     provider = setup_tracing("langchain-service")
     instrument(provider)
     base_url, model_name = model_settings()

@@ -3,11 +3,15 @@
 against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit``
 (``max_turns=3`` -> ``MaxTurnsExceeded``), ``tool_error``, ``handoff`` (a triage agent hands
 off to a billing agent), ``agent_as_tool`` (a manager calls the researcher as its tool
-``research``: the researcher's run nests inside the tool span)."""
+``research``: the researcher's run nests inside the tool span). A scenario ending
+``_nocontent`` runs with message content hidden, as a privacy-minded deployment sets it:
+OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
+``_OUTPUT_MESSAGES`` (read by its ``TraceConfig``), OpenLLMetry's ``TRACELOOP_TRACE_CONTENT``."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 
@@ -26,6 +30,13 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
+CONTENT_OFF = {
+    **{f"OPENINFERENCE_HIDE_{what}": "true"
+       for what in ("INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES")},
+    "TRACELOOP_TRACE_CONTENT": "false",
+}
+
+
 def instrument_openinference(provider: TracerProvider) -> None:
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
     OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
@@ -33,6 +44,9 @@ def instrument_openinference(provider: TracerProvider) -> None:
 
 async def main(scenario: str,
                instrument: Callable[[TracerProvider], None] = instrument_openinference) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)
+        scenario = scenario.removesuffix("_nocontent")
     provider = setup_tracing("openai-agents-service")
     set_trace_processors([])  # no export to OpenAI's backend: there is no network here
     instrument(provider)

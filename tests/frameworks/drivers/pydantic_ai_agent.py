@@ -2,7 +2,9 @@
 model against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit``
 (``UsageLimits(request_limit=3)``), ``tool_error``, ``subagent`` (a coordinator whose tool runs
 a researcher agent: a parent run and a child run), ``structured`` (``three_tools`` with a
-structured output: the answer is the output tool ``final_result``)."""
+structured output: the answer is the output tool ``final_result``). A scenario ending
+``_nocontent`` runs with message content off (``InstrumentationSettings(include_content=False)``,
+what a privacy-minded deployment sets)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,10 @@ def lookup(key: str) -> str:
 
 async def main(scenario: str) -> None:
     provider = setup_tracing("pydantic-ai-service")
-    Agent.instrument_all(InstrumentationSettings(tracer_provider=provider))
+    include_content = not scenario.endswith("_nocontent")
+    scenario = scenario.removesuffix("_nocontent")
+    Agent.instrument_all(InstrumentationSettings(tracer_provider=provider,
+                                                 include_content=include_content))
     _, name = model_settings()
     researcher = Agent(model(name + "-sub" if scenario == "subagent" else name),
                        name="pydantic-researcher", tools=[lookup],
