@@ -43,7 +43,7 @@ def recorded_records(driver: str, scenario: str) -> list[SpanRecord]:
 ScopedSpan = tuple[Any, Any, Any]
 
 
-def recorded_spans(driver: str, scenario: str) -> list[ScopedSpan]:
+def scoped_spans(driver: str, scenario: str) -> list[ScopedSpan]:
     """Every span of a recording with its resource and scope, in the order exported."""
     spans: list[ScopedSpan] = []
     for line in recorded_lines(driver, scenario):

@@ -23,9 +23,9 @@ from agents.testing.model import ModelCall, function_call
 from tests.recorded import (
     recorded_lines,
     recorded_records,
-    recorded_spans,
     records_of_lines,
     request_of,
+    scoped_spans,
     signatures,
 )
 from tests.spans import SpanMaker, records_of
@@ -1420,7 +1420,7 @@ def test_dspy_twin_model_calls_count_once_wherever_the_exporter_cuts(scenario: s
     by scope in the order the scopes first appear (as the OTel SDK's exporter does) — so a
     request may hold the client library's half of a pair whose framework half comes in the
     next request, after the framework half of an earlier pair."""
-    spans = sorted(recorded_spans("dspy_oi", scenario),
+    spans = sorted(scoped_spans("dspy_oi", scenario),
                    key=lambda item: item[2].end_time_unix_nano)
     expected = OUTCOMES[("dspy_oi", scenario)]
     for cut in range(1, len(spans)):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, recorded_spans, request_of
+from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
 from watchdog.ingest.decode import ExportTraceServiceRequest, parse_json
 from watchdog.ingest.pipeline import records_from
 from watchdog.runs.tracker import RunTracker
@@ -56,7 +56,7 @@ def cuts(spans: list[ScopedSpan]) -> list[int]:
 def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario: str) -> None:
     exported = runs_read([parse_json(line.encode())
                           for line in recorded_lines(driver, scenario)])
-    spans = recorded_spans(driver, scenario)
+    spans = scoped_spans(driver, scenario)
     assert runs_read([request_of(spans)]) == exported, "all in one request"
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[:cut]), request_of(spans[cut:])]) != exported]

@@ -58,6 +58,7 @@ from tests.frameworks.harness import (
     check_recorded,
     check_runs,
     drive_and_check,
+    recorded_spans,
 )
 from tests.frameworks.scenarios import ANSWER, ERROR_ANSWER, SUMMARY
 from tests.harness import RunningServer
@@ -140,23 +141,18 @@ def test_recorded(sidecar: RunningServer, scenario: str) -> None:
     if scenario != "subagent":  # the tool is named, and finish is none of them
         assert signals["tools"] == {"lookup": run["tool_calls"]}
     # only LiteLLM's spans carry usage, each call's once (DSPy's LM.__call__ around it has none)
-    prompt_tokens = sum(int(item["value"]["intValue"]) for span in recorded_spans(scenario)
+    spans = recorded_spans(RECORDINGS / DRIVER / f"{scenario}.jsonl")
+    prompt_tokens = sum(int(item["value"]["intValue"]) for span in spans
                         for item in span.get("attributes", ())
                         if item["key"] == "llm.token_count.prompt")
     assert signals["input_tokens"] == prompt_tokens
     assert (prompt_tokens > 0) is scenario.endswith("_litellm")
 
 
-def recorded_spans(scenario: str) -> list[dict[str, Any]]:
-    return [span for line in (RECORDINGS / DRIVER / f"{scenario}.jsonl").read_text().splitlines()
-            for resource in json.loads(line)["resourceSpans"]
-            for scope in resource["scopeSpans"] for span in scope["spans"]]
-
-
 def test_subagent_spans_name_no_agent() -> None:
     """Why the inner ReAct is no child run (the known gap): no span is of agent kind or names
     an agent; the inner ``ReAct.forward`` is a CHAIN below the outer one's ``research`` TOOL."""
-    spans = recorded_spans("subagent")
+    spans = recorded_spans(RECORDINGS / DRIVER / "subagent.jsonl")
     by_id = {span["spanId"]: span for span in spans}
     kinds = {item["value"].get("stringValue") for span in spans
              for item in span.get("attributes", ()) if item["key"] == "openinference.span.kind"}

@@ -64,8 +64,6 @@ after ``instrument()`` produced no span at all).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.frameworks import fakellm
@@ -76,6 +74,7 @@ from tests.frameworks.harness import (
     Expect,
     check_recorded,
     drive_and_check,
+    recorded_spans,
 )
 from tests.frameworks.scenarios import ANSWER, script
 from tests.harness import RunningServer
@@ -149,10 +148,7 @@ def test_nocontent_live(sidecar: RunningServer, llm: FakeLLM) -> None:
 def test_nocontent_model_calls_carry_nothing() -> None:
     """Why, without content tracing, no Haystack run reads as answered: its model-call spans
     carry no attribute at all, its agent span only the step counts and configuration."""
-    spans = [span for line in (RECORDINGS / "haystack_native" / "three_tools_nocontent.jsonl")
-             .read_text().splitlines()
-             for resource in json.loads(line)["resourceSpans"]
-             for scope in resource["scopeSpans"] for span in scope["spans"]]
+    spans = recorded_spans(RECORDINGS / "haystack_native" / "three_tools_nocontent.jsonl")
     names = [span["name"] for span in spans]
     assert names.count("haystack.agent.step.llm") == 4
     assert names.count("haystack.agent.step.tool") == 3

@@ -43,8 +43,6 @@ watchdog reads every span as plumbing and sees no run. Use OpenInference's instr
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.frameworks import fakellm
@@ -54,6 +52,7 @@ from tests.frameworks.harness import (
     Expect,
     check_recorded,
     drive_and_check,
+    recorded_spans,
     run_driver,
 )
 from tests.frameworks.scenarios import ANSWER, script
@@ -111,9 +110,7 @@ def test_handoff_live(sidecar: RunningServer, llm: FakeLLM) -> None:
 def test_handoff_spans_name_no_agent() -> None:
     """Why a handoff is no child run (the known gap): in what LlamaIndex emitted, no span is
     of agent kind or names an agent; the agents are named only inside the event reprs."""
-    spans = [span for line in (RECORDINGS / DRIVER / "handoff.jsonl").read_text().splitlines()
-             for resource in json.loads(line)["resourceSpans"]
-             for scope in resource["scopeSpans"] for span in scope["spans"]]
+    spans = recorded_spans(RECORDINGS / DRIVER / "handoff.jsonl")
     attributes = [{item["key"]: item["value"].get("stringValue")
                    for item in span.get("attributes", ())} for span in spans]
     kinds = {attrs.get("openinference.span.kind") for attrs in attributes}

@@ -29,7 +29,6 @@ live and from its committed recording.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import pytest
@@ -40,6 +39,7 @@ from tests.frameworks.harness import (
     UNCHECKED,
     Expect,
     check_runs,
+    recorded_spans,
     replay,
     run_driver,
 )
@@ -99,10 +99,7 @@ def test_redacted_latest_format_says_nothing_of_the_limit() -> None:
     ``tool_limit_reached``: its model calls carry no finish reason (``limit_turns`` was inside
     ``gen_ai.output.messages``), and every message, answer and tool argument is the placeholder
     ``[REDACTED]``."""
-    spans = [span for line in (RECORDINGS / "strands_latest" / "limit_nocontent.jsonl")
-             .read_text().splitlines()
-             for resource in json.loads(line)["resourceSpans"]
-             for scope in resource["scopeSpans"] for span in scope["spans"]]
+    spans = recorded_spans(RECORDINGS / "strands_latest" / "limit_nocontent.jsonl")
     contents = {next(iter(item["value"].values())) for span in spans
                 for item in [*span.get("attributes", ()),
                              *(a for event in span.get("events", ()) for a in event["attributes"])]
