@@ -12,10 +12,9 @@ it, the OpenAI client's ``openai.chat`` (one model call). ``max_turns`` is the a
 status description, the repr of the SDK's error dict (``{'message': 'Max turns exceeded', …}``).
 Every agent span hangs from the ``Agent Workflow`` root, never from the span that ran it.
 
-Known gap, not tested (it would assert a wrong reading): an agent used as a tool
-(``agent_as_tool``) is not nested in the tool span that ran it; it hangs from the root like its
-caller and, ending first, is read as the top run, its caller as its child (the model and tool
-calls of each are right). Its recording is committed for when the gap is closed.
+An agent used as a tool (``agent_as_tool``) is not nested in the tool span that ran it: it hangs
+from the root like its caller and ends first. It was read as the top run and its caller as its
+child; the times tell (it ran inside its caller's tool call), so it is the caller's child run.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from tests.frameworks.test_openai_agents import EXPECTED, SCRIPTS
 from tests.harness import RunningServer
 
 DRIVER = "openai_agents_openllmetry"
-CASES = [scenario for scenario in EXPECTED if scenario != "agent_as_tool"]  # the known gap
+CASES = list(EXPECTED)
 
 
 @pytest.mark.parametrize("scenario", CASES)

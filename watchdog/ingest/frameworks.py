@@ -440,8 +440,8 @@ OPENAI_AGENTS = Convention(
     limit_status=((r"^(?:\{'message': ')?Max turns exceeded\b", "MaxTurnsExceeded"),),
     notes="the limit is only in the nested agent span's status description; the root ends OK; "
           "OpenLLMetry hangs every agent span from the workflow root, never from the tool "
-          "span that ran it: an agent used as a tool (`as_tool`) ends first and reads as the "
-          "top run, its caller as its child (a known gap); its handoff span is a tool call",
+          "span that ran it: an agent used as a tool (`as_tool`) is told by its times (it ran "
+          "inside its caller's tool call); its handoff span is a tool call",
 )
 
 LANGGRAPH = Convention(

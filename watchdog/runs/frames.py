@@ -20,7 +20,9 @@ bounded), so that when an agent span that is not the trace root arrives it can d
 * a nested agent span with nothing below it (LangGraph under OpenLLMetry hangs a sub-agent's
   work from a sibling task span) takes the spans beside it that carry its agent name;
 * an agent span that encloses the one taken as main until then demotes it to a child: the inner
-  agent of "agent as a tool" ends first — unless both are one invocation seen by two
+  agent of "agent as a tool" ends first (enclosed by the parent links, or by the times of one
+  of the outer agent's tool calls when the instrumentation hangs both agents side by side) —
+  unless both are one invocation seen by two
   instrumentations (OpenInference's ``agent_run`` around google-adk's own ``invoke_agent``):
   the same agent name (or none), and no model or tool call between them.
 
@@ -97,6 +99,19 @@ class TraceFrames:
             return False
         return not any(self.within(call, outer) and not self.within(call, inner)
                        and self.child_of(call) is None for call in self.calls)
+
+    def ran_in_a_tool_of(self, inner: str, outer: str) -> bool:
+        """Whether agent span ``inner`` ran inside a tool call below agent span ``outer`` by
+        their times, though no parent link says so: an agent used as a tool that the
+        instrumentation hangs beside its caller (OpenLLMetry hangs every OpenAI Agents SDK agent
+        span from the workflow root)."""
+        agent = next((record for record in self.records if record.span_id == inner), None)
+        if agent is None:
+            return False
+        start, end = agent.start_ns, agent.end_ns
+        return any(record.kind is TOOL and record.start_ns <= start and end <= record.end_ns
+                   and record.span_id != inner and self.within(record.span_id, outer)
+                   for record in self.records)
 
     def child_of(self, span_id: str) -> str | None:
         """The child run of the nearest nested agent at or above ``span_id``, if any."""

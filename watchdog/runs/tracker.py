@@ -331,7 +331,8 @@ class RunTracker:
         if main is None:
             frames.main_agent = record.span_id
             return run
-        if frames.within(main, record.span_id):  # the agent taken as main ran inside this one
+        if frames.within(main, record.span_id) or frames.ran_in_a_tool_of(main, record.span_id):
+            # the agent taken as main ran inside this one (below it, or in one of its tools)
             if not frames.same_invocation(main, record.span_id):
                 self._split(frames, main, run, now, result)
             frames.main_agent = record.span_id
