@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from watchdog.bounds import id_problem
 from watchdog.ingest.conventions import Resource, SpanRejected, normalise, select_attributes
@@ -109,33 +110,43 @@ def _closes_trace(record: SpanRecord) -> bool:
 
 
 def _in_end_order(records: list[SpanRecord]) -> list[SpanRecord]:
-    """``records`` in the order their spans ended, each trace root that closes its run after
-    every other span of its trace in the request (a root may end before a span below it: an
-    async child, a streamed answer); at equal times, as the request had them.
+    """``records`` with each trace's spans in the order they ended, its root that closes the
+    run after every other span of the trace in the request (a root may end before a span
+    below it: an async child, a streamed answer); at equal times, as the request had them. The
+    traces stay in the order the request first names them, each in one piece (the shell
+    applies a request in slices: a run's spans together is fewer runs evaluated per slice).
 
-    That is the order an exporter sending each span as it ends sends them, and the one the
+    That is the order an exporter sending each span as it ends sends a trace, and the one the
     tracker reads right. The order a request holds is no order at all: an SDK exporter groups a
     batch's spans by resource and scope (so one framework's root may come before the model call
     that answered, another scope's), and a Collector merges requests and cuts them anywhere.
     The unasked tool calls learn here whether a model call ran inside them (the whole request
     is known)."""
-    if len(records) < 2:
-        _models_below(records)
-        return records
-    last_end: dict[str, int] = {}
-    closing = False
+    traces: dict[str, list[SpanRecord]] = {}
+    unasked = False
     for record in records:
-        if record.end_ns >= last_end.get(record.trace_id, -1):
-            last_end[record.trace_id] = record.end_ns
-        closing = closing or _closes_trace(record)
-    _models_below(records)
+        trace = traces.get(record.trace_id)
+        if trace is None:
+            traces[record.trace_id] = [record]
+        else:
+            trace.append(record)
+        unasked = unasked or record.unasked
+    if unasked:
+        _models_below(records)
+    if len(traces) == len(records):
+        return records  # a span per trace (loose calls): nothing to order
+    ordered: list[SpanRecord] = []
+    for trace in traces.values():
+        if len(trace) > 1:
+            trace.sort(key=END_NS)  # stable, and C-level: most traces come in order
+            last = trace[-1]
+            if not _closes_trace(last):
+                trace.sort(key=_closes_trace)  # (stable: a closing root after the rest)
+        ordered.extend(trace)
+    return ordered
 
-    def ended(record: SpanRecord) -> int:  # twice the time, odd for a root: after a tie
-        if closing and _closes_trace(record):
-            return 2 * last_end[record.trace_id] + 1
-        return 2 * record.end_ns
 
-    return sorted(records, key=ended)
+END_NS = attrgetter("end_ns")
 
 
 def _pair(record: SpanRecord, models: dict[str, SpanRecord],
