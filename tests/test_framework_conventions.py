@@ -1056,6 +1056,13 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("agent_framework_native", "calls_limit"): Outcome(3, 2, 0, "tool_limit_reached",
                                                        "function_invocation_limit", False),
     ("agent_framework_native", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # sensitive data off: the same, but a cap's stand-in text is hidden: unanswered (the gap)
+    **{("agent_framework_native", scenario + "_nocontent"): COMPLETED_3
+       for scenario in ("three_tools", "three_tools_stream")},
+    ("agent_framework_native", "limit_nocontent"): Outcome(4, 3, 0, "no_response", None, False),
+    ("agent_framework_native", "calls_limit_nocontent"): Outcome(3, 2, 0, "no_response", None,
+                                                                 False),
+    ("agent_framework_native", "tool_error_nocontent"): Outcome(2, 1, 1, "completed", None, True),
     # Haystack's own tracer: max_agent_steps raises nothing and asks for no answer; with
     # content tracing the agent's exit reason says it (an answer in the cap's last step is no
     # stop), without it steps_taken = max_steps; a tool's failure is a flag on its span
@@ -1433,7 +1440,8 @@ def test_dspy_twin_model_calls_count_once_wherever_the_exporter_cuts(scenario: s
 
 HIDDEN = [("openai_agents_sdk", "three_tools"), ("langchain_openinference", "three_tools"),
           ("langchain_openinference", "react_three_tools"),
-          ("langchain_openllmetry", "three_tools"), ("pydantic_ai_agent", "three_tools")]
+          ("langchain_openllmetry", "three_tools"), ("pydantic_ai_agent", "three_tools"),
+          ("agent_framework_native", "three_tools")]
 
 
 @pytest.mark.parametrize(("driver", "scenario"), HIDDEN, ids=[f"{d}-{s}" for d, s in HIDDEN])

@@ -594,9 +594,10 @@ AGENT_FRAMEWORK = Convention(
           "`max_duration_seconds`) end the loop with one more model call with "
           "`tool_choice=\"none\"`, on no span: a model that then answers leaves a run like any "
           "answered one (`completed`: a known gap); only the framework's stand-in text, when "
-          "the model still asks for a tool, shows the limit; a workflow (`workflow.run`, no "
-          "GenAI operation) is one run named after its first agent, each later agent a child "
-          "run of it",
+          "the model still asks for a tool, shows the limit (hidden with sensitive data off, "
+          "the framework's default: such a run reads `no_response`, a known gap); a workflow "
+          "(`workflow.run`, no GenAI operation) is one run named after its first agent, each "
+          "later agent a child run of it",
 )
 
 HAYSTACK = Convention(
