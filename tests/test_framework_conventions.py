@@ -1101,6 +1101,15 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
            ("tool_error", Outcome(1, 1, 1, "error", "RuntimeError", False)),
            # the known gap: the failure the tool handled is only in its hidden ToolMessage
            ("tool_error_handled", Outcome(3, 2, 0, "completed", None, True)))},
+    # smolagents: max_steps read from the last model call hanging from the agent span (its
+    # request for an answer after the cap), not from a step: an answer in the last step allowed
+    # is no stop
+    **{("smolagents_oi", scenario + suffix): outcome_of for suffix in ("", "_nocontent")
+       for scenario, outcome_of in (
+           ("three_tools", COMPLETED_3), ("code_three_tools", COMPLETED_3),
+           ("limit", Outcome(4, 3, 0, "tool_limit_reached", "max_steps", True)),
+           ("answer_at_cap", Outcome(3, 2, 0, "completed", None, True)),
+           ("tool_error", Outcome(2, 1, 1, "completed", None, True)))},
 }
 
 
@@ -1441,7 +1450,8 @@ def test_dspy_twin_model_calls_count_once_wherever_the_exporter_cuts(scenario: s
 HIDDEN = [("openai_agents_sdk", "three_tools"), ("langchain_openinference", "three_tools"),
           ("langchain_openinference", "react_three_tools"),
           ("langchain_openllmetry", "three_tools"), ("pydantic_ai_agent", "three_tools"),
-          ("agent_framework_native", "three_tools")]
+          ("agent_framework_native", "three_tools"), ("smolagents_oi", "three_tools"),
+          ("smolagents_oi", "code_three_tools")]
 
 
 @pytest.mark.parametrize(("driver", "scenario"), HIDDEN, ids=[f"{d}-{s}" for d, s in HIDDEN])

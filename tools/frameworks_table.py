@@ -67,7 +67,9 @@ def row(convention: Convention) -> str:
              + [f"agent output ends “{text}…” → `{name}`" for text, name in c.limit_answers]
              + [f"`{rule.steps}` ≥ `{rule.cap}` → `{rule.limit}`"
                 + (f" (when `{rule.exit_reason}` is not recorded)" if rule.exit_reason else "")
-                for rule in c.step_caps])
+                for rule in c.step_caps]
+             + [f"last model call directly below the agent span with `{key}` → `{name}`"
+                for key, name in c.cap_requests])
     named = " (a span named so is the agent)"
     agent = ([_place(key) + (named if key in c.agent_name_invocations else "")
               for key in c.agent_name]

@@ -147,6 +147,7 @@ OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 LOOP_END_TOOLS = TABLES.loop_end_tools
 # The texts instrumentations write in place of content they hide: no content.
 HIDDEN_CONTENT = TABLES.hidden_content
+CAP_REQUESTS = TABLES.cap_requests
 HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
@@ -476,6 +477,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(rule.attribute for rule in TABLES.output_envelopes)
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap, rule.exit_reason)
             if key)
+    + tuple(key for key, _ in TABLES.cap_requests)
 ) | BUDGET_ATTRIBUTES
 
 
@@ -757,6 +759,10 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     stand_in = answer_limit(output)  # the framework's text where no answer came
     if record.limit_stop is None:
         record.limit_stop = limit or stand_in
+    for key, name in CAP_REQUESTS:
+        if isinstance(attrs.get(key), int):
+            record.cap_request = name
+            break
     stopped_silent = (limit is not None and limit == record.finish_reason) or stand_in is not None
     if (output is not None and not stopped_silent and not record.error
             and not _is_empty_output(output) and has_text(output)):

@@ -205,6 +205,11 @@ class Convention:
     limit_attributes: Names = _NO_NAMES  # the value is the limit's name
     limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
     step_caps: tuple[StepCap, ...] = ()  # an agent span that counts its steps against a cap
+    # An agent span that names its cap on steps, whose framework, at the cap, asks the model once
+    # more for an answer from the agent span itself, outside the step spans every other model
+    # call runs in: (the cap's attribute, limit name). A run whose last model call hangs
+    # directly from such an agent span was stopped by the cap (read when the agent span ends).
+    cap_requests: tuple[tuple[str, str], ...] = ()
     # The framework's own request for a last answer at its limit, in the last input message of
     # a model call: (text it contains, limit name).
     limit_prompts: tuple[tuple[str, str], ...] = ()
@@ -427,7 +432,11 @@ SMOLAGENTS = Convention(
     # at max_steps smolagents asks the model for an answer with its own system prompt
     limit_system_prompts=(("An agent tried to answer a user query but it got stuck and failed",
                            "max_steps"),),
-    notes="`max_steps` raises nothing: only the final request for an answer shows it",
+    # ... from the agent span (`provide_final_answer`), every other model call in a `Step N`
+    # span (planning calls too come before a step): what says it with content capture off
+    cap_requests=(("smolagents.max_steps", "max_steps"),),
+    notes="`max_steps` raises nothing: only the final request for an answer shows it (the only "
+          "model call outside a `Step N` span)",
 )
 
 OPENAI_AGENTS = Convention(
@@ -748,6 +757,7 @@ class Tables:
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
+    cap_requests: tuple[tuple[str, str], ...]
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
     limit_answers: tuple[tuple[str, str], ...]
@@ -837,6 +847,8 @@ def combine() -> Tables:
                            for convention in CONVENTIONS
                            for attribute, pattern, limit in convention.limit_states),
         step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
+        cap_requests=tuple(pair for convention in CONVENTIONS
+                           for pair in convention.cap_requests),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
         limit_system_prompts=tuple(pair for convention in CONVENTIONS
