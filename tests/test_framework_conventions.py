@@ -1104,6 +1104,15 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     # smolagents: max_steps read from the last model call hanging from the agent span (its
     # request for an answer after the cap), not from a step: an answer in the last step allowed
     # is no stop
+    # crewai under OpenInference with content hidden: the task execution's hidden output is the
+    # answer; the known gaps: max_iter unseen (completed), no model call seen without the
+    # OpenAI instrumentation
+    **{(driver, scenario + "_nocontent"): outcome_of for driver, calls in (
+        ("crewai_openinference", 0), ("crewai_openinference_openai", 1))
+       for scenario, outcome_of in (
+           ("three_tools", Outcome(4 * calls, 3, 0, "completed", None, True)),
+           ("limit", Outcome(4 * calls, 3, 0, "completed", None, True)),
+           ("tool_error", Outcome(2 * calls, 1, 1, "completed", None, True)))},
     **{("smolagents_oi", scenario + suffix): outcome_of for suffix in ("", "_nocontent")
        for scenario, outcome_of in (
            ("three_tools", COMPLETED_3), ("code_three_tools", COMPLETED_3),

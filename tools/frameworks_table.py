@@ -55,7 +55,9 @@ def row(convention: Convention) -> str:
                  + (f" (usage `{_dotted(rule.input_tokens)}`, `{_dotted(rule.output_tokens)}`)"
                     if rule.input_tokens else "") for rule in c.output_envelopes]
               + _codes(c.answer_tools, "tool ")
-              + [f"tool `{prefix}*`" for prefix in c.answer_tool_prefixes])
+              + [f"tool `{prefix}*`" for prefix in c.answer_tool_prefixes]
+              + [f"agent span with `{key}` ended OK, its output hidden"
+                 for key in c.hidden_answers])
     if c.answer_finish_reasons:
         answer.append("finish " + "/".join(sorted(c.answer_finish_reasons)))
     limit = (_codes(c.limit_exceptions, "exception ")

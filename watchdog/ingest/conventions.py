@@ -148,6 +148,7 @@ LOOP_END_TOOLS = TABLES.loop_end_tools
 # The texts instrumentations write in place of content they hide: no content.
 HIDDEN_CONTENT = TABLES.hidden_content
 CAP_REQUESTS = TABLES.cap_requests
+HIDDEN_ANSWERS = TABLES.hidden_answers
 HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
@@ -477,7 +478,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(rule.attribute for rule in TABLES.output_envelopes)
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap, rule.exit_reason)
             if key)
-    + tuple(key for key, _ in TABLES.cap_requests)
+    + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
 ) | BUDGET_ATTRIBUTES
 
 
@@ -770,6 +771,11 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         # whose state names a limit may still have answered (Hermes' summary).
         record.final_answer = True
         record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+    elif output is None and not record.error and record.limit_stop is None \
+            and _first(attrs, AGENT_OUTPUT_KEYS) is not None \
+            and any(key in attrs for key in HIDDEN_ANSWERS):
+        # a hidden output of an agent span that ends OK only with its answer (crewai's)
+        record.final_answer = True
     record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     for key, marker in CONVERSATION_OUTPUTS:
         conversation = attrs.get(key)

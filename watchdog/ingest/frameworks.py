@@ -210,6 +210,9 @@ class Convention:
     # call runs in: (the cap's attribute, limit name). A run whose last model call hangs
     # directly from such an agent span was stopped by the cap (read when the agent span ends).
     cap_requests: tuple[tuple[str, str], ...] = ()
+    # Attributes marking an agent span that ends OK only with its answer (crewai's task
+    # execution): its output hidden (content capture off) is still the answer, its text unknown
+    hidden_answers: Names = _NO_NAMES
     # The framework's own request for a last answer at its limit, in the last input message of
     # a model call: (text it contains, limit name).
     limit_prompts: tuple[tuple[str, str], ...] = ()
@@ -417,9 +420,13 @@ CREWAI = Convention(
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
     call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
+    # OpenInference's `<role>._execute_core` returns the TaskOutput: it ends OK only with one
+    hidden_answers=("task_key",),
     notes="no model-call spans unless the OpenAI client is instrumented too; OpenLLMetry's "
           "instrumentation emits no tool span at all (workflow, task and agent spans, each "
-          "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap)",
+          "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap); "
+          "OpenInference with content hidden: `max_iter` is not seen (a capped run reads "
+          "`completed`), nor, without the OpenAI instrumentation, any model call (known gaps)",
 )
 
 SMOLAGENTS = Convention(
@@ -758,6 +765,7 @@ class Tables:
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
     cap_requests: tuple[tuple[str, str], ...]
+    hidden_answers: Names
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
     limit_answers: tuple[tuple[str, str], ...]
@@ -849,6 +857,7 @@ def combine() -> Tables:
         step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
         cap_requests=tuple(pair for convention in CONVENTIONS
                            for pair in convention.cap_requests),
+        hidden_answers=_names("hidden_answers"),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
         limit_system_prompts=tuple(pair for convention in CONVENTIONS
