@@ -1056,6 +1056,13 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("agent_framework_native", "calls_limit"): Outcome(3, 2, 0, "tool_limit_reached",
                                                        "function_invocation_limit", False),
     ("agent_framework_native", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # sensitive data off: the same, but a cap's stand-in text is hidden: unanswered (the gap)
+    **{("agent_framework_native", scenario + "_nocontent"): COMPLETED_3
+       for scenario in ("three_tools", "three_tools_stream")},
+    ("agent_framework_native", "limit_nocontent"): Outcome(4, 3, 0, "no_response", None, False),
+    ("agent_framework_native", "calls_limit_nocontent"): Outcome(3, 2, 0, "no_response", None,
+                                                                 False),
+    ("agent_framework_native", "tool_error_nocontent"): Outcome(2, 1, 1, "completed", None, True),
     # Haystack's own tracer: max_agent_steps raises nothing and asks for no answer; with
     # content tracing the agent's exit reason says it (an answer in the cap's last step is no
     # stop), without it steps_taken = max_steps; a tool's failure is a flag on its span
@@ -1094,6 +1101,24 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
            ("tool_error", Outcome(1, 1, 1, "error", "RuntimeError", False)),
            # the known gap: the failure the tool handled is only in its hidden ToolMessage
            ("tool_error_handled", Outcome(3, 2, 0, "completed", None, True)))},
+    # smolagents: max_steps read from the last model call hanging from the agent span (its
+    # request for an answer after the cap), not from a step: an answer in the last step allowed
+    # is no stop
+    # crewai under OpenInference with content hidden: the task execution's hidden output is the
+    # answer; the known gaps: max_iter unseen (completed), no model call seen without the
+    # OpenAI instrumentation
+    **{(driver, scenario + "_nocontent"): outcome_of for driver, calls in (
+        ("crewai_openinference", 0), ("crewai_openinference_openai", 1))
+       for scenario, outcome_of in (
+           ("three_tools", Outcome(4 * calls, 3, 0, "completed", None, True)),
+           ("limit", Outcome(4 * calls, 3, 0, "completed", None, True)),
+           ("tool_error", Outcome(2 * calls, 1, 1, "completed", None, True)))},
+    **{("smolagents_oi", scenario + suffix): outcome_of for suffix in ("", "_nocontent")
+       for scenario, outcome_of in (
+           ("three_tools", COMPLETED_3), ("code_three_tools", COMPLETED_3),
+           ("limit", Outcome(4, 3, 0, "tool_limit_reached", "max_steps", True)),
+           ("answer_at_cap", Outcome(3, 2, 0, "completed", None, True)),
+           ("tool_error", Outcome(2, 1, 1, "completed", None, True)))},
 }
 
 
@@ -1433,7 +1458,9 @@ def test_dspy_twin_model_calls_count_once_wherever_the_exporter_cuts(scenario: s
 
 HIDDEN = [("openai_agents_sdk", "three_tools"), ("langchain_openinference", "three_tools"),
           ("langchain_openinference", "react_three_tools"),
-          ("langchain_openllmetry", "three_tools"), ("pydantic_ai_agent", "three_tools")]
+          ("langchain_openllmetry", "three_tools"), ("pydantic_ai_agent", "three_tools"),
+          ("agent_framework_native", "three_tools"), ("smolagents_oi", "three_tools"),
+          ("smolagents_oi", "code_three_tools")]
 
 
 @pytest.mark.parametrize(("driver", "scenario"), HIDDEN, ids=[f"{d}-{s}" for d, s in HIDDEN])

@@ -55,7 +55,9 @@ def row(convention: Convention) -> str:
                  + (f" (usage `{_dotted(rule.input_tokens)}`, `{_dotted(rule.output_tokens)}`)"
                     if rule.input_tokens else "") for rule in c.output_envelopes]
               + _codes(c.answer_tools, "tool ")
-              + [f"tool `{prefix}*`" for prefix in c.answer_tool_prefixes])
+              + [f"tool `{prefix}*`" for prefix in c.answer_tool_prefixes]
+              + [f"agent span with `{key}` ended OK, its output hidden"
+                 for key in c.hidden_answers])
     if c.answer_finish_reasons:
         answer.append("finish " + "/".join(sorted(c.answer_finish_reasons)))
     limit = (_codes(c.limit_exceptions, "exception ")
@@ -67,7 +69,9 @@ def row(convention: Convention) -> str:
              + [f"agent output ends “{text}…” → `{name}`" for text, name in c.limit_answers]
              + [f"`{rule.steps}` ≥ `{rule.cap}` → `{rule.limit}`"
                 + (f" (when `{rule.exit_reason}` is not recorded)" if rule.exit_reason else "")
-                for rule in c.step_caps])
+                for rule in c.step_caps]
+             + [f"last model call directly below the agent span with `{key}` → `{name}`"
+                for key, name in c.cap_requests])
     named = " (a span named so is the agent)"
     agent = ([_place(key) + (named if key in c.agent_name_invocations else "")
               for key in c.agent_name]

@@ -147,6 +147,8 @@ OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 LOOP_END_TOOLS = TABLES.loop_end_tools
 # The texts instrumentations write in place of content they hide: no content.
 HIDDEN_CONTENT = TABLES.hidden_content
+CAP_REQUESTS = TABLES.cap_requests
+HIDDEN_ANSWERS = TABLES.hidden_answers
 HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.rules.testing reads it)
@@ -476,6 +478,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(rule.attribute for rule in TABLES.output_envelopes)
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap, rule.exit_reason)
             if key)
+    + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
 ) | BUDGET_ATTRIBUTES
 
 
@@ -757,6 +760,10 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     stand_in = answer_limit(output)  # the framework's text where no answer came
     if record.limit_stop is None:
         record.limit_stop = limit or stand_in
+    for key, name in CAP_REQUESTS:
+        if isinstance(attrs.get(key), int):
+            record.cap_request = name
+            break
     stopped_silent = (limit is not None and limit == record.finish_reason) or stand_in is not None
     if (output is not None and not stopped_silent and not record.error
             and not _is_empty_output(output) and has_text(output)):
@@ -764,6 +771,11 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         # whose state names a limit may still have answered (Hermes' summary).
         record.final_answer = True
         record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+    elif output is None and not record.error and record.limit_stop is None \
+            and _first(attrs, AGENT_OUTPUT_KEYS) is not None \
+            and any(key in attrs for key in HIDDEN_ANSWERS):
+        # a hidden output of an agent span that ends OK only with its answer (crewai's)
+        record.final_answer = True
     record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     for key, marker in CONVERSATION_OUTPUTS:
         conversation = attrs.get(key)

@@ -205,6 +205,14 @@ class Convention:
     limit_attributes: Names = _NO_NAMES  # the value is the limit's name
     limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
     step_caps: tuple[StepCap, ...] = ()  # an agent span that counts its steps against a cap
+    # An agent span that names its cap on steps, whose framework, at the cap, asks the model once
+    # more for an answer from the agent span itself, outside the step spans every other model
+    # call runs in: (the cap's attribute, limit name). A run whose last model call hangs
+    # directly from such an agent span was stopped by the cap (read when the agent span ends).
+    cap_requests: tuple[tuple[str, str], ...] = ()
+    # Attributes marking an agent span that ends OK only with its answer (crewai's task
+    # execution): its output hidden (content capture off) is still the answer, its text unknown
+    hidden_answers: Names = _NO_NAMES
     # The framework's own request for a last answer at its limit, in the last input message of
     # a model call: (text it contains, limit name).
     limit_prompts: tuple[tuple[str, str], ...] = ()
@@ -412,9 +420,13 @@ CREWAI = Convention(
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
     call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
+    # OpenInference's `<role>._execute_core` returns the TaskOutput: it ends OK only with one
+    hidden_answers=("task_key",),
     notes="no model-call spans unless the OpenAI client is instrumented too; OpenLLMetry's "
           "instrumentation emits no tool span at all (workflow, task and agent spans, each "
-          "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap)",
+          "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap); "
+          "OpenInference with content hidden: `max_iter` is not seen (a capped run reads "
+          "`completed`), nor, without the OpenAI instrumentation, any model call (known gaps)",
 )
 
 SMOLAGENTS = Convention(
@@ -427,7 +439,11 @@ SMOLAGENTS = Convention(
     # at max_steps smolagents asks the model for an answer with its own system prompt
     limit_system_prompts=(("An agent tried to answer a user query but it got stuck and failed",
                            "max_steps"),),
-    notes="`max_steps` raises nothing: only the final request for an answer shows it",
+    # ... from the agent span (`provide_final_answer`), every other model call in a `Step N`
+    # span (planning calls too come before a step): what says it with content capture off
+    cap_requests=(("smolagents.max_steps", "max_steps"),),
+    notes="`max_steps` raises nothing: only the final request for an answer shows it (the only "
+          "model call outside a `Step N` span)",
 )
 
 OPENAI_AGENTS = Convention(
@@ -594,9 +610,10 @@ AGENT_FRAMEWORK = Convention(
           "`max_duration_seconds`) end the loop with one more model call with "
           "`tool_choice=\"none\"`, on no span: a model that then answers leaves a run like any "
           "answered one (`completed`: a known gap); only the framework's stand-in text, when "
-          "the model still asks for a tool, shows the limit; a workflow (`workflow.run`, no "
-          "GenAI operation) is one run named after its first agent, each later agent a child "
-          "run of it",
+          "the model still asks for a tool, shows the limit (hidden with sensitive data off, "
+          "the framework's default: such a run reads `no_response`, a known gap); a workflow "
+          "(`workflow.run`, no GenAI operation) is one run named after its first agent, each "
+          "later agent a child run of it",
 )
 
 HAYSTACK = Convention(
@@ -747,6 +764,8 @@ class Tables:
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
+    cap_requests: tuple[tuple[str, str], ...]
+    hidden_answers: Names
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
     limit_answers: tuple[tuple[str, str], ...]
@@ -836,6 +855,9 @@ def combine() -> Tables:
                            for convention in CONVENTIONS
                            for attribute, pattern, limit in convention.limit_states),
         step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
+        cap_requests=tuple(pair for convention in CONVENTIONS
+                           for pair in convention.cap_requests),
+        hidden_answers=_names("hidden_answers"),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
         limit_system_prompts=tuple(pair for convention in CONVENTIONS

@@ -80,6 +80,9 @@ class SpanRecord:
     workflow: bool = False
     # How the run ended, as this span tells it (watchdog.ingest.frameworks lists the places).
     limit_stop: str | None = None  # a framework limit stopped the run: its name
+    # An agent span whose framework, at its cap, asks the model for an answer from the agent
+    # span itself (smolagents): the cap's name; the run's last model call says if it did
+    cap_request: str | None = None
     requested_tools: bool = False  # a model call whose response asked for tools (no answer)
     creates_agent: bool = False  # creates/configures an agent without running it: not a run
     model_calls: int = 0  # model calls an agent span reports having made (crewai without

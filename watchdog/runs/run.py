@@ -53,8 +53,9 @@ class RunState:
 
     __slots__ = (
         "_call_counts", "_cycle_runs", "_error_counts", "_last_model", "_llm_end_ns",
-        "_llm_final", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns", "_recent_calls",
-        "_result_counts", "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "activity_seq",
+        "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
+        "_recent_calls", "_result_counts", "_tool_end_ns", "_tool_error_streak", "_tool_start_ns",
+        "activity_seq",
         "agent", "budget", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
@@ -116,6 +117,7 @@ class RunState:
         self._llm_said_start_ns = 0  # ... and when it started
         self._tool_start_ns = self._tool_end_ns = 0  # the last tool call to end: its span
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
+        self._llm_parent: str | None = None  # ... and the span it hangs from
         # model-call span id -> [its parent span id, input tokens, output tokens counted]
         # the last model call: (span id, parent span id, input tokens, output tokens)
         self._last_model: tuple[str, str, int, int] | None = None
@@ -172,6 +174,7 @@ class RunState:
             self._count_model_call(record)
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
+                self._llm_parent = record.parent_span_id
             if (record.finish_reason is not None or record.final_answer
                     or record.requested_tools) \
                     and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
@@ -213,6 +216,11 @@ class RunState:
                 self.iterations = record.model_calls
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
+            if record.cap_request is not None and self.limit_stop is None \
+                    and self._llm_parent == record.span_id:
+                # the framework's request for an answer at its cap, the only model call that
+                # hangs from the agent span itself (smolagents at max_steps)
+                self.limit_stop = record.cap_request
             if record.error and self.last_error is None:  # keep the error that led here
                 self.last_error = _error_text(record)
             return  # the agent span repeats its children's errors: do not count them twice
@@ -540,7 +548,8 @@ class RunState:
 _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_said_ns",
+    "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_parent",
+    "_llm_said_ns",
     "_llm_said_start_ns", "_last_model", "_llm_start_ns", "_recent_calls", "_result_counts",
     "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
     "consecutive_errors", "cycle_repeats",

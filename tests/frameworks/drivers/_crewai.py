@@ -12,6 +12,10 @@ up). Scenarios (argv[1]):
   then asks the model for a final answer, without tools);
 * ``tool_error``: ``lookup`` raises.
 
+A scenario ending ``_nocontent`` runs with message content hidden, as a privacy-minded
+deployment sets it: OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/
+``_INPUT_MESSAGES``/``_OUTPUT_MESSAGES`` (read by the instrumentors' ``TraceConfig``).
+
 The agent is named by its ``role``.
 """
 
@@ -32,9 +36,14 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("CREWAI_DISABLE_TRACKING", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 os.environ.setdefault("CREWAI_STORAGE_DIR", "/tmp/crewai-watchdog-tests")
+CONTENT_OFF = {f"OPENINFERENCE_HIDE_{what}": "true"
+               for what in ("INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES")}
 
 
 def run(scenario: str, instrument_openai: bool, tracer: str = "openinference") -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)
+        scenario = scenario.removesuffix("_nocontent")
     from _otel import model_settings, setup_tracing
 
     provider = setup_tracing(SERVICE_NAME)

@@ -23,6 +23,10 @@ Scenarios (argv[1]):
 * ``workflow``: a workflow (core ``WorkflowBuilder``, ``maf_report``) of the researcher (model
   ``<name>-sub``) then ``maf_writer`` (model ``<name>-writer``), which writes the report;
 
+any scenario with ``_nocontent`` appended: the same with sensitive data off (the framework's
+default: ``enable_sensitive_telemetry()`` not called, ``ENABLE_SENSITIVE_DATA`` unset), as a
+privacy-minded deployment runs it: no messages, tool arguments or results on any span;
+
 and any scenario with ``_client`` appended: the invocation inside a run of the watchdog client
 SDK (``watchdog.client``, from the checkout: PYTHONPATH), which prints the model and tool calls
 its span processor counted.
@@ -100,7 +104,10 @@ def main(scenario: str) -> None:
     provider = setup_tracing(SERVICE_NAME)
     from agent_framework.observability import enable_sensitive_telemetry
 
-    enable_sensitive_telemetry()
+    if scenario.endswith("_nocontent"):
+        scenario = scenario.removesuffix("_nocontent")
+    else:
+        enable_sensitive_telemetry()
     base = scenario.removesuffix("_client")
     if base == scenario:
         asyncio.run(invoke(scenario))

@@ -6,14 +6,21 @@ Scenarios (argv[1]):
   ``final_answer`` tool;
 - ``limit``: the model calls ``lookup`` forever; ``max_steps=3`` stops it (smolagents then asks
   the model, without tools, for a final answer and returns that);
+- ``answer_at_cap``: as ``limit`` (``max_steps=3``), but the model answers in the third step
+  (``lookup`` twice, then ``final_answer``): not stopped by the cap;
 - ``tool_error``: ``lookup`` raises once, then the model answers with ``final_answer``;
 - ``code_three_tools``: a CodeAgent ``smol_coder`` doing the same in code blocks;
 - ``managed``: a manager ToolCallingAgent ``smol_manager`` delegates to the managed agent
   ``smol_researcher`` (model ``<model>-sub``), which calls ``lookup`` once and answers.
+
+A scenario ending ``_nocontent`` runs with message content hidden, as a privacy-minded
+deployment sets it: ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
+``_OUTPUT_MESSAGES`` (read by the instrumentor's ``TraceConfig``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import _tools
@@ -22,9 +29,14 @@ from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import CodeAgent, OpenAIServerModel, ToolCallingAgent, tool
 
 lookup = tool(_tools.lookup)
+CONTENT_OFF = {f"OPENINFERENCE_HIDE_{what}": "true"
+               for what in ("INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES")}
 
 
 def main(scenario: str) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)
+        scenario = scenario.removesuffix("_nocontent")
     provider = setup_tracing("smolagents-service")
     SmolagentsInstrumentor().instrument(tracer_provider=provider)
     base_url, model_name = model_settings()
@@ -44,7 +56,7 @@ def main(scenario: str) -> None:
                                  managed_agents=[researcher], max_steps=5)
     else:
         agent = ToolCallingAgent(tools=[lookup], model=model(model_name), name="smol_researcher",
-                                 max_steps=3 if scenario == "limit" else 10)
+                                 max_steps=3 if scenario in ("limit", "answer_at_cap") else 10)
     print("answer:", agent.run(task))
     provider.shutdown()
 
