@@ -283,9 +283,8 @@ class Metrics:
         for reason, count in decoded.rejected.items():
             child(self.spans_rejected_total, clip(reason)).inc(count)
         if records:
-            # Exporters send spans in the order they ended, so the oldest is at the front; the
-            # ends of the list bound it without a pass over every span.
-            oldest_ns = decoded.oldest_end_ns or min(records[0].end_ns, records[-1].end_ns)
+            # (a slice: at most INGEST_SLICE spans, each trace's in end order, not the whole)
+            oldest_ns = min(record.end_ns for record in records)
             if oldest_ns > 0:
                 self.ingest_lag_seconds.observe(max(now - oldest_ns / NS, 0.0))
 

@@ -24,7 +24,6 @@ class Decoded:
     rejected: Counter[str] = field(default_factory=Counter)  # reason -> spans
     first_error: str = ""
     duplicate: bool = False  # a retry of a request already applied: acknowledged, not counted
-    oldest_end_ns: int = 0
 
     @property
     def rejected_count(self) -> int:

@@ -110,8 +110,7 @@ class TraceFrames:
             return False
         start, end = agent.start_ns, agent.end_ns
         return any(record.kind is TOOL and record.start_ns <= start and end <= record.end_ns
-                   and record.span_id != inner and self.within(record.span_id, outer)
-                   for record in self.records)
+                   and self.within(record.span_id, outer) for record in self.records)
 
     def child_of(self, span_id: str) -> str | None:
         """The child run of the nearest nested agent at or above ``span_id``, if any."""
