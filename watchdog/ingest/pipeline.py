@@ -111,9 +111,11 @@ def _closes_trace(record: SpanRecord) -> bool:
 def _in_end_order(records: list[SpanRecord]) -> list[SpanRecord]:
     """``records`` with each trace's spans in the order they ended, its root that closes the
     run after every other span of the trace in the request (a root may end before a span
-    below it: an async child, a streamed answer); at equal times, as the request had them. The
-    traces stay in the order the request first names them, each in one piece (the shell
-    applies a request in slices: a run's spans together is fewer runs evaluated per slice).
+    below it: an async child, a streamed answer); at equal times, as the request had them. Each
+    trace stays in one piece (the shell applies a request in slices: a run's spans together is
+    fewer runs evaluated per slice), the traces in the order their last spans ended (a
+    home-grown loop's model and tool calls, a trace each, form one run in the order they
+    ended, not scope by scope).
 
     That is the order an exporter sending each span as it ends sends a trace, and the one the
     tracker reads right. The order a request holds is no order at all: an SDK exporter groups a
@@ -133,14 +135,20 @@ def _in_end_order(records: list[SpanRecord]) -> list[SpanRecord]:
     if unasked:
         _models_below(records)
     if len(traces) == len(records):
-        return records  # a span per trace (loose calls): nothing to order
-    ordered: list[SpanRecord] = []
-    for trace in traces.values():
+        return sorted(records, key=END_NS)  # a span per trace (loose calls)
+    ended: list[tuple[int, int, list[SpanRecord]]] = []  # (last end, position, the trace)
+    for position, trace in enumerate(traces.values()):
         if len(trace) > 1:
             trace.sort(key=END_NS)  # stable, and C-level: most traces come in order
             last = trace[-1]
             if not _closes_trace(last):
                 trace.sort(key=_closes_trace)  # (stable: a closing root after the rest)
+        else:
+            last = trace[0]
+        ended.append((last.end_ns, position, trace))
+    ended.sort()  # (never compares two traces: the positions differ)
+    ordered: list[SpanRecord] = []
+    for _, _, trace in ended:
         ordered.extend(trace)
     return ordered
 
