@@ -150,29 +150,6 @@ def test_openlit_openai_agents_turns_and_handoff_leave_one_run_per_agent() -> No
         billing_run.ended, billing_run.terminal_state, billing_run.finish_reason)
 
 
-def test_loose_calls_in_one_scope_grouped_batch_are_one_run() -> None:
-    """A home-grown loop whose OpenAI client instrumentation makes each model call a trace of
-    its own, and whose code traces each tool call as another: one export batch groups them by
-    scope, every model call (the answer too) before every tool call. They are one run, ended by
-    the answer (applied as they ended), not a run plus a second one of the tool calls."""
-    maker = SpanMaker({"service.name": "home-grown"})
-    for step in range(2):
-        maker.span("chat gpt", chat_attrs(finish="tool_calls"), start=T0 + 2 * step)
-        maker.span("execute_tool lookup", tool_attrs("lookup", f'{{"key": {step}}}', "found",
-                                                     **{"gen_ai.tool.call.id": f"call-{step}"}),
-                   start=T0 + 2 * step + 1)
-    maker.span("chat gpt", chat_attrs(finish="stop"), start=T0 + 4)
-    spans = maker.take()
-    by_scope = ([span for span in spans if span.name.startswith("chat")]
-                + [span for span in spans if not span.name.startswith("chat")])
-    tracker = RunTracker(loose_run_gap=60.0)
-    tracker.apply(records_of(by_scope), T0 + 10)
-
-    assert [(run.iterations, run.tool_calls, run.terminal_state) for run in tracker.ended()] \
-        == [(3, 2, TerminalState.COMPLETED)]
-    assert not list(tracker.active())
-
-
 def test_loose_model_calls_of_one_agent_are_one_run_until_it_answers() -> None:
     """A home-grown loop traced only by its OpenAI client's instrumentation: each model call is
     a trace of its own."""

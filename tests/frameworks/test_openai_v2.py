@@ -1,6 +1,7 @@
 """A home-grown loop on the OpenAI client, traced by opentelemetry-instrumentation-openai-v2:
 one ``chat`` span per model call, each its own trace, no span for the invocation and none for
-the tools (the loop runs them itself). The calls are grouped into one run per invocation."""
+the tools (the loop runs them itself; ``traced_tools``: the loop traces each tool call too, a
+trace of its own). The calls are grouped into one run per invocation."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ EXPECTED = {
     "tool_error": [Expect(AGENT, 2, 0, 0, "completed", True, None, None)],
 }
 CASES = [(scenario, stream) for scenario in EXPECTED for stream in (False, True)]
+# The loop traces its tool calls itself, each a trace of its own like each model call: exported
+# in one batch, grouped by scope (every model call, the answer too, before every tool call),
+# they are still one run (it read as two: the answer ended the first, the tool calls opened a
+# second).
+SCRIPTS["traced_tools"] = SCRIPTS["three_tools"]
+EXPECTED["traced_tools"] = [Expect(AGENT, 4, 3, 0, "completed", True, None, None)]
+CASES.append(("traced_tools", False))
 
 
 def _name(scenario: str, stream: bool) -> str:

@@ -2,11 +2,15 @@
 
 The instrumentation emits one ``chat`` span per model call and nothing for the loop itself: the
 loop opens no invocation span, as many home-grown agents don't. Scenarios (argv[1]):
-``three_tools`` / ``limit`` / ``tool_error``, each plain or with ``_stream`` appended.
+``three_tools`` / ``limit`` / ``tool_error``, each plain or with ``_stream`` appended, and
+``traced_tools``: ``three_tools`` with the loop tracing each tool call itself (an OTel GenAI
+``execute_tool`` span with the model's call id; no span encloses it, so each is a trace of its
+own, as is each model call).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -59,6 +63,8 @@ def main(scenario: str) -> None:
     base_url, model = model_settings()
     client = OpenAI(base_url=base_url, api_key="sk-fake")
     stream = scenario.endswith("_stream")
+    traced = scenario == "traced_tools"
+    tracer = provider.get_tracer("home-grown-loop")
     if scenario.startswith("tool_error"):
         messages_note = "Look up broken."
     else:
@@ -71,10 +77,16 @@ def main(scenario: str) -> None:
             print("answer:", message.get("content"))
             break
         for call in message["tool_calls"]:
-            try:
-                result = lookup(**json.loads(call["function"]["arguments"]))
-            except RuntimeError as exc:
-                result = f"error: {exc}"
+            with tracer.start_as_current_span(
+                    "execute_tool " + call["function"]["name"],
+                    attributes={"gen_ai.operation.name": "execute_tool",
+                                "gen_ai.tool.name": call["function"]["name"],
+                                "gen_ai.tool.call.id": call["id"]},
+            ) if traced else contextlib.nullcontext():
+                try:
+                    result = lookup(**json.loads(call["function"]["arguments"]))
+                except RuntimeError as exc:
+                    result = f"error: {exc}"
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     else:
         print("stopped at MAX_STEPS")
