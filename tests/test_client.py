@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext
 
 from tests.harness import wait_until
-from watchdog.client import Directive, ToolRefused, Watchdog, WatchdogAbort, current_run
+from watchdog.client import Directive, ToolRefused, Watchdog, WatchdogAbort, current_run, processor
 from watchdog.client.directive import DirectiveBoard
 from watchdog.client.listener import sse_events
 from watchdog.client.processor import (
@@ -343,6 +343,16 @@ class FakeSidecar:
         self.server.server_close()
 
 
+@pytest.fixture(autouse=True, params=["c", "python"])
+def span_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both span paths: the C one (``_spanpath.c``, built by ``make
+    test``) and the Python one (what runs where the package was installed without a
+    compiler)."""
+    if request.param == "python":
+        monkeypatch.setattr(processor, "SPAN_PATH", None)
+    return str(request.param)
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeSidecar]:
     sidecar = FakeSidecar()
@@ -407,7 +417,7 @@ def test_spans_in_a_run_are_stamped_and_nested_runs_are_children(
 
 
 def test_processor_is_fused_into_the_sdk_multi_processor_and_others_still_run(
-        fake: FakeSidecar) -> None:
+        fake: FakeSidecar, span_path: str) -> None:
     """install() folds the processor into the provider's SynchronousMultiSpanProcessor: the
     processors added before and after still see every span, in order, with the stamp."""
     provider = TracerProvider()
@@ -417,9 +427,16 @@ def test_processor_is_fused_into_the_sdk_multi_processor_and_others_still_run(
     provider.add_span_processor(SimpleSpanProcessor(after))
     active = provider._active_span_processor
     assert not any(isinstance(p, WatchdogSpanProcessor) for p in active._span_processors)
-    assert isinstance(active.on_start.__self__, WatchdogSpanProcessor)
+    fused = active.on_start.__self__
+    if span_path == "c":
+        compiled = processor.SPAN_PATH
+        assert compiled is not None  # tests/test_client_span_path.py: make test builds it
+        assert type(fused) is compiled.SpanPath
+    else:
+        assert type(fused) is WatchdogSpanProcessor
+    assert active.on_end.__self__ is fused
     Watchdog(fake.url, tracer_provider=provider)  # installing again changes nothing
-    assert active.on_start.__self__._chain is active
+    assert active.on_start.__self__ is fused and fused._chain is active
     tracer = provider.get_tracer("test")
     with wd.run(agent="a", max_tool_calls=3) as run:
         with tracer.start_as_current_span("execute_tool t",

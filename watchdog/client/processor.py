@@ -17,6 +17,7 @@ plumbing spans, which are "in flight" for the whole run) count as calls in fligh
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -37,6 +38,7 @@ from watchdog.client.tally import (
     OPEN_SPANS,
     RUN_ID_ATTRIBUTE,
     RUN_KEY,
+    SPAN_PATH,
     RunTally,
 )
 
@@ -70,7 +72,8 @@ OPENINFERENCE_CALLS = {"LLM": False, "TOOL": True}  # kind -> is a tool
 OTHER, LLM_CALL, TOOL_CALL, AGENT = 0, 1, 2, 3
 # A span with none of these attributes and none of these name prefixes is plumbing (OTHER):
 # one C-level set test and one startswith decide it, the common case on the span path.
-KIND_KEYS = frozenset({"gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
+OPERATION_KEY = "gen_ai.operation.name"
+KIND_KEYS = frozenset({OPERATION_KEY, "openinference.span.kind", "traceloop.span.kind",
                        "llm.request.type"})
 KIND_NAME_PREFIXES = ("execute_tool ", "running tool", "invoke_agent", "agent run")
 KIND_NAME_INITIALS = frozenset(prefix[0] for prefix in KIND_NAME_PREFIXES)
@@ -342,6 +345,15 @@ def _own_method(processor: SynchronousMultiSpanProcessor, name: str) -> bool:
             and getattr(method, "__func__", None) is getattr(SynchronousMultiSpanProcessor, name))
 
 
+def _fused(chain: SynchronousMultiSpanProcessor) -> WatchdogSpanProcessor | Any:
+    """The span path fused into ``chain``: the C one when it was built (``_spanpath.c``: the
+    same work as :class:`WatchdogSpanProcessor`, with this module's tables and functions), else
+    the Python one."""
+    if SPAN_PATH is not None:
+        return SPAN_PATH.SpanPath(chain, sys.modules[__name__])
+    return WatchdogSpanProcessor(chain=chain)
+
+
 def install(provider: TracerProvider) -> None:
     """Put the processor on ``provider``'s span path (once per provider: the caller keeps
     count).
@@ -357,7 +369,7 @@ def install(provider: TracerProvider) -> None:
     if (type(active) is SynchronousMultiSpanProcessor
             and isinstance(getattr(active, "_span_processors", None), tuple)
             and _own_method(active, "on_start") and _own_method(active, "on_end")):
-        fused = WatchdogSpanProcessor(chain=active)
+        fused = _fused(active)
         active.on_start = fused.on_start  # type: ignore[method-assign]
         active.on_end = fused.on_end  # type: ignore[method-assign]
         return

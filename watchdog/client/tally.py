@@ -10,8 +10,10 @@ plain dicts, ints and a deque, which are atomic under the GIL.
 
 from __future__ import annotations
 
+import os
 from collections import deque
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan
@@ -32,12 +34,49 @@ MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older 
 #                             (the exporter still delivers them, only later)
 
 
-class RunTally:
+
+
+def _compiled_span_path() -> ModuleType | None:
+    """The span path in C (``_spanpath.c``), an optional extension: a package installed without
+    a compiler has none, and the Python path runs. ``WATCHDOG_CLIENT_PURE_PYTHON=1`` chooses
+    the Python path anyway."""
+    if os.environ.get("WATCHDOG_CLIENT_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from watchdog.client import _spanpath  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _spanpath  # type: ignore[no-any-return]
+
+
+SPAN_PATH = _compiled_span_path()
+
+if TYPE_CHECKING or SPAN_PATH is None:
+    class _Counts:
+        """The counts the span path writes: ``_spanpath.Counts`` (plain C fields there), or
+        these slots."""
+
+        __slots__ = ("agent_spans", "changed", "ended_calls", "keep_spans", "model_spans",
+                     "span_attributes", "tool_spans", "tools_ended", "unsynced",
+                     "unsynced_dropped")
+        agent_spans: int
+        changed: bool
+        ended_calls: int
+        keep_spans: bool
+        model_spans: int
+        span_attributes: dict[str, Any]
+        tool_spans: int
+        tools_ended: int
+        unsynced: deque[ReadableSpan]
+        unsynced_dropped: int
+else:
+    _Counts = SPAN_PATH.Counts
+
+
+class RunTally(_Counts):
     """Created by the run; ``owner`` is the :class:`~watchdog.client.Run` it belongs to."""
 
-    __slots__ = ("_agent_spans", "agent_spans", "changed", "ended_calls", "keep_spans",
-                 "model_spans", "owner", "span_attributes", "tool_spans", "tools_ended",
-                 "unsynced", "unsynced_dropped")
+    __slots__ = ("_agent_spans", "owner")
 
     def __init__(self, owner: object) -> None:
         self.owner = owner
