@@ -13,6 +13,11 @@ call: four times the cost). Calls in flight are kept in plain dicts (single oper
 under the GIL), and nothing on this path wakes a thread or touches the network: the reporter
 thread looks at the runs every 50 ms. Only model and tool calls (not agent, workflow or
 plumbing spans, which are "in flight" for the whole run) count as calls in flight.
+
+Where the package was built with its C extension (``_spanpath.c``) the fused path is that one:
+the same work with this module's tables and functions, the run's counts as C fields of
+:class:`~watchdog.client.tally.RunTally`'s base — ~40 % of this path's cost, which is this
+module's own code (``tests/test_client_span_path.py`` holds the two to the same results).
 """
 
 from __future__ import annotations
