@@ -191,6 +191,43 @@ def test_elapsed_and_idle_seconds_follow_the_injected_clock(otel: SpanMaker) -> 
     assert run.signals(T0 + 130)["idle_seconds"] == pytest.approx(120.0)
 
 
+@pytest.mark.parametrize("skew", [-7200.0, -61.0, 61.0, 7200.0, 86400.0 * 365])
+def test_time_counts_on_the_agents_clock_when_it_disagrees_with_the_sidecars(
+        otel: SpanMaker, skew: float) -> None:
+    """An agent whose clock is ``skew`` seconds behind the sidecar's (negative: ahead): its run
+    is as old as its spans say, not ``skew`` older, and goes on ageing in the sidecar's time —
+    a stuck run still reaches the total timeout, a fresh one is not over it at its first span.
+    Its calls in flight (the client's own clock) age the same way."""
+    agent = T0 - skew  # the agent's clock when the sidecar's reads T0
+    root = otel.open("invoke_agent a", start=agent)
+    tool_calls(otel, root, [("ls", {}, "a b")], start=agent + 5)
+    tracker = RunTracker()
+    tracker.apply(records_of(otel.take()), now=T0 + 6)  # 0.5 s after the tool call ended
+    run = only_run(tracker)
+    assert run.clock_skew() == pytest.approx(skew + 0.5)
+    # since the first ended span (the tool call) started, half a second before it arrived
+    assert run.signals(T0 + 6)["elapsed_seconds"] == pytest.approx(0.5)
+    assert run.signals(T0 + 906)["elapsed_seconds"] == pytest.approx(900.5)
+    tracker.heartbeat(run.key, messages=0, now=T0 + 10, in_flight=1,
+                      oldest_call_started=agent + 8)  # a call started 2 s ago
+    assert run.signals(T0 + 10)["in_flight_seconds"] == pytest.approx(1.5)
+    root.end(end_time=int((agent + 20) * NS))
+    tracker.apply(records_of(otel.take()), now=T0 + 20.5)
+    assert run.ended and run.signals(T0 + 5000)["elapsed_seconds"] == pytest.approx(20.0)
+
+
+def test_spans_that_waited_are_not_a_clock_that_disagrees(otel: SpanMaker) -> None:
+    """Spans an exporter held back (its batch delay, retries: under a minute) are not skew: the
+    run is as old as the sidecar's clock says."""
+    root = otel.open("invoke_agent a", start=T0)
+    tool_calls(otel, root, [("ls", {}, "a b")], start=T0 + 5)
+    tracker = RunTracker()
+    tracker.apply(records_of(otel.take()), now=T0 + 55)  # held back 49.5 s
+    run = only_run(tracker)
+    assert run.clock_skew() == 0.0
+    assert run.signals(T0 + 55)["elapsed_seconds"] == pytest.approx(50.0)
+
+
 def test_heartbeat_that_grows_the_conversation_resets_idle(otel: SpanMaker) -> None:
     root = otel.open("invoke_agent a", start=T0)
     otel.span("chat m", chat_attrs(**{"gen_ai.input.messages": json.dumps(

@@ -34,6 +34,10 @@ MAX_DISTINCT_SIGNATURES = 128
 MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
 OTHER_TOOL = "_other"
 NS = 1_000_000_000
+# Seconds between a span's end (the agent's clock) and its arrival (the sidecar's) beyond which
+# the two clocks are taken to disagree rather than the span to have waited: an exporter's batch
+# delay (5 s by default) and retries stay well inside it.
+CLOCK_SKEW_TOLERANCE = 60.0
 
 
 def _bump(counts: dict[int, int], key: int) -> int:
@@ -56,7 +60,7 @@ class RunState:
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_recent_calls", "_result_counts", "_tool_end_ns", "_tool_error_streak", "_tool_start_ns",
         "activity_seq",
-        "agent", "budget", "consecutive_errors",
+        "agent", "budget", "clock_lag", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since",
@@ -82,6 +86,9 @@ class RunState:
         self.named_by_agent = False  # an agent span (not a workflow around it) named the run
         self.parent_run: str | None = None
         self.first_start_ns = 0
+        # The least time between a span's end and its arrival: ~the exporter's delay, or how far
+        # the agent's clock is behind the sidecar's (negative: ahead) — see clock_skew.
+        self.clock_lag: float | None = None
         self.first_seen = now
         self.last_seen = now
         self.last_progress = now
@@ -146,6 +153,9 @@ class RunState:
             self.trace_id = record.trace_id
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
+        lag = now - record.end_ns / NS
+        if self.clock_lag is None or lag < self.clock_lag:
+            self.clock_lag = lag
         if record.run_frame:  # the client SDK's own span: what it says is the client's word
             self.announce(record.agent, record.session, record.parent_run, record.budget)
         if record.agent is not None and (
@@ -346,7 +356,9 @@ class RunState:
         self.last_seen = now
         if in_flight is not None:
             self.in_flight = in_flight
-            self.in_flight_since = (oldest_call_started if oldest_call_started is not None
+            # (the client's clock is its spans': on the sidecar's, its call started skew later)
+            self.in_flight_since = (oldest_call_started + self.clock_skew()
+                                    if oldest_call_started is not None
                                     else now) if in_flight else None
         if messages > self.messages:
             self.messages = messages
@@ -441,9 +453,22 @@ class RunState:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def clock_skew(self) -> float:
+        """How far the agent's clock is behind the sidecar's, in seconds (negative: ahead), as
+        the run's spans tell it: 0 unless every span arrived more than
+        ``CLOCK_SKEW_TOLERANCE`` after it ended, or one ended after it arrived by more than that.
+        Time signals count in the agent's clock from its first span's start: an agent whose
+        clock is two hours behind is not two hours into its run when its first span arrives."""
+        lag = self.clock_lag
+        if lag is None or -CLOCK_SKEW_TOLERANCE <= lag <= CLOCK_SKEW_TOLERANCE:
+            return 0.0
+        return lag
+
     def elapsed_seconds(self, now: float) -> float:
+        if not self.first_start_ns:
+            return 0.0
         end = self.ended_at if self.ended_at is not None else now
-        return max(end - self.first_start_ns / NS, 0.0) if self.first_start_ns else 0.0
+        return max(end - self.clock_skew() - self.first_start_ns / NS, 0.0)
 
     def idle_seconds(self, now: float) -> float:
         return 0.0 if self.ended else max(now - self.last_progress, 0.0)
