@@ -15,9 +15,10 @@ thread looks at the runs every 50 ms. Only model and tool calls (not agent, work
 plumbing spans, which are "in flight" for the whole run) count as calls in flight.
 
 Where the package was built with its C extension (``_spanpath.c``) the fused path is that one:
-the same work with this module's tables and functions, the run's counts as C fields of
-:class:`~watchdog.client.tally.RunTally`'s base — ~40 % of this path's cost, which is this
-module's own code (``tests/test_client_span_path.py`` holds the two to the same results).
+the same work, with this module's tables and functions and the run's counts as C fields of
+:class:`~watchdog.client.tally.RunTally`'s base, at ~40 % of the cost (the cost here is this
+module's own code, not the SDK's); ``tests/test_client_span_path.py`` holds the two to the
+same results span by span.
 """
 
 from __future__ import annotations

@@ -34,8 +34,6 @@ MAX_UNSYNCED_SPANS = 1_024  # ended call spans waiting for the next sync; older 
 #                             (the exporter still delivers them, only later)
 
 
-
-
 def _compiled_span_path() -> ModuleType | None:
     """The span path in C (``_spanpath.c``), an optional extension: a package installed without
     a compiler has none, and the Python path runs. ``WATCHDOG_CLIENT_PURE_PYTHON=1`` chooses
