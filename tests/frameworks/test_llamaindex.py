@@ -30,6 +30,21 @@ the TOOL span ERROR; LlamaIndex gives the error text to the model, which answers
 ``FunctionAgent`` streams from the model by default; consuming ``handler.stream_events()``
 changes no span, ``streaming=False`` makes the model spans ``achat`` (and adds token counts).
 
+Every scenario again with content hidden (``<scenario>_nocontent``: ``OPENINFERENCE_HIDE_INPUTS``/
+``_OUTPUTS``/``_INPUT_MESSAGES``/``_OUTPUT_MESSAGES``/``_INPUT_TEXT``/``_OUTPUT_TEXT``): every
+``input.value``/``output.value`` is ``__REDACTED__`` (the tool's arguments, the root's
+``StopEvent``, the model calls' requests and replies) and ``llm.input_messages.*``/
+``llm.output_messages.*``/``llm.tools.*`` are dropped. What remains: the span kinds and names,
+``tool.name``, the inner model span's ``llm.finish_reason``, the invocation parameters, the
+statuses (the ``force`` cap's ``WorkflowRuntimeError`` message, the tool's exception). The
+runs read as with content (no fix needed: the three spans per model call are still one call,
+read by the finish reason; a hidden tool input is no arguments, so three calls are no repeats;
+the conversation length is unknown, ``messages`` 0) but one, a known gap pinned by
+``test_nocontent_generate_cap_is_only_in_the_hidden_prompt``: with
+``early_stopping_method="generate"`` the cap was read only from LlamaIndex's system message in
+the last request, hidden, so ``limit_generate_nocontent`` reads ``completed`` with its answer
+(nothing else tells that call from an ``output_cls`` request made by the same step).
+
 Known gap (not tested as if right): an ``AgentWorkflow`` handoff. Every agent's steps hang
 flat below the one workflow span and no span says which agent ran (only the event reprs do):
 the watchdog sees one run, the ``handoff`` call one of its tool calls, not a child run per
@@ -77,6 +92,15 @@ EXPECTED = {
     # the tool span ends ERROR; the model is given the error text and answers
     "tool_error": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
 }
+# Every scenario again with content hidden (OPENINFERENCE_HIDE_*; ``<scenario>_nocontent``)
+NOCONTENT = ("three_tools", "three_tools_stream", "three_tools_nostream", "limit",
+             "limit_generate", "tool_error")
+SCRIPTS.update({f"{scenario}_nocontent": SCRIPTS[scenario] for scenario in NOCONTENT})
+EXPECTED.update({f"{scenario}_nocontent": EXPECTED[scenario] for scenario in NOCONTENT})
+# the known gap (test_nocontent_generate_cap_is_only_in_the_hidden_prompt): the cap was read
+# from LlamaIndex's system message in the last model call's input, hidden; the run reads as an
+# ordinary answer
+EXPECTED["limit_generate_nocontent"] = [Expect(AGENT, 4, 2, 0, "completed", True, None, None)]
 HANDOFF = {"": fakellm.steps(*(fakellm.call("lookup", key=key) for key in "abc"),
                              fakellm.call("handoff", to_agent=WRITER, reason="write it up")),
            "-sub": fakellm.steps(fakellm.answer("Report: " + ANSWER))}
@@ -88,7 +112,7 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
     if scenario.startswith("limit"):  # LlamaIndex's own cap stopped the loop
         requests = llm.requests(f"{DRIVER}-{scenario}")
         assert len(requests) == EXPECTED[scenario][0].iterations
-        if scenario == "limit_generate":
+        if scenario.startswith("limit_generate"):
             assert not requests[-1].get("tools")
 
 
@@ -122,3 +146,35 @@ def test_handoff_spans_name_no_agent() -> None:
     assert any(f"current_agent_name='{WRITER}'" in (attrs.get("output.value") or "")
                for attrs in attributes)
     assert sum(attrs.get("tool.name") == "handoff" for attrs in attributes) == 1
+
+
+def test_nocontent_generate_cap_is_only_in_the_hidden_prompt() -> None:
+    """Why ``limit_generate_nocontent`` reads ``completed`` (not ``tool_limit_reached``,
+    ``max_iterations``): with ``early_stopping_method="generate"`` nothing fails, and the cap is
+    told only by the system message LlamaIndex appends to the last model call's input ("You have
+    reached the maximum number of iterations (3)...", the ``limit_prompts`` entry). Content
+    hidden, that input is ``__REDACTED__`` and its messages and the tools offered (which a
+    request without tools would show) are gone; every span ends OK. What remains, that the last
+    model call is made from the ``parse_agent_output`` step rather than ``run_agent_step``, is
+    no cap either: the same step asks the model for a structured output (``output_cls``)."""
+    def attributes(scenario: str) -> list[dict[str, object]]:
+        return [{item["key"]: next(iter(item["value"].values()), None)
+                 for item in span.get("attributes", ())}
+                for span in recorded_spans(RECORDINGS / DRIVER / f"{scenario}.jsonl")]
+
+    cap = "You have reached the maximum number of iterations (3)"
+    assert any(cap in str(value) for attrs in attributes("limit_generate")
+               for value in attrs.values())
+    hidden = attributes("limit_generate_nocontent")
+    assert not any("maximum number of iterations" in str(value)
+                   for attrs in hidden for value in attrs.values())
+    assert {attrs[key] for attrs in hidden for key in attrs
+            if key in ("input.value", "output.value")} == {"__REDACTED__"}
+    assert not any(key.startswith(("llm.input_messages.", "llm.output_messages.", "llm.tools."))
+                   for attrs in hidden for key in attrs)
+    spans = recorded_spans(RECORDINGS / DRIVER / "limit_generate_nocontent.jsonl")
+    assert {span.get("status", {}).get("code") for span in spans} == {1}  # all OK
+    names = {span["spanId"]: span["name"] for span in spans}
+    last_call = [names.get(span.get("parentSpanId", "")) for span in spans
+                 if span["name"] == "OpenAILike.astream_chat"][-1]
+    assert last_call == "BaseWorkflowAgent.parse_agent_output"

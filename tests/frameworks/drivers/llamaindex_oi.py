@@ -18,11 +18,16 @@ Scenarios (argv[1]):
 * ``handoff``: an ``AgentWorkflow`` of the researcher (root, model ``<name>``, may hand off to
   the writer) and a writer ``li_writer`` (model ``<name>-sub``): the researcher looks a, b and
   c up, then calls LlamaIndex's ``handoff`` tool; the writer answers.
+
+A scenario ending ``_nocontent`` runs with content hidden, as a privacy-minded deployment sets
+it: OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
+``_OUTPUT_MESSAGES``/``_INPUT_TEXT``/``_OUTPUT_TEXT`` (read by its ``TraceConfig``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from _otel import model_settings, setup_tracing
@@ -34,9 +39,14 @@ RESEARCHER = "li_researcher"
 WRITER = "li_writer"
 SERVICE_NAME = "llamaindex-service"  # not the agent name: that must come from the spans
 TASKS = {**BASE_TASKS, "handoff": "Look up a, b and c, then write it up."}
+CONTENT_OFF = {f"OPENINFERENCE_HIDE_{what}": "true" for what in (
+    "INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES", "INPUT_TEXT", "OUTPUT_TEXT")}
 
 
 async def main(scenario: str) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)  # before the instrumentor reads its TraceConfig
+        scenario = scenario.removesuffix("_nocontent")
     provider = setup_tracing(SERVICE_NAME)
     LlamaIndexInstrumentor().instrument(tracer_provider=provider)
     from llama_index.core.agent.workflow import AgentStream, AgentWorkflow, FunctionAgent
