@@ -1054,11 +1054,12 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
        for scenario in ("limit", "limit_litellm")},
     ("dspy_oi", "tool_error"): Outcome(3, 1, 1, "completed", None, True),
     # DSPy with content hidden: LM.__call__ with only its hidden input and output is a model
-    # call, finish.__call__ with its result hidden the loop's end; max_iters, read from the
-    # hidden trajectory, is not seen (the known gap)
+    # call, finish.__call__ with its result hidden the loop's end; max_iters, its trajectory
+    # hidden, is read from a ReAct root whose run ran tools but never finish
     **{("dspy_oi", scenario + "_nocontent"): Outcome(5, 3, 0, "completed", None, True)
        for scenario in ("three_tools", "three_tools_async", "three_tools_litellm")},
-    **{("dspy_oi", scenario + "_nocontent"): Outcome(4, 3, 0, "completed", None, True)
+    **{("dspy_oi", scenario + "_nocontent"): Outcome(4, 3, 0, "tool_limit_reached",
+                                                     "max_iters", True)
        for scenario in ("limit", "limit_litellm")},
     ("dspy_oi", "tool_error_nocontent"): Outcome(3, 1, 1, "completed", None, True),
     # Microsoft Agent Framework: a cap of its function invocation config, and the model still

@@ -71,7 +71,9 @@ def row(convention: Convention) -> str:
                 + (f" (when `{rule.exit_reason}` is not recorded)" if rule.exit_reason else "")
                 for rule in c.step_caps]
              + [f"last model call directly below the agent span with `{key}` → `{name}`"
-                for key, name in c.cap_requests])
+                for key, name in c.cap_requests]
+             + [f"root `{root}`, its output hidden, tools run but no loop-end tool → `{name}`"
+                for root, name in c.loop_caps])
     named = " (a span named so is the agent)"
     agent = ([_place(key) + (named if key in c.agent_name_invocations else "")
               for key in c.agent_name]

@@ -149,6 +149,7 @@ LOOP_END_TOOLS = TABLES.loop_end_tools
 # The texts instrumentations write in place of content they hide: no content.
 HIDDEN_CONTENT = TABLES.hidden_content
 CAP_REQUESTS = TABLES.cap_requests
+LOOP_CAPS = TABLES.loop_caps
 HIDDEN_ANSWERS = TABLES.hidden_answers
 HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
@@ -667,6 +668,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         # The framework's own tool to end its loop (DSPy ReAct's `finish`): no agent work,
         # and no answer either (a later step extracts it).
         record.kind = OTHER
+        record.loop_end = True
         return
     args = _content(attrs, TOOL_ARGS_KEYS)
     if args is not None:
@@ -776,6 +778,10 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         if isinstance(attrs.get(key), int):
             record.cap_request = name
             break
+    if LOOP_CAPS and record.name in LOOP_CAPS and output is None and not record.error \
+            and record.limit_stop is None and _first(attrs, AGENT_OUTPUT_KEYS) in HIDDEN_CONTENT:
+        # its trajectory hidden: the run says if its loop ended by its loop-end tool
+        record.loop_cap = LOOP_CAPS[record.name]
     stopped_silent = (limit is not None and limit == record.finish_reason) or stand_in is not None
     if (output is not None and not stopped_silent and not record.error
             and not _is_empty_output(output) and has_text(output)):

@@ -217,6 +217,11 @@ class Convention:
     # call runs in: (the cap's attribute, limit name). A run whose last model call hangs
     # directly from such an agent span was stopped by the cap (read when the agent span ends).
     cap_requests: tuple[tuple[str, str], ...] = ()
+    # (span name of a run's root, limit name): a framework whose loop ends only by its own
+    # loop-end tool (`loop_end_tools`) or at its cap, silently: a run framed by such a root whose
+    # output is hidden (content capture off: the trajectory `limit_states` reads is gone), in
+    # which tools ran but no loop-end tool did, was stopped by the cap (DSPy ReAct's max_iters)
+    loop_caps: tuple[tuple[str, str], ...] = ()
     # Attributes marking an agent span that ends OK only with its answer (crewai's task
     # execution): its output hidden (content capture off) is still the answer, its text unknown
     hidden_answers: Names = _NO_NAMES
@@ -598,6 +603,8 @@ DSPY = Convention(
     limit_states=(("output.value",
                    r'(?s)\{"trajectory": \{"thought_0": (?!.*"tool_name_\d+": "finish")',
                    "max_iters"),),
+    # ... and with content hidden, from a run whose tools ran but never `finish`
+    loop_caps=(("ReAct.forward", "max_iters"), ("ReAct.aforward", "max_iters")),
     notes="no AGENT span: the root `ReAct.forward` CHAIN is the invocation and no span names "
           "the agent (its name is `service.name`); the answer is the root's output (the whole "
           "`Prediction`, trajectory included); `max_iters` is read from a root trajectory "
@@ -608,8 +615,9 @@ DSPY = Convention(
           "by both DSPy's `LM.__call__` and LiteLLM's `completion` counts once; without "
           "LiteLLM's instrumentation the model calls carry no token counts; with content "
           "hidden (`OPENINFERENCE_HIDE_*`) `LM.__call__` carries only its hidden input and "
-          "output (still a model call), `finish` its hidden result (still the loop's end), and "
-          "the trajectory is hidden: a run stopped by `max_iters` reads `completed` (a known gap)",
+          "output (still a model call), `finish` its hidden result (still the loop's end); "
+          "the trajectory is hidden: `max_iters` is read from a run whose tools ran but never "
+          "`finish` (with the same caveats)",
 )
 
 AGENT_FRAMEWORK = Convention(
@@ -781,6 +789,7 @@ class Tables:
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
     cap_requests: tuple[tuple[str, str], ...]
+    loop_caps: Mapping[str, str]
     hidden_answers: Names
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
@@ -874,6 +883,8 @@ def combine() -> Tables:
         step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
         cap_requests=tuple(pair for convention in CONVENTIONS
                            for pair in convention.cap_requests),
+        loop_caps=MappingProxyType({name: limit for convention in CONVENTIONS
+                                    for name, limit in convention.loop_caps}),
         hidden_answers=_names("hidden_answers"),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
