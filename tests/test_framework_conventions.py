@@ -1520,3 +1520,16 @@ def test_a_request_for_the_output_tool_alone_is_the_answer() -> None:
            for record in records_of(maker.finished())}
     assert got == {"final_result": (True, False), "both": (False, True),
                    "openai": (True, False), "lookup": (False, True)}
+
+
+def test_hidden_react_loop_without_finish_is_capped_only_after_tools() -> None:
+    # DSPy with content hidden: the root's trajectory is gone; `finish` ending the loop (its
+    # result hidden) is no tool call and no cap; without it, after tools ran, max_iters stopped
+    # the loop; a loop that ran no tool at all says nothing of its cap
+    records = recorded_records("dspy_oi", "three_tools_nocontent")
+    assert [record.tool_name for record in records if record.loop_end] == ["finish"]
+    assert outcome(fold(records)) == Outcome(5, 3, 0, "completed", None, True)
+    no_finish = [record for record in records if not record.loop_end]
+    assert outcome(fold(no_finish)) == Outcome(5, 3, 0, "tool_limit_reached", "max_iters", True)
+    no_tools = [record for record in no_finish if record.kind is not TOOL]
+    assert outcome(fold(no_tools)) == Outcome(5, 0, 0, "completed", None, True)
