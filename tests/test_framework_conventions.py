@@ -1031,6 +1031,13 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     **{("agno_oi", scenario): COMPLETED_3 for scenario in ("three_tools", "three_tools_stream")},
     ("agno_oi", "limit"): Outcome(5, 3, 0, "tool_limit_reached", "tool_call_limit", True),
     ("agno_oi", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # Agno with content hidden: the same, but the refusal at tool_call_limit is only in the next
+    # model call's hidden input: a capped run reads completed (the known gap)
+    **{("agno_oi", scenario + "_nocontent"): COMPLETED_3
+       for scenario in ("three_tools", "three_tools_stream", "three_tools_async")},
+    **{("agno_oi", scenario + "_nocontent"): Outcome(5, 3, 0, "completed", None, True)
+       for scenario in ("limit", "limit_stream")},
+    ("agno_oi", "tool_error_nocontent"): Outcome(2, 1, 1, "completed", None, True),
     # LlamaIndex: run(max_iterations=3) stops before the third tool request is run
     **{("llamaindex_oi", scenario): COMPLETED_3
        for scenario in ("three_tools", "three_tools_stream", "three_tools_nostream")},
@@ -1046,6 +1053,15 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     **{("dspy_oi", scenario): Outcome(4, 3, 0, "tool_limit_reached", "max_iters", True)
        for scenario in ("limit", "limit_litellm")},
     ("dspy_oi", "tool_error"): Outcome(3, 1, 1, "completed", None, True),
+    # DSPy with content hidden: LM.__call__ with only its hidden input and output is a model
+    # call, finish.__call__ with its result hidden the loop's end; max_iters, its trajectory
+    # hidden, is read from a ReAct root whose run ran tools but never finish
+    **{("dspy_oi", scenario + "_nocontent"): Outcome(5, 3, 0, "completed", None, True)
+       for scenario in ("three_tools", "three_tools_async", "three_tools_litellm")},
+    **{("dspy_oi", scenario + "_nocontent"): Outcome(4, 3, 0, "tool_limit_reached",
+                                                     "max_iters", True)
+       for scenario in ("limit", "limit_litellm")},
+    ("dspy_oi", "tool_error_nocontent"): Outcome(3, 1, 1, "completed", None, True),
     # Microsoft Agent Framework: a cap of its function invocation config, and the model still
     # asking for a tool in the request after it: the framework's text stands in for the answer
     **{("agent_framework_native", scenario): COMPLETED_3
@@ -1460,7 +1476,8 @@ HIDDEN = [("openai_agents_sdk", "three_tools"), ("langchain_openinference", "thr
           ("langchain_openinference", "react_three_tools"),
           ("langchain_openllmetry", "three_tools"), ("pydantic_ai_agent", "three_tools"),
           ("agent_framework_native", "three_tools"), ("smolagents_oi", "three_tools"),
-          ("smolagents_oi", "code_three_tools")]
+          ("smolagents_oi", "code_three_tools"), ("agno_oi", "three_tools"),
+          ("dspy_oi", "three_tools")]
 
 
 @pytest.mark.parametrize(("driver", "scenario"), HIDDEN, ids=[f"{d}-{s}" for d, s in HIDDEN])
@@ -1503,3 +1520,16 @@ def test_a_request_for_the_output_tool_alone_is_the_answer() -> None:
            for record in records_of(maker.finished())}
     assert got == {"final_result": (True, False), "both": (False, True),
                    "openai": (True, False), "lookup": (False, True)}
+
+
+def test_hidden_react_loop_without_finish_is_capped_only_after_tools() -> None:
+    # DSPy with content hidden: the root's trajectory is gone; `finish` ending the loop (its
+    # result hidden) is no tool call and no cap; without it, after tools ran, max_iters stopped
+    # the loop; a loop that ran no tool at all says nothing of its cap
+    records = recorded_records("dspy_oi", "three_tools_nocontent")
+    assert [record.tool_name for record in records if record.loop_end] == ["finish"]
+    assert outcome(fold(records)) == Outcome(5, 3, 0, "completed", None, True)
+    no_finish = [record for record in records if not record.loop_end]
+    assert outcome(fold(no_finish)) == Outcome(5, 3, 0, "tool_limit_reached", "max_iters", True)
+    no_tools = [record for record in no_finish if record.kind is not TOOL]
+    assert outcome(fold(no_tools)) == Outcome(5, 0, 0, "completed", None, True)

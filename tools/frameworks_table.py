@@ -71,7 +71,9 @@ def row(convention: Convention) -> str:
                 + (f" (when `{rule.exit_reason}` is not recorded)" if rule.exit_reason else "")
                 for rule in c.step_caps]
              + [f"last model call directly below the agent span with `{key}` → `{name}`"
-                for key, name in c.cap_requests])
+                for key, name in c.cap_requests]
+             + [f"root `{root}`, its output hidden, tools run but no loop-end tool → `{name}`"
+                for root, name in c.loop_caps])
     named = " (a span named so is the agent)"
     agent = ([_place(key) + (named if key in c.agent_name_invocations else "")
               for key in c.agent_name]
@@ -98,8 +100,11 @@ def row(convention: Convention) -> str:
                 + " or ".join(f"`{key}`" for key in rule.call_ids)
                 + ", with a model call inside (at a root: workflow; else none)"
                 for rule in c.unasked_tools]
-             + [f"tool `{name}` with result `{result}` ends the loop (no tool call)"
+             + [f"tool `{name}` with result `{result}` (or, hidden, on a span named after "
+                "its method) ends the loop (no tool call)"
                 for name, result in c.loop_end_tools]
+             + [f"model-call span `…{suffix}` (a model call whatever it records)"
+                for suffix in c.llm_span_suffixes]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]
              + [f"span `{prefix}…` ({role})" for prefix, role in c.span_name_prefixes]
              + [f"an agent-kind span named after `{key}` JSON `{_dotted(path)}` is a graph "

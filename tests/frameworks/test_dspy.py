@@ -41,6 +41,23 @@ early for another reason (the model named no valid tool, the context window was 
 leaves a trajectory without ``finish`` too: it would read as ``max_iters``. A ReAct inside a
 program of the application's own (a custom ``dspy.Module``) is not the root: its cap is not
 read. Without LiteLLM's instrumentation no span carries token counts.
+
+Every case again with content hidden (``<scenario>_nocontent``: ``OPENINFERENCE_HIDE_INPUTS``/
+``_OUTPUTS``/``_INPUT_MESSAGES``/``_OUTPUT_MESSAGES``/``_INPUT_TEXT``/``_OUTPUT_TEXT``, read by
+both instrumentors): every ``input.value``/``output.value`` is ``__REDACTED__`` and the flattened
+messages are gone; the span names and kinds, ``llm.model_name`` and the invocation parameters,
+statuses and ``exception`` events, and LiteLLM's finish reasons and token counts remain. What it
+misread before: ``LM.__call__`` then carries nothing but its hidden input and output, and was
+taken for a traced helper of a model object (LlamaIndex's ``_prepare_chat_with_tools``), no
+model call: 0 iterations, so no answer (``no_response``); and ``finish.__call__`` was a tool
+call (4 instead of 3), its result ``"Completed."`` hidden. Fixed: a model-call span named
+``….__call__``/``….acall`` (DSPy's ``llm_span_suffixes``) is a model call whatever it records;
+a loop-end tool whose result is hidden ends the loop when its span is named after its method
+(``finish.__call__``) and records no tool name; and ``max_iters``, read from the root's
+trajectory, was not seen (a capped run read ``completed``): a root ``ReAct.forward``/``aforward``
+whose output is hidden, in a run where tools ran but ``finish`` never did, was stopped by its cap
+(``loop_caps``; ``test_nocontent_max_iters_is_read_from_a_loop_without_finish`` shows what is
+left to read it from). No new gap: the ones above hold with content hidden too.
 """
 
 from __future__ import annotations
@@ -127,6 +144,11 @@ EXPECTED = {
     "subagent": [Expect(AGENT, 6, 2, 0, "completed", True, None, None)],
 }
 
+# Every scenario again with content hidden (OPENINFERENCE_HIDE_*; ``<scenario>_nocontent``)
+NOCONTENT = "_nocontent"
+SCRIPTS.update({name + NOCONTENT: scripts for name, scripts in list(SCRIPTS.items())})
+EXPECTED.update({name + NOCONTENT: expected for name, expected in list(EXPECTED.items())})
+
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
@@ -138,7 +160,7 @@ def test_recorded(sidecar: RunningServer, scenario: str) -> None:
     check_recorded(sidecar, DRIVER, scenario, EXPECTED[scenario])
     (run,) = check_runs(sidecar, EXPECTED[scenario])
     signals = run["signals"]
-    if scenario != "subagent":  # the tool is named, and finish is none of them
+    if not scenario.startswith("subagent"):  # the tool is named, and finish is none of them
         assert signals["tools"] == {"lookup": run["tool_calls"]}
     # only LiteLLM's spans carry usage, each call's once (DSPy's LM.__call__ around it has none)
     spans = recorded_spans(RECORDINGS / DRIVER / f"{scenario}.jsonl")
@@ -146,7 +168,7 @@ def test_recorded(sidecar: RunningServer, scenario: str) -> None:
                         for item in span.get("attributes", ())
                         if item["key"] == "llm.token_count.prompt")
     assert signals["input_tokens"] == prompt_tokens
-    assert (prompt_tokens > 0) is scenario.endswith("_litellm")
+    assert (prompt_tokens > 0) is scenario.removesuffix(NOCONTENT).endswith("_litellm")
 
 
 def test_subagent_spans_name_no_agent() -> None:
@@ -160,3 +182,23 @@ def test_subagent_spans_name_no_agent() -> None:
     inner = [span for span in spans if span["name"] == "ReAct.forward"
              and span.get("parentSpanId")]
     assert [by_id[span["parentSpanId"]]["name"] for span in inner] == ["research.__call__"]
+
+
+
+@pytest.mark.parametrize("scenario", ["limit_nocontent", "limit_litellm_nocontent"])
+def test_nocontent_max_iters_is_read_from_a_loop_without_finish(scenario: str) -> None:
+    """With content hidden the trajectory that told ``max_iters`` is gone (the root's
+    ``output.value`` is ``__REDACTED__``; ReAct raises nothing and names its cap on no span):
+    what remains says it by absence, three ``lookup`` TOOL spans and no ``finish.__call__``
+    below the root ``ReAct.forward`` (``loop_caps``; the same caveats as the trajectory: a loop
+    ended early for another reason reads the same)."""
+    spans = recorded_spans(RECORDINGS / DRIVER / f"{scenario}.jsonl")
+    (root,) = [span for span in spans if not span.get("parentSpanId")]
+    outputs = [item["value"]["stringValue"] for item in root["attributes"]
+               if item["key"] == "output.value"]
+    assert root["name"] == "ReAct.forward" and outputs == ["__REDACTED__"]
+    assert not any("max_iters" in json.dumps(span) for span in spans)
+    tools = [span["name"] for span in spans
+             if {"key": "openinference.span.kind", "value": {"stringValue": "TOOL"}}
+             in span.get("attributes", ())]
+    assert tools == ["lookup.__call__"] * 3

@@ -139,6 +139,7 @@ NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
+LLM_SPAN_SUFFIXES = TABLES.llm_span_suffixes
 
 # Output tools deliver the final answer (pydantic-ai final_result, smolagents final_answer);
 # they are not work the agent did.
@@ -148,6 +149,7 @@ LOOP_END_TOOLS = TABLES.loop_end_tools
 # The texts instrumentations write in place of content they hide: no content.
 HIDDEN_CONTENT = TABLES.hidden_content
 CAP_REQUESTS = TABLES.cap_requests
+LOOP_CAPS = TABLES.loop_caps
 HIDDEN_ANSWERS = TABLES.hidden_answers
 HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
@@ -662,10 +664,11 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
         return
     if tool in LOOP_END_TOOLS and not record.error \
-            and _first(attrs, TOOL_RESULT_KEYS) == LOOP_END_TOOLS[tool]:
+            and _is_loop_end(tool, name, attrs, _first(attrs, TOOL_RESULT_KEYS)):
         # The framework's own tool to end its loop (DSPy ReAct's `finish`): no agent work,
         # and no answer either (a later step extracts it).
         record.kind = OTHER
+        record.loop_end = True
         return
     args = _content(attrs, TOOL_ARGS_KEYS)
     if args is not None:
@@ -685,6 +688,16 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         failure = result_error(attrs) or flagged_error(attrs)
         if failure is not None:
             _failed(record, *failure)
+
+
+def _is_loop_end(tool: str, name: str, attrs: Mapping[str, object], result: object) -> bool:
+    """A loop-end tool's call: its own result, or (content capture off) a hidden result on a
+    span named after the tool's method (DSPy's `finish.__call__`), no tool name recorded."""
+    if result == LOOP_END_TOOLS[tool]:
+        return True
+    return isinstance(result, str) and result in HIDDEN_CONTENT \
+        and _first(attrs, TOOL_NAME_KEYS) is None \
+        and any(name == tool + suffix for suffix in TOOL_NAME_SPAN_SUFFIXES)
 
 
 def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> None:
@@ -717,7 +730,8 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     if not messages and not flat_out and finish is None and output_messages is None \
             and input_tokens is None and output_tokens is None and not record.error \
             and _first(attrs, TOTAL_TOKEN_KEYS) is None \
-            and _first(attrs, LLM_INPUT_KEYS) is not None:
+            and _first(attrs, LLM_INPUT_KEYS) is not None \
+            and not (LLM_SPAN_SUFFIXES and span.name.endswith(LLM_SPAN_SUFFIXES)):
         # Its input recorded (content capture is on), yet nothing a model call carries: no
         # messages in or out, no finish reason, no usage. An instrumentation that gives the
         # model kind to every traced method of a model object made it (OpenInference's
@@ -764,6 +778,10 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         if isinstance(attrs.get(key), int):
             record.cap_request = name
             break
+    if LOOP_CAPS and record.name in LOOP_CAPS and output is None and not record.error \
+            and record.limit_stop is None and _first(attrs, AGENT_OUTPUT_KEYS) in HIDDEN_CONTENT:
+        # its trajectory hidden: the run says if its loop ended by its loop-end tool
+        record.loop_cap = LOOP_CAPS[record.name]
     stopped_silent = (limit is not None and limit == record.finish_reason) or stand_in is not None
     if (output is not None and not stopped_silent and not record.error
             and not _is_empty_output(output) and has_text(output)):

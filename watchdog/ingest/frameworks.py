@@ -175,6 +175,8 @@ class Convention:
     answer_tools: frozenset[str] = _NO_SET  # a tool that delivers the answer, not agent work
     # (tool name, its result exactly): a tool the framework adds to end its loop, neither agent
     # work nor the answer (a later step extracts that): DSPy ReAct's `finish`
+    # (with its result hidden, content capture off, a tool so named whose span is named after
+    # its method, `finish.__call__`, and carries no tool name is the loop's end all the same)
     loop_end_tools: tuple[tuple[str, str], ...] = ()
     answer_tool_prefixes: Names = _NO_NAMES
     # the text an instrumentation writes in place of content it hides (content capture off):
@@ -184,6 +186,11 @@ class Convention:
     # call follows, as for any output that asks for no tool
     hidden_content: frozenset[str] = _NO_SET
     # -- model calls and answers
+    # model-call spans named `<anything><suffix>` are model calls whatever they record: a model
+    # object's traced helpers (LlamaIndex's `_prepare_chat_with_tools`) are none when they
+    # carry only their input, but with content hidden DSPy's `LM.__call__` carries no more
+    # than its hidden input and output either (no messages, finish reason or usage)
+    llm_span_suffixes: Names = _NO_NAMES
     answer: Names = _NO_NAMES  # an agent span's output
     llm_output: Names = _NO_NAMES  # a model call's output text (read when it gives no reason)
     llm_input: Names = _NO_NAMES  # a model call's raw request, ending with its last message
@@ -210,6 +217,11 @@ class Convention:
     # call runs in: (the cap's attribute, limit name). A run whose last model call hangs
     # directly from such an agent span was stopped by the cap (read when the agent span ends).
     cap_requests: tuple[tuple[str, str], ...] = ()
+    # (span name of a run's root, limit name): a framework whose loop ends only by its own
+    # loop-end tool (`loop_end_tools`) or at its cap, silently: a run framed by such a root whose
+    # output is hidden (content capture off: the trajectory `limit_states` reads is gone), in
+    # which tools ran but no loop-end tool did, was stopped by the cap (DSPy ReAct's max_iters)
+    loop_caps: tuple[tuple[str, str], ...] = ()
     # Attributes marking an agent span that ends OK only with its answer (crewai's task
     # execution): its output hidden (content capture off) is still the answer, its text unknown
     hidden_answers: Names = _NO_NAMES
@@ -551,7 +563,9 @@ AGNO = Convention(
           "keeps asking is refused again and again: the run ends when it answers); a team "
           "member's agent span hangs from the team's agent span, not from "
           "`delegate_task_to_member`; a tool's exception leaves only its message (the status "
-          "description): its type is `error`",
+          "description): its type is `error`; with content hidden (OpenInference's "
+          "`OPENINFERENCE_HIDE_*`) that input is too: a run refused at `tool_call_limit` reads "
+          "`completed` (a known gap)",
 )
 
 LLAMAINDEX = Convention(
@@ -585,11 +599,16 @@ DSPY = Convention(
     loop_end_tools=(("finish", '"Completed."'),),
     # a tool span has no `tool.name`: it is named after the tool's method
     tool_name_span_suffixes=(".__call__", ".acall"),
+    # the model call is `LM.__call__`/`LM.acall` (`<the LM's class>.…`): with content hidden it
+    # records only its model name and its hidden input and output, yet it called the model
+    llm_span_suffixes=(".__call__", ".acall"),
     # max_iters ends the loop silently and the extract step answers all the same: only the
     # trajectory in ReAct's output (the root CHAIN's `output.value`) shows that no step finished
     limit_states=(("output.value",
                    r'(?s)\{"trajectory": \{"thought_0": (?!.*"tool_name_\d+": "finish")',
                    "max_iters"),),
+    # ... and with content hidden, from a run whose tools ran but never `finish`
+    loop_caps=(("ReAct.forward", "max_iters"), ("ReAct.aforward", "max_iters")),
     notes="no AGENT span: the root `ReAct.forward` CHAIN is the invocation and no span names "
           "the agent (its name is `service.name`); the answer is the root's output (the whole "
           "`Prediction`, trajectory included); `max_iters` is read from a root trajectory "
@@ -598,7 +617,11 @@ DSPY = Convention(
           "application's is not looked at); a ReAct run inside another's tool is a CHAIN "
           "below a TOOL span: no child run, its calls are the outer run's; a model call traced "
           "by both DSPy's `LM.__call__` and LiteLLM's `completion` counts once; without "
-          "LiteLLM's instrumentation the model calls carry no token counts",
+          "LiteLLM's instrumentation the model calls carry no token counts; with content "
+          "hidden (`OPENINFERENCE_HIDE_*`) `LM.__call__` carries only its hidden input and "
+          "output (still a model call), `finish` its hidden result (still the loop's end); "
+          "the trajectory is hidden: `max_iters` is read from a run whose tools ran but never "
+          "`finish` (with the same caveats)",
 )
 
 AGENT_FRAMEWORK = Convention(
@@ -748,6 +771,7 @@ class Tables:
     answer_tool_prefixes: Names
     hidden_content: frozenset[str]
     loop_end_tools: Mapping[str, str]
+    llm_span_suffixes: Names
     answer: Names
     llm_output: Names
     llm_input: Names
@@ -769,6 +793,7 @@ class Tables:
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
     cap_requests: tuple[tuple[str, str], ...]
+    loop_caps: Mapping[str, str]
     hidden_answers: Names
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
@@ -835,6 +860,7 @@ def combine() -> Tables:
                                          for name, result in convention.loop_end_tools}),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
         hidden_content=_union("hidden_content"),
+        llm_span_suffixes=_names("llm_span_suffixes"),
         answer=_names("answer"),
         llm_output=_names("llm_output"),
         llm_input=_names("llm_input"),
@@ -861,6 +887,8 @@ def combine() -> Tables:
         step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
         cap_requests=tuple(pair for convention in CONVENTIONS
                            for pair in convention.cap_requests),
+        loop_caps=MappingProxyType({name: limit for convention in CONVENTIONS
+                                    for name, limit in convention.loop_caps}),
         hidden_answers=_names("hidden_answers"),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),

@@ -83,6 +83,10 @@ class SpanRecord:
     # An agent span whose framework, at its cap, asks the model for an answer from the agent
     # span itself (smolagents): the cap's name; the run's last model call says if it did
     cap_request: str | None = None
+    # A run's root whose framework ends its loop by its own tool or at its cap, its output
+    # hidden (DSPy's ReAct): the cap's name; the run says if the loop-end tool ran
+    loop_cap: str | None = None
+    loop_end: bool = False  # the framework's own tool to end its loop ran (DSPy's `finish`)
     requested_tools: bool = False  # a model call whose response asked for tools (no answer)
     creates_agent: bool = False  # creates/configures an agent without running it: not a run
     model_calls: int = 0  # model calls an agent span reports having made (crewai without

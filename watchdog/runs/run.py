@@ -58,7 +58,8 @@ class RunState:
     __slots__ = (
         "_call_counts", "_cycle_runs", "_error_counts", "_last_model", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_recent_calls", "_result_counts", "_tool_end_ns", "_tool_error_streak", "_tool_start_ns",
+        "_loop_ended", "_recent_calls", "_result_counts", "_tool_end_ns", "_tool_error_streak",
+        "_tool_start_ns",
         "activity_seq",
         "agent", "budget", "clock_lag", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
@@ -102,6 +103,7 @@ class RunState:
         self.errors = 0
         self.consecutive_errors = 0
         self._tool_error_streak = False  # the current error streak includes a failed tool call
+        self._loop_ended = False  # the framework's own loop-end tool ran (DSPy's `finish`)
         self.last_error: str | None = None
         self._error_counts: dict[int, int] = {}
         self.repeated_error = 0
@@ -180,6 +182,8 @@ class RunState:
             self.messages = record.messages
 
         kind = record.kind
+        if record.loop_end:
+            self._loop_ended = True
         if kind is LLM:
             self._count_model_call(record)
             if record.end_ns > self._llm_end_ns:
@@ -231,6 +235,11 @@ class RunState:
                 # the framework's request for an answer at its cap, the only model call that
                 # hangs from the agent span itself (smolagents at max_steps)
                 self.limit_stop = record.cap_request
+            if record.loop_cap is not None and self.limit_stop is None \
+                    and not self._loop_ended and self.tool_calls:
+                # the loop ended with no loop-end tool, after tools ran: at its cap (DSPy's
+                # max_iters, its trajectory hidden)
+                self.limit_stop = record.loop_cap
             if record.error and self.last_error is None:  # keep the error that led here
                 self.last_error = _error_text(record)
             return  # the agent span repeats its children's errors: do not count them twice
@@ -575,7 +584,8 @@ _read_slots = attrgetter(*RunState.__slots__)
 _SPAN_SLOTS = (
     "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
-    "_llm_said_start_ns", "_last_model", "_llm_start_ns", "_recent_calls", "_result_counts",
+    "_llm_said_start_ns", "_last_model", "_llm_start_ns", "_loop_ended", "_recent_calls",
+    "_result_counts",
     "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",

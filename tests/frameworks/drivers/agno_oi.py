@@ -15,11 +15,17 @@ Scenarios (argv[1]):
   ``agno_researcher`` (model ``<name>-sub``) through its ``delegate_task_to_member`` tool; the
   member looks a, b and c up and answers; the leader answers from that (``team_stream``: with
   ``stream=True``; ``team_async``: through ``arun``); ``limit_stream`` is ``limit`` streamed.
+
+A scenario ending ``_nocontent`` runs with content hidden, as a privacy-minded deployment sets
+it: OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
+``_OUTPUT_MESSAGES``/``_INPUT_TEXT``/``_OUTPUT_TEXT`` (read by the instrumentor's
+``TraceConfig``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from _otel import model_settings, setup_tracing
@@ -31,9 +37,15 @@ RESEARCHER = "agno_researcher"
 TEAM = "agno_team"
 SERVICE_NAME = "agno-service"  # not the agent name: the agent name must come from the spans
 TASKS = {**BASE_TASKS, "team": "Find out a, b and c."}
+CONTENT_OFF = {f"OPENINFERENCE_HIDE_{what}": "true"
+               for what in ("INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES",
+                            "INPUT_TEXT", "OUTPUT_TEXT")}
 
 
 def main(scenario: str) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)
+        scenario = scenario.removesuffix("_nocontent")
     provider = setup_tracing(SERVICE_NAME)
     AgnoInstrumentor().instrument(tracer_provider=provider)
     from agno.agent import Agent

@@ -17,6 +17,11 @@ Scenarios (argv[1]):
 * ``subagent``: a ReAct (model ``<name>``) whose tool ``research`` runs another ReAct (model
   ``<name>-sub``, with ``lookup``): the researcher looks a up and answers, then the outer agent
   finishes and answers.
+
+A scenario ending ``_nocontent`` runs with content hidden, as a privacy-minded deployment sets
+it: OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
+``_OUTPUT_MESSAGES``/``_INPUT_TEXT``/``_OUTPUT_TEXT`` (read by the instrumentors'
+``TraceConfig``).
 """
 
 from __future__ import annotations
@@ -32,9 +37,15 @@ from openinference.instrumentation.dspy import DSPyInstrumentor
 
 SERVICE_NAME = "dspy-service"  # not the agent name: that must come from the spans
 QUESTIONS = {**TASKS, "subagent": "Find out a."}
+CONTENT_OFF = {f"OPENINFERENCE_HIDE_{what}": "true"
+               for what in ("INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES",
+                            "INPUT_TEXT", "OUTPUT_TEXT")}
 
 
 def main(scenario: str) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)
+        scenario = scenario.removesuffix("_nocontent")
     # (before dspy and LiteLLM are imported: LiteLLM would download its model price list, and
     # DSPy writes its cache under the home directory; cache=False below keeps every call live)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
