@@ -12,11 +12,12 @@ $(VENV)/.created:
 	$(PIP) install -q --upgrade pip
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.created pyproject.toml
+# (the editable install builds the client's C span path in place: rebuilt when its source changes)
+$(VENV)/.installed: $(VENV)/.created pyproject.toml watchdog/client/_spanpath.c
 	$(PIP) install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.created pyproject.toml
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml watchdog/client/_spanpath.c
 	$(PIP) install -q -e '.[test]'
 	touch $@
 
