@@ -13,11 +13,11 @@ $(VENV)/.created:
 	touch $@
 
 # (the editable install builds the client's C span path in place: rebuilt when its source changes)
-$(VENV)/.installed: $(VENV)/.created pyproject.toml watchdog/client/_spanpath.c
+$(VENV)/.installed: $(VENV)/.created pyproject.toml setup.py watchdog/client/_spanpath.c
 	$(PIP) install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.created pyproject.toml watchdog/client/_spanpath.c
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml setup.py watchdog/client/_spanpath.c
 	$(PIP) install -q -e '.[test]'
 	touch $@
 
