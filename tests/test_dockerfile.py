@@ -227,8 +227,10 @@ def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) ->
         assert (ROOT / source).exists(), source
         assert any(f == source.rstrip("/") or f.startswith(source.rstrip("/") + "/")
                    for f in context), f"{source} is excluded by .dockerignore"
-    assert {f.split("/")[0] for f in context} <= {"pyproject.toml", "README.md", "rules",
-                                                  "watchdog"}
+    assert {f.split("/")[0] for f in context} <= {"pyproject.toml", "setup.py", "README.md",
+                                                  "rules", "watchdog"}
+    # nothing built in the tree (the client's C span path, built in place by `make`) goes in
+    assert not any(f.endswith(".so") for f in context)
 
 
 def test_the_builder_stage_wheel_holds_the_package_and_its_rules(tmp_path: Path) -> None:
