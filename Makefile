@@ -30,14 +30,18 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/watchdog demo
 
 ## system-deps: Debian packages the tests use, when missing: a real Prometheus and promtool;
-## buildah, podman, runc and debootstrap to build and run the container image (tests/test_image.py)
+## buildah, podman, runc and debootstrap to build and run the container image (tests/test_image.py);
+## gcc and the Python headers to build the client's C span path (tests/test_client_span_path.py)
 SYSTEM_DEPS := prometheus:prometheus promtool:prometheus buildah:buildah podman:podman \
-	runc:runc debootstrap:debootstrap
+	runc:runc debootstrap:debootstrap gcc:gcc
+HAS_PYTHON_H := import os, sys, sysconfig; \
+	sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
 system-deps:
 	@missing=""; for dep in $(SYSTEM_DEPS); do \
 		command -v $${dep%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${dep%%:*} ] \
 			|| missing="$$missing $${dep#*:}"; \
 	done; \
+	$(PYTHON) -c '$(HAS_PYTHON_H)' || missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ]; then \
 		missing=$$(echo $$missing | tr ' ' '\n' | sort -u | tr '\n' ' '); \
 		echo "installing Debian packages: $$missing"; \
@@ -61,7 +65,7 @@ frameworks: $(FRAMEWORK_VENVS)
 
 ## test: set up .venv with test extras, the framework venvs, system packages; lint (ruff and
 ## mypy: a lint error fails CI like a failing test); run every test
-test: $(VENV)/.installed-test frameworks system-deps lint
+test: system-deps $(VENV)/.installed-test frameworks lint
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-test
