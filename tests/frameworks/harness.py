@@ -95,13 +95,14 @@ def check_recorded(sidecar: RunningServer, driver: str, scenario: str,
     check_runs(sidecar, expected)
 
 
-def replay(sidecar: RunningServer, recording: Path) -> None:
+def replay(sidecar: RunningServer, recording: Path, skew: float = 0.0) -> None:
     """Export a recording again, request by request, as OTLP/JSON — its timestamps moved to
-    now, as if the framework had just run (the time-based rules read them)."""
+    now, as if the framework had just run (the time-based rules read them); with ``skew``, as
+    if on a host whose clock is that many seconds behind the sidecar's (negative: ahead)."""
     requests = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()
                 if line.strip()]
     times = [int(span["startTimeUnixNano"]) for span in _spans(requests)]
-    shift = time.time_ns() - min(times) - 10**9 if times else 0
+    shift = time.time_ns() - min(times) - 10**9 - int(skew * 10**9) if times else 0
     for span in _spans(requests):
         for key in ("startTimeUnixNano", "endTimeUnixNano"):
             span[key] = str(int(span[key]) + shift)

@@ -61,7 +61,7 @@ class RunState:
         "_loop_ended", "_recent_calls", "_result_counts", "_tool_end_ns", "_tool_error_streak",
         "_tool_start_ns",
         "activity_seq",
-        "agent", "budget", "clock_lag", "consecutive_errors",
+        "agent", "budget", "clock_lags", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since",
@@ -87,9 +87,9 @@ class RunState:
         self.named_by_agent = False  # an agent span (not a workflow around it) named the run
         self.parent_run: str | None = None
         self.first_start_ns = 0
-        # The least time between a span's end and its arrival: ~the exporter's delay, or how far
-        # the agent's clock is behind the sidecar's (negative: ahead) — see clock_skew.
-        self.clock_lag: float | None = None
+        # The least and the most time between a span's end and its arrival (~the exporter's
+        # delay, plus how far the agent's clock is behind the sidecar's): see clock_skew.
+        self.clock_lags: tuple[float, float] | None = None
         self.first_seen = now
         self.last_seen = now
         self.last_progress = now
@@ -156,8 +156,14 @@ class RunState:
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
         lag = now - record.end_ns / NS
-        if self.clock_lag is None or lag < self.clock_lag:
-            self.clock_lag = lag
+        # a span that ends far after it arrived started so too, else its end is wrong (an
+        # instrumentation's unit mix-up): no word on the clock
+        if lag >= -CLOCK_SKEW_TOLERANCE or record.start_ns / NS > now:
+            lags = self.clock_lags
+            if lags is None:
+                self.clock_lags = (lag, lag)
+            elif lag < lags[0] or lag > lags[1]:
+                self.clock_lags = (min(lag, lags[0]), max(lag, lags[1]))
         if record.run_frame:  # the client SDK's own span: what it says is the client's word
             self.announce(record.agent, record.session, record.parent_run, record.budget)
         if record.agent is not None and (
@@ -464,14 +470,21 @@ class RunState:
 
     def clock_skew(self) -> float:
         """How far the agent's clock is behind the sidecar's, in seconds (negative: ahead), as
-        the run's spans tell it: 0 unless every span arrived more than
-        ``CLOCK_SKEW_TOLERANCE`` after it ended, or one ended after it arrived by more than that.
-        Time signals count in the agent's clock from its first span's start: an agent whose
-        clock is two hours behind is not two hours into its run when its first span arrives."""
-        lag = self.clock_lag
-        if lag is None or -CLOCK_SKEW_TOLERANCE <= lag <= CLOCK_SKEW_TOLERANCE:
+        the run's spans tell it: the least time between a span's end and its arrival (the
+        exporter's delay is least there), when every span arrived more than
+        ``CLOCK_SKEW_TOLERANCE`` after it ended or every span ended more than that after it
+        arrived; else 0. Time signals count in the agent's clock from its first span's start:
+        an agent whose clock is two hours behind is not two hours into its run when its first
+        span arrives. All spans must agree: one span whose end is wrong (an instrumentation's
+        unit mix-up, year 2500) among the run's right ones leaves the sidecar's clock in
+        charge, and so does a span that ends far after it arrived though it started before."""
+        lags = self.clock_lags
+        if lags is None:
             return 0.0
-        return lag
+        least, most = lags
+        if least > CLOCK_SKEW_TOLERANCE or most < -CLOCK_SKEW_TOLERANCE:
+            return least
+        return 0.0
 
     def elapsed_seconds(self, now: float) -> float:
         if not self.first_start_ns:
@@ -564,6 +577,8 @@ class RunState:
             value = data[name]
             if name in ("_call_counts", "_error_counts"):
                 value = {int(k): v for k, v in value.items()}
+            elif name == "clock_lags" and value is not None:  # stored as a JSON list
+                value = (float(value[0]), float(value[1]))
             elif name == "_last_model" and value is not None:  # stored as a JSON list
                 value = (str(value[0]), str(value[1]), int(value[2]), int(value[3]))
             elif name == "_result_counts":  # stored as JSON lists
