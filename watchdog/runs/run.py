@@ -566,6 +566,8 @@ class RunState:
         for name in _INT_KEYED_SLOTS:
             data[name] = {str(k): v for k, v in data[name].items()}
         data["_result_counts"] = {str(k): list(v) for k, v in data["_result_counts"].items()}
+        if data["clock_lags"] is not None:
+            data["clock_lags"] = list(data["clock_lags"])
         return data
 
     @classmethod
