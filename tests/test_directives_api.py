@@ -23,7 +23,7 @@ from tests.harness import eventually
 from watchdog.api import create_app
 from watchdog.clock import Clock
 from watchdog.config import Config
-from watchdog.core import Decided
+from watchdog.core import RECENT_STEPS, Decided
 from watchdog.directives.hub import Hub
 from watchdog.directives.outbox import Outbox
 from watchdog.directives.store import DirectiveStore
@@ -31,6 +31,7 @@ from watchdog.directives.webhooks import RetryPolicy, WebhookTarget
 from watchdog.rules.decision import Action, Decision, Severity
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.record import KeySource
+from watchdog.runs.report import RecentSteps
 from watchdog.runs.run import RunState
 from watchdog.service import WatchdogService
 from watchdog.store import Store
@@ -79,9 +80,12 @@ class Sidecar:
         return directive.seq
 
 
-def recent_steps(key: str) -> tuple[ActivityEntry, ...]:
-    return tuple(ActivityEntry(key, i, time.time(), "tool", "read_file",
-                               f'{{"path": "/a/{i}"}}', f"content {i}") for i in range(1, 4))
+def recent_steps(key: str) -> tuple[str, ...]:
+    steps = RecentSteps(RECENT_STEPS)
+    for i in range(1, 4):
+        steps.append(ActivityEntry(key, i, time.time(), "tool", "read_file",
+                                   f'{{"path": "/a/{i}"}}', f"content {i}"))
+    return steps.render()[0]
 
 
 @asynccontextmanager

@@ -10,9 +10,9 @@ directives) and the runs that finished (to count and log). :meth:`Core.tick` doe
 the timer (timed rules, expiry). Nothing here reads a clock, a file or a socket, and nothing
 calls back into the shell: the caller passes ``now`` and carries the step on.
 
-Every :class:`Decided` carries what delivery needs — the run's budget view and its most recent
-activity at the moment of the decision — so the outbox writes the directive, report prompt
-included, without asking anyone (no store read, no callback).
+Every :class:`Decided` carries what delivery needs — the run's budget view and the lines of its
+most recent steps at the moment of the decision — so the outbox writes the directive, report
+prompt included, without asking anyone (no store read, no callback).
 
 A failure in one run's work (a bug, a value nothing should have let in) is that run's alone: it
 is reported in :attr:`Step.failures` with the exception, and the other runs go on.
@@ -25,7 +25,7 @@ known to be there and not in memory (see :class:`~watchdog.sessions.SessionBook`
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -36,7 +36,8 @@ from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.runs.record import SpanRecord
-from watchdog.runs.run import RunState
+from watchdog.runs.report import RecentSteps
+from watchdog.runs.run import NS, RunState
 from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.sessions import SessionBook
@@ -52,8 +53,9 @@ class Decided:
     decision: Decision
     run: RunState  # live: read on the event loop thread, in the step that decided it
     budget: dict[str, float]  # the run's budget view (rule pack defaults included)
-    recent: tuple[ActivityEntry, ...]  # the run's last steps, oldest first
+    steps: tuple[str, ...]  # the run's last steps as report lines (redacted), oldest first
     now: float
+    earlier_steps: int = 0  # the run's steps before those
 
 
 @dataclass(slots=True)
@@ -90,7 +92,7 @@ class Core:
         self.engine = engine
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
-        self._recent: dict[str, deque[ActivityEntry]] = {}
+        self._recent: dict[str, RecentSteps] = {}
 
     # -- spans ----------------------------------------------------------------------------------
 
@@ -148,10 +150,10 @@ class Core:
         prompts of its directives; the shell gives back a restored run's stored steps."""
         recent = self._recent
         for entry in activity:
-            ring = recent.get(entry.run_key)
-            if ring is None:
-                ring = recent[entry.run_key] = deque(maxlen=RECENT_STEPS)
-            ring.append(entry)
+            steps = recent.get(entry.run_key)
+            if steps is None:
+                steps = recent[entry.run_key] = RecentSteps(RECENT_STEPS)
+            steps.append(entry)
 
     # -- client calls ---------------------------------------------------------------------------
 
@@ -254,10 +256,11 @@ class Core:
         if decision.action is not Action.NOTIFY and not run.ended:
             reason = decision.terminal_state.value if decision.terminal_state else decision.rule
             self._stuck[run.key] = (run.agent_name, reason)
-        ring = self._recent.get(run.key)
+        recent = self._recent.get(run.key)
+        lines, earlier = recent.render(run.first_start_ns / NS if run.first_start_ns else None
+                                       ) if recent is not None else ((), 0)
         step.decisions.append(Decided(decision, run, run.budget_view(self.default_budget(run),
-                                                                     now),
-                                      tuple(ring) if ring else (), now))
+                                                                     now), lines, now, earlier))
 
     def _finish(self, runs: list[RunState], step: Step) -> None:
         step.finished.extend(runs)

@@ -9,7 +9,7 @@ its early steps.
 
 The log is bounded (the last ``PROMPT_MAX_LINES`` steps, at most ``PROMPT_MAX_LOG_CHARS``
 characters) so the prompt never crowds out the model's context. Pure: no IO, no clock. The
-lines come from :func:`watchdog.runs.report.activity_lines`, which redacts them; the message and
+lines come from :class:`watchdog.runs.report.RecentSteps`, which redacts them; the message and
 the last error are redacted here; the rest is our own text (so the prompt is not redacted as a
 whole: that took milliseconds on the directive path).
 """
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from watchdog.ingest.redact import redact
 from watchdog.rules.decision import Action
-from watchdog.runs.report import activity_lines, format_duration
-from watchdog.runs.run import NS, RunState
+from watchdog.runs.report import format_duration
+from watchdog.runs.run import RunState
 
 if TYPE_CHECKING:
     from watchdog.core import Decided
@@ -105,17 +105,15 @@ def report_prompt(run: RunState, activity_lines: Sequence[str], directive_messag
 
 
 def prompt_for(decided: Decided, directive: Directive) -> str:
-    """The report prompt of ``directive`` from what its decision carries: the run's last steps
-    (:data:`watchdog.core.RECENT_STEPS`) and its budget view. A run restored after a restart
-    has its earlier steps in the store only: the prompt says the log is not available."""
-    run, recent = decided.run, decided.recent
-    start = run.first_start_ns / NS if run.first_start_ns else None
-    lines = activity_lines(recent, start, fields_redacted=True)
-    earlier = max(recent[0].seq - 1, 0) if recent else 0
-    return report_prompt(run, lines, directive.message, action=directive.action,
+    """The report prompt of ``directive`` from what its decision carries: the lines of the
+    run's last steps (:data:`watchdog.core.RECENT_STEPS`) and its budget view. A run restored
+    after a restart has its earlier steps in the store only: the prompt says the log is not
+    available."""
+    run, steps = decided.run, decided.steps
+    return report_prompt(run, steps, directive.message, action=directive.action,
                          now=directive.created_at, budget=directive.budget,
-                         log_available=bool(recent) or not run.activity_seq,
-                         earlier_steps=earlier)
+                         log_available=bool(steps) or not run.activity_seq,
+                         earlier_steps=decided.earlier_steps)
 
 
 def bounded_log(lines: Sequence[str], max_lines: int = PROMPT_MAX_LINES,

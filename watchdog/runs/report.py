@@ -18,9 +18,8 @@ Pure: no IO, no clock (``now`` is an argument).
 
 from __future__ import annotations
 
-import functools
 import operator
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -260,32 +259,58 @@ def _budget_notes(run: RunState, now: float, default_budget: dict[str, float] | 
 
 # -- rendering ------------------------------------------------------------------------------------
 
-def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None,
-                   fields_redacted: bool = False) -> list[str]:
-    """One compact line per step, e.g. ``+12.3s tool read_file({"path":"a.py"}) -> 'x = 1'``.
-    Offsets count from ``start`` (default: the first entry). ``fields_redacted``: the entries'
-    arguments, results and errors were redacted at ingest (entries the core kept), so only
-    the step names are redacted here; otherwise each whole line is."""
+def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None) -> list[str]:
+    """One compact line per step, e.g. ``+12.3s tool read_file({"path":"a.py"}) -> 'x = 1'``,
+    each whole line redacted. Offsets count from ``start`` (default: the first entry)."""
     if not activity:
         return []
     # In the order the steps ended: an export request groups spans by instrumentation scope,
     # and the ingest holds some back to the request's end, so arrival order is not step order.
     activity = sorted(activity, key=ENDED_AT)
     origin = activity[0].at if start is None else start
-    if fields_redacted:
-        return ["+" + format_duration(max(entry.at - origin, 0.0)) + " "
-                + _redacted_step(entry) for entry in activity]
     return [redact(_line(entry, origin)) for entry in activity]
 
 
 ENDED_AT = operator.attrgetter("at")  # (C-level: a sort key on every report prompt)
 
 
-@functools.lru_cache(maxsize=4096)
-def _redacted_step(entry: ActivityEntry) -> str:
-    """:func:`_step_line` of an entry whose fields were redacted at ingest, its name redacted
-    here. Cached: a looping run's report prompts show the same recent steps again and again."""
-    return _step_line(entry, redact(entry.name))
+class RecentSteps:
+    """A run's last steps (the core keeps one per active run, for the report prompts of its
+    directives) and their lines, each made once: a looping run's directives show the same
+    steps again and again, and a cache shared by all runs thrashed once a few hundred runs
+    fired at a time. The entries' arguments, results and errors were redacted at ingest, so
+    only a step's name is redacted here."""
+
+    __slots__ = ("entries", "lines", "origin")
+
+    def __init__(self, size: int) -> None:
+        self.entries: deque[ActivityEntry] = deque(maxlen=size)
+        self.lines: dict[int, str] = {}  # seq -> line, with its offset from origin
+        self.origin: float | None = None
+
+    def append(self, entry: ActivityEntry) -> None:
+        self.entries.append(entry)
+
+    def render(self, start: float | None = None) -> tuple[tuple[str, ...], int]:
+        """:func:`activity_lines` of the steps kept (offsets from ``start``, default: the
+        first step), and how many of the run's steps came before them."""
+        entries = self.entries
+        if not entries:
+            return (), 0
+        ordered = sorted(entries, key=ENDED_AT)
+        origin = ordered[0].at if start is None else start
+        lines = self.lines
+        if origin != self.origin or len(lines) > 2 * len(entries):
+            lines = self.lines = {}  # other offsets, or lines of steps no longer kept
+            self.origin = origin
+        rendered = []
+        for entry in ordered:
+            line = lines.get(entry.seq)
+            if line is None:
+                line = lines[entry.seq] = ("+" + format_duration(max(entry.at - origin, 0.0))
+                                           + " " + _step_line(entry, redact(entry.name)))
+            rendered.append(line)
+        return tuple(rendered), max(entries[0].seq - 1, 0)
 
 
 def _line(entry: ActivityEntry, origin: float) -> str:
