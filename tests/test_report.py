@@ -5,7 +5,13 @@ from __future__ import annotations
 from watchdog.ingest.redact import redact
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.record import KeySource
-from watchdog.runs.report import activity_lines, build_report, format_duration, render_markdown
+from watchdog.runs.report import (
+    RecentSteps,
+    activity_lines,
+    build_report,
+    format_duration,
+    render_markdown,
+)
 from watchdog.runs.run import NS, RunState
 from watchdog.runs.terminal import TerminalState
 
@@ -218,3 +224,31 @@ def test_format_duration() -> None:
     assert format_duration(4.25) == "4.2s"
     assert format_duration(185) == "3m05s"
     assert format_duration(7620) == "2h07m"
+
+
+def test_recent_steps_are_the_activity_lines_of_the_last_steps() -> None:
+    """A run's recent steps (kept by the core for its report prompts) render as the activity
+    lines of the steps kept, in the order they ended, with the steps before them counted; a
+    step's name is redacted (its fields were at ingest)."""
+    secret = "sk-" + "a1B2c3D4" * 5
+    log = [*exploring_log(), tool(9, secret, '{"n":1}', "ok")]
+    steps = RecentSteps(4)
+    for entry in [*log[:7], log[8], log[7]]:  # arrival order is not step order
+        steps.append(entry)
+    lines, earlier = steps.render()
+    assert lines == tuple(activity_lines(log[5:])) and secret not in lines[-1]
+    assert earlier == 5 and lines[0].startswith("+0.0s ")
+    lines, earlier = steps.render(start=T0)
+    assert lines == tuple(activity_lines(log[5:], start=T0)) and lines[0].startswith("+6.0s ")
+    assert steps.render(start=T0 - 10)[0][0].startswith("+16.0s ")  # another start
+
+
+def test_recent_steps_keep_the_lines_of_the_steps_they_keep() -> None:
+    steps = RecentSteps(3)
+    for seq in range(1, 101):
+        steps.append(tool(seq, "read_file", f'{{"n":{seq}}}', "x"))
+        steps.render(start=T0)
+    assert len(steps.lines) <= 6
+    assert steps.render(start=T0)[0] == tuple(activity_lines([tool(seq, "read_file",
+                                                                    f'{{"n":{seq}}}', "x")
+                                                               for seq in (98, 99, 100)], T0))
