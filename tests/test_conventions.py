@@ -1022,6 +1022,28 @@ def test_spans_without_ids_are_rejected_and_counted_others_kept(otel: SpanMaker)
     assert "rejected 3 span(s)" in decoded.message()
 
 
+def test_a_time_that_is_none_is_taken_from_the_other_a_span_with_neither_rejected(
+        otel: SpanMaker) -> None:
+    """A start or end that cannot be a span's time (0, OTLP's "unknown"; microseconds, which
+    read as January 1970) is taken from the other; a span with neither is
+    refused and counted, the others kept."""
+    for i in range(5):
+        otel.span(f"execute_tool t{i}", tool_attrs(f"t{i}"))
+    request = encode(otel.take())
+    spans = request.resource_spans[0].scope_spans[0].spans
+    right = [(span.start_time_unix_nano, span.end_time_unix_nano) for span in spans]
+    spans[0].start_time_unix_nano = 0
+    spans[1].end_time_unix_nano = 1_700_000_000  # seconds, not nanoseconds
+    spans[2].start_time_unix_nano = spans[2].end_time_unix_nano = 0
+    spans[3].start_time_unix_nano //= 1000
+    spans[3].end_time_unix_nano //= 1000
+    decoded = records_from(parse_protobuf(request.SerializeToString()))
+    assert {r.tool_name: (r.start_ns, r.end_ns) for r in decoded.records} == {
+        "t0": (right[0][1], right[0][1]), "t1": (right[1][0], right[1][0]), "t4": right[4]}
+    assert decoded.rejected == {"invalid_timestamps": 2}
+    assert "'execute_tool t2' has no valid time: start 0 ns, end 0 ns" in decoded.message()
+
+
 def _otlp_json(request: Any) -> bytes:
     """OTLP/JSON as the spec defines it: protobuf JSON mapping, but hex trace/span ids and
     integer enums."""

@@ -156,6 +156,8 @@ CONTROL_BODIES: list[tuple[str, str, bytes, str]] = [
      "messages=100000000000000000000000000000 is not allowed"),
     ("heartbeat", "/heartbeat", b'{"messages": 1, "oldest_call_started": 1e200}',
      "oldest_call_started=1e+200 is not allowed"),
+    ("heartbeat", "/heartbeat", b'{"messages": 1, "oldest_call_started": 0}',
+     "oldest_call_started=0 is not allowed: expected epoch seconds from 946684800 (2000)"),
     ("heartbeat", "/heartbeat",
      b'{"announce": {"agent": "a", "budget": {"max_tool_calls": 1e300}}}',
      "announce.budget.max_tool_calls=1e+300 is not allowed"),

@@ -27,6 +27,7 @@ from watchdog.bounds import (
     MAX_EPOCH_SECONDS,
     MAX_IN_FLIGHT,
     MAX_MESSAGES,
+    MIN_EPOCH_SECONDS,
     budget_limit,
     id_problem,
     is_number,
@@ -326,9 +327,11 @@ def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
         raise BadRequest(f"in_flight={_shown(in_flight)} is not allowed: expected an integer "
                          f"from 0 to {MAX_IN_FLIGHT} (calls started and not ended)")
     oldest = body.get("oldest_call_started")
-    if oldest is not None and not (is_number(oldest) and 0 <= oldest <= MAX_EPOCH_SECONDS):
+    if oldest is not None and not (is_number(oldest)
+                                   and MIN_EPOCH_SECONDS <= oldest <= MAX_EPOCH_SECONDS):
         raise BadRequest(f"oldest_call_started={_shown(oldest)} is not allowed: expected "
-                         f"epoch seconds from 0 to {MAX_EPOCH_SECONDS:g}")
+                         f"epoch seconds from {MIN_EPOCH_SECONDS} (2000) to "
+                         f"{MAX_EPOCH_SECONDS:g}")
     return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
                      _announcement(body.get("announce")))
 

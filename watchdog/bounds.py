@@ -23,7 +23,13 @@ MAX_TOKENS_PER_CALL = 10**9
 MAX_BUDGET = 1e12
 MAX_MESSAGES = 10**9  # conversation length a heartbeat may report
 MAX_IN_FLIGHT = 10**6  # calls a heartbeat may report as running
-MAX_EPOCH_SECONDS = 1e11  # year 5138: later "epoch seconds" are units mixed up (ms, ns)
+# Times from outside (epoch seconds) from 2000 to year 5138: an earlier one is none (0, OTLP's
+# "unknown"; other units, µs or ms, read as January 1970), a later one units mixed up (ms, ns).
+MIN_EPOCH_SECONDS = 946_684_800
+MAX_EPOCH_SECONDS = 1e11
+# A span's times, in ns (a uint64: at most year 2554). One that ends far after it arrived is the
+# run's to judge (watchdog.runs.run: it knows when the span arrived).
+MIN_SPAN_TIME_NS = MIN_EPOCH_SECONDS * 10**9
 
 # C0 and C1 controls, DEL, and lone surrogates (JSON "\ud800" decodes to one).
 _BAD_ID_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -51,6 +57,16 @@ def check_id(value: str, what: str) -> str:
     if problem is not None:
         raise InvalidId(f"{what} {value[:64]!r} is not allowed: it {problem}")
     return value
+
+
+def span_times(start_ns: int, end_ns: int) -> tuple[int, int] | None:
+    """A span's start and end (ns), the end not before the start. A time that cannot be one (see
+    :data:`MIN_SPAN_TIME_NS`) is taken from the other: a span whose start is unknown took no
+    time that is known, and it ended when it ended. None when neither is a time."""
+    start_ok = start_ns >= MIN_SPAN_TIME_NS
+    if end_ns >= MIN_SPAN_TIME_NS:
+        return (start_ns, max(end_ns, start_ns)) if start_ok else (end_ns, end_ns)
+    return (start_ns, start_ns) if start_ok else None
 
 
 def token_count(value: object) -> int:

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -95,10 +95,12 @@ def check_recorded(sidecar: RunningServer, driver: str, scenario: str,
     check_runs(sidecar, expected)
 
 
-def replay(sidecar: RunningServer, recording: Path, skew: float = 0.0) -> None:
+def replay(sidecar: RunningServer, recording: Path, skew: float = 0.0,
+           edit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
     """Export a recording again, request by request, as OTLP/JSON — its timestamps moved to
     now, as if the framework had just run (the time-based rules read them); with ``skew``, as
-    if on a host whose clock is that many seconds behind the sidecar's (negative: ahead)."""
+    if on a host whose clock is that many seconds behind the sidecar's (negative: ahead);
+    ``edit`` changes its spans (in export order) after that."""
     requests = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()
                 if line.strip()]
     times = [int(span["startTimeUnixNano"]) for span in _spans(requests)]
@@ -108,6 +110,8 @@ def replay(sidecar: RunningServer, recording: Path, skew: float = 0.0) -> None:
             span[key] = str(int(span[key]) + shift)
         for event in span.get("events", ()):
             event["timeUnixNano"] = str(int(event["timeUnixNano"]) + shift)
+    if edit is not None:
+        edit(list(_spans(requests)))
     for request in requests:
         status, body = http_request("POST", sidecar.otlp_http + "/v1/traces",
                                     json.dumps(request).encode(),

@@ -4,22 +4,20 @@ clock were hours or a day behind or ahead of the sidecar's, reads the same runs 
 out at its first span by the default pack's 15-minute total timeout (an agent behind), none
 0 s old for hours (an agent ahead): each run is as old as its spans say.
 
-And one span whose end is wrong (an instrumentation's unit mix-up: year 2500) among a run's
-right ones is not a clock that disagrees: the run is not timed out and its age is right. (Its
-answer may read otherwise — a model call ending in 2500 is the run's last: a known gap, apart
-from the clock.)
+And one span whose start or end is wrong (unset, an instrumentation's unit mix-up, year 2500)
+among a run's right ones is not a clock that disagrees: the run reads the same, and its age is
+right.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from tests.frameworks import test_openai_agents, test_pydantic_ai
-from tests.frameworks.harness import RECORDINGS, UNCHECKED, Expect, check_runs, replay
+from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay
 from tests.harness import RunningServer
 
 CASES: list[tuple[str, str, list[Expect]]] = [
@@ -47,21 +45,37 @@ def test_a_clock_hours_off_reads_the_same_runs(sidecar: RunningServer, driver: s
     check_ages(check_runs(sidecar, expected))
 
 
+def start_unset(span: dict[str, Any]) -> None:
+    span["startTimeUnixNano"] = "0"  # OTLP's "unknown"
+
+
+def start_in_microseconds(span: dict[str, Any]) -> None:
+    span["startTimeUnixNano"] = str(int(span["startTimeUnixNano"]) // 1000)  # January 1970
+
+
+def start_in_1990(span: dict[str, Any]) -> None:
+    span["startTimeUnixNano"] = str(631_152_000 * 10**9)
+
+
+def end_in_2500(span: dict[str, Any]) -> None:
+    span["endTimeUnixNano"] = str(YEAR_2500_NS)  # its start stays right
+
+
+WRONG_TIMES = [start_unset, start_in_microseconds, start_in_1990, end_in_2500]
+
+
+@pytest.mark.parametrize("which", [0, -1], ids=["first-span", "last-span"])
+@pytest.mark.parametrize("wrong", WRONG_TIMES, ids=[wrong.__name__ for wrong in WRONG_TIMES])
 @pytest.mark.parametrize(("driver", "scenario", "expected"), CASES,
                          ids=[f"{driver}-{scenario}" for driver, scenario, _ in CASES])
-def test_one_span_ending_in_year_2500_is_no_clock_skew(sidecar: RunningServer, tmp_path: Path,
-                                                        driver: str, scenario: str,
-                                                        expected: list[Expect]) -> None:
-    lines = (RECORDINGS / driver / f"{scenario}.jsonl").read_text(encoding="utf-8").splitlines()
-    requests = [json.loads(line) for line in lines if line.strip()]
-    first = requests[0]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
-    first["endTimeUnixNano"] = str(YEAR_2500_NS)  # its start stays right
-    recording = tmp_path / "corrupt.jsonl"
-    recording.write_text("\n".join(json.dumps(request) for request in requests) + "\n",
-                         encoding="utf-8")
-    replay(sidecar, recording)
-    runs = check_runs(sidecar, [replace(expect, terminal_state=UNCHECKED,
-                                        has_final_answer=UNCHECKED, terminal_reason=UNCHECKED)
-                                for expect in expected])
+def test_one_span_with_a_time_that_is_none_reads_the_same_runs(
+        sidecar: RunningServer, driver: str, scenario: str, expected: list[Expect],
+        wrong: Callable[[dict[str, Any]], None], which: int) -> None:
+    """One span's start or end that cannot be its time (unset, other units, a year far off)
+    among a run's right ones: the run reads as recorded, as old as its right spans say. Before,
+    a start of 0 or in 1970 made a run decades old (timed out at once), and a model call ending
+    in 2500 stayed the run's last (its answer read from it)."""
+    replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl",
+           edit=lambda spans: wrong(spans[which]))
+    runs = check_runs(sidecar, expected)
     check_ages(runs)
-    assert not any(run["terminal_state"] == "time_limit_reached" for run in runs), runs

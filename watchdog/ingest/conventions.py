@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.bounds import budget_limit, token_count
+from watchdog.bounds import budget_limit, span_times, token_count
 from watchdog.ingest.decode import any_value
 from watchdog.ingest.frameworks import TABLES, Path, Role
 from watchdog.ingest.outcome import (
@@ -544,7 +544,13 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     raw_parent = span.parent_span_id
     parent = raw_parent.hex() if len(raw_parent) == 8 and raw_parent != b"\0" * 8 else None
     name = span.name[:MAX_NAME_CHARS]
-    start_ns = span.start_time_unix_nano
+    times = span_times(span.start_time_unix_nano, span.end_time_unix_nano)
+    if times is None:
+        raise SpanRejected("invalid_timestamps",
+                           f"span {name[:64]!r} has no valid time: start "
+                           f"{span.start_time_unix_nano} ns, end {span.end_time_unix_nano} ns "
+                           f"since the epoch (nanoseconds from 2000 on; other units?)")
+    start_ns, end_ns = times
     key, source = run_key(trace_id, attrs, resource)
     role = role_of(name, attrs, parent is None)
     step = False  # a span of agent kind that is a step or a tool call: the name it has is not
@@ -566,7 +572,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     kind = ROLE_KINDS[role]
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
     record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
-                        max(span.end_time_unix_nano, start_ns))
+                        end_ns)
     if source is KEY_WATCHDOG and name.startswith(CLIENT_RUN_SPAN):
         record.run_frame = True
     if role is CREATE_AGENT:

@@ -156,14 +156,17 @@ class RunState:
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
         lag = now - record.end_ns / NS
-        # a span that ends far after it arrived started so too, else its end is wrong (an
-        # instrumentation's unit mix-up): no word on the clock
         if lag >= -CLOCK_SKEW_TOLERANCE or record.start_ns / NS > now:
             lags = self.clock_lags
             if lags is None:
                 self.clock_lags = (lag, lag)
             elif lag < lags[0] or lag > lags[1]:
                 self.clock_lags = (min(lag, lags[0]), max(lag, lags[1]))
+        else:
+            # It ends far after it arrived though it started before: its end is wrong (an
+            # instrumentation's unit mix-up, year 2500), no word on the clock, and its start is
+            # the one time it has (else a model call early in the run reads as its last).
+            record.end_ns = record.start_ns
         if record.run_frame:  # the client SDK's own span: what it says is the client's word
             self.announce(record.agent, record.session, record.parent_run, record.budget)
         if record.agent is not None and (
