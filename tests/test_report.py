@@ -248,7 +248,7 @@ def test_recent_steps_keep_the_lines_of_the_steps_they_keep() -> None:
     for seq in range(1, 101):
         steps.append(tool(seq, "read_file", f'{{"n":{seq}}}', "x"))
         steps.render(start=T0)
-    assert len(steps.lines) <= 6
+    assert steps.lines is not None and len(steps.lines) <= 6
     assert steps.render(start=T0)[0] == tuple(activity_lines([tool(seq, "read_file",
                                                                     f'{{"n":{seq}}}', "x")
                                                                for seq in (98, 99, 100)], T0))

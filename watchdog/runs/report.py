@@ -285,7 +285,8 @@ class RecentSteps:
 
     def __init__(self, size: int) -> None:
         self.entries: deque[ActivityEntry] = deque(maxlen=size)
-        self.lines: dict[int, str] = {}  # seq -> line, with its offset from origin
+        # seq -> line, its offset from origin: made when a directive first needs them
+        self.lines: dict[int, str] | None = None
         self.origin: float | None = None
 
     def append(self, entry: ActivityEntry) -> None:
@@ -300,22 +301,22 @@ class RecentSteps:
         ordered = sorted(entries, key=ENDED_AT)
         origin = ordered[0].at if start is None else start
         lines = self.lines
-        if origin != self.origin or len(lines) > 2 * len(entries):
+        if lines is None or origin != self.origin or len(lines) > 2 * len(entries):
             lines = self.lines = {}  # other offsets, or lines of steps no longer kept
             self.origin = origin
         rendered = []
         for entry in ordered:
             line = lines.get(entry.seq)
             if line is None:
-                line = lines[entry.seq] = ("+" + format_duration(max(entry.at - origin, 0.0))
-                                           + " " + _step_line(entry, redact(entry.name)))
+                line = lines[entry.seq] = _line(entry, origin, redact(entry.name))
             rendered.append(line)
         return tuple(rendered), max(entries[0].seq - 1, 0)
 
 
-def _line(entry: ActivityEntry, origin: float) -> str:
-    return "+" + format_duration(max(entry.at - origin, 0.0)) + " " + _step_line(entry,
-                                                                                 entry.name)
+def _line(entry: ActivityEntry, origin: float, name: str | None = None) -> str:
+    """``entry``'s line with its offset from ``origin`` (``name``: for its name)."""
+    return ("+" + format_duration(max(entry.at - origin, 0.0)) + " "
+            + _step_line(entry, entry.name if name is None else name))
 
 
 def _step_line(entry: ActivityEntry, name: str) -> str:
