@@ -547,9 +547,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     times = span_times(span.start_time_unix_nano, span.end_time_unix_nano)
     if times is None:
         raise SpanRejected("invalid_timestamps",
-                           f"span {name[:64]!r} has no valid time: start "
-                           f"{span.start_time_unix_nano} ns, end {span.end_time_unix_nano} ns "
-                           f"since the epoch (nanoseconds from 2000 on; other units?)")
+                           f"span has no valid time: start {span.start_time_unix_nano} ns, end "
+                           f"{span.end_time_unix_nano} ns since the epoch (nanoseconds from 2000 "
+                           f"on; other units?)")
     start_ns, end_ns = times
     key, source = run_key(trace_id, attrs, resource)
     role = role_of(name, attrs, parent is None)
