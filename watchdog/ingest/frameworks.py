@@ -150,6 +150,9 @@ class Convention:
     # after the node it runs in is a step of a graph, not an agent of its own
     graph_node_json: tuple[tuple[str, Path], ...] = ()
     session: Names = _NO_NAMES
+    # a model call's response id: two model-call spans with one id are the same call traced
+    # twice (a client SDK's own span and an instrumentation's, neither inside the other)
+    response_id: Names = _NO_NAMES
     # -- errors
     # (exception type, regex with groups "type" and "message"): an exporter that records every
     # error as this generic exception type, the real exception's repr (and maybe a traceback)
@@ -267,6 +270,7 @@ GENAI = Convention(
     agent_name=("gen_ai.agent.name",),
     agent_span_name=("gen_ai.workflow.name",),
     session=("gen_ai.conversation.id",),
+    response_id=("gen_ai.response.id",),
     tool_name=("gen_ai.tool.name",),
     tool_name_span_prefixes=("execute_tool ",),
     tool_args=("gen_ai.tool.call.arguments",),
@@ -758,6 +762,7 @@ class Tables:
     graph_node_json: tuple[tuple[str, Path], ...]
     wrapped_exceptions: Mapping[str, re.Pattern[str]]
     session: Names
+    response_id: Names
     tool_name: Names
     tool_name_span_prefixes: Names
     tool_name_span_suffixes: Names
@@ -840,6 +845,7 @@ def combine() -> Tables:
             exc_type: re.compile(pattern) for convention in CONVENTIONS
             for exc_type, pattern in convention.wrapped_exceptions}),
         session=_names("session"),
+        response_id=_names("response_id"),
         tool_name=_names("tool_name"),
         tool_name_span_prefixes=_names("tool_name_span_prefixes"),
         tool_name_span_suffixes=_names("tool_name_span_suffixes"),

@@ -11,11 +11,12 @@ invocation span, as many home-grown agents don't. Scenarios (argv[1]): ``three_t
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from _otel import model_settings, setup_tracing
 from anthropic import Anthropic
-from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 MAX_STEPS = 5  # the loop's own cap: "limit" runs into it
 TOOLS = [{"name": "lookup", "description": "Look a key up.",
@@ -29,9 +30,11 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-def main(scenario: str) -> None:
-    provider = setup_tracing("anthropic-loop")
-    AnthropicInstrumentor().instrument(tracer_provider=provider)
+def run(scenario: str, service: str, instrument: Callable[[TracerProvider], None]) -> None:
+    """The loop, its spans exported as ``service``, the client instrumented by ``instrument``
+    (anthropic_oi.py: the same loop traced by OpenInference)."""
+    provider = setup_tracing(service)
+    instrument(provider)
     base_url, model = model_settings()
     # the SDK appends /v1/messages to its base URL
     client = Anthropic(base_url=base_url.removesuffix("/v1"), api_key="sk-ant-fake")
@@ -61,5 +64,11 @@ def main(scenario: str) -> None:
     provider.shutdown()
 
 
+def openllmetry(provider: TracerProvider) -> None:
+    from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+
+    AnthropicInstrumentor().instrument(tracer_provider=provider)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    run(sys.argv[1], "anthropic-loop", openllmetry)
