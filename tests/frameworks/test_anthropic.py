@@ -11,7 +11,12 @@ of one call are paired by that id and count as one model call (they counted twic
 
 ``anthropic_oi``: the same loop traced by OpenInference (openinference-instrumentation-anthropic):
 one ``messages.create`` LLM span per call (``llm.finish_reason`` ``tool_use`` / ``end_turn``),
-the SDK's own span inside it (a twin, as a framework's span around its client library's)."""
+the SDK's own span inside it (a twin, as a framework's span around its client library's).
+
+``anthropic_sdk``: the same loop with no instrumentation, the SDK's own spans all there is; its
+stop reason (``anthropic.message.stop_reason``) tells an answer from a tool request. With
+OpenLLMetry's span too, the SDK's span of the answer ends the run; OpenLLMetry's of the same
+call, after it, is its twin, not the first call of a next run."""
 
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from tests.harness import RunningServer
 
 AGENT = "anthropic-loop"  # no agent name on these spans: the service name is all there is
 AGENT_OI = "anthropic-loop-oi"  # the same loop traced by OpenInference
+AGENT_SDK = "anthropic-sdk"  # ... by the SDK's own spans only
 ANSWER = "a, b and c are known."
 
 SCRIPTS = {
@@ -57,7 +63,8 @@ EXPECTED = {
 
 
 # driver -> (its venv, the service name it exports as: the run's agent)
-DRIVERS = {"anthropic_loop": ("anthropic", AGENT), "anthropic_oi": ("anthropic_oi", AGENT_OI)}
+DRIVERS = {"anthropic_loop": ("anthropic", AGENT), "anthropic_oi": ("anthropic_oi", AGENT_OI),
+           "anthropic_sdk": ("anthropic", AGENT_SDK)}
 CASES = [(driver, scenario) for driver in DRIVERS for scenario in EXPECTED]
 
 
@@ -131,12 +138,14 @@ def test_openinference_span_by_span_misreads_the_inner_spans(sidecar: RunningSer
     span around it, which it hangs from. Not yet knowing its root, it opens a run of its trace;
     the root, a loose call, joins its agent's run of loose calls instead (the first call's root
     takes over its trace's run). The loose run reads right, but every later call leaves behind
-    a run of one model call that no span ends."""
+    a run of one model call that no span ends (it would end `abandoned` after
+    run_end_timeout); the last one's stop reason, `end_turn`, says it answered."""
     replay(sidecar, RECORDINGS / "anthropic_oi" / "three_tools.jsonl")
     runs = runs_seen(sidecar, 1)
     by_id = {run["id"]: run for run in runs}
     seen = [(run["iterations"], run["terminal_state"], run["has_final_answer"], run["state"])
             for run in runs]
     assert sorted(seen, key=str) == sorted(
-        [(4, "completed", True, "ended")] + [(1, None, False, "active")] * 3, key=str), seen
+        [(4, "completed", True, "ended"), (1, None, True, "active")]
+        + [(1, None, False, "active")] * 2, key=str), seen
     assert {run["agent"] for run in by_id.values()} == {AGENT_OI}

@@ -705,6 +705,16 @@ OPENLIT = Convention(
           "model and tool calls are its caller's (a known gap)",
 )
 
+ANTHROPIC_SDK = Convention(
+    name="Anthropic SDK",
+    emitted_by="the Anthropic Python SDK's own spans (`anthropic.messages.create`, on by default "
+               "once a tracer provider is set)",
+    # OTel GenAI's operation name and usage; the stop reason only here (no output messages)
+    finish_reasons=("anthropic.message.stop_reason",),
+    notes="beside OpenLLMetry's span of the same call (a trace of its own) paired by "
+          "`gen_ai.response.id` and counted once; inside OpenInference's, its twin",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -715,7 +725,7 @@ GENERIC_LIMITS = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH, GENERIC_LIMITS, AUTOGEN,
-    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
+    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT, ANTHROPIC_SDK,
 )
 
 
