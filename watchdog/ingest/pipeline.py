@@ -68,7 +68,6 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
     records: list[SpanRecord] = []
     models: dict[str, SpanRecord] = {}  # the request's model calls by span id, for _pair
     inner: dict[str, SpanRecord] = {}  # ... and by parent span id
-    responses: dict[str, SpanRecord] = {}  # ... and by response id
     count = 0
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
@@ -78,7 +77,7 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                     record = _checked(normalise(span, select_attributes(span.attributes),
                                                 resource))
                     if record.kind is LLM:
-                        _pair(record, models, inner, responses)
+                        _pair(record, models, inner)
                     records.append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
@@ -89,6 +88,8 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                     yield decoded
                     decoded, count = Decoded(), 0
     ordered = _in_end_order(records)
+    if models:
+        _pair_responses(ordered)
     if size is None:
         decoded.records = ordered
         yield decoded
@@ -157,28 +158,40 @@ def _in_end_order(records: list[SpanRecord]) -> list[SpanRecord]:
 END_NS = attrgetter("end_ns")
 
 
-def _pair(record: SpanRecord, models: dict[str, SpanRecord], inner: dict[str, SpanRecord],
-          responses: dict[str, SpanRecord]) -> None:
+def _pair(record: SpanRecord, models: dict[str, SpanRecord],
+          inner: dict[str, SpanRecord]) -> None:
     """A model call traced twice (one span inside the other: a framework's and its client
-    library's; or two with one response id: a client SDK's own span and an instrumentation's,
-    each a trace of its own), both in one request: the one that comes second learns the first's
-    usage (:attr:`SpanRecord.twin_tokens`) and counts no iteration. A request groups spans by
-    scope, so a batch's outer spans may all come before its inner ones, or after."""
+    library's), both in one request: the one that comes second learns the first's usage
+    (:attr:`SpanRecord.twin_tokens`) and counts no iteration. A request groups spans by scope,
+    so a batch's outer spans may all come before its inner ones, or after."""
     parent = record.parent_span_id
     twin = models.get(parent) if parent is not None else None
     if twin is None:
         twin = inner.get(record.span_id)
-    response_id = record.response_id
-    if twin is None and response_id is not None:
-        twin = responses.get(response_id)
     if twin is not None:
         record.twin_tokens = (twin.input_tokens, twin.output_tokens)
         return
     models[record.span_id] = record
     if parent is not None:
         inner[parent] = record
-    if response_id is not None:
-        responses[response_id] = record
+
+
+def _pair_responses(ordered: list[SpanRecord]) -> None:
+    """A model call traced twice with one response id (a client SDK's own span and an
+    instrumentation's, each a trace of its own), both in one request: the one that ends second
+    learns the first's usage and counts no iteration — in end order, as they are applied, so
+    that the one that counts is the one a loose run may end with (its twin, after it, is
+    then no call of a next run)."""
+    responses: dict[str, SpanRecord] = {}
+    for record in ordered:
+        response_id = record.response_id
+        if response_id is None or record.kind is not LLM:
+            continue
+        twin = responses.get(response_id)
+        if twin is None:
+            responses[response_id] = record
+        elif record.twin_tokens is None and twin.twin_tokens is None:
+            record.twin_tokens = (twin.input_tokens, twin.output_tokens)
 
 
 def _models_below(records: list[SpanRecord]) -> None:
