@@ -6,8 +6,10 @@ set of tool calls; past its end the last step repeats (so a looping script loops
 framework's own limit stops it). Every request body is recorded per model, so a test can assert
 what the model saw at each request (its instructions, its tools, its messages).
 
-Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``)
-and ``GET /v1/models``; the same paths without ``/v1`` too, for clients configured without it.
+Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``),
+``GET /v1/models`` and Anthropic's Messages API, ``POST /v1/messages`` (not streamed: ``tool_use``
+content blocks, ``stop_reason`` ``tool_use`` / ``end_turn``), from the same scripts; the same paths
+without ``/v1`` too, for clients configured without it.
 Standard library only: it runs inside the test process, whatever venv the framework lives in.
 """
 
@@ -210,6 +212,28 @@ def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | Non
                "model": model, "choices": [], "usage": usage}
 
 
+_ANTHROPIC_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+
+
+def anthropic_message(model: str, response_id: str, step: Step, body: dict[str, Any]
+                      ) -> dict[str, Any]:
+    """An Anthropic Messages API response: a text block (if any), one ``tool_use`` block per
+    call, the stop reason mapped from the step's finish reason."""
+    content: list[dict[str, Any]] = []
+    if step.text:
+        content.append({"type": "text", "text": step.text})
+    for i, tool in enumerate(step.tool_calls):
+        content.append({"type": "tool_use", "id": f"toolu_{response_id[-6:]}_{i}",
+                        "name": tool.name, "input": tool.arguments})
+    usage = _usage({"messages": [body.get("system", ""), *body.get("messages", [])]},
+                   step)
+    return {"id": "msg_" + response_id.rsplit("-", 1)[-1], "type": "message",
+            "role": "assistant", "model": model, "content": content,
+            "stop_reason": _ANTHROPIC_STOP.get(step.finish, step.finish), "stop_sequence": None,
+            "usage": {"input_tokens": usage["prompt_tokens"],
+                      "output_tokens": usage["completion_tokens"]}}
+
+
 def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -237,8 +261,9 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            if self.path.split("?")[0].rstrip("/") not in ("/v1/chat/completions",
-                                                           "/chat/completions"):
+            path = self.path.split("?")[0].rstrip("/")
+            anthropic = path in ("/v1/messages", "/messages")
+            if not anthropic and path not in ("/v1/chat/completions", "/chat/completions"):
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
                 return
             try:
@@ -255,6 +280,14 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             response_id = llm.next_id()
             usage = _usage(body, step)
             name = str(body.get("model"))
+            if anthropic:
+                if body.get("stream"):
+                    self._send_json(400, {"type": "error", "error": {
+                        "type": "invalid_request_error",
+                        "message": "fakellm: streamed messages are not served"}})
+                else:
+                    self._send_json(200, anthropic_message(name, response_id, step, body))
+                return
             if not body.get("stream"):
                 self._send_json(200, completion(name, response_id, step, usage))
                 return

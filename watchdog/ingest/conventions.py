@@ -97,6 +97,7 @@ WRAPPED_EXCEPTION_TYPES = frozenset(TABLES.wrapped_exceptions)
 GRAPH_NODE_JSON = TABLES.graph_node_json
 JSON_IDENTITY_KEYS = tuple(dict.fromkeys(key for key, _ in AGENT_NAME_JSON + GRAPH_NODE_JSON))
 SESSION_KEYS = TABLES.session
+RESPONSE_ID_KEYS = TABLES.response_id
 TOOL_NAME_KEYS = TABLES.tool_name
 TOOL_ARGS_KEYS = TABLES.tool_args
 TOOL_ARGS_ENVELOPES = TABLES.tool_args_envelopes
@@ -466,7 +467,7 @@ BUDGET_ATTRIBUTES = frozenset("watchdog.budget." + key for key in BUDGET_KEYS)
 
 WANTED_ATTRIBUTES = frozenset(
     RUN_ID_KEYS + AGENT_CALL_ID_KEYS + AGENT_NAME_KEYS + AGENT_INVOCATION_KEYS + SESSION_KEYS
-    + PARENT_RUN_KEYS
+    + PARENT_RUN_KEYS + RESPONSE_ID_KEYS
     + TOOL_NAME_KEYS + TOOL_ARGS_KEYS + TOOL_RESULT_KEYS + AGENT_OUTPUT_KEYS + INPUT_TOKEN_KEYS
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
     + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
@@ -707,6 +708,9 @@ def _is_loop_end(tool: str, name: str, attrs: Mapping[str, object], result: obje
 
 
 def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> None:
+    response_id = _first_str(attrs, RESPONSE_ID_KEYS)
+    if response_id:
+        record.response_id = response_id[:MAX_NAME_CHARS]
     input_tokens = _first(attrs, INPUT_TOKEN_KEYS)
     output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)

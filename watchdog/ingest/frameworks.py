@@ -150,6 +150,9 @@ class Convention:
     # after the node it runs in is a step of a graph, not an agent of its own
     graph_node_json: tuple[tuple[str, Path], ...] = ()
     session: Names = _NO_NAMES
+    # a model call's response id: two model-call spans with one id are the same call traced
+    # twice (a client SDK's own span and an instrumentation's, neither inside the other)
+    response_id: Names = _NO_NAMES
     # -- errors
     # (exception type, regex with groups "type" and "message"): an exporter that records every
     # error as this generic exception type, the real exception's repr (and maybe a traceback)
@@ -267,6 +270,7 @@ GENAI = Convention(
     agent_name=("gen_ai.agent.name",),
     agent_span_name=("gen_ai.workflow.name",),
     session=("gen_ai.conversation.id",),
+    response_id=("gen_ai.response.id",),
     tool_name=("gen_ai.tool.name",),
     tool_name_span_prefixes=("execute_tool ",),
     tool_args=("gen_ai.tool.call.arguments",),
@@ -701,6 +705,16 @@ OPENLIT = Convention(
           "model and tool calls are its caller's (a known gap)",
 )
 
+ANTHROPIC_SDK = Convention(
+    name="Anthropic SDK",
+    emitted_by="the Anthropic Python SDK's own spans (`anthropic.messages.create`, on by default "
+               "once a tracer provider is set)",
+    # OTel GenAI's operation name and usage; the stop reason only here (no output messages)
+    finish_reasons=("anthropic.message.stop_reason",),
+    notes="beside OpenLLMetry's span of the same call (a trace of its own) paired by "
+          "`gen_ai.response.id` and counted once; inside OpenInference's, its twin",
+)
+
 GENERIC_LIMITS = Convention(
     name="other limits",
     emitted_by="common names for a stop at a limit",
@@ -711,7 +725,7 @@ GENERIC_LIMITS = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH, GENERIC_LIMITS, AUTOGEN,
-    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
+    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT, ANTHROPIC_SDK,
 )
 
 
@@ -758,6 +772,7 @@ class Tables:
     graph_node_json: tuple[tuple[str, Path], ...]
     wrapped_exceptions: Mapping[str, re.Pattern[str]]
     session: Names
+    response_id: Names
     tool_name: Names
     tool_name_span_prefixes: Names
     tool_name_span_suffixes: Names
@@ -840,6 +855,7 @@ def combine() -> Tables:
             exc_type: re.compile(pattern) for convention in CONVENTIONS
             for exc_type, pattern in convention.wrapped_exceptions}),
         session=_names("session"),
+        response_id=_names("response_id"),
         tool_name=_names("tool_name"),
         tool_name_span_prefixes=_names("tool_name_span_prefixes"),
         tool_name_span_suffixes=_names("tool_name_span_suffixes"),

@@ -88,6 +88,8 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                     yield decoded
                     decoded, count = Decoded(), 0
     ordered = _in_end_order(records)
+    if models:
+        _pair_responses(ordered)
     if size is None:
         decoded.records = ordered
         yield decoded
@@ -172,6 +174,24 @@ def _pair(record: SpanRecord, models: dict[str, SpanRecord],
     models[record.span_id] = record
     if parent is not None:
         inner[parent] = record
+
+
+def _pair_responses(ordered: list[SpanRecord]) -> None:
+    """A model call traced twice with one response id (a client SDK's own span and an
+    instrumentation's, each a trace of its own), both in one request: the one that ends second
+    learns the first's usage and counts no iteration — in end order, as they are applied, so
+    that the one that counts is the one a loose run may end with (its twin, after it, is
+    then no call of a next run)."""
+    responses: dict[str, SpanRecord] = {}
+    for record in ordered:
+        response_id = record.response_id
+        if response_id is None or record.kind is not LLM:
+            continue
+        twin = responses.get(response_id)
+        if twin is None:
+            responses[response_id] = record
+        elif record.twin_tokens is None and twin.twin_tokens is None:
+            record.twin_tokens = (twin.input_tokens, twin.output_tokens)
 
 
 def _models_below(records: list[SpanRecord]) -> None:

@@ -105,6 +105,9 @@ class SpanRecord:
     # A model call whose twin (the same call traced by a second instrumentation, one span
     # inside the other) came before it in its request: the twin's (input, output) tokens.
     twin_tokens: tuple[int, int] | None = None
+    # A model call's response id (``gen_ai.response.id``): the same id on two model-call spans
+    # is one call traced twice (a client SDK's own span and an instrumentation's)
+    response_id: str | None = None
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself

@@ -129,7 +129,8 @@ class RunState:
         self._llm_parent: str | None = None  # ... and the span it hangs from
         # model-call span id -> [its parent span id, input tokens, output tokens counted]
         # the last model call: (span id, parent span id, input tokens, output tokens)
-        self._last_model: tuple[str, str, int, int] | None = None
+        # (span id, parent span id, input tokens, output tokens, response id or "")
+        self._last_model: tuple[str, str, int, int, str] | None = None
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -276,7 +277,9 @@ class RunState:
         """One iteration and its usage, unless the span is the twin of a model call already
         counted: a model-call span directly inside another (or around one) is the same call
         traced by two instrumentations — a framework's and its client library's (DSPy's
-        ``LM.__call__`` around LiteLLM's ``completion``). The pair counts once, its usage from
+        ``LM.__call__`` around LiteLLM's ``completion``), as are two with one response id (a
+        client SDK's own span and an instrumentation's, each a trace of its own: the Anthropic
+        SDK's and OpenLLMetry's). The pair counts once, its usage from
         whichever of the two reported more (the framework's span often reports none). The
         pipeline pairs the twins of one export request (``twin_tokens``); the run, a pair
         split between two requests (the last model call not paired in its request, and this
@@ -286,7 +289,8 @@ class RunState:
         paired_in_request = twin is not None
         last = self._last_model
         if twin is None and last is not None and (
-                last[0] == record.parent_span_id or last[1] == record.span_id):
+                last[0] == record.parent_span_id or last[1] == record.span_id
+                or (record.response_id is not None and last[4] == record.response_id)):
             twin = last[2], last[3]
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
         if twin is None:
@@ -299,7 +303,7 @@ class RunState:
             input_tokens, output_tokens = max(input_tokens, twin[0]), max(output_tokens, twin[1])
         if not paired_in_request:
             self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
-                                output_tokens)
+                                output_tokens, record.response_id or "")
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
@@ -585,7 +589,8 @@ class RunState:
             elif name == "clock_lags" and value is not None:  # stored as a JSON list
                 value = (float(value[0]), float(value[1]))
             elif name == "_last_model" and value is not None:  # stored as a JSON list
-                value = (str(value[0]), str(value[1]), int(value[2]), int(value[3]))
+                value = (str(value[0]), str(value[1]), int(value[2]), int(value[3]),
+                         str(value[4]) if len(value) > 4 else "")
             elif name == "_result_counts":  # stored as JSON lists
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in ("terminal_state", "forced_state") and value is not None:

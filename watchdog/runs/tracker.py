@@ -81,6 +81,10 @@ class RunTracker:
         self._frames = FrameBook()
         self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
         self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
+        # (service, agent, session) -> the response id of the call that ended its last run of
+        # loose calls: that call's twin (its span by a second instrumentation, a trace of its
+        # own) may come after it, and is no call of a next run
+        self._loose_answers: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
         self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
 
     # -- reads ----------------------------------------------------------------------------------
@@ -167,8 +171,12 @@ class RunTracker:
             if record.unasked and (record.models_below or self._ran_models(record, records)):
                 record.as_invocation()  # the trace's run, closed by this span
                 continue
-            record.loose = True
             group = (record.service, record.agent, record.session)
+            if record.response_id is not None \
+                    and self._loose_answers.get(group) == record.response_id:
+                record.kind = OTHER  # the answer's twin, counted with it: no run of its own
+                continue
+            record.loose = True
             key = self._loose.get(group)
             if key is not None and (key in self._active or key in opened):
                 record.run_key = key
@@ -180,6 +188,11 @@ class RunTracker:
                     self._loose.popitem(last=False)
             if record.final_answer:  # the run ends with this call: the next opens another
                 del self._loose[group]
+                if record.response_id is not None:
+                    self._loose_answers[group] = record.response_id
+                    self._loose_answers.move_to_end(group)
+                    while len(self._loose_answers) > MAX_LOOSE_GROUPS:
+                        self._loose_answers.popitem(last=False)
             traces[record.trace_id] = record.run_key
             while len(traces) > MAX_TRACE_ALIASES:
                 traces.popitem(last=False)

@@ -1,0 +1,151 @@
+"""A home-grown tool loop on the Anthropic client (Messages API, ``tool_use`` / ``tool_result``
+content blocks), traced by OpenLLMetry's opentelemetry-instrumentation-anthropic: one
+``anthropic.chat`` span per model call, each its own trace, no span for the invocation and none
+for the tools (the loop runs them itself). The calls are grouped into one run per invocation.
+
+The Anthropic SDK (2.x) traces its API calls itself too, by default, once a tracer provider is
+set: each model call is also an ``anthropic.messages.create`` span (scope
+``com.anthropic.sdk.python``, ``gen_ai.operation.name`` ``chat``, the same
+``gen_ai.response.id``), a trace of its own, not around nor inside OpenLLMetry's. The two spans
+of one call are paired by that id and count as one model call (they counted twice).
+
+``anthropic_oi``: the same loop traced by OpenInference (openinference-instrumentation-anthropic):
+one ``messages.create`` LLM span per call (``llm.finish_reason`` ``tool_use`` / ``end_turn``),
+the SDK's own span inside it (a twin, as a framework's span around its client library's).
+
+``anthropic_sdk``: the same loop with no instrumentation, the SDK's own spans all there is; its
+stop reason (``anthropic.message.stop_reason``) tells an answer from a tool request. With
+OpenLLMetry's span too, the SDK's span of the answer ends the run; OpenLLMetry's of the same
+call, after it, is its twin, not the first call of a next run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import (
+    RECORDINGS,
+    Expect,
+    check_runs,
+    replay,
+    run_driver,
+    runs_seen,
+)
+from tests.harness import RunningServer
+
+AGENT = "anthropic-loop"  # no agent name on these spans: the service name is all there is
+AGENT_OI = "anthropic-loop-oi"  # the same loop traced by OpenInference
+AGENT_SDK = "anthropic-sdk"  # ... by the SDK's own spans only
+ANSWER = "a, b and c are known."
+
+SCRIPTS = {
+    "three_tools": fakellm.tools_then_answer("lookup", [{"key": k} for k in "abc"], ANSWER),
+    # the loop's own cap (5 model calls) stops it; nothing on a span says so
+    "limit": fakellm.looping("lookup", lambda i: {"key": f"k{i}"}),
+    "tool_error": fakellm.steps(fakellm.call("lookup", key="broken"),
+                                fakellm.answer("it is broken")),
+}
+EXPECTED = {
+    "three_tools": [Expect(AGENT, 4, 0, 0, "completed", True, None, None)],
+    # no answer came; the run ends after loose_run_gap without a call
+    "limit": [Expect(AGENT, 5, 0, 0, "no_response", False, None, None)],
+    # the tool's failure is only a tool_result block in the next request: not a span, not an
+    # error here
+    "tool_error": [Expect(AGENT, 2, 0, 0, "completed", True, None, None)],
+}
+
+
+# driver -> (its venv, the service name it exports as: the run's agent)
+DRIVERS = {"anthropic_loop": ("anthropic", AGENT), "anthropic_oi": ("anthropic_oi", AGENT_OI),
+           "anthropic_sdk": ("anthropic", AGENT_SDK)}
+CASES = [(driver, scenario) for driver in DRIVERS for scenario in EXPECTED]
+
+
+def _expected(driver: str, scenario: str) -> list[Expect]:
+    agent = DRIVERS[driver][1]
+    return [dataclasses.replace(expect, agent=agent) for expect in EXPECTED[scenario]]
+
+
+@pytest.mark.parametrize(("driver", "scenario"), CASES)
+def test_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) -> None:
+    model = llm.script(f"{driver}-{scenario}", SCRIPTS[scenario])
+    run_driver(DRIVERS[driver][0], driver, scenario, sidecar, llm, model)
+    check_runs(sidecar, _expected(driver, scenario))
+
+
+# A recording holds one export request per span, as each ended. OpenInference's span of a call
+# ends after the SDK's span inside it, in a request of its own: see
+# test_openinference_span_by_span_misreads_the_inner_spans. A batch exporter (as live) sends a
+# call's two spans together; the recordings are replayed so, a request per trace.
+@pytest.mark.parametrize(("driver", "scenario"), CASES)
+def test_recorded(sidecar: RunningServer, tmp_path: Path, driver: str, scenario: str) -> None:
+    recording = RECORDINGS / driver / f"{scenario}.jsonl"
+    if driver == "anthropic_oi":
+        recording = _regrouped(recording, tmp_path, lambda span, scope: span["traceId"])
+    replay(sidecar, recording)
+    check_runs(sidecar, _expected(driver, scenario))
+
+
+def _regrouped(recording: Path, tmp_path: Path, request_of: Callable[[dict[str, Any], str], str]
+               ) -> Path:
+    """The recording's spans sent again in other export requests: one per value of
+    ``request_of(span, scope name)``, in order of first appearance, each grouped by scope as an
+    SDK exporter groups a batch."""
+    requests = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    resource = requests[0]["resourceSpans"][0]["resource"]
+    batches: dict[str, dict[str, dict[str, Any]]] = {}
+    for request in requests:
+        for resource_spans in request["resourceSpans"]:
+            for scope_spans in resource_spans["scopeSpans"]:
+                scope = scope_spans["scope"]
+                for span in scope_spans["spans"]:
+                    batch = batches.setdefault(request_of(span, scope["name"]), {})
+                    batch.setdefault(scope["name"], {"scope": scope, "spans": []})[
+                        "spans"].append(span)
+    out = tmp_path / recording.name
+    out.write_text("".join(json.dumps({"resourceSpans": [
+        {"resource": resource, "scopeSpans": list(batch.values())}]}) + "\n"
+        for batch in batches.values()), encoding="utf-8")
+    return out
+
+
+def test_recorded_in_one_batch(sidecar: RunningServer, tmp_path: Path) -> None:
+    """The whole OpenLLMetry run in one export request, grouped by scope as an SDK batch is:
+    every span of the SDK's before every span of OpenLLMetry's. Each call's two spans are still
+    paired by their response id: four model calls, not eight."""
+    recording = RECORDINGS / "anthropic_loop" / "three_tools.jsonl"
+    scopes: set[str] = set()
+
+    def one(span: dict[str, Any], scope: str) -> str:
+        scopes.add(scope)
+        return ""
+
+    replay(sidecar, _regrouped(recording, tmp_path, one))
+    assert scopes == {"com.anthropic.sdk.python", "opentelemetry.instrumentation.anthropic"}
+    check_runs(sidecar, EXPECTED["three_tools"])
+
+
+def test_openinference_span_by_span_misreads_the_inner_spans(sidecar: RunningServer) -> None:
+    """GAP (pinned): sent span by span, the SDK's span of a call arrives before OpenInference's
+    span around it, which it hangs from. Not yet knowing its root, it opens a run of its trace;
+    the root, a loose call, joins its agent's run of loose calls instead (the first call's root
+    takes over its trace's run). The loose run reads right, but every later call leaves behind
+    a run of one model call that no span ends (it would end `abandoned` after
+    run_end_timeout); the last one's stop reason, `end_turn`, says it answered."""
+    replay(sidecar, RECORDINGS / "anthropic_oi" / "three_tools.jsonl")
+    runs = runs_seen(sidecar, 1)
+    by_id = {run["id"]: run for run in runs}
+    seen = [(run["iterations"], run["terminal_state"], run["has_final_answer"], run["state"])
+            for run in runs]
+    assert sorted(seen, key=str) == sorted(
+        [(4, "completed", True, "ended"), (1, None, True, "active")]
+        + [(1, None, False, "active")] * 2, key=str), seen
+    assert {run["agent"] for run in by_id.values()} == {AGENT_OI}
