@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import fakellm
+from tests.frameworks import fakellm, test_openai_v2, test_pydantic_ai
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
     RECORDINGS,
@@ -149,3 +149,29 @@ def test_openinference_span_by_span_misreads_the_inner_spans(sidecar: RunningSer
         [(4, "completed", True, "ended"), (1, None, True, "active")]
         + [(1, None, False, "active")] * 2, key=str), seen
     assert {run["agent"] for run in by_id.values()} == {AGENT_OI}
+
+
+def one_response_id(spans: list[dict[str, Any]]) -> None:
+    """A model server that gives every response the same id (a scripted or local one may)."""
+    for span in spans:
+        for attribute in span.get("attributes", ()):
+            if attribute["key"] == "gen_ai.response.id":
+                attribute["value"] = {"stringValue": "chatcmpl-1"}
+
+
+ONE_ID_CASES = [("openai_v2_loop", "three_tools", test_openai_v2.EXPECTED["three_tools"]),
+                ("openai_v2_loop", "limit", test_openai_v2.EXPECTED["limit"]),
+                ("pydantic_ai_agent", "three_tools", test_pydantic_ai.EXPECTED["three_tools"]),
+                ("anthropic_sdk", "three_tools", [dataclasses.replace(
+                    EXPECTED["three_tools"][0], agent=AGENT_SDK)])]
+
+
+@pytest.mark.parametrize(("driver", "scenario", "expected"), ONE_ID_CASES,
+                         ids=[f"{driver}-{scenario}" for driver, scenario, _ in ONE_ID_CASES])
+def test_one_response_id_for_every_call_is_no_twin(sidecar: RunningServer, driver: str,
+                                                   scenario: str, expected: list[Expect]
+                                                   ) -> None:
+    """Twins by response id are spans of two instrumentations (two scopes): the calls one
+    instrumentation traced are as many calls, whatever ids the model server gives them."""
+    replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl", edit=one_response_id)
+    check_runs(sidecar, expected)

@@ -72,11 +72,13 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 try:
                     record = _checked(normalise(span, select_attributes(span.attributes),
                                                 resource))
                     if record.kind is LLM:
+                        record.scope = scope
                         _pair(record, models, inner)
                     records.append(record)
                 except SpanRejected as exc:
@@ -178,7 +180,8 @@ def _pair(record: SpanRecord, models: dict[str, SpanRecord],
 
 def _pair_responses(ordered: list[SpanRecord]) -> None:
     """A model call traced twice with one response id (a client SDK's own span and an
-    instrumentation's, each a trace of its own), both in one request: the one that ends second
+    instrumentation's, each a trace of its own: two scopes), both in one request: the one that
+    ends second
     learns the first's usage and counts no iteration — in end order, as they are applied, so
     that the one that counts is the one a loose run may end with (its twin, after it, is
     then no call of a next run)."""
@@ -188,7 +191,7 @@ def _pair_responses(ordered: list[SpanRecord]) -> None:
         if response_id is None or record.kind is not LLM:
             continue
         twin = responses.get(response_id)
-        if twin is None:
+        if twin is None or twin.scope == record.scope:  # (one scope: another call)
             responses[response_id] = record
         elif record.twin_tokens is None and twin.twin_tokens is None:
             record.twin_tokens = (twin.input_tokens, twin.output_tokens)

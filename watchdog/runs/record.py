@@ -108,6 +108,10 @@ class SpanRecord:
     # A model call's response id (``gen_ai.response.id``): the same id on two model-call spans
     # is one call traced twice (a client SDK's own span and an instrumentation's)
     response_id: str | None = None
+    # The instrumentation scope of a model call with a response id: twins are two
+    # instrumentations' spans; one scope's spans with one id are as many calls (a model server
+    # may give every response the same id)
+    scope: str = ""
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself

@@ -129,8 +129,8 @@ class RunState:
         self._llm_parent: str | None = None  # ... and the span it hangs from
         # model-call span id -> [its parent span id, input tokens, output tokens counted]
         # the last model call: (span id, parent span id, input tokens, output tokens)
-        # (span id, parent span id, input tokens, output tokens, response id or "")
-        self._last_model: tuple[str, str, int, int, str] | None = None
+        # (span id, parent span id, input tokens, output tokens, response id or "", scope)
+        self._last_model: tuple[str, str, int, int, str, str] | None = None
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -290,7 +290,8 @@ class RunState:
         last = self._last_model
         if twin is None and last is not None and (
                 last[0] == record.parent_span_id or last[1] == record.span_id
-                or (record.response_id is not None and last[4] == record.response_id)):
+                or (record.response_id is not None and last[4] == record.response_id
+                    and last[5] != record.scope)):
             twin = last[2], last[3]
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
         if twin is None:
@@ -303,7 +304,7 @@ class RunState:
             input_tokens, output_tokens = max(input_tokens, twin[0]), max(output_tokens, twin[1])
         if not paired_in_request:
             self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
-                                output_tokens, record.response_id or "")
+                                output_tokens, record.response_id or "", record.scope)
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
@@ -589,8 +590,8 @@ class RunState:
             elif name == "clock_lags" and value is not None:  # stored as a JSON list
                 value = (float(value[0]), float(value[1]))
             elif name == "_last_model" and value is not None:  # stored as a JSON list
-                value = (str(value[0]), str(value[1]), int(value[2]), int(value[3]),
-                         str(value[4]) if len(value) > 4 else "")
+                more = [str(item) for item in value[4:6]] + ["", ""]  # (older builds: none)
+                value = (str(value[0]), str(value[1]), int(value[2]), int(value[3]), *more[:2])
             elif name == "_result_counts":  # stored as JSON lists
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in ("terminal_state", "forced_state") and value is not None:

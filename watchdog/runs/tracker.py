@@ -84,7 +84,8 @@ class RunTracker:
         # (service, agent, session) -> the response id of the call that ended its last run of
         # loose calls: that call's twin (its span by a second instrumentation, a trace of its
         # own) may come after it, and is no call of a next run
-        self._loose_answers: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
+        # (and its scope: a twin is another instrumentation's)
+        self._loose_answers: OrderedDict[tuple[str | None, ...], tuple[str, str]] = OrderedDict()
         self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
 
     # -- reads ----------------------------------------------------------------------------------
@@ -172,8 +173,9 @@ class RunTracker:
                 record.as_invocation()  # the trace's run, closed by this span
                 continue
             group = (record.service, record.agent, record.session)
-            if record.response_id is not None \
-                    and self._loose_answers.get(group) == record.response_id:
+            answer = self._loose_answers.get(group) if record.response_id is not None else None
+            if answer is not None and answer[0] == record.response_id \
+                    and answer[1] != record.scope:
                 record.kind = OTHER  # the answer's twin, counted with it: no run of its own
                 continue
             record.loose = True
@@ -189,7 +191,7 @@ class RunTracker:
             if record.final_answer:  # the run ends with this call: the next opens another
                 del self._loose[group]
                 if record.response_id is not None:
-                    self._loose_answers[group] = record.response_id
+                    self._loose_answers[group] = (record.response_id, record.scope)
                     self._loose_answers.move_to_end(group)
                     while len(self._loose_answers) > MAX_LOOSE_GROUPS:
                         self._loose_answers.popitem(last=False)
