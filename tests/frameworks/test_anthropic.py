@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import fakellm, test_openai_v2, test_pydantic_ai
+from tests.frameworks import test_openai_v2, test_pydantic_ai
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
     RECORDINGS,
@@ -43,23 +43,13 @@ from tests.harness import RunningServer
 AGENT = "anthropic-loop"  # no agent name on these spans: the service name is all there is
 AGENT_OI = "anthropic-loop-oi"  # the same loop traced by OpenInference
 AGENT_SDK = "anthropic-sdk"  # ... by the SDK's own spans only
-ANSWER = "a, b and c are known."
-
-SCRIPTS = {
-    "three_tools": fakellm.tools_then_answer("lookup", [{"key": k} for k in "abc"], ANSWER),
-    # the loop's own cap (5 model calls) stops it; nothing on a span says so
-    "limit": fakellm.looping("lookup", lambda i: {"key": f"k{i}"}),
-    "tool_error": fakellm.steps(fakellm.call("lookup", key="broken"),
-                                fakellm.answer("it is broken")),
-}
-EXPECTED = {
-    "three_tools": [Expect(AGENT, 4, 0, 0, "completed", True, None, None)],
-    # no answer came; the run ends after loose_run_gap without a call
-    "limit": [Expect(AGENT, 5, 0, 0, "no_response", False, None, None)],
-    # the tool's failure is only a tool_result block in the next request: not a span, not an
-    # error here
-    "tool_error": [Expect(AGENT, 2, 0, 0, "completed", True, None, None)],
-}
+# The loop and its scripts are the OpenAI v2 loop's (test_openai_v2), on the Messages API; so
+# are the readings (the tool's failure is only a tool_result block in the next request: not a
+# span, not an error here), for the agent of each driver (_expected).
+SCENARIOS = ("three_tools", "limit", "tool_error")
+SCRIPTS = {scenario: test_openai_v2.SCRIPTS[scenario] for scenario in SCENARIOS}
+EXPECTED = {scenario: [dataclasses.replace(expect, agent=AGENT)
+                       for expect in test_openai_v2.EXPECTED[scenario]] for scenario in SCENARIOS}
 
 
 # driver -> (its venv, the service name it exports as: the run's agent)
