@@ -7,13 +7,18 @@ by resource and scope rather than in end order, and a Collector merges requests 
 anywhere. So each recording is also read as one request and cut into two at many points, and
 the runs must be the same: agent, model and tool calls, errors, terminal state, answer, parent.
 
-Known gaps, pinned as such: an exporter that sends parents before children (LangSmith's) and is
-cut mid-trace (``PARENTS_FIRST_CUTS``); a loose model call whose twin inside it comes in an
-earlier request (``CHILD_FIRST_LOOSE``).
+Each recording is also read span by span, as a ``SimpleSpanProcessor`` exports (Phoenix's
+``register()`` default): a loose model call's twin inside it (the Anthropic SDK's own span under
+OpenInference's) then comes a request before its root and opens a run of its trace, which the
+root folds into its agent's run of loose calls.
+
+Known gap, pinned as such: an exporter that sends parents before children (LangSmith's) and is
+cut mid-trace (``PARENTS_FIRST_CUTS``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -28,12 +33,6 @@ ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.json
 # Parents first, the root in a request of its own: a cut after the sub-agent's agent span and
 # before its calls leaves the calls in the caller's run (the frames are not kept that long).
 PARENTS_FIRST_CUTS = {("langchain_langsmith", "subagent")}
-# A loose model call (OpenInference's span of an Anthropic call, a trace of its own) whose twin
-# inside it (the SDK's own span) ends first: sent span by span, the twin opens a run of its
-# trace that the loose root does not take over (after the run's first call). Read in one
-# request, the runs are right; span by span they are not (tests/frameworks/test_anthropic.py).
-CHILD_FIRST_LOOSE = {("anthropic_oi", scenario)
-                     for scenario in ("three_tools", "limit", "tool_error")}
 
 Runs = list[tuple[Any, ...]]
 
@@ -51,6 +50,25 @@ def runs_read(requests: list[ExportTraceServiceRequest]) -> Runs:
                    agents.get(run.parent_run) if run.parent_run else None) for run in runs)
 
 
+def counted(requests: list[ExportTraceServiceRequest]) -> tuple[dict[str, int], dict[str, int]]:
+    """What the batches of ``requests`` counted for the metrics (tool calls, tokens, errors),
+    and what the runs they made count, every run ended."""
+    tracker = RunTracker()
+    metrics: Counter[str] = Counter()
+    for now, request in enumerate(requests, start=1):
+        result = tracker.apply(records_from(request).records, float(now))
+        metrics["tool_calls"] += sum(result.tool_calls.values())
+        for (_, direction), tokens in result.tokens.items():
+            metrics[f"{direction}_tokens"] += tokens
+        metrics["errors"] += sum(result.errors.values())
+    tracker.expire(1e12)
+    runs = list(tracker.ended())
+    names = ("tool_calls", "input_tokens", "output_tokens", "errors")
+    totals = {name: sum(getattr(run, name) for run in runs) for name in names}
+    return ({name: count for name, count in metrics.items() if count},
+            {name: count for name, count in totals.items() if count})
+
+
 def cuts(spans: list[ScopedSpan]) -> list[int]:
     points = list(range(1, len(spans)))
     if len(points) <= MAX_CUTS:
@@ -64,14 +82,23 @@ def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario:
     exported = runs_read([parse_json(line.encode())
                           for line in recorded_lines(driver, scenario)])
     spans = scoped_spans(driver, scenario)
-    if (driver, scenario) in CHILD_FIRST_LOOSE:
-        assert runs_read([request_of(spans)]) != exported, \
-            "the known gap is closed: take it out of CHILD_FIRST_LOOSE"
-        return
     assert runs_read([request_of(spans)]) == exported, "all in one request"
+    assert runs_read([request_of([span]) for span in spans]) == exported, "span by span"
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[:cut]), request_of(spans[cut:])]) != exported]
     if (driver, scenario) in PARENTS_FIRST_CUTS:
         assert differ, "the known gap is closed: take it out of PARENTS_FIRST_CUTS"
     else:
         assert not differ, f"cut after these spans: {differ}"
+
+
+@pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
+def test_the_metrics_count_what_the_runs_count(driver: str, scenario: str) -> None:
+    """Tool calls, tokens and errors are counted for the metrics as the runs count them, once:
+    not again for the spans moved into a nested agent's child run, nor for a second
+    instrumentation's span of a model call; so in each delivery."""
+    spans = scoped_spans(driver, scenario)
+    for delivery in ([parse_json(line.encode()) for line in recorded_lines(driver, scenario)],
+                     [request_of(spans)], [request_of([span]) for span in spans]):
+        metrics, runs = counted(delivery)
+        assert metrics == runs

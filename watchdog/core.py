@@ -75,6 +75,7 @@ class Step:
     activity: list[ActivityEntry] = field(default_factory=list)  # to persist
     decisions: list[Decided] = field(default_factory=list)  # to become directives
     finished: list[RunState] = field(default_factory=list)  # ended or evicted
+    gone: dict[str, str] = field(default_factory=dict)  # runs folded into another (not to keep)
     batch: BatchResult | None = None  # the tracker's counts (metrics)
     applied: int = 0  # records applied (a synced span's second copy is not)
     rule_errors: Counter[str] = field(default_factory=Counter)
@@ -103,8 +104,10 @@ class Core:
         rules = self._has_rules()
         before = self._snapshots(records) if rules else {}
         result = self.tracker.apply(records, now)
-        step = Step(touched=result.touched, activity=result.activity, batch=result,
-                    applied=len(records))
+        step = Step(touched=result.touched, activity=result.activity, gone=result.absorbed,
+                    batch=result, applied=len(records))
+        for key in result.absorbed:
+            self._forget(key)
         self._note_sessions(result.touched.values(), now)
         self.remember(result.activity)
         if rules:

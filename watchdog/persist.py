@@ -82,6 +82,7 @@ class StateWriter:
         self._on_failed_run = on_failed_run
         self.priority = priority or Priority()
         self._dirty: dict[str, RunState] = {}
+        self._gone: set[str] = set()  # runs folded into another: their rows are deleted
         self._pending = PendingActivity()
         self._saving = PendingActivity()  # handed to the store, not committed yet
         # sessions a checkpoint stored while a flush was encoding its own snapshots of them
@@ -92,10 +93,14 @@ class StateWriter:
 
     # -- what changed -----------------------------------------------------------------------------
 
-    def take(self, touched: dict[str, RunState], activity: list[ActivityEntry]) -> None:
+    def take(self, touched: dict[str, RunState], activity: list[ActivityEntry],
+             gone: Iterable[str] = ()) -> None:
         self._dirty.update(touched)
         if activity:
             self._pending.extend(activity)
+        for key in gone:
+            self._dirty.pop(key, None)
+            self._gone.add(key)
 
     def mark(self, run: RunState) -> None:
         self._dirty[run.key] = run
@@ -125,11 +130,11 @@ class StateWriter:
     def flush(self) -> None:
         """Persist everything pending, synchronously (only when no loop is running: tests)."""
         rows = [run.to_dict() for run in self._dirty.values()]
-        activity = self._pending.entries
-        self._dirty, self._pending = {}, PendingActivity()
+        activity, gone = self._pending.entries, self._gone
+        self._dirty, self._pending, self._gone = {}, PendingActivity(), set()
         sessions = [state.to_dict() for state in self.sessions.take_dirty()]
-        if rows or activity or sessions:
-            self.store.save(rows, activity, sessions)
+        if rows or activity or sessions or gone:
+            self.store.save(rows, activity, sessions, gone)
 
     async def save_pending(self) -> bool:
         """Persist changed runs, new activity and changed sessions without stalling the event
@@ -144,13 +149,14 @@ class StateWriter:
         final flush to write)."""
         dirty, self._dirty = self._dirty, {}
         activity, self._pending = self._pending, PendingActivity()
+        gone, self._gone = self._gone, set()
         states = self.sessions.take_dirty()
         self._saving = activity  # still the run's (unsaved) until the store has it
         self._checkpointed = set()
         try:
-            return await self._save(dirty, activity, states)
+            return await self._save(dirty, activity, states, gone)
         except asyncio.CancelledError:
-            self._requeue(dirty, activity, states)
+            self._requeue(dirty, activity, states, gone)
             raise
         finally:
             self._checkpointed = None
@@ -158,7 +164,7 @@ class StateWriter:
                 self._saving = PendingActivity()
 
     async def _save(self, dirty: dict[str, RunState], activity: PendingActivity,
-                    states: list[SessionState]) -> bool:
+                    states: list[SessionState], gone: set[str]) -> bool:
         size = self.store.activity_log_size
         parts = [Rows(size)]
         by_run = activity.by_run
@@ -177,6 +183,7 @@ class StateWriter:
         parts[-1].add_activity((key, entries) for key, entries in by_run.items()
                                if key not in dirty)
         last = parts[-1]
+        last.gone.extend((key,) for key in gone)  # after the activity they may still have
         async for state in self.priority.sliced(states):
             last.add_sessions((state.to_dict(),))
         for rows in parts:
@@ -195,7 +202,7 @@ class StateWriter:
                 await self.in_lane(self.store.write, last)
                 wrote = True
         except StoreWriteError as exc:
-            self._requeue(dirty, activity, states)
+            self._requeue(dirty, activity, states, gone)
             self.failed(exc)
             return False
         if wrote:
@@ -215,8 +222,9 @@ class StateWriter:
                                    retry_after=STATE_RETRY_AFTER) from None
 
     def _requeue(self, dirty: dict[str, RunState], activity: PendingActivity,
-                 sessions: list[SessionState]) -> None:
+                 sessions: list[SessionState], gone: set[str]) -> None:
         """What a failed write took, pending again, in its order (older activity first)."""
+        self._gone |= gone
         for key, run in dirty.items():
             self._dirty.setdefault(key, run)  # the run object is live: its next snapshot is new
         merged = PendingActivity()

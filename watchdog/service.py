@@ -152,7 +152,7 @@ class WatchdogService:
 
     def _carry(self, step: Step) -> None:
         """Hand what a core step produced to whoever takes it: one way, no answers back."""
-        self.state.take(step.touched, step.activity)
+        self.state.take(step.touched, step.activity, step.gone)
         observer = self.observer
         if step.batch is not None:
             observer.batch_applied(step.batch)
@@ -165,6 +165,8 @@ class WatchdogService:
                 observer.rule_error(rule)
         for decided in step.decisions:
             self._decided(decided)
+        for key, into in step.gone.items():
+            logs.event("run_merged", run=key, into=into)
         if step.finished:
             observer.runs_finished(step.finished)
             for run in step.finished:

@@ -100,7 +100,7 @@ class Rows:
     """One write's rows, encoded (JSON) before the store lane gets them: a caller on the event
     loop adds them a few at a time between yields, and the lane only runs SQL."""
 
-    __slots__ = ("activity_log_size", "chunks", "refused", "runs", "sessions", "trims")
+    __slots__ = ("activity_log_size", "chunks", "gone", "refused", "runs", "sessions", "trims")
 
     def __init__(self, activity_log_size: int) -> None:
         self.activity_log_size = activity_log_size
@@ -109,9 +109,10 @@ class Rows:
         self.trims: list[tuple[str, int]] = []
         self.sessions: list[tuple[str, float, str]] = []
         self.refused: list[str] = []  # runs whose snapshot cannot be encoded (not written)
+        self.gone: list[tuple[str]] = []  # runs to delete, with their activity (after it)
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.chunks or self.sessions)
+        return bool(self.runs or self.chunks or self.sessions or self.gone)
 
     def add_run(self, r: dict[str, Any]) -> None:
         try:
@@ -132,6 +133,12 @@ class Rows:
 
     def add_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         self.sessions.extend(_session_rows(sessions))
+
+
+def _delete_runs(db: sqlite3.Connection, keys: Sequence[tuple[str]]) -> None:
+    """Delete runs and their activity log (within the caller's transaction)."""
+    db.executemany("DELETE FROM runs WHERE key=?", keys)
+    db.executemany("DELETE FROM activity_chunks WHERE run=?", keys)
 
 
 def _by_run(activity: Iterable[ActivityEntry]) -> dict[str, list[ActivityEntry]]:
@@ -185,8 +192,9 @@ class Store:
     # -- writes ---------------------------------------------------------------------------------
 
     def save(self, runs: Iterable[dict[str, Any]], activity: Iterable[ActivityEntry],
-             sessions: Iterable[dict[str, Any]] = ()) -> list[str]:
-        """Upsert run and session snapshots and append activity entries, in one transaction.
+             sessions: Iterable[dict[str, Any]] = (), gone: Iterable[str] = ()) -> list[str]:
+        """Upsert run and session snapshots and append activity entries, and delete the runs
+        ``gone`` (folded into another run), in one transaction.
         Returns the keys of runs whose snapshot could not be encoded (skipped, the rest is
         written); raises :class:`StoreWriteError` when nothing could be written."""
         rows = Rows(self.activity_log_size)
@@ -194,6 +202,7 @@ class Store:
             rows.add_run(run)
         rows.add_activity(_by_run(activity).items())
         rows.add_sessions(sessions)
+        rows.gone.extend((key,) for key in gone)
         self.write(rows)
         return rows.refused
 
@@ -213,6 +222,7 @@ class Store:
                 db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?",
                                rows.trims)
                 db.executemany(_UPSERT_SESSION, rows.sessions)
+                _delete_runs(db, rows.gone)
                 db.execute("COMMIT")
             except BaseException as exc:
                 _rollback(db)
@@ -249,8 +259,7 @@ class Store:
                 return 0
             self._db.execute("BEGIN")
             try:
-                self._db.executemany("DELETE FROM runs WHERE key=?", rows)
-                self._db.executemany("DELETE FROM activity_chunks WHERE run=?", rows)
+                _delete_runs(self._db, rows)
                 self._db.execute("COMMIT")
             except BaseException:
                 _rollback(self._db)  # never leave the writer inside a transaction

@@ -96,11 +96,13 @@ def check_recorded(sidecar: RunningServer, driver: str, scenario: str,
 
 
 def replay(sidecar: RunningServer, recording: Path, skew: float = 0.0,
-           edit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+           edit: Callable[[list[dict[str, Any]]], None] | None = None,
+           after_each: Callable[[], None] | None = None) -> None:
     """Export a recording again, request by request, as OTLP/JSON — its timestamps moved to
     now, as if the framework had just run (the time-based rules read them); with ``skew``, as
     if on a host whose clock is that many seconds behind the sidecar's (negative: ahead);
-    ``edit`` changes its spans (in export order) after that."""
+    ``edit`` changes its spans (in export order) after that; ``after_each`` runs after each
+    request is acknowledged."""
     requests = [json.loads(line) for line in recording.read_text(encoding="utf-8").splitlines()
                 if line.strip()]
     times = [int(span["startTimeUnixNano"]) for span in _spans(requests)]
@@ -117,6 +119,8 @@ def replay(sidecar: RunningServer, recording: Path, skew: float = 0.0,
                                     json.dumps(request).encode(),
                                     {"Content-Type": "application/json"})
         assert status == 200, (status, body)
+        if after_each is not None:
+            after_each()
 
 
 def recorded_spans(recording: Path) -> list[dict[str, Any]]:

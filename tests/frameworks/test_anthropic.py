@@ -11,7 +11,9 @@ of one call are paired by that id and count as one model call (they counted twic
 
 ``anthropic_oi``: the same loop traced by OpenInference (openinference-instrumentation-anthropic):
 one ``messages.create`` LLM span per call (``llm.finish_reason`` ``tool_use`` / ``end_turn``),
-the SDK's own span inside it (a twin, as a framework's span around its client library's).
+the SDK's own span inside it (a twin, as a framework's span around its client library's). Sent
+span by span, the SDK's span comes first and opens a run of its trace; OpenInference's span, the
+loose root, folds that run into its agent's run of loose calls.
 
 ``anthropic_sdk``: the same loop with no instrumentation, the SDK's own spans all there is; its
 stop reason (``anthropic.message.stop_reason``) tells an answer from a tool request. With
@@ -36,9 +38,8 @@ from tests.frameworks.harness import (
     check_runs,
     replay,
     run_driver,
-    runs_seen,
 )
-from tests.harness import RunningServer
+from tests.harness import RunningServer, running_server, sidecar_config
 
 AGENT = "anthropic-loop"  # no agent name on these spans: the service name is all there is
 AGENT_OI = "anthropic-loop-oi"  # the same loop traced by OpenInference
@@ -70,14 +71,15 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str) 
     check_runs(sidecar, _expected(driver, scenario))
 
 
-# A recording holds one export request per span, as each ended. OpenInference's span of a call
-# ends after the SDK's span inside it, in a request of its own: see
-# test_openinference_span_by_span_misreads_the_inner_spans. A batch exporter (as live) sends a
-# call's two spans together; the recordings are replayed so, a request per trace.
+# A recording holds one export request per span, as each ended (OpenInference's span of a call
+# after the SDK's span inside it, in a request of its own); a batch exporter (as live) sends a
+# call's two spans together: both are replayed.
+@pytest.mark.parametrize("per_trace", [False, True], ids=["as_recorded", "a_request_per_trace"])
 @pytest.mark.parametrize(("driver", "scenario"), CASES)
-def test_recorded(sidecar: RunningServer, tmp_path: Path, driver: str, scenario: str) -> None:
+def test_recorded(sidecar: RunningServer, tmp_path: Path, driver: str, scenario: str,
+                  per_trace: bool) -> None:
     recording = RECORDINGS / driver / f"{scenario}.jsonl"
-    if driver == "anthropic_oi":
+    if per_trace:
         recording = _regrouped(recording, tmp_path, lambda span, scope: span["traceId"])
     replay(sidecar, recording)
     check_runs(sidecar, _expected(driver, scenario))
@@ -123,22 +125,19 @@ def test_recorded_in_one_batch(sidecar: RunningServer, tmp_path: Path) -> None:
     check_runs(sidecar, EXPECTED["three_tools"])
 
 
-def test_openinference_span_by_span_misreads_the_inner_spans(sidecar: RunningServer) -> None:
-    """GAP (pinned): sent span by span, the SDK's span of a call arrives before OpenInference's
-    span around it, which it hangs from. Not yet knowing its root, it opens a run of its trace;
-    the root, a loose call, joins its agent's run of loose calls instead (the first call's root
-    takes over its trace's run). The loose run reads right, but every later call leaves behind
-    a run of one model call that no span ends (it would end `abandoned` after
-    run_end_timeout); the last one's stop reason, `end_turn`, says it answered."""
-    replay(sidecar, RECORDINGS / "anthropic_oi" / "three_tools.jsonl")
-    runs = runs_seen(sidecar, 1)
-    by_id = {run["id"]: run for run in runs}
-    seen = [(run["iterations"], run["terminal_state"], run["has_final_answer"], run["state"])
-            for run in runs]
-    assert sorted(seen, key=str) == sorted(
-        [(4, "completed", True, "ended"), (1, None, True, "active")]
-        + [(1, None, False, "active")] * 2, key=str), seen
-    assert {run["agent"] for run in by_id.values()} == {AGENT_OI}
+def test_openinference_span_by_span_is_one_run_and_stays_one_after_a_restart(
+        tmp_path: Path) -> None:
+    """Span by span, each request stored before the next: the run each SDK span opened (its
+    root not yet come) is folded into the agent's run when its root comes, and its stored row
+    goes with it, so a restarted sidecar has the one run too, not runs left to be abandoned."""
+    config = sidecar_config(tmp_path / "state", loose_run_gap=1.0, eval_interval=0.2)
+    with running_server(config) as first:
+        replay(first, RECORDINGS / "anthropic_oi" / "three_tools.jsonl", after_each=first.flush)
+        check_runs(first, _expected("anthropic_oi", "three_tools"))
+    with running_server(config) as second:
+        runs = second.get_json("/v1/runs?limit=1000")["runs"]
+        assert [(run["agent"], run["state"], run["terminal_state"]) for run in runs] == [
+            (AGENT_OI, "ended", "completed")], runs
 
 
 def one_response_id(spans: list[dict[str, Any]]) -> None:

@@ -64,6 +64,8 @@ class BatchResult:
     tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
     exemplars: dict[str, str] = field(default_factory=dict)  # agent -> a trace id
+    # runs folded into another run and gone (their key -> the run that has their spans now)
+    absorbed: dict[str, str] = field(default_factory=dict)
 
 
 class RunTracker:
@@ -157,13 +159,16 @@ class RunTracker:
         return record.kind is not OTHER or record.run_key in self._active \
             or self._frames.get(record.trace_id) is not None
 
-    def _group_loose(self, records: list[SpanRecord]) -> None:
+    def _group_loose(self, records: list[SpanRecord]) -> list[tuple[str, str]]:
         """Key each loose call (a model or tool call at the root of a trace no span names a
         run of) to the open run of its agent, or open one; the rest of its trace (the tool
         calls an instrumentation hangs below the model call) follows through the trace alias.
+        Returns the runs of such traces that their spans ending first opened, before their
+        root (sent span by span), each with the agent's run it belongs in.
         """
         traces = self._loose_traces
         opened: set[str] = set()  # runs this batch opens (not active until it is applied)
+        strays: list[tuple[str, str]] = []
         for record in records:
             if record.key_source is not KEY_TRACE or record.parent_span_id is not None \
                     or not (record.kind is LLM or record.kind is TOOL) \
@@ -181,6 +186,8 @@ class RunTracker:
             record.loose = True
             key = self._loose.get(group)
             if key is not None and (key in self._active or key in opened):
+                if record.run_key != key and record.run_key in self._active:
+                    strays.append((record.run_key, key))
                 record.run_key = key
                 self._loose.move_to_end(group)
             else:
@@ -198,6 +205,26 @@ class RunTracker:
             traces[record.trace_id] = record.run_key
             while len(traces) > MAX_TRACE_ALIASES:
                 traces.popitem(last=False)
+        return strays
+
+    def _absorb(self, stray_key: str, key: str, now: float, result: BatchResult) -> None:
+        """Fold the run that the first spans of a loose call's trace opened (its root not yet
+        come: the spans inside it, a second instrumentation's span of the call, end first) into
+        the agent's run of loose calls, and drop it: one invocation, one run (DESIGN §3). Its
+        spans were counted in the metrics when they came; they are not counted again."""
+        stray = self._active.get(stray_key)
+        if stray is None or stray.key_source is not KEY_TRACE or stray.parent_run is not None:
+            return
+        frames = self._frames.get(stray.trace_id)
+        if frames is None or not frames.complete or frames.children:
+            return  # the spans are not all retained, or a nested agent was split out of them
+        del self._active[stray_key]
+        self._frames.forget(stray.trace_id)
+        result.touched.pop(stray_key, None)
+        result.absorbed[stray_key] = key
+        for record in frames.records:
+            record.run_key, record.loose = key, True
+            self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
     def _ran_models(self, root: SpanRecord, records: list[SpanRecord]) -> bool:
         """Whether model calls ran in ``root``'s trace (all of it lies below its root): in the
@@ -234,7 +261,8 @@ class RunTracker:
         result = BatchResult()
         records = list(records)
         by_span = self._learn_aliases(records)
-        self._group_loose(records)
+        for stray, key in self._group_loose(records):
+            self._absorb(stray, key, now, result)
         pending = self._pending_parents
         for record in records:
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
@@ -282,8 +310,13 @@ class RunTracker:
             result.touched[victim.key] = victim
         return result
 
-    def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult) -> None:
+    def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult,
+              count: bool = True) -> None:
+        """Fold ``record`` into ``run``; with ``count``, add what it added to the run's counts
+        to the batch's (metrics): a record folded again (moved into a child run, or a stray
+        run folded into its agent's) was counted when it first came."""
         late = run.ended
+        before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors)
         run.apply(record, now)
         if late:
             run.late_answer()
@@ -292,7 +325,8 @@ class RunTracker:
         if entry is not None:
             run.activity_seq += 1
             result.activity.append(entry)
-        self._count(record, run, result)
+        if count:
+            self._count(record, run, before, result)
         if record.ends_run and not run.ended and (
                 not run.framed or record.run_frame or record.parent_span_id is None):
             if not run.has_final_answer and run.end_error_type is None:
@@ -376,7 +410,7 @@ class RunTracker:
         result.started.append(child)
         for record in moved:
             record.run_key = key
-            self._fold(record, child, now, result)
+            self._fold(record, child, now, result, count=False)
         if not child.ended and any(record.span_id == agent_span for record in moved):
             self._finish(child, now)
             result.ended.append(child)
@@ -439,15 +473,19 @@ class RunTracker:
             self._ended.popitem(last=False)
 
     @staticmethod
-    def _count(record: SpanRecord, run: RunState, result: BatchResult) -> None:
+    def _count(record: SpanRecord, run: RunState, before: tuple[int, int, int, int],
+               result: BatchResult) -> None:
+        """Count what folding ``record`` added to ``run``'s tool calls, tokens and errors, as
+        the run reads it (a second instrumentation's span of a call, a tool call that framed
+        the model loop add nothing), under the run's agent."""
+        tools, input_tokens, output_tokens, errors = before
         agent = run.agent_name
-        if record.kind is TOOL:
-            result.tool_calls[(agent, record.tool_name or "unknown")] += 1
-        elif record.kind is LLM:
-            if record.input_tokens:
-                result.tokens[(agent, "input")] += record.input_tokens
-            if record.output_tokens:
-                result.tokens[(agent, "output")] += record.output_tokens
-        if record.error and record.kind is not AGENT:
-            result.errors[(agent, record.error_type or "error")] += 1
+        if run.tool_calls > tools:
+            result.tool_calls[(agent, record.tool_name or "unknown")] += run.tool_calls - tools
+        if run.input_tokens > input_tokens:
+            result.tokens[(agent, "input")] += run.input_tokens - input_tokens
+        if run.output_tokens > output_tokens:
+            result.tokens[(agent, "output")] += run.output_tokens - output_tokens
+        if run.errors > errors:
+            result.errors[(agent, record.error_type or "error")] += run.errors - errors
         result.exemplars[agent] = record.trace_id
