@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
+from tests.frameworks.harness import RECORDINGS, recorded_spans, replay
 from tests.harness import (
     RunningServer,
     http_request,
@@ -108,3 +109,30 @@ def test_a_restored_runs_report_prompt_shows_its_steps_from_before_the_restart(
         prompt = directives[0]["report_prompt"]
         assert "not available" not in prompt
         assert "/src/first-life" in prompt and prompt.count("/src/a.py") >= 4, prompt
+
+
+def test_a_run_of_loose_calls_goes_on_across_a_restart(tmp_path: Path) -> None:
+    """A home-grown loop traced by opentelemetry-instrumentation-openai-v2 (each model call a
+    trace of its own, recorded), the sidecar restarted between its second and third call: the
+    calls after the restart are the same run, which ends answered with all four."""
+    lines = (RECORDINGS / "openai_v2_loop" / "three_tools.jsonl").read_text(
+        encoding="utf-8").splitlines()
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    before.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    after.write_text("\n".join(lines[2:]) + "\n", encoding="utf-8")
+    starts = [min(int(span["startTimeUnixNano"]) for span in recorded_spans(path))
+              for path in (before, after)]
+    config = sidecar_config(tmp_path / "state")
+    with running_server(config) as first:
+        replay(first, before)
+        first.flush()
+        (open_run,) = first.get_json("/v1/runs")["runs"]
+        assert (open_run["state"], open_run["iterations"]) == ("active", 2)
+    with running_server(config) as second:
+        # (the calls after keep their times after the ones before: replay moves each file's
+        # first span to now, less the gap the recording had between them)
+        replay(second, after, skew=-(starts[1] - starts[0]) / 1e9)
+        second.flush()
+        (run,) = second.get_json("/v1/runs")["runs"]
+        assert (run["id"], run["state"], run["terminal_state"], run["iterations"],
+                run["has_final_answer"]) == (open_run["id"], "ended", "completed", 4, True)

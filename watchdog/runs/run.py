@@ -64,9 +64,10 @@ class RunState:
         "agent", "budget", "clock_lags", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
-        "forced_reason", "forced_state", "framed", "in_flight", "in_flight_since",
+        "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
         "input_tokens", "iterations", "key", "key_source",
-        "last_error", "last_progress", "last_seen", "limit_stop", "messages", "named_by_agent",
+        "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
+        "named_by_agent",
         "output_tokens", "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
         "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
@@ -86,6 +87,12 @@ class RunState:
         self.framed = False
         self.named_by_agent = False  # an agent span (not a workflow around it) named the run
         self.parent_run: str | None = None
+        # The span its agent span hangs from, while that span (so the parent run) has not come.
+        self.hangs_from: str | None = None
+        # A run of loose calls (see watchdog.runs.tracker): the trace of its last call, whose
+        # tool calls may still come; with the run's service, agent and session, what a restarted
+        # tracker needs to go on with it. None: not such a run.
+        self.loose_trace: str | None = None
         self.first_start_ns = 0
         # The least and the most time between a span's end and its arrival (~the exporter's
         # delay, plus how far the agent's clock is behind the sidecar's): see clock_skew.
@@ -127,9 +134,8 @@ class RunState:
         self._tool_start_ns = self._tool_end_ns = 0  # the last tool call to end: its span
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         self._llm_parent: str | None = None  # ... and the span it hangs from
-        # model-call span id -> [its parent span id, input tokens, output tokens counted]
-        # the last model call: (span id, parent span id, input tokens, output tokens)
-        # (span id, parent span id, input tokens, output tokens, response id or "", scope)
+        # the last model call: (span id, parent span id, input tokens, output tokens,
+        # response id or "", scope)
         self._last_model: tuple[str, str, int, int, str, str] | None = None
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
@@ -305,6 +311,21 @@ class RunState:
         if not paired_in_request:
             self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
                                 output_tokens, record.response_id or "", record.scope)
+
+    def last_response(self) -> tuple[str, str] | None:
+        """The response id of the last model call and its instrumentation's scope (None: no
+        model call, or no id)."""
+        last = self._last_model
+        return (last[4], last[5]) if last is not None and last[4] else None
+
+    def only_twin_of(self, record: SpanRecord) -> bool:
+        """Whether the run is one span, a model call that is ``record``'s twin (inside it, or
+        with its response id from another instrumentation)."""
+        last = self._last_model
+        return self.spans == 1 and last is not None and (
+            last[1] == record.span_id or (record.response_id is not None
+                                          and last[4] == record.response_id
+                                          and last[5] != record.scope))
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:

@@ -112,10 +112,22 @@ class RunTracker:
     # -- writes ---------------------------------------------------------------------------------
 
     def restore(self, runs: Iterable[RunState]) -> None:
-        """Put runs loaded from the store back (oldest activity first)."""
+        """Put runs loaded from the store back (oldest activity first); an open run of loose
+        calls is its agent's again, and its last call's trace is its own (the tool calls
+        below that call may still come); the answer of one that ended still has its twin; a
+        child run still waits for its parent's span."""
         for run in sorted(runs, key=lambda r: r.last_seen):
             target = self._ended if run.ended else self._active
             target[run.key] = run
+            if run.loose_trace is not None:
+                self._loose_traces[run.loose_trace] = run.key
+                group = (run.service, run.agent, run.session)
+                if not run.ended:
+                    self._loose[group] = run.key
+                elif run.has_final_answer and (answer := run.last_response()) is not None:
+                    self._loose_answers[group] = answer
+            if run.hangs_from is not None and run.parent_run is None:
+                self._pending_parents[run.hangs_from] = run.key
         self._trim_ended()
 
     def _learn_aliases(self, records: list[SpanRecord]) -> dict[str, tuple[str, KeySource]]:
@@ -159,16 +171,16 @@ class RunTracker:
         return record.kind is not OTHER or record.run_key in self._active \
             or self._frames.get(record.trace_id) is not None
 
-    def _group_loose(self, records: list[SpanRecord]) -> list[tuple[str, str]]:
+    def _group_loose(self, records: list[SpanRecord]) -> list[tuple[SpanRecord, str]]:
         """Key each loose call (a model or tool call at the root of a trace no span names a
         run of) to the open run of its agent, or open one; the rest of its trace (the tool
         calls an instrumentation hangs below the model call) follows through the trace alias.
-        Returns the runs of such traces that their spans ending first opened, before their
-        root (sent span by span), each with the agent's run it belongs in.
+        Returns the loose calls whose trace's spans ending first opened a run before them
+        (sent span by span): that run belongs in the agent's run each call was keyed to.
         """
         traces = self._loose_traces
         opened: set[str] = set()  # runs this batch opens (not active until it is applied)
-        strays: list[tuple[str, str]] = []
+        strays: list[tuple[SpanRecord, str]] = []  # (the call, its trace's run)
         for record in records:
             if record.key_source is not KEY_TRACE or record.parent_span_id is not None \
                     or not (record.kind is LLM or record.kind is TOOL) \
@@ -187,7 +199,7 @@ class RunTracker:
             key = self._loose.get(group)
             if key is not None and (key in self._active or key in opened):
                 if record.run_key != key and record.run_key in self._active:
-                    strays.append((record.run_key, key))
+                    strays.append((record, record.run_key))
                 record.run_key = key
                 self._loose.move_to_end(group)
             else:
@@ -207,23 +219,32 @@ class RunTracker:
                 traces.popitem(last=False)
         return strays
 
-    def _absorb(self, stray_key: str, key: str, now: float, result: BatchResult) -> None:
-        """Fold the run that the first spans of a loose call's trace opened (its root not yet
+    def _absorb(self, call: SpanRecord, stray_key: str, now: float, result: BatchResult
+                ) -> None:
+        """Fold the run that the first spans of a loose call's trace opened (the call not yet
         come: the spans inside it, a second instrumentation's span of the call, end first) into
         the agent's run of loose calls, and drop it: one invocation, one run (DESIGN §3). Its
-        spans were counted in the metrics when they came; they are not counted again."""
+        spans were counted in the metrics when they came; they are not counted again. Restored
+        after a restart (its spans not retained), it is dropped only if it is the call's twin
+        alone (the call counts for both)."""
         stray = self._active.get(stray_key)
         if stray is None or stray.key_source is not KEY_TRACE or stray.parent_run is not None:
             return
         frames = self._frames.get(stray.trace_id)
-        if frames is None or not frames.complete or frames.children:
+        if frames is None:
+            if not stray.only_twin_of(call):
+                return
+            records = []
+        elif not frames.complete or frames.children:
             return  # the spans are not all retained, or a nested agent was split out of them
+        else:
+            records = frames.records
+            self._frames.forget(stray.trace_id)
         del self._active[stray_key]
-        self._frames.forget(stray.trace_id)
         result.touched.pop(stray_key, None)
-        result.absorbed[stray_key] = key
-        for record in frames.records:
-            record.run_key, record.loose = key, True
+        result.absorbed[stray_key] = call.run_key
+        for record in records:
+            record.run_key, record.loose = call.run_key, True
             self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
     def _ran_models(self, root: SpanRecord, records: list[SpanRecord]) -> bool:
@@ -261,8 +282,8 @@ class RunTracker:
         result = BatchResult()
         records = list(records)
         by_span = self._learn_aliases(records)
-        for stray, key in self._group_loose(records):
-            self._absorb(stray, key, now, result)
+        for call, stray in self._group_loose(records):
+            self._absorb(call, stray, now, result)
         pending = self._pending_parents
         for record in records:
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
@@ -295,10 +316,13 @@ class RunTracker:
                         continue  # a nested agent: its child run has it, folded and ended
                 elif run.parent_run is None:
                     pending[record.parent_span_id] = record.run_key
+                    run.hangs_from = record.parent_span_id
                     while len(pending) > MAX_PENDING_PARENTS:
                         pending.popitem(last=False)
             if record.unasked and record.kind is TOOL and self._frames_models(record, run):
                 record.as_frame()  # the run's model loop ran inside it: no tool call
+            elif record.loose and record.parent_span_id is None:
+                run.loose_trace = record.trace_id
             self._fold(record, run, now, result)
         while len(self._active) > self.max_runs:
             _, victim = self._active.popitem(last=False)
@@ -370,6 +394,7 @@ class RunTracker:
         child = self.get(child_key)
         if child is not None and child_key != parent_key and child.parent_run is None:
             child.parent_run = parent_key
+            child.hangs_from = None
             result.touched[child_key] = child
 
     def _place_agent(self, record: SpanRecord, frames: TraceFrames, run: RunState, now: float,
