@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
-from tests.frameworks.harness import RECORDINGS, recorded_spans, replay
+from tests.frameworks.harness import RECORDINGS, check_runs, recorded_spans, replay
+from tests.frameworks.test_openai_agents import EXPECTED as EXPECTED_OPENAI_AGENTS
 from tests.harness import (
     RunningServer,
     http_request,
@@ -18,6 +22,7 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from watchdog.store import DB_FILE
 
 
 def tracer_to(server: RunningServer) -> tuple[TracerProvider, trace.Tracer]:
@@ -111,17 +116,26 @@ def test_a_restored_runs_report_prompt_shows_its_steps_from_before_the_restart(
         assert "/src/first-life" in prompt and prompt.count("/src/a.py") >= 4, prompt
 
 
+def split_recording(tmp_path: Path, recording: Path, cut: int) -> tuple[Path, Path, float]:
+    """A recording's first ``cut`` export requests and the rest, as two recordings, and the
+    ``skew`` to replay the rest with: replay moves a recording's first span to now, and so the
+    rest keep their times after the first part's, less the gap the recording had between them.
+    """
+    lines = recording.read_text(encoding="utf-8").splitlines()
+    before, after = tmp_path / f"before-{recording.name}", tmp_path / f"after-{recording.name}"
+    before.write_text("\n".join(lines[:cut]) + "\n", encoding="utf-8")
+    after.write_text("\n".join(lines[cut:]) + "\n", encoding="utf-8")
+    first, rest = (min(int(span["startTimeUnixNano"]) for span in recorded_spans(path))
+                   for path in (before, after))
+    return before, after, -(rest - first) / 1e9
+
+
 def test_a_run_of_loose_calls_goes_on_across_a_restart(tmp_path: Path) -> None:
     """A home-grown loop traced by opentelemetry-instrumentation-openai-v2 (each model call a
     trace of its own, recorded), the sidecar restarted between its second and third call: the
     calls after the restart are the same run, which ends answered with all four."""
-    lines = (RECORDINGS / "openai_v2_loop" / "three_tools.jsonl").read_text(
-        encoding="utf-8").splitlines()
-    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
-    before.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
-    after.write_text("\n".join(lines[2:]) + "\n", encoding="utf-8")
-    starts = [min(int(span["startTimeUnixNano"]) for span in recorded_spans(path))
-              for path in (before, after)]
+    before, after, skew = split_recording(
+        tmp_path, RECORDINGS / "openai_v2_loop" / "three_tools.jsonl", 2)
     config = sidecar_config(tmp_path / "state")
     with running_server(config) as first:
         replay(first, before)
@@ -129,10 +143,43 @@ def test_a_run_of_loose_calls_goes_on_across_a_restart(tmp_path: Path) -> None:
         (open_run,) = first.get_json("/v1/runs")["runs"]
         assert (open_run["state"], open_run["iterations"]) == ("active", 2)
     with running_server(config) as second:
-        # (the calls after keep their times after the ones before: replay moves each file's
-        # first span to now, less the gap the recording had between them)
-        replay(second, after, skew=-(starts[1] - starts[0]) / 1e9)
+        replay(second, after, skew=skew)
         second.flush()
         (run,) = second.get_json("/v1/runs")["runs"]
         assert (run["id"], run["state"], run["terminal_state"], run["iterations"],
                 run["has_final_answer"]) == (open_run["id"], "ended", "completed", 4, True)
+
+
+def test_a_handoff_in_progress_reads_the_same_after_a_clean_restart(tmp_path: Path) -> None:
+    """The OpenAI Agents SDK's handoff (recorded; no span names its run): the sidecar stopped
+    cleanly after the researcher's first spans, before the triage agent's span that says they
+    were a handoff's. The records the tracker retained of the trace are kept over the restart,
+    so the researcher is still split out into a child run of its own."""
+    before, after, skew = split_recording(
+        tmp_path, RECORDINGS / "openai_agents_sdk" / "handoff.jsonl", 9)
+    config = sidecar_config(tmp_path / "state")
+    with running_server(config) as first:
+        replay(first, before)
+    with running_server(config) as second:
+        replay(second, after, skew=skew)
+        check_runs(second, EXPECTED_OPENAI_AGENTS["handoff"])
+
+
+def test_a_tracker_state_that_cannot_be_read_is_skipped_at_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = sidecar_config(tmp_path / "state")
+    with running_server(config) as first:
+        replay(first, RECORDINGS / "openai_agents_sdk" / "handoff.jsonl")
+    db = sqlite3.connect(tmp_path / "state" / DB_FILE)
+    db.execute("UPDATE tracker_state SET data = ?", (json.dumps(
+        {"frames": [["t1", {"records": [{"kind": "llm"}]}], 7], "trace_runs": [[1]]}),))
+    db.commit()
+    db.close()
+    with running_server(config) as second:
+        assert sorted(run["agent"] for run in second.get_json("/v1/runs")["runs"]) == [
+            "agents-researcher", "agents-triage"]
+        replay(second, RECORDINGS / "openai_v2_loop" / "three_tools.jsonl")
+        second.flush()
+        assert len(second.get_json("/v1/runs")["runs"]) == 3
+    assert "3 traces of the tracker state kept at the last shutdown cannot be read" in \
+        caplog.text

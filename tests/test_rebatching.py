@@ -12,12 +12,12 @@ Each recording is also read span by span, as a ``SimpleSpanProcessor`` exports (
 OpenInference's) then comes a request before its root and opens a run of its trace, which the
 root folds into its agent's run of loose calls.
 
-Each is also read span by span with the tracker restarted, from its runs' snapshots, between two
-spans (a restarted sidecar has only what it stored).
+Each is also read span by span with the tracker restarted between two spans, after a clean
+shutdown and after a crash (a restarted sidecar has only what it stored).
 
 Known gaps, pinned as such: a nested agent split out of its trace's run, restarted mid-trace
-(``test_a_recording_reads_the_same_across_a_restart``); an exporter that sends parents before
-children (LangSmith's) and is cut mid-trace (``PARENTS_FIRST_CUTS``).
+after a crash (``test_a_recording_reads_the_same_across_a_restart``); an exporter that sends
+parents before children (LangSmith's) and is cut mid-trace (``PARENTS_FIRST_CUTS``).
 
 The metrics' counts (tool calls, tokens, errors) are the runs' counts in every delivery.
 """
@@ -46,13 +46,15 @@ PARENTS_FIRST_CUTS = {("langchain_langsmith", "subagent")}
 Runs = list[tuple[Any, ...]]
 
 
-def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None = None) -> Runs:
+def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
+              clean: bool = False) -> Runs:
     """The runs a tracker makes of ``requests``, applied in turn, every run ended; with
-    ``restart_at``, a restarted one goes on from the request after that many."""
+    ``restart_at``, a restarted one goes on from the request after that many (``clean``: a
+    clean shutdown's, which kept the tracker's state too)."""
     tracker = RunTracker()
     for now, request in enumerate(requests, start=1):
         if now - 1 == restart_at:
-            tracker = restarted(tracker)
+            tracker = restarted(tracker, clean)
         tracker.apply(records_from(request).records, float(now))
     tracker.expire(1e12)
     runs = list(tracker.ended())
@@ -62,11 +64,14 @@ def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None 
                    agents.get(run.parent_run) if run.parent_run else None) for run in runs)
 
 
-def restarted(tracker: RunTracker) -> RunTracker:
-    """The tracker a restarted sidecar has: its runs from their stored snapshots (JSON)."""
+def restarted(tracker: RunTracker, clean: bool) -> RunTracker:
+    """The tracker a restarted sidecar has: its runs from their stored snapshots, and after a
+    clean shutdown the state it kept (JSON, as stored)."""
     fresh = RunTracker()
     fresh.restore(RunState.from_dict(json.loads(json.dumps(run.to_dict())))
                   for run in (*tracker.active(), *tracker.ended()))
+    if clean:
+        assert fresh.restore_state(json.loads(json.dumps(tracker.state()))) == 0
     return fresh
 
 
@@ -139,20 +144,39 @@ RESTART_CUTS = 10  # restart points tried per recording, span by span
 
 @pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
 def test_a_recording_reads_the_same_across_a_restart(driver: str, scenario: str) -> None:
-    """Span by span, the tracker restarted from its runs' snapshots between two spans: a run of
-    loose calls goes on (its agent's, its last call's tool calls its own), the twin of its
-    answer is still no next run, a child run still finds its parent.
+    """Span by span, the tracker restarted between two spans: after a clean shutdown (its
+    runs' snapshots and the state it kept), every recording reads the same. After a crash (the
+    runs' snapshots only) too: a run of loose calls goes on (its agent's, its last call's tool
+    calls its own), the twin of its answer is still no next run, a child run still finds its
+    parent.
 
-    GAP (pinned): a nested agent split out of its trace's run needs the records the tracker
-    retains of the trace, in memory only. Restarted mid-trace, the nested agent stays in its
+    GAP (pinned): after a crash, a nested agent split out of its trace's run lacks the records
+    the tracker retained of the trace: restarted mid-trace, the nested agent stays in its
     parent's run, or the parent keeps only the calls since the restart."""
     exported = runs_read([parse_json(line.encode())
                           for line in recorded_lines(driver, scenario)])
     spans = scoped_spans(driver, scenario)
+    requests = [request_of([span]) for span in spans]
     every = max(len(spans) // RESTART_CUTS, 1)
-    differ = [cut for cut in range(1, len(spans), every)
-              if runs_read([request_of([span]) for span in spans], restart_at=cut) != exported]
+    cut_points = range(1, len(spans), every)
+    clean = [cut for cut in cut_points
+             if runs_read(requests, restart_at=cut, clean=True) != exported]
+    assert not clean, f"restarted cleanly after these spans: {clean}"
+    crashed = [cut for cut in cut_points if runs_read(requests, restart_at=cut) != exported]
     if split_from_frames(driver, scenario):
-        assert differ, "the known gap is closed: take it out of this test and the README"
+        assert crashed, "the known gap is closed: take it out of this test and the README"
     else:
-        assert not differ, f"restarted after these spans: {differ}"
+        assert not crashed, f"restarted after a crash after these spans: {crashed}"
+
+
+def test_the_state_kept_over_a_restart_is_bounded_most_recent_traces_first() -> None:
+    tracker = RunTracker()
+    for now, (driver, scenario) in enumerate(
+            [("openai_agents_sdk", "handoff"), ("openai_agents_sdk", "agent_as_tool")], start=1):
+        spans = scoped_spans(driver, scenario)
+        tracker.apply(records_from(request_of(spans[:5])).records, float(now))
+    first, last = (trace for trace, _ in tracker.state()["frames"])
+    kept = tracker.state(max_records=5)
+    assert [trace for trace, _ in kept["frames"]] == [last] and kept["left_out"] == 1
+    assert len(kept["frames"][0][1]["records"]) == 5
+    assert len(tracker.state(max_records=4)["frames"]) == 0

@@ -236,7 +236,7 @@ def test_a_version_1_state_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -
     assert store.get_session("s") == session.to_dict()
     store.close()
     check = sqlite3.connect(tmp_path / DB_FILE)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     check.close()
     reopened = Store(str(tmp_path))  # opening a current file again changes nothing
     assert reopened.get_session("s") == session.to_dict()
@@ -348,4 +348,5 @@ def test_a_version_2_activity_log_is_migrated_into_chunks(tmp_path: Path) -> Non
     check = sqlite3.connect(tmp_path / DB_FILE)
     tables = {row[0] for row in check.execute("SELECT name FROM sqlite_master")}
     assert "activity" not in tables and "activity_chunks" in tables
+    assert "tracker_state" in tables  # (version 4)
     check.close()

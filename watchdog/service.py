@@ -14,6 +14,7 @@ bound.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -33,7 +34,7 @@ from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.run import RunState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
-from watchdog.store import Store
+from watchdog.store import Store, StoreWriteError
 
 log = logging.getLogger("watchdog")
 
@@ -133,10 +134,27 @@ class WatchdogService:
         active = self._restored(self.store.load_runs(True, self.config.max_runs))
         ended = self._restored(self.store.load_runs(False, 1000))
         self.tracker.restore(active + ended)
+        self._restore_tracker_state()
         for run in active:  # their last steps, for the report prompts of their next directives
             self.core.remember(self.store.activity(run.key, RECENT_STEPS))
         self.sessions.know(self.store.session_ids())
         return len(active)
+
+    def _restore_tracker_state(self) -> None:
+        """What the tracker held beyond its runs at a clean shutdown (not after a crash: then
+        a nested agent whose spans came before the restart is not split out of its trace's
+        run); never a failed start."""
+        saved = self.store.take_tracker_state()
+        if saved is None:
+            return
+        try:
+            skipped = self.tracker.restore_state(json.loads(saved))
+        except (ValueError, TypeError, AttributeError):
+            log.warning("the tracker state kept at the last shutdown cannot be read: skipped")
+            return
+        if skipped:
+            log.warning("%d traces of the tracker state kept at the last shutdown cannot be "
+                        "read: skipped", skipped)
 
     def _restored(self, rows: Iterable[dict[str, Any]]) -> list[RunState]:
         return [run for data in rows if (run := self.queries.from_store(data)) is not None]
@@ -145,6 +163,19 @@ class WatchdogService:
         self.core.restore_forced(fired)
 
     async def close(self) -> None:
+        """Persist what is pending, and what the tracker holds beyond its runs (the records
+        of traces in progress), then close the store."""
+        try:
+            kept = self.tracker.state()
+            if kept["left_out"]:
+                log.warning("%d traces in progress are too many to keep their records over the "
+                            "restart: a nested agent of theirs stays in its parent's run",
+                            kept["left_out"])
+            state = json.dumps(kept, separators=(",", ":"), allow_nan=False)
+            await self.state.in_lane(self.store.save_tracker_state, state)
+        except (StoreWriteError, ValueError) as exc:
+            log.warning("the tracker state cannot be kept (%s): after the restart, a nested "
+                        "agent of a trace in progress stays in its parent's run", exc)
         await self.state.close()
         self.queries.close()
 

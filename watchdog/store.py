@@ -26,7 +26,7 @@ from typing import Any
 
 from watchdog.runs.activity import ActivityEntry
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_FILE = "watchdog.sqlite3"
 MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
 MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
@@ -52,6 +52,11 @@ CREATE TABLE IF NOT EXISTS sessions (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
+-- what the run tracker held beyond its runs at a clean shutdown (one row, taken at the start)
+CREATE TABLE IF NOT EXISTS tracker_state (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    data TEXT NOT NULL
+);
 """
 
 # version -> the statements that bring a file of the version before it up to it.
@@ -77,6 +82,13 @@ INSERT OR REPLACE INTO activity_chunks (run, last_seq, data)
     FROM (SELECT * FROM activity ORDER BY run, seq) GROUP BY run;
 DROP TABLE activity;
 COMMIT;
+""",
+    4: """
+-- what the run tracker held beyond its runs at a clean shutdown (one row, taken at the start)
+CREATE TABLE IF NOT EXISTS tracker_state (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    data TEXT NOT NULL
+);
 """,
 }
 
@@ -265,6 +277,31 @@ class Store:
                 _rollback(self._db)  # never leave the writer inside a transaction
                 raise
             return len(rows)
+
+    def save_tracker_state(self, data: str) -> None:
+        """Keep what the run tracker holds beyond its runs (JSON) for the next start (a clean
+        shutdown); replaces what an earlier one kept."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.execute("DELETE FROM tracker_state")
+                db.execute("INSERT INTO tracker_state (id, data) VALUES (0, ?)", (data,))
+                db.execute("COMMIT")
+            except BaseException as exc:
+                _rollback(db)
+                if isinstance(exc, (sqlite3.Error, OSError)):
+                    raise StoreWriteError(str(exc)) from exc
+                raise
+
+    def take_tracker_state(self) -> str | None:
+        """What :meth:`save_tracker_state` kept, removed from the store as it is read: it is
+        the state at that shutdown, stale once spans have come since."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM tracker_state").fetchone()
+            if row is not None:
+                self._db.execute("DELETE FROM tracker_state")
+        return row[0] if row else None
 
     # -- reads ----------------------------------------------------------------------------------
 

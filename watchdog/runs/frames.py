@@ -34,7 +34,9 @@ The module is pure: no clock, no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from watchdog.runs.record import AGENT, LLM, TOOL, SpanRecord
 
@@ -55,6 +57,23 @@ class TraceFrames:
     agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
     main_agent: str | None = None
     complete: bool = True  # False once a record could not be retained: no more splitting
+
+    def to_dict(self) -> dict[str, Any]:
+        """The frames in JSON-able values (kept over a clean restart)."""
+        return {"parents": self.parents, "records": [record.to_dict() for record in self.records],
+                "children": self.children, "adopted": self.adopted, "calls": sorted(self.calls),
+                "agents": self.agents, "main_agent": self.main_agent, "complete": self.complete}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TraceFrames:
+        """The frames :meth:`to_dict` gave; raises KeyError, TypeError or ValueError for data it
+        did not. No more than ``MAX_RETAINED_SPANS`` records are taken back."""
+        records = [SpanRecord.from_dict(record) for record in data["records"]]
+        return cls(parents=dict(data["parents"]), records=records[:MAX_RETAINED_SPANS],
+                   children=dict(data["children"]), adopted=dict(data["adopted"]),
+                   calls=set(data["calls"]), agents=dict(data["agents"]),
+                   main_agent=data["main_agent"],
+                   complete=bool(data["complete"]) and len(records) <= MAX_RETAINED_SPANS)
 
     def note(self, record: SpanRecord) -> None:
         self.parents[record.span_id] = record.parent_span_id
@@ -180,6 +199,18 @@ class FrameBook:
 
     def forget(self, trace_id: str) -> None:
         self._traces.pop(trace_id, None)
+
+    def items(self) -> Iterator[tuple[str, TraceFrames]]:
+        """Every trace's frames, least recently used first."""
+        return iter(self._traces.items())
+
+    def put(self, trace_id: str, frames: TraceFrames) -> None:
+        """Keep ``frames`` as the trace's (restored): the most recently used, within bounds."""
+        self._traces[trace_id] = frames
+        self._traces.move_to_end(trace_id)
+        while len(self._traces) > self.max_traces:
+            self._traces.popitem(last=False)
+            self.dropped += 1
 
     def __len__(self) -> int:
         return len(self._traces)

@@ -7,8 +7,9 @@ It is created once per span on the hot path, hence ``slots``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Any
 
 
 class SpanKind(StrEnum):
@@ -133,6 +134,27 @@ class SpanRecord:
         self.kind = OTHER
         self.tool_name = None  # its failure is its model loop's, already counted
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record in JSON-able values (the tracker's retained records, kept over a clean
+        restart: :meth:`RunTracker.state <watchdog.runs.tracker.RunTracker.state>`)."""
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["kind"], data["key_source"] = self.kind.value, self.key_source.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpanRecord:
+        """The record :meth:`to_dict` gave (fields it does not name keep their defaults);
+        raises KeyError, TypeError or ValueError for one it did not."""
+        known = {name: data[name] for name in _FIELDS if name in data}
+        known["kind"], known["key_source"] = SpanKind(data["kind"]), KeySource(data["key_source"])
+        for name, kinds in _CHECKED:  # what every run's fold reads: a damaged file stops here
+            if not isinstance(known[name], kinds) or isinstance(known[name], bool):
+                raise TypeError(f"{name}: {type(known[name]).__name__}")
+        if known.get("twin_tokens") is not None:
+            input_tokens, output_tokens = known["twin_tokens"]
+            known["twin_tokens"] = (int(input_tokens), int(output_tokens))
+        return cls(**known)
+
     @property
     def ends_run(self) -> bool:
         """Whether this span closes its run.
@@ -145,3 +167,9 @@ class SpanRecord:
         if self.parent_span_id is None or self.run_frame:
             return True
         return self.kind is AGENT and self.key_source is not KEY_TRACE
+
+
+_FIELDS = tuple(field.name for field in fields(SpanRecord))
+_CHECKED = (("run_key", str), ("trace_id", str), ("span_id", str), ("name", str),
+            ("parent_span_id", (str, type(None))), ("start_ns", int), ("end_ns", int),
+            ("input_tokens", int), ("output_tokens", int))

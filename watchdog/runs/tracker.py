@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from watchdog.runs.activity import ActivityEntry, entry_for
 from watchdog.runs.frames import FrameBook, TraceFrames
@@ -46,6 +47,9 @@ RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified aba
 LOOSE_RUN_GAP = 120.0
 MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
+# Retained records kept over a clean restart at most (the most recently used traces' first):
+# the state is encoded at shutdown, within the pod's grace period.
+MAX_STATE_RECORDS = 20_000
 
 
 @dataclass(slots=True)
@@ -129,6 +133,46 @@ class RunTracker:
             if run.hangs_from is not None and run.parent_run is None:
                 self._pending_parents[run.hangs_from] = run.key
         self._trim_ended()
+
+    def state(self, max_records: int = MAX_STATE_RECORDS) -> dict[str, Any]:
+        """What the tracker holds beyond its runs, in JSON-able values, for a clean restart to
+        go on with: the records and parent links retained of traces in progress (a nested agent
+        whose spans came before its agent span is split out of them; the most recently used
+        traces' up to ``max_records`` records, the rest left out and counted in
+        ``"left_out"``) and the run each trace's run-naming spans went to (the spans below them
+        that name none follow)."""
+        frames: list[list[Any]] = []
+        left_out = 0
+        for trace, trace_frames in reversed(list(self._frames.items())):
+            max_records -= len(trace_frames.records)
+            if max_records < 0:
+                left_out += 1
+                continue
+            frames.append([trace, trace_frames.to_dict()])
+        frames.reverse()  # least recently used first, as restore_state puts them back
+        return {"frames": frames, "left_out": left_out,
+                "trace_runs": [[trace, key, source.value]
+                               for trace, (key, source) in self._trace_runs.items()]}
+
+    def restore_state(self, state: dict[str, Any]) -> int:
+        """Take back what :meth:`state` gave (after :meth:`restore`); returns the traces left
+        out because their part of it cannot be read."""
+        skipped = 0
+        for item in state.get("frames", ()):
+            try:
+                trace, data = item
+                self._frames.put(str(trace), TraceFrames.from_dict(data))
+            except (KeyError, TypeError, ValueError):
+                skipped += 1
+        for item in state.get("trace_runs", ()):
+            try:
+                trace, key, source = item
+                self._trace_runs[str(trace)] = (str(key), KeySource(source))
+            except (TypeError, ValueError):
+                skipped += 1
+        while len(self._trace_runs) > MAX_TRACE_ALIASES:
+            self._trace_runs.popitem(last=False)
+        return skipped
 
     def _learn_aliases(self, records: list[SpanRecord]) -> dict[str, tuple[str, KeySource]]:
         """Which run each span of this batch that names its run belongs to (by span id), and
