@@ -20,7 +20,7 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,37 +221,34 @@ class Store:
     def write(self, rows: Rows) -> None:
         """Write encoded rows in one transaction: SQL only, so the thread calling it holds the
         GIL little (the encoding is done where it can be sliced: :class:`Rows`)."""
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN")
-            try:
-                db.executemany(
-                    "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
-                    "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
-                    "updated=excluded.updated, data=excluded.data", rows.runs)
-                db.executemany("INSERT OR REPLACE INTO activity_chunks VALUES (?,?,?)",
-                               rows.chunks)
-                db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?",
-                               rows.trims)
-                db.executemany(_UPSERT_SESSION, rows.sessions)
-                _delete_runs(db, rows.gone)
-                db.execute("COMMIT")
-            except BaseException as exc:
-                _rollback(db)
-                if isinstance(exc, (sqlite3.Error, OSError)):
-                    raise StoreWriteError(str(exc)) from exc
-                raise
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
+                "updated=excluded.updated, data=excluded.data", rows.runs)
+            db.executemany("INSERT OR REPLACE INTO activity_chunks VALUES (?,?,?)", rows.chunks)
+            db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?", rows.trims)
+            db.executemany(_UPSERT_SESSION, rows.sessions)
+            _delete_runs(db, rows.gone)
 
     def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         """Upsert session snapshots (a checkpoint: before the API answers)."""
         rows = _session_rows(sessions)
+        with self._transaction() as db:
+            db.executemany(_UPSERT_SESSION, rows)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """The writer connection in one transaction: committed at the end, or rolled back (a
+        store failure raised as :class:`StoreWriteError`)."""
         with self._lock:
-            self._db.execute("BEGIN")
+            db = self._db
+            db.execute("BEGIN")
             try:
-                self._db.executemany(_UPSERT_SESSION, rows)
-                self._db.execute("COMMIT")
+                yield db
+                db.execute("COMMIT")
             except BaseException as exc:
-                _rollback(self._db)
+                _rollback(db)
                 if isinstance(exc, (sqlite3.Error, OSError)):
                     raise StoreWriteError(str(exc)) from exc
                 raise
@@ -281,18 +278,8 @@ class Store:
     def save_tracker_state(self, data: str) -> None:
         """Keep what the run tracker holds beyond its runs (JSON) for the next start (a clean
         shutdown); replaces what an earlier one kept."""
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN")
-            try:
-                db.execute("DELETE FROM tracker_state")
-                db.execute("INSERT INTO tracker_state (id, data) VALUES (0, ?)", (data,))
-                db.execute("COMMIT")
-            except BaseException as exc:
-                _rollback(db)
-                if isinstance(exc, (sqlite3.Error, OSError)):
-                    raise StoreWriteError(str(exc)) from exc
-                raise
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO tracker_state (id, data) VALUES (0, ?)", (data,))
 
     def take_tracker_state(self) -> str | None:
         """What :meth:`save_tracker_state` kept, removed from the store as it is read: it is
