@@ -75,14 +75,20 @@ def restarted(tracker: RunTracker, clean: bool) -> RunTracker:
     return fresh
 
 
-def split_from_frames(driver: str, scenario: str) -> bool:
-    """Whether a nested agent of the recording is a child run split out of its trace's run
-    (from the records the tracker retains of the trace, which a restart loses)."""
+def recorded_runs(driver: str, scenario: str) -> list[RunState]:
+    """The runs a tracker makes of a recording as exported, every run ended."""
     tracker = RunTracker()
     for now, line in enumerate(recorded_lines(driver, scenario), start=1):
         tracker.apply(records_from(parse_json(line.encode())).records, float(now))
     tracker.expire(1e12)
-    return any(run.parent_run and run.key_source is KEY_TRACE for run in tracker.ended())
+    return list(tracker.ended())
+
+
+def split_from_frames(driver: str, scenario: str) -> bool:
+    """Whether a nested agent of the recording is a child run split out of its trace's run
+    (from the records the tracker retains of the trace, which a restart loses)."""
+    return any(run.parent_run and run.key_source is KEY_TRACE
+               for run in recorded_runs(driver, scenario))
 
 
 def counted(requests: list[ExportTraceServiceRequest]) -> tuple[dict[str, int], dict[str, int]]:
@@ -175,8 +181,33 @@ def test_the_state_kept_over_a_restart_is_bounded_most_recent_traces_first() -> 
             [("openai_agents_sdk", "handoff"), ("openai_agents_sdk", "agent_as_tool")], start=1):
         spans = scoped_spans(driver, scenario)
         tracker.apply(records_from(request_of(spans[:5])).records, float(now))
-    first, last = (trace for trace, _ in tracker.state()["frames"])
+    _, last = (trace for trace, _ in tracker.state()["frames"])
     kept = tracker.state(max_records=5)
     assert [trace for trace, _ in kept["frames"]] == [last] and kept["left_out"] == 1
     assert len(kept["frames"][0][1]["records"]) == 5
     assert len(tracker.state(max_records=4)["frames"]) == 0
+
+
+LOOSE = [(driver, scenario) for driver, scenario in ALL
+         if all(run.loose_trace is not None for run in recorded_runs(driver, scenario))]
+# Two instrumentations' spans of each call, each a trace of its own (paired by response id):
+# a pair split between the two parts, the other calls between them, counts twice.
+TWINS_OUT_OF_ORDER = {"anthropic_loop", "anthropic_oi"}
+
+
+@pytest.mark.parametrize(("driver", "scenario"), LOOSE, ids=[f"{d}-{s}" for d, s in LOOSE])
+def test_a_loose_loop_reads_the_same_when_its_later_calls_come_first(
+        driver: str, scenario: str) -> None:
+    """A home-grown loop (each model call a trace of its own) cut in two, the second part sent
+    first (a Collector retries a request the sidecar refused after later ones went through):
+    the calls that ended before the answer, and after the answer before it, are its run's,
+    late; they open no run of their own."""
+    exported = runs_read([parse_json(line.encode())
+                          for line in recorded_lines(driver, scenario)])
+    spans = scoped_spans(driver, scenario)
+    differ = [cut for cut in cuts(spans)
+              if runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) != exported]
+    if driver in TWINS_OUT_OF_ORDER:
+        assert differ, "the known gap is closed: take it out of TWINS_OUT_OF_ORDER"
+    else:
+        assert not differ, f"second part first, cut after these spans: {differ}"

@@ -312,11 +312,13 @@ class RunState:
             self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
                                 output_tokens, record.response_id or "", record.scope)
 
-    def last_response(self) -> tuple[str, str] | None:
-        """The response id of the last model call and its instrumentation's scope (None: no
-        model call, or no id)."""
+    def answer_call(self) -> tuple[str, str, int, int] | None:
+        """The model call that answered last: its response id ("" if none), instrumentation
+        scope, start and end (None: no model call said anything)."""
         last = self._last_model
-        return (last[4], last[5]) if last is not None and last[4] else None
+        if last is None or not self._llm_said_ns:
+            return None
+        return last[4], last[5], self._llm_said_start_ns, self._llm_said_ns
 
     def only_twin_of(self, record: SpanRecord) -> bool:
         """Whether the run is one span, a model call that is ``record``'s twin (inside it, or

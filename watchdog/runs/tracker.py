@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from watchdog.runs.activity import ActivityEntry, entry_for
 from watchdog.runs.frames import FrameBook, TraceFrames
@@ -50,6 +50,17 @@ MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span
 # Retained records kept over a clean restart at most (the most recently used traces' first):
 # the state is encoded at shutdown, within the pod's grace period.
 MAX_STATE_RECORDS = 20_000
+
+
+class LooseAnswer(NamedTuple):
+    """The call that ended an agent's last run of loose calls."""
+
+    run_key: str
+    response_id: str  # "" if none: its twin (a second instrumentation's span) has it too
+    scope: str  # ... and another scope
+    start_ns: int
+    end_ns: int
+    since_ns: int  # when the answer before it (of the run before) ended; 0: unknown
 
 
 @dataclass(slots=True)
@@ -87,11 +98,11 @@ class RunTracker:
         self._frames = FrameBook()
         self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
         self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
-        # (service, agent, session) -> the response id of the call that ended its last run of
-        # loose calls: that call's twin (its span by a second instrumentation, a trace of its
-        # own) may come after it, and is no call of a next run
-        # (and its scope: a twin is another instrumentation's)
-        self._loose_answers: OrderedDict[tuple[str | None, ...], tuple[str, str]] = OrderedDict()
+        # (service, agent, session) -> the call that ended its last run of loose calls: that
+        # call's twin (its span by a second instrumentation, a trace of its own) may come after
+        # it, and is no call of a next run; nor is a call that ended before it started (and
+        # after the answer before it), sent after it: its run's, late
+        self._loose_answers: OrderedDict[tuple[str | None, ...], LooseAnswer] = OrderedDict()
         self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
 
     # -- reads ----------------------------------------------------------------------------------
@@ -128,8 +139,8 @@ class RunTracker:
                 group = (run.service, run.agent, run.session)
                 if not run.ended:
                     self._loose[group] = run.key
-                elif run.has_final_answer and (answer := run.last_response()) is not None:
-                    self._loose_answers[group] = answer
+                elif run.has_final_answer and (answer := run.answer_call()) is not None:
+                    self._answered(group, run.key, *answer)
             if run.hangs_from is not None and run.parent_run is None:
                 self._pending_parents[run.hangs_from] = run.key
         self._trim_ended()
@@ -234,34 +245,47 @@ class RunTracker:
                 record.as_invocation()  # the trace's run, closed by this span
                 continue
             group = (record.service, record.agent, record.session)
-            answer = self._loose_answers.get(group) if record.response_id is not None else None
-            if answer is not None and answer[0] == record.response_id \
-                    and answer[1] != record.scope:
+            answer = self._loose_answers.get(group)
+            if answer is not None and record.response_id is not None \
+                    and answer.response_id == record.response_id and answer.scope != record.scope:
                 record.kind = OTHER  # the answer's twin, counted with it: no run of its own
                 continue
             record.loose = True
             key = self._loose.get(group)
             if key is not None and (key in self._active or key in opened):
-                if record.run_key != key and record.run_key in self._active:
-                    strays.append((record, record.run_key))
-                record.run_key = key
                 self._loose.move_to_end(group)
+            elif answer is not None and not record.final_answer \
+                    and answer.since_ns <= record.start_ns and record.end_ns <= answer.start_ns \
+                    and self.get(answer.run_key) is not None:
+                # a call of the run that answered, sent after its answer (a Collector retries a
+                # refused request after later ones): the run's, late
+                key = answer.run_key
             else:
-                self._loose[group] = record.run_key
-                opened.add(record.run_key)
+                key = self._loose[group] = record.run_key
+                opened.add(key)
                 while len(self._loose) > MAX_LOOSE_GROUPS:
                     self._loose.popitem(last=False)
+            if record.run_key != key and record.run_key in self._active:
+                strays.append((record, record.run_key))
+            record.run_key = key
             if record.final_answer:  # the run ends with this call: the next opens another
                 del self._loose[group]
-                if record.response_id is not None:
-                    self._loose_answers[group] = (record.response_id, record.scope)
-                    self._loose_answers.move_to_end(group)
-                    while len(self._loose_answers) > MAX_LOOSE_GROUPS:
-                        self._loose_answers.popitem(last=False)
+                self._answered(group, record.run_key, record.response_id or "", record.scope,
+                               record.start_ns, record.end_ns)
             traces[record.trace_id] = record.run_key
             while len(traces) > MAX_TRACE_ALIASES:
                 traces.popitem(last=False)
         return strays
+
+    def _answered(self, group: tuple[str | None, ...], run_key: str, response_id: str,
+                  scope: str, start_ns: int, end_ns: int) -> None:
+        answers = self._loose_answers
+        before = answers.get(group)
+        answers[group] = LooseAnswer(run_key, response_id, scope, start_ns, end_ns,
+                                     before.end_ns if before is not None else 0)
+        answers.move_to_end(group)
+        while len(answers) > MAX_LOOSE_GROUPS:
+            answers.popitem(last=False)
 
     def _absorb(self, call: SpanRecord, stray_key: str, now: float, result: BatchResult
                 ) -> None:
