@@ -211,3 +211,21 @@ def test_a_loose_loop_reads_the_same_when_its_later_calls_come_first(
         assert differ, "the known gap is closed: take it out of TWINS_OUT_OF_ORDER"
     else:
         assert not differ, f"second part first, cut after these spans: {differ}"
+
+
+# (recording, cut) whose second part, sent first, has the root and the first part a span that
+# tells the limit the run stopped at (a limit exception on a child, a finish reason)
+LATE_LIMITS = [("crewai_openinference", "limit", 4), ("crewai_openllmetry", "limit", 4),
+               ("llamaindex_oi", "limit_generate", 25), ("smolagents_oi", "limit", 10),
+               ("openai_agents_openllmetry", "limit", 10)]
+
+
+@pytest.mark.parametrize(("driver", "scenario", "cut"), LATE_LIMITS,
+                         ids=[f"{d}-{s}-{c}" for d, s, c in LATE_LIMITS])
+def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
+        driver: str, scenario: str, cut: int) -> None:
+    exported = runs_read([parse_json(line.encode())
+                          for line in recorded_lines(driver, scenario)])
+    assert {run[4] for run in exported} == {"tool_limit_reached"}
+    spans = scoped_spans(driver, scenario)
+    assert runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) == exported

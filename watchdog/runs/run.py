@@ -468,15 +468,24 @@ class RunState:
         )
 
     def late_answer(self) -> bool:
-        """A span that arrived after the run ended brought its answer (two export paths, or
-        an exporter's batches, need not arrive in the order the spans ended): a run that ended
-        ``no_response`` is classified again. True if its state changed."""
-        if self.terminal_state is not TerminalState.NO_RESPONSE or not self.has_final_answer:
+        """A span that arrived after the run ended (two export paths, or an exporter's
+        batches, need not arrive in the order the spans ended) brought what the run's end
+        lacked: its answer (a run that ended ``no_response``), or the limit that stopped it (a
+        framework's limit on a child span, the run's budget reached): the run is classified
+        again. An answer or a limit is never taken back. True if its state changed."""
+        state = self.terminal_state
+        if state is TerminalState.NO_RESPONSE and self.has_final_answer:
+            pass
+        elif state not in (TerminalState.NO_RESPONSE, TerminalState.COMPLETED) \
+                or (self.limit_stop is None and not self.at_budget()):
             return False
-        self.terminal_state, self.terminal_reason = classify_end(
+        new = classify_end(
             forced=self.forced_state, forced_reason=self.forced_reason,
-            end_error_type=self.end_error_type, has_final_answer=True,
+            end_error_type=self.end_error_type, has_final_answer=self.has_final_answer,
             at_budget=self.at_budget(), limit_stop=self.limit_stop)
+        if new == (state, self.terminal_reason):
+            return False
+        self.terminal_state, self.terminal_reason = new
         return True
 
     def refold(self, records: list[SpanRecord], now: float) -> None:
