@@ -190,9 +190,6 @@ def test_the_state_kept_over_a_restart_is_bounded_most_recent_traces_first() -> 
 
 LOOSE = [(driver, scenario) for driver, scenario in ALL
          if all(run.loose_trace is not None for run in recorded_runs(driver, scenario))]
-# Two instrumentations' spans of each call, each a trace of its own (paired by response id):
-# a pair split between the two parts, the other calls between them, counts twice.
-TWINS_OUT_OF_ORDER = {"anthropic_loop", "anthropic_oi"}
 
 
 @pytest.mark.parametrize(("driver", "scenario"), LOOSE, ids=[f"{d}-{s}" for d, s in LOOSE])
@@ -201,16 +198,15 @@ def test_a_loose_loop_reads_the_same_when_its_later_calls_come_first(
     """A home-grown loop (each model call a trace of its own) cut in two, the second part sent
     first (a Collector retries a request the sidecar refused after later ones went through):
     the calls that ended before the answer, and after the answer before it, are its run's,
-    late; they open no run of their own."""
+    late; they open no run of their own. A call traced twice (the Anthropic SDK's span and
+    OpenLLMetry's or OpenInference's) whose halves the cut parts, other calls between them,
+    still counts once."""
     exported = runs_read([parse_json(line.encode())
                           for line in recorded_lines(driver, scenario)])
     spans = scoped_spans(driver, scenario)
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) != exported]
-    if driver in TWINS_OUT_OF_ORDER:
-        assert differ, "the known gap is closed: take it out of TWINS_OUT_OF_ORDER"
-    else:
-        assert not differ, f"second part first, cut after these spans: {differ}"
+    assert not differ, f"second part first, cut after these spans: {differ}"
 
 
 # (recording, cut) whose second part, sent first, has the root and the first part a span that

@@ -536,6 +536,26 @@ def test_to_dict_from_dict_round_trip_keeps_signals_and_continues_identically(
     assert copy.terminal_reason == "cycle"
 
 
+@pytest.mark.parametrize("fields", [4, 5, 6])
+def test_an_older_builds_last_model_call_still_pairs_its_twin(otel: SpanMaker,
+                                                               fields: int) -> None:
+    """Builds before this one stored only the last model call (4, 5, then 6 fields): restored,
+    it is the run's one recent call, and the twin of that call (the span around it, from a
+    second instrumentation) still counts once."""
+    root = otel.open("invoke_agent a")
+    outer = otel.open("chat wrapper", chat_attrs(0, 0), parent=root)
+    otel.span("chat client", chat_attrs(10, 2, finish="stop"), parent=outer)
+    tracker, _ = run_spans(otel.take(), now=T0 + 10)
+    data = json.loads(json.dumps(only_run(tracker).to_dict()))
+    (call,) = data.pop("_models")
+    data["_last_model"] = call[:fields]
+    restored = RunState.from_dict(data)
+    outer.end(end_time=int((T0 + 9) * NS))
+    for record in records_of(otel.take()):
+        restored.apply(record, T0 + 11)
+    assert (restored.iterations, restored.input_tokens, restored.output_tokens) == (1, 10, 2)
+
+
 def test_distinct_tools_are_bounded(otel: SpanMaker) -> None:
     root = otel.open("invoke_agent a")
     extra = 5

@@ -33,6 +33,11 @@ MAX_DISTINCT_TOOLS = 64
 MAX_DISTINCT_SIGNATURES = 128
 MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
 OTHER_TOOL = "_other"
+# Model calls a run keeps to pair a twin with (the same call traced by two instrumentations)
+# that comes after other calls (out of order)
+RECENT_MODEL_CALLS = 8
+# (span id, parent span id or "", input tokens, output tokens, response id or "", scope)
+ModelCall = tuple[str, str, int, int, str, str]
 NS = 1_000_000_000
 # Seconds between a span's end (the agent's clock) and its arrival (the sidecar's) beyond which
 # the two clocks are taken to disagree rather than the span to have waited: an exporter's batch
@@ -56,10 +61,10 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_call_counts", "_cycle_runs", "_error_counts", "_last_model", "_llm_end_ns",
+        "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_ended", "_recent_calls", "_result_counts", "_tool_end_ns", "_tool_error_streak",
-        "_tool_start_ns",
+        "_loop_ended", "_models", "_recent_calls", "_result_counts", "_tool_end_ns",
+        "_tool_error_streak", "_tool_start_ns",
         "activity_seq",
         "agent", "budget", "clock_lags", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
@@ -134,9 +139,10 @@ class RunState:
         self._tool_start_ns = self._tool_end_ns = 0  # the last tool call to end: its span
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         self._llm_parent: str | None = None  # ... and the span it hangs from
-        # the last model call: (span id, parent span id, input tokens, output tokens,
-        # response id or "", scope)
-        self._last_model: tuple[str, str, int, int, str, str] | None = None
+        # the last RECENT_MODEL_CALLS model calls, in the order they came (a pair of twins as
+        # one, the half that came last): (span id, parent span id or "", input tokens, output
+        # tokens, response id or "", scope)
+        self._models: tuple[ModelCall, ...] = ()
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -290,15 +296,13 @@ class RunState:
         pipeline pairs the twins of one export request (``twin_tokens``); the run, a pair
         split between two requests (the last model call not paired in its request, and this
         one: a request groups spans by scope, so the framework's half of an earlier pair may
-        come after the client library's half of the one split off)."""
+        come after the client library's half of the one split off; or, sent out of order, after
+        other calls: one of the last ``RECENT_MODEL_CALLS``)."""
         twin = record.twin_tokens
         paired_in_request = twin is not None
-        last = self._last_model
-        if twin is None and last is not None and (
-                last[0] == record.parent_span_id or last[1] == record.span_id
-                or (record.response_id is not None and last[4] == record.response_id
-                    and last[5] != record.scope)):
-            twin = last[2], last[3]
+        match = -1 if paired_in_request else self._twin_of(record)
+        if match >= 0:
+            twin = self._models[match][2], self._models[match][3]
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
         if twin is None:
             self.iterations += 1
@@ -309,25 +313,38 @@ class RunState:
             self.output_tokens += max(output_tokens - twin[1], 0)
             input_tokens, output_tokens = max(input_tokens, twin[0]), max(output_tokens, twin[1])
         if not paired_in_request:
-            self._last_model = (record.span_id, record.parent_span_id or "", input_tokens,
-                                output_tokens, record.response_id or "", record.scope)
+            call = (record.span_id, record.parent_span_id or "", input_tokens, output_tokens,
+                    record.response_id or "", record.scope)
+            models = self._models
+            if match >= 0:  # the pair is one call: its entry is the half that came last
+                self._models = (*models[:match], call, *models[match + 1:])
+            else:
+                self._models = (*models[1 - RECENT_MODEL_CALLS:], call)
+
+    def _twin_of(self, record: SpanRecord) -> int:
+        """The index in ``_models`` of the model call ``record`` is the twin of (the same call
+        traced by another instrumentation: inside it, around it, or with its response id from
+        another scope), the most recent first; -1 if none."""
+        models = self._models
+        span, parent, response = record.span_id, record.parent_span_id, record.response_id
+        for index in range(len(models) - 1, -1, -1):
+            call = models[index]
+            if call[0] == parent or call[1] == span or (
+                    response is not None and call[4] == response and call[5] != record.scope):
+                return index
+        return -1
 
     def answer_call(self) -> tuple[str, str, int, int] | None:
         """The model call that answered last: its response id ("" if none), instrumentation
         scope, start and end (None: no model call said anything)."""
-        last = self._last_model
-        if last is None or not self._llm_said_ns:
+        if not self._models or not self._llm_said_ns:
             return None
+        last = self._models[-1]
         return last[4], last[5], self._llm_said_start_ns, self._llm_said_ns
 
     def only_twin_of(self, record: SpanRecord) -> bool:
-        """Whether the run is one span, a model call that is ``record``'s twin (inside it, or
-        with its response id from another instrumentation)."""
-        last = self._last_model
-        return self.spans == 1 and last is not None and (
-            last[1] == record.span_id or (record.response_id is not None
-                                          and last[4] == record.response_id
-                                          and last[5] != record.scope))
+        """Whether the run is one span, a model call that is ``record``'s twin."""
+        return self.spans == 1 and self._twin_of(record) >= 0
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
@@ -621,9 +638,8 @@ class RunState:
                 value = {int(k): v for k, v in value.items()}
             elif name == "clock_lags" and value is not None:  # stored as a JSON list
                 value = (float(value[0]), float(value[1]))
-            elif name == "_last_model" and value is not None:  # stored as a JSON list
-                more = [str(item) for item in value[4:6]] + ["", ""]  # (older builds: none)
-                value = (str(value[0]), str(value[1]), int(value[2]), int(value[3]), *more[:2])
+            elif name == "_models":  # stored as JSON lists
+                value = tuple(_model_call(call) for call in value[-RECENT_MODEL_CALLS:])
             elif name == "_result_counts":  # stored as JSON lists
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in ("terminal_state", "forced_state") and value is not None:
@@ -634,7 +650,14 @@ class RunState:
                 value = {k: limit for k, v in value.items()
                          if (limit := budget_limit(v)) is not None}
             setattr(run, name, value)
+        if "_models" not in data and data.get("_last_model"):  # an older build's: the last one
+            run._models = (_model_call(data["_last_model"]),)
         return run
+
+
+def _model_call(value: list[Any]) -> ModelCall:
+    more = [str(item) for item in value[4:6]] + ["", ""]  # (older builds: none)
+    return str(value[0]), str(value[1]), int(value[2]), int(value[3]), more[0], more[1]
 
 
 _read_slots = attrgetter(*RunState.__slots__)
@@ -642,7 +665,7 @@ _read_slots = attrgetter(*RunState.__slots__)
 _SPAN_SLOTS = (
     "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
-    "_llm_said_start_ns", "_last_model", "_llm_start_ns", "_loop_ended", "_recent_calls",
+    "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_recent_calls",
     "_result_counts",
     "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
     "consecutive_errors", "cycle_repeats",
