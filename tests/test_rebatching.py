@@ -225,3 +225,24 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
     assert {run[4] for run in exported} == {"tool_limit_reached"}
     spans = scoped_spans(driver, scenario)
     assert runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) == exported
+
+
+# GAP (pinned): requests applied out of order, other than the loose loops, limits and twins
+# above. Of the recordings cut in two (every third cut point) and sent second part first, this
+# many read otherwise — mostly a nested agent whose calls stay in its parent's run, or an agent
+# span before its calls. Lower it when a change reads more of them right; never raise it.
+OUT_OF_ORDER_MISREAD = 154
+
+
+def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
+    cases = misread = 0
+    for driver, scenario in ALL:
+        exported = runs_read([parse_json(line.encode())
+                              for line in recorded_lines(driver, scenario)])
+        spans = scoped_spans(driver, scenario)
+        for cut in cuts(spans)[::3]:
+            cases += 1
+            misread += runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) != exported
+    assert misread <= OUT_OF_ORDER_MISREAD, f"{misread} of {cases} misread"
+    assert misread == OUT_OF_ORDER_MISREAD, \
+        f"{misread} of {cases} misread: fewer than pinned, lower OUT_OF_ORDER_MISREAD"
