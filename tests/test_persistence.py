@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -22,6 +23,7 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from tests.processes import fresh_ports, running_sidecar, serve_env
 from watchdog.store import DB_FILE
 
 
@@ -150,19 +152,38 @@ def test_a_run_of_loose_calls_goes_on_across_a_restart(tmp_path: Path) -> None:
                 run["has_final_answer"]) == (open_run["id"], "ended", "completed", 4, True)
 
 
+class SidecarProcess:
+    """What the framework harness reads of a sidecar, for a ``python -m watchdog serve``."""
+
+    def __init__(self, ports: dict[str, int]) -> None:
+        self.otlp_http = f"http://127.0.0.1:{ports['otlp_http']}"
+        self.api = f"http://127.0.0.1:{ports['api']}"
+
+    def get_json(self, path: str) -> Any:
+        status, body = http_request("GET", self.api + path)
+        assert status == 200, (status, body)
+        return json.loads(body)
+
+    def flush(self) -> None:
+        """(a process flushes on its own timer, state_flush_interval)"""
+
+
 def test_a_handoff_in_progress_reads_the_same_after_a_clean_restart(tmp_path: Path) -> None:
-    """The OpenAI Agents SDK's handoff (recorded; no span names its run): the sidecar stopped
-    cleanly after the researcher's first spans, before the triage agent's span that says they
-    were a handoff's. The records the tracker retained of the trace are kept over the restart,
-    so the researcher is still split out into a child run of its own."""
+    """The OpenAI Agents SDK's handoff (recorded; no span names its run) sent to a real
+    ``watchdog serve``, stopped with SIGTERM after the researcher's first spans, before the
+    triage agent's span that says they were a handoff's. The records the tracker retained of
+    the trace are kept over the restart, so the researcher is still split out into a child run
+    of its own."""
     before, after, skew = split_recording(
         tmp_path, RECORDINGS / "openai_agents_sdk" / "handoff.jsonl", 9)
-    config = sidecar_config(tmp_path / "state")
-    with running_server(config) as first:
-        replay(first, before)
-    with running_server(config) as second:
-        replay(second, after, skew=skew)
-        check_runs(second, EXPECTED_OPENAI_AGENTS["handoff"])
+    ports = fresh_ports()
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_STATE_FLUSH_INTERVAL="200ms")
+    sidecar = SidecarProcess(ports)
+    with running_sidecar(env, ports["metrics"]):
+        replay(sidecar, before)
+    with running_sidecar(env, ports["metrics"]):
+        replay(sidecar, after, skew=skew)
+        check_runs(sidecar, EXPECTED_OPENAI_AGENTS["handoff"])
 
 
 def test_a_tracker_state_that_cannot_be_read_is_skipped_at_start(
