@@ -140,7 +140,7 @@ class RunTracker:
                 if not run.ended:
                     self._loose[group] = run.key
                 elif run.has_final_answer and (answer := run.answer_call()) is not None:
-                    self._answered(group, run.key, *answer)
+                    self._remember_answer(group, run.key, *answer)
             if run.hangs_from is not None and run.parent_run is None:
                 self._pending_parents[run.hangs_from] = run.key
         self._trim_ended()
@@ -270,14 +270,14 @@ class RunTracker:
             record.run_key = key
             if record.final_answer:  # the run ends with this call: the next opens another
                 del self._loose[group]
-                self._answered(group, record.run_key, record.response_id or "", record.scope,
+                self._remember_answer(group, record.run_key, record.response_id or "", record.scope,
                                record.start_ns, record.end_ns)
             traces[record.trace_id] = record.run_key
             while len(traces) > MAX_TRACE_ALIASES:
                 traces.popitem(last=False)
         return strays
 
-    def _answered(self, group: tuple[str | None, ...], run_key: str, response_id: str,
+    def _remember_answer(self, group: tuple[str | None, ...], run_key: str, response_id: str,
                   scope: str, start_ns: int, end_ns: int) -> None:
         answers = self._loose_answers
         before = answers.get(group)
