@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -126,14 +127,20 @@ def test_recorded_in_one_batch(sidecar: RunningServer, tmp_path: Path) -> None:
 
 
 def test_openinference_span_by_span_is_one_run_and_stays_one_after_a_restart(
-        tmp_path: Path) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Span by span, each request stored before the next: the run each SDK span opened (its
     root not yet come) is folded into the agent's run when its root comes, and its stored row
     goes with it, so a restarted sidecar has the one run too, not runs left to be abandoned."""
     config = sidecar_config(tmp_path / "state", loose_run_gap=1.0, eval_interval=0.2)
+    caplog.set_level(logging.INFO, logger="watchdog.decisions")
     with running_server(config) as first:
         replay(first, RECORDINGS / "anthropic_oi" / "three_tools.jsonl", after_each=first.flush)
-        check_runs(first, _expected("anthropic_oi", "three_tools"))
+        (run,) = check_runs(first, _expected("anthropic_oi", "three_tools"))
+    merged = [record for record in caplog.records if record.getMessage().startswith("run_merged")]
+    # (the first call's inner span opened the run all four calls are in; each later one's, a
+    # run of its own, folded in)
+    assert len(merged) == 3 and all(f"into={run['id']}" in record.getMessage()
+                                    for record in merged), [r.getMessage() for r in merged]
     with running_server(config) as second:
         runs = second.get_json("/v1/runs?limit=1000")["runs"]
         assert [(run["agent"], run["state"], run["terminal_state"]) for run in runs] == [
