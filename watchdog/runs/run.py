@@ -491,10 +491,10 @@ class RunState:
         framework's limit on a child span, the run's budget reached): the run is classified
         again. An answer or a limit is never taken back. True if its state changed."""
         state = self.terminal_state
-        if state is TerminalState.NO_RESPONSE and self.has_final_answer:
-            pass
-        elif state not in (TerminalState.NO_RESPONSE, TerminalState.COMPLETED) \
-                or (self.limit_stop is None and not self.at_budget()):
+        answered = state is TerminalState.NO_RESPONSE and self.has_final_answer
+        limited = state in (TerminalState.NO_RESPONSE, TerminalState.COMPLETED) and (
+            self.limit_stop is not None or self.at_budget())
+        if not (answered or limited):
             return False
         new = classify_end(
             forced=self.forced_state, forced_reason=self.forced_reason,
