@@ -625,6 +625,7 @@ class RunState:
         data["_result_counts"] = {str(k): list(v) for k, v in data["_result_counts"].items()}
         if data["clock_lags"] is not None:
             data["clock_lags"] = list(data["clock_lags"])
+        data["_models"] = [list(call) for call in data["_models"]]
         return data
 
     @classmethod
