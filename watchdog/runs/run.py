@@ -300,9 +300,12 @@ class RunState:
         other calls: one of the last ``RECENT_MODEL_CALLS``)."""
         twin = record.twin_tokens
         paired_in_request = twin is not None
-        match = -1 if paired_in_request else self._twin_of(record)
-        if match >= 0:
-            twin = self._models[match][2], self._models[match][3]
+        models = self._models
+        match = -1
+        if not paired_in_request and models:
+            match = self._twin_of(record)
+            if match >= 0:
+                twin = models[match][2], models[match][3]
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
         if twin is None:
             self.iterations += 1
@@ -315,11 +318,12 @@ class RunState:
         if not paired_in_request:
             call = (record.span_id, record.parent_span_id or "", input_tokens, output_tokens,
                     record.response_id or "", record.scope)
-            models = self._models
             if match >= 0:  # the pair is one call: its entry is the half that came last
                 self._models = (*models[:match], call, *models[match + 1:])
+            elif len(models) < RECENT_MODEL_CALLS:
+                self._models = (*models, call)
             else:
-                self._models = (*models[1 - RECENT_MODEL_CALLS:], call)
+                self._models = (*models[1:], call)
 
     def _twin_of(self, record: SpanRecord) -> int:
         """The index in ``_models`` of the model call ``record`` is the twin of (the same call
@@ -327,8 +331,9 @@ class RunState:
         another scope), the most recent first; -1 if none."""
         models = self._models
         span, parent, response = record.span_id, record.parent_span_id, record.response_id
-        for index in range(len(models) - 1, -1, -1):
-            call = models[index]
+        index = len(models)
+        for call in reversed(models):
+            index -= 1
             if call[0] == parent or call[1] == span or (
                     response is not None and call[4] == response and call[5] != record.scope):
                 return index

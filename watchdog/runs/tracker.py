@@ -408,7 +408,10 @@ class RunTracker:
         to the batch's (metrics): a record folded again (moved into a child run, or a stray
         run folded into its agent's) was counted when it first came."""
         late = run.ended
-        before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors)
+        kind = record.kind
+        count = count and (kind is LLM or kind is TOOL or record.error)  # else it adds none
+        if count:
+            before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors)
         run.apply(record, now)
         if late:
             run.late_answer()
@@ -419,6 +422,8 @@ class RunTracker:
             result.activity.append(entry)
         if count:
             self._count(record, run, before, result)
+        else:
+            result.exemplars[run.agent_name] = record.trace_id
         if record.ends_run and not run.ended and (
                 not run.framed or record.run_frame or record.parent_span_id is None):
             if not run.has_final_answer and run.end_error_type is None:
