@@ -46,8 +46,13 @@ PARENTS_FIRST_CUTS = {("langchain_langsmith", "subagent")}
 Runs = list[tuple[Any, ...]]
 
 
-def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
-              clean: bool = False) -> Runs:
+def as_exported(driver: str, scenario: str) -> list[ExportTraceServiceRequest]:
+    """A recording's export requests, as the framework sent them."""
+    return [parse_json(line.encode()) for line in recorded_lines(driver, scenario)]
+
+
+def ended_runs(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
+               clean: bool = False) -> list[RunState]:
     """The runs a tracker makes of ``requests``, applied in turn, every run ended; with
     ``restart_at``, a restarted one goes on from the request after that many (``clean``: a
     clean shutdown's, which kept the tracker's state too)."""
@@ -57,7 +62,13 @@ def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None 
             tracker = restarted(tracker, clean)
         tracker.apply(records_from(request).records, float(now))
     tracker.expire(1e12)
-    runs = list(tracker.ended())
+    return list(tracker.ended())
+
+
+def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
+              clean: bool = False) -> Runs:
+    """What :func:`ended_runs` makes of ``requests``, as comparable tuples."""
+    runs = ended_runs(requests, restart_at, clean)
     agents = {run.key: run.agent_name for run in runs}
     return sorted((run.agent_name, run.iterations, run.tool_calls, run.errors,
                    str(run.terminal_state), run.has_final_answer,
@@ -75,20 +86,11 @@ def restarted(tracker: RunTracker, clean: bool) -> RunTracker:
     return fresh
 
 
-def recorded_runs(driver: str, scenario: str) -> list[RunState]:
-    """The runs a tracker makes of a recording as exported, every run ended."""
-    tracker = RunTracker()
-    for now, line in enumerate(recorded_lines(driver, scenario), start=1):
-        tracker.apply(records_from(parse_json(line.encode())).records, float(now))
-    tracker.expire(1e12)
-    return list(tracker.ended())
-
-
 def split_from_frames(driver: str, scenario: str) -> bool:
     """Whether a nested agent of the recording is a child run split out of its trace's run
     (from the records the tracker retains of the trace, which a restart loses)."""
     return any(run.parent_run and run.key_source is KEY_TRACE
-               for run in recorded_runs(driver, scenario))
+               for run in ended_runs(as_exported(driver, scenario)))
 
 
 def counted(requests: list[ExportTraceServiceRequest]) -> tuple[dict[str, int], dict[str, int]]:
@@ -120,8 +122,7 @@ def cuts(spans: list[ScopedSpan]) -> list[int]:
 
 @pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
 def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario: str) -> None:
-    exported = runs_read([parse_json(line.encode())
-                          for line in recorded_lines(driver, scenario)])
+    exported = runs_read(as_exported(driver, scenario))
     spans = scoped_spans(driver, scenario)
     assert runs_read([request_of(spans)]) == exported, "all in one request"
     assert runs_read([request_of([span]) for span in spans]) == exported, "span by span"
@@ -139,7 +140,7 @@ def test_the_metrics_count_what_the_runs_count(driver: str, scenario: str) -> No
     not again for the spans moved into a nested agent's child run, nor for a second
     instrumentation's span of a model call; so in each delivery."""
     spans = scoped_spans(driver, scenario)
-    for delivery in ([parse_json(line.encode()) for line in recorded_lines(driver, scenario)],
+    for delivery in (as_exported(driver, scenario),
                      [request_of(spans)], [request_of([span]) for span in spans]):
         metrics, runs = counted(delivery)
         assert metrics == runs
@@ -159,8 +160,7 @@ def test_a_recording_reads_the_same_across_a_restart(driver: str, scenario: str)
     GAP (pinned): after a crash, a nested agent split out of its trace's run lacks the records
     the tracker retained of the trace: restarted mid-trace, the nested agent stays in its
     parent's run, or the parent keeps only the calls since the restart."""
-    exported = runs_read([parse_json(line.encode())
-                          for line in recorded_lines(driver, scenario)])
+    exported = runs_read(as_exported(driver, scenario))
     spans = scoped_spans(driver, scenario)
     requests = [request_of([span]) for span in spans]
     every = max(len(spans) // RESTART_CUTS, 1)
@@ -189,7 +189,8 @@ def test_the_state_kept_over_a_restart_is_bounded_most_recent_traces_first() -> 
 
 
 LOOSE = [(driver, scenario) for driver, scenario in ALL
-         if all(run.loose_trace is not None for run in recorded_runs(driver, scenario))]
+         if all(run.loose_trace is not None
+                for run in ended_runs(as_exported(driver, scenario)))]
 
 
 @pytest.mark.parametrize(("driver", "scenario"), LOOSE, ids=[f"{d}-{s}" for d, s in LOOSE])
@@ -201,8 +202,7 @@ def test_a_loose_loop_reads_the_same_when_its_later_calls_come_first(
     late; they open no run of their own. A call traced twice (the Anthropic SDK's span and
     OpenLLMetry's or OpenInference's) whose halves the cut parts, other calls between them,
     still counts once."""
-    exported = runs_read([parse_json(line.encode())
-                          for line in recorded_lines(driver, scenario)])
+    exported = runs_read(as_exported(driver, scenario))
     spans = scoped_spans(driver, scenario)
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) != exported]
@@ -220,8 +220,7 @@ LATE_LIMITS = [("crewai_openinference", "limit", 4), ("crewai_openllmetry", "lim
                          ids=[f"{d}-{s}-{c}" for d, s, c in LATE_LIMITS])
 def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
         driver: str, scenario: str, cut: int) -> None:
-    exported = runs_read([parse_json(line.encode())
-                          for line in recorded_lines(driver, scenario)])
+    exported = runs_read(as_exported(driver, scenario))
     assert {run[4] for run in exported} == {"tool_limit_reached"}
     spans = scoped_spans(driver, scenario)
     assert runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) == exported
@@ -237,8 +236,7 @@ OUT_OF_ORDER_MISREAD = 154
 def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
     cases = misread = 0
     for driver, scenario in ALL:
-        exported = runs_read([parse_json(line.encode())
-                              for line in recorded_lines(driver, scenario)])
+        exported = runs_read(as_exported(driver, scenario))
         spans = scoped_spans(driver, scenario)
         for cut in cuts(spans)[::3]:
             cases += 1
