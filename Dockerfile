@@ -1,10 +1,10 @@
 # syntax=docker/dockerfile:1
 #
-# agent-watchdog: a small image that runs `watchdog serve`, configured by WATCHDOG_* env vars.
+# agent-watchdog-sidecar: a small image that runs `watchdog serve`, configured by WATCHDOG_* env vars.
 #
-#   docker build -t agent-watchdog:0.1.0 .
+#   docker build -t agent-watchdog-sidecar:0.2.0 .
 #   docker run --rm --read-only --tmpfs /tmp -v watchdog-state:/var/lib/watchdog \
-#     -p 127.0.0.1:9464:9464 agent-watchdog:0.1.0
+#     -p 127.0.0.1:9464:9464 agent-watchdog-sidecar:0.2.0
 #
 # - builder: builds the project's wheel and a wheel of every dependency (compilers stay here);
 # - final: installs those wheels offline into a venv (/opt/watchdog) that is owned by root and
@@ -30,14 +30,14 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 # The default rule pack is package data: watchdog/rules/packs/default.yaml links to rules/.
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml README.md ./
 COPY rules/ rules/
 COPY watchdog/ watchdog/
 RUN python -m pip wheel --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
-ARG VERSION=0.1.0
-LABEL org.opencontainers.image.title="agent-watchdog" \
+ARG VERSION=0.2.0
+LABEL org.opencontainers.image.title="agent-watchdog-sidecar" \
       org.opencontainers.image.description="Watches LLM agents through their OpenTelemetry spans; tells stuck, looping or over-budget runs to wrap up or stop." \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
@@ -51,7 +51,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     python -m venv --without-pip /opt/watchdog \
     && python -m pip --python /opt/watchdog/bin/python install --no-index \
-       --find-links=/wheels agent-watchdog \
+       --find-links=/wheels agent-watchdog-sidecar \
     && mkdir -p /var/lib/watchdog \
     && chown 65532:65532 /var/lib/watchdog \
     && chmod 0750 /var/lib/watchdog

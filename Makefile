@@ -12,13 +12,15 @@ $(VENV)/.created:
 	$(PIP) install -q --upgrade pip
 	touch $@
 
-# (the editable install builds the client's C span path in place: rebuilt when its source changes)
-$(VENV)/.installed: $(VENV)/.created pyproject.toml setup.py watchdog/client/_spanpath.c
+$(VENV)/.installed: $(VENV)/.created pyproject.toml
 	$(PIP) install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.created pyproject.toml setup.py watchdog/client/_spanpath.c
-	$(PIP) install -q -e '.[test]'
+# the tests drive both distributions: the sidecar and the agent-side client (client/); the
+# client's editable install builds its C span path in place (rebuilt when its source changes)
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
+		client/agent_watchdog_client/_spanpath.c
+	$(PIP) install -q -e '.[test]' -e ./client
 	touch $@
 
 ## run: set up .venv and start the sidecar on the shipped defaults with an embedded state dir
@@ -69,7 +71,7 @@ test: system-deps $(VENV)/.installed-test frameworks lint
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check watchdog tests bench tools fuzz
+	$(VENV)/bin/ruff check watchdog client tests bench tools fuzz
 	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed-test

@@ -5,7 +5,7 @@ exporter that drops everything (``--exporter drop``, the default: the worst case
 does least per span), or the OTLP/HTTP exporter every agent watched by the sidecar runs, its
 export inside the timed round (``--exporter otlp``: what the client adds to what an agent
 already pays per span) — one of them also carrying the client's
-:class:`~watchdog.client.WatchdogSpanProcessor`. The client's spans are started inside a
+:class:`~agent_watchdog_client.WatchdogSpanProcessor`. The client's spans are started inside a
 ``wd.run(...)`` with a budget and a session (so every span is stamped with four ``watchdog.*``
 attributes); the baseline's spans are not. Rounds alternate between the two in one process, so
 machine noise hits both alike.
@@ -44,10 +44,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from agent_watchdog_client import Watchdog
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
-from watchdog.client import Watchdog
 
 TARGET_RATIO = 1.05  # the client may add at most 5% per span
 
@@ -196,7 +195,7 @@ def main() -> None:
                              "default); otlp: the OTLP/HTTP exporter, its export timed")
     args = parser.parse_args()
     clock = CLOCKS[args.clock]
-    logging.getLogger("watchdog.client").setLevel(logging.ERROR)
+    logging.getLogger("agent_watchdog_client").setLevel(logging.ERROR)
 
     stand_in, url = start_stand_in()
     plain, watched = provider(args.exporter, url), provider(args.exporter, url)

@@ -25,11 +25,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent_watchdog_client import Watchdog
 from opentelemetry.sdk.trace import TracerProvider
 
 from bench.ingest import metric, sidecar
 from bench.workload import batches
-from watchdog.client import Watchdog
 
 STEPS_PER_RUN = 16  # with a budget of 18, the last two steps fire the countdown (3 and 2 left)
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from agent_watchdog_client import Run, Watchdog
+from agent_watchdog_client.adapters.pydantic_ai import WatchdogCapability
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -35,8 +37,6 @@ from pydantic_ai.usage import RequestUsage
 
 from tests.client_runs import ended_run
 from tests.harness import RunningServer, run_detail, wait_until
-from watchdog.client import Run, Watchdog
-from watchdog.client.adapters.pydantic_ai import WatchdogCapability
 
 CONTROL_MARKERS = ("[budget", "agent-watchdog", "wind down", "being stopped", "## Key Findings")
 REPORT = "## Task\nFind it.\n\n## Completed Work\nSearched.\n\n## Key Findings\n/srv/a.txt"
@@ -203,7 +203,7 @@ def test_unreachable_sidecar_fails_open_with_one_warning(
     def search(q: str) -> str:
         return "hit"
 
-    caplog.set_level(logging.INFO, logger="watchdog.client")
+    caplog.set_level(logging.INFO, logger="agent_watchdog_client")
     started = time.monotonic()
     try:
         with wd.run(agent="offline", max_tool_calls=4) as run:

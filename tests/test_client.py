@@ -19,16 +19,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanContext
-
-from tests.harness import wait_until
-from watchdog.client import Directive, ToolRefused, Watchdog, WatchdogAbort, current_run, processor
-from watchdog.client.directive import DirectiveBoard
-from watchdog.client.listener import sse_events
-from watchdog.client.processor import (
+from agent_watchdog_client import (
+    Directive,
+    ToolRefused,
+    Watchdog,
+    WatchdogAbort,
+    current_run,
+    processor,
+)
+from agent_watchdog_client.directive import DirectiveBoard
+from agent_watchdog_client.listener import sse_events
+from agent_watchdog_client.processor import (
     AGENT,
     LLM_CALL,
     OTHER,
@@ -38,7 +39,13 @@ from watchdog.client.processor import (
     WatchdogSpanProcessor,
     classify_start,
 )
-from watchdog.client.steer import REPORT_HEADER, Steering
+from agent_watchdog_client.steer import REPORT_HEADER, Steering
+from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext
+
+from tests.harness import wait_until
 
 
 def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-countdown",
@@ -60,12 +67,12 @@ def test_client_imports_without_server_dependencies() -> None:
         "import sys\n"
         f"for name in {blocked!r}:\n"
         "    sys.modules[name] = None\n"
-        "import watchdog.client\n"
-        "from watchdog.client import Watchdog, WatchdogAbort, Run, current_run\n"
+        "import agent_watchdog_client\n"
+        "from agent_watchdog_client import Watchdog, WatchdogAbort, Run, current_run\n"
         "wd = Watchdog('http://127.0.0.1:9')\n"
         "run = wd.run(agent='a', max_tool_calls=3)\n"
         "loaded = sorted(m for m, v in sys.modules.items() if m.startswith('watchdog.') and v)\n"
-        "assert all(m.startswith('watchdog.client') for m in loaded), loaded\n"
+        "assert all(m.startswith('agent_watchdog_client') for m in loaded), loaded\n"
         "print('ok')\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
@@ -638,7 +645,7 @@ def test_client_modules_import_each_other_without_a_cycle() -> None:
     import ast
     from pathlib import Path
 
-    package = Path(__file__).resolve().parents[1] / "watchdog" / "client"
+    package = Path(__file__).resolve().parents[1] / "client" / "agent_watchdog_client"
     graph: dict[str, set[str]] = {}
     for path in package.glob("*.py"):
         if path.stem == "__init__":
@@ -646,7 +653,7 @@ def test_client_modules_import_each_other_without_a_cycle() -> None:
         graph[path.stem] = {node.module.rsplit(".", 1)[-1]
                             for node in ast.walk(ast.parse(path.read_text()))
                             if isinstance(node, ast.ImportFrom) and node.module
-                            and node.module.startswith("watchdog.client.")}
+                            and node.module.startswith("agent_watchdog_client.")}
 
     def visit(module: str, path: tuple[str, ...]) -> None:
         for imported in graph.get(module, ()):

@@ -3,10 +3,10 @@ end with the same `remaining` are zero progress, and the next run starts knowing
 
 from __future__ import annotations
 
+from agent_watchdog_client import Watchdog
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.harness import RunningServer
-from watchdog.client import Watchdog
 
 
 def test_resume_context_carries_facts_and_the_zero_progress_note(sidecar: RunningServer) -> None:

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from agent_watchdog_client import Directive, Watchdog
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -20,7 +21,6 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
-from watchdog.client import Directive, Watchdog
 
 
 def test_announced_run_is_known_with_its_budget_before_any_span(sidecar: RunningServer) -> None:
@@ -104,7 +104,7 @@ def test_sidecar_restart_loses_and_repeats_no_directive(
     tracer = provider.get_tracer("agent")
     wd = Watchdog(api, tracer_provider=provider)
     delivered: list[int] = []
-    caplog.set_level(logging.INFO, logger="watchdog.client")
+    caplog.set_level(logging.INFO, logger="agent_watchdog_client")
 
     def tool_call(step: int) -> None:
         with tracer.start_as_current_span("execute_tool search", attributes={

@@ -1,7 +1,7 @@
-"""The span path in C (``watchdog/client/_spanpath.c``) against the Python one it mirrors
-(``watchdog/client/processor.py``): the same spans, of every kind the processor tells apart,
-nested and flat, read at each step, give the same counts, calls in flight, spans kept for the
-sync and stamps; and the client's tests pass with the extension turned off.
+"""The client's span path in C (``agent_watchdog_client/_spanpath.c``) against the Python one it
+mirrors (``agent_watchdog_client/processor.py``): the same spans, of every kind the processor
+tells apart, nested and flat, read at each step, give the same counts, calls in flight, spans
+kept for the sync and stamps; and the client's tests pass with the extension turned off.
 
 The C path is what ``make test`` builds (gcc and the Python headers are on the machine): it must
 be there, so a build that silently fell back to Python fails here rather than passing slower.
@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_watchdog_client import Watchdog, processor, tally
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from watchdog.client import Watchdog, processor, tally
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,7 +171,7 @@ def test_the_c_path_does_what_the_python_path_does(sidecar: str, limits: SpanLim
 
 def test_the_c_path_is_built_and_chosen() -> None:
     """``make test`` builds the extension in place (``pip install -e .``): the client uses it."""
-    assert tally.SPAN_PATH is not None, "watchdog/client/_spanpath.c was not built"
+    assert tally.SPAN_PATH is not None, "client/agent_watchdog_client/_spanpath.c was not built"
     assert processor.SPAN_PATH is tally.SPAN_PATH
     assert type(tally.RunTally(None)).__mro__[1] is tally.SPAN_PATH.Counts
 
@@ -182,7 +181,7 @@ def test_the_client_tests_pass_on_the_pure_python_path() -> None:
     Python slots and the processor is the Python one: the client's tests pass as they are."""
     env = {**os.environ, "WATCHDOG_CLIENT_PURE_PYTHON": "1"}
     probe = subprocess.run(
-        [sys.executable, "-c", "from watchdog.client import tally, processor; "
+        [sys.executable, "-c", "from agent_watchdog_client import tally, processor; "
          "print(tally.SPAN_PATH, processor.SPAN_PATH, tally.RunTally.__mro__[1].__name__)"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert probe.stdout.split() == ["None", "None", "_Counts"], probe.stderr

@@ -218,7 +218,7 @@ def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) ->
     patterns = ignore_patterns()
     for path in (".venv/bin/python", ".git/HEAD", "tests/test_api.py", "helm/agent-watchdog/"
                  "Chart.yaml", "state/runs.db", "watchdog/__pycache__/cli.cpython-311.pyc",
-                 "agent_watchdog.egg-info/PKG-INFO", "Dockerfile"):
+                 "agent_watchdog_sidecar.egg-info/PKG-INFO", "Dockerfile"):
         assert excluded(path, patterns), path
     context = build_context()
     copied = [source for i in instructions if i.keyword == "COPY" and "--from" not in i.args
@@ -227,9 +227,8 @@ def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) ->
         assert (ROOT / source).exists(), source
         assert any(f == source.rstrip("/") or f.startswith(source.rstrip("/") + "/")
                    for f in context), f"{source} is excluded by .dockerignore"
-    assert {f.split("/")[0] for f in context} <= {"pyproject.toml", "setup.py", "README.md",
-                                                  "rules", "watchdog"}
-    # nothing built in the tree (the client's C span path, built in place by `make`) goes in
+    assert {f.split("/")[0] for f in context} <= {"pyproject.toml", "README.md", "rules", "watchdog"}
+    # nothing built in the tree (a C extension built in place) goes in
     assert not any(f.endswith(".so") for f in context)
 
 
@@ -251,7 +250,7 @@ def test_the_builder_stage_wheel_holds_the_package_and_its_rules(tmp_path: Path)
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    [wheel] = (tmp_path / "wheels").glob("agent_watchdog-*.whl")
+    [wheel] = (tmp_path / "wheels").glob("agent_watchdog_sidecar-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         default_pack = archive.read("watchdog/rules/packs/default.yaml")

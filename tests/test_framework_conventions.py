@@ -15,6 +15,7 @@ import json
 from typing import Any, NamedTuple
 
 import pytest
+from agent_watchdog_client.adapters.openai_agents import instrument_openai_agents
 from agents import Agent, Runner, function_tool
 from agents.exceptions import MaxTurnsExceeded
 from agents.testing import ModelStep, ScriptedModel
@@ -29,7 +30,6 @@ from tests.recorded import (
     signatures,
 )
 from tests.spans import SpanMaker, records_of
-from watchdog.client.adapters.openai_agents import instrument_openai_agents
 from watchdog.ingest.conventions import Resource, normalise, select_attributes
 from watchdog.ingest.decode import attributes, parse_json
 from watchdog.ingest.outcome import prompt_limit

@@ -57,7 +57,7 @@ BASE_KEY = f"{SUITE}-" + "-".join(sorted(BASE_PACKAGES)).replace("python", "py")
 BASE_TARBALL = CACHE / f"{BASE_KEY}.tar.gz"
 BASE_IMAGE = ("localhost/agent-watchdog-test-base:"
               + hashlib.sha256(BASE_KEY.encode()).hexdigest()[:12])
-IMAGE = "localhost/agent-watchdog:test"
+IMAGE = "localhost/agent-watchdog-sidecar:test"
 WATCHDOG_UID = 65532
 STATE_DIR = "/var/lib/watchdog"
 BUILD_SECONDS = 900  # cold: debootstrap (~1-2 min) + pip wheel of every dependency

@@ -137,7 +137,7 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
                         == 8)
         poll = second.get("/v1/runs/kill-1/directives?after=1&wait=0.3")
         assert poll["directives"] == [] and poll["last_seq"] == 1
-        again.finish(error_type="watchdog.client.Aborted")
+        again.finish(error_type="agent_watchdog_client.Aborted")
         ended = second.get("/v1/runs/kill-1")
         assert (ended["terminal_state"], ended["terminal_reason"]) == ("loop_detected",
                                                                        "error-loop")

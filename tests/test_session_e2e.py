@@ -92,7 +92,7 @@ def test_a_run_that_checkpoints_no_progress_again_is_stopped_for_a_human(
         assert f"session {SESSION}" in stop[0]["message"]
         assert directives(server, "run-4") == []  # it reported nothing: left alone
 
-        third.finish(error_type="watchdog.client.Aborted")
+        third.finish(error_type="agent_watchdog_client.Aborted")
         run = server.get_json("/v1/runs/run-3")
         assert (run["terminal_state"], run["terminal_reason"]) == ("intervention_required",
                                                                    "zero-progress")

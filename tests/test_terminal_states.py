@@ -61,7 +61,7 @@ def stopped_by_the_watchdog(server: RunningServer) -> dict[str, Outcome]:
         looping.tool("write_file", {"path": f"/tmp/out-{attempt}"},
                      error=f"disk full while writing /tmp/out-{attempt}")
     assert wait_until(lambda: directive_rules(server, "error-loop")) == ["error-loop"]
-    looping.finish(error_type="watchdog.client.AbortedByWatchdog")
+    looping.finish(error_type="agent_watchdog_client.AbortedByWatchdog")
     expected["error-loop"] = ("loop_detected", "error-loop", False)
 
     # an abort without a terminal_state ends the run as "aborted"

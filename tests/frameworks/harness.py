@@ -29,6 +29,8 @@ from tests.harness import RunningServer, http_request, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 DRIVERS = HERE / "drivers"
+# the client distribution's source: framework venvs import the client from the checkout
+CLIENT_SRC = ROOT / "client"
 RECORDINGS = HERE / "recordings"
 VENVS = ROOT / ".venvs"
 DRIVER_TIMEOUT = 240.0  # seconds; a framework's import alone can take several

@@ -51,9 +51,9 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
+    CLIENT_SRC,
     DRIVERS,
     RECORDINGS,
-    ROOT,
     Expect,
     check_recorded,
     check_runs,
@@ -145,7 +145,7 @@ def test_client_sdk_counts(sidecar: RunningServer, llm: FakeLLM, scenario: str) 
     for suffix, scenario_script in SCRIPTS[scenario.removesuffix("_client")].items():
         llm.script(model + suffix, scenario_script)
     result = run_driver(ENV, DRIVER, scenario, sidecar, llm, model,
-                        extra_env={"PYTHONPATH": f"{DRIVERS}:{ROOT}"})
+                        extra_env={"PYTHONPATH": f"{DRIVERS}:{CLIENT_SRC}"})
     model_calls, tool_calls, runs = CLIENT[scenario]
     assert f"client counted: {model_calls} model calls, {tool_calls} tool calls" \
         in result.stdout

@@ -1,6 +1,6 @@
 """hermes-agent (NousResearch), its real ``AIAgent.run_conversation`` loop, traced by the
 grafana-agento11y-hermes plugin or by opentelemetry-instrumentation-openai-v2, with and without
-``watchdog.client.adapters.hermes``.
+``agent_watchdog_client.adapters.hermes``.
 
 What Hermes emits (details: the recordings, and the findings in the README table): no span for a
 turn; one trace per model call (plugin: ``generateText <model>`` with ``gen_ai.operation.name =
@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_watchdog_client.adapters.hermes import limit_of
 
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
+    CLIENT_SRC,
     DRIVERS,
     RECORDINGS,
-    ROOT,
     UNCHECKED,
     Expect,
     check_runs,
@@ -37,7 +38,6 @@ from tests.frameworks.harness import (
 )
 from tests.frameworks.scenarios import SUMMARY, scripted
 from tests.harness import RunningServer, running_server, sidecar_config
-from watchdog.client.adapters.hermes import limit_of
 
 AGENT = "hermes-researcher"
 SERVICE = "hermes-service"  # openai-v2 spans name no agent: service.name is all there is
@@ -103,9 +103,9 @@ def sidecar(tmp_path: Path) -> Iterator[RunningServer]:
 
 
 def _extra_env(scenario: str) -> dict[str, str]:
-    # The adapter scenarios import watchdog.client from this checkout: it needs only the OTel
+    # The adapter scenarios import agent_watchdog_client from this checkout: it needs only the OTel
     # SDK and the standard library, which the hermes venv has.
-    return {"PYTHONPATH": f"{DRIVERS}:{ROOT}"} if scenario.endswith("_adapter") else {}
+    return {"PYTHONPATH": f"{DRIVERS}:{CLIENT_SRC}"} if scenario.endswith("_adapter") else {}
 
 
 # hermes_openai_v2/limit_adapter runs live in test_adapter_marks_the_turn_and_the_summary_request.

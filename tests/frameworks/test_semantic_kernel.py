@@ -34,9 +34,9 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
+    CLIENT_SRC,
     DRIVERS,
     RECORDINGS,
-    ROOT,
     Expect,
     check_runs,
     replay,
@@ -151,7 +151,7 @@ def test_client_sdk_counts(sidecar: RunningServer, llm: FakeLLM, driver: str,
     model = llm.script(f"{driver}-{scenario}", kernel_script(base)
                        if base.startswith("kernel_") else script(base, TOOL))
     result = run_driver(ENVS[driver], driver, scenario, sidecar, llm, model,
-                        extra_env={"PYTHONPATH": f"{DRIVERS}:{ROOT}"})
+                        extra_env={"PYTHONPATH": f"{DRIVERS}:{CLIENT_SRC}"})
     model_calls, tool_calls, run = CLIENT[driver, scenario]
     assert f"client counted: {model_calls} model calls, {tool_calls} tool calls" \
         in result.stdout

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVERS, ROOT, run_driver
+from tests.frameworks.harness import CLIENT_SRC, DRIVERS, run_driver
 from tests.frameworks.steering import (
     LATENCIES,
     LATENCY_IDS,
@@ -44,7 +44,7 @@ def drive(sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], scen
           model: str) -> dict[str, Any]:
     env, driver = framework
     result = run_driver(env, driver, scenario, sidecar, llm, model,
-                        extra_env={"PYTHONPATH": f"{DRIVERS}:{ROOT}",
+                        extra_env={"PYTHONPATH": f"{DRIVERS}:{CLIENT_SRC}",
                                    "OTEL_BSP_SCHEDULE_DELAY": "200"})
     line = [text for text in result.stdout.splitlines() if text.startswith("{")][-1]
     outcome: dict[str, Any] = json.loads(line)

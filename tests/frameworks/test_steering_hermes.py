@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent_watchdog_client.adapters.hermes import with_turn
+from agent_watchdog_client.steer import ModelTurn
+
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Step, ToolCall
 from tests.frameworks.steering import (
@@ -20,8 +23,6 @@ from tests.frameworks.steering import (
 )
 from tests.frameworks.test_steering_frameworks import drive, ended
 from tests.harness import RunningServer
-from watchdog.client.adapters.hermes import with_turn
-from watchdog.client.steer import ModelTurn
 
 HERMES = ("hermes", "steering_hermes")
 NOTE = "[budget: 2 of 10 tool calls left — wrap up soon]"

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from agent_watchdog_client import ToolRefused, Watchdog
 from openai import OpenAI
 from opentelemetry import trace
 
@@ -24,7 +25,6 @@ from tests.frameworks.steering import (
     searching,
 )
 from tests.harness import RunningServer
-from watchdog.client import ToolRefused, Watchdog
 
 SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
     "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
@@ -68,7 +68,7 @@ def agent_loop(client: OpenAI, model: str, wd: Watchdog, ran: list[str],
 
 
 def wd_run() -> Any:
-    from watchdog.client import current_run
+    from agent_watchdog_client import current_run
 
     run = current_run()
     assert run is not None

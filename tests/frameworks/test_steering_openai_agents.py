@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_watchdog_client import Watchdog
+from agent_watchdog_client.adapters.openai_agents import (
+    WatchdogHooks,
+    instrument_openai_agents,
+    steered,
+)
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -37,12 +43,6 @@ from tests.frameworks.steering import (
     searching,
 )
 from tests.harness import RunningServer, running_server, sidecar_config
-from watchdog.client import Watchdog
-from watchdog.client.adapters.openai_agents import (
-    WatchdogHooks,
-    instrument_openai_agents,
-    steered,
-)
 
 EXPORT_DELAY_MS = 200
 
@@ -173,7 +173,7 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path
 
     wd = Watchdog(sidecar.api, tracer_provider=provider)
     try:
-        with caplog.at_level(logging.WARNING, logger="watchdog.client"), \
+        with caplog.at_level(logging.WARNING, logger="agent_watchdog_client"), \
                 wd.run(agent="explorer", max_tool_calls=10) as run:
             result = run_agent(llm, model, [search])
     finally:

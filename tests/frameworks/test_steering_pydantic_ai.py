@@ -16,6 +16,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from agent_watchdog_client import Watchdog
+from agent_watchdog_client.adapters.pydantic_ai import WatchdogCapability
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -41,8 +43,6 @@ from tests.frameworks.steering import (
     searching,
 )
 from tests.harness import RunningServer, running_server, sidecar_config
-from watchdog.client import Watchdog
-from watchdog.client.adapters.pydantic_ai import WatchdogCapability
 
 EXPORT_DELAY_MS = 200  # the client's default batch delay: spans reach the sidecar late
 
@@ -177,7 +177,7 @@ def test_without_a_sidecar_the_cap_and_countdown_are_local(
     ran: list[str] = []
     with_search(agent, ran)
     wd = Watchdog(dead, tracer_provider=provider)
-    with caplog.at_level(logging.WARNING, logger="watchdog.client"), \
+    with caplog.at_level(logging.WARNING, logger="agent_watchdog_client"), \
             wd.run(agent="explorer", max_tool_calls=10) as run:
         result = agent.run_sync("Find the file.")
     wd.close()
@@ -209,7 +209,7 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(
         return f"results for {q}"
 
     wd = Watchdog(sidecar.api, tracer_provider=provider)
-    with caplog.at_level(logging.WARNING, logger="watchdog.client"), \
+    with caplog.at_level(logging.WARNING, logger="agent_watchdog_client"), \
             wd.run(agent="explorer", max_tool_calls=10) as run:
         result = agent.run_sync("Find the file.")
     wd.close()

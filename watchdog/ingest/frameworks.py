@@ -363,7 +363,7 @@ PYDANTIC_AI = Convention(
 
 WATCHDOG = Convention(
     name="watchdog client SDK",
-    emitted_by="watchdog.client and its adapters",
+    emitted_by="agent_watchdog_client and its adapters",
     agent_name=("watchdog.agent.name",),
     session=("watchdog.session.id",),
     limit_attributes=("watchdog.limit_reached",),
@@ -372,7 +372,7 @@ WATCHDOG = Convention(
 
 HERMES = Convention(
     name="hermes-agent",
-    emitted_by="grafana-agento11y-hermes plugin (sigil SDK); watchdog.client.adapters.hermes",
+    emitted_by="grafana-agento11y-hermes plugin (sigil SDK); agent_watchdog_client.adapters.hermes",
     kinds={"gen_ai.operation.name": {"generateText": Role.LLM, "streamText": Role.LLM}},
     limit_states=(("hermes.turn_exit_reason", r"max_iterations_reached\b", "max_iterations"),
                   ("hermes.turn_exit_reason", r"budget_exhausted\b", "max_iterations")),

@@ -10,7 +10,7 @@ Hermes' own plugin system from its entry point) and ``hermes_openai_v2``
 * ``tool_error``: ``lookup`` raises; Hermes' registry turns the exception into a tool result
   (``{"error": "Tool execution failed: RuntimeError: ..."}``) and the model answers;
 
-each with ``_adapter`` appended: the same turn inside ``watchdog.client.adapters.hermes``.
+each with ``_adapter`` appended: the same turn inside ``agent_watchdog_client.adapters.hermes``.
 Hermes has no agent-name setting of its own: the plugin reports ``AGENTO11Y_AGENT_NAME`` as
 ``gen_ai.agent.name``; openai-v2 spans name no agent (only the resource's ``service.name``); the
 adapter names the run ``agent_name``.
@@ -90,8 +90,8 @@ def run(scenario: str, tracer: str) -> None:
                     quiet_mode=True, skip_context_files=True, skip_memory=True,
                     save_trajectories=False, session_id=f"hermes-session-{base}")
     if adapter:
-        from watchdog.client import Watchdog
-        from watchdog.client.adapters.hermes import watch_hermes
+        from agent_watchdog_client import Watchdog
+        from agent_watchdog_client.adapters.hermes import watch_hermes
 
         watch_hermes(agent, Watchdog(tracer_provider=provider), agent_name=AGENT_NAME)
     result = agent.run_conversation(PROMPTS[base])

@@ -22,8 +22,8 @@ auto-invoke loop (``FunctionChoiceBehavior.Auto``). Scenarios (argv[1]):
 
 each also with ``_stream`` appended: the agent's ``invoke_stream`` instead of ``invoke``; and
 any scenario with ``_client`` appended (``three_tools_client``, ``kernel_three_tools_client``...):
-the invocation inside a run of the watchdog client SDK (``watchdog.client``, from the checkout:
-PYTHONPATH), which prints the model and tool calls its span processor counted.
+the invocation inside a run of the watchdog client SDK (``agent_watchdog_client``, from the
+checkout: PYTHONPATH), which prints the model and tool calls its span processor counted.
 
 Without an agent (``kernel_`` + a scenario above: ``kernel_three_tools``, ``kernel_tool_error``,
 ``kernel_limit_stream``...): ``kernel.invoke_prompt`` (``invoke_prompt_stream``) with the same
@@ -86,7 +86,7 @@ async def invoke(scenario: str, provider: Any) -> None:
     if base == scenario:
         await invoke_one()
         return
-    from watchdog.client import Watchdog
+    from agent_watchdog_client import Watchdog
 
     wd = Watchdog(tracer_provider=provider)
     with wd.run(agent=AGENT_NAME) as run:

@@ -28,8 +28,8 @@ default: ``enable_sensitive_telemetry()`` not called, ``ENABLE_SENSITIVE_DATA`` 
 privacy-minded deployment runs it: no messages, tool arguments or results on any span;
 
 and any scenario with ``_client`` appended: the invocation inside a run of the watchdog client
-SDK (``watchdog.client``, from the checkout: PYTHONPATH), which prints the model and tool calls
-its span processor counted.
+SDK (``agent_watchdog_client``, from the checkout: PYTHONPATH), which prints the model and tool
+calls its span processor counted.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ async def invoke(scenario: str) -> None:
 
 
 async def invoke_in_client_run(scenario: str, provider: Any) -> None:
-    from watchdog.client import Watchdog
+    from agent_watchdog_client import Watchdog
 
     wd = Watchdog(tracer_provider=provider)
     with wd.run(agent=RESEARCHER) as run:

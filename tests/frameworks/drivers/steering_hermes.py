@@ -21,8 +21,7 @@ from typing import Any
 from _hermes import hermes_home
 from _otel import model_settings
 from _steering import BUDGETS, fetch, list_dir, ran, read, report, scenario, search
-
-from watchdog.client import Watchdog, WatchdogAbort
+from agent_watchdog_client import Watchdog, WatchdogAbort
 
 TOOLSET = "watchdog_steering"
 MAX_ITERATIONS = 60  # Hermes' own limit stays out of the way: the watchdog's budget stops it
@@ -58,10 +57,9 @@ def main() -> None:
     provider = wd.setup_tracing(service_name="steering-hermes")  # before the plugin loads
     metrics.set_meter_provider(MeterProvider())  # the plugin would install an OTLP one
 
+    from agent_watchdog_client.adapters.hermes import last_run, watch_hermes
     from run_agent import AIAgent
     from tools.registry import registry
-
-    from watchdog.client.adapters.hermes import last_run, watch_hermes
 
     for tool, function, parameter in TOOLS[name]:
         registry.register(name=tool, toolset=TOOLSET, handler=handler(function, parameter),
@@ -94,7 +92,7 @@ def main() -> None:
     agent_log = Path(os.environ["HERMES_HOME"]) / "logs" / "agent.log"
     if agent_log.exists():
         for line in agent_log.read_text(encoding="utf-8").splitlines():
-            if "watchdog.client" in line:
+            if "agent_watchdog_client" in line:
                 print(line, file=sys.stderr)
 
 

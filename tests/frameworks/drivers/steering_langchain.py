@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from _otel import model_settings
 from _steering import BUDGETS, fetch, list_dir, read, report, scenario, search
+from agent_watchdog_client import Watchdog
+from agent_watchdog_client.adapters.langchain import WatchdogMiddleware
 from langchain.agents import create_agent
 from langchain_core.tools import ToolException, tool
 from langchain_openai import ChatOpenAI
 from openinference.instrumentation.langchain import LangChainInstrumentor
-
-from watchdog.client import Watchdog
-from watchdog.client.adapters.langchain import WatchdogMiddleware
 
 
 def fetch_url(url: str) -> str:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from _otel import model_settings
 from _steering import BUDGETS, fetch, list_dir, read, report, scenario, search
+from agent_watchdog_client import Watchdog
+from agent_watchdog_client.adapters.smolagents import steer_smolagents
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
-
-from watchdog.client import Watchdog
-from watchdog.client.adapters.smolagents import steer_smolagents
 
 
 @tool

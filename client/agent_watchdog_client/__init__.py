@@ -3,7 +3,7 @@
 It needs only the OpenTelemetry API/SDK and the standard library — none of the sidecar's
 dependencies — so agents can install it next to any framework::
 
-    from watchdog.client import Watchdog
+    from agent_watchdog_client import Watchdog
 
     wd = Watchdog()                              # WATCHDOG_URL, WATCHDOG_API_TOKEN
     wd.setup_tracing(service_name="explorer")    # or wd.instrument(your_tracer_provider)
@@ -13,15 +13,15 @@ dependencies — so agents can install it next to any framework::
         run.raise_if_aborted()
 
 Adapters for pydantic-ai, the OpenAI Agents SDK, LangChain, smolagents and hermes-agent are in
-:mod:`watchdog.client.adapters`.
+:mod:`agent_watchdog_client.adapters`.
 """
 
-from watchdog.client.directive import Directive
-from watchdog.client.processor import WatchdogSpanProcessor
-from watchdog.client.run import Run, current_run
-from watchdog.client.steer import ModelTurn, ToolRefused, WatchdogAbort
-from watchdog.client.transport import DEFAULT_URL
-from watchdog.client.watchdog import Watchdog
+from agent_watchdog_client.directive import Directive
+from agent_watchdog_client.processor import WatchdogSpanProcessor
+from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.steer import ModelTurn, ToolRefused, WatchdogAbort
+from agent_watchdog_client.transport import DEFAULT_URL
+from agent_watchdog_client.watchdog import Watchdog
 
 __all__ = ["DEFAULT_URL", "Directive", "ModelTurn", "Run", "ToolRefused", "Watchdog",
            "WatchdogAbort", "WatchdogSpanProcessor", "current_run"]

@@ -3,8 +3,8 @@
 ::
 
     from smolagents import OpenAIServerModel, ToolCallingAgent
-    from watchdog.client import Watchdog
-    from watchdog.client.adapters.smolagents import steer_smolagents
+    from agent_watchdog_client import Watchdog
+    from agent_watchdog_client.adapters.smolagents import steer_smolagents
 
     wd = Watchdog()
     wd.setup_tracing(service_name="explorer")
@@ -22,7 +22,7 @@ model and tools (:func:`steer_smolagents` patches the one agent object it is giv
 * on the final request (an abort, or the tool budget used up) the model is offered no tools; its
   text answer — the progress report — is handed to smolagents as a ``final_answer`` call, so it is
   what ``agent.run()`` returns. Asked for another request after that, the run raises
-  :class:`~watchdog.client.WatchdogAbort` with the report;
+  :class:`~agent_watchdog_client.WatchdogAbort` with the report;
 * each tool (not ``final_answer``) is refused past the budget or after an abort: the model gets
   ``"Not run: …"`` as its observation.
 """
@@ -39,8 +39,8 @@ from smolagents.models import (
     MessageRole,
 )
 
-from watchdog.client.run import Run, current_run
-from watchdog.client.steer import ToolRefused
+from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.steer import ToolRefused
 
 ANSWER_TOOL = "final_answer"
 _MARK = "_watchdog_steered"

@@ -8,7 +8,7 @@ whichever copy comes first. Each agent thread keeps one connection open (a sync 
 hundred microseconds on loopback; a new TCP connection would double it). When the sidecar
 cannot be reached, syncs are skipped for a while (``RETRY_FIRST`` doubling to ``RETRY_MAX``)
 so a dead sidecar costs the agent nothing per step: the run steers by its local counts, and the
-transport's :class:`~watchdog.client.transport.Reachability` says so once.
+transport's :class:`~agent_watchdog_client.transport.Reachability` says so once.
 
 Encoding needs ``opentelemetry-exporter-otlp-proto-common`` (every OTLP exporter depends on
 it); without it the run still syncs its directives, with an empty body.
@@ -28,10 +28,10 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from watchdog.client.directive import Directive
-from watchdog.client.transport import MAX_RESPONSE_BYTES, Transport
+from agent_watchdog_client.directive import Directive
+from agent_watchdog_client.transport import MAX_RESPONSE_BYTES, Transport
 
-log = logging.getLogger("watchdog.client")
+log = logging.getLogger("agent_watchdog_client")
 
 SYNC_TIMEOUT = 2.0  # seconds; the sidecar answers a sync in milliseconds, or is in trouble
 RETRY_FIRST = 0.5  # seconds without syncing after a failure, doubled up to RETRY_MAX
@@ -75,7 +75,7 @@ class SyncAnswer:
 
 
 class SyncChannel:
-    """One per :class:`~watchdog.client.Watchdog`; thread-safe (a connection per thread)."""
+    """One per :class:`~agent_watchdog_client.Watchdog`; thread-safe (a connection per thread)."""
 
     def __init__(self, transport: Transport, timeout: float = SYNC_TIMEOUT) -> None:
         self.transport = transport

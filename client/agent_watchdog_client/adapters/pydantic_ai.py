@@ -3,8 +3,8 @@
 ::
 
     from pydantic_ai import Agent
-    from watchdog.client import Watchdog
-    from watchdog.client.adapters.pydantic_ai import WatchdogCapability
+    from agent_watchdog_client import Watchdog
+    from agent_watchdog_client.adapters.pydantic_ai import WatchdogCapability
 
     wd = Watchdog()
     wd.setup_tracing(service_name="explorer")
@@ -45,14 +45,14 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
-from watchdog.client.directive import Directive
-from watchdog.client.run import Run, current_run
-from watchdog.client.steer import ToolRefused, WatchdogAbort
+from agent_watchdog_client.directive import Directive
+from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.steer import ToolRefused, WatchdogAbort
 
 
 class WatchdogAbortError(WatchdogAbort, AgentRunError):
     """The watchdog stopped the run: a pydantic-ai ``AgentRunError`` (like
-    ``UsageLimitExceeded``) that is also a :class:`~watchdog.client.WatchdogAbort`; ``report``
+    ``UsageLimitExceeded``) that is also a :class:`~agent_watchdog_client.WatchdogAbort`; ``report``
     is the model's progress report when it gave one."""
 
     def __init__(self, directive: Directive, report: str | None = None) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from watchdog.client.processor import install
-from watchdog.client.reporter import HEARTBEAT_INTERVAL, Reporter
-from watchdog.client.run import BUDGET_KEYS, Run
-from watchdog.client.sync import SyncChannel
-from watchdog.client.transport import DEFAULT_URL, Transport
+from agent_watchdog_client.processor import install
+from agent_watchdog_client.reporter import HEARTBEAT_INTERVAL, Reporter
+from agent_watchdog_client.run import BUDGET_KEYS, Run
+from agent_watchdog_client.sync import SyncChannel
+from agent_watchdog_client.transport import DEFAULT_URL, Transport
 
-log = logging.getLogger("watchdog.client")
+log = logging.getLogger("agent_watchdog_client")
 
 EXPORT_DELAY_MS = 200  # the exporter's batch delay (the SDK default, 5 s, delays every directive)
 TRACER_NAME = "agent-watchdog.client"

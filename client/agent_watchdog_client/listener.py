@@ -18,10 +18,10 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 
-from watchdog.client.directive import Directive, DirectiveBoard
-from watchdog.client.transport import SidecarUnavailable, Transport, shutdown_quietly
+from agent_watchdog_client.directive import Directive, DirectiveBoard
+from agent_watchdog_client.transport import SidecarUnavailable, Transport, shutdown_quietly
 
-log = logging.getLogger("watchdog.client")
+log = logging.getLogger("agent_watchdog_client")
 
 SSE_READ_TIMEOUT = 45.0  # seconds without a byte before the stream is presumed dead (the
 #                          sidecar sends a keep-alive comment every 15 s)

@@ -1,4 +1,4 @@
-/* The span processor's path in C: what watchdog/client/processor.py's
+/* The span processor's path in C: what client/agent_watchdog_client/processor.py's
  * WatchdogSpanProcessor.on_start and on_end do, fused into the SDK's multi-processor by
  * processor.install() when this extension is built (it is optional: without a compiler the
  * package installs and the Python path runs; tests run both).
@@ -621,7 +621,7 @@ static PyMemberDef Counts_members[] = {
 
 static PyTypeObject CountsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "watchdog.client._spanpath.Counts",
+    .tp_name = "agent_watchdog_client._spanpath.Counts",
     .tp_basicsize = sizeof(Counts),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The counts of a run the span path writes (tally.RunTally's base).",
@@ -807,7 +807,7 @@ static PyGetSetDef SpanPath_getset[] = {
 
 static PyTypeObject SpanPathType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "watchdog.client._spanpath.SpanPath",
+    .tp_name = "agent_watchdog_client._spanpath.SpanPath",
     .tp_basicsize = sizeof(SpanPath),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "SpanPath(chain, processor_module): the processor's span path, fused into chain.",

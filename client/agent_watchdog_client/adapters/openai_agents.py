@@ -3,8 +3,8 @@
 ::
 
     from agents import Agent, Runner
-    from watchdog.client import Watchdog
-    from watchdog.client.adapters.openai_agents import (
+    from agent_watchdog_client import Watchdog
+    from agent_watchdog_client.adapters.openai_agents import (
         WatchdogHooks, instrument_openai_agents, steered)
 
     wd = Watchdog()
@@ -46,16 +46,17 @@ from typing import Any
 from agents import Agent, FunctionTool, RunContextWrapper, RunHooks, Tool
 from agents.exceptions import AgentsException
 
-from watchdog.client.directive import Directive
-from watchdog.client.run import Run, current_run
-from watchdog.client.steer import ModelTurn, ToolRefused, WatchdogAbort
+from agent_watchdog_client.directive import Directive
+from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.steer import ModelTurn, ToolRefused, WatchdogAbort
 
 Instructions = str | Callable[[RunContextWrapper[Any], Agent[Any]], str | Awaitable[str]] | None
 
 
 class WatchdogAbortError(WatchdogAbort, AgentsException):
     """The watchdog stopped the run: an ``AgentsException`` (like ``MaxTurnsExceeded``) that is
-    also a :class:`~watchdog.client.WatchdogAbort`, with the model's ``report`` if it gave one."""
+    also a :class:`~agent_watchdog_client.WatchdogAbort`, with the model's ``report`` if it gave
+    one."""
 
     def __init__(self, directive: Directive, report: str | None = None) -> None:
         WatchdogAbort.__init__(self, directive, report)

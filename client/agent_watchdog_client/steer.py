@@ -4,8 +4,8 @@ may offer tools, and whether a tool may run. One core for every adapter.
 Theory of operation
 -------------------
 An agent loop alternates model requests and tool calls. Before each model request the run syncs
-with the sidecar (:mod:`watchdog.client.sync`), so the directives on the board account for every
-span that ended before it; then :meth:`Steering.turn` decides the :class:`ModelTurn`:
+with the sidecar (:mod:`agent_watchdog_client.sync`), so the directives on the board account
+for every span that ended before it; then :meth:`Steering.turn` decides the :class:`ModelTurn`:
 
 * the *instructions* — a budget note with the true number of tool calls left (once three or
   fewer are left), the latest wind-down's report prompt, a newer notice;
@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from watchdog.client.directive import ABORT, Directive, DirectiveBoard
+from agent_watchdog_client.directive import ABORT, Directive, DirectiveBoard
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left
 LOCAL_RULE = "max_tool_calls"  # the rule name of the client's own stop at the budget

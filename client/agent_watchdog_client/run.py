@@ -6,14 +6,15 @@ Theory of operation
 Entering ``with wd.run(...) as run`` puts the run into the OpenTelemetry context and starts
 a span named ``watchdog.run <agent>``, so every span started inside — by pydantic-ai, the OpenAI
 Agents SDK instrumentation, your own code — is stamped with ``watchdog.run.id`` by
-:class:`~watchdog.client.processor.WatchdogSpanProcessor`: the one attribute the sidecar needs
+:class:`~agent_watchdog_client.processor.WatchdogSpanProcessor`: the one attribute the sidecar needs
 to give it to the run (each attribute costs every span its export: ~2 µs in the SDK's encoder).
 The run's agent, session, parent and budget are on the run's own span and in its announcement.
 A ``wd.run`` entered inside another run is a *child run* (a sub-agent): its own id and budget,
 ``watchdog.parent_run.id`` set.
 
 The run announces itself with its budget (a heartbeat, sent by the Watchdog's reporter thread),
-and a listener thread keeps :class:`~watchdog.client.directive.DirectiveBoard` fresh. Everything
+and a listener thread keeps :class:`~agent_watchdog_client.directive.DirectiveBoard` fresh.
+Everything
 the agent's thread calls here (``directive()``, ``budget_note()``, ``instructions()``,
 ``raise_if_aborted()``) reads the board and returns at once; only ``report()``,
 ``checkpoint()`` and ``resume_context()`` talk to the sidecar, with a short timeout, and return
@@ -38,15 +39,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from watchdog.client.directive import Directive, DirectiveBoard
-from watchdog.client.listener import DirectiveListener
-from watchdog.client.reporter import Reporter
-from watchdog.client.steer import ModelTurn, Steering, ToolRefused, WatchdogAbort
-from watchdog.client.sync import SyncChannel
-from watchdog.client.tally import LIVE_RUNS, RUN_ID_ATTRIBUTE, RUN_KEY, RunTally
-from watchdog.client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
+from agent_watchdog_client.directive import Directive, DirectiveBoard
+from agent_watchdog_client.listener import DirectiveListener
+from agent_watchdog_client.reporter import Reporter
+from agent_watchdog_client.steer import ModelTurn, Steering, ToolRefused, WatchdogAbort
+from agent_watchdog_client.sync import SyncChannel
+from agent_watchdog_client.tally import LIVE_RUNS, RUN_ID_ATTRIBUTE, RUN_KEY, RunTally
+from agent_watchdog_client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
 
-log = logging.getLogger("watchdog.client")
+log = logging.getLogger("agent_watchdog_client")
 
 BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
 MAX_FINAL_ANSWER_CHARS = 4000
@@ -56,8 +57,8 @@ __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "Watchdo
 
 
 class RunHost(Protocol):
-    """What a run needs from its :class:`~watchdog.client.Watchdog` (kept to a protocol so this
-    module does not import the watchdog module that creates runs)."""
+    """What a run needs from its :class:`~agent_watchdog_client.Watchdog` (kept to a protocol so
+    this module does not import the watchdog module that creates runs)."""
 
     transport: Transport
     reporter: Reporter
@@ -69,7 +70,7 @@ class RunHost(Protocol):
 
 
 class Run:
-    """Created by :meth:`watchdog.client.Watchdog.run`; use it as a context manager."""
+    """Created by :meth:`agent_watchdog_client.Watchdog.run`; use it as a context manager."""
 
     def __init__(self, watchdog: RunHost, *, agent: str, budget: dict[str, float],
                  session: str | None = None, parent: Run | str | None = None,

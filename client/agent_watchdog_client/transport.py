@@ -19,7 +19,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("watchdog.client")
+log = logging.getLogger("agent_watchdog_client")
 
 DEFAULT_URL = "http://127.0.0.1:9477"
 BACKGROUND_TIMEOUT = 2.0  # seconds for heartbeats and acks: a sidecar on localhost answers in ms

@@ -16,7 +16,7 @@ plumbing spans, which are "in flight" for the whole run) count as calls in fligh
 
 Where the package was built with its C extension (``_spanpath.c``) the fused path is that one:
 the same work, with this module's tables and functions and the run's counts as C fields of
-:class:`~watchdog.client.tally.RunTally`'s base, at ~40 % of the cost (the cost here is this
+:class:`~agent_watchdog_client.tally.RunTally`'s base, at ~40 % of the cost (the cost here is this
 module's own code, not the SDK's); ``tests/test_client_span_path.py`` holds the two to the
 same results span by span.
 """
@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace import (
     TracerProvider,
 )
 
-from watchdog.client.tally import (
+from agent_watchdog_client.tally import (
     LIVE_RUNS,
     MAX_UNSYNCED_SPANS,
     OPEN_SPANS,
@@ -162,9 +162,9 @@ _UNCHAINED = _Unchained()
 
 
 class WatchdogSpanProcessor(SpanProcessor):
-    """Installed by :meth:`watchdog.client.Watchdog.instrument` (see :func:`install`); all
+    """Installed by :meth:`agent_watchdog_client.Watchdog.instrument` (see :func:`install`); all
     instances share the calls in flight, of every run of every
-    :class:`~watchdog.client.Watchdog` in the process.
+    :class:`~agent_watchdog_client.Watchdog` in the process.
 
     ``chain`` is the provider's own multi-processor when this one is fused into it: its
     processors (the exporter's) run first, in the same call.

@@ -25,9 +25,9 @@ import time
 import urllib.parse
 from typing import Any, Protocol
 
-from watchdog.client.transport import SidecarUnavailable, Transport
+from agent_watchdog_client.transport import SidecarUnavailable, Transport
 
-log = logging.getLogger("watchdog.client")
+log = logging.getLogger("agent_watchdog_client")
 
 HEARTBEAT_INTERVAL = 5.0  # seconds between heartbeats of a run with nothing new to say
 REPORT_INTERVAL = 0.05  # seconds between looks at open runs: a call's start is reported
@@ -38,7 +38,7 @@ MAX_TRACKED_RUNS = 10_000  # runs open at once in one process; more are not repo
 
 
 class Run(Protocol):
-    """What the reporter reads of a run (:class:`watchdog.client.Run`)."""
+    """What the reporter reads of a run (:class:`agent_watchdog_client.Run`)."""
 
     id: str
     changed: bool
@@ -51,7 +51,7 @@ class Run(Protocol):
 
 
 class Reporter:
-    """One per :class:`~watchdog.client.Watchdog`, started with its first run."""
+    """One per :class:`~agent_watchdog_client.Watchdog`, started with its first run."""
 
     def __init__(self, transport: Transport, heartbeat_interval: float = HEARTBEAT_INTERVAL
                  ) -> None:

@@ -3,8 +3,8 @@
 ::
 
     from langchain.agents import create_agent
-    from watchdog.client import Watchdog
-    from watchdog.client.adapters.langchain import WatchdogMiddleware
+    from agent_watchdog_client import Watchdog
+    from agent_watchdog_client.adapters.langchain import WatchdogMiddleware
 
     wd = Watchdog()
     wd.setup_tracing(service_name="explorer")
@@ -33,8 +33,8 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import SystemMessage, ToolMessage
 
-from watchdog.client.run import Run, current_run
-from watchdog.client.steer import ModelTurn, ToolRefused, WatchdogAbort
+from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.steer import ModelTurn, ToolRefused, WatchdogAbort
 
 
 class WatchdogAbortError(WatchdogAbort):

@@ -4,8 +4,8 @@ decision point.
 ::
 
     from run_agent import AIAgent
-    from watchdog.client import Watchdog
-    from watchdog.client.adapters.hermes import watch_hermes
+    from agent_watchdog_client import Watchdog
+    from agent_watchdog_client.adapters.hermes import watch_hermes
 
     wd = Watchdog()
     wd.setup_tracing(service_name="researcher")   # or your provider (plus a tracer: the
@@ -54,7 +54,7 @@ shares, ``run.before_model_call()`` and ``run.before_tool_call()``:
   ``final_response``, and becomes the run's final answer. Should the model call a tool anyway,
   the call is refused, and the next request ends the turn: the adapter interrupts Hermes (so it
   closes the turn and saves the session) and ``run_conversation`` raises
-  :class:`~watchdog.client.WatchdogAbort` with the report;
+  :class:`~agent_watchdog_client.WatchdogAbort` with the report;
 * before each tool, a ``pre_tool_call`` hook (Hermes' plugin hook, registered once in Hermes'
   plugin manager for the process) admits the call or returns ``{"action": "block", "message":
   "Not run: …"}``: the tool does not run and the model gets the message as its result
@@ -76,9 +76,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from watchdog.client.run import Run, current_run
-from watchdog.client.steer import ModelTurn, ToolRefused, WatchdogAbort
-from watchdog.client.watchdog import Watchdog
+from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.steer import ModelTurn, ToolRefused, WatchdogAbort
+from agent_watchdog_client.watchdog import Watchdog
 
 LIMIT_ATTRIBUTE = "watchdog.limit_reached"
 EXIT_REASON_ATTRIBUTE = "hermes.turn_exit_reason"
@@ -93,7 +93,7 @@ TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls")
 PLUGIN_NAME = "agent-watchdog"
 _MARK = "_watchdog_hermes"
 
-log = logging.getLogger("watchdog.client")
+log = logging.getLogger("agent_watchdog_client")
 
 # The steered turns under way, by run id: the pre_tool_call hook (one for the process) finds
 # its turn here. An entry lives from a turn's start to its end.

@@ -1,11 +1,12 @@
 """What the span processor knows about a run: its attributes, its calls in flight, what it
 counted, and the call spans that ended since the run last synced with the sidecar.
 
-This is the only run state the span path touches, kept apart from :class:`~watchdog.client.Run`
-so that the processor depends on it alone (the run, the reporter and the watchdog depend on the
-processor's module, never the reverse). Written by the span processor on the agent's threads,
-read by the reporter thread and by the run before each model request: single operations on
-plain dicts, ints and a deque, which are atomic under the GIL.
+This is the only run state the span path touches, kept apart from
+:class:`~agent_watchdog_client.Run` so that the processor depends on it alone (the run, the
+reporter and the watchdog depend on the processor's module, never the reverse). Written by the
+span processor on the agent's threads, read by the reporter thread and by the run before each
+model request: single operations on plain dicts, ints and a deque, which are atomic under the
+GIL.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _compiled_span_path() -> ModuleType | None:
     if os.environ.get("WATCHDOG_CLIENT_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from watchdog.client import _spanpath  # type: ignore[attr-defined]
+        from agent_watchdog_client import _spanpath  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _spanpath  # type: ignore[no-any-return]
@@ -72,7 +73,7 @@ else:
 
 
 class RunTally(_Counts):
-    """Created by the run; ``owner`` is the :class:`~watchdog.client.Run` it belongs to."""
+    """Created by the run; ``owner`` is the :class:`~agent_watchdog_client.Run` it belongs to."""
 
     __slots__ = ("_agent_spans", "owner")
 

@@ -1,9 +1,0 @@
-"""The one part of the build pyproject.toml does not say in a stable form: the client's span
-path in C (``watchdog/client/_spanpath.c``, see ``watchdog/client/processor.py``), optional —
-without a compiler the package installs without it and the same path runs in Python. The rest of
-the project's metadata is in pyproject.toml."""
-
-from setuptools import Extension, setup
-
-setup(ext_modules=[Extension("watchdog.client._spanpath", ["watchdog/client/_spanpath.c"],
-                             optional=True)])
