@@ -45,6 +45,13 @@ DEFAULT_ACTIVITY_LOG_SIZE = 200
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
 DEFAULT_MAX_FORWARD_QUEUE_REQUESTS = 1000  # export requests; the Collector's queue_size default
+# The model endpoint (DESIGN §12): off unless model_address is set.
+DEFAULT_MODEL_UPSTREAM = "https://api.openai.com/v1"
+DEFAULT_MODEL_UPSTREAM_ANTHROPIC = "https://api.anthropic.com"
+MODEL_ABORTS = ("answer", "error")  # an aborted run's next request: a final answer, or a 400
+DEFAULT_MODEL_MAX_BODY_BYTES = 16 * 1024 * 1024  # a request body; long histories with images
+DEFAULT_MODEL_MAX_CONCURRENT = 256  # requests in flight through the endpoint at once
+DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long reasoning call)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "WATCHDOG_"
@@ -78,6 +85,15 @@ class Config:
     forward_endpoint: str | None = field(default=None, repr=False)  # may hold a password
     forward_headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
     forward_queue_size: int = DEFAULT_MAX_FORWARD_QUEUE_REQUESTS
+    # The model endpoint (DESIGN §12)
+    model_address: str | None = None  # host:port; None: the endpoint is off
+    model_upstream: str = DEFAULT_MODEL_UPSTREAM  # OpenAI-compatible base URL
+    model_upstream_anthropic: str = DEFAULT_MODEL_UPSTREAM_ANTHROPIC
+    model_agent_name: str | None = None  # the agent name of a call nothing else names
+    model_abort: str = "answer"  # answer | error
+    model_max_body_bytes: int = DEFAULT_MODEL_MAX_BODY_BYTES
+    model_max_concurrent: int = DEFAULT_MODEL_MAX_CONCURRENT
+    model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
 
     def validate(self) -> Config:
         for name in ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address"):
@@ -93,13 +109,15 @@ class Config:
         _require(self.rules_watch_interval >= 0, "rules_watch_interval",
                  self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
         for name in ("max_runs", "max_request_bytes", "max_pending_requests",
-                     "activity_log_size", "forward_queue_size"):
+                     "activity_log_size", "forward_queue_size", "model_max_body_bytes",
+                     "model_max_concurrent"):
             _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         _require(self.log_level in LOG_LEVELS, "log_level", self.log_level,
                  "one of " + ", ".join(LOG_LEVELS))
         _require(self.log_format in LOG_FORMATS, "log_format", self.log_format,
                  "one of " + ", ".join(LOG_FORMATS))
         validate_webhooks(self.webhooks)
+        self._validate_model()
         validate_forward(self.forward_endpoint, self.forward_headers)
         if self.forward_endpoint is not None and _same_listener(
                 self.forward_endpoint, split_address("otlp_http_address", self.otlp_http_address)):
@@ -107,14 +125,14 @@ class Config:
                               f"watchdog's own otlp_http_address: everything would go round in "
                               f"a loop; set the address of your Collector or OTLP backend")
         if not self.api_token and not self.insecure:
-            for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):
+            for name in self._guarded_listeners():
                 host, _ = split_address(name, getattr(self, name))
                 if not is_loopback(host):
                     raise ConfigError(
                         f"{name}={getattr(self, name)!r} binds a non-loopback address without "
                         f"api_token: set WATCHDOG_API_TOKEN (Bearer auth) or pass --insecure")
         if self.api_token and len(self.api_token) < MIN_API_TOKEN_CHARS:
-            for name in ("otlp_grpc_address", "otlp_http_address", "api_address"):
+            for name in self._guarded_listeners():
                 host, _ = split_address(name, getattr(self, name))
                 if not is_loopback(host):
                     raise ConfigError(
@@ -122,6 +140,46 @@ class Config:
                         f"non-loopback bind ({name}={getattr(self, name)!r}) needs at least "
                         f"{MIN_API_TOKEN_CHARS} (e.g. openssl rand -hex 32)")
         return self
+
+
+    def _guarded_listeners(self) -> tuple[str, ...]:
+        """The listeners a non-loopback bind of needs ``api_token`` (or ``insecure``)."""
+        names = ("otlp_grpc_address", "otlp_http_address", "api_address")
+        return (*names, "model_address") if self.model_address is not None else names
+
+    def _validate_model(self) -> None:
+        if self.model_address is not None:
+            split_address("model_address", self.model_address)
+        for key in ("model_upstream", "model_upstream_anthropic"):
+            validate_upstream(key, getattr(self, key))
+        _require(self.model_abort in MODEL_ABORTS, "model_abort", self.model_abort,
+                 "one of " + ", ".join(MODEL_ABORTS))
+        _require(self.model_upstream_timeout > 0, "model_upstream_timeout",
+                 self.model_upstream_timeout, "a positive number of seconds (e.g. 600 or 10m)")
+        name = self.model_agent_name
+        _require(name is None or (0 < len(name) <= 200 and name.isprintable()),
+                 "model_agent_name", name, "a printable name of 1-200 characters")
+
+
+def validate_upstream(key: str, url: object) -> None:
+    """A model upstream: an http(s) base URL with a host, no credentials, query or fragment
+    (the request's path is appended to it). The message never shows a password."""
+    shown = url_for_logs(url) if isinstance(url, str) else url
+    try:
+        parsed = urlsplit(url) if isinstance(url, str) else None
+        ok = parsed is not None and parsed.scheme in ("http", "https") \
+            and bool(parsed.hostname)
+        if parsed is not None:
+            parsed.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:  # a bad port, an unclosed IPv6 bracket
+        parsed, ok = None, False
+    if not ok or parsed is None:
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected an http:// or https:// "
+                          f"base URL with a host (e.g. https://api.openai.com/v1)")
+    if parsed.username is not None or parsed.query or parsed.fragment:
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected a base URL without "
+                          f"user:password@, ?query or #fragment (the agent's own headers carry "
+                          f"its credentials)")
 
 
 def _require(ok: bool, key: str, value: object, allowed: str) -> None:
