@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STATE_DIR ?= ./state
 
-.PHONY: run demo test lint bench deps-test system-deps frameworks clean
+.PHONY: run demo test lint bench deps-test system-deps frameworks clean dist dist-python \
+	dist-image dist-chart
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +33,8 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/watchdog demo
 
 ## system-deps: Debian packages the tests use, when missing: a real Prometheus and promtool;
-## buildah, podman, runc and debootstrap to build and run the container image (tests/test_image.py);
+## buildah, podman, runc and debootstrap to build and run the container image (make dist,
+## tests/test_image.py);
 ## gcc and the Python headers to build the client's C span path (tests/test_client_span_path.py)
 SYSTEM_DEPS := prometheus:prometheus promtool:prometheus buildah:buildah podman:podman \
 	runc:runc debootstrap:debootstrap gcc:gcc
@@ -69,6 +71,20 @@ frameworks: $(FRAMEWORK_VENVS)
 ## mypy: a lint error fails CI like a failing test); run every test
 test: system-deps $(VENV)/.installed-test frameworks lint
 	$(PY) -m pytest
+
+## dist: the release artifacts into dist/ (tools/dist.py): sdist and wheel of both
+## distributions, the container image as a Docker archive (needs root: buildah, debootstrap)
+## and the packaged Helm chart
+dist: dist-python dist-image dist-chart
+
+dist-python: $(VENV)/.installed-test
+	$(PY) tools/dist.py python
+
+dist-image: system-deps
+	$(PYTHON) tools/dist.py image
+
+dist-chart: $(VENV)/.installed-test
+	$(PY) tools/dist.py chart
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check watchdog client tests bench tools fuzz
