@@ -11,6 +11,8 @@ import asyncio
 import socket
 import subprocess
 import sys
+import tempfile
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -18,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import RunningServer
+from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
+from watchdog.config import Config
 from watchdog.ingest import otlp_grpc
 from watchdog.ingest.admission import Admission
 
 EXIT_STARTUP = 2
+REPO = Path(__file__).resolve().parent.parent
 
 
 def failed_start(env: dict[str, str], *args: str) -> str:
@@ -156,3 +160,59 @@ def test_a_grpc_address_this_machine_does_not_have(tmp_path: Path) -> None:
                     "requested address); is that address this machine's, and the port one this "
                     "user may bind? — or choose another address with WATCHDOG_OTLP_GRPC_ADDRESS "
                     "or --otlp-grpc-address")
+
+
+def test_every_bad_key_is_reported_at_once(tmp_path: Path) -> None:
+    """A config file, env vars and flags with several bad keys and values: one line that names
+    each (key, value, what is allowed), exit code 2, no traceback."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("run_end_timout: 10m\nmax_runs: many\nlog_level: loud\n")
+    env = serve_env(tmp_path / "state", fresh_ports(), WATCHDOG_EVAL_INTERVAL="soon",
+                    WATCHDOG_LOG_FROMAT="json")
+    line = failed_start(env, "--config", str(config), "--activity-log-size", "0",
+                        "--api-address", "nowhere")
+    assert line.startswith("watchdog: 7 configuration problems: (1) "), line
+    for part in (
+            f"unknown configuration key 'run_end_timout' in {config}; did you mean "
+            f"run_end_timeout?",
+            "max_runs='many' is not allowed: expected an integer",
+            "unknown environment variable WATCHDOG_LOG_FROMAT: did you mean "
+            "WATCHDOG_LOG_FORMAT?",
+            "eval_interval='soon' is not allowed: expected a number of seconds",
+            "api_address='nowhere' is not allowed: expected host:port",
+            "activity_log_size=0 is not allowed: expected an integer >= 1",
+            "log_level='loud' is not allowed: expected one of debug, info, warning, error"):
+        assert part in line, (part, line)
+    assert line.count("allowed: activity_log_size, ") == 1  # the key list, said once at the end
+
+
+def test_the_default_state_dir_is_state_in_the_working_directory(tmp_path: Path) -> None:
+    """Without state_dir the sidecar keeps its state in ./state (what `make run` uses, and
+    gitignored); the old default name is not created."""
+    assert Config().state_dir == "state"
+    ports = fresh_ports()
+    env = serve_env(tmp_path / "unused", ports)
+    del env["WATCHDOG_STATE_DIR"]
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env,
+                                   cwd=tmp_path, stderr=log, text=True)
+        try:
+            wait_until(lambda: process.poll() is not None or ready(ports["metrics"]),
+                       timeout=60, what="the sidecar to be ready")
+            assert process.poll() is None, (log.seek(0), log.read())
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert sorted(p.name for p in (tmp_path / "state").glob("*.sqlite3"))
+    assert not (tmp_path / "watchdog-state").exists() and not (tmp_path / "unused").exists()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "state/watchdog.sqlite3"],
+                             cwd=REPO, check=False)
+    assert ignored.returncode == 0, "./state is not gitignored"
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

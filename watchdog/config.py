@@ -15,7 +15,7 @@ import hashlib
 import ipaddress
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
 DEFAULT_OTLP_HTTP_ADDRESS = "127.0.0.1:4318"
 DEFAULT_API_ADDRESS = "127.0.0.1:9477"
 DEFAULT_METRICS_ADDRESS = "0.0.0.0:9464"
-DEFAULT_STATE_DIR = "watchdog-state"
+DEFAULT_STATE_DIR = "state"  # relative to the working directory
 DEFAULT_RUN_END_TIMEOUT = 900.0  # 15 min without a span: the run is abandoned
 # A run of loose model calls (an agent that emits no span for the invocation) that has not
 # answered ends after this long without a call (DESIGN §3; see RunTracker).
@@ -96,90 +96,83 @@ class Config:
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
 
     def validate(self) -> Config:
-        for name in ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address"):
-            split_address(name, getattr(self, name))
-        _require(self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
-                 "a positive number of seconds (e.g. 900 or 15m)")
-        _require(self.loose_run_gap > 0, "loose_run_gap", self.loose_run_gap,
-                 "a positive number of seconds (e.g. 120 or 2m)")
-        _require(self.state_flush_interval > 0, "state_flush_interval", self.state_flush_interval,
-                 "a positive number of seconds")
-        _require(self.eval_interval > 0, "eval_interval", self.eval_interval,
-                 "a positive number of seconds")
-        _require(self.rules_watch_interval >= 0, "rules_watch_interval",
-                 self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
-        for name in ("max_runs", "max_request_bytes", "max_pending_requests",
-                     "activity_log_size", "forward_queue_size", "model_max_body_bytes",
-                     "model_max_concurrent"):
-            _require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
-        _require(self.log_level in LOG_LEVELS, "log_level", self.log_level,
-                 "one of " + ", ".join(LOG_LEVELS))
-        _require(self.log_format in LOG_FORMATS, "log_format", self.log_format,
-                 "one of " + ", ".join(LOG_FORMATS))
-        validate_webhooks(self.webhooks)
-        self._validate_model()
-        validate_forward(self.forward_endpoint, self.forward_headers)
-        if self.forward_endpoint is not None and _same_listener(
-                self.forward_endpoint, split_address("otlp_http_address", self.otlp_http_address)):
-            raise ConfigError(f"forward_endpoint={url_for_logs(self.forward_endpoint)!r} is this "
-                              f"watchdog's own otlp_http_address: everything would go round in "
-                              f"a loop; set the address of your Collector or OTLP backend")
-        if not self.api_token and not self.insecure:
-            for name in self._guarded_listeners():
-                host, _ = split_address(name, getattr(self, name))
-                if not is_loopback(host):
-                    raise ConfigError(
-                        f"{name}={getattr(self, name)!r} binds a non-loopback address without "
-                        f"api_token: set WATCHDOG_API_TOKEN (Bearer auth) or pass --insecure")
-        if self.api_token and len(self.api_token) < MIN_API_TOKEN_CHARS:
-            for name in self._guarded_listeners():
-                host, _ = split_address(name, getattr(self, name))
-                if not is_loopback(host):
-                    raise ConfigError(
-                        f"api_token is {len(self.api_token)} characters: a token guarding a "
-                        f"non-loopback bind ({name}={getattr(self, name)!r}) needs at least "
-                        f"{MIN_API_TOKEN_CHARS} (e.g. openssl rand -hex 32)")
+        """Every bad value at once, in one :class:`ConfigError` (see :func:`raise_problems`)."""
+        raise_problems(self.problems())
         return self
 
+    def problems(self) -> list[str]:
+        """What is wrong with the values, one message per key (key, value, what is allowed)."""
+        problems: list[str] = []
 
-    def _guarded_listeners(self) -> tuple[str, ...]:
-        """The listeners a non-loopback bind of needs ``api_token`` (or ``insecure``)."""
-        names = ("otlp_grpc_address", "otlp_http_address", "api_address")
-        return (*names, "model_address") if self.model_address is not None else names
+        def check(test: Callable[..., object], *args: Any) -> bool:
+            try:
+                test(*args)
+            except ConfigError as exc:
+                problems.append(exc.message)
+                return False
+            return True
 
-    def _validate_model(self) -> None:
-        if self.model_address is not None:
-            split_address("model_address", self.model_address)
-        for key in ("model_upstream", "model_upstream_anthropic"):
-            validate_upstream(key, getattr(self, key))
-        _require(self.model_abort in MODEL_ABORTS, "model_abort", self.model_abort,
-                 "one of " + ", ".join(MODEL_ABORTS))
-        _require(self.model_upstream_timeout > 0, "model_upstream_timeout",
-                 self.model_upstream_timeout, "a positive number of seconds (e.g. 600 or 10m)")
-        name = self.model_agent_name
-        _require(name is None or (0 < len(name) <= 200 and name.isprintable()),
-                 "model_agent_name", name, "a printable name of 1-200 characters")
+        addresses = {name: getattr(self, name) for name in
+                     ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")}
+        good_addresses = {name: address for name, address in addresses.items()
+                          if check(split_address, name, address)}
+        check(_require, self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
+              "a positive number of seconds (e.g. 900 or 15m)")
+        check(_require, self.loose_run_gap > 0, "loose_run_gap", self.loose_run_gap,
+              "a positive number of seconds (e.g. 120 or 2m)")
+        check(_require, self.state_flush_interval > 0, "state_flush_interval",
+              self.state_flush_interval, "a positive number of seconds")
+        check(_require, self.eval_interval > 0, "eval_interval", self.eval_interval,
+              "a positive number of seconds")
+        check(_require, self.rules_watch_interval >= 0, "rules_watch_interval",
+              self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
+        for name in ("max_runs", "max_request_bytes", "max_pending_requests",
+                     "activity_log_size", "forward_queue_size"):
+            check(_require, getattr(self, name) >= 1, name, getattr(self, name),
+                  "an integer >= 1")
+        check(_require, self.log_level in LOG_LEVELS, "log_level", self.log_level,
+              "one of " + ", ".join(LOG_LEVELS))
+        check(_require, self.log_format in LOG_FORMATS, "log_format", self.log_format,
+              "one of " + ", ".join(LOG_FORMATS))
+        check(validate_webhooks, self.webhooks)
+        forward_ok = check(validate_forward, self.forward_endpoint, self.forward_headers)
+        if (forward_ok and self.forward_endpoint is not None
+                and "otlp_http_address" in good_addresses and _same_listener(
+                    self.forward_endpoint, split_address("otlp_http_address",
+                                                         self.otlp_http_address))):
+            problems.append(
+                f"forward_endpoint={url_for_logs(self.forward_endpoint)!r} is this watchdog's "
+                f"own otlp_http_address: everything would go round in a loop; set the address "
+                f"of your Collector or OTLP backend")
+        exposed = [(name, address) for name, address in good_addresses.items()
+                   if name != "metrics_address"
+                   and not is_loopback(split_address(name, address)[0])]
+        if exposed and not self.api_token and not self.insecure:
+            name, address = exposed[0]
+            problems.append(f"{name}={address!r} binds a non-loopback address without "
+                            f"api_token: set WATCHDOG_API_TOKEN (Bearer auth) or pass --insecure")
+        if exposed and self.api_token and len(self.api_token) < MIN_API_TOKEN_CHARS:
+            name, address = exposed[0]
+            problems.append(f"api_token is {len(self.api_token)} characters: a token guarding a "
+                            f"non-loopback bind ({name}={address!r}) needs at least "
+                            f"{MIN_API_TOKEN_CHARS} (e.g. openssl rand -hex 32)")
+        return problems
 
 
-def validate_upstream(key: str, url: object) -> None:
-    """A model upstream: an http(s) base URL with a host, no credentials, query or fragment
-    (the request's path is appended to it). The message never shows a password."""
-    shown = url_for_logs(url) if isinstance(url, str) else url
-    try:
-        parsed = urlsplit(url) if isinstance(url, str) else None
-        ok = parsed is not None and parsed.scheme in ("http", "https") \
-            and bool(parsed.hostname)
-        if parsed is not None:
-            parsed.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:  # a bad port, an unclosed IPv6 bracket
-        parsed, ok = None, False
-    if not ok or parsed is None:
-        raise ConfigError(f"{key}={shown!r} is not allowed: expected an http:// or https:// "
-                          f"base URL with a host (e.g. https://api.openai.com/v1)")
-    if parsed.username is not None or parsed.query or parsed.fragment:
-        raise ConfigError(f"{key}={shown!r} is not allowed: expected a base URL without "
-                          f"user:password@, ?query or #fragment (the agent's own headers carry "
-                          f"its credentials)")
+def raise_problems(problems: list[str], allowed_keys: str | None = None) -> None:
+    """One :class:`ConfigError` for every problem found: a single problem as its own message,
+    several as ``N configuration problems: (1) ...; (2) ...`` (one line, for stderr and logs).
+    ``allowed_keys`` (when a key was unknown) is said once, at the end."""
+    if not problems:
+        return
+    if len(problems) == 1:
+        message = problems[0]
+        if allowed_keys:
+            message += (" " if message.endswith("?") else "; ") + allowed_keys
+        raise ConfigError(message)
+    message = f"{len(problems)} configuration problems: " + "; ".join(
+        f"({index}) {problem}" for index, problem in enumerate(problems, 1))
+    raise ConfigError(message + (f"; {allowed_keys}" if allowed_keys else ""))
 
 
 def _require(ok: bool, key: str, value: object, allowed: str) -> None:
@@ -449,9 +442,10 @@ def _closest(word: str, choices: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def env_keys(env: Mapping[str, str]) -> dict[str, str]:
+def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[str, str]:
     """The configuration in ``WATCHDOG_<KEY>`` variables; any other ``WATCHDOG_*`` variable
-    (a typo such as ``WATCHDOG_RUN_END_TIMOUT``) is refused rather than silently ignored."""
+    (a typo such as ``WATCHDOG_RUN_END_TIMOUT``) is refused rather than silently ignored:
+    added to ``problems`` if given, else raised."""
     values: dict[str, str] = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG_ENV:
@@ -462,29 +456,41 @@ def env_keys(env: Mapping[str, str]) -> dict[str, str]:
         elif not _SERVICE_LINK_ENV.match(name):
             close = _closest(key, FIELD_TYPES)
             hint = f"did you mean {ENV_PREFIX}{close.upper()}? " if close else ""
-            raise ConfigError(
-                f"unknown environment variable {name}: {hint}"
-                f"WATCHDOG_<KEY> sets a configuration key (README: Configuration); fix the "
-                f"name or unset it")
+            message = (f"unknown environment variable {name}: {hint}"
+                       f"WATCHDOG_<KEY> sets a configuration key (README: Configuration); fix "
+                       f"the name or unset it")
+            if problems is None:
+                raise ConfigError(message)
+            problems.append(message)
     return values
 
 
-def _apply(config: Config, values: Mapping[str, Any], source: str) -> Config:
+def _apply(config: Config, values: Mapping[str, Any], source: str,
+           problems: list[str]) -> tuple[Config, bool]:
+    """``config`` with the good ``values``; each bad one is added to ``problems``. Also whether
+    a key was unknown."""
     changes: dict[str, Any] = {}
+    unknown = False
     for key, value in values.items():
         if key not in FIELD_TYPES:
             close = _closest(str(key), FIELD_TYPES)
-            hint = f"did you mean {close}? " if close else ""
-            raise ConfigError(f"unknown configuration key {key!r} in {source}; {hint}allowed: "
-                              + ", ".join(sorted(FIELD_TYPES)))
-        changes[key] = _coerce(key, value, FIELD_TYPES[key])
-    return replace(config, **changes)
+            problems.append(f"unknown configuration key {key!r} in {source}"
+                            + (f"; did you mean {close}?" if close else ""))
+            unknown = True
+            continue
+        try:
+            changes[key] = _coerce(key, value, FIELD_TYPES[key])
+        except ConfigError as exc:
+            problems.append(exc.message)
+    return replace(config, **changes), unknown
 
 
 def load(path: str | None = None, env: Mapping[str, str] | None = None,
          flags: Mapping[str, Any] | None = None) -> Config:
     """Defaults, then the YAML file, then ``WATCHDOG_*`` env vars, then flags; validated."""
     config = Config()
+    problems: list[str] = []
+    unknown = False
     if path:
         try:
             document = yaml.safe_load(Path(path).read_text()) or {}
@@ -494,8 +500,12 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
             raise ConfigError(f"config file {path}: invalid YAML: {exc}") from None
         if not isinstance(document, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping of keys")
-        config = _apply(config, document, path)
+        config, unknown = _apply(config, document, path, problems)
     env = os.environ if env is None else env
-    config = _apply(config, env_keys(env), "environment")
-    config = _apply(config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags")
-    return config.validate()
+    config, unknown_env = _apply(config, env_keys(env, problems), "environment", problems)
+    config, unknown_flag = _apply(
+        config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags", problems)
+    problems += config.problems()
+    raise_problems(problems, "allowed: " + ", ".join(sorted(FIELD_TYPES))
+                   if unknown or unknown_env or unknown_flag else None)
+    return config
