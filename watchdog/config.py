@@ -114,6 +114,8 @@ class Config:
 
         addresses = {name: getattr(self, name) for name in
                      ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")}
+        if self.model_address is not None:
+            addresses["model_address"] = self.model_address
         good_addresses = {name: address for name, address in addresses.items()
                           if check(split_address, name, address)}
         check(_require, self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
@@ -127,7 +129,8 @@ class Config:
         check(_require, self.rules_watch_interval >= 0, "rules_watch_interval",
               self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
         for name in ("max_runs", "max_request_bytes", "max_pending_requests",
-                     "activity_log_size", "forward_queue_size"):
+                     "activity_log_size", "forward_queue_size", "model_max_body_bytes",
+                     "model_max_concurrent"):
             check(_require, getattr(self, name) >= 1, name, getattr(self, name),
                   "an integer >= 1")
         check(_require, self.log_level in LOG_LEVELS, "log_level", self.log_level,
@@ -135,6 +138,7 @@ class Config:
         check(_require, self.log_format in LOG_FORMATS, "log_format", self.log_format,
               "one of " + ", ".join(LOG_FORMATS))
         check(validate_webhooks, self.webhooks)
+        problems += self._model_problems()
         forward_ok = check(validate_forward, self.forward_endpoint, self.forward_headers)
         if (forward_ok and self.forward_endpoint is not None
                 and "otlp_http_address" in good_addresses and _same_listener(
@@ -145,7 +149,7 @@ class Config:
                 f"own otlp_http_address: everything would go round in a loop; set the address "
                 f"of your Collector or OTLP backend")
         exposed = [(name, address) for name, address in good_addresses.items()
-                   if name != "metrics_address"
+                   if name in self._guarded_listeners()
                    and not is_loopback(split_address(name, address)[0])]
         if exposed and not self.api_token and not self.insecure:
             name, address = exposed[0]
@@ -157,6 +161,52 @@ class Config:
                             f"non-loopback bind ({name}={address!r}) needs at least "
                             f"{MIN_API_TOKEN_CHARS} (e.g. openssl rand -hex 32)")
         return problems
+
+    def _guarded_listeners(self) -> tuple[str, ...]:
+        """The listeners a non-loopback bind of needs ``api_token`` (or ``insecure``)."""
+        names = ("otlp_grpc_address", "otlp_http_address", "api_address")
+        return (*names, "model_address") if self.model_address is not None else names
+
+    def _model_problems(self) -> list[str]:
+        """The model endpoint's keys (``model_address`` is checked with the other addresses)."""
+        problems: list[str] = []
+        name = self.model_agent_name
+        for test, args in (
+                (validate_upstream, ("model_upstream", self.model_upstream)),
+                (validate_upstream, ("model_upstream_anthropic", self.model_upstream_anthropic)),
+                (_require, (self.model_abort in MODEL_ABORTS, "model_abort", self.model_abort,
+                            "one of " + ", ".join(MODEL_ABORTS))),
+                (_require, (self.model_upstream_timeout > 0, "model_upstream_timeout",
+                            self.model_upstream_timeout,
+                            "a positive number of seconds (e.g. 600 or 10m)")),
+                (_require, (name is None or (0 < len(name) <= 200 and name.isprintable()),
+                            "model_agent_name", name, "a printable name of 1-200 characters"))):
+            try:
+                test(*args)
+            except ConfigError as exc:
+                problems.append(exc.message)
+        return problems
+
+
+def validate_upstream(key: str, url: object) -> None:
+    """A model upstream: an http(s) base URL with a host, no credentials, query or fragment
+    (the request's path is appended to it). The message never shows a password."""
+    shown = url_for_logs(url) if isinstance(url, str) else url
+    try:
+        parsed = urlsplit(url) if isinstance(url, str) else None
+        ok = parsed is not None and parsed.scheme in ("http", "https") \
+            and bool(parsed.hostname)
+        if parsed is not None:
+            parsed.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:  # a bad port, an unclosed IPv6 bracket
+        parsed, ok = None, False
+    if not ok or parsed is None:
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected an http:// or https:// "
+                          f"base URL with a host (e.g. https://api.openai.com/v1)")
+    if parsed.username is not None or parsed.query or parsed.fragment:
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected a base URL without "
+                          f"user:password@, ?query or #fragment (the agent's own headers carry "
+                          f"its credentials)")
 
 
 def raise_problems(problems: list[str], allowed_keys: str | None = None) -> None:
