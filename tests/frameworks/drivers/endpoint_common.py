@@ -1,0 +1,42 @@
+"""What every endpoint driver shares: the agent's one tool, the task, and the line it prints.
+
+The drivers ``endpoint_*.py`` run a real agent of one framework (or SDK) pointed at the
+sidecar's model endpoint by base URL alone: ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` in the
+environment (or the framework's own base-URL setting where it reads none), no OpenTelemetry and
+no client SDK. The model to ask is ``ENDPOINT_MODEL``; what the agent does is the scripted
+model's business, not the driver's. Each driver prints one JSON line last:
+``{"ran": [the search terms its tool ran with, in order], "output": the agent's final output}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+TASK = "Find the file."
+INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer."
+RAN: list[str] = []  # every execution of the tool, counted in the tool itself
+
+
+def model() -> str:
+    return os.environ["ENDPOINT_MODEL"]
+
+
+def search(q: str) -> str:
+    """Search the files for a term.
+
+    Args:
+        q: the term to search for
+    """
+    RAN.append(q)
+    return f"no file matches {q!r}"
+
+
+SEARCH_SCHEMA = {"type": "object", "properties": {"q": {"type": "string",
+                                                        "description": "the term"}},
+                 "required": ["q"]}
+
+
+def done(output: object) -> None:
+    print(json.dumps({"ran": RAN, "output": output if isinstance(output, str) else str(output)}),
+          flush=True)

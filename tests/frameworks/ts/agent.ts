@@ -1,0 +1,106 @@
+// A TypeScript tool-calling agent on the `openai` npm package, pointed at the watchdog's model
+// endpoint by OPENAI_BASE_URL alone (no OpenTelemetry, no watchdog client). The model to ask
+// is ENDPOINT_MODEL; argv[2] is the mode: `chat` or `chat_stream` (Chat Completions),
+// `responses` or `responses_stream` (the Responses API, the conversation sent whole).
+// It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
+import OpenAI from "openai";
+
+const TASK = "Find the file.";
+const INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer.";
+const MAX_STEPS = 30;
+const PARAMETERS = {
+  type: "object",
+  properties: { q: { type: "string", description: "the term" } },
+  required: ["q"],
+};
+const ran: string[] = [];
+
+function search(q: string): string {
+  ran.push(q);
+  return `no file matches '${q}'`;
+}
+
+type Call = { id: string; name: string; arguments: string };
+
+async function chat(client: OpenAI, model: string, stream: boolean): Promise<string> {
+  const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
+    { role: "system", content: INSTRUCTIONS },
+    { role: "user", content: TASK },
+  ];
+  const tools: OpenAI.Chat.ChatCompletionTool[] = [{
+    type: "function",
+    function: { name: "search", description: "Search the files for a term.", parameters: PARAMETERS },
+  }];
+  for (let step = 0; step < MAX_STEPS; step++) {
+    let text = "";
+    const calls: Call[] = [];
+    if (stream) {
+      const chunks = await client.chat.completions.create({ model, messages, tools, stream: true });
+      for await (const chunk of chunks) {
+        for (const choice of chunk.choices) {
+          text += choice.delta.content ?? "";
+          for (const delta of choice.delta.tool_calls ?? []) {
+            const slot = (calls[delta.index] ??= { id: "", name: "", arguments: "" });
+            slot.id = delta.id ?? slot.id;
+            slot.name += delta.function?.name ?? "";
+            slot.arguments += delta.function?.arguments ?? "";
+          }
+        }
+      }
+    } else {
+      const message = (await client.chat.completions.create({ model, messages, tools })).choices[0].message;
+      text = message.content ?? "";
+      for (const call of message.tool_calls ?? []) {
+        if (call.type === "function") {
+          calls.push({ id: call.id, name: call.function.name, arguments: call.function.arguments });
+        }
+      }
+    }
+    if (calls.length === 0) return text;
+    messages.push({
+      role: "assistant",
+      content: text || null,
+      tool_calls: calls.map((c) => ({ id: c.id, type: "function" as const,
+                                     function: { name: c.name, arguments: c.arguments } })),
+    });
+    for (const c of calls) {
+      messages.push({ role: "tool", tool_call_id: c.id, content: search(JSON.parse(c.arguments).q) });
+    }
+  }
+  return "stopped at MAX_STEPS";
+}
+
+async function responses(client: OpenAI, model: string, stream: boolean): Promise<string> {
+  const input: OpenAI.Responses.ResponseInputItem[] = [{ role: "user", content: TASK }];
+  const tools: OpenAI.Responses.Tool[] = [{
+    type: "function", name: "search", description: "Search the files for a term.",
+    parameters: PARAMETERS, strict: false,
+  }];
+  for (let step = 0; step < MAX_STEPS; step++) {
+    let response: OpenAI.Responses.Response | undefined;
+    if (stream) {
+      const events = await client.responses.create({ model, instructions: INSTRUCTIONS, input, tools, stream: true });
+      for await (const event of events) {
+        if (event.type === "response.completed") response = event.response;
+      }
+      if (response === undefined) throw new Error("the stream ended without response.completed");
+    } else {
+      response = await client.responses.create({ model, instructions: INSTRUCTIONS, input, tools });
+    }
+    const calls = response.output.filter((item) => item.type === "function_call");
+    input.push(...(response.output as OpenAI.Responses.ResponseInputItem[]));
+    if (calls.length === 0) return response.output_text;
+    for (const c of calls) {
+      input.push({ type: "function_call_output", call_id: c.call_id, output: search(JSON.parse(c.arguments).q) });
+    }
+  }
+  return "stopped at MAX_STEPS";
+}
+
+const mode = process.argv[2] ?? "chat";
+const model = process.env.ENDPOINT_MODEL;
+if (!model) throw new Error("ENDPOINT_MODEL is not set");
+const client = new OpenAI(); // OPENAI_BASE_URL and OPENAI_API_KEY from the environment
+const stream = mode.endsWith("_stream");
+const output = mode.startsWith("chat") ? await chat(client, model, stream) : await responses(client, model, stream);
+console.log(JSON.stringify({ ran, output }));
