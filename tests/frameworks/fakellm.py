@@ -105,13 +105,13 @@ class _Model:
 
 
 class FakeLLM:
-    """The server; ``with FakeLLM() as llm:`` starts it on a free loopback port."""
+    """The server; ``with FakeLLM() as llm:`` starts it on a free loopback port (or ``port``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self._models: dict[str, _Model] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fakellm",
                                         daemon=True)
