@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import socket
+import subprocess
+import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -18,6 +23,7 @@ from tests.harness import (
 )
 from tests.otel import SECRET, explorer_run, export_http
 from watchdog.cli import main, runs_table
+from watchdog.config import Config
 
 RUN_ID = "job:7"
 
@@ -186,10 +192,12 @@ def test_the_table_fits_80_columns_and_wide_cuts_nothing() -> None:
     lines = table.splitlines()
     assert max(len(line) for line in lines) <= 80, table
     first = lines[1].split()
-    assert first[0].startswith("trace:0a") and first[0].endswith("319c") and "…" in first[0]
-    assert first[1].startswith("customer") and first[1].endswith("…")
-    assert first[2:7] == ["ended", "120", "12", "1h02m", "-"]
-    assert lines[2].split() == ["job:7", "explorer", "active", "4", "1", "7.0s", "2.0s", "-"]
+    assert first[0].startswith("trace:0") and first[0].endswith("80319c") and "…" in first[0]
+    assert first[1] == "custome…"
+    # the whole terminal state needs room: IDLE and ERR are dropped, nothing of it is cut
+    assert lines[0].split() == ["ID", "AGENT", "STATE", "TOOLS", "ELAPSED", "TERMINAL"]
+    assert first[2:] == ["ended", "120", "1h02m", "tool_limit_reached", "(answered)"]
+    assert lines[2].split() == ["job:7", "explorer", "active", "4", "7.0s", "-"]
     wide = runs_table(LONG_RUNS, wide=True)
     assert wide.splitlines()[1].split() == [
         TRACE_RUN, "customer-support-triage-agent", "ticket-4711", "ended", "31", "120", "12",
@@ -274,3 +282,103 @@ def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
 
         assert main(["directives", "job:none", "--url", sidecar.api]) == 1
         assert capsys.readouterr().err == "watchdog: no run 'job:none' (404 not_found)\n"
+
+
+STATES = ["completed", "no_response", "error", "tool_limit_reached", "time_limit_reached",
+          "idle_timeout", "loop_detected", "intervention_required", "aborted", "abandoned"]
+EVERY_STATE = [{"id": f"trace:{index:032x}", "agent": "customer-support-triage-agent",
+                "state": "ended", "tool_calls": 1234, "errors": 56, "elapsed_seconds": 86399.0,
+                "terminal_state": state, "has_final_answer": index % 2 == 0}
+               for index, state in enumerate(STATES)]
+
+
+@pytest.mark.parametrize("width", [80, 72, 64, 56, 40, 20])
+def test_the_terminal_state_is_never_cut(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every terminal state, the longest with "(answered)", whole at any width; other columns
+    are cut or dropped to make room, and the table fits down to ID + STATE + TERMINAL."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    lines = runs_table(EVERY_STATE).splitlines()
+    for line, run in zip(lines[1:], EVERY_STATE, strict=True):
+        terminal = run["terminal_state"] + (" (answered)" if run["has_final_answer"]
+                                            and run["terminal_state"] != "completed" else "")
+        assert line.endswith(terminal), (line, terminal)
+        assert " ended " in line
+    narrowest = 14 + 2 + 5 + 2 + len("intervention_required (answered)")  # ID, STATE, TERMINAL
+    assert max(len(line) for line in lines) <= max(width, narrowest), "\n".join(lines)
+    header = lines[0].split()
+    assert header[0] == "ID" and "STATE" in header and header[-1] == "TERMINAL"
+    if width >= 80:
+        assert header == ["ID", "AGENT", "STATE", "TOOLS", "ELAPSED", "TERMINAL"]
+
+
+def test_the_table_fits_the_terminal_through_the_command(
+        fed: RunningServer, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "50")
+    assert main(["runs", "--url", fed.api]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 50, lines
+    assert lines[0].split() == ["ID", "AGENT", "STATE", "TOOLS", "ELAPSED", "TERMINAL"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["job:8"][-1] == "completed" and rows[RUN_ID][-1] == "-"
+
+
+def watchdog_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "watchdog", *args]
+
+
+@pytest.mark.parametrize("args", [["runs"], ["runs", "-o", "json"], ["runs", "-o", "wide"],
+                                  ["directives", RUN_ID], ["report", RUN_ID],
+                                  ["report", RUN_ID, "--json"], ["runs", "--help"]])
+def test_output_into_a_closed_pipe_is_quiet(fed: RunningServer, args: list[str]) -> None:
+    """Every command writing into a pipe whose reader has gone: no traceback, exit 141 (what
+    the shell reports for a process that SIGPIPE ended, as `yes | head -1` does)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(watchdog_command(*args, *(["--url", fed.api]
+                                                        if "--help" not in args else [])),
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+                              check=False)
+    finally:
+        os.close(write)
+    expected = (0, 141) if "--help" in args else (141,)  # argparse's help ignores the pipe
+    assert done.stderr == "" and done.returncode in expected, (done.returncode, done.stderr)
+
+
+def test_runs_piped_to_head(fed: RunningServer) -> None:
+    """`watchdog runs | head -1` through a real shell pipe: the first line, nothing on stderr,
+    and a --watch that never ends by itself stops when head has its line."""
+    for command, status in ((f"runs --url {fed.api}", ("0", "141")),
+                            (f"runs --url {fed.api} --watch --interval 0.05", ("141",))):
+        done = subprocess.run(
+            ["bash", "-c", f"{shlex.join(watchdog_command())} {command} 2>err | head -1; "
+                           f"echo \"${{PIPESTATUS[0]}}\"; cat err"],
+            capture_output=True, text=True, timeout=60, check=False)
+        first, code, *err = done.stdout.splitlines()
+        assert first.startswith("ID ") or first.startswith("runs at "), done.stdout
+        assert code in status and err == [], done.stdout
+
+
+def test_serve_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each serve flag's help ends with its real default (from Config), as a config file
+    would spell it."""
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    defaults = Config()
+    for f in fields(Config):
+        if f.name == "webhooks":
+            assert "--webhooks" not in text
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        start = text.index(f"{flag} ", text.index("options:"))
+        after = text[start:]
+        end = after.find(" --", len(flag)) % (len(after) + 1)  # the last flag: to the end
+        value = getattr(defaults, f.name)
+        shown = ("none" if value in (None, (), {}) else
+                 str(value).lower() if isinstance(value, bool) else
+                 f"{value:g}s" if isinstance(value, float) else str(value))
+        assert f"(default: {shown})" in after[:end], (flag, after[:end])
+    assert "(default: state)" in text and "(default: 127.0.0.1:9477)" in text
+    assert "(default: 900s)" in text and "(default: 10000)" in text

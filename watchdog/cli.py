@@ -25,7 +25,7 @@ from watchdog.config import Config, load
 from watchdog.durations import DurationError, parse_seconds
 from watchdog.errors import WatchdogError
 from watchdog.runs.report import format_duration
-from watchdog.tables import Column, render
+from watchdog.tables import GAP, Column, render
 
 DEFAULT_URL = "http://127.0.0.1:9477"  # the control API's default bind (DESIGN §2)
 URL_ENV = "WATCHDOG_URL"
@@ -35,23 +35,39 @@ DEFAULT_WATCH_INTERVAL = 2.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 EXIT_FAILED = 1  # the watchdog answered with an error
 EXIT_UNREACHABLE = 2  # no answer at all (or a configuration error)
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (`| head`): 128 + SIGPIPE, as the shell
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML configuration file")
+    parser.add_argument("--config", help="YAML configuration file (default: none)")
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
+        default = f"(default: {config_default(f.name)})".replace("%", "%%")
         if f.name == "insecure":
             parser.add_argument(flag, action="store_true", default=None,
-                                help="allow non-loopback binds without an api_token")
+                                help=f"allow non-loopback binds without an api_token {default}")
         elif f.name in ("rules",):
             parser.add_argument(flag, action="append", default=None, metavar="PATH",
-                                help="rule file or directory (repeatable)")
+                                help="rule file or directory, loaded after the shipped default "
+                                     f"pack (repeatable) {default}")
         elif f.name == "webhooks":
             continue  # structured: config file or WATCHDOG_WEBHOOKS (YAML) only
         else:
             parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(),
-                                help=f"overrides {f.name} (env WATCHDOG_{f.name.upper()})")
+                                help=f"overrides {f.name} (env WATCHDOG_{f.name.upper()}) "
+                                     f"{default}")
+
+
+def config_default(name: str) -> str:
+    """The default of configuration key ``name`` as it would be written in a config file."""
+    value = getattr(Config(), name)
+    if value is None or value == () or value == {}:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}s"
+    return str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agent-watchdog {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="run the sidecar")
+    serve = commands.add_parser(
+        "serve", help="run the sidecar",
+        description="Run the sidecar. Each key is read from the --config file, then its "
+                    "WATCHDOG_<KEY> env var, then its flag (later sources win).")
     _add_config_flags(serve)
     serve.set_defaults(handler=_serve)
 
@@ -257,11 +276,14 @@ def _client(args: argparse.Namespace) -> ApiClient:
 
 
 OUTPUTS = ("table", "wide", "json")
-RUN_COLUMNS = (  # -o table: fits 80 columns (ids and names are cut with "…")
+RUN_COLUMNS = (  # -o table: fits the terminal (ids and names are cut with "…")
     Column("ID", min_width=14, middle=True), Column("AGENT", min_width=8), Column("STATE"),
     Column("TOOLS", numeric=True), Column("ERR", numeric=True),
     Column("ELAPSED", numeric=True), Column("IDLE", numeric=True),
-    Column("TERMINAL", min_width=12))
+    Column("TERMINAL"))  # the states are never cut: a column is dropped instead
+# Dropped in this order while the table cannot fit (a long terminal state on a narrow terminal);
+# ID, STATE and TERMINAL always stay, whole but for the ID (-o wide shows everything).
+DROPPED_FIRST = ("IDLE", "ERR", "TOOLS", "ELAPSED", "AGENT")
 WIDE_RUN_COLUMNS = (  # -o wide: everything, never cut
     Column("ID"), Column("AGENT"), Column("SESSION"), Column("STATE"),
     Column("ITER", numeric=True), Column("TOOLS", numeric=True), Column("ERR", numeric=True),
@@ -282,8 +304,31 @@ def runs_table(runs: Sequence[Mapping[str, Any]], wide: bool = False,
         return "no runs"
     if wide:
         return render(WIDE_RUN_COLUMNS, [_run_row(run, wide=True) for run in runs])
-    return render(RUN_COLUMNS, [_run_row(run) for run in runs],
-                  terminal_width() if width is None else width)
+    return _fitted(RUN_COLUMNS, [_run_row(run) for run in runs],
+                   terminal_width() if width is None else width)
+
+
+def _fitted(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> str:
+    """``render`` within ``width``, dropping columns (``DROPPED_FIRST``) while even the cut
+    table is too wide."""
+    kept = list(range(len(columns)))
+    for name in (None, *DROPPED_FIRST):
+        if name is not None:
+            kept = [i for i in kept if columns[i].name != name]
+        if _narrowest([columns[i] for i in kept], [[row[i] for i in kept] for row in rows]) \
+                <= width:
+            break
+    return render([columns[i] for i in kept], [[row[i] for i in kept] for row in rows], width)
+
+
+def _narrowest(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> int:
+    """The width of the table with every column that may be cut at its minimum."""
+    total = len(GAP) * (len(columns) - 1)
+    for index, column in enumerate(columns):
+        natural = max(len(column.name), *(len(row[index]) for row in rows))
+        total += natural if column.min_width is None else min(
+            natural, max(column.min_width, len(column.name)))
+    return total
 
 
 def _run_row(run: Mapping[str, Any], wide: bool = False) -> tuple[str, ...]:
@@ -425,6 +470,21 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit code. Output piped to a reader that stops early (``| head``) ends the
+    command quietly with ``EXIT_BROKEN_PIPE``, as a process killed by SIGPIPE reports it."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, where a broken pipe is only printed
+        return code
+    except BrokenPipeError:
+        # Python's recipe: stdout now points at /dev/null, so the flush at exit writes nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
