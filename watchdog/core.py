@@ -35,7 +35,7 @@ from watchdog.rules.decision import Action, Decision, forced_state
 from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.changes import Snapshot, changed_signals, snapshot
-from watchdog.runs.record import SpanRecord
+from watchdog.runs.record import KeySource, SpanRecord
 from watchdog.runs.report import RecentSteps
 from watchdog.runs.run import NS, RunState
 from watchdog.runs.terminal import TerminalState
@@ -178,6 +178,36 @@ class Core:
         if created or announce:
             self.evaluate([run], now, step)
         return run, step
+
+    def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
+                 agent: str | None, session: str | None,
+                 budget: dict[str, float] | None) -> tuple[RunState, Step]:
+        """The model endpoint's run at a request (DESIGN §12): opened at its first request
+        (no span has ended yet), told what the request's headers say, and evaluated when it
+        is new or its budget changed, so its directives account for the request."""
+        step = Step()
+        run, created = self.tracker.open(key, key_source, trace_id, now)
+        if agent and run.agent is None:
+            run.agent = agent
+        if session and run.session is None:
+            run.session = session
+        changed = budget is not None and any(run.budget.get(k) != v
+                                             for k, v in budget.items())
+        if budget is not None and changed:
+            run.budget.update(budget)
+        if created or changed:
+            step.touched[key] = run
+            self._note_sessions((run,), now)
+            if not run.ended:
+                self.evaluate([run], now, step)
+        return run, step
+
+    def recent_lines(self, key: str) -> tuple[str, ...]:
+        """The run's last steps as report lines (redacted), oldest first."""
+        run, recent = self.tracker.get(key), self._recent.get(key)
+        if run is None or recent is None:
+            return ()
+        return recent.render(run.first_start_ns / NS if run.first_start_ns else None)[0]
 
     def client_stopped(self, key: str, stop: str) -> RunState | None:
         """The client stopped the run by itself (DESIGN §8): at its tool budget it ends

@@ -69,6 +69,8 @@ MAX_PENDING_SERIES = 4096  # label combinations added up before a scrape moves t
 COUNT_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
 DURATION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
 # The OTel SDK batches for up to 5 s by default (DESIGN §3), so lag clusters below ~6 s.
+# a model call: a short completion in ~0.3 s, a long streamed or reasoning one in minutes
+MODEL_UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 INGEST_LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 6, 10, 30, 60, 300)
 RULE_EVAL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1)
@@ -235,6 +237,17 @@ class Metrics:
         self.rule_eval_duration_seconds = histogram(
             "rule_eval_duration_seconds", "Seconds one evaluation of all rules took.",
             (), RULE_EVAL_BUCKETS)
+        # the model endpoint (DESIGN §12)
+        self.model_requests_total = counter(
+            "model_requests_total", "Requests through the model endpoint, by API and outcome "
+            "(passed, steered, aborted, refused, upstream_error, upstream_unreachable, "
+            "upstream_timeout, cancelled).", ["agent", "api", "outcome"])
+        self.model_steered_total = counter(
+            "model_steered_total", "Model requests the endpoint steered, by action (note, "
+            "final, abort, trim).", ["agent", "action"])
+        self.model_upstream_duration_seconds = histogram(
+            "model_upstream_duration_seconds", "Seconds from a request sent upstream to the "
+            "end of its response.", ["api"], MODEL_UPSTREAM_BUCKETS)
         # faults
         self.run_failures_total = counter(
             "run_failures_total", "Per-run work that failed and was skipped for that run alone "
@@ -330,6 +343,17 @@ class Metrics:
 
     def forwarded(self, signal: str, outcome: str, count: int = 1) -> None:
         self._child(self.forwarded_total, clip(signal), clip(outcome)).inc(count)
+
+    # -- the model endpoint -------------------------------------------------------------------
+
+    def model_request(self, agent: str | None, api: str, outcome: str) -> None:
+        self._child(self.model_requests_total, self.agent(agent), clip(api), clip(outcome)).inc()
+
+    def model_steered(self, agent: str | None, action: str) -> None:
+        self._child(self.model_steered_total, self.agent(agent), clip(action)).inc()
+
+    def model_upstream(self, api: str, seconds: float) -> None:
+        self._child(self.model_upstream_duration_seconds, clip(api)).observe(seconds)
 
     # -- rules engine and directives ----------------------------------------------------------
 

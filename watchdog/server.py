@@ -36,6 +36,7 @@ from watchdog.ingest.admission import Admission
 from watchdog.ingest.decode import protobuf_backend
 from watchdog.ingest.forward import Forwarder
 from watchdog.metrics import Metrics, create_metrics_app
+from watchdog.model.proxy import ModelProxy
 from watchdog.rules.engine import RuleEngine
 from watchdog.rules.manager import RuleManager, pack_failure
 from watchdog.rules.pack import RulePackError
@@ -67,6 +68,7 @@ class Server:
         self.outbox: Outbox | None = None
         self.forwarder: Forwarder | None = None
         self.admission: Admission | None = None
+        self.model: ModelProxy | None = None  # the model endpoint, when model_address is set
 
     @property
     def ready(self) -> bool:
@@ -84,6 +86,8 @@ class Server:
         # dir (perhaps the first one's) or logs anything. The binds below still check.
         for key in LISTEN_KEYS:
             check_port_free(key, getattr(config, key))
+        if config.model_address is not None:
+            check_port_free("model_address", config.model_address)
         self.metrics = metrics = Metrics(version=__version__)
         self.rules = rules = RuleManager(config.rules, config.default_rules,
                                          reloaded=metrics.rules_reloaded)
@@ -142,6 +146,10 @@ class Server:
         await self._grpc.start()
         self.addresses["otlp_grpc"] = (host, bound)
 
+        if config.model_address is not None:
+            self.model = proxy = ModelProxy(service, config, metrics)
+            await self._start_app("model", config.model_address, proxy.app(),
+                                  handler_cancellation=True)
         self._tasks = [asyncio.create_task(self._every(config.state_flush_interval, self._flush)),
                        asyncio.create_task(self._every(config.eval_interval, self._tick))]
         self._tasks.append(asyncio.create_task(self._every(PRUNE_INTERVAL, self._prune)))

@@ -24,13 +24,16 @@ from watchdog import logs
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
 from watchdog.core import RECENT_STEPS, Core, Decided, Step
+from watchdog.directives.model import Directive
 from watchdog.errors import NotFound
 from watchdog.ingest.decode import ExportTraceServiceRequest
 from watchdog.ingest.pipeline import Decoded, records_from, slices_of
+from watchdog.model.steer import Board
 from watchdog.persist import StateWriter
 from watchdog.priority import Priority
 from watchdog.queries import RunQueries
 from watchdog.rules.engine import FiredRecord, RuleEngine
+from watchdog.runs.record import KeySource, SpanRecord
 from watchdog.runs.run import RunState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
@@ -39,6 +42,7 @@ from watchdog.store import Store, StoreWriteError
 log = logging.getLogger("watchdog")
 
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
+MAX_BOARDS = 10_000  # runs whose latest directives the model endpoint can read
 MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged once per stage)
 INGEST_SLICE = 32  # spans applied between two yields to the event loop
 EVAL_SLICE = 50  # runs whose timed rules are evaluated between two yields to the event loop
@@ -117,6 +121,7 @@ class WatchdogService:
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
+        self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
 
     @property
     def tracker(self) -> RunTracker:
@@ -215,7 +220,22 @@ class WatchdogService:
                    terminal_state=decision.terminal_state.value if decision.terminal_state
                    else None, escalation=decision.escalation)
         if self.sink is not None:
-            self.sink.submit(decided)
+            directive = self.sink.submit(decided)
+            if isinstance(directive, Directive):
+                self._post(directive)
+
+    def _post(self, directive: Directive) -> None:
+        """Keep a run's latest directives for the model endpoint's next request of it: it
+        reads them as they are decided, not from the store (read-your-writes, as a sync)."""
+        boards = self.boards
+        board = boards.get(directive.run_id)
+        if board is None:
+            board = boards[directive.run_id] = Board()
+            while len(boards) > MAX_BOARDS:
+                boards.popitem(last=False)
+        else:
+            boards.move_to_end(directive.run_id)
+        board.post(directive)
 
     def _run_failed(self, stage: str, key: str, error: BaseException | None = None) -> None:
         """One run's work failed at ``stage``: counted; logged (with the traceback) once per
@@ -319,6 +339,27 @@ class WatchdogService:
         if run is not None:
             self.state.mark(run)
         return run, applied
+
+    # -- the model endpoint (DESIGN §12) -------------------------------------------------------
+
+    def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
+                   session: str | None, budget: dict[str, float] | None) -> RunState:
+        """The endpoint's run at a request, opened if no span has named it yet."""
+        self.state.admit()
+        run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
+                                       session, budget)
+        self._carry(step)
+        return run
+
+    def model_records(self, records: list[SpanRecord]) -> None:
+        """Apply what the model endpoint saw (its calls and the tool results they carried)
+        through the path spans take."""
+        if records:
+            self.state.admit()
+            self._carry(self.core.apply(records, self.clock.now()))
+
+    def board(self, key: str) -> Board | None:
+        return self.boards.get(key)
 
     # -- the timer ------------------------------------------------------------------------------
 

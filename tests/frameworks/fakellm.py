@@ -77,6 +77,14 @@ def tools_then_answer(tool: str, argument_sets: Sequence[dict[str, Any]], text: 
     return steps(*(call(tool, **arguments) for arguments in argument_sets), answer(text))
 
 
+def offers_tools(body: dict[str, Any]) -> bool:
+    """Whether a request lets the model call tools: it has tools, and its ``tool_choice`` is
+    not none (OpenAI ``"none"``, Anthropic ``{"type": "none"}``) — as a real model reads it."""
+    choice = body.get("tool_choice")
+    return bool(body.get("tools")) and choice != "none" and not (
+        isinstance(choice, dict) and choice.get("type") == "none")
+
+
 def looping(tool: str, make_arguments: Callable[[int], dict[str, Any]],
             answer_without_tools: str | None = None) -> Script:
     """Call ``tool`` on every request, forever (the framework's limit must stop it).
@@ -85,7 +93,7 @@ def looping(tool: str, make_arguments: Callable[[int], dict[str, Any]],
     ``answer_without_tools`` (frameworks ask for a summary that way when they stop at a limit).
     """
     def pick(index: int, body: dict[str, Any]) -> Step:
-        if answer_without_tools is not None and not body.get("tools"):
+        if answer_without_tools is not None and not offers_tools(body):
             return answer(answer_without_tools)
         return call(tool, **make_arguments(index))
 

@@ -115,6 +115,21 @@ class RunTracker:
         return [run for run in (*self._active.values(), *self._ended.values())
                 if run.parent_run == key]
 
+    def trace_run(self, trace_id: str) -> str | None:
+        """The run the spans of ``trace_id`` that name one went to last (None: none did)."""
+        owner = self._trace_runs.get(trace_id)
+        return owner[0] if owner is not None else None
+
+    def open(self, key: str, key_source: KeySource, trace_id: str, now: float
+             ) -> tuple[RunState, bool]:
+        """The run ``key`` (active or recently ended), or a new active one that no span has
+        named yet (the model endpoint's, at its first request); and whether it is new."""
+        run = self.get(key)
+        if run is not None:
+            return run, False
+        run = self._active[key] = RunState(key, key_source, trace_id, now)
+        return run, True
+
     def active(self) -> Iterator[RunState]:
         return iter(self._active.values())
 

@@ -1,0 +1,146 @@
+"""The model endpoint (DESIGN §12) driven by the real ``openai`` and ``anthropic`` SDKs, pointed
+at a real sidecar by base URL alone (no OpenTelemetry, no client SDK), in front of the scripted
+upstream (tests/frameworks/fakellm.py). What the upstream saw at each request is asserted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.frameworks.fakellm import FakeLLM, answer, call, looping, steps
+from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+
+KEY = "sk-test-SECRET-abcdef0123456789abcdef"
+BUDGET_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: model-budgets
+budgets:
+  - agents: ["budgeted"]
+    max_tool_calls: 3
+"""
+TOOLS = [{"type": "function", "function": {
+    "name": "search", "description": "Search.",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
+    pack = tmp_path / "budgets.yaml"
+    pack.write_text(BUDGET_PACK)
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),))
+    with running_server(config) as server:
+        yield server
+
+
+def client(sidecar: RunningServer, agent: str | None = None) -> openai.OpenAI:
+    headers = {"x-watchdog-agent": agent} if agent else None
+    return openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers=headers)
+
+
+def system_of(body: dict[str, Any]) -> str:
+    return "\n".join(m["content"] for m in body["messages"] if m["role"] == "system")
+
+
+def run_loop(chat: openai.OpenAI, model: str, stream: bool = False, limit: int = 10
+             ) -> tuple[str, int]:
+    """A hand-written agent loop: call the model, run the tools it asks for, until it
+    answers. Returns its final output and how many tools it ran."""
+    messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
+                           {"role": "user", "content": "Find the answer."}]
+    ran = 0
+    for _ in range(limit):
+        if stream:
+            content, calls = "", {}
+            with chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                              stream=True) as events:
+                for chunk in events:
+                    if not chunk.choices:
+                        continue
+                    delta = chunk.choices[0].delta
+                    content += delta.content or ""
+                    for part in delta.tool_calls or ():
+                        entry = calls.setdefault(part.index, {"id": "", "name": "", "args": ""})
+                        entry["id"] = part.id or entry["id"]
+                        if part.function is not None:
+                            entry["name"] += part.function.name or ""
+                            entry["args"] += part.function.arguments or ""
+            tool_calls = [{"id": c["id"], "type": "function",
+                           "function": {"name": c["name"], "arguments": c["args"]}}
+                          for c in calls.values()]
+        else:
+            response = chat.chat.completions.create(model=model, messages=messages,
+                                                    tools=TOOLS)
+            message = response.choices[0].message
+            content = message.content or ""
+            tool_calls = [c.model_dump() for c in message.tool_calls or ()]
+        if not tool_calls:
+            return content, ran
+        messages.append({"role": "assistant", "content": content or None,
+                         "tool_calls": tool_calls})
+        for tool_call in tool_calls:
+            ran += 1
+            messages.append({"role": "tool", "tool_call_id": tool_call["id"],
+                             "content": f"result {ran}"})
+    raise AssertionError("the loop did not end")
+
+
+def runs_of(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:
+    return [run for run in sidecar.get_json(f"/v1/runs?agent={agent}")["runs"]]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_one_run_per_invocation_with_its_counts(sidecar: RunningServer, llm: FakeLLM,
+                                                stream: bool) -> None:
+    model = llm.script("plain", steps(call("search", q="a"), call("search", q="b"),
+                                      answer("The answer is 42.")))
+    output, ran = run_loop(client(sidecar, "plain-agent"), model, stream)
+    assert output == "The answer is 42." and ran == 2
+    requests = llm.requests(model)
+    assert len(requests) == 3
+    assert all("agent-watchdog" not in json.dumps(r) for r in requests)  # nothing applied
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "plain-agent") if r["state"] == "ended"],
+                     "the run ends with its answer")[0]
+    detail = sidecar.get_json(f"/v1/runs/{run['id']}")
+    assert detail["signals"]["iterations"] == 3
+    assert detail["signals"]["tool_calls"] == 2
+    assert detail["terminal_state"] == "completed" and detail["has_final_answer"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_budget_of_three_counts_down_then_withdraws_tools(sidecar: RunningServer,
+                                                          llm: FakeLLM, stream: bool) -> None:
+    model = llm.script("looper", looping("search", lambda i: {"q": f"page {i}"},
+                                         answer_without_tools="REPORT: found pages 0-2"))
+    output, ran = run_loop(client(sidecar, "budgeted"), model, stream)
+    requests = llm.requests(model)
+    assert ran == 3
+    assert output == "REPORT: found pages 0-2"
+    assert len(requests) == 4
+    for left, body in zip((3, 2, 1), requests, strict=False):
+        assert f"[budget: {left} of 3 tool calls left" in system_of(body), (left, body)
+        assert body.get("tool_choice") is None
+    last = requests[-1]
+    assert last["tool_choice"] == "none" and last["tools"]  # definitions kept
+    assert "Tools are withdrawn" in system_of(last)
+    assert all(m["role"] != "user" or "agent-watchdog" not in str(m["content"])
+               for m in last["messages"])
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted") if r["state"] == "ended"],
+                     "the run ends with its report")[0]
+    detail = sidecar.get_json(f"/v1/runs/{run['id']}")
+    assert detail["signals"]["tool_calls"] == 3
+    assert detail["has_final_answer"]
+    assert detail["terminal_state"] == "tool_limit_reached"

@@ -1,0 +1,530 @@
+"""The model endpoint's shell (DESIGN §12): an aiohttp app in front of the configured upstreams.
+
+Theory of operation
+-------------------
+``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` are read (their wire
+module), given their run (:class:`~watchdog.model.book.ModelBook`), steered
+(:func:`~watchdog.model.steer.decide`) and forwarded; every other ``/v1/`` path is forwarded as
+it came. The upstream is always a configured base URL, never anything the request names: the
+request path is appended to it only after it has been checked (no ``..``, no encoded ``/``,
+``.`` or ``\\``, no absolute-form target). Headers pass both ways except hop-by-hop ones (RFC
+9110 §7.6.1) and the watchdog's own ``x-watchdog-*``, which are read and dropped.
+
+A request with nothing to apply goes upstream byte for byte; a response with nothing to trim
+comes back byte for byte, a stream chunk by chunk as it arrives, read on the way (an SSE reader
+and the API's accumulator) to observe the call. A stream whose tool calls must be trimmed is
+passed on event by event. When the response has ended, the call becomes records of its run
+through the service, as spans do.
+
+Bounded: request bodies (``model_max_body_bytes``, 413), requests in flight
+(``model_max_concurrent``, 503 with Retry-After), whole responses read for observation
+(``MAX_RESPONSE_BYTES``: larger ones pass unobserved), SSE events (``MAX_SSE_EVENT_BYTES``). One
+client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
+honours ``HTTPS_PROXY`` (``trust_env``). A client that goes away cancels its upstream request.
+Credentials are forwarded to the upstream and nowhere else: nothing here logs a header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from watchdog.bounds import id_problem, load_json
+from watchdog.config import Config, is_loopback, split_address, url_for_logs
+from watchdog.errors import Overloaded, StateUnavailable
+from watchdog.model.book import Caller, EndpointRun, ModelBook
+from watchdog.model.chat import ChatWire
+from watchdog.model.messages import MessagesWire
+from watchdog.model.responses import ResponsesWire
+from watchdog.model.steer import Act, Counts, Turn, decide
+from watchdog.model.wire import SSEReader, Wire, dumps
+from watchdog.runs.record import KeySource
+from watchdog.runs.run import RunState
+from watchdog.service import WatchdogService
+
+log = logging.getLogger("watchdog.model")
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to observe it
+CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
+RETRY_AFTER = "1"  # seconds, when too many requests are in flight
+MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
+# RFC 9110 §7.6.1, and what the proxy sets itself
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+                        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"})
+REQUEST_SET = frozenset({"host", "content-length", "expect"})
+WATCHDOG_PREFIX = "x-watchdog-"
+TOKEN_HEADER = "x-watchdog-token"  # the api_token, when the endpoint binds beyond loopback
+# x-watchdog-budget-<name>: the budget key, the largest value allowed, whether an integer
+BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
+    "x-watchdog-budget-tool-calls": ("max_tool_calls", 1_000_000, True),
+    "x-watchdog-budget-iterations": ("max_iterations", 1_000_000, True),
+    "x-watchdog-budget-seconds": ("max_seconds", 30 * 86_400, False),
+    "x-watchdog-budget-cost-usd": ("max_cost_usd", 1_000_000, False),
+}
+_BAD_PATH = re.compile(r"(?:%2e|%2f|%5c|\\|/\.\.?(?:/|$)|//)", re.IGNORECASE)
+_SAFE_PATH = re.compile(r"^/v1(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?$")
+ANTHROPIC_HINTS = ("anthropic-version", "x-api-key")
+
+
+class Refused(Exception):
+    """A request the endpoint answers itself: status, code and a message for the agent."""
+
+    def __init__(self, status: int, code: str, message: str,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = dict(headers or {})
+
+
+class ModelProxy:
+    def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
+        self.service = service
+        self.config = config
+        self.metrics = observer  # watchdog.metrics.Metrics (None: not counted)
+        self.book = ModelBook()
+        self.wires: dict[str, Wire] = {"/v1/chat/completions": ChatWire(),
+                                       "/v1/responses": ResponsesWire(),
+                                       "/v1/messages": MessagesWire()}
+        self.openai = config.model_upstream.rstrip("/")
+        self.anthropic = config.model_upstream_anthropic.rstrip("/")
+        host, _ = split_address("model_address", config.model_address or "127.0.0.1:0")
+        self.token = config.api_token if not is_loopback(host) else None
+        self.in_flight = 0
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.config.model_max_concurrent,
+                                           keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(total=self.config.model_upstream_timeout,
+                                          sock_connect=CONNECT_TIMEOUT),
+            trust_env=True, auto_decompress=False, raise_for_status=False)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.model_max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_startup.append(lambda _app: self.start())
+        app.on_cleanup.append(lambda _app: self.close())
+        return app
+
+    # -- the door -------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        wire = self.wires.get(path.rstrip("/")) if request.method == "POST" else None
+        api = wire.api if wire is not None else "other"
+        try:
+            self._check_target(request)
+            if self.token is not None:
+                given = request.headers.get(TOKEN_HEADER, "")
+                if not hmac.compare_digest(given.encode("utf-8", "replace"),
+                                           self.token.encode("utf-8")):
+                    raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} "
+                                  f"header: the model endpoint binds beyond loopback")
+            if self.in_flight >= self.config.model_max_concurrent:
+                raise Refused(503, "overloaded", f"{self.in_flight} model requests are in "
+                              f"flight (model_max_concurrent): retry shortly",
+                              {"Retry-After": RETRY_AFTER})
+            self.in_flight += 1
+            try:
+                if wire is None:
+                    return await self._pass(request, api)
+                return await self._api(request, wire)
+            finally:
+                self.in_flight -= 1
+        except Refused as refused:
+            self._count(None, api, "refused")
+            body = (wire or ChatWire()).error(refused.status, refused.code, refused.message)
+            return web.Response(status=refused.status, body=dumps(body), headers={
+                "Content-Type": "application/json", **refused.headers})
+
+    def _check_target(self, request: web.Request) -> None:
+        """Only an origin-form path under /v1/, with nothing that could climb out of it."""
+        if request.method == "CONNECT":
+            raise Refused(400, "bad_request", "CONNECT is not served: this is a model API "
+                          "endpoint, not an open proxy")
+        raw = request.raw_path.split("?", 1)[0]
+        if not raw.startswith("/") or _BAD_PATH.search(raw) or not _SAFE_PATH.match(raw):
+            raise Refused(404, "not_found", "not found: the model endpoint serves the paths "
+                          "under /v1/ (chat/completions, responses, messages and the rest of "
+                          "the API passed through)")
+
+    def _upstream_url(self, request: web.Request) -> str:
+        raw = request.raw_path
+        if raw.split("?", 1)[0].rstrip("/") == "/v1/messages" or (
+                not raw.startswith(("/v1/chat/", "/v1/responses"))
+                and any(name in request.headers for name in ANTHROPIC_HINTS)):
+            return self.anthropic + raw
+        return self.openai + raw[len("/v1"):]
+
+    # -- other paths: passed through ------------------------------------------------------------
+
+    async def _pass(self, request: web.Request, api: str) -> web.StreamResponse:
+        body = await self._body(request)
+        headers, _ = self._request_headers(request)
+        return await self._forward(request, api, body, headers, None)
+
+    # -- the three APIs -------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request, wire: Wire) -> web.StreamResponse:
+        raw = await self._body(request)
+        headers, watchdog = self._request_headers(request)
+        headers["Accept-Encoding"] = "identity"  # the response is read: no compression
+        budget = _budget(watchdog)
+        run_header = watchdog.get("x-watchdog-run")
+        if run_header is not None and (problem := id_problem(run_header)) is not None:
+            raise Refused(400, "bad_request", f"x-watchdog-run {run_header[:64]!r} is not "
+                          f"allowed: it {problem}")
+        try:
+            body = load_json(raw)
+            if not isinstance(body, dict):
+                raise ValueError("the body is not a JSON object")
+        except ValueError as exc:
+            if run_header is None and budget is None:  # nothing to read: upstream's to judge
+                return await self._forward(request, wire.api, raw, headers, None)
+            raise Refused(400, "bad_request", f"the request body cannot be read: {exc}"
+                          ) from None
+        parsed = wire.read_request(body)
+        agent = watchdog.get("x-watchdog-agent") or self.config.model_agent_name
+        call = self._observe_request(wire, parsed, Caller(
+            request.headers.get("traceparent"), run_header, agent), agent, budget)
+        if call is None:  # the state cannot take it: forward unobserved (fail open)
+            return await self._forward(request, wire.api, raw, headers, None)
+        state, turn, run_key = call
+        agent_label = self._agent(run_key, agent)
+        if turn.act is Act.ABORT:
+            return self._abort(request, wire, parsed, state, turn, run_key, agent_label)
+        if turn.act is Act.FINAL:
+            body = wire.withdraw_tools(body, turn.text)
+            state.final_used = True
+        elif turn.act is Act.NOTE:
+            body = wire.add_note(body, turn.text)
+        if turn.act is not Act.PASS:
+            raw = dumps(body)
+            self._steered(agent_label, turn.act.value)
+        exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label)
+        return await self._forward(request, wire.api, raw, headers, exchange)
+
+    def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
+                         budget: dict[str, float] | None
+                         ) -> tuple[EndpointRun, Turn, str] | None:
+        service = self.service
+        tracker = service.tracker
+        try:
+            def ended(key: str) -> bool:
+                run = tracker.get(key)
+                return run is not None and run.ended
+
+            state = self.book.identify(wire.api, parsed, caller, agent, ended)
+            service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
+            run = self._run_of(state, agent, budget)
+        except (Overloaded, StateUnavailable) as exc:
+            log.warning("model call not observed: %s", exc)
+            return None
+        key = run.key if run is not None else state.key
+        now = service.clock.now()
+        counts = Counts(
+            used=max(run.tool_calls if run is not None else 0, state.results),
+            handed=state.handed,
+            budget=run.budget_view(service.default_budget(run), now) if run is not None
+            else dict(budget or {}),
+            final_used=state.final_used, stop=state.stop)
+        return state, decide(counts, service.board(key), parsed.instructions,
+                             parsed.has_tools), key
+
+    def _run_of(self, state: EndpointRun, agent: str | None,
+                budget: dict[str, float] | None) -> RunState | None:
+        """The tracker's run of this call: a traced one as its spans named it (None until
+        they come); another opened at its first request."""
+        tracker = self.service.tracker
+        if state.key_source is KeySource.TRACE:
+            return tracker.get(tracker.trace_run(state.trace_id) or state.key)
+        existing = tracker.get(state.key)
+        if existing is not None and existing.framed:
+            state.traced = True  # the client SDK's run: its spans count the tools
+            return existing
+        return self.service.model_open(state.key, state.key_source, state.trace_id, agent,
+                                       state.session, budget)
+
+    def _abort(self, request: web.Request, wire: Wire, parsed: Any, state: EndpointRun,
+               turn: Turn, key: str, agent: str) -> web.StreamResponse:
+        """The upstream is not called: a final answer with the stop note and the run's
+        report (or, with ``model_abort: error``, the API's error)."""
+        text = state.stop or self._stop_text(turn, state, key)
+        state.stop = text
+        self._steered(agent, "abort")
+        self._count(agent, wire.api, "aborted")
+        if self.config.model_abort == "error":
+            return web.Response(status=400, body=dumps(wire.error(
+                400, "watchdog_aborted", text)), content_type="application/json")
+        if parsed.stream:
+            return web.Response(body=wire.answer_stream(parsed.model, text, parsed), headers={
+                "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        return web.Response(body=dumps(wire.answer(parsed.model, text, parsed)),
+                            content_type="application/json")
+
+    def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
+        if state.report:  # the final report the model gave: the run's result
+            return state.report
+        lines = self.service.core.recent_lines(key)[-MAX_REPORT_LINES:]
+        run = self.service.tracker.get(key)
+        parts = [f"The agent-watchdog stopped this run: {turn.text or 'the run is over'}"]
+        if run is not None:
+            tools = ", ".join(f"{name} ×{count}" for name, count in list(run.tools.items())[:20])
+            parts.append(f"Progress so far: {run.iterations} model calls, {run.tool_calls} "
+                         f"tool calls" + (f" ({tools})" if tools else "") + ".")
+        if lines:
+            parts.append("Last steps:\n" + "\n".join(f"- {line}" for line in lines))
+        return "\n\n".join(parts)
+
+    # -- forwarding -----------------------------------------------------------------------------
+
+    async def _forward(self, request: web.Request, api: str, body: bytes,
+                       headers: CIMultiDict[str], exchange: _Exchange | None
+                       ) -> web.StreamResponse:
+        session = self.session
+        assert session is not None, "ModelProxy.start() first"
+        url = self._upstream_url(request)
+        wire = exchange.wire if exchange is not None else ChatWire()
+        agent = exchange.agent if exchange is not None else None
+        started = time.perf_counter()
+        try:
+            async with session.request(request.method, url, data=body or None,
+                                       headers=headers, allow_redirects=False) as upstream:
+                if exchange is None or not 200 <= upstream.status < 300:
+                    response = await self._relay(request, upstream)
+                    outcome = "passed" if upstream.status < 400 else "upstream_error"
+                elif upstream.content_type == "text/event-stream":
+                    response = await self._relay_stream(request, upstream, exchange)
+                    outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+                else:
+                    response = await self._relay_json(request, upstream, exchange)
+                    outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+        except TimeoutError:
+            self._count(agent, api, "upstream_timeout")
+            return self._error(wire, 504, "upstream_timeout", f"the upstream model API did "
+                               f"not answer within {self.config.model_upstream_timeout:g} s "
+                               f"(model_upstream_timeout)")
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+            if request.transport is None or request.transport.is_closing():
+                self._count(agent, api, "cancelled")
+                raise asyncio.CancelledError from None
+            self._count(agent, api, "upstream_unreachable")
+            log.warning("model upstream %s unreachable: %s", url_for_logs(url.split("?")[0]),
+                        type(exc).__name__)
+            return self._error(wire, 502, "upstream_unreachable",
+                               f"the upstream model API cannot be reached ({type(exc).__name__})")
+        except asyncio.CancelledError:
+            self._count(agent, api, "cancelled")
+            raise
+        if self.metrics is not None:
+            self.metrics.model_upstream(api, time.perf_counter() - started)
+        self._count(agent, api, outcome)
+        return response
+
+    @staticmethod
+    def _error(wire: Wire, status: int, code: str, message: str) -> web.Response:
+        return web.Response(status=status, body=dumps(wire.error(status, code, message)),
+                            content_type="application/json")
+
+    async def _relay(self, request: web.Request,
+                     upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+        """Status, headers and body as they come, chunk by chunk."""
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=_response_headers(upstream.headers, False))
+        if upstream.content_length is not None:
+            response.content_length = upstream.content_length
+        await response.prepare(request)
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    async def _relay_json(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                          exchange: _Exchange) -> web.StreamResponse:
+        """A whole response: read (bounded), observed, trimmed if it asks for more tool calls
+        than are left (else its bytes as they came)."""
+        if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
+            return await self._relay(request, upstream)
+        data = await upstream.content.read(MAX_RESPONSE_BYTES + 1)
+        if len(data) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass the rest
+            response = web.StreamResponse(status=upstream.status,
+                                          headers=_response_headers(upstream.headers, False))
+            await response.prepare(request)
+            await response.write(data)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+        body: object = None
+        with contextlib.suppress(ValueError):
+            body = json.loads(data)
+        if isinstance(body, dict):
+            wire, keep = exchange.wire, exchange.turn.keep
+            seen = wire.read_response(body)
+            if keep is not None and len(seen.calls) > keep and wire.trim(body, keep):
+                data = dumps(body)
+                self._steered(exchange.agent, "trim")
+            self._observed(exchange, seen.calls[:keep] if keep is not None else seen.calls,
+                           seen)
+        return web.Response(status=upstream.status, body=data,
+                            headers=_response_headers(upstream.headers, True))
+
+    async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                            exchange: _Exchange) -> web.StreamResponse:
+        """A stream passed on as it arrives, read on the way; with a bound on tool calls it
+        is passed event by event, the calls past the bound left out."""
+        wire, keep = exchange.wire, exchange.turn.keep
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=_response_headers(upstream.headers, False))
+        await response.prepare(request)
+        reader, accumulator = SSEReader(), wire.accumulator()
+        trimmer = wire.stream_trimmer(keep) if keep is not None else None
+        trimmed = False
+        try:
+            async for chunk in upstream.content.iter_any():
+                events = reader.feed(chunk)
+                for event in events:
+                    accumulator.feed(event)
+                if trimmer is None:
+                    await response.write(chunk)
+                    continue
+                if reader.broken:  # an event too long to read: the rest passes as it is
+                    trimmer = None
+                    out = b"".join(e.raw for e in events) + reader.spilled
+                else:
+                    parts = [trimmer.rewrite(event) for event in events]
+                    trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
+                                                                             strict=True))
+                    out = b"".join(parts)
+                if out:
+                    await response.write(out)
+            if trimmer is not None and (rest := reader.rest()):
+                await response.write(rest)  # a stream cut mid-event: as it came
+            await response.write_eof()
+        finally:
+            seen = accumulator.observation
+            calls = seen.calls[:keep] if keep is not None else seen.calls
+            if trimmed or (keep is not None and len(seen.calls) > keep):
+                self._steered(exchange.agent, "trim")
+            self._observed(exchange, calls, seen)
+        return response
+
+    def _observed(self, exchange: _Exchange, handed: list[Any], seen: Any) -> None:
+        """The response has ended: the call becomes a record of its run."""
+        state = exchange.state
+        if exchange.turn.act is Act.FINAL:
+            state.report = seen.text or state.report
+        record = self.book.call_record(state, exchange.request, seen, handed,
+                                       exchange.started_ns, time.time_ns())
+        try:
+            self.service.model_records([record])
+        except (Overloaded, StateUnavailable) as exc:
+            log.warning("model call not observed: %s", exc)
+
+    # -- bits -----------------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> bytes:
+        limit = self.config.model_max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise Refused(413, "request_too_large", f"the request body is "
+                          f"{request.content_length} bytes; the model endpoint takes at most "
+                          f"{limit} (model_max_body_bytes)")
+        data = await request.content.read(limit + 1)
+        if len(data) > limit:
+            raise Refused(413, "request_too_large", f"the request body is larger than "
+                          f"{limit} bytes (model_max_body_bytes)")
+        return data
+
+    @staticmethod
+    def _request_headers(request: web.Request) -> tuple[CIMultiDict[str], dict[str, str]]:
+        """The headers to send upstream, and the watchdog's own (read, not sent)."""
+        named = {part.strip().lower() for value in request.headers.getall("Connection", ())
+                 for part in value.split(",")}
+        out: CIMultiDict[str] = CIMultiDict()
+        watchdog: dict[str, str] = {}
+        for name, value in request.headers.items():
+            lower = name.lower()
+            if lower.startswith(WATCHDOG_PREFIX):
+                watchdog[lower] = value
+            elif lower not in HOP_BY_HOP and lower not in REQUEST_SET and lower not in named:
+                out.add(name, value)
+        return out, watchdog
+
+    def _agent(self, key: str, agent: str | None) -> str:
+        run = self.service.tracker.get(key)
+        return run.agent_name if run is not None else (agent or "unknown")
+
+    def _count(self, agent: str | None, api: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.model_request(agent or "unknown", api, outcome)
+
+    def _steered(self, agent: str, action: str) -> None:
+        if self.metrics is not None:
+            self.metrics.model_steered(agent, action)
+
+
+class _Exchange:
+    """One request on its way: what the response is read against."""
+
+    __slots__ = ("agent", "request", "started_ns", "state", "turn", "wire")
+
+    def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
+                 started_ns: int, agent: str) -> None:
+        self.wire, self.request, self.state, self.turn = wire, request, state, turn
+        self.started_ns, self.agent = started_ns, agent
+
+
+def _response_headers(headers: CIMultiDictProxy[str], whole: bool) -> CIMultiDict[str]:
+    """The upstream's response headers to pass on: not hop-by-hop, and not the length when
+    aiohttp sets it (a whole body it may have trimmed)."""
+    named = {part.strip().lower() for value in headers.getall("Connection", ())
+             for part in value.split(",")}
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in named or lower in ("date", "server") or (
+                lower == "content-length"):
+            continue
+        if whole and lower == "content-encoding":
+            continue
+        out.add(name, value)
+    return out
+
+
+def _budget(watchdog: Mapping[str, str]) -> dict[str, float] | None:
+    """The budget the request's ``x-watchdog-budget-*`` headers announce (None: none)."""
+    budget: dict[str, float] = {}
+    for header, (key, largest, integer) in BUDGET_HEADERS.items():
+        text = watchdog.get(header)
+        if text is None:
+            continue
+        try:
+            value = float(text.strip())
+            ok = math.isfinite(value) and 0 <= value <= largest and (
+                not integer or value.is_integer())
+        except ValueError:
+            ok = False
+        if not ok:
+            kind = "an integer" if integer else "a number"
+            raise Refused(400, "bad_request", f"{header}={text[:64]!r} is not allowed: "
+                          f"expected {kind} from 0 to {largest:g}")
+        budget[key] = value
+    return budget or None

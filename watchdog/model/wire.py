@@ -1,0 +1,244 @@
+"""What the three model APIs have in common, as plain values: a request read, a response
+observed, an incremental SSE reader, and the :class:`Wire` protocol each API implements.
+
+Sans-IO: bytes and dicts in, values and bytes out. A wire module never re-serialises what it did
+not change: the shell forwards the agent's bytes unless an edit returns new ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+MAX_SSE_EVENT_BYTES = 4 * 1024 * 1024  # one SSE event (a whole JSON chunk) at most
+MAX_TOOL_CALLS_SEEN = 128  # tool calls one response (or results one request) is read for
+MAX_TEXT_CHARS = 64 * 1024  # answer text kept of one response (the report, the final output)
+
+
+class WireError(ValueError):
+    """A request the endpoint must read and cannot (not JSON, not UTF-8, the wrong shape)."""
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A tool call the model asked for."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """A tool result the agent sent back, in the request after the call."""
+
+    call_id: str
+    content: str
+    error: bool = False
+
+
+@dataclass(slots=True)
+class Request:
+    """What the endpoint reads of one model request."""
+
+    model: str
+    stream: bool
+    has_tools: bool
+    instructions: str  # the system / developer / instructions text, joined
+    anchor: str  # the conversation's first user message (its identity, with the agent)
+    messages: int  # items in the conversation
+    last_is_user: bool  # the request carries a new user message (not a tool result)
+    results: list[ToolResult] = field(default_factory=list)  # since the last model answer
+    previous_response_id: str | None = None  # Responses API
+    include_usage: bool = False  # chat: stream_options.include_usage
+
+
+@dataclass(slots=True)
+class Observation:
+    """What one model response said."""
+
+    response_id: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str | None = None
+    calls: list[ToolCall] = field(default_factory=list)
+    text: str = ""
+    complete: bool = False  # the response (or the stream) ended as its API ends one
+
+
+def dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def text_of(content: object) -> str:
+    """The text in a message's content: a string, or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+                elif isinstance(part.get("content"), (str, list)):
+                    parts.append(text_of(part["content"]))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return ""
+
+
+def anchor_of(content: object) -> str:
+    """A conversation's identity from its first user message (any JSON value)."""
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def token(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0
+    return min(value, 10_000_000)
+
+
+def clipped(text: str) -> str:
+    return text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS]
+
+
+@dataclass(slots=True)
+class Event:
+    """One SSE event: its bytes as received (terminator included), its ``event:`` name and
+    its ``data:`` (joined lines; None if it has none)."""
+
+    raw: bytes
+    name: str | None
+    data: str | None
+
+
+class SSEReader:
+    """Splits a byte stream into SSE events as chunks arrive (a chunk may hold part of an
+    event, or several). Bounded: an event longer than ``MAX_SSE_EVENT_BYTES`` stops the
+    reading (:attr:`broken`); the bytes still flow, the shell forwards them as they come."""
+
+    def __init__(self, limit: int = MAX_SSE_EVENT_BYTES) -> None:
+        self.limit = limit
+        self._buffer = bytearray()
+        self.broken = False
+        self.spilled = b""  # what was buffered when the reading stopped (not yet sent on)
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        if self.broken:
+            return []
+        buffer = self._buffer
+        search = max(len(buffer) - 3, 0)  # a blank line may straddle the chunks
+        buffer += chunk
+        events: list[Event] = []
+        start = 0
+        while True:
+            end, size = _event_end(buffer, max(start, search))
+            if end < 0:
+                break
+            events.append(_parse_event(bytes(buffer[start:end + size])))
+            start = end + size
+        if start:
+            del buffer[:start]
+        if len(buffer) > self.limit:
+            self.broken = True
+            self.spilled = bytes(buffer)
+            buffer.clear()
+        return events
+
+    def rest(self) -> bytes:
+        """What arrived after the last complete event (a stream cut short)."""
+        return bytes(self._buffer)
+
+
+def _event_end(buffer: bytearray, start: int) -> tuple[int, int]:
+    """Where the first blank line at or after ``start`` begins, and its length."""
+    best, size = -1, 0
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        at = buffer.find(sep, start)
+        if at >= 0 and (best < 0 or at < best):
+            best, size = at, len(sep)
+    return best, size
+
+
+def _parse_event(raw: bytes) -> Event:
+    name: str | None = None
+    data: list[str] = []
+    text = raw.decode("utf-8", "replace")
+    for line in text.splitlines():
+        if not line or line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if key == "data":
+            data.append(value)
+        elif key == "event":
+            name = value
+    return Event(raw, name, "\n".join(data) if data else None)
+
+
+def sse(data: object, name: str | None = None) -> bytes:
+    """One SSE event of JSON ``data`` (or a literal string)."""
+    body = data.encode() if isinstance(data, str) else dumps(data)
+    head = f"event: {name}\n".encode() if name else b""
+    return head + b"data: " + body + b"\n\n"
+
+
+def json_data(event: Event) -> dict[str, Any] | None:
+    """An event's data as a JSON object (None: none, ``[DONE]``, or not an object)."""
+    if event.data is None or event.data == "[DONE]":
+        return None
+    try:
+        value = json.loads(event.data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class Accumulator(Protocol):
+    """Reads a streamed response event by event; :attr:`observation` grows as it goes."""
+
+    observation: Observation
+
+    def feed(self, event: Event) -> None: ...
+
+
+class StreamTrimmer(Protocol):
+    """Rewrites a streamed response event by event so it hands over at most ``keep`` tool
+    calls: returns the bytes to send for ``event`` (b"" to drop it)."""
+
+    def rewrite(self, event: Event) -> bytes: ...
+
+
+class Wire(Protocol):
+    """One model API's wire format (chat completions, responses, messages)."""
+
+    api: str
+
+    def read_request(self, body: dict[str, Any]) -> Request: ...
+
+    def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]: ...
+
+    def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]: ...
+
+    def read_response(self, body: dict[str, Any]) -> Observation: ...
+
+    def accumulator(self) -> Accumulator: ...
+
+    def trim(self, body: dict[str, Any], keep: int) -> bool: ...
+
+    def stream_trimmer(self, keep: int) -> StreamTrimmer: ...
+
+    def answer(self, model: str, text: str, request: Request) -> dict[str, Any]: ...
+
+    def answer_stream(self, model: str, text: str, request: Request) -> bytes: ...
+
+    def error(self, status: int, code: str, message: str) -> dict[str, Any]: ...
+
+
+def append_text(existing: str, note: str) -> str:
+    return f"{existing}\n\n{note}" if existing else note
