@@ -7,9 +7,11 @@ framework's own limit stops it). Every request body is recorded per model, so a 
 what the model saw at each request (its instructions, its tools, its messages).
 
 Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``),
-``GET /v1/models`` and Anthropic's Messages API, ``POST /v1/messages`` (not streamed: ``tool_use``
-content blocks, ``stop_reason`` ``tool_use`` / ``end_turn``), from the same scripts; the same paths
-without ``/v1`` too, for clients configured without it.
+``POST /v1/responses`` (the OpenAI Responses API, plain and streamed: ``function_call`` items),
+``GET /v1/models`` and Anthropic's Messages API, ``POST /v1/messages`` (plain and streamed:
+``tool_use`` content blocks, ``stop_reason`` ``tool_use`` / ``end_turn``), from the same scripts;
+the same paths without ``/v1`` too, for clients configured without it. Each request's raw body and
+headers are recorded too (:meth:`FakeLLM.raw_requests`, :meth:`FakeLLM.request_headers`).
 Standard library only: it runs inside the test process, whatever venv the framework lives in.
 """
 
@@ -19,7 +21,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -109,6 +111,8 @@ class _Model:
     script: Script
     delay: float = 0.0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)  # the bodies as received
+    headers: list[dict[str, str]] = field(default_factory=list)  # (names lower-cased)
     on_request: Callable[[int], object] | None = None  # called with the request's index
 
 
@@ -143,6 +147,16 @@ class FakeLLM:
         with self._lock:
             return list(self._models[model].requests)
 
+    def raw_requests(self, model: str) -> list[bytes]:
+        """The request bodies received for ``model`` as bytes, exactly as they arrived."""
+        with self._lock:
+            return list(self._models[model].raw)
+
+    def request_headers(self, model: str) -> list[dict[str, str]]:
+        """The headers of each request for ``model`` (names lower-cased)."""
+        with self._lock:
+            return list(self._models[model].headers)
+
     def __enter__(self) -> FakeLLM:
         self._thread.start()
         return self
@@ -153,7 +167,8 @@ class FakeLLM:
 
     # -- answering ------------------------------------------------------------------------------
 
-    def respond(self, body: dict[str, Any]) -> tuple[_Model, Step]:
+    def respond(self, body: dict[str, Any], raw: bytes = b"",
+                headers: dict[str, str] | None = None) -> tuple[_Model, Step]:
         name = str(body.get("model", ""))
         with self._lock:
             model = self._models.get(name)
@@ -161,6 +176,8 @@ class FakeLLM:
                 raise KeyError(name)
             index = len(model.requests)
             model.requests.append(body)
+            model.raw.append(raw)
+            model.headers.append(dict(headers or {}))
         return model, model.script(index, body)
 
     def next_id(self) -> str:
@@ -242,6 +259,104 @@ def anthropic_message(model: str, response_id: str, step: Step, body: dict[str, 
                       "output_tokens": usage["completion_tokens"]}}
 
 
+def anthropic_events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The Messages API stream of ``message`` (an :func:`anthropic_message`): message_start,
+    each content block (text deltas word by word, tool input JSON in two halves), message_delta
+    with the stop reason and usage, message_stop."""
+    start = {**message, "content": [], "stop_reason": None,
+             "usage": {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1}}
+    yield "message_start", {"type": "message_start", "message": start}
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            yield "content_block_start", {"type": "content_block_start", "index": index,
+                                          "content_block": {"type": "text", "text": ""}}
+            words = block["text"].split(" ")
+            for i, word in enumerate(words):
+                yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                              "delta": {"type": "text_delta", "text": word if (
+                                                  i == len(words) - 1) else word + " "}}
+        else:
+            yield "content_block_start", {"type": "content_block_start", "index": index,
+                                          "content_block": {**block, "input": {}}}
+            arguments = json.dumps(block["input"])
+            half = len(arguments) // 2
+            for part in (arguments[:half], arguments[half:]):
+                yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                              "delta": {"type": "input_json_delta",
+                                                        "partial_json": part}}
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    yield "message_delta", {"type": "message_delta",
+                            "delta": {"stop_reason": message["stop_reason"],
+                                      "stop_sequence": None},
+                            "usage": {"output_tokens": message["usage"]["output_tokens"]}}
+    yield "message_stop", {"type": "message_stop"}
+
+
+def response_object(model: str, response_id: str, step: Step, body: dict[str, Any]
+                    ) -> dict[str, Any]:
+    """An OpenAI Responses API response: a message item (if the step has text), one
+    ``function_call`` item per call."""
+    output: list[dict[str, Any]] = []
+    suffix = response_id[-6:]
+    if step.text:
+        output.append({"type": "message", "id": f"msg_{suffix}", "status": "completed",
+                       "role": "assistant", "content": [{"type": "output_text",
+                                                         "text": step.text,
+                                                         "annotations": []}]})
+    for i, tool in enumerate(step.tool_calls):
+        output.append({"type": "function_call", "id": f"fc_{suffix}_{i}",
+                       "call_id": f"call_{suffix}_{i}", "name": tool.name,
+                       "arguments": json.dumps(tool.arguments), "status": "completed"})
+    items = body.get("input")
+    usage = _usage({"messages": items if isinstance(items, list) else [items]}, step)
+    return {"id": "resp_" + suffix, "object": "response", "created_at": int(time.time()),
+            "status": "completed" if step.finish != "length" else "incomplete",
+            "error": None, "incomplete_details": None,
+            "instructions": body.get("instructions"), "model": model, "output": output,
+            "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []),
+            "previous_response_id": body.get("previous_response_id"),
+            "usage": {"input_tokens": usage["prompt_tokens"],
+                      "output_tokens": usage["completion_tokens"],
+                      "total_tokens": usage["total_tokens"],
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+def response_events(response: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The Responses API stream of ``response``: created, each output item added, its text
+    or arguments deltas, done, then completed (with the whole response)."""
+    started = {**response, "status": "in_progress", "output": []}
+    yield "response.created", {"response": started}
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield "response.output_item.added", {"output_index": index,
+                                                 "item": {**item, "content": [],
+                                                          "status": "in_progress"}}
+            yield "response.content_part.added", {
+                "output_index": index, "content_index": 0, "item_id": item["id"],
+                "part": {"type": "output_text", "text": "", "annotations": []}}
+            for word in text.split(" "):
+                yield "response.output_text.delta", {"output_index": index,
+                                                     "content_index": 0,
+                                                     "item_id": item["id"], "delta": word}
+            yield "response.output_text.done", {"output_index": index, "content_index": 0,
+                                                "item_id": item["id"], "text": text}
+        else:
+            yield "response.output_item.added", {"output_index": index,
+                                                 "item": {**item, "arguments": "",
+                                                          "status": "in_progress"}}
+            half = len(item["arguments"]) // 2
+            for part in (item["arguments"][:half], item["arguments"][half:]):
+                yield "response.function_call_arguments.delta", {
+                    "output_index": index, "item_id": item["id"], "delta": part}
+            yield "response.function_call_arguments.done", {
+                "output_index": index, "item_id": item["id"], "arguments": item["arguments"]}
+        yield "response.output_item.done", {"output_index": index, "item": item}
+    yield "response.completed", {"response": response}
+
+
 def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -257,6 +372,19 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_events(self, events: Iterable[tuple[str, dict[str, Any]]],
+                         named: bool) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for kind, data in events:
+                head = f"event: {kind}\n".encode() if named else b""
+                self.wfile.write(head + b"data: " + json.dumps(data).encode() + b"\n\n")
+                self.wfile.flush()
+            self.close_connection = True
+
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 with llm._lock:
@@ -271,12 +399,15 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length)
             path = self.path.split("?")[0].rstrip("/")
             anthropic = path in ("/v1/messages", "/messages")
-            if not anthropic and path not in ("/v1/chat/completions", "/chat/completions"):
+            responses = path in ("/v1/responses", "/responses")
+            if not anthropic and not responses \
+                    and path not in ("/v1/chat/completions", "/chat/completions"):
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
                 return
             try:
                 body = json.loads(raw)
-                model, step = llm.respond(body)
+                model, step = llm.respond(body, raw, {k.lower(): v
+                                                      for k, v in self.headers.items()})
             except (ValueError, KeyError) as exc:
                 self._send_json(400, {"error": {"message": f"fakellm: {exc!r}",
                                                 "type": "invalid_request_error"}})
@@ -289,12 +420,21 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             usage = _usage(body, step)
             name = str(body.get("model"))
             if anthropic:
+                message = anthropic_message(name, response_id, step, body)
                 if body.get("stream"):
-                    self._send_json(400, {"type": "error", "error": {
-                        "type": "invalid_request_error",
-                        "message": "fakellm: streamed messages are not served"}})
+                    self._send_events(anthropic_events(message), named=True)
                 else:
-                    self._send_json(200, anthropic_message(name, response_id, step, body))
+                    self._send_json(200, message)
+                return
+            if responses:
+                response = response_object(name, response_id, step, body)
+                if body.get("stream"):
+                    self._send_events(
+                        ((kind, {"type": kind, "sequence_number": number, **data})
+                         for number, (kind, data) in enumerate(response_events(response))),
+                        named=True)
+                else:
+                    self._send_json(200, response)
                 return
             if not body.get("stream"):
                 self._send_json(200, completion(name, response_id, step, usage))
