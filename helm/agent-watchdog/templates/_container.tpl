@@ -2,8 +2,11 @@
 The watchdog container, shared by the sidecar (in an agent's pod) and the gateway Deployment.
 
 Context: a root-like dict with Values (this chart's values), Release, Chart and Role
-("sidecar" or "gateway"). A sidecar binds OTLP and the control API to 127.0.0.1 (only the agent
-in its pod can reach them; no token needed), a gateway binds them to 0.0.0.0 (token required).
+("sidecar" or "gateway"), and optionally AgentName (the model endpoint's agent name when
+modelEndpoint.agentName is empty; a sidecar without either reads its pod's label
+modelEndpoint.agentNameLabel through the downward API). A sidecar binds OTLP, the
+control API and the model endpoint to 127.0.0.1 (only the agent in its pod can reach them; no
+token needed), a gateway binds them to 0.0.0.0 (token required).
 The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
 */}}
 {{- define "agent-watchdog.container" -}}
@@ -66,6 +69,34 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
           name: {{ . }}
           key: {{ $v.forward.headersSecret.key }}
     {{- end }}
+    {{- with $v.modelEndpoint }}
+    {{- if .enabled }}
+    # The model endpoint (README "Steering any agent"): the agent's OPENAI_BASE_URL or
+    # ANTHROPIC_BASE_URL points here; the calls go on to the configured upstreams only.
+    - name: WATCHDOG_MODEL_ADDRESS
+      value: "{{ $bind }}:{{ $v.ports.model }}"
+    {{- with .upstream }}
+    - name: WATCHDOG_MODEL_UPSTREAM
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with .upstreamAnthropic }}
+    - name: WATCHDOG_MODEL_UPSTREAM_ANTHROPIC
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with (.agentName | default $.AgentName) }}
+    - name: WATCHDOG_MODEL_AGENT_NAME
+      value: {{ . | quote }}
+    {{- else }}
+    {{- if and $sidecar .agentNameLabel }}
+    # The pod's app name (empty when the pod lacks the label: then nothing names the agent).
+    - name: WATCHDOG_MODEL_AGENT_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: {{ printf "metadata.labels['%s']" .agentNameLabel | quote }}
+    {{- end }}
+    {{- end }}
+    {{- end }}
+    {{- end }}
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -82,6 +113,11 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
     - name: wd-metrics
       containerPort: {{ $v.ports.metrics }}
       protocol: TCP
+    {{- if $v.modelEndpoint.enabled }}
+    - name: wd-model
+      containerPort: {{ $v.ports.model }}
+      protocol: TCP
+    {{- end }}
   {{- with $v.probes.startup }}
   {{- if .enabled }}
   # /readyz: receivers and store are up. A native sidecar holds back the agent's containers

@@ -36,7 +36,7 @@ or, with sidecar.native=false, for containers.
 {{- /* An older API server would drop restartPolicy: the pod would wait on it forever. */}}
 {{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), the target is %s: set sidecar.native=false (with helm template, pass --kube-version)" $kube) }}
 {{- end }}
-{{- include "agent-watchdog.container" (dict "Values" .values "Release" .root.Release "Role" "sidecar") | trim }}
+{{- include "agent-watchdog.container" (dict "Values" .values "Release" .root.Release "Role" "sidecar" "AgentName" .agentName) | trim }}
 {{- end }}
 
 {{/* The volumes the sidecar mounts (list entries for the pod's volumes). */}}
@@ -81,6 +81,13 @@ sidecar (or, with mode=gateway, at the gateway's Service), with the token when o
   value: "200"
 - name: WATCHDOG_URL
   value: "http://{{ $host }}:{{ $v.ports.api }}"
+{{- if and $v.modelEndpoint.enabled $v.modelEndpoint.agentEnv }}
+# The agent's OpenAI and Anthropic SDKs call the model through the watchdog's model endpoint.
+- name: OPENAI_BASE_URL
+  value: "http://{{ $host }}:{{ $v.ports.model }}/v1"
+- name: ANTHROPIC_BASE_URL
+  value: "http://{{ $host }}:{{ $v.ports.model }}"
+{{- end }}
 {{- end }}
 
 {{/* Pod labels: the PodMonitor of this release selects the pods that carry them. */}}
