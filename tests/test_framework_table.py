@@ -1,5 +1,6 @@
-"""The README's "what is read from where, per framework" table is the convention tables the
-normaliser reads (watchdog/ingest/frameworks.py), rendered by tools/frameworks_table.py."""
+"""The "what is read from where, per framework" table of docs/frameworks.md is the convention
+tables the normaliser reads (watchdog/ingest/frameworks.py), rendered by
+tools/frameworks_table.py."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ from watchdog.ingest.frameworks import CONVENTIONS, TABLES
 
 
 def test_readme_table_matches_the_tables() -> None:
-    readme = frameworks_table.README.read_text("utf-8")
-    assert frameworks_table.updated(readme) == readme, (
-        "README.md's frameworks table is out of date: run python tools/frameworks_table.py")
+    page = frameworks_table.PAGE.read_text("utf-8")
+    assert frameworks_table.updated(page) == page, (
+        "docs/frameworks.md's table is out of date: run python tools/frameworks_table.py")
 
 
 def test_every_table_entry_has_a_readme_row() -> None:
-    readme = frameworks_table.README.read_text("utf-8")
+    page = frameworks_table.PAGE.read_text("utf-8")
     for convention in CONVENTIONS:
-        assert f"| **{convention.name}** (" in readme
+        assert f"| **{convention.name}** (" in page
 
 
 def test_combined_tables_keep_precedence_and_read_events_last() -> None:

@@ -14,6 +14,7 @@ the framework tests use).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.frameworks import fakellm  # noqa: E402
+from tests.frameworks import fakellm
 
 MODEL = "gpt-4o-mini"
 REPORT = "Report: searched 5 times; the config file is /srv/app/config.yaml."
@@ -51,10 +52,8 @@ def main(argv: list[str]) -> int:
     with llm:
         llm.script(MODEL, script())
         print(f"scripted model {MODEL} on {llm.base_url}", flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
-        except KeyboardInterrupt:
-            pass
     return 0
 
 
