@@ -6,6 +6,11 @@ native sidecars) and the newest version it has schemas for; the Prometheus Opera
 which it has no schemas for, are checked against the subset of their CRD schemas the chart uses.
 The sidecar's rendered env is fed to the real watchdog: its config accepts it, and a real
 process reloads its rules when the ConfigMap directory is swapped the way the kubelet does it.
+
+Every test runs on the chart directory and on the chart package that `make dist` writes
+(dist/agent-watchdog-VERSION.tgz: loaded as the archive; its files, where a test reads them,
+from the archive expanded; the example agent chart gets it in charts/, as `helm dependency
+update` puts it there).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from tests.test_dist import packaged_chart
 from watchdog.config import ConfigError, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,9 +97,30 @@ OPERATOR_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
 Manifest = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ChartSource:
+    directory: Path  # the chart's files: the repository's, or the package's expanded
+    archive: Path | None  # the package, when testing the package
+
+    @property
+    def loadable(self) -> Path:
+        return self.archive or self.directory
+
+
+@pytest.fixture(scope="module", params=["directory", "package"])
+def source(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> ChartSource:
+    if request.param == "directory":
+        return ChartSource(CHART, None)
+    archive = packaged_chart()
+    expanded = tmp_path_factory.mktemp("package")
+    helm.expand(expanded, archive)
+    return ChartSource(expanded / CHART.name, archive)
+
+
 @pytest.fixture(scope="module")
-def chart() -> Iterator[helm.Chart]:
-    with helm.Chart.load(CHART) as loaded:
+def chart(source: ChartSource) -> Iterator[helm.Chart]:
+    with helm.Chart.load(source.loadable) as loaded:
         yield loaded
 
 
@@ -143,12 +171,20 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def example_chart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[helm.Chart]:
-    """examples/my-agent with its dependency built, as `helm dependency update` would."""
-    work = tmp_path_factory.mktemp("example") / "agent-watchdog"
-    shutil.copytree(CHART, work)
-    example = work / "examples" / "my-agent"
-    helm.dependency_update(example, skip_refresh=True)  # file://../.. : the copy above
+def example_chart(source: ChartSource,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[helm.Chart]:
+    """examples/my-agent with its dependency built, as `helm dependency update` would: from
+    the chart directory (file://../..), or the package in its charts/."""
+    work = tmp_path_factory.mktemp("example")
+    if source.archive is None:
+        shutil.copytree(CHART, work / "agent-watchdog")
+        example = work / "agent-watchdog" / "examples" / "my-agent"
+        helm.dependency_update(example, skip_refresh=True)  # file://../.. : the copy above
+    else:
+        example = work / "my-agent"
+        shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+        (example / "charts").mkdir()
+        shutil.copy(source.archive, example / "charts" / source.archive.name)
     with helm.Chart.load(example) as loaded:
         yield loaded
 
@@ -302,7 +338,9 @@ def test_gateway_renders_a_deployment_and_services(chart: helm.Chart) -> None:
     for service in (one(manifests, "Service", FULLNAME),
                     one(manifests, "Service", f"{FULLNAME}-headless")):
         ports = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
-        assert sorted(ports) == [4317, 4318, 9464, 9477]
+        # the model endpoint (9478, tests/test_helm_model_endpoint.py) is not for the Collector
+        headless = service["metadata"]["name"].endswith("-headless")
+        assert sorted(ports) == [4317, 4318, 9464, 9477] + ([] if headless else [9478])
         assert all(container_ports[target] == port for port, target in ports.items())
         selector = service["spec"]["selector"]
         assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
@@ -389,11 +427,11 @@ def test_values_that_cannot_work_fail_with_the_key(chart: helm.Chart, values: di
     assert says in str(refused.value)
 
 
-def test_the_schema_refuses_unknown_keys_everywhere() -> None:
+def test_the_schema_refuses_unknown_keys_everywhere(source: ChartSource) -> None:
     """additionalProperties: false on every object of values.schema.json, except `global`
     (Helm's, the parent chart's) and maps whose values are typed (labels, annotations, packs,
     resource quantities) or Kubernetes objects passed through (affinity terms)."""
-    schema = json.loads((CHART / "values.schema.json").read_text())
+    schema = json.loads((source.directory / "values.schema.json").read_text())
     passthrough = {"global", "nodeAffinity", "podAffinity", "podAntiAffinity"}
     loose: list[str] = []
 
@@ -700,9 +738,10 @@ def test_sidecar_reloads_rules_when_the_configmap_is_swapped(chart: helm.Chart,
 
 # -- dashboards and alert rules: files that drop in ------------------------------------------
 
-def chart_copy_with(tmp_path: Path, alerts: dict[str, str], dashboards: dict[str, str]) -> Path:
+def chart_copy_with(source: ChartSource, tmp_path: Path, alerts: dict[str, str],
+                    dashboards: dict[str, str]) -> Path:
     work = tmp_path / "agent-watchdog"
-    shutil.copytree(CHART, work, ignore=shutil.ignore_patterns("alerts", "dashboards"))
+    shutil.copytree(source.directory, work, ignore=shutil.ignore_patterns("alerts", "dashboards"))
     for folder, files in (("alerts", alerts), ("dashboards", dashboards)):
         (work / folder).mkdir()
         for name, text in files.items():
@@ -722,13 +761,13 @@ def with_runbook(rule: dict[str, Any]) -> dict[str, Any]:
     return {**rule, "annotations": {**rule.get("annotations", {}), "runbook_url": url}}
 
 
-def test_no_alert_or_dashboard_files_render_nothing(tmp_path: Path) -> None:
-    with helm.Chart.load(chart_copy_with(tmp_path, {}, {})) as empty:
+def test_no_alert_or_dashboard_files_render_nothing(source: ChartSource, tmp_path: Path) -> None:
+    with helm.Chart.load(chart_copy_with(source, tmp_path, {}, {})) as empty:
         assert kinds(render(empty, MONITORING)) == [f"ConfigMap/{FULLNAME}-rules",
                                                     f"Pod/{FULLNAME}-test"]
 
 
-def test_alert_files_and_dashboards_drop_in(tmp_path: Path) -> None:
+def test_alert_files_and_dashboards_drop_in(source: ChartSource, tmp_path: Path) -> None:
     rule = {"alert": "A", "expr": "up == 0", "for": "5m", "labels": {"severity": "warning"},
             "annotations": {"summary": "{{ $labels.instance }} is down"}}
     alerts = {"a.yaml": yaml.safe_dump({"groups": [{"name": "one", "rules": [rule]}]}),
@@ -738,7 +777,7 @@ def test_alert_files_and_dashboards_drop_in(tmp_path: Path) -> None:
         {"targets": [{"expr": "sum(agent_watchdog_runs_active)",
                       "legendFormat": "{{agent}}"}]}]}),
                   "ingest.json": json.dumps({"title": "Ingest"})}
-    with helm.Chart.load(chart_copy_with(tmp_path, alerts, dashboards)) as loaded:
+    with helm.Chart.load(chart_copy_with(source, tmp_path, alerts, dashboards)) as loaded:
         manifests = render(loaded, {**MONITORING, "dashboards": {
             "enabled": True, "labels": {"team": "ml"}, "namespace": "grafana"}})
     validate(manifests)
@@ -757,15 +796,16 @@ def test_alert_files_and_dashboards_drop_in(tmp_path: Path) -> None:
     assert overview["data"] == {"Agents_Overview.json": dashboards["Agents_Overview.json"]}
 
 
-def test_the_shipped_alerts_and_dashboards_render(chart: helm.Chart) -> None:
+def test_the_shipped_alerts_and_dashboards_render(source: ChartSource, chart: helm.Chart) -> None:
     """Whatever alerts/*.yaml and dashboards/*.json the chart ships end up in the manifests."""
     manifests = render(chart, MONITORING)
     shipped_groups = [{**group, "rules": [with_runbook(rule) for rule in group["rules"]]}
-                      for path in sorted((CHART / "alerts").glob("*.yaml"))
+                      for path in sorted((source.directory / "alerts").glob("*.yaml"))
                       for group in yaml.safe_load(path.read_text())["groups"]]
     rules = [m for m in manifests if m["kind"] == "PrometheusRule"]
     assert [r["spec"]["groups"] for r in rules] == ([shipped_groups] if shipped_groups else [])
-    shipped_dashboards = {p.name: p.read_text() for p in (CHART / "dashboards").glob("*.json")}
+    shipped_dashboards = {p.name: p.read_text()
+                          for p in (source.directory / "dashboards").glob("*.json")}
     rendered = {key: text for m in manifests if m["kind"] == "ConfigMap"
                 and m["metadata"]["labels"].get("grafana_dashboard") == "1"
                 for key, text in m["data"].items()}
@@ -775,7 +815,7 @@ def test_the_shipped_alerts_and_dashboards_render(chart: helm.Chart) -> None:
 
 # -- chart metadata --------------------------------------------------------------------------
 
-def test_chart_metadata_and_lint(chart: helm.Chart) -> None:
+def test_chart_metadata_and_lint(source: ChartSource, chart: helm.Chart) -> None:
     metadata = chart.metadata
     assert metadata["apiVersion"] == "v2"
     assert metadata["kubeVersion"] == ">=1.25.0-0"
@@ -783,7 +823,7 @@ def test_chart_metadata_and_lint(chart: helm.Chart) -> None:
     # .Chart is its own): it must follow appVersion.
     [container] = watchdog_containers(render(chart, MODES["gateway"]))
     assert container["image"] == f"agent-watchdog:{metadata['appVersion']}"
-    report = helm.lint(CHART, strict=True, kube_version="v1.29.0")
+    report = helm.lint(source.loadable, strict=True, kube_version="v1.29.0")
     problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
     assert problems == []
 

@@ -1,15 +1,11 @@
-"""The container image, built and run for real: buildah builds the repository's Dockerfile and
-podman runs the image read-only as uid 65532; a real OTLP exporter sends it spans over gRPC and
-HTTP and its control API shows the runs.
+"""The container image, as `make dist` writes it (dist/agent-watchdog-sidecar-VERSION-image.tar,
+built by buildah from the repository's Dockerfile: tools/image.py), loaded by podman and run
+read-only as uid 65532; a real OTLP exporter sends it spans over gRPC and HTTP and its control
+API shows the runs.
 
-No registry is reachable here, so the base image (the Dockerfile's ``PYTHON_IMAGE``, default
-``python:3.11-slim-bookworm``) is made locally: ``debootstrap`` of Debian bookworm with python3,
-pip and venv, imported into buildah's storage. The rootfs tarball is cached in ``.cache/image/``
-(ignored by git), and buildah caches the build's layers, so a repeat run takes seconds.
-
-The base trusts the CA certificates the host added to its own trust store
-(/usr/local/share/ca-certificates): the builder stage's ``pip wheel`` reaches PyPI the way the
-host does, through the same proxy, as a company's base image would.
+``make dist`` runs once per test session (tests/test_dist.py), so ``make test`` builds the image
+once. No registry is reachable here: tools/image.py makes the base itself (debootstrap), and
+buildah caches the build's layers, so a repeat build takes seconds.
 
 Everything is a Debian package that ``make system-deps`` installs (buildah, podman, runc,
 debootstrap) and needs root, as ``make test`` runs in CI. Podman runs with runc and cgroupfs
@@ -19,14 +15,11 @@ debootstrap) and needs root, as ``make test`` runs in CI. Podman runs with runc 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import socket
 import subprocess
-import tarfile
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,21 +39,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from tests.harness import http_request, run_detail, wait_until
+from tests.test_dist import VERSION, artifacts
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("WATCHDOG_IMAGE_CACHE", ROOT / ".cache" / "image"))
-SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "python-is-python3",
-                 "ca-certificates")
-# The tag names the suite and the packages: change either and the base is made anew.
-BASE_KEY = f"{SUITE}-" + "-".join(sorted(BASE_PACKAGES)).replace("python", "py")
-BASE_TARBALL = CACHE / f"{BASE_KEY}.tar.gz"
-BASE_IMAGE = ("localhost/agent-watchdog-test-base:"
-              + hashlib.sha256(BASE_KEY.encode()).hexdigest()[:12])
-IMAGE = "localhost/agent-watchdog-sidecar:test"
 WATCHDOG_UID = 65532
 STATE_DIR = "/var/lib/watchdog"
-BUILD_SECONDS = 900  # cold: debootstrap (~1-2 min) + pip wheel of every dependency
+LOAD_SECONDS = 300
 START_SECONDS = 30
 # podman on this machine: see the module docstring.
 PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
@@ -74,78 +57,40 @@ def tool(name: str) -> str:
     return found
 
 
-def run(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([tool(args[0]), *args[1:]], capture_output=True, text=True,
-                          timeout=timeout)
+def podman(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([tool(PODMAN[0]), *PODMAN[1:], *args], capture_output=True,
+                          text=True, timeout=timeout)
     if check and done.returncode != 0:
-        pytest.fail(f"{' '.join(args)} exited {done.returncode}:\n"
+        pytest.fail(f"podman {' '.join(args)} exited {done.returncode}:\n"
                     f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done
 
 
-def podman(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return run(*PODMAN, *args, timeout=timeout, check=check)
-
-
-# -- the base image -------------------------------------------------------------------------
-
-def make_base_tarball() -> None:
-    """debootstrap Debian with python3 into a rootfs, trusting the host's added CAs."""
-    if os.geteuid() != 0:
-        pytest.fail("debootstrap and buildah need root (make test runs as root in CI)")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as work:
-        rootfs = Path(work) / "rootfs"
-        run("debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
-            SUITE, str(rootfs), timeout=BUILD_SECONDS)
-        for cert in Path("/usr/local/share/ca-certificates").glob("*.crt"):
-            shutil.copy(cert, rootfs / "usr/local/share/ca-certificates" / cert.name)
-        run("chroot", str(rootfs), "update-ca-certificates", "--fresh")
-        shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
-        for deb in (rootfs / "var/cache/apt/archives").glob("*.deb"):
-            deb.unlink()
-        partial = BASE_TARBALL.with_suffix(".partial")
-        with tarfile.open(partial, "w:gz", compresslevel=1) as archive:
-            archive.add(rootfs, arcname=".")
-        partial.rename(BASE_TARBALL)
-
-
-def import_base() -> None:
-    if not BASE_TARBALL.exists():
-        make_base_tarball()
-    container = run("buildah", "from", "scratch").stdout.strip()
-    try:
-        run("buildah", "add", container, str(BASE_TARBALL), "/", timeout=300)
-        run("buildah", "config", "--env",
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "--cmd", "python3", container)
-        run("buildah", "commit", "--quiet", container, BASE_IMAGE, timeout=300)
-    finally:
-        run("buildah", "rm", container, check=False)
-
-
 @dataclass(frozen=True)
-class Built:
+class Loaded:
     image: str
-    base_seconds: float
-    build_seconds: float
+    load_seconds: float
 
 
 @pytest.fixture(scope="module")
-def image() -> Built:
+def image() -> Loaded:
+    """The archive of dist/ loaded into podman's storage: the name it carries is the image."""
+    archive = artifacts().image_archive
     start = time.monotonic()
-    if run("buildah", "images", "--quiet", BASE_IMAGE, check=False).returncode != 0:
-        import_base()
-    based = time.monotonic()
-    run("buildah", "bud", "--isolation", "chroot", "--layers", "--format", "docker",
-        "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}", "--tag", IMAGE, str(ROOT),
-        timeout=BUILD_SECONDS)
-    built = Built(IMAGE, based - start, time.monotonic() - based)
-    print(f"\nimage: base {built.base_seconds:.1f}s, build {built.build_seconds:.1f}s")
-    return built
+    output = podman("load", "--input", str(archive), timeout=LOAD_SECONDS).stdout
+    names = [line.split(":", 1)[1].strip() for line in output.splitlines()
+             if line.startswith("Loaded image")]
+    name = f"agent-watchdog-sidecar:{VERSION}"
+    assert f"docker.io/library/{name}" in names, output  # what `docker load` names it
+    # podman resolves the short name (localhost/ first, as buildah tags it)
+    [found] = json.loads(podman("image", "inspect", name).stdout)
+    assert any(tag.endswith(f"/{name}") for tag in found["RepoTags"]), found["RepoTags"]
+    loaded = Loaded(name, time.monotonic() - start)
+    print(f"\nimage: {archive.name} loaded in {loaded.load_seconds:.1f}s")
+    return loaded
 
 
-def inspect(image: Built) -> dict[str, Any]:
+def inspect(image: Loaded) -> dict[str, Any]:
     [found] = json.loads(podman("image", "inspect", image.image).stdout)
     return found  # type: ignore[no-any-return]
 
@@ -170,7 +115,7 @@ class Running:
 
 
 @pytest.fixture
-def container(image: Built, tmp_path: Path) -> Iterator[Running]:
+def container(image: Loaded, tmp_path: Path) -> Iterator[Running]:
     """The image as a Kubernetes pod runs it: read-only root, uid 65532, the state on a volume
     owned by that uid, /tmp a tmpfs; the host's network (ports chosen free here)."""
     state = tmp_path / "state"
@@ -213,7 +158,7 @@ def export_one_span(exporter: SpanExporter, run_id: str) -> None:
 
 # -- the tests ------------------------------------------------------------------------------
 
-def test_the_image_is_configured_for_a_restricted_pod(image: Built) -> None:
+def test_the_image_is_configured_for_a_restricted_pod(image: Loaded) -> None:
     inspected = inspect(image)
     config = inspected["Config"]
     assert config["User"] == f"{WATCHDOG_UID}:{WATCHDOG_UID}"
@@ -224,6 +169,7 @@ def test_the_image_is_configured_for_a_restricted_pod(image: Built) -> None:
     assert env["WATCHDOG_STATE_DIR"] == STATE_DIR
     # Docker format (buildah's default OCI format would drop HEALTHCHECK).
     assert inspected["Healthcheck"]["Test"][:2] == ["CMD", "python"]
+    assert config["Labels"]["org.opencontainers.image.version"] == VERSION
 
 
 def test_runs_read_only_as_65532_and_is_ready(container: Running) -> None:
@@ -236,7 +182,7 @@ def test_runs_read_only_as_65532_and_is_ready(container: Running) -> None:
     assert podman("exec", container.name, "python", "-c", "import pip",
                   check=False).returncode != 0
     status, metrics = http_request("GET", container.url("metrics") + "/metrics")
-    assert b'agent_watchdog_build_info{version="0.1.0"} 1.0' in metrics
+    assert f'agent_watchdog_build_info{{version="{VERSION}"}} 1.0'.encode() in metrics
 
 
 def test_a_span_over_each_protocol_becomes_a_run(container: Running) -> None:

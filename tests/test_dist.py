@@ -1,0 +1,331 @@
+"""The release artifacts that ``make dist`` writes into dist/, checked as a user meets them:
+the names against PyPI, the wheels installed by pip into clean venvs (the client next to the
+filesystem-events library ``watchdog``, both orders), the sdists, the image archive and the
+chart package.
+
+``make dist`` runs once per test session (:func:`make_dist`): tests/test_image.py runs the image
+archive it wrote, tests/test_helm_chart.py renders the chart package, so ``make test`` builds the
+image once. Run alone, test_helm_chart.py makes only the chart (``make dist-chart``).
+
+PyPI is asked for real (its JSON API): a name of ours found there fails, and so does a PyPI
+that does not answer. Dependencies are resolved and installed by pip from the configured index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DIST = ROOT / "dist"
+CHART = ROOT / "helm" / "agent-watchdog"
+MAKE_SECONDS = 1800  # cold: the image's base (debootstrap) and every dependency's wheel
+PIP_SECONDS = 300
+PYPI = "https://pypi.org/pypi/{}/json"
+# What the sidecar needs and an agent's environment must not get from the client.
+SIDECAR_ONLY = {"grpcio", "aiohttp", "cel-expr-python", "prometheus-client", "pyyaml"}
+
+_made: set[str] = set()
+
+
+def make_dist(target: str = "dist") -> None:
+    """``make TARGET`` once per session; ``dist`` makes every part, so it covers the others."""
+    if target in _made or "dist" in _made:
+        return
+    start = time.monotonic()
+    done = subprocess.run(["make", "--no-print-directory", target], cwd=ROOT,
+                          capture_output=True, text=True, timeout=MAKE_SECONDS)
+    if done.returncode != 0:
+        pytest.fail(f"make {target} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
+                    f"{done.stderr[-4000:]}")
+    print(f"\nmake {target}: {time.monotonic() - start:.1f}s")
+    _made.add(target)
+
+
+def one(pattern: str) -> Path:
+    found = sorted(DIST.glob(pattern))
+    assert len(found) == 1, f"dist/{pattern}: {[p.name for p in found]}"
+    return found[0]
+
+
+def packaged_chart() -> Path:
+    make_dist("dist-chart")
+    return one(f"{CHART.name}-*.tgz")
+
+
+@dataclass(frozen=True)
+class Dist:
+    sidecar_sdist: Path
+    sidecar_wheel: Path
+    client_sdist: Path
+    client_wheel: Path
+    image_archive: Path
+    chart: Path
+
+
+def artifacts() -> Dist:
+    make_dist()
+    return Dist(one("agent_watchdog_sidecar-*.tar.gz"), one("agent_watchdog_sidecar-*.whl"),
+                one("agent_watchdog_client-*.tar.gz"), one("agent_watchdog_client-*.whl"),
+                one("agent-watchdog-sidecar-*-image.tar"), one(f"{CHART.name}-*.tgz"))
+
+
+@pytest.fixture(scope="module")
+def dist() -> Dist:
+    return artifacts()
+
+
+def project_version(pyproject: Path) -> str:
+    import tomllib
+    version: str = tomllib.loads(pyproject.read_text())["project"]["version"]
+    return version
+
+
+VERSION = project_version(ROOT / "pyproject.toml")
+
+
+# -- wheels and pip -------------------------------------------------------------------------
+
+def wheel_metadata(wheel: Path) -> dict[str, list[str]]:
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        text = archive.read(name).decode()
+    fields: dict[str, list[str]] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and not line.startswith(" "):
+            fields.setdefault(key, []).append(value)
+    return fields
+
+
+def top_level(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name.split("/")[0] for name in archive.namelist()
+                if not name.split("/")[0].endswith((".dist-info", ".data"))}
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class Venv:
+    """A clean venv (no pip of its own) driven by this interpreter's pip, as a user would."""
+
+    def __init__(self, path: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
+                       timeout=60)
+        self.path = path
+        self.python = path / "bin" / "python"
+
+    def pip(self, *args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pip", "--python", str(self.python),
+                               *args], capture_output=True, text=True, timeout=PIP_SECONDS)
+        if done.returncode != 0:
+            pytest.fail(f"pip {' '.join(args)} exited {done.returncode}:\n"
+                        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=60,
+                              cwd=self.path)  # not the checkout: nothing imported from it
+
+    def imports(self, module: str) -> bool:
+        return self.run(str(self.python), "-c", f"import {module}").returncode == 0
+
+    def resolved(self, requirement: str) -> set[str]:
+        """What pip would install for the requirement into this venv (nothing installed)."""
+        report = self.path / "report.json"
+        self.pip("install", "--quiet", "--dry-run", "--report", str(report), requirement)
+        return {canonical(item["metadata"]["name"])
+                for item in json.loads(report.read_text())["install"]}
+
+
+# -- names ----------------------------------------------------------------------------------
+
+def on_pypi(name: str) -> bool:
+    try:
+        with urllib.request.urlopen(PYPI.format(name), timeout=30) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return False
+        pytest.fail(f"PyPI answered {exc.code} for {name}: the check cannot be made")
+    except OSError as exc:
+        pytest.fail(f"PyPI did not answer for {name}: {exc}")
+    return canonical(body["info"]["name"]) == canonical(name)
+
+
+def test_no_name_of_ours_is_on_pypi(dist: Dist) -> None:
+    ours = {canonical(wheel_metadata(wheel)["Name"][0])
+            for wheel in (dist.sidecar_wheel, dist.client_wheel)}
+    assert ours == {"agent-watchdog-sidecar", "agent-watchdog-client"}
+    # the client's import name, as a distribution name, too
+    ours |= {canonical(package) for package in top_level(dist.client_wheel)}
+    assert [name for name in sorted(ours) if on_pypi(name)] == []
+    # the check sees names that are taken: the unrelated project and the filesystem library
+    assert on_pypi("agent-watchdog") and on_pypi("watchdog")
+
+
+def test_the_wheels_top_level_packages(dist: Dist) -> None:
+    assert top_level(dist.client_wheel) == {"agent_watchdog_client"}
+    assert top_level(dist.sidecar_wheel) == {"watchdog"}
+    with zipfile.ZipFile(dist.client_wheel) as archive:
+        names = archive.namelist()
+    # the C span path is built (a platform wheel); its source stays in the sdist
+    assert any(re.fullmatch(r"agent_watchdog_client/_spanpath\..*\.so", n) for n in names)
+    assert not any(n.endswith(".c") for n in names)
+    assert re.fullmatch(rf"agent_watchdog_client-{re.escape(VERSION)}-cp3\d+-cp3\d+-\w+\.whl",
+                        dist.client_wheel.name)
+    assert dist.sidecar_wheel.name == f"agent_watchdog_sidecar-{VERSION}-py3-none-any.whl"
+
+
+# -- the client's dependency tree -----------------------------------------------------------
+
+def test_the_client_pulls_none_of_the_sidecars_libraries(dist: Dist, tmp_path: Path) -> None:
+    venv = Venv(tmp_path / "venv")
+    client = venv.resolved(str(dist.client_wheel))
+    assert {"agent-watchdog-client", "opentelemetry-api", "opentelemetry-sdk"} <= client
+    assert client & SIDECAR_ONLY == set(), client
+    # with the exporter Watchdog.setup_tracing() sets up: still none of them
+    with_otlp = venv.resolved(f"{dist.client_wheel}[otlp]")
+    assert "opentelemetry-exporter-otlp-proto-http" in with_otlp
+    assert with_otlp & SIDECAR_ONLY == set(), with_otlp
+    # the same resolution sees them all in the sidecar's tree
+    assert venv.resolved(str(dist.sidecar_wheel)) >= SIDECAR_ONLY
+
+
+def test_the_client_declares_the_opentelemetry_api_and_sdk_only(dist: Dist) -> None:
+    requires = wheel_metadata(dist.client_wheel)["Requires-Dist"]
+    base = sorted(canonical(re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0])
+                  for r in requires if "extra ==" not in r)
+    assert base == ["opentelemetry-api", "opentelemetry-sdk"]
+    extras = set(wheel_metadata(dist.client_wheel)["Provides-Extra"])
+    assert {"otlp", "pydantic-ai", "openai-agents", "langchain", "smolagents",
+            "hermes"} <= extras
+
+
+# -- coexistence with the filesystem-events library `watchdog` ------------------------------
+
+FILESYSTEM = "watchdog"  # the PyPI project google-adk and strands install
+BOTH = ("import watchdog.observers, agent_watchdog_client; "
+        "print(watchdog.observers.Observer.__module__, agent_watchdog_client.Watchdog.__name__)")
+
+
+@pytest.mark.parametrize("order", ["filesystem-first", "client-first"])
+def test_the_client_and_the_filesystem_watchdog_coexist(dist: Dist, tmp_path: Path,
+                                                        order: str) -> None:
+    venv = Venv(tmp_path / "venv")
+    installs: dict[str, Callable[[], str]] = {
+        "filesystem": lambda: venv.pip("install", "--quiet", FILESYSTEM),
+        "client": lambda: venv.pip("install", "--quiet", str(dist.client_wheel))}
+    modules = {"filesystem": "watchdog.observers", "client": "agent_watchdog_client"}
+    names = {"filesystem": FILESYSTEM, "client": "agent-watchdog-client"}
+    first, second = ("filesystem", "client") if order == "filesystem-first" else (
+        "client", "filesystem")
+    installs[first]()
+    installs[second]()
+    both = venv.run(str(venv.python), "-c", BOTH)
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.split()[1] == "Watchdog"
+    venv.pip("check")
+    # uninstalling either leaves the other importable (and itself gone)
+    for removed, kept in ((first, second), (second, first)):
+        venv.pip("uninstall", "--yes", "--quiet", names[removed])
+        assert venv.imports(modules[kept]), f"{kept} after uninstalling {removed}"
+        assert not venv.imports(modules[removed])
+        installs[removed]()
+        assert venv.run(str(venv.python), "-c", BOTH).returncode == 0
+
+
+# -- the sidecar ----------------------------------------------------------------------------
+
+def test_the_sidecar_wheel_installs_and_runs(dist: Dist, tmp_path: Path) -> None:
+    venv = Venv(tmp_path / "venv")
+    venv.pip("install", "--quiet", str(dist.sidecar_wheel))
+    version = venv.run(str(venv.path / "bin" / "watchdog"), "--version")
+    assert version.returncode == 0, version.stderr
+    assert VERSION in version.stdout
+    # the default rule pack is package data, and it checks clean where it was installed
+    found = venv.run(str(venv.python), "-c", "import watchdog; print(watchdog.__file__)")
+    pack = Path(found.stdout.strip()).parent / "rules" / "packs" / "default.yaml"
+    check = venv.run(str(venv.path / "bin" / "watchdog"), "rules", "check", "--no-default",
+                     str(pack))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert not venv.imports("agent_watchdog_client")  # the sidecar does not install the client
+
+
+# -- sdists ---------------------------------------------------------------------------------
+
+def sdist_members(sdist: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(sdist) as archive:
+        return {member.name.split("/", 1)[1]: member for member in archive.getmembers()
+                if "/" in member.name}
+
+
+def test_the_sdists_hold_what_their_wheels_are_built_from(dist: Dist) -> None:
+    assert dist.sidecar_sdist.name == f"agent_watchdog_sidecar-{VERSION}.tar.gz"
+    assert dist.client_sdist.name == f"agent_watchdog_client-{VERSION}.tar.gz"
+    client = sdist_members(dist.client_sdist)
+    for name in ("pyproject.toml", "setup.py", "README.md", "agent_watchdog_client/_spanpath.c",
+                 "agent_watchdog_client/py.typed"):
+        assert name in client, name
+    assert not [n for n in client if n.startswith("watchdog/")]
+    sidecar = sdist_members(dist.sidecar_sdist)
+    pack = sidecar["watchdog/rules/packs/default.yaml"]
+    assert pack.isfile()  # the repository's symlink, resolved
+    with tarfile.open(dist.sidecar_sdist) as archive:
+        extracted = archive.extractfile(pack)
+        assert extracted is not None
+        assert extracted.read() == (ROOT / "rules" / "default.yaml").read_bytes()
+    assert "watchdog/cli.py" in sidecar and "watchdog/py.typed" in sidecar
+    assert not [n for n in sidecar if n.startswith(("tests/", "client/", "agent_watchdog_client"))]
+
+
+# -- the image archive and the chart package ------------------------------------------------
+
+def test_the_image_archive_names_the_image_and_its_version(dist: Dist) -> None:
+    assert dist.image_archive.name == f"agent-watchdog-sidecar-{VERSION}-image.tar"
+    with tarfile.open(dist.image_archive) as archive:
+        manifest_file = archive.extractfile("manifest.json")
+        assert manifest_file is not None
+        [manifest] = json.load(manifest_file)
+        config_file = archive.extractfile(manifest["Config"])
+        assert config_file is not None
+        config = json.load(config_file)["config"]
+    # `docker load` names it agent-watchdog-sidecar:VERSION; podman finds that short name too
+    assert set(manifest["RepoTags"]) <= {f"{registry}/agent-watchdog-sidecar:{VERSION}"
+                                         for registry in ("docker.io/library", "localhost")}
+    assert f"docker.io/library/agent-watchdog-sidecar:{VERSION}" in manifest["RepoTags"]
+    assert config["Labels"]["org.opencontainers.image.version"] == VERSION
+    assert config["Labels"]["org.opencontainers.image.title"] == "agent-watchdog-sidecar"
+    assert (config["Entrypoint"], config["Cmd"]) == (["watchdog"], ["serve"])
+
+
+def test_the_chart_package_is_laid_out_as_helm_packages_it(dist: Dist) -> None:
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert dist.chart.name == f"{chart_yaml['name']}-{chart_yaml['version']}.tgz"
+    with tarfile.open(dist.chart) as archive:
+        names = archive.getnames()
+        packaged = archive.extractfile(f"{chart_yaml['name']}/Chart.yaml")
+        assert packaged is not None
+        assert yaml.safe_load(packaged) == chart_yaml
+    assert names[0] == f"{chart_yaml['name']}/Chart.yaml"
+    assert {n.split("/")[0] for n in names} == {chart_yaml["name"]}
+    for name in ("values.yaml", "values.schema.json", "templates/_sidecar.tpl",
+                 "alerts/agent-watchdog.yaml", "dashboards/agent-watchdog.json"):
+        assert f"{chart_yaml['name']}/{name}" in names, name
+    # .helmignore applies: the example agent chart is documentation, not part of the package
+    assert not [n for n in names if "/examples/" in n]
