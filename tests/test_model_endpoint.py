@@ -12,7 +12,16 @@ from typing import Any
 import openai
 import pytest
 
-from tests.frameworks.fakellm import FakeLLM, answer, call, looping, steps
+from tests.frameworks.fakellm import (
+    FakeLLM,
+    Step,
+    ToolCall,
+    answer,
+    call,
+    looping,
+    offers_tools,
+    steps,
+)
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 
 KEY = "sk-test-SECRET-abcdef0123456789abcdef"
@@ -55,12 +64,15 @@ def system_of(body: dict[str, Any]) -> str:
     return "\n".join(m["content"] for m in body["messages"] if m["role"] == "system")
 
 
-def run_loop(chat: openai.OpenAI, model: str, stream: bool = False, limit: int = 10
-             ) -> tuple[str, int]:
+def run_loop(chat: openai.OpenAI, model: str, stream: bool = False, limit: int = 10,
+             messages: list[Any] | None = None) -> tuple[str, int]:
     """A hand-written agent loop: call the model, run the tools it asks for, until it
-    answers. Returns its final output and how many tools it ran."""
-    messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
-                           {"role": "user", "content": "Find the answer."}]
+    answers. Returns its final output and how many tools it ran; ``messages`` (given empty)
+    is left with the conversation as last sent."""
+    if messages is None:
+        messages = []
+    messages[:] = [{"role": "system", "content": "You are a researcher."},
+                   {"role": "user", "content": "Find the answer."}]
     ran = 0
     for _ in range(limit):
         if stream:
@@ -144,3 +156,79 @@ def test_budget_of_three_counts_down_then_withdraws_tools(sidecar: RunningServer
     assert detail["signals"]["tool_calls"] == 3
     assert detail["has_final_answer"]
     assert detail["terminal_state"] == "tool_limit_reached"
+
+
+STOP_RULE = """\
+rules:
+  - name: stop-at-two
+    description: A test's abort at two tool calls.
+    when: "!run.ended && run.agent == 'stopper' && run.tool_calls >= 2"
+    action: abort
+    severity: critical
+    terminal_state: loop_detected
+    message: "[stopped: two tool calls are enough]"
+"""
+
+
+@pytest.fixture
+def error_sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
+    pack = tmp_path / "budgets.yaml"
+    pack.write_text(BUDGET_PACK + STOP_RULE)
+    config = sidecar_config(tmp_path / "state-error", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),),
+                            model_abort="error")
+    with running_server(config) as server:
+        yield server
+
+
+@pytest.fixture
+def stop_sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
+    pack = tmp_path / "budgets.yaml"
+    pack.write_text(BUDGET_PACK + STOP_RULE)
+    config = sidecar_config(tmp_path / "state-stop", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),))
+    with running_server(config) as server:
+        yield server
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_abort_is_answered_without_calling_upstream(stop_sidecar: RunningServer, llm: FakeLLM,
+                                                    stream: bool) -> None:
+    model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
+    chat = client(stop_sidecar, "stopper")
+    messages: list[Any] = []
+    output, ran = run_loop(chat, model, stream, messages=messages)
+    assert ran == 2
+    assert len(llm.requests(model)) == 2  # the third request never reached the upstream
+    assert "[stopped: two tool calls are enough]" in output
+    assert "2 tool calls" in output  # the run's report: its progress so far
+    # any later request of that run gets the same answer, and the upstream nothing
+    again = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert "[stopped: two tool calls are enough]" in (again.choices[0].message.content or "")
+    assert len(llm.requests(model)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_abort_as_an_error(error_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
+    with pytest.raises(openai.BadRequestError) as failure:
+        run_loop(client(error_sidecar, "stopper"), model, stream)
+    assert failure.value.status_code == 400
+    assert failure.value.code == "watchdog_aborted"
+    assert "two tool calls are enough" in failure.value.message
+    assert len(llm.requests(model)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calls_past_the_budget_are_trimmed(sidecar: RunningServer, llm: FakeLLM,
+                                                stream: bool) -> None:
+    two = Step(tool_calls=(ToolCall("search", {"q": "x"}), ToolCall("search", {"q": "y"})))
+    model = llm.script("parallel", lambda _i, body: two if offers_tools(body)
+                       else answer("REPORT: done"))
+    output, ran = run_loop(client(sidecar, "budgeted"), model, stream)
+    assert ran == 3  # 2, then 1 of the 2 asked: never past the budget of 3
+    assert output == "REPORT: done"
+    requests = llm.requests(model)
+    assert len(requests) == 3
+    assert "[budget: 1 of 3 tool calls left" in system_of(requests[1])
+    assert requests[2]["tool_choice"] == "none"
