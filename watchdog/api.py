@@ -32,6 +32,7 @@ from watchdog.bounds import (
     id_problem,
     is_number,
     load_json,
+    plain_number,
 )
 from watchdog.config import Config
 from watchdog.directives.hub import StreamEnded, SubscriberOverflow, Subscription
@@ -260,7 +261,8 @@ class RunRoutes:
         run = await queries.find_run(key)
         activity = await queries.activity(key)
         children = await queries.child_runs(key)
-        report = build_report(run, activity, service.clock.now(), children=children)
+        report = build_report(run, activity, service.clock.now(),
+                              default_budget=service.default_budget(run), children=children)
         if _wants_json(request.headers.get("Accept", "")):
             return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,
@@ -640,7 +642,9 @@ class RuleRoutes:
         ruleset = self.engine.ruleset
         return json_response({
             "rules": ruleset.describe(),
-            "budgets": [{"agents": list(b.agents), **b.limits} for b in ruleset.budgets],
+            "budgets": [{"agents": list(b.agents),
+                         **{key: plain_number(value) for key, value in b.limits.items()}}
+                        for b in ruleset.budgets],
             "sources": [source.path for source in ruleset.sources],
         })
 

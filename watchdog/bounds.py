@@ -98,6 +98,12 @@ def budget_limit(value: object) -> float | None:
     return limit
 
 
+def plain_number(value: float) -> float:
+    """A budget as it is shown everywhere (API, CLI, reports, directives): ``5.0`` -> ``5``;
+    a fraction (seconds left) stays a float."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def finite_float(text: str) -> float:
     """``json.loads(parse_float=...)``: a JSON number too large for a double ("1e999") would
     become ``inf``; refuse it like the ``NaN``/``Infinity`` literals."""

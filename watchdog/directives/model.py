@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from watchdog.bounds import plain_number
 from watchdog.rules.decision import Action, Decision
 from watchdog.runs.run import RunState
 
@@ -73,14 +74,14 @@ class Directive:
             message=decision.message,
             terminal_state=(decision.terminal_state.value
                             if decision.terminal_state is not None else None),
-            budget={key: _plain_number(value) for key, value in view.items()},
+            budget={key: plain_number(value) for key, value in view.items()},
             report_prompt=report_prompt,
             created_at=now,
             dedup_key=decision.dedup_key,
             escalation=decision.escalation,
             tool_calls_at=run.tool_calls,
             agent=run.agent_name,
-            grace=({key: _plain_number(value) for key, value in decision.grace.items()}
+            grace=({key: plain_number(value) for key, value in decision.grace.items()}
                    if decision.grace is not None else None),
         )
 
@@ -117,7 +118,3 @@ def iso_seconds(seconds: float) -> str:
     """``2026-11-22T04:00:00Z`` — ISO-8601 UTC with whole seconds, as in DESIGN §6."""
     return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-
-def _plain_number(value: float) -> float:
-    """``20.0`` -> ``20`` so budgets read as counts in JSON."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from watchdog.ingest.redact import redact
 from watchdog.rules.decision import Action
-from watchdog.runs.report import format_duration
+from watchdog.runs.report import format_duration, format_number
 from watchdog.runs.run import RunState
 
 if TYPE_CHECKING:
@@ -152,8 +152,5 @@ def _used(label: str, used: int, budget: Mapping[str, float], key: str) -> str:
     if limit is None:
         return f"{label} {used}"
     remaining = max(limit - used, 0)
-    return f"{label} {used} of {_number(limit)} ({_number(remaining)} left)"
+    return f"{label} {used} of {format_number(limit)} ({format_number(remaining)} left)"
 
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"

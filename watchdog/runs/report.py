@@ -252,7 +252,8 @@ def _budget_notes(run: RunState, now: float, default_budget: dict[str, float] | 
     for what, label in (("tool_calls", "tool calls"), ("iterations", "model calls")):
         remaining = budget.get("remaining_" + what)
         if remaining is not None and remaining <= LOW_BUDGET_NOTE:
-            notes.append(f"Only {int(remaining)} of {int(budget['max_' + what])} {label} are "
+            notes.append(f"Only {format_number(remaining)} of "
+                         f"{format_number(budget['max_' + what])} {label} are "
                          f"left: wrap up and report what was found.")
     return notes
 
@@ -418,9 +419,9 @@ def _header_lines(run: dict[str, Any]) -> list[str]:
     if run["session"]:
         lines.insert(1, f"- **Session:** {run['session']}")
     budget = run["budget"]
-    limits = [f"{key[len('max_'):].replace('_', ' ')} {_number(budget['remaining_' + key[4:]])} "
-              f"of {_number(value)} left" for key, value in budget.items()
-              if key.startswith("max_")]
+    limits = [f"{key[len('max_'):].replace('_', ' ')} "
+              f"{format_number(budget['remaining_' + key[4:]])} of {format_number(value)} left"
+              for key, value in budget.items() if key.startswith("max_")]
     if limits:
         lines.append(f"- **Budget:** {'; '.join(limits)}")
     return lines
@@ -448,7 +449,9 @@ def format_duration(seconds: float) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
-def _number(value: float) -> str:
+def format_number(value: float) -> str:
+    """A budget's limit or what is left, as text everywhere (reports, directives, messages):
+    ``5`` for 5.0, ``2.5`` for a fraction (seconds)."""
     return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 

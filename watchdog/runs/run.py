@@ -15,7 +15,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any
 
-from watchdog.bounds import budget_limit
+from watchdog.bounds import budget_limit, plain_number
 from watchdog.runs.record import (
     AGENT,
     BUDGET_KEYS,
@@ -580,8 +580,8 @@ class RunState:
         for key in BUDGET_KEYS:
             if key in budget:
                 limit = budget[key]
-                view[key] = limit
-                view["remaining_" + key[4:]] = max(limit - used[key], 0)
+                view[key] = plain_number(limit)
+                view["remaining_" + key[4:]] = plain_number(max(limit - used[key], 0))
         return view
 
     def signals(self, now: float, default_budget: dict[str, float] | None = None) -> dict[str, Any]:
