@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -49,7 +50,9 @@ def sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
     pack = tmp_path / "budgets.yaml"
     pack.write_text(BUDGET_PACK)
     config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),))
+                            model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
+                            rules=(str(pack),))
     with running_server(config) as server:
         yield server
 
@@ -175,7 +178,9 @@ def error_sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
     pack = tmp_path / "budgets.yaml"
     pack.write_text(BUDGET_PACK + STOP_RULE)
     config = sidecar_config(tmp_path / "state-error", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),),
+                            model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
+                            rules=(str(pack),),
                             model_abort="error")
     with running_server(config) as server:
         yield server
@@ -186,7 +191,9 @@ def stop_sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
     pack = tmp_path / "budgets.yaml"
     pack.write_text(BUDGET_PACK + STOP_RULE)
     config = sidecar_config(tmp_path / "state-stop", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),))
+                            model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
+                            rules=(str(pack),))
     with running_server(config) as server:
         yield server
 
@@ -232,3 +239,123 @@ def test_tool_calls_past_the_budget_are_trimmed(sidecar: RunningServer, llm: Fak
     assert len(requests) == 3
     assert "[budget: 1 of 3 tool calls left" in system_of(requests[1])
     assert requests[2]["tool_choice"] == "none"
+
+
+# -- Anthropic Messages -------------------------------------------------------------------------
+
+ANTHROPIC_TOOLS = [{"name": "search", "description": "Search.",
+                    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+
+
+def anthropic_loop(sidecar: RunningServer, model: str, agent: str, stream: bool,
+                   limit: int = 10) -> tuple[str, int]:
+    claude = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY, max_retries=0,
+                                 default_headers={"x-watchdog-agent": agent})
+    messages: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    ran = 0
+    for _ in range(limit):
+        if stream:
+            with claude.messages.stream(model=model, max_tokens=512, system="You research.",
+                                        messages=messages, tools=ANTHROPIC_TOOLS) as events:
+                message = events.get_final_message()
+        else:
+            message = claude.messages.create(model=model, max_tokens=512, system="You research.",
+                                             messages=messages, tools=ANTHROPIC_TOOLS)
+        uses = [block for block in message.content if block.type == "tool_use"]
+        text = "".join(block.text for block in message.content if block.type == "text")
+        if not uses:
+            return text, ran
+        messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
+        results = []
+        for use in uses:
+            ran += 1
+            results.append({"type": "tool_result", "tool_use_id": use.id,
+                            "content": f"result {ran}"})
+        messages.append({"role": "user", "content": results})
+    raise AssertionError("the loop did not end")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_budget_counts_down_then_withdraws_tools(sidecar: RunningServer, llm: FakeLLM,
+                                                           stream: bool) -> None:
+    model = llm.script("claude-loop", looping("search", lambda i: {"q": f"page {i}"},
+                                              answer_without_tools="REPORT: pages 0-2"))
+    output, ran = anthropic_loop(sidecar, model, "budgeted", stream)
+    assert (output, ran) == ("REPORT: pages 0-2", 3)
+    requests = llm.requests(model)
+    assert len(requests) == 4
+    for left, body in zip((3, 2, 1), requests, strict=False):
+        assert body["system"].startswith("You research.")
+        assert f"[budget: {left} of 3 tool calls left" in body["system"]
+        assert "tool_choice" not in body
+    assert requests[-1]["tool_choice"] == {"type": "none"} and requests[-1]["tools"]
+    assert "Tools are withdrawn" in requests[-1]["system"]
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted")
+                              if r["state"] == "ended"], "the run ends with its report")[0]
+    assert run["tool_calls"] == 3 and run["iterations"] == 4 and run["has_final_answer"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    model = llm.script("claude-stop", looping("search", lambda i: {"q": f"page {i}"}))
+    output, ran = anthropic_loop(stop_sidecar, model, "stopper", stream)
+    assert ran == 2 and len(llm.requests(model)) == 2
+    assert "[stopped: two tool calls are enough]" in output
+
+
+# -- OpenAI Responses ---------------------------------------------------------------------------
+
+RESPONSES_TOOLS: list[Any] = [{"type": "function", "name": "search", "description": "Search.",
+                               "parameters": {"type": "object",
+                                              "properties": {"q": {"type": "string"}}}}]
+
+
+def responses_loop(sidecar: RunningServer, model: str, agent: str, stream: bool,
+                   limit: int = 10) -> tuple[str, int]:
+    chat = client(sidecar, agent)
+    items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    ran = 0
+    for _ in range(limit):
+        if stream:
+            with chat.responses.stream(model=model, instructions="You research.", input=items,
+                                       tools=RESPONSES_TOOLS) as events:
+                response = events.get_final_response()
+        else:
+            response = chat.responses.create(model=model, instructions="You research.",
+                                             input=items, tools=RESPONSES_TOOLS)
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            return response.output_text, ran
+        for call_item in calls:
+            ran += 1
+            items.append({"type": "function_call", "call_id": call_item.call_id,
+                          "name": call_item.name, "arguments": call_item.arguments})
+            items.append({"type": "function_call_output", "call_id": call_item.call_id,
+                          "output": f"result {ran}"})
+    raise AssertionError("the loop did not end")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_budget_counts_down_then_withdraws_tools(sidecar: RunningServer,
+                                                           llm: FakeLLM, stream: bool) -> None:
+    model = llm.script("resp-loop", looping("search", lambda i: {"q": f"page {i}"},
+                                            answer_without_tools="REPORT: pages 0-2"))
+    output, ran = responses_loop(sidecar, model, "budgeted", stream)
+    assert (output, ran) == ("REPORT: pages 0-2", 3)
+    requests = llm.requests(model)
+    assert len(requests) == 4
+    for left, body in zip((3, 2, 1), requests, strict=False):
+        assert body["instructions"].startswith("You research.")
+        assert f"[budget: {left} of 3 tool calls left" in body["instructions"]
+    assert requests[-1]["tool_choice"] == "none" and requests[-1]["tools"]
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted")
+                              if r["state"] == "ended"], "the run ends with its report")[0]
+    assert run["tool_calls"] == 3 and run["iterations"] == 4 and run["has_final_answer"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    model = llm.script("resp-stop", looping("search", lambda i: {"q": f"page {i}"}))
+    output, ran = responses_loop(stop_sidecar, model, "stopper", stream)
+    assert ran == 2 and len(llm.requests(model)) == 2
+    assert "[stopped: two tool calls are enough]" in output
