@@ -1,0 +1,456 @@
+"""The model endpoint as a proxy (DESIGN §12): transparency (bytes, statuses, headers, streams
+chunk by chunk), no open proxy (SSRF), credentials kept to the upstream, bounds, hostile input
+and a failing upstream — a real sidecar in front of a raw upstream the test scripts byte by
+byte."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
+
+KEY = "sk-proxy-SECRET-0123456789abcdefXYZ"
+COMPLETION = (b'{"id": "chatcmpl-raw1",  "object":"chat.completion", "created": 1, "model":"m",'
+              b' "choices":[{"index":0,"message":{"role":"assistant","content":"hi"},'
+              b'"finish_reason":"stop"}], "usage":{"prompt_tokens":3,"completion_tokens":1},'
+              b' "x_unknown": [1, 2.50, "\\u00e9"]}')
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class RawUpstream:
+    """A loopback upstream: each request is recorded, then ``reply`` writes the answer."""
+
+    reply: Callable[[BaseHTTPRequestHandler, Seen], None]
+    seen: list[Seen] = field(default_factory=list)
+    broken_pipe: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                seen = Seen(self.command, self.path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            self.rfile.read(length))
+                upstream.seen.append(seen)
+                try:
+                    upstream.reply(self, seen)
+                except (BrokenPipeError, ConnectionResetError):
+                    upstream.broken_pipe.set()
+
+            do_GET = do_POST = do_DELETE = _any
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def send(handler: BaseHTTPRequestHandler, status: int, body: bytes,
+         headers: dict[str, str] | None = None) -> None:
+    handler.send_response(status)
+    for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def completion_reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    send(handler, 200, COMPLETION, {"X-Upstream": "yes", "OpenAI-Processing-Ms": "7"})
+
+
+@pytest.fixture
+def upstream() -> Iterator[RawUpstream]:
+    raw = RawUpstream(completion_reply)
+    yield raw
+    raw.close()
+
+
+def sidecar_for(tmp_path: Path, upstream: RawUpstream, **overrides: Any) -> Any:
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=upstream.base + "/v1",
+                            model_upstream_anthropic=upstream.base, **overrides)
+    return running_server(config)
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path, upstream: RawUpstream) -> Iterator[RunningServer]:
+    with sidecar_for(tmp_path, upstream) as server:
+        yield server
+
+
+def post(sidecar: RunningServer, path: str, body: bytes,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    return http_request("POST", sidecar.url("model") + path, body, {
+        "Content-Type": "application/json", "Authorization": f"Bearer {KEY}",
+        **(headers or {})})
+
+
+def raw_http(sidecar: RunningServer, request: bytes) -> bytes:
+    """Send ``request`` as written on a socket; the status line and headers of the answer."""
+    host, port = sidecar.server.addresses["model"]
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+# -- transparency -------------------------------------------------------------------------------
+
+def test_pass_through_byte_for_byte(sidecar: RunningServer, upstream: RawUpstream) -> None:
+    body = b'{ "model" : "m",\n "messages": [{"role":"user","content":"hi \\u00e9"}],' \
+           b' "new_feature": {"x": 1.50e0} }'
+    status, answer = post(sidecar, "/v1/chat/completions?api-version=2025-01-01", body,
+                          {"OpenAI-Organization": "org-1", "X-Custom": "kept"})
+    assert status == 200
+    assert answer == COMPLETION  # the upstream's bytes, not re-serialised
+    seen = upstream.seen[-1]
+    assert seen.body == body  # the agent's bytes, not re-serialised
+    assert seen.path == "/v1/chat/completions?api-version=2025-01-01"
+    assert seen.headers["authorization"] == f"Bearer {KEY}"
+    assert seen.headers["openai-organization"] == "org-1"
+    assert seen.headers["x-custom"] == "kept"
+    assert seen.headers["host"] == upstream.base.removeprefix("http://")
+
+
+def test_other_v1_paths_pass_through(sidecar: RunningServer, upstream: RawUpstream) -> None:
+    status, answer = http_request("GET", sidecar.url("model") + "/v1/models?limit=2",
+                                  headers={"Authorization": f"Bearer {KEY}"})
+    assert (status, answer) == (200, COMPLETION)
+    assert upstream.seen[-1].method == "GET" and upstream.seen[-1].path == "/v1/models?limit=2"
+    http_request("POST", sidecar.url("model") + "/v1/messages/count_tokens", b"{}",
+                 {"x-api-key": KEY, "anthropic-version": "2023-06-01"})
+    assert upstream.seen[-1].path == "/v1/messages/count_tokens"  # the Anthropic upstream
+    assert upstream.seen[-1].headers["x-api-key"] == KEY
+
+
+def test_upstream_status_errors_and_headers_pass_through(tmp_path: Path) -> None:
+    error = b'{"error": {"message": "Rate limit reached", "type": "rate_limit"}}'
+
+    def limited(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        send(handler, 429, error, {"Retry-After": "20", "x-ratelimit-remaining": "0"})
+
+    raw = RawUpstream(limited)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            request = urllib.request.Request(
+                sidecar.url("model") + "/v1/chat/completions", method="POST",
+                data=b'{"model":"m","messages":[]}', headers={"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as failure:
+                urllib.request.urlopen(request, timeout=10)
+            assert failure.value.code == 429
+            assert failure.value.headers["Retry-After"] == "20"
+            assert failure.value.headers["x-ratelimit-remaining"] == "0"
+            assert failure.value.read() == error
+    finally:
+        raw.close()
+
+
+def test_hop_by_hop_and_watchdog_headers_are_not_forwarded(sidecar: RunningServer,
+                                                           upstream: RawUpstream) -> None:
+    body = b'{"model":"m","messages":[]}'
+    answer = raw_http(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Connection: keep-alive, X-Drop-Me\r\nX-Drop-Me: 1\r\n"
+                      b"Keep-Alive: timeout=5\r\nTE: trailers\r\n"
+                      b"Proxy-Authorization: Basic xyz\r\nx-watchdog-agent: header-agent\r\n"
+                      b"x-watchdog-budget-tool-calls: 5\r\nX-Kept: yes\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    headers = upstream.seen[-1].headers
+    assert headers["x-kept"] == "yes"
+    for name in ("x-drop-me", "keep-alive", "te", "proxy-authorization",
+                 "x-watchdog-agent", "x-watchdog-budget-tool-calls"):
+        assert name not in headers, name
+
+
+def test_a_stream_is_passed_on_chunk_by_chunk(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def slow_stream(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        first = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": "one"}, "finish_reason": None}]}
+        handler.wfile.write(b"data: " + json.dumps(first).encode() + b"\n\n")
+        handler.wfile.flush()
+        release.wait(10)  # the second chunk only once the client has read the first
+        last = {**first, "choices": [{"index": 0, "delta": {"content": " two"},
+                                      "finish_reason": "stop"}]}
+        handler.wfile.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    raw = RawUpstream(slow_stream)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            request = urllib.request.Request(
+                sidecar.url("model") + "/v1/chat/completions", method="POST",
+                data=b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}',
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                first = response.readline() + response.readline()
+                assert b'"one"' in first  # arrived while the upstream still holds the rest
+                release.set()
+                rest = response.read()
+            assert b'" two"' in rest and rest.endswith(b"data: [DONE]\n\n")
+    finally:
+        release.set()
+        raw.close()
+
+
+def test_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:
+    def endless(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
+        for _ in range(600):
+            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            handler.wfile.flush()
+            time.sleep(0.05)
+
+    raw = RawUpstream(endless)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            host, port = sidecar.server.addresses["model"]
+            body = b'{"model":"m","stream":true,"messages":[]}'
+            with socket.create_connection((host, port), timeout=5) as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+                assert b"200" in sock.recv(4096)
+            assert raw.broken_pipe.wait(10), "the upstream request was not cancelled"
+    finally:
+        raw.close()
+
+
+# -- no open proxy ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", [
+    b"http://evil.example/v1/models", b"/v1/../admin", b"/v1/%2e%2e/admin",
+    b"/v1/models%2f..%2f..%2fadmin", b"//evil.example/v1/models", b"/v2/models",
+    b"/v1/models/..", b"/v1\\..\\admin", b"/admin"])
+def test_request_targets_reach_nothing_else(sidecar: RunningServer, upstream: RawUpstream,
+                                            target: bytes) -> None:
+    answer = raw_http(sidecar, b"GET " + target + b" HTTP/1.1\r\nHost: evil.example\r\n"
+                      b"Content-Length: 0\r\n\r\n")
+    assert answer.split(b" ", 2)[1] in (b"400", b"404"), answer[:200]
+    assert upstream.seen == []
+
+
+def test_connect_is_refused(sidecar: RunningServer, upstream: RawUpstream) -> None:
+    answer = raw_http(sidecar, b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443"
+                      b"\r\n\r\n")
+    assert answer.split(b" ", 2)[1] in (b"400", b"404", b"405"), answer[:200]
+    assert upstream.seen == []
+
+
+def test_another_host_header_still_reaches_only_the_configured_upstream(
+        sidecar: RunningServer, upstream: RawUpstream) -> None:
+    status, _ = post(sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}',
+                     {"Host": "evil.example"})
+    assert status == 200
+    assert upstream.seen[-1].headers["host"] == upstream.base.removeprefix("http://")
+
+
+# -- credentials --------------------------------------------------------------------------------
+
+def test_the_api_key_appears_nowhere(tmp_path: Path, upstream: RawUpstream,
+                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with sidecar_for(tmp_path, upstream, log_level="debug") as sidecar:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                           "tools": [{"type": "function", "function": {"name": "t"}}]})
+        for path in ("/v1/chat/completions", "/v1/models", "/v1/responses"):
+            post(sidecar, path, body.encode(), {"x-api-key": KEY, "api-key": KEY})
+        runs = sidecar.get_json("/v1/runs")["runs"]
+        assert runs, "the calls are runs"
+        dumped = json.dumps(runs) + "".join(
+            json.dumps(sidecar.get_json(f"/v1/runs/{run['id']}")) for run in runs)
+        _, metrics = http_request("GET", sidecar.metrics + "/metrics")
+        sidecar.flush()
+        state = b"".join(path.read_bytes() for path in (tmp_path / "state").rglob("*")
+                         if path.is_file())
+    assert KEY not in dumped
+    assert KEY.encode() not in metrics
+    assert KEY.encode() not in state
+    assert KEY not in caplog.text
+    assert b"agent_watchdog_model_requests_total" in metrics
+
+
+# -- bounds and hostile input -------------------------------------------------------------------
+
+def test_a_body_over_the_limit_is_413(tmp_path: Path, upstream: RawUpstream) -> None:
+    with sidecar_for(tmp_path, upstream, model_max_body_bytes=1024) as sidecar:
+        status, answer = post(sidecar, "/v1/chat/completions", b"{" + b" " * 2000 + b"}")
+    assert status == 413
+    error = json.loads(answer)["error"]
+    assert error["code"] == "request_too_large" and "model_max_body_bytes" in error["message"]
+    assert upstream.seen == []
+
+
+def test_too_many_requests_in_flight_is_503(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def held(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        release.wait(10)
+        completion_reply(handler, seen)
+
+    raw = RawUpstream(held)
+    try:
+        with sidecar_for(tmp_path, raw, model_max_concurrent=1) as sidecar:
+            results: list[int] = []
+            first = threading.Thread(target=lambda: results.append(post(
+                sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}')[0]))
+            first.start()
+            deadline = time.monotonic() + 10
+            while not raw.seen and time.monotonic() < deadline:
+                time.sleep(0.01)
+            request = urllib.request.Request(
+                sidecar.url("model") + "/v1/chat/completions", method="POST",
+                data=b'{"model":"m","messages":[]}', headers={"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as failure:
+                urllib.request.urlopen(request, timeout=10)
+            assert failure.value.code == 503
+            assert failure.value.headers["Retry-After"] == "1"
+            assert "model_max_concurrent" in json.loads(failure.value.read())["error"]["message"]
+            release.set()
+            first.join(10)
+            assert results == [200]
+    finally:
+        release.set()
+        raw.close()
+
+
+@pytest.mark.parametrize("body", [b"{not json", b'{"model": "m", "messages": "\xff\xfe"}',
+                                  b"[1, 2]", b"", b'{"model": NaN}', b"[" * 100_000])
+def test_unreadable_bodies_pass_through_when_nothing_needs_reading(
+        sidecar: RunningServer, upstream: RawUpstream, body: bytes) -> None:
+    status, _ = post(sidecar, "/v1/chat/completions", body)
+    assert status == 200  # the upstream's to judge
+    assert upstream.seen[-1].body == body
+
+
+@pytest.mark.parametrize("body", [b"{not json", b'{"model": "m", "x": "\xff\xfe"}', b"[1]"])
+def test_unreadable_bodies_are_a_clear_400_when_the_run_is_steered(
+        sidecar: RunningServer, upstream: RawUpstream, body: bytes) -> None:
+    status, answer = post(sidecar, "/v1/chat/completions", body, {"x-watchdog-run": "r-1"})
+    assert status == 400
+    assert "the request body cannot be read" in json.loads(answer)["error"]["message"]
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize(("header", "value"), [
+    ("x-watchdog-budget-tool-calls", "abc"), ("x-watchdog-budget-tool-calls", "2.5"),
+    ("x-watchdog-budget-tool-calls", "-1"), ("x-watchdog-budget-seconds", "inf"),
+    ("x-watchdog-budget-iterations", "1e99"), ("x-watchdog-budget-cost-usd", "nan")])
+def test_bad_budget_headers_are_a_clear_400(sidecar: RunningServer, upstream: RawUpstream,
+                                            header: str, value: str) -> None:
+    status, answer = post(sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}',
+                          {header: value})
+    assert status == 400
+    message = json.loads(answer)["error"]["message"]
+    assert header in message and "is not allowed" in message
+    assert upstream.seen == []
+
+
+def test_upstream_down_is_502_in_the_apis_shape(tmp_path: Path) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=f"http://127.0.0.1:{port}/v1",
+                            model_upstream_anthropic=f"http://127.0.0.1:{port}")
+    with running_server(config) as sidecar:
+        status, answer = post(sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}')
+        assert status == 502
+        assert json.loads(answer)["error"]["code"] == "upstream_unreachable"
+        status, answer = post(sidecar, "/v1/messages", b'{"model":"m","messages":[]}')
+        assert status == 502
+        assert json.loads(answer)["type"] == "error"
+
+
+def test_upstream_timeout_is_504(tmp_path: Path) -> None:
+    def slow(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        time.sleep(2)
+        completion_reply(handler, seen)
+
+    raw = RawUpstream(slow)
+    try:
+        with sidecar_for(tmp_path, raw, model_upstream_timeout=0.3) as sidecar:
+            status, answer = post(sidecar, "/v1/chat/completions",
+                                  b'{"model":"m","messages":[]}')
+        assert status == 504
+        assert "model_upstream_timeout" in json.loads(answer)["error"]["message"]
+    finally:
+        raw.close()
+
+
+def test_odd_sse_from_upstream_never_crashes(tmp_path: Path) -> None:
+    odd = (b"data: {not json}\n\n: a comment\n\nevent: ping\n\ndata: [1,2]\n\n"
+           b"data: {\"choices\": \"no\"}\n\ndata: {\"choices\": [{\"delta\": {\"tool_calls\":"
+           b" [{\"index\": \"x\"}]}}]}\r\n\r\ndata: " + b"x" * 70_000 + b"\n\n"
+           b"data: {\"id\": 5, \"usage\": {\"prompt_tokens\": -3}}\n\ndata: unterminated")
+
+    def garbage(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Length", str(len(odd)))
+        handler.end_headers()
+        handler.wfile.write(odd)
+
+    raw = RawUpstream(garbage)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
+            for headers in ({}, {"x-watchdog-budget-tool-calls": "2"}):
+                status, answer = post(sidecar, "/v1/chat/completions", body, headers)
+                assert status == 200 and answer == odd  # passed on as it came
+            status, _ = http_request("GET", sidecar.url("model") + "/v1/models")
+            assert status == 200  # still serving
+    finally:
+        raw.close()
