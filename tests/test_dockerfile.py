@@ -201,12 +201,24 @@ def excluded(path: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
     return result
 
 
+def prunable(directory: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    """An excluded top-level directory that no `!` pattern can take files back from (so the
+    walk skips the venvs, caches and dist/)."""
+    if "/" in directory or not excluded(directory, patterns):
+        return False
+    return not any(not exclude and (regex.pattern.startswith("(.*/)?")
+                                    or regex.match(directory)
+                                    or regex.pattern.startswith(re.escape(directory) + "/"))
+                   for exclude, regex in patterns)
+
+
 def build_context() -> list[str]:
     patterns = ignore_patterns()
     files = []
     for directory, dirnames, filenames in os.walk(ROOT):
         rel_dir = os.path.relpath(directory, ROOT)
-        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv")]
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv") and not prunable(
+            os.path.normpath(os.path.join(rel_dir, d)), patterns)]
         for name in filenames:
             rel = os.path.normpath(os.path.join(rel_dir, name))
             if not excluded(rel, patterns):
@@ -227,7 +239,8 @@ def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) ->
         assert (ROOT / source).exists(), source
         assert any(f == source.rstrip("/") or f.startswith(source.rstrip("/") + "/")
                    for f in context), f"{source} is excluded by .dockerignore"
-    assert {f.split("/")[0] for f in context} <= {"pyproject.toml", "README.md", "rules", "watchdog"}
+    assert {f.split("/")[0] for f in context} <= {"pyproject.toml", "README.md", "rules",
+                                                  "watchdog"}
     # nothing built in the tree (a C extension built in place) goes in
     assert not any(f.endswith(".so") for f in context)
 
