@@ -1,0 +1,196 @@
+"""Which run a model call is (DESIGN §12), what it counts, and how the endpoint and an agent's
+own spans or SDK steering share a run: real sidecar, real ``openai`` SDK, scripted upstream."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from opentelemetry import propagate, trace
+
+from tests.frameworks.fakellm import FakeLLM, answer, call, looping, steps
+from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
+from tests.otel import export_http
+from tests.spans import SpanMaker, chat_attrs, tool_attrs
+
+KEY = "sk-runs-SECRET-0123456789"
+TOOLS = [{"type": "function", "function": {
+    "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_agent_name="pod-agent")
+    with running_server(config) as server:
+        yield server
+
+
+def chat(sidecar: RunningServer, **headers: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers=headers or None)
+
+
+def loop(client: openai.OpenAI, model: str, messages: list[Any],
+         extra: dict[str, str] | None = None) -> str:
+    for _ in range(10):
+        message = client.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                                 extra_headers=extra).choices[0].message
+        if not message.tool_calls:
+            messages.append({"role": "assistant", "content": message.content})
+            return message.content or ""
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [c.model_dump() for c in message.tool_calls]})
+        for tool_call in message.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": "ok"})
+    raise AssertionError("no answer")
+
+
+def ended_runs(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:
+    return [run for run in sidecar.get_json(f"/v1/runs?agent={agent}")["runs"]
+            if run["state"] == "ended"]
+
+
+def test_agent_name_from_config_and_a_new_user_message_starts_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    model = llm.script("conv", steps(call("search", q="a"), answer("first"),
+                                     call("search", q="b"), answer("second")))
+    client = chat(sidecar)
+    messages: list[Any] = [{"role": "user", "content": "question one"}]
+    assert loop(client, model, messages) == "first"
+    messages.append({"role": "user", "content": "question two"})
+    assert loop(client, model, messages) == "second"
+    runs = wait_until(lambda: len(r := ended_runs(sidecar, "pod-agent")) == 2 and r,
+                      "two runs of the conversation")
+    assert {run["iterations"] for run in runs} == {2}
+    assert {run["tool_calls"] for run in runs} == {1}
+    assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]
+
+
+def test_concurrent_invocations_are_separate_runs(sidecar: RunningServer, llm: FakeLLM) -> None:
+    model = llm.script("two", steps(call("search", q="a"), call("search", q="a"),
+                                    answer("done"), answer("done")))
+    client = chat(sidecar, **{"x-watchdog-agent": "twins"})
+    first: list[Any] = [{"role": "user", "content": "task A"}]
+    second: list[Any] = [{"role": "user", "content": "task B"}]
+    message = client.chat.completions.create(model=model, messages=first, tools=TOOLS)
+    first.append({"role": "assistant", "content": None, "tool_calls": [
+        c.model_dump() for c in message.choices[0].message.tool_calls or ()]})
+    message = client.chat.completions.create(model=model, messages=second, tools=TOOLS)
+    second.append({"role": "assistant", "content": None, "tool_calls": [
+        c.model_dump() for c in message.choices[0].message.tool_calls or ()]})
+    for messages in (first, second):
+        messages.append({"role": "tool", "tool_call_id": messages[-1]["tool_calls"][0]["id"],
+                         "content": "ok"})
+        client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    runs = wait_until(lambda: len(r := ended_runs(sidecar, "twins")) == 2 and r,
+                      "two runs")
+    assert [(run["iterations"], run["tool_calls"]) for run in runs] == [(2, 1), (2, 1)]
+
+
+def test_run_and_budget_headers(sidecar: RunningServer, llm: FakeLLM) -> None:
+    model = llm.script("headers", looping("search", lambda i: {"q": str(i)},
+                                          answer_without_tools="REPORT"))
+    client = chat(sidecar, **{"x-watchdog-run": "run-from-header",
+                              "x-watchdog-budget-tool-calls": "2"})
+    assert loop(client, model, [{"role": "user", "content": "go"}]) == "REPORT"
+    requests = llm.requests(model)
+    assert len(requests) == 3
+    assert "[budget: 2 of 2 tool calls left" in requests[0]["messages"][0]["content"]
+    assert "[budget: 1 of 2 tool calls left" in requests[1]["messages"][0]["content"]
+    assert requests[2]["tool_choice"] == "none"
+    detail = wait_until(lambda: (d := sidecar.get_json("/v1/runs/run-from-header"))["state"]
+                        == "ended" and d, "the run ends")
+    assert detail["budget"]["max_tool_calls"] == 2 and detail["signals"]["tool_calls"] == 2
+    assert detail["agent"] == "pod-agent"
+
+
+def test_the_sdks_own_note_is_not_noted_again(sidecar: RunningServer, llm: FakeLLM) -> None:
+    model = llm.script("sdk", steps(answer("fine")))
+    client = chat(sidecar, **{"x-watchdog-budget-tool-calls": "2"})
+    note = "You help.\n\n[budget: 2 of 2 tool calls left — wrap up soon]"
+    client.chat.completions.create(model=model, tools=TOOLS, messages=[
+        {"role": "system", "content": note}, {"role": "user", "content": "x"}])
+    assert llm.requests(model)[0]["messages"][0]["content"] == note
+    assert llm.raw_requests(model)[0].count(b"[budget:") == 1
+
+
+def test_a_call_the_agent_also_traces_counts_once(sidecar: RunningServer,
+                                                  llm: FakeLLM) -> None:
+    """The agent sends its traceparent and exports its own spans of the same calls (with the
+    response ids): model calls, tool calls and tokens count once."""
+    model = llm.script("traced", steps(call("search", q="a"), call("search", q="b"),
+                                       answer("traced answer")))
+    maker = SpanMaker({"service.name": "traced-agent"})
+    client = chat(sidecar)
+    messages: list[Any] = [{"role": "user", "content": "trace me"}]
+    start = time.time()
+    with maker.agent("invoke_agent traced", {"gen_ai.agent.name": "traced-agent"},
+                     start=start, end=start + 30) as root:
+        headers: dict[str, str] = {}
+        propagate.inject(headers, context=trace.set_span_in_context(root))
+        tokens = 0
+        for step in range(3):
+            response = client.chat.completions.create(model=model, messages=messages,
+                                                       tools=TOOLS, extra_headers=headers)
+            usage = response.usage
+            assert usage is not None
+            tokens += usage.prompt_tokens + usage.completion_tokens
+            at = start + step
+            maker.span("chat m", chat_attrs(usage.prompt_tokens, usage.completion_tokens,
+                                            response.choices[0].finish_reason,
+                                            **{"gen_ai.response.id": response.id}),
+                       start=at, end=at + 0.2)
+            message = response.choices[0].message
+            if not message.tool_calls:
+                break
+            messages.append({"role": "assistant", "content": None,
+                             "tool_calls": [c.model_dump() for c in message.tool_calls]})
+            for tool_call in message.tool_calls:
+                maker.span("execute_tool search", tool_attrs("search", "{}", "ok"),
+                           start=at + 0.3, end=at + 0.4)
+                messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": "ok"})
+    trace_id = f"{root.get_span_context().trace_id:032x}"
+    export_http(sidecar, maker.take())
+    detail = wait_until(lambda: (d := _run(sidecar, f"trace:{trace_id}")) is not None
+                        and d["state"] == "ended" and d, "the traced run ends")
+    assert detail["signals"]["iterations"] == 3
+    assert detail["signals"]["tool_calls"] == 2
+    assert detail["signals"]["total_tokens"] == tokens
+    assert detail["has_final_answer"]
+    runs = sidecar.get_json("/v1/runs")["runs"]
+    assert [run["id"] for run in runs] == [f"trace:{trace_id}"]  # no second run
+
+
+def _run(sidecar: RunningServer, key: str) -> dict[str, Any] | None:
+    status, body = http_request("GET", f"{sidecar.api}/v1/runs/{key}")
+    return json.loads(body) if status == 200 else None
+
+
+def test_metrics_count_requests_and_steering(tmp_path: Path, llm: FakeLLM) -> None:
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url)
+    model = llm.script("metered", looping("search", lambda i: {"q": str(i)},
+                                          answer_without_tools="REPORT"))
+    with running_server(config) as sidecar:
+        client = chat(sidecar, **{"x-watchdog-agent": "metered",
+                                  "x-watchdog-budget-tool-calls": "1"})
+        assert loop(client, model, [{"role": "user", "content": "go"}]) == "REPORT"
+        _, text = http_request("GET", sidecar.metrics + "/metrics")
+    metrics = text.decode()
+    assert ('agent_watchdog_model_requests_total{agent="metered",api="chat",outcome="steered"}'
+            ' 2.0') in metrics
+    assert 'agent_watchdog_model_steered_total{action="note",agent="metered"} 1.0' in metrics
+    assert 'agent_watchdog_model_steered_total{action="final",agent="metered"} 1.0' in metrics
+    assert 'agent_watchdog_model_upstream_duration_seconds_count{api="chat"} 2.0' in metrics
