@@ -194,3 +194,53 @@ def test_metrics_count_requests_and_steering(tmp_path: Path, llm: FakeLLM) -> No
     assert 'agent_watchdog_model_steered_total{action="note",agent="metered"} 1.0' in metrics
     assert 'agent_watchdog_model_steered_total{action="final",agent="metered"} 1.0' in metrics
     assert 'agent_watchdog_model_upstream_duration_seconds_count{api="chat"} 2.0' in metrics
+
+
+def test_a_looping_agent_is_wound_down_then_stopped(sidecar: RunningServer,
+                                                    llm: FakeLLM) -> None:
+    """The default pack's loop rule: a wind-down with a grace of two tool calls in the
+    instructions, then the final no-tools request; its answer is the run's, and the upstream
+    gets nothing more of that run."""
+    model = llm.script("loop", looping("search", lambda _i: {"q": "same"},
+                                       answer_without_tools="REPORT: I was looping"))
+    client = chat(sidecar, **{"x-watchdog-agent": "looper"})
+    messages: list[Any] = [{"role": "user", "content": "loop"}]
+    assert loop(client, model, messages) == "REPORT: I was looping"
+    requests = llm.requests(model)
+    systems = [next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
+               for body in requests]
+    noted = [i for i, text in enumerate(systems) if "[grace: " in text]
+    assert noted, systems
+    assert "Loop: the same" in systems[noted[0]]  # the wind-down's own words
+    assert "[grace: 2 tool calls left to wrap up]" in systems[noted[0]]
+    assert requests[-1]["tool_choice"] == "none"
+    assert sum(1 for m in messages if m["role"] == "tool") == len(requests) - 1
+    assert len(requests) - 1 == noted[0] + 2  # exactly the two calls of the grace ran
+    count = len(requests)
+    messages.pop()  # the same request again: the run is over, answered by the endpoint
+    again = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert again.choices[0].message.content == "REPORT: I was looping"
+    assert not again.choices[0].message.tool_calls
+    assert len(llm.requests(model)) == count
+    run = wait_until(lambda: ended_runs(sidecar, "looper"), "the run ends")[0]
+    assert run["terminal_state"] == "loop_detected" and run["has_final_answer"]
+
+
+def test_beyond_loopback_the_endpoint_needs_the_token(tmp_path: Path, llm: FakeLLM) -> None:
+    token = "t0ken-for-the-model-endpoint-1234"
+    config = sidecar_config(tmp_path / "state", model_address="0.0.0.0:0", api_token=token,
+                            model_upstream=llm.base_url)
+    model = llm.script("guarded", steps(answer("hello")))
+    with running_server(config) as sidecar:
+        port = sidecar.server.addresses["model"][1]
+        base = f"http://127.0.0.1:{port}/v1"
+        plain = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            plain.chat.completions.create(model=model, messages=[{"role": "user",
+                                                                  "content": "x"}])
+        guarded = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0,
+                                default_headers={"x-watchdog-token": token})
+        reply = guarded.chat.completions.create(model=model, messages=[{"role": "user",
+                                                                        "content": "x"}])
+        assert reply.choices[0].message.content == "hello"
+    assert "x-watchdog-token" not in llm.request_headers(model)[0]
