@@ -1,0 +1,755 @@
+"""Every fenced block of README.md, client/README.md and docs/**/*.md is exercised as pasted.
+
+A block is checked according to a marker, an HTML comment on the line right before its fence::
+
+    <!-- snippet: KIND [key=value ...] [flag ...] -->
+
+A ``sh``/``bash`` or ``python`` block without a marker is simply run; any other block without a
+marker, or with a kind below that does not exist, fails :func:`test_every_block_has_a_check`, so
+a new unexercised block cannot slip in. There is no kind that skips a block. The kinds:
+
+``sh``
+    Run with ``bash -e -o pipefail`` from the repository root (``cwd=scratch``: from the
+    document's scratch directory, where ``file=`` blocks were written), with ``.venv/bin`` first
+    on ``PATH`` and the environment of the running stack (below). ``stdout-has=A,B``: the output
+    must contain each word; ``timeout=SECONDS`` (default 120).
+``sh long-running ready=api|model``
+    README only: started once per test module by the ``stack`` fixture, checked to come up
+    (``api``: ``GET /v1/runs`` answers; ``model``: the scripted model's ``GET /v1/models``)
+    and stopped at the end. ``make run`` is given free ports through ``WATCHDOG_*_ADDRESS`` and a
+    temporary ``WATCHDOG_STATE_DIR``; ``docs/examples/scripted_model.py`` through
+    ``SCRIPTED_MODEL_PORT``. Every other block of every document runs against these two.
+``sh dry-run``
+    Each line is ``make TARGET...`` (a comment may follow): ``make -n TARGET`` must succeed.
+    For targets that cannot run inside the tests (``make test`` runs this very test).
+``sh env``
+    ``export`` lines: run, and each exported address compared with the default it stands for
+    (the sidecar's ``otlp_http_address`` / ``api_address``, the scripted model's port 8000);
+    later blocks get the same variables with the stack's ports.
+``python [venv=NAME] [agent=NAME]``
+    Run in ``.venvs/NAME`` (a framework venv: ``make .venvs/NAME/.installed``; the client comes
+    from ``client/`` on ``PYTHONPATH``) or in ``.venv``. Its ``# pip install ...`` comment lines
+    are checked like a ``pip`` block. ``agent=NAME``: the agent's run must end
+    ``tool_limit_reached`` with an answer, its tool calls the block's ``max_tool_calls`` and
+    one model call more, and the program must print the scripted model's report.
+``output``
+    The expected stdout of the block before it. Text is compared line by line and word by word,
+    ``…`` standing for any one word; a ``json`` block is compared as JSON, a string containing
+    ``…`` matching any text in its place.
+``pip [venv=NAME]``
+    ``pip install`` lines: ``agent-watchdog-client[EXTRAS]`` must name extras of
+    ``client/pyproject.toml`` and ``agent-watchdog-sidecar`` the root distribution; every other
+    requirement, and every requirement of the named extras, must be installed in the venv the
+    snippets of that venv run in. ``agent-watchdog`` (someone else's project) is refused.
+``rule-pack file=NAME`` / ``rule-test file=NAME``
+    Written to the scratch directory and checked by ``watchdog rules check`` / run by
+    ``watchdog rules test``, which must pass.
+``config``
+    Loaded by the sidecar's configuration loader (``watchdog.config.load``).
+``helm-values [under=KEY] [release=NAME]``
+    The chart (``helm/agent-watchdog``) rendered with these values (``under``: the values of
+    the agent's chart, the watchdog's under that key); every ``X: {enabled: true}`` section
+    must render its resource.
+``sidecar-chart part=Chart.yaml|values.yaml|templates/deployment.yaml``
+    README: the three parts of an agent's chart. Assembled into a real chart next to a copy of
+    the watchdog chart (its comment lines in the template replaced by a Deployment), its
+    dependency built and rendered: the Deployment gets the watchdog sidecar and the agent env.
+    :func:`test_readme_states_the_lines_the_agents_chart_needs` counts their lines.
+``otel-collector``
+    An OpenTelemetry Collector configuration: every watchdog host it names must be a Service
+    the chart renders in gateway mode (release ``watchdog``), on a port the Service has.
+``json directive``
+    The keys of the product's directive JSON (``Directive.to_json``), exactly.
+``startup-error port=N``
+    ``watchdog serve`` with that port taken by another socket (any free port standing for N)
+    must exit 2 with exactly this line on stderr.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import http_request, wait_until
+from tests.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = ROOT / ".venv" / "bin"
+CHART = ROOT / "helm" / "agent-watchdog"
+README = ROOT / "README.md"
+DOCUMENTS = [README, ROOT / "client" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SCRIPTED_MODEL_DEFAULT_PORT = 8000
+READY_TIMEOUT = 300.0  # `make run` may (re)install the sidecar into .venv first
+
+MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
+FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
+KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
+         "sidecar-chart", "otel-collector", "json", "startup-error"}
+RUNNABLE = {"sh", "python"}
+SHELLS = {"sh", "bash", "shell", "console"}
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int  # of the opening fence, from 1
+    lang: str
+    text: str
+    kind: str | None
+    options: dict[str, str] = field(default_factory=dict)
+    flags: set[str] = field(default_factory=set)
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def parse(path: Path) -> list[Block]:
+    lines = path.read_text("utf-8").split("\n")
+    found: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if not opening:
+            index += 1
+            continue
+        ticks, lang = opening.groups()
+        end = index + 1
+        while end < len(lines) and lines[end].rstrip() != ticks:
+            end += 1
+        assert end < len(lines), f"{path}:{index + 1}: unclosed fence"
+        marker = MARKER.match(lines[index - 1]) if index else None
+        kind: str | None
+        options: dict[str, str] = {}
+        flags: set[str] = set()
+        if marker:
+            words = marker.group(1).split()
+            kind = words[0] if words else None
+            for word in words[1:]:
+                key, sep, value = word.partition("=")
+                if sep:
+                    options[key] = value
+                else:
+                    flags.add(word)
+        elif lang in SHELLS:
+            kind = "sh"
+        elif lang == "python":
+            kind = "python"
+        else:
+            kind = None
+        found.append(Block(path, index + 1, lang, "\n".join(lines[index + 1:end]) + "\n",
+                           kind, options, flags))
+        index = end + 1
+    return found
+
+
+def all_blocks() -> list[Block]:
+    return [block for path in DOCUMENTS for block in parse(path)]
+
+
+# -- the running stack: the README's `make run` and scripted model ------------------------------
+
+
+@dataclass
+class Stack:
+    api: str
+    otlp_http: str
+    model_base_url: str
+    state_dir: Path
+    started: list[str]  # the long-running blocks' texts, as started
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "PYTHON"))}
+        env.update({
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "WATCHDOG_URL": self.api,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.otlp_http,
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+            "OPENAI_BASE_URL": self.model_base_url,
+            "OPENAI_API_KEY": "no-key-needed",
+            "OPENAI_AGENTS_DONT_LOG_MODEL_DATA": "1",
+            "PYTHONPATH": str(ROOT / "client"),
+        })
+        env.update(extra or {})
+        return env
+
+
+def _long_running() -> dict[str, Block]:
+    blocks = [b for b in parse(README) if b.kind == "sh" and "long-running" in b.flags]
+    by_ready = {b.options.get("ready", ""): b for b in blocks}
+    assert set(by_ready) == {"api", "model"} and len(blocks) == 2, (
+        "README needs exactly two long-running blocks: ready=api (the sidecar) and ready=model")
+    return by_ready
+
+
+def _answers(url: str) -> bool:
+    try:
+        status, _ = http_request("GET", url, timeout=2)
+    except OSError:
+        return False
+    return status == 200
+
+
+def _start(text: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(["bash", "-e", "-c", text], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    blocks = _long_running()
+    work = tmp_path_factory.mktemp("stack")
+    ports = {name: free_port() for name in ("otlp_grpc", "otlp_http", "api", "metrics")}
+    model_port = free_port()
+    base = {key: value for key, value in os.environ.items()
+            if not key.startswith(("WATCHDOG_", "OTEL_"))}
+    sidecar_env = dict(base, **{f"WATCHDOG_{name.upper()}_ADDRESS": f"127.0.0.1:{port}"
+                                for name, port in ports.items()},
+                       WATCHDOG_STATE_DIR=str(work / "state"), STATE_DIR=str(work / "state"))
+    model_env = dict(base, SCRIPTED_MODEL_PORT=str(model_port))
+    stack = Stack(api=f"http://127.0.0.1:{ports['api']}",
+                  otlp_http=f"http://127.0.0.1:{ports['otlp_http']}",
+                  model_base_url=f"http://127.0.0.1:{model_port}/v1", state_dir=work / "state",
+                  started=[])
+    processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for ready, env, url in (("api", sidecar_env, stack.api + "/v1/runs"),
+                                ("model", model_env, stack.model_base_url + "/models")):
+            log = work / f"{ready}.log"
+            process = _start(blocks[ready].text, env, log)
+            processes.append((process, log))
+
+            def up(process: subprocess.Popen[bytes] = process, url: str = url,
+                   log: Path = log, where: str = blocks[ready].where) -> bool:
+                assert process.poll() is None, (
+                    f"{where} exited: {log.read_text(errors='replace')[-3000:]}")
+                return _answers(url)
+
+            wait_until(up, what=f"{blocks[ready].where} to come up", timeout=READY_TIMEOUT)
+            stack.started.append(blocks[ready].text)
+        yield stack
+    finally:
+        for process, _ in reversed(processes):
+            _stop(process)
+
+
+# -- checks per kind ------------------------------------------------------------------------------
+
+
+@dataclass
+class DocState:
+    scratch: Path
+    env_extra: dict[str, str] = field(default_factory=dict)
+    last_stdout: str | None = None
+    last_where: str = ""
+    chart_parts: dict[str, str] = field(default_factory=dict)
+
+
+def venv_python(block: Block) -> Path:
+    name = block.options.get("venv")
+    python = (ROOT / ".venvs" / name / "bin" / "python") if name else VENV_BIN / "python"
+    assert python.exists(), (f"{block.where}: {python} is missing: "
+                             f"make .venvs/{name}/.installed" if name else "make .venv")
+    return python
+
+
+def check_sh(block: Block, stack: Stack, state: DocState) -> None:
+    if "long-running" in block.flags:
+        assert block.path == README and block.text in stack.started, (
+            f"{block.where}: a long-running block is started by the stack fixture, README only")
+        state.last_stdout = None
+        return
+    if "dry-run" in block.flags:
+        for line in block.text.splitlines():
+            command = line.split("#", 1)[0].split()
+            if not command:
+                continue
+            assert command[0] == "make", f"{block.where}: dry-run takes `make TARGET` lines"
+            result = subprocess.run(["make", "-n", *command[1:]], cwd=ROOT, capture_output=True,
+                                    text=True, timeout=60)
+            assert result.returncode == 0, (block.where, result.stderr[-2000:])
+        return
+    if "env" in block.flags:
+        check_env(block, stack, state)
+        return
+    cwd = state.scratch if block.options.get("cwd") == "scratch" else ROOT
+    result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=cwd,
+                            env=stack.env(state.env_extra), capture_output=True, text=True,
+                            timeout=float(block.options.get("timeout", "120")))
+    assert result.returncode == 0, (block.where, result.stdout[-3000:], result.stderr[-3000:])
+    for word in filter(None, block.options.get("stdout-has", "").split(",")):
+        assert word in result.stdout, (block.where, word, result.stdout[-3000:])
+    state.last_stdout, state.last_where = result.stdout, block.where
+
+
+def check_env(block: Block, stack: Stack, state: DocState) -> None:
+    from watchdog.config import Config
+
+    defaults = Config()
+    result = subprocess.run(["bash", "-e", "-c", block.text + "\nenv -0"], capture_output=True,
+                            text=True, timeout=30, env={"PATH": os.environ.get("PATH", "")})
+    assert result.returncode == 0, (block.where, result.stderr)
+    exported = dict(item.split("=", 1) for item in result.stdout.split("\0") if "=" in item)
+    names = re.findall(r"\b([A-Z][A-Z0-9_]*)=", block.text)
+    assert names, f"{block.where}: an env block exports variables"
+    stands_for = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": (f"http://{defaults.otlp_http_address}", stack.otlp_http),
+        "WATCHDOG_URL": (f"http://{defaults.api_address}", stack.api),
+        "OPENAI_BASE_URL": (f"http://127.0.0.1:{SCRIPTED_MODEL_DEFAULT_PORT}/v1",
+                            stack.model_base_url),
+    }
+    for name in names:
+        value = exported[name]
+        if name in stands_for:
+            default, actual = stands_for[name]
+            assert value == default, (block.where, name, value, default)
+            state.env_extra[name] = actual
+        else:
+            state.env_extra[name] = value
+
+
+def check_python(block: Block, stack: Stack, state: DocState) -> None:
+    python = venv_python(block)
+    for line in block.text.splitlines():
+        if line.startswith("# pip install "):
+            check_pip_line(block, line[2:])
+    script = state.scratch / f"snippet_{block.line}.py"
+    script.write_text(block.text)
+    result = subprocess.run([str(python), str(script)], cwd=state.scratch,
+                            env=stack.env(state.env_extra), capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, (block.where, result.stdout[-3000:], result.stderr[-4000:])
+    state.last_stdout, state.last_where = result.stdout, block.where
+    agent = block.options.get("agent")
+    if agent:
+        check_agent_run(block, stack, agent, result.stdout)
+
+
+def check_agent_run(block: Block, stack: Stack, agent: str, stdout: str) -> None:
+    sys.path.insert(0, str(ROOT / "docs" / "examples"))
+    try:
+        import scripted_model
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "examples"))
+    assert stdout.strip().splitlines()[-1] == scripted_model.REPORT, (block.where, stdout)
+    budget = re.search(r"max_tool_calls=(\d+)", block.text)
+    assert budget, f"{block.where}: an agent block announces max_tool_calls"
+
+    def ended() -> list[dict[str, Any]] | None:
+        status, body = http_request("GET", f"{stack.api}/v1/runs?agent={agent}&state=ended")
+        runs: list[dict[str, Any]] = json.loads(body)["runs"] if status == 200 else []
+        return runs or None
+
+    runs = wait_until(ended, what=f"{block.where}: the run of {agent} to end")
+    assert len(runs) == 1, (block.where, runs)
+    run = runs[0]
+    tools = int(budget.group(1))
+    assert run["terminal_state"] == "tool_limit_reached" and run["has_final_answer"], (
+        block.where, run)
+    assert run["tool_calls"] == tools and run["iterations"] == tools + 1, (block.where, run)
+
+
+def words_match(expected: str, actual: str) -> bool:
+    if "…" not in expected:
+        return expected == actual
+    pattern = ".*".join(re.escape(part) for part in expected.split("…"))
+    return re.fullmatch(pattern, actual, re.S) is not None
+
+
+def json_match(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, dict):
+        return (isinstance(actual, dict) and set(expected) == set(actual)
+                and all(json_match(expected[key], actual[key]) for key in expected))
+    if isinstance(expected, list):
+        return (isinstance(actual, list) and len(expected) == len(actual)
+                and all(json_match(e, a) for e, a in zip(expected, actual, strict=True)))
+    if isinstance(expected, str) and isinstance(actual, str):
+        return words_match(expected, actual)
+    return bool(expected == actual and type(expected) is type(actual))
+
+
+def check_output(block: Block, stack: Stack, state: DocState) -> None:
+    assert state.last_stdout is not None, (
+        f"{block.where}: an output block follows a block that was run")
+    actual = state.last_stdout
+    if block.lang == "json":
+        assert json_match(json.loads(block.text), json.loads(actual)), (
+            block.where, state.last_where, actual)
+    else:
+        expected_lines = block.text.rstrip("\n").splitlines()
+        actual_lines = actual.rstrip("\n").splitlines()
+        assert len(expected_lines) == len(actual_lines), (block.where, actual)
+        for want, got in zip(expected_lines, actual_lines, strict=True):
+            want_words, got_words = want.split(), got.split()
+            assert len(want_words) == len(got_words) and all(
+                words_match(w, g) for w, g in zip(want_words, got_words, strict=True)), (
+                block.where, want, got)
+    state.last_stdout = None
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(python: Path, names: list[str]) -> dict[str, bool]:
+    code = ("import importlib.metadata as m, json, sys\n"
+            "def has(n):\n"
+            "    try:\n        m.version(n); return True\n"
+            "    except m.PackageNotFoundError:\n        return False\n"
+            "print(json.dumps({n: has(n) for n in sys.argv[1:]}))")
+    result = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    found: dict[str, bool] = json.loads(result.stdout)
+    return found
+
+
+def check_pip_line(block: Block, line: str) -> None:
+    from packaging.requirements import Requirement
+
+    words = shlex.split(line.split(" #", 1)[0])
+    assert words[:2] == ["pip", "install"], f"{block.where}: {line!r} is no `pip install` line"
+    client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
+    sidecar = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    needed: list[str] = []
+    for word in words[2:]:
+        assert not word.startswith("-"), f"{block.where}: no pip options in snippets ({word})"
+        requirement = Requirement(word)
+        name = _canonical(requirement.name)
+        assert name != "agent-watchdog", (
+            f"{block.where}: agent-watchdog on PyPI is someone else's project")
+        if name == _canonical(client["name"]):
+            extras = client["optional-dependencies"]
+            unknown = requirement.extras - set(extras)
+            assert not unknown, f"{block.where}: the client has no extras {sorted(unknown)}"
+            needed += [*client["dependencies"],
+                       *(dep for extra in requirement.extras for dep in extras[extra])]
+            needed.append(client["name"])
+        elif name == _canonical(sidecar["name"]):
+            unknown = requirement.extras - set(sidecar.get("optional-dependencies", {}))
+            assert not unknown, f"{block.where}: the sidecar has no extras {sorted(unknown)}"
+        else:
+            needed.append(word)
+    names = sorted({Requirement(dep).name for dep in needed})
+    if block.options.get("venv") and _canonical(client["name"]) in map(_canonical, names):
+        # a framework venv gets the client from client/ on PYTHONPATH, as the tests run it
+        names = [n for n in names if _canonical(n) != _canonical(client["name"])]
+    missing = [name for name, ok in _installed(venv_python(block), names).items() if not ok]
+    assert not missing, f"{block.where}: not installed where the snippets run: {missing}"
+
+
+def check_pip(block: Block, stack: Stack, state: DocState) -> None:
+    lines = [line for line in block.text.splitlines() if line.strip()
+             and not line.lstrip().startswith("#")]
+    assert lines, f"{block.where}: an empty pip block"
+    for line in lines:
+        check_pip_line(block, line)
+
+
+def _write(block: Block, state: DocState) -> Path:
+    name = block.options.get("file")
+    assert name and "/" not in name, f"{block.where}: file=NAME is required"
+    path = state.scratch / name
+    path.write_text(block.text)
+    return path
+
+
+def _watchdog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(VENV_BIN / "watchdog"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+
+
+def check_rule_pack(block: Block, stack: Stack, state: DocState) -> None:
+    path = _write(block, state)
+    result = _watchdog("rules", "check", path.name, cwd=state.scratch)
+    assert result.returncode == 0, (block.where, result.stdout, result.stderr)
+
+
+def check_rule_test(block: Block, stack: Stack, state: DocState) -> None:
+    path = _write(block, state)
+    result = _watchdog("rules", "test", path.name, cwd=state.scratch)
+    assert result.returncode == 0 and "passed — ok" in result.stdout, (
+        block.where, result.stdout, result.stderr)
+
+
+def check_config(block: Block, stack: Stack, state: DocState) -> None:
+    from watchdog.config import load
+
+    path = state.scratch / "watchdog.yaml"
+    path.write_text(block.text)
+    load(str(path), env={})
+
+
+def _render(values: dict[str, Any] | None, release: str = "watchdog") -> list[dict[str, Any]]:
+    import helm_python as helm
+
+    with helm.Chart.load(CHART) as chart:
+        files = chart.render(copy.deepcopy(values), name=release, namespace="agents")
+    return [doc for path, text in sorted(files.items()) if not path.endswith("NOTES.txt")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+ENABLED_KIND = {"podMonitor": "PodMonitor", "serviceMonitor": "ServiceMonitor",
+                "prometheusRule": "PrometheusRule", "dashboards": "ConfigMap"}
+
+
+def check_helm_values(block: Block, stack: Stack, state: DocState) -> None:
+    values = yaml.safe_load(block.text)
+    assert isinstance(values, dict), f"{block.where}: values are a mapping"
+    under = block.options.get("under")
+    if under:
+        assert set(values) == {under}, f"{block.where}: the values of the agent's chart"
+        values = values[under]
+    manifests = _render(values, block.options.get("release", "watchdog"))
+    assert manifests, block.where
+    kinds = {manifest["kind"] for manifest in manifests}
+    for key, kind in ENABLED_KIND.items():
+        if isinstance(values.get(key), dict) and values[key].get("enabled"):
+            assert kind in kinds, (block.where, key, sorted(kinds))
+
+
+CHART_PARTS = ("Chart.yaml", "values.yaml", "templates/deployment.yaml")
+AGENT_DEPLOYMENT = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}
+spec:
+  selector:
+    matchLabels: {app: my-agent}
+  template:
+    metadata:
+      labels: {app: my-agent}
+    spec:
+      containers:
+        - name: agent
+          image: registry.example.com/my-agent:1.0.0
+"""
+
+
+def check_sidecar_chart(block: Block, stack: Stack, state: DocState) -> None:
+    import helm_python as helm
+
+    part = block.options.get("part", "")
+    assert part in CHART_PARTS and part not in state.chart_parts, (block.where, part)
+    state.chart_parts[part] = block.text
+    if len(state.chart_parts) < len(CHART_PARTS):
+        return
+    work = state.scratch / "charts"
+    shutil.copytree(CHART, work / "agent-watchdog")
+    agent = work / "my-agent"
+    (agent / "templates").mkdir(parents=True)
+    (agent / "Chart.yaml").write_text("apiVersion: v2\nname: my-agent\nversion: 1.0.0\n"
+                                      + state.chart_parts["Chart.yaml"])
+    (agent / "values.yaml").write_text(state.chart_parts["values.yaml"])
+    template = "".join(AGENT_DEPLOYMENT if line.lstrip().startswith("#") else line + "\n"
+                       for line in state.chart_parts["templates/deployment.yaml"].splitlines())
+    (agent / "templates" / "deployment.yaml").write_text(template)
+    helm.dependency_update(agent, skip_refresh=True)
+    with helm.Chart.load(agent) as chart:
+        files = chart.render(None, name="my-agent", namespace="agents")
+    manifests = [doc for path, text in files.items() if not path.endswith("NOTES.txt")
+                 for doc in yaml.safe_load_all(text) if doc]
+    deployment = next(m for m in manifests if m["kind"] == "Deployment"
+                      and m["metadata"]["name"] == "my-agent")
+    pod = deployment["spec"]["template"]["spec"]
+    images = [c["image"] for c in pod.get("initContainers", [])]
+    assert any(image.startswith("REGISTRY/agent-watchdog:") for image in images), images
+    env = {e["name"] for e in pod["containers"][0].get("env", [])}
+    assert {"OTEL_EXPORTER_OTLP_ENDPOINT", "WATCHDOG_URL"} <= env, env
+
+
+def check_otel_collector(block: Block, stack: Stack, state: DocState) -> None:
+    config = yaml.safe_load(block.text)
+    assert isinstance(config, dict) and config.get("exporters"), block.where
+    services = {m["metadata"]["name"]: {p["port"] for p in m["spec"]["ports"]}
+                for m in _render({"mode": "gateway", "auth": {"token": "t" * 32}})
+                if m["kind"] == "Service"}
+    hosts = re.findall(r"(watchdog-agent-watchdog[\w.-]*?)(?:\.NAMESPACE[\w.]*)?[\s:,]+(?:port: )?"
+                       r"(\d+)", block.text)
+    assert hosts, f"{block.where}: names no watchdog host"
+    for host, port in hosts:
+        assert host in services and int(port) in services[host], (block.where, host, services)
+
+
+def check_json(block: Block, stack: Stack, state: DocState) -> None:
+    from watchdog.directives.model import Directive
+
+    assert block.flags == {"directive"}, f"{block.where}: json blocks: `json directive`"
+    shown = json.loads(block.text)
+    values: dict[str, Any] = {f.name: None for f in dataclasses.fields(Directive)}
+    values.update(created_at=0.0, escalation=False, budget={})
+    product = Directive(**values).to_json()
+    assert set(shown) == set(product), (block.where, sorted(set(shown) ^ set(product)))
+
+
+def check_startup_error(block: Block, stack: Stack, state: DocState) -> None:
+    documented = block.options.get("port", "")
+    assert documented.isdigit() and f":{documented}" in block.text, block.where
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        flags = {"otlp-grpc-address": free_port(), "otlp-http-address": free_port(),
+                 "api-address": free_port(), "metrics-address": free_port()}
+        for name, default in (("otlp-grpc-address", 4317), ("otlp-http-address", 4318),
+                              ("api-address", 9477), ("metrics-address", 9464)):
+            if default == int(documented):
+                flags[name] = port
+        args = [arg for name, value in flags.items()
+                for arg in (f"--{name}", f"127.0.0.1:{value}")]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")}
+        result = subprocess.run([str(VENV_BIN / "watchdog"), "serve", "--state-dir", ":memory:",
+                                 *args], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2, (block.where, result.stderr)
+    assert result.stderr == block.text.replace(f":{documented}", f":{port}"), (
+        block.where, result.stderr)
+
+
+CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
+    "sh": check_sh, "python": check_python, "output": check_output, "pip": check_pip,
+    "rule-pack": check_rule_pack, "rule-test": check_rule_test, "config": check_config,
+    "helm-values": check_helm_values, "sidecar-chart": check_sidecar_chart,
+    "otel-collector": check_otel_collector, "json": check_json,
+    "startup-error": check_startup_error,
+}
+assert set(CHECKS) == KINDS
+
+
+# -- tests ---------------------------------------------------------------------------------------
+
+
+def test_every_block_has_a_check() -> None:
+    problems = []
+    previous: Block | None = None
+    for block in all_blocks():
+        if block.kind not in KINDS:
+            problems.append(f"{block.where}: ```{block.lang} has no recognised snippet marker "
+                            f"(kind {block.kind!r}); see tests/test_docs.py")
+        elif block.kind == "output" and (previous is None or previous.path != block.path
+                                         or previous.kind not in RUNNABLE):
+            problems.append(f"{block.where}: an output block must follow a sh or python block")
+        previous = block
+    assert not problems, "\n".join(problems)
+
+
+def test_a_block_without_a_check_fails() -> None:
+    sample = ROOT / "README.md"
+    block = Block(sample, 1, "yaml", "a: 1\n", None)
+    assert block.kind not in KINDS
+    assert parse(sample)  # the parser finds the README's blocks
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_document_blocks_run_as_pasted(document: Path, stack: Stack,
+                                       tmp_path: Path) -> None:
+    state = DocState(scratch=tmp_path)
+    for block in parse(document):
+        assert block.kind in CHECKS, f"{block.where}: no check (test_every_block_has_a_check)"
+        CHECKS[block.kind](block, stack, state)
+
+
+def test_readme_states_the_lines_the_agents_chart_needs() -> None:
+    text = README.read_text("utf-8")
+    parts = [b for b in parse(README) if b.kind == "sidecar-chart"]
+    assert [b.options["part"] for b in parts] == list(CHART_PARTS)
+    counted = sum(1 for b in parts for line in b.text.splitlines()
+                  if line.strip() and not line.lstrip().startswith("#"))
+    stated = {int(n) for n in re.findall(r"\*\*(\d+) lines\*\*", text)}
+    heading = {int(n) for n in re.findall(r"^### Sidecar: (\d+) lines", text, re.M)}
+    assert stated == heading == {counted}, (stated, heading, counted)
+
+
+def test_readme_is_short_with_contents() -> None:
+    text = README.read_text("utf-8")
+    assert len(text.splitlines()) <= 400
+    assert "**Contents:**" in text.split("\n## ", 1)[0]
+    for anchor in re.findall(r"\]\(#([\w-]+)\)", text):
+        headings = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
+                    for h in re.findall(r"^#+ (.+)$", text, re.M)}
+        assert anchor in headings, anchor
+
+
+def test_the_model_endpoint_section_is_left_to_its_page() -> None:
+    text = README.read_text("utf-8")
+    section = text.split("## Steer any agent with no code: the model endpoint\n", 1)[1]
+    section = section.split("\n## ", 1)[0].strip()
+    assert "```" not in section and "(docs/model-endpoint.md)" in section
+    assert len(section.split("\n\n")) == 1 and section.count(". ") + 1 == 2, section
+
+
+def test_no_release_history_prose() -> None:
+    history = re.compile(r"\b(this round|the round before|rounds? ago|last round|previous round"
+                         r"|earlier rounds?|before issue \d+)\b", re.I)
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in DOCUMENTS
+             for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+             if history.search(line)]
+    assert not found, "\n".join(found)
+
+
+def test_install_lines_use_this_projects_names() -> None:
+    wrong = re.compile(r"pip install\s+['\"]?agent-watchdog(?![-\w])")
+    found = [f"{path.relative_to(ROOT)}:{number}" for path in DOCUMENTS
+             for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+             if wrong.search(line)]
+    assert not found, found
+
+
+def test_performance_page_commands_exist() -> None:
+    text = (ROOT / "docs" / "performance.md").read_text("utf-8")
+    commands = re.findall(r"`(bench/[\w.]+\.py)((?: --[\w-]+(?: [\w.]+)?)*)`", text)
+    assert commands
+    for script, args in commands:
+        source = (ROOT / script).read_text("utf-8")
+        for flag in re.findall(r"--[\w-]+", args):
+            assert f'"{flag}"' in source, (script, flag)
+
+
+def test_configuration_reference_lists_every_key() -> None:
+    from watchdog.config import Config
+
+    text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
+    missing = [f.name for f in dataclasses.fields(Config) if f"| `{f.name}` |" not in text]
+    assert not missing, missing
+    for f in dataclasses.fields(Config):
+        default = getattr(Config(), f.name)
+        row = re.search(rf"^\| `{f.name}` \| `([^`]*)` \|", text, re.M)
+        if row and isinstance(default, (str, int)) and not isinstance(default, bool):
+            assert row.group(1) == str(default), (f.name, row.group(1), default)
+
+
+if __name__ == "__main__":  # list the blocks and how each is checked
+    for found in all_blocks():
+        print(found.where, found.lang, found.kind, found.options, sorted(found.flags))
+    sys.exit(0)
