@@ -1,0 +1,210 @@
+"""The model endpoint's wire modules and decision, sans IO: SSE split anywhere, each API's
+streams and whole responses observed and trimmed into well-formed results, the steering
+decision from counts and directives. The streams are the scripted upstream's own
+(tests/frameworks/fakellm.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.frameworks.fakellm import (
+    Step,
+    ToolCall,
+    anthropic_events,
+    anthropic_message,
+    chunks,
+    completion,
+    response_events,
+    response_object,
+)
+from watchdog.directives.model import Directive
+from watchdog.model.chat import ChatWire
+from watchdog.model.messages import MessagesWire
+from watchdog.model.responses import ResponsesWire
+from watchdog.model.steer import Act, Board, Counts, decide
+from watchdog.model.wire import SSEReader, Wire
+
+THREE = Step(text="Looking.", tool_calls=(ToolCall("a", {"x": 1}), ToolCall("b", {"y": 2}),
+                                          ToolCall("c", {"z": 3})))
+
+
+def chat_stream(step: Step) -> bytes:
+    events = [b"data: " + json.dumps(c).encode() + b"\n\n"
+              for c in chunks("m", "chatcmpl-1", step, {"prompt_tokens": 7,
+                                                        "completion_tokens": 3})]
+    return b"".join(events) + b"data: [DONE]\n\n"
+
+
+def anthropic_stream(step: Step) -> bytes:
+    message = anthropic_message("m", "chatcmpl-2", step, {"messages": []})
+    return b"".join(f"event: {name}\ndata: ".encode() + json.dumps(data).encode() + b"\n\n"
+                    for name, data in anthropic_events(message))
+
+
+def responses_stream(step: Step) -> bytes:
+    response = response_object("m", "chatcmpl-3", step, {"input": "x"})
+    return b"".join(f"event: {name}\ndata: ".encode()
+                    + json.dumps({"type": name, **data}).encode() + b"\n\n"
+                    for name, data in response_events(response))
+
+
+STREAMS: list[tuple[Wire, Any]] = [(ChatWire(), chat_stream), (MessagesWire(), anthropic_stream),
+                                   (ResponsesWire(), responses_stream)]
+
+
+def feed(wire: Wire, stream: bytes, size: int, keep: int | None = None
+         ) -> tuple[Any, bytes]:
+    """The stream fed ``size`` bytes at a time: the observation, and what is passed on."""
+    reader, accumulator = SSEReader(), wire.accumulator()
+    trimmer = wire.stream_trimmer(keep) if keep is not None else None
+    out = b""
+    for start in range(0, len(stream), size):
+        for event in reader.feed(stream[start:start + size]):
+            accumulator.feed(event)
+            out += trimmer.rewrite(event) if trimmer is not None else event.raw
+    return accumulator.observation, out + reader.rest()
+
+
+@pytest.mark.parametrize(("wire", "make"), STREAMS)
+@pytest.mark.parametrize("size", [1, 7, 4096])
+def test_a_stream_split_anywhere_is_observed_whole(wire: Wire, make: Any, size: int) -> None:
+    stream = make(THREE)
+    seen, out = feed(wire, stream, size)
+    assert out == stream
+    assert seen.complete and seen.text.startswith("Looking")
+    assert [(c.name, json.loads(c.arguments)) for c in seen.calls] == [
+        ("a", {"x": 1}), ("b", {"y": 2}), ("c", {"z": 3})]
+    assert seen.finish_reason == "tool_calls"
+    assert seen.response_id and seen.output_tokens > 0
+
+
+@pytest.mark.parametrize(("wire", "make"), STREAMS)
+@pytest.mark.parametrize("keep", [0, 1, 2])
+def test_a_trimmed_stream_is_well_formed_with_keep_calls(wire: Wire, make: Any,
+                                                         keep: int) -> None:
+    _, out = feed(wire, make(THREE), 13, keep)
+    again, passed = feed(wire, out, 4096)
+    assert passed == out
+    assert [c.name for c in again.calls] == ["a", "b", "c"][:keep]
+    assert again.complete and again.text.startswith("Looking")
+    assert again.finish_reason == ("tool_calls" if keep else "stop")
+
+
+def test_whole_responses_are_trimmed_with_keep_calls() -> None:
+    for wire, body in ((ChatWire(), completion("m", "chatcmpl-9", THREE, {})),
+                       (MessagesWire(), anthropic_message("m", "chatcmpl-9", THREE, {})),
+                       (ResponsesWire(), response_object("m", "chatcmpl-9", THREE, {}))):
+        assert not wire.trim(json.loads(json.dumps(body)), 3)
+        for keep in (0, 2):
+            trimmed = json.loads(json.dumps(body))
+            assert wire.trim(trimmed, keep)
+            seen = wire.read_response(trimmed)
+            assert [c.name for c in seen.calls] == ["a", "b", "c"][:keep], wire.api
+            assert seen.text == "Looking."
+            assert seen.finish_reason == ("tool_calls" if keep else "stop"), wire.api
+
+
+@pytest.mark.parametrize("wire", [ChatWire(), MessagesWire(), ResponsesWire()])
+def test_answers_read_back_as_a_final_answer(wire: Wire) -> None:
+    request = wire.read_request({"model": "m", "stream": True,
+                                 "stream_options": {"include_usage": True}})
+    whole = wire.read_response(wire.answer("m", "the report", request))
+    assert (whole.text, whole.calls, whole.finish_reason) == ("the report", [], "stop")
+    seen, _ = feed(wire, wire.answer_stream("m", "the report", request), 5)
+    assert (seen.text, seen.calls, seen.complete) == ("the report", [], True)
+
+
+def test_notes_go_into_the_instructions_never_a_user_message() -> None:
+    note = "[budget: 2 of 3 tool calls left — wrap up soon]"
+    chat = ChatWire().add_note({"messages": [{"role": "user", "content": "q"}]}, note)
+    assert chat["messages"] == [{"role": "system", "content": note},
+                                {"role": "user", "content": "q"}]
+    chat = ChatWire().add_note({"messages": [
+        {"role": "developer", "content": [{"type": "text", "text": "be brief"}]},
+        {"role": "user", "content": "q"}]}, note)
+    assert chat["messages"][0]["content"][-1] == {"type": "text", "text": note}
+    messages = MessagesWire().withdraw_tools({"system": "sys", "tools": [{"name": "t"}],
+                                              "messages": []}, note)
+    assert messages["system"] == "sys\n\n" + note
+    assert messages["tool_choice"] == {"type": "none"} and messages["tools"]
+    responses = ResponsesWire().withdraw_tools({"input": "q", "tools": [{"name": "t"}],
+                                                "parallel_tool_calls": True}, note)
+    assert responses["instructions"] == note and responses["tool_choice"] == "none"
+    assert "parallel_tool_calls" not in responses
+
+
+def test_requests_read_their_tool_results_since_the_last_answer() -> None:
+    chat = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "q"},
+        {"role": "assistant", "tool_calls": [{"id": "1"}]},
+        {"role": "tool", "tool_call_id": "1", "content": "old"},
+        {"role": "assistant", "tool_calls": [{"id": "2"}, {"id": "3"}]},
+        {"role": "tool", "tool_call_id": "2", "content": "fine"},
+        {"role": "tool", "tool_call_id": "3", "content": "Error: no such file"}]})
+    assert [(r.call_id, r.error) for r in chat.results] == [("2", False), ("3", True)]
+    assert (chat.instructions, chat.anchor, chat.last_is_user) == ("sys", "q", False)
+    claude = MessagesWire().read_request({"messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "boom"}],
+                                      "is_error": True}]}]})
+    assert [(r.call_id, r.content, r.error) for r in claude.results] == [("t1", "boom", True)]
+    assert not claude.last_is_user
+    responses = ResponsesWire().read_request({"previous_response_id": "resp_1", "input": [
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})
+    assert [r.call_id for r in responses.results] == ["c1"]
+    assert responses.previous_response_id == "resp_1"
+
+
+def test_hostile_shapes_read_as_nothing() -> None:
+    for wire in (ChatWire(), MessagesWire(), ResponsesWire()):
+        for body in ({}, {"messages": "x", "input": 5, "system": 7, "tools": "y"},
+                     {"messages": [None, 1, {"role": 5}], "input": [None, {"role": []}]}):
+            request = wire.read_request(body)
+            assert request.results == []
+        for body in ({"choices": "x", "content": 5, "output": None},
+                     {"choices": [{"message": {"tool_calls": [None, 3]}}], "usage": [1]}):
+            assert wire.read_response(body).calls == []
+
+
+def directive(action: str, rule: str, message: str, **extra: Any) -> Directive:
+    values: dict[str, Any] = dict(
+        id="d", run_id="r", seq=1, global_seq=1, action=action, rule=rule, severity="warning",
+        message=message, terminal_state=None, budget={}, report_prompt=None, created_at=0.0,
+        dedup_key=rule, escalation=False, tool_calls_at=0, agent="a")
+    values.update(extra)
+    return Directive(**values)
+
+
+def test_the_decision() -> None:
+    budget = {"max_tool_calls": 5.0, "remaining_tool_calls": 2.0}
+    note = decide(Counts(used=3, handed=3, budget=budget), None, "", True)
+    assert (note.act, note.keep) == (Act.NOTE, 2) and "2 of 5 tool calls left" in note.text
+    assert decide(Counts(used=1, handed=1, budget=budget), None, "", True).act is Act.PASS
+    final = decide(Counts(used=5, handed=5, budget=budget), None, "", True)
+    assert (final.act, final.keep) == (Act.FINAL, 0)
+    board = Board()
+    board.post(directive("abort", "stop-it", "[stopped]"))
+    abort = decide(Counts(used=1, handed=1, budget={}), board, "", True)
+    assert (abort.act, abort.text) == (Act.ABORT, "[stopped]")
+    board = Board()
+    board.post(directive("abort", "budget-exhausted", "[budget: all 5 tool calls used]",
+                         report_prompt="REPORT PLEASE"))
+    final = decide(Counts(used=5, handed=5, budget=budget), board, "", True)
+    assert final.act is Act.FINAL and "REPORT PLEASE" in final.text
+    assert decide(Counts(used=5, handed=5, budget=budget, final_used=True), board, "",
+                  False).act is Act.ABORT
+    board = Board()
+    board.post(directive("wind_down", "tool-cycle", "Loop", grace={"tool_calls": 2,
+                                                                   "ends_at_tool_calls": 6}))
+    grace = decide(Counts(used=5, handed=5, budget={}), board, "", True)
+    assert grace.act is Act.NOTE and "[grace: 1 tool call left" in grace.text
+    assert grace.keep == 1
+    assert decide(Counts(used=6, handed=6, budget={}), board, "", True).act is Act.FINAL
+    sdk = decide(Counts(used=3, handed=3, budget=budget), None,
+                 "[budget: 2 of 5 tool calls left — wrap up soon]", True)
+    assert (sdk.act, sdk.keep) == (Act.PASS, 2)  # noted by the SDK, still bounded
