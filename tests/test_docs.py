@@ -95,7 +95,10 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
 CHART = ROOT / "helm" / "agent-watchdog"
 README = ROOT / "README.md"
-DOCUMENTS = [README, ROOT / "client" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCUMENTS = [README, ROOT / "client" / "README.md", CHART / "README.md",
+             *sorted((ROOT / "docs").rglob("*.md"))]
+# docs/model-endpoint.md is written with the model endpoint; until then a link to it may dangle
+PENDING_PAGES = {ROOT / "docs" / "model-endpoint.md"}
 SCRIPTED_MODEL_DEFAULT_PORT = 8000
 READY_TIMEOUT = 300.0  # `make run` may (re)install the sidecar into .venv first
 
@@ -724,6 +727,33 @@ def test_install_lines_use_this_projects_names() -> None:
              for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
              if wrong.search(line)]
     assert not found, found
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    text = re.sub(r"[`*]|\[([^]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_links_between_documents_resolve() -> None:
+    problems = []
+    for path in DOCUMENTS:
+        text = path.read_text("utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if linked in PENDING_PAGES and not linked.exists():
+                continue
+            if not linked.exists():
+                problems.append(f"{path.relative_to(ROOT)}: {target}: no such file")
+            elif anchor and linked.suffix == ".md":
+                headings = {_slug(h) for h in re.findall(r"^#+ (.+)$",
+                                                         linked.read_text("utf-8"), re.M)}
+                if anchor not in headings:
+                    problems.append(f"{path.relative_to(ROOT)}: {target}: no such heading")
+    assert not problems, "\n".join(problems)
 
 
 def test_performance_page_commands_exist() -> None:
