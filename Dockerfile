@@ -20,8 +20,9 @@
 # WATCHDOG_OTLP_GRPC_ADDRESS / WATCHDOG_OTLP_HTTP_ADDRESS / WATCHDOG_API_ADDRESS to 0.0.0.0:PORT
 # and WATCHDOG_API_TOKEN: the process refuses a non-loopback bind without a token.
 
-# The base of both stages. tests/test_image.py builds with a Debian bookworm + python3 base it
-# makes itself (no registry is reachable there); any image with python3.11+, pip and venv works.
+# The base of both stages. `make dist` (tools/image.py) builds with a Debian bookworm + python3
+# base it makes itself when no registry is reachable; any image with python3.11+, pip and venv
+# works. It writes the image to dist/agent-watchdog-sidecar-VERSION-image.tar (`docker load -i`).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder

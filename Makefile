@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-STATE_DIR ?= ./state
+DIST_VENV := .venvs/dist
+DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test lint bench deps-test system-deps frameworks clean dist dist-python \
 	dist-image dist-chart
@@ -24,9 +25,9 @@ $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml c
 	$(PIP) install -q -e '.[test]' -e ./client
 	touch $@
 
-## run: set up .venv and start the sidecar on the shipped defaults with an embedded state dir
+## run: set up .venv and start the sidecar on the shipped defaults (its state in ./state)
 run: $(VENV)/.installed
-	$(VENV)/bin/watchdog serve --state-dir $(STATE_DIR)
+	$(VENV)/bin/watchdog serve
 
 ## demo: an embedded sidecar and three simulated agents, watched live (about 20 s)
 demo: $(VENV)/.installed
@@ -67,24 +68,31 @@ export UV_PYTHON_DOWNLOADS := never
 
 frameworks: $(FRAMEWORK_VENVS)
 
-## test: set up .venv with test extras, the framework venvs, system packages; lint (ruff and
-## mypy: a lint error fails CI like a failing test); run every test
-test: system-deps $(VENV)/.installed-test frameworks lint
+## test: set up .venv with test extras, the framework venvs, the dist venv, system packages;
+## lint (ruff and mypy: a lint error fails CI like a failing test); run every test (they run
+## make dist once)
+test: system-deps $(VENV)/.installed-test frameworks $(DIST_VENV)/.installed lint
 	$(PY) -m pytest
 
 ## dist: the release artifacts into dist/ (tools/dist.py): sdist and wheel of both
 ## distributions, the container image as a Docker archive (needs root: buildah, debootstrap)
-## and the packaged Helm chart
+## and the packaged Helm chart; tools/dist.py runs in a venv of its own (.venvs/dist)
+$(DIST_VENV)/.installed: tools/dist-requirements.txt
+	rm -rf $(DIST_VENV)
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_PY) -m pip install -q -r $<
+	touch $@
+
 dist: dist-python dist-image dist-chart
 
-dist-python: $(VENV)/.installed-test
-	$(PY) tools/dist.py python
+dist-python: $(DIST_VENV)/.installed
+	$(DIST_PY) tools/dist.py python
 
-dist-image: system-deps
-	$(PYTHON) tools/dist.py image
+dist-image: system-deps $(DIST_VENV)/.installed
+	$(DIST_PY) tools/dist.py image
 
-dist-chart: $(VENV)/.installed-test
-	$(PY) tools/dist.py chart
+dist-chart: $(DIST_VENV)/.installed
+	$(DIST_PY) tools/dist.py chart
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check watchdog client tests bench tools fuzz

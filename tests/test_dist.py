@@ -14,7 +14,9 @@ that does not answer. Dependencies are resolved and installed by pip from the co
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -151,6 +153,27 @@ class Venv:
         self.pip("install", "--quiet", "--dry-run", "--report", str(report), requirement)
         return {canonical(item["metadata"]["name"])
                 for item in json.loads(report.read_text())["install"]}
+
+
+# -- from a clean clone ---------------------------------------------------------------------
+
+def test_make_dist_from_a_clean_clone(dist: Dist, tmp_path: Path) -> None:
+    """The committed tree alone makes every artifact: ``make dist`` in a fresh clone (its own
+    .venvs/dist; the image's base and layers come from the caches the checkout's build left)."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{ROOT}", str(clone)],
+                   check=True, timeout=120)
+    env = {**os.environ, "WATCHDOG_IMAGE_CACHE": str(ROOT / ".cache" / "image")}
+    try:
+        done = subprocess.run(["make", "--no-print-directory", "dist"], cwd=clone, env=env,
+                              capture_output=True, text=True, timeout=MAKE_SECONDS)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        made = {p.name: p.stat().st_size for p in (clone / "dist").iterdir()}
+    finally:
+        shutil.rmtree(clone / "dist", ignore_errors=True)  # the image archive is large
+    expected = [getattr(dist, field).name for field in Dist.__dataclass_fields__]
+    assert sorted(made) == sorted(expected)
+    assert all(size > 0 for size in made.values()), made
 
 
 # -- names ----------------------------------------------------------------------------------

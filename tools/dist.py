@@ -63,9 +63,9 @@ def python_dists() -> None:
         except subprocess.TimeoutExpired as exc:
             raise DistError(f"building {project} took longer than {BUILD_SECONDS}s") from exc
         if done.returncode != 0:
-            raise DistError(f"{' '.join(command[1:])} exited {done.returncode} (the test "
-                            f"extras install `build`):\n{done.stdout[-3000:]}\n"
-                            f"{done.stderr[-3000:]}")
+            raise DistError(f"{' '.join(command[1:])} exited {done.returncode} "
+                            f"(tools/dist-requirements.txt lists `build`):\n"
+                            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
 
 
 def container_image() -> None:
@@ -80,7 +80,8 @@ def chart_package() -> None:
     try:
         import helm_python
     except ImportError as exc:
-        raise DistError("helm-python-sdk is not installed: the test extras install it") from exc
+        raise DistError("helm-python-sdk is not installed: tools/dist-requirements.txt "
+                        "lists it (make dist installs it in .venvs/dist)") from exc
     clear(f"{CHART.name}-*.tgz")
     DIST.mkdir(exist_ok=True)
     try:
