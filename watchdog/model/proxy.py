@@ -34,7 +34,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -108,8 +108,10 @@ class ModelProxy:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.model_max_concurrent,
                                            keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=self.config.model_upstream_timeout,
-                                          sock_connect=CONNECT_TIMEOUT),
+            # the wait for each read, not the whole exchange: a long stream that keeps coming
+            # is not cut, a silent upstream is
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT,
+                                          sock_read=self.config.model_upstream_timeout),
             trust_env=True, auto_decompress=False, raise_for_status=False)
 
     async def close(self) -> None:
@@ -352,10 +354,21 @@ class ModelProxy:
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
         await response.prepare(request)
-        async for chunk in upstream.content.iter_any():
-            await response.write(chunk)
-        await response.write_eof()
+        await self._pump(upstream, response)
         return response
+
+    @staticmethod
+    async def _pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+        """The rest of the upstream's body as it comes; an upstream that fails once the
+        answer has begun ends it there (the status is sent)."""
+        try:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
+                TimeoutError) as exc:
+            log.warning("model upstream response cut short: %s", type(exc).__name__)
+            return
+        await response.write_eof()
 
     async def _relay_json(self, request: web.Request, upstream: aiohttp.ClientResponse,
                           exchange: _Exchange) -> web.StreamResponse:
@@ -363,16 +376,17 @@ class ModelProxy:
         than are left (else its bytes as they came)."""
         if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
             return await self._relay(request, upstream)
-        data = await upstream.content.read(MAX_RESPONSE_BYTES + 1)
-        if len(data) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass the rest
-            response = web.StreamResponse(status=upstream.status,
-                                          headers=_response_headers(upstream.headers, False))
-            await response.prepare(request)
-            await response.write(data)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
+        buffer = bytearray()
+        async for chunk in upstream.content.iter_any():
+            buffer += chunk
+            if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
+                response = web.StreamResponse(status=upstream.status, headers=_response_headers(
+                    upstream.headers, False))
+                await response.prepare(request)
+                await response.write(bytes(buffer))
+                await self._pump(upstream, response)
+                return response
+        data = bytes(buffer)
         body: object = None
         with contextlib.suppress(ValueError):
             body = json.loads(data)
@@ -399,7 +413,7 @@ class ModelProxy:
         trimmer = wire.stream_trimmer(keep) if keep is not None else None
         trimmed = False
         try:
-            async for chunk in upstream.content.iter_any():
+            async for chunk in _chunks(upstream):
                 events = reader.feed(chunk)
                 for event in events:
                     accumulator.feed(event)
@@ -447,11 +461,13 @@ class ModelProxy:
             raise Refused(413, "request_too_large", f"the request body is "
                           f"{request.content_length} bytes; the model endpoint takes at most "
                           f"{limit} (model_max_body_bytes)")
-        data = await request.content.read(limit + 1)
-        if len(data) > limit:
-            raise Refused(413, "request_too_large", f"the request body is larger than "
-                          f"{limit} bytes (model_max_body_bytes)")
-        return data
+        data = bytearray()
+        async for chunk in request.content.iter_any():
+            data += chunk
+            if len(data) > limit:
+                raise Refused(413, "request_too_large", f"the request body is larger than "
+                              f"{limit} bytes (model_max_body_bytes)")
+        return bytes(data)
 
     @staticmethod
     def _request_headers(request: web.Request) -> tuple[CIMultiDict[str], dict[str, str]]:
@@ -490,6 +506,15 @@ class _Exchange:
                  started_ns: int, agent: str) -> None:
         self.wire, self.request, self.state, self.turn = wire, request, state, turn
         self.started_ns, self.agent = started_ns, agent
+
+
+async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The upstream's body as it comes; one that fails after its answer began ends there."""
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+        log.warning("model upstream stream cut short: %s", type(exc).__name__)
 
 
 def _response_headers(headers: CIMultiDictProxy[str], whole: bool) -> CIMultiDict[str]:
