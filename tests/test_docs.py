@@ -587,7 +587,7 @@ def check_sidecar_chart(block: Block, stack: Stack, state: DocState) -> None:
                       and m["metadata"]["name"] == "my-agent")
     pod = deployment["spec"]["template"]["spec"]
     images = [c["image"] for c in pod.get("initContainers", [])]
-    assert any(image.startswith("REGISTRY/agent-watchdog:") for image in images), images
+    assert any(image.startswith("REGISTRY/agent-watchdog-sidecar:") for image in images), images
     env = {e["name"] for e in pod["containers"][0].get("env", [])}
     assert {"OTEL_EXPORTER_OTLP_ENDPOINT", "WATCHDOG_URL"} <= env, env
 
