@@ -3,9 +3,10 @@
 The drivers ``endpoint_*.py`` run a real agent of one framework (or SDK) pointed at the
 sidecar's model endpoint by base URL alone: ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` in the
 environment (or the framework's own base-URL setting where it reads none), no OpenTelemetry and
-no client SDK. The model to ask is ``ENDPOINT_MODEL``; what the agent does is the scripted
-model's business, not the driver's. Each driver prints one JSON line last:
-``{"ran": [the search terms its tool ran with, in order], "output": the agent's final output}``.
+no client SDK. The model to ask is ``ENDPOINT_MODEL``, the task ``ENDPOINT_TASK`` (default
+"Find the file."); what the agent does is the scripted model's business, not the driver's.
+Each driver prints one JSON line last: ``{"ran": [the search terms its tool ran with, in
+order], "output": the agent's final output}``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-TASK = "Find the file."
+TASK = os.environ.get("ENDPOINT_TASK", "Find the file.")
 INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer."
 RAN: list[str] = []  # every execution of the tool, counted in the tool itself
 
@@ -29,7 +30,9 @@ def search(q: str) -> str:
         q: the term to search for
     """
     RAN.append(q)
-    return f"no file matches {q!r}"
+    # numbered: the same call gets a new result each time, as a search over a changing index
+    # does (crewai stops an agent itself at 5 identical calls with identical results)
+    return f"search #{len(RAN)}: no file matches {q!r}"
 
 
 SEARCH_SCHEMA = {"type": "object", "properties": {"q": {"type": "string",

@@ -1,11 +1,12 @@
 // A TypeScript tool-calling agent on the `openai` npm package, pointed at the watchdog's model
 // endpoint by OPENAI_BASE_URL alone (no OpenTelemetry, no watchdog client). The model to ask
-// is ENDPOINT_MODEL; argv[2] is the mode: `chat` or `chat_stream` (Chat Completions),
-// `responses` or `responses_stream` (the Responses API, the conversation sent whole).
+// is ENDPOINT_MODEL, the task ENDPOINT_TASK; argv[2] is the mode: `chat` or `chat_stream`
+// (Chat Completions), `responses` or `responses_stream` (the Responses API, the conversation
+// sent whole).
 // It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
 import OpenAI from "openai";
 
-const TASK = "Find the file.";
+const TASK = process.env.ENDPOINT_TASK ?? "Find the file.";
 const INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer.";
 const MAX_STEPS = 30;
 const PARAMETERS = {
@@ -17,7 +18,7 @@ const ran: string[] = [];
 
 function search(q: string): string {
   ran.push(q);
-  return `no file matches '${q}'`;
+  return `search #${ran.length}: no file matches '${q}'`;
 }
 
 type Call = { id: string; name: string; arguments: string };

@@ -1,0 +1,312 @@
+"""Real agents steered through the sidecar's model endpoint with no code in them (DESIGN §12).
+
+Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
+``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
+``ChatOpenAI`` agent, crewai and smolagents — runs in its framework's venv
+(``drivers/endpoint_*.py``), pointed at a real sidecar by ``OPENAI_BASE_URL`` /
+``ANTHROPIC_BASE_URL`` alone: no OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no
+header. Behind the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose
+recorded request bodies are what the model really read. The agent's tool counts each of its
+executions; the sidecar's API shows the run it saw. Nothing waits for a directive.
+
+* counts: two tool calls then an answer — one run, 3 model calls, 2 tool calls, completed;
+* budget: a rule pack gives every agent ``max_tool_calls: 3``; the model searches forever —
+  the countdown it reads is the true number left on every request, the agent runs 3 tools, the
+  4th request withdraws the tools and its answer (the report) is the agent's output;
+* loop: the model repeats the same call — ``tool-cycle`` (a cycle of one call) winds the run
+  down at the 4th, its grace of 2 counts down, the next request withdraws the tools and its
+  answer is the agent's output; the upstream gets nothing after it.
+
+Two sidecars per module (one with the budget pack), one scripted upstream for the session.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, ROOT, venv_python
+from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+
+KEY = "sk-endpoint-tests-0123456789abcdefSECRET"
+AGENT = "endpoint-agent"  # model_agent_name: nothing else names these agents
+ANSWER = "The file is /srv/a.txt."
+REPORT = ("## Task\nFind the file.\n\n## Completed Work\nSearched.\n\n## Key Findings\n"
+          "Nothing yet.\n\n## Not Started / Remaining\nThe rest.")
+BUDGET = 3
+BUDGET_PACK = f"""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: endpoint-budget
+budgets:
+  - agents: ["*"]
+    max_tool_calls: {BUDGET}
+"""
+LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
+GRACE_LEFT = re.compile(r"\[grace: (\d+) tool calls? left")
+LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
+TS_DIR = Path(__file__).resolve().parent / "ts"
+_TASKS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node) and its
+    mode; ``answer_tool``: the tool its framework answers through (smolagents' final_answer)."""
+
+    env: str
+    driver: str
+    mode: str
+    answer_tool: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.driver.removeprefix('endpoint_')}-{self.mode}"
+
+
+AGENTS = [
+    Agent("openai_v2", "endpoint_openai", "chat"),
+    Agent("openai_v2", "endpoint_openai", "chat_stream"),
+    Agent("openai_v2", "endpoint_openai", "responses"),
+    Agent("openai_v2", "endpoint_openai", "responses_stream"),
+    Agent("anthropic", "endpoint_anthropic", "messages"),
+    Agent("anthropic", "endpoint_anthropic", "messages_stream"),
+    Agent("openai_agents", "endpoint_openai_agents", "responses"),
+    Agent("pydantic_ai", "endpoint_pydantic_ai", "run"),
+    Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
+    Agent("langchain", "endpoint_langchain", "invoke"),
+    Agent("langchain", "endpoint_langchain", "stream"),
+    Agent("crewai", "endpoint_crewai", "kickoff"),
+    Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+]
+# the loop scenario once per framework (its stream variants steer the same way)
+LOOPING = [agent for agent in AGENTS if agent.mode not in (
+    "chat_stream", "responses_stream", "messages_stream", "stream")]
+
+
+# -- the world ------------------------------------------------------------------------------
+
+def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServer]:
+    rules: tuple[str, ...] = ()
+    if budget:
+        pack = tmp / "budget.yaml"
+        pack.write_text(BUDGET_PACK)
+        rules = (str(pack),)
+    config = sidecar_config(tmp / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
+                            model_agent_name=AGENT, rules=rules, eval_interval=0.2)
+    with running_server(config) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[RunningServer]:
+    yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, budget=False)
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
+             ) -> Iterator[RunningServer]:
+    yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, budget=True)
+
+
+def agent_env(sidecar: RunningServer, model: str) -> dict[str, str]:
+    """The environment of an agent steered by base URL alone: its API key, the base URL, its
+    model and task; no OpenTelemetry exporter, no watchdog variable."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(
+        ("OTEL_", "WATCHDOG_", "OPENAI_", "ANTHROPIC_", "VIRTUAL_ENV", "CREWAI_"))}
+    env.update({
+        "OPENAI_BASE_URL": sidecar.url("model") + "/v1",
+        "ANTHROPIC_BASE_URL": sidecar.url("model"),
+        "OPENAI_API_KEY": KEY,
+        "ANTHROPIC_API_KEY": KEY,
+        "ENDPOINT_MODEL": model,
+        # a task of its own per invocation: each is a conversation of its own
+        "ENDPOINT_TASK": f"Find the file. (case {next(_TASKS)})",
+        "PYTHONPATH": str(DRIVERS),
+        "PYTHONUNBUFFERED": "1",
+        # no telemetry of any kind leaves the agent: not ours, not the frameworks' own
+        "OTEL_SDK_DISABLED": "true",
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",
+        "CREWAI_DISABLE_TELEMETRY": "true",
+        "CREWAI_DISABLE_TRACKING": "true",
+        "CREWAI_TRACING_ENABLED": "false",
+        "CREWAI_STORAGE_DIR": "/tmp/crewai-endpoint-tests",
+    })
+    return env
+
+
+def drive(agent: Agent, sidecar: RunningServer, model: str) -> dict[str, Any]:
+    """Run the agent once; its last stdout line: ``{"ran": [...], "output": "..."}``."""
+    if agent.env == "ts":
+        command = ["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode]
+        cwd = TS_DIR
+    else:
+        command = [str(venv_python(agent.env)), str(DRIVERS / f"{agent.driver}.py"), agent.mode]
+        cwd = ROOT
+    result = subprocess.run(command, env=agent_env(sidecar, model), capture_output=True,
+                            text=True, timeout=DRIVER_TIMEOUT, cwd=cwd)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"{agent.name} printed no outcome:\n{result.stdout[-3000:]}"
+    outcome: dict[str, Any] = json.loads(lines[-1])
+    return outcome
+
+
+def run_ids(sidecar: RunningServer) -> set[str]:
+    return {run["id"] for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]}
+
+
+def the_new_run(sidecar: RunningServer, before: set[str]) -> dict[str, Any]:
+    """The one run the invocation made, once it has ended (its detail)."""
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [run for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if runs and all(run["state"] == "ended" for run in runs) else None
+
+    runs = wait_until(ended, what="the invocation's run to end")
+    assert len(runs) == 1, f"one run per invocation, the sidecar has {json.dumps(runs)}"
+    detail: dict[str, Any] = sidecar.get_json(f"/v1/runs/{runs[0]['id']}")
+    return detail
+
+
+# -- what the model read --------------------------------------------------------------------
+
+def instructions(body: Mapping[str, Any]) -> str:
+    """The instructions of a Chat Completions, Responses or Anthropic Messages request body:
+    system/developer messages, ``instructions``, Anthropic's ``system``."""
+    texts: list[str] = []
+    for key in ("instructions", "system"):
+        value = body.get(key)
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, list):
+            texts.extend(str(part.get("text", "")) for part in value if isinstance(part, dict))
+    for message in body.get("messages") or body.get("input") or []:
+        if isinstance(message, dict) and message.get("role") in ("system", "developer"):
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(str(part.get("text", "")) for part in content
+                                   if isinstance(part, dict))
+            texts.append(str(content))
+    return "\n".join(texts)
+
+
+def user_text(body: Mapping[str, Any]) -> str:
+    return "\n".join(json.dumps(message.get("content"))
+                     for message in body.get("messages") or body.get("input") or []
+                     if isinstance(message, dict) and message.get("role") == "user")
+
+
+def check_no_control_text_in_user_messages(requests: list[dict[str, Any]]) -> None:
+    for body in requests:
+        text = user_text(body)
+        assert "[budget" not in text and "[grace" not in text and "agent-watchdog" not in text
+
+
+def check_last_is_the_only_one_without_tools(requests: list[dict[str, Any]]) -> None:
+    without = [i for i, body in enumerate(requests) if not fakellm.offers_tools(body)]
+    assert without == [len(requests) - 1], (without, len(requests))
+    assert "Tools are withdrawn" in instructions(requests[-1])
+
+
+# -- the scripts ----------------------------------------------------------------------------
+
+def counting(agent: Agent) -> fakellm.Script:
+    final = (fakellm.call(agent.answer_tool, answer=ANSWER) if agent.answer_tool
+             else fakellm.answer(ANSWER))
+    return fakellm.steps(fakellm.call("search", q="alpha"), fakellm.call("search", q="beta"),
+                         final)
+
+
+def searching() -> fakellm.Script:
+    """New terms on every request that lets the model call tools; the report when none."""
+    return fakellm.looping("search", lambda i: {"q": f"term {i}"}, REPORT)
+
+
+def repeating() -> fakellm.Script:
+    """The same call on every request that lets the model call tools; the report when none."""
+    return fakellm.looping("search", lambda i: {"q": "the file"}, REPORT)
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
+def test_one_run_per_invocation_with_its_counts(plain: RunningServer, llm: FakeLLM,
+                                                agent: Agent) -> None:
+    model = llm.script(f"{agent.name}-counts", counting(agent))
+    before = run_ids(plain)
+    outcome = drive(agent, plain, model)
+    assert outcome == {"ran": ["alpha", "beta"], "output": ANSWER}
+    requests = llm.requests(model)
+    assert len(requests) == 3
+    # nothing to apply: what the agent sent is what the upstream read
+    assert not any("agent-watchdog" in json.dumps(body) for body in requests)
+    run = the_new_run(plain, before)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"]) == (
+        AGENT, 3, 2, 0), run
+    assert (run["terminal_state"], run["has_final_answer"]) == ("completed", True), run
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
+def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServer,
+                                                          llm: FakeLLM, agent: Agent) -> None:
+    model = llm.script(f"{agent.name}-budget", searching())
+    before = run_ids(budgeted)
+    outcome = drive(agent, budgeted, model)
+    requests = llm.requests(model)
+    assert outcome["ran"] == ["term 0", "term 1", "term 2"]  # never past the budget
+    assert len(requests) == BUDGET + 1
+    # the true number left, in the instructions of every request (all have <= 3 left)
+    for index, body in enumerate(requests[:-1]):
+        said = LEFT.findall(instructions(body))
+        assert said == [(str(BUDGET - index), str(BUDGET))], (index, instructions(body)[:400])
+    check_last_is_the_only_one_without_tools(requests)
+    assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
+    check_no_control_text_in_user_messages(requests)
+    assert outcome["output"] == REPORT  # the last upstream answer is the agent's output
+    run = the_new_run(budgeted, before)
+    assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
+        BUDGET, "tool_limit_reached", True), run
+    assert len(llm.requests(model)) == BUDGET + 1  # and nothing more reached the upstream
+
+
+@pytest.mark.parametrize("agent", LOOPING, ids=lambda agent: agent.name)
+def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
+        plain: RunningServer, llm: FakeLLM, agent: Agent) -> None:
+    model = llm.script(f"{agent.name}-loop", repeating())
+    before = run_ids(plain)
+    outcome = drive(agent, plain, model)
+    requests = llm.requests(model)
+    notes = [LOOP_NOTE in instructions(body) for body in requests]
+    # tool-cycle fires at the 4th identical call: the next request winds down, with the rule's
+    # grace of 2 tool calls counted down; then the final request, without tools
+    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
+    assert "the 2 tool calls allowed after the wind-down (tool-cycle) are used" in \
+        instructions(requests[-1])
+    grace = [GRACE_LEFT.findall(instructions(body)) for body in requests]
+    assert grace == [[]] * 4 + [["2"], ["1"], []], grace
+    assert outcome["ran"] == ["the file"] * 6
+    check_last_is_the_only_one_without_tools(requests)
+    check_no_control_text_in_user_messages(requests)
+    assert outcome["output"] == REPORT
+    run = the_new_run(plain, before)
+    assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
+        6, "loop_detected", True), run
+    assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
