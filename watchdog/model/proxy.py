@@ -41,6 +41,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from watchdog import logs
 from watchdog.bounds import id_problem, load_json
 from watchdog.config import Config, is_loopback, split_address, url_for_logs
 from watchdog.errors import Overloaded, StateUnavailable
@@ -221,6 +222,8 @@ class ModelProxy:
         if turn.act is not Act.PASS:
             raw = dumps(body)
             self._steered(agent_label, turn.act.value)
+            logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
+                       action=turn.act.value, rule=turn.rule, keep=turn.keep)
         exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label)
         return await self._forward(request, wire.api, raw, headers, exchange)
 
@@ -272,6 +275,8 @@ class ModelProxy:
         text = state.stop or self._stop_text(turn, state, key)
         state.stop = text
         self._steered(agent, "abort")
+        logs.event("model_steered", run=key, agent=agent, api=wire.api, action="abort",
+                   rule=turn.rule, mode=self.config.model_abort)
         self._count(agent, wire.api, "aborted")
         if self.config.model_abort == "error":
             return web.Response(status=400, body=dumps(wire.error(
