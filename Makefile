@@ -68,10 +68,17 @@ export UV_PYTHON_DOWNLOADS := never
 
 frameworks: $(FRAMEWORK_VENVS)
 
+## the TypeScript agent of the model endpoint's tests (tests/frameworks/ts: the openai npm
+## package and tsx), exactly as locked, from the npm registry
+TS_AGENT := tests/frameworks/ts/node_modules/.installed
+$(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.json
+	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## test: set up .venv with test extras, the framework venvs, the dist venv, system packages;
 ## lint (ruff and mypy: a lint error fails CI like a failing test); run every test (they run
 ## make dist once)
-test: system-deps $(VENV)/.installed-test frameworks $(DIST_VENV)/.installed lint
+test: system-deps $(VENV)/.installed-test frameworks $(TS_AGENT) $(DIST_VENV)/.installed lint
 	$(PY) -m pytest
 
 ## dist: the release artifacts into dist/ (tools/dist.py): sdist and wheel of both
@@ -102,4 +109,5 @@ bench: $(VENV)/.installed-test
 	$(PY) bench/ingest.py
 
 clean:
-	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+		tests/frameworks/ts/node_modules

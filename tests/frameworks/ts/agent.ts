@@ -71,6 +71,14 @@ async function chat(client: OpenAI, model: string, stream: boolean): Promise<str
   return "stopped at MAX_STEPS";
 }
 
+// The text of a response's messages (what the SDK's output_text gives, where it sets it).
+function outputText(response: OpenAI.Responses.Response): string {
+  return response.output
+    .flatMap((item) => (item.type === "message" ? item.content : []))
+    .map((part) => (part.type === "output_text" ? part.text : ""))
+    .join("");
+}
+
 async function responses(client: OpenAI, model: string, stream: boolean): Promise<string> {
   const input: OpenAI.Responses.ResponseInputItem[] = [{ role: "user", content: TASK }];
   const tools: OpenAI.Responses.Tool[] = [{
@@ -90,7 +98,7 @@ async function responses(client: OpenAI, model: string, stream: boolean): Promis
     }
     const calls = response.output.filter((item) => item.type === "function_call");
     input.push(...(response.output as OpenAI.Responses.ResponseInputItem[]));
-    if (calls.length === 0) return response.output_text;
+    if (calls.length === 0) return outputText(response);
     for (const c of calls) {
       input.push({ type: "function_call_output", call_id: c.call_id, output: search(JSON.parse(c.arguments).q) });
     }
