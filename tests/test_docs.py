@@ -17,18 +17,23 @@ a new unexercised block cannot slip in. There is no kind that skips a block. The
     README only: started once per test module by the ``stack`` fixture, checked to come up
     (``api``: ``GET /v1/runs`` answers; ``model``: the scripted model's ``GET /v1/models``)
     and stopped at the end. ``make run`` is given free ports through ``WATCHDOG_*_ADDRESS`` and a
-    temporary ``WATCHDOG_STATE_DIR``; ``docs/examples/scripted_model.py`` through
+    temporary ``WATCHDOG_STATE_DIR``, and its model endpoint is on (``WATCHDOG_MODEL_ADDRESS``,
+    its upstreams the scripted model); ``docs/examples/scripted_model.py`` is given
     ``SCRIPTED_MODEL_PORT``. Every other block of every document runs against these two.
 ``sh dry-run``
     Each line is ``make TARGET...`` (a comment may follow): ``make -n TARGET`` must succeed.
     For targets that cannot run inside the tests (``make test`` runs this very test).
 ``sh env``
     ``export`` lines: run, and each exported address compared with the default it stands for
-    (the sidecar's ``otlp_http_address`` / ``api_address``, the scripted model's port 8000);
-    later blocks get the same variables with the stack's ports.
-``python [venv=NAME] [agent=NAME]``
+    (the sidecar's ``otlp_http_address`` / ``api_address``; ``OPENAI_BASE_URL``: the scripted
+    model's ``http://127.0.0.1:8000/v1``, or the model endpoint's ``http://127.0.0.1:9478/v1``;
+    ``ANTHROPIC_BASE_URL``: the model endpoint's ``http://127.0.0.1:9478``); later blocks get the
+    same variables with the stack's ports.
+``python [venv=NAME] [agent=NAME] [model=endpoint]``
     Run in ``.venvs/NAME`` (a framework venv: ``make .venvs/NAME/.installed``; the client comes
-    from ``client/`` on ``PYTHONPATH``) or in ``.venv``. Its ``# pip install ...`` comment lines
+    from ``client/`` on ``PYTHONPATH``) or in ``.venv``. ``model=endpoint``: ``OPENAI_BASE_URL``
+    and ``ANTHROPIC_BASE_URL`` point at the sidecar's model endpoint (default: the scripted
+    model itself). Its ``# pip install ...`` comment lines
     are checked like a ``pip`` block. ``agent=NAME``: the agent's run must end
     ``tool_limit_reached`` with an answer, its tool calls the block's ``max_tool_calls`` and
     one model call more, and the program must print the scripted model's report.
@@ -100,6 +105,7 @@ DOCUMENTS = [README, ROOT / "client" / "README.md", CHART / "README.md",
 # docs/model-endpoint.md is written with the model endpoint; until then a link to it may dangle
 PENDING_PAGES = {ROOT / "docs" / "model-endpoint.md"}
 SCRIPTED_MODEL_DEFAULT_PORT = 8000
+MODEL_ENDPOINT_DEFAULT = "127.0.0.1:9478"  # the address the docs give model_address
 READY_TIMEOUT = 300.0  # `make run` may (re)install the sidecar into .venv first
 
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
@@ -176,23 +182,30 @@ class Stack:
     api: str
     otlp_http: str
     model_base_url: str
+    model_endpoint: str  # the sidecar's model endpoint, http://host:port (no /v1)
     state_dir: Path
     started: list[str]  # the long-running blocks' texts, as started
 
-    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def env(self, extra: dict[str, str] | None = None, endpoint: bool = False
+            ) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items()
-               if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "PYTHON"))}
+               if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "ANTHROPIC_", "PYTHON"))}
         env.update({
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "WATCHDOG_URL": self.api,
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.otlp_http,
             "OTEL_BSP_SCHEDULE_DELAY": "200",
             "OPENAI_BASE_URL": self.model_base_url,
+            "ANTHROPIC_BASE_URL": self.model_base_url.removesuffix("/v1"),
             "OPENAI_API_KEY": "no-key-needed",
+            "ANTHROPIC_API_KEY": "no-key-needed",
             "OPENAI_AGENTS_DONT_LOG_MODEL_DATA": "1",
             "PYTHONPATH": str(ROOT / "client"),
         })
         env.update(extra or {})
+        if endpoint:
+            env.update(OPENAI_BASE_URL=self.model_endpoint + "/v1",
+                       ANTHROPIC_BASE_URL=self.model_endpoint)
         return env
 
 
@@ -234,16 +247,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     blocks = _long_running()
     work = tmp_path_factory.mktemp("stack")
     ports = {name: free_port() for name in ("otlp_grpc", "otlp_http", "api", "metrics")}
-    model_port = free_port()
+    model_port, endpoint_port = free_port(), free_port()
+    scripted = f"http://127.0.0.1:{model_port}"
     base = {key: value for key, value in os.environ.items()
             if not key.startswith(("WATCHDOG_", "OTEL_"))}
     sidecar_env = dict(base, **{f"WATCHDOG_{name.upper()}_ADDRESS": f"127.0.0.1:{port}"
                                 for name, port in ports.items()},
-                       WATCHDOG_STATE_DIR=str(work / "state"), STATE_DIR=str(work / "state"))
+                       WATCHDOG_STATE_DIR=str(work / "state"), STATE_DIR=str(work / "state"),
+                       WATCHDOG_MODEL_ADDRESS=f"127.0.0.1:{endpoint_port}",
+                       WATCHDOG_MODEL_UPSTREAM=scripted + "/v1",
+                       WATCHDOG_MODEL_UPSTREAM_ANTHROPIC=scripted)
     model_env = dict(base, SCRIPTED_MODEL_PORT=str(model_port))
     stack = Stack(api=f"http://127.0.0.1:{ports['api']}",
                   otlp_http=f"http://127.0.0.1:{ports['otlp_http']}",
-                  model_base_url=f"http://127.0.0.1:{model_port}/v1", state_dir=work / "state",
+                  model_base_url=scripted + "/v1",
+                  model_endpoint=f"http://127.0.0.1:{endpoint_port}", state_dir=work / "state",
                   started=[])
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
@@ -261,6 +279,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
             wait_until(up, what=f"{blocks[ready].where} to come up", timeout=READY_TIMEOUT)
             stack.started.append(blocks[ready].text)
+        # the model endpoint passes /v1/models through to the scripted model
+        wait_until(lambda: _answers(stack.model_endpoint + "/v1/models"),
+                   what="the sidecar's model endpoint to reach the scripted model")
         yield stack
     finally:
         for process, _ in reversed(processes):
@@ -327,17 +348,20 @@ def check_env(block: Block, stack: Stack, state: DocState) -> None:
     names = re.findall(r"\b([A-Z][A-Z0-9_]*)=", block.text)
     assert names, f"{block.where}: an env block exports variables"
     stands_for = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": (f"http://{defaults.otlp_http_address}", stack.otlp_http),
-        "WATCHDOG_URL": (f"http://{defaults.api_address}", stack.api),
-        "OPENAI_BASE_URL": (f"http://127.0.0.1:{SCRIPTED_MODEL_DEFAULT_PORT}/v1",
-                            stack.model_base_url),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://{defaults.otlp_http_address}"): stack.otlp_http,
+        ("WATCHDOG_URL", f"http://{defaults.api_address}"): stack.api,
+        ("OPENAI_BASE_URL", f"http://127.0.0.1:{SCRIPTED_MODEL_DEFAULT_PORT}/v1"):
+            stack.model_base_url,
+        ("OPENAI_BASE_URL", f"http://{MODEL_ENDPOINT_DEFAULT}/v1"): stack.model_endpoint + "/v1",
+        ("ANTHROPIC_BASE_URL", f"http://{MODEL_ENDPOINT_DEFAULT}"): stack.model_endpoint,
     }
+    addresses = {name for name, _ in stands_for}
     for name in names:
         value = exported[name]
-        if name in stands_for:
-            default, actual = stands_for[name]
-            assert value == default, (block.where, name, value, default)
-            state.env_extra[name] = actual
+        if name in addresses:
+            assert (name, value) in stands_for, (
+                block.where, name, value, [d for n, d in stands_for if n == name])
+            state.env_extra[name] = stands_for[(name, value)]
         else:
             state.env_extra[name] = value
 
@@ -349,9 +373,10 @@ def check_python(block: Block, stack: Stack, state: DocState) -> None:
             check_pip_line(block, line[2:])
     script = state.scratch / f"snippet_{block.line}.py"
     script.write_text(block.text)
+    endpoint = block.options.get("model") == "endpoint"
     result = subprocess.run([str(python), str(script)], cwd=state.scratch,
-                            env=stack.env(state.env_extra), capture_output=True, text=True,
-                            timeout=180)
+                            env=stack.env(state.env_extra, endpoint=endpoint),
+                            capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, (block.where, result.stdout[-3000:], result.stderr[-4000:])
     state.last_stdout, state.last_where = result.stdout, block.where
     agent = block.options.get("agent")
