@@ -359,3 +359,32 @@ def test_responses_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool
     output, ran = responses_loop(stop_sidecar, model, "stopper", stream)
     assert ran == 2 and len(llm.requests(model)) == 2
     assert "[stopped: two tool calls are enough]" in output
+
+
+def test_responses_previous_response_id_continues_the_run(sidecar: RunningServer,
+                                                          llm: FakeLLM) -> None:
+    """A conversation the server keeps: each request sends only the tool outputs and the id
+    of the response it continues; it is the same run, counted and steered as one."""
+    model = llm.script("stored", looping("search", lambda i: {"q": f"page {i}"},
+                                         answer_without_tools="REPORT: stored"))
+    chat = client(sidecar, "budgeted")
+    response = chat.responses.create(model=model, input="Find it.", tools=RESPONSES_TOOLS)
+    ran = 0
+    while any(item.type == "function_call" for item in response.output):
+        outputs: list[Any] = []
+        for item in response.output:
+            if item.type == "function_call":
+                ran += 1
+                outputs.append({"type": "function_call_output", "call_id": item.call_id,
+                                "output": f"result {ran}"})
+        response = chat.responses.create(model=model, input=outputs, tools=RESPONSES_TOOLS,
+                                         previous_response_id=response.id)
+        assert ran < 10
+    assert (response.output_text, ran) == ("REPORT: stored", 3)
+    requests = llm.requests(model)
+    assert [f"[budget: {left} of 3" in (body.get("instructions") or "")
+            for body, left in zip(requests, (3, 2, 1), strict=False)] == [True] * 3
+    assert requests[-1]["tool_choice"] == "none"
+    runs = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted")
+                               if r["state"] == "ended"], "the run ends")
+    assert len(runs) == 1 and runs[0]["tool_calls"] == 3 and runs[0]["iterations"] == 4
