@@ -37,10 +37,14 @@ def script() -> fakellm.Script:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=int(os.environ.get("SCRIPTED_MODEL_PORT",
-                                                                       "8000")),
+    parser.add_argument("--port", type=int, default=None,
                         help="port on 127.0.0.1 (default: $SCRIPTED_MODEL_PORT, else 8000)")
     args = parser.parse_args(argv)
+    if args.port is None:
+        env = os.environ.get("SCRIPTED_MODEL_PORT", "8000")
+        if not env.isdigit():
+            parser.error(f"SCRIPTED_MODEL_PORT={env!r} is not a port number")
+        args.port = int(env)
     try:
         llm = fakellm.FakeLLM(port=args.port)
     except OSError as exc:
