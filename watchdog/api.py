@@ -489,7 +489,9 @@ class DirectiveRoutes:
         return await self._stream(request, None, after)
 
     async def ack(self, request: web.Request) -> web.Response:
-        """``POST /v1/runs/{id}/ack {"seq": n}``: the agent has seen directives up to ``n``."""
+        """``POST /v1/runs/{id}/ack {"seq": n}``: the agent has applied directives up to ``n``
+        — its process put them into a model request it made, or stopped the run at them (what
+        the client SDK sends, with every adapter). A directive's ``acked`` is ``seq <= n``."""
         seq = parse_ack(await _json_object(request))
         run_id = request.match_info["id"]
         acked = await self.outbox.ack(run_id, seq)

@@ -96,7 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_url_flag(runs)
     runs.set_defaults(handler=_runs)
 
-    directives = commands.add_parser("directives", help="list a run's directives")
+    directives = commands.add_parser(
+        "directives", help="list a run's directives",
+        description="List a run's directives, oldest first. ACKED is yes once the agent's "
+                    "client has acked it (POST /v1/runs/{id}/ack): its process put the "
+                    "directive into a model request it made (the countdown or wind-down in "
+                    "that request's instructions, the final request for the report) or "
+                    "stopped the run at it — the same with every adapter. no: not (yet) "
+                    "applied, or the agent runs without the client.")
     directives.add_argument("run_id", metavar="RUN_ID")
     _add_output_flag(directives)
     _add_url_flag(directives)

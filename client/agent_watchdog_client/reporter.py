@@ -127,6 +127,12 @@ class Reporter:
             self._say_farewell(farewells)
             self._report(runs, now)
             self._halt.wait(REPORT_INTERVAL)
+        # close(): the acks still owed — of runs that ended just now, and of open ones — are
+        # sent before the thread stops, so an acked directive never depends on timing
+        with self._lock:
+            owed = [*self._farewells.values(), *self._runs.values()]
+            self._farewells.clear()
+        self._say_farewell(owed)
 
     def _report(self, runs: list[Run], now: float) -> None:
         for run in runs:

@@ -248,27 +248,39 @@ class Run:
 
     # -- the decision points (DESIGN §8) ----------------------------------------------------------
 
-    def before_model_call(self) -> ModelTurn:
+    def before_model_call(self, *, acknowledge: bool = True) -> ModelTurn:
         """Call right before each model request: syncs the run's ended spans with the sidecar
         (a few ms at most; skipped while it is down) and returns the :class:`ModelTurn` — the
         instructions to add as a system/developer instruction, and whether the request is the
         final one (offer no tools; its answer is the run's report, give it to
         :meth:`set_final_answer`). Raises :class:`WatchdogAbort` (with ``report``) when asked
-        again after the final turn. Asking twice for one request returns the same turn."""
+        again after the final turn. Asking twice for one request returns the same turn.
+
+        ``acknowledge`` (the default): the request is being made with this turn, so every
+        directive the turn was composed from is *acked* — the sidecar hears (in the background,
+        and before :meth:`Watchdog.close` returns) that this process put them into a model
+        request. An adapter that only peeks at the turn (to decide which tools to offer) passes
+        ``acknowledge=False``; the ack then comes with the request itself."""
         with self._steer_lock:
             key = self._turn_key()
             turn = self.steering.current(key)
-            if turn is not None:
-                return turn
-            self._sync()
-            turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
-            if self.steering.unreported_stop is not None:  # stopped here, not by a directive
+            if turn is None:
                 self._sync()
-            if turn.stop is not None and turn.stop.seq:
-                self.applied(turn.stop)
-            elif self.board.latest is not None:
-                self.applied(self.board.latest)
+                turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
+                if self.steering.unreported_stop is not None:  # stopped here, not by a directive
+                    self._sync()
+            if acknowledge:
+                self._acknowledge(turn)
             return turn
+
+    def _acknowledge(self, turn: ModelTurn) -> None:
+        """The directives up to the newest the turn was composed from (the sidecar's abort it
+        stops at, or the board's latest) are in the request being made."""
+        latest = self.board.latest
+        seq = max(turn.stop.seq if turn.stop is not None else 0,
+                  latest.seq if latest is not None else 0)
+        if seq:
+            self._ack_up_to(seq)
 
     @property
     def turn(self) -> ModelTurn | None:
@@ -312,9 +324,13 @@ class Run:
     # -- outcome ----------------------------------------------------------------------------------
 
     def applied(self, directive: Directive) -> None:
-        """Tell the sidecar (in the background) the agent has applied ``directive``."""
-        if directive.seq > self._ack_wanted:
-            self._ack_wanted = directive.seq
+        """Tell the sidecar (in the background) the agent has applied ``directive``: put it
+        into a model request, or stopped the run at it (an abort raised)."""
+        self._ack_up_to(directive.seq)
+
+    def _ack_up_to(self, seq: int) -> None:
+        if seq > self._ack_wanted:
+            self._ack_wanted = seq
             self.watchdog.reporter.poke(self)
 
     def set_final_answer(self, text: str) -> None:

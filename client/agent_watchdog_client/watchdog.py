@@ -132,6 +132,7 @@ class Watchdog:
                    run_id=run_id)
 
     def close(self) -> None:
-        """Stop the background reporter (runs still open stop reporting)."""
+        """Stop the background reporter (runs still open stop reporting); the acks it still
+        owes (directives put into a model request) are sent first."""
         self.reporter.close()
         self.syncer.close()

@@ -284,7 +284,10 @@ class Outbox:
         return found
 
     async def run_directives(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's directives (oldest first) with ``acked`` flags, for ``GET /v1/runs/{id}``."""
+        """The run's directives (oldest first) with ``acked`` flags, for ``GET /v1/runs/{id}``:
+        ``acked`` is true once the agent acked a seq at or past it — its process put the
+        directive into a model request it made, or stopped the run at it (every adapter of the
+        client SDK acks the same way)."""
         directives = await self.hub.in_reader(self.store.list_for_run, run_id, 0,
                                               MAX_RUN_DIRECTIVES)
         if not directives:

@@ -63,12 +63,14 @@ class WatchdogAbortError(WatchdogAbort, AgentsException):
         self.message = str(self)
 
 
-def _turn(run: Run | None) -> ModelTurn | None:
+def _turn(run: Run | None, acknowledge: bool = True) -> ModelTurn | None:
+    """The turn of the next model request; ``acknowledge`` only where the request is made (the
+    instructions): the SDK also lists the tools when no request follows (after an answer)."""
     current = run or current_run()
     if current is None:
         return None
     try:
-        return current.before_model_call()
+        return current.before_model_call(acknowledge=acknowledge)
     except WatchdogAbort as exc:
         raise WatchdogAbortError(exc.directive, exc.report) from None
 
@@ -108,7 +110,7 @@ def _steered_tool(tool: FunctionTool, run: Run | None) -> FunctionTool:
         # turn is out, tools stay disabled; it is the next request's instructions that raise.
         current = run or current_run()
         last = current.turn if current is not None else None
-        turn = last if last is not None and last.final else _turn(run)
+        turn = last if last is not None and last.final else _turn(run, acknowledge=False)
         if turn is not None and turn.final:
             return False
         if isinstance(enabled, bool):
