@@ -791,6 +791,17 @@ def test_performance_page_commands_exist() -> None:
             assert f'"{flag}"' in source, (script, flag)
 
 
+def test_metrics_reference_lists_every_metric() -> None:
+    from watchdog.metrics import PREFIX, Metrics
+
+    text = (ROOT / "docs" / "metrics.md").read_text("utf-8")
+    names = {family.name.removeprefix(PREFIX) for family in Metrics("docs").registry.collect()
+             if family.name.startswith(PREFIX)}
+    missing = sorted(name for name in names
+                     if not re.search(rf"`{re.escape(name)}(_total)?`", text))
+    assert not missing, missing
+
+
 def test_configuration_reference_lists_every_key() -> None:
     from watchdog.config import Config
 
