@@ -352,3 +352,14 @@ def test_the_chart_package_is_laid_out_as_helm_packages_it(dist: Dist) -> None:
         assert f"{chart_yaml['name']}/{name}" in names, name
     # .helmignore applies: the example agent chart is documentation, not part of the package
     assert not [n for n in names if "/examples/" in n]
+
+
+def test_the_charts_default_image_is_the_image_archive(dist: Dist) -> None:
+    """What the chart runs by default is what `docker load` of the archive names."""
+    with tarfile.open(dist.chart) as archive:
+        values_file = archive.extractfile(f"{CHART.name}/values.yaml")
+        chart_file = archive.extractfile(f"{CHART.name}/Chart.yaml")
+        assert values_file is not None and chart_file is not None
+        repository = yaml.safe_load(values_file)["image"]["repository"]
+        app_version = yaml.safe_load(chart_file)["appVersion"]
+    assert f"{repository}:{app_version}" == f"agent-watchdog-sidecar:{VERSION}"

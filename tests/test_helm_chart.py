@@ -822,7 +822,7 @@ def test_chart_metadata_and_lint(source: ChartSource, chart: helm.Chart) -> None
     # The sidecar templates take their default image tag from a helper (an including chart's
     # .Chart is its own): it must follow appVersion.
     [container] = watchdog_containers(render(chart, MODES["gateway"]))
-    assert container["image"] == f"agent-watchdog:{metadata['appVersion']}"
+    assert container["image"] == f"agent-watchdog-sidecar:{metadata['appVersion']}"
     report = helm.lint(source.loadable, strict=True, kube_version="v1.29.0")
     problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
     assert problems == []

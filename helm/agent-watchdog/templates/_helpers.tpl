@@ -9,7 +9,7 @@ where .Chart is that chart: so names are derived from the literal chart name
 and this chart thus agree on the names of the rules ConfigMap and the Secret.
 */}}
 
-{{- define "agent-watchdog.appVersion" -}}0.1.0{{- end }}
+{{- define "agent-watchdog.appVersion" -}}0.2.0{{- end }}
 
 {{- define "agent-watchdog.name" -}}
 {{- default "agent-watchdog" .Values.nameOverride | trunc 63 | trimSuffix "-" }}
