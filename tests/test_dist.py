@@ -40,6 +40,10 @@ PYPI = "https://pypi.org/pypi/{}/json"
 # What the sidecar needs and an agent's environment must not get from the client.
 SIDECAR_ONLY = {"grpcio", "aiohttp", "cel-expr-python", "prometheus-client", "pyyaml"}
 
+# The first test to ask runs make dist, and the clean-clone test runs it again: more than the
+# suite's default timeout when the image is built cold.
+pytestmark = pytest.mark.timeout(2 * MAKE_SECONDS)
+
 _made: set[str] = set()
 
 

@@ -39,12 +39,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from tests.harness import http_request, run_detail, wait_until
-from tests.test_dist import VERSION, artifacts
+from tests.test_dist import MAKE_SECONDS, VERSION, artifacts
 
 WATCHDOG_UID = 65532
 STATE_DIR = "/var/lib/watchdog"
 LOAD_SECONDS = 300
 START_SECONDS = 30
+pytestmark = pytest.mark.timeout(MAKE_SECONDS)  # the first test may run make dist
 # podman on this machine: see the module docstring.
 PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
 ULIMITS = ("--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096")
