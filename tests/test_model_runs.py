@@ -244,3 +244,21 @@ def test_beyond_loopback_the_endpoint_needs_the_token(tmp_path: Path, llm: FakeL
                                                                         "content": "x"}])
         assert reply.choices[0].message.content == "hello"
     assert "x-watchdog-token" not in llm.request_headers(model)[0]
+
+
+def test_a_traced_run_is_steered_before_its_spans_come(sidecar: RunningServer,
+                                                       llm: FakeLLM) -> None:
+    """An agent that sends its traceparent exports its spans later (batched): until then the
+    tool results in its requests are what the countdown counts."""
+    model = llm.script("traced-budget", looping("search", lambda i: {"q": str(i)},
+                                                answer_without_tools="REPORT"))
+    traceparent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    client = chat(sidecar, traceparent=traceparent,
+                  **{"x-watchdog-budget-tool-calls": "2"})
+    assert loop(client, model, [{"role": "user", "content": "go"}]) == "REPORT"
+    requests = llm.requests(model)
+    assert len(requests) == 3
+    assert "[budget: 2 of 2 tool calls left" in requests[0]["messages"][0]["content"]
+    assert "[budget: 1 of 2 tool calls left" in requests[1]["messages"][0]["content"]
+    assert requests[2]["tool_choice"] == "none"
+    assert llm.request_headers(model)[0]["traceparent"] == traceparent  # passed on

@@ -243,24 +243,23 @@ class ModelProxy:
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
             return None
-        key = run.key if run is not None else state.key
-        now = service.clock.now()
-        counts = Counts(
-            used=max(run.tool_calls if run is not None else 0, state.results),
-            handed=state.handed,
-            budget=run.budget_view(service.default_budget(run), now) if run is not None
-            else dict(budget or {}),
-            final_used=state.final_used, stop=state.stop)
+        key = run.key
+        counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
+                        budget=run.budget_view(service.default_budget(run),
+                                               service.clock.now()),
+                        final_used=state.final_used, stop=state.stop)
         return state, decide(counts, service.board(key), parsed.instructions,
                              parsed.has_tools), key
 
     def _run_of(self, state: EndpointRun, agent: str | None,
-                budget: dict[str, float] | None) -> RunState | None:
-        """The tracker's run of this call: a traced one as its spans named it (None until
-        they come); another opened at its first request."""
+                budget: dict[str, float] | None) -> RunState:
+        """The tracker's run of this call (opened at its first request): a traced one the
+        run its trace's spans named, once they have come."""
         tracker = self.service.tracker
         if state.key_source is KeySource.TRACE:
-            return tracker.get(tracker.trace_run(state.trace_id) or state.key)
+            key = tracker.trace_run(state.trace_id) or state.key
+            return self.service.model_open(key, KeySource.TRACE, state.trace_id, agent, None,
+                                           budget)
         existing = tracker.get(state.key)
         if existing is not None and existing.framed:
             state.traced = True  # the client SDK's run: its spans count the tools
