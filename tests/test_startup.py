@@ -22,7 +22,8 @@ import pytest
 
 from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
-from watchdog.config import Config
+from watchdog.config import Config, load
+from watchdog.errors import ConfigError
 from watchdog.ingest import otlp_grpc
 from watchdog.ingest.admission import Admission
 
@@ -216,3 +217,15 @@ def ready(port: int) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
+
+
+def test_webhooks_that_are_not_yaml_are_one_problem_among_the_others() -> None:
+    """WATCHDOG_WEBHOOKS holds YAML (with secrets): bad YAML is reported by key, without the
+    value, next to the other problems."""
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": "[{url: https://h.example, secret: whsec_s3cret",
+                  "WATCHDOG_MAX_RUNS": "0"})
+    message = refused.value.message
+    assert message.startswith("2 configuration problems: (1) webhooks is not allowed: "), message
+    assert "expected a YAML list of webhooks" in message and "s3cret" not in message
+    assert "(2) max_runs=0 is not allowed: expected an integer >= 1" in message

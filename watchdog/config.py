@@ -460,7 +460,12 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
         raise ConfigError(f"{key}={value!r} is not allowed: expected a list of paths")
     if kind == "tuple[Mapping[str, Any], ...]":
         if isinstance(value, str):
-            value = yaml.safe_load(value) if value.strip() else []
+            try:
+                value = yaml.safe_load(value) if value.strip() else []
+            except yaml.YAMLError as exc:
+                problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
+                raise ConfigError(f"{key} is not allowed: {problem}; expected a YAML list of "
+                                  f"webhooks") from None
         if isinstance(value, list):
             return tuple(value)
         raise ConfigError(f"{key}={value!r} is not allowed: expected a list of webhooks")
