@@ -114,6 +114,11 @@ class _Model:
     raw: list[bytes] = field(default_factory=list)  # the bodies as received
     headers: list[dict[str, str]] = field(default_factory=list)  # (names lower-cased)
     on_request: Callable[[int], object] | None = None  # called with the request's index
+    chunk_delay: float = 0.0  # seconds between the chunks of a streamed chat completion
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the listen backlog: 50 streams connect at once in the benchmark
 
 
 class FakeLLM:
@@ -123,7 +128,7 @@ class FakeLLM:
         self._models: dict[str, _Model] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._httpd = _Server(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fakellm",
                                         daemon=True)
@@ -135,11 +140,15 @@ class FakeLLM:
         return f"http://{host!s}:{port}/v1"
 
     def script(self, model: str, script: Script, delay: float = 0.0,
-               on_request: Callable[[int], object] | None = None) -> str:
+               on_request: Callable[[int], object] | None = None,
+               chunk_delay: float = 0.0) -> str:
         """Serve ``script`` to requests naming ``model``; ``delay`` seconds per response;
-        ``on_request(index)`` before each response (index from 0): a test's fault, at a step."""
+        ``on_request(index)`` before each response (index from 0): a test's fault, at a step;
+        ``chunk_delay`` seconds between the chunks of a streamed chat completion (a model's
+        pace, for bench/model_endpoint.py)."""
         with self._lock:
-            self._models[model] = _Model(script, delay, on_request=on_request)
+            self._models[model] = _Model(script, delay, on_request=on_request,
+                                         chunk_delay=chunk_delay)
         return model
 
     def requests(self, model: str) -> list[dict[str, Any]]:
@@ -445,7 +454,10 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
-            for piece in chunks(name, response_id, step, usage if include_usage else None):
+            for index, piece in enumerate(chunks(name, response_id, step,
+                                                 usage if include_usage else None)):
+                if index and model.chunk_delay:
+                    time.sleep(model.chunk_delay)
                 self.wfile.write(b"data: " + json.dumps(piece).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

@@ -1,0 +1,264 @@
+"""Model endpoint benchmark: the same client, the same streamed runs, direct to the scripted
+upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
+
+    .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
+
+The upstream is the scripted model server of the tests (tests/frameworks/fakellm.py) in a
+process of its own, streaming a chat completion of ``--chunks`` chunks ``--chunk-ms`` apart (a
+model's pace); the sidecar is a ``watchdog serve`` process with the model endpoint on, in front
+of it (no budget, no rule firing: the pass-through path every request of a healthy run takes,
+each one still booked as a model call of a run). The client is aiohttp in this process, reading
+each SSE event as it arrives; every request carries a task of its own (one conversation each).
+
+Phases, in the order direct, sidecar, sidecar, direct (so drift hits both sides alike): one
+stream at a time, then ``--concurrency`` streams at once. Reported per phase, pooled per side:
+
+* time to first byte (the first SSE event): p50 and p99, and what the sidecar adds;
+* per chunk: the gap between consecutive events p50 and p99 (the upstream's pace plus the
+  relay), and what the sidecar adds;
+* stream time (first event to [DONE]) p50 and p99: chunk timing changed or not, end to end.
+
+Figures are milliseconds and ratios to the direct baseline measured in the same run, since
+absolute numbers depend on the machine. The goal on loopback: at most 1 ms added at p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+KEY = "sk-bench-0123456789abcdef"
+MODEL = "bench-stream"
+READY_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers: it is up
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not become ready")
+        time.sleep(0.05)
+
+
+# -- the upstream, in its own process -------------------------------------------------------
+
+def serve_upstream(port: int, chunks: int, chunk_ms: float) -> None:
+    """``--serve-upstream``: the scripted model server, one streamed answer of ``chunks``
+    chunks (words) ``chunk_ms`` apart, until SIGTERM."""
+    from tests.frameworks.fakellm import FakeLLM, answer
+
+    text = " ".join(f"word{i}" for i in range(max(chunks - 2, 1)))  # + role chunk + finish
+    with FakeLLM(port) as llm:
+        llm.script(MODEL, lambda _index, _body: answer(text), chunk_delay=chunk_ms / 1000)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        while True:
+            time.sleep(3600)
+
+
+@contextmanager
+def upstream(chunks: int, chunk_ms: float) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(port),
+                                "--chunks", str(chunks), "--chunk-ms", str(chunk_ms)])
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/v1/models", process, "the upstream")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def sidecar(state_dir: str, upstream_url: str) -> Iterator[tuple[str, int]]:
+    ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics",
+                                            "model")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
+    env.update(WATCHDOG_STATE_DIR=state_dir, WATCHDOG_LOG_LEVEL="warning",
+               WATCHDOG_OTLP_HTTP_ADDRESS=f"127.0.0.1:{ports['otlp_http']}",
+               WATCHDOG_OTLP_GRPC_ADDRESS=f"127.0.0.1:{ports['otlp_grpc']}",
+               WATCHDOG_API_ADDRESS=f"127.0.0.1:{ports['api']}",
+               WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}",
+               WATCHDOG_MODEL_ADDRESS=f"127.0.0.1:{ports['model']}",
+               WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench")
+    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env, cwd=ROOT)
+    try:
+        wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar")
+        yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+# -- the client -----------------------------------------------------------------------------
+
+@dataclass
+class Timings:
+    ttfb: list[float] = field(default_factory=list)  # seconds to the first SSE event
+    gaps: list[float] = field(default_factory=list)  # seconds between consecutive events
+    streams: list[float] = field(default_factory=list)  # first event to the last
+    chunks: int = 0
+    cpu: float = 0.0  # the sidecar's CPU seconds over the phase (through the sidecar only)
+
+    def extend(self, other: Timings) -> None:
+        self.ttfb += other.ttfb
+        self.gaps += other.gaps
+        self.streams += other.streams
+        self.chunks += other.chunks
+        self.cpu += other.cpu
+
+
+async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
+                     timings: Timings) -> None:
+    body = json.dumps({"model": MODEL, "stream": True, "messages": [
+        {"role": "system", "content": "You are a benchmark."},
+        {"role": "user", "content": f"Task {number}: say the words."}]}).encode()
+    start = time.perf_counter()
+    arrivals: list[float] = []
+    pending = b""
+    async with session.post(base_url + "/chat/completions", data=body, headers={
+            "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as response:
+        if response.status != 200:
+            raise SystemExit(f"{base_url}: HTTP {response.status}: {await response.text()}")
+        async for data in response.content.iter_any():
+            now = time.perf_counter()
+            pending += data
+            while b"\n\n" in pending:
+                _event, pending = pending.split(b"\n\n", 1)
+                arrivals.append(now)
+    if len(arrivals) < 2:
+        raise SystemExit(f"{base_url}: a stream of {len(arrivals)} events")
+    timings.ttfb.append(arrivals[0] - start)
+    timings.gaps += [b - a for a, b in itertools.pairwise(arrivals)]
+    timings.streams.append(arrivals[-1] - arrivals[0])
+    timings.chunks += len(arrivals)
+
+
+async def phase(base_url: str, streams: int, concurrency: int, first: int) -> Timings:
+    timings = Timings()
+    numbers = iter(range(first, first + streams))
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker() -> None:
+            for number in numbers:
+                await one_stream(session, base_url, number, timings)
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return timings
+
+
+# -- the report -----------------------------------------------------------------------------
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.3f}"
+
+
+def report(label: str, direct: Timings, proxied: Timings) -> list[str]:
+    rows = [f"{label}: {len(direct.ttfb)} + {len(proxied.ttfb)} streams, "
+            f"{direct.chunks} + {proxied.chunks} events (direct + through the sidecar)",
+            f"  {'':26} {'direct ms':>10} {'sidecar ms':>10} {'added ms':>10} {'ratio':>7}"]
+    for name, values in (("time to first byte", "ttfb"), ("gap between chunks", "gaps"),
+                         ("stream, first to last", "streams")):
+        for q in (0.5, 0.99):
+            d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
+            rows.append(f"  {name + f' p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
+                        f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
+    d_mean, p_mean = statistics.fmean(direct.gaps), statistics.fmean(proxied.gaps)
+    rows.append(f"  {'gap between chunks mean':26} {ms(d_mean):>10} {ms(p_mean):>10} "
+                f"{ms(p_mean - d_mean):>10} {p_mean / d_mean:7.2f}")
+    together = sum(gap < 0.0005 for gap in proxied.gaps), sum(gap < 0.0005 for gap in direct.gaps)
+    rows.append(f"  events read together with the one before (< 0.5 ms apart): "
+                f"{together[1]} direct, {together[0]} through the sidecar")
+    rows.append(f"  sidecar CPU per stream: {proxied.cpu / len(proxied.ttfb) * 1000:.2f} ms")
+    return rows
+
+
+async def measure(direct_url: str, sidecar_url: str, sidecar_pid: int, streams: int,
+                  concurrency: int) -> list[str]:
+    lines: list[str] = []
+    counter = 0
+    for width, count in ((1, max(streams // 4, 10)), (concurrency, streams)):
+        sides = {"direct": Timings(), "sidecar": Timings()}
+        await phase(direct_url, 5, 1, 10**6 + counter)  # warm the connections up
+        await phase(sidecar_url, 5, 1, 2 * 10**6 + counter)
+        for side in ("direct", "sidecar", "sidecar", "direct"):
+            url = direct_url if side == "direct" else sidecar_url
+            cpu = cpu_seconds(sidecar_pid)
+            timings = await phase(url, count // 2, width, counter)
+            timings.cpu = cpu_seconds(sidecar_pid) - cpu if side == "sidecar" else 0.0
+            sides[side].extend(timings)
+            counter += count
+        lines += report(f"{width} stream{'s' if width > 1 else ''} at a time",
+                        sides["direct"], sides["sidecar"])
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=200,
+                        help="streams per side at full concurrency (default 200)")
+    parser.add_argument("--concurrency", type=int, default=50,
+                        help="streams at once (default 50)")
+    parser.add_argument("--chunks", type=int, default=20, help="SSE events per stream")
+    parser.add_argument("--chunk-ms", type=float, default=5.0,
+                        help="the upstream's pause between chunks, ms (default 5)")
+    parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_upstream is not None:
+        serve_upstream(args.serve_upstream, args.chunks, args.chunk_ms)
+        return
+    if args.streams < 4 or args.concurrency < 1 or args.chunks < 3 or args.chunk_ms < 0:
+        parser.error("--streams >= 4, --concurrency >= 1, --chunks >= 3, --chunk-ms >= 0")
+    with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up, \
+            sidecar(state, up) as (through, pid):
+        lines = asyncio.run(measure(up, through, pid, args.streams, args.concurrency))
+    print(f"model endpoint: streamed chat completions, {args.chunks} events "
+          f"{args.chunk_ms:g} ms apart; same client, same run, direct vs through the sidecar")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
