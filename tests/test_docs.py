@@ -400,7 +400,7 @@ def check_agent_run(block: Block, stack: Stack, agent: str, stdout: str) -> None
         return runs or None
 
     runs = wait_until(ended, what=f"{block.where}: the run of {agent} to end")
-    assert len(runs) == 1, (block.where, runs)
+    assert runs is not None and len(runs) == 1, (block.where, runs)
     run = runs[0]
     tools = int(budget.group(1))
     assert run["terminal_state"] == "tool_limit_reached" and run["has_final_answer"], (
