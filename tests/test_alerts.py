@@ -173,7 +173,6 @@ def test_promtool_unit_tests_pass_on_the_overridden_rules(
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({}, "prometheusRule.runbookUrl is required"),
     ({"runbookUrl": "docs/alerts.md"}, "runbookUrl"),
     ({"runbookUrl": RUNBOOK_URL, "disabled": {"AgentWatchdogRunStuk": True}},
      "no alert named AgentWatchdogRunStuk (the alerts: AgentWatchdogAbortRateHigh"),
