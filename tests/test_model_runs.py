@@ -262,3 +262,37 @@ def test_a_traced_run_is_steered_before_its_spans_come(sidecar: RunningServer,
     assert "[budget: 1 of 2 tool calls left" in requests[1]["messages"][0]["content"]
     assert requests[2]["tool_choice"] == "none"
     assert llm.request_headers(model)[0]["traceparent"] == traceparent  # passed on
+
+
+def test_a_run_waiting_on_its_tools_or_its_model_is_not_idle(tmp_path: Path,
+                                                             llm: FakeLLM) -> None:
+    pack = tmp_path / "idle.yaml"
+    pack.write_text("""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: quick-idle
+rules:
+  - name: quick-idle
+    description: A test's idle timeout of half a second.
+    when: "!run.ended && run.idle_seconds > 0.5 && run.in_flight == 0"
+    action: abort
+    severity: critical
+    terminal_state: idle_timeout
+    message: "[idle]"
+""")
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),),
+                            eval_interval=0.05)
+    model = llm.script("slow", steps(call("search", q="a"), answer("done")), delay=1.0)
+    with running_server(config) as sidecar:
+        client = chat(sidecar, **{"x-watchdog-agent": "patient"})
+        messages: list[Any] = [{"role": "user", "content": "go"}]
+        first = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        tool_calls = first.choices[0].message.tool_calls or []
+        time.sleep(1.0)  # the tool runs at the agent for a second
+        messages += [{"role": "assistant", "content": None,
+                      "tool_calls": [c.model_dump() for c in tool_calls]},
+                     {"role": "tool", "tool_call_id": tool_calls[0].id, "content": "ok"}]
+        second = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        assert second.choices[0].message.content == "done"  # from the upstream: not aborted
+        assert len(llm.requests(model)) == 2

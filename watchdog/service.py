@@ -358,6 +358,14 @@ class WatchdogService:
             self.state.admit()
             self._carry(self.core.apply(records, self.clock.now()))
 
+    def model_in_flight(self, key: str, calls: int) -> None:
+        """The model endpoint's word on what runs for ``key`` now (its model call, or the
+        tools it handed over), as a client heartbeat tells it: a run waiting on them is not
+        idle."""
+        run = self.tracker.get(key)
+        if run is not None and not run.ended and not run.framed:
+            run.heartbeat(0, self.clock.now(), calls)
+
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)
 

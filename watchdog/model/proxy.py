@@ -224,7 +224,8 @@ class ModelProxy:
             self._steered(agent_label, turn.act.value)
             logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
                        action=turn.act.value, rule=turn.rule, keep=turn.keep)
-        exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label)
+        self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
+        exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
         return await self._forward(request, wire.api, raw, headers, exchange)
 
     def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
@@ -456,6 +457,8 @@ class ModelProxy:
             self.service.model_records([record])
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
+        # the tools it handed over run at the agent until its next request: not idle
+        self.service.model_in_flight(exchange.key, len(handed))
 
     # -- bits -----------------------------------------------------------------------------------
 
@@ -504,12 +507,12 @@ class ModelProxy:
 class _Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "request", "started_ns", "state", "turn", "wire")
+    __slots__ = ("agent", "key", "request", "started_ns", "state", "turn", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
-                 started_ns: int, agent: str) -> None:
+                 started_ns: int, agent: str, key: str) -> None:
         self.wire, self.request, self.state, self.turn = wire, request, state, turn
-        self.started_ns, self.agent = started_ns, agent
+        self.started_ns, self.agent, self.key = started_ns, agent, key
 
 
 async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
