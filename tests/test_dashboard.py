@@ -9,7 +9,8 @@ rates, increases and histogram quantiles are numbers rather than NaN. Each round
 runs in several terminal states (completed, error, tool_limit_reached from the default budget
 rules), an error loop the default pack aborts and that stays active (stuck), failing tools, a
 rejected span, an undecodable request, a webhook that refuses directives and one that answers
-503 (retried), and a custom rule that fails to evaluate.
+503 (retried), a custom rule that fails to evaluate, and model calls through the model endpoint
+(answered, steered by a budget's countdown, and failed upstream).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer, set_span_in_context
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.workload import batches
+from tests.frameworks.fakellm import FakeLLM, answer, steps
 from tests.harness import (
     RunningServer,
     http_request,
@@ -219,6 +221,26 @@ def sidecar_values(sidecar: RunningServer) -> dict[str, float]:
     return values
 
 
+ANSWERING_MODEL = "dashboard-model"
+
+
+def model_calls(round_: int, sidecar: RunningServer) -> None:
+    """Agent-0's calls through the model endpoint: one answered as sent (passed), one steered
+    by the countdown of the budget its header announces (note), one to a model the upstream
+    does not know (its 400 passed through: upstream_error)."""
+    url = sidecar.url("model") + "/v1/chat/completions"
+    for model, extra, expected in ((ANSWERING_MODEL, {}, 200),
+                                   (ANSWERING_MODEL, {"x-watchdog-budget-tool-calls": "2"}, 200),
+                                   ("no-such-model", {}, 400)):
+        body = {"model": model, "messages": [
+            {"role": "system", "content": "You answer."},
+            {"role": "user", "content": f"Round {round_}: {model} {sorted(extra)}"}]}
+        status, answer_body = http_request("POST", url, json.dumps(body).encode(), {
+            "Content-Type": "application/json", "Authorization": "Bearer sk-dashboard-test",
+            "x-watchdog-agent": AGENT, **extra})
+        assert status == expected, (status, answer_body)
+
+
 def play_round(round_: int, sidecar: RunningServer, agents: Agents, prometheus: Prometheus
                ) -> None:
     for body in batches(runs=8, batch_size=40, total_spans=320, seed=round_):
@@ -234,6 +256,7 @@ def play_round(round_: int, sidecar: RunningServer, agents: Agents, prometheus: 
     status, _ = http_request("POST", sidecar.otlp_http + "/v1/traces",
                              b"not protobuf %d" % round_, PROTOBUF)
     assert status == 400
+    model_calls(round_, sidecar)
 
     # Every directive reached both webhooks once (refused; retried), then Prometheus has it all.
     def delivered() -> bool:
@@ -248,7 +271,11 @@ def play_round(round_: int, sidecar: RunningServer, agents: Agents, prometheus: 
             "agent_watchdog_spans_received_total", "agent_watchdog_spans_rejected_total",
             "agent_watchdog_runs_finished_total", "agent_watchdog_rule_fired_total",
             "agent_watchdog_rule_errors_total", "agent_watchdog_tool_calls_total",
-            "agent_watchdog_run_iterations_count")} | {
+            "agent_watchdog_run_iterations_count", "agent_watchdog_model_steered_total",
+            "agent_watchdog_model_upstream_duration_seconds_count")} | {
+        f'sum(agent_watchdog_model_requests_total{{outcome="{outcome}"}})':
+            values[f'agent_watchdog_model_requests_total{{outcome="{outcome}"}}']
+        for outcome in ("passed", "steered", "upstream_error")} | {
         f'sum(agent_watchdog_directives_delivered_total{{outcome="{outcome}"}})':
             values[f'agent_watchdog_directives_delivered_total{{outcome="{outcome}"}}']
         for outcome in ("failed", "retry")} | {
@@ -264,11 +291,14 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
     pack = tmp / "failing.yaml"
     pack.write_text(FAILING_PACK)
     receiver = Receiver()
-    config = sidecar_config(tmp / "state", rules=(str(pack),), webhooks=(
-        {"name": "refuses", "url": receiver.url + "/refuse", "secret": SECRET},
-        {"name": "unavailable", "url": receiver.url + "/unavailable", "secret": SECRET}))
     try:
-        with running_server(config) as sidecar:
+        with FakeLLM() as llm, running_server(sidecar_config(
+                tmp / "state", rules=(str(pack),), model_address="127.0.0.1:0",
+                model_upstream=llm.base_url, webhooks=(
+                    {"name": "refuses", "url": receiver.url + "/refuse", "secret": SECRET},
+                    {"name": "unavailable", "url": receiver.url + "/unavailable",
+                     "secret": SECRET}))) as sidecar:
+            llm.script(ANSWERING_MODEL, steps(answer("Done.")))
             target = urllib.parse.urlsplit(sidecar.metrics).netloc
             running = start_prometheus(tmp, target, job="agent-watchdog")
             agents = Agents(sidecar)

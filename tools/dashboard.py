@@ -159,7 +159,8 @@ def build() -> dashboard.Dashboard:
         dashboard.Dashboard("agent-watchdog")
         .uid(UID)
         .description("LLM agents seen by agent-watchdog: runs, stuck and looping agents, "
-                     "directives, per-run distributions, tools, tokens, errors and ingest. "
+                     "directives, per-run distributions, tools, tokens, errors, the model "
+                     "endpoint and ingest. "
                      "Alerts and their runbook: docs/alerts.md.")
         .tags(["agent-watchdog", "llm", "agents"])
         .editable()
@@ -298,6 +299,36 @@ def build() -> dashboard.Dashboard:
                           [Query(f"sum by (agent, error_type) (rate({m('errors_total')}"
                                  f"{{{a}}}[{RATE}]))", "{{agent}} {{error_type}}")],
                           unit="ops", width=8, stacked=True))
+    )
+
+    upstream_failed = 'outcome=~"upstream_error|upstream_unreachable|upstream_timeout"'
+    board = (
+        board.with_row(dashboard.Row("Model endpoint"))
+        .with_panel(graph("Model requests", "Requests through the model endpoint by API and "
+                          "outcome: passed (forwarded as sent), steered (a countdown, the "
+                          "final no-tools request, an abort answered), refused, and the "
+                          "upstream's errors, timeouts and unreachability.",
+                          [Query(f"sum by (api, outcome) (rate({m('model_requests_total')}"
+                                 f"{{{a}}}[{RATE}]))", "{{api}} {{outcome}}")],
+                          unit="reqps", width=6, stacked=True))
+        .with_panel(graph("Steered model requests", "Requests the endpoint changed, by agent "
+                          "and action: note (countdown, wind-down), final (tools withdrawn, "
+                          "the report asked for), abort (answered without the upstream), trim "
+                          "(tool calls past the budget removed from the answer).",
+                          [Query(f"sum by (agent, action) (increase("
+                                 f"{m('model_steered_total')}{{{a}}}[{RATE}]))",
+                                 "{{agent}} {{action}}")], bars=True, width=6))
+        .with_panel(graph("Upstream failures", "Share of each agent's model requests the "
+                          "upstream failed (an error status, a timeout, unreachable): "
+                          "AgentWatchdogModelUpstreamErrors.",
+                          [Query(f"sum by (agent) (rate({m('model_requests_total')}"
+                                 f"{{{a},{upstream_failed}}}[{RATE}])) / sum by (agent) (rate("
+                                 f"{m('model_requests_total')}{{{a}}}[{RATE}]))",
+                                 "{{agent}}")], unit="percentunit", width=6))
+        .with_panel(graph("Upstream time", "From a request sent upstream to the end of its "
+                          "response (streamed ones included): the model's time, not the "
+                          "endpoint's.",
+                          quantiles("model_upstream_duration_seconds"), unit="s", width=6))
     )
 
     board = (
