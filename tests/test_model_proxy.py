@@ -5,6 +5,7 @@ byte."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import logging
@@ -490,3 +491,30 @@ def test_an_upstream_cut_mid_stream_ends_the_answer_there(tmp_path: Path) -> Non
             assert status == 200
     finally:
         raw.close()
+
+
+def test_the_environments_proxy_is_used(tmp_path: Path, upstream: RawUpstream,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY (HTTPS_PROXY for an https upstream) reaches the upstream through the
+    proxy: here the raw upstream plays the proxy and sees the absolute-form target."""
+    monkeypatch.setenv("HTTP_PROXY", upstream.base)
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")  # the test talks to the sidecar
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream="http://llm.invalid:9/v1")
+    with running_server(config) as sidecar:
+        status, answer = post(sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}')
+    assert (status, answer) == (200, COMPLETION)
+    assert [seen.path for seen in upstream.seen] == ["http://llm.invalid:9/v1/chat/completions"]
+    assert upstream.seen[-1].headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_proxy_for_reads_the_environment_once() -> None:
+    from watchdog.model.proxy import proxy_for
+
+    env = {"HTTPS_PROXY": "http://user%40corp:pw@proxy:3128", "no_proxy": "localhost,.internal"}
+    proxy = proxy_for("https://api.openai.com/v1", env)
+    assert proxy is not None and proxy[0] == "http://proxy:3128"
+    assert proxy[1] == "Basic " + base64.b64encode(b"user@corp:pw").decode()
+    assert proxy_for("https://llm.internal/v1", env) is None
+    assert proxy_for("http://api.openai.com/v1", env) is None  # no HTTP_PROXY
+    assert proxy_for("https://api.anthropic.com", {}) is None
