@@ -509,7 +509,7 @@ def test_the_environments_proxy_is_used(tmp_path: Path, upstream: RawUpstream,
 
 
 def test_proxy_for_reads_the_environment_once() -> None:
-    from watchdog.model.proxy import proxy_for
+    from watchdog.model.headers import proxy_for
 
     env = {"HTTPS_PROXY": "http://user%40corp:pw@proxy:3128", "no_proxy": "localhost,.internal"}
     proxy = proxy_for("https://api.openai.com/v1", env)

@@ -29,23 +29,17 @@ Credentials are forwarded to the upstream and nowhere else: nothing here logs a 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hmac
 import json
 import logging
-import math
-import os
-import re
 import time
-import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 
 from watchdog import logs
 from watchdog.bounds import id_problem, load_json
@@ -53,6 +47,16 @@ from watchdog.config import Config, is_loopback, split_address, url_for_logs
 from watchdog.errors import Overloaded, StateUnavailable
 from watchdog.model.book import Caller, EndpointRun, ModelBook
 from watchdog.model.chat import ChatWire
+from watchdog.model.headers import (
+    ANTHROPIC_HINTS,
+    TOKEN_HEADER,
+    Refused,
+    budget_from,
+    check_target,
+    proxy_for,
+    request_headers,
+    response_headers,
+)
 from watchdog.model.messages import MessagesWire
 from watchdog.model.responses import ResponsesWire
 from watchdog.model.steer import Act, Counts, Turn, decide
@@ -67,34 +71,6 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
-# RFC 9110 §7.6.1, and what the proxy sets itself
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-                        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"})
-REQUEST_SET = frozenset({"host", "content-length", "expect"})
-WATCHDOG_PREFIX = "x-watchdog-"
-TOKEN_HEADER = "x-watchdog-token"  # the api_token, when the endpoint binds beyond loopback
-# x-watchdog-budget-<name>: the budget key, the largest value allowed, whether an integer
-BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
-    "x-watchdog-budget-tool-calls": ("max_tool_calls", 1_000_000, True),
-    "x-watchdog-budget-iterations": ("max_iterations", 1_000_000, True),
-    "x-watchdog-budget-seconds": ("max_seconds", 30 * 86_400, False),
-    "x-watchdog-budget-cost-usd": ("max_cost_usd", 1_000_000, False),
-}
-_BAD_PATH = re.compile(r"(?:%2e|%2f|%5c|\\|/\.\.?(?:/|$)|//)", re.IGNORECASE)
-_SAFE_PATH = re.compile(r"^/v1(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?$")
-ANTHROPIC_HINTS = ("anthropic-version", "x-api-key")
-
-
-class Refused(Exception):
-    """A request the endpoint answers itself: status, code and a message for the agent."""
-
-    def __init__(self, status: int, code: str, message: str,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.headers = dict(headers or {})
-
-
 class ModelProxy:
     def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
         self.service = service
@@ -142,7 +118,7 @@ class ModelProxy:
         wire = self.wires.get(path.rstrip("/")) if request.method == "POST" else None
         api = wire.api if wire is not None else "other"
         try:
-            self._check_target(request)
+            check_target(request)
             if self.token is not None:
                 given = request.headers.get(TOKEN_HEADER, "")
                 if not hmac.compare_digest(given.encode("utf-8", "replace"),
@@ -166,17 +142,6 @@ class ModelProxy:
             return web.Response(status=refused.status, body=dumps(body), headers={
                 "Content-Type": "application/json", **refused.headers})
 
-    def _check_target(self, request: web.Request) -> None:
-        """Only an origin-form path under /v1/, with nothing that could climb out of it."""
-        if request.method == "CONNECT":
-            raise Refused(400, "bad_request", "CONNECT is not served: this is a model API "
-                          "endpoint, not an open proxy")
-        raw = request.raw_path.split("?", 1)[0]
-        if not raw.startswith("/") or _BAD_PATH.search(raw) or not _SAFE_PATH.match(raw):
-            raise Refused(404, "not_found", "not found: the model endpoint serves the paths "
-                          "under /v1/ (chat/completions, responses, messages and the rest of "
-                          "the API passed through)")
-
     def _upstream_url(self, request: web.Request) -> str:
         raw = request.raw_path
         if raw.split("?", 1)[0].rstrip("/") == "/v1/messages" or (
@@ -189,16 +154,16 @@ class ModelProxy:
 
     async def _pass(self, request: web.Request, api: str) -> web.StreamResponse:
         body = await self._body(request)
-        headers, _ = self._request_headers(request)
+        headers, _ = request_headers(request)
         return await self._forward(request, api, body, headers, None)
 
     # -- the three APIs -------------------------------------------------------------------------
 
     async def _api(self, request: web.Request, wire: Wire) -> web.StreamResponse:
         raw = await self._body(request)
-        headers, watchdog = self._request_headers(request)
+        headers, watchdog = request_headers(request)
         headers["Accept-Encoding"] = "identity"  # the response is read: no compression
-        budget = _budget(watchdog)
+        budget = budget_from(watchdog)
         run_header = watchdog.get("x-watchdog-run")
         if run_header is not None and (problem := id_problem(run_header)) is not None:
             raise Refused(400, "bad_request", f"x-watchdog-run {run_header[:64]!r} is not "
@@ -368,7 +333,7 @@ class ModelProxy:
                      upstream: aiohttp.ClientResponse) -> web.StreamResponse:
         """Status, headers and body as they come, chunk by chunk."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=_response_headers(upstream.headers, False))
+                                      headers=response_headers(upstream.headers, False))
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
         await response.prepare(request)
@@ -398,7 +363,7 @@ class ModelProxy:
         async for chunk in upstream.content.iter_any():
             buffer += chunk
             if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
-                response = web.StreamResponse(status=upstream.status, headers=_response_headers(
+                response = web.StreamResponse(status=upstream.status, headers=response_headers(
                     upstream.headers, False))
                 await response.prepare(request)
                 await response.write(bytes(buffer))
@@ -417,7 +382,7 @@ class ModelProxy:
             self._observed(exchange, seen.calls[:keep] if keep is not None else seen.calls,
                            seen)
         return web.Response(status=upstream.status, body=data,
-                            headers=_response_headers(upstream.headers, True))
+                            headers=response_headers(upstream.headers, True))
 
     async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
                             exchange: _Exchange) -> web.StreamResponse:
@@ -425,7 +390,7 @@ class ModelProxy:
         is passed event by event, the calls past the bound left out."""
         wire, keep = exchange.wire, exchange.turn.keep
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=_response_headers(upstream.headers, False))
+                                      headers=response_headers(upstream.headers, False))
         await response.prepare(request)
         reader, accumulator = SSEReader(), wire.accumulator()
         trimmer = wire.stream_trimmer(keep) if keep is not None else None
@@ -489,21 +454,6 @@ class ModelProxy:
                               f"{limit} bytes (model_max_body_bytes)")
         return bytes(data)
 
-    @staticmethod
-    def _request_headers(request: web.Request) -> tuple[CIMultiDict[str], dict[str, str]]:
-        """The headers to send upstream, and the watchdog's own (read, not sent)."""
-        named = {part.strip().lower() for value in request.headers.getall("Connection", ())
-                 for part in value.split(",")}
-        out: CIMultiDict[str] = CIMultiDict()
-        watchdog: dict[str, str] = {}
-        for name, value in request.headers.items():
-            lower = name.lower()
-            if lower.startswith(WATCHDOG_PREFIX):
-                watchdog[lower] = value
-            elif lower not in HOP_BY_HOP and lower not in REQUEST_SET and lower not in named:
-                out.add(name, value)
-        return out, watchdog
-
     def _agent(self, key: str, agent: str | None) -> str:
         run = self.service.tracker.get(key)
         return run.agent_name if run is not None else (agent or "unknown")
@@ -535,67 +485,3 @@ async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
             yield chunk
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
         log.warning("model upstream stream cut short: %s", type(exc).__name__)
-
-
-def _response_headers(headers: CIMultiDictProxy[str], whole: bool) -> CIMultiDict[str]:
-    """The upstream's response headers to pass on: not hop-by-hop, and not the length when
-    aiohttp sets it (a whole body it may have trimmed)."""
-    named = {part.strip().lower() for value in headers.getall("Connection", ())
-             for part in value.split(",")}
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        lower = name.lower()
-        if lower in HOP_BY_HOP or lower in named or lower in ("date", "server") or (
-                lower == "content-length"):
-            continue
-        if whole and lower == "content-encoding":
-            continue
-        out.add(name, value)
-    return out
-
-
-def proxy_for(base: str, env: Mapping[str, str] | None = None
-              ) -> tuple[str, str | None] | None:
-    """The HTTP proxy the environment names for ``base`` (``HTTPS_PROXY`` for https, else
-    ``HTTP_PROXY``; none for a host ``NO_PROXY`` lists), and its ``Proxy-Authorization``
-    (from its user:password, taken out of the URL)."""
-    proxies = {key.lower().removesuffix("_proxy"): value for key, value in (
-        env if env is not None else os.environ).items()
-        if key.lower().endswith("_proxy") and value}
-    parts = urlsplit(base)
-    if parts.hostname is None or urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
-            parts.hostname, proxies):
-        return None
-    proxy = proxies.get(parts.scheme)
-    if not proxy:
-        return None
-    proxied = urlsplit(proxy if "://" in proxy else "http://" + proxy)
-    auth = None
-    if proxied.username:
-        pair = f"{unquote(proxied.username)}:{unquote(proxied.password or '')}"
-        auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
-    netloc = proxied.hostname or ""
-    if proxied.port:
-        netloc += f":{proxied.port}"
-    return urlunsplit((proxied.scheme, netloc, proxied.path, "", "")), auth
-
-
-def _budget(watchdog: Mapping[str, str]) -> dict[str, float] | None:
-    """The budget the request's ``x-watchdog-budget-*`` headers announce (None: none)."""
-    budget: dict[str, float] = {}
-    for header, (key, largest, integer) in BUDGET_HEADERS.items():
-        text = watchdog.get(header)
-        if text is None:
-            continue
-        try:
-            value = float(text.strip())
-            ok = math.isfinite(value) and 0 <= value <= largest and (
-                not integer or value.is_integer())
-        except ValueError:
-            ok = False
-        if not ok:
-            kind = "an integer" if integer else "a number"
-            raise Refused(400, "bad_request", f"{header}={text[:64]!r} is not allowed: "
-                          f"expected {kind} from 0 to {largest:g}")
-        budget[key] = value
-    return budget or None

@@ -1,0 +1,134 @@
+"""The model endpoint's HTTP edges: which request targets it serves, which headers pass each
+way (RFC 9110 §7.6.1: hop-by-hop ones never; the watchdog's own ``x-watchdog-*`` read, not
+sent), the budgets those headers announce, and the environment's proxy for an upstream."""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import re
+import urllib.request
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+# RFC 9110 §7.6.1, and what the proxy sets itself
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+                        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"})
+REQUEST_SET = frozenset({"host", "content-length", "expect"})
+WATCHDOG_PREFIX = "x-watchdog-"
+TOKEN_HEADER = "x-watchdog-token"  # the api_token, when the endpoint binds beyond loopback
+# x-watchdog-budget-<name>: the budget key, the largest value allowed, whether an integer
+BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
+    "x-watchdog-budget-tool-calls": ("max_tool_calls", 1_000_000, True),
+    "x-watchdog-budget-iterations": ("max_iterations", 1_000_000, True),
+    "x-watchdog-budget-seconds": ("max_seconds", 30 * 86_400, False),
+    "x-watchdog-budget-cost-usd": ("max_cost_usd", 1_000_000, False),
+}
+_BAD_PATH = re.compile(r"(?:%2e|%2f|%5c|\\|/\.\.?(?:/|$)|//)", re.IGNORECASE)
+_SAFE_PATH = re.compile(r"^/v1(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?$")
+ANTHROPIC_HINTS = ("anthropic-version", "x-api-key")
+
+
+class Refused(Exception):
+    """A request the endpoint answers itself: status, code and a message for the agent."""
+
+    def __init__(self, status: int, code: str, message: str,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = dict(headers or {})
+
+
+def check_target(request: web.Request) -> None:
+    """Only an origin-form path under /v1/, with nothing that could climb out of it."""
+    if request.method == "CONNECT":
+        raise Refused(400, "bad_request", "CONNECT is not served: this is a model API "
+                      "endpoint, not an open proxy")
+    raw = request.raw_path.split("?", 1)[0]
+    if not raw.startswith("/") or _BAD_PATH.search(raw) or not _SAFE_PATH.match(raw):
+        raise Refused(404, "not_found", "not found: the model endpoint serves the paths "
+                      "under /v1/ (chat/completions, responses, messages and the rest of "
+                      "the API passed through)")
+
+
+def request_headers(request: web.Request) -> tuple[CIMultiDict[str], dict[str, str]]:
+    """The headers to send upstream, and the watchdog's own (read, not sent)."""
+    named = {part.strip().lower() for value in request.headers.getall("Connection", ())
+             for part in value.split(",")}
+    out: CIMultiDict[str] = CIMultiDict()
+    watchdog: dict[str, str] = {}
+    for name, value in request.headers.items():
+        lower = name.lower()
+        if lower.startswith(WATCHDOG_PREFIX):
+            watchdog[lower] = value
+        elif lower not in HOP_BY_HOP and lower not in REQUEST_SET and lower not in named:
+            out.add(name, value)
+    return out, watchdog
+
+
+def response_headers(headers: CIMultiDictProxy[str], whole: bool) -> CIMultiDict[str]:
+    """The upstream's response headers to pass on: not hop-by-hop, and not the length when
+    aiohttp sets it (a whole body it may have trimmed)."""
+    named = {part.strip().lower() for value in headers.getall("Connection", ())
+             for part in value.split(",")}
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in named or lower in ("date", "server") or (
+                lower == "content-length"):
+            continue
+        if whole and lower == "content-encoding":
+            continue
+        out.add(name, value)
+    return out
+
+
+def proxy_for(base: str, env: Mapping[str, str] | None = None
+              ) -> tuple[str, str | None] | None:
+    """The HTTP proxy the environment names for ``base`` (``HTTPS_PROXY`` for https, else
+    ``HTTP_PROXY``; none for a host ``NO_PROXY`` lists), and its ``Proxy-Authorization``
+    (from its user:password, taken out of the URL)."""
+    proxies = {key.lower().removesuffix("_proxy"): value for key, value in (
+        env if env is not None else os.environ).items()
+        if key.lower().endswith("_proxy") and value}
+    parts = urlsplit(base)
+    if parts.hostname is None or urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
+            parts.hostname, proxies):
+        return None
+    proxy = proxies.get(parts.scheme)
+    if not proxy:
+        return None
+    proxied = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    auth = None
+    if proxied.username:
+        pair = f"{unquote(proxied.username)}:{unquote(proxied.password or '')}"
+        auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    netloc = proxied.hostname or ""
+    if proxied.port:
+        netloc += f":{proxied.port}"
+    return urlunsplit((proxied.scheme, netloc, proxied.path, "", "")), auth
+
+
+def budget_from(watchdog: Mapping[str, str]) -> dict[str, float] | None:
+    """The budget the request's ``x-watchdog-budget-*`` headers announce (None: none)."""
+    budget: dict[str, float] = {}
+    for header, (key, largest, integer) in BUDGET_HEADERS.items():
+        text = watchdog.get(header)
+        if text is None:
+            continue
+        try:
+            value = float(text.strip())
+            ok = math.isfinite(value) and 0 <= value <= largest and (
+                not integer or value.is_integer())
+        except ValueError:
+            ok = False
+        if not ok:
+            kind = "an integer" if integer else "a number"
+            raise Refused(400, "bad_request", f"{header}={text[:64]!r} is not allowed: "
+                          f"expected {kind} from 0 to {largest:g}")
+        budget[key] = value
+    return budget or None
