@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 import subprocess
@@ -38,7 +39,13 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, ROOT, venv_python
-from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 
 KEY = "sk-endpoint-tests-0123456789abcdefSECRET"
 AGENT = "endpoint-agent"  # model_agent_name: nothing else names these agents
@@ -98,6 +105,20 @@ LOOPING = [agent for agent in AGENTS if agent.mode not in (
 
 # -- the world ------------------------------------------------------------------------------
 
+class Captured(logging.Handler):
+    """Every log record of the sidecar while a module's sidecars run (debug included)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record) + " " + json.dumps(record.__dict__, default=str))
+
+
+LOGS = Captured()
+
+
 def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServer]:
     rules: tuple[str, ...] = ()
     if budget:
@@ -108,8 +129,16 @@ def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServ
                             model_upstream=llm.base_url,
                             model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
                             model_agent_name=AGENT, rules=rules, eval_interval=0.2)
-    with running_server(config) as server:
-        yield server
+    watchdog_log = logging.getLogger("watchdog")
+    level = watchdog_log.level
+    watchdog_log.addHandler(LOGS)
+    watchdog_log.setLevel(logging.DEBUG)
+    try:
+        with running_server(config) as server:
+            yield server
+    finally:
+        watchdog_log.removeHandler(LOGS)
+        watchdog_log.setLevel(level)
 
 
 @pytest.fixture(scope="module")
@@ -310,3 +339,36 @@ def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
     assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
         6, "loop_detected", True), run
     assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+
+
+def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
+                                                    budgeted: RunningServer,
+                                                    llm: FakeLLM) -> None:
+    """An agent of each SDK family (the key in ``Authorization: Bearer``, in ``x-api-key``)
+    runs through each sidecar: the key reaches the upstream, and appears in none of the
+    sidecars' API answers, metrics, state files or log records (nor from the runs of the
+    tests above, when they ran first)."""
+    for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
+        for agent in (AGENTS[0], AGENTS[4]):  # openai chat, anthropic messages
+            model = llm.script(f"{agent.name}-secrets-{scenario}",
+                               counting(agent) if scenario == "counts" else searching())
+            drive(agent, sidecar, model)
+            sent = llm.request_headers(model)
+            assert sent and all(KEY in json.dumps(headers) for headers in sent)
+    for sidecar in (plain, budgeted):
+        runs = sidecar.get_json("/v1/runs?limit=1000")["runs"]
+        assert runs
+        seen = [json.dumps(runs)] + [
+            json.dumps(sidecar.get_json(f"/v1/runs/{run['id']}")) for run in runs]
+        seen += [json.dumps(sidecar.get_json(f"/v1/runs/{run['id']}/report",
+                                             {"Accept": "application/json"})) for run in runs]
+        seen.append(json.dumps(sidecar.get_json("/v1/rules")))
+        status, metrics = http_request("GET", sidecar.metrics + "/metrics")
+        assert status == 200
+        seen.append(metrics.decode())
+        assert not [text for text in seen if KEY in text]
+        sidecar.flush()
+        state = Path(sidecar.server.config.state_dir)
+        files = [path for path in state.rglob("*") if path.is_file()]
+        assert files and not [path for path in files if KEY.encode() in path.read_bytes()]
+    assert LOGS.lines and not [line for line in LOGS.lines if KEY in line]
