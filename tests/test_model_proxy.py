@@ -518,3 +518,20 @@ def test_proxy_for_reads_the_environment_once() -> None:
     assert proxy_for("https://llm.internal/v1", env) is None
     assert proxy_for("http://api.openai.com/v1", env) is None  # no HTTP_PROXY
     assert proxy_for("https://api.anthropic.com", {}) is None
+
+
+def test_a_failure_to_observe_never_fails_the_call(sidecar: RunningServer, upstream: RawUpstream,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from watchdog.model.book import ModelBook
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("a bug in the run book")
+
+    monkeypatch.setattr(ModelBook, "identify", broken)
+    monkeypatch.setattr(ModelBook, "call_record", broken)
+    body = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+    status, answer = post(sidecar, "/v1/chat/completions", body)
+    assert (status, answer) == (200, COMPLETION)  # forwarded, answered, unobserved
+    assert upstream.seen[-1].body == body
+    _, metrics = http_request("GET", sidecar.metrics + "/metrics")
+    assert b'agent_watchdog_run_failures_total{stage="model_request"} 1.0' in metrics

@@ -71,6 +71,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
+MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
 class ModelProxy:
     def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
         self.service = service
@@ -85,6 +86,7 @@ class ModelProxy:
         host, _ = split_address("model_address", config.model_address or "127.0.0.1:0")
         self.token = config.api_token if not is_loopback(host) else None
         self.in_flight = 0
+        self.failures = 0  # calls whose observation failed (a bug)
         self.session: aiohttp.ClientSession | None = None
         self.proxies: dict[str, tuple[str, str | None] | None] = {}
 
@@ -214,16 +216,17 @@ class ModelProxy:
             state = self.book.identify(wire.api, parsed, caller, agent, ended)
             service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
             run = self._run_of(state, agent, budget)
+            counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
+                            budget=run.budget_view(service.default_budget(run),
+                                                   service.clock.now()),
+                            final_used=state.final_used, stop=state.stop)
+            return state, decide(counts, service.board(run.key), parsed.instructions,
+                                 parsed.has_tools), run.key
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
-            return None
-        key = run.key
-        counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
-                        budget=run.budget_view(service.default_budget(run),
-                                               service.clock.now()),
-                        final_used=state.final_used, stop=state.stop)
-        return state, decide(counts, service.board(key), parsed.instructions,
-                             parsed.has_tools), key
+        except Exception:  # a bug here must not fail the agent's model call: fail open
+            self._failed("request")
+        return None
 
     def _run_of(self, state: EndpointRun, agent: str | None,
                 budget: dict[str, float] | None) -> RunState:
@@ -429,14 +432,25 @@ class ModelProxy:
         state = exchange.state
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or state.report
-        record = self.book.call_record(state, exchange.request, seen, handed,
-                                       exchange.started_ns, time.time_ns())
         try:
+            record = self.book.call_record(state, exchange.request, seen, handed,
+                                           exchange.started_ns, time.time_ns())
             self.service.model_records([record])
+            # the tools it handed over run at the agent until its next request: not idle
+            self.service.model_in_flight(exchange.key, len(handed))
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
-        # the tools it handed over run at the agent until its next request: not idle
-        self.service.model_in_flight(exchange.key, len(handed))
+        except Exception:  # the answer has gone to the agent; the run misses this call
+            self._failed("response")
+
+    def _failed(self, stage: str) -> None:
+        """A bug in observing a call: counted (run_failures_total{stage="model_<stage>"}),
+        logged with its traceback the first ``MAX_FAILURES_LOGGED`` times."""
+        self.failures += 1
+        self.service.observer.run_failed("model_" + stage)
+        if self.failures <= MAX_FAILURES_LOGGED:
+            log.exception("observing a model call (%s) failed; the call went on unobserved",
+                          stage)
 
     # -- bits -----------------------------------------------------------------------------------
 
