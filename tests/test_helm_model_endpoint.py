@@ -5,22 +5,34 @@ A sidecar serves it on 127.0.0.1 with ``model_agent_name`` from its pod's app na
 downward API, resolved here as the kubelet does); a gateway
 on 0.0.0.0 behind a Service port ``model``; ``modelEndpoint.agentEnv`` points the agent
 containers' OpenAI and Anthropic SDKs at it. The rendered env is fed to the real watchdog's
-configuration loader, which must accept it and read the values the chart meant.
+configuration loader, which must accept it and read the values the chart meant, and to a real
+``watchdog serve``, through which the real ``openai`` SDK gets its answer from a scripted
+upstream, the call booked as a run of the pod's app.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
+import openai
 import pytest
 import yaml
 
+from tests.frameworks.fakellm import FakeLLM, answer, steps
 from watchdog.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +42,12 @@ TOKEN = "a-token-of-at-least-16-chars"
 GATEWAY = {"mode": "gateway", "auth": {"token": TOKEN}}
 
 Manifest = dict[str, Any]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +247,65 @@ def test_notes_give_the_env_line(chart: helm.Chart) -> None:
     gateway = chart.render(copy.deepcopy(GATEWAY), name="rel", namespace=NAMESPACE)
     notes = next(text for path, text in gateway.items() if path.endswith("NOTES.txt"))
     assert "OPENAI_BASE_URL=http://rel-agent-watchdog.agents.svc:9478/v1" in notes
+
+
+def test_a_real_sidecar_with_the_rendered_env_answers_through_its_upstream(
+        example_chart: helm.Chart, tmp_path: Path) -> None:
+    """``watchdog serve`` with the example agent's sidecar env (ports and paths moved to
+    tmp_path, the upstream a scripted one): the agent's ``openai`` SDK, pointed by the env
+    ``modelEndpoint.agentEnv`` gives it, gets the upstream's answer, and the call is a run of
+    agent "my-agent" (the pod's app name)."""
+    ports = {"otlpGrpc": free_port(), "otlpHttp": free_port(), "api": free_port(),
+             "metrics": free_port(), "model": free_port()}
+    with FakeLLM() as llm:
+        llm.script("gpt-test", steps(answer("Hello from upstream.")))
+        manifests = render_example(example_chart, {"ports": ports, "modelEndpoint": {
+            "upstream": llm.base_url, "agentEnv": True}})
+        deployment = one(manifests, "Deployment", "my-agent")
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        env = kubelet_env(containers(deployment)["watchdog"], pod_labels)
+        (tmp_path / "rules").mkdir()
+        env.update(WATCHDOG_STATE_DIR=str(tmp_path / "state"),
+                   WATCHDOG_RULES=str(tmp_path / "rules"),
+                   WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "watchdog", "serve"],
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")},
+                 **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(
+                            f"http://127.0.0.1:{ports['metrics']}/readyz", timeout=2):
+                        break
+                except OSError:
+                    assert process.poll() is None, process.stderr.read().decode() \
+                        if process.stderr else process.returncode
+                    assert time.monotonic() < deadline, "the sidecar did not become ready"
+                    time.sleep(0.05)
+            agent_env = env_of(containers(deployment)["agent"])
+            client = openai.OpenAI(base_url=agent_env["OPENAI_BASE_URL"],
+                                   api_key="sk-chart-test", max_retries=0)
+            reply = client.chat.completions.create(model="gpt-test", messages=[
+                {"role": "user", "content": "Say hello."}])
+            assert reply.choices[0].message.content == "Hello from upstream."
+            assert llm.request_headers("gpt-test")[0]["authorization"] == "Bearer sk-chart-test"
+            api = f"http://127.0.0.1:{ports['api']}/v1/runs"
+            deadline = time.monotonic() + 20
+            while True:
+                with urllib.request.urlopen(api, timeout=2) as response:
+                    runs = json.loads(response.read())["runs"]
+                if runs or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert [run["agent"] for run in runs] == ["my-agent"]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if process.stderr:
+                process.stderr.close()
