@@ -137,7 +137,8 @@ class Timings:
     gaps: list[float] = field(default_factory=list)  # seconds between consecutive events
     streams: list[float] = field(default_factory=list)  # first event to the last
     chunks: int = 0
-    cpu: float = 0.0  # the sidecar's CPU seconds over the phase (through the sidecar only)
+    cpu: float = 0.0  # the sidecar's CPU seconds over the phase (idle, for direct phases)
+    wall: float = 0.0  # the phase's seconds
 
     def extend(self, other: Timings) -> None:
         self.ttfb += other.ttfb
@@ -145,6 +146,7 @@ class Timings:
         self.streams += other.streams
         self.chunks += other.chunks
         self.cpu += other.cpu
+        self.wall += other.wall
 
 
 async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
@@ -212,7 +214,11 @@ def report(label: str, direct: Timings, proxied: Timings) -> list[str]:
     together = sum(gap < 0.0005 for gap in proxied.gaps), sum(gap < 0.0005 for gap in direct.gaps)
     rows.append(f"  events read together with the one before (< 0.5 ms apart): "
                 f"{together[1]} direct, {together[0]} through the sidecar")
-    rows.append(f"  sidecar CPU per stream: {proxied.cpu / len(proxied.ttfb) * 1000:.2f} ms")
+    idle = direct.cpu / direct.wall if direct.wall else 0.0  # the sidecar's own timers
+    busy = max(proxied.cpu - idle * proxied.wall, 0.0)
+    rows.append(f"  sidecar CPU per stream: {busy / len(proxied.ttfb) * 1000:.2f} ms "
+                f"(its idle {idle * 1000:.1f} ms/s, measured while the direct side ran, "
+                f"taken off)")
     return rows
 
 
@@ -226,9 +232,10 @@ async def measure(direct_url: str, sidecar_url: str, sidecar_pid: int, streams: 
         await phase(sidecar_url, 5, 1, 2 * 10**6 + counter)
         for side in ("direct", "sidecar", "sidecar", "direct"):
             url = direct_url if side == "direct" else sidecar_url
-            cpu = cpu_seconds(sidecar_pid)
+            cpu, wall = cpu_seconds(sidecar_pid), time.perf_counter()
             timings = await phase(url, count // 2, width, counter)
-            timings.cpu = cpu_seconds(sidecar_pid) - cpu if side == "sidecar" else 0.0
+            timings.cpu = cpu_seconds(sidecar_pid) - cpu
+            timings.wall = time.perf_counter() - wall
             sides[side].extend(timings)
             counter += count
         lines += report(f"{width} stream{'s' if width > 1 else ''} at a time",
