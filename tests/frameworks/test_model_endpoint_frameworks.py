@@ -91,6 +91,7 @@ AGENTS = [
     Agent("anthropic", "endpoint_anthropic", "messages"),
     Agent("anthropic", "endpoint_anthropic", "messages_stream"),
     Agent("openai_agents", "endpoint_openai_agents", "responses"),
+    Agent("openai_agents", "endpoint_openai_agents", "chat"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "run"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
     Agent("langchain", "endpoint_langchain", "invoke"),
@@ -98,7 +99,7 @@ AGENTS = [
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
 ]
-# the loop scenario once per framework (its stream variants steer the same way)
+# the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if agent.mode not in (
     "chat_stream", "responses_stream", "messages_stream", "stream")]
 
@@ -349,7 +350,7 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     sidecars' API answers, metrics, state files or log records (nor from the runs of the
     tests above, when they ran first)."""
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
-        for agent in (AGENTS[0], AGENTS[4]):  # openai chat, anthropic messages
+        for agent in (a for a in AGENTS if a.name in ("openai-chat", "anthropic-messages")):
             model = llm.script(f"{agent.name}-secrets-{scenario}",
                                counting(agent) if scenario == "counts" else searching())
             drive(agent, sidecar, model)
