@@ -59,7 +59,7 @@ from watchdog.model.headers import (
 )
 from watchdog.model.messages import MessagesWire
 from watchdog.model.responses import ResponsesWire
-from watchdog.model.steer import Act, Counts, Turn, decide
+from watchdog.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
 from watchdog.model.wire import SSEReader, Wire, dumps
 from watchdog.runs.record import KeySource
 from watchdog.runs.run import RunState
@@ -379,11 +379,11 @@ class ModelProxy:
         if isinstance(body, dict):
             wire, keep = exchange.wire, exchange.turn.keep
             seen = wire.read_response(body)
-            if keep is not None and len(seen.calls) > keep and wire.trim(body, keep):
+            handed = kept_calls(seen.calls, keep)
+            if keep is not None and len(handed) < len(seen.calls) and wire.trim(body, keep):
                 data = dumps(body)
                 self._steered(exchange.agent, "trim")
-            self._observed(exchange, seen.calls[:keep] if keep is not None else seen.calls,
-                           seen)
+            self._observed(exchange, handed, seen)
         return web.Response(status=upstream.status, body=data,
                             headers=response_headers(upstream.headers, True))
 
@@ -400,12 +400,14 @@ class ModelProxy:
         trimmed = False
         try:
             async for chunk in _chunks(upstream):
+                if trimmer is None:  # on its way first, read after
+                    await response.write(chunk)
+                    for event in reader.feed(chunk):
+                        accumulator.feed(event)
+                    continue
                 events = reader.feed(chunk)
                 for event in events:
                     accumulator.feed(event)
-                if trimmer is None:
-                    await response.write(chunk)
-                    continue
                 if reader.broken:  # an event too long to read: the rest passes as it is
                     trimmer = None
                     out = b"".join(e.raw for e in events) + reader.spilled
@@ -421,8 +423,8 @@ class ModelProxy:
             await response.write_eof()
         finally:
             seen = accumulator.observation
-            calls = seen.calls[:keep] if keep is not None else seen.calls
-            if trimmed or (keep is not None and len(seen.calls) > keep):
+            calls = kept_calls(seen.calls, keep)
+            if trimmed or len(calls) < len(seen.calls):
                 self._steered(exchange.agent, "trim")
             self._observed(exchange, calls, seen)
         return response
@@ -431,7 +433,7 @@ class ModelProxy:
         """The response has ended: the call becomes a record of its run."""
         state = exchange.state
         if exchange.turn.act is Act.FINAL:
-            state.report = seen.text or state.report
+            state.report = seen.text or answer_of(handed) or state.report
         try:
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns())

@@ -8,6 +8,7 @@ not change: the shell forwards the agent's bytes unless an edit returns new ones
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +51,9 @@ class Request:
     messages: int  # items in the conversation
     last_is_user: bool  # the request carries a new user message (not a tool result)
     results: list[ToolResult] = field(default_factory=list)  # since the last model answer
+    # the text of the other messages since the last model answer (tool results an agent
+    # replays as plain text: "Observation: ...")
+    said: list[str] = field(default_factory=list)
     previous_response_id: str | None = None  # Responses API
     include_usage: bool = False  # chat: stream_options.include_usage
 
@@ -120,11 +124,16 @@ class Event:
 class SSEReader:
     """Splits a byte stream into SSE events as chunks arrive (a chunk may hold part of an
     event, or several). Bounded: an event longer than ``MAX_SSE_EVENT_BYTES`` stops the
-    reading (:attr:`broken`); the bytes still flow, the shell forwards them as they come."""
+    reading (:attr:`broken`); the bytes still flow, the shell forwards them as they come.
+
+    Cheap on the common stream: while no ``\\r`` has come, an event ends only at ``\\n\\n``
+    (one ``bytes.find`` per event, none over the rest of the buffer for separators that never
+    come), and a one-line ``data:`` event is cut out of its bytes without splitting lines."""
 
     def __init__(self, limit: int = MAX_SSE_EVENT_BYTES) -> None:
         self.limit = limit
         self._buffer = bytearray()
+        self._cr = False  # a carriage return has come: every separator is looked for
         self.broken = False
         self.spilled = b""  # what was buffered when the reading stopped (not yet sent on)
 
@@ -133,11 +142,19 @@ class SSEReader:
             return []
         buffer = self._buffer
         search = max(len(buffer) - 3, 0)  # a blank line may straddle the chunks
+        if not buffer and chunk.endswith(b"\n\n") and not self._cr and b"\r" not in chunk \
+                and chunk.find(b"\n\n") == len(chunk) - 2 and len(chunk) <= self.limit:
+            return [_parse_event(chunk)]  # the usual chunk: one whole event
         buffer += chunk
+        if not self._cr and b"\r" in chunk:
+            self._cr = True
         events: list[Event] = []
         start = 0
         while True:
-            end, size = _event_end(buffer, max(start, search))
+            if self._cr:
+                end, size = _event_end(buffer, max(start, search))
+            else:
+                end, size = buffer.find(b"\n\n", max(start, search)), 2
             if end < 0:
                 break
             events.append(_parse_event(bytes(buffer[start:end + size])))
@@ -165,11 +182,17 @@ def _event_end(buffer: bytearray, start: int) -> tuple[int, int]:
     return best, size
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # SSE's line ends (not str.splitlines's others)
+
+
 def _parse_event(raw: bytes) -> Event:
+    if raw.startswith(b"data:") and raw.find(b"\n") == len(raw) - 2 and b"\r" not in raw:
+        value = raw[6:-2] if raw.startswith(b"data: ") else raw[5:-2]  # one data line
+        return Event(raw, None, value.decode("utf-8", "replace"))
     name: str | None = None
     data: list[str] = []
     text = raw.decode("utf-8", "replace")
-    for line in text.splitlines():
+    for line in _LINE_BREAK.split(text):
         if not line or line.startswith(":"):
             continue
         key, _, value = line.partition(":")
