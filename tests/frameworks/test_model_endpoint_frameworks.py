@@ -12,7 +12,9 @@ executions; the sidecar's API shows the run it saw. Nothing waits for a directiv
 * counts: two tool calls then an answer — one run, 3 model calls, 2 tool calls, completed;
 * budget: a rule pack gives every agent ``max_tool_calls: 3``; the model searches forever —
   the countdown it reads is the true number left on every request, the agent runs 3 tools, the
-  4th request withdraws the tools and its answer (the report) is the agent's output;
+  4th request withdraws the tools and its answer (the report) is the agent's output — for an
+  agent that answers through a final-answer tool (smolagents), the 4th request leaves only that
+  tool, forced, and the report comes as its call;
 * loop: the model repeats the same call — ``tool-cycle`` (a cycle of one call) winds the run
   down at the 4th, its grace of 2 counts down, the next request withdraws the tools and its
   answer is the agent's output; the upstream gets nothing after it.
@@ -250,9 +252,38 @@ def check_no_control_text_in_user_messages(requests: list[dict[str, Any]]) -> No
         assert "[budget" not in text and "[grace" not in text and "agent-watchdog" not in text
 
 
-def check_last_is_the_only_one_without_tools(requests: list[dict[str, Any]]) -> None:
-    without = [i for i, body in enumerate(requests) if not fakellm.offers_tools(body)]
-    assert without == [len(requests) - 1], (without, len(requests))
+def forced_tool(body: Mapping[str, Any]) -> str | None:
+    """The tool a request's ``tool_choice`` names (Chat Completions, Responses, Anthropic)."""
+    choice = body.get("tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") not in ("function", "tool"):
+        return None
+    function = choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else choice.get("name")
+    return name if isinstance(name, str) else None
+
+
+def tool_names(body: Mapping[str, Any]) -> list[str]:
+    names = []
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        names.append(str((function or tool).get("name")))
+    return names
+
+
+def check_last_is_the_only_one_without_tools(agent: Agent,
+                                             requests: list[dict[str, Any]]) -> None:
+    """Only the last request withdraws the tools; for an agent that answers through a
+    final-answer tool, it leaves that tool alone, forced."""
+    if agent.answer_tool is None:
+        without = [i for i, body in enumerate(requests) if not fakellm.offers_tools(body)]
+        assert without == [len(requests) - 1], (without, len(requests))
+    else:
+        forced = [i for i, body in enumerate(requests) if forced_tool(body)]
+        assert forced == [len(requests) - 1], (forced, len(requests))
+        last = requests[-1]
+        assert forced_tool(last) == agent.answer_tool, last.get("tool_choice")
+        assert tool_names(last) == [agent.answer_tool], tool_names(last)
+        assert all("search" in tool_names(body) for body in requests[:-1])
     assert "Tools are withdrawn" in instructions(requests[-1])
 
 
@@ -265,14 +296,28 @@ def counting(agent: Agent) -> fakellm.Script:
                          final)
 
 
+def answering_when_forced(script: fakellm.Script) -> fakellm.Script:
+    """As a real model does: a request whose ``tool_choice`` names a tool gets a call of it
+    (the report as its answer)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        forced = forced_tool(body)
+        if forced is not None:
+            return fakellm.call(forced, answer=REPORT)
+        return script(index, body)
+
+    return pick
+
+
 def searching() -> fakellm.Script:
     """New terms on every request that lets the model call tools; the report when none."""
-    return fakellm.looping("search", lambda i: {"q": f"term {i}"}, REPORT)
+    return answering_when_forced(fakellm.looping("search", lambda i: {"q": f"term {i}"},
+                                                 REPORT))
 
 
 def repeating() -> fakellm.Script:
     """The same call on every request that lets the model call tools; the report when none."""
-    return fakellm.looping("search", lambda i: {"q": "the file"}, REPORT)
+    return answering_when_forced(fakellm.looping("search", lambda i: {"q": "the file"},
+                                                 REPORT))
 
 
 # -- the tests ------------------------------------------------------------------------------
@@ -307,7 +352,7 @@ def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServe
     for index, body in enumerate(requests[:-1]):
         said = LEFT.findall(instructions(body))
         assert said == [(str(BUDGET - index), str(BUDGET))], (index, instructions(body)[:400])
-    check_last_is_the_only_one_without_tools(requests)
+    check_last_is_the_only_one_without_tools(agent, requests)
     assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
     check_no_control_text_in_user_messages(requests)
     assert outcome["output"] == REPORT  # the last upstream answer is the agent's output
@@ -333,7 +378,7 @@ def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
     grace = [GRACE_LEFT.findall(instructions(body)) for body in requests]
     assert grace == [[]] * 4 + [["2"], ["1"], []], grace
     assert outcome["ran"] == ["the file"] * 6
-    check_last_is_the_only_one_without_tools(requests)
+    check_last_is_the_only_one_without_tools(agent, requests)
     check_no_control_text_in_user_messages(requests)
     assert outcome["output"] == REPORT
     run = the_new_run(plain, before)

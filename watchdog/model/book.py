@@ -12,9 +12,16 @@ ended, or that is shorter than the conversation was (the agent started over), st
 conversation's next run, in the conversation's session.
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
-response id); each tool result in the next request whose call the endpoint handed over becomes
-one tool-call record (name, arguments, result, error) — unless the agent traces its calls itself
-(a ``traceparent``, or a run the client SDK announced): then its spans count the tools, and the
+response id); each tool call the endpoint handed over becomes one tool-call record (name,
+arguments, result, error) at the agent's next request of the run, which comes once it has run:
+with the result that request carries for it (a tool message of the call's id; else, as agents
+that replay results as plain text send them, the text after the last answer that names the
+call's id, or that text whole when it answers the only call), else without one — each once (a
+result that shows up later finds its call counted). A response that asks only for final-answer
+tools (:func:`~watchdog.model.steer.is_answer_tool`) is the run's answer, their arguments its
+text; such a call is never a tool call of the run. All of this holds unless the agent traces
+its calls itself (a ``traceparent``, or a run the client SDK announced): then its spans count
+the tools, and the
 model call pairs with the agent's span of the same call by its response id (another scope: a
 twin, counted once). A run the agent sends no spans for is *loose*: it ends with its answer.
 
@@ -32,7 +39,9 @@ from dataclasses import dataclass, field
 
 from watchdog.ingest.conventions import canonical_arguments, stable_hash
 from watchdog.ingest.redact import brief
-from watchdog.model.wire import Observation, Request, ToolCall
+from watchdog.model.failure import looks_failed
+from watchdog.model.steer import answer_of, is_answer_tool
+from watchdog.model.wire import Observation, Request, ToolCall, ToolResult
 from watchdog.runs.record import KeySource, SpanKind, SpanRecord
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
@@ -162,33 +171,46 @@ class ModelBook:
 
     def tool_records(self, state: EndpointRun, request: Request, now_ns: int
                      ) -> list[SpanRecord]:
-        """The tool calls whose results this request carries (each once: a retried request
-        finds its calls already answered). None when the agent traces them itself."""
+        """The tool calls handed over before this request: they have run by now. Each with
+        the result this request carries for it, if any; each once (a retried request, or a
+        result that comes later, finds its call counted). None when the agent traces them
+        itself."""
         records: list[SpanRecord] = []
+        answered: list[tuple[ToolCall, ToolResult | None]] = []
         for result in request.results:
             call = state.pending.pop(result.call_id, None)
-            if call is None:
-                continue
+            if call is not None:
+                answered.append((call, result))
+        unanswered = list(state.pending.values())
+        state.pending.clear()
+        for call in unanswered:
+            answered.append((call, _said_result(call, request.said, len(unanswered))))
+        for call, found in answered:
             state.results += 1
-            if state.traced:
-                continue
-            record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],
-                                  state.last_end_ns or now_ns, now_ns)
-            record.tool_name = call.name[:200] or "unknown"
-            canonical = canonical_arguments(call.arguments)
-            record.args_hash = stable_hash(record.tool_name + "\0" + canonical)
-            record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
-            record.result_hash = stable_hash(record.tool_name + "\0" + result.content)
-            record.result_brief = brief(result.content, MAX_BRIEF_CHARS)
-            if result.error:
-                record.error = True
-                record.error_type = FAILED_TOOL
-                record.error_message = brief(result.content, MAX_BRIEF_CHARS)
-                record.error_signature = stable_hash(FAILED_TOOL + ":" + record.error_message)
-            records.append(record)
+            if not state.traced:
+                records.append(self._tool_record(state, call, found, now_ns))
         if request.messages:
             state.messages = request.messages
         return records
+
+    def _tool_record(self, state: EndpointRun, call: ToolCall, result: ToolResult | None,
+                     now_ns: int) -> SpanRecord:
+        record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],
+                              state.last_end_ns or now_ns, now_ns)
+        record.tool_name = call.name[:200] or "unknown"
+        canonical = canonical_arguments(call.arguments)
+        record.args_hash = stable_hash(record.tool_name + "\0" + canonical)
+        record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
+        if result is None:
+            return record
+        record.result_hash = stable_hash(record.tool_name + "\0" + result.content)
+        record.result_brief = brief(result.content, MAX_BRIEF_CHARS)
+        if result.error:
+            record.error = True
+            record.error_type = FAILED_TOOL
+            record.error_message = brief(result.content, MAX_BRIEF_CHARS)
+            record.error_signature = stable_hash(FAILED_TOOL + ":" + record.error_message)
+        return record
 
     def call_record(self, state: EndpointRun, request: Request, seen: Observation,
                     handed: list[ToolCall], start_ns: int, end_ns: int) -> SpanRecord:
@@ -199,15 +221,20 @@ class ModelBook:
         record.finish_reason = seen.finish_reason
         record.messages = request.messages + 1
         record.response_id = seen.response_id
-        record.requested_tools = bool(handed)
-        if not handed and seen.text.strip() and seen.finish_reason not in (
+        work = [call for call in handed if not is_answer_tool(call.name)]
+        record.requested_tools = bool(work)
+        answer = answer_of(handed)
+        if answer is not None:  # asks only for final-answer tools: the run's answer
+            record.final_answer = True
+            record.final_output = brief(answer, MAX_BRIEF_CHARS)
+        elif not handed and seen.text.strip() and seen.finish_reason not in (
                 "length", "max_tokens", "content_filter"):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
-        for call in handed:
+        for call in work:
             if len(state.pending) < MAX_PENDING_CALLS:
                 state.pending[call.call_id] = call
-        state.handed += len(handed)
+        state.handed += len(work)
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key
@@ -227,3 +254,17 @@ class ModelBook:
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
             name=name, kind=kind, start_ns=start_ns, end_ns=max(end_ns, start_ns),
             agent=state.agent, session=state.session, loose=loose, scope=SCOPE)
+
+
+def _said_result(call: ToolCall, said: list[str], calls: int) -> ToolResult | None:
+    """A call's result as an agent replays it in plain text: the text after the last answer
+    that names the call's id, else all of that text when this was the only call handed over;
+    None when the request carries none."""
+    if len(call.call_id) >= 4:
+        for text in said:
+            if call.call_id in text:
+                return ToolResult(call.call_id, text, looks_failed(text))
+    if calls == 1 and any(text.strip() for text in said):
+        text = "\n".join(said)
+        return ToolResult(call.call_id, text, looks_failed(text))
+    return None

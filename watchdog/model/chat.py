@@ -2,7 +2,9 @@
 
 The instructions the model reads are the system (or developer) message; a note goes into the
 first one, or a system message is put first. Tools are withdrawn with ``tool_choice: "none"``,
-their definitions kept so the history's tool calls stay valid.
+their definitions kept so the history's tool calls stay valid — unless the request offers a
+final-answer tool: then ``tool_choice`` names it and its definition is the only one left, so an
+agent that takes only tool calls gets its report as that call.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import uuid
 from typing import Any
 
 from watchdog.model.failure import looks_failed
+from watchdog.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
 from watchdog.model.wire import (
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -53,12 +56,16 @@ class ChatWire:
             elif role == "assistant":
                 last_answer = index
         results: list[ToolResult] = []
+        said: list[str] = []
         for message in messages[last_answer + 1:]:
-            if isinstance(message, dict) and message.get("role") == "tool" \
-                    and len(results) < MAX_TOOL_CALLS_SEEN:
+            if not isinstance(message, dict) or len(results) + len(said) >= MAX_TOOL_CALLS_SEEN:
+                continue
+            if message.get("role") == "tool":
                 text = text_of(message.get("content"))
                 results.append(ToolResult(str(message.get("tool_call_id") or ""), text,
                                           looks_failed(text)))
+            elif message.get("role") not in INSTRUCTION_ROLES:
+                said.append(text_of(message.get("content")))
         last = messages[-1] if messages else None
         options = body.get("stream_options")
         return Request(
@@ -70,6 +77,7 @@ class ChatWire:
             messages=len(messages),
             last_is_user=isinstance(last, dict) and last.get("role") == "user",
             results=results,
+            said=said,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True)
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
@@ -89,9 +97,18 @@ class ChatWire:
         return {**body, "messages": messages}
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
-        edited = self.add_note(body, prompt)
-        if edited.get("tools"):
-            edited["tool_choice"] = "none"
+        tools = body.get("tools")
+        tools = tools if isinstance(tools, list) else []
+        answer = answer_tool_offered(_name_of(tool) for tool in tools)
+        if answer is not None:
+            edited = self.add_note(body, answer_tool_prompt(prompt, answer))
+            edited["tools"] = [tool for tool in tools if _name_of(tool) == answer][:1]
+            edited["tool_choice"] = {"type": "function", "function": {"name": answer}}
+        else:
+            edited = self.add_note(body, prompt)
+            if tools:
+                edited["tool_choice"] = "none"
+        if tools:
             edited.pop("parallel_tool_calls", None)
         return edited
 
@@ -122,6 +139,7 @@ class ChatWire:
         return ChatAccumulator()
 
     def trim(self, body: dict[str, Any], keep: int) -> bool:
+        """Leaves the first ``keep`` tool calls of each choice, and its final-answer calls."""
         changed = False
         choices = body.get("choices")
         for choice in choices if isinstance(choices, list) else ():
@@ -129,11 +147,20 @@ class ChatWire:
             if not isinstance(message, dict):
                 continue
             calls = message.get("tool_calls")
-            if not isinstance(calls, list) or len(calls) <= keep:
+            if not isinstance(calls, list):
+                continue
+            kept, work = [], 0
+            for call in calls:
+                if is_answer_tool(_name_of(call)):
+                    kept.append(call)
+                elif work < keep:
+                    kept.append(call)
+                    work += 1
+            if len(kept) == len(calls):
                 continue
             changed = True
-            if keep > 0:
-                message["tool_calls"] = calls[:keep]
+            if kept:
+                message["tool_calls"] = kept
             else:
                 del message["tool_calls"]
                 if choice.get("finish_reason") == "tool_calls":
@@ -177,6 +204,12 @@ class ChatWire:
 
 def _answer_id() -> str:
     return "chatcmpl-watchdog" + uuid.uuid4().hex[:20]
+
+
+def _name_of(item: object) -> object:
+    """The function name of a tool definition or a tool call (None: none)."""
+    function = item.get("function") if isinstance(item, dict) else None
+    return function.get("name") if isinstance(function, dict) else None
 
 
 def _usage(seen: Observation, usage: object) -> None:
@@ -240,11 +273,35 @@ class ChatAccumulator:
 
 
 class ChatTrimmer:
-    """Drops the tool-call deltas of calls past ``keep`` (by their index), and says "stop"
-    instead of "tool_calls" when none is left; an event left with nothing to say is dropped."""
+    """Drops the tool-call deltas of calls past ``keep`` (final-answer calls are always
+    kept; a call is judged by its first delta, which names it), numbers the kept ones without
+    gaps, and says "stop" instead of "tool_calls" when none is left; an event left with
+    nothing to say is dropped."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
+        self._slots: dict[int, int | None] = {}  # the upstream's index -> the one handed on
+        self._work = 0  # calls (not final-answer ones) seen
+        self._kept = 0
+
+    def _slot(self, call: dict[str, Any]) -> int | None:
+        index = call["index"]
+        if index in self._slots:
+            return self._slots[index]
+        if len(self._slots) >= MAX_TOOL_CALLS_SEEN:  # more calls than are read: dropped
+            return None
+        slot: int | None = None
+        if is_answer_tool(_name_of(call)):
+            slot = self._kept
+        elif self._work < self.keep:
+            slot = self._kept
+            self._work += 1
+        else:
+            self._work += 1
+        if slot is not None:
+            self._kept += 1
+        self._slots[index] = slot
+        return slot
 
     def rewrite(self, event: Event) -> bytes:
         data = json_data(event)
@@ -258,9 +315,20 @@ class ChatTrimmer:
             delta = choice.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("tool_calls"), list):
                 calls = delta["tool_calls"]
-                kept = [c for c in calls if not (isinstance(c, dict) and isinstance(
-                    c.get("index"), int) and c["index"] >= self.keep)]
-                if len(kept) != len(calls):
+                kept, moved = [], False
+                for call in calls:
+                    if not (isinstance(call, dict) and isinstance(call.get("index"), int)):
+                        kept.append(call)
+                        continue
+                    slot = self._slot(call)
+                    if slot is None:
+                        moved = True
+                    elif slot != call["index"]:
+                        kept.append({**call, "index": slot})
+                        moved = True
+                    else:
+                        kept.append(call)
+                if moved:
                     changed = True
                     if kept:
                         delta["tool_calls"] = kept
@@ -268,7 +336,7 @@ class ChatTrimmer:
                         del delta["tool_calls"]
                         empty = not any(value for value in delta.values()) \
                             and choice.get("finish_reason") is None
-            if self.keep == 0 and choice.get("finish_reason") == "tool_calls":
+            if self._kept == 0 and choice.get("finish_reason") == "tool_calls":
                 choice["finish_reason"] = "stop"
                 changed = True
         if not changed:

@@ -1,7 +1,9 @@
 """Anthropic Messages (``POST /v1/messages``): read, observe, steer, answer.
 
 The instructions the model reads are ``system`` (a string or a list of text blocks); tools are
-withdrawn with ``tool_choice: {"type": "none"}``, their definitions kept. Tool results are the
+withdrawn with ``tool_choice: {"type": "none"}``, their definitions kept — or, when the request
+offers a final-answer tool, ``tool_choice`` names it (the definitions kept: the history's
+``tool_use`` blocks stay valid; the named choice leaves no other tool to call). Tool results are the
 ``tool_result`` blocks of the user message after the model's ``tool_use`` blocks; ``is_error``
 says a tool failed.
 """
@@ -12,6 +14,7 @@ import uuid
 from typing import Any
 
 from watchdog.model.failure import looks_failed
+from watchdog.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
 from watchdog.model.wire import (
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -53,6 +56,7 @@ class MessagesWire:
                 anchor = anchor_of(message.get("content"))
                 break
         results: list[ToolResult] = []
+        said: list[str] = []
         last = messages[-1] if messages else None
         if isinstance(last, dict) and last.get("role") == "user" and _is_result_message(last):
             for block in last["content"]:
@@ -61,6 +65,8 @@ class MessagesWire:
                     text = text_of(block.get("content"))
                     error = block.get("is_error") is True or looks_failed(text)
                     results.append(ToolResult(str(block.get("tool_use_id") or ""), text, error))
+        elif isinstance(last, dict) and last.get("role") == "user":
+            said.append(text_of(last.get("content")))
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
@@ -70,7 +76,8 @@ class MessagesWire:
             messages=len(messages),
             last_is_user=isinstance(last, dict) and last.get("role") == "user"
             and not _is_result_message(last),
-            results=results)
+            results=results,
+            said=said)
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         system = body.get("system")
@@ -81,9 +88,16 @@ class MessagesWire:
         return {**body, "system": edited}
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
-        edited = self.add_note(body, prompt)
-        if edited.get("tools"):
-            edited["tool_choice"] = {"type": "none"}
+        tools = body.get("tools")
+        tools = tools if isinstance(tools, list) else []
+        answer = answer_tool_offered(tool.get("name") for tool in tools if isinstance(tool, dict))
+        if answer is not None:
+            edited = self.add_note(body, answer_tool_prompt(prompt, answer))
+            edited["tool_choice"] = {"type": "tool", "name": answer}
+        else:
+            edited = self.add_note(body, prompt)
+            if tools:
+                edited["tool_choice"] = {"type": "none"}
         return edited
 
     def read_response(self, body: dict[str, Any]) -> Observation:
@@ -114,13 +128,14 @@ class MessagesWire:
         content = body.get("content")
         if not isinstance(content, list):
             return False
-        uses = [i for i, block in enumerate(content)
-                if isinstance(block, dict) and block.get("type") == "tool_use"]
+        uses = [i for i, block in enumerate(content) if isinstance(block, dict)
+                and block.get("type") == "tool_use" and not is_answer_tool(block.get("name"))]
         if len(uses) <= keep:
             return False
         dropped = set(uses[keep:])
         body["content"] = [block for i, block in enumerate(content) if i not in dropped]
-        if keep == 0 and body.get("stop_reason") == "tool_use":
+        if not any(isinstance(block, dict) and block.get("type") == "tool_use"
+                   for block in body["content"]) and body.get("stop_reason") == "tool_use":
             body["stop_reason"] = "end_turn"
         return True
 
@@ -226,6 +241,7 @@ class MessagesTrimmer:
     def __init__(self, keep: int) -> None:
         self.keep = keep
         self._uses = 0
+        self._answers = 0  # final-answer tool_use blocks: always kept
         self._dropped: set[int] = set()
 
     def rewrite(self, event: Event) -> bytes:
@@ -236,13 +252,17 @@ class MessagesTrimmer:
         if kind == "content_block_start" and isinstance(index, int):
             block = data.get("content_block")
             if isinstance(block, dict) and block.get("type") == "tool_use":
+                if is_answer_tool(block.get("name")):
+                    self._answers += 1
+                    return event.raw
                 self._uses += 1
                 if self._uses > self.keep:
                     self._dropped.add(index)
                     return b""
         elif kind in ("content_block_delta", "content_block_stop") and index in self._dropped:
             return b""
-        elif kind == "message_delta" and self.keep == 0 and self._dropped:
+        elif kind == "message_delta" and self.keep == 0 and self._dropped \
+                and not self._answers:
             delta = data.get("delta")
             if isinstance(delta, dict) and delta.get("stop_reason") == "tool_use":
                 delta["stop_reason"] = "end_turn"

@@ -1,9 +1,10 @@
 """OpenAI Responses (``POST /v1/responses``): read, observe, steer, answer.
 
 The instructions the model reads are ``instructions`` (and system/developer input items); tools
-are withdrawn with ``tool_choice: "none"``. Tool results are the ``function_call_output`` items
-after the model's last ``function_call`` items; a conversation that the server keeps
-(``previous_response_id``) sends only those.
+are withdrawn with ``tool_choice: "none"`` — or, when the request offers a final-answer tool,
+``tool_choice`` names it and its definition is the only one left. Tool results are the
+``function_call_output`` items after the model's last ``function_call`` items; a conversation
+that the server keeps (``previous_response_id``) sends only those.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from typing import Any
 
 from watchdog.model.failure import looks_failed
+from watchdog.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
 from watchdog.model.wire import (
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -42,6 +44,7 @@ class ResponsesWire:
                                                              str) else []
         anchor = items if isinstance(items, str) else ""
         results: list[ToolResult] = []
+        said: list[str] = []
         count, last_is_user = 1, isinstance(items, str)
         if isinstance(items, list):
             count = len(items)
@@ -54,7 +57,9 @@ class ResponsesWire:
                 elif role == "user" and not anchor:
                     anchor = anchor_of(item.get("content"))
                 if role == "assistant" or kind == "function_call":
-                    results = []
+                    results, said = [], []
+                elif role == "user" and len(said) < MAX_TOOL_CALLS_SEEN:
+                    said.append(text_of(item.get("content")))
                 elif kind == "function_call_output" and len(results) < MAX_TOOL_CALLS_SEEN:
                     output = item.get("output")
                     text = output if isinstance(output, str) else text_of(output)
@@ -72,6 +77,7 @@ class ResponsesWire:
             messages=count,
             last_is_user=last_is_user,
             results=results,
+            said=said,
             previous_response_id=previous if isinstance(previous, str) and previous else None)
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
@@ -80,9 +86,18 @@ class ResponsesWire:
             existing if isinstance(existing, str) else "", note)}
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
-        edited = self.add_note(body, prompt)
-        if edited.get("tools"):
-            edited["tool_choice"] = "none"
+        tools = body.get("tools")
+        tools = tools if isinstance(tools, list) else []
+        answer = answer_tool_offered(_name_of(tool) for tool in tools)
+        if answer is not None:
+            edited = self.add_note(body, answer_tool_prompt(prompt, answer))
+            edited["tools"] = [tool for tool in tools if _name_of(tool) == answer][:1]
+            edited["tool_choice"] = {"type": "function", "name": answer}
+        else:
+            edited = self.add_note(body, prompt)
+            if tools:
+                edited["tool_choice"] = "none"
+        if tools:
             edited.pop("parallel_tool_calls", None)
         return edited
 
@@ -118,8 +133,8 @@ class ResponsesWire:
         output = body.get("output")
         if not isinstance(output, list):
             return False
-        calls = [i for i, item in enumerate(output)
-                 if isinstance(item, dict) and item.get("type") == "function_call"]
+        calls = [i for i, item in enumerate(output) if isinstance(item, dict)
+                 and item.get("type") == "function_call" and not is_answer_tool(item.get("name"))]
         if len(calls) <= keep:
             return False
         dropped = set(calls[keep:])
@@ -161,6 +176,14 @@ class ResponsesWire:
     def error(self, status: int, code: str, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "api_error"
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _name_of(tool: object) -> object:
+    """A function tool's name (the Responses API's flat shape, or the chat one)."""
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name")
 
 
 def _response(model: str, text: str, status: str) -> dict[str, Any]:
@@ -218,7 +241,8 @@ class ResponsesTrimmer:
         kind, index = data.get("type"), data.get("output_index")
         if kind == "response.output_item.added" and isinstance(index, int):
             item = data.get("item")
-            if isinstance(item, dict) and item.get("type") == "function_call":
+            if isinstance(item, dict) and item.get("type") == "function_call" \
+                    and not is_answer_tool(item.get("name")):
                 self._calls += 1
                 if self._calls > self.keep:
                     self._dropped.add(index)

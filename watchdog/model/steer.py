@@ -11,16 +11,28 @@ budget and its directives in, a :class:`Turn` out.
   the agent gets a final answer with the stop note and the run's report (or an error).
 
 ``keep`` bounds the tool calls the response may hand to the agent (None: no bound), so no tool
-call past the budget ever reaches it. A request that carries the client SDK's own steering (its
-notes, its report request) is not noted again, nor made final twice.
+call past the budget ever reaches it. The budget is spent by what was handed over as much as by
+what the agent reported back (an agent may replay its calls as plain text). A request that
+carries the client SDK's own steering (its notes, its report request) is not noted again, nor
+made final twice.
+
+A call of a final-answer tool (the sidecar's conventions: pydantic-ai's ``final_result``,
+smolagents' ``final_answer``; :func:`is_answer_tool`) is the agent's answer, not work: never
+trimmed, never counted against the budget, and the response that asks only for such calls ends
+the run with their arguments as its answer. A final request that offers one forces it, so an
+agent that can only take a tool call still gets its report.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from watchdog.directives.model import Directive
+from watchdog.ingest.frameworks import TABLES
+from watchdog.model.wire import ToolCall
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)
 # What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)
@@ -44,6 +56,68 @@ Write the report in Markdown with exactly these sections:
 ## Suggested Next Steps
 
 Report only what you actually observed; mark anything uncertain as uncertain."""
+
+
+ANSWER_TOOLS = TABLES.answer_tools
+ANSWER_TOOL_PREFIXES = TABLES.answer_tool_prefixes
+
+
+def is_answer_tool(name: object) -> bool:
+    """Whether a tool of this name delivers the agent's answer (not work it does)."""
+    return isinstance(name, str) and (name in ANSWER_TOOLS
+                                      or name.startswith(ANSWER_TOOL_PREFIXES))
+
+
+def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:
+    """The calls a response may hand over: every final-answer call, and the first ``keep`` of
+    the others (all of them when ``keep`` is None)."""
+    if keep is None:
+        return list(calls)
+    kept: list[ToolCall] = []
+    work = 0
+    for call in calls:
+        if is_answer_tool(call.name):
+            kept.append(call)
+        elif work < keep:
+            kept.append(call)
+            work += 1
+    return kept
+
+
+def answer_of(calls: Iterable[ToolCall]) -> str | None:
+    """The answer a response gives through final-answer calls only (None: it asks for work,
+    or for nothing): the first one's arguments — the text, when they hold only a text."""
+    answers: list[ToolCall] = []
+    for call in calls:
+        if not is_answer_tool(call.name):
+            return None
+        answers.append(call)
+    if not answers:
+        return None
+    arguments = answers[0].arguments
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(value, dict) and len(value) == 1:
+        (only,) = value.values()
+        if isinstance(only, str):
+            return only
+    return arguments
+
+
+def answer_tool_offered(names: Iterable[object]) -> str | None:
+    """The first final-answer tool among the names a request offers (None: none)."""
+    for name in names:
+        if is_answer_tool(name):
+            return str(name)
+    return None
+
+
+def answer_tool_prompt(prompt: str, tool: str) -> str:
+    """The final-report instruction for a request forced to answer through ``tool``."""
+    return (f"{prompt}\n\nGive the report as the answer argument of the `{tool}` tool: it is "
+            f"the only tool left, and it runs nothing.")
 
 
 class Act(StrEnum):
@@ -119,7 +193,8 @@ class Counts:
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
     limit_value = counts.budget.get("max_tool_calls")
     limit = None if limit_value is None else int(limit_value)
-    keep = None if limit is None else max(limit - max(counts.used, counts.handed), 0)
+    spent = max(counts.used, counts.handed)  # handed over is spent, reported back or not
+    keep = None if limit is None else max(limit - spent, 0)
     if counts.stop is not None:
         return Turn(Act.ABORT, counts.stop, 0, "stopped")
     sdk = any(mark in instructions for mark in SDK_MARKS)
@@ -133,20 +208,18 @@ def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bo
         return Turn(Act.ABORT, abort.message, 0, abort.rule)
     if sdk and REPORT_HEADER in instructions and not has_tools:
         return Turn(Act.PASS, keep=0)  # the SDK asks for its report: it steers this run
-    final = _final(counts, board, limit)
+    final = _final(counts, board, limit, spent)
     if final is not None:
         return final
     if sdk:
         return Turn(Act.PASS, keep=keep)
     parts: list[str] = []
-    if limit is not None and keep is not None:
-        remaining = max(limit - counts.used, 0)
-        if remaining <= COUNTDOWN_FROM:
-            parts.append(budget_note(min(remaining, keep), limit))
+    if limit is not None and keep is not None and keep <= COUNTDOWN_FROM:
+        parts.append(budget_note(keep, limit))
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:
-        parts.append(grace_note(ends - counts.used))
+        parts.append(grace_note(ends - spent))
         left = max(ends - counts.handed, 0)
         keep = left if keep is None else min(keep, left)
     wind_down = board.wind_down
@@ -157,7 +230,7 @@ def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bo
     return Turn(Act.NOTE, "\n\n".join(parts), keep, wind_down.rule if wind_down else "budget")
 
 
-def _final(counts: Counts, board: Board, limit: int | None) -> Turn | None:
+def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn | None:
     """The final turn, if the run's budget or grace is spent (or a rule aborted it at its
     budget): its report instruction."""
     abort = board.abort
@@ -165,13 +238,13 @@ def _final(counts: Counts, board: Board, limit: int | None) -> Turn | None:
         return Turn(Act.FINAL, _report(abort.message, abort.report_prompt), 0, abort.rule)
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
-    if grace is not None and ends is not None and counts.used >= ends:
+    if grace is not None and ends is not None and spent >= ends:
         allowed = int((grace.grace or {}).get("tool_calls", 0))
         message = (f"[grace: the {allowed} tool calls allowed after the wind-down "
                    f"({grace.rule}) are used — stop and report]")
         return Turn(Act.FINAL, _report(message, grace.report_prompt), 0, grace.rule)
     budget = counts.budget
-    if limit is not None and counts.used >= limit:
+    if limit is not None and spent >= limit:
         return Turn(Act.FINAL, _report(f"[budget: all {limit} tool calls used — stop and "
                                        f"report]", None), 0, "max_tool_calls")
     iterations = budget.get("remaining_iterations")
