@@ -187,8 +187,8 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # SSE's line ends (not str.splitlines's
 
 def _parse_event(raw: bytes) -> Event:
     if raw.startswith(b"data:") and raw.find(b"\n") == len(raw) - 2 and b"\r" not in raw:
-        line = raw[6:-2] if raw.startswith(b"data: ") else raw[5:-2]  # one data line
-        return Event(raw, None, line.decode("utf-8", "replace"))
+        only = raw[6:-2] if raw.startswith(b"data: ") else raw[5:-2]  # one data line
+        return Event(raw, None, only.decode("utf-8", "replace"))
     name: str | None = None
     data: list[str] = []
     text = raw.decode("utf-8", "replace")
