@@ -21,11 +21,13 @@ from tests.frameworks.fakellm import (
     response_object,
 )
 from watchdog.directives.model import Directive
+from watchdog.model.book import Caller, ModelBook
 from watchdog.model.chat import ChatWire
 from watchdog.model.messages import MessagesWire
 from watchdog.model.responses import ResponsesWire
-from watchdog.model.steer import Act, Board, Counts, decide
-from watchdog.model.wire import SSEReader, Wire
+from watchdog.model.steer import Act, Board, Counts, decide, is_answer_tool
+from watchdog.model.wire import Observation, SSEReader, Wire
+from watchdog.model.wire import ToolCall as Call
 
 THREE = Step(text="Looking.", tool_calls=(ToolCall("a", {"x": 1}), ToolCall("b", {"y": 2}),
                                           ToolCall("c", {"z": 3})))
@@ -208,3 +210,134 @@ def test_the_decision() -> None:
     sdk = decide(Counts(used=3, handed=3, budget=budget), None,
                  "[budget: 2 of 5 tool calls left — wrap up soon]", True)
     assert (sdk.act, sdk.keep) == (Act.PASS, 2)  # noted by the SDK, still bounded
+
+
+# -- agents with other wire habits ----------------------------------------------------------
+
+WORK_THEN_ANSWER = Step(tool_calls=(ToolCall("search", {"q": "a"}),
+                                    ToolCall("final_answer", {"answer": "done"}),
+                                    ToolCall("search", {"q": "b"})))
+
+
+def test_answer_tools_are_the_conventions_ones() -> None:
+    assert is_answer_tool("final_answer") and is_answer_tool("final_result")
+    assert is_answer_tool("final_result_Report")  # pydantic-ai's per-type output tools
+    assert not is_answer_tool("search") and not is_answer_tool(None)
+
+
+@pytest.mark.parametrize(("wire", "make"), STREAMS)
+@pytest.mark.parametrize("keep", [0, 1])
+def test_a_final_answer_call_is_never_trimmed_from_a_stream(wire: Wire, make: Any,
+                                                            keep: int) -> None:
+    _, out = feed(wire, make(WORK_THEN_ANSWER), 11, keep)
+    again, passed = feed(wire, out, 4096)
+    assert passed == out and again.complete
+    assert [c.name for c in again.calls] == ["search", "final_answer"][1 - keep:]
+    assert again.finish_reason == "tool_calls"  # the answer call is still asked for
+    if wire.api == "chat":  # the kept calls are numbered without a gap
+        indices = [call["index"] for chunk in out.split(b"\n\n")
+                   if chunk.startswith(b"data: {")
+                   for choice in json.loads(chunk[6:])["choices"]
+                   for call in choice["delta"].get("tool_calls") or ()]
+        assert sorted(set(indices)) == list(range(1 + keep))
+
+
+def test_a_final_answer_call_is_never_trimmed_from_a_whole_response() -> None:
+    for wire, body in ((ChatWire(), completion("m", "c-1", WORK_THEN_ANSWER, {})),
+                       (MessagesWire(), anthropic_message("m", "c-1", WORK_THEN_ANSWER, {})),
+                       (ResponsesWire(), response_object("m", "c-1", WORK_THEN_ANSWER, {}))):
+        trimmed = json.loads(json.dumps(body))
+        assert wire.trim(trimmed, 0)
+        seen = wire.read_response(trimmed)
+        assert [c.name for c in seen.calls] == ["final_answer"], wire.api
+        assert seen.finish_reason == "tool_calls", wire.api
+
+
+def test_the_final_request_forces_an_offered_answer_tool() -> None:
+    prompt = "[agent-watchdog: system instruction] Tools are withdrawn: report."
+    search = {"type": "function", "function": {"name": "search", "parameters": {}}}
+    answer = {"type": "function", "function": {"name": "final_answer", "parameters": {}}}
+    chat = ChatWire().withdraw_tools({"messages": [{"role": "user", "content": "q"}],
+                                      "tools": [search, answer], "tool_choice": "required",
+                                      "parallel_tool_calls": False}, prompt)
+    assert chat["tools"] == [answer]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "final_answer"}}
+    assert "parallel_tool_calls" not in chat
+    system = chat["messages"][0]["content"]
+    assert prompt in system and "`final_answer` tool" in system
+    responses = ResponsesWire().withdraw_tools({"input": "q", "tools": [
+        {"type": "function", "name": "search"}, {"type": "function", "name": "final_result"}]},
+        prompt)
+    assert responses["tools"] == [{"type": "function", "name": "final_result"}]
+    assert responses["tool_choice"] == {"type": "function", "name": "final_result"}
+    claude = MessagesWire().withdraw_tools({"messages": [], "tools": [
+        {"name": "search"}, {"name": "final_answer"}]}, prompt)
+    assert claude["tool_choice"] == {"type": "tool", "name": "final_answer"}
+    assert len(claude["tools"]) == 2  # the history's tool_use blocks stay valid
+    # no answer tool offered: tools withdrawn as before
+    assert ChatWire().withdraw_tools({"messages": [], "tools": [search]},
+                                     prompt)["tool_choice"] == "none"
+
+
+def test_the_decision_counts_what_was_handed_over() -> None:
+    budget = {"max_tool_calls": 3.0}
+    # the agent reported nothing back (it replays its calls as text): handed over is spent
+    final = decide(Counts(used=0, handed=3, budget=budget), None, "", True)
+    assert (final.act, final.keep) == (Act.FINAL, 0)
+    assert "all 3 tool calls used" in final.text
+    note = decide(Counts(used=0, handed=2, budget=budget), None, "", True)
+    assert (note.act, note.keep) == (Act.NOTE, 1) and "1 of 3 tool calls left" in note.text
+    board = Board()
+    board.post(directive("wind_down", "tool-cycle", "Loop", grace={"tool_calls": 2,
+                                                                   "ends_at_tool_calls": 6}))
+    assert decide(Counts(used=4, handed=6, budget={}), board, "", True).act is Act.FINAL
+
+
+def chat_request(*messages: dict[str, Any]) -> Any:
+    return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "task"}, *messages]})
+
+
+def test_calls_handed_over_count_at_the_next_request_once() -> None:
+    book = ModelBook()
+    first = chat_request()
+    state = book.identify("chat", first, Caller(), "a", lambda _key: False)
+    assert book.tool_records(state, first, 1) == []
+    book.call_record(state, first, Observation(finish_reason="tool_calls"), [
+        Call("call_1", "search", '{"q": "a"}')], 1, 2)
+    # the agent replays the call and its result as plain text, not as a tool message
+    replay = chat_request(
+        {"role": "assistant", "content": "Calling tools:\n[{'id': 'call_1', ...}]"},
+        {"role": "user", "content": [{"type": "text", "text": "Observation:\nno match"}]})
+    [record] = book.tool_records(state, replay, 3)
+    assert (record.tool_name, record.result_brief, record.error) == (
+        "search", "Observation:\nno match", False)
+    assert state.results == 1 and not state.pending
+    # a result that shows up later (or the same request again) finds its call counted
+    late = chat_request({"role": "assistant", "tool_calls": [{"id": "call_1"}]},
+                        {"role": "tool", "tool_call_id": "call_1", "content": "no match"})
+    assert book.tool_records(state, late, 4) == [] and state.results == 1
+    # two calls, plain text naming one of them (an error), nothing for the other
+    book.call_record(state, late, Observation(), [Call("call_2", "search", "{}"),
+                                                  Call("call_3", "search", "{}")], 5, 6)
+    named = chat_request({"role": "assistant", "content": "Calling tools"},
+                         {"role": "user", "content": "Call id: call_3\nError:\nboom"})
+    records = book.tool_records(state, named, 7)
+    assert [(r.result_brief, r.error) for r in records] == [
+        (None, False), ("Call id: call_3\nError:\nboom", True)]
+    assert state.results == 3 and state.handed == 3
+
+
+def test_a_response_asking_only_for_the_answer_tool_is_the_answer() -> None:
+    book = ModelBook()
+    request = chat_request()
+    state = book.identify("chat", request, Caller(), "a", lambda _key: False)
+    record = book.call_record(state, request, Observation(finish_reason="tool_calls"), [
+        Call("call_9", "final_answer", '{"answer": "The file is /srv/a.txt."}')], 1, 2)
+    assert (record.requested_tools, record.final_answer) == (False, True)
+    assert record.final_output == "The file is /srv/a.txt."
+    assert state.handed == 0 and not state.pending  # not a tool call, not budgeted
+    mixed = book.call_record(state, request, Observation(finish_reason="tool_calls"), [
+        Call("call_8", "search", "{}"), Call("call_9", "final_answer", "{}")], 3, 4)
+    assert (mixed.requested_tools, mixed.final_answer) == (True, False)
+    assert state.handed == 1 and list(state.pending) == ["call_8"]

@@ -262,8 +262,9 @@ def _said_result(call: ToolCall, said: list[str], calls: int) -> ToolResult | No
     None when the request carries none."""
     if len(call.call_id) >= 4:
         for text in said:
-            if call.call_id in text:
-                return ToolResult(call.call_id, text, looks_failed(text))
+            if call.call_id in text:  # "Call id: <id>\nError: ...": judged after the id
+                after = text.split(call.call_id, 1)[1]
+                return ToolResult(call.call_id, text, looks_failed(text) or looks_failed(after))
     if calls == 1 and any(text.strip() for text in said):
         text = "\n".join(said)
         return ToolResult(call.call_id, text, looks_failed(text))
