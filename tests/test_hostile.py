@@ -91,8 +91,19 @@ DEEP = 1000
      + b"}]}]}]}", "nested too deeply"),
     (b'{"resourceSpans": [], "x": 1e999}', "out of range"),
     (b'{"resourceSpans": [], "x": NaN}', "NaN is not a JSON number"),
+    # a surrogate encoded as UTF-8 bytes (ED A0 80), not escaped: protobuf's JSON parser raised
+    # SystemError on such a field name (HTTP 500)
+    (b'{"\xed\xa0\x80": 1}', "not UTF-8"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"\xed\xb0\x80name": "x"}]}]}]}',
+     "not UTF-8"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "\xed\xa0\x80"}]}]}]}',
+     "not UTF-8"),
+    (b'{"resourceSpans": [{"\xff": 1}]}', "not UTF-8"),
+    ('{"\ud800": 1}'.encode("utf-16-le", "surrogatepass"), "not UTF-8"),
 ], ids=["surrogate key", "surrogate attribute key", "surrogate value", "deep array",
-        "deep object", "deep inside a span", "1e999", "NaN literal"])
+        "deep object", "deep inside a span", "1e999", "NaN literal", "UTF-8 surrogate key",
+        "UTF-8 surrogate span field", "UTF-8 surrogate value", "invalid byte in a key",
+        "UTF-16 with a surrogate key"])
 def test_hostile_otlp_json_is_a_400_with_a_message(guarded: Guarded, body: bytes,
                                                    message: str) -> None:
     status, _, answer = post_full(guarded.sidecar, body, JSON)

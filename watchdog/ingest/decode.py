@@ -91,8 +91,15 @@ def _hex_ids_to_base64(obj: dict[str, Any]) -> None:
 
 
 def parse_json(body: bytes) -> ExportTraceServiceRequest:
+    # OTLP/JSON is UTF-8. Decoded strictly here: ``json.loads`` of bytes guesses UTF-16/32 and
+    # lets UTF-8-encoded surrogates (ED A0 80) through, and protobuf's parser raises
+    # SystemError on a field name that holds one.
     try:
-        document = load_json(body)
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"invalid JSON: not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        document = load_json(text)
     except ValueError as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
     if not isinstance(document, dict):
@@ -115,6 +122,8 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
         raise DecodeError(f"invalid OTLP/JSON payload: {exc}") from None
     except RecursionError:
         raise DecodeError("invalid OTLP/JSON payload: nested too deeply") from None
+    except SystemError:  # protobuf's upb parser on input it cannot represent: never a 500
+        raise DecodeError("invalid OTLP/JSON payload: a field the parser cannot read") from None
     return request
 
 
