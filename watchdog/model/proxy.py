@@ -335,11 +335,12 @@ class ModelProxy:
     async def _relay(self, request: web.Request,
                      upstream: aiohttp.ClientResponse) -> web.StreamResponse:
         """Status, headers and body as they come, chunk by chunk."""
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=response_headers(upstream.headers, False))
+        response = _Relayed(status=upstream.status, reason=upstream.reason,
+                            headers=response_headers(upstream.headers, False))
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
         await response.prepare(request)
+        await response.write(_buffered(upstream))  # the head, with what came with it
         await self._pump(upstream, response)
         return response
 
@@ -392,14 +393,17 @@ class ModelProxy:
         """A stream passed on as it arrives, read on the way; with a bound on tool calls it
         is passed event by event, the calls past the bound left out."""
         wire, keep = exchange.wire, exchange.turn.keep
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=response_headers(upstream.headers, False))
+        response = _Relayed(status=upstream.status, reason=upstream.reason,
+                            headers=response_headers(upstream.headers, False))
         await response.prepare(request)
         reader, accumulator = SSEReader(), wire.accumulator()
         trimmer = wire.stream_trimmer(keep) if keep is not None else None
         trimmed = False
+        first = _buffered(upstream) if trimmer is None else b""
+        if not first:
+            await response.write(b"")  # the head now: it waits for no event
         try:
-            async for chunk in _chunks(upstream):
+            async for chunk in _chunks(upstream, first):
                 if trimmer is None:  # on its way first, read after
                     await response.write(chunk)
                     for event in reader.feed(chunk):
@@ -494,9 +498,27 @@ class _Exchange:
         self.started_ns, self.agent, self.key = started_ns, agent, key
 
 
-async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The upstream's body as it comes; one that fails after its answer began ends there."""
+class _Relayed(web.StreamResponse):
+    """A relayed response whose head goes out with the first bytes of its body, in one write
+    (``write(b"")`` sends it alone)."""
+
+    _send_headers_immediately = False  # aiohttp's own switch (web.Response's default)
+
+
+def _buffered(upstream: aiohttp.ClientResponse) -> bytes:
+    """The body's bytes that came with the upstream's head (b"": none yet)."""
     try:
+        return upstream.content.read_nowait()
+    except Exception:  # a failed body: the relay's read meets the failure and ends there
+        return b""
+
+
+async def _chunks(upstream: aiohttp.ClientResponse, first: bytes = b"") -> AsyncIterator[bytes]:
+    """The upstream's body as it comes (``first``: what was read of it already); one that
+    fails after its answer began ends there."""
+    try:
+        if first:
+            yield first
         async for chunk in upstream.content.iter_any():
             yield chunk
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
