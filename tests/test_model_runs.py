@@ -13,7 +13,7 @@ import openai
 import pytest
 from opentelemetry import propagate, trace
 
-from tests.frameworks.fakellm import FakeLLM, answer, call, looping, steps
+from tests.frameworks.fakellm import FakeLLM, Step, answer, call, looping, steps
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.otel import export_http
 from tests.spans import SpanMaker, chat_attrs, tool_attrs
@@ -296,3 +296,93 @@ rules:
         second = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
         assert second.choices[0].message.content == "done"  # from the upstream: not aborted
         assert len(llm.requests(model)) == 2
+
+
+ANSWER_TOOLS = [*TOOLS, {"type": "function", "function": {
+    "name": "final_answer",
+    "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}}}}]
+
+
+def forced_or_search(index: int, body: dict[str, Any]) -> Step:
+    """A model that searches on, and calls the tool a request's ``tool_choice`` names."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        return call(choice["function"]["name"], answer="REPORT: searched a and b")
+    return call("search", q=f"term {index}")
+
+
+def test_an_agent_that_replays_its_calls_as_text_is_counted_and_answers_by_its_tool(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """As smolagents does: ``tool_choice: "required"``, calls and results replayed as plain
+    text, the answer through a ``final_answer`` call. Budget 2: both calls count when the next
+    request comes, the third request forces ``final_answer`` alone, and its call is the run's
+    answer (never trimmed, never counted); the upstream gets nothing more."""
+    model = llm.script("replayer", forced_or_search)
+    client = chat(sidecar, **{"x-watchdog-run": "replayer-run",
+                              "x-watchdog-budget-tool-calls": "2"})
+    messages: list[Any] = [{"role": "system", "content": "You search."},
+                           {"role": "user", "content": "find it"}]
+    answer_text = None
+    for _ in range(6):
+        message = client.chat.completions.create(
+            model=model, messages=messages, tools=ANSWER_TOOLS,
+            tool_choice="required").choices[0].message
+        assert message.tool_calls, "an agent like this one takes only tool calls"
+        tool_call = message.tool_calls[0]
+        if tool_call.function.name == "final_answer":
+            answer_text = json.loads(tool_call.function.arguments)["answer"]
+            break
+        messages.append({"role": "assistant", "content": f"Calling tools:\n[{{'id': "
+                         f"'{tool_call.id}', 'name': '{tool_call.function.name}'}}]"})
+        messages.append({"role": "user", "content": "Observation:\nno file matches"})
+    assert answer_text == "REPORT: searched a and b"
+    requests = llm.requests(model)
+    assert len(requests) == 3
+    assert "[budget: 1 of 2 tool calls left" in requests[1]["messages"][0]["content"]
+    last = requests[-1]
+    assert last["tool_choice"] == {"type": "function", "function": {"name": "final_answer"}}
+    assert [tool["function"]["name"] for tool in last["tools"]] == ["final_answer"]
+    assert "all 2 tool calls used" in last["messages"][0]["content"]
+    detail = wait_until(lambda: (d := sidecar.get_json("/v1/runs/replayer-run"))["state"]
+                        == "ended" and d, "the run ends")
+    assert detail["signals"]["tool_calls"] == 2 and detail["has_final_answer"]
+    assert detail["terminal_state"] == "tool_limit_reached"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_model_that_ignores_the_withdrawal_gives_the_agent_a_stop_note(
+        sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """The final request withdraws the tools and the model asks for one anyway: its call is
+    trimmed, and the agent gets the stop note with the run's progress, never an empty answer
+    — streamed as the request asked."""
+    model = llm.script(f"stubborn-{stream}", steps(call("search", q="again")))
+    client = chat(sidecar, **{"x-watchdog-run": f"stubborn-{stream}",
+                              "x-watchdog-budget-tool-calls": "1"})
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    first = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    tool_calls = first.choices[0].message.tool_calls or []
+    assert len(tool_calls) == 1
+    messages += [{"role": "assistant", "content": None,
+                  "tool_calls": [c.model_dump() for c in tool_calls]},
+                 {"role": "tool", "tool_call_id": tool_calls[0].id, "content": "ok"}]
+    if stream:
+        text, calls, finish = "", 0, None
+        for chunk in client.chat.completions.create(model=model, messages=messages,
+                                                    tools=TOOLS, stream=True):
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                calls += len(choice.delta.tool_calls or ())
+                finish = choice.finish_reason or finish
+    else:
+        final = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        text = final.choices[0].message.content or ""
+        calls, finish = len(final.choices[0].message.tool_calls or ()), \
+            final.choices[0].finish_reason
+    assert llm.requests(model)[-1]["tool_choice"] == "none"
+    assert (calls, finish) == (0, "stop")
+    assert text.startswith("The agent-watchdog stopped this run: the model asked for tools "
+                           "again instead of its final report"), text
+    assert "1 tool calls" in text  # the run's progress
+    detail = wait_until(lambda: (d := sidecar.get_json(f"/v1/runs/stubborn-{stream}"))[
+        "state"] == "ended" and d, "the run ends")
+    assert detail["has_final_answer"] and detail["signals"]["tool_calls"] == 1

@@ -384,6 +384,8 @@ class ModelProxy:
             if keep is not None and len(handed) < len(seen.calls) and wire.trim(body, keep):
                 data = dumps(body)
                 self._steered(exchange.agent, "trim")
+            if (note := self._empty_final(exchange, seen, handed)) is not None:
+                data = dumps(wire.answer(exchange.request.model, note, exchange.request))
             self._observed(exchange, handed, seen)
         return web.Response(status=upstream.status, body=data,
                             headers=response_headers(upstream.headers, True))
@@ -391,8 +393,11 @@ class ModelProxy:
     async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
                             exchange: _Exchange) -> web.StreamResponse:
         """A stream passed on as it arrives, read on the way; with a bound on tool calls it
-        is passed event by event, the calls past the bound left out."""
+        is passed event by event, the calls past the bound left out. The final request's is
+        held until it ends (bounded): an answer left empty is replaced by a stop note."""
         wire, keep = exchange.wire, exchange.turn.keep
+        held: list[bytes] | None = [] if exchange.turn.act is Act.FINAL else None
+        held_size = 0
         response = _Relayed(status=upstream.status, reason=upstream.reason,
                             headers=response_headers(upstream.headers, False))
         await response.prepare(request)
@@ -405,6 +410,9 @@ class ModelProxy:
         try:
             async for chunk in _chunks(upstream, first):
                 if trimmer is None:  # on its way first, read after
+                    if held:  # (the reading stopped: what was held goes first)
+                        await response.write(b"".join(held))
+                    held = None
                     await response.write(chunk)
                     for event in reader.feed(chunk):
                         accumulator.feed(event)
@@ -420,8 +428,20 @@ class ModelProxy:
                     trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
                                                                              strict=True))
                     out = b"".join(parts)
+                if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
+                    held.append(out)
+                    held_size += len(out)
+                    continue
+                if held:  # too long to hold: on its way as it is
+                    await response.write(b"".join(held))
+                held = None
                 if out:
                     await response.write(out)
+            if held is not None:
+                seen = accumulator.observation
+                note = self._empty_final(exchange, seen, kept_calls(seen.calls, keep))
+                await response.write(b"".join(held) if note is None else wire.answer_stream(
+                    exchange.request.model, note, exchange.request))
             if trimmer is not None and (rest := reader.rest()):
                 await response.write(rest)  # a stream cut mid-event: as it came
             await response.write_eof()
@@ -432,6 +452,19 @@ class ModelProxy:
                 self._steered(exchange.agent, "trim")
             self._observed(exchange, calls, seen)
         return response
+
+    def _empty_final(self, exchange: _Exchange, seen: Any, handed: list[Any]) -> str | None:
+        """The stop note that replaces the final request's answer when nothing is left of it
+        (the model asked for tools though they were withdrawn, and they were trimmed); it is
+        then the answer observed. None: the answer stands."""
+        if exchange.turn.act is not Act.FINAL or handed or seen.text.strip() \
+                or not seen.complete:
+            return None
+        reason = Turn(Act.ABORT, f"the model asked for tools again instead of its final "
+                      f"report ({exchange.turn.rule})")
+        note = self._stop_text(reason, exchange.state, exchange.key)
+        seen.text = note
+        return note
 
     def _observed(self, exchange: _Exchange, handed: list[Any], seen: Any) -> None:
         """The response has ended: the call becomes a record of its run."""
