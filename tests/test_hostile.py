@@ -392,6 +392,35 @@ def test_slow_uploaders_do_not_starve_other_exporters(tmp_path: Path) -> None:
         guarded.assert_intact()
 
 
+def test_slow_uploaders_arriving_all_the_time_never_refuse_an_exporter(tmp_path: Path) -> None:
+    """Slow uploads keep arriving (100 in all, a dozen just before each export): each takes a
+    free slot as it comes, and used to keep it for its first rate window, so an exporter that
+    sends once (no retry) was refused with 503. A newcomer now takes the slot of an upload that
+    is behind the minimum rate at once: every one of the 8 exporters is served."""
+    with start_guarded(tmp_path, max_pending_requests=2) as guarded:
+        sidecar = guarded.sidecar
+        slow: list[SlowUpload] = []
+        statuses = []
+        try:
+            maker = SpanMaker()
+            for index in range(8):
+                slow += [SlowUpload(sidecar, valid_body()) for _ in range(13 if index else 9)]
+                time.sleep(0.05)  # they are received, and have sent 10 bytes in 50 ms
+                maker.span("chat m", {**chat_attrs(), "watchdog.run.id": f"once-{index}"},
+                           start=time.time())
+                statuses.append(post(sidecar, encode(maker.take()).SerializeToString())[0])
+            assert len(slow) == 100
+            assert statuses == [200] * 8, statuses
+            answers = Counter(upload.finish()[0] for upload in slow)
+            assert set(answers) <= {200, 503} and answers[200] >= 2, answers
+        finally:
+            for upload in slow:
+                upload.sock.close()
+        for index in range(8):
+            assert api(sidecar, "GET", run_path(f"once-{index}"))[0] == 200
+        guarded.assert_intact()
+
+
 def test_uploads_are_bounded_per_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(admission_module, "MAX_UPLOADS_PER_CLIENT", 3)
     with start_guarded(tmp_path) as guarded:

@@ -10,8 +10,9 @@ with ``partial_success`` when spans were rejected; with ``forward_endpoint`` the
 is then queued for the upstream (:mod:`watchdog.ingest.forward`), never awaited. Error bodies
 are a ``google.rpc.Status`` in the request's encoding, as OTLP asks.
 
-An upload holds a processing slot only while its body arrives at ``MIN_UPLOAD_RATE`` or
-faster; a slower one waits in an upload slot (:class:`~watchdog.ingest.admission.Uploads`:
+An upload holds a processing slot only while its body arrives at
+``admission.MIN_UPLOAD_RATE`` or faster (one that falls behind gives its slot to a newcomer
+at once); a slower one waits in an upload slot (:class:`~watchdog.ingest.admission.Uploads`:
 many, bounded per client) and takes a processing slot again once complete, so slow clients
 cannot starve the others while fast ones are bounded as a whole. The body is inflated by
 :mod:`watchdog.ingest.codings` (aiohttp's decompression is off for this server), so a gzip
@@ -63,10 +64,9 @@ COMPRESSED = codings.SUPPORTED - codings.IDENTITY
 # A body must arrive within this (an OTLP exporter gives up after 10 s anyway); a stalled
 # upload holds an upload slot until then, and is answered 408.
 BODY_READ_TIMEOUT = 10.0
-# An upload keeps its processing slot only while its body arrives at least this fast (bytes
-# per second, over each window): 64 KiB/s is far below any local exporter and far above a
-# slow-loris client. Slower, it gives the slot back and takes one again when complete.
-MIN_UPLOAD_RATE = 64 * 1024
+# An upload keeps its processing slot only while its body arrives at least MIN_UPLOAD_RATE
+# fast over each window (and gives it up at once to a newcomer when behind that rate: see
+# admission). Slower, it gives the slot back and takes one again when complete.
 RATE_WINDOW = 0.25  # seconds
 
 
@@ -173,12 +173,14 @@ class TraceReceiver:
 
     async def _read_body(self, request: web.Request, slot: Slot) -> bytes:
         """The body as sent, at most ``max_request_bytes``, within ``BODY_READ_TIMEOUT``. While
-        it arrives slower than ``MIN_UPLOAD_RATE`` (measured over ``RATE_WINDOW``) ``slot`` is
-        given back, so a slow client holds no processing slot."""
+        it arrives slower than ``MIN_UPLOAD_RATE`` (measured over ``RATE_WINDOW``, or at once
+        when a newcomer needs the slot) ``slot`` is given back, so a slow client holds no
+        processing slot."""
         loop = asyncio.get_running_loop()
         chunks: list[bytes] = []
         size = 0
-        window_end, window_bytes = loop.time() + RATE_WINDOW, 0
+        window_end = loop.time() + RATE_WINDOW
+        slot.start_reading()
         try:
             async with asyncio.timeout(BODY_READ_TIMEOUT):
                 while True:
@@ -194,14 +196,15 @@ class TraceReceiver:
                         return b"".join(chunks)
                     if chunk:
                         size += len(chunk)
-                        window_bytes += len(chunk)
+                        slot.window_bytes += len(chunk)
                         if size > self.max_request_bytes:
                             raise self._too_large()
                         chunks.append(chunk)
                     if slot.held and loop.time() >= window_end:
-                        if window_bytes < MIN_UPLOAD_RATE * RATE_WINDOW:
+                        if slot.slow():
                             slot.release()  # too slow to hold a slot; it takes one at the end
-                        window_end, window_bytes = loop.time() + RATE_WINDOW, 0
+                        window_end = loop.time() + RATE_WINDOW
+                        slot.new_window()
         except TimeoutError:
             raise RequestTimeout(
                 f"the request body did not arrive within {BODY_READ_TIMEOUT:g}s") from None
@@ -210,6 +213,8 @@ class TraceReceiver:
         except ConnectionError:  # the client went away; nobody reads the answer
             raise BadRequest("the connection closed before the request body was complete"
                              ) from None
+        finally:
+            slot.stop_reading()
 
     def _inflate(self, raw: bytes, encoding: str) -> bytes:
         try:
