@@ -535,3 +535,95 @@ def test_a_failure_to_observe_never_fails_the_call(sidecar: RunningServer, upstr
     assert upstream.seen[-1].body == body
     _, metrics = http_request("GET", sidecar.metrics + "/metrics")
     assert b'agent_watchdog_run_failures_total{stage="model_request"} 1.0' in metrics
+
+
+# -- the relay's fast paths: the head held for the first bytes, the SSE reader -----------------
+
+def read_head(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The status line and headers of an answer read from ``sock``, and what came with them in
+    the same read."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the answer ended before its head"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def stream_request(sidecar: RunningServer, path: str, headers: dict[str, str]) -> socket.socket:
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
+    host, port = sidecar.server.addresses["model"]
+    sock = socket.create_connection((host, port), timeout=10)
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
+             f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+    return sock
+
+
+EVENT = (b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+         b'"delta":{"content":"one"},"finish_reason":null}]}\n\n')
+
+
+def test_the_head_goes_on_at_once_even_when_the_first_event_is_slow(tmp_path: Path) -> None:
+    """An upstream that sends its head and then thinks: the agent has the status and headers
+    before the first event, on every path (read, trimmed, passed through)."""
+    release = threading.Event()
+
+    def thinking(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("X-Upstream", "thinking")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.wfile.flush()
+        release.wait(10)
+        handler.wfile.write(EVENT + b"data: [DONE]\n\n")
+        handler.close_connection = True
+
+    raw = RawUpstream(thinking)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            for path, headers in (("/v1/chat/completions", {}),
+                                  ("/v1/chat/completions", {"x-watchdog-budget-tool-calls": "2"}),
+                                  ("/v1/other/stream", {})):
+                release.clear()
+                with stream_request(sidecar, path, headers) as sock:
+                    head, early = read_head(sock)  # while the upstream still holds the event
+                    assert head.startswith(b"HTTP/1.1 200") and b"X-Upstream: thinking" in head
+                    assert b'"one"' not in early, path
+                    release.set()
+                    rest = early
+                    while b"[DONE]" not in rest:
+                        chunk = sock.recv(65536)
+                        assert chunk, path
+                        rest += chunk
+                    assert b'"one"' in rest, path
+    finally:
+        release.set()
+        raw.close()
+
+
+def test_the_sse_reader_reads_the_same_events_however_the_stream_is_cut() -> None:
+    from watchdog.model.wire import SSEReader
+
+    stream = (EVENT + b"data:no-space\n\n: comment\n\nevent: ping\ndata: {}\n\n"
+              b'data: {"text":"line\xe2\x80\xa8sep"}\n\n' + b"data: a\r\ndata: b\r\n\r\n"
+              + EVENT + b"data: [DONE]\n\n")
+
+    def events(cuts: list[int]) -> list[tuple[bytes, str | None, str | None]]:
+        reader, out, start = SSEReader(), [], 0
+        for end in [*cuts, len(stream)]:
+            out += [(e.raw, e.name, e.data) for e in reader.feed(stream[start:end])]
+            start = end
+        assert reader.rest() == b""
+        return out
+
+    whole = events([])
+    assert [data for _, _, data in whole] == [
+        EVENT[6:-2].decode(), "no-space", None, "{}", '{"text":"line\u2028sep"}', "a\nb",
+        EVENT[6:-2].decode(), "[DONE]"]
+    assert whole[3][1] == "ping" and b"".join(raw for raw, _, _ in whole) == stream
+    assert events(list(range(1, len(stream)))) == whole  # a byte at a time
+    for size in (2, 3, 7, 64, 150):
+        assert events(list(range(size, len(stream), size))) == whole, size
