@@ -66,6 +66,7 @@ from watchdog.runs.record import (
     KEY_TRACE,
     KEY_WATCHDOG,
     LLM,
+    MAX_ASKED_TOOLS,
     OTHER,
     TOOL,
     KeySource,
@@ -763,6 +764,8 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         # the flattened output messages still say the model asked for tools
         record.requested_tools = True
         record.final_answer = False
+    if record.requested_tools:
+        record.asked_tools = asked_tools(output_messages, span.attributes)
     if messages:
         messages += max(flat_out, 1)
     record.messages = messages
@@ -771,6 +774,61 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         prompt = _first_str(attrs, PROMPT_KEYS)
         if prompt is not None:
             record.limit_stop = prompt_limit(prompt)
+
+
+# Where a model call's output names the tool calls it asked for (SpanRecord.asked_tools). In a
+# JSON message list: the list at a message's key, its items of a type (None: any), the name and
+# the call id at the first path present. Flattened: <prefix>{i}<infix>{j}<name or id suffix>.
+ASKED_TOOL_LISTS: tuple[tuple[str, str | None, tuple[Path, ...], Path], ...] = (
+    ("parts", "tool_call", (("name",),), ("id",)),  # OTel GenAI
+    ("tool_calls", None, (("function", "name"), ("name",)), ("id",)),  # OpenAI's messages
+)
+ASKED_TOOL_FLAT = (
+    ("llm.output_messages.", ".message.tool_calls.", ".tool_call.function.name",
+     ".tool_call.id"),  # OpenInference
+    ("gen_ai.completion.", ".tool_calls.", ".name", ".id"),  # OpenLLMetry
+)
+
+
+def asked_tools(output_messages: object, key_values: Any) -> tuple[tuple[str, str], ...]:
+    """The tool calls (name, call id or "") a model call's output asks for, at most
+    ``MAX_ASKED_TOOLS``, from its JSON output messages or else its flattened output keys."""
+    asked: list[tuple[str, str]] = []
+    messages: object = output_messages
+    if isinstance(messages, str) and '"tool_call' in messages:
+        try:
+            messages = _load_json(messages)
+        except ValueError:
+            messages = None
+    if isinstance(messages, list):
+        for message in messages:
+            for list_key, item_type, name_paths, id_path in ASKED_TOOL_LISTS:
+                calls = message.get(list_key) if isinstance(message, dict) else None
+                for call in calls if isinstance(calls, list) else ():
+                    if item_type is not None and at_path(call, ("type",)) != item_type:
+                        continue
+                    name = next((value for path in name_paths
+                                 if isinstance(value := at_path(call, path), str)), None)
+                    call_id = at_path(call, id_path)
+                    if name and len(asked) < MAX_ASKED_TOOLS:
+                        asked.append((name[:MAX_NAME_CHARS],
+                                      call_id[:MAX_NAME_CHARS] if isinstance(call_id, str)
+                                      else ""))
+        return tuple(asked)
+    flat: dict[str, list[str]] = {}  # "<i>.<j>" -> [name, id]
+    for kv in key_values:
+        key = kv.key
+        for prefix, infix, name_suffix, id_suffix in ASKED_TOOL_FLAT:
+            if not key.startswith(prefix) or infix not in key:
+                continue
+            for slot, suffix in ((0, name_suffix), (1, id_suffix)):
+                if key.endswith(suffix):
+                    index = key[len(prefix):len(key) - len(suffix)]
+                    text = kv.value.string_value
+                    if text and (index in flat or len(flat) < MAX_ASKED_TOOLS):
+                        flat.setdefault(index, ["", ""])[slot] = text[:MAX_NAME_CHARS]
+                    break
+    return tuple((name, call_id) for name, call_id in flat.values() if name)
 
 
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:

@@ -38,6 +38,7 @@ KEY_WATCHDOG, KEY_AGENT_CALL, KEY_TRACE = KeySource.WATCHDOG, KeySource.AGENT_CA
 BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
 # An output that says nothing (an agent span's output attribute with no messages in it).
 EMPTY_OUTPUTS = frozenset({"[]", "{}", "null", '""'})
+MAX_ASKED_TOOLS = 16  # tool calls one model call's record keeps (SpanRecord.asked_tools)
 
 
 @dataclass(slots=True)
@@ -113,6 +114,10 @@ class SpanRecord:
     # instrumentations' spans; one scope's spans with one id are as many calls (a model server
     # may give every response the same id)
     scope: str = ""
+    # The tool calls a model call's output asked for, as (tool name, call id or ""), at most
+    # MAX_ASKED_TOOLS: a span after it named after one of them (or carrying its id) is that
+    # tool's execution, whatever attributes it carries
+    asked_tools: tuple[tuple[str, str], ...] = ()
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself

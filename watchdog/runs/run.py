@@ -43,6 +43,10 @@ NS = 1_000_000_000
 # the two clocks are taken to disagree rather than the span to have waited: an exporter's batch
 # delay (5 s by default) and retries stay well inside it.
 CLOCK_SKEW_TOLERANCE = 60.0
+# Failed spans a run keeps to tell an exception's echo on the span around (or inside) one
+RECENT_FAILURES = 8
+# (span id, parent span id or "", exception id, counted: it or the span it echoes counted)
+Failure = tuple[str, str, int, bool]
 
 
 def _bump(counts: dict[int, int], key: int) -> int:
@@ -61,7 +65,8 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns",
+        "_asked", "_asked_start_ns", "_call_counts", "_cycle_runs", "_error_counts",
+        "_failures", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_ended", "_models", "_recent_calls", "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_start_ns",
@@ -143,6 +148,14 @@ class RunState:
         # one, the half that came last): (span id, parent span id or "", input tokens, output
         # tokens, response id or "", scope)
         self._models: tuple[ModelCall, ...] = ()
+        # The tool calls (name, call id) the last model call that asked for some asked for and
+        # no tool call has answered yet, and when that call started: a span after it named
+        # after one of them is that tool's execution (see asked_for)
+        self._asked: tuple[tuple[str, str], ...] = ()
+        self._asked_start_ns = 0
+        # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
+        # the span around one of them, or inside it, is one failure (see _echo)
+        self._failures: tuple[Failure, ...] = ()
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
@@ -204,10 +217,19 @@ class RunState:
             self.messages = record.messages
 
         kind = record.kind
+        echo = False
+        if record.error and record.exception_id is not None and kind is not AGENT:
+            echo = self._echo(record)
+            if echo and kind is not LLM:  # no second tool call either (a model call stays one:
+                record.kind = kind = OTHER  # its twin was counted as one call already)
+                record.tool_name = None
         if record.loop_end:
             self._loop_ended = True
         if kind is LLM:
             self._count_model_call(record)
+            if record.asked_tools and record.start_ns >= self._asked_start_ns:
+                self._asked = tuple((name, call_id) for name, call_id in record.asked_tools)
+                self._asked_start_ns = record.start_ns
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id
@@ -233,9 +255,11 @@ class RunState:
             # its CHAIN returns the whole result, the last message a tool's).
             self.explicit_final = True
         if record.final_output is not None and not (
-                record.unasked and self.final_output is not None):
+                (record.unasked or (kind is LLM and self.explicit_final))
+                and self.final_output is not None):
             # (what the function returned, kept even if it is no answer yet: an export request
-            # groups spans by scope, so the model call that answered may still come)
+            # groups spans by scope, so the model call that answered may still come; a model
+            # call's answer text is the run's only while no span of the agent gave its answer)
             self.final_output = record.final_output
         if record.limit_stop is not None and self.limit_stop is None:
             self.limit_stop = record.limit_stop
@@ -265,7 +289,7 @@ class RunState:
             if record.error and self.last_error is None:  # keep the error that led here
                 self.last_error = _error_text(record)
             return  # the agent span repeats its children's errors: do not count them twice
-        if record.error and (kind is not OTHER or record.tool_name is not None):
+        if record.error and not echo and (kind is not OTHER or record.tool_name is not None):
             # Only model and tool calls (output tools included) count: a failed HTTP or
             # framework span under them is the same failure seen from below.
             self.errors += 1
@@ -356,6 +380,34 @@ class RunState:
         started after it, ended before it did."""
         return record.start_ns < self._llm_start_ns and self._llm_end_ns <= record.end_ns
 
+    def _echo(self, record: SpanRecord) -> bool:
+        """Whether failed ``record`` repeats the exception of a counted failure on the span
+        directly inside it or around it (one exception seen on a tool's span and on its
+        framework's span around it): one failure, counted once. Remembers ``record`` (the
+        next span around it may repeat it too; a framework's step around a tool counts
+        nothing, and the tool call inside it, sent after it, still counts)."""
+        span, parent, exception = record.span_id, record.parent_span_id or "", \
+            record.exception_id or 0
+        echo = any(seen[3] and seen[2] == exception
+                   and (seen[1] == span or (parent and seen[0] == parent))
+                   for seen in self._failures)
+        counted = echo or record.kind is not OTHER or record.tool_name is not None
+        self._failures = (*self._failures[1 - RECENT_FAILURES:],
+                          (span, parent, exception, counted))
+        return echo
+
+    def asked_for(self, record: SpanRecord) -> str | None:
+        """The tool ``record``, a span of no kind, executed: one the last model call that asked
+        for tools asked for (by name), not yet answered by a tool call, the span after that
+        call started (an instrumentation that traces the tool with no GenAI attributes: only
+        its name, maybe generic input and output). None: none."""
+        if not self._asked or record.start_ns < self._asked_start_ns or record.creates_agent \
+                or record.workflow or record.final_answer or record.loop_end \
+                or record.run_frame or record.unasked or record.tool_name is not None:
+            return None
+        name = record.name
+        return name if any(asked[0] == name for asked in self._asked) else None
+
     def _apply_tool(self, record: SpanRecord) -> None:
         # A tool ran after the last model call, or inside its span (started after it): that
         # call asked for it, whatever its finish reason said (google-adk says "stop" on tool
@@ -369,6 +421,11 @@ class RunState:
             self._tool_start_ns, self._tool_end_ns = record.start_ns, record.end_ns
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
+        asked = self._asked
+        for index, (name, _) in enumerate(asked):
+            if name == tool:  # the call it answered
+                self._asked = (*asked[:index], *asked[index + 1:])
+                break
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
             tool = OTHER_TOOL
         self.tools[tool] = self.tools.get(tool, 0) + 1
@@ -671,7 +728,8 @@ def _model_call(value: list[Any]) -> ModelCall:
 _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_call_counts", "_cycle_runs", "_error_counts", "_llm_end_ns", "_llm_final", "_llm_parent",
+    "_asked", "_asked_start_ns", "_call_counts", "_cycle_runs", "_error_counts", "_failures",
+    "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_recent_calls",
     "_result_counts",

@@ -233,6 +233,14 @@ class RunTracker:
         if loose is not None:  # the tool calls hung below a loose model call
             record.run_key, record.loose = loose, True
             return True
+        if record.kind is OTHER and record.parent_span_id is None:
+            # a trace of its own named after a tool the agent's last loose model call asked
+            # for: that tool's execution, traced by hand (the apply makes it a tool call)
+            loose = self._loose.get((record.service, record.agent, record.session))
+            run = self._active.get(loose) if loose is not None else None
+            if run is not None and run.asked_for(record) is not None:
+                record.run_key, record.loose = run.key, True
+                return True
 
         # Plumbing spans (an HTTP request, a framework step) of a trace with no agent activity
         # are not a run of their own: the service may emit traces that have nothing to do
@@ -264,6 +272,9 @@ class RunTracker:
             if answer is not None and record.response_id is not None \
                     and answer.response_id == record.response_id and answer.scope != record.scope:
                 record.kind = OTHER  # the answer's twin, counted with it: no run of its own
+                run = self.get(answer.run_key) if record.final_output is not None else None
+                if run is not None and run.final_output is None:
+                    run.final_output = record.final_output  # (its text, where only it has one)
                 continue
             record.loose = True
             key = self._loose.get(group)
@@ -402,6 +413,11 @@ class RunTracker:
                     run.hangs_from = record.parent_span_id
                     while len(pending) > MAX_PENDING_PARENTS:
                         pending.popitem(last=False)
+            if record.kind is OTHER and (tool := run.asked_for(record)) is not None:
+                # a span named after a tool the model just asked for: that tool's execution
+                record.kind, record.tool_name = TOOL, tool
+                if frames is not None:
+                    frames.calls.add(record.span_id)
             if record.unasked and record.kind is TOOL and self._frames_models(record, run):
                 record.as_frame()  # the run's model loop ran inside it: no tool call
             elif record.loose and record.parent_span_id is None:

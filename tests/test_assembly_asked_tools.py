@@ -1,0 +1,129 @@
+"""Tool calls recognised by what the model asked for (issue 28, mechanism 2): a span after a
+model call, named after a tool that call asked for, is that tool's execution though it carries
+no GenAI attribute (a hand-written loop's own span per tool call, with only generic
+``input``/``output`` attributes and the exception when the tool raises). Read on real
+recordings (``tests/frameworks/recordings``), over the real OTLP/HTTP receiver and in the
+tracker."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.frameworks.harness import RECORDINGS, replay, runs_seen
+from tests.harness import RunningServer
+from tests.recorded import recorded_records
+from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from tests.test_rebatching import as_exported, ended_runs
+from watchdog.runs.record import LLM, MAX_ASKED_TOOLS, TOOL
+from watchdog.runs.tracker import RunTracker
+
+HAND_TRACED = "openai_olm_loop"  # OpenLLMetry's model calls, the loop's own tool spans
+
+
+@pytest.mark.parametrize(("driver", "scenario"), [
+    ("openai_v2_loop", "three_tools_stream"),  # gen_ai.output.messages: tool_call parts
+    ("llamaindex_oi", "three_tools"),  # llm.output_messages.{i}.message.tool_calls.{j}.*
+    (HAND_TRACED, "three_tools"),  # gen_ai.completion.{i}.tool_calls.{j}.*
+])
+def test_a_model_call_record_names_the_tool_calls_it_asked_for(driver: str,
+                                                               scenario: str) -> None:
+    asking = [record for record in recorded_records(driver, scenario)
+              if record.kind is LLM and record.requested_tools]
+    assert len(asking) == 3
+    for record in asking:
+        ((name, call_id),) = record.asked_tools
+        assert name == "lookup"
+        assert call_id.startswith("call_"), call_id
+
+
+def test_asked_tool_calls_are_bounded() -> None:
+    from watchdog.ingest.conventions import asked_tools
+
+    output = json.dumps([{"role": "assistant", "parts": [
+        {"type": "tool_call", "id": f"call_{i}", "name": f"tool{i}"} for i in range(100)]}])
+    asked = asked_tools(output, ())
+    assert len(asked) == MAX_ASKED_TOOLS
+    assert asked[0] == ("tool0", "call_0")
+
+
+def test_hand_traced_tool_spans_are_the_tool_calls_asked_for(sidecar: RunningServer) -> None:
+    """Three tools then an answer: the loop's spans named ``lookup`` are its three calls."""
+    replay(sidecar, RECORDINGS / HAND_TRACED / "three_tools.jsonl")
+    (run,) = runs_seen(sidecar, 1)
+    signals = run["signals"]
+    assert (signals["iterations"], signals["tool_calls"], signals["tools"], signals["errors"]) \
+        == (4, 3, {"lookup": 3}, 0)
+    assert run["terminal_state"] == "completed"
+
+
+def test_a_hand_traced_tool_that_raises_is_a_failed_tool_call(sidecar: RunningServer) -> None:
+    replay(sidecar, RECORDINGS / HAND_TRACED / "tool_error.jsonl")
+    (run,) = runs_seen(sidecar, 1)
+    signals = run["signals"]
+    assert (signals["tool_calls"], signals["errors"]) == (1, 1)
+    assert signals["last_error"].startswith("RuntimeError")
+
+
+def _renamed(spans: list[dict[str, Any]]) -> None:
+    for span in spans:
+        if span["name"] == "lookup":
+            span["name"] = "search"
+
+
+def test_a_span_named_after_no_asked_tool_is_no_tool_call(sidecar: RunningServer) -> None:
+    """The same recording with the tool spans named after a tool no model asked for."""
+    replay(sidecar, RECORDINGS / HAND_TRACED / "three_tools.jsonl", edit=_renamed)
+    (run,) = runs_seen(sidecar, 1)
+    assert (run["signals"]["tool_calls"], run["signals"]["tools"]) == (0, {})
+
+
+@pytest.mark.parametrize("scenario", ["three_tools", "tool_error", "limit"])
+def test_the_recording_reads_the_same_in_one_request(scenario: str) -> None:
+    """Batched (a request grouped by scope: the loop's tool spans before OpenLLMetry's model
+    calls), the spans are applied in end order: the same calls."""
+    from tests.recorded import request_of, scoped_spans
+
+    apart = ended_runs(as_exported(HAND_TRACED, scenario))
+    together = ended_runs([request_of(scoped_spans(HAND_TRACED, scenario))])
+    assert [(run.tool_calls, run.errors, run.iterations) for run in together] \
+        == [(run.tool_calls, run.errors, run.iterations) for run in apart]
+    assert apart[0].tool_calls == {"three_tools": 3, "tool_error": 1, "limit": 5}[scenario]
+
+
+def _asking_chat(call_id: str = "call_1", tool: str = "lookup") -> dict[str, Any]:
+    return chat_attrs(finish="tool_calls", **{"gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "tool_call", "id": call_id, "name": tool,
+                                          "arguments": "{}"}]}])})
+
+
+def test_a_tool_span_and_its_generic_wrapper_are_one_call() -> None:
+    """An instrumented tool call (GenAI attributes) inside a span named after the same tool:
+    the asked call is answered once, the wrapper is no second call."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
+        maker.span("chat", _asking_chat(), parent=root, start=T0, end=T0 + 1)
+        wrapper = maker.open("lookup", {"input": "{}"}, parent=root, start=T0 + 1.1)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}"), parent=wrapper,
+                   start=T0 + 1.2, end=T0 + 1.3)
+        wrapper.end(int((T0 + 1.4) * 1e9))
+        maker.span("chat", chat_attrs(finish="stop"), parent=root, start=T0 + 2, end=T0 + 3)
+    tracker = RunTracker()
+    tracker.apply(records_of(maker.take()), T0 + 5)
+    (run,) = tracker.ended()
+    assert (run.tool_calls, run.iterations) == (1, 2)
+
+
+def test_a_span_named_after_the_tool_before_the_model_asked_is_no_call() -> None:
+    maker = SpanMaker()
+    with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
+        maker.span("lookup", {"input": "{}"}, parent=root, start=T0, end=T0 + 0.5)
+        maker.span("chat", _asking_chat(), parent=root, start=T0 + 1, end=T0 + 2)
+    tracker = RunTracker()
+    records = records_of(maker.take())
+    tracker.apply(records, T0 + 5)
+    (run,) = tracker.ended()
+    assert run.tool_calls == 0
+    assert [record.kind for record in records if record.name == "lookup"] != [TOOL]
