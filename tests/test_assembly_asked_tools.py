@@ -21,6 +21,8 @@ from watchdog.runs.record import LLM, MAX_ASKED_TOOLS, TOOL
 from watchdog.runs.tracker import RunTracker
 
 HAND_TRACED = "openai_olm_loop"  # OpenLLMetry's model calls, the loop's own tool spans
+# ... and Logfire's, its tool spans named after their message template ("lookup {key}")
+HAND_TRACED_SETUPS = (HAND_TRACED, "logfire_loop")
 
 
 @pytest.mark.parametrize(("driver", "scenario"), [
@@ -49,9 +51,12 @@ def test_asked_tool_calls_are_bounded() -> None:
     assert asked[0] == ("tool0", "call_0")
 
 
-def test_hand_traced_tool_spans_are_the_tool_calls_asked_for(sidecar: RunningServer) -> None:
-    """Three tools then an answer: the loop's spans named ``lookup`` are its three calls."""
-    replay(sidecar, RECORDINGS / HAND_TRACED / "three_tools.jsonl")
+@pytest.mark.parametrize("driver", HAND_TRACED_SETUPS)
+def test_hand_traced_tool_spans_are_the_tool_calls_asked_for(sidecar: RunningServer,
+                                                             driver: str) -> None:
+    """Three tools then an answer: the loop's spans named after ``lookup`` are its three
+    calls."""
+    replay(sidecar, RECORDINGS / driver / "three_tools.jsonl")
     (run,) = runs_seen(sidecar, 1)
     signals = run["signals"]
     assert (signals["iterations"], signals["tool_calls"], signals["tools"], signals["errors"]) \
@@ -59,8 +64,10 @@ def test_hand_traced_tool_spans_are_the_tool_calls_asked_for(sidecar: RunningSer
     assert run["terminal_state"] == "completed"
 
 
-def test_a_hand_traced_tool_that_raises_is_a_failed_tool_call(sidecar: RunningServer) -> None:
-    replay(sidecar, RECORDINGS / HAND_TRACED / "tool_error.jsonl")
+@pytest.mark.parametrize("driver", HAND_TRACED_SETUPS)
+def test_a_hand_traced_tool_that_raises_is_a_failed_tool_call(sidecar: RunningServer,
+                                                              driver: str) -> None:
+    replay(sidecar, RECORDINGS / driver / "tool_error.jsonl")
     (run,) = runs_seen(sidecar, 1)
     signals = run["signals"]
     assert (signals["tool_calls"], signals["errors"]) == (1, 1)
@@ -69,27 +76,31 @@ def test_a_hand_traced_tool_that_raises_is_a_failed_tool_call(sidecar: RunningSe
 
 def _renamed(spans: list[dict[str, Any]]) -> None:
     for span in spans:
-        if span["name"] == "lookup":
-            span["name"] = "search"
+        if span["name"].startswith("lookup"):
+            span["name"] = "search" + span["name"][len("lookup"):]
 
 
-def test_a_span_named_after_no_asked_tool_is_no_tool_call(sidecar: RunningServer) -> None:
+@pytest.mark.parametrize("driver", HAND_TRACED_SETUPS)
+def test_a_span_named_after_no_asked_tool_is_no_tool_call(sidecar: RunningServer,
+                                                          driver: str) -> None:
     """The same recording with the tool spans named after a tool no model asked for."""
-    replay(sidecar, RECORDINGS / HAND_TRACED / "three_tools.jsonl", edit=_renamed)
+    replay(sidecar, RECORDINGS / driver / "three_tools.jsonl", edit=_renamed)
     (run,) = runs_seen(sidecar, 1)
     assert (run["signals"]["tool_calls"], run["signals"]["tools"]) == (0, {})
 
 
+@pytest.mark.parametrize("driver", HAND_TRACED_SETUPS)
 @pytest.mark.parametrize("scenario", ["three_tools", "tool_error", "limit"])
-def test_the_recording_reads_the_same_in_one_request(scenario: str) -> None:
+def test_the_recording_reads_the_same_in_one_request(driver: str, scenario: str) -> None:
     """Batched (a request grouped by scope: the loop's tool spans before OpenLLMetry's model
     calls), the spans are applied in end order: the same calls."""
     from tests.recorded import request_of, scoped_spans
 
-    apart = ended_runs(as_exported(HAND_TRACED, scenario))
-    together = ended_runs([request_of(scoped_spans(HAND_TRACED, scenario))])
+    apart = ended_runs(as_exported(driver, scenario))
+    together = ended_runs([request_of(scoped_spans(driver, scenario))])
     assert [(run.tool_calls, run.errors, run.iterations) for run in together] \
         == [(run.tool_calls, run.errors, run.iterations) for run in apart]
+    assert apart[0].errors == (scenario == "tool_error")
     assert apart[0].tool_calls == {"three_tools": 3, "tool_error": 1, "limit": 5}[scenario]
 
 

@@ -398,15 +398,23 @@ class RunState:
 
     def asked_for(self, record: SpanRecord) -> str | None:
         """The tool ``record``, a span of no kind, executed: one the last model call that asked
-        for tools asked for (by name), not yet answered by a tool call, the span after that
-        call started (an instrumentation that traces the tool with no GenAI attributes: only
-        its name, maybe generic input and output). None: none."""
+        for tools asked for, not yet answered by a tool call, its name the span's name or the
+        first or last word of it, the span after that call started (an instrumentation that
+        traces the tool with no GenAI attributes: only its name, maybe generic input and
+        output). None: none."""
         if not self._asked or record.start_ns < self._asked_start_ns or record.creates_agent \
                 or record.workflow or record.final_answer or record.loop_end \
                 or record.run_frame or record.unasked or record.tool_name is not None:
             return None
         name = record.name
-        return name if any(asked[0] == name for asked in self._asked) else None
+        for asked in self._asked:
+            tool = asked[0]
+            # the tool's name, alone or as the first or last word (Logfire names a span after
+            # its message template: "lookup {key}")
+            if name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ") \
+                    or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " "):
+                return tool
+        return None
 
     def _apply_tool(self, record: SpanRecord) -> None:
         # A tool ran after the last model call, or inside its span (started after it): that
