@@ -49,6 +49,7 @@ def _cell(items: list[str]) -> str:
 def row(convention: Convention) -> str:
     c = convention
     answer = (_places(c.answer, "agent span ") + _places(c.llm_output, "model output ")
+              + _places(c.answer_texts, "model answer text ")
               + _places(c.output_messages, "messages ") + _places(c.finish_reasons)
               + [f"model output `{rule.attribute}` JSON `{_dotted(rule.messages)}[]."
                  f"{_dotted(rule.finish_reason)}`"
@@ -57,7 +58,9 @@ def row(convention: Convention) -> str:
               + _codes(c.answer_tools, "tool ")
               + [f"tool `{prefix}*`" for prefix in c.answer_tool_prefixes]
               + [f"agent span with `{key}` ended OK, its output hidden"
-                 for key in c.hidden_answers])
+                 for key in c.hidden_answers]
+              + [f"usage `{key}` JSON `{_dotted(input_path)}`, `{_dotted(output_path)}`"
+                 for key, input_path, output_path in c.usage_json])
     if c.answer_finish_reasons:
         answer.append("finish " + "/".join(sorted(c.answer_finish_reasons)))
     limit = (_codes(c.limit_exceptions, "exception ")
@@ -74,6 +77,11 @@ def row(convention: Convention) -> str:
                 for key, name in c.cap_requests]
              + [f"root `{root}`, its output hidden, tools run but no loop-end tool → `{name}`"
                 for root, name in c.loop_caps])
+    if c.limit_phrases:
+        limit.append("words in a failed span's status description or exception message"
+                     + "".join(f", in `{key}`" + (f" JSON `{_dotted(path)}`" if path else "")
+                               for key, path in c.limit_error_json)
+                     + " → " + "/".join(f"`{name}`" for _, name in c.limit_phrases))
     named = " (a span named so is the agent)"
     agent = ([_place(key) + (named if key in c.agent_name_invocations else "")
               for key in c.agent_name]
@@ -81,7 +89,8 @@ def row(convention: Convention) -> str:
                 if key not in c.agent_name]
              + _places(c.agent_span_name, "agent span ")
              + [f"`{key}` JSON `{_dotted(path)}` (a span named so is the agent)"
-                for key, path in c.agent_name_json])
+                for key, path in c.agent_name_json]
+             + [f"root `{key}` JSON `{_dotted(path)}`" for key, path in c.root_agent_name_json])
     tools = (_places(c.tool_name) + [f"span name `{p}…`" for p in c.tool_name_span_prefixes]
              + [f"span name `…{s}`" for s in c.tool_name_span_suffixes]
              + _places(c.tool_args))

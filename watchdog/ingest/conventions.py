@@ -43,14 +43,17 @@ from watchdog.ingest.outcome import (
     LIMIT_EXCEPTIONS,
     agent_limit,
     answer_limit,
+    answer_text,
     at_path,
     enveloped_output,
+    error_limit,
     fill_model_outcome,
     fill_reported_calls,
     finish_reason,
     flagged_error,
     has_text,
     output_finish_reason,
+    phrase_limit,
     prompt_limit,
     result_error,
     short_type,
@@ -97,6 +100,8 @@ AGENT_INVOCATION_KEYS = TABLES.agent_name_invocations
 WRAPPED_EXCEPTION_TYPES = frozenset(TABLES.wrapped_exceptions)
 GRAPH_NODE_JSON = TABLES.graph_node_json
 JSON_IDENTITY_KEYS = tuple(dict.fromkeys(key for key, _ in AGENT_NAME_JSON + GRAPH_NODE_JSON))
+ROOT_AGENT_NAME_JSON = TABLES.root_agent_name_json
+LIMIT_ERROR_JSON = TABLES.limit_error_json
 SESSION_KEYS = TABLES.session
 RESPONSE_ID_KEYS = TABLES.response_id
 TOOL_NAME_KEYS = TABLES.tool_name
@@ -105,10 +110,12 @@ TOOL_ARGS_ENVELOPES = TABLES.tool_args_envelopes
 TOOL_RESULT_KEYS = TABLES.tool_result
 AGENT_OUTPUT_KEYS = TABLES.answer
 LLM_OUTPUT_KEYS = TABLES.llm_output
+ANSWER_TEXT_KEYS = TABLES.answer_texts
 LLM_INPUT_KEYS = TABLES.llm_input
 INPUT_TOKEN_KEYS = TABLES.input_tokens
 OUTPUT_TOKEN_KEYS = TABLES.output_tokens
 TOTAL_TOKEN_KEYS = TABLES.total_tokens
+USAGE_JSON = TABLES.usage_json
 FINISH_REASON_KEYS = TABLES.finish_reasons
 MESSAGES_JSON_KEYS = TABLES.input_messages
 OUTPUT_MESSAGES_JSON_KEYS = TABLES.output_messages
@@ -170,6 +177,7 @@ def select_attributes(key_values: Any) -> dict[str, object]:
     per attribute.
     """
     wanted = WANTED_ATTRIBUTES
+    scalars = SCALAR_ATTRIBUTES
     selected: dict[str, object] = {}
     for kv in key_values:
         key = kv.key
@@ -178,8 +186,46 @@ def select_attributes(key_values: Any) -> dict[str, object]:
             # A non-empty string_value can only be the set member of the oneof; reading it first
             # spares the common case the WhichOneof dispatch.
             text = value.string_value
-            selected[key] = text if text else any_value(value)
+            if not text:
+                selected[key] = any_value(value)
+            elif text[0] == '"' or key in scalars:
+                selected[key] = json_encoded(text, key in scalars)
+            else:
+                selected[key] = text
     return selected
+
+
+_NUMBER_STARTS = frozenset("-0123456789")
+
+
+def json_encoded(text: str, scalar: bool) -> object:
+    """A value some SDKs JSON-encode (MLflow: every attribute) as the value it encodes: a
+    JSON string (``"\\"TOOL\\""``) as its text, and where a number or flag is read
+    (``scalar``) ``"12"`` as 12 and ``"true"`` as True; any other text as it is."""
+    if text[0] == '"':
+        if len(text) < 2 or text[-1] != '"':
+            return text
+        try:
+            value = _load_json(text)
+        except ValueError:
+            return text
+        if not isinstance(value, str):
+            return text
+        if not scalar:
+            return value
+        text = value  # (a number JSON-encoded twice: "\\"12\\"")
+    if not scalar:
+        return text
+    if text in ("true", "false"):
+        return text == "true"
+    if text[0] in _NUMBER_STARTS and len(text) <= 32:
+        try:
+            number = _load_json(text)
+        except (ValueError, RecursionError):
+            return text
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return number
+    return text
 
 
 class SpanRejected(ValueError):
@@ -407,6 +453,41 @@ def _json_identity(name: str, attrs: Mapping[str, object], role: Role | None
     return role, agent
 
 
+def _usage(attrs: Mapping[str, object]) -> tuple[object, object]:
+    """(input, output) tokens of a usage object (:attr:`Convention.usage_json`), or Nones."""
+    for key, input_path, output_path in USAGE_JSON:
+        raw = attrs.get(key)
+        if isinstance(raw, str) and raw.startswith("{"):
+            try:
+                raw = _load_json(raw)
+            except (ValueError, RecursionError):
+                continue
+        if isinstance(raw, dict):
+            return at_path(raw, input_path), at_path(raw, output_path)
+    return None, None
+
+
+def _root_agent(attrs: Mapping[str, object]) -> str | None:
+    """The agent a trace's root names in its own input or metadata (:attr:`Convention.
+    root_agent_name_json`): parsed only when the key's name occurs in the text."""
+    parsed: dict[str, object] = {}
+    for key, path in ROOT_AGENT_NAME_JSON:
+        raw = attrs.get(key)
+        if isinstance(raw, str):
+            if f'"{path[-1]}"' not in raw:
+                continue
+            if key not in parsed:
+                try:
+                    parsed[key] = _load_json(raw)
+                except (ValueError, RecursionError):
+                    parsed[key] = None
+            raw = parsed[key]
+        value = at_path(raw, path)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
 def _agent_from_span_name(name: str) -> str | None:
     for pattern in AGENT_SPAN_NAME_PATTERNS:
         match = pattern.match(name)
@@ -483,6 +564,15 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap, rule.exit_reason)
             if key)
     + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
+    + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
+    + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
+) | BUDGET_ATTRIBUTES
+# Where a number or a flag is read: a JSON-encoded one ("12", "true") is decoded to it.
+SCALAR_ATTRIBUTES = frozenset(
+    INPUT_TOKEN_KEYS + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS
+    + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap))
+    + tuple(key for key, _ in TABLES.cap_requests)
+    + tuple(flag for flag, _, _ in TABLES.tool_error_flags)
 ) | BUDGET_ATTRIBUTES
 
 
@@ -591,6 +681,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
             # (a workflow's span name is the code that frames the run, "FunctionAgent.run"
             # in LlamaIndex: not an agent's name)
             agent = _agent_from_span_name(name)
+    if agent is None and parent is None and ROOT_AGENT_NAME_JSON:
+        agent = _root_agent(attrs)
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service
@@ -643,7 +735,9 @@ def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
         if candidate and short_type(candidate) in LIMIT_EXCEPTIONS:
             record.limit_stop = short_type(candidate)
             return
-    record.limit_stop = status_stop
+    # (a limit told only in words: the exception's message, an error the span reports)
+    record.limit_stop = status_stop or (phrase_limit(exc_message) if exc_message else None) \
+        or error_limit(attrs)
 
 
 def _failed(record: SpanRecord, error_type: str, message: str,
@@ -726,6 +820,8 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
             finish, envelope_input, envelope_output, output_messages = envelope
             if input_tokens is None and output_tokens is None:
                 input_tokens, output_tokens = envelope_input, envelope_output
+    if input_tokens is None and output_tokens is None and USAGE_JSON:
+        input_tokens, output_tokens = _usage(attrs)
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
     flat_out = 0
     flat_tools = False
@@ -756,14 +852,20 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     if not record.input_tokens and not record.output_tokens:
         # OpenLLMetry may report only a total; count it as input so totals stay right.
         record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
-    fill_model_outcome(record, finish,
-                       output_messages if output_messages is not None
-                       else _first(attrs, LLM_OUTPUT_KEYS))
+    output = output_messages if output_messages is not None else _first(attrs, LLM_OUTPUT_KEYS)
+    fill_model_outcome(record, finish, output)
     if flat_tools and not record.requested_tools:
         # no finish reason, and an output text that hides its tool requests (a Python repr):
         # the flattened output messages still say the model asked for tools
         record.requested_tools = True
         record.final_answer = False
+    if record.final_answer:
+        # its text: the run's answer when no span of the agent carries one (a hand-written
+        # loop, loose calls); never an instrumentation's placeholder for hidden content
+        text = answer_text(_first(attrs, ANSWER_TEXT_KEYS) or output)
+        if text is not None and not (len(text) <= HIDDEN_CONTENT_CHARS
+                                     and text.strip() in HIDDEN_CONTENT):
+            record.final_output = brief(text, MAX_BRIEF_CHARS)
     if record.requested_tools:
         record.asked_tools = asked_tools(output_messages, span.attributes)
     if messages:
@@ -841,7 +943,7 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     limit = agent_limit(attrs, record.finish_reason)
     stand_in = answer_limit(output)  # the framework's text where no answer came
     if record.limit_stop is None:
-        record.limit_stop = limit or stand_in
+        record.limit_stop = limit or stand_in or error_limit(attrs)
     for key, name in CAP_REQUESTS:
         if isinstance(attrs.get(key), int):
             record.cap_request = name

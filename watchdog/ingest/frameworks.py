@@ -142,6 +142,10 @@ class Convention:
     # no attribute names it; and a span named after that agent is the agent's invocation, at
     # the root or nested (an agent run as another agent's tool: a child run)
     agent_name_json: tuple[tuple[str, Path], ...] = ()
+    # (attribute holding JSON, path to an agent's name in it), read on a trace's root span only
+    # and only when nothing above names its agent: the root's own input or metadata (before
+    # the run falls back to `service.name`)
+    root_agent_name_json: tuple[tuple[str, Path], ...] = ()
     # attributes naming, on every span, the agent whose graph runs it (read as agent_name too):
     # a span of no role (or a root workflow) named after that agent is the agent's invocation,
     # at the root or nested (an agent run as another agent's tool: a child run)
@@ -196,6 +200,9 @@ class Convention:
     llm_span_suffixes: Names = _NO_NAMES
     answer: Names = _NO_NAMES  # an agent span's output
     llm_output: Names = _NO_NAMES  # a model call's output text (read when it gives no reason)
+    # a model call's answer text where it is written apart from its output messages (flattened
+    # completions): with its outputs, the run's answer text when no span of the agent has one
+    answer_texts: Names = _NO_NAMES
     llm_input: Names = _NO_NAMES  # a model call's raw request, ending with its last message
     finish_reasons: Names = _NO_NAMES
     input_messages: Names = _NO_NAMES  # JSON message lists
@@ -206,12 +213,19 @@ class Convention:
     input_tokens: Names = _NO_NAMES
     output_tokens: Names = _NO_NAMES
     total_tokens: Names = _NO_NAMES  # when only a total is given (counted as input)
+    # (attribute holding JSON, path to input tokens, path to output tokens): a usage object
+    usage_json: tuple[tuple[str, Path, Path], ...] = ()
     answer_finish_reasons: frozenset[str] = _NO_SET  # lower case
     tool_finish_reasons: frozenset[str] = _NO_SET  # the model asked for tools
     # -- how a run was stopped at a limit
     limit_finish_reasons: frozenset[str] = _NO_SET  # lower case
     limit_exceptions: frozenset[str] = _NO_SET  # unqualified class names
     limit_status: tuple[tuple[str, str], ...] = ()  # (status description regex, limit name)
+    # (regex, limit name): a limit told only in words, searched for in a failed span's status
+    # description and exception message and in the `limit_error_json` places
+    limit_phrases: tuple[tuple[str, str], ...] = ()
+    # (attribute holding JSON, path to an error in it): an error a span reports in its output
+    limit_error_json: tuple[tuple[str, Path], ...] = ()
     limit_attributes: Names = _NO_NAMES  # the value is the limit's name
     limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
     step_caps: tuple[StepCap, ...] = ()  # an agent span that counts its steps against a cap
@@ -314,6 +328,7 @@ OPENINFERENCE = Convention(
     input_tokens=("llm.token_count.prompt",),
     output_tokens=("llm.token_count.completion",),
     total_tokens=("llm.token_count.total",),
+    answer_texts=("llm.output_messages.0.message.content",),
     notes="a root CHAIN span (LangChain/LangGraph, ADK `invocation`) is the invocation",
 )
 
@@ -337,6 +352,7 @@ OPENLLMETRY = Convention(
     finish_reasons=("gen_ai.completion.0.finish_reason", "llm.response.finish_reason"),
     flat_input_prefixes=("gen_ai.prompt.",),
     flat_output_prefixes=("gen_ai.completion.",),
+    answer_texts=("gen_ai.completion.0.content",),
     input_tokens=("llm.usage.prompt_tokens",),
     output_tokens=("llm.usage.completion_tokens",),
     total_tokens=("llm.usage.total_tokens",),
@@ -600,7 +616,8 @@ DSPY = Convention(
                "openinference-instrumentation-litellm",
     # ReAct offers the model a tool of its own, `finish` (no arguments, returns "Completed."),
     # to end its loop; the answer comes after it, from ReAct's extract step (a model call)
-    loop_end_tools=(("finish", '"Completed."'),),
+    # (its result is JSON-encoded, '"Completed."': read decoded, like every such value)
+    loop_end_tools=(("finish", "Completed."),),
     # a tool span has no `tool.name`: it is named after the tool's method
     tool_name_span_suffixes=(".__call__", ".acall"),
     # the model call is `LM.__call__`/`LM.acall` (`<the LM's class>.…`): with content hidden it
@@ -715,17 +732,73 @@ ANTHROPIC_SDK = Convention(
           "`gen_ai.response.id` and counted once; inside OpenInference's, its twin",
 )
 
+def _limit_phrase(limit: str) -> str:
+    """A stop at a limit told in words: "Max turns (3) exceeded", "Reached the maximum number
+    of iterations (5)", "stopped due to the turn limit" (case-insensitive)."""
+    said = r"(?:exceeded|reached|hit)"
+    return (rf"(?i)\b(?:{limit})\b[^.\n]{{0,40}}?\b{said}\b"
+            rf"|\b(?:{said}|stopped (?:due to|at|after))\b[^.\n]{{0,24}}?\b(?:{limit})\b")
+
+
 GENERIC_LIMITS = Convention(
     name="other limits",
-    emitted_by="common names for a stop at a limit",
+    emitted_by="common names and words for a stop at a limit, and where agents name "
+               "themselves in their own input or metadata",
     limit_exceptions=frozenset({"MaxIterationsExceeded", "RecursionLimitExceeded"}),
+    # a framework that raises a generic exception (or none: an error in its output) and says
+    # in its message that it stopped at its cap on turns, iterations or steps
+    limit_phrases=(
+        (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?turns?|turns? limit"),
+         "max_turns"),
+        (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?(?:iterations?|iters?)"
+                       r"|iterations? limit"), "max_iterations"),
+        (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?steps?|steps? limit"),
+         "max_steps"),
+    ),
+    limit_error_json=(("gen_ai.framework.error.message", ()), ("output.value", ("error",)),
+                      ("mlflow.spanOutputs", ("error",)),
+                      ("traceloop.entity.output", ("error",))),
+    # a root span whose input or metadata names the agent it runs (a hand-written loop's own
+    # span, a framework that names its agent nowhere else)
+    root_agent_name_json=(("metadata", ("agent_name",)), ("input.value", ("agent_name",)),
+                          ("input.value", ("agent", "name")), ("input.value", ("name",)),
+                          ("mlflow.spanInputs", ("agent_name",)),
+                          ("mlflow.spanInputs", ("agent", "name")),
+                          ("mlflow.spanInputs", ("name",))),
+    notes="a limit told only in words (\"Max turns (3) exceeded\", \"Reached the maximum "
+          "number of iterations\") in a failed span's status description or exception "
+          "message, or in an `error` its output reports, is that limit, not an error",
+)
+
+MLFLOW = Convention(
+    name="MLflow Tracing",
+    emitted_by="MLflow Tracing (`@mlflow.trace`, `mlflow.<flavour>.autolog()`) exported over "
+               "OTLP",
+    # every attribute value is JSON-encoded (a type arrives as "\"TOOL\"", a count as "12"):
+    # read decoded like any other
+    kinds={"mlflow.spanType": {"LLM": Role.LLM, "CHAT_MODEL": Role.LLM, "TOOL": Role.TOOL,
+                               "AGENT": Role.AGENT}},
+    root_kinds={"mlflow.spanType": {"CHAIN": Role.WORKFLOW}},
+    agent_span_name=("mlflow.spanFunctionName",),  # the traced function's name
+    tool_args=("mlflow.spanInputs",),
+    tool_result=("mlflow.spanOutputs",),
+    answer=("mlflow.spanOutputs",),
+    llm_output=("mlflow.spanOutputs",),
+    llm_input=("mlflow.spanInputs",),
+    input_messages=("mlflow.spanInputs",),
+    # the OpenAI flavour's output is the ChatCompletion itself
+    output_envelopes=(OutputEnvelope("mlflow.spanOutputs", ("choices",), ("finish_reason",)),),
+    usage_json=(("mlflow.chat.tokenUsage", ("input_tokens",), ("output_tokens",)),),
+    notes="only `mlflow.*` attributes, each value JSON-encoded; a tool is a `TOOL` span named "
+          "after its function; a hand-written loop's own span (`@mlflow.trace`) is no agent "
+          "span: its answer is its last model call's",
 )
 
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
     GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH, GENERIC_LIMITS, AUTOGEN,
-    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT, ANTHROPIC_SDK,
+    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT, ANTHROPIC_SDK, MLFLOW,
 )
 
 
@@ -768,6 +841,7 @@ class Tables:
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
     agent_name_json: tuple[tuple[str, Path], ...]
+    root_agent_name_json: tuple[tuple[str, Path], ...]
     agent_name_invocations: Names
     graph_node_json: tuple[tuple[str, Path], ...]
     wrapped_exceptions: Mapping[str, re.Pattern[str]]
@@ -789,6 +863,7 @@ class Tables:
     llm_span_suffixes: Names
     answer: Names
     llm_output: Names
+    answer_texts: Names
     llm_input: Names
     finish_reasons: Names
     input_messages: Names
@@ -799,11 +874,14 @@ class Tables:
     input_tokens: Names
     output_tokens: Names
     total_tokens: Names
+    usage_json: tuple[tuple[str, Path, Path], ...]
     answer_finish_reasons: frozenset[str]
     tool_finish_reasons: frozenset[str]
     limit_finish_reasons: frozenset[str]
     limit_exceptions: frozenset[str]
     limit_status: tuple[tuple[re.Pattern[str], str], ...]
+    limit_phrases: tuple[tuple[re.Pattern[str], str], ...]
+    limit_error_json: tuple[tuple[str, Path], ...]
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
@@ -848,6 +926,8 @@ def combine() -> Tables:
                                        for pattern in convention.agent_span_name_patterns),
         agent_name_json=tuple(pair for convention in CONVENTIONS
                               for pair in convention.agent_name_json),
+        root_agent_name_json=tuple(pair for convention in CONVENTIONS
+                                   for pair in convention.root_agent_name_json),
         agent_name_invocations=_names("agent_name_invocations"),
         graph_node_json=tuple(pair for convention in CONVENTIONS
                               for pair in convention.graph_node_json),
@@ -879,6 +959,7 @@ def combine() -> Tables:
         llm_span_suffixes=_names("llm_span_suffixes"),
         answer=_names("answer"),
         llm_output=_names("llm_output"),
+        answer_texts=_names("answer_texts"),
         llm_input=_names("llm_input"),
         finish_reasons=_names("finish_reasons"),
         input_messages=_names("input_messages"),
@@ -890,12 +971,17 @@ def combine() -> Tables:
         input_tokens=_names("input_tokens"),
         output_tokens=_names("output_tokens"),
         total_tokens=_names("total_tokens"),
+        usage_json=tuple(entry for convention in CONVENTIONS for entry in convention.usage_json),
         answer_finish_reasons=_union("answer_finish_reasons"),
         tool_finish_reasons=_union("tool_finish_reasons"),
         limit_finish_reasons=_union("limit_finish_reasons"),
         limit_exceptions=_union("limit_exceptions"),
         limit_status=tuple((re.compile(pattern), limit) for convention in CONVENTIONS
                            for pattern, limit in convention.limit_status),
+        limit_phrases=tuple((re.compile(pattern), limit) for convention in CONVENTIONS
+                            for pattern, limit in convention.limit_phrases),
+        limit_error_json=tuple(pair for convention in CONVENTIONS
+                               for pair in convention.limit_error_json),
         limit_attributes=_names("limit_attributes"),
         limit_states=tuple((attribute, re.compile(pattern), limit)
                            for convention in CONVENTIONS

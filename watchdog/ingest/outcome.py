@@ -22,6 +22,9 @@ TOOL_FINISH_REASONS = TABLES.tool_finish_reasons
 LIMIT_FINISH_REASONS = TABLES.limit_finish_reasons
 LIMIT_EXCEPTIONS = TABLES.limit_exceptions
 LIMIT_STATUS = TABLES.limit_status
+LIMIT_PHRASES = TABLES.limit_phrases
+LIMIT_ERROR_JSON = TABLES.limit_error_json
+MAX_PHRASE_CHARS = 2000  # a limit told in words is looked for in this much of a message
 LIMIT_ATTRIBUTE_KEYS = TABLES.limit_attributes
 LIMIT_STATES = TABLES.limit_states
 LIMIT_PROMPTS = TABLES.limit_prompts
@@ -84,6 +87,37 @@ def status_limit(description: str) -> str | None:
     head, sep, _ = description.partition(":")
     if sep and short_type(head.strip()) in LIMIT_EXCEPTIONS:  # "LlmCallsLimitExceededError: …"
         return short_type(head.strip())
+    return phrase_limit(description)
+
+
+def phrase_limit(text: str) -> str | None:
+    """The limit a message names in words ("Max turns (3) exceeded", "Reached the maximum
+    number of iterations"): :attr:`Convention.limit_phrases
+    <watchdog.ingest.frameworks.Convention.limit_phrases>`; its first characters only."""
+    text = text[:MAX_PHRASE_CHARS]
+    for pattern, limit in LIMIT_PHRASES:
+        if pattern.search(text):
+            return limit
+    return None
+
+
+def error_limit(attrs: Mapping[str, object]) -> str | None:
+    """The limit named in words by an error a span reports in an attribute (its output's JSON
+    ``error``, a framework's error message) rather than by its status."""
+    for key, path in LIMIT_ERROR_JSON:
+        raw = attrs.get(key)
+        if raw is None:
+            continue
+        if path:
+            if not isinstance(raw, (str, dict)) or (
+                    isinstance(raw, str) and f'"{path[-1]}"' not in raw):
+                continue  # the common case: no JSON parse
+            raw = at_path(_parsed(raw), path)
+        text = _message_text(raw) if not isinstance(raw, dict) else json.dumps(
+            raw, ensure_ascii=False, default=str)
+        limit = phrase_limit(text) if text else None
+        if limit is not None:
+            return limit
     return None
 
 
@@ -443,6 +477,44 @@ def _has_tool_request(value: object, depth: int) -> bool:
     elif isinstance(value, list):
         return any(_has_tool_request(item, depth + 1) for item in value)
     return False
+
+
+ANSWER_SKIP_TYPES = TOOL_REQUEST_TYPES | {"reasoning", "thinking", "redacted_thinking"}
+ANSWER_SKIP_KEYS = TOOL_REQUEST_KEYS | {"arguments", "input", "usage", "role", "id"}
+MAX_ANSWER_PARTS = 64
+
+
+def answer_text(output: object) -> str | None:
+    """The text of a model call's answer: the output itself when it is plain text, else the
+    text parts of its messages in the shapes of GenAI (``parts[].content``), OpenAI (``content``
+    or ``choices[].message.content``), Anthropic (``content[].text``) and the Responses API
+    (``output[].content[].text``): tool requests and reasoning left out. None when it has no
+    text (a structured output, a tool request)."""
+    value = _parsed(output)
+    if isinstance(value, str):
+        return value if value.strip() else None
+    texts: list[str] = []
+    _answer_parts(value, 0, texts)
+    joined = "\n".join(text for text in texts if text.strip())
+    return joined or None
+
+
+def _answer_parts(value: object, depth: int, texts: list[str]) -> None:
+    if depth > MAX_JSON_DEPTH or len(texts) >= MAX_ANSWER_PARTS:
+        return
+    if isinstance(value, dict):
+        if value.get("type") in ANSWER_SKIP_TYPES:
+            return
+        for key, item in value.items():
+            if key in ANSWER_SKIP_KEYS:
+                continue
+            if key in TEXT_KEYS and isinstance(item, str):
+                texts.append(item)
+            elif isinstance(item, (dict, list)):
+                _answer_parts(item, depth + 1, texts)
+    elif isinstance(value, list):
+        for item in value:
+            _answer_parts(item, depth + 1, texts)
 
 
 def has_text(output: object) -> bool:
