@@ -627,3 +627,34 @@ def test_the_sse_reader_reads_the_same_events_however_the_stream_is_cut() -> Non
     assert events(list(range(1, len(stream)))) == whole  # a byte at a time
     for size in (2, 3, 7, 64, 150):
         assert events(list(range(size, len(stream), size))) == whole, size
+
+
+def test_a_plain_text_delta_is_read_without_parsing_and_nothing_else_is() -> None:
+    """The chat stream's fast path gives exactly the text a full parse gives, and only for a
+    chunk with nothing else the observation reads; the rest is parsed whole."""
+    from watchdog.model.wire import plain_content
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        return json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1,
+                           "model": "m", "choices": [{"index": 0, "delta": delta,
+                                                      "logprobs": None,
+                                                      "finish_reason": finish}], **extra},
+                          separators=(",", ":"), ensure_ascii=False)
+
+    plain = [chunk({"content": "word "}), chunk({"content": ""}),
+             chunk({"content": 'say "usage" and "tool_calls"\n\t\\ é \u2028 😀'}),
+             chunk({"content": '"delta":{"content":"x"}'}), chunk({"content": "u"}, usage=None),
+             json.dumps({"choices": [{"delta": {"content": "bare"}}]}, separators=(",", ":"))]
+    for data in plain:
+        assert plain_content(data) == json.loads(data)["choices"][0]["delta"]["content"], data
+    whole = [chunk({"content": "done"}, "stop"), chunk({}, "tool_calls"),
+             chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}),
+             chunk({"content": "x"}, usage={"prompt_tokens": 3, "completion_tokens": 1}),
+             chunk({"role": "assistant", "content": ""}), chunk({"content": "x", "refusal": None}),
+             json.dumps({"choices": [{"delta": {"content": "spaced"}}]}),  # not compact: parsed
+             json.dumps({"choices": [{"delta": {"content": "a"}}, {"delta": {"content": "b"}}]},
+                        separators=(",", ":")),
+             json.dumps({"choices": {"delta": {"content": "no list"}}}, separators=(",", ":")),
+             chunk({"content": 5}), "[DONE]", "not json"]
+    for data in whole:
+        assert plain_content(data) is None, data

@@ -26,6 +26,7 @@ from watchdog.model.wire import (
     append_text,
     clipped,
     json_data,
+    plain_content,
     sse,
     text_of,
     token,
@@ -229,6 +230,13 @@ class ChatAccumulator:
         seen = self.observation
         if event.data == "[DONE]":
             seen.complete = True
+            return
+        quick = plain_content(event.data) if seen.response_id is not None else None
+        if quick is not None:  # a text delta and nothing else: not parsed
+            if quick and self._size < 64 * 1024:
+                self._text.append(quick)
+                self._size += len(quick)
+                seen.text = clipped("".join(self._text))
             return
         data = json_data(event)
         if data is None:

@@ -222,6 +222,34 @@ def json_data(event: Event) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def plain_content(data: str | None) -> str | None:
+    """The text of a chat completion chunk that carries nothing else an observation reads
+    (one choice whose delta is only its ``content``; no tool calls, usage or finish reason),
+    cut out without parsing the chunk; None: the chunk is to be read whole. A quoted key
+    inside a JSON string has its quotes escaped, so the keys counted here are the chunk's
+    (the rest of a chunk is not checked: one cut short after its delta still gives its
+    text)."""
+    if data is None or data.count('"delta"') != 1 or data.count('"choices"') != 1 \
+            or '"tool_calls"' in data:
+        return None
+    for key in ('"finish_reason"', '"usage"'):
+        count = data.count(key)
+        if count > 1 or (count == 1 and key + ":null" not in data):
+            return None
+    at = data.find(_PLAIN_DELTA)
+    if at < 0 or data.find('"choices":[', 0, at) < 0:
+        return None
+    try:  # the string from its opening quote: the C scanner, nothing else parsed
+        text, end = _DECODER.raw_decode(data, at + len(_PLAIN_DELTA) - 1)
+    except ValueError:
+        return None
+    return text if isinstance(text, str) and data.startswith("}", end) else None
+
+
+_PLAIN_DELTA = '"delta":{"content":"'
+_DECODER = json.JSONDecoder()
+
+
 class Accumulator(Protocol):
     """Reads a streamed response event by event; :attr:`observation` grows as it goes."""
 
