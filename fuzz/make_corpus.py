@@ -38,6 +38,14 @@ def main() -> None:
     (HERE / "ingest" / "numbers-json").write_bytes(b"\1" + request_json(numbers))
     for seed in range(4):  # route 2: the bytes only steer the builder
         (HERE / "ingest" / f"built-{seed}").write_bytes(bytes([2]) + bytes(range(seed, 200)))
+    # fuzz/otlp_json.py: odd first byte: a built document, even: JSON bytes as they are
+    (HERE / "otlp_json").mkdir(exist_ok=True)
+    for name in ("json", "numbers-json"):
+        (HERE / "otlp_json" / name).write_bytes(b"\0" + (HERE / "ingest" / name).read_bytes()[1:])
+    for seed in range(4):
+        (HERE / "otlp_json" / f"built-{seed}").write_bytes(bytes([1]) + bytes(range(seed, 200)))
+    (HERE / "otlp_json" / "surrogate-key").write_bytes(
+        b'\0{"resourceSpans": [{"scopeSpans": [{"spans": [{"\xed\xa0\x80": 1}]}]}]}')
     bodies = {
         "heartbeat": (0, {"messages": 3, "in_flight": 1, "oldest_call_started": t,
                           "announce": {"agent": "a", "session": "s", "parent_run": "p",
