@@ -350,7 +350,10 @@ class ModelProxy:
         answer has begun ends it there (the status is sent)."""
         try:
             async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
+                if upstream.content.at_eof():  # the last bytes: with the end, one write
+                    await response.write_eof(chunk)
+                else:
+                    await response.write(chunk)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
                 TimeoutError) as exc:
             log.warning("model upstream response cut short: %s", type(exc).__name__)
@@ -413,7 +416,10 @@ class ModelProxy:
                     if held:  # (the reading stopped: what was held goes first)
                         await response.write(b"".join(held))
                     held = None
-                    await response.write(chunk)
+                    if upstream.content.at_eof():  # the last bytes: with the end, one write
+                        await response.write_eof(chunk)
+                    else:
+                        await response.write(chunk)
                     for event in reader.feed(chunk):
                         accumulator.feed(event)
                     continue
