@@ -3,12 +3,14 @@ upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
 
     .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
 
-The upstream is the scripted model server of the tests (tests/frameworks/fakellm.py) in a
-process of its own, streaming a chat completion of ``--chunks`` chunks ``--chunk-ms`` apart (a
-model's pace); the sidecar is a ``watchdog serve`` process with the model endpoint on, in front
-of it (no budget, no rule firing: the pass-through path every request of a healthy run takes,
-each one still booked as a model call of a run). The client is aiohttp in this process, reading
-each SSE event as it arrives; every request carries a task of its own (one conversation each).
+The upstream is a model API of this file's own in a process of its own (asyncio, HTTP/1.1
+keep-alive, each event one chunk of a chunked ``text/event-stream``, as hosted APIs serve them),
+streaming a chat completion of ``--chunks`` events ``--chunk-ms`` apart (a model's pace): lean,
+so that on a small machine it takes little of the CPU the two sides are measured on. The
+sidecar is a ``watchdog serve`` process with the model endpoint on, in front of it (no budget,
+no rule firing: the pass-through path every request of a healthy run takes, each one still
+read and booked as a model call of a run). The client is aiohttp in this process, reading each
+SSE event as it arrives; every request carries a task of its own (one conversation, one run).
 
 Phases, in the order direct, sidecar, sidecar, direct (so drift hits both sides alike): one
 stream at a time, then ``--concurrency`` streams at once. Reported per phase, pooled per side:
@@ -16,7 +18,9 @@ stream at a time, then ``--concurrency`` streams at once. Reported per phase, po
 * time to first byte (the first SSE event): p50 and p99, and what the sidecar adds;
 * per chunk: the gap between consecutive events p50 and p99 (the upstream's pace plus the
   relay), and what the sidecar adds;
-* stream time (first event to [DONE]) p50 and p99: chunk timing changed or not, end to end.
+* stream time (first event to [DONE]) p50 and p99: chunk timing changed or not, end to end;
+* the sidecar's CPU per stream and per relayed event (net of its idle rate), and the share of
+  the phase's wall time it was busy: near 100 % it, not the relay's latency, is the bound.
 
 Figures are milliseconds and ratios to the direct baseline measured in the same run, since
 absolute numbers depend on the machine. The goal on loopback: at most 1 ms added at p99.
@@ -76,17 +80,89 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], what: str) -> None:
 
 # -- the upstream, in its own process -------------------------------------------------------
 
-def serve_upstream(port: int, chunks: int, chunk_ms: float) -> None:
-    """``--serve-upstream``: the scripted model server, one streamed answer of ``chunks``
-    chunks (words) ``chunk_ms`` apart, until SIGTERM."""
-    from tests.frameworks.fakellm import FakeLLM, answer
+class _Upstream(asyncio.Protocol):
+    """One connection to the bench upstream: HTTP/1.1 with keep-alive, as a hosted model API
+    serves it; each POST answered with a chunked ``text/event-stream`` of chat completion
+    chunks ``chunk_ms`` apart, each event one HTTP chunk (one write), then ``[DONE]``."""
 
-    text = " ".join(f"word{i}" for i in range(max(chunks - 2, 1)))  # + role chunk + finish
-    with FakeLLM(port) as llm:
-        llm.script(MODEL, lambda _index, _body: answer(text), chunk_delay=chunk_ms / 1000)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        while True:
-            time.sleep(3600)
+    def __init__(self, chunks: int, chunk_ms: float) -> None:
+        self.chunks, self.pause = chunks, chunk_ms / 1000
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.busy: asyncio.Task[None] | None = None
+        self.served = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.busy is not None:
+            self.busy.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.busy is not None and not self.busy.done():
+            return  # the next request waits for this answer (no pipelining)
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        head = self.buffer[:head_end].decode("latin-1")
+        length = 0
+        for line in head.split("\r\n")[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        if len(self.buffer) < head_end + 4 + length:
+            return
+        self.buffer = self.buffer[head_end + 4 + length:]
+        self.busy = asyncio.get_running_loop().create_task(self.answer(head.split(" ", 2)))
+
+    async def answer(self, request_line: list[str]) -> None:
+        transport = self.transport
+        assert transport is not None
+        if request_line[0] != "POST":  # the readiness probe
+            transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: 2\r\n\r\n{}")
+            return
+        self.served += 1
+        answer_id = f"chatcmpl-bench{id(self):x}{self.served}"
+        transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8"
+                        b"\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+                        b"x-request-id: " + answer_id.encode() + b"\r\n\r\n")
+        deltas: list[tuple[dict[str, str], str | None]] = [({"role": "assistant",
+                                                              "content": ""}, None)]
+        deltas += [({"content": f"word{i} "}, None) for i in range(self.chunks - 3)]
+        deltas.append(({}, "stop"))
+        for index, (delta, finish) in enumerate(deltas):
+            if index:
+                await asyncio.sleep(self.pause)
+            event = b"data: " + json.dumps({
+                "id": answer_id, "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": MODEL, "system_fingerprint": "fp_bench", "choices": [{
+                    "index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]},
+                separators=(",", ":")).encode() + b"\n\n"
+            transport.write(b"%x\r\n%b\r\n" % (len(event), event))
+        await asyncio.sleep(self.pause)
+        done = b"data: [DONE]\n\n"
+        transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(done), done))
+        if self.buffer:  # a request that came while this one streamed
+            self.data_received(b"")
+
+
+def serve_upstream(port: int, chunks: int, chunk_ms: float) -> None:
+    """``--serve-upstream``: the bench's model API until SIGTERM: ``chunks`` SSE events per
+    streamed answer (a role chunk, words, a finish chunk, ``[DONE]``) ``chunk_ms`` apart."""
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Upstream(chunks, chunk_ms), "127.0.0.1",
+                                          port, backlog=1024)
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        async with server:
+            await stop.wait()
+
+    asyncio.run(serve())
 
 
 @contextmanager
@@ -123,6 +199,7 @@ def sidecar(state_dir: str, upstream_url: str) -> Iterator[tuple[str, int]]:
     process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env, cwd=ROOT)
     try:
         wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar")
+        wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint")
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
     finally:
         process.terminate()
@@ -216,7 +293,9 @@ def report(label: str, direct: Timings, proxied: Timings) -> list[str]:
                 f"{together[1]} direct, {together[0]} through the sidecar")
     idle = direct.cpu / direct.wall if direct.wall else 0.0  # the sidecar's own timers
     busy = max(proxied.cpu - idle * proxied.wall, 0.0)
-    rows.append(f"  sidecar CPU per stream: {busy / len(proxied.ttfb) * 1000:.2f} ms "
+    rows.append(f"  sidecar CPU per stream: {busy / len(proxied.ttfb) * 1000:.2f} ms, per "
+                f"event {busy / proxied.chunks * 1e6:.0f} µs, busy "
+                f"{busy / proxied.wall * 100 if proxied.wall else 0:.0f} % of the wall time "
                 f"(its idle {idle * 1000:.1f} ms/s, measured while the direct side ran, "
                 f"taken off)")
     return rows
