@@ -131,6 +131,15 @@ class TraceFrames:
         return any(record.kind is TOOL and record.start_ns <= start and end <= record.end_ns
                    and self.within(record.span_id, outer) for record in self.records)
 
+    def answer_only(self, agent: SpanRecord) -> bool:
+        """Whether agent span ``agent`` (below the trace root) is no agent of its own: it names
+        no agent, no model or tool call ran below it, and it carries an answer (a framework
+        that puts the run's final answer on an unnamed agent-kind span of its own)."""
+        if agent.agent is not None or not agent.final_answer:
+            return False
+        span = agent.span_id
+        return not any(call != span and self.within(call, span) for call in self.calls)
+
     def child_of(self, span_id: str) -> str | None:
         """The child run of the nearest nested agent at or above ``span_id``, if any."""
         children, adopted = self.children, self.adopted

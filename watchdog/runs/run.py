@@ -20,6 +20,7 @@ from watchdog.runs.record import (
     AGENT,
     BUDGET_KEYS,
     LLM,
+    MAX_ASKED_TOOLS,
     OTHER,
     TOOL,
     KeySource,
@@ -45,6 +46,11 @@ NS = 1_000_000_000
 CLOCK_SKEW_TOLERANCE = 60.0
 # Failed spans a run keeps to tell an exception's echo on the span around (or inside) one
 RECENT_FAILURES = 8
+# Tool calls asked for and not answered a run keeps (several model calls' worth: an export
+# request groups spans by scope, so a tool's span may come after the model call after it)
+MAX_ASKED = 2 * MAX_ASKED_TOOLS
+# (tool name, call id or "", start of the model call that asked for it)
+Asked = tuple[str, str, int]
 # (span id, parent span id or "", exception id, counted: it or the span it echoes counted)
 Failure = tuple[str, str, int, bool]
 
@@ -65,7 +71,7 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_asked", "_asked_start_ns", "_call_counts", "_cycle_runs", "_error_counts",
+        "_asked", "_call_counts", "_cycle_runs", "_error_counts",
         "_failures", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_ended", "_models", "_recent_calls", "_result_counts", "_tool_end_ns",
@@ -148,11 +154,10 @@ class RunState:
         # one, the half that came last): (span id, parent span id or "", input tokens, output
         # tokens, response id or "", scope)
         self._models: tuple[ModelCall, ...] = ()
-        # The tool calls (name, call id) the last model call that asked for some asked for and
-        # no tool call has answered yet, and when that call started: a span after it named
-        # after one of them is that tool's execution (see asked_for)
-        self._asked: tuple[tuple[str, str], ...] = ()
-        self._asked_start_ns = 0
+        # The tool calls the run's model calls asked for that no tool call has answered yet,
+        # (name, call id, when the call that asked started), the last MAX_ASKED kept: a span
+        # after that call named after one of them is that tool's execution (see asked_for)
+        self._asked: tuple[Asked, ...] = ()
         # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
         # the span around one of them, or inside it, is one failure (see _echo)
         self._failures: tuple[Failure, ...] = ()
@@ -227,9 +232,8 @@ class RunState:
             self._loop_ended = True
         if kind is LLM:
             self._count_model_call(record)
-            if record.asked_tools and record.start_ns >= self._asked_start_ns:
-                self._asked = tuple((name, call_id) for name, call_id in record.asked_tools)
-                self._asked_start_ns = record.start_ns
+            if record.asked_tools:
+                self._remember_asked(record)
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id
@@ -375,6 +379,10 @@ class RunState:
         """Whether the run is one span, a model call that is ``record``'s twin."""
         return self.spans == 1 and self._twin_of(record) >= 0
 
+    def models_besides_twin(self, record: SpanRecord) -> bool:
+        """Whether the run counted a model call other than ``record``'s twin."""
+        return self.iterations > 1 or (self.iterations == 1 and self._twin_of(record) < 0)
+
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:
         started after it, ended before it did."""
@@ -396,23 +404,32 @@ class RunState:
                           (span, parent, exception, counted))
         return echo
 
+    def _remember_asked(self, record: SpanRecord) -> None:
+        """Keep the tool calls model call ``record`` asked for (one asked for by a call's twin,
+        the same call id, is kept once)."""
+        asked = list(self._asked)
+        ids = {entry[1] for entry in asked if entry[1]}
+        for name, call_id in record.asked_tools:
+            if not (call_id and call_id in ids):
+                asked.append((name, call_id, record.start_ns))
+        self._asked = tuple(asked[-MAX_ASKED:])
+
     def asked_for(self, record: SpanRecord) -> str | None:
-        """The tool ``record``, a span of no kind, executed: one the last model call that asked
-        for tools asked for, not yet answered by a tool call, its name the span's name or the
-        first or last word of it, the span after that call started (an instrumentation that
-        traces the tool with no GenAI attributes: only its name, maybe generic input and
-        output). None: none."""
-        if not self._asked or record.start_ns < self._asked_start_ns or record.creates_agent \
-                or record.workflow or record.final_answer or record.loop_end \
-                or record.run_frame or record.unasked or record.tool_name is not None:
+        """The tool ``record``, a span of no kind, executed: one a model call that started
+        before it asked for, not yet answered by a tool call, its name the span's name or the
+        first or last word of it (an instrumentation that traces the tool with no GenAI
+        attributes: only its name, maybe generic input and output). None: none."""
+        if not self._asked or record.creates_agent or record.workflow or record.final_answer \
+                or record.loop_end or record.run_frame or record.unasked \
+                or record.tool_name is not None:
             return None
-        name = record.name
-        for asked in self._asked:
-            tool = asked[0]
+        name, start = record.name, record.start_ns
+        for tool, _, asked_at in self._asked:
             # the tool's name, alone or as the first or last word (Logfire names a span after
             # its message template: "lookup {key}")
-            if name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ") \
-                    or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " "):
+            if asked_at <= start and (
+                    name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ")
+                    or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " ")):
                 return tool
         return None
 
@@ -430,10 +447,12 @@ class RunState:
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
         asked = self._asked
-        for index, (name, _) in enumerate(asked):
-            if name == tool:  # the call it answered
-                self._asked = (*asked[:index], *asked[index + 1:])
-                break
+        answered = -1  # the call it answered: the last asked for before it started (or any)
+        for index, (name, _, asked_at) in enumerate(asked):
+            if name == tool and (asked_at <= record.start_ns or answered < 0):
+                answered = index
+        if answered >= 0:
+            self._asked = (*asked[:answered], *asked[answered + 1:])
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
             tool = OTHER_TOOL
         self.tools[tool] = self.tools.get(tool, 0) + 1
@@ -736,7 +755,7 @@ def _model_call(value: list[Any]) -> ModelCall:
 _read_slots = attrgetter(*RunState.__slots__)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_asked", "_asked_start_ns", "_call_counts", "_cycle_runs", "_error_counts", "_failures",
+    "_asked", "_call_counts", "_cycle_runs", "_error_counts", "_failures",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_recent_calls",

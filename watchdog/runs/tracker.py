@@ -267,6 +267,12 @@ class RunTracker:
             if record.unasked and (record.models_below or self._ran_models(record, records)):
                 record.as_invocation()  # the trace's run, closed by this span
                 continue
+            if self._frames_calls(record, records):
+                # the root of a trace whose other model calls ran inside it: the agent's own
+                # span, made a model call's by the attributes an instrumentation wrote onto it;
+                # it frames its trace's run, which ends with it
+                record.kind, record.workflow = AGENT, True
+                continue
             group = (record.service, record.agent, record.session)
             answer = self._loose_answers.get(group)
             if answer is not None and record.response_id is not None \
@@ -341,6 +347,23 @@ class RunTracker:
             record.run_key, record.loose = call.run_key, True
             self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
+    def _frames_calls(self, root: SpanRecord, records: list[SpanRecord]) -> bool:
+        """Whether root model call ``root`` frames its trace's model loop: model calls of its
+        trace, other than its twin (the same call traced by a second instrumentation, one span
+        inside the other), ran before it ended — in the trace's run (spans that came before
+        it) or in this batch."""
+        if root.kind is not LLM:
+            return False
+        trace = root.trace_id
+        calls = [record for record in records if record.trace_id == trace
+                 and record.kind is LLM and record is not root]
+        run = self._active.get(root.run_key)
+        if run is not None and run.key_source is KEY_TRACE and run.models_besides_twin(root):
+            return True
+        if len(calls) > 1:
+            return True
+        return len(calls) == 1 and calls[0].parent_span_id != root.span_id
+
     def _ran_models(self, root: SpanRecord, records: list[SpanRecord]) -> bool:
         """Whether model calls ran in ``root``'s trace (all of it lies below its root): in the
         trace's run, or in this batch (children end, and arrive, before their root)."""
@@ -402,7 +425,10 @@ class RunTracker:
                     self._split(frames, main, run, now, result)
                 frames.main_agent = record.span_id
             elif record.kind is AGENT and record.parent_span_id is not None and (
-                    not run.ended or (frames is not None and frames.main_agent is not None)):
+                    not run.ended or (frames is not None and frames.main_agent is not None)) \
+                    and not (frames is not None and frames.answer_only(record)):
+                # (an unnamed agent span with no call below it that carries an answer is no
+                # nested agent: the answer is its run's)
                 # (an exporter that sends parents first, LangSmith's: a nested agent may come
                 # after the root agent ended the trace run; it is a child run all the same)
                 if frames is not None:
