@@ -138,3 +138,31 @@ def test_a_span_named_after_the_tool_before_the_model_asked_is_no_call() -> None
     (run,) = tracker.ended()
     assert run.tool_calls == 0
     assert [record.kind for record in records if record.name == "lookup"] != [TOOL]
+
+
+def test_a_hand_traced_tool_in_a_trace_of_its_own_joins_the_loose_run() -> None:
+    """A hand-written loop with no span around it: each model call a trace of its own (a
+    loose call), and the loop's span of the tool the first one asked for a trace of its own
+    too. The tool span is the run's tool call, not plumbing left out."""
+    maker = SpanMaker()
+    maker.span("chat", _asking_chat(), start=T0, end=T0 + 1)
+    maker.span("lookup", {"input": "{}", "output": "v"}, start=T0 + 1.1, end=T0 + 1.2)
+    maker.span("chat", chat_attrs(finish="stop"), start=T0 + 2, end=T0 + 3)
+    tracker = RunTracker()
+    for now, span in enumerate(maker.take(), start=1):
+        tracker.apply(records_of([span]), T0 + now)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.tools, run.has_final_answer) \
+        == (2, 1, {"lookup": 1}, True)
+
+
+def test_a_plain_span_in_a_trace_of_its_own_no_model_asked_for_is_left_out() -> None:
+    maker = SpanMaker()
+    maker.span("chat", _asking_chat(), start=T0, end=T0 + 1)
+    maker.span("GET /health", {}, start=T0 + 1.1, end=T0 + 1.2)
+    tracker = RunTracker()
+    results = [tracker.apply(records_of([span]), T0 + now)
+               for now, span in enumerate(maker.take(), start=1)]
+    assert results[1].ignored_spans == 1
+    (run,) = tracker.active()
+    assert run.tool_calls == 0

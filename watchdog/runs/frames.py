@@ -19,6 +19,8 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   again from the retained records, with ``parent_run`` = the trace run;
 * a nested agent span with nothing below it (LangGraph under OpenLLMetry hangs a sub-agent's
   work from a sibling task span) takes the spans beside it that carry its agent name;
+* an agent span that names no agent, has no model or tool call below it and carries an answer
+  is no nested agent (:meth:`TraceFrames.answer_only`): its answer is the trace run's;
 * an agent span that encloses the one taken as main until then demotes it to a child: the inner
   agent of "agent as a tool" ends first (enclosed by the parent links, or by the times of one
   of the outer agent's tool calls when the instrumentation hangs both agents side by side) —

@@ -22,7 +22,17 @@ One run per agent invocation (DESIGN §3):
   answered, or after ``loose_run_gap`` seconds without a call;
 * a tool call no model asked for at the root of such a trace, with model calls below it, is not
   loose: it is the invocation (code invoked a function that runs the model loop itself, as
-  Semantic Kernel's ``kernel.invoke_prompt`` does), the trace's run, ended by it.
+  Semantic Kernel's ``kernel.invoke_prompt`` does), the trace's run, ended by it; so is a
+  model call at the root with other model calls below it (an instrumentation wrote the loop's
+  model calls onto the agent's root span): a run ends when its root ends, whatever the root
+  carries.
+
+Tool calls are also recognised by what the model asked for: a span of no kind after a model
+call that asked for a tool, named after that tool (alone, or as its first or last word) and not
+yet answered by a tool call, is that tool's execution, its exception a failed call
+(:meth:`RunState.asked_for <watchdog.runs.run.RunState.asked_for>`); in a trace of its own, it
+joins its agent's open run of loose calls. One exception seen on a failed span and on the span
+around it is counted once.
 """
 
 from __future__ import annotations
