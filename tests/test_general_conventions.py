@@ -17,7 +17,7 @@ from tests.spans import T0, SpanMaker, chat_attrs, only_run, records_of, run_spa
 from tests.test_rebatching import as_exported, ended_runs
 from watchdog.ingest.conventions import json_encoded, select_attributes
 from watchdog.ingest.outcome import answer_text, phrase_limit
-from watchdog.runs.record import AGENT, LLM, TOOL, SpanRecord
+from watchdog.runs.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
 
@@ -156,8 +156,10 @@ def test_json_encoded_values_are_decoded_where_a_signal_reads_them() -> None:
     assert json_encoded('"12"', scalar=True) == 12  # encoded twice
     assert json_encoded("true", scalar=True) is True
     assert json_encoded("12", scalar=False) == "12"  # a name that is a number stays a name
-    for text in ('"unterminated', '"', '"a" "b"', "12 apples", "-"):
+    assert json_encoded('""', scalar=True) == ""
+    for text in ('"unterminated', '"', '"a" "b"', "12 apples", "-", '"\\ud800"'):
         assert json_encoded(text, scalar=True) == text
+    assert answer_text('[{"role": "assistant", "content": "a\\ud800b"}]') == "a?b"
 
 
 def _kv(key: str, text: str) -> KeyValue:
@@ -261,3 +263,24 @@ def test_a_convention_that_names_the_agent_comes_before_the_roots_fields() -> No
         otel.span("chat m", chat_attrs(finish="tool_calls"))
     records = records_of(otel.take())
     assert [r.agent for r in records if r.kind is AGENT] == ["named"]
+
+
+def test_json_nested_deeper_than_the_parser_goes_is_no_crash() -> None:
+    """Every place that parses JSON a span carries (tool arguments, model outputs, an agent's
+    output and error, a root's metadata) reads such a value as text, not as a crash."""
+    deep = "[" * 100_000 + "]" * 100_000
+    otel = SpanMaker()
+    root = otel.open("root", {"metadata": '{"agent_name": ' + deep + "}",
+                              "input.value": '{"name": ' + deep + "}"})
+    otel.span("execute_tool t", {"gen_ai.operation.name": "execute_tool",
+                                 "gen_ai.tool.name": "t", "gen_ai.tool.call.arguments": deep,
+                                 "gen_ai.tool.call.result": deep}, parent=root)
+    otel.span("chat m", chat_attrs(finish="stop", **{"gen_ai.output.messages": deep,
+                                                     "gen_ai.input.messages": deep}),
+              parent=root)
+    otel.span("invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                 "output.value": '{"error": ' + deep + "}"}, parent=root)
+    root.end()
+    records = records_of(otel.take())
+    assert [record.kind for record in records] == [TOOL, LLM, AGENT, OTHER]
+    assert all(len(record.final_output or "") <= 500 for record in records)

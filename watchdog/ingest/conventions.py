@@ -198,6 +198,14 @@ def select_attributes(key_values: Any) -> dict[str, object]:
 _NUMBER_STARTS = frozenset("-0123456789")
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def json_encoded(text: str, scalar: bool) -> object:
     """A value some SDKs JSON-encode (MLflow: every attribute) as the value it encodes: a
     JSON string (``"\\"TOOL\\""``) as its text, and where a number or flag is read
@@ -209,9 +217,9 @@ def json_encoded(text: str, scalar: bool) -> object:
             value = _load_json(text)
         except ValueError:
             return text
-        if not isinstance(value, str):
-            return text
-        if not scalar:
+        if not isinstance(value, str) or ("\\u" in text and not _encodable(value)):
+            return text  # (an escaped lone surrogate is no text a label or page can show)
+        if not scalar or not value:
             return value
         text = value  # (a number JSON-encoded twice: "\\"12\\"")
     if not scalar:
@@ -289,7 +297,10 @@ def _load_json(text: str) -> Any:
     ``raw_decode`` (a BOM test and two whitespace regexes); raises ``ValueError`` where it does.
     """
     start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
-    value, end = _JSON_DECODER.raw_decode(text, start)
+    try:
+        value, end = _JSON_DECODER.raw_decode(text, start)
+    except RecursionError:  # nested deeper than the parser goes: no JSON a span needs
+        raise ValueError("JSON nested too deeply") from None
     if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
         raise ValueError("extra data after the JSON value")
     return value
@@ -483,7 +494,7 @@ def _root_agent(attrs: Mapping[str, object]) -> str | None:
                     parsed[key] = None
             raw = parsed[key]
         value = at_path(raw, path)
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value.strip() and _encodable(value):
             return value.strip()
     return None
 

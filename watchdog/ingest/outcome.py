@@ -390,7 +390,7 @@ def _parsed(output: object) -> object:
         if stripped[:1] in ("[", "{"):
             try:
                 return json.loads(output)
-            except ValueError:
+            except (ValueError, RecursionError):  # (nested deeper than the parser goes)
                 return output
     return output
 
@@ -496,7 +496,8 @@ def answer_text(output: object) -> str | None:
     texts: list[str] = []
     _answer_parts(value, 0, texts)
     joined = "\n".join(text for text in texts if text.strip())
-    return joined or None
+    # (JSON may escape a lone surrogate: no text a page or a label can encode)
+    return joined.encode("utf-8", "replace").decode("utf-8") if joined else None
 
 
 def _answer_parts(value: object, depth: int, texts: list[str]) -> None:
