@@ -260,6 +260,10 @@ class Convention:
     notes: str = ""  # for the README
 
 
+# What no span carries the model endpoint still sees: the requests and responses themselves.
+ON_NO_SPAN = (" (what no span carries, the [model endpoint](model-endpoint.md) sees in the "
+              "requests and responses themselves)")
+
 # The answer/tool-request finish reasons every provider family uses (OpenAI, Anthropic, Bedrock,
 # Gemini). "length"/"max_tokens" is neither: a truncated response is not the run's answer, and
 # not a limit stop of the run either (the loop may go on); the run ends no_response if it was
@@ -433,7 +437,7 @@ SEMANTIC_KERNEL = Convention(
     answer_finish_reasons=frozenset({"finishreason.stop"}),
     tool_finish_reasons=frozenset({"finishreason.tool_calls", "finishreason.function_call"}),
     notes="messages and answers of model calls only in log records, never on spans; the "
-          "auto-invoke cap (`maximum_auto_invoke_attempts`) leaves no trace",
+          "auto-invoke cap (`maximum_auto_invoke_attempts`) leaves no trace" + ON_NO_SPAN,
 )
 
 GOOGLE_ADK = Convention(
@@ -565,7 +569,8 @@ AUTOGEN = Convention(
     emitted_by="autogen-core's own GenAI spans; model calls by opentelemetry-instrumentation-"
                "openai-v2",
     notes="`execute_tool` spans carry no arguments or result; `max_tool_iterations` ends the "
-          "loop on no span (no answer: `no_response`); a team run inside no span of the "
+          "loop on no span (no answer: `no_response`)" + ON_NO_SPAN
+          + "; a team run inside no span of the "
           "application's is one trace per runtime message, tied by span links only, which are "
           "not followed: one run per turn (run the team inside a span of your own, as "
           "AutoGen's tracing guide does)",
@@ -659,7 +664,8 @@ AGENT_FRAMEWORK = Convention(
           "`tool_choice=\"none\"`, on no span: a model that then answers leaves a run like any "
           "answered one (`completed`: a known gap); only the framework's stand-in text, when "
           "the model still asks for a tool, shows the limit (hidden with sensitive data off, "
-          "the framework's default: such a run reads `no_response`, a known gap); a workflow "
+          "the framework's default: such a run reads `no_response`, a known gap)" + ON_NO_SPAN
+          + "; a workflow "
           "(`workflow.run`, no GenAI operation) is one run named after its first agent, each "
           "later agent a child run of it",
 )
@@ -693,7 +699,8 @@ HAYSTACK = Convention(
     notes="`max_agent_steps` raises nothing and asks for no last answer; without content "
           "tracing (Haystack's default) the model calls carry nothing: no run reads as "
           "answered (`no_response`), and a model that answers in the cap's last step reads as "
-          "stopped by it; no span names the agent (its name is `service.name`); the model "
+          "stopped by it" + ON_NO_SPAN
+          + "; no span names the agent (its name is `service.name`); the model "
           "calls' input is a Python repr (no message count); openinference-instrumentation-"
           "haystack makes the Agent a CHAIN and its model calls LLM spans but gives its tools "
           "no span: no tool calls, no tool failures",
