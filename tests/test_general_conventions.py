@@ -48,6 +48,10 @@ def _fold(records: list[SpanRecord]) -> RunState:
     # loose calls: the Anthropic SDK's own span ends the run, OpenLLMetry's twin has the text
     ("anthropic_loop", "three_tools", ANSWER),
     ("anthropic_loop", "tool_error", "it is broken"),
+    # loose calls of OpenInference's openai instrumentation (its output.value and flattened
+    # llm.output_messages), tool spans of the loop's own OITracer
+    ("openai_oi_loop", "three_tools", ANSWER),
+    ("openai_oi_loop", "tool_error", "The backend is down."),
     # loose streamed calls of opentelemetry-instrumentation-openai-v2
     ("openai_v2_loop", "three_tools_stream", ANSWER),
     # agent spans that record no output: the OpenAI Agents SDK under OpenInference
@@ -60,7 +64,8 @@ def test_a_run_without_an_output_span_answers_with_its_last_model_calls_text(
         (TerminalState.COMPLETED, answer)]
 
 
-@pytest.mark.parametrize("driver", ["openai_olm_loop", "logfire_loop", "anthropic_loop"])
+@pytest.mark.parametrize("driver", ["openai_olm_loop", "logfire_loop", "anthropic_loop",
+                                    "openai_oi_loop"])
 def test_a_run_whose_last_model_call_asked_for_tools_has_no_answer_text(driver: str) -> None:
     """Stopped at the loop's cap: the model calls before asked for tools; none answered."""
     assert [run.final_output for run in _runs(driver, "limit")] == [None]
