@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -43,7 +44,7 @@ from tests.test_bad_input import (
     status_message,
     valid_body,
 )
-from tests.test_otlp_http import JSON, PROTOBUF, post, post_full
+from tests.test_otlp_http import JSON, PROTOBUF, post, post_full, request_json
 from watchdog.config import Config
 from watchdog.errors import ConfigError
 from watchdog.ingest import admission as admission_module
@@ -109,6 +110,34 @@ def test_hostile_otlp_json_is_a_400_with_a_message(guarded: Guarded, body: bytes
     status, _, answer = post_full(guarded.sidecar, body, JSON)
     assert status == 400, answer
     assert message in status_message(answer, JSON).message
+    guarded.assert_intact()
+
+
+# what fuzz/otlp_json.py splices into strings: UTF-8-encoded surrogates, stray and overlong
+# bytes, code points past U+10FFFF, escaped surrogates and NUL, quotes and backslashes
+SPLICED = [b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\x80", b"\xff", b"\xc0\xaf",
+           b"\xf4\x90\x80\x80", b"\\ud800", b"\\u0000", b'\\"', b"\\", b"\xf0\x9f\x98\x80"]
+
+
+def test_every_field_name_and_string_spliced_is_never_a_5xx(guarded: Guarded) -> None:
+    """A real export as OTLP/JSON, each fragment spliced in at the start of each of its strings
+    (every field name and string value), each sent on its own: 200 or 400 with a message,
+    never 5xx."""
+    maker = SpanMaker()
+    t = time.time()
+    with maker.agent("invoke_agent a", {"gen_ai.agent.name": "a"}, start=t, end=t + 3):
+        maker.span("execute_tool f", tool_attrs("f", "{}"), start=t + 1, error="boom")
+    body = request_json(encode(maker.take()))
+    quotes = [match.start() + 1 for match in re.finditer(b'"', body)]
+    statuses: Counter[int] = Counter()
+    for at in quotes[::2]:  # the opening quote of every string
+        for fragment in SPLICED:
+            status, _, answer = post_full(guarded.sidecar, body[:at] + fragment + body[at:], JSON)
+            statuses[status] += 1
+            assert status in (200, 400), (status, body[:at] + fragment + body[at:], answer)
+            if status == 400:
+                assert status_message(answer, JSON).message
+    assert statuses[400] and statuses[200], statuses
     guarded.assert_intact()
 
 
