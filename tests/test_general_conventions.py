@@ -289,3 +289,15 @@ def test_json_nested_deeper_than_the_parser_goes_is_no_crash() -> None:
     records = records_of(otel.take())
     assert [record.kind for record in records] == [TOOL, LLM, AGENT, OTHER]
     assert all(len(record.final_output or "") <= 500 for record in records)
+
+
+def test_a_json_encoded_value_in_a_span_event_is_read_decoded() -> None:
+    """Strands-style events (`gen_ai.choice`) whose values an SDK JSON-encoded."""
+    otel = SpanMaker()
+    span = otel.open("chat m", {"gen_ai.operation.name": "chat"})
+    span.add_event("gen_ai.choice", {"finish_reason": '"end_turn"',
+                                     "message": '"a, b and c are known."'})
+    span.end()
+    [record] = records_of(otel.take())
+    assert (record.finish_reason, record.final_answer, record.final_output) == (
+        "end_turn", True, ANSWER)

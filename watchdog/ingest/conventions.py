@@ -552,7 +552,8 @@ def _event_facts(events: Any) -> dict[str, object] | None:
                 if key not in facts:
                     value = kv.value
                     text = value.string_value
-                    facts[key] = text if text else any_value(value)
+                    facts[key] = (json_encoded(text, False) if text[0] == '"' else text) \
+                        if text else any_value(value)
     return facts
 
 
