@@ -269,6 +269,7 @@ class RunTracker:
         traces = self._loose_traces
         opened: set[str] = set()  # runs this batch opens (not active until it is applied)
         strays: list[tuple[SpanRecord, str]] = []  # (the call, its trace's run)
+        inner: dict[str, list[SpanRecord]] | None = None  # trace -> its model calls below root
         for record in records:
             if record.key_source is not KEY_TRACE or record.parent_span_id is not None \
                     or not (record.kind is LLM or record.kind is TOOL) \
@@ -277,7 +278,13 @@ class RunTracker:
             if record.unasked and (record.models_below or self._ran_models(record, records)):
                 record.as_invocation()  # the trace's run, closed by this span
                 continue
-            if self._frames_calls(record, records):
+            if record.kind is LLM and inner is None:
+                inner = {}
+                for other in records:
+                    if other.kind is LLM and other.parent_span_id is not None:
+                        inner.setdefault(other.trace_id, []).append(other)
+            if record.kind is LLM and inner is not None \
+                    and self._frames_calls(record, inner.get(record.trace_id, [])):
                 # the root of a trace whose other model calls ran inside it: the agent's own
                 # span, made a model call's by the attributes an instrumentation wrote onto it;
                 # it frames its trace's run, which ends with it
@@ -357,16 +364,11 @@ class RunTracker:
             record.run_key, record.loose = call.run_key, True
             self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
-    def _frames_calls(self, root: SpanRecord, records: list[SpanRecord]) -> bool:
+    def _frames_calls(self, root: SpanRecord, calls: list[SpanRecord]) -> bool:
         """Whether root model call ``root`` frames its trace's model loop: model calls of its
         trace, other than its twin (the same call traced by a second instrumentation, one span
         inside the other), ran before it ended — in the trace's run (spans that came before
-        it) or in this batch."""
-        if root.kind is not LLM:
-            return False
-        trace = root.trace_id
-        calls = [record for record in records if record.trace_id == trace
-                 and record.kind is LLM and record is not root]
+        it) or in this batch (``calls``: the model calls below its trace's root)."""
         run = self._active.get(root.run_key)
         if run is not None and run.key_source is KEY_TRACE and run.models_besides_twin(root):
             return True
