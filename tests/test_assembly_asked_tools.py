@@ -166,3 +166,25 @@ def test_a_plain_span_in_a_trace_of_its_own_no_model_asked_for_is_left_out() -> 
     assert results[1].ignored_spans == 1
     (run,) = tracker.active()
     assert run.tool_calls == 0
+
+
+@pytest.mark.parametrize("per_span", [False, True])
+def test_a_span_named_after_the_tool_inside_its_tool_call_is_one_call(per_span: bool) -> None:
+    """The tool's own code traces itself (a span named after the tool) inside the framework's
+    tool-call span: the inner span ends first and is taken as the call; the call around it is
+    the same execution, counted once."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
+        maker.span("chat", _asking_chat(), parent=root, start=T0, end=T0 + 1)
+        call = maker.open("execute_tool lookup", tool_attrs("lookup", "{}"), parent=root,
+                          start=T0 + 1.1)
+        maker.span("lookup", {"input": "{}"}, parent=call, start=T0 + 1.2, end=T0 + 1.3)
+        call.end(int((T0 + 1.4) * 1e9))
+        maker.span("chat", chat_attrs(finish="stop"), parent=root, start=T0 + 2, end=T0 + 3)
+    records = records_of(maker.take())
+    tracker = RunTracker()
+    counted = 0
+    for now, batch in enumerate([[r] for r in records] if per_span else [records], start=1):
+        counted += sum(tracker.apply(batch, T0 + now).tool_calls.values())
+    (run,) = tracker.ended()
+    assert (run.tool_calls, run.tools, counted) == (1, {"lookup": 1}, 1)

@@ -118,6 +118,8 @@ class SpanRecord:
     # MAX_ASKED_TOOLS: a span after it named after one of them (or carrying its id) is that
     # tool's execution, whatever attributes it carries
     asked_tools: tuple[tuple[str, str], ...] = ()
+    # Set by the tracker: a span of no kind taken as the tool an asked tool call names
+    named_tool: bool = False
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself

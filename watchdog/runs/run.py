@@ -74,7 +74,7 @@ class RunState:
         "_asked", "_call_counts", "_cycle_runs", "_error_counts",
         "_failures", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_ended", "_models", "_recent_calls", "_result_counts", "_tool_end_ns",
+        "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_start_ns",
         "activity_seq",
         "agent", "budget", "clock_lags", "consecutive_errors",
@@ -158,6 +158,8 @@ class RunState:
         # (name, call id, when the call that asked started), the last MAX_ASKED kept: a span
         # after that call named after one of them is that tool's execution (see asked_for)
         self._asked: tuple[Asked, ...] = ()
+        # the spans taken as a tool's execution by their name, lately: (parent span id, tool)
+        self._named: tuple[tuple[str, str], ...] = ()
         # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
         # the span around one of them, or inside it, is one failure (see _echo)
         self._failures: tuple[Failure, ...] = ()
@@ -227,6 +229,16 @@ class RunState:
             echo = self._echo(record)
             if echo and kind is not LLM:  # no second tool call either (a model call stays one:
                 record.kind = kind = OTHER  # its twin was counted as one call already)
+                record.tool_name = None
+        if kind is TOOL:
+            if record.named_tool:
+                self._named = (*self._named[1 - RECENT_FAILURES:],
+                               (record.parent_span_id or "", record.tool_name or ""))
+            elif self._named and any(named[0] == record.span_id and named[1] == record.tool_name
+                                     for named in self._named):
+                # the tool call around a span taken as that tool's execution (a span the tool's
+                # code made, named after it): one execution, counted once
+                record.kind = kind = OTHER
                 record.tool_name = None
         if record.loop_end:
             self._loop_ended = True
@@ -758,7 +770,7 @@ _SPAN_SLOTS = (
     "_asked", "_call_counts", "_cycle_runs", "_error_counts", "_failures",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
-    "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_recent_calls",
+    "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_named", "_recent_calls",
     "_result_counts",
     "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
     "consecutive_errors", "cycle_repeats",

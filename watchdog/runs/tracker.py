@@ -453,7 +453,7 @@ class RunTracker:
                         pending.popitem(last=False)
             if record.kind is OTHER and (tool := run.asked_for(record)) is not None:
                 # a span named after a tool the model just asked for: that tool's execution
-                record.kind, record.tool_name = TOOL, tool
+                record.kind, record.tool_name, record.named_tool = TOOL, tool, True
                 if frames is not None:
                     frames.calls.add(record.span_id)
             if record.unasked and record.kind is TOOL and self._frames_models(record, run):
