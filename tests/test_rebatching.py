@@ -228,19 +228,32 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 
 # GAP (pinned): requests applied out of order, other than the loose loops, limits and twins
 # above. Of the recordings cut in two (every third cut point) and sent second part first, this
-# many read otherwise — mostly a nested agent whose calls stay in its parent's run, or an agent
-# span before its calls. Lower it when a change reads more of them right; never raise it.
-OUT_OF_ORDER_MISREAD = 154
+# many per driver read otherwise — mostly a nested agent whose calls stay in its parent's run,
+# or an agent span before its calls; in the hand-written loops traced with plain tool spans
+# (logfire_loop, openai_olm_loop), a tool span that arrives before the model call that asked for
+# it (the first span of a trace with no run yet is dropped, so the call finds nothing to take).
+# Lower a count when a change reads more of them right; never raise one.
+OUT_OF_ORDER_MISREAD = {
+    "agent_framework_native": 12, "agno_oi": 18, "autogen_native": 5,
+    "crewai_openinference_openai": 7, "crewai_openllmetry": 1, "dspy_oi": 4,
+    "haystack_native": 1, "haystack_oi": 1, "langchain_openinference": 6,
+    "langchain_openllmetry": 8, "logfire_loop": 8, "openai_agents_oi": 10,
+    "openai_agents_openlit": 14, "openai_agents_openllmetry": 20, "openai_agents_sdk": 28,
+    "openai_olm_loop": 6, "semantic_kernel_137_agent": 7, "semantic_kernel_agent": 7,
+    "smolagents_oi": 5,
+}
 
 
 def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
-    cases = misread = 0
+    misread: Counter[str] = Counter()
     for driver, scenario in ALL:
         exported = runs_read(as_exported(driver, scenario))
         spans = scoped_spans(driver, scenario)
         for cut in cuts(spans)[::3]:
-            cases += 1
-            misread += runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) != exported
-    assert misread <= OUT_OF_ORDER_MISREAD, f"{misread} of {cases} misread"
-    assert misread == OUT_OF_ORDER_MISREAD, \
-        f"{misread} of {cases} misread: fewer than pinned, lower OUT_OF_ORDER_MISREAD"
+            misread[driver] += runs_read([request_of(spans[cut:]),
+                                          request_of(spans[:cut])]) != exported
+    worse = {d: (n, OUT_OF_ORDER_MISREAD.get(d, 0)) for d, n in misread.items()
+             if n > OUT_OF_ORDER_MISREAD.get(d, 0)}
+    assert not worse, f"(misread, pinned) per driver: {worse}"
+    better = {d: (misread[d], n) for d, n in OUT_OF_ORDER_MISREAD.items() if misread[d] < n}
+    assert not better, f"(misread, pinned): fewer than pinned, lower OUT_OF_ORDER_MISREAD {better}"
