@@ -88,14 +88,17 @@ def offers_tools(body: dict[str, Any]) -> bool:
 
 
 def looping(tool: str, make_arguments: Callable[[int], dict[str, Any]],
-            answer_without_tools: str | None = None) -> Script:
+            answer_without_tools: str | None = None, obeys_tool_choice: bool = True) -> Script:
     """Call ``tool`` on every request, forever (the framework's limit must stop it).
 
     A request that offers no tools cannot be answered with a call: it gets
     ``answer_without_tools`` (frameworks ask for a summary that way when they stop at a limit).
+    ``obeys_tool_choice=False``: a model that still calls the tool when ``tool_choice`` is none
+    (only a request with no tools at all gets the answer), as some models do.
     """
     def pick(index: int, body: dict[str, Any]) -> Step:
-        if answer_without_tools is not None and not offers_tools(body):
+        tools_offered = offers_tools(body) if obeys_tool_choice else bool(body.get("tools"))
+        if answer_without_tools is not None and not tools_offered:
             return answer(answer_without_tools)
         return call(tool, **make_arguments(index))
 
