@@ -729,6 +729,8 @@ class RunState:
         # (the last one only: what pairs an in-order twin after a restart; all of them made
         # every snapshot of a busy run ~0.5 KiB longer to encode and store)
         data["_models"] = [list(call) for call in data["_models"][-1:]]
+        for name in _TUPLE_LIST_SLOTS:  # stored as JSON lists, taken back as tuples
+            data[name] = [list(item) for item in data[name]]
         return data
 
     @classmethod
@@ -746,6 +748,8 @@ class RunState:
                 value = tuple(_model_call(call) for call in value[-RECENT_MODEL_CALLS:])
             elif name == "_result_counts":  # stored as JSON lists
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
+            elif name in _TUPLE_LIST_SLOTS:
+                value = tuple(tuple(item) for item in value)
             elif name in ("terminal_state", "forced_state") and value is not None:
                 value = TerminalState(value)
             elif name == "key_source":
@@ -782,6 +786,7 @@ _SPAN_SLOTS = (
 )
 _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
+_TUPLE_LIST_SLOTS = ("_asked", "_named", "_failures")  # tuples of tuples (JSON: lists of lists)
 
 
 def _error_text(record: SpanRecord) -> str:
