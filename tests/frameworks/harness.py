@@ -23,6 +23,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.frameworks import scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.harness import RunningServer, http_request, wait_until
 
@@ -198,3 +201,27 @@ def check_runs(sidecar: RunningServer, expected: Sequence[Expect]) -> list[dict[
         + json.dumps(seen, indent=1) + "\nactive/ended: "
         + json.dumps([(r["id"], r["state"]) for r in runs]))
     return runs
+
+
+def loop_tests(env: str, driver: str, expected: Mapping[str, tuple[Expect, str | None]]
+               ) -> tuple[Callable[..., None], Callable[..., None]]:
+    """``test_live`` and ``test_recorded`` of a tracing setup around the hand-written loop
+    (``drivers/_handwritten_loop.py``): each scenario of ``expected`` — its run, and its
+    answer's text — driven live and replayed from its recording."""
+    def answer_read(sidecar: RunningServer, scenario: str) -> None:
+        runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
+                for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
+        assert runs[0]["final_output"] == expected[scenario][1], runs[0]["final_output"]
+
+    @pytest.mark.parametrize("scenario", sorted(expected))
+    def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+        drive_and_check(sidecar, llm, env, driver, scenario, {"": scenarios.script(scenario)},
+                        [expected[scenario][0]])
+        answer_read(sidecar, scenario)
+
+    @pytest.mark.parametrize("scenario", sorted(expected))
+    def test_recorded(sidecar: RunningServer, scenario: str) -> None:
+        check_recorded(sidecar, driver, scenario, [expected[scenario][0]])
+        answer_read(sidecar, scenario)
+
+    return test_live, test_recorded

@@ -17,14 +17,8 @@ recording (``recordings/mlflow_loop/``).
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from tests.frameworks import scenarios
-from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import Expect, check_recorded, drive_and_check
-from tests.harness import RunningServer
+from tests.frameworks.harness import Expect, loop_tests
 
 ENV, DRIVER = "mlflow", "mlflow_loop"
 AGENT = "research_agent"  # the @mlflow.trace(span_type=AGENT) function, named on its span
@@ -36,30 +30,5 @@ EXPECTED: dict[str, tuple[Expect, str | None]] = {
     "tool_error": (Expect(AGENT, 2, 1, 1, "completed", True, None, None),
                    scenarios.ERROR_ANSWER),
 }
-# Cases that still read wrong: scenario -> (the reading seen, its answer, why). Asserted
-# exactly as pinned, so a fix fails the test until its pin is removed.
-KNOWN_GAPS: dict[str, tuple[Expect, str | None, str]] = {}
 
-
-def _check(runs: list[dict[str, Any]], scenario: str) -> None:
-    answer = KNOWN_GAPS[scenario][1] if scenario in KNOWN_GAPS else EXPECTED[scenario][1]
-    assert runs[0]["final_output"] == answer, runs[0]["final_output"]
-
-
-def _expected(scenario: str) -> list[Expect]:
-    return [KNOWN_GAPS[scenario][0] if scenario in KNOWN_GAPS else EXPECTED[scenario][0]]
-
-
-@pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    drive_and_check(sidecar, llm, ENV, DRIVER, scenario, {"": scenarios.script(scenario)},
-                    _expected(scenario))
-    _check([sidecar.get_json(f"/v1/runs/{run['id']}")
-            for run in sidecar.get_json("/v1/runs?limit=10")["runs"]], scenario)
-
-
-@pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    check_recorded(sidecar, DRIVER, scenario, _expected(scenario))
-    _check([sidecar.get_json(f"/v1/runs/{run['id']}")
-            for run in sidecar.get_json("/v1/runs?limit=10")["runs"]], scenario)
+test_live, test_recorded = loop_tests(ENV, DRIVER, EXPECTED)
