@@ -417,11 +417,13 @@ def test_upstream_down_is_502_in_the_apis_shape(tmp_path: Path) -> None:
 
 
 def test_upstream_timeout_is_504(tmp_path: Path) -> None:
-    def slow(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
-        time.sleep(2)
+    released = threading.Event()
+
+    def stalled(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        released.wait(30)  # says nothing until the test is over
         completion_reply(handler, seen)
 
-    raw = RawUpstream(slow)
+    raw = RawUpstream(stalled)
     try:
         with sidecar_for(tmp_path, raw, model_upstream_timeout=0.3) as sidecar:
             status, answer = post(sidecar, "/v1/chat/completions",
@@ -429,6 +431,7 @@ def test_upstream_timeout_is_504(tmp_path: Path) -> None:
         assert status == 504
         assert "model_upstream_timeout" in json.loads(answer)["error"]["message"]
     finally:
+        released.set()
         raw.close()
 
 

@@ -17,6 +17,7 @@ from tests.frameworks.fakellm import FakeLLM, Step, answer, call, looping, steps
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.otel import export_http
 from tests.spans import SpanMaker, chat_attrs, tool_attrs
+from watchdog.clock import ManualClock
 
 KEY = "sk-runs-SECRET-0123456789"
 TOOLS = [{"type": "function", "function": {
@@ -283,13 +284,27 @@ rules:
     config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
                             model_upstream=llm.base_url, rules=(str(pack),),
                             eval_interval=0.05)
-    model = llm.script("slow", steps(call("search", q="a"), answer("done")), delay=1.0)
-    with running_server(config) as sidecar:
+    clock = ManualClock()
+    running: list[RunningServer] = []
+
+    def a_second_passes() -> None:  # and the sidecar's timed rules are evaluated then
+        clock.advance(1.0)
+        assert running[0].server.service is not None
+        running[0].call(running[0].server.service.tick)
+
+    def model_works(index: int) -> None:  # the first call is in flight for a second
+        if index == 0:
+            a_second_passes()
+
+    model = llm.script("slow", steps(call("search", q="a"), answer("done")),
+                       on_request=model_works)
+    with running_server(config, clock) as sidecar:
+        running.append(sidecar)
         client = chat(sidecar, **{"x-watchdog-agent": "patient"})
         messages: list[Any] = [{"role": "user", "content": "go"}]
         first = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
         tool_calls = first.choices[0].message.tool_calls or []
-        time.sleep(1.0)  # the tool runs at the agent for a second
+        a_second_passes()  # the tool runs at the agent for a second
         messages += [{"role": "assistant", "content": None,
                       "tool_calls": [c.model_dump() for c in tool_calls]},
                      {"role": "tool", "tool_call_id": tool_calls[0].id, "content": "ok"}]
