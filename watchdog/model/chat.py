@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from watchdog.model.failure import looks_failed
@@ -98,20 +99,9 @@ class ChatWire:
         return {**body, "messages": messages}
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
-        tools = body.get("tools")
-        tools = tools if isinstance(tools, list) else []
-        answer = answer_tool_offered(_name_of(tool) for tool in tools)
-        if answer is not None:
-            edited = self.add_note(body, answer_tool_prompt(prompt, answer))
-            edited["tools"] = [tool for tool in tools if _name_of(tool) == answer][:1]
-            edited["tool_choice"] = {"type": "function", "function": {"name": answer}}
-        else:
-            edited = self.add_note(body, prompt)
-            if tools:
-                edited["tool_choice"] = "none"
-        if tools:
-            edited.pop("parallel_tool_calls", None)
-        return edited
+        return withdraw_function_tools(
+            body, prompt, self.add_note,
+            lambda name: {"type": "function", "function": {"name": name}})
 
     def read_response(self, body: dict[str, Any]) -> Observation:
         seen = Observation(complete=True)
@@ -205,6 +195,37 @@ class ChatWire:
 
 def _answer_id() -> str:
     return "chatcmpl-watchdog" + uuid.uuid4().hex[:20]
+
+
+def withdraw_function_tools(body: dict[str, Any], prompt: str,
+                            add_note: Callable[[dict[str, Any], str], dict[str, Any]],
+                            forced: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """The budget's last request, for the OpenAI APIs (Chat Completions, Responses): the report
+    instruction, and the tools withdrawn (``tool_choice: none``, the definitions kept) — or,
+    when an answer tool is offered, only that tool left and forced (``forced(name)``)."""
+    tools = body.get("tools")
+    tools = tools if isinstance(tools, list) else []
+    answer = answer_tool_offered(function_name(tool) for tool in tools)
+    if answer is not None:
+        edited = add_note(body, answer_tool_prompt(prompt, answer))
+        edited["tools"] = [tool for tool in tools if function_name(tool) == answer][:1]
+        edited["tool_choice"] = forced(answer)
+    else:
+        edited = add_note(body, prompt)
+        if tools:
+            edited["tool_choice"] = "none"
+    if tools:
+        edited.pop("parallel_tool_calls", None)
+    return edited
+
+
+def function_name(tool: object) -> object:
+    """A function tool's name: Chat Completions' shape (``function.name``) or the Responses
+    API's flat one (``name``); None: none."""
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name")
 
 
 def _name_of(item: object) -> object:

@@ -13,8 +13,9 @@ import time
 import uuid
 from typing import Any
 
+from watchdog.model.chat import withdraw_function_tools
 from watchdog.model.failure import looks_failed
-from watchdog.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
+from watchdog.model.steer import is_answer_tool
 from watchdog.model.wire import (
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -86,20 +87,8 @@ class ResponsesWire:
             existing if isinstance(existing, str) else "", note)}
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
-        tools = body.get("tools")
-        tools = tools if isinstance(tools, list) else []
-        answer = answer_tool_offered(_name_of(tool) for tool in tools)
-        if answer is not None:
-            edited = self.add_note(body, answer_tool_prompt(prompt, answer))
-            edited["tools"] = [tool for tool in tools if _name_of(tool) == answer][:1]
-            edited["tool_choice"] = {"type": "function", "name": answer}
-        else:
-            edited = self.add_note(body, prompt)
-            if tools:
-                edited["tool_choice"] = "none"
-        if tools:
-            edited.pop("parallel_tool_calls", None)
-        return edited
+        return withdraw_function_tools(body, prompt, self.add_note,
+                                       lambda name: {"type": "function", "name": name})
 
     def read_response(self, body: dict[str, Any]) -> Observation:
         seen = Observation(complete=True)
@@ -176,14 +165,6 @@ class ResponsesWire:
     def error(self, status: int, code: str, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "api_error"
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def _name_of(tool: object) -> object:
-    """A function tool's name (the Responses API's flat shape, or the chat one)."""
-    if not isinstance(tool, dict):
-        return None
-    function = tool.get("function")
-    return function.get("name") if isinstance(function, dict) else tool.get("name")
 
 
 def _response(model: str, text: str, status: str) -> dict[str, Any]:
