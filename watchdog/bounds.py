@@ -122,19 +122,26 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 
 
 def load_json(raw: bytes | str) -> object:
-    """``json.loads`` for input from outside: numbers finite, no ``NaN``/``Infinity``, no
-    unpaired surrogate (``"\\ud800"`` — it cannot be encoded again, so it would fail far from
-    here), nesting bounded by the interpreter's recursion limit. Raises ``ValueError`` with a
-    message for the client in every case."""
+    """``json.loads`` for input from outside: bytes strictly UTF-8, numbers finite, no
+    ``NaN``/``Infinity``, no unpaired surrogate (``"\\ud800"`` — it cannot be encoded again, so
+    it would fail far from here), nesting bounded by the interpreter's recursion limit. Raises
+    ``ValueError`` with a message for the client in every case."""
+    if isinstance(raw, bytes):
+        # Decoded here, strictly: ``json.loads`` of bytes guesses UTF-16/32 from the first
+        # bytes and decodes UTF-8 with "surrogatepass" (ED A0 80 would be a lone surrogate).
+        needle = raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    else:
+        needle, text = raw.encode("utf-8", "surrogatepass"), raw
     try:
-        value = json.loads(raw, parse_float=finite_float, parse_constant=refuse_constant)
+        value = json.loads(text, parse_float=finite_float, parse_constant=refuse_constant)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
     except ValueError as exc:
         raise ValueError(str(exc)) from None
-    needle = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
     if _SURROGATE_ESCAPE.search(needle) is not None:  # rare: check what it decoded to
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -91,15 +91,10 @@ def _hex_ids_to_base64(obj: dict[str, Any]) -> None:
 
 
 def parse_json(body: bytes) -> ExportTraceServiceRequest:
-    # OTLP/JSON is UTF-8. Decoded strictly here: ``json.loads`` of bytes guesses UTF-16/32 and
-    # lets UTF-8-encoded surrogates (ED A0 80) through, and protobuf's parser raises
-    # SystemError on a field name that holds one.
+    # OTLP/JSON is UTF-8, decoded strictly (load_json): a UTF-8-encoded surrogate (ED A0 80)
+    # let through would make protobuf's parser raise SystemError on a field name that holds one.
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"invalid JSON: not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        document = load_json(text)
+        document = load_json(body)
     except ValueError as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
     if not isinstance(document, dict):
