@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import reprlib
+import socket
 import threading
 import time
 import urllib.error
@@ -68,28 +70,48 @@ class RunningServer:
 
 
 WAIT = 20.0  # the longest any awaited condition may take before the test fails
+EVERY = 0.01  # how often a condition is polled
 
 
-def wait_until(condition: Callable[[], T], what: str = "", timeout: float = WAIT) -> T:
-    """Poll ``condition`` every 10 ms until it returns something truthy, and return that; fail
-    after ``timeout`` seconds naming ``what`` did not happen. The one polling helper of the
-    tests (:func:`eventually` is its twin for a test's own event loop)."""
+def free_port() -> int:
+    """A loopback port free right now (the kernel's pick), for a process started on it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], T], what: str | Callable[[], str] = "",
+               timeout: float = WAIT, every: float = EVERY) -> T:
+    """Poll ``condition`` every ``every`` seconds until it returns something truthy, and return
+    that. After ``timeout`` seconds (checked once more at the deadline) fail naming ``what``
+    was awaited (a function is called then, for diagnosis worth gathering only on failure) and
+    the last value seen. The one polling helper of the tests (:func:`eventually` is its twin
+    for a test's own event loop)."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what or condition}")
-        time.sleep(0.01)
+        left = deadline - time.monotonic()
+        if left < 0:
+            raise AssertionError(_not_within(timeout, what, condition, value))
+        time.sleep(min(every, left))
     return value
 
 
-async def eventually(condition: Callable[[], T], what: str = "", timeout: float = WAIT) -> T:
+async def eventually(condition: Callable[[], T], what: str | Callable[[], str] = "",
+                     timeout: float = WAIT, every: float = EVERY) -> T:
     """:func:`wait_until` inside a running event loop: the loop is served while it waits."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what or condition}")
-        await asyncio.sleep(0.01)
+        left = deadline - time.monotonic()
+        if left < 0:
+            raise AssertionError(_not_within(timeout, what, condition, value))
+        await asyncio.sleep(min(every, left))
     return value
+
+
+def _not_within(timeout: float, what: str | Callable[[], str], condition: object,
+                last: object) -> str:
+    awaited = (what() if callable(what) else what) or condition
+    return f"not within {timeout:g} s: {awaited} (last seen: {reprlib.repr(last)})"
 
 
 def run_detail(api: str, run_id: str) -> dict[str, Any] | None:

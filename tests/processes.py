@@ -4,7 +4,6 @@ process shows: exit codes, stderr, log lines."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,16 +13,10 @@ from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-from tests.harness import wait_until
+from tests.harness import free_port, wait_until
 
 PORT_NAMES = ("otlp_grpc", "otlp_http", "api", "metrics")
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fresh_ports() -> dict[str, int]:
@@ -41,8 +34,9 @@ def serve_env(state_dir: Path, ports: dict[str, int], **extra: str) -> dict[str,
     return env
 
 
-def _ready(url: str) -> bool:
-    with suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+def answers(url: str, timeout: float = 1) -> bool:
+    """``GET url`` answers 200 (False while nothing listens or it answers otherwise)."""
+    with suppress(OSError), urllib.request.urlopen(url, timeout=timeout) as response:
         return response.status == 200
     return False
 
@@ -60,7 +54,7 @@ def running_sidecar(env: dict[str, str], metrics_port: int,
                                    stderr=log, text=True)
         try:
             wait_until(lambda: process.poll() is not None
-                       or _ready(f"http://127.0.0.1:{metrics_port}/readyz"),
+                       or answers(f"http://127.0.0.1:{metrics_port}/readyz"),
                        timeout=READY_TIMEOUT, what="the sidecar to be ready")
             if process.poll() is not None:
                 shown = "" if stderr is not None else (log.seek(0), log.read()[-3000:])[1]

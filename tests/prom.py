@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import http_request
+from tests.harness import free_port, http_request, wait_until
+from tests.processes import answers
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm/agent-watchdog"
@@ -37,13 +36,6 @@ def binary(name: str) -> str:
         pytest.fail(f"{name} is not installed; `make test` installs the Debian package "
                     "prometheus (or run `make system-deps`)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Prometheus:
@@ -84,15 +76,14 @@ class Prometheus:
 
     def wait_until(self, expected: dict[str, float],
                    done: Callable[[dict[str, float | None]], bool]) -> None:
-        deadline = time.monotonic() + WAIT_SECONDS
         seen: dict[str, float | None] = {}
-        while time.monotonic() < deadline:
-            seen = {expr: self.scalar(expr) for expr in expected}
-            if done(seen):
-                return
-            time.sleep(POLL_SECONDS)
-        pytest.fail(f"after {WAIT_SECONDS}s Prometheus answers {seen}, expected {expected}\n"
-                    + self.diagnosis())
+
+        def answered() -> bool:
+            seen.update({expr: self.scalar(expr) for expr in expected})
+            return done(seen)
+
+        wait_until(answered, lambda: f"Prometheus to answer {expected}; it answers {seen}\n"
+                   + self.diagnosis(), timeout=WAIT_SECONDS, every=POLL_SECONDS)
 
 
 def start_prometheus(tmp_path: Path, target: str, job: str = "watchdog") -> Prometheus:
@@ -114,18 +105,16 @@ def start_prometheus(tmp_path: Path, target: str, job: str = "watchdog") -> Prom
              "--enable-feature=exemplar-storage", "--log.level=warn"],
             stdout=out, stderr=subprocess.STDOUT)
     prometheus = Prometheus(f"http://127.0.0.1:{port}", process, log)
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"prometheus exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            if http_request("GET", prometheus.url + "/-/ready", timeout=1)[0] == 200:
-                return prometheus
-        except OSError:
-            pass
-        time.sleep(POLL_SECONDS)
-    stop(process)
-    pytest.fail(f"prometheus not ready after {WAIT_SECONDS}s:\n{log.read_text()}")
+    try:
+        wait_until(lambda: process.poll() is not None or answers(prometheus.url + "/-/ready"),
+                   lambda: f"prometheus to be ready:\n{log.read_text()}",
+                   timeout=WAIT_SECONDS, every=POLL_SECONDS)
+    except AssertionError:
+        stop(process)
+        raise
+    if process.poll() is not None:
+        pytest.fail(f"prometheus exited with {process.returncode}:\n{log.read_text()}")
+    return prometheus
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

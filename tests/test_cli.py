@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from dataclasses import fields
@@ -15,6 +14,7 @@ import pytest
 
 from tests.harness import (
     RunningServer,
+    free_port,
     http_request,
     run_detail,
     running_server,
@@ -38,10 +38,7 @@ def fed(sidecar: RunningServer, monkeypatch: pytest.MonkeyPatch) -> RunningServe
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def test_runs_table(fed: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:

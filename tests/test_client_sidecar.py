@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 
 from tests.harness import (
     RunningServer,
+    free_port,
     run_detail,
     running_server,
     sidecar_config,
@@ -84,13 +84,6 @@ def test_exception_in_a_run_ends_it_as_error(sidecar: RunningServer) -> None:
     assert detail["terminal_state"] == "error" and detail["terminal_reason"] == "KeyError"
     provider.shutdown()
     wd.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_sidecar_restart_loses_and_repeats_no_directive(

@@ -20,13 +20,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from tests.harness import free_port, wait_until
 from tests.test_dist import packaged_chart
 from watchdog.config import ConfigError, load
 
@@ -636,13 +636,6 @@ def test_the_watchdog_accepts_the_rendered_configuration(chart: helm.Chart) -> N
         load(env=env)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=2) as response:
         return json.loads(response.read())
@@ -680,21 +673,21 @@ def pack(max_tool_calls: int) -> str:
                                                            "max_tool_calls": max_tool_calls}]})
 
 
-def wait_for(probe: Any, timeout: float, what: str, process: subprocess.Popen[bytes]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = probe()
-            if result:
-                return result
-        except (OSError, urllib.error.URLError, ValueError):
-            pass
-        if process.poll() is not None:
-            pytest.fail(f"the watchdog exited ({process.returncode}) before {what}: "
-                        + (process.stderr.read().decode() if process.stderr else ""))
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def wait_for(probe: Callable[[], Any], timeout: float, what: str,
+             process: subprocess.Popen[bytes]) -> Any:
+    """Poll ``probe`` (an error counts as not yet) until it holds; fail at once if the watchdog
+    exits first."""
+
+    def held() -> Any:
+        with suppress(OSError, ValueError):  # urllib's URLError is an OSError
+            return probe()
+        return None
+
+    result = wait_until(lambda: process.poll() is not None or held(), what, timeout, every=0.05)
+    if process.poll() is not None:
+        pytest.fail(f"the watchdog exited ({process.returncode}) before {what}: "
+                    + (process.stderr.read().decode() if process.stderr else ""))
+    return result
 
 
 def test_sidecar_reloads_rules_when_the_configmap_is_swapped(chart: helm.Chart,

@@ -17,10 +17,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +31,8 @@ import pytest
 import yaml
 
 from tests.frameworks.fakellm import FakeLLM, answer, steps
+from tests.harness import free_port, wait_until
+from tests.processes import answers
 from watchdog.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,12 +42,6 @@ TOKEN = "a-token-of-at-least-16-chars"
 GATEWAY = {"mode": "gateway", "auth": {"token": TOKEN}}
 
 Manifest = dict[str, Any]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -273,17 +267,11 @@ def test_a_real_sidecar_with_the_rendered_env_answers_through_its_upstream(
             env={**{k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")},
                  **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with urllib.request.urlopen(
-                            f"http://127.0.0.1:{ports['metrics']}/readyz", timeout=2):
-                        break
-                except OSError:
-                    assert process.poll() is None, process.stderr.read().decode() \
-                        if process.stderr else process.returncode
-                    assert time.monotonic() < deadline, "the sidecar did not become ready"
-                    time.sleep(0.05)
+            wait_until(lambda: process.poll() is not None or answers(
+                f"http://127.0.0.1:{ports['metrics']}/readyz", timeout=2),
+                what="the sidecar to be ready", timeout=30, every=0.05)
+            assert process.poll() is None, process.stderr.read().decode() \
+                if process.stderr else process.returncode
             agent_env = env_of(containers(deployment)["agent"])
             client = openai.OpenAI(base_url=agent_env["OPENAI_BASE_URL"],
                                    api_key="sk-chart-test", max_retries=0)
@@ -292,13 +280,12 @@ def test_a_real_sidecar_with_the_rendered_env_answers_through_its_upstream(
             assert reply.choices[0].message.content == "Hello from upstream."
             assert llm.request_headers("gpt-test")[0]["authorization"] == "Bearer sk-chart-test"
             api = f"http://127.0.0.1:{ports['api']}/v1/runs"
-            deadline = time.monotonic() + 20
-            while True:
+
+            def listed() -> list[dict[str, Any]]:
                 with urllib.request.urlopen(api, timeout=2) as response:
-                    runs = json.loads(response.read())["runs"]
-                if runs or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
+                    return json.loads(response.read())["runs"]  # type: ignore[no-any-return]
+
+            runs = wait_until(listed, what="the agent's run", timeout=20, every=0.05)
             assert [run["agent"] for run in runs] == ["my-agent"]
         finally:
             process.send_signal(signal.SIGTERM)

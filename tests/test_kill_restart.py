@@ -9,30 +9,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.harness import wait_until
+from tests.processes import answers, fresh_ports
 from tests.scripted import ScriptedAgent, api
 from watchdog.store import DB_FILE
 
 READY_TIMEOUT = 30.0
 SESSION = "kill-session"
 FACTS = {"project_path": "/srv/app", "db_host": "db-7.internal"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -53,7 +46,7 @@ class Sidecar:
 
 @contextmanager
 def sidecar(state_dir: Path, **extra: str) -> Iterator[Sidecar]:
-    ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics")}
+    ports = fresh_ports()
     env = dict(os.environ, WATCHDOG_STATE_DIR=str(state_dir), WATCHDOG_LOG_LEVEL="warning",
                **{f"WATCHDOG_{name.upper()}_ADDRESS": f"127.0.0.1:{port}"
                   for name, port in ports.items()},
@@ -61,25 +54,15 @@ def sidecar(state_dir: Path, **extra: str) -> Iterator[Sidecar]:
     process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env)
     try:
         ready = f"http://127.0.0.1:{ports['metrics']}/readyz"
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not _answers(ready):
-            assert process.poll() is None, "the sidecar exited before it was ready"
-            assert time.monotonic() < deadline, "the sidecar did not become ready"
-            time.sleep(0.05)
+        wait_until(lambda: process.poll() is not None or answers(ready),
+                   what="the sidecar to be ready", timeout=READY_TIMEOUT, every=0.05)
+        assert process.poll() is None, "the sidecar exited before it was ready"
         yield Sidecar(process, f"http://127.0.0.1:{ports['api']}",
                       f"http://127.0.0.1:{ports['otlp_http']}")
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(10)
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-
-    with suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
-        return response.status == 200
-    return False
 
 
 def stored_run(state_dir: Path, run_id: str) -> dict[str, Any] | None:

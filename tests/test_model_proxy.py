@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 
 KEY = "sk-proxy-SECRET-0123456789abcdefXYZ"
 COMPLETION = (b'{"id": "chatcmpl-raw1",  "object":"chat.completion", "created": 1, "model":"m",'
@@ -348,9 +354,7 @@ def test_too_many_requests_in_flight_is_503(tmp_path: Path) -> None:
             first = threading.Thread(target=lambda: results.append(post(
                 sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}')[0]))
             first.start()
-            deadline = time.monotonic() + 10
-            while not raw.seen and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_until(lambda: raw.seen, what="the first request upstream", timeout=10)
             request = urllib.request.Request(
                 sidecar.url("model") + "/v1/chat/completions", method="POST",
                 data=b'{"model":"m","messages":[]}', headers={"Content-Type": "application/json"})
