@@ -93,8 +93,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import http_request, wait_until
-from tests.processes import free_port
+from tests.harness import free_port, http_request, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
