@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
-.PHONY: run demo test lint bench deps-test system-deps frameworks clean dist dist-python \
+.PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
 	dist-image dist-chart
 
 $(VENV)/.created:
@@ -78,8 +78,16 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## test: set up .venv with test extras, the framework venvs, the dist venv, system packages;
 ## lint (ruff and mypy: a lint error fails CI like a failing test); run every test (they run
 ## make dist once)
+## Tests come in four tiers (tests/conftest.py): unit, integration (real sidecars), frameworks
+## (real agent frameworks) and image (make dist's artifacts); TEST_WORKERS run them at once.
+TEST_WORKERS ?= 3
 test: system-deps $(VENV)/.installed-test frameworks $(TS_AGENT) $(DIST_VENV)/.installed lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+
+## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
+## inner loop while changing the core. `make test` runs it too, with everything else.
+check: $(VENV)/.installed-test
+	$(PY) -m pytest -m unit -q
 
 ## dist: the release artifacts into dist/ (tools/dist.py): sdist and wheel of both
 ## distributions, the container image as a Docker archive (needs root: buildah, debootstrap)
