@@ -10,7 +10,6 @@ asks for the report with no tools.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -42,7 +41,7 @@ from tests.frameworks.steering import (
     instructions,
     searching,
 )
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer, free_port, running_server, sidecar_config
 
 EXPORT_DELAY_MS = 200  # the client's default batch delay: spans reach the sidecar late
 
@@ -75,12 +74,6 @@ def with_search(agent: Agent[None, str], ran: list[str]) -> None:
     def search(q: str) -> str:
         ran.append(q)
         return f"2 results for {q}: /srv/{q.replace(' ', '_')}.txt"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
