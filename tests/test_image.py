@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -38,7 +37,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
-from tests.harness import http_request, run_detail, wait_until
+from tests.harness import free_port, http_request, run_detail, wait_until
+from tests.processes import answers
 from tests.test_dist import MAKE_SECONDS, VERSION, artifacts
 
 WATCHDOG_UID = 65532
@@ -98,11 +98,9 @@ def inspect(image: Loaded) -> dict[str, Any]:
 
 # -- the running container ------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def container_logs(name: str) -> str:
+    logs = podman("logs", name, check=False)
+    return logs.stdout + logs.stderr
 
 
 @dataclass(frozen=True)
@@ -131,17 +129,9 @@ def container(image: Loaded, tmp_path: Path) -> Iterator[Running]:
            f"{state}:{STATE_DIR}", "--network", "host", *ULIMITS, *env, image.image)
     running = Running(name, state, ports)
     try:
-        deadline = time.monotonic() + START_SECONDS
-        while True:
-            try:
-                if http_request("GET", running.url("metrics") + "/readyz", timeout=1)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                logs = podman("logs", name, check=False)
-                pytest.fail(f"no /readyz after {START_SECONDS}s:\n{logs.stdout}{logs.stderr}")
-            time.sleep(0.2)
+        wait_until(lambda: answers(running.url("metrics") + "/readyz"),
+                   lambda: f"/readyz; the container's logs:\n{container_logs(name)}",
+                   timeout=START_SECONDS, every=0.2)
         yield running
     finally:
         podman("rm", "--force", "--time", "5", name, check=False)
