@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from tests.client_runs import ended_run
-from tests.harness import RunningServer, run_detail, wait_until
+from tests.harness import RunningServer, free_port, run_detail, wait_until
 
 CONTROL_MARKERS = ("[budget", "agent-watchdog", "wind down", "being stopped", "## Key Findings")
 REPORT = "## Task\nFind it.\n\n## Completed Work\nSearched.\n\n## Key Findings\n/srv/a.txt"
@@ -183,9 +182,7 @@ def test_sub_agent_in_a_nested_run_is_a_child_run(sidecar: RunningServer,
 
 def test_unreachable_sidecar_fails_open_with_one_warning(
         caplog: pytest.LogCaptureFixture) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     wd = Watchdog(url, tracer_provider=provider)

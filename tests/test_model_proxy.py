@@ -23,6 +23,7 @@ import pytest
 
 from tests.harness import (
     RunningServer,
+    free_port,
     http_request,
     running_server,
     sidecar_config,
@@ -404,10 +405,7 @@ def test_bad_budget_headers_are_a_clear_400(sidecar: RunningServer, upstream: Ra
 
 
 def test_upstream_down_is_502_in_the_apis_shape(tmp_path: Path) -> None:
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()
+    port = free_port()  # nobody listens on it
     config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
                             model_upstream=f"http://127.0.0.1:{port}/v1",
                             model_upstream_anthropic=f"http://127.0.0.1:{port}")
