@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.harness import (
     wait_until,
 )
 from tests.processes import fresh_ports, running_sidecar, serve_env
+from tests.test_encoding import stdlib_written_run
 from watchdog.store import DB_FILE
 
 
@@ -204,3 +206,21 @@ def test_a_tracker_state_that_cannot_be_read_is_skipped_at_start(
         assert len(second.get_json("/v1/runs")["runs"]) == 3
     assert "3 traces of the tracker state kept at the last shutdown cannot be read" in \
         caplog.text
+
+
+def test_a_state_dir_the_stdlib_json_encoder_wrote_is_served_after_a_restart(
+        tmp_path: Path) -> None:
+    """Rows are encoded with msgspec now; a state dir of ASCII-escaped stdlib rows still loads
+    (tests/test_encoding.py has the row-level cases)."""
+    run, _ = stdlib_written_run(tmp_path / "state")
+    with running_server(sidecar_config(tmp_path / "state")) as sidecar:
+        path = f"/v1/runs/{urllib.parse.quote(run.key)}"
+        detail = sidecar.get_json(path)
+        assert detail["state"] == ("ended" if run.ended else "active")
+        assert detail["agent"] == "agent-日本"
+        assert detail["signals"]["tool_calls"] == 2
+        assert detail["signals"]["errors"] == 1
+        assert detail["signals"]["input_tokens"] == 1200
+        status, report = http_request("GET", f"{sidecar.api}{path}/report")
+        assert status == 200
+        assert "naïve" in report.decode() and "agent-日本" in report.decode()

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from watchdog.runs.activity import ActivityEntry
 
@@ -102,10 +105,60 @@ class StoreWriteError(StoreError):
     Callers keep what they tried to write and try again later."""
 
 
-def _dumps(row: dict[str, Any]) -> str:
-    # allow_nan=False: Infinity/NaN are not JSON; a row holding one is refused, not stored to
-    # poison every later read (and restart) of it.
-    return json.dumps(row, separators=(",", ":"), allow_nan=False)
+# Snapshots and activity are encoded with msgspec (~4-10x the stdlib's speed on these rows, see
+# docs/performance.md) into the same plain JSON text; the stdlib takes over wherever the two would
+# differ, so what is stored, refused or raised stays what json.dumps does.
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
+_PACKER = msgspec.msgpack.Encoder()
+# msgspec writes Infinity and NaN as null, silently. Its MessagePack form of the same row keeps
+# them: a float is 0xcb and its IEEE 754 bits, big-endian, and an exponent of all ones (the first
+# byte's low 7 bits, the second's high 4) is an infinity or a NaN. Those bytes can also sit inside
+# a 64-bit integer; such a row merely takes the stdlib's path.
+_NON_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+# what msgspec raises where the stdlib may still encode (a lone surrogate, an int beyond 64 bits
+# in MessagePack, a None or bool dict key) or raise in its own way
+_FAST_REFUSED = (TypeError, ValueError, OverflowError, RecursionError)
+
+
+def _fast_json(value: object) -> str | None:
+    """``value`` as compact JSON text by msgspec, or None when the stdlib must encode it."""
+    try:
+        if _NON_FINITE.search(_PACKER.encode(value)) is None:
+            return _ENCODER.encode(value).decode()
+    except _FAST_REFUSED:
+        pass
+    return None
+
+
+def encode_row(row: dict[str, Any]) -> str:
+    """A run or session snapshot as compact JSON text. Infinity/NaN are not JSON: a row holding
+    one raises ValueError (``json.dumps(allow_nan=False)``) and is refused, not stored to poison
+    every later read (and restart) of it; a value JSON cannot hold raises TypeError.
+    (msgspec would store an enum, set, date or dataclass that the stdlib refuses; snapshots are
+    built of JSON types only: tests/test_encoding.py.)"""
+    text = _fast_json(row)
+    if text is None:
+        text = json.dumps(row, separators=(",", ":"), allow_nan=False)
+    return text
+
+
+def encode_items(items: list[tuple[Any, ...]]) -> str:
+    """Activity entries (without their run key) as one JSON array of arrays. An entry's only
+    number is its span's end time (finite); nothing here may fail the write."""
+    text = _fast_json(items)
+    if text is None:
+        text = json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+    return text
+
+
+def decode(text: str) -> Any:
+    """A stored row. Rows are strict JSON but for ones older builds wrote with Infinity/NaN,
+    which the stdlib reads (as it always did)."""
+    try:
+        return _DECODER.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text)
 
 
 class Rows:
@@ -129,7 +182,7 @@ class Rows:
     def add_run(self, r: dict[str, Any]) -> None:
         try:
             self.runs.append((r["key"], r.get("agent") or r.get("service") or "unknown",
-                              int(bool(r["ended"])), float(r["last_seen"]), _dumps(r)))
+                              int(bool(r["ended"])), float(r["last_seen"]), encode_row(r)))
         except (TypeError, ValueError, OverflowError):
             self.refused.append(str(r.get("key")))
 
@@ -139,7 +192,7 @@ class Rows:
         size = self.activity_log_size
         for run, entries in by_run:
             newest = max(entry.seq for entry in entries)
-            self.chunks.append((run, newest, _dumps_list([entry[1:] for entry in entries])))
+            self.chunks.append((run, newest, encode_items([entry[1:] for entry in entries])))
             if newest > size:
                 self.trims.append((run, newest - size))
 
@@ -298,12 +351,12 @@ class Store:
             rows = self._reader.execute(
                 "SELECT data FROM runs WHERE ended=? ORDER BY updated DESC LIMIT ?",
                 (0 if active else 1, limit)).fetchall()
-        return [json.loads(row[0]) for row in rows]
+        return [decode(row[0]) for row in rows]
 
     def get_run(self, key: str) -> dict[str, Any] | None:
         with self._read_lock:
             row = self._reader.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return decode(row[0]) if row else None
 
     def list_runs(self, ended: bool | None, agent: str | None, limit: int) -> list[dict[str, Any]]:
         sql, args = "SELECT data FROM runs WHERE 1=1", list[object]()
@@ -317,7 +370,7 @@ class Store:
         args.append(limit)
         with self._read_lock:
             rows = self._reader.execute(sql, args).fetchall()
-        return [json.loads(row[0]) for row in rows]
+        return [decode(row[0]) for row in rows]
 
     def child_runs(self, parent: str, limit: int) -> list[dict[str, Any]]:
         """Stored runs whose ``parent_run`` is ``parent`` (a scan: read per detail request)."""
@@ -328,13 +381,13 @@ class Store:
                 "SELECT data FROM runs WHERE CASE WHEN json_valid(data) THEN "
                 "json_extract(data, '$.parent_run') END = ? "
                 "ORDER BY updated LIMIT ?", (parent, limit)).fetchall()
-        return [json.loads(row[0]) for row in rows]
+        return [decode(row[0]) for row in rows]
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         with self._read_lock:
             row = self._reader.execute("SELECT data FROM sessions WHERE id=?",
                                        (session_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return decode(row[0]) if row else None
 
     def session_ids(self) -> list[str]:
         with self._read_lock:
@@ -348,7 +401,7 @@ class Store:
             cursor = self._reader.execute(
                 "SELECT data FROM activity_chunks WHERE run=? ORDER BY last_seq DESC", (key,))
             for (data,) in cursor:  # newest chunk first, until enough entries are read
-                for item in json.loads(data):
+                for item in decode(data):
                     entries.setdefault(item[0], ActivityEntry(key, *item))
                 if len(entries) >= limit:
                     break
@@ -361,12 +414,7 @@ _UPSERT_SESSION = ("INSERT INTO sessions (id, updated, data) VALUES (?,?,?) ON C
 
 
 def _session_rows(sessions: Iterable[dict[str, Any]]) -> list[tuple[str, float, str]]:
-    return [(s["id"], float(s.get("updated_at") or 0.0), _dumps(s)) for s in sessions]
-
-
-def _dumps_list(items: list[tuple[Any, ...]]) -> str:
-    # an entry's only number is its span's end time (finite); nothing here may fail the write
-    return json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+    return [(s["id"], float(s.get("updated_at") or 0.0), encode_row(s)) for s in sessions]
 
 
 def _rollback(db: sqlite3.Connection) -> None:
