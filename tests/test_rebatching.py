@@ -239,8 +239,8 @@ OUT_OF_ORDER_MISREAD = {
     "haystack_native": 1, "haystack_oi": 1, "langchain_openinference": 6,
     "langchain_openllmetry": 8, "logfire_loop": 8, "openai_agents_oi": 10,
     "openai_agents_openlit": 14, "openai_agents_openllmetry": 20, "openai_agents_sdk": 28,
-    "openai_olm_loop": 6, "semantic_kernel_137_agent": 7, "semantic_kernel_agent": 7,
-    "smolagents_oi": 5,
+    "openai_olm_call_ids": 6, "openai_olm_loop": 6, "semantic_kernel_137_agent": 7,
+    "semantic_kernel_agent": 7, "smolagents_oi": 5,
 }
 
 

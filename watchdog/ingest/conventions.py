@@ -557,6 +557,16 @@ def _event_facts(events: Any) -> dict[str, object] | None:
     return facts
 
 
+# Where a span says which of the model's tool calls it executes (SpanRecord.tool_call_id): an
+# attribute (a tool span's convention, or a hand-traced span's generic one), else the span's
+# input JSON: its ``tool_call_id``/``call_id``, or the id of a tool call object at its top or
+# directly inside it (the loop traced the call as the model gave it). Read on tool spans and
+# spans of no kind; an input is parsed only when it is short and holds an id key.
+TOOL_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call_id", "tool_call.id", "call_id")
+TOOL_CALL_INPUT_KEYS = ("input", "input.value", "mlflow.spanInputs", "traceloop.entity.input")
+TOOL_CALL_ID_JSON_KEYS = ("tool_call_id", "call_id")
+MAX_CALL_INPUT_CHARS = 16 * 1024
+
 BUDGET_ATTRIBUTES = frozenset("watchdog.budget." + key for key in BUDGET_KEYS)
 
 WANTED_ATTRIBUTES = frozenset(
@@ -578,6 +588,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
     + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
     + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
+    + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
 ) | BUDGET_ATTRIBUTES
 # Where a number or a flag is read: a JSON-encoded one ("12", "true") is decoded to it.
 SCALAR_ATTRIBUTES = frozenset(
@@ -716,6 +727,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         _fill_tool(record, name, attrs)
         if record.kind is TOOL:
             record.unasked = unasked_tool(attrs)
+            record.tool_call_id = tool_call_id(attrs)
+    elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
+        record.tool_call_id = tool_call_id(attrs)
     elif kind is LLM:
         if span.events and _first(attrs, OUTCOME_KEYS) is None:
             attrs = _with_events(attrs, span.events)
@@ -943,6 +957,56 @@ def asked_tools(output_messages: object, key_values: Any) -> tuple[tuple[str, st
                         flat.setdefault(index, ["", ""])[slot] = text[:MAX_NAME_CHARS]
                     break
     return tuple((name, call_id) for name, call_id in flat.values() if name)
+
+
+def tool_call_id(attrs: Mapping[str, object]) -> str | None:
+    """The id of the model's tool call a span executes, where it says (see
+    :data:`TOOL_CALL_ID_KEYS`), at most ``MAX_NAME_CHARS``; None where it does not."""
+    for key in TOOL_CALL_ID_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str) and value:
+            return value[:MAX_NAME_CHARS]
+    for key in TOOL_CALL_INPUT_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str):
+            if len(value) > MAX_CALL_INPUT_CHARS or 'id"' not in value:
+                continue
+            try:
+                value = _load_json(value)
+            except ValueError:
+                continue
+        if isinstance(value, dict):
+            found = _input_call_id(value)
+            if found:
+                return found[:MAX_NAME_CHARS]
+    return None
+
+
+def _input_call_id(value: dict[str, Any]) -> str | None:
+    for key in TOOL_CALL_ID_JSON_KEYS:
+        found = value.get(key)
+        if isinstance(found, str) and found:
+            return found
+    if _is_tool_call(value):
+        return str(value["id"])
+    for child in value.values():
+        if isinstance(child, dict):
+            for key in TOOL_CALL_ID_JSON_KEYS:
+                found = child.get(key)
+                if isinstance(found, str) and found:
+                    return found
+            if _is_tool_call(child):
+                return str(child["id"])
+    return None
+
+
+def _is_tool_call(value: dict[str, Any]) -> bool:
+    """A tool call as a model API gives it: an id with a function (OpenAI's chat), or with a
+    name and arguments or input (Anthropic's tool_use, OpenAI's Responses)."""
+    call_id = value.get("id")
+    return isinstance(call_id, str) and bool(call_id) and (
+        isinstance(value.get("function"), dict)
+        or ("name" in value and ("arguments" in value or "input" in value)))
 
 
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:

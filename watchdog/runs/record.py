@@ -118,6 +118,9 @@ class SpanRecord:
     # MAX_ASKED_TOOLS: a span after it named after one of them (or carrying its id) is that
     # tool's execution, whatever attributes it carries
     asked_tools: tuple[tuple[str, str], ...] = ()
+    # The id of the model's tool call a tool span, or a span of no kind, says it executes (an
+    # attribute, or its input JSON): it answers that call, and no other when ids are known
+    tool_call_id: str | None = None
     # Set by the tracker: a span of no kind taken as the tool an asked tool call names
     named_tool: bool = False
 

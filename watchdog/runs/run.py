@@ -427,19 +427,25 @@ class RunState:
         self._asked = tuple(asked[-MAX_ASKED:])
 
     def asked_for(self, record: SpanRecord) -> str | None:
-        """The tool ``record``, a span of no kind, executed: one a model call that started
-        before it asked for, not yet answered by a tool call, its name the span's name or the
-        first or last word of it (an instrumentation that traces the tool with no GenAI
-        attributes: only its name, maybe generic input and output). None: none."""
+        """The tool ``record``, a span of no kind, executed: one a model call asked for, not
+        yet answered by a tool call — the call whose id the span carries, else one asked for
+        before it started, its name the span's name or the first or last word of it (an
+        instrumentation that traces the tool with no GenAI attributes: only its name, maybe
+        generic input and output). A span that carries an id answers no call asked for with
+        another id. None: none."""
         if not self._asked or record.creates_agent or record.workflow or record.final_answer \
                 or record.loop_end or record.run_frame or record.unasked \
                 or record.tool_name is not None:
             return None
-        name, start = record.name, record.start_ns
-        for tool, _, asked_at in self._asked:
+        name, start, call_id = record.name, record.start_ns, record.tool_call_id
+        if call_id:
+            for tool, asked_id, _ in self._asked:
+                if asked_id == call_id:
+                    return tool
+        for tool, asked_id, asked_at in self._asked:
             # the tool's name, alone or as the first or last word (Logfire names a span after
             # its message template: "lookup {key}")
-            if asked_at <= start and (
+            if asked_at <= start and not (call_id and asked_id) and (
                     name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ")
                     or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " ")):
                 return tool
@@ -459,9 +465,15 @@ class RunState:
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
         asked = self._asked
-        answered = -1  # the call it answered: the last asked for before it started (or any)
-        for index, (name, _, asked_at) in enumerate(asked):
-            if name == tool and (asked_at <= record.start_ns or answered < 0):
+        # the call it answered: the one with its id, else the last of its name asked for
+        # before it started (or any; none that has another id when it has one)
+        answered, call_id = -1, record.tool_call_id
+        for index, (name, asked_id, asked_at) in enumerate(asked):
+            if call_id and asked_id == call_id:
+                answered = index
+                break
+            if name == tool and not (call_id and asked_id) \
+                    and (asked_at <= record.start_ns or answered < 0):
                 answered = index
         if answered >= 0:
             self._asked = (*asked[:answered], *asked[answered + 1:])

@@ -31,8 +31,10 @@ Tool calls are also recognised by what the model asked for: a span of no kind af
 call that asked for a tool, named after that tool (alone, or as its first or last word) and not
 yet answered by a tool call, is that tool's execution, its exception a failed call
 (:meth:`RunState.asked_for <watchdog.runs.run.RunState.asked_for>`); in a trace of its own, it
-joins its agent's open run of loose calls. One exception seen on a failed span and on the span
-around it is counted once.
+joins its agent's open run of loose calls. A span that carries the call's id (an attribute, or
+in its input JSON) is matched by it, whatever its name: two calls of one tool are two calls,
+and a span named after the tool that carries another id answers none of them. One exception
+seen on a failed span and on the span around it is counted once.
 """
 
 from __future__ import annotations
