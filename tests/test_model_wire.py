@@ -341,3 +341,52 @@ def test_a_response_asking_only_for_the_answer_tool_is_the_answer() -> None:
         Call("call_8", "search", "{}"), Call("call_9", "final_answer", "{}")], 3, 4)
     assert (mixed.requested_tools, mixed.final_answer) == (True, False)
     assert state.handed == 1 and list(state.pending) == ["call_8"]
+
+
+WITH_ANSWER = Step(text="Looking.", tool_calls=(*THREE.tool_calls,
+                                                 ToolCall("final_answer", {"answer": "done"})))
+
+
+def sdk_snapshot(wire: Wire, stream: bytes) -> list[tuple[str, str | None]]:
+    """What the vendor's own SDK makes of a stream (its accumulator indexes the items or
+    blocks by the numbers in the events): each item's or block's type and tool name."""
+    events = [json.loads(event.data) for event in SSEReader().feed(stream)
+              if event.data and event.data != "[DONE]"]
+    if isinstance(wire, ResponsesWire):
+        from openai import omit
+        from openai._models import construct_type
+        from openai.lib.streaming.responses._responses import ResponseStreamState
+        from openai.types.responses import ResponseStreamEvent
+        state: Any = ResponseStreamState(input_tools=omit, text_format=omit)
+        for data in events:
+            state.handle_event(construct_type(type_=ResponseStreamEvent, value=data))
+        items = state._completed_response.output if state._completed_response else []
+        added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
+        assert added == list(range(len(added))), added  # what the SDK indexes by
+        numbers = [e["sequence_number"] for e in events if "sequence_number" in e]
+        if numbers:  # numbered: without a gap
+            assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
+        return [(item.type, getattr(item, "name", None)) for item in items]
+    from anthropic._models import construct_type as construct
+    from anthropic.lib.streaming._messages import accumulate_event
+    from anthropic.types import RawMessageStreamEvent
+    snapshot: Any = None
+    buffers: dict[int, bytes] = {}
+    for data in events:
+        snapshot = accumulate_event(event=construct(type_=RawMessageStreamEvent, value=data),
+                                    current_snapshot=snapshot, json_bufs=buffers)
+    return [(block.type, getattr(block, "name", None)) for block in snapshot.content]
+
+
+@pytest.mark.parametrize(("wire", "make"), STREAMS[1:])
+@pytest.mark.parametrize("keep", [0, 1, 3])
+def test_a_trimmed_stream_reads_right_in_the_vendors_sdk(wire: Wire, make: Any,
+                                                        keep: int) -> None:
+    """Calls past ``keep`` left out, the final-answer call after them kept, and the SDK's own
+    accumulator (which indexes by ``output_index`` / ``index``) sees every item in place."""
+    _, out = feed(wire, make(WITH_ANSWER), 11, keep)
+    seen = sdk_snapshot(wire, out)
+    calls = [name for kind, name in seen if kind in ("function_call", "tool_use")]
+    assert calls == [*["a", "b", "c"][:keep], "final_answer"]
+    assert sdk_snapshot(wire, make(WITH_ANSWER)) == sdk_snapshot(wire, feed(wire, make(
+        WITH_ANSWER), 11, None)[1])

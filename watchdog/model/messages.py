@@ -25,6 +25,7 @@ from watchdog.model.wire import (
     anchor_of,
     append_text,
     clipped,
+    closed_up,
     dumps,
     json_data,
     sse,
@@ -236,7 +237,8 @@ class MessagesAccumulator:
 
 class MessagesTrimmer:
     """Leaves out the events of ``tool_use`` blocks past ``keep`` (they come after the text),
-    and says ``end_turn`` instead of ``tool_use`` when none is left."""
+    closes up the index of the blocks after them (a final-answer block is kept), and says
+    ``end_turn`` instead of ``tool_use`` when none is left."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
@@ -254,13 +256,17 @@ class MessagesTrimmer:
             if isinstance(block, dict) and block.get("type") == "tool_use":
                 if is_answer_tool(block.get("name")):
                     self._answers += 1
-                    return event.raw
-                self._uses += 1
-                if self._uses > self.keep:
-                    self._dropped.add(index)
-                    return b""
-        elif kind in ("content_block_delta", "content_block_stop") and index in self._dropped:
-            return b""
+                else:
+                    self._uses += 1
+                    if self._uses > self.keep:
+                        self._dropped.add(index)
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop") \
+                and isinstance(index, int):
+            if index in self._dropped:
+                return b""
+            if (moved := closed_up(index, self._dropped)) != index:
+                data["index"] = moved
+                return sse(data, event.name)
         elif kind == "message_delta" and self.keep == 0 and self._dropped \
                 and not self._answers:
             delta = data.get("delta")

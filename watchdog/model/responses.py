@@ -26,6 +26,7 @@ from watchdog.model.wire import (
     anchor_of,
     append_text,
     clipped,
+    closed_up,
     json_data,
     sse,
     text_of,
@@ -207,13 +208,15 @@ class ResponsesAccumulator:
 
 class ResponsesTrimmer:
     """Leaves out the events of ``function_call`` items past ``keep`` and those items from
-    the final response object."""
+    the final response object; the items after them and the events' ``sequence_number``
+    closed up, so what is passed on is numbered without gaps."""
 
     def __init__(self, wire: ResponsesWire, keep: int) -> None:
         self.wire = wire
         self.keep = keep
         self._calls = 0
         self._dropped: set[int] = set()
+        self._skipped = 0  # events left out: the later sequence numbers move down by as many
 
     def rewrite(self, event: Event) -> bytes:
         data = json_data(event)
@@ -227,10 +230,15 @@ class ResponsesTrimmer:
                 self._calls += 1
                 if self._calls > self.keep:
                     self._dropped.add(index)
-                    return b""
-        elif isinstance(index, int) and index in self._dropped:
+        if isinstance(index, int) and index in self._dropped:
+            self._skipped += 1
             return b""
-        elif kind in DONE_EVENTS and isinstance(data.get("response"), dict) \
-                and self.wire.trim(data["response"], self.keep):
-            return sse(data, event.name)
-        return event.raw
+        changed = False
+        if kind in DONE_EVENTS and isinstance(data.get("response"), dict):
+            changed = self.wire.trim(data["response"], self.keep)
+        if isinstance(index, int) and (moved := closed_up(index, self._dropped)) != index:
+            data["output_index"], changed = moved, True
+        sequence = data.get("sequence_number")
+        if self._skipped and isinstance(sequence, int):
+            data["sequence_number"], changed = sequence - self._skipped, True
+        return sse(data, event.name) if changed else event.raw

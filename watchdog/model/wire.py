@@ -211,6 +211,12 @@ def sse(data: object, name: str | None = None) -> bytes:
     return head + b"data: " + body + b"\n\n"
 
 
+def closed_up(index: int, dropped: set[int]) -> int:
+    """The index an item keeps once the ``dropped`` ones before it are left out: what is
+    passed on stays numbered 0, 1, 2, … (clients' stream accumulators index by it)."""
+    return index - sum(1 for gone in dropped if gone < index)
+
+
 def json_data(event: Event) -> dict[str, Any] | None:
     """An event's data as a JSON object (None: none, ``[DONE]``, or not an object)."""
     if event.data is None or event.data == "[DONE]":
