@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.workload import batches
@@ -154,6 +155,7 @@ def collections(metrics_port: int) -> dict[str, float]:
             for sample in family.samples if sample.name.endswith("_total")}
 
 
+@pytest.mark.timeout(600)  # 61,440 spans: on a machine shared with other tests, minutes
 def test_the_served_process_runs_no_full_collection_under_load(tmp_path: Path) -> None:
     """``watchdog serve`` as deployed: a load that makes hundreds of young collections (and,
     with CPython's defaults, full ones over a thousand open runs) pauses for no full one."""
