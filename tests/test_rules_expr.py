@@ -21,11 +21,10 @@ from watchdog.rules.signals import (
     BUDGET_SCHEMA,
     RUN_SCHEMA,
     SESSION_SCHEMA,
-    MapOf,
-    Maybe,
     run_activation,
     session_activation,
 )
+from watchdog.runs.catalogue import MapOf, Maybe
 from watchdog.runs.record import BUDGET_KEYS, KeySource
 from watchdog.runs.run import RunState
 

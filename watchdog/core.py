@@ -44,6 +44,7 @@ from watchdog.sessions import SessionBook
 from watchdog.sync import STOP_GRACE, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
+SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
 
 
 @dataclass(slots=True)

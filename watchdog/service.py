@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from watchdog import logs
 from watchdog.clock import Clock, SystemClock
 from watchdog.config import Config
-from watchdog.core import RECENT_STEPS, Core, Decided, Step
+from watchdog.core import RECENT_STEPS, SESSION_CHANGED, Core, Decided, Step
 from watchdog.directives.model import Directive
 from watchdog.errors import NotFound
 from watchdog.ingest.decode import ExportTraceServiceRequest
@@ -47,7 +47,6 @@ MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged o
 INGEST_SLICE = 32  # spans applied between two yields to the event loop
 EVAL_SLICE = 50  # runs whose timed rules are evaluated between two yields to the event loop
 
-SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
 
 
 class Observer(Protocol):

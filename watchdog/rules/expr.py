@@ -37,15 +37,8 @@ from cel_expr_python.ext import ext_math, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, struct_pb2, wrappers_pb2
 
 from watchdog.rules.fast import FastCondition, compile_fast
-from watchdog.rules.signals import (
-    SCHEMAS,
-    TIME_DEPENDENT,
-    FieldType,
-    MapOf,
-    Maybe,
-    Schema,
-    field_names,
-)
+from watchdog.rules.signals import SCHEMAS, TIME_DEPENDENT, field_names
+from watchdog.runs.catalogue import FieldType, MapOf, Maybe, Schema
 
 PACKAGE = "watchdog.rules"
 MAX_DECIMALS = 6  # doubles in messages: at most this many decimals, never an exponent
@@ -126,7 +119,13 @@ def _extensions() -> list[cel.CelExtensionBase]:
     return [ext_strings.ExtStrings(), ext_math.ExtMath()]
 
 
-def _checker(omit: dict[str, frozenset[str]], struct_paths: dict[str, str]) -> cel.Env:
+def checker(schemas: dict[str, Schema], omit: dict[str, frozenset[str]] | None = None,
+            struct_paths: dict[str, str] | None = None) -> cel.Env:
+    """The checking environment declaring ``schemas`` (variable -> schema; :data:`SCHEMAS` for
+    rules) without the fields in ``omit``; ``struct_paths`` collects each declared message's
+    variable path."""
+    omit = omit if omit is not None else {}
+    struct_paths = struct_paths if struct_paths is not None else {}
     pool = descriptor_pool.DescriptorPool()
     for module in (wrappers_pb2, struct_pb2):
         file_proto = descriptor_pb2.FileDescriptorProto()
@@ -135,10 +134,10 @@ def _checker(omit: dict[str, frozenset[str]], struct_paths: dict[str, str]) -> c
     schema_file = descriptor_pb2.FileDescriptorProto(
         name="watchdog_rules_signals.proto", package=PACKAGE, syntax="proto3",
         dependency=["google/protobuf/wrappers.proto", "google/protobuf/struct.proto"])
-    for variable, schema in SCHEMAS.items():
+    for variable, schema in schemas.items():
         _add_message(schema_file.message_type, variable, schema, omit, struct_paths)
     pool.Add(schema_file)
-    variables = {v: cel.Type(f"{PACKAGE}.{_type_name(v)}") for v in SCHEMAS}
+    variables = {v: cel.Type(f"{PACKAGE}.{_type_name(v)}") for v in schemas}
     return cel.NewEnv(pool, variables=variables, extensions=_extensions())
 
 
@@ -147,8 +146,8 @@ class _Envs:
 
     def __init__(self) -> None:
         self.struct_paths: dict[str, str] = {}  # "watchdog.rules.Run.Budget" -> "run.budget"
-        self.checker = _checker({}, self.struct_paths)
-        self.timeless = _checker(TIME_DEPENDENT, {})
+        self.checker = checker(SCHEMAS, {}, self.struct_paths)
+        self.timeless = checker(SCHEMAS, TIME_DEPENDENT)
         self.runtime = cel.NewEnv(variables={v: _MAP_DYN for v in SCHEMAS},
                                   extensions=_extensions())
 

@@ -9,9 +9,10 @@ known without CEL), reading only the attributes it names.
 
 Theory of operation
 -------------------
-* Known atoms: the fields of :data:`RUN_FIELDS` (counters, flags and time signals, read from
-  the RunState as its ``signals()`` reads them), int, double and bool literals, and the six
-  comparisons between them. ``&&``, ``||``, ``!`` and parentheses combine them.
+* Known atoms: the fields of :data:`RUN_FIELDS` (the catalogue's ints, doubles and bools:
+  counters, flags and time signals, read from the RunState by the catalogue's ``read``, as
+  ``signals()`` reads them), int, double and bool literals, and the six comparisons between
+  them. ``&&``, ``||``, ``!`` and parentheses combine them.
 * Any other operand of ``&&``, ``||`` or ``!`` — a budget, the session, a string, arithmetic,
   a function, a macro — is *unknown*. CEL's logical operators are commutative over
   errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
@@ -31,21 +32,20 @@ Theory of operation
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-# Signals read from the RunState as RunState.signals() reads them (never absent), by the code
-# that reads them: an int, a bool or (the time signals) a double.
-RUN_FIELDS: dict[str, str] = {
-    **{name: f"run.{name}" for name in (
-        "iterations", "tool_calls", "messages", "input_tokens", "output_tokens", "total_tokens",
-        "errors", "consecutive_errors", "repeated_error", "repeated_tool_call",
-        "repeated_tool_result", "cycle_repeats", "has_final_answer", "ended")},
-    "in_flight": "run.calls_in_flight()",
-    "elapsed_seconds": "float(run.elapsed_seconds(now))",
-    "idle_seconds": "float(run.idle_seconds(now))",
-    "in_flight_seconds": "float(run.in_flight_seconds(now))",
-}
+from watchdog.runs.catalogue import NAMESPACE, RUN_SIGNALS, Signal
+
+
+def fast_fields(signals: Iterable[Signal] = RUN_SIGNALS) -> dict[str, str]:
+    """The signals compared here (never absent: an int, a double or a bool), each with the
+    code that reads it from the run (the catalogue's ``read``, as RunState.signals() reads it)."""
+    return {signal.name: signal.read for signal in signals
+            if signal.type is int or signal.type is float or signal.type is bool}
+
+
+RUN_FIELDS: dict[str, str] = fast_fields()
 
 FastCondition = Callable[[Any, float], "bool | None"]  # (run, now)
 
@@ -64,22 +64,21 @@ class _Unsupported(Exception):
     """Not decided here at all: CEL alone evaluates the condition."""
 
 
-def compile_fast(source: str) -> FastCondition | None:
+def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCondition | None:
     """A Python function of a run deciding ``source`` as CEL does (``None``: not known without
     CEL), or None when nothing of ``source`` can be decided here. ``source`` must already have
-    passed the CEL checker as a condition."""
+    passed the CEL checker as a condition; ``fields``: see :func:`fast_fields`."""
     try:
         tokens = _tokens(source)
         # a ternary has the lowest precedence: splitting at the && or || before its ? is wrong
-        code, _partial = _Compiler(tokens, splittable="?" not in tokens).expression(
+        code, _partial = _Compiler(tokens, "?" not in tokens, fields).expression(
             0, len(tokens))
     except _Unsupported:
         return None
     if code == _UNKNOWN:
         return None  # nothing known: asking would only cost time
     # (a known condition is a bool: the checker only lets bool conditions in)
-    namespace: dict[str, Any] = {"__builtins__": {}, "_and": _and, "_or": _or, "_not": _not,
-                                 "float": float}
+    namespace: dict[str, Any] = {**NAMESPACE, "_and": _and, "_or": _or, "_not": _not}
     function: FastCondition = eval(f"lambda run, now: {code}", namespace)
     return function
 
@@ -141,9 +140,10 @@ class _Compiler:
     member access. Each method compiles ``tokens[lo:hi]`` to Python code and says whether that
     code may be unknown (``None``)."""
 
-    def __init__(self, tokens: list[str], splittable: bool) -> None:
+    def __init__(self, tokens: list[str], splittable: bool, fields: Mapping[str, str]) -> None:
         self.tokens = tokens
         self.splittable = splittable  # unknown parts allowed (no string, no top-level ?:)
+        self.fields = fields
 
     def _depths(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """Each index of ``tokens[lo:hi]`` with the bracket depth after its token (0: outside
@@ -222,8 +222,8 @@ class _Compiler:
         number = tokens[1:] if first == "-" else tokens
         if len(number) == 1 and (value := _number(number[0])) is not None:
             return repr(-value if first == "-" else value), False
-        if len(tokens) == 3 and first == "run" and tokens[1] == "." and tokens[2] in RUN_FIELDS:
-            return RUN_FIELDS[tokens[2]], False
+        if len(tokens) == 3 and first == "run" and tokens[1] == "." and tokens[2] in self.fields:
+            return self.fields[tokens[2]], False
         return self._unknown()
 
     def _closing(self, lo: int) -> int:

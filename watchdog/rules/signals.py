@@ -1,10 +1,12 @@
 """The rule vocabulary (DESIGN §4): the declared schema of the CEL variables run and session.
 
-This is the one place that says which fields a rule may use and of what type. The CEL checker is
-built from it (:mod:`watchdog.rules.expr`), so a rule that names an unknown field or compares a
-string with a number is refused at load; the activation a rule is evaluated against is built by
-:func:`run_activation` / :func:`session_activation` from :meth:`RunState.signals` and the session
-mapping, and a test holds the two sides together.
+This is the one place that says which fields a rule may use and of what type. ``run`` is the
+signal catalogue (:data:`~watchdog.runs.catalogue.RUN_SIGNALS`); ``session`` is declared here.
+The CEL checker is built from :data:`SCHEMAS` (:mod:`watchdog.rules.expr`), so a rule that names
+an unknown field or compares a string with a number is refused at load; the activation a rule is
+evaluated against is built by :func:`run_activation` / :func:`session_activation` from
+:meth:`RunState.signals` (read by the same catalogue) and the session mapping, and a test holds
+the two sides together.
 
 Types are Python types: ``int`` is CEL ``int``, ``float`` is ``double``, a nested ``dict`` is a
 struct, :class:`MapOf` an open map, and :class:`Maybe` a field that may be absent (a budget that is
@@ -13,72 +15,36 @@ not known) — rules test those with ``has(run.budget.max_tool_calls)``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
+from watchdog.runs.catalogue import (
+    BUDGET_SCHEMA,
+    BUDGET_TIMED,
+    RUN_SIGNALS,
+    FieldType,
+    Maybe,
+    Schema,
+    Signal,
+)
 
-@dataclass(frozen=True, slots=True)
-class Maybe:
-    """A field that is absent when unknown (``has()`` tells)."""
-
-    type: type
-
-
-@dataclass(frozen=True, slots=True)
-class MapOf:
-    """An open map (arbitrary keys), e.g. ``run.tools``: tool name -> count."""
-
-    key: type
-    value: type
-
-
-FieldType: TypeAlias = "type | Maybe | MapOf | dict[str, FieldType]"
-Schema: TypeAlias = "dict[str, FieldType]"
-
-# Counts are CEL ints (``remaining_tool_calls <= 3``); only seconds are doubles.
-BUDGET_SCHEMA: Schema = {
-    "max_tool_calls": Maybe(int),
-    "remaining_tool_calls": Maybe(int),
-    "max_iterations": Maybe(int),
-    "remaining_iterations": Maybe(int),
-    "max_seconds": Maybe(float),
-    "remaining_seconds": Maybe(float),
-    "max_tokens": Maybe(int),
-    "remaining_tokens": Maybe(int),
-}
 BUDGET_INT_KEYS = frozenset(k for k, t in BUDGET_SCHEMA.items()
                             if isinstance(t, Maybe) and t.type is int)
 
-RUN_SCHEMA: Schema = {
-    "id": str,
-    "agent": str,
-    "session": str,
-    "trace_id": str,
-    "iterations": int,
-    "tool_calls": int,
-    "tools": MapOf(str, int),
-    "messages": int,
-    "input_tokens": int,
-    "output_tokens": int,
-    "total_tokens": int,
-    "errors": int,
-    "consecutive_errors": int,
-    "last_error": str,
-    "repeated_error": int,
-    "repeated_tool_call": int,
-    "repeated_tool_result": int,
-    "cycle_repeats": int,
-    "elapsed_seconds": float,
-    "idle_seconds": float,
-    "in_flight": int,
-    "in_flight_seconds": float,
-    "budget": BUDGET_SCHEMA,
-    "has_final_answer": bool,
-    "finish_reason": str,
-    "ended": bool,
-}
+
+def run_schema(signals: Iterable[Signal] = RUN_SIGNALS) -> Schema:
+    """The declared fields of ``run``: each signal's name and type."""
+    return {signal.name: signal.type for signal in signals}
+
+
+def time_dependent(signals: Iterable[Signal] = RUN_SIGNALS) -> dict[str, frozenset[str]]:
+    """The signals that change while nothing happens, by struct (see :data:`TIME_DEPENDENT`)."""
+    return {"run": frozenset(signal.name for signal in signals if signal.timed),
+            "run.budget": BUDGET_TIMED}
+
+
+RUN_SCHEMA: Schema = run_schema()
 
 SESSION_SCHEMA: Schema = {
     "id": str,
@@ -95,27 +61,20 @@ SCHEMAS: dict[str, Schema] = {"run": RUN_SCHEMA, "session": SESSION_SCHEMA}
 
 # Signals that change while nothing happens: a rule reading one of these (or waiting out a
 # ``for``) must be re-evaluated on a timer, every other rule only when a run changes.
-TIME_DEPENDENT: dict[str, frozenset[str]] = {
-    "run": frozenset({"elapsed_seconds", "idle_seconds", "in_flight_seconds"}),
-    "run.budget": frozenset({"remaining_seconds"}),
-}
+TIME_DEPENDENT: dict[str, frozenset[str]] = time_dependent()
 
-DEFAULT_SESSION: dict[str, Any] = {
-    "id": "", "runs": 0, "checkpoints": 0, "zero_progress": False, "zero_progress_streak": 0,
-    "run_checkpoints": 0,
-}
+_SESSION_CASTS: dict[str, Any] = dict(SESSION_SCHEMA)  # each type converts a value to it
+DEFAULT_SESSION: dict[str, Any] = {key: cast() for key, cast in _SESSION_CASTS.items()}
 
 
 def run_activation(signals: dict[str, Any]) -> dict[str, Any]:
-    """``RunState.signals()`` as the CEL ``run`` variable: budget counts as ints, seconds as
-    floats (CEL does not mix int and double in arithmetic). Mutates and returns ``signals``."""
+    """``RunState.signals()`` as the CEL ``run`` variable: the budget's counts as ints, its
+    seconds as floats (CEL does not mix int and double in arithmetic; the other signals are
+    read as CEL takes them). Mutates and returns ``signals``."""
     budget = signals["budget"]
     if budget:
         signals["budget"] = {k: (int(v) if k in BUDGET_INT_KEYS else float(v))
                              for k, v in budget.items()}
-    signals["elapsed_seconds"] = float(signals["elapsed_seconds"])
-    signals["idle_seconds"] = float(signals["idle_seconds"])
-    signals["in_flight_seconds"] = float(signals["in_flight_seconds"])
     return signals
 
 
@@ -134,11 +93,6 @@ def session_activation(session: Mapping[str, Any] | None) -> dict[str, Any]:
             with suppress(TypeError, ValueError):  # a bad value reads as the default
                 values[key] = cast(value)
     return values
-
-
-_SESSION_CASTS: dict[str, Any] = {"id": str, "runs": int, "checkpoints": int,
-                                  "zero_progress": bool, "zero_progress_streak": int,
-                                  "run_checkpoints": int}
 
 
 def field_names(path: str) -> list[str]:

@@ -1,9 +1,13 @@
 """Rule unit tests: ``watchdog rules test FILE...``, the rule author's ``promtool test rules``.
 
-A test file drives one synthetic run per test through the real pure core — span records into a
-:class:`RunTracker`, the :class:`RuleEngine` evaluated after every step at ``start + at`` — and
-compares the decisions with what the test expects. Every decision must be expected and every
-expectation met; the diff says which are missing and which were not expected. Format::
+A test file drives one synthetic run per test through the sidecar's own core
+(:class:`~watchdog.core.Core`, with a :class:`RunTracker`, the :class:`RuleEngine` and a
+:class:`SessionBook`) at ``start + at``, each step as the sidecar drives it: a span step is an
+export request's batch (the rules reading a signal it moved are evaluated), a heartbeat a client
+heartbeat, a session step a checkpoint (the rules reading ``session``), a tick the timer (timed
+rules, then expiry). The decisions are compared with what the test expects. Every decision must
+be expected and every expectation met; the diff says which are missing and which were not
+expected. Format::
 
     rule_files: [my-rules.yaml]     # relative to this file; absent: the default pack alone
     include_default: true           # load the default pack before rule_files (default true)
@@ -29,28 +33,32 @@ marks a final answer) and ``error``; ``tool`` takes ``args`` (identical argument
 order, are the same call), ``result`` and ``error`` (``{type, message}``; ids, numbers and paths in
 the message are masked, so "disk /tmp/a full" and "disk /tmp/b full" are the same error); any span
 step takes ``duration`` (seconds, default 0). ``end`` takes ``final_answer``, ``output``,
-``finish_reason`` and ``error``. A decision with a ``terminal_state`` is applied to the run, as the
-sidecar does. Expectations match on ``step`` (the 0-based index of the step after which the
-decision fired) and ``rule``, and optionally ``action``, ``severity``, ``terminal_state``,
-``escalation`` (grace ran out) and ``message`` (a substring).
+``finish_reason`` and ``error``. A decision with a ``terminal_state`` is applied to the run by
+the core, as in the sidecar. Expectations match on ``step`` (the 0-based index of the step after
+which the decision fired) and ``rule``, and optionally ``action``, ``severity``,
+``terminal_state``, ``escalation`` (grace ran out) and ``message`` (a substring).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from watchdog.core import SESSION_CHANGED, Core, Step
 from watchdog.ingest.conventions import ANSWER_FINISH_REASONS, canonical_arguments, stable_hash
 from watchdog.ingest.redact import mask
-from watchdog.rules.decision import Decision, forced_state
+from watchdog.rules.decision import Decision
 from watchdog.rules.engine import RuleEngine
 from watchdog.rules.pack import RulePackError, RuleSet, load_rules
-from watchdog.rules.testfile import RuleTest, Step, read_test_file
+from watchdog.rules.testfile import RuleTest, read_test_file
+from watchdog.rules.testfile import Step as TestStep
 from watchdog.rules.yamldoc import suggest
 from watchdog.runs.record import KeySource, SpanKind, SpanRecord
-from watchdog.runs.run import NS, RunState
+from watchdog.runs.run import NS
 from watchdog.runs.tracker import RunTracker
+from watchdog.sessions import SessionBook, SessionState
 
 START = 1_700_000_000.0  # the synthetic runs' wall-clock origin (seconds)
 
@@ -77,9 +85,10 @@ class _SyntheticRun:
         self.test = test
         self.key = key
         self.trace_id = stable_hash(key).to_bytes(8, "big", signed=True).hex() * 2
+        self.session: str | None = (test.session or {}).get("id") or None
         self.spans = 0
 
-    def record(self, step: Step) -> SpanRecord:
+    def record(self, step: TestStep) -> SpanRecord:
         self.spans += 1
         end_ns = int((START + step.at) * NS)
         start_ns = end_ns - int(step.duration * NS)
@@ -88,7 +97,7 @@ class _SyntheticRun:
             run_key=self.key, key_source=KeySource.WATCHDOG, trace_id=self.trace_id,
             span_id=f"{self.spans:016x}", parent_span_id="ffffffffffffffff",
             name=step.kind, kind=SpanKind.OTHER, start_ns=start_ns, end_ns=end_ns,
-            agent=self.test.agent, session=(self.test.session or {}).get("id") or None,
+            agent=self.test.agent, session=self.session,
             budget=dict(self.test.budget) if self.test.budget else None)
         if step.kind == "llm":
             record.kind = SpanKind.LLM
@@ -132,37 +141,39 @@ def _as_text(value: object) -> str:
 
 
 def run_test(ruleset: RuleSet, test: RuleTest, key: str = "test-run") -> TestResult:
-    """Drive ``test`` through a tracker and an engine; compare decisions with expectations."""
-    tracker = RunTracker()
+    """Drive ``test`` through the sidecar's core; compare decisions with expectations."""
     engine = RuleEngine(ruleset)
+    sessions = SessionBook(lambda _session_id: None)  # nothing stored: the test says it all
+    core = Core(RunTracker(), sessions, engine)
     synthetic = _SyntheticRun(test, key)
-    session: dict[str, Any] | None = dict(test.session) if test.session is not None else None
+    session = _test_session(test, sessions, key)
+    if session is not None:
+        synthetic.session = session.id
     fired: list[tuple[int, Decision]] = []
-    run: RunState | None = None
+    rule_errors: Counter[str] = Counter()
     for step in test.steps:
         now = START + step.at
-        timed_only = False
-        if step.kind == "tick":
-            timed_only = True
+        if step.kind == "tick":  # the sidecar's timer
+            result = Step()
+            core.evaluate(list(core.tracker.active()), now, result, timed_only=True)
+            core.expire(now, result)  # abandoned: silent for longer than run_end_timeout
         elif step.kind == "heartbeat":
-            tracker.heartbeat(key, step.data.get("messages") or 0, now)
-        elif step.kind == "session":
-            session = {**(session or {}), **step.data}
+            _run, result = core.heartbeat(key, step.data.get("messages") or 0, now)
+        elif step.kind == "session":  # a checkpoint changed the session
+            assert session is not None  # (a test with a session step has one)
+            _update_session(session, key, step.data)
+            result = Step()
+            run = core.tracker.get(key)
+            if run is not None and not run.ended:
+                core.evaluate([run], now, result, changed=SESSION_CHANGED)
         else:
-            tracker.apply([synthetic.record(step)], now)
-        run = tracker.get(key)
-        if run is None:
-            continue
-        for decision in engine.evaluate(run, now, session, timed_only=timed_only):
-            fired.append((step.index, decision))
-            forced = forced_state(decision.action, decision.terminal_state)
-            if forced is not None:
-                run.force(forced, decision.rule)
-        if step.kind == "tick" and run in tracker.expire(now):
-            engine.forget(key)  # abandoned: silent for longer than run_end_timeout
-        if run.ended:
-            engine.forget(key)
+            result = core.apply([synthetic.record(step)], now)
+        if result.failures:
+            raise result.failures[0].error
+        fired += [(step.index, decided.decision) for decided in result.decisions]
+        rule_errors.update(result.rule_errors)
     failures = _compare(test, fired, ruleset)
+    run = core.tracker.get(key)
     terminal = None
     if run is not None:
         terminal = run.terminal_state if run.ended else run.forced_state
@@ -171,8 +182,28 @@ def run_test(ruleset: RuleSet, test: RuleTest, key: str = "test-run") -> TestRes
         if got != test.expect_terminal_state:
             failures.append(f"terminal state: expected {test.expect_terminal_state}, got {got}")
     notes = [f"rule {name} failed to evaluate {count} times (last: "
-             f"{engine.last_errors.get(name, '?')})" for name, count in engine.errors.items()]
+             f"{engine.last_errors.get(name, '?')})" for name, count in rule_errors.items()]
     return TestResult(test, fired, failures, notes)
+
+
+def _test_session(test: RuleTest, sessions: SessionBook, key: str) -> SessionState | None:
+    """The run's session as the test gives it (None: the test gives none). A test that gives
+    session fields but no id has a session with id "", as a rule sees a run without one."""
+    if test.session is None and not any(step.kind == "session" for step in test.steps):
+        return None
+    values = dict(test.session or {})
+    session = sessions.get_or_create(values.get("id") or "")
+    session.recent_runs[key] = 0  # the run is known to it: seeing the run counts no new one
+    _update_session(session, key, values)
+    return session
+
+
+def _update_session(session: SessionState, key: str, values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        if name == "run_checkpoints":  # checkpoints during the run being evaluated
+            session.recent_runs[key] = value
+        else:
+            setattr(session, name, value)
 
 
 def _compare(test: RuleTest, fired: list[tuple[int, Decision]], ruleset: RuleSet) -> list[str]:

@@ -5,51 +5,59 @@ the spans are folded in, asks :func:`changed_signals` what moved. Most spans mov
 no rule reads (a new, distinct tool call changes ``tool_calls`` but not ``repeated_tool_call``),
 so most spans cost no CEL evaluation at all. Time signals (elapsed, idle) are not compared: they
 change with time alone, and the rules reading them run on the timer.
+
+What is compared comes from the signal catalogue: the snapshot is every distinct expression of
+the signals' ``moves_with`` and ``with_budget`` (:mod:`watchdog.runs.catalogue`), read by one
+generated function.
 """
 
 from __future__ import annotations
 
-from operator import attrgetter
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from watchdog.runs.catalogue import RUN_SIGNALS, Signal, compiled
 from watchdog.runs.run import RunState
 
-# Signals read straight from a RunState attribute of the same name.
-_PLAIN = ("iterations", "tool_calls", "messages", "input_tokens", "output_tokens", "errors",
-          "consecutive_errors", "last_error", "repeated_error", "repeated_tool_call",
-          "repeated_tool_result", "cycle_repeats", "finish_reason", "has_final_answer", "ended",
-          "agent_name", "session")
-_RENAMED = {"agent_name": "agent"}  # attribute -> signal name
-# Signals that move whenever another one does.
-_FOLLOWERS = {"tool_calls": ("tools",), "input_tokens": ("total_tokens",),
-              "output_tokens": ("total_tokens",)}
-# A known budget's remaining_* move with these.
-_BUDGET_USES = frozenset({"tool_calls", "iterations", "input_tokens", "output_tokens"})
-
-# attribute -> the signals that change with it
-_CHANGES = {name: (_RENAMED.get(name, name), *_FOLLOWERS.get(name, ())) for name in _PLAIN}
+Snapshot = tuple[Any, ...]
 _NOTHING: frozenset[str] = frozenset()
 
-Snapshot = tuple[Any, ...]
-_read_plain = attrgetter(*_PLAIN)  # one C call for all of them
+
+class ChangeDetector:
+    """Snapshots and their comparison for a set of signals."""
+
+    __slots__ = ("_budgeted", "_moves", "snapshot")
+
+    def __init__(self, signals: Iterable[Signal]) -> None:
+        signals = tuple(signals)
+        watched = list(dict.fromkeys(expression for signal in signals
+                                     for expression in (*signal.moves_with, *signal.with_budget)))
+        # one tuple of every watched value (cheap: attribute reads in one generated function)
+        self.snapshot: Callable[[RunState], Snapshot] = compiled(
+            f"lambda run: ({', '.join(watched)},)")
+        # per watched value, the signals it moves always / while the run has a budget
+        self._moves = tuple(tuple(s.name for s in signals if expression in s.moves_with)
+                            for expression in watched)
+        self._budgeted = tuple(tuple(s.name for s in signals if expression in s.with_budget)
+                               for expression in watched)
+
+    def changed(self, before: Snapshot, run: RunState, has_budget: bool) -> frozenset[str]:
+        """The ``run.*`` signals that differ between ``before`` and ``run`` now. ``has_budget``:
+        whether the run has any budget (announced or from a rule pack) whose remaining_* follow
+        its usage."""
+        after = self.snapshot(run)
+        if before == after:
+            return _NOTHING
+        changed: set[str] = set()
+        for moves, budgeted, old, new in zip(self._moves, self._budgeted, before, after,
+                                             strict=True):
+            if old != new:
+                changed.update(moves)
+                if has_budget:
+                    changed.update(budgeted)
+        return frozenset(changed)
 
 
-def snapshot(run: RunState) -> Snapshot:
-    """The values :func:`changed_signals` compares (cheap: a tuple of attribute reads)."""
-    return (*_read_plain(run), tuple(run.budget.items()))
-
-
-def changed_signals(before: Snapshot, run: RunState, has_budget: bool) -> frozenset[str]:
-    """The ``run.*`` signals that differ between ``before`` and ``run`` now. ``has_budget``:
-    whether the run has any budget (announced or from a rule pack) whose remaining_* follow
-    its usage."""
-    after = snapshot(run)
-    if before == after:
-        return _NOTHING
-    changed: set[str] = set()
-    for name, old, new in zip(_PLAIN, before, after, strict=False):  # (budget items: below)
-        if old != new:
-            changed.update(_CHANGES[name])
-    if before[-1] != after[-1] or (has_budget and not _BUDGET_USES.isdisjoint(changed)):
-        changed.add("budget")
-    return frozenset(changed)
+_RUN = ChangeDetector(RUN_SIGNALS)
+snapshot = _RUN.snapshot  # the values changed_signals compares
+changed_signals = _RUN.changed

@@ -16,6 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from watchdog.bounds import budget_limit, plain_number
+from watchdog.runs.catalogue import reader
 from watchdog.runs.record import (
     AGENT,
     BUDGET_KEYS,
@@ -693,35 +694,9 @@ class RunState:
         return view
 
     def signals(self, now: float, default_budget: dict[str, float] | None = None) -> dict[str, Any]:
-        """The ``run`` object of DESIGN §4 (also the API's ``signals``)."""
-        return {
-            "id": self.key,
-            "agent": self.agent_name,
-            "session": self.session or "",
-            "trace_id": self.trace_id,
-            "iterations": self.iterations,
-            "tool_calls": self.tool_calls,
-            "tools": dict(self.tools),
-            "messages": self.messages,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
-            "errors": self.errors,
-            "consecutive_errors": self.consecutive_errors,
-            "last_error": self.last_error or "",
-            "repeated_error": self.repeated_error,
-            "repeated_tool_call": self.repeated_tool_call,
-            "repeated_tool_result": self.repeated_tool_result,
-            "cycle_repeats": self.cycle_repeats,
-            "elapsed_seconds": self.elapsed_seconds(now),
-            "idle_seconds": self.idle_seconds(now),
-            "in_flight": self.calls_in_flight(),
-            "in_flight_seconds": self.in_flight_seconds(now),
-            "budget": self.budget_view(default_budget, now),
-            "has_final_answer": self.has_final_answer,
-            "finish_reason": self.finish_reason or "",
-            "ended": self.ended,
-        }
+        """The ``run`` object of DESIGN §4 (also the API's ``signals``): every signal of the
+        catalogue (:data:`~watchdog.runs.catalogue.RUN_SIGNALS`), as CEL takes it."""
+        return _read_signals(self, now, default_budget)
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -781,6 +756,7 @@ def _model_call(value: list[Any]) -> ModelCall:
 
 
 _read_slots = attrgetter(*RunState.__slots__)
+_read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_asked", "_call_counts", "_cycle_runs", "_error_counts", "_failures",

@@ -1,0 +1,75 @@
+"""``watchdog rules test`` drives the sidecar's own core (watchdog.core.Core): a rule test decides
+what the sidecar decides, step for step — the change detection that skips rules whose signals
+did not move, the timer, and the session book included."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from watchdog.rules.pack import load_rules
+from watchdog.rules.testing import TestResult, read_test_file, run_test
+
+HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+
+
+def results(tmp_path: Path, rules: str, tests: str) -> list[TestResult]:
+    (tmp_path / "mine.yaml").write_text(HEADER + textwrap.dedent(rules))
+    (tmp_path / "t.test.yaml").write_text("rule_files: [mine.yaml]\ninclude_default: false\n"
+                                          + textwrap.dedent(tests))
+    test_file, problems = read_test_file(str(tmp_path / "t.test.yaml"))
+    assert test_file is not None, problems
+    ruleset = load_rules([str(tmp_path / "mine.yaml")], include_default=False)
+    return [run_test(ruleset, test) for test in test_file.tests]
+
+
+def fired(result: TestResult) -> list[tuple[int, str]]:
+    return [(step, decision.rule) for step, decision in result.fired]
+
+
+def test_a_held_condition_fires_when_the_sidecar_evaluates_it(tmp_path: Path) -> None:
+    # The model call at 20 s moves no signal the rule reads, so the sidecar does not evaluate
+    # the rule there: the timer's tick is where its `for` runs out.
+    [result] = results(tmp_path, """\
+        rules:
+          - {name: two-calls, when: run.tool_calls >= 2, for: 10s, action: notify, message: m}
+        """, """\
+        tests:
+          - name: held
+            steps:
+              - {at: 0, tool: a, args: {n: 1}}
+              - {at: 1, tool: a, args: {n: 2}}
+              - {at: 20, llm: {input_tokens: 5}}
+              - {at: 30, tick: true}
+            expect: [{step: 3, rule: two-calls}]
+        """)
+    assert result.passed, result.failures
+    assert fired(result) == [(3, "two-calls")]
+
+
+def test_sessions_come_from_the_session_book(tmp_path: Path) -> None:
+    with_id, without_id = results(tmp_path, """\
+        rules:
+          - name: stalled
+            when: session.zero_progress_streak >= 2 && session.run_checkpoints > 0
+            action: abort
+            terminal_state: intervention_required
+            message: "${session.id}/${session.runs}/${session.checkpoints}"
+        """, """\
+        tests:
+          - name: with an id
+            session: {id: s1, runs: 3, checkpoints: 2}
+            steps:
+              - {at: 0, tool: a}
+              - {at: 5, session: {checkpoints: 3, zero_progress_streak: 2}}
+              - {at: 6, session: {run_checkpoints: 1}}
+            expect: [{step: 2, rule: stalled, message: "s1/3/3"}]
+            expect_terminal_state: intervention_required
+          - name: fields without an id
+            steps:
+              - {at: 0, tool: a}
+              - {at: 5, session: {zero_progress_streak: 2, run_checkpoints: 1}}
+            expect: [{step: 1, rule: stalled, message: "/0/0"}]
+        """)
+    assert with_id.passed, with_id.failures  # seeing the run counts no new run of s1
+    assert without_id.passed, without_id.failures
