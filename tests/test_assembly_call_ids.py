@@ -129,6 +129,23 @@ def test_one_call_traced_twice_under_its_id_is_one_call(sidecar: RunningServer) 
     assert (signals["tool_calls"], signals["tools"]) == (2, {"search": 2})
 
 
+def test_a_namesake_without_id_inside_the_first_call_leaves_the_second_its_failure(
+        sidecar: RunningServer) -> None:
+    """Two calls of one tool in one response; the first call's span (its id) holds the search
+    library's own span named after the tool (no id), which ends first and is taken as the
+    first call; the second call's span fails: its failure is the run's error."""
+    def spans(maker: SpanMaker, root: Any, t: float) -> None:
+        first = maker.open("search", {"tool_call_id": "call_1"}, parent=root, start=t)
+        maker.span("search", {"input": "{}"}, parent=first, start=t + 0.1, end=t + 0.5)
+        first.end(int((t + 1) * 1e9))
+        maker.span("search", {"tool_call_id": "call_2"}, parent=root, start=t + 2, end=t + 3,
+                   exception=RuntimeError("index offline"))
+
+    signals = _run(sidecar, spans)
+    assert (signals["tool_calls"], signals["tools"], signals["errors"]) == (2, {"search": 2}, 1)
+    assert signals["last_error"] == "RuntimeError: index offline"
+
+
 def test_without_ids_on_the_model_side_names_still_match(sidecar: RunningServer) -> None:
     """The model's output gave no ids: a span carrying one is matched by its name."""
     def spans(maker: SpanMaker, root: Any, t: float) -> None:

@@ -466,16 +466,20 @@ class RunState:
         self.tool_calls += 1
         tool = record.tool_name or "unknown"
         asked = self._asked
-        # the call it answered: the one with its id, else the last of its name asked for
-        # before it started (or any; none that has another id when it has one)
-        answered, call_id = -1, record.tool_call_id
+        # the call it answered: the one with its id, else the first of its name that the last
+        # model call before it started asked for (several calls of one tool in one response
+        # run in order), else any of its name; none that has another id when it has one
+        answered, latest, call_id = -1, -1, record.tool_call_id
         for index, (name, asked_id, asked_at) in enumerate(asked):
             if call_id and asked_id == call_id:
                 answered = index
                 break
-            if name == tool and not (call_id and asked_id) \
-                    and (asked_at <= record.start_ns or answered < 0):
-                answered = index
+            if name == tool and not (call_id and asked_id):
+                if asked_at <= record.start_ns:
+                    if asked_at > latest:
+                        answered, latest = index, asked_at
+                elif answered < 0:
+                    answered = index
         if answered >= 0:
             self._asked = (*asked[:answered], *asked[answered + 1:])
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
