@@ -261,8 +261,7 @@ class RunRoutes:
         run = await queries.find_run(key)
         activity = await queries.activity(key)
         children = await queries.child_runs(key)
-        report = build_report(run, activity, service.clock.now(),
-                              default_budget=service.default_budget(run), children=children)
+        report = build_report(run, activity, children=children)
         if _wants_json(request.headers.get("Accept", "")):
             return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,
@@ -272,8 +271,8 @@ class RunRoutes:
         beat = parse_heartbeat(await _json_object(request))
         run = self.service.heartbeat(request.match_info["id"], beat.messages, beat.in_flight,
                                      beat.oldest_call_started, beat.announce)
-        return json_response({**run_summary(run, self.service.clock.now()),
-                              "messages": run.messages, "in_flight": run.in_flight})
+        return json_response({**run_summary(run), "messages": run.messages,
+                              "in_flight": run.in_flight})
 
     async def sync(self, request: web.Request) -> web.Response:
         """``POST /v1/runs/{id}/sync?after=SEQ`` with the run's newly ended spans (an OTLP
@@ -296,10 +295,10 @@ class RunRoutes:
             run, applied = service.sync(run_id, export, stop)
             directives = [] if self.directives is None else \
                 await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)
-            budget = run.budget_view(service.default_budget(run), service.clock.now()) \
-                if run else {}
+            if run is not None:  # as it is now, the directives stored
+                run = service.view(run_id) or run
             response = json_response(sync_answer(
-                run, run_id, applied, budget, [d.to_json() for d in directives],
+                run, run_id, applied, [d.to_json() for d in directives],
                 directives[-1].seq if directives else after))
             try:
                 await response.prepare(request)

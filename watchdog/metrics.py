@@ -12,9 +12,10 @@ Theory of operation
   an exemplar costs ~5 µs) and moved into their series when the registry is collected (a
   scrape), or when many label combinations are waiting (:data:`MAX_PENDING_SERIES`).
 * Gauges about live runs (``runs_active``, ``run_idle_seconds_max``) are not kept up to date at
-  all: :class:`LiveRunsCollector` computes them from the bound service's tracker when Prometheus
-  scrapes. The scrape handler runs on the event loop thread, the one thread that owns the
-  tracker, so reading it there is safe.
+  all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the frozen views
+  of the active runs that the function given to :meth:`Metrics.read_live_runs` returns. The
+  scrape handler runs on the event loop thread, the one thread that owns the runs, so taking
+  the views there is safe.
 * Every label value that comes from agent data passes a :class:`LabelCap`: the first N distinct
   values keep their name and later ones become ``_other``, so a misbehaving agent (a tool name
   with a UUID in it, a thousand generated agent names) cannot blow up the series count. Run,
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
@@ -47,9 +48,8 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from watchdog.ingest.pipeline import Decoded
-    from watchdog.runs.run import RunState
     from watchdog.runs.tracker import BatchResult
-    from watchdog.service import WatchdogService
+    from watchdog.runs.view import RunView
 
 PREFIX = "agent_watchdog_"
 OTHER = "_other"  # the label value every capped-out value collapses into
@@ -169,7 +169,7 @@ class Metrics:
         ProcessCollector(registry=registry)
         GCCollector(registry=registry)
         PlatformCollector(registry=registry)
-        self._service: WatchdogService | None = None
+        self._live_runs: Callable[[], Iterable[RunView]] | None = None
         self._agents = LabelCap(MAX_AGENTS)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
         self._error_types: dict[str, LabelCap] = {}  # capped agent -> its error types
@@ -263,13 +263,14 @@ class Metrics:
               ["version"]).labels(clip(version)).set(1)
         registry.register(LiveRunsCollector(self))
 
-    def bind(self, service: WatchdogService) -> None:
-        """The service whose tracker the scrape-time gauges read."""
-        self._service = service
+    def read_live_runs(self, views: Callable[[], Iterable[RunView]]) -> None:
+        """Where the scrape-time gauges take the active runs from: ``views`` returns a frozen
+        view of each, as it is when called."""
+        self._live_runs = views
 
-    @property
-    def service(self) -> WatchdogService | None:
-        return self._service
+    def live_runs(self) -> Iterable[RunView]:
+        """The active runs' views (none before :meth:`read_live_runs`)."""
+        return () if self._live_runs is None else self._live_runs()
 
     # -- label caps ---------------------------------------------------------------------------
 
@@ -301,11 +302,11 @@ class Metrics:
             if oldest_ns > 0:
                 self.ingest_lag_seconds.observe(max(now - oldest_ns / NS, 0.0))
 
-    def batch_applied(self, result: BatchResult) -> None:
+    def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None:
         if self._pending.add(result) > MAX_PENDING_SERIES:
             self.publish()
-        for run in result.evicted:  # also reported to runs_finished, as abandoned
-            self._child(self.runs_evicted_total, self.agent(run.agent_name)).inc()
+        for run in evicted:  # also reported to runs_finished, as abandoned
+            self._child(self.runs_evicted_total, self.agent(run.agent)).inc()
 
     def publish(self) -> None:
         """Move the counts ``batch_applied`` added up into their series (with each agent's
@@ -324,17 +325,16 @@ class Metrics:
             child(self.errors_total, label, self._error_type(label, error_type)).inc(
                 count, _exemplar(exemplars.get(agent)))
 
-    def runs_finished(self, runs: Iterable[RunState]) -> None:
+    def runs_finished(self, runs: Iterable[RunView]) -> None:
         child = self._child
         for run in runs:
-            agent = self.agent(run.agent_name)
+            agent = self.agent(run.agent)
             state = run.terminal_state.value if run.terminal_state is not None else UNKNOWN
             exemplar = _exemplar(run.trace_id)
             child(self.runs_finished_total, agent, state).inc(1, exemplar)
             child(self.run_iterations, agent).observe(run.iterations, exemplar)
             child(self.run_tool_calls, agent).observe(run.tool_calls, exemplar)
-            duration = run.elapsed_seconds(run.ended_at if run.ended_at is not None else 0.0)
-            child(self.run_duration_seconds, agent).observe(duration, exemplar)
+            child(self.run_duration_seconds, agent).observe(run.elapsed_seconds, exemplar)
 
     # -- receivers ----------------------------------------------------------------------------
 
@@ -452,7 +452,7 @@ class _Publisher(Collector):
 
 
 class LiveRunsCollector(Collector):
-    """Gauges computed at scrape time from the bound service, on the event loop thread."""
+    """Gauges computed at scrape time from the active runs' views, on the event loop thread."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
@@ -465,15 +465,12 @@ class LiveRunsCollector(Collector):
         active, idle_max = self._families()
         counts: Tally[str] = Tally()
         idle: dict[str, float] = {}
-        service = metrics.service
-        if service is not None:
-            now = service.clock.now()
-            for run in service.tracker.active():
-                agent = metrics.agent(run.agent_name)
-                counts[agent] += 1
-                seconds = run.idle_seconds(now)
-                if seconds > idle.get(agent, -1.0):
-                    idle[agent] = seconds
+        for run in metrics.live_runs():
+            agent = metrics.agent(run.agent)
+            counts[agent] += 1
+            seconds = run.idle_seconds()
+            if seconds > idle.get(agent, -1.0):
+                idle[agent] = seconds
         # Agents seen before report 0 instead of vanishing, so "no active run" is a value.
         for agent in sorted(set(metrics.known_agents()) | counts.keys()):
             active.add_metric([agent], counts.get(agent, 0))
