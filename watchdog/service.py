@@ -348,6 +348,14 @@ class WatchdogService:
         """The active runs as they are now."""
         return self.core.active_views(self.clock.now())
 
+    def active_keys(self) -> list[str]:
+        """The active runs' keys."""
+        return self.core.active_keys()
+
+    def now(self) -> float:
+        """The time on the watchdog's clock."""
+        return self.clock.now()
+
     # -- the model endpoint (DESIGN §12) -------------------------------------------------------
 
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
@@ -448,3 +456,7 @@ class WatchdogService:
 
     async def save_pending(self) -> bool:
         return await self.state.save_pending()
+
+    async def prune_store(self) -> None:
+        """Drop what the store keeps beyond its bounds (on the store lane)."""
+        await self.state.in_lane(self.store.prune)
