@@ -112,6 +112,8 @@ class Core:
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self._recent: dict[str, RecentSteps] = {}
+        # each active run as its last step left it (what the live-runs gauges read at a scrape)
+        self._views: dict[str, RunView] = {}
 
     # -- spans ----------------------------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class Core:
             steps.append(entry)
 
     def restore(self, active: Iterable[dict[str, Any]], ended: Iterable[dict[str, Any]],
-                unreadable: Callable[[str], None]) -> list[str]:
+                unreadable: Callable[[str], None], now: float) -> list[str]:
         """Take back the runs the store kept (snapshot rows: the active runs, then recently
         ended ones); returns the active runs' keys. A row that cannot be read back (an older
         build's, one damaged on disk) is skipped and reported to ``unreadable``, never a
@@ -195,6 +197,9 @@ class Core:
 
         restored = read(active)
         self.tracker.restore(restored + read(ended))
+        for run in restored:
+            if not run.ended:
+                self._views[run.key] = run.view(now, self._defaults(run))
         return [run.key for run in restored]
 
     # -- client calls ---------------------------------------------------------------------------
@@ -295,12 +300,13 @@ class Core:
         run = self.tracker.get(key)
         return None if run is None else run.view(now, self._defaults(run))
 
-    def active_views(self, now: float) -> list[RunView]:
-        """The active runs, least recently active first."""
-        defaults = self._defaults
-        return [run.view(now, defaults(run)) for run in self.tracker.active()]
+    def active_views(self) -> list[RunView]:
+        """Each active run as the last step that touched it left it (its ``at`` is that
+        step's): taken then, so reading them costs nothing (a scrape of the live-runs gauges
+        at 10,000 active runs took ~100 ms when it took new views)."""
+        return list(self._views.values())
 
-    def latest_views(self, now: float, active: bool, agent: str | None, limit: int
+    def newest_views(self, now: float, active: bool, agent: str | None, limit: int
                      ) -> list[RunView]:
         """At most ``limit`` of the active (or the ended) runs in memory, most recent first;
         ``agent``: only its runs."""
@@ -447,6 +453,12 @@ class Core:
             step.decisions.extend(Decided(decision, view(run), lines, now, earlier)
                                   for decision, run, lines, earlier in step._decided)
             step._decided.clear()
+        latest, gone = self._views, step.gone
+        for key, taken in views.items():
+            if taken.ended or key in gone:
+                latest.pop(key, None)
+            else:
+                latest[key] = taken
 
     def _defaults(self, run: RunState) -> dict[str, float] | None:
         """The rule pack's default budget for the run's agent (None: none)."""
@@ -458,6 +470,7 @@ class Core:
             self.engine.forget(key)
         self._stuck.pop(key, None)
         self._recent.pop(key, None)
+        self._views.pop(key, None)
 
     def default_budget(self, run: RunState) -> dict[str, float] | None:
         if self.engine is None:

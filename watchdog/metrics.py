@@ -13,9 +13,8 @@ Theory of operation
   scrape), or when many label combinations are waiting (:data:`MAX_PENDING_SERIES`).
 * Gauges about live runs (``runs_active``, ``run_idle_seconds_max``) are not kept up to date at
   all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the frozen views
-  of the active runs that the function given to :meth:`Metrics.read_live_runs` returns. The
-  scrape handler runs on the event loop thread, the one thread that owns the runs, so taking
-  the views there is safe.
+  of the active runs that the function given to :meth:`Metrics.read_live_runs` returns (each
+  as its last step left it; the idle time is counted to the scrape's ``now``).
 * Every label value that comes from agent data passes a :class:`LabelCap`: the first N distinct
   values keep their name and later ones become ``_other``, so a misbehaving agent (a tool name
   with a UUID in it, a thousand generated agent names) cannot blow up the series count. Run,
@@ -26,6 +25,7 @@ Theory of operation
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -170,6 +170,7 @@ class Metrics:
         GCCollector(registry=registry)
         PlatformCollector(registry=registry)
         self._live_runs: Callable[[], Iterable[RunView]] | None = None
+        self._now: Callable[[], float] = time.time
         self._agents = LabelCap(MAX_AGENTS)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
         self._error_types: dict[str, LabelCap] = {}  # capped agent -> its error types
@@ -263,10 +264,15 @@ class Metrics:
               ["version"]).labels(clip(version)).set(1)
         registry.register(LiveRunsCollector(self))
 
-    def read_live_runs(self, views: Callable[[], Iterable[RunView]]) -> None:
+    def read_live_runs(self, views: Callable[[], Iterable[RunView]],
+                       now: Callable[[], float]) -> None:
         """Where the scrape-time gauges take the active runs from: ``views`` returns a frozen
-        view of each, as it is when called."""
+        view of each; ``now``, the watchdog's clock (the idle time of a run counts to it)."""
         self._live_runs = views
+        self._now = now
+
+    def now(self) -> float:
+        return self._now()
 
     def live_runs(self) -> Iterable[RunView]:
         """The active runs' views (none before :meth:`read_live_runs`)."""
@@ -465,10 +471,11 @@ class LiveRunsCollector(Collector):
         active, idle_max = self._families()
         counts: Tally[str] = Tally()
         idle: dict[str, float] = {}
+        now = metrics.now()
         for run in metrics.live_runs():
             agent = metrics.agent(run.agent)
             counts[agent] += 1
-            seconds = run.idle_seconds()
+            seconds = run.idle_seconds(now)
             if seconds > idle.get(agent, -1.0):
                 idle[agent] = seconds
         # Agents seen before report 0 instead of vanishing, so "no active run" is a value.

@@ -33,7 +33,7 @@ class LiveRuns(Protocol):
     """The runs in memory, as views taken at ``now`` (:class:`watchdog.core.Core`)."""
 
     def view(self, key: str, now: float) -> RunView | None: ...
-    def latest_views(self, now: float, active: bool, agent: str | None, limit: int
+    def newest_views(self, now: float, active: bool, agent: str | None, limit: int
                      ) -> list[RunView]: ...
     def child_views(self, key: str, now: float) -> list[RunView]: ...
     def stored_view(self, data: dict[str, Any], now: float) -> RunView: ...
@@ -103,10 +103,10 @@ class RunQueries:
         runs: dict[str, RunView] = {}
         now = self.clock.now()
         if state in (None, "active"):
-            for run in self.runs.latest_views(now, True, agent, limit):
+            for run in self.runs.newest_views(now, True, agent, limit):
                 runs[run.key] = run
         if state in (None, "ended"):
-            for run in self.runs.latest_views(now, False, agent, limit):
+            for run in self.runs.newest_views(now, False, agent, limit):
                 runs.setdefault(run.key, run)
             if len(runs) < limit:
                 for data in await self._read(self.store.list_runs, True, agent, limit):

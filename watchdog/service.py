@@ -138,7 +138,8 @@ class WatchdogService:
         """Load the runs that were active (and recently ended) when the process last stopped.
         A stored run that cannot be read back is skipped and counted, never a failed start."""
         active = self.core.restore(self.store.load_runs(True, self.config.max_runs),
-                                   self.store.load_runs(False, 1000), self._unreadable)
+                                   self.store.load_runs(False, 1000), self._unreadable,
+                                   self.clock.now())
         self._restore_tracker_state()
         for key in active:  # their last steps, for the report prompts of their next directives
             self.core.remember(self.store.activity(key, RECENT_STEPS))
@@ -345,8 +346,8 @@ class WatchdogService:
         return self.core.view(key, self.clock.now())
 
     def active_views(self) -> list[RunView]:
-        """The active runs as they are now."""
-        return self.core.active_views(self.clock.now())
+        """Each active run as the last step that touched it left it."""
+        return self.core.active_views()
 
     def active_keys(self) -> list[str]:
         """The active runs' keys."""
