@@ -121,20 +121,3 @@ def test_the_report_prompt_loads_without_the_run_module() -> None:
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
 
-
-def test_the_active_runs_views_are_those_their_last_steps_took() -> None:
-    """What the live-runs gauges read at a scrape: one view per active run, as it is."""
-    core = new_core()
-    slices = misbehaving_slices()
-    now = max(record.end_ns for records in slices for record in records) / 1e9
-    for records in slices:
-        core.apply(records, now)
-    expired = Step()
-    core.expire(now + 7200, expired)
-    assert expired.finished and not core.active_views()
-    for records in misbehaving_slices(seed=4)[:20]:  # other runs: some end, the others go on
-        core.apply(records, now + 7200)
-    views = {view.key: view for view in core.active_views()}
-    assert views and set(views) == set(core.active_keys())
-    for key, view in views.items():
-        assert view == core.view(key, view.at)

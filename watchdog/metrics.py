@@ -12,9 +12,9 @@ Theory of operation
   an exemplar costs ~5 µs) and moved into their series when the registry is collected (a
   scrape), or when many label combinations are waiting (:data:`MAX_PENDING_SERIES`).
 * Gauges about live runs (``runs_active``, ``run_idle_seconds_max``) are not kept up to date at
-  all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the frozen views
-  of the active runs that the function given to :meth:`Metrics.read_live_runs` returns (each
-  as its last step left it; the idle time is counted to the scrape's ``now``).
+  all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the plain values
+  (agent, last progress) that the function given to :meth:`Metrics.read_live_runs` returns for
+  the active runs; nothing here reads live state.
 * Every label value that comes from agent data passes a :class:`LabelCap`: the first N distinct
   values keep their name and later ones become ``_other``, so a misbehaving agent (a tool name
   with a UUID in it, a thousand generated agent names) cannot blow up the series count. Run,
@@ -55,6 +55,7 @@ PREFIX = "agent_watchdog_"
 OTHER = "_other"  # the label value every capped-out value collapses into
 UNKNOWN = "unknown"  # an empty label value would make Prometheus drop the label
 NS = 1_000_000_000
+LiveRun = tuple[str, float]  # an active run's agent and last progress (seconds since the epoch)
 
 # Cardinality bounds. Worst case for the widest metric, tool_calls_total:
 # (MAX_AGENTS + 1) x (MAX_TOOLS_PER_AGENT + 1) = 5,151 series.
@@ -169,7 +170,7 @@ class Metrics:
         ProcessCollector(registry=registry)
         GCCollector(registry=registry)
         PlatformCollector(registry=registry)
-        self._live_runs: Callable[[], Iterable[RunView]] | None = None
+        self._live_runs: Callable[[], Iterable[LiveRun]] | None = None
         self._now: Callable[[], float] = time.time
         self._agents = LabelCap(MAX_AGENTS)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
@@ -264,18 +265,18 @@ class Metrics:
               ["version"]).labels(clip(version)).set(1)
         registry.register(LiveRunsCollector(self))
 
-    def read_live_runs(self, views: Callable[[], Iterable[RunView]],
+    def read_live_runs(self, runs: Callable[[], Iterable[LiveRun]],
                        now: Callable[[], float]) -> None:
-        """Where the scrape-time gauges take the active runs from: ``views`` returns a frozen
-        view of each; ``now``, the watchdog's clock (the idle time of a run counts to it)."""
-        self._live_runs = views
+        """Where the scrape-time gauges take the active runs from (``runs`` returns them, as
+        plain values) and the watchdog's clock (a run's idle time counts to its ``now``)."""
+        self._live_runs = runs
         self._now = now
 
     def now(self) -> float:
         return self._now()
 
-    def live_runs(self) -> Iterable[RunView]:
-        """The active runs' views (none before :meth:`read_live_runs`)."""
+    def live_runs(self) -> Iterable[LiveRun]:
+        """The active runs (none before :meth:`read_live_runs`)."""
         return () if self._live_runs is None else self._live_runs()
 
     # -- label caps ---------------------------------------------------------------------------
@@ -458,7 +459,7 @@ class _Publisher(Collector):
 
 
 class LiveRunsCollector(Collector):
-    """Gauges computed at scrape time from the active runs' views, on the event loop thread."""
+    """Gauges computed at scrape time from the active runs, on the event loop thread."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
@@ -472,10 +473,10 @@ class LiveRunsCollector(Collector):
         counts: Tally[str] = Tally()
         idle: dict[str, float] = {}
         now = metrics.now()
-        for run in metrics.live_runs():
-            agent = metrics.agent(run.agent)
+        for name, last_progress in metrics.live_runs():
+            agent = metrics.agent(name)
             counts[agent] += 1
-            seconds = run.idle_seconds(now)
+            seconds = max(now - last_progress, 0.0)
             if seconds > idle.get(agent, -1.0):
                 idle[agent] = seconds
         # Agents seen before report 0 instead of vanishing, so "no active run" is a value.

@@ -106,7 +106,7 @@ class Server:
                                       clock=self.clock)
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
-        metrics.read_live_runs(service.active_views, service.now)
+        metrics.read_live_runs(service.live_runs, service.now)
         restored = await asyncio.to_thread(service.restore)
         # What already fired for the runs still open: nothing fires twice, grace continues,
         # and a run stopped just before a crash keeps the terminal state the rule decided.

@@ -138,8 +138,7 @@ class WatchdogService:
         """Load the runs that were active (and recently ended) when the process last stopped.
         A stored run that cannot be read back is skipped and counted, never a failed start."""
         active = self.core.restore(self.store.load_runs(True, self.config.max_runs),
-                                   self.store.load_runs(False, 1000), self._unreadable,
-                                   self.clock.now())
+                                   self.store.load_runs(False, 1000), self._unreadable)
         self._restore_tracker_state()
         for key in active:  # their last steps, for the report prompts of their next directives
             self.core.remember(self.store.activity(key, RECENT_STEPS))
@@ -345,9 +344,9 @@ class WatchdogService:
         """The run ``key`` as it is now (None: not in memory)."""
         return self.core.view(key, self.clock.now())
 
-    def active_views(self) -> list[RunView]:
-        """Each active run as the last step that touched it left it."""
-        return self.core.active_views()
+    def live_runs(self) -> list[tuple[str, float]]:
+        """The active runs' agents and last progress (the live-runs gauges)."""
+        return self.core.live_runs()
 
     def active_keys(self) -> list[str]:
         """The active runs' keys."""
