@@ -25,7 +25,7 @@ class RunView(NamedTuple):
 
     A named tuple rather than a frozen dataclass: the core takes one for every run each step
     touches, and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field) cost
-    ~7x a tuple's construction, more than the signals the view holds."""
+    ~7x a named tuple's construction, about as much as building the signals it holds."""
 
     key: str
     trace_id: str
