@@ -121,3 +121,20 @@ def test_the_report_prompt_loads_without_the_run_module() -> None:
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
 
+
+
+def test_a_run_whose_view_cannot_be_taken_is_reported_and_the_others_go_on() -> None:
+    core = new_core()
+    slices = misbehaving_slices()
+    now = max(record.end_ns for records in slices for record in records) / 1e9
+    for records in slices[:10]:
+        core.apply(records, now)
+    damaged, *healthy = core.active_keys()
+    run = core.tracker.get(damaged)
+    assert run is not None and healthy
+    run.first_start_ns = "not a number"  # type: ignore[assignment]  # (a stored row's, say)
+    step = Step()
+    core.expire(now + 7200, step)
+    assert [(failure.stage, failure.run_key) for failure in step.failures] == [("view", damaged)]
+    assert {view.key for view in step.finished} == set(healthy)
+    assert set(step.touched) == set(healthy) and set(step.dirty) == {damaged, *healthy}

@@ -71,7 +71,7 @@ class Decided:
 class Failure:
     """One run's work that failed; the shell counts and logs it."""
 
-    stage: str  # ingest | rules | expire
+    stage: str  # ingest | rules | expire | view
     run_key: str
     error: BaseException
 
@@ -217,7 +217,7 @@ class Core:
         if created or announce:
             self._evaluate([run], now, step)
         self._seal(step, now)
-        return step.touched[key], step
+        return step.touched.get(key), step
 
     def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
                  agent: str | None, session: str | None,
@@ -302,19 +302,17 @@ class Core:
         ~2 KiB a run."""
         return [(run.agent_name, run.last_progress) for run in self.tracker.active()]
 
-    def newest_views(self, now: float, active: bool, agent: str | None, limit: int
-                     ) -> list[RunView]:
+    def newest_keys(self, active: bool, agent: str | None, limit: int) -> list[str]:
         """At most ``limit`` of the active (or the ended) runs in memory, most recent first;
         ``agent``: only its runs."""
         runs = self.tracker.active() if active else self.tracker.ended()
-        views: list[RunView] = []
-        defaults = self._defaults
+        keys: list[str] = []
         for run in reversed(list(runs)):
-            if len(views) >= limit:
+            if len(keys) >= limit:
                 break
             if agent is None or run.agent_name == agent:
-                views.append(run.view(now, defaults(run)))
-        return views
+                keys.append(run.key)
+        return keys
 
     def child_views(self, key: str, now: float) -> list[RunView]:
         """The runs in memory whose parent run is ``key``."""
@@ -428,26 +426,38 @@ class Core:
 
     def _seal(self, step: Step, now: float) -> None:
         """Take one view of each run the step touched, finished or decided on (again, for a
-        step handed to a second call: its runs may have changed since)."""
-        views: dict[str, RunView] = {}
+        step handed to a second call: its runs may have changed since). A run whose view
+        cannot be taken (a value nothing should have let in) is left out, and reported in
+        :attr:`Step.failures`: the other runs go on."""
+        views: dict[str, RunView | None] = {}
         defaults = self._defaults
 
-        def view(run: RunState) -> RunView:
-            taken = views.get(run.key)
-            if taken is None:
-                taken = views[run.key] = run.view(now, defaults(run))
+        def view(run: RunState) -> RunView | None:
+            key = run.key
+            if key in views:
+                return views[key]
+            try:
+                taken: RunView | None = run.view(now, defaults(run))
+            except Exception as exc:
+                step.failures.append(Failure("view", key, exc))
+                taken = None
+            views[key] = taken
             return taken
 
-        step.touched = {key: view(run) for key, run in step.dirty.items()}
+        step.touched = {key: taken for key, run in step.dirty.items()
+                        if (taken := view(run)) is not None}
         if step._finished:
-            step.finished.extend(view(run) for run in step._finished)
+            step.finished.extend(taken for run in step._finished
+                                 if (taken := view(run)) is not None)
             step._finished.clear()
         if step._evicted:
-            step.evicted.extend(view(run) for run in step._evicted)
+            step.evicted.extend(taken for run in step._evicted
+                                if (taken := view(run)) is not None)
             step._evicted.clear()
         if step._decided:
-            step.decisions.extend(Decided(decision, view(run), lines, now, earlier)
-                                  for decision, run, lines, earlier in step._decided)
+            step.decisions.extend(Decided(decision, taken, lines, now, earlier)
+                                  for decision, run, lines, earlier in step._decided
+                                  if (taken := view(run)) is not None)
             step._decided.clear()
 
     def _defaults(self, run: RunState) -> dict[str, float] | None:

@@ -33,8 +33,7 @@ class LiveRuns(Protocol):
     """The runs in memory, as views taken at ``now`` (:class:`watchdog.core.Core`)."""
 
     def view(self, key: str, now: float) -> RunView | None: ...
-    def newest_views(self, now: float, active: bool, agent: str | None, limit: int
-                     ) -> list[RunView]: ...
+    def newest_keys(self, active: bool, agent: str | None, limit: int) -> list[str]: ...
     def child_views(self, key: str, now: float) -> list[RunView]: ...
     def stored_view(self, data: dict[str, Any], now: float) -> RunView: ...
 
@@ -100,24 +99,27 @@ class RunQueries:
         """Active runs come from memory; ended ones from memory, then from the store when
         memory has fewer than ``limit``."""
         limit = max(1, min(limit, MAX_LIST_LIMIT))
-        runs: dict[str, RunView] = {}
-        now = self.clock.now()
+        runs: dict[str, RunView | None] = {}  # None: in memory (its view is taken below)
         if state in (None, "active"):
-            for run in self.runs.newest_views(now, True, agent, limit):
-                runs[run.key] = run
+            runs.update(dict.fromkeys(self.runs.newest_keys(True, agent, limit)))
         if state in (None, "ended"):
-            for run in self.runs.newest_views(now, False, agent, limit):
-                runs.setdefault(run.key, run)
+            for key in self.runs.newest_keys(False, agent, limit):
+                runs.setdefault(key, None)
             if len(runs) < limit:
-                for data in await self._read(self.store.list_runs, True, agent, limit):
+                stored = await self._read(self.store.list_runs, True, agent, limit)
+                now = self.clock.now()
+                for data in stored:
                     if data["key"] not in runs and (restored := self.from_store(data, now)):
                         runs[data["key"]] = restored
+        now = self.clock.now()
         summaries = []
-        for run in list(runs.values())[:limit]:
+        for key, run in list(runs.items())[:limit]:
             try:
-                summaries.append(run_summary(run))
+                view = run if run is not None else self.runs.view(key, now)
+                if view is not None:  # (None: it left memory while the store was read)
+                    summaries.append(run_summary(view))
             except Exception:  # one damaged run must not take the listing down with it
-                self._on_failed_run("read", run.key)
+                self._on_failed_run("read", key)
         return summaries
 
     async def activity(self, key: str) -> list[ActivityEntry]:
