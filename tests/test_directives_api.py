@@ -74,8 +74,7 @@ class Sidecar:
         text = message or f"{20 - run.tool_calls} of 20 tool calls left"
         made = Decision(key, rule, action, Severity.WARNING, text, None, dedup_key or text)
         now = time.time()
-        directive = self.outbox.submit(Decided(made, run, run.budget_view(now=now),
-                                               recent_steps(key), now))
+        directive = self.outbox.submit(Decided(made, run.view(now), recent_steps(key), now))
         assert directive is not None
         return directive.seq
 
@@ -363,12 +362,12 @@ async def test_submissions_beyond_the_bound_are_dropped_and_counted() -> None:
     async with sidecar() as car:
         car.outbox.max_pending = 2
         assert car.outbox.submit(Decided(Decision("r", "x", Action.NOTIFY, Severity.INFO, "m",
-                                                  None, "1"), car.run("r"), {}, (),
-                                         time.time())) is not None
+                                                  None, "1"), car.run("r").view(time.time()),
+                                         (), time.time())) is not None
         car.submit("r", dedup_key="2")
         dropped = car.outbox.submit(Decided(Decision("r", "x", Action.NOTIFY, Severity.INFO,
-                                                     "m", None, "3"), car.run("r"), {}, (),
-                                            time.time()))
+                                                     "m", None, "3"),
+                                            car.run("r").view(time.time()), (), time.time()))
         assert dropped is None and car.outbox.dropped == 1
         assert car.metrics.count("outbox", "dropped") == 1
 

@@ -15,11 +15,12 @@ from watchdog.rules.decision import Action, Decision, Severity
 from watchdog.runs.record import KeySource
 from watchdog.runs.run import RunState
 from watchdog.runs.terminal import TerminalState
+from watchdog.runs.view import RunView
 
 NOW = 1_795_320_000.0  # 2026-11-22T04:00:00Z
 
 
-def make_run(key: str = "run-1", tool_calls: int = 17, budget: float | None = 20) -> RunState:
+def make_run(key: str = "run-1", tool_calls: int = 17, budget: float | None = 20) -> RunView:
     run = RunState(key, KeySource.WATCHDOG, "ab" * 16, NOW - 60)
     run.agent = "explorer"
     run.tool_calls = tool_calls
@@ -28,7 +29,7 @@ def make_run(key: str = "run-1", tool_calls: int = 17, budget: float | None = 20
     run.first_start_ns = int((NOW - 252) * 1e9)
     if budget is not None:
         run.budget = {"max_tool_calls": budget}
-    return run
+    return run.view(NOW)
 
 
 def decision(run_key: str = "run-1", rule: str = "budget-countdown",

@@ -44,7 +44,7 @@ class Sidecar:
         self.metrics = Metrics(version="1.2.3")
         self.store = Store(":memory:")
         self.service = WatchdogService(config, self.store, self.metrics, clock)
-        self.metrics.bind(self.service)
+        self.metrics.read_live_runs(self.service.live_runs, clock.now)
 
     def export(self, maker: SpanMaker, protocol: str = "http") -> None:
         self.service.export(encode(maker.take()), protocol)

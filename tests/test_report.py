@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from watchdog.ingest.redact import redact
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.record import KeySource
 from watchdog.runs.report import (
     RecentSteps,
     activity_lines,
-    build_report,
     format_duration,
     render_markdown,
 )
+from watchdog.runs.report import build_report as report_of
 from watchdog.runs.run import NS, RunState
 from watchdog.runs.terminal import TerminalState
 
@@ -28,6 +30,11 @@ def make_run(tools: dict[str, int] | None = None, **fields: object) -> RunState:
     for name, value in fields.items():
         setattr(run, name, value)
     return run
+
+
+def build_report(run: RunState, activity: list[ActivityEntry], now: float) -> dict[str, Any]:
+    """The report of ``run`` as it is at ``now``."""
+    return report_of(run.view(now), activity)
 
 
 def tool(seq: int, name: str, args: str | None, result: str | None = None,

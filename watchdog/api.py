@@ -1,10 +1,12 @@
 """The control API (DESIGN §7): runs, their reports and heartbeats, as JSON over HTTP.
 
-Handlers are thin: they parse and validate the request, call :class:`WatchdogService` and shape
-the answer. Two middlewares wrap every route. The outer one is the only place a failure becomes
-a response: a :class:`WatchdogError` keeps its code and status, an aiohttp HTTP error (unknown
-route, wrong method, body too large) is reshaped to the same ``{"error": {"code", "message"}}``
-form, and anything unexpected is logged and answered with a generic 500 (never a traceback).
+Handlers are thin: they parse and validate the request, call the watchdog through the narrow
+:class:`Watchdog` protocol (its commands, and :class:`RunReads` for the runs' views and logs;
+:class:`~watchdog.service.WatchdogService` implements it) and shape the answer. Two middlewares
+wrap every route. The outer one is the only place a failure becomes a response: a
+:class:`WatchdogError` keeps its code and status, an aiohttp HTTP error (unknown route, wrong
+method, body too large) is reshaped to the same ``{"error": {"code", "message"}}`` form, and
+anything unexpected is logged and answered with a generic 500 (never a traceback).
 The inner one checks the Bearer token when ``api_token`` is set.
 """
 
@@ -16,7 +18,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 
@@ -47,13 +49,13 @@ from watchdog.errors import (
     WatchdogError,
 )
 from watchdog.ingest import codings
-from watchdog.ingest.decode import DecodeError, parse_protobuf
+from watchdog.ingest.decode import DecodeError, ExportTraceServiceRequest, parse_protobuf
 from watchdog.priority import Priority, hand_over
 from watchdog.queries import MAX_LIST_LIMIT
 from watchdog.rules.engine import RuleEngine
+from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.report import build_report, render_markdown
-from watchdog.runs.view import run_summary
-from watchdog.service import WatchdogService
+from watchdog.runs.view import RunView, run_summary
 from watchdog.sessions import Checkpoint, CheckpointError, check_session_id
 from watchdog.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
 
@@ -229,10 +231,41 @@ def auth_middleware(token: str) -> Callable[[web.Request, Handler],
     return check_token
 
 
+class RunReads(Protocol):
+    """What the API reads about runs (:class:`watchdog.queries.RunQueries`): views and logs."""
+
+    async def list_runs(self, state: str | None = None, agent: str | None = None,
+                        limit: int = 100) -> list[dict[str, Any]]: ...
+    async def run_detail(self, key: str) -> dict[str, Any]: ...
+    async def find_run(self, key: str) -> RunView: ...
+    async def activity(self, key: str) -> list[ActivityEntry]: ...
+    async def child_runs(self, key: str) -> list[RunView]: ...
+
+
+class Watchdog(Protocol):
+    """What the API asks of the watchdog (:class:`watchdog.service.WatchdogService`)."""
+
+    @property
+    def queries(self) -> RunReads: ...
+    @property
+    def priority(self) -> Priority: ...
+    def now(self) -> float: ...
+    def view(self, key: str) -> RunView | None: ...
+    def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
+                  oldest_call_started: float | None = None,
+                  announce: dict[str, Any] | None = None) -> RunView: ...
+    def sync(self, key: str, request: ExportTraceServiceRequest, stop: str | None = None
+             ) -> tuple[RunView | None, int]: ...
+    async def checkpoint(self, session_id: str, checkpoint: Checkpoint) -> dict[str, Any]: ...
+    def session_context(self, session_id: str) -> dict[str, Any]: ...
+
+
 class RunRoutes:
     """``/v1/runs`` and everything under one run."""
 
-    def __init__(self, service: WatchdogService, directives: Outbox | None = None) -> None:
+    def __init__(self, service: Watchdog, max_request_bytes: int,
+                 directives: Outbox | None = None) -> None:
+        self.max_request_bytes = max_request_bytes
         self.service = service
         self.directives = directives
 
@@ -261,8 +294,7 @@ class RunRoutes:
         run = await queries.find_run(key)
         activity = await queries.activity(key)
         children = await queries.child_runs(key)
-        report = build_report(run, activity, service.clock.now(),
-                              default_budget=service.default_budget(run), children=children)
+        report = build_report(run, activity, children=children)
         if _wants_json(request.headers.get("Accept", "")):
             return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,
@@ -272,8 +304,8 @@ class RunRoutes:
         beat = parse_heartbeat(await _json_object(request))
         run = self.service.heartbeat(request.match_info["id"], beat.messages, beat.in_flight,
                                      beat.oldest_call_started, beat.announce)
-        return json_response({**run_summary(run, self.service.clock.now()),
-                              "messages": run.messages, "in_flight": run.in_flight})
+        return json_response({**run_summary(run), "messages": run.messages,
+                              "in_flight": run.in_flight})
 
     async def sync(self, request: web.Request) -> web.Response:
         """``POST /v1/runs/{id}/sync?after=SEQ`` with the run's newly ended spans (an OTLP
@@ -285,8 +317,7 @@ class RunRoutes:
         if stop is not None and stop not in CLIENT_STOPS:
             raise BadRequest(f"stop={stop!r} is not allowed: expected one of "
                              + ", ".join(sorted(CLIENT_STOPS)))
-        body = await request_body(request, self.service.config.max_request_bytes,
-                                  "max_request_bytes")
+        body = await request_body(request, self.max_request_bytes, "max_request_bytes")
         try:
             export = parse_protobuf(body)
         except DecodeError as exc:
@@ -296,10 +327,10 @@ class RunRoutes:
             run, applied = service.sync(run_id, export, stop)
             directives = [] if self.directives is None else \
                 await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)
-            budget = run.budget_view(service.default_budget(run), service.clock.now()) \
-                if run else {}
+            if run is not None:  # as it is now, the directives stored
+                run = service.view(run_id) or run
             response = json_response(sync_answer(
-                run, run_id, applied, budget, [d.to_json() for d in directives],
+                run, run_id, applied, [d.to_json() for d in directives],
                 directives[-1].seq if directives else after))
             try:
                 await response.prepare(request)
@@ -418,7 +449,7 @@ def _announcement(value: object) -> dict[str, Any] | None:
 class SessionRoutes:
     """``/v1/sessions/{id}``: checkpoints in, the context for the next run out (DESIGN §7)."""
 
-    def __init__(self, service: WatchdogService) -> None:
+    def __init__(self, service: Watchdog) -> None:
         self.service = service
 
     async def checkpoint(self, request: web.Request) -> web.Response:
@@ -427,7 +458,7 @@ class SessionRoutes:
         body = await _json_object(request)
         try:
             session_id = check_session_id(request.match_info["id"])
-            checkpoint = Checkpoint.parse(body, self.service.clock.now())
+            checkpoint = Checkpoint.parse(body, self.service.now())
         except CheckpointError as exc:
             raise BadRequest(str(exc)) from None
         return json_response(await self.service.checkpoint(session_id, checkpoint))
@@ -659,7 +690,7 @@ class RuleRoutes:
         return json_response({"status": "reloaded", "message": message})
 
 
-def create_app(service: WatchdogService, config: Config, *,
+def create_app(service: Watchdog, config: Config, *,
                directives: Outbox | None = None, rules: RuleEngine | None = None,
                reload: Callable[[], Awaitable[tuple[bool, str]]] | None = None
                ) -> web.Application:
@@ -670,7 +701,7 @@ def create_app(service: WatchdogService, config: Config, *,
         middlewares.append(auth_middleware(config.api_token))
     middlewares.append(ids_middleware)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
-    runs = RunRoutes(service, directives)
+    runs = RunRoutes(service, config.max_request_bytes, directives)
     app.router.add_get("/v1/runs", runs.list_runs)
     app.router.add_get(RUNS, runs.get_run)
     app.router.add_get(RUNS + "/report", runs.report)

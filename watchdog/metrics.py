@@ -12,9 +12,9 @@ Theory of operation
   an exemplar costs ~5 µs) and moved into their series when the registry is collected (a
   scrape), or when many label combinations are waiting (:data:`MAX_PENDING_SERIES`).
 * Gauges about live runs (``runs_active``, ``run_idle_seconds_max``) are not kept up to date at
-  all: :class:`LiveRunsCollector` computes them from the bound service's tracker when Prometheus
-  scrapes. The scrape handler runs on the event loop thread, the one thread that owns the
-  tracker, so reading it there is safe.
+  all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the plain values
+  (agent, last progress) that the function given to :meth:`Metrics.read_live_runs` returns for
+  the active runs; nothing here reads live state.
 * Every label value that comes from agent data passes a :class:`LabelCap`: the first N distinct
   values keep their name and later ones become ``_other``, so a misbehaving agent (a tool name
   with a UUID in it, a thousand generated agent names) cannot blow up the series count. Run,
@@ -25,8 +25,9 @@ Theory of operation
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
@@ -47,14 +48,14 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from watchdog.ingest.pipeline import Decoded
-    from watchdog.runs.run import RunState
     from watchdog.runs.tracker import BatchResult
-    from watchdog.service import WatchdogService
+    from watchdog.runs.view import RunView
 
 PREFIX = "agent_watchdog_"
 OTHER = "_other"  # the label value every capped-out value collapses into
 UNKNOWN = "unknown"  # an empty label value would make Prometheus drop the label
 NS = 1_000_000_000
+LiveRun = tuple[str, float]  # an active run's agent and last progress (seconds since the epoch)
 
 # Cardinality bounds. Worst case for the widest metric, tool_calls_total:
 # (MAX_AGENTS + 1) x (MAX_TOOLS_PER_AGENT + 1) = 5,151 series.
@@ -169,7 +170,8 @@ class Metrics:
         ProcessCollector(registry=registry)
         GCCollector(registry=registry)
         PlatformCollector(registry=registry)
-        self._service: WatchdogService | None = None
+        self._live_runs: Callable[[], Iterable[LiveRun]] | None = None
+        self._now: Callable[[], float] = time.time
         self._agents = LabelCap(MAX_AGENTS)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
         self._error_types: dict[str, LabelCap] = {}  # capped agent -> its error types
@@ -251,7 +253,7 @@ class Metrics:
         # faults
         self.run_failures_total = counter(
             "run_failures_total", "Per-run work that failed and was skipped for that run alone "
-            "(stage: rules, flush, restore, read); the other runs go on.", ["stage"])
+            "(stage: rules, flush, restore, read, view); the other runs go on.", ["stage"])
         self.state_writable_gauge = gauge(
             "state_writable", "1 while the state directory can be written; 0 while exports are "
             "refused because it cannot (disk full, read-only, I/O error).", ())
@@ -263,13 +265,19 @@ class Metrics:
               ["version"]).labels(clip(version)).set(1)
         registry.register(LiveRunsCollector(self))
 
-    def bind(self, service: WatchdogService) -> None:
-        """The service whose tracker the scrape-time gauges read."""
-        self._service = service
+    def read_live_runs(self, runs: Callable[[], Iterable[LiveRun]],
+                       now: Callable[[], float]) -> None:
+        """Where the scrape-time gauges take the active runs from (``runs`` returns them, as
+        plain values) and the watchdog's clock (a run's idle time counts to its ``now``)."""
+        self._live_runs = runs
+        self._now = now
 
-    @property
-    def service(self) -> WatchdogService | None:
-        return self._service
+    def now(self) -> float:
+        return self._now()
+
+    def live_runs(self) -> Iterable[LiveRun]:
+        """The active runs (none before :meth:`read_live_runs`)."""
+        return () if self._live_runs is None else self._live_runs()
 
     # -- label caps ---------------------------------------------------------------------------
 
@@ -301,11 +309,11 @@ class Metrics:
             if oldest_ns > 0:
                 self.ingest_lag_seconds.observe(max(now - oldest_ns / NS, 0.0))
 
-    def batch_applied(self, result: BatchResult) -> None:
+    def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None:
         if self._pending.add(result) > MAX_PENDING_SERIES:
             self.publish()
-        for run in result.evicted:  # also reported to runs_finished, as abandoned
-            self._child(self.runs_evicted_total, self.agent(run.agent_name)).inc()
+        for run in evicted:  # also reported to runs_finished, as abandoned
+            self._child(self.runs_evicted_total, self.agent(run.agent)).inc()
 
     def publish(self) -> None:
         """Move the counts ``batch_applied`` added up into their series (with each agent's
@@ -324,17 +332,16 @@ class Metrics:
             child(self.errors_total, label, self._error_type(label, error_type)).inc(
                 count, _exemplar(exemplars.get(agent)))
 
-    def runs_finished(self, runs: Iterable[RunState]) -> None:
+    def runs_finished(self, runs: Iterable[RunView]) -> None:
         child = self._child
         for run in runs:
-            agent = self.agent(run.agent_name)
+            agent = self.agent(run.agent)
             state = run.terminal_state.value if run.terminal_state is not None else UNKNOWN
             exemplar = _exemplar(run.trace_id)
             child(self.runs_finished_total, agent, state).inc(1, exemplar)
             child(self.run_iterations, agent).observe(run.iterations, exemplar)
             child(self.run_tool_calls, agent).observe(run.tool_calls, exemplar)
-            duration = run.elapsed_seconds(run.ended_at if run.ended_at is not None else 0.0)
-            child(self.run_duration_seconds, agent).observe(duration, exemplar)
+            child(self.run_duration_seconds, agent).observe(run.elapsed_seconds, exemplar)
 
     # -- receivers ----------------------------------------------------------------------------
 
@@ -452,7 +459,7 @@ class _Publisher(Collector):
 
 
 class LiveRunsCollector(Collector):
-    """Gauges computed at scrape time from the bound service, on the event loop thread."""
+    """Gauges computed at scrape time from the active runs, on the event loop thread."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
@@ -465,15 +472,13 @@ class LiveRunsCollector(Collector):
         active, idle_max = self._families()
         counts: Tally[str] = Tally()
         idle: dict[str, float] = {}
-        service = metrics.service
-        if service is not None:
-            now = service.clock.now()
-            for run in service.tracker.active():
-                agent = metrics.agent(run.agent_name)
-                counts[agent] += 1
-                seconds = run.idle_seconds(now)
-                if seconds > idle.get(agent, -1.0):
-                    idle[agent] = seconds
+        now = metrics.now()
+        for name, last_progress in metrics.live_runs():
+            agent = metrics.agent(name)
+            counts[agent] += 1
+            seconds = max(now - last_progress, 0.0)
+            if seconds > idle.get(agent, -1.0):
+                idle[agent] = seconds
         # Agents seen before report 0 instead of vanishing, so "no active run" is a value.
         for agent in sorted(set(metrics.known_agents()) | counts.keys()):
             active.add_metric([agent], counts.get(agent, 0))

@@ -106,11 +106,11 @@ class Server:
                                       clock=self.clock)
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
-        metrics.bind(service)
+        metrics.read_live_runs(service.live_runs, service.now)
         restored = await asyncio.to_thread(service.restore)
         # What already fired for the runs still open: nothing fires twice, grace continues,
         # and a run stopped just before a crash keeps the terminal state the rule decided.
-        fired = await outbox.restore([r.key for r in service.tracker.active()])
+        fired = await outbox.restore(service.active_keys())
         self.engine.restore(fired)
         service.restore_forced(fired)
         await outbox.start()
@@ -196,8 +196,8 @@ class Server:
 
     async def _prune(self) -> None:
         assert self.service is not None and self.outbox is not None
-        await self.outbox.prune([run.key for run in self.service.tracker.active()])
-        await self.service.state.in_lane(self.service.store.prune)
+        await self.outbox.prune(self.service.active_keys())
+        await self.service.prune_store()
 
     async def reload_rules(self) -> tuple[bool, str]:
         """Load the rule packs again (SIGHUP); on any problem keep the running rules."""

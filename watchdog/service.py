@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from watchdog import logs
@@ -36,6 +36,7 @@ from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.record import KeySource, SpanRecord
 from watchdog.runs.run import RunState
 from watchdog.runs.tracker import BatchResult, RunTracker
+from watchdog.runs.view import RunView
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.store import Store, StoreWriteError
 
@@ -53,8 +54,8 @@ class Observer(Protocol):
     """What the service reports as it works; :mod:`watchdog.metrics` implements it."""
 
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None: ...
-    def batch_applied(self, result: BatchResult) -> None: ...
-    def runs_finished(self, runs: Iterable[RunState]) -> None: ...
+    def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None: ...
+    def runs_finished(self, runs: Iterable[RunView]) -> None: ...
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None: ...
     def rule_error(self, rule: str) -> None: ...
     def rule_eval(self, seconds: float) -> None: ...
@@ -67,10 +68,10 @@ class NullObserver:
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None:
         pass
 
-    def batch_applied(self, result: BatchResult) -> None:
+    def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None:
         pass
 
-    def runs_finished(self, runs: Iterable[RunState]) -> None:
+    def runs_finished(self, runs: Iterable[RunView]) -> None:
         pass
 
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
@@ -114,7 +115,7 @@ class WatchdogService:
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
-        self.queries = RunQueries(tracker, store, self.clock, self.core.default_budget,
+        self.queries = RunQueries(self.core, store, self.clock,
                                   self.state.unsaved, self._run_failed,
                                   config.activity_log_size)
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
@@ -135,12 +136,11 @@ class WatchdogService:
     def restore(self) -> int:
         """Load the runs that were active (and recently ended) when the process last stopped.
         A stored run that cannot be read back is skipped and counted, never a failed start."""
-        active = self._restored(self.store.load_runs(True, self.config.max_runs))
-        ended = self._restored(self.store.load_runs(False, 1000))
-        self.tracker.restore(active + ended)
+        active = self.core.restore(self.store.load_runs(True, self.config.max_runs),
+                                   self.store.load_runs(False, 1000), self._unreadable)
         self._restore_tracker_state()
-        for run in active:  # their last steps, for the report prompts of their next directives
-            self.core.remember(self.store.activity(run.key, RECENT_STEPS))
+        for key in active:  # their last steps, for the report prompts of their next directives
+            self.core.remember(self.store.activity(key, RECENT_STEPS))
         self.sessions.know(self.store.session_ids())
         return len(active)
 
@@ -160,8 +160,8 @@ class WatchdogService:
             log.warning("%d traces of the tracker state kept at the last shutdown cannot be "
                         "read: skipped", skipped)
 
-    def _restored(self, rows: Iterable[dict[str, Any]]) -> list[RunState]:
-        return [run for data in rows if (run := self.queries.from_store(data)) is not None]
+    def _unreadable(self, key: str) -> None:
+        self._run_failed("restore", key)
 
     def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
         self.core.restore_forced(fired)
@@ -187,10 +187,10 @@ class WatchdogService:
 
     def _carry(self, step: Step) -> None:
         """Hand what a core step produced to whoever takes it: one way, no answers back."""
-        self.state.take(step.touched, step.activity, step.gone)
+        self.state.take(step.dirty, step.activity, step.gone)
         observer = self.observer
         if step.batch is not None:
-            observer.batch_applied(step.batch)
+            observer.batch_applied(step.batch, step.evicted)
         for failure in step.failures:
             self._run_failed(failure.stage, failure.run_key, failure.error)
         if step.eval_seconds:
@@ -205,17 +205,16 @@ class WatchdogService:
         if step.finished:
             observer.runs_finished(step.finished)
             for run in step.finished:
-                logs.event("run_ended", run=run.key, agent=run.agent_name,
+                logs.event("run_ended", run=run.key, agent=run.agent,
                            terminal_state=run.terminal_state.value if run.terminal_state
                            else None, reason=run.terminal_reason,
                            has_final_answer=run.has_final_answer)
 
     def _decided(self, decided: Decided) -> None:
         decision, run = decided.decision, decided.run
-        self.observer.rule_fired(decision.rule, decision.action.value, run.agent_name,
-                                 run.trace_id)
+        self.observer.rule_fired(decision.rule, decision.action.value, run.agent, run.trace_id)
         logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
-                   severity=decision.severity.value, run=run.key, agent=run.agent_name,
+                   severity=decision.severity.value, run=run.key, agent=run.agent,
                    terminal_state=decision.terminal_state.value if decision.terminal_state
                    else None, escalation=decision.escalation)
         if self.sink is not None:
@@ -312,7 +311,7 @@ class WatchdogService:
 
     def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
                   oldest_call_started: float | None = None,
-                  announce: dict[str, Any] | None = None) -> RunState:
+                  announce: dict[str, Any] | None = None) -> RunView:
         run, step = self.core.heartbeat(key, messages, self.clock.now(), in_flight,
                                         oldest_call_started, announce)
         if run is None:
@@ -321,7 +320,7 @@ class WatchdogService:
         return run
 
     def sync(self, key: str, request: ExportTraceServiceRequest, stop: str | None = None
-             ) -> tuple[RunState | None, int]:
+             ) -> tuple[RunView | None, int]:
         """Apply the spans a client sends before its next step (:mod:`watchdog.sync`): the
         run's state once they are applied, and how many were new. ``stop``: the client stopped
         the run by itself (:data:`watchdog.sync.CLIENT_STOPS`), taken before the spans when the
@@ -330,14 +329,31 @@ class WatchdogService:
         self.core.ledger.register(key)
         self.state.admit()
         decoded = records_from(request)
-        stopped = self.core.client_stopped(key, stop) if stop is not None else None
+        core = self.core
+        stopped = core.client_stopped(key, stop, self.clock.now()) if stop is not None else None
         applied = self._apply(decoded, "sync")
-        if stop is None:
-            return self.tracker.get(key), applied
-        run = stopped if stopped is not None else self.core.client_stopped(key, stop)
-        if run is not None:
-            self.state.mark(run)
-        return run, applied
+        if stop is not None:
+            if stopped is None:
+                stopped = core.client_stopped(key, stop, self.clock.now())
+            if stopped is not None:
+                self._carry(stopped)
+        return self.view(key), applied
+
+    def view(self, key: str) -> RunView | None:
+        """The run ``key`` as it is now (None: not in memory)."""
+        return self.core.view(key, self.clock.now())
+
+    def live_runs(self) -> list[tuple[str, float]]:
+        """The active runs' agents and last progress (the live-runs gauges)."""
+        return self.core.live_runs()
+
+    def active_keys(self) -> list[str]:
+        """The active runs' keys."""
+        return self.core.active_keys()
+
+    def now(self) -> float:
+        """The time on the watchdog's clock."""
+        return self.clock.now()
 
     # -- the model endpoint (DESIGN §12) -------------------------------------------------------
 
@@ -361,48 +377,43 @@ class WatchdogService:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not
         idle."""
-        run = self.tracker.get(key)
-        if run is not None and not run.ended and not run.framed:
-            run.heartbeat(0, self.clock.now(), calls)
+        self.core.model_in_flight(key, calls, self.clock.now())
 
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)
 
     # -- the timer ------------------------------------------------------------------------------
 
-    def tick(self) -> list[RunState]:
+    def tick(self) -> list[RunView]:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""
         now = self.clock.now()
-        step = Step()
-        self.core.evaluate(list(self.tracker.active()), now, step, timed_only=True)
-        return self._expire(now, step)
+        self.evaluate(self.core.active_keys(), now, timed_only=True)
+        return self._expire(now)
 
-    async def tick_in_slices(self) -> list[RunState]:
+    async def tick_in_slices(self) -> list[RunView]:
         """:meth:`tick` for the server: the timed rules run over the active runs in slices, so
         export requests and directive streams are served in between."""
         now = self.clock.now()
-        runs = list(self.tracker.active())
-        for start in range(0, len(runs), EVAL_SLICE):
-            step = Step()
-            self.core.evaluate(runs[start:start + EVAL_SLICE], now, step, timed_only=True)
-            self._carry(step)
+        keys = self.core.active_keys()
+        for start in range(0, len(keys), EVAL_SLICE):
+            self.evaluate(keys[start:start + EVAL_SLICE], now, timed_only=True)
             await self.priority.turn()
-        return self._expire(now, Step())
+        return self._expire(now)
 
-    def _expire(self, now: float, step: Step) -> list[RunState]:
+    def _expire(self, now: float) -> list[RunView]:
+        step = Step()
         self.core.expire(now, step)
-        expired = [run for run in step.finished]
         self._carry(step)
         self.observer.set_stuck(self.core.stuck_counts())
-        return expired
+        return step.finished
 
-    def evaluate(self, runs: Iterable[RunState], now: float, timed_only: bool = False,
+    def evaluate(self, keys: Iterable[str], now: float, timed_only: bool = False,
                  changed: frozenset[str] | None = None) -> int:
-        """Evaluate the rules for ``runs`` and hand every decision on; returns how many fired."""
-        step = Step()
-        fired = self.core.evaluate(runs, now, step, timed_only, changed)
+        """Evaluate the rules for the active runs ``keys`` names and hand every decision on;
+        returns how many fired."""
+        step = self.core.evaluate_keys(keys, now, timed_only, changed)
         self._carry(step)
-        return fired
+        return len(step.decisions)
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -411,22 +422,16 @@ class WatchdogService:
         checkpoint survives a crash), then evaluate the session's active runs (zero-progress)."""
         self.state.admit_state()
         session = self.sessions.get_or_create(session_id)
-        run = self.tracker.get(checkpoint.run) if checkpoint.run else None
-        if run is not None and run.session is None:
-            run.announce(session=session_id)  # the checkpoint says whose run it is
-            self.state.mark(run)
+        if checkpoint.run:  # the checkpoint says whose run it is
+            self._carry(self.core.claim_session(checkpoint.run, session_id, self.clock.now()))
         outcome = session.checkpoint(checkpoint, self._active_runs(session))
         self.sessions.changed(session)
         await self.state.save_sessions([session.to_dict()])
-        runs = [r for key in outcome.runs
-                if (r := self.tracker.get(key)) is not None and not r.ended]
-        fired = self.evaluate(runs, self.clock.now(), changed=SESSION_CHANGED)
+        fired = self.evaluate(outcome.runs, self.clock.now(), changed=SESSION_CHANGED)
         return {**session.context(), "fired": fired}
 
     def _active_runs(self, session: SessionState) -> list[str]:
-        get = self.tracker.get
-        return [key for key in session.recent_runs
-                if (run := get(key)) is not None and not run.ended]
+        return self.core.active_among(session.recent_runs)
 
     def session_context(self, session_id: str) -> dict[str, Any]:
         """What the next run of a session starts from; an unknown session has an empty
@@ -450,3 +455,7 @@ class WatchdogService:
 
     async def save_pending(self) -> bool:
         return await self.state.save_pending()
+
+    async def prune_store(self) -> None:
+        """Drop what the store keeps beyond its bounds (on the store lane)."""
+        await self.state.in_lane(self.store.prune)

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from watchdog.runs.record import SpanRecord
-from watchdog.runs.run import RunState
+from watchdog.runs.view import RunView, plain
 
 MAX_SYNCED_RUNS = 10_000  # runs whose span ids are remembered (least recently synced dropped)
 MAX_SPANS_PER_RUN = 2_048  # span ids remembered per run: the oldest go first; OTLP brings a
@@ -81,13 +81,13 @@ class SpanLedger:
         return admitted
 
 
-def sync_answer(run: RunState | None, run_id: str, applied: int, budget: dict[str, float],
+def sync_answer(run: RunView | None, run_id: str, applied: int,
                 directives: list[dict[str, Any]], last_seq: int) -> dict[str, Any]:
     """The body of a sync answer: what the agent needs to decide its next step."""
     if run is None:
         return {"run_id": run_id, "known": False, "applied": applied, "tool_calls": 0,
-                "iterations": 0, "budget": budget, "directives": directives,
+                "iterations": 0, "budget": {}, "directives": directives,
                 "last_seq": last_seq, "ended": False}
     return {"run_id": run_id, "known": True, "applied": applied, "tool_calls": run.tool_calls,
-            "iterations": run.iterations, "budget": budget, "directives": directives,
-            "last_seq": last_seq, "ended": run.ended}
+            "iterations": run.iterations, "budget": plain(run.budget),
+            "directives": directives, "last_seq": last_seq, "ended": run.ended}

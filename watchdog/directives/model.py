@@ -14,13 +14,14 @@ from it after a restart (:class:`watchdog.rules.engine.FiredRecord`). Pure: no I
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from watchdog.bounds import plain_number
 from watchdog.rules.decision import Action, Decision
-from watchdog.runs.run import RunState
+from watchdog.runs.view import RunView
 
 # A directive's id: this process's random prefix + its global_seq (unique within a state dir),
 # 32 hex digits like a uuid4's, without a uuid4's os.urandom call per directive.
@@ -41,7 +42,7 @@ class Directive:
     severity: str
     message: str
     terminal_state: str | None
-    budget: dict[str, float]  # run.budget_view at decision time
+    budget: dict[str, float]  # the run view's budget at decision time
     report_prompt: str | None  # wind_down and abort; written before the directive is stored
     created_at: float  # seconds since the epoch
     dedup_key: str  # what makes a decision unique within its run (rule, or rule + message)
@@ -57,12 +58,12 @@ class Directive:
         return self.action in REPORTING_ACTIONS
 
     @classmethod
-    def from_decision(cls, decision: Decision, run: RunState, now: float,
+    def from_decision(cls, decision: Decision, run: RunView, now: float,
                       report_prompt: str | None, seq: int, global_seq: int,
-                      budget: dict[str, float] | None = None,
+                      budget: Mapping[str, float] | None = None,
                       directive_id: str | None = None) -> Directive:
-        """``budget`` defaults to ``run.budget_view(now=now)`` (without rule-pack defaults)."""
-        view = run.budget_view(now=now) if budget is None else budget
+        """``budget`` defaults to the view's."""
+        view = run.budget if budget is None else budget
         return cls(
             id=directive_id or f"{_ID_PREFIX}{global_seq & 0xFFFFFFFFFFFF:012x}",
             run_id=decision.run_key,
@@ -80,7 +81,7 @@ class Directive:
             dedup_key=decision.dedup_key,
             escalation=decision.escalation,
             tool_calls_at=run.tool_calls,
-            agent=run.agent_name,
+            agent=run.agent,
             grace=({key: plain_number(value) for key, value in decision.grace.items()}
                    if decision.grace is not None else None),
         )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from watchdog.ingest.redact import redact
 from watchdog.rules.decision import Action
 from watchdog.runs.report import format_duration, format_number
-from watchdog.runs.run import RunState
+from watchdog.runs.view import RunView
 
 if TYPE_CHECKING:
     from watchdog.core import Decided
@@ -74,13 +74,13 @@ The concrete next actions for whoever continues, most important first.
 Report only what you actually observed; mark anything uncertain as uncertain."""
 
 
-def report_prompt(run: RunState, activity_lines: Sequence[str], directive_message: str, *,
+def report_prompt(run: RunView, activity_lines: Sequence[str], directive_message: str, *,
                   action: str = Action.WIND_DOWN.value, now: float | None = None,
                   budget: Mapping[str, float] | None = None, log_available: bool = True,
                   earlier_steps: int = 0) -> str:
     """The instruction for the model. ``action`` picks the wording (``abort`` says stop calling
-    tools now); ``budget`` defaults to the run's announced budget; ``now`` (for the elapsed
-    time) defaults to the run's last activity; ``log_available=False`` says the log could not
+    tools now); ``budget`` defaults to the view's; ``now`` (the time the prompt is written
+    at) defaults to the run's last activity; ``log_available=False`` says the log could not
     be read (rather than that there were no steps); ``earlier_steps`` counts steps before the
     first of ``activity_lines`` (the caller rendered only the most recent ones)."""
     when = run.last_seen if now is None else now
@@ -132,8 +132,8 @@ def bounded_log(lines: Sequence[str], max_lines: int = PROMPT_MAX_LINES,
     return kept, len(lines) - len(kept)
 
 
-def _counters(run: RunState, now: float, budget: Mapping[str, float] | None) -> str:
-    view = run.budget_view(now=now) if budget is None else budget
+def _counters(run: RunView, now: float, budget: Mapping[str, float] | None) -> str:
+    view = run.budget if budget is None else budget
     parts = [_used("tool calls", run.tool_calls, view, "tool_calls"),
              _used("model calls", run.iterations, view, "iterations"),
              f"errors {run.errors}"]
@@ -141,7 +141,7 @@ def _counters(run: RunState, now: float, budget: Mapping[str, float] | None) -> 
         parts[-1] += f" ({run.consecutive_errors} in a row)"
     if run.total_tokens:
         parts.append(_used("tokens", run.total_tokens, view, "tokens"))
-    parts.append("elapsed " + format_duration(run.elapsed_seconds(now)))
+    parts.append("elapsed " + format_duration(run.elapsed_seconds))
     if run.last_error:
         parts.append(f"last error: {redact(run.last_error[:200])}")
     return "; ".join(parts) + "."

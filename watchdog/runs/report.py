@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-:func:`build_report` turns a :class:`RunState` and its activity log (oldest first, as the store
-returns it) into a plain dict: the API's JSON form. :func:`render_markdown` is a pure formatter
-over that dict, so the JSON and the Markdown can never disagree. :func:`activity_lines` renders
-the compact step log that a ``report_prompt`` embeds for the model.
+:func:`build_report` turns a run's :class:`~watchdog.runs.view.RunView` and its activity log
+(oldest first, as the store returns it) into a plain dict: the API's JSON form.
+:func:`render_markdown` is a pure formatter over that dict, so the JSON and the Markdown can
+never disagree. :func:`activity_lines` renders the compact step log that a ``report_prompt``
+embeds for the model.
 
 Every string here comes from briefs that were redacted at ingest; the report redacts again on
 the way out (defence in depth: a pattern added to :mod:`watchdog.ingest.redact` later also
@@ -25,8 +26,7 @@ from typing import Any
 
 from watchdog.ingest.redact import mask, redact
 from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.run import NS, RunState
-from watchdog.runs.view import iso
+from watchdog.runs.view import RunView, iso, plain
 
 MAX_FINDINGS = 20  # distinct tool results shown as partial findings, most recent first
 MAX_DISTINCT_ERRORS = 20  # error groups shown
@@ -39,52 +39,52 @@ LOW_BUDGET_NOTE = 3  # remaining tool calls / iterations at or below which the r
 
 # -- building ------------------------------------------------------------------------------------
 
-def build_report(run: RunState, activity: Sequence[ActivityEntry], now: float,
-                 default_budget: dict[str, float] | None = None,
-                 children: Sequence[RunState] = ()) -> dict[str, Any]:
-    """The report as a JSON-ready dict (every string redacted). ``children``: the runs of
-    the nested agents it delegated to, shown as a tree below it."""
+def build_report(run: RunView, activity: Sequence[ActivityEntry],
+                 children: Sequence[RunView] = ()) -> dict[str, Any]:
+    """The report as a JSON-ready dict (every string redacted), as of when ``run``'s view was
+    taken. ``children``: the runs of the nested agents it delegated to, shown as a tree below
+    it."""
     start = _start_of(run, activity)
     steps = [_step(entry, start) for entry in activity]
     tool_entries = [e for e in activity if e.kind == "tool"]
     first_seq = activity[0].seq if activity else 0
     report: dict[str, Any] = {
-        "run": _header(run, now, default_budget),
+        "run": _header(run),
         "tools": _tool_usage(run, tool_entries),
         "steps": steps,
         "steps_omitted": max(first_seq - 1, 0),
         "findings": _findings(tool_entries, start),
         "final_output": _final_output(run, activity),
         "errors": _errors(activity, start),
-        "next_steps": _next_steps(run, activity, tool_entries, now, default_budget),
+        "next_steps": _next_steps(run, activity, tool_entries),
         "parent_run": run.parent_run,
-        "children": [_child(child, now) for child in children],
+        "children": [_child(child) for child in children],
     }
     redacted: dict[str, Any] = _redact_all(report)
     return redacted
 
 
-def _child(run: RunState, now: float) -> dict[str, Any]:
-    return {"id": run.key, "agent": run.agent_name, "state": "ended" if run.ended else "active",
+def _child(run: RunView) -> dict[str, Any]:
+    return {"id": run.key, "agent": run.agent, "state": "ended" if run.ended else "active",
             "terminal_state": run.terminal_state.value if run.terminal_state else None,
             "terminal_reason": run.terminal_reason, "has_final_answer": run.has_final_answer,
             "iterations": run.iterations, "tool_calls": run.tool_calls, "errors": run.errors,
-            "elapsed_seconds": run.elapsed_seconds(now)}
+            "elapsed_seconds": run.elapsed_seconds}
 
 
-def _start_of(run: RunState, activity: Sequence[ActivityEntry]) -> float:
-    if run.first_start_ns:
-        return run.first_start_ns / NS
+def _start_of(run: RunView, activity: Sequence[ActivityEntry]) -> float:
+    if run.started_at is not None:
+        return run.started_at
     if activity:
         return activity[0].at
     return run.first_seen
 
 
-def _header(run: RunState, now: float, default_budget: dict[str, float] | None
-            ) -> dict[str, Any]:
+def _header(run: RunView) -> dict[str, Any]:
+    signals = run.signals
     return {
         "id": run.key,
-        "agent": run.agent_name,
+        "agent": run.agent,
         "session": run.session,
         "trace_id": run.trace_id,
         "parent_run": run.parent_run,
@@ -92,20 +92,20 @@ def _header(run: RunState, now: float, default_budget: dict[str, float] | None
         "terminal_state": run.terminal_state.value if run.terminal_state else None,
         "terminal_reason": run.terminal_reason,
         "has_final_answer": run.has_final_answer,
-        "finish_reason": run.finish_reason,
-        "started_at": iso(run.first_start_ns / NS if run.first_start_ns else run.first_seen),
+        "finish_reason": signals["finish_reason"] or None,
+        "started_at": iso(run.started_at if run.started_at is not None else run.first_seen),
         "ended_at": iso(run.ended_at),
-        "elapsed_seconds": round(run.elapsed_seconds(now), 3),
-        "idle_seconds": round(run.idle_seconds(now), 3),
+        "elapsed_seconds": round(run.elapsed_seconds, 3),
+        "idle_seconds": round(run.idle_seconds(), 3),
         "iterations": run.iterations,
         "tool_calls": run.tool_calls,
         "messages": run.messages,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
+        "input_tokens": signals["input_tokens"],
+        "output_tokens": signals["output_tokens"],
         "total_tokens": run.total_tokens,
         "errors": run.errors,
-        "last_error": run.last_error,
-        "budget": run.budget_view(default_budget, now),
+        "last_error": run.last_error or None,
+        "budget": plain(run.budget),
     }
 
 
@@ -115,9 +115,9 @@ def _step(entry: ActivityEntry, start: float) -> dict[str, Any]:
             "result": entry.result, "error": entry.error}
 
 
-def _tool_usage(run: RunState, tool_entries: Sequence[ActivityEntry]) -> list[dict[str, Any]]:
+def _tool_usage(run: RunView, tool_entries: Sequence[ActivityEntry]) -> list[dict[str, Any]]:
     """Per tool: calls (from the run's complete counts) and errors (from the log)."""
-    calls: Counter[str] = Counter(run.tools)
+    calls: Counter[str] = Counter(run.signals["tools"])
     logged: Counter[str] = Counter(e.name for e in tool_entries)
     errors: Counter[str] = Counter(e.name for e in tool_entries if e.error)
     for name, count in logged.items():
@@ -146,7 +146,7 @@ def _findings(tool_entries: Sequence[ActivityEntry], start: float) -> list[dict[
     return findings
 
 
-def _final_output(run: RunState, activity: Sequence[ActivityEntry]) -> str | None:
+def _final_output(run: RunView, activity: Sequence[ActivityEntry]) -> str | None:
     if run.final_output:
         return run.final_output
     for entry in reversed(activity):
@@ -180,9 +180,8 @@ def _errors(activity: Sequence[ActivityEntry], start: float) -> list[dict[str, A
 
 # -- suggested next steps -----------------------------------------------------------------------
 
-def _next_steps(run: RunState, activity: Sequence[ActivityEntry],
-                tool_entries: Sequence[ActivityEntry], now: float,
-                default_budget: dict[str, float] | None) -> list[str]:
+def _next_steps(run: RunView, activity: Sequence[ActivityEntry],
+                tool_entries: Sequence[ActivityEntry]) -> list[str]:
     notes: list[str] = []
     if run.ended:
         state = run.terminal_state.value if run.terminal_state else "ended"
@@ -197,16 +196,17 @@ def _next_steps(run: RunState, activity: Sequence[ActivityEntry],
                          f"the calls.")
     notes.extend(_repeat_notes(run, tool_entries))
     notes.extend(_error_notes(run, activity))
-    if run.cycle_repeats >= REPEAT_NOTE_MIN:
-        notes.append(f"The tool calls go round in a cycle (the same sequence {run.cycle_repeats} "
+    cycle_repeats = run.signals["cycle_repeats"]
+    if cycle_repeats >= REPEAT_NOTE_MIN:
+        notes.append(f"The tool calls go round in a cycle (the same sequence {cycle_repeats} "
                      f"times): the agent is not converging; change the plan.")
-    notes.extend(_budget_notes(run, now, default_budget))
+    notes.extend(_budget_notes(run))
     if not notes:
         notes.append("Nothing in the log suggests a problem; the run can carry on.")
     return notes
 
 
-def _repeat_notes(run: RunState, tool_entries: Sequence[ActivityEntry]) -> list[str]:
+def _repeat_notes(run: RunView, tool_entries: Sequence[ActivityEntry]) -> list[str]:
     notes: list[str] = []
     calls = Counter((e.name, e.detail) for e in tool_entries if e.detail is not None)
     repeated = [(key, n) for key, n in calls.most_common(3) if n >= REPEAT_NOTE_MIN]
@@ -214,8 +214,9 @@ def _repeat_notes(run: RunState, tool_entries: Sequence[ActivityEntry]) -> list[
         notes.append(f"`{name}` was called {count} times with the same arguments "
                      f"({_one_line(detail or '', LINE_DETAIL_CHARS)}): reuse the earlier result "
                      f"instead of calling it again.")
-    if not repeated and run.repeated_tool_call >= REPEAT_NOTE_MIN:
-        notes.append(f"One tool call was repeated {run.repeated_tool_call} times with identical "
+    repeated_call = run.signals["repeated_tool_call"]
+    if not repeated and repeated_call >= REPEAT_NOTE_MIN:
+        notes.append(f"One tool call was repeated {repeated_call} times with identical "
                      f"arguments (before the steps still in the log).")
     results: dict[tuple[str, str], set[str | None]] = {}
     for entry in tool_entries:
@@ -229,7 +230,7 @@ def _repeat_notes(run: RunState, tool_entries: Sequence[ActivityEntry]) -> list[
     return notes
 
 
-def _error_notes(run: RunState, activity: Sequence[ActivityEntry]) -> list[str]:
+def _error_notes(run: RunView, activity: Sequence[ActivityEntry]) -> list[str]:
     notes: list[str] = []
     counts = Counter(mask(e.error) for e in activity if e.error)
     latest = {mask(e.error): e.error for e in activity if e.error}
@@ -243,11 +244,10 @@ def _error_notes(run: RunState, activity: Sequence[ActivityEntry]) -> list[str]:
     return notes
 
 
-def _budget_notes(run: RunState, now: float, default_budget: dict[str, float] | None
-                  ) -> list[str]:
+def _budget_notes(run: RunView) -> list[str]:
     if run.ended:
         return []
-    budget = run.budget_view(default_budget, now)
+    budget = run.budget
     notes: list[str] = []
     for what, label in (("tool_calls", "tool calls"), ("iterations", "model calls")):
         remaining = budget.get("remaining_" + what)

@@ -12,7 +12,9 @@ log lives in the store, not here. Time enters only as the ``now`` argument.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any
 
 from watchdog.bounds import budget_limit, plain_number
@@ -28,6 +30,7 @@ from watchdog.runs.record import (
     SpanRecord,
 )
 from watchdog.runs.terminal import TerminalState, classify_end
+from watchdog.runs.view import RunView
 
 # Per-run bounds. A run with more distinct tools/signatures than this still counts every call;
 # it just stops telling new ones apart (they go to an overflow bucket).
@@ -702,6 +705,19 @@ class RunState:
         catalogue (:data:`~watchdog.runs.catalogue.RUN_SIGNALS`), as CEL takes it."""
         return _read_signals(self, now, default_budget)
 
+    def view(self, now: float, default_budget: dict[str, float] | None = None) -> RunView:
+        """The run as it is at ``now``, frozen (``default_budget``: the rule pack's, under the
+        run's own): what the core hands out (:mod:`watchdog.runs.view`)."""
+        signals = self.signals(now, default_budget)
+        signals["tools"] = MappingProxyType(signals["tools"])
+        budget = signals["budget"]
+        signals["budget"] = MappingProxyType(budget) if budget else _NO_BUDGET
+        return RunView(self.key, self.trace_id, signals["agent"], self.session, self.parent_run,
+                       self.spans, self.activity_seq, MappingProxyType(signals),
+                       self.terminal_state, self.terminal_reason, self.final_output,
+                       self.first_seen, self.first_start_ns / NS if self.first_start_ns else None,
+                       self.last_seen, self.last_progress, self.ended_at, now)
+
     # -- persistence ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -752,6 +768,9 @@ class RunState:
         if "_models" not in data and data.get("_last_model"):  # an older build's: the last one
             run._models = (_model_call(data["_last_model"]),)
         return run
+
+
+_NO_BUDGET: Mapping[str, float] = MappingProxyType({})
 
 
 def _model_call(value: list[Any]) -> ModelCall:

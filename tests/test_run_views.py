@@ -1,0 +1,140 @@
+"""What the core hands out about runs is frozen: a step's views stay as they were when their
+runs change afterwards, one view per run and step, and delivery code imports no live state."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.workload import batches
+from watchdog.core import Core, Step
+from watchdog.ingest.decode import parse_protobuf
+from watchdog.ingest.pipeline import slices_of
+from watchdog.rules.engine import RuleEngine
+from watchdog.rules.pack import load_rules
+from watchdog.runs.record import SpanRecord
+from watchdog.runs.tracker import RunTracker
+from watchdog.runs.view import RunView, run_detail
+from watchdog.sessions import SessionBook
+
+ROOT = Path(__file__).resolve().parent.parent
+# Code that delivers or shows runs: it reads views, never the live run
+VIEW_READERS = ("watchdog/directives/prompt.py", "watchdog/directives/outbox.py",
+                "watchdog/directives/model.py", "watchdog/runs/view.py", "watchdog/metrics.py",
+                "watchdog/api.py", "watchdog/queries.py", "watchdog/sync.py",
+                "watchdog/runs/report.py")
+
+
+def misbehaving_slices(seed: int = 3) -> list[list[SpanRecord]]:
+    """Runs the default rules fire on, in the slices the receivers apply."""
+    bodies = batches(40, 256, 2048, workload="rules-firing", seed=seed)
+    return [part.records for body in bodies for part in slices_of(parse_protobuf(body), 32)
+            if part.records]
+
+
+def new_core() -> Core:
+    return Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(load_rules([])))
+
+
+def frozen_copy(view: RunView) -> dict[str, object]:
+    """Everything a view holds, as plain values (its mappings copied)."""
+    return {**view._asdict(), "signals": run_detail(view)["signals"]}
+
+
+def test_a_steps_views_do_not_change_when_their_runs_change_afterwards() -> None:
+    core = new_core()
+    slices = misbehaving_slices()
+    start = max(record.end_ns for records in slices for record in records) / 1e9
+    first = core.apply(slices[0], start)
+    assert first.touched
+    taken = {key: frozen_copy(view) for key, view in first.touched.items()}
+    for index, records in enumerate(slices[1:]):
+        core.apply(records, start + index / 10)
+    later = core.evaluate_keys(core.active_keys(), start + 3600, timed_only=True)
+    expired = Step()
+    core.expire(start + 7200, expired)
+    assert later.decisions and expired.finished  # the runs went on, were decided on, ended
+    changed = 0
+    for key, view in first.touched.items():
+        assert frozen_copy(view) == taken[key]
+        now = core.view(key, start + 7200)
+        if now is not None and now.signals != view.signals:
+            changed += 1
+    assert changed > len(first.touched) // 2  # (the live runs did change)
+
+
+def test_a_view_cannot_be_changed() -> None:
+    core = new_core()
+    views: list[RunView] = []
+    for records in misbehaving_slices():
+        now = max(record.end_ns for record in records) / 1e9
+        views += core.apply(records, now).touched.values()
+    view = next(view for view in views if view.signals["tools"])
+    with pytest.raises(AttributeError):
+        view.key = "another"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        view.signals["tool_calls"] = 0  # type: ignore[index]
+    with pytest.raises(TypeError):
+        view.signals["tools"]["search"] = 0
+    with pytest.raises(TypeError):
+        view.budget["max_tool_calls"] = 0  # type: ignore[index]
+
+
+def test_a_step_takes_one_view_per_run_for_what_it_touched_decided_and_finished() -> None:
+    core = new_core()
+    slices = misbehaving_slices()
+    now = max(record.end_ns for records in slices for record in records) / 1e9
+    decided = finished = 0
+    for records in slices:
+        step = core.apply(records, now)
+        for made in step.decisions:
+            assert made.run is step.touched[made.decision.run_key]
+            assert made.budget is made.run.budget and made.now == made.run.at == now
+            decided += 1
+        for view in step.finished:
+            assert view.ended and view.terminal_state is not None
+            assert view is step.touched[view.key]
+            finished += 1
+    assert decided and finished
+
+
+def test_delivery_and_display_code_imports_no_live_run() -> None:
+    for path in VIEW_READERS:
+        tree = ast.parse((ROOT / path).read_text(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = {alias.name for alias in node.names}
+                assert node.module != "watchdog.runs.run", f"{path}:{node.lineno}"
+                assert "RunState" not in names, f"{path}:{node.lineno}"
+            elif isinstance(node, ast.Import):
+                assert all(alias.name != "watchdog.runs.run" for alias in node.names), path
+
+
+def test_the_report_prompt_loads_without_the_run_module() -> None:
+    code = ("import sys, watchdog.directives.prompt, watchdog.runs.view; "
+            "print('watchdog.runs.run' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+
+
+
+def test_a_run_whose_view_cannot_be_taken_is_reported_and_the_others_go_on() -> None:
+    core = new_core()
+    slices = misbehaving_slices()
+    now = max(record.end_ns for records in slices for record in records) / 1e9
+    for records in slices[:10]:
+        core.apply(records, now)
+    damaged, *healthy = core.active_keys()
+    run = core.tracker.get(damaged)
+    assert run is not None and healthy
+    run.first_start_ns = "not a number"  # type: ignore[assignment]  # (a stored row's, say)
+    step = Step()
+    core.expire(now + 7200, step)
+    assert [(failure.stage, failure.run_key) for failure in step.failures] == [("view", damaged)]
+    assert {view.key for view in step.finished} == set(healthy)
+    assert set(step.touched) == set(healthy) and set(step.dirty) == {damaged, *healthy}
