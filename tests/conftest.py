@@ -5,8 +5,9 @@ Every test belongs to one tier, chosen here at collection (``pytest -m TIER`` se
 * ``frameworks``: everything under tests/frameworks/ (real agent frameworks in their venvs);
 * ``image``: the modules in :data:`IMAGE` (``make dist``'s artifacts: wheels, the container
   image, the packaged chart); they share one xdist group, so ``make dist`` runs once;
-* ``integration``: a test that asks for the ``sidecar`` fixture, or any test of a module in
-  :data:`INTEGRATION` (they start sidecars, servers or processes themselves);
+* ``integration``: a test that asks for the ``sidecar`` fixture, is marked
+  ``@pytest.mark.integration``, or belongs to a module in :data:`INTEGRATION` (they start
+  sidecars, servers or processes themselves);
 * ``unit``: the rest — in-process and pure, no process, no listening socket. ``make check``
   runs this tier; a unit test that starts a process or binds a socket fails, telling which
   module to list in :data:`INTEGRATION`.
@@ -43,6 +44,9 @@ INTEGRATION = frozenset({
 
 
 def tier_of(item: pytest.Item) -> str:
+    for tier in TIERS:  # said by the test itself (@pytest.mark.integration)
+        if item.get_closest_marker(tier) is not None:
+            return tier
     path = Path(str(item.path))
     if "frameworks" in path.parts:
         return "frameworks"

@@ -114,6 +114,7 @@ def test_delivery_and_display_code_imports_no_live_run() -> None:
                 assert all(alias.name != "watchdog.runs.run" for alias in node.names), path
 
 
+@pytest.mark.integration  # a fresh interpreter: what importing the prompt loads
 def test_the_report_prompt_loads_without_the_run_module() -> None:
     code = ("import sys, watchdog.directives.prompt, watchdog.runs.view; "
             "print('watchdog.runs.run' in sys.modules)")
