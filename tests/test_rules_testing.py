@@ -73,3 +73,23 @@ def test_sessions_come_from_the_session_book(tmp_path: Path) -> None:
         """)
     assert with_id.passed, with_id.failures  # seeing the run counts no new run of s1
     assert without_id.passed, without_id.failures
+
+
+def test_a_heartbeat_that_grows_the_conversation_is_evaluated_at_once(tmp_path: Path) -> None:
+    # The sidecar evaluates the rules reading what a heartbeat moved when it comes (not at
+    # the run's next span), as it does for a span.
+    [result] = results(tmp_path, """\
+        rules:
+          - {name: long-talk, when: run.messages >= 7, action: notify, message: m}
+        """, """\
+        tests:
+          - name: grows
+            steps:
+              - {at: 0, llm: {messages: 3}}
+              - {at: 5, heartbeat: {messages: 5}}
+              - {at: 10, heartbeat: {messages: 7}}
+              - {at: 20, llm: {input_tokens: 5}}
+            expect: [{step: 2, rule: long-talk}]
+        """)
+    assert result.passed, result.failures
+    assert fired(result) == [(2, "long-talk")]

@@ -206,6 +206,8 @@ class Core:
         """A client heartbeat. ``announce`` (agent, session, parent_run, budget) registers a
         run that has no ended span yet, so it is watched from its first second."""
         step = Step()
+        known = self.tracker.get(key) if self._has_rules() else None
+        old = snapshot(known) if known is not None else None
         run, created = self.tracker.heartbeat(key, messages, now, in_flight,
                                               oldest_call_started, register=announce is not None)
         if run is None:
@@ -217,6 +219,10 @@ class Core:
         step.dirty[key] = run
         if created or announce:
             self._evaluate([run], now, step)
+        elif old is not None and not run.ended and self.engine is not None and (
+                changed := changed_signals(old, run, bool(run.budget) or bool(
+                    self.engine.default_budget(run.agent_name)))):
+            self._evaluate([run], now, step, changed=changed)  # e.g. its messages grew
         self._seal(step, now)
         return step.touched.get(key), step
 
