@@ -97,7 +97,7 @@ def test_one_input(data: bytes) -> None:
     tracker = RunTracker(max_runs=100, run_end_timeout=60.0)
     tracker.apply(decoded.records, NOW)
     for run in list(tracker.active()) + list(tracker.ended()):
-        json.dumps(run_detail(run, NOW + 1), allow_nan=False)
+        json.dumps(run_detail(run.view(NOW + 1)), allow_nan=False)
         json.dumps(run.to_dict(), allow_nan=False)
         run_activation(run.signals(NOW + 1))
 
