@@ -343,7 +343,7 @@ def test_output_into_a_closed_pipe_is_quiet(fed: RunningServer, args: list[str])
     assert done.stderr == "" and done.returncode in expected, (done.returncode, done.stderr)
 
 
-def test_runs_piped_to_head(fed: RunningServer) -> None:
+def test_runs_piped_to_head(fed: RunningServer, tmp_path: Path) -> None:
     """`watchdog runs | head -1` through a real shell pipe: the first line, nothing on stderr,
     and a --watch that never ends by itself stops when head has its line."""
     for command, status in ((f"runs --url {fed.api}", ("0", "141")),
@@ -351,7 +351,7 @@ def test_runs_piped_to_head(fed: RunningServer) -> None:
         done = subprocess.run(
             ["bash", "-c", f"{shlex.join(watchdog_command())} {command} 2>err | head -1; "
                            f"echo \"${{PIPESTATUS[0]}}\"; cat err"],
-            capture_output=True, text=True, timeout=60, check=False)
+            capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
         first, code, *err = done.stdout.splitlines()
         assert first.startswith("ID ") or first.startswith("runs at "), done.stdout
         assert code in status and err == [], done.stdout
