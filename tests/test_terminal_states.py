@@ -187,5 +187,5 @@ def test_a_stored_abort_restores_the_forced_state_of_a_run_flushed_before_it(
                                                                "no-deletes")
     restored.end(1010.0)
     assert restored.terminal_state is TerminalState.ABORTED
-    service.state._lane.shutdown()
+    service.state._lane.close()
     store.close()

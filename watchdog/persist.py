@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from watchdog.errors import Overloaded, StateUnavailable
+from watchdog.lanes import Lane
 from watchdog.priority import Priority
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.run import RunState
@@ -88,7 +88,7 @@ class StateWriter:
         # sessions a checkpoint stored while a flush was encoding its own snapshots of them
         # (None: no flush under way); the flush leaves them out, see save_pending
         self._checkpointed: set[str] | None = None
-        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-store")
+        self._lane = Lane("watchdog-store")
         self.state_error: str | None = None  # why the last store write failed; None: writable
 
     # -- what changed -----------------------------------------------------------------------------
@@ -125,7 +125,7 @@ class StateWriter:
 
     async def in_lane(self, work: Callable[..., T], *args: Any) -> T:
         """Run store work on the store lane, after everything submitted before it."""
-        return await asyncio.get_running_loop().run_in_executor(self._lane, work, *args)
+        return await self._lane.run(work, *args)
 
     def flush(self) -> None:
         """Persist everything pending, synchronously (only when no loop is running: tests)."""
@@ -256,4 +256,4 @@ class StateWriter:
                       "not be written (%s)", len(self._dirty), len(self._pending),
                       self.state_error)
         await self.in_lane(self.store.close)
-        self._lane.shutdown(wait=True)
+        self._lane.close()

@@ -10,14 +10,13 @@ state.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from watchdog.clock import Clock
 from watchdog.errors import NotFound
+from watchdog.lanes import Lane
 from watchdog.runs.activity import ActivityEntry
 from watchdog.runs.view import RunView, run_detail, run_summary
 from watchdog.store import Store
@@ -25,8 +24,6 @@ from watchdog.store import Store
 log = logging.getLogger("watchdog")
 
 MAX_LIST_LIMIT = 1000
-
-T = TypeVar("T")
 
 
 class LiveRuns(Protocol):
@@ -48,19 +45,16 @@ class RunQueries:
         self._unsaved = unsaved
         self._on_failed_run = on_failed_run
         self.activity_log_size = activity_log_size
-        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-reader")
-
-    async def _read(self, work: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._lane, work, *args)
+        self._lane = Lane("watchdog-reader")
 
     def close(self) -> None:
-        self._lane.shutdown(wait=True)
+        self._lane.close()
 
     async def find_run(self, key: str) -> RunView:
         """The run ``key`` as it is now: from memory, else from the store."""
         run = self.runs.view(key, self.clock.now())
         if run is None:
-            data = await self._read(self.store.get_run, key)
+            data = await self._lane.run(self.store.get_run, key)
             if data is None:
                 raise NotFound(f"no run {key!r}")
             run = self.from_store(data, self.clock.now())
@@ -86,7 +80,7 @@ class RunQueries:
 
     async def child_runs(self, key: str) -> list[RunView]:
         """The runs of nested agents below ``key`` (sub-agents, agents as tools, handoffs)."""
-        stored = await self._read(self.store.child_runs, key, MAX_LIST_LIMIT)
+        stored = await self._lane.run(self.store.child_runs, key, MAX_LIST_LIMIT)
         now = self.clock.now()
         children = {child.key: child for child in self.runs.child_views(key, now)}
         for data in stored:
@@ -106,7 +100,7 @@ class RunQueries:
             for key in self.runs.newest_keys(False, agent, limit):
                 runs.setdefault(key, None)
             if len(runs) < limit:
-                stored = await self._read(self.store.list_runs, True, agent, limit)
+                stored = await self._lane.run(self.store.list_runs, True, agent, limit)
                 now = self.clock.now()
                 for data in stored:
                     if data["key"] not in runs and (restored := self.from_store(data, now)):
@@ -126,7 +120,7 @@ class RunQueries:
         """The run's activity log: what the store has, plus what is on its way there (taken
         first: an entry written while the store is read is in one or the other)."""
         unsaved = self._unsaved(key)
-        entries = {entry.seq: entry for entry in await self._read(self.store.activity, key)}
+        entries = {entry.seq: entry for entry in await self._lane.run(self.store.activity, key)}
         for entry in unsaved:
             entries[entry.seq] = entry
         ordered = [entries[seq] for seq in sorted(entries)]

@@ -24,14 +24,13 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
 from watchdog.directives.model import Directive
 from watchdog.directives.store import DirectiveStore
 from watchdog.errors import Overloaded
+from watchdog.lanes import Lane
 
 log = logging.getLogger("watchdog.directives")
 
@@ -41,8 +40,6 @@ DEFAULT_QUEUE_SIZE = 1_000  # directives a subscriber may fall behind before it 
 DEFAULT_HEARTBEAT = 15.0  # seconds between SSE keep-alive comments (proxies drop idle streams)
 BACKLOG_PAGE = 500  # directives read from the store at a time while a stream catches up
 STREAM_RETRY_AFTER = 5.0  # seconds a refused stream is told to wait
-
-T = TypeVar("T")
 
 
 class DeliveryMetrics(Protocol):
@@ -200,8 +197,7 @@ class Hub:
         self._by_run: dict[str, set[Subscription]] = {}
         self._all_runs: set[Subscription] = set()
         self._open = {"sse": 0, "longpoll": 0}
-        self._reader = ThreadPoolExecutor(max_workers=1,
-                                          thread_name_prefix="watchdog-directives-read")
+        self.reader = Lane("watchdog-directives-read")  # the store's reads; the outbox closes it
 
     # -- publishing (the outbox, after the store) -----------------------------------------------
 
@@ -276,17 +272,14 @@ class Hub:
 
     async def read(self, run_id: str | None, after: int, limit: int) -> list[Directive]:
         if run_id is None:
-            return await self.in_reader(self.store.list_after, after, limit)
-        return await self.in_reader(self.store.list_for_run, run_id, after, limit)
+            return await self.reader.run(self.store.list_after, after, limit)
+        return await self.reader.run(self.store.list_for_run, run_id, after, limit)
 
     async def latest_seq(self, run_id: str) -> int:
-        return await self.in_reader(self.store.latest_seq, run_id)
+        return await self.reader.run(self.store.latest_seq, run_id)
 
     async def latest_global_seq(self) -> int:
-        return await self.in_reader(self.store.max_seq)
-
-    async def in_reader(self, work: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._reader, work, *args)
+        return await self.reader.run(self.store.max_seq)
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -300,7 +293,3 @@ class Hub:
                 subscription.wake()
         for subscription in self._all_runs:
             subscription.wake()
-
-    def shutdown_reader(self) -> None:
-        self._reader.shutdown(wait=True)
-

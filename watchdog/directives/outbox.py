@@ -32,9 +32,8 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from watchdog.clock import Clock, SystemClock
 from watchdog.core import Decided
@@ -44,6 +43,7 @@ from watchdog.directives.prompt import prompt_for, report_prompt
 from watchdog.directives.store import AddResult, DirectiveStore
 from watchdog.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget
 from watchdog.errors import BadRequest
+from watchdog.lanes import Lane
 from watchdog.rules.engine import FiredRecord
 
 log = logging.getLogger("watchdog.directives")
@@ -54,8 +54,6 @@ STOP_TIMEOUT = 10.0  # seconds stop() waits for pending directives to be stored
 STORE_RETRY_MAX = 5.0  # seconds between attempts while the store keeps failing
 MAX_RUN_DIRECTIVES = 1_000  # directives listed for one run (the run detail)
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints, off the write path (see store)
-
-T = TypeVar("T")
 
 
 class Outbox:
@@ -73,11 +71,11 @@ class Outbox:
         self.hub = hub if hub is not None else Hub(store, metrics=self.metrics)
         self.clock: Clock = clock or SystemClock()
         self.max_pending = max_pending
-        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watchdog-directives")
+        self._lane = Lane("watchdog-directives")
         # Webhook retries run on wall-clock time even when tests inject a clock for the rules:
         # a frozen test clock must not freeze the backoff, nor stamp a webhook-timestamp that a
         # receiver's replay check would refuse.
-        self.webhooks = WebhookSender(store, webhooks, self.in_lane, metrics=self.metrics,
+        self.webhooks = WebhookSender(store, webhooks, self._lane.run, metrics=self.metrics,
                                       clock=webhook_clock or SystemClock(),
                                       retry=retry) if webhooks else None
         self._pending: deque[Directive] = deque()
@@ -102,7 +100,7 @@ class Outbox:
         (all runs when None), for the rule engine to restore its fired state from."""
         await self._load_counters()
         ids = None if run_ids is None else list(run_ids)
-        return await self.hub.in_reader(self.store.fired_records, ids)
+        return await self.hub.reader.run(self.store.fired_records, ids)
 
     async def start(self) -> None:
         await self._load_counters()
@@ -137,9 +135,9 @@ class Outbox:
         if self.webhooks is not None:
             await self.webhooks.stop()
         self._closed = True
-        await self.in_lane(self.store.close)
-        self._lane.shutdown(wait=True)
-        self.hub.shutdown_reader()
+        await self._lane.run(self.store.close)
+        self._lane.close()
+        self.hub.reader.close()
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is stored and published."""
@@ -149,16 +147,12 @@ class Outbox:
     async def _load_counters(self) -> None:
         if self._counters_loaded:
             return
-        top, per_run = await self.in_lane(self.store.counters)
+        top, per_run = await self._lane.run(self.store.counters)
         self._global_seq = max(self._global_seq, top)
         for run_id, seq in per_run.items():
             if seq > self._run_seq.get(run_id, 0):
                 self._run_seq[run_id] = seq
         self._counters_loaded = True
-
-    async def in_lane(self, work: Callable[..., T], *args: Any) -> T:
-        """Run store work on the directive store's thread, after everything queued before."""
-        return await asyncio.get_running_loop().run_in_executor(self._lane, work, *args)
 
     # -- the hot path ---------------------------------------------------------------------------
 
@@ -226,7 +220,7 @@ class Outbox:
         delay = 0.05
         while True:
             try:
-                results = await self.in_lane(self.store.add_many, items)
+                results = await self._lane.run(self.store.add_many, items)
                 break
             except Exception:  # never send what is not stored: keep trying, say so
                 log.exception("storing %d directives failed; retrying in %.2f s",
@@ -258,7 +252,7 @@ class Outbox:
         if seq > latest:
             raise BadRequest(f"seq={seq} is not allowed: run {run_id!r} has directives up to "
                              f"seq {latest}")
-        return await self.in_lane(self.store.ack, run_id, seq, self.clock.now())
+        return await self._lane.run(self.store.ack, run_id, seq, self.clock.now())
 
     async def directives_after(self, run_id: str, after: int, wait: float
                                ) -> list[Directive]:
@@ -288,17 +282,17 @@ class Outbox:
         ``acked`` is true once the agent acked a seq at or past it — its process put the
         directive into a model request it made, or stopped the run at it (every adapter of the
         client SDK acks the same way)."""
-        directives = await self.hub.in_reader(self.store.list_for_run, run_id, 0,
+        directives = await self.hub.reader.run(self.store.list_for_run, run_id, 0,
                                               MAX_RUN_DIRECTIVES)
         if not directives:
             return []
-        acked = await self.hub.in_reader(self.store.acked, run_id)
+        acked = await self.hub.reader.run(self.store.acked, run_id)
         return [{**d.to_json(), "acked": d.seq <= acked} for d in directives]
 
     async def prune(self, active_runs: Iterable[str]) -> int:
         """Bound the store (call now and then with the active runs' ids)."""
         keep = list(active_runs)
-        pruned, emptied = await self.in_lane(self.store.prune, keep)
+        pruned, emptied = await self._lane.run(self.store.prune, keep)
         waiting = self._storing | {directive.run_id for directive in self._pending}
         for run_id in emptied:
             if run_id not in waiting:
