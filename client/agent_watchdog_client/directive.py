@@ -4,6 +4,14 @@ The listener thread posts every directive it receives to the run's :class:`Direc
 the agent's thread reads the board without waiting (``run.directive()``, ``budget_note()``,
 the adapters' instructions). Directives arrive in ``seq`` order, but a reconnect may deliver
 one twice: anything at or below the highest ``seq`` seen is ignored.
+
+The vocabulary below (actions, severities, the grace's keys, the fields of :class:`Directive`)
+is the sidecar's: its source is ``watchdog.rules.decision`` (``Action``, ``Severity``),
+``watchdog.rules.engine.announced_grace`` and ``watchdog.directives.model.Directive.to_json``.
+This package installs into agent environments without the server, so it cannot import them; it
+keeps this short copy instead, and the repository's ``tests/test_directive_vocabulary.py``
+compares the two, so a change on either side fails until the other follows. (A copy checked by
+a test is leaner here than a generated module: it is a dozen names that change rarely.)
 """
 
 from __future__ import annotations
@@ -14,6 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NOTIFY, WIND_DOWN, ABORT = "notify", "wind_down", "abort"
+ACTIONS = (NOTIFY, WIND_DOWN, ABORT)
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
+SEVERITIES = (INFO, WARNING, CRITICAL)
+# a wind_down's grace: the rule's limits, and the tool-call count at which it is used up
+GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT = "tool_calls", "seconds", "ends_at_tool_calls"
+GRACE_KEYS = (GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT)
 BUDGET_MESSAGE_PREFIX = "[budget"
 
 
@@ -24,9 +38,9 @@ class Directive:
     id: str
     run_id: str
     seq: int
-    action: str  # notify | wind_down | abort
+    action: str  # one of ACTIONS
     rule: str
-    severity: str
+    severity: str  # one of SEVERITIES
     message: str
     terminal_state: str | None
     budget: Mapping[str, float]
@@ -84,7 +98,7 @@ class Directive:
         (absolute, so re-reading the directive gives the same cap), or None."""
         if not self.is_wind_down:
             return None
-        ends = self.grace.get("ends_at_tool_calls")
+        ends = self.grace.get(GRACE_ENDS_AT)
         return None if ends is None else int(ends)
 
     def instruction(self) -> str:

@@ -9,6 +9,10 @@ directive never changes number once anyone has seen it.
 :meth:`Directive.to_json` is the public shape; :meth:`to_record` adds the internal fields the
 store keeps (``global_seq``, ``dedup_key``, ``tool_calls_at``) so the rule engine can be restored
 from it after a restart (:class:`watchdog.rules.engine.FiredRecord`). Pure: no IO, no clock.
+
+:meth:`Directive.to_json` is the source of the fields the agent-side client reads
+(``agent_watchdog_client.directive.Directive``, which keeps the rest in ``raw``);
+``tests/test_directive_vocabulary.py`` fails when the two differ.
 """
 
 from __future__ import annotations

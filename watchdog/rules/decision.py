@@ -2,6 +2,10 @@
 
 A :class:`Decision` says that a rule fired for a run; the directive layer turns it into a
 stored, numbered, delivered :class:`~watchdog.directives.model.Directive`.
+
+:class:`Action` and :class:`Severity` are the directive vocabulary's source. The agent-side
+client (``agent_watchdog_client.directive``) cannot import this package, so it keeps a copy
+(``ACTIONS``, ``SEVERITIES``) that ``tests/test_directive_vocabulary.py`` compares with these.
 """
 
 from __future__ import annotations

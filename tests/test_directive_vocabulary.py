@@ -1,0 +1,71 @@
+"""The directive vocabulary is written once on each side of the wire: the sidecar's
+(``watchdog.rules.decision``, ``watchdog.rules.engine.announced_grace``,
+``watchdog.directives.model.Directive.to_json``) is the source; the agent-side client cannot
+import it and keeps a copy (``agent_watchdog_client.directive``). These tests fail when the two
+differ, so a new action, severity, grace key or directive field reaches both or neither."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from agent_watchdog_client import directive as client
+
+from watchdog.directives.model import Directive
+from watchdog.rules.decision import Action, Severity
+from watchdog.rules.engine import announced_grace
+from watchdog.rules.model import Grace
+
+# Fields the sidecar sends that the client does not model: it keeps them in ``Directive.raw``.
+RAW_ONLY = frozenset({"agent", "escalation"})
+
+
+def server_directive(action: Action = Action.WIND_DOWN) -> Directive:
+    return Directive(
+        id="0" * 32, run_id="run-1", seq=3, global_seq=7, action=action.value,
+        rule="budget-countdown", severity=Severity.WARNING.value,
+        message="[budget: 3 of 20 tool calls left — wrap up soon]",
+        terminal_state="tool_limit_reached",
+        budget={"max_tool_calls": 20, "remaining_tool_calls": 3},
+        report_prompt="report now", created_at=1_795_000_000.0, dedup_key="budget-countdown",
+        escalation=False, tool_calls_at=17, agent="explorer",
+        grace=announced_grace(Grace(tool_calls=2, seconds=60), 17))
+
+
+def test_the_actions_and_severities_are_the_sidecars() -> None:
+    actions, severities = [action.value for action in Action], [s.value for s in Severity]
+    assert actions == [client.NOTIFY, client.WIND_DOWN, client.ABORT]
+    assert actions == list(client.ACTIONS)
+    assert severities == [client.INFO, client.WARNING, client.CRITICAL]
+    assert severities == list(client.SEVERITIES)
+
+
+def test_the_grace_keys_are_the_ones_a_wind_down_announces() -> None:
+    announced = announced_grace(Grace(tool_calls=2, seconds=60), 17)
+    assert set(client.GRACE_KEYS) == set(announced)
+    assert announced[client.GRACE_ENDS_AT] == 19
+
+
+def test_the_client_models_every_field_the_sidecar_sends() -> None:
+    sent = set(server_directive().to_json())
+    modelled = {field.name for field in dataclasses.fields(client.Directive)} - {"raw"}
+    assert modelled | RAW_ONLY == sent, (
+        f"the sidecar sends {sorted(sent - modelled - RAW_ONLY)} that the client does not "
+        f"model, and the client models {sorted(modelled - sent)} that the sidecar does not "
+        f"send: add them to agent_watchdog_client.directive.Directive (or to RAW_ONLY)")
+    assert not RAW_ONLY & modelled
+
+
+def test_a_sent_directive_reads_back_whole_on_the_client() -> None:
+    for action in Action:
+        sent = server_directive(action).to_json()
+        received = client.Directive.from_json(json.loads(json.dumps(sent)))
+        for field in dataclasses.fields(client.Directive):
+            if field.name != "raw":
+                assert getattr(received, field.name) == sent[field.name], field.name
+        assert received.is_abort == (action is Action.ABORT)
+        assert received.is_wind_down == (action is Action.WIND_DOWN)
+        assert received.is_budget
+        assert received.grace_ends_at == (19 if action is Action.WIND_DOWN else None)
+        assert {key: received.raw[key] for key in RAW_ONLY} == {"agent": "explorer",
+                                                                "escalation": False}
