@@ -15,6 +15,9 @@ Theory of operation
   all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the plain values
   (agent, last progress) that the function given to :meth:`Metrics.read_live_runs` returns for
   the active runs; nothing here reads live state.
+* One way to a series: every labelled one through :class:`Children` (``self._child(metric,
+  *labels)``, its child looked up once), each label value through a cap or :func:`clip`; an
+  unlabelled metric directly; values known only at scrape time through a collector.
 * Every label value that comes from agent data passes a :class:`LabelCap`: the first N distinct
   values keep their name and later ones become ``_other``, so a misbehaving agent (a tool name
   with a UUID in it, a thousand generated agent names) cannot blow up the series count. Run,
@@ -261,8 +264,8 @@ class Metrics:
         self.state_write_failures_total = counter(
             "state_write_failures_total", "Times the state became unwritable.", ())
         # process
-        gauge("build_info", "The running watchdog's version (always 1).",
-              ["version"]).labels(clip(version)).set(1)
+        self._child(gauge("build_info", "The running watchdog's version (always 1).",
+                          ["version"]), clip(version)).set(1)
         registry.register(LiveRunsCollector(self))
 
     def read_live_runs(self, runs: Callable[[], Iterable[LiveRun]],
@@ -365,20 +368,21 @@ class Metrics:
     # -- rules engine and directives ----------------------------------------------------------
 
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
-        self.rule_fired_total.labels(self._rules(rule), clip(action), self.agent(agent)).inc(
-            1, _exemplar(trace_id))
+        self._child(self.rule_fired_total, self._rules(rule), clip(action),
+                    self.agent(agent)).inc(1, _exemplar(trace_id))
 
     def rule_error(self, rule: str) -> None:
-        self.rule_errors_total.labels(self._rules(rule)).inc()
+        self._child(self.rule_errors_total, self._rules(rule)).inc()
 
     def directive_delivered(self, action: str, channel: str, outcome: str) -> None:
-        self.directives_delivered_total.labels(clip(action), clip(channel), clip(outcome)).inc()
+        self._child(self.directives_delivered_total, clip(action), clip(channel),
+                    clip(outcome)).inc()
 
     def rule_eval(self, seconds: float) -> None:
         self.rule_eval_duration_seconds.observe(seconds)
 
     def run_failed(self, stage: str) -> None:
-        self.run_failures_total.labels(clip(stage)).inc()
+        self._child(self.run_failures_total, clip(stage)).inc()
 
     def state_writable(self, writable: bool) -> None:
         self.state_writable_gauge.set(1 if writable else 0)
@@ -395,9 +399,9 @@ class Metrics:
         for (agent, reason), count in counts.items():
             merged[(self.agent(agent), self._rules(reason))] += count
         for key in self._stuck - merged.keys():
-            self.runs_stuck.labels(*key).set(0)
+            self._child(self.runs_stuck, *key).set(0)
         for key, count in merged.items():
-            self.runs_stuck.labels(*key).set(count)
+            self._child(self.runs_stuck, *key).set(count)
         self._stuck |= merged.keys()
 
     # -- exposition ---------------------------------------------------------------------------
