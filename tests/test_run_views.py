@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VIEW_READERS = ("watchdog/directives/prompt.py", "watchdog/directives/outbox.py",
                 "watchdog/directives/model.py", "watchdog/runs/view.py", "watchdog/metrics.py",
                 "watchdog/api.py", "watchdog/queries.py", "watchdog/sync.py",
-                "watchdog/runs/report.py")
+                "watchdog/runs/report.py", "watchdog/service.py",
+                *(str(path.relative_to(ROOT)) for path in sorted((ROOT / "watchdog/model").glob(
+                    "*.py"))))
 
 
 def misbehaving_slices(seed: int = 3) -> list[list[SpanRecord]]:

@@ -228,10 +228,11 @@ class Core:
 
     def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
                  agent: str | None, session: str | None,
-                 budget: dict[str, float] | None) -> tuple[RunState, Step]:
+                 budget: dict[str, float] | None) -> tuple[RunView, Step]:
         """The model endpoint's run at a request (DESIGN §12): opened at its first request
         (no span has ended yet), told what the request's headers say, and evaluated when it
-        is new or its budget changed, so its directives account for the request."""
+        is new or its budget changed, so its directives account for the request; its view
+        after that."""
         step = Step()
         run, created = self.tracker.open(key, key_source, trace_id, now)
         if agent and run.agent is None:
@@ -248,7 +249,7 @@ class Core:
             if not run.ended:
                 self._evaluate([run], now, step)
         self._seal(step, now)
-        return run, step
+        return step.touched.get(key) or run.view(now, self._defaults(run)), step
 
     def recent_lines(self, key: str) -> tuple[str, ...]:
         """The run's last steps as report lines (redacted), oldest first."""
@@ -296,6 +297,10 @@ class Core:
         return step
 
     # -- views ----------------------------------------------------------------------------------
+
+    def trace_run(self, trace_id: str) -> str | None:
+        """The run the spans of this trace named, if any."""
+        return self.tracker.trace_run(trace_id)
 
     def view(self, key: str, now: float) -> RunView | None:
         """The run ``key`` (active or recently ended) as it is at ``now``; None: not in memory."""

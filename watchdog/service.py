@@ -34,7 +34,6 @@ from watchdog.priority import Priority
 from watchdog.queries import RunQueries
 from watchdog.rules.engine import FiredRecord, RuleEngine
 from watchdog.runs.record import KeySource, SpanRecord
-from watchdog.runs.run import RunState
 from watchdog.runs.tracker import BatchResult, RunTracker
 from watchdog.runs.view import RunView
 from watchdog.sessions import Checkpoint, SessionBook, SessionState, empty_context
@@ -358,7 +357,7 @@ class WatchdogService:
     # -- the model endpoint (DESIGN §12) -------------------------------------------------------
 
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
-                   session: str | None, budget: dict[str, float] | None) -> RunState:
+                   session: str | None, budget: dict[str, float] | None) -> RunView:
         """The endpoint's run at a request, opened if no span has named it yet."""
         self.state.admit()
         run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
@@ -381,6 +380,14 @@ class WatchdogService:
 
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)
+
+    def model_run(self, key: str) -> RunView | None:
+        """The run ``key`` as it is now (None: not in memory)."""
+        return self.core.view(key, self.clock.now())
+
+    def trace_run(self, trace_id: str) -> str | None:
+        """The run the spans of this trace named, if any."""
+        return self.core.trace_run(trace_id)
 
     # -- the timer ------------------------------------------------------------------------------
 
@@ -443,9 +450,6 @@ class WatchdogService:
 
     def stuck_counts(self) -> dict[tuple[str, str], int]:
         return self.core.stuck_counts()
-
-    def default_budget(self, run: RunState) -> dict[str, float] | None:
-        return self.core.default_budget(run)
 
     # -- persistence ----------------------------------------------------------------------------
 

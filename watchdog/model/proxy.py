@@ -62,7 +62,7 @@ from watchdog.model.responses import ResponsesWire
 from watchdog.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
 from watchdog.model.wire import SSEReader, Wire, dumps
 from watchdog.runs.record import KeySource
-from watchdog.runs.run import RunState
+from watchdog.runs.view import RunView
 from watchdog.service import WatchdogService
 
 log = logging.getLogger("watchdog.model")
@@ -207,19 +207,17 @@ class ModelProxy:
                          budget: dict[str, float] | None
                          ) -> tuple[EndpointRun, Turn, str] | None:
         service = self.service
-        tracker = service.tracker
         try:
             def ended(key: str) -> bool:
-                run = tracker.get(key)
+                run = service.model_run(key)
                 return run is not None and run.ended
 
             state = self.book.identify(wire.api, parsed, caller, agent, ended)
             service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
             run = self._run_of(state, agent, budget)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
-                            budget=run.budget_view(service.default_budget(run),
-                                                   service.clock.now()),
-                            final_used=state.final_used, stop=state.stop)
+                            budget=dict(run.budget), final_used=state.final_used,
+                            stop=state.stop)
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools), run.key
         except (Overloaded, StateUnavailable) as exc:
@@ -229,20 +227,19 @@ class ModelProxy:
         return None
 
     def _run_of(self, state: EndpointRun, agent: str | None,
-                budget: dict[str, float] | None) -> RunState:
+                budget: dict[str, float] | None) -> RunView:
         """The tracker's run of this call (opened at its first request): a traced one the
         run its trace's spans named, once they have come."""
-        tracker = self.service.tracker
+        service = self.service
         if state.key_source is KeySource.TRACE:
-            key = tracker.trace_run(state.trace_id) or state.key
-            return self.service.model_open(key, KeySource.TRACE, state.trace_id, agent, None,
-                                           budget)
-        existing = tracker.get(state.key)
+            key = service.trace_run(state.trace_id) or state.key
+            return service.model_open(key, KeySource.TRACE, state.trace_id, agent, None, budget)
+        existing = service.model_run(state.key)
         if existing is not None and existing.framed:
             state.traced = True  # the client SDK's run: its spans count the tools
             return existing
-        return self.service.model_open(state.key, state.key_source, state.trace_id, agent,
-                                       state.session, budget)
+        return service.model_open(state.key, state.key_source, state.trace_id, agent,
+                                  state.session, budget)
 
     def _abort(self, request: web.Request, wire: Wire, parsed: Any, state: EndpointRun,
                turn: Turn, key: str, agent: str) -> web.StreamResponse:
@@ -267,10 +264,11 @@ class ModelProxy:
         if state.report:  # the final report the model gave: the run's result
             return state.report
         lines = self.service.core.recent_lines(key)[-MAX_REPORT_LINES:]
-        run = self.service.tracker.get(key)
+        run = self.service.model_run(key)
         parts = [f"The agent-watchdog stopped this run: {turn.text or 'the run is over'}"]
         if run is not None:
-            tools = ", ".join(f"{name} ×{count}" for name, count in list(run.tools.items())[:20])
+            tools = ", ".join(f"{name} ×{count}"
+                              for name, count in list(run.signals["tools"].items())[:20])
             parts.append(f"Progress so far: {run.iterations} model calls, {run.tool_calls} "
                          f"tool calls" + (f" ({tools})" if tools else "") + ".")
         if lines:
@@ -514,8 +512,8 @@ class ModelProxy:
         return bytes(data)
 
     def _agent(self, key: str, agent: str | None) -> str:
-        run = self.service.tracker.get(key)
-        return run.agent_name if run is not None else (agent or "unknown")
+        run = self.service.model_run(key)
+        return run.agent if run is not None else (agent or "unknown")
 
     def _count(self, agent: str | None, api: str, outcome: str) -> None:
         if self.metrics is not None:

@@ -716,7 +716,7 @@ class RunState:
                        self.spans, self.activity_seq, MappingProxyType(signals),
                        self.terminal_state, self.terminal_reason, self.final_output,
                        self.first_seen, self.first_start_ns / NS if self.first_start_ns else None,
-                       self.last_seen, self.last_progress, self.ended_at, now)
+                       self.last_seen, self.last_progress, self.ended_at, now, self.framed)
 
     # -- persistence ----------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ class RunView(NamedTuple):
     last_progress: float
     ended_at: float | None
     at: float
+    framed: bool = False  # the client SDK announced it (its spans count the tools)
 
     @property
     def ended(self) -> bool:
