@@ -381,6 +381,10 @@ class WatchdogService:
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)
 
+    def recent_lines(self, key: str) -> tuple[str, ...]:
+        """The run's last steps as report lines (redacted), oldest first."""
+        return self.core.recent_lines(key)
+
     def model_run(self, key: str) -> RunView | None:
         """The run ``key`` as it is now (None: not in memory)."""
         return self.core.view(key, self.clock.now())

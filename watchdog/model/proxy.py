@@ -263,7 +263,7 @@ class ModelProxy:
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result
             return state.report
-        lines = self.service.core.recent_lines(key)[-MAX_REPORT_LINES:]
+        lines = self.service.recent_lines(key)[-MAX_REPORT_LINES:]
         run = self.service.model_run(key)
         parts = [f"The agent-watchdog stopped this run: {turn.text or 'the run is over'}"]
         if run is not None:
