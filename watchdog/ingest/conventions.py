@@ -720,6 +720,15 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         _fill_error(record, attrs, span.events, status.message)
     elif status.message:
         record.limit_stop = status_limit(status.message)
+    elif span.events:
+        # an exception recorded on a span whose status says no failure (LiteLLM's callback
+        # sets the span around a call OK, and the SDK keeps an OK status): no error, but a stop
+        # at a limit it names (by its type or in its message) is that limit
+        exc_type, exc_message = _exception(span.events)
+        if exc_type is not None and short_type(exc_type) in LIMIT_EXCEPTIONS:
+            record.limit_stop = short_type(exc_type)
+        elif exc_message:
+            record.limit_stop = phrase_limit(exc_message)
 
     if kind is TOOL:
         if span.events and _first(attrs, TOOL_ARGS_KEYS) is None:

@@ -165,14 +165,22 @@ def _pair(record: SpanRecord, models: dict[str, SpanRecord],
     """A model call traced twice (one span inside the other: a framework's and its client
     library's), both in one request: the one that comes second learns the first's usage
     (:attr:`SpanRecord.twin_tokens`) and counts no iteration. A request groups spans by scope,
-    so a batch's outer spans may all come before its inner ones, or after."""
+    so a batch's outer spans may all come before its inner ones, or after. Two that name
+    different responses are two calls (LiteLLM's callback copies a call's attributes onto the
+    span around the next one)."""
     parent = record.parent_span_id
     twin = models.get(parent) if parent is not None else None
     if twin is None:
         twin = inner.get(record.span_id)
-    if twin is not None:
-        record.twin_tokens = (twin.input_tokens, twin.output_tokens)
-        return
+    if twin is not None and not (record.response_id and twin.response_id
+                                 and record.response_id != twin.response_id):
+        if twin.parent_span_id is None and twin.twin_tokens is None:
+            # the outer one a trace's root: it counts none (a root that frames a loop is no
+            # model call once its other calls are seen, whichever half came first)
+            twin.twin_tokens = (record.input_tokens, record.output_tokens)
+        else:
+            record.twin_tokens = (twin.input_tokens, twin.output_tokens)
+            return
     models[record.span_id] = record
     if parent is not None:
         inner[parent] = record

@@ -372,13 +372,15 @@ class RunState:
     def _twin_of(self, record: SpanRecord) -> int:
         """The index in ``_models`` of the model call ``record`` is the twin of (the same call
         traced by another instrumentation: inside it, around it, or with its response id from
-        another scope), the most recent first; -1 if none."""
+        another scope), the most recent first; -1 if none. Two that name different responses
+        are two calls."""
         models = self._models
         span, parent, response = record.span_id, record.parent_span_id, record.response_id
         index = len(models)
         for call in reversed(models):
             index -= 1
-            if call[0] == parent or call[1] == span or (
+            if ((call[0] == parent or call[1] == span)
+                    and not (response and call[4] and call[4] != response)) or (
                     response is not None and call[4] == response and call[5] != record.scope):
                 return index
         return -1
@@ -398,6 +400,13 @@ class RunState:
     def models_besides_twin(self, record: SpanRecord) -> bool:
         """Whether the run counted a model call other than ``record``'s twin."""
         return self.iterations > 1 or (self.iterations == 1 and self._twin_of(record) < 0)
+
+    def ran_tool_after_models_inside(self, record: SpanRecord) -> bool:
+        """Whether the run's last tool call so far (to end) ran after its last model call and
+        ended inside ``record``'s span: a model call's span closes with its response, before
+        the tools it asked for run, so a span around both frames a loop."""
+        return self._llm_end_ns <= self._tool_start_ns and self._tool_end_ns <= record.end_ns \
+            and self.tool_calls > 0
 
     def ran_model_inside(self, record: SpanRecord) -> bool:
         """Whether the run's last model call so far (to end) ran inside ``record``'s span:

@@ -372,10 +372,14 @@ class RunTracker:
         inside the other), ran before it ended — in the trace's run (spans that came before
         it) or in this batch (``calls``: the model calls below its trace's root)."""
         run = self._active.get(root.run_key)
-        if run is not None and run.key_source is KEY_TRACE and run.models_besides_twin(root):
+        earlier = run.iterations if run is not None and run.key_source is KEY_TRACE else 0
+        if earlier + len(calls) > 1:
+            # two calls besides the root, wherever they came: at most one is its twin
+            # (LiteLLM's callback copies a call's attributes onto the loop's span around it)
             return True
-        if len(calls) > 1:
-            return True
+        if earlier:  # one call so far: its twin, unless a tool it asked for ran inside too
+            return run is not None and (run.models_besides_twin(root)
+                                        or run.ran_tool_after_models_inside(root))
         return len(calls) == 1 and calls[0].parent_span_id != root.span_id
 
     def _ran_models(self, root: SpanRecord, records: list[SpanRecord]) -> bool:

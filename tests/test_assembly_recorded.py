@@ -1,0 +1,88 @@
+"""Run assembly (issue 28, mechanisms 4 and 5) on real recordings (``tests/frameworks/
+recordings``), span records made by the normaliser from what the frameworks exported, applied
+request by request as they were sent.
+
+4. A run ends when its root ends, whatever else the root carries: LiteLLM's OpenTelemetry
+   callback (``litellm_logfire_loop``) writes every model call's attributes onto the span active
+   around the call, the hand-written loop's root, which arrives as a ``chat`` model call.
+5. One exception echoed on nested spans is one failure: LangGraph's tool error raised through
+   the ``tools`` step (OpenInference, OpenLLMetry) and Google ADK's through its agent and
+   invocation spans.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.recorded import recorded_records, scoped_spans
+from tests.test_rebatching import as_exported
+from watchdog.ingest.pipeline import records_from
+from watchdog.runs.record import LLM
+from watchdog.runs.terminal import TerminalState
+from watchdog.runs.tracker import RunTracker
+
+LITELLM = "litellm_logfire_loop"
+CHAT = "Chat Completion with {request_data[model]!r}"  # Logfire's span per model call
+
+
+def _attributes(driver: str, scenario: str, name: str) -> list[dict[str, object]]:
+    """The raw attributes of the recording's spans named ``name``, in export order."""
+    return [{kv.key: kv.value.string_value or kv.value.int_value for kv in span.attributes}
+            for _, _, span in scoped_spans(driver, scenario) if span.name == name]
+
+
+def _applied(driver: str, scenario: str) -> tuple[RunTracker, list[bool]]:
+    """The tracker after the recording's requests, applied as exported, and after each
+    request whether a run was still active."""
+    tracker = RunTracker()
+    active = []
+    for now, request in enumerate(as_exported(driver, scenario), start=1):
+        tracker.apply(records_from(request).records, float(now))
+        active.append(bool(list(tracker.active())))
+    return tracker, active
+
+
+# -- 4. a run ends when its root ends, whatever else the root carries -------------------------
+
+@pytest.mark.parametrize("scenario", ["three_tools", "tool_error", "limit"])
+def test_litellm_writes_model_calls_onto_the_loops_root(scenario: str) -> None:
+    """What the recording shows: the loop's root (Logfire's ``research agent`` span) carries a
+    model call's attributes LiteLLM wrote onto it, and the model calls ran inside it."""
+    records = recorded_records(LITELLM, scenario)
+    (root,) = [r for r in records if r.parent_span_id is None]
+    assert root.name == "research agent {task}" and root.kind is LLM
+    (attrs,) = _attributes(LITELLM, scenario, root.name)
+    assert attrs["gen_ai.operation.name"] == "chat" and "litellm.call_id" in attrs
+    calls = [r for r in records if r.name == CHAT]
+    assert len(calls) >= 2 and all(r.kind is LLM and r.parent_span_id == root.span_id
+                                   for r in calls)
+    # a copy of one call: its response id is one of theirs (not a call of its own)
+    assert root.response_id in {r.response_id for r in calls}
+
+
+@pytest.mark.parametrize(("scenario", "calls", "tools", "errors", "state", "reason"), [
+    ("three_tools", 4, 3, 0, TerminalState.COMPLETED, None),
+    ("tool_error", 2, 1, 1, TerminalState.COMPLETED, None),
+    # the loop's cap: an exception the root records, its status the OK LiteLLM set
+    ("limit", 5, 5, 0, TerminalState.TOOL_LIMIT_REACHED, "max_steps"),
+])
+def test_a_root_made_a_model_call_ends_its_run_with_the_loops_calls(
+        scenario: str, calls: int, tools: int, errors: int, state: TerminalState,
+        reason: str | None) -> None:
+    tracker, active = _applied(LITELLM, scenario)
+    records = recorded_records(LITELLM, scenario)
+    (root,) = [r for r in records if r.parent_span_id is None]
+    # the run ends with the request that brings its root, not before, and none is left open
+    root_request = next(index for index, request in enumerate(as_exported(LITELLM, scenario))
+                        if any(r.span_id == root.span_id
+                               for r in records_from(request).records))
+    assert active[:root_request] == [True] * root_request
+    assert not any(active[root_request:])
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.errors, run.terminal_state, run.terminal_reason) \
+        == (calls, tools, errors, state, reason)
+    # each call's usage once: the root's copy of one call is not added again
+    chats = [r for r in records if r.name == CHAT]
+    assert (run.input_tokens, run.output_tokens) == (
+        sum(r.input_tokens for r in chats), sum(r.output_tokens for r in chats))
+    assert run.has_final_answer is (state is TerminalState.COMPLETED)
