@@ -1,7 +1,8 @@
 """What holds for every convention (docs/frameworks.md, "What holds for every convention"): read
 from real recordings of tracing setups the tables name nothing special for — hand-written loops
 traced by MLflow (every value JSON-encoded, only `mlflow.*` attributes), by Pydantic Logfire and
-by OpenLLMetry's OpenAI instrumentation with plain spans of the loop's own — and, for the
+by OpenLLMetry's OpenAI instrumentation with plain spans of the loop's own, by OpenInference
+with the agent named only in ``using_metadata`` — and, for the
 shapes no recording shows, from spans a real OpenTelemetry SDK made.
 """
 
@@ -12,7 +13,7 @@ import json
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from tests.recorded import recorded_records
+from tests.recorded import recorded_records, scoped_spans
 from tests.spans import T0, SpanMaker, chat_attrs, only_run, records_of, run_spans
 from tests.test_rebatching import as_exported, ended_runs
 from watchdog.ingest.conventions import json_encoded, select_attributes
@@ -259,6 +260,24 @@ def test_a_root_that_names_its_agent_in_its_input_or_metadata_names_the_run(
     tracker, _ = run_spans(otel.take())
     run = only_run(tracker)
     assert (run.agent_name, run.final_output) == (agent, "Done.")
+
+
+@pytest.mark.parametrize("scenario", ["three_tools", "tool_error", "limit"])
+def test_a_run_named_only_in_its_roots_openinference_metadata_is_that_agents(
+        scenario: str) -> None:
+    """A real recording: OpenInference's ``using_metadata({"agent_name": ...})`` around a
+    hand-written loop (``openai_oi_metadata``) puts the name in the ``metadata`` JSON of every
+    span, and nowhere else; the run is that agent's, not the service's."""
+    spans = scoped_spans("openai_oi_metadata", scenario)
+    (root,) = [span for _, _, span in spans if not span.parent_span_id]
+    attrs = {kv.key: kv.value.string_value for kv in root.attributes}
+    assert json.loads(attrs["metadata"])["agent_name"] == "research-agent"
+    assert [key for key, value in attrs.items() if "research-agent" in value] == ["metadata"]
+    services = {kv.value.string_value for resource, _, _ in spans
+                for kv in resource.attributes if kv.key == "service.name"}
+    assert services == {"openai-oi-metadata"}
+    (run,) = _runs("openai_oi_metadata", scenario)
+    assert run.agent_name == "research-agent"
 
 
 def test_a_convention_that_names_the_agent_comes_before_the_roots_fields() -> None:
