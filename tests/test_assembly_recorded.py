@@ -5,19 +5,21 @@ request by request as they were sent.
 4. A run ends when its root ends, whatever else the root carries: LiteLLM's OpenTelemetry
    callback (``litellm_logfire_loop``) writes every model call's attributes onto the span active
    around the call, the hand-written loop's root, which arrives as a ``chat`` model call.
-5. One exception echoed on nested spans is one failure: LangGraph's tool error raised through
-   the ``tools`` step (OpenInference, OpenLLMetry) and Google ADK's through its agent and
-   invocation spans.
+5. One exception echoed on nested spans is one failure: pydantic-ai traced by Logfire, its tool
+   also by OpenInference's tool decorator (``pydantic_ai_logfire``): each execution two tool
+   spans, one directly inside the other, and a failure the same exception on both.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from tests.recorded import recorded_records, scoped_spans
 from tests.test_rebatching import as_exported
 from watchdog.ingest.pipeline import records_from
-from watchdog.runs.record import LLM
+from watchdog.runs.record import LLM, TOOL
 from watchdog.runs.terminal import TerminalState
 from watchdog.runs.tracker import RunTracker
 
@@ -86,3 +88,41 @@ def test_a_root_made_a_model_call_ends_its_run_with_the_loops_calls(
     assert (run.input_tokens, run.output_tokens) == (
         sum(r.input_tokens for r in chats), sum(r.output_tokens for r in chats))
     assert run.has_final_answer is (state is TerminalState.COMPLETED)
+
+
+# -- 5. one exception echoed on nested spans is one failure -----------------------------------
+
+PYDANTIC = "pydantic_ai_logfire"
+
+
+def _exception_of(span: Any) -> tuple[str, str] | None:
+    for event in span.events:
+        if event.name == "exception":
+            found = {kv.key: kv.value.string_value for kv in event.attributes}
+            return found["exception.type"], found["exception.message"]
+    return None
+
+
+def test_a_tool_traced_twice_echoes_its_exception_on_the_span_around_it() -> None:
+    """What the recording shows: pydantic-ai's ``execute_tool lookup`` span (Logfire) and
+    OpenInference's ``lookup`` TOOL span directly inside it, both tool calls to the
+    normaliser, both recording the one exception the tool raised."""
+    spans = [span for _, _, span in scoped_spans(PYDANTIC, "tool_error")]
+    by_id = {span.span_id: span for span in spans}
+    (inner,) = [span for span in spans if span.name == "lookup"]
+    outer = by_id[inner.parent_span_id]
+    assert outer.name == "execute_tool lookup"
+    assert _exception_of(inner) == _exception_of(outer) \
+        == ("RuntimeError", "backend unavailable for broken")
+    kinds = {r.name: r.kind for r in recorded_records(PYDANTIC, "tool_error")}
+    assert kinds["lookup"] is TOOL and kinds["execute_tool lookup"] is TOOL
+
+
+@pytest.mark.parametrize(("scenario", "tools", "errors"), [
+    ("three_tools", 3, 0), ("limit", 3, 0), ("tool_error", 1, 1)])
+def test_a_tool_traced_twice_is_one_call_and_its_echoed_exception_one_error(
+        scenario: str, tools: int, errors: int) -> None:
+    tracker, _ = _applied(PYDANTIC, scenario)
+    (run,) = tracker.ended()
+    assert (run.tool_calls, run.errors, dict(run.tools)) == (tools, errors, {"lookup": tools})
+    assert run.repeated_error == errors  # the echo is no repeat of the error either

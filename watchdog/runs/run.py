@@ -162,7 +162,8 @@ class RunState:
         # (name, call id, when the call that asked started), the last MAX_ASKED kept: a span
         # after that call named after one of them is that tool's execution (see asked_for)
         self._asked: tuple[Asked, ...] = ()
-        # the spans taken as a tool's execution by their name, lately: (parent span id, tool)
+        # the tool calls counted lately (a span taken as a tool's execution by its name too):
+        # (parent span id, tool); a tool call around one of them is that call, traced twice
         self._named: tuple[tuple[str, str], ...] = ()
         # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
         # the span around one of them, or inside it, is one failure (see _echo)
@@ -235,15 +236,17 @@ class RunState:
                 record.kind = kind = OTHER  # its twin was counted as one call already)
                 record.tool_name = None
         if kind is TOOL:
-            if record.named_tool:
-                self._named = (*self._named[1 - RECENT_FAILURES:],
-                               (record.parent_span_id or "", record.tool_name or ""))
-            elif self._named and any(named[0] == record.span_id and named[1] == record.tool_name
-                                     for named in self._named):
-                # the tool call around a span taken as that tool's execution (a span the tool's
-                # code made, named after it): one execution, counted once
+            if not record.named_tool and self._named and any(
+                    named[0] == record.span_id and named[1] == record.tool_name
+                    for named in self._named):
+                # the tool call around a call of the same tool counted directly inside it (a
+                # span the tool's code made, named after it; a second tracer's tool span, as
+                # OpenInference's tool decorator inside pydantic-ai's): one execution, once
                 record.kind = kind = OTHER
                 record.tool_name = None
+            else:
+                self._named = (*self._named[1 - RECENT_FAILURES:],
+                               (record.parent_span_id or "", record.tool_name or ""))
         if record.loop_end:
             self._loop_ended = True
         if kind is LLM:
