@@ -23,7 +23,7 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
 		client/agent_watchdog_client/_spanpath.c
 	$(PIP) install -q -e '.[test]' -e ./client
-	touch $@
+	touch $@ $(VENV)/.installed
 
 ## run: set up .venv and start the sidecar on the shipped defaults (its state in ./state)
 run: $(VENV)/.installed
@@ -82,7 +82,7 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## (real agent frameworks) and image (make dist's artifacts); TEST_WORKERS run them at once.
 TEST_WORKERS ?= 3
 test: system-deps $(VENV)/.installed-test frameworks $(TS_AGENT) $(DIST_VENV)/.installed lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
 ## inner loop while changing the core. `make test` runs it too, with everything else.
@@ -117,5 +117,5 @@ bench: $(VENV)/.installed-test
 	$(PY) bench/ingest.py
 
 clean:
-	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .make-dist.lock \
 		tests/frameworks/ts/node_modules

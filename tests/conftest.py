@@ -4,7 +4,8 @@ Every test belongs to one tier, chosen here at collection (``pytest -m TIER`` se
 
 * ``frameworks``: everything under tests/frameworks/ (real agent frameworks in their venvs);
 * ``image``: the modules in :data:`IMAGE` (``make dist``'s artifacts: wheels, the container
-  image, the packaged chart); they share one xdist group, so ``make dist`` runs once;
+  image, the packaged chart); ``make dist`` runs once for all the workers
+  (:func:`tests.test_dist.make_dist`);
 * ``integration``: a test that asks for the ``sidecar`` fixture, is marked
   ``@pytest.mark.integration``, or belongs to a module in :data:`INTEGRATION` (they start
   sidecars, servers or processes themselves);
@@ -73,10 +74,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        tier = tier_of(item)
-        item.add_marker(getattr(pytest.mark, tier))
-        if tier == "image":  # one worker builds and reads dist/ (make dist runs once)
-            item.add_marker(pytest.mark.xdist_group("image"))
+        item.add_marker(getattr(pytest.mark, tier_of(item)))
 
 
 # -- the unit tier's guard: no process, no listening socket ------------------------------------

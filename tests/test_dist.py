@@ -13,6 +13,7 @@ that does not answer. Dependencies are resolved and installed by pip from the co
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -48,16 +49,30 @@ _made: set[str] = set()
 
 
 def make_dist(target: str = "dist") -> None:
-    """``make TARGET`` once per session; ``dist`` makes every part, so it covers the others."""
+    """``make TARGET`` once per session; ``dist`` makes every part, so it covers the others.
+
+    Parallel test workers (pytest-xdist) share the session: a lock on the repository's
+    ``.make-dist.lock`` lets one worker make it while the others wait, and a note of the
+    session's run id says it is made (two builds in one tree at once break each other)."""
     if target in _made or "dist" in _made:
         return
-    start = time.monotonic()
-    done = subprocess.run(["make", "--no-print-directory", target], cwd=ROOT,
-                          capture_output=True, text=True, timeout=MAKE_SECONDS)
-    if done.returncode != 0:
-        pytest.fail(f"make {target} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
-                    f"{done.stderr[-4000:]}")
-    print(f"\nmake {target}: {time.monotonic() - start:.1f}s")
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    with open(ROOT / ".make-dist.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        done_here = {line.strip() for line in lock}
+        if run is not None and ({f"{run} {target}", f"{run} dist"} & done_here):
+            _made.add(target)
+            return
+        start = time.monotonic()
+        done = subprocess.run(["make", "--no-print-directory", target], cwd=ROOT,
+                              capture_output=True, text=True, timeout=MAKE_SECONDS)
+        if done.returncode != 0:
+            pytest.fail(f"make {target} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
+                        f"{done.stderr[-4000:]}")
+        print(f"\nmake {target}: {time.monotonic() - start:.1f}s")
+        if run is not None:
+            lock.write(f"{run} {target}\n")
     _made.add(target)
 
 
