@@ -203,6 +203,20 @@ def check_runs(sidecar: RunningServer, expected: Sequence[Expect]) -> list[dict[
     return runs
 
 
+def loop_expected(agent: str, limit_state: str = "tool_limit_reached",
+                  limit_reason: str | None = "max_steps"
+                  ) -> dict[str, tuple[Expect, str | None]]:
+    """What every tracing setup around the hand-written loop reads, scenario by scenario (the
+    run, its answer's text): 4 model calls and 3 tools, answered; the loop's own cap of 5
+    tools; a failing tool, then the answer. ``limit_*``: how the setup's limit run ends."""
+    return {
+        "three_tools": (Expect(agent, 4, 3, 0, "completed", True, None, None), scenarios.ANSWER),
+        "limit": (Expect(agent, 5, 5, 0, limit_state, False, limit_reason, None), None),
+        "tool_error": (Expect(agent, 2, 1, 1, "completed", True, None, None),
+                       scenarios.ERROR_ANSWER),
+    }
+
+
 def loop_tests(env: str, driver: str, expected: Mapping[str, tuple[Expect, str | None]]
                ) -> tuple[Callable[..., None], Callable[..., None]]:
     """``test_live`` and ``test_recorded`` of a tracing setup around the hand-written loop
