@@ -992,20 +992,14 @@ def tool_call_id(attrs: Mapping[str, object]) -> str | None:
 
 
 def _input_call_id(value: dict[str, Any]) -> str | None:
-    for key in TOOL_CALL_ID_JSON_KEYS:
-        found = value.get(key)
-        if isinstance(found, str) and found:
-            return found
-    if _is_tool_call(value):
-        return str(value["id"])
-    for child in value.values():
-        if isinstance(child, dict):
-            for key in TOOL_CALL_ID_JSON_KEYS:
-                found = child.get(key)
-                if isinstance(found, str) and found:
-                    return found
-            if _is_tool_call(child):
-                return str(child["id"])
+    """The call id in a tool span's input object, or one level down in it."""
+    for candidate in (value, *(child for child in value.values() if isinstance(child, dict))):
+        for key in TOOL_CALL_ID_JSON_KEYS:
+            found = candidate.get(key)
+            if isinstance(found, str) and found:
+                return found
+        if _is_tool_call(candidate):
+            return str(candidate["id"])
     return None
 
 
