@@ -4,12 +4,30 @@ pyproject.toml)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from importlinter.cli import lint_imports
+from importlinter.cli import lint_imports as _lint_imports
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def loggers_kept() -> Iterator[None]:
+    """import-linter configures logging as a CLI does, disabling every logger that exists
+    (the sidecar's among them): put them back for the tests that run after."""
+    loggers = [logger for logger in logging.root.manager.loggerDict.values()
+               if isinstance(logger, logging.Logger)]
+    disabled = [logger.disabled for logger in loggers]
+    yield
+    for logger, was in zip(loggers, disabled, strict=True):
+        logger.disabled = was
+
+
+def lint_imports(**options: object) -> int:
+    return int(_lint_imports(**options))  # type: ignore[arg-type]
 
 
 def test_the_import_rules_hold(capsys: pytest.CaptureFixture[str]) -> None:
