@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from importlinter.cli import lint_imports as _lint_imports
+from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,10 +24,6 @@ def loggers_kept() -> Iterator[None]:
     yield
     for logger, was in zip(loggers, disabled, strict=True):
         logger.disabled = was
-
-
-def lint_imports(**options: object) -> int:
-    return int(_lint_imports(**options))  # type: ignore[arg-type]
 
 
 def test_the_import_rules_hold(capsys: pytest.CaptureFixture[str]) -> None:
