@@ -64,26 +64,20 @@ def test_a_root_carrying_a_copy_of_one_call_frames_its_loop(order: str) -> None:
     assert (run.input_tokens, run.output_tokens) == (70, 10)  # the copy not counted again
 
 
-def test_two_nested_model_calls_that_name_different_responses_are_two_calls() -> None:
+@pytest.mark.parametrize(("inner", "tokens", "expected"), [
+    ("r2", 40, (2, 70)),  # two nested spans naming different responses: two calls
+    ("r1", 30, (1, 30)),  # one call traced twice: still one
+])
+def test_nested_model_call_spans_are_one_call_only_for_one_response(
+        inner: str, tokens: int, expected: tuple[int, int]) -> None:
     maker = SpanMaker()
     with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
         outer = maker.open("chat", _call("r1", "tool_calls", 30), parent=root, start=T0 + 1)
-        maker.span("chat", _call("r2", "tool_calls", 40), parent=outer, start=T0 + 1.1,
+        maker.span("chat", _call(inner, "tool_calls", tokens), parent=outer, start=T0 + 1.1,
                    end=T0 + 1.9)
         outer.end(end_time=int((T0 + 2) * NS))
     (run,) = _applied([records_of(maker.take())]).ended()
-    assert (run.iterations, run.input_tokens) == (2, 70)
-
-
-def test_one_model_call_traced_twice_is_still_one() -> None:
-    maker = SpanMaker()
-    with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
-        outer = maker.open("chat", _call("r1", "tool_calls", 30), parent=root, start=T0 + 1)
-        maker.span("chat", _call("r1", "tool_calls", 30), parent=outer, start=T0 + 1.1,
-                   end=T0 + 1.9)
-        outer.end(end_time=int((T0 + 2) * NS))
-    (run,) = _applied([records_of(maker.take())]).ended()
-    assert (run.iterations, run.input_tokens) == (1, 30)
+    assert (run.iterations, run.input_tokens) == expected
 
 
 @pytest.mark.parametrize("per_span", [False, True])
