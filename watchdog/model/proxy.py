@@ -185,8 +185,7 @@ class ModelProxy:
             request.headers.get("traceparent"), run_header, agent), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
             return await self._forward(request, wire.api, raw, headers, None)
-        state, turn, run_key = call
-        agent_label = self._agent(run_key, agent)
+        state, turn, run_key, agent_label = call
         if turn.act is Act.ABORT:
             return self._abort(request, wire, parsed, state, turn, run_key, agent_label)
         if turn.act is Act.FINAL:
@@ -205,7 +204,7 @@ class ModelProxy:
 
     def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
                          budget: dict[str, float] | None
-                         ) -> tuple[EndpointRun, Turn, str] | None:
+                         ) -> tuple[EndpointRun, Turn, str, str] | None:
         service = self.service
         try:
             def ended(key: str) -> bool:
@@ -219,7 +218,7 @@ class ModelProxy:
                             budget=dict(run.budget), final_used=state.final_used,
                             stop=state.stop)
             return state, decide(counts, service.board(run.key), parsed.instructions,
-                                 parsed.has_tools), run.key
+                                 parsed.has_tools), run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
         except Exception:  # a bug here must not fail the agent's model call: fail open
@@ -510,10 +509,6 @@ class ModelProxy:
                 raise Refused(413, "request_too_large", f"the request body is larger than "
                               f"{limit} bytes (model_max_body_bytes)")
         return bytes(data)
-
-    def _agent(self, key: str, agent: str | None) -> str:
-        run = self.service.model_run(key)
-        return run.agent if run is not None else (agent or "unknown")
 
     def _count(self, agent: str | None, api: str, outcome: str) -> None:
         if self.metrics is not None:
