@@ -30,7 +30,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# The default rule pack is package data: watchdog/rules/packs/default.yaml links to rules/.
+# The default rule pack is package data: watchdog/core/rules/packs/default.yaml links to rules/.
 COPY pyproject.toml README.md ./
 COPY rules/ rules/
 COPY watchdog/ watchdog/

@@ -2,8 +2,8 @@
 
 Run with ``.venv/bin/python bench/encode.py`` (``--help`` for the knobs). A workload of
 :data:`bench.workload.WORKLOADS` is decoded and folded into runs by the real core
-(:class:`~watchdog.runs.tracker.RunTracker`); after every ``--flush-every`` batches the runs the
-batches touched are snapshotted (``RunState.to_dict``, what a state flush encodes) and their new
+(:class:`~watchdog.core.runs.tracker.RunTracker`); after every ``--flush-every`` batches the runs
+the batches touched are snapshotted (``RunState.to_dict``, what a state flush encodes) and their new
 activity entries grouped per run (one activity chunk each), exactly the rows a flush writes.
 
 Each codec then encodes every snapshot and chunk to the ``str`` SQLite stores as TEXT, and
@@ -14,13 +14,13 @@ and as a ratio to the stdlib :mod:`json` in the same run (so the numbers share a
 * ``json``    — the stdlib, as the store used it (``allow_nan=False`` for snapshots);
 * ``orjson``  — ``orjson.dumps(...).decode()`` / ``orjson.loads``;
 * ``msgspec`` — ``msgspec.json.Encoder().encode(...).decode()`` / ``Decoder().decode``;
-* ``store``   — what :mod:`watchdog.store` does now: msgspec, its check for Infinity/NaN
+* ``store``   — what :mod:`watchdog.shell.state.store` does now: msgspec, its check for Infinity/NaN
   included, and the stdlib for the rows that check sends there (their share is printed).
 
 Every codec's output is checked to decode to what the stdlib's does. Last, the whole write of
 each flush (rows encoded, then written in parts into a real SQLite store in a temporary
-directory, as :class:`~watchdog.persist.StateWriter` does) is timed in CPU seconds with the
-store's encoders and with the stdlib's, alternating.
+directory, as :class:`~watchdog.shell.state.persist.StateWriter` does) is timed in CPU seconds with
+the store's encoders and with the stdlib's, alternating.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.workload import WORKLOADS, batches
-from watchdog import store
-from watchdog.ingest.decode import parse_protobuf
-from watchdog.ingest.pipeline import records_from
-from watchdog.persist import WRITE_PART_RUNS
-from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.decode import parse_protobuf
+from watchdog.core.spans.pipeline import records_from
+from watchdog.shell.state import store
+from watchdog.shell.state.persist import WRITE_PART_RUNS
 
 Row = Any  # a snapshot dict, or a chunk: a list of activity entries without their run key
 

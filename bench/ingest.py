@@ -42,9 +42,9 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.workload import WORKLOADS, batches
-from watchdog.ingest.decode import attributes, parse_protobuf, protobuf_backend
-from watchdog.ingest.pipeline import records_from
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.decode import attributes, parse_protobuf, protobuf_backend
+from watchdog.core.spans.pipeline import records_from
 
 CONCURRENCY = 4
 READY_TIMEOUT = 30.0

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redact_baseline
 
-from watchdog.ingest.redact import redact
+from watchdog.core.redact import redact
 
 AUTH_TEXT = ('{"query": "SELECT name FROM users WHERE id = 42", "rows": 17, "note": "the '
              'authentication module loaded; the report lists 3 warnings about deprecated calls '

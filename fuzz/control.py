@@ -18,11 +18,11 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["watchdog"]):
-    from watchdog.api import json_object, parse_ack, parse_heartbeat
-    from watchdog.errors import BadRequest
-    from watchdog.rules.signals import run_activation
-    from watchdog.runs.tracker import RunTracker
-    from watchdog.sessions import Checkpoint, CheckpointError, SessionState
+    from watchdog.core.rules.signals import run_activation
+    from watchdog.core.runs.tracker import RunTracker
+    from watchdog.core.sessions import Checkpoint, CheckpointError, SessionState
+    from watchdog.shell.api import json_object, parse_ack, parse_heartbeat
+    from watchdog.shell.errors import BadRequest
 
 NOW = 1_900_000_000.0
 

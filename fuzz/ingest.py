@@ -25,12 +25,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 with atheris.instrument_imports(include=["watchdog"]):
-    from watchdog.ingest.conventions import WANTED_ATTRIBUTES
-    from watchdog.ingest.decode import DecodeError, parse_json, parse_protobuf
-    from watchdog.ingest.pipeline import records_from
-    from watchdog.rules.signals import run_activation
-    from watchdog.runs.tracker import RunTracker
-    from watchdog.runs.view import run_detail
+    from watchdog.core.rules.signals import run_activation
+    from watchdog.core.runs.tracker import RunTracker
+    from watchdog.core.runs.view import run_detail
+    from watchdog.core.spans.conventions import WANTED_ATTRIBUTES
+    from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
+    from watchdog.core.spans.pipeline import records_from
 
 NOW = 1_900_000_000.0
 KEYS = [*sorted(WANTED_ATTRIBUTES), "service.name", "other"]

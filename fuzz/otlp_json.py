@@ -22,9 +22,9 @@ from typing import Any
 import atheris
 
 with atheris.instrument_imports(include=["watchdog"]):
-    from watchdog.ingest.conventions import WANTED_ATTRIBUTES
-    from watchdog.ingest.decode import DecodeError, parse_json
-    from watchdog.ingest.pipeline import records_from
+    from watchdog.core.spans.conventions import WANTED_ATTRIBUTES
+    from watchdog.core.spans.decode import DecodeError, parse_json
+    from watchdog.core.spans.pipeline import records_from
 
 KEYS = [*sorted(WANTED_ATTRIBUTES), "service.name", "other"]
 NAMES = ["chat m", "execute_tool t", "invoke_agent a", "x"]

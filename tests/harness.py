@@ -18,9 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from watchdog.clock import Clock
-from watchdog.config import Config
-from watchdog.server import Server
+from watchdog.core.clock import Clock
+from watchdog.shell.config import Config
+from watchdog.shell.server import Server
 
 T = TypeVar("T")
 

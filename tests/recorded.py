@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from watchdog.ingest.decode import ExportTraceServiceRequest, parse_json
-from watchdog.ingest.pipeline import records_from
-from watchdog.runs.record import AGENT, LLM, OTHER, TOOL, SpanRecord
-from watchdog.runs.terminal import short_type
+from watchdog.core.runs.terminal import short_type
+from watchdog.core.spans.decode import ExportTraceServiceRequest, parse_json
+from watchdog.core.spans.pipeline import records_from
+from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 
 RECORDINGS = Path(__file__).resolve().parent / "frameworks" / "recordings"
 

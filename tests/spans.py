@@ -22,11 +22,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Span, Status, StatusCode
 
-from watchdog.ingest.decode import parse_protobuf
-from watchdog.ingest.pipeline import Decoded, records_from
-from watchdog.runs.record import SpanRecord
-from watchdog.runs.run import RunState
-from watchdog.runs.tracker import BatchResult, RunTracker
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.tracker import BatchResult, RunTracker
+from watchdog.core.spans.decode import parse_protobuf
+from watchdog.core.spans.pipeline import Decoded, records_from
+from watchdog.core.spans.record import SpanRecord
 
 NS = 1_000_000_000
 T0 = 1_800_000_000.0  # a fixed wall-clock origin for spans made with explicit times

@@ -199,7 +199,7 @@ def test_unexpected_failure_is_a_generic_500(sidecar: RunningServer,
 
     assert sidecar.server.service is not None
     monkeypatch.setattr(sidecar.server.service.queries, "list_runs", broken)
-    with caplog.at_level(logging.ERROR, logger="watchdog.api"):
+    with caplog.at_level(logging.ERROR, logger="watchdog.shell.api"):
         status, raw = http_request("GET", sidecar.api + "/v1/runs")
     assert status == 500
     assert json.loads(raw) == {"error": {"code": "internal", "message":

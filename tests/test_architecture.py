@@ -1,6 +1,7 @@
-"""The import rules of docs/architecture.md hold: the pure core imports neither the shell nor an
-IO library, and the shell's layers import only downwards (import-linter, its contracts in
-pyproject.toml)."""
+"""The layout and import rules of docs/architecture.md hold: every module lives in the pure core
+or the shell; the core imports neither the shell nor an IO library; each package's layers import
+only downwards; only the core's step, rules and runs import the live run (import-linter, its
+contracts in pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,17 @@ def test_an_import_that_breaks_a_rule_is_named(tmp_path: Path,
     config = tmp_path / "broken.toml"
     config.write_text('[tool.importlinter]\nroot_package = "watchdog"\n\n'
                       '[[tool.importlinter.contracts]]\nname = "upside down"\n'
-                      'type = "forbidden"\nsource_modules = ["watchdog.service"]\n'
-                      'forbidden_modules = ["watchdog.core"]\n')
+                      'type = "forbidden"\nsource_modules = ["watchdog.shell.service"]\n'
+                      'forbidden_modules = ["watchdog.core.step"]\n')
     assert lint_imports(config_filename=str(config), no_cache=True, no_logo=True) == 1
-    assert "watchdog.service -> watchdog.core" in capsys.readouterr().out
+    assert "watchdog.shell.service -> watchdog.core.step" in capsys.readouterr().out
+
+
+def test_every_module_lives_in_the_core_or_the_shell() -> None:
+    top = sorted(path.name for path in (ROOT / "watchdog").glob("*.py"))
+    assert top == ["__init__.py", "__main__.py"]
+    packages = sorted(path.parent.relative_to(ROOT / "watchdog").as_posix()
+                      for path in (ROOT / "watchdog").glob("*/__init__.py"))
+    assert packages == ["core", "shell"]
+    for path in (ROOT / "watchdog").rglob("*.py"):  # a folder without one is not installed
+        assert (path.parent / "__init__.py").exists(), path

@@ -17,8 +17,8 @@ from tests.harness import RunningServer
 from tests.recorded import recorded_records
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
 from tests.test_rebatching import as_exported, ended_runs
-from watchdog.runs.record import LLM, MAX_ASKED_TOOLS, TOOL
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.record import LLM, MAX_ASKED_TOOLS, TOOL
 
 HAND_TRACED = "openai_olm_loop"  # OpenLLMetry's model calls, the loop's own tool spans
 # ... and Logfire's, its tool spans named after their message template ("lookup {key}")
@@ -42,7 +42,7 @@ def test_a_model_call_record_names_the_tool_calls_it_asked_for(driver: str,
 
 
 def test_asked_tool_calls_are_bounded() -> None:
-    from watchdog.ingest.conventions import asked_tools
+    from watchdog.core.spans.conventions import asked_tools
 
     output = json.dumps([{"role": "assistant", "parts": [
         {"type": "tool_call", "id": f"call_{i}", "name": f"tool{i}"} for i in range(100)]}])

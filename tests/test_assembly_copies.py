@@ -12,9 +12,9 @@ import pytest
 from opentelemetry.trace import Status, StatusCode
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
-from watchdog.runs.record import LLM, SpanRecord
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.record import LLM, SpanRecord
 
 NS = 1_000_000_000
 

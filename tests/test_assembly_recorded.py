@@ -18,10 +18,10 @@ import pytest
 
 from tests.recorded import recorded_records, scoped_spans
 from tests.test_rebatching import as_exported
-from watchdog.ingest.pipeline import records_from
-from watchdog.runs.record import LLM, TOOL
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.pipeline import records_from
+from watchdog.core.spans.record import LLM, TOOL
 
 LITELLM = "litellm_logfire_loop"
 CHAT = "Chat Completion with {request_data[model]!r}"  # Logfire's span per model call

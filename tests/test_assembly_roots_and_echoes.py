@@ -10,10 +10,10 @@ import json
 import pytest
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
-from watchdog.runs.record import AGENT, SpanRecord
-from watchdog.runs.run import RunState
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.record import AGENT, SpanRecord
 
 
 def applied(records: list[SpanRecord], per_span: bool) -> RunTracker:

@@ -32,7 +32,7 @@ from tests.test_otlp_http import (
     post_full,
     request_json,
 )
-from watchdog.ingest import otlp_http
+from watchdog.shell.receivers import otlp_http
 
 MAX_REQUEST_BYTES = 1024 * 1024
 MIB = 1024 * 1024

@@ -13,7 +13,7 @@ import pytest
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.spans import SpanMaker, encode, tool_attrs
-from watchdog.cli import main
+from watchdog.shell.cli import main
 
 PACK = """apiVersion: agent-watchdog/v1
 kind: RulePack

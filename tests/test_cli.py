@@ -22,8 +22,8 @@ from tests.harness import (
     wait_until,
 )
 from tests.otel import SECRET, explorer_run, export_http
-from watchdog.cli import main, runs_table
-from watchdog.config import Config
+from watchdog.shell.cli import main, runs_table
+from watchdog.shell.config import Config
 
 RUN_ID = "job:7"
 

@@ -62,7 +62,8 @@ def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-coun
 
 def test_client_imports_without_server_dependencies() -> None:
     blocked = ["aiohttp", "grpc", "prometheus_client", "yaml", "cel_expr_python", "cel",
-               "google.protobuf", "watchdog.server", "watchdog.api", "watchdog.service"]
+               "google.protobuf", "watchdog.shell.server", "watchdog.shell.api",
+               "watchdog.shell.service"]
     code = (
         "import sys\n"
         f"for name in {blocked!r}:\n"

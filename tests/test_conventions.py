@@ -45,11 +45,11 @@ from tests.spans import (
     run_spans,
     tool_attrs,
 )
-from watchdog.ingest.decode import DecodeError, parse_json, parse_protobuf
-from watchdog.ingest.pipeline import records_from
-from watchdog.runs.record import KeySource, SpanKind
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
+from watchdog.core.spans.pipeline import records_from
+from watchdog.core.spans.record import KeySource, SpanKind
 
 
 @pytest.fixture

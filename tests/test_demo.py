@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.harness import wait_until
-from watchdog.cli import main
+from watchdog.shell.cli import main
 
 
 def test_the_demo_shows_each_run_ending_as_it_should(capsys: pytest.CaptureFixture[str]

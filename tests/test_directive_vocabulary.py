@@ -1,6 +1,6 @@
 """The directive vocabulary is written once on each side of the wire: the sidecar's
-(``watchdog.rules.decision``, ``watchdog.rules.engine.announced_grace``,
-``watchdog.directives.model.Directive.to_json``) is the source; the agent-side client cannot
+(``watchdog.core.rules.decision``, ``watchdog.core.rules.engine.announced_grace``,
+``watchdog.core.directives.model.Directive.to_json``) is the source; the agent-side client cannot
 import it and keeps a copy (``agent_watchdog_client.directive``). These tests fail when the two
 differ, so a new action, severity, grace key or directive field reaches both or neither."""
 
@@ -11,10 +11,10 @@ import json
 
 from agent_watchdog_client import directive as client
 
-from watchdog.directives.model import Directive
-from watchdog.rules.decision import Action, Severity
-from watchdog.rules.engine import announced_grace
-from watchdog.rules.model import Grace
+from watchdog.core.directives.model import Directive
+from watchdog.core.rules.decision import Action, Severity
+from watchdog.core.rules.engine import announced_grace
+from watchdog.core.rules.model import Grace
 
 # Fields the sidecar sends that the client does not model: it keeps them in ``Directive.raw``.
 RAW_ONLY = frozenset({"agent", "escalation"})

@@ -20,21 +20,21 @@ import pytest
 from aiohttp import web
 
 from tests.harness import eventually
-from watchdog.api import create_app
-from watchdog.clock import Clock
-from watchdog.config import Config
-from watchdog.core import RECENT_STEPS, Decided
-from watchdog.directives.hub import Hub
-from watchdog.directives.outbox import Outbox
-from watchdog.directives.store import DirectiveStore
-from watchdog.directives.webhooks import RetryPolicy, WebhookTarget
-from watchdog.rules.decision import Action, Decision, Severity
-from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.record import KeySource
-from watchdog.runs.report import RecentSteps
-from watchdog.runs.run import RunState
-from watchdog.service import WatchdogService
-from watchdog.store import Store
+from watchdog.core.clock import Clock
+from watchdog.core.rules.decision import Action, Decided, Decision, Severity
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.report import RecentSteps
+from watchdog.core.runs.run import RunState
+from watchdog.core.spans.record import KeySource
+from watchdog.core.step import RECENT_STEPS
+from watchdog.shell.api import create_app
+from watchdog.shell.config import Config
+from watchdog.shell.directives.hub import Hub
+from watchdog.shell.directives.outbox import Outbox
+from watchdog.shell.directives.store import DirectiveStore
+from watchdog.shell.directives.webhooks import RetryPolicy, WebhookTarget
+from watchdog.shell.service import WatchdogService
+from watchdog.shell.state.store import Store
 
 # -- a small sidecar: control API + directives, on 127.0.0.1:0 -----------------------------------
 

@@ -2,7 +2,7 @@
 a ``SimpleSpanProcessor``, so each span is sent as it ends) to a real sidecar; the shipped rule
 pack decides; the decisions come back on the sidecar's own delivery channels — Server-Sent
 Events and long-poll read by plain HTTP clients, and signed webhooks POSTed to a real aiohttp
-receiver that verifies every request with :func:`watchdog.directives.webhooks.verify`.
+receiver that verifies every request with :func:`watchdog.shell.directives.webhooks.verify`.
 
 The unit-level behaviour of each channel (resume seams, overflow, retry classes, signing vectors)
 is covered by ``test_directives_api.py``/``test_directives_webhooks.py`` with a bare outbox; here
@@ -48,8 +48,8 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
-from watchdog.directives.store import DeliveryState, DirectiveStore
-from watchdog.directives.webhooks import verify
+from watchdog.shell.directives.store import DeliveryState, DirectiveStore
+from watchdog.shell.directives.webhooks import verify
 
 T = TypeVar("T")
 

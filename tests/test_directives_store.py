@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.directives.model import Directive, iso_seconds
-from watchdog.directives.prompt import PROMPT_MAX_LINES, bounded_log, report_prompt
-from watchdog.directives.store import AddResult, DeliveryState, DirectiveStore
-from watchdog.rules.decision import Action, Decision, Severity
-from watchdog.runs.record import KeySource
-from watchdog.runs.run import RunState
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.view import RunView
+from watchdog.core.directives.model import Directive, iso_seconds
+from watchdog.core.directives.prompt import PROMPT_MAX_LINES, bounded_log, report_prompt
+from watchdog.core.rules.decision import Action, Decision, Severity
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.view import RunView
+from watchdog.core.spans.record import KeySource
+from watchdog.shell.directives.store import AddResult, DeliveryState, DirectiveStore
 
 NOW = 1_795_320_000.0  # 2026-11-22T04:00:00Z
 

@@ -20,10 +20,11 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.harness import eventually
 from tests.test_directives_api import Sidecar, sidecar
-from watchdog.clock import ManualClock
-from watchdog.config import Config
-from watchdog.directives.store import DeliveryState
-from watchdog.directives.webhooks import (
+from watchdog.core.clock import ManualClock
+from watchdog.core.rules.decision import Action
+from watchdog.shell.config import Config
+from watchdog.shell.directives.store import DeliveryState
+from watchdog.shell.directives.webhooks import (
     RetryPolicy,
     WebhookTarget,
     classify,
@@ -32,8 +33,7 @@ from watchdog.directives.webhooks import (
     targets_from_config,
     verify,
 )
-from watchdog.errors import ConfigError
-from watchdog.rules.decision import Action
+from watchdog.shell.errors import ConfigError
 
 SECRET = "whsec_" + "c2VjcmV0LWtleS1ieXRlcy1mb3ItdGVzdHMtMDAwMQ=="
 FAST = RetryPolicy(initial_delay=0.02, max_delay=0.1, jitter=0.1, max_attempts=50)

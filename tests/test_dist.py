@@ -326,13 +326,13 @@ def test_the_sdists_hold_what_their_wheels_are_built_from(dist: Dist) -> None:
         assert name in client, name
     assert not [n for n in client if n.startswith("watchdog/")]
     sidecar = sdist_members(dist.sidecar_sdist)
-    pack = sidecar["watchdog/rules/packs/default.yaml"]
+    pack = sidecar["watchdog/core/rules/packs/default.yaml"]
     assert pack.isfile()  # the repository's symlink, resolved
     with tarfile.open(dist.sidecar_sdist) as archive:
         extracted = archive.extractfile(pack)
         assert extracted is not None
         assert extracted.read() == (ROOT / "rules" / "default.yaml").read_bytes()
-    assert "watchdog/cli.py" in sidecar and "watchdog/py.typed" in sidecar
+    assert "watchdog/shell/cli.py" in sidecar and "watchdog/py.typed" in sidecar
     assert not [n for n in sidecar if n.startswith(("tests/", "client/", "agent_watchdog_client"))]
 
 

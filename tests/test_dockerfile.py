@@ -266,9 +266,9 @@ def test_the_builder_stage_wheel_holds_the_package_and_its_rules(tmp_path: Path)
     [wheel] = (tmp_path / "wheels").glob("agent_watchdog_sidecar-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        default_pack = archive.read("watchdog/rules/packs/default.yaml")
+        default_pack = archive.read("watchdog/core/rules/packs/default.yaml")
         entry_points = next(archive.read(n).decode() for n in names
                             if n.endswith(".dist-info/entry_points.txt"))
     assert default_pack == (ROOT / "rules" / "default.yaml").read_bytes()
-    assert "watchdog = watchdog.cli:main" in entry_points
-    assert "watchdog/server.py" in names and "watchdog/py.typed" in names
+    assert "watchdog = watchdog.shell.cli:main" in entry_points
+    assert "watchdog/shell/server.py" in names and "watchdog/py.typed" in names

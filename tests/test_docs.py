@@ -50,7 +50,7 @@ a new unexercised block cannot slip in. There is no kind that skips a block. The
     Written to the scratch directory and checked by ``watchdog rules check`` / run by
     ``watchdog rules test``, which must pass.
 ``config``
-    Loaded by the sidecar's configuration loader (``watchdog.config.load``).
+    Loaded by the sidecar's configuration loader (``watchdog.shell.config.load``).
 ``helm-values [under=KEY] [release=NAME]``
     The chart (``helm/agent-watchdog``) rendered with these values (``under``: the values of
     the agent's chart, the watchdog's under that key); every ``X: {enabled: true}`` section
@@ -335,7 +335,7 @@ def check_sh(block: Block, stack: Stack, state: DocState) -> None:
 
 
 def check_env(block: Block, stack: Stack, state: DocState) -> None:
-    from watchdog.config import Config
+    from watchdog.shell.config import Config
 
     defaults = Config()
     result = subprocess.run(["bash", "-e", "-c", block.text + "\nenv -0"], capture_output=True,
@@ -529,7 +529,7 @@ def check_rule_test(block: Block, stack: Stack, state: DocState) -> None:
 
 
 def check_config(block: Block, stack: Stack, state: DocState) -> None:
-    from watchdog.config import load
+    from watchdog.shell.config import load
 
     path = state.scratch / "watchdog.yaml"
     path.write_text(block.text)
@@ -628,7 +628,7 @@ def check_otel_collector(block: Block, stack: Stack, state: DocState) -> None:
 
 
 def check_json(block: Block, stack: Stack, state: DocState) -> None:
-    from watchdog.directives.model import Directive
+    from watchdog.core.directives.model import Directive
 
     assert block.flags == {"directive"}, f"{block.where}: json blocks: `json directive`"
     shown = json.loads(block.text)
@@ -792,7 +792,7 @@ def test_performance_page_commands_exist() -> None:
 
 
 def test_metrics_reference_lists_every_metric() -> None:
-    from watchdog.metrics import PREFIX, Metrics
+    from watchdog.shell.metrics import PREFIX, Metrics
 
     text = (ROOT / "docs" / "metrics.md").read_text("utf-8")
     names = {family.name.removeprefix(PREFIX) for family in Metrics("docs").registry.collect()
@@ -803,7 +803,7 @@ def test_metrics_reference_lists_every_metric() -> None:
 
 
 def test_configuration_reference_lists_every_key() -> None:
-    from watchdog.config import Config
+    from watchdog.shell.config import Config
 
     text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
     missing = [f.name for f in dataclasses.fields(Config) if f"| `{f.name}` |" not in text]

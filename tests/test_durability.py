@@ -23,7 +23,7 @@ from tests.harness import RunningServer, http_request, running_server, sidecar_c
 from tests.spans import SpanMaker, chat_attrs, encode
 from tests.test_bad_input import grpc_export, status_message
 from tests.test_otlp_http import PROTOBUF, post_full
-from watchdog.store import DB_FILE, StoreWriteError
+from watchdog.shell.state.store import DB_FILE, StoreWriteError
 
 FLUSH = 0.05  # state_flush_interval: short, so the test sees each flush quickly
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.config import load
-from watchdog.durations import DURATION_HELP, SECONDS_HELP, DurationError, parse_duration
-from watchdog.errors import ConfigError
-from watchdog.rules.pack import RulePackError, load_text
-from watchdog.rules.testfile import read_test_file
+from watchdog.core.durations import DURATION_HELP, SECONDS_HELP, DurationError, parse_duration
+from watchdog.core.rules.pack import RulePackError, load_text
+from watchdog.core.rules.testfile import read_test_file
+from watchdog.shell.config import load
+from watchdog.shell.errors import ConfigError
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: t\n"
 

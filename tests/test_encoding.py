@@ -16,12 +16,12 @@ import pytest
 
 from bench.workload import batches
 from tests.spans import T0, SpanMaker, chat_attrs, run_spans, tool_attrs
-from watchdog.ingest.decode import parse_protobuf
-from watchdog.ingest.pipeline import records_from
-from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.run import RunState
-from watchdog.runs.tracker import RunTracker
-from watchdog.store import DB_FILE, Store, decode, encode_items, encode_row
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.decode import parse_protobuf
+from watchdog.core.spans.pipeline import records_from
+from watchdog.shell.state.store import DB_FILE, Store, decode, encode_items, encode_row
 
 TEXT = "naïve café — 日本語のテキスト 😀 \"quoted\" \\ back\nslash\t\u0001"
 LARGE_INTS = [2**63 - 1, -(2**63), 2**64 - 1, 10**30, -(10**40)]

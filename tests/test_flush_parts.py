@@ -10,12 +10,12 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from watchdog.persist import WRITE_PART_RUNS, StateWriter
-from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.record import KeySource
-from watchdog.runs.run import RunState
-from watchdog.sessions import SessionBook
-from watchdog.store import Store, StoreWriteError
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.run import RunState
+from watchdog.core.sessions import SessionBook
+from watchdog.core.spans.record import KeySource
+from watchdog.shell.state.persist import WRITE_PART_RUNS, StateWriter
+from watchdog.shell.state.store import Store, StoreWriteError
 
 
 class Observer:

@@ -44,10 +44,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.spans import SpanMaker, chat_attrs
 from tests.upstream import Upstream
-from watchdog.config import Config, load, url_for_logs
-from watchdog.errors import ConfigError
-from watchdog.ingest.forward import Forwarder, Outcome, RetryPolicy, is_retryable
-from watchdog.metrics import Metrics
+from watchdog.shell.config import Config, load, url_for_logs
+from watchdog.shell.errors import ConfigError
+from watchdog.shell.metrics import Metrics
+from watchdog.shell.receivers.forward import Forwarder, Outcome, RetryPolicy, is_retryable
 
 try:  # the SDK's newer name; older SDKs (>= 1.30 allowed) have only the first
     from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter as InMemoryLogs

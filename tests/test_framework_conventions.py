@@ -30,14 +30,14 @@ from tests.recorded import (
     signatures,
 )
 from tests.spans import SpanMaker, records_of
-from watchdog.ingest.conventions import Resource, normalise, select_attributes
-from watchdog.ingest.decode import attributes, parse_json
-from watchdog.ingest.outcome import prompt_limit
-from watchdog.ingest.pipeline import records_from
-from watchdog.runs.record import LLM, TOOL, SpanRecord
-from watchdog.runs.run import RunState
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.conventions import Resource, normalise, select_attributes
+from watchdog.core.spans.decode import attributes, parse_json
+from watchdog.core.spans.outcome import prompt_limit
+from watchdog.core.spans.pipeline import records_from
+from watchdog.core.spans.record import LLM, TOOL, SpanRecord
 
 
 def _semantic_kernel(keys: list[str], answer: bool = True, broken: bool = False) -> list[str]:
@@ -1426,7 +1426,7 @@ def test_openai_agents_max_turns_only_in_a_nested_agent_status() -> None:
 def test_batches_out_of_order_keep_the_answer() -> None:
     # An exporter's batches may arrive out of order: the last tool call arriving after the
     # answer (and the agent span) ran before it, so the answer stands.
-    from watchdog.runs.tracker import RunTracker
+    from watchdog.core.runs.tracker import RunTracker
 
     records = recorded_records("autogen_native", "three_tools")
     tool = max((r for r in records if r.kind.value == "tool"), key=lambda r: r.start_ns)
@@ -1440,7 +1440,7 @@ def test_batches_out_of_order_keep_the_answer() -> None:
 def test_a_model_call_arriving_late_does_not_change_the_last_finish_reason() -> None:
     # The first model call (it asked for a tool) arrives after the answer: the run's finish
     # reason and its answer stay the last call's.
-    from watchdog.runs.tracker import RunTracker
+    from watchdog.core.runs.tracker import RunTracker
 
     records = recorded_records("autogen_native", "three_tools")
     calls = sorted((r for r in records if r.kind.value == "llm"), key=lambda r: r.start_ns)

@@ -1,11 +1,11 @@
 """The "what is read from where, per framework" table of docs/frameworks.md is the convention
-tables the normaliser reads (watchdog/ingest/frameworks.py), rendered by
+tables the normaliser reads (watchdog/core/spans/frameworks.py), rendered by
 tools/frameworks_table.py."""
 
 from __future__ import annotations
 
 from tools import frameworks_table
-from watchdog.ingest.frameworks import CONVENTIONS, TABLES
+from watchdog.core.spans.frameworks import CONVENTIONS, TABLES
 
 
 def test_readme_table_matches_the_tables() -> None:

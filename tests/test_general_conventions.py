@@ -16,11 +16,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from tests.recorded import recorded_records, scoped_spans
 from tests.spans import T0, SpanMaker, chat_attrs, only_run, records_of, run_spans
 from tests.test_rebatching import as_exported, ended_runs
-from watchdog.ingest.conventions import json_encoded, select_attributes
-from watchdog.ingest.outcome import answer_text, phrase_limit
-from watchdog.runs.record import AGENT, LLM, OTHER, TOOL, SpanRecord
-from watchdog.runs.run import RunState
-from watchdog.runs.terminal import TerminalState
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.spans.conventions import json_encoded, select_attributes
+from watchdog.core.spans.outcome import answer_text, phrase_limit
+from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 
 LOOPS = ("mlflow_loop", "logfire_loop", "openai_olm_loop")
 ANSWER = "a, b and c are known."

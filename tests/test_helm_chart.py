@@ -39,7 +39,7 @@ from kubernetes_validate.utils import latest_version
 
 from tests.harness import free_port, wait_until
 from tests.test_dist import packaged_chart
-from watchdog.config import ConfigError, load
+from watchdog.shell.config import ConfigError, load
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "agent-watchdog"

@@ -33,7 +33,7 @@ import yaml
 from tests.frameworks.fakellm import FakeLLM, answer, steps
 from tests.harness import free_port, wait_until
 from tests.processes import answers
-from watchdog.config import load
+from watchdog.shell.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "agent-watchdog"

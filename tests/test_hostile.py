@@ -45,10 +45,10 @@ from tests.test_bad_input import (
     valid_body,
 )
 from tests.test_otlp_http import JSON, PROTOBUF, post, post_full, request_json
-from watchdog.config import Config
-from watchdog.errors import ConfigError
-from watchdog.ingest import admission as admission_module
-from watchdog.store import Store
+from watchdog.shell.config import Config
+from watchdog.shell.errors import ConfigError
+from watchdog.shell.receivers import admission as admission_module
+from watchdog.shell.state.store import Store
 
 
 def strict_json(raw: bytes) -> Any:

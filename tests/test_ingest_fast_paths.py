@@ -14,11 +14,11 @@ import random
 import pytest
 
 from tests.spans import T0, SpanMaker, only_run, record_of, run_spans, tool_attrs
-from watchdog.ingest.conventions import canonical_arguments, stable_hash
-from watchdog.ingest.redact import _ANCHOR as _TRIGGER
-from watchdog.ingest.redact import _AT_ANCHOR
-from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.record import SpanKind
+from watchdog.core.redact import _ANCHOR as _TRIGGER
+from watchdog.core.redact import _AT_ANCHOR
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.spans.conventions import canonical_arguments, stable_hash
+from watchdog.core.spans.record import SpanKind
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config
-from watchdog.bounds import load_json
+from watchdog.core.bounds import load_json
 
 # (body, what the message says): bodies that are JSON objects but for their bytes
 BAD_UTF8 = [

@@ -21,7 +21,7 @@ from typing import Any
 from tests.harness import wait_until
 from tests.processes import answers, fresh_ports
 from tests.scripted import ScriptedAgent, api
-from watchdog.store import DB_FILE
+from watchdog.shell.state.store import DB_FILE
 
 READY_TIMEOUT = 30.0
 SESSION = "kill-session"

@@ -1,6 +1,6 @@
-"""The worker lane (:mod:`watchdog.lanes`): one named thread, work in submission order, errors
-raised to the caller unchanged, nothing accepted after close — and the sidecar's four lanes are
-built with it."""
+"""The worker lane (:mod:`watchdog.shell.state.lanes`): one named thread, work in submission order,
+errors raised to the caller unchanged, nothing accepted after close — and the sidecar's four lanes
+are built with it."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.directives.outbox import Outbox
-from watchdog.directives.store import DirectiveStore
-from watchdog.lanes import Lane
-from watchdog.persist import StateWriter
-from watchdog.queries import RunQueries
-from watchdog.sessions import SessionBook
-from watchdog.store import Store
+from watchdog.core.sessions import SessionBook
+from watchdog.shell.directives.outbox import Outbox
+from watchdog.shell.directives.store import DirectiveStore
+from watchdog.shell.state.lanes import Lane
+from watchdog.shell.state.persist import StateWriter
+from watchdog.shell.state.queries import RunQueries
+from watchdog.shell.state.store import Store
 
 
 def test_work_runs_on_one_named_thread_in_submission_order() -> None:

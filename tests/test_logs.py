@@ -18,7 +18,7 @@ import pytest
 from tests.harness import http_request, run_detail, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.scripted import ScriptedAgent
-from watchdog import logs
+from watchdog.shell import logs
 
 RUN_ID = "job:logged-1"
 HOOK_SECRET = "hook-secret-0123456789abcdef"

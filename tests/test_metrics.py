@@ -14,9 +14,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
-from watchdog.clock import ManualClock
-from watchdog.config import Config
-from watchdog.metrics import (
+from watchdog.core.clock import ManualClock
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.shell.config import Config
+from watchdog.shell.metrics import (
     MAX_AGENTS,
     MAX_ERROR_TYPES_PER_AGENT,
     MAX_LABEL_CHARS,
@@ -25,9 +26,8 @@ from watchdog.metrics import (
     Metrics,
     create_metrics_app,
 )
-from watchdog.runs.terminal import TerminalState
-from watchdog.service import WatchdogService
-from watchdog.store import Store
+from watchdog.shell.service import WatchdogService
+from watchdog.shell.state.store import Store
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 # What Prometheus 2.x sends when it scrapes.

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.config import (
+from watchdog.shell.config import (
     DEFAULT_MODEL_UPSTREAM,
     DEFAULT_MODEL_UPSTREAM_ANTHROPIC,
     Config,
     load,
 )
-from watchdog.errors import ConfigError
+from watchdog.shell.errors import ConfigError
 
 
 def test_off_by_default_with_named_defaults() -> None:

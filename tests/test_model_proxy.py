@@ -514,7 +514,7 @@ def test_the_environments_proxy_is_used(tmp_path: Path, upstream: RawUpstream,
 
 
 def test_proxy_for_reads_the_environment_once() -> None:
-    from watchdog.model.headers import proxy_for
+    from watchdog.shell.model.headers import proxy_for
 
     env = {"HTTPS_PROXY": "http://user%40corp:pw@proxy:3128", "no_proxy": "localhost,.internal"}
     proxy = proxy_for("https://api.openai.com/v1", env)
@@ -527,7 +527,7 @@ def test_proxy_for_reads_the_environment_once() -> None:
 
 def test_a_failure_to_observe_never_fails_the_call(sidecar: RunningServer, upstream: RawUpstream,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from watchdog.model.book import ModelBook
+    from watchdog.core.model.book import ModelBook
 
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("a bug in the run book")
@@ -610,7 +610,7 @@ def test_the_head_goes_on_at_once_even_when_the_first_event_is_slow(tmp_path: Pa
 
 
 def test_the_sse_reader_reads_the_same_events_however_the_stream_is_cut() -> None:
-    from watchdog.model.wire import SSEReader
+    from watchdog.core.model.wire import SSEReader
 
     stream = (EVENT + b"data:no-space\n\n: comment\n\nevent: ping\ndata: {}\n\n"
               b'data: {"text":"line\xe2\x80\xa8sep"}\n\n' + b"data: a\r\ndata: b\r\n\r\n"
@@ -637,7 +637,7 @@ def test_the_sse_reader_reads_the_same_events_however_the_stream_is_cut() -> Non
 def test_a_plain_text_delta_is_read_without_parsing_and_nothing_else_is() -> None:
     """The chat stream's fast path gives exactly the text a full parse gives, and only for a
     chunk with nothing else the observation reads; the rest is parsed whole."""
-    from watchdog.model.wire import plain_content
+    from watchdog.core.model.wire import plain_content
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
         return json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1,

@@ -20,14 +20,14 @@ from tests.frameworks.fakellm import (
     response_events,
     response_object,
 )
-from watchdog.directives.model import Directive
-from watchdog.model.book import Caller, ModelBook
-from watchdog.model.chat import ChatWire
-from watchdog.model.messages import MessagesWire
-from watchdog.model.responses import ResponsesWire
-from watchdog.model.steer import Act, Board, Counts, decide, is_answer_tool
-from watchdog.model.wire import Observation, SSEReader, Wire
-from watchdog.model.wire import ToolCall as Call
+from watchdog.core.directives.model import Directive
+from watchdog.core.model.book import Caller, ModelBook
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.messages import MessagesWire
+from watchdog.core.model.responses import ResponsesWire
+from watchdog.core.model.steer import Act, Board, Counts, decide, is_answer_tool
+from watchdog.core.model.wire import Observation, SSEReader, Wire
+from watchdog.core.model.wire import ToolCall as Call
 
 THREE = Step(text="Looking.", tool_calls=(ToolCall("a", {"x": 1}), ToolCall("b", {"y": 2}),
                                           ToolCall("c", {"z": 3})))

@@ -26,7 +26,7 @@ from tests.harness import (
 )
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.test_encoding import stdlib_written_run
-from watchdog.store import DB_FILE
+from watchdog.shell.state.store import DB_FILE
 
 
 def tracer_to(server: RunningServer) -> tuple[TracerProvider, trace.Tracer]:

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.workload import batches
 from tests.processes import fresh_ports, running_sidecar, serve_env
-from watchdog.priority import SLICE_SECONDS, Priority
+from watchdog.shell.priority import SLICE_SECONDS, Priority
 
 
 async def test_bulk_work_waits_for_a_sync_in_flight_then_goes_on() -> None:

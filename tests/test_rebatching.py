@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
-from watchdog.ingest.decode import ExportTraceServiceRequest, parse_json
-from watchdog.ingest.pipeline import records_from
-from watchdog.runs.record import KEY_TRACE
-from watchdog.runs.run import RunState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.decode import ExportTraceServiceRequest, parse_json
+from watchdog.core.spans.pipeline import records_from
+from watchdog.core.spans.record import KEY_TRACE
 
 MAX_CUTS = 40  # cut points tried per recording (every one, for shorter recordings)
 ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl"))

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.ingest.redact import redact
-from watchdog.runs.activity import ActivityEntry
-from watchdog.runs.record import KeySource
-from watchdog.runs.report import (
+from watchdog.core.redact import redact
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.report import (
     RecentSteps,
     activity_lines,
     format_duration,
     render_markdown,
 )
-from watchdog.runs.report import build_report as report_of
-from watchdog.runs.run import NS, RunState
-from watchdog.runs.terminal import TerminalState
+from watchdog.core.runs.report import build_report as report_of
+from watchdog.core.runs.run import NS, RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.spans.record import KeySource
 
 T0 = 1_800_000_000.0
 KEY = "run-1"

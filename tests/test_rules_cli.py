@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.cli import main
-from watchdog.rules.pack import load_rules
-from watchdog.rules.testing import read_test_file, run_test
+from watchdog.core.rule_tests import read_test_file, run_test
+from watchdog.core.rules.pack import load_rules
+from watchdog.shell.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = REPO / "rules" / "default.test.yaml"

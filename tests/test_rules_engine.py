@@ -13,20 +13,20 @@ from typing import Any
 import pytest
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
-from watchdog.ingest.conventions import canonical_arguments, stable_hash
-from watchdog.rules.decision import Action, Decision, Severity
-from watchdog.rules.engine import (
+from watchdog.core.rules.decision import Action, Decision, Severity
+from watchdog.core.rules.engine import (
     GRACE_SUFFIX,
     MAX_MESSAGE_CHARS,
     FiredRecord,
     RuleEngine,
     message_hash,
 )
-from watchdog.rules.pack import RuleSet, load_rules, load_text
-from watchdog.runs.record import KeySource, SpanKind, SpanRecord
-from watchdog.runs.run import NS, RunState
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.rules.pack import RuleSet, load_rules, load_text
+from watchdog.core.runs.run import NS, RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.conventions import canonical_arguments, stable_hash
+from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.spans import T0, SpanMaker, chat_attrs, only_run, run_spans, tool_attrs
-from watchdog.rules.expr import (
+from watchdog.core.rules.expr import (
     EvalError,
     ExprError,
     Issue,
@@ -17,16 +17,16 @@ from watchdog.rules.expr import (
     compile_template,
     format_value,
 )
-from watchdog.rules.signals import (
+from watchdog.core.rules.signals import (
     BUDGET_SCHEMA,
     RUN_SCHEMA,
     SESSION_SCHEMA,
     run_activation,
     session_activation,
 )
-from watchdog.runs.catalogue import MapOf, Maybe
-from watchdog.runs.record import BUDGET_KEYS, KeySource
-from watchdog.runs.run import RunState
+from watchdog.core.runs.catalogue import MapOf, Maybe
+from watchdog.core.runs.run import RunState
+from watchdog.core.spans.record import BUDGET_KEYS, KeySource
 
 
 def issues(source: str, condition: bool = True) -> list[Issue]:

@@ -1,4 +1,4 @@
-"""Conditions decided without CEL (watchdog.rules.fast) decide exactly as CEL does.
+"""Conditions decided without CEL (watchdog.core.rules.fast) decide exactly as CEL does.
 
 Differential: the same conditions evaluated by the fast path on a RunState and by CEL on that
 run's activation, over many runs (every condition of the default pack, and generated conditions
@@ -15,18 +15,19 @@ from collections.abc import Iterator
 import pytest
 
 from bench.workload import batches
-from watchdog.core import Core, Decided
-from watchdog.ingest.decode import parse_protobuf
-from watchdog.ingest.pipeline import slices_of
-from watchdog.rules.engine import RuleEngine
-from watchdog.rules.expr import EvalError, ExprError, activation, compile_expr
-from watchdog.rules.fast import RUN_FIELDS, compile_fast
-from watchdog.rules.pack import load_rules
-from watchdog.rules.signals import RUN_SCHEMA, run_activation, session_activation
-from watchdog.runs.record import KeySource
-from watchdog.runs.run import RunState
-from watchdog.runs.tracker import RunTracker
-from watchdog.sessions import SessionBook
+from watchdog.core.rules.decision import Decided
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.expr import EvalError, ExprError, activation, compile_expr
+from watchdog.core.rules.fast import RUN_FIELDS, compile_fast
+from watchdog.core.rules.pack import load_rules
+from watchdog.core.rules.signals import RUN_SCHEMA, run_activation, session_activation
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.sessions import SessionBook
+from watchdog.core.spans.decode import parse_protobuf
+from watchdog.core.spans.pipeline import slices_of
+from watchdog.core.spans.record import KeySource
+from watchdog.core.step import Core
 
 INT_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is int)
 DOUBLE_FIELDS = sorted(f for f in RUN_FIELDS if RUN_SCHEMA[f] is float)
@@ -205,7 +206,7 @@ def test_the_engine_decides_the_same_with_and_without_the_fast_path(
                  d.decision.message) for d in made]
 
     fast = decisions(fast_rules=10)
-    monkeypatch.setattr("watchdog.rules.expr.compile_fast", lambda source: None)
+    monkeypatch.setattr("watchdog.core.rules.expr.compile_fast", lambda source: None)
     slow = decisions(fast_rules=0)
     assert len(fast) > 500
     assert {"idle-timeout", "total-timeout", "tool-cycle", "error-loop"} <= {d[1] for d in fast}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.rules.manager import RuleManager, pack_failure
-from watchdog.rules.pack import RulePackError
+from watchdog.core.rules.pack import RulePackError
+from watchdog.shell.rule_files import RuleManager, pack_failure
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
 RULE = ("rules:\n  - name: {name}\n    when: {when}\n    action: notify\n"

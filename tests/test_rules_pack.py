@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.rules.decision import Action, Severity
-from watchdog.rules.pack import (
+from watchdog.core.rules.decision import Action, Severity
+from watchdog.core.rules.pack import (
     DEFAULT_PACK,
     Grace,
     Repeat,
@@ -20,7 +20,7 @@ from watchdog.rules.pack import (
     load_rules,
     load_text,
 )
-from watchdog.runs.terminal import TerminalState
+from watchdog.core.runs.terminal import TerminalState
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
@@ -60,7 +60,7 @@ def test_default_pack_loads_with_the_known_rules() -> None:
 
 
 def test_the_packaged_default_pack_is_the_repository_file() -> None:
-    packaged = REPO / "watchdog" / "rules" / "packs" / "default.yaml"
+    packaged = REPO / "watchdog" / "core" / "rules" / "packs" / "default.yaml"
     assert packaged.is_symlink()
     assert os.path.samefile(packaged, REPO / "rules" / "default.yaml")
     assert os.path.samefile(DEFAULT_PACK, REPO / "rules" / "default.yaml")

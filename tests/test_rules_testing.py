@@ -1,14 +1,14 @@
-"""``watchdog rules test`` drives the sidecar's own core (watchdog.core.Core): a rule test decides
-what the sidecar decides, step for step — the change detection that skips rules whose signals
-did not move, the timer, and the session book included."""
+"""``watchdog rules test`` drives the sidecar's own core (watchdog.core.step.Core): a rule test
+decides what the sidecar decides, step for step — the change detection that skips rules whose
+signals did not move, the timer, and the session book included."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from watchdog.rules.pack import load_rules
-from watchdog.rules.testing import TestResult, read_test_file, run_test
+from watchdog.core.rule_tests import TestResult, read_test_file, run_test
+from watchdog.core.rules.pack import load_rules
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
 

@@ -14,11 +14,11 @@ from tests.frameworks.harness import RECORDINGS, replay, runs_seen
 from tests.harness import RunningServer, http_request
 from tests.otel import export_http
 from tests.spans import T0, SpanMaker, chat_attrs, encode, records_of, tool_attrs
-from watchdog.ingest.decode import parse_json, parse_protobuf
-from watchdog.ingest.pipeline import slices_of
-from watchdog.runs.run import RunState
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.decode import parse_json, parse_protobuf
+from watchdog.core.spans.pipeline import slices_of
 
 AGENT = "gen_ai.operation.name"
 

@@ -23,9 +23,9 @@ from tests.spans import (
     run_spans,
     tool_attrs,
 )
-from watchdog.runs.run import MAX_DISTINCT_TOOLS, OTHER_TOOL, RunState
-from watchdog.runs.terminal import TerminalState
-from watchdog.runs.tracker import RunTracker
+from watchdog.core.runs.run import MAX_DISTINCT_TOOLS, OTHER_TOOL, RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
 
 Call = tuple[str, Any, Any]  # (tool, arguments, result)
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config
-from watchdog.rules.signals import SESSION_SCHEMA, session_activation
-from watchdog.sessions import (
+from watchdog.core.rules.signals import SESSION_SCHEMA, session_activation
+from watchdog.core.sessions import (
     MAX_FACT_CHARS,
     MAX_FACTS,
     MAX_FAILED_APPROACHES,
@@ -23,7 +23,7 @@ from watchdog.sessions import (
     SessionState,
     progress_key,
 )
-from watchdog.store import DB_FILE, SCHEMA_VERSION, Store
+from watchdog.shell.state.store import DB_FILE, SCHEMA_VERSION, Store
 
 T0 = 1_800_000_000.0
 

@@ -1,4 +1,4 @@
-"""One signal catalogue (watchdog.runs.catalogue): the docs' table, the CEL declarations, the
+"""One signal catalogue (watchdog.core.runs.catalogue): the docs' table, the CEL declarations, the
 activation, the change detection and the fast path are all made from it, so a signal added to
 it appears in every one of them."""
 
@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.rules.expr import ExprError, checker, compile_expr
-from watchdog.rules.fast import RUN_FIELDS, compile_fast, fast_fields
-from watchdog.rules.signals import (
+from watchdog.core.rules.expr import ExprError, checker, compile_expr
+from watchdog.core.rules.fast import RUN_FIELDS, compile_fast, fast_fields
+from watchdog.core.rules.signals import (
     RUN_SCHEMA,
     SESSION_SCHEMA,
     TIME_DEPENDENT,
     run_schema,
     time_dependent,
 )
-from watchdog.runs.catalogue import RUN_SIGNALS, Signal, markdown_table, reader
-from watchdog.runs.changes import ChangeDetector, changed_signals, snapshot
-from watchdog.runs.record import KeySource, SpanKind, SpanRecord
-from watchdog.runs.run import MAX_DISTINCT_TOOLS, RunState
+from watchdog.core.runs.catalogue import RUN_SIGNALS, Signal, markdown_table, reader
+from watchdog.core.runs.changes import ChangeDetector, changed_signals, snapshot
+from watchdog.core.runs.run import MAX_DISTINCT_TOOLS, RunState
+from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 NAMES = [signal.name for signal in RUN_SIGNALS]

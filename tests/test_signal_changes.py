@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from watchdog.ingest.conventions import stable_hash
-from watchdog.runs.changes import changed_signals, snapshot
-from watchdog.runs.record import KeySource, SpanKind, SpanRecord
-from watchdog.runs.run import RunState
+from watchdog.core.runs.changes import changed_signals, snapshot
+from watchdog.core.runs.run import RunState
+from watchdog.core.spans.conventions import stable_hash
+from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
 
 TIME_SIGNALS = {"elapsed_seconds", "idle_seconds", "in_flight_seconds"}
 _ids = itertools.count(1)
@@ -85,7 +85,7 @@ def test_a_new_distinct_tool_call_moves_no_loop_signal() -> None:
 
 
 def test_rules_read_only_the_signals_they_name() -> None:
-    from watchdog.rules.expr import signals_read
+    from watchdog.core.rules.expr import signals_read
 
     assert signals_read("run.tool_calls > 3 && has(run.budget.max_tool_calls)") == {
         "tool_calls", "budget"}
@@ -95,8 +95,8 @@ def test_rules_read_only_the_signals_they_name() -> None:
 
 
 def test_the_engine_skips_rules_whose_signals_did_not_change() -> None:
-    from watchdog.rules.engine import RuleEngine
-    from watchdog.rules.pack import load_rules
+    from watchdog.core.rules.engine import RuleEngine
+    from watchdog.core.rules.pack import load_rules
 
     engine = RuleEngine(load_rules([]))
     run = RunState("r", KeySource.WATCHDOG, "ab" * 16, 100.0)

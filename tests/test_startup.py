@@ -22,10 +22,10 @@ import pytest
 
 from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
-from watchdog.config import Config, load
-from watchdog.errors import ConfigError
-from watchdog.ingest import otlp_grpc
-from watchdog.ingest.admission import Admission
+from watchdog.shell.config import Config, load
+from watchdog.shell.errors import ConfigError
+from watchdog.shell.receivers import otlp_grpc
+from watchdog.shell.receivers.admission import Admission
 
 EXIT_STARTUP = 2
 REPO = Path(__file__).resolve().parent.parent

@@ -15,8 +15,8 @@ import pytest
 
 from tests.harness import WAIT, RunningServer, http_request, wait_until
 from tests.spans import SpanMaker, encode, tool_attrs
-from watchdog import api
-from watchdog.ingest.decode import parse_protobuf
+from watchdog.core.spans.decode import parse_protobuf
+from watchdog.shell import api
 
 RUN = {"watchdog.run.id": "sync-run", "watchdog.agent.name": "syncer",
        "watchdog.budget.max_tool_calls": 4}

@@ -40,7 +40,7 @@ AGENT = 'agent=~"$agent"'
 SCOPE = 'cluster=~"$cluster",namespace=~"$namespace"'
 RATE = "$__rate_interval"
 QUANTILES = (0.5, 0.9, 0.99)
-# Which metrics carry trace_id exemplars (watchdog/metrics.py): a query over one of them asks
+# Which metrics carry trace_id exemplars (watchdog/shell/metrics.py): a query over one of them asks
 # Grafana for exemplars.
 EXEMPLAR_METRICS = ("runs_finished_total", "run_iterations", "run_tool_calls",
                     "run_duration_seconds", "tool_calls_total", "tokens_total", "errors_total",

@@ -1,5 +1,5 @@
 """``python -m watchdog`` is the ``watchdog`` command."""
 
-from watchdog.cli import main
+from watchdog.shell.cli import main
 
 raise SystemExit(main())

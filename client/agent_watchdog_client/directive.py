@@ -6,12 +6,13 @@ the adapters' instructions). Directives arrive in ``seq`` order, but a reconnect
 one twice: anything at or below the highest ``seq`` seen is ignored.
 
 The vocabulary below (actions, severities, the grace's keys, the fields of :class:`Directive`)
-is the sidecar's: its source is ``watchdog.rules.decision`` (``Action``, ``Severity``),
-``watchdog.rules.engine.announced_grace`` and ``watchdog.directives.model.Directive.to_json``.
-This package installs into agent environments without the server, so it cannot import them; it
-keeps this short copy instead, and the repository's ``tests/test_directive_vocabulary.py``
-compares the two, so a change on either side fails until the other follows. (A copy checked by
-a test is leaner here than a generated module: it is a dozen names that change rarely.)
+is the sidecar's: its source is ``watchdog.core.rules.decision`` (``Action``, ``Severity``),
+``watchdog.core.rules.engine.announced_grace`` and
+``watchdog.core.directives.model.Directive.to_json``. This package installs into agent environments
+without the server, so it cannot import them; it keeps this short copy instead, and the
+repository's ``tests/test_directive_vocabulary.py`` compares the two, so a change on either side
+fails until the other follows. (A copy checked by a test is leaner here than a generated module: it
+is a dozen names that change rarely.)
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from agent_watchdog_client.directive import ABORT, Directive, DirectiveBoard
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left
 LOCAL_RULE = "max_tool_calls"  # the rule name of the client's own stop at the budget
-# what a sync's ``stop=`` says when the client stopped the run by itself (watchdog/sync.py)
+# what a sync's ``stop=`` says when the client stopped the run by itself (watchdog/core/sync.py)
 STOP_BUDGET, STOP_GRACE = LOCAL_RULE, "grace"
 
 REPORT_HEADER = ("[agent-watchdog: system instruction. This comes from the supervisor that "

@@ -1,7 +1,7 @@
 """The agent's side of read-your-writes (DESIGN §8): before a model request, the run's call
 spans that ended since its last sync go to ``POST /v1/runs/{id}/sync?after=SEQ`` as an OTLP
 protobuf body, and the sidecar answers once it has applied them, with the directives they
-caused and the run's budget view (see ``watchdog/sync.py`` on the sidecar).
+caused and the run's budget view (see ``watchdog/core/sync.py`` on the sidecar).
 
 The same spans still go through the agent's OTLP exporter; the sidecar applies each span once,
 whichever copy comes first. Each agent thread keeps one connection open (a sync is a few

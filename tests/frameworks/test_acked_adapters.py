@@ -35,7 +35,7 @@ from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.steering import REPORT, ended, searching
 from tests.frameworks.test_steering_pydantic_ai import agent_on, tracer_provider, with_search
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
-from watchdog.cli import main
+from watchdog.shell.cli import main
 
 LATE_PACK = """apiVersion: agent-watchdog/v1
 kind: RulePack

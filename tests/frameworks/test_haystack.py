@@ -30,7 +30,7 @@ cap's step ran its tools, the agent span's ``steps_taken`` = ``max_steps``, its 
 (``streaming_callback``) changes no span (its replies have ``usage`` null: no token counts).
 
 The watchdog now reads them as a convention of their own (``HAYSTACK`` in
-``watchdog/ingest/frameworks.py``): the span names give the roles, the replies' JSON the
+``watchdog/core/spans/frameworks.py``): the span names give the roles, the replies' JSON the
 finish reasons and usage, ``haystack.tool.error`` a failure handed to the model, the exit
 reason (or, without content tracing, ``steps_taken`` ≥ ``max_steps``) the cap.
 

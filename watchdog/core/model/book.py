@@ -1,0 +1,271 @@
+"""Which run a model call belongs to, and the records it makes of it. Sans-IO.
+
+Theory of operation
+-------------------
+A call names its run by, in order (DESIGN §12): its W3C ``traceparent`` (the run of that trace:
+the records are keyed by the trace, below the span the agent sent, so the tracker gives them to
+whatever run the trace's spans name); ``x-watchdog-run``; the Responses API's
+``previous_response_id`` (the run of the response it continues); else the conversation it
+continues — the same first user message of the same agent on the same API. A request that
+carries a new user message (its last message is the user's) in a conversation whose run has
+ended, or that is shorter than the conversation was (the agent started over), starts the
+conversation's next run, in the conversation's session.
+
+Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
+response id); each tool call the endpoint handed over becomes one tool-call record (name,
+arguments, result, error) at the agent's next request of the run, which comes once it has run:
+with the result that request carries for it (a tool message of the call's id; else, as agents
+that replay results as plain text send them, the text after the last answer that names the
+call's id, or that text whole when it answers the only call), else without one — each once (a
+result that shows up later finds its call counted). A response that asks only for final-answer
+tools (:func:`~watchdog.core.model.steer.is_answer_tool`) is the run's answer, their arguments its
+text; such a call is never a tool call of the run. All of this holds unless the agent traces
+its calls itself (a ``traceparent``, or a run the client SDK announced): then its spans count
+the tools, and the
+model call pairs with the agent's span of the same call by its response id (another scope: a
+twin, counted once). A run the agent sends no spans for is *loose*: it ends with its answer.
+
+Everything is bounded (``MAX_*``), least recently used first out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from watchdog.core.model.failure import looks_failed
+from watchdog.core.model.steer import answer_of, is_answer_tool
+from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult
+from watchdog.core.redact import brief
+from watchdog.core.spans.conventions import canonical_arguments, stable_hash
+from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
+
+MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
+MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
+MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
+MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
+MAX_BRIEF_CHARS = 500
+SCOPE = "watchdog.model"  # the records' instrumentation scope: another than any agent's span
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+FAILED_TOOL = "ToolError"  # the error type of a tool result that says it failed
+
+
+@dataclass(slots=True)
+class Caller:
+    """What the request's headers say about its run."""
+
+    traceparent: str | None = None
+    run: str | None = None
+    agent: str | None = None
+
+
+@dataclass(slots=True)
+class EndpointRun:
+    """What the endpoint keeps of one run between its calls."""
+
+    key: str
+    key_source: KeySource
+    trace_id: str
+    parent_span_id: str | None  # below the agent's span (traceparent), else None
+    session: str | None = None
+    agent: str | None = None
+    traced: bool = False  # the agent traces its own calls: its spans count the tools
+    conversation: str | None = None
+    pending: dict[str, ToolCall] = field(default_factory=dict)  # handed over, no result yet
+    handed: int = 0  # tool calls handed to the agent
+    results: int = 0  # tool results the agent sent back
+    messages: int = 0  # the conversation's length at its last request
+    last_end_ns: int = 0  # when its last response ended
+    final_used: bool = False  # the final (no tools) request went upstream
+    report: str | None = None  # its answer
+    stop: str | None = None  # the stop note of an abort answered by the endpoint
+
+
+def parse_traceparent(value: str | None) -> tuple[str, str] | None:
+    """(trace id, parent span id) of a W3C ``traceparent``, or None (absent, malformed, or
+    the all-zero ids the spec says to ignore)."""
+    if not value:
+        return None
+    match = _TRACEPARENT.match(value.strip().lower())
+    if match is None or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
+        return None
+    return match.group(1), match.group(2)
+
+
+class ModelBook:
+    def __init__(self, max_runs: int = MAX_MODEL_RUNS) -> None:
+        self.max_runs = max_runs
+        self._runs: OrderedDict[str, EndpointRun] = OrderedDict()
+        self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
+        self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, key: str) -> EndpointRun | None:
+        return self._runs.get(key)
+
+    def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
+                 ended: Callable[[str], bool]) -> EndpointRun:
+        """The run of this request. ``ended(key)``: whether the run ``key`` has ended (read
+        for the run a conversation had so far)."""
+        trace = parse_traceparent(caller.traceparent)
+        if trace is not None:
+            key = "trace:" + trace[0]
+            state = self._runs.get(key)
+            if state is None:
+                state = self._keep(EndpointRun(key, KeySource.TRACE, trace[0], trace[1],
+                                               agent=agent, traced=True))
+            state.parent_span_id = trace[1]
+            return self._touch(state)
+        if caller.run is not None:
+            state = self._runs.get(caller.run)
+            if state is None:
+                state = self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
+                                               uuid.uuid4().hex, None, agent=agent))
+            return self._touch(state)
+        if request.previous_response_id is not None:
+            previous = self._responses.get(request.previous_response_id)
+            known = self._runs.get(previous) if previous is not None else None
+            if known is not None:
+                return self._touch(known)
+        return self._conversation(api, request, agent, ended)
+
+    def _conversation(self, api: str, request: Request, agent: str | None,
+                      ended: Callable[[str], bool]) -> EndpointRun:
+        digest = hashlib.sha256("\0".join((api, agent or "", request.anchor)).encode(
+            "utf-8", "surrogatepass")).hexdigest()[:32]
+        key = self._conversations.get(digest)
+        state = self._runs.get(key) if key is not None else None
+        if state is not None and not (
+                (request.last_is_user and (state.final_used or state.stop is not None
+                                           or ended(state.key)))
+                or request.messages < state.messages):
+            self._conversations.move_to_end(digest)
+            return self._touch(state)
+        trace_id = uuid.uuid4().hex
+        state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
+                                       session="model:" + digest[:24], agent=agent,
+                                       conversation=digest))
+        self._conversations[digest] = state.key
+        self._conversations.move_to_end(digest)
+        while len(self._conversations) > MAX_CONVERSATIONS:
+            self._conversations.popitem(last=False)
+        return state
+
+    def _keep(self, state: EndpointRun) -> EndpointRun:
+        self._runs[state.key] = state
+        while len(self._runs) > self.max_runs:
+            self._runs.popitem(last=False)
+        return state
+
+    def _touch(self, state: EndpointRun) -> EndpointRun:
+        self._runs.move_to_end(state.key)
+        return state
+
+    # -- records --------------------------------------------------------------------------------
+
+    def tool_records(self, state: EndpointRun, request: Request, now_ns: int
+                     ) -> list[SpanRecord]:
+        """The tool calls handed over before this request: they have run by now. Each with
+        the result this request carries for it, if any; each once (a retried request, or a
+        result that comes later, finds its call counted). None when the agent traces them
+        itself."""
+        records: list[SpanRecord] = []
+        answered: list[tuple[ToolCall, ToolResult | None]] = []
+        for result in request.results:
+            call = state.pending.pop(result.call_id, None)
+            if call is not None:
+                answered.append((call, result))
+        unanswered = list(state.pending.values())
+        state.pending.clear()
+        for call in unanswered:
+            answered.append((call, _said_result(call, request.said, len(unanswered))))
+        for call, found in answered:
+            state.results += 1
+            if not state.traced:
+                records.append(self._tool_record(state, call, found, now_ns))
+        if request.messages:
+            state.messages = request.messages
+        return records
+
+    def _tool_record(self, state: EndpointRun, call: ToolCall, result: ToolResult | None,
+                     now_ns: int) -> SpanRecord:
+        record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],
+                              state.last_end_ns or now_ns, now_ns)
+        record.tool_name = call.name[:200] or "unknown"
+        canonical = canonical_arguments(call.arguments)
+        record.args_hash = stable_hash(record.tool_name + "\0" + canonical)
+        record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
+        if result is None:
+            return record
+        record.result_hash = stable_hash(record.tool_name + "\0" + result.content)
+        record.result_brief = brief(result.content, MAX_BRIEF_CHARS)
+        if result.error:
+            record.error = True
+            record.error_type = FAILED_TOOL
+            record.error_message = brief(result.content, MAX_BRIEF_CHARS)
+            record.error_signature = stable_hash(FAILED_TOOL + ":" + record.error_message)
+        return record
+
+    def call_record(self, state: EndpointRun, request: Request, seen: Observation,
+                    handed: list[ToolCall], start_ns: int, end_ns: int) -> SpanRecord:
+        """The model call, as handed to the agent (``handed``: the tool calls it kept)."""
+        record = self._record(state, SpanKind.LLM, "chat " + request.model[:200], start_ns,
+                              end_ns)
+        record.input_tokens, record.output_tokens = seen.input_tokens, seen.output_tokens
+        record.finish_reason = seen.finish_reason
+        record.messages = request.messages + 1
+        record.response_id = seen.response_id
+        work = [call for call in handed if not is_answer_tool(call.name)]
+        record.requested_tools = bool(work)
+        answer = answer_of(handed)
+        if answer is not None:  # asks only for final-answer tools: the run's answer
+            record.final_answer = True
+            record.final_output = brief(answer, MAX_BRIEF_CHARS)
+        elif not handed and seen.text.strip() and seen.finish_reason not in (
+                "length", "max_tokens", "content_filter"):
+            record.final_answer = True
+            record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
+        for call in work:
+            if len(state.pending) < MAX_PENDING_CALLS:
+                state.pending[call.call_id] = call
+        state.handed += len(work)
+        state.last_end_ns = end_ns
+        if seen.response_id:
+            self._responses[seen.response_id] = state.key
+            while len(self._responses) > MAX_RESPONSE_IDS:
+                self._responses.popitem(last=False)
+        return record
+
+    @staticmethod
+    def _record(state: EndpointRun, kind: SpanKind, name: str, start_ns: int,
+                end_ns: int) -> SpanRecord:
+        loose = not state.traced
+        return SpanRecord(
+            run_key=state.key, key_source=state.key_source, trace_id=state.trace_id,
+            span_id=uuid.uuid4().hex[:16],
+            # a loose run's records end it with its answer; a traced one's hang below the
+            # agent's span, so its spans say when it ends
+            parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
+            name=name, kind=kind, start_ns=start_ns, end_ns=max(end_ns, start_ns),
+            agent=state.agent, session=state.session, loose=loose, scope=SCOPE)
+
+
+def _said_result(call: ToolCall, said: list[str], calls: int) -> ToolResult | None:
+    """A call's result as an agent replays it in plain text: the text after the last answer
+    that names the call's id, else all of that text when this was the only call handed over;
+    None when the request carries none."""
+    if len(call.call_id) >= 4:
+        for text in said:
+            if call.call_id in text:  # "Call id: <id>\nError: ...": judged after the id
+                after = text.split(call.call_id, 1)[1]
+                return ToolResult(call.call_id, text, looks_failed(text) or looks_failed(after))
+    if calls == 1 and any(text.strip() for text in said):
+        text = "\n".join(said)
+        return ToolResult(call.call_id, text, looks_failed(text))
+    return None

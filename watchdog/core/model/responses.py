@@ -1,0 +1,244 @@
+"""OpenAI Responses (``POST /v1/responses``): read, observe, steer, answer.
+
+The instructions the model reads are ``instructions`` (and system/developer input items); tools
+are withdrawn with ``tool_choice: "none"`` — or, when the request offers a final-answer tool,
+``tool_choice`` names it and its definition is the only one left. Tool results are the
+``function_call_output`` items after the model's last ``function_call`` items; a conversation
+that the server keeps (``previous_response_id``) sends only those.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from watchdog.core.model.chat import withdraw_function_tools
+from watchdog.core.model.failure import looks_failed
+from watchdog.core.model.steer import is_answer_tool
+from watchdog.core.model.wire import (
+    MAX_TOOL_CALLS_SEEN,
+    Event,
+    Observation,
+    Request,
+    ToolCall,
+    ToolResult,
+    anchor_of,
+    append_text,
+    clipped,
+    closed_up,
+    json_data,
+    sse,
+    text_of,
+    token,
+)
+
+DONE_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+class ResponsesWire:
+    api = "responses"
+
+    def read_request(self, body: dict[str, Any]) -> Request:
+        model = body.get("model")
+        items = body.get("input")
+        instructions = [body["instructions"]] if isinstance(body.get("instructions"),
+                                                             str) else []
+        anchor = items if isinstance(items, str) else ""
+        results: list[ToolResult] = []
+        said: list[str] = []
+        count, last_is_user = 1, isinstance(items, str)
+        if isinstance(items, list):
+            count = len(items)
+            for item in items:
+                if not isinstance(item, dict):
+                    continue
+                role, kind = item.get("role"), item.get("type")
+                if role in ("system", "developer"):
+                    instructions.append(text_of(item.get("content")))
+                elif role == "user" and not anchor:
+                    anchor = anchor_of(item.get("content"))
+                if role == "assistant" or kind == "function_call":
+                    results, said = [], []
+                elif role == "user" and len(said) < MAX_TOOL_CALLS_SEEN:
+                    said.append(text_of(item.get("content")))
+                elif kind == "function_call_output" and len(results) < MAX_TOOL_CALLS_SEEN:
+                    output = item.get("output")
+                    text = output if isinstance(output, str) else text_of(output)
+                    results.append(ToolResult(str(item.get("call_id") or ""), text,
+                                              looks_failed(text)))
+            last = items[-1] if items else None
+            last_is_user = isinstance(last, dict) and last.get("role") == "user"
+        previous = body.get("previous_response_id")
+        return Request(
+            model=model if isinstance(model, str) else "",
+            stream=body.get("stream") is True,
+            has_tools=bool(body.get("tools")),
+            instructions="\n".join(instructions),
+            anchor=anchor,
+            messages=count,
+            last_is_user=last_is_user,
+            results=results,
+            said=said,
+            previous_response_id=previous if isinstance(previous, str) and previous else None)
+
+    def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
+        existing = body.get("instructions")
+        return {**body, "instructions": append_text(
+            existing if isinstance(existing, str) else "", note)}
+
+    def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
+        return withdraw_function_tools(body, prompt, self.add_note,
+                                       lambda name: {"type": "function", "name": name})
+
+    def read_response(self, body: dict[str, Any]) -> Observation:
+        seen = Observation(complete=True)
+        if isinstance(body.get("id"), str):
+            seen.response_id = body["id"]
+        usage = body.get("usage")
+        if isinstance(usage, dict):
+            seen.input_tokens = token(usage.get("input_tokens"))
+            seen.output_tokens = token(usage.get("output_tokens"))
+        texts: list[str] = []
+        output = body.get("output")
+        for item in output if isinstance(output, list) else ():
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "message":
+                texts.append(text_of(item.get("content")))
+            elif item.get("type") == "function_call" and len(seen.calls) < MAX_TOOL_CALLS_SEEN:
+                seen.calls.append(ToolCall(str(item.get("call_id") or ""),
+                                           str(item.get("name") or ""),
+                                           str(item.get("arguments") or "")))
+        seen.text = clipped("".join(texts))
+        status = body.get("status")
+        seen.finish_reason = "tool_calls" if seen.calls else (
+            "length" if status == "incomplete" else "stop")
+        return seen
+
+    def accumulator(self) -> ResponsesAccumulator:
+        return ResponsesAccumulator(self)
+
+    def trim(self, body: dict[str, Any], keep: int) -> bool:
+        output = body.get("output")
+        if not isinstance(output, list):
+            return False
+        calls = [i for i, item in enumerate(output) if isinstance(item, dict)
+                 and item.get("type") == "function_call" and not is_answer_tool(item.get("name"))]
+        if len(calls) <= keep:
+            return False
+        dropped = set(calls[keep:])
+        body["output"] = [item for i, item in enumerate(output) if i not in dropped]
+        return True
+
+    def stream_trimmer(self, keep: int) -> ResponsesTrimmer:
+        return ResponsesTrimmer(self, keep)
+
+    def answer(self, model: str, text: str, request: Request) -> dict[str, Any]:
+        return _response(model, text, "completed")
+
+    def answer_stream(self, model: str, text: str, request: Request) -> bytes:
+        whole = _response(model, text, "completed")
+        item = whole["output"][0]
+        part = item["content"][0]
+        started = {**whole, "status": "in_progress", "output": []}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("response.created", {"response": started}),
+            ("response.in_progress", {"response": started}),
+            ("response.output_item.added", {"output_index": 0,
+                                            "item": {**item, "status": "in_progress",
+                                                     "content": []}}),
+            ("response.content_part.added", {"output_index": 0, "content_index": 0,
+                                             "item_id": item["id"],
+                                             "part": {**part, "text": ""}}),
+            ("response.output_text.delta", {"output_index": 0, "content_index": 0,
+                                            "item_id": item["id"], "delta": text}),
+            ("response.output_text.done", {"output_index": 0, "content_index": 0,
+                                           "item_id": item["id"], "text": text}),
+            ("response.content_part.done", {"output_index": 0, "content_index": 0,
+                                            "item_id": item["id"], "part": part}),
+            ("response.output_item.done", {"output_index": 0, "item": item}),
+            ("response.completed", {"response": whole}),
+        ]
+        return b"".join(sse({"type": name, "sequence_number": number, **data}, name)
+                        for number, (name, data) in enumerate(events))
+
+    def error(self, status: int, code: str, message: str) -> dict[str, Any]:
+        kind = "invalid_request_error" if status < 500 else "api_error"
+        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _response(model: str, text: str, status: str) -> dict[str, Any]:
+    return {"id": "resp_watchdog" + uuid.uuid4().hex[:20], "object": "response",
+            "created_at": int(time.time()), "status": status, "error": None,
+            "incomplete_details": None, "instructions": None, "model": model,
+            "output": [{"type": "message", "id": "msg_watchdog" + uuid.uuid4().hex[:20],
+                        "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": text,
+                                     "annotations": []}]}],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+class ResponsesAccumulator:
+    def __init__(self, wire: ResponsesWire) -> None:
+        self.wire = wire
+        self.observation = Observation()
+        self._text: list[str] = []
+        self._size = 0
+
+    def feed(self, event: Event) -> None:
+        data = json_data(event)
+        if data is None:
+            return
+        kind = data.get("type")
+        if kind in DONE_EVENTS and isinstance(data.get("response"), dict):
+            self.observation = self.wire.read_response(data["response"])
+        elif kind == "response.created" and isinstance(data.get("response"), dict):
+            if isinstance(data["response"].get("id"), str):
+                self.observation.response_id = data["response"]["id"]
+        elif kind == "response.output_text.delta" and isinstance(data.get("delta"), str) \
+                and self._size < 64 * 1024:
+            self._text.append(data["delta"])
+            self._size += len(data["delta"])
+            self.observation.text = clipped("".join(self._text))
+
+
+class ResponsesTrimmer:
+    """Leaves out the events of ``function_call`` items past ``keep`` and those items from
+    the final response object; the items after them and the events' ``sequence_number``
+    closed up, so what is passed on is numbered without gaps."""
+
+    def __init__(self, wire: ResponsesWire, keep: int) -> None:
+        self.wire = wire
+        self.keep = keep
+        self._calls = 0
+        self._dropped: set[int] = set()
+        self._skipped = 0  # events left out: the later sequence numbers move down by as many
+
+    def rewrite(self, event: Event) -> bytes:
+        data = json_data(event)
+        if data is None:
+            return event.raw
+        kind, index = data.get("type"), data.get("output_index")
+        if kind == "response.output_item.added" and isinstance(index, int):
+            item = data.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call" \
+                    and not is_answer_tool(item.get("name")):
+                self._calls += 1
+                if self._calls > self.keep:
+                    self._dropped.add(index)
+        if isinstance(index, int) and index in self._dropped:
+            self._skipped += 1
+            return b""
+        changed = False
+        if kind in DONE_EVENTS and isinstance(data.get("response"), dict):
+            changed = self.wire.trim(data["response"], self.keep)
+        if isinstance(index, int) and (moved := closed_up(index, self._dropped)) != index:
+            data["output_index"], changed = moved, True
+        sequence = data.get("sequence_number")
+        if self._skipped and isinstance(sequence, int):
+            data["sequence_number"], changed = sequence - self._skipped, True
+        return sse(data, event.name) if changed else event.raw

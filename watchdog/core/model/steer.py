@@ -1,0 +1,270 @@
+"""What a model request gets, decided at the request (DESIGN §12). Pure: the run's counts, its
+budget and its directives in, a :class:`Turn` out.
+
+* ``pass``: forwarded as sent (byte for byte);
+* ``note``: the countdown (the true number of tool calls left, once three or fewer are), a
+  wind-down's grace left, a wind-down's instruction — added to the instructions the model reads;
+* ``final``: the budget is spent (tool calls, iterations, seconds), a wind-down's tool-call grace
+  is used up, or a rule aborted the run at its budget: the request goes upstream once more with
+  the tools withdrawn and the final-report instruction, and its answer is the run's result;
+* ``abort``: any other abort, or any request after the final one: the upstream is not called,
+  the agent gets a final answer with the stop note and the run's report (or an error).
+
+``keep`` bounds the tool calls the response may hand to the agent (None: no bound), so no tool
+call past the budget ever reaches it. The budget is spent by what was handed over as much as by
+what the agent reported back (an agent may replay its calls as plain text). A request that
+carries the client SDK's own steering (its notes, its report request) is not noted again, nor
+made final twice.
+
+A call of a final-answer tool (the sidecar's conventions: pydantic-ai's ``final_result``,
+smolagents' ``final_answer``; :func:`is_answer_tool`) is the agent's answer, not work: never
+trimmed, never counted against the budget, and the response that asks only for such calls ends
+the run with their arguments as its answer. A final request that offers one forces it, so an
+agent that can only take a tool call still gets its report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from watchdog.core.directives.model import Directive
+from watchdog.core.model.wire import ToolCall
+from watchdog.core.spans.frameworks import TABLES
+
+COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)
+# What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)
+SDK_MARKS = ("[agent-watchdog: system instruction", "[budget: ", "[grace: ")
+REPORT_HEADER = ("[agent-watchdog: system instruction. This comes from the supervisor that "
+                 "monitors this agent run, not from the user.]")
+REPORT_PROMPT = REPORT_HEADER + """
+
+This run is being stopped: {message}
+Tools are withdrawn: no tool will run. Produce the structured progress report below as your
+final answer, immediately, so that a follow-up run can continue from where you stopped.
+
+Write the report in Markdown with exactly these sections:
+
+## Task
+## Completed Work
+## Key Findings
+(concrete facts exactly as observed: paths, values, identifiers, commands and results)
+## Attempted but Inconclusive
+## Not Started / Remaining
+## Suggested Next Steps
+
+Report only what you actually observed; mark anything uncertain as uncertain."""
+
+
+ANSWER_TOOLS = TABLES.answer_tools
+ANSWER_TOOL_PREFIXES = TABLES.answer_tool_prefixes
+
+
+def is_answer_tool(name: object) -> bool:
+    """Whether a tool of this name delivers the agent's answer (not work it does)."""
+    return isinstance(name, str) and (name in ANSWER_TOOLS
+                                      or name.startswith(ANSWER_TOOL_PREFIXES))
+
+
+def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:
+    """The calls a response may hand over: every final-answer call, and the first ``keep`` of
+    the others (all of them when ``keep`` is None)."""
+    if keep is None:
+        return list(calls)
+    kept: list[ToolCall] = []
+    work = 0
+    for call in calls:
+        if is_answer_tool(call.name):
+            kept.append(call)
+        elif work < keep:
+            kept.append(call)
+            work += 1
+    return kept
+
+
+def answer_of(calls: Iterable[ToolCall]) -> str | None:
+    """The answer a response gives through final-answer calls only (None: it asks for work,
+    or for nothing): the first one's arguments — the text, when they hold only a text."""
+    answers: list[ToolCall] = []
+    for call in calls:
+        if not is_answer_tool(call.name):
+            return None
+        answers.append(call)
+    if not answers:
+        return None
+    arguments = answers[0].arguments
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(value, dict) and len(value) == 1:
+        (only,) = value.values()
+        if isinstance(only, str):
+            return only
+    return arguments
+
+
+def answer_tool_offered(names: Iterable[object]) -> str | None:
+    """The first final-answer tool among the names a request offers (None: none)."""
+    for name in names:
+        if is_answer_tool(name):
+            return str(name)
+    return None
+
+
+def answer_tool_prompt(prompt: str, tool: str) -> str:
+    """The final-report instruction for a request forced to answer through ``tool``."""
+    return (f"{prompt}\n\nGive the report as the answer argument of the `{tool}` tool: it is "
+            f"the only tool left, and it runs nothing.")
+
+
+class Act(StrEnum):
+    PASS = "pass"
+    NOTE = "note"
+    FINAL = "final"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    act: Act
+    text: str = ""  # the note, the final-report instruction, or the stop note
+    keep: int | None = None  # tool calls the response may hand over
+    rule: str = ""  # what decided it (a rule's name, max_tool_calls, ...)
+
+
+@dataclass(slots=True)
+class Board:
+    """A run's directives that matter at its next request (the latest of each kind)."""
+
+    wind_down: Directive | None = None
+    abort: Directive | None = None
+    grace: Directive | None = None  # the wind_down whose tool-call grace ends first
+
+    def post(self, directive: Directive) -> None:
+        if directive.action == "abort":
+            if self.abort is None:
+                self.abort = directive
+        elif directive.action == "wind_down":
+            self.wind_down = directive
+            ends = grace_end(directive)
+            if ends is not None and (self.grace is None or ends < (grace_end(self.grace) or 0)):
+                self.grace = directive
+
+
+def grace_end(directive: Directive) -> int | None:
+    ends = (directive.grace or {}).get("ends_at_tool_calls")
+    return None if ends is None else int(ends)
+
+
+def is_budget(directive: Directive) -> bool:
+    return "budget" in directive.rule or directive.message.startswith("[budget")
+
+
+def budget_note(remaining: int, limit: int) -> str:
+    if remaining <= 0:
+        return f"[budget: 0 of {limit} tool calls left — no tool will run; report now]"
+    if remaining == 1:
+        return f"[budget: 1 of {limit} tool calls left — finalize now]"
+    return f"[budget: {remaining} of {limit} tool calls left — wrap up soon]"
+
+
+def grace_note(left: int) -> str:
+    if left <= 0:
+        return "[grace: 0 tool calls left — no tool will run; report now]"
+    if left == 1:
+        return "[grace: 1 tool call left — finalize now]"
+    return f"[grace: {left} tool calls left to wrap up]"
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """The run as the endpoint and the tracker see it at the request."""
+
+    used: int  # tool calls made (the most either counted)
+    handed: int  # tool calls handed to the agent so far
+    budget: dict[str, float]  # the run's budget view (rule-pack defaults included)
+    final_used: bool = False
+    stop: str | None = None  # the endpoint already answered an abort with this note
+
+
+def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
+    limit_value = counts.budget.get("max_tool_calls")
+    limit = None if limit_value is None else int(limit_value)
+    spent = max(counts.used, counts.handed)  # handed over is spent, reported back or not
+    keep = None if limit is None else max(limit - spent, 0)
+    if counts.stop is not None:
+        return Turn(Act.ABORT, counts.stop, 0, "stopped")
+    sdk = any(mark in instructions for mark in SDK_MARKS)
+    if counts.final_used:
+        if sdk and REPORT_HEADER in instructions:  # the SDK's own final request
+            return Turn(Act.PASS, keep=0)
+        return Turn(Act.ABORT, "", 0, "after_final")
+    board = board or Board()
+    abort = board.abort
+    if abort is not None and not (is_budget(abort) or (abort.escalation and board.grace)):
+        return Turn(Act.ABORT, abort.message, 0, abort.rule)
+    if sdk and REPORT_HEADER in instructions and not has_tools:
+        return Turn(Act.PASS, keep=0)  # the SDK asks for its report: it steers this run
+    final = _final(counts, board, limit, spent)
+    if final is not None:
+        return final
+    if sdk:
+        return Turn(Act.PASS, keep=keep)
+    parts: list[str] = []
+    if limit is not None and keep is not None and keep <= COUNTDOWN_FROM:
+        parts.append(budget_note(keep, limit))
+    grace = board.grace
+    ends = grace_end(grace) if grace is not None else None
+    if ends is not None:
+        parts.append(grace_note(ends - spent))
+        left = max(ends - counts.handed, 0)
+        keep = left if keep is None else min(keep, left)
+    wind_down = board.wind_down
+    if wind_down is not None and not is_budget(wind_down):
+        parts.append(wind_down.report_prompt or wind_down.message)
+    if not parts:
+        return Turn(Act.PASS, keep=keep)
+    return Turn(Act.NOTE, "\n\n".join(parts), keep, wind_down.rule if wind_down else "budget")
+
+
+def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn | None:
+    """The final turn, if the run's budget or grace is spent (or a rule aborted it at its
+    budget): its report instruction."""
+    abort = board.abort
+    if abort is not None:  # at its budget, or a grace's escalation
+        return Turn(Act.FINAL, _report(abort.message, abort.report_prompt), 0, abort.rule)
+    grace = board.grace
+    ends = grace_end(grace) if grace is not None else None
+    if grace is not None and ends is not None and spent >= ends:
+        allowed = int((grace.grace or {}).get("tool_calls", 0))
+        message = (f"[grace: the {allowed} tool calls allowed after the wind-down "
+                   f"({grace.rule}) are used — stop and report]")
+        return Turn(Act.FINAL, _report(message, grace.report_prompt), 0, grace.rule)
+    budget = counts.budget
+    if limit is not None and spent >= limit:
+        return Turn(Act.FINAL, _report(f"[budget: all {limit} tool calls used — stop and "
+                                       f"report]", None), 0, "max_tool_calls")
+    iterations = budget.get("remaining_iterations")
+    if iterations is not None and iterations <= 1:
+        return Turn(Act.FINAL, _report(f"[budget: model calls used — this is the last of "
+                                       f"{int(budget['max_iterations'])}: report]", None), 0,
+                    "max_iterations")
+    seconds = budget.get("remaining_seconds")
+    if seconds is not None and seconds <= 0:
+        return Turn(Act.FINAL, _report(f"[budget: the {budget['max_seconds']:g} s allowed are "
+                                       f"used — stop and report]", None), 0, "max_seconds")
+    return None
+
+
+def _report(message: str, prompt: str | None) -> str:
+    """The final-report instruction: the directive's own report prompt (with the run's
+    activity log) under the stop notice, else the plain one."""
+    if prompt:
+        body = prompt.removeprefix(REPORT_HEADER).lstrip()
+        return (f"{REPORT_HEADER}\n\nThis run is being stopped: {message}\nTools are "
+                f"withdrawn: no tool will run. Produce the report asked for below as your "
+                f"final answer, immediately.\n\n{body}")
+    return REPORT_PROMPT.format(message=message)

@@ -1,0 +1,72 @@
+"""What the rule engine decides: the hand-off from ``rules`` to ``directives``.
+
+A :class:`Decision` says that a rule fired for a run; the directive layer turns it into a
+stored, numbered, delivered :class:`~watchdog.core.directives.model.Directive`.
+
+:class:`Action` and :class:`Severity` are the directive vocabulary's source. The agent-side
+client (``agent_watchdog_client.directive``) cannot import this package, so it keeps a copy
+(``ACTIONS``, ``SEVERITIES``) that ``tests/test_directive_vocabulary.py`` compares with these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.view import RunView
+
+
+class Action(StrEnum):
+    NOTIFY = "notify"  # recorded and delivered, the agent need not change course
+    WIND_DOWN = "wind_down"  # finish up: report progress and stop soon
+    ABORT = "abort"  # stop now
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    run_key: str
+    rule: str
+    action: Action
+    severity: Severity
+    message: str
+    terminal_state: TerminalState | None
+    dedup_key: str  # rule name, or rule name + message hash with repeat: on_change
+    escalation: bool = False  # an abort because a wind_down's grace ran out
+    # a wind_down's grace as announced to the agent: the rule's limits ({"tool_calls": 2,
+    # "seconds": 60}) and, with a tool-call limit, "ends_at_tool_calls" — the run's tool-call
+    # count at which the grace is used up (absolute, so a client that re-reads the directive
+    # after a reconnect or a restart gets the same cap)
+    grace: Mapping[str, float] | None = field(default=None, compare=False)
+
+
+def forced_state(action: Action | str, terminal_state: TerminalState | str | None
+                 ) -> TerminalState | None:
+    """The terminal state a decision imposes on its run when the run ends: the rule's
+    ``terminal_state``; an ``abort`` without one stops the run as ``aborted``; a notify or
+    wind_down without one imposes nothing (the run may still finish well)."""
+    if terminal_state is not None:
+        return TerminalState(terminal_state)
+    return TerminalState.ABORTED if Action(action) is Action.ABORT else None
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A decision with what its directive needs, taken in the step that decided it."""
+
+    decision: Decision
+    run: RunView  # the run as the step left it (its budget view includes rule-pack defaults)
+    steps: tuple[str, ...]  # the run's last steps as report lines (redacted), oldest first
+    now: float
+    earlier_steps: int = 0  # the run's steps before those
+
+    @property
+    def budget(self) -> Mapping[str, float]:
+        return self.run.budget

@@ -1,0 +1,318 @@
+"""The rule engine: per run × rule state, evaluated at ``now`` into :class:`Decision` objects.
+
+Theory of operation
+-------------------
+A rule is state plus ``evaluate(now)``, as in Prometheus' alerting rules. For each run the engine
+keeps, only once something happened, a small :class:`_RunRules`:
+
+* ``pending[rule]`` — when the condition of a rule with ``for`` was first seen true. It must hold
+  on every evaluation until ``now - since >= for``; one evaluation where it is false (or fails)
+  resets it. Time is read from ``now`` only.
+* ``fired`` — the dedup keys already decided for the run: the rule name (``repeat: once``) or the
+  rule name plus a hash of the rendered message (``repeat: on_change``). A key fires at most once
+  per run; :meth:`RuleEngine.restore` refills it after a restart so nothing fires twice.
+* ``grace[rule]`` — when a ``wind_down`` with ``grace`` fired, and at which tool-call count. If the
+  run goes on past the grace (more tool calls, or more seconds, than allowed) and has not ended
+  or been aborted, an ``abort`` escalation fires once (dedup key ``RULE#grace``). The wind_down
+  announces the tool-call count at which its grace ends (``ends_at_tool_calls``); an agent with
+  the client SDK stops there by itself and says so (:meth:`RuleEngine.grace_kept`), so only
+  un-steered agents, and seconds graces, need the escalation.
+
+One evaluation builds the CEL activation once (``run.signals`` + the session) and evaluates every
+rule that applies to the run's agent against it. Rules that already fired with ``repeat: once``
+are skipped before anything is built, so a run whose rules have all fired costs almost nothing.
+``timed_only`` evaluations (the shell's timer) consider only rules that time alone can make fire
+(see :attr:`Rule.timed`) plus grace deadlines; everything else changes only when spans arrive.
+
+The engine is pure: no clock, no I/O. It is not thread-safe; the shell calls it from one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.core.rules.decision import Action, Decision, Severity
+from watchdog.core.rules.expr import EvalError, activation
+from watchdog.core.rules.model import Grace, Repeat, Rule, RuleSet
+from watchdog.core.rules.signals import run_activation, session_activation
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.terminal import TerminalState
+
+MAX_RUN_STATES = 100_000  # far above the tracker's bounds: only guards a shell that never forgets
+MAX_CACHED_AGENTS = 4096  # agent names whose applicable rules are remembered; then start over
+MESSAGE_HASH_BYTES = 4  # on_change dedup keys: rule#<8 hex>; collisions only merge two messages
+MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders may be long
+GRACE_SUFFIX = "#grace"
+
+
+@dataclass(frozen=True, slots=True)
+class FiredRecord:
+    """What the fired-rule log persists per decision, enough to restore the engine's state."""
+
+    run_key: str
+    rule: str
+    dedup_key: str
+    action: Action
+    fired_at: float
+    tool_calls_at: int
+    terminal_state: TerminalState | None = None  # the rule's (restores a forced state)
+
+    @classmethod
+    def of(cls, decision: Decision, fired_at: float, tool_calls_at: int) -> FiredRecord:
+        return cls(decision.run_key, decision.rule, decision.dedup_key, decision.action,
+                   fired_at, tool_calls_at, decision.terminal_state)
+
+
+@dataclass(slots=True)
+class _RunRules:
+    fired: set[str] = field(default_factory=set)
+    pending: dict[str, float] = field(default_factory=dict)  # rule -> condition true since
+    grace: dict[str, tuple[float, int]] = field(default_factory=dict)  # -> (fired_at, calls)
+    aborted: bool = False  # an abort was decided: no grace escalation is needed any more
+    kept: bool = False  # the agent's client stopped it at its tool-call grace (see grace_kept)
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentView:
+    """What applies to one agent name: its rules (all, timer-relevant) and default budget."""
+
+    rules: tuple[Rule, ...]
+    timed: tuple[Rule, ...]
+    budget: dict[str, float]
+    reads: dict[str, frozenset[str] | None]  # rule name -> the signals it reads (None: all)
+
+
+def message_hash(message: str) -> str:
+    return hashlib.blake2b(message.encode("utf-8", "replace"),
+                           digest_size=MESSAGE_HASH_BYTES).hexdigest()
+
+
+class RuleEngine:
+    def __init__(self, ruleset: RuleSet) -> None:
+        self.errors: Counter[str] = Counter()  # rule -> evaluation errors since last drained
+        self.last_errors: dict[str, str] = {}  # rule -> its latest evaluation error (for humans)
+        self._runs: OrderedDict[str, _RunRules] = OrderedDict()
+        self._agents: dict[str, _AgentView] = {}
+        self._install(ruleset)
+
+    # -- rule set -----------------------------------------------------------------------------
+
+    @property
+    def ruleset(self) -> RuleSet:
+        return self._ruleset
+
+    def _install(self, ruleset: RuleSet) -> None:
+        self._ruleset = ruleset
+        self._by_name = {rule.name: rule for rule in ruleset.rules}
+        self.last_errors = {k: v for k, v in self.last_errors.items() if k in self._by_name}
+        self._agents = {}
+        self.timed_rules_exist = any(
+            rule.timed or (rule.grace is not None and rule.grace.seconds is not None)
+            for rule in ruleset.rules)
+
+    def replace(self, ruleset: RuleSet) -> None:
+        """Hot reload: per-run state of rules whose name still exists is kept (what fired is
+        always kept, so a rule that comes back does not fire again)."""
+        self._install(ruleset)
+        names = self._by_name
+        for state in self._runs.values():
+            for table in (state.pending, state.grace):
+                for name in [n for n in table if n not in names]:
+                    del table[name]
+
+    def _view(self, agent: str) -> _AgentView:
+        view = self._agents.get(agent)
+        if view is None:
+            rules = tuple(r for r in self._ruleset.rules if r.applies_to(agent))
+            view = _AgentView(rules, tuple(r for r in rules if r.timed),
+                              self._ruleset.budget_for(agent), {r.name: r.reads for r in rules})
+            if len(self._agents) >= MAX_CACHED_AGENTS:
+                self._agents.clear()
+            self._agents[agent] = view
+        return view
+
+    def default_budget(self, agent: str) -> dict[str, float]:
+        """The rule packs' budget for ``agent`` (used where the run announces none)."""
+        return dict(self._view(agent).budget)
+
+    # -- per-run state ------------------------------------------------------------------------
+
+    def _state(self, run_key: str) -> _RunRules:
+        state = self._runs.get(run_key)
+        if state is None:
+            state = self._runs[run_key] = _RunRules()
+            while len(self._runs) > MAX_RUN_STATES:
+                self._runs.popitem(last=False)
+        return state
+
+    def forget(self, run_key: str) -> None:
+        """The run ended (and was evaluated) or was evicted: drop its state."""
+        self._runs.pop(run_key, None)
+
+    def restore(self, fired: Iterable[FiredRecord]) -> None:
+        """After a restart: what already fired, so nothing fires twice and grace continues."""
+        for record in fired:
+            state = self._state(record.run_key)
+            state.fired.add(record.dedup_key)
+            action = Action(record.action)
+            if action is Action.ABORT:
+                state.aborted = True
+            elif action is Action.WIND_DOWN and not record.dedup_key.endswith(GRACE_SUFFIX):
+                rule = self._by_name.get(record.rule)
+                started = state.grace.get(record.rule)
+                if (rule is not None and rule.grace is not None
+                        and (started is None or record.fired_at < started[0])):
+                    state.grace[record.rule] = (record.fired_at, record.tool_calls_at)
+
+    def grace_kept(self, run_key: str) -> tuple[TerminalState, str] | None:
+        """The agent's client stopped the run at the tool-call grace its wind_down announced
+        (``ends_at_tool_calls``): tool calls counted after that were refused, never run, so
+        they are no overrun to escalate (a seconds grace still is). Returns the terminal state
+        the escalation would have imposed, and the rule, or None without a grace."""
+        state = self._runs.get(run_key)
+        if state is None or not state.grace:
+            return None
+        state.kept = True
+        for name in state.grace:
+            rule = self._by_name.get(name)
+            if rule is not None:
+                return rule.terminal_state or TerminalState.ABORTED, name
+        return None
+
+    def drain_errors(self) -> Counter[str]:
+        errors, self.errors = self.errors, Counter()
+        return errors
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def evaluate(self, run: RunState, now: float, session: Mapping[str, Any] | None = None,
+                 timed_only: bool = False, changed: AbstractSet[str] | None = None
+                 ) -> list[Decision]:
+        """The decisions for ``run`` at ``now``: after its spans changed (all rules), or on the
+        timer (``timed_only``: rules time alone can make fire, and grace deadlines).
+
+        ``changed`` names the signals that changed since the run was last evaluated (None:
+        unknown, evaluate every rule); rules reading none of them cannot have changed their
+        outcome and are skipped — on the ingest path most spans then cost no CEL at all.
+        """
+        view = self._view(run.agent_name)
+        state = self._runs.get(run.key)
+        candidates = view.timed if timed_only else view.rules
+        if changed is not None:
+            reads = view.reads
+            candidates = tuple(r for r in candidates
+                               if (read := reads[r.name]) is None or not read.isdisjoint(changed))
+        if state is not None and state.fired:
+            fired = state.fired
+            candidates = tuple(r for r in candidates
+                               if r.repeat is not Repeat.ONCE or r.name not in fired)
+        decisions: list[Decision] = []
+        if candidates:
+            act = None  # built for the first rule CEL evaluates: most runs need none
+            for rule in candidates:
+                fast = rule.when.fast
+                if fast is not None and fast(run, now) is False:  # as CEL says (None: ask it)
+                    if state is not None and rule.name in state.pending:
+                        del state.pending[rule.name]
+                    continue
+                if act is None:
+                    act = activation(run_activation(run.signals(now, view.budget)),
+                                     session_activation(session))
+                decision = self._evaluate_rule(rule, run, now, act, state)
+                if decision is not None:
+                    decisions.append(decision)
+                if state is None:  # the rule may have created it (fired, or pending a `for`)
+                    state = self._runs.get(run.key)
+        if state is not None and state.grace and not state.aborted and not run.ended:
+            escalation = self._escalate(run, now, state)
+            if escalation is not None:
+                decisions.append(escalation)
+        return decisions
+
+    def _evaluate_rule(self, rule: Rule, run: RunState, now: float, act: Any,
+                       state: _RunRules | None) -> Decision | None:
+        name = rule.name
+        try:
+            matched = rule.when.matches(act)
+        except EvalError as exc:
+            self.errors[name] += 1
+            self.last_errors[name] = f"when: {exc}"
+            matched = False
+        if not matched:
+            if state is not None and name in state.pending:
+                del state.pending[name]
+            return None
+        if rule.for_seconds > 0:
+            state = state if state is not None else self._state(run.key)
+            since = state.pending.setdefault(name, now)
+            if now - since < rule.for_seconds:
+                return None
+        message, errors = rule.message.render(act)
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS - 1] + "…"
+        if errors:
+            self.errors[name] += 1
+            self.last_errors[name] = f"message: {errors[0]}"
+        dedup_key = name if rule.repeat is Repeat.ONCE else f"{name}#{message_hash(message)}"
+        state = state if state is not None else self._state(run.key)
+        if dedup_key in state.fired:
+            return None
+        state.fired.add(dedup_key)
+        if rule.action is Action.ABORT:
+            state.aborted = True
+        grace: dict[str, float] | None = None
+        if rule.action is Action.WIND_DOWN and rule.grace is not None:
+            _fired_at, calls_at = state.grace.setdefault(name, (now, run.tool_calls))
+            grace = announced_grace(rule.grace, calls_at)
+        return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
+                        dedup_key, grace=grace)
+
+    def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
+        """An abort when a run went on past the grace of a wind_down it was sent."""
+        for name, (fired_at, calls_at) in state.grace.items():
+            rule = self._by_name.get(name)
+            if rule is None or rule.grace is None:
+                continue
+            dedup_key = name + GRACE_SUFFIX
+            if dedup_key in state.fired:
+                continue
+            grace = rule.grace
+            more_calls = run.tool_calls - calls_at
+            waited = max(now - fired_at, 0.0)
+            over_calls = (grace.tool_calls is not None and not state.kept
+                          and more_calls > grace.tool_calls)
+            over_time = grace.seconds is not None and waited > grace.seconds
+            if not (over_calls or over_time):
+                continue
+            state.fired.add(dedup_key)
+            state.aborted = True
+            message = (f"Grace exceeded after wind_down (rule {name}): {more_calls} more tool "
+                       f"calls / {waited:.0f} s (grace: {_grace_text(grace)}) — stop now")
+            return Decision(run.key, name, Action.ABORT, Severity.CRITICAL, message,
+                            rule.terminal_state or TerminalState.ABORTED, dedup_key,
+                            escalation=True)
+        return None
+
+
+def announced_grace(grace: Grace, calls_at: int) -> dict[str, float]:
+    """The grace as the wind_down directive announces it: the rule's limits, and the tool-call
+    count at which a tool-call grace ends (the engine's own baseline, so the agent's cap and
+    the escalation agree: a client that stops there leaves nothing to escalate)."""
+    announced: dict[str, float] = dict(grace.describe())
+    if grace.tool_calls is not None:
+        announced["ends_at_tool_calls"] = calls_at + grace.tool_calls
+    return announced
+
+
+def _grace_text(grace: Grace) -> str:
+    parts = []
+    if grace.tool_calls is not None:
+        parts.append(f"{grace.tool_calls} tool calls")
+    if grace.seconds is not None:
+        parts.append(f"{grace.seconds:g} s")
+    return " / ".join(parts)

@@ -1,0 +1,234 @@
+"""Conditions the engine can often decide without CEL: comparisons of a run's counters.
+
+Most rule conditions are of one shape — ``!run.ended && run.repeated_error >= 5`` — and on the
+ingest path most evaluations of them come out false. Evaluating one with CEL needs the run's
+whole ``signals()`` dict and an activation (~10 µs per run evaluation, the largest part of rule
+evaluation). :func:`compile_fast` turns a condition into a Python function of the
+:class:`~watchdog.core.runs.run.RunState` itself that answers ``True``, ``False`` or ``None`` (not
+known without CEL), reading only the attributes it names.
+
+Theory of operation
+-------------------
+* Known atoms: the fields of :data:`RUN_FIELDS` (the catalogue's ints, doubles and bools:
+  counters, flags and time signals, read from the RunState by the catalogue's ``read``, as
+  ``signals()`` reads them), int, double and bool literals, and the six comparisons between
+  them. ``&&``, ``||``, ``!`` and parentheses combine them.
+* Any other operand of ``&&``, ``||`` or ``!`` — a budget, the session, a string, arithmetic,
+  a function, a macro — is *unknown*. CEL's logical operators are commutative over
+  errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
+  whatever ``x`` is), so three-valued logic gives CEL's answer whenever it gives one:
+  ``!run.ended && has(run.budget.remaining_tool_calls) && …`` is false, without CEL, for every
+  run that ended.
+* Only expressions the CEL checker accepted are compiled here, so types agree (an int field is
+  compared with an int) and the known fields are never absent.
+* The engine asks the fast function first; when it says ``True`` or ``None`` the CEL program
+  runs — the authority for what fires, and what the message template is rendered against.
+* A condition with a string literal or a ternary is not split (quotes could hide an operator;
+  ``?:`` binds looser than ``&&`` and ``||``): it is decided here only if it is entirely known.
+* Generated from the parsed tree (field names checked against :data:`RUN_FIELDS`, literals
+  re-printed from Python ints), never from the rule's text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from watchdog.core.runs.catalogue import NAMESPACE, RUN_SIGNALS, Signal
+
+
+def fast_fields(signals: Iterable[Signal] = RUN_SIGNALS) -> dict[str, str]:
+    """The signals compared here (never absent: an int, a double or a bool), each with the
+    code that reads it from the run (the catalogue's ``read``, as RunState.signals() reads it)."""
+    return {signal.name: signal.read for signal in signals
+            if signal.type is int or signal.type is float or signal.type is bool}
+
+
+RUN_FIELDS: dict[str, str] = fast_fields()
+
+FastCondition = Callable[[Any, float], "bool | None"]  # (run, now)
+
+_TOKEN = re.compile(
+    r"\s*(?:"
+    r"(\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|0[xX][0-9a-fA-F]+[uU]?"
+    r"|\d+[uU]?)"  # numbers (hex and unsigned ones are left to CEL)
+    r"|(&&|\|\||==|!=|<=|>=|[-+*/%<>!().,\[\]{}:?])"
+    r"|([A-Za-z_]\w*))")
+_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+_OPEN, _CLOSE = frozenset("([{"), frozenset(")]}")
+_UNKNOWN = "None"  # the code of an unknown value
+
+
+class _Unsupported(Exception):
+    """Not decided here at all: CEL alone evaluates the condition."""
+
+
+def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCondition | None:
+    """A Python function of a run deciding ``source`` as CEL does (``None``: not known without
+    CEL), or None when nothing of ``source`` can be decided here. ``source`` must already have
+    passed the CEL checker as a condition; ``fields``: see :func:`fast_fields`."""
+    try:
+        tokens = _tokens(source)
+        # a ternary has the lowest precedence: splitting at the && or || before its ? is wrong
+        code, _partial = _Compiler(tokens, "?" not in tokens, fields).expression(
+            0, len(tokens))
+    except _Unsupported:
+        return None
+    if code == _UNKNOWN:
+        return None  # nothing known: asking would only cost time
+    # (a known condition is a bool: the checker only lets bool conditions in)
+    namespace: dict[str, Any] = {**NAMESPACE, "_and": _and, "_or": _or, "_not": _not}
+    function: FastCondition = eval(f"lambda run, now: {code}", namespace)
+    return function
+
+
+_INT = re.compile(r"\d+")
+_DOUBLE = re.compile(r"\d*\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+")  # CEL's double literals
+
+
+def _number(token: str) -> int | float | None:
+    """A decimal int or a double literal as Python's value (IEEE doubles, as CEL's)."""
+    if _INT.fullmatch(token):
+        return int(token)
+    if _DOUBLE.fullmatch(token):
+        return float(token)
+    return None  # hex, unsigned: left to CEL
+
+
+def _and(*values: bool | None) -> bool | None:
+    return _settled(False, values)
+
+
+def _or(*values: bool | None) -> bool | None:
+    return _settled(True, values)
+
+
+def _settled(decisive: bool, values: tuple[bool | None, ...]) -> bool | None:
+    """``decisive`` if any value is it (CEL then ignores the others, errors included), else
+    unknown (None) if any value is, else the other bool."""
+    result: bool | None = not decisive
+    for value in values:
+        if value is decisive:
+            return decisive
+        if value is None:
+            result = None
+    return result
+
+
+def _not(value: bool | None) -> bool | None:
+    return None if value is None else not value
+
+
+def _tokens(source: str) -> list[str]:
+    if any(quote in source for quote in "\"'`"):
+        raise _Unsupported  # string literals: their text could look like operators
+    tokens: list[str] = []
+    position = 0
+    end = len(source.rstrip())
+    while position < end:
+        match = _TOKEN.match(source, position)
+        if match is None:
+            raise _Unsupported
+        tokens.append(match.group(match.lastindex or 0))
+        position = match.end()
+    return tokens
+
+
+class _Compiler:
+    """CEL precedence: ``||`` < ``&&`` < comparisons < ``!`` (and a literal's ``-``) <
+    member access. Each method compiles ``tokens[lo:hi]`` to Python code and says whether that
+    code may be unknown (``None``)."""
+
+    def __init__(self, tokens: list[str], splittable: bool, fields: Mapping[str, str]) -> None:
+        self.tokens = tokens
+        self.splittable = splittable  # unknown parts allowed (no string, no top-level ?:)
+        self.fields = fields
+
+    def _depths(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        """Each index of ``tokens[lo:hi]`` with the bracket depth after its token (0: outside
+        any bracket opened from ``lo``)."""
+        depth = 0
+        for index in range(lo, hi):
+            token = self.tokens[index]
+            if token in _OPEN:
+                depth += 1
+            elif token in _CLOSE:
+                depth -= 1
+            yield index, depth
+
+    def _outside(self, lo: int, hi: int) -> list[int]:
+        """The indexes of the tokens of ``tokens[lo:hi]`` outside any brackets."""
+        tokens = self.tokens
+        return [index for index, depth in self._depths(lo, hi)
+                if depth == 0 and tokens[index] not in _CLOSE]
+
+    def _split(self, lo: int, hi: int, operator: str) -> list[tuple[int, int]]:
+        cuts = [i for i in self._outside(lo, hi) if self.tokens[i] == operator]
+        parts = list(zip([lo, *(i + 1 for i in cuts)], [*cuts, hi], strict=True))
+        if any(a >= b for a, b in parts):
+            raise _Unsupported  # an operator with a missing operand: not CEL
+        return parts
+
+    def expression(self, lo: int, hi: int) -> tuple[str, bool]:
+        return self._join(self._split(lo, hi, "||"), self._conjunction, " or ", "_or")
+
+    def _conjunction(self, lo: int, hi: int) -> tuple[str, bool]:
+        return self._join(self._split(lo, hi, "&&"), self._relation, " and ", "_and")
+
+    def _join(self, parts: list[tuple[int, int]], compile_part: Callable[[int, int],
+              tuple[str, bool]], python: str, helper: str) -> tuple[str, bool]:
+        compiled = [compile_part(lo, hi) for lo, hi in parts]
+        if len(compiled) == 1:
+            return compiled[0]
+        codes = [code for code, _ in compiled]
+        if not any(partial for _, partial in compiled):
+            return "(" + python.join(codes) + ")", False
+        return f"{helper}({', '.join(codes)})", True
+
+    def _relation(self, lo: int, hi: int) -> tuple[str, bool]:
+        try:
+            operators = [i for i in self._outside(lo, hi) if self.tokens[i] in _COMPARISONS]
+            if not operators:
+                return self._operand(lo, hi)
+            if len(operators) > 1:
+                raise _Unsupported  # a < b < c, or a comparison we cannot split
+            at = operators[0]
+            left, left_partial = self._operand(lo, at)
+            right, right_partial = self._operand(at + 1, hi)
+            if left_partial or right_partial:
+                return self._unknown()
+            return f"({left} {self.tokens[at]} {right})", False
+        except _Unsupported:
+            return self._unknown()
+
+    def _unknown(self) -> tuple[str, bool]:
+        if not self.splittable:
+            raise _Unsupported
+        return _UNKNOWN, True
+
+    def _operand(self, lo: int, hi: int) -> tuple[str, bool]:
+        tokens = self.tokens[lo:hi]
+        if not tokens:
+            raise _Unsupported
+        first = tokens[0]
+        if first == "!":
+            code, partial = self._operand(lo + 1, hi)
+            return (f"_not({code})", True) if partial else (f"(not {code})", False)
+        if first == "(" and self._closing(lo) == hi - 1:
+            return self.expression(lo + 1, hi - 1)
+        if len(tokens) == 1 and first in ("true", "false"):
+            return repr(first == "true"), False
+        number = tokens[1:] if first == "-" else tokens
+        if len(number) == 1 and (value := _number(number[0])) is not None:
+            return repr(-value if first == "-" else value), False
+        if len(tokens) == 3 and first == "run" and tokens[1] == "." and tokens[2] in self.fields:
+            return self.fields[tokens[2]], False
+        return self._unknown()
+
+    def _closing(self, lo: int) -> int:
+        """The index of the bracket that closes the one at ``lo``."""
+        for index, depth in self._depths(lo, len(self.tokens)):
+            if depth == 0:
+                return index
+        raise _Unsupported

@@ -1,0 +1,164 @@
+"""The compiled form of rule packs: :class:`Rule`, :class:`Budget`, and the merged, immutable
+:class:`RuleSet` the engine evaluates (built by :mod:`watchdog.core.rules.pack`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fnmatch import fnmatchcase
+from typing import Any
+
+from watchdog.core.rules.decision import Action, Severity
+from watchdog.core.rules.expr import Expr, Template
+from watchdog.core.runs.terminal import TerminalState
+
+MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; then start over
+
+
+class Repeat(StrEnum):
+    ONCE = "once"  # fire once per run
+    ON_CHANGE = "on_change"  # fire again whenever the rendered message is new for the run
+
+
+@dataclass(frozen=True, slots=True)
+class Grace:
+    """How long a run may go on after a wind_down before it is aborted (either limit)."""
+
+    tool_calls: int | None = None
+    seconds: float | None = None
+
+    def describe(self) -> dict[str, float | int]:
+        grace: dict[str, float | int] = {}
+        if self.tool_calls is not None:
+            grace["tool_calls"] = self.tool_calls
+        if self.seconds is not None:
+            grace["seconds"] = self.seconds
+        return grace
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Rule:
+    name: str
+    when: Expr
+    action: Action
+    message: Template
+    description: str = ""
+    agents: tuple[str, ...] = ("*",)
+    for_seconds: float = 0.0
+    severity: Severity = Severity.WARNING
+    repeat: Repeat = Repeat.ONCE
+    terminal_state: TerminalState | None = None
+    grace: Grace | None = None
+    enabled: bool = True
+    file: str = ""
+    line: int = 0
+
+    @property
+    def timed(self) -> bool:
+        """Whether time alone can make this rule fire (so it must be evaluated on a timer): it
+        reads a time-dependent signal, waits out a ``for``, or (``on_change``) its message
+        changes with time. Grace escalation by seconds is timed on its own."""
+        return (self.when.timed or self.for_seconds > 0
+                or (self.repeat is Repeat.ON_CHANGE and self.message.timed))
+
+    @property
+    def reads(self) -> frozenset[str] | None:
+        """The signals whose change can change this rule's outcome (None: any): its condition,
+        and with ``on_change`` its message too."""
+        reads = self.when.reads
+        if self.repeat is Repeat.ON_CHANGE:
+            message = self.message.reads
+            reads = None if reads is None or message is None else reads | message
+        return reads
+
+    def applies_to(self, agent: str) -> bool:
+        return any(fnmatchcase(agent, glob) for glob in self.agents)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "agents": list(self.agents),
+            "when": self.when.source,
+            "for_seconds": self.for_seconds,
+            "action": self.action.value,
+            "severity": self.severity.value,
+            "message": self.message.text,
+            "repeat": self.repeat.value,
+            "terminal_state": self.terminal_state.value if self.terminal_state else None,
+            "grace": self.grace.describe() if self.grace else None,
+            "enabled": self.enabled,
+            "timed": self.timed,
+            "source": f"{self.file}:{self.line}",
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Default budget limits for agents whose name matches ``agents`` (used when a run announces
+    none of its own; announced limits win key by key)."""
+
+    agents: tuple[str, ...]
+    limits: dict[str, float]
+    file: str = ""
+    line: int = 0
+
+    def applies_to(self, agent: str) -> bool:
+        return any(fnmatchcase(agent, glob) for glob in self.agents)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A file or directory the rules came from, as it was when read (for reload detection:
+    a ConfigMap swap changes the inode behind the symlink and the directory's mtime)."""
+
+    path: str
+    mtime_ns: int | None
+    inode: int | None
+    size: int | None
+
+    @classmethod
+    def of(cls, path: str) -> Source:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return cls(path, None, None, None)
+        return cls(path, stat.st_mtime_ns, stat.st_ino, stat.st_size)
+
+    def changed(self) -> bool:
+        return Source.of(self.path) != self
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """The merged, compiled rules of all packs. ``rules`` holds the enabled ones, in order."""
+
+    rules: tuple[Rule, ...] = ()
+    disabled: tuple[Rule, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+    sources: tuple[Source, ...] = ()
+    _budget_cache: dict[str, dict[str, float]] = field(default_factory=dict, repr=False,
+                                                       compare=False)
+
+    def budget_for(self, agent: str) -> dict[str, float]:
+        """The default budget of ``agent``: the first matching entry (a copy)."""
+        cached = self._budget_cache.get(agent)
+        if cached is None:
+            cached = next((b.limits for b in self.budgets if b.applies_to(agent)), {})
+            if len(self._budget_cache) >= MAX_CACHED_AGENTS:
+                self._budget_cache.clear()
+            self._budget_cache[agent] = cached
+        return dict(cached)
+
+    def get(self, name: str) -> Rule | None:
+        return next((r for r in self.rules if r.name == name), None)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every rule (enabled first, then disabled) for ``GET /v1/rules``."""
+        return ([rule.describe() for rule in self.rules]
+                + [{**rule.describe(), "enabled": False} for rule in self.disabled])
+
+    def stale(self) -> bool:
+        """Whether any file or directory the rules came from changed since they were read."""
+        return any(source.changed() for source in self.sources)

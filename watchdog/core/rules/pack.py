@@ -1,0 +1,426 @@
+"""Rule packs: the YAML schema (DESIGN §5), loading files and directories, validation, merging.
+
+Theory of operation
+-------------------
+:func:`load_rules` reads the shipped default pack first (unless told not to), then each path in
+order; a directory contributes its ``*.yaml``/``*.yml`` files in name order (hidden entries, such
+as the ``..data`` of a Kubernetes ConfigMap mount, and ``*.test.yaml`` rule tests are skipped).
+Every file is validated completely, every expression compiled and type-checked; all problems are
+collected, each with file, line and rule name, and raised together as one :class:`RulePackError`.
+Nothing half-loaded is ever returned.
+
+Packs merge by rule name: a later pack's rule replaces an earlier one of the same name (the whole
+rule, keeping its place in the order), ``disable: [names]`` or ``enabled: false`` switches one off.
+Budgets of later packs come first, and within a pack the first entry whose ``agents`` glob matches
+wins. The result, a :class:`RuleSet`, is immutable; reloading is the shell's job
+(:meth:`RuleSet.stale` tells it when the files changed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from yaml.nodes import MappingNode, Node, ScalarNode
+
+from watchdog.core.rules.decision import Action, Severity
+from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, compile_template
+from watchdog.core.rules.model import Budget, Grace, Repeat, Rule, RuleSet, Source
+from watchdog.core.rules.yamldoc import Problem, Reader, suggest, text_line
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.spans.record import BUDGET_KEYS
+
+__all__ = ["DEFAULT_PACK", "Budget", "Grace", "Problem", "Repeat", "Rule", "RulePackError",
+           "RuleSet", "Source", "load_rules", "load_text"]
+
+API_VERSION = "agent-watchdog/v1"
+KIND = "RulePack"
+DEFAULT_PACK = Path(__file__).resolve().parent / "packs" / "default.yaml"
+MAX_PACK_BYTES = 1024 * 1024  # a rule pack is a few KiB; a bigger file is a mistake
+MAX_NAME_LENGTH = 63  # rule names are metric label values and file-like identifiers
+RULE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+PACK_SUFFIXES = (".yaml", ".yml")
+TEST_SUFFIXES = (".test.yaml", ".test.yml")
+
+# A rule may stop a run in any of these states; the others describe how a run ended on its own.
+RULE_TERMINAL_STATES = tuple(s.value for s in TerminalState if s not in (
+    TerminalState.COMPLETED, TerminalState.NO_RESPONSE, TerminalState.ERROR,
+    TerminalState.ABANDONED))
+
+PACK_KEYS = ("apiVersion", "kind", "name", "budgets", "rules", "disable")
+RULE_KEYS = ("name", "description", "agents", "when", "for", "action", "severity", "message",
+             "repeat", "terminal_state", "grace", "enabled")
+GRACE_KEYS = ("tool_calls", "seconds")
+BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS)
+INTEGER_BUDGETS = frozenset({"max_tool_calls", "max_iterations", "max_tokens"})
+
+
+class RulePackError(Exception):
+    """Rule packs that cannot be loaded; :attr:`problems` lists every reason."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        self.message = "\n".join(str(p) for p in problems)
+        super().__init__(self.message)
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Pack:
+    file: str
+    name: str = ""
+    rules: list[Rule] = field(default_factory=list)
+    budgets: list[Budget] = field(default_factory=list)
+    disable: list[tuple[str, int]] = field(default_factory=list)
+
+
+def load_rules(paths: Sequence[str], include_default: bool = True) -> RuleSet:
+    """Load, validate and merge rule packs (the default pack first unless ``include_default`` is
+    false). Raises :class:`RulePackError` with every problem found."""
+    problems: list[Problem] = []
+    sources: list[Source] = []
+    packs: list[_Pack] = []
+
+    def read(file: str) -> None:
+        sources.append(Source.of(file))
+        reader = Reader(file)
+        packs.extend(_read_packs(reader, _read_text(reader)))
+        problems.extend(reader.problems)
+
+    default = os.path.realpath(DEFAULT_PACK)
+    if include_default:
+        read(str(DEFAULT_PACK))
+    for path in paths:
+        if os.path.isdir(path):
+            sources.append(Source.of(path))
+            for file in _pack_files(path):
+                read(file)
+        elif os.path.exists(path):
+            if not (include_default and os.path.realpath(path) == default):
+                read(path)
+        else:
+            problems.append(Problem(path, None, None, "no such file or directory"))
+    ruleset = _merge(packs, problems)
+    if problems:
+        raise RulePackError(sorted_problems(problems))
+    return RuleSet(ruleset.rules, ruleset.disabled, ruleset.budgets, tuple(sources))
+
+
+def load_text(text: str, file: str = "<string>", include_default: bool = False) -> RuleSet:
+    """A rule set from YAML text (tests, the API); the default pack only if asked."""
+    problems: list[Problem] = []
+    packs: list[_Pack] = []
+    if include_default:
+        reader = Reader(str(DEFAULT_PACK))
+        packs.extend(_read_packs(reader, _read_text(reader)))
+        problems.extend(reader.problems)
+    reader = Reader(file)
+    packs.extend(_read_packs(reader, text))
+    problems.extend(reader.problems)
+    ruleset = _merge(packs, problems)
+    if problems:
+        raise RulePackError(sorted_problems(problems))
+    return ruleset
+
+
+def sorted_problems(problems: list[Problem]) -> list[Problem]:
+    """Files in the order they were read, lines in order within a file."""
+    order = {file: i for i, file in reversed(list(enumerate(p.file for p in problems)))}
+    return sorted(problems, key=lambda p: (order[p.file], p.line or 0))
+
+
+def _pack_files(directory: str) -> list[str]:
+    names = sorted(os.listdir(directory))
+    return [os.path.join(directory, name) for name in names
+            if not name.startswith(".") and name.endswith(PACK_SUFFIXES)
+            and not name.endswith(TEST_SUFFIXES)
+            and os.path.isfile(os.path.join(directory, name))]
+
+
+def _read_text(reader: Reader) -> str:
+    try:
+        with open(reader.file, "rb") as stream:
+            data = stream.read(MAX_PACK_BYTES + 1)
+    except OSError as exc:
+        reader.problem(None, None, f"cannot read: {exc.strerror or exc}")
+        return ""
+    if len(data) > MAX_PACK_BYTES:
+        reader.problem(None, None, f"larger than {MAX_PACK_BYTES} bytes: not a rule pack")
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reader.problem(None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return ""
+
+
+def _read_packs(reader: Reader, text: str) -> list[_Pack]:
+    """The packs (one per YAML document) of one file; problems go to ``reader``."""
+    documents = reader.documents(text)
+    if not documents and not reader.problems:
+        reader.problem(None, None, f"empty: expected a {KIND} (apiVersion: {API_VERSION})")
+    return [_read_pack(reader, node) for node in documents]
+
+
+def _read_pack(reader: Reader, node: Node) -> _Pack:
+    pack = _Pack(reader.file)
+    fields = reader.fields(node, None, KIND, PACK_KEYS, ("apiVersion", "kind", "name"))
+    if fields is None:
+        return pack
+    if "apiVersion" in fields:
+        version = reader.value(fields["apiVersion"])
+        if version != API_VERSION:
+            reader.problem(fields["apiVersion"], None,
+                           f"apiVersion: {version!r} is not supported (expected {API_VERSION})")
+    if "kind" in fields:
+        kind = reader.value(fields["kind"])
+        if kind != KIND:
+            reader.problem(fields["kind"], None, f"kind: {kind!r} is not {KIND}")
+    if "name" in fields:
+        pack.name = reader.string(fields["name"], None, "name") or ""
+    if "budgets" in fields:
+        for item in reader.sequence(fields["budgets"], None, "budgets") or []:
+            budget = _read_budget(reader, item)
+            if budget is not None:
+                pack.budgets.append(budget)
+    if "rules" in fields:
+        seen: dict[str, int] = {}
+        for index, item in enumerate(reader.sequence(fields["rules"], None, "rules") or [], 1):
+            name, rule = _read_rule(reader, item, index)
+            if name is not None and name in seen:
+                reader.problem(item, name, f"duplicate rule name (first defined on line "
+                                           f"{seen[name]})")
+                continue
+            if name is not None:
+                seen[name] = text_line(item, 1)
+            if rule is not None:
+                pack.rules.append(rule)
+    if "disable" in fields:
+        for name, name_node in reader.strings(fields["disable"], None, "disable") or []:
+            pack.disable.append((name, text_line(name_node, 1)))
+    return pack
+
+
+def _read_budget(reader: Reader, node: Node) -> Budget | None:
+    fields = reader.fields(node, None, "budgets", BUDGET_ENTRY_KEYS)
+    if fields is None:
+        return None
+    agents = _read_agents(reader, fields, None, "budgets")
+    limits: dict[str, float] = {}
+    ok = agents is not None
+    for key in BUDGET_KEYS:
+        if key not in fields:
+            continue
+        if key in INTEGER_BUDGETS:
+            value: float | None = reader.integer(fields[key], None, f"budgets: {key}", 1)
+        else:
+            value = reader.duration(fields[key], None, f"budgets: {key}", seconds=True)
+            if value == 0:
+                reader.problem(fields[key], None, f"budgets: {key}: must be more than 0")
+                value = None
+        if value is None:
+            ok = False
+        else:
+            limits[key] = float(value)
+    if not limits and ok:
+        reader.problem(node, None, "budgets: an entry sets no limit (use one of "
+                                   f"{', '.join(BUDGET_KEYS)})")
+        ok = False
+    if not ok or agents is None:
+        return None
+    return Budget(agents, limits, reader.file, text_line(node, 1))
+
+
+def _read_agents(reader: Reader, fields: dict[str, Node], rule: str | None,
+                 what: str) -> tuple[str, ...] | None:
+    if "agents" not in fields:
+        return ("*",)
+    key = f"{what}: agents" if rule is None else "agents"
+    globs = reader.strings(fields["agents"], rule, key)
+    if globs is None:
+        return None
+    if not globs:
+        reader.problem(fields["agents"], rule, f"{key}: empty list (the rule would never apply; "
+                                               f"use enabled: false)")
+        return None
+    ok = True
+    for glob, glob_node in globs:
+        reason = glob_problem(glob)
+        if reason is not None:
+            reader.problem(glob_node, rule, f"{key}: bad glob {glob!r}: {reason}")
+            ok = False
+    return tuple(g for g, _ in globs) if ok else None
+
+
+def glob_problem(glob: str) -> str | None:
+    """Why ``glob`` is not a usable agent-name pattern (fnmatch syntax), or None."""
+    if glob != glob.strip():
+        return "leading or trailing whitespace"
+    i = 0
+    while i < len(glob):
+        if glob[i] == "[":
+            j = i + 1
+            if j < len(glob) and glob[j] == "!":
+                j += 1
+            if j < len(glob) and glob[j] == "]":
+                j += 1
+            while j < len(glob) and glob[j] != "]":
+                j += 1
+            if j >= len(glob):
+                return "unclosed '['"
+            i = j
+        i += 1
+    return None
+
+
+def _read_rule(reader: Reader, node: Node, index: int) -> tuple[str | None, Rule | None]:
+    """A rule's name (when it has a valid one) and the rule, or None (problems recorded)."""
+    label = _label(node, index)
+    fields = reader.fields(node, label, "", RULE_KEYS, ("name", "when", "action", "message"))
+    if fields is None:
+        return None, None
+    name = _read_name(reader, fields, label)
+    ok = name is not None
+    values: dict[str, Any] = {}
+
+    def take(key: str, value: Any) -> None:
+        nonlocal ok
+        if value is None:
+            ok = False
+        else:
+            values[key] = value
+
+    if "description" in fields:
+        take("description", reader.string(fields["description"], label, "description",
+                                          nonempty=False))
+    agents = _read_agents(reader, fields, label, "rule")
+    take("agents", agents)
+    if "when" in fields:
+        take("when", _compile(reader, fields["when"], label, "when", condition=True))
+    if "for" in fields:
+        take("for_seconds", reader.duration(fields["for"], label, "for"))
+    action = None
+    if "action" in fields:
+        action_name = reader.choice(fields["action"], label, "action", [a.value for a in Action])
+        action = Action(action_name) if action_name is not None else None
+        take("action", action)
+    if "severity" in fields:
+        severity = reader.choice(fields["severity"], label, "severity",
+                                 [s.value for s in Severity])
+        take("severity", Severity(severity) if severity is not None else None)
+    if "message" in fields:
+        take("message", _compile(reader, fields["message"], label, "message", template=True))
+    if "repeat" in fields:
+        repeat = reader.choice(fields["repeat"], label, "repeat", [r.value for r in Repeat])
+        take("repeat", Repeat(repeat) if repeat is not None else None)
+    if "enabled" in fields:
+        take("enabled", reader.boolean(fields["enabled"], label, "enabled"))
+    if "terminal_state" in fields:
+        take("terminal_state", _read_terminal_state(reader, fields["terminal_state"], label,
+                                                    action))
+    elif action is Action.ABORT:
+        values["terminal_state"] = TerminalState.ABORTED  # a watchdog abort without a reason
+    if "grace" in fields:
+        take("grace", _read_grace(reader, fields["grace"], label, action))
+    if name is None or not ok or "when" not in values or "message" not in values or not action:
+        return name, None
+    return name, Rule(name=name, file=reader.file, line=text_line(node, 1), **values)
+
+
+def _label(node: Node, index: int) -> str:
+    """How problems name a rule: its name as written, else its position (``#3``)."""
+    if isinstance(node, MappingNode):
+        for key, value in node.value:
+            text = str(value.value).strip() if isinstance(value, ScalarNode) else ""
+            if key.value == "name" and text:
+                return text
+    return f"#{index}"
+
+
+def _read_name(reader: Reader, fields: dict[str, Node], label: str) -> str | None:
+    if "name" not in fields:
+        return None
+    name = reader.string(fields["name"], label, "name")
+    if name is None:
+        return None
+    if len(name) > MAX_NAME_LENGTH or not RULE_NAME.match(name):
+        reader.problem(fields["name"], label, f"name: {name!r} is not allowed: use lowercase "
+                                              f"letters, digits and '-' (at most "
+                                              f"{MAX_NAME_LENGTH} characters)")
+        return None
+    return name
+
+
+def _compile(reader: Reader, node: Node, rule: str, key: str, condition: bool = False,
+             template: bool = False) -> Expr | Template | None:
+    source = reader.string(node, rule, key)
+    if source is None:
+        return None
+    try:
+        if template:
+            return compile_template(source)
+        return compile_expr(source, condition=condition)
+    except ExprError as exc:
+        for issue in exc.issues:
+            reader.problem(text_line(node, issue.line), rule,
+                           f"{key}: {issue.message} (column {issue.column})")
+        return None
+
+
+def _read_terminal_state(reader: Reader, node: Node, rule: str,
+                         action: Action | None) -> TerminalState | None:
+    state = reader.choice(node, rule, "terminal_state", RULE_TERMINAL_STATES)
+    if state is None:
+        return None
+    if action is Action.NOTIFY:
+        reader.problem(node, rule, "terminal_state: a notify rule does not stop the run "
+                                   "(use wind_down or abort)")
+        return None
+    return TerminalState(state)
+
+
+def _read_grace(reader: Reader, node: Node, rule: str, action: Action | None) -> Grace | None:
+    fields = reader.fields(node, rule, "grace", GRACE_KEYS)
+    if fields is None:
+        return None
+    tool_calls = seconds = None
+    ok = True
+    if "tool_calls" in fields:
+        tool_calls = reader.integer(fields["tool_calls"], rule, "grace: tool_calls", 0)
+        ok = tool_calls is not None
+    if "seconds" in fields:
+        seconds = reader.duration(fields["seconds"], rule, "grace: seconds", seconds=True)
+        ok = ok and seconds is not None
+    if ok and tool_calls is None and seconds is None:
+        reader.problem(node, rule, "grace: set tool_calls, seconds or both")
+        return None
+    if action is not None and action is not Action.WIND_DOWN:
+        reader.problem(node, rule, f"grace: only a wind_down can escalate (this rule is "
+                                   f"{action.value})")
+        return None
+    return Grace(tool_calls, seconds) if ok else None
+
+
+def _merge(packs: list[_Pack], problems: list[Problem]) -> RuleSet:
+    by_name: dict[str, Rule] = {}
+    switched_off: set[str] = set()
+    budgets: list[Budget] = []
+    for pack in packs:
+        for rule in pack.rules:
+            by_name[rule.name] = rule  # replaces the whole rule, keeps its place
+            switched_off.discard(rule.name)
+        for name, line in pack.disable:
+            if name not in by_name:
+                problems.append(Problem(pack.file, line, None,
+                                        f"disable: no rule named {name!r} in this or an earlier "
+                                        f"pack{suggest(name, by_name)}"))
+            switched_off.add(name)
+        budgets[:0] = pack.budgets  # later packs first
+    enabled = tuple(r for n, r in by_name.items() if r.enabled and n not in switched_off)
+    disabled = tuple(r for n, r in by_name.items() if not r.enabled or n in switched_off)
+    return RuleSet(enabled, disabled, tuple(budgets))

@@ -1,0 +1,63 @@
+"""Which signals of a run changed, so rules that read none of them need not be evaluated.
+
+The shell takes a :func:`snapshot` of each run an export request is about to touch and, after
+the spans are folded in, asks :func:`changed_signals` what moved. Most spans move only counters
+no rule reads (a new, distinct tool call changes ``tool_calls`` but not ``repeated_tool_call``),
+so most spans cost no CEL evaluation at all. Time signals (elapsed, idle) are not compared: they
+change with time alone, and the rules reading them run on the timer.
+
+What is compared comes from the signal catalogue: the snapshot is every distinct expression of
+the signals' ``moves_with`` and ``with_budget`` (:mod:`watchdog.core.runs.catalogue`), read by one
+generated function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from watchdog.core.runs.catalogue import RUN_SIGNALS, Signal, compiled
+from watchdog.core.runs.run import RunState
+
+Snapshot = tuple[Any, ...]
+_NOTHING: frozenset[str] = frozenset()
+
+
+class ChangeDetector:
+    """Snapshots and their comparison for a set of signals."""
+
+    __slots__ = ("_budgeted", "_moves", "snapshot")
+
+    def __init__(self, signals: Iterable[Signal]) -> None:
+        signals = tuple(signals)
+        watched = list(dict.fromkeys(expression for signal in signals
+                                     for expression in (*signal.moves_with, *signal.with_budget)))
+        # one tuple of every watched value (cheap: attribute reads in one generated function)
+        self.snapshot: Callable[[RunState], Snapshot] = compiled(
+            f"lambda run: ({', '.join(watched)},)")
+        # per watched value, the signals it moves always / while the run has a budget
+        self._moves = tuple(tuple(s.name for s in signals if expression in s.moves_with)
+                            for expression in watched)
+        self._budgeted = tuple(tuple(s.name for s in signals if expression in s.with_budget)
+                               for expression in watched)
+
+    def changed(self, before: Snapshot, run: RunState, has_budget: bool) -> frozenset[str]:
+        """The ``run.*`` signals that differ between ``before`` and ``run`` now. ``has_budget``:
+        whether the run has any budget (announced or from a rule pack) whose remaining_* follow
+        its usage."""
+        after = self.snapshot(run)
+        if before == after:
+            return _NOTHING
+        changed: set[str] = set()
+        for moves, budgeted, old, new in zip(self._moves, self._budgeted, before, after,
+                                             strict=True):
+            if old != new:
+                changed.update(moves)
+                if has_budget:
+                    changed.update(budgeted)
+        return frozenset(changed)
+
+
+_RUN = ChangeDetector(RUN_SIGNALS)
+snapshot = _RUN.snapshot  # the values changed_signals compares
+changed_signals = _RUN.changed

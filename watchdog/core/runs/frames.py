@@ -1,0 +1,227 @@
+"""Which run each span of a trace belongs to when no span names its run.
+
+Theory of operation
+-------------------
+Instrumentations that stamp no run id on their spans (OpenInference, OpenLLMetry, the GenAI
+instrumentations of agent frameworks) tell a span's run only through its trace and parent span.
+Spans end children first, so the model and tool calls of a nested agent (a sub-agent, an agent
+used as a tool, a handoff) arrive *before* the agent span that says they were a sub-agent's.
+
+The tracker folds each span into the trace's run as it arrives — rules need the live view —
+and a :class:`TraceFrames` remembers, per trace, the parent links and the records seen (both
+bounded), so that when an agent span that is not the trace root arrives it can decide:
+
+* the trace's **main agent** (the first agent span to end that no earlier one encloses): its
+  subtree stays in the trace run, and its outcome is the run's (a workflow root that ends OK
+  above an agent that hit its limit);
+* a **nested agent** (a sibling that ends after the main one, as a handoff does, or one inside
+  the main agent's subtree): its subtree moves out into a *child run* whose signals are folded
+  again from the retained records, with ``parent_run`` = the trace run;
+* a nested agent span with nothing below it (LangGraph under OpenLLMetry hangs a sub-agent's
+  work from a sibling task span) takes the spans beside it that carry its agent name;
+* an agent span that names no agent, has no model or tool call below it and carries an answer
+  is no nested agent (:meth:`TraceFrames.answer_only`): its answer is the trace run's;
+* an agent span that encloses the one taken as main until then demotes it to a child: the inner
+  agent of "agent as a tool" ends first (enclosed by the parent links, or by the times of one
+  of the outer agent's tool calls when the instrumentation hangs both agents side by side) —
+  unless both are one invocation seen by two
+  instrumentations (OpenInference's ``agent_run`` around google-adk's own ``invoke_agent``):
+  the same agent name (or none), and no model or tool call between them.
+
+The retained records are dropped when the trace run ends. Past ``MAX_RETAINED_SPANS`` a trace is
+no longer split (its nested agents stay folded into the trace run): counted, never unbounded.
+The module is pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
+
+MAX_RETAINED_SPANS = 512  # records kept per trace to fold a nested agent's run again
+MAX_TRACES_RETAINED = 4_000  # traces with retained records at once (least recent dropped)
+MAX_DEPTH = 64  # parent links followed at most (a cycle or a very deep tree ends the walk)
+
+
+@dataclass(slots=True)
+class TraceFrames:
+    """Parent links and retained records of one trace whose spans name no run."""
+
+    parents: dict[str, str | None] = field(default_factory=dict)
+    records: list[SpanRecord] = field(default_factory=list)
+    children: dict[str, str] = field(default_factory=dict)  # agent span id -> child run key
+    adopted: dict[str, str] = field(default_factory=dict)  # span beside its agent -> child run
+    calls: set[str] = field(default_factory=set)  # model and tool call span ids
+    agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
+    main_agent: str | None = None
+    complete: bool = True  # False once a record could not be retained: no more splitting
+
+    def to_dict(self) -> dict[str, Any]:
+        """The frames in JSON-able values (kept over a clean restart)."""
+        return {"parents": self.parents, "records": [record.to_dict() for record in self.records],
+                "children": self.children, "adopted": self.adopted, "calls": sorted(self.calls),
+                "agents": self.agents, "main_agent": self.main_agent, "complete": self.complete}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TraceFrames:
+        """The frames :meth:`to_dict` gave; raises KeyError, TypeError or ValueError for data it
+        did not. No more than ``MAX_RETAINED_SPANS`` records are taken back."""
+        records = [SpanRecord.from_dict(record) for record in data["records"]]
+        return cls(parents=dict(data["parents"]), records=records[:MAX_RETAINED_SPANS],
+                   children=dict(data["children"]), adopted=dict(data["adopted"]),
+                   calls=set(data["calls"]), agents=dict(data["agents"]),
+                   main_agent=data["main_agent"],
+                   complete=bool(data["complete"]) and len(records) <= MAX_RETAINED_SPANS)
+
+    def note(self, record: SpanRecord) -> None:
+        self.parents[record.span_id] = record.parent_span_id
+        kind = record.kind
+        if kind is LLM or kind is TOOL:
+            self.calls.add(record.span_id)
+        elif kind is AGENT:
+            self.agents[record.span_id] = record.agent
+        if len(self.records) >= MAX_RETAINED_SPANS:
+            self.complete = False
+            return
+        self.records.append(record)
+
+    def within(self, span_id: str, ancestor: str) -> bool:
+        """Whether ``span_id`` is ``ancestor`` or below it (as far as the links seen tell)."""
+        parents = self.parents
+        current: str | None = span_id
+        for _ in range(MAX_DEPTH):
+            if current is None:
+                return False
+            if current == ancestor:
+                return True
+            current = parents.get(current)
+        return False
+
+    def same_invocation(self, inner: str, outer: str) -> bool:
+        """Whether agent span ``inner`` (below ``outer``) is ``outer``'s own invocation seen by
+        a second instrumentation or framed by a wrapper: their agent names agree (or one is
+        unknown), no model or tool call lies between them, and ``outer`` made no call of its own
+        outside ``inner`` (a smolagents manager whose step runs a managed agent did)."""
+        inner_name, outer_name = self.agents.get(inner), self.agents.get(outer)
+        if inner_name and outer_name and inner_name != outer_name:
+            return False
+        current = self.parents.get(inner)
+        for _ in range(MAX_DEPTH):
+            if current is None or current == outer:
+                break
+            if current in self.calls:
+                return False
+            current = self.parents.get(current)
+        if current != outer:
+            return False
+        return not any(self.within(call, outer) and not self.within(call, inner)
+                       and self.child_of(call) is None for call in self.calls)
+
+    def ran_in_a_tool_of(self, inner: str, outer: str) -> bool:
+        """Whether agent span ``inner`` ran inside a tool call below agent span ``outer`` by
+        their times, though no parent link says so: an agent used as a tool that the
+        instrumentation hangs beside its caller (OpenLLMetry hangs every OpenAI Agents SDK agent
+        span from the workflow root)."""
+        agent = next((record for record in self.records if record.span_id == inner), None)
+        if agent is None:
+            return False
+        start, end = agent.start_ns, agent.end_ns
+        return any(record.kind is TOOL and record.start_ns <= start and end <= record.end_ns
+                   and self.within(record.span_id, outer) for record in self.records)
+
+    def answer_only(self, agent: SpanRecord) -> bool:
+        """Whether agent span ``agent`` (below the trace root) is no agent of its own: it names
+        no agent, no model or tool call ran below it, and it carries an answer (a framework
+        that puts the run's final answer on an unnamed agent-kind span of its own)."""
+        if agent.agent is not None or not agent.final_answer:
+            return False
+        span = agent.span_id
+        return not any(call != span and self.within(call, span) for call in self.calls)
+
+    def child_of(self, span_id: str) -> str | None:
+        """The child run of the nearest nested agent at or above ``span_id``, if any."""
+        children, adopted = self.children, self.adopted
+        if not children:
+            return None
+        parents = self.parents
+        current: str | None = span_id
+        for _ in range(MAX_DEPTH):
+            if current is None:
+                return None
+            key = children.get(current) or adopted.get(current)
+            if key is not None:
+                return key
+            current = parents.get(current)
+        return None
+
+    def subtree(self, agent_span: str, key: str) -> list[SpanRecord]:
+        """The retained records at or below ``agent_span`` that no deeper child run owns —
+        or, for an agent span with nothing below it, the spans beside it (under its parent)
+        that carry its agent name, which are then owned by ``key``."""
+        moved = [record for record in self.records
+                 if self.child_of(record.span_id) is None
+                 and self.within(record.span_id, agent_span)]
+        name, parent = self.agents.get(agent_span), self.parents.get(agent_span)
+        if len(moved) <= 1 and name and parent:
+            beside = [record for record in self.records
+                      if record.agent == name and record.span_id != agent_span
+                      and self.child_of(record.span_id) is None
+                      and self.within(record.span_id, parent)]
+            for record in beside:
+                self.adopted[record.span_id] = key
+            moved = beside + moved
+        return moved
+
+    def own(self) -> list[SpanRecord]:
+        """The retained records that belong to the trace run itself."""
+        return [record for record in self.records if self.child_of(record.span_id) is None]
+
+    def nested_children(self, agent_span: str) -> list[str]:
+        """Child runs already split off below ``agent_span`` (their parent becomes its run)."""
+        return [key for span, key in self.children.items()
+                if span != agent_span and self.within(span, agent_span)]
+
+
+class FrameBook:
+    """The :class:`TraceFrames` of traces in progress, least recently used dropped first."""
+
+    def __init__(self, max_traces: int = MAX_TRACES_RETAINED) -> None:
+        self.max_traces = max_traces
+        self._traces: OrderedDict[str, TraceFrames] = OrderedDict()
+        self.dropped = 0  # traces that stopped being split for want of room (a counter)
+
+    def of(self, trace_id: str) -> TraceFrames:
+        frames = self._traces.get(trace_id)
+        if frames is None:
+            frames = self._traces[trace_id] = TraceFrames()
+            if len(self._traces) > self.max_traces:
+                self._traces.popitem(last=False)
+                self.dropped += 1
+        else:
+            self._traces.move_to_end(trace_id)
+        return frames
+
+    def get(self, trace_id: str) -> TraceFrames | None:
+        return self._traces.get(trace_id)
+
+    def forget(self, trace_id: str) -> None:
+        self._traces.pop(trace_id, None)
+
+    def items(self) -> Iterator[tuple[str, TraceFrames]]:
+        """Every trace's frames, least recently used first."""
+        return iter(self._traces.items())
+
+    def put(self, trace_id: str, frames: TraceFrames) -> None:
+        """Keep ``frames`` as the trace's (restored): the most recently used, within bounds."""
+        self._traces[trace_id] = frames
+        self._traces.move_to_end(trace_id)
+        while len(self._traces) > self.max_traces:
+            self._traces.popitem(last=False)
+            self.dropped += 1
+
+    def __len__(self) -> int:
+        return len(self._traces)

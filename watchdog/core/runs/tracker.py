@@ -1,0 +1,664 @@
+"""Run lifecycle: which run a span belongs to, when runs start, end, are abandoned or evicted.
+
+Theory of operation
+-------------------
+Active runs live in an ``OrderedDict`` kept in order of last activity (``move_to_end`` on every
+span), which makes both bounds cheap: evicting the oldest idle run when there are more than
+``max_runs`` is ``popitem(last=False)``, and finding runs silent for ``run_end_timeout`` walks
+from the front and stops at the first recent one. A run ends when a span that closes it arrives
+(:attr:`SpanRecord.ends_run`); recently ended runs stay in memory (bounded) so that late spans,
+reads and rule evaluation find them. The tracker is pure: ``now`` is always an argument.
+
+One run per agent invocation (DESIGN §3):
+
+* spans that name their run (``watchdog.run.id``, ``gen_ai.agent.call.id``) are keyed by it; a
+  nested agent keyed so is a child run, and its parent is the run of the span its agent span
+  hangs from (that span ends later, children first: the link waits in ``_pending_parents``);
+* spans that name no run belong to their trace's run; a nested agent's subtree is split out into
+  a child run by :mod:`watchdog.core.runs.frames`;
+* a model (or tool) call that is a whole trace by itself — a home-grown loop traced only by its
+  client's instrumentation, with no span for the invocation — is *loose*: consecutive loose
+  calls of one agent (service, agent name, session) form one run, which ends with a call that
+  answered, or after ``loose_run_gap`` seconds without a call;
+* a tool call no model asked for at the root of such a trace, with model calls below it, is not
+  loose: it is the invocation (code invoked a function that runs the model loop itself, as
+  Semantic Kernel's ``kernel.invoke_prompt`` does), the trace's run, ended by it; so is a
+  model call at the root with other model calls below it (an instrumentation wrote the loop's
+  model calls onto the agent's root span): a run ends when its root ends, whatever the root
+  carries.
+
+Tool calls are also recognised by what the model asked for: a span of no kind after a model
+call that asked for a tool, named after that tool (alone, or as its first or last word) and not
+yet answered by a tool call, is that tool's execution, its exception a failed call
+(:meth:`RunState.asked_for <watchdog.core.runs.run.RunState.asked_for>`); in a trace of its own, it
+joins its agent's open run of loose calls. A span that carries the call's id (an attribute, or
+in its input JSON) is matched by it, whatever its name: two calls of one tool are two calls,
+and a span named after the tool that carries another id answers none of them. One exception
+seen on a failed span and on the span around it is counted once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from watchdog.core.runs.activity import ActivityEntry, entry_for
+from watchdog.core.runs.frames import FrameBook, TraceFrames
+from watchdog.core.runs.run import RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.spans.record import AGENT, KEY_TRACE, LLM, OTHER, TOOL, KeySource, SpanRecord
+
+MAX_ACTIVE_RUNS = 10_000  # default bound on runs tracked at once; the oldest idle is evicted
+MAX_ENDED_IN_MEMORY = 2_000  # recently ended runs kept for late spans and fast reads
+MAX_TRACE_ALIASES = 20_000  # trace id -> run, for spans below the agent that name no run
+RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified abandoned
+# A run of loose model calls (no invocation span) that has not answered ends after this long
+# without a call: longer than a slow tool plus a slow model call, shorter than "abandoned".
+LOOSE_RUN_GAP = 120.0
+MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
+MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
+# Retained records kept over a clean restart at most (the most recently used traces' first):
+# the state is encoded at shutdown, within the pod's grace period.
+MAX_STATE_RECORDS = 20_000
+
+
+class LooseAnswer(NamedTuple):
+    """The call that ended an agent's last run of loose calls."""
+
+    run_key: str
+    response_id: str  # "" if none: its twin (a second instrumentation's span) has it too
+    scope: str  # ... and another scope
+    start_ns: int
+    end_ns: int
+    since_ns: int  # when the answer before it (of the run before) ended; 0: unknown
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch of records changed; the shell persists it and updates metrics from it."""
+
+    touched: dict[str, RunState] = field(default_factory=dict)
+    started: list[RunState] = field(default_factory=list)
+    ended: list[RunState] = field(default_factory=list)
+    evicted: list[RunState] = field(default_factory=list)
+    activity: list[ActivityEntry] = field(default_factory=list)
+    late_spans: int = 0
+    ignored_spans: int = 0  # plumbing spans (HTTP, SDK) of traces with no agent activity
+    unsplit_agents: int = 0  # nested agents left in their parent: the trace outgrew its bound
+    tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, tool)
+    tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
+    exemplars: dict[str, str] = field(default_factory=dict)  # agent -> a trace id
+    # runs folded into another run and gone (their key -> the run that has their spans now)
+    absorbed: dict[str, str] = field(default_factory=dict)
+
+
+class RunTracker:
+    def __init__(self, max_runs: int = MAX_ACTIVE_RUNS,
+                 run_end_timeout: float = RUN_END_TIMEOUT,
+                 max_ended: int = MAX_ENDED_IN_MEMORY,
+                 loose_run_gap: float = LOOSE_RUN_GAP) -> None:
+        self.max_runs = max_runs
+        self.run_end_timeout = run_end_timeout
+        self.max_ended = max_ended
+        self.loose_run_gap = loose_run_gap
+        self._active: OrderedDict[str, RunState] = OrderedDict()
+        self._ended: OrderedDict[str, RunState] = OrderedDict()
+        self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
+        self._frames = FrameBook()
+        self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
+        self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
+        # (service, agent, session) -> the call that ended its last run of loose calls: that
+        # call's twin (its span by a second instrumentation, a trace of its own) may come after
+        # it, and is no call of a next run; nor is a call that ended before it started (and
+        # after the answer before it), sent after it: its run's, late
+        self._loose_answers: OrderedDict[tuple[str | None, ...], LooseAnswer] = OrderedDict()
+        self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get(self, key: str) -> RunState | None:
+        return self._active.get(key) or self._ended.get(key)
+
+    def children(self, key: str) -> list[RunState]:
+        """The child runs of ``key`` that are in memory."""
+        return [run for run in (*self._active.values(), *self._ended.values())
+                if run.parent_run == key]
+
+    def trace_run(self, trace_id: str) -> str | None:
+        """The run the spans of ``trace_id`` that name one went to last (None: none did)."""
+        owner = self._trace_runs.get(trace_id)
+        return owner[0] if owner is not None else None
+
+    def open(self, key: str, key_source: KeySource, trace_id: str, now: float
+             ) -> tuple[RunState, bool]:
+        """The run ``key`` (active or recently ended), or a new active one that no span has
+        named yet (the model endpoint's, at its first request); and whether it is new."""
+        run = self.get(key)
+        if run is not None:
+            return run, False
+        run = self._active[key] = RunState(key, key_source, trace_id, now)
+        return run, True
+
+    def active(self) -> Iterator[RunState]:
+        return iter(self._active.values())
+
+    def ended(self) -> Iterator[RunState]:
+        return iter(self._ended.values())
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def restore(self, runs: Iterable[RunState]) -> None:
+        """Put runs loaded from the store back (oldest activity first); an open run of loose
+        calls is its agent's again, and its last call's trace is its own (the tool calls
+        below that call may still come); the answer of one that ended still has its twin; a
+        child run still waits for its parent's span."""
+        for run in sorted(runs, key=lambda r: r.last_seen):
+            target = self._ended if run.ended else self._active
+            target[run.key] = run
+            if run.loose_trace is not None:
+                self._loose_traces[run.loose_trace] = run.key
+                group = (run.service, run.agent, run.session)
+                if not run.ended:
+                    self._loose[group] = run.key
+                elif run.has_final_answer and (answer := run.answer_call()) is not None:
+                    self._remember_answer(group, run.key, *answer)
+            if run.hangs_from is not None and run.parent_run is None:
+                self._pending_parents[run.hangs_from] = run.key
+        self._trim_ended()
+
+    def state(self, max_records: int = MAX_STATE_RECORDS) -> dict[str, Any]:
+        """What the tracker holds beyond its runs, in JSON-able values, for a clean restart to
+        go on with: the records and parent links retained of traces in progress (a nested agent
+        whose spans came before its agent span is split out of them; the most recently used
+        traces' up to ``max_records`` records, the rest left out and counted in
+        ``"left_out"``) and the run each trace's run-naming spans went to (the spans below them
+        that name none follow)."""
+        frames: list[list[Any]] = []
+        left_out = 0
+        for trace, trace_frames in reversed(list(self._frames.items())):
+            max_records -= len(trace_frames.records)
+            if max_records < 0:
+                left_out += 1
+                continue
+            frames.append([trace, trace_frames.to_dict()])
+        frames.reverse()  # least recently used first, as restore_state puts them back
+        return {"frames": frames, "left_out": left_out,
+                "trace_runs": [[trace, key, source.value]
+                               for trace, (key, source) in self._trace_runs.items()]}
+
+    def restore_state(self, state: dict[str, Any]) -> int:
+        """Take back what :meth:`state` gave (after :meth:`restore`); returns the traces left
+        out because their part of it cannot be read."""
+        skipped = 0
+        for item in state.get("frames", ()):
+            try:
+                trace, data = item
+                self._frames.put(str(trace), TraceFrames.from_dict(data))
+            except (KeyError, TypeError, ValueError):
+                skipped += 1
+        for item in state.get("trace_runs", ()):
+            try:
+                trace, key, source = item
+                self._trace_runs[str(trace)] = (str(key), KeySource(source))
+            except (TypeError, ValueError):
+                skipped += 1
+        while len(self._trace_runs) > MAX_TRACE_ALIASES:
+            self._trace_runs.popitem(last=False)
+        return skipped
+
+    def _learn_aliases(self, records: list[SpanRecord]) -> dict[str, tuple[str, KeySource]]:
+        """Which run each span of this batch that names its run belongs to (by span id), and
+        remember, per trace, the run named last (bounded)."""
+        traces = self._trace_runs
+        unnamed = False
+        for record in records:
+            if record.key_source is KEY_TRACE:
+                unnamed = True
+            else:
+                traces[record.trace_id] = (record.run_key, record.key_source)
+                traces.move_to_end(record.trace_id)
+        while len(traces) > MAX_TRACE_ALIASES:
+            traces.popitem(last=False)
+        if not unnamed:
+            return {}  # every span names its run: no parent needs looking up
+        return {record.span_id: (record.run_key, record.key_source) for record in records
+                if record.key_source is not KEY_TRACE}
+
+    def _attribute(self, record: SpanRecord, by_span: dict[str, tuple[str, KeySource]]) -> bool:
+        """Give a span that names no run (keyed by its trace) to the run of its parent or
+        trace; False to ignore it.
+
+        Instrumentation below the agent (HTTP clients, SDK calls) carries no run attributes;
+        without this, each such trace would become a phantom run that is later abandoned.
+        """
+        owner = by_span.get(record.parent_span_id or "") or self._trace_runs.get(record.trace_id)
+        if owner is not None:
+            record.run_key, record.key_source = owner
+            return True
+        loose = self._loose_traces.get(record.trace_id)
+        if loose is not None:  # the tool calls hung below a loose model call
+            record.run_key, record.loose = loose, True
+            return True
+        if record.kind is OTHER and record.parent_span_id is None:
+            # a trace of its own named after a tool the agent's last loose model call asked
+            # for: that tool's execution, traced by hand (the apply makes it a tool call)
+            loose = self._loose.get((record.service, record.agent, record.session))
+            run = self._active.get(loose) if loose is not None else None
+            if run is not None and run.asked_for(record) is not None:
+                record.run_key, record.loose = run.key, True
+                return True
+
+        # Plumbing spans (an HTTP request, a framework step) of a trace with no agent activity
+        # are not a run of their own: the service may emit traces that have nothing to do
+        # with an agent.
+        # (a run that ended first, its frames kept for the spans still to come: its steps)
+        return record.kind is not OTHER or record.run_key in self._active \
+            or self._frames.get(record.trace_id) is not None
+
+    def _group_loose(self, records: list[SpanRecord]) -> list[tuple[SpanRecord, str]]:
+        """Key each loose call (a model or tool call at the root of a trace no span names a
+        run of) to the open run of its agent, or open one; the rest of its trace (the tool
+        calls an instrumentation hangs below the model call) follows through the trace alias.
+        Returns the loose calls whose trace's spans ending first opened a run before them
+        (sent span by span): that run belongs in the agent's run each call was keyed to.
+        """
+        traces = self._loose_traces
+        opened: set[str] = set()  # runs this batch opens (not active until it is applied)
+        strays: list[tuple[SpanRecord, str]] = []  # (the call, its trace's run)
+        inner: dict[str, list[SpanRecord]] | None = None  # trace -> its model calls below root
+        for record in records:
+            if record.key_source is not KEY_TRACE or record.parent_span_id is not None \
+                    or not (record.kind is LLM or record.kind is TOOL) \
+                    or record.trace_id in traces or record.trace_id in self._trace_runs:
+                continue
+            if record.unasked and (record.models_below or self._ran_models(record, records)):
+                record.as_invocation()  # the trace's run, closed by this span
+                continue
+            if record.kind is LLM and inner is None:
+                inner = {}
+                for other in records:
+                    if other.kind is LLM and other.parent_span_id is not None:
+                        inner.setdefault(other.trace_id, []).append(other)
+            if record.kind is LLM and inner is not None \
+                    and self._frames_calls(record, inner.get(record.trace_id, [])):
+                # the root of a trace whose other model calls ran inside it: the agent's own
+                # span, made a model call's by the attributes an instrumentation wrote onto it;
+                # it frames its trace's run, which ends with it
+                record.kind, record.workflow = AGENT, True
+                continue
+            group = (record.service, record.agent, record.session)
+            answer = self._loose_answers.get(group)
+            if answer is not None and record.response_id is not None \
+                    and answer.response_id == record.response_id and answer.scope != record.scope:
+                record.kind = OTHER  # the answer's twin, counted with it: no run of its own
+                run = self.get(answer.run_key) if record.final_output is not None else None
+                if run is not None and run.final_output is None:
+                    run.final_output = record.final_output  # (its text, where only it has one)
+                continue
+            record.loose = True
+            key = self._loose.get(group)
+            if key is not None and (key in self._active or key in opened):
+                self._loose.move_to_end(group)
+            elif answer is not None and not record.final_answer \
+                    and answer.since_ns <= record.start_ns and record.end_ns <= answer.start_ns \
+                    and self.get(answer.run_key) is not None:
+                # a call of the run that answered, sent after its answer (a Collector retries a
+                # refused request after later ones): the run's, late
+                key = answer.run_key
+            else:
+                key = self._loose[group] = record.run_key
+                opened.add(key)
+                while len(self._loose) > MAX_LOOSE_GROUPS:
+                    self._loose.popitem(last=False)
+            if record.run_key != key and record.run_key in self._active:
+                strays.append((record, record.run_key))
+            record.run_key = key
+            if record.final_answer:  # the run ends with this call: the next opens another
+                del self._loose[group]
+                self._remember_answer(group, record.run_key, record.response_id or "", record.scope,
+                               record.start_ns, record.end_ns)
+            traces[record.trace_id] = record.run_key
+            while len(traces) > MAX_TRACE_ALIASES:
+                traces.popitem(last=False)
+        return strays
+
+    def _remember_answer(self, group: tuple[str | None, ...], run_key: str, response_id: str,
+                  scope: str, start_ns: int, end_ns: int) -> None:
+        answers = self._loose_answers
+        before = answers.get(group)
+        answers[group] = LooseAnswer(run_key, response_id, scope, start_ns, end_ns,
+                                     before.end_ns if before is not None else 0)
+        answers.move_to_end(group)
+        while len(answers) > MAX_LOOSE_GROUPS:
+            answers.popitem(last=False)
+
+    def _absorb(self, call: SpanRecord, stray_key: str, now: float, result: BatchResult
+                ) -> None:
+        """Fold the run that the first spans of a loose call's trace opened (the call not yet
+        come: the spans inside it, a second instrumentation's span of the call, end first) into
+        the agent's run of loose calls, and drop it: one invocation, one run (DESIGN §3). Its
+        spans were counted in the metrics when they came; they are not counted again. Restored
+        after a restart (its spans not retained), it is dropped only if it is the call's twin
+        alone (the call counts for both)."""
+        stray = self._active.get(stray_key)
+        if stray is None or stray.key_source is not KEY_TRACE or stray.parent_run is not None:
+            return
+        frames = self._frames.get(stray.trace_id)
+        if frames is None:
+            if not stray.only_twin_of(call):
+                return
+            records = []
+        elif not frames.complete or frames.children:
+            return  # the spans are not all retained, or a nested agent was split out of them
+        else:
+            records = frames.records
+            self._frames.forget(stray.trace_id)
+        del self._active[stray_key]
+        result.touched.pop(stray_key, None)
+        result.absorbed[stray_key] = call.run_key
+        for record in records:
+            record.run_key, record.loose = call.run_key, True
+            self._fold(record, self._run_for(record, now, result), now, result, count=False)
+
+    def _frames_calls(self, root: SpanRecord, calls: list[SpanRecord]) -> bool:
+        """Whether root model call ``root`` frames its trace's model loop: model calls of its
+        trace, other than its twin (the same call traced by a second instrumentation, one span
+        inside the other), ran before it ended — in the trace's run (spans that came before
+        it) or in this batch (``calls``: the model calls below its trace's root)."""
+        run = self._active.get(root.run_key)
+        earlier = run.iterations if run is not None and run.key_source is KEY_TRACE else 0
+        if earlier + len(calls) > 1:
+            # two calls besides the root, wherever they came: at most one is its twin
+            # (LiteLLM's callback copies a call's attributes onto the loop's span around it)
+            return True
+        if earlier:  # one call so far: its twin, unless a tool it asked for ran inside too
+            return run is not None and (run.models_besides_twin(root)
+                                        or run.ran_tool_after_models_inside(root))
+        return len(calls) == 1 and calls[0].parent_span_id != root.span_id
+
+    def _ran_models(self, root: SpanRecord, records: list[SpanRecord]) -> bool:
+        """Whether model calls ran in ``root``'s trace (all of it lies below its root): in the
+        trace's run, or in this batch (children end, and arrive, before their root)."""
+        run = self._active.get(root.run_key)
+        if run is not None and run.iterations:
+            return True
+        return any(record.kind is LLM and record.trace_id == root.trace_id for record in records)
+
+    @staticmethod
+    def _frames_models(tool: SpanRecord, run: RunState) -> bool:
+        """Whether a tool call no model asked for ran its run's model loop: a model call ran
+        inside it in its request (the pipeline looked), or, in a run its spans name (a nested
+        agent shares its key: its calls are the run's), the run's last model call did."""
+        if tool.models_below is not None:
+            return tool.models_below
+        return tool.key_source is not KEY_TRACE and run.ran_model_inside(tool)
+
+    def _run_for(self, record: SpanRecord, now: float, result: BatchResult) -> RunState:
+        key = record.run_key
+        run = self._active.get(key)
+        if run is not None:
+            self._active.move_to_end(key)
+            return run
+        run = self._ended.get(key)
+        if run is not None:
+            result.late_spans += 1
+            return run
+        run = self._active[key] = RunState(key, record.key_source, record.trace_id, now)
+        result.started.append(run)
+        return run
+
+    def apply(self, records: Iterable[SpanRecord], now: float) -> BatchResult:
+        result = BatchResult()
+        records = list(records)
+        by_span = self._learn_aliases(records)
+        for call, stray in self._group_loose(records):
+            self._absorb(call, stray, now, result)
+        pending = self._pending_parents
+        for record in records:
+            if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
+                result.ignored_spans += 1
+                continue
+            if pending and record.span_id in pending:
+                self._adopt(pending.pop(record.span_id), record.run_key, result)
+            frames = None
+            if record.key_source is KEY_TRACE and not record.loose:
+                frames = self._frames.of(record.trace_id)
+                frames.note(record)
+                child = frames.child_of(record.parent_span_id) if record.parent_span_id \
+                    else None
+                if child is not None:  # a late span of a nested agent already split off
+                    record.run_key = child
+            run = self._run_for(record, now, result)
+            if record.kind is AGENT and record.parent_span_id is None and frames is not None \
+                    and not record.workflow:
+                # the root is itself an agent: the one taken as main, if any, ran inside it
+                main = frames.main_agent
+                if main is not None and not frames.same_invocation(main, record.span_id):
+                    self._split(frames, main, run, now, result)
+                frames.main_agent = record.span_id
+            elif record.kind is AGENT and record.parent_span_id is not None and (
+                    not run.ended or (frames is not None and frames.main_agent is not None)) \
+                    and not (frames is not None and frames.answer_only(record)):
+                # (an unnamed agent span with no call below it that carries an answer is no
+                # nested agent: the answer is its run's)
+                # (an exporter that sends parents first, LangSmith's: a nested agent may come
+                # after the root agent ended the trace run; it is a child run all the same)
+                if frames is not None:
+                    if self._place_agent(record, frames, run, now, result) is not run:
+                        continue  # a nested agent: its child run has it, folded and ended
+                elif run.parent_run is None:
+                    pending[record.parent_span_id] = record.run_key
+                    run.hangs_from = record.parent_span_id
+                    while len(pending) > MAX_PENDING_PARENTS:
+                        pending.popitem(last=False)
+            if record.kind is OTHER and (tool := run.asked_for(record)) is not None:
+                # a span named after a tool the model just asked for: that tool's execution
+                record.kind, record.tool_name, record.named_tool = TOOL, tool, True
+                if frames is not None:
+                    frames.calls.add(record.span_id)
+            if record.unasked and record.kind is TOOL and self._frames_models(record, run):
+                record.as_frame()  # the run's model loop ran inside it: no tool call
+            elif record.loose and record.parent_span_id is None:
+                run.loose_trace = record.trace_id
+            self._fold(record, run, now, result)
+        while len(self._active) > self.max_runs:
+            _, victim = self._active.popitem(last=False)
+            victim.end(now, abandoned=True)
+            if victim.terminal_state is TerminalState.ABANDONED:  # keep a forced state's reason
+                victim.terminal_reason = "evicted"
+            self._remember_ended(victim)
+            result.evicted.append(victim)
+            result.touched[victim.key] = victim
+        return result
+
+    def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult,
+              count: bool = True) -> None:
+        """Fold ``record`` into ``run``; with ``count``, add what it added to the run's counts
+        to the batch's (metrics): a record folded again (moved into a child run, or a stray
+        run folded into its agent's) was counted when it first came."""
+        late = run.ended
+        kind = record.kind
+        count = count and (kind is LLM or kind is TOOL or record.error)  # else it adds none
+        if count:
+            before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors)
+        run.apply(record, now)
+        if late:
+            run.late_answer()
+        result.touched[run.key] = run
+        entry = entry_for(record, run.activity_seq + 1)
+        if entry is not None:
+            run.activity_seq += 1
+            result.activity.append(entry)
+        if count:
+            self._count(record, run, before, result)
+        else:
+            result.exemplars[run.agent_name] = record.trace_id
+        if record.ends_run and not run.ended and (
+                not run.framed or record.run_frame or record.parent_span_id is None):
+            if not run.has_final_answer and run.end_error_type is None:
+                self._answer_from_children(run)
+            self._finish(run, now, keep_frames=self._root_first(record))
+            result.ended.append(run)
+
+    def _answer_from_children(self, run: RunState) -> None:
+        """A run that handed off (OpenAI Agents SDK handoffs) answers through the child run
+        that ended last: its answer is the invocation's."""
+        frames = self._frames.get(run.trace_id)
+        if frames is None or not frames.children:
+            return
+        children = [child for key in frames.children.values()
+                    if (child := self.get(key)) is not None and child.parent_run == run.key
+                    and child.ended]
+        if children:
+            last = max(children, key=lambda child: child.ended_at or 0.0)
+            if last.has_final_answer:
+                run.explicit_final = True
+                run.final_output = last.final_output
+
+    def _root_first(self, record: SpanRecord) -> bool:
+        """Whether ``record``, the root that ends its trace's run, is the first span of its
+        trace: an exporter that sends parents before children (LangSmith's, which turns
+        finished LangChain runs into spans in the order they started) — the run's spans come
+        late, and a nested agent among them must still find the trace's frames to be split
+        into a child run (kept until the book's bound drops them, as a trace in progress)."""
+        if record.key_source is not KEY_TRACE or record.parent_span_id is not None:
+            return False
+        frames = self._frames.get(record.trace_id)
+        return frames is not None and len(frames.parents) == 1 and record.kind is AGENT
+
+    def _finish(self, run: RunState, now: float, keep_frames: bool = False) -> None:
+        run.end(now)
+        self._active.pop(run.key, None)
+        self._remember_ended(run, keep_frames)
+
+    def _adopt(self, child_key: str, parent_key: str, result: BatchResult) -> None:
+        """The span a child run's agent span hangs from has arrived: its run is the parent."""
+        child = self.get(child_key)
+        if child is not None and child_key != parent_key and child.parent_run is None:
+            child.parent_run = parent_key
+            child.hangs_from = None
+            result.touched[child_key] = child
+
+    def _place_agent(self, record: SpanRecord, frames: TraceFrames, run: RunState, now: float,
+                     result: BatchResult) -> RunState:
+        """Decide whether an agent span below its trace root is the trace run's own agent
+        (returns the trace run) or a nested one (returns its child run, already folded)."""
+        main = frames.main_agent
+        if main is None:
+            frames.main_agent = record.span_id
+            return run
+        if frames.within(main, record.span_id) or frames.ran_in_a_tool_of(main, record.span_id):
+            # the agent taken as main ran inside this one (below it, or in one of its tools)
+            if not frames.same_invocation(main, record.span_id):
+                self._split(frames, main, run, now, result)
+            frames.main_agent = record.span_id
+            return run
+        if frames.within(record.span_id, main) and frames.same_invocation(record.span_id, main):
+            return run  # the inner view of the main agent, ending after it (async exporters)
+        return self._split(frames, record.span_id, run, now, result) or run
+
+    def _split(self, frames: TraceFrames, agent_span: str, parent: RunState, now: float,
+               result: BatchResult) -> RunState | None:
+        """Move the subtree of the nested agent span ``agent_span`` out of ``parent`` into a
+        child run of its own, folded again from the retained records."""
+        if not frames.complete:
+            result.unsplit_agents += 1
+            return None
+        key = f"{parent.key}:{agent_span}"
+        moved = frames.subtree(agent_span, key)
+        for grandchild in frames.nested_children(agent_span):
+            nested = self.get(grandchild)
+            if nested is not None and nested.parent_run == parent.key:
+                nested.parent_run = key
+                result.touched[grandchild] = nested
+        frames.children[agent_span] = key
+        child = self._active[key] = RunState(key, KEY_TRACE, parent.trace_id, now)
+        child.parent_run = parent.key
+        result.started.append(child)
+        for record in moved:
+            record.run_key = key
+            self._fold(record, child, now, result, count=False)
+        if not child.ended and any(record.span_id == agent_span for record in moved):
+            self._finish(child, now)
+            result.ended.append(child)
+        parent.refold(frames.own(), now)
+        result.touched[parent.key] = parent
+        return child
+
+    def heartbeat(self, key: str, messages: int, now: float, in_flight: int | None = None,
+                  oldest_call_started: float | None = None, register: bool = False
+                  ) -> tuple[RunState | None, bool]:
+        """Apply a client heartbeat; with ``register`` an unknown run is started by it (the
+        client SDK announces a run before any of its spans has ended). Returns the run (None
+        if unknown and not registered, or already ended) and whether it was created."""
+        run = self._active.get(key)
+        created = False
+        if run is None:
+            if not register or key in self._ended:
+                return None, False
+            run = RunState(key, KeySource.WATCHDOG, "", now)
+            self._active[key] = run
+            created = True
+        run.heartbeat(messages, now, in_flight, oldest_call_started)
+        self._active.move_to_end(key)
+        return run, created
+
+    def expire(self, now: float) -> list[RunState]:
+        """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``; end
+        runs of loose calls that have had no call for ``loose_run_gap``."""
+        expired: list[RunState] = []
+        gap_deadline = now - self.loose_run_gap
+        for group, key in list(self._loose.items()):
+            run = self._active.get(key)
+            if run is None:
+                del self._loose[group]
+            elif run.last_seen <= gap_deadline:
+                del self._loose[group]
+                self._finish(run, now)
+                expired.append(run)
+        deadline = now - self.run_end_timeout
+        active = self._active
+        while active:
+            key, run = next(iter(active.items()))
+            if run.last_seen > deadline:
+                break
+            del active[key]
+            run.end(now, abandoned=True)
+            self._remember_ended(run)
+            expired.append(run)
+        return expired
+
+    def _remember_ended(self, run: RunState, keep_frames: bool = False) -> None:
+        if run.key_source is KEY_TRACE and run.parent_run is None and not keep_frames:
+            self._frames.forget(run.trace_id)
+        self._ended[run.key] = run
+        self._ended.move_to_end(run.key)
+        self._trim_ended()
+
+    def _trim_ended(self) -> None:
+        while len(self._ended) > self.max_ended:
+            self._ended.popitem(last=False)
+
+    @staticmethod
+    def _count(record: SpanRecord, run: RunState, before: tuple[int, int, int, int],
+               result: BatchResult) -> None:
+        """Count what folding ``record`` added to ``run``'s tool calls, tokens and errors, as
+        the run reads it (a second instrumentation's span of a call, a tool call that framed
+        the model loop add nothing), under the run's agent."""
+        tools, input_tokens, output_tokens, errors = before
+        agent = run.agent_name
+        if run.tool_calls > tools:
+            result.tool_calls[(agent, record.tool_name or "unknown")] += run.tool_calls - tools
+        if run.input_tokens > input_tokens:
+            result.tokens[(agent, "input")] += run.input_tokens - input_tokens
+        if run.output_tokens > output_tokens:
+            result.tokens[(agent, "output")] += run.output_tokens - output_tokens
+        if run.errors > errors:
+            result.errors[(agent, record.error_type or "error")] += run.errors - errors
+        result.exemplars[agent] = record.trace_id

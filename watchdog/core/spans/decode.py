@@ -1,0 +1,176 @@
+"""OTLP payload decoding: bytes in, ``ExportTraceServiceRequest`` out, or a :class:`DecodeError`.
+
+Protobuf decoding uses the ``opentelemetry-proto`` messages on protobuf's ``upb`` backend (the
+pure-Python backend is ~20x slower; :func:`protobuf_backend` lets the server warn about it).
+OTLP/JSON differs from protobuf's canonical JSON mapping in one way that matters: trace and span
+ids are hex strings, not base64, so they are converted before parsing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from watchdog.core.bounds import load_json
+
+__all__ = [
+    "DecodeError",
+    "ExportTraceServiceRequest",
+    "ExportTraceServiceResponse",
+    "attributes",
+    "parse_json",
+    "parse_protobuf",
+    "protobuf_backend",
+    "request_digest",
+    "response_json",
+    "response_protobuf",
+]
+
+
+class DecodeError(ValueError):
+    """The payload is not a valid OTLP trace export request; the message says why."""
+
+
+def protobuf_backend() -> str:
+    """The protobuf implementation in use: ``upb`` (fast), ``cpp`` or ``python`` (slow)."""
+    from google.protobuf.internal import api_implementation
+
+    return str(api_implementation.Type())
+
+
+DIGEST_SPAN = 64 * 1024  # bytes of a body's head and tail that identify it
+
+
+def request_digest(body: bytes) -> bytes:
+    """An identity for an export body, to recognise an exporter's retry of it.
+
+    Hashing the length, the first and the last 64 KiB is as discriminating as hashing all of
+    it — every span carries a random span id and nanosecond timestamps, so two different
+    requests never share their head and tail — at a constant cost instead of ~1 ms per MiB.
+    """
+    if len(body) <= 2 * DIGEST_SPAN:
+        return hashlib.sha1(body, usedforsecurity=False).digest()
+    digest = hashlib.sha1(len(body).to_bytes(8, "big"), usedforsecurity=False)
+    digest.update(body[:DIGEST_SPAN])
+    digest.update(body[-DIGEST_SPAN:])
+    return digest.digest()
+
+
+def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except _ProtoDecodeError as exc:
+        raise DecodeError(f"invalid OTLP protobuf payload: {exc}") from None
+    return request
+
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+
+
+def _hex_ids_to_base64(obj: dict[str, Any]) -> None:
+    for field in _ID_FIELDS:
+        value = obj.get(field)
+        if isinstance(value, str) and value:
+            try:
+                obj[field] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+            except ValueError:
+                raise DecodeError(f"{field} {value[:64]!r} is not a hex string") from None
+
+
+def parse_json(body: bytes) -> ExportTraceServiceRequest:
+    # OTLP/JSON is UTF-8, decoded strictly (load_json): a UTF-8-encoded surrogate (ED A0 80)
+    # let through would make protobuf's parser raise SystemError on a field name that holds one.
+    try:
+        document = load_json(body)
+    except ValueError as exc:
+        raise DecodeError(f"invalid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise DecodeError("invalid OTLP/JSON payload: the top level must be an object")
+    try:
+        for resource_spans in document.get("resourceSpans") or document.get("resource_spans") or ():
+            for scope_spans in resource_spans.get("scopeSpans") or resource_spans.get(
+                "scope_spans"
+            ) or ():
+                for span in scope_spans.get("spans") or ():
+                    _hex_ids_to_base64(span)
+                    for link in span.get("links") or ():
+                        _hex_ids_to_base64(link)
+    except (AttributeError, TypeError):
+        raise DecodeError("invalid OTLP/JSON payload: unexpected structure") from None
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
+        raise DecodeError(f"invalid OTLP/JSON payload: {exc}") from None
+    except RecursionError:
+        raise DecodeError("invalid OTLP/JSON payload: nested too deeply") from None
+    except SystemError:  # protobuf's upb parser on input it cannot represent: never a 500
+        raise DecodeError("invalid OTLP/JSON payload: a field the parser cannot read") from None
+    return request
+
+
+def response_json(rejected: int, message: str) -> bytes:
+    """An OTLP/JSON ``ExportTraceServiceResponse`` body."""
+    if not rejected and not message:
+        return b"{}"
+    return json.dumps(
+        {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}
+    ).encode()
+
+
+def response_protobuf(rejected: int, message: str) -> bytes:
+    """A binary ``ExportTraceServiceResponse`` (empty bytes on full success)."""
+    response = ExportTraceServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    body: bytes = response.SerializeToString()
+    return body
+
+
+def any_value(value: AnyValue) -> object:
+    """The Python value of an OTLP ``AnyValue`` (lists and maps recursively)."""
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "double_value":
+        return value.double_value
+    if which == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    if which == "bytes_value":
+        return value.bytes_value.hex()
+    return None
+
+
+def attributes(key_values: Iterable[KeyValue]) -> dict[str, object]:
+    """OTLP attributes as a dict (a repeated key keeps its last value, as the SDKs do).
+
+    On the hot path: strings, the common case, are read without the generic dispatch.
+    """
+    result: dict[str, object] = {}
+    for kv in key_values:
+        value = kv.value
+        if value.WhichOneof("value") == "string_value":
+            result[kv.key] = value.string_value
+        else:
+            result[kv.key] = any_value(value)
+    return result

@@ -1,0 +1,231 @@
+"""From a decoded export request to span records: the one loop every receiver shares.
+
+Resource attributes are decoded once per resource, not once per span. Unusable spans are
+counted per reason and reported back through OTLP ``partial_success``; they never fail the
+whole request.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from watchdog.core.bounds import id_problem
+from watchdog.core.spans.conventions import Resource, SpanRejected, normalise, select_attributes
+from watchdog.core.spans.decode import ExportTraceServiceRequest, attributes
+from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
+
+
+@dataclass(slots=True)
+class Decoded:
+    records: list[SpanRecord] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)  # reason -> spans
+    first_error: str = ""
+    duplicate: bool = False  # a retry of a request already applied: acknowledged, not counted
+
+    @property
+    def rejected_count(self) -> int:
+        return sum(self.rejected.values())
+
+    def outcome(self) -> str:
+        """The receivers' ``export_requests_total{outcome}`` label for a decoded request."""
+        if self.duplicate:
+            return "duplicate"
+        return "partial" if self.rejected else "ok"
+
+    def message(self) -> str:
+        if not self.rejected:
+            return ""
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.rejected.items()))
+        return f"rejected {self.rejected_count} span(s) ({reasons}); first: {self.first_error}"
+
+
+def _checked(record: SpanRecord) -> SpanRecord:
+    """The id rule (:mod:`watchdog.core.bounds`), the same the API routes apply: a run that could
+    not be asked for by its id is refused at the door, not stored."""
+    for reason, what, value in (("invalid_run_id", "run id", record.run_key),
+                                ("invalid_session_id", "session id", record.session),
+                                ("invalid_run_id", "parent run id", record.parent_run)):
+        if value is not None and (problem := id_problem(value)) is not None:
+            raise SpanRejected(reason, f"{what} {value[:64]!r} is not allowed: it {problem}")
+    return record
+
+
+def records_from(request: ExportTraceServiceRequest) -> Decoded:
+    """Every span of ``request`` as a record (or a counted rejection)."""
+    return next(slices_of(request, None), Decoded())
+
+
+def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[Decoded]:
+    """The request's records in the order their spans ended (:func:`_in_end_order`), ``size``
+    at a time (None: all at once), so the shell can apply a large request in slices and serve
+    other requests in between. Every span is normalised before the first is applied (the order
+    needs them all); meanwhile a part with no records (the spans rejected so far counted in it)
+    comes every ``size`` spans: a turn for the shell."""
+    decoded = Decoded()
+    records: list[SpanRecord] = []
+    models: dict[str, SpanRecord] = {}  # the request's model calls by span id, for _pair
+    inner: dict[str, SpanRecord] = {}  # ... and by parent span id
+    count = 0
+    for resource_spans in request.resource_spans:
+        resource = Resource.of(attributes(resource_spans.resource.attributes))
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
+            for span in scope_spans.spans:
+                try:
+                    record = _checked(normalise(span, select_attributes(span.attributes),
+                                                resource))
+                    if record.kind is LLM:
+                        record.scope = scope
+                        _pair(record, models, inner)
+                    records.append(record)
+                except SpanRejected as exc:
+                    decoded.rejected[exc.reason] += 1
+                    if not decoded.first_error:
+                        decoded.first_error = str(exc)
+                count += 1
+                if size is not None and count >= size:
+                    yield decoded
+                    decoded, count = Decoded(), 0
+    ordered = _in_end_order(records)
+    if models:
+        _pair_responses(ordered)
+    if size is None:
+        decoded.records = ordered
+        yield decoded
+        return
+    for start in range(0, len(ordered), size):
+        decoded.records = ordered[start:start + size]
+        yield decoded
+        decoded = Decoded()
+    if decoded.rejected:
+        yield decoded
+
+
+def _closes_trace(record: SpanRecord) -> bool:
+    """A trace root that closes its run (:attr:`SpanRecord.ends_run`): one that is no model or
+    tool call (those may be loose calls, grouped in order), or a tool call no model asked for
+    (a function that ran the model loop itself, Semantic Kernel's prompt functions)."""
+    return record.parent_span_id is None and (
+        record.unasked or not (record.kind is LLM or record.kind is TOOL))
+
+
+def _in_end_order(records: list[SpanRecord]) -> list[SpanRecord]:
+    """``records`` with each trace's spans in the order they ended, its root that closes the
+    run after every other span of the trace in the request (a root may end before a span
+    below it: an async child, a streamed answer); at equal times, as the request had them. Each
+    trace stays in one piece (the shell applies a request in slices: a run's spans together is
+    fewer runs evaluated per slice), the traces in the order their last spans ended (a
+    home-grown loop's model and tool calls, a trace each, form one run in the order they
+    ended, not scope by scope).
+
+    That is the order an exporter sending each span as it ends sends a trace, and the one the
+    tracker reads right. The order a request holds is no order at all: an SDK exporter groups a
+    batch's spans by resource and scope (so one framework's root may come before the model call
+    that answered, another scope's), and a Collector merges requests and cuts them anywhere.
+    The unasked tool calls learn here whether a model call ran inside them (the whole request
+    is known)."""
+    traces: dict[str, list[SpanRecord]] = {}
+    unasked = False
+    for record in records:
+        trace = traces.get(record.trace_id)
+        if trace is None:
+            traces[record.trace_id] = [record]
+        else:
+            trace.append(record)
+        unasked = unasked or record.unasked
+    if unasked:
+        _models_below(records)
+    if len(traces) == len(records):
+        return sorted(records, key=END_NS)  # a span per trace (loose calls)
+    ended: list[tuple[int, int, list[SpanRecord]]] = []  # (last end, position, the trace)
+    for position, trace in enumerate(traces.values()):
+        if len(trace) > 1:
+            trace.sort(key=END_NS)  # stable, and C-level: most traces come in order
+            last = trace[-1]
+            if not _closes_trace(last):
+                trace.sort(key=_closes_trace)  # (stable: a closing root after the rest)
+        else:
+            last = trace[0]
+        ended.append((last.end_ns, position, trace))
+    ended.sort()  # (never compares two traces: the positions differ)
+    ordered: list[SpanRecord] = []
+    for _, _, trace in ended:
+        ordered.extend(trace)
+    return ordered
+
+
+END_NS = attrgetter("end_ns")
+
+
+def _pair(record: SpanRecord, models: dict[str, SpanRecord],
+          inner: dict[str, SpanRecord]) -> None:
+    """A model call traced twice (one span inside the other: a framework's and its client
+    library's), both in one request: the one that comes second learns the first's usage
+    (:attr:`SpanRecord.twin_tokens`) and counts no iteration. A request groups spans by scope,
+    so a batch's outer spans may all come before its inner ones, or after. Two that name
+    different responses are two calls (LiteLLM's callback copies a call's attributes onto the
+    span around the next one)."""
+    parent = record.parent_span_id
+    twin = models.get(parent) if parent is not None else None
+    if twin is None:
+        twin = inner.get(record.span_id)
+    if twin is not None and not (record.response_id and twin.response_id
+                                 and record.response_id != twin.response_id):
+        if twin.parent_span_id is None and twin.twin_tokens is None:
+            # the outer one a trace's root: it counts none (a root that frames a loop is no
+            # model call once its other calls are seen, whichever half came first)
+            twin.twin_tokens = (record.input_tokens, record.output_tokens)
+        else:
+            record.twin_tokens = (twin.input_tokens, twin.output_tokens)
+            return
+    models[record.span_id] = record
+    if parent is not None:
+        inner[parent] = record
+
+
+def _pair_responses(ordered: list[SpanRecord]) -> None:
+    """A model call traced twice with one response id (a client SDK's own span and an
+    instrumentation's, each a trace of its own: two scopes), both in one request: the one that
+    ends second
+    learns the first's usage and counts no iteration — in end order, as they are applied, so
+    that the one that counts is the one a loose run may end with (its twin, after it, is
+    then no call of a next run)."""
+    responses: dict[str, SpanRecord] = {}
+    for record in ordered:
+        response_id = record.response_id
+        if response_id is None or record.kind is not LLM:
+            continue
+        twin = responses.get(response_id)
+        if twin is None or twin.scope == record.scope:  # (one scope: another call)
+            responses[response_id] = record
+        elif record.twin_tokens is None and twin.twin_tokens is None:
+            record.twin_tokens = (twin.input_tokens, twin.output_tokens)
+
+
+def _models_below(records: list[SpanRecord]) -> None:
+    """Tell the unasked tool calls inside which a model call of their trace ran (started after
+    it, ended before it did) in this request (``models_below`` True), or an agent did (False: a
+    sub-agent called as a tool is a tool call); the tracker looks at the runs for the rest.
+    (A home-grown loop may give no tool span a call id: each is compared with its trace's model
+    calls and agent spans only.)"""
+    unasked: dict[str, list[SpanRecord]] = {}
+    for record in records:
+        if record.unasked:
+            unasked.setdefault(record.trace_id, []).append(record)
+    if not unasked:
+        return
+    for record in records:
+        kind = record.kind
+        if (kind is LLM or (kind is AGENT and not record.workflow)) \
+                and (tools := unasked.get(record.trace_id)) is not None:
+            for tool in tools:
+                if record.end_ns > tool.end_ns:
+                    continue
+                if kind is AGENT:
+                    if tool.start_ns <= record.start_ns:
+                        tool.models_below = False
+                elif tool.start_ns < record.start_ns and tool.models_below is None:
+                    tool.models_below = True

@@ -1,0 +1,185 @@
+"""The compact, convention-free record of one ended span.
+
+Every convention (OTel GenAI, OpenInference, OpenLLMetry, pydantic-ai) is normalised into this
+one shape by :mod:`watchdog.core.spans.conventions`; everything downstream reads only these fields.
+It is created once per span on the hot path, hence ``slots``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+
+class SpanKind(StrEnum):
+    """What a span means for a run."""
+
+    LLM = "llm"
+    TOOL = "tool"
+    AGENT = "agent"
+    OTHER = "other"
+
+
+class KeySource(StrEnum):
+    """Where the run key came from (DESIGN §3), in order of precedence."""
+
+    WATCHDOG = "watchdog"  # watchdog.run.id, set by the client SDK
+    AGENT_CALL = "agent_call"  # gen_ai.agent.call.id (pydantic-ai)
+    TRACE = "trace"  # trace:<32 hex>
+
+
+# The members again as plain module names, for the hot path: on Python 3.11 ``SpanKind.TOOL`` is
+# an attribute lookup through the enum metaclass (~50 ns), a global ~8 ns, and a span meets some
+# twenty kind and key-source tests on its way in.
+LLM, TOOL, AGENT, OTHER = SpanKind.LLM, SpanKind.TOOL, SpanKind.AGENT, SpanKind.OTHER
+KEY_WATCHDOG, KEY_AGENT_CALL, KEY_TRACE = KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE
+
+BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
+# An output that says nothing (an agent span's output attribute with no messages in it).
+EMPTY_OUTPUTS = frozenset({"[]", "{}", "null", '""'})
+MAX_ASKED_TOOLS = 16  # tool calls one model call's record keeps (SpanRecord.asked_tools)
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """One ended span, reduced to what signals need. Strings are already bounded and redacted."""
+
+    run_key: str
+    key_source: KeySource
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    kind: SpanKind
+    start_ns: int
+    end_ns: int
+    agent: str | None = None
+    service: str | None = None  # resource service.name: the agent name of last resort
+    session: str | None = None
+    parent_run: str | None = None
+    tool_name: str | None = None
+    args_hash: int | None = None  # canonical (sorted-key JSON) arguments, 64-bit
+    args_brief: str | None = None
+    result_hash: int | None = None
+    result_brief: str | None = None
+    error: bool = False
+    error_type: str | None = None
+    error_message: str | None = None
+    error_signature: int | None = None  # type + masked message, 64-bit
+    input_tokens: int = 0
+    output_tokens: int = 0
+    messages: int = 0  # conversation length seen on this span; 0 = unknown
+    finish_reason: str | None = None
+    final_answer: bool = False
+    final_output: str | None = None  # brief of the final answer, when the span carries one
+    budget: dict[str, float] | None = None  # watchdog.budget.* announced by the agent
+    # Set by the tracker: a model or tool call that is a whole trace of its own (no span for the
+    # invocation), grouped with the calls before it into one run (see RunTracker).
+    loose: bool = False
+    # An agent-kind span that frames a workflow (invoke_workflow, an OpenLLMetry workflow, an
+    # OpenInference root CHAIN) rather than an agent: the agent below it is the run's own.
+    workflow: bool = False
+    # How the run ended, as this span tells it (watchdog.core.spans.frameworks lists the places).
+    limit_stop: str | None = None  # a framework limit stopped the run: its name
+    # An agent span whose framework, at its cap, asks the model for an answer from the agent
+    # span itself (smolagents): the cap's name; the run's last model call says if it did
+    cap_request: str | None = None
+    # A run's root whose framework ends its loop by its own tool or at its cap, its output
+    # hidden (DSPy's ReAct): the cap's name; the run says if the loop-end tool ran
+    loop_cap: str | None = None
+    loop_end: bool = False  # the framework's own tool to end its loop ran (DSPy's `finish`)
+    requested_tools: bool = False  # a model call whose response asked for tools (no answer)
+    creates_agent: bool = False  # creates/configures an agent without running it: not a run
+    model_calls: int = 0  # model calls an agent span reports having made (crewai without
+    # model-call spans); 0 = not reported
+    exception_id: int | None = None  # type + exact message, 64-bit: one exception seen on
+    # several nested spans (a tool, its agent, the workflow) has one id
+    # A tool call no model asked for (no call id): with model calls below it, the tracker makes
+    # it the invocation (:meth:`as_invocation`) at the root of a trace that names no run, else
+    # the frame of its run's model loop (:meth:`as_frame`). ``models_below``, as its request
+    # tells (the pipeline looks, holding it to the end): True, a model call of its trace ran
+    # inside it; False, an agent did (a sub-agent called as a tool); None, neither.
+    unasked: bool = False
+    models_below: bool | None = None
+    # The client SDK's own span of a run it frames (``watchdog.run <agent>``): it ends the run.
+    run_frame: bool = False
+    # A model call whose twin (the same call traced by a second instrumentation, one span
+    # inside the other) came before it in its request: the twin's (input, output) tokens.
+    twin_tokens: tuple[int, int] | None = None
+    # A model call's response id (``gen_ai.response.id``): the same id on two model-call spans
+    # is one call traced twice (a client SDK's own span and an instrumentation's)
+    response_id: str | None = None
+    # The instrumentation scope of a model call with a response id: twins are two
+    # instrumentations' spans; one scope's spans with one id are as many calls (a model server
+    # may give every response the same id)
+    scope: str = ""
+    # The tool calls a model call's output asked for, as (tool name, call id or ""), at most
+    # MAX_ASKED_TOOLS: a span after it named after one of them (or carrying its id) is that
+    # tool's execution, whatever attributes it carries
+    asked_tools: tuple[tuple[str, str], ...] = ()
+    # The id of the model's tool call a tool span, or a span of no kind, says it executes (an
+    # attribute, or its input JSON): it answers that call, and no other when ids are known
+    tool_call_id: str | None = None
+    # Set by the tracker: a span of no kind taken as the tool an asked tool call names
+    named_tool: bool = False
+
+    def as_invocation(self) -> None:
+        """This unasked tool call is code invoking a function that runs the model loop itself
+        (Semantic Kernel's ``kernel.invoke_prompt``): it frames the run, as a workflow root
+        does, and what the function returned is the run's answer if nothing better says so
+        (:meth:`RunState.apply <watchdog.core.runs.run.RunState.apply>` decides)."""
+        self.kind = AGENT
+        self.workflow = True
+        result = self.result_brief
+        if not self.error and result is not None and result.strip() \
+                and result.strip() not in EMPTY_OUTPUTS:
+            self.final_answer = True
+            self.final_output = result
+
+    def as_frame(self) -> None:
+        """This unasked tool call ran the model loop of a run named otherwise (the client SDK's
+        run around ``kernel.invoke_prompt``, a web request's trace): it is no tool call, and
+        the model calls below it say how the run went."""
+        self.kind = OTHER
+        self.tool_name = None  # its failure is its model loop's, already counted
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record in JSON-able values (the tracker's retained records, kept over a clean
+        restart: :meth:`RunTracker.state <watchdog.core.runs.tracker.RunTracker.state>`)."""
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["kind"], data["key_source"] = self.kind.value, self.key_source.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpanRecord:
+        """The record :meth:`to_dict` gave (fields it does not name keep their defaults);
+        raises KeyError, TypeError or ValueError for one it did not."""
+        known = {name: data[name] for name in _FIELDS if name in data}
+        known["kind"], known["key_source"] = SpanKind(data["kind"]), KeySource(data["key_source"])
+        for name, kinds in _CHECKED:  # what every run's fold reads: a damaged file stops here
+            if not isinstance(known[name], kinds) or isinstance(known[name], bool):
+                raise TypeError(f"{name}: {type(known[name]).__name__}")
+        if known.get("twin_tokens") is not None:
+            input_tokens, output_tokens = known["twin_tokens"]
+            known["twin_tokens"] = (int(input_tokens), int(output_tokens))
+        return cls(**known)
+
+    @property
+    def ends_run(self) -> bool:
+        """Whether this span closes its run.
+
+        An agent span closes the run it identifies; a trace-keyed run closes only with the trace
+        root, because nested agents in one trace share that key.
+        """
+        if self.loose:  # a run of loose calls ends with its answer (or after a gap)
+            return self.final_answer
+        if self.parent_span_id is None or self.run_frame:
+            return True
+        return self.kind is AGENT and self.key_source is not KEY_TRACE
+
+
+_FIELDS = tuple(field.name for field in fields(SpanRecord))
+_CHECKED = (("run_key", str), ("trace_id", str), ("span_id", str), ("name", str),
+            ("parent_span_id", (str, type(None))), ("start_ns", int), ("end_ns", int),
+            ("input_tokens", int), ("output_tokens", int))

@@ -1,0 +1,496 @@
+"""The core step: span records in, decisions, activity and finished runs out. Sans-IO.
+
+Theory of operation
+-------------------
+:meth:`Core.apply` is the whole of what one batch of spans does to the watchdog's state: the
+records are folded into runs (:class:`~watchdog.core.runs.tracker.RunTracker`), the rules are
+evaluated for the runs whose signals changed, and the result comes back as a :class:`Step` —
+the runs touched (to persist), the new activity entries (to persist), the decisions (to become
+directives) and the runs that finished (to count and log). :meth:`Core.tick` does the same for
+the timer (timed rules, expiry). Nothing here reads a clock, a file or a socket, and nothing
+calls back into the shell: the caller passes ``now`` and carries the step on.
+
+What a step hands out about runs is frozen: one :class:`~watchdog.core.runs.view.RunView` per run
+the step touched, finished or decided on, taken once when the step is done (:meth:`Core._seal`), so
+nothing downstream reads or reaches back into the live :class:`~watchdog.core.runs.run.RunState`.
+Every :class:`Decided` carries what delivery needs — the run's view (its budget view included)
+and the lines of its most recent steps at the moment of the decision — so the outbox writes the
+directive, report prompt included, without asking anyone (no store read, no callback). The one
+live hand-off is :attr:`Step.dirty`, for the state writer alone: it snapshots each changed run
+once per flush rather than once per step.
+
+A failure in one run's work (a bug, a value nothing should have let in) is that run's alone: it
+is reported in :attr:`Step.failures` with the exception, and the other runs go on.
+
+Sessions: a run's session (``session.*`` in rules) is read from the :class:`SessionBook`, the
+in-memory side of the sessions; it loads a session from the store only when the session is
+known to be there and not in memory (see :class:`~watchdog.core.sessions.SessionBook`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
+from watchdog.core.rules.engine import FiredRecord, RuleEngine
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
+from watchdog.core.runs.report import RecentSteps
+from watchdog.core.runs.run import NS, RunState
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import BatchResult, RunTracker
+from watchdog.core.runs.view import RunView
+from watchdog.core.sessions import SessionBook
+from watchdog.core.spans.record import KeySource, SpanRecord
+from watchdog.core.sync import STOP_GRACE, SpanLedger
+
+RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
+SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
+
+
+@dataclass(slots=True)
+class Failure:
+    """One run's work that failed; the shell counts and logs it."""
+
+    stage: str  # ingest | rules | expire | view
+    run_key: str
+    error: BaseException
+
+
+@dataclass(slots=True)
+class Step:
+    """What one :meth:`Core.apply` / :meth:`Core.tick` produced, for the shell to carry on."""
+
+    touched: dict[str, RunView] = field(default_factory=dict)  # changed by the step
+    activity: list[ActivityEntry] = field(default_factory=list)  # to persist
+    decisions: list[Decided] = field(default_factory=list)  # to become directives
+    finished: list[RunView] = field(default_factory=list)  # ended or evicted
+    evicted: list[RunView] = field(default_factory=list)  # ... of those, evicted (the bound)
+    gone: dict[str, str] = field(default_factory=dict)  # runs folded into another (not to keep)
+    batch: BatchResult | None = None  # the tracker's counts (metrics)
+    applied: int = 0  # records applied (a synced span's second copy is not)
+    rule_errors: Counter[str] = field(default_factory=Counter)
+    eval_seconds: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+    # The touched runs themselves, for the state writer alone (it snapshots each once per
+    # flush, not once per step); nothing else reads them.
+    dirty: dict[str, RunState] = field(default_factory=dict)
+    # What the core gathers during the step, made into views by Core._seal
+    _finished: list[RunState] = field(default_factory=list, repr=False)
+    _evicted: list[RunState] = field(default_factory=list, repr=False)
+    _decided: list[tuple[Decision, RunState, tuple[str, ...], int]] = field(
+        default_factory=list, repr=False)
+
+
+class Core:
+    """Runs, rules and the sync ledger; one instance, used from one thread."""
+
+    def __init__(self, tracker: RunTracker, sessions: SessionBook,
+                 engine: RuleEngine | None = None) -> None:
+        self.tracker = tracker
+        self.sessions = sessions
+        self.engine = engine
+        self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
+        self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
+        self._recent: dict[str, RecentSteps] = {}
+
+    # -- spans ----------------------------------------------------------------------------------
+
+    def apply(self, records: Sequence[SpanRecord], now: float) -> Step:
+        """Fold one batch of records in and evaluate the rules for the runs it changed."""
+        if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
+            records = self.ledger.admit(records)
+        rules = self._has_rules()
+        before = self._snapshots(records) if rules else {}
+        result = self.tracker.apply(records, now)
+        step = Step(activity=result.activity, gone=result.absorbed, batch=result,
+                    applied=len(records), dirty=result.touched)
+        for key in result.absorbed:
+            self._forget(key)
+        self._note_sessions(result.touched.values(), now)
+        self.remember(result.activity)
+        if rules:
+            self._evaluate_batch(before, result, now, step)
+        finished = result.ended + result.evicted
+        if finished:
+            self._finish(finished, step)
+            step._evicted.extend(result.evicted)
+        self._seal(step, now)
+        return step
+
+    def _has_rules(self) -> bool:
+        return self.engine is not None and bool(self.engine.ruleset.rules)
+
+    def _snapshots(self, records: Iterable[SpanRecord]) -> dict[str, Snapshot]:
+        """The existing runs a batch names, as they are before it is applied."""
+        before: dict[str, Snapshot] = {}
+        get = self.tracker.get
+        for record in records:
+            key = record.run_key
+            if key not in before:
+                run = get(key)
+                if run is not None:
+                    before[key] = snapshot(run)
+        return before
+
+    def _evaluate_batch(self, before: dict[str, Snapshot], result: BatchResult, now: float,
+                        step: Step) -> None:
+        """Evaluate the runs a batch touched, each only for the rules whose signals changed
+        (a run seen for the first time, or reached through another key: all rules)."""
+        engine = self.engine
+        assert engine is not None
+        started = time.perf_counter()
+        for key, run in result.touched.items():
+            old = before.get(key)
+            changed = None if old is None else changed_signals(
+                old, run, bool(run.budget) or bool(engine.default_budget(run.agent_name)))
+            if changed is not None and not changed:
+                continue
+            self._evaluate_run(engine, run, now, False, changed, step)
+        self._after_evaluation(started, step)
+
+    def remember(self, activity: Iterable[ActivityEntry]) -> None:
+        """Keep the last ``RECENT_STEPS`` of each run's activity (oldest first) for the report
+        prompts of its directives; the shell gives back a restored run's stored steps."""
+        recent = self._recent
+        for entry in activity:
+            steps = recent.get(entry.run_key)
+            if steps is None:
+                steps = recent[entry.run_key] = RecentSteps(RECENT_STEPS)
+            steps.append(entry)
+
+    def restore(self, active: Iterable[dict[str, Any]], ended: Iterable[dict[str, Any]],
+                unreadable: Callable[[str], None]) -> list[str]:
+        """Take back the runs the store kept (snapshot rows: the active runs, then recently
+        ended ones); returns the active runs' keys. A row that cannot be read back (an older
+        build's, one damaged on disk) is skipped and reported to ``unreadable``, never a
+        failed start."""
+        def read(rows: Iterable[dict[str, Any]]) -> list[RunState]:
+            runs = []
+            for data in rows:
+                try:
+                    runs.append(RunState.from_dict(data))
+                except Exception:
+                    unreadable(str(data.get("key")))
+            return runs
+
+        restored = read(active)
+        self.tracker.restore(restored + read(ended))
+        return [run.key for run in restored]
+
+    # -- client calls ---------------------------------------------------------------------------
+
+    def heartbeat(self, key: str, messages: int, now: float, in_flight: int | None = None,
+                  oldest_call_started: float | None = None,
+                  announce: dict[str, Any] | None = None) -> tuple[RunView | None, Step]:
+        """A client heartbeat. ``announce`` (agent, session, parent_run, budget) registers a
+        run that has no ended span yet, so it is watched from its first second."""
+        step = Step()
+        known = self.tracker.get(key) if self._has_rules() else None
+        old = snapshot(known) if known is not None else None
+        run, created = self.tracker.heartbeat(key, messages, now, in_flight,
+                                              oldest_call_started, register=announce is not None)
+        if run is None:
+            return None, step
+        if announce:
+            self.ledger.register(key)
+            run.announce(**announce)
+            self._note_sessions((run,), now)
+        step.dirty[key] = run
+        if created or announce:
+            self._evaluate([run], now, step)
+        elif old is not None and not run.ended and self.engine is not None and (
+                changed := changed_signals(old, run, bool(run.budget) or bool(
+                    self.engine.default_budget(run.agent_name)))):
+            self._evaluate([run], now, step, changed=changed)  # e.g. its messages grew
+        self._seal(step, now)
+        return step.touched.get(key), step
+
+    def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
+                 agent: str | None, session: str | None,
+                 budget: dict[str, float] | None) -> tuple[RunView, Step]:
+        """The model endpoint's run at a request (DESIGN §12): opened at its first request
+        (no span has ended yet), told what the request's headers say, and evaluated when it
+        is new or its budget changed, so its directives account for the request; its view
+        after that."""
+        step = Step()
+        run, created = self.tracker.open(key, key_source, trace_id, now)
+        if agent and run.agent is None:
+            run.agent = agent
+        if session and run.session is None:
+            run.session = session
+        changed = budget is not None and any(run.budget.get(k) != v
+                                             for k, v in budget.items())
+        if budget is not None and changed:
+            run.budget.update(budget)
+        if created or changed:
+            step.dirty[key] = run
+            self._note_sessions((run,), now)
+            if not run.ended:
+                self._evaluate([run], now, step)
+        self._seal(step, now)
+        return step.touched.get(key) or run.view(now, self._defaults(run)), step
+
+    def recent_lines(self, key: str) -> tuple[str, ...]:
+        """The run's last steps as report lines (redacted), oldest first."""
+        run, recent = self.tracker.get(key), self._recent.get(key)
+        if run is None or recent is None:
+            return ()
+        return recent.render(run.first_start_ns / NS if run.first_start_ns else None)[0]
+
+    def client_stopped(self, key: str, stop: str, now: float) -> Step | None:
+        """The client stopped the run by itself (DESIGN §8): at its tool budget it ends
+        ``tool_limit_reached``; at the end of a wind_down's tool-call grace it ends as that
+        wind_down's escalation would have ended it (the rule's terminal state), and the engine
+        has nothing left to escalate for tool calls. None when the run is not known."""
+        run = self.tracker.get(key)
+        if run is None:
+            return None
+        if not run.ended:
+            if stop == STOP_GRACE:
+                kept = self.engine.grace_kept(key) if self.engine is not None else None
+                if kept is not None:
+                    run.force(*kept)
+            else:
+                run.force(TerminalState.TOOL_LIMIT_REACHED, stop)
+        step = Step(dirty={key: run})
+        self._seal(step, now)
+        return step
+
+    def model_in_flight(self, key: str, calls: int, now: float) -> None:
+        """The model endpoint's word on what runs for ``key`` now (its model call, or the
+        tools it handed over), as a client heartbeat tells it: a run waiting on them is not
+        idle. (A run the client SDK frames is the client's to tell.)"""
+        run = self.tracker.get(key)
+        if run is not None and not run.ended and not run.framed:
+            run.heartbeat(0, now, calls)
+
+    def claim_session(self, key: str, session: str, now: float) -> Step:
+        """A session checkpoint names ``key`` as its run: a run with no session of its own
+        is the session's from now on."""
+        step = Step()
+        run = self.tracker.get(key)
+        if run is not None and run.session is None:
+            run.announce(session=session)
+            step.dirty[key] = run
+        self._seal(step, now)
+        return step
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def trace_run(self, trace_id: str) -> str | None:
+        """The run the spans of this trace named, if any."""
+        return self.tracker.trace_run(trace_id)
+
+    def view(self, key: str, now: float) -> RunView | None:
+        """The run ``key`` (active or recently ended) as it is at ``now``; None: not in memory."""
+        run = self.tracker.get(key)
+        return None if run is None else run.view(now, self._defaults(run))
+
+    def live_runs(self) -> list[tuple[str, float]]:
+        """What the live-runs gauges read of each active run at a scrape: its agent and its
+        last progress (seconds since the epoch). Not whole views: at 10,000 active runs,
+        taking them made a scrape ~100 ms instead of ~8, and keeping each run's last one cost
+        ~2 KiB a run."""
+        return [(run.agent_name, run.last_progress) for run in self.tracker.active()]
+
+    def newest_keys(self, active: bool, agent: str | None, limit: int) -> list[str]:
+        """At most ``limit`` of the active (or the ended) runs in memory, most recent first;
+        ``agent``: only its runs."""
+        runs = self.tracker.active() if active else self.tracker.ended()
+        keys: list[str] = []
+        for run in reversed(list(runs)):
+            if len(keys) >= limit:
+                break
+            if agent is None or run.agent_name == agent:
+                keys.append(run.key)
+        return keys
+
+    def child_views(self, key: str, now: float) -> list[RunView]:
+        """The runs in memory whose parent run is ``key``."""
+        defaults = self._defaults
+        return [run.view(now, defaults(run)) for run in self.tracker.children(key)]
+
+    def stored_view(self, data: dict[str, Any], now: float) -> RunView:
+        """A run as the store keeps it (a snapshot row), as a view; raises when the row cannot
+        be read back."""
+        run = RunState.from_dict(data)
+        return run.view(now, self._defaults(run))
+
+    def active_among(self, keys: Iterable[str]) -> list[str]:
+        """Those of ``keys`` whose run is in memory and active, in their order."""
+        get = self.tracker.get
+        return [key for key in keys if (run := get(key)) is not None and not run.ended]
+
+    def active_keys(self) -> list[str]:
+        """The active runs' keys, least recently active first."""
+        return [run.key for run in self.tracker.active()]
+
+    def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
+        """After a restart: the terminal state each stored directive decided for an active run.
+        A run snapshot is flushed every ``state_flush_interval`` but a directive is stored at
+        once, so after a crash the directive is the more recent truth."""
+        for record in fired:
+            run = self.tracker.get(record.run_key)
+            state = forced_state(record.action, record.terminal_state)
+            if run is not None and not run.ended and state is not None:
+                run.force(state, record.rule)
+
+    # -- the timer ------------------------------------------------------------------------------
+
+    def evaluate(self, runs: Iterable[RunState], now: float, step: Step,
+                 timed_only: bool = False, changed: AbstractSet[str] | None = None) -> int:
+        """Evaluate the rules for ``runs`` into ``step``; returns how many fired.
+        ``changed``: only the rules reading these signals (None: all)."""
+        fired = self._evaluate(runs, now, step, timed_only, changed)
+        self._seal(step, now)
+        return fired
+
+    def evaluate_keys(self, keys: Iterable[str], now: float, timed_only: bool = False,
+                      changed: AbstractSet[str] | None = None) -> Step:
+        """:meth:`evaluate` for the runs named that are in memory and active."""
+        get = self.tracker.get
+        step = Step()
+        self.evaluate([run for key in keys if (run := get(key)) is not None and not run.ended],
+                      now, step, timed_only, changed)
+        return step
+
+    def _evaluate(self, runs: Iterable[RunState], now: float, step: Step,
+                  timed_only: bool = False, changed: AbstractSet[str] | None = None) -> int:
+        engine = self.engine
+        if engine is None:
+            return 0
+        started = time.perf_counter()
+        fired = 0
+        for run in runs:
+            fired += self._evaluate_run(engine, run, now, timed_only, changed, step)
+        self._after_evaluation(started, step)
+        return fired
+
+    def expire(self, now: float, step: Step) -> None:
+        """End the runs that went silent (abandoned) or whose loose calls stopped."""
+        expired = self.tracker.expire(now)
+        for run in expired:
+            step.dirty[run.key] = run
+        if expired:
+            self._finish(expired, step)
+        self._seal(step, now)
+
+    # -- rules ----------------------------------------------------------------------------------
+
+    def _evaluate_run(self, engine: RuleEngine, run: RunState, now: float, timed_only: bool,
+                      changed: AbstractSet[str] | None, step: Step) -> int:
+        fired = 0
+        try:
+            for decision in engine.evaluate(run, now, self._session_of(run),
+                                            timed_only=timed_only, changed=changed):
+                self._decide(decision, run, now, step)
+                fired += 1
+        except Exception as exc:
+            step.failures.append(Failure("rules", run.key, exc))
+        if run.ended:
+            self._forget(run.key)
+        return fired
+
+    def _after_evaluation(self, started: float, step: Step) -> None:
+        assert self.engine is not None
+        step.eval_seconds += time.perf_counter() - started
+        if self.engine.errors:
+            step.rule_errors.update(self.engine.drain_errors())
+
+    def _decide(self, decision: Decision, run: RunState, now: float, step: Step) -> None:
+        state = forced_state(decision.action, decision.terminal_state)
+        if state is not None:
+            run.force(state, decision.rule)
+            step.dirty[run.key] = run
+        if decision.action is not Action.NOTIFY and not run.ended:
+            reason = decision.terminal_state.value if decision.terminal_state else decision.rule
+            self._stuck[run.key] = (run.agent_name, reason)
+        recent = self._recent.get(run.key)
+        lines, earlier = recent.render(run.first_start_ns / NS if run.first_start_ns else None
+                                       ) if recent is not None else ((), 0)
+        step._decided.append((decision, run, lines, earlier))
+
+    def _finish(self, runs: list[RunState], step: Step) -> None:
+        step._finished.extend(runs)
+        for run in runs:
+            self._forget(run.key)
+
+    def _seal(self, step: Step, now: float) -> None:
+        """Take one view of each run the step touched, finished or decided on (again, for a
+        step handed to a second call: its runs may have changed since). A run whose view
+        cannot be taken (a value nothing should have let in) is left out, and reported in
+        :attr:`Step.failures`: the other runs go on."""
+        views: dict[str, RunView | None] = {}
+        defaults = self._defaults
+
+        def view(run: RunState) -> RunView | None:
+            key = run.key
+            if key in views:
+                return views[key]
+            try:
+                taken: RunView | None = run.view(now, defaults(run))
+            except Exception as exc:
+                step.failures.append(Failure("view", key, exc))
+                taken = None
+            views[key] = taken
+            return taken
+
+        step.touched = {key: taken for key, run in step.dirty.items()
+                        if (taken := view(run)) is not None}
+        if step._finished:
+            step.finished.extend(taken for run in step._finished
+                                 if (taken := view(run)) is not None)
+            step._finished.clear()
+        if step._evicted:
+            step.evicted.extend(taken for run in step._evicted
+                                if (taken := view(run)) is not None)
+            step._evicted.clear()
+        if step._decided:
+            step.decisions.extend(Decided(decision, taken, lines, now, earlier)
+                                  for decision, run, lines, earlier in step._decided
+                                  if (taken := view(run)) is not None)
+            step._decided.clear()
+
+    def _defaults(self, run: RunState) -> dict[str, float] | None:
+        """The rule pack's default budget for the run's agent (None: none)."""
+        engine = self.engine
+        return (engine.default_budget(run.agent_name) or None) if engine is not None else None
+
+    def _forget(self, key: str) -> None:
+        if self.engine is not None:
+            self.engine.forget(key)
+        self._stuck.pop(key, None)
+        self._recent.pop(key, None)
+
+    def default_budget(self, run: RunState) -> dict[str, float] | None:
+        if self.engine is None:
+            return None
+        budget = self.engine.default_budget(run.agent_name)
+        return dict(budget) if budget else None
+
+    def stuck_counts(self) -> dict[tuple[str, str], int]:
+        """Active runs a wind_down/abort was sent to, by agent and reason (runs_stuck)."""
+        return dict(Counter(self._stuck.values()))
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def _note_sessions(self, runs: Iterable[RunState], now: float) -> None:
+        """Count the runs of each session (``session.runs``) as they are first seen."""
+        note_run = self.sessions.note_run
+        for run in runs:
+            if run.session is not None and not run.session_counted:
+                run.session_counted = True
+                note_run(run.session, run.key, now)
+
+    def _session_of(self, run: RunState) -> dict[str, Any] | None:
+        """The CEL ``session`` of a run (None: the run has no session)."""
+        if run.session is None:
+            return None
+        state = self.sessions.get(run.session)
+        return state.activation(run.key) if state is not None else {"id": run.session}

@@ -1,0 +1,93 @@
+"""Read-your-writes for agents: the run's ended spans, applied before the agent's next step.
+
+Theory of operation
+-------------------
+Spans reach the sidecar through the agent's OTLP exporter only after a batch delay, so a
+directive derived from them would arrive after the agent has begun its next step. Before each
+model request the client SDK therefore sends the run's spans that ended since its last sync —
+the same OTLP protobuf its exporter will send later — on ``POST /v1/runs/{id}/sync?after=SEQ``.
+The sidecar applies them exactly as an export (conventions, signals, rules), waits until every
+directive they caused is stored, and answers with the run's directives after ``SEQ`` and its
+budget view. So the agent's next request sees every directive that accounts for every span that
+ended before it (DESIGN §8).
+
+The same spans arrive again later through OTLP; :class:`SpanLedger` makes the two paths
+idempotent. A run enters the ledger with its first sync (or the client's announcement), and
+from then on every span of it applied from either path is remembered by id: whichever copy comes
+second is dropped before it reaches the tracker. Runs that never sync cost one dict lookup per
+span while the ledger holds any run. Pure: no IO, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+from watchdog.core.runs.view import RunView, plain
+from watchdog.core.spans.record import SpanRecord
+
+MAX_SYNCED_RUNS = 10_000  # runs whose span ids are remembered (least recently synced dropped)
+MAX_SPANS_PER_RUN = 2_048  # span ids remembered per run: the oldest go first; OTLP brings a
+#                            span's second copy seconds after the first, not thousands of spans
+# ?stop=: the client stopped the run by itself — at its tool budget (``max_tool_calls``), or at
+# the end of the tool-call grace a wind_down announced (``grace``)
+STOP_BUDGET, STOP_GRACE = "max_tool_calls", "grace"
+CLIENT_STOPS = frozenset({STOP_BUDGET, STOP_GRACE})
+SYNC_DIRECTIVE_WAIT = 2.0  # seconds a sync waits for the directives its spans caused to be stored
+
+
+class SpanLedger:
+    """Which spans of synced runs have been applied, to apply each span once."""
+
+    def __init__(self, max_runs: int = MAX_SYNCED_RUNS,
+                 max_spans_per_run: int = MAX_SPANS_PER_RUN) -> None:
+        self.max_runs = max_runs
+        self.max_spans_per_run = max_spans_per_run
+        self._runs: OrderedDict[str, dict[str, None]] = OrderedDict()
+        self.duplicates = 0  # spans dropped because their other copy was applied first
+        self.forgotten_runs = 0  # runs dropped from the ledger at MAX_SYNCED_RUNS
+
+    def __bool__(self) -> bool:
+        return bool(self._runs)
+
+    def register(self, run_key: str) -> None:
+        runs = self._runs
+        if run_key in runs:
+            runs.move_to_end(run_key)
+            return
+        runs[run_key] = {}
+        while len(runs) > self.max_runs:
+            runs.popitem(last=False)
+            self.forgotten_runs += 1
+
+    def admit(self, records: Iterable[SpanRecord]) -> list[SpanRecord]:
+        """The records not applied before; remembers those of registered runs."""
+        runs = self._runs
+        admitted: list[SpanRecord] = []
+        for record in records:
+            seen = runs.get(record.run_key)
+            if seen is None:
+                admitted.append(record)
+                continue
+            span_id = record.span_id
+            if span_id in seen:
+                self.duplicates += 1
+                continue
+            seen[span_id] = None
+            if len(seen) > self.max_spans_per_run:
+                del seen[next(iter(seen))]
+            admitted.append(record)
+        return admitted
+
+
+def sync_answer(run: RunView | None, run_id: str, applied: int,
+                directives: list[dict[str, Any]], last_seq: int) -> dict[str, Any]:
+    """The body of a sync answer: what the agent needs to decide its next step."""
+    if run is None:
+        return {"run_id": run_id, "known": False, "applied": applied, "tool_calls": 0,
+                "iterations": 0, "budget": {}, "directives": directives,
+                "last_seq": last_seq, "ended": False}
+    return {"run_id": run_id, "known": True, "applied": applied, "tool_calls": run.tool_calls,
+            "iterations": run.iterations, "budget": plain(run.budget),
+            "directives": directives, "last_seq": last_seq, "ended": run.ended}

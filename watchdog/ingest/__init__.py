@@ -1,1 +1,0 @@
-"""Ingest: OTLP receivers (the shell), decoding and convention normalisation (pure)."""

@@ -1,0 +1,566 @@
+"""Configuration: frozen, validated at load, from a YAML file, ``WATCHDOG_<KEY>`` env vars and
+``--<key>`` flags (later sources win).
+
+Every field has a named default; :func:`load` refuses unknown keys and bad values with a message
+that names the key, the value and what is allowed, so a typo in a Helm value fails the pod at
+start instead of silently running on a default.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import hashlib
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import yaml
+
+from watchdog.core.durations import DurationError, parse_seconds
+from watchdog.shell.errors import ConfigError
+
+DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
+DEFAULT_OTLP_HTTP_ADDRESS = "127.0.0.1:4318"
+DEFAULT_API_ADDRESS = "127.0.0.1:9477"
+DEFAULT_METRICS_ADDRESS = "0.0.0.0:9464"
+DEFAULT_STATE_DIR = "state"  # relative to the working directory
+DEFAULT_RUN_END_TIMEOUT = 900.0  # 15 min without a span: the run is abandoned
+# A run of loose model calls (an agent that emits no span for the invocation) that has not
+# answered ends after this long without a call (DESIGN §3; see RunTracker).
+DEFAULT_LOOSE_RUN_GAP = 120.0
+DEFAULT_MAX_RUNS = 10_000
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024  # OTLP's usual 16 MiB, after decompression
+# A token that others on the network could guess: 16 random hex characters are 64 bits.
+MIN_API_TOKEN_CHARS = 16
+DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
+DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
+DEFAULT_ACTIVITY_LOG_SIZE = 200
+DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
+DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
+DEFAULT_MAX_FORWARD_QUEUE_REQUESTS = 1000  # export requests; the Collector's queue_size default
+# The model endpoint (DESIGN §12): off unless model_address is set.
+DEFAULT_MODEL_UPSTREAM = "https://api.openai.com/v1"
+DEFAULT_MODEL_UPSTREAM_ANTHROPIC = "https://api.anthropic.com"
+MODEL_ABORTS = ("answer", "error")  # an aborted run's next request: a final answer, or a 400
+DEFAULT_MODEL_MAX_BODY_BYTES = 16 * 1024 * 1024  # a request body; long histories with images
+DEFAULT_MODEL_MAX_CONCURRENT = 256  # requests in flight through the endpoint at once
+DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long reasoning call)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+ENV_PREFIX = "WATCHDOG_"
+MEMORY_STATE_DIR = ":memory:"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    otlp_grpc_address: str = DEFAULT_OTLP_GRPC_ADDRESS
+    otlp_http_address: str = DEFAULT_OTLP_HTTP_ADDRESS
+    api_address: str = DEFAULT_API_ADDRESS
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    rules: tuple[str, ...] = ()  # files or directories, loaded after the shipped default pack
+    default_rules: bool = True  # load the shipped default pack first
+    state_dir: str = DEFAULT_STATE_DIR  # ":memory:" keeps nothing across restarts
+    api_token: str | None = field(default=None, repr=False)
+    webhooks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # holds secrets
+    run_end_timeout: float = DEFAULT_RUN_END_TIMEOUT
+    loose_run_gap: float = DEFAULT_LOOSE_RUN_GAP
+    max_runs: int = DEFAULT_MAX_RUNS
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+    state_flush_interval: float = DEFAULT_STATE_FLUSH_INTERVAL
+    activity_log_size: int = DEFAULT_ACTIVITY_LOG_SIZE
+    eval_interval: float = DEFAULT_EVAL_INTERVAL
+    rules_watch_interval: float = DEFAULT_RULES_WATCH_INTERVAL  # 0 disables the file watch
+    log_level: str = "info"
+    log_format: str = "text"  # text | json (one JSON object per line; decisions as events)
+    insecure: bool = False  # allow non-loopback binds without api_token
+    # Pass-through (DESIGN §2): an OTLP/HTTP base URL everything received is forwarded to.
+    forward_endpoint: str | None = field(default=None, repr=False)  # may hold a password
+    forward_headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
+    forward_queue_size: int = DEFAULT_MAX_FORWARD_QUEUE_REQUESTS
+    # The model endpoint (DESIGN §12)
+    model_address: str | None = None  # host:port; None: the endpoint is off
+    model_upstream: str = DEFAULT_MODEL_UPSTREAM  # OpenAI-compatible base URL
+    model_upstream_anthropic: str = DEFAULT_MODEL_UPSTREAM_ANTHROPIC
+    model_agent_name: str | None = None  # the agent name of a call nothing else names
+    model_abort: str = "answer"  # answer | error
+    model_max_body_bytes: int = DEFAULT_MODEL_MAX_BODY_BYTES
+    model_max_concurrent: int = DEFAULT_MODEL_MAX_CONCURRENT
+    model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
+
+    def validate(self) -> Config:
+        """Every bad value at once, in one :class:`ConfigError` (see :func:`raise_problems`)."""
+        raise_problems(self.problems())
+        return self
+
+    def problems(self) -> list[str]:
+        """What is wrong with the values, one message per key (key, value, what is allowed)."""
+        problems: list[str] = []
+
+        def check(test: Callable[..., object], *args: Any) -> bool:
+            try:
+                test(*args)
+            except ConfigError as exc:
+                problems.append(exc.message)
+                return False
+            return True
+
+        addresses = {name: getattr(self, name) for name in
+                     ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")}
+        if self.model_address is not None:
+            addresses["model_address"] = self.model_address
+        good_addresses = {name: address for name, address in addresses.items()
+                          if check(split_address, name, address)}
+        check(_require, self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
+              "a positive number of seconds (e.g. 900 or 15m)")
+        check(_require, self.loose_run_gap > 0, "loose_run_gap", self.loose_run_gap,
+              "a positive number of seconds (e.g. 120 or 2m)")
+        check(_require, self.state_flush_interval > 0, "state_flush_interval",
+              self.state_flush_interval, "a positive number of seconds")
+        check(_require, self.eval_interval > 0, "eval_interval", self.eval_interval,
+              "a positive number of seconds")
+        check(_require, self.rules_watch_interval >= 0, "rules_watch_interval",
+              self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
+        for name in ("max_runs", "max_request_bytes", "max_pending_requests",
+                     "activity_log_size", "forward_queue_size", "model_max_body_bytes",
+                     "model_max_concurrent"):
+            check(_require, getattr(self, name) >= 1, name, getattr(self, name),
+                  "an integer >= 1")
+        check(_require, self.log_level in LOG_LEVELS, "log_level", self.log_level,
+              "one of " + ", ".join(LOG_LEVELS))
+        check(_require, self.log_format in LOG_FORMATS, "log_format", self.log_format,
+              "one of " + ", ".join(LOG_FORMATS))
+        check(validate_webhooks, self.webhooks)
+        problems += self._model_problems()
+        forward_ok = check(validate_forward, self.forward_endpoint, self.forward_headers)
+        if (forward_ok and self.forward_endpoint is not None
+                and "otlp_http_address" in good_addresses and _same_listener(
+                    self.forward_endpoint, split_address("otlp_http_address",
+                                                         self.otlp_http_address))):
+            problems.append(
+                f"forward_endpoint={url_for_logs(self.forward_endpoint)!r} is this watchdog's "
+                f"own otlp_http_address: everything would go round in a loop; set the address "
+                f"of your Collector or OTLP backend")
+        exposed = [(name, address) for name, address in good_addresses.items()
+                   if name in self._guarded_listeners()
+                   and not is_loopback(split_address(name, address)[0])]
+        if exposed and not self.api_token and not self.insecure:
+            name, address = exposed[0]
+            problems.append(f"{name}={address!r} binds a non-loopback address without "
+                            f"api_token: set WATCHDOG_API_TOKEN (Bearer auth) or pass --insecure")
+        if exposed and self.api_token and len(self.api_token) < MIN_API_TOKEN_CHARS:
+            name, address = exposed[0]
+            problems.append(f"api_token is {len(self.api_token)} characters: a token guarding a "
+                            f"non-loopback bind ({name}={address!r}) needs at least "
+                            f"{MIN_API_TOKEN_CHARS} (e.g. openssl rand -hex 32)")
+        return problems
+
+    def _guarded_listeners(self) -> tuple[str, ...]:
+        """The listeners a non-loopback bind of needs ``api_token`` (or ``insecure``)."""
+        names = ("otlp_grpc_address", "otlp_http_address", "api_address")
+        return (*names, "model_address") if self.model_address is not None else names
+
+    def _model_problems(self) -> list[str]:
+        """The model endpoint's keys (``model_address`` is checked with the other addresses)."""
+        problems: list[str] = []
+        name = self.model_agent_name
+        for test, args in (
+                (validate_upstream, ("model_upstream", self.model_upstream)),
+                (validate_upstream, ("model_upstream_anthropic", self.model_upstream_anthropic)),
+                (_require, (self.model_abort in MODEL_ABORTS, "model_abort", self.model_abort,
+                            "one of " + ", ".join(MODEL_ABORTS))),
+                (_require, (self.model_upstream_timeout > 0, "model_upstream_timeout",
+                            self.model_upstream_timeout,
+                            "a positive number of seconds (e.g. 600 or 10m)")),
+                (_require, (name is None or (0 < len(name) <= 200 and name.isprintable()),
+                            "model_agent_name", name, "a printable name of 1-200 characters"))):
+            try:
+                test(*args)
+            except ConfigError as exc:
+                problems.append(exc.message)
+        return problems
+
+
+def validate_upstream(key: str, url: object) -> None:
+    """A model upstream: an http(s) base URL with a host, no credentials, query or fragment
+    (the request's path is appended to it). The message never shows a password."""
+    shown = url_for_logs(url) if isinstance(url, str) else url
+    try:
+        parsed = urlsplit(url) if isinstance(url, str) else None
+        ok = parsed is not None and parsed.scheme in ("http", "https") \
+            and bool(parsed.hostname)
+        if parsed is not None:
+            parsed.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:  # a bad port, an unclosed IPv6 bracket
+        parsed, ok = None, False
+    if not ok or parsed is None:
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected an http:// or https:// "
+                          f"base URL with a host (e.g. https://api.openai.com/v1)")
+    if parsed.username is not None or parsed.query or parsed.fragment:
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected a base URL without "
+                          f"user:password@, ?query or #fragment (the agent's own headers carry "
+                          f"its credentials)")
+
+
+def raise_problems(problems: list[str], allowed_keys: str | None = None) -> None:
+    """One :class:`ConfigError` for every problem found: a single problem as its own message,
+    several as ``N configuration problems: (1) ...; (2) ...`` (one line, for stderr and logs).
+    ``allowed_keys`` (when a key was unknown) is said once, at the end."""
+    if not problems:
+        return
+    if len(problems) == 1:
+        message = problems[0]
+        if allowed_keys:
+            message += (" " if message.endswith("?") else "; ") + allowed_keys
+        raise ConfigError(message)
+    message = f"{len(problems)} configuration problems: " + "; ".join(
+        f"({index}) {problem}" for index, problem in enumerate(problems, 1))
+    raise ConfigError(message + (f"; {allowed_keys}" if allowed_keys else ""))
+
+
+def _require(ok: bool, key: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed: expected {allowed}")
+
+
+# -- webhooks (DESIGN §6): each a mapping of WEBHOOK_KEYS ------------------------------------
+
+WEBHOOK_KEYS = ("url", "secret", "name", "actions", "agents")
+WEBHOOK_ACTIONS = ("notify", "wind_down", "abort")  # watchdog.core.rules.decision.Action values
+WEBHOOK_SECRET_PREFIX = "whsec_"  # Standard Webhooks: whsec_<base64 of the key bytes>
+MIN_WEBHOOK_SECRET_BYTES = 16
+_WEBHOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def validate_webhooks(hooks: object) -> None:
+    """Each webhook: ``url`` (http/https), ``secret`` (``whsec_<base64>`` or a string of at
+    least 16 characters), optional ``name``, ``actions`` (a list of actions) and ``agents``
+    (a list of globs). Messages name the key (``webhooks[1].url``) and never echo a secret."""
+    if not isinstance(hooks, (list, tuple)):
+        raise ConfigError(f"webhooks={hooks!r} is not allowed: expected a list of "
+                          f"{{url: ..., secret: ...}} mappings")
+    names: dict[str, int] = {}
+    for index, hook in enumerate(hooks):
+        where = f"webhooks[{index}]"
+        if not isinstance(hook, Mapping):
+            raise ConfigError(f"{where}={hook!r} is not allowed: expected a mapping with keys "
+                              + ", ".join(WEBHOOK_KEYS))
+        unknown = sorted(str(key) for key in hook if key not in WEBHOOK_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; allowed: "
+                              + ", ".join(WEBHOOK_KEYS))
+        url = hook.get("url")
+        try:
+            parsed = urlsplit(url) if isinstance(url, str) else None
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            parsed = None
+        _require(parsed is not None and parsed.scheme in ("http", "https")
+                 and bool(parsed.hostname), f"{where}.url", url,
+                 "an http:// or https:// URL with a host")
+        _check_secret(f"{where}.secret", hook.get("secret"))
+        for key, allowed in (("actions", WEBHOOK_ACTIONS), ("agents", None)):
+            if key not in hook:
+                continue
+            values = hook[key]
+            _require(isinstance(values, (list, tuple)) and bool(values)
+                     and all(isinstance(v, str) and v for v in values), f"{where}.{key}",
+                     values, "a non-empty list of " + (
+                         "actions: " + ", ".join(allowed) if allowed else "agent name globs"))
+            for value in values:
+                _require(allowed is None or value in allowed, f"{where}.{key}", value,
+                         "one of " + ", ".join(allowed or ()))
+        if "name" in hook:
+            _require(isinstance(hook["name"], str) and bool(_WEBHOOK_NAME.match(hook["name"])),
+                     f"{where}.name", hook.get("name"),
+                     "letters, digits, '.', '_' or '-' (at most 64 characters)")
+        name = webhook_name(hook)
+        if name in names:
+            raise ConfigError(f"{where}: webhook name {name!r} is already used by "
+                              f"webhooks[{names[name]}]; give each webhook its own name")
+        names[name] = index
+
+
+def _check_secret(key: str, secret: object) -> None:
+    allowed = (f"'{WEBHOOK_SECRET_PREFIX}<base64>' (Standard Webhooks) or a string of at least "
+               f"{MIN_WEBHOOK_SECRET_BYTES} characters")
+    if not isinstance(secret, str):
+        shown = "(missing)" if secret is None else "(not a string)"
+        raise ConfigError(f"{key} {shown} is not allowed: expected {allowed}")
+    if secret.startswith(WEBHOOK_SECRET_PREFIX):
+        try:
+            key_bytes = base64.b64decode(secret[len(WEBHOOK_SECRET_PREFIX):], validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError(f"{key} (hidden) is not allowed: the part after "
+                              f"{WEBHOOK_SECRET_PREFIX!r} is not valid base64") from None
+        if len(key_bytes) < MIN_WEBHOOK_SECRET_BYTES:
+            raise ConfigError(f"{key} (hidden) is not allowed: it decodes to {len(key_bytes)} "
+                              f"bytes; expected at least {MIN_WEBHOOK_SECRET_BYTES}")
+    elif len(secret) < MIN_WEBHOOK_SECRET_BYTES:
+        raise ConfigError(f"{key} (hidden, {len(secret)} characters) is not allowed: "
+                          f"expected {allowed}")
+
+
+# -- pass-through (DESIGN §2) ------------------------------------------------------------------
+
+SIGNAL_PATHS = ("/v1/traces", "/v1/metrics", "/v1/logs")  # appended to forward_endpoint
+# Set by the forwarder for each request; a configured value would corrupt what is sent.
+FORWARDER_HEADERS = frozenset({"content-type", "content-encoding", "content-length", "host",
+                               "transfer-encoding", "connection"})
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+_HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # controls but HTAB
+
+
+def url_for_logs(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unparsable URL)"
+    netloc = f"{parts.username}:***@{parts.hostname or ''}{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def validate_forward(endpoint: str | None, headers: Mapping[str, str]) -> None:
+    """``forward_endpoint``: an http(s) base URL (the signal paths are appended);
+    ``forward_headers``: header names and values for every forwarded request. Messages never
+    show a header value or a password."""
+    if endpoint is not None:
+        shown = url_for_logs(endpoint)
+        try:
+            parsed = urlsplit(endpoint)
+            ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+            parsed.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"forward_endpoint={shown!r} is not allowed: expected an OTLP/HTTP "
+                              f"base URL like http://otel-collector:4318")
+        if parsed.query or parsed.fragment:
+            raise ConfigError(f"forward_endpoint={shown!r} is not allowed: expected a base URL "
+                              f"without ?query or #fragment")
+        if parsed.path.rstrip("/").endswith(SIGNAL_PATHS):
+            raise ConfigError(f"forward_endpoint={shown!r} is not allowed: expected the base URL "
+                              f"(e.g. http://otel-collector:4318); {', '.join(SIGNAL_PATHS)} "
+                              f"are appended per signal")
+    if not isinstance(headers, Mapping):
+        raise ConfigError("forward_headers is not allowed: expected a mapping of header names "
+                          "to values")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            raise ConfigError(f"forward_headers: header name {name!r} is not allowed: expected "
+                              f"letters, digits and !#$%&'*+.^_`|~-")
+        if name.lower() in FORWARDER_HEADERS:
+            raise ConfigError(f"forward_headers: header {name!r} is not allowed: the forwarder "
+                              f"sets it for each request")
+        if not isinstance(value, str) or _HEADER_VALUE_FORBIDDEN.search(value):
+            raise ConfigError(f"forward_headers[{name}] (hidden) is not allowed: expected a "
+                              f"string without control characters or line breaks")
+    if headers and endpoint is None:
+        raise ConfigError("forward_headers is set but forward_endpoint is not: set "
+                          "forward_endpoint (e.g. http://otel-collector:4318) or remove the "
+                          "headers")
+
+
+def _same_listener(url: str, address: tuple[str, int]) -> bool:
+    """Whether ``url`` reaches the listener bound to ``address`` on this host."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host, bound_port = address
+    if port != bound_port or bound_port == 0:
+        return False
+    target = parts.hostname or ""
+    return target == host or (is_loopback(target)
+                              and (is_loopback(host) or host in ("0.0.0.0", "::", "")))
+
+
+def parse_headers(key: str, text: str) -> dict[str, str]:
+    """``name=value,name2=value2`` with percent-encoded values, as OTEL_EXPORTER_OTLP_HEADERS
+    (the W3C baggage format the OTLP exporters read)."""
+    headers: dict[str, str] = {}
+    for index, pair in enumerate(part for part in text.split(",") if part.strip()):
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{key}: entry {index + 1} is not allowed: expected name=value "
+                              f"pairs separated by commas (values percent-encoded), as in "
+                              f"OTEL_EXPORTER_OTLP_HEADERS")
+        headers[name.strip()] = unquote(value.strip())
+    return headers
+
+
+def webhook_name(hook: Mapping[str, Any]) -> str:
+    """The webhook's stable identity in the persisted delivery outbox: its ``name``, else a
+    digest of its URL (the URL itself may hold a token and is not stored)."""
+    name = hook.get("name")
+    if isinstance(name, str) and name:
+        return name
+    return "hook-" + hashlib.sha256(str(hook.get("url", "")).encode()).hexdigest()[:12]
+
+
+def split_address(key: str, address: str) -> tuple[str, int]:
+    host, sep, port = str(address).rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key}={address!r} is not allowed: expected host:port "
+                          f"(e.g. 127.0.0.1:9477, port 0-65535)")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _coerce(key: str, value: Any, kind: str) -> Any:
+    """Turn a YAML/env/flag value into the field's type, or say what was expected."""
+    if kind == "str":
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}={value!r} is not allowed: expected a string")
+    if kind == "str | None":
+        return None if value in (None, "") else _coerce(key, value, "str")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(value).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}={value!r} is not allowed: expected true or false")
+    if kind == "int":
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            return int(str(value))
+        except ValueError:
+            raise ConfigError(f"{key}={value!r} is not allowed: expected an integer") from None
+    if kind == "float":
+        try:  # every float key is a time: seconds, or a duration in the shared grammar
+            return parse_seconds(value)
+        except DurationError as exc:
+            raise ConfigError(f"{key}={value!r} is not allowed: expected {exc}") from None
+    if kind == "tuple[str, ...]":
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{key}={value!r} is not allowed: expected a list of paths")
+    if kind == "tuple[Mapping[str, Any], ...]":
+        if isinstance(value, str):
+            try:
+                value = yaml.safe_load(value) if value.strip() else []
+            except yaml.YAMLError as exc:
+                problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
+                raise ConfigError(f"{key} is not allowed: {problem}; expected a YAML list of "
+                                  f"webhooks") from None
+        if isinstance(value, list):
+            return tuple(value)
+        raise ConfigError(f"{key}={value!r} is not allowed: expected a list of webhooks")
+    if kind == "Mapping[str, str]":
+        if isinstance(value, str):
+            return parse_headers(key, value)
+        if isinstance(value, Mapping):
+            return {name: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else v for name, v in value.items()}
+        raise ConfigError(f"{key} is not allowed: expected a mapping of names to values, or "
+                          f"name=value,name2=value2")
+    raise ConfigError(f"{key}: unsupported type {kind}")  # pragma: no cover - a coding error
+
+
+FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
+
+
+# WATCHDOG_* variables that are not configuration keys, so the sidecar leaves them alone:
+# WATCHDOG_URL tells the client SDK and the CLI where the control API is (an agent container
+# and its sidecar often share one env block), and Kubernetes injects "service links"
+# (WATCHDOG_SERVICE_HOST, WATCHDOG_PORT_9477_TCP, ...) into every pod of a namespace that has
+# a Service named "watchdog".
+NOT_CONFIG_ENV = ("WATCHDOG_URL",)
+_SERVICE_LINK_ENV = re.compile(r"^WATCHDOG_(?:SERVICE_(?:HOST|PORT)(?:_\w+)?|PORT(?:_\w+)?)$")
+
+
+def _closest(word: str, choices: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[str, str]:
+    """The configuration in ``WATCHDOG_<KEY>`` variables; any other ``WATCHDOG_*`` variable
+    (a typo such as ``WATCHDOG_RUN_END_TIMOUT``) is refused rather than silently ignored:
+    added to ``problems`` if given, else raised."""
+    values: dict[str, str] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG_ENV:
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key in FIELD_TYPES:
+            values[key] = value
+        elif not _SERVICE_LINK_ENV.match(name):
+            close = _closest(key, FIELD_TYPES)
+            hint = f"did you mean {ENV_PREFIX}{close.upper()}? " if close else ""
+            message = (f"unknown environment variable {name}: {hint}"
+                       f"WATCHDOG_<KEY> sets a configuration key (README: Configuration); fix "
+                       f"the name or unset it")
+            if problems is None:
+                raise ConfigError(message)
+            problems.append(message)
+    return values
+
+
+def _apply(config: Config, values: Mapping[str, Any], source: str,
+           problems: list[str]) -> tuple[Config, bool]:
+    """``config`` with the good ``values``; each bad one is added to ``problems``. Also whether
+    a key was unknown."""
+    changes: dict[str, Any] = {}
+    unknown = False
+    for key, value in values.items():
+        if key not in FIELD_TYPES:
+            close = _closest(str(key), FIELD_TYPES)
+            problems.append(f"unknown configuration key {key!r} in {source}"
+                            + (f"; did you mean {close}?" if close else ""))
+            unknown = True
+            continue
+        try:
+            changes[key] = _coerce(key, value, FIELD_TYPES[key])
+        except ConfigError as exc:
+            problems.append(exc.message)
+    return replace(config, **changes), unknown
+
+
+def load(path: str | None = None, env: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> Config:
+    """Defaults, then the YAML file, then ``WATCHDOG_*`` env vars, then flags; validated."""
+    config = Config()
+    problems: list[str] = []
+    unknown = False
+    if path:
+        try:
+            document = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path}: invalid YAML: {exc}") from None
+        if not isinstance(document, dict):
+            raise ConfigError(f"config file {path}: the top level must be a mapping of keys")
+        config, unknown = _apply(config, document, path, problems)
+    env = os.environ if env is None else env
+    config, unknown_env = _apply(config, env_keys(env, problems), "environment", problems)
+    config, unknown_flag = _apply(
+        config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags", problems)
+    problems += config.problems()
+    raise_problems(problems, "allowed: " + ", ".join(sorted(FIELD_TYPES))
+                   if unknown or unknown_env or unknown_flag else None)
+    return config

@@ -1,0 +1,424 @@
+"""Directive persistence: the directives themselves, acks, and the webhook delivery outbox.
+
+A SQLite file of its own (``state_dir/directives.sqlite3``) with its own connections, so a
+directive write never waits behind the runs database's large activity flushes: the directive
+path has a latency target (receipt → SSE p99 ≤ 5 ms), the activity path has throughput.
+
+Theory of operation
+-------------------
+* ``directives`` is the fired-rule log as well: ``UNIQUE(run_id, dedup_key)`` means a decision
+  can never be stored twice, and :meth:`DirectiveStore.fired_records` is what the rule engine
+  reloads after a restart so it neither loses nor repeats a decision.
+* Numbers (``seq``, ``global_seq``) are allocated in memory by the outbox before the insert; the
+  store only checks them (``UNIQUE(run_id, seq)``, ``global_seq`` primary key).
+* ``deliveries`` is the persisted webhook outbox: one row per (directive, hook), inserted in the
+  same transaction as its directive, so "stored" always includes "will be sent". Its state
+  machine is pending → delivered | failed, with ``attempts`` and ``next_attempt_at`` while
+  pending.
+* Two connections on a file database (WAL: readers never block the writer): the writer is used
+  from the outbox's single store lane, the reader from the stream hub's reader thread. An
+  in-memory database has one connection for both (tests).
+* WAL checkpoints are taken off the write path: SQLite's automatic checkpoint runs inside the
+  commit that crosses the threshold and fsyncs, which made ~1% of directive writes take
+  several milliseconds. The writer has autocheckpoint off; the outbox calls
+  :meth:`DirectiveStore.checkpoint` (a third connection, PASSIVE: it never blocks the writer)
+  from another thread once a second.
+
+Synchronous: callers run it on worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from watchdog.core.directives.model import Directive
+from watchdog.core.rules.decision import Action
+from watchdog.core.rules.engine import FiredRecord
+from watchdog.core.runs.terminal import TerminalState
+
+SCHEMA_VERSION = 1
+DB_FILE = "directives.sqlite3"
+MEMORY = ":memory:"
+MAX_DIRECTIVES_STORED = 100_000  # oldest directives of ended runs beyond this are pruned
+MAX_ERROR_CHARS = 500  # last_error kept per delivery
+_IN_CHUNK = 500  # run ids per "IN (...)" query (SQLite's variable limit is 32766; stay small)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS directives (
+    global_seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    agent TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    action TEXT NOT NULL,
+    dedup_key TEXT NOT NULL,
+    escalation INTEGER NOT NULL,
+    tool_calls_at INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    data TEXT NOT NULL,
+    UNIQUE (run_id, dedup_key),
+    UNIQUE (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS acks (
+    run_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deliveries (
+    global_seq INTEGER NOT NULL,
+    hook TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    enqueued_at REAL NOT NULL,
+    next_attempt_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    last_error TEXT,
+    PRIMARY KEY (global_seq, hook)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at);
+"""
+
+
+class AddResult(StrEnum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"  # this (run_id, dedup_key) is already stored: the decision was made
+    CONFLICT = "conflict"  # its id, seq or global_seq is taken (two processes on one state dir?)
+
+
+class DeliveryState(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One pending webhook delivery, with its directive."""
+
+    directive: Directive
+    hook: str
+    attempts: int  # made so far
+    enqueued_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRow:
+    """A delivery's bookkeeping (inspection and tests)."""
+
+    global_seq: int
+    hook: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: float
+    last_error: str | None
+
+
+class DirectiveStoreError(RuntimeError):
+    """The directive database cannot be used (permissions, newer schema, corrupt file)."""
+
+
+class _Connection:
+    """A SQLite connection and the lock that serialises its use across threads."""
+
+    def __init__(self, target: str) -> None:
+        self.db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+        self.lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            self.db.execute("BEGIN")
+            try:
+                yield self.db
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+
+class DirectiveStore:
+    def __init__(self, state_dir: str) -> None:
+        if state_dir == MEMORY:
+            target = MEMORY
+        else:
+            directory = Path(state_dir)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DirectiveStoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
+            target = str(directory / DB_FILE)
+        try:
+            self._writer = _Connection(target)
+            db = self._writer.db
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise DirectiveStoreError(
+                    f"{target} has schema version {version}; this build knows {SCHEMA_VERSION}: "
+                    f"use a newer agent-watchdog")
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._reader = self._writer if target == MEMORY else _Connection(target)
+            self._checkpointer: _Connection | None = None
+            if target != MEMORY:
+                self._reader.db.execute("PRAGMA query_only=ON")
+                db.execute("PRAGMA wal_autocheckpoint=0")
+                self._checkpointer = _Connection(target)
+        except sqlite3.Error as exc:
+            raise DirectiveStoreError(f"state_dir {state_dir!r}: {exc}") from None
+
+    def close(self) -> None:
+        self.checkpoint(truncate=True)
+        connections = (self._checkpointer, self._reader, self._writer)
+        for connection in {id(c): c for c in connections if c is not None}.values():
+            with connection.lock:
+                connection.db.close()
+
+    def checkpoint(self, truncate: bool = False) -> None:
+        """Copy the write-ahead log into the database (PASSIVE: skips what readers still use
+        and never blocks the writer; TRUNCATE on close also empties the log file)."""
+        if self._checkpointer is None:
+            return
+        mode = "TRUNCATE" if truncate else "PASSIVE"
+        # busy: the next round will do it
+        with self._checkpointer.lock, contextlib.suppress(sqlite3.OperationalError):
+            self._checkpointer.db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+
+    # -- directives: writes (the store lane) ------------------------------------------------------
+
+    def add(self, directive: Directive, hooks: Sequence[str] = (), now: float | None = None
+            ) -> AddResult:
+        """Store one directive (and its webhook deliveries)."""
+        return self.add_many([(directive, hooks)], now)[0]
+
+    def add_many(self, items: Sequence[tuple[Directive, Sequence[str]]],
+                 now: float | None = None) -> list[AddResult]:
+        """Store directives and their webhook deliveries in one transaction. Anything but
+        ``STORED`` means the directive was not stored and must not be published. Deliveries
+        are due at ``now`` (default: the directive's creation)."""
+        results: list[AddResult] = []
+        with self._writer.transaction() as db:
+            for directive, hooks in items:
+                try:
+                    cursor = db.execute(
+                        "INSERT INTO directives (global_seq, id, run_id, seq, agent, rule, "
+                        "action, dedup_key, escalation, tool_calls_at, created_at, data) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                        "ON CONFLICT (run_id, dedup_key) DO NOTHING",
+                        (directive.global_seq, directive.id, directive.run_id, directive.seq,
+                         directive.agent, directive.rule, directive.action, directive.dedup_key,
+                         int(directive.escalation), directive.tool_calls_at,
+                         directive.created_at,
+                         json.dumps(directive.to_record(), separators=(",", ":"))))
+                except sqlite3.IntegrityError:  # a number is taken: only the statement fails
+                    results.append(AddResult.CONFLICT)
+                    continue
+                if cursor.rowcount != 1:
+                    results.append(AddResult.DUPLICATE)
+                    continue
+                results.append(AddResult.STORED)
+                if hooks:
+                    due = directive.created_at if now is None else now
+                    db.executemany(
+                        "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
+                        "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
+                        [(directive.global_seq, hook, DeliveryState.PENDING.value, due, due, due)
+                         for hook in hooks])
+        return results
+
+    def ack(self, run_id: str, seq: int, now: float) -> int:
+        """Record that the agent has seen ``seq``; acks only move forward. Returns the acked seq."""
+        with self._writer.transaction() as db:
+            db.execute("INSERT INTO acks (run_id, seq, at) VALUES (?,?,?) ON CONFLICT (run_id) "
+                       "DO UPDATE SET seq=excluded.seq, at=excluded.at WHERE excluded.seq > seq",
+                       (run_id, seq, now))
+            row = db.execute("SELECT seq FROM acks WHERE run_id=?", (run_id,)).fetchone()
+        return int(row[0])
+
+    def prune(self, keep_runs: Iterable[str] = (),
+              max_directives: int = MAX_DIRECTIVES_STORED) -> tuple[int, list[str]]:
+        """Delete the oldest directives beyond ``max_directives``, except those of ``keep_runs``
+        (active runs: the rule engine needs them after a restart) and those with a webhook
+        delivery still pending. Returns how many went and the runs left with none."""
+        with self._writer.transaction() as db:
+            row = db.execute("SELECT global_seq FROM directives ORDER BY global_seq DESC "
+                             "LIMIT 1 OFFSET ?", (max_directives,)).fetchone()
+            if row is None:
+                return 0, []
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS keep_runs (run_id TEXT PRIMARY KEY)")
+            db.execute("DELETE FROM keep_runs")
+            db.executemany("INSERT OR IGNORE INTO keep_runs VALUES (?)",
+                           [(run,) for run in keep_runs])
+            condition = ("global_seq <= ? AND run_id NOT IN (SELECT run_id FROM keep_runs) "
+                         "AND global_seq NOT IN (SELECT global_seq FROM deliveries WHERE state=?)")
+            args = (row[0], DeliveryState.PENDING.value)
+            touched = [run for (run,) in db.execute(
+                f"SELECT DISTINCT run_id FROM directives WHERE {condition}", args)]
+            pruned = db.execute(f"DELETE FROM directives WHERE {condition}", args).rowcount
+            db.execute("DELETE FROM deliveries WHERE global_seq NOT IN "
+                       "(SELECT global_seq FROM directives)")
+            db.execute("DELETE FROM acks WHERE run_id NOT IN (SELECT run_id FROM directives)")
+            db.execute("DELETE FROM keep_runs")
+            emptied = [run for run in touched if db.execute(
+                "SELECT 1 FROM directives WHERE run_id=? LIMIT 1", (run,)).fetchone() is None]
+        return pruned, emptied
+
+    # -- directives: reads ------------------------------------------------------------------------
+
+    def counters(self) -> tuple[int, dict[str, int]]:
+        """The highest ``global_seq``, and the highest ``seq`` of every run (to continue from)."""
+        with self._reader.lock:
+            db = self._reader.db
+            top = db.execute("SELECT COALESCE(MAX(global_seq), 0) FROM directives").fetchone()[0]
+            rows = db.execute("SELECT run_id, MAX(seq) FROM directives GROUP BY run_id").fetchall()
+        return int(top), {run: int(seq) for run, seq in rows}
+
+    def max_seq(self) -> int:
+        with self._reader.lock:
+            row = self._reader.db.execute(
+                "SELECT COALESCE(MAX(global_seq), 0) FROM directives").fetchone()
+        return int(row[0])
+
+    def latest_seq(self, run_id: str) -> int:
+        with self._reader.lock:
+            row = self._reader.db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM directives WHERE run_id=?",
+                (run_id,)).fetchone()
+        return int(row[0])
+
+    def list_for_run(self, run_id: str, after_seq: int = 0, limit: int = 100) -> list[Directive]:
+        """The run's directives with ``seq > after_seq``, oldest first."""
+        with self._reader.lock:
+            rows = self._reader.db.execute(
+                "SELECT data FROM directives WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?",
+                (run_id, after_seq, limit)).fetchall()
+        return [Directive.from_record(json.loads(row[0])) for row in rows]
+
+    def list_after(self, global_seq: int = 0, limit: int = 100) -> list[Directive]:
+        """All runs' directives with ``global_seq`` above the given one, oldest first."""
+        with self._reader.lock:
+            rows = self._reader.db.execute(
+                "SELECT data FROM directives WHERE global_seq>? ORDER BY global_seq LIMIT ?",
+                (global_seq, limit)).fetchall()
+        return [Directive.from_record(json.loads(row[0])) for row in rows]
+
+    def fired_records(self, run_ids: Iterable[str] | None = None) -> list[FiredRecord]:
+        """What the rule engine fired for these runs (all runs when None), oldest first."""
+        columns = ("SELECT global_seq, run_id, rule, dedup_key, action, created_at, "
+                   "tool_calls_at, json_extract(data, '$.terminal_state') FROM directives")
+        rows: list[tuple[int, str, str, str, str, float, int, str | None]] = []
+        with self._reader.lock:
+            db = self._reader.db
+            if run_ids is None:
+                rows = db.execute(columns + " ORDER BY global_seq").fetchall()
+            else:
+                runs = list(dict.fromkeys(run_ids))
+                for start in range(0, len(runs), _IN_CHUNK):
+                    chunk = runs[start:start + _IN_CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    rows += db.execute(f"{columns} WHERE run_id IN ({marks})", chunk).fetchall()
+                rows.sort()
+        return [FiredRecord(run, rule, key, Action(action), created_at, tool_calls_at,
+                            TerminalState(terminal) if terminal else None)
+                for _seq, run, rule, key, action, created_at, tool_calls_at, terminal in rows]
+
+    def acked(self, run_id: str) -> int:
+        """The highest seq the agent acknowledged (0: none)."""
+        with self._reader.lock:
+            row = self._reader.db.execute("SELECT seq FROM acks WHERE run_id=?",
+                                          (run_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    # -- webhook outbox (the store lane) ----------------------------------------------------------
+
+    def enqueue(self, global_seq: int, hooks: Iterable[str], now: float) -> None:
+        """Add deliveries for an already stored directive (normally :meth:`add_many` does it)."""
+        with self._writer.transaction() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
+                "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
+                [(global_seq, hook, DeliveryState.PENDING.value, now, now, now)
+                 for hook in hooks])
+
+    def due(self, now: float, limit: int = 100, exclude: Iterable[tuple[int, str]] = ()
+            ) -> list[Delivery]:
+        """Pending deliveries whose time has come, earliest first, minus ``exclude`` (those
+        being attempted right now)."""
+        skip = set(exclude)
+        with self._writer.lock:
+            rows = self._writer.db.execute(
+                "SELECT d.global_seq, d.hook, d.attempts, d.enqueued_at, x.data "
+                "FROM deliveries d JOIN directives x ON x.global_seq = d.global_seq "
+                "WHERE d.state=? AND d.next_attempt_at<=? "
+                "ORDER BY d.next_attempt_at, d.global_seq LIMIT ?",
+                (DeliveryState.PENDING.value, now, limit + len(skip))).fetchall()
+        due = [Delivery(Directive.from_record(json.loads(data)), hook, attempts, enqueued_at)
+               for global_seq, hook, attempts, enqueued_at, data in rows
+               if (global_seq, hook) not in skip]
+        return due[:limit]
+
+    def next_due_at(self, exclude: Iterable[tuple[int, str]] = ()) -> float | None:
+        """When the earliest pending delivery not in ``exclude`` is due (None: none)."""
+        skip = set(exclude)
+        with self._writer.lock:
+            rows = self._writer.db.execute(
+                "SELECT global_seq, hook, next_attempt_at FROM deliveries WHERE state=? "
+                "ORDER BY next_attempt_at LIMIT ?",
+                (DeliveryState.PENDING.value, len(skip) + 1)).fetchall()
+        for global_seq, hook, next_at in rows:
+            if (global_seq, hook) not in skip:
+                return float(next_at)
+        return None
+
+    def mark_delivered(self, global_seq: int, hook: str, now: float) -> None:
+        self._finish(global_seq, hook, DeliveryState.DELIVERED, now, None, now)
+
+    def mark_retry(self, global_seq: int, hook: str, next_at: float, error: str,
+                   now: float) -> None:
+        self._finish(global_seq, hook, DeliveryState.PENDING, now, error, next_at)
+
+    def mark_failed(self, global_seq: int, hook: str, error: str, now: float) -> None:
+        self._finish(global_seq, hook, DeliveryState.FAILED, now, error, now)
+
+    def _finish(self, global_seq: int, hook: str, state: DeliveryState, now: float,
+                error: str | None, next_at: float) -> None:
+        """Record one attempt's outcome; only a pending delivery moves."""
+        with self._writer.transaction() as db:
+            db.execute(
+                "UPDATE deliveries SET state=?, attempts=attempts+1, next_attempt_at=?, "
+                "updated_at=?, last_error=? WHERE global_seq=? AND hook=? AND state=?",
+                (state.value, next_at, now, error[:MAX_ERROR_CHARS] if error else None,
+                 global_seq, hook, DeliveryState.PENDING.value))
+
+    def fail_unknown_hooks(self, known: Iterable[str], now: float) -> int:
+        """Pending deliveries to hooks no longer configured will never be sent: fail them."""
+        names = list(known)
+        marks = ",".join("?" * len(names))
+        where = f" AND hook NOT IN ({marks})" if names else ""
+        with self._writer.transaction() as db:
+            cursor = db.execute(
+                f"UPDATE deliveries SET state=?, updated_at=?, "
+                f"last_error='webhook no longer configured' WHERE state=?{where}",
+                (DeliveryState.FAILED.value, now, DeliveryState.PENDING.value, *names))
+        return cursor.rowcount
+
+    def deliveries(self, global_seq: int | None = None) -> list[DeliveryRow]:
+        sql = ("SELECT global_seq, hook, state, attempts, next_attempt_at, last_error "
+               "FROM deliveries")
+        args: tuple[int, ...] = ()
+        if global_seq is not None:
+            sql += " WHERE global_seq=?"
+            args = (global_seq,)
+        with self._reader.lock:
+            rows = self._reader.db.execute(sql + " ORDER BY global_seq, hook", args).fetchall()
+        return [DeliveryRow(seq, hook, DeliveryState(state), attempts, next_at, error)
+                for seq, hook, state, attempts, next_at, error in rows]

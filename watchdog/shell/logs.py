@@ -1,0 +1,83 @@
+"""Logging: text or JSON lines on stderr, and the decision events operators search for.
+
+Decisions are logged as events on the ``watchdog.decisions`` logger, each with a fixed set of
+fields (DESIGN §2, README "Logs"):
+
+=================  ==============================================================
+``rule_fired``     rule, action, severity, run, agent, terminal_state
+``directive_sent`` id, run, seq, action, rule, channel (sse, longpoll, webhook), outcome
+``directive_acked`` run, seq (what the agent acked), acked_seq (the run's acked seq now)
+``run_ended``      run, agent, terminal_state, reason, has_final_answer
+=================  ==============================================================
+
+With ``log_format: json`` every line is one JSON object: ``time``, ``level``, ``logger``,
+``message`` and, for events, ``event`` plus its fields — what Loki/Elasticsearch index without
+a parser. Run ids appear here (logs are per event) and never as metric labels. Nothing here
+logs a secret: no tokens, no webhook URLs (hooks are named), no directive message bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from watchdog.core.directives.model import Directive
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+DECISIONS = "watchdog.decisions"
+FIELDS_ATTR = "watchdog_fields"  # where an event's fields travel on the LogRecord
+EVENT_ATTR = "watchdog_event"
+
+_decisions = logging.getLogger(DECISIONS)
+
+
+def event(name: str, **fields: Any) -> None:
+    """Log decision event ``name`` with ``fields`` (text: ``name k=v ...``; JSON: fields)."""
+    if not _decisions.isEnabledFor(logging.INFO):
+        return
+    text = " ".join(f"{key}={_text(value)}" for key, value in fields.items())
+    _decisions.info("%s %s", name, text, extra={EVENT_ATTR: name, FIELDS_ATTR: fields})
+
+
+def directive_sent(directive: Directive, channel: str, outcome: str = "sent",
+                   **fields: Any) -> None:
+    event("directive_sent", id=directive.id, run=directive.run_id, seq=directive.seq,
+          action=directive.action, rule=directive.rule, channel=channel, outcome=outcome,
+          **fields)
+
+
+def _text(value: object) -> str:
+    text = "-" if value is None else str(value)
+    return json.dumps(text) if not text or any(c in text for c in ' "=\n') else text
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; an exception's traceback is a field, not more lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        name = getattr(record, EVENT_ATTR, None)
+        if name is not None:
+            line["event"] = name
+            line.update(getattr(record, FIELDS_ATTR, {}))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def setup(level: str, log_format: str) -> None:
+    """Configure the root logger: ``level`` (debug..error) and ``log_format`` (text | json)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json"
+                         else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -1,0 +1,557 @@
+"""The model endpoint's shell (DESIGN §12): an aiohttp app in front of the configured upstreams.
+
+Theory of operation
+-------------------
+``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` are read (their wire
+module), given their run (:class:`~watchdog.core.model.book.ModelBook`), steered
+(:func:`~watchdog.core.model.steer.decide`) and forwarded; every other ``/v1/`` path is forwarded as
+it came. The upstream is always a configured base URL, never anything the request names: the
+request path is appended to it only after it has been checked (no ``..``, no encoded ``/``,
+``.`` or ``\\``, no absolute-form target). Headers pass both ways except hop-by-hop ones (RFC
+9110 §7.6.1) and the watchdog's own ``x-watchdog-*``, which are read and dropped.
+
+A request with nothing to apply goes upstream byte for byte; a response with nothing to trim
+comes back byte for byte, a stream chunk by chunk as it arrives, read on the way (an SSE reader
+and the API's accumulator) to observe the call. A stream whose tool calls must be trimmed is
+passed on event by event. When the response has ended, the call becomes records of its run
+through the service, as spans do.
+
+Bounded: request bodies (``model_max_body_bytes``, 413), requests in flight
+(``model_max_concurrent``, 503 with Retry-After), whole responses read for observation
+(``MAX_RESPONSE_BYTES``: larger ones pass unobserved), SSE events (``MAX_SSE_EVENT_BYTES``). One
+client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
+honours ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (read once at start: aiohttp's per-request
+``trust_env`` lookup cost ~1.7 ms a request). A client that goes away cancels its upstream
+request.
+Credentials are forwarded to the upstream and nowhere else: nothing here logs a header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from watchdog.core.bounds import id_problem, load_json
+from watchdog.core.model.book import Caller, EndpointRun, ModelBook
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.messages import MessagesWire
+from watchdog.core.model.responses import ResponsesWire
+from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
+from watchdog.core.model.wire import SSEReader, Wire, dumps
+from watchdog.core.runs.view import RunView
+from watchdog.core.spans.record import KeySource
+from watchdog.shell import logs
+from watchdog.shell.config import Config, is_loopback, split_address, url_for_logs
+from watchdog.shell.errors import Overloaded, StateUnavailable
+from watchdog.shell.model.headers import (
+    ANTHROPIC_HINTS,
+    TOKEN_HEADER,
+    Refused,
+    budget_from,
+    check_target,
+    proxy_for,
+    request_headers,
+    response_headers,
+)
+from watchdog.shell.service import WatchdogService
+
+log = logging.getLogger("watchdog.model")
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to observe it
+CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
+RETRY_AFTER = "1"  # seconds, when too many requests are in flight
+MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
+MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
+class ModelProxy:
+    def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
+        self.service = service
+        self.config = config
+        self.metrics = observer  # watchdog.shell.metrics.Metrics (None: not counted)
+        self.book = ModelBook()
+        self.wires: dict[str, Wire] = {"/v1/chat/completions": ChatWire(),
+                                       "/v1/responses": ResponsesWire(),
+                                       "/v1/messages": MessagesWire()}
+        self.openai = config.model_upstream.rstrip("/")
+        self.anthropic = config.model_upstream_anthropic.rstrip("/")
+        host, _ = split_address("model_address", config.model_address or "127.0.0.1:0")
+        self.token = config.api_token if not is_loopback(host) else None
+        self.in_flight = 0
+        self.failures = 0  # calls whose observation failed (a bug)
+        self.session: aiohttp.ClientSession | None = None
+        self.proxies: dict[str, tuple[str, str | None] | None] = {}
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.config.model_max_concurrent,
+                                           keepalive_timeout=60),
+            # the wait for each read, not the whole exchange: a long stream that keeps coming
+            # is not cut, a silent upstream is
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT,
+                                          sock_read=self.config.model_upstream_timeout),
+            trust_env=False, auto_decompress=False, raise_for_status=False)
+        self.proxies = {base: proxy_for(base) for base in (self.openai, self.anthropic)}
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.model_max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_startup.append(lambda _app: self.start())
+        app.on_cleanup.append(lambda _app: self.close())
+        return app
+
+    # -- the door -------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        wire = self.wires.get(path.rstrip("/")) if request.method == "POST" else None
+        api = wire.api if wire is not None else "other"
+        try:
+            check_target(request)
+            if self.token is not None:
+                given = request.headers.get(TOKEN_HEADER, "")
+                if not hmac.compare_digest(given.encode("utf-8", "replace"),
+                                           self.token.encode("utf-8")):
+                    raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} "
+                                  f"header: the model endpoint binds beyond loopback")
+            if self.in_flight >= self.config.model_max_concurrent:
+                raise Refused(503, "overloaded", f"{self.in_flight} model requests are in "
+                              f"flight (model_max_concurrent): retry shortly",
+                              {"Retry-After": RETRY_AFTER})
+            self.in_flight += 1
+            try:
+                if wire is None:
+                    return await self._pass(request, api)
+                return await self._api(request, wire)
+            finally:
+                self.in_flight -= 1
+        except Refused as refused:
+            self._count(None, api, "refused")
+            body = (wire or ChatWire()).error(refused.status, refused.code, refused.message)
+            return web.Response(status=refused.status, body=dumps(body), headers={
+                "Content-Type": "application/json", **refused.headers})
+
+    def _upstream_url(self, request: web.Request) -> str:
+        raw = request.raw_path
+        if raw.split("?", 1)[0].rstrip("/") == "/v1/messages" or (
+                not raw.startswith(("/v1/chat/", "/v1/responses"))
+                and any(name in request.headers for name in ANTHROPIC_HINTS)):
+            return self.anthropic + raw
+        return self.openai + raw[len("/v1"):]
+
+    # -- other paths: passed through ------------------------------------------------------------
+
+    async def _pass(self, request: web.Request, api: str) -> web.StreamResponse:
+        body = await self._body(request)
+        headers, _ = request_headers(request)
+        return await self._forward(request, api, body, headers, None)
+
+    # -- the three APIs -------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request, wire: Wire) -> web.StreamResponse:
+        raw = await self._body(request)
+        headers, watchdog = request_headers(request)
+        headers["Accept-Encoding"] = "identity"  # the response is read: no compression
+        budget = budget_from(watchdog)
+        run_header = watchdog.get("x-watchdog-run")
+        if run_header is not None and (problem := id_problem(run_header)) is not None:
+            raise Refused(400, "bad_request", f"x-watchdog-run {run_header[:64]!r} is not "
+                          f"allowed: it {problem}")
+        try:
+            body = load_json(raw)
+            if not isinstance(body, dict):
+                raise ValueError("the body is not a JSON object")
+        except ValueError as exc:
+            if run_header is None and budget is None:  # nothing to read: upstream's to judge
+                return await self._forward(request, wire.api, raw, headers, None)
+            raise Refused(400, "bad_request", f"the request body cannot be read: {exc}"
+                          ) from None
+        parsed = wire.read_request(body)
+        agent = watchdog.get("x-watchdog-agent") or self.config.model_agent_name
+        call = self._observe_request(wire, parsed, Caller(
+            request.headers.get("traceparent"), run_header, agent), agent, budget)
+        if call is None:  # the state cannot take it: forward unobserved (fail open)
+            return await self._forward(request, wire.api, raw, headers, None)
+        state, turn, run_key, agent_label = call
+        if turn.act is Act.ABORT:
+            return self._abort(request, wire, parsed, state, turn, run_key, agent_label)
+        if turn.act is Act.FINAL:
+            body = wire.withdraw_tools(body, turn.text)
+            state.final_used = True
+        elif turn.act is Act.NOTE:
+            body = wire.add_note(body, turn.text)
+        if turn.act is not Act.PASS:
+            raw = dumps(body)
+            self._steered(agent_label, turn.act.value)
+            logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
+                       action=turn.act.value, rule=turn.rule, keep=turn.keep)
+        self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
+        exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
+        return await self._forward(request, wire.api, raw, headers, exchange)
+
+    def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
+                         budget: dict[str, float] | None
+                         ) -> tuple[EndpointRun, Turn, str, str] | None:
+        service = self.service
+        try:
+            def ended(key: str) -> bool:
+                run = service.model_run(key)
+                return run is not None and run.ended
+
+            state = self.book.identify(wire.api, parsed, caller, agent, ended)
+            service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
+            run = self._run_of(state, agent, budget)
+            counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
+                            budget=dict(run.budget), final_used=state.final_used,
+                            stop=state.stop)
+            return state, decide(counts, service.board(run.key), parsed.instructions,
+                                 parsed.has_tools), run.key, run.agent
+        except (Overloaded, StateUnavailable) as exc:
+            log.warning("model call not observed: %s", exc)
+        except Exception:  # a bug here must not fail the agent's model call: fail open
+            self._failed("request")
+        return None
+
+    def _run_of(self, state: EndpointRun, agent: str | None,
+                budget: dict[str, float] | None) -> RunView:
+        """The tracker's run of this call (opened at its first request): a traced one the
+        run its trace's spans named, once they have come."""
+        service = self.service
+        if state.key_source is KeySource.TRACE:
+            key = service.trace_run(state.trace_id) or state.key
+            return service.model_open(key, KeySource.TRACE, state.trace_id, agent, None, budget)
+        existing = service.model_run(state.key)
+        if existing is not None and existing.framed:
+            state.traced = True  # the client SDK's run: its spans count the tools
+            return existing
+        return service.model_open(state.key, state.key_source, state.trace_id, agent,
+                                  state.session, budget)
+
+    def _abort(self, request: web.Request, wire: Wire, parsed: Any, state: EndpointRun,
+               turn: Turn, key: str, agent: str) -> web.StreamResponse:
+        """The upstream is not called: a final answer with the stop note and the run's
+        report (or, with ``model_abort: error``, the API's error)."""
+        text = state.stop or self._stop_text(turn, state, key)
+        state.stop = text
+        self._steered(agent, "abort")
+        logs.event("model_steered", run=key, agent=agent, api=wire.api, action="abort",
+                   rule=turn.rule, mode=self.config.model_abort)
+        self._count(agent, wire.api, "aborted")
+        if self.config.model_abort == "error":
+            return web.Response(status=400, body=dumps(wire.error(
+                400, "watchdog_aborted", text)), content_type="application/json")
+        if parsed.stream:
+            return web.Response(body=wire.answer_stream(parsed.model, text, parsed), headers={
+                "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        return web.Response(body=dumps(wire.answer(parsed.model, text, parsed)),
+                            content_type="application/json")
+
+    def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
+        if state.report:  # the final report the model gave: the run's result
+            return state.report
+        lines = self.service.recent_lines(key)[-MAX_REPORT_LINES:]
+        run = self.service.model_run(key)
+        parts = [f"The agent-watchdog stopped this run: {turn.text or 'the run is over'}"]
+        if run is not None:
+            tools = ", ".join(f"{name} ×{count}"
+                              for name, count in list(run.signals["tools"].items())[:20])
+            parts.append(f"Progress so far: {run.iterations} model calls, {run.tool_calls} "
+                         f"tool calls" + (f" ({tools})" if tools else "") + ".")
+        if lines:
+            parts.append("Last steps:\n" + "\n".join(f"- {line}" for line in lines))
+        return "\n\n".join(parts)
+
+    # -- forwarding -----------------------------------------------------------------------------
+
+    async def _forward(self, request: web.Request, api: str, body: bytes,
+                       headers: CIMultiDict[str], exchange: _Exchange | None
+                       ) -> web.StreamResponse:
+        session = self.session
+        assert session is not None, "ModelProxy.start() first"
+        url = self._upstream_url(request)
+        wire = exchange.wire if exchange is not None else ChatWire()
+        agent = exchange.agent if exchange is not None else None
+        started = time.perf_counter()
+        try:
+            proxy = self.proxies.get(self.anthropic if url.startswith(self.anthropic + "/")
+                                     else self.openai)
+            async with session.request(request.method, url, data=body or None,
+                                       headers=headers, allow_redirects=False,
+                                       proxy=proxy[0] if proxy else None,
+                                       proxy_headers={"Proxy-Authorization": proxy[1]}
+                                       if proxy and proxy[1] else None) as upstream:
+                if exchange is None or not 200 <= upstream.status < 300:
+                    response = await self._relay(request, upstream)
+                    outcome = "passed" if upstream.status < 400 else "upstream_error"
+                elif upstream.content_type == "text/event-stream":
+                    response = await self._relay_stream(request, upstream, exchange)
+                    outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+                else:
+                    response = await self._relay_json(request, upstream, exchange)
+                    outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+        except TimeoutError:
+            self._count(agent, api, "upstream_timeout")
+            return self._error(wire, 504, "upstream_timeout", f"the upstream model API did "
+                               f"not answer within {self.config.model_upstream_timeout:g} s "
+                               f"(model_upstream_timeout)")
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+            if request.transport is None or request.transport.is_closing():
+                self._count(agent, api, "cancelled")
+                raise asyncio.CancelledError from None
+            self._count(agent, api, "upstream_unreachable")
+            log.warning("model upstream %s unreachable: %s", url_for_logs(url.split("?")[0]),
+                        type(exc).__name__)
+            return self._error(wire, 502, "upstream_unreachable",
+                               f"the upstream model API cannot be reached ({type(exc).__name__})")
+        except asyncio.CancelledError:
+            self._count(agent, api, "cancelled")
+            raise
+        if self.metrics is not None:
+            self.metrics.model_upstream(api, time.perf_counter() - started)
+        self._count(agent, api, outcome)
+        return response
+
+    @staticmethod
+    def _error(wire: Wire, status: int, code: str, message: str) -> web.Response:
+        return web.Response(status=status, body=dumps(wire.error(status, code, message)),
+                            content_type="application/json")
+
+    async def _relay(self, request: web.Request,
+                     upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+        """Status, headers and body as they come, chunk by chunk."""
+        response = _Relayed(status=upstream.status, reason=upstream.reason,
+                            headers=response_headers(upstream.headers, False))
+        if upstream.content_length is not None:
+            response.content_length = upstream.content_length
+        await response.prepare(request)
+        await response.write(_buffered(upstream))  # the head, with what came with it
+        await self._pump(upstream, response)
+        return response
+
+    @staticmethod
+    async def _pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+        """The rest of the upstream's body as it comes; an upstream that fails once the
+        answer has begun ends it there (the status is sent)."""
+        try:
+            async for chunk in upstream.content.iter_any():
+                if upstream.content.at_eof():  # the last bytes: with the end, one write
+                    await response.write_eof(chunk)
+                else:
+                    await response.write(chunk)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
+                TimeoutError) as exc:
+            log.warning("model upstream response cut short: %s", type(exc).__name__)
+            return
+        await response.write_eof()
+
+    async def _relay_json(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                          exchange: _Exchange) -> web.StreamResponse:
+        """A whole response: read (bounded), observed, trimmed if it asks for more tool calls
+        than are left (else its bytes as they came)."""
+        if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
+            return await self._relay(request, upstream)
+        buffer = bytearray()
+        async for chunk in upstream.content.iter_any():
+            buffer += chunk
+            if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
+                response = web.StreamResponse(status=upstream.status, headers=response_headers(
+                    upstream.headers, False))
+                await response.prepare(request)
+                await response.write(bytes(buffer))
+                await self._pump(upstream, response)
+                return response
+        data = bytes(buffer)
+        body: object = None
+        with contextlib.suppress(ValueError):
+            body = json.loads(data)
+        if isinstance(body, dict):
+            wire, keep = exchange.wire, exchange.turn.keep
+            seen = wire.read_response(body)
+            handed = kept_calls(seen.calls, keep)
+            if keep is not None and len(handed) < len(seen.calls) and wire.trim(body, keep):
+                data = dumps(body)
+                self._steered(exchange.agent, "trim")
+            if (note := self._empty_final(exchange, seen, handed)) is not None:
+                data = dumps(wire.answer(exchange.request.model, note, exchange.request))
+            self._observed(exchange, handed, seen)
+        return web.Response(status=upstream.status, body=data,
+                            headers=response_headers(upstream.headers, True))
+
+    async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                            exchange: _Exchange) -> web.StreamResponse:
+        """A stream passed on as it arrives, read on the way; with a bound on tool calls it
+        is passed event by event, the calls past the bound left out. The final request's is
+        held until it ends (bounded): an answer left empty is replaced by a stop note."""
+        wire, keep = exchange.wire, exchange.turn.keep
+        held: list[bytes] | None = [] if exchange.turn.act is Act.FINAL else None
+        held_size = 0
+        response = _Relayed(status=upstream.status, reason=upstream.reason,
+                            headers=response_headers(upstream.headers, False))
+        await response.prepare(request)
+        reader, accumulator = SSEReader(), wire.accumulator()
+        trimmer = wire.stream_trimmer(keep) if keep is not None else None
+        trimmed = False
+        first = _buffered(upstream) if trimmer is None else b""
+        if not first:
+            await response.write(b"")  # the head now: it waits for no event
+        try:
+            async for chunk in _chunks(upstream, first):
+                if trimmer is None:  # on its way first, read after
+                    if held:  # (the reading stopped: what was held goes first)
+                        await response.write(b"".join(held))
+                    held = None
+                    if upstream.content.at_eof():  # the last bytes: with the end, one write
+                        await response.write_eof(chunk)
+                    else:
+                        await response.write(chunk)
+                    for event in reader.feed(chunk):
+                        accumulator.feed(event)
+                    continue
+                events = reader.feed(chunk)
+                for event in events:
+                    accumulator.feed(event)
+                if reader.broken:  # an event too long to read: the rest passes as it is
+                    trimmer = None
+                    out = b"".join(e.raw for e in events) + reader.spilled
+                else:
+                    parts = [trimmer.rewrite(event) for event in events]
+                    trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
+                                                                             strict=True))
+                    out = b"".join(parts)
+                if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
+                    held.append(out)
+                    held_size += len(out)
+                    continue
+                if held:  # too long to hold: on its way as it is
+                    await response.write(b"".join(held))
+                held = None
+                if out:
+                    await response.write(out)
+            if held is not None:
+                seen = accumulator.observation
+                note = self._empty_final(exchange, seen, kept_calls(seen.calls, keep))
+                await response.write(b"".join(held) if note is None else wire.answer_stream(
+                    exchange.request.model, note, exchange.request))
+            if trimmer is not None and (rest := reader.rest()):
+                await response.write(rest)  # a stream cut mid-event: as it came
+            await response.write_eof()
+        finally:
+            seen = accumulator.observation
+            calls = kept_calls(seen.calls, keep)
+            if trimmed or len(calls) < len(seen.calls):
+                self._steered(exchange.agent, "trim")
+            self._observed(exchange, calls, seen)
+        return response
+
+    def _empty_final(self, exchange: _Exchange, seen: Any, handed: list[Any]) -> str | None:
+        """The stop note that replaces the final request's answer when nothing is left of it
+        (the model asked for tools though they were withdrawn, and they were trimmed); it is
+        then the answer observed. None: the answer stands."""
+        if exchange.turn.act is not Act.FINAL or handed or seen.text.strip() \
+                or not seen.complete:
+            return None
+        reason = Turn(Act.ABORT, f"the model asked for tools again instead of its final "
+                      f"report ({exchange.turn.rule})")
+        note = self._stop_text(reason, exchange.state, exchange.key)
+        seen.text = note
+        return note
+
+    def _observed(self, exchange: _Exchange, handed: list[Any], seen: Any) -> None:
+        """The response has ended: the call becomes a record of its run."""
+        state = exchange.state
+        if exchange.turn.act is Act.FINAL:
+            state.report = seen.text or answer_of(handed) or state.report
+        try:
+            record = self.book.call_record(state, exchange.request, seen, handed,
+                                           exchange.started_ns, time.time_ns())
+            self.service.model_records([record])
+            # the tools it handed over run at the agent until its next request: not idle
+            self.service.model_in_flight(exchange.key, len(handed))
+        except (Overloaded, StateUnavailable) as exc:
+            log.warning("model call not observed: %s", exc)
+        except Exception:  # the answer has gone to the agent; the run misses this call
+            self._failed("response")
+
+    def _failed(self, stage: str) -> None:
+        """A bug in observing a call: counted (run_failures_total{stage="model_<stage>"}),
+        logged with its traceback the first ``MAX_FAILURES_LOGGED`` times."""
+        self.failures += 1
+        self.service.observer.run_failed("model_" + stage)
+        if self.failures <= MAX_FAILURES_LOGGED:
+            log.exception("observing a model call (%s) failed; the call went on unobserved",
+                          stage)
+
+    # -- bits -----------------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> bytes:
+        limit = self.config.model_max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise Refused(413, "request_too_large", f"the request body is "
+                          f"{request.content_length} bytes; the model endpoint takes at most "
+                          f"{limit} (model_max_body_bytes)")
+        data = bytearray()
+        async for chunk in request.content.iter_any():
+            data += chunk
+            if len(data) > limit:
+                raise Refused(413, "request_too_large", f"the request body is larger than "
+                              f"{limit} bytes (model_max_body_bytes)")
+        return bytes(data)
+
+    def _count(self, agent: str | None, api: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.model_request(agent or "unknown", api, outcome)
+
+    def _steered(self, agent: str, action: str) -> None:
+        if self.metrics is not None:
+            self.metrics.model_steered(agent, action)
+
+
+class _Exchange:
+    """One request on its way: what the response is read against."""
+
+    __slots__ = ("agent", "key", "request", "started_ns", "state", "turn", "wire")
+
+    def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
+                 started_ns: int, agent: str, key: str) -> None:
+        self.wire, self.request, self.state, self.turn = wire, request, state, turn
+        self.started_ns, self.agent, self.key = started_ns, agent, key
+
+
+class _Relayed(web.StreamResponse):
+    """A relayed response whose head goes out with the first bytes of its body, in one write
+    (``write(b"")`` sends it alone)."""
+
+    _send_headers_immediately = False  # aiohttp's own switch (web.Response's default)
+
+
+def _buffered(upstream: aiohttp.ClientResponse) -> bytes:
+    """The body's bytes that came with the upstream's head (b"": none yet)."""
+    try:
+        return upstream.content.read_nowait()
+    except Exception:  # a failed body: the relay's read meets the failure and ends there
+        return b""
+
+
+async def _chunks(upstream: aiohttp.ClientResponse, first: bytes = b"") -> AsyncIterator[bytes]:
+    """The upstream's body as it comes (``first``: what was read of it already); one that
+    fails after its answer began ends there."""
+    try:
+        if first:
+            yield first
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+        log.warning("model upstream stream cut short: %s", type(exc).__name__)

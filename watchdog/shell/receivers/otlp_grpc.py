@@ -1,0 +1,131 @@
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+
+The method is registered with no request deserializer, so the handler gets the message bytes
+(already inflated by gRPC when the client used gzip) and parses them itself: that is how it
+hashes the exact body, so an exporter retry of an applied request is not counted twice.
+
+gRPC core enforces ``max_request_bytes`` (``grpc.max_receive_message_length``) on the
+message both as received and after decompression, answering RESOURCE_EXHAUSTED itself.
+Refusals go through :mod:`watchdog.shell.errors`; overload is UNAVAILABLE with a ``RetryInfo``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from watchdog.core.spans.decode import (
+    DecodeError,
+    parse_protobuf,
+    request_digest,
+    response_protobuf,
+)
+from watchdog.shell.auth import check_bearer
+from watchdog.shell.config import Config
+from watchdog.shell.errors import BadRequest, WatchdogError
+from watchdog.shell.metrics import Metrics
+from watchdog.shell.receivers.admission import Admission
+from watchdog.shell.receivers.consumer import TraceConsumer
+from watchdog.shell.receivers.forward import Forwarder, Signal
+
+log = logging.getLogger("watchdog.otlp_grpc")
+
+PROTOCOL = "grpc"
+SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
+METHOD_NAME = "Export"
+# The standard place for error details (a google.rpc.Status) in gRPC trailers.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# opentelemetry-python's gRPC exporter reads RetryInfo from this key instead of the Status.
+PYTHON_RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+
+# gRPC messages are binary protobuf; they are forwarded uncompressed (gRPC inflated them).
+FORWARD_CONTENT_TYPE = "application/x-protobuf"
+
+Metadata = Sequence[tuple[str, str | bytes]]
+
+
+class TraceService:
+    signal: Signal = "traces"
+
+    def __init__(self, consumer: TraceConsumer, metrics: Metrics, admission: Admission,
+                 config: Config, forward: Forwarder | None = None) -> None:
+        self.forward = forward
+        self.consumer = consumer
+        self.metrics = metrics
+        self.admission = admission
+        self._expected_auth = config.api_token
+
+    async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            return await self._export(body, context)
+        except WatchdogError as exc:
+            error = exc
+        except Exception:  # never a traceback to the client; the log has it
+            log.exception("OTLP/gRPC export failed")
+            error = WatchdogError("internal error; see the watchdog log")
+        if error.export_outcome is not None:
+            self._count(error.export_outcome)
+        await context.abort(error.grpc_status, error.message,
+                            trailing_metadata=_error_details(error))
+        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+    async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        self._authorize(context.invocation_metadata() or ())
+        with self.admission:
+            answer, fresh = await self._consume(body)
+        if fresh and self.forward is not None:  # queued only: the upstream never delays this
+            self.forward.offer(self.signal, body, FORWARD_CONTENT_TYPE)
+        return answer
+
+    async def _consume(self, body: bytes) -> tuple[bytes, bool]:
+        """The answer, and whether the request is new (not a retry of one already applied)."""
+        try:
+            decoded = await self.consumer.export_in_slices(
+                functools.partial(parse_protobuf, body), PROTOCOL, request_digest(body))
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        self._count(decoded.outcome())
+        return response_protobuf(decoded.rejected_count, decoded.message()), not decoded.duplicate
+
+    def _count(self, outcome: str) -> None:
+        self.metrics.export_request(PROTOCOL, outcome)
+
+    def _authorize(self, metadata: Metadata) -> None:
+        if self._expected_auth is None:
+            return
+        given = next((value for key, value in metadata if key == "authorization"), None)
+        check_bearer(given, self._expected_auth, "the metadata authorization:")
+
+
+def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
+    details = [(STATUS_DETAILS_KEY, error.to_status().SerializeToString())]
+    retry_info = error.retry_info()
+    if retry_info is not None:
+        details.append((PYTHON_RETRY_INFO_KEY, retry_info.SerializeToString()))
+    return tuple(details)
+
+
+def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
+                  config: Config, forward: Forwarder | None = None
+                  ) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server bound to ``otlp_grpc_address`` (not started); returns it and its port."""
+    receiver = TraceService(consumer, metrics, admission, config, forward)
+    handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export),
+    })
+    # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
+    # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
+    # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
+    server = grpc.aio.server(handlers=(handler,), options=(
+        ("grpc.max_receive_message_length", config.max_request_bytes),
+        # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the port
+        # and split the agents' spans between two processes. Refuse the port instead.
+        ("grpc.so_reuseport", 0),
+    ), maximum_concurrent_rpcs=config.max_pending_requests)
+    port = server.add_insecure_port(config.otlp_grpc_address)
+    if port == 0 and not config.otlp_grpc_address.endswith(":0"):  # older grpcio: no raise
+        raise RuntimeError(f"Failed to bind to address {config.otlp_grpc_address}")
+    return server, port

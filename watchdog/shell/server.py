@@ -1,0 +1,319 @@
+"""The shell: builds the store, the service, the receivers, the API and the metrics endpoint,
+owns the clock-driven loops (state flush, run expiry) and shuts everything down in order.
+
+Order matters on the way out: receivers stop first (no new spans), then pending state is
+flushed, then the store closes. ``Server.addresses`` holds the bound ports (tests bind port 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import gc
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from watchdog import __version__
+from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import RulePackError
+from watchdog.core.spans.decode import protobuf_backend
+from watchdog.shell import api
+from watchdog.shell.config import Config, split_address
+from watchdog.shell.directives.hub import Hub
+from watchdog.shell.directives.outbox import Outbox
+from watchdog.shell.directives.store import DirectiveStore, DirectiveStoreError
+from watchdog.shell.directives.webhooks import targets_from_config
+from watchdog.shell.errors import StartupError
+from watchdog.shell.metrics import Metrics, create_metrics_app
+from watchdog.shell.model.proxy import ModelProxy
+from watchdog.shell.receivers import otlp_grpc, otlp_http, passthrough
+from watchdog.shell.receivers.admission import Admission
+from watchdog.shell.receivers.forward import Forwarder
+from watchdog.shell.rule_files import RuleManager, pack_failure
+from watchdog.shell.service import WatchdogService
+from watchdog.shell.state.store import Store, StoreError
+
+log = logging.getLogger("watchdog")
+
+SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown
+GIL_SWITCH_INTERVAL = 0.001  # seconds; see Server.start
+PRUNE_INTERVAL = 600.0  # seconds between prunes of old directives and ended runs
+# Generation-1 collections between two full ones (CPython's default: 10); see settle_collector.
+FULL_COLLECTION_EVERY = 1000
+
+
+class Server:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.service: WatchdogService | None = None
+        self.metrics: Metrics | None = None
+        self._runners: list[web.AppRunner] = []
+        self._grpc: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = False
+        self.engine: RuleEngine | None = None
+        self.rules: RuleManager | None = None
+        self.outbox: Outbox | None = None
+        self.forwarder: Forwarder | None = None
+        self.admission: Admission | None = None
+        self.model: ModelProxy | None = None  # the model endpoint, when model_address is set
+
+    @property
+    def ready(self) -> bool:
+        """Taking spans: started, not stopping, and the state can be written."""
+        return self._ready and self.service is not None and self.service.state_error is None
+
+    async def start(self) -> None:
+        config = self.config
+        # A worker thread holding the GIL (the store's JSON and SQLite work) delays the event
+        # loop by up to one switch interval; 5 ms by default is the whole directive budget.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+        if protobuf_backend() == "python":
+            log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
+        # Ports first: a second watchdog started by mistake fails before it opens the state
+        # dir (perhaps the first one's) or logs anything. The binds below still check.
+        for key in LISTEN_KEYS:
+            check_port_free(key, getattr(config, key))
+        if config.model_address is not None:
+            check_port_free("model_address", config.model_address)
+        self.metrics = metrics = Metrics(version=__version__)
+        self.rules = rules = RuleManager(config.rules, config.default_rules,
+                                         reloaded=metrics.rules_reloaded)
+        try:
+            self.engine = await rules.start()  # a bad pack refuses to start
+        except RulePackError as exc:
+            raise StartupError(pack_failure(exc)) from None
+        try:
+            store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
+            directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
+        except (StoreError, DirectiveStoreError) as exc:
+            raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
+                               f"writable directory, or :memory: to keep nothing") from None
+        self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
+                                      targets_from_config(config.webhooks), metrics=metrics,
+                                      clock=self.clock)
+        self.service = service = WatchdogService(config, store, metrics, self.clock,
+                                                 engine=self.engine, sink=outbox)
+        metrics.read_live_runs(service.live_runs, service.now)
+        restored = await asyncio.to_thread(service.restore)
+        # What already fired for the runs still open: nothing fires twice, grace continues,
+        # and a run stopped just before a crash keeps the terminal state the rule decided.
+        fired = await outbox.restore(service.active_keys())
+        self.engine.restore(fired)
+        service.restore_forced(fired)
+        await outbox.start()
+        if restored:
+            log.info("restored %d active runs from %s", restored, config.state_dir)
+        self.admission = admission = Admission(config.max_pending_requests)
+        self.forwarder = forward = Forwarder.from_config(config, metrics)
+        if forward is not None:
+            await forward.start()
+        else:
+            log.info("forward_endpoint not set: traces are not passed on; OTLP metrics and logs "
+                     "are answered 404 / UNIMPLEMENTED, as by a Collector without such pipelines")
+
+        await self._start_app("metrics", config.metrics_address,
+                              create_metrics_app(self.metrics, lambda: self.ready))
+        otlp_app = otlp_http.create_app(service, metrics, admission, config, forward)
+        if forward is not None:
+            passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
+        await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
+                              **otlp_http.RUNNER_OPTIONS)
+        await self._start_app("api", config.api_address, api.create_app(
+            service, config, directives=outbox, rules=self.engine, reload=rules.reload),
+            make_runner=functools.partial(api.ApiRunner, priority=service.priority))
+        host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
+        try:
+            self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
+                                                        forward)
+        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
+                                              str(exc))) from None
+        if forward is not None:
+            passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
+        await self._grpc.start()
+        self.addresses["otlp_grpc"] = (host, bound)
+
+        if config.model_address is not None:
+            self.model = proxy = ModelProxy(service, config, metrics)
+            await self._start_app("model", config.model_address, proxy.app(),
+                                  handler_cancellation=True)
+        self._tasks = [asyncio.create_task(self._every(config.state_flush_interval, self._flush)),
+                       asyncio.create_task(self._every(config.eval_interval, self._tick))]
+        self._tasks.append(asyncio.create_task(self._every(PRUNE_INTERVAL, self._prune)))
+        if config.rules_watch_interval > 0:
+            self._tasks.append(asyncio.create_task(
+                self._every(config.rules_watch_interval, rules.watch)))
+        self._ready = True
+        log.info("watchdog %s listening: %s", __version__,
+                 ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
+
+    async def _start_app(self, name: str, address: str, app: web.Application,
+                         *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,
+                         **options: Any) -> None:
+        host, port = split_address(name, address)
+        runner = make_runner(app, access_log=None, handle_signals=False,
+                             shutdown_timeout=SHUTDOWN_GRACE, **options)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        self._runners.append(runner)
+        try:
+            await site.start()
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)  # asyncio wraps it
+            raise StartupError(listen_failure(f"{name}_address", address, reason,
+                                              exc.errno)) from None
+        sockets = runner.addresses
+        self.addresses[name] = (host, sockets[0][1] if sockets else port)
+
+    async def _every(self, interval: float, work: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await work()
+            except Exception:  # a failing loop must not kill the sidecar; it says why
+                log.exception("background task %s failed", work.__name__)
+
+    async def _flush(self) -> None:
+        assert self.service is not None
+        await self.service.save_pending()
+
+    async def _tick(self) -> None:
+        assert self.service is not None
+        await self.service.tick_in_slices()
+
+    async def _prune(self) -> None:
+        assert self.service is not None and self.outbox is not None
+        await self.outbox.prune(self.service.active_keys())
+        await self.service.prune_store()
+
+    async def reload_rules(self) -> tuple[bool, str]:
+        """Load the rule packs again (SIGHUP); on any problem keep the running rules."""
+        assert self.rules is not None
+        return await self.rules.reload()
+
+    async def stop(self) -> None:
+        self._ready = False
+        if self.outbox is not None:
+            self.outbox.hub.close()  # open SSE / long-poll requests end now, not at a timeout
+        if self._grpc is not None:
+            await self._grpc.stop(SHUTDOWN_GRACE)
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self.forwarder is not None:  # receivers are closed: nothing more is offered
+            await self.forwarder.stop()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.service is not None:
+            await self.service.save_pending()
+        if self.outbox is not None:
+            await self.outbox.stop()  # stores what is pending; lets webhook attempts finish
+            self.outbox = None
+        if self.service is not None:
+            await self.service.close()
+            self.service = None
+
+
+LISTEN_KEYS = ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")
+
+
+def listen_failure(key: str, address: str, reason: str, code: int | None = None) -> str:
+    """One line: the key and address, the OS's reason, and what to do about it."""
+    env = "WATCHDOG_" + key.upper()
+    flag = "--" + key.replace("_", "-")
+    if code == errno.EADDRINUSE:
+        cause = "another process (another watchdog?) holds the port: stop it"
+    elif code is not None:
+        cause = "is that address this machine's, and the port one this user may bind?"
+    else:
+        cause = "a port in use, or an address this machine does not have?"
+    return (f"{key}={address!r}: cannot listen ({reason}); {cause} — or choose another "
+            f"address with {env} or {flag}")
+
+
+def check_port_free(key: str, address: str) -> None:
+    """Bind ``address`` once and let go, so a port in use is reported with the OS's reason in
+    one line; grpcio only says "Failed to bind" after logging its own error line to stderr."""
+    host, port = split_address(key, address)
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise StartupError(listen_failure(key, address, str(exc))) from None
+    failures: list[OSError] = []
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds
+            try:
+                probe.bind(sockaddr)
+                return  # grpc listens if any resolved address binds
+            except OSError as exc:
+                failures.append(exc)
+    first = failures[0] if failures else OSError(errno.EADDRNOTAVAIL, "no address")
+    raise StartupError(listen_failure(key, address, first.strerror or str(first), first.errno))
+
+
+def settle_collector() -> None:
+    """Keep the cyclic garbage collector's pauses short, once the server has started.
+
+    A full collection walks every object the collector tracks, and the event loop answers
+    nothing meanwhile: with a thousand runs open under load that took 60-110 ms (measured with
+    ``bench/sync_latency.py --gap 0.02``), the worst sync latency. Two changes, the rest of the
+    collector as CPython has it: what startup loaded (modules, rules, the server itself:
+    ~50,000 objects, alive for the life of the process) is frozen out of every collection; and
+    a full collection comes after ``FULL_COLLECTION_EVERY`` generation-1 collections instead of
+    10 (at 10,000 spans/s about every 13 minutes; CPython also waits until the long-lived
+    objects grew by a quarter). Young collections are unchanged, and reference counting frees
+    everything that is not a cycle; the cycles that outlive two young collections, the only
+    garbage left waiting longer, were 0-300 objects per full collection in that measurement.
+    """
+    gc.collect()
+    gc.freeze()
+    young, middle, _full = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGINT/SIGTERM, then shut down cleanly."""
+    server = Server(config)
+    try:
+        await server.start()
+    except BaseException:  # what did start is stopped before the error is reported
+        with contextlib.suppress(Exception):  # the error that stopped the start is the news
+            await server.stop()
+        raise
+    settle_collector()  # the process's own: in-process servers (tests) leave it alone
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[tuple[bool, str]]] = set()
+
+    def reload() -> None:
+        task = loop.create_task(server.reload_rules())
+        reloads.add(task)  # keep a reference until it is done
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await server.stop()

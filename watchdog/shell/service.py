@@ -1,0 +1,473 @@
+"""The shell around the core: export requests in, the core's steps carried on, one way.
+
+Receivers call :meth:`WatchdogService.export_in_slices` (the
+:class:`~watchdog.shell.receivers.consumer. TraceConsumer` they depend on); the control API calls
+the client methods (heartbeat, sync, checkpoint) and reads through :attr:`WatchdogService.queries`.
+Each call runs the sans-IO :class:`~watchdog.core.step.Core` and carries its
+:class:`~watchdog.core.step.Step` on: touched runs and activity to the
+:class:`~watchdog.shell.state.persist.StateWriter`, decisions to the decision sink (the outbox),
+counts to the observer (metrics), events to the log. Nothing below calls back up.
+
+All methods run on the event loop thread (the core is not thread-safe). Work the state cannot
+take is refused (:class:`Overloaded`, :class:`StateUnavailable`) rather than queued without
+bound.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.directives.model import Directive
+from watchdog.core.model.steer import Board
+from watchdog.core.rules.decision import Decided
+from watchdog.core.rules.engine import FiredRecord, RuleEngine
+from watchdog.core.runs.tracker import BatchResult, RunTracker
+from watchdog.core.runs.view import RunView
+from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
+from watchdog.core.spans.decode import ExportTraceServiceRequest
+from watchdog.core.spans.pipeline import Decoded, records_from, slices_of
+from watchdog.core.spans.record import KeySource, SpanRecord
+from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core, Step
+from watchdog.shell import logs
+from watchdog.shell.config import Config
+from watchdog.shell.errors import NotFound
+from watchdog.shell.priority import Priority
+from watchdog.shell.state.persist import StateWriter
+from watchdog.shell.state.queries import RunQueries
+from watchdog.shell.state.store import Store, StoreWriteError
+
+log = logging.getLogger("watchdog")
+
+MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
+MAX_BOARDS = 10_000  # runs whose latest directives the model endpoint can read
+MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged once per stage)
+INGEST_SLICE = 32  # spans applied between two yields to the event loop
+EVAL_SLICE = 50  # runs whose timed rules are evaluated between two yields to the event loop
+
+
+
+class Observer(Protocol):
+    """What the service reports as it works; :mod:`watchdog.shell.metrics` implements it."""
+
+    def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None: ...
+    def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None: ...
+    def runs_finished(self, runs: Iterable[RunView]) -> None: ...
+    def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None: ...
+    def rule_error(self, rule: str) -> None: ...
+    def rule_eval(self, seconds: float) -> None: ...
+    def set_stuck(self, counts: dict[tuple[str, str], int]) -> None: ...
+    def run_failed(self, stage: str) -> None: ...
+    def state_writable(self, writable: bool) -> None: ...
+
+
+class NullObserver:
+    def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None:
+        pass
+
+    def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None:
+        pass
+
+    def runs_finished(self, runs: Iterable[RunView]) -> None:
+        pass
+
+    def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
+        pass
+
+    def rule_error(self, rule: str) -> None:
+        pass
+
+    def rule_eval(self, seconds: float) -> None:
+        pass
+
+    def set_stuck(self, counts: dict[tuple[str, str], int]) -> None:
+        pass
+
+    def run_failed(self, stage: str) -> None:
+        pass
+
+    def state_writable(self, writable: bool) -> None:
+        pass
+
+
+class DecisionSink(Protocol):
+    """Where decisions go to become directives
+    (:class:`watchdog.shell.directives.outbox.Outbox`)."""
+
+    def submit(self, decided: Decided) -> object: ...
+
+
+class WatchdogService:
+    def __init__(self, config: Config, store: Store, observer: Observer | None = None,
+                 clock: Clock | None = None, engine: RuleEngine | None = None,
+                 sink: DecisionSink | None = None) -> None:
+        self.config = config
+        self.sink = sink
+        self.store = store
+        self.observer: Observer = observer or NullObserver()
+        self.clock: Clock = clock or SystemClock()
+        self.sessions = SessionBook(store.get_session)
+        tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
+                             loose_run_gap=config.loose_run_gap)
+        self.core = Core(tracker, self.sessions, engine)
+        self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
+        self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
+                                 self._run_failed, self.priority)
+        self.queries = RunQueries(self.core, store, self.clock,
+                                  self.state.unsaved, self._run_failed,
+                                  config.activity_log_size)
+        self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
+        self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
+        self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
+        self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
+
+    @property
+    def tracker(self) -> RunTracker:
+        return self.core.tracker
+
+    @property
+    def state_error(self) -> str | None:
+        return self.state.state_error
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def restore(self) -> int:
+        """Load the runs that were active (and recently ended) when the process last stopped.
+        A stored run that cannot be read back is skipped and counted, never a failed start."""
+        active = self.core.restore(self.store.load_runs(True, self.config.max_runs),
+                                   self.store.load_runs(False, 1000), self._unreadable)
+        self._restore_tracker_state()
+        for key in active:  # their last steps, for the report prompts of their next directives
+            self.core.remember(self.store.activity(key, RECENT_STEPS))
+        self.sessions.know(self.store.session_ids())
+        return len(active)
+
+    def _restore_tracker_state(self) -> None:
+        """What the tracker held beyond its runs at a clean shutdown (not after a crash: then
+        a nested agent whose spans came before the restart is not split out of its trace's
+        run); never a failed start."""
+        saved = self.store.take_tracker_state()
+        if saved is None:
+            return
+        try:
+            skipped = self.tracker.restore_state(json.loads(saved))
+        except (ValueError, TypeError, AttributeError):
+            log.warning("the tracker state kept at the last shutdown cannot be read: skipped")
+            return
+        if skipped:
+            log.warning("%d traces of the tracker state kept at the last shutdown cannot be "
+                        "read: skipped", skipped)
+
+    def _unreadable(self, key: str) -> None:
+        self._run_failed("restore", key)
+
+    def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
+        self.core.restore_forced(fired)
+
+    async def close(self) -> None:
+        """Persist what is pending, and what the tracker holds beyond its runs (the records
+        of traces in progress), then close the store."""
+        try:
+            kept = self.tracker.state()
+            if kept["left_out"]:
+                log.warning("%d traces in progress are too many to keep their records over the "
+                            "restart: a nested agent of theirs stays in its parent's run",
+                            kept["left_out"])
+            state = json.dumps(kept, separators=(",", ":"), allow_nan=False)
+            await self.state.in_lane(self.store.save_tracker_state, state)
+        except (StoreWriteError, ValueError) as exc:
+            log.warning("the tracker state cannot be kept (%s): after the restart, a nested "
+                        "agent of a trace in progress stays in its parent's run", exc)
+        await self.state.close()
+        self.queries.close()
+
+    # -- carrying a step on ---------------------------------------------------------------------
+
+    def _carry(self, step: Step) -> None:
+        """Hand what a core step produced to whoever takes it: one way, no answers back."""
+        self.state.take(step.dirty, step.activity, step.gone)
+        observer = self.observer
+        if step.batch is not None:
+            observer.batch_applied(step.batch, step.evicted)
+        for failure in step.failures:
+            self._run_failed(failure.stage, failure.run_key, failure.error)
+        if step.eval_seconds:
+            observer.rule_eval(step.eval_seconds)
+        for rule, count in step.rule_errors.items():
+            for _ in range(count):
+                observer.rule_error(rule)
+        for decided in step.decisions:
+            self._decided(decided)
+        for key, into in step.gone.items():
+            logs.event("run_merged", run=key, into=into)
+        if step.finished:
+            observer.runs_finished(step.finished)
+            for run in step.finished:
+                logs.event("run_ended", run=run.key, agent=run.agent,
+                           terminal_state=run.terminal_state.value if run.terminal_state
+                           else None, reason=run.terminal_reason,
+                           has_final_answer=run.has_final_answer)
+
+    def _decided(self, decided: Decided) -> None:
+        decision, run = decided.decision, decided.run
+        self.observer.rule_fired(decision.rule, decision.action.value, run.agent, run.trace_id)
+        logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
+                   severity=decision.severity.value, run=run.key, agent=run.agent,
+                   terminal_state=decision.terminal_state.value if decision.terminal_state
+                   else None, escalation=decision.escalation)
+        if self.sink is not None:
+            directive = self.sink.submit(decided)
+            if isinstance(directive, Directive):
+                self._post(directive)
+
+    def _post(self, directive: Directive) -> None:
+        """Keep a run's latest directives for the model endpoint's next request of it: it
+        reads them as they are decided, not from the store (read-your-writes, as a sync)."""
+        boards = self.boards
+        board = boards.get(directive.run_id)
+        if board is None:
+            board = boards[directive.run_id] = Board()
+            while len(boards) > MAX_BOARDS:
+                boards.popitem(last=False)
+        else:
+            boards.move_to_end(directive.run_id)
+        board.post(directive)
+
+    def _run_failed(self, stage: str, key: str, error: BaseException | None = None) -> None:
+        """One run's work failed at ``stage``: counted; logged (with the traceback) once per
+        run and stage, so one poisoned run cannot flood the log every tick."""
+        self.observer.run_failed(stage)
+        logged = self._failed_logged
+        if (stage, key) in logged:
+            return
+        if len(logged) >= MAX_FAILED_RUNS_LOGGED:
+            logged.clear()
+        logged.add((stage, key))
+        log.error("run %r: %s failed; skipped for this run, the others go on", key[:200],
+                  stage, exc_info=error if error is not None else True)
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    def export(self, request: ExportTraceServiceRequest, protocol: str,
+               digest: bytes | None = None) -> Decoded:
+        """Apply one OTLP export request at once. ``digest`` (of the body) lets a retried
+        request that was already applied be acknowledged without counting its spans twice."""
+        if self._is_duplicate(digest):
+            return Decoded(duplicate=True)
+        self.state.admit()
+        decoded = records_from(request)
+        self._apply(decoded, protocol)
+        self._remember(digest)
+        return decoded
+
+    async def export_in_slices(self, parse: Callable[[], ExportTraceServiceRequest],
+                               protocol: str, digest: bytes | None = None) -> Decoded:
+        """:meth:`export` for the receivers
+        (:class:`~watchdog.shell.receivers.consumer.TraceConsumer`): the request is parsed at its
+        turn — a sync on its way goes first, not after a whole body's parse (~1 ms for 128
+        spans) — and applied ``INGEST_SLICE`` spans at a time with the event loop served in
+        between, so a small request (a sync, a heartbeat, an SSE write) never waits for a whole
+        512-span batch."""
+        if self._is_duplicate(digest):
+            return Decoded(duplicate=True)
+        self.state.admit()
+        if digest is not None:
+            self._in_progress.add(digest)
+        total = Decoded()
+        try:
+            await self.priority.turn()  # the parse is a slice of its own
+            request = parse()
+            for part in slices_of(request, INGEST_SLICE):
+                await self.priority.turn()
+                self._apply(part, protocol)
+                total.rejected.update(part.rejected)
+                total.first_error = total.first_error or part.first_error
+        finally:
+            if digest is not None:
+                self._in_progress.discard(digest)
+        self._remember(digest)
+        return total
+
+    def _is_duplicate(self, digest: bytes | None) -> bool:
+        return digest is not None and (digest in self._recent_requests
+                                       or digest in self._in_progress)
+
+    def _remember(self, digest: bytes | None) -> None:
+        if digest is not None:
+            self._recent_requests[digest] = None
+            if len(self._recent_requests) > MAX_RECENT_REQUESTS:
+                self._recent_requests.popitem(last=False)
+
+    def _apply(self, decoded: Decoded, protocol: str) -> int:
+        """Apply decoded records; returns how many were new (not a synced span's copy)."""
+        now = self.clock.now()
+        self.observer.spans_received(protocol, decoded, now)
+        step = self.core.apply(decoded.records, now)
+        self._carry(step)
+        return step.applied
+
+    # -- the client's calls ---------------------------------------------------------------------
+
+    def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
+                  oldest_call_started: float | None = None,
+                  announce: dict[str, Any] | None = None) -> RunView:
+        run, step = self.core.heartbeat(key, messages, self.clock.now(), in_flight,
+                                        oldest_call_started, announce)
+        if run is None:
+            raise NotFound(f"no active run {key!r}")
+        self._carry(step)
+        return run
+
+    def sync(self, key: str, request: ExportTraceServiceRequest, stop: str | None = None
+             ) -> tuple[RunView | None, int]:
+        """Apply the spans a client sends before its next step (:mod:`watchdog.core.sync`): the
+        run's state once they are applied, and how many were new. ``stop``: the client stopped
+        the run by itself (:data:`watchdog.core.sync.CLIENT_STOPS`), taken before the spans when the
+        run is known: a tool call refused at the stop still ends a span, which must not count
+        as an overrun of a grace."""
+        self.core.ledger.register(key)
+        self.state.admit()
+        decoded = records_from(request)
+        core = self.core
+        stopped = core.client_stopped(key, stop, self.clock.now()) if stop is not None else None
+        applied = self._apply(decoded, "sync")
+        if stop is not None:
+            if stopped is None:
+                stopped = core.client_stopped(key, stop, self.clock.now())
+            if stopped is not None:
+                self._carry(stopped)
+        return self.view(key), applied
+
+    def view(self, key: str) -> RunView | None:
+        """The run ``key`` as it is now (None: not in memory)."""
+        return self.core.view(key, self.clock.now())
+
+    def live_runs(self) -> list[tuple[str, float]]:
+        """The active runs' agents and last progress (the live-runs gauges)."""
+        return self.core.live_runs()
+
+    def active_keys(self) -> list[str]:
+        """The active runs' keys."""
+        return self.core.active_keys()
+
+    def now(self) -> float:
+        """The time on the watchdog's clock."""
+        return self.clock.now()
+
+    # -- the model endpoint (DESIGN §12) -------------------------------------------------------
+
+    def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
+                   session: str | None, budget: dict[str, float] | None) -> RunView:
+        """The endpoint's run at a request, opened if no span has named it yet."""
+        self.state.admit()
+        run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
+                                       session, budget)
+        self._carry(step)
+        return run
+
+    def model_records(self, records: list[SpanRecord]) -> None:
+        """Apply what the model endpoint saw (its calls and the tool results they carried)
+        through the path spans take."""
+        if records:
+            self.state.admit()
+            self._carry(self.core.apply(records, self.clock.now()))
+
+    def model_in_flight(self, key: str, calls: int) -> None:
+        """The model endpoint's word on what runs for ``key`` now (its model call, or the
+        tools it handed over), as a client heartbeat tells it: a run waiting on them is not
+        idle."""
+        self.core.model_in_flight(key, calls, self.clock.now())
+
+    def board(self, key: str) -> Board | None:
+        return self.boards.get(key)
+
+    def recent_lines(self, key: str) -> tuple[str, ...]:
+        """The run's last steps as report lines (redacted), oldest first."""
+        return self.core.recent_lines(key)
+
+    def model_run(self, key: str) -> RunView | None:
+        """The run ``key`` as it is now (None: not in memory)."""
+        return self.core.view(key, self.clock.now())
+
+    def trace_run(self, trace_id: str) -> str | None:
+        """The run the spans of this trace named, if any."""
+        return self.core.trace_run(trace_id)
+
+    # -- the timer ------------------------------------------------------------------------------
+
+    def tick(self) -> list[RunView]:
+        """Periodic work: time-based rules for active runs, then silent runs are abandoned."""
+        now = self.clock.now()
+        self.evaluate(self.core.active_keys(), now, timed_only=True)
+        return self._expire(now)
+
+    async def tick_in_slices(self) -> list[RunView]:
+        """:meth:`tick` for the server: the timed rules run over the active runs in slices, so
+        export requests and directive streams are served in between."""
+        now = self.clock.now()
+        keys = self.core.active_keys()
+        for start in range(0, len(keys), EVAL_SLICE):
+            self.evaluate(keys[start:start + EVAL_SLICE], now, timed_only=True)
+            await self.priority.turn()
+        return self._expire(now)
+
+    def _expire(self, now: float) -> list[RunView]:
+        step = Step()
+        self.core.expire(now, step)
+        self._carry(step)
+        self.observer.set_stuck(self.core.stuck_counts())
+        return step.finished
+
+    def evaluate(self, keys: Iterable[str], now: float, timed_only: bool = False,
+                 changed: frozenset[str] | None = None) -> int:
+        """Evaluate the rules for the active runs ``keys`` names and hand every decision on;
+        returns how many fired."""
+        step = self.core.evaluate_keys(keys, now, timed_only, changed)
+        self._carry(step)
+        return len(step.decisions)
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    async def checkpoint(self, session_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
+        """Fold a checkpoint into its session, persist it before answering (an acknowledged
+        checkpoint survives a crash), then evaluate the session's active runs (zero-progress)."""
+        self.state.admit_state()
+        session = self.sessions.get_or_create(session_id)
+        if checkpoint.run:  # the checkpoint says whose run it is
+            self._carry(self.core.claim_session(checkpoint.run, session_id, self.clock.now()))
+        outcome = session.checkpoint(checkpoint, self._active_runs(session))
+        self.sessions.changed(session)
+        await self.state.save_sessions([session.to_dict()])
+        fired = self.evaluate(outcome.runs, self.clock.now(), changed=SESSION_CHANGED)
+        return {**session.context(), "fired": fired}
+
+    def _active_runs(self, session: SessionState) -> list[str]:
+        return self.core.active_among(session.recent_runs)
+
+    def session_context(self, session_id: str) -> dict[str, Any]:
+        """What the next run of a session starts from; an unknown session has an empty
+        context (zero counts), since agents ask for it before their first checkpoint."""
+        session = self.sessions.get(session_id)
+        context = session.context() if session is not None else empty_context(session_id)
+        context["active_runs"] = self._active_runs(session) if session is not None else []
+        return context
+
+    def stuck_counts(self) -> dict[tuple[str, str], int]:
+        return self.core.stuck_counts()
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Persist everything pending, synchronously (only when no loop is running: tests)."""
+        self.state.flush()
+
+    async def save_pending(self) -> bool:
+        return await self.state.save_pending()
+
+    async def prune_store(self) -> None:
+        """Drop what the store keeps beyond its bounds (on the store lane)."""
+        await self.state.in_lane(self.store.prune)

@@ -1,0 +1,426 @@
+"""Embedded SQLite persistence: run snapshots, activity logs and sessions, so a restart loses no
+run and no session memory (directives have a file of their own:
+:mod:`watchdog.shell.directives.store`).
+
+The store is synchronous. Writes go through one connection, called from a single worker thread
+(the service's store lane) in batches, one transaction each. Reads use a second connection:
+in WAL mode readers never wait for a writer, so the API can read on the event loop while a large
+flush is being committed. The activity log is a ring per run, stored as *chunks*: one row per run
+per flush holding that flush's entries (a JSON array of arrays), not one row per span; chunks
+whose newest ``seq`` falls more than ``activity_log_size`` behind the run's newest are deleted
+in the same transaction. Sessions are one JSON row each (:meth:`SessionState.to_dict`); a
+checkpoint is written synchronously (:meth:`Store.save_sessions`) before the API acknowledges it.
+
+Schema versions: 1 had runs and activity; 2 adds sessions; 3 stores activity in chunks. An older
+file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from watchdog.core.runs.activity import ActivityEntry
+
+SCHEMA_VERSION = 4
+DB_FILE = "watchdog.sqlite3"
+MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
+MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    key TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    ended INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_state ON runs (ended, updated);
+CREATE TABLE IF NOT EXISTS activity_chunks (
+    run TEXT NOT NULL,
+    last_seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run, last_seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    updated REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
+-- what the run tracker held beyond its runs at a clean shutdown (one row, taken at the start)
+CREATE TABLE IF NOT EXISTS tracker_state (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    data TEXT NOT NULL
+);
+"""
+
+# version -> the statements that bring a file of the version before it up to it.
+_MIGRATIONS: dict[int, str] = {
+    2: """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    updated REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
+""",
+    3: """
+BEGIN;
+CREATE TABLE IF NOT EXISTS activity_chunks (
+    run TEXT NOT NULL,
+    last_seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run, last_seq)
+) WITHOUT ROWID;
+INSERT OR REPLACE INTO activity_chunks (run, last_seq, data)
+    SELECT run, MAX(seq), json_group_array(json_array(seq, at, kind, name, detail, result, error))
+    FROM (SELECT * FROM activity ORDER BY run, seq) GROUP BY run;
+DROP TABLE activity;
+COMMIT;
+""",
+    4: """
+-- what the run tracker held beyond its runs at a clean shutdown (one row, taken at the start)
+CREATE TABLE IF NOT EXISTS tracker_state (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    data TEXT NOT NULL
+);
+""",
+}
+
+
+class StoreError(RuntimeError):
+    """The state directory cannot be used (permissions, a newer schema, a corrupt file)."""
+
+
+class StoreWriteError(StoreError):
+    """A write failed (disk full, read-only file system, I/O error); nothing of it is stored.
+    Callers keep what they tried to write and try again later."""
+
+
+# Snapshots and activity are encoded with msgspec (~4-10x the stdlib's speed on these rows, see
+# docs/performance.md) into the same plain JSON text; the stdlib takes over wherever the two would
+# differ, so what is stored, refused or raised stays what json.dumps does.
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
+_PACKER = msgspec.msgpack.Encoder()
+# msgspec writes Infinity and NaN as null, silently. Its MessagePack form of the same row keeps
+# them: a float is 0xcb and its IEEE 754 bits, big-endian, and an exponent of all ones (the first
+# byte's low 7 bits, the second's high 4) is an infinity or a NaN. Those bytes can also sit inside
+# a 64-bit integer; such a row merely takes the stdlib's path.
+_NON_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+# what msgspec raises where the stdlib may still encode (a lone surrogate, an int beyond 64 bits
+# in MessagePack, a None or bool dict key) or raise in its own way
+_FAST_REFUSED = (TypeError, ValueError, OverflowError, RecursionError)
+
+
+def _fast_json(value: object) -> str | None:
+    """``value`` as compact JSON text by msgspec, or None when the stdlib must encode it."""
+    try:
+        if _NON_FINITE.search(_PACKER.encode(value)) is None:
+            return _ENCODER.encode(value).decode()
+    except _FAST_REFUSED:
+        pass
+    return None
+
+
+def encode_row(row: dict[str, Any]) -> str:
+    """A run or session snapshot as compact JSON text. Infinity/NaN are not JSON: a row holding
+    one raises ValueError (``json.dumps(allow_nan=False)``) and is refused, not stored to poison
+    every later read (and restart) of it; a value JSON cannot hold raises TypeError.
+    (msgspec would store an enum, set, date or dataclass that the stdlib refuses; snapshots are
+    built of JSON types only: tests/test_encoding.py.)"""
+    text = _fast_json(row)
+    if text is None:
+        text = json.dumps(row, separators=(",", ":"), allow_nan=False)
+    return text
+
+
+def encode_items(items: list[tuple[Any, ...]]) -> str:
+    """Activity entries (without their run key) as one JSON array of arrays. An entry's only
+    number is its span's end time (finite); nothing here may fail the write."""
+    text = _fast_json(items)
+    if text is None:
+        text = json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+    return text
+
+
+def decode(text: str) -> Any:
+    """A stored row. Rows are strict JSON but for ones older builds wrote with Infinity/NaN,
+    which the stdlib reads (as it always did)."""
+    try:
+        return _DECODER.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text)
+
+
+class Rows:
+    """One write's rows, encoded (JSON) before the store lane gets them: a caller on the event
+    loop adds them a few at a time between yields, and the lane only runs SQL."""
+
+    __slots__ = ("activity_log_size", "chunks", "gone", "refused", "runs", "sessions", "trims")
+
+    def __init__(self, activity_log_size: int) -> None:
+        self.activity_log_size = activity_log_size
+        self.runs: list[tuple[str, str, int, float, str]] = []
+        self.chunks: list[tuple[str, int, str]] = []  # one row per run: its new entries
+        self.trims: list[tuple[str, int]] = []
+        self.sessions: list[tuple[str, float, str]] = []
+        self.refused: list[str] = []  # runs whose snapshot cannot be encoded (not written)
+        self.gone: list[tuple[str]] = []  # runs to delete, with their activity (after it)
+
+    def __bool__(self) -> bool:
+        return bool(self.runs or self.chunks or self.sessions or self.gone)
+
+    def add_run(self, r: dict[str, Any]) -> None:
+        try:
+            self.runs.append((r["key"], r.get("agent") or r.get("service") or "unknown",
+                              int(bool(r["ended"])), float(r["last_seen"]), encode_row(r)))
+        except (TypeError, ValueError, OverflowError):
+            self.refused.append(str(r.get("key")))
+
+    def add_activity(self, by_run: Iterable[tuple[str, Sequence[ActivityEntry]]]) -> None:
+        """Each run's new entries (oldest first) as one row: a row per span was the store's
+        hottest write."""
+        size = self.activity_log_size
+        for run, entries in by_run:
+            newest = max(entry.seq for entry in entries)
+            self.chunks.append((run, newest, encode_items([entry[1:] for entry in entries])))
+            if newest > size:
+                self.trims.append((run, newest - size))
+
+    def add_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
+        self.sessions.extend(_session_rows(sessions))
+
+
+def _delete_runs(db: sqlite3.Connection, keys: Sequence[tuple[str]]) -> None:
+    """Delete runs and their activity log (within the caller's transaction)."""
+    db.executemany("DELETE FROM runs WHERE key=?", keys)
+    db.executemany("DELETE FROM activity_chunks WHERE run=?", keys)
+
+
+def _by_run(activity: Iterable[ActivityEntry]) -> dict[str, list[ActivityEntry]]:
+    by_run: dict[str, list[ActivityEntry]] = {}
+    for entry in activity:
+        by_run.setdefault(entry.run_key, []).append(entry)
+    return by_run
+
+
+class Store:
+    def __init__(self, state_dir: str, activity_log_size: int = 200) -> None:
+        self.activity_log_size = activity_log_size
+        if state_dir == ":memory:":
+            # A named shared-cache memory database, so the reader connection sees the writes.
+            target = f"file:watchdog-{id(self):x}?mode=memory&cache=shared"
+        else:
+            directory = Path(state_dir)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
+            target = (directory / DB_FILE).absolute().as_uri()
+        try:
+            self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
+                                       uri=True)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{target} has schema version {version}; this build knows "
+                                 f"{SCHEMA_VERSION}: use a newer agent-watchdog")
+            if version == 0:
+                self._db.executescript(_SCHEMA)
+            else:
+                for step in range(version + 1, SCHEMA_VERSION + 1):
+                    self._db.executescript(_MIGRATIONS[step])
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._reader = sqlite3.connect(target, check_same_thread=False,
+                                           isolation_level=None, uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"state_dir {state_dir!r}: {exc}") from None
+        self._lock = threading.Lock()  # the writer connection
+        self._read_lock = threading.Lock()  # the reader connection
+
+    def close(self) -> None:
+        with self._read_lock:
+            self._reader.close()
+        with self._lock:
+            self._db.close()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def save(self, runs: Iterable[dict[str, Any]], activity: Iterable[ActivityEntry],
+             sessions: Iterable[dict[str, Any]] = (), gone: Iterable[str] = ()) -> list[str]:
+        """Upsert run and session snapshots and append activity entries, and delete the runs
+        ``gone`` (folded into another run), in one transaction.
+        Returns the keys of runs whose snapshot could not be encoded (skipped, the rest is
+        written); raises :class:`StoreWriteError` when nothing could be written."""
+        rows = Rows(self.activity_log_size)
+        for run in runs:
+            rows.add_run(run)
+        rows.add_activity(_by_run(activity).items())
+        rows.add_sessions(sessions)
+        rows.gone.extend((key,) for key in gone)
+        self.write(rows)
+        return rows.refused
+
+    def write(self, rows: Rows) -> None:
+        """Write encoded rows in one transaction: SQL only, so the thread calling it holds the
+        GIL little (the encoding is done where it can be sliced: :class:`Rows`)."""
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
+                "updated=excluded.updated, data=excluded.data", rows.runs)
+            db.executemany("INSERT OR REPLACE INTO activity_chunks VALUES (?,?,?)", rows.chunks)
+            db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?", rows.trims)
+            db.executemany(_UPSERT_SESSION, rows.sessions)
+            _delete_runs(db, rows.gone)
+
+    def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
+        """Upsert session snapshots (a checkpoint: before the API answers)."""
+        rows = _session_rows(sessions)
+        with self._transaction() as db:
+            db.executemany(_UPSERT_SESSION, rows)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """The writer connection in one transaction: committed at the end, or rolled back (a
+        store failure raised as :class:`StoreWriteError`)."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException as exc:
+                _rollback(db)
+                if isinstance(exc, (sqlite3.Error, OSError)):
+                    raise StoreWriteError(str(exc)) from exc
+                raise
+
+    def prune(self, max_ended: int = MAX_ENDED_RUNS_STORED,
+              max_sessions: int = MAX_SESSIONS_STORED) -> int:
+        """Delete the oldest ended runs beyond ``max_ended`` and the least recently updated
+        sessions beyond ``max_sessions``; returns how many runs went."""
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions "
+                "ORDER BY updated DESC LIMIT -1 OFFSET ?)", (max_sessions,))
+            rows = self._db.execute(
+                "SELECT key FROM runs WHERE ended=1 ORDER BY updated DESC LIMIT -1 OFFSET ?",
+                (max_ended,)).fetchall()
+            if not rows:
+                return 0
+            self._db.execute("BEGIN")
+            try:
+                _delete_runs(self._db, rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                _rollback(self._db)  # never leave the writer inside a transaction
+                raise
+            return len(rows)
+
+    def save_tracker_state(self, data: str) -> None:
+        """Keep what the run tracker holds beyond its runs (JSON) for the next start (a clean
+        shutdown); replaces what an earlier one kept."""
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO tracker_state (id, data) VALUES (0, ?)", (data,))
+
+    def take_tracker_state(self) -> str | None:
+        """What :meth:`save_tracker_state` kept, removed from the store as it is read: it is
+        the state at that shutdown, stale once spans have come since."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM tracker_state").fetchone()
+            if row is not None:
+                self._db.execute("DELETE FROM tracker_state")
+        return row[0] if row else None
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def load_runs(self, active: bool, limit: int) -> list[dict[str, Any]]:
+        """Run snapshots, most recently updated first."""
+        with self._read_lock:
+            rows = self._reader.execute(
+                "SELECT data FROM runs WHERE ended=? ORDER BY updated DESC LIMIT ?",
+                (0 if active else 1, limit)).fetchall()
+        return [decode(row[0]) for row in rows]
+
+    def get_run(self, key: str) -> dict[str, Any] | None:
+        with self._read_lock:
+            row = self._reader.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
+        return decode(row[0]) if row else None
+
+    def list_runs(self, ended: bool | None, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        sql, args = "SELECT data FROM runs WHERE 1=1", list[object]()
+        if ended is not None:
+            sql += " AND ended=?"
+            args.append(int(ended))
+        if agent:
+            sql += " AND agent=?"
+            args.append(agent)
+        sql += " ORDER BY updated DESC LIMIT ?"
+        args.append(limit)
+        with self._read_lock:
+            rows = self._reader.execute(sql, args).fetchall()
+        return [decode(row[0]) for row in rows]
+
+    def child_runs(self, parent: str, limit: int) -> list[dict[str, Any]]:
+        """Stored runs whose ``parent_run`` is ``parent`` (a scan: read per detail request)."""
+        with self._read_lock:
+            rows = self._reader.execute(
+                # json_valid first: a row an older build wrote with Infinity/NaN is not JSON to
+                # SQLite, and json_extract would fail the query for every run
+                "SELECT data FROM runs WHERE CASE WHEN json_valid(data) THEN "
+                "json_extract(data, '$.parent_run') END = ? "
+                "ORDER BY updated LIMIT ?", (parent, limit)).fetchall()
+        return [decode(row[0]) for row in rows]
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        with self._read_lock:
+            row = self._reader.execute("SELECT data FROM sessions WHERE id=?",
+                                       (session_id,)).fetchone()
+        return decode(row[0]) if row else None
+
+    def session_ids(self) -> list[str]:
+        with self._read_lock:
+            return [row[0] for row in self._reader.execute("SELECT id FROM sessions")]
+
+    def activity(self, key: str, limit: int | None = None) -> list[ActivityEntry]:
+        """The run's activity log, oldest first (the last ``limit`` entries)."""
+        limit = limit or self.activity_log_size
+        entries: dict[int, ActivityEntry] = {}
+        with self._read_lock:
+            cursor = self._reader.execute(
+                "SELECT data FROM activity_chunks WHERE run=? ORDER BY last_seq DESC", (key,))
+            for (data,) in cursor:  # newest chunk first, until enough entries are read
+                for item in decode(data):
+                    entries.setdefault(item[0], ActivityEntry(key, *item))
+                if len(entries) >= limit:
+                    break
+        newest = sorted(entries)[-limit:]
+        return [entries[seq] for seq in newest]
+
+
+_UPSERT_SESSION = ("INSERT INTO sessions (id, updated, data) VALUES (?,?,?) ON CONFLICT(id) "
+                   "DO UPDATE SET updated=excluded.updated, data=excluded.data")
+
+
+def _session_rows(sessions: Iterable[dict[str, Any]]) -> list[tuple[str, float, str]]:
+    return [(s["id"], float(s.get("updated_at") or 0.0), encode_row(s)) for s in sessions]
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open (SQLite ends it itself on some errors, such as
+    a full disk, and a second error here would hide the first)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
