@@ -65,6 +65,10 @@ a new unexercised block cannot slip in. There is no kind that skips a block. The
     the chart renders in gateway mode (release ``watchdog``), on a port the Service has.
 ``json directive``
     The keys of the product's directive JSON (``Directive.to_json``), exactly.
+``tree``
+    A picture of the source tree, two spaces per level: each line's first names (up to two
+    spaces and a comment) must exist under the parent above them, and every package under the
+    first line's folder must be drawn (a new package cannot be left out of the picture).
 ``startup-error port=N``
     ``watchdog serve`` with that port taken by another socket (any free port standing for N)
     must exit 2 with exactly this line on stderr.
@@ -108,7 +112,7 @@ READY_TIMEOUT = 300.0  # `make run` may (re)install the sidecar into .venv first
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
-         "sidecar-chart", "otel-collector", "json", "startup-error"}
+         "sidecar-chart", "otel-collector", "json", "startup-error", "tree"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -661,12 +665,35 @@ def check_startup_error(block: Block, stack: Stack, state: DocState) -> None:
         block.where, result.stderr)
 
 
+def check_tree(block: Block, stack: Stack, state: DocState) -> None:
+    lines = [line for line in block.text.splitlines() if line.strip()]
+    top = ROOT / lines[0].split()[0]
+    assert top.is_dir(), block.where
+    parents = {0: top}
+    drawn = {top}
+    for line in lines[1:]:
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        assert depth - 1 in parents, f"{block.where}: {line!r} is indented past its parent"
+        parents = {d: p for d, p in parents.items() if d < depth}
+        for name in re.split(r"\s{2,}", line.strip())[0].split():
+            path = parents[depth - 1] / name.rstrip("/")
+            assert path.exists(), f"{block.where}: {path.relative_to(ROOT)} does not exist"
+            drawn.add(path)
+            if name.endswith("/"):
+                parents[depth] = path
+    packages = {init.parent for init in top.rglob("__init__.py")
+                if "__pycache__" not in init.parts and init.parent != top}
+    missing = sorted(str(p.relative_to(ROOT)) for p in packages - drawn
+                     if p.parent in drawn)  # a drawn folder's subpackages must all be drawn
+    assert not missing, f"{block.where}: packages not drawn: {missing}"
+
+
 CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "sh": check_sh, "python": check_python, "output": check_output, "pip": check_pip,
     "rule-pack": check_rule_pack, "rule-test": check_rule_test, "config": check_config,
     "helm-values": check_helm_values, "sidecar-chart": check_sidecar_chart,
     "otel-collector": check_otel_collector, "json": check_json,
-    "startup-error": check_startup_error,
+    "startup-error": check_startup_error, "tree": check_tree,
 }
 assert set(CHECKS) == KINDS
 
