@@ -98,6 +98,20 @@ def budget_limit(value: object) -> float | None:
     return limit
 
 
+def usd_amount(value: object) -> float | None:
+    """A cost in USD from outside (a span attribute): a number or numeric string, finite, above
+    0 and at most :data:`MAX_BUDGET`; else None (not a cost)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    amount = float(value)
+    return amount if 0.0 < amount <= MAX_BUDGET else None  # NaN fails too
+
+
 def plain_number(value: float) -> float:
     """A budget as it is shown everywhere (API, CLI, reports, directives): ``5.0`` -> ``5``;
     a fraction (seconds left) stays a float."""

@@ -40,6 +40,7 @@ from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
+from watchdog.core.runs.pricing import Pricer, price_calls
 from watchdog.core.runs.report import RecentSteps
 from watchdog.core.runs.run import NS, RunState
 from watchdog.core.runs.terminal import TerminalState
@@ -91,8 +92,9 @@ class Core:
     """Runs, rules and the sync ledger; one instance, used from one thread."""
 
     def __init__(self, tracker: RunTracker, sessions: SessionBook,
-                 engine: RuleEngine | None = None) -> None:
+                 engine: RuleEngine | None = None, pricer: Pricer | None = None) -> None:
         self.tracker = tracker
+        self.pricer = pricer  # what model calls cost (None: every call stays unpriced)
         self.sessions = sessions
         self.engine = engine
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
@@ -105,6 +107,7 @@ class Core:
         """Fold one batch of records in and evaluate the rules for the runs it changed."""
         if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
             records = self.ledger.admit(records)
+        price_calls(records, self.pricer)
         rules = self._has_rules()
         before = self._snapshots(records) if rules else {}
         result = self.tracker.apply(records, now)

@@ -42,6 +42,7 @@ from watchdog.core.runs.view import RunView, run_summary
 from watchdog.core.sessions import Checkpoint, CheckpointError, check_session_id
 from watchdog.core.spans import codings
 from watchdog.core.spans.decode import DecodeError, ExportTraceServiceRequest, parse_protobuf
+from watchdog.core.spans.record import BUDGET_KEYS
 from watchdog.core.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
 from watchdog.shell import logs
 from watchdog.shell.auth import check_bearer
@@ -434,7 +435,7 @@ def _announcement(value: object) -> dict[str, Any] | None:
         announce[key] = item
     budget = announce.get("budget")
     if budget is not None:
-        allowed = {"max_tool_calls", "max_iterations", "max_seconds", "max_tokens"}
+        allowed = set(BUDGET_KEYS)
         limits: dict[str, float] = {}
         for key, raw in budget.items():
             limit = budget_limit(raw)

@@ -36,6 +36,7 @@ from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core, Step
 from watchdog.shell import logs
 from watchdog.shell.config import Config
 from watchdog.shell.errors import NotFound
+from watchdog.shell.pricing import GenAIPrices
 from watchdog.shell.priority import Priority
 from watchdog.shell.state.persist import StateWriter
 from watchdog.shell.state.queries import RunQueries
@@ -113,7 +114,7 @@ class WatchdogService:
         self.sessions = SessionBook(store.get_session)
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
-        self.core = Core(tracker, self.sessions, engine)
+        self.core = Core(tracker, self.sessions, engine, GenAIPrices())
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)

@@ -218,6 +218,10 @@ class ModelBook:
         record = self._record(state, SpanKind.LLM, "chat " + request.model[:200], start_ns,
                               end_ns)
         record.input_tokens, record.output_tokens = seen.input_tokens, seen.output_tokens
+        record.cache_read_tokens = min(seen.cache_read_tokens, seen.input_tokens)
+        record.cache_write_tokens = min(seen.cache_write_tokens,
+                                        seen.input_tokens - record.cache_read_tokens)
+        record.model = seen.model or request.model[:200] or None  # priced by the core's step
         record.finish_reason = seen.finish_reason
         record.messages = request.messages + 1
         record.response_id = seen.response_id

@@ -107,6 +107,8 @@ class ChatWire:
         seen = Observation(complete=True)
         if isinstance(body.get("id"), str):
             seen.response_id = body["id"]
+        if isinstance(body.get("model"), str) and body["model"]:
+            seen.model = body["model"][:200]
         _usage(seen, body.get("usage"))
         choices = body.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
@@ -238,6 +240,9 @@ def _usage(seen: Observation, usage: object) -> None:
     if isinstance(usage, dict):
         seen.input_tokens = token(usage.get("prompt_tokens"))
         seen.output_tokens = token(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            seen.cache_read_tokens = min(token(details.get("cached_tokens")), seen.input_tokens)
 
 
 class ChatAccumulator:
@@ -264,6 +269,8 @@ class ChatAccumulator:
             return
         if seen.response_id is None and isinstance(data.get("id"), str):
             seen.response_id = data["id"]
+        if isinstance(data.get("model"), str) and data["model"]:
+            seen.model = data["model"][:200]
         if data.get("usage"):
             _usage(seen, data["usage"])
         choices = data.get("choices")

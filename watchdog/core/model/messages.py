@@ -105,6 +105,8 @@ class MessagesWire:
         seen = Observation(complete=True)
         if isinstance(body.get("id"), str):
             seen.response_id = body["id"]
+        if isinstance(body.get("model"), str) and body["model"]:
+            seen.model = body["model"][:200]
         _usage(seen, body.get("usage"))
         stop = body.get("stop_reason")
         seen.finish_reason = _FINISH.get(stop, stop) if isinstance(stop, str) else None
@@ -179,9 +181,10 @@ def _answer_id() -> str:
 def _usage(seen: Observation, usage: object) -> None:
     if isinstance(usage, dict):
         if "input_tokens" in usage:
-            seen.input_tokens = token(usage.get("input_tokens")) + token(
-                usage.get("cache_read_input_tokens")) + token(
-                usage.get("cache_creation_input_tokens"))
+            seen.cache_read_tokens = token(usage.get("cache_read_input_tokens"))
+            seen.cache_write_tokens = token(usage.get("cache_creation_input_tokens"))
+            seen.input_tokens = token(usage.get("input_tokens")) + seen.cache_read_tokens \
+                + seen.cache_write_tokens
         if "output_tokens" in usage:
             seen.output_tokens = token(usage.get("output_tokens"))
 
@@ -203,6 +206,8 @@ class MessagesAccumulator:
             message = data["message"]
             if isinstance(message.get("id"), str):
                 seen.response_id = message["id"]
+            if isinstance(message.get("model"), str) and message["model"]:
+                seen.model = message["model"][:200]
             _usage(seen, message.get("usage"))
         elif kind == "content_block_start" and isinstance(data.get("content_block"), dict):
             block, index = data["content_block"], data.get("index")

@@ -95,9 +95,15 @@ class ResponsesWire:
         seen = Observation(complete=True)
         if isinstance(body.get("id"), str):
             seen.response_id = body["id"]
+        if isinstance(body.get("model"), str) and body["model"]:
+            seen.model = body["model"][:200]
         usage = body.get("usage")
         if isinstance(usage, dict):
             seen.input_tokens = token(usage.get("input_tokens"))
+            details = usage.get("input_tokens_details")
+            if isinstance(details, dict):
+                seen.cache_read_tokens = min(token(details.get("cached_tokens")),
+                                             seen.input_tokens)
             seen.output_tokens = token(usage.get("output_tokens"))
         texts: list[str] = []
         output = body.get("output")

@@ -65,6 +65,9 @@ class Observation:
     response_id: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0  # cached input tokens read (part of input_tokens)
+    cache_write_tokens: int = 0  # ... and written
+    model: str | None = None  # the model that answered, as the response names it
     finish_reason: str | None = None
     calls: list[ToolCall] = field(default_factory=list)
     text: str = ""

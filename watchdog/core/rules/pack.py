@@ -27,6 +27,7 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from watchdog.core.bounds import MAX_BUDGET
 from watchdog.core.rules.decision import Action, Severity
 from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, compile_template
 from watchdog.core.rules.model import Budget, Grace, Repeat, Rule, RuleSet, Source
@@ -218,6 +219,12 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
             continue
         if key in INTEGER_BUDGETS:
             value: float | None = reader.integer(fields[key], None, f"budgets: {key}", 1)
+        elif key == "max_cost_usd":  # dollars: a plain number
+            value = reader.number(fields[key], None, f"budgets: {key}")
+            if value is not None and not 0 < value <= MAX_BUDGET:
+                reader.problem(fields[key], None,
+                               f"budgets: {key}: must be more than 0 and at most {MAX_BUDGET:g}")
+                value = None
         else:
             value = reader.duration(fields[key], None, f"budgets: {key}", seconds=True)
             if value == 0:

@@ -73,7 +73,7 @@ def _plain(name: str, kind: type, doc: str) -> Signal:
     return Signal(name, kind, f"run.{name}", doc, (f"run.{name}",))
 
 
-# Counts are CEL ints (``remaining_tool_calls <= 3``); only seconds are doubles.
+# Counts are CEL ints (``remaining_tool_calls <= 3``); only seconds and dollars are doubles.
 BUDGET_SCHEMA: Schema = {
     "max_tool_calls": Maybe(int),
     "remaining_tool_calls": Maybe(int),
@@ -83,6 +83,8 @@ BUDGET_SCHEMA: Schema = {
     "remaining_seconds": Maybe(float),
     "max_tokens": Maybe(int),
     "remaining_tokens": Maybe(int),
+    "max_cost_usd": Maybe(float),
+    "remaining_cost_usd": Maybe(float),
 }
 BUDGET_TIMED = frozenset({"remaining_seconds"})  # the budget's fields that move with time
 
@@ -108,6 +110,13 @@ RUN_SIGNALS: tuple[Signal, ...] = (
     _plain("output_tokens", int, _USAGE),
     Signal("total_tokens", int, "run.total_tokens", _USAGE,
            ("run.input_tokens", "run.output_tokens")),
+    Signal("cost_usd", float, "float(run.cost_usd)",
+           "USD so far: each model call priced from its model (response, else request) and "
+           "token counts (input, output, cache read/write) at the call's time, or the cost its "
+           "span reports; covers the priced calls only", ("run.cost_usd",)),
+    Signal("unpriced_calls", int, "max(run.unpriced_calls, 0)",
+           "model calls with no known price (no model named, a model the price data does not "
+           "know, or no usage reported): never counted as free", ("run.unpriced_calls",)),
     _plain("errors", int, _ERRORS),
     _plain("consecutive_errors", int, _ERRORS),
     Signal("last_error", str, "run.last_error or ''", _ERRORS, ("run.last_error",)),
@@ -129,19 +138,21 @@ RUN_SIGNALS: tuple[Signal, ...] = (
     Signal("in_flight_seconds", float, "float(run.in_flight_seconds(now))", _IN_FLIGHT,
            timed=True),
     Signal("budget", BUDGET_SCHEMA, "run.budget_view(budget, now)",
-           "`max_*` / `remaining_*` for tool calls, iterations, seconds, tokens — only for the "
+           "`max_*` / `remaining_*` for tool calls, iterations, seconds, tokens, cost (USD) — "
+           "only for the "
            "budgets that are known: announced by the agent (`watchdog.budget.*` span or resource "
            "attributes) or set by the rule pack's `budgets`",
            ("tuple(run.budget.items())",),
            with_budget=("run.tool_calls", "run.iterations", "run.input_tokens",
-                        "run.output_tokens")),
+                        "run.output_tokens", "run.cost_usd")),
     _plain("has_final_answer", bool, _OUTCOME),
     Signal("finish_reason", str, "run.finish_reason or ''", _OUTCOME, ("run.finish_reason",)),
     _plain("ended", bool, _OUTCOME),
 )
 
 # What the generated code may call besides the RunState's own attributes.
-NAMESPACE: dict[str, Any] = {"__builtins__": {}, "float": float, "dict": dict, "tuple": tuple}
+NAMESPACE: dict[str, Any] = {"__builtins__": {}, "float": float, "dict": dict, "tuple": tuple,
+                             "max": max}
 
 SignalReader = Callable[[Any, float, "dict[str, float] | None"], dict[str, Any]]
 

@@ -12,6 +12,7 @@ log lives in the store, not here. Time enters only as the ``now`` argument.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from operator import attrgetter
 from types import MappingProxyType
@@ -41,8 +42,10 @@ OTHER_TOOL = "_other"
 # Model calls a run keeps to pair a twin with (the same call traced by two instrumentations)
 # that comes after other calls (out of order)
 RECENT_MODEL_CALLS = 8
-# (span id, parent span id or "", input tokens, output tokens, response id or "", scope)
-ModelCall = tuple[str, str, int, int, str, str]
+# (span id, parent span id or "", input tokens, output tokens, response id or "", scope,
+# price in USD or -1.0: unpriced)
+ModelCall = tuple[str, str, int, int, str, str, float]
+UNPRICED = -1.0
 NS = 1_000_000_000
 # Seconds between a span's end (the agent's clock) and its arrival (the sidecar's) beyond which
 # the two clocks are taken to disagree rather than the span to have waited: an exporter's batch
@@ -81,7 +84,7 @@ class RunState:
         "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_start_ns",
         "activity_seq",
-        "agent", "budget", "clock_lags", "consecutive_errors",
+        "agent", "budget", "clock_lags", "consecutive_errors", "cost_usd",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
@@ -91,7 +94,7 @@ class RunState:
         "output_tokens", "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
         "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
-        "trace_id",
+        "trace_id", "unpriced_calls",
     )
 
     def __init__(self, key: str, key_source: KeySource, trace_id: str, now: float) -> None:
@@ -127,6 +130,8 @@ class RunState:
         self.messages = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cost_usd = 0.0  # the priced model calls' cost (watchdog.core.runs.pricing)
+        self.unpriced_calls = 0  # model calls with no known price (never counted as free)
         self.errors = 0
         self.consecutive_errors = 0
         self._tool_error_streak = False  # the current error streak includes a failed tool call
@@ -354,23 +359,50 @@ class RunState:
             if match >= 0:
                 twin = models[match][2], models[match][3]
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
+        cost = record.cost_usd
         if twin is None:
             self.iterations += 1
             self.input_tokens += input_tokens
             self.output_tokens += output_tokens
+            if cost is None:
+                self.unpriced_calls += 1
+            else:
+                self.cost_usd += cost
         else:
             self.input_tokens += max(input_tokens - twin[0], 0)
             self.output_tokens += max(output_tokens - twin[1], 0)
             input_tokens, output_tokens = max(input_tokens, twin[0]), max(output_tokens, twin[1])
+            if match >= 0:
+                counted = models[match][6]
+                cost = self._pair_cost(cost, None if counted < 0 else counted)
+            else:
+                cost = self._pair_cost(cost, record.twin_cost_usd)
         if not paired_in_request:
             call = (record.span_id, record.parent_span_id or "", input_tokens, output_tokens,
-                    record.response_id or "", record.scope)
+                    record.response_id or "", record.scope, UNPRICED if cost is None else cost)
             if match >= 0:  # the pair is one call: its entry is the half that came last
                 self._models = (*models[:match], call, *models[match + 1:])
             elif len(models) < RECENT_MODEL_CALLS:
                 self._models = (*models, call)
             else:
                 self._models = (*models[1:], call)
+
+    def _pair_cost(self, cost: float | None, twin_cost: float | None) -> float | None:
+        """The second half of a call traced twice: the pair is one call, priced by the half
+        that costs more, and unpriced only when neither half has a price. ``twin_cost`` is the
+        price the other half counted with (None: it counted as unpriced; a half paired in its
+        request may count after this one, so ``unpriced_calls`` may dip below 0 in between —
+        it is read as at least 0)."""
+        if cost is None:
+            return twin_cost
+        if twin_cost is None:
+            self.unpriced_calls -= 1
+            self.cost_usd += cost
+            return cost
+        if cost > twin_cost:
+            self.cost_usd += cost - twin_cost
+            return cost
+        return twin_cost
 
     def _twin_of(self, record: SpanRecord) -> int:
         """The index in ``_models`` of the model call ``record`` is the twin of (the same call
@@ -594,9 +626,10 @@ class RunState:
     def at_budget(self) -> bool:
         max_calls = self.budget.get("max_tool_calls")
         max_iterations = self.budget.get("max_iterations")
+        max_cost = self.budget.get("max_cost_usd")
         return (max_calls is not None and self.tool_calls >= max_calls) or (
             max_iterations is not None and self.iterations >= max_iterations
-        )
+        ) or (max_cost is not None and self.cost_usd >= max_cost)
 
     def end(self, now: float, abandoned: bool = False) -> None:
         if self.ended:
@@ -703,7 +736,8 @@ class RunState:
         if not budget:
             return {}  # most runs: no budget announced or configured (rules read this per batch)
         used = {"max_tool_calls": self.tool_calls, "max_iterations": self.iterations,
-                "max_seconds": self.elapsed_seconds(now), "max_tokens": self.total_tokens}
+                "max_seconds": self.elapsed_seconds(now), "max_tokens": self.total_tokens,
+                "max_cost_usd": self.cost_usd}
         view: dict[str, float] = {}
         for key in BUDGET_KEYS:
             if key in budget:
@@ -787,7 +821,9 @@ _NO_BUDGET: Mapping[str, float] = MappingProxyType({})
 
 def _model_call(value: list[Any]) -> ModelCall:
     more = [str(item) for item in value[4:6]] + ["", ""]  # (older builds: none)
-    return str(value[0]), str(value[1]), int(value[2]), int(value[3]), more[0], more[1]
+    cost = float(value[6]) if len(value) > 6 else UNPRICED
+    return (str(value[0]), str(value[1]), int(value[2]), int(value[3]), more[0], more[1],
+            cost if math.isfinite(cost) else UNPRICED)
 
 
 _read_slots = attrgetter(*RunState.__slots__)
@@ -802,8 +838,8 @@ _SPAN_SLOTS = (
     "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
-    "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",
-    "output_tokens",
+    "cost_usd", "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop",
+    "messages", "output_tokens", "unpriced_calls",
     "repeated_error", "repeated_tool_call", "repeated_tool_result", "spans", "tool_calls",
     "tools",
 )

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.core.bounds import budget_limit, span_times, token_count
+from watchdog.core.bounds import budget_limit, span_times, token_count, usd_amount
 from watchdog.core.redact import brief, mask, redact
 from watchdog.core.spans.decode import any_value
 from watchdog.core.spans.frameworks import TABLES, Path, Role
@@ -116,6 +116,13 @@ INPUT_TOKEN_KEYS = TABLES.input_tokens
 OUTPUT_TOKEN_KEYS = TABLES.output_tokens
 TOTAL_TOKEN_KEYS = TABLES.total_tokens
 USAGE_JSON = TABLES.usage_json
+# What a model call is priced by (watchdog.core.pricing)
+RESPONSE_MODEL_KEYS = TABLES.response_model
+MODEL_KEYS = TABLES.response_model + TABLES.request_model  # the answering model first
+PROVIDER_KEYS = TABLES.provider
+CACHE_READ_KEYS = TABLES.cache_read_tokens
+CACHE_WRITE_KEYS = TABLES.cache_write_tokens
+REPORTED_COST_KEYS = TABLES.reported_cost
 FINISH_REASON_KEYS = TABLES.finish_reasons
 MESSAGES_JSON_KEYS = TABLES.input_messages
 OUTPUT_MESSAGES_JSON_KEYS = TABLES.output_messages
@@ -589,10 +596,12 @@ WANTED_ATTRIBUTES = frozenset(
     + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
     + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
+    + MODEL_KEYS + PROVIDER_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS + REPORTED_COST_KEYS
 ) | BUDGET_ATTRIBUTES
 # Where a number or a flag is read: a JSON-encoded one ("12", "true") is decoded to it.
 SCALAR_ATTRIBUTES = frozenset(
     INPUT_TOKEN_KEYS + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS
+    + CACHE_READ_KEYS + CACHE_WRITE_KEYS + REPORTED_COST_KEYS
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap))
     + tuple(key for key, _ in TABLES.cap_requests)
     + tuple(flag for flag, _, _ in TABLES.tool_error_flags)
@@ -827,6 +836,27 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
             _failed(record, *failure)
 
 
+def _fill_price_facts(record: SpanRecord, attrs: Mapping[str, object]) -> None:
+    """What the call is priced by (DESIGN §13): its model, provider, cached tokens and the cost
+    it reports. Cached tokens are part of the input (never more than it); a reported cost
+    counts when it is a finite number above 0 (an instrumentation's 0 means its own price list
+    did not know the model)."""
+    model = _first_str(attrs, MODEL_KEYS)
+    if model:
+        record.model = model[:MAX_NAME_CHARS]
+    provider = _first_str(attrs, PROVIDER_KEYS)
+    if provider:
+        record.provider = provider[:MAX_NAME_CHARS]
+    if CACHE_READ_KEYS:
+        read = min(_int(_first(attrs, CACHE_READ_KEYS)), record.input_tokens)
+        record.cache_read_tokens = read
+        record.cache_write_tokens = min(_int(_first(attrs, CACHE_WRITE_KEYS)),
+                                        record.input_tokens - read)
+    cost = _first(attrs, REPORTED_COST_KEYS)
+    if cost is not None:
+        record.reported_cost_usd = usd_amount(cost)
+
+
 def _is_loop_end(tool: str, name: str, attrs: Mapping[str, object], result: object) -> bool:
     """A loop-end tool's call: its own result, or (content capture off) a hidden result on a
     span named after the tool's method (DSPy's `finish.__call__`), no tool name recorded."""
@@ -887,6 +917,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     if not record.input_tokens and not record.output_tokens:
         # OpenLLMetry may report only a total; count it as input so totals stay right.
         record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
+    _fill_price_facts(record, attrs)
     output = output_messages if output_messages is not None else _first(attrs, LLM_OUTPUT_KEYS)
     fill_model_outcome(record, finish, output)
     if flat_tools and not record.requested_tools:

@@ -174,6 +174,7 @@ def _pair(record: SpanRecord, models: dict[str, SpanRecord],
         twin = inner.get(record.span_id)
     if twin is not None and not (record.response_id and twin.response_id
                                  and record.response_id != twin.response_id):
+        _share_model(record, twin)
         if twin.parent_span_id is None and twin.twin_tokens is None:
             # the outer one a trace's root: it counts none (a root that frames a loop is no
             # model call once its other calls are seen, whichever half came first)
@@ -203,6 +204,16 @@ def _pair_responses(ordered: list[SpanRecord]) -> None:
             responses[response_id] = record
         elif record.twin_tokens is None and twin.twin_tokens is None:
             record.twin_tokens = (twin.input_tokens, twin.output_tokens)
+            _share_model(record, twin)
+
+
+def _share_model(one: SpanRecord, other: SpanRecord) -> None:
+    """Two halves of one call: the model (and provider) one of them names is the other's too,
+    so each is priced as the call it is (watchdog.core.runs.pricing)."""
+    if one.model is None:
+        one.model, one.provider = other.model, one.provider or other.provider
+    elif other.model is None:
+        other.model, other.provider = one.model, other.provider or one.provider
 
 
 def _models_below(records: list[SpanRecord]) -> None:

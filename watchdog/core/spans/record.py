@@ -35,7 +35,7 @@ class KeySource(StrEnum):
 LLM, TOOL, AGENT, OTHER = SpanKind.LLM, SpanKind.TOOL, SpanKind.AGENT, SpanKind.OTHER
 KEY_WATCHDOG, KEY_AGENT_CALL, KEY_TRACE = KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE
 
-BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
+BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens", "max_cost_usd")
 # An output that says nothing (an agent span's output attribute with no messages in it).
 EMPTY_OUTPUTS = frozenset({"[]", "{}", "null", '""'})
 MAX_ASKED_TOOLS = 16  # tool calls one model call's record keeps (SpanRecord.asked_tools)
@@ -123,6 +123,18 @@ class SpanRecord:
     tool_call_id: str | None = None
     # Set by the tracker: a span of no kind taken as the tool an asked tool call names
     named_tool: bool = False
+    # What a model call's price is made of (DESIGN §13): the model (response, else request),
+    # the provider, the cached input tokens read and written (part of input_tokens), and a
+    # cost in USD the span itself reports (finite, >= 0), which wins over any price
+    model: str | None = None
+    provider: str | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reported_cost_usd: float | None = None
+    # Set by the core's step (watchdog.core.pricing): the call's price in USD, None: unpriced;
+    # for a model call paired with its twin in its request (twin_tokens), the twin's price too
+    cost_usd: float | None = None
+    twin_cost_usd: float | None = None
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself

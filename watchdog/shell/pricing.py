@@ -1,0 +1,119 @@
+"""Model-call prices from ``genai-prices`` (the price data it ships: never fetched at runtime).
+
+:class:`GenAIPrices` is the :class:`~watchdog.core.runs.pricing.Pricer` the service hands the
+core. ``genai-prices`` is imported on the first call (its import takes most of a second) and a
+full price calculation takes some hundreds of microseconds, so a model's price is resolved once
+per (provider, model, price in force) and each call is then computed from it: where the price
+is linear in the counts (no tiers) its rates are taken from the library itself — its own figure
+for a request of no tokens and for a million tokens of each kind, cache reads and writes as it
+prices them against input — and a call costs their sum, in ``Decimal`` as the library counts;
+a tiered price is computed by the library for every call. A model it does not know stays
+unpriced (None), and so do counts it refuses (more cached tokens than input).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+MAX_MODELS = 1024  # (provider, model) resolutions kept; a name seen again after is looked up anew
+_MILLION = 1_000_000
+# per request, then per token: input, output, cache read, cache write
+Rates = tuple[Decimal, Decimal, Decimal, Decimal, Decimal]
+
+
+class GenAIPrices:
+    """``(model, provider, input, output, cache read, cache write, at_ns) -> USD | None``."""
+
+    def __init__(self) -> None:
+        self._lib: Any = None
+        self._models: OrderedDict[tuple[str | None, str], Any] = OrderedDict()
+        self._rates: dict[int, tuple[Any, Rates | None]] = {}
+
+    def __call__(self, model: str, provider: str | None, input_tokens: int, output_tokens: int,
+                 cache_read_tokens: int, cache_write_tokens: int, at_ns: int) -> float | None:
+        found = self._resolve(model, provider)
+        if found is None:
+            return None
+        if cache_read_tokens + cache_write_tokens > input_tokens:
+            return None
+        at = datetime.fromtimestamp(at_ns / 1e9, tz=UTC) if at_ns > 0 else datetime.now(tz=UTC)
+        price = found.get_prices(at)
+        rates = self._rates_of(price)
+        counts = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+        if rates is not None:
+            total = rates[0] + sum((rate * count
+                                    for rate, count in zip(rates[1:], counts, strict=True)),
+                                   Decimal(0))
+        else:
+            try:
+                total = price.calc_price(self._usage(*counts))["total_price"]
+            except (ValueError, ArithmeticError):
+                return None
+        cost = float(total)
+        return cost if math.isfinite(cost) and cost >= 0 else None
+
+    def _resolve(self, model: str, provider: str | None) -> Any:
+        """The library's model entry for ``model`` (with ``provider`` when it knows that
+        provider and its model, else by the model name alone); None: unknown. Cached."""
+        key = (provider, model)
+        if key in self._models:
+            self._models.move_to_end(key)
+            return self._models[key]
+        snapshot = self._snapshot()
+        found: Any = None
+        for provider_id in ((provider.lower(), None) if provider else (None,)):
+            try:
+                found = snapshot.find_provider_model(model, None, provider_id, None)[1]
+                break
+            except LookupError:
+                continue
+        self._models[key] = found
+        if len(self._models) > MAX_MODELS:
+            self._models.popitem(last=False)
+        return found
+
+    def _rates_of(self, price: Any) -> Rates | None:
+        """The per-token rates of a price that is linear in the four counts (None: tiered, or
+        priced by units beyond them), as the library itself prices a million of each."""
+        entry = self._rates.get(id(price))
+        if entry is not None and entry[0] is price:
+            return entry[1]
+        rates: Rates | None = None
+        if not any(type(value).__name__ == "TieredPrices" for value in vars(price).values()):
+            def total(**counts: int) -> Decimal:
+                value: Decimal = price.calc_price(self._usage(**counts))["total_price"]
+                return value
+            fixed = total()  # a price per request, if any
+            base = total(input_tokens=_MILLION)
+            rates = (fixed, (base - fixed) / _MILLION,
+                     (total(output_tokens=_MILLION) - fixed) / _MILLION,
+                     (total(input_tokens=_MILLION, cache_read_tokens=_MILLION) - base) / _MILLION,
+                     (total(input_tokens=_MILLION, cache_write_tokens=_MILLION) - base)
+                     / _MILLION)
+        if len(self._rates) >= MAX_MODELS:
+            self._rates.clear()
+        self._rates[id(price)] = (price, rates)  # (the price kept alive: its id stays its own)
+        return rates
+
+    def _usage(self, input_tokens: int = 0, output_tokens: int = 0, cache_read_tokens: int = 0,
+               cache_write_tokens: int = 0) -> Any:
+        return self._library().Usage(input_tokens=input_tokens, output_tokens=output_tokens,
+                                     cache_read_tokens=cache_read_tokens,
+                                     cache_write_tokens=cache_write_tokens)
+
+    def _library(self) -> Any:
+        if self._lib is None:
+            import genai_prices
+
+            self._lib = genai_prices
+        return self._lib
+
+    def _snapshot(self) -> Any:
+        self._library()
+        from genai_prices.data_snapshot import get_snapshot
+
+        return get_snapshot()
