@@ -2,11 +2,13 @@
 budget and its directives in, a :class:`Turn` out.
 
 * ``pass``: forwarded as sent (byte for byte);
-* ``note``: the countdown (the true number of tool calls left, once three or fewer are), a
-  wind-down's grace left, a wind-down's instruction — added to the instructions the model reads;
-* ``final``: the budget is spent (tool calls, iterations, seconds), a wind-down's tool-call grace
-  is used up, or a rule aborted the run at its budget: the request goes upstream once more with
-  the tools withdrawn and the final-report instruction, and its answer is the run's result;
+* ``note``: the countdown (the true number of tool calls left, once three or fewer are; the
+  dollars left, once a quarter or less is), a wind-down's grace left, a wind-down's
+  instruction — added to the instructions the model reads;
+* ``final``: the budget is spent (tool calls, iterations, seconds, dollars), a wind-down's
+  tool-call grace is used up, or a rule aborted the run at its budget: the request goes upstream
+  once more with the tools withdrawn and the final-report instruction, and its answer is the
+  run's result;
 * ``abort``: any other abort, or any request after the final one: the upstream is not called,
   the agent gets a final answer with the stop note and the run's report (or an error).
 
@@ -171,6 +173,13 @@ def budget_note(remaining: int, limit: int) -> str:
     return f"[budget: {remaining} of {limit} tool calls left — wrap up soon]"
 
 
+def cost_note(remaining: float, limit: float) -> str:
+    """The dollar budget's countdown, from a quarter of it left (the default pack's too)."""
+    if remaining <= 0:
+        return f"[budget: all USD {limit:g} of the cost budget used — report now]"
+    return f"[budget: USD {remaining:.4f} of {limit:g} left — wrap up soon]"
+
+
 def grace_note(left: int) -> str:
     if left <= 0:
         return "[grace: 0 tool calls left — no tool will run; report now]"
@@ -216,6 +225,10 @@ def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bo
     parts: list[str] = []
     if limit is not None and keep is not None and keep <= COUNTDOWN_FROM:
         parts.append(budget_note(keep, limit))
+    dollars, dollar_limit = counts.budget.get("remaining_cost_usd"), counts.budget.get(
+        "max_cost_usd")
+    if dollars is not None and dollar_limit is not None and dollars <= dollar_limit / 4:
+        parts.append(cost_note(dollars, dollar_limit))
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:
@@ -256,6 +269,11 @@ def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn 
     if seconds is not None and seconds <= 0:
         return Turn(Act.FINAL, _report(f"[budget: the {budget['max_seconds']:g} s allowed are "
                                        f"used — stop and report]", None), 0, "max_seconds")
+    dollars = budget.get("remaining_cost_usd")
+    if dollars is not None and dollars <= 0:
+        return Turn(Act.FINAL, _report(f"[budget: all USD {budget['max_cost_usd']:g} of the cost "
+                                       f"budget used — stop and report]", None), 0,
+                    "max_cost_usd")
     return None
 
 
