@@ -49,7 +49,7 @@ from agent_watchdog_client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable
 
 log = logging.getLogger("agent_watchdog_client")
 
-BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens")
+BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens", "max_cost_usd")
 MAX_FINAL_ANSWER_CHARS = 4000
 
 __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",

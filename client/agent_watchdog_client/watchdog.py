@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import weakref
@@ -114,17 +115,21 @@ class Watchdog:
 
     def run(self, agent: str, *, max_tool_calls: int | None = None,
             max_iterations: int | None = None, max_seconds: float | None = None,
-            max_tokens: int | None = None, session: str | None = None,
-            parent: Run | str | None = None, run_id: str | None = None) -> Run:
-        """A run of ``agent`` with an optional budget; use as ``with wd.run(...) as run:``.
+            max_tokens: int | None = None, max_cost_usd: float | None = None,
+            session: str | None = None, parent: Run | str | None = None,
+            run_id: str | None = None) -> Run:
+        """A run of ``agent`` with an optional budget (``max_cost_usd``: US dollars, as the
+        sidecar prices the run's model calls); use as ``with wd.run(...) as run:``.
         Inside another run it is a child run (``parent`` defaults to the enclosing run)."""
-        limits = (max_tool_calls, max_iterations, max_seconds, max_tokens)
+        limits = (max_tool_calls, max_iterations, max_seconds, max_tokens, max_cost_usd)
         budget: dict[str, float] = {}
         for key, value in zip(BUDGET_KEYS, limits, strict=True):
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{key}={value!r} is not allowed: expected a number >= 0")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 <= value < math.inf:
+                raise ValueError(f"{key}={value!r} is not allowed: expected a finite number "
+                                 f">= 0")
             budget[key] = value
         if not agent:
             raise ValueError("agent='' is not allowed: expected the agent's name")

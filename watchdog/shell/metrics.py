@@ -177,6 +177,7 @@ class Metrics:
         self._now: Callable[[], float] = time.time
         self._agents = LabelCap(MAX_AGENTS)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
+        self._models: dict[str, LabelCap] = {}  # capped agent -> its model names
         self._error_types: dict[str, LabelCap] = {}  # capped agent -> its error types
         self._rules = LabelCap(MAX_RULES)
         self._stuck: set[tuple[str, str]] = set()
@@ -213,6 +214,9 @@ class Metrics:
             "tool_calls_total", "Tool executions.", ["agent", "tool"])
         self.tokens_total = counter(
             "tokens_total", "LLM tokens used.", ["agent", "direction"])
+        self.cost_usd_total = counter(
+            "cost_usd_total", "US dollars the priced model calls cost (genai-prices, or the "
+            "cost a span reports).", ["agent", "model"])
         self.errors_total = counter(
             "errors_total", "Failed LLM and tool spans.", ["agent", "error_type"])
         self.runs_finished_total = counter(
@@ -293,6 +297,9 @@ class Metrics:
     def _tool(self, agent: str, tool: str) -> str:
         return _capped_within(self._tools, agent, tool, MAX_TOOLS_PER_AGENT)
 
+    def _model(self, agent: str, model: str) -> str:
+        return _capped_within(self._models, agent, model, MAX_TOOLS_PER_AGENT)
+
     def _error_type(self, agent: str, error_type: str) -> str:
         return _capped_within(self._error_types, agent, error_type, MAX_ERROR_TYPES_PER_AGENT)
 
@@ -321,7 +328,7 @@ class Metrics:
     def publish(self) -> None:
         """Move the counts ``batch_applied`` added up into their series (with each agent's
         latest trace id as the exemplar)."""
-        tool_calls, tokens, errors, exemplars = self._pending.take()
+        tool_calls, tokens, errors, cost, exemplars = self._pending.take()
         child = self._child
         for (agent, tool), count in tool_calls.items():
             label = self.agent(agent)
@@ -334,6 +341,10 @@ class Metrics:
             label = self.agent(agent)
             child(self.errors_total, label, self._error_type(label, error_type)).inc(
                 count, _exemplar(exemplars.get(agent)))
+        for (agent, model), dollars in cost.items():
+            label = self.agent(agent)
+            child(self.cost_usd_total, label, self._model(label, model)).inc(
+                dollars, _exemplar(exemplars.get(agent)))
 
     def runs_finished(self, runs: Iterable[RunView]) -> None:
         child = self._child
@@ -429,6 +440,7 @@ class PendingCounts:
         self.tool_calls: Tally[Key] = Tally()
         self.tokens: Tally[Key] = Tally()
         self.errors: Tally[Key] = Tally()
+        self.cost: dict[Key, float] = {}
         self.exemplars: dict[str, str] = {}
 
     def add(self, result: BatchResult) -> int:
@@ -437,12 +449,15 @@ class PendingCounts:
             self.tool_calls.update(result.tool_calls)
             self.tokens.update(result.tokens)
             self.errors.update(result.errors)
+            for key, dollars in result.cost.items():
+                self.cost[key] = self.cost.get(key, 0.0) + dollars
             self.exemplars.update(result.exemplars)
-            return len(self.tool_calls) + len(self.tokens) + len(self.errors)
+            return len(self.tool_calls) + len(self.tokens) + len(self.errors) + len(self.cost)
 
-    def take(self) -> tuple[Tally[Key], Tally[Key], Tally[Key], dict[str, str]]:
+    def take(self) -> tuple[Tally[Key], Tally[Key], Tally[Key], dict[Key, float],
+                            dict[str, str]]:
         with self._lock:
-            taken = self.tool_calls, self.tokens, self.errors, self.exemplars
+            taken = self.tool_calls, self.tokens, self.errors, self.cost, self.exemplars
             self._clear()
         return taken
 

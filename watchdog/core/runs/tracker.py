@@ -90,6 +90,7 @@ class BatchResult:
     tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, tool)
     tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
+    cost: dict[tuple[str, str], float] = field(default_factory=dict)  # (agent, model): USD
     exemplars: dict[str, str] = field(default_factory=dict)  # agent -> a trace id
     # runs folded into another run and gone (their key -> the run that has their spans now)
     absorbed: dict[str, str] = field(default_factory=dict)
@@ -486,7 +487,8 @@ class RunTracker:
         kind = record.kind
         count = count and (kind is LLM or kind is TOOL or record.error)  # else it adds none
         if count:
-            before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors)
+            before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors,
+                      run.cost_usd)
         run.apply(record, now)
         if late:
             run.late_answer()
@@ -646,12 +648,12 @@ class RunTracker:
             self._ended.popitem(last=False)
 
     @staticmethod
-    def _count(record: SpanRecord, run: RunState, before: tuple[int, int, int, int],
-               result: BatchResult) -> None:
+    def _count(record: SpanRecord, run: RunState,
+               before: tuple[int, int, int, int, float], result: BatchResult) -> None:
         """Count what folding ``record`` added to ``run``'s tool calls, tokens and errors, as
         the run reads it (a second instrumentation's span of a call, a tool call that framed
         the model loop add nothing), under the run's agent."""
-        tools, input_tokens, output_tokens, errors = before
+        tools, input_tokens, output_tokens, errors, cost = before
         agent = run.agent_name
         if run.tool_calls > tools:
             result.tool_calls[(agent, record.tool_name or "unknown")] += run.tool_calls - tools
@@ -661,4 +663,7 @@ class RunTracker:
             result.tokens[(agent, "output")] += run.output_tokens - output_tokens
         if run.errors > errors:
             result.errors[(agent, record.error_type or "error")] += run.errors - errors
+        if run.cost_usd > cost:
+            key = (agent, record.model or "unknown")
+            result.cost[key] = result.cost.get(key, 0.0) + run.cost_usd - cost
         result.exemplars[agent] = record.trace_id
