@@ -103,6 +103,8 @@ def _header(run: RunView) -> dict[str, Any]:
         "input_tokens": signals["input_tokens"],
         "output_tokens": signals["output_tokens"],
         "total_tokens": run.total_tokens,
+        "cost_usd": round(signals["cost_usd"], 6),
+        "unpriced_calls": signals["unpriced_calls"],
         "errors": run.errors,
         "last_error": run.last_error or None,
         "budget": plain(run.budget),
@@ -414,14 +416,18 @@ def _header_lines(run: dict[str, Any]) -> list[str]:
         f"- **Tool calls:** {run['tool_calls']}",
         f"- **Tokens used:** {run['total_tokens']} (in {run['input_tokens']}, "
         f"out {run['output_tokens']})",
+        f"- **Cost:** USD {format_usd(run['cost_usd'])}" + (
+            f" ({run['unpriced_calls']} model calls unpriced: no known price, not counted)"
+            if run["unpriced_calls"] else ""),
         f"- **Errors:** {run['errors']}",
     ]
     if run["session"]:
         lines.insert(1, f"- **Session:** {run['session']}")
     budget = run["budget"]
     limits = [f"{key[len('max_'):].replace('_', ' ')} "
-              f"{format_number(budget['remaining_' + key[4:]])} of {format_number(value)} left"
-              for key, value in budget.items() if key.startswith("max_")]
+              f"{shown(budget['remaining_' + key[4:]])} of {shown(value)} left"
+              for key, value in budget.items() if key.startswith("max_")
+              for shown in (format_usd if key == "max_cost_usd" else format_number,)]
     if limits:
         lines.append(f"- **Budget:** {'; '.join(limits)}")
     return lines
@@ -447,6 +453,12 @@ def format_duration(seconds: float) -> str:
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def format_usd(value: float) -> str:
+    """Dollars as text: to the hundredth of a cent, trailing zeros dropped (``0.0123``)."""
+    text = f"{value:.4f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"
 
 
 def format_number(value: float) -> str:
