@@ -24,7 +24,9 @@ from watchdog.core.runs.terminal import TerminalState
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
-DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
+DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted",
+                 "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
+                 "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
                  "tool-cycle", "zero-progress"]
 
@@ -161,8 +163,9 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     """)
     ruleset = load_rules([path])
     names = [r.name for r in ruleset.rules]
-    assert names == ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
-                     "total-timeout", "repeated-tool-call", "zero-progress", "extra"]
+    assert names == ["budget-countdown", "budget-last-call", "budget-exhausted",
+                     "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
+                     "idle-timeout", "total-timeout", "repeated-tool-call", "zero-progress", "extra"]
     idle = ruleset.get("idle-timeout")
     assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
     assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",
@@ -310,7 +313,7 @@ def test_every_problem_is_reported_with_file_line_and_rule(tmp_path: Path) -> No
     """)
     assert problems(path, include_default=True) == [
         f"{path}:6: budgets: max_tool_calls: expected an integer >= 1, got 0",
-        f"{path}:7: budgets: unknown key 'max_cost' (did you mean 'max_seconds'?)",
+        f"{path}:7: budgets: unknown key 'max_cost' (did you mean 'max_cost_usd'?)",
         f"{path}:11: rule unknown-action: action: 'explode' is not one of notify, wind_down, "
         f"abort",
         f"{path}:14: rule syntax: when: syntax error: unexpected end of expression (column 17)",
@@ -436,7 +439,7 @@ def test_budget_problems(tmp_path: Path) -> None:
     """)
     assert problems(path) == [
         f"{path}:5: budgets: an entry sets no limit (use one of max_tool_calls, max_iterations, "
-        f"max_seconds, max_tokens)",
+        f"max_seconds, max_tokens, max_cost_usd)",
         f"{path}:6: budgets: max_seconds: must be more than 0",
         f"{path}:7: budgets: max_tool_calls: expected an integer >= 1, got 2.5",
         f"{path}:8: budgets: agents: bad glob '[x': unclosed '['",
