@@ -8,7 +8,6 @@ frameworks (``tests/frameworks/recordings``) and on spans the OpenTelemetry SDK 
 
 from __future__ import annotations
 
-import json
 import math
 from decimal import Decimal
 from pathlib import Path
@@ -25,7 +24,6 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook
-from watchdog.core.spans.conventions import MODEL_KEYS
 from watchdog.core.spans.decode import parse_json
 from watchdog.core.spans.pipeline import records_from
 from watchdog.core.step import Core
@@ -49,18 +47,16 @@ def core(rules: bool = False) -> Core:
 
 
 def named(line: str, model: str | None) -> bytes:
-    """An export request of a recording, every model name in it (the attributes the
-    conventions read a model from) replaced by ``model`` (None: as recorded)."""
+    """An export request of a recording, every model name the normaliser reads in it (an
+    attribute, or a framework's own message objects: Haystack's replies) replaced by ``model``
+    (None: as recorded)."""
     if model is None:
         return line.encode()
-    data = json.loads(line)
-    for resource_spans in data.get("resourceSpans", ()):
-        for scope_spans in resource_spans.get("scopeSpans", ()):
-            for span in scope_spans.get("spans", ()):
-                for kv in span.get("attributes", ()):
-                    if kv["key"] in MODEL_KEYS and "stringValue" in kv["value"]:
-                        kv["value"] = {"stringValue": model}
-    return json.dumps(data).encode()
+    names = {record.model for record in records_from(parse_json(line.encode())).records
+             if record.model}
+    for name in sorted(names, key=len, reverse=True):
+        line = line.replace(name, model)
+    return line.encode()
 
 
 def recorded_runs(driver: str, scenario: str, model: str | None) -> list[RunState]:

@@ -300,7 +300,8 @@ class RunState:
         if kind is AGENT:
             if record.model_calls > self.iterations:
                 # A framework that emits no model-call span (crewai alone) reports its calls
-                # on the agent span: they are the run's iterations.
+                # on the agent span: they are the run's iterations (with no price known).
+                self.unpriced_calls += record.model_calls - self.iterations
                 self.iterations = record.model_calls
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason

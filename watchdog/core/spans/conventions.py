@@ -842,6 +842,12 @@ def _fill_price_facts(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     counts when it is a finite number above 0 (an instrumentation's 0 means its own price list
     did not know the model)."""
     model = _first_str(attrs, MODEL_KEYS)
+    if model and model[0] == '"' and model[-1] == '"':  # JSON-encoded (MLflow's values)
+        try:
+            decoded = json.loads(model)
+        except ValueError:
+            decoded = None
+        model = decoded if isinstance(decoded, str) else None
     if model:
         record.model = model[:MAX_NAME_CHARS]
     provider = _first_str(attrs, PROVIDER_KEYS)
@@ -882,9 +888,11 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         # parse of the output, its usage where the attributes name none
         envelope = enveloped_output(attrs)
         if envelope is not None:
-            finish, envelope_input, envelope_output, output_messages = envelope
+            finish, envelope_input, envelope_output, output_messages, model = envelope
             if input_tokens is None and output_tokens is None:
                 input_tokens, output_tokens = envelope_input, envelope_output
+            if isinstance(model, str) and model:
+                record.model = model[:MAX_NAME_CHARS]
     if input_tokens is None and output_tokens is None and USAGE_JSON:
         input_tokens, output_tokens = _usage(attrs)
     messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))

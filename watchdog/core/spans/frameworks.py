@@ -102,6 +102,7 @@ class OutputEnvelope:
     finish_reason: Path
     input_tokens: Path = ()
     output_tokens: Path = ()
+    model: Path = ()  # the model that answered, in a message
 
 
 @dataclass(frozen=True, slots=True)
@@ -707,7 +708,8 @@ HAYSTACK = Convention(
     output_envelopes=(OutputEnvelope("haystack.agent.step.llm.output", ("replies",),
                                      ("meta", "finish_reason"),
                                      ("meta", "usage", "prompt_tokens"),
-                                     ("meta", "usage", "completion_tokens")),),
+                                     ("meta", "usage", "completion_tokens"),
+                                     ("meta", "model")),),
     # max_agent_steps raises nothing: the agent's result says why it stopped (content
     # tracing), its span how many steps it took of how many allowed
     limit_states=(("haystack.agent.output", r'(?s).*"exit_reason": "max_agent_steps"',
@@ -820,6 +822,7 @@ MLFLOW = Convention(
     # the OpenAI flavour's output is the ChatCompletion itself
     output_envelopes=(OutputEnvelope("mlflow.spanOutputs", ("choices",), ("finish_reason",)),),
     usage_json=(("mlflow.chat.tokenUsage", ("input_tokens",), ("output_tokens",)),),
+    request_model=("mlflow.llm.model",),
     notes="only `mlflow.*` attributes, each value JSON-encoded; a tool is a `TOOL` span named "
           "after its function; a hand-written loop's own span (`@mlflow.trace`) is no agent "
           "span: its answer is its last model call's",

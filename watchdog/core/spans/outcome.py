@@ -197,10 +197,11 @@ def _state_limit(attrs: Mapping[str, object]) -> str | None:
 
 
 def enveloped_output(attrs: Mapping[str, object]
-                     ) -> tuple[object, object, object, object] | None:
-    """(finish reason, input tokens, output tokens, messages) of a model call's output that a
-    framework wrote as its own message objects (Haystack's ``replies``), or None. One JSON
-    parse of that output, only for a model call that names no finish reason and no usage."""
+                     ) -> tuple[object, object, object, object, object] | None:
+    """(finish reason, input tokens, output tokens, messages, model) of a model call's output
+    that a framework wrote as its own message objects (Haystack's ``replies``), or None. One
+    JSON parse of that output, only for a model call that names no finish reason and no
+    usage."""
     for rule in OUTPUT_ENVELOPES:
         raw = attrs.get(rule.attribute)
         if not isinstance(raw, str) or not raw.startswith("{"):
@@ -209,14 +210,16 @@ def enveloped_output(attrs: Mapping[str, object]
         if not isinstance(messages, list) or not messages:
             continue
         finish: object = None
+        model: object = None
         input_tokens = output_tokens = 0
         for message in messages:
             finish = at_path(message, rule.finish_reason) or finish
+            model = (at_path(message, rule.model) if rule.model else None) or model
             value = at_path(message, rule.input_tokens) if rule.input_tokens else None
             input_tokens += value if isinstance(value, int) else 0
             value = at_path(message, rule.output_tokens) if rule.output_tokens else None
             output_tokens += value if isinstance(value, int) else 0
-        return (finish, input_tokens or None, output_tokens or None, messages)
+        return (finish, input_tokens or None, output_tokens or None, messages, model)
     return None
 
 
