@@ -44,7 +44,7 @@ QUANTILES = (0.5, 0.9, 0.99)
 # Grafana for exemplars.
 EXEMPLAR_METRICS = ("runs_finished_total", "run_iterations", "run_tool_calls",
                     "run_duration_seconds", "tool_calls_total", "tokens_total", "errors_total",
-                    "rule_fired_total")
+                    "rule_fired_total", "cost_usd_total")
 _EXEMPLARS = re.compile(r"\bagent_watchdog_(?:" + "|".join(EXEMPLAR_METRICS) + r")(?:_bucket)?\b")
 _SELECTOR = re.compile(r"\b(agent_watchdog_\w+)(?:\{([^}]*)\})?")
 
@@ -299,6 +299,17 @@ def build() -> dashboard.Dashboard:
                           [Query(f"sum by (agent, error_type) (rate({m('errors_total')}"
                                  f"{{{a}}}[{RATE}]))", "{{agent}} {{error_type}}")],
                           unit="ops", width=8, stacked=True))
+    )
+
+    board = (
+        board.with_row(dashboard.Row("Cost"))
+        .with_panel(graph("Spend", "US dollars per hour by agent and model: each model call "
+                          "priced from its model and token counts (genai-prices), or the cost "
+                          "its span reports; calls with no known price are not in it "
+                          "(`unpriced_calls` of each run). AgentWatchdogSpendHigh.",
+                          [Query(f"sum by (agent, model) (rate({m('cost_usd_total')}"
+                                 f"{{{a}}}[{RATE}])) * 3600", "{{agent}} {{model}}")],
+                          unit="currencyUSD", width=24, stacked=True))
     )
 
     upstream_failed = 'outcome=~"upstream_error|upstream_unreachable|upstream_timeout"'
