@@ -34,6 +34,7 @@ from enum import StrEnum
 
 from watchdog.core.directives.model import Directive
 from watchdog.core.model.wire import ToolCall
+from watchdog.core.runs.report import format_usd
 from watchdog.core.spans.frameworks import TABLES
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)
@@ -176,8 +177,8 @@ def budget_note(remaining: int, limit: int) -> str:
 def cost_note(remaining: float, limit: float) -> str:
     """The dollar budget's countdown, from a quarter of it left (the default pack's too)."""
     if remaining <= 0:
-        return f"[budget: all USD {limit:g} of the cost budget used — report now]"
-    return f"[budget: USD {remaining:.4f} of {limit:g} left — wrap up soon]"
+        return f"[budget: all USD {format_usd(limit)} of the cost budget used — report now]"
+    return f"[budget: USD {format_usd(remaining)} of {format_usd(limit)} left — wrap up soon]"
 
 
 def grace_note(left: int) -> str:
@@ -271,8 +272,8 @@ def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn 
                                        f"used — stop and report]", None), 0, "max_seconds")
     dollars = budget.get("remaining_cost_usd")
     if dollars is not None and dollars <= 0:
-        return Turn(Act.FINAL, _report(f"[budget: all USD {budget['max_cost_usd']:g} of the cost "
-                                       f"budget used — stop and report]", None), 0,
+        return Turn(Act.FINAL, _report(f"[budget: all USD {format_usd(budget['max_cost_usd'])} "
+                                       f"of the cost budget used — stop and report]", None), 0,
                     "max_cost_usd")
     return None
 

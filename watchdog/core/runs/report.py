@@ -19,9 +19,11 @@ Pure: no IO, no clock (``now`` is an argument).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections import Counter, deque
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from watchdog.core.redact import mask, redact
@@ -456,9 +458,13 @@ def format_duration(seconds: float) -> str:
 
 
 def format_usd(value: float) -> str:
-    """Dollars as text: to the hundredth of a cent, trailing zeros dropped (``0.0123``)."""
-    text = f"{value:.4f}".rstrip("0").rstrip(".")
-    return text if text not in ("", "-0") else "0"
+    """Dollars as text, never an exponent: cents from a dollar up (``12.35``), three
+    significant digits below (``0.0123``, ``0.0000451``)."""
+    if not math.isfinite(value) or value <= 0:
+        return "0"
+    if value >= 1:
+        return f"{value:.2f}"
+    return format(Decimal(f"{value:.3g}"), "f")
 
 
 def format_number(value: float) -> str:
