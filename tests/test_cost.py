@@ -279,3 +279,59 @@ def test_pack_budgets_take_dollars_and_refuse_what_is_no_amount(tmp_path: Path) 
                         f"  - agents: ['*']\n    max_cost_usd: {bad}\n")
         with pytest.raises(RulePackError, match="max_cost_usd"):
             load_rules([str(path)])
+
+
+# -- the client SDK, the control API and the metrics ----------------------------------------------
+
+def test_the_client_sdk_takes_a_dollar_budget_and_refuses_what_is_no_amount() -> None:
+    from agent_watchdog_client import Watchdog
+
+    wd = Watchdog("http://127.0.0.1:9")  # never reached: no run is entered
+    try:
+        run = wd.run(agent="spender", max_cost_usd=0.5)
+        assert run.budget == {"max_cost_usd": 0.5}
+        for bad in (math.nan, math.inf, -0.01, "1"):
+            with pytest.raises(ValueError, match="max_cost_usd"):
+                wd.run(agent="spender", max_cost_usd=bad)  # type: ignore[arg-type]
+    finally:
+        wd.close()
+
+
+def test_an_announced_dollar_budget_is_taken_and_a_bad_one_refused() -> None:
+    from watchdog.shell.api import _announcement
+    from watchdog.shell.errors import BadRequest
+
+    announced = _announcement({"agent": "spender", "budget": {"max_cost_usd": 0.25}})
+    assert announced is not None and announced["budget"] == {"max_cost_usd": 0.25}
+    for bad in (-1, "0.25", None, 1e13):
+        with pytest.raises(BadRequest, match="max_cost_usd"):
+            _announcement({"agent": "spender", "budget": {"max_cost_usd": bad}})
+
+
+def test_cost_usd_total_counts_dollars_per_agent_and_capped_model() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from watchdog.shell.metrics import MAX_TOOLS_PER_AGENT, Metrics
+
+    registry = CollectorRegistry()
+    metrics = Metrics("test", registry)
+    step_core = core()
+    maker = SpanMaker()
+    models = [f"gpt-4o-mini-{i}" for i in range(MAX_TOOLS_PER_AGENT + 5)]
+    with maker.agent(attrs={"gen_ai.agent.name": "spender"}):
+        maker.span("chat", chat_attrs(1_000, 100, **{"gen_ai.request.model": KNOWN}))
+        for index, model in enumerate(models):  # names genai-prices does not know
+            maker.span("chat", chat_attrs(10, 1, **{"gen_ai.request.model": model,
+                                                    "llm.cost.total": 0.5}),
+                       start=T0 + 1 + index * 0.01)
+    step = step_core.apply(records_from(encode(maker.finished())).records, T0 + 100)
+    assert step.batch is not None
+    metrics.batch_applied(step.batch, [])
+    metrics.publish()
+    values = {sample.labels["model"]: sample.value
+              for family in registry.collect() if family.name == "agent_watchdog_cost_usd"
+              for sample in family.samples if sample.name.endswith("_total")}
+    assert values[KNOWN] == pytest.approx(library_price(KNOWN, 1_000, 100), rel=1e-12)
+    assert len(values) == MAX_TOOLS_PER_AGENT + 1 and "_other" in values
+    assert sum(values.values()) == pytest.approx(
+        library_price(KNOWN, 1_000, 100) + 0.5 * len(models), rel=1e-12)
