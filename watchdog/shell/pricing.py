@@ -6,9 +6,10 @@ full price calculation takes some hundreds of microseconds, so a model's price i
 per (provider, model, price in force) and each call is then computed from it: where the price
 is linear in the counts (no tiers) its rates are taken from the library itself — its own figure
 for a request of no tokens and for a million tokens of each kind, cache reads and writes as it
-prices them against input — and a call costs their sum, in ``Decimal`` as the library counts;
-a tiered price is computed by the library for every call. A model it does not know stays
-unpriced (None), and so do counts it refuses (more cached tokens than input).
+prices them against input — and a call costs their sum (the price in force is looked up again
+for each hour of call times); a tiered price is computed by the library for every call. A model
+it does not know stays unpriced (None), and so do counts it refuses (more cached tokens than
+input).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+HOUR_NS = 3600 * 1_000_000_000
 MAX_MODELS = 1024  # (provider, model) resolutions kept; a name seen again after is looked up anew
 _MILLION = 1_000_000
 # per request, then per token: input, output, cache read, cache write
@@ -32,29 +34,47 @@ class GenAIPrices:
         self._lib: Any = None
         self._models: OrderedDict[tuple[str | None, str], Any] = OrderedDict()
         self._rates: dict[int, tuple[Any, Rates | None]] = {}
+        # (provider, model) -> (hour of the call times, the price then, its rates as floats)
+        self._calls: dict[tuple[str | None, str], tuple[int, Any, tuple[float, ...] | None]] = {}
 
     def __call__(self, model: str, provider: str | None, input_tokens: int, output_tokens: int,
                  cache_read_tokens: int, cache_write_tokens: int, at_ns: int) -> float | None:
-        found = self._resolve(model, provider)
-        if found is None:
-            return None
         if cache_read_tokens + cache_write_tokens > input_tokens:
             return None
-        at = datetime.fromtimestamp(at_ns / 1e9, tz=UTC) if at_ns > 0 else datetime.now(tz=UTC)
-        price = found.get_prices(at)
-        rates = self._rates_of(price)
-        counts = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+        hour = at_ns // HOUR_NS  # the price in force, looked up once an hour of call times
+        key = (provider, model)
+        entry = self._calls.get(key)
+        if entry is None or entry[0] != hour:
+            entry = self._price_at(key, hour, at_ns)
+        _, price, rates = entry
+        if price is None:
+            return None
         if rates is not None:
-            total = rates[0] + sum((rate * count
-                                    for rate, count in zip(rates[1:], counts, strict=True)),
-                                   Decimal(0))
+            cost = (rates[0] + rates[1] * input_tokens + rates[2] * output_tokens
+                    + rates[3] * cache_read_tokens + rates[4] * cache_write_tokens)
         else:
             try:
-                total = price.calc_price(self._usage(*counts))["total_price"]
+                cost = float(price.calc_price(self._usage(
+                    input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+                )["total_price"])
             except (ValueError, ArithmeticError):
                 return None
-        cost = float(total)
         return cost if math.isfinite(cost) and cost >= 0 else None
+
+    def _price_at(self, key: tuple[str | None, str], hour: int, at_ns: int
+                  ) -> tuple[int, Any, tuple[float, ...] | None]:
+        found = self._resolve(key[1], key[0])
+        entry: tuple[int, Any, tuple[float, ...] | None] = (hour, None, None)
+        if found is not None:
+            at = datetime.fromtimestamp(at_ns / 1e9, tz=UTC) if at_ns > 0 else datetime.now(
+                tz=UTC)
+            price = found.get_prices(at)
+            rates = self._rates_of(price)
+            entry = (hour, price, None if rates is None else tuple(float(r) for r in rates))
+        if len(self._calls) >= MAX_MODELS:
+            self._calls.clear()
+        self._calls[key] = entry
+        return entry
 
     def _resolve(self, model: str, provider: str | None) -> Any:
         """The library's model entry for ``model`` (with ``provider`` when it knows that
