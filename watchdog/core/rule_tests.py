@@ -103,6 +103,7 @@ class _SyntheticRun:
             record.kind = SpanKind.LLM
             record.input_tokens = data.get("input_tokens") or 0
             record.output_tokens = data.get("output_tokens") or 0
+            record.reported_cost_usd = data.get("cost_usd") or None  # the call's price
             record.messages = data.get("messages") or 0
             if data.get("finish_reason") is not None:
                 record.finish_reason = data["finish_reason"]

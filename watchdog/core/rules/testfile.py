@@ -22,7 +22,7 @@ FILE_KEYS = ("rule_files", "include_default", "tests")
 TEST_KEYS = ("name", "agent", "budget", "session", "steps", "expect", "expect_terminal_state")
 STEP_KINDS = ("llm", "tool", "heartbeat", "tick", "end", "session")
 STEP_KEYS = ("at", "duration", "args", "result", "error", *STEP_KINDS)
-LLM_KEYS = ("input_tokens", "output_tokens", "messages", "finish_reason", "error")
+LLM_KEYS = ("input_tokens", "output_tokens", "messages", "finish_reason", "error", "cost_usd")
 END_KEYS = ("final_answer", "output", "finish_reason", "error")
 ERROR_KEYS = ("type", "message")
 EXPECT_KEYS = ("step", "rule", "action", "severity", "terminal_state", "escalation", "message")
@@ -271,6 +271,8 @@ def _read_mapping(reader: Reader, node: Node, where: str, kind: str,
             data[key] = reader.string(value_node, None, label, nonempty=False)
         elif key == "final_answer":
             data[key] = reader.boolean(value_node, None, label)
+        elif key == "cost_usd":  # what the call cost (the price of a model call, in USD)
+            data[key] = reader.number(value_node, None, label)
         else:
             data[key] = reader.integer(value_node, None, label)
     return data
