@@ -165,7 +165,8 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     names = [r.name for r in ruleset.rules]
     assert names == ["budget-countdown", "budget-last-call", "budget-exhausted",
                      "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
-                     "idle-timeout", "total-timeout", "repeated-tool-call", "zero-progress", "extra"]
+                     "idle-timeout", "total-timeout", "repeated-tool-call", "zero-progress",
+                     "extra"]
     idle = ruleset.get("idle-timeout")
     assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
     assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",
