@@ -7,8 +7,11 @@ records are folded into runs (:class:`~watchdog.core.runs.tracker.RunTracker`), 
 evaluated for the runs whose signals changed, and the result comes back as a :class:`Step` —
 the runs touched (to persist), the new activity entries (to persist), the decisions (to become
 directives) and the runs that finished (to count and log). :meth:`Core.tick` does the same for
-the timer (timed rules, expiry). Nothing here reads a clock, a file or a socket, and nothing
-calls back into the shell: the caller passes ``now`` and carries the step on.
+the timer (timed rules, expiry; :meth:`Core.fleet_tick` for the fleet's window). The batch's
+tool calls feed the :class:`~watchdog.core.fleet.Fleet` (``fleet.*`` in rules): when a tool's
+outage begins or ends, every active run that used it is evaluated. Nothing here reads a
+clock, a file or a socket, and nothing calls back into the shell: the caller passes ``now``
+and carries the step on.
 
 What a step hands out about runs is frozen: one :class:`~watchdog.core.runs.view.RunView` per run
 the step touched, finished or decided on, taken once when the step is done (:meth:`Core._seal`), so
@@ -36,6 +39,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core.fleet import Fleet
 from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
@@ -51,6 +55,7 @@ from watchdog.core.sync import STOP_GRACE, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
 SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
+FLEET_CHANGED = frozenset({"fleet"})  # what a tool's outage beginning or ending changes
 
 
 @dataclass(slots=True)
@@ -77,6 +82,7 @@ class Step:
     rule_errors: Counter[str] = field(default_factory=Counter)
     eval_seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
+    outages: dict[str, bool] = field(default_factory=dict)  # tool -> failing now (began/ended)
     # The touched runs themselves, for the state writer alone (it snapshots each once per
     # flush, not once per step); nothing else reads them.
     dirty: dict[str, RunState] = field(default_factory=dict)
@@ -91,10 +97,11 @@ class Core:
     """Runs, rules and the sync ledger; one instance, used from one thread."""
 
     def __init__(self, tracker: RunTracker, sessions: SessionBook,
-                 engine: RuleEngine | None = None) -> None:
+                 engine: RuleEngine | None = None, fleet: Fleet | None = None) -> None:
         self.tracker = tracker
         self.sessions = sessions
         self.engine = engine
+        self.fleet = fleet if fleet is not None else Fleet()  # tools failing across runs
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self._recent: dict[str, RecentSteps] = {}
@@ -114,8 +121,11 @@ class Core:
             self._forget(key)
         self._note_sessions(result.touched.values(), now)
         self.remember(result.activity)
+        outages = self._observe_tools(result, now)
         if rules:
             self._evaluate_batch(before, result, now, step)
+        if outages:
+            self._tell_fleet(outages, now, step)
         finished = result.ended + result.evicted
         if finished:
             self._finish(finished, step)
@@ -153,6 +163,36 @@ class Core:
                 continue
             self._evaluate_run(engine, run, now, False, changed, step)
         self._after_evaluation(started, step)
+
+    def _observe_tools(self, result: BatchResult, now: float) -> set[str]:
+        """Hand the batch's tool calls to the fleet; the tools whose outage began or ended."""
+        if not result.tool_results:
+            return set()
+        self.fleet.observe(result.tool_results, now)
+        return self.fleet.advance(now)
+
+    def _tell_fleet(self, outages: set[str], now: float, step: Step) -> None:
+        """A tool's outage began or ended: evaluate the rules reading ``fleet`` for every
+        active run that has used one of those tools (the runs that used it are the ones to
+        tell, and the ones whose note may fire again at its next outage)."""
+        fleet = self.fleet
+        step.outages.update({tool: fleet.is_failing(tool) for tool in outages})
+        if not self._has_rules():
+            return
+        runs = [run for run in self.tracker.active()
+                if any(tool in run.tools for tool in outages)]
+        if runs:
+            self._evaluate(runs, now, step, changed=FLEET_CHANGED)
+
+    def fleet_tick(self, now: float) -> Step:
+        """The timer's turn for the fleet: failures older than the window are forgotten, and
+        the runs that used a tool whose outage so ended are evaluated."""
+        step = Step()
+        outages = self.fleet.advance(now)
+        if outages:
+            self._tell_fleet(outages, now, step)
+        self._seal(step, now)
+        return step
 
     def remember(self, activity: Iterable[ActivityEntry]) -> None:
         """Keep the last ``RECENT_STEPS`` of each run's activity (oldest first) for the report
@@ -388,7 +428,8 @@ class Core:
         fired = 0
         try:
             for decision in engine.evaluate(run, now, self._session_of(run),
-                                            timed_only=timed_only, changed=changed):
+                                            timed_only=timed_only, changed=changed,
+                                            fleet=self.fleet.activation()):
                 self._decide(decision, run, now, step)
                 fired += 1
         except Exception as exc:

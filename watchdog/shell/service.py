@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.directives.model import Directive
+from watchdog.core.fleet import Fleet
 from watchdog.core.model.steer import Board
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
@@ -61,6 +62,7 @@ class Observer(Protocol):
     def rule_error(self, rule: str) -> None: ...
     def rule_eval(self, seconds: float) -> None: ...
     def set_stuck(self, counts: dict[tuple[str, str], int]) -> None: ...
+    def tools_failing(self, outages: dict[str, bool]) -> None: ...
     def run_failed(self, stage: str) -> None: ...
     def state_writable(self, writable: bool) -> None: ...
 
@@ -85,6 +87,9 @@ class NullObserver:
         pass
 
     def set_stuck(self, counts: dict[tuple[str, str], int]) -> None:
+        pass
+
+    def tools_failing(self, outages: dict[str, bool]) -> None:
         pass
 
     def run_failed(self, stage: str) -> None:
@@ -113,13 +118,13 @@ class WatchdogService:
         self.sessions = SessionBook(store.get_session)
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
-        self.core = Core(tracker, self.sessions, engine)
+        self.core = Core(tracker, self.sessions, engine, Fleet(config.fleet_window))
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
         self.queries = RunQueries(self.core, store, self.clock,
                                   self.state.unsaved, self._run_failed,
-                                  config.activity_log_size)
+                                  config.activity_log_size, config.trace_url)
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
@@ -200,6 +205,10 @@ class WatchdogService:
         for rule, count in step.rule_errors.items():
             for _ in range(count):
                 observer.rule_error(rule)
+        if step.outages:
+            observer.tools_failing(step.outages)
+            for tool, failing in step.outages.items():
+                logs.event("tool_outage" if failing else "tool_recovered", tool=tool)
         for decided in step.decisions:
             self._decided(decided)
         for key, into in step.gone.items():
@@ -403,6 +412,7 @@ class WatchdogService:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""
         now = self.clock.now()
         self.evaluate(self.core.active_keys(), now, timed_only=True)
+        self._carry(self.core.fleet_tick(now))
         return self._expire(now)
 
     async def tick_in_slices(self) -> list[RunView]:
@@ -413,6 +423,7 @@ class WatchdogService:
         for start in range(0, len(keys), EVAL_SLICE):
             self.evaluate(keys[start:start + EVAL_SLICE], now, timed_only=True)
             await self.priority.turn()
+        self._carry(self.core.fleet_tick(now))
         return self._expire(now)
 
     def _expire(self, now: float) -> list[RunView]:

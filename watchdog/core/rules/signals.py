@@ -23,7 +23,7 @@ from watchdog.core.runs.catalogue import (
     BUDGET_SCHEMA,
     BUDGET_TIMED,
     RUN_SIGNALS,
-    FieldType,
+    MapOf,
     Maybe,
     Schema,
     Signal,
@@ -57,7 +57,14 @@ SESSION_SCHEMA: Schema = {
     "run_checkpoints": int,
 }
 
-SCHEMAS: dict[str, Schema] = {"run": RUN_SCHEMA, "session": SESSION_SCHEMA}
+# What a watchdog sees across its runs (watchdog.core.fleet): the tools failing for many runs.
+FLEET_SCHEMA: Schema = {
+    "failing_tools": MapOf(str, {"runs": int, "errors": int, "since": str, "error_type": str}),
+}
+NO_FLEET: dict[str, Any] = {"failing_tools": {}}
+
+SCHEMAS: dict[str, Schema] = {"run": RUN_SCHEMA, "session": SESSION_SCHEMA,
+                              "fleet": FLEET_SCHEMA}
 
 # Signals that change while nothing happens: a rule reading one of these (or waiting out a
 # ``for``) must be re-evaluated on a timer, every other rule only when a run changes.
@@ -96,10 +103,14 @@ def session_activation(session: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def field_names(path: str) -> list[str]:
-    """The fields of ``run``, ``session`` or ``run.budget`` (for "did you mean" hints)."""
-    schema: FieldType = dict(SCHEMAS)
+    """The fields of ``run``, ``session``, ``run.budget`` or a map's struct values
+    (``fleet.failing_tools[*]``), for "did you mean" hints."""
+    schema: Any = dict(SCHEMAS)
     for part in path.split("."):
-        if not isinstance(schema, dict) or part not in schema:
+        name = part.removesuffix("[*]")
+        if not isinstance(schema, dict) or name not in schema:
             return []
-        schema = schema[part]
+        schema = schema[name]
+        if name != part:
+            schema = schema.value if isinstance(schema, MapOf) else {}
     return sorted(schema) if isinstance(schema, dict) else []

@@ -89,7 +89,8 @@ class RunState:
         "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
         "named_by_agent",
         "output_tokens", "parent_run",
-        "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
+        "repeated_error", "repeated_tool_call", "repeated_tool_result", "root_span", "service",
+        "session",
         "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
         "trace_id",
     )
@@ -98,6 +99,7 @@ class RunState:
         self.key = key
         self.key_source = key_source
         self.trace_id = trace_id
+        self.root_span: str | None = None  # its first trace's earliest span (its trace link)
         self.agent: str | None = None
         self.service: str | None = None
         self.session: str | None = None
@@ -191,6 +193,9 @@ class RunState:
         self.last_progress = now
         if not self.trace_id:  # a run the client SDK announced before any span arrived
             self.trace_id = record.trace_id
+        if record.trace_id == self.trace_id and (
+                self.root_span is None or record.start_ns < self.first_start_ns):
+            self.root_span = record.span_id  # the run's root starts before what it ran
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
         lag = now - record.end_ns / NS
@@ -728,7 +733,8 @@ class RunState:
                        self.spans, self.activity_seq, MappingProxyType(signals),
                        self.terminal_state, self.terminal_reason, self.final_output,
                        self.first_seen, self.first_start_ns / NS if self.first_start_ns else None,
-                       self.last_seen, self.last_progress, self.ended_at, now, self.framed)
+                       self.last_seen, self.last_progress, self.ended_at, now, self.framed,
+                       self.root_span)
 
     # -- persistence ----------------------------------------------------------------------------
 
