@@ -161,3 +161,32 @@ rules:
     message: "${size(fleet.failing_tools)} tools are down"
 """)
     assert pack.get("many-failing") is not None
+
+
+def test_while_no_tool_fails_rules_reading_fleet_wait_for_the_fleet_to_change() -> None:
+    """A tool call changes ``run.tools`` on every span; a rule that also reads ``fleet`` is not
+    evaluated for it while nothing fails (no CEL per tool call), only when an outage begins or
+    ends (and for a run seen for the first time). The rule below fails whenever it is
+    evaluated, which counts a rule error: the count says when it was."""
+    pack = load_text("""
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: own
+rules:
+  - name: probe
+    when: 'run.tool_calls > 0 && fleet.failing_tools["nothing"].runs > 0'
+    action: notify
+    message: m
+""")
+    watchdog = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(pack), Fleet())
+    agents = Agents(watchdog)
+    agents.start(3)
+    first = agents.tool(0, T0 + 1)
+    assert first.rule_errors == {"probe": 1}  # a new run: every rule
+    assert agents.tool(0, T0 + 2).rule_errors == {}  # quiet: not evaluated
+    agents.tool(1, T0 + 3, TimeoutError("t"))
+    agents.tool(2, T0 + 4, TimeoutError("t"))
+    begins = agents.tool(0, T0 + 5, TimeoutError("t"))  # (a success of run 0 came first)
+    assert begins.outages == {"search": True}
+    assert begins.rule_errors["probe"] >= 3  # each run that used search, at the outage
+    assert agents.tool(0, T0 + 6, TimeoutError("t")).rule_errors == {"probe": 1}  # not quiet

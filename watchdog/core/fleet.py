@@ -12,8 +12,9 @@ A tool is *failing* once ``threshold`` runs or more saw it fail with one error t
 window. The outage keeps its ``since`` (that error type's first failure in the window at the
 moment the threshold was reached) until it ends: at the tool's next success, or once the window
 holds no failure of the tool at all. :meth:`Fleet.advance` prunes the window at ``now`` and
-returns the tools whose outage began or ended since it was last asked, so the step evaluates
-the runs that used them; nothing here reads a clock.
+returns the tools whose outage began or ended since it was last asked (:meth:`Fleet.changed`
+asks without pruning), so the step evaluates the runs that used them; nothing here reads a
+clock.
 
 Everything is bounded: tools (least recently failed forgotten first), error types per tool and
 runs per error type.
@@ -119,6 +120,12 @@ class Fleet:
                 self._activation = None
                 if state.outage is not None:
                     self._changed.add(tool)
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def changed(self) -> set[str]:
+        """The tools whose outage began or ended since the last call (of this or
+        :meth:`advance`), without pruning the window (the ingest path's cheap question)."""
         changed, self._changed = self._changed, set()
         return changed
 

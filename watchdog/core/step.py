@@ -169,7 +169,7 @@ class Core:
         if not result.tool_results:
             return set()
         self.fleet.observe(result.tool_results, now)
-        return self.fleet.advance(now)
+        return self.fleet.changed()  # (the window is pruned by the timer: fleet_tick)
 
     def _tell_fleet(self, outages: set[str], now: float, step: Step) -> None:
         """A tool's outage began or ended: evaluate the rules reading ``fleet`` for every

@@ -51,6 +51,7 @@ MAX_CACHED_AGENTS = 4096  # agent names whose applicable rules are remembered; t
 MESSAGE_HASH_BYTES = 4  # on_change dedup keys: rule#<8 hex>; collisions only merge two messages
 MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders may be long
 GRACE_SUFFIX = "#grace"
+FLEET = "fleet"  # what a rule reading the CEL variable `fleet` reads (see signals_read)
 EACH_TIME_MARK = "@"  # dedup keys of ``repeat: each_time``: rule@<seconds it fired>
 
 
@@ -211,8 +212,14 @@ class RuleEngine:
         candidates = view.timed if timed_only else view.rules
         if changed is not None:
             reads = view.reads
+            # while no tool fails, a rule reading `fleet` waits for the fleet to change (an
+            # outage beginning or ending): a tool call per run would otherwise cost it a CEL
+            # evaluation with nothing to find
+            quiet = FLEET not in changed and not (fleet and fleet.get("failing_tools"))
             candidates = tuple(r for r in candidates
-                               if (read := reads[r.name]) is None or not read.isdisjoint(changed))
+                               if (read := reads[r.name]) is None
+                               or (not read.isdisjoint(changed)
+                                   and not (quiet and FLEET in read)))
         if state is not None and state.fired:
             fired = state.fired
             candidates = tuple(r for r in candidates
