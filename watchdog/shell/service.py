@@ -30,7 +30,8 @@ from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.spans.decode import ExportTraceServiceRequest
-from watchdog.core.spans.pipeline import Decoded, records_from, slices_of
+from watchdog.core.spans.logs import ExportLogsServiceRequest, LogJoin
+from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core, Step
 from watchdog.shell import logs
@@ -124,6 +125,8 @@ class WatchdogService:
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
         self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
+        # GenAI log events and the spans they describe meet here (bounded in size and time)
+        self.log_join = LogJoin()
 
     @property
     def tracker(self) -> RunTracker:
@@ -259,7 +262,7 @@ class WatchdogService:
         if self._is_duplicate(digest):
             return Decoded(duplicate=True)
         self.state.admit()
-        decoded = records_from(request)
+        decoded = next(slices_of(request, None, self.log_join, self.clock.now()))
         self._apply(decoded, protocol)
         self._remember(digest)
         return decoded
@@ -281,7 +284,7 @@ class WatchdogService:
         try:
             await self.priority.turn()  # the parse is a slice of its own
             request = parse()
-            for part in slices_of(request, INGEST_SLICE):
+            for part in slices_of(request, INGEST_SLICE, self.log_join, self.clock.now()):
                 await self.priority.turn()
                 self._apply(part, protocol)
                 total.rejected.update(part.rejected)
@@ -291,6 +294,28 @@ class WatchdogService:
                 self._in_progress.discard(digest)
         self._remember(digest)
         return total
+
+    async def export_logs(self, parse: Callable[[], ExportLogsServiceRequest],
+                          protocol: str, digest: bytes | None = None) -> bool:
+        """Read one OTLP logs export request's GenAI log events (the content of the spans
+        they name, :mod:`watchdog.core.spans.logs`) and apply the held traces whose content
+        is now all there. False for an exporter's retry of a request already read."""
+        if self._is_duplicate(digest):
+            return False
+        self.state.admit()
+        await self.priority.turn()
+        request = parse()
+        ready = self.log_join.add(request, self.clock.now())
+        if ready:
+            self._apply(released(ready, self.log_join), protocol)
+        self._remember(digest)
+        return True
+
+    def _release_held(self, now: float) -> None:
+        """Traces held for their content whose wait is over go on, read with what came."""
+        due = self.log_join.expired(now)
+        if due:
+            self._apply(released(due, self.log_join), "logs")
 
     def _is_duplicate(self, digest: bytes | None) -> bool:
         return digest is not None and (digest in self._recent_requests
@@ -402,6 +427,7 @@ class WatchdogService:
     def tick(self) -> list[RunView]:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""
         now = self.clock.now()
+        self._release_held(now)
         self.evaluate(self.core.active_keys(), now, timed_only=True)
         return self._expire(now)
 
@@ -409,6 +435,7 @@ class WatchdogService:
         """:meth:`tick` for the server: the timed rules run over the active runs in slices, so
         export requests and directive streams are served in between."""
         now = self.clock.now()
+        self._release_held(now)
         keys = self.core.active_keys()
         for start in range(0, len(keys), EVAL_SLICE):
             self.evaluate(keys[start:start + EVAL_SLICE], now, timed_only=True)
