@@ -39,7 +39,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from tests.harness import RunningServer, http_request, run_detail, wait_until
+from tests.harness import (
+    RunningServer,
+    http_request,
+    run_detail,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 
 DETAILS = "gen_ai.client.inference.operation.details"
 ANSWER = "a is 1 and b is 2."
@@ -211,3 +218,21 @@ def test_without_its_log_a_call_is_read_with_what_its_span_has(
         tracer_provider.force_flush()  # its logs are never sent
         run = ended_run(sidecar, lost)
         assert run["terminal_state"] == "no_response" and run["signals"]["iterations"] == 4
+
+
+def test_logs_have_the_limits_traces_have(tmp_path: Any) -> None:
+    """The size limit, the media types and the content codings of a trace export."""
+    with running_server(sidecar_config(tmp_path / "state", max_request_bytes=1024)) as sidecar:
+        url = sidecar.otlp_http + "/v1/logs"
+        big = encode_logs([]).SerializeToString() + b"\n\x00" * 600  # (valid or not: too big)
+        status, _ = http_request("POST", url, big, {"Content-Type": "application/x-protobuf"})
+        assert status == 413
+        status, _ = http_request("POST", url, b"{}", {"Content-Type": "text/plain"})
+        assert status == 415
+        status, _ = http_request("POST", url, b"{}", {"Content-Type": "application/json",
+                                                      "Content-Encoding": "br"})
+        assert status == 415
+        status, body = http_request("POST", url, b'{"resourceLogs": [{"scopeLogs": [{'
+                                    b'"logRecords": [{"traceId": "zz"}]}]}]}',
+                                    {"Content-Type": "application/json"})
+        assert status == 400 and b"not a hex string" in body

@@ -315,7 +315,7 @@ class WatchdogService:
         """Traces held for their content whose wait is over go on, read with what came."""
         due = self.log_join.expired(now)
         if due:
-            self._apply(released(due, self.log_join), "logs")
+            self._apply(released(due, self.log_join), "held")
 
     def _is_duplicate(self, digest: bytes | None) -> bool:
         return digest is not None and (digest in self._recent_requests
