@@ -268,6 +268,27 @@ def test_a_span_waits_for_its_log_then_goes_on_with_its_trace() -> None:
     assert records[0].final_output == "a is 1." and join.held_traces == 0
 
 
+def test_a_held_trace_keeps_the_content_that_came_before_its_other_calls() -> None:
+    """Call A waits for its log, holding its trace; B's log came before B's span: B, held
+    with its trace, keeps it; A's log releases the trace, each call read with its own."""
+    maker = SpanMaker()
+    join = LogJoin()
+    join.add(_events(_bare_call(maker)), T0)
+    maker.take()
+    with maker.agent(attrs={"gen_ai.agent.name": "planner"}):
+        first = maker.span("chat m", {"gen_ai.operation.name": "chat"}, start=T0 + 1)
+        second = maker.span("chat m", {"gen_ai.operation.name": "chat"}, start=T0 + 2)
+    join.add(_events(second, output=[{"role": "assistant", "finish_reason": "stop",
+                                      "parts": [{"type": "text", "content": "b"}]}]), T0)
+    assert next(slices_of(encode(maker.take()), None, join, T0)).records == []  # all wait
+    (ready,) = join.add(_events(first, output=[{"role": "assistant", "finish_reason": "stop",
+                                                "parts": [{"type": "text", "content": "a"}]}]),
+                        T0 + 0.1)
+    records = released([ready], join).records
+    assert [(record.kind.value, record.final_output) for record in records] == [
+        ("llm", "a"), ("llm", "b"), ("agent", None)]
+
+
 def test_a_span_whose_log_never_comes_goes_on_after_the_wait() -> None:
     maker = SpanMaker()
     join = LogJoin(wait_seconds=2.0)

@@ -173,7 +173,12 @@ class WatchdogService:
 
     async def close(self) -> None:
         """Persist what is pending, and what the tracker holds beyond its runs (the records
-        of traces in progress), then close the store."""
+        of traces in progress), then close the store. Traces held for their GenAI log events
+        go on first, read with what came."""
+        try:
+            self._release_held(float("inf"))
+        except Exception:  # (a run's failure is logged by _apply's callers; close goes on)
+            log.exception("the traces held for their log events could not be applied")
         try:
             kept = self.tracker.state()
             if kept["left_out"]:

@@ -169,8 +169,10 @@ class Held:
     when."""
 
     deadline: float
-    items: list[Any] = field(default_factory=list)  # (Span, Resource, scope) or SpanRecord
+    # (Span, Resource, scope, its content or None) or a SpanRecord
+    items: list[Any] = field(default_factory=list)
     waiting: set[bytes] = field(default_factory=set)  # span ids whose content is awaited
+    content: dict[bytes, dict[str, object]] = field(default_factory=dict)  # ... what came
     size: int = 0
 
 
@@ -231,18 +233,22 @@ class LogJoin:
     def _content_arrived(self, trace_id: bytes, span_id: bytes, facts: dict[str, object],
                          size: int, now: float) -> Held | None:
         key = trace_id + span_id
+        held = self._held.get(trace_id)
+        if held is not None and span_id in held.waiting:  # its span waits in its trace
+            held.waiting.discard(span_id)
+            held.content[span_id] = facts
+            held.size += size
+            self._bytes += size
+            if not held.waiting:
+                return self._release(trace_id)
+            self._bound()
+            return None
         if key in self._content:
             return None  # (a second event for one span: the first one's content is read)
         self._content[key] = (facts, size, now + self.wait_seconds)
         self._bytes += size
-        held = self._held.get(trace_id)
-        ready = None
-        if held is not None and span_id in held.waiting:
-            held.waiting.discard(span_id)
-            if not held.waiting:
-                ready = self._release(trace_id)
         self._bound()
-        return ready
+        return None
 
     # -- the span side -------------------------------------------------------------------------
 
@@ -270,9 +276,9 @@ class LogJoin:
         return role_of(name, attrs) is _LLM
 
     def hold(self, span: Any, resource: Resource, scope: str, now: float,
-             waits: bool) -> None:
+             waits: bool, content: dict[str, object] | None = None) -> None:
         """Keep ``span`` with its trace (held from now on if it was not), waiting for its
-        content if ``waits``."""
+        content if ``waits`` (``content``: what its log already brought)."""
         trace_id = bytes(span.trace_id)
         held = self._held.get(trace_id)
         if held is None:
@@ -280,7 +286,7 @@ class LogJoin:
         copy = Span()
         copy.CopyFrom(span)  # (the request it came in is not kept alive for it)
         size = copy.ByteSize()
-        held.items.append((copy, resource, scope))
+        held.items.append((copy, resource, scope, content))
         held.size += size
         self._bytes += size
         self._held_spans += 1

@@ -90,7 +90,7 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None,
                             attrs = merged(attrs, content)
                         waits = content is None and join.awaits(span.name, attrs, resource)
                         if len(trace_id) == 16 and (waits or join.holding(trace_id)):
-                            join.hold(span, resource, scope, now, waits)
+                            join.hold(span, resource, scope, now, waits, content)
                             held = True
                             continue
                     record = _checked(normalise(span, attrs, resource))
@@ -154,9 +154,11 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded) -> list[Span
             if isinstance(item, SpanRecord):
                 records.append(item)
                 continue
-            span, resource, scope = item
+            span, resource, scope, content = item
             attrs = select_attributes(span.attributes)
-            content = join.content(span.trace_id, span.span_id)
+            if content is None:
+                content = held.content.get(span.span_id) or join.content(span.trace_id,
+                                                                         span.span_id)
             if content is not None:
                 attrs = merged(attrs, content)
             try:
