@@ -24,7 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from tests.spans import T0, SpanMaker, chat_attrs, encode, only_run, record_of, run_spans
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
-from watchdog.core.spans.decode import parse_protobuf
+from watchdog.core.spans.decode import DecodeError, parse_protobuf
 from watchdog.core.spans.logs import LogJoin, parse_logs_json, parse_logs_protobuf
 from watchdog.core.spans.pipeline import released, slices_of
 from watchdog.core.spans.record import LLM, TOOL
@@ -330,3 +330,41 @@ def test_logs_in_otlp_json_read_as_protobuf() -> None:
                     record[key] = base64.b64decode(record[key]).hex()
     again = parse_logs_json(json.dumps(document).encode())
     assert again == parse_logs_protobuf(request.SerializeToString())
+
+
+@pytest.mark.parametrize("body", [
+    b"", b"[]", b"null", b"{", b'{"resourceLogs": 5}', b'{"resourceLogs": [5]}',
+    b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": 7}]}]}]}',
+    b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"spanId": "0g"}]}]}]}',
+    b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"timeUnixNano": "x"}]}]}]}',
+    b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"attributes": [{"key": "\xed\xa0\x80"}'
+    b"]}]}]}]}",
+    b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": ' + b"[" * 5000 + b"]" * 5000
+    + b"}]}]}]}",
+])
+def test_bad_logs_in_otlp_json_are_refused_with_a_reason(body: bytes) -> None:
+    with pytest.raises(DecodeError) as refused:
+        parse_logs_json(body)
+    assert str(refused.value)
+
+
+def test_odd_log_events_are_read_without_a_failure() -> None:
+    """Events with no span, ids of the wrong length, content of any type: read or skipped."""
+    document = {"resourceLogs": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "x" * 1000}}]},
+        "scopeLogs": [{"logRecords": [
+            {"eventName": DETAILS},  # no ids
+            {"eventName": DETAILS, "traceId": "00" * 16, "spanId": "00" * 8},
+            {"eventName": DETAILS, "traceId": "ab" * 8, "spanId": "cd" * 8},
+            {"eventName": DETAILS, "traceId": "ab" * 16, "spanId": "cd" * 8, "attributes": [
+                {"key": "gen_ai.output.messages", "value": {"intValue": "5"}},
+                {"key": "gen_ai.input.messages", "value": {"kvlistValue": {}}},
+                {"key": "gen_ai.response.finish_reasons", "value": {"bytesValue": "AAE="}}]},
+            {"attributes": [{"key": "event.name", "value": {"stringValue": DETAILS}}],
+             "traceId": "ab" * 16, "spanId": "ef" * 8},
+            {"eventName": "other", "traceId": "ab" * 16, "spanId": "cd" * 8}]}]}]}
+    join = LogJoin()
+    assert join.add(parse_logs_json(json.dumps(document).encode()), T0) == []
+    assert join.events == 5  # the GenAI events, the older `event.name` attribute's too
+    content = join.content(bytes.fromhex("ab" * 16), bytes.fromhex("cd" * 8))
+    assert content is not None and content["gen_ai.output.messages"] == 5
