@@ -24,11 +24,11 @@ import grpc
 from aiohttp import web
 
 from watchdog import __version__
-from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
 from watchdog.shell import api
+from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import Config, split_address
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox

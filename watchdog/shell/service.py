@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.directives.model import Directive
 from watchdog.core.model.steer import Board
 from watchdog.core.rules.decision import Decided
@@ -35,6 +35,7 @@ from watchdog.core.spans.pipeline import Decoded, records_from, released, slices
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core, Step
 from watchdog.shell import logs
+from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import Config
 from watchdog.shell.errors import NotFound
 from watchdog.shell.priority import Priority
@@ -114,7 +115,7 @@ class WatchdogService:
         self.sessions = SessionBook(store.get_session)
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
-        self.core = Core(tracker, self.sessions, engine)
+        self.core = Core(tracker, self.sessions, engine, timer=time.perf_counter)
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
