@@ -21,7 +21,18 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
-from tests.spans import T0, SpanMaker, chat_attrs, encode, only_run, record_of, run_spans
+from tests.spans import (
+    T0,
+    SpanMaker,
+    chat_attrs,
+    encode,
+    only_run,
+    record_of,
+    records_of,
+    run_spans,
+)
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import load_text
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.decode import DecodeError, parse_protobuf
@@ -62,6 +73,32 @@ def test_a_budget_the_agent_reports_counts_down_without_an_announcement() -> Non
     record = record_of(announced.span("chat m", chat_attrs(**{
         "gen_ai.agent.iteration_budget.limit": 6})))
     assert record.budget == {"max_iterations": 4}
+
+
+def test_a_rule_counts_the_reported_budget_down() -> None:
+    """A countdown on ``run.budget.remaining_iterations`` fires from the budget the agent
+    reports on its model calls, with no announcement."""
+    engine = RuleEngine(load_text("""
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: reported-budgets
+rules:
+  - {name: iteration-countdown, action: wind_down, severity: warning, repeat: on_change,
+     when: "has(run.budget.remaining_iterations) && run.budget.remaining_iterations <= 2",
+     message: "[budget: ${run.budget.remaining_iterations} of ${run.budget.max_iterations}
+       model calls left]"}
+""", "pack.yaml"))
+    maker = SpanMaker()
+    tracker = RunTracker()
+    fired = []
+    with maker.agent(attrs={"gen_ai.agent.name": "planner"}):
+        for call in range(4):
+            maker.span("chat m", chat_attrs(finish="tool_calls", **{
+                "gen_ai.agent.iteration_budget.limit": 5}), start=T0 + call)
+            tracker.apply(records_of(maker.take()), T0 + call + 1)
+            run = only_run(tracker)
+            fired += [decision.message for decision in engine.evaluate(run, T0 + call + 1)]
+    assert fired == ["[budget: 2 of 5 model calls left]", "[budget: 1 of 5 model calls left]"]
 
 
 @pytest.mark.parametrize("value", [math.nan, -1, 1e13, "six"])
