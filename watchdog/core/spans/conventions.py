@@ -33,6 +33,7 @@ import hashlib
 import json
 import struct
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -906,12 +907,48 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     if messages:
         messages += max(flat_out, 1)
     record.messages = messages
+    record.input_hash = request_hash(_first(attrs, PROMPT_KEYS))
     if record.limit_stop is None and not record.requested_tools:
         # (a framework's "give your final answer" request offers no tools: never asks for any)
         prompt = _first_str(attrs, PROMPT_KEYS)
         if prompt is not None:
             record.limit_stop = prompt_limit(prompt)
 
+
+
+# A model call's input longer than this is not read for its request (SpanRecord.input_hash):
+# parsing it would cost every model call of a long conversation; a run's request is its first
+# model call's, whose input is short.
+MAX_REQUEST_CHARS = 16_384
+USER_ROLES = frozenset({"user", "human"})
+
+
+def request_hash(value: object) -> int | None:
+    """The request a model call was given — the text of its last user message (or its whole
+    input, when that is plain text), case and spacing ignored — as a 64-bit hash; None when it
+    is unknown, too long to read or hidden."""
+    if isinstance(value, str):
+        if len(value) > MAX_REQUEST_CHARS:
+            return None
+        if value.lstrip()[:1] in ("[", "{"):
+            with suppress(ValueError):  # (not JSON: a plain prompt)
+                value = _load_json(value)
+    if isinstance(value, dict):
+        value = value.get("messages", value.get("input"))
+    text: str | None = None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list):
+        for message in reversed(value):
+            if isinstance(message, dict) and message.get("role") in USER_ROLES:
+                text = answer_text(message)
+                break
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    if not text or (len(text) <= HIDDEN_CONTENT_CHARS and text in HIDDEN_CONTENT):
+        return None
+    return stable_hash(text.casefold())
 
 # Where a model call's output names the tool calls it asked for (SpanRecord.asked_tools). In a
 # JSON message list: the list at a message's key, its items of a type (None: any), the name and
@@ -1053,4 +1090,5 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
 
 
 __all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "role_of", "run_key", "select_attributes", "short_type", "stable_hash", "unasked_tool"]
+           "request_hash", "role_of", "run_key", "select_attributes", "short_type", "stable_hash",
+           "unasked_tool"]
