@@ -15,8 +15,7 @@ from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import check_recorded, check_runs, replay, run_driver
-from tests.frameworks.harness import UNCHECKED
+from tests.frameworks.harness import UNCHECKED, check_recorded, check_runs, replay, run_driver
 from tests.frameworks.harness import Expect as Run
 from tests.frameworks.scenarios import ANSWER
 from tests.harness import RunningServer
