@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
 DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
-                 "tool-cycle", "zero-progress"]
+                 "tool-cycle", "zero-progress", "agent-ping-pong"]
 
 
 def write(path: Path, body: str, header: bool = True) -> str:
@@ -162,7 +162,8 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     ruleset = load_rules([path])
     names = [r.name for r in ruleset.rules]
     assert names == ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
-                     "total-timeout", "repeated-tool-call", "zero-progress", "extra"]
+                     "total-timeout", "repeated-tool-call", "zero-progress", "agent-ping-pong",
+                     "extra"]
     idle = ruleset.get("idle-timeout")
     assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
     assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",
