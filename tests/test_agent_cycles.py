@@ -115,8 +115,9 @@ def test_the_recorded_ping_pong_winds_down_the_run_the_handoffs_hang_from() -> N
                    if f'"name": "{BILLING}"' in line or f'"name": "{TRIAGE}"' in line]
     assert index == agent_spans[5]
     trail = core.cycles.get("run:" + trace_run)
-    assert trail is not None and trail.cycle == (TRIAGE, BILLING) and trail.repeats == 8
-    assert [e.agent for e in trail.entries] == [TRIAGE, BILLING] * 8
+    # eight round trips, the last one triage's answer: at the end, billing → triage 7 times
+    assert [e.agent for e in trail.entries] == [TRIAGE, BILLING] * 7 + [TRIAGE]
+    assert trail is not None and trail.cycle == (BILLING, TRIAGE) and trail.repeats == 7
 
 
 def test_the_recorded_healthy_chain_is_never_flagged() -> None:

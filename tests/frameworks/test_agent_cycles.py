@@ -2,7 +2,7 @@
 and exported over OTLP to a real sidecar (driver ``openai_agents_sdk``).
 
 ``ping_pong``: the triage agent hands the request off to billing, billing hands it back, with the
-same user request every time, until the SDK's ``max_turns`` (16: eight round trips). Every run on
+same user request every time, eight round trips, until triage answers. Every run on
 its own is healthy (one model call, one handoff); the sidecar sees the trace's runs — the triage
 run and a child run per later agent — as the cycle ``agents-triage → agents-billing`` and, at 3
 repeats, tells the triage run (the one the handoffs hang from) to wind down. ``chain``: triage
@@ -15,7 +15,7 @@ from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import UNCHECKED, check_recorded, check_runs, replay, run_driver
+from tests.frameworks.harness import check_recorded, check_runs, replay, run_driver
 from tests.frameworks.harness import Expect as Run
 from tests.frameworks.scenarios import ANSWER
 from tests.harness import RunningServer
@@ -24,29 +24,25 @@ from tests.recorded import recording
 DRIVER = "openai_agents_sdk"
 TRIAGE, BILLING, RESEARCHER = "agents-triage", "agents-billing", "agents-researcher"
 DELAY = 0.25  # seconds per model response: the agents' turns take time, as a real model's do
-TURNS = 16  # the driver's max_turns for ping_pong: 8 round trips
+ROUND_TRIPS = 8  # in ping_pong: triage answers at its 8th turn
 THRESHOLD = 3  # agent-ping-pong: session.agent_cycle_repeats >= 3
 ROUND_TRIPS_AFTER = 2  # the loop is caught within this many round trips after the threshold
 SCRIPTS = {
-    "ping_pong": {"": fakellm.steps(fakellm.call("transfer_to_agents_billing")),
+    "ping_pong": {"": fakellm.steps(*[fakellm.call("transfer_to_agents_billing")]
+                                    * (ROUND_TRIPS - 1), fakellm.answer(ANSWER)),
                   "-billing": fakellm.steps(fakellm.call("transfer_to_agents_triage"))},
     "chain": {"": fakellm.steps(fakellm.call("transfer_to_agents_billing")),
               "-billing": fakellm.steps(fakellm.call("transfer_to_agents_researcher")),
               "-sub": fakellm.steps(fakellm.answer(ANSWER))},
 }
-# The runs the sidecar shows. The trace's run (the triage agent's while the loop goes on) is
-# the one the handoffs hang from: it gets the wind-down and ends as the rule said. Every later
-# agent is a child run: one model call asking for the next handoff (a tool call), no answer. At
-# max_turns the SDK opens one more triage agent span, failed ("Max turns exceeded"), the first
-# of the trace's agents by its start: the sidecar reads the trace's run as the service's, that
-# span as a child that hit the limit (their counts are not what this test is about).
-SERVICE = "openai-agents-service"
-PING_PONG = [
-    Run(SERVICE, UNCHECKED, UNCHECKED, 0, "loop_detected", False, "agent-ping-pong", None),
-    Run(TRIAGE, UNCHECKED, UNCHECKED, 0, "tool_limit_reached", False, "MaxTurnsExceeded",
-        SERVICE),
-] + [Run(agent, 1, 1, 0, "no_response", False, None, SERVICE)
-     for agent in [BILLING, TRIAGE] * (TURNS // 2 - 1) + [BILLING]]
+# The runs the sidecar shows: the trace's run (the first triage agent's) is the one the handoffs
+# hang from: it gets the wind-down and ends as the rule said (its answer is the last triage
+# run's). Every later agent is a child run: one model call, asking for the next handoff (a tool
+# call) — the last triage's answers.
+PING_PONG = [Run(TRIAGE, 1, 1, 0, "loop_detected", True, "agent-ping-pong", None)] + [
+    Run(agent, 1, 1, 0, "no_response", False, None, TRIAGE)
+    for agent in [BILLING, TRIAGE] * (ROUND_TRIPS - 2) + [BILLING]] + [
+    Run(TRIAGE, 1, 0, 0, "completed", True, None, TRIAGE)]
 CHAIN = [Run(TRIAGE, 1, 1, 0, "completed", True, None, None),
          Run(BILLING, 1, 1, 0, "no_response", False, None, TRIAGE),
          Run(RESEARCHER, 1, 0, 0, "completed", True, None, TRIAGE)]
@@ -85,13 +81,13 @@ def test_ping_pong_is_caught_and_the_orchestrator_wound_down(sidecar: RunningSer
     llm.script(model, SCRIPTS["ping_pong"][""], delay=DELAY, on_request=at_triage_request)
     llm.script(model + "-billing", SCRIPTS["ping_pong"]["-billing"], delay=DELAY)
     result = run_driver("openai_agents", DRIVER, "ping_pong", sidecar, llm, model)
-    assert "stopped: Max turns (16) exceeded" in result.stdout, result.stdout
+    assert f"answer: {ANSWER}" in result.stdout, result.stdout
 
     runs = check_runs(sidecar, PING_PONG)
     check_ping_pong(runs, directives(sidecar))
     # Triage's request n starts round trip n. The third repeat is complete when billing's third
     # run hands back (round trip 4 starts); the directive is there by round trip 4 + 2 at most.
-    assert len(seen) == TURNS // 2
+    assert len(seen) == ROUND_TRIPS
     caught = next(trip for trip, count in enumerate(seen, 1) if count)
     assert caught <= THRESHOLD + 1 + ROUND_TRIPS_AFTER, seen
 
