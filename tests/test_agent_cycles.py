@@ -116,8 +116,8 @@ def test_the_recorded_ping_pong_winds_down_the_run_the_handoffs_hang_from() -> N
     assert index == agent_spans[5]
     trail = core.cycles.get("run:" + trace_run)
     # eight round trips, the last one triage's answer: at the end, billing → triage 7 times
-    assert [e.agent for e in trail.entries] == [TRIAGE, BILLING] * 7 + [TRIAGE]
     assert trail is not None and trail.cycle == (BILLING, TRIAGE) and trail.repeats == 7
+    assert [e.agent for e in trail.entries] == [TRIAGE, BILLING] * 7 + [TRIAGE]
 
 
 def test_the_recorded_healthy_chain_is_never_flagged() -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import check_recorded, check_runs, replay, run_driver
 from tests.frameworks.harness import Expect as Run
+from tests.frameworks.harness import check_recorded, check_runs, replay, run_driver
 from tests.frameworks.scenarios import ANSWER
 from tests.harness import RunningServer
 from tests.recorded import recording
