@@ -86,7 +86,14 @@ def test_a_model_calls_request_is_its_last_user_message_case_and_spacing_ignored
     # unknown: hidden content, no user message, an input too long to read, not text
     assert request_hash("__REDACTED__") is None
     assert request_hash(json.dumps([{"role": "system", "content": "x"}])) is None
-    assert request_hash(json.dumps([{"role": "user", "content": "x" * 20_000}])) is None
+    assert request_hash(json.dumps([{"role": "user", "content": "x" * 70_000}])) is None
+    # a long conversation is read for its last user message alone, in either key order, past
+    # braces in the content; a human message (LangChain's) in a short one
+    history = [{"role": "assistant", "content": "{not json} " * 1000}] * 2
+    assert request_hash(json.dumps(
+        [*history, {"content": "Refund {order} 42", "role": "user"}, *history])) == \
+        request_hash("refund {order} 42")
+    assert request_hash(json.dumps([{"role": "human", "content": "Refund order 42"}])) == same
     assert request_hash(None) is None and request_hash(12) is None
 
 

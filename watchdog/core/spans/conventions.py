@@ -916,11 +916,16 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
 
 
 
-# A model call's input longer than this is not read for its request (SpanRecord.input_hash):
-# parsing it would cost every model call of a long conversation; a run's request is its first
-# model call's, whose input is short.
-MAX_REQUEST_CHARS = 16_384
+# A model call's input longer than this is not read for its request (SpanRecord.input_hash); one
+# without the JSON of a user message in a form looked for first (USER_MARKERS) is parsed whole
+# only up to MAX_PARSED_REQUEST_CHARS. A run's request is its first model call's.
+MAX_REQUEST_CHARS = 65_536
+MAX_PARSED_REQUEST_CHARS = 16_384
 USER_ROLES = frozenset({"user", "human"})
+# An unescaped "role" occurs in JSON text only as a key: the last of these is the last user
+# message, decoded alone from the "{" that opens it (a few tried, nearest first).
+USER_MARKERS = ('"role": "user"', '"role":"user"')
+MAX_MESSAGE_STARTS = 8
 
 
 def request_hash(value: object) -> int | None:
@@ -930,7 +935,10 @@ def request_hash(value: object) -> int | None:
     if isinstance(value, str):
         if len(value) > MAX_REQUEST_CHARS:
             return None
-        if value.lstrip()[:1] in ("[", "{"):
+        message = _last_user_message(value)
+        if message is not None:
+            value = [message]
+        elif value.lstrip()[:1] in ("[", "{") and len(value) <= MAX_PARSED_REQUEST_CHARS:
             with suppress(ValueError):  # (not JSON: a plain prompt)
                 value = _load_json(value)
     if isinstance(value, dict):
@@ -939,9 +947,9 @@ def request_hash(value: object) -> int | None:
     if isinstance(value, str):
         text = value
     elif isinstance(value, list):
-        for message in reversed(value):
-            if isinstance(message, dict) and message.get("role") in USER_ROLES:
-                text = answer_text(message)
+        for item in reversed(value):
+            if isinstance(item, dict) and item.get("role") in USER_ROLES:
+                text = answer_text(item)
                 break
     if text is None:
         return None
@@ -949,6 +957,24 @@ def request_hash(value: object) -> int | None:
     if not text or (len(text) <= HIDDEN_CONTENT_CHARS and text in HIDDEN_CONTENT):
         return None
     return stable_hash(text.casefold())
+
+
+def _last_user_message(text: str) -> dict[str, Any] | None:
+    """The last user message of a JSON message list, without parsing the list (a long
+    conversation's input is parsed for one message)."""
+    at = max(text.rfind(marker) for marker in USER_MARKERS)
+    start = at
+    for _ in range(MAX_MESSAGE_STARTS if at >= 0 else 0):
+        start = text.rfind("{", 0, start)
+        if start < 0:
+            break
+        try:
+            value, end = _JSON_DECODER.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        if end > at and isinstance(value, dict) and value.get("role") == "user":
+            return value
+    return None
 
 # Where a model call's output names the tool calls it asked for (SpanRecord.asked_tools). In a
 # JSON message list: the list at a message's key, its items of a type (None: any), the name and
