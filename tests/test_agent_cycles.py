@@ -63,6 +63,9 @@ def test_the_book_notes_a_run_once_and_forgets_the_least_recent_group() -> None:
         changed = book.note("g1", Entry(index, "A", 1, f"r{index}", None))
         assert (changed is not None) == (index >= 1)  # 2 repeats, then 3
     assert book.note("g1", Entry(9, "A", 1, "r2", None)) is None  # r2 is in already
+    trail = book.get("g1")
+    assert trail is not None and not trail.add(Entry(9, "A", 1, "r1", None))  # ... and r1
+    assert [e.run for e in trail.entries] == ["r0", "r1", "r2"]
     assert book.cycling == 1
     book.note("g2", Entry(0, "B", 1, "s0", None))
     book.note("g3", Entry(0, "C", 1, "t0", None))

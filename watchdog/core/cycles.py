@@ -27,7 +27,8 @@ running. Which run that is depends on which runs have ended, so the caller (the 
 which holds the runs) works it out; this module is pure and holds no run.
 
 Memory is bounded: :data:`MAX_TRAIL` entries per group, :data:`MAX_GROUPS` groups (the least
-recently changed are forgotten; a forgotten group's next run starts a new trail).
+recently changed are forgotten; a forgotten group's next run starts a new trail), and the
+:data:`MAX_NOTED` runs entered last are known without a look at their trail.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 MAX_TRAIL = 32  # runs remembered per group (the most recently started)
 MAX_CYCLE_AGENTS = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
 MAX_GROUPS = 10_000  # groups remembered (least recently changed dropped first)
+MAX_NOTED = 50_000  # runs remembered as entered (a run forgotten here is found in its trail)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -62,8 +64,11 @@ class Trail:
     cycling: tuple[Entry, ...] = ()  # the entries the cycle's repeats cover
 
     def add(self, entry: Entry) -> bool:
-        """Put ``entry`` in (by its start); True if the cycle or its repeats changed."""
+        """Put ``entry`` in (by its start); True if the cycle or its repeats changed. A run
+        already in is not put in again."""
         entries = self.entries
+        if any(known.run == entry.run for known in entries):
+            return False
         insort(entries, entry)
         del entries[:-MAX_TRAIL]
         before = (self.cycle, self.repeats)
@@ -114,7 +119,7 @@ class CycleBook:
         if entry.run in self._noted:
             return None
         self._noted[entry.run] = None
-        while len(self._noted) > self.max_groups * MAX_TRAIL:
+        while len(self._noted) > MAX_NOTED:
             self._noted.popitem(last=False)
         trails = self._trails
         trail = trails.get(group)
