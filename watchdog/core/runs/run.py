@@ -75,13 +75,13 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_asked", "_call_counts", "_cycle_runs", "_error_counts",
+        "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
         "_failures", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_start_ns",
         "activity_seq",
-        "agent", "budget", "clock_lags", "consecutive_errors",
+        "agent", "budget", "budget_used", "clock_lags", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
@@ -174,6 +174,10 @@ class RunState:
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
+        # how much of its budget the agent says it used (by budget key): the run's remaining
+        # budget counts the larger of that and what the watchdog counted
+        self.budget_used: dict[str, float] = {}
+        self._delta_messages = 0  # input messages the model calls added (messages delta)
         self.ended = False
         self.ended_at: float | None = None
         self.end_error_type: str | None = None
@@ -228,8 +232,14 @@ class RunState:
             self.parent_run = record.parent_run
         if record.budget:
             self.budget.update(record.budget)
+        if record.budget_used:
+            for key, used in record.budget_used.items():
+                self.budget_used[key] = max(self.budget_used.get(key, 0.0), used)
         if record.messages > self.messages:
             self.messages = record.messages
+        elif record.messages_delta:  # the call's new messages, then its answer
+            self._delta_messages += record.messages_delta
+            self.messages = max(self.messages, self._delta_messages + 1)
 
         kind = record.kind
         echo = False
@@ -601,8 +611,11 @@ class RunState:
     def at_budget(self) -> bool:
         max_calls = self.budget.get("max_tool_calls")
         max_iterations = self.budget.get("max_iterations")
-        return (max_calls is not None and self.tool_calls >= max_calls) or (
-            max_iterations is not None and self.iterations >= max_iterations
+        used = self.budget_used
+        return (max_calls is not None
+                and max(self.tool_calls, used.get("max_tool_calls", 0)) >= max_calls) or (
+            max_iterations is not None
+            and max(self.iterations, used.get("max_iterations", 0)) >= max_iterations
         )
 
     def end(self, now: float, abandoned: bool = False) -> None:
@@ -711,6 +724,9 @@ class RunState:
             return {}  # most runs: no budget announced or configured (rules read this per batch)
         used = {"max_tool_calls": self.tool_calls, "max_iterations": self.iterations,
                 "max_seconds": self.elapsed_seconds(now), "max_tokens": self.total_tokens}
+        for key, reported in self.budget_used.items():  # the agent's own count, if larger
+            if key in used:
+                used[key] = max(used[key], reported)
         view: dict[str, float] = {}
         for key in BUDGET_KEYS:
             if key in budget:
@@ -801,12 +817,13 @@ _read_slots = attrgetter(*RunState.__slots__)
 _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_asked", "_call_counts", "_cycle_runs", "_error_counts", "_failures", "_input_start_ns",
+    "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts", "_failures",
+    "_input_start_ns",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_named", "_recent_calls",
     "_result_counts",
-    "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
+    "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent", "budget_used",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
     "first_start_ns", "input_hash", "input_tokens", "iterations", "last_error", "limit_stop",

@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from watchdog.core.clock import Clock
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.view import RunView, run_detail, run_summary
+from watchdog.shell.clock import Clock
 from watchdog.shell.errors import NotFound
 from watchdog.shell.state.lanes import Lane
 from watchdog.shell.state.store import Store
