@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
 DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
-                 "tool-cycle", "tool-outage", "zero-progress"]
+                 "tool-cycle", "tool-outage", "zero-progress", "agent-ping-pong"]
 
 
 def write(path: Path, body: str, header: bool = True) -> str:
@@ -163,7 +163,7 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     names = [r.name for r in ruleset.rules]
     assert names == ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
                      "total-timeout", "repeated-tool-call", "tool-outage", "zero-progress",
-                     "extra"]
+                     "agent-ping-pong", "extra"]
     idle = ruleset.get("idle-timeout")
     assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
     assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",

@@ -218,6 +218,8 @@ def _update_session(session: SessionState, key: str, values: dict[str, Any]) -> 
     for name, value in values.items():
         if name == "run_checkpoints":  # checkpoints during the run being evaluated
             session.recent_runs[key] = value
+        elif name == "cycle_orchestrator":  # whether the run is the one to stop the cycle
+            session.cycle_orchestrator = key if value else None
         else:
             setattr(session, name, value)
 

@@ -38,6 +38,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core.cycles import CycleBook, Entry, Trail
 from watchdog.core.fleet import Fleet
 from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
@@ -106,6 +107,7 @@ class Core:
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self._recent: dict[str, RecentSteps] = {}
+        self.cycles = CycleBook()  # loops across agents (session.agent_cycle)
 
     # -- spans ----------------------------------------------------------------------------------
 
@@ -121,10 +123,13 @@ class Core:
         for key in result.absorbed:
             self._forget(key)
         self._note_sessions(result.touched.values(), now)
+        cycled = self._note_cycles(result.touched.values())
         self.remember(result.activity)
         outages = self._observe_tools(result, now)
         if rules:
             self._evaluate_batch(before, result, now, step)
+            if cycled:  # the runs that can stop a cycle that grew: their session changed
+                self._evaluate(cycled, now, step, changed=SESSION_CHANGED)
         if outages:
             self._tell_fleet(outages, now, step)
         finished = result.ended + result.evicted
@@ -533,6 +538,63 @@ class Core:
     def _session_of(self, run: RunState) -> dict[str, Any] | None:
         """The CEL ``session`` of a run (None: the run has no session)."""
         if run.session is None:
+            if self.cycles.cycling and (trail := self.cycles.get(self._group(run))) is not None \
+                    and trail.repeats:  # a loop across the agents of a trace's runs
+                return {"id": "", "agent_cycle": list(trail.cycle),
+                        "agent_cycle_repeats": trail.repeats,
+                        "cycle_orchestrator": self._orchestrator(trail) == run.key}
             return None
         state = self.sessions.get(run.session)
         return state.activation(run.key) if state is not None else {"id": run.session}
+
+    # -- loops across agents --------------------------------------------------------------------
+
+    def _group(self, run: RunState) -> str:
+        """Where ``run`` is looked at for loops across agents (see :mod:`watchdog.core.cycles`):
+        its session, else its parent run's session, else its parent run, else itself (a
+        parent's child runs are looked at with it)."""
+        if run.session is not None:
+            return "session:" + run.session
+        if run.parent_run is None:
+            return "run:" + run.key
+        parent = self.tracker.get(run.parent_run)
+        if parent is not None and parent.session is not None:
+            return "session:" + parent.session
+        return "run:" + run.parent_run
+
+    def _note_cycles(self, runs: Iterable[RunState]) -> list[RunState]:
+        """Enter each run whose agent and input are known into its group's trail; the runs
+        that can stop a cycle that changed (to evaluate: their ``session`` changed)."""
+        cycles = self.cycles
+        orchestrators: dict[str, RunState] = {}
+        for run in runs:
+            if run.input_hash is None or run.agent is None or cycles.noted(run.key):
+                continue
+            group = self._group(run)
+            trail = cycles.note(group, Entry(run.first_start_ns, run.agent, run.input_hash,
+                                             run.key, run.parent_run))
+            if trail is None:
+                continue
+            key = self._orchestrator(trail) if trail.repeats else None
+            if group.startswith("session:"):
+                state = self.sessions.get_or_create(group.removeprefix("session:"))
+                state.agent_cycle, state.agent_cycle_repeats = list(trail.cycle), trail.repeats
+                state.cycle_orchestrator = key
+                self.sessions.changed(state)
+            orchestrator = self.tracker.get(key) if key is not None else None
+            if orchestrator is not None:
+                orchestrators[orchestrator.key] = orchestrator
+        return list(orchestrators.values())
+
+    def _orchestrator(self, trail: Trail) -> str | None:
+        """The run that can stop ``trail``'s cycle: the cycling runs' parent while it runs,
+        else the group's latest run still running (None: every one has ended)."""
+        get = self.tracker.get
+        for entry in reversed(trail.cycling):
+            if entry.parent is not None and (parent := get(entry.parent)) is not None \
+                    and not parent.ended:
+                return parent.key
+        for entry in reversed(trail.entries):
+            if (run := get(entry.run)) is not None and not run.ended:
+                return run.key
+        return None

@@ -38,7 +38,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, struct_pb2, wrapper
 
 from watchdog.core.rules.fast import FastCondition, compile_fast
 from watchdog.core.rules.signals import NO_FLEET, SCHEMAS, TIME_DEPENDENT, field_names
-from watchdog.core.runs.catalogue import FieldType, MapOf, Maybe, Schema
+from watchdog.core.runs.catalogue import FieldType, ListOf, MapOf, Maybe, Schema
 
 PACKAGE = "watchdog.rules"
 MAX_DECIMALS = 6  # doubles in messages: at most this many decimals, never an exponent
@@ -117,6 +117,9 @@ def _declare(message: Any, field: Any, path: str, kind: FieldType,
             value.type = _SCALARS[kind.value]
         field.type = _FDP.TYPE_MESSAGE
         field.type_name = f".{PACKAGE}.{_type_name(path.rsplit('.', 1)[0])}.{entry.name}"
+        field.label = _FDP.LABEL_REPEATED
+    elif isinstance(kind, ListOf):
+        field.type = _SCALARS[kind.item]
         field.label = _FDP.LABEL_REPEATED
     else:
         field.type = _SCALARS[kind]

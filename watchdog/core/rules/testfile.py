@@ -12,6 +12,7 @@ from yaml.nodes import Node
 from watchdog.core.rules.decision import Action, Decision, Severity
 from watchdog.core.rules.signals import SESSION_SCHEMA
 from watchdog.core.rules.yamldoc import Problem, Reader, line_of
+from watchdog.core.runs.catalogue import ListOf
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import BUDGET_KEYS
 
@@ -208,6 +209,9 @@ def _read_session(reader: Reader, node: Node, where: str) -> dict[str, Any] | No
             value: Any = reader.boolean(value_node, None, label)
         elif kind is int:
             value = reader.integer(value_node, None, label)
+        elif isinstance(kind, ListOf):
+            names = reader.strings(value_node, None, label)
+            value = None if names is None else [name for name, _node in names]
         else:
             value = reader.string(value_node, None, label, nonempty=False)
         if value is not None:

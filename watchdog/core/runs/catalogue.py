@@ -51,7 +51,14 @@ class MapOf:
     value: type | dict[str, type]
 
 
-FieldType: TypeAlias = "type | Maybe | MapOf | dict[str, FieldType]"
+@dataclass(frozen=True, slots=True)
+class ListOf:
+    """A list, e.g. ``session.agent_cycle``: agent names."""
+
+    item: type
+
+
+FieldType: TypeAlias = "type | Maybe | MapOf | ListOf | dict[str, FieldType]"
 Schema: TypeAlias = "dict[str, FieldType]"
 
 

@@ -76,7 +76,7 @@ class RunState:
 
     __slots__ = (
         "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
-        "_failures", "_llm_end_ns",
+        "_failures", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_start_ns",
@@ -85,7 +85,7 @@ class RunState:
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
-        "input_tokens", "iterations", "key", "key_source",
+        "input_hash", "input_tokens", "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
         "named_by_agent",
         "output_tokens", "parent_run",
@@ -146,6 +146,9 @@ class RunState:
         self._cycle_runs = [0] * MAX_CYCLE_LENGTH
         self.cycle_repeats = 0
         self.finish_reason: str | None = None
+        # the request of its earliest model call (SpanRecord.input_hash), and when that started
+        self.input_hash: int | None = None
+        self._input_start_ns = 0
         self.explicit_final = False
         self._llm_final = False
         # When the model call that set _llm_final (said whether it answered) ended; 0: none has.
@@ -268,6 +271,10 @@ class RunState:
             self._count_model_call(record)
             if record.asked_tools:
                 self._remember_asked(record)
+            if record.input_hash is not None and (self.input_hash is None
+                                                  or record.start_ns < self._input_start_ns):
+                # the run's input: its first model call's request (see watchdog.core.cycles)
+                self.input_hash, self._input_start_ns = record.input_hash, record.start_ns
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id
@@ -817,6 +824,7 @@ _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts", "_failures",
+    "_input_start_ns",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_named", "_recent_calls",
@@ -824,7 +832,8 @@ _SPAN_SLOTS = (
     "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent", "budget_used",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
-    "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",
+    "first_start_ns", "input_hash", "input_tokens", "iterations", "last_error", "limit_stop",
+    "messages",
     "output_tokens",
     "repeated_error", "repeated_tool_call", "repeated_tool_result", "spans", "tool_calls",
     "tools",

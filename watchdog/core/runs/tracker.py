@@ -518,7 +518,8 @@ class RunTracker:
                     if (child := self.get(key)) is not None and child.parent_run == run.key
                     and child.ended]
         if children:
-            last = max(children, key=lambda child: child.ended_at or 0.0)
+            # (children that ended in one batch: the one that started last)
+            last = max(children, key=lambda child: (child.ended_at or 0.0, child.first_start_ns))
             if last.has_final_answer:
                 run.explicit_final = True
                 run.final_output = last.final_output

@@ -33,6 +33,7 @@ import hashlib
 import json
 import struct
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -956,12 +957,74 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     elif MESSAGES_DELTA_KEYS:
         record.messages_delta = _count_messages(_first(attrs, MESSAGES_DELTA_KEYS))
     record.messages = messages
+    record.input_hash = request_hash(_first(attrs, PROMPT_KEYS))
     if record.limit_stop is None and not record.requested_tools:
         # (a framework's "give your final answer" request offers no tools: never asks for any)
         prompt = _first_str(attrs, PROMPT_KEYS)
         if prompt is not None:
             record.limit_stop = prompt_limit(prompt)
 
+
+
+# A model call's input longer than this is not read for its request (SpanRecord.input_hash); one
+# without the JSON of a user message in a form looked for first (USER_MARKERS) is parsed whole
+# only up to MAX_PARSED_REQUEST_CHARS. A run's request is its first model call's.
+MAX_REQUEST_CHARS = 65_536
+MAX_PARSED_REQUEST_CHARS = 16_384
+USER_ROLES = frozenset({"user", "human"})
+# An unescaped "role" occurs in JSON text only as a key: the last of these is the last user
+# message, decoded alone from the "{" that opens it (a few tried, nearest first).
+USER_MARKERS = ('"role": "user"', '"role":"user"')
+MAX_MESSAGE_STARTS = 8
+
+
+def request_hash(value: object) -> int | None:
+    """The request a model call was given — the text of its last user message (or its whole
+    input, when that is plain text), case and spacing ignored — as a 64-bit hash; None when it
+    is unknown, too long to read or hidden."""
+    if isinstance(value, str):
+        if len(value) > MAX_REQUEST_CHARS:
+            return None
+        message = _last_user_message(value)
+        if message is not None:
+            value = [message]
+        elif value.lstrip()[:1] in ("[", "{") and len(value) <= MAX_PARSED_REQUEST_CHARS:
+            with suppress(ValueError):  # (not JSON: a plain prompt)
+                value = _load_json(value)
+    if isinstance(value, dict):
+        value = value.get("messages", value.get("input"))
+    text: str | None = None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list):
+        for item in reversed(value):
+            if isinstance(item, dict) and item.get("role") in USER_ROLES:
+                text = answer_text(item)
+                break
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    if not text or (len(text) <= HIDDEN_CONTENT_CHARS and text in HIDDEN_CONTENT):
+        return None
+    return stable_hash(text.casefold())
+
+
+def _last_user_message(text: str) -> dict[str, Any] | None:
+    """The last user message of a JSON message list, without parsing the list (a long
+    conversation's input is parsed for one message)."""
+    at = max(text.rfind(marker) for marker in USER_MARKERS)
+    start = at
+    for _ in range(MAX_MESSAGE_STARTS if at >= 0 else 0):
+        start = text.rfind("{", 0, start)
+        if start < 0:
+            break
+        try:
+            value, end = _JSON_DECODER.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        if end > at and isinstance(value, dict) and value.get("role") == "user":
+            return value
+    return None
 
 # Where a model call's output names the tool calls it asked for (SpanRecord.asked_tools). In a
 # JSON message list: the list at a message's key, its items of a type (None: any), the name and
@@ -1109,4 +1172,5 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
 
 
 __all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "role_of", "run_key", "select_attributes", "short_type", "stable_hash", "unasked_tool"]
+           "request_hash", "role_of", "run_key", "select_attributes", "short_type", "stable_hash",
+           "unasked_tool"]

@@ -61,6 +61,9 @@ class SpanRecord:
     tool_name: str | None = None
     args_hash: int | None = None  # canonical (sorted-key JSON) arguments, 64-bit
     args_brief: str | None = None
+    # A model call's request: its last user message, case and spacing ignored, 64-bit (the
+    # run's first model call's is the run's input: cycles across agents compare it)
+    input_hash: int | None = None
     result_hash: int | None = None
     result_brief: str | None = None
     error: bool = False
