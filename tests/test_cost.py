@@ -43,7 +43,7 @@ def library_price(model: str, input_tokens: int = 0, output_tokens: int = 0,
 
 def core(rules: bool = False) -> Core:
     engine = RuleEngine(load_rules([])) if rules else None
-    return Core(RunTracker(), SessionBook(lambda _id: None), engine, GenAIPrices())
+    return Core(RunTracker(), SessionBook(lambda _id: None), engine, pricer=GenAIPrices())
 
 
 def named(line: str, model: str | None) -> bytes:

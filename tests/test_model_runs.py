@@ -17,7 +17,7 @@ from tests.frameworks.fakellm import FakeLLM, Step, answer, call, looping, steps
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.otel import export_http
 from tests.spans import SpanMaker, chat_attrs, tool_attrs
-from watchdog.core.clock import ManualClock
+from watchdog.shell.clock import ManualClock
 
 KEY = "sk-runs-SECRET-0123456789"
 TOOLS = [{"type": "function", "function": {

@@ -98,18 +98,25 @@ def budget_limit(value: object) -> float | None:
     return limit
 
 
-def usd_amount(value: object) -> float | None:
-    """A cost in USD from outside (a span attribute): a number or numeric string, finite, above
-    0 and at most :data:`MAX_BUDGET`; else None (not a cost)."""
+MAX_REPORTED_COST = 1e6  # USD for one model call: more is no cost a span can mean
+
+
+def reported_cost(value: object) -> float | None:
+    """A cost in USD an agent reports for a call: a finite number from 0 to
+    :data:`MAX_REPORTED_COST` (a numeric string too), else None (not reported)."""
+    if isinstance(value, bool):
+        return None
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
             return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)):
         return None
-    amount = float(value)
-    return amount if 0.0 < amount <= MAX_BUDGET else None  # NaN fails too
+    cost = float(value)
+    if not 0.0 <= cost <= MAX_REPORTED_COST:  # NaN fails too
+        return None
+    return cost
 
 
 def plain_number(value: float) -> float:

@@ -254,9 +254,10 @@ class ModelProxy:
             return web.Response(status=400, body=dumps(wire.error(
                 400, "watchdog_aborted", text)), content_type="application/json")
         if parsed.stream:
-            return web.Response(body=wire.answer_stream(parsed.model, text, parsed), headers={
-                "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        return web.Response(body=dumps(wire.answer(parsed.model, text, parsed)),
+            return web.Response(body=wire.answer_stream(parsed.model, text, parsed, time.time()),
+                                headers={"Content-Type": "text/event-stream",
+                                         "Cache-Control": "no-cache"})
+        return web.Response(body=dumps(wire.answer(parsed.model, text, parsed, time.time())),
                             content_type="application/json")
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
@@ -385,7 +386,8 @@ class ModelProxy:
                 data = dumps(body)
                 self._steered(exchange.agent, "trim")
             if (note := self._empty_final(exchange, seen, handed)) is not None:
-                data = dumps(wire.answer(exchange.request.model, note, exchange.request))
+                data = dumps(wire.answer(exchange.request.model, note, exchange.request,
+                                              time.time()))
             self._observed(exchange, handed, seen)
         return web.Response(status=upstream.status, body=data,
                             headers=response_headers(upstream.headers, True))
@@ -444,7 +446,7 @@ class ModelProxy:
                 seen = accumulator.observation
                 note = self._empty_final(exchange, seen, kept_calls(seen.calls, keep))
                 await response.write(b"".join(held) if note is None else wire.answer_stream(
-                    exchange.request.model, note, exchange.request))
+                    exchange.request.model, note, exchange.request, time.time()))
             if trimmer is not None and (rest := reader.rest()):
                 await response.write(rest)  # a stream cut mid-event: as it came
             await response.write_eof()
