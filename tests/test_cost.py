@@ -31,7 +31,8 @@ from watchdog.shell.pricing import GenAIPrices
 
 KNOWN = "gpt-4o-mini"  # a model genai-prices knows (openai)
 PRICES = GenAIPrices()
-ALL_RECORDINGS = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl"))
+ALL_RECORDINGS = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl")
+                        if not path.stem.endswith(".logs"))  # (OTLP logs: no spans)
 
 
 def library_price(model: str, input_tokens: int = 0, output_tokens: int = 0,
