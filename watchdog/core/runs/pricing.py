@@ -35,8 +35,8 @@ def price_calls(records: Iterable[SpanRecord], pricer: Pricer | None) -> None:
         if record.kind is not LLM:
             continue
         reported = record.reported_cost_usd
-        if reported is not None:
-            record.cost_usd = reported
+        if reported is not None and reported > 0:  # (0: an instrumentation's price list
+            record.cost_usd = reported             # lacks the model — not free)
         elif record.model is None or pricer is None or not (record.input_tokens
                                                              or record.output_tokens):
             continue  # (a call that reports no usage has no price: it is not free)

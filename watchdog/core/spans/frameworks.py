@@ -217,14 +217,10 @@ class Convention:
     # (attribute holding JSON, path to input tokens, path to output tokens): a usage object
     usage_json: tuple[tuple[str, Path, Path], ...] = ()
     # what a model call is priced by (DESIGN §13): the model that answered, else the one asked
-    # for; the provider (a hint: a name the price data does not know is ignored); the cached
-    # input tokens read and written (counted in input_tokens too); the cost the span reports
+    # for; the provider (a hint: a name the price data does not know is ignored)
     response_model: Names = _NO_NAMES
     request_model: Names = _NO_NAMES
     provider: Names = _NO_NAMES
-    cache_read_tokens: Names = _NO_NAMES
-    cache_write_tokens: Names = _NO_NAMES
-    reported_cost: Names = _NO_NAMES
     answer_finish_reasons: frozenset[str] = _NO_SET  # lower case
     tool_finish_reasons: frozenset[str] = _NO_SET  # the model asked for tools
     # -- how a run was stopped at a limit
@@ -333,8 +329,6 @@ GENAI = Convention(
     response_model=("gen_ai.response.model",),
     request_model=("gen_ai.request.model",),
     provider=("gen_ai.provider.name", "gen_ai.system"),
-    cache_read_tokens=("gen_ai.usage.cache_read.input_tokens",),
-    cache_write_tokens=("gen_ai.usage.cache_creation.input_tokens",),
     answer_finish_reasons=ANSWER_FINISH,
     tool_finish_reasons=TOOL_FINISH,
     notes="`error.type`, status ERROR and `exception` events for errors; a tool call no "
@@ -818,9 +812,6 @@ OPENLIT = Convention(
     ),
     # OpenAI Agents: the SDK's task and turn spans, which OpenLIT gives the agent operation
     nested_step_span_names=("invoke_agent",),
-    # its own price of the call, from its own price list: 0 for a model not on it (never
-    # taken as free: a reported cost counts only when it is above 0)
-    reported_cost=("gen_ai.usage.cost",),
     notes="every span is GenAI: spans of agent kind that are no agent are read as steps (the "
           "OpenAI Agents SDK's task and turn spans, bare `invoke_agent`; LangGraph's graph "
           "nodes and LangChain's chains named \"agent\"), a handoff (`gen_ai.agent.source`) as "
@@ -986,9 +977,6 @@ class Tables:
     response_model: Names
     request_model: Names
     provider: Names
-    cache_read_tokens: Names
-    cache_write_tokens: Names
-    reported_cost: Names
     answer_finish_reasons: frozenset[str]
     tool_finish_reasons: frozenset[str]
     limit_finish_reasons: frozenset[str]
@@ -1099,9 +1087,6 @@ def combine() -> Tables:
         response_model=_names("response_model"),
         request_model=_names("request_model"),
         provider=_names("provider"),
-        cache_read_tokens=_names("cache_read_tokens"),
-        cache_write_tokens=_names("cache_write_tokens"),
-        reported_cost=_names("reported_cost"),
         answer_finish_reasons=_union("answer_finish_reasons"),
         tool_finish_reasons=_union("tool_finish_reasons"),
         limit_finish_reasons=_union("limit_finish_reasons"),
