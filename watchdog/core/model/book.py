@@ -9,7 +9,14 @@ whatever run the trace's spans name); ``x-watchdog-run``; the Responses API's
 continues — the same first user message of the same agent on the same API. A request that
 carries a new user message (its last message is the user's) in a conversation whose run has
 ended, or that is shorter than the conversation was (the agent started over), starts the
-conversation's next run, in the conversation's session.
+conversation's next run, in the conversation's session. So does a conversation's first
+request (no longer than the one its run began with, no tool results) that comes while that run's
+first request is still with the model or after the model answered it: another invocation with
+the same first message (two agents started at the same moment), not the same one, which sends
+its first request again only once it has failed. A request that carries tool results goes to
+the run that handed those calls over (call ids are unique to a response), so such twins stay
+apart for their whole conversation; a continuation without tool results (a new user message)
+goes to the conversation's latest run.
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -76,6 +83,9 @@ class EndpointRun:
     traced: bool = False  # the agent traces its own calls: its spans count the tools
     conversation: str | None = None
     pending: dict[str, ToolCall] = field(default_factory=dict)  # handed over, no result yet
+    first: int = 0  # the length of its conversation at its first request
+    asking: int = 0  # its requests taken and not yet settled (with the model, or answered)
+    answered: int = 0  # its model calls recorded
     handed: int = 0  # tool calls handed to the agent
     results: int = 0  # tool results the agent sent back
     messages: int = 0  # the conversation's length at its last request
@@ -102,6 +112,7 @@ class ModelBook:
         self._runs: OrderedDict[str, EndpointRun] = OrderedDict()
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
+        self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -112,7 +123,18 @@ class ModelBook:
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
                  ended: Callable[[str], bool]) -> EndpointRun:
         """The run of this request. ``ended(key)``: whether the run ``key`` has ended (read
-        for the run a conversation had so far)."""
+        for the run a conversation had so far). The request is taken until :meth:`settle`."""
+        state = self._identify(api, request, caller, agent, ended)
+        state.asking += 1
+        return state
+
+    @staticmethod
+    def settle(state: EndpointRun) -> None:
+        """A request :meth:`identify` took is over (answered, failed or cancelled)."""
+        state.asking = max(0, state.asking - 1)
+
+    def _identify(self, api: str, request: Request, caller: Caller, agent: str | None,
+                  ended: Callable[[str], bool]) -> EndpointRun:
         trace = parse_traceparent(caller.traceparent)
         if trace is not None:
             key = "trace:" + trace[0]
@@ -140,17 +162,24 @@ class ModelBook:
         digest = hashlib.sha256("\0".join((api, agent or "", request.anchor)).encode(
             "utf-8", "surrogatepass")).hexdigest()[:32]
         key = self._conversations.get(digest)
+        for result in request.results:  # the run that handed over the calls it answers
+            handed = self._runs.get(self._calls.get(result.call_id) or "")
+            if handed is not None and handed.conversation == digest:
+                key = handed.key
+                break
         state = self._runs.get(key) if key is not None else None
         if state is not None and not (
                 (request.last_is_user and (state.final_used or state.stop is not None
                                            or ended(state.key)))
-                or request.messages < state.messages):
+                or request.messages < state.messages
+                or (request.messages <= state.first and not request.results
+                    and (state.asking > 0 or state.answered > 0))):
             self._conversations.move_to_end(digest)
             return self._touch(state)
         trace_id = uuid.uuid4().hex
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
                                        session="model:" + digest[:24], agent=agent,
-                                       conversation=digest))
+                                       conversation=digest, first=request.messages))
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
         while len(self._conversations) > MAX_CONVERSATIONS:
@@ -234,7 +263,12 @@ class ModelBook:
         for call in work:
             if len(state.pending) < MAX_PENDING_CALLS:
                 state.pending[call.call_id] = call
+            if call.call_id:
+                self._calls[call.call_id] = state.key
+        while len(self._calls) > MAX_RESPONSE_IDS:
+            self._calls.popitem(last=False)
         state.handed += len(work)
+        state.answered += 1
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key
