@@ -154,6 +154,36 @@ def test_a_first_request_sent_again_after_it_failed_is_the_same_run(
     assert len(sidecar.get_json("/v1/runs?agent=retried-first")["runs"]) == 1
 
 
+def test_a_conversation_goes_on_in_its_run_after_a_restart(tmp_path: Path,
+                                                           llm: FakeLLM) -> None:
+    """The sidecar restarts (same state dir) between an agent's first request and its next:
+    the next request, with the tool result, goes on in the run the first one opened, which ends
+    with the answer; no second run. (The tool call handed over before the restart is not
+    counted: what was handed over is kept in memory only.)"""
+    model = llm.script("restarted", steps(call("search", q="a"), answer("done")))
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_agent_name="restarted")
+    messages: list[Any] = [{"role": "user", "content": "a task across a restart"}]
+    with running_server(config) as first:
+        message = chat(first).chat.completions.create(
+            model=model, messages=messages, tools=TOOLS).choices[0].message
+        before = wait_until(lambda: first.get_json("/v1/runs?agent=restarted")["runs"],
+                            "the run")
+    messages.append({"role": "assistant", "content": None,
+                     "tool_calls": [c.model_dump() for c in message.tool_calls or ()]})
+    messages.append({"role": "tool", "tool_call_id": messages[-1]["tool_calls"][0]["id"],
+                     "content": "ok"})
+    with running_server(config) as second:
+        answered = chat(second).chat.completions.create(model=model, messages=messages,
+                                                        tools=TOOLS)
+        assert answered.choices[0].message.content == "done"
+        runs = wait_until(lambda: len(r := ended_runs(second, "restarted")) == 1 and r,
+                          "the run ends")
+        assert [run["id"] for run in runs] == [before[0]["id"]]
+        assert runs[0]["iterations"] == 2
+        assert len(second.get_json("/v1/runs?agent=restarted")["runs"]) == 1
+
+
 def test_run_and_budget_headers(sidecar: RunningServer, llm: FakeLLM) -> None:
     model = llm.script("headers", looping("search", lambda i: {"q": str(i)},
                                           answer_without_tools="REPORT"))

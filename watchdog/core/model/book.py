@@ -16,7 +16,10 @@ the same first message (two agents started at the same moment), not the same one
 its first request again only once it has failed. A request that carries tool results goes to
 the run that handed those calls over (call ids are unique to a response), so such twins stay
 apart for their whole conversation; a continuation without tool results (a new user message)
-goes to the conversation's latest run.
+goes to the conversation's latest run. A conversation the book does not know (lost in a
+restart, or let go) whose request goes on with it (tool results, or no new user message) joins
+its session's active run, when the sidecar has one (it restored it); the tool calls handed over
+before are not known, so their results count no tool call.
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -121,10 +124,14 @@ class ModelBook:
         return self._runs.get(key)
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
-                 ended: Callable[[str], bool]) -> EndpointRun:
+                 ended: Callable[[str], bool],
+                 resume: Callable[[str], str | None] | None = None) -> EndpointRun:
         """The run of this request. ``ended(key)``: whether the run ``key`` has ended (read
-        for the run a conversation had so far). The request is taken until :meth:`settle`."""
-        state = self._identify(api, request, caller, agent, ended)
+        for the run a conversation had so far); ``resume(session)``: the latest active run of
+        a session (read for a conversation this book does not know that the request goes on
+        with: the book was lost in a restart, or had let it go). The request is taken until
+        :meth:`settle`."""
+        state = self._identify(api, request, caller, agent, ended, resume)
         state.asking += 1
         return state
 
@@ -134,7 +141,8 @@ class ModelBook:
         state.asking = max(0, state.asking - 1)
 
     def _identify(self, api: str, request: Request, caller: Caller, agent: str | None,
-                  ended: Callable[[str], bool]) -> EndpointRun:
+                  ended: Callable[[str], bool],
+                  resume: Callable[[str], str | None] | None) -> EndpointRun:
         trace = parse_traceparent(caller.traceparent)
         if trace is not None:
             key = "trace:" + trace[0]
@@ -155,13 +163,24 @@ class ModelBook:
             known = self._runs.get(previous) if previous is not None else None
             if known is not None:
                 return self._touch(known)
-        return self._conversation(api, request, agent, ended)
+        return self._conversation(api, request, agent, ended, resume)
 
     def _conversation(self, api: str, request: Request, agent: str | None,
-                      ended: Callable[[str], bool]) -> EndpointRun:
+                      ended: Callable[[str], bool],
+                      resume: Callable[[str], str | None] | None) -> EndpointRun:
         digest = hashlib.sha256("\0".join((api, agent or "", request.anchor)).encode(
             "utf-8", "surrogatepass")).hexdigest()[:32]
+        session = "model:" + digest[:24]
         key = self._conversations.get(digest)
+        if key is None and resume is not None and (request.results or not request.last_is_user):
+            # a conversation going on that the book does not know: the session's active run
+            # (the sidecar restored it), which the endpoint's records join by its key
+            found = resume(session)
+            if found is not None and found.startswith("model:"):
+                self._keep(EndpointRun(found, KeySource.WATCHDOG, found.removeprefix("model:"),
+                                       None, session=session, agent=agent,
+                                       conversation=digest, messages=request.messages))
+                self._conversations[digest] = key = found
         for result in request.results:  # the run that handed over the calls it answers
             handed = self._runs.get(self._calls.get(result.call_id) or "")
             if handed is not None and handed.conversation == digest:
@@ -178,8 +197,8 @@ class ModelBook:
             return self._touch(state)
         trace_id = uuid.uuid4().hex
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
-                                       session="model:" + digest[:24], agent=agent,
-                                       conversation=digest, first=request.messages))
+                                       session=session, agent=agent, conversation=digest,
+                                       first=request.messages))
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
         while len(self._conversations) > MAX_CONVERSATIONS:

@@ -214,7 +214,11 @@ class ModelProxy:
                 run = service.model_run(key)
                 return run is not None and run.ended
 
-            state = self.book.identify(wire.api, parsed, caller, agent, ended)
+            def resume(session: str) -> str | None:
+                active = service.session_context(session)["active_runs"]
+                return str(active[-1]) if active else None
+
+            state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
             service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
             run = self._run_of(state, agent, budget)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
