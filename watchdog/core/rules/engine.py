@@ -39,7 +39,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.core.rules.decision import Action, Decision, Severity
+from watchdog.core.rules.decision import GRACE_ENDS_AT, Action, Decision, Severity
 from watchdog.core.rules.expr import EvalError, activation
 from watchdog.core.rules.model import Grace, Repeat, Rule, RuleSet
 from watchdog.core.rules.signals import run_activation, session_activation
@@ -334,7 +334,7 @@ def announced_grace(grace: Grace, calls_at: int) -> dict[str, float]:
     the escalation agree: a client that stops there leaves nothing to escalate)."""
     announced: dict[str, float] = dict(grace.describe())
     if grace.tool_calls is not None:
-        announced["ends_at_tool_calls"] = calls_at + grace.tool_calls
+        announced[GRACE_ENDS_AT] = calls_at + grace.tool_calls
     return announced
 
 

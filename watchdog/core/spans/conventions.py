@@ -780,6 +780,11 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)
+        if name in NESTED_STEP_SPAN_NAMES and not record.error:
+            # a span of agent kind read as a step of its run (it names no agent): the answer
+            # it carries (an attribute, or only an event) is its run's
+            _fill_step_answer(record, _with_events(attrs, span.events) if span.events
+                              else attrs)
     elif kind is LLM:
         if span.events and _first(attrs, OUTCOME_KEYS) is None:
             attrs = _with_events(attrs, span.events)
@@ -1148,6 +1153,14 @@ def _is_tool_call(value: dict[str, Any]) -> bool:
     return isinstance(call_id, str) and bool(call_id) and (
         isinstance(value.get("function"), dict)
         or ("name" in value and ("arguments" in value or "input" in value)))
+
+
+def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object]) -> None:
+    output = _content(attrs, AGENT_OUTPUT_KEYS)
+    if output is not None and not _is_empty_output(output) and has_text(output) \
+            and answer_limit(output) is None:
+        record.final_answer = True
+        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
 
 
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
