@@ -125,6 +125,11 @@ class GenAIPrices:
                                      cache_read_tokens=cache_read_tokens,
                                      cache_write_tokens=cache_write_tokens)
 
+    def warm(self) -> None:
+        """Import the library now (the server calls this on a thread of its own at start, so
+        the first priced call does not wait most of a second on the event loop)."""
+        self._library()
+
     def _library(self) -> Any:
         if self._lib is None:
             import genai_prices

@@ -121,8 +121,9 @@ class WatchdogService:
         self.sessions = SessionBook(store.get_session)
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
+        self.pricer = GenAIPrices()
         self.core = Core(tracker, self.sessions, engine, Fleet(config.fleet_window),
-                         timer=time.perf_counter, pricer=GenAIPrices())
+                         timer=time.perf_counter, pricer=self.pricer)
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
