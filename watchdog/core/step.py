@@ -14,8 +14,9 @@ What a step hands out about runs is frozen: one :class:`~watchdog.core.runs.view
 the step touched, finished or decided on, taken once when the step is done (:meth:`Core._seal`), so
 nothing downstream reads or reaches back into the live :class:`~watchdog.core.runs.run.RunState`.
 Every :class:`Decided` carries what delivery needs — the run's view (its budget view included)
-and the lines of its most recent steps at the moment of the decision — so the outbox writes the
-directive, report prompt included, without asking anyone (no store read, no callback). The one
+and its most recent steps at the moment of the decision, frozen — so the outbox writes the
+directive without asking anyone (no store read, no callback); the steps' lines and the report
+prompt are made when the directive is read (:mod:`watchdog.core.directives.prompt`). The one
 live hand-off is :attr:`Step.dirty`, for the state writer alone: it snapshots each changed run
 once per flush rather than once per step.
 
@@ -40,7 +41,7 @@ from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
-from watchdog.core.runs.report import RecentSteps
+from watchdog.core.runs.report import RecentSteps, StepLog
 from watchdog.core.runs.run import NS, RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import BatchResult, RunTracker
@@ -50,6 +51,7 @@ from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.sync import STOP_GRACE, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
+EMPTY_LOG = StepLog((), None)
 SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
 
 
@@ -83,7 +85,7 @@ class Step:
     # What the core gathers during the step, made into views by Core._seal
     _finished: list[RunState] = field(default_factory=list, repr=False)
     _evicted: list[RunState] = field(default_factory=list, repr=False)
-    _decided: list[tuple[Decision, RunState, tuple[str, ...], int]] = field(
+    _decided: list[tuple[Decision, RunState, StepLog, int]] = field(
         default_factory=list, repr=False)
 
 
@@ -412,9 +414,9 @@ class Core:
             reason = decision.terminal_state.value if decision.terminal_state else decision.rule
             self._stuck[run.key] = (run.agent_name, reason)
         recent = self._recent.get(run.key)
-        lines, earlier = recent.render(run.first_start_ns / NS if run.first_start_ns else None
-                                       ) if recent is not None else ((), 0)
-        step._decided.append((decision, run, lines, earlier))
+        log, earlier = recent.log(run.first_start_ns / NS if run.first_start_ns else None
+                                  ) if recent is not None else (EMPTY_LOG, 0)
+        step._decided.append((decision, run, log, earlier))
 
     def _finish(self, runs: list[RunState], step: Step) -> None:
         step._finished.extend(runs)

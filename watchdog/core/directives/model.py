@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from watchdog.core.bounds import plain_number
+from watchdog.core.directives.prompt import PromptFacts, bare_prompt, prompt_text
 from watchdog.core.rules.decision import Action, Decision
 from watchdog.core.runs.view import RunView
 
@@ -35,7 +36,7 @@ _ID_PREFIX = uuid.uuid4().hex[:20]
 REPORTING_ACTIONS = frozenset({Action.WIND_DOWN.value, Action.ABORT.value})
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Directive:
     id: str  # 32 hex digits, unique: the webhook-id, the receiver's idempotency key
     run_id: str
@@ -47,7 +48,6 @@ class Directive:
     message: str
     terminal_state: str | None
     budget: dict[str, float]  # the run view's budget at decision time
-    report_prompt: str | None  # wind_down and abort; written before the directive is stored
     created_at: float  # seconds since the epoch
     dedup_key: str  # what makes a decision unique within its run (rule, or rule + message)
     escalation: bool  # an abort because a wind_down's grace ran out
@@ -55,7 +55,42 @@ class Directive:
     agent: str
     # a wind_down's grace: {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 10} (see
     # Decision.grace); None otherwise, and in records stored before it existed
-    grace: dict[str, float] | None = None
+    grace: dict[str, float] | None
+    # wind_down and abort: what the report prompt is made of, frozen at decision time; the
+    # text (:attr:`report_prompt`) is made from it when first read, then kept
+    prompt_facts: PromptFacts | None
+    _report_prompt: str | None
+
+    def __init__(self, id: str, run_id: str, seq: int, global_seq: int, action: str,
+                 rule: str, severity: str, message: str, terminal_state: str | None,
+                 budget: dict[str, float], report_prompt: str | None, created_at: float,
+                 dedup_key: str, escalation: bool, tool_calls_at: int, agent: str,
+                 grace: dict[str, float] | None = None,
+                 prompt_facts: PromptFacts | None = None) -> None:
+        self.id, self.run_id, self.seq, self.global_seq = id, run_id, seq, global_seq
+        self.action, self.rule, self.severity, self.message = action, rule, severity, message
+        self.terminal_state, self.budget, self.created_at = terminal_state, budget, created_at
+        self.dedup_key, self.escalation, self.tool_calls_at = dedup_key, escalation, tool_calls_at
+        self.agent, self.grace = agent, grace
+        self.prompt_facts = prompt_facts
+        self._report_prompt = report_prompt
+
+    @property
+    def report_prompt(self) -> str | None:
+        """The instruction to report (wind_down and abort; None otherwise), made from
+        :attr:`prompt_facts` when first read."""
+        text = self._report_prompt
+        if text is None and self.prompt_facts is not None:
+            try:
+                text = prompt_text(self.prompt_facts, self.message, self.action, self.budget)
+            except Exception:  # a bug here must not lose the request to report
+                text = bare_prompt(self.message, self.action)
+            self._report_prompt = text
+        return text
+
+    @report_prompt.setter
+    def report_prompt(self, text: str | None) -> None:
+        self._report_prompt = text
 
     @property
     def needs_report_prompt(self) -> bool:
@@ -65,8 +100,10 @@ class Directive:
     def from_decision(cls, decision: Decision, run: RunView, now: float,
                       report_prompt: str | None, seq: int, global_seq: int,
                       budget: Mapping[str, float] | None = None,
-                      directive_id: str | None = None) -> Directive:
-        """``budget`` defaults to the view's."""
+                      directive_id: str | None = None,
+                      prompt_facts: PromptFacts | None = None) -> Directive:
+        """``budget`` defaults to the view's; ``prompt_facts``: what the report prompt is made
+        of when read (the text is ``report_prompt`` when given)."""
         view = run.budget if budget is None else budget
         return cls(
             id=directive_id or f"{_ID_PREFIX}{global_seq & 0xFFFFFFFFFFFF:012x}",
@@ -88,6 +125,7 @@ class Directive:
             agent=run.agent,
             grace=({key: plain_number(value) for key, value in decision.grace.items()}
                    if decision.grace is not None else None),
+            prompt_facts=prompt_facts,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -111,12 +149,24 @@ class Directive:
         }
 
     def to_record(self) -> dict[str, Any]:
-        """Every field, for the store."""
-        return {name: getattr(self, name) for name in self.__slots__}
+        """Every field, for the store: the report prompt as its text once made, else as
+        what it is made of."""
+        record = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        facts = self.prompt_facts
+        record["report_prompt"] = self._report_prompt
+        record["prompt_facts"] = facts.to_list() if facts is not None and \
+            self._report_prompt is None else None
+        return record
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Directive:
-        return cls(**data)
+        facts = data.get("prompt_facts")
+        return cls(**{**data, "prompt_facts": None if facts is None
+                      else PromptFacts.from_list(facts)})
+
+
+_RECORD_FIELDS = tuple(name for name in Directive.__slots__
+                       if name not in ("prompt_facts", "_report_prompt"))
 
 
 def iso_seconds(seconds: float) -> str:
