@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ _ID_PREFIX = uuid.uuid4().hex[:20]
 REPORTING_ACTIONS = frozenset({Action.WIND_DOWN.value, Action.ABORT.value})
 
 
-@dataclass(slots=True, init=False)
+@dataclass
 class Directive:
     id: str  # 32 hex digits, unique: the webhook-id, the receiver's idempotency key
     run_id: str
@@ -48,6 +48,9 @@ class Directive:
     message: str
     terminal_state: str | None
     budget: dict[str, float]  # the run view's budget at decision time
+    # wind_down and abort: the instruction to report, made from prompt_facts when first read
+    # (then kept), or given as text; None otherwise
+    report_prompt: str | None
     created_at: float  # seconds since the epoch
     dedup_key: str  # what makes a decision unique within its run (rule, or rule + message)
     escalation: bool  # an abort because a wind_down's grace ran out
@@ -55,42 +58,9 @@ class Directive:
     agent: str
     # a wind_down's grace: {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 10} (see
     # Decision.grace); None otherwise, and in records stored before it existed
-    grace: dict[str, float] | None
-    # wind_down and abort: what the report prompt is made of, frozen at decision time; the
-    # text (:attr:`report_prompt`) is made from it when first read, then kept
-    prompt_facts: PromptFacts | None
-    _report_prompt: str | None
-
-    def __init__(self, id: str, run_id: str, seq: int, global_seq: int, action: str,
-                 rule: str, severity: str, message: str, terminal_state: str | None,
-                 budget: dict[str, float], report_prompt: str | None, created_at: float,
-                 dedup_key: str, escalation: bool, tool_calls_at: int, agent: str,
-                 grace: dict[str, float] | None = None,
-                 prompt_facts: PromptFacts | None = None) -> None:
-        self.id, self.run_id, self.seq, self.global_seq = id, run_id, seq, global_seq
-        self.action, self.rule, self.severity, self.message = action, rule, severity, message
-        self.terminal_state, self.budget, self.created_at = terminal_state, budget, created_at
-        self.dedup_key, self.escalation, self.tool_calls_at = dedup_key, escalation, tool_calls_at
-        self.agent, self.grace = agent, grace
-        self.prompt_facts = prompt_facts
-        self._report_prompt = report_prompt
-
-    @property
-    def report_prompt(self) -> str | None:
-        """The instruction to report (wind_down and abort; None otherwise), made from
-        :attr:`prompt_facts` when first read."""
-        text = self._report_prompt
-        if text is None and self.prompt_facts is not None:
-            try:
-                text = prompt_text(self.prompt_facts, self.message, self.action, self.budget)
-            except Exception:  # a bug here must not lose the request to report
-                text = bare_prompt(self.message, self.action)
-            self._report_prompt = text
-        return text
-
-    @report_prompt.setter
-    def report_prompt(self, text: str | None) -> None:
-        self._report_prompt = text
+    grace: dict[str, float] | None = None
+    # what the report prompt is made of, frozen at decision time (None: given as text)
+    prompt_facts: PromptFacts | None = None
 
     @property
     def needs_report_prompt(self) -> bool:
@@ -152,10 +122,11 @@ class Directive:
         """Every field, for the store: the report prompt as its text once made, else as
         what it is made of."""
         record = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        text = self.__dict__.get("_report_prompt")
         facts = self.prompt_facts
-        record["report_prompt"] = self._report_prompt
-        record["prompt_facts"] = facts.to_list() if facts is not None and \
-            self._report_prompt is None else None
+        record["report_prompt"] = text
+        record["prompt_facts"] = facts.to_list() if facts is not None and text is None \
+            else None
         return record
 
     @classmethod
@@ -165,8 +136,27 @@ class Directive:
                       else PromptFacts.from_list(facts)})
 
 
-_RECORD_FIELDS = tuple(name for name in Directive.__slots__
-                       if name not in ("prompt_facts", "_report_prompt"))
+def _report_prompt(self: Directive) -> str | None:
+    """The instruction to report, made from ``prompt_facts`` when first read."""
+    text: str | None = self.__dict__.get("_report_prompt")
+    facts = self.prompt_facts
+    if text is None and facts is not None:
+        try:
+            text = prompt_text(facts, self.message, self.action, self.budget)
+        except Exception:  # a bug here must not lose the request to report
+            text = bare_prompt(self.message, self.action)
+        self.__dict__["_report_prompt"] = text
+    return text
+
+
+def _set_report_prompt(self: Directive, text: str | None) -> None:
+    self.__dict__["_report_prompt"] = text
+
+
+# A property over the field: the dataclass's fields (and __init__) stay those of the record.
+Directive.report_prompt = property(_report_prompt, _set_report_prompt)  # type: ignore[assignment]
+_RECORD_FIELDS = tuple(f.name for f in fields(Directive)
+                       if f.name not in ("report_prompt", "prompt_facts"))
 
 
 def iso_seconds(seconds: float) -> str:
