@@ -8,7 +8,10 @@ pushed past what it can take, three ways, while a control-API client reads a run
   stall, while 4 normal exporters send as above.
 
 For each: requests accepted vs refused (by status), p50/p99 of the accepted requests, p50/p99
-of the control API during the phase, and the server's peak RSS (VmHWM) so far.
+of the control API during the phase, the server's peak RSS (VmHWM) so far, and the CPU time the
+server got during the phase with the requests it accepted per CPU-second. The counts are of a
+fixed wall-clock window: on a shared machine they move with the CPU the server gets, the
+per-CPU-second figure much less.
 
     .venv/bin/python bench/overload.py [--seconds 10] [--clients 300] [--slow 100]
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import sys
 import tempfile
@@ -53,9 +57,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Phase:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, pid: int) -> None:
         self.name = name
+        self.cpu_at_start = cpu_seconds(pid)
         self.outcomes: Counter[str] = Counter()
         self.accepted_ms: list[float] = []
         self.api_ms: list[float] = []
@@ -64,13 +76,15 @@ class Phase:
     def report(self, pid: int) -> str:
         accepted = self.outcomes.get("200", 0) + self.outcomes.get("OK", 0)
         refused = sum(self.outcomes.values()) - accepted
+        cpu = cpu_seconds(pid) - self.cpu_at_start
         by_status = ", ".join(f"{k}: {v}" for k, v in sorted(self.outcomes.items()))
         return (f"{self.name}: accepted {accepted}, refused {refused} ({by_status}); accepted "
                 f"p50 {percentile(self.accepted_ms, 0.5):.0f} ms p99 "
                 f"{percentile(self.accepted_ms, 0.99):.0f} ms; API p50 "
                 f"{percentile(self.api_ms, 0.5):.1f} ms p99 {percentile(self.api_ms, 0.99):.1f} "
                 f"ms ({len(self.api_ms)} reads, {self.api_failures} failed); peak RSS "
-                f"{peak_rss_mib(pid):.0f} MiB")
+                f"{peak_rss_mib(pid):.0f} MiB; server CPU {cpu:.1f} s, "
+                f"{accepted / cpu if cpu > 0 else float('nan'):.1f} accepted per CPU-second")
 
 
 async def probe_api(session: aiohttp.ClientSession, url: str, phase: Phase,
@@ -155,7 +169,7 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"workload: 512-span OTLP requests (~{len(bodies[0]) // 1024} KiB), "
               f"{args.seconds:g} s per phase, server pid {pid}")
 
-        phase = Phase(f"HTTP overload, {args.clients} exporters")
+        phase = Phase(f"HTTP overload, {args.clients} exporters", pid)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as exporters:
             await run_phase(phase, api_url, args.seconds, [
@@ -163,14 +177,14 @@ async def main_async(args: argparse.Namespace) -> None:
                 for i in range(args.clients)])
         print(phase.report(pid))
 
-        phase = Phase(f"gRPC overload, {args.clients} calls in flight")
+        phase = Phase(f"gRPC overload, {args.clients} calls in flight", pid)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['otlp_grpc']}") as channel:
             await run_phase(phase, api_url, args.seconds, [
                 lambda stop, i=i: grpc_exporter(channel, bodies, i, phase, stop)
                 for i in range(args.clients)])
         print(phase.report(pid))
 
-        phase = Phase(f"{args.slow} slow uploaders + 4 exporters")
+        phase = Phase(f"{args.slow} slow uploaders + 4 exporters", pid)
         held = [slow_upload(ports["otlp_http"], bodies[i % len(bodies)])
                 for i in range(args.slow)]
         async with aiohttp.ClientSession() as exporters:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from watchdog.core.clock import Clock
+from watchdog.shell.clock import Clock
 from watchdog.shell.config import Config
 from watchdog.shell.server import Server
 

@@ -152,6 +152,38 @@ def test_an_unnamed_agent_span_with_only_the_answer_is_the_runs_answer(per_span:
     assert run.parent_run is None
 
 
+@pytest.mark.parametrize("per_span", [False, True])
+@pytest.mark.parametrize("answer", [
+    # the OTel GenAI conventions' answer as an event (Strands' ``end_agent_span`` default format)
+    ("gen_ai.choice", {"message": "It is v.", "finish_reason": "end_turn"}),
+    # ... and in the latest format (``gen_ai.client.inference.operation.details``)
+    ("gen_ai.client.inference.operation.details", {"gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "It is v."}]}])}),
+])
+def test_a_bare_invoke_agent_span_with_only_the_answer_event_is_the_runs_answer(
+        per_span: bool, answer: tuple[str, dict[str, str]]) -> None:
+    """An ``invoke_agent`` span below the run's agent that names no agent is a step of the run
+    (OpenLIT's turn spans), not a child run; the answer it carries only in an event is the
+    run's. No real emitter was found that sends it: the shape is the conventions' own."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"gen_ai.agent.name": "writer"}) as root:
+        maker.span("chat", _asking(), parent=root, start=T0 + 1, end=T0 + 2)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}", "v"), parent=root,
+                   start=T0 + 2.1, end=T0 + 2.2)
+        maker.span("chat", chat_attrs(finish="tool_calls"), parent=root, start=T0 + 3,
+                   end=T0 + 4)
+        bare = maker.open("invoke_agent", {"gen_ai.operation.name": "invoke_agent"},
+                          parent=root, start=T0 + 4.1)
+        bare.add_event(answer[0], answer[1], timestamp=int((T0 + 4.15) * 1e9))
+        bare.end(end_time=int((T0 + 4.2) * 1e9))
+    tracker = applied(records_of(maker.take()), per_span)
+    (run,) = tracker.ended()
+    assert (run.agent_name, run.tool_calls, run.has_final_answer, run.terminal_state) \
+        == ("writer", 1, True, TerminalState.COMPLETED)
+    assert run.final_output is not None and "It is v." in run.final_output
+    assert run.parent_run is None
+
+
 def test_a_named_nested_agent_is_still_a_child_run() -> None:
     maker = SpanMaker()
     with maker.agent(attrs={"gen_ai.agent.name": "planner"}) as root:

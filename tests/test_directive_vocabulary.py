@@ -6,13 +6,16 @@ differ, so a new action, severity, grace key or directive field reaches both or 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
+from pathlib import Path
 
 from agent_watchdog_client import directive as client
 
 from watchdog.core.directives.model import Directive
-from watchdog.core.rules.decision import Action, Severity
+from watchdog.core.model import steer
+from watchdog.core.rules.decision import BUDGET_MESSAGE_PREFIX, GRACE_KEYS, Action, Severity
 from watchdog.core.rules.engine import announced_grace
 from watchdog.core.rules.model import Grace
 
@@ -69,3 +72,28 @@ def test_a_sent_directive_reads_back_whole_on_the_client() -> None:
         assert received.grace_ends_at == (19 if action is Action.WIND_DOWN else None)
         assert {key: received.raw[key] for key in RAW_ONLY} == {"agent": "explorer",
                                                                 "escalation": False}
+
+
+def test_the_model_endpoint_reads_directives_in_the_one_vocabulary() -> None:
+    """The model endpoint's steering (``watchdog.core.model.steer``) names no action, grace key
+    or budget-message mark of its own: it reads the directive vocabulary
+    (``watchdog.core.rules.decision``), so a renamed word reaches it too."""
+    source = Path(steer.__file__).read_text(encoding="utf-8")
+    words = {*(action.value for action in Action), *(s.value for s in Severity),
+             *GRACE_KEYS, BUDGET_MESSAGE_PREFIX}
+    literals = {node.value for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert not literals & words, sorted(literals & words)
+    assert BUDGET_MESSAGE_PREFIX == client.BUDGET_MESSAGE_PREFIX
+    assert tuple(GRACE_KEYS) == tuple(client.GRACE_KEYS)
+
+
+def test_the_model_endpoint_reads_a_wind_down_and_an_abort_by_their_words() -> None:
+    grace = announced_grace(Grace(tool_calls=2), 17)
+    board = steer.Board()
+    board.post(dataclasses.replace(server_directive(Action.WIND_DOWN), grace=grace))
+    board.post(dataclasses.replace(server_directive(Action.ABORT), rule="loop-abort",
+                                   message="stop"))
+    assert board.wind_down is not None and board.abort is not None
+    assert board.grace is not None and steer.grace_end(board.grace) == 19
+    assert steer.is_budget(dataclasses.replace(server_directive(), rule="own-rule"))

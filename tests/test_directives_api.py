@@ -20,7 +20,6 @@ import pytest
 from aiohttp import web
 
 from tests.harness import eventually
-from watchdog.core.clock import Clock
 from watchdog.core.rules.decision import Action, Decided, Decision, Severity
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.report import RecentSteps
@@ -28,6 +27,7 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.spans.record import KeySource
 from watchdog.core.step import RECENT_STEPS
 from watchdog.shell.api import create_app
+from watchdog.shell.clock import Clock
 from watchdog.shell.config import Config
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox

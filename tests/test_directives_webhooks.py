@@ -20,8 +20,8 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.harness import eventually
 from tests.test_directives_api import Sidecar, sidecar
-from watchdog.core.clock import ManualClock
 from watchdog.core.rules.decision import Action
+from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
 from watchdog.shell.directives.store import DeliveryState
 from watchdog.shell.directives.webhooks import (

@@ -318,15 +318,19 @@ def test_refused_requests_are_not_forwarded(tmp_path: Path, upstream: Upstream) 
         assert not any("Authorization" in request.headers for request in upstream.received)
 
 
-def test_without_forward_endpoint_metrics_and_logs_are_answered_as_a_collector_would(
+def test_without_forward_endpoint_metrics_are_answered_as_a_collector_would(
         sidecar: RunningServer) -> None:
-    """A Collector registers no handler for a signal without a pipeline: 404 / UNIMPLEMENTED."""
-    for path in ("/v1/metrics", "/v1/logs"):
-        status, _ = http_request("POST", sidecar.otlp_http + path, b"",
-                                 {"Content-Type": PROTOBUF})
-        assert status == 404
-    for export in (metric_export(sidecar, "grpc", "m"), log_export(sidecar, "grpc", "l")):
-        assert export.send() == "FAILURE"
+    """A Collector registers no handler for a signal without a pipeline: 404 / UNIMPLEMENTED.
+    Logs are read (their GenAI events) whether forwarded or not: accepted, passed on nowhere."""
+    status, _ = http_request("POST", sidecar.otlp_http + "/v1/metrics", b"",
+                             {"Content-Type": PROTOBUF})
+    assert status == 404
+    assert metric_export(sidecar, "grpc", "m").send() == "FAILURE"
+    status, _ = http_request("POST", sidecar.otlp_http + "/v1/logs", b"",
+                             {"Content-Type": PROTOBUF})
+    assert status == 200
+    for protocol in ("http", "grpc"):
+        assert log_export(sidecar, protocol, "l").send() == "SUCCESS"
     with grpc.insecure_channel(sidecar.grpc_target) as channel:
         call = channel.unary_unary(
             "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export")

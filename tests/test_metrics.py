@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
-from watchdog.core.clock import ManualClock
 from watchdog.core.runs.terminal import TerminalState
+from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
 from watchdog.shell.metrics import (
     MAX_AGENTS,

@@ -4,6 +4,7 @@ own spans or SDK steering share a run: real sidecar, real ``openai`` SDK, script
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from tests.frameworks.fakellm import FakeLLM, Step, answer, call, looping, steps
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.otel import export_http
 from tests.spans import SpanMaker, chat_attrs, tool_attrs
-from watchdog.core.clock import ManualClock
+from watchdog.shell.clock import ManualClock
 
 KEY = "sk-runs-SECRET-0123456789"
 TOOLS = [{"type": "function", "function": {
@@ -98,6 +99,89 @@ def test_concurrent_invocations_are_separate_runs(sidecar: RunningServer, llm: F
     runs = wait_until(lambda: len(r := ended_runs(sidecar, "twins")) == 2 and r,
                       "two runs")
     assert [(run["iterations"], run["tool_calls"]) for run in runs] == [(2, 1), (2, 1)]
+
+
+def test_identical_first_requests_at_the_same_moment_are_two_runs(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Two agents send the same first request at the same moment (one agent's name, one first
+    message, nothing that names a run): the upstream holds both until both have come, so each
+    is in flight while the other arrives. Two runs, each with its own call and answer; each
+    agent's next request goes to its own run (by the call ids its tool results answer)."""
+    both_in = threading.Barrier(2, timeout=10)
+
+    def script(index: int, body: dict[str, Any]) -> Step:
+        if index < 2:
+            both_in.wait()
+            return call("search", q=f"q{index}")
+        return answer(f"done {index}")
+
+    model = llm.script("same-first", script)
+    client = chat(sidecar, **{"x-watchdog-agent": "same-first"})
+    answers: list[str] = []
+
+    def agent() -> None:
+        answers.append(loop(client, model, [{"role": "user", "content": "the same task"}]))
+
+    threads = [threading.Thread(target=agent) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(answers) == ["done 2", "done 3"]
+    runs = wait_until(lambda: len(r := ended_runs(sidecar, "same-first")) == 2 and r,
+                      "two runs")
+    assert [(run["iterations"], run["tool_calls"]) for run in runs] == [(2, 1), (2, 1)]
+
+
+def test_a_first_request_sent_again_after_it_failed_is_the_same_run(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A first request the upstream refused, sent again (as an SDK retries it): one run."""
+    def script(index: int, body: dict[str, Any]) -> Step:
+        if index == 0:
+            raise ValueError("overloaded, try again")
+        return call("search", q="a") if index == 1 else answer("done")
+
+    model = llm.script("retried-first", script)
+    client = chat(sidecar, **{"x-watchdog-agent": "retried-first"})
+    messages: list[Any] = [{"role": "user", "content": "a task"}]
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert loop(client, model, messages) == "done"
+    runs = wait_until(lambda: len(r := ended_runs(sidecar, "retried-first")) == 1 and r,
+                      "one run")
+    assert [(run["iterations"], run["tool_calls"]) for run in runs] == [(2, 1)]
+    time.sleep(0.5)
+    assert len(sidecar.get_json("/v1/runs?agent=retried-first")["runs"]) == 1
+
+
+def test_a_conversation_goes_on_in_its_run_after_a_restart(tmp_path: Path,
+                                                           llm: FakeLLM) -> None:
+    """The sidecar restarts (same state dir) between an agent's first request and its next:
+    the next request, with the tool result, goes on in the run the first one opened, which ends
+    with the answer; no second run. (The tool call handed over before the restart is not
+    counted: what was handed over is kept in memory only.)"""
+    model = llm.script("restarted", steps(call("search", q="a"), answer("done")))
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_agent_name="restarted")
+    messages: list[Any] = [{"role": "user", "content": "a task across a restart"}]
+    with running_server(config) as first:
+        message = chat(first).chat.completions.create(
+            model=model, messages=messages, tools=TOOLS).choices[0].message
+        before = wait_until(lambda: first.get_json("/v1/runs?agent=restarted")["runs"],
+                            "the run")
+    messages.append({"role": "assistant", "content": None,
+                     "tool_calls": [c.model_dump() for c in message.tool_calls or ()]})
+    messages.append({"role": "tool", "tool_call_id": messages[-1]["tool_calls"][0]["id"],
+                     "content": "ok"})
+    with running_server(config) as second:
+        answered = chat(second).chat.completions.create(model=model, messages=messages,
+                                                        tools=TOOLS)
+        assert answered.choices[0].message.content == "done"
+        runs = wait_until(lambda: len(r := ended_runs(second, "restarted")) == 1 and r,
+                          "the run ends")
+        assert [run["id"] for run in runs] == [before[0]["id"]]
+        assert runs[0]["iterations"] == 2
+        assert len(second.get_json("/v1/runs?agent=restarted")["runs"]) == 1
 
 
 def test_run_and_budget_headers(sidecar: RunningServer, llm: FakeLLM) -> None:

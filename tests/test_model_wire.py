@@ -113,9 +113,9 @@ def test_whole_responses_are_trimmed_with_keep_calls() -> None:
 def test_answers_read_back_as_a_final_answer(wire: Wire) -> None:
     request = wire.read_request({"model": "m", "stream": True,
                                  "stream_options": {"include_usage": True}})
-    whole = wire.read_response(wire.answer("m", "the report", request))
+    whole = wire.read_response(wire.answer("m", "the report", request, 1_800_000_000.0))
     assert (whole.text, whole.calls, whole.finish_reason) == ("the report", [], "stop")
-    seen, _ = feed(wire, wire.answer_stream("m", "the report", request), 5)
+    seen, _ = feed(wire, wire.answer_stream("m", "the report", request, 1_800_000_000.0), 5)
     assert (seen.text, seen.calls, seen.complete) == ("the report", [], True)
 
 

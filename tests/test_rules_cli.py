@@ -35,7 +35,7 @@ def write(path: Path, text: str, header: bool = False) -> str:
 def test_check_accepts_the_default_pack(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys, "rules", "check", str(REPO / "rules" / "default.yaml"))
     assert (code, err) == (0, "")
-    assert out == "ok: 10 rules enabled, 0 disabled, 0 budgets, from 1 files\n"
+    assert out == "ok: 12 rules enabled, 0 disabled, 0 budgets, from 1 files\n"
 
 
 def test_check_a_user_pack_over_the_default(tmp_path: Path,
@@ -44,7 +44,7 @@ def test_check_a_user_pack_over_the_default(tmp_path: Path,
                  "budgets: [{agents: ['*'], max_tool_calls: 40}]\n")
     code, out, _ = cli(capsys, "rules", "check", pack)
     assert code == 0
-    assert out == "ok: 9 rules enabled, 1 disabled, 1 budgets, from 2 files\n"
+    assert out == "ok: 11 rules enabled, 1 disabled, 1 budgets, from 2 files\n"
     code, _, err = cli(capsys, "rules", "check", "--no-default", pack)
     assert code == 1
     assert err.splitlines() == [
@@ -58,7 +58,7 @@ def test_check_a_user_pack_over_the_default(tmp_path: Path,
     ("{name: a, when: 'run.tool_calls >', action: notify, message: m}", 5,
      "rule a: when: syntax error: unexpected end of expression (column 17)"),
     ("{name: a, when: foo > 3, action: notify, message: m}", 5,
-     "rule a: when: undeclared reference to 'foo' (the variables are run and session) "
+     "rule a: when: undeclared reference to 'foo' (the variables are run, session and fleet) "
      "(column 1)"),
     ("{name: a, when: run.tool_calss > 3, action: notify, message: m}", 5,
      "rule a: when: unknown field 'tool_calss' in run (did you mean 'tool_calls'?) (column 4)"),

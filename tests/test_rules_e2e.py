@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.scripted import ScriptedAgent
-from watchdog.core.clock import ManualClock
+from watchdog.shell.clock import ManualClock
 
 
 def directives(server: RunningServer, run_id: str) -> list[dict[str, Any]]:

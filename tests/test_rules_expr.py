@@ -24,7 +24,7 @@ from watchdog.core.rules.signals import (
     run_activation,
     session_activation,
 )
-from watchdog.core.runs.catalogue import MapOf, Maybe
+from watchdog.core.runs.catalogue import ListOf, MapOf, Maybe
 from watchdog.core.runs.run import RunState
 from watchdog.core.spans.record import BUDGET_KEYS, KeySource
 
@@ -61,6 +61,8 @@ def _matches(value: object, kind: object) -> bool:
             _matches(v, kind[k]) for k, v in value.items())
     if isinstance(kind, Maybe):
         return _matches(value, kind.type)
+    if isinstance(kind, ListOf):
+        return isinstance(value, list) and all(type(item) is kind.item for item in value)
     if isinstance(kind, MapOf):
         return isinstance(value, dict) and all(
             type(k) is kind.key and type(v) is kind.value for k, v in value.items())
@@ -103,7 +105,8 @@ def test_run_signals_match_the_declared_schema_exactly(budget: bool) -> None:
 def test_session_defaults_and_schema() -> None:
     assert session_activation(None) == {"id": "", "runs": 0, "checkpoints": 0,
                                         "zero_progress": False, "zero_progress_streak": 0,
-                                        "run_checkpoints": 0}
+                                        "run_checkpoints": 0, "agent_cycle": [],
+                                        "agent_cycle_repeats": 0, "cycle_orchestrator": False}
     session = session_activation({"id": "s1", "zero_progress_streak": 2.0, "other": 1})
     assert session["zero_progress_streak"] == 2 and type(session["zero_progress_streak"]) is int
     assert "other" not in session

@@ -205,7 +205,7 @@ def test_the_engine_decides_the_same_with_and_without_the_fast_path(
         return [(d.decision.run_key, d.decision.rule, d.decision.action.value,
                  d.decision.message) for d in made]
 
-    fast = decisions(fast_rules=10)
+    fast = decisions(fast_rules=12)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast", lambda source: None)
     slow = decisions(fast_rules=0)
     assert len(fast) > 500

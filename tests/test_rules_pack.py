@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
 DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
-                 "tool-cycle", "zero-progress"]
+                 "tool-cycle", "tool-outage", "zero-progress", "agent-ping-pong"]
 
 
 def write(path: Path, body: str, header: bool = True) -> str:
@@ -162,7 +162,8 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     ruleset = load_rules([path])
     names = [r.name for r in ruleset.rules]
     assert names == ["budget-countdown", "budget-last-call", "budget-exhausted", "idle-timeout",
-                     "total-timeout", "repeated-tool-call", "zero-progress", "extra"]
+                     "total-timeout", "repeated-tool-call", "tool-outage", "zero-progress",
+                     "agent-ping-pong", "extra"]
     idle = ruleset.get("idle-timeout")
     assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
     assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",
@@ -315,7 +316,7 @@ def test_every_problem_is_reported_with_file_line_and_rule(tmp_path: Path) -> No
         f"abort",
         f"{path}:14: rule syntax: when: syntax error: unexpected end of expression (column 17)",
         f"{path}:18: rule unknown-variable: when: undeclared reference to 'runn.tool_calls' "
-        f"(the variables are run and session) (column 5)",
+        f"(the variables are run, session and fleet) (column 5)",
         f"{path}:22: rule unknown-field: when: unknown field 'tool_call' in run (did you mean "
         f"'tool_calls'?) (column 4)",
         f"{path}:24: rule unknown-field: message: ${{run.tool_calss}}: unknown field "
@@ -397,7 +398,7 @@ def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
     ("{name: r, when: run.errors > 1, action: notify, message: m, severity: high}",
      "rule r: severity: 'high' is not one of info, warning, critical"),
     ("{name: r, when: run.errors > 1, action: notify, message: m, repeat: always}",
-     "rule r: repeat: 'always' is not one of once, on_change"),
+     "rule r: repeat: 'always' is not one of once, on_change, each_time"),
     ("{name: r, when: run.errors > 1, action: notify, message: m, enabled: maybe}",
      "rule r: enabled: expected true or false, got 'maybe'"),
     ("{name: r, when: run.errors > 1, action: notify, message: m, agents: explorer}",

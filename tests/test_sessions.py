@@ -76,7 +76,8 @@ def test_zero_progress_carries_across_runs_and_counts_per_run_checkpoints() -> N
     session.note_run("run-3", T0 + 180)  # a new run, nothing checkpointed yet
     assert session.activation("run-2") == {
         "id": "s", "runs": 3, "checkpoints": 2, "zero_progress": True,
-        "zero_progress_streak": 1, "run_checkpoints": 1}
+        "zero_progress_streak": 1, "run_checkpoints": 1, "agent_cycle": [],
+        "agent_cycle_repeats": 0, "cycle_orchestrator": False}
     assert session.activation("run-3")["run_checkpoints"] == 0
     # a checkpoint naming no run counts for the session's active runs, as the shell says
     third = session.checkpoint(checkpoint("migrate the database", T0 + 240),

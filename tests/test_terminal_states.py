@@ -8,12 +8,12 @@ from pathlib import Path
 
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.scripted import ScriptedAgent
-from watchdog.core.clock import ManualClock
 from watchdog.core.rules.decision import Action
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import KeySource
+from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import Store

@@ -299,6 +299,12 @@ def build() -> dashboard.Dashboard:
                           [Query(f"sum by (agent, error_type) (rate({m('errors_total')}"
                                  f"{{{a}}}[{RATE}]))", "{{agent}} {{error_type}}")],
                           unit="ops", width=8, stacked=True))
+        .with_panel(graph("Failing tools", "Tools failing for many runs (fleet.failing_tools: "
+                          "3 runs or more saw the same error type within fleet_window, no "
+                          "success since): 1 while failing. The default rule tool-outage told "
+                          "their runs; see AgentWatchdogToolFailing.",
+                          [Query(f"max by (tool) ({m('tools_failing')})", "{{tool}}")],
+                          width=24))
     )
 
     upstream_failed = 'outcome=~"upstream_error|upstream_unreachable|upstream_timeout"'

@@ -1,2 +1,3 @@
-"""The pure core: records in, frozen run views and decisions out. No sockets, no files, no
-threads, no wall clock (``now`` is an argument). Nothing here imports ``watchdog.shell``."""
+"""The pure core: records in, frozen run views and decisions out. No sockets, no threads, no
+database, no clock (``now`` is an argument); the only files it reads are the rule packs and rule
+tests it is handed. Nothing here imports ``watchdog.shell``."""

@@ -98,6 +98,27 @@ def budget_limit(value: object) -> float | None:
     return limit
 
 
+MAX_REPORTED_COST = 1e6  # USD for one model call: more is no cost a span can mean
+
+
+def reported_cost(value: object) -> float | None:
+    """A cost in USD an agent reports for a call: a finite number from 0 to
+    :data:`MAX_REPORTED_COST` (a numeric string too), else None (not reported)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if not isinstance(value, (int, float)):
+        return None
+    cost = float(value)
+    if not 0.0 <= cost <= MAX_REPORTED_COST:  # NaN fails too
+        return None
+    return cost
+
+
 def plain_number(value: float) -> float:
     """A budget as it is shown everywhere (API, CLI, reports, directives): ``5.0`` -> ``5``;
     a fraction (seconds left) stays a float."""

@@ -20,6 +20,7 @@ expected. Format::
           - {at: 0, llm: {input_tokens: 100, output_tokens: 10, messages: 3}}
           - {at: 1, tool: search, args: {q: x}, result: "3 hits"}
           - {at: 2, tool: read, args: {path: /a}, error: {type: RuntimeError, message: "disk full"}}
+          - {at: 3, tool: read, runs: 3, error: {type: RuntimeError, message: "disk full"}}
           - {at: 5, heartbeat: {messages: 7}}       # client SDK heartbeat (progress if it grew)
           - {at: 6, session: {zero_progress_streak: 2}}   # the session changed
           - {at: 400, tick: true}                   # time passes: the timer evaluates timed rules
@@ -33,7 +34,9 @@ marks a final answer) and ``error``; ``tool`` takes ``args`` (identical argument
 order, are the same call), ``result`` and ``error`` (``{type, message}``; ids, numbers and paths in
 the message are masked, so "disk /tmp/a full" and "disk /tmp/b full" are the same error); any span
 step takes ``duration`` (seconds, default 0). ``end`` takes ``final_answer``, ``output``,
-``finish_reason`` and ``error``. A decision with a ``terminal_state`` is applied to the run by
+``finish_reason`` and ``error``. A tool step with ``runs: N`` is the same call made by the
+test's run and N-1 other runs of the fleet, in one batch (``fleet.failing_tools``); only the
+test's run's decisions are compared. A decision with a ``terminal_state`` is applied to the run by
 the core, as in the sidecar. Expectations match on ``step`` (the 0-based index of the step after
 which the decision fired) and ``rule``, and optionally ``action``, ``severity``,
 ``terminal_state``, ``escalation`` (grace ran out) and ``message`` (a substring).
@@ -88,13 +91,25 @@ class _SyntheticRun:
         self.session: str | None = (test.session or {}).get("id") or None
         self.spans = 0
 
-    def record(self, step: TestStep) -> SpanRecord:
+    def records(self, step: TestStep) -> list[SpanRecord]:
+        """The step's span, and with ``runs: N`` the same span of N-1 other runs."""
+        record = self.record(step)
+        others = []
+        for index in range(1, step.data.get("runs", 1)):
+            other = self.record(step, f"{self.key}~{index}")
+            other.session = None
+            others.append(other)
+        return [record, *others]
+
+    def record(self, step: TestStep, key: str | None = None) -> SpanRecord:
         self.spans += 1
         end_ns = int((START + step.at) * NS)
         start_ns = end_ns - int(step.duration * NS)
         data = step.data
+        key = key or self.key
         record = SpanRecord(
-            run_key=self.key, key_source=KeySource.WATCHDOG, trace_id=self.trace_id,
+            run_key=key, key_source=KeySource.WATCHDOG,
+            trace_id=stable_hash(key).to_bytes(8, "big", signed=True).hex() * 2,
             span_id=f"{self.spans:016x}", parent_span_id="ffffffffffffffff",
             name=step.kind, kind=SpanKind.OTHER, start_ns=start_ns, end_ns=end_ns,
             agent=self.test.agent, session=self.session,
@@ -167,10 +182,11 @@ def run_test(ruleset: RuleSet, test: RuleTest, key: str = "test-run") -> TestRes
             if run is not None and not run.ended:
                 core.evaluate([run], now, result, changed=SESSION_CHANGED)
         else:
-            result = core.apply([synthetic.record(step)], now)
+            result = core.apply(synthetic.records(step), now)
         if result.failures:
             raise result.failures[0].error
-        fired += [(step.index, decided.decision) for decided in result.decisions]
+        fired += [(step.index, decided.decision) for decided in result.decisions
+                  if decided.run.key == key]  # (not the other runs of a `runs:` step)
         rule_errors.update(result.rule_errors)
     failures = _compare(test, fired, ruleset)
     run = core.tracker.get(key)
@@ -202,6 +218,8 @@ def _update_session(session: SessionState, key: str, values: dict[str, Any]) -> 
     for name, value in values.items():
         if name == "run_checkpoints":  # checkpoints during the run being evaluated
             session.recent_runs[key] = value
+        elif name == "cycle_orchestrator":  # whether the run is the one to stop the cycle
+            session.cycle_orchestrator = key if value else None
         else:
             setattr(session, name, value)
 

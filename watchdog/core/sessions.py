@@ -20,6 +20,9 @@ agent posts **checkpoints**: what is left to do (``remaining``), flat facts it h
   task reported twice is not stuck. The comparison is with the session's last checkpoint, not
   the run's: the next run starts already knowing the last ``remaining``, so a hand-off loop
   (run after run reporting the same work left) is seen across runs and user messages.
+* ``agent_cycle`` / ``agent_cycle_repeats`` — a loop across the session's agents
+  (:mod:`watchdog.core.cycles` finds it; the core's step sets it here, with the run that can
+  stop it, ``cycle_orchestrator``).
 * ``runs`` — distinct runs seen in the session, ``checkpoints`` — how many were posted, and per
   recent run how many checkpoints were made during it (``run_checkpoints``). Rules read the
   latter so a zero-progress abort hits the runs that reported no progress, not a new run that
@@ -195,6 +198,10 @@ class SessionState:
     failed_approaches: list[str] = field(default_factory=list)
     recent_runs: dict[str, int] = field(default_factory=dict)  # run -> checkpoints during it
     updated_at: float = 0.0
+    # a loop across the session's agents, as watchdog.core.cycles last found it
+    agent_cycle: list[str] = field(default_factory=list)
+    agent_cycle_repeats: int = 0
+    cycle_orchestrator: str | None = None  # the run that can stop it
 
     # -- runs -----------------------------------------------------------------------------------
 
@@ -261,7 +268,10 @@ class SessionState:
         return {"id": self.id, "runs": self.runs, "checkpoints": self.checkpoints,
                 "zero_progress": self.zero_progress,
                 "zero_progress_streak": self.zero_progress_streak,
-                "run_checkpoints": self.recent_runs.get(run_key, 0) if run_key else 0}
+                "run_checkpoints": self.recent_runs.get(run_key, 0) if run_key else 0,
+                "agent_cycle": self.agent_cycle, "agent_cycle_repeats": self.agent_cycle_repeats,
+                "cycle_orchestrator": run_key is not None
+                and run_key == self.cycle_orchestrator}
 
     def note(self) -> str | None:
         """What the next run is told after zero progress (None while the session progresses)."""

@@ -7,8 +7,11 @@ records are folded into runs (:class:`~watchdog.core.runs.tracker.RunTracker`), 
 evaluated for the runs whose signals changed, and the result comes back as a :class:`Step` —
 the runs touched (to persist), the new activity entries (to persist), the decisions (to become
 directives) and the runs that finished (to count and log). :meth:`Core.tick` does the same for
-the timer (timed rules, expiry). Nothing here reads a clock, a file or a socket, and nothing
-calls back into the shell: the caller passes ``now`` and carries the step on.
+the timer (timed rules, expiry; :meth:`Core.fleet_tick` for the fleet's window). The batch's
+tool calls feed the :class:`~watchdog.core.fleet.Fleet` (``fleet.*`` in rules): when a tool's
+outage begins or ends, every active run that used it is evaluated. Nothing here reads a
+clock, a file or a socket, and nothing calls back into the shell: the caller passes ``now``
+and carries the step on.
 
 What a step hands out about runs is frozen: one :class:`~watchdog.core.runs.view.RunView` per run
 the step touched (of a batch of spans: that it finished or decided on), finished or decided on,
@@ -31,13 +34,14 @@ known to be there and not in memory (see :class:`~watchdog.core.sessions.Session
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core.cycles import CycleBook, Entry, Trail
+from watchdog.core.fleet import Fleet
 from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
@@ -54,6 +58,7 @@ from watchdog.core.sync import STOP_GRACE, SpanLedger
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
 EMPTY_LOG = StepLog((), None)
 SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
+FLEET_CHANGED = frozenset({"fleet"})  # what a tool's outage beginning or ending changes
 
 
 @dataclass(slots=True)
@@ -82,6 +87,7 @@ class Step:
     rule_errors: Counter[str] = field(default_factory=Counter)
     eval_seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
+    outages: dict[str, bool] = field(default_factory=dict)  # tool -> failing now (began/ended)
     # The touched runs themselves, for the state writer alone (it snapshots each once per
     # flush, not once per step); nothing else reads them.
     dirty: dict[str, RunState] = field(default_factory=dict)
@@ -97,13 +103,17 @@ class Core:
     """Runs, rules and the sync ledger; one instance, used from one thread."""
 
     def __init__(self, tracker: RunTracker, sessions: SessionBook,
-                 engine: RuleEngine | None = None) -> None:
+                 engine: RuleEngine | None = None, fleet: Fleet | None = None,
+                 timer: Callable[[], float] = lambda: 0.0) -> None:
         self.tracker = tracker
+        self._timer = timer  # what Step.eval_seconds is measured with (the shell's perf clock)
         self.sessions = sessions
         self.engine = engine
+        self.fleet = fleet if fleet is not None else Fleet()  # tools failing across runs
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self._recent: dict[str, RecentSteps] = {}
+        self.cycles = CycleBook()  # loops across agents (session.agent_cycle)
 
     # -- spans ----------------------------------------------------------------------------------
 
@@ -119,9 +129,15 @@ class Core:
         for key in result.absorbed:
             self._forget(key)
         self._note_sessions(result.touched.values(), now)
+        cycled = self._note_cycles(result.touched.values())
         self.remember(result.activity)
+        outages = self._observe_tools(result, now)
         if rules:
             self._evaluate_batch(before, result, now, step)
+            if cycled:  # the runs that can stop a cycle that grew: their session changed
+                self._evaluate(cycled, now, step, changed=SESSION_CHANGED)
+        if outages:
+            self._tell_fleet(outages, now, step)
         finished = result.ended + result.evicted
         if finished:
             self._finish(finished, step)
@@ -150,7 +166,7 @@ class Core:
         (a run seen for the first time, or reached through another key: all rules)."""
         engine = self.engine
         assert engine is not None
-        started = time.perf_counter()
+        started = self._timer()
         for key, run in result.touched.items():
             old = before.get(key)
             changed = None if old is None else changed_signals(
@@ -159,6 +175,36 @@ class Core:
                 continue
             self._evaluate_run(engine, run, now, False, changed, step)
         self._after_evaluation(started, step)
+
+    def _observe_tools(self, result: BatchResult, now: float) -> set[str]:
+        """Hand the batch's tool calls to the fleet; the tools whose outage began or ended."""
+        if not result.tool_results:
+            return set()
+        self.fleet.observe(result.tool_results, now)
+        return self.fleet.changed()  # (the window is pruned by the timer: fleet_tick)
+
+    def _tell_fleet(self, outages: set[str], now: float, step: Step) -> None:
+        """A tool's outage began or ended: evaluate the rules reading ``fleet`` for every
+        active run that has used one of those tools (the runs that used it are the ones to
+        tell, and the ones whose note may fire again at its next outage)."""
+        fleet = self.fleet
+        step.outages.update({tool: fleet.is_failing(tool) for tool in outages})
+        if not self._has_rules():
+            return
+        runs = [run for run in self.tracker.active()
+                if any(tool in run.tools for tool in outages)]
+        if runs:
+            self._evaluate(runs, now, step, changed=FLEET_CHANGED)
+
+    def fleet_tick(self, now: float) -> Step:
+        """The timer's turn for the fleet: failures older than the window are forgotten, and
+        the runs that used a tool whose outage so ended are evaluated."""
+        step = Step()
+        outages = self.fleet.advance(now)
+        if outages:
+            self._tell_fleet(outages, now, step)
+        self._seal(step, now)
+        return step
 
     def remember(self, activity: Iterable[ActivityEntry]) -> None:
         """Keep the last ``RECENT_STEPS`` of each run's activity (oldest first) for the report
@@ -371,7 +417,7 @@ class Core:
         engine = self.engine
         if engine is None:
             return 0
-        started = time.perf_counter()
+        started = self._timer()
         fired = 0
         for run in runs:
             fired += self._evaluate_run(engine, run, now, timed_only, changed, step)
@@ -394,7 +440,8 @@ class Core:
         fired = 0
         try:
             for decision in engine.evaluate(run, now, self._session_of(run),
-                                            timed_only=timed_only, changed=changed):
+                                            timed_only=timed_only, changed=changed,
+                                            fleet=self.fleet.activation()):
                 self._decide(decision, run, now, step)
                 fired += 1
         except Exception as exc:
@@ -405,7 +452,7 @@ class Core:
 
     def _after_evaluation(self, started: float, step: Step) -> None:
         assert self.engine is not None
-        step.eval_seconds += time.perf_counter() - started
+        step.eval_seconds += self._timer() - started
         if self.engine.errors:
             step.rule_errors.update(self.engine.drain_errors())
 
@@ -500,6 +547,63 @@ class Core:
     def _session_of(self, run: RunState) -> dict[str, Any] | None:
         """The CEL ``session`` of a run (None: the run has no session)."""
         if run.session is None:
+            if self.cycles.cycling and (trail := self.cycles.get(self._group(run))) is not None \
+                    and trail.repeats:  # a loop across the agents of a trace's runs
+                return {"id": "", "agent_cycle": list(trail.cycle),
+                        "agent_cycle_repeats": trail.repeats,
+                        "cycle_orchestrator": self._orchestrator(trail) == run.key}
             return None
         state = self.sessions.get(run.session)
         return state.activation(run.key) if state is not None else {"id": run.session}
+
+    # -- loops across agents --------------------------------------------------------------------
+
+    def _group(self, run: RunState) -> str:
+        """Where ``run`` is looked at for loops across agents (see :mod:`watchdog.core.cycles`):
+        its session, else its parent run's session, else its parent run, else itself (a
+        parent's child runs are looked at with it)."""
+        if run.session is not None:
+            return "session:" + run.session
+        if run.parent_run is None:
+            return "run:" + run.key
+        parent = self.tracker.get(run.parent_run)
+        if parent is not None and parent.session is not None:
+            return "session:" + parent.session
+        return "run:" + run.parent_run
+
+    def _note_cycles(self, runs: Iterable[RunState]) -> list[RunState]:
+        """Enter each run whose agent and input are known into its group's trail; the runs
+        that can stop a cycle that changed (to evaluate: their ``session`` changed)."""
+        cycles = self.cycles
+        orchestrators: dict[str, RunState] = {}
+        for run in runs:
+            if run.input_hash is None or run.agent is None or cycles.noted(run.key):
+                continue
+            group = self._group(run)
+            trail = cycles.note(group, Entry(run.first_start_ns, run.agent, run.input_hash,
+                                             run.key, run.parent_run))
+            if trail is None:
+                continue
+            key = self._orchestrator(trail) if trail.repeats else None
+            if group.startswith("session:"):
+                state = self.sessions.get_or_create(group.removeprefix("session:"))
+                state.agent_cycle, state.agent_cycle_repeats = list(trail.cycle), trail.repeats
+                state.cycle_orchestrator = key
+                self.sessions.changed(state)
+            orchestrator = self.tracker.get(key) if key is not None else None
+            if orchestrator is not None:
+                orchestrators[orchestrator.key] = orchestrator
+        return list(orchestrators.values())
+
+    def _orchestrator(self, trail: Trail) -> str | None:
+        """The run that can stop ``trail``'s cycle: the cycling runs' parent while it runs,
+        else the group's latest run still running (None: every one has ended)."""
+        get = self.tracker.get
+        for entry in reversed(trail.cycling):
+            if entry.parent is not None and (parent := get(entry.parent)) is not None \
+                    and not parent.ended:
+                return parent.key
+        for entry in reversed(trail.entries):
+            if (run := get(entry.run)) is not None and not run.ended:
+                return run.key
+        return None

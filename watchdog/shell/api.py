@@ -241,6 +241,8 @@ class RunReads(Protocol):
     async def find_run(self, key: str) -> RunView: ...
     async def activity(self, key: str) -> list[ActivityEntry]: ...
     async def child_runs(self, key: str) -> list[RunView]: ...
+    @property
+    def trace_url(self) -> str | None: ...  # the config's template of a run's trace link
 
 
 class Watchdog(Protocol):
@@ -295,7 +297,8 @@ class RunRoutes:
         run = await queries.find_run(key)
         activity = await queries.activity(key)
         children = await queries.child_runs(key)
-        report = build_report(run, activity, children=children)
+        report = build_report(run, activity, children=children,
+                              trace_url=queries.trace_url)
         if _wants_json(request.headers.get("Accept", "")):
             return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,
@@ -305,7 +308,8 @@ class RunRoutes:
         beat = parse_heartbeat(await _json_object(request))
         run = self.service.heartbeat(request.match_info["id"], beat.messages, beat.in_flight,
                                      beat.oldest_call_started, beat.announce)
-        return json_response({**run_summary(run), "messages": run.messages,
+        return json_response({**run_summary(run, self.service.queries.trace_url),
+                              "messages": run.messages,
                               "in_flight": run.in_flight})
 
     async def sync(self, request: web.Request) -> web.Response:

@@ -353,7 +353,7 @@ def _run_row(run: Mapping[str, Any], wide: bool = False) -> tuple[str, ...]:
     return (str(run.get("id", "")), str(run.get("agent", "")), str(run.get("session") or "-"),
             str(run.get("state", "")), str(run.get("iterations", 0)), tools, errors,
             _count(int(run.get("total_tokens", 0))), elapsed, idle, terminal,
-            str(run.get("trace_id") or "-"))
+            str(run.get("trace_url") or run.get("trace_id") or "-"))  # its link, when set
 
 
 def _count(value: int) -> str:

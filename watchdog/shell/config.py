@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import yaml
 
 from watchdog.core.durations import DurationError, parse_seconds
+from watchdog.core.runs.view import trace_url_problem
 from watchdog.shell.errors import ConfigError
 
 DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
@@ -42,6 +43,7 @@ MIN_API_TOKEN_CHARS = 16
 DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
 DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
 DEFAULT_ACTIVITY_LOG_SIZE = 200
+DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
 DEFAULT_MAX_FORWARD_QUEUE_REQUESTS = 1000  # export requests; the Collector's queue_size default
@@ -77,6 +79,9 @@ class Config:
     state_flush_interval: float = DEFAULT_STATE_FLUSH_INTERVAL
     activity_log_size: int = DEFAULT_ACTIVITY_LOG_SIZE
     eval_interval: float = DEFAULT_EVAL_INTERVAL
+    fleet_window: float = DEFAULT_FLEET_WINDOW
+    # a run's link into the tracing UI: a URL with {trace_id} (and {span_id}, its root span)
+    trace_url: str | None = None
     rules_watch_interval: float = DEFAULT_RULES_WATCH_INTERVAL  # 0 disables the file watch
     log_level: str = "info"
     log_format: str = "text"  # text | json (one JSON object per line; decisions as events)
@@ -126,6 +131,11 @@ class Config:
               self.state_flush_interval, "a positive number of seconds")
         check(_require, self.eval_interval > 0, "eval_interval", self.eval_interval,
               "a positive number of seconds")
+        check(_require, self.fleet_window > 0, "fleet_window", self.fleet_window,
+              "a positive number of seconds (e.g. 300 or 5m)")
+        if self.trace_url is not None and (problem := trace_url_problem(self.trace_url)):
+            problems.append(f"trace_url={self.trace_url!r} is not allowed: {problem}; e.g. "
+                            f"https://grafana.example/explore?traceId={{trace_id}}")
         check(_require, self.rules_watch_interval >= 0, "rules_watch_interval",
               self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
         for name in ("max_runs", "max_request_bytes", "max_pending_requests",

@@ -180,6 +180,8 @@ class Metrics:
         self._error_types: dict[str, LabelCap] = {}  # capped agent -> its error types
         self._rules = LabelCap(MAX_RULES)
         self._stuck: set[tuple[str, str]] = set()
+        self._fleet_tools = LabelCap(MAX_TOOLS_PER_AGENT)  # tools_failing's tool names
+        self._failing: dict[str, set[str]] = {}  # tools_failing label -> its tools failing
         self.reload_success: bool | None = None  # unknown until the rules engine reports
         self._child = Children()
 
@@ -231,6 +233,9 @@ class Metrics:
         self.runs_stuck = gauge(
             "runs_stuck", "Active runs a rule currently holds stuck, by reason.",
             ["agent", "reason"])
+        self.tools_failing_gauge = gauge(
+            "tools_failing", "1 while a tool fails for many runs (fleet.failing_tools: the "
+            "same error type in fleet_window, no success since), else 0.", ["tool"])
         self.rule_fired_total = counter(
             "rule_fired_total", "Rule actions fired.", ["rule", "action", "agent"])
         self.rule_errors_total = counter(
@@ -391,6 +396,18 @@ class Metrics:
 
     def rules_reloaded(self, ok: bool) -> None:
         self.reload_success = ok
+
+    def tools_failing(self, outages: dict[str, bool]) -> None:
+        """Tools whose outage began (True) or ended (False); a tool's series stays, at 0,
+        after it recovers, so alerts resolve. Tools past the cap share ``_other``."""
+        for tool, failing in outages.items():
+            label = self._fleet_tools(tool)
+            tools = self._failing.setdefault(label, set())
+            if failing:
+                tools.add(tool)
+            else:
+                tools.discard(tool)
+            self._child(self.tools_failing_gauge, label).set(1 if tools else 0)
 
     def set_stuck(self, counts: dict[tuple[str, str], int]) -> None:
         """Replace ``runs_stuck`` with ``counts`` ((agent, reason) -> runs); pairs that were

@@ -24,11 +24,11 @@ import grpc
 from aiohttp import web
 
 from watchdog import __version__
-from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
 from watchdog.shell import api
+from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import Config, split_address
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox
@@ -37,7 +37,7 @@ from watchdog.shell.directives.webhooks import targets_from_config
 from watchdog.shell.errors import StartupError
 from watchdog.shell.metrics import Metrics, create_metrics_app
 from watchdog.shell.model.proxy import ModelProxy
-from watchdog.shell.receivers import otlp_grpc, otlp_http, passthrough
+from watchdog.shell.receivers import otlp_grpc, otlp_http, otlp_logs, passthrough
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.forward import Forwarder
 from watchdog.shell.rule_files import RuleManager, pack_failure
@@ -122,12 +122,14 @@ class Server:
         if forward is not None:
             await forward.start()
         else:
-            log.info("forward_endpoint not set: traces are not passed on; OTLP metrics and logs "
-                     "are answered 404 / UNIMPLEMENTED, as by a Collector without such pipelines")
+            log.info("forward_endpoint not set: traces and logs are not passed on; OTLP metrics "
+                     "are answered 404 / UNIMPLEMENTED, as by a Collector without such a "
+                     "pipeline")
 
         await self._start_app("metrics", config.metrics_address,
                               create_metrics_app(self.metrics, lambda: self.ready))
         otlp_app = otlp_http.create_app(service, metrics, admission, config, forward)
+        otlp_logs.install_http(otlp_app, service, metrics, admission, config, forward)
         if forward is not None:
             passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
         await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
@@ -142,6 +144,7 @@ class Server:
         except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
             raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
                                               str(exc))) from None
+        otlp_logs.install_grpc(self._grpc, service, metrics, admission, config, forward)
         if forward is not None:
             passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
         await self._grpc.start()

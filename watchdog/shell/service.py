@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.directives.model import Directive
+from watchdog.core.fleet import Fleet
 from watchdog.core.model.steer import Board
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
@@ -30,10 +31,12 @@ from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.spans.decode import ExportTraceServiceRequest
-from watchdog.core.spans.pipeline import Decoded, records_from, slices_of
+from watchdog.core.spans.logs import ExportLogsServiceRequest, LogJoin
+from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core, Step
 from watchdog.shell import logs
+from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import Config
 from watchdog.shell.errors import NotFound
 from watchdog.shell.priority import Priority
@@ -61,6 +64,7 @@ class Observer(Protocol):
     def rule_error(self, rule: str) -> None: ...
     def rule_eval(self, seconds: float) -> None: ...
     def set_stuck(self, counts: dict[tuple[str, str], int]) -> None: ...
+    def tools_failing(self, outages: dict[str, bool]) -> None: ...
     def run_failed(self, stage: str) -> None: ...
     def state_writable(self, writable: bool) -> None: ...
 
@@ -85,6 +89,9 @@ class NullObserver:
         pass
 
     def set_stuck(self, counts: dict[tuple[str, str], int]) -> None:
+        pass
+
+    def tools_failing(self, outages: dict[str, bool]) -> None:
         pass
 
     def run_failed(self, stage: str) -> None:
@@ -113,17 +120,20 @@ class WatchdogService:
         self.sessions = SessionBook(store.get_session)
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
-        self.core = Core(tracker, self.sessions, engine)
+        self.core = Core(tracker, self.sessions, engine, Fleet(config.fleet_window),
+                         timer=time.perf_counter)
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
         self.queries = RunQueries(self.core, store, self.clock,
                                   self.state.unsaved, self._run_failed,
-                                  config.activity_log_size)
+                                  config.activity_log_size, config.trace_url)
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
         self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
+        # GenAI log events and the spans they describe meet here (bounded in size and time)
+        self.log_join = LogJoin()
 
     @property
     def tracker(self) -> RunTracker:
@@ -170,7 +180,12 @@ class WatchdogService:
 
     async def close(self) -> None:
         """Persist what is pending, and what the tracker holds beyond its runs (the records
-        of traces in progress), then close the store."""
+        of traces in progress), then close the store. Traces held for their GenAI log events
+        go on first, read with what came."""
+        try:
+            self._release_held(float("inf"))
+        except Exception:  # (a run's failure is logged by _apply's callers; close goes on)
+            log.exception("the traces held for their log events could not be applied")
         try:
             kept = self.tracker.state()
             if kept["left_out"]:
@@ -200,6 +215,10 @@ class WatchdogService:
         for rule, count in step.rule_errors.items():
             for _ in range(count):
                 observer.rule_error(rule)
+        if step.outages:
+            observer.tools_failing(step.outages)
+            for tool, failing in step.outages.items():
+                logs.event("tool_outage" if failing else "tool_recovered", tool=tool)
         for decided in step.decisions:
             self._decided(decided)
         for key, into in step.gone.items():
@@ -259,7 +278,7 @@ class WatchdogService:
         if self._is_duplicate(digest):
             return Decoded(duplicate=True)
         self.state.admit()
-        decoded = records_from(request)
+        decoded = next(slices_of(request, None, self.log_join, self.clock.now()))
         self._apply(decoded, protocol)
         self._remember(digest)
         return decoded
@@ -281,7 +300,7 @@ class WatchdogService:
         try:
             await self.priority.turn()  # the parse is a slice of its own
             request = parse()
-            for part in slices_of(request, INGEST_SLICE):
+            for part in slices_of(request, INGEST_SLICE, self.log_join, self.clock.now()):
                 await self.priority.turn()
                 self._apply(part, protocol)
                 total.rejected.update(part.rejected)
@@ -291,6 +310,28 @@ class WatchdogService:
                 self._in_progress.discard(digest)
         self._remember(digest)
         return total
+
+    async def export_logs(self, parse: Callable[[], ExportLogsServiceRequest],
+                          protocol: str, digest: bytes | None = None) -> bool:
+        """Read one OTLP logs export request's GenAI log events (the content of the spans
+        they name, :mod:`watchdog.core.spans.logs`) and apply the held traces whose content
+        is now all there. False for an exporter's retry of a request already read."""
+        if self._is_duplicate(digest):
+            return False
+        self.state.admit()
+        await self.priority.turn()
+        request = parse()
+        ready = self.log_join.add(request, self.clock.now())
+        if ready:
+            self._apply(released(ready, self.log_join), protocol)
+        self._remember(digest)
+        return True
+
+    def _release_held(self, now: float) -> None:
+        """Traces held for their content whose wait is over go on, read with what came."""
+        due = self.log_join.expired(now)
+        if due:
+            self._apply(released(due, self.log_join), "held")
 
     def _is_duplicate(self, digest: bytes | None) -> bool:
         return digest is not None and (digest in self._recent_requests
@@ -402,17 +443,21 @@ class WatchdogService:
     def tick(self) -> list[RunView]:
         """Periodic work: time-based rules for active runs, then silent runs are abandoned."""
         now = self.clock.now()
+        self._release_held(now)
         self.evaluate(self.core.active_keys(), now, timed_only=True)
+        self._carry(self.core.fleet_tick(now))
         return self._expire(now)
 
     async def tick_in_slices(self) -> list[RunView]:
         """:meth:`tick` for the server: the timed rules run over the active runs in slices, so
         export requests and directive streams are served in between."""
         now = self.clock.now()
+        self._release_held(now)
         keys = self.core.active_keys()
         for start in range(0, len(keys), EVAL_SLICE):
             self.evaluate(keys[start:start + EVAL_SLICE], now, timed_only=True)
             await self.priority.turn()
+        self._carry(self.core.fleet_tick(now))
         return self._expire(now)
 
     def _expire(self, now: float) -> list[RunView]:

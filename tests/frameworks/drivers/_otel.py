@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")  # (log records name theirs the same)
 
 
 def _hex_ids(value: Any) -> Any:
@@ -75,3 +75,47 @@ def setup_tracing(service_name: str) -> TracerProvider:
 def model_settings() -> tuple[str, str]:
     """(base_url, model name) of the scripted model server for this scenario."""
     return os.environ["FAKE_LLM_BASE_URL"], os.environ["FAKE_LLM_MODEL"]
+
+
+def setup_logs(service_name: str) -> object:
+    """A global logger provider exporting OTLP logs to the sidecar (GenAI log events: a model
+    call's content with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=event_only``);
+    with ``RECORD_SPANS`` set, each export is also appended, as one OTLP/JSON
+    ``ExportLogsServiceRequest`` per line, to the same path with ``.logs`` before its suffix."""
+    from opentelemetry._logs import set_logger_provider
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import (
+        BatchLogRecordProcessor,
+        LogRecordExporter,
+        LogRecordExportResult,
+        SimpleLogRecordProcessor,
+    )
+
+    class JsonLinesLogs(LogRecordExporter):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def export(self, batch: Any) -> LogRecordExportResult:
+            request = MessageToDict(encode_logs(batch), use_integers_for_enums=True)
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write(json.dumps(_hex_ids(request), sort_keys=True) + "\n")
+            return LogRecordExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return True
+
+        def shutdown(self) -> None:
+            pass
+
+    provider = LoggerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(),
+                                                              schedule_delay_millis=50))
+    record = os.environ.get("RECORD_SPANS")
+    if record:
+        root, _, suffix = record.rpartition(".")
+        provider.add_log_record_processor(SimpleLogRecordProcessor(
+            JsonLinesLogs(f"{root}.logs.{suffix}")))
+    set_logger_provider(provider)
+    return provider

@@ -18,6 +18,11 @@ Scenarios (argv[1]):
   ``<name>-sub``, with ``lookup``): the researcher looks a up and answers, then the outer agent
   finishes and answers.
 
+A scenario ending ``_otel`` also turns on LiteLLM's own OpenTelemetry callback
+(``litellm.callbacks = ["otel"]``, DSPy driven through LiteLLM as LiteLLM's docs set it up), which
+exports through a tracer provider of its own to the same endpoint (recorded through the relay of
+``_handwritten_loop``).
+
 A scenario ending ``_nocontent`` runs with content hidden, as a privacy-minded deployment sets
 it: OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
 ``_OUTPUT_MESSAGES``/``_INPUT_TEXT``/``_OUTPUT_TEXT`` (read by the instrumentors'
@@ -46,6 +51,8 @@ def main(scenario: str) -> None:
     if scenario.endswith("_nocontent"):
         os.environ.update(CONTENT_OFF)
         scenario = scenario.removesuffix("_nocontent")
+    litellm_otel = scenario.endswith("_otel")
+    scenario = scenario.removesuffix("_otel")
     # (before dspy and LiteLLM are imported: LiteLLM would download its model price list, and
     # DSPy writes its cache under the home directory; cache=False below keeps every call live)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -57,6 +64,13 @@ def main(scenario: str) -> None:
         LiteLLMInstrumentor().instrument(tracer_provider=provider)
     import dspy
 
+    if litellm_otel:
+        os.environ["OTEL_METRICS_EXPORTER"] = "none"  # the sidecar takes traces only
+        os.environ["OTEL_LOGS_EXPORTER"] = "none"
+        import litellm
+        from _handwritten_loop import recording_relay
+        recording_relay()
+        litellm.callbacks = ["otel"]
     base_url, name = model_settings()
 
     def lm(model: str) -> dspy.LM:

@@ -3,7 +3,9 @@
 against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit``
 (``max_turns=3`` -> ``MaxTurnsExceeded``), ``tool_error``, ``handoff`` (a triage agent hands
 off to a billing agent), ``agent_as_tool`` (a manager calls the researcher as its tool
-``research``: the researcher's run nests inside the tool span). A scenario ending
+``research``: the researcher's run nests inside the tool span), ``ping_pong`` (a triage and a
+billing agent hand the same request back and forth, eight round trips, until triage answers),
+``chain`` (triage hands off to billing, billing to the researcher, who answers). A scenario ending
 ``_nocontent`` runs with message content hidden, as a privacy-minded deployment sets it:
 OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
 ``_OUTPUT_MESSAGES`` (read by its ``TraceConfig``), OpenLLMetry's ``TRACELOOP_TRACE_CONTENT``."""
@@ -65,9 +67,16 @@ async def main(scenario: str,
                       tools=[researcher.as_tool(tool_name="research",
                                                 tool_description="Research a question.")],
                       model=OpenAIChatCompletionsModel(name, client))
+    elif scenario in ("ping_pong", "chain"):
+        billing = Agent(name="agents-billing", instructions="Answer billing questions.",
+                        model=OpenAIChatCompletionsModel(name + "-billing", client))
+        start = Agent(name="agents-triage", instructions="Hand billing questions off.",
+                      handoffs=[billing], model=OpenAIChatCompletionsModel(name, client))
+        billing.handoffs = [start] if scenario == "ping_pong" else [researcher]
+        researcher.model = OpenAIChatCompletionsModel(name + "-sub", client)
+    turns = {"limit": 3, "ping_pong": 20}.get(scenario, 10)
     try:
-        result = await Runner.run(start, "Look up a, b and c.",
-                                  max_turns=3 if scenario == "limit" else 10)
+        result = await Runner.run(start, "Look up a, b and c.", max_turns=turns)
         print("answer:", result.final_output)
     except MaxTurnsExceeded as exc:
         print("stopped:", exc)

@@ -5,7 +5,8 @@ loop opens no invocation span, as many home-grown agents don't. Scenarios (argv[
 ``three_tools`` / ``limit`` / ``tool_error``, each plain or with ``_stream`` appended, and
 ``traced_tools``: ``three_tools`` with the loop tracing each tool call itself (an OTel GenAI
 ``execute_tool`` span with the model's call id; no span encloses it, so each is a trace of its
-own, as is each model call).
+own, as is each model call); ``_events`` appended: the instrumentation's content as GenAI log
+events sent over OTLP logs (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=event_only``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import json
 import sys
 
-from _otel import model_settings, setup_tracing
+from _otel import model_settings, setup_logs, setup_tracing
 from openai import OpenAI
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
@@ -59,10 +60,12 @@ def chat(client: OpenAI, model: str, messages: list[dict], stream: bool) -> tupl
 
 def main(scenario: str) -> None:
     provider = setup_tracing("openai-v2-loop")
-    OpenAIInstrumentor().instrument(tracer_provider=provider)
+    logs = setup_logs("openai-v2-loop") if scenario.endswith("_events") else None
+    # (``_events``: the content as GenAI log events, not on the spans)
+    OpenAIInstrumentor().instrument(tracer_provider=provider, logger_provider=logs)
     base_url, model = model_settings()
     client = OpenAI(base_url=base_url, api_key="sk-fake")
-    stream = scenario.endswith("_stream")
+    stream = "_stream" in scenario
     traced = scenario == "traced_tools"
     tracer = provider.get_tracer("home-grown-loop")
     if scenario.startswith("tool_error"):
@@ -90,6 +93,8 @@ def main(scenario: str) -> None:
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     else:
         print("stopped at MAX_STEPS")
+    if logs is not None:
+        logs.shutdown()  # type: ignore[attr-defined]
     provider.shutdown()
 
 

@@ -9,7 +9,17 @@ whatever run the trace's spans name); ``x-watchdog-run``; the Responses API's
 continues — the same first user message of the same agent on the same API. A request that
 carries a new user message (its last message is the user's) in a conversation whose run has
 ended, or that is shorter than the conversation was (the agent started over), starts the
-conversation's next run, in the conversation's session.
+conversation's next run, in the conversation's session. So does a conversation's first
+request (no longer than the one its run began with, no tool results) that comes while that run's
+first request is still with the model or after the model answered it: another invocation with
+the same first message (two agents started at the same moment), not the same one, which sends
+its first request again only once it has failed. A request that carries tool results goes to
+the run that handed those calls over (call ids are unique to a response), so such twins stay
+apart for their whole conversation; a continuation without tool results (a new user message)
+goes to the conversation's latest run. A conversation the book does not know (lost in a
+restart, or let go) whose request goes on with it (tool results, or no new user message) joins
+its session's active run, when the sidecar has one (it restored it); the tool calls handed over
+before are not known, so their results count no tool call.
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -76,6 +86,9 @@ class EndpointRun:
     traced: bool = False  # the agent traces its own calls: its spans count the tools
     conversation: str | None = None
     pending: dict[str, ToolCall] = field(default_factory=dict)  # handed over, no result yet
+    first: int = 0  # the length of its conversation at its first request
+    asking: int = 0  # its requests taken and not yet settled (with the model, or answered)
+    answered: int = 0  # its model calls recorded
     handed: int = 0  # tool calls handed to the agent
     results: int = 0  # tool results the agent sent back
     messages: int = 0  # the conversation's length at its last request
@@ -102,6 +115,7 @@ class ModelBook:
         self._runs: OrderedDict[str, EndpointRun] = OrderedDict()
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
+        self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -110,9 +124,25 @@ class ModelBook:
         return self._runs.get(key)
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
-                 ended: Callable[[str], bool]) -> EndpointRun:
+                 ended: Callable[[str], bool],
+                 resume: Callable[[str], str | None] | None = None) -> EndpointRun:
         """The run of this request. ``ended(key)``: whether the run ``key`` has ended (read
-        for the run a conversation had so far)."""
+        for the run a conversation had so far); ``resume(session)``: the latest active run of
+        a session (read for a conversation this book does not know that the request goes on
+        with: the book was lost in a restart, or had let it go). The request is taken until
+        :meth:`settle`."""
+        state = self._identify(api, request, caller, agent, ended, resume)
+        state.asking += 1
+        return state
+
+    @staticmethod
+    def settle(state: EndpointRun) -> None:
+        """A request :meth:`identify` took is over (answered, failed or cancelled)."""
+        state.asking = max(0, state.asking - 1)
+
+    def _identify(self, api: str, request: Request, caller: Caller, agent: str | None,
+                  ended: Callable[[str], bool],
+                  resume: Callable[[str], str | None] | None) -> EndpointRun:
         trace = parse_traceparent(caller.traceparent)
         if trace is not None:
             key = "trace:" + trace[0]
@@ -133,24 +163,42 @@ class ModelBook:
             known = self._runs.get(previous) if previous is not None else None
             if known is not None:
                 return self._touch(known)
-        return self._conversation(api, request, agent, ended)
+        return self._conversation(api, request, agent, ended, resume)
 
     def _conversation(self, api: str, request: Request, agent: str | None,
-                      ended: Callable[[str], bool]) -> EndpointRun:
+                      ended: Callable[[str], bool],
+                      resume: Callable[[str], str | None] | None) -> EndpointRun:
         digest = hashlib.sha256("\0".join((api, agent or "", request.anchor)).encode(
             "utf-8", "surrogatepass")).hexdigest()[:32]
+        session = "model:" + digest[:24]
         key = self._conversations.get(digest)
+        if key is None and resume is not None and (request.results or not request.last_is_user):
+            # a conversation going on that the book does not know: the session's active run
+            # (the sidecar restored it), which the endpoint's records join by its key
+            found = resume(session)
+            if found is not None and found.startswith("model:"):
+                self._keep(EndpointRun(found, KeySource.WATCHDOG, found.removeprefix("model:"),
+                                       None, session=session, agent=agent,
+                                       conversation=digest, messages=request.messages))
+                self._conversations[digest] = key = found
+        for result in request.results:  # the run that handed over the calls it answers
+            handed = self._runs.get(self._calls.get(result.call_id) or "")
+            if handed is not None and handed.conversation == digest:
+                key = handed.key
+                break
         state = self._runs.get(key) if key is not None else None
         if state is not None and not (
                 (request.last_is_user and (state.final_used or state.stop is not None
                                            or ended(state.key)))
-                or request.messages < state.messages):
+                or request.messages < state.messages
+                or (request.messages <= state.first and not request.results
+                    and (state.asking > 0 or state.answered > 0))):
             self._conversations.move_to_end(digest)
             return self._touch(state)
         trace_id = uuid.uuid4().hex
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
-                                       session="model:" + digest[:24], agent=agent,
-                                       conversation=digest))
+                                       session=session, agent=agent, conversation=digest,
+                                       first=request.messages))
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
         while len(self._conversations) > MAX_CONVERSATIONS:
@@ -234,7 +282,12 @@ class ModelBook:
         for call in work:
             if len(state.pending) < MAX_PENDING_CALLS:
                 state.pending[call.call_id] = call
+            if call.call_id:
+                self._calls[call.call_id] = state.key
+        while len(self._calls) > MAX_RESPONSE_IDS:
+            self._calls.popitem(last=False)
         state.handed += len(work)
+        state.answered += 1
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key

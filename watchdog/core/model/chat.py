@@ -9,7 +9,6 @@ agent that takes only tool calls gets its report as that call.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -161,16 +160,16 @@ class ChatWire:
     def stream_trimmer(self, keep: int) -> ChatTrimmer:
         return ChatTrimmer(keep)
 
-    def answer(self, model: str, text: str, request: Request) -> dict[str, Any]:
-        return {"id": _answer_id(), "object": "chat.completion", "created": int(time.time()),
+    def answer(self, model: str, text: str, request: Request, now: float) -> dict[str, Any]:
+        return {"id": _answer_id(), "object": "chat.completion", "created": int(now),
                 "model": model, "choices": [{
                     "index": 0, "message": {"role": "assistant", "content": text,
                                             "refusal": None},
                     "finish_reason": "stop", "logprobs": None}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
 
-    def answer_stream(self, model: str, text: str, request: Request) -> bytes:
-        answer_id, created = _answer_id(), int(time.time())
+    def answer_stream(self, model: str, text: str, request: Request, now: float) -> bytes:
+        answer_id, created = _answer_id(), int(now)
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             return sse({"id": answer_id, "object": "chat.completion.chunk", "created": created,

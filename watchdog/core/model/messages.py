@@ -143,12 +143,12 @@ class MessagesWire:
     def stream_trimmer(self, keep: int) -> MessagesTrimmer:
         return MessagesTrimmer(keep)
 
-    def answer(self, model: str, text: str, request: Request) -> dict[str, Any]:
+    def answer(self, model: str, text: str, request: Request, now: float) -> dict[str, Any]:
         return {"id": _answer_id(), "type": "message", "role": "assistant", "model": model,
                 "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
                 "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
 
-    def answer_stream(self, model: str, text: str, request: Request) -> bytes:
+    def answer_stream(self, model: str, text: str, request: Request, now: float) -> bytes:
         message: dict[str, Any] = {
             "id": _answer_id(), "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,

@@ -9,7 +9,6 @@ that the server keeps (``previous_response_id``) sends only those.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -134,11 +133,11 @@ class ResponsesWire:
     def stream_trimmer(self, keep: int) -> ResponsesTrimmer:
         return ResponsesTrimmer(self, keep)
 
-    def answer(self, model: str, text: str, request: Request) -> dict[str, Any]:
-        return _response(model, text, "completed")
+    def answer(self, model: str, text: str, request: Request, now: float) -> dict[str, Any]:
+        return _response(model, text, "completed", now)
 
-    def answer_stream(self, model: str, text: str, request: Request) -> bytes:
-        whole = _response(model, text, "completed")
+    def answer_stream(self, model: str, text: str, request: Request, now: float) -> bytes:
+        whole = _response(model, text, "completed", now)
         item = whole["output"][0]
         part = item["content"][0]
         started = {**whole, "status": "in_progress", "output": []}
@@ -168,9 +167,9 @@ class ResponsesWire:
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
-def _response(model: str, text: str, status: str) -> dict[str, Any]:
+def _response(model: str, text: str, status: str, now: float) -> dict[str, Any]:
     return {"id": "resp_watchdog" + uuid.uuid4().hex[:20], "object": "response",
-            "created_at": int(time.time()), "status": status, "error": None,
+            "created_at": int(now), "status": status, "error": None,
             "incomplete_details": None, "instructions": None, "model": model,
             "output": [{"type": "message", "id": "msg_watchdog" + uuid.uuid4().hex[:20],
                         "status": "completed", "role": "assistant",

@@ -32,6 +32,12 @@ from enum import StrEnum
 
 from watchdog.core.directives.model import Directive
 from watchdog.core.model.wire import ToolCall
+from watchdog.core.rules.decision import (
+    BUDGET_MESSAGE_PREFIX,
+    GRACE_ENDS_AT,
+    GRACE_TOOL_CALLS,
+    Action,
+)
 from watchdog.core.spans.frameworks import TABLES
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)
@@ -124,7 +130,7 @@ class Act(StrEnum):
     PASS = "pass"
     NOTE = "note"
     FINAL = "final"
-    ABORT = "abort"
+    ABORT = Action.ABORT.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +150,10 @@ class Board:
     grace: Directive | None = None  # the wind_down whose tool-call grace ends first
 
     def post(self, directive: Directive) -> None:
-        if directive.action == "abort":
+        if directive.action == Action.ABORT:
             if self.abort is None:
                 self.abort = directive
-        elif directive.action == "wind_down":
+        elif directive.action == Action.WIND_DOWN:
             self.wind_down = directive
             ends = grace_end(directive)
             if ends is not None and (self.grace is None or ends < (grace_end(self.grace) or 0)):
@@ -155,12 +161,12 @@ class Board:
 
 
 def grace_end(directive: Directive) -> int | None:
-    ends = (directive.grace or {}).get("ends_at_tool_calls")
+    ends = (directive.grace or {}).get(GRACE_ENDS_AT)
     return None if ends is None else int(ends)
 
 
 def is_budget(directive: Directive) -> bool:
-    return "budget" in directive.rule or directive.message.startswith("[budget")
+    return "budget" in directive.rule or directive.message.startswith(BUDGET_MESSAGE_PREFIX)
 
 
 def budget_note(remaining: int, limit: int) -> str:
@@ -239,7 +245,7 @@ def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn 
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if grace is not None and ends is not None and spent >= ends:
-        allowed = int((grace.grace or {}).get("tool_calls", 0))
+        allowed = int((grace.grace or {}).get(GRACE_TOOL_CALLS, 0))
         message = (f"[grace: the {allowed} tool calls allowed after the wind-down "
                    f"({grace.rule}) are used — stop and report]")
         return Turn(Act.FINAL, _report(message, grace.report_prompt), 0, grace.rule)

@@ -3,9 +3,11 @@
 A :class:`Decision` says that a rule fired for a run; the directive layer turns it into a
 stored, numbered, delivered :class:`~watchdog.core.directives.model.Directive`.
 
-:class:`Action` and :class:`Severity` are the directive vocabulary's source. The agent-side
-client (``agent_watchdog_client.directive``) cannot import this package, so it keeps a copy
-(``ACTIONS``, ``SEVERITIES``) that ``tests/test_directive_vocabulary.py`` compares with these.
+:class:`Action`, :class:`Severity`, the grace keys and the budget message's mark are the
+directive vocabulary's source (the model endpoint's steering reads them from here). The
+agent-side client (``agent_watchdog_client.directive``) cannot import this package, so it keeps a
+copy (``ACTIONS``, ``SEVERITIES``, ``GRACE_KEYS``, ``BUDGET_MESSAGE_PREFIX``) that
+``tests/test_directive_vocabulary.py`` compares with these.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ class Severity(StrEnum):
     INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
+
+
+# A wind_down's grace as its directive announces it: the rule's limits, and the run's tool-call
+# count at which a tool-call grace ends (``Decision.grace``)
+GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT = "tool_calls", "seconds", "ends_at_tool_calls"
+GRACE_KEYS = (GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT)
+BUDGET_MESSAGE_PREFIX = "[budget"  # how a directive that tells the run's budget begins
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,10 @@ keeps, only once something happened, a small :class:`_RunRules`:
   resets it. Time is read from ``now`` only.
 * ``fired`` — the dedup keys already decided for the run: the rule name (``repeat: once``) or the
   rule name plus a hash of the rendered message (``repeat: on_change``). A key fires at most once
-  per run; :meth:`RuleEngine.restore` refills it after a restart so nothing fires twice.
+  per run; :meth:`RuleEngine.restore` refills it after a restart so nothing fires twice. A rule
+  with ``repeat: each_time`` is taken out of ``fired`` again by an evaluation that finds its
+  condition false, so it fires once each time the condition holds (a tool outage: once per
+  outage); its decisions' keys carry the moment each one fired.
 * ``grace[rule]`` — when a ``wind_down`` with ``grace`` fired, and at which tool-call count. If the
   run goes on past the grace (more tool calls, or more seconds, than allowed) and has not ended
   or been aborted, an ``abort`` escalation fires once (dedup key ``RULE#grace``). The wind_down
@@ -36,7 +39,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.core.rules.decision import Action, Decision, Severity
+from watchdog.core.rules.decision import GRACE_ENDS_AT, Action, Decision, Severity
 from watchdog.core.rules.expr import EvalError, activation
 from watchdog.core.rules.model import Grace, Repeat, Rule, RuleSet
 from watchdog.core.rules.signals import run_activation, session_activation
@@ -48,6 +51,8 @@ MAX_CACHED_AGENTS = 4096  # agent names whose applicable rules are remembered; t
 MESSAGE_HASH_BYTES = 4  # on_change dedup keys: rule#<8 hex>; collisions only merge two messages
 MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders may be long
 GRACE_SUFFIX = "#grace"
+FLEET = "fleet"  # what a rule reading the CEL variable `fleet` reads (see signals_read)
+EACH_TIME_MARK = "@"  # dedup keys of ``repeat: each_time``: rule@<seconds it fired>
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +168,7 @@ class RuleEngine:
         """After a restart: what already fired, so nothing fires twice and grace continues."""
         for record in fired:
             state = self._state(record.run_key)
-            state.fired.add(record.dedup_key)
+            state.fired.add(record.dedup_key.partition(EACH_TIME_MARK)[0])
             action = Action(record.action)
             if action is Action.ABORT:
                 state.aborted = True
@@ -196,22 +201,30 @@ class RuleEngine:
     # -- evaluation ---------------------------------------------------------------------------
 
     def evaluate(self, run: RunState, now: float, session: Mapping[str, Any] | None = None,
-                 timed_only: bool = False, changed: AbstractSet[str] | None = None
-                 ) -> list[Decision]:
+                 timed_only: bool = False, changed: AbstractSet[str] | None = None,
+                 fleet: dict[str, Any] | None = None) -> list[Decision]:
         """The decisions for ``run`` at ``now``: after its spans changed (all rules), or on the
         timer (``timed_only``: rules time alone can make fire, and grace deadlines).
 
         ``changed`` names the signals that changed since the run was last evaluated (None:
         unknown, evaluate every rule); rules reading none of them cannot have changed their
         outcome and are skipped — on the ingest path most spans then cost no CEL at all.
+        ``fleet`` is the CEL ``fleet`` (:meth:`Fleet.activation
+        <watchdog.core.fleet.Fleet.activation>`; None: no tool failing).
         """
         view = self._view(run.agent_name)
         state = self._runs.get(run.key)
         candidates = view.timed if timed_only else view.rules
         if changed is not None:
             reads = view.reads
+            # while no tool fails, a rule reading `fleet` waits for the fleet to change (an
+            # outage beginning or ending): a tool call per run would otherwise cost it a CEL
+            # evaluation with nothing to find
+            quiet = FLEET not in changed and not (fleet and fleet.get("failing_tools"))
             candidates = tuple(r for r in candidates
-                               if (read := reads[r.name]) is None or not read.isdisjoint(changed))
+                               if (read := reads[r.name]) is None
+                               or (not read.isdisjoint(changed)
+                                   and not (quiet and FLEET in read)))
         if state is not None and state.fired:
             fired = state.fired
             candidates = tuple(r for r in candidates
@@ -222,12 +235,12 @@ class RuleEngine:
             for rule in candidates:
                 fast = rule.when.fast
                 if fast is not None and fast(run, now) is False:  # as CEL says (None: ask it)
-                    if state is not None and rule.name in state.pending:
-                        del state.pending[rule.name]
+                    if state is not None:
+                        _lapsed(rule, state)
                     continue
                 if act is None:
                     act = activation(run_activation(run.signals(now, view.budget)),
-                                     session_activation(session))
+                                     session_activation(session), fleet)
                 decision = self._evaluate_rule(rule, run, now, act, state)
                 if decision is not None:
                     decisions.append(decision)
@@ -249,25 +262,31 @@ class RuleEngine:
             self.last_errors[name] = f"when: {exc}"
             matched = False
         if not matched:
-            if state is not None and name in state.pending:
-                del state.pending[name]
+            if state is not None:
+                _lapsed(rule, state)
             return None
         if rule.for_seconds > 0:
             state = state if state is not None else self._state(run.key)
             since = state.pending.setdefault(name, now)
             if now - since < rule.for_seconds:
                 return None
+        each_time = rule.repeat is Repeat.EACH_TIME
+        if each_time and state is not None and name in state.fired:
+            return None  # this time it holds was decided already
         message, errors = rule.message.render(act)
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS - 1] + "…"
         if errors:
             self.errors[name] += 1
             self.last_errors[name] = f"message: {errors[0]}"
-        dedup_key = name if rule.repeat is Repeat.ONCE else f"{name}#{message_hash(message)}"
+        if rule.repeat is Repeat.ON_CHANGE:
+            dedup_key = f"{name}#{message_hash(message)}"
+        else:  # each time it holds is a decision of its own: its key says when it began
+            dedup_key = f"{name}{EACH_TIME_MARK}{now:.3f}" if each_time else name
         state = state if state is not None else self._state(run.key)
         if dedup_key in state.fired:
             return None
-        state.fired.add(dedup_key)
+        state.fired.add(name if each_time else dedup_key)
         if rule.action is Action.ABORT:
             state.aborted = True
         grace: dict[str, float] | None = None
@@ -304,13 +323,23 @@ class RuleEngine:
         return None
 
 
+def _lapsed(rule: Rule, state: _RunRules) -> None:
+    """``rule``'s condition is false for the run: a ``for`` starts over, and a rule with
+    ``repeat: each_time`` may fire again the next time it holds."""
+    name = rule.name
+    if name in state.pending:
+        del state.pending[name]
+    if rule.repeat is Repeat.EACH_TIME:
+        state.fired.discard(name)
+
+
 def announced_grace(grace: Grace, calls_at: int) -> dict[str, float]:
     """The grace as the wind_down directive announces it: the rule's limits, and the tool-call
     count at which a tool-call grace ends (the engine's own baseline, so the agent's cap and
     the escalation agree: a client that stops there leaves nothing to escalate)."""
     announced: dict[str, float] = dict(grace.describe())
     if grace.tool_calls is not None:
-        announced["ends_at_tool_calls"] = calls_at + grace.tool_calls
+        announced[GRACE_ENDS_AT] = calls_at + grace.tool_calls
     return announced
 
 

@@ -37,8 +37,8 @@ from cel_expr_python.ext import ext_math, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, struct_pb2, wrappers_pb2
 
 from watchdog.core.rules.fast import FastCondition, compile_fast
-from watchdog.core.rules.signals import SCHEMAS, TIME_DEPENDENT, field_names
-from watchdog.core.runs.catalogue import FieldType, MapOf, Maybe, Schema
+from watchdog.core.rules.signals import NO_FLEET, SCHEMAS, TIME_DEPENDENT, field_names
+from watchdog.core.runs.catalogue import FieldType, ListOf, MapOf, Maybe, Schema
 
 PACKAGE = "watchdog.rules"
 MAX_DECIMALS = 6  # doubles in messages: at most this many decimals, never an exponent
@@ -106,10 +106,20 @@ def _declare(message: Any, field: Any, path: str, kind: FieldType,
         entry = message.nested_type.add(name=field.name.title().replace("_", "") + "Entry")
         entry.options.map_entry = True
         entry.field.add(name="key", number=1, type=_SCALARS[kind.key], label=_FDP.LABEL_OPTIONAL)
-        entry.field.add(name="value", number=2, type=_SCALARS[kind.value],
-                        label=_FDP.LABEL_OPTIONAL)
+        value = entry.field.add(name="value", number=2, label=_FDP.LABEL_OPTIONAL)
+        if isinstance(kind.value, dict):  # a struct per key, declared beside the entry
+            _add_message(message.nested_type, f"{path}_value", dict(kind.value), omit,
+                         struct_paths)
+            value.type = _FDP.TYPE_MESSAGE
+            value.type_name = f".{PACKAGE}.{_type_name(path + '_value')}"
+            struct_paths[value.type_name[1:]] = f"{path}[*]"  # as rule authors write it
+        else:
+            value.type = _SCALARS[kind.value]
         field.type = _FDP.TYPE_MESSAGE
         field.type_name = f".{PACKAGE}.{_type_name(path.rsplit('.', 1)[0])}.{entry.name}"
+        field.label = _FDP.LABEL_REPEATED
+    elif isinstance(kind, ListOf):
+        field.type = _SCALARS[kind.item]
         field.label = _FDP.LABEL_REPEATED
     else:
         field.type = _SCALARS[kind]
@@ -162,19 +172,22 @@ def _environments() -> _Envs:
     return _envs
 
 
-def activation(run: dict[str, Any], session: dict[str, Any]) -> cel.Activation:
+def activation(run: dict[str, Any], session: dict[str, Any],
+               fleet: dict[str, Any] | None = None) -> cel.Activation:
     """One activation per run evaluation, shared by all rules (converted lazily, once)."""
-    return _environments().runtime.Activation({"run": run, "session": session})
+    return _environments().runtime.Activation(
+        {"run": run, "session": session, "fleet": fleet if fleet is not None else NO_FLEET})
 
 
 # -- compiled expressions -------------------------------------------------------------------------
 
-_VARIABLE = re.compile(r"(?<![\w.])(run|session)\b(\s*\.\s*(\w+))?")
+_VARIABLE = re.compile(r"(?<![\w.])(run|session|fleet)\b(\s*\.\s*(\w+))?")
 EVERYTHING = None  # "reads" of an expression that uses ``run``/``session`` as a whole
 
 
 def signals_read(source: str) -> frozenset[str] | None:
-    """The signals an already-checked expression reads: ``run.<field>`` names and ``session``.
+    """The signals an already-checked expression reads: ``run.<field>`` names, ``session``
+    and ``fleet``.
 
     An over-approximation is safe (a rule is evaluated more often than needed, never less): a
     name inside a string literal counts too, and ``run`` used as a whole (``[run].exists(...)``)
@@ -183,8 +196,8 @@ def signals_read(source: str) -> frozenset[str] | None:
     reads: set[str] = set()
     for match in _VARIABLE.finditer(source):
         variable, field = match.group(1), match.group(3)
-        if variable == "session":
-            reads.add("session")
+        if variable != "run":
+            reads.add(variable)
         elif field is None:
             return EVERYTHING
         else:
@@ -291,7 +304,7 @@ def _explain(message: str, source: str, row: int, column: int,
         return f"unknown field '{field}' in {owner}{hint}"
     if message.startswith("undeclared reference to "):
         message = message.replace(" (in container '')", "")
-        return f"{message} (the variables are run and session)"
+        return f"{message} (the variables are run, session and fleet)"
     if message.startswith("Syntax error:"):
         message = re.sub(r" expecting (\{.*\}|'.*')$", "", message)
         message = message.replace("mismatched input '<EOF>'", "unexpected end of expression")

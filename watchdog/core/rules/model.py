@@ -19,6 +19,7 @@ MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; the
 class Repeat(StrEnum):
     ONCE = "once"  # fire once per run
     ON_CHANGE = "on_change"  # fire again whenever the rendered message is new for the run
+    EACH_TIME = "each_time"  # fire again each time the condition holds after it did not
 
 
 @dataclass(frozen=True, slots=True)

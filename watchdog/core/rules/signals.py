@@ -23,7 +23,8 @@ from watchdog.core.runs.catalogue import (
     BUDGET_SCHEMA,
     BUDGET_TIMED,
     RUN_SIGNALS,
-    FieldType,
+    ListOf,
+    MapOf,
     Maybe,
     Schema,
     Signal,
@@ -55,16 +56,40 @@ SESSION_SCHEMA: Schema = {
     # checkpoints made during the run being evaluated: lets a rule stop the runs that reported
     # no progress without stopping a new run (new user direction) before it has checkpointed
     "run_checkpoints": int,
+    # loops across agents (watchdog.core.cycles): the repeating sequence of agents over the
+    # session's runs (or a trace's child runs), how many times it repeated back to back, and
+    # whether the run being evaluated is the one that can stop it (the cycling runs' parent,
+    # else the latest of them still running)
+    "agent_cycle": ListOf(str),
+    "agent_cycle_repeats": int,
+    "cycle_orchestrator": bool,
 }
 
-SCHEMAS: dict[str, Schema] = {"run": RUN_SCHEMA, "session": SESSION_SCHEMA}
+# What a watchdog sees across its runs (watchdog.core.fleet): the tools failing for many runs.
+FLEET_SCHEMA: Schema = {
+    "failing_tools": MapOf(str, {"runs": int, "errors": int, "since": str, "error_type": str}),
+}
+NO_FLEET: dict[str, Any] = {"failing_tools": {}}
+
+SCHEMAS: dict[str, Schema] = {"run": RUN_SCHEMA, "session": SESSION_SCHEMA,
+                              "fleet": FLEET_SCHEMA}
 
 # Signals that change while nothing happens: a rule reading one of these (or waiting out a
 # ``for``) must be re-evaluated on a timer, every other rule only when a run changes.
 TIME_DEPENDENT: dict[str, frozenset[str]] = time_dependent()
 
-_SESSION_CASTS: dict[str, Any] = dict(SESSION_SCHEMA)  # each type converts a value to it
+def _names(value: object = ()) -> list[str]:
+    """A list of strings (``session.agent_cycle``) from a list or tuple; TypeError otherwise."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"expected a list, not {type(value).__name__}")
+    return [str(item) for item in value]
+
+
+# each converts a value to its type
+_SESSION_CASTS: dict[str, Any] = {key: _names if isinstance(kind, ListOf) else kind
+                                  for key, kind in SESSION_SCHEMA.items()}
 DEFAULT_SESSION: dict[str, Any] = {key: cast() for key, cast in _SESSION_CASTS.items()}
+_SESSION_LISTS = frozenset(key for key, kind in SESSION_SCHEMA.items() if isinstance(kind, ListOf))
 
 
 def run_activation(signals: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +112,8 @@ def session_activation(session: Mapping[str, Any] | None) -> dict[str, Any]:
             cast = _SESSION_CASTS.get(key)
             if cast is None or value is None:
                 continue
-            if type(value) is cast:  # the session book's own values: nothing to convert
+            if type(value) is cast or (type(value) is list and key in _SESSION_LISTS):
+                # the session book's own values: nothing to convert
                 values[key] = value
                 continue
             with suppress(TypeError, ValueError):  # a bad value reads as the default
@@ -96,10 +122,14 @@ def session_activation(session: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def field_names(path: str) -> list[str]:
-    """The fields of ``run``, ``session`` or ``run.budget`` (for "did you mean" hints)."""
-    schema: FieldType = dict(SCHEMAS)
+    """The fields of ``run``, ``session``, ``run.budget`` or a map's struct values
+    (``fleet.failing_tools[*]``), for "did you mean" hints."""
+    schema: Any = dict(SCHEMAS)
     for part in path.split("."):
-        if not isinstance(schema, dict) or part not in schema:
+        name = part.removesuffix("[*]")
+        if not isinstance(schema, dict) or name not in schema:
             return []
-        schema = schema[part]
+        schema = schema[name]
+        if name != part:
+            schema = schema.value if isinstance(schema, MapOf) else {}
     return sorted(schema) if isinstance(schema, dict) else []

@@ -12,6 +12,7 @@ from yaml.nodes import Node
 from watchdog.core.rules.decision import Action, Decision, Severity
 from watchdog.core.rules.signals import SESSION_SCHEMA
 from watchdog.core.rules.yamldoc import Problem, Reader, line_of
+from watchdog.core.runs.catalogue import ListOf
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import BUDGET_KEYS
 
@@ -21,7 +22,8 @@ MAX_TEST_FILE_BYTES = 4 * 1024 * 1024
 FILE_KEYS = ("rule_files", "include_default", "tests")
 TEST_KEYS = ("name", "agent", "budget", "session", "steps", "expect", "expect_terminal_state")
 STEP_KINDS = ("llm", "tool", "heartbeat", "tick", "end", "session")
-STEP_KEYS = ("at", "duration", "args", "result", "error", *STEP_KINDS)
+STEP_KEYS = ("at", "duration", "args", "result", "error", "runs", *STEP_KINDS)
+MAX_STEP_RUNS = 100  # a tool step's `runs`: this run and up to 99 others of the fleet
 LLM_KEYS = ("input_tokens", "output_tokens", "messages", "finish_reason", "error")
 END_KEYS = ("final_answer", "output", "finish_reason", "error")
 ERROR_KEYS = ("type", "message")
@@ -207,6 +209,9 @@ def _read_session(reader: Reader, node: Node, where: str) -> dict[str, Any] | No
             value: Any = reader.boolean(value_node, None, label)
         elif kind is int:
             value = reader.integer(value_node, None, label)
+        elif isinstance(kind, ListOf):
+            names = reader.strings(value_node, None, label)
+            value = None if names is None else [name for name, _node in names]
         else:
             value = reader.string(value_node, None, label, nonempty=False)
         if value is not None:
@@ -226,7 +231,7 @@ def _read_step(reader: Reader, node: Node, index: int, where: str) -> Step | Non
         return None
     kind = kinds[0]
     step = Step(index, at if at is not None else 0.0, kind, line_of(node))  # read on regardless
-    for key in ("args", "result", "error"):
+    for key in ("args", "result", "error", "runs"):
         if key in fields and kind != "tool":
             reader.problem(fields[key], None, f"{where}: '{key}' belongs to a tool step")
     if "duration" in fields:
@@ -241,6 +246,13 @@ def _read_step(reader: Reader, node: Node, index: int, where: str) -> Step | Non
             step.data["result"] = reader.value(fields["result"])
         if "error" in fields:
             step.data["error"] = _read_error(reader, fields["error"], where)
+        if "runs" in fields:
+            runs = reader.integer(fields["runs"], None, f"{where}: runs", minimum=1)
+            if runs is not None and runs > MAX_STEP_RUNS:
+                reader.problem(fields["runs"], None,
+                               f"{where}: runs: at most {MAX_STEP_RUNS}, not {runs}")
+            elif runs is not None:
+                step.data["runs"] = runs
     elif kind == "llm":
         step.data = _read_mapping(reader, body, where, "llm", LLM_KEYS)
     elif kind == "end":

@@ -44,13 +44,21 @@ class Maybe:
 
 @dataclass(frozen=True, slots=True)
 class MapOf:
-    """An open map (arbitrary keys), e.g. ``run.tools``: tool name -> count."""
+    """An open map (arbitrary keys), e.g. ``run.tools``: tool name -> count; a value may be a
+    struct (``fleet.failing_tools``: tool name -> {runs, errors, since, error_type})."""
 
     key: type
-    value: type
+    value: type | dict[str, type]
 
 
-FieldType: TypeAlias = "type | Maybe | MapOf | dict[str, FieldType]"
+@dataclass(frozen=True, slots=True)
+class ListOf:
+    """A list, e.g. ``session.agent_cycle``: agent names."""
+
+    item: type
+
+
+FieldType: TypeAlias = "type | Maybe | MapOf | ListOf | dict[str, FieldType]"
 Schema: TypeAlias = "dict[str, FieldType]"
 
 

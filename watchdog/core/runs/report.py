@@ -40,10 +40,11 @@ LOW_BUDGET_NOTE = 3  # remaining tool calls / iterations at or below which the r
 # -- building ------------------------------------------------------------------------------------
 
 def build_report(run: RunView, activity: Sequence[ActivityEntry],
-                 children: Sequence[RunView] = ()) -> dict[str, Any]:
+                 children: Sequence[RunView] = (), trace_url: str | None = None
+                 ) -> dict[str, Any]:
     """The report as a JSON-ready dict (every string redacted), as of when ``run``'s view was
     taken. ``children``: the runs of the nested agents it delegated to, shown as a tree below
-    it."""
+    it; ``trace_url``: the config's template of the run's link into the tracing UI."""
     start = _start_of(run, activity)
     steps = [_step(entry, start) for entry in activity]
     tool_entries = [e for e in activity if e.kind == "tool"]
@@ -61,6 +62,7 @@ def build_report(run: RunView, activity: Sequence[ActivityEntry],
         "children": [_child(child) for child in children],
     }
     redacted: dict[str, Any] = _redact_all(report)
+    redacted["run"]["trace_url"] = run.trace_url(trace_url)  # the operator's URL, and ids
     return redacted
 
 
@@ -443,6 +445,8 @@ def _header_lines(run: dict[str, Any]) -> list[str]:
     ]
     if run["session"]:
         lines.insert(1, f"- **Session:** {run['session']}")
+    if run.get("trace_url"):
+        lines.append(f"- **Trace:** <{run['trace_url']}>")
     budget = run["budget"]
     limits = [f"{key[len('max_'):].replace('_', ' ')} "
               f"{format_number(budget['remaining_' + key[4:]])} of {format_number(value)} left"

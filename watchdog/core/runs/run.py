@@ -75,21 +75,22 @@ class RunState:
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
     __slots__ = (
-        "_asked", "_call_counts", "_cycle_runs", "_error_counts",
-        "_failures", "_llm_end_ns",
+        "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
+        "_failures", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_start_ns",
         "activity_seq",
-        "agent", "budget", "clock_lags", "consecutive_errors",
+        "agent", "budget", "budget_used", "clock_lags", "consecutive_errors",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
-        "input_tokens", "iterations", "key", "key_source",
+        "input_hash", "input_tokens", "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
         "named_by_agent",
         "output_tokens", "parent_run",
-        "repeated_error", "repeated_tool_call", "repeated_tool_result", "service", "session",
+        "repeated_error", "repeated_tool_call", "repeated_tool_result", "root_span", "service",
+        "session",
         "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
         "trace_id",
     )
@@ -98,6 +99,7 @@ class RunState:
         self.key = key
         self.key_source = key_source
         self.trace_id = trace_id
+        self.root_span: str | None = None  # its first trace's earliest span (its trace link)
         self.agent: str | None = None
         self.service: str | None = None
         self.session: str | None = None
@@ -144,6 +146,9 @@ class RunState:
         self._cycle_runs = [0] * MAX_CYCLE_LENGTH
         self.cycle_repeats = 0
         self.finish_reason: str | None = None
+        # the request of its earliest model call (SpanRecord.input_hash), and when that started
+        self.input_hash: int | None = None
+        self._input_start_ns = 0
         self.explicit_final = False
         self._llm_final = False
         # When the model call that set _llm_final (said whether it answered) ended; 0: none has.
@@ -171,6 +176,10 @@ class RunState:
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
+        # how much of its budget the agent says it used (by budget key): the run's remaining
+        # budget counts the larger of that and what the watchdog counted
+        self.budget_used: dict[str, float] = {}
+        self._delta_messages = 0  # input messages the model calls added (messages delta)
         self.ended = False
         self.ended_at: float | None = None
         self.end_error_type: str | None = None
@@ -191,6 +200,9 @@ class RunState:
         self.last_progress = now
         if not self.trace_id:  # a run the client SDK announced before any span arrived
             self.trace_id = record.trace_id
+        if record.trace_id == self.trace_id and (
+                self.root_span is None or record.start_ns < self.first_start_ns):
+            self.root_span = record.span_id  # the run's root starts before what it ran
         if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
             self.first_start_ns = record.start_ns
         lag = now - record.end_ns / NS
@@ -225,8 +237,14 @@ class RunState:
             self.parent_run = record.parent_run
         if record.budget:
             self.budget.update(record.budget)
+        if record.budget_used:
+            for key, used in record.budget_used.items():
+                self.budget_used[key] = max(self.budget_used.get(key, 0.0), used)
         if record.messages > self.messages:
             self.messages = record.messages
+        elif record.messages_delta:  # the call's new messages, then its answer
+            self._delta_messages += record.messages_delta
+            self.messages = max(self.messages, self._delta_messages + 1)
 
         kind = record.kind
         echo = False
@@ -253,6 +271,10 @@ class RunState:
             self._count_model_call(record)
             if record.asked_tools:
                 self._remember_asked(record)
+            if record.input_hash is not None and (self.input_hash is None
+                                                  or record.start_ns < self._input_start_ns):
+                # the run's input: its first model call's request (see watchdog.core.cycles)
+                self.input_hash, self._input_start_ns = record.input_hash, record.start_ns
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id
@@ -594,8 +616,11 @@ class RunState:
     def at_budget(self) -> bool:
         max_calls = self.budget.get("max_tool_calls")
         max_iterations = self.budget.get("max_iterations")
-        return (max_calls is not None and self.tool_calls >= max_calls) or (
-            max_iterations is not None and self.iterations >= max_iterations
+        used = self.budget_used
+        return (max_calls is not None
+                and max(self.tool_calls, used.get("max_tool_calls", 0)) >= max_calls) or (
+            max_iterations is not None
+            and max(self.iterations, used.get("max_iterations", 0)) >= max_iterations
         )
 
     def end(self, now: float, abandoned: bool = False) -> None:
@@ -704,6 +729,9 @@ class RunState:
             return {}  # most runs: no budget announced or configured (rules read this per batch)
         used = {"max_tool_calls": self.tool_calls, "max_iterations": self.iterations,
                 "max_seconds": self.elapsed_seconds(now), "max_tokens": self.total_tokens}
+        for key, reported in self.budget_used.items():  # the agent's own count, if larger
+            if key in used:
+                used[key] = max(used[key], reported)
         view: dict[str, float] = {}
         for key in BUDGET_KEYS:
             if key in budget:
@@ -728,7 +756,8 @@ class RunState:
                        self.spans, self.activity_seq, MappingProxyType(signals),
                        self.terminal_state, self.terminal_reason, self.final_output,
                        self.first_seen, self.first_start_ns / NS if self.first_start_ns else None,
-                       self.last_seen, self.last_progress, self.ended_at, now, self.framed)
+                       self.last_seen, self.last_progress, self.ended_at, now, self.framed,
+                       self.root_span)
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -794,15 +823,17 @@ _read_slots = attrgetter(*RunState.__slots__)
 _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_asked", "_call_counts", "_cycle_runs", "_error_counts", "_failures",
+    "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts", "_failures",
+    "_input_start_ns",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_named", "_recent_calls",
     "_result_counts",
-    "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent",
+    "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent", "budget_used",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
-    "first_start_ns", "input_tokens", "iterations", "last_error", "limit_stop", "messages",
+    "first_start_ns", "input_hash", "input_tokens", "iterations", "last_error", "limit_stop",
+    "messages",
     "output_tokens",
     "repeated_error", "repeated_tool_call", "repeated_tool_result", "spans", "tool_calls",
     "tools",

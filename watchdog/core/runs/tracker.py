@@ -91,6 +91,8 @@ class BatchResult:
     tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
     exemplars: dict[str, str] = field(default_factory=dict)  # agent -> a trace id
+    # the tool calls counted, in order: (tool, run, error type; None: it succeeded) (the fleet)
+    tool_results: list[tuple[str, str, str | None]] = field(default_factory=list)
     # runs folded into another run and gone (their key -> the run that has their spans now)
     absorbed: dict[str, str] = field(default_factory=dict)
 
@@ -516,7 +518,8 @@ class RunTracker:
                     if (child := self.get(key)) is not None and child.parent_run == run.key
                     and child.ended]
         if children:
-            last = max(children, key=lambda child: child.ended_at or 0.0)
+            # (children that ended in one batch: the one that started last)
+            last = max(children, key=lambda child: (child.ended_at or 0.0, child.first_start_ns))
             if last.has_final_answer:
                 run.explicit_final = True
                 run.final_output = last.final_output
@@ -654,7 +657,10 @@ class RunTracker:
         tools, input_tokens, output_tokens, errors = before
         agent = run.agent_name
         if run.tool_calls > tools:
-            result.tool_calls[(agent, record.tool_name or "unknown")] += run.tool_calls - tools
+            tool = record.tool_name or "unknown"
+            result.tool_calls[(agent, tool)] += run.tool_calls - tools
+            result.tool_results.append(
+                (tool, run.key, (record.error_type or "error") if record.error else None))
         if run.input_tokens > input_tokens:
             result.tokens[(agent, "input")] += run.input_tokens - input_tokens
         if run.output_tokens > output_tokens:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from string import Formatter
 from typing import Any, NamedTuple
+from urllib.parse import quote, urlsplit
 
 from watchdog.core.runs.terminal import TerminalState
 
@@ -45,6 +47,12 @@ class RunView(NamedTuple):
     ended_at: float | None
     at: float
     framed: bool = False  # the client SDK announced it (its spans count the tools)
+    root_span: str | None = None  # its root span (else its first), in its first trace
+
+    def trace_url(self, template: str | None) -> str | None:
+        """The run's link into the tracing UI (config ``trace_url``; None: none configured,
+        or no trace known yet)."""
+        return trace_link(template, self.trace_id, self.root_span)
 
     @property
     def ended(self) -> bool:
@@ -104,6 +112,36 @@ class RunView(NamedTuple):
         return max((self.at if now is None else now) - self.last_progress, 0.0)
 
 
+TRACE_URL_FIELDS = ("trace_id", "span_id")  # the placeholders of config ``trace_url``
+
+
+def trace_url_problem(template: str) -> str | None:
+    """What is wrong with a ``trace_url`` template (None: nothing): it names ``{trace_id}``,
+    no placeholder but ``{trace_id}`` and ``{span_id}``, and is an http(s) URL."""
+    try:
+        names = [name for _, name, _, _ in Formatter().parse(template) if name is not None]
+    except ValueError as exc:  # a lone { or }
+        return f"{exc} (write a literal brace as {{{{ or }}}})"
+    unknown = sorted({name for name in names if name not in TRACE_URL_FIELDS})
+    if unknown:
+        return (f"unknown placeholder {{{unknown[0]}}}: the placeholders are "
+                + " and ".join(f"{{{name}}}" for name in TRACE_URL_FIELDS))
+    if "trace_id" not in names:
+        return "it must contain {trace_id}"
+    if urlsplit(template).scheme not in ("http", "https") or not urlsplit(template).netloc:
+        return "it must be an http:// or https:// URL"
+    return None
+
+
+def trace_link(template: str | None, trace_id: str, span_id: str | None) -> str | None:
+    """``template`` with the run's trace and span ids (quoted for a URL); None without a
+    template or a trace id."""
+    if not template or not trace_id:
+        return None
+    return template.format(trace_id=quote(trace_id, safe=""),
+                           span_id=quote(span_id or "", safe=""))
+
+
 def plain(value: Any) -> Any:
     """A view's mapping as plain dicts (for JSON)."""
     if isinstance(value, Mapping):
@@ -118,13 +156,14 @@ def iso(seconds: float | None) -> str | None:
         "+00:00", "Z")
 
 
-def run_summary(view: RunView) -> dict[str, Any]:
-    """The short form used in lists."""
+def run_summary(view: RunView, trace_url: str | None = None) -> dict[str, Any]:
+    """The short form used in lists (``trace_url``: the config's template)."""
     return {
         "id": view.key,
         "agent": view.agent,
         "session": view.session,
         "trace_id": view.trace_id,
+        "trace_url": view.trace_url(trace_url),
         "state": "ended" if view.ended else "active",
         "iterations": view.iterations,
         "tool_calls": view.tool_calls,
@@ -137,11 +176,11 @@ def run_summary(view: RunView) -> dict[str, Any]:
     }
 
 
-def run_detail(view: RunView) -> dict[str, Any]:
+def run_detail(view: RunView, trace_url: str | None = None) -> dict[str, Any]:
     """Everything the API shows about one run."""
     signals = plain(view.signals)
     return {
-        **run_summary(view),
+        **run_summary(view, trace_url),
         "parent_run": view.parent_run,
         "started_at": iso(view.started_at if view.started_at is not None else view.first_seen),
         "ended_at": iso(view.ended_at),

@@ -33,10 +33,11 @@ import hashlib
 import json
 import struct
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.core.bounds import budget_limit, span_times, token_count
+from watchdog.core.bounds import budget_limit, reported_cost, span_times, token_count
 from watchdog.core.redact import brief, mask, redact
 from watchdog.core.spans.decode import any_value
 from watchdog.core.spans.frameworks import TABLES, Path, Role
@@ -126,7 +127,7 @@ FLAT_TOOL_CALLS = ".tool_calls."  # in a flattened output message's key: it asks
 CONVERSATION_OUTPUTS = TABLES.conversation_outputs
 # Where a model call's last input message is looked for: JSON message lists, and raw requests
 # whose message list ends near their end.
-PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.llm_input)
+PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.input_messages_delta, *TABLES.llm_input)
 # A model call whose attributes name none of these has its outcome looked for in its events.
 OUTCOME_KEYS = (*FINISH_REASON_KEYS, *OUTPUT_MESSAGES_JSON_KEYS, *LLM_OUTPUT_KEYS)
 KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
@@ -165,6 +166,17 @@ HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.core.rule_tests reads it)
 # Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
 EVENT_FACTS = TABLES.events
+# What an agent reports of itself (the newest GenAI conventions): its budget and how much of
+# it it used, its turns, a call's cost and cache tokens, the new input messages of a call.
+BUDGET_LIMIT_KEYS = TABLES.budget_limits
+BUDGET_CONSUMED_KEYS = TABLES.budget_consumed
+TURN_COUNT_KEYS = TABLES.turn_counts
+REPORTED_COST_KEYS = TABLES.reported_cost
+CACHE_READ_KEYS = TABLES.cache_read_tokens
+CACHE_WRITE_KEYS = TABLES.cache_write_tokens
+MESSAGES_DELTA_KEYS = TABLES.input_messages_delta
+TRANSFER_TARGET_KEYS = TABLES.transfer_targets
+CALLER_KEYS = TABLES.caller_names
 
 
 def select_attributes(key_values: Any) -> dict[str, object]:
@@ -567,7 +579,11 @@ TOOL_CALL_INPUT_KEYS = ("input", "input.value", "mlflow.spanInputs", "traceloop.
 TOOL_CALL_ID_JSON_KEYS = ("tool_call_id", "call_id")
 MAX_CALL_INPUT_CHARS = 16 * 1024
 
-BUDGET_ATTRIBUTES = frozenset("watchdog.budget." + key for key in BUDGET_KEYS)
+ANNOUNCED_BUDGET = tuple((key, "watchdog.budget." + key) for key in BUDGET_KEYS)
+# Where a span names a budget: the client SDK's announcement, or the agent's own report
+BUDGET_ATTRIBUTES = frozenset(
+    [attribute for _, attribute in ANNOUNCED_BUDGET]
+    + [attribute for attribute, _ in BUDGET_LIMIT_KEYS + BUDGET_CONSUMED_KEYS])
 
 WANTED_ATTRIBUTES = frozenset(
     RUN_ID_KEYS + AGENT_CALL_ID_KEYS + AGENT_NAME_KEYS + AGENT_INVOCATION_KEYS + SESSION_KEYS
@@ -589,6 +605,8 @@ WANTED_ATTRIBUTES = frozenset(
     + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
     + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
+    + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
+    + MESSAGES_DELTA_KEYS + TRANSFER_TARGET_KEYS + CALLER_KEYS
 ) | BUDGET_ATTRIBUTES
 # Where a number or a flag is read: a JSON-encoded one ("12", "true") is decoded to it.
 SCALAR_ATTRIBUTES = frozenset(
@@ -596,6 +614,7 @@ SCALAR_ATTRIBUTES = frozenset(
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap))
     + tuple(key for key, _ in TABLES.cap_requests)
     + tuple(flag for flag, _, _ in TABLES.tool_error_flags)
+    + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
 ) | BUDGET_ATTRIBUTES
 
 
@@ -624,17 +643,34 @@ class Resource:
 
 
 def _budget(attrs: Mapping[str, object], resource: Resource) -> dict[str, float] | None:
+    """The budget a span (or its resource) announces, or the agent reports as its own limits
+    (an announcement wins)."""
     if not resource.announces_budget and BUDGET_ATTRIBUTES.isdisjoint(attrs):
         return None  # the common case, decided without a lookup per key
-    budget: dict[str, float] | None = None
-    for key in BUDGET_KEYS:
-        value = attrs.get("watchdog.budget." + key, resource.attrs.get("watchdog.budget." + key))
-        limit = budget_limit(value)  # finite and in range, or not a budget
-        if limit is not None:
+    budget = _budget_numbers(attrs, resource, BUDGET_LIMIT_KEYS)
+    for key, attribute in ANNOUNCED_BUDGET:
+        limit = budget_limit(attrs.get(attribute, resource.attrs.get(attribute)))
+        if limit is not None:  # finite and in range, or not a budget
             if budget is None:
                 budget = {}
             budget[key] = limit
     return budget
+
+
+def _budget_numbers(attrs: Mapping[str, object], resource: Resource,
+                    places: tuple[tuple[str, str], ...]) -> dict[str, float] | None:
+    """Budget numbers at ``places`` (attribute, budget key), the first place of a key present
+    wins; each finite and in range, else not read."""
+    numbers: dict[str, float] | None = None
+    for attribute, key in places:
+        if numbers is not None and key in numbers:
+            continue
+        number = budget_limit(attrs.get(attribute, resource.attrs.get(attribute)))
+        if number is not None:
+            if numbers is None:
+                numbers = {}
+            numbers[key] = number
+    return numbers
 
 
 def run_key(trace_id: str, attrs: Mapping[str, object],
@@ -713,7 +749,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     if session:
         record.session = session[:MAX_NAME_CHARS]
     record.parent_run = _first_str(attrs, PARENT_RUN_KEYS) or resource.parent_run
-    record.budget = _budget(attrs, resource)
+    if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
+        record.budget = _budget(attrs, resource)
+        record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
 
     status = span.status
     if status.code == STATUS_CODE_ERROR:
@@ -739,6 +777,11 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)
+        if name in NESTED_STEP_SPAN_NAMES and not record.error:
+            # a span of agent kind read as a step of its run (it names no agent): the answer
+            # it carries (an attribute, or only an event) is its run's
+            _fill_step_answer(record, _with_events(attrs, span.events) if span.events
+                              else attrs)
     elif kind is LLM:
         if span.events and _first(attrs, OUTCOME_KEYS) is None:
             attrs = _with_events(attrs, span.events)
@@ -791,6 +834,13 @@ def _failed(record: SpanRecord, error_type: str, message: str,
 
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> None:
     tool = _tool_name(name, attrs)
+    target = _first_str(attrs, TRANSFER_TARGET_KEYS)
+    if target is not None:
+        # a transfer to another agent: `execute_tool transfer_to_<agent> <agent>`
+        target = target[:MAX_NAME_CHARS]
+        record.handoff_to = target
+        if tool.endswith(" " + target) and len(tool) > len(target) + 1:
+            tool = tool[:-len(target) - 1]
     record.tool_name = tool
     if tool in OUTPUT_TOOL_NAMES or tool.startswith(OUTPUT_TOOL_PREFIXES):
         # The output tool carries the answer itself: a final answer, not agent work.
@@ -884,6 +934,10 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         return
     record.input_tokens = _int(input_tokens)
     record.output_tokens = _int(output_tokens)
+    if REPORTED_COST_KEYS:
+        record.reported_cost_usd = reported_cost(_first(attrs, REPORTED_COST_KEYS))
+        record.cache_read_tokens = _int(_first(attrs, CACHE_READ_KEYS))
+        record.cache_write_tokens = _int(_first(attrs, CACHE_WRITE_KEYS))
     if not record.input_tokens and not record.output_tokens:
         # OpenLLMetry may report only a total; count it as input so totals stay right.
         record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
@@ -905,13 +959,77 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         record.asked_tools = asked_tools(output_messages, span.attributes)
     if messages:
         messages += max(flat_out, 1)
+    elif MESSAGES_DELTA_KEYS:
+        record.messages_delta = _count_messages(_first(attrs, MESSAGES_DELTA_KEYS))
     record.messages = messages
+    record.input_hash = request_hash(_first(attrs, PROMPT_KEYS))
     if record.limit_stop is None and not record.requested_tools:
         # (a framework's "give your final answer" request offers no tools: never asks for any)
         prompt = _first_str(attrs, PROMPT_KEYS)
         if prompt is not None:
             record.limit_stop = prompt_limit(prompt)
 
+
+
+# A model call's input longer than this is not read for its request (SpanRecord.input_hash); one
+# without the JSON of a user message in a form looked for first (USER_MARKERS) is parsed whole
+# only up to MAX_PARSED_REQUEST_CHARS. A run's request is its first model call's.
+MAX_REQUEST_CHARS = 65_536
+MAX_PARSED_REQUEST_CHARS = 16_384
+USER_ROLES = frozenset({"user", "human"})
+# An unescaped "role" occurs in JSON text only as a key: the last of these is the last user
+# message, decoded alone from the "{" that opens it (a few tried, nearest first).
+USER_MARKERS = ('"role": "user"', '"role":"user"')
+MAX_MESSAGE_STARTS = 8
+
+
+def request_hash(value: object) -> int | None:
+    """The request a model call was given — the text of its last user message (or its whole
+    input, when that is plain text), case and spacing ignored — as a 64-bit hash; None when it
+    is unknown, too long to read or hidden."""
+    if isinstance(value, str):
+        if len(value) > MAX_REQUEST_CHARS:
+            return None
+        message = _last_user_message(value)
+        if message is not None:
+            value = [message]
+        elif value.lstrip()[:1] in ("[", "{") and len(value) <= MAX_PARSED_REQUEST_CHARS:
+            with suppress(ValueError):  # (not JSON: a plain prompt)
+                value = _load_json(value)
+    if isinstance(value, dict):
+        value = value.get("messages", value.get("input"))
+    text: str | None = None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list):
+        for item in reversed(value):
+            if isinstance(item, dict) and item.get("role") in USER_ROLES:
+                text = answer_text(item)
+                break
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    if not text or (len(text) <= HIDDEN_CONTENT_CHARS and text in HIDDEN_CONTENT):
+        return None
+    return stable_hash(text.casefold())
+
+
+def _last_user_message(text: str) -> dict[str, Any] | None:
+    """The last user message of a JSON message list, without parsing the list (a long
+    conversation's input is parsed for one message)."""
+    at = max(text.rfind(marker) for marker in USER_MARKERS)
+    start = at
+    for _ in range(MAX_MESSAGE_STARTS if at >= 0 else 0):
+        start = text.rfind("{", 0, start)
+        if start < 0:
+            break
+        try:
+            value, end = _JSON_DECODER.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        if end > at and isinstance(value, dict) and value.get("role") == "user":
+            return value
+    return None
 
 # Where a model call's output names the tool calls it asked for (SpanRecord.asked_tools). In a
 # JSON message list: the list at a message's key, its items of a type (None: any), the name and
@@ -1012,6 +1130,14 @@ def _is_tool_call(value: dict[str, Any]) -> bool:
         or ("name" in value and ("arguments" in value or "input" in value)))
 
 
+def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object]) -> None:
+    output = _content(attrs, AGENT_OUTPUT_KEYS)
+    if output is not None and not _is_empty_output(output) and has_text(output) \
+            and answer_limit(output) is None:
+        record.final_answer = True
+        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+
+
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     output = _content(attrs, AGENT_OUTPUT_KEYS)
     finish = _first(attrs, FINISH_REASON_KEYS)
@@ -1044,6 +1170,12 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         # a hidden output of an agent span that ends OK only with its answer (crewai's)
         record.final_answer = True
     record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
+    turns = _int(_first(attrs, TURN_COUNT_KEYS))
+    if turns:
+        record.model_calls = turns
+    caller = _first_str(attrs, CALLER_KEYS)
+    if caller:
+        record.caller = caller[:MAX_NAME_CHARS]
     for key, marker in CONVERSATION_OUTPUTS:
         conversation = attrs.get(key)
         if isinstance(conversation, str) and f'"{marker}"' in conversation \
@@ -1053,4 +1185,5 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
 
 
 __all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "role_of", "run_key", "select_attributes", "short_type", "stable_hash", "unasked_tool"]
+           "request_hash", "role_of", "run_key", "select_attributes", "short_type", "stable_hash",
+           "unasked_tool"]

@@ -257,6 +257,26 @@ class Convention:
     # (attribute holding JSON, path to the framework's cap on model calls, limit name): reached
     # when the conversation shows that many model calls
     call_limits: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+    # -- what an agent reports of itself
+    # (attribute, budget key): a budget the agent reports on a span (its limit), read as an
+    # announced one (``watchdog.budget.*``): the run gets a countdown without an announcement
+    budget_limits: tuple[tuple[str, str], ...] = ()
+    # (attribute, budget key): how much of that budget the agent says it has used; the run's
+    # remaining budget counts the larger of that and what the watchdog counted
+    budget_consumed: tuple[tuple[str, str], ...] = ()
+    turn_counts: Names = _NO_NAMES  # an agent span's count of its turns (model calls)
+    reported_cost: Names = _NO_NAMES  # a model call's cost in USD, as the agent reports it
+    cache_read_tokens: Names = _NO_NAMES  # input tokens served from a provider's cache
+    cache_write_tokens: Names = _NO_NAMES  # input tokens written to a provider's cache
+    # a model call's new input messages only (the rest were sent before): counted onto the
+    # run's conversation rather than taken as its length
+    input_messages_delta: Names = _NO_NAMES
+    # the agent a tool call hands the run to (a transfer): the span's name may end with it
+    transfer_targets: Names = _NO_NAMES
+    caller_names: Names = _NO_NAMES  # the agent or workflow that invoked an agent span's agent
+    # OTLP log events whose attributes are a span's content (its trace and span id name it):
+    # read as if the span carried them (watchdog.core.spans.logs)
+    log_events: Names = _NO_NAMES
     notes: str = ""  # for the README
 
 
@@ -306,6 +326,59 @@ GENAI = Convention(
           "model asked for (Semantic Kernel's `kernel.invoke_prompt`) with a model call inside "
           "is no tool call: at a trace root the invocation, its result the answer if its model "
           "calls say nothing; inside a run the frame of its model loop",
+)
+
+# The newest GenAI conventions, in their own repository (open-telemetry/semantic-conventions-
+# genai): read in docs/gen-ai/non-normative/examples-agent-interactions.md (the execute_tool
+# transfer span: `gen_ai.transfer.target.name`, `gen_ai.transfer.mode`; `gen_ai.caller.name` /
+# `.type` on an invoke_agent CLIENT span) and model/gen-ai/registry.yaml (usage, messages; its
+# `cache_creation` is `cache_write` in the newer text and its emitters); the budget, turn,
+# cost and end-reason attributes are the proposals the repository's issues and pull requests
+# name (#425/#439 budgets, #390 `gen_ai.agent.invocation.end_reason`), not yet in its registry.
+GENAI_NEWEST = Convention(
+    name="OTel GenAI (newest)",
+    emitted_by="the GenAI conventions' newest attributes (semantic-conventions-genai): agent "
+               "budgets, turn count, cost, end reason, messages delta, caller and transfer",
+    kinds={"gen_ai.operation.name": {"handle_conversation_turn": Role.WORKFLOW}},
+    # a framework's entry point (the `gen_ai.invocation.internal` span): it frames the
+    # invocation, the agent span below it (if any) is the run's own
+    span_name_prefixes=(("handle_conversation_turn", Role.WORKFLOW),),
+    budget_limits=(("gen_ai.agent.iteration_budget.limit", "max_iterations"),
+                   ("gen_ai.agent.iteration_budget", "max_iterations"),
+                   ("gen_ai.agent.token_budget.limit", "max_tokens"),
+                   ("gen_ai.agent.token_budget", "max_tokens")),
+    budget_consumed=(("gen_ai.agent.iteration_budget.consumed", "max_iterations"),
+                     ("gen_ai.agent.token_budget.consumed", "max_tokens")),
+    turn_counts=("gen_ai.agent.turn.count",),
+    reported_cost=("gen_ai.usage.cost.total", "gen_ai.usage.cost"),
+    cache_read_tokens=("gen_ai.usage.cache_read.input_tokens",),
+    cache_write_tokens=("gen_ai.usage.cache_write.input_tokens",
+                        "gen_ai.usage.cache_creation.input_tokens"),
+    input_messages_delta=("gen_ai.input.messages_delta",),
+    transfer_targets=("gen_ai.transfer.target.name",),
+    caller_names=("gen_ai.caller.name",),
+    # a model call's content as a log record (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_
+    # CONTENT=event_only`): the messages in and out, the finish reasons
+    log_events=("gen_ai.client.inference.operation.details",),
+    # how the invocation ended, as the agent says: a limit it reached is that limit
+    limit_states=(
+        ("gen_ai.agent.invocation.end_reason",
+         r"(?i)(?:max_turns|turns?_limit|turns?_exceeded)\b", "max_turns"),
+        ("gen_ai.agent.invocation.end_reason",
+         r"(?i)(?:max_iterations|iterations?_(?:limit|budget|exceeded))\w*", "max_iterations"),
+        ("gen_ai.agent.invocation.end_reason",
+         r"(?i)(?:max_tool_calls|tool_(?:call_)?limit)\w*", "max_tool_calls"),
+        ("gen_ai.agent.invocation.end_reason",
+         r"(?i)(?:max_tokens|token_(?:limit|budget))\w*", "max_tokens"),
+        ("gen_ai.agent.invocation.end_reason", r"(?i)budget_(?:exhausted|exceeded)\b",
+         "budget"),
+    ),
+    notes="a budget the agent reports (`gen_ai.agent.iteration_budget.*`, `token_budget.*`) "
+          "is the run's, as if announced; `gen_ai.agent.turn.count` its iterations when no "
+          "model-call span says; `gen_ai.agent.invocation.end_reason` naming a limit ends the "
+          "run `tool_limit_reached`; `gen_ai.usage.cost.*` is kept as the call's reported "
+          "cost; the `execute_tool` transfer span is a tool call naming the agent it hands "
+          "to; `handle_conversation_turn` frames the invocation",
 )
 
 OPENINFERENCE = Convention(
@@ -803,9 +876,10 @@ MLFLOW = Convention(
 
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
-    WATCHDOG, GENAI, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS, SEMANTIC_KERNEL,
-    GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH, GENERIC_LIMITS, AUTOGEN,
-    AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT, ANTHROPIC_SDK, MLFLOW,
+    WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
+    SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
+    GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
+    ANTHROPIC_SDK, MLFLOW,
 )
 
 
@@ -900,6 +974,16 @@ class Tables:
     limit_answers: tuple[tuple[str, str], ...]
     conversation_outputs: tuple[tuple[str, str], ...]
     call_limits: tuple[tuple[str, tuple[str, ...], str], ...]
+    budget_limits: tuple[tuple[str, str], ...]
+    budget_consumed: tuple[tuple[str, str], ...]
+    turn_counts: Names
+    reported_cost: Names
+    cache_read_tokens: Names
+    cache_write_tokens: Names
+    input_messages_delta: Names
+    transfer_targets: Names
+    caller_names: Names
+    log_events: Names
 
     @property
     def events(self) -> Mapping[str, frozenset[str]]:
@@ -1009,6 +1093,18 @@ def combine() -> Tables:
                                    for pair in convention.conversation_outputs),
         call_limits=tuple(entry for convention in CONVENTIONS
                           for entry in convention.call_limits),
+        budget_limits=tuple(pair for convention in CONVENTIONS
+                            for pair in convention.budget_limits),
+        budget_consumed=tuple(pair for convention in CONVENTIONS
+                              for pair in convention.budget_consumed),
+        turn_counts=_names("turn_counts"),
+        reported_cost=_names("reported_cost"),
+        cache_read_tokens=_names("cache_read_tokens"),
+        cache_write_tokens=_names("cache_write_tokens"),
+        input_messages_delta=_names("input_messages_delta"),
+        transfer_targets=_names("transfer_targets"),
+        caller_names=_names("caller_names"),
+        log_events=_names("log_events"),
     )
 
 

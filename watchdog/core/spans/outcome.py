@@ -143,8 +143,10 @@ def fill_model_outcome(record: SpanRecord, finish: object, output: object) -> No
     that ends with text and asks for no tool is the answer.
     """
     reason = finish_reason(finish) if finish is not None else None
-    if reason is None and isinstance(output, str) and '"finish_reason"' in output:
-        reason = finish_reason(output_finish_reason(output))
+    if reason is None and ((isinstance(output, str) and '"finish_reason"' in output)
+                           or isinstance(output, list)):  # (structured: a log event's)
+        found = output_finish_reason(output)
+        reason = finish_reason(found) if found is not None else None
     record.finish_reason = reason
     if reason is not None:
         lowered = reason.lower()
@@ -395,9 +397,10 @@ def _parsed(output: object) -> object:
     return output
 
 
-def output_finish_reason(output: str) -> object:
-    """The finish reason of the last message of a JSON message list that has one."""
-    value = _parsed(output)
+def output_finish_reason(output: object) -> object:
+    """The finish reason of the last message of a message list (JSON, or structured) that has
+    one."""
+    value = _parsed(output) if isinstance(output, str) else output
     if isinstance(value, dict):
         value = [value]
     if isinstance(value, list):

@@ -15,6 +15,7 @@ from operator import attrgetter
 from watchdog.core.bounds import id_problem
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise, select_attributes
 from watchdog.core.spans.decode import ExportTraceServiceRequest, attributes
+from watchdog.core.spans.logs import Held, LogJoin, merged
 from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
 
 
@@ -58,25 +59,41 @@ def records_from(request: ExportTraceServiceRequest) -> Decoded:
     return next(slices_of(request, None), Decoded())
 
 
-def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[Decoded]:
+def slices_of(request: ExportTraceServiceRequest, size: int | None,
+              join: LogJoin | None = None, now: float = 0.0) -> Iterator[Decoded]:
     """The request's records in the order their spans ended (:func:`_in_end_order`), ``size``
     at a time (None: all at once), so the shell can apply a large request in slices and serve
     other requests in between. Every span is normalised before the first is applied (the order
     needs them all); meanwhile a part with no records (the spans rejected so far counted in it)
-    comes every ``size`` spans: a turn for the shell."""
+    comes every ``size`` spans: a turn for the shell.
+
+    With ``join``, a span is read with the content its GenAI log event brought, and a model
+    call whose content is still to come holds its trace back in the join
+    (:mod:`watchdog.core.spans.logs`); traces the join's bounds pushed out come along."""
     decoded = Decoded()
     records: list[SpanRecord] = []
     models: dict[str, SpanRecord] = {}  # the request's model calls by span id, for _pair
     inner: dict[str, SpanRecord] = {}  # ... and by parent span id
     count = 0
+    held = False
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 try:
-                    record = _checked(normalise(span, select_attributes(span.attributes),
-                                                resource))
+                    attrs = select_attributes(span.attributes)
+                    if join is not None:
+                        trace_id = span.trace_id
+                        content = join.content(trace_id, span.span_id)
+                        if content is not None:
+                            attrs = merged(attrs, content)
+                        waits = content is None and join.awaits(span.name, attrs, resource)
+                        if len(trace_id) == 16 and (waits or join.holding(trace_id)):
+                            join.hold(span, resource, scope, now, waits, content)
+                            held = True
+                            continue
+                    record = _checked(normalise(span, attrs, resource))
                     if record.kind is LLM:
                         record.scope = scope
                         _pair(record, models, inner)
@@ -89,6 +106,13 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
                 if size is not None and count >= size:
                     yield decoded
                     decoded, count = Decoded(), 0
+    if join is not None:
+        if held:  # a trace held from this request on: what was read of it before waits too
+            kept = [record for record in records if not _kept(join, record)]
+            records = kept
+        if join.overflow:
+            spilled, join.overflow = join.overflow, []
+            records.extend(_read_held(spilled, join, decoded))
     ordered = _in_end_order(records)
     if models:
         _pair_responses(ordered)
@@ -102,6 +126,53 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None) -> Iterator[
         decoded = Decoded()
     if decoded.rejected:
         yield decoded
+
+
+def _kept(join: LogJoin, record: SpanRecord) -> bool:
+    trace_id = bytes.fromhex(record.trace_id)
+    if join.holding(trace_id):
+        join.keep_record(trace_id, record)
+        return True
+    return False
+
+
+def released(traces: list[Held], join: LogJoin) -> Decoded:
+    """Held traces (their content came, or their wait is over) read and in end order, for
+    the shell to apply as it applies a request."""
+    decoded = Decoded()
+    decoded.records = _in_end_order(_read_held(traces, join, decoded))
+    _pair_responses(decoded.records)
+    return decoded
+
+
+def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded) -> list[SpanRecord]:
+    records: list[SpanRecord] = []
+    models: dict[str, SpanRecord] = {}
+    inner: dict[str, SpanRecord] = {}
+    for held in traces:
+        for item in held.items:
+            if isinstance(item, SpanRecord):
+                records.append(item)
+                continue
+            span, resource, scope, content = item
+            attrs = select_attributes(span.attributes)
+            if content is None:
+                content = held.content.get(span.span_id) or join.content(span.trace_id,
+                                                                         span.span_id)
+            if content is not None:
+                attrs = merged(attrs, content)
+            try:
+                record = _checked(normalise(span, attrs, resource))
+            except SpanRejected as exc:
+                decoded.rejected[exc.reason] += 1
+                if not decoded.first_error:
+                    decoded.first_error = str(exc)
+                continue
+            if record.kind is LLM:
+                record.scope = scope
+                _pair(record, models, inner)
+            records.append(record)
+    return records
 
 
 def _closes_trace(record: SpanRecord) -> bool:

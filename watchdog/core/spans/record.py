@@ -61,6 +61,9 @@ class SpanRecord:
     tool_name: str | None = None
     args_hash: int | None = None  # canonical (sorted-key JSON) arguments, 64-bit
     args_brief: str | None = None
+    # A model call's request: its last user message, case and spacing ignored, 64-bit (the
+    # run's first model call's is the run's input: cycles across agents compare it)
+    input_hash: int | None = None
     result_hash: int | None = None
     result_brief: str | None = None
     error: bool = False
@@ -123,6 +126,21 @@ class SpanRecord:
     tool_call_id: str | None = None
     # Set by the tracker: a span of no kind taken as the tool an asked tool call names
     named_tool: bool = False
+    # What the agent reports of itself (the newest GenAI conventions): a model call's cost in
+    # USD (finite, >= 0; None: not reported), and its input tokens read from or written to a
+    # provider's cache (part of input_tokens)
+    reported_cost_usd: float | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    # how much of its budget the agent says it used, by budget key (BUDGET_KEYS)
+    budget_used: dict[str, float] | None = None
+    # a model call's new input messages only (gen_ai.input.messages_delta): the run's
+    # conversation grows by these and the answer
+    messages_delta: int = 0
+    # a tool call that hands the run to another agent (a transfer): that agent's name
+    handoff_to: str | None = None
+    # the agent or workflow that invoked this agent span's agent (gen_ai.caller.name)
+    caller: str | None = None
 
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself

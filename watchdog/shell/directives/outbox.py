@@ -35,11 +35,11 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.directives.model import REPORTING_ACTIONS, Directive
 from watchdog.core.directives.prompt import decided_facts, facts_of
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord
+from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.directives.hub import DeliveryMetrics, Hub, NullMetrics
 from watchdog.shell.directives.store import AddResult, DirectiveStore
 from watchdog.shell.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget

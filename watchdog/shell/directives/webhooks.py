@@ -48,9 +48,9 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.directives.model import Directive
 from watchdog.shell import logs
+from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import WEBHOOK_SECRET_PREFIX, webhook_name
 from watchdog.shell.directives.hub import DeliveryMetrics, NullMetrics
 from watchdog.shell.directives.store import Delivery, DirectiveStore

@@ -186,21 +186,24 @@ class ModelProxy:
         if call is None:  # the state cannot take it: forward unobserved (fail open)
             return await self._forward(request, wire.api, raw, headers, None)
         state, turn, run_key, agent_label = call
-        if turn.act is Act.ABORT:
-            return self._abort(request, wire, parsed, state, turn, run_key, agent_label)
-        if turn.act is Act.FINAL:
-            body = wire.withdraw_tools(body, turn.text)
-            state.final_used = True
-        elif turn.act is Act.NOTE:
-            body = wire.add_note(body, turn.text)
-        if turn.act is not Act.PASS:
-            raw = dumps(body)
-            self._steered(agent_label, turn.act.value)
-            logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
-                       action=turn.act.value, rule=turn.rule, keep=turn.keep)
-        self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
-        exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
-        return await self._forward(request, wire.api, raw, headers, exchange)
+        try:  # the request is the run's until it is over, whatever its end
+            if turn.act is Act.ABORT:
+                return self._abort(request, wire, parsed, state, turn, run_key, agent_label)
+            if turn.act is Act.FINAL:
+                body = wire.withdraw_tools(body, turn.text)
+                state.final_used = True
+            elif turn.act is Act.NOTE:
+                body = wire.add_note(body, turn.text)
+            if turn.act is not Act.PASS:
+                raw = dumps(body)
+                self._steered(agent_label, turn.act.value)
+                logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
+                           action=turn.act.value, rule=turn.rule, keep=turn.keep)
+            self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
+            exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
+            return await self._forward(request, wire.api, raw, headers, exchange)
+        finally:
+            self.book.settle(state)
 
     def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
                          budget: dict[str, float] | None
@@ -211,7 +214,11 @@ class ModelProxy:
                 run = service.model_run(key)
                 return run is not None and run.ended
 
-            state = self.book.identify(wire.api, parsed, caller, agent, ended)
+            def resume(session: str) -> str | None:
+                active = service.session_context(session)["active_runs"]
+                return str(active[-1]) if active else None
+
+            state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
             service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
             run = self._run_of(state, agent, budget)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
@@ -254,9 +261,10 @@ class ModelProxy:
             return web.Response(status=400, body=dumps(wire.error(
                 400, "watchdog_aborted", text)), content_type="application/json")
         if parsed.stream:
-            return web.Response(body=wire.answer_stream(parsed.model, text, parsed), headers={
-                "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        return web.Response(body=dumps(wire.answer(parsed.model, text, parsed)),
+            return web.Response(body=wire.answer_stream(parsed.model, text, parsed, time.time()),
+                                headers={"Content-Type": "text/event-stream",
+                                         "Cache-Control": "no-cache"})
+        return web.Response(body=dumps(wire.answer(parsed.model, text, parsed, time.time())),
                             content_type="application/json")
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
@@ -385,7 +393,8 @@ class ModelProxy:
                 data = dumps(body)
                 self._steered(exchange.agent, "trim")
             if (note := self._empty_final(exchange, seen, handed)) is not None:
-                data = dumps(wire.answer(exchange.request.model, note, exchange.request))
+                data = dumps(wire.answer(exchange.request.model, note, exchange.request,
+                                              time.time()))
             self._observed(exchange, handed, seen)
         return web.Response(status=upstream.status, body=data,
                             headers=response_headers(upstream.headers, True))
@@ -444,7 +453,7 @@ class ModelProxy:
                 seen = accumulator.observation
                 note = self._empty_final(exchange, seen, kept_calls(seen.calls, keep))
                 await response.write(b"".join(held) if note is None else wire.answer_stream(
-                    exchange.request.model, note, exchange.request))
+                    exchange.request.model, note, exchange.request, time.time()))
             if trimmer is not None and (rest := reader.rest()):
                 await response.write(rest)  # a stream cut mid-event: as it came
             await response.write_eof()

@@ -1,4 +1,5 @@
-"""What the receivers hand decoded export requests to: one method, nothing else of the sidecar.
+"""What the receivers hand decoded export requests to: two methods (traces, logs), nothing else
+of the sidecar.
 
 The OTLP receivers (HTTP, gRPC, pass-through) depend on this protocol only; the shell's
 :class:`~watchdog.shell.service.WatchdogService` implements it. Raising
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from watchdog.core.spans.decode import ExportTraceServiceRequest
+from watchdog.core.spans.logs import ExportLogsServiceRequest
 from watchdog.core.spans.pipeline import Decoded
 
 
@@ -21,4 +23,10 @@ class TraceConsumer(Protocol):
         """Apply one export request, parsed by ``parse()`` when its turn comes (its
         :class:`~watchdog.core.spans.decode.DecodeError` raised to the receiver); ``digest`` (of
         its body) drops an exporter's retry unparsed."""
+        ...
+
+    async def export_logs(self, parse: Callable[[], ExportLogsServiceRequest], protocol: str,
+                          digest: bytes | None = None) -> bool:
+        """Read one OTLP logs export request's GenAI log events; False for an exporter's retry
+        of one already read (not to be forwarded again)."""
         ...

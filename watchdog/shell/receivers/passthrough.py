@@ -1,5 +1,6 @@
-"""OTLP metrics and logs receivers, for pass-through only (DESIGN §2): HTTP ``POST /v1/metrics``
-and ``/v1/logs``, gRPC ``MetricsService/Export`` and ``LogsService/Export``.
+"""The OTLP metrics receivers, for pass-through only (DESIGN §2): HTTP ``POST /v1/metrics``,
+gRPC ``MetricsService/Export`` (logs are read for their GenAI events: :mod:`~watchdog.shell.
+receivers.otlp_logs`).
 
 The watchdog reads nothing in them: each request passes the same stages as a trace export
 (auth, media type, content coding, admission, bounded body — the trace receivers' own code),
@@ -9,8 +10,8 @@ answers), queued for ``forward_endpoint`` and answered with an empty success at 
 They exist only with ``forward_endpoint`` set. Without it the watchdog answers as an OTel
 Collector whose pipelines have no metrics or logs: the Collector registers no handler for a
 signal without a pipeline, so HTTP answers 404 and gRPC ``UNIMPLEMENTED``. Accepting and
-discarding would hide a misconfiguration — the agent's metrics and logs would silently go
-nowhere; a 404 shows up in the agent's exporter log.
+discarding would hide a misconfiguration — the agent's metrics would silently go nowhere; a 404
+shows up in the agent's exporter log.
 """
 
 from __future__ import annotations
@@ -34,10 +35,9 @@ from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
 from watchdog.shell.receivers.forward import Forwarder, Signal
 
-PATHS: dict[Signal, str] = {"metrics": "/v1/metrics", "logs": "/v1/logs"}
+PATHS: dict[Signal, str] = {"metrics": "/v1/metrics"}
 GRPC_SERVICES: dict[Signal, str] = {
     "metrics": "opentelemetry.proto.collector.metrics.v1.MetricsService",
-    "logs": "opentelemetry.proto.collector.logs.v1.LogsService",
 }
 MESSAGES: dict[Signal, type[Message]] = {
     "metrics": ExportMetricsServiceRequest,
@@ -97,7 +97,7 @@ class PassThroughService(otlp_grpc.TraceService):
 
 def install_http(app: web.Application, consumer: TraceConsumer, metrics: Metrics,
                  admission: Admission, config: Config, forward: Forwarder) -> None:
-    """Add ``POST /v1/metrics`` and ``/v1/logs`` to the OTLP/HTTP app (not started yet)."""
+    """Add ``POST /v1/metrics`` to the OTLP/HTTP app (not started yet)."""
     for signal, path in PATHS.items():
         receiver = PassThroughReceiver(signal, consumer, metrics, admission, config, forward)
         app.router.add_post(path, receiver.handle)
@@ -105,8 +105,7 @@ def install_http(app: web.Application, consumer: TraceConsumer, metrics: Metrics
 
 def install_grpc(server: grpc.aio.Server, consumer: TraceConsumer, metrics: Metrics,
                  admission: Admission, config: Config, forward: Forwarder) -> None:
-    """Add ``MetricsService/Export`` and ``LogsService/Export`` to the gRPC server (not
-    started yet)."""
+    """Add ``MetricsService/Export`` to the gRPC server (not started yet)."""
     handlers = []
     for signal, name in GRPC_SERVICES.items():
         rpc = PassThroughService(signal, consumer, metrics, admission, config, forward)

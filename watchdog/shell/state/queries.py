@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from watchdog.core.clock import Clock
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.view import RunView, run_detail, run_summary
+from watchdog.shell.clock import Clock
 from watchdog.shell.errors import NotFound
 from watchdog.shell.state.lanes import Lane
 from watchdog.shell.state.store import Store
@@ -38,8 +38,10 @@ class LiveRuns(Protocol):
 class RunQueries:
     def __init__(self, runs: LiveRuns, store: Store, clock: Clock,
                  unsaved: Callable[[str], list[ActivityEntry]],
-                 on_failed_run: Callable[[str, str], None], activity_log_size: int) -> None:
+                 on_failed_run: Callable[[str, str], None], activity_log_size: int,
+                 trace_url: str | None = None) -> None:
         self.runs = runs
+        self.trace_url = trace_url  # the config's template of a run's link to its trace
         self.store = store
         self.clock = clock
         self._unsaved = unsaved
@@ -74,8 +76,8 @@ class RunQueries:
     async def run_detail(self, key: str) -> dict[str, Any]:
         run = await self.find_run(key)
         children = await self.child_runs(key)
-        detail = run_detail(run)
-        detail["children"] = [run_summary(child) for child in children]
+        detail = run_detail(run, self.trace_url)
+        detail["children"] = [run_summary(child, self.trace_url) for child in children]
         return detail
 
     async def child_runs(self, key: str) -> list[RunView]:
@@ -111,7 +113,7 @@ class RunQueries:
             try:
                 view = run if run is not None else self.runs.view(key, now)
                 if view is not None:  # (None: it left memory while the store was read)
-                    summaries.append(run_summary(view))
+                    summaries.append(run_summary(view, self.trace_url))
             except Exception:  # one damaged run must not take the listing down with it
                 self._on_failed_run("read", key)
         return summaries

@@ -1,0 +1,192 @@
+"""The fleet (DESIGN §13): a tool failing for many runs becomes ``fleet.failing_tools`` in
+rules, and the default rule ``tool-outage`` tells every active run that has used it — once per
+run per outage — until the tool succeeds again or the window passes without a failure.
+
+Real spans (the OTel SDK, OTLP encoding, the ingest pipeline) through the pure core with the
+shipped default pack; time is an argument."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from opentelemetry.trace import Span
+
+from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from watchdog.core.fleet import MAX_TOOLS, Fleet
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.expr import ExprError, compile_expr
+from watchdog.core.rules.pack import load_rules, load_text
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.sessions import SessionBook
+from watchdog.core.step import Core, Step
+
+NOTE = re.compile(r"^\[fleet: search has failed \((\w+)\) for (\d+) runs since "
+                  r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) — don't retry it")
+
+
+class Agents:
+    """Runs of one agent, each a trace whose root stays open (active runs)."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.maker = SpanMaker()
+        self.roots: list[Span] = []
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            self.roots.append(self.maker.open("invoke_agent demo",
+                                              {"gen_ai.operation.name": "invoke_agent",
+                                               "gen_ai.agent.name": "demo"}, start=T0))
+
+    def tool(self, index: int, at: float, error: BaseException | None = None,
+             tool: str = "search") -> Step:
+        """Run ``index`` calls ``tool`` at ``at`` (a model call first, asking for it)."""
+        root = self.roots[index]
+        self.maker.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=at - 1,
+                        end=at - 0.5)
+        self.maker.span(f"execute_tool {tool}", tool_attrs(tool, '{"q": "x"}',
+                                                          None if error else "ok"),
+                        parent=root, start=at - 0.4, end=at, exception=error)
+        return self.core.apply(records_of(self.maker.take()), at)
+
+    def key(self, index: int) -> str:
+        return f"trace:{self.roots[index].get_span_context().trace_id:032x}"
+
+
+def core(window: float = 300.0) -> Core:
+    return Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(load_rules([])),
+                Fleet(window))
+
+
+def told(step: Step) -> dict[str, str]:
+    return {d.run.key: d.decision.message for d in step.decisions
+            if d.decision.rule == "tool-outage"}
+
+
+def test_every_run_that_used_the_tool_is_told_once_when_the_third_run_sees_it_fail() -> None:
+    watchdog = core()
+    agents = Agents(watchdog)
+    agents.start(5)
+    agents.tool(3, T0 + 1)  # run 3 used search (it worked then); run 4 never uses it
+    steps = [agents.tool(i, T0 + 10 + i, TimeoutError("upstream timed out")) for i in range(3)]
+    assert told(steps[0]) == told(steps[1]) == {}
+    assert steps[0].outages == steps[1].outages == {}
+    # the success of run 3 came before the failures: they count
+    notes = told(steps[2])
+    assert sorted(notes) == sorted(agents.key(i) for i in range(4))
+    for message in notes.values():
+        match = NOTE.match(message)
+        assert match is not None, message
+        assert match.groups() == ("TimeoutError", "3", "2027-01-15T08:00:10Z")
+    assert steps[2].outages == {"search": True}
+    assert watchdog.fleet.failing()["search"] == {
+        "runs": 3, "errors": 3, "since": "2027-01-15T08:00:10Z", "error_type": "TimeoutError"}
+    # more failures of the same outage tell no one again
+    again = agents.tool(3, T0 + 20, TimeoutError("upstream timed out"))
+    assert told(again) == {} and again.outages == {}
+    assert watchdog.fleet.failing()["search"]["runs"] == 4
+    # a run that first uses the tool during the outage is told then
+    agents.start(1)
+    assert set(told(agents.tool(5, T0 + 21, TimeoutError("x")))) == {agents.key(5)}
+
+
+def test_a_success_ends_the_outage_and_the_next_outage_tells_the_runs_again() -> None:
+    watchdog = core()
+    agents = Agents(watchdog)
+    agents.start(3)
+    for i in range(3):
+        last = agents.tool(i, T0 + 10 + i, ConnectionError("refused"))
+    assert len(told(last)) == 3
+    recovered = agents.tool(0, T0 + 30)
+    assert recovered.outages == {"search": False} and told(recovered) == {}
+    assert watchdog.fleet.failing() == {}
+    # failures before the success no longer count: two new ones are not an outage
+    assert told(agents.tool(1, T0 + 31, ConnectionError("refused"))) == {}
+    assert told(agents.tool(2, T0 + 32, ConnectionError("refused"))) == {}
+    assert watchdog.fleet.failing() == {}
+    third = agents.tool(0, T0 + 33, ConnectionError("refused"))
+    assert sorted(told(third)) == sorted(agents.key(i) for i in range(3))
+    assert NOTE.match(next(iter(told(third).values()))).group(3) == "2027-01-15T08:00:31Z"
+
+
+def test_different_error_types_are_not_one_outage_and_the_window_forgets() -> None:
+    watchdog = core(window=60.0)
+    agents = Agents(watchdog)
+    agents.start(4)
+    agents.tool(0, T0 + 1, TimeoutError("t"))
+    agents.tool(1, T0 + 2, ConnectionError("c"))
+    assert told(agents.tool(2, T0 + 3, ValueError("v"))) == {}
+    # one run failing three times is one run
+    for at in (4, 5, 6):
+        assert told(agents.tool(3, T0 + at, TimeoutError("t"))) == {}
+    # two more runs, but the first TimeoutError is out of the window by now
+    assert told(agents.tool(1, T0 + 62, TimeoutError("t"))) == {}
+    step = agents.tool(2, T0 + 63, TimeoutError("t"))
+    assert len(told(step)) == 4 and step.outages == {"search": True}
+    assert watchdog.fleet.failing()["search"]["since"] == "2027-01-15T08:00:04Z"
+    # the window passes with no failure: the timer ends the outage
+    assert watchdog.fleet_tick(T0 + 100).outages == {}
+    ended = watchdog.fleet_tick(T0 + 124)
+    assert ended.outages == {"search": False} and watchdog.fleet.failing() == {}
+
+
+def test_the_fleet_is_bounded_and_refuses_bad_settings() -> None:
+    fleet = Fleet(60.0)
+    fleet.observe([(f"tool-{i}", f"run-{j}", "Boom") for i in range(MAX_TOOLS + 50)
+                   for j in range(3)], T0)
+    changed = fleet.advance(T0)
+    assert len(fleet.failing()) == MAX_TOOLS
+    assert len(changed) == MAX_TOOLS + 50  # the ones forgotten ended (so their gauge drops)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="fleet window"):
+            Fleet(bad)
+
+
+def test_rules_read_fleet_failing_tools_and_wrong_fields_are_refused_at_load() -> None:
+    expr = compile_expr('"search" in fleet.failing_tools && '
+                        'fleet.failing_tools["search"].runs >= 5', condition=True)
+    assert "fleet" in (expr.reads or ())
+    with pytest.raises(ExprError, match=r"unknown field 'rnus' in fleet.failing_tools\[\*\] "
+                                        r"\(did you mean 'runs'\?\)"):
+        compile_expr('fleet.failing_tools["search"].rnus > 1')
+    pack = load_text("""
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: own
+rules:
+  - name: many-failing
+    when: "size(fleet.failing_tools) >= 2"
+    action: notify
+    message: "${size(fleet.failing_tools)} tools are down"
+""")
+    assert pack.get("many-failing") is not None
+
+
+def test_while_no_tool_fails_rules_reading_fleet_wait_for_the_fleet_to_change() -> None:
+    """A tool call changes ``run.tools`` on every span; a rule that also reads ``fleet`` is not
+    evaluated for it while nothing fails (no CEL per tool call), only when an outage begins or
+    ends (and for a run seen for the first time). The rule below fails whenever it is
+    evaluated, which counts a rule error: the count says when it was."""
+    pack = load_text("""
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: own
+rules:
+  - name: probe
+    when: 'run.tool_calls > 0 && fleet.failing_tools["nothing"].runs > 0'
+    action: notify
+    message: m
+""")
+    watchdog = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(pack), Fleet())
+    agents = Agents(watchdog)
+    agents.start(3)
+    first = agents.tool(0, T0 + 1)
+    assert first.rule_errors == {"probe": 1}  # a new run: every rule
+    assert agents.tool(0, T0 + 2).rule_errors == {}  # quiet: not evaluated
+    agents.tool(1, T0 + 3, TimeoutError("t"))
+    agents.tool(2, T0 + 4, TimeoutError("t"))
+    begins = agents.tool(0, T0 + 5, TimeoutError("t"))  # (a success of run 0 came first)
+    assert begins.outages == {"search": True}
+    assert begins.rule_errors["probe"] >= 3  # each run that used search, at the outage
+    assert agents.tool(0, T0 + 6, TimeoutError("t")).rule_errors == {"probe": 1}  # not quiet

@@ -1,0 +1,342 @@
+"""GenAI log events (OTLP logs) joined to the spans they describe.
+
+The newest GenAI conventions move a model call's content off its span: the messages in and out,
+the tool calls asked for and the finish reasons travel as a log record
+(``gen_ai.client.inference.operation.details``) that carries its span's trace and span id. The
+content is read here into the same attributes a span carries (``gen_ai.input.messages``,
+``gen_ai.output.messages``, ...), and the span is normalised with them, as if it had carried
+them itself: the run reads the same either way.
+
+A log and its span arrive on two export paths, in either order:
+
+* **log first**: its content waits (:meth:`LogJoin.add`) for the span, at most ``wait_seconds``;
+* **span first**: a model-call span without content, from a service whose logs carry GenAI
+  events, is held with the rest of its trace (a run's root must not close it before the call
+  is read) until its content arrives or ``wait_seconds`` pass (:meth:`LogJoin.expired`); then
+  its trace goes on, read with what came.
+
+Everything is bounded: the content and spans held (``max_bytes`` in all, by their encoded
+size), the spans and traces held, the services remembered. What overflows goes on at once,
+read with what it has. This module is pure: "now" is an argument.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from watchdog.core.bounds import load_json
+from watchdog.core.spans.conventions import (
+    MESSAGES_DELTA_KEYS,
+    MESSAGES_JSON_KEYS,
+    OUTPUT_MESSAGES_JSON_KEYS,
+    WANTED_ATTRIBUTES,
+    Resource,
+    json_encoded,
+    role_of,
+)
+from watchdog.core.spans.decode import DecodeError, any_value
+from watchdog.core.spans.frameworks import TABLES, Role
+
+__all__ = [
+    "ExportLogsServiceRequest",
+    "Held",
+    "LogJoin",
+    "logs_response_json",
+    "logs_response_protobuf",
+    "parse_logs_json",
+    "parse_logs_protobuf",
+]
+
+# The log events whose attributes are a span's content (the conventions tables name them)
+CONTENT_EVENTS = frozenset(TABLES.log_events)
+# What a model call's content is: a span with none of these waits for its log
+CONTENT_KEYS = frozenset(MESSAGES_JSON_KEYS + OUTPUT_MESSAGES_JSON_KEYS + MESSAGES_DELTA_KEYS)
+_LLM = Role.LLM
+
+WAIT_SECONDS = 2.0  # how long content waits for its span, and a span for its content
+MAX_BYTES = 32 * 1024 * 1024  # content and spans held, by encoded size
+MAX_HELD_TRACES = 1024
+MAX_HELD_SPANS = 16 * 1024
+MAX_SERVICES = 1024  # services remembered as sending GenAI log events
+
+
+def parse_logs_protobuf(body: bytes) -> ExportLogsServiceRequest:
+    request = ExportLogsServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except _ProtoDecodeError as exc:
+        raise DecodeError(f"invalid OTLP logs protobuf payload: {exc}") from None
+    return request
+
+
+def _hex_to_base64(record: dict[str, Any]) -> None:
+    for name in ("traceId", "spanId", "trace_id", "span_id"):
+        value = record.get(name)
+        if isinstance(value, str) and value:
+            try:
+                record[name] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+            except ValueError:
+                raise DecodeError(f"{name} {value[:64]!r} is not a hex string") from None
+
+
+def parse_logs_json(body: bytes) -> ExportLogsServiceRequest:
+    """OTLP/JSON logs: as :func:`~watchdog.core.spans.decode.parse_json` reads traces (hex
+    trace and span ids, strict UTF-8)."""
+    try:
+        document = load_json(body)
+    except ValueError as exc:
+        raise DecodeError(f"invalid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise DecodeError("invalid OTLP/JSON payload: the top level must be an object")
+    try:
+        for resource_logs in document.get("resourceLogs") or document.get("resource_logs") or ():
+            for scope_logs in resource_logs.get("scopeLogs") or resource_logs.get(
+                    "scope_logs") or ():
+                for record in scope_logs.get("logRecords") or scope_logs.get(
+                        "log_records") or ():
+                    _hex_to_base64(record)
+    except (AttributeError, TypeError):
+        raise DecodeError("invalid OTLP/JSON payload: unexpected structure") from None
+    request = ExportLogsServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
+        raise DecodeError(f"invalid OTLP/JSON payload: {exc}") from None
+    except RecursionError:
+        raise DecodeError("invalid OTLP/JSON payload: nested too deeply") from None
+    except SystemError:  # protobuf's upb parser on input it cannot represent: never a 500
+        raise DecodeError("invalid OTLP/JSON payload: a field the parser cannot read") from None
+    return request
+
+
+def logs_response_protobuf(rejected: int, message: str) -> bytes:
+    response = ExportLogsServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_log_records = rejected
+        response.partial_success.error_message = message
+    body: bytes = response.SerializeToString()
+    return body
+
+
+def logs_response_json(rejected: int, message: str) -> bytes:
+    if not rejected and not message:
+        return b"{}"
+    response = ExportLogsServiceResponse()
+    response.partial_success.rejected_log_records = rejected
+    response.partial_success.error_message = message
+    text: str = json_format.MessageToJson(response, indent=None)
+    return text.encode()
+
+
+def _event_name(record: Any) -> str:
+    """A log record's event name: the field, or (older SDKs) its ``event.name`` attribute."""
+    if record.event_name:
+        return str(record.event_name)
+    for kv in record.attributes:
+        if kv.key == "event.name":
+            return str(kv.value.string_value)
+    return ""
+
+
+def content_of(record: Any) -> dict[str, object]:
+    """The attributes of a GenAI log event a span's reading wants, as a span would carry them."""
+    facts: dict[str, object] = {}
+    for kv in record.attributes:
+        if kv.key in WANTED_ATTRIBUTES:
+            text = kv.value.string_value
+            facts[kv.key] = (json_encoded(text, False) if text[0] == '"' else text) if text \
+                else any_value(kv.value)
+    return facts
+
+
+@dataclass(slots=True)
+class Held:
+    """A trace held for its model calls' content: its spans as they came (raw spans to read
+    once the content is there, records already read), which span ids still wait, and until
+    when."""
+
+    deadline: float
+    # (Span, Resource, scope, its content or None) or a SpanRecord
+    items: list[Any] = field(default_factory=list)
+    waiting: set[bytes] = field(default_factory=set)  # span ids whose content is awaited
+    content: dict[bytes, dict[str, object]] = field(default_factory=dict)  # ... what came
+    size: int = 0
+
+
+class LogJoin:
+    """The buffer where GenAI log events and the spans they describe meet (bounded)."""
+
+    def __init__(self, wait_seconds: float = WAIT_SECONDS, max_bytes: int = MAX_BYTES,
+                 max_held_traces: int = MAX_HELD_TRACES,
+                 max_held_spans: int = MAX_HELD_SPANS) -> None:
+        self.wait_seconds = wait_seconds
+        self.max_bytes = max_bytes
+        self.max_held_traces = max_held_traces
+        self.max_held_spans = max_held_spans
+        # (trace id + span id) -> (content, its size, until when it waits)
+        self._content: OrderedDict[bytes, tuple[dict[str, object], int, float]] = OrderedDict()
+        self._held: OrderedDict[bytes, Held] = OrderedDict()  # trace id -> held trace
+        self._services: OrderedDict[str, None] = OrderedDict()
+        self._bytes = 0
+        self._held_spans = 0
+        self.overflow: list[Held] = []  # held traces pushed out by the bounds: go on now
+        self.events = 0  # GenAI log events read (for the metrics)
+
+    # -- the log side --------------------------------------------------------------------------
+
+    def add(self, request: ExportLogsServiceRequest, now: float) -> list[Held]:
+        """Read ``request``'s GenAI log events; returns the held traces whose content is now
+        all there (to be read and applied)."""
+        ready: list[Held] = []
+        for resource_logs in request.resource_logs:
+            service: str | None = None
+            for kv in resource_logs.resource.attributes:
+                if kv.key == "service.name":
+                    service = kv.value.string_value
+            for scope_logs in resource_logs.scope_logs:
+                for record in scope_logs.log_records:
+                    if _event_name(record) not in CONTENT_EVENTS:
+                        continue
+                    self.events += 1
+                    if service is not None:
+                        self._remember(service)
+                    trace_id, span_id = bytes(record.trace_id), bytes(record.span_id)
+                    if len(trace_id) != 16 or len(span_id) != 8 or not any(span_id):
+                        continue  # no span to join it to
+                    facts = content_of(record)
+                    if facts:
+                        held = self._content_arrived(trace_id, span_id, facts,
+                                                     record.ByteSize(), now)
+                        if held is not None:
+                            ready.append(held)
+        return ready
+
+    def _remember(self, service: str) -> None:
+        self._services[service[:200]] = None
+        self._services.move_to_end(service[:200])
+        while len(self._services) > MAX_SERVICES:
+            self._services.popitem(last=False)
+
+    def _content_arrived(self, trace_id: bytes, span_id: bytes, facts: dict[str, object],
+                         size: int, now: float) -> Held | None:
+        key = trace_id + span_id
+        held = self._held.get(trace_id)
+        if held is not None and span_id in held.waiting:  # its span waits in its trace
+            held.waiting.discard(span_id)
+            held.content[span_id] = facts
+            held.size += size
+            self._bytes += size
+            if not held.waiting:
+                return self._release(trace_id)
+            self._bound()
+            return None
+        if key in self._content:
+            return None  # (a second event for one span: the first one's content is read)
+        self._content[key] = (facts, size, now + self.wait_seconds)
+        self._bytes += size
+        self._bound()
+        return None
+
+    # -- the span side -------------------------------------------------------------------------
+
+    def content(self, trace_id: bytes, span_id: bytes) -> dict[str, object] | None:
+        """The content a log brought for this span (taken: read once)."""
+        if not self._content:
+            return None
+        found = self._content.pop(trace_id + span_id, None)
+        if found is None:
+            return None
+        self._bytes -= found[1]
+        return found[0]
+
+    def holding(self, trace_id: bytes) -> bool:
+        return trace_id in self._held
+
+    def awaits(self, name: str, attrs: Mapping[str, object], resource: Resource) -> bool:
+        """Whether a span (no content of its own found) waits for its log: a model call with
+        no content, from a service whose logs carry GenAI events."""
+        if not self._services or resource.service is None \
+                or resource.service not in self._services:
+            return False
+        if not CONTENT_KEYS.isdisjoint(attrs):
+            return False
+        return role_of(name, attrs) is _LLM
+
+    def hold(self, span: Any, resource: Resource, scope: str, now: float,
+             waits: bool, content: dict[str, object] | None = None) -> None:
+        """Keep ``span`` with its trace (held from now on if it was not), waiting for its
+        content if ``waits`` (``content``: what its log already brought)."""
+        trace_id = bytes(span.trace_id)
+        held = self._held.get(trace_id)
+        if held is None:
+            held = self._held[trace_id] = Held(now + self.wait_seconds)
+        copy = Span()
+        copy.CopyFrom(span)  # (the request it came in is not kept alive for it)
+        size = copy.ByteSize()
+        held.items.append((copy, resource, scope, content))
+        held.size += size
+        self._bytes += size
+        self._held_spans += 1
+        if waits:
+            held.waiting.add(bytes(span.span_id))
+        self._bound()
+
+    def keep_record(self, trace_id: bytes, record: Any) -> None:
+        """A record of a held trace, read before the trace was held (earlier in its request)."""
+        held = self._held.get(trace_id)
+        if held is not None:
+            held.items.append(record)
+
+    def expired(self, now: float) -> list[Held]:
+        """The held traces whose wait is over, and content no span came for dropped."""
+        while self._content:
+            key, (_, size, until) = next(iter(self._content.items()))
+            if until > now:
+                break
+            del self._content[key]
+            self._bytes -= size
+        due = [trace_id for trace_id, held in self._held.items() if held.deadline <= now]
+        return [self._release(trace_id) for trace_id in due]
+
+    @property
+    def held_traces(self) -> int:
+        return len(self._held)
+
+    def _release(self, trace_id: bytes) -> Held:
+        held = self._held.pop(trace_id)
+        self._bytes -= held.size
+        self._held_spans -= sum(1 for item in held.items if isinstance(item, tuple))
+        return held
+
+    def _bound(self) -> None:
+        """Within the bounds: the oldest content is dropped first, then the oldest held traces
+        go on (:attr:`overflow`), read with what they have."""
+        while self._bytes > self.max_bytes and self._content:
+            _, (_, size, _) = self._content.popitem(last=False)
+            self._bytes -= size
+        while self._held and (self._bytes > self.max_bytes
+                              or len(self._held) > self.max_held_traces
+                              or self._held_spans > self.max_held_spans):
+            self.overflow.append(self._release(next(iter(self._held))))
+
+
+def merged(attrs: Mapping[str, object], content: Mapping[str, object]) -> dict[str, object]:
+    """A span's attributes with its log's content where the span has none of its own."""
+    return {**content, **attrs}
+
+
+def held_items(traces: Iterable[Held]) -> list[Any]:
+    return [item for held in traces for item in held.items]

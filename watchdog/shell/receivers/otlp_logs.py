@@ -1,0 +1,92 @@
+"""OTLP logs receivers: HTTP ``POST /v1/logs`` (protobuf or OTLP/JSON) and gRPC
+``LogsService/Export``, read for their GenAI log events and, with ``forward_endpoint``, passed on.
+
+A request passes the stages a trace export passes (auth, media type, content coding, admission
+and back-pressure, bounded body: the trace receivers' own code); its GenAI log events
+(:mod:`watchdog.core.spans.logs`) give the spans they name their content, and the request is
+queued for the upstream when forwarding is on. Logs that are no GenAI events are only
+forwarded. A malformed request is refused (400 / INVALID_ARGUMENT), as a Collector answers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import grpc
+from aiohttp import web
+
+from watchdog.core.spans.decode import DecodeError, request_digest
+from watchdog.core.spans.logs import (
+    ExportLogsServiceRequest,
+    logs_response_json,
+    logs_response_protobuf,
+    parse_logs_json,
+    parse_logs_protobuf,
+)
+from watchdog.shell.config import Config
+from watchdog.shell.errors import BadRequest
+from watchdog.shell.metrics import Metrics
+from watchdog.shell.receivers import otlp_grpc, otlp_http
+from watchdog.shell.receivers.admission import Admission
+from watchdog.shell.receivers.consumer import TraceConsumer
+from watchdog.shell.receivers.forward import Forwarder, Signal
+
+LOGS_PATH = "/v1/logs"
+GRPC_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+PARSERS: dict[str, Callable[[bytes], ExportLogsServiceRequest]] = {
+    "application/x-protobuf": parse_logs_protobuf, "application/json": parse_logs_json}
+RESPONSES: dict[str, Callable[[int, str], bytes]] = {
+    "application/x-protobuf": logs_response_protobuf, "application/json": logs_response_json}
+
+
+class LogsReceiver(otlp_http.TraceReceiver):
+    """``POST /v1/logs``: GenAI log events read, the request forwarded when forwarding is on."""
+
+    signal: Signal = "logs"
+
+    async def _consume(self, codec: otlp_http.Codec, body: bytes) -> tuple[bytes, bool]:
+        parse = functools.partial(PARSERS[codec.content_type], body)
+        try:
+            fresh = await self.consumer.export_logs(parse, otlp_http.PROTOCOL,
+                                                    request_digest(body))
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        return RESPONSES[codec.content_type](0, ""), fresh
+
+    def _count(self, outcome: str) -> None:
+        """``export_requests_total`` counts trace exports."""
+
+
+class LogsService(otlp_grpc.TraceService):
+    """``LogsService/Export``: as :class:`LogsReceiver`."""
+
+    signal: Signal = "logs"
+
+    async def _consume(self, body: bytes) -> tuple[bytes, bool]:
+        try:
+            fresh = await self.consumer.export_logs(
+                functools.partial(parse_logs_protobuf, body), otlp_grpc.PROTOCOL,
+                request_digest(body))
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        return b"", fresh  # an empty ExportLogsServiceResponse: full success
+
+    def _count(self, outcome: str) -> None:
+        """As :meth:`LogsReceiver._count`."""
+
+
+def install_http(app: web.Application, consumer: TraceConsumer, metrics: Metrics,
+                 admission: Admission, config: Config, forward: Forwarder | None) -> None:
+    """Add ``POST /v1/logs`` to the OTLP/HTTP app (not started yet)."""
+    receiver = LogsReceiver(consumer, metrics, admission, config, forward)
+    app.router.add_post(LOGS_PATH, receiver.handle)
+
+
+def install_grpc(server: grpc.aio.Server, consumer: TraceConsumer, metrics: Metrics,
+                 admission: Admission, config: Config, forward: Forwarder | None) -> None:
+    """Add ``LogsService/Export`` to the gRPC server (not started yet)."""
+    rpc = LogsService(consumer, metrics, admission, config, forward)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(GRPC_SERVICE, {
+        otlp_grpc.METHOD_NAME: grpc.unary_unary_rpc_method_handler(rpc.export),
+    }),))
