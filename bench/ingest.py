@@ -80,9 +80,12 @@ def core(bodies: list[bytes]) -> None:
 
 
 @contextmanager
-def sidecar(state_dir: str, **extra: str) -> Iterator[dict[str, Any]]:
+def sidecar(state_dir: str, tree: str | None = None, **extra: str) -> Iterator[dict[str, Any]]:
+    """A ``watchdog serve`` subprocess; ``tree``: the source tree it runs from (PYTHONPATH),
+    else this environment's."""
     ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics")}
-    env = dict(os.environ, WATCHDOG_STATE_DIR=state_dir, WATCHDOG_LOG_LEVEL="warning",
+    paths = {"PYTHONPATH": tree} if tree else {}
+    env = dict(os.environ, **paths, WATCHDOG_STATE_DIR=state_dir, WATCHDOG_LOG_LEVEL="warning",
                WATCHDOG_OTLP_HTTP_ADDRESS=f"127.0.0.1:{ports['otlp_http']}",
                WATCHDOG_OTLP_GRPC_ADDRESS=f"127.0.0.1:{ports['otlp_grpc']}",
                WATCHDOG_API_ADDRESS=f"127.0.0.1:{ports['api']}",
@@ -172,10 +175,12 @@ def metric(ports: dict[str, int], name: str) -> float:
                if line.startswith(name) and not line.startswith("#"))
 
 
-def end_to_end(bodies: list[bytes], spans: int, rules: bool = True) -> dict[str, float]:
-    """``rules``: the default rule pack evaluated during ingest (as shipped), or no rules."""
+def end_to_end(bodies: list[bytes], spans: int, rules: bool = True,
+               tree: str | None = None) -> dict[str, float]:
+    """``rules``: the default rule pack evaluated during ingest (as shipped), or no rules;
+    ``tree``: the source tree the sidecar runs from (see :func:`sidecar`)."""
     extra = {} if rules else {"default_rules": "false"}
-    with tempfile.TemporaryDirectory() as state, sidecar(state, **extra) as proc:
+    with tempfile.TemporaryDirectory() as state, sidecar(state, tree, **extra) as proc:
         ports, pid = proc["ports"], proc["process"].pid
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
         cpu_before = cpu_seconds(pid)

@@ -14,11 +14,13 @@ clock, a file or a socket, and nothing calls back into the shell: the caller pas
 and carries the step on.
 
 What a step hands out about runs is frozen: one :class:`~watchdog.core.runs.view.RunView` per run
-the step touched, finished or decided on, taken once when the step is done (:meth:`Core._seal`), so
+the step touched (of a batch of spans: that it finished or decided on), finished or decided on,
+taken once when the step is done (:meth:`Core._seal`), so
 nothing downstream reads or reaches back into the live :class:`~watchdog.core.runs.run.RunState`.
 Every :class:`Decided` carries what delivery needs — the run's view (its budget view included)
-and the lines of its most recent steps at the moment of the decision — so the outbox writes the
-directive, report prompt included, without asking anyone (no store read, no callback). The one
+and its most recent steps at the moment of the decision, frozen — so the outbox writes the
+directive without asking anyone (no store read, no callback); the steps' lines and the report
+prompt are made when the directive is read (:mod:`watchdog.core.directives.prompt`). The one
 live hand-off is :attr:`Step.dirty`, for the state writer alone: it snapshots each changed run
 once per flush rather than once per step.
 
@@ -45,7 +47,7 @@ from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.core.runs.pricing import Pricer, price_calls
-from watchdog.core.runs.report import RecentSteps
+from watchdog.core.runs.report import RecentSteps, StepLog
 from watchdog.core.runs.run import NS, RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import BatchResult, RunTracker
@@ -55,6 +57,7 @@ from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.sync import STOP_GRACE, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
+EMPTY_LOG = StepLog((), None)
 SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
 FLEET_CHANGED = frozenset({"fleet"})  # what a tool's outage beginning or ending changes
 
@@ -72,7 +75,9 @@ class Failure:
 class Step:
     """What one :meth:`Core.apply` / :meth:`Core.tick` produced, for the shell to carry on."""
 
-    touched: dict[str, RunView] = field(default_factory=dict)  # changed by the step
+    # changed by the step; of a batch (Core.apply), those it decided on or finished: no one
+    # reads the others' views, and taking one for each run of every batch cost ~5-10 % of it
+    touched: dict[str, RunView] = field(default_factory=dict)
     activity: list[ActivityEntry] = field(default_factory=list)  # to persist
     decisions: list[Decided] = field(default_factory=list)  # to become directives
     finished: list[RunView] = field(default_factory=list)  # ended or evicted
@@ -90,8 +95,9 @@ class Step:
     # What the core gathers during the step, made into views by Core._seal
     _finished: list[RunState] = field(default_factory=list, repr=False)
     _evicted: list[RunState] = field(default_factory=list, repr=False)
-    _decided: list[tuple[Decision, RunState, tuple[str, ...], int]] = field(
+    _decided: list[tuple[Decision, RunState, StepLog, int]] = field(
         default_factory=list, repr=False)
+    _view_touched: bool = field(default=True, repr=False)  # a view of every dirty run
 
 
 class Core:
@@ -123,7 +129,7 @@ class Core:
         before = self._snapshots(records) if rules else {}
         result = self.tracker.apply(records, now)
         step = Step(activity=result.activity, gone=result.absorbed, batch=result,
-                    applied=len(records), dirty=result.touched)
+                    applied=len(records), dirty=result.touched, _view_touched=False)
         for key in result.absorbed:
             self._forget(key)
         self._note_sessions(result.touched.values(), now)
@@ -168,7 +174,7 @@ class Core:
         for key, run in result.touched.items():
             old = before.get(key)
             changed = None if old is None else changed_signals(
-                old, run, bool(run.budget) or bool(engine.default_budget(run.agent_name)))
+                old, run, bool(run.budget) or bool(engine.agent_budget(run.agent_name)))
             if changed is not None and not changed:
                 continue
             self._evaluate_run(engine, run, now, False, changed, step)
@@ -256,7 +262,7 @@ class Core:
             self._evaluate([run], now, step)
         elif old is not None and not run.ended and self.engine is not None and (
                 changed := changed_signals(old, run, bool(run.budget) or bool(
-                    self.engine.default_budget(run.agent_name)))):
+                    self.engine.agent_budget(run.agent_name)))):
             self._evaluate([run], now, step, changed=changed)  # e.g. its messages grew
         self._seal(step, now)
         return step.touched.get(key), step
@@ -463,9 +469,9 @@ class Core:
             reason = decision.terminal_state.value if decision.terminal_state else decision.rule
             self._stuck[run.key] = (run.agent_name, reason)
         recent = self._recent.get(run.key)
-        lines, earlier = recent.render(run.first_start_ns / NS if run.first_start_ns else None
-                                       ) if recent is not None else ((), 0)
-        step._decided.append((decision, run, lines, earlier))
+        log, earlier = recent.log(run.first_start_ns / NS if run.first_start_ns else None
+                                  ) if recent is not None else (EMPTY_LOG, 0)
+        step._decided.append((decision, run, log, earlier))
 
     def _finish(self, runs: list[RunState], step: Step) -> None:
         step._finished.extend(runs)
@@ -492,8 +498,9 @@ class Core:
             views[key] = taken
             return taken
 
-        step.touched = {key: taken for key, run in step.dirty.items()
-                        if (taken := view(run)) is not None}
+        if step._view_touched:
+            step.touched = {key: taken for key, run in step.dirty.items()
+                            if (taken := view(run)) is not None}
         if step._finished:
             step.finished.extend(taken for run in step._finished
                                  if (taken := view(run)) is not None)
@@ -507,11 +514,13 @@ class Core:
                                   for decision, run, lines, earlier in step._decided
                                   if (taken := view(run)) is not None)
             step._decided.clear()
+        if not step._view_touched:
+            step.touched = {key: taken for key, taken in views.items() if taken is not None}
 
     def _defaults(self, run: RunState) -> dict[str, float] | None:
         """The rule pack's default budget for the run's agent (None: none)."""
-        engine = self.engine
-        return (engine.default_budget(run.agent_name) or None) if engine is not None else None
+        engine = self.engine  # (the engine's own: signals copy it)
+        return (engine.agent_budget(run.agent_name) or None) if engine is not None else None
 
     def _forget(self, key: str) -> None:
         if self.engine is not None:

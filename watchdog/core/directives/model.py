@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
 from watchdog.core.bounds import plain_number
+from watchdog.core.directives.prompt import PromptFacts, bare_prompt, prompt_text
 from watchdog.core.rules.decision import Action, Decision
 from watchdog.core.runs.view import RunView
 
@@ -35,7 +36,7 @@ _ID_PREFIX = uuid.uuid4().hex[:20]
 REPORTING_ACTIONS = frozenset({Action.WIND_DOWN.value, Action.ABORT.value})
 
 
-@dataclass(slots=True)
+@dataclass
 class Directive:
     id: str  # 32 hex digits, unique: the webhook-id, the receiver's idempotency key
     run_id: str
@@ -47,7 +48,9 @@ class Directive:
     message: str
     terminal_state: str | None
     budget: dict[str, float]  # the run view's budget at decision time
-    report_prompt: str | None  # wind_down and abort; written before the directive is stored
+    # wind_down and abort: the instruction to report, made from prompt_facts when first read
+    # (then kept), or given as text; None otherwise
+    report_prompt: str | None
     created_at: float  # seconds since the epoch
     dedup_key: str  # what makes a decision unique within its run (rule, or rule + message)
     escalation: bool  # an abort because a wind_down's grace ran out
@@ -56,6 +59,8 @@ class Directive:
     # a wind_down's grace: {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 10} (see
     # Decision.grace); None otherwise, and in records stored before it existed
     grace: dict[str, float] | None = None
+    # what the report prompt is made of, frozen at decision time (None: given as text)
+    prompt_facts: PromptFacts | None = None
 
     @property
     def needs_report_prompt(self) -> bool:
@@ -65,8 +70,10 @@ class Directive:
     def from_decision(cls, decision: Decision, run: RunView, now: float,
                       report_prompt: str | None, seq: int, global_seq: int,
                       budget: Mapping[str, float] | None = None,
-                      directive_id: str | None = None) -> Directive:
-        """``budget`` defaults to the view's."""
+                      directive_id: str | None = None,
+                      prompt_facts: PromptFacts | None = None) -> Directive:
+        """``budget`` defaults to the view's; ``prompt_facts``: what the report prompt is made
+        of when read (the text is ``report_prompt`` when given)."""
         view = run.budget if budget is None else budget
         return cls(
             id=directive_id or f"{_ID_PREFIX}{global_seq & 0xFFFFFFFFFFFF:012x}",
@@ -88,6 +95,7 @@ class Directive:
             agent=run.agent,
             grace=({key: plain_number(value) for key, value in decision.grace.items()}
                    if decision.grace is not None else None),
+            prompt_facts=prompt_facts,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -111,12 +119,44 @@ class Directive:
         }
 
     def to_record(self) -> dict[str, Any]:
-        """Every field, for the store."""
-        return {name: getattr(self, name) for name in self.__slots__}
+        """Every field, for the store: the report prompt as its text once made, else as
+        what it is made of."""
+        record = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        text = self.__dict__.get("_report_prompt")
+        facts = self.prompt_facts
+        record["report_prompt"] = text
+        record["prompt_facts"] = facts.to_list() if facts is not None and text is None \
+            else None
+        return record
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Directive:
-        return cls(**data)
+        facts = data.get("prompt_facts")
+        return cls(**{**data, "prompt_facts": None if facts is None
+                      else PromptFacts.from_list(facts)})
+
+
+def _report_prompt(self: Directive) -> str | None:
+    """The instruction to report, made from ``prompt_facts`` when first read."""
+    text: str | None = self.__dict__.get("_report_prompt")
+    facts = self.prompt_facts
+    if text is None and facts is not None:
+        try:
+            text = prompt_text(facts, self.message, self.action, self.budget)
+        except Exception:  # a bug here must not lose the request to report
+            text = bare_prompt(self.message, self.action)
+        self.__dict__["_report_prompt"] = text
+    return text
+
+
+def _set_report_prompt(self: Directive, text: str | None) -> None:
+    self.__dict__["_report_prompt"] = text
+
+
+# A property over the field: the dataclass's fields (and __init__) stay those of the record.
+Directive.report_prompt = property(_report_prompt, _set_report_prompt)  # type: ignore[assignment]
+_RECORD_FIELDS = tuple(f.name for f in fields(Directive)
+                       if f.name not in ("report_prompt", "prompt_facts"))
 
 
 def iso_seconds(seconds: float) -> str:

@@ -17,11 +17,12 @@ whole: that took milliseconds on the directive path).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from watchdog.core.redact import redact
 from watchdog.core.rules.decision import Action
-from watchdog.core.runs.report import format_duration, format_number
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.report import StepLog, format_duration, format_number, format_usd
 from watchdog.core.runs.view import RunView
 
 if TYPE_CHECKING:
@@ -74,21 +75,88 @@ The concrete next actions for whoever continues, most important first.
 Report only what you actually observed; mark anything uncertain as uncertain."""
 
 
+class PromptFacts(NamedTuple):
+    """What a directive's report prompt is made of, frozen when it is decided: the run's
+    counters then and its last steps. The text is made from them when the directive is read
+    (:meth:`~watchdog.core.directives.model.Directive.report_prompt`), most directives being
+    stored and never read; they are what the store keeps (:meth:`to_list`) instead of the
+    text, so a directive read back makes the same prompt."""
+
+    tool_calls: int
+    iterations: int
+    errors: int
+    consecutive_errors: int
+    total_tokens: int
+    elapsed_seconds: float
+    last_error: str | None
+    steps: tuple[str, ...] | StepLog  # oldest first: lines, or the steps to make them from
+    earlier_steps: int  # the run's steps before those
+    log_available: bool  # False: the log could not be read (not: there were no steps)
+    cost_usd: float = 0.0  # what the run's priced model calls cost
+
+    def lines(self) -> Sequence[str]:
+        steps = self.steps
+        return steps.lines() if isinstance(steps, StepLog) else steps
+
+    def to_list(self) -> list[Any]:
+        """A JSON-ready form (the store's); :meth:`from_list` takes it back."""
+        steps = self.steps
+        log = ([list(entry) for entry in steps.entries], steps.start) \
+            if isinstance(steps, StepLog) else (list(steps), None)
+        return [*self[:7], self.earlier_steps, self.log_available,
+                isinstance(steps, StepLog), *log, self.cost_usd]
+
+    @classmethod
+    def from_list(cls, data: Sequence[Any]) -> PromptFacts:
+        (tool_calls, iterations, errors, consecutive, tokens, elapsed, last_error, earlier,
+         available, as_log, steps, start) = data[:12]
+        cost = float(data[12]) if len(data) > 12 else 0.0  # rows stored before costs: none
+        log: tuple[str, ...] | StepLog = StepLog(
+            tuple(ActivityEntry(*entry) for entry in steps), start) if as_log else tuple(steps)
+        return cls(tool_calls, iterations, errors, consecutive, tokens, elapsed, last_error,
+                   log, earlier, available, cost)
+
+
+def facts_of(run: RunView, steps: tuple[str, ...] | StepLog | Sequence[str] = (),
+             earlier_steps: int = 0, log_available: bool = True) -> PromptFacts:
+    """The counters of ``run``'s view with its last ``steps``."""
+    return PromptFacts(run.tool_calls, run.iterations, run.errors, run.consecutive_errors,
+                       run.total_tokens, run.elapsed_seconds, run.last_error,
+                       steps if isinstance(steps, StepLog) else tuple(steps), earlier_steps,
+                       log_available, run.cost_usd)
+
+
+def decided_facts(decided: Decided) -> PromptFacts:
+    """What the report prompt of ``decided``'s directive is made of: the run's view and its
+    last steps (:data:`watchdog.core.step.RECENT_STEPS`) as the decision carries them. A run
+    restored after a restart has its earlier steps in the store only: the prompt says the log
+    is not available."""
+    run, steps = decided.run, decided.steps
+    kept = len(steps.entries) if isinstance(steps, StepLog) else len(steps)
+    return facts_of(run, steps, decided.earlier_steps, bool(kept) or not run.activity_seq)
+
+
 def report_prompt(run: RunView, activity_lines: Sequence[str], directive_message: str, *,
                   action: str = Action.WIND_DOWN.value, now: float | None = None,
                   budget: Mapping[str, float] | None = None, log_available: bool = True,
                   earlier_steps: int = 0) -> str:
     """The instruction for the model. ``action`` picks the wording (``abort`` says stop calling
     tools now); ``budget`` defaults to the view's; ``now`` (the time the prompt is written
-    at) defaults to the run's last activity; ``log_available=False`` says the log could not
-    be read (rather than that there were no steps); ``earlier_steps`` counts steps before the
-    first of ``activity_lines`` (the caller rendered only the most recent ones)."""
-    when = run.last_seen if now is None else now
+    at) is not part of the text; ``log_available=False`` says the log could not be read
+    (rather than that there were no steps); ``earlier_steps`` counts steps before the first of
+    ``activity_lines`` (the caller rendered only the most recent ones)."""
+    return prompt_text(facts_of(run, activity_lines, earlier_steps, log_available),
+                       directive_message, action, run.budget if budget is None else budget)
+
+
+def prompt_text(facts: PromptFacts, directive_message: str, action: str,
+                budget: Mapping[str, float]) -> str:
+    """The report prompt made of ``facts`` (see :func:`report_prompt`)."""
     intro = _ABORT if action == Action.ABORT.value else _WIND_DOWN
     parts = [_HEADER, intro.format(message=redact(directive_message.strip())), _SECTIONS,
-             "Run counters: " + _counters(run, when, budget)]
-    lines, omitted = bounded_log(activity_lines)
-    omitted += earlier_steps
+             "Run counters: " + _counters(facts, budget)]
+    lines, omitted = bounded_log(facts.lines())
+    omitted += facts.earlier_steps
     if lines:
         heading = (f"Activity log of this run (the watchdog's record of your last {len(lines)} "
                    f"steps, oldest first; use it to recall what you did — do not repeat these "
@@ -96,7 +164,7 @@ def report_prompt(run: RunView, activity_lines: Sequence[str], directive_message
         if omitted:
             heading += f"\n(… {omitted} earlier steps omitted)"
         parts.append(heading + "\n" + "\n".join(lines))
-    elif log_available:
+    elif facts.log_available:
         parts.append("Activity log of this run: no steps recorded yet.")
     else:
         parts.append("Activity log of this run: not available right now; rely on your own "
@@ -104,16 +172,20 @@ def report_prompt(run: RunView, activity_lines: Sequence[str], directive_message
     return "\n\n".join(parts)
 
 
+def bare_prompt(directive_message: str, action: str) -> str:
+    """The prompt without the run's record: what a directive says when its facts cannot be
+    made into text (a bug must not lose the request to report)."""
+    intro = _ABORT if action == Action.ABORT.value else _WIND_DOWN
+    return "\n\n".join((_HEADER, intro.format(message=redact(directive_message.strip())),
+                        _SECTIONS, "Activity log of this run: not available right now; rely "
+                        "on your own context."))
+
+
 def prompt_for(decided: Decided, directive: Directive) -> str:
-    """The report prompt of ``directive`` from what its decision carries: the lines of the
-    run's last steps (:data:`watchdog.core.step.RECENT_STEPS`) and its budget view. A run restored
-    after a restart has its earlier steps in the store only: the prompt says the log is not
-    available."""
-    run, steps = decided.run, decided.steps
-    return report_prompt(run, steps, directive.message, action=directive.action,
-                         now=directive.created_at, budget=directive.budget,
-                         log_available=bool(steps) or not run.activity_seq,
-                         earlier_steps=decided.earlier_steps)
+    """The report prompt of ``directive`` from what its decision carries, made now (a
+    directive makes its own when read: ``Directive.report_prompt``)."""
+    return prompt_text(decided_facts(decided), directive.message, directive.action,
+                       directive.budget)
 
 
 def bounded_log(lines: Sequence[str], max_lines: int = PROMPT_MAX_LINES,
@@ -132,18 +204,23 @@ def bounded_log(lines: Sequence[str], max_lines: int = PROMPT_MAX_LINES,
     return kept, len(lines) - len(kept)
 
 
-def _counters(run: RunView, now: float, budget: Mapping[str, float] | None) -> str:
-    view = run.budget if budget is None else budget
-    parts = [_used("tool calls", run.tool_calls, view, "tool_calls"),
-             _used("model calls", run.iterations, view, "iterations"),
-             f"errors {run.errors}"]
-    if run.consecutive_errors > 1:
-        parts[-1] += f" ({run.consecutive_errors} in a row)"
-    if run.total_tokens:
-        parts.append(_used("tokens", run.total_tokens, view, "tokens"))
-    parts.append("elapsed " + format_duration(run.elapsed_seconds))
-    if run.last_error:
-        parts.append(f"last error: {redact(run.last_error[:200])}")
+def _counters(facts: PromptFacts, budget: Mapping[str, float]) -> str:
+    parts = [_used("tool calls", facts.tool_calls, budget, "tool_calls"),
+             _used("model calls", facts.iterations, budget, "iterations"),
+             f"errors {facts.errors}"]
+    if facts.consecutive_errors > 1:
+        parts[-1] += f" ({facts.consecutive_errors} in a row)"
+    if facts.total_tokens:
+        parts.append(_used("tokens", facts.total_tokens, budget, "tokens"))
+    if facts.cost_usd or "max_cost_usd" in budget:
+        cost = "cost USD " + format_usd(facts.cost_usd)
+        if (limit := budget.get("max_cost_usd")) is not None:
+            cost += (f" of {format_usd(limit)} "
+                     f"({format_usd(max(limit - facts.cost_usd, 0.0))} left)")
+        parts.append(cost)
+    parts.append("elapsed " + format_duration(facts.elapsed_seconds))
+    if facts.last_error:
+        parts.append(f"last error: {redact(facts.last_error[:200])}")
     return "; ".join(parts) + "."
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from watchdog.core.runs.report import StepLog
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.view import RunView
 
@@ -72,7 +73,9 @@ class Decided:
 
     decision: Decision
     run: RunView  # the run as the step left it (its budget view includes rule-pack defaults)
-    steps: tuple[str, ...]  # the run's last steps as report lines (redacted), oldest first
+    # the run's last steps (redacted), oldest first: as report lines, or as the steps to make
+    # them from when a report prompt is read (the core's)
+    steps: tuple[str, ...] | StepLog
     now: float
     earlier_steps: int = 0  # the run's steps before those
 

@@ -145,6 +145,11 @@ class RuleEngine:
         """The rule packs' budget for ``agent`` (used where the run announces none)."""
         return dict(self._view(agent).budget)
 
+    def agent_budget(self, agent: str) -> dict[str, float]:
+        """:meth:`default_budget` without the copy, for the core's every touched run: the
+        engine's own, read only."""
+        return self._view(agent).budget
+
     # -- per-run state ------------------------------------------------------------------------
 
     def _state(self, run_key: str) -> _RunRules:

@@ -24,7 +24,7 @@ import operator
 from collections import Counter, deque
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from watchdog.core.redact import mask, redact
 from watchdog.core.runs.activity import ActivityEntry
@@ -299,6 +299,15 @@ class RecentSteps:
     def append(self, entry: ActivityEntry) -> None:
         self.entries.append(entry)
 
+    def log(self, start: float | None = None) -> tuple[StepLog, int]:
+        """The steps kept, frozen, their lines not made yet (:class:`StepLog`), and how many
+        of the run's steps came before them: what a directive's report prompt is made from
+        when it is read."""
+        entries = self.entries
+        if not entries:
+            return StepLog((), start), 0
+        return StepLog(tuple(entries), start), max(entries[0].seq - 1, 0)
+
     def render(self, start: float | None = None) -> tuple[tuple[str, ...], int]:
         """:func:`activity_lines` of the steps kept (offsets from ``start``, default: the
         first step), and how many of the run's steps came before them."""
@@ -318,6 +327,22 @@ class RecentSteps:
                 line = lines[entry.seq] = _line(entry, origin, redact(entry.name))
             rendered.append(line)
         return tuple(rendered), max(entries[0].seq - 1, 0)
+
+
+class StepLog(NamedTuple):
+    """A run's last steps as a decision left them (:meth:`RecentSteps.log`): their lines, the
+    same as :meth:`RecentSteps.render` makes, are made by :meth:`lines` when a report prompt
+    is read rather than at every decision."""
+
+    entries: tuple[ActivityEntry, ...]
+    start: float | None  # offsets count from here (None: the first step)
+
+    def lines(self) -> tuple[str, ...]:
+        if not self.entries:
+            return ()
+        ordered = sorted(self.entries, key=ENDED_AT)
+        origin = ordered[0].at if self.start is None else self.start
+        return tuple(_line(entry, origin, redact(entry.name)) for entry in ordered)
 
 
 def _line(entry: ActivityEntry, origin: float, name: str | None = None) -> str:

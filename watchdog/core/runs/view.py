@@ -67,6 +67,10 @@ class RunView(NamedTuple):
         return int(self.signals["tool_calls"])
 
     @property
+    def cost_usd(self) -> float:
+        return float(self.signals["cost_usd"])
+
+    @property
     def errors(self) -> int:
         return int(self.signals["errors"])
 

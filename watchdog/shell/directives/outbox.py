@@ -6,8 +6,8 @@ Theory of operation
 synchronous: it allocates the run's next ``seq`` and the next ``global_seq`` in memory
 (continuing from the store, see :meth:`restore`) and builds the whole :class:`Directive` from
 what the decision carries (:class:`~watchdog.core.step.Decided`: the budget view and the run's last
-steps, for the ``report_prompt`` of a wind_down/abort) — no callback, no store read — and queues
-it. A single writer task then, in submission order:
+steps, what the ``report_prompt`` of a wind_down/abort is made of when it is read) — no callback,
+no store read — and queues it. A single writer task then, in submission order:
 
 1. stores a batch of directives, with their webhook deliveries, in one transaction on the
    directive store's own thread (the "lane": one thread, so writes keep their order);
@@ -35,8 +35,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from watchdog.core.directives.model import Directive
-from watchdog.core.directives.prompt import prompt_for, report_prompt
+from watchdog.core.directives.model import REPORTING_ACTIONS, Directive
+from watchdog.core.directives.prompt import decided_facts, facts_of
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.shell.clock import Clock, SystemClock
@@ -175,16 +175,16 @@ class Outbox:
         seq = self._run_seq.get(key, 0) + 1
         self._run_seq[key] = seq
         self._global_seq += 1
-        directive = Directive.from_decision(decision, decided.run, decided.now, None, seq,
-                                            self._global_seq, budget=decided.budget)
-        if directive.needs_report_prompt:
+        facts = None
+        if decision.action.value in REPORTING_ACTIONS:
             try:
-                directive.report_prompt = prompt_for(decided, directive)
+                facts = decided_facts(decided)
             except Exception:  # a bug here must not lose the directive: the bare request
                 log.exception("report_prompt for run %s failed", key)
-                directive.report_prompt = report_prompt(
-                    decided.run, [], directive.message, action=directive.action,
-                    now=directive.created_at, budget={}, log_available=False)
+                facts = facts_of(decided.run, log_available=False)
+        directive = Directive.from_decision(decision, decided.run, decided.now, None, seq,
+                                            self._global_seq, budget=decided.budget,
+                                            prompt_facts=facts)
         self._pending.append(directive)
         self._idle.clear()
         self._wake.set()
