@@ -2,7 +2,9 @@
 
 A framework runs in its own venv (``.venvs/<env>``, made by ``make test`` from
 ``tests/frameworks/envs/<env>.txt``, because frameworks pin clashing dependencies) as a
-subprocess: ``drivers/<driver>.py SCENARIO``. It talks to the scripted model server of this
+process: ``drivers/<driver>.py SCENARIO``, forked from that venv's long-lived driver process
+(``drivers/_forkserver.py``), which imported the framework (:data:`PRELOAD`) once for all its
+scenarios. It talks to the scripted model server of this
 process (:mod:`tests.frameworks.fakellm`) and exports its own spans, through the real OTLP
 exporter, to the sidecar under test. Nothing here shapes a span.
 
@@ -13,10 +15,14 @@ exporter, to the sidecar under test. Nothing here shapes a span.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -46,12 +52,115 @@ def venv_python(env: str) -> Path:
     return python
 
 
+# what each venv's driver process imports before its first fork: the framework's heavy modules,
+# nothing that reads a scenario's settings or starts a thread at import
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "dspy": ("_otel", "openinference.instrumentation.dspy", "dspy", "litellm",
+             "openinference.instrumentation.litellm"),
+}
+# what the drivers set before importing those: LiteLLM downloads no price list, DSPy keeps its
+# cache out of the home directory
+PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True",
+               "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests")}
+KEPT = 4  # driver processes kept per test process (the least recently used one goes first)
+
+
+class DriverProcess:
+    """``drivers/_forkserver.py`` in one venv: runs each driver command in a fork of itself."""
+
+    def __init__(self, env: str, env_vars: Mapping[str, str]) -> None:
+        self.env = env
+        self.log = tempfile.NamedTemporaryFile(prefix=f"driver-{env}-", suffix=".log")
+        self.process = subprocess.Popen(
+            [str(venv_python(env)), str(DRIVERS / "_forkserver.py"), *PRELOAD.get(env, ())],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            env={**env_vars, **PRELOAD_ENV}, cwd=ROOT)
+        self.buffer = b""
+        self.answer("ready", time.monotonic() + DRIVER_TIMEOUT)
+
+    def answer(self, key: str, deadline: float) -> int:
+        """The next line the driver process says; it must carry ``key``."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"the {self.env} driver process said nothing in time")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self.log.seek(0)
+                raise AssertionError(f"the {self.env} driver process ended "
+                                     f"({self.process.wait()}):\n"
+                                     + self.log.read().decode(errors="replace")[-6000:])
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        message = json.loads(line)
+        assert key in message, (self.env, key, message)
+        return int(message[key])
+
+    def run(self, argv: Sequence[str], env_vars: Mapping[str, str], timeout: float
+            ) -> subprocess.CompletedProcess[str]:
+        assert self.process.stdin is not None
+        with tempfile.TemporaryDirectory(prefix="driver-") as out:
+            stdout, stderr = Path(out) / "stdout", Path(out) / "stderr"
+            request = {"argv": list(argv), "env": dict(env_vars), "cwd": str(ROOT),
+                       "stdout": str(stdout), "stderr": str(stderr)}
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()
+            deadline = time.monotonic() + timeout
+            pid = self.answer("pid", deadline)
+            try:
+                returncode = self.answer("returncode", deadline)
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                self.answer("returncode", time.monotonic() + 30)
+                raise subprocess.TimeoutExpired(list(argv), timeout, stdout.read_bytes(),
+                                                stderr.read_bytes()) from None
+            return subprocess.CompletedProcess(
+                list(argv), returncode, stdout.read_text(encoding="utf-8", errors="replace"),
+                stderr.read_text(encoding="utf-8", errors="replace"))
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.log.close()
+
+
+_driver_processes: dict[str, DriverProcess] = {}
+
+
+def driver_process(env: str, env_vars: Mapping[str, str]) -> DriverProcess:
+    """The driver process of venv ``env`` in this test process (started at first use)."""
+    process = _driver_processes.pop(env, None)
+    if process is None or process.process.poll() is not None:
+        while len(_driver_processes) >= KEPT:
+            _driver_processes.pop(next(iter(_driver_processes))).close()
+        process = DriverProcess(env, env_vars)
+    _driver_processes[env] = process  # the most recently used last
+    return process
+
+
+@atexit.register
+def _close_driver_processes() -> None:
+    while _driver_processes:
+        _driver_processes.popitem()[1].close()
+
+
 def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm: FakeLLM,
                model: str, extra_env: Mapping[str, str] | None = None,
                protocol: str = "http/protobuf") -> subprocess.CompletedProcess[str]:
     """Run ``drivers/<driver>.py <scenario>`` in venv ``env`` against ``sidecar`` and ``llm``."""
-    env_vars = {key: value for key, value in os.environ.items()
-                if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV"))}
+    base = {key: value for key, value in os.environ.items()
+            if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV"))}
+    base.update({"PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"})
+    env_vars = dict(base)
     endpoint = sidecar.otlp_http if protocol.startswith("http") else "http://" + \
         sidecar.grpc_target
     env_vars.update({
@@ -63,8 +172,6 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
         "FAKE_LLM_MODEL": model,
         "OPENAI_API_KEY": "sk-fake-for-tests",
         "OPENAI_BASE_URL": llm.base_url,
-        "PYTHONPATH": str(DRIVERS),
-        "PYTHONUNBUFFERED": "1",
     })
     if os.environ.get("RECORD_SPANS"):
         target = RECORDINGS / driver / f"{scenario}.jsonl"
@@ -72,9 +179,8 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
         target.unlink(missing_ok=True)
         env_vars["RECORD_SPANS"] = str(target)
     env_vars.update(extra_env or {})
-    result = subprocess.run(
-        [str(venv_python(env)), str(DRIVERS / f"{driver}.py"), scenario],
-        env=env_vars, capture_output=True, text=True, timeout=DRIVER_TIMEOUT, cwd=ROOT)
+    result = driver_process(env, base).run([str(DRIVERS / f"{driver}.py"), scenario], env_vars,
+                                          DRIVER_TIMEOUT)
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-6000:])
         raise AssertionError(f"driver {driver} {scenario} exited {result.returncode}:\n"
