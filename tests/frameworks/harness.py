@@ -53,15 +53,49 @@ def venv_python(env: str) -> Path:
 
 
 # what each venv's driver process imports before its first fork: the framework's heavy modules,
-# nothing that reads a scenario's settings or starts a thread at import
+# those the drivers import before reading a scenario's settings (a venv whose framework reads
+# them at import, as Haystack, Semantic Kernel, Strands and LangSmith do, preloads only the
+# OpenTelemetry SDK); nothing here may start a thread at import (the driver process checks)
+_OTEL = ("_otel",)
+_LANGCHAIN = (*_OTEL, "langchain.agents", "langchain_core.tools", "langchain_openai")
+_OPENAI_AGENTS = (*_OTEL, "agents", "openai")
 PRELOAD: dict[str, tuple[str, ...]] = {
-    "dspy": ("_otel", "openinference.instrumentation.dspy", "dspy", "litellm",
+    "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai"),
+    "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",
+             "agno.team"),
+    "anthropic": (*_OTEL, "anthropic"),
+    "anthropic_oi": (*_OTEL, "anthropic", "openinference.instrumentation.anthropic"),
+    "autogen": (*_OTEL, "opentelemetry.instrumentation.openai_v2", "autogen_agentchat.agents",
+                "autogen_agentchat.teams", "autogen_ext.models.openai"),
+    "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai"),
+    "crewai_olm": (*_OTEL, "crewai", "crewai.tools", "opentelemetry.instrumentation.crewai"),
+    "dspy": (*_OTEL, "openinference.instrumentation.dspy", "dspy", "litellm",
              "openinference.instrumentation.litellm"),
+    "google_adk": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
+                   "google.adk.runners", "litellm"),
+    "google_adk_oi": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
+                      "google.adk.runners", "litellm", "openinference.instrumentation.google_adk"),
+    "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
+    "langchain_openlit": (*_LANGCHAIN, "openlit"),
+    "litellm_logfire": (*_OTEL, "litellm"),
+    "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
+                   "llama_index.core.agent.workflow", "llama_index.llms.openai_like"),
+    "openai_agents": _OPENAI_AGENTS,
+    "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents"),
+    "openai_agents_openlit": (*_OPENAI_AGENTS, "openlit"),
+    "openai_oi": (*_OTEL, "openai", "openinference.instrumentation.openai"),
+    "openai_olm": (*_OTEL, "openai", "opentelemetry.instrumentation.openai"),
+    "openai_v2": (*_OTEL, "openai", "opentelemetry.instrumentation.openai_v2"),
+    "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai"),
+    "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents"),
+    "steering_langchain": (*_LANGCHAIN, "openinference.instrumentation.langchain"),
 }
-# what the drivers set before importing those: LiteLLM downloads no price list, DSPy keeps its
-# cache out of the home directory
-PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True",
-               "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests")}
+# what the drivers set before importing those: no price list download or telemetry from
+# LiteLLM, DSPy's cache out of the home directory, no CrewAI telemetry
+PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+               "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests"),
+               "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
+               "CREWAI_TRACING_ENABLED": "false"}
 KEPT = 4  # driver processes kept per test process (the least recently used one goes first)
 
 
