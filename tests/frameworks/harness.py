@@ -104,7 +104,8 @@ class DriverProcess:
 
     def __init__(self, env: str, env_vars: Mapping[str, str]) -> None:
         self.env = env
-        self.log = tempfile.NamedTemporaryFile(prefix=f"driver-{env}-", suffix=".log")
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open while the process lives)
+            prefix=f"driver-{env}-", suffix=".log")
         self.process = subprocess.Popen(
             [str(venv_python(env)), str(DRIVERS / "_forkserver.py"), *PRELOAD.get(env, ())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
@@ -167,18 +168,33 @@ class DriverProcess:
         self.log.close()
 
 
-_driver_processes: dict[str, DriverProcess] = {}
+_driver_processes: dict[tuple[str, str], DriverProcess] = {}
 
 
 def driver_process(env: str, env_vars: Mapping[str, str]) -> DriverProcess:
-    """The driver process of venv ``env`` in this test process (started at first use)."""
-    process = _driver_processes.pop(env, None)
+    """The driver process of venv ``env`` in this test process that imported its modules with
+    ``env_vars`` (the environment every scenario run through it starts from)."""
+    key = (env, json.dumps(sorted(env_vars.items())))
+    process = _driver_processes.pop(key, None)
     if process is None or process.process.poll() is not None:
         while len(_driver_processes) >= KEPT:
             _driver_processes.pop(next(iter(_driver_processes))).close()
         process = DriverProcess(env, env_vars)
-    _driver_processes[env] = process  # the most recently used last
+    _driver_processes[key] = process  # the most recently used last
     return process
+
+
+def drive_command(env: str, driver: str, argument: str, base: Mapping[str, str],
+                  env_vars: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python drivers/<driver>.py ARGUMENT`` in venv ``env`` with ``env_vars``, forked from
+    the driver process that imported the framework with ``base``; it must exit 0."""
+    result = driver_process(env, base).run([str(DRIVERS / f"{driver}.py"), argument], env_vars,
+                                           DRIVER_TIMEOUT)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"driver {driver} {argument} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
 
 
 @atexit.register
@@ -213,13 +229,7 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
         target.unlink(missing_ok=True)
         env_vars["RECORD_SPANS"] = str(target)
     env_vars.update(extra_env or {})
-    result = driver_process(env, base).run([str(DRIVERS / f"{driver}.py"), scenario], env_vars,
-                                          DRIVER_TIMEOUT)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"driver {driver} {scenario} exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
+    return drive_command(env, driver, scenario, base, env_vars)
 
 
 def drive_and_check(sidecar: RunningServer, llm: FakeLLM, env: str, driver: str, scenario: str,
