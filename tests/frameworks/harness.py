@@ -45,6 +45,13 @@ VENVS = ROOT / ".venvs"
 DRIVER_TIMEOUT = 240.0  # seconds; a framework's import alone can take several
 
 
+def clean_environ(*prefixes: str) -> dict[str, str]:
+    """This process's environment without what must not reach a framework (its own exporter
+    settings, the watchdog's, pytest's per-test variables) and without ``prefixes``."""
+    return {key: value for key, value in os.environ.items() if not key.startswith(
+        ("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV", "PYTEST_", *prefixes))}
+
+
 def venv_python(env: str) -> Path:
     python = VENVS / env / "bin" / "python"
     if not python.exists():  # never a skip: make test builds every venv before pytest runs
@@ -207,8 +214,7 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
                model: str, extra_env: Mapping[str, str] | None = None,
                protocol: str = "http/protobuf") -> subprocess.CompletedProcess[str]:
     """Run ``drivers/<driver>.py <scenario>`` in venv ``env`` against ``sidecar`` and ``llm``."""
-    base = {key: value for key, value in os.environ.items()
-            if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV"))}
+    base = clean_environ()
     base.update({"PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"})
     env_vars = dict(base)
     endpoint = sidecar.otlp_http if protocol.startswith("http") else "http://" + \

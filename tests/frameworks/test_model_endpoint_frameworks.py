@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, drive_command
+from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
 from tests.harness import (
     RunningServer,
     http_request,
@@ -171,8 +170,7 @@ def agent_env(sidecar: RunningServer, model: str) -> dict[str, str]:
 def agent_base_env() -> dict[str, str]:
     """What every agent's environment holds, whatever its endpoint and task (its framework is
     imported with this)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(
-        ("OTEL_", "WATCHDOG_", "OPENAI_", "ANTHROPIC_", "VIRTUAL_ENV", "CREWAI_"))}
+    env = clean_environ("ANTHROPIC_", "CREWAI_")
     env.update({
         "PYTHONPATH": str(DRIVERS),
         "PYTHONUNBUFFERED": "1",
