@@ -150,14 +150,21 @@ class DriverProcess:
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
             self.process.stdin.flush()
             deadline = time.monotonic() + timeout
-            pid = self.answer("pid", deadline)
+            pid = 0
             try:
+                pid = self.answer("pid", deadline)
                 returncode = self.answer("returncode", deadline)
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                self.answer("returncode", time.monotonic() + 30)
-                raise subprocess.TimeoutExpired(list(argv), timeout, stdout.read_bytes(),
-                                                stderr.read_bytes()) from None
+            except BaseException as exc:  # a timeout, or the test interrupted (pytest-timeout)
+                # the scenario is killed, as subprocess.run kills its process, and so is this
+                # driver process: its next answer could still be this scenario's
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                self.process.kill()
+                self.close()
+                if isinstance(exc, TimeoutError):
+                    raise subprocess.TimeoutExpired(list(argv), timeout, stdout.read_bytes(),
+                                                    stderr.read_bytes()) from None
+                raise
             return subprocess.CompletedProcess(
                 list(argv), returncode, stdout.read_text(encoding="utf-8", errors="replace"),
                 stderr.read_text(encoding="utf-8", errors="replace"))
