@@ -103,7 +103,8 @@ PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "Fal
                "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests"),
                "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
                "CREWAI_TRACING_ENABLED": "false"}
-KEPT = 4  # driver processes kept per test process (the least recently used one goes first)
+KEPT = 8  # driver processes kept per test process (the least recently used one goes first;
+#          the model endpoint's tests take turns among 7 venvs), 60-250 MB each
 
 
 class DriverProcess:
