@@ -29,6 +29,13 @@ def _say(message: dict[str, Any]) -> None:
     os.write(1, (json.dumps(message) + "\n").encode())
 
 
+def _pythonpath(value: str) -> list[str]:
+    return [os.path.abspath(entry) for entry in value.split(os.pathsep) if entry]
+
+
+_STARTUP_PYTHONPATH = _pythonpath(os.environ.get("PYTHONPATH", ""))
+
+
 def _run_child(request: dict[str, Any]) -> int:
     """In the fork: become ``python argv[0] argv[1:]`` with the request's environment."""
     null = os.open(os.devnull, os.O_RDONLY)
@@ -42,7 +49,11 @@ def _run_child(request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     driver = request["argv"][0]
     sys.argv = list(request["argv"])
-    sys.path[0] = os.path.dirname(os.path.abspath(driver))
+    # the search path a new interpreter would start with: the script's directory, then the
+    # request's PYTHONPATH, then the rest (the standard library and the venv's packages)
+    rest = [entry for entry in sys.path[1:] if entry not in _STARTUP_PYTHONPATH]
+    sys.path[:] = [os.path.dirname(os.path.abspath(driver)),
+                   *_pythonpath(request["env"].get("PYTHONPATH", "")), *rest]
     try:
         runpy.run_path(driver, run_name="__main__")
     except SystemExit as exit_:
