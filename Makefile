@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
+# installs go through uv (it comes into .venv first, with the venv's own pip)
+UV_PIP := $(VENV)/bin/uv pip install -q
 DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
@@ -11,18 +13,19 @@ DIST_PY   := $(DIST_VENV)/bin/python
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -q 'uv>=0.5'
+	$(UV_PIP) --python $(PY) --upgrade pip
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.created pyproject.toml
-	$(PIP) install -q -e .
+	$(UV_PIP) --python $(PY) -e .
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
 # client's editable install builds its C span path in place (rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
 		client/agent_watchdog_client/_spanpath.c
-	$(PIP) install -q -e '.[test]' -e ./client
+	$(UV_PIP) --python $(PY) -e '.[test]' -e ./client
 	touch $@ $(VENV)/.installed
 
 ## run: set up .venv and start the sidecar on the shipped defaults (its state in ./state)
@@ -55,18 +58,21 @@ system-deps:
 	fi
 
 ## frameworks: one venv per real agent framework the tests drive (.venvs/NAME from
-## tests/frameworks/envs/NAME.txt; frameworks pin clashing dependencies), made with uv
+## tests/frameworks/envs/NAME.txt; frameworks pin clashing dependencies), made with uv,
+## FRAMEWORK_JOBS at once (a venv is remade only when its list changed)
 FRAMEWORK_ENVS  := $(wildcard tests/frameworks/envs/*.txt)
 FRAMEWORK_VENVS := $(patsubst tests/frameworks/envs/%.txt,.venvs/%/.installed,$(FRAMEWORK_ENVS))
+FRAMEWORK_JOBS  ?= 4
 export UV_PYTHON_DOWNLOADS := never
 
-.venvs/%/.installed: tests/frameworks/envs/%.txt $(VENV)/.installed-test
+.venvs/%/.installed: tests/frameworks/envs/%.txt $(VENV)/.created
 	rm -rf .venvs/$*
 	$(VENV)/bin/uv venv -q --python $(PYTHON) .venvs/$*
-	$(VENV)/bin/uv pip install -q --python .venvs/$*/bin/python -r $<
+	$(UV_PIP) --python .venvs/$*/bin/python -r $<
 	touch $@
 
-frameworks: $(FRAMEWORK_VENVS)
+frameworks: $(VENV)/.created
+	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(FRAMEWORK_VENVS)
 
 ## the TypeScript agent of the model endpoint's tests (tests/frameworks/ts: the openai npm
 ## package and tsx), exactly as locked, from the npm registry
@@ -79,10 +85,11 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## lint (ruff and mypy: a lint error fails CI like a failing test); run every test (they run
 ## make dist once)
 ## Tests come in four tiers (tests/conftest.py): unit, integration (real sidecars), frameworks
-## (real agent frameworks) and image (make dist's artifacts); TEST_WORKERS run them at once.
+## (real agent frameworks) and image (make dist's artifacts); TEST_WORKERS run them at once,
+## the slowest tiers first, an idle worker taking tests from a busy one (--dist worksteal).
 TEST_WORKERS ?= 3
 test: system-deps $(VENV)/.installed-test frameworks $(TS_AGENT) $(DIST_VENV)/.installed lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --durations=15
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
 ## inner loop while changing the core. `make test` runs it too, with everything else.
@@ -92,10 +99,10 @@ check: $(VENV)/.installed-test
 ## dist: the release artifacts into dist/ (tools/dist.py): sdist and wheel of both
 ## distributions, the container image as a Docker archive (needs root: buildah, debootstrap)
 ## and the packaged Helm chart; tools/dist.py runs in a venv of its own (.venvs/dist)
-$(DIST_VENV)/.installed: tools/dist-requirements.txt
+$(DIST_VENV)/.installed: tools/dist-requirements.txt $(VENV)/.created
 	rm -rf $(DIST_VENV)
-	$(PYTHON) -m venv $(DIST_VENV)
-	$(DIST_PY) -m pip install -q -r $<
+	$(VENV)/bin/uv venv -q --python $(PYTHON) $(DIST_VENV)
+	$(UV_PIP) --python $(DIST_PY) -r $<
 	touch $@
 
 dist: dist-python dist-image dist-chart

@@ -73,9 +73,18 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+# the slowest tiers run first (`make test` hands the tests out in this order, and an idle
+# worker then takes some from a busy one); a module keeps its tests together
+FIRST = ("frameworks", "image", "integration", "unit")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank: dict[Path, int] = {}
     for item in items:
-        item.add_marker(getattr(pytest.mark, tier_of(item)))
+        tier = tier_of(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        rank[item.path] = min(rank.get(item.path, len(FIRST)), FIRST.index(tier))
+    items.sort(key=lambda item: rank[item.path])
 
 
 # -- the unit tier's guard: no process, no listening socket ------------------------------------

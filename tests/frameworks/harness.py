@@ -2,7 +2,9 @@
 
 A framework runs in its own venv (``.venvs/<env>``, made by ``make test`` from
 ``tests/frameworks/envs/<env>.txt``, because frameworks pin clashing dependencies) as a
-subprocess: ``drivers/<driver>.py SCENARIO``. It talks to the scripted model server of this
+process: ``drivers/<driver>.py SCENARIO``, forked from that venv's long-lived driver process
+(``drivers/_forkserver.py``), which imported the framework (:data:`PRELOAD`) once for all its
+scenarios. It talks to the scripted model server of this
 process (:mod:`tests.frameworks.fakellm`) and exports its own spans, through the real OTLP
 exporter, to the sidecar under test. Nothing here shapes a span.
 
@@ -13,10 +15,14 @@ exporter, to the sidecar under test. Nothing here shapes a span.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -39,6 +45,13 @@ VENVS = ROOT / ".venvs"
 DRIVER_TIMEOUT = 240.0  # seconds; a framework's import alone can take several
 
 
+def clean_environ(*prefixes: str) -> dict[str, str]:
+    """This process's environment without what must not reach a framework (its own exporter
+    settings, the watchdog's, pytest's per-test variables) and without ``prefixes``."""
+    return {key: value for key, value in os.environ.items() if not key.startswith(
+        ("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV", "PYTEST_", *prefixes))}
+
+
 def venv_python(env: str) -> Path:
     python = VENVS / env / "bin" / "python"
     if not python.exists():  # never a skip: make test builds every venv before pytest runs
@@ -46,12 +59,172 @@ def venv_python(env: str) -> Path:
     return python
 
 
+# what each venv's driver process imports before its first fork: the framework's heavy modules,
+# those the drivers import before reading a scenario's settings (a venv whose framework reads
+# them at import, as Haystack, Semantic Kernel, Strands and LangSmith do, preloads only the
+# OpenTelemetry SDK); nothing here may start a thread at import (the driver process checks)
+_OTEL = ("_otel",)
+_LANGCHAIN = (*_OTEL, "langchain.agents", "langchain_core.tools", "langchain_openai")
+_OPENAI_AGENTS = (*_OTEL, "agents", "openai")
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai"),
+    "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",
+             "agno.team"),
+    "anthropic": (*_OTEL, "anthropic"),
+    "anthropic_oi": (*_OTEL, "anthropic", "openinference.instrumentation.anthropic"),
+    "autogen": (*_OTEL, "opentelemetry.instrumentation.openai_v2", "autogen_agentchat.agents",
+                "autogen_agentchat.teams", "autogen_ext.models.openai"),
+    "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai"),
+    "crewai_olm": (*_OTEL, "crewai", "crewai.tools", "opentelemetry.instrumentation.crewai"),
+    "dspy": (*_OTEL, "openinference.instrumentation.dspy", "dspy", "litellm",
+             "openinference.instrumentation.litellm"),
+    "google_adk": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
+                   "google.adk.runners", "litellm"),
+    "google_adk_oi": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
+                      "google.adk.runners", "litellm", "openinference.instrumentation.google_adk"),
+    "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
+    "langchain_openlit": (*_LANGCHAIN, "openlit"),
+    "litellm_logfire": (*_OTEL, "litellm"),
+    "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
+                   "llama_index.core.agent.workflow", "llama_index.llms.openai_like"),
+    "openai_agents": _OPENAI_AGENTS,
+    "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents"),
+    "openai_agents_openlit": (*_OPENAI_AGENTS, "openlit"),
+    "openai_oi": (*_OTEL, "openai", "openinference.instrumentation.openai"),
+    "openai_olm": (*_OTEL, "openai", "opentelemetry.instrumentation.openai"),
+    "openai_v2": (*_OTEL, "openai", "opentelemetry.instrumentation.openai_v2"),
+    "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai"),
+    "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents"),
+    "steering_langchain": (*_LANGCHAIN, "openinference.instrumentation.langchain"),
+}
+# what the drivers set before importing those: no price list download or telemetry from
+# LiteLLM, DSPy's cache out of the home directory, no CrewAI telemetry
+PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+               "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests"),
+               "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
+               "CREWAI_TRACING_ENABLED": "false"}
+KEPT = 8  # driver processes kept per test process (the least recently used one goes first;
+#          the model endpoint's tests take turns among 7 venvs), 60-250 MB each
+
+
+class DriverProcess:
+    """``drivers/_forkserver.py`` in one venv: runs each driver command in a fork of itself."""
+
+    def __init__(self, env: str, env_vars: Mapping[str, str]) -> None:
+        self.env = env
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open while the process lives)
+            prefix=f"driver-{env}-", suffix=".log")
+        self.process = subprocess.Popen(
+            [str(venv_python(env)), str(DRIVERS / "_forkserver.py"), *PRELOAD.get(env, ())],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            env={**env_vars, **PRELOAD_ENV}, cwd=ROOT)
+        self.buffer = b""
+        self.answer("ready", time.monotonic() + DRIVER_TIMEOUT)
+
+    def answer(self, key: str, deadline: float) -> int:
+        """The next line the driver process says; it must carry ``key``."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"the {self.env} driver process said nothing in time")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self.log.seek(0)
+                raise AssertionError(f"the {self.env} driver process ended "
+                                     f"({self.process.wait()}):\n"
+                                     + self.log.read().decode(errors="replace")[-6000:])
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        message = json.loads(line)
+        assert key in message, (self.env, key, message)
+        return int(message[key])
+
+    def run(self, argv: Sequence[str], env_vars: Mapping[str, str], timeout: float
+            ) -> subprocess.CompletedProcess[str]:
+        assert self.process.stdin is not None
+        with tempfile.TemporaryDirectory(prefix="driver-") as out:
+            stdout, stderr = Path(out) / "stdout", Path(out) / "stderr"
+            request = {"argv": list(argv), "env": dict(env_vars), "cwd": str(ROOT),
+                       "stdout": str(stdout), "stderr": str(stderr)}
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()
+            deadline = time.monotonic() + timeout
+            pid = 0
+            try:
+                pid = self.answer("pid", deadline)
+                returncode = self.answer("returncode", deadline)
+            except BaseException as exc:  # a timeout, or the test interrupted (pytest-timeout)
+                # the scenario is killed, as subprocess.run kills its process, and so is this
+                # driver process: its next answer could still be this scenario's
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                self.process.kill()
+                self.close()
+                if isinstance(exc, TimeoutError):
+                    raise subprocess.TimeoutExpired(list(argv), timeout, stdout.read_bytes(),
+                                                    stderr.read_bytes()) from None
+                raise
+            return subprocess.CompletedProcess(
+                list(argv), returncode, stdout.read_text(encoding="utf-8", errors="replace"),
+                stderr.read_text(encoding="utf-8", errors="replace"))
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.log.close()
+
+
+_driver_processes: dict[tuple[str, str], DriverProcess] = {}
+
+
+def driver_process(env: str, env_vars: Mapping[str, str]) -> DriverProcess:
+    """The driver process of venv ``env`` in this test process that imported its modules with
+    ``env_vars`` (the environment every scenario run through it starts from)."""
+    key = (env, json.dumps(sorted(env_vars.items())))
+    process = _driver_processes.pop(key, None)
+    if process is None or process.process.poll() is not None:
+        while len(_driver_processes) >= KEPT:
+            _driver_processes.pop(next(iter(_driver_processes))).close()
+        process = DriverProcess(env, env_vars)
+    _driver_processes[key] = process  # the most recently used last
+    return process
+
+
+def drive_command(env: str, driver: str, argument: str, base: Mapping[str, str],
+                  env_vars: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python drivers/<driver>.py ARGUMENT`` in venv ``env`` with ``env_vars``, forked from
+    the driver process that imported the framework with ``base``; it must exit 0."""
+    result = driver_process(env, base).run([str(DRIVERS / f"{driver}.py"), argument], env_vars,
+                                           DRIVER_TIMEOUT)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"driver {driver} {argument} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+@atexit.register
+def _close_driver_processes() -> None:
+    while _driver_processes:
+        _driver_processes.popitem()[1].close()
+
+
 def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm: FakeLLM,
                model: str, extra_env: Mapping[str, str] | None = None,
                protocol: str = "http/protobuf") -> subprocess.CompletedProcess[str]:
     """Run ``drivers/<driver>.py <scenario>`` in venv ``env`` against ``sidecar`` and ``llm``."""
-    env_vars = {key: value for key, value in os.environ.items()
-                if not key.startswith(("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV"))}
+    base = clean_environ()
+    base.update({"PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"})
+    env_vars = dict(base)
     endpoint = sidecar.otlp_http if protocol.startswith("http") else "http://" + \
         sidecar.grpc_target
     env_vars.update({
@@ -63,8 +236,6 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
         "FAKE_LLM_MODEL": model,
         "OPENAI_API_KEY": "sk-fake-for-tests",
         "OPENAI_BASE_URL": llm.base_url,
-        "PYTHONPATH": str(DRIVERS),
-        "PYTHONUNBUFFERED": "1",
     })
     if os.environ.get("RECORD_SPANS"):
         target = RECORDINGS / driver / f"{scenario}.jsonl"
@@ -72,14 +243,7 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
         target.unlink(missing_ok=True)
         env_vars["RECORD_SPANS"] = str(target)
     env_vars.update(extra_env or {})
-    result = subprocess.run(
-        [str(venv_python(env)), str(DRIVERS / f"{driver}.py"), scenario],
-        env=env_vars, capture_output=True, text=True, timeout=DRIVER_TIMEOUT, cwd=ROOT)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"driver {driver} {scenario} exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
+    return drive_command(env, driver, scenario, base, env_vars)
 
 
 def drive_and_check(sidecar: RunningServer, llm: FakeLLM, env: str, driver: str, scenario: str,

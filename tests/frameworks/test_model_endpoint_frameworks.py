@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, ROOT, venv_python
+from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
 from tests.harness import (
     RunningServer,
     http_request,
@@ -158,16 +157,21 @@ def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
 def agent_env(sidecar: RunningServer, model: str) -> dict[str, str]:
     """The environment of an agent steered by base URL alone: its API key, the base URL, its
     model and task; no OpenTelemetry exporter, no watchdog variable."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(
-        ("OTEL_", "WATCHDOG_", "OPENAI_", "ANTHROPIC_", "VIRTUAL_ENV", "CREWAI_"))}
+    return {**agent_base_env(),
+            "OPENAI_BASE_URL": sidecar.url("model") + "/v1",
+            "ANTHROPIC_BASE_URL": sidecar.url("model"),
+            "OPENAI_API_KEY": KEY,
+            "ANTHROPIC_API_KEY": KEY,
+            "ENDPOINT_MODEL": model,
+            # a task of its own per invocation: each is a conversation of its own
+            "ENDPOINT_TASK": f"Find the file. (case {next(_TASKS)})"}
+
+
+def agent_base_env() -> dict[str, str]:
+    """What every agent's environment holds, whatever its endpoint and task (its framework is
+    imported with this)."""
+    env = clean_environ("ANTHROPIC_", "CREWAI_")
     env.update({
-        "OPENAI_BASE_URL": sidecar.url("model") + "/v1",
-        "ANTHROPIC_BASE_URL": sidecar.url("model"),
-        "OPENAI_API_KEY": KEY,
-        "ANTHROPIC_API_KEY": KEY,
-        "ENDPOINT_MODEL": model,
-        # a task of its own per invocation: each is a conversation of its own
-        "ENDPOINT_TASK": f"Find the file. (case {next(_TASKS)})",
         "PYTHONPATH": str(DRIVERS),
         "PYTHONUNBUFFERED": "1",
         # no telemetry of any kind leaves the agent: not ours, not the frameworks' own
@@ -184,17 +188,16 @@ def agent_env(sidecar: RunningServer, model: str) -> dict[str, str]:
 def drive(agent: Agent, sidecar: RunningServer, model: str) -> dict[str, Any]:
     """Run the agent once; its last stdout line: ``{"ran": [...], "output": "..."}``."""
     if agent.env == "ts":
-        command = ["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode]
-        cwd = TS_DIR
+        result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode],
+                                env=agent_env(sidecar, model), capture_output=True, text=True,
+                                timeout=DRIVER_TIMEOUT, cwd=TS_DIR)
+        if result.returncode != 0:
+            sys.stderr.write(result.stderr[-6000:])
+            raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
+                                 f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     else:
-        command = [str(venv_python(agent.env)), str(DRIVERS / f"{agent.driver}.py"), agent.mode]
-        cwd = ROOT
-    result = subprocess.run(command, env=agent_env(sidecar, model), capture_output=True,
-                            text=True, timeout=DRIVER_TIMEOUT, cwd=cwd)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(),
+                               agent_env(sidecar, model))
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert lines, f"{agent.name} printed no outcome:\n{result.stdout[-3000:]}"
     outcome: dict[str, Any] = json.loads(lines[-1])
