@@ -89,3 +89,18 @@ def test_a_trace_a_log_pushes_out_of_the_join_goes_on_with_that_log() -> None:
     assert [record.kind.value for record in records] == ["llm", "llm", "agent"]
     assert (records[0].final_output or "").startswith("x" * 100)  # read with its content
     assert join.held_traces == 0 and not join.overflow and join.expired(T0 + 10) == []
+
+
+@pytest.mark.parametrize("messages", [
+    '[{"role": "assistant", "parts": [{"type": ["tool_call"], "content": "x"}]}]',
+    '[{"role": ["user"], "parts": [{"type": "text", "content": "x"}]}]'])
+@pytest.mark.parametrize("key", ["gen_ai.input.messages", "gen_ai.output.messages"])
+def test_message_parts_of_any_json_type_are_read_without_a_failure(messages: str,
+                                                                   key: str) -> None:
+    """Found by fuzz/otlp_logs.py (a log's structured content): a part's ``type`` or a
+    message's ``role`` that is a list failed the span's reading (TypeError: an HTTP 500)."""
+    maker = SpanMaker()
+    maker.span("chat m", chat_attrs(**{key: messages}))
+    decoded = next(slices_of(encode(maker.take()), None))
+    (record,) = decoded.records
+    assert record.kind.value == "llm" and not decoded.rejected
