@@ -3,7 +3,8 @@
 Each target runs in a subprocess (libFuzzer ends its process when done) from a copy of the seed
 corpus, for a fixed number of inputs and a fixed seed; a crash makes libFuzzer exit non-zero
 with the input and its traceback, which fails the test. The input count is printed. The longer
-run is in the README ("Fuzzing").
+run is in docs/limits.md ("Fuzzing"). Below them, what the targets found, each a test of its
+own.
 """
 
 from __future__ import annotations
