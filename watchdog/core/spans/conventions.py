@@ -1028,7 +1028,7 @@ def request_hash(value: object) -> int | None:
         text = value
     elif isinstance(value, list):
         for item in reversed(value):
-            if isinstance(item, dict) and item.get("role") in USER_ROLES:
+            if isinstance(item, dict) and str(item.get("role")) in USER_ROLES:
                 text = answer_text(item)
                 break
     if text is None:

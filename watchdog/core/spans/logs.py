@@ -199,7 +199,8 @@ class LogJoin:
 
     def add(self, request: ExportLogsServiceRequest, now: float) -> list[Held]:
         """Read ``request``'s GenAI log events; returns the held traces whose content is now
-        all there (to be read and applied)."""
+        all there, and those the content pushed out of the bounds (to be read, with what they
+        have, and applied)."""
         ready: list[Held] = []
         for resource_logs in request.resource_logs:
             service: str | None = None
@@ -222,6 +223,9 @@ class LogJoin:
                                                      record.ByteSize(), now)
                         if held is not None:
                             ready.append(held)
+        if self.overflow:
+            ready += self.overflow
+            self.overflow = []
         return ready
 
     def _remember(self, service: str) -> None:

@@ -443,7 +443,7 @@ def _tool_request_names(value: object, depth: int, names: list[object]) -> None:
     if depth > MAX_JSON_DEPTH:
         return
     if isinstance(value, dict):
-        if value.get("type") in TOOL_REQUEST_TYPES:
+        if _typed(value, TOOL_REQUEST_TYPES):
             names.append(_call_name(value))
             return
         for key, item in value.items():
@@ -457,6 +457,13 @@ def _tool_request_names(value: object, depth: int, names: list[object]) -> None:
     elif isinstance(value, list):
         for item in value:
             _tool_request_names(item, depth + 1, names)
+
+
+def _typed(value: dict[str, object], types: frozenset[str]) -> bool:
+    """Whether a part's ``type`` is one of ``types`` (it may be of any JSON type: a list is
+    none, and no error)."""
+    kind = value.get("type")
+    return isinstance(kind, str) and kind in types
 
 
 def _call_name(call: object) -> object:
@@ -473,7 +480,7 @@ def _has_tool_request(value: object, depth: int) -> bool:
     if depth > MAX_JSON_DEPTH:
         return False
     if isinstance(value, dict):
-        if value.get("type") in TOOL_REQUEST_TYPES:
+        if _typed(value, TOOL_REQUEST_TYPES):
             return True
         for key, item in value.items():
             if key in TOOL_REQUEST_KEYS and item:
@@ -510,7 +517,7 @@ def _answer_parts(value: object, depth: int, texts: list[str]) -> None:
     if depth > MAX_JSON_DEPTH or len(texts) >= MAX_ANSWER_PARTS:
         return
     if isinstance(value, dict):
-        if value.get("type") in ANSWER_SKIP_TYPES:
+        if _typed(value, ANSWER_SKIP_TYPES):
             return
         for key, item in value.items():
             if key in ANSWER_SKIP_KEYS:
