@@ -302,7 +302,7 @@ def test_the_sidecar_wheel_installs_and_runs(dist: Dist, tmp_path: Path) -> None
     assert VERSION in version.stdout
     # the default rule pack is package data, and it checks clean where it was installed
     found = venv.run(str(venv.python), "-c", "import watchdog; print(watchdog.__file__)")
-    pack = Path(found.stdout.strip()).parent / "rules" / "packs" / "default.yaml"
+    pack = Path(found.stdout.strip()).parent / "core" / "rules" / "packs" / "default.yaml"
     check = venv.run(str(venv.path / "bin" / "watchdog"), "rules", "check", "--no-default",
                      str(pack))
     assert check.returncode == 0, check.stdout + check.stderr

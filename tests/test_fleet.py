@@ -48,7 +48,12 @@ class Agents:
         self.maker.span(f"execute_tool {tool}", tool_attrs(tool, '{"q": "x"}',
                                                           None if error else "ok"),
                         parent=root, start=at - 0.4, end=at, exception=error)
-        return self.core.apply(records_of(self.maker.take()), at)
+        step = self.core.apply(records_of(self.maker.take()), at)
+        told = self.core.fleet_tick(at)  # the timer's next turn tells the outages that moved
+        step.decisions.extend(told.decisions)
+        step.outages.update(told.outages)
+        step.rule_errors.update(told.rule_errors)
+        return step
 
     def key(self, index: int) -> str:
         return f"trace:{self.roots[index].get_span_context().trace_id:032x}"

@@ -184,6 +184,10 @@ def run_test(ruleset: RuleSet, test: RuleTest, key: str = "test-run") -> TestRes
                 core.evaluate([run], now, result, changed=SESSION_CHANGED)
         else:
             result = core.apply(synthetic.records(step), now)
+            told = core.fleet_tick(now)  # the sidecar tells outages at its timer's next turn
+            result.decisions.extend(told.decisions)
+            result.failures.extend(told.failures)
+            result.rule_errors.update(told.rule_errors)
         if result.failures:
             raise result.failures[0].error
         fired += [(step.index, decided.decision) for decided in result.decisions

@@ -113,6 +113,8 @@ class Core:
         self.sessions = sessions
         self.engine = engine
         self.fleet = fleet if fleet is not None else Fleet()  # tools failing across runs
+        self._fleet_moved: set[str] = set()  # tools whose outage began or ended since the tick
+        self._told_failing: set[str] = set()  # tools the runs were last told are failing
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self._recent: dict[str, RecentSteps] = {}
@@ -135,13 +137,11 @@ class Core:
         self._note_sessions(result.touched.values(), now)
         cycled = self._note_cycles(result.touched.values())
         self.remember(result.activity)
-        outages = self._observe_tools(result, now)
+        self._fleet_moved |= self._observe_tools(result, now)
         if rules:
             self._evaluate_batch(before, result, now, step)
             if cycled:  # the runs that can stop a cycle that grew: their session changed
                 self._evaluate(cycled, now, step, changed=SESSION_CHANGED)
-        if outages:
-            self._tell_fleet(outages, now, step)
         finished = result.ended + result.evicted
         if finished:
             self._finish(finished, step)
@@ -201,10 +201,21 @@ class Core:
             self._evaluate(runs, now, step, changed=FLEET_CHANGED)
 
     def fleet_tick(self, now: float) -> Step:
-        """The timer's turn for the fleet: failures older than the window are forgotten, and
-        the runs that used a tool whose outage so ended are evaluated."""
+        """The timer's turn for the fleet (every evaluation interval): failures older than the
+        window are forgotten, and the runs that used a tool whose outage began or ended since
+        the last turn are evaluated. Told here rather than at the span that moved the outage: a
+        tool that flaps (fails for three runs, succeeds once, fails again) many times within
+        one interval costs one evaluation of its runs, not one per flip."""
         step = Step()
-        outages = self.fleet.advance(now)
+        moved = self.fleet.advance(now) | self._fleet_moved
+        self._fleet_moved = set()
+        told = self._told_failing
+        outages = {tool for tool in moved if self.fleet.is_failing(tool) != (tool in told)}
+        for tool in outages:
+            if tool in told:
+                told.discard(tool)
+            else:
+                told.add(tool)
         if outages:
             self._tell_fleet(outages, now, step)
         self._seal(step, now)
