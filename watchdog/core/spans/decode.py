@@ -13,10 +13,11 @@ import binascii
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as _ProtoDecodeError
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -80,7 +81,7 @@ def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 
 
-def _hex_ids_to_base64(obj: dict[str, Any]) -> None:
+def hex_ids_to_base64(obj: dict[str, Any]) -> None:
     for field in _ID_FIELDS:
         value = obj.get(field)
         if isinstance(value, str) and value:
@@ -91,33 +92,47 @@ def _hex_ids_to_base64(obj: dict[str, Any]) -> None:
 
 
 def parse_json(body: bytes) -> ExportTraceServiceRequest:
-    # OTLP/JSON is UTF-8, decoded strictly (load_json): a UTF-8-encoded surrogate (ED A0 80)
-    # let through would make protobuf's parser raise SystemError on a field name that holds one.
-    try:
-        document = load_json(body)
-    except ValueError as exc:
-        raise DecodeError(f"invalid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise DecodeError("invalid OTLP/JSON payload: the top level must be an object")
+    document = json_document(body)
     try:
         for resource_spans in document.get("resourceSpans") or document.get("resource_spans") or ():
             for scope_spans in resource_spans.get("scopeSpans") or resource_spans.get(
                 "scope_spans"
             ) or ():
                 for span in scope_spans.get("spans") or ():
-                    _hex_ids_to_base64(span)
+                    hex_ids_to_base64(span)
                     for link in span.get("links") or ():
-                        _hex_ids_to_base64(link)
+                        hex_ids_to_base64(link)
     except (AttributeError, TypeError):
         raise DecodeError("invalid OTLP/JSON payload: unexpected structure") from None
-    request = ExportTraceServiceRequest()
+    return parse_document(document, ExportTraceServiceRequest())
+
+
+M = TypeVar("M", bound=Message)
+
+
+def json_document(body: bytes) -> dict[str, Any]:
+    """An OTLP/JSON body's top-level object. UTF-8, decoded strictly (load_json): a
+    UTF-8-encoded surrogate (ED A0 80) let through would make protobuf's parser raise
+    SystemError on a field name that holds one."""
+    try:
+        document = load_json(body)
+    except ValueError as exc:
+        raise DecodeError(f"invalid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise DecodeError("invalid OTLP/JSON payload: the top level must be an object")
+    return document
+
+
+def parse_document(document: dict[str, Any], request: M) -> M:
+    """``document`` (its hex ids made base64) read into ``request``; every failure of the
+    parser a :class:`DecodeError`, never a 500."""
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
         raise DecodeError(f"invalid OTLP/JSON payload: {exc}") from None
     except RecursionError:
         raise DecodeError("invalid OTLP/JSON payload: nested too deeply") from None
-    except SystemError:  # protobuf's upb parser on input it cannot represent: never a 500
+    except SystemError:  # protobuf's upb parser on input it cannot represent
         raise DecodeError("invalid OTLP/JSON payload: a field the parser cannot read") from None
     return request
 

@@ -22,8 +22,6 @@ read with what it has. This module is pure: "now" is an argument.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,7 +35,6 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from watchdog.core.bounds import load_json
 from watchdog.core.spans.conventions import (
     MESSAGES_DELTA_KEYS,
     MESSAGES_JSON_KEYS,
@@ -47,7 +44,13 @@ from watchdog.core.spans.conventions import (
     json_encoded,
     role_of,
 )
-from watchdog.core.spans.decode import DecodeError, any_value
+from watchdog.core.spans.decode import (
+    DecodeError,
+    any_value,
+    hex_ids_to_base64,
+    json_document,
+    parse_document,
+)
 from watchdog.core.spans.frameworks import TABLES, Role
 
 __all__ = [
@@ -82,44 +85,20 @@ def parse_logs_protobuf(body: bytes) -> ExportLogsServiceRequest:
     return request
 
 
-def _hex_to_base64(record: dict[str, Any]) -> None:
-    for name in ("traceId", "spanId", "trace_id", "span_id"):
-        value = record.get(name)
-        if isinstance(value, str) and value:
-            try:
-                record[name] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
-            except ValueError:
-                raise DecodeError(f"{name} {value[:64]!r} is not a hex string") from None
-
-
 def parse_logs_json(body: bytes) -> ExportLogsServiceRequest:
     """OTLP/JSON logs: as :func:`~watchdog.core.spans.decode.parse_json` reads traces (hex
     trace and span ids, strict UTF-8)."""
-    try:
-        document = load_json(body)
-    except ValueError as exc:
-        raise DecodeError(f"invalid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise DecodeError("invalid OTLP/JSON payload: the top level must be an object")
+    document = json_document(body)
     try:
         for resource_logs in document.get("resourceLogs") or document.get("resource_logs") or ():
             for scope_logs in resource_logs.get("scopeLogs") or resource_logs.get(
                     "scope_logs") or ():
                 for record in scope_logs.get("logRecords") or scope_logs.get(
                         "log_records") or ():
-                    _hex_to_base64(record)
+                    hex_ids_to_base64(record)
     except (AttributeError, TypeError):
         raise DecodeError("invalid OTLP/JSON payload: unexpected structure") from None
-    request = ExportLogsServiceRequest()
-    try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
-        raise DecodeError(f"invalid OTLP/JSON payload: {exc}") from None
-    except RecursionError:
-        raise DecodeError("invalid OTLP/JSON payload: nested too deeply") from None
-    except SystemError:  # protobuf's upb parser on input it cannot represent: never a 500
-        raise DecodeError("invalid OTLP/JSON payload: a field the parser cannot read") from None
-    return request
+    return parse_document(document, ExportLogsServiceRequest())
 
 
 def logs_response_protobuf(rejected: int, message: str) -> bytes:
