@@ -218,6 +218,9 @@ class Core:
                 told.add(tool)
         if outages:
             self._tell_fleet(outages, now, step)
+        # the gauge: every tool that moved, as it is now (one that flapped within the interval
+        # too, though its runs have nothing new to be told)
+        step.outages.update({tool: self.fleet.is_failing(tool) for tool in moved})
         self._seal(step, now)
         return step
 
