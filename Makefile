@@ -94,7 +94,7 @@ test: system-deps $(VENV)/.installed-test frameworks $(TS_AGENT) $(DIST_VENV)/.i
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
 ## inner loop while changing the core. `make test` runs it too, with everything else.
 check: $(VENV)/.installed-test
-	$(PY) -m pytest -m unit -q
+	$(PY) -m pytest -m unit -q -n 2
 
 ## dist: the release artifacts into dist/ (tools/dist.py): sdist and wheel of both
 ## distributions, the container image as a Docker archive (needs root: buildah, debootstrap)
