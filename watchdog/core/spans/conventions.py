@@ -757,7 +757,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
 
     status = span.status
-    if status.code == STATUS_CODE_ERROR:
+    if status.code == STATUS_CODE_ERROR or (span.events and _wrapped_error(span.events)):
+        # (an exporter that records only errors, in its wrapper, failed the span whatever its
+        # status says: LangSmith's background workers can apply a later update to a span after
+        # the one carrying the error, and the SDK lets that update's OK win)
         _fill_error(record, attrs, span.events, status.message)
     elif status.message:
         record.limit_stop = status_limit(status.message)
@@ -801,6 +804,14 @@ def _with_events(attrs: Mapping[str, object], events: Any) -> Mapping[str, objec
     the attributes lack them: most spans never pay for their events)."""
     facts = _event_facts(events)
     return attrs if facts is None else {**attrs, **facts}
+
+
+def _wrapped_error(events: Any) -> bool:
+    """Whether the span's exception is in the wrapper of an exporter that records only errors
+    (the ``wrapped_exceptions`` of the conventions)."""
+    exc_type, exc_message = _exception(events)
+    return exc_type in WRAPPED_EXCEPTION_TYPES and bool(exc_message) \
+        and unwrapped_exception(exc_type, exc_message) != (exc_type, exc_message)
 
 
 def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,

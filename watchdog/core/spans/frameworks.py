@@ -160,8 +160,9 @@ class Convention:
     response_id: Names = _NO_NAMES
     # -- errors
     # (exception type, regex with groups "type" and "message"): an exporter that records every
-    # error as this generic exception type, the real exception's repr (and maybe a traceback)
-    # as its message; the groups give the real type and message
+    # error, and only errors, as this generic exception type, the real exception's repr (and
+    # maybe a traceback) as its message; the groups give the real type and message. Such an
+    # exception fails its span whatever the span's status says
     wrapped_exceptions: tuple[tuple[str, str], ...] = ()
     # -- tool calls
     tool_name: Names = _NO_NAMES
@@ -649,7 +650,8 @@ LANGSMITH = Convention(
           "call's LLMResult (`gen_ai.completion`), the agent from `lc_agent_name` metadata "
           "(create_agent) or the root span's name (create_react_agent); errors are "
           "`exception` events of type `Exception` whose message is the real exception's repr "
-          "and traceback: the type is read from the repr; a create_react_agent run inside "
+          "and traceback: the type is read from the repr, and such an event fails its span even "
+          "when a later update left the span OK; a create_react_agent run inside "
           "another's tool names no agent in its metadata: no child run (a known gap)",
 )
 
