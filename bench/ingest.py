@@ -91,7 +91,16 @@ def sidecar(state_dir: str, tree: str | None = None, **extra: str) -> Iterator[d
                WATCHDOG_API_ADDRESS=f"127.0.0.1:{ports['api']}",
                WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}",
                **{f"WATCHDOG_{k.upper()}": v for k, v in extra.items()})
-    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env)
+    # -P: the working directory is not put first on the import path (else a tree's sidecar
+    # run from another checkout would import that checkout's code)
+    command = [sys.executable, "-P", "-m", "watchdog", "serve"]
+    if tree:
+        where = subprocess.run([sys.executable, "-P", "-c",
+                                "import watchdog; print(watchdog.__file__)"], env=env,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        if not Path(where).resolve().is_relative_to(Path(tree).resolve()):
+            raise SystemExit(f"the sidecar would run {where}, not the tree {tree}")
+    process = subprocess.Popen(command, env=env)
     try:
         deadline = time.monotonic() + READY_TIMEOUT
         ready_url = f"http://127.0.0.1:{ports['metrics']}/readyz"
