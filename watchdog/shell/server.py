@@ -19,9 +19,8 @@ import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
 from aiohttp import web
 
 from watchdog import __version__
@@ -30,7 +29,7 @@ from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
 from watchdog.shell import api
 from watchdog.shell.clock import Clock, SystemClock
-from watchdog.shell.config import Config, split_address
+from watchdog.shell.config import OFF, Config, split_address
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.directives.store import DirectiveStore, DirectiveStoreError
@@ -44,6 +43,9 @@ from watchdog.shell.receivers.forward import Forwarder
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import Store, StoreError
+
+if TYPE_CHECKING:
+    import grpc
 
 log = logging.getLogger("watchdog")
 
@@ -87,7 +89,8 @@ class Server:
         # Ports first: a second watchdog started by mistake fails before it opens the state
         # dir (perhaps the first one's) or logs anything. The binds below still check.
         for key in LISTEN_KEYS:
-            check_port_free(key, getattr(config, key))
+            if getattr(config, key) != OFF:
+                check_port_free(key, getattr(config, key))
         if config.model_address is not None:
             check_port_free("model_address", config.model_address)
         self.metrics = metrics = Metrics(version=__version__)
@@ -139,18 +142,8 @@ class Server:
         await self._start_app("api", config.api_address, api.create_app(
             service, config, directives=outbox, rules=self.engine, reload=rules.reload),
             make_runner=functools.partial(api.ApiRunner, priority=service.priority))
-        host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
-        try:
-            self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
-                                                        forward)
-        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
-            raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
-                                              str(exc))) from None
-        otlp_logs.install_grpc(self._grpc, service, metrics, admission, config, forward)
-        if forward is not None:
-            passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
-        await self._grpc.start()
-        self.addresses["otlp_grpc"] = (host, bound)
+        if config.otlp_grpc_address != OFF:
+            await self._start_grpc(admission, forward)
 
         if config.model_address is not None:
             self.model = proxy = ModelProxy(service, config, metrics)
@@ -165,6 +158,23 @@ class Server:
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
+
+    async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
+        """The OTLP/gRPC receivers; grpcio is loaded here, only when they are configured."""
+        config, service, metrics = self.config, self.service, self.metrics
+        assert service is not None and metrics is not None
+        host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
+        try:
+            self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
+                                                        forward)
+        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
+                                              str(exc))) from None
+        otlp_logs.install_grpc(self._grpc, service, metrics, admission, config, forward)
+        if forward is not None:
+            passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
+        await self._grpc.start()
+        self.addresses["otlp_grpc"] = (host, bound)
 
     async def _start_app(self, name: str, address: str, app: web.Application,
                          *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,
