@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -112,7 +111,6 @@ class Server:
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
         metrics.read_live_runs(service.live_runs, service.now)
-        threading.Thread(target=service.pricer.warm, name="watchdog-prices", daemon=True).start()
         restored = await asyncio.to_thread(service.restore)
         # What already fired for the runs still open: nothing fires twice, grace continues,
         # and a run stopped just before a crash keeps the terminal state the rule decided.
