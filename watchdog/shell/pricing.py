@@ -143,7 +143,7 @@ class GenAIPrices:
         """Load the library and its price data on a thread of its own, if not begun yet."""
         if self._loading is not None or self._lib is not None:
             return
-        self._loading = done = concurrent.futures.Future()
+        self._loading = done = concurrent.futures.Future[None]()
 
         def load() -> None:
             try:
