@@ -20,10 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from genai_prices import Usage, calc_price
 
 from tests.harness import free_port, http_request, run_detail, wait_until
 from tests.spans import T0, SpanMaker, chat_attrs, encode
+from watchdog.shell.config import OFF, load
+from watchdog.shell.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic")
@@ -136,3 +139,14 @@ def test_grpc_off_is_refused_nowhere_else_and_said_when_misspelt(tmp_path: Path)
     assert "otlp_grpc_address='of' is not allowed" in refused.stderr
     assert "or off for no gRPC receiver" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_off_is_read_from_yaml_bare_or_quoted_and_from_the_environment(tmp_path: Path) -> None:
+    for text in ("otlp_grpc_address: off\n", 'otlp_grpc_address: "off"\n'):
+        path = tmp_path / "watchdog.yaml"
+        path.write_text(text)
+        assert load(str(path), env={}).otlp_grpc_address == OFF
+    assert load(None, env={"WATCHDOG_OTLP_GRPC_ADDRESS": "off"}).otlp_grpc_address == OFF
+    path.write_text("otlp_http_address: off\n")  # only the gRPC receiver can be off
+    with pytest.raises(ConfigError, match="otlp_http_address=False is not allowed"):
+        load(str(path), env={})

@@ -547,6 +547,8 @@ def _apply(config: Config, values: Mapping[str, Any], source: str,
                             + (f"; did you mean {close}?" if close else ""))
             unknown = True
             continue
+        if key == "otlp_grpc_address" and value is False:  # YAML reads a bare off as false
+            value = OFF
         try:
             changes[key] = _coerce(key, value, FIELD_TYPES[key])
         except ConfigError as exc:
