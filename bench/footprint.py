@@ -11,8 +11,8 @@ defaults, a temporary state dir) under ``python -X importtime`` and reports:
 * the imports that took longest by self time (``-X importtime``), and the same by top-level
   package;
 * ``--by-package``: the RSS each top-level package adds while the sidecar starts (a second
-  start, in-process, with ``__import__`` wrapped: growth while a package is imported is charged
-  to it, the rest of the start to ``(start-up)``).
+  start, in-process, with ``__import__`` wrapped: growth while a package is imported, on any
+  thread, is charged to it, the rest of the start to ``(start-up)``).
 
 ``--build NAME=TREE`` (repeatable, as in ``bench/compare.py``) compares source trees, A B A B
 ..., each round starting with the other build; ``--set KEY=VALUE`` passes a setting to every
@@ -171,7 +171,7 @@ def imports_by_self_time(lines: list[str]) -> tuple[list[tuple[str, int]], list[
 # The child of --by-package: runs ``watchdog serve`` in-process with __import__ wrapped.
 BY_PACKAGE = r"""
 import builtins, json, os, re, sys, threading, time, urllib.request
-charged, stack, lock, url = {}, [], threading.Lock(), sys.argv[1]
+charged, stacks, lock, url = {}, {}, threading.Lock(), sys.argv[1]
 def rss():
     with open('/proc/self/status') as f:
         return int(re.search(r'VmRSS:\s+(\d+)', f.read()).group(1)) * 1024
@@ -181,8 +181,9 @@ def charge(to):
 real = builtins.__import__
 def hooked(name, globals=None, locals=None, fromlist=(), level=0):
     top = name.split('.')[0] if level == 0 else None
-    if top is None or top in sys.modules or threading.current_thread() is not main:
+    if top is None or top in sys.modules or threading.current_thread() is reporter:
         return real(name, globals, locals, fromlist, level)
+    stack = stacks.setdefault(threading.get_ident(), [])
     with lock:
         charge(stack[-1] if stack else '(start-up)'); stack.append(top)
     try:
@@ -199,11 +200,11 @@ def report():
         time.sleep(0.02)
     time.sleep(1.0)
     with lock:
-        charge(stack[-1] if stack else '(start-up)')
+        charge('(start-up)')
     sys.stdout.write(json.dumps({'rss': rss(), 'charged': charged}) + '\n'); sys.stdout.flush()
     os._exit(0)
-main = threading.current_thread()
-threading.Thread(target=report, daemon=True).start()
+reporter = threading.Thread(target=report, daemon=True)
+reporter.start()
 builtins.__import__ = hooked
 sys.argv = ['watchdog', 'serve']
 import runpy
