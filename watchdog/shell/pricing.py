@@ -1,7 +1,7 @@
 """Model-call prices from ``genai-prices`` (the price data it ships: never fetched at runtime).
 
 :class:`GenAIPrices` is the :class:`~watchdog.core.runs.pricing.Pricer` the service hands the
-core. ``genai-prices`` (with pydantic: about 25 MB, and most of a second to import) is loaded
+core. ``genai-prices`` (with pydantic: some 15 MB, and most of a second to import) is loaded
 only once the sidecar has traffic: the service calls :meth:`GenAIPrices.load_soon` at the first
 export, heartbeat, sync or model request, which loads it on a thread of its own, and an export
 awaits :meth:`GenAIPrices.loaded` before it is applied, so the event loop never waits on the
@@ -161,10 +161,6 @@ class GenAIPrices:
             assert self._loading is not None
             with contextlib.suppress(Exception):  # a failed load is retried by the call
                 await asyncio.wrap_future(self._loading)
-
-    def warm(self) -> None:
-        """Load the library and its price data now, on this thread."""
-        self._library()
 
     def _library(self) -> Any:
         if self._lib is None:
