@@ -29,12 +29,12 @@ from watchdog.shell.config import OFF, load
 from watchdog.shell.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic")
-# ``python -m watchdog serve``, with SIGUSR1 writing the loaded top-level modules to stdout
+WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shell.model.proxy")
+# ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
 import json, runpy, signal, sys
 def show(*_):
-    names = sorted({name.split(".")[0] for name in list(sys.modules)})
+    names = sorted(sys.modules)
     sys.stdout.write(json.dumps(names) + "\\n")
     sys.stdout.flush()
 signal.signal(signal.SIGUSR1, show)
@@ -50,7 +50,7 @@ class Served:
         self.api = f"http://127.0.0.1:{ports['api']}"
 
     def modules(self) -> set[str]:
-        """The top-level modules the sidecar has imported, of those this test watches."""
+        """The modules the sidecar has imported, of those this test watches."""
         assert self.process.stdout is not None
         self.process.send_signal(signal.SIGUSR1)
         names: list[str] = json.loads(self.process.stdout.readline())
@@ -118,7 +118,7 @@ def test_with_the_defaults_grpc_and_cel_are_loaded_and_prices_wait_for_traffic(
         time.sleep(1.0)  # idle: nothing loads by itself
         assert "genai_prices" not in sidecar.modules()
         sidecar.export(priced_run("footprint-1"))
-        assert sidecar.modules() == set(WATCHED)
+        assert sidecar.modules() == set(WATCHED) - {"watchdog.shell.model.proxy"}
         run: dict[str, Any] | None = wait_until(lambda: run_detail(sidecar.api, "footprint-1"),
                                                 "the run")
         assert run is not None
@@ -127,7 +127,13 @@ def test_with_the_defaults_grpc_and_cel_are_loaded_and_prices_wait_for_traffic(
         assert abs(run["signals"]["cost_usd"] - expected) < 1e-12, run["signals"]
 
 
-def test_grpc_off_is_refused_nowhere_else_and_said_when_misspelt(tmp_path: Path) -> None:
+def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
+    with served(tmp_path, model_address=f"127.0.0.1:{free_port()}",
+                otlp_grpc_address="off") as sidecar:
+        assert sidecar.modules() == {"cel_expr_python", "watchdog.shell.model.proxy"}
+
+
+def test_grpc_off_serves_without_grpcio_and_a_misspelling_is_refused(tmp_path: Path) -> None:
     with served(tmp_path, otlp_grpc_address="off") as sidecar:
         assert "grpc" not in sidecar.modules()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")}

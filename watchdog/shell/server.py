@@ -3,6 +3,10 @@ owns the clock-driven loops (state flush, run expiry) and shuts everything down 
 
 Order matters on the way out: receivers stop first (no new spans), then pending state is
 flushed, then the store closes. ``Server.addresses`` holds the bound ports (tests bind port 0).
+
+What the configuration leaves off is not loaded: grpcio only with ``otlp_grpc_address`` set (not
+``off``), the model endpoint's modules only with ``model_address`` (docs/performance.md,
+Footprint).
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ from watchdog.shell.directives.store import DirectiveStore, DirectiveStoreError
 from watchdog.shell.directives.webhooks import targets_from_config
 from watchdog.shell.errors import StartupError
 from watchdog.shell.metrics import Metrics, create_metrics_app
-from watchdog.shell.model.proxy import ModelProxy
 from watchdog.shell.receivers import otlp_grpc, otlp_http, otlp_logs, passthrough
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.forward import Forwarder
@@ -45,6 +48,8 @@ from watchdog.shell.state.store import Store, StoreError
 
 if TYPE_CHECKING:
     import grpc
+
+    from watchdog.shell.model.proxy import ModelProxy
 
 log = logging.getLogger("watchdog")
 
@@ -143,7 +148,9 @@ class Server:
         if config.otlp_grpc_address != OFF:
             await self._start_grpc(admission, forward)
 
-        if config.model_address is not None:
+        if config.model_address is not None:  # (its modules load only when it is on)
+            from watchdog.shell.model.proxy import ModelProxy
+
             self.model = proxy = ModelProxy(service, config, metrics)
             await self._start_app("model", config.model_address, proxy.app(),
                                   handler_cancellation=True)
