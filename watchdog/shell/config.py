@@ -28,6 +28,7 @@ from watchdog.core.runs.view import trace_url_problem
 from watchdog.shell.errors import ConfigError
 
 DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
+OFF = "off"  # otlp_grpc_address: no gRPC receiver (grpcio is then never loaded)
 DEFAULT_OTLP_HTTP_ADDRESS = "127.0.0.1:4318"
 DEFAULT_API_ADDRESS = "127.0.0.1:9477"
 DEFAULT_METRICS_ADDRESS = "0.0.0.0:9464"
@@ -119,6 +120,8 @@ class Config:
 
         addresses = {name: getattr(self, name) for name in
                      ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")}
+        if self.otlp_grpc_address == OFF:
+            del addresses["otlp_grpc_address"]
         if self.model_address is not None:
             addresses["model_address"] = self.model_address
         good_addresses = {name: address for name, address in addresses.items()
@@ -420,8 +423,9 @@ def split_address(key: str, address: str) -> tuple[str, int]:
     host, sep, port = str(address).rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        off = f", or {OFF} for no gRPC receiver" if key == "otlp_grpc_address" else ""
         raise ConfigError(f"{key}={address!r} is not allowed: expected host:port "
-                          f"(e.g. 127.0.0.1:9477, port 0-65535)")
+                          f"(e.g. 127.0.0.1:9477, port 0-65535){off}")
     return host, int(port)
 
 
@@ -543,6 +547,8 @@ def _apply(config: Config, values: Mapping[str, Any], source: str,
                             + (f"; did you mean {close}?" if close else ""))
             unknown = True
             continue
+        if key == "otlp_grpc_address" and value is False:  # YAML reads a bare off as false
+            value = OFF
         try:
             changes[key] = _coerce(key, value, FIELD_TYPES[key])
         except ConfigError as exc:

@@ -7,8 +7,7 @@ Permanent errors tell the client not to retry (OTLP exporters drop data on 400/4
 
 from __future__ import annotations
 
-import grpc
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 
 class WatchdogError(Exception):
@@ -16,7 +15,7 @@ class WatchdogError(Exception):
 
     code = "internal"
     http_status = 500
-    grpc_status = grpc.StatusCode.INTERNAL
+    grpc_status: int = code_pb2.INTERNAL  # a google.rpc.Code
     retry_after: float | None = None
     export_outcome: str | None = None  # the OTLP receivers' request-outcome metric label
 
@@ -30,7 +29,7 @@ class WatchdogError(Exception):
     def to_status(self) -> status_pb2.Status:
         """The ``google.rpc.Status`` OTLP puts in error bodies (HTTP) and in the
         ``grpc-status-details-bin`` trailer (gRPC); back-pressure carries a ``RetryInfo``."""
-        status = status_pb2.Status(code=self.grpc_status.value[0], message=self.message)
+        status = status_pb2.Status(code=self.grpc_status, message=self.message)
         retry_info = self.retry_info()
         if retry_info is not None:
             status.details.add().Pack(retry_info)
@@ -47,34 +46,34 @@ class WatchdogError(Exception):
 class BadRequest(WatchdogError):
     code = "bad_request"
     http_status = 400
-    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = code_pb2.INVALID_ARGUMENT
     export_outcome = "invalid"
 
 
 class Unauthorized(WatchdogError):
     code = "unauthorized"
     http_status = 401
-    grpc_status = grpc.StatusCode.UNAUTHENTICATED
+    grpc_status = code_pb2.UNAUTHENTICATED
     export_outcome = "unauthorized"
 
 
 class NotFound(WatchdogError):
     code = "not_found"
     http_status = 404
-    grpc_status = grpc.StatusCode.NOT_FOUND
+    grpc_status = code_pb2.NOT_FOUND
 
 
 class PayloadTooLarge(WatchdogError):
     code = "payload_too_large"
     http_status = 413
-    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_status = code_pb2.RESOURCE_EXHAUSTED
     export_outcome = "too_large"
 
 
 class UnsupportedMediaType(WatchdogError):
     code = "unsupported_media_type"
     http_status = 415
-    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = code_pb2.INVALID_ARGUMENT
     export_outcome = "unsupported_media_type"
 
 
@@ -83,7 +82,7 @@ class RequestTimeout(WatchdogError):
 
     code = "request_timeout"
     http_status = 408
-    grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+    grpc_status = code_pb2.DEADLINE_EXCEEDED
     export_outcome = "invalid"
 
 
@@ -92,7 +91,7 @@ class Overloaded(WatchdogError):
 
     code = "overloaded"
     http_status = 503
-    grpc_status = grpc.StatusCode.UNAVAILABLE
+    grpc_status = code_pb2.UNAVAILABLE
     export_outcome = "overloaded"
 
     def __init__(self, message: str, retry_after: float = 1.0) -> None:

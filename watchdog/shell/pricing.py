@@ -1,7 +1,11 @@
 """Model-call prices from ``genai-prices`` (the price data it ships: never fetched at runtime).
 
 :class:`GenAIPrices` is the :class:`~watchdog.core.runs.pricing.Pricer` the service hands the
-core. ``genai-prices`` is imported on the first call (its import takes most of a second) and a
+core. ``genai-prices`` (with pydantic: some 15 MB, and most of a second to import) is loaded
+only once the sidecar has traffic: the service calls :meth:`GenAIPrices.load_soon` at the first
+export, heartbeat, sync or model request, which loads it on a thread of its own, and an export
+awaits :meth:`GenAIPrices.loaded` before it is applied, so the event loop never waits on the
+import; a priced call that comes before the thread is done waits for it. A
 full price calculation takes some hundreds of microseconds, so a model's price is resolved once
 per (provider, model, price in force) and each call is then computed from it: where the price
 is linear in the counts (no tiers) its rates are taken from the library itself — its own figure
@@ -14,7 +18,11 @@ input).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import math
+import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -32,6 +40,7 @@ class GenAIPrices:
 
     def __init__(self) -> None:
         self._lib: Any = None
+        self._loading: concurrent.futures.Future[None] | None = None  # the thread's, once begun
         self._models: OrderedDict[tuple[str | None, str], Any] = OrderedDict()
         self._rates: dict[int, tuple[Any, Rates | None]] = {}
         # (provider, model) -> (hour of the call times, the price then, its rates as floats)
@@ -125,17 +134,49 @@ class GenAIPrices:
                                      cache_read_tokens=cache_read_tokens,
                                      cache_write_tokens=cache_write_tokens)
 
-    def warm(self) -> None:
-        """Import the library now (the server calls this on a thread of its own at start, so
-        the first priced call does not wait most of a second on the event loop)."""
-        self._library()
+    @property
+    def ready(self) -> bool:
+        """The library and its price data are loaded."""
+        return self._lib is not None
+
+    def load_soon(self) -> None:
+        """Load the library and its price data on a thread of its own, if not begun yet."""
+        if self._loading is not None or self._lib is not None:
+            return
+        self._loading = done = concurrent.futures.Future[None]()
+
+        def load() -> None:
+            try:
+                self._load()
+                done.set_result(None)
+            except BaseException as exc:  # the next priced call loads again, and raises
+                done.set_exception(exc)
+
+        threading.Thread(target=load, name="watchdog-prices", daemon=True).start()
+
+    async def loaded(self) -> None:
+        """Wait, without holding the event loop, until the library is loaded (begun if not)."""
+        if self._lib is None:
+            self.load_soon()
+            assert self._loading is not None
+            with contextlib.suppress(Exception):  # a failed load is retried by the call
+                await asyncio.wrap_future(self._loading)
 
     def _library(self) -> Any:
         if self._lib is None:
-            import genai_prices
-
-            self._lib = genai_prices
+            if self._loading is not None:  # the loading thread's work, not done twice
+                with contextlib.suppress(Exception):
+                    self._loading.result()
+            if self._lib is None:
+                self._load()
         return self._lib
+
+    def _load(self) -> None:
+        import genai_prices
+        from genai_prices.data_snapshot import get_snapshot
+
+        get_snapshot()  # the price data, read once and kept by the library
+        self._lib = genai_prices
 
     def _snapshot(self) -> Any:
         self._library()

@@ -3,6 +3,10 @@ owns the clock-driven loops (state flush, run expiry) and shuts everything down 
 
 Order matters on the way out: receivers stop first (no new spans), then pending state is
 flushed, then the store closes. ``Server.addresses`` holds the bound ports (tests bind port 0).
+
+What the configuration leaves off is not loaded: grpcio only with ``otlp_grpc_address`` set (not
+``off``), the model endpoint's modules only with ``model_address`` (docs/performance.md,
+Footprint).
 """
 
 from __future__ import annotations
@@ -17,11 +21,9 @@ import os
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
 from aiohttp import web
 
 from watchdog import __version__
@@ -30,20 +32,24 @@ from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
 from watchdog.shell import api
 from watchdog.shell.clock import Clock, SystemClock
-from watchdog.shell.config import Config, split_address
+from watchdog.shell.config import OFF, Config, split_address
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.directives.store import DirectiveStore, DirectiveStoreError
 from watchdog.shell.directives.webhooks import targets_from_config
 from watchdog.shell.errors import StartupError
 from watchdog.shell.metrics import Metrics, create_metrics_app
-from watchdog.shell.model.proxy import ModelProxy
 from watchdog.shell.receivers import otlp_grpc, otlp_http, otlp_logs, passthrough
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.forward import Forwarder
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import Store, StoreError
+
+if TYPE_CHECKING:
+    import grpc
+
+    from watchdog.shell.model.proxy import ModelProxy
 
 log = logging.getLogger("watchdog")
 
@@ -87,7 +93,8 @@ class Server:
         # Ports first: a second watchdog started by mistake fails before it opens the state
         # dir (perhaps the first one's) or logs anything. The binds below still check.
         for key in LISTEN_KEYS:
-            check_port_free(key, getattr(config, key))
+            if getattr(config, key) != OFF:
+                check_port_free(key, getattr(config, key))
         if config.model_address is not None:
             check_port_free("model_address", config.model_address)
         self.metrics = metrics = Metrics(version=__version__)
@@ -109,7 +116,6 @@ class Server:
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
         metrics.read_live_runs(service.live_runs, service.now)
-        threading.Thread(target=service.pricer.warm, name="watchdog-prices", daemon=True).start()
         restored = await asyncio.to_thread(service.restore)
         # What already fired for the runs still open: nothing fires twice, grace continues,
         # and a run stopped just before a crash keeps the terminal state the rule decided.
@@ -139,20 +145,12 @@ class Server:
         await self._start_app("api", config.api_address, api.create_app(
             service, config, directives=outbox, rules=self.engine, reload=rules.reload),
             make_runner=functools.partial(api.ApiRunner, priority=service.priority))
-        host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
-        try:
-            self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
-                                                        forward)
-        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
-            raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
-                                              str(exc))) from None
-        otlp_logs.install_grpc(self._grpc, service, metrics, admission, config, forward)
-        if forward is not None:
-            passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
-        await self._grpc.start()
-        self.addresses["otlp_grpc"] = (host, bound)
+        if config.otlp_grpc_address != OFF:
+            await self._start_grpc(admission, forward)
 
-        if config.model_address is not None:
+        if config.model_address is not None:  # (its modules load only when it is on)
+            from watchdog.shell.model.proxy import ModelProxy
+
             self.model = proxy = ModelProxy(service, config, metrics)
             await self._start_app("model", config.model_address, proxy.app(),
                                   handler_cancellation=True)
@@ -165,6 +163,23 @@ class Server:
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
+
+    async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
+        """The OTLP/gRPC receivers; grpcio is loaded here, only when they are configured."""
+        config, service, metrics = self.config, self.service, self.metrics
+        assert service is not None and metrics is not None
+        host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
+        try:
+            self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
+                                                        forward)
+        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
+                                              str(exc))) from None
+        otlp_logs.install_grpc(self._grpc, service, metrics, admission, config, forward)
+        if forward is not None:
+            passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
+        await self._grpc.start()
+        self.addresses["otlp_grpc"] = (host, bound)
 
     async def _start_app(self, name: str, address: str, app: web.Application,
                          *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,

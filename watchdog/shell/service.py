@@ -296,6 +296,8 @@ class WatchdogService:
         if self._is_duplicate(digest):
             return Decoded(duplicate=True)
         self.state.admit()
+        if not self.pricer.ready:  # the first export: the price data loads off the loop
+            await self.pricer.loaded()
         if digest is not None:
             self._in_progress.add(digest)
         total = Decoded()
@@ -358,6 +360,7 @@ class WatchdogService:
     def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
                   oldest_call_started: float | None = None,
                   announce: dict[str, Any] | None = None) -> RunView:
+        self.pricer.load_soon()  # a run has begun: its model calls will be priced
         run, step = self.core.heartbeat(key, messages, self.clock.now(), in_flight,
                                         oldest_call_started, announce)
         if run is None:
@@ -374,6 +377,7 @@ class WatchdogService:
         as an overrun of a grace."""
         self.core.ledger.register(key)
         self.state.admit()
+        self.pricer.load_soon()
         decoded = records_from(request)
         core = self.core
         stopped = core.client_stopped(key, stop, self.clock.now()) if stop is not None else None
@@ -407,6 +411,7 @@ class WatchdogService:
                    session: str | None, budget: dict[str, float] | None) -> RunView:
         """The endpoint's run at a request, opened if no span has named it yet."""
         self.state.admit()
+        self.pricer.load_soon()  # priced when the upstream has answered
         run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
                                        session, budget)
         self._carry(step)

@@ -20,6 +20,10 @@ reads one of them (:attr:`Expr.timed`): only such rules need evaluating on a tim
 A condition with parts that compare a run's counters and flags also gets :attr:`Expr.fast`, a
 Python function of the run that the engine asks first (:mod:`watchdog.core.rules.fast`): no
 activation is built for a run whose conditions all come out false that way.
+
+cel-expr-python (its libraries are some 13 MB resident) and the protobuf descriptor modules are
+imported with the environments, at the first expression compiled, not with this module: a
+sidecar without rules never loads them.
 """
 
 from __future__ import annotations
@@ -30,25 +34,43 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
-
-from cel_expr_python import cel
-from cel_expr_python.ext import ext_math, ext_strings
-from google.protobuf import descriptor_pb2, descriptor_pool, struct_pb2, wrappers_pb2
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from watchdog.core.rules.fast import FastCondition, compile_fast
 from watchdog.core.rules.signals import NO_FLEET, SCHEMAS, TIME_DEPENDENT, field_names
 from watchdog.core.runs.catalogue import FieldType, ListOf, MapOf, Maybe, Schema
 
+if TYPE_CHECKING:
+    from cel_expr_python import cel
+
 PACKAGE = "watchdog.rules"
 MAX_DECIMALS = 6  # doubles in messages: at most this many decimals, never an exponent
 
-_FDP = descriptor_pb2.FieldDescriptorProto
-_SCALARS = {bool: _FDP.TYPE_BOOL, int: _FDP.TYPE_INT64, float: _FDP.TYPE_DOUBLE,
-            str: _FDP.TYPE_STRING}
 _WRAPPERS = {bool: ".google.protobuf.BoolValue", int: ".google.protobuf.Int64Value",
              float: ".google.protobuf.DoubleValue", str: ".google.protobuf.StringValue"}
-_MAP_DYN = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+
+
+@cache
+def _cel() -> Any:
+    """The ``cel`` module, imported at first use."""
+    from cel_expr_python import cel as module
+
+    return module
+
+
+@cache
+def _fdp() -> Any:
+    """``FieldDescriptorProto``, imported at first use."""
+    from google.protobuf import descriptor_pb2
+
+    return descriptor_pb2.FieldDescriptorProto
+
+
+def _scalar(kind: type) -> Any:
+    fdp = _fdp()
+    return {bool: fdp.TYPE_BOOL, int: fdp.TYPE_INT64, float: fdp.TYPE_DOUBLE,
+            str: fdp.TYPE_STRING}[kind]
 
 
 class EvalError(Exception):
@@ -89,43 +111,46 @@ def _add_message(container: Any, path: str, schema: Schema, omit: dict[str, froz
     for number, (name, kind) in enumerate(schema.items(), 1):
         if name in skipped:
             continue
-        field = message.field.add(name=name, number=number, label=_FDP.LABEL_OPTIONAL)
+        field = message.field.add(name=name, number=number, label=_fdp().LABEL_OPTIONAL)
         _declare(message, field, f"{path}.{name}", kind, omit, struct_paths)
 
 
 def _declare(message: Any, field: Any, path: str, kind: FieldType,
              omit: dict[str, frozenset[str]], struct_paths: dict[str, str]) -> None:
+    fdp = _fdp()
     if isinstance(kind, dict):
         _add_message(message.nested_type, path, kind, omit, struct_paths)
-        field.type = _FDP.TYPE_MESSAGE
+        field.type = fdp.TYPE_MESSAGE
         field.type_name = f".{PACKAGE}.{_type_name(path)}"
     elif isinstance(kind, Maybe):
-        field.type = _FDP.TYPE_MESSAGE
+        field.type = fdp.TYPE_MESSAGE
         field.type_name = _WRAPPERS[kind.type]
     elif isinstance(kind, MapOf):
         entry = message.nested_type.add(name=field.name.title().replace("_", "") + "Entry")
         entry.options.map_entry = True
-        entry.field.add(name="key", number=1, type=_SCALARS[kind.key], label=_FDP.LABEL_OPTIONAL)
-        value = entry.field.add(name="value", number=2, label=_FDP.LABEL_OPTIONAL)
+        entry.field.add(name="key", number=1, type=_scalar(kind.key), label=fdp.LABEL_OPTIONAL)
+        value = entry.field.add(name="value", number=2, label=fdp.LABEL_OPTIONAL)
         if isinstance(kind.value, dict):  # a struct per key, declared beside the entry
             _add_message(message.nested_type, f"{path}_value", dict(kind.value), omit,
                          struct_paths)
-            value.type = _FDP.TYPE_MESSAGE
+            value.type = fdp.TYPE_MESSAGE
             value.type_name = f".{PACKAGE}.{_type_name(path + '_value')}"
             struct_paths[value.type_name[1:]] = f"{path}[*]"  # as rule authors write it
         else:
-            value.type = _SCALARS[kind.value]
-        field.type = _FDP.TYPE_MESSAGE
+            value.type = _scalar(kind.value)
+        field.type = fdp.TYPE_MESSAGE
         field.type_name = f".{PACKAGE}.{_type_name(path.rsplit('.', 1)[0])}.{entry.name}"
-        field.label = _FDP.LABEL_REPEATED
+        field.label = fdp.LABEL_REPEATED
     elif isinstance(kind, ListOf):
-        field.type = _SCALARS[kind.item]
-        field.label = _FDP.LABEL_REPEATED
+        field.type = _scalar(kind.item)
+        field.label = fdp.LABEL_REPEATED
     else:
-        field.type = _SCALARS[kind]
+        field.type = _scalar(kind)
 
 
 def _extensions() -> list[cel.CelExtensionBase]:
+    from cel_expr_python.ext import ext_math, ext_strings
+
     return [ext_strings.ExtStrings(), ext_math.ExtMath()]
 
 
@@ -134,6 +159,9 @@ def checker(schemas: dict[str, Schema], omit: dict[str, frozenset[str]] | None =
     """The checking environment declaring ``schemas`` (variable -> schema; :data:`SCHEMAS` for
     rules) without the fields in ``omit``; ``struct_paths`` collects each declared message's
     variable path."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, struct_pb2, wrappers_pb2
+
+    cel = _cel()
     omit = omit if omit is not None else {}
     struct_paths = struct_paths if struct_paths is not None else {}
     pool = descriptor_pool.DescriptorPool()
@@ -155,10 +183,12 @@ class _Envs:
     """The three environments, built once on first use (about a millisecond)."""
 
     def __init__(self) -> None:
+        cel = _cel()
         self.struct_paths: dict[str, str] = {}  # "watchdog.rules.Run.Budget" -> "run.budget"
         self.checker = checker(SCHEMAS, {}, self.struct_paths)
         self.timeless = checker(SCHEMAS, TIME_DEPENDENT)
-        self.runtime = cel.NewEnv(variables={v: _MAP_DYN for v in SCHEMAS},
+        map_dyn = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+        self.runtime = cel.NewEnv(variables={v: map_dyn for v in SCHEMAS},
                                   extensions=_extensions())
 
 
@@ -226,7 +256,7 @@ class Expr:
             value = self._program.eval(act)
         except RuntimeError as exc:  # internal limits (e.g. the comprehension budget) raise
             raise EvalError(str(exc)) from None
-        if value.type() == cel.Type.ERROR:
+        if value.type() == _cel().Type.ERROR:
             raise EvalError(str(value.value()))
         return value.plain_value()
 
@@ -252,6 +282,7 @@ def compile_expr(source: str, *, condition: bool = False) -> Expr:
     if not source.strip():
         raise ExprError([Issue(1, 1, "empty expression")])
     envs = _environments()
+    cel = _cel()
     try:
         checked = envs.checker.compile(source)
     except RuntimeError as exc:

@@ -7,6 +7,9 @@ hashes the exact body, so an exporter retry of an applied request is not counted
 gRPC core enforces ``max_request_bytes`` (``grpc.max_receive_message_length``) on the
 message both as received and after decompression, answering RESOURCE_EXHAUSTED itself.
 Refusals go through :mod:`watchdog.shell.errors`; overload is UNAVAILABLE with a ``RetryInfo``.
+
+``grpc`` is imported when a server is created, not with this module: a sidecar with
+``otlp_grpc_address: off`` never loads grpcio (about 20 MB and six threads).
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
-
-import grpc
+from typing import TYPE_CHECKING
 
 from watchdog.core.spans.decode import (
     DecodeError,
@@ -30,6 +32,9 @@ from watchdog.shell.metrics import Metrics
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
 from watchdog.shell.receivers.forward import Forwarder, Signal
+
+if TYPE_CHECKING:
+    import grpc
 
 log = logging.getLogger("watchdog.otlp_grpc")
 
@@ -68,7 +73,7 @@ class TraceService:
             error = WatchdogError("internal error; see the watchdog log")
         if error.export_outcome is not None:
             self._count(error.export_outcome)
-        await context.abort(error.grpc_status, error.message,
+        await context.abort(_status_code(error.grpc_status), error.message,
                             trailing_metadata=_error_details(error))
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
@@ -100,6 +105,22 @@ class TraceService:
         check_bearer(given, self._expected_auth, "the metadata authorization:")
 
 
+def _status_code(code: int) -> grpc.StatusCode:
+    """grpcio's status for a ``google.rpc.Code`` (the number both name)."""
+    import grpc
+
+    return next((status for status in grpc.StatusCode if status.value[0] == code),
+                grpc.StatusCode.UNKNOWN)
+
+
+def handler(service_name: str, receiver: TraceService) -> grpc.GenericRpcHandler:
+    """``service_name``'s ``Export`` method, answered by ``receiver``."""
+    import grpc
+
+    return grpc.method_handlers_generic_handler(service_name, {
+        METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export)})
+
+
 def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
     details = [(STATUS_DETAILS_KEY, error.to_status().SerializeToString())]
     retry_info = error.retry_info()
@@ -112,14 +133,13 @@ def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admissio
                   config: Config, forward: Forwarder | None = None
                   ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server bound to ``otlp_grpc_address`` (not started); returns it and its port."""
+    import grpc
+
     receiver = TraceService(consumer, metrics, admission, config, forward)
-    handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
-        METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export),
-    })
     # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
     # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
     # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
-    server = grpc.aio.server(handlers=(handler,), options=(
+    server = grpc.aio.server(handlers=(handler(SERVICE_NAME, receiver),), options=(
         ("grpc.max_receive_message_length", config.max_request_bytes),
         # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the port
         # and split the agents' spans between two processes. Refuse the port instead.

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import grpc
 from aiohttp import web
 
 from watchdog.core.spans.decode import DecodeError, request_digest
@@ -31,6 +31,9 @@ from watchdog.shell.receivers import otlp_grpc, otlp_http
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
 from watchdog.shell.receivers.forward import Forwarder, Signal
+
+if TYPE_CHECKING:
+    import grpc
 
 LOGS_PATH = "/v1/logs"
 GRPC_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
@@ -87,6 +90,4 @@ def install_grpc(server: grpc.aio.Server, consumer: TraceConsumer, metrics: Metr
                  admission: Admission, config: Config, forward: Forwarder | None) -> None:
     """Add ``LogsService/Export`` to the gRPC server (not started yet)."""
     rpc = LogsService(consumer, metrics, admission, config, forward)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(GRPC_SERVICE, {
-        otlp_grpc.METHOD_NAME: grpc.unary_unary_rpc_method_handler(rpc.export),
-    }),))
+    server.add_generic_rpc_handlers((otlp_grpc.handler(GRPC_SERVICE, rpc),))

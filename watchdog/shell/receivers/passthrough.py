@@ -17,8 +17,8 @@ shows up in the agent's exporter log.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-import grpc
 from aiohttp import web
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import Message
@@ -34,6 +34,9 @@ from watchdog.shell.receivers import otlp_grpc, otlp_http
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
 from watchdog.shell.receivers.forward import Forwarder, Signal
+
+if TYPE_CHECKING:
+    import grpc
 
 PATHS: dict[Signal, str] = {"metrics": "/v1/metrics"}
 GRPC_SERVICES: dict[Signal, str] = {
@@ -109,7 +112,5 @@ def install_grpc(server: grpc.aio.Server, consumer: TraceConsumer, metrics: Metr
     handlers = []
     for signal, name in GRPC_SERVICES.items():
         rpc = PassThroughService(signal, consumer, metrics, admission, config, forward)
-        handlers.append(grpc.method_handlers_generic_handler(name, {
-            otlp_grpc.METHOD_NAME: grpc.unary_unary_rpc_method_handler(rpc.export),
-        }))
+        handlers.append(otlp_grpc.handler(name, rpc))
     server.add_generic_rpc_handlers(tuple(handlers))

@@ -1,0 +1,158 @@
+"""A served sidecar loads only what its configuration uses (docs/performance.md, Footprint).
+
+Each test starts ``watchdog serve`` in a process of its own (``python -m watchdog serve``, run by
+a small driver that prints the process's ``sys.modules`` on a signal) on free 127.0.0.1 ports
+with a temporary state dir, and reads which libraries it holds: grpcio only with the gRPC
+receiver on, cel-expr-python only with rules, genai-prices (and the pydantic it brings) only once
+traffic has come — and then a model call is priced as the library itself prices it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from genai_prices import Usage, calc_price
+
+from tests.harness import free_port, http_request, run_detail, wait_until
+from tests.spans import T0, SpanMaker, chat_attrs, encode
+from watchdog.shell.config import OFF, load
+from watchdog.shell.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shell.model.proxy")
+# ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
+DRIVER = """
+import json, runpy, signal, sys
+def show(*_):
+    names = sorted(sys.modules)
+    sys.stdout.write(json.dumps(names) + "\\n")
+    sys.stdout.flush()
+signal.signal(signal.SIGUSR1, show)
+sys.argv = ["watchdog", "serve"]
+runpy.run_module("watchdog", run_name="__main__", alter_sys=True)
+"""
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[str], ports: dict[str, int]) -> None:
+        self.process = process
+        self.ports = ports
+        self.api = f"http://127.0.0.1:{ports['api']}"
+
+    def modules(self) -> set[str]:
+        """The modules the sidecar has imported, of those this test watches."""
+        assert self.process.stdout is not None
+        self.process.send_signal(signal.SIGUSR1)
+        names: list[str] = json.loads(self.process.stdout.readline())
+        return {name for name in names if name in WATCHED}
+
+    def export(self, body: bytes) -> None:
+        status, answer = http_request(
+            "POST", f"http://127.0.0.1:{self.ports['otlp_http']}/v1/traces", body,
+            {"Content-Type": "application/x-protobuf"})
+        assert status == 200, answer
+
+
+@contextmanager
+def served(tmp_path: Path, **settings: str) -> Iterator[Served]:
+    ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")}
+    env.update({f"WATCHDOG_{name.upper()}_ADDRESS": f"127.0.0.1:{port}"
+                for name, port in ports.items()})
+    env.update({f"WATCHDOG_{key.upper()}": value for key, value in settings.items()})
+    env.update(WATCHDOG_STATE_DIR=str(tmp_path / "state"), WATCHDOG_LOG_LEVEL="warning",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "client")]))
+    process = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _ready(process, ports["metrics"]), "the sidecar ready", timeout=30)
+        assert process.poll() is None, "the sidecar exited"
+        yield Served(process, ports)
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _ready(process: subprocess.Popen[str], port: int) -> bool:
+    """Ready, or exited (which the caller then reports)."""
+    if process.poll() is not None:
+        return True
+    try:
+        return http_request("GET", f"http://127.0.0.1:{port}/readyz", timeout=1)[0] == 200
+    except OSError:
+        return False
+
+
+def priced_run(run_id: str) -> bytes:
+    """One run: an agent span around a gpt-4o chat call with 1,200 input and 300 output
+    tokens."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"watchdog.run.id": run_id}, end=T0 + 5):
+        maker.span("chat gpt-4o", chat_attrs(1200, 300, **{
+            "gen_ai.request.model": "gpt-4o", "gen_ai.provider.name": "openai",
+            "watchdog.run.id": run_id}), start=T0 + 1, end=T0 + 2)
+    return encode(maker.take()).SerializeToString()
+
+
+def test_without_grpc_or_rules_the_sidecar_loads_neither_grpcio_nor_cel(tmp_path: Path) -> None:
+    with served(tmp_path, otlp_grpc_address="off", default_rules="false") as sidecar:
+        assert sidecar.modules() == set()
+        status, _ = http_request("GET", f"{sidecar.api}/v1/runs")
+        assert status == 200
+
+
+def test_with_the_defaults_grpc_and_cel_are_loaded_and_prices_wait_for_traffic(
+        tmp_path: Path) -> None:
+    with served(tmp_path) as sidecar:
+        assert sidecar.modules() == {"grpc", "cel_expr_python"}
+        time.sleep(1.0)  # idle: nothing loads by itself
+        assert "genai_prices" not in sidecar.modules()
+        sidecar.export(priced_run("footprint-1"))
+        assert sidecar.modules() == set(WATCHED) - {"watchdog.shell.model.proxy"}
+        run: dict[str, Any] | None = wait_until(lambda: run_detail(sidecar.api, "footprint-1"),
+                                                "the run")
+        assert run is not None
+        expected = float(calc_price(Usage(input_tokens=1200, output_tokens=300), "gpt-4o",
+                                    provider_id="openai").total_price)
+        assert abs(run["signals"]["cost_usd"] - expected) < 1e-12, run["signals"]
+
+
+def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
+    with served(tmp_path, model_address=f"127.0.0.1:{free_port()}",
+                otlp_grpc_address="off") as sidecar:
+        assert sidecar.modules() == {"cel_expr_python", "watchdog.shell.model.proxy"}
+
+
+def test_grpc_off_serves_without_grpcio_and_a_misspelling_is_refused(tmp_path: Path) -> None:
+    with served(tmp_path, otlp_grpc_address="off") as sidecar:
+        assert "grpc" not in sidecar.modules()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")}
+    env.update(WATCHDOG_OTLP_GRPC_ADDRESS="of", WATCHDOG_STATE_DIR=str(tmp_path / "state"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "client")]))
+    refused = subprocess.run([sys.executable, "-m", "watchdog", "serve"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0
+    assert "otlp_grpc_address='of' is not allowed" in refused.stderr
+    assert "or off for no gRPC receiver" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_off_is_read_from_yaml_bare_or_quoted_and_from_the_environment(tmp_path: Path) -> None:
+    for text in ("otlp_grpc_address: off\n", 'otlp_grpc_address: "off"\n'):
+        path = tmp_path / "watchdog.yaml"
+        path.write_text(text)
+        assert load(str(path), env={}).otlp_grpc_address == OFF
+    assert load(None, env={"WATCHDOG_OTLP_GRPC_ADDRESS": "off"}).otlp_grpc_address == OFF
+    path.write_text("otlp_http_address: off\n")  # only the gRPC receiver can be off
+    with pytest.raises(ConfigError, match="otlp_http_address=False is not allowed"):
+        load(str(path), env={})
