@@ -17,7 +17,6 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -37,7 +36,6 @@ from tests.frameworks.test_steering_pydantic_ai import tracer_provider
 from tests.harness import RunningServer, http_request, wait_until
 
 RUNS = 10
-EVAL_INTERVAL = 0.2  # the sidecar fixture's eval_interval
 NOTE = re.compile(r"\[fleet: search has failed \(([\w.]+)\) for (\d+) runs since "
                   r"(\S+) — don't retry it")
 GIVE_UP = "search is down for everyone; finishing without it."
@@ -140,12 +138,10 @@ def test_ten_runs_are_told_the_shared_tool_is_down_and_the_outage_clears(
         assert match is not None and int(match.group(2)) >= 3, match
         assert backend.calls[f"run-{i}"] == first, (i, backend.calls, seen)  # no call after
 
-    # each run was told once, and all in the step that saw the threshold (one evaluation)
+    # each run was told once (when: the requests above show it was the first request after
+    # its failed call; the API's created_at has whole seconds, too coarse to say more)
     notes = {run_id: outage_notes(sidecar, run_id) for run_id, _ in done}
     assert all(len(told) == 1 for told in notes.values()), notes
-    created = sorted(datetime.fromisoformat(told[0]["created_at"]).timestamp()
-                     for told in notes.values())
-    assert created[-1] - created[0] <= EVAL_INTERVAL, created
     assert {told[0]["action"] for told in notes.values()} == {"notify"}
     assert wait_until(lambda: tools_failing(sidecar) == 1.0, what="tools_failing 1")
 
