@@ -59,7 +59,8 @@ from watchdog.core.rules.yamldoc import suggest
 from watchdog.core.runs.run import NS
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook, SessionState
-from watchdog.core.spans.conventions import ANSWER_FINISH_REASONS, canonical_arguments, stable_hash
+from watchdog.core.spans.attributes import ANSWER_FINISH_REASONS
+from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
 from watchdog.core.step import SESSION_CHANGED, Core, Step
 
