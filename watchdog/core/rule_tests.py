@@ -56,7 +56,7 @@ from watchdog.core.rules.pack import RulePackError, RuleSet, load_rules
 from watchdog.core.rules.testfile import RuleTest, read_test_file
 from watchdog.core.rules.testfile import Step as TestStep
 from watchdog.core.rules.yamldoc import suggest
-from watchdog.core.runs.run import NS
+from watchdog.core.runs.fields import NS
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook, SessionState
 from watchdog.core.spans.attributes import ANSWER_FINISH_REASONS
