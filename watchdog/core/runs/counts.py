@@ -440,6 +440,24 @@ class RunCounts(RunFields):
         if len(recent) > MAX_CYCLE_LENGTH:
             del recent[0]
 
+    def clock_skew(self) -> float:
+        """How far the agent's clock is behind the sidecar's, in seconds (negative: ahead), as
+        the run's spans tell it: the least time between a span's end and its arrival (the
+        exporter's delay is least there), when every span arrived more than
+        ``CLOCK_SKEW_TOLERANCE`` after it ended or every span ended more than that after it
+        arrived; else 0. Time signals count in the agent's clock from its first span's start:
+        an agent whose clock is two hours behind is not two hours into its run when its first
+        span arrives. All spans must agree: one span whose end is wrong (an instrumentation's
+        unit mix-up, year 2500) among the run's right ones leaves the sidecar's clock in
+        charge, and so does a span that ends far after it arrived though it started before."""
+        lags = self.clock_lags
+        if lags is None:
+            return 0.0
+        least, most = lags
+        if least > CLOCK_SKEW_TOLERANCE or most < -CLOCK_SKEW_TOLERANCE:
+            return least
+        return 0.0
+
     def heartbeat(self, messages: int, now: float, in_flight: int | None = None,
                   oldest_call_started: float | None = None) -> bool:
         """A sign of life from the client SDK; progress only if the conversation grew.

@@ -27,7 +27,6 @@ from watchdog.core.bounds import budget_limit, plain_number
 from watchdog.core.runs.catalogue import reader
 from watchdog.core.runs.counts import RunCounts
 from watchdog.core.runs.fields import (
-    CLOCK_SKEW_TOLERANCE,
     NS,
     RECENT_MODEL_CALLS,
     UNPRICED,
@@ -126,24 +125,6 @@ class RunState(RunCounts):
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
-
-    def clock_skew(self) -> float:
-        """How far the agent's clock is behind the sidecar's, in seconds (negative: ahead), as
-        the run's spans tell it: the least time between a span's end and its arrival (the
-        exporter's delay is least there), when every span arrived more than
-        ``CLOCK_SKEW_TOLERANCE`` after it ended or every span ended more than that after it
-        arrived; else 0. Time signals count in the agent's clock from its first span's start:
-        an agent whose clock is two hours behind is not two hours into its run when its first
-        span arrives. All spans must agree: one span whose end is wrong (an instrumentation's
-        unit mix-up, year 2500) among the run's right ones leaves the sidecar's clock in
-        charge, and so does a span that ends far after it arrived though it started before."""
-        lags = self.clock_lags
-        if lags is None:
-            return 0.0
-        least, most = lags
-        if least > CLOCK_SKEW_TOLERANCE or most < -CLOCK_SKEW_TOLERANCE:
-            return least
-        return 0.0
 
     def elapsed_seconds(self, now: float) -> float:
         if not self.first_start_ns:
