@@ -49,6 +49,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from watchdog.core.handout import Step
 from watchdog.core.redact import mask
 from watchdog.core.rules.decision import Decision
 from watchdog.core.rules.engine import RuleEngine
@@ -62,7 +63,7 @@ from watchdog.core.sessions import SessionBook, SessionState
 from watchdog.core.spans.attributes import ANSWER_FINISH_REASONS
 from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
-from watchdog.core.step import SESSION_CHANGED, Core, Step
+from watchdog.core.step import SESSION_CHANGED, Core
 
 START = 1_700_000_000.0  # the synthetic runs' wall-clock origin (seconds)
 
