@@ -38,8 +38,9 @@ def _wrapped_error(events: Any) -> bool:
     """Whether the span's exception is in the wrapper of an exporter that records only errors
     (the ``wrapped_exceptions`` of the conventions)."""
     exc_type, exc_message = _exception(events)
-    return exc_type in WRAPPED_EXCEPTION_TYPES and bool(exc_message) \
-        and unwrapped_exception(exc_type, exc_message) != (exc_type, exc_message)
+    if exc_type not in WRAPPED_EXCEPTION_TYPES or not exc_message:
+        return False
+    return unwrapped_exception(exc_type, exc_message) != (exc_type, exc_message)
 
 
 def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
