@@ -7,7 +7,8 @@ docs/alerts.md; aggregations keep ``cluster``.
 The chart's per-alert values (kube-prometheus-stack's conventions) are rendered and run through
 promtool too (tests/promtool/overrides_test.yaml): ``disabled``, ``customRules`` (``for``,
 severity, labels), ``additionalRuleLabels``/``additionalRuleAnnotations``, and the absent
-alert following ``sidecar.containerName``.
+alert following ``sidecar.containerName``, and ``traceSearchUrl`` giving every per-agent alert a
+link to that agent's traces (and no other alert).
 
 (That every alert expression reads series a real sidecar exports is tests/test_dashboard.py.)
 """
@@ -35,6 +36,7 @@ OVERRIDES: dict[str, Any] = {
         "runbookUrl": "https://wiki.example.com/agents/alerts",
         "additionalRuleLabels": {"team": "platform"},
         "additionalRuleAnnotations": {"dashboard": "https://grafana.example.com/d/agent-watchdog"},
+        "traceSearchUrl": "https://jaeger.example.com/search?service={agent}&tags=k8s.namespace:{namespace}",
         "disabled": {"AgentWatchdogErrorLoops": True},
         "customRules": {"AgentWatchdogRunStuck": {
             "for": "2m", "severity": "critical", "labels": {"page": "true"}}},
@@ -165,6 +167,22 @@ def test_values_override_disable_and_label_alerts(overridden: list[dict[str, Any
     assert rules["AgentWatchdogAbsent"]["expr"].count('container="wd"') == 2
 
 
+def test_per_agent_alerts_link_to_the_agents_traces(overridden: list[dict[str, Any]],
+                                                     groups: list[dict[str, Any]]) -> None:
+    linked = {rule["alert"]: rule["annotations"].get("trace_search_url")
+              for rule in alert_rules(overridden)}
+    per_agent = {name for name, rule in linked.items() if rule is not None}
+    assert per_agent == {
+        "AgentWatchdogRunStuck", "AgentWatchdogRunIdle", "AgentWatchdogAbortRateHigh",
+        "AgentWatchdogBudgetExhaustionHigh", "AgentWatchdogSpendHigh",
+        "AgentWatchdogModelUpstreamErrors"}
+    assert linked["AgentWatchdogRunIdle"] == (
+        "https://jaeger.example.com/search?service={{ $labels.agent | urlquery }}"
+        "&tags=k8s.namespace:{{ $labels.namespace | urlquery }}")
+    # without the value, no alert carries the annotation
+    assert all("trace_search_url" not in rule["annotations"] for rule in alert_rules(groups))
+
+
 def test_promtool_unit_tests_pass_on_the_overridden_rules(
         tmp_path: Path, overridden: list[dict[str, Any]]) -> None:
     rule_file = write_rule_file(tmp_path, overridden, OVERRIDE_TESTS)
@@ -174,6 +192,7 @@ def test_promtool_unit_tests_pass_on_the_overridden_rules(
 
 @pytest.mark.parametrize(("values", "message"), [
     ({"runbookUrl": "docs/alerts.md"}, "runbookUrl"),
+    ({"traceSearchUrl": "https://jaeger.example.com/search"}, "traceSearchUrl"),
     ({"runbookUrl": RUNBOOK_URL, "disabled": {"AgentWatchdogRunStuk": True}},
      "no alert named AgentWatchdogRunStuk (the alerts: AgentWatchdogAbortRateHigh"),
     ({"runbookUrl": RUNBOOK_URL, "customRules": {"AgentWatchdogRunIdle": {"for": "5"}}},

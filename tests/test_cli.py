@@ -7,6 +7,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests.harness import (
     wait_until,
 )
 from tests.otel import SECRET, explorer_run, export_http
+from tests.spans import SpanMaker, chat_attrs
 from watchdog.shell.cli import main, runs_table
 from watchdog.shell.config import Config
 
@@ -44,13 +46,39 @@ def closed_port_url() -> str:
 def test_runs_table(fed: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "--url", fed.api]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["ID", "AGENT", "STATE", "TOOLS", "ERR", "ELAPSED", "IDLE",
-                                "TERMINAL"]
+    assert lines[0].split() == ["ID", "AGENT", "STATE", "TOOLS", "ERR", "COST", "ELAPSED",
+                                "IDLE", "TERMINAL"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows[RUN_ID][1:5] == ["explorer", "active", "4", "1"]
     assert rows[RUN_ID][-1] == "-"
     assert rows["job:8"][1:3] == ["writer", "ended"] and rows["job:8"][-1] == "completed"
     assert rows["job:8"][-2] == "-"  # an ended run is not idle
+
+
+def test_the_list_shows_each_runs_cost_as_its_detail_does(
+        sidecar: RunningServer, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WATCHDOG_URL", raising=False)
+    monkeypatch.delenv("WATCHDOG_API_TOKEN", raising=False)
+    maker = SpanMaker()
+    spans = explorer_run(RUN_ID, maker=maker)  # two model calls that name no model: unpriced
+    maker.span("chat gpt-4o-mini", chat_attrs(5000, 500, "stop", **{  # a model with a price
+        "gen_ai.request.model": "gpt-4o-mini", "watchdog.run.id": RUN_ID,
+        "gen_ai.agent.name": "explorer"}), start=time.time() - 5, end=time.time() - 4)
+    export_http(sidecar, [*spans, *maker.take()])
+    signals = sidecar.get_json(f"/v1/runs/{RUN_ID}")["signals"]
+    assert signals["cost_usd"] > 0 and signals["unpriced_calls"] == 2
+    [listed] = sidecar.get_json("/v1/runs")["runs"]
+    assert (listed["cost_usd"], listed["unpriced_calls"]) == (
+        round(signals["cost_usd"], 6), 2)
+
+    assert main(["runs", "--url", sidecar.api]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cost = lines[1].split()[lines[0].split().index("COST")]
+    assert cost == f"${signals['cost_usd']:.4f}+2?"
+    assert main(["runs", "--url", sidecar.api, "-o", "wide"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[lines[0].split().index("COST")] == cost
 
 
 def test_runs_filters(fed: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,8 +197,13 @@ def test_runs_table_formats_numbers() -> None:
                          "terminal_state": "tool_limit_reached", "has_final_answer": True}],
                        wide=True)
     assert table.splitlines()[1].split() == ["r", "a", "-", "ended", "3", "20", "0", "123.5k",
-                                             "3m05s", "-", "tool_limit_reached", "(answered)",
-                                             "-"]
+                                             "-", "3m05s", "-", "tool_limit_reached",
+                                             "(answered)", "-"]
+    assert [runs_table([{"id": "r", "agent": "a", "state": "ended", "cost_usd": cost,
+                         "unpriced_calls": unpriced}],
+                       wide=True).splitlines()[1].split()[8]
+            for cost, unpriced in ((0.0123456, 0), (12.345, 2), (0.0, 3))] == [
+        "$0.0123", "$12.35+2?", "+3?"]
 
 
 TRACE_RUN = "trace:" + "0af7651916cd43dd8448eb211c80319c"
@@ -198,7 +231,7 @@ def test_the_table_fits_80_columns_and_wide_cuts_nothing() -> None:
     wide = runs_table(LONG_RUNS, wide=True)
     assert wide.splitlines()[1].split() == [
         TRACE_RUN, "customer-support-triage-agent", "ticket-4711", "ended", "31", "120", "12",
-        "2345.7k", "1h02m", "-", "tool_limit_reached", "(answered)",
+        "2345.7k", "-", "1h02m", "-", "tool_limit_reached", "(answered)",
         "0af7651916cd43dd8448eb211c80319c"]
     assert runs_table(LONG_RUNS, width=200) == runs_table(LONG_RUNS, width=200).rstrip()
     assert "…" not in runs_table(LONG_RUNS, width=200)
@@ -214,7 +247,7 @@ def test_runs_json_and_wide(fed: RunningServer, capsys: pytest.CaptureFixture[st
     assert main(["runs", "--url", fed.api, "--output", "wide"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["ID", "AGENT", "SESSION", "STATE", "ITER", "TOOLS", "ERR",
-                                "TOKENS", "ELAPSED", "IDLE", "TERMINAL", "TRACE"]
+                                "TOKENS", "COST", "ELAPSED", "IDLE", "TERMINAL", "TRACE"]
     row = next(line.split() for line in lines if line.startswith(RUN_ID))
     assert row[3:8] == ["active", "2", "4", "1", "490"]
     assert main(["runs", "--url", fed.api, "-o", "json", "--watch"]) == 2

@@ -13,13 +13,14 @@ import pytest
 from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
-from watchdog.core.fleet import MAX_TOOLS, Fleet
+from watchdog.core.fleet import FLEET_SLICE, MAX_TOOLS, Fleet
 from watchdog.core.handout import Step
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.expr import ExprError, compile_expr
 from watchdog.core.rules.pack import load_rules, load_text
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook
+from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, TOOL, SpanRecord
 from watchdog.core.step import Core
 
 NOTE = re.compile(r"^\[fleet: search has failed \((\w+)\) for (\d+) runs since "
@@ -196,3 +197,45 @@ rules:
     assert begins.outages == {"search": True}
     assert begins.rule_errors["probe"] >= 3  # each run that used search, at the outage
     assert agents.tool(0, T0 + 6, TimeoutError("t")).rule_errors == {"probe": 1}  # not quiet
+
+
+def test_an_outage_for_ten_thousand_runs_is_told_a_bounded_slice_a_tick() -> None:
+    """10,000 active runs used search; it starts failing for three (told at once): each turn
+    of the timer then tells at most FLEET_SLICE of the others (0.1-0.4 s a turn measured, not
+    3-4 s in one), every run once, in the order they came; a run that ended while it
+    waited is not told."""
+    watchdog = core()
+    count = 10_000
+    records = []
+    for index in range(count):
+        key, start = f"run-{index}", int((T0 + 1) * 1e9) + index
+        records += [SpanRecord(key, KEY_WATCHDOG, f"{index:032x}", f"{index:015x}1", "a",
+                               "chat m", LLM, start, start + 10, agent="demo"),
+                    SpanRecord(key, KEY_WATCHDOG, f"{index:032x}", f"{index:015x}2", "a",
+                               "execute_tool search", TOOL, start + 20, start + 30,
+                               agent="demo", tool_name="search")]
+    watchdog.apply(records, T0 + 2)
+    assert told(watchdog.fleet_tick(T0 + 2)) == {}
+    failures = [SpanRecord(f"run-{index}", KEY_WATCHDOG, f"{index:032x}", f"{index:015x}3",
+                           "a", "execute_tool search", TOOL, int((T0 + 10) * 1e9),
+                           int((T0 + 11) * 1e9), agent="demo", tool_name="search", error=True,
+                           error_type="TimeoutError") for index in range(3)]
+    seen = list(told(watchdog.apply(failures, T0 + 11)))  # the three that saw it fail: at once
+    assert seen == ["run-0", "run-1", "run-2"]
+    ticks = 0
+    while (ticks == 0 or len(watchdog.to_tell)) and ticks < 100:
+        ticks += 1
+        step = watchdog.fleet_tick(T0 + 11 + ticks)
+        notes = told(step)
+        assert 0 < len(notes) <= FLEET_SLICE
+        seen += notes
+        if ticks == 1:
+            assert step.outages == {"search": True}
+            # a run that ends while it waits is not told
+            watchdog.apply([SpanRecord(f"run-{count - 1}", KEY_WATCHDOG, f"{count - 1:032x}",
+                                       "a", None, "invoke_agent demo", AGENT,
+                                       int((T0 + 1) * 1e9), int((T0 + 12) * 1e9),
+                                       agent="demo")], T0 + 12)
+    assert ticks == count // FLEET_SLICE  # (each turn takes FLEET_SLICE of the 10,000)
+    assert seen == [f"run-{index}" for index in range(count - 1)]
+    assert len(watchdog.to_tell) == 0 and told(watchdog.fleet_tick(T0 + 200)) == {}

@@ -806,6 +806,35 @@ def test_the_shipped_alerts_and_dashboards_render(source: ChartSource, chart: he
         k: json.loads(v) for k, v in shipped_dashboards.items()}
 
 
+def test_the_dashboard_links_to_the_selected_agents_traces(source: ChartSource,
+                                                          chart: helm.Chart) -> None:
+    """prometheusRule.traceSearchUrl (or dashboards.traceSearchUrl) gives the shipped dashboard,
+    which has an $agent variable, a link to that agent's traces, Grafana's variables in place
+    of {agent} and {namespace}; nothing else of the dashboard changes."""
+    def dashboard(values: dict[str, Any]) -> dict[str, Any]:
+        [text] = [text for m in render(chart, values) if m["kind"] == "ConfigMap"
+                  and m["metadata"]["labels"].get("grafana_dashboard") == "1"
+                  for text in m["data"].values()]
+        loaded: dict[str, Any] = json.loads(text)
+        return loaded
+
+    shipped = json.loads((source.directory / "dashboards/agent-watchdog.json").read_text())
+    search = "https://jaeger.example.com/search?service={agent}&tags=ns:{namespace}"
+    linked = dashboard({**MONITORING, "prometheusRule": {
+        **MONITORING["prometheusRule"], "traceSearchUrl": search}})
+    [link] = linked.pop("links")
+    assert link["url"] == ("https://jaeger.example.com/search?service=${agent:percentencode}"
+                           "&tags=ns:${namespace:percentencode}")
+    assert (link["type"], link["title"], link["targetBlank"]) == (
+        "link", "Traces of ${agent}", True)
+    assert linked == {key: value for key, value in shipped.items() if key != "links"}
+    own = dashboard({**MONITORING, "dashboards": {
+        "enabled": True, "traceSearchUrl": "https://tempo.example.com/{agent}"}})
+    assert [link["url"] for link in own["links"]] == [
+        "https://tempo.example.com/${agent:percentencode}"]
+    assert "links" not in dashboard(MONITORING)
+
+
 # -- chart metadata --------------------------------------------------------------------------
 
 def test_chart_metadata_and_lint(source: ChartSource, chart: helm.Chart) -> None:

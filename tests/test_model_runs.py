@@ -486,3 +486,40 @@ def test_a_model_that_ignores_the_withdrawal_gives_the_agent_a_stop_note(
     detail = wait_until(lambda: (d := sidecar.get_json(f"/v1/runs/stubborn-{stream}"))[
         "state"] == "ended" and d, "the run ends")
     assert detail["has_final_answer"] and detail["signals"]["tool_calls"] == 1
+
+
+def test_runs_seen_only_through_the_endpoint_enter_a_loop_across_agents(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent invoked again and again with the same request, its calls seen through the
+    endpoint alone: each call's input is hashed as a span's is, so the conversation's runs (one
+    session) form the cycle ``[support]``; at the third, the run still going is wound down by
+    the default pack's agent-ping-pong rule, and its next request carries the note."""
+    model = llm.script("again", steps(answer("one"), answer("two"), call("search", q="x"),
+                                      answer("three")))
+    client = chat(sidecar, **{"x-watchdog-agent": "support"})
+    for text in ("one", "two"):
+        reply = client.chat.completions.create(
+            model=model, tools=TOOLS, messages=[{"role": "user", "content": "Refund order 42"}])
+        assert reply.choices[0].message.content == text
+    wait_until(lambda: len(ended_runs(sidecar, "support")) == 2, "two runs answered")
+    messages: list[Any] = [{"role": "user", "content": "Refund order 42"}]
+    message = client.chat.completions.create(model=model, tools=TOOLS,
+                                             messages=messages).choices[0].message
+    assert message.tool_calls
+    [run] = sidecar.get_json("/v1/runs?agent=support&state=active")["runs"]
+
+    def told() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = sidecar.get_json(
+            f"/v1/runs/{run['id']}/directives?after=0")["directives"]
+        return [d for d in found if d["rule"] == "agent-ping-pong"]
+
+    [directive] = wait_until(told, "the third run is told")
+    assert directive["message"].startswith(
+        "Loop across agents: support 3 times in a row with the same input")
+    messages.append({"role": "assistant", "content": None,
+                     "tool_calls": [c.model_dump() for c in message.tool_calls]})
+    messages.append({"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "ok"})
+    client.chat.completions.create(model=model, tools=TOOLS, messages=messages)
+    system = next(m["content"] for m in llm.requests(model)[-1]["messages"]
+                  if m["role"] == "system")
+    assert "Loop across agents: support 3 times" in system

@@ -28,6 +28,7 @@ from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Board, Counts, decide, is_answer_tool
 from watchdog.core.model.wire import Observation, SSEReader, Wire
 from watchdog.core.model.wire import ToolCall as Call
+from watchdog.core.spans.conventions import request_hash
 
 THREE = Step(text="Looking.", tool_calls=(ToolCall("a", {"x": 1}), ToolCall("b", {"y": 2}),
                                           ToolCall("c", {"z": 3})))
@@ -390,3 +391,31 @@ def test_a_trimmed_stream_reads_right_in_the_vendors_sdk(wire: Wire, make: Any,
     assert calls == [*["a", "b", "c"][:keep], "final_answer"]
     assert sdk_snapshot(wire, make(WITH_ANSWER)) == sdk_snapshot(wire, feed(wire, make(
         WITH_ANSWER), 11, None)[1])
+
+
+SPAN_PROMPT = json.dumps([{"role": "system", "content": "Be brief."},
+                          {"role": "user", "content": "Refund order 42"}])
+
+
+@pytest.mark.parametrize(("wire", "body"), [
+    (ChatWire(), {"messages": [{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": "Refund  ORDER 42 "}]}),
+    (ResponsesWire(), {"instructions": "Be brief.", "input": "Refund order 42"}),
+    (ResponsesWire(), {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "Refund order 42"}]}]}),
+    (MessagesWire(), {"system": "Be brief.", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Refund order 42"}]}]}),
+], ids=["chat", "responses-text", "responses-items", "messages"])
+def test_a_requests_input_is_hashed_as_a_spans_is(wire: Wire, body: dict[str, Any]) -> None:
+    """A call through the endpoint has the input hash a span of the same call has (its last
+    user message, case and spacing ignored): runs seen only through the endpoint enter the
+    loops across agents (session.agent_cycle) like traced ones; the call record carries it."""
+    request = wire.read_request(body)
+    assert request.input_hash is not None and request.input_hash == request_hash(SPAN_PROMPT)
+    book = ModelBook()
+    state = book.identify(wire.api, request, Caller(), "support", lambda _key: False)
+    record = book.call_record(state, request, Observation(text="Done."), [], 1, 2)
+    assert record.input_hash == request.input_hash
+    other = wire.read_request(json.loads(json.dumps(body).replace("42", "43")))
+    assert other.input_hash != request.input_hash
+    assert wire.read_request({}).input_hash is None

@@ -6,7 +6,10 @@ same user request every time, eight round trips, until triage answers. Every run
 its own is healthy (one model call, one handoff); the sidecar sees the trace's runs — the triage
 run and a child run per later agent — as the cycle ``agents-triage → agents-billing`` and, at 3
 repeats, tells the triage run (the one the handoffs hang from) to wind down. ``chain``: triage
-→ billing → researcher, who answers: nothing is flagged.
+→ billing → researcher, who answers: nothing is flagged. ``ping_pong_limit``: triage and billing
+hand off until ``max_turns`` stops the loop; the SDK then opens one more triage agent span, with
+nothing below it, that fails with ``MaxTurnsExceeded``: a child run of its own, and the trace's
+run keeps its agent (triage) and its model call.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ SCRIPTS = {
     "ping_pong": {"": fakellm.steps(*[fakellm.call("transfer_to_agents_billing")]
                                     * (ROUND_TRIPS - 1), fakellm.answer(ANSWER)),
                   "-billing": fakellm.steps(fakellm.call("transfer_to_agents_triage"))},
+    "ping_pong_limit": {"": fakellm.looping("transfer_to_agents_billing", lambda _i: {}),
+                        "-billing": fakellm.looping("transfer_to_agents_triage", lambda _i: {})},
     "chain": {"": fakellm.steps(fakellm.call("transfer_to_agents_billing")),
               "-billing": fakellm.steps(fakellm.call("transfer_to_agents_researcher")),
               "-sub": fakellm.steps(fakellm.answer(ANSWER))},
@@ -43,6 +48,11 @@ PING_PONG = [Run(TRIAGE, 1, 1, 0, "loop_detected", True, "agent-ping-pong", None
     Run(agent, 1, 1, 0, "no_response", False, None, TRIAGE)
     for agent in [BILLING, TRIAGE] * (ROUND_TRIPS - 2) + [BILLING]] + [
     Run(TRIAGE, 1, 0, 0, "completed", True, None, TRIAGE)]
+# max_turns=4: triage, billing, triage, billing; then the failed triage span, nothing below it.
+PING_PONG_LIMIT = [Run(TRIAGE, 1, 1, 0, "no_response", False, None, None)] + [
+    Run(agent, 1, 1, 0, "no_response", False, None, TRIAGE)
+    for agent in (BILLING, TRIAGE, BILLING)] + [
+    Run(TRIAGE, 0, 0, 0, "tool_limit_reached", False, "MaxTurnsExceeded", TRIAGE)]
 CHAIN = [Run(TRIAGE, 1, 1, 0, "completed", True, None, None),
          Run(BILLING, 1, 1, 0, "no_response", False, None, TRIAGE),
          Run(RESEARCHER, 1, 0, 0, "completed", True, None, TRIAGE)]
@@ -110,3 +120,17 @@ def test_chain_recorded(sidecar: RunningServer) -> None:
     replay(sidecar, recording(DRIVER, "chain"))
     check_runs(sidecar, CHAIN)
     assert directives(sidecar) == []
+
+
+def test_the_span_max_turns_fails_leaves_the_trace_run_its_agent(sidecar: RunningServer,
+                                                                 llm: FakeLLM) -> None:
+    model = f"{DRIVER}-ping_pong_limit"
+    for suffix, script in SCRIPTS["ping_pong_limit"].items():
+        llm.script(model + suffix, script)
+    result = run_driver("openai_agents", DRIVER, "ping_pong_limit", sidecar, llm, model)
+    assert "stopped: Max turns (4) exceeded" in result.stdout, result.stdout
+    check_runs(sidecar, PING_PONG_LIMIT)
+
+
+def test_ping_pong_limit_recorded(sidecar: RunningServer) -> None:
+    check_recorded(sidecar, DRIVER, "ping_pong_limit", PING_PONG_LIMIT)

@@ -1,16 +1,18 @@
 """hermes-agent's own steering cases (DESIGN §8), beyond the shared ones of
-``test_steering_frameworks.py``: several tool calls in one response, and a model that calls a
-tool when none is offered. The real Hermes loop (driver ``steering_hermes``) against the
-scripted model server, the agento11y plugin's spans to a real sidecar; nothing waits for a
-directive."""
+``test_steering_frameworks.py``: several tool calls in one response, a model that calls a tool
+when none is offered, and a dollar budget given to the adapter. The real Hermes loop (driver
+``steering_hermes``) against the scripted model server, the agento11y plugin's spans to a real
+sidecar; nothing waits for a directive."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
 from agent_watchdog_client.adapters.hermes import with_turn
 from agent_watchdog_client.steer import ModelTurn
+from genai_prices import Usage, calc_price
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Step, ToolCall
@@ -20,6 +22,7 @@ from tests.frameworks.steering import (
     check_countdown,
     check_final,
     instructions,
+    searching,
 )
 from tests.frameworks.test_steering_frameworks import drive, ended
 from tests.harness import RunningServer
@@ -111,3 +114,28 @@ def test_the_turn_goes_where_each_api_mode_keeps_system_text() -> None:
     assert parts["messages"][0]["content"][-1] == {"type": "text", "text": NOTE}
     nothing = {"messages": [], "tools": [{}]}
     assert with_turn(nothing, ModelTurn("", final=False, remaining_tool_calls=9)) is nothing
+
+
+def test_a_dollar_budget_given_to_the_adapter_stops_the_turn_with_its_report(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """``watch_hermes(..., max_cost_usd=0.0002)`` and no tool budget: the model searches on
+    every request that offers tools; the sidecar prices each call of ``gpt-4o-mini`` (a model
+    genai-prices knows) from the usage the plugin's spans carry, and once the dollars are spent
+    the next request offers no tools and asks for the report, which ends the turn."""
+    model = llm.script("gpt-4o-mini", searching())
+    outcome = drive(sidecar, llm, HERMES, "dollars", model)
+    requests = llm.requests(model)
+    assert 1 <= len(outcome["ran"]) < 20 and len(requests) == len(outcome["ran"]) + 1
+    assert all(fakellm.offers_tools(body) for body in requests[:-1])
+    assert not fakellm.offers_tools(requests[-1])
+    assert "of the cost budget used" in instructions(requests[-1])
+    assert outcome["output"] == REPORT and outcome["report"] == REPORT
+    detail = ended(sidecar, outcome["run_id"])
+    assert (detail["terminal_state"], detail["terminal_reason"]) == (
+        "tool_limit_reached", "budget-cost-exhausted"), detail
+    assert detail["budget"]["max_cost_usd"] == 0.0002
+    signals = detail["signals"]
+    assert signals["unpriced_calls"] == 0 and signals["cost_usd"] >= 0.0002
+    assert signals["cost_usd"] == pytest.approx(float(calc_price(Usage(
+        input_tokens=signals["input_tokens"], output_tokens=signals["output_tokens"]),
+        "gpt-4o-mini").total_price))

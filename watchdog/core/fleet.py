@@ -16,16 +16,22 @@ returns the tools whose outage began or ended since it was last asked (:meth:`Fl
 asks without pruning), so the step evaluates the runs that used them; nothing here reads a
 clock.
 
-Everything is bounded: tools (least recently failed forgotten first), error types per tool and
-runs per error type.
+Telling many runs is spread over the timer's turns: the runs an outage's beginning or end
+concerns wait in :class:`ToTell`, and each turn evaluates at most :data:`FLEET_SLICE` of them
+(an outage of a tool ten thousand runs use costs 0.1-0.4 s a turn, not 3-4 s in one).
+
+Everything is bounded: tools (least recently failed forgotten first), error types per tool,
+runs per error type and runs waiting to be told.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 FLEET_WINDOW = 300.0  # seconds (config ``fleet_window``)
@@ -34,6 +40,8 @@ MAX_TOOLS = 256  # tools with failures kept; the least recently failed is forgot
 MAX_ERROR_TYPES = 8  # error types kept per tool
 MAX_RUNS = 1024  # runs kept per tool and error type (the oldest failure forgotten first)
 ToolResult = tuple[str, str, str | None]  # (tool, run key, error type; None: it succeeded)
+FLEET_SLICE = 500  # runs told of an outage per turn of the timer (the rest at the next turns)
+MAX_TO_TELL = 100_000  # runs waiting to be told (the longest waiting dropped first)
 
 
 @dataclass(slots=True)
@@ -156,3 +164,29 @@ class Fleet:
     def is_failing(self, tool: str) -> bool:
         state = self._tools.get(tool)
         return state is not None and state.outage is not None
+
+
+class ToTell:
+    """Runs to evaluate because a tool they used began or stopped failing for the fleet: each
+    once, in the order they came, :data:`FLEET_SLICE` at a time."""
+
+    def __init__(self, limit: int = MAX_TO_TELL) -> None:
+        self._keys: OrderedDict[str, None] = OrderedDict()
+        self.limit = limit
+
+    def add(self, keys: Iterable[str]) -> None:
+        waiting = self._keys
+        for key in keys:
+            waiting[key] = None  # (one already waiting keeps its place)
+        while len(waiting) > self.limit:
+            waiting.popitem(last=False)
+
+    def take(self, count: int = FLEET_SLICE) -> list[str]:
+        """The next ``count`` runs (or fewer), no longer waiting."""
+        keys = list(islice(self._keys, count))
+        for key in keys:
+            del self._keys[key]
+        return keys
+
+    def __len__(self) -> int:
+        return len(self._keys)

@@ -40,7 +40,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from watchdog.core.cycles import CycleBook, Entry, Trail
-from watchdog.core.fleet import Fleet
+from watchdog.core.fleet import FLEET_SLICE, Fleet, ToTell
 from watchdog.core.handout import Failure, Step
 from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
@@ -78,6 +78,7 @@ class Core:
         self.fleet = fleet if fleet is not None else Fleet()  # tools failing across runs
         self._fleet_moved: set[str] = set()  # tools whose outage began or ended since the tick
         self._told_failing: set[str] = set()  # tools the runs were last told are failing
+        self.to_tell = ToTell()  # runs an outage's change still concerns, told a slice a tick
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self._recent: dict[str, RecentSteps] = {}
@@ -158,17 +159,16 @@ class Core:
         step.outages.update({tool: fleet.is_failing(tool) for tool in outages})
         if not self._has_rules():
             return
-        runs = [run for run in self.tracker.active()
-                if any(tool in run.tools for tool in outages)]
-        if runs:
-            self._evaluate(runs, now, step, changed=FLEET_CHANGED)
+        self.to_tell.add(run.key for run in self.tracker.active()
+                         if any(tool in run.tools for tool in outages))
 
     def fleet_tick(self, now: float) -> Step:
         """The timer's turn for the fleet (every evaluation interval): failures older than the
         window are forgotten, and the runs that used a tool whose outage began or ended since
         the last turn are evaluated. Told here rather than at the span that moved the outage: a
         tool that flaps (fails for three runs, succeeds once, fails again) many times within
-        one interval costs one evaluation of its runs, not one per flip."""
+        one interval costs one evaluation of its runs, not one per flip. A turn tells at most
+        ``FLEET_SLICE`` runs; more wait for the next turns (``to_tell``)."""
         step = Step()
         moved = self.fleet.advance(now) | self._fleet_moved
         self._fleet_moved = set()
@@ -181,6 +181,12 @@ class Core:
                 told.add(tool)
         if outages:
             self._tell_fleet(outages, now, step)
+        if self.to_tell and self._has_rules():  # at most FLEET_SLICE runs a turn
+            get = self.tracker.get
+            runs = [run for key in self.to_tell.take(FLEET_SLICE)
+                    if (run := get(key)) is not None and not run.ended]
+            if runs:
+                self._evaluate(runs, now, step, changed=FLEET_CHANGED)
         # the gauge: every tool that moved, as it is now (one that flapped within the interval
         # too, though its runs have nothing new to be told)
         step.outages.update({tool: self.fleet.is_failing(tool) for tool in moved})

@@ -286,16 +286,16 @@ def _client(args: argparse.Namespace) -> ApiClient:
 OUTPUTS = ("table", "wide", "json")
 RUN_COLUMNS = (  # -o table: fits the terminal (ids and names are cut with "…")
     Column("ID", min_width=14, middle=True), Column("AGENT", min_width=8), Column("STATE"),
-    Column("TOOLS", numeric=True), Column("ERR", numeric=True),
+    Column("TOOLS", numeric=True), Column("ERR", numeric=True), Column("COST", numeric=True),
     Column("ELAPSED", numeric=True), Column("IDLE", numeric=True),
     Column("TERMINAL"))  # the states are never cut: a column is dropped instead
 # Dropped in this order while the table cannot fit (a long terminal state on a narrow terminal);
 # ID, STATE and TERMINAL always stay, whole but for the ID (-o wide shows everything).
-DROPPED_FIRST = ("IDLE", "ERR", "TOOLS", "ELAPSED", "AGENT")
+DROPPED_FIRST = ("COST", "IDLE", "ERR", "TOOLS", "ELAPSED", "AGENT")
 WIDE_RUN_COLUMNS = (  # -o wide: everything, never cut
     Column("ID"), Column("AGENT"), Column("SESSION"), Column("STATE"),
     Column("ITER", numeric=True), Column("TOOLS", numeric=True), Column("ERR", numeric=True),
-    Column("TOKENS", numeric=True), Column("ELAPSED", numeric=True),
+    Column("TOKENS", numeric=True), Column("COST", numeric=True), Column("ELAPSED", numeric=True),
     Column("IDLE", numeric=True), Column("TERMINAL"), Column("TRACE"))
 
 
@@ -347,13 +347,21 @@ def _run_row(run: Mapping[str, Any], wide: bool = False) -> tuple[str, ...]:
     elapsed = format_duration(float(run.get("elapsed_seconds", 0.0)))
     idle = "-" if ended else format_duration(float(run.get("idle_seconds", 0.0)))
     tools, errors = str(run.get("tool_calls", 0)), str(run.get("errors", 0))
+    cost = _usd(float(run.get("cost_usd", 0.0)), int(run.get("unpriced_calls", 0)))
     if not wide:
         return (str(run.get("id", "")), str(run.get("agent", "")), str(run.get("state", "")),
-                tools, errors, elapsed, idle, terminal)
+                tools, errors, cost, elapsed, idle, terminal)
     return (str(run.get("id", "")), str(run.get("agent", "")), str(run.get("session") or "-"),
             str(run.get("state", "")), str(run.get("iterations", 0)), tools, errors,
-            _count(int(run.get("total_tokens", 0))), elapsed, idle, terminal,
+            _count(int(run.get("total_tokens", 0))), cost, elapsed, idle, terminal,
             str(run.get("trace_url") or run.get("trace_id") or "-"))  # its link, when set
+
+
+def _usd(cost: float, unpriced: int) -> str:
+    """A run's dollars ("-": no priced call), "+N?" for N model calls with no known price."""
+    shown = "-" if cost <= 0 and unpriced <= 0 else (
+        f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}" if cost > 0 else "")
+    return shown + (f"+{unpriced}?" if unpriced > 0 else "")
 
 
 def _count(value: int) -> str:

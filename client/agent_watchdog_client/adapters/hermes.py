@@ -12,7 +12,7 @@ decision point.
                                                   # grafana-agento11y-hermes plugin, or
                                                   # opentelemetry-instrumentation-openai-v2)
     agent = AIAgent(model=..., max_iterations=60)
-    watch_hermes(agent, wd, agent_name="researcher", max_tool_calls=20)
+    watch_hermes(agent, wd, agent_name="researcher", max_tool_calls=20, max_cost_usd=0.50)
     result = agent.run_conversation("...")        # one run per call
     result["final_response"]                      # at the limit: the progress report
 
@@ -22,8 +22,10 @@ sidecar can only guess where a turn starts and ends, and Hermes' exit reason
 adapter wraps ``AIAgent.run_conversation`` (one call = one turn = one run):
 
 * the turn runs inside ``wd.run(agent=..., session=agent.session_id,
-  max_iterations=agent.max_iterations, max_tool_calls=...)``, so every span of the turn carries
-  ``watchdog.run.id`` (:func:`last_run` gives the run after the call);
+  max_iterations=agent.max_iterations, max_tool_calls=...)`` (and the ``max_seconds``,
+  ``max_tokens`` and ``max_cost_usd`` given: US dollars, as the sidecar prices the turn's model
+  calls), so every span of the turn carries ``watchdog.run.id`` (:func:`last_run` gives the run
+  after the call);
 * it opens the turn's ``invoke_agent`` span (``gen_ai.agent.name``, ``gen_ai.conversation.id``)
   and ends it with ``hermes.turn_exit_reason``, the answer (``output.value``) when there is one,
   and, when Hermes stopped the turn at ``max_iterations``, ``watchdog.limit_reached =
@@ -115,6 +117,7 @@ class HermesTurns:
     max_tool_calls: int | None = None
     max_seconds: float | None = None
     max_tokens: int | None = None
+    max_cost_usd: float | None = None
     run: Run | None = None  # the turn under way
     last: Run | None = None  # the latest turn's run, once started
     summary: bool = False  # Hermes is asking for its own max_iterations summary
@@ -153,13 +156,14 @@ def last_run(agent: Any) -> Run | None:
 
 def watch_hermes(agent: Any, watchdog: Watchdog | None = None, *, agent_name: str = "hermes",
                  steer: bool = True, max_tool_calls: int | None = None,
-                 max_seconds: float | None = None, max_tokens: int | None = None) -> Any:
+                 max_seconds: float | None = None, max_tokens: int | None = None,
+                 max_cost_usd: float | None = None) -> Any:
     """Make each ``agent.run_conversation(...)`` of this Hermes ``AIAgent`` a watched run with
-    the given budget, steered unless ``steer=False``."""
+    the given budget (``max_cost_usd``: US dollars), steered unless ``steer=False``."""
     if getattr(agent, _MARK, None) is not None:
         return agent
     turns = HermesTurns(watchdog or Watchdog(), agent_name, steer, max_tool_calls, max_seconds,
-                        max_tokens)
+                        max_tokens, max_cost_usd)
     carry_context_into_threads()
     run_conversation = agent.run_conversation
     handle_max_iterations = agent._handle_max_iterations
@@ -171,7 +175,7 @@ def watch_hermes(agent: Any, watchdog: Watchdog | None = None, *, agent_name: st
         with wd.run(agent=agent_name, session=session,
                     max_iterations=getattr(agent, "max_iterations", None),
                     max_tool_calls=turns.max_tool_calls, max_seconds=turns.max_seconds,
-                    max_tokens=turns.max_tokens) as run:
+                    max_tokens=turns.max_tokens, max_cost_usd=turns.max_cost_usd) as run:
             attributes = {"gen_ai.operation.name": "invoke_agent",
                           "gen_ai.agent.name": agent_name}
             if session:

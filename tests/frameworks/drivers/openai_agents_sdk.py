@@ -5,6 +5,7 @@ against the scripted model server. Scenarios (argv[1]): ``three_tools``, ``limit
 off to a billing agent), ``agent_as_tool`` (a manager calls the researcher as its tool
 ``research``: the researcher's run nests inside the tool span), ``ping_pong`` (a triage and a
 billing agent hand the same request back and forth, eight round trips, until triage answers),
+``ping_pong_limit`` (the same, but triage never answers: ``max_turns=4`` stops the loop),
 ``chain`` (triage hands off to billing, billing to the researcher, who answers). A scenario ending
 ``_nocontent`` runs with message content hidden, as a privacy-minded deployment sets it:
 OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
@@ -67,14 +68,14 @@ async def main(scenario: str,
                       tools=[researcher.as_tool(tool_name="research",
                                                 tool_description="Research a question.")],
                       model=OpenAIChatCompletionsModel(name, client))
-    elif scenario in ("ping_pong", "chain"):
+    elif scenario in ("ping_pong", "ping_pong_limit", "chain"):
         billing = Agent(name="agents-billing", instructions="Answer billing questions.",
                         model=OpenAIChatCompletionsModel(name + "-billing", client))
         start = Agent(name="agents-triage", instructions="Hand billing questions off.",
                       handoffs=[billing], model=OpenAIChatCompletionsModel(name, client))
-        billing.handoffs = [start] if scenario == "ping_pong" else [researcher]
+        billing.handoffs = [researcher] if scenario == "chain" else [start]
         researcher.model = OpenAIChatCompletionsModel(name + "-sub", client)
-    turns = {"limit": 3, "ping_pong": 20}.get(scenario, 10)
+    turns = {"limit": 3, "ping_pong": 20, "ping_pong_limit": 4}.get(scenario, 10)
     try:
         result = await Runner.run(start, "Look up a, b and c.", max_turns=turns)
         print("answer:", result.final_output)

@@ -6,7 +6,9 @@ two more are Hermes' own, with the tool ``search`` and a budget of 10:
 * ``parallel``: the model asks for several searches per response (the calls past the budget
   must be refused);
 * ``stubborn``: the model calls a tool even when none is offered (the final turn): the turn ends
-  with ``WatchdogAbort``, printed as ``{"aborted": <rule>}`` in the result line.
+  with ``WatchdogAbort``, printed as ``{"aborted": <rule>}`` in the result line;
+* ``dollars``: no tool budget but ``max_cost_usd`` (:data:`DOLLARS`): the sidecar prices the
+  turn's model calls and stops the loop when the dollars are spent.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ def handler(function: Callable[[str], str], parameter: str) -> Callable[..., str
     return handle
 
 
-HERMES_BUDGETS = {"parallel": 10, "stubborn": 10}
+HERMES_BUDGETS = {"parallel": 10, "stubborn": 10, "dollars": None}
+DOLLARS = 0.0002  # the dollars scenario's max_cost_usd
 TOOLS = {"budget": [("search", search, "q")], "parallel": [("search", search, "q")],
-         "stubborn": [("search", search, "q")],
+         "stubborn": [("search", search, "q")], "dollars": [("search", search, "q")],
          "cycle": [("list", list_dir, "dir"), ("read", read, "path")],
          "errors": [("fetch", fetch, "url")]}
 
@@ -71,7 +74,8 @@ def main() -> None:
                     quiet_mode=True, skip_context_files=True, skip_memory=True,
                     save_trajectories=False, session_id=f"hermes-steering-{name}")
     watch_hermes(agent, wd, agent_name="explorer",
-                 max_tool_calls={**BUDGETS, **HERMES_BUDGETS}[name])
+                 max_tool_calls={**BUDGETS, **HERMES_BUDGETS}[name],
+                 max_cost_usd=DOLLARS if name == "dollars" else None)
     try:
         result = agent.run_conversation("Find the file.")
     except WatchdogAbort as abort:

@@ -272,6 +272,7 @@ class ModelBook:
         record.model = seen.model or request.model[:200] or None  # priced by the core's step
         record.finish_reason = seen.finish_reason
         record.messages = request.messages + 1
+        record.input_hash = request.input_hash  # the run's input, as a span's (cycles)
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)

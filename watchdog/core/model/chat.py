@@ -31,6 +31,7 @@ from watchdog.core.model.wire import (
     text_of,
     token,
 )
+from watchdog.core.spans.conventions import request_hash
 
 INSTRUCTION_ROLES = ("system", "developer")
 
@@ -79,7 +80,8 @@ class ChatWire:
             last_is_user=isinstance(last, dict) and last.get("role") == "user",
             results=results,
             said=said,
-            include_usage=isinstance(options, dict) and options.get("include_usage") is True)
+            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            input_hash=request_hash(messages))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         messages = body.get("messages")

@@ -32,6 +32,7 @@ from watchdog.core.model.wire import (
     text_of,
     token,
 )
+from watchdog.core.spans.conventions import request_hash
 
 _FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length",
            "stop_sequence": "stop", "pause_turn": "pause_turn", "refusal": "content_filter"}
@@ -78,7 +79,8 @@ class MessagesWire:
             last_is_user=isinstance(last, dict) and last.get("role") == "user"
             and not _is_result_message(last),
             results=results,
-            said=said)
+            said=said,
+            input_hash=request_hash(messages))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         system = body.get("system")

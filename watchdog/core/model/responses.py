@@ -31,6 +31,7 @@ from watchdog.core.model.wire import (
     text_of,
     token,
 )
+from watchdog.core.spans.conventions import request_hash
 
 DONE_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
@@ -79,7 +80,8 @@ class ResponsesWire:
             last_is_user=last_is_user,
             results=results,
             said=said,
-            previous_response_id=previous if isinstance(previous, str) and previous else None)
+            previous_response_id=previous if isinstance(previous, str) and previous else None,
+            input_hash=request_hash(items if isinstance(items, (str, list)) else None))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         existing = body.get("instructions")

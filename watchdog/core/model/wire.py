@@ -56,6 +56,9 @@ class Request:
     said: list[str] = field(default_factory=list)
     previous_response_id: str | None = None  # Responses API
     include_usage: bool = False  # chat: stream_options.include_usage
+    # its request as a span's is hashed (SpanRecord.input_hash: its last user message, case and
+    # spacing ignored); a run's input is its first call's (watchdog.core.cycles)
+    input_hash: int | None = None
 
 
 @dataclass(slots=True)

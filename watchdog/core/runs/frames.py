@@ -161,16 +161,21 @@ class TraceFrames:
     def subtree(self, agent_span: str, key: str) -> list[SpanRecord]:
         """The retained records at or below ``agent_span`` that no deeper child run owns —
         or, for an agent span with nothing below it, the spans beside it (under its parent)
-        that carry its agent name, which are then owned by ``key``."""
+        that carry its agent name, which are then owned by ``key``: never the trace's main
+        agent or what ran below it (the same agent invoked again, with nothing below — the
+        OpenAI Agents SDK's span of an agent stopped by ``max_turns`` before its turn — takes
+        nothing from the trace run's own agent)."""
         moved = [record for record in self.records
                  if self.child_of(record.span_id) is None
                  and self.within(record.span_id, agent_span)]
         name, parent = self.agents.get(agent_span), self.parents.get(agent_span)
         if len(moved) <= 1 and name and parent:
+            main = self.main_agent
             beside = [record for record in self.records
                       if record.agent == name and record.span_id != agent_span
                       and self.child_of(record.span_id) is None
-                      and self.within(record.span_id, parent)]
+                      and self.within(record.span_id, parent)
+                      and not (main is not None and self.within(record.span_id, main))]
             for record in beside:
                 self.adopted[record.span_id] = key
             moved = beside + moved

@@ -173,6 +173,8 @@ def run_summary(view: RunView, trace_url: str | None = None) -> dict[str, Any]:
         "tool_calls": view.tool_calls,
         "errors": view.errors,
         "total_tokens": view.total_tokens,
+        "cost_usd": round(view.cost_usd, 6),  # the priced calls only
+        "unpriced_calls": int(view.signals["unpriced_calls"]),  # model calls with no price
         "elapsed_seconds": round(view.elapsed_seconds, 3),
         "idle_seconds": round(view.idle_seconds(), 3),
         "terminal_state": view.terminal_state.value if view.terminal_state else None,
