@@ -21,7 +21,9 @@ with atheris.instrument_imports(include=["watchdog"]):
     from watchdog.core.rules.signals import run_activation
     from watchdog.core.runs.tracker import RunTracker
     from watchdog.core.sessions import Checkpoint, CheckpointError, SessionState
-    from watchdog.shell.api import json_object, parse_ack, parse_heartbeat
+    from watchdog.shell.api.directives import parse_ack
+    from watchdog.shell.api.http import json_object
+    from watchdog.shell.api.runs import parse_heartbeat
     from watchdog.shell.errors import BadRequest
 
 NOW = 1_900_000_000.0

@@ -28,7 +28,7 @@ with atheris.instrument_imports(include=["watchdog"]):
     from watchdog.core.rules.signals import run_activation
     from watchdog.core.runs.tracker import RunTracker
     from watchdog.core.runs.view import run_detail
-    from watchdog.core.spans.conventions import WANTED_ATTRIBUTES
+    from watchdog.core.spans.attributes import WANTED_ATTRIBUTES
     from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
     from watchdog.core.spans.pipeline import records_from
 

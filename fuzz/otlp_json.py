@@ -22,7 +22,7 @@ from typing import Any
 import atheris
 
 with atheris.instrument_imports(include=["watchdog"]):
-    from watchdog.core.spans.conventions import WANTED_ATTRIBUTES
+    from watchdog.core.spans.attributes import WANTED_ATTRIBUTES
     from watchdog.core.spans.decode import DecodeError, parse_json
     from watchdog.core.spans.pipeline import records_from
 

@@ -35,7 +35,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 with atheris.instrument_imports(include=["watchdog"]):
-    from watchdog.core.spans.conventions import WANTED_ATTRIBUTES
+    from watchdog.core.spans.attributes import WANTED_ATTRIBUTES
     from watchdog.core.spans.decode import DecodeError
     from watchdog.core.spans.logs import (
         CONTENT_EVENTS,

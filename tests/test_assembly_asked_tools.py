@@ -42,7 +42,7 @@ def test_a_model_call_record_names_the_tool_calls_it_asked_for(driver: str,
 
 
 def test_asked_tool_calls_are_bounded() -> None:
-    from watchdog.core.spans.conventions import asked_tools
+    from watchdog.core.spans.model_calls import asked_tools
 
     output = json.dumps([{"role": "assistant", "parts": [
         {"type": "tool_call", "id": f"call_{i}", "name": f"tool{i}"} for i in range(100)]}])

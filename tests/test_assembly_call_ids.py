@@ -19,8 +19,8 @@ from tests.harness import RunningServer
 from tests.otel import export_http
 from tests.recorded import recorded_records
 from tests.spans import SpanMaker, chat_attrs, records_of, tool_attrs
-from watchdog.core.spans.conventions import MAX_CALL_INPUT_CHARS
 from watchdog.core.spans.record import LLM, OTHER
+from watchdog.core.spans.tool_calls import MAX_CALL_INPUT_CHARS
 
 DRIVER = "openai_olm_call_ids"
 SCENARIOS = ("parallel", "parallel_input", "parallel_error")

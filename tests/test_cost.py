@@ -299,7 +299,7 @@ def test_the_client_sdk_takes_a_dollar_budget_and_refuses_what_is_no_amount() ->
 
 
 def test_an_announced_dollar_budget_is_taken_and_a_bad_one_refused() -> None:
-    from watchdog.shell.api import _announcement
+    from watchdog.shell.api.runs import _announcement
     from watchdog.shell.errors import BadRequest
 
     announced = _announcement({"agent": "spender", "budget": {"max_cost_usd": 0.25}})

@@ -26,7 +26,7 @@ from watchdog.core.runs.report import RecentSteps
 from watchdog.core.runs.run import RunState
 from watchdog.core.spans.record import KeySource
 from watchdog.core.step import RECENT_STEPS
-from watchdog.shell.api import create_app
+from watchdog.shell.api.app import create_app
 from watchdog.shell.clock import Clock
 from watchdog.shell.config import Config
 from watchdog.shell.directives.hub import Hub

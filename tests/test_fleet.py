@@ -14,13 +14,14 @@ from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
 from watchdog.core.fleet import FLEET_SLICE, MAX_TOOLS, Fleet
+from watchdog.core.handout import Step
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.expr import ExprError, compile_expr
 from watchdog.core.rules.pack import load_rules, load_text
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, TOOL, SpanRecord
-from watchdog.core.step import Core, Step
+from watchdog.core.step import Core
 
 NOTE = re.compile(r"^\[fleet: search has failed \((\w+)\) for (\d+) runs since "
                   r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) — don't retry it")

@@ -5,7 +5,8 @@ tools/frameworks_table.py."""
 from __future__ import annotations
 
 from tools import frameworks_table
-from watchdog.core.spans.frameworks import CONVENTIONS, TABLES
+from watchdog.core.spans.combined import TABLES
+from watchdog.core.spans.frameworks import CONVENTIONS
 
 
 def test_readme_table_matches_the_tables() -> None:

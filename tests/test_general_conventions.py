@@ -18,9 +18,10 @@ from tests.spans import T0, SpanMaker, chat_attrs, only_run, records_of, run_spa
 from tests.test_rebatching import as_exported, ended_runs
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
-from watchdog.core.spans.conventions import json_encoded, select_attributes
+from watchdog.core.spans.conventions import select_attributes
 from watchdog.core.spans.outcome import answer_text, phrase_limit
 from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
+from watchdog.core.spans.values import json_encoded
 
 LOOPS = ("mlflow_loop", "logfire_loop", "openai_olm_loop")
 ANSWER = "a, b and c are known."

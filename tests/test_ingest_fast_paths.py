@@ -17,6 +17,7 @@ from tests.spans import T0, SpanMaker, only_run, record_of, run_spans, tool_attr
 from watchdog.core.redact import _ANCHOR as _TRIGGER
 from watchdog.core.redact import _AT_ANCHOR
 from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.fields import RunFields
 from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 from watchdog.core.spans.record import SpanKind
 
@@ -113,7 +114,7 @@ def test_run_snapshot_is_plain_json(otel: SpanMaker) -> None:
     tracker, _ = run_spans(otel.take(), now=T0 + 3)
     run = only_run(tracker)
     data = run.to_dict()
-    assert list(data) == list(run.__slots__)  # the snapshot's layout is the slots' order
+    assert list(data) == list(RunFields.__slots__)  # the snapshot's layout is the slots' order
     assert type(data["key_source"]) is str and type(data["terminal_state"]) is str
     assert data["_call_counts"] and all(type(key) is str for key in data["_call_counts"])
     assert json.loads(json.dumps(data)) == data

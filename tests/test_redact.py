@@ -12,7 +12,7 @@ import pytest
 
 from tests.spans import SpanMaker, record_of, tool_attrs
 from watchdog.core.redact import REDACTED, brief, mask, redact
-from watchdog.core.spans.conventions import MAX_BRIEF_CHARS
+from watchdog.core.spans.values import MAX_BRIEF_CHARS
 
 OPENAI_KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
 ANTHROPIC_KEY = "sk-ant-api03-" + "x9Y8z7W6v5U4t3S2r1Q0" * 3

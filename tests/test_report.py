@@ -6,6 +6,7 @@ from typing import Any
 
 from watchdog.core.redact import redact
 from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.fields import NS
 from watchdog.core.runs.report import (
     RecentSteps,
     activity_lines,
@@ -13,7 +14,7 @@ from watchdog.core.runs.report import (
     render_markdown,
 )
 from watchdog.core.runs.report import build_report as report_of
-from watchdog.core.runs.run import NS, RunState
+from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import KeySource
 

@@ -22,7 +22,8 @@ from watchdog.core.rules.engine import (
     message_hash,
 )
 from watchdog.core.rules.pack import RuleSet, load_rules, load_text
-from watchdog.core.runs.run import NS, RunState
+from watchdog.core.runs.fields import NS
+from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.conventions import canonical_arguments, stable_hash

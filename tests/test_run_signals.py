@@ -23,7 +23,8 @@ from tests.spans import (
     run_spans,
     tool_attrs,
 )
-from watchdog.core.runs.run import MAX_DISTINCT_TOOLS, OTHER_TOOL, RunState
+from watchdog.core.runs.fields import MAX_DISTINCT_TOOLS, OTHER_TOOL
+from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
 

@@ -21,6 +21,7 @@ from watchdog.core.directives.prompt import (
     prompt_text,
     report_prompt,
 )
+from watchdog.core.handout import Step
 from watchdog.core.rules.decision import Action, Decided, Decision, Severity
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import load_rules
@@ -31,7 +32,7 @@ from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.decode import parse_protobuf
 from watchdog.core.spans.pipeline import slices_of
 from watchdog.core.spans.record import KeySource, SpanRecord
-from watchdog.core.step import Core, Step
+from watchdog.core.step import Core
 
 ROOT = Path(__file__).resolve().parent.parent
 def misbehaving_slices(seed: int = 3) -> list[list[SpanRecord]]:

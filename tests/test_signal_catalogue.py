@@ -19,7 +19,8 @@ from watchdog.core.rules.signals import (
 )
 from watchdog.core.runs.catalogue import RUN_SIGNALS, Signal, markdown_table, reader
 from watchdog.core.runs.changes import ChangeDetector, changed_signals, snapshot
-from watchdog.core.runs.run import MAX_DISTINCT_TOOLS, RunState
+from watchdog.core.runs.fields import MAX_DISTINCT_TOOLS
+from watchdog.core.runs.run import RunState
 from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "rules.md"

@@ -16,7 +16,7 @@ import pytest
 from tests.harness import WAIT, RunningServer, http_request, wait_until
 from tests.spans import SpanMaker, encode, tool_attrs
 from watchdog.core.spans.decode import parse_protobuf
-from watchdog.shell import api
+from watchdog.shell.api import runs
 
 RUN = {"watchdog.run.id": "sync-run", "watchdog.agent.name": "syncer",
        "watchdog.budget.max_tool_calls": 4}
@@ -149,7 +149,7 @@ def test_the_answer_is_on_the_wire_before_the_sidecar_hands_its_cpu_over(
         readable, _, _ = select.select([client], [], [], 0)
         seen.append(client.recv(65536, socket.MSG_PEEK) if readable else b"")
 
-    monkeypatch.setattr(api, "hand_over", hand_over)
+    monkeypatch.setattr(runs, "hand_over", hand_over)
     body = encode(tools(SpanMaker(), 0, 1)).SerializeToString()
     with socket.create_connection((host, port)) as client:
         client.sendall(b"POST /v1/runs/sync-run/sync?after=0 HTTP/1.1\r\nHost: watchdog\r\n"

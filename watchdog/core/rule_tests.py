@@ -49,6 +49,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from watchdog.core.handout import Step
 from watchdog.core.redact import mask
 from watchdog.core.rules.decision import Decision
 from watchdog.core.rules.engine import RuleEngine
@@ -56,12 +57,13 @@ from watchdog.core.rules.pack import RulePackError, RuleSet, load_rules
 from watchdog.core.rules.testfile import RuleTest, read_test_file
 from watchdog.core.rules.testfile import Step as TestStep
 from watchdog.core.rules.yamldoc import suggest
-from watchdog.core.runs.run import NS
+from watchdog.core.runs.fields import NS
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook, SessionState
-from watchdog.core.spans.conventions import ANSWER_FINISH_REASONS, canonical_arguments, stable_hash
+from watchdog.core.spans.attributes import ANSWER_FINISH_REASONS
+from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
-from watchdog.core.step import SESSION_CHANGED, Core, Step
+from watchdog.core.step import SESSION_CHANGED, Core
 
 START = 1_700_000_000.0  # the synthetic runs' wall-clock origin (seconds)
 

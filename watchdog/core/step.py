@@ -37,18 +37,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.core.cycles import CycleBook, Entry, Trail
 from watchdog.core.fleet import FLEET_SLICE, Fleet, ToTell
+from watchdog.core.handout import Failure, Step
+from watchdog.core.reads import CoreReads
 from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
+from watchdog.core.runs.fields import NS
 from watchdog.core.runs.pricing import Pricer, price_calls
 from watchdog.core.runs.report import RecentSteps, StepLog
-from watchdog.core.runs.run import NS, RunState
+from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
@@ -62,45 +64,7 @@ SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the r
 FLEET_CHANGED = frozenset({"fleet"})  # what a tool's outage beginning or ending changes
 
 
-@dataclass(slots=True)
-class Failure:
-    """One run's work that failed; the shell counts and logs it."""
-
-    stage: str  # ingest | rules | expire | view
-    run_key: str
-    error: BaseException
-
-
-@dataclass(slots=True)
-class Step:
-    """What one :meth:`Core.apply` / :meth:`Core.tick` produced, for the shell to carry on."""
-
-    # changed by the step; of a batch (Core.apply), those it decided on or finished: no one
-    # reads the others' views, and taking one for each run of every batch cost ~5-10 % of it
-    touched: dict[str, RunView] = field(default_factory=dict)
-    activity: list[ActivityEntry] = field(default_factory=list)  # to persist
-    decisions: list[Decided] = field(default_factory=list)  # to become directives
-    finished: list[RunView] = field(default_factory=list)  # ended or evicted
-    evicted: list[RunView] = field(default_factory=list)  # ... of those, evicted (the bound)
-    gone: dict[str, str] = field(default_factory=dict)  # runs folded into another (not to keep)
-    batch: BatchResult | None = None  # the tracker's counts (metrics)
-    applied: int = 0  # records applied (a synced span's second copy is not)
-    rule_errors: Counter[str] = field(default_factory=Counter)
-    eval_seconds: float = 0.0
-    failures: list[Failure] = field(default_factory=list)
-    outages: dict[str, bool] = field(default_factory=dict)  # tool -> failing now (began/ended)
-    # The touched runs themselves, for the state writer alone (it snapshots each once per
-    # flush, not once per step); nothing else reads them.
-    dirty: dict[str, RunState] = field(default_factory=dict)
-    # What the core gathers during the step, made into views by Core._seal
-    _finished: list[RunState] = field(default_factory=list, repr=False)
-    _evicted: list[RunState] = field(default_factory=list, repr=False)
-    _decided: list[tuple[Decision, RunState, StepLog, int]] = field(
-        default_factory=list, repr=False)
-    _view_touched: bool = field(default=True, repr=False)  # a view of every dirty run
-
-
-class Core:
+class Core(CoreReads):
     """Runs, rules and the sync ledger; one instance, used from one thread."""
 
     def __init__(self, tracker: RunTracker, sessions: SessionBook,
@@ -357,55 +321,7 @@ class Core:
         self._seal(step, now)
         return step
 
-    # -- views ----------------------------------------------------------------------------------
-
-    def trace_run(self, trace_id: str) -> str | None:
-        """The run the spans of this trace named, if any."""
-        return self.tracker.trace_run(trace_id)
-
-    def view(self, key: str, now: float) -> RunView | None:
-        """The run ``key`` (active or recently ended) as it is at ``now``; None: not in memory."""
-        run = self.tracker.get(key)
-        return None if run is None else run.view(now, self._defaults(run))
-
-    def live_runs(self) -> list[tuple[str, float]]:
-        """What the live-runs gauges read of each active run at a scrape: its agent and its
-        last progress (seconds since the epoch). Not whole views: at 10,000 active runs,
-        taking them made a scrape ~100 ms instead of ~8, and keeping each run's last one cost
-        ~2 KiB a run."""
-        return [(run.agent_name, run.last_progress) for run in self.tracker.active()]
-
-    def newest_keys(self, active: bool, agent: str | None, limit: int) -> list[str]:
-        """At most ``limit`` of the active (or the ended) runs in memory, most recent first;
-        ``agent``: only its runs."""
-        runs = self.tracker.active() if active else self.tracker.ended()
-        keys: list[str] = []
-        for run in reversed(list(runs)):
-            if len(keys) >= limit:
-                break
-            if agent is None or run.agent_name == agent:
-                keys.append(run.key)
-        return keys
-
-    def child_views(self, key: str, now: float) -> list[RunView]:
-        """The runs in memory whose parent run is ``key``."""
-        defaults = self._defaults
-        return [run.view(now, defaults(run)) for run in self.tracker.children(key)]
-
-    def stored_view(self, data: dict[str, Any], now: float) -> RunView:
-        """A run as the store keeps it (a snapshot row), as a view; raises when the row cannot
-        be read back."""
-        run = RunState.from_dict(data)
-        return run.view(now, self._defaults(run))
-
-    def active_among(self, keys: Iterable[str]) -> list[str]:
-        """Those of ``keys`` whose run is in memory and active, in their order."""
-        get = self.tracker.get
-        return [key for key in keys if (run := get(key)) is not None and not run.ended]
-
-    def active_keys(self) -> list[str]:
-        """The active runs' keys, least recently active first."""
-        return [run.key for run in self.tracker.active()]
+    # -- after a restart ------------------------------------------------------------------------
 
     def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
         """After a restart: the terminal state each stored directive decided for an active run.
@@ -537,22 +453,11 @@ class Core:
         if not step._view_touched:
             step.touched = {key: taken for key, taken in views.items() if taken is not None}
 
-    def _defaults(self, run: RunState) -> dict[str, float] | None:
-        """The rule pack's default budget for the run's agent (None: none)."""
-        engine = self.engine  # (the engine's own: signals copy it)
-        return (engine.agent_budget(run.agent_name) or None) if engine is not None else None
-
     def _forget(self, key: str) -> None:
         if self.engine is not None:
             self.engine.forget(key)
         self._stuck.pop(key, None)
         self._recent.pop(key, None)
-
-    def default_budget(self, run: RunState) -> dict[str, float] | None:
-        if self.engine is None:
-            return None
-        budget = self.engine.default_budget(run.agent_name)
-        return dict(budget) if budget else None
 
     def stuck_counts(self) -> dict[tuple[str, str], int]:
         """Active runs a wind_down/abort was sent to, by agent and reason (runs_stuck)."""

@@ -30,7 +30,7 @@ from watchdog import __version__
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
-from watchdog.shell import api
+from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
 from watchdog.shell.directives.hub import Hub
@@ -142,9 +142,9 @@ class Server:
             passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
         await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
                               **otlp_http.RUNNER_OPTIONS)
-        await self._start_app("api", config.api_address, api.create_app(
+        await self._start_app("api", config.api_address, create_app(
             service, config, directives=outbox, rules=self.engine, reload=rules.reload),
-            make_runner=functools.partial(api.ApiRunner, priority=service.priority))
+            make_runner=functools.partial(ApiRunner, priority=service.priority))
         if config.otlp_grpc_address != OFF:
             await self._start_grpc(admission, forward)
 

@@ -4,7 +4,7 @@ Receivers call :meth:`WatchdogService.export_in_slices` (the
 :class:`~watchdog.shell.receivers.consumer. TraceConsumer` they depend on); the control API calls
 the client methods (heartbeat, sync, checkpoint) and reads through :attr:`WatchdogService.queries`.
 Each call runs the sans-IO :class:`~watchdog.core.step.Core` and carries its
-:class:`~watchdog.core.step.Step` on: touched runs and activity to the
+:class:`~watchdog.core.handout.Step` on: touched runs and activity to the
 :class:`~watchdog.shell.state.persist.StateWriter`, decisions to the decision sink (the outbox),
 counts to the observer (metrics), events to the log. Nothing below calls back up.
 
@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
+from watchdog.core.handout import Step
 from watchdog.core.model.steer import Board
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
@@ -34,7 +35,7 @@ from watchdog.core.spans.decode import ExportTraceServiceRequest
 from watchdog.core.spans.logs import ExportLogsServiceRequest, LogJoin
 from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
 from watchdog.core.spans.record import KeySource, SpanRecord
-from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core, Step
+from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core
 from watchdog.shell import logs
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import Config

@@ -41,7 +41,7 @@ from watchdog.core.rules.decision import (
     Action,
 )
 from watchdog.core.runs.report import format_usd
-from watchdog.core.spans.frameworks import TABLES
+from watchdog.core.spans.combined import TABLES
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)
 # What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)

@@ -8,6 +8,11 @@ of the counts is updated on each increment), and tool-call cycles are detected f
 ``MAX_CYCLE_LENGTH`` call signatures. Nothing rescans the run's history, and every per-run map
 has a bound (``MAX_DISTINCT_*``) so a run's memory does not grow with its length; the activity
 log lives in the store, not here. Time enters only as the ``now`` argument.
+
+The run is built in three layers, one idea each: what it holds (:class:`RunFields
+<watchdog.core.runs.fields.RunFields>`: every field and bound), how it counts (:class:`RunCounts
+<watchdog.core.runs.counts.RunCounts>`: the fold of spans, heartbeats and announcements) and,
+here, how it ends, what it reports (its views and signals) and how it is stored.
 """
 
 from __future__ import annotations
@@ -20,619 +25,23 @@ from typing import Any
 
 from watchdog.core.bounds import budget_limit, plain_number
 from watchdog.core.runs.catalogue import reader
+from watchdog.core.runs.counts import RunCounts
+from watchdog.core.runs.fields import (
+    NS,
+    RECENT_MODEL_CALLS,
+    UNPRICED,
+    ModelCall,
+    RunFields,
+)
 from watchdog.core.runs.terminal import TerminalState, classify_end
 from watchdog.core.runs.view import RunView
-from watchdog.core.spans.record import (
-    AGENT,
-    BUDGET_KEYS,
-    LLM,
-    MAX_ASKED_TOOLS,
-    OTHER,
-    TOOL,
-    KeySource,
-    SpanRecord,
-)
-
-# Per-run bounds. A run with more distinct tools/signatures than this still counts every call;
-# it just stops telling new ones apart (they go to an overflow bucket).
-MAX_DISTINCT_TOOLS = 64
-MAX_DISTINCT_SIGNATURES = 128
-MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
-OTHER_TOOL = "_other"
-# Model calls a run keeps to pair a twin with (the same call traced by two instrumentations)
-# that comes after other calls (out of order)
-RECENT_MODEL_CALLS = 8
-# (span id, parent span id or "", input tokens, output tokens, response id or "", scope,
-# price in USD or -1.0: unpriced)
-ModelCall = tuple[str, str, int, int, str, str, float]
-UNPRICED = -1.0
-NS = 1_000_000_000
-# Seconds between a span's end (the agent's clock) and its arrival (the sidecar's) beyond which
-# the two clocks are taken to disagree rather than the span to have waited: an exporter's batch
-# delay (5 s by default) and retries stay well inside it.
-CLOCK_SKEW_TOLERANCE = 60.0
-# Failed spans a run keeps to tell an exception's echo on the span around (or inside) one
-RECENT_FAILURES = 8
-# Tool calls asked for and not answered a run keeps (several model calls' worth: an export
-# request groups spans by scope, so a tool's span may come after the model call after it)
-MAX_ASKED = 2 * MAX_ASKED_TOOLS
-# (tool name, call id or "", start of the model call that asked for it)
-Asked = tuple[str, str, int]
-# (span id, parent span id or "", exception id, counted: it or the span it echoes counted)
-Failure = tuple[str, str, int, bool]
+from watchdog.core.spans.record import BUDGET_KEYS, KeySource, SpanRecord
 
 
-def _bump(counts: dict[int, int], key: int) -> int:
-    """Increment ``counts[key]`` (within the bound) and return the new count."""
-    count = counts.get(key)
-    if count is None:
-        if len(counts) >= MAX_DISTINCT_SIGNATURES:
-            return 0
-        count = 0
-    count += 1
-    counts[key] = count
-    return count
-
-
-class RunState:
+class RunState(RunCounts):
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
 
-    __slots__ = (
-        "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
-        "_failures", "_input_start_ns", "_llm_end_ns",
-        "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
-        "_tool_error_streak", "_tool_start_ns",
-        "activity_seq",
-        "agent", "budget", "budget_used", "clock_lags", "consecutive_errors", "cost_usd",
-        "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
-        "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
-        "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
-        "input_hash", "input_tokens", "iterations", "key", "key_source",
-        "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
-        "named_by_agent",
-        "output_tokens", "parent_run",
-        "repeated_error", "repeated_tool_call", "repeated_tool_result", "root_span", "service",
-        "session",
-        "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
-        "trace_id", "unpriced_calls",
-    )
-
-    def __init__(self, key: str, key_source: KeySource, trace_id: str, now: float) -> None:
-        self.key = key
-        self.key_source = key_source
-        self.trace_id = trace_id
-        self.root_span: str | None = None  # its first trace's earliest span (its trace link)
-        self.agent: str | None = None
-        self.service: str | None = None
-        self.session: str | None = None
-        self.session_counted = False  # the shell has counted this run in its session's runs
-        # The client SDK announced it: its own span (``watchdog.run <agent>``) ends it, not the
-        # agent spans inside it (a framework's agent, an agent called as a tool).
-        self.framed = False
-        self.named_by_agent = False  # an agent span (not a workflow around it) named the run
-        self.parent_run: str | None = None
-        # The span its agent span hangs from, while that span (so the parent run) has not come.
-        self.hangs_from: str | None = None
-        # A run of loose calls (see watchdog.core.runs.tracker): the trace of its last call, whose
-        # tool calls may still come; with the run's service, agent and session, what a restarted
-        # tracker needs to go on with it. None: not such a run.
-        self.loose_trace: str | None = None
-        self.first_start_ns = 0
-        # The least and the most time between a span's end and its arrival (~the exporter's
-        # delay, plus how far the agent's clock is behind the sidecar's): see clock_skew.
-        self.clock_lags: tuple[float, float] | None = None
-        self.first_seen = now
-        self.last_seen = now
-        self.last_progress = now
-        self.spans = 0
-        self.iterations = 0
-        self.tool_calls = 0
-        self.tools: dict[str, int] = {}
-        self.messages = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.cost_usd = 0.0  # the priced model calls' cost (watchdog.core.runs.pricing)
-        self.unpriced_calls = 0  # model calls with no known price (never counted as free)
-        self.errors = 0
-        self.consecutive_errors = 0
-        self._tool_error_streak = False  # the current error streak includes a failed tool call
-        self._loop_ended = False  # the framework's own loop-end tool ran (DSPy's `finish`)
-        self.last_error: str | None = None
-        self._error_counts: dict[int, int] = {}
-        self.repeated_error = 0
-        self._call_counts: dict[int, int] = {}
-        self.repeated_tool_call = 0
-        # (tool, result) -> (count, last args); tuples of ints, so the garbage collector stops
-        # tracking them (a list per distinct result made every young collection longer)
-        self._result_counts: dict[int, tuple[int, int]] = {}
-        self.repeated_tool_result = 0
-        self._recent_calls: list[int] = []
-        self._cycle_runs = [0] * MAX_CYCLE_LENGTH
-        self.cycle_repeats = 0
-        self.finish_reason: str | None = None
-        # the request of its earliest model call (SpanRecord.input_hash), and when that started
-        self.input_hash: int | None = None
-        self._input_start_ns = 0
-        self.explicit_final = False
-        self._llm_final = False
-        # When the model call that set _llm_final (said whether it answered) ended; 0: none has.
-        # An export request groups its spans by instrumentation scope, so a tool call and the
-        # model call after it may arrive in either order: their end times tell which was last.
-        self._llm_said_ns = 0
-        self._llm_said_start_ns = 0  # ... and when it started
-        self._tool_start_ns = self._tool_end_ns = 0  # the last tool call to end: its span
-        self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
-        self._llm_parent: str | None = None  # ... and the span it hangs from
-        # the last RECENT_MODEL_CALLS model calls, in the order they came (a pair of twins as
-        # one, the half that came last): (span id, parent span id or "", input tokens, output
-        # tokens, response id or "", scope)
-        self._models: tuple[ModelCall, ...] = ()
-        # The tool calls the run's model calls asked for that no tool call has answered yet,
-        # (name, call id, when the call that asked started), the last MAX_ASKED kept: a span
-        # after that call named after one of them is that tool's execution (see asked_for)
-        self._asked: tuple[Asked, ...] = ()
-        # the tool calls counted lately (a span taken as a tool's execution by its name too):
-        # (parent span id, tool); a tool call around one of them is that call, traced twice
-        self._named: tuple[tuple[str, str], ...] = ()
-        # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
-        # the span around one of them, or inside it, is one failure (see _echo)
-        self._failures: tuple[Failure, ...] = ()
-        self.final_output: str | None = None
-        self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
-        self.budget: dict[str, float] = {}
-        # how much of its budget the agent says it used (by budget key): the run's remaining
-        # budget counts the larger of that and what the watchdog counted
-        self.budget_used: dict[str, float] = {}
-        self._delta_messages = 0  # input messages the model calls added (messages delta)
-        self.ended = False
-        self.ended_at: float | None = None
-        self.end_error_type: str | None = None
-        self.terminal_state: TerminalState | None = None
-        self.terminal_reason: str | None = None
-        self.forced_state: TerminalState | None = None
-        self.forced_reason: str | None = None
-        self.activity_seq = 0
-        self.in_flight = 0  # calls started but not ended, as the client SDK last reported
-        self.in_flight_since: float | None = None  # start of the oldest of them
-
-    # -- folding spans in ---------------------------------------------------------------------
-
-    def apply(self, record: SpanRecord, now: float) -> None:
-        """Fold one ended span into the signals (O(1))."""
-        self.spans += 1
-        self.last_seen = now
-        self.last_progress = now
-        if not self.trace_id:  # a run the client SDK announced before any span arrived
-            self.trace_id = record.trace_id
-        if record.trace_id == self.trace_id and (
-                self.root_span is None or record.start_ns < self.first_start_ns):
-            self.root_span = record.span_id  # the run's root starts before what it ran
-        if self.first_start_ns == 0 or record.start_ns < self.first_start_ns:
-            self.first_start_ns = record.start_ns
-        lag = now - record.end_ns / NS
-        if lag >= -CLOCK_SKEW_TOLERANCE or record.start_ns / NS > now:
-            lags = self.clock_lags
-            if lags is None:
-                self.clock_lags = (lag, lag)
-            elif lag < lags[0] or lag > lags[1]:
-                self.clock_lags = (min(lag, lags[0]), max(lag, lags[1]))
-        else:
-            # It ends far after it arrived though it started before: its end is wrong (an
-            # instrumentation's unit mix-up, year 2500), no word on the clock, and its start is
-            # the one time it has (else a model call early in the run reads as its last).
-            record.end_ns = record.start_ns
-        if record.run_frame:  # the client SDK's own span: what it says is the client's word
-            self.announce(record.agent, record.session, record.parent_run, record.budget)
-        if record.agent is not None and (
-                self.agent is None or (record.kind is AGENT and not self.framed
-                                       and not (record.workflow and self.named_by_agent))):
-            # (a run the client SDK announced keeps the name it was given: an agent span of
-            # the framework inside it names the framework's agent; a workflow span around the
-            # agent names the workflow — the OpenAI Agents SDK's "Agent workflow" — and yields
-            # to the agent span's name)
-            self.agent = record.agent
-            if record.kind is AGENT and not record.workflow:
-                self.named_by_agent = True
-        if self.service is None and record.service is not None:
-            self.service = record.service
-        if self.session is None and record.session is not None:
-            self.session = record.session
-        if self.parent_run is None and record.parent_run is not None:
-            self.parent_run = record.parent_run
-        if record.budget:
-            self.budget.update(record.budget)
-        if record.budget_used:
-            for key, used in record.budget_used.items():
-                self.budget_used[key] = max(self.budget_used.get(key, 0.0), used)
-        if record.messages > self.messages:
-            self.messages = record.messages
-        elif record.messages_delta:  # the call's new messages, then its answer
-            self._delta_messages += record.messages_delta
-            self.messages = max(self.messages, self._delta_messages + 1)
-
-        kind = record.kind
-        echo = False
-        if record.error and record.exception_id is not None and kind is not AGENT:
-            echo = self._echo(record)
-            if echo and kind is not LLM:  # no second tool call either (a model call stays one:
-                record.kind = kind = OTHER  # its twin was counted as one call already)
-                record.tool_name = None
-        if kind is TOOL:
-            if not record.named_tool and self._named and any(
-                    named[0] == record.span_id and named[1] == record.tool_name
-                    for named in self._named):
-                # the tool call around a call of the same tool counted directly inside it (a
-                # span the tool's code made, named after it; a second tracer's tool span, as
-                # OpenInference's tool decorator inside pydantic-ai's): one execution, once
-                record.kind = kind = OTHER
-                record.tool_name = None
-            else:
-                self._named = (*self._named[1 - RECENT_FAILURES:],
-                               (record.parent_span_id or "", record.tool_name or ""))
-        if record.loop_end:
-            self._loop_ended = True
-        if kind is LLM:
-            self._count_model_call(record)
-            if record.asked_tools:
-                self._remember_asked(record)
-            if record.input_hash is not None and (self.input_hash is None
-                                                  or record.start_ns < self._input_start_ns):
-                # the run's input: its first model call's request (see watchdog.core.cycles)
-                self.input_hash, self._input_start_ns = record.input_hash, record.start_ns
-            if record.end_ns > self._llm_end_ns:
-                self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
-                self._llm_parent = record.parent_span_id
-            if (record.finish_reason is not None or record.final_answer
-                    or record.requested_tools) \
-                    and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
-                # (a tool that ran inside this call's span, or after it, ran at its request,
-                # though it came first: see _apply_tool)
-                self._llm_final = record.final_answer and not (
-                    self._tool_start_ns > record.start_ns or self._tool_end_ns > record.end_ns)
-                self._llm_said_ns = record.end_ns
-                self._llm_said_start_ns = record.start_ns
-                if record.finish_reason is not None:
-                    self.finish_reason = record.finish_reason
-        elif kind is TOOL:
-            self._apply_tool(record)
-        elif record.final_answer and not (
-                (record.unasked or record.workflow) and self._llm_said_ns):
-            # What a framing span returned (a root CHAIN's output, a function that ran the
-            # model loop: an unasked tool call made the invocation) is its answer only if the
-            # model calls below it said nothing: when the last one asked for tools, the loop
-            # stopped without an answer (OpenInference's Haystack Agent at max_agent_steps:
-            # its CHAIN returns the whole result, the last message a tool's).
-            self.explicit_final = True
-        if record.final_output is not None and not (
-                (record.unasked or (kind is LLM and self.explicit_final))
-                and self.final_output is not None):
-            # (what the function returned, kept even if it is no answer yet: an export request
-            # groups spans by scope, so the model call that answered may still come; a model
-            # call's answer text is the run's only while no span of the agent gave its answer)
-            self.final_output = record.final_output
-        if record.limit_stop is not None and self.limit_stop is None:
-            self.limit_stop = record.limit_stop
-
-        if record.error and (record.ends_run or kind is AGENT):
-            # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,
-            # an OpenInference CHAIN root, a bare root span), or the run's own agent span did
-            # below a root that ended OK (nested agents are child runs): the run ended in it.
-            self.end_error_type = record.error_type or "error"
-        if kind is AGENT:
-            if record.model_calls > self.iterations:
-                # A framework that emits no model-call span (crewai alone) reports its calls
-                # on the agent span: they are the run's iterations (with no price known).
-                self.unpriced_calls += record.model_calls - self.iterations
-                self.iterations = record.model_calls
-            if record.finish_reason is not None:
-                self.finish_reason = record.finish_reason
-            if record.cap_request is not None and self.limit_stop is None \
-                    and self._llm_parent == record.span_id:
-                # the framework's request for an answer at its cap, the only model call that
-                # hangs from the agent span itself (smolagents at max_steps)
-                self.limit_stop = record.cap_request
-            if record.loop_cap is not None and self.limit_stop is None \
-                    and not self._loop_ended and self.tool_calls:
-                # the loop ended with no loop-end tool, after tools ran: at its cap (DSPy's
-                # max_iters, its trajectory hidden)
-                self.limit_stop = record.loop_cap
-            if record.error and self.last_error is None:  # keep the error that led here
-                self.last_error = _error_text(record)
-            return  # the agent span repeats its children's errors: do not count them twice
-        if record.error and not echo and (kind is not OTHER or record.tool_name is not None):
-            # Only model and tool calls (output tools included) count: a failed HTTP or
-            # framework span under them is the same failure seen from below.
-            self.errors += 1
-            self.consecutive_errors += 1
-            if kind is TOOL:
-                self._tool_error_streak = True
-            self.last_error = _error_text(record)
-            if record.error_signature is not None:
-                count = _bump(self._error_counts, record.error_signature)
-                if count > self.repeated_error:
-                    self.repeated_error = count
-        elif kind is TOOL or (kind is LLM and not self._tool_error_streak):
-            # In an agent loop every failed tool call is followed by a (successful) model call
-            # that reads the error; that call is no recovery, or consecutive_errors could
-            # never pass 1 in a tool error loop. Only a tool call that works ends such a
-            # streak; a working model call ends a streak of failed model calls.
-            self.consecutive_errors = 0
-            self._tool_error_streak = False
-
-    def _count_model_call(self, record: SpanRecord) -> None:
-        """One iteration and its usage, unless the span is the twin of a model call already
-        counted: a model-call span directly inside another (or around one) is the same call
-        traced by two instrumentations — a framework's and its client library's (DSPy's
-        ``LM.__call__`` around LiteLLM's ``completion``), as are two with one response id (a
-        client SDK's own span and an instrumentation's, each a trace of its own: the Anthropic
-        SDK's and OpenLLMetry's). The pair counts once, its usage from
-        whichever of the two reported more (the framework's span often reports none). The
-        pipeline pairs the twins of one export request (``twin_tokens``); the run, a pair
-        split between two requests (the last model call not paired in its request, and this
-        one: a request groups spans by scope, so the framework's half of an earlier pair may
-        come after the client library's half of the one split off; or, sent out of order, after
-        other calls: one of the last ``RECENT_MODEL_CALLS``)."""
-        twin = record.twin_tokens
-        paired_in_request = twin is not None
-        models = self._models
-        match = -1
-        if not paired_in_request and models:
-            match = self._twin_of(record)
-            if match >= 0:
-                twin = models[match][2], models[match][3]
-        input_tokens, output_tokens = record.input_tokens, record.output_tokens
-        cost = record.cost_usd
-        if twin is None:
-            self.iterations += 1
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
-            if cost is None:
-                self.unpriced_calls += 1
-            else:
-                self.cost_usd += cost
-        else:
-            self.input_tokens += max(input_tokens - twin[0], 0)
-            self.output_tokens += max(output_tokens - twin[1], 0)
-            input_tokens, output_tokens = max(input_tokens, twin[0]), max(output_tokens, twin[1])
-            if match >= 0:
-                counted = models[match][6]
-                cost = self._pair_cost(cost, None if counted < 0 else counted)
-            else:
-                cost = self._pair_cost(cost, record.twin_cost_usd)
-        if not paired_in_request:
-            call = (record.span_id, record.parent_span_id or "", input_tokens, output_tokens,
-                    record.response_id or "", record.scope, UNPRICED if cost is None else cost)
-            if match >= 0:  # the pair is one call: its entry is the half that came last
-                self._models = (*models[:match], call, *models[match + 1:])
-            elif len(models) < RECENT_MODEL_CALLS:
-                self._models = (*models, call)
-            else:
-                self._models = (*models[1:], call)
-
-    def _pair_cost(self, cost: float | None, twin_cost: float | None) -> float | None:
-        """The second half of a call traced twice: the pair is one call, priced by the half
-        that costs more, and unpriced only when neither half has a price. ``twin_cost`` is the
-        price the other half counted with (None: it counted as unpriced; a half paired in its
-        request may count after this one, so ``unpriced_calls`` may dip below 0 in between —
-        it is read as at least 0)."""
-        if cost is None:
-            return twin_cost
-        if twin_cost is None:
-            self.unpriced_calls -= 1
-            self.cost_usd += cost
-            return cost
-        if cost > twin_cost:
-            self.cost_usd += cost - twin_cost
-            return cost
-        return twin_cost
-
-    def _twin_of(self, record: SpanRecord) -> int:
-        """The index in ``_models`` of the model call ``record`` is the twin of (the same call
-        traced by another instrumentation: inside it, around it, or with its response id from
-        another scope), the most recent first; -1 if none. Two that name different responses
-        are two calls."""
-        models = self._models
-        span, parent, response = record.span_id, record.parent_span_id, record.response_id
-        index = len(models)
-        for call in reversed(models):
-            index -= 1
-            if ((call[0] == parent or call[1] == span)
-                    and not (response and call[4] and call[4] != response)) or (
-                    response is not None and call[4] == response and call[5] != record.scope):
-                return index
-        return -1
-
-    def answer_call(self) -> tuple[str, str, int, int] | None:
-        """The model call that answered last: its response id ("" if none), instrumentation
-        scope, start and end (None: no model call said anything)."""
-        if not self._models or not self._llm_said_ns:
-            return None
-        last = self._models[-1]
-        return last[4], last[5], self._llm_said_start_ns, self._llm_said_ns
-
-    def only_twin_of(self, record: SpanRecord) -> bool:
-        """Whether the run is one span, a model call that is ``record``'s twin."""
-        return self.spans == 1 and self._twin_of(record) >= 0
-
-    def models_besides_twin(self, record: SpanRecord) -> bool:
-        """Whether the run counted a model call other than ``record``'s twin."""
-        return self.iterations > 1 or (self.iterations == 1 and self._twin_of(record) < 0)
-
-    def ran_tool_after_models_inside(self, record: SpanRecord) -> bool:
-        """Whether the run's last tool call so far (to end) ran after its last model call and
-        ended inside ``record``'s span: a model call's span closes with its response, before
-        the tools it asked for run, so a span around both frames a loop."""
-        return self._llm_end_ns <= self._tool_start_ns and self._tool_end_ns <= record.end_ns \
-            and self.tool_calls > 0
-
-    def ran_model_inside(self, record: SpanRecord) -> bool:
-        """Whether the run's last model call so far (to end) ran inside ``record``'s span:
-        started after it, ended before it did."""
-        return record.start_ns < self._llm_start_ns and self._llm_end_ns <= record.end_ns
-
-    def _echo(self, record: SpanRecord) -> bool:
-        """Whether failed ``record`` repeats the exception of a counted failure on the span
-        directly inside it or around it (one exception seen on a tool's span and on its
-        framework's span around it): one failure, counted once. Remembers ``record`` (the
-        next span around it may repeat it too; a framework's step around a tool counts
-        nothing, and the tool call inside it, sent after it, still counts)."""
-        span, parent, exception = record.span_id, record.parent_span_id or "", \
-            record.exception_id or 0
-        echo = any(seen[3] and seen[2] == exception
-                   and (seen[1] == span or (parent and seen[0] == parent))
-                   for seen in self._failures)
-        counted = echo or record.kind is not OTHER or record.tool_name is not None
-        self._failures = (*self._failures[1 - RECENT_FAILURES:],
-                          (span, parent, exception, counted))
-        return echo
-
-    def _remember_asked(self, record: SpanRecord) -> None:
-        """Keep the tool calls model call ``record`` asked for (one asked for by a call's twin,
-        the same call id, is kept once)."""
-        asked = list(self._asked)
-        ids = {entry[1] for entry in asked if entry[1]}
-        for name, call_id in record.asked_tools:
-            if not (call_id and call_id in ids):
-                asked.append((name, call_id, record.start_ns))
-        self._asked = tuple(asked[-MAX_ASKED:])
-
-    def asked_for(self, record: SpanRecord) -> str | None:
-        """The tool ``record``, a span of no kind, executed: one a model call asked for, not
-        yet answered by a tool call — the call whose id the span carries, else one asked for
-        before it started, its name the span's name or the first or last word of it (an
-        instrumentation that traces the tool with no GenAI attributes: only its name, maybe
-        generic input and output). A span that carries an id answers no call asked for with
-        another id. None: none."""
-        if not self._asked or record.creates_agent or record.workflow or record.final_answer \
-                or record.loop_end or record.run_frame or record.unasked \
-                or record.tool_name is not None:
-            return None
-        name, start, call_id = record.name, record.start_ns, record.tool_call_id
-        if call_id:
-            for tool, asked_id, _ in self._asked:
-                if asked_id == call_id:
-                    return tool
-        for tool, asked_id, asked_at in self._asked:
-            # the tool's name, alone or as the first or last word (Logfire names a span after
-            # its message template: "lookup {key}")
-            if asked_at <= start and not (call_id and asked_id) and (
-                    name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ")
-                    or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " ")):
-                return tool
-        return None
-
-    def _apply_tool(self, record: SpanRecord) -> None:
-        # A tool ran after the last model call, or inside its span (started after it): that
-        # call asked for it, whatever its finish reason said (google-adk says "stop" on tool
-        # requests), so it was not the answer. (OpenInference's span of an ADK model call stays
-        # open while the tools it asked for run; with content capture off nothing else says it
-        # asked.) A tool that ended before the call, arriving after it, was asked for by an
-        # earlier one.
-        if record.end_ns >= self._llm_said_ns or record.start_ns > self._llm_said_start_ns:
-            self._llm_final = False
-        if record.end_ns > self._tool_end_ns:
-            self._tool_start_ns, self._tool_end_ns = record.start_ns, record.end_ns
-        self.tool_calls += 1
-        tool = record.tool_name or "unknown"
-        asked = self._asked
-        # the call it answered: the one with its id, else the first of its name that the last
-        # model call before it started asked for (several calls of one tool in one response
-        # run in order), else any of its name; none that has another id when it has one
-        answered, latest, call_id = -1, -1, record.tool_call_id
-        for index, (name, asked_id, asked_at) in enumerate(asked):
-            if call_id and asked_id == call_id:
-                answered = index
-                break
-            if name == tool and not (call_id and asked_id):
-                if asked_at <= record.start_ns:
-                    if asked_at > latest:
-                        answered, latest = index, asked_at
-                elif answered < 0:
-                    answered = index
-        if answered >= 0:
-            self._asked = (*asked[:answered], *asked[answered + 1:])
-        if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
-            tool = OTHER_TOOL
-        self.tools[tool] = self.tools.get(tool, 0) + 1
-        call = record.args_hash
-        if call is None:
-            return
-        count = _bump(self._call_counts, call)
-        if count > self.repeated_tool_call:
-            self.repeated_tool_call = count
-        self._track_cycle(call)
-        if record.result_hash is not None and not record.error:
-            results = self._result_counts
-            entry = results.get(record.result_hash)
-            if entry is None:
-                if len(results) >= MAX_DISTINCT_SIGNATURES:
-                    return
-                count = 1
-                results[record.result_hash] = (count, call)
-            elif entry[1] != call:  # same result, other arguments: the agent learns nothing
-                count = entry[0] + 1
-                results[record.result_hash] = (count, call)
-            else:
-                count = entry[0]
-            if count > self.repeated_tool_result:
-                self.repeated_tool_result = count
-
-    def _track_cycle(self, call: int) -> None:
-        """For each cycle length L, ``_cycle_runs[L-1]`` counts how many consecutive calls
-        equalled the call L positions earlier; the tail then holds (run + L) // L repetitions."""
-        recent, runs = self._recent_calls, self._cycle_runs
-        best = 0
-        for index in range(MAX_CYCLE_LENGTH):
-            length = index + 1
-            if len(recent) >= length and recent[-length] == call:
-                runs[index] += 1
-                repeats = (runs[index] + length) // length
-                if repeats >= 2 and repeats > best:
-                    best = repeats
-            else:
-                runs[index] = 0  # (0 + length) // length is one: no repeat
-        self.cycle_repeats = best
-        recent.append(call)
-        if len(recent) > MAX_CYCLE_LENGTH:
-            del recent[0]
-
-    def heartbeat(self, messages: int, now: float, in_flight: int | None = None,
-                  oldest_call_started: float | None = None) -> bool:
-        """A sign of life from the client SDK; progress only if the conversation grew.
-
-        ``in_flight`` (calls started, not ended) lets rules tell a slow call from a stuck run:
-        the spans of calls in progress have not reached the watchdog yet.
-        """
-        self.last_seen = now
-        if in_flight is not None:
-            self.in_flight = in_flight
-            # (the client's clock is its spans': on the sidecar's, its call started skew later)
-            self.in_flight_since = (oldest_call_started + self.clock_skew()
-                                    if oldest_call_started is not None
-                                    else now) if in_flight else None
-        if messages > self.messages:
-            self.messages = messages
-            self.last_progress = now
-            return True
-        return False
-
-    def announce(self, agent: str | None = None, session: str | None = None,
-                 parent_run: str | None = None, budget: dict[str, float] | None = None) -> None:
-        """What the client SDK says about a run before its spans arrive (its spans carry only the
-        run id: the agent, session, parent run and budget are here, and on the run's own span).
-        The client names its run: what spans that arrived before the announcement said (a
-        framework's agent name, its conversation id) yields."""
-        self.framed = True
-        if agent:
-            self.agent = agent
-        if session and session != self.session:
-            self.session = session
-            self.session_counted = False  # (counted in its session now)
-        if parent_run:
-            self.parent_run = parent_run
-        if budget:
-            self.budget.update(budget)
+    __slots__ = ()
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -717,24 +126,6 @@ class RunState:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
-    def clock_skew(self) -> float:
-        """How far the agent's clock is behind the sidecar's, in seconds (negative: ahead), as
-        the run's spans tell it: the least time between a span's end and its arrival (the
-        exporter's delay is least there), when every span arrived more than
-        ``CLOCK_SKEW_TOLERANCE`` after it ended or every span ended more than that after it
-        arrived; else 0. Time signals count in the agent's clock from its first span's start:
-        an agent whose clock is two hours behind is not two hours into its run when its first
-        span arrives. All spans must agree: one span whose end is wrong (an instrumentation's
-        unit mix-up, year 2500) among the run's right ones leaves the sidecar's clock in
-        charge, and so does a span that ends far after it arrived though it started before."""
-        lags = self.clock_lags
-        if lags is None:
-            return 0.0
-        least, most = lags
-        if least > CLOCK_SKEW_TOLERANCE or most < -CLOCK_SKEW_TOLERANCE:
-            return least
-        return 0.0
-
     def elapsed_seconds(self, now: float) -> float:
         if not self.first_start_ns:
             return 0.0
@@ -799,7 +190,7 @@ class RunState:
     def to_dict(self) -> dict[str, Any]:
         # Every dirty run is snapshotted on each state flush: one C-level read of all the slots,
         # then the few values JSON cannot take as they are.
-        data = dict(zip(self.__slots__, _read_slots(self), strict=True))
+        data = dict(zip(RunFields.__slots__, _read_slots(self), strict=True))
         for name in _ENUM_SLOTS:
             value = data[name]
             if value is not None:
@@ -819,7 +210,7 @@ class RunState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
         run = cls(data["key"], KeySource(data["key_source"]), data["trace_id"], data["first_seen"])
-        for name in cls.__slots__:
+        for name in RunFields.__slots__:
             if name not in data:
                 continue
             value = data[name]
@@ -856,7 +247,7 @@ def _model_call(value: list[Any]) -> ModelCall:
             cost if math.isfinite(cost) else UNPRICED)
 
 
-_read_slots = attrgetter(*RunState.__slots__)
+_read_slots = attrgetter(*RunFields.__slots__)
 _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
@@ -877,9 +268,3 @@ _SPAN_SLOTS = (
 _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
 _TUPLE_LIST_SLOTS = ("_asked", "_named", "_failures")  # tuples of tuples (JSON: lists of lists)
-
-
-def _error_text(record: SpanRecord) -> str:
-    if record.error_message:
-        return f"{record.error_type}: {record.error_message}"
-    return record.error_type or "error"

@@ -35,15 +35,14 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from watchdog.core.spans.conventions import (
+from watchdog.core.spans.attributes import (
     MESSAGES_DELTA_KEYS,
     MESSAGES_JSON_KEYS,
     OUTPUT_MESSAGES_JSON_KEYS,
     WANTED_ATTRIBUTES,
-    Resource,
-    json_encoded,
-    role_of,
 )
+from watchdog.core.spans.combined import TABLES
+from watchdog.core.spans.conventions import Resource, role_of
 from watchdog.core.spans.decode import (
     DecodeError,
     any_value,
@@ -51,7 +50,8 @@ from watchdog.core.spans.decode import (
     json_document,
     parse_document,
 )
-from watchdog.core.spans.frameworks import TABLES, Role
+from watchdog.core.spans.schema import Role
+from watchdog.core.spans.values import json_encoded
 
 __all__ = [
     "ExportLogsServiceRequest",

@@ -13,7 +13,7 @@ import ast
 import json
 from collections.abc import Mapping
 
-from watchdog.core.spans.frameworks import TABLES
+from watchdog.core.spans.combined import TABLES
 from watchdog.core.spans.record import SpanRecord
 
 MAX_REASON_CHARS = 200
@@ -93,7 +93,7 @@ def status_limit(description: str) -> str | None:
 def phrase_limit(text: str) -> str | None:
     """The limit a message names in words ("Max turns (3) exceeded", "Reached the maximum
     number of iterations"): :attr:`Convention.limit_phrases
-    <watchdog.core.spans.frameworks.Convention.limit_phrases>`; its first characters only."""
+    <watchdog.core.spans.schema.Convention.limit_phrases>`; its first characters only."""
     text = text[:MAX_PHRASE_CHARS]
     for pattern, limit in LIMIT_PHRASES:
         if pattern.search(text):

@@ -3,8 +3,8 @@ one worker thread (the "store lane") so the event loop never waits on disk.
 
 Theory of operation
 -------------------
-The shell hands every :class:`~watchdog.core.step.Step` here (:meth:`StateWriter.take`): the runs it
-touched become *dirty* and its activity entries *pending*. :meth:`StateWriter.save_pending`,
+The shell hands every :class:`~watchdog.core.handout.Step` here (:meth:`StateWriter.take`): the
+runs it touched become *dirty* and its activity entries *pending*. :meth:`StateWriter.save_pending`,
 called by the flush timer, snapshots the dirty runs in small slices (requests are served in
 between), then writes snapshots, activity and dirty sessions in one transaction on the lane.
 Work is submitted in order, so an older snapshot can never overwrite a newer one.
@@ -39,7 +39,7 @@ T = TypeVar("T")
 
 
 class Snapshotted(Protocol):
-    """A changed run as :attr:`watchdog.core.step.Step.dirty` hands it over: snapshotted here,
+    """A changed run as :attr:`watchdog.core.handout.Step.dirty` hands it over: snapshotted here,
     when a flush writes it (not at every step), and otherwise left alone."""
 
     key: str

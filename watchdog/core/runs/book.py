@@ -1,0 +1,181 @@
+"""The runs a tracker holds, and their reads: the active runs in order of last activity, the
+recently ended ones (bounded), the trace aliases, the open runs of loose calls and the answers
+that ended them, and the child runs waiting for the span their agent span hangs from; and how
+they are saved and put back over a restart. Where each span goes is
+:class:`~watchdog.core.runs.tracker.RunTracker`'s.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from watchdog.core.runs.frames import FrameBook, TraceFrames
+from watchdog.core.runs.run import RunState
+from watchdog.core.spans.record import KEY_TRACE, KeySource
+
+MAX_ACTIVE_RUNS = 10_000  # default bound on runs tracked at once; the oldest idle is evicted
+MAX_ENDED_IN_MEMORY = 2_000  # recently ended runs kept for late spans and fast reads
+MAX_TRACE_ALIASES = 20_000  # trace id -> run, for spans below the agent that name no run
+RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified abandoned
+# A run of loose model calls (no invocation span) that has not answered ends after this long
+# without a call: longer than a slow tool plus a slow model call, shorter than "abandoned".
+LOOSE_RUN_GAP = 120.0
+MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
+MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
+# Retained records kept over a clean restart at most (the most recently used traces' first):
+# the state is encoded at shutdown, within the pod's grace period.
+MAX_STATE_RECORDS = 20_000
+
+
+class LooseAnswer(NamedTuple):
+    """The call that ended an agent's last run of loose calls."""
+
+    run_key: str
+    response_id: str  # "" if none: its twin (a second instrumentation's span) has it too
+    scope: str  # ... and another scope
+    start_ns: int
+    end_ns: int
+    since_ns: int  # when the answer before it (of the run before) ended; 0: unknown
+
+
+class RunBook:
+    """What the tracker holds (all bounded), its reads, and its state over a restart."""
+
+    def __init__(self, max_runs: int = MAX_ACTIVE_RUNS,
+                 run_end_timeout: float = RUN_END_TIMEOUT,
+                 max_ended: int = MAX_ENDED_IN_MEMORY,
+                 loose_run_gap: float = LOOSE_RUN_GAP) -> None:
+        self.max_runs = max_runs
+        self.run_end_timeout = run_end_timeout
+        self.max_ended = max_ended
+        self.loose_run_gap = loose_run_gap
+        self._active: OrderedDict[str, RunState] = OrderedDict()
+        self._ended: OrderedDict[str, RunState] = OrderedDict()
+        self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
+        self._frames = FrameBook()
+        self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
+        self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
+        # (service, agent, session) -> the call that ended its last run of loose calls: that
+        # call's twin (its span by a second instrumentation, a trace of its own) may come after
+        # it, and is no call of a next run; nor is a call that ended before it started (and
+        # after the answer before it), sent after it: its run's, late
+        self._loose_answers: OrderedDict[tuple[str | None, ...], LooseAnswer] = OrderedDict()
+        self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get(self, key: str) -> RunState | None:
+        return self._active.get(key) or self._ended.get(key)
+
+    def children(self, key: str) -> list[RunState]:
+        """The child runs of ``key`` that are in memory."""
+        return [run for run in (*self._active.values(), *self._ended.values())
+                if run.parent_run == key]
+
+    def trace_run(self, trace_id: str) -> str | None:
+        """The run the spans of ``trace_id`` that name one went to last (None: none did)."""
+        owner = self._trace_runs.get(trace_id)
+        return owner[0] if owner is not None else None
+
+    def open(self, key: str, key_source: KeySource, trace_id: str, now: float
+             ) -> tuple[RunState, bool]:
+        """The run ``key`` (active or recently ended), or a new active one that no span has
+        named yet (the model endpoint's, at its first request); and whether it is new."""
+        run = self.get(key)
+        if run is not None:
+            return run, False
+        run = self._active[key] = RunState(key, key_source, trace_id, now)
+        return run, True
+
+    def active(self) -> Iterator[RunState]:
+        return iter(self._active.values())
+
+    def ended(self) -> Iterator[RunState]:
+        return iter(self._ended.values())
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def restore(self, runs: Iterable[RunState]) -> None:
+        """Put runs loaded from the store back (oldest activity first); an open run of loose
+        calls is its agent's again, and its last call's trace is its own (the tool calls
+        below that call may still come); the answer of one that ended still has its twin; a
+        child run still waits for its parent's span."""
+        for run in sorted(runs, key=lambda r: r.last_seen):
+            target = self._ended if run.ended else self._active
+            target[run.key] = run
+            if run.loose_trace is not None:
+                self._loose_traces[run.loose_trace] = run.key
+                group = (run.service, run.agent, run.session)
+                if not run.ended:
+                    self._loose[group] = run.key
+                elif run.has_final_answer and (answer := run.answer_call()) is not None:
+                    self._remember_answer(group, run.key, *answer)
+            if run.hangs_from is not None and run.parent_run is None:
+                self._pending_parents[run.hangs_from] = run.key
+        self._trim_ended()
+
+    def state(self, max_records: int = MAX_STATE_RECORDS) -> dict[str, Any]:
+        """What the tracker holds beyond its runs, in JSON-able values, for a clean restart to
+        go on with: the records and parent links retained of traces in progress (a nested agent
+        whose spans came before its agent span is split out of them; the most recently used
+        traces' up to ``max_records`` records, the rest left out and counted in
+        ``"left_out"``) and the run each trace's run-naming spans went to (the spans below them
+        that name none follow)."""
+        frames: list[list[Any]] = []
+        left_out = 0
+        for trace, trace_frames in reversed(list(self._frames.items())):
+            max_records -= len(trace_frames.records)
+            if max_records < 0:
+                left_out += 1
+                continue
+            frames.append([trace, trace_frames.to_dict()])
+        frames.reverse()  # least recently used first, as restore_state puts them back
+        return {"frames": frames, "left_out": left_out,
+                "trace_runs": [[trace, key, source.value]
+                               for trace, (key, source) in self._trace_runs.items()]}
+
+    def restore_state(self, state: dict[str, Any]) -> int:
+        """Take back what :meth:`state` gave (after :meth:`restore`); returns the traces left
+        out because their part of it cannot be read."""
+        skipped = 0
+        for item in state.get("frames", ()):
+            try:
+                trace, data = item
+                self._frames.put(str(trace), TraceFrames.from_dict(data))
+            except (KeyError, TypeError, ValueError):
+                skipped += 1
+        for item in state.get("trace_runs", ()):
+            try:
+                trace, key, source = item
+                self._trace_runs[str(trace)] = (str(key), KeySource(source))
+            except (TypeError, ValueError):
+                skipped += 1
+        while len(self._trace_runs) > MAX_TRACE_ALIASES:
+            self._trace_runs.popitem(last=False)
+        return skipped
+
+    def _remember_answer(self, group: tuple[str | None, ...], run_key: str, response_id: str,
+                  scope: str, start_ns: int, end_ns: int) -> None:
+        answers = self._loose_answers
+        before = answers.get(group)
+        answers[group] = LooseAnswer(run_key, response_id, scope, start_ns, end_ns,
+                                     before.end_ns if before is not None else 0)
+        answers.move_to_end(group)
+        while len(answers) > MAX_LOOSE_GROUPS:
+            answers.popitem(last=False)
+
+    def _remember_ended(self, run: RunState, keep_frames: bool = False) -> None:
+        if run.key_source is KEY_TRACE and run.parent_run is None and not keep_frames:
+            self._frames.forget(run.trace_id)
+        self._ended[run.key] = run
+        self._ended.move_to_end(run.key)
+        self._trim_ended()
+
+    def _trim_ended(self) -> None:
+        while len(self._ended) > self.max_ended:
+            self._ended.popitem(last=False)

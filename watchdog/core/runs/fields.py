@@ -1,0 +1,161 @@
+"""What a run holds: every field of a :class:`~watchdog.core.runs.run.RunState`, with its
+meaning, and the bounds that keep a run's memory from growing with its length. How spans fold
+into the fields is :mod:`watchdog.core.runs.counts`; how a run ends and what it reports,
+:mod:`watchdog.core.runs.run`.
+"""
+
+from __future__ import annotations
+
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.spans.record import MAX_ASKED_TOOLS, KeySource
+
+# Per-run bounds. A run with more distinct tools/signatures than this still counts every call;
+# it just stops telling new ones apart (they go to an overflow bucket).
+MAX_DISTINCT_TOOLS = 64
+MAX_DISTINCT_SIGNATURES = 128
+MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
+OTHER_TOOL = "_other"
+# Model calls a run keeps to pair a twin with (the same call traced by two instrumentations)
+# that comes after other calls (out of order)
+RECENT_MODEL_CALLS = 8
+# (span id, parent span id or "", input tokens, output tokens, response id or "", scope,
+# price in USD or -1.0: unpriced)
+ModelCall = tuple[str, str, int, int, str, str, float]
+UNPRICED = -1.0
+NS = 1_000_000_000
+# Seconds between a span's end (the agent's clock) and its arrival (the sidecar's) beyond which
+# the two clocks are taken to disagree rather than the span to have waited: an exporter's batch
+# delay (5 s by default) and retries stay well inside it.
+CLOCK_SKEW_TOLERANCE = 60.0
+# Failed spans a run keeps to tell an exception's echo on the span around (or inside) one
+RECENT_FAILURES = 8
+# Tool calls asked for and not answered a run keeps (several model calls' worth: an export
+# request groups spans by scope, so a tool's span may come after the model call after it)
+MAX_ASKED = 2 * MAX_ASKED_TOOLS
+# (tool name, call id or "", start of the model call that asked for it)
+Asked = tuple[str, str, int]
+# (span id, parent span id or "", exception id, counted: it or the span it echoes counted)
+Failure = tuple[str, str, int, bool]
+
+
+class RunFields:
+    """The fields of one run (its identity, counts, signals and outcome), set to a new run's."""
+
+    __slots__ = (
+        "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
+        "_failures", "_input_start_ns", "_llm_end_ns",
+        "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
+        "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
+        "_tool_error_streak", "_tool_start_ns",
+        "activity_seq",
+        "agent", "budget", "budget_used", "clock_lags", "consecutive_errors", "cost_usd",
+        "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
+        "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
+        "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
+        "input_hash", "input_tokens", "iterations", "key", "key_source",
+        "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
+        "named_by_agent",
+        "output_tokens", "parent_run",
+        "repeated_error", "repeated_tool_call", "repeated_tool_result", "root_span", "service",
+        "session",
+        "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
+        "trace_id", "unpriced_calls",
+    )
+
+    def __init__(self, key: str, key_source: KeySource, trace_id: str, now: float) -> None:
+        self.key = key
+        self.key_source = key_source
+        self.trace_id = trace_id
+        self.root_span: str | None = None  # its first trace's earliest span (its trace link)
+        self.agent: str | None = None
+        self.service: str | None = None
+        self.session: str | None = None
+        self.session_counted = False  # the shell has counted this run in its session's runs
+        # The client SDK announced it: its own span (``watchdog.run <agent>``) ends it, not the
+        # agent spans inside it (a framework's agent, an agent called as a tool).
+        self.framed = False
+        self.named_by_agent = False  # an agent span (not a workflow around it) named the run
+        self.parent_run: str | None = None
+        # The span its agent span hangs from, while that span (so the parent run) has not come.
+        self.hangs_from: str | None = None
+        # A run of loose calls (see watchdog.core.runs.tracker): the trace of its last call, whose
+        # tool calls may still come; with the run's service, agent and session, what a restarted
+        # tracker needs to go on with it. None: not such a run.
+        self.loose_trace: str | None = None
+        self.first_start_ns = 0
+        # The least and the most time between a span's end and its arrival (~the exporter's
+        # delay, plus how far the agent's clock is behind the sidecar's): see clock_skew.
+        self.clock_lags: tuple[float, float] | None = None
+        self.first_seen = now
+        self.last_seen = now
+        self.last_progress = now
+        self.spans = 0
+        self.iterations = 0
+        self.tool_calls = 0
+        self.tools: dict[str, int] = {}
+        self.messages = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost_usd = 0.0  # the priced model calls' cost (watchdog.core.runs.pricing)
+        self.unpriced_calls = 0  # model calls with no known price (never counted as free)
+        self.errors = 0
+        self.consecutive_errors = 0
+        self._tool_error_streak = False  # the current error streak includes a failed tool call
+        self._loop_ended = False  # the framework's own loop-end tool ran (DSPy's `finish`)
+        self.last_error: str | None = None
+        self._error_counts: dict[int, int] = {}
+        self.repeated_error = 0
+        self._call_counts: dict[int, int] = {}
+        self.repeated_tool_call = 0
+        # (tool, result) -> (count, last args); tuples of ints, so the garbage collector stops
+        # tracking them (a list per distinct result made every young collection longer)
+        self._result_counts: dict[int, tuple[int, int]] = {}
+        self.repeated_tool_result = 0
+        self._recent_calls: list[int] = []
+        self._cycle_runs = [0] * MAX_CYCLE_LENGTH
+        self.cycle_repeats = 0
+        self.finish_reason: str | None = None
+        # the request of its earliest model call (SpanRecord.input_hash), and when that started
+        self.input_hash: int | None = None
+        self._input_start_ns = 0
+        self.explicit_final = False
+        self._llm_final = False
+        # When the model call that set _llm_final (said whether it answered) ended; 0: none has.
+        # An export request groups its spans by instrumentation scope, so a tool call and the
+        # model call after it may arrive in either order: their end times tell which was last.
+        self._llm_said_ns = 0
+        self._llm_said_start_ns = 0  # ... and when it started
+        self._tool_start_ns = self._tool_end_ns = 0  # the last tool call to end: its span
+        self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
+        self._llm_parent: str | None = None  # ... and the span it hangs from
+        # the last RECENT_MODEL_CALLS model calls, in the order they came (a pair of twins as
+        # one, the half that came last): (span id, parent span id or "", input tokens, output
+        # tokens, response id or "", scope)
+        self._models: tuple[ModelCall, ...] = ()
+        # The tool calls the run's model calls asked for that no tool call has answered yet,
+        # (name, call id, when the call that asked started), the last MAX_ASKED kept: a span
+        # after that call named after one of them is that tool's execution (see asked_for)
+        self._asked: tuple[Asked, ...] = ()
+        # the tool calls counted lately (a span taken as a tool's execution by its name too):
+        # (parent span id, tool); a tool call around one of them is that call, traced twice
+        self._named: tuple[tuple[str, str], ...] = ()
+        # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
+        # the span around one of them, or inside it, is one failure (see _echo)
+        self._failures: tuple[Failure, ...] = ()
+        self.final_output: str | None = None
+        self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
+        self.budget: dict[str, float] = {}
+        # how much of its budget the agent says it used (by budget key): the run's remaining
+        # budget counts the larger of that and what the watchdog counted
+        self.budget_used: dict[str, float] = {}
+        self._delta_messages = 0  # input messages the model calls added (messages delta)
+        self.ended = False
+        self.ended_at: float | None = None
+        self.end_error_type: str | None = None
+        self.terminal_state: TerminalState | None = None
+        self.terminal_reason: str | None = None
+        self.forced_state: TerminalState | None = None
+        self.forced_reason: str | None = None
+        self.activity_seq = 0
+        self.in_flight = 0  # calls started but not ended, as the client SDK last reported
+        self.in_flight_since: float | None = None  # start of the oldest of them

@@ -1,0 +1,154 @@
+"""Where the normaliser looks for each fact: the attribute names of the combined convention
+tables (:data:`~watchdog.core.spans.combined.TABLES`), in order of precedence, as module constants
+the per-span code reads as globals; and the attributes a span is decoded for at all
+(:data:`WANTED_ATTRIBUTES`, :data:`SCALAR_ATTRIBUTES`).
+"""
+
+from __future__ import annotations
+
+from watchdog.core.spans.combined import TABLES
+from watchdog.core.spans.record import AGENT, BUDGET_KEYS, LLM, OTHER, TOOL, SpanKind
+from watchdog.core.spans.schema import Role
+
+# ---------------------------------------------------------------------------------------------
+# Attribute names, in order of precedence: the combined tables of watchdog.core.spans.combined.
+# The run key (DESIGN §3) is not a convention's: it is the watchdog's contract.
+RUN_ID_KEYS = ("watchdog.run.id",)
+CLIENT_RUN_SPAN = "watchdog.run "  # the name of the span the client SDK frames its runs with
+AGENT_CALL_ID_KEYS = ("gen_ai.agent.call.id",)
+PARENT_RUN_KEYS = ("watchdog.parent_run.id",)
+ERROR_TYPE_KEYS = ("error.type",)
+AGENT_NAME_KEYS = TABLES.agent_name
+AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
+AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
+AGENT_NAME_JSON = TABLES.agent_name_json
+AGENT_INVOCATION_KEYS = TABLES.agent_name_invocations
+WRAPPED_EXCEPTION_TYPES = frozenset(TABLES.wrapped_exceptions)
+GRAPH_NODE_JSON = TABLES.graph_node_json
+JSON_IDENTITY_KEYS = tuple(dict.fromkeys(key for key, _ in AGENT_NAME_JSON + GRAPH_NODE_JSON))
+ROOT_AGENT_NAME_JSON = TABLES.root_agent_name_json
+LIMIT_ERROR_JSON = TABLES.limit_error_json
+SESSION_KEYS = TABLES.session
+RESPONSE_ID_KEYS = TABLES.response_id
+TOOL_NAME_KEYS = TABLES.tool_name
+TOOL_ARGS_KEYS = TABLES.tool_args
+TOOL_ARGS_ENVELOPES = TABLES.tool_args_envelopes
+TOOL_RESULT_KEYS = TABLES.tool_result
+AGENT_OUTPUT_KEYS = TABLES.answer
+LLM_OUTPUT_KEYS = TABLES.llm_output
+ANSWER_TEXT_KEYS = TABLES.answer_texts
+LLM_INPUT_KEYS = TABLES.llm_input
+INPUT_TOKEN_KEYS = TABLES.input_tokens
+OUTPUT_TOKEN_KEYS = TABLES.output_tokens
+TOTAL_TOKEN_KEYS = TABLES.total_tokens
+USAGE_JSON = TABLES.usage_json
+# What a model call is priced by (watchdog.core.runs.pricing)
+MODEL_KEYS = TABLES.response_model + TABLES.request_model  # the answering model first
+PROVIDER_KEYS = TABLES.provider
+FINISH_REASON_KEYS = TABLES.finish_reasons
+MESSAGES_JSON_KEYS = TABLES.input_messages
+OUTPUT_MESSAGES_JSON_KEYS = TABLES.output_messages
+# Flattened conventions: the message count is the highest index + 1.
+FLAT_INPUT_PREFIXES = TABLES.flat_input_prefixes
+FLAT_OUTPUT_PREFIXES = TABLES.flat_output_prefixes
+FLAT_TOOL_CALLS = ".tool_calls."  # in a flattened output message's key: it asks for tools
+CONVERSATION_OUTPUTS = TABLES.conversation_outputs
+# Where a model call's last input message is looked for: JSON message lists, and raw requests
+# whose message list ends near their end.
+PROMPT_KEYS = (*MESSAGES_JSON_KEYS, *TABLES.input_messages_delta, *TABLES.llm_input)
+# A model call whose attributes name none of these has its outcome looked for in its events.
+OUTCOME_KEYS = (*FINISH_REASON_KEYS, *OUTPUT_MESSAGES_JSON_KEYS, *LLM_OUTPUT_KEYS)
+KIND_KEYS = tuple(key for key, _ in TABLES.kinds + TABLES.root_kinds)
+# Tool spans no model asked for (no call id): at a trace root, maybe the invocation.
+UNASKED_TOOLS = tuple((rule.attribute, rule.value, rule.call_ids)
+                      for rule in TABLES.unasked_tools)
+
+# What a convention's role means for a run: a span creating an agent is no work of a run.
+ROLE_KINDS: dict[Role | None, SpanKind] = {
+    Role.LLM: LLM, Role.TOOL: TOOL, Role.AGENT: AGENT, Role.WORKFLOW: AGENT,
+    Role.CREATE_AGENT: OTHER, None: OTHER}
+KIND_MAPS = TABLES.kinds
+ROOT_KIND_MAPS = TABLES.root_kinds
+# Module globals: an enum member lookup costs ~50 ns, once per span.
+CREATE_AGENT, WORKFLOW, AGENT_ROLE = Role.CREATE_AGENT, Role.WORKFLOW, Role.AGENT
+SPAN_NAME_ROLES = TABLES.span_names
+NESTED_AGENT_ROLES = TABLES.nested_agent_roles
+NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
+SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
+TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
+TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
+LLM_SPAN_SUFFIXES = TABLES.llm_span_suffixes
+
+# Output tools deliver the final answer (pydantic-ai final_result, smolagents final_answer);
+# they are not work the agent did.
+OUTPUT_TOOL_NAMES = TABLES.answer_tools
+OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
+LOOP_END_TOOLS = TABLES.loop_end_tools
+# The texts instrumentations write in place of content they hide: no content.
+HIDDEN_CONTENT = TABLES.hidden_content
+CAP_REQUESTS = TABLES.cap_requests
+LOOP_CAPS = TABLES.loop_caps
+HIDDEN_ANSWERS = TABLES.hidden_answers
+HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
+# A model response that finished for one of these reasons is an answer, not a tool request.
+ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.core.rule_tests reads it)
+# Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
+EVENT_FACTS = TABLES.events
+# What an agent reports of itself (the newest GenAI conventions): its budget and how much of
+# it it used, its turns, a call's cost and cache tokens, the new input messages of a call.
+BUDGET_LIMIT_KEYS = TABLES.budget_limits
+BUDGET_CONSUMED_KEYS = TABLES.budget_consumed
+TURN_COUNT_KEYS = TABLES.turn_counts
+REPORTED_COST_KEYS = TABLES.reported_cost
+CACHE_READ_KEYS = TABLES.cache_read_tokens
+CACHE_WRITE_KEYS = TABLES.cache_write_tokens
+MESSAGES_DELTA_KEYS = TABLES.input_messages_delta
+TRANSFER_TARGET_KEYS = TABLES.transfer_targets
+CALLER_KEYS = TABLES.caller_names
+# Where a span says which of the model's tool calls it executes (SpanRecord.tool_call_id): an
+# attribute (a tool span's convention, or a hand-traced span's generic one), else the span's
+# input JSON: its ``tool_call_id``/``call_id``, or the id of a tool call object at its top or
+# directly inside it (the loop traced the call as the model gave it). Read on tool spans and
+# spans of no kind; an input is parsed only when it is short and holds an id key.
+TOOL_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call_id", "tool_call.id", "call_id")
+TOOL_CALL_INPUT_KEYS = ("input", "input.value", "mlflow.spanInputs", "traceloop.entity.input")
+TOOL_CALL_ID_JSON_KEYS = ("tool_call_id", "call_id")
+MAX_CALL_INPUT_CHARS = 16 * 1024
+
+ANNOUNCED_BUDGET = tuple((key, "watchdog.budget." + key) for key in BUDGET_KEYS)
+# Where a span names a budget: the client SDK's announcement, or the agent's own report
+BUDGET_ATTRIBUTES = frozenset(
+    [attribute for _, attribute in ANNOUNCED_BUDGET]
+    + [attribute for attribute, _ in BUDGET_LIMIT_KEYS + BUDGET_CONSUMED_KEYS])
+
+WANTED_ATTRIBUTES = frozenset(
+    RUN_ID_KEYS + AGENT_CALL_ID_KEYS + AGENT_NAME_KEYS + AGENT_INVOCATION_KEYS + SESSION_KEYS
+    + PARENT_RUN_KEYS + RESPONSE_ID_KEYS
+    + TOOL_NAME_KEYS + TOOL_ARGS_KEYS + TOOL_RESULT_KEYS + AGENT_OUTPUT_KEYS + INPUT_TOKEN_KEYS
+    + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
+    + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
+    + LLM_OUTPUT_KEYS + tuple(rule.attribute for rule in TABLES.tool_result_errors)
+    + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
+    + tuple(key for key, _ in CONVERSATION_OUTPUTS)
+    + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
+    + tuple(call_id for _, _, call_ids in UNASKED_TOOLS for call_id in call_ids)
+    + tuple(key for rule in NESTED_AGENT_ROLES for key, _ in rule.where)
+    + tuple(key for flag, result, _ in TABLES.tool_error_flags for key in (flag, result))
+    + tuple(rule.attribute for rule in TABLES.output_envelopes)
+    + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap, rule.exit_reason)
+            if key)
+    + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
+    + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
+    + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
+    + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
+    + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
+    + MESSAGES_DELTA_KEYS + TRANSFER_TARGET_KEYS + CALLER_KEYS + MODEL_KEYS + PROVIDER_KEYS
+) | BUDGET_ATTRIBUTES
+# Where a number or a flag is read: a JSON-encoded one ("12", "true") is decoded to it.
+SCALAR_ATTRIBUTES = frozenset(
+    INPUT_TOKEN_KEYS + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS
+    + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap))
+    + tuple(key for key, _ in TABLES.cap_requests)
+    + tuple(flag for flag, _, _ in TABLES.tool_error_flags)
+    + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
+) | BUDGET_ATTRIBUTES

@@ -1,0 +1,258 @@
+"""Every convention combined once at import (:data:`TABLES`), in the shape the engine
+(:mod:`watchdog.core.spans.conventions`) reads per span: attribute names in order of precedence
+(entries earlier in :data:`~watchdog.core.spans.frameworks.CONVENTIONS` win), value maps and name
+sets merged, patterns compiled.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from watchdog.core.spans.frameworks import CONVENTIONS
+from watchdog.core.spans.schema import (
+    ErrorResult,
+    Names,
+    NestedAgent,
+    OutputEnvelope,
+    Path,
+    Role,
+    StepCap,
+    UnaskedTool,
+)
+
+
+def _names(attribute: str) -> Names:
+    seen: dict[str, None] = {}
+    events: dict[str, None] = {}
+    for convention in CONVENTIONS:
+        for name in getattr(convention, attribute):
+            (events if ":" in name else seen)[name] = None
+    return tuple(seen) + tuple(events)  # span attributes before event attributes
+
+
+def _union(attribute: str) -> frozenset[str]:
+    merged: set[str] = set()
+    for convention in CONVENTIONS:
+        merged |= getattr(convention, attribute)
+    return frozenset(merged)
+
+
+def _kind_maps(attribute: str) -> tuple[tuple[str, Mapping[str, Role]], ...]:
+    merged: dict[str, dict[str, Role]] = {}
+    for convention in CONVENTIONS:
+        for key, values in getattr(convention, attribute).items():
+            merged.setdefault(key, {}).update(values)
+    return tuple((key, MappingProxyType(values)) for key, values in merged.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """Every convention combined, in the shape the engine reads per span."""
+
+    kinds: tuple[tuple[str, Mapping[str, Role]], ...]
+    root_kinds: tuple[tuple[str, Mapping[str, Role]], ...]
+    span_names: Mapping[str, Role]
+    span_name_prefixes: tuple[tuple[str, Role], ...]
+    unasked_tools: tuple[UnaskedTool, ...]
+    nested_agent_roles: tuple[NestedAgent, ...]
+    nested_step_span_names: frozenset[str]
+    agent_name: Names
+    agent_span_name: Names
+    agent_span_name_patterns: tuple[re.Pattern[str], ...]
+    agent_name_json: tuple[tuple[str, Path], ...]
+    root_agent_name_json: tuple[tuple[str, Path], ...]
+    agent_name_invocations: Names
+    graph_node_json: tuple[tuple[str, Path], ...]
+    wrapped_exceptions: Mapping[str, re.Pattern[str]]
+    session: Names
+    response_id: Names
+    tool_name: Names
+    tool_name_span_prefixes: Names
+    tool_name_span_suffixes: Names
+    tool_args: Names
+    tool_args_envelopes: tuple[tuple[frozenset[str], str], ...]
+    tool_result: Names
+    tool_result_errors: tuple[ErrorResult, ...]
+    tool_result_error_texts: tuple[tuple[str, str, re.Pattern[str]], ...]
+    tool_error_flags: tuple[tuple[str, str, Path], ...]
+    answer_tools: frozenset[str]
+    answer_tool_prefixes: Names
+    hidden_content: frozenset[str]
+    loop_end_tools: Mapping[str, str]
+    llm_span_suffixes: Names
+    answer: Names
+    llm_output: Names
+    answer_texts: Names
+    llm_input: Names
+    finish_reasons: Names
+    input_messages: Names
+    output_messages: Names
+    output_envelopes: tuple[OutputEnvelope, ...]
+    flat_input_prefixes: Names
+    flat_output_prefixes: Names
+    input_tokens: Names
+    output_tokens: Names
+    total_tokens: Names
+    usage_json: tuple[tuple[str, Path, Path], ...]
+    response_model: Names
+    request_model: Names
+    provider: Names
+    answer_finish_reasons: frozenset[str]
+    tool_finish_reasons: frozenset[str]
+    limit_finish_reasons: frozenset[str]
+    limit_exceptions: frozenset[str]
+    limit_status: tuple[tuple[re.Pattern[str], str], ...]
+    limit_phrases: tuple[tuple[re.Pattern[str], str], ...]
+    limit_error_json: tuple[tuple[str, Path], ...]
+    limit_attributes: Names
+    limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
+    step_caps: tuple[StepCap, ...]
+    cap_requests: tuple[tuple[str, str], ...]
+    loop_caps: Mapping[str, str]
+    hidden_answers: Names
+    limit_prompts: tuple[tuple[str, str], ...]
+    limit_system_prompts: tuple[tuple[str, str], ...]
+    limit_answers: tuple[tuple[str, str], ...]
+    conversation_outputs: tuple[tuple[str, str], ...]
+    call_limits: tuple[tuple[str, tuple[str, ...], str], ...]
+    budget_limits: tuple[tuple[str, str], ...]
+    budget_consumed: tuple[tuple[str, str], ...]
+    turn_counts: Names
+    reported_cost: Names
+    cache_read_tokens: Names
+    cache_write_tokens: Names
+    input_messages_delta: Names
+    transfer_targets: Names
+    caller_names: Names
+    log_events: Names
+
+    @property
+    def events(self) -> Mapping[str, frozenset[str]]:
+        """Event name -> the attributes read from such events."""
+        wanted: dict[str, set[str]] = {}
+        for names in (self.tool_args, self.tool_result, self.answer, self.llm_output,
+                      self.finish_reasons, self.input_messages, self.output_messages):
+            for name in names:
+                event, sep, attribute = name.partition(":")
+                if sep:
+                    wanted.setdefault(event, set()).add(attribute)
+        return {event: frozenset(attributes) for event, attributes in wanted.items()}
+
+
+def combine() -> Tables:
+    return Tables(
+        kinds=_kind_maps("kinds"),
+        root_kinds=_kind_maps("root_kinds"),
+        span_names=MappingProxyType({name: role for convention in CONVENTIONS
+                                     for name, role in convention.span_names.items()}),
+        span_name_prefixes=tuple(pair for convention in CONVENTIONS
+                                 for pair in convention.span_name_prefixes),
+        unasked_tools=tuple(rule for convention in CONVENTIONS
+                            for rule in convention.unasked_tools),
+        nested_agent_roles=tuple(rule for convention in CONVENTIONS
+                                 for rule in convention.nested_agent_roles),
+        nested_step_span_names=frozenset(_names("nested_step_span_names")),
+        agent_name=_names("agent_name"),
+        agent_span_name=_names("agent_span_name"),
+        agent_span_name_patterns=tuple(re.compile(pattern) for convention in CONVENTIONS
+                                       for pattern in convention.agent_span_name_patterns),
+        agent_name_json=tuple(pair for convention in CONVENTIONS
+                              for pair in convention.agent_name_json),
+        root_agent_name_json=tuple(pair for convention in CONVENTIONS
+                                   for pair in convention.root_agent_name_json),
+        agent_name_invocations=_names("agent_name_invocations"),
+        graph_node_json=tuple(pair for convention in CONVENTIONS
+                              for pair in convention.graph_node_json),
+        wrapped_exceptions=MappingProxyType({
+            exc_type: re.compile(pattern) for convention in CONVENTIONS
+            for exc_type, pattern in convention.wrapped_exceptions}),
+        session=_names("session"),
+        response_id=_names("response_id"),
+        tool_name=_names("tool_name"),
+        tool_name_span_prefixes=_names("tool_name_span_prefixes"),
+        tool_name_span_suffixes=_names("tool_name_span_suffixes"),
+        tool_args=_names("tool_args"),
+        tool_args_envelopes=tuple(pair for convention in CONVENTIONS
+                                  for pair in convention.tool_args_envelopes),
+        tool_result=_names("tool_result"),
+        tool_result_errors=tuple(entry for convention in CONVENTIONS
+                                 for entry in convention.tool_result_errors),
+        tool_result_error_texts=tuple((attribute, end, re.compile(pattern))
+                                      for convention in CONVENTIONS
+                                      for attribute, end, pattern
+                                      in convention.tool_result_error_texts),
+        tool_error_flags=tuple(entry for convention in CONVENTIONS
+                               for entry in convention.tool_error_flags),
+        answer_tools=_union("answer_tools"),
+        loop_end_tools=MappingProxyType({name: result for convention in CONVENTIONS
+                                         for name, result in convention.loop_end_tools}),
+        answer_tool_prefixes=_names("answer_tool_prefixes"),
+        hidden_content=_union("hidden_content"),
+        llm_span_suffixes=_names("llm_span_suffixes"),
+        answer=_names("answer"),
+        llm_output=_names("llm_output"),
+        answer_texts=_names("answer_texts"),
+        llm_input=_names("llm_input"),
+        finish_reasons=_names("finish_reasons"),
+        input_messages=_names("input_messages"),
+        output_messages=_names("output_messages"),
+        output_envelopes=tuple(entry for convention in CONVENTIONS
+                               for entry in convention.output_envelopes),
+        flat_input_prefixes=_names("flat_input_prefixes"),
+        flat_output_prefixes=_names("flat_output_prefixes"),
+        input_tokens=_names("input_tokens"),
+        output_tokens=_names("output_tokens"),
+        total_tokens=_names("total_tokens"),
+        usage_json=tuple(entry for convention in CONVENTIONS for entry in convention.usage_json),
+        response_model=_names("response_model"),
+        request_model=_names("request_model"),
+        provider=_names("provider"),
+        answer_finish_reasons=_union("answer_finish_reasons"),
+        tool_finish_reasons=_union("tool_finish_reasons"),
+        limit_finish_reasons=_union("limit_finish_reasons"),
+        limit_exceptions=_union("limit_exceptions"),
+        limit_status=tuple((re.compile(pattern), limit) for convention in CONVENTIONS
+                           for pattern, limit in convention.limit_status),
+        limit_phrases=tuple((re.compile(pattern), limit) for convention in CONVENTIONS
+                            for pattern, limit in convention.limit_phrases),
+        limit_error_json=tuple(pair for convention in CONVENTIONS
+                               for pair in convention.limit_error_json),
+        limit_attributes=_names("limit_attributes"),
+        limit_states=tuple((attribute, re.compile(pattern), limit)
+                           for convention in CONVENTIONS
+                           for attribute, pattern, limit in convention.limit_states),
+        step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
+        cap_requests=tuple(pair for convention in CONVENTIONS
+                           for pair in convention.cap_requests),
+        loop_caps=MappingProxyType({name: limit for convention in CONVENTIONS
+                                    for name, limit in convention.loop_caps}),
+        hidden_answers=_names("hidden_answers"),
+        limit_prompts=tuple(pair for convention in CONVENTIONS
+                            for pair in convention.limit_prompts),
+        limit_system_prompts=tuple(pair for convention in CONVENTIONS
+                                   for pair in convention.limit_system_prompts),
+        limit_answers=tuple(pair for convention in CONVENTIONS
+                            for pair in convention.limit_answers),
+        conversation_outputs=tuple(pair for convention in CONVENTIONS
+                                   for pair in convention.conversation_outputs),
+        call_limits=tuple(entry for convention in CONVENTIONS
+                          for entry in convention.call_limits),
+        budget_limits=tuple(pair for convention in CONVENTIONS
+                            for pair in convention.budget_limits),
+        budget_consumed=tuple(pair for convention in CONVENTIONS
+                              for pair in convention.budget_consumed),
+        turn_counts=_names("turn_counts"),
+        reported_cost=_names("reported_cost"),
+        cache_read_tokens=_names("cache_read_tokens"),
+        cache_write_tokens=_names("cache_write_tokens"),
+        input_messages_delta=_names("input_messages_delta"),
+        transfer_targets=_names("transfer_targets"),
+        caller_names=_names("caller_names"),
+        log_events=_names("log_events"),
+    )
+
+
+TABLES = combine()

@@ -1,0 +1,156 @@
+"""What a tool span records (:func:`_fill_tool`): the tool's name, its arguments and result
+as hashes and briefs, an answer tool's answer, the framework's loop-end tool, a result that says
+the call failed; and which of the model's tool calls a span executes (:func:`tool_call_id`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from watchdog.core.redact import brief
+from watchdog.core.spans.attributes import (
+    HIDDEN_CONTENT,
+    LOOP_END_TOOLS,
+    MAX_CALL_INPUT_CHARS,
+    OUTPUT_TOOL_NAMES,
+    OUTPUT_TOOL_PREFIXES,
+    TOOL_ARGS_KEYS,
+    TOOL_CALL_ID_JSON_KEYS,
+    TOOL_CALL_ID_KEYS,
+    TOOL_CALL_INPUT_KEYS,
+    TOOL_NAME_KEYS,
+    TOOL_NAME_SPAN_PREFIXES,
+    TOOL_NAME_SPAN_SUFFIXES,
+    TOOL_RESULT_KEYS,
+    TRANSFER_TARGET_KEYS,
+)
+from watchdog.core.spans.failures import _failed
+from watchdog.core.spans.outcome import flagged_error, result_error
+from watchdog.core.spans.record import OTHER, SpanRecord
+from watchdog.core.spans.values import (
+    MAX_BRIEF_CHARS,
+    MAX_NAME_CHARS,
+    _as_text,
+    _content,
+    _first,
+    _first_str,
+    _load_json,
+    canonical_arguments,
+    stable_hash,
+)
+
+
+def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
+    tool = _first_str(attrs, TOOL_NAME_KEYS)
+    if tool is None:
+        for prefix in TOOL_NAME_SPAN_PREFIXES:
+            if name.startswith(prefix):
+                tool = name[len(prefix):]
+                break
+        else:  # OpenInference names a tool span after what it runs ("handoff to researcher")
+            tool = name
+            for suffix in TOOL_NAME_SPAN_SUFFIXES:  # ... or after its method ("lookup.acall")
+                if tool.endswith(suffix) and len(tool) > len(suffix):
+                    tool = tool[:-len(suffix)]
+                    break
+    return (tool or "unknown")[:MAX_NAME_CHARS]
+
+
+def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> None:
+    tool = _tool_name(name, attrs)
+    target = _first_str(attrs, TRANSFER_TARGET_KEYS)
+    if target is not None:
+        # a transfer to another agent: `execute_tool transfer_to_<agent> <agent>`
+        target = target[:MAX_NAME_CHARS]
+        record.handoff_to = target
+        if tool.endswith(" " + target) and len(tool) > len(target) + 1:
+            tool = tool[:-len(target) - 1]
+    record.tool_name = tool
+    if tool in OUTPUT_TOOL_NAMES or tool.startswith(OUTPUT_TOOL_PREFIXES):
+        # The output tool carries the answer itself: a final answer, not agent work.
+        record.kind = OTHER
+        record.final_answer = not record.error
+        args = _content(attrs, TOOL_ARGS_KEYS)
+        if args is not None:
+            record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
+        return
+    if tool in LOOP_END_TOOLS and not record.error \
+            and _is_loop_end(tool, name, attrs, _first(attrs, TOOL_RESULT_KEYS)):
+        # The framework's own tool to end its loop (DSPy ReAct's `finish`): no agent work,
+        # and no answer either (a later step extracts it).
+        record.kind = OTHER
+        record.loop_end = True
+        return
+    args = _content(attrs, TOOL_ARGS_KEYS)
+    if args is not None:
+        # Without arguments (content capture off) two calls cannot be told apart: no hash,
+        # so they never count as repeats of each other.
+        canonical = canonical_arguments(args)
+        record.args_hash = stable_hash(tool + "\0" + canonical)
+        record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
+    result = _content(attrs, TOOL_RESULT_KEYS)
+    if result is not None:
+        text = _as_text(result)
+        record.result_hash = stable_hash(tool + "\0" + text)
+        record.result_brief = brief(text, MAX_BRIEF_CHARS)
+    if not record.error:
+        # The framework caught the tool's exception and returned its text as the result
+        # (LangChain's ToolMessage with status "error"): the call failed all the same.
+        failure = result_error(attrs) or flagged_error(attrs)
+        if failure is not None:
+            _failed(record, *failure)
+
+
+def _is_loop_end(tool: str, name: str, attrs: Mapping[str, object], result: object) -> bool:
+    """A loop-end tool's call: its own result, or (content capture off) a hidden result on a
+    span named after the tool's method (DSPy's `finish.__call__`), no tool name recorded."""
+    if result == LOOP_END_TOOLS[tool]:
+        return True
+    return isinstance(result, str) and result in HIDDEN_CONTENT \
+        and _first(attrs, TOOL_NAME_KEYS) is None \
+        and any(name == tool + suffix for suffix in TOOL_NAME_SPAN_SUFFIXES)
+
+
+def tool_call_id(attrs: Mapping[str, object]) -> str | None:
+    """The id of the model's tool call a span executes, where it says (see
+    :data:`TOOL_CALL_ID_KEYS`), at most ``MAX_NAME_CHARS``; None where it does not."""
+    for key in TOOL_CALL_ID_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str) and value:
+            return value[:MAX_NAME_CHARS]
+    for key in TOOL_CALL_INPUT_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str):
+            if len(value) > MAX_CALL_INPUT_CHARS or 'id"' not in value:
+                continue
+            try:
+                value = _load_json(value)
+            except ValueError:
+                continue
+        if isinstance(value, dict):
+            found = _input_call_id(value)
+            if found:
+                return found[:MAX_NAME_CHARS]
+    return None
+
+
+def _input_call_id(value: dict[str, Any]) -> str | None:
+    """The call id in a tool span's input object, or one level down in it."""
+    for candidate in (value, *(child for child in value.values() if isinstance(child, dict))):
+        for key in TOOL_CALL_ID_JSON_KEYS:
+            found = candidate.get(key)
+            if isinstance(found, str) and found:
+                return found
+        if _is_tool_call(candidate):
+            return str(candidate["id"])
+    return None
+
+
+def _is_tool_call(value: dict[str, Any]) -> bool:
+    """A tool call as a model API gives it: an id with a function (OpenAI's chat), or with a
+    name and arguments or input (Anthropic's tool_use, OpenAI's Responses)."""
+    call_id = value.get("id")
+    return isinstance(call_id, str) and bool(call_id) and (
+        isinstance(value.get("function"), dict)
+        or ("name" in value and ("arguments" in value or "input" in value)))

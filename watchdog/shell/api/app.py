@@ -1,0 +1,210 @@
+"""The control API (DESIGN §7): runs, their reports and heartbeats, as JSON over HTTP.
+
+Handlers are thin: they parse and validate the request, call the watchdog through the narrow
+:class:`Watchdog` protocol (its commands, and :class:`RunReads` for the runs' views and logs;
+:class:`~watchdog.shell.service.WatchdogService` implements it) and shape the answer. Two
+middlewares wrap every route. The outer one is the only place a failure becomes a response: a
+:class:`WatchdogError` keeps its code and status, an aiohttp HTTP error (unknown route, wrong
+method, body too large) is reshaped to the same ``{"error": {"code", "message"}}`` form, and
+anything unexpected is logged and answered with a generic 500 (never a traceback).
+The inner one checks the Bearer token when ``api_token`` is set.
+
+The routes come by resource, one module each in this package (``runs``, ``sessions``,
+``directives``, ``rules``); what they share is :mod:`watchdog.shell.api.http`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from aiohttp import web
+
+from watchdog.core.bounds import id_problem
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.shell.api.directives import DirectiveRoutes
+from watchdog.shell.api.http import MAX_BODY_BYTES, Handler, _shown, error_response
+from watchdog.shell.api.interface import Watchdog
+from watchdog.shell.api.rules import RuleRoutes
+from watchdog.shell.api.runs import RunRoutes
+from watchdog.shell.api.sessions import SessionRoutes
+from watchdog.shell.auth import check_bearer
+from watchdog.shell.config import Config
+from watchdog.shell.directives.outbox import Outbox
+from watchdog.shell.errors import BadRequest, Unauthorized, WatchdogError
+from watchdog.shell.priority import Priority
+
+log = logging.getLogger("watchdog.shell.api")
+
+# A run or session id in a route: any characters but "/" (aiohttp's default also refuses
+# "{" and "}", which ids may hold); a "/" in an id is sent as %2F.
+RUNS = "/v1/runs/{id:[^/]+}"
+SESSIONS = "/v1/sessions/{id:[^/]+}"
+
+# aiohttp's own HTTP errors (routing, body size) by status -> our error code.
+_HTTP_ERROR_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
+                     405: "method_not_allowed", 413: "payload_too_large",
+                     415: "unsupported_media_type"}
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except WatchdogError as exc:
+        headers: dict[str, str] = {}
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+        if isinstance(exc, Unauthorized):
+            headers["WWW-Authenticate"] = 'Bearer realm="agent-watchdog"'
+        return error_response(exc.http_status, exc.code, exc.message, headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else {}
+        code = _HTTP_ERROR_CODES.get(exc.status, f"http_{exc.status}")
+        message = exc.reason
+        if exc.status == 404:
+            message = f"no such endpoint: {request.method} {request.path}"
+        elif exc.status == 405:
+            message = f"method {request.method} is not allowed on {request.path}"
+        elif exc.status == 413:
+            message = f"request body larger than {MAX_BODY_BYTES} bytes"
+        return error_response(exc.status, code, message, headers)
+    except Exception:
+        log.exception("control API: %s %s failed", request.method, request.path)
+        return error_response(500, "internal", "internal error; the watchdog log has details")
+
+
+@web.middleware
+async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The id rule (:mod:`watchdog.core.bounds`) for every ``{id}`` in a route, as at ingest."""
+    raw = request.match_info.get("id")
+    if raw is not None:
+        problem = id_problem(raw)
+        if problem is not None:
+            what = "session id" if request.path.startswith("/v1/sessions/") else "run id"
+            raise BadRequest(f"{what} {_shown(raw)} is not allowed: it {problem}")
+    return await handler(request)
+
+
+def dispatch_middleware(priority: Priority) -> Callable[[web.Request, Handler],
+                                                      Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def dispatched(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        connection = transport.get_protocol() if transport is not None else None
+        if isinstance(connection, _Arrivals):
+            connection.waiting = False  # its next bytes are the next request's
+        priority.dispatched()
+        try:
+            return await handler(request)
+        finally:
+            if isinstance(connection, _Arrivals):
+                connection.waiting = False  # bytes read while it ran were its body
+
+    return dispatched
+
+
+class ApiRunner(web.AppRunner):
+    """The control API's runner: its connections tell :class:`~watchdog.shell.priority.Priority`
+    when bytes arrive, so bulk work steps aside for a sync from its first byte on, not from
+    the loop turn its handler starts in."""
+
+    def __init__(self, app: web.Application, priority: Priority, **kwargs: Any) -> None:
+        # Bodies are read as sent and inflated by request_body (codings.inflate): aiohttp's
+        # own decompression raised on a body that is not the gzip its header says (a 500).
+        super().__init__(app, auto_decompress=False, **kwargs)
+        self.priority = priority
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()  # aiohttp builds it (Application._make_handler)
+        server.__class__ = _ArrivalServer
+        cast(_ArrivalServer, server).priority = self.priority
+        return server
+
+
+class _ArrivalServer(web.Server):
+    priority: Priority
+
+    def __call__(self) -> Any:  # the protocol factory of every accepted connection
+        return _Arrivals(super().__call__(), self.priority)
+
+
+class _Arrivals(asyncio.Protocol):
+    """One control API connection: aiohttp's request handler, told nothing new; the priority
+    gate told when a request's first bytes come in — once per request, so a client trickling
+    bytes holds bulk work back for one pause at most (``priority.MAX_PAUSE``), not forever."""
+
+    __slots__ = ("handler", "priority", "waiting")
+
+    def __init__(self, handler: asyncio.Protocol, priority: Priority) -> None:
+        self.handler = handler
+        self.priority = priority
+        self.waiting = False  # bytes in, their request not yet dispatched
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.waiting:
+            self.waiting = True
+            self.priority.arrived()
+        self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
+
+
+def auth_middleware(token: str) -> Callable[[web.Request, Handler],
+                                            Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def check_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+        check_bearer(request.headers.get("Authorization"), token, "the header Authorization:")
+        return await handler(request)
+
+    return check_token
+
+
+def create_app(service: Watchdog, config: Config, *,
+               directives: Outbox | None = None, rules: RuleEngine | None = None,
+               reload: Callable[[], Awaitable[tuple[bool, str]]] | None = None
+               ) -> web.Application:
+    """The control API; ``directives`` adds the directive routes (and fills the run detail's
+    ``directives``), ``rules`` the rule listing and ``reload`` the reload endpoint."""
+    middlewares: list[Any] = [dispatch_middleware(service.priority), errors_middleware]
+    if config.api_token:
+        middlewares.append(auth_middleware(config.api_token))
+    middlewares.append(ids_middleware)
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    runs = RunRoutes(service, config.max_request_bytes, directives)
+    app.router.add_get("/v1/runs", runs.list_runs)
+    app.router.add_get(RUNS, runs.get_run)
+    app.router.add_get(RUNS + "/report", runs.report)
+    app.router.add_post(RUNS + "/heartbeat", runs.heartbeat)
+    app.router.add_post(RUNS + "/sync", runs.sync)
+    sessions = SessionRoutes(service)
+    app.router.add_post(SESSIONS + "/checkpoints", sessions.checkpoint)
+    app.router.add_get(SESSIONS + "/context", sessions.context)
+    if directives is not None:
+        routes = DirectiveRoutes(directives)
+        app.router.add_get(RUNS + "/directives", routes.poll)
+        app.router.add_get(RUNS + "/directives/stream", routes.run_stream)
+        app.router.add_post(RUNS + "/ack", routes.ack)
+        app.router.add_get("/v1/directives/stream", routes.all_stream)
+    if rules is not None:
+        rule_routes = RuleRoutes(rules, reload)
+        app.router.add_get("/v1/rules", rule_routes.list_rules)
+        app.router.add_post("/-/reload", rule_routes.reload)
+    return app

@@ -1,0 +1,194 @@
+"""``/v1/runs`` and everything under one run: the list, the detail, the report, the heartbeat
+(with the client SDK's announcement of who the run is) and the sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from watchdog.core.bounds import (
+    MAX_BUDGET,
+    MAX_EPOCH_SECONDS,
+    MAX_IN_FLIGHT,
+    MAX_MESSAGES,
+    MIN_EPOCH_SECONDS,
+    budget_limit,
+    id_problem,
+    is_number,
+)
+from watchdog.core.runs.report import build_report, render_markdown
+from watchdog.core.runs.view import run_summary
+from watchdog.core.spans.decode import DecodeError, parse_protobuf
+from watchdog.core.spans.record import BUDGET_KEYS
+from watchdog.core.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
+from watchdog.shell.api.http import (
+    MARKDOWN,
+    MAX_SEQ,
+    _int_param,
+    _is_int_in,
+    _json_object,
+    _shown,
+    _wants_json,
+    json_response,
+    request_body,
+)
+from watchdog.shell.api.interface import Watchdog
+from watchdog.shell.directives.outbox import Outbox
+from watchdog.shell.errors import BadRequest
+from watchdog.shell.priority import hand_over
+from watchdog.shell.state.queries import MAX_LIST_LIMIT
+
+DEFAULT_LIST_LIMIT = 100
+RUN_STATES = ("active", "ended")
+class RunRoutes:
+    """``/v1/runs`` and everything under one run."""
+
+    def __init__(self, service: Watchdog, max_request_bytes: int,
+                 directives: Outbox | None = None) -> None:
+        self.max_request_bytes = max_request_bytes
+        self.service = service
+        self.directives = directives
+
+    async def list_runs(self, request: web.Request) -> web.Response:
+        query = request.query
+        state = query.get("state") or None
+        if state is not None and state not in RUN_STATES:
+            raise BadRequest(f"state={state!r} is not allowed: expected one of "
+                             + ", ".join(RUN_STATES))
+        agent = query.get("agent") or None
+        limit = _int_param(query.get("limit"), "limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
+        runs = await self.service.queries.list_runs(state=state, agent=agent, limit=limit)
+        return json_response({"runs": runs})
+
+    async def get_run(self, request: web.Request) -> web.Response:
+        key = request.match_info["id"]
+        detail = await self.service.queries.run_detail(key)
+        if self.directives is not None:
+            detail["directives"] = await self.directives.run_directives(key)
+        return json_response(detail)
+
+    async def report(self, request: web.Request) -> web.Response:
+        key = request.match_info["id"]
+        service = self.service
+        queries = service.queries
+        run = await queries.find_run(key)
+        activity = await queries.activity(key)
+        children = await queries.child_runs(key)
+        report = build_report(run, activity, children=children,
+                              trace_url=queries.trace_url)
+        if _wants_json(request.headers.get("Accept", "")):
+            return json_response(report)
+        return web.Response(text=render_markdown(report), content_type=MARKDOWN,
+                            charset="utf-8")
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        beat = parse_heartbeat(await _json_object(request))
+        run = self.service.heartbeat(request.match_info["id"], beat.messages, beat.in_flight,
+                                     beat.oldest_call_started, beat.announce)
+        return json_response({**run_summary(run, self.service.queries.trace_url),
+                              "messages": run.messages,
+                              "in_flight": run.in_flight})
+
+    async def sync(self, request: web.Request) -> web.Response:
+        """``POST /v1/runs/{id}/sync?after=SEQ`` with the run's newly ended spans (an OTLP
+        protobuf export body, possibly empty): answered once they are applied and the
+        directives they caused are stored (:mod:`watchdog.core.sync`)."""
+        run_id = request.match_info["id"]
+        after = _int_param(request.query.get("after"), "after", 0, 0, MAX_SEQ)
+        stop = request.query.get("stop") or None
+        if stop is not None and stop not in CLIENT_STOPS:
+            raise BadRequest(f"stop={stop!r} is not allowed: expected one of "
+                             + ", ".join(sorted(CLIENT_STOPS)))
+        body = await request_body(request, self.max_request_bytes, "max_request_bytes")
+        try:
+            export = parse_protobuf(body)
+        except DecodeError as exc:
+            raise BadRequest(str(exc)) from None
+        service = self.service
+        with service.priority.sync():  # bulk ingest waits until the answer is on the wire
+            run, applied = service.sync(run_id, export, stop)
+            directives = [] if self.directives is None else \
+                await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)
+            if run is not None:  # as it is now, the directives stored
+                run = service.view(run_id) or run
+            response = json_response(sync_answer(
+                run, run_id, applied, [d.to_json() for d in directives],
+                directives[-1].seq if directives else after))
+            try:
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError:  # the agent hung up: aiohttp logs it as it would have
+                return response
+        hand_over()  # the agent was woken on this CPU to read it (watchdog.shell.priority)
+        return response
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    messages: int
+    in_flight: int | None
+    oldest_call_started: float | None
+    announce: dict[str, Any] | None
+
+
+def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
+    """A ``POST /v1/runs/{id}/heartbeat`` body; raises :class:`BadRequest` naming the field."""
+    messages = body.get("messages", 0)
+    if not isinstance(messages, int) or not _is_int_in(messages, 0, MAX_MESSAGES):
+        raise BadRequest(f"messages={_shown(messages)} is not allowed: expected an integer "
+                         f"from 0 to {MAX_MESSAGES} (the conversation length)")
+    in_flight = body.get("in_flight")
+    if in_flight is not None and not _is_int_in(in_flight, 0, MAX_IN_FLIGHT):
+        raise BadRequest(f"in_flight={_shown(in_flight)} is not allowed: expected an integer "
+                         f"from 0 to {MAX_IN_FLIGHT} (calls started and not ended)")
+    oldest = body.get("oldest_call_started")
+    if oldest is not None and not (is_number(oldest)
+                                   and MIN_EPOCH_SECONDS <= oldest <= MAX_EPOCH_SECONDS):
+        raise BadRequest(f"oldest_call_started={_shown(oldest)} is not allowed: expected "
+                         f"epoch seconds from {MIN_EPOCH_SECONDS} (2000) to "
+                         f"{MAX_EPOCH_SECONDS:g}")
+    return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
+                     _announcement(body.get("announce")))
+
+ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
+ID_KEYS = frozenset({"session", "parent_run"})  # follow the id rule (watchdog.core.bounds)
+
+
+def _announcement(value: object) -> dict[str, Any] | None:
+    """The heartbeat's optional ``announce`` object: who the run is, before its spans arrive."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRequest("announce must be an object with agent, session, parent_run, budget")
+    announce: dict[str, Any] = {}
+    for key, item in value.items():
+        expected = ANNOUNCE_KEYS.get(key)
+        if expected is None:
+            raise BadRequest(f"announce.{key} is not allowed: expected one of "
+                             + ", ".join(sorted(ANNOUNCE_KEYS)))
+        if item is None:
+            continue
+        if not isinstance(item, expected):
+            raise BadRequest(f"announce.{key}={_shown(item)} is not allowed: expected a "
+                             f"{expected.__name__}")
+        if key in ID_KEYS:
+            problem = id_problem(item)
+            if problem is not None:
+                raise BadRequest(f"announce.{key}={_shown(item)} is not allowed: it {problem}")
+        announce[key] = item
+    budget = announce.get("budget")
+    if budget is not None:
+        allowed = set(BUDGET_KEYS)
+        limits: dict[str, float] = {}
+        for key, raw in budget.items():
+            limit = budget_limit(raw)
+            if key not in allowed or limit is None:
+                raise BadRequest(f"announce.budget.{key[:64]}={_shown(raw)} is not allowed: "
+                                 f"expected {', '.join(sorted(allowed))} with numbers from 0 "
+                                 f"to {MAX_BUDGET:g}")
+            limits[key] = limit
+        announce["budget"] = limits
+    return announce
