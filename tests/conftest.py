@@ -17,6 +17,7 @@ Every test belongs to one tier, chosen here at collection (``pytest -m TIER`` se
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 from collections.abc import Iterator
@@ -26,6 +27,13 @@ from typing import Any
 import pytest
 
 from tests.harness import RunningServer, running_server, sidecar_config
+
+# Bytecode is kept: every process the tests start (pytest's workers, sidecars, the framework
+# drivers) compiles a module once and leaves its bytecode for the next one, whatever
+# PYTHONDONTWRITEBYTECODE said (uv installs the venvs without bytecode: a Haystack driver
+# compiled its framework at every start, 5 CPU seconds instead of 2)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 TIERS = ("unit", "integration", "frameworks", "image")
 
@@ -179,7 +187,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         file = files.setdefault(nodeid.split("::", 1)[0], [0, 0.0])
         file[0] += 1
         file[1] += seconds
-    cpu = sum(_cpu) if _cpu else _cpu_seconds()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = sum(_cpu) + own.ru_utime + own.ru_stime if _cpu else _cpu_seconds()
     terminalreporter.section("where the time went")
     write(f"{len(_spans)} tests in {ended - started:.0f} s wall, {cpu:.0f} CPU seconds "
           f"(pytest and every process it started)")

@@ -47,13 +47,9 @@ DRIVER_TIMEOUT = 240.0  # seconds; a framework's import alone can take several
 
 def clean_environ(*prefixes: str) -> dict[str, str]:
     """This process's environment without what must not reach a framework (its own exporter
-    settings, the watchdog's, pytest's per-test variables) and without ``prefixes``. Nor
-    ``PYTHONDONTWRITEBYTECODE``: a framework's modules are compiled on their first import and
-    the bytecode kept in its venv (uv installs none), so that no other process compiles them
-    again (haystack's import: 5 CPU seconds from source, 2 from bytecode)."""
+    settings, the watchdog's, pytest's per-test variables) and without ``prefixes``."""
     return {key: value for key, value in os.environ.items() if not key.startswith(
-        ("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV", "PYTEST_", "PYTHONDONTWRITEBYTECODE",
-         *prefixes))}
+        ("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV", "PYTEST_", *prefixes))}
 
 
 def venv_python(env: str) -> Path:
