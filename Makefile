@@ -91,7 +91,8 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## in .cache/test-times.json).
 TEST_WORKERS ?= 3
 test: system-deps $(VENV)/.installed-test
-	$(MAKE) --no-print-directory -j3 frameworks $(TS_AGENT) $(DIST_VENV)/.installed lint
+	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(FRAMEWORK_VENVS) $(TS_AGENT) \
+		$(DIST_VENV)/.installed lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
