@@ -16,6 +16,9 @@ Every test belongs to one tier, chosen here at collection (``pytest -m TIER`` se
 
 from __future__ import annotations
 
+import json
+import os
+import resource
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,13 @@ from typing import Any
 import pytest
 
 from tests.harness import RunningServer, running_server, sidecar_config
+
+# Bytecode is kept: every process the tests start (pytest's workers, sidecars, the framework
+# drivers) compiles a module once and leaves its bytecode for the next one, whatever
+# PYTHONDONTWRITEBYTECODE said (uv installs the venvs without bytecode: a Haystack driver
+# compiled its framework at every start, 5 CPU seconds instead of 2)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 TIERS = ("unit", "integration", "frameworks", "image")
 
@@ -114,6 +124,87 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None
     finally:
         if unit:
             _unit_running.clear()
+
+
+# -- where the time went: a summary at the end of every run ----------------------------------------
+
+TIMES = Path(__file__).resolve().parents[1] / ".cache" / "test-times.json"
+_spans: dict[str, list[float]] = {}  # test id -> [start, stop, seconds in setup+call+teardown]
+_tiers: dict[str, str] = {}
+_cpu: list[float] = []  # CPU seconds of each pytest process (a worker's: with its children)
+
+
+def _cpu_seconds() -> float:
+    own, children = (resource.getrusage(who)
+                     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each phase's report, in the process that shows the summary (xdist's controller too)."""
+    span = _spans.setdefault(report.nodeid, [report.start, report.stop, 0.0])
+    span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+    span[2] += report.duration
+    tier = next((name for name in TIERS if name in report.keywords), None)
+    if tier is not None:
+        _tiers[report.nodeid] = tier
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker hands its CPU seconds to the controller, the driver processes of the frameworks
+    tier (its children) closed first so that they count."""
+    harness = sys.modules.get("tests.frameworks.harness")
+    if harness is not None:
+        harness._close_driver_processes()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["cpu_seconds"] = _cpu_seconds()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller hears a worker end (pytest-xdist's hook)."""
+    _cpu.append(float(getattr(node, "workeroutput", {}).get("cpu_seconds", 0.0)))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Per tier: its tests, the wall time from its first test's start to its last test's end,
+    and the seconds its tests took added up; then the files that took longest, and the CPU
+    seconds of the whole run (workers and every process they started). Kept in
+    .cache/test-times.json for a closer look."""
+    if not _spans or hasattr(config, "workerinput"):
+        return
+    write = terminalreporter.write_line
+    started = min(span[0] for span in _spans.values())
+    ended = max(span[1] for span in _spans.values())
+    tiers: dict[str, list[float]] = {}
+    files: dict[str, list[float]] = {}
+    for nodeid, (start, stop, seconds) in _spans.items():
+        tier = tiers.setdefault(_tiers.get(nodeid, "?"), [0, start, stop, 0.0])
+        tier[0] += 1
+        tier[1], tier[2], tier[3] = min(tier[1], start), max(tier[2], stop), tier[3] + seconds
+        file = files.setdefault(nodeid.split("::", 1)[0], [0, 0.0])
+        file[0] += 1
+        file[1] += seconds
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = sum(_cpu) + own.ru_utime + own.ru_stime if _cpu else _cpu_seconds()
+    terminalreporter.section("where the time went")
+    write(f"{len(_spans)} tests in {ended - started:.0f} s wall, {cpu:.0f} CPU seconds "
+          f"(pytest and every process it started)")
+    for name in (*FIRST, "?"):
+        if name in tiers:
+            count, start, stop, seconds = tiers[name]
+            write(f"  {name:<12} {count:>5} tests  from {start - started:>4.0f} s "
+                  f"to {stop - started:>4.0f} s  {seconds:>6.0f} s in tests")
+    write("  the files whose tests took longest (seconds added up):")
+    for path, (count, seconds) in sorted(files.items(), key=lambda kv: -kv[1][1])[:15]:
+        write(f"  {seconds:>6.0f} s  {count:>4} tests  {path}")
+    TIMES.parent.mkdir(exist_ok=True)
+    TIMES.write_text(json.dumps({"wall": ended - started, "cpu_seconds": cpu,
+                                 "tiers": tiers, "files": files,
+                                 "tests": {nodeid: [*span, _tiers.get(nodeid, "?")]
+                                           for nodeid, span in _spans.items()}}, indent=0))
 
 
 @pytest.fixture

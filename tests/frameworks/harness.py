@@ -61,13 +61,15 @@ def venv_python(env: str) -> Path:
 
 # what each venv's driver process imports before its first fork: the framework's heavy modules,
 # those the drivers import before reading a scenario's settings (a venv whose framework reads
-# them at import, as Haystack, Semantic Kernel, Strands and LangSmith do, preloads only the
-# OpenTelemetry SDK); nothing here may start a thread at import (the driver process checks)
+# them at import, as Haystack, Semantic Kernel, Strands and Hermes do, preloads only the
+# OpenTelemetry SDK and the OpenAI SDK beneath it: half of Haystack's import); nothing here may
+# start a thread at import (the driver process checks)
 _OTEL = ("_otel",)
 _LANGCHAIN = (*_OTEL, "langchain.agents", "langchain_core.tools", "langchain_openai")
 _OPENAI_AGENTS = (*_OTEL, "agents", "openai")
 PRELOAD: dict[str, tuple[str, ...]] = {
-    "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai"),
+    # agent_framework.openai imports its client at first use: the OpenAI SDK is preloaded here
+    "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", "openai"),
     "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",
              "agno.team"),
     "anthropic": (*_OTEL, "anthropic"),
@@ -82,20 +84,28 @@ PRELOAD: dict[str, tuple[str, ...]] = {
                    "google.adk.runners", "litellm"),
     "google_adk_oi": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
                       "google.adk.runners", "litellm", "openinference.instrumentation.google_adk"),
+    "haystack": (*_OTEL, "openai"),
+    "hermes": (*_OTEL, "openai"),
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
     "litellm_logfire": (*_OTEL, "litellm"),
     "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
                    "llama_index.core.agent.workflow", "llama_index.llms.openai_like"),
     "openai_agents": _OPENAI_AGENTS,
-    "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents"),
+    # OpenLLMetry's OpenAIInstrumentor imports its wrappers (.v1) when it instruments
+    "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents",
+                          "opentelemetry.instrumentation.openai.v1"),
     "openai_agents_openlit": (*_OPENAI_AGENTS, "openlit"),
     "openai_oi": (*_OTEL, "openai", "openinference.instrumentation.openai"),
-    "openai_olm": (*_OTEL, "openai", "opentelemetry.instrumentation.openai"),
+    "openai_olm": (*_OTEL, "openai", "opentelemetry.instrumentation.openai",
+                   "opentelemetry.instrumentation.openai.v1"),
     "openai_v2": (*_OTEL, "openai", "opentelemetry.instrumentation.openai_v2"),
     "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai"),
+    "semantic_kernel": (*_OTEL, "openai"),
+    "semantic_kernel_137": (*_OTEL, "openai"),
     "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents"),
     "steering_langchain": (*_LANGCHAIN, "openinference.instrumentation.langchain"),
+    "strands": (*_OTEL, "openai"),
 }
 # what the drivers set before importing those: no price list download or telemetry from
 # LiteLLM, DSPy's cache out of the home directory, no CrewAI telemetry

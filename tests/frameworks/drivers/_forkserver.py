@@ -14,6 +14,7 @@ when the child ends. Only the standard library here: it runs in every framework'
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -74,6 +75,9 @@ def serve(modules: list[str]) -> None:
     if threading.active_count() > 1:  # a fork would copy them half-way: never serve then
         raise SystemExit(f"importing {modules} started threads {threading.enumerate()}: "
                          "leave those modules out of the fork server's preload list")
+    # what the preload made stays out of the collector's sight: a child's collections would
+    # otherwise touch every one of those objects and copy its pages from this process
+    gc.freeze()
     _say({"ready": round(time.perf_counter() - started, 3)})
     for line in sys.stdin.buffer:
         request = json.loads(line)
