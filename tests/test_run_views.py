@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench.workload import batches
-from watchdog.core.directives.model import REPORTING_ACTIONS, Directive
+from watchdog.core.directives.model import REPORTING_ACTIONS, Directive, prompt_for
 from watchdog.core.directives.prompt import (
     PromptFacts,
     decided_facts,
     facts_of,
-    prompt_for,
     prompt_text,
     report_prompt,
 )

@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from watchdog.core.bounds import plain_number
-from watchdog.core.directives.prompt import PromptFacts, bare_prompt, prompt_text
-from watchdog.core.rules.decision import Action, Decision
+from watchdog.core.directives.prompt import PromptFacts, bare_prompt, decided_facts, prompt_text
+from watchdog.core.rules.decision import Action, Decided, Decision
 from watchdog.core.runs.view import RunView
 
 # A directive's id: this process's random prefix + its global_seq (unique within a state dir),
@@ -163,3 +163,9 @@ def iso_seconds(seconds: float) -> str:
     """``2026-11-22T04:00:00Z`` — ISO-8601 UTC with whole seconds, as in DESIGN §6."""
     return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
+
+def prompt_for(decided: Decided, directive: Directive) -> str:
+    """The report prompt of ``directive`` from what its decision carries, made now (a
+    directive makes its own when read: ``Directive.report_prompt``)."""
+    return prompt_text(decided_facts(decided), directive.message, directive.action,
+                       directive.budget)

@@ -26,7 +26,6 @@ from watchdog.core.runs.report import StepLog, format_duration, format_number, f
 from watchdog.core.runs.view import RunView
 
 if TYPE_CHECKING:
-    from watchdog.core.directives.model import Directive
     from watchdog.core.rules.decision import Decided
 
 PROMPT_MAX_LINES = 20  # most recent activity lines in a prompt (watchdog.core.step.RECENT_STEPS)
@@ -179,13 +178,6 @@ def bare_prompt(directive_message: str, action: str) -> str:
     return "\n\n".join((_HEADER, intro.format(message=redact(directive_message.strip())),
                         _SECTIONS, "Activity log of this run: not available right now; rely "
                         "on your own context."))
-
-
-def prompt_for(decided: Decided, directive: Directive) -> str:
-    """The report prompt of ``directive`` from what its decision carries, made now (a
-    directive makes its own when read: ``Directive.report_prompt``)."""
-    return prompt_text(decided_facts(decided), directive.message, directive.action,
-                       directive.budget)
 
 
 def bounded_log(lines: Sequence[str], max_lines: int = PROMPT_MAX_LINES,
