@@ -9,7 +9,8 @@ repeats, tells the triage run (the one the handoffs hang from) to wind down. ``c
 → billing → researcher, who answers: nothing is flagged. ``ping_pong_limit``: triage and billing
 hand off until ``max_turns`` stops the loop; the SDK then opens one more triage agent span, with
 nothing below it, that fails with ``MaxTurnsExceeded``: a child run of its own, and the trace's
-run keeps its agent (triage) and its model call.
+run keeps its agent (triage) and its model call, and ends at that limit (as the child that ended
+last did, the way a handing-off run takes its answer from it).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ PING_PONG = [Run(TRIAGE, 1, 1, 0, "loop_detected", True, "agent-ping-pong", None
     for agent in [BILLING, TRIAGE] * (ROUND_TRIPS - 2) + [BILLING]] + [
     Run(TRIAGE, 1, 0, 0, "completed", True, None, TRIAGE)]
 # max_turns=4: triage, billing, triage, billing; then the failed triage span, nothing below it.
-PING_PONG_LIMIT = [Run(TRIAGE, 1, 1, 0, "no_response", False, None, None)] + [
+PING_PONG_LIMIT = [Run(TRIAGE, 1, 1, 0, "tool_limit_reached", False, "MaxTurnsExceeded",
+                       None)] + [
     Run(agent, 1, 1, 0, "no_response", False, None, TRIAGE)
     for agent in (BILLING, TRIAGE, BILLING)] + [
     Run(TRIAGE, 0, 0, 0, "tool_limit_reached", False, "MaxTurnsExceeded", TRIAGE)]

@@ -367,13 +367,14 @@ class RunTracker(RunBook):
         if record.ends_run and not run.ended and (
                 not run.framed or record.run_frame or record.parent_span_id is None):
             if not run.has_final_answer and run.end_error_type is None:
-                self._answer_from_children(run)
+                self._outcome_from_children(run)
             self._finish(run, now, keep_frames=self._root_first(record))
             result.ended.append(run)
 
-    def _answer_from_children(self, run: RunState) -> None:
-        """A run that handed off (OpenAI Agents SDK handoffs) answers through the child run
-        that ended last: its answer is the invocation's."""
+    def _outcome_from_children(self, run: RunState) -> None:
+        """A run that handed off (OpenAI Agents SDK handoffs) ends through the child run that
+        ended last: its answer is the invocation's, and so is the framework limit that stopped
+        it (the SDK's ``max_turns`` fails the agent span it opens after the last turn)."""
         frames = self._frames.get(run.trace_id)
         if frames is None or not frames.children:
             return
@@ -386,6 +387,8 @@ class RunTracker(RunBook):
             if last.has_final_answer:
                 run.explicit_final = True
                 run.final_output = last.final_output
+            elif last.limit_stop is not None and run.limit_stop is None:
+                run.limit_stop = last.limit_stop
 
     def _root_first(self, record: SpanRecord) -> bool:
         """Whether ``record``, the root that ends its trace's run, is the first span of its

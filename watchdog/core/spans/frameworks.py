@@ -157,7 +157,8 @@ OPENAI_AGENTS = Convention(
     # OpenInference writes the SDK's span error message; OpenLLMetry the repr of the whole
     # error dict (`{'message': 'Max turns exceeded', 'data': {'max_turns': 3}}`)
     limit_status=((r"^(?:\{'message': ')?Max turns exceeded\b", "MaxTurnsExceeded"),),
-    notes="the limit is only in the nested agent span's status description; the root ends OK; "
+    notes="the limit is only in the nested agent span's status description; the root ends OK "
+          "(the trace's run ends at the limit of the child run that ended last); "
           "OpenLLMetry hangs every agent span from the workflow root, never from the tool "
           "span that ran it: an agent used as a tool (`as_tool`) is told by its times (it ran "
           "inside its caller's tool call); its handoff span is a tool call",
