@@ -125,7 +125,13 @@ def test_a_dollar_budget_given_to_the_adapter_stops_the_turn_with_its_report(
     model = llm.script("gpt-4o-mini", searching())
     outcome = drive(sidecar, llm, HERMES, "dollars", model)
     requests = llm.requests(model)
-    assert 1 <= len(outcome["ran"]) < 20 and len(requests) == len(outcome["ran"]) + 1
+    # the call whose price crossed the budget asked for one more search: it ran when that
+    # price reached the sidecar after the tool started, else the tool hook refused it ("Not
+    # run"); either way the next request asked for the report
+    refused = len(requests) - len(outcome["ran"]) - 1
+    assert 1 <= len(outcome["ran"]) < 20 and refused in (0, 1), (outcome["ran"], len(requests))
+    if refused:
+        assert "Not run" in json.dumps(requests[-1]["messages"][-1]), requests[-1]["messages"]
     assert all(fakellm.offers_tools(body) for body in requests[:-1])
     assert not fakellm.offers_tools(requests[-1])
     assert "of the cost budget used" in instructions(requests[-1])
