@@ -19,6 +19,7 @@ from watchdog.core.runs.fields import (
     UNPRICED,
     RunFields,
 )
+from watchdog.core.spans.model_calls import request_hash
 from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 
 
@@ -119,10 +120,13 @@ class RunCounts(RunFields):
             self._count_model_call(record)
             if record.asked_tools:
                 self._remember_asked(record)
-            if record.input_hash is not None and (self.input_hash is None
-                                                  or record.start_ns < self._input_start_ns):
-                # the run's input: its first model call's request (see watchdog.core.cycles)
-                self.input_hash, self._input_start_ns = record.input_hash, record.start_ns
+            if self.input_hash is None or record.start_ns < self._input_start_ns:
+                # the run's input: its first model call's request (see watchdog.core.cycles),
+                # hashed from the span's input only now (the endpoint's calls come hashed)
+                digest = record.input_hash if record.input_hash is not None \
+                    else request_hash(record.prompt)
+                if digest is not None:
+                    self.input_hash, self._input_start_ns = digest, record.start_ns
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id

@@ -173,7 +173,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     elif MESSAGES_DELTA_KEYS:
         record.messages_delta = _count_messages(_first(attrs, MESSAGES_DELTA_KEYS))
     record.messages = messages
-    record.input_hash = request_hash(_first(attrs, PROMPT_KEYS))
+    record.prompt = _first(attrs, PROMPT_KEYS)
     if record.limit_stop is None and not record.requested_tools:
         # (a framework's "give your final answer" request offers no tools: never asks for any)
         prompt = _first_str(attrs, PROMPT_KEYS)

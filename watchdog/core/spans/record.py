@@ -64,6 +64,9 @@ class SpanRecord:
     # A model call's request: its last user message, case and spacing ignored, 64-bit (the
     # run's first model call's is the run's input: cycles across agents compare it)
     input_hash: int | None = None
+    # the model call's input as its span carries it: hashed into input_hash only when the call
+    # is the earliest of its run (most calls are not: see watchdog.core.runs.counts)
+    prompt: object = None
     result_hash: int | None = None
     result_brief: str | None = None
     error: bool = False
