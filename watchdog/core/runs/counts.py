@@ -103,9 +103,8 @@ class RunCounts(RunFields):
                 record.kind = kind = OTHER  # its twin was counted as one call already)
                 record.tool_name = None
         if kind is TOOL:
-            if not record.named_tool and self._named and any(
-                    named[0] == record.span_id and named[1] == record.tool_name
-                    for named in self._named):
+            if not record.named_tool and self._named \
+                    and (record.span_id, record.tool_name) in self._named:
                 # the tool call around a call of the same tool counted directly inside it (a
                 # span the tool's code made, named after it; a second tracer's tool span, as
                 # OpenInference's tool decorator inside pydantic-ai's): one execution, once
@@ -326,9 +325,12 @@ class RunCounts(RunFields):
         nothing, and the tool call inside it, sent after it, still counts)."""
         span, parent, exception = record.span_id, record.parent_span_id or "", \
             record.exception_id or 0
-        echo = any(seen[3] and seen[2] == exception
-                   and (seen[1] == span or (parent and seen[0] == parent))
-                   for seen in self._failures)
+        echo = False
+        for seen in self._failures:  # (the exception first: it rarely matches)
+            if seen[2] == exception and seen[3] and (
+                    seen[1] == span or (parent and seen[0] == parent)):
+                echo = True
+                break
         counted = echo or record.kind is not OTHER or record.tool_name is not None
         self._failures = (*self._failures[1 - RECENT_FAILURES:],
                           (span, parent, exception, counted))
