@@ -38,21 +38,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.compare import build
 from bench.ingest import free_port
 from bench.workload import batches
 
 READY_TIMEOUT = 60.0
 HERE = str(Path(__file__).resolve().parent.parent)
 PORTS = ("otlp_http", "otlp_grpc", "api", "metrics")
-
-
-def build(text: str) -> tuple[str, str]:
-    name, sep, tree = text.partition("=")
-    path = Path(tree)
-    if not sep or not name or not (path / "watchdog" / "__main__.py").is_file():
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected NAME=TREE, TREE a source tree holding watchdog/__main__.py")
-    return name, str(path.resolve())
 
 
 def setting(text: str) -> tuple[str, str]:
