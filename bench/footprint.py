@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compare import build
-from bench.ingest import free_port
+from bench.ingest import free_port, settled_rss, wait_ready
 from bench.workload import batches
 
 READY_TIMEOUT = 60.0
@@ -89,20 +89,6 @@ def environment(tree: str, state_dir: str, ports: dict[str, int],
     return env
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"the sidecar did not become ready (exit {process.poll()})")
-        time.sleep(0.02)
-
-
 def export(url: str, body: bytes) -> float:
     """Seconds for one OTLP/HTTP export to be answered 200."""
     request = urllib.request.Request(url, body, {"Content-Type": "application/x-protobuf"})
@@ -128,14 +114,14 @@ def one_start(tree: str, idle: float, settings: dict[str, str]) -> dict[str, Any
         try:
             wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process)
             result: dict[str, Any] = {"start_s": time.perf_counter() - spawned}
-            time.sleep(1.0)  # what start-up left running settles (flush and eval loops)
+            settled_rss(process.pid)  # what start-up left running settles (flush, eval loops)
             result["ready_rss"], result["ready_threads"] = status(process.pid)
             time.sleep(idle)
             result["idle_rss"], result["idle_threads"] = status(process.pid)
             traces = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
             result["first_request_s"] = export(traces, first)
             result["second_request_s"] = export(traces, second)
-            time.sleep(1.0)
+            settled_rss(process.pid)
             result["after_request_rss"], result["after_request_threads"] = status(process.pid)
         finally:
             process.terminate()
@@ -190,7 +176,10 @@ def report():
                 if r.status == 200: break
         except OSError: pass
         time.sleep(0.02)
-    time.sleep(1.0)
+    settled = None
+    while settled != rss():  # what start-up left running settles: RSS stops moving
+        settled = rss()
+        time.sleep(0.1)
     with lock:
         charge('(start-up)')
     sys.stdout.write(json.dumps({'rss': rss(), 'charged': charged}) + '\n'); sys.stdout.flush()

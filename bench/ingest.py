@@ -102,23 +102,27 @@ def sidecar(state_dir: str, tree: str | None = None, **extra: str) -> Iterator[d
             raise SystemExit(f"the sidecar would run {where}, not the tree {tree}")
     process = subprocess.Popen(command, env=env)
     try:
-        deadline = time.monotonic() + READY_TIMEOUT
-        ready_url = f"http://127.0.0.1:{ports['metrics']}/readyz"
-        while True:
-            try:
-                import urllib.request
-                with urllib.request.urlopen(ready_url, timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the sidecar did not become ready")
-            time.sleep(0.05)
+        wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process)
         yield {"process": process, "ports": ports}
     finally:
         process.terminate()
         process.wait(30)
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
+    """Until the sidecar answers ``url`` (its /readyz) with 200; it exiting first is an error."""
+    import urllib.request
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the sidecar did not become ready (exit {process.poll()})")
+        time.sleep(0.02)
 
 
 def settled_rss(pid: int, timeout: float = 10.0) -> int:

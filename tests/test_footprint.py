@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +55,14 @@ class Served:
         self.process.send_signal(signal.SIGUSR1)
         names: list[str] = json.loads(self.process.stdout.readline())
         return {name for name in names if name in WATCHED}
+
+    def passes(self, task: str) -> float:
+        """How many times the sidecar's timed loop ``task`` has passed (its metrics)."""
+        status, body = http_request("GET", f"http://127.0.0.1:{self.ports['metrics']}/metrics")
+        assert status == 200, body
+        found = re.search(r'^agent_watchdog_background_passes_total\{outcome="ok",task="'
+                          + re.escape(task) + r'"\} (\S+)$', body.decode(), re.M)
+        return float(found.group(1)) if found else 0.0
 
     def export(self, body: bytes) -> None:
         status, answer = http_request(
@@ -113,9 +121,11 @@ def test_without_grpc_or_rules_the_sidecar_loads_neither_grpcio_nor_cel(tmp_path
 
 def test_with_the_defaults_grpc_and_cel_are_loaded_and_prices_wait_for_traffic(
         tmp_path: Path) -> None:
-    with served(tmp_path) as sidecar:
+    with served(tmp_path, eval_interval="0.05", state_flush_interval="0.05") as sidecar:
         assert sidecar.modules() == {"grpc", "cel_expr_python"}
-        time.sleep(1.0)  # idle: nothing loads by itself
+        # idle: the sidecar's own timed loops pass a few times and load nothing
+        wait_until(lambda: min(sidecar.passes("evaluate"), sidecar.passes("state_flush")) >= 3,
+                   "three passes of the evaluate and state_flush loops")
         assert "genai_prices" not in sidecar.modules()
         sidecar.export(priced_run("footprint-1"))
         assert sidecar.modules() == set(WATCHED) - {"watchdog.shell.model.proxy"}

@@ -248,6 +248,9 @@ class Metrics:
         self.directives_delivered_total = counter(
             "directives_delivered_total", "Directive deliveries by channel and outcome.",
             ["action", "channel", "outcome"])
+        self.background_passes_total = counter(
+            "background_passes_total", "Passes of the sidecar's timed loops (state_flush, "
+            "evaluate, prune, rules_watch) by outcome (ok, failed).", ["task", "outcome"])
         self.rule_eval_duration_seconds = histogram(
             "rule_eval_duration_seconds", "Seconds one evaluation of all rules took.",
             (), RULE_EVAL_BUCKETS)
@@ -393,6 +396,9 @@ class Metrics:
     def directive_delivered(self, action: str, channel: str, outcome: str) -> None:
         self._child(self.directives_delivered_total, clip(action), clip(channel),
                     clip(outcome)).inc()
+
+    def background_pass(self, task: str, outcome: str) -> None:
+        self._child(self.background_passes_total, task, outcome).inc()
 
     def rule_eval(self, seconds: float) -> None:
         self.rule_eval_duration_seconds.observe(seconds)

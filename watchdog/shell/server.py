@@ -154,12 +154,12 @@ class Server:
             self.model = proxy = ModelProxy(service, config, metrics)
             await self._start_app("model", config.model_address, proxy.app(),
                                   handler_cancellation=True)
-        self._tasks = [asyncio.create_task(self._every(config.state_flush_interval, self._flush)),
-                       asyncio.create_task(self._every(config.eval_interval, self._tick))]
-        self._tasks.append(asyncio.create_task(self._every(PRUNE_INTERVAL, self._prune)))
+        loops = [("state_flush", config.state_flush_interval, self._flush),
+                 ("evaluate", config.eval_interval, self._tick),
+                 ("prune", PRUNE_INTERVAL, self._prune)]
         if config.rules_watch_interval > 0:
-            self._tasks.append(asyncio.create_task(
-                self._every(config.rules_watch_interval, rules.watch)))
+            loops.append(("rules_watch", config.rules_watch_interval, rules.watch))
+        self._tasks = [asyncio.create_task(self._every(*loop)) for loop in loops]
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
@@ -199,13 +199,18 @@ class Server:
         sockets = runner.addresses
         self.addresses[name] = (host, sockets[0][1] if sockets else port)
 
-    async def _every(self, interval: float, work: Callable[[], Awaitable[None]]) -> None:
+    async def _every(self, task: str, interval: float,
+                     work: Callable[[], Awaitable[None]]) -> None:
+        assert self.metrics is not None
         while True:
             await asyncio.sleep(interval)
             try:
                 await work()
             except Exception:  # a failing loop must not kill the sidecar; it says why
-                log.exception("background task %s failed", work.__name__)
+                log.exception("background task %s failed", task)
+                self.metrics.background_pass(task, "failed")
+            else:
+                self.metrics.background_pass(task, "ok")
 
     async def _flush(self) -> None:
         assert self.service is not None
