@@ -40,6 +40,7 @@ from agent_watchdog_client.processor import (
     classify_start,
 )
 from agent_watchdog_client.steer import REPORT_HEADER, Steering
+from agent_watchdog_client.transport import Reachability
 from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -241,6 +242,27 @@ def test_a_grace_cap_is_the_same_when_re_read_and_the_tightest_one_holds() -> No
     assert turn.final and turn.stop is not None and turn.stop.rule == "tool-cycle"
     plain = Directive.from_json(directive_json(1, "wind_down", "repeated-tool-result", "same"))
     assert plain.grace_ends_at is None
+
+
+def test_an_answer_sent_before_the_outage_does_not_end_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Two requests in flight when the sidecar is killed: the one cut off fails first, the
+    other's answer (on its way before the kill) is handled after. That answer is old news: the
+    outage is said once, not "unreachable", "reachable", "unreachable" again (the flapping the
+    killed-sidecar steering tests caught on a loaded machine)."""
+    health = Reachability("http://127.0.0.1:9")
+    answered, cut_off = health.started(), health.started()
+    health.succeeded(answered - 1)  # an earlier request: the sidecar was there
+    with caplog.at_level("INFO", logger="agent_watchdog_client"):
+        health.failed(ConnectionResetError("reset"), cut_off)
+        health.succeeded(answered)  # sent before the cut-off one: says nothing
+        assert health.reachable is False
+        health.failed(ConnectionRefusedError("refused"), health.started())
+        health.succeeded(health.started())  # a request sent after the outage: back
+    messages = [record.getMessage() for record in caplog.records]
+    assert [m.split(" at ")[0] for m in messages] == [
+        "agent-watchdog sidecar unreachable", "agent-watchdog sidecar reachable again"], messages
+    assert health.reachable is True
 
 
 def test_sse_parser_joins_data_lines_and_skips_comments() -> None:

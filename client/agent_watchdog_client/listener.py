@@ -108,6 +108,7 @@ class DirectiveListener:
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         transport = self.transport
         connection = transport.connect(CONNECT_TIMEOUT)
+        started = transport.health.started()
         try:
             connection.connect()
             sock = connection.sock
@@ -124,9 +125,9 @@ class DirectiveListener:
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
             if not self._stop.is_set():
-                transport.health.failed(exc)
+                transport.health.failed(exc, started)
             raise SidecarUnavailable(str(exc)) from exc
-        transport.health.succeeded()
+        transport.health.succeeded(started)
         return connection, response
 
     def _release(self, connection: http.client.HTTPConnection) -> None:

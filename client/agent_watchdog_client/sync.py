@@ -106,12 +106,13 @@ class SyncChannel:
             + (f"&stop={stop}" if stop else ""))
         headers = self.transport.headers({"Content-Type": "application/x-protobuf",
                                           "Accept": "application/json"})
+        started = self.transport.health.started()
         try:
             status, payload = self._post(path, body, headers)
         except (OSError, http.client.HTTPException) as exc:
-            self._failed(exc)
+            self._failed(exc, started)
             return None
-        self.transport.health.succeeded()
+        self.transport.health.succeeded(started)
         self._retry_delay = RETRY_FIRST
         if status != 200:
             log.debug("sync for run %s: HTTP %s %r", run_id, status, payload[:300])
@@ -147,9 +148,9 @@ class SyncChannel:
                 fresh = True  # a kept-alive connection the server closed: once more, anew
         raise http.client.HTTPException("unreachable")  # pragma: no cover - loop returns/raises
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, started: int) -> None:
         self.failures += 1
-        self.transport.health.failed(exc)
+        self.transport.health.failed(exc, started)
         with self._lock:
             self._skip_until = time.monotonic() + self._retry_delay
             self._retry_delay = min(self._retry_delay * 2, RETRY_MAX)

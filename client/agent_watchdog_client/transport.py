@@ -15,6 +15,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -46,29 +47,40 @@ class Response:
 
 
 class Reachability:
-    """Whether the sidecar answered last time; logs the change, not every failure."""
+    """Whether the sidecar answered last time; logs the change, not every failure. Each request
+    takes :meth:`started` before it goes out: an answer to a request sent before the latest
+    failed one is old news (it was on its way when the sidecar went away) and says nothing."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self._lock = threading.Lock()
         self._reachable: bool | None = None  # None: not tried yet
+        self._failed_since = -1  # when the latest failed request started (monotonic ns)
 
     @property
     def reachable(self) -> bool | None:
         return self._reachable
 
-    def failed(self, error: BaseException) -> None:
+    @staticmethod
+    def started() -> int:
+        """A request's start, for :meth:`failed` and :meth:`succeeded`."""
+        return time.monotonic_ns()
+
+    def failed(self, error: BaseException, started: int) -> None:
         with self._lock:
+            self._failed_since = max(self._failed_since, started)
             if self._reachable is False:
                 return
             self._reachable = False
         log.warning("agent-watchdog sidecar unreachable at %s: %s; continuing without it",
                     self.url, _describe(error))
 
-    def succeeded(self) -> None:
+    def succeeded(self, started: int) -> None:
         if self._reachable is True:
             return
         with self._lock:
+            if started < self._failed_since:
+                return
             was = self._reachable
             self._reachable = True
         if was is False:
@@ -120,17 +132,18 @@ class Transport:
             data = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = "application/json"
         connection = self.connect(timeout)
+        started = self.health.started()
         try:
             connection.request(method, self.path(path), body=data, headers=headers)
             answer = connection.getresponse()
             payload = answer.read(MAX_RESPONSE_BYTES)
             response = Response(answer.status, payload, answer.getheader("Content-Type", ""))
         except (OSError, http.client.HTTPException) as exc:
-            self.health.failed(exc)
+            self.health.failed(exc, started)
             raise SidecarUnavailable(_describe(exc)) from exc
         finally:
             connection.close()
-        self.health.succeeded()
+        self.health.succeeded(started)
         return response
 
 
