@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer, run_directory, running_server, sidecar_config
 
 # Bytecode is kept: every process the tests start (pytest's workers, sidecars, the framework
 # drivers) compiles a module once and leaves its bytecode for the next one, whatever
@@ -72,6 +73,8 @@ def tier_of(item: pytest.Item) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: the {tier} tier (tests/conftest.py)")
+    if not hasattr(config, "workerinput"):  # the run's own process: nothing left from another
+        shutil.rmtree(run_directory(), ignore_errors=True)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -151,8 +154,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A worker hands its CPU seconds to the controller, the driver processes of the frameworks
-    tier (its children) closed first so that they count."""
+    """A worker hands its CPU seconds to the controller (its connections to the frameworks
+    tier's driver processes closed first; those count their own, :func:`_driver_cpu`)."""
     harness = sys.modules.get("tests.frameworks.harness")
     if harness is not None:
         harness._close_driver_processes()
@@ -165,6 +168,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist's controller hears a worker end (pytest-xdist's hook)."""
     _cpu.append(float(getattr(node, "workeroutput", {}).get("cpu_seconds", 0.0)))
+
+
+def _driver_cpu() -> tuple[int, float]:
+    """The frameworks tier's driver processes of this run (they outlive the workers, which
+    therefore do not count them) and the CPU seconds they and their forks used."""
+    used = [float(path.read_text()) for path in run_directory().glob("*.cpu")]
+    return len(used), sum(used)
 
 
 @pytest.hookimpl(trylast=True)
@@ -188,10 +198,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         file[0] += 1
         file[1] += seconds
     own = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = sum(_cpu) + own.ru_utime + own.ru_stime if _cpu else _cpu_seconds()
+    drivers, driver_cpu = _driver_cpu()
+    cpu = (sum(_cpu) + own.ru_utime + own.ru_stime if _cpu else _cpu_seconds()) + driver_cpu
     terminalreporter.section("where the time went")
     write(f"{len(_spans)} tests in {ended - started:.0f} s wall, {cpu:.0f} CPU seconds "
-          f"(pytest and every process it started)")
+          f"(pytest and every process it started; {drivers} framework driver processes and "
+          f"their forks: {driver_cpu:.0f})")
     for name in (*FIRST, "?"):
         if name in tiers:
             count, start, stop, seconds = tiers[name]
@@ -202,6 +214,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         write(f"  {seconds:>6.0f} s  {count:>4} tests  {path}")
     TIMES.parent.mkdir(exist_ok=True)
     TIMES.write_text(json.dumps({"wall": ended - started, "cpu_seconds": cpu,
+                                 "driver_processes": drivers, "driver_cpu_seconds": driver_cpu,
                                  "tiers": tiers, "files": files,
                                  "tests": {nodeid: [*span, _tiers.get(nodeid, "?")]
                                            for nodeid, span in _spans.items()}}, indent=0))

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import reprlib
 import socket
+import tempfile
 import threading
 import time
 import urllib.error
@@ -129,6 +131,17 @@ def http_request(method: str, url: str, body: bytes | None = None,
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+def run_owner() -> int:
+    """The process of this test run: xdist's controller (a worker's parent), or pytest alone."""
+    return os.getppid() if "PYTEST_XDIST_WORKER" in os.environ else os.getpid()
+
+
+def run_directory(owner: int | None = None) -> Path:
+    """A directory of this test run that all its pytest workers share (the framework driver
+    processes' sockets, logs and CPU seconds); short, since it holds Unix sockets."""
+    return Path(tempfile.gettempdir()) / f"watchdog-tests-{owner or run_owner()}"
 
 
 def sidecar_config(state_dir: Path | str, **overrides: Any) -> Config:

@@ -16,10 +16,14 @@ exporter, to the sidecar under test. Nothing here shapes a span.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +37,7 @@ import pytest
 
 from tests.frameworks import scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
-from tests.harness import RunningServer, http_request, wait_until
+from tests.harness import RunningServer, http_request, run_directory, run_owner, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -117,38 +121,73 @@ PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "Fal
 # on a background thread that a forked driver's exit under load did not always wait for (its
 # error runs came without their error in two full suites)
 FRESH_INTERPRETER = frozenset({"langsmith"})
-KEPT = 8  # driver processes kept per test process (the least recently used one goes first;
-#          the model endpoint's tests take turns among 7 venvs), 60-250 MB each
 
 
 class DriverProcess:
-    """``drivers/_forkserver.py`` in one venv: runs each driver command in a fork of itself."""
+    """This test process's connection to venv ``env``'s driver process
+    (``drivers/_forkserver.py``), which runs each driver command in a fork of itself. There is
+    one driver process per venv and environment for the whole test run, whichever pytest worker
+    asks: the first to need it starts it while the others wait on a file lock, and it ends with
+    the run (its socket, log and CPU seconds in :func:`tests.harness.run_directory`)."""
 
     def __init__(self, env: str, env_vars: Mapping[str, str]) -> None:
         self.env = env
-        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open while the process lives)
-            prefix=f"driver-{env}-", suffix=".log")
-        self.process = subprocess.Popen(
-            [str(venv_python(env)), str(DRIVERS / "_forkserver.py"), *PRELOAD.get(env, ())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            env={**env_vars, **PRELOAD_ENV}, cwd=ROOT)
+        digest = hashlib.sha256(json.dumps(sorted(env_vars.items())).encode()).hexdigest()[:10]
+        directory = run_directory()
+        directory.mkdir(exist_ok=True)
+        self.socket_path = directory / f"{env}-{digest}.sock"
+        self.log = directory / f"{env}-{digest}.log"
+        with (directory / f"{env}-{digest}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            sock = self._connect()
+            if sock is None:
+                self._start(env_vars)
+                sock = self._connect()
+                assert sock is not None, self._ended("did not listen")
+        self.sock = sock
         self.buffer = b""
-        self.answer("ready", time.monotonic() + DRIVER_TIMEOUT)
+
+    def _connect(self) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(self.socket_path))
+        except (FileNotFoundError, ConnectionRefusedError):  # none yet, or one that ended
+            sock.close()
+            self.socket_path.unlink(missing_ok=True)
+            return None
+        return sock
+
+    def _start(self, env_vars: Mapping[str, str]) -> None:
+        with self.log.open("ab") as log:
+            process = subprocess.Popen(
+                [str(venv_python(self.env)), str(DRIVERS / "_forkserver.py"),
+                 str(self.socket_path), str(run_owner()), *PRELOAD.get(self.env, ())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                env={**env_vars, **PRELOAD_ENV}, cwd=ROOT)
+        _started.append(process)
+        assert process.stdout is not None
+        with process.stdout:
+            if not select.select([process.stdout], [], [], DRIVER_TIMEOUT)[0]:
+                process.kill()
+                raise TimeoutError(f"the {self.env} driver process was not ready in time")
+            line = process.stdout.readline()
+        if not line:
+            raise AssertionError(self._ended(f"ended ({process.wait()})"))
+        assert "ready" in json.loads(line), (self.env, line)
+
+    def _ended(self, what: str) -> str:
+        log = self.log.read_bytes().decode(errors="replace") if self.log.exists() else ""
+        return f"the {self.env} driver process {what}:\n{log[-6000:]}"
 
     def answer(self, key: str, deadline: float) -> int:
-        """The next line the driver process says; it must carry ``key``."""
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
+        """The next line the driver process says on this connection; it must carry ``key``."""
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
                 raise TimeoutError(f"the {self.env} driver process said nothing in time")
-            chunk = os.read(fd, 65536)
+            chunk = self.sock.recv(65536)
             if not chunk:
-                self.log.seek(0)
-                raise AssertionError(f"the {self.env} driver process ended "
-                                     f"({self.process.wait()}):\n"
-                                     + self.log.read().decode(errors="replace")[-6000:])
+                raise AssertionError(self._ended("closed its connection"))
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         message = json.loads(line)
@@ -157,24 +196,22 @@ class DriverProcess:
 
     def run(self, argv: Sequence[str], env_vars: Mapping[str, str], timeout: float
             ) -> subprocess.CompletedProcess[str]:
-        assert self.process.stdin is not None
         with tempfile.TemporaryDirectory(prefix="driver-") as out:
             stdout, stderr = Path(out) / "stdout", Path(out) / "stderr"
             request = {"argv": list(argv), "env": dict(env_vars), "cwd": str(ROOT),
                        "stdout": str(stdout), "stderr": str(stderr)}
-            self.process.stdin.write(json.dumps(request).encode() + b"\n")
-            self.process.stdin.flush()
             deadline = time.monotonic() + timeout
             pid = 0
             try:
+                self.sock.sendall(json.dumps(request).encode() + b"\n")
                 pid = self.answer("pid", deadline)
                 returncode = self.answer("returncode", deadline)
             except BaseException as exc:  # a timeout, or the test interrupted (pytest-timeout)
-                # the scenario is killed, as subprocess.run kills its process, and so is this
-                # driver process: its next answer could still be this scenario's
+                # the scenario is killed, as subprocess.run kills its process, and this
+                # connection closed: its next answer could still be this scenario's
                 if pid:
-                    os.kill(pid, signal.SIGKILL)
-                self.process.kill()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 self.close()
                 if isinstance(exc, TimeoutError):
                     raise subprocess.TimeoutExpired(list(argv), timeout, stdout.read_bytes(),
@@ -185,31 +222,20 @@ class DriverProcess:
                 stderr.read_text(encoding="utf-8", errors="replace"))
 
     def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        self.log.close()
+        self.sock.close()
 
 
 _driver_processes: dict[tuple[str, str], DriverProcess] = {}
+_started: list[subprocess.Popen[bytes]] = []  # the driver processes this test process started
 
 
 def driver_process(env: str, env_vars: Mapping[str, str]) -> DriverProcess:
-    """The driver process of venv ``env`` in this test process that imported its modules with
+    """The connection to the driver process of venv ``env`` that imported its modules with
     ``env_vars`` (the environment every scenario run through it starts from)."""
     key = (env, json.dumps(sorted(env_vars.items())))
-    process = _driver_processes.pop(key, None)
-    if process is None or process.process.poll() is not None:
-        while len(_driver_processes) >= KEPT:
-            _driver_processes.pop(next(iter(_driver_processes))).close()
-        process = DriverProcess(env, env_vars)
-    _driver_processes[key] = process  # the most recently used last
+    process = _driver_processes.get(key)
+    if process is None or process.sock.fileno() < 0:
+        process = _driver_processes[key] = DriverProcess(env, env_vars)
     return process
 
 
@@ -233,6 +259,7 @@ def drive_command(env: str, driver: str, argument: str, base: Mapping[str, str],
 
 @atexit.register
 def _close_driver_processes() -> None:
+    """This test process's connections (the driver processes end with the run)."""
     while _driver_processes:
         _driver_processes.popitem()[1].close()
 
