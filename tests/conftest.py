@@ -132,7 +132,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None
 # -- where the time went: a summary at the end of every run ----------------------------------------
 
 TIMES = Path(__file__).resolve().parents[1] / ".cache" / "test-times.json"
-_spans: dict[str, list[float]] = {}  # test id -> [start, stop, seconds in setup+call+teardown]
+# test id -> [start, stop, seconds in setup+call+teardown, CPU seconds in them]
+_spans: dict[str, list[float]] = {}
 _tiers: dict[str, str] = {}
 _cpu: list[float] = []  # CPU seconds of each pytest process (a worker's: with its children)
 
@@ -143,11 +144,38 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _cpu_now() -> float:
+    """This test process's CPU seconds, with its children's and the driver forks' it asked for."""
+    harness = sys.modules.get("tests.frameworks.harness")
+    return _cpu_seconds() + (harness.fork_cpu[0] if harness is not None else 0.0)
+
+
+_mark: list[float] = []  # _cpu_now() when the last phase of a test ended
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _mark[:] = [_cpu_now()]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[pytest.TestReport]:
+    """Each phase's report carries the CPU seconds it took (``user_properties``: xdist sends it
+    to the controller): this process's, the processes it started and reaped, and the driver
+    forks that ran its scenarios."""
+    report: pytest.TestReport = yield
+    now = _cpu_now()
+    report.user_properties = [*report.user_properties, ("cpu", now - (_mark or [now])[0])]
+    _mark[:] = [now]
+    return report
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Each phase's report, in the process that shows the summary (xdist's controller too)."""
-    span = _spans.setdefault(report.nodeid, [report.start, report.stop, 0.0])
+    span = _spans.setdefault(report.nodeid, [report.start, report.stop, 0.0, 0.0])
     span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
     span[2] += report.duration
+    span[3] += sum(value for name, value in report.user_properties if name == "cpu")
     tier = next((name for name in TIERS if name in report.keywords), None)
     if tier is not None:
         _tiers[report.nodeid] = tier
@@ -180,9 +208,9 @@ def _driver_cpu() -> tuple[int, float]:
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Per tier: its tests, the wall time from its first test's start to its last test's end,
-    and the seconds its tests took added up; then the files that took longest, and the CPU
-    seconds of the whole run (workers and every process they started). Kept in
-    .cache/test-times.json for a closer look."""
+    the seconds its tests took added up and the CPU seconds they used; then the files whose
+    tests used the most CPU, and the CPU seconds of the whole run (workers and every process
+    they started, collection included). Kept in .cache/test-times.json for a closer look."""
     if not _spans or hasattr(config, "workerinput"):
         return
     write = terminalreporter.write_line
@@ -190,13 +218,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     ended = max(span[1] for span in _spans.values())
     tiers: dict[str, list[float]] = {}
     files: dict[str, list[float]] = {}
-    for nodeid, (start, stop, seconds) in _spans.items():
-        tier = tiers.setdefault(_tiers.get(nodeid, "?"), [0, start, stop, 0.0])
+    for nodeid, (start, stop, seconds, cpu_used) in _spans.items():
+        tier = tiers.setdefault(_tiers.get(nodeid, "?"), [0, start, stop, 0.0, 0.0])
         tier[0] += 1
-        tier[1], tier[2], tier[3] = min(tier[1], start), max(tier[2], stop), tier[3] + seconds
-        file = files.setdefault(nodeid.split("::", 1)[0], [0, 0.0])
+        tier[1], tier[2] = min(tier[1], start), max(tier[2], stop)
+        tier[3] += seconds
+        tier[4] += cpu_used
+        file = files.setdefault(nodeid.split("::", 1)[0], [0, 0.0, 0.0])
         file[0] += 1
         file[1] += seconds
+        file[2] += cpu_used
     own = resource.getrusage(resource.RUSAGE_SELF)
     drivers, driver_cpu = _driver_cpu()
     cpu = (sum(_cpu) + own.ru_utime + own.ru_stime if _cpu else _cpu_seconds()) + driver_cpu
@@ -206,12 +237,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
           f"their forks: {driver_cpu:.0f})")
     for name in (*FIRST, "?"):
         if name in tiers:
-            count, start, stop, seconds = tiers[name]
+            count, start, stop, seconds, cpu_used = tiers[name]
             write(f"  {name:<12} {count:>5} tests  from {start - started:>4.0f} s "
-                  f"to {stop - started:>4.0f} s  {seconds:>6.0f} s in tests")
-    write("  the files whose tests took longest (seconds added up):")
-    for path, (count, seconds) in sorted(files.items(), key=lambda kv: -kv[1][1])[:15]:
-        write(f"  {seconds:>6.0f} s  {count:>4} tests  {path}")
+                  f"to {stop - started:>4.0f} s  {seconds:>6.0f} s in tests, "
+                  f"{cpu_used:>5.0f} CPU s")
+    write("  the files whose tests used the most CPU (seconds added up):")
+    for path, (count, seconds, cpu_used) in sorted(files.items(),
+                                                   key=lambda kv: -kv[1][2])[:15]:
+        write(f"  {cpu_used:>5.0f} CPU s {seconds:>6.0f} s  {count:>4} tests  {path}")
     TIMES.parent.mkdir(exist_ok=True)
     TIMES.write_text(json.dumps({"wall": ended - started, "cpu_seconds": cpu,
                                  "driver_processes": drivers, "driver_cpu_seconds": driver_cpu,

@@ -146,6 +146,7 @@ class DriverProcess:
                 assert sock is not None, self._ended("did not listen")
         self.sock = sock
         self.buffer = b""
+        self.last: dict[str, Any] = {}  # the last answer
 
     def _connect(self) -> socket.socket | None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -190,7 +191,7 @@ class DriverProcess:
                 raise AssertionError(self._ended("closed its connection"))
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
-        message = json.loads(line)
+        self.last = message = json.loads(line)
         assert key in message, (self.env, key, message)
         return int(message[key])
 
@@ -206,6 +207,7 @@ class DriverProcess:
                 self.sock.sendall(json.dumps(request).encode() + b"\n")
                 pid = self.answer("pid", deadline)
                 returncode = self.answer("returncode", deadline)
+                fork_cpu[0] += self.last["cpu"]
             except BaseException as exc:  # a timeout, or the test interrupted (pytest-timeout)
                 # the scenario is killed, as subprocess.run kills its process, and this
                 # connection closed: its next answer could still be this scenario's
@@ -226,6 +228,7 @@ class DriverProcess:
 
 
 _driver_processes: dict[tuple[str, str], DriverProcess] = {}
+fork_cpu = [0.0]  # the CPU seconds of the forks that ran this test process's scenarios
 _started: list[subprocess.Popen[bytes]] = []  # the driver processes this test process started
 
 

@@ -11,11 +11,12 @@ worker) sends one request per line: ``{"argv": [driver, scenario], "env": {...},
 working directory, ``sys.argv`` and output files and runs the driver as ``__main__``, exactly as
 ``python driver scenario`` would from there on: its own tracer provider, instrumentors,
 exporters and atexit flushes, its exit status. The driver process answers ``{"pid": N}`` at
-once and ``{"returncode": N}`` when the child ends, on the connection that asked; the forks of
-different connections run side by side. A connection that closes takes its running forks with
-it (SIGKILL). After every fork it writes the CPU seconds it and its forks have used to
-``SOCKET.cpu`` (the test run adds them to its own). It ends when the process OWNER (the pytest
-run) ends. Only the standard library here: it runs in every framework's venv.
+once and ``{"returncode": N, "cpu": SECONDS}`` (what the child used) when the child ends, on
+the connection that asked; the forks of different connections run side by side. A connection
+that closes takes its running forks with it (SIGKILL). After every fork it writes the CPU
+seconds it and its forks have used to ``SOCKET.cpu`` (the test run adds them to its own). It
+ends when the process OWNER (the pytest run) ends. Only the standard library here: it runs in
+every framework's venv.
 """
 
 from __future__ import annotations
@@ -156,10 +157,11 @@ class ForkServer:
         self.selector.unregister(pidfd)
         os.close(pidfd)
         pid, connection = self.children.pop(pidfd)
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         connection.children.discard(pid)
         self._account()
-        connection.say({"returncode": os.waitstatus_to_exitcode(status)})
+        connection.say({"returncode": os.waitstatus_to_exitcode(status),
+                        "cpu": round(usage.ru_utime + usage.ru_stime, 3)})
 
     def _account(self) -> None:
         used = sum(getattr(resource.getrusage(who), field)
