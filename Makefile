@@ -81,18 +81,19 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-## test: set up .venv with test extras, the framework venvs, the dist venv, system packages;
-## lint (ruff and mypy: a lint error fails CI like a failing test) while the venvs install; run
-## every test (they run make dist once)
+## test: system packages first; then, FRAMEWORK_JOBS at once, .venv with test extras, the
+## framework venvs, the dist venv and the TypeScript agent, and lint (ruff and mypy: a lint
+## error fails CI like a failing test) as soon as .venv is there; run every test (they run make
+## dist once)
 ## Tests come in four tiers (tests/conftest.py): unit, integration (real sidecars), frameworks
 ## (real agent frameworks) and image (make dist's artifacts); TEST_WORKERS run them at once,
 ## the slowest tiers first, an idle worker taking tests from a busy one (--dist worksteal).
 ## At the end: the 15 slowest tests, and where the time went per tier and per file (all of it
 ## in .cache/test-times.json).
 TEST_WORKERS ?= 3
-test: system-deps $(VENV)/.installed-test
-	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(FRAMEWORK_VENVS) $(TS_AGENT) \
-		$(DIST_VENV)/.installed lint
+test: system-deps
+	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(FRAMEWORK_VENVS) \
+		$(TS_AGENT) $(DIST_VENV)/.installed lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
