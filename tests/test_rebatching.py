@@ -24,13 +24,14 @@ The metrics' counts (tool calls, tokens, errors) are the runs' counts in every d
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
+from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.decode import ExportTraceServiceRequest, parse_json
@@ -46,9 +47,38 @@ PARENTS_FIRST_CUTS = {("langchain_langsmith", "subagent")}
 Runs = list[tuple[Any, ...]]
 
 
+@functools.cache
+def _exported(driver: str, scenario: str) -> tuple[bytes, ...]:
+    """A recording's export requests, read from OTLP/JSON once per test process (kept as
+    binary protobuf: every use parses messages of its own, quickly)."""
+    return tuple(parse_json(line.encode()).SerializeToString()
+                 for line in recorded_lines(driver, scenario))
+
+
 def as_exported(driver: str, scenario: str) -> list[ExportTraceServiceRequest]:
     """A recording's export requests, as the framework sent them."""
-    return [parse_json(line.encode()) for line in recorded_lines(driver, scenario)]
+    return [ExportTraceServiceRequest.FromString(data) for data in _exported(driver, scenario)]
+
+
+def scoped_spans(driver: str, scenario: str) -> list[ScopedSpan]:
+    """Every span of a recording with its resource and scope, in the order exported
+    (:func:`tests.recorded.scoped_spans`, from :func:`as_exported`)."""
+    return [(resource_spans.resource, scope_spans.scope, span)
+            for request in as_exported(driver, scenario)
+            for resource_spans in request.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans]
+
+
+@functools.cache
+def _read_as_exported(driver: str, scenario: str) -> tuple[tuple[Any, ...], ...]:
+    return tuple(runs_read(as_exported(driver, scenario)))
+
+
+def read_as_exported(driver: str, scenario: str) -> Runs:
+    """:func:`runs_read` of the recording as exported (the reading every other delivery is
+    compared with), made once per test process."""
+    return list(_read_as_exported(driver, scenario))
 
 
 def ended_runs(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
@@ -123,7 +153,7 @@ def cuts(spans: list[ScopedSpan]) -> list[int]:
 
 @pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
 def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario: str) -> None:
-    exported = runs_read(as_exported(driver, scenario))
+    exported = read_as_exported(driver, scenario)
     spans = scoped_spans(driver, scenario)
     assert runs_read([request_of(spans)]) == exported, "all in one request"
     assert runs_read([request_of([span]) for span in spans]) == exported, "span by span"
@@ -161,7 +191,7 @@ def test_a_recording_reads_the_same_across_a_restart(driver: str, scenario: str)
     GAP (pinned): after a crash, a nested agent split out of its trace's run lacks the records
     the tracker retained of the trace: restarted mid-trace, the nested agent stays in its
     parent's run, or the parent keeps only the calls since the restart."""
-    exported = runs_read(as_exported(driver, scenario))
+    exported = read_as_exported(driver, scenario)
     spans = scoped_spans(driver, scenario)
     requests = [request_of([span]) for span in spans]
     every = max(len(spans) // RESTART_CUTS, 1)
@@ -203,7 +233,7 @@ def test_a_loose_loop_reads_the_same_when_its_later_calls_come_first(
     late; they open no run of their own. A call traced twice (the Anthropic SDK's span and
     OpenLLMetry's or OpenInference's) whose halves the cut parts, other calls between them,
     still counts once."""
-    exported = runs_read(as_exported(driver, scenario))
+    exported = read_as_exported(driver, scenario)
     spans = scoped_spans(driver, scenario)
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) != exported]
@@ -221,7 +251,7 @@ LATE_LIMITS = [("crewai_openinference", "limit", 4), ("crewai_openllmetry", "lim
                          ids=[f"{d}-{s}-{c}" for d, s, c in LATE_LIMITS])
 def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
         driver: str, scenario: str, cut: int) -> None:
-    exported = runs_read(as_exported(driver, scenario))
+    exported = read_as_exported(driver, scenario)
     assert {run[4] for run in exported} == {"tool_limit_reached"}
     spans = scoped_spans(driver, scenario)
     assert runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) == exported
@@ -251,7 +281,7 @@ OUT_OF_ORDER_MISREAD = {
 def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
     misread: Counter[str] = Counter()
     for driver, scenario in ALL:
-        exported = runs_read(as_exported(driver, scenario))
+        exported = read_as_exported(driver, scenario)
         spans = scoped_spans(driver, scenario)
         for cut in cuts(spans)[::3]:
             misread[driver] += runs_read([request_of(spans[cut:]),
