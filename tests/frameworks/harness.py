@@ -4,9 +4,9 @@ A framework runs in its own venv (``.venvs/<env>``, made by ``make test`` from
 ``tests/frameworks/envs/<env>.txt``, because frameworks pin clashing dependencies) as a
 process: ``drivers/<driver>.py SCENARIO``, forked from that venv's long-lived driver process
 (``drivers/_forkserver.py``), which imported the framework (:data:`PRELOAD`) once for all the
-test run's scenarios of that venv, whichever pytest worker runs them. It talks to the scripted model server of this
-process (:mod:`tests.frameworks.fakellm`) and exports its own spans, through the real OTLP
-exporter, to the sidecar under test. Nothing here shapes a span.
+test run's scenarios of that venv, whichever pytest worker runs them. It talks to the scripted
+model server of this process (:mod:`tests.frameworks.fakellm`) and exports its own spans,
+through the real OTLP exporter, to the sidecar under test. Nothing here shapes a span.
 
 ``RECORD_SPANS=1 pytest tests/frameworks`` also writes what each framework emitted to
 ``recordings/<driver>/<scenario>.jsonl`` (OTLP/JSON, one export request per line);
