@@ -271,6 +271,18 @@ LLAMAINDEX = Convention(
     # ... and with early_stopping_method="generate" appends a system message of its own and
     # asks the model once more
     limit_prompts=(("You have reached the maximum number of iterations (", "max_iterations"),),
+    # a FunctionCallingAgent at max_function_calls runs no more tools and returns the text of
+    # the model's last response, which asked for one and has none: its answer is "None"
+    limit_answer_patterns=((r'\{"response": "None", "sources": \[', "max_function_calls"),),
+    # the step-wise agents of llama-index-core 0.12 (AgentRunner: FunctionCallingAgent,
+    # ReActAgent): every method the runner and its worker trace is an AGENT span below the
+    # chat's; those of the task and step API are steps of the one chat (finalize_response, the
+    # answer with nothing below it, is an unnamed agent span that only carries the answer)
+    nested_step_span_suffixes=("._chat", "._achat", ".create_task", ".get_task", ".list_tasks",
+                               ".delete_task", ".get_completed_steps", ".get_upcoming_steps",
+                               "._run_step", "._arun_step", ".run_step", ".arun_step",
+                               ".stream_step", ".astream_step", ".undo_step",
+                               ".initialize_step", ".finalize_task"),
     notes="no span names the agent (only the repr of LlamaIndex's workflow events does): the "
           "run's agent is `service.name`; an `AgentWorkflow` is one run, its agents' steps "
           "flat below the workflow span and a handoff a tool call (`handoff`): no child run "
