@@ -240,7 +240,7 @@ OUT_OF_ORDER_MISREAD = {
     "agent_framework_native": 12, "agno_oi": 18, "autogen_native": 5,
     "crewai_openinference_openai": 7, "crewai_openllmetry": 1, "dspy_oi": 4,
     "haystack_native": 1, "haystack_oi": 1, "langchain_openinference": 6,
-    "langchain_openllmetry": 8, "litellm_logfire_loop": 8, "llamaindex_legacy_oi": 2,
+    "langchain_openllmetry": 8, "litellm_logfire_loop": 8, "llamaindex_legacy_oi": 4,
     "logfire_loop": 8,
     "openai_agents_oi": 10,
     "openai_agents_openlit": 14, "openai_agents_openllmetry": 20, "openai_agents_sdk": 49,

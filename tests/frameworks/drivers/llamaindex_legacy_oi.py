@@ -11,6 +11,10 @@
 * ``tool_error``: ``lookup`` raises; LlamaIndex hands the error text to the model as the tool's
   output, and the model answers.
 
+A scenario ending ``_nocontent`` runs with content hidden, as a privacy-minded deployment sets
+it: OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
+``_OUTPUT_MESSAGES``/``_INPUT_TEXT``/``_OUTPUT_TEXT`` (read by its ``TraceConfig``).
+
 The runner ends every chat with ``AgentRunner.finalize_response``: a span of its own (the agent
 kind: the runner is an agent) below the chat's, beside the steps, with nothing below it and the
 answer as its output.
@@ -18,6 +22,7 @@ answer as its output.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from _otel import model_settings, setup_tracing
@@ -25,9 +30,14 @@ from _tools import TASKS, lookup
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
 SERVICE_NAME = "li-legacy-researcher"  # no span names the agent: its name is service.name
+CONTENT_OFF = {f"OPENINFERENCE_HIDE_{what}": "true" for what in (
+    "INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES", "INPUT_TEXT", "OUTPUT_TEXT")}
 
 
 def main(scenario: str) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ.update(CONTENT_OFF)  # before the instrumentor reads its TraceConfig
+        scenario = scenario.removesuffix("_nocontent")
     provider = setup_tracing(SERVICE_NAME)
     LlamaIndexInstrumentor().instrument(tracer_provider=provider)
     from llama_index.core.agent import FunctionCallingAgent

@@ -290,8 +290,10 @@ LLAMAINDEX = Convention(
           "method of the runner and its worker as an agent span: its task and step methods are "
           "steps of the chat, `finalize_response` (the answer, nothing below it) no agent of its "
           "own; its `max_function_calls` leaves the model's last request for a tool unrun and "
-          "answers `\"None\"`; a failing one-argument tool is run again with its argument by "
-          "keyword: two executions, two errors; an `AgentWorkflow` is one run, its agents' steps "
+          "answers `\"None\"` (with content hidden that is hidden too, and no model call "
+          "records a finish reason: a capped run reads `completed`, a known gap" + ON_NO_SPAN
+          + "); a failing one-argument tool is run again with its argument by keyword: two "
+          "executions, two errors; an `AgentWorkflow` is one run, its agents' steps "
           "flat below the workflow span and a handoff a tool call (`handoff`): no child run "
           "per agent; every traced method of the LLM object is an LLM span: those with their "
           "input but no messages, finish reason or usage are no model call; LlamaIndex's "
