@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import helm_python as helm
 import pytest
 import yaml
 
@@ -418,3 +419,75 @@ def test_a_replica_killed_mid_stream_loses_no_acknowledged_run(topology: Topolog
     lost = {run[0] for run in before} - {run[0] for run in after}
     assert not lost, f"runs lost in the crash: {sorted(lost)[:5]}"
     assert after != before, "the restarted replica got what was sent while it was down"
+
+
+# -- the configurations the docs and the chart give ----------------------------------------
+
+CHART = ROOT / "helm" / "agent-watchdog"
+GATEWAY = {"mode": "gateway", "auth": {"token": "t" * 32},
+           "gateway": {"replicas": 3, "collector": {"enabled": True}}}
+
+
+def documented_config() -> str:
+    text = SCALE_OUT_DOC.read_text("utf-8")
+    blocks = re.findall(r"<!-- snippet: otel-collector -->\n```yaml\n(.*?)```", text, re.S)
+    assert len(blocks) == 1, "docs/scale-out.md gives one Collector configuration"
+    return str(blocks[0])
+
+
+def validated(config: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``otelcol validate`` of ``config``: the real Collector builds its pipelines."""
+    path = tmp_path / "config.yaml"
+    path.write_text(config, "utf-8")
+    return subprocess.run([str(otelcol()), "validate", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60,
+                          env={"WATCHDOG_API_TOKEN": "t" * 32, "PATH": "/usr/bin:/bin"})
+
+
+def rendered_chart(values: dict[str, Any]) -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART) as chart:
+        files = chart.render(values, name="rel", namespace="agents")
+    return [doc for path, text in sorted(files.items()) if not path.endswith("NOTES.txt")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+def test_the_documented_configuration_is_one_the_collector_runs(tmp_path: Path) -> None:
+    result = validated(documented_config(), tmp_path)
+    assert result.returncode == 0, result.stderr
+    # the key docs/scale-out.md rules out is refused for traces by the Collector itself
+    refused = validated(documented_config().replace("routing_key: service",
+                                                    "routing_key: resource"), tmp_path)
+    assert refused.returncode != 0
+    assert "unsupported routing_key: resource" in refused.stderr
+
+
+def test_the_charts_gateway_renders_the_collector_for_its_replicas(tmp_path: Path) -> None:
+    manifests = rendered_chart(GATEWAY)
+    config_map = one_of(manifests, "ConfigMap", "rel-agent-watchdog-collector")
+    config = config_map["data"]["collector.yaml"]
+    result = validated(config, tmp_path)
+    assert result.returncode == 0, result.stderr
+    exporter = yaml.safe_load(config)["exporters"]["load_balancing"]
+    documented = documented_exporter()
+    # the documented exporter, resolving the chart's headless Service in its namespace
+    assert exporter["resolver"] == {"dns": {
+        "hostname": "rel-agent-watchdog-headless.agents.svc.cluster.local", "port": "4317",
+        "interval": "5s"}}
+    assert {key: value for key, value in exporter.items() if key != "resolver"} \
+        == {key: value for key, value in documented.items() if key != "resolver"}
+    headless = one_of(manifests, "Service", "rel-agent-watchdog-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert 4317 in {port["port"] for port in headless["spec"]["ports"]}
+    # off by default, and refused without the headless Service it resolves
+    assert not [m for m in rendered_chart({**GATEWAY, "gateway": {"replicas": 3}})
+                if m["metadata"]["name"].endswith("-collector")]
+    with pytest.raises(Exception, match=r"gateway\.headlessService=true"):
+        rendered_chart({**GATEWAY, "gateway": {"collector": {"enabled": True},
+                                               "headlessService": False}})
+
+
+def one_of(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name, [m["metadata"]["name"] for m in manifests])
+    return found[0]
