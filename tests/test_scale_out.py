@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -43,8 +43,10 @@ from tests.harness import free_port, http_request, wait_until
 from tests.processes import answers, fresh_ports, serve_env
 from tests.recorded import RECORDINGS, ScopedSpan, request_of, scoped_spans
 from tests.test_rebatching import LOOSE, split_from_frames
+from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.attributes import RESPONSE_ID_KEYS
 from watchdog.core.spans.decode import ExportTraceServiceRequest
+from watchdog.core.spans.pipeline import records_from
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILDER_CONFIG = ROOT / "tests" / "collector" / "builder-config.yaml"
@@ -170,6 +172,9 @@ class Topology:
     replicas: list[Replica]
     reference: Replica
     collector: str  # its OTLP/HTTP traces URL
+    root: Path
+    stack: contextlib.ExitStack  # what is stopped at the end of the module
+    log: Callable[[], IO[str]]
 
     def send(self, requests: list[ExportTraceServiceRequest]) -> None:
         """Each request to the Collector and to the reference; both must accept it."""
@@ -183,9 +188,43 @@ class Topology:
         return [run for replica in self.replicas for run in replica.runs()]
 
 
+def start_collector(stack: contextlib.ExitStack, config_path: Path, replicas: list[Replica],
+                    log: IO[str], routing_key: str | None = None) -> str:
+    """A Collector in front of ``replicas``, accepting exports (stopped with ``stack``); its
+    OTLP/HTTP traces URL."""
+    port = free_port()
+    config = collector_config(port, replicas)
+    if routing_key is not None:
+        config["exporters"]["load_balancing"]["routing_key"] = routing_key
+    config_path.write_text(yaml.safe_dump(config), "utf-8")
+    process = subprocess.Popen([str(otelcol()), "--config", str(config_path)], stderr=log,
+                               text=True)
+
+    def stop() -> None:
+        process.terminate()
+        process.wait(30)
+
+    stack.callback(stop)
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    empty = ExportTraceServiceRequest().SerializeToString()
+
+    def up() -> bool:
+        if process.poll() is not None:
+            return True
+        with contextlib.suppress(OSError):
+            return http_request("POST", url, empty, PROTOBUF, timeout=2)[0] == 200
+        return False
+
+    wait_until(up, what="the Collector to accept exports", timeout=60)
+    if process.poll() is not None:
+        log.seek(0)
+        raise AssertionError(f"the Collector exited ({process.returncode}): {log.read()}")
+    return url
+
+
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
-    binary = otelcol()
+    otelcol()
     root = tmp_path_factory.mktemp("scale-out")
     with contextlib.ExitStack() as stack:
         def log() -> IO[str]:
@@ -197,34 +236,8 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
         for replica in (*replicas, reference):
             stack.callback(replica.stop)
             replica.start()
-        port = free_port()
-        config = root / "collector.yaml"
-        config.write_text(yaml.safe_dump(collector_config(port, replicas)), "utf-8")
-        collector_log = log()
-        process = subprocess.Popen([str(binary), "--config", str(config)], stderr=collector_log,
-                                   text=True)
-
-        def stop_collector() -> None:
-            process.terminate()
-            process.wait(30)
-
-        stack.callback(stop_collector)
-        url = f"http://127.0.0.1:{port}/v1/traces"
-        empty = ExportTraceServiceRequest().SerializeToString()
-
-        def up() -> bool:
-            if process.poll() is not None:
-                return True
-            with contextlib.suppress(OSError):
-                return http_request("POST", url, empty, PROTOBUF, timeout=2)[0] == 200
-            return False
-
-        wait_until(up, what="the Collector to accept exports", timeout=60)
-        if process.poll() is not None:
-            collector_log.seek(0)
-            raise AssertionError(
-                f"the Collector exited ({process.returncode}): {collector_log.read()}")
-        yield Topology(replicas, reference, url)
+        url = start_collector(stack, root / "collector.yaml", replicas, log())
+        yield Topology(replicas, reference, url, root, stack, log)
 
 
 # -- what is sent ---------------------------------------------------------------------------
@@ -420,6 +433,53 @@ def test_a_replica_killed_mid_stream_loses_no_acknowledged_run(topology: Topolog
     assert not lost, f"runs lost in the crash: {sorted(lost)[:5]}"
     assert after != before, "the restarted replica got what was sent while it was down"
 
+
+
+def test_routing_by_trace_id_would_split_runs_of_loose_calls(topology: Topology) -> None:
+    """Why not ``routing_key: traceID`` (docs/scale-out.md): a second Collector routing by
+    trace id, in front of the same replicas, is sent the runs of loose calls (each model call a
+    trace of its own; copies under trace ids and service names of their own) and spreads one
+    run's calls over the replicas, each of which then holds a run of part of them. (Last in the
+    module: the replicas then hold runs the reference has not seen.)"""
+    url = start_collector(topology.stack, topology.root / "collector-trace-id.yaml",
+                          topology.replicas, topology.log(), routing_key="traceID")
+    recordings = LOOSE
+    names = own_names(topology, recordings)
+    sent = []
+    for recording in recordings:
+        spans = renamed(scoped_spans(*recording), {name: f"{value}~trace-id" for name, value
+                                                   in names[recording].items()},
+                        f"#{ALL.index(recording)}~trace-id")
+        for _, _, span in spans:
+            span.trace_id = hashlib.sha256(b"trace-id" + span.trace_id).digest()[:16]
+        sent.append(spans)
+    traces = {span.trace_id.hex() for spans in sent for _, _, span in spans}
+    one_watchdog = runs_of(in_requests(sent))
+    status, answer = 0, b""
+    for request in in_requests(sent):
+        status, answer = http_request("POST", url, request.SerializeToString(), PROTOBUF)
+        assert status == 200, (status, answer[:300])
+
+    def spread() -> list[str]:
+        """The replica of each run of these traces."""
+        return [replica.name for replica in topology.replicas for run in replica.runs()
+                if run["trace_id"] in traces]
+
+    def split() -> list[str] | None:
+        holders = spread()
+        return holders if len(holders) > one_watchdog else None
+
+    holders = wait_until(split, what=lambda: f"more runs than one watchdog's {one_watchdog}: "
+                         f"{len(spread())}", timeout=30)
+    assert holders is not None and len(set(holders)) > 1, holders
+
+
+def runs_of(requests: list[ExportTraceServiceRequest]) -> int:
+    """How many runs one watchdog makes of ``requests`` (its tracker, in this process)."""
+    tracker = RunTracker()
+    for now, request in enumerate(requests, start=1):
+        tracker.apply(records_from(request).records, float(now))
+    return len([*tracker.active(), *tracker.ended()])
 
 # -- the configurations the docs and the chart give ----------------------------------------
 
