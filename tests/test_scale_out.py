@@ -1,22 +1,29 @@
 """Scale-out on the OpenTelemetry Collector (docs/scale-out.md): a real Collector, built by
 ``make collector`` from ``tests/collector/builder-config.yaml``, its ``load_balancing`` exporter
-routing by ``service.name`` (a static resolver) to three ``watchdog serve`` replicas, each with
-its own state directory and ports. A fourth replica, the reference, is sent the same requests
-directly.
+routing by ``service.name`` (a static resolver; the rest of docs/scale-out.md's settings) to
+three ``watchdog serve`` replicas, each with its own state directory and ports. A fourth
+replica, the reference, is sent the same requests directly.
 
 Every recording of a real framework (tests/frameworks/recordings) goes through the Collector
-in a few large requests, each recording's ``service.name`` made its own (so its runs spread over
-the replicas and no two recordings' loose calls meet), and the replicas' ``/v1/runs`` answers,
-merged, read exactly as the reference's: the same runs, counts and states, loose-call runs
-included. Then a second round, each recording cut in two: a replica is killed (SIGKILL) after the
-first parts, the second parts go on through the Collector while it is down, and it is started
-again on the same state directory: no run is lost, and every run reads as the reference's.
+once, in a few large requests, each recording's ``service.name`` and response ids made its own
+(so its runs spread over the replicas and no two recordings meet), and the replicas'
+``/v1/runs`` answers, merged, read exactly as the reference's: the same runs, counts and
+states, runs of loose calls included. Half of them so; the other half cut in two, a replica
+killed (SIGKILL) after the first parts, the second parts sent through the Collector while it is
+down, and the replica started again on its state directory: no run lost, every run as the
+reference reads it.
 
-GAP (pinned): a run whose spans carry more than one ``service.name`` (LiteLLM's OpenTelemetry
-callback exports with a tracer provider of its own, ``service.name=litellm``, into the loop's
-trace) is routed in parts when its services hash to different replicas. The test makes them do
-so (it probes where each service name is routed) and asserts that those runs then read
-differently.
+KNOWN GAP (pinned): the exporter routes the spans of one run that carry two ``service.name``s
+to two replicas. LiteLLM's OpenTelemetry callback exports with a tracer provider of its own
+(``service.name=litellm``) into the loop's trace; the test makes its two services go to
+different replicas (it probes where each name is routed), and the run still reads the same
+because those spans repeat calls the loop's own spans report. A tool served by another service
+in the agent's trace would be missing from the run (docs/scale-out.md, "What every span must
+carry").
+
+Why not by trace id: a second Collector routing by ``traceID`` spreads one run of loose calls
+over the replicas. The documented and the chart's Collector configurations pass the real
+Collector's ``validate``, which refuses ``routing_key: resource`` for traces.
 """
 
 from __future__ import annotations
