@@ -84,8 +84,8 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## collector: the OpenTelemetry Collector the scale-out tests run (tests/test_scale_out.py), built
 ## by the Collector builder from Go modules as tests/collector/builder-config.yaml says, into
 ## .cache/otelcol/<hash of that file>/ (the builder beside it; Go's module and build caches are
-## the user's). Cold, it costs about 7.5 CPU-minutes (downloads, the builder, the compile: 4 min
-## on 2 idle cores), so make test builds it beside the venvs; warm (the Go caches kept), 25 s.
+## the user's). Cold, it costs about 8 CPU-minutes (downloads, the builder, the compile: 4 min on
+## 2 idle cores), so make test builds it beside the venvs; warm (the Go caches kept), 25 s.
 OTELCOL_VERSION := v0.161.0
 OTELCOL_CONFIG  := tests/collector/builder-config.yaml
 OTELCOL_DIR     := .cache/otelcol/$(shell sha256sum $(OTELCOL_CONFIG) | cut -c1-16)
