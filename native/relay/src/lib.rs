@@ -62,7 +62,7 @@ enum Event {
 enum Reply {
     Respond { status: u16, headers: Headers, body: Bytes },
     Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
-              notify: bool },
+              notify: bool, direct: bool },
 }
 
 struct Shared {
@@ -76,6 +76,8 @@ struct Shared {
     max_concurrent: usize,
     observe_limit: usize,
     client: reqwest::Client,
+    /// For this process's own loopback relay: never through a proxy.
+    direct: reqwest::Client,
 }
 
 impl Shared {
@@ -280,12 +282,13 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             Reply::Respond { status, headers, body } => {
                 return Ok(answer(status, &headers, body, ticket));
             }
-            Reply::Forward { method, url, headers, body, observe, notify } => {
+            Reply::Forward { method, url, headers, body, observe, notify, direct } => {
                 ticket.notify = notify;
                 ticket.started = Instant::now();
                 let method = reqwest::Method::from_bytes(method.as_bytes())
                     .unwrap_or(reqwest::Method::POST);
-                let sent = shared.client.request(method, &url).headers(header_map(&headers))
+                let client = if direct { &shared.direct } else { &shared.client };
+                let sent = client.request(method, &url).headers(header_map(&headers))
                     .body(body).send().await;
                 match sent {
                     Ok(upstream) => {
@@ -354,15 +357,21 @@ impl Relay {
             if value.is_finite() && value > 0.0 { Ok(Duration::from_secs_f64(value)) }
             else { Err(PyValueError::new_err(format!("{name} must be a positive number"))) }
         };
-        let client = reqwest::Client::builder()
-            .connect_timeout(seconds(connect_timeout, "connect_timeout")?)
-            .read_timeout(seconds(read_timeout, "read_timeout")?)
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(max_concurrent)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|error| PyOSError::new_err(format!("the relay's HTTP client: {error}")))?;
+        let builder = || -> PyResult<reqwest::ClientBuilder> {
+            Ok(reqwest::Client::builder()
+                .connect_timeout(seconds(connect_timeout, "connect_timeout")?)
+                .read_timeout(seconds(read_timeout, "read_timeout")?)
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_idle_timeout(Duration::from_secs(60))
+                .pool_max_idle_per_host(max_concurrent)
+                .tcp_nodelay(true)
+                .http1_title_case_headers())
+        };
+        let failed = |error: reqwest::Error| {
+            PyOSError::new_err(format!("the relay's HTTP client: {error}"))
+        };
+        let client = builder()?.build().map_err(failed)?;
+        let direct = builder()?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1)).thread_name("watchdog-relay").enable_all().build()
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
@@ -381,7 +390,8 @@ impl Relay {
         let shared = Arc::new(Shared {
             events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
-            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit, client });
+            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit, client,
+            direct });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
         Ok(Relay { shared, runtime: Mutex::new(Some(runtime)), stop, wake_reader, port })
@@ -421,13 +431,16 @@ impl Relay {
     }
 
     /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
-    /// its ``done`` event, which comes with ``notify`` (or ``observe``).
-    #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true))]
+    /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``direct``: never
+    /// through the environment's proxy (this process's own loopback relay).
+    #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
+                        direct=false))]
+    #[allow(clippy::too_many_arguments)]
     fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
-               observe: bool, notify: bool) -> bool {
+               observe: bool, notify: bool, direct: bool) -> bool {
         self.reply(id, Reply::Forward { method, url, headers,
                                         body: Bytes::copy_from_slice(body), observe,
-                                        notify: notify || observe })
+                                        notify: notify || observe, direct })
     }
 
     /// Requests being served now.
@@ -480,7 +493,7 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
         let shared = shared.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| handle(shared.clone(), request));
-            let _ = http1::Builder::new().keep_alive(true)
+            let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
                 .serve_connection(TokioIo::new(stream), service).await;
         });
     }
