@@ -163,6 +163,7 @@ impl Body for RelayBody {
                 let Ok(data) = frame.into_data() else {
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::new())))); // trailers: none
                 };
+                let last = this.upstream.as_ref().is_some_and(Body::is_end_stream);
                 if let Some(ticket) = this.ticket.as_mut() {
                     let limit = ticket.shared.observe_limit;
                     if let Some(seen) = ticket.observed.as_mut() {
@@ -172,6 +173,14 @@ impl Body for RelayBody {
                             ticket.observed = None; // too long to read: passes unobserved
                         }
                     }
+                    if last {
+                        // told before the client can have it all: a request it sends next
+                        // comes after this end
+                        ticket.end("ok");
+                    }
+                }
+                if last {
+                    this.upstream = None;
                 }
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }

@@ -113,6 +113,8 @@ class NativeEndpoint:
     # -- events ---------------------------------------------------------------------------------
 
     def _drain(self) -> None:
+        """The queued events in their order: a response's end comes before any request its
+        client sent after it (so the next request of a conversation finds the call booked)."""
         for event in self.relay.take():
             kind, number = event[0], event[1]
             try:
