@@ -11,8 +11,9 @@ so that on a small machine it takes little of the CPU the two sides are measured
 sidecar is a ``watchdog serve`` process with the model endpoint on, in front of it (no budget,
 no rule firing: the pass-through path every request of a healthy run takes, each one still
 read and booked as a model call of a run); one sidecar per ``--relay`` (``model_relay``: the
-aiohttp relay ``python``, the compiled one ``native``), all in the same run. The client is aiohttp in this process, reading each
-SSE event as it arrives; every request carries a task of its own (one conversation, one run).
+aiohttp relay ``python``, the compiled one ``native``), all in the same run. The client is
+aiohttp in this process, reading each SSE event as it arrives; every request carries a task of
+its own (one conversation, one run).
 
 Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
 every side alike): one stream at a time, then ``--concurrency`` streams at once. Reported per

@@ -29,6 +29,7 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-proxy-SECRET-0123456789abcdefXYZ"
 COMPLETION = (b'{"id": "chatcmpl-raw1",  "object":"chat.completion", "created": 1, "model":"m",'

@@ -98,7 +98,7 @@ class Config:
     model_upstream_anthropic: str = DEFAULT_MODEL_UPSTREAM_ANTHROPIC
     model_agent_name: str | None = None  # the agent name of a call nothing else names
     model_abort: str = "answer"  # answer | error
-    model_relay: str = "native"  # native (the compiled relay) | python
+    model_relay: str | None = None  # native (compiled) | python; None: native where built
     model_max_body_bytes: int = DEFAULT_MODEL_MAX_BODY_BYTES
     model_max_concurrent: int = DEFAULT_MODEL_MAX_CONCURRENT
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
@@ -191,8 +191,8 @@ class Config:
                 (validate_upstream, ("model_upstream_anthropic", self.model_upstream_anthropic)),
                 (_require, (self.model_abort in MODEL_ABORTS, "model_abort", self.model_abort,
                             "one of " + ", ".join(MODEL_ABORTS))),
-                (_require, (self.model_relay in MODEL_RELAYS, "model_relay", self.model_relay,
-                            "one of " + ", ".join(MODEL_RELAYS))),
+                (_require, (self.model_relay is None or self.model_relay in MODEL_RELAYS,
+                            "model_relay", self.model_relay, "one of " + ", ".join(MODEL_RELAYS))),
                 (_require, (self.model_upstream_timeout > 0, "model_upstream_timeout",
                             self.model_upstream_timeout,
                             "a positive number of seconds (e.g. 600 or 10m)")),

@@ -151,10 +151,12 @@ class Server:
             await self._start_grpc(admission, forward)
 
         if config.model_address is not None:  # (its modules load only when it is on)
+            from watchdog.shell.model.native import built as native_built
             from watchdog.shell.model.proxy import ModelProxy
 
             self.model = proxy = ModelProxy(service, config, metrics)
-            if config.model_relay == "native":
+            relay = config.model_relay or ("native" if native_built() else "python")
+            if relay == "native":
                 await self._start_native(proxy)
             else:
                 await self._start_app("model", config.model_address, proxy.app(),
@@ -188,11 +190,11 @@ class Server:
 
     async def _start_native(self, proxy: ModelProxy) -> None:
         """The model endpoint on the compiled relay (``model_relay: native``)."""
-        from watchdog.shell.model.native import NativeEndpoint, available
+        from watchdog.shell.model.native import NativeEndpoint, missing_relay
 
         address = self.config.model_address
         assert address is not None
-        if (missing := available()) is not None:
+        if (missing := missing_relay()) is not None:
             raise StartupError(f"model_relay: native needs the compiled relay, which is not "
                                f"built ({missing}); build it (pip install with Rust, see "
                                f"docs/model-endpoint.md) or set model_relay: python")

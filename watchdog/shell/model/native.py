@@ -49,13 +49,18 @@ log = logging.getLogger("watchdog.model")
 TICKET_PATH = "/relay/"
 
 
-def available() -> str | None:
-    """None when the compiled relay is built, else why not."""
+def missing_relay() -> str | None:
+    """None when the compiled relay is built, else why it cannot be loaded."""
     try:
         from watchdog.shell.model import _relay  # noqa: F401
     except ImportError as exc:
         return str(exc)
     return None
+
+
+def built() -> bool:
+    """Whether the compiled relay is built (``model_relay`` unset: it serves when it is)."""
+    return missing_relay() is None
 
 
 class NativeEndpoint:

@@ -309,7 +309,6 @@ class ModelProxy:
         assert session is not None, "ModelProxy.start() first"
         api, url, body, headers, exchange = plan.api, plan.url, plan.body, plan.headers, \
             plan.exchange
-        wire = exchange.wire if exchange is not None else ChatWire()
         agent = exchange.agent if exchange is not None else None
         started = time.perf_counter()
         try:
