@@ -67,8 +67,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
+def wait_ready(url: str, process: subprocess.Popen[bytes], what: str,
+               timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
     while True:
         try:
             with urllib.request.urlopen(url, timeout=1):
@@ -189,7 +190,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def sidecar(state_dir: str, upstream_url: str, relay: str) -> Iterator[tuple[str, int]]:
+def sidecar(state_dir: str, upstream_url: str, relay: str,
+            callgrind: str | None = None) -> Iterator[tuple[str, int]]:
+    """A sidecar with the model endpoint in front of ``upstream_url``: its endpoint's URL and
+    pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind."""
     ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics",
                                             "model")}
     env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
@@ -201,10 +205,16 @@ def sidecar(state_dir: str, upstream_url: str, relay: str) -> Iterator[tuple[str
                WATCHDOG_MODEL_ADDRESS=f"127.0.0.1:{ports['model']}",
                WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench",
                WATCHDOG_MODEL_RELAY=relay)
-    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env, cwd=ROOT)
+    command = [sys.executable, "-m", "watchdog", "serve"]
+    if callgrind is not None:
+        command = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={callgrind}",
+                   *command]
+    process = subprocess.Popen(command, env=env, cwd=ROOT)
+    timeout = READY_TIMEOUT * (20 if callgrind else 1)  # valgrind runs it ~50x slower
     try:
-        wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar")
-        wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint")
+        wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar", timeout)
+        wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint",
+                   timeout)
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
     finally:
         process.terminate()
@@ -340,6 +350,37 @@ async def measure(direct_url: str, sidecars: dict[str, tuple[str, int]], streams
     return lines
 
 
+def instructions(pid: int, out: str) -> int:
+    """The instructions callgrind counted in ``pid`` since it was last zeroed (dumped now)."""
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True,
+                   capture_output=True)
+    total = 0
+    for dump in Path(out).parent.glob(Path(out).name + "*"):
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                total += int(line.split()[1])
+                break
+        dump.unlink()
+    return total
+
+
+def count_instructions(state: str, up: str, relays: list[str], streams: int) -> list[str]:
+    """``--callgrind``: instructions per stream in each sidecar (its relay threads included),
+    one stream at a time after a warm-up, whatever the machine's load."""
+    lines = []
+    for relay in relays:
+        out = f"{state}/callgrind-{relay}.out"
+        with sidecar(f"{state}/{relay}", up, relay, callgrind=out) as (url, pid):
+            asyncio.run(phase(url, 10, 1, 0))  # warm: imports, the pools, the pricer
+            subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
+                           capture_output=True)
+            asyncio.run(phase(url, streams, 1, 1000))
+            counted = instructions(pid, out)
+        lines.append(f"  relay {relay}: {counted / streams / 1e6:.2f} M instructions per "
+                     f"stream ({streams} streams, one at a time)")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=200,
@@ -352,6 +393,10 @@ def main() -> None:
     parser.add_argument("--relay", default="python,native",
                         help="the sidecars' model_relay, comma-separated: python, native "
                              "(default both, alternating in one run)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count each sidecar's instructions per stream under valgrind's "
+                             "callgrind instead (repeatable whatever the load; --streams of "
+                             "them, one at a time)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream is not None:
@@ -362,6 +407,13 @@ def main() -> None:
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
+    if args.callgrind:
+        with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up:
+            lines = count_instructions(state, up, relays, args.streams)
+        print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
+              f"events each")
+        print("\n".join(lines))
+        return
     with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up, \
             ExitStack() as stack:
         sidecars = {relay: stack.enter_context(sidecar(f"{state}/{relay}", up, relay))
