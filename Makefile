@@ -22,9 +22,11 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
-# client's editable install builds its C span path in place (rebuilt when its source changes)
+# client's editable install builds its C span path in place (rebuilt when its source changes),
+# the sidecar's its compiled model relay (native/relay, rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
-		client/agent_watchdog_client/_spanpath.c
+		client/agent_watchdog_client/_spanpath.c native/Cargo.lock native/relay/Cargo.toml \
+		native/relay/src/lib.rs
 	$(UV_PIP) --python $(PY) -e '.[test]' -e ./client
 	touch $@ $(VENV)/.installed
 
