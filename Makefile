@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart
+	dist-image dist-chart collector
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -22,9 +22,11 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
-# client's editable install builds its C span path in place (rebuilt when its source changes)
+# client's editable install builds its C span path in place (rebuilt when its source changes),
+# the sidecar's its compiled model relay (native/relay, rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
-		client/agent_watchdog_client/_spanpath.c
+		client/agent_watchdog_client/_spanpath.c native/Cargo.lock native/relay/Cargo.toml \
+		native/relay/src/lib.rs
 	$(UV_PIP) --python $(PY) -e '.[test]' -e ./client
 	touch $@ $(VENV)/.installed
 
@@ -81,10 +83,32 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-## test: system packages first; then, FRAMEWORK_JOBS at once, .venv with test extras, the
-## framework venvs, the dist venv and the TypeScript agent, and lint (ruff and mypy: a lint
-## error fails CI like a failing test) as soon as .venv is there; run every test (they run make
-## dist once)
+## collector: the OpenTelemetry Collector the scale-out tests run (tests/test_scale_out.py), built
+## by the Collector builder from Go modules as tests/collector/builder-config.yaml says, into
+## .cache/otelcol/<hash of that file>/ (the builder beside it; Go's module and build caches are
+## the user's). Cold, it costs about 8 CPU-minutes (downloads, the builder, the compile: 4 min on
+## 2 idle cores), so make test builds it beside the venvs; warm (the Go caches kept), 25 s.
+OTELCOL_VERSION := v0.161.0
+OTELCOL_CONFIG  := tests/collector/builder-config.yaml
+OTELCOL_DIR     := .cache/otelcol/$(shell sha256sum $(OTELCOL_CONFIG) | cut -c1-16)
+OTELCOL         := $(OTELCOL_DIR)/otelcol-watchdog
+OTELCOL_BUILDER := .cache/otelcol/builder-$(OTELCOL_VERSION)/builder
+OTELCOL_GO      := GOFLAGS='-mod=mod -buildvcs=false' GOPROXY=$${GOPROXY:-https://proxy.golang.org}
+
+$(OTELCOL_BUILDER):
+	$(OTELCOL_GO) GOBIN=$(abspath $(@D)) go install go.opentelemetry.io/collector/cmd/builder@$(OTELCOL_VERSION)
+
+$(OTELCOL): $(OTELCOL_CONFIG) $(OTELCOL_BUILDER)
+	rm -rf $(OTELCOL_DIR).tmp && mkdir -p $(OTELCOL_DIR).tmp
+	cd $(OTELCOL_DIR).tmp && $(OTELCOL_GO) $(abspath $(OTELCOL_BUILDER)) --config $(abspath $(OTELCOL_CONFIG))
+	mkdir -p $(@D) && mv $(OTELCOL_DIR).tmp/build/otelcol-watchdog $@ && rm -rf $(OTELCOL_DIR).tmp
+
+collector: $(OTELCOL)
+
+## test: system packages first; then, FRAMEWORK_JOBS at once, .venv with test extras (its
+## compiled parts), the Collector, the framework venvs, the dist venv and the TypeScript agent,
+## and lint (ruff and mypy: a lint error fails CI like a failing test) as soon as .venv is there;
+## run every test (they run make dist once)
 ## Tests come in four tiers (tests/conftest.py): unit, integration (real sidecars), frameworks
 ## (real agent frameworks) and image (make dist's artifacts); TEST_WORKERS run them at once,
 ## the slowest tiers first, an idle worker taking tests from a busy one (--dist worksteal).
@@ -92,8 +116,8 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## in .cache/test-times.json).
 TEST_WORKERS ?= 3
 test: system-deps
-	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(FRAMEWORK_VENVS) \
-		$(TS_AGENT) $(DIST_VENV)/.installed lint
+	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(DIST_VENV)/.installed lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the

@@ -2,6 +2,7 @@
 upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
 
     .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
+        [--relay python,native]
 
 The upstream is a model API of this file's own in a process of its own (asyncio, HTTP/1.1
 keep-alive, each event one chunk of a chunked ``text/event-stream``, as hosted APIs serve them),
@@ -9,11 +10,14 @@ streaming a chat completion of ``--chunks`` events ``--chunk-ms`` apart (a model
 so that on a small machine it takes little of the CPU the two sides are measured on. The
 sidecar is a ``watchdog serve`` process with the model endpoint on, in front of it (no budget,
 no rule firing: the pass-through path every request of a healthy run takes, each one still
-read and booked as a model call of a run). The client is aiohttp in this process, reading each
-SSE event as it arrives; every request carries a task of its own (one conversation, one run).
+read and booked as a model call of a run); one sidecar per ``--relay`` (``model_relay``: the
+aiohttp relay ``python``, the compiled one ``native``), all in the same run. The client is
+aiohttp in this process, reading each SSE event as it arrives; every request carries a task of
+its own (one conversation, one run).
 
-Phases, in the order direct, sidecar, sidecar, direct (so drift hits both sides alike): one
-stream at a time, then ``--concurrency`` streams at once. Reported per phase, pooled per side:
+Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
+every side alike): one stream at a time, then ``--concurrency`` streams at once. Reported per
+phase and relay against the direct side, pooled per side:
 
 * time to first byte (the first SSE event): p50 and p99, and what the sidecar adds;
 * per chunk: the gap between consecutive events p50 and p99 (the upstream's pace plus the
@@ -43,7 +47,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,8 +67,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
+def wait_ready(url: str, process: subprocess.Popen[bytes], what: str,
+               timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
     while True:
         try:
             with urllib.request.urlopen(url, timeout=1):
@@ -185,7 +190,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def sidecar(state_dir: str, upstream_url: str) -> Iterator[tuple[str, int]]:
+def sidecar(state_dir: str, upstream_url: str, relay: str,
+            callgrind: str | None = None) -> Iterator[tuple[str, int]]:
+    """A sidecar with the model endpoint in front of ``upstream_url``: its endpoint's URL and
+    pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind."""
     ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics",
                                             "model")}
     env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
@@ -195,11 +203,18 @@ def sidecar(state_dir: str, upstream_url: str) -> Iterator[tuple[str, int]]:
                WATCHDOG_API_ADDRESS=f"127.0.0.1:{ports['api']}",
                WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}",
                WATCHDOG_MODEL_ADDRESS=f"127.0.0.1:{ports['model']}",
-               WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench")
-    process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env, cwd=ROOT)
+               WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench",
+               WATCHDOG_MODEL_RELAY=relay)
+    command = [sys.executable, "-m", "watchdog", "serve"]
+    if callgrind is not None:
+        command = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={callgrind}",
+                   *command]
+    process = subprocess.Popen(command, env=env, cwd=ROOT)
+    timeout = READY_TIMEOUT * (20 if callgrind else 1)  # valgrind runs it ~50x slower
     try:
-        wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar")
-        wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint")
+        wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar", timeout)
+        wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint",
+                   timeout)
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
     finally:
         process.terminate()
@@ -214,8 +229,9 @@ class Timings:
     gaps: list[float] = field(default_factory=list)  # seconds between consecutive events
     streams: list[float] = field(default_factory=list)  # first event to the last
     chunks: int = 0
-    cpu: float = 0.0  # the sidecar's CPU seconds over the phase (idle, for direct phases)
+    cpu: float = 0.0  # the sidecar's CPU seconds over its phases
     wall: float = 0.0  # the phase's seconds
+    idle: dict[str, float] = field(default_factory=dict)  # each sidecar's CPU, direct phases
 
     def extend(self, other: Timings) -> None:
         self.ttfb += other.ttfb
@@ -224,6 +240,8 @@ class Timings:
         self.chunks += other.chunks
         self.cpu += other.cpu
         self.wall += other.wall
+        for relay, cpu in other.idle.items():
+            self.idle[relay] = self.idle.get(relay, 0.0) + cpu
 
 
 async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
@@ -275,8 +293,8 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.3f}"
 
 
-def report(label: str, direct: Timings, proxied: Timings) -> list[str]:
-    rows = [f"{label}: {len(direct.ttfb)} + {len(proxied.ttfb)} streams, "
+def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[str]:
+    rows = [f"{label}, relay {relay}: {len(direct.ttfb)} + {len(proxied.ttfb)} streams, "
             f"{direct.chunks} + {proxied.chunks} events (direct + through the sidecar)",
             f"  {'':26} {'direct ms':>10} {'sidecar ms':>10} {'added ms':>10} {'ratio':>7}"]
     for name, values in (("time to first byte", "ttfb"), ("gap between chunks", "gaps"),
@@ -291,7 +309,7 @@ def report(label: str, direct: Timings, proxied: Timings) -> list[str]:
     together = sum(gap < 0.0005 for gap in proxied.gaps), sum(gap < 0.0005 for gap in direct.gaps)
     rows.append(f"  events read together with the one before (< 0.5 ms apart): "
                 f"{together[1]} direct, {together[0]} through the sidecar")
-    idle = direct.cpu / direct.wall if direct.wall else 0.0  # the sidecar's own timers
+    idle = direct.idle.get(relay, 0.0) / direct.wall if direct.wall else 0.0  # its own timers
     busy = max(proxied.cpu - idle * proxied.wall, 0.0)
     rows.append(f"  sidecar CPU per stream: {busy / len(proxied.ttfb) * 1000:.2f} ms, per "
                 f"event {busy / proxied.chunks * 1e6:.0f} µs, busy "
@@ -301,24 +319,65 @@ def report(label: str, direct: Timings, proxied: Timings) -> list[str]:
     return rows
 
 
-async def measure(direct_url: str, sidecar_url: str, sidecar_pid: int, streams: int,
+async def measure(direct_url: str, sidecars: dict[str, tuple[str, int]], streams: int,
                   concurrency: int) -> list[str]:
+    """``sidecars``: relay -> (its endpoint's URL, its pid)."""
     lines: list[str] = []
     counter = 0
+    relays = list(sidecars)
     for width, count in ((1, max(streams // 4, 10)), (concurrency, streams)):
-        sides = {"direct": Timings(), "sidecar": Timings()}
+        sides = {side: Timings() for side in ("direct", *relays)}
         await phase(direct_url, 5, 1, 10**6 + counter)  # warm the connections up
-        await phase(sidecar_url, 5, 1, 2 * 10**6 + counter)
-        for side in ("direct", "sidecar", "sidecar", "direct"):
-            url = direct_url if side == "direct" else sidecar_url
-            cpu, wall = cpu_seconds(sidecar_pid), time.perf_counter()
+        for number, (url, _pid) in enumerate(sidecars.values()):
+            await phase(url, 5, 1, (2 + number) * 10**6 + counter)
+        for side in ("direct", *relays, *reversed(relays), "direct"):
+            url = direct_url if side == "direct" else sidecars[side][0]
+            cpu = {relay: cpu_seconds(pid) for relay, (_url, pid) in sidecars.items()}
+            wall = time.perf_counter()
             timings = await phase(url, count // 2, width, counter)
-            timings.cpu = cpu_seconds(sidecar_pid) - cpu
             timings.wall = time.perf_counter() - wall
+            spent = {relay: cpu_seconds(pid) - cpu[relay]
+                     for relay, (_url, pid) in sidecars.items()}
+            if side == "direct":
+                timings.idle = spent
+            else:
+                timings.cpu = spent[side]
             sides[side].extend(timings)
             counter += count
-        lines += report(f"{width} stream{'s' if width > 1 else ''} at a time",
-                        sides["direct"], sides["sidecar"])
+        for relay in relays:
+            lines += report(f"{width} stream{'s' if width > 1 else ''} at a time", relay,
+                            sides["direct"], sides[relay])
+    return lines
+
+
+def instructions(pid: int, out: str) -> int:
+    """The instructions callgrind counted in ``pid`` since it was last zeroed (dumped now)."""
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True,
+                   capture_output=True)
+    total = 0
+    for dump in Path(out).parent.glob(Path(out).name + "*"):
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                total += int(line.split()[1])
+                break
+        dump.unlink()
+    return total
+
+
+def count_instructions(state: str, up: str, relays: list[str], streams: int) -> list[str]:
+    """``--callgrind``: instructions per stream in each sidecar (its relay threads included),
+    one stream at a time after a warm-up, whatever the machine's load."""
+    lines = []
+    for relay in relays:
+        out = f"{state}/callgrind-{relay}.out"
+        with sidecar(f"{state}/{relay}", up, relay, callgrind=out) as (url, pid):
+            asyncio.run(phase(url, 10, 1, 0))  # warm: imports, the pools, the pricer
+            subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
+                           capture_output=True)
+            asyncio.run(phase(url, streams, 1, 1000))
+            counted = instructions(pid, out)
+        lines.append(f"  relay {relay}: {counted / streams / 1e6:.2f} M instructions per "
+                     f"stream ({streams} streams, one at a time)")
     return lines
 
 
@@ -331,6 +390,13 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=20, help="SSE events per stream")
     parser.add_argument("--chunk-ms", type=float, default=5.0,
                         help="the upstream's pause between chunks, ms (default 5)")
+    parser.add_argument("--relay", default="python,native",
+                        help="the sidecars' model_relay, comma-separated: python, native "
+                             "(default both, alternating in one run)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count each sidecar's instructions per stream under valgrind's "
+                             "callgrind instead (repeatable whatever the load; --streams of "
+                             "them, one at a time)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream is not None:
@@ -338,9 +404,21 @@ def main() -> None:
         return
     if args.streams < 4 or args.concurrency < 1 or args.chunks < 3 or args.chunk_ms < 0:
         parser.error("--streams >= 4, --concurrency >= 1, --chunks >= 3, --chunk-ms >= 0")
+    relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
+    if not relays or any(relay not in ("python", "native") for relay in relays):
+        parser.error("--relay: python, native or both, comma-separated")
+    if args.callgrind:
+        with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up:
+            lines = count_instructions(state, up, relays, args.streams)
+        print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
+              f"events each")
+        print("\n".join(lines))
+        return
     with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up, \
-            sidecar(state, up) as (through, pid):
-        lines = asyncio.run(measure(up, through, pid, args.streams, args.concurrency))
+            ExitStack() as stack:
+        sidecars = {relay: stack.enter_context(sidecar(f"{state}/{relay}", up, relay))
+                    for relay in relays}
+        lines = asyncio.run(measure(up, sidecars, args.streams, args.concurrency))
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
           f"{args.chunk_ms:g} ms apart; same client, same run, direct vs through the sidecar")
     print("\n".join(lines))

@@ -625,7 +625,7 @@ def check_otel_collector(block: Block, stack: Stack, state: DocState) -> None:
                 for m in _render({"mode": "gateway", "auth": {"token": "t" * 32}})
                 if m["kind"] == "Service"}
     hosts = re.findall(r"(watchdog-agent-watchdog[\w.-]*?)(?:\.NAMESPACE[\w.]*)?[\s:,]+(?:port: )?"
-                       r"(\d+)", block.text)
+                       r"\"?(\d+)", block.text)  # (a port may be quoted: the DNS resolver's)
     assert hosts, f"{block.where}: names no watchdog host"
     for host, port in hosts:
         assert host in services and int(port) in services[host], (block.where, host, services)

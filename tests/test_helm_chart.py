@@ -85,6 +85,8 @@ MODES: dict[str, dict[str, Any] | None] = {
         "prometheusRule": {"enabled": True, "runbookUrl": RUNBOOK_URL},
         "dashboards": {"enabled": True},
     },
+    "gateway-collector": {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET},
+                          "gateway": {"replicas": 3, "collector": {"enabled": True}}},
     "gateway-persistent": {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET},
                            "gateway": {"persistence": {"existingClaim": "watchdog-state"}},
                            "podMonitor": {"enabled": True}},

@@ -42,6 +42,7 @@ def test_from_the_environment() -> None:
     ({"WATCHDOG_MODEL_UPSTREAM": "http://x/v1?key=1"}, ["?query"]),
     ({"WATCHDOG_MODEL_UPSTREAM": "http://x:99999/v1"}, ["model_upstream="]),
     ({"WATCHDOG_MODEL_ABORT": "crash"}, ["model_abort='crash'", "answer, error"]),
+    ({"WATCHDOG_MODEL_RELAY": "rust"}, ["model_relay='rust'", "native, python"]),
     ({"WATCHDOG_MODEL_MAX_BODY_BYTES": "0"}, ["model_max_body_bytes=0", ">= 1"]),
     ({"WATCHDOG_MODEL_MAX_CONCURRENT": "many"}, ["model_max_concurrent='many'", "integer"]),
     ({"WATCHDOG_MODEL_UPSTREAM_TIMEOUT": "0"}, ["model_upstream_timeout=0", "positive"]),

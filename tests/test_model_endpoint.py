@@ -24,6 +24,7 @@ from tests.frameworks.fakellm import (
     steps,
 )
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-test-SECRET-abcdef0123456789abcdef"
 BUDGET_PACK = """\

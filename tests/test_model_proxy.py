@@ -10,6 +10,7 @@ import http.client
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 import urllib.request
@@ -29,6 +30,8 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from watchdog.shell.errors import StartupError
 
 KEY = "sk-proxy-SECRET-0123456789abcdefXYZ"
 COMPLETION = (b'{"id": "chatcmpl-raw1",  "object":"chat.completion", "created": 1, "model":"m",'
@@ -663,3 +666,24 @@ def test_a_plain_text_delta_is_read_without_parsing_and_nothing_else_is() -> Non
              chunk({"content": 5}), "[DONE]", "not json"]
     for data in whole:
         assert plain_content(data) is None, data
+
+
+def test_the_relay_unset_is_native_where_built_and_native_unbuilt_is_refused(
+        tmp_path: Path, upstream: RawUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``model_relay`` unset: the compiled relay serves when it is built, the aiohttp one when
+    it is not; ``native`` asked for but not built stops the start with what to do."""
+    with sidecar_for(tmp_path, upstream, model_relay=None) as sidecar:
+        assert sidecar.server.native is not None  # make test builds it
+        assert post(sidecar, "/v1/chat/completions", json.dumps(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())[0] == 200
+    monkeypatch.setitem(sys.modules, "watchdog.shell.model._relay", None)  # not importable
+    monkeypatch.delattr(sys.modules["watchdog.shell.model"], "_relay", raising=False)
+    with sidecar_for(tmp_path / "unbuilt", upstream, model_relay=None) as sidecar:
+        assert sidecar.server.native is None
+        assert post(sidecar, "/v1/chat/completions", json.dumps(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())[0] == 200
+    with pytest.raises(StartupError) as failure, \
+            sidecar_for(tmp_path / "refused", upstream, model_relay="native"):
+        pass
+    assert "model_relay: native needs the compiled relay" in str(failure.value)
+    assert "model_relay: python" in str(failure.value)

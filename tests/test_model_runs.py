@@ -16,6 +16,7 @@ from opentelemetry import propagate, trace
 
 from tests.frameworks.fakellm import FakeLLM, Step, answer, call, looping, steps
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 from tests.otel import export_http
 from tests.spans import SpanMaker, chat_attrs, tool_attrs
 from watchdog.shell.clock import ManualClock

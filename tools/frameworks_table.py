@@ -71,6 +71,8 @@ def row(convention: Convention) -> str:
              + [f"`{key}` ~ /{pattern}/ → `{name}`" for key, pattern, name in c.limit_states]
              + [f"last input “{text}…” → `{name}`" for text, name in c.limit_prompts]
              + [f"agent output ends “{text}…” → `{name}`" for text, name in c.limit_answers]
+             + [f"agent output ~ /{pattern}/ → `{name}`"
+                for pattern, name in c.limit_answer_patterns]
              + [f"`{rule.steps}` ≥ `{rule.cap}` → `{rule.limit}`"
                 + (f" (when `{rule.exit_reason}` is not recorded)" if rule.exit_reason else "")
                 for rule in c.step_caps]
@@ -124,7 +126,10 @@ def row(convention: Convention) -> str:
                             for key, value in rule.where)
                 + f" ({rule.role or 'a step'})" for rule in c.nested_agent_roles]
              + [f"a nested agent-kind span `{name}` naming no agent (a step)"
-                for name in c.nested_step_span_names])
+                for name in c.nested_step_span_names]
+             + (["a nested agent-kind span naming no agent named `…"
+                 + "`, `…".join(c.nested_step_span_suffixes) + "` (a step)"]
+                if c.nested_step_span_suffixes else []))
     notes = ([c.notes] if c.notes else []) + (
         ["content capture off: " + ", ".join(f"`{text}`" for text in sorted(c.hidden_content))
          + " in place of content: no tool arguments or result (hidden calls are no repeats of "

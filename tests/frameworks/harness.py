@@ -95,6 +95,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "litellm_logfire": (*_OTEL, "litellm"),
     "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
                    "llama_index.core.agent.workflow", "llama_index.llms.openai_like"),
+    "llamaindex_legacy": (*_OTEL, "openinference.instrumentation.llama_index",
+                          "llama_index.core.agent", "llama_index.llms.openai_like"),
     "openai_agents": _OPENAI_AGENTS,
     # OpenLLMetry's OpenAIInstrumentor imports its wrappers (.v1) when it instruments
     "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents",

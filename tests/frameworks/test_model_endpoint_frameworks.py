@@ -47,6 +47,7 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-endpoint-tests-0123456789abcdefSECRET"
 AGENT = "endpoint-agent"  # model_agent_name: nothing else names these agents

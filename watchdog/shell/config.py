@@ -52,6 +52,7 @@ DEFAULT_MAX_FORWARD_QUEUE_REQUESTS = 1000  # export requests; the Collector's qu
 DEFAULT_MODEL_UPSTREAM = "https://api.openai.com/v1"
 DEFAULT_MODEL_UPSTREAM_ANTHROPIC = "https://api.anthropic.com"
 MODEL_ABORTS = ("answer", "error")  # an aborted run's next request: a final answer, or a 400
+MODEL_RELAYS = ("native", "python")  # the compiled relay, or the aiohttp one
 DEFAULT_MODEL_MAX_BODY_BYTES = 16 * 1024 * 1024  # a request body; long histories with images
 DEFAULT_MODEL_MAX_CONCURRENT = 256  # requests in flight through the endpoint at once
 DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long reasoning call)
@@ -97,6 +98,7 @@ class Config:
     model_upstream_anthropic: str = DEFAULT_MODEL_UPSTREAM_ANTHROPIC
     model_agent_name: str | None = None  # the agent name of a call nothing else names
     model_abort: str = "answer"  # answer | error
+    model_relay: str | None = None  # native (compiled) | python; None: native where built
     model_max_body_bytes: int = DEFAULT_MODEL_MAX_BODY_BYTES
     model_max_concurrent: int = DEFAULT_MODEL_MAX_CONCURRENT
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
@@ -189,6 +191,8 @@ class Config:
                 (validate_upstream, ("model_upstream_anthropic", self.model_upstream_anthropic)),
                 (_require, (self.model_abort in MODEL_ABORTS, "model_abort", self.model_abort,
                             "one of " + ", ".join(MODEL_ABORTS))),
+                (_require, (self.model_relay is None or self.model_relay in MODEL_RELAYS,
+                            "model_relay", self.model_relay, "one of " + ", ".join(MODEL_RELAYS))),
                 (_require, (self.model_upstream_timeout > 0, "model_upstream_timeout",
                             self.model_upstream_timeout,
                             "a positive number of seconds (e.g. 600 or 10m)")),

@@ -49,6 +49,7 @@ from watchdog.shell.state.store import Store, StoreError
 if TYPE_CHECKING:
     import grpc
 
+    from watchdog.shell.model.native import NativeEndpoint
     from watchdog.shell.model.proxy import ModelProxy
 
 log = logging.getLogger("watchdog")
@@ -77,6 +78,7 @@ class Server:
         self.forwarder: Forwarder | None = None
         self.admission: Admission | None = None
         self.model: ModelProxy | None = None  # the model endpoint, when model_address is set
+        self.native: NativeEndpoint | None = None  # its compiled relay (model_relay: native)
 
     @property
     def ready(self) -> bool:
@@ -149,11 +151,16 @@ class Server:
             await self._start_grpc(admission, forward)
 
         if config.model_address is not None:  # (its modules load only when it is on)
+            from watchdog.shell.model.native import built as native_built
             from watchdog.shell.model.proxy import ModelProxy
 
             self.model = proxy = ModelProxy(service, config, metrics)
-            await self._start_app("model", config.model_address, proxy.app(),
-                                  handler_cancellation=True)
+            relay = config.model_relay or ("native" if native_built() else "python")
+            if relay == "native":
+                await self._start_native(proxy)
+            else:
+                await self._start_app("model", config.model_address, proxy.app(),
+                                      handler_cancellation=True)
         loops = [("state_flush", config.state_flush_interval, self._flush),
                  ("evaluate", config.eval_interval, self._tick),
                  ("prune", PRUNE_INTERVAL, self._prune)]
@@ -180,6 +187,26 @@ class Server:
             passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
         await self._grpc.start()
         self.addresses["otlp_grpc"] = (host, bound)
+
+    async def _start_native(self, proxy: ModelProxy) -> None:
+        """The model endpoint on the compiled relay (``model_relay: native``)."""
+        from watchdog.shell.model.native import NativeEndpoint, missing_relay
+
+        address = self.config.model_address
+        assert address is not None
+        if (missing := missing_relay()) is not None:
+            raise StartupError(f"model_relay: native needs the compiled relay, which is not "
+                               f"built ({missing}); build it (pip install with Rust, see "
+                               f"docs/model-endpoint.md) or set model_relay: python")
+        host, port = split_address("model_address", address)
+        self.native = NativeEndpoint(proxy)
+        try:
+            bound = await self.native.start(host, port)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise StartupError(listen_failure("model_address", address, reason,
+                                              exc.errno)) from None
+        self.addresses["model"] = (host, bound)
 
     async def _start_app(self, name: str, address: str, app: web.Application,
                          *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,
@@ -236,6 +263,9 @@ class Server:
             self.outbox.hub.close()  # open SSE / long-poll requests end now, not at a timeout
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE)
+        if self.native is not None:
+            await self.native.close()
+            self.native = None
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()

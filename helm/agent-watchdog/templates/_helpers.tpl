@@ -128,6 +128,9 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- if and .Values.forward.headersSecret.name (not .Values.forward.endpoint) }}
 {{- fail "forward.headersSecret is set but forward.endpoint is not: set forward.endpoint (e.g. http://otel-collector:4318) or remove the headers" }}
 {{- end }}
+{{- if and (eq .Values.mode "gateway") .Values.gateway.collector.enabled (not .Values.gateway.headlessService) }}
+{{- fail "gateway.collector.enabled resolves the replicas through the headless Service: set gateway.headlessService=true" }}
+{{- end }}
 {{- if and .Values.gateway.persistence.existingClaim (gt (int .Values.gateway.replicas) 1) }}
 {{- fail "gateway.persistence.existingClaim holds one replica's state: set gateway.replicas=1 (each replica needs a volume of its own)" }}
 {{- end }}

@@ -19,8 +19,8 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   again from the retained records, with ``parent_run`` = the trace run;
 * a nested agent span with nothing below it (LangGraph under OpenLLMetry hangs a sub-agent's
   work from a sibling task span) takes the spans beside it that carry its agent name;
-* an agent span that names no agent, has no model or tool call below it and carries an answer
-  is no nested agent (:meth:`TraceFrames.answer_only`): its answer is the trace run's;
+* an agent span that names no agent and has no model or tool call below it is no nested agent
+  (:meth:`TraceFrames.answer_only`): the answer it may carry is the trace run's;
 * an agent span that encloses the one taken as main until then demotes it to a child: the inner
   agent of "agent as a tool" ends first (enclosed by the parent links, or by the times of one
   of the outer agent's tool calls when the instrumentation hangs both agents side by side) —
@@ -135,9 +135,10 @@ class TraceFrames:
 
     def answer_only(self, agent: SpanRecord) -> bool:
         """Whether agent span ``agent`` (below the trace root) is no agent of its own: it names
-        no agent, no model or tool call ran below it, and it carries an answer (a framework
-        that puts the run's final answer on an unnamed agent-kind span of its own)."""
-        if agent.agent is not None or not agent.final_answer:
+        no agent and no model or tool call ran below it (a framework that puts the run's final
+        answer, or its stand-in for one at a limit, on an unnamed agent-kind span of its own:
+        LlamaIndex's ``finalize_response``)."""
+        if agent.agent is not None:
             return False
         span = agent.span_id
         return not any(call != span and self.within(call, span) for call in self.calls)

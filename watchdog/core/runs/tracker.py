@@ -309,8 +309,8 @@ class RunTracker(RunBook):
             elif record.kind is AGENT and record.parent_span_id is not None and (
                     not run.ended or (frames is not None and frames.main_agent is not None)) \
                     and not (frames is not None and frames.answer_only(record)):
-                # (an unnamed agent span with no call below it that carries an answer is no
-                # nested agent: the answer is its run's)
+                # (an unnamed agent span with no call below it is no nested agent: the answer
+                # it may carry is its run's)
                 # (an exporter that sends parents first, LangSmith's: a nested agent may come
                 # after the root agent ended the trace run; it is a child run all the same)
                 if frames is not None:

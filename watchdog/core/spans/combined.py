@@ -59,6 +59,7 @@ class Tables:
     unasked_tools: tuple[UnaskedTool, ...]
     nested_agent_roles: tuple[NestedAgent, ...]
     nested_step_span_names: frozenset[str]
+    nested_step_span_suffixes: Names
     agent_name: Names
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
@@ -116,6 +117,7 @@ class Tables:
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
     limit_answers: tuple[tuple[str, str], ...]
+    limit_answer_patterns: tuple[tuple[re.Pattern[str], str], ...]
     conversation_outputs: tuple[tuple[str, str], ...]
     call_limits: tuple[tuple[str, tuple[str, ...], str], ...]
     budget_limits: tuple[tuple[str, str], ...]
@@ -155,6 +157,7 @@ def combine() -> Tables:
         nested_agent_roles=tuple(rule for convention in CONVENTIONS
                                  for rule in convention.nested_agent_roles),
         nested_step_span_names=frozenset(_names("nested_step_span_names")),
+        nested_step_span_suffixes=_names("nested_step_span_suffixes"),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),
         agent_span_name_patterns=tuple(re.compile(pattern) for convention in CONVENTIONS
@@ -236,6 +239,8 @@ def combine() -> Tables:
                                    for pair in convention.limit_system_prompts),
         limit_answers=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_answers),
+        limit_answer_patterns=tuple((re.compile(pattern), limit) for convention in CONVENTIONS
+                                    for pattern, limit in convention.limit_answer_patterns),
         conversation_outputs=tuple(pair for convention in CONVENTIONS
                                    for pair in convention.conversation_outputs),
         call_limits=tuple(entry for convention in CONVENTIONS

@@ -264,15 +264,36 @@ AGNO = Convention(
 
 LLAMAINDEX = Convention(
     name="LlamaIndex",
-    emitted_by="openinference-instrumentation-llama-index (FunctionAgent, AgentWorkflow)",
+    emitted_by="openinference-instrumentation-llama-index (FunctionAgent, AgentWorkflow; the "
+               "step-wise FunctionCallingAgent of llama-index-core 0.12)",
     # run(max_iterations=n) with the default early_stopping_method="force" raises the generic
     # WorkflowRuntimeError: only its message names the limit
     limit_status=((r"^(?:[\w.]+: )?Max iterations of \d+ reached!", "max_iterations"),),
     # ... and with early_stopping_method="generate" appends a system message of its own and
     # asks the model once more
     limit_prompts=(("You have reached the maximum number of iterations (", "max_iterations"),),
+    # a FunctionCallingAgent at max_function_calls runs no more tools and returns the text of
+    # the model's last response, which asked for one and has none: its answer is "None"
+    limit_answer_patterns=((r'\{"response": "None", "sources": \[', "max_function_calls"),),
+    # the step-wise agents of llama-index-core 0.12 (AgentRunner: FunctionCallingAgent,
+    # ReActAgent): every method the runner and its worker trace is an AGENT span below the
+    # chat's; those of the task and step API are steps of the one chat (finalize_response, the
+    # answer with nothing below it, is an unnamed agent span that only carries the answer: no
+    # agent of its own, by the general rule)
+    nested_step_span_suffixes=("._chat", "._achat", ".create_task", ".get_task", ".list_tasks",
+                               ".delete_task", ".get_completed_steps", ".get_upcoming_steps",
+                               "._run_step", "._arun_step", ".run_step", ".arun_step",
+                               ".stream_step", ".astream_step", ".undo_step",
+                               ".initialize_step", ".finalize_task"),
     notes="no span names the agent (only the repr of LlamaIndex's workflow events does): the "
-          "run's agent is `service.name`; an `AgentWorkflow` is one run, its agents' steps "
+          "run's agent is `service.name`; a step-wise agent (`AgentRunner`) traces every "
+          "method of the runner and its worker as an agent span: its task and step methods are "
+          "steps of the chat, `finalize_response` (the answer, nothing below it) no agent of its "
+          "own; its `max_function_calls` leaves the model's last request for a tool unrun and "
+          "answers `\"None\"` (with content hidden that is hidden too, and no model call "
+          "records a finish reason: a capped run reads `completed`, a known gap" + ON_NO_SPAN
+          + "); a failing one-argument tool is run again with its argument by keyword: two "
+          "executions, two errors; an `AgentWorkflow` is one run, its agents' steps "
           "flat below the workflow span and a handoff a tool call (`handoff`): no child run "
           "per agent; every traced method of the LLM object is an LLM span: those with their "
           "input but no messages, finish reason or usage are no model call; LlamaIndex's "

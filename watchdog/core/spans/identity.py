@@ -22,6 +22,7 @@ from watchdog.core.spans.attributes import (
     KIND_MAPS,
     NESTED_AGENT_ROLES,
     NESTED_STEP_SPAN_NAMES,
+    NESTED_STEP_SPAN_SUFFIXES,
     PARENT_RUN_KEYS,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
@@ -76,7 +77,8 @@ def nested_agent_role(name: str, attrs: Mapping[str, object]) -> Role | None:
                 break
         else:
             return rule.role
-    if name in NESTED_STEP_SPAN_NAMES and _first_str(attrs, AGENT_NAME_KEYS) is None:
+    if (name in NESTED_STEP_SPAN_NAMES or name.endswith(NESTED_STEP_SPAN_SUFFIXES)) \
+            and _first_str(attrs, AGENT_NAME_KEYS) is None:
         return None
     return AGENT_ROLE
 

@@ -30,6 +30,7 @@ LIMIT_STATES = TABLES.limit_states
 LIMIT_PROMPTS = TABLES.limit_prompts
 LIMIT_SYSTEM_PROMPTS = TABLES.limit_system_prompts
 LIMIT_ANSWERS = TABLES.limit_answers
+LIMIT_ANSWER_PATTERNS = TABLES.limit_answer_patterns
 CALL_LIMITS = TABLES.call_limits
 STEP_CAPS = TABLES.step_caps
 OUTPUT_ENVELOPES = TABLES.output_envelopes
@@ -284,8 +285,14 @@ def _in_last_message(text: str, table: tuple[tuple[str, str], ...]) -> str | Non
 def answer_limit(output: object) -> str | None:
     """The limit a framework names by putting its own text in place of the answer, in the last
     message of an agent span's output (Microsoft Agent Framework's "Function invocation limit
-    reached…" when its last request, without tools, still got no answer)."""
-    return _in_last_message(output, LIMIT_ANSWERS) if isinstance(output, str) else None
+    reached…" when its last request, without tools, still got no answer), or as the whole
+    output (LlamaIndex's ``"None"`` response at ``max_function_calls``)."""
+    if not isinstance(output, str):
+        return None
+    for pattern, limit in LIMIT_ANSWER_PATTERNS:
+        if pattern.match(output):
+            return limit
+    return _in_last_message(output, LIMIT_ANSWERS)
 
 
 def _last_message(text: str, tail: str) -> str:

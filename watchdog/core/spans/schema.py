@@ -121,6 +121,10 @@ class Convention:
     nested_agent_roles: tuple[NestedAgent, ...] = ()
     # span names of such steps when they name no agent (an instrumentation's fallback name)
     nested_step_span_names: Names = _NO_NAMES
+    # ... and the endings of such steps' span names (an instrumentation that names a span after
+    # the method it traces, ``<class>.<method>``, gives every traced method of an agent object
+    # the agent kind: its bookkeeping methods are steps)
+    nested_step_span_suffixes: Names = _NO_NAMES
     # -- identity
     agent_name: Names = _NO_NAMES  # on any span
     agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)
@@ -243,6 +247,9 @@ class Convention:
     # The framework's own text in place of an answer when its limit ended the loop without
     # one, in the last message of an agent span's output: (text it contains, limit name).
     limit_answers: tuple[tuple[str, str], ...] = ()
+    # ... or the whole output, as the framework writes its result: (regex matched at the
+    # output's start, limit name)
+    limit_answer_patterns: tuple[tuple[str, str], ...] = ()
     # -- frameworks that report their model calls only on the agent span
     # (agent span attribute, a key only this framework's JSON has): a JSON object whose
     # "messages" list is the conversation the agent had

@@ -12,7 +12,6 @@ import urllib.request
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 # RFC 9110 §7.6.1, and what the proxy sets itself
@@ -43,25 +42,26 @@ class Refused(Exception):
         self.headers = dict(headers or {})
 
 
-def check_target(request: web.Request) -> None:
+def check_target(method: str, target: str) -> None:
     """Only an origin-form path under /v1/, with nothing that could climb out of it."""
-    if request.method == "CONNECT":
+    if method == "CONNECT":
         raise Refused(400, "bad_request", "CONNECT is not served: this is a model API "
                       "endpoint, not an open proxy")
-    raw = request.raw_path.split("?", 1)[0]
+    raw = target.split("?", 1)[0]
     if not raw.startswith("/") or _BAD_PATH.search(raw) or not _SAFE_PATH.match(raw):
         raise Refused(404, "not_found", "not found: the model endpoint serves the paths "
                       "under /v1/ (chat/completions, responses, messages and the rest of "
                       "the API passed through)")
 
 
-def request_headers(request: web.Request) -> tuple[CIMultiDict[str], dict[str, str]]:
+def request_headers(headers: CIMultiDict[str] | CIMultiDictProxy[str]
+                    ) -> tuple[CIMultiDict[str], dict[str, str]]:
     """The headers to send upstream, and the watchdog's own (read, not sent)."""
-    named = {part.strip().lower() for value in request.headers.getall("Connection", ())
+    named = {part.strip().lower() for value in headers.getall("Connection", ())
              for part in value.split(",")}
     out: CIMultiDict[str] = CIMultiDict()
     watchdog: dict[str, str] = {}
-    for name, value in request.headers.items():
+    for name, value in headers.items():
         lower = name.lower()
         if lower.startswith(WATCHDOG_PREFIX):
             watchdog[lower] = value

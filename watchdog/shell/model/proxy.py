@@ -35,11 +35,11 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
 from watchdog.core.model.book import Caller, EndpointRun, ModelBook
@@ -116,54 +116,73 @@ class ModelProxy:
     # -- the door -------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        path = request.path
-        wire = self.wires.get(path.rstrip("/")) if request.method == "POST" else None
-        api = wire.api if wire is not None else "other"
+        wire = self.wire_of(request.method, request.path)
         try:
-            check_target(request)
-            if self.token is not None:
-                given = request.headers.get(TOKEN_HEADER, "")
-                if not hmac.compare_digest(given.encode("utf-8", "replace"),
-                                           self.token.encode("utf-8")):
-                    raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} "
-                                  f"header: the model endpoint binds beyond loopback")
+            check_target(request.method, request.raw_path)
+            self.check_token(request.headers)
             if self.in_flight >= self.config.model_max_concurrent:
-                raise Refused(503, "overloaded", f"{self.in_flight} model requests are in "
-                              f"flight (model_max_concurrent): retry shortly",
-                              {"Retry-After": RETRY_AFTER})
+                raise self.overloaded(self.in_flight)
             self.in_flight += 1
             try:
-                if wire is None:
-                    return await self._pass(request, api)
-                return await self._api(request, wire)
+                plan = self.plan(wire, request.method, request.raw_path, request.headers,
+                                 await self._body(request))
+                if isinstance(plan, Answer):
+                    return web.Response(status=plan.status, body=plan.body,
+                                        headers=plan.headers)
+                try:
+                    return await self._forward(request, plan)
+                finally:
+                    if plan.exchange is not None:  # the request was the run's until now
+                        self.book.settle(plan.exchange.state)
             finally:
                 self.in_flight -= 1
         except Refused as refused:
-            self._count(None, api, "refused")
-            body = (wire or ChatWire()).error(refused.status, refused.code, refused.message)
-            return web.Response(status=refused.status, body=dumps(body), headers={
-                "Content-Type": "application/json", **refused.headers})
+            answer = self.refusal(wire, refused)
+            return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
 
-    def _upstream_url(self, request: web.Request) -> str:
-        raw = request.raw_path
-        if raw.split("?", 1)[0].rstrip("/") == "/v1/messages" or (
-                not raw.startswith(("/v1/chat/", "/v1/responses"))
-                and any(name in request.headers for name in ANTHROPIC_HINTS)):
-            return self.anthropic + raw
-        return self.openai + raw[len("/v1"):]
+    def wire_of(self, method: str, path: str) -> Wire | None:
+        """The API a request speaks (None: another path, passed through); ``path`` decoded."""
+        return self.wires.get(path.rstrip("/")) if method == "POST" else None
 
-    # -- other paths: passed through ------------------------------------------------------------
+    def check_token(self, headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> None:
+        if self.token is not None:
+            given = headers.get(TOKEN_HEADER, "")
+            if not hmac.compare_digest(given.encode("utf-8", "replace"),
+                                       self.token.encode("utf-8")):
+                raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} "
+                              f"header: the model endpoint binds beyond loopback")
 
-    async def _pass(self, request: web.Request, api: str) -> web.StreamResponse:
-        body = await self._body(request)
-        headers, _ = request_headers(request)
-        return await self._forward(request, api, body, headers, None)
+    @staticmethod
+    def overloaded(in_flight: int) -> Refused:
+        return Refused(503, "overloaded", f"{in_flight} model requests are in flight "
+                       f"(model_max_concurrent): retry shortly", {"Retry-After": RETRY_AFTER})
 
-    # -- the three APIs -------------------------------------------------------------------------
+    def refusal(self, wire: Wire | None, refused: Refused) -> Answer:
+        """A request the endpoint answers itself, counted."""
+        self._count(None, wire.api if wire is not None else "other", "refused")
+        body = (wire or ChatWire()).error(refused.status, refused.code, refused.message)
+        return Answer(refused.status, dumps(body), {"Content-Type": "application/json",
+                                                    **refused.headers})
 
-    async def _api(self, request: web.Request, wire: Wire) -> web.StreamResponse:
-        raw = await self._body(request)
-        headers, watchdog = request_headers(request)
+    def _upstream_url(self, target: str, headers: CIMultiDict[str] | CIMultiDictProxy[str]
+                      ) -> str:
+        if target.split("?", 1)[0].rstrip("/") == "/v1/messages" or (
+                not target.startswith(("/v1/chat/", "/v1/responses"))
+                and any(name in headers for name in ANTHROPIC_HINTS)):
+            return self.anthropic + target
+        return self.openai + target[len("/v1"):]
+
+    # -- what a request gets: an answer here, or a request to send upstream ------------------
+
+    def plan(self, wire: Wire | None, method: str, target: str,
+             given: CIMultiDict[str] | CIMultiDictProxy[str], raw: bytes) -> Answer | Plan:
+        """The request read, given its run and steered (``target`` checked already): what
+        the upstream is sent, or the answer given without it. A plan with an exchange holds
+        its run until :meth:`ModelBook.settle` (its relay's, when the response has ended)."""
+        url = self._upstream_url(target, given)
+        headers, watchdog = request_headers(given)
+        if wire is None:  # other paths: passed through
+            return Plan(method, "other", url, headers, raw, None)
         headers["Accept-Encoding"] = "identity"  # the response is read: no compression
         budget = budget_from(watchdog)
         run_header = watchdog.get("x-watchdog-run")
@@ -176,19 +195,22 @@ class ModelProxy:
                 raise ValueError("the body is not a JSON object")
         except ValueError as exc:
             if run_header is None and budget is None:  # nothing to read: upstream's to judge
-                return await self._forward(request, wire.api, raw, headers, None)
+                return Plan(method, wire.api, url, headers, raw, None)
             raise Refused(400, "bad_request", f"the request body cannot be read: {exc}"
                           ) from None
         parsed = wire.read_request(body)
         agent = watchdog.get("x-watchdog-agent") or self.config.model_agent_name
         call = self._observe_request(wire, parsed, Caller(
-            request.headers.get("traceparent"), run_header, agent), agent, budget)
+            given.get("traceparent"), run_header, agent), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
-            return await self._forward(request, wire.api, raw, headers, None)
+            return Plan(method, wire.api, url, headers, raw, None)
         state, turn, run_key, agent_label = call
-        try:  # the request is the run's until it is over, whatever its end
-            if turn.act is Act.ABORT:
-                return self._abort(request, wire, parsed, state, turn, run_key, agent_label)
+        if turn.act is Act.ABORT:
+            try:
+                return self._abort(wire, parsed, state, turn, run_key, agent_label)
+            finally:
+                self.book.settle(state)
+        try:  # the request is the run's until its response has ended
             if turn.act is Act.FINAL:
                 body = wire.withdraw_tools(body, turn.text)
                 state.final_used = True
@@ -201,9 +223,10 @@ class ModelProxy:
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
             self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
             exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
-            return await self._forward(request, wire.api, raw, headers, exchange)
-        finally:
+        except BaseException:
             self.book.settle(state)
+            raise
+        return Plan(method, wire.api, url, headers, raw, exchange)
 
     def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
                          budget: dict[str, float] | None
@@ -247,8 +270,8 @@ class ModelProxy:
         return service.model_open(state.key, state.key_source, state.trace_id, agent,
                                   state.session, budget)
 
-    def _abort(self, request: web.Request, wire: Wire, parsed: Any, state: EndpointRun,
-               turn: Turn, key: str, agent: str) -> web.StreamResponse:
+    def _abort(self, wire: Wire, parsed: Any, state: EndpointRun, turn: Turn, key: str,
+               agent: str) -> Answer:
         """The upstream is not called: a final answer with the stop note and the run's
         report (or, with ``model_abort: error``, the API's error)."""
         text = state.stop or self._stop_text(turn, state, key)
@@ -258,14 +281,11 @@ class ModelProxy:
                    rule=turn.rule, mode=self.config.model_abort)
         self._count(agent, wire.api, "aborted")
         if self.config.model_abort == "error":
-            return web.Response(status=400, body=dumps(wire.error(
-                400, "watchdog_aborted", text)), content_type="application/json")
+            return Answer(400, dumps(wire.error(400, "watchdog_aborted", text)), JSON)
         if parsed.stream:
-            return web.Response(body=wire.answer_stream(parsed.model, text, parsed, time.time()),
-                                headers={"Content-Type": "text/event-stream",
-                                         "Cache-Control": "no-cache"})
-        return web.Response(body=dumps(wire.answer(parsed.model, text, parsed, time.time())),
-                            content_type="application/json")
+            return Answer(200, wire.answer_stream(parsed.model, text, parsed, time.time()),
+                          {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        return Answer(200, dumps(wire.answer(parsed.model, text, parsed, time.time())), JSON)
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result
@@ -284,19 +304,17 @@ class ModelProxy:
 
     # -- forwarding -----------------------------------------------------------------------------
 
-    async def _forward(self, request: web.Request, api: str, body: bytes,
-                       headers: CIMultiDict[str], exchange: _Exchange | None
-                       ) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, plan: Plan) -> web.StreamResponse:
         session = self.session
         assert session is not None, "ModelProxy.start() first"
-        url = self._upstream_url(request)
-        wire = exchange.wire if exchange is not None else ChatWire()
+        api, url, body, headers, exchange = plan.api, plan.url, plan.body, plan.headers, \
+            plan.exchange
         agent = exchange.agent if exchange is not None else None
         started = time.perf_counter()
         try:
             proxy = self.proxies.get(self.anthropic if url.startswith(self.anthropic + "/")
                                      else self.openai)
-            async with session.request(request.method, url, data=body or None,
+            async with session.request(plan.method, url, data=body or None,
                                        headers=headers, allow_redirects=False,
                                        proxy=proxy[0] if proxy else None,
                                        proxy_headers={"Proxy-Authorization": proxy[1]}
@@ -311,19 +329,14 @@ class ModelProxy:
                     response = await self._relay_json(request, upstream, exchange)
                     outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
         except TimeoutError:
-            self._count(agent, api, "upstream_timeout")
-            return self._error(wire, 504, "upstream_timeout", f"the upstream model API did "
-                               f"not answer within {self.config.model_upstream_timeout:g} s "
-                               f"(model_upstream_timeout)")
+            answer = self.upstream_failed(plan, "timeout", "")
+            return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
             if request.transport is None or request.transport.is_closing():
                 self._count(agent, api, "cancelled")
                 raise asyncio.CancelledError from None
-            self._count(agent, api, "upstream_unreachable")
-            log.warning("model upstream %s unreachable: %s", url_for_logs(url.split("?")[0]),
-                        type(exc).__name__)
-            return self._error(wire, 502, "upstream_unreachable",
-                               f"the upstream model API cannot be reached ({type(exc).__name__})")
+            answer = self.upstream_failed(plan, "unreachable", type(exc).__name__)
+            return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except asyncio.CancelledError:
             self._count(agent, api, "cancelled")
             raise
@@ -332,10 +345,41 @@ class ModelProxy:
         self._count(agent, api, outcome)
         return response
 
-    @staticmethod
-    def _error(wire: Wire, status: int, code: str, message: str) -> web.Response:
-        return web.Response(status=status, body=dumps(wire.error(status, code, message)),
-                            content_type="application/json")
+    def upstream_failed(self, plan: Plan, kind: str, detail: str) -> Answer:
+        """The answer when the upstream gave none: ``kind`` timeout (504) or unreachable
+        (502, ``detail`` the error's kind), counted."""
+        exchange = plan.exchange
+        wire = exchange.wire if exchange is not None else ChatWire()
+        agent = exchange.agent if exchange is not None else None
+        if kind == "timeout":
+            self._count(agent, plan.api, "upstream_timeout")
+            return Answer(504, dumps(wire.error(
+                504, "upstream_timeout", f"the upstream model API did not answer within "
+                f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)")), JSON)
+        self._count(agent, plan.api, "upstream_unreachable")
+        log.warning("model upstream %s unreachable: %s", url_for_logs(plan.url.split("?")[0]),
+                    detail)
+        return Answer(502, dumps(wire.error(502, "upstream_unreachable", f"the upstream model "
+                                            f"API cannot be reached ({detail})")), JSON)
+
+    def observe_whole(self, exchange: _Exchange, data: bytes, content_type: str) -> None:
+        """A response relayed as it came, read when it has ended (the compiled relay's):
+        observed as :meth:`_relay_stream` and :meth:`_relay_json` observe what they pass on
+        unchanged."""
+        wire = exchange.wire
+        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+            reader, accumulator = SSEReader(), wire.accumulator()
+            for event in reader.feed(data):
+                accumulator.feed(event)
+            seen = accumulator.observation
+        else:
+            body: object = None
+            with contextlib.suppress(ValueError):
+                body = json.loads(data)
+            if not isinstance(body, dict):
+                return
+            seen = wire.read_response(body)
+        self._observed(exchange, kept_calls(seen.calls, exchange.turn.keep), seen)
 
     async def _relay(self, request: web.Request,
                      upstream: aiohttp.ClientResponse) -> web.StreamResponse:
@@ -526,6 +570,37 @@ class ModelProxy:
     def _steered(self, agent: str, action: str) -> None:
         if self.metrics is not None:
             self.metrics.model_steered(agent, action)
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+class Answer(NamedTuple):
+    """An answer the endpoint gives itself."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+class Plan:
+    """A request to send upstream, as it goes; with an exchange, a call of a run to observe
+    and settle when its response has ended."""
+
+    __slots__ = ("api", "body", "exchange", "headers", "method", "url")
+
+    def __init__(self, method: str, api: str, url: str, headers: CIMultiDict[str],
+                 body: bytes, exchange: _Exchange | None) -> None:
+        self.method, self.api, self.url, self.headers = method, api, url, headers
+        self.body, self.exchange = body, exchange
+
+    @property
+    def fast(self) -> bool:
+        """Its response passes as it comes, read only when it has ended: nothing to trim
+        and no final answer to hold (the compiled relay's path)."""
+        exchange = self.exchange
+        return exchange is None or (exchange.turn.keep is None
+                                    and exchange.turn.act is not Act.FINAL)
 
 
 class _Exchange:

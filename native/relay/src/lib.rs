@@ -1,0 +1,515 @@
+//! The model endpoint's compiled relay (DESIGN §12): the sockets, the HTTP/1.1 keep-alive
+//! server, the upstream connection pool and the byte relay of responses, on threads of its own
+//! that never take the GIL.
+//!
+//! Python decides; this crate moves bytes. Each request is read (bounded) and queued as an
+//! event; a byte on a socket wakes the Python event loop, which takes the queued events
+//! (`Relay.take`) and answers each request with `Relay.respond` (an answer of its own) or
+//! `Relay.forward` (to a URL it names: the configured upstream, or its own relay for the
+//! streams it must change in flight). A forwarded response is streamed back as it arrives;
+//! with `observe` a copy of its bytes (bounded) comes back in the request's `done` event when
+//! it ends, is cut short, or the client goes away (which drops the upstream request).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use tokio::sync::{oneshot, Notify};
+
+/// RFC 9110 §7.6.1, and the framing hyper sets itself.
+const HOP_BY_HOP: [&str; 9] = ["connection", "keep-alive", "proxy-connection",
+    "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding",
+    "upgrade"];
+
+type Headers = Vec<(String, String)>;
+
+/// What the relay tells Python.
+enum Event {
+    /// A request read: method, target, headers, body (None: refused before it was read), the
+    /// refusal ("" none, "too_large", "overloaded", "unreadable"), requests in flight.
+    Request { id: u64, method: String, target: String, headers: Headers, body: Option<Bytes>,
+              refusal: &'static str, in_flight: usize },
+    /// A forward failed before the upstream answered ("timeout", "unreachable"): Python
+    /// answers the request again with `respond`.
+    Failed { id: u64, kind: &'static str, detail: String },
+    /// A forwarded response ended: its status (0: none came), "ok", "cut" or "cancelled", the
+    /// bytes observed (with `observe`), its content type, seconds from forward to the end.
+    Done { id: u64, status: u16, outcome: &'static str, body: Option<Bytes>,
+           content_type: String, seconds: f64 },
+}
+
+/// Python's answer to a request.
+enum Reply {
+    Respond { status: u16, headers: Headers, body: Bytes },
+    Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
+              notify: bool, direct: bool },
+}
+
+struct Shared {
+    events: Mutex<Vec<Event>>,
+    armed: AtomicBool,
+    wake: UnixStream,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
+    next_id: AtomicU64,
+    in_flight: AtomicUsize,
+    max_body: usize,
+    max_concurrent: usize,
+    observe_limit: usize,
+    client: reqwest::Client,
+    /// For this process's own loopback relay: never through a proxy.
+    direct: reqwest::Client,
+}
+
+impl Shared {
+    fn push(&self, event: Event) {
+        self.events.lock().unwrap().push(event);
+        if !self.armed.swap(true, Ordering::SeqCst) {
+            let _ = (&self.wake).write(b"!"); // full: a wake-up is pending already
+        }
+    }
+
+    /// Queues the request's event and waits for Python's reply (None: the relay is closing).
+    async fn ask(&self, id: u64, event: Event) -> Option<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock().unwrap().insert(id, tx);
+        self.push(event);
+        rx.await.ok()
+    }
+}
+
+/// One request in flight: counted until its response has gone; a request dropped before its
+/// end (the client went away) tells Python, which settles what it holds for it.
+struct Ticket {
+    shared: Arc<Shared>,
+    id: u64,
+    notify: bool,
+    ended: bool,
+    started: Instant,
+    status: u16,
+    content_type: String,
+    observed: Option<BytesMut>,
+}
+
+impl Ticket {
+    fn end(&mut self, outcome: &'static str) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if self.notify {
+            let body = self.observed.take().map(BytesMut::freeze);
+            self.shared.push(Event::Done {
+                id: self.id, status: self.status, outcome, body,
+                content_type: std::mem::take(&mut self.content_type),
+                seconds: self.started.elapsed().as_secs_f64() });
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.end("cancelled");
+        self.shared.waiting.lock().unwrap().remove(&self.id);
+        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body: bytes of Python's, or the upstream's as they come (observed on the way).
+struct RelayBody {
+    whole: Option<Bytes>,
+    upstream: Option<reqwest::Body>,
+    ticket: Option<Ticket>,
+}
+
+impl Body for RelayBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>)
+                  -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if let Some(bytes) = this.whole.take() {
+            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+        }
+        let Some(upstream) = this.upstream.as_mut() else {
+            if let Some(ticket) = this.ticket.as_mut() {
+                ticket.end("ok");
+            }
+            return Poll::Ready(None);
+        };
+        match Pin::new(upstream).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::new())))); // trailers: none
+                };
+                let last = this.upstream.as_ref().is_some_and(Body::is_end_stream);
+                if let Some(ticket) = this.ticket.as_mut() {
+                    let limit = ticket.shared.observe_limit;
+                    if let Some(seen) = ticket.observed.as_mut() {
+                        if seen.len() + data.len() <= limit {
+                            seen.extend_from_slice(&data);
+                        } else {
+                            ticket.observed = None; // too long to read: passes unobserved
+                        }
+                    }
+                    if last {
+                        // told before the client can have it all: a request it sends next
+                        // comes after this end
+                        ticket.end("ok");
+                    }
+                }
+                if last {
+                    this.upstream = None;
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Poll::Ready(Some(Err(_))) => {
+                // an upstream that fails once the answer has begun ends it there
+                this.upstream = None;
+                if let Some(ticket) = this.ticket.as_mut() {
+                    ticket.end("cut");
+                }
+                Poll::Ready(None)
+            }
+            Poll::Ready(None) => {
+                this.upstream = None;
+                if let Some(ticket) = this.ticket.as_mut() {
+                    ticket.end("ok");
+                }
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.whole.is_none() && self.upstream.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match (&self.whole, &self.upstream) {
+            (Some(bytes), _) => SizeHint::with_exact(bytes.len() as u64),
+            (None, Some(upstream)) => upstream.size_hint(),
+            (None, None) => SizeHint::with_exact(0),
+        }
+    }
+}
+
+fn header_map(headers: &Headers) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()),
+                                        HeaderValue::from_bytes(value.as_bytes())) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Response<RelayBody> {
+    let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
+                                                  ticket: Some(ticket) });
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    *response.headers_mut() = header_map(headers);
+    response
+}
+
+/// The upstream's response headers that pass on: not hop-by-hop, nor any its Connection names.
+fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
+    let named: Vec<String> = upstream.get_all("connection").iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(',').map(|part| part.trim().to_ascii_lowercase()))
+        .collect();
+    let mut out = HeaderMap::with_capacity(upstream.len());
+    for (name, value) in upstream {
+        let lower = name.as_str();
+        if HOP_BY_HOP.contains(&lower) || named.iter().any(|n| n == lower) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
+                -> Result<Response<RelayBody>, Infallible> {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut ticket = Ticket { shared: shared.clone(), id, notify: false, ended: false,
+                              started: Instant::now(), status: 0, content_type: String::new(),
+                              observed: None };
+    let (parts, incoming) = request.into_parts();
+    let headers: Headers = parts.headers.iter()
+        .map(|(name, value)| (name.as_str().to_owned(),
+                              String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect();
+    let declared = parts.headers.get("content-length")
+        .and_then(|value| value.to_str().ok()).and_then(|value| value.trim().parse::<u64>().ok());
+    let mut refusal = "";
+    let mut body = None;
+    if in_flight > shared.max_concurrent {
+        refusal = "overloaded";
+    } else if declared.is_some_and(|length| length > shared.max_body as u64) {
+        refusal = "too_large";
+    } else {
+        match http_body_util::Limited::new(incoming, shared.max_body).collect().await {
+            Ok(collected) => body = Some(collected.to_bytes()),
+            Err(error) => {
+                refusal = if error.is::<http_body_util::LengthLimitError>() { "too_large" }
+                          else { "unreadable" };
+            }
+        }
+    }
+    let event = Event::Request { id, method: parts.method.as_str().to_owned(),
+                                 target: parts.uri.to_string(), headers, body, refusal,
+                                 in_flight: in_flight - 1 };
+    let Some(mut reply) = shared.ask(id, event).await else {
+        return Ok(answer(503, &vec![], Bytes::from_static(b"the relay is closing"), ticket));
+    };
+    loop {
+        match reply {
+            Reply::Respond { status, headers, body } => {
+                return Ok(answer(status, &headers, body, ticket));
+            }
+            Reply::Forward { method, url, headers, body, observe, notify, direct } => {
+                ticket.notify = notify;
+                ticket.started = Instant::now();
+                let method = reqwest::Method::from_bytes(method.as_bytes())
+                    .unwrap_or(reqwest::Method::POST);
+                let client = if direct { &shared.direct } else { &shared.client };
+                let sent = client.request(method, &url).headers(header_map(&headers))
+                    .body(body).send().await;
+                match sent {
+                    Ok(upstream) => {
+                        ticket.status = upstream.status().as_u16();
+                        if observe {
+                            ticket.observed = Some(BytesMut::new());
+                        }
+                        if let Some(kind) = upstream.headers().get("content-type") {
+                            ticket.content_type = String::from_utf8_lossy(kind.as_bytes())
+                                .into_owned();
+                        }
+                        let mut response = Response::new(RelayBody { whole: None,
+                            upstream: None, ticket: None });
+                        *response.status_mut() = upstream.status();
+                        *response.headers_mut() = passed_headers(upstream.headers());
+                        let stream: reqwest::Body = upstream.into();
+                        let body = response.body_mut();
+                        body.upstream = Some(stream);
+                        body.ticket = Some(ticket);
+                        return Ok(response);
+                    }
+                    Err(error) => {
+                        let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
+                        let detail = error_kind(&error);
+                        ticket.notify = false;
+                        match shared.ask(id, Event::Failed { id, kind, detail }).await {
+                            Some(next) => reply = next,
+                            None => return Ok(answer(502, &vec![], Bytes::new(), ticket)),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The error's kind, never its text (which may name the URL or what the server said).
+fn error_kind(error: &reqwest::Error) -> String {
+    if error.is_connect() { "ConnectError" } else if error.is_timeout() { "Timeout" }
+    else if error.is_request() { "RequestError" } else if error.is_body() { "BodyError" }
+    else { "Error" }.to_owned()
+}
+
+/// The compiled relay: ``Relay(host, port, max_body, max_concurrent, connect_timeout,
+/// read_timeout, observe_limit)`` listens at once; ``fd`` is readable when events are queued.
+#[pyclass(module = "watchdog.shell.model._relay")]
+struct Relay {
+    shared: Arc<Shared>,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    stop: Arc<Notify>,
+    wake_reader: UnixStream,
+    #[pyo3(get)]
+    port: u16,
+}
+
+#[pymethods]
+impl Relay {
+    #[new]
+    #[pyo3(signature = (host, port, max_body, max_concurrent, connect_timeout, read_timeout,
+                        observe_limit, threads=2))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(host: &str, port: u16, max_body: usize, max_concurrent: usize,
+           connect_timeout: f64, read_timeout: f64, observe_limit: usize, threads: usize)
+           -> PyResult<Self> {
+        let seconds = |value: f64, name: &str| {
+            if value.is_finite() && value > 0.0 { Ok(Duration::from_secs_f64(value)) }
+            else { Err(PyValueError::new_err(format!("{name} must be a positive number"))) }
+        };
+        let builder = || -> PyResult<reqwest::ClientBuilder> {
+            Ok(reqwest::Client::builder()
+                .connect_timeout(seconds(connect_timeout, "connect_timeout")?)
+                .read_timeout(seconds(read_timeout, "read_timeout")?)
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_idle_timeout(Duration::from_secs(60))
+                .pool_max_idle_per_host(max_concurrent)
+                .tcp_nodelay(true)
+                .http1_title_case_headers())
+        };
+        let failed = |error: reqwest::Error| {
+            PyOSError::new_err(format!("the relay's HTTP client: {error}"))
+        };
+        let client = builder()?.build().map_err(failed)?;
+        let direct = builder()?.no_proxy().build().map_err(failed)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1)).thread_name("watchdog-relay").enable_all().build()
+            .map_err(|error| PyOSError::new_err(error.to_string()))?;
+        let address: SocketAddr = format!("{host}:{port}").parse()
+            .or_else(|_| format!("[{host}]:{port}").parse())
+            .map_err(|_| PyValueError::new_err(format!("not an IP address: {host}")))?;
+        let listener = runtime.block_on(tokio::net::TcpListener::bind(address))
+            .map_err(|error| PyOSError::new_err((error.raw_os_error().unwrap_or(0),
+                                                 error.to_string())))?;
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
+        let (wake_reader, wake) = UnixStream::pair()
+            .map_err(|error| PyOSError::new_err(error.to_string()))?;
+        wake.set_nonblocking(true).map_err(|error| PyOSError::new_err(error.to_string()))?;
+        wake_reader.set_nonblocking(true)
+            .map_err(|error| PyOSError::new_err(error.to_string()))?;
+        let shared = Arc::new(Shared {
+            events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
+            waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
+            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit, client,
+            direct });
+        let stop = Arc::new(Notify::new());
+        runtime.spawn(serve(listener, shared.clone(), stop.clone()));
+        Ok(Relay { shared, runtime: Mutex::new(Some(runtime)), stop, wake_reader, port })
+    }
+
+    /// The file descriptor the event loop watches: readable when events are queued.
+    #[getter]
+    fn fd(&self) -> i32 {
+        self.wake_reader.as_raw_fd()
+    }
+
+    /// The queued events, oldest first, as tuples:
+    /// ``("request", id, method, target, headers, body, refusal, in_flight)``,
+    /// ``("failed", id, kind, detail)``,
+    /// ``("done", id, status, outcome, body, content_type, seconds)``.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let mut sink = [0u8; 256];
+        while matches!((&self.wake_reader).read_some(&mut sink), Some(n) if n > 0) {}
+        self.shared.armed.store(false, Ordering::SeqCst);
+        let events = std::mem::take(&mut *self.shared.events.lock().unwrap());
+        let bytes = |body: Option<Bytes>| body.map(|b| PyBytes::new(py, &b));
+        events.into_iter().map(|event| Ok(match event {
+            Event::Request { id, method, target, headers, body, refusal, in_flight } =>
+                ("request", id, method, target, headers, bytes(body), refusal, in_flight)
+                    .into_pyobject(py)?.into_any(),
+            Event::Failed { id, kind, detail } =>
+                ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
+            Event::Done { id, status, outcome, body, content_type, seconds } =>
+                ("done", id, status, outcome, bytes(body), content_type, seconds)
+                    .into_pyobject(py)?.into_any(),
+        })).collect()
+    }
+
+    /// Answers request ``id`` with this status, headers and body.
+    fn respond(&self, id: u64, status: u16, headers: Headers, body: &[u8]) -> bool {
+        self.reply(id, Reply::Respond { status, headers, body: Bytes::copy_from_slice(body) })
+    }
+
+    /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
+    /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``direct``: never
+    /// through the environment's proxy (this process's own loopback relay).
+    #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
+                        direct=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
+               observe: bool, notify: bool, direct: bool) -> bool {
+        self.reply(id, Reply::Forward { method, url, headers,
+                                        body: Bytes::copy_from_slice(body), observe,
+                                        notify: notify || observe, direct })
+    }
+
+    /// Requests being served now.
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Stops listening and ends the relay's threads (requests in flight are cut).
+    fn close(&self, py: Python<'_>) {
+        self.stop.notify_one();
+        let runtime = self.runtime.lock().unwrap().take();
+        if let Some(runtime) = runtime {
+            py.detach(|| runtime.shutdown_timeout(Duration::from_secs(1)));
+        }
+        self.shared.waiting.lock().unwrap().clear();
+    }
+}
+
+impl Relay {
+    fn reply(&self, id: u64, reply: Reply) -> bool {
+        match self.shared.waiting.lock().unwrap().remove(&id) {
+            Some(tx) => tx.send(reply).is_ok(),
+            None => false, // the client went away meanwhile
+        }
+    }
+}
+
+trait ReadSome {
+    fn read_some(self, buffer: &mut [u8]) -> Option<usize>;
+}
+
+impl ReadSome for &UnixStream {
+    fn read_some(self, buffer: &mut [u8]) -> Option<usize> {
+        std::io::Read::read(&mut { self }, buffer).ok()
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc<Notify>) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.notified() => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await; // out of descriptors: a pause
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(shared.clone(), request));
+            let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
+                .serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+#[pymodule]
+fn _relay(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Relay>()?;
+    Ok(())
+}

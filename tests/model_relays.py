@@ -1,0 +1,30 @@
+"""Both model relays under the same tests: importing :func:`model_relay` into an endpoint test
+module runs each of its tests on ``model_relay: python`` (the aiohttp relay) and ``native``
+(the compiled one, which ``make test`` builds): every sidecar the module configures with a
+``model_address`` gets the relay of the test's parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RELAYS = ("python", "native")
+
+
+@pytest.fixture(scope="module", params=RELAYS, autouse=True)
+def model_relay(request: pytest.FixtureRequest) -> Iterator[str]:
+    relay: str = request.param
+    module = request.module
+    made = module.sidecar_config
+
+    def with_relay(state_dir: Path | str, **overrides: Any) -> Any:
+        if "model_address" in overrides:
+            overrides.setdefault("model_relay", relay)
+        return made(state_dir, **overrides)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "sidecar_config", with_relay)
+        yield relay

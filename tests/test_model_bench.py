@@ -1,0 +1,30 @@
+"""bench/model_endpoint.py runs: a short run through both relays, same run, reports every
+figure docs/performance.md quotes for each relay and phase."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_bench_measures_both_relays_in_one_run() -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "8",
+         "--concurrency", "4", "--chunks", "4", "--chunk-ms", "1"],
+        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    for phase in ("1 stream at a time", "4 streams at a time"):
+        for relay in ("python", "native"):
+            header = f"{phase}, relay {relay}:"
+            assert header in out, out
+            section = out.split(header, 1)[1].split(" at a time, relay ", 1)[0]
+            for row in ("time to first byte p50", "time to first byte p99",
+                        "gap between chunks p99", "stream, first to last p50",
+                        "sidecar CPU per stream"):
+                assert row in section, (header, row, section)

@@ -1,0 +1,56 @@
+"""The sidecar's timed loops (state flush, evaluate, prune, rules watch) outlive a failing pass.
+
+A pass that raises is logged with its traceback and counted as
+``agent_watchdog_background_passes_total{outcome="failed"}``, and the loop runs on: the next pass
+that works counts as ``ok`` (the AgentWatchdogLoopStalled alert reads the two).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from prometheus_client import generate_latest
+
+from watchdog.shell.config import Config
+from watchdog.shell.metrics import Metrics
+from watchdog.shell.server import Server
+
+
+def passes(metrics: Metrics, task: str, outcome: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "agent_watchdog_background_passes_total", {"task": task, "outcome": outcome})
+    return value or 0.0
+
+
+def test_a_failing_pass_is_counted_logged_and_the_loop_runs_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = Server(Config())
+    server.metrics = metrics = Metrics(version="test")
+    calls = 0
+
+    async def work() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError(28, "No space left on device")
+
+    async def run() -> None:
+        loop = asyncio.create_task(server._every("state_flush", 0.001, work))
+        while calls < 4:
+            await asyncio.sleep(0.001)
+        loop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loop
+
+    with caplog.at_level(logging.ERROR, logger="watchdog"):
+        asyncio.run(run())
+    assert passes(metrics, "state_flush", "failed") == 1
+    assert passes(metrics, "state_flush", "ok") >= 3  # the passes before and after it
+    failed = [r for r in caplog.records if "background task state_flush failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert "No space left on device" in caplog.text
+    exposition = generate_latest(metrics.registry).decode()
+    assert ('agent_watchdog_background_passes_total{outcome="failed",task="state_flush"} 1.0'
+            in exposition)
