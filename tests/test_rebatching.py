@@ -292,3 +292,27 @@ def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
     assert not worse, f"(misread, pinned) per driver: {worse}"
     better = {d: (misread[d], n) for d, n in OUT_OF_ORDER_MISREAD.items() if misread[d] < n}
     assert not better, f"(misread, pinned): fewer than pinned, lower OUT_OF_ORDER_MISREAD {better}"
+
+
+def test_other_services_in_one_request_read_as_each_alone() -> None:
+    """A Collector batches many agents' spans into one request. The scripted model of the
+    recordings numbers its responses the same way in every recording (as Ollama numbers them
+    from a small range), so the same response id comes from several services: each is a call
+    of its own service, not the twin of another service's call."""
+    chosen: list[tuple[str, str]] = []
+    services: set[str] = set()
+    for driver, scenario in ALL:
+        if scenario != "three_tools":
+            continue
+        spans = scoped_spans(driver, scenario)
+        names = {attribute.value.string_value for resource, _, _ in spans
+                 for attribute in resource.attributes if attribute.key == "service.name"}
+        if names & services:
+            continue
+        services |= names
+        chosen.append((driver, scenario))
+    assert len(chosen) > 20
+    merged = request_of([span for chosen_one in chosen for span in scoped_spans(*chosen_one)])
+    alone = [run for chosen_one in chosen
+             for run in runs_read([request_of(scoped_spans(*chosen_one))])]
+    assert runs_read([merged]) == sorted(alone, key=repr)

@@ -264,15 +264,20 @@ def _pair_responses(ordered: list[SpanRecord]) -> None:
     ends second
     learns the first's usage and counts no iteration — in end order, as they are applied, so
     that the one that counts is the one a loose run may end with (its twin, after it, is
-    then no call of a next run)."""
-    responses: dict[str, SpanRecord] = {}
+    then no call of a next run). The two halves of one call come from one service and overlap
+    in time: a response id seen again from another service, or at another time, is another
+    call (a Collector merges many agents' spans into one request, and some model servers
+    number their responses from a small range: Ollama's ``chatcmpl-0`` … ``chatcmpl-999``)."""
+    responses: dict[tuple[str, str | None], SpanRecord] = {}
     for record in ordered:
         response_id = record.response_id
         if response_id is None or record.kind is not LLM:
             continue
-        twin = responses.get(response_id)
-        if twin is None or twin.scope == record.scope:  # (one scope: another call)
-            responses[response_id] = record
+        key = (response_id, record.service)
+        twin = responses.get(key)
+        if twin is None or twin.scope == record.scope \
+                or twin.end_ns < record.start_ns or record.end_ns < twin.start_ns:
+            responses[key] = record  # (one scope, or apart in time: another call)
         elif record.twin_tokens is None and twin.twin_tokens is None:
             record.twin_tokens = (twin.input_tokens, twin.output_tokens)
             _share_model(record, twin)
