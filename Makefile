@@ -17,14 +17,20 @@ $(VENV)/.created:
 	$(UV_PIP) --python $(PY) --upgrade pip
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.created pyproject.toml
+# The compiled decode (native/, Rust through PyO3) is built by the install, in place, where
+# cargo is found (else the sidecar is pure Python and says so at start); cargo's build is cached
+# under .cache/ (a source change rebuilds only what changed)
+export CARGO_TARGET_DIR := $(CURDIR)/.cache/cargo-target
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/*/Cargo.toml native/*/src/*.rs)
+
+$(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
 	$(UV_PIP) --python $(PY) -e .
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
 # client's editable install builds its C span path in place (rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
-		client/agent_watchdog_client/_spanpath.c
+		client/agent_watchdog_client/_spanpath.c $(NATIVE_SOURCES)
 	$(UV_PIP) --python $(PY) -e '.[test]' -e ./client
 	touch $@ $(VENV)/.installed
 
