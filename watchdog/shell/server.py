@@ -30,6 +30,7 @@ from watchdog import __version__
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
+from watchdog.core.spans.native import native_state, use_native
 from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
@@ -88,7 +89,15 @@ class Server:
         # A worker thread holding the GIL (the store's JSON and SQLite work) delays the event
         # loop by up to one switch interval; 5 ms by default is the whole directive budget.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-        if protobuf_backend() == "python":
+        use_native(config.native)
+        state = native_state()
+        if state == "unavailable":
+            log.info("OTLP protobuf decode: Python (the compiled decode was not built: no Rust "
+                     "toolchain at install)")
+        else:
+            log.info("OTLP protobuf decode: %s", "compiled (Rust)" if state == "on"
+                     else "Python (native: false)")
+        if state != "on" and protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
         # Ports first: a second watchdog started by mistake fails before it opens the state
         # dir (perhaps the first one's) or logs anything. The binds below still check.

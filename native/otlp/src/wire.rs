@@ -7,7 +7,8 @@
 //! - unknown fields are skipped, groups included (to their matching end);
 //! - a message field seen twice is merged, a scalar's last value wins, a oneof's last member
 //!   wins (a message member merged into the same member);
-//! - at most [`MAX_DEPTH`] nested messages (groups count), else [`Error::TooDeep`];
+//! - at most [`MAX_DEPTH`] nested messages, else [`Error::TooDeep`] (groups count, and a
+//!   group too deep is [`Error::Malformed`]);
 //! - a tag is a varint of at most 5 bytes (32 bits) and names field 1 or more; a value varint
 //!   is at most 10 bytes; a length is at most 5 bytes and below 2^31; anything else, a
 //!   truncated field, wire type 6 or 7, or an end-group tag outside its group is
@@ -330,7 +331,7 @@ impl<'a> Reader<'a> {
             }
             START_GROUP => {
                 if depth == 0 {
-                    return Err(Error::TooDeep);
+                    return Err(Error::Malformed); // (upb's words for a group too deep)
                 }
                 self.fields(end, depth - 1, field, &mut |_, _, _, _, _| Ok(false))?;
             }
