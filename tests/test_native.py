@@ -173,6 +173,12 @@ ODD_BODIES = {
     "101 levels, the last an empty array": nested(48, field(5, b"")),
     "101 levels": nested(48),
     "a deep unknown group": b"\x1b" * 120 + b"\x1c" * 120,
+    # (found by fuzz/native_decode.py: upb checks a string's UTF-8 before its end)
+    "a string past its message, no UTF-8": b"\x0a\x03\x1a\x05\xff" + b"\x0a\x00\xff\xff",
+    "a string past its message": b"\x0a\x03\x1a\x05a" + b"\x0a\x00aa",
+    "a string past the body, no UTF-8": b"\x0a\x03\x1a\x05\xff",
+    "a key past two messages, no UTF-8": b"\x0a\x06\x0a\x04\x0a\x02\x0a\x05" + b"\xff" * 6,
+    "a message past its message": b"\x0a\x02\x12\x05" + b"\x1a\x03\xff\xff\xff",
 }
 
 

@@ -260,12 +260,22 @@ impl<'a> Reader<'a> {
         Ok(Slice { start: start as u32, end: stop as u32 })
     }
 
+    /// A `string` field. Its UTF-8 is checked before its end is: one that runs past its
+    /// message (not past the body) and is no UTF-8 is [`Error::BadUtf8`], as upb has it.
     fn string(&mut self, end: usize) -> Result<Slice> {
-        let slice = self.bytes(end)?;
-        if std::str::from_utf8(slice.of(self.body)).is_err() {
+        let size = self.varint_of(end, 5)?;
+        if size >= i32::MAX as u64 || size as usize > self.body.len() - self.pos {
+            return Err(Error::Malformed);
+        }
+        let (start, stop) = (self.pos, self.pos + size as usize);
+        if std::str::from_utf8(&self.body[start..stop]).is_err() {
             return Err(Error::BadUtf8);
         }
-        Ok(slice)
+        if stop > end {
+            return Err(Error::Malformed);
+        }
+        self.pos = stop;
+        Ok(Slice { start: start as u32, end: stop as u32 })
     }
 
     /// A submessage's extent, one level deeper (`depth`: the levels left at the parent); the
