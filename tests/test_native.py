@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from watchdog.core.spans.logs import LogJoin, parse_logs_json
 from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
 from watchdog.shell.config import load
 
+ROOT = Path(__file__).resolve().parent.parent
 ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl")
              if not path.stem.endswith(".logs"))  # (OTLP logs: the join's test below)
 WITH_LOGS = sorted((path.parent.name, path.stem.removesuffix(".logs"))
@@ -186,6 +188,23 @@ ODD_BODIES = {
 def test_odd_bytes_are_read_or_refused_alike(name: str) -> None:
     body = ODD_BODIES[name]
     assert refusal(body, compiled=True) == refusal(body, compiled=False)
+
+
+CORPUS = sorted((ROOT / "fuzz" / "corpus" / "native_decode").iterdir())
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[path.name for path in CORPUS])
+def test_the_fuzz_corpus_reads_alike(path: Path) -> None:
+    """fuzz/native_decode.py's seeds and what it found (``found-*``: a length whose varint
+    runs past its message, then a string that is no UTF-8: upb reads on and says so)."""
+    body = path.read_bytes()[1:]  # (the first byte is the target's route)
+    answer = refusal(body, compiled=False)
+    assert refusal(body, compiled=True) == answer
+    if answer is None:
+        with decoding(compiled=True):
+            ours = records_from(parse_protobuf(body)).records
+        with decoding(compiled=False):
+            assert ours == records_from(parse_protobuf(body)).records
 
 
 def test_every_cut_and_flip_of_a_real_request_is_read_or_refused_alike() -> None:

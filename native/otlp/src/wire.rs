@@ -200,8 +200,10 @@ struct Reader<'a> {
 type Fields<'f, 'a> = dyn FnMut(&mut Reader<'a>, u32, u8, usize, u32) -> Result<bool> + 'f;
 
 impl<'a> Reader<'a> {
-    fn byte(&mut self, end: usize) -> Result<u8> {
-        if self.pos >= end {
+    /// (Fields are read to the body's end, not their message's: a field that runs past its
+    /// message is refused once read, as upb does; see [`Reader::fields`].)
+    fn byte(&mut self, _end: usize) -> Result<u8> {
+        if self.pos >= self.body.len() {
             return Err(Error::Malformed);
         }
         let byte = self.body[self.pos];
@@ -226,8 +228,8 @@ impl<'a> Reader<'a> {
         self.varint_of(end, 10)
     }
 
-    fn fixed<const N: usize>(&mut self, end: usize) -> Result<[u8; N]> {
-        if end - self.pos < N {
+    fn fixed<const N: usize>(&mut self, _end: usize) -> Result<[u8; N]> {
+        if self.body.len() - self.pos < N {
             return Err(Error::Malformed);
         }
         let mut bytes = [0u8; N];
@@ -247,7 +249,7 @@ impl<'a> Reader<'a> {
     /// A length-delimited field's extent.
     fn len(&mut self, end: usize) -> Result<(usize, usize)> {
         let size = self.varint_of(end, 5)?;
-        if size >= i32::MAX as u64 || size as usize > end - self.pos {
+        if size >= i32::MAX as u64 || size as usize > self.body.len() - self.pos {
             return Err(Error::Malformed);
         }
         let start = self.pos;
@@ -280,13 +282,16 @@ impl<'a> Reader<'a> {
 
     /// A submessage's extent, one level deeper (`depth`: the levels left at the parent); the
     /// reader stays at its start, for the submessage to be read.
+    /// A submessage must end within its parent.
     fn sub(&mut self, end: usize, depth: u32) -> Result<(usize, usize)> {
-        let (start, stop) = self.len(end)?;
+        let size = self.varint_of(end, 5)?;
+        if size >= i32::MAX as u64 || self.pos > end || size as usize > end - self.pos {
+            return Err(Error::Malformed);
+        }
         if depth == 0 {
             return Err(Error::TooDeep);
         }
-        self.pos = start;
-        Ok((start, stop))
+        Ok((self.pos, self.pos + size as usize))
     }
 
     /// The fields up to `end` (a message), each handed to `read` with its number and wire
@@ -320,6 +325,9 @@ impl<'a> Reader<'a> {
             }
             if !read(self, field, wire, end, depth)? {
                 self.skip(field, wire, end, depth)?;
+            }
+            if self.pos > end {
+                return Err(Error::Malformed); // the field ran past its message
             }
         }
         if group != 0 {
