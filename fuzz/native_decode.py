@@ -27,7 +27,7 @@ with atheris.instrument_imports(include=["watchdog"]):
     from watchdog.core.spans import decode, native
     from watchdog.core.spans.pipeline import Decoded, records_from
 
-from ingest import built  # noqa: E402  (fuzz/ingest.py: a request of the attributes read)
+from ingest import built
 
 if not native.AVAILABLE:
     sys.exit("the compiled decode (watchdog.core.spans._native) is not built: run make")

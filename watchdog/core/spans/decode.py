@@ -14,8 +14,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from google.protobuf import json_format

@@ -64,6 +64,6 @@ def selected(span: Any) -> dict[str, object]:
     return select_attributes(span.attributes)
 
 
-NATIVE_SPAN: type | None = None if _native is None else _native.Span
+NATIVE_SPAN: Any = None if _native is None else _native.Span
 
 use_native(True)
