@@ -120,7 +120,7 @@ dist: dist-python dist-image dist-chart
 dist-python: $(DIST_VENV)/.installed
 	$(DIST_PY) tools/dist.py python
 
-dist-image: system-deps $(DIST_VENV)/.installed
+dist-image: system-deps $(DIST_VENV)/.installed dist-python  # (it installs dist/'s wheel)
 	$(DIST_PY) tools/dist.py image
 
 dist-chart: $(DIST_VENV)/.installed
