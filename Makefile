@@ -23,6 +23,11 @@ $(VENV)/.created:
 export CARGO_TARGET_DIR := $(CURDIR)/.cache/cargo-target
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/*/Cargo.toml native/*/src/*.rs)
 
+## cargo-fuzz, for the Rust decoder's fuzz run (tests/test_native_fuzz.py), from crates.io
+CARGO_FUZZ := .cache/cargo/bin/cargo-fuzz
+$(CARGO_FUZZ):
+	cargo install --quiet --locked --root .cache/cargo cargo-fuzz@0.13.2
+
 $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
 	$(UV_PIP) --python $(PY) -e .
 	touch $@
@@ -98,7 +103,7 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 TEST_WORKERS ?= 3
 test: system-deps $(VENV)/.installed-test
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(FRAMEWORK_VENVS) $(TS_AGENT) \
-		$(DIST_VENV)/.installed lint
+		$(DIST_VENV)/.installed $(CARGO_FUZZ) lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the

@@ -48,7 +48,7 @@ INTEGRATION = frozenset({
     "test_dockerfile", "test_durability", "test_footprint", "test_forward", "test_fuzz",
     "test_genai_log_events", "test_hostile",
     "test_kill_restart", "test_logs", "test_metrics", "test_model_endpoint", "test_model_proxy",
-    "test_model_runs", "test_otlp_grpc", "test_otlp_http", "test_persistence", "test_priority",
+    "test_model_runs", "test_native", "test_native_fuzz", "test_otlp_grpc", "test_otlp_http", "test_persistence", "test_priority",
     "test_prometheus", "test_pydantic_ai_e2e", "test_rebatching", "test_rules_cli",
     "test_rules_e2e", "test_session_e2e", "test_sessions", "test_startup", "test_sync_api",
     "test_terminal_states", "test_trace_links",
