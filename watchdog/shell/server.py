@@ -47,6 +47,11 @@ from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import Store, StoreError
 
+# the start's log line on the OTLP protobuf decode (watchdog.core.spans.native)
+DECODES = {"on": "compiled (Rust)", "off": "Python (native: false)",
+           "unavailable": "Python (the compiled decode was not built: no Rust toolchain at "
+                          "install)"}
+
 if TYPE_CHECKING:
     import grpc
 
@@ -90,14 +95,7 @@ class Server:
         # loop by up to one switch interval; 5 ms by default is the whole directive budget.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         use_native(config.native)
-        state = native_state()
-        if state == "unavailable":
-            log.info("OTLP protobuf decode: Python (the compiled decode was not built: no Rust "
-                     "toolchain at install)")
-        else:
-            log.info("OTLP protobuf decode: %s", "compiled (Rust)" if state == "on"
-                     else "Python (native: false)")
-        if state != "on" and protobuf_backend() == "python":
+        if native_state() != "on" and protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
         # Ports first: a second watchdog started by mistake fails before it opens the state
         # dir (perhaps the first one's) or logs anything. The binds below still check.
@@ -172,6 +170,7 @@ class Server:
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
+        log.info("OTLP protobuf decode: %s", DECODES[native_state()])
 
     async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
         """The OTLP/gRPC receivers; grpcio is loaded here, only when they are configured."""
