@@ -11,6 +11,7 @@ say so, where it was not.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness import running_server, sidecar_config
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans import decode, native
@@ -236,3 +238,20 @@ def test_the_switch_chooses_the_decode() -> None:
                           decode.ExportTraceServiceRequest)
     assert load(env={"WATCHDOG_NATIVE": "off"}).native is False
     assert load(env={}).native is True
+
+
+def test_the_sidecar_says_which_decode_reads(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    assert native.AVAILABLE, NOT_BUILT
+    cases = [(False, True, "Python (native: false)", "off"),
+             (True, True, "compiled (Rust)", "on"),
+             (True, False, "Python (the compiled decode was not built: no Rust toolchain at "
+                           "install)", "unavailable")]
+    with decoding(compiled=True):
+        for number, (setting, built, said, state) in enumerate(cases):
+            monkeypatch.setattr(native, "AVAILABLE", built)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="watchdog"), \
+                    running_server(sidecar_config(tmp_path / str(number), native=setting)):
+                assert native.native_state() == state
+            assert f"OTLP protobuf decode: {said}" in caplog.text
