@@ -140,4 +140,5 @@ bench: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .make-dist.lock \
+		watchdog/core/spans/_native*.so \
 		tests/frameworks/ts/node_modules
