@@ -72,3 +72,13 @@ def test_the_rust_decoder_survives_fuzzed_bytes_under_asan(
     log = result.stderr + result.stdout
     assert result.returncode == 0, f"the Rust decoder crashed:\n{log[-6000:]}"
     finished(log, runs, "native/otlp decode (Rust, ASan)", capsys)
+
+
+def test_the_rust_unit_tests_pass() -> None:
+    """``cargo test`` of the workspace (the decoder's own tests; no Python needed)."""
+    result = subprocess.run(
+        ["cargo", "test", "--quiet", "--manifest-path", str(ROOT / "native" / "Cargo.toml")],
+        env=dict(os.environ, CARGO_TARGET_DIR=str(ROOT / ".cache" / "cargo-test-target")),
+        capture_output=True, text=True, timeout=BUILD_SECONDS)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"test result: ok\. [1-9]\d* passed", result.stdout), result.stdout

@@ -42,7 +42,10 @@ impl Tables {
                 (key.cast_into::<PyString>()?.unbind(), scalar),
             );
         }
-        Ok(Tables { wanted: table, json_encoded })
+        Ok(Tables {
+            wanted: table,
+            json_encoded,
+        })
     }
 }
 
@@ -99,7 +102,9 @@ fn decode(py: Python<'_>, body: Bound<'_, PyBytes>, tables: Py<Tables>) -> PyRes
             schema_url: text(py, data, item.schema_url).unbind(),
         })?;
     }
-    Ok(Request { resource_spans: resource_spans.unbind() })
+    Ok(Request {
+        resource_spans: resource_spans.unbind(),
+    })
 }
 
 #[pyclass(frozen, module = "watchdog.core.spans._native")]
@@ -339,7 +344,11 @@ fn plain<'py>(py: Python<'py>, data: &[u8], value: &wire::AnyValue) -> PyResult<
     })
 }
 
-fn key_values<'py>(py: Python<'py>, data: &[u8], list: &[wire::KeyValue]) -> PyResult<Bound<'py, PyList>> {
+fn key_values<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    list: &[wire::KeyValue],
+) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     for kv in list {
         out.append(KeyValue {
@@ -364,11 +373,18 @@ fn any_value(py: Python<'_>, data: &[u8], value: &wire::AnyValue) -> PyResult<An
                 for item in values {
                     list.append(any_value(py, data, item)?)?;
                 }
-                Value::Array(Py::new(py, ArrayValue { values: list.unbind() })?)
+                Value::Array(Py::new(
+                    py,
+                    ArrayValue {
+                        values: list.unbind(),
+                    },
+                )?)
             }
             wire::AnyValue::KvList(values) => Value::KvList(Py::new(
                 py,
-                KeyValueList { values: key_values(py, data, values)?.unbind() },
+                KeyValueList {
+                    values: key_values(py, data, values)?.unbind(),
+                },
             )?),
             wire::AnyValue::Bytes(slice) => Value::Bytes(bytes(py, data, *slice).unbind()),
             wire::AnyValue::StringIndex(index) => Value::StringIndex(*index),
@@ -483,7 +499,12 @@ impl AnyValue {
     fn array_value(&self, py: Python<'_>) -> PyResult<Py<ArrayValue>> {
         match &self.value {
             Value::Array(array) => Ok(array.clone_ref(py)),
-            _ => Py::new(py, ArrayValue { values: PyList::empty(py).unbind() }),
+            _ => Py::new(
+                py,
+                ArrayValue {
+                    values: PyList::empty(py).unbind(),
+                },
+            ),
         }
     }
 
@@ -491,7 +512,12 @@ impl AnyValue {
     fn kvlist_value(&self, py: Python<'_>) -> PyResult<Py<KeyValueList>> {
         match &self.value {
             Value::KvList(list) => Ok(list.clone_ref(py)),
-            _ => Py::new(py, KeyValueList { values: PyList::empty(py).unbind() }),
+            _ => Py::new(
+                py,
+                KeyValueList {
+                    values: PyList::empty(py).unbind(),
+                },
+            ),
         }
     }
 
@@ -507,7 +533,9 @@ impl AnyValue {
     #[allow(non_snake_case)]
     fn WhichOneof(&self, name: &str) -> PyResult<Option<&'static str>> {
         if name != "value" {
-            return Err(PyValueError::new_err(format!("Protocol message has no \"{name}\" field.")));
+            return Err(PyValueError::new_err(format!(
+                "Protocol message has no \"{name}\" field."
+            )));
         }
         Ok(match self.value {
             Value::Unset => None,

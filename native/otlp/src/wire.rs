@@ -69,22 +69,22 @@ pub struct Request {
 
 #[derive(Debug, Default, PartialEq)]
 pub struct ResourceSpans {
-    pub resource: Resource,          // 1
+    pub resource: Resource,           // 1
     pub scope_spans: Vec<ScopeSpans>, // 2
-    pub schema_url: Slice,           // 3
+    pub schema_url: Slice,            // 3
 }
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Resource {
-    pub attributes: Vec<KeyValue>,     // 1
+    pub attributes: Vec<KeyValue>, // 1
     pub dropped_attributes_count: u32, // 2
-    // 3 entity_refs: validated, not kept
+                                   // 3 entity_refs: validated, not kept
 }
 
 #[derive(Debug, Default, PartialEq)]
 pub struct ScopeSpans {
-    pub scope: Scope,     // 1
-    pub spans: Vec<Span>, // 2
+    pub scope: Scope,      // 1
+    pub spans: Vec<Span>,  // 2
     pub schema_url: Slice, // 3
 }
 
@@ -144,8 +144,8 @@ pub struct Link {
 
 #[derive(Debug, Default, PartialEq)]
 pub struct KeyValue {
-    pub key: Slice,      // 1
-    pub value: AnyValue, // 2
+    pub key: Slice,        // 1
+    pub value: AnyValue,   // 2
     pub key_strindex: i32, // 3
 }
 
@@ -154,14 +154,14 @@ pub struct KeyValue {
 pub enum AnyValue {
     #[default]
     Unset,
-    String(Slice),        // 1
-    Bool(bool),           // 2
-    Int(i64),             // 3
-    Double(f64),          // 4
-    Array(Vec<AnyValue>), // 5 ArrayValue.values (1)
+    String(Slice),         // 1
+    Bool(bool),            // 2
+    Int(i64),              // 3
+    Double(f64),           // 4
+    Array(Vec<AnyValue>),  // 5 ArrayValue.values (1)
     KvList(Vec<KeyValue>), // 6 KeyValueList.values (1)
-    Bytes(Slice),         // 7
-    StringIndex(i32),     // 8
+    Bytes(Slice),          // 7
+    StringIndex(i32),      // 8
 }
 
 const VARINT: u8 = 0;
@@ -259,7 +259,10 @@ impl<'a> Reader<'a> {
 
     fn bytes(&mut self, end: usize) -> Result<Slice> {
         let (start, stop) = self.len(end)?;
-        Ok(Slice { start: start as u32, end: stop as u32 })
+        Ok(Slice {
+            start: start as u32,
+            end: stop as u32,
+        })
     }
 
     /// A `string` field. Its UTF-8 is checked before its end is: one that runs past its
@@ -277,7 +280,10 @@ impl<'a> Reader<'a> {
             return Err(Error::Malformed);
         }
         self.pos = stop;
-        Ok(Slice { start: start as u32, end: stop as u32 })
+        Ok(Slice {
+            start: start as u32,
+            end: stop as u32,
+        })
     }
 
     /// A submessage's extent, one level deeper (`depth`: the levels left at the parent); the
@@ -306,7 +312,13 @@ impl<'a> Reader<'a> {
         self.fields(end, depth, 0, &mut read)
     }
 
-    fn fields(&mut self, end: usize, depth: u32, group: u32, read: &mut Fields<'_, 'a>) -> Result<()> {
+    fn fields(
+        &mut self,
+        end: usize,
+        depth: u32,
+        group: u32,
+        read: &mut Fields<'_, 'a>,
+    ) -> Result<()> {
         while self.pos < end {
             let tag = self.varint_of(end, 5)?;
             if tag > u64::from(u32::MAX) {
@@ -417,7 +429,10 @@ impl<'a> Reader<'a> {
                 (2, LEN) => {
                     let (start, stop) = r.sub(end, depth)?;
                     let mut span = Span {
-                        raw: Slice { start: start as u32, end: stop as u32 },
+                        raw: Slice {
+                            start: start as u32,
+                            end: stop as u32,
+                        },
                         ..Span::default()
                     };
                     r.span(&mut span, stop, depth - 1)?;
