@@ -35,7 +35,8 @@ WORKDIR /src
 # The sidecar's wheel as `make dist` built it: the package, its default rule pack, and the
 # compiled decode (Rust, built by setuptools-rust where cargo is: not in this stage).
 COPY dist/agent_watchdog_sidecar-*.whl dist/
-RUN python -m pip wheel --wheel-dir /wheels dist/agent_watchdog_sidecar-*.whl
+RUN python -m pip wheel --wheel-dir /wheels dist/agent_watchdog_sidecar-*.whl \
+    && sha256sum /wheels/*.whl > /wheels.sha256
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.2.0
@@ -48,6 +49,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     WATCHDOG_STATE_DIR=/var/lib/watchdog
+# What the install below installs, by hash: new wheels are a new layer (a builder caches a RUN
+# by its text and the layers before it, not by what it mounts).
+COPY --from=builder /wheels.sha256 /opt/watchdog.wheels.sha256
 # The wheels are bind-mounted from the builder, so no layer keeps them; --no-index: nothing is
 # downloaded here, every dependency was resolved in the builder.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
