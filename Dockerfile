@@ -2,11 +2,13 @@
 #
 # agent-watchdog-sidecar: a small image that runs `watchdog serve`, configured by WATCHDOG_* env vars.
 #
+#   make dist-python    # the sidecar's wheel into dist/ (the image installs that one)
 #   docker build -t agent-watchdog-sidecar:0.2.0 .
 #   docker run --rm --read-only --tmpfs /tmp -v watchdog-state:/var/lib/watchdog \
 #     -p 127.0.0.1:9464:9464 agent-watchdog-sidecar:0.2.0
 #
-# - builder: builds the project's wheel and a wheel of every dependency (compilers stay here);
+# - builder: takes the sidecar's wheel `make dist` built (dist/: it carries the compiled OTLP
+#   decode, built where the Rust toolchain is) and makes a wheel of every dependency;
 # - final: installs those wheels offline into a venv (/opt/watchdog) that is owned by root and
 #   read-only for the process, which runs as uid/gid 65532 (the "nonroot" id of distroless).
 #
@@ -30,11 +32,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# The default rule pack is package data: watchdog/core/rules/packs/default.yaml links to rules/.
-COPY pyproject.toml README.md ./
-COPY rules/ rules/
-COPY watchdog/ watchdog/
-RUN python -m pip wheel --wheel-dir /wheels .
+# The sidecar's wheel as `make dist` built it: the package, its default rule pack, and the
+# compiled decode (Rust, built by setuptools-rust where cargo is: not in this stage).
+COPY dist/agent_watchdog_sidecar-*.whl dist/
+RUN python -m pip wheel --wheel-dir /wheels dist/agent_watchdog_sidecar-*.whl \
+    && sha256sum /wheels/*.whl > /wheels.sha256
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.2.0
@@ -47,6 +49,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     WATCHDOG_STATE_DIR=/var/lib/watchdog
+# What the install below installs, by hash: new wheels are a new layer (a builder caches a RUN
+# by its text and the layers before it, not by what it mounts).
+COPY --from=builder /wheels.sha256 /opt/watchdog.wheels.sha256
 # The wheels are bind-mounted from the builder, so no layer keeps them; --no-index: nothing is
 # downloaded here, every dependency was resolved in the builder.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \

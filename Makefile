@@ -17,16 +17,27 @@ $(VENV)/.created:
 	$(UV_PIP) --python $(PY) --upgrade pip
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.created pyproject.toml
+# The compiled parts (native/, Rust through PyO3: the OTLP decode and the model endpoint's relay)
+# are built by the install, in place, where cargo is found (else the sidecar is pure Python and
+# says so at start); cargo's build is cached
+# under .cache/ (a source change rebuilds only what changed)
+export CARGO_TARGET_DIR := $(CURDIR)/.cache/cargo-target
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/*/Cargo.toml native/*/src/*.rs)
+
+## cargo-fuzz, for the Rust decoder's fuzz run (tests/test_native_fuzz.py), from crates.io
+CARGO_FUZZ := .cache/cargo/bin/cargo-fuzz
+$(CARGO_FUZZ):
+	cargo install --quiet --locked --root .cache/cargo cargo-fuzz@0.13.2
+
+$(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
 	$(UV_PIP) --python $(PY) -e .
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
-# client's editable install builds its C span path in place (rebuilt when its source changes),
-# the sidecar's its compiled model relay (native/relay, rebuilt when its source changes)
+# client's editable install builds its C span path in place, the sidecar's its compiled parts
+# (each rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
-		client/agent_watchdog_client/_spanpath.c native/Cargo.lock native/relay/Cargo.toml \
-		native/relay/src/lib.rs
+		client/agent_watchdog_client/_spanpath.c $(NATIVE_SOURCES)
 	$(UV_PIP) --python $(PY) -e '.[test]' -e ./client
 	touch $@ $(VENV)/.installed
 
@@ -117,7 +128,7 @@ collector: $(OTELCOL)
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(DIST_VENV)/.installed lint
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(DIST_VENV)/.installed $(CARGO_FUZZ) lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
@@ -139,7 +150,7 @@ dist: dist-python dist-image dist-chart
 dist-python: $(DIST_VENV)/.installed
 	$(DIST_PY) tools/dist.py python
 
-dist-image: system-deps $(DIST_VENV)/.installed
+dist-image: system-deps $(DIST_VENV)/.installed dist-python  # (it installs dist/'s wheel)
 	$(DIST_PY) tools/dist.py image
 
 dist-chart: $(DIST_VENV)/.installed
@@ -154,4 +165,5 @@ bench: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .make-dist.lock \
+		watchdog/core/spans/_native*.so \
 		tests/frameworks/ts/node_modules

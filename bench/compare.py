@@ -29,12 +29,23 @@ from bench.workload import WORKLOADS, batches
 
 
 def build(text: str) -> tuple[str, str]:
-    name, sep, tree = text.partition("=")
+    """``NAME=TREE``, or ``NAME=TREE,KEY=VALUE,...``: the tree's sidecar with those settings
+    (``py=.,native=false``: the same tree on its Python decode)."""
+    name, sep, spec = text.partition("=")
+    tree, *settings = spec.split(",")
     path = Path(tree)
-    if not sep or not name or not (path / "watchdog" / "__main__.py").is_file():
+    if not sep or not name or not (path / "watchdog" / "__main__.py").is_file() \
+            or not all("=" in setting for setting in settings):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected NAME=TREE, TREE a source tree holding watchdog/__main__.py")
-    return name, str(path.resolve())
+            f"{text!r}: expected NAME=TREE[,KEY=VALUE...], TREE a source tree holding "
+            f"watchdog/__main__.py, KEY a configuration key")
+    return name, ",".join([str(path.resolve()), *settings])
+
+
+def run_build(bodies: list[bytes], spans: int, spec: str) -> float:
+    tree, *settings = spec.split(",")
+    extra = dict(setting.split("=", 1) for setting in settings)
+    return end_to_end(bodies, spans, tree=tree, extra=extra)["spans_per_cpu_s"]
 
 
 def positive(text: str) -> int:
@@ -68,7 +79,7 @@ def main() -> None:
         for index in range(args.rounds):
             order = (first, second) if index % 2 == 0 else (second, first)
             for name in order:
-                rates[name].append(end_to_end(bodies, spans, tree=trees[name])["spans_per_cpu_s"])
+                rates[name].append(run_build(bodies, spans, trees[name]))
                 print(f"{workload} round {index + 1} {name}: {rates[name][-1]:,.0f} spans/CPU-s",
                       file=sys.stderr, flush=True)
         pairs = [b / a for a, b in zip(rates[first], rates[second], strict=True)]

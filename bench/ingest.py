@@ -192,10 +192,11 @@ WARM_UP = list(batches(8, 64, 64, seed=20_261_128))
 
 
 def end_to_end(bodies: list[bytes], spans: int, rules: bool = True,
-               tree: str | None = None) -> dict[str, float]:
+               tree: str | None = None, extra: dict[str, str] | None = None) -> dict[str, float]:
     """``rules``: the default rule pack evaluated during ingest (as shipped), or no rules;
-    ``tree``: the source tree the sidecar runs from (see :func:`sidecar`)."""
-    extra = {} if rules else {"default_rules": "false"}
+    ``tree``: the source tree the sidecar runs from (see :func:`sidecar`); ``extra``: more
+    configuration (``{"native": "false"}``)."""
+    extra = dict(extra or {}, **({} if rules else {"default_rules": "false"}))
     with tempfile.TemporaryDirectory() as state, sidecar(state, tree, **extra) as proc:
         ports, pid = proc["ports"], proc["process"].pid
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"

@@ -46,7 +46,7 @@ def test_asked_tool_calls_are_bounded() -> None:
 
     output = json.dumps([{"role": "assistant", "parts": [
         {"type": "tool_call", "id": f"call_{i}", "name": f"tool{i}"} for i in range(100)]}])
-    asked = asked_tools(output, ())
+    asked = asked_tools(output, None)
     assert len(asked) == MAX_ASKED_TOOLS
     assert asked[0] == ("tool0", "call_0")
 

@@ -277,7 +277,15 @@ def test_the_wheels_top_level_packages(dist: Dist) -> None:
     assert not any(n.endswith(".c") for n in names)
     assert re.fullmatch(rf"agent_watchdog_client-{re.escape(VERSION)}-cp3\d+-cp3\d+-\w+\.whl",
                         dist.client_wheel.name)
-    assert dist.sidecar_wheel.name == f"agent_watchdog_sidecar-{VERSION}-py3-none-any.whl"
+    # the sidecar's compiled decode (Rust) is built too (a platform wheel); its source in the
+    # sdist
+    assert re.fullmatch(rf"agent_watchdog_sidecar-{re.escape(VERSION)}-cp3\d+-(cp3\d+|abi3)-\w+"
+                        r"\.whl", dist.sidecar_wheel.name)
+    with zipfile.ZipFile(dist.sidecar_wheel) as archive:
+        names = archive.namelist()
+    assert any(re.fullmatch(r"watchdog/core/spans/_native\..*\.so", n) for n in names)
+    assert "watchdog/core/spans/_native.pyi" in names and not any(n.endswith(".rs")
+                                                                   for n in names)
 
 
 # -- the client's dependency tree -----------------------------------------------------------
@@ -353,6 +361,9 @@ def test_the_sidecar_wheel_installs_and_runs(dist: Dist, tmp_path: Path) -> None
                      str(pack))
     assert check.returncode == 0, check.stdout + check.stderr
     assert not venv.imports("agent_watchdog_client")  # the sidecar does not install the client
+    native = venv.run(str(venv.python), "-c", "from watchdog.core.spans import native; "
+                      "print(native.native_state())")
+    assert native.stdout.strip() == "on", native.stdout + native.stderr  # the compiled decode
 
 
 # -- sdists ---------------------------------------------------------------------------------
@@ -379,6 +390,10 @@ def test_the_sdists_hold_what_their_wheels_are_built_from(dist: Dist) -> None:
         assert extracted is not None
         assert extracted.read() == (ROOT / "rules" / "default.yaml").read_bytes()
     assert "watchdog/shell/cli.py" in sidecar and "watchdog/py.typed" in sidecar
+    for name in ("native/Cargo.toml", "native/Cargo.lock", "native/otlp/Cargo.toml",
+                 "native/otlp/src/wire.rs", "native/otlp/src/python.rs"):
+        assert name in sidecar, name
+    assert not [n for n in sidecar if n.startswith("native/target/")]
     assert not [n for n in sidecar if n.startswith(("tests/", "client/", "agent_watchdog_client"))]
 
 

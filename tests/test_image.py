@@ -172,6 +172,10 @@ def test_runs_read_only_as_65532_and_is_ready(container: Running) -> None:
     # pip is not in the venv, and nothing is writable but the state volume and /tmp.
     assert podman("exec", container.name, "python", "-c", "import pip",
                   check=False).returncode != 0
+    # the image's sidecar reads OTLP protobuf with the compiled decode make dist's wheel carries
+    decode = podman("exec", container.name, "python", "-c",
+                    "from watchdog.core.spans import native; print(native.native_state())")
+    assert decode.stdout.strip() == "on", decode.stdout + decode.stderr
     status, metrics = http_request("GET", container.url("metrics") + "/metrics")
     assert f'agent_watchdog_build_info{{version="{VERSION}"}} 1.0'.encode() in metrics
 

@@ -88,6 +88,9 @@ class Config:
     log_level: str = "info"
     log_format: str = "text"  # text | json (one JSON object per line; decisions as events)
     insecure: bool = False  # allow non-loopback binds without api_token
+    # OTLP protobuf requests read by the compiled decode where it is built (docs/performance.md);
+    # false: by the Python one (protobuf's parser), the reference
+    native: bool = True
     # Pass-through (DESIGN §2): an OTLP/HTTP base URL everything received is forwarded to.
     forward_endpoint: str | None = field(default=None, repr=False)  # may hold a password
     forward_headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets

@@ -30,6 +30,7 @@ from watchdog import __version__
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
+from watchdog.core.spans.native import native_state, use_native
 from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
@@ -45,6 +46,11 @@ from watchdog.shell.receivers.forward import Forwarder
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import Store, StoreError
+
+# the start's log line on the OTLP protobuf decode (watchdog.core.spans.native)
+DECODES = {"on": "compiled (Rust)", "off": "Python (native: false)",
+           "unavailable": "Python (the compiled decode was not built: no Rust toolchain at "
+                          "install)"}
 
 if TYPE_CHECKING:
     import grpc
@@ -90,7 +96,8 @@ class Server:
         # A worker thread holding the GIL (the store's JSON and SQLite work) delays the event
         # loop by up to one switch interval; 5 ms by default is the whole directive budget.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-        if protobuf_backend() == "python":
+        use_native(config.native)
+        if native_state() != "on" and protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
         # Ports first: a second watchdog started by mistake fails before it opens the state
         # dir (perhaps the first one's) or logs anything. The binds below still check.
@@ -170,6 +177,7 @@ class Server:
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
                  ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
+        log.info("OTLP protobuf decode: %s", DECODES[native_state()])
 
     async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
         """The OTLP/gRPC receivers; grpcio is loaded here, only when they are configured."""

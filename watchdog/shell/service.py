@@ -31,7 +31,7 @@ from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
-from watchdog.core.spans.decode import ExportTraceServiceRequest
+from watchdog.core.spans.decode import TraceRequest
 from watchdog.core.spans.logs import ExportLogsServiceRequest, LogJoin
 from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
 from watchdog.core.spans.record import KeySource, SpanRecord
@@ -274,7 +274,7 @@ class WatchdogService:
 
     # -- ingest ---------------------------------------------------------------------------------
 
-    def export(self, request: ExportTraceServiceRequest, protocol: str,
+    def export(self, request: TraceRequest, protocol: str,
                digest: bytes | None = None) -> Decoded:
         """Apply one OTLP export request at once. ``digest`` (of the body) lets a retried
         request that was already applied be acknowledged without counting its spans twice."""
@@ -286,7 +286,7 @@ class WatchdogService:
         self._remember(digest)
         return decoded
 
-    async def export_in_slices(self, parse: Callable[[], ExportTraceServiceRequest],
+    async def export_in_slices(self, parse: Callable[[], TraceRequest],
                                protocol: str, digest: bytes | None = None) -> Decoded:
         """:meth:`export` for the receivers
         (:class:`~watchdog.shell.receivers.consumer.TraceConsumer`): the request is parsed at its
@@ -369,7 +369,7 @@ class WatchdogService:
         self._carry(step)
         return run
 
-    def sync(self, key: str, request: ExportTraceServiceRequest, stop: str | None = None
+    def sync(self, key: str, request: TraceRequest, stop: str | None = None
              ) -> tuple[RunView | None, int]:
         """Apply the spans a client sends before its next step (:mod:`watchdog.core.sync`): the
         run's state once they are applied, and how many were new. ``stop``: the client stopped

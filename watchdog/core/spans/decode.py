@@ -1,7 +1,9 @@
 """OTLP payload decoding: bytes in, ``ExportTraceServiceRequest`` out, or a :class:`DecodeError`.
 
 Protobuf decoding uses the ``opentelemetry-proto`` messages on protobuf's ``upb`` backend (the
-pure-Python backend is ~20x slower; :func:`protobuf_backend` lets the server warn about it).
+pure-Python backend is ~20x slower; :func:`protobuf_backend` lets the server warn about it):
+the reference. Where the compiled decode is built (:mod:`watchdog.core.spans.native`), it reads
+protobuf requests instead, into objects that read as these messages do.
 OTLP/JSON differs from protobuf's canonical JSON mapping in one way that matters: trace and span
 ids are hex strings, not base64, so they are converted before parsing.
 """
@@ -12,8 +14,8 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as _ProtoDecodeError
@@ -22,14 +24,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from watchdog.core.bounds import load_json
+
+if TYPE_CHECKING:
+    from watchdog.core.spans._native import Request as NativeRequest
 
 __all__ = [
     "DecodeError",
     "ExportTraceServiceRequest",
     "ExportTraceServiceResponse",
+    "TraceRequest",
     "attributes",
     "parse_json",
     "parse_protobuf",
@@ -69,7 +74,23 @@ def request_digest(body: bytes) -> bytes:
     return digest.digest()
 
 
-def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+# A decoded export request: protobuf's message, or the compiled decode's reading of it.
+TraceRequest: TypeAlias = "ExportTraceServiceRequest | NativeRequest"
+
+# The compiled decode when it is on (watchdog.core.spans.native installs it), else None.
+compiled: Callable[[bytes], NativeRequest] | None = None
+
+
+def parse_protobuf(body: bytes) -> TraceRequest:
+    """An OTLP protobuf export request, or a :class:`DecodeError` that says why it is not one;
+    the compiled decode's when it is on (the same request, the same errors)."""
+    if compiled is not None and type(body) is bytes:
+        return compiled(body)
+    return parse_protobuf_python(body)
+
+
+def parse_protobuf_python(body: bytes) -> ExportTraceServiceRequest:
+    """:func:`parse_protobuf` by protobuf's own parser: the reference."""
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
@@ -156,8 +177,9 @@ def response_protobuf(rejected: int, message: str) -> bytes:
     return body
 
 
-def any_value(value: AnyValue) -> object:
-    """The Python value of an OTLP ``AnyValue`` (lists and maps recursively)."""
+def any_value(value: Any) -> object:
+    """The Python value of an OTLP ``AnyValue`` (lists and maps recursively; protobuf's or
+    the compiled decode's)."""
     which = value.WhichOneof("value")
     if which == "string_value":
         return value.string_value
@@ -176,7 +198,7 @@ def any_value(value: AnyValue) -> object:
     return None
 
 
-def attributes(key_values: Iterable[KeyValue]) -> dict[str, object]:
+def attributes(key_values: Iterable[Any]) -> dict[str, object]:
     """OTLP attributes as a dict (a repeated key keeps its last value, as the SDKs do).
 
     On the hot path: strings, the common case, are read without the generic dispatch.

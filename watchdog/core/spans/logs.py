@@ -266,8 +266,11 @@ class LogJoin:
         held = self._held.get(trace_id)
         if held is None:
             held = self._held[trace_id] = Held(now + self.wait_seconds)
-        copy = Span()
-        copy.CopyFrom(span)  # (the request it came in is not kept alive for it)
+        copy = Span()  # (the request it came in is not kept alive for it)
+        if isinstance(span, Span):
+            copy.CopyFrom(span)
+        else:  # the compiled decode's: its bytes as they came
+            copy.ParseFromString(span.SerializeToString())
         size = copy.ByteSize()
         held.items.append((copy, resource, scope, content))
         held.size += size

@@ -167,7 +167,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
                                      and text.strip() in HIDDEN_CONTENT):
             record.final_output = brief(text, MAX_BRIEF_CHARS)
     if record.requested_tools:
-        record.asked_tools = asked_tools(output_messages, span.attributes)
+        record.asked_tools = asked_tools(output_messages, span)
     if messages:
         messages += max(flat_out, 1)
     elif MESSAGES_DELTA_KEYS:
@@ -255,9 +255,10 @@ ASKED_TOOL_FLAT = (
 )
 
 
-def asked_tools(output_messages: object, key_values: Any) -> tuple[tuple[str, str], ...]:
+def asked_tools(output_messages: object, span: Any) -> tuple[tuple[str, str], ...]:
     """The tool calls (name, call id or "") a model call's output asks for, at most
-    ``MAX_ASKED_TOOLS``, from its JSON output messages or else its flattened output keys."""
+    ``MAX_ASKED_TOOLS``, from its JSON output messages or else its span's flattened output keys
+    (its attributes read only then: the compiled decode builds them on demand)."""
     asked: list[tuple[str, str]] = []
     messages: object = output_messages
     if isinstance(messages, str) and '"tool_call' in messages:
@@ -281,7 +282,7 @@ def asked_tools(output_messages: object, key_values: Any) -> tuple[tuple[str, st
                                       else ""))
         return tuple(asked)
     flat: dict[str, list[str]] = {}  # "<i>.<j>" -> [name, id]
-    for kv in key_values:
+    for kv in span.attributes if span is not None else ():
         key = kv.key
         for prefix, infix, name_suffix, id_suffix in ASKED_TOOL_FLAT:
             if not key.startswith(prefix) or infix not in key:

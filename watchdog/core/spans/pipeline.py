@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from watchdog.core.bounds import id_problem
-from watchdog.core.spans.conventions import Resource, SpanRejected, normalise, select_attributes
-from watchdog.core.spans.decode import ExportTraceServiceRequest, attributes
+from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
+from watchdog.core.spans.decode import TraceRequest, attributes
 from watchdog.core.spans.logs import Held, LogJoin, merged
+from watchdog.core.spans.native import selected
 from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
 
 
@@ -54,12 +55,12 @@ def _checked(record: SpanRecord) -> SpanRecord:
     return record
 
 
-def records_from(request: ExportTraceServiceRequest) -> Decoded:
+def records_from(request: TraceRequest) -> Decoded:
     """Every span of ``request`` as a record (or a counted rejection)."""
     return next(slices_of(request, None), Decoded())
 
 
-def slices_of(request: ExportTraceServiceRequest, size: int | None,
+def slices_of(request: TraceRequest, size: int | None,
               join: LogJoin | None = None, now: float = 0.0) -> Iterator[Decoded]:
     """The request's records in the order their spans ended (:func:`_in_end_order`), ``size``
     at a time (None: all at once), so the shell can apply a large request in slices and serve
@@ -82,7 +83,7 @@ def slices_of(request: ExportTraceServiceRequest, size: int | None,
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 try:
-                    attrs = select_attributes(span.attributes)
+                    attrs = selected(span)
                     if join is not None:
                         trace_id = span.trace_id
                         content = join.content(trace_id, span.span_id)
@@ -155,7 +156,7 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded) -> list[Span
                 records.append(item)
                 continue
             span, resource, scope, content = item
-            attrs = select_attributes(span.attributes)
+            attrs = selected(span)
             if content is None:
                 content = held.content.get(span.span_id) or join.content(span.trace_id,
                                                                          span.span_id)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint
-from watchdog.core.spans.decode import ExportTraceServiceRequest
+from watchdog.core.spans.decode import TraceRequest
 from watchdog.shell.priority import Priority
 
 
@@ -40,7 +40,7 @@ class Watchdog(Protocol):
     def heartbeat(self, key: str, messages: int, in_flight: int | None = None,
                   oldest_call_started: float | None = None,
                   announce: dict[str, Any] | None = None) -> RunView: ...
-    def sync(self, key: str, request: ExportTraceServiceRequest, stop: str | None = None
+    def sync(self, key: str, request: TraceRequest, stop: str | None = None
              ) -> tuple[RunView | None, int]: ...
     async def checkpoint(self, session_id: str, checkpoint: Checkpoint) -> dict[str, Any]: ...
     def session_context(self, session_id: str) -> dict[str, Any]: ...

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from watchdog.core.spans.decode import ExportTraceServiceRequest
+from watchdog.core.spans.decode import TraceRequest
 from watchdog.core.spans.logs import ExportLogsServiceRequest
 from watchdog.core.spans.pipeline import Decoded
 
 
 class TraceConsumer(Protocol):
-    async def export_in_slices(self, parse: Callable[[], ExportTraceServiceRequest],
+    async def export_in_slices(self, parse: Callable[[], TraceRequest],
                                protocol: str, digest: bytes | None = None) -> Decoded:
         """Apply one export request, parsed by ``parse()`` when its turn comes (its
         :class:`~watchdog.core.spans.decode.DecodeError` raised to the receiver); ``digest`` (of

@@ -35,7 +35,7 @@ from google.protobuf import json_format
 from watchdog.core.spans import codings
 from watchdog.core.spans.decode import (
     DecodeError,
-    ExportTraceServiceRequest,
+    TraceRequest,
     parse_json,
     parse_protobuf,
     request_digest,
@@ -76,7 +76,7 @@ class Codec:
     """One OTLP/HTTP encoding: how requests are parsed and responses written."""
 
     content_type: str
-    parse: Callable[[bytes], ExportTraceServiceRequest]
+    parse: Callable[[bytes], TraceRequest]
     response: Callable[[int, str], bytes]
     status: Callable[[WatchdogError], bytes]
 

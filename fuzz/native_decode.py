@@ -1,0 +1,66 @@
+"""Fuzz target: the compiled decode (watchdog.core.spans._native, Rust) against the Python one
+(protobuf's upb parser), on the same bytes. Coverage-guided with atheris (libFuzzer).
+
+The contract checked: both refuse the bytes in the same words (the same ``DecodeError``), or
+both read them into the same records and the same counted rejections. Any difference, or any
+other exception, is a crash: libFuzzer stops and saves the input.
+
+    .venv/bin/python fuzz/native_decode.py -dict=fuzz/otlp.dict fuzz/corpus/native_decode
+    .venv/bin/python fuzz/native_decode.py -help=1     # the libFuzzer options
+
+The first byte picks the route: 0 the bytes as they are, 1 a request *built* from them (the
+attributes normalisation reads, values of every type: :func:`ingest.built`). The Rust decoder
+alone, with AddressSanitizer, is ``native/otlp/fuzz`` (cargo-fuzz).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import atheris
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+with atheris.instrument_imports(include=["watchdog"]):
+    from watchdog.core.spans import decode, native
+    from watchdog.core.spans.pipeline import Decoded, records_from
+
+from ingest import built
+
+if not native.AVAILABLE:
+    sys.exit("the compiled decode (watchdog.core.spans._native) is not built: run make")
+native.use_native(False)  # parse_protobuf: the Python path; the compiled one called directly
+COMPILED = native._compiled()
+
+
+def read(parse: object, body: bytes) -> str | Decoded:
+    try:
+        request = parse(body)  # type: ignore[operator]
+    except decode.DecodeError as exc:
+        return str(exc)
+    return records_from(request)
+
+
+def test_one_input(data: bytes) -> None:
+    if not data:
+        return
+    body = data[1:]
+    if data[0] % 2:
+        body = built(atheris.FuzzedDataProvider(body)).SerializeToString()
+    ours, reference = read(COMPILED, body), read(decode.parse_protobuf_python, body)
+    if isinstance(reference, str) or isinstance(ours, str):
+        assert ours == reference, (ours, reference)
+        return
+    assert ours.records == reference.records
+    assert (ours.rejected, ours.message()) == (reference.rejected, reference.message())
+
+
+def main() -> None:
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,8 @@
+//! agent-watchdog's compiled OTLP decode. [`wire`] is pure Rust (fuzzed on its own:
+//! `native/otlp/fuzz`); the `python` feature adds the Python module
+//! `watchdog.core.spans._native` over it.
+
+pub mod wire;
+
+#[cfg(feature = "python")]
+mod python;

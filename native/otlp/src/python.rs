@@ -1,0 +1,585 @@
+//! `watchdog.core.spans._native`: the decoded request as objects that read like protobuf's
+//! own messages (the fields the Python pipeline reads, by the same names), built lazily, and
+//! the attributes the conventions name selected into a dict in one pass (`Span.selected`).
+
+use std::collections::HashMap;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+
+use crate::wire;
+
+/// The convention tables' attribute names (handed over once, at import): the wanted ones, each
+/// as the Python string a selected dict is keyed by, and whether it is a scalar (its string is
+/// read as the JSON it may encode); and the function that reads a JSON-encoded value.
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Tables {
+    wanted: HashMap<Box<[u8]>, (Py<PyString>, bool)>,
+    json_encoded: Py<PyAny>,
+}
+
+#[pymethods]
+impl Tables {
+    #[new]
+    fn new(
+        wanted: &Bound<'_, PyAny>,
+        scalars: &Bound<'_, PyAny>,
+        json_encoded: Py<PyAny>,
+    ) -> PyResult<Self> {
+        let mut scalar_keys = std::collections::HashSet::new();
+        for key in scalars.try_iter()? {
+            scalar_keys.insert(key?.extract::<String>()?);
+        }
+        let mut table = HashMap::new();
+        for key in wanted.try_iter()? {
+            let key = key?;
+            let text: String = key.extract()?;
+            let scalar = scalar_keys.contains(&text);
+            table.insert(
+                text.into_bytes().into_boxed_slice(),
+                (key.cast_into::<PyString>()?.unbind(), scalar),
+            );
+        }
+        Ok(Tables {
+            wanted: table,
+            json_encoded,
+        })
+    }
+}
+
+fn text<'py>(py: Python<'py>, body: &[u8], slice: wire::Slice) -> Bound<'py, PyString> {
+    PyString::new(py, slice.text(body))
+}
+
+fn bytes<'py>(py: Python<'py>, body: &[u8], slice: wire::Slice) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, slice.of(body))
+}
+
+/// Decode an `ExportTraceServiceRequest`; a ValueError says why it is not one (upb's words).
+#[pyfunction]
+fn decode(py: Python<'_>, body: Bound<'_, PyBytes>, tables: Py<Tables>) -> PyResult<Request> {
+    let request = {
+        let data = body.as_bytes();
+        wire::decode(data).map_err(|error| PyValueError::new_err(error.message()))?
+    };
+    let shared: Py<PyBytes> = body.unbind();
+    let data = shared.bind(py).as_bytes();
+    let resource_spans = PyList::empty(py);
+    for item in request.resource_spans {
+        let scope_spans = PyList::empty(py);
+        for scoped in item.scope_spans {
+            let spans = PyList::empty(py);
+            for span in scoped.spans {
+                spans.append(Span {
+                    body: shared.clone_ref(py),
+                    tables: tables.clone_ref(py),
+                    span,
+                    attributes: PyOnceLock::new(),
+                    events: PyOnceLock::new(),
+                })?;
+            }
+            let scope = Scope {
+                name: text(py, data, scoped.scope.name).unbind(),
+                version: text(py, data, scoped.scope.version).unbind(),
+                attributes: key_values(py, data, &scoped.scope.attributes)?.unbind(),
+                dropped_attributes_count: scoped.scope.dropped_attributes_count,
+            };
+            scope_spans.append(ScopeSpans {
+                scope: Py::new(py, scope)?,
+                spans: spans.unbind(),
+                schema_url: text(py, data, scoped.schema_url).unbind(),
+            })?;
+        }
+        let resource = Resource {
+            attributes: key_values(py, data, &item.resource.attributes)?.unbind(),
+            dropped_attributes_count: item.resource.dropped_attributes_count,
+        };
+        resource_spans.append(ResourceSpans {
+            resource: Py::new(py, resource)?,
+            scope_spans: scope_spans.unbind(),
+            schema_url: text(py, data, item.schema_url).unbind(),
+        })?;
+    }
+    Ok(Request {
+        resource_spans: resource_spans.unbind(),
+    })
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Request {
+    #[pyo3(get)]
+    resource_spans: Py<PyList>,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct ResourceSpans {
+    #[pyo3(get)]
+    resource: Py<Resource>,
+    #[pyo3(get)]
+    scope_spans: Py<PyList>,
+    #[pyo3(get)]
+    schema_url: Py<PyString>,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Resource {
+    #[pyo3(get)]
+    attributes: Py<PyList>,
+    #[pyo3(get)]
+    dropped_attributes_count: u32,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct ScopeSpans {
+    #[pyo3(get)]
+    scope: Py<Scope>,
+    #[pyo3(get)]
+    spans: Py<PyList>,
+    #[pyo3(get)]
+    schema_url: Py<PyString>,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Scope {
+    #[pyo3(get)]
+    name: Py<PyString>,
+    #[pyo3(get)]
+    version: Py<PyString>,
+    #[pyo3(get)]
+    attributes: Py<PyList>,
+    #[pyo3(get)]
+    dropped_attributes_count: u32,
+}
+
+/// One span: its fields read from the body on demand (its attributes and events built once).
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Span {
+    body: Py<PyBytes>,
+    tables: Py<Tables>,
+    span: wire::Span,
+    attributes: PyOnceLock<Py<PyList>>,
+    events: PyOnceLock<Py<PyList>>,
+}
+
+#[pymethods]
+impl Span {
+    #[getter]
+    fn trace_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        bytes(py, self.body.bind(py).as_bytes(), self.span.trace_id)
+    }
+
+    #[getter]
+    fn span_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        bytes(py, self.body.bind(py).as_bytes(), self.span.span_id)
+    }
+
+    #[getter]
+    fn parent_span_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        bytes(py, self.body.bind(py).as_bytes(), self.span.parent_span_id)
+    }
+
+    #[getter]
+    fn trace_state<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        text(py, self.body.bind(py).as_bytes(), self.span.trace_state)
+    }
+
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        text(py, self.body.bind(py).as_bytes(), self.span.name)
+    }
+
+    #[getter]
+    fn flags(&self) -> u32 {
+        self.span.flags
+    }
+
+    #[getter]
+    fn kind(&self) -> i32 {
+        self.span.kind
+    }
+
+    #[getter]
+    fn start_time_unix_nano(&self) -> u64 {
+        self.span.start_time_unix_nano
+    }
+
+    #[getter]
+    fn end_time_unix_nano(&self) -> u64 {
+        self.span.end_time_unix_nano
+    }
+
+    #[getter]
+    fn dropped_attributes_count(&self) -> u32 {
+        self.span.dropped_attributes_count
+    }
+
+    #[getter]
+    fn dropped_events_count(&self) -> u32 {
+        self.span.dropped_events_count
+    }
+
+    #[getter]
+    fn dropped_links_count(&self) -> u32 {
+        self.span.dropped_links_count
+    }
+
+    #[getter]
+    fn attributes(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        if let Some(list) = self.attributes.get(py) {
+            return Ok(list.clone_ref(py));
+        }
+        let list = key_values(py, self.body.bind(py).as_bytes(), &self.span.attributes)?.unbind();
+        Ok(self.attributes.get_or_init(py, || list).clone_ref(py))
+    }
+
+    #[getter]
+    fn events(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        if let Some(list) = self.events.get(py) {
+            return Ok(list.clone_ref(py));
+        }
+        let data = self.body.bind(py).as_bytes();
+        let list = PyList::empty(py);
+        for event in &self.span.events {
+            list.append(Event {
+                time_unix_nano: event.time_unix_nano,
+                name: text(py, data, event.name).unbind(),
+                attributes: key_values(py, data, &event.attributes)?.unbind(),
+                dropped_attributes_count: event.dropped_attributes_count,
+            })?;
+        }
+        let list = list.unbind();
+        Ok(self.events.get_or_init(py, || list).clone_ref(py))
+    }
+
+    #[getter]
+    fn links<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let data = self.body.bind(py).as_bytes();
+        let list = PyList::empty(py);
+        for link in &self.span.links {
+            list.append(Link {
+                trace_id: bytes(py, data, link.trace_id).unbind(),
+                span_id: bytes(py, data, link.span_id).unbind(),
+                trace_state: text(py, data, link.trace_state).unbind(),
+                attributes: key_values(py, data, &link.attributes)?.unbind(),
+                dropped_attributes_count: link.dropped_attributes_count,
+                flags: link.flags,
+            })?;
+        }
+        Ok(list)
+    }
+
+    #[getter]
+    fn status(&self, py: Python<'_>) -> Status {
+        let data = self.body.bind(py).as_bytes();
+        Status {
+            code: self.span.status.code,
+            message: text(py, data, self.span.status.message).unbind(),
+        }
+    }
+
+    /// The span as protobuf bytes (as it came: a span is never merged), for protobuf's
+    /// ``Span.FromString``.
+    #[allow(non_snake_case)]
+    fn SerializeToString<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        bytes(py, self.body.bind(py).as_bytes(), self.span.raw)
+    }
+
+    /// The attributes the convention tables name, as ``select_attributes`` reads them: a
+    /// non-empty string as it is (or, a scalar's or one that starts with ``"``, the JSON it
+    /// encodes), anything else as ``any_value`` reads it; a repeated key keeps its last value.
+    fn selected<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let tables = self.tables.get();
+        let data = self.body.bind(py).as_bytes();
+        let selected = PyDict::new(py);
+        for kv in &self.span.attributes {
+            let Some((key, scalar)) = tables.wanted.get(kv.key.of(data)) else {
+                continue;
+            };
+            let key = key.bind(py);
+            match kv.value {
+                wire::AnyValue::String(slice) if !slice.is_empty() => {
+                    let value = slice.text(data);
+                    if *scalar || value.as_bytes()[0] == b'"' {
+                        let decoded = tables.json_encoded.bind(py).call1((value, *scalar))?;
+                        selected.set_item(key, decoded)?;
+                    } else {
+                        selected.set_item(key, PyString::new(py, value))?;
+                    }
+                }
+                ref other => selected.set_item(key, plain(py, data, other)?)?,
+            }
+        }
+        Ok(selected)
+    }
+}
+
+/// An ``AnyValue`` as ``decode.any_value`` reads it: lists and dicts, bytes as hex.
+fn plain<'py>(py: Python<'py>, data: &[u8], value: &wire::AnyValue) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        wire::AnyValue::String(slice) => text(py, data, *slice).into_any(),
+        wire::AnyValue::Bool(flag) => flag.into_pyobject(py)?.to_owned().into_any(),
+        wire::AnyValue::Int(number) => number.into_pyobject(py)?.into_any(),
+        wire::AnyValue::Double(number) => number.into_pyobject(py)?.into_any(),
+        wire::AnyValue::Array(values) => {
+            let list = PyList::empty(py);
+            for item in values {
+                list.append(plain(py, data, item)?)?;
+            }
+            list.into_any()
+        }
+        wire::AnyValue::KvList(values) => {
+            let dict = PyDict::new(py);
+            for kv in values {
+                dict.set_item(text(py, data, kv.key), plain(py, data, &kv.value)?)?;
+            }
+            dict.into_any()
+        }
+        wire::AnyValue::Bytes(slice) => {
+            let hex: String = slice.of(data).iter().map(|b| format!("{b:02x}")).collect();
+            PyString::new(py, &hex).into_any()
+        }
+        wire::AnyValue::Unset | wire::AnyValue::StringIndex(_) => py.None().into_bound(py),
+    })
+}
+
+fn key_values<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    list: &[wire::KeyValue],
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for kv in list {
+        out.append(KeyValue {
+            key: text(py, data, kv.key).unbind(),
+            value: Py::new(py, any_value(py, data, &kv.value)?)?,
+            key_strindex: kv.key_strindex,
+        })?;
+    }
+    Ok(out)
+}
+
+fn any_value(py: Python<'_>, data: &[u8], value: &wire::AnyValue) -> PyResult<AnyValue> {
+    Ok(AnyValue {
+        value: match value {
+            wire::AnyValue::Unset => Value::Unset,
+            wire::AnyValue::String(slice) => Value::String(text(py, data, *slice).unbind()),
+            wire::AnyValue::Bool(flag) => Value::Bool(*flag),
+            wire::AnyValue::Int(number) => Value::Int(*number),
+            wire::AnyValue::Double(number) => Value::Double(*number),
+            wire::AnyValue::Array(values) => {
+                let list = PyList::empty(py);
+                for item in values {
+                    list.append(any_value(py, data, item)?)?;
+                }
+                Value::Array(Py::new(
+                    py,
+                    ArrayValue {
+                        values: list.unbind(),
+                    },
+                )?)
+            }
+            wire::AnyValue::KvList(values) => Value::KvList(Py::new(
+                py,
+                KeyValueList {
+                    values: key_values(py, data, values)?.unbind(),
+                },
+            )?),
+            wire::AnyValue::Bytes(slice) => Value::Bytes(bytes(py, data, *slice).unbind()),
+            wire::AnyValue::StringIndex(index) => Value::StringIndex(*index),
+        },
+    })
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Status {
+    #[pyo3(get)]
+    code: i32,
+    #[pyo3(get)]
+    message: Py<PyString>,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Event {
+    #[pyo3(get)]
+    time_unix_nano: u64,
+    #[pyo3(get)]
+    name: Py<PyString>,
+    #[pyo3(get)]
+    attributes: Py<PyList>,
+    #[pyo3(get)]
+    dropped_attributes_count: u32,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Link {
+    #[pyo3(get)]
+    trace_id: Py<PyBytes>,
+    #[pyo3(get)]
+    span_id: Py<PyBytes>,
+    #[pyo3(get)]
+    trace_state: Py<PyString>,
+    #[pyo3(get)]
+    attributes: Py<PyList>,
+    #[pyo3(get)]
+    dropped_attributes_count: u32,
+    #[pyo3(get)]
+    flags: u32,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct KeyValue {
+    #[pyo3(get)]
+    key: Py<PyString>,
+    #[pyo3(get)]
+    value: Py<AnyValue>,
+    #[pyo3(get)]
+    key_strindex: i32,
+}
+
+enum Value {
+    Unset,
+    String(Py<PyString>),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Array(Py<ArrayValue>),
+    KvList(Py<KeyValueList>),
+    Bytes(Py<PyBytes>),
+    StringIndex(i32),
+}
+
+/// The ``value`` oneof, read as protobuf reads it: a member not set reads as its default.
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct AnyValue {
+    value: Value,
+}
+
+#[pymethods]
+impl AnyValue {
+    #[getter]
+    fn string_value(&self, py: Python<'_>) -> Py<PyString> {
+        match &self.value {
+            Value::String(text) => text.clone_ref(py),
+            _ => PyString::new(py, "").unbind(),
+        }
+    }
+
+    #[getter]
+    fn bool_value(&self) -> bool {
+        matches!(self.value, Value::Bool(true))
+    }
+
+    #[getter]
+    fn int_value(&self) -> i64 {
+        match self.value {
+            Value::Int(number) => number,
+            _ => 0,
+        }
+    }
+
+    #[getter]
+    fn double_value(&self) -> f64 {
+        match self.value {
+            Value::Double(number) => number,
+            _ => 0.0,
+        }
+    }
+
+    #[getter]
+    fn string_value_strindex(&self) -> i32 {
+        match self.value {
+            Value::StringIndex(index) => index,
+            _ => 0,
+        }
+    }
+
+    #[getter]
+    fn array_value(&self, py: Python<'_>) -> PyResult<Py<ArrayValue>> {
+        match &self.value {
+            Value::Array(array) => Ok(array.clone_ref(py)),
+            _ => Py::new(
+                py,
+                ArrayValue {
+                    values: PyList::empty(py).unbind(),
+                },
+            ),
+        }
+    }
+
+    #[getter]
+    fn kvlist_value(&self, py: Python<'_>) -> PyResult<Py<KeyValueList>> {
+        match &self.value {
+            Value::KvList(list) => Ok(list.clone_ref(py)),
+            _ => Py::new(
+                py,
+                KeyValueList {
+                    values: PyList::empty(py).unbind(),
+                },
+            ),
+        }
+    }
+
+    #[getter]
+    fn bytes_value(&self, py: Python<'_>) -> Py<PyBytes> {
+        match &self.value {
+            Value::Bytes(data) => data.clone_ref(py),
+            _ => PyBytes::new(py, b"").unbind(),
+        }
+    }
+
+    /// The member of the ``value`` oneof that is set (None: none is).
+    #[allow(non_snake_case)]
+    fn WhichOneof(&self, name: &str) -> PyResult<Option<&'static str>> {
+        if name != "value" {
+            return Err(PyValueError::new_err(format!(
+                "Protocol message has no \"{name}\" field."
+            )));
+        }
+        Ok(match self.value {
+            Value::Unset => None,
+            Value::String(_) => Some("string_value"),
+            Value::Bool(_) => Some("bool_value"),
+            Value::Int(_) => Some("int_value"),
+            Value::Double(_) => Some("double_value"),
+            Value::Array(_) => Some("array_value"),
+            Value::KvList(_) => Some("kvlist_value"),
+            Value::Bytes(_) => Some("bytes_value"),
+            Value::StringIndex(_) => Some("string_value_strindex"),
+        })
+    }
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct ArrayValue {
+    #[pyo3(get)]
+    values: Py<PyList>,
+}
+
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct KeyValueList {
+    #[pyo3(get)]
+    values: Py<PyList>,
+}
+
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(decode, m)?)?;
+    m.add_class::<Tables>()?;
+    m.add_class::<Request>()?;
+    m.add_class::<ResourceSpans>()?;
+    m.add_class::<Resource>()?;
+    m.add_class::<ScopeSpans>()?;
+    m.add_class::<Scope>()?;
+    m.add_class::<Span>()?;
+    m.add_class::<Status>()?;
+    m.add_class::<Event>()?;
+    m.add_class::<Link>()?;
+    m.add_class::<KeyValue>()?;
+    m.add_class::<AnyValue>()?;
+    m.add_class::<ArrayValue>()?;
+    m.add_class::<KeyValueList>()?;
+    Ok(())
+}

@@ -1,0 +1,257 @@
+"""The compiled decode (native/otlp, Rust) reads every request as the Python path does.
+
+Every recording of a real framework, delivered as it was exported, as one request, cut in two,
+span by span, and span by span backwards, is read by both decodes: the records (every field)
+and the runs the tracker makes of them (their whole snapshots) must be the same. Bytes that
+are no request are refused by both in the same words; the nesting bound is upb's.
+
+The compiled decode is built by ``make`` (setuptools-rust, with cargo); these tests fail, and
+say so, where it was not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import running_server, sidecar_config
+from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans import decode, native
+from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
+from watchdog.core.spans.logs import LogJoin, parse_logs_json
+from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
+from watchdog.shell.config import load
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl")
+             if not path.stem.endswith(".logs"))  # (OTLP logs: the join's test below)
+WITH_LOGS = sorted((path.parent.name, path.stem.removesuffix(".logs"))
+                   for path in RECORDINGS.glob("*/*.logs.jsonl"))
+NOT_BUILT = ("the compiled decode (watchdog.core.spans._native) is not built: `make` builds it "
+             "where cargo is on the PATH (pip install -e . with setuptools-rust)")
+
+
+@contextmanager
+def decoding(compiled: bool) -> Iterator[None]:
+    assert native.AVAILABLE, NOT_BUILT
+    before = decode.compiled
+    native.use_native(compiled)
+    try:
+        yield
+    finally:
+        decode.compiled = before
+
+
+def deliveries(driver: str, scenario: str) -> dict[str, list[bytes]]:
+    """A recording's spans as protobuf request bodies, delivered five ways."""
+    exported = [parse_json(line.encode()) for line in recorded_lines(driver, scenario)]
+    spans: list[ScopedSpan] = scoped_spans(driver, scenario)
+    half = len(spans) // 2
+    return {
+        "as exported": [request.SerializeToString() for request in exported],
+        "one request": [request_of(spans).SerializeToString()],
+        "cut in two": [request_of(spans[:half]).SerializeToString(),
+                       request_of(spans[half:]).SerializeToString()],
+        "span by span": [request_of([span]).SerializeToString() for span in spans],
+        "backwards": [request_of([span]).SerializeToString() for span in reversed(spans)],
+    }
+
+
+def read(bodies: list[bytes], compiled: bool) -> tuple[list[Decoded], list[dict[str, Any]]]:
+    """What one decode makes of ``bodies``: each request's records, and the runs (snapshots)."""
+    with decoding(compiled):
+        tracker = RunTracker()
+        decoded = []
+        for now, body in enumerate(bodies, start=1):
+            request = parse_protobuf(body)
+            assert type(request).__module__.endswith("_native") == compiled
+            decoded.append(records_from(request))
+            tracker.apply(decoded[-1].records, float(now))
+        tracker.expire(1e12)
+        return decoded, [run.to_dict() for run in tracker.ended()]
+
+
+@pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
+def test_a_recording_reads_the_same_through_both_decodes(driver: str, scenario: str) -> None:
+    for delivery, bodies in deliveries(driver, scenario).items():
+        compiled, compiled_runs = read(bodies, compiled=True)
+        python, python_runs = read(bodies, compiled=False)
+        assert sum(len(d.records) for d in python) > 0, delivery
+        for index, (ours, reference) in enumerate(zip(compiled, python, strict=True)):
+            assert ours.records == reference.records, (delivery, index)
+            assert ours.rejected == reference.rejected, (delivery, index)
+            assert ours.message() == reference.message(), (delivery, index)
+        assert compiled_runs == python_runs, delivery
+
+
+def joined(driver: str, scenario: str, compiled: bool, logs_first: bool) -> list[Any]:
+    """The records of a recording whose content came in GenAI log events, joined: the spans
+    held for their logs (the compiled decode's spans kept as protobuf's), then released."""
+    logs = [parse_logs_json(line.encode()) for line in recorded_lines(driver, f"{scenario}.logs")]
+    bodies = deliveries(driver, scenario)["as exported"]
+    join = LogJoin()
+    records: list[Any] = []
+    with decoding(compiled):
+        join.add(logs[0], 0.0)  # (the service is known to send GenAI events)
+        if logs_first:
+            for request in logs[1:]:
+                join.add(request, 0.5)
+        for now, body in enumerate(bodies, start=1):
+            for part in slices_of(parse_protobuf(body), None, join, float(now)):
+                records.extend(part.records)
+        if not logs_first:
+            for request in logs[1:]:
+                records.extend(released(join.add(request, 100.0), join).records)
+        records.extend(released(join.expired(1e9), join).records)
+    return records
+
+
+@pytest.mark.parametrize(("driver", "scenario"), WITH_LOGS)
+@pytest.mark.parametrize("logs_first", [True, False])
+def test_spans_joined_with_their_logs_read_the_same(driver: str, scenario: str,
+                                                    logs_first: bool) -> None:
+    compiled = joined(driver, scenario, compiled=True, logs_first=logs_first)
+    assert compiled == joined(driver, scenario, compiled=False, logs_first=logs_first)
+    assert any(record.final_output for record in compiled)  # (the content was joined)
+
+
+def refusal(body: bytes, compiled: bool) -> str | None:
+    with decoding(compiled):
+        try:
+            records_from(parse_protobuf(body))
+        except DecodeError as exc:
+            return str(exc)
+    return None
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def nested(levels: int, innermost: bytes = field(1, b"a")) -> bytes:
+    """A request whose attribute value nests arrays ``levels`` deep (5 + 2 * levels messages,
+    one more with an empty array innermost)."""
+    value = innermost
+    for _ in range(levels):
+        value = field(5, field(1, value))
+    return field(1, field(2, field(2, field(9, field(1, b"k") + field(2, value)))))
+
+
+ODD_BODIES = {
+    "a lone byte": b"\xff",
+    "field 0": b"\x00\x01",
+    "an end group outside a group": b"\x0c",
+    "an unknown group": b"\x0b\x0c",
+    "a group ended by another field": b"\x0b\x14",
+    "wire type 6": b"\x0e",
+    "wire type 7": b"\x0f",
+    "a known field as a varint": b"\x08\x01",
+    "a varint of 11 bytes": b"\x10" + b"\xff" * 10 + b"\x01",
+    "a varint of 10 bytes": b"\x10" + b"\xff" * 9 + b"\x7f",
+    "a short fixed32": b"\x15ab",
+    "a length past the end": b"\x12\x05ab",
+    "the largest field number": b"\xf8\xff\xff\xff\x0f\x01",
+    "a tag past 32 bits": b"\xf8\xff\xff\xff\x1f\x01",
+    "a tag of 11 bytes": b"\x80" * 10 + b"\x01",
+    "a name that is no UTF-8": field(1, field(2, field(2, field(5, b"\xff")))),
+    "a key that is no UTF-8": field(1, field(2, field(2, field(9, field(1, b"\xc3"))))),
+    "an unknown field that is no UTF-8": field(1, field(9, b"\xff")),
+    "an entity ref that is no UTF-8": field(1, field(1, field(3, field(3, b"\xff")))),
+    "99 levels": nested(47),
+    "100 levels": nested(47, field(5, b"")),
+    "101 levels, the last an empty array": nested(48, field(5, b"")),
+    "101 levels": nested(48),
+    "a deep unknown group": b"\x1b" * 120 + b"\x1c" * 120,
+    # (found by fuzz/native_decode.py: upb checks a string's UTF-8 before its end)
+    "a string past its message, no UTF-8": b"\x0a\x03\x1a\x05\xff" + b"\x0a\x00\xff\xff",
+    "a string past its message": b"\x0a\x03\x1a\x05a" + b"\x0a\x00aa",
+    "a string past the body, no UTF-8": b"\x0a\x03\x1a\x05\xff",
+    "a key past two messages, no UTF-8": b"\x0a\x06\x0a\x04\x0a\x02\x0a\x05" + b"\xff" * 6,
+    "a message past its message": b"\x0a\x02\x12\x05" + b"\x1a\x03\xff\xff\xff",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_BODIES))
+def test_odd_bytes_are_read_or_refused_alike(name: str) -> None:
+    body = ODD_BODIES[name]
+    assert refusal(body, compiled=True) == refusal(body, compiled=False)
+
+
+CORPUS = sorted((ROOT / "fuzz" / "corpus" / "native_decode").iterdir())
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[path.name for path in CORPUS])
+def test_the_fuzz_corpus_reads_alike(path: Path) -> None:
+    """fuzz/native_decode.py's seeds and what it found (``found-*``: a length whose varint
+    runs past its message, then a string that is no UTF-8: upb reads on and says so)."""
+    body = path.read_bytes()[1:]  # (the first byte is the target's route)
+    answer = refusal(body, compiled=False)
+    assert refusal(body, compiled=True) == answer
+    if answer is None:
+        with decoding(compiled=True):
+            ours = records_from(parse_protobuf(body)).records
+        with decoding(compiled=False):
+            assert ours == records_from(parse_protobuf(body)).records
+
+
+def test_every_cut_and_flip_of_a_real_request_is_read_or_refused_alike() -> None:
+    driver, scenario = ALL[0]
+    body = request_of(scoped_spans(driver, scenario)).SerializeToString()
+    refused = 0
+    for end in range(0, len(body), max(1, len(body) // 400)):
+        cut = body[:end]
+        answer = refusal(cut, compiled=False)
+        refused += answer is not None
+        assert refusal(cut, compiled=True) == answer, end
+    for at in range(0, len(body), max(1, len(body) // 200)):
+        flipped = body[:at] + bytes([body[at] ^ 0x80]) + body[at + 1:]
+        assert refusal(flipped, compiled=True) == refusal(flipped, compiled=False), at
+    assert refused > 0  # (the cuts do reach the refusals)
+
+
+def test_the_switch_chooses_the_decode() -> None:
+    assert native.AVAILABLE, NOT_BUILT
+    body = nested(1)
+    with decoding(compiled=False):
+        assert native.native_state() == "off"
+        assert isinstance(parse_protobuf(body), decode.ExportTraceServiceRequest)
+    with decoding(compiled=True):
+        assert native.native_state() == "on"
+        assert not isinstance(parse_protobuf(body), decode.ExportTraceServiceRequest)
+        # (another buffer than bytes takes the Python path)
+        assert isinstance(parse_protobuf(bytearray(body)),  # type: ignore[arg-type]
+                          decode.ExportTraceServiceRequest)
+    assert load(env={"WATCHDOG_NATIVE": "off"}).native is False
+    assert load(env={}).native is True
+
+
+def test_the_sidecar_says_which_decode_reads(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    assert native.AVAILABLE, NOT_BUILT
+    cases = [(False, True, "Python (native: false)", "off"),
+             (True, True, "compiled (Rust)", "on"),
+             (True, False, "Python (the compiled decode was not built: no Rust toolchain at "
+                           "install)", "unavailable")]
+    with decoding(compiled=True):
+        for number, (setting, built, said, state) in enumerate(cases):
+            monkeypatch.setattr(native, "AVAILABLE", built)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="watchdog"), \
+                    running_server(sidecar_config(tmp_path / str(number), native=setting)):
+                assert native.native_state() == state
+            assert f"OTLP protobuf decode: {said}" in caplog.text

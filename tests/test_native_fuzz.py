@@ -1,0 +1,84 @@
+"""Short coverage-guided fuzz runs of the compiled decode, as part of the suite (the longer
+runs: docs/limits.md, "Fuzzing").
+
+- ``fuzz/native_decode.py`` (atheris, libFuzzer): the compiled decode against the Python one
+  (protobuf's upb) on the same bytes: the same refusal, or the same records. As many inputs as
+  ``fuzz/ingest.py`` gets in tests/test_fuzz.py.
+- ``native/otlp/fuzz`` (cargo-fuzz, libFuzzer, AddressSanitizer): the Rust decoder alone, on
+  its own: no panic, and what it reads lies in the body. Built with the stable toolchain
+  (``RUSTC_BOOTSTRAP=1`` for the sanitizer flag), cached under ``.cache/``; ``make test``
+  installs cargo-fuzz into ``.cache/cargo``.
+
+Both start from ``fuzz/corpus/native_decode`` (recordings of real frameworks, and what the
+fuzzers found, ``found-*``: tests/test_native.py reads each through both decodes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fuzz" / "corpus" / "native_decode"
+CARGO_FUZZ = ROOT / ".cache" / "cargo" / "bin" / "cargo-fuzz"
+RUNS = {"differential": 10_000, "rust": 200_000}  # ~50 s and ~20 s (a loaded machine)
+BUILD_SECONDS = 900  # cold: libFuzzer's C++ and the crate with AddressSanitizer
+
+
+def finished(log: str, runs: int, what: str, capsys: pytest.CaptureFixture[str]) -> None:
+    done = re.search(r"Done (\d+) runs in (\d+) second", log)
+    assert done is not None, log[-2000:]
+    assert int(done.group(1)) >= runs
+    coverage = re.findall(r"cov: (\d+)", log)
+    with capsys.disabled():  # shown in every run, not only when the test fails
+        print(f"\nfuzz {what}: {done.group(1)} inputs in {done.group(2)} s, "
+              f"{coverage[-1] if coverage else '?'} coverage points, no crash")
+
+
+def test_the_compiled_decode_reads_fuzzed_bytes_as_the_python_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = RUNS["differential"]
+    shutil.copytree(CORPUS, tmp_path / "corpus")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "fuzz" / "native_decode.py"), str(tmp_path / "corpus"),
+         f"-runs={runs}", f"-dict={ROOT / 'fuzz' / 'otlp.dict'}", "-seed=1", "-max_len=8192",
+         f"-artifact_prefix={tmp_path}/", "-print_final_stats=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=170)
+    log = result.stderr + result.stdout
+    assert result.returncode == 0, f"the decodes differ (or crashed):\n{log[-6000:]}"
+    finished(log, runs, "native_decode (compiled vs upb)", capsys)
+
+
+@pytest.mark.timeout(BUILD_SECONDS + 120)
+def test_the_rust_decoder_survives_fuzzed_bytes_under_asan(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert CARGO_FUZZ.exists(), f"{CARGO_FUZZ} is missing: make test installs it (cargo install)"
+    runs = RUNS["rust"]
+    shutil.copytree(CORPUS, tmp_path / "corpus")
+    env = dict(os.environ, RUSTC_BOOTSTRAP="1",
+               CARGO_TARGET_DIR=str(ROOT / ".cache" / "cargo-fuzz-target"))
+    result = subprocess.run(
+        [str(CARGO_FUZZ), "run", "-O", "decode", str(tmp_path / "corpus"), "--",
+         f"-runs={runs}", f"-dict={ROOT / 'fuzz' / 'otlp.dict'}", "-seed=1", "-max_len=8192",
+         f"-artifact_prefix={tmp_path}/", "-print_final_stats=1"],
+        cwd=ROOT / "native" / "otlp", env=env, capture_output=True, text=True,
+        timeout=BUILD_SECONDS + 60)
+    log = result.stderr + result.stdout
+    assert result.returncode == 0, f"the Rust decoder crashed:\n{log[-6000:]}"
+    finished(log, runs, "native/otlp decode (Rust, ASan)", capsys)
+
+
+def test_the_rust_unit_tests_pass() -> None:
+    """``cargo test`` of the workspace (the decoder's own tests; no Python needed)."""
+    result = subprocess.run(
+        ["cargo", "test", "--quiet", "--manifest-path", str(ROOT / "native" / "Cargo.toml")],
+        env=dict(os.environ, CARGO_TARGET_DIR=str(ROOT / ".cache" / "cargo-test-target")),
+        capture_output=True, text=True, timeout=BUILD_SECONDS)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"test result: ok\. [1-9]\d* passed", result.stdout), result.stdout

@@ -1,0 +1,69 @@
+"""The compiled decode (Rust, ``native/otlp``): OTLP protobuf request bytes straight to objects
+that read as protobuf's messages do, and a span's attributes the convention tables name
+selected in the same pass (:meth:`Span.selected <watchdog.core.spans._native.Span.selected>`,
+what :func:`~watchdog.core.spans.values.select_attributes` does). The tables are handed over once,
+here: a new framework is still one table entry. Everything after (the conventions, the runs)
+is the same Python for both paths.
+
+Built by ``pip install`` where a Rust toolchain is found (an optional extension); without one,
+or with ``native: false`` (``WATCHDOG_NATIVE=off``), the Python path (protobuf's upb parser)
+reads every request. :func:`use_native` switches; :func:`native_state` says which is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.core.spans import decode
+from watchdog.core.spans.attributes import SCALAR_ATTRIBUTES, WANTED_ATTRIBUTES
+from watchdog.core.spans.values import json_encoded, select_attributes
+
+try:
+    from watchdog.core.spans import _native
+except ImportError:  # built without a Rust toolchain (or for another platform)
+    _native = None  # type: ignore[assignment]
+
+_REQUEST_TYPE = decode.ExportTraceServiceRequest.DESCRIPTOR.full_name
+AVAILABLE = _native is not None
+
+
+def _compiled() -> Callable[[bytes], Any]:
+    assert _native is not None
+    tables = _native.Tables(WANTED_ATTRIBUTES, SCALAR_ATTRIBUTES, json_encoded)
+    native_decode = _native.decode
+    prefix = f"invalid OTLP protobuf payload: Error parsing message with type '{_REQUEST_TYPE}'"
+
+    def parse(body: bytes) -> Any:
+        try:
+            return native_decode(body, tables)
+        except ValueError as exc:  # upb's words, as protobuf's DecodeError has them
+            raise decode.DecodeError(f"{prefix}: {exc}") from None
+
+    return parse
+
+
+def use_native(on: bool) -> bool:
+    """Read protobuf requests with the compiled decode (``on``, where it is built) or the
+    Python one; whether the compiled one is now on."""
+    decode.compiled = _compiled() if on and AVAILABLE else None
+    return decode.compiled is not None
+
+
+def native_state() -> str:
+    """``on``, ``off`` (switched off) or ``unavailable`` (not built: no Rust toolchain)."""
+    if decode.compiled is not None:
+        return "on"
+    return "off" if AVAILABLE else "unavailable"
+
+
+def selected(span: Any) -> dict[str, object]:
+    """The attributes of ``span`` the conventions read, from either decode."""
+    if type(span) is NATIVE_SPAN:
+        return span.selected()  # type: ignore[no-any-return]
+    return select_attributes(span.attributes)
+
+
+NATIVE_SPAN: Any = None if _native is None else _native.Span
+
+use_native(True)
