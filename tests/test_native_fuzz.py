@@ -6,8 +6,8 @@ runs: docs/limits.md, "Fuzzing").
   ``fuzz/ingest.py`` gets in tests/test_fuzz.py.
 - ``native/otlp/fuzz`` (cargo-fuzz, libFuzzer, AddressSanitizer): the Rust decoder alone, on
   its own: no panic, and what it reads lies in the body. Built with the stable toolchain
-  (``RUSTC_BOOTSTRAP=1`` for the sanitizer flag), cached under ``.cache/``; ``make test``
-  installs cargo-fuzz into ``.cache/cargo``.
+  (``RUSTC_BOOTSTRAP=1`` for the sanitizer flag), cached in the user's cache (``WATCHDOG_CACHE``,
+  ``~/.cache/agent-watchdog``); ``make test`` installs cargo-fuzz there.
 
 Both start from ``fuzz/corpus/native_decode`` (recordings of real frameworks, and what the
 fuzzers found, ``found-*``: tests/test_native.py reads each through both decodes).
@@ -26,7 +26,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus" / "native_decode"
-CARGO_FUZZ = ROOT / ".cache" / "cargo" / "bin" / "cargo-fuzz"
+# the user's cache, as the Makefile sets it (WATCHDOG_CACHE, default ~/.cache/agent-watchdog)
+CACHE = Path(os.environ.get("WATCHDOG_CACHE")
+             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-watchdog")
+CARGO_FUZZ = CACHE / "cargo" / "bin" / "cargo-fuzz"
 RUNS = {"differential": 10_000, "rust": 200_000}  # ~50 s and ~20 s (a loaded machine)
 BUILD_SECONDS = 900  # cold: libFuzzer's C++ and the crate with AddressSanitizer
 
@@ -62,7 +65,7 @@ def test_the_rust_decoder_survives_fuzzed_bytes_under_asan(
     runs = RUNS["rust"]
     shutil.copytree(CORPUS, tmp_path / "corpus")
     env = dict(os.environ, RUSTC_BOOTSTRAP="1",
-               CARGO_TARGET_DIR=str(ROOT / ".cache" / "cargo-fuzz-target"))
+               CARGO_TARGET_DIR=str(CACHE / "cargo-fuzz-target"))
     result = subprocess.run(
         [str(CARGO_FUZZ), "run", "-O", "decode", str(tmp_path / "corpus"), "--",
          f"-runs={runs}", f"-dict={ROOT / 'fuzz' / 'otlp.dict'}", "-seed=1", "-max_len=8192",
@@ -75,10 +78,11 @@ def test_the_rust_decoder_survives_fuzzed_bytes_under_asan(
 
 
 def test_the_rust_unit_tests_pass() -> None:
-    """``cargo test`` of the workspace (the decoder's own tests; no Python needed)."""
+    """``cargo test`` of the decoder's crate (its own tests; no Python needed)."""
     result = subprocess.run(
-        ["cargo", "test", "--quiet", "--manifest-path", str(ROOT / "native" / "Cargo.toml")],
-        env=dict(os.environ, CARGO_TARGET_DIR=str(ROOT / ".cache" / "cargo-test-target")),
+        ["cargo", "test", "--quiet", "--manifest-path", str(ROOT / "native" / "Cargo.toml"),
+         "-p", "watchdog-otlp"],
+        env=dict(os.environ, CARGO_TARGET_DIR=str(CACHE / "cargo-test-target")),
         capture_output=True, text=True, timeout=BUILD_SECONDS)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"test result: ok\. [1-9]\d* passed", result.stdout), result.stdout
