@@ -232,9 +232,11 @@ class RuleEngine:
         decisions: list[Decision] = []
         if candidates:
             act = None  # built for the first rule CEL evaluates: most runs need none
+            budget = view.budget
             for rule in candidates:
                 fast = rule.when.fast
-                if fast is not None and fast(run, now) is False:  # as CEL says (None: ask it)
+                if fast is not None and fast(run, now, budget, session, fleet) is False:
+                    # as CEL says (None: ask it)
                     if state is not None:
                         _lapsed(rule, state)
                     continue
