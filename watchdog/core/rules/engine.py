@@ -246,15 +246,14 @@ class RuleEngine:
         quiet = changed is not None and FLEET not in changed and not (
             fleet and fleet.get("failing_tools"))
         candidates = view.candidates(changed, quiet, timed_only)
-        if state is not None and state.fired:
-            fired = state.fired
-            candidates = tuple(r for r in candidates
-                               if r.repeat is not Repeat.ONCE or r.name not in fired)
         decisions: list[Decision] = []
         if candidates:
             act = None  # built for the first rule CEL evaluates: most runs need none
             budget = view.budget
+            fired = state.fired if state is not None else None
             for rule in candidates:
+                if fired and rule.repeat is Repeat.ONCE and rule.name in fired:
+                    continue  # decided once for the run: nothing more to decide
                 fast = rule.when.fast
                 if fast is not None and fast(run, now, budget, session, fleet) is False:
                     # as CEL says (None: ask it)
