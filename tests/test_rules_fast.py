@@ -49,6 +49,7 @@ def random_run(rng: random.Random) -> RunState:
         run.budget = {"max_tool_calls": float(rng.choice((3, 5, 20)))}
     if rng.random() < 0.3:
         run.budget["max_cost_usd"] = rng.choice((0.5, 2.0))
+    run.cost_usd = rng.choice((0.0, 0.4, 1.0, 3.0))
     tools = rng.sample(("search", "fetch", "shell"), rng.randint(0, 2))
     run.tools.update(dict.fromkeys(tools, 1))
     return run
@@ -112,14 +113,14 @@ def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
             if fast is not None:
                 assert fast is cel_says(rule.when.source, run, context), rule.when.source
             answers[rule.name].add(fast)
-    # the loop and time rules are decided entirely without CEL; the budget, session and fleet
-    # rules where their guard says so (CEL reads the budget's values, a session value of
-    # another type, the failing tools)
+    # the loop, time and tool-budget rules are decided entirely without CEL; the cost rules
+    # that divide, the session rules (a session value of another type) and the fleet rule
+    # (the failing tools) where their guards say so
     known = {"error-loop", "repeated-tool-call", "repeated-tool-result", "tool-cycle",
-             "idle-timeout", "total-timeout"}
+             "idle-timeout", "total-timeout", "budget-countdown", "budget-last-call",
+             "budget-exhausted", "budget-cost-exhausted"}
     assert {name for name, seen in answers.items() if None not in seen} == known
     assert all(seen == {True, False} for name, seen in answers.items() if name in known)
-    # a budget's values and the failing tools are CEL's: those rules are only ruled out here
     assert all({False, None} <= seen for name, seen in answers.items() if name not in known)
     assert answers["zero-progress"] == answers["agent-ping-pong"] == {True, False, None}
 
@@ -141,8 +142,7 @@ def test_every_default_condition_is_decided_without_cel_for_a_plain_run() -> Non
 
 
 UNKNOWN_ATOMS = (  # valid CEL the fast path does not know: CEL alone decides these parts
-    "run.budget.remaining_tool_calls <= 3",
-    "run.budget.max_tool_calls > 4", "run.budget.max_seconds > 1.5",
+    "run.budget.max_cost_usd / 4.0 > 0.1",
     "size(session.agent_cycle) > 1", "run.tools.exists_one(t, t in fleet.failing_tools)",
     "size(run.tools) > 1", "run.tool_calls - 1 > 3", "run.tool_calls * 2 == 6",
     "run.tool_calls in [1, 2]", "[run].exists(r, r.tool_calls > 3 && r.ended)",
@@ -151,6 +151,8 @@ UNKNOWN_ATOMS = (  # valid CEL the fast path does not know: CEL alone decides th
 )
 GUARD_ATOMS = (  # known at some evaluations: from the budget, the session, the fleet
     "has(run.budget.remaining_tool_calls)", "has(run.budget.max_cost_usd)",
+    "run.budget.remaining_tool_calls <= 3", "run.budget.max_tool_calls > 4",
+    "run.budget.max_seconds > 1.5", "run.budget.remaining_cost_usd == 0.0",
     "!has(run.budget.remaining_cost_usd)", "session.runs > 1", "2 <= session.zero_progress_streak",
     "session.cycle_orchestrator", "session.run_checkpoints == session.agent_cycle_repeats",
     "run.tools.exists(t, t in fleet.failing_tools)",

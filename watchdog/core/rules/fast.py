@@ -16,7 +16,8 @@ Theory of operation
 * Guards, known or not at each evaluation from what the engine hands in besides the run (the
   rule pack's budget for the run's agent, the session mapping, the fleet):
   ``has(run.budget.<field>)`` (the field is there when its ``max_*`` limit is announced or
-  set by the pack, as :meth:`RunState.budget_view` builds it); a scalar ``session.<field>``
+  set by the pack, as :meth:`RunState.budget_view` builds it) and ``run.budget.<field>``
+  (unknown when absent); a scalar ``session.<field>``
   (its default for a run with no session, the session's own value when it is of the
   field's type, else unknown: CEL converts it); ``<variable> in fleet.failing_tools`` (false
   while no tool fails), and ``run.<list or map>.exists(v, P)`` / ``.all(v, P)`` when ``P`` is
@@ -45,7 +46,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from watchdog.core.rules.signals import DEFAULT_SESSION, SESSION_SCHEMA
+from watchdog.core.rules.signals import BUDGET_INT_KEYS, DEFAULT_SESSION, SESSION_SCHEMA
 from watchdog.core.runs.catalogue import (
     BUDGET_SCHEMA,
     NAMESPACE,
@@ -110,8 +111,9 @@ def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCon
     if code == _UNKNOWN:
         return None  # nothing known: asking would only cost time
     # (a known condition is a bool: the checker only lets bool conditions in)
-    namespace: dict[str, Any] = {**NAMESPACE, "_and": _and, "_or": _or, "_not": _not,
+    namespace: dict[str, Any] = {**NAMESPACE, "_not": _not,
                                  "_session": _session, "_none_failing": _none_failing,
+                                 "_budget": _budget,
                                  "_NO_BUDGET": _NO_BUDGET, "int": int, "bool": bool}
     function: FastCondition = eval(
         f"lambda run, now, budget=_NO_BUDGET, session=None, fleet=None: {code}", namespace)
@@ -132,26 +134,6 @@ def _number(token: str) -> int | float | None:
     return None  # hex, unsigned: left to CEL
 
 
-def _and(*values: bool | None) -> bool | None:
-    return _settled(False, values)
-
-
-def _or(*values: bool | None) -> bool | None:
-    return _settled(True, values)
-
-
-def _settled(decisive: bool, values: tuple[bool | None, ...]) -> bool | None:
-    """``decisive`` if any value is it (CEL then ignores the others, errors included), else
-    unknown (None) if any value is, else the other bool."""
-    result: bool | None = not decisive
-    for value in values:
-        if value is decisive:
-            return decisive
-        if value is None:
-            result = None
-    return result
-
-
 def _not(value: bool | None) -> bool | None:
     return None if value is None else not value
 
@@ -165,6 +147,16 @@ def _session(session: Mapping[str, Any] | None, key: str, kind: type, default: A
     if value is None:
         return default
     return value if type(value) is kind else None
+
+
+def _budget(run: Any, budget: dict[str, float], now: float, key: str) -> int | float | None:
+    """``run.budget.<key>`` as the rules read it (:meth:`RunState.budget_view` as
+    :func:`~watchdog.core.rules.signals.run_activation` converts it), None when it is absent
+    (CEL's error: unknown here)."""
+    value = run.budget_view(budget, now).get(key)
+    if value is None:
+        return None
+    return int(value) if key in BUDGET_INT_KEYS else float(value)
 
 
 def _none_failing(fleet: Mapping[str, Any] | None) -> bool | None:
@@ -224,20 +216,45 @@ class _Compiler:
         return parts
 
     def expression(self, lo: int, hi: int) -> tuple[str, bool]:
-        return self._join(self._split(lo, hi, "||"), self._conjunction, " or ", "_or")
+        return self._join(self._split(lo, hi, "||"), self._conjunction, " or ", True)
 
     def _conjunction(self, lo: int, hi: int) -> tuple[str, bool]:
-        return self._join(self._split(lo, hi, "&&"), self._relation, " and ", "_and")
+        return self._join(self._split(lo, hi, "&&"), self._relation, " and ", False)
 
     def _join(self, parts: list[tuple[int, int]], compile_part: Callable[[int, int],
-              tuple[str, bool]], python: str, helper: str) -> tuple[str, bool]:
+              tuple[str, bool]], python: str, decisive_value: bool) -> tuple[str, bool]:
         compiled = [compile_part(lo, hi) for lo, hi in parts]
         if len(compiled) == 1:
             return compiled[0]
         codes = [code for code, _ in compiled]
         if not any(partial for _, partial in compiled):
             return "(" + python.join(codes) + ")", False
-        return f"{helper}({', '.join(codes)})", True
+        # three-valued, left to right, stopping at the first decisive part (CEL's && and ||
+        # are commutative over errors and unknowns, so the rest cannot change the answer):
+        # (False if (_v0 := a) is False else False if (_v1 := b) is False else
+        #  None if _v0 is None or _v1 is None else True) for a && b
+        decisive, other = repr(decisive_value), repr(not decisive_value)
+        names: list[str | None] = []
+        steps: list[str] = []
+        for code, partial in compiled:
+            if code == _UNKNOWN:
+                names.append(None)
+                continue
+            if partial:
+                name = f"_v{self.names}"
+                self.names += 1
+                names.append(name)
+                steps.append(f"{decisive} if ({name} := {code}) is {decisive} else ")
+            else:
+                steps.append(f"{decisive} if {code} is {decisive} else ")
+        unknown = [f"{name} is None" for name in names if name is not None]
+        if None in names:  # a part never known: at best unknown
+            last = "None"
+        elif unknown:
+            last = f"None if {' or '.join(unknown)} else {other}"
+        else:
+            last = other
+        return "(" + "".join(steps) + last + ")", True
 
     def _relation(self, lo: int, hi: int) -> tuple[str, bool]:
         try:
@@ -303,6 +320,10 @@ class _Compiler:
                 and tokens[6] in BUDGET_LIMITS and tokens[7] == ")"):
             limit = BUDGET_LIMITS[tokens[6]]
             return f"({limit!r} in run.budget or {limit!r} in budget)", False
+        if len(tokens) == 5 and tokens[:4] == ["run", ".", "budget", "."] \
+                and tokens[4] in BUDGET_LIMITS:
+            self._partial_allowed()
+            return f"_budget(run, budget, now, {tokens[4]!r})", True
         if len(tokens) == 3 and first == "session" and tokens[1] == "." \
                 and tokens[2] in SESSION_FIELDS:
             self._partial_allowed()
