@@ -1,4 +1,5 @@
-"""Conditions the engine can often decide without CEL: comparisons of a run's counters.
+"""Conditions the engine can often decide without CEL: comparisons of a run's counters, and
+the guards (budget, session, fleet) that rule a condition out.
 
 Most rule conditions are of one shape — ``!run.ended && run.repeated_error >= 5`` — and on the
 ingest path most evaluations of them come out false. Evaluating one with CEL needs the run's
@@ -17,17 +18,18 @@ Theory of operation
   rule pack's budget for the run's agent, the session mapping, the fleet):
   ``has(run.budget.<field>)`` (the field is there when its ``max_*`` limit is announced or
   set by the pack, as :meth:`RunState.budget_view` builds it) and ``run.budget.<field>``
-  (unknown when absent); a scalar ``session.<field>``
-  (its default for a run with no session, the session's own value when it is of the
-  field's type, else unknown: CEL converts it); ``<variable> in fleet.failing_tools`` (false
-  while no tool fails), and ``run.<list or map>.exists(v, P)`` / ``.all(v, P)`` when ``P`` is
-  false / true whatever ``v`` is. So ``!run.ended && has(run.budget.remaining_cost_usd) && …``
+  (unknown when absent); a scalar ``session.<field>`` (its default for a run with no
+  session, the session's own value when it is of the field's type, else unknown: CEL
+  converts it); ``<variable> in fleet.failing_tools`` (false while no tool fails), and
+  ``run.<list or map>.exists(v, P)`` / ``.all(v, P)`` when ``P`` is false / true whatever
+  ``v`` is. So ``!run.ended && has(run.budget.remaining_cost_usd) && …``
   is false without CEL for a run with no cost budget, and a session or fleet rule is false
   without CEL for a run with no session or while no tool fails.
-* Any other operand of ``&&``, ``||`` or ``!`` — a budget, the session, a string, arithmetic,
-  a function, a macro — is *unknown*. CEL's logical operators are commutative over
+* Any other operand of ``&&``, ``||`` or ``!`` — a string, arithmetic, a function, another
+  macro — is *unknown*. CEL's logical operators are commutative over
   errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
-  whatever ``x`` is), so three-valued logic gives CEL's answer whenever it gives one:
+  whatever ``x`` is), so three-valued logic, evaluated left to right and stopping at the
+  first decisive part, gives CEL's answer whenever it gives one:
   ``!run.ended && has(run.budget.remaining_tool_calls) && …`` is false, without CEL, for every
   run that ended.
 * Only expressions the CEL checker accepted are compiled here, so types agree (an int field is
