@@ -47,12 +47,41 @@ def random_run(rng: random.Random) -> RunState:
     run.in_flight_since = rng.choice((None, NOW - 1.0, NOW - 500.0))
     if rng.random() < 0.5:
         run.budget = {"max_tool_calls": float(rng.choice((3, 5, 20)))}
+    if rng.random() < 0.3:
+        run.budget["max_cost_usd"] = rng.choice((0.5, 2.0))
+    run.cost_usd = rng.choice((0.0, 0.4, 1.0, 3.0))
+    tools = rng.sample(("search", "fetch", "shell"), rng.randint(0, 2))
+    run.tools.update(dict.fromkeys(tools, 1))
     return run
 
 
-def cel_says(source: str, run: RunState) -> bool | str:
+# What the engine hands the fast path besides the run: the rule pack's budget for the run's
+# agent, the session mapping (None: the run has none), the CEL fleet (None: no tool failing).
+Context = tuple[dict[str, float], "dict[str, object] | None", "dict[str, object] | None"]
+NOTHING: Context = ({}, None, None)
+
+
+def random_context(rng: random.Random) -> Context:
+    budget = rng.choice(({}, {}, {"max_tool_calls": 4.0}, {"max_cost_usd": 1.0}))
+    session: dict[str, object] | None = None
+    if rng.random() < 0.5:
+        session = {"id": "s-1"}
+        for key in ("runs", "zero_progress_streak", "run_checkpoints", "agent_cycle_repeats"):
+            if rng.random() < 0.6:  # an int, or what the store may give back: a float, a str
+                session[key] = rng.choice((0, 1, 2, 3, 5, 2.0, "3", None))
+        if rng.random() < 0.6:
+            session["cycle_orchestrator"] = rng.choice((True, False, 1, None))
+    failing = rng.choice(({}, {}, {"fetch": {"runs": 3, "errors": 5, "since": "now",
+                                              "error_type": "Timeout"}}))
+    fleet = rng.choice((None, {"failing_tools": failing}))
+    return budget, session, fleet
+
+
+def cel_says(source: str, run: RunState, context: Context = NOTHING) -> bool | str:
     """CEL's answer, or "error" (the engine counts a rule error and does not fire)."""
-    act = activation(run_activation(run.signals(NOW)), session_activation(None))
+    budget, session, fleet = context
+    act = activation(run_activation(run.signals(NOW, budget)), session_activation(session),
+                     fleet)
     try:
         return compile_expr(source, condition=True).matches(act)
     except EvalError:
@@ -77,27 +106,58 @@ def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
     answers: dict[str, set[bool | None]] = {rule.name: set() for rule in rules}
     for _ in range(400):
         run = random_run(rng)
+        context = random_context(rng)
         for rule in rules:
             assert rule.when.fast is not None
-            fast = rule.when.fast(run, NOW)
+            fast = rule.when.fast(run, NOW, *context)
             if fast is not None:
-                assert fast is cel_says(rule.when.source, run), rule.when.source
+                assert fast is cel_says(rule.when.source, run, context), rule.when.source
             answers[rule.name].add(fast)
-    # the loop and time rules are decided entirely without CEL; the budget and session rules
-    # only for runs that ended
+    # the loop, time and tool-budget rules are decided entirely without CEL; the cost rules
+    # that divide, the session rules (a session value of another type) and the fleet rule
+    # (the failing tools) where their guards say so
     known = {"error-loop", "repeated-tool-call", "repeated-tool-result", "tool-cycle",
-             "idle-timeout", "total-timeout"}
+             "idle-timeout", "total-timeout", "budget-countdown", "budget-last-call",
+             "budget-exhausted", "budget-cost-exhausted"}
     assert {name for name, seen in answers.items() if None not in seen} == known
     assert all(seen == {True, False} for name, seen in answers.items() if name in known)
+    assert all({False, None} <= seen for name, seen in answers.items() if name not in known)
+    assert answers["zero-progress"] == answers["agent-ping-pong"] == {True, False, None}
+
+
+def test_every_default_condition_is_decided_without_cel_for_a_plain_run() -> None:
+    """A run with no budget and no session while no tool fails: every default rule is
+    answered by the fast path (the guards: has(run.budget.*), session.*, fleet.*), so the
+    engine builds no CEL activation for it until one fires."""
+    rng = random.Random(3)
+    rules = load_rules([]).rules
+    for _ in range(200):
+        run = random_run(rng)
+        run.budget = {}
+        for context in (NOTHING, ({}, None, {"failing_tools": {}})):
+            for rule in rules:
+                assert rule.when.fast is not None
+                fast = rule.when.fast(run, NOW, *context)
+                assert fast is cel_says(rule.when.source, run, context), rule.when.source
 
 
 UNKNOWN_ATOMS = (  # valid CEL the fast path does not know: CEL alone decides these parts
-    "has(run.budget.remaining_tool_calls)", "run.budget.remaining_tool_calls <= 3",
-    "run.budget.max_tool_calls > 4", "run.budget.max_seconds > 1.5", "session.runs > 1",
+    "run.budget.max_cost_usd / 4.0 > 0.1",
+    "size(session.agent_cycle) > 1", "run.tools.exists_one(t, t in fleet.failing_tools)",
     "size(run.tools) > 1", "run.tool_calls - 1 > 3", "run.tool_calls * 2 == 6",
     "run.tool_calls in [1, 2]", "[run].exists(r, r.tool_calls > 3 && r.ended)",
     "(run.tool_calls > 2 ? run.ended : !run.ended)", "uint(run.tool_calls) > 3u",
     "double(run.errors) >= 2.5", "run.tool_calls > 0x03",
+)
+GUARD_ATOMS = (  # known at some evaluations: from the budget, the session, the fleet
+    "has(run.budget.remaining_tool_calls)", "has(run.budget.max_cost_usd)",
+    "run.budget.remaining_tool_calls <= 3", "run.budget.max_tool_calls > 4",
+    "run.budget.max_seconds > 1.5", "run.budget.remaining_cost_usd == 0.0",
+    "!has(run.budget.remaining_cost_usd)", "session.runs > 1", "2 <= session.zero_progress_streak",
+    "session.cycle_orchestrator", "session.run_checkpoints == session.agent_cycle_repeats",
+    "run.tools.exists(t, t in fleet.failing_tools)",
+    "run.tools.all(t, !(t in fleet.failing_tools))",
+    "run.tools.exists(t, t in fleet.failing_tools && run.tool_calls > 2)",
 )
 
 
@@ -113,8 +173,10 @@ def generated(rng: random.Random, depth: int = 0) -> str:
         return rng.choice(("run.ended", "run.has_final_answer", "true", "false",
                            "!run.ended", "run.ended == false",
                            "(run.has_final_answer != run.ended)"))
-    if roll < 0.7:
+    if roll < 0.62:
         return rng.choice(UNKNOWN_ATOMS)
+    if roll < 0.7:
+        return rng.choice(GUARD_ATOMS)
     if rng.random() < 0.3:
         field = "run." + rng.choice(DOUBLE_FIELDS)
         literal = rng.choice(("0.0", "1.0", "299.5", "300.0", "-1.5", "1e3", "1.5e2", ".5"))
@@ -148,9 +210,10 @@ def test_generated_conditions_decide_as_cel_whenever_they_decide(seed: int) -> N
         fast = compile_fast(source)
         for _ in range(25):
             run = random_run(rng)
-            answer = None if fast is None else fast(run, NOW)
+            context = random_context(rng)
+            answer = None if fast is None else fast(run, NOW, *context)
             if answer is not None:
-                assert answer is cel_says(source, run), source
+                assert answer is cel_says(source, run, context), source
             answers[answer] += 1
     assert min(answers.values()) > 100, answers  # each kind of answer, many times
 
@@ -173,7 +236,8 @@ def test_brackets_are_decided_without_cel(source: str) -> None:
 
 @pytest.mark.parametrize("source", [*UNKNOWN_ATOMS, 'run.agent == "planner" && run.ended',
                                     "run.ended && run.tool_calls > 2 ? true : false",
-                                    "session.zero_progress_streak >= 2"])
+                                    "session.zero_progress_streak >= 2 ? true : false",
+                                    "run.tools.exists(run, run.size() > 2)"])
 def test_what_only_cel_can_decide_gets_no_fast_path(source: str) -> None:
     compile_expr(source, condition=True)  # valid CEL...
     assert compile_fast(source) is None  # ...that only CEL decides

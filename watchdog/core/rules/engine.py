@@ -48,6 +48,7 @@ from watchdog.core.runs.terminal import TerminalState
 
 MAX_RUN_STATES = 100_000  # far above the tracker's bounds: only guards a shell that never forgets
 MAX_CACHED_AGENTS = 4096  # agent names whose applicable rules are remembered; then start over
+MAX_CACHED_CHANGES = 1024  # per agent: sets of changed signals whose rules are remembered
 MESSAGE_HASH_BYTES = 4  # on_change dedup keys: rule#<8 hex>; collisions only merge two messages
 MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders may be long
 GRACE_SUFFIX = "#grace"
@@ -84,12 +85,37 @@ class _RunRules:
 
 @dataclass(frozen=True, slots=True)
 class _AgentView:
-    """What applies to one agent name: its rules (all, timer-relevant) and default budget."""
+    """What applies to one agent name: its rules (all, timer-relevant) and default budget, and
+    the rules to evaluate for each set of changed signals seen (:meth:`candidates`)."""
 
     rules: tuple[Rule, ...]
     timed: tuple[Rule, ...]
     budget: dict[str, float]
     reads: dict[str, frozenset[str] | None]  # rule name -> the signals it reads (None: all)
+    # (changed signals, fleet quiet, timed only) -> the rules that may have changed outcome
+    _candidates: dict[tuple[AbstractSet[str] | None, bool, bool], tuple[Rule, ...]] = field(
+        default_factory=dict)
+
+    def candidates(self, changed: AbstractSet[str] | None, quiet: bool,
+                   timed_only: bool) -> tuple[Rule, ...]:
+        """The rules reading a signal in ``changed`` (None: every rule); while the fleet is
+        ``quiet`` (no tool failing and ``fleet`` not changed) not those reading ``fleet``."""
+        if changed is not None and type(changed) is not frozenset:
+            changed = frozenset(changed)  # (a key: the change detector's sets are frozen)
+        key = (changed, quiet, timed_only)
+        found = self._candidates.get(key)
+        if found is None:
+            rules = self.timed if timed_only else self.rules
+            if changed is not None:
+                reads = self.reads
+                rules = tuple(r for r in rules
+                              if (read := reads[r.name]) is None
+                              or (not read.isdisjoint(changed)
+                                  and not (quiet and FLEET in read)))
+            if len(self._candidates) >= MAX_CACHED_CHANGES:
+                self._candidates.clear()
+            found = self._candidates[key] = rules
+        return found
 
 
 def message_hash(message: str) -> str:
@@ -214,28 +240,24 @@ class RuleEngine:
         """
         view = self._view(run.agent_name)
         state = self._runs.get(run.key)
-        candidates = view.timed if timed_only else view.rules
-        if changed is not None:
-            reads = view.reads
-            # while no tool fails, a rule reading `fleet` waits for the fleet to change (an
-            # outage beginning or ending): a tool call per run would otherwise cost it a CEL
-            # evaluation with nothing to find
-            quiet = FLEET not in changed and not (fleet and fleet.get("failing_tools"))
-            candidates = tuple(r for r in candidates
-                               if (read := reads[r.name]) is None
-                               or (not read.isdisjoint(changed)
-                                   and not (quiet and FLEET in read)))
-        if state is not None and state.fired:
-            fired = state.fired
-            candidates = tuple(r for r in candidates
-                               if r.repeat is not Repeat.ONCE or r.name not in fired)
+        # while no tool fails, a rule reading `fleet` waits for the fleet to change (an
+        # outage beginning or ending): a tool call per run would otherwise cost it an
+        # evaluation with nothing to find
+        quiet = changed is not None and FLEET not in changed and not (
+            fleet and fleet.get("failing_tools"))
+        candidates = view.candidates(changed, quiet, timed_only)
         decisions: list[Decision] = []
         if candidates:
             act = None  # built for the first rule CEL evaluates: most runs need none
+            budget = view.budget
+            fired = state.fired if state is not None else None
             for rule in candidates:
+                if fired and rule.repeat is Repeat.ONCE and rule.name in fired:
+                    continue  # decided once for the run: nothing more to decide
                 fast = rule.when.fast
-                if fast is not None and fast(run, now) is False:  # as CEL says (None: ask it)
-                    if state is not None:
+                if fast is not None and fast(run, now, budget, session, fleet) is False:
+                    # as CEL says (None: ask it)
+                    if state is not None and (state.pending or rule.repeat is Repeat.EACH_TIME):
                         _lapsed(rule, state)
                     continue
                 if act is None:

@@ -1,4 +1,5 @@
-"""Conditions the engine can often decide without CEL: comparisons of a run's counters.
+"""Conditions the engine can often decide without CEL: comparisons of a run's counters, and
+the guards (budget, session, fleet) that rule a condition out.
 
 Most rule conditions are of one shape — ``!run.ended && run.repeated_error >= 5`` — and on the
 ingest path most evaluations of them come out false. Evaluating one with CEL needs the run's
@@ -13,10 +14,22 @@ Theory of operation
   counters, flags and time signals, read from the RunState by the catalogue's ``read``, as
   ``signals()`` reads them), int, double and bool literals, and the six comparisons between
   them. ``&&``, ``||``, ``!`` and parentheses combine them.
-* Any other operand of ``&&``, ``||`` or ``!`` — a budget, the session, a string, arithmetic,
-  a function, a macro — is *unknown*. CEL's logical operators are commutative over
+* Guards, known or not at each evaluation from what the engine hands in besides the run (the
+  rule pack's budget for the run's agent, the session mapping, the fleet):
+  ``has(run.budget.<field>)`` (the field is there when its ``max_*`` limit is announced or
+  set by the pack, as :meth:`RunState.budget_view` builds it) and ``run.budget.<field>``
+  (unknown when absent); a scalar ``session.<field>`` (its default for a run with no
+  session, the session's own value when it is of the field's type, else unknown: CEL
+  converts it); ``<variable> in fleet.failing_tools`` (false while no tool fails), and
+  ``run.<list or map>.exists(v, P)`` / ``.all(v, P)`` when ``P`` is false / true whatever
+  ``v`` is. So ``!run.ended && has(run.budget.remaining_cost_usd) && …``
+  is false without CEL for a run with no cost budget, and a session or fleet rule is false
+  without CEL for a run with no session or while no tool fails.
+* Any other operand of ``&&``, ``||`` or ``!`` — a string, arithmetic, a function, another
+  macro — is *unknown*. CEL's logical operators are commutative over
   errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
-  whatever ``x`` is), so three-valued logic gives CEL's answer whenever it gives one:
+  whatever ``x`` is), so three-valued logic, evaluated left to right and stopping at the
+  first decisive part, gives CEL's answer whenever it gives one:
   ``!run.ended && has(run.budget.remaining_tool_calls) && …`` is false, without CEL, for every
   run that ended.
 * Only expressions the CEL checker accepted are compiled here, so types agree (an int field is
@@ -35,7 +48,15 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from watchdog.core.runs.catalogue import NAMESPACE, RUN_SIGNALS, Signal
+from watchdog.core.rules.signals import BUDGET_INT_KEYS, DEFAULT_SESSION, SESSION_SCHEMA
+from watchdog.core.runs.catalogue import (
+    BUDGET_SCHEMA,
+    NAMESPACE,
+    RUN_SIGNALS,
+    ListOf,
+    MapOf,
+    Signal,
+)
 
 
 def fast_fields(signals: Iterable[Signal] = RUN_SIGNALS) -> dict[str, str]:
@@ -46,8 +67,22 @@ def fast_fields(signals: Iterable[Signal] = RUN_SIGNALS) -> dict[str, str]:
 
 
 RUN_FIELDS: dict[str, str] = fast_fields()
+# has(run.budget.<field>): the budget limit whose presence puts <field> in the budget view
+BUDGET_LIMITS: dict[str, str] = {name: "max_" + name.removeprefix("max_").removeprefix(
+    "remaining_") for name in BUDGET_SCHEMA}
+# session.<field> compared here: the scalars (a list is CEL's)
+SESSION_FIELDS: dict[str, type] = {name: kind for name, kind in SESSION_SCHEMA.items()
+                                   if kind is int or kind is float or kind is bool}
+# the run's collections a comprehension (exists, all) may range over: never absent
+COLLECTIONS = frozenset(signal.name for signal in RUN_SIGNALS
+                        if isinstance(signal.type, (MapOf, ListOf)))
+_RESERVED = frozenset({"run", "session", "fleet", "now", "budget", "true", "false", "null"})
+_NO_BUDGET: dict[str, float] = {}
 
-FastCondition = Callable[[Any, float], "bool | None"]  # (run, now)
+# (run, now, budget, session, fleet): the run, the time, the rule pack's budget for its agent,
+# the session mapping the engine was handed (None: no session), the CEL fleet (None: no tool
+# failing); the last three may be left out (none of each)
+FastCondition = Callable[..., "bool | None"]
 
 _TOKEN = re.compile(
     r"\s*(?:"
@@ -78,12 +113,17 @@ def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCon
     if code == _UNKNOWN:
         return None  # nothing known: asking would only cost time
     # (a known condition is a bool: the checker only lets bool conditions in)
-    namespace: dict[str, Any] = {**NAMESPACE, "_and": _and, "_or": _or, "_not": _not}
-    function: FastCondition = eval(f"lambda run, now: {code}", namespace)
+    namespace: dict[str, Any] = {**NAMESPACE, "_not": _not,
+                                 "_session": _session, "_none_failing": _none_failing,
+                                 "_budget": _budget,
+                                 "_NO_BUDGET": _NO_BUDGET, "int": int, "bool": bool}
+    function: FastCondition = eval(
+        f"lambda run, now, budget=_NO_BUDGET, session=None, fleet=None: {code}", namespace)
     return function
 
 
 _INT = re.compile(r"\d+")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _DOUBLE = re.compile(r"\d*\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+")  # CEL's double literals
 
 
@@ -96,28 +136,34 @@ def _number(token: str) -> int | float | None:
     return None  # hex, unsigned: left to CEL
 
 
-def _and(*values: bool | None) -> bool | None:
-    return _settled(False, values)
-
-
-def _or(*values: bool | None) -> bool | None:
-    return _settled(True, values)
-
-
-def _settled(decisive: bool, values: tuple[bool | None, ...]) -> bool | None:
-    """``decisive`` if any value is it (CEL then ignores the others, errors included), else
-    unknown (None) if any value is, else the other bool."""
-    result: bool | None = not decisive
-    for value in values:
-        if value is decisive:
-            return decisive
-        if value is None:
-            result = None
-    return result
-
-
 def _not(value: bool | None) -> bool | None:
     return None if value is None else not value
+
+
+def _session(session: Mapping[str, Any] | None, key: str, kind: type, default: Any) -> Any:
+    """``session.<key>`` as :func:`~watchdog.core.rules.signals.session_activation` makes it,
+    or None (unknown) where it would convert the value."""
+    if session is None:
+        return default
+    value = session.get(key)
+    if value is None:
+        return default
+    return value if type(value) is kind else None
+
+
+def _budget(run: Any, budget: dict[str, float], now: float, key: str) -> int | float | None:
+    """``run.budget.<key>`` as the rules read it (:meth:`RunState.budget_view` as
+    :func:`~watchdog.core.rules.signals.run_activation` converts it), None when it is absent
+    (CEL's error: unknown here)."""
+    value = run.budget_view(budget, now).get(key)
+    if value is None:
+        return None
+    return int(value) if key in BUDGET_INT_KEYS else float(value)
+
+
+def _none_failing(fleet: Mapping[str, Any] | None) -> bool | None:
+    """``x in fleet.failing_tools`` is false for every x while no tool fails (else unknown)."""
+    return False if fleet is None or not fleet["failing_tools"] else None
 
 
 def _tokens(source: str) -> list[str]:
@@ -144,6 +190,7 @@ class _Compiler:
         self.tokens = tokens
         self.splittable = splittable  # unknown parts allowed (no string, no top-level ?:)
         self.fields = fields
+        self.names = 0  # the generated code's temporaries (_v0, _v1, ...)
 
     def _depths(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """Each index of ``tokens[lo:hi]`` with the bracket depth after its token (0: outside
@@ -171,20 +218,45 @@ class _Compiler:
         return parts
 
     def expression(self, lo: int, hi: int) -> tuple[str, bool]:
-        return self._join(self._split(lo, hi, "||"), self._conjunction, " or ", "_or")
+        return self._join(self._split(lo, hi, "||"), self._conjunction, " or ", True)
 
     def _conjunction(self, lo: int, hi: int) -> tuple[str, bool]:
-        return self._join(self._split(lo, hi, "&&"), self._relation, " and ", "_and")
+        return self._join(self._split(lo, hi, "&&"), self._relation, " and ", False)
 
     def _join(self, parts: list[tuple[int, int]], compile_part: Callable[[int, int],
-              tuple[str, bool]], python: str, helper: str) -> tuple[str, bool]:
+              tuple[str, bool]], python: str, decisive_value: bool) -> tuple[str, bool]:
         compiled = [compile_part(lo, hi) for lo, hi in parts]
         if len(compiled) == 1:
             return compiled[0]
         codes = [code for code, _ in compiled]
         if not any(partial for _, partial in compiled):
             return "(" + python.join(codes) + ")", False
-        return f"{helper}({', '.join(codes)})", True
+        # three-valued, left to right, stopping at the first decisive part (CEL's && and ||
+        # are commutative over errors and unknowns, so the rest cannot change the answer):
+        # (False if (_v0 := a) is False else False if (_v1 := b) is False else
+        #  None if _v0 is None or _v1 is None else True) for a && b
+        decisive, other = repr(decisive_value), repr(not decisive_value)
+        names: list[str | None] = []
+        steps: list[str] = []
+        for code, partial in compiled:
+            if code == _UNKNOWN:
+                names.append(None)
+                continue
+            if partial:
+                name = f"_v{self.names}"
+                self.names += 1
+                names.append(name)
+                steps.append(f"{decisive} if ({name} := {code}) is {decisive} else ")
+            else:
+                steps.append(f"{decisive} if {code} is {decisive} else ")
+        unknown = [f"{name} is None" for name in names if name is not None]
+        if None in names:  # a part never known: at best unknown
+            last = "None"
+        elif unknown:
+            last = f"None if {' or '.join(unknown)} else {other}"
+        else:
+            last = other
+        return "(" + "".join(steps) + last + ")", True
 
     def _relation(self, lo: int, hi: int) -> tuple[str, bool]:
         try:
@@ -196,9 +268,22 @@ class _Compiler:
             at = operators[0]
             left, left_partial = self._operand(lo, at)
             right, right_partial = self._operand(at + 1, hi)
-            if left_partial or right_partial:
+            if left == _UNKNOWN or right == _UNKNOWN:
                 return self._unknown()
-            return f"({left} {self.tokens[at]} {right})", False
+            operator = self.tokens[at]
+            if not (left_partial or right_partial):
+                return f"({left} {operator} {right})", False
+            # an operand known at some evaluations only (a session field): unknown when it is
+            tests, values = [], []
+            for code, partial in ((left, left_partial), (right, right_partial)):
+                if partial:
+                    name = f"_v{self.names}"
+                    self.names += 1
+                    tests.append(f"({name} := {code}) is None")
+                    code = name
+                values.append(code)
+            return (f"(None if {' or '.join(tests)} else ({values[0]} {operator} {values[1]}))",
+                    True)
         except _Unsupported:
             return self._unknown()
 
@@ -224,7 +309,52 @@ class _Compiler:
             return repr(-value if first == "-" else value), False
         if len(tokens) == 3 and first == "run" and tokens[1] == "." and tokens[2] in self.fields:
             return self.fields[tokens[2]], False
+        guard = self._guard(lo, hi, tokens)
+        if guard is not None:
+            return guard
         return self._unknown()
+
+    def _guard(self, lo: int, hi: int, tokens: list[str]) -> tuple[str, bool] | None:
+        """The code of an atom known from the budget, the session or the fleet (module
+        docstring), or None when ``tokens`` is none of them."""
+        first = tokens[0]
+        if (len(tokens) == 8 and tokens[:6] == ["has", "(", "run", ".", "budget", "."]
+                and tokens[6] in BUDGET_LIMITS and tokens[7] == ")"):
+            limit = BUDGET_LIMITS[tokens[6]]
+            return f"({limit!r} in run.budget or {limit!r} in budget)", False
+        if len(tokens) == 5 and tokens[:4] == ["run", ".", "budget", "."] \
+                and tokens[4] in BUDGET_LIMITS:
+            self._partial_allowed()
+            return f"_budget(run, budget, now, {tokens[4]!r})", True
+        if len(tokens) == 3 and first == "session" and tokens[1] == "." \
+                and tokens[2] in SESSION_FIELDS:
+            self._partial_allowed()
+            name = tokens[2]
+            kind = SESSION_FIELDS[name]
+            return (f"_session(session, {name!r}, {kind.__name__}, "
+                    f"{DEFAULT_SESSION[name]!r})"), True
+        if (len(tokens) == 5 and tokens[1:] == ["in", "fleet", ".", "failing_tools"]
+                and _IDENTIFIER.fullmatch(first) and first not in _RESERVED):
+            self._partial_allowed()
+            return "_none_failing(fleet)", True
+        if (len(tokens) >= 10 and first == "run" and tokens[1] == "." and tokens[2] in COLLECTIONS
+                and tokens[3] == "." and tokens[4] in ("exists", "all") and tokens[5] == "("
+                and _IDENTIFIER.fullmatch(tokens[6]) and tokens[6] not in _RESERVED
+                and tokens[7] == "," and self._closing(lo + 5) == hi - 1):
+            self._partial_allowed()
+            # the predicate's code never reads the variable (an unknown wherever it is used):
+            # an answer it gives holds for every element
+            code, _partial = self.expression(lo + 8, hi - 1)
+            if code == _UNKNOWN:
+                return self._unknown()
+            # empty or not, exists of false is false and all of true is true (else: CEL)
+            decisive = "False" if tokens[4] == "exists" else "True"
+            return f"({decisive} if {code} is {decisive} else None)", True
+        return None
+
+    def _partial_allowed(self) -> None:
+        if not self.splittable:
+            raise _Unsupported
 
     def _closing(self, lo: int) -> int:
         """The index of the bracket that closes the one at ``lo``."""

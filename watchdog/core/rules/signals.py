@@ -105,7 +105,10 @@ def run_activation(signals: dict[str, Any]) -> dict[str, Any]:
 
 def session_activation(session: Mapping[str, Any] | None) -> dict[str, Any]:
     """The CEL ``session`` variable: the shell's session mapping over the defaults (a run without
-    a session has id "" and zeros). Keys outside :data:`SESSION_SCHEMA` are dropped."""
+    a session has id "" and zeros: :data:`DEFAULT_SESSION` itself, read only). Keys outside
+    :data:`SESSION_SCHEMA` are dropped."""
+    if not session:
+        return DEFAULT_SESSION
     values = dict(DEFAULT_SESSION)
     if session:
         for key, value in session.items():

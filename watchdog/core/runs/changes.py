@@ -21,12 +21,13 @@ from watchdog.core.runs.run import RunState
 
 Snapshot = tuple[Any, ...]
 _NOTHING: frozenset[str] = frozenset()
+MAX_KINDS_OF_CHANGE = 4096  # distinct changes whose signal sets are kept; then start over
 
 
 class ChangeDetector:
     """Snapshots and their comparison for a set of signals."""
 
-    __slots__ = ("_budgeted", "_moves", "snapshot")
+    __slots__ = ("_differ", "_sets", "_signals", "snapshot")
 
     def __init__(self, signals: Iterable[Signal]) -> None:
         signals = tuple(signals)
@@ -35,27 +36,40 @@ class ChangeDetector:
         # one tuple of every watched value (cheap: attribute reads in one generated function)
         self.snapshot: Callable[[RunState], Snapshot] = compiled(
             f"lambda run: ({', '.join(watched)},)")
+        # the watched values that differ, as a bit mask (bit i: watched[i]), in one generated
+        # function reading the run as snapshot does
+        bits = " | ".join(f"(0 if before[{index}] == ({expression}) else {1 << index})"
+                          for index, expression in enumerate(watched))
+        self._differ: Callable[[Snapshot, RunState], int] = compiled(
+            f"lambda before, run: {bits or '0'}")
         # per watched value, the signals it moves always / while the run has a budget
-        self._moves = tuple(tuple(s.name for s in signals if expression in s.moves_with)
-                            for expression in watched)
-        self._budgeted = tuple(tuple(s.name for s in signals if expression in s.with_budget)
-                               for expression in watched)
+        self._signals = tuple(
+            (tuple(s.name for s in signals if expression in s.moves_with),
+             tuple(s.name for s in signals if expression in s.with_budget))
+            for expression in watched)
+        # (mask, has budget) -> the signals that moved: one set per kind of change, shared
+        self._sets: dict[tuple[int, bool], frozenset[str]] = {}
 
     def changed(self, before: Snapshot, run: RunState, has_budget: bool) -> frozenset[str]:
         """The ``run.*`` signals that differ between ``before`` and ``run`` now. ``has_budget``:
         whether the run has any budget (announced or from a rule pack) whose remaining_* follow
-        its usage."""
-        after = self.snapshot(run)
-        if before == after:
+        its usage. Equal changes give the same set object (the rule engine keys on it)."""
+        mask = self._differ(before, run)
+        if not mask:
             return _NOTHING
-        changed: set[str] = set()
-        for moves, budgeted, old, new in zip(self._moves, self._budgeted, before, after,
-                                             strict=True):
-            if old != new:
-                changed.update(moves)
-                if has_budget:
-                    changed.update(budgeted)
-        return frozenset(changed)
+        key = (mask, has_budget)
+        found = self._sets.get(key)
+        if found is None:
+            changed: set[str] = set()
+            for index, (moves, budgeted) in enumerate(self._signals):
+                if mask >> index & 1:
+                    changed.update(moves)
+                    if has_budget:
+                        changed.update(budgeted)
+            if len(self._sets) >= MAX_KINDS_OF_CHANGE:
+                self._sets.clear()
+            found = self._sets[key] = frozenset(changed)
+        return found
 
 
 _RUN = ChangeDetector(RUN_SIGNALS)

@@ -339,12 +339,14 @@ class RunCounts(RunFields):
     def _remember_asked(self, record: SpanRecord) -> None:
         """Keep the tool calls model call ``record`` asked for (one asked for by a call's twin,
         the same call id, is kept once)."""
-        asked = list(self._asked)
-        ids = {entry[1] for entry in asked if entry[1]}
-        for name, call_id in record.asked_tools:
-            if not (call_id and call_id in ids):
-                asked.append((name, call_id, record.start_ns))
-        self._asked = tuple(asked[-MAX_ASKED:])
+        asked = self._asked
+        ids = {entry[1] for entry in asked} if asked else ()  # ("" in it: never asked for)
+        start = record.start_ns
+        new = tuple((name, call_id, start) for name, call_id in record.asked_tools
+                    if not (call_id and call_id in ids))
+        if new:
+            asked = (*asked, *new)
+            self._asked = asked[-MAX_ASKED:] if len(asked) > MAX_ASKED else asked
 
     def asked_for(self, record: SpanRecord) -> str | None:
         """The tool ``record``, a span of no kind, executed: one a model call asked for, not
