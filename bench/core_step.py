@@ -8,7 +8,7 @@ HTTP, no decode, no store. It prints the best of ``--repeat`` runs in CPU µs pe
 decisions made. ``--tree`` is a source tree to import the sidecar from; it may be this build or
 one with the flat layout (before ``watchdog/core/``), so two builds can be compared on one
 machine state, e.g. under ``valgrind --tool=callgrind`` (instruction counts: repeatable on a
-loaded machine): ``--repeat 1`` less ``--repeat 0`` (the same process without the step).
+loaded machine): ``--repeat 1`` less ``--repeat 0`` (the same process, the core made, no step).
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def main() -> None:
             now += 0.0005
             decisions += len(core.apply(records, now).decisions)
         best = min(best, time.process_time() - started)
-    if not args.repeat:
-        print(f"{args.workload}: {spans} spans made and decoded; no step (--repeat 0)")
+    if not args.repeat:  # the core made (the price data loaded), no step
+        _core(parts, rules)
+        print(f"{args.workload}: {spans} spans made and decoded, the core made; no step")
         return
     print(f"{args.workload}: {best * 1e6 / spans:.2f} CPU µs per span (best of {args.repeat}), "
           f"{spans} spans, {decisions} decisions")
