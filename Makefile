@@ -20,16 +20,16 @@ $(VENV)/.created:
 # The compiled parts (native/, Rust through PyO3: the OTLP decode and the model endpoint's relay)
 # are built by the install, in place, where cargo is found (else the sidecar is pure Python and
 # says so at start). Cargo's builds and cargo-fuzz are the user's cache, as Go's and uv's are
-# (WATCHDOG_CACHE, default ~/.cache/agent-watchdog): a new clone on a machine that built it
+# (AGENT_WATCHDOG_CACHE, default ~/.cache/agent-watchdog): a new clone on a machine that built it
 # before rebuilds only what changed; tests/test_native_fuzz.py reads the same place
-export WATCHDOG_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agent-watchdog
-export CARGO_TARGET_DIR := $(WATCHDOG_CACHE)/cargo-target
+export AGENT_WATCHDOG_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agent-watchdog
+export CARGO_TARGET_DIR := $(AGENT_WATCHDOG_CACHE)/cargo-target
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/*/Cargo.toml native/*/src/*.rs)
 
 ## cargo-fuzz, for the Rust decoder's fuzz run (tests/test_native_fuzz.py), from crates.io
-CARGO_FUZZ := $(WATCHDOG_CACHE)/cargo/bin/cargo-fuzz
+CARGO_FUZZ := $(AGENT_WATCHDOG_CACHE)/cargo/bin/cargo-fuzz
 $(CARGO_FUZZ):
-	cargo install --quiet --locked --root $(WATCHDOG_CACHE)/cargo cargo-fuzz@0.13.2
+	cargo install --quiet --locked --root $(AGENT_WATCHDOG_CACHE)/cargo cargo-fuzz@0.13.2
 
 $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
 	$(UV_PIP) --python $(PY) -e .

@@ -6,8 +6,8 @@ runs: docs/limits.md, "Fuzzing").
   ``fuzz/ingest.py`` gets in tests/test_fuzz.py.
 - ``native/otlp/fuzz`` (cargo-fuzz, libFuzzer, AddressSanitizer): the Rust decoder alone, on
   its own: no panic, and what it reads lies in the body. Built with the stable toolchain
-  (``RUSTC_BOOTSTRAP=1`` for the sanitizer flag), cached in the user's cache (``WATCHDOG_CACHE``,
-  ``~/.cache/agent-watchdog``); ``make test`` installs cargo-fuzz there.
+  (``RUSTC_BOOTSTRAP=1`` for the sanitizer flag), cached in the user's cache
+  (``AGENT_WATCHDOG_CACHE``, ``~/.cache/agent-watchdog``); ``make test`` installs cargo-fuzz there.
 
 Both start from ``fuzz/corpus/native_decode`` (recordings of real frameworks, and what the
 fuzzers found, ``found-*``: tests/test_native.py reads each through both decodes).
@@ -26,8 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus" / "native_decode"
-# the user's cache, as the Makefile sets it (WATCHDOG_CACHE, default ~/.cache/agent-watchdog)
-CACHE = Path(os.environ.get("WATCHDOG_CACHE")
+# the user's cache, as the Makefile sets it (AGENT_WATCHDOG_CACHE, default ~/.cache/agent-watchdog)
+CACHE = Path(os.environ.get("AGENT_WATCHDOG_CACHE")
              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-watchdog")
 CARGO_FUZZ = CACHE / "cargo" / "bin" / "cargo-fuzz"
 RUNS = {"differential": 10_000, "rust": 200_000}  # ~50 s and ~20 s (a loaded machine)
