@@ -340,6 +340,28 @@ def test_a_span_whose_log_never_comes_goes_on_after_the_wait() -> None:
     assert join.expired(T0 + 10) == []
 
 
+def test_content_waits_for_its_span_as_long_as_the_sdk_batches_spans() -> None:
+    """The OpenTelemetry SDK sends log records after 1 s and spans after up to 5 s: content that
+    came 5 s before its span is still read with it; after 10 s it is dropped."""
+    maker = SpanMaker()
+    join = LogJoin()
+    call = maker.span("chat m", {"gen_ai.operation.name": "chat"}, start=T0)
+    join.add(_events(call, output=[{"role": "assistant", "finish_reason": "stop",
+                                    "parts": [{"type": "text", "content": "late span"}]}]), T0)
+    assert join.expired(T0 + 5.0) == []
+    (record,) = next(slices_of(encode(maker.take()), None, join, T0 + 5.0)).records
+    assert record.final_output == "late span"
+    late = maker.span("chat m", {"gen_ai.operation.name": "chat"}, start=T0)
+    join.add(_events(late, output=[{"role": "assistant", "finish_reason": "stop",
+                                    "parts": [{"type": "text", "content": "too late"}]}]), T0)
+    assert join.expired(T0 + 10.0) == []  # (the content alone: nothing held goes on)
+    # its span, from a service that sends content in logs, now waits for content that is gone
+    assert next(slices_of(encode(maker.take()), None, join, T0 + 10.0)).records == []
+    (due,) = join.expired(T0 + 12.0)
+    (record,) = released([due], join).records
+    assert record.final_output is None
+
+
 def test_the_join_is_bounded() -> None:
     maker = SpanMaker()
     join = LogJoin(max_held_traces=2)

@@ -9,7 +9,8 @@ them itself: the run reads the same either way.
 
 A log and its span arrive on two export paths, in either order:
 
-* **log first**: its content waits (:meth:`LogJoin.add`) for the span, at most ``wait_seconds``;
+* **log first**: its content waits (:meth:`LogJoin.add`) for the span, at most
+  ``content_wait_seconds``;
 * **span first**: a model-call span without content, from a service whose logs carry GenAI
   events, is held with the rest of its trace (a run's root must not close it before the call
   is read) until its content arrives or ``wait_seconds`` pass (:meth:`LogJoin.expired`); then
@@ -69,7 +70,10 @@ CONTENT_EVENTS = frozenset(TABLES.log_events)
 CONTENT_KEYS = frozenset(MESSAGES_JSON_KEYS + OUTPUT_MESSAGES_JSON_KEYS + MESSAGES_DELTA_KEYS)
 _LLM = Role.LLM
 
-WAIT_SECONDS = 2.0  # how long content waits for its span, and a span for its content
+WAIT_SECONDS = 2.0  # how long a span waits for its content (its run's end waits with it)
+# how long content waits for its span: longer, as it delays nothing (its bytes are bounded), and
+# the OpenTelemetry SDK batches spans for up to 5 s but log records for 1 s
+CONTENT_WAIT_SECONDS = 10.0
 MAX_BYTES = 32 * 1024 * 1024  # content and spans held, by encoded size
 MAX_HELD_TRACES = 1024
 MAX_HELD_SPANS = 16 * 1024
@@ -160,8 +164,10 @@ class LogJoin:
 
     def __init__(self, wait_seconds: float = WAIT_SECONDS, max_bytes: int = MAX_BYTES,
                  max_held_traces: int = MAX_HELD_TRACES,
-                 max_held_spans: int = MAX_HELD_SPANS) -> None:
+                 max_held_spans: int = MAX_HELD_SPANS,
+                 content_wait_seconds: float = CONTENT_WAIT_SECONDS) -> None:
         self.wait_seconds = wait_seconds
+        self.content_wait_seconds = max(content_wait_seconds, wait_seconds)
         self.max_bytes = max_bytes
         self.max_held_traces = max_held_traces
         self.max_held_spans = max_held_spans
@@ -228,7 +234,7 @@ class LogJoin:
             return None
         if key in self._content:
             return None  # (a second event for one span: the first one's content is read)
-        self._content[key] = (facts, size, now + self.wait_seconds)
+        self._content[key] = (facts, size, now + self.content_wait_seconds)
         self._bytes += size
         self._bound()
         return None
