@@ -48,7 +48,8 @@ with atheris.instrument_imports(include=["watchdog"]):
 
 NOW = 1_900_000_000.0
 NS = 1_000_000_000
-WAIT = 2.0
+WAIT = 2.0  # a span waits for its content
+CONTENT_WAIT = 10.0  # content waits for its span
 # the join's bounds, by bits 4-5 of the first byte: (max_bytes, held traces, held spans)
 BOUNDS = [(1 << 20, 64, 256), (2048, 3, 6), (512, 1, 2), (1, 2, 4)]
 MAX_SPANS = 24  # spans made for one input
@@ -277,8 +278,9 @@ class Service:
 
     def __init__(self, bounds: tuple[int, int, int], size: int | None) -> None:
         max_bytes, max_traces, max_spans = bounds
-        self.join = LogJoin(wait_seconds=WAIT, max_bytes=max_bytes,
-                            max_held_traces=max_traces, max_held_spans=max_spans)
+        self.join = LogJoin(wait_seconds=WAIT, content_wait_seconds=CONTENT_WAIT,
+                            max_bytes=max_bytes, max_held_traces=max_traces,
+                            max_held_spans=max_spans)
         self.size = size
         self.records = 0
         self.rejected = 0
@@ -345,7 +347,7 @@ def test_one_input(data: bytes) -> None:
         service.export(spans, NOW)
         service.export_logs(logs, NOW + 0.5)
     service.tick(NOW + 1)  # no wait over yet
-    service.tick(NOW + 1 + WAIT)  # every wait over: nothing is left
+    service.tick(NOW + 1 + CONTENT_WAIT)  # every wait over: nothing is left
     join = service.join
     assert not join._held and not join._content and join._bytes == 0 and join._held_spans == 0
     assert service.records + service.rejected == sent, (service.records, service.rejected, sent)
