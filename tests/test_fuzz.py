@@ -10,7 +10,6 @@ own.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
+from tests.fuzzing import finished
 from tests.spans import T0, SpanMaker, chat_attrs, encode
 from tests.test_genai_conventions import DETAILS, InMemoryLogs
 from watchdog.core.spans.logs import ExportLogsServiceRequest, LogJoin
@@ -48,13 +48,7 @@ def test_fuzz_target_finds_no_crash(target: str, tmp_path: Path,
         cwd=tmp_path, capture_output=True, text=True, timeout=170)
     log = result.stderr + result.stdout
     assert result.returncode == 0, f"fuzz target {target} crashed:\n{log[-6000:]}"
-    done = re.search(r"Done (\d+) runs in (\d+) second", log)
-    assert done is not None, log[-2000:]
-    assert int(done.group(1)) >= runs
-    coverage = re.findall(r"cov: (\d+)", log)
-    with capsys.disabled():  # shown in every run, not only when the test fails
-        print(f"\nfuzz {target}: {done.group(1)} inputs in {done.group(2)} s, "
-              f"{coverage[-1] if coverage else '?'} coverage points, no crash")
+    finished(log, runs, target, capsys)
 
 
 def _details_event(span: Any, text: str) -> ExportLogsServiceRequest:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fuzzing import finished
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus" / "native_decode"
 # the user's cache, as the Makefile sets it (AGENT_WATCHDOG_CACHE, default ~/.cache/agent-watchdog)
@@ -32,16 +34,6 @@ CACHE = Path(os.environ.get("AGENT_WATCHDOG_CACHE")
 CARGO_FUZZ = CACHE / "cargo" / "bin" / "cargo-fuzz"
 RUNS = {"differential": 10_000, "rust": 200_000}  # ~50 s and ~20 s (a loaded machine)
 BUILD_SECONDS = 900  # cold: libFuzzer's C++ and the crate with AddressSanitizer
-
-
-def finished(log: str, runs: int, what: str, capsys: pytest.CaptureFixture[str]) -> None:
-    done = re.search(r"Done (\d+) runs in (\d+) second", log)
-    assert done is not None, log[-2000:]
-    assert int(done.group(1)) >= runs
-    coverage = re.findall(r"cov: (\d+)", log)
-    with capsys.disabled():  # shown in every run, not only when the test fails
-        print(f"\nfuzz {what}: {done.group(1)} inputs in {done.group(2)} s, "
-              f"{coverage[-1] if coverage else '?'} coverage points, no crash")
 
 
 def test_the_compiled_decode_reads_fuzzed_bytes_as_the_python_one(
