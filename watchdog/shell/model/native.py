@@ -145,10 +145,8 @@ class NativeEndpoint:
             proxy.check_token(headers)
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
-            limit = proxy.config.model_max_body_bytes
             if refusal == "too_large":
-                raise Refused(413, "request_too_large", f"the request body is larger than "
-                              f"{limit} bytes (model_max_body_bytes)")
+                raise proxy.too_large(proxy.config.model_max_body_bytes)
             if refusal or body is None:
                 raise Refused(400, "bad_request", "the request body could not be read")
             plan = proxy.plan(wire, method, target, headers, body)
@@ -192,16 +190,16 @@ class NativeEndpoint:
             if exchange is not None and 200 <= status < 300:
                 proxy.observe_whole(exchange, body or b"", content_type)
             if outcome == "cancelled":
-                proxy._count(agent, plan.api, "cancelled")
+                proxy.count(agent, plan.api, "cancelled")
                 return
             if outcome == "cut":
                 log.warning("model upstream response cut short")
             if proxy.metrics is not None:
                 proxy.metrics.model_upstream(plan.api, seconds)
             if exchange is None or not 200 <= status < 300:
-                proxy._count(agent, plan.api, "passed" if status < 400 else "upstream_error")
+                proxy.count(agent, plan.api, "passed" if status < 400 else "upstream_error")
             else:
-                proxy._count(agent, plan.api, "passed" if exchange.turn.act is Act.PASS
+                proxy.count(agent, plan.api, "passed" if exchange.turn.act is Act.PASS
                              else "steered")
         finally:
             if exchange is not None:
@@ -225,7 +223,7 @@ class NativeEndpoint:
         if plan is None:
             raise web.HTTPNotFound()
         try:
-            return await self.proxy._forward(request, plan)
+            return await self.proxy.forward(request, plan)
         finally:
             if plan.exchange is not None:
                 self.proxy.book.settle(plan.exchange.state)

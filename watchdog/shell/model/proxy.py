@@ -130,7 +130,7 @@ class ModelProxy:
                     return web.Response(status=plan.status, body=plan.body,
                                         headers=plan.headers)
                 try:
-                    return await self._forward(request, plan)
+                    return await self.forward(request, plan)
                 finally:
                     if plan.exchange is not None:  # the request was the run's until now
                         self.book.settle(plan.exchange.state)
@@ -157,9 +157,14 @@ class ModelProxy:
         return Refused(503, "overloaded", f"{in_flight} model requests are in flight "
                        f"(model_max_concurrent): retry shortly", {"Retry-After": RETRY_AFTER})
 
+    @staticmethod
+    def too_large(limit: int) -> Refused:
+        return Refused(413, "request_too_large", f"the request body is larger than {limit} "
+                       f"bytes (model_max_body_bytes)")
+
     def refusal(self, wire: Wire | None, refused: Refused) -> Answer:
         """A request the endpoint answers itself, counted."""
-        self._count(None, wire.api if wire is not None else "other", "refused")
+        self.count(None, wire.api if wire is not None else "other", "refused")
         body = (wire or ChatWire()).error(refused.status, refused.code, refused.message)
         return Answer(refused.status, dumps(body), {"Content-Type": "application/json",
                                                     **refused.headers})
@@ -279,7 +284,7 @@ class ModelProxy:
         self._steered(agent, "abort")
         logs.event("model_steered", run=key, agent=agent, api=wire.api, action="abort",
                    rule=turn.rule, mode=self.config.model_abort)
-        self._count(agent, wire.api, "aborted")
+        self.count(agent, wire.api, "aborted")
         if self.config.model_abort == "error":
             return Answer(400, dumps(wire.error(400, "watchdog_aborted", text)), JSON)
         if parsed.stream:
@@ -304,7 +309,7 @@ class ModelProxy:
 
     # -- forwarding -----------------------------------------------------------------------------
 
-    async def _forward(self, request: web.Request, plan: Plan) -> web.StreamResponse:
+    async def forward(self, request: web.Request, plan: Plan) -> web.StreamResponse:
         session = self.session
         assert session is not None, "ModelProxy.start() first"
         api, url, body, headers, exchange = plan.api, plan.url, plan.body, plan.headers, \
@@ -333,16 +338,16 @@ class ModelProxy:
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
             if request.transport is None or request.transport.is_closing():
-                self._count(agent, api, "cancelled")
+                self.count(agent, api, "cancelled")
                 raise asyncio.CancelledError from None
             answer = self.upstream_failed(plan, "unreachable", type(exc).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except asyncio.CancelledError:
-            self._count(agent, api, "cancelled")
+            self.count(agent, api, "cancelled")
             raise
         if self.metrics is not None:
             self.metrics.model_upstream(api, time.perf_counter() - started)
-        self._count(agent, api, outcome)
+        self.count(agent, api, outcome)
         return response
 
     def upstream_failed(self, plan: Plan, kind: str, detail: str) -> Answer:
@@ -352,11 +357,11 @@ class ModelProxy:
         wire = exchange.wire if exchange is not None else ChatWire()
         agent = exchange.agent if exchange is not None else None
         if kind == "timeout":
-            self._count(agent, plan.api, "upstream_timeout")
+            self.count(agent, plan.api, "upstream_timeout")
             return Answer(504, dumps(wire.error(
                 504, "upstream_timeout", f"the upstream model API did not answer within "
                 f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)")), JSON)
-        self._count(agent, plan.api, "upstream_unreachable")
+        self.count(agent, plan.api, "upstream_unreachable")
         log.warning("model upstream %s unreachable: %s", url_for_logs(plan.url.split("?")[0]),
                     detail)
         return Answer(502, dumps(wire.error(502, "upstream_unreachable", f"the upstream model "
@@ -559,11 +564,10 @@ class ModelProxy:
         async for chunk in request.content.iter_any():
             data += chunk
             if len(data) > limit:
-                raise Refused(413, "request_too_large", f"the request body is larger than "
-                              f"{limit} bytes (model_max_body_bytes)")
+                raise self.too_large(limit)
         return bytes(data)
 
-    def _count(self, agent: str | None, api: str, outcome: str) -> None:
+    def count(self, agent: str | None, api: str, outcome: str) -> None:
         if self.metrics is not None:
             self.metrics.model_request(agent or "unknown", api, outcome)
 
