@@ -191,9 +191,10 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def sidecar(state_dir: str, upstream_url: str, relay: str,
-            callgrind: str | None = None) -> Iterator[tuple[str, int]]:
+            callgrind: str | None = None, tree: Path = ROOT) -> Iterator[tuple[str, int]]:
     """A sidecar with the model endpoint in front of ``upstream_url``: its endpoint's URL and
-    pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind."""
+    pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind; ``tree`` the
+    source tree it runs from."""
     ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics",
                                             "model")}
     env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
@@ -204,12 +205,12 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
                WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}",
                WATCHDOG_MODEL_ADDRESS=f"127.0.0.1:{ports['model']}",
                WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench",
-               WATCHDOG_MODEL_RELAY=relay)
+               WATCHDOG_MODEL_RELAY=relay, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'client'}")
     command = [sys.executable, "-m", "watchdog", "serve"]
     if callgrind is not None:
         command = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={callgrind}",
                    *command]
-    process = subprocess.Popen(command, env=env, cwd=ROOT)
+    process = subprocess.Popen(command, env=env, cwd=tree)
     timeout = READY_TIMEOUT * (20 if callgrind else 1)  # valgrind runs it ~50x slower
     try:
         wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar", timeout)
@@ -397,6 +398,9 @@ def main() -> None:
                         help="count each sidecar's instructions per stream under valgrind's "
                              "callgrind instead (repeatable whatever the load; --streams of "
                              "them, one at a time)")
+    parser.add_argument("--baseline", type=Path, metavar="TREE",
+                        help="also each relay of the sidecar in this source tree (another "
+                             "build: before/after in the same run), reported as RELAY@base")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream is not None:
@@ -416,8 +420,15 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up, \
             ExitStack() as stack:
-        sidecars = {relay: stack.enter_context(sidecar(f"{state}/{relay}", up, relay))
-                    for relay in relays}
+        trees = {relay: ROOT for relay in relays}
+        if args.baseline is not None:
+            if not (args.baseline / "watchdog" / "__main__.py").is_file():
+                parser.error(f"--baseline {args.baseline}: not a source tree of the sidecar")
+            trees = {name: tree for relay in relays for name, tree in (
+                (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
+        sidecars = {name: stack.enter_context(sidecar(f"{state}/{name}", up,
+                                                      name.split("@")[0], tree=tree))
+                    for name, tree in trees.items()}
         lines = asyncio.run(measure(up, sidecars, args.streams, args.concurrency))
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
           f"{args.chunk_ms:g} ms apart; same client, same run, direct vs through the sidecar")

@@ -44,7 +44,7 @@ import hashlib
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed
@@ -165,11 +165,28 @@ class ModelBook:
                 return self._touch(known)
         return self._conversation(api, request, agent, ended, resume)
 
+    def may_be_of(self, api: str, request: Request, caller: Caller, agent: str | None,
+                  runs: Collection[EndpointRun]) -> bool:
+        """Whether :meth:`identify` may give this request one of ``runs`` (whose last calls
+        are not recorded yet: they must be before it is identified), or read what their
+        records change: the run its trace or ``x-watchdog-run`` names, a continued response,
+        the calls its tool results answer, its conversation."""
+        if not runs:
+            return False
+        trace = parse_traceparent(caller.traceparent)
+        if trace is not None:
+            return any(state.key == "trace:" + trace[0] for state in runs)
+        if caller.run is not None:
+            return any(state.key == caller.run for state in runs)
+        if request.previous_response_id is not None or request.results:
+            return True
+        digest = _digest(api, agent, request.anchor)
+        return any(state.conversation == digest for state in runs)
+
     def _conversation(self, api: str, request: Request, agent: str | None,
                       ended: Callable[[str], bool],
                       resume: Callable[[str], str | None] | None) -> EndpointRun:
-        digest = hashlib.sha256("\0".join((api, agent or "", request.anchor)).encode(
-            "utf-8", "surrogatepass")).hexdigest()[:32]
+        digest = _digest(api, agent, request.anchor)
         session = "model:" + digest[:24]
         key = self._conversations.get(digest)
         if key is None and resume is not None and (request.results or not request.last_is_user):
@@ -312,6 +329,12 @@ class ModelBook:
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
             name=name, kind=kind, start_ns=start_ns, end_ns=max(end_ns, start_ns),
             agent=state.agent, session=state.session, loose=loose, scope=SCOPE)
+
+
+def _digest(api: str, agent: str | None, anchor: str) -> str:
+    """A conversation's anchor: its first user message, of one agent on one API."""
+    return hashlib.sha256("\0".join((api, agent or "", anchor)).encode(
+        "utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _said_result(call: ToolCall, said: list[str], calls: int) -> ToolResult | None:

@@ -34,7 +34,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -47,9 +47,9 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
-from watchdog.core.model.wire import SSEReader, Wire, dumps
+from watchdog.core.model.wire import Request, SSEReader, Wire, dumps
 from watchdog.core.runs.view import RunView
-from watchdog.core.spans.record import KeySource
+from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.shell import logs
 from watchdog.shell.config import Config, is_loopback, split_address, url_for_logs
 from watchdog.shell.errors import Overloaded, StateUnavailable
@@ -89,6 +89,9 @@ class ModelProxy:
         self.failures = 0  # calls whose observation failed (a bug)
         self.session: aiohttp.ClientSession | None = None
         self.proxies: dict[str, tuple[str, str | None] | None] = {}
+        # called with each request read, before its run is found: the native endpoint books
+        # the calls it holds unbooked that the request may continue (see Booked)
+        self.before_identify: Callable[[str, Request, Caller, str | None], None] | None = None
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
@@ -246,6 +249,8 @@ class ModelProxy:
                 active = service.session_context(session)["active_runs"]
                 return str(active[-1]) if active else None
 
+            if self.before_identify is not None:
+                self.before_identify(wire.api, parsed, caller, agent)
             state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
             service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
             run = self._run_of(state, agent, budget)
@@ -367,10 +372,11 @@ class ModelProxy:
         return Answer(502, dumps(wire.error(502, "upstream_unreachable", f"the upstream model "
                                             f"API cannot be reached ({detail})")), JSON)
 
-    def observe_whole(self, exchange: _Exchange, data: bytes, content_type: str) -> None:
+    def observe_whole(self, exchange: _Exchange, data: bytes, content_type: str,
+                      into: list[Booked] | None = None) -> None:
         """A response relayed as it came, read when it has ended (the compiled relay's):
         observed as :meth:`_relay_stream` and :meth:`_relay_json` observe what they pass on
-        unchanged."""
+        unchanged; with ``into``, its record goes there, for :meth:`book_calls`."""
         wire = exchange.wire
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
             reader, accumulator = SSEReader(), wire.accumulator()
@@ -384,7 +390,7 @@ class ModelProxy:
             if not isinstance(body, dict):
                 return
             seen = wire.read_response(body)
-        self._observed(exchange, kept_calls(seen.calls, exchange.turn.keep), seen)
+        self._observed(exchange, kept_calls(seen.calls, exchange.turn.keep), seen, into)
 
     async def _relay(self, request: web.Request,
                      upstream: aiohttp.ClientResponse) -> web.StreamResponse:
@@ -527,20 +533,34 @@ class ModelProxy:
         seen.text = note
         return note
 
-    def _observed(self, exchange: _Exchange, handed: list[Any], seen: Any) -> None:
-        """The response has ended: the call becomes a record of its run."""
+    def _observed(self, exchange: _Exchange, handed: list[Any], seen: Any,
+                  into: list[Booked] | None = None) -> None:
+        """The response has ended: the call becomes a record of its run (with ``into``: the
+        record goes there, for :meth:`book_calls`)."""
         state = exchange.state
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed) or state.report
         try:
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns())
-            self.service.model_records([record])
-            # the tools it handed over run at the agent until its next request: not idle
-            self.service.model_in_flight(exchange.key, len(handed))
+        except Exception:  # the answer has gone to the agent; the run misses this call
+            self._failed("response")
+            return
+        booked = Booked(record, exchange.key, len(handed))
+        if into is not None:
+            into.append(booked)
+        else:
+            self.book_calls([booked])
+
+    def book_calls(self, calls: list[Booked]) -> None:
+        """Model calls that have ended, as records of their runs: one step of the core."""
+        try:
+            self.service.model_records([call.record for call in calls])
+            for call in calls:  # the tools it handed over run at the agent until its next
+                self.service.model_in_flight(call.key, call.handed)  # request: not idle
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
-        except Exception:  # the answer has gone to the agent; the run misses this call
+        except Exception:  # the answers have gone to the agents; the runs miss these calls
             self._failed("response")
 
     def _failed(self, stage: str) -> None:
@@ -585,6 +605,14 @@ class Answer(NamedTuple):
     status: int
     body: bytes
     headers: dict[str, str]
+
+
+class Booked(NamedTuple):
+    """A model call that has ended, to book: its record, its run, the tool calls handed."""
+
+    record: SpanRecord
+    key: str
+    handed: int
 
 
 class Plan:
