@@ -46,14 +46,8 @@ from watchdog.core.model.book import Caller
 from watchdog.core.model.steer import Act
 from watchdog.core.model.wire import Request
 from watchdog.shell.model.headers import Refused, check_target
-from watchdog.shell.model.proxy import (
-    CONNECT_TIMEOUT,
-    MAX_RESPONSE_BYTES,
-    Answer,
-    Booked,
-    ModelProxy,
-    Plan,
-)
+from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
+from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
 
 log = logging.getLogger("watchdog.model")
 
