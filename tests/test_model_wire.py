@@ -26,7 +26,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Board, Counts, decide, is_answer_tool
-from watchdog.core.model.wire import Observation, SSEReader, Wire
+from watchdog.core.model.wire import Observation, SSEReader, Wire, read_stream
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.core.spans.conventions import request_hash
 
@@ -82,6 +82,34 @@ def test_a_stream_split_anywhere_is_observed_whole(wire: Wire, make: Any, size: 
         ("a", {"x": 1}), ("b", {"y": 2}), ("c", {"z": 3})]
     assert seen.finish_reason == "tool_calls"
     assert seen.response_id and seen.output_tokens > 0
+
+
+ODD_EVENTS = [  # each read as the SSE reader reads it, in whatever company
+    b"data: [DONE]\n\n", b": a comment\n\n", b"\n\n", b"data:{\"id\":\"no-space\"}\n\n",
+    b"data: {\"id\":\"x\"} trailing\n\n", b"data: {\"id\":\"y\"}   \n\n",
+    b"data: {\"a\":1}\ndata: {\"b\":2}\n\n", b"event: x\ndata: [1]\ndata: {\"id\":\"z\"}\n\n",
+    b"data: {\"choices\":[{\"delta\":{\"content\":\"\xff\xfe\"}}]}\n\n", b"data: [1, 2]\n\n",
+    b"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]\n\n", b"id: 3\ndata: {}\n\n",
+    b"data: {\"choices\":[{\"delta\":{\"content\":\"crlf\"}}]}\r\n\r\n",
+    b"data: {\"type\":\"message_start\",\"message\":{\"id\":\"half", ]
+
+
+@pytest.mark.parametrize(("wire", "make"), STREAMS)
+@pytest.mark.parametrize("odd", [None, *ODD_EVENTS])
+def test_a_whole_stream_read_at_once_is_observed_as_the_reader_reads_it(
+        wire: Wire, make: Any, odd: bytes | None) -> None:
+    stream = make(THREE)
+    if odd is not None:  # first, amid, and last
+        events = stream.split(b"\n\n")
+        stream = odd + b"\n\n".join(events[:3]) + b"\n\n" + odd + b"\n\n".join(events[3:]) \
+            + odd
+    reader, expected = SSEReader(), wire.accumulator()
+    for event in reader.feed(stream):
+        expected.feed(event)
+    accumulator = wire.accumulator()
+    read_stream(accumulator, stream)
+    assert accumulator.observation == expected.observation
+    assert len(expected.observation.calls) == 3
 
 
 @pytest.mark.parametrize(("wire", "make"), STREAMS)

@@ -48,7 +48,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
-from watchdog.core.model.wire import Request, SSEReader, Wire, dumps
+from watchdog.core.model.wire import Request, Wire, dumps, read_stream
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.record import KeySource
 from watchdog.shell import logs
@@ -376,13 +376,13 @@ class ModelProxy:
     def observe_whole(self, exchange: Exchange, data: bytes, content_type: str,
                       into: list[Booked] | None = None) -> None:
         """A response relayed as it came, read when it has ended (the compiled relay's):
-        observed as :meth:`_relay_stream` and :meth:`_relay_json` observe what they pass on
-        unchanged; with ``into``, its record goes there, for :meth:`book_calls`."""
+        observed as :func:`~watchdog.shell.model.streams.relay_stream` and ``relay_json``
+        observe what they pass on unchanged; with ``into``, its record goes there, for
+        :meth:`book_calls`."""
         wire = exchange.wire
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            reader, accumulator = SSEReader(), wire.accumulator()
-            for event in reader.feed(data):
-                accumulator.feed(event)
+            accumulator = wire.accumulator()
+            read_stream(accumulator, data)
             seen = accumulator.observation
         else:
             body: object = None
