@@ -205,7 +205,8 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
                WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}",
                WATCHDOG_MODEL_ADDRESS=f"127.0.0.1:{ports['model']}",
                WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench",
-               WATCHDOG_MODEL_RELAY=relay, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'client'}")
+               WATCHDOG_MODEL_RELAY=relay,
+               PYTHONPATH=f"{tree}{os.pathsep}{tree / 'client'}")
     command = [sys.executable, "-m", "watchdog", "serve"]
     if callgrind is not None:
         command = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={callgrind}",
@@ -365,13 +366,15 @@ def instructions(pid: int, out: str) -> int:
     return total
 
 
-def count_instructions(state: str, up: str, relays: list[str], streams: int) -> list[str]:
+def count_instructions(state: str, up: str, trees: dict[str, Path], streams: int) -> list[str]:
     """``--callgrind``: instructions per stream in each sidecar (its relay threads included),
-    one stream at a time after a warm-up, whatever the machine's load."""
+    one stream at a time after a warm-up, whatever the machine's load; ``trees``: each
+    sidecar's relay (``RELAY@base``: of the baseline) and source tree."""
     lines = []
-    for relay in relays:
-        out = f"{state}/callgrind-{relay}.out"
-        with sidecar(f"{state}/{relay}", up, relay, callgrind=out) as (url, pid):
+    for relay, tree in trees.items():
+        out = f"{state}/callgrind-{relay.replace('@', '-')}.out"
+        with sidecar(f"{state}/{relay}", up, relay.split("@")[0], callgrind=out,
+                     tree=tree) as (url, pid):
             asyncio.run(phase(url, 10, 1, 0))  # warm: imports, the pools, the pricer
             subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
                            capture_output=True)
@@ -411,21 +414,21 @@ def main() -> None:
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
+    trees = {relay: ROOT for relay in relays}
+    if args.baseline is not None:
+        if not (args.baseline / "watchdog" / "__main__.py").is_file():
+            parser.error(f"--baseline {args.baseline}: not a source tree of the sidecar")
+        trees = {name: tree for relay in relays for name, tree in (
+            (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
     if args.callgrind:
         with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up:
-            lines = count_instructions(state, up, relays, args.streams)
+            lines = count_instructions(state, up, trees, args.streams)
         print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
               f"events each")
         print("\n".join(lines))
         return
     with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up, \
             ExitStack() as stack:
-        trees = {relay: ROOT for relay in relays}
-        if args.baseline is not None:
-            if not (args.baseline / "watchdog" / "__main__.py").is_file():
-                parser.error(f"--baseline {args.baseline}: not a source tree of the sidecar")
-            trees = {name: tree for relay in relays for name, tree in (
-                (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
         sidecars = {name: stack.enter_context(sidecar(f"{state}/{name}", up,
                                                       name.split("@")[0], tree=tree))
                     for name, tree in trees.items()}
