@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -156,7 +156,7 @@ class ModelBook:
             state = self._runs.get(caller.run)
             if state is None:
                 state = self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                               uuid.uuid4().hex, None, agent=agent))
+                                               secrets.token_hex(16), None, agent=agent))
             return self._touch(state)
         if request.previous_response_id is not None:
             previous = self._responses.get(request.previous_response_id)
@@ -212,7 +212,7 @@ class ModelBook:
                     and (state.asking > 0 or state.answered > 0))):
             self._conversations.move_to_end(digest)
             return self._touch(state)
-        trace_id = uuid.uuid4().hex
+        trace_id = secrets.token_hex(16)
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
                                        session=session, agent=agent, conversation=digest,
                                        first=request.messages))
@@ -323,7 +323,7 @@ class ModelBook:
         loose = not state.traced
         return SpanRecord(
             run_key=state.key, key_source=state.key_source, trace_id=state.trace_id,
-            span_id=uuid.uuid4().hex[:16],
+            span_id=secrets.token_hex(8),
             # a loose run's records end it with its answer; a traced one's hang below the
             # agent's span, so its spans say when it ends
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
