@@ -327,6 +327,35 @@ def chat_request(*messages: dict[str, Any]) -> Any:
         {"role": "system", "content": "sys"}, {"role": "user", "content": "task"}, *messages]})
 
 
+def test_a_request_that_may_continue_a_run_is_told_apart_from_a_new_one() -> None:
+    """What the native endpoint books first: calls of runs the request may be of."""
+    book = ModelBook()
+    first = chat_request()
+    state = book.identify("chat", first, Caller(), "a", lambda _key: False)
+    held = [state]
+    assert not book.may_be_of("chat", first, Caller(), "a", [])
+    assert book.may_be_of("chat", chat_request({"role": "assistant", "content": "done"},
+                                               {"role": "user", "content": "more"}),
+                          Caller(), "a", held)  # its conversation
+    other = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "user", "content": "another task"}]})
+    assert not book.may_be_of("chat", other, Caller(), "a", held)
+    assert not book.may_be_of("chat", first, Caller(), "b", held)  # another agent's
+    assert not book.may_be_of("responses", first, Caller(), "a", held)  # another API's
+    assert book.may_be_of("chat", other, Caller(run=state.key), "a", held)
+    assert not book.may_be_of("chat", other, Caller(run="elsewhere"), "a", held)
+    assert book.may_be_of("chat", chat_request(
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "t", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}), Caller(), "z", held)
+    traced = book.identify("chat", other, Caller(traceparent="00-" + "1" * 32 + "-" + "2" * 16
+                                                 + "-01"), "a", lambda _key: False)
+    assert book.may_be_of("chat", other, Caller(traceparent="00-" + "1" * 32 + "-" + "3" * 16
+                                                + "-01"), "a", [traced])
+    assert not book.may_be_of("chat", first, Caller(traceparent="00-" + "4" * 32 + "-"
+                                                    + "3" * 16 + "-01"), "a", [traced])
+
+
 def test_calls_handed_over_count_at_the_next_request_once() -> None:
     book = ModelBook()
     first = chat_request()
