@@ -366,9 +366,10 @@ def instructions(pid: int, out: str) -> int:
     return total
 
 
-def count_instructions(state: str, up: str, trees: dict[str, Path], streams: int) -> list[str]:
+def count_instructions(state: str, up: str, trees: dict[str, Path], streams: int,
+                       width: int = 1) -> list[str]:
     """``--callgrind``: instructions per stream in each sidecar (its relay threads included),
-    one stream at a time after a warm-up, whatever the machine's load; ``trees``: each
+    ``width`` streams at a time after a warm-up, whatever the machine's load; ``trees``: each
     sidecar's relay (``RELAY@base``: of the baseline) and source tree."""
     lines = []
     for relay, tree in trees.items():
@@ -378,10 +379,10 @@ def count_instructions(state: str, up: str, trees: dict[str, Path], streams: int
             asyncio.run(phase(url, 10, 1, 0))  # warm: imports, the pools, the pricer
             subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
                            capture_output=True)
-            asyncio.run(phase(url, streams, 1, 1000))
+            asyncio.run(phase(url, streams, width, 1000))
             counted = instructions(pid, out)
         lines.append(f"  relay {relay}: {counted / streams / 1e6:.2f} M instructions per "
-                     f"stream ({streams} streams, one at a time)")
+                     f"stream ({streams} streams, {width} at a time)")
     return lines
 
 
@@ -401,6 +402,8 @@ def main() -> None:
                         help="count each sidecar's instructions per stream under valgrind's "
                              "callgrind instead (repeatable whatever the load; --streams of "
                              "them, one at a time)")
+    parser.add_argument("--callgrind-width", type=int, default=1, metavar="N",
+                        help="with --callgrind: streams at a time (default 1)")
     parser.add_argument("--baseline", type=Path, metavar="TREE",
                         help="also each relay of the sidecar in this source tree (another "
                              "build: before/after in the same run), reported as RELAY@base")
@@ -422,7 +425,8 @@ def main() -> None:
             (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
     if args.callgrind:
         with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up:
-            lines = count_instructions(state, up, trees, args.streams)
+            lines = count_instructions(state, up, trees, args.streams,
+                                       max(args.callgrind_width, 1))
         print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
               f"events each")
         print("\n".join(lines))
