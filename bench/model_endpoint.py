@@ -191,9 +191,10 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def sidecar(state_dir: str, upstream_url: str, relay: str,
-            callgrind: str | None = None) -> Iterator[tuple[str, int]]:
+            callgrind: str | None = None, tree: Path = ROOT) -> Iterator[tuple[str, int]]:
     """A sidecar with the model endpoint in front of ``upstream_url``: its endpoint's URL and
-    pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind."""
+    pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind; ``tree`` the
+    source tree it runs from."""
     ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics",
                                             "model")}
     env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
@@ -204,12 +205,13 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
                WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}",
                WATCHDOG_MODEL_ADDRESS=f"127.0.0.1:{ports['model']}",
                WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench",
-               WATCHDOG_MODEL_RELAY=relay)
+               WATCHDOG_MODEL_RELAY=relay,
+               PYTHONPATH=f"{tree}{os.pathsep}{tree / 'client'}")
     command = [sys.executable, "-m", "watchdog", "serve"]
     if callgrind is not None:
         command = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={callgrind}",
                    *command]
-    process = subprocess.Popen(command, env=env, cwd=ROOT)
+    process = subprocess.Popen(command, env=env, cwd=tree)
     timeout = READY_TIMEOUT * (20 if callgrind else 1)  # valgrind runs it ~50x slower
     try:
         wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar", timeout)
@@ -364,20 +366,23 @@ def instructions(pid: int, out: str) -> int:
     return total
 
 
-def count_instructions(state: str, up: str, relays: list[str], streams: int) -> list[str]:
+def count_instructions(state: str, up: str, trees: dict[str, Path], streams: int,
+                       width: int = 1) -> list[str]:
     """``--callgrind``: instructions per stream in each sidecar (its relay threads included),
-    one stream at a time after a warm-up, whatever the machine's load."""
+    ``width`` streams at a time after a warm-up, whatever the machine's load; ``trees``: each
+    sidecar's relay (``RELAY@base``: of the baseline) and source tree."""
     lines = []
-    for relay in relays:
-        out = f"{state}/callgrind-{relay}.out"
-        with sidecar(f"{state}/{relay}", up, relay, callgrind=out) as (url, pid):
+    for relay, tree in trees.items():
+        out = f"{state}/callgrind-{relay.replace('@', '-')}.out"
+        with sidecar(f"{state}/{relay}", up, relay.split("@")[0], callgrind=out,
+                     tree=tree) as (url, pid):
             asyncio.run(phase(url, 10, 1, 0))  # warm: imports, the pools, the pricer
             subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
                            capture_output=True)
-            asyncio.run(phase(url, streams, 1, 1000))
+            asyncio.run(phase(url, streams, width, 1000))
             counted = instructions(pid, out)
         lines.append(f"  relay {relay}: {counted / streams / 1e6:.2f} M instructions per "
-                     f"stream ({streams} streams, one at a time)")
+                     f"stream ({streams} streams, {width} at a time)")
     return lines
 
 
@@ -397,6 +402,11 @@ def main() -> None:
                         help="count each sidecar's instructions per stream under valgrind's "
                              "callgrind instead (repeatable whatever the load; --streams of "
                              "them, one at a time)")
+    parser.add_argument("--callgrind-width", type=int, default=1, metavar="N",
+                        help="with --callgrind: streams at a time (default 1)")
+    parser.add_argument("--baseline", type=Path, metavar="TREE",
+                        help="also each relay of the sidecar in this source tree (another "
+                             "build: before/after in the same run), reported as RELAY@base")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream is not None:
@@ -407,17 +417,25 @@ def main() -> None:
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
+    trees = {relay: ROOT for relay in relays}
+    if args.baseline is not None:
+        if not (args.baseline / "watchdog" / "__main__.py").is_file():
+            parser.error(f"--baseline {args.baseline}: not a source tree of the sidecar")
+        trees = {name: tree for relay in relays for name, tree in (
+            (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
     if args.callgrind:
         with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up:
-            lines = count_instructions(state, up, relays, args.streams)
+            lines = count_instructions(state, up, trees, args.streams,
+                                       max(args.callgrind_width, 1))
         print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
               f"events each")
         print("\n".join(lines))
         return
     with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up, \
             ExitStack() as stack:
-        sidecars = {relay: stack.enter_context(sidecar(f"{state}/{relay}", up, relay))
-                    for relay in relays}
+        sidecars = {name: stack.enter_context(sidecar(f"{state}/{name}", up,
+                                                      name.split("@")[0], tree=tree))
+                    for name, tree in trees.items()}
         lines = asyncio.run(measure(up, sidecars, args.streams, args.concurrency))
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
           f"{args.chunk_ms:g} ms apart; same client, same run, direct vs through the sidecar")

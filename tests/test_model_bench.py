@@ -28,3 +28,19 @@ def test_the_bench_measures_both_relays_in_one_run() -> None:
                         "gap between chunks p99", "stream, first to last p50",
                         "sidecar CPU per stream"):
                 assert row in section, (header, row, section)
+
+
+def test_the_bench_measures_a_baseline_tree_in_the_same_run() -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "4",
+         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--relay", "native",
+         "--baseline", str(ROOT)],
+        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for relay in ("native@base", "native"):
+        assert f"2 streams at a time, relay {relay}:" in result.stdout, result.stdout
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--baseline", "/nowhere"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert refused.returncode == 2 and "not a source tree" in refused.stderr

@@ -26,7 +26,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Board, Counts, decide, is_answer_tool
-from watchdog.core.model.wire import Observation, SSEReader, Wire
+from watchdog.core.model.wire import Observation, SSEReader, Wire, read_stream
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.core.spans.conventions import request_hash
 
@@ -82,6 +82,34 @@ def test_a_stream_split_anywhere_is_observed_whole(wire: Wire, make: Any, size: 
         ("a", {"x": 1}), ("b", {"y": 2}), ("c", {"z": 3})]
     assert seen.finish_reason == "tool_calls"
     assert seen.response_id and seen.output_tokens > 0
+
+
+ODD_EVENTS = [  # each read as the SSE reader reads it, in whatever company
+    b"data: [DONE]\n\n", b": a comment\n\n", b"\n\n", b"data:{\"id\":\"no-space\"}\n\n",
+    b"data: {\"id\":\"x\"} trailing\n\n", b"data: {\"id\":\"y\"}   \n\n",
+    b"data: {\"a\":1}\ndata: {\"b\":2}\n\n", b"event: x\ndata: [1]\ndata: {\"id\":\"z\"}\n\n",
+    b"data: {\"choices\":[{\"delta\":{\"content\":\"\xff\xfe\"}}]}\n\n", b"data: [1, 2]\n\n",
+    b"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]\n\n", b"id: 3\ndata: {}\n\n",
+    b"data: {\"choices\":[{\"delta\":{\"content\":\"crlf\"}}]}\r\n\r\n",
+    b"data: {\"type\":\"message_start\",\"message\":{\"id\":\"half", ]
+
+
+@pytest.mark.parametrize(("wire", "make"), STREAMS)
+@pytest.mark.parametrize("odd", [None, *ODD_EVENTS])
+def test_a_whole_stream_read_at_once_is_observed_as_the_reader_reads_it(
+        wire: Wire, make: Any, odd: bytes | None) -> None:
+    stream = make(THREE)
+    if odd is not None:  # first, amid, and last
+        events = stream.split(b"\n\n")
+        stream = odd + b"\n\n".join(events[:3]) + b"\n\n" + odd + b"\n\n".join(events[3:]) \
+            + odd
+    reader, expected = SSEReader(), wire.accumulator()
+    for event in reader.feed(stream):
+        expected.feed(event)
+    accumulator = wire.accumulator()
+    read_stream(accumulator, stream)
+    assert accumulator.observation == expected.observation
+    assert len(expected.observation.calls) == 3
 
 
 @pytest.mark.parametrize(("wire", "make"), STREAMS)
@@ -297,6 +325,35 @@ def test_the_decision_counts_what_was_handed_over() -> None:
 def chat_request(*messages: dict[str, Any]) -> Any:
     return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "system", "content": "sys"}, {"role": "user", "content": "task"}, *messages]})
+
+
+def test_a_request_that_may_continue_a_run_is_told_apart_from_a_new_one() -> None:
+    """What the native endpoint books first: calls of runs the request may be of."""
+    book = ModelBook()
+    first = chat_request()
+    state = book.identify("chat", first, Caller(), "a", lambda _key: False)
+    held = [state]
+    assert not book.may_be_of("chat", first, Caller(), "a", [])
+    assert book.may_be_of("chat", chat_request({"role": "assistant", "content": "done"},
+                                               {"role": "user", "content": "more"}),
+                          Caller(), "a", held)  # its conversation
+    other = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "user", "content": "another task"}]})
+    assert not book.may_be_of("chat", other, Caller(), "a", held)
+    assert not book.may_be_of("chat", first, Caller(), "b", held)  # another agent's
+    assert not book.may_be_of("responses", first, Caller(), "a", held)  # another API's
+    assert book.may_be_of("chat", other, Caller(run=state.key), "a", held)
+    assert not book.may_be_of("chat", other, Caller(run="elsewhere"), "a", held)
+    assert book.may_be_of("chat", chat_request(
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "t", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}), Caller(), "z", held)
+    traced = book.identify("chat", other, Caller(traceparent="00-" + "1" * 32 + "-" + "2" * 16
+                                                 + "-01"), "a", lambda _key: False)
+    assert book.may_be_of("chat", other, Caller(traceparent="00-" + "1" * 32 + "-" + "3" * 16
+                                                + "-01"), "a", [traced])
+    assert not book.may_be_of("chat", first, Caller(traceparent="00-" + "4" * 32 + "-"
+                                                    + "3" * 16 + "-01"), "a", [traced])
 
 
 def test_calls_handed_over_count_at_the_next_request_once() -> None:

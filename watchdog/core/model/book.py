@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
+import secrets
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed
@@ -156,7 +156,7 @@ class ModelBook:
             state = self._runs.get(caller.run)
             if state is None:
                 state = self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                               uuid.uuid4().hex, None, agent=agent))
+                                               secrets.token_hex(16), None, agent=agent))
             return self._touch(state)
         if request.previous_response_id is not None:
             previous = self._responses.get(request.previous_response_id)
@@ -165,11 +165,28 @@ class ModelBook:
                 return self._touch(known)
         return self._conversation(api, request, agent, ended, resume)
 
+    def may_be_of(self, api: str, request: Request, caller: Caller, agent: str | None,
+                  runs: Collection[EndpointRun]) -> bool:
+        """Whether :meth:`identify` may give this request one of ``runs`` (whose last calls
+        are not recorded yet: they must be before it is identified), or read what their
+        records change: the run its trace or ``x-watchdog-run`` names, a continued response,
+        the calls its tool results answer, its conversation."""
+        if not runs:
+            return False
+        trace = parse_traceparent(caller.traceparent)
+        if trace is not None:
+            return any(state.key == "trace:" + trace[0] for state in runs)
+        if caller.run is not None:
+            return any(state.key == caller.run for state in runs)
+        if request.previous_response_id is not None or request.results:
+            return True
+        digest = _digest(api, agent, request.anchor)
+        return any(state.conversation == digest for state in runs)
+
     def _conversation(self, api: str, request: Request, agent: str | None,
                       ended: Callable[[str], bool],
                       resume: Callable[[str], str | None] | None) -> EndpointRun:
-        digest = hashlib.sha256("\0".join((api, agent or "", request.anchor)).encode(
-            "utf-8", "surrogatepass")).hexdigest()[:32]
+        digest = _digest(api, agent, request.anchor)
         session = "model:" + digest[:24]
         key = self._conversations.get(digest)
         if key is None and resume is not None and (request.results or not request.last_is_user):
@@ -195,7 +212,7 @@ class ModelBook:
                     and (state.asking > 0 or state.answered > 0))):
             self._conversations.move_to_end(digest)
             return self._touch(state)
-        trace_id = uuid.uuid4().hex
+        trace_id = secrets.token_hex(16)
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
                                        session=session, agent=agent, conversation=digest,
                                        first=request.messages))
@@ -306,12 +323,18 @@ class ModelBook:
         loose = not state.traced
         return SpanRecord(
             run_key=state.key, key_source=state.key_source, trace_id=state.trace_id,
-            span_id=uuid.uuid4().hex[:16],
+            span_id=secrets.token_hex(8),
             # a loose run's records end it with its answer; a traced one's hang below the
             # agent's span, so its spans say when it ends
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
             name=name, kind=kind, start_ns=start_ns, end_ns=max(end_ns, start_ns),
             agent=state.agent, session=state.session, loose=loose, scope=SCOPE)
+
+
+def _digest(api: str, agent: str | None, anchor: str) -> str:
+    """A conversation's anchor: its first user message, of one agent on one API."""
+    return hashlib.sha256("\0".join((api, agent or "", anchor)).encode(
+        "utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _said_result(call: ToolCall, said: list[str], calls: int) -> ToolResult | None:

@@ -266,8 +266,11 @@ class ChatAccumulator:
                 seen.text = clipped("".join(self._text))
             return
         data = json_data(event)
-        if data is None:
-            return
+        if data is not None:
+            self.feed_object(data)
+
+    def feed_object(self, data: dict[str, Any]) -> None:
+        seen = self.observation
         if seen.response_id is None and isinstance(data.get("id"), str):
             seen.response_id = data["id"]
         if isinstance(data.get("model"), str) and data["model"]:

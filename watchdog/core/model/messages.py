@@ -200,8 +200,10 @@ class MessagesAccumulator:
 
     def feed(self, event: Event) -> None:
         data = json_data(event)
-        if data is None:
-            return
+        if data is not None:
+            self.feed_object(data)
+
+    def feed_object(self, data: dict[str, Any]) -> None:
         seen = self.observation
         kind = data.get("type")
         if kind == "message_start" and isinstance(data.get("message"), dict):

@@ -198,8 +198,10 @@ class ResponsesAccumulator:
 
     def feed(self, event: Event) -> None:
         data = json_data(event)
-        if data is None:
-            return
+        if data is not None:
+            self.feed_object(data)
+
+    def feed_object(self, data: dict[str, Any]) -> None:
         kind = data.get("type")
         if kind in DONE_EVENTS and isinstance(data.get("response"), dict):
             self.observation = self.wire.read_response(data["response"])

@@ -15,10 +15,18 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   nothing to trim or hold: the path a healthy run takes): ``forward`` with ``observe``; the
   relay streams the response back and, when it has ended (or was cut short, or the client went
   away, which drops the upstream request), hands back a copy of its bytes once, read here as
-  the aiohttp relay reads them on the way, and the call is booked;
+  the aiohttp relay reads them on the way, and the call is booked (below);
 * a request whose response must be changed in flight (tool calls to trim, a final answer to
   hold): ``forward`` to this process's own aiohttp relay on a loopback port, under a one-time
   ticket, which handles it as the aiohttp endpoint does.
+
+Booking a call (reading its response, its record through the core's step with the rules) is
+most of this loop's work per request, so it waits until the requests queued with it have been
+decided and sent on: the responses that ended are held, and booked together, in one step of
+the core, once the requests that came before that moment have been taken. A request that may
+continue a call held unbooked (its conversation, its run's trace or ``x-watchdog-run``, tool
+results, a continued response: :meth:`ModelBook.may_be_of`) has them all booked before its run
+is found, so each request still finds its run's calls counted (the countdown exact).
 
 Nothing here logs a header; the relay never does.
 """
@@ -34,15 +42,12 @@ from urllib.parse import unquote
 from aiohttp import web
 from multidict import CIMultiDict
 
+from watchdog.core.model.book import Caller
 from watchdog.core.model.steer import Act
+from watchdog.core.model.wire import Request
 from watchdog.shell.model.headers import Refused, check_target
-from watchdog.shell.model.proxy import (
-    CONNECT_TIMEOUT,
-    MAX_RESPONSE_BYTES,
-    Answer,
-    ModelProxy,
-    Plan,
-)
+from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
+from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
 
 log = logging.getLogger("watchdog.model")
 
@@ -75,6 +80,9 @@ class NativeEndpoint:
         self.runner: web.AppRunner | None = None
         self.internal = ""
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.ended: list[tuple[Plan, int, str, bytes | None, str, float]] = []  # to book
+        self.booking = False  # a booking of the ended calls is scheduled
+        self.closed = False
 
     async def start(self, host: str, port: int) -> int:
         """Listens at ``host:port`` (OSError when it cannot); the port bound."""
@@ -94,13 +102,16 @@ class NativeEndpoint:
                            CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES)
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.relay.fd, self._drain)
+        self.proxy.before_identify = self._before_identify
         return int(self.relay.port)
 
     async def close(self) -> None:
         if self.relay is not None:
             assert self.loop is not None
+            self.closed = True
             self.loop.remove_reader(self.relay.fd)
             self.relay.close()
+            self._book_ended()
             self._drain_closed()
         if self.runner is not None:
             await self.runner.cleanup()
@@ -134,6 +145,40 @@ class NativeEndpoint:
                 self.relay.respond(number, 500, [("Content-Type", "application/json")],
                                    b'{"error":{"code":"internal_error","message":'
                                    b'"the model endpoint failed on this request"}}')
+        if self.ended and not self.booking:
+            assert self.loop is not None
+            self.booking = True
+            self.loop.call_soon(self._book_soon)
+
+    def _book_soon(self) -> None:
+        """The calls that ended are booked, after the requests queued meanwhile."""
+        self.booking = False
+        if not self.closed:
+            self._drain()
+        self._book_ended()
+
+    def _before_identify(self, api: str, request: Request, caller: Caller,
+                         agent: str | None) -> None:
+        if self.ended and self.proxy.book.may_be_of(api, request, caller, agent, [
+                plan.exchange.state for plan, *_ in self.ended if plan.exchange is not None]):
+            self._book_ended()
+
+    def _book_ended(self) -> None:
+        """The calls that ended, read and booked: their records in one step of the core."""
+        ended, self.ended = self.ended, []
+        calls: list[Booked] = []
+        try:
+            for plan, status, outcome, body, content_type, seconds in ended:
+                try:
+                    self._finish(plan, status, outcome, body, content_type, seconds, calls)
+                except Exception:  # a bug: the others are booked all the same
+                    log.exception("the model endpoint failed on a done event")
+        finally:
+            if calls:
+                self.proxy.book_calls(calls)
+            for plan, *_ in ended:
+                if plan.exchange is not None:
+                    self.proxy.book.settle(plan.exchange.state)
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                  body: bytes | None, refusal: str, in_flight: int) -> None:
@@ -179,16 +224,17 @@ class NativeEndpoint:
             return
         plan = self.pending.pop(number, None)
         if plan is not None:
-            self._finish(plan, status, outcome, body, content_type, seconds)
+            self.ended.append((plan, status, outcome, body, content_type, seconds))
 
     def _finish(self, plan: Plan, status: int, outcome: str, body: bytes | None,
-                content_type: str, seconds: float) -> None:
-        """A forwarded response has ended: observed, counted, its run settled."""
+                content_type: str, seconds: float, into: list[Booked] | None = None) -> None:
+        """A forwarded response has ended: observed, counted; without ``into``, its run
+        settled (with it, its record goes there and the caller books and settles it)."""
         proxy, exchange = self.proxy, plan.exchange
         agent = exchange.agent if exchange is not None else None
         try:
             if exchange is not None and 200 <= status < 300:
-                proxy.observe_whole(exchange, body or b"", content_type)
+                proxy.observe_whole(exchange, body or b"", content_type, into)
             if outcome == "cancelled":
                 proxy.count(agent, plan.api, "cancelled")
                 return
@@ -202,7 +248,7 @@ class NativeEndpoint:
                 proxy.count(agent, plan.api, "passed" if exchange.turn.act is Act.PASS
                              else "steered")
         finally:
-            if exchange is not None:
+            if exchange is not None and into is None:
                 proxy.book.settle(exchange.state)
 
     def _upstream_failed(self, number: int, kind: str, detail: str) -> None:

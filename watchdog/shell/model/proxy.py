@@ -13,8 +13,9 @@ request path is appended to it only after it has been checked (no ``..``, no enc
 A request with nothing to apply goes upstream byte for byte; a response with nothing to trim
 comes back byte for byte, a stream chunk by chunk as it arrives, read on the way (an SSE reader
 and the API's accumulator) to observe the call. A stream whose tool calls must be trimmed is
-passed on event by event. When the response has ended, the call becomes records of its run
-through the service, as spans do.
+passed on event by event (:mod:`watchdog.shell.model.streams`). When the response has ended,
+the call becomes records of its run through the service, as spans do. What a request gets (an
+answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
 Bounded: request bodies (``model_max_body_bytes``, 413), requests in flight
 (``model_max_concurrent``, 503 with Retry-After), whole responses read for observation
@@ -34,8 +35,8 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -47,7 +48,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
-from watchdog.core.model.wire import SSEReader, Wire, dumps
+from watchdog.core.model.wire import Request, Wire, dumps, read_stream
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.record import KeySource
 from watchdog.shell import logs
@@ -61,13 +62,13 @@ from watchdog.shell.model.headers import (
     check_target,
     proxy_for,
     request_headers,
-    response_headers,
 )
+from watchdog.shell.model.plans import JSON, Answer, Booked, Exchange, Plan
+from watchdog.shell.model.streams import relay, relay_json, relay_stream
 from watchdog.shell.service import WatchdogService
 
 log = logging.getLogger("watchdog.model")
 
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to observe it
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
@@ -89,6 +90,9 @@ class ModelProxy:
         self.failures = 0  # calls whose observation failed (a bug)
         self.session: aiohttp.ClientSession | None = None
         self.proxies: dict[str, tuple[str, str | None] | None] = {}
+        # called with each request read, before its run is found: the native endpoint books
+        # the calls it holds unbooked that the request may continue (see Booked)
+        self.before_identify: Callable[[str, Request, Caller, str | None], None] | None = None
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
@@ -223,11 +227,11 @@ class ModelProxy:
                 body = wire.add_note(body, turn.text)
             if turn.act is not Act.PASS:
                 raw = dumps(body)
-                self._steered(agent_label, turn.act.value)
+                self.steered(agent_label, turn.act.value)
                 logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
             self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
-            exchange = _Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
+            exchange = Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
         except BaseException:
             self.book.settle(state)
             raise
@@ -246,6 +250,8 @@ class ModelProxy:
                 active = service.session_context(session)["active_runs"]
                 return str(active[-1]) if active else None
 
+            if self.before_identify is not None:
+                self.before_identify(wire.api, parsed, caller, agent)
             state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
             service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
             run = self._run_of(state, agent, budget)
@@ -281,7 +287,7 @@ class ModelProxy:
         report (or, with ``model_abort: error``, the API's error)."""
         text = state.stop or self._stop_text(turn, state, key)
         state.stop = text
-        self._steered(agent, "abort")
+        self.steered(agent, "abort")
         logs.event("model_steered", run=key, agent=agent, api=wire.api, action="abort",
                    rule=turn.rule, mode=self.config.model_abort)
         self.count(agent, wire.api, "aborted")
@@ -325,13 +331,13 @@ class ModelProxy:
                                        proxy_headers={"Proxy-Authorization": proxy[1]}
                                        if proxy and proxy[1] else None) as upstream:
                 if exchange is None or not 200 <= upstream.status < 300:
-                    response = await self._relay(request, upstream)
+                    response = await relay(request, upstream)
                     outcome = "passed" if upstream.status < 400 else "upstream_error"
                 elif upstream.content_type == "text/event-stream":
-                    response = await self._relay_stream(request, upstream, exchange)
+                    response = await relay_stream(self, request, upstream, exchange)
                     outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
                 else:
-                    response = await self._relay_json(request, upstream, exchange)
+                    response = await relay_json(self, request, upstream, exchange)
                     outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
         except TimeoutError:
             answer = self.upstream_failed(plan, "timeout", "")
@@ -367,15 +373,16 @@ class ModelProxy:
         return Answer(502, dumps(wire.error(502, "upstream_unreachable", f"the upstream model "
                                             f"API cannot be reached ({detail})")), JSON)
 
-    def observe_whole(self, exchange: _Exchange, data: bytes, content_type: str) -> None:
+    def observe_whole(self, exchange: Exchange, data: bytes, content_type: str,
+                      into: list[Booked] | None = None) -> None:
         """A response relayed as it came, read when it has ended (the compiled relay's):
-        observed as :meth:`_relay_stream` and :meth:`_relay_json` observe what they pass on
-        unchanged."""
+        observed as :func:`~watchdog.shell.model.streams.relay_stream` and ``relay_json``
+        observe what they pass on unchanged; with ``into``, its record goes there, for
+        :meth:`book_calls`."""
         wire = exchange.wire
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            reader, accumulator = SSEReader(), wire.accumulator()
-            for event in reader.feed(data):
-                accumulator.feed(event)
+            accumulator = wire.accumulator()
+            read_stream(accumulator, data)
             seen = accumulator.observation
         else:
             body: object = None
@@ -384,137 +391,9 @@ class ModelProxy:
             if not isinstance(body, dict):
                 return
             seen = wire.read_response(body)
-        self._observed(exchange, kept_calls(seen.calls, exchange.turn.keep), seen)
+        self.observed(exchange, kept_calls(seen.calls, exchange.turn.keep), seen, into)
 
-    async def _relay(self, request: web.Request,
-                     upstream: aiohttp.ClientResponse) -> web.StreamResponse:
-        """Status, headers and body as they come, chunk by chunk."""
-        response = _Relayed(status=upstream.status, reason=upstream.reason,
-                            headers=response_headers(upstream.headers, False))
-        if upstream.content_length is not None:
-            response.content_length = upstream.content_length
-        await response.prepare(request)
-        await response.write(_buffered(upstream))  # the head, with what came with it
-        await self._pump(upstream, response)
-        return response
-
-    @staticmethod
-    async def _pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
-        """The rest of the upstream's body as it comes; an upstream that fails once the
-        answer has begun ends it there (the status is sent)."""
-        try:
-            async for chunk in upstream.content.iter_any():
-                if upstream.content.at_eof():  # the last bytes: with the end, one write
-                    await response.write_eof(chunk)
-                else:
-                    await response.write(chunk)
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
-                TimeoutError) as exc:
-            log.warning("model upstream response cut short: %s", type(exc).__name__)
-            return
-        await response.write_eof()
-
-    async def _relay_json(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                          exchange: _Exchange) -> web.StreamResponse:
-        """A whole response: read (bounded), observed, trimmed if it asks for more tool calls
-        than are left (else its bytes as they came)."""
-        if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
-            return await self._relay(request, upstream)
-        buffer = bytearray()
-        async for chunk in upstream.content.iter_any():
-            buffer += chunk
-            if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
-                response = web.StreamResponse(status=upstream.status, headers=response_headers(
-                    upstream.headers, False))
-                await response.prepare(request)
-                await response.write(bytes(buffer))
-                await self._pump(upstream, response)
-                return response
-        data = bytes(buffer)
-        body: object = None
-        with contextlib.suppress(ValueError):
-            body = json.loads(data)
-        if isinstance(body, dict):
-            wire, keep = exchange.wire, exchange.turn.keep
-            seen = wire.read_response(body)
-            handed = kept_calls(seen.calls, keep)
-            if keep is not None and len(handed) < len(seen.calls) and wire.trim(body, keep):
-                data = dumps(body)
-                self._steered(exchange.agent, "trim")
-            if (note := self._empty_final(exchange, seen, handed)) is not None:
-                data = dumps(wire.answer(exchange.request.model, note, exchange.request,
-                                              time.time()))
-            self._observed(exchange, handed, seen)
-        return web.Response(status=upstream.status, body=data,
-                            headers=response_headers(upstream.headers, True))
-
-    async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                            exchange: _Exchange) -> web.StreamResponse:
-        """A stream passed on as it arrives, read on the way; with a bound on tool calls it
-        is passed event by event, the calls past the bound left out. The final request's is
-        held until it ends (bounded): an answer left empty is replaced by a stop note."""
-        wire, keep = exchange.wire, exchange.turn.keep
-        held: list[bytes] | None = [] if exchange.turn.act is Act.FINAL else None
-        held_size = 0
-        response = _Relayed(status=upstream.status, reason=upstream.reason,
-                            headers=response_headers(upstream.headers, False))
-        await response.prepare(request)
-        reader, accumulator = SSEReader(), wire.accumulator()
-        trimmer = wire.stream_trimmer(keep) if keep is not None else None
-        trimmed = False
-        first = _buffered(upstream) if trimmer is None else b""
-        if not first:
-            await response.write(b"")  # the head now: it waits for no event
-        try:
-            async for chunk in _chunks(upstream, first):
-                if trimmer is None:  # on its way first, read after
-                    if held:  # (the reading stopped: what was held goes first)
-                        await response.write(b"".join(held))
-                    held = None
-                    if upstream.content.at_eof():  # the last bytes: with the end, one write
-                        await response.write_eof(chunk)
-                    else:
-                        await response.write(chunk)
-                    for event in reader.feed(chunk):
-                        accumulator.feed(event)
-                    continue
-                events = reader.feed(chunk)
-                for event in events:
-                    accumulator.feed(event)
-                if reader.broken:  # an event too long to read: the rest passes as it is
-                    trimmer = None
-                    out = b"".join(e.raw for e in events) + reader.spilled
-                else:
-                    parts = [trimmer.rewrite(event) for event in events]
-                    trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
-                                                                             strict=True))
-                    out = b"".join(parts)
-                if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
-                    held.append(out)
-                    held_size += len(out)
-                    continue
-                if held:  # too long to hold: on its way as it is
-                    await response.write(b"".join(held))
-                held = None
-                if out:
-                    await response.write(out)
-            if held is not None:
-                seen = accumulator.observation
-                note = self._empty_final(exchange, seen, kept_calls(seen.calls, keep))
-                await response.write(b"".join(held) if note is None else wire.answer_stream(
-                    exchange.request.model, note, exchange.request, time.time()))
-            if trimmer is not None and (rest := reader.rest()):
-                await response.write(rest)  # a stream cut mid-event: as it came
-            await response.write_eof()
-        finally:
-            seen = accumulator.observation
-            calls = kept_calls(seen.calls, keep)
-            if trimmed or len(calls) < len(seen.calls):
-                self._steered(exchange.agent, "trim")
-            self._observed(exchange, calls, seen)
-        return response
-
-    def _empty_final(self, exchange: _Exchange, seen: Any, handed: list[Any]) -> str | None:
+    def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any]) -> str | None:
         """The stop note that replaces the final request's answer when nothing is left of it
         (the model asked for tools though they were withdrawn, and they were trimmed); it is
         then the answer observed. None: the answer stands."""
@@ -527,20 +406,34 @@ class ModelProxy:
         seen.text = note
         return note
 
-    def _observed(self, exchange: _Exchange, handed: list[Any], seen: Any) -> None:
-        """The response has ended: the call becomes a record of its run."""
+    def observed(self, exchange: Exchange, handed: list[Any], seen: Any,
+                  into: list[Booked] | None = None) -> None:
+        """The response has ended: the call becomes a record of its run (with ``into``: the
+        record goes there, for :meth:`book_calls`)."""
         state = exchange.state
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed) or state.report
         try:
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns())
-            self.service.model_records([record])
-            # the tools it handed over run at the agent until its next request: not idle
-            self.service.model_in_flight(exchange.key, len(handed))
+        except Exception:  # the answer has gone to the agent; the run misses this call
+            self._failed("response")
+            return
+        booked = Booked(record, exchange.key, len(handed))
+        if into is not None:
+            into.append(booked)
+        else:
+            self.book_calls([booked])
+
+    def book_calls(self, calls: list[Booked]) -> None:
+        """Model calls that have ended, as records of their runs: one step of the core."""
+        try:
+            self.service.model_records([call.record for call in calls])
+            for call in calls:  # the tools it handed over run at the agent until its next
+                self.service.model_in_flight(call.key, call.handed)  # request: not idle
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
-        except Exception:  # the answer has gone to the agent; the run misses this call
+        except Exception:  # the answers have gone to the agents; the runs miss these calls
             self._failed("response")
 
     def _failed(self, stage: str) -> None:
@@ -571,75 +464,6 @@ class ModelProxy:
         if self.metrics is not None:
             self.metrics.model_request(agent or "unknown", api, outcome)
 
-    def _steered(self, agent: str, action: str) -> None:
+    def steered(self, agent: str, action: str) -> None:
         if self.metrics is not None:
             self.metrics.model_steered(agent, action)
-
-
-JSON = {"Content-Type": "application/json"}
-
-
-class Answer(NamedTuple):
-    """An answer the endpoint gives itself."""
-
-    status: int
-    body: bytes
-    headers: dict[str, str]
-
-
-class Plan:
-    """A request to send upstream, as it goes; with an exchange, a call of a run to observe
-    and settle when its response has ended."""
-
-    __slots__ = ("api", "body", "exchange", "headers", "method", "url")
-
-    def __init__(self, method: str, api: str, url: str, headers: CIMultiDict[str],
-                 body: bytes, exchange: _Exchange | None) -> None:
-        self.method, self.api, self.url, self.headers = method, api, url, headers
-        self.body, self.exchange = body, exchange
-
-    @property
-    def fast(self) -> bool:
-        """Its response passes as it comes, read only when it has ended: nothing to trim
-        and no final answer to hold (the compiled relay's path)."""
-        exchange = self.exchange
-        return exchange is None or (exchange.turn.keep is None
-                                    and exchange.turn.act is not Act.FINAL)
-
-
-class _Exchange:
-    """One request on its way: what the response is read against."""
-
-    __slots__ = ("agent", "key", "request", "started_ns", "state", "turn", "wire")
-
-    def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
-                 started_ns: int, agent: str, key: str) -> None:
-        self.wire, self.request, self.state, self.turn = wire, request, state, turn
-        self.started_ns, self.agent, self.key = started_ns, agent, key
-
-
-class _Relayed(web.StreamResponse):
-    """A relayed response whose head goes out with the first bytes of its body, in one write
-    (``write(b"")`` sends it alone)."""
-
-    _send_headers_immediately = False  # aiohttp's own switch (web.Response's default)
-
-
-def _buffered(upstream: aiohttp.ClientResponse) -> bytes:
-    """The body's bytes that came with the upstream's head (b"": none yet)."""
-    try:
-        return upstream.content.read_nowait()
-    except Exception:  # a failed body: the relay's read meets the failure and ends there
-        return b""
-
-
-async def _chunks(upstream: aiohttp.ClientResponse, first: bytes = b"") -> AsyncIterator[bytes]:
-    """The upstream's body as it comes (``first``: what was read of it already); one that
-    fails after its answer began ends there."""
-    try:
-        if first:
-            yield first
-        async for chunk in upstream.content.iter_any():
-            yield chunk
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
-        log.warning("model upstream stream cut short: %s", type(exc).__name__)

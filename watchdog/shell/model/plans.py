@@ -1,0 +1,64 @@
+"""What the model endpoint makes of a request (DESIGN §12): an answer of its own, or a plan to
+send it upstream, with the exchange its response is read against; and a call to book."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from multidict import CIMultiDict
+
+from watchdog.core.model.book import EndpointRun
+from watchdog.core.model.steer import Act, Turn
+from watchdog.core.model.wire import Wire
+from watchdog.core.spans.record import SpanRecord
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to observe it
+
+JSON = {"Content-Type": "application/json"}
+
+
+class Answer(NamedTuple):
+    """An answer the endpoint gives itself."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+class Booked(NamedTuple):
+    """A model call that has ended, to book: its record, its run, the tool calls handed."""
+
+    record: SpanRecord
+    key: str
+    handed: int
+
+
+class Plan:
+    """A request to send upstream, as it goes; with an exchange, a call of a run to observe
+    and settle when its response has ended."""
+
+    __slots__ = ("api", "body", "exchange", "headers", "method", "url")
+
+    def __init__(self, method: str, api: str, url: str, headers: CIMultiDict[str],
+                 body: bytes, exchange: Exchange | None) -> None:
+        self.method, self.api, self.url, self.headers = method, api, url, headers
+        self.body, self.exchange = body, exchange
+
+    @property
+    def fast(self) -> bool:
+        """Its response passes as it comes, read only when it has ended: nothing to trim
+        and no final answer to hold (the compiled relay's path)."""
+        exchange = self.exchange
+        return exchange is None or (exchange.turn.keep is None
+                                    and exchange.turn.act is not Act.FINAL)
+
+
+class Exchange:
+    """One request on its way: what the response is read against."""
+
+    __slots__ = ("agent", "key", "request", "started_ns", "state", "turn", "wire")
+
+    def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
+                 started_ns: int, agent: str, key: str) -> None:
+        self.wire, self.request, self.state, self.turn = wire, request, state, turn
+        self.started_ns, self.agent, self.key = started_ns, agent, key

@@ -1,0 +1,187 @@
+"""The aiohttp relay's half that passes responses on (``model_relay: python``, and the streams
+the compiled relay hands it: :mod:`watchdog.shell.model.native`).
+
+A response with nothing to trim comes back byte for byte, a stream chunk by chunk as it
+arrives, read on the way (an SSE reader and the API's accumulator) to observe the call; a whole
+(not streamed) response is read (bounded by ``MAX_RESPONSE_BYTES``: a larger one passes
+unobserved) and trimmed if it asks for more tool calls than are left; a stream whose tool calls
+must be trimmed is passed on event by event, and the final request's is held until it ends
+(bounded), its answer replaced by a stop note when nothing is left of it. When the response has
+ended, :meth:`ModelProxy.observed` books the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp import web
+
+from watchdog.core.model.steer import Act, kept_calls
+from watchdog.core.model.wire import SSEReader, dumps
+from watchdog.shell.model.headers import response_headers
+from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
+
+if TYPE_CHECKING:
+    from watchdog.shell.model.proxy import ModelProxy
+
+log = logging.getLogger("watchdog.model")
+
+
+async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    """Status, headers and body as they come, chunk by chunk."""
+    response = _Relayed(status=upstream.status, reason=upstream.reason,
+                        headers=response_headers(upstream.headers, False))
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    await response.prepare(request)
+    await response.write(_buffered(upstream))  # the head, with what came with it
+    await pump(upstream, response)
+    return response
+
+async def pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+    """The rest of the upstream's body as it comes; an upstream that fails once the
+    answer has begun ends it there (the status is sent)."""
+    try:
+        async for chunk in upstream.content.iter_any():
+            if upstream.content.at_eof():  # the last bytes: with the end, one write
+                await response.write_eof(chunk)
+            else:
+                await response.write(chunk)
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
+            TimeoutError) as exc:
+        log.warning("model upstream response cut short: %s", type(exc).__name__)
+        return
+    await response.write_eof()
+
+async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
+                      exchange: Exchange) -> web.StreamResponse:
+    """A whole response: read (bounded), observed, trimmed if it asks for more tool calls
+    than are left (else its bytes as they came)."""
+    if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
+        return await relay(request, upstream)
+    buffer = bytearray()
+    async for chunk in upstream.content.iter_any():
+        buffer += chunk
+        if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
+            response = web.StreamResponse(status=upstream.status, headers=response_headers(
+                upstream.headers, False))
+            await response.prepare(request)
+            await response.write(bytes(buffer))
+            await pump(upstream, response)
+            return response
+    data = bytes(buffer)
+    body: object = None
+    with contextlib.suppress(ValueError):
+        body = json.loads(data)
+    if isinstance(body, dict):
+        wire, keep = exchange.wire, exchange.turn.keep
+        seen = wire.read_response(body)
+        handed = kept_calls(seen.calls, keep)
+        if keep is not None and len(handed) < len(seen.calls) and wire.trim(body, keep):
+            data = dumps(body)
+            proxy.steered(exchange.agent, "trim")
+        if (note := proxy.empty_final(exchange, seen, handed)) is not None:
+            data = dumps(wire.answer(exchange.request.model, note, exchange.request,
+                                          time.time()))
+        proxy.observed(exchange, handed, seen)
+    return web.Response(status=upstream.status, body=data,
+                        headers=response_headers(upstream.headers, True))
+
+async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
+                        exchange: Exchange) -> web.StreamResponse:
+    """A stream passed on as it arrives, read on the way; with a bound on tool calls it
+    is passed event by event, the calls past the bound left out. The final request's is
+    held until it ends (bounded): an answer left empty is replaced by a stop note."""
+    wire, keep = exchange.wire, exchange.turn.keep
+    held: list[bytes] | None = [] if exchange.turn.act is Act.FINAL else None
+    held_size = 0
+    response = _Relayed(status=upstream.status, reason=upstream.reason,
+                        headers=response_headers(upstream.headers, False))
+    await response.prepare(request)
+    reader, accumulator = SSEReader(), wire.accumulator()
+    trimmer = wire.stream_trimmer(keep) if keep is not None else None
+    trimmed = False
+    first = _buffered(upstream) if trimmer is None else b""
+    if not first:
+        await response.write(b"")  # the head now: it waits for no event
+    try:
+        async for chunk in _chunks(upstream, first):
+            if trimmer is None:  # on its way first, read after
+                if held:  # (the reading stopped: what was held goes first)
+                    await response.write(b"".join(held))
+                held = None
+                if upstream.content.at_eof():  # the last bytes: with the end, one write
+                    await response.write_eof(chunk)
+                else:
+                    await response.write(chunk)
+                for event in reader.feed(chunk):
+                    accumulator.feed(event)
+                continue
+            events = reader.feed(chunk)
+            for event in events:
+                accumulator.feed(event)
+            if reader.broken:  # an event too long to read: the rest passes as it is
+                trimmer = None
+                out = b"".join(e.raw for e in events) + reader.spilled
+            else:
+                parts = [trimmer.rewrite(event) for event in events]
+                trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
+                                                                         strict=True))
+                out = b"".join(parts)
+            if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
+                held.append(out)
+                held_size += len(out)
+                continue
+            if held:  # too long to hold: on its way as it is
+                await response.write(b"".join(held))
+            held = None
+            if out:
+                await response.write(out)
+        if held is not None:
+            seen = accumulator.observation
+            note = proxy.empty_final(exchange, seen, kept_calls(seen.calls, keep))
+            await response.write(b"".join(held) if note is None else wire.answer_stream(
+                exchange.request.model, note, exchange.request, time.time()))
+        if trimmer is not None and (rest := reader.rest()):
+            await response.write(rest)  # a stream cut mid-event: as it came
+        await response.write_eof()
+    finally:
+        seen = accumulator.observation
+        calls = kept_calls(seen.calls, keep)
+        if trimmed or len(calls) < len(seen.calls):
+            proxy.steered(exchange.agent, "trim")
+        proxy.observed(exchange, calls, seen)
+    return response
+
+
+class _Relayed(web.StreamResponse):
+    """A relayed response whose head goes out with the first bytes of its body, in one write
+    (``write(b"")`` sends it alone)."""
+
+    _send_headers_immediately = False  # aiohttp's own switch (web.Response's default)
+
+
+def _buffered(upstream: aiohttp.ClientResponse) -> bytes:
+    """The body's bytes that came with the upstream's head (b"": none yet)."""
+    try:
+        return upstream.content.read_nowait()
+    except Exception:  # a failed body: the relay's read meets the failure and ends there
+        return b""
+
+
+async def _chunks(upstream: aiohttp.ClientResponse, first: bytes = b"") -> AsyncIterator[bytes]:
+    """The upstream's body as it comes (``first``: what was read of it already); one that
+    fails after its answer began ends there."""
+    try:
+        if first:
+            yield first
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+        log.warning("model upstream stream cut short: %s", type(exc).__name__)
