@@ -16,8 +16,11 @@ aiohttp in this process, reading each SSE event as it arrives; every request car
 its own (one conversation, one run).
 
 Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
-every side alike): one stream at a time, then ``--concurrency`` streams at once. Reported per
-phase and relay against the direct side, pooled per side:
+every side alike): one stream at a time; ``--concurrency`` streams at a time starting together
+(so they go in waves whose requests all arrive in the same millisecond: the worst case for a
+relay that decides each request on one thread); and ``--concurrency`` streams at a time whose
+first starts are spread over one stream's length (as independent agents' requests arrive).
+Reported per phase and relay against the direct side, pooled per side:
 
 * time to first byte (the first SSE event): p50 and p99, and what the sidecar adds;
 * per chunk: the gap between consecutive events p50 and p99 (the upstream's pace plus the
@@ -272,15 +275,20 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
     timings.chunks += len(arrivals)
 
 
-async def phase(base_url: str, streams: int, concurrency: int, first: int) -> Timings:
+async def phase(base_url: str, streams: int, concurrency: int, first: int,
+                spread: float = 0.0) -> Timings:
+    """``streams`` streams, ``concurrency`` at a time, each worker starting its next stream as
+    its last ends; ``spread``: seconds over which the workers' first streams start (0: all at
+    once, so the streams go in waves that arrive together)."""
     timings = Timings()
     numbers = iter(range(first, first + streams))
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        async def worker() -> None:
+        async def worker(index: int) -> None:
+            await asyncio.sleep(spread * index / concurrency)
             for number in numbers:
                 await one_stream(session, base_url, number, timings)
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(index) for index in range(concurrency)))
     return timings
 
 
@@ -322,12 +330,16 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
 
 
 async def measure(direct_url: str, sidecars: dict[str, tuple[str, int]], streams: int,
-                  concurrency: int) -> list[str]:
-    """``sidecars``: relay -> (its endpoint's URL, its pid)."""
+                  concurrency: int, stream_seconds: float) -> list[str]:
+    """``sidecars``: relay -> (its endpoint's URL, its pid); ``stream_seconds``: how long the
+    upstream takes to stream one response (the staggered phase spreads the first starts over
+    it, so ``concurrency`` streams are open at any time but their requests do not arrive
+    together)."""
     lines: list[str] = []
     counter = 0
     relays = list(sidecars)
-    for width, count in ((1, max(streams // 4, 10)), (concurrency, streams)):
+    for width, count, spread in ((1, max(streams // 4, 10), 0.0), (concurrency, streams, 0.0),
+                                 (concurrency, streams, stream_seconds)):
         sides = {side: Timings() for side in ("direct", *relays)}
         await phase(direct_url, 5, 1, 10**6 + counter)  # warm the connections up
         for number, (url, _pid) in enumerate(sidecars.values()):
@@ -336,7 +348,7 @@ async def measure(direct_url: str, sidecars: dict[str, tuple[str, int]], streams
             url = direct_url if side == "direct" else sidecars[side][0]
             cpu = {relay: cpu_seconds(pid) for relay, (_url, pid) in sidecars.items()}
             wall = time.perf_counter()
-            timings = await phase(url, count // 2, width, counter)
+            timings = await phase(url, count // 2, width, counter, spread)
             timings.wall = time.perf_counter() - wall
             spent = {relay: cpu_seconds(pid) - cpu[relay]
                      for relay, (_url, pid) in sidecars.items()}
@@ -347,8 +359,10 @@ async def measure(direct_url: str, sidecars: dict[str, tuple[str, int]], streams
             sides[side].extend(timings)
             counter += count
         for relay in relays:
-            lines += report(f"{width} stream{'s' if width > 1 else ''} at a time", relay,
-                            sides["direct"], sides[relay])
+            label = f"{width} stream{'s' if width > 1 else ''} at a time"
+            if width > 1:
+                label += ", starts staggered" if spread else ", starting together (waves)"
+            lines += report(label, relay, sides["direct"], sides[relay])
     return lines
 
 
@@ -436,7 +450,8 @@ def main() -> None:
         sidecars = {name: stack.enter_context(sidecar(f"{state}/{name}", up,
                                                       name.split("@")[0], tree=tree))
                     for name, tree in trees.items()}
-        lines = asyncio.run(measure(up, sidecars, args.streams, args.concurrency))
+        lines = asyncio.run(measure(up, sidecars, args.streams, args.concurrency,
+                                    args.chunks * args.chunk_ms / 1000))
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
           f"{args.chunk_ms:g} ms apart; same client, same run, direct vs through the sidecar")
     print("\n".join(lines))

@@ -19,11 +19,12 @@ def test_the_bench_measures_both_relays_in_one_run() -> None:
         capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    for phase in ("1 stream at a time", "4 streams at a time"):
+    for phase in ("1 stream at a time", "4 streams at a time, starting together (waves)",
+                  "4 streams at a time, starts staggered"):
         for relay in ("python", "native"):
             header = f"{phase}, relay {relay}:"
             assert header in out, out
-            section = out.split(header, 1)[1].split(" at a time, relay ", 1)[0]
+            section = out.split(header, 1)[1].split(", relay ", 1)[0]
             for row in ("time to first byte p50", "time to first byte p99",
                         "gap between chunks p99", "stream, first to last p50",
                         "sidecar CPU per stream"):
@@ -39,7 +40,9 @@ def test_the_bench_measures_a_baseline_tree_in_the_same_run() -> None:
         capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     for relay in ("native@base", "native"):
-        assert f"2 streams at a time, relay {relay}:" in result.stdout, result.stdout
+        for start in ("starting together (waves)", "starts staggered"):
+            assert f"2 streams at a time, {start}, relay {relay}:" in result.stdout, \
+                result.stdout
     refused = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--baseline", "/nowhere"],
         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
