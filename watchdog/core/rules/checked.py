@@ -17,6 +17,7 @@ fails while it is stale).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from functools import cache
 from pathlib import Path
@@ -33,14 +34,19 @@ Checks = dict[str, tuple[str, bool]]
 def fingerprint() -> str:
     """What a check depends on besides the expression: the schemas, the time-dependent signals
     and CEL's version."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        cel = version("cel-expr-python")
-    except PackageNotFoundError:
-        cel = "unknown"
     timed = sorted((name, sorted(fields)) for name, fields in TIME_DEPENDENT.items())
-    return hashlib.sha256(repr((SCHEMAS, timed, cel)).encode()).hexdigest()
+    return hashlib.sha256(repr((SCHEMAS, timed, _cel_version())).encode()).hexdigest()
+
+
+def _cel_version() -> str:
+    """cel-expr-python's version, from its dist-info beside it (importlib.metadata would scan
+    every distribution on the path: ~0.1 s), without importing it."""
+    spec = importlib.util.find_spec("cel_expr_python")  # a namespace package: no __init__
+    places = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not places:
+        return "absent"
+    found = sorted(Path(places[0]).parent.glob("cel_expr_python-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info") if found else "unknown"
 
 
 @cache
