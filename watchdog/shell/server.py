@@ -21,7 +21,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -182,15 +182,16 @@ class Server:
 
     async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
         """The OTLP/gRPC receivers: the port is bound here, grpcio loads at its first
-        connection (:mod:`watchdog.shell.receivers.lazy_grpc`)."""
+        connection and takes the port over (:mod:`watchdog.shell.receivers.lazy_grpc`)."""
         config, service, metrics = self.config, self.service, self.metrics
         assert service is not None and metrics is not None
         host, port = split_address("otlp_grpc_address", config.otlp_grpc_address)
 
-        def build(address: str) -> tuple[grpc.aio.Server, int]:
+        def build(address: str, options: Sequence[tuple[str, int]]
+                  ) -> tuple[grpc.aio.Server, int]:
             assert service is not None and metrics is not None
             server, bound = otlp_grpc.create_server(service, metrics, admission, config,
-                                                    forward, address)
+                                                    forward, address, options)
             otlp_logs.install_grpc(server, service, metrics, admission, config, forward)
             if forward is not None:
                 passthrough.install_grpc(server, service, metrics, admission, config, forward)

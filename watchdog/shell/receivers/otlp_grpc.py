@@ -131,22 +131,23 @@ def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
 
 
 def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
-                  config: Config, forward: Forwarder | None = None, address: str | None = None
-                  ) -> tuple[grpc.aio.Server, int]:
-    """A gRPC server bound to ``address`` (``otlp_grpc_address`` if None; not started);
-    returns it and its port."""
+                  config: Config, forward: Forwarder | None = None, address: str | None = None,
+                  options: Sequence[tuple[str, int]] = ()) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server bound to ``address`` (``otlp_grpc_address`` if None; not started), with
+    grpcio ``options`` besides (or instead of) the usual ones; returns it and its port."""
     import grpc
 
     receiver = TraceService(consumer, metrics, admission, config, forward)
     # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
     # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
     # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
-    server = grpc.aio.server(handlers=(handler(SERVICE_NAME, receiver),), options=(
-        ("grpc.max_receive_message_length", config.max_request_bytes),
-        # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the port
-        # and split the agents' spans between two processes. Refuse the port instead.
-        ("grpc.so_reuseport", 0),
-    ), maximum_concurrent_rpcs=config.max_pending_requests)
+    settings = {"grpc.max_receive_message_length": config.max_request_bytes,
+                # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the
+                # port and split the agents' spans between two processes. Refuse the port.
+                "grpc.so_reuseport": 0, **dict(options)}
+    server = grpc.aio.server(handlers=(handler(SERVICE_NAME, receiver),),
+                             options=tuple(settings.items()),
+                             maximum_concurrent_rpcs=config.max_pending_requests)
     address = address if address is not None else config.otlp_grpc_address
     port = server.add_insecure_port(address)
     if port == 0 and not address.endswith(":0"):  # older grpcio: no raise
