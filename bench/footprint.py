@@ -138,8 +138,9 @@ def one_start(tree: str, idle: float, settings: dict[str, str]) -> dict[str, Any
             traces = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
             result["first_request_s"] = export(traces, first)
             result["second_request_s"] = export(traces, second)
-            result["first_grpc_s"], result["second_grpc_s"] = export_grpc(
-                f"127.0.0.1:{ports['otlp_grpc']}", grpc_first, grpc_second)
+            if settings.get("otlp_grpc_address") != "off":
+                result["first_grpc_s"], result["second_grpc_s"] = export_grpc(
+                    f"127.0.0.1:{ports['otlp_grpc']}", grpc_first, grpc_second)
             result["firing_requests_s"] = [export(traces, body) for body in firing]
             settled_rss(process.pid)
             result["after_request_rss"], result["after_request_threads"] = status(process.pid)
@@ -295,8 +296,10 @@ def main() -> None:
               f"{spread(r['idle_threads'], lambda v: f'{v:.0f}')} threads")
         print(f"first request     {spread(r['first_request_s'], lambda v: f'{v * 1000:.0f} ms')}"
               f" (second {spread(r['second_request_s'], lambda v: f'{v * 1000:.1f} ms')})")
-        print(f"first gRPC export {spread(r['first_grpc_s'], lambda v: f'{v * 1000:.0f} ms')}"
-              f" (second {spread(r['second_grpc_s'], lambda v: f'{v * 1000:.1f} ms')})")
+        if "first_grpc_s" in r:
+            print(f"first gRPC export "
+                  f"{spread(r['first_grpc_s'], lambda v: f'{v * 1000:.0f} ms')}"
+                  f" (second {spread(r['second_grpc_s'], lambda v: f'{v * 1000:.1f} ms')})")
         firing = [run[0] for run in r["firing_requests_s"]]
         later = [max(run[1:]) for run in r["firing_requests_s"]]
         print(f"rules firing      first export {spread(firing, lambda v: f'{v * 1000:.0f} ms')}"
