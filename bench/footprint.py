@@ -6,8 +6,10 @@ defaults, a temporary state dir) under ``python -X importtime`` and reports:
 * ``start``: seconds from the process's spawn until ``/readyz`` answers 200;
 * RSS (``VmRSS`` from ``/proc/PID/status``) and threads once ready, and again after ``--idle``
   seconds with no traffic;
-* the first request: one OTLP/HTTP export of a run with a priced model call (what loads on
-  first use loads then), its latency, the second one's, and RSS afterwards;
+* the first requests (what loads on first use loads then): an OTLP/HTTP export of runs with
+  priced model calls, its latency and the second one's; then the same over OTLP/gRPC (the first
+  connection loads grpcio); then an OTLP/HTTP export of misbehaving runs whose rules fire (CEL
+  loads when a rule first needs it), and RSS and threads afterwards;
 * the imports that took longest by self time (``-X importtime``), and the same by top-level
   package;
 * ``--by-package``: the RSS each top-level package adds while the sidecar starts (a second
@@ -100,9 +102,24 @@ def export(url: str, body: bytes) -> float:
     return time.perf_counter() - start
 
 
+def export_grpc(address: str, *bodies: bytes) -> list[float]:
+    """Seconds for each of ``bodies`` exported in turn over OTLP/gRPC on one channel."""
+    import grpc
+
+    seconds: list[float] = []
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        for body in bodies:
+            start = time.perf_counter()
+            call(body, timeout=30)
+            seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 def one_start(tree: str, idle: float, settings: dict[str, str]) -> dict[str, Any]:
     """Start, measure, send the first two requests, stop; the importtime lines too."""
-    first, second = list(batches(2, 16, 32))[:2]
+    first, second, grpc_first, grpc_second = list(batches(4, 16, 64))[:4]
+    firing = list(batches(2, 32, 128, seed=11, workload="rules-firing"))
     ports = {name: free_port() for name in PORTS}
     with tempfile.TemporaryDirectory() as state_dir, \
             tempfile.TemporaryFile() as errors:
@@ -121,6 +138,10 @@ def one_start(tree: str, idle: float, settings: dict[str, str]) -> dict[str, Any
             traces = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
             result["first_request_s"] = export(traces, first)
             result["second_request_s"] = export(traces, second)
+            if settings.get("otlp_grpc_address") != "off":
+                result["first_grpc_s"], result["second_grpc_s"] = export_grpc(
+                    f"127.0.0.1:{ports['otlp_grpc']}", grpc_first, grpc_second)
+            result["firing_requests_s"] = [export(traces, body) for body in firing]
             settled_rss(process.pid)
             result["after_request_rss"], result["after_request_threads"] = status(process.pid)
         finally:
@@ -275,7 +296,15 @@ def main() -> None:
               f"{spread(r['idle_threads'], lambda v: f'{v:.0f}')} threads")
         print(f"first request     {spread(r['first_request_s'], lambda v: f'{v * 1000:.0f} ms')}"
               f" (second {spread(r['second_request_s'], lambda v: f'{v * 1000:.1f} ms')})")
-        print(f"RSS after it      {spread(r['after_request_rss'], mb)}, "
+        if "first_grpc_s" in r:
+            print(f"first gRPC export "
+                  f"{spread(r['first_grpc_s'], lambda v: f'{v * 1000:.0f} ms')}"
+                  f" (second {spread(r['second_grpc_s'], lambda v: f'{v * 1000:.1f} ms')})")
+        firing = [run[0] for run in r["firing_requests_s"]]
+        later = [max(run[1:]) for run in r["firing_requests_s"]]
+        print(f"rules firing      first export {spread(firing, lambda v: f'{v * 1000:.0f} ms')}"
+              f" (slowest later {spread(later, lambda v: f'{v * 1000:.1f} ms')})")
+        print(f"RSS after them    {spread(r['after_request_rss'], mb)}, "
               f"{spread(r['after_request_threads'], lambda v: f'{v:.0f}')} threads")
         print(f"imports           {r['modules_imported']} modules (start and first requests); "
               f"longest by self time:")

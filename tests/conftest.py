@@ -48,6 +48,7 @@ INTEGRATION = frozenset({
     "test_directives_api", "test_directives_e2e", "test_directives_webhooks", "test_docs",
     "test_dockerfile", "test_durability", "test_footprint", "test_forward", "test_fuzz",
     "test_genai_log_events", "test_hostile",
+    "test_lazy_grpc",
     "test_model_bench",
     "test_kill_restart", "test_logs", "test_metrics", "test_model_endpoint", "test_model_proxy",
     "test_model_runs", "test_native", "test_native_fuzz",

@@ -2,29 +2,35 @@
 
 Each test starts ``watchdog serve`` in a process of its own (``python -m watchdog serve``, run by
 a small driver that prints the process's ``sys.modules`` on a signal) on free 127.0.0.1 ports
-with a temporary state dir, and reads which libraries it holds: grpcio only with the gRPC
-receiver on, cel-expr-python only with rules, genai-prices (and the pydantic it brings) only once
-traffic has come — and then a model call is priced as the library itself prices it.
+with a temporary state dir, and reads which libraries it holds. With the defaults, at idle, none
+of those loaded on use: grpcio loads at the first connection to the gRPC port (which is bound
+from the start), cel-expr-python when a rule first needs CEL (the shipped pack's checks ship with
+it), genai-prices (and the pydantic it brings) once traffic has come — and then a model call is
+priced as the library itself prices it, a gRPC export is answered and a rule decided by CEL
+fires.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from genai_prices import Usage, calc_price
 
 from tests.harness import free_port, http_request, run_detail, wait_until
-from tests.spans import T0, SpanMaker, chat_attrs, encode
+from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
 from watchdog.shell.config import OFF, load
 from watchdog.shell.errors import ConfigError
 
@@ -119,16 +125,16 @@ def test_without_grpc_or_rules_the_sidecar_loads_neither_grpcio_nor_cel(tmp_path
         assert status == 200
 
 
-def test_with_the_defaults_grpc_and_cel_are_loaded_and_prices_wait_for_traffic(
-        tmp_path: Path) -> None:
+def test_with_the_defaults_nothing_loaded_on_use_is_loaded_at_idle(tmp_path: Path) -> None:
     with served(tmp_path, eval_interval="0.05", state_flush_interval="0.05") as sidecar:
-        assert sidecar.modules() == {"grpc", "cel_expr_python"}
+        assert sidecar.modules() == set()
         # idle: the sidecar's own timed loops pass a few times and load nothing
         wait_until(lambda: min(sidecar.passes("evaluate"), sidecar.passes("state_flush")) >= 3,
                    "three passes of the evaluate and state_flush loops")
-        assert "genai_prices" not in sidecar.modules()
+        assert sidecar.modules() == set()
         sidecar.export(priced_run("footprint-1"))
-        assert sidecar.modules() == set(WATCHED) - {"watchdog.shell.model.proxy"}
+        assert {"genai_prices", "pydantic"} <= sidecar.modules()
+        assert "grpc" not in sidecar.modules()  # OTLP/HTTP traffic leaves grpcio unloaded
         run: dict[str, Any] | None = wait_until(lambda: run_detail(sidecar.api, "footprint-1"),
                                                 "the run")
         assert run is not None
@@ -137,10 +143,46 @@ def test_with_the_defaults_grpc_and_cel_are_loaded_and_prices_wait_for_traffic(
         assert abs(run["signals"]["cost_usd"] - expected) < 1e-12, run["signals"]
 
 
+def test_the_grpc_port_is_bound_at_start_and_grpcio_loads_at_its_first_export(
+        tmp_path: Path) -> None:
+    with served(tmp_path) as sidecar:
+        assert "grpc" not in sidecar.modules()
+        with grpc.insecure_channel(f"127.0.0.1:{sidecar.ports['otlp_grpc']}") as channel:
+            export = channel.unary_unary(
+                "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                request_serializer=None, response_deserializer=None)
+            for index in range(2):  # the first waits for grpcio, the second finds it
+                answer = export(priced_run(f"footprint-grpc-{index}"), timeout=30)
+                assert answer == b"", answer  # a full success: an empty response message
+        assert "grpc" in sidecar.modules()
+        for run_id in ("footprint-grpc-0", "footprint-grpc-1"):
+            assert wait_until(functools.partial(run_detail, sidecar.api, run_id), run_id)
+
+
+def test_a_rule_decided_by_cel_loads_it_and_fires(tmp_path: Path) -> None:
+    with served(tmp_path, eval_interval="0.05") as sidecar:
+        maker = SpanMaker()
+        now = time.time()
+        root = maker.open("invoke_agent a", {"watchdog.run.id": "looping"}, start=now)
+        for index in range(4):  # the same call 4 times: repeated-tool-call winds it down
+            maker.span("execute_tool fetch", tool_attrs("fetch", '{"q": 1}', "same",
+                                                         **{"watchdog.run.id": "looping"}),
+                       parent=root, start=now + index)
+        sidecar.export(encode(maker.take()).SerializeToString())
+        fired = wait_until(lambda: _directives(sidecar.api, "looping"), "the directive")
+        assert fired[0]["rule"] in ("tool-cycle", "repeated-tool-call"), fired
+        assert "cel_expr_python" in sidecar.modules()
+
+
+def _directives(api: str, run_id: str) -> list[dict[str, Any]]:
+    status, body = http_request("GET", f"{api}/v1/runs/{run_id}/directives")
+    return json.loads(body)["directives"] if status == 200 else []  # type: ignore[no-any-return]
+
+
 def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
     with served(tmp_path, model_address=f"127.0.0.1:{free_port()}",
                 otlp_grpc_address="off") as sidecar:
-        assert sidecar.modules() == {"cel_expr_python", "watchdog.shell.model.proxy"}
+        assert sidecar.modules() == {"watchdog.shell.model.proxy"}
 
 
 def test_grpc_off_serves_without_grpcio_and_a_misspelling_is_refused(tmp_path: Path) -> None:

@@ -4,9 +4,9 @@ owns the clock-driven loops (state flush, run expiry) and shuts everything down 
 Order matters on the way out: receivers stop first (no new spans), then pending state is
 flushed, then the store closes. ``Server.addresses`` holds the bound ports (tests bind port 0).
 
-What the configuration leaves off is not loaded: grpcio only with ``otlp_grpc_address`` set (not
-``off``), the model endpoint's modules only with ``model_address`` (docs/performance.md,
-Footprint).
+What the configuration leaves off is not loaded, and what it uses loads when first used: grpcio at
+the first connection to ``otlp_grpc_address`` (bound at start; never with ``off``), the model
+endpoint's modules only with ``model_address`` (docs/performance.md, Footprint).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -43,6 +43,7 @@ from watchdog.shell.metrics import Metrics, create_metrics_app
 from watchdog.shell.receivers import otlp_grpc, otlp_http, otlp_logs, passthrough
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.forward import Forwarder
+from watchdog.shell.receivers.lazy_grpc import LazyGrpc
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import Store, StoreError
@@ -75,7 +76,7 @@ class Server:
         self.service: WatchdogService | None = None
         self.metrics: Metrics | None = None
         self._runners: list[web.AppRunner] = []
-        self._grpc: grpc.aio.Server | None = None
+        self._grpc: LazyGrpc | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = False
         self.engine: RuleEngine | None = None
@@ -180,20 +181,29 @@ class Server:
         log.info("OTLP protobuf decode: %s", DECODES[native_state()])
 
     async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
-        """The OTLP/gRPC receivers; grpcio is loaded here, only when they are configured."""
+        """The OTLP/gRPC receivers: the port is bound here, grpcio loads at its first
+        connection and takes the port over (:mod:`watchdog.shell.receivers.lazy_grpc`)."""
         config, service, metrics = self.config, self.service, self.metrics
         assert service is not None and metrics is not None
-        host, _port = split_address("otlp_grpc_address", config.otlp_grpc_address)
+        host, port = split_address("otlp_grpc_address", config.otlp_grpc_address)
+
+        def build(address: str, options: Sequence[tuple[str, int]]
+                  ) -> tuple[grpc.aio.Server, int]:
+            assert service is not None and metrics is not None
+            server, bound = otlp_grpc.create_server(service, metrics, admission, config,
+                                                    forward, address, options)
+            otlp_logs.install_grpc(server, service, metrics, admission, config, forward)
+            if forward is not None:
+                passthrough.install_grpc(server, service, metrics, admission, config, forward)
+            return server, bound
+
+        self._grpc = LazyGrpc(build)
         try:
-            self._grpc, bound = otlp_grpc.create_server(service, metrics, admission, config,
-                                                        forward)
-        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            bound = await self._grpc.listen(host, port)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
-                                              str(exc))) from None
-        otlp_logs.install_grpc(self._grpc, service, metrics, admission, config, forward)
-        if forward is not None:
-            passthrough.install_grpc(self._grpc, service, metrics, admission, config, forward)
-        await self._grpc.start()
+                                              reason, exc.errno)) from None
         self.addresses["otlp_grpc"] = (host, bound)
 
     async def _start_native(self, proxy: ModelProxy) -> None:

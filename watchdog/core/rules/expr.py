@@ -22,8 +22,9 @@ Python function of the run that the engine asks first (:mod:`watchdog.core.rules
 activation is built for a run whose conditions all come out false that way.
 
 cel-expr-python (its libraries are some 13 MB resident) and the protobuf descriptor modules are
-imported with the environments, at the first expression compiled, not with this module: a
-sidecar without rules never loads them.
+imported with the environments, at the first expression checked or evaluated, not with this
+module: a sidecar without rules never loads them, and one with only the shipped packs loads them
+when a rule first needs CEL (their checks ship with them: :mod:`watchdog.core.rules.checked`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from decimal import Decimal
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from watchdog.core.rules import checked
 from watchdog.core.rules.fast import FastCondition, compile_fast
 from watchdog.core.rules.signals import NO_FLEET, SCHEMAS, TIME_DEPENDENT, field_names
 from watchdog.core.runs.catalogue import FieldType, ListOf, MapOf, Maybe, Schema
@@ -240,7 +242,7 @@ class Expr:
 
     __slots__ = ("_program", "fast", "reads", "result_type", "source", "timed")
 
-    def __init__(self, source: str, program: cel.Expression, result_type: str,
+    def __init__(self, source: str, program: cel.Expression | None, result_type: str,
                  timed: bool, fast: FastCondition | None = None) -> None:
         self.source = source
         self._program = program
@@ -250,10 +252,17 @@ class Expr:
         # a condition decided on the RunState itself (None: CEL only); see watchdog.core.rules.fast
         self.fast = fast
 
+    @property
+    def program(self) -> cel.Expression:
+        """The runtime program (compiled here at first use when the check was shipped)."""
+        if self._program is None:
+            self._program = _environments().runtime.compile(self.source)
+        return self._program
+
     def evaluate(self, act: cel.Activation) -> Any:
         """The value as plain Python, or :class:`EvalError`."""
         try:
-            value = self._program.eval(act)
+            value = self.program.eval(act)
         except RuntimeError as exc:  # internal limits (e.g. the comprehension budget) raise
             raise EvalError(str(exc)) from None
         if value.type() == _cel().Type.ERROR:
@@ -263,7 +272,7 @@ class Expr:
     def matches(self, act: cel.Activation) -> bool:
         """Evaluate a condition: ``True``/``False``, or :class:`EvalError`."""
         try:
-            result = self._program.eval(act).plain_value()
+            result = self.program.eval(act).plain_value()
         except RuntimeError as exc:
             raise EvalError(str(exc)) from None
         if result is True or result is False:
@@ -277,27 +286,43 @@ class Expr:
         return f"Expr({self.source!r})"
 
 
+# While set (by :func:`watchdog.core.rules.checked.check_shipped`): every expression checked
+# with CEL, with its result type and whether it is timed.
+recorded: checked.Checks | None = None
+
+
 def compile_expr(source: str, *, condition: bool = False) -> Expr:
     """Check and compile ``source``; a condition must be a bool. Raises :class:`ExprError`."""
     if not source.strip():
         raise ExprError([Issue(1, 1, "empty expression")])
+    known = checked.shipped().get(source) if recorded is None else None
+    if known is not None:  # a shipped pack's: checked ahead, compiled at its first evaluation
+        result_type, timed = known
+        _check_condition(condition, result_type)
+        return Expr(source, None, result_type, timed,
+                    compile_fast(source) if condition else None)
     envs = _environments()
-    cel = _cel()
     try:
-        checked = envs.checker.compile(source)
+        program = envs.checker.compile(source)
     except RuntimeError as exc:
         raise ExprError(_issues(str(exc), source, envs.struct_paths)) from None
-    result_type = checked.return_type()
-    if condition and not (result_type == cel.Type.BOOL or result_type == cel.Type.DYN):
-        raise ExprError([Issue(1, 1, f"must be a bool condition, but it is of type "
-                                     f"{result_type.name().lower()}")])
+    result_type = program.return_type().name()
+    _check_condition(condition, result_type)
     try:
         envs.timeless.compile(source)
         timed = False
     except RuntimeError:
         timed = True  # it names a field the time-free schema lacks
-    return Expr(source, envs.runtime.compile(source), result_type.name(), timed,
+    if recorded is not None:
+        recorded[source] = (result_type, timed)
+    return Expr(source, envs.runtime.compile(source), result_type, timed,
                 compile_fast(source) if condition else None)
+
+
+def _check_condition(condition: bool, result_type: str) -> None:
+    if condition and result_type not in ("BOOL", "DYN"):
+        raise ExprError([Issue(1, 1, f"must be a bool condition, but it is of type "
+                                     f"{result_type.lower()}")])
 
 
 _ERROR_HEAD = re.compile(r"^ERROR: <input>:(\d+):(\d+): (.*)$")

@@ -8,8 +8,9 @@ gRPC core enforces ``max_request_bytes`` (``grpc.max_receive_message_length``) o
 message both as received and after decompression, answering RESOURCE_EXHAUSTED itself.
 Refusals go through :mod:`watchdog.shell.errors`; overload is UNAVAILABLE with a ``RetryInfo``.
 
-``grpc`` is imported when a server is created, not with this module: a sidecar with
-``otlp_grpc_address: off`` never loads grpcio (about 20 MB and six threads).
+``grpc`` is imported when a server is created, not with this module: the sidecar creates it
+at the first connection to its gRPC port (:mod:`watchdog.shell.receivers.lazy_grpc`), and one
+with ``otlp_grpc_address: off`` never loads grpcio (about 11 MB and seven threads).
 """
 
 from __future__ import annotations
@@ -130,22 +131,25 @@ def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
 
 
 def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
-                  config: Config, forward: Forwarder | None = None
-                  ) -> tuple[grpc.aio.Server, int]:
-    """A gRPC server bound to ``otlp_grpc_address`` (not started); returns it and its port."""
+                  config: Config, forward: Forwarder | None = None, address: str | None = None,
+                  options: Sequence[tuple[str, int]] = ()) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server bound to ``address`` (``otlp_grpc_address`` if None; not started), with
+    grpcio ``options`` besides (or instead of) the usual ones; returns it and its port."""
     import grpc
 
     receiver = TraceService(consumer, metrics, admission, config, forward)
     # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
     # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
     # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
-    server = grpc.aio.server(handlers=(handler(SERVICE_NAME, receiver),), options=(
-        ("grpc.max_receive_message_length", config.max_request_bytes),
-        # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the port
-        # and split the agents' spans between two processes. Refuse the port instead.
-        ("grpc.so_reuseport", 0),
-    ), maximum_concurrent_rpcs=config.max_pending_requests)
-    port = server.add_insecure_port(config.otlp_grpc_address)
-    if port == 0 and not config.otlp_grpc_address.endswith(":0"):  # older grpcio: no raise
-        raise RuntimeError(f"Failed to bind to address {config.otlp_grpc_address}")
+    settings = {"grpc.max_receive_message_length": config.max_request_bytes,
+                # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the
+                # port and split the agents' spans between two processes. Refuse the port.
+                "grpc.so_reuseport": 0, **dict(options)}
+    server = grpc.aio.server(handlers=(handler(SERVICE_NAME, receiver),),
+                             options=tuple(settings.items()),
+                             maximum_concurrent_rpcs=config.max_pending_requests)
+    address = address if address is not None else config.otlp_grpc_address
+    port = server.add_insecure_port(address)
+    if port == 0 and not address.endswith(":0"):  # older grpcio: no raise
+        raise RuntimeError(f"Failed to bind to address {address}")
     return server, port

@@ -1,0 +1,89 @@
+"""The shipped packs' expressions, checked ahead: a sidecar with the default rules loads CEL only
+when a rule needs it.
+
+Checking an expression takes CEL (cel-expr-python, some 15 MB resident with its environments).
+``packs/checked.json`` holds what checking every expression of the shipped packs gave (its
+result type and whether it reads a time-dependent signal), with a fingerprint of what that
+depends on: the signal schemas, the time-dependent signals and cel-expr-python's version.
+:func:`~watchdog.core.rules.expr.compile_expr` takes an expression it lists from there and
+checks every other one with CEL, at load, as before; when the fingerprint differs, none is taken
+from it. The runtime program of an expression taken from it is compiled at its first
+evaluation.
+
+``python -m watchdog.core.rules.checked`` writes the file again (``tests/test_rules_checked.py``
+fails while it is stale).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from functools import cache
+from pathlib import Path
+
+from watchdog.core.rules.signals import SCHEMAS, TIME_DEPENDENT
+
+CHECKED = Path(__file__).resolve().parent / "packs" / "checked.json"
+SHIPPED = tuple(sorted(CHECKED.parent.glob("*.yaml")))
+
+# source -> (result type name, reads a time-dependent signal)
+Checks = dict[str, tuple[str, bool]]
+
+
+def fingerprint() -> str:
+    """What a check depends on besides the expression: the schemas, the time-dependent signals
+    and CEL's version."""
+    timed = sorted((name, sorted(fields)) for name, fields in TIME_DEPENDENT.items())
+    return hashlib.sha256(repr((SCHEMAS, timed, _cel_version())).encode()).hexdigest()
+
+
+def _cel_version() -> str:
+    """cel-expr-python's version, from its dist-info beside it (importlib.metadata would scan
+    every distribution on the path: ~0.1 s), without importing it."""
+    spec = importlib.util.find_spec("cel_expr_python")  # a namespace package: no __init__
+    places = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not places:
+        return "absent"
+    found = sorted(Path(places[0]).parent.glob("cel_expr_python-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info") if found else "unknown"
+
+
+@cache
+def shipped() -> Checks:
+    """The checks of ``packs/checked.json`` if they were made for this build, else none."""
+    try:
+        data = json.loads(CHECKED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("fingerprint") != fingerprint():
+        return {}
+    expressions = data.get("expressions")
+    if not isinstance(expressions, dict):
+        return {}
+    return {source: (str(kind), bool(timed)) for source, (kind, timed) in expressions.items()}
+
+
+def check_shipped() -> Checks:
+    """Check every expression of the shipped packs with CEL (what the file should hold)."""
+    from watchdog.core.rules import expr
+    from watchdog.core.rules.pack import load_rules
+
+    found: Checks = {}
+    expr.recorded = found
+    try:
+        for pack in SHIPPED:
+            load_rules([str(pack)], include_default=False)
+    finally:
+        expr.recorded = None
+    return dict(sorted(found.items()))
+
+
+def render(checks: Checks) -> str:
+    return json.dumps({"fingerprint": fingerprint(), "expressions": checks}, indent=1,
+                      ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    CHECKED.write_text(render(check_shipped()), encoding="utf-8")
+    print(f"{CHECKED}: {len(shipped.__wrapped__())} expressions")
