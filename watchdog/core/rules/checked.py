@@ -4,7 +4,7 @@ when a rule needs it.
 Checking an expression takes CEL (cel-expr-python, some 15 MB resident with its environments).
 ``packs/checked.json`` holds what checking every expression of the shipped packs gave (its
 result type and whether it reads a time-dependent signal), with a fingerprint of what that
-depends on: the signal schemas, the time-dependent signals and cel-expr-python's version.
+depends on: the signal schemas and the time-dependent signals.
 :func:`~watchdog.core.rules.expr.compile_expr` takes an expression it lists from there and
 checks every other one with CEL, at load, as before; when the fingerprint differs, none is taken
 from it. The runtime program of an expression taken from it is compiled at its first
@@ -17,7 +17,6 @@ fails while it is stale).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from functools import cache
 from pathlib import Path
@@ -32,21 +31,12 @@ Checks = dict[str, tuple[str, bool]]
 
 
 def fingerprint() -> str:
-    """What a check depends on besides the expression: the schemas, the time-dependent signals
-    and CEL's version."""
+    """What a check depends on besides the expression and CEL: the schemas and the
+    time-dependent signals. CEL's version is not in it (a release of CEL would silently turn the
+    shipped checks off, and with them the lazy load): ``tests/test_rules_checked.py`` checks
+    every shipped expression again with the CEL installed and fails if any result differs."""
     timed = sorted((name, sorted(fields)) for name, fields in TIME_DEPENDENT.items())
-    return hashlib.sha256(repr((SCHEMAS, timed, _cel_version())).encode()).hexdigest()
-
-
-def _cel_version() -> str:
-    """cel-expr-python's version, from its dist-info beside it (importlib.metadata would scan
-    every distribution on the path: ~0.1 s), without importing it."""
-    spec = importlib.util.find_spec("cel_expr_python")  # a namespace package: no __init__
-    places = list(spec.submodule_search_locations or ()) if spec is not None else []
-    if not places:
-        return "absent"
-    found = sorted(Path(places[0]).parent.glob("cel_expr_python-*.dist-info"))
-    return found[-1].name.removesuffix(".dist-info") if found else "unknown"
+    return hashlib.sha256(repr((SCHEMAS, timed)).encode()).hexdigest()
 
 
 @cache
