@@ -185,9 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = _config_from(args)
     logs.setup(config.log_level, config.log_format)
     from watchdog.shell.server import serve  # the server's dependencies load only when serving
-    from watchdog.shell.service import collect_less
 
-    collect_less()
     asyncio.run(serve(config))
     return 0
 

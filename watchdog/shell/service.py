@@ -15,7 +15,6 @@ bound.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import time
@@ -54,24 +53,7 @@ MAX_BOARDS = 10_000  # runs whose latest directives the model endpoint can read
 MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged once per stage)
 INGEST_SLICE = 32  # spans applied between two yields to the event loop
 EVAL_SLICE = 50  # runs whose timed rules are evaluated between two yields to the event loop
-# The serving process's cyclic garbage collector: its youngest generation is collected every
-# this many allocations (Python's default: 700), the older ones as Python's defaults say.
-GC_THRESHOLDS = (10_000, 10, 10)
 
-
-
-def collect_less() -> None:
-    """Tune the cyclic garbage collector for serving (once, before the server starts). Every
-    active run's state is thousands of live objects, and every span allocates hundreds more:
-    with Python's default thresholds the collector traversed the runs ever more often, ~20 %
-    of the sidecar's CPU on ``rules-firing`` (docs/performance.md). What exists at the start
-    (modules, convention tables, rule packs) is frozen out of every collection, and the
-    youngest generation is collected every ``GC_THRESHOLDS[0]`` allocations. Reference
-    counting frees everything that is not a cycle at once, as before; a cycle waits for the
-    next collection (at most a few thousand allocations later)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class Observer(Protocol):
