@@ -134,6 +134,30 @@ def test_a_decision_is_never_stored_twice() -> None:
     assert store.counters() == (3, {"run-1": 2})
 
 
+def test_a_batch_is_stored_at_once_or_told_apart_row_by_row(tmp_path: Path) -> None:
+    store = DirectiveStore(str(tmp_path))
+    batch = [(directive(seq, seq, dedup_key=f"rule-{seq}"), ["hook-a", "hook-b"] if seq == 2
+              else []) for seq in (1, 2, 3)]
+    assert store.add_many(batch) == [AddResult.STORED] * 3  # one statement
+    assert [(row.global_seq, row.hook) for row in store.deliveries()] == [
+        (2, "hook-a"), (2, "hook-b")]
+    # a duplicate and a taken number in one batch: nothing of the first try stays, and every
+    # row is told apart; the rows that can be stored are, with their deliveries
+    mixed = [(directive(4, 4, dedup_key="rule-4"), ["hook-a"]),
+             (directive(5, 5, dedup_key="rule-1"), ["hook-a"]),  # rule-1: decided already
+             (directive(3, 6, dedup_key="rule-6"), ["hook-a"]),  # seq 3 is taken
+             (directive(5, 7, dedup_key="rule-7"), [])]
+    assert store.add_many(mixed) == [AddResult.STORED, AddResult.DUPLICATE, AddResult.CONFLICT,
+                                     AddResult.STORED]
+    assert [d.global_seq for d in store.list_after(0)] == [1, 2, 3, 4, 7]
+    assert [row.global_seq for row in store.deliveries()] == [2, 2, 4]
+    assert store.list_for_run("run-1", 3)[0].report_prompt == "prompt"  # read back whole
+    store.close()
+    reopened = DirectiveStore(str(tmp_path))
+    assert reopened.counters() == (7, {"run-1": 5})
+    reopened.close()
+
+
 def test_listing_acks_and_fired_records(tmp_path: Path) -> None:
     store = DirectiveStore(str(tmp_path))
     for g, (run, seq) in enumerate([("a", 1), ("b", 1), ("a", 2), ("a", 3)], start=1):

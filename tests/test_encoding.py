@@ -21,7 +21,14 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.decode import parse_protobuf
 from watchdog.core.spans.pipeline import records_from
-from watchdog.shell.state.store import DB_FILE, Store, decode, encode_items, encode_row
+from watchdog.shell.state.store import (
+    DB_FILE,
+    Store,
+    decode,
+    encode_items,
+    encode_json,
+    encode_row,
+)
 
 TEXT = "naïve café — 日本語のテキスト 😀 \"quoted\" \\ back\nslash\t\u0001"
 LARGE_INTS = [2**63 - 1, -(2**63), 2**64 - 1, 10**30, -(10**40)]
@@ -94,6 +101,18 @@ def test_a_snapshot_with_infinity_or_nan_is_refused_as_json_dumps_refuses_it(
     with pytest.raises(ValueError):  # a session checkpoint holding one raises, as it did
         store.save_sessions([{"id": "s1", "updated_at": 1.0, "cost": bad}])
     store.close()
+
+
+def test_a_directive_record_reads_back_as_json_dumps_of_it() -> None:
+    """encode_json (directive records): msgspec's text where it reads back as the stdlib's;
+    Infinity and NaN written as the stdlib writes them, and read back."""
+    record = {**tricky_row(), "steps": [(1, 1.5, "tool", TEXT, None, "ok", None)]}
+    assert same(json.loads(encode_json(record)), json.loads(json.dumps(record)))
+    for bad in (math.inf, -math.inf):
+        text = encode_json({"elapsed": bad, "steps": [(1, bad)]})
+        assert text == json.dumps({"elapsed": bad, "steps": [(1, bad)]}, separators=(",", ":"))
+        assert json.loads(text) == {"elapsed": bad, "steps": [[1, bad]]}
+    assert math.isnan(json.loads(encode_json({"cost": math.nan}))["cost"])
 
 
 def test_activity_with_a_non_finite_time_is_written_as_json_dumps_wrote_it(

@@ -98,10 +98,11 @@ class PromptFacts(NamedTuple):
         return steps.lines() if isinstance(steps, StepLog) else steps
 
     def to_list(self) -> list[Any]:
-        """A JSON-ready form (the store's); :meth:`from_list` takes it back."""
+        """A JSON-ready form (the store's); :meth:`from_list` takes it back. The steps stay
+        tuples (JSON arrays to both encoders): copying each into a list cost more than
+        encoding it."""
         steps = self.steps
-        log = ([list(entry) for entry in steps.entries], steps.start) \
-            if isinstance(steps, StepLog) else (list(steps), None)
+        log = (steps.entries, steps.start) if isinstance(steps, StepLog) else (steps, None)
         return [*self[:7], self.earlier_steps, self.log_available,
                 isinstance(steps, StepLog), *log, self.cost_usd]
 

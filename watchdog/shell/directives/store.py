@@ -42,6 +42,7 @@ from watchdog.core.directives.model import Directive
 from watchdog.core.rules.decision import Action
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.terminal import TerminalState
+from watchdog.shell.state.store import encode_json
 
 SCHEMA_VERSION = 1
 DB_FILE = "directives.sqlite3"
@@ -144,6 +145,43 @@ class _Connection:
                 raise
 
 
+_INSERT = ("INSERT INTO directives (global_seq, id, run_id, seq, agent, rule, action, dedup_key, "
+           "escalation, tool_calls_at, created_at, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+           "ON CONFLICT (run_id, dedup_key) DO NOTHING")
+
+_Row = tuple[int, str, str, int, str, str, str, str, int, int, float, str]
+
+
+def _row(directive: Directive) -> _Row:
+    return (directive.global_seq, directive.id, directive.run_id, directive.seq,
+            directive.agent, directive.rule, directive.action, directive.dedup_key,
+            int(directive.escalation), directive.tool_calls_at, directive.created_at,
+            encode_json(directive.to_record()))
+
+
+def _add_at_once(db: sqlite3.Connection, rows: list[_Row]) -> list[AddResult] | None:
+    """Every row stored by one statement, or nothing stored and None (a row is a duplicate or
+    its number is taken: the caller stores them one by one to tell which)."""
+    db.execute("SAVEPOINT batch")
+    try:
+        stored = db.executemany(_INSERT, rows).rowcount == len(rows)
+    except sqlite3.IntegrityError:
+        stored = False
+    db.execute("RELEASE batch" if stored else "ROLLBACK TO batch")
+    if not stored:
+        db.execute("RELEASE batch")
+        return None
+    return [AddResult.STORED] * len(rows)
+
+
+def _add_one(db: sqlite3.Connection, row: _Row) -> AddResult:
+    try:
+        cursor = db.execute(_INSERT, row)
+    except sqlite3.IntegrityError:  # a number is taken: only the statement fails
+        return AddResult.CONFLICT
+    return AddResult.STORED if cursor.rowcount == 1 else AddResult.DUPLICATE
+
+
 class DirectiveStore:
     def __init__(self, state_dir: str) -> None:
         if state_dir == MEMORY:
@@ -204,35 +242,24 @@ class DirectiveStore:
                  now: float | None = None) -> list[AddResult]:
         """Store directives and their webhook deliveries in one transaction. Anything but
         ``STORED`` means the directive was not stored and must not be published. Deliveries
-        are due at ``now`` (default: the directive's creation)."""
-        results: list[AddResult] = []
+        are due at ``now`` (default: the directive's creation). The batch goes in as one
+        statement; only when some of it cannot be stored (a duplicate, a taken number) is it
+        taken back and stored one by one, to say which."""
+        rows = [_row(directive) for directive, _hooks in items]
         with self._writer.transaction() as db:
-            for directive, hooks in items:
-                try:
-                    cursor = db.execute(
-                        "INSERT INTO directives (global_seq, id, run_id, seq, agent, rule, "
-                        "action, dedup_key, escalation, tool_calls_at, created_at, data) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-                        "ON CONFLICT (run_id, dedup_key) DO NOTHING",
-                        (directive.global_seq, directive.id, directive.run_id, directive.seq,
-                         directive.agent, directive.rule, directive.action, directive.dedup_key,
-                         int(directive.escalation), directive.tool_calls_at,
-                         directive.created_at,
-                         json.dumps(directive.to_record(), separators=(",", ":"))))
-                except sqlite3.IntegrityError:  # a number is taken: only the statement fails
-                    results.append(AddResult.CONFLICT)
-                    continue
-                if cursor.rowcount != 1:
-                    results.append(AddResult.DUPLICATE)
-                    continue
-                results.append(AddResult.STORED)
-                if hooks:
-                    due = directive.created_at if now is None else now
-                    db.executemany(
-                        "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
-                        "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
-                        [(directive.global_seq, hook, DeliveryState.PENDING.value, due, due, due)
-                         for hook in hooks])
+            results = _add_at_once(db, rows) if len(rows) > 1 else None
+            if results is None:
+                results = [_add_one(db, row) for row in rows]
+            deliveries = [
+                (directive.global_seq, hook, DeliveryState.PENDING.value, due, due, due)
+                for (directive, hooks), result in zip(items, results, strict=True)
+                if hooks and result is AddResult.STORED
+                for due in (directive.created_at if now is None else now,) for hook in hooks]
+            if deliveries:
+                db.executemany(
+                    "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
+                    "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
+                    deliveries)
         return results
 
     def ack(self, run_id: str, seq: int, now: float) -> int:

@@ -132,6 +132,16 @@ def _fast_json(value: object) -> str | None:
     return None
 
 
+def encode_json(value: object) -> str:
+    """``value`` as compact JSON text that reads back as ``json.dumps`` of it does (Infinity
+    and NaN too: the stdlib writes those), made by msgspec wherever the two would read back
+    alike: directive records (:mod:`watchdog.shell.directives.store`)."""
+    text = _fast_json(value)
+    if text is None:
+        text = json.dumps(value, separators=(",", ":"))
+    return text
+
+
 def encode_row(row: dict[str, Any]) -> str:
     """A run or session snapshot as compact JSON text. Infinity/NaN are not JSON: a row holding
     one raises ValueError (``json.dumps(allow_nan=False)``) and is refused, not stored to poison
