@@ -257,6 +257,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                                            for nodeid, span in _spans.items()}}, indent=0))
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's own process removes the directories its framework drivers shared
+    (tests/frameworks/harness.py ``homes``)."""
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(run_directory() / "homes", ignore_errors=True)
+
+
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[RunningServer]:
     with running_server(sidecar_config(tmp_path / "state")) as server:

@@ -5,6 +5,8 @@ with its own event loop, so synchronous OTel SDK exporters and HTTP clients can 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import hashlib
 import json
 import os
 import reprlib
@@ -14,7 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -131,6 +133,32 @@ def http_request(method: str, url: str, body: bytes | None = None,
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPUTED = ROOT / ".cache" / "computed"
+
+
+def computed_once(name: str, inputs: Iterable[Path], compute: Callable[[], Any]) -> Any:
+    """``compute()`` (JSON) for the content of the files ``inputs``, made by one test process
+    and kept in ``.cache/computed/NAME-DIGEST.json``: the pytest workers that collect the same
+    module at once wait for it on a lock, and a later run with the same inputs reads it. For a
+    module choosing its cases by what the code reads from data (every worker collects every
+    module)."""
+    digest = hashlib.sha256()
+    for path in sorted(inputs):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    target = COMPUTED / f"{name}-{digest.hexdigest()[:16]}.json"
+    COMPUTED.mkdir(parents=True, exist_ok=True)
+    with (COMPUTED / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            for stale in COMPUTED.glob(f"{name}-*.json"):
+                stale.unlink()
+            temporary = target.with_suffix(f".{os.getpid()}")
+            temporary.write_text(json.dumps(compute()), encoding="utf-8")
+            os.replace(temporary, target)
+        return json.loads(target.read_text(encoding="utf-8"))
 
 
 def run_owner() -> int:

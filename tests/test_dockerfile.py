@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_dist import MAKE_SECONDS, artifacts
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -247,16 +249,12 @@ def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) ->
     assert not any(f.endswith(".so") for f in context)
 
 
-def test_the_builder_stage_wheel_holds_the_package_and_its_rules(tmp_path: Path) -> None:
-    """The wheel the builder stage installs, as `make dist` builds it (pip wheel of the
-    repository): the default rule pack's content, the command, and the compiled decode."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir",
-         str(tmp_path / "wheels"), str(ROOT)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    [wheel] = (tmp_path / "wheels").glob("agent_watchdog_sidecar-*.whl")
+@pytest.mark.image  # make dist's wheel: the image tier makes dist/ once for the test run
+@pytest.mark.timeout(2 * MAKE_SECONDS)  # this test may be the one that runs make dist
+def test_the_builder_stage_wheel_holds_the_package_and_its_rules() -> None:
+    """The wheel the builder stage installs, make dist's (tests/test_dist.py): the default rule
+    pack's content, the command, and the compiled decode."""
+    wheel = artifacts().sidecar_wheel
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         default_pack = archive.read("watchdog/core/rules/packs/default.yaml")

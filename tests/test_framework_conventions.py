@@ -15,11 +15,6 @@ import json
 from typing import Any, NamedTuple
 
 import pytest
-from agent_watchdog_client.adapters.openai_agents import instrument_openai_agents
-from agents import Agent, Runner, function_tool
-from agents.exceptions import MaxTurnsExceeded
-from agents.testing import ModelStep, ScriptedModel
-from agents.testing.model import ModelCall, function_call
 
 from tests.recorded import (
     recorded_lines,
@@ -1391,7 +1386,14 @@ def test_normalise_takes_the_decoded_attributes_unchanged() -> None:
 def test_openai_agents_max_turns_only_in_a_nested_agent_status() -> None:
     # The real SDK (its own scripted test model) under OpenInference's instrumentor: the
     # MaxTurnsExceeded stop is only the nested agent span's status description; the root
-    # "Agent workflow" span ends OK.
+    # "Agent workflow" span ends OK. (The SDK is imported here, not by every test process that
+    # collects this module.)
+    from agent_watchdog_client.adapters.openai_agents import instrument_openai_agents
+    from agents import Agent, Runner, function_tool
+    from agents.exceptions import MaxTurnsExceeded
+    from agents.testing import ModelStep, ScriptedModel
+    from agents.testing.model import ModelCall, function_call
+
     maker = SpanMaker({"service.name": "openai-agents-service"})
     instrumentor = instrument_openai_agents(maker.provider)
     calls = iter(range(100))

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import openai
 import pytest
 
@@ -250,6 +249,8 @@ ANTHROPIC_TOOLS = [{"name": "search", "description": "Search.",
 
 def anthropic_loop(sidecar: RunningServer, model: str, agent: str, stream: bool,
                    limit: int = 10) -> tuple[str, int]:
+    import anthropic  # here: only these tests need the SDK, not every process collecting them
+
     claude = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY, max_retries=0,
                                  default_headers={"x-watchdog-agent": agent})
     messages: list[Any] = [{"role": "user", "content": "Find the answer."}]

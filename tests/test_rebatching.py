@@ -27,10 +27,12 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.harness import ROOT, computed_once
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
@@ -219,9 +221,12 @@ def test_the_state_kept_over_a_restart_is_bounded_most_recent_traces_first() -> 
     assert len(tracker.state(max_records=4)["frames"]) == 0
 
 
-LOOSE = [(driver, scenario) for driver, scenario in ALL
-         if all(run.loose_trace is not None
-                for run in ended_runs(as_exported(driver, scenario)))]
+LOOSE = [tuple(case) for case in computed_once(  # read once, not by every worker collecting this
+    "rebatching-loose", [*RECORDINGS.glob("*/*.jsonl"), *ROOT.glob("watchdog/**/*.py"),
+                         ROOT / "tests" / "recorded.py", Path(__file__)],
+    lambda: [(driver, scenario) for driver, scenario in ALL
+             if all(run.loose_trace is not None
+                    for run in ended_runs(as_exported(driver, scenario)))])]
 
 
 @pytest.mark.parametrize(("driver", "scenario"), LOOSE, ids=[f"{d}-{s}" for d, s in LOOSE])

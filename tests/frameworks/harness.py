@@ -65,12 +65,15 @@ def venv_python(env: str) -> Path:
 
 # what each venv's driver process imports before its first fork: the framework's heavy modules,
 # those the drivers import before reading a scenario's settings (a venv whose framework reads
-# them at import, as Haystack, Semantic Kernel, Strands and Hermes do, preloads only the
-# OpenTelemetry SDK and the OpenAI SDK beneath it: half of Haystack's import); nothing here may
-# start a thread at import (the driver process checks)
+# them at import, as Haystack and Strands do, preloads only the OpenTelemetry SDK and the OpenAI
+# SDK beneath it: half of Haystack's import; Semantic Kernel and Hermes, whose settings are the
+# same for every scenario of a driver, are imported with those: IMPORT_SETTINGS); nothing here
+# may start a thread at import (the driver process checks)
 _OTEL = ("_otel",)
 _LANGCHAIN = (*_OTEL, "langchain.agents", "langchain_core.tools", "langchain_openai")
 _OPENAI_AGENTS = (*_OTEL, "agents", "openai")
+_SEMANTIC_KERNEL = ("semantic_kernel.agents", "semantic_kernel.connectors.ai",
+                    "semantic_kernel.connectors.ai.open_ai", "semantic_kernel.functions")
 PRELOAD: dict[str, tuple[str, ...]] = {
     # agent_framework.openai imports its client at first use: the OpenAI SDK is preloaded here
     "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", "openai"),
@@ -89,7 +92,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "google_adk_oi": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
                       "google.adk.runners", "litellm", "openinference.instrumentation.google_adk"),
     "haystack": (*_OTEL, "openai"),
-    "hermes": (*_OTEL, "openai"),
+    "hermes": (*_OTEL, "openai", "run_agent", "tools.registry"),
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
     "litellm_logfire": (*_OTEL, "litellm"),
@@ -107,8 +110,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
                    "opentelemetry.instrumentation.openai.v1"),
     "openai_v2": (*_OTEL, "openai", "opentelemetry.instrumentation.openai_v2"),
     "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai"),
-    "semantic_kernel": (*_OTEL, "openai"),
-    "semantic_kernel_137": (*_OTEL, "openai"),
+    "semantic_kernel": (*_OTEL, "openai", *_SEMANTIC_KERNEL),
+    "semantic_kernel_137": (*_OTEL, "openai", *_SEMANTIC_KERNEL),
     "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents"),
     "steering_langchain": (*_LANGCHAIN, "openinference.instrumentation.langchain"),
     "strands": (*_OTEL, "openai"),
@@ -119,6 +122,69 @@ PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "Fal
                "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests"),
                "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
                "CREWAI_TRACING_ENABLED": "false"}
+
+
+@dataclass(frozen=True)
+class Home:
+    """A setting that names a directory: made once per test run (in :func:`homes`) holding
+    ``files`` (name -> text), the same for every scenario of the driver that has it."""
+
+    files: tuple[tuple[str, str], ...]
+
+
+# the settings a driver's framework reads once, when imported, the same for all its scenarios:
+# its driver process is started with them (one per driver then, as for any environment) and
+# imports the framework (PRELOAD) with them, and each scenario starts from them. Semantic
+# Kernel's diagnostics switches; Hermes' home (its config: the plugins it loads when imported),
+# a directory of the run shared by the driver's scenarios, and the name the agento11y plugin
+# reports. Every driver of a venv listed in IMPORTED_WITH_SETTINGS has its settings here.
+_SK_DIAGNOSTICS = {"SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS": "true",
+                   "SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS_SENSITIVE": "true"}
+_HERMES_PLUGINS = Home((("config.yaml", "plugins:\n  enabled:\n    - agento11y\n"),))
+_HERMES_NO_PLUGINS = Home((("config.yaml", "plugins:\n  enabled: []\n"),))
+IMPORT_SETTINGS: dict[str, Mapping[str, str | Home]] = {
+    "semantic_kernel_agent": _SK_DIAGNOSTICS,
+    "semantic_kernel_137_agent": _SK_DIAGNOSTICS,
+    "hermes_agento11y": {"HERMES_HOME": _HERMES_PLUGINS,
+                         "AGENTO11Y_AGENT_NAME": "hermes-researcher"},
+    "hermes_openai_v2": {"HERMES_HOME": _HERMES_NO_PLUGINS,
+                         "AGENTO11Y_AGENT_NAME": "hermes-researcher"},
+    "steering_hermes": {"HERMES_HOME": _HERMES_PLUGINS, "AGENTO11Y_AGENT_NAME": "explorer"},
+}
+IMPORTED_WITH_SETTINGS = frozenset({"semantic_kernel", "semantic_kernel_137", "hermes"})
+
+
+def homes() -> Path:
+    """Where this test run keeps the directories of :data:`IMPORT_SETTINGS` (removed when the
+    run ends: tests/conftest.py)."""
+    return run_directory() / "homes"
+
+
+def import_settings(env: str, driver: str) -> dict[str, str]:
+    """The environment ``driver``'s framework is imported with (:data:`IMPORT_SETTINGS`), its
+    directories made."""
+    settings = IMPORT_SETTINGS.get(driver)
+    if settings is None:
+        if env in IMPORTED_WITH_SETTINGS:  # its driver process would import with no settings
+            raise AssertionError(f"driver {driver} of venv {env} has no IMPORT_SETTINGS "
+                                 "(tests/frameworks/harness.py)")
+        return {}
+    made: dict[str, str] = {}
+    for name, value in settings.items():
+        if isinstance(value, str):
+            made[name] = value
+            continue
+        digest = hashlib.sha256(repr(value.files).encode()).hexdigest()[:10]
+        directory = homes() / f"{driver}-{name.lower()}-{digest}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for file_name, text in value.files:  # the same text from every worker: replaced whole
+            temporary = directory / f".{file_name}.{os.getpid()}"
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, directory / file_name)
+        made[name] = str(directory)
+    return made
+
+
 # venvs whose drivers run in a new interpreter each: LangSmith turns finished runs into spans
 # on a background thread that a forked driver's exit under load did not always wait for (its
 # error runs came without their error in two full suites)
@@ -274,7 +340,8 @@ def run_driver(env: str, driver: str, scenario: str, sidecar: RunningServer, llm
                protocol: str = "http/protobuf") -> subprocess.CompletedProcess[str]:
     """Run ``drivers/<driver>.py <scenario>`` in venv ``env`` against ``sidecar`` and ``llm``."""
     base = clean_environ()
-    base.update({"PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"})
+    base.update({"PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
+                 **import_settings(env, driver)})
     env_vars = dict(base)
     endpoint = sidecar.otlp_http if protocol.startswith("http") else "http://" + \
         sidecar.grpc_target

@@ -15,14 +15,7 @@ from typing import Any
 
 import pytest
 from agent_watchdog_client import Watchdog
-from agent_watchdog_client.adapters.openai_agents import (
-    WatchdogHooks,
-    instrument_openai_agents,
-    steered,
-)
 from agent_watchdog_client.adapters.pydantic_ai import WatchdogCapability
-from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import InstrumentationSettings, ModelResponse, TextPart, ToolCallPart
@@ -61,6 +54,11 @@ def sidecar(tmp_path: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def provider(sidecar: RunningServer) -> Iterator[TracerProvider]:
+    # the OpenAI Agents SDK imported here and in drive, not by every test process that collects
+    # this module
+    from agent_watchdog_client.adapters.openai_agents import instrument_openai_agents
+    from agents import set_tracing_disabled
+
     provider = tracer_provider(sidecar.otlp_http)
     set_tracing_disabled(False)
     instrumentor = instrument_openai_agents(provider)  # only the OpenAI Agents SDK's spans
@@ -75,6 +73,9 @@ def drive(adapter: str, llm: FakeLLM, model: str, provider: TracerProvider) -> C
         agent = agent_on(llm, model, provider)
         with_search(agent, [])
         return lambda: agent.run_sync("Find the file.").output
+    from agent_watchdog_client.adapters.openai_agents import WatchdogHooks, steered
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from openai import AsyncOpenAI
 
     @function_tool
     def search(q: str) -> str:

@@ -16,13 +16,6 @@ from typing import Any
 
 import pytest
 from agent_watchdog_client import Watchdog
-from agent_watchdog_client.adapters.openai_agents import (
-    WatchdogHooks,
-    instrument_openai_agents,
-    steered,
-)
-from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -49,6 +42,10 @@ EXPORT_DELAY_MS = 200
 
 @pytest.fixture
 def provider(sidecar: RunningServer) -> Iterator[TracerProvider]:
+    # the SDK imported here and in the tests, not by every test process that collects this module
+    from agent_watchdog_client.adapters.openai_agents import instrument_openai_agents
+    from agents import set_tracing_disabled
+
     provider = TracerProvider(resource=Resource.create({"service.name": "steering-oa"}))
     provider.add_span_processor(BatchSpanProcessor(
         OTLPSpanExporter(endpoint=sidecar.otlp_http + "/v1/traces"),
@@ -61,6 +58,10 @@ def provider(sidecar: RunningServer) -> Iterator[TracerProvider]:
 
 
 def run_agent(llm: FakeLLM, model: str, tools: list[Any]) -> Any:
+    from agent_watchdog_client.adapters.openai_agents import WatchdogHooks, steered
+    from agents import Agent, OpenAIChatCompletionsModel, Runner
+    from openai import AsyncOpenAI
+
     client = AsyncOpenAI(base_url=llm.base_url, api_key="sk-fake")
     agent = steered(Agent(name="explorer", instructions="You are a careful research agent.",
                           model=OpenAIChatCompletionsModel(model, openai_client=client),
@@ -72,6 +73,8 @@ def run_agent(llm: FakeLLM, model: str, tools: list[Any]) -> Any:
 @pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
 def test_budget_countdown_cap_and_report(sidecar: RunningServer, llm: FakeLLM,
                                          provider: TracerProvider, latency: float) -> None:
+    from agents import function_tool
+
     model = llm.script(f"oa-budget-{latency}", searching(), delay=latency)
     ran: list[str] = []
 
@@ -99,6 +102,8 @@ def test_budget_countdown_cap_and_report(sidecar: RunningServer, llm: FakeLLM,
 @pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
 def test_tool_cycle_wind_down_before_the_next_tool_call(
         sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider, latency: float) -> None:
+    from agents import function_tool
+
     model = llm.script(f"oa-cycle-{latency}", cycling(), delay=latency)
     ran: list[str] = []
 
@@ -127,6 +132,8 @@ def test_tool_cycle_wind_down_before_the_next_tool_call(
 @pytest.mark.parametrize("latency", LATENCIES, ids=LATENCY_IDS)
 def test_error_loop_abort_before_the_next_tool_call(
         sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider, latency: float) -> None:
+    from agents import function_tool
+
     model = llm.script(f"oa-errors-{latency}", failing(), delay=latency)
     ran: list[str] = []
 
@@ -154,6 +161,9 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path
                                                     caplog: pytest.LogCaptureFixture) -> None:
     """The sidecar dies at the agent's 5th model request: the agent goes on with its own count
     — the same countdown, no tool past the budget, the report — and says so once."""
+    from agent_watchdog_client.adapters.openai_agents import instrument_openai_agents
+    from agents import function_tool, set_tracing_disabled
+
     stack = ExitStack()
     sidecar = stack.enter_context(running_server(sidecar_config(tmp_path / "state")))
     model = llm.script("oa-killed", searching(), delay=0.02,

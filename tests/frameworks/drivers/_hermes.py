@@ -48,7 +48,9 @@ def lookup(args: dict, **_kwargs: object) -> str:
 
 
 def hermes_home(enable_plugins: list[str]) -> str:
-    """A private HERMES_HOME: no user config, memory or skills; the given plugins enabled."""
+    """A private HERMES_HOME: no user config, memory or skills; the given plugins enabled (the
+    tests give one of their own instead, made once for all the driver's scenarios:
+    ``IMPORT_SETTINGS`` in tests/frameworks/harness.py, with the same config)."""
     home = Path(tempfile.mkdtemp(prefix="hermes-home-"))
     lines = ["plugins:", "  enabled:"] + [f"    - {name}" for name in enable_plugins]
     if not enable_plugins:
@@ -60,7 +62,8 @@ def hermes_home(enable_plugins: list[str]) -> str:
 def run(scenario: str, tracer: str) -> None:
     adapter = scenario.endswith("_adapter")
     base = scenario.removesuffix("_adapter")
-    os.environ["HERMES_HOME"] = hermes_home(["agento11y"] if tracer == "agento11y" else [])
+    if "HERMES_HOME" not in os.environ:  # the tests give the home Hermes was imported with
+        os.environ["HERMES_HOME"] = hermes_home(["agento11y"] if tracer == "agento11y" else [])
     os.environ.setdefault("AGENTO11Y_AGENT_NAME", AGENT_NAME)
 
     from _otel import model_settings, setup_tracing

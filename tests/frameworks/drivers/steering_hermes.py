@@ -14,10 +14,10 @@ two more are Hermes' own, with the tool ``search`` and a budget of 10:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from _hermes import hermes_home
@@ -51,7 +51,8 @@ TOOLS = {"budget": [("search", search, "q")], "parallel": [("search", search, "q
 
 def main() -> None:
     name = sys.argv[1] if sys.argv[1:2] and sys.argv[1] in HERMES_BUDGETS else scenario()
-    os.environ["HERMES_HOME"] = hermes_home(["agento11y"])
+    if "HERMES_HOME" not in os.environ:  # the tests give the home Hermes was imported with
+        os.environ["HERMES_HOME"] = hermes_home(["agento11y"])
     os.environ.setdefault("AGENTO11Y_AGENT_NAME", "explorer")
     from opentelemetry import metrics
     from opentelemetry.sdk.metrics import MeterProvider
@@ -73,6 +74,13 @@ def main() -> None:
                     max_iterations=MAX_ITERATIONS, enabled_toolsets=[TOOLSET], tool_delay=0,
                     quiet_mode=True, skip_context_files=True, skip_memory=True,
                     save_trajectories=False, session_id=f"hermes-steering-{name}")
+    # Hermes sends every log record to its own files (logs/ in its home, which the tests share
+    # among the driver's scenarios): the client's go to stderr as well, where the drivers of the
+    # other frameworks have them
+    echo = logging.StreamHandler(sys.stderr)
+    echo.setLevel(logging.INFO)  # what Hermes' agent.log keeps
+    echo.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("agent_watchdog_client").addHandler(echo)
     watch_hermes(agent, wd, agent_name="explorer",
                  max_tool_calls={**BUDGETS, **HERMES_BUDGETS}[name],
                  max_cost_usd=DOLLARS if name == "dollars" else None)
@@ -91,13 +99,6 @@ def main() -> None:
     from grafana_agento11y_hermes import _otel as plugin_otel  # flushes what the plugin holds
     plugin_otel.force_flush(5000)
     provider.shutdown()
-    # Hermes sends every log record to its own files: echo the client's to stderr, where the
-    # drivers of the other frameworks have them
-    agent_log = Path(os.environ["HERMES_HOME"]) / "logs" / "agent.log"
-    if agent_log.exists():
-        for line in agent_log.read_text(encoding="utf-8").splitlines():
-            if "agent_watchdog_client" in line:
-                print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":
