@@ -581,5 +581,6 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AnyValue>()?;
     m.add_class::<ArrayValue>()?;
     m.add_class::<KeyValueList>()?;
+    crate::kernels::register(m)?;
     Ok(())
 }

@@ -145,3 +145,18 @@ class ArrayValue:
 class KeyValueList:
     @property
     def values(self) -> list[KeyValue]: ...
+
+class Phrases:
+    """The limit phrases' regexes in one pass; ValueError for one Rust's regex does not read."""
+    def __init__(self, patterns: list[str]) -> None: ...
+    def first(self, text: str) -> int:
+        """The first pattern found; -1 none; -2 a text that is no UTF-8."""
+
+class Json:
+    """Tool arguments' canonical JSON and a model output's tool calls, read by serde_json."""
+    def __init__(self, envelopes: Iterable[tuple[frozenset[str], str]],
+                 asked_lists: Iterable[tuple[str, str | None, tuple[tuple[str | int, ...], ...],
+                                             tuple[str | int, ...]]],
+                 max_asked: int, max_name: int) -> None: ...
+    def canonical(self, text: str) -> str | None: ...
+    def asked(self, text: str) -> tuple[tuple[str, str], ...] | None: ...

@@ -13,11 +13,17 @@ reads every request. :func:`use_native` switches; :func:`native_state` says whic
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
-from watchdog.core.spans import decode
-from watchdog.core.spans.attributes import SCALAR_ATTRIBUTES, WANTED_ATTRIBUTES
-from watchdog.core.spans.values import json_encoded, select_attributes
+from watchdog.core.spans import decode, model_calls, outcome, values
+from watchdog.core.spans.attributes import (
+    SCALAR_ATTRIBUTES,
+    TOOL_ARGS_ENVELOPES,
+    WANTED_ATTRIBUTES,
+)
+from watchdog.core.spans.record import MAX_ASKED_TOOLS
+from watchdog.core.spans.values import MAX_NAME_CHARS, json_encoded, select_attributes
 
 try:
     from watchdog.core.spans import _native
@@ -43,10 +49,29 @@ def _compiled() -> Callable[[bytes], Any]:
     return parse
 
 
+def _kernels(on: bool) -> None:
+    """The compiled kernels of the conventions (``native/otlp/src/kernels.rs``), over the same
+    tables: the limit phrases in one pass, tool arguments' canonical JSON and a model output's
+    tool calls read by serde_json. Each answers as its Python twin does, or leaves the value to
+    it; with the decode off, the Python twins read everything."""
+    phrases: Any = None
+    json: Any = None
+    if on:
+        assert _native is not None
+        with suppress(ValueError):  # a pattern Rust's regex reads otherwise: Python's loop
+            phrases = _native.Phrases([pattern.pattern for pattern, _ in outcome.LIMIT_PHRASES])
+        json = _native.Json(TOOL_ARGS_ENVELOPES, model_calls.ASKED_TOOL_LISTS, MAX_ASKED_TOOLS,
+                            MAX_NAME_CHARS)
+    outcome.compiled_phrases = phrases.first if phrases is not None else None
+    values.compiled_canonical = json.canonical if json is not None else None
+    model_calls.compiled_asked = json.asked if json is not None else None
+
+
 def use_native(on: bool) -> bool:
-    """Read protobuf requests with the compiled decode (``on``, where it is built) or the
-    Python one; whether the compiled one is now on."""
+    """Read protobuf requests with the compiled decode and kernels (``on``, where they are
+    built) or the Python ones; whether the compiled ones are now on."""
     decode.compiled = _compiled() if on and AVAILABLE else None
+    _kernels(decode.compiled is not None)
     return decode.compiled is not None
 
 

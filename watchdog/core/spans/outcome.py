@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from watchdog.core.spans.combined import TABLES
 from watchdog.core.spans.record import SpanRecord
@@ -91,11 +91,20 @@ def status_limit(description: str) -> str | None:
     return phrase_limit(description)
 
 
+# The compiled matcher of LIMIT_PHRASES (watchdog.core.spans.native installs it with the compiled
+# decode): the index of the first pattern found, -1 none, -2 a text it cannot read.
+compiled_phrases: Callable[[str], int] | None = None
+
+
 def phrase_limit(text: str) -> str | None:
     """The limit a message names in words ("Max turns (3) exceeded", "Reached the maximum
     number of iterations"): :attr:`Convention.limit_phrases
     <watchdog.core.spans.schema.Convention.limit_phrases>`; its first characters only."""
     text = text[:MAX_PHRASE_CHARS]
+    if compiled_phrases is not None:  # all of them in one pass
+        index = compiled_phrases(text)
+        if index != -2:  # (-2: no UTF-8, a lone surrogate: read below)
+            return LIMIT_PHRASES[index][1] if index >= 0 else None
     for pattern, limit in LIMIT_PHRASES:
         if pattern.search(text):
             return limit

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog.core.bounds import token_count
@@ -158,11 +158,18 @@ def _load_json(text: str) -> Any:
     return value
 
 
+# The compiled canonical JSON (watchdog.core.spans.native installs it with the compiled decode):
+# the text canonical_arguments writes, or None where this Python must write it.
+compiled_canonical: Callable[[str], str | None] | None = None
+
+
 def canonical_arguments(raw: object) -> str:
     """Tool arguments as canonical JSON (sorted keys, no whitespace) so that the same call with
     keys in another order or other spacing counts as the same call."""
     value: Any = raw
     if isinstance(raw, str):
+        if compiled_canonical is not None and (canonical := compiled_canonical(raw)) is not None:
+            return canonical
         try:
             value = _load_json(raw)
         except ValueError:
