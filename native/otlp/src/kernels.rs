@@ -1,11 +1,15 @@
 //! Per-span kernels of the conventions, over the same tables the Python path reads (handed over
 //! once, at start): the limit phrases a message may name, all in one pass (`Phrases`), and the
-//! JSON a tool call's arguments and a model's tool requests are read from (`Json`). Each answers
+//! JSON a tool call's arguments and a model's tool requests are read from (`Json`), and the
+//! 64-bit hash of a text (`stable_hash`). Each answers
 //! exactly what its Python twin answers, or None where it cannot be sure it would (a value
 //! serde_json and Python's json read differently: a float, a lone surrogate, NaN, a number too
 //! long for Python's int): the caller then asks the Python twin.
 
 use std::collections::BTreeSet;
+
+use blake2::digest::{Update, VariableOutput};
+use blake2::Blake2bVar;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -262,7 +266,20 @@ impl Json {
     }
 }
 
+/// ``values.stable_hash``: BLAKE2b with an 8-byte digest of the text's UTF-8, as a signed
+/// big-endian 64-bit int; None for a text that is no UTF-8 (a lone surrogate: Python replaces it).
+#[pyfunction]
+fn stable_hash(text: &Bound<'_, PyString>) -> Option<i64> {
+    let text = text.to_str().ok()?;
+    let mut hasher = Blake2bVar::new(8).expect("8 is a BLAKE2b digest size");
+    hasher.update(text.as_bytes());
+    let mut digest = [0u8; 8];
+    hasher.finalize_variable(&mut digest).expect("the digest is 8 bytes");
+    Some(i64::from_be_bytes(digest))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(stable_hash, m)?)?;
     m.add_class::<Phrases>()?;
     m.add_class::<Json>()?;
     Ok(())

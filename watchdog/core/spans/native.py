@@ -52,7 +52,7 @@ def _compiled() -> Callable[[bytes], Any]:
 def _kernels(on: bool) -> None:
     """The compiled kernels of the conventions (``native/otlp/src/kernels.rs``), over the same
     tables: the limit phrases in one pass, tool arguments' canonical JSON and a model output's
-    tool calls read by serde_json. Each answers as its Python twin does, or leaves the value to
+    tool calls read by serde_json, the 64-bit stable hash. Each answers as its Python twin does, or leaves the value to
     it; with the decode off, the Python twins read everything."""
     phrases: Any = None
     json: Any = None
@@ -64,6 +64,7 @@ def _kernels(on: bool) -> None:
                             MAX_NAME_CHARS)
     outcome.compiled_phrases = phrases.first if phrases is not None else None
     values.compiled_canonical = json.canonical if json is not None else None
+    values.compiled_hash = _native.stable_hash if on and _native is not None else None
     model_calls.compiled_asked = json.asked if json is not None else None
 
 

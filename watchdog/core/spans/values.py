@@ -97,6 +97,8 @@ def json_encoded(text: str, scalar: bool) -> object:
 
 
 def _first(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | None:
+    if attrs.keys().isdisjoint(keys):  # the common case, in one C loop
+        return None
     for key in keys:
         value = attrs.get(key)
         if value is not None and value != "":
@@ -115,6 +117,8 @@ def _content(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | Non
 
 def _first_str(attrs: Mapping[str, object], keys: tuple[str, ...]) -> str | None:
     """:func:`_first` as a string (its own loop: called ~6 times per span)."""
+    if attrs.keys().isdisjoint(keys):  # the common case, in one C loop
+        return None
     for key in keys:
         value = attrs.get(key)
         if value is not None and value != "":
@@ -129,8 +133,15 @@ def _int(value: object) -> int:
 _SIGNED_64 = struct.Struct(">q")  # the same value as int.from_bytes(..., "big", signed=True)
 
 
+# The compiled stable_hash (watchdog.core.spans.native installs it with the compiled decode): the
+# same hash, or None for a text that is no UTF-8 (hashed below, its lone surrogates replaced).
+compiled_hash: Callable[[str], int | None] | None = None
+
+
 def stable_hash(text: str) -> int:
     """A 64-bit hash that is the same in every process (Python's ``hash`` is salted)."""
+    if compiled_hash is not None and (value := compiled_hash(text)) is not None:
+        return value
     digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).digest()
     value: int = _SIGNED_64.unpack(digest)[0]
     return value
