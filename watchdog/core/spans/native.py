@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
+from functools import cache
 from typing import Any
 
+from watchdog.core.bounds import MIN_SPAN_TIME_NS
 from watchdog.core.spans import decode, model_calls, outcome, values
 from watchdog.core.spans.attributes import (
     SCALAR_ATTRIBUTES,
@@ -34,9 +36,11 @@ _REQUEST_TYPE = decode.ExportTraceServiceRequest.DESCRIPTOR.full_name
 AVAILABLE = _native is not None
 
 
+@cache
 def _compiled() -> Callable[[bytes], Any]:
     assert _native is not None
-    tables = _native.Tables(WANTED_ATTRIBUTES, SCALAR_ATTRIBUTES, json_encoded)
+    tables = _native.Tables(WANTED_ATTRIBUTES, SCALAR_ATTRIBUTES, json_encoded, MAX_NAME_CHARS,
+                            MIN_SPAN_TIME_NS)
     native_decode = _native.decode
     prefix = f"invalid OTLP protobuf payload: Error parsing message with type '{_REQUEST_TYPE}'"
 
@@ -49,30 +53,35 @@ def _compiled() -> Callable[[bytes], Any]:
     return parse
 
 
-def _kernels(on: bool) -> None:
+@cache
+def _kernels() -> tuple[Any, Any]:
     """The compiled kernels of the conventions (``native/otlp/src/kernels.rs``), over the same
-    tables: the limit phrases in one pass, tool arguments' canonical JSON and a model output's
-    tool calls read by serde_json, the 64-bit stable hash. Each answers as its Python twin does, or leaves the value to
-    it; with the decode off, the Python twins read everything."""
-    phrases: Any = None
-    json: Any = None
-    if on:
-        assert _native is not None
-        with suppress(ValueError):  # a pattern Rust's regex reads otherwise: Python's loop
-            phrases = _native.Phrases([pattern.pattern for pattern, _ in outcome.LIMIT_PHRASES])
-        json = _native.Json(TOOL_ARGS_ENVELOPES, model_calls.ASKED_TOOL_LISTS, MAX_ASKED_TOOLS,
-                            MAX_NAME_CHARS)
+    tables: the limit phrases in one pass (None: a pattern Rust's regex reads otherwise, so
+    Python's loop reads them), tool arguments' canonical JSON and a model output's tool calls
+    read by serde_json. Each answers as its Python twin does, or leaves the value to it."""
+    assert _native is not None
+    phrases = None
+    with suppress(ValueError):
+        phrases = _native.Phrases([pattern.pattern for pattern, _ in outcome.LIMIT_PHRASES])
+    json = _native.Json(TOOL_ARGS_ENVELOPES, model_calls.ASKED_TOOL_LISTS, MAX_ASKED_TOOLS,
+                        MAX_NAME_CHARS)
+    return phrases, json
+
+
+def _use_kernels(on: bool) -> None:
+    """The compiled kernels on (and the 64-bit stable hash), or the Python twins alone."""
+    phrases, json = _kernels() if on else (None, None)
     outcome.compiled_phrases = phrases.first if phrases is not None else None
     values.compiled_canonical = json.canonical if json is not None else None
-    values.compiled_hash = _native.stable_hash if on and _native is not None else None
     model_calls.compiled_asked = json.asked if json is not None else None
+    values.compiled_hash = _native.stable_hash if on and _native is not None else None
 
 
 def use_native(on: bool) -> bool:
     """Read protobuf requests with the compiled decode and kernels (``on``, where they are
     built) or the Python ones; whether the compiled ones are now on."""
     decode.compiled = _compiled() if on and AVAILABLE else None
-    _kernels(decode.compiled is not None)
+    _use_kernels(decode.compiled is not None)
     return decode.compiled is not None
 
 

@@ -140,8 +140,8 @@ compiled_hash: Callable[[str], int | None] | None = None
 
 def stable_hash(text: str) -> int:
     """A 64-bit hash that is the same in every process (Python's ``hash`` is salted)."""
-    if compiled_hash is not None and (value := compiled_hash(text)) is not None:
-        return value
+    if compiled_hash is not None and (compiled := compiled_hash(text)) is not None:
+        return compiled
     digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).digest()
     value: int = _SIGNED_64.unpack(digest)[0]
     return value
