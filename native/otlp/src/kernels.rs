@@ -20,8 +20,8 @@ use serde_json::{Map, Value};
 /// ``str_digits_check_threshold`` limit, 4300): where a run of digits is this long, ask Python.
 const MAX_INT_DIGITS: usize = 4300;
 
-/// The limit phrases (:attr:`Convention.limit_phrases`), in the tables' order: the first that
-/// matches anywhere in a text wins, as the Python loop over them decides.
+/// A table of regexes (the limit phrases, the status patterns), in the tables' order: the first
+/// that matches anywhere in a text wins, as the Python loop over them decides.
 #[pyclass(frozen, module = "watchdog.core.spans._native")]
 pub struct Phrases {
     set: regex::RegexSet,
@@ -38,12 +38,17 @@ impl Phrases {
         Ok(Phrases { set })
     }
 
-    /// The index of the first pattern found in `text`; -1 none is; -2 the text is no UTF-8
-    /// (a lone surrogate: the Python loop reads it).
+    /// The index of the first pattern found in `text`; -1 none is; -2 for the Python loop to
+    /// read it: a text that is not ASCII, where the two engines' Unicode differs (`re`'s
+    /// ignored case matches "ı" and "İ" for "i", its `\w` and `\s` are `str.isalnum` and
+    /// `str.isspace`), or holds the separators `re`'s `\s` has and Unicode's has not.
     fn first(&self, text: &Bound<'_, PyString>) -> i64 {
         let Ok(text) = text.to_str() else {
             return -2;
         };
+        if !text.is_ascii() || text.bytes().any(|byte| (0x1c..=0x1f).contains(&byte)) {
+            return -2;
+        }
         match self.set.matches(text).iter().next() {
             Some(index) => index as i64,
             None => -1,

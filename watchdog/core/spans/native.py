@@ -12,8 +12,8 @@ reads every request. :func:`use_native` switches; :func:`native_state` says whic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from contextlib import suppress
 from functools import cache
 from typing import Any
 
@@ -53,25 +53,33 @@ def _compiled() -> Callable[[bytes], Any]:
     return parse
 
 
-@cache
-def _kernels() -> tuple[Any, Any]:
-    """The compiled kernels of the conventions (``native/otlp/src/kernels.rs``), over the same
-    tables: the limit phrases in one pass (None: a pattern Rust's regex reads otherwise, so
-    Python's loop reads them), tool arguments' canonical JSON and a model output's tool calls
-    read by serde_json. Each answers as its Python twin does, or leaves the value to it."""
+def _patterns(table: tuple[tuple[re.Pattern[str], str], ...]) -> Any:
+    """A table's regexes matched in one pass; None where one is a regex Rust's reads otherwise
+    (a look-around, a back-reference): Python's loop reads them."""
     assert _native is not None
-    phrases = None
-    with suppress(ValueError):
-        phrases = _native.Phrases([pattern.pattern for pattern, _ in outcome.LIMIT_PHRASES])
+    try:
+        return _native.Phrases([pattern.pattern for pattern, _ in table])
+    except ValueError:
+        return None
+
+
+@cache
+def _kernels() -> tuple[Any, Any, Any]:
+    """The compiled kernels of the conventions (``native/otlp/src/kernels.rs``), over the same
+    tables: the limit phrases and status patterns, each table in one pass; tool arguments'
+    canonical JSON and a model output's tool calls read by serde_json. Each answers as its
+    Python twin does, or leaves the value to it."""
+    assert _native is not None
     json = _native.Json(TOOL_ARGS_ENVELOPES, model_calls.ASKED_TOOL_LISTS, MAX_ASKED_TOOLS,
                         MAX_NAME_CHARS)
-    return phrases, json
+    return _patterns(outcome.LIMIT_PHRASES), _patterns(outcome.LIMIT_STATUS), json
 
 
 def _use_kernels(on: bool) -> None:
     """The compiled kernels on (and the 64-bit stable hash), or the Python twins alone."""
-    phrases, json = _kernels() if on else (None, None)
+    phrases, status, json = _kernels() if on else (None, None, None)
     outcome.compiled_phrases = phrases.first if phrases is not None else None
+    outcome.compiled_status = status.first if status is not None else None
     values.compiled_canonical = json.canonical if json is not None else None
     model_calls.compiled_asked = json.asked if json is not None else None
     values.compiled_hash = _native.stable_hash if on and _native is not None else None

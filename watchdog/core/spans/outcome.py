@@ -75,6 +75,13 @@ def _common_start(texts: tuple[str, ...]) -> str:
 ANSWER_TOOL_SCAN = _common_start(ANSWER_TOOL_MARKERS)
 
 
+# The compiled matchers of LIMIT_PHRASES and LIMIT_STATUS (watchdog.core.spans.native installs
+# them with the compiled decode): the index of the first pattern found, -1 none, -2 a text it
+# cannot read.
+compiled_phrases: Callable[[str], int] | None = None
+compiled_status: Callable[[str], int] | None = None
+
+
 def short_type(error_type: str) -> str:
     """``pydantic_ai.exceptions.UsageLimitExceeded`` -> ``UsageLimitExceeded``."""
     return error_type.rsplit(".", 1)[-1]
@@ -82,18 +89,17 @@ def short_type(error_type: str) -> str:
 
 def status_limit(description: str) -> str | None:
     """The limit a span's status description names ("Max turns exceeded: ..."), if any."""
-    for pattern, limit in LIMIT_STATUS:
-        if pattern.search(description):
-            return limit
+    index = compiled_status(description) if compiled_status is not None else -2
+    if index >= 0:
+        return LIMIT_STATUS[index][1]
+    if index == -2:  # (not compiled, or a text with a lone surrogate)
+        for pattern, limit in LIMIT_STATUS:
+            if pattern.search(description):
+                return limit
     head, sep, _ = description.partition(":")
     if sep and short_type(head.strip()) in LIMIT_EXCEPTIONS:  # "LlmCallsLimitExceededError: …"
         return short_type(head.strip())
     return phrase_limit(description)
-
-
-# The compiled matcher of LIMIT_PHRASES (watchdog.core.spans.native installs it with the compiled
-# decode): the index of the first pattern found, -1 none, -2 a text it cannot read.
-compiled_phrases: Callable[[str], int] | None = None
 
 
 def phrase_limit(text: str) -> str | None:
