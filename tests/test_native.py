@@ -272,7 +272,8 @@ ODD_PIECES = ["max turns exceeded", "Max Iterations reached", "reached the maxim
               '"inputs":{"q":1},"input_str":"q"', '"kwargs":{"b":2,"a":1},"args":[],'
               '"sanitize_inputs_outputs":true', '"tool_calls":[{"id":"c1","function":{"name":'
               '"f"}}]', '"parts":[{"type":"tool_call","id":"c2","name":"g"}]', '{', '}', '[', ']',
-              ",", ":", "null", "true", '""']
+              ",", ":", "null", "true", '""', '"\\x"', '"a\tb"', '"content":"\\ud83d"',
+              '"content":"\\q"', '"content":[1,{"a":"\\ud800\\udc00"}]', "1e999", "-"]
 
 
 def odd_texts(count: int) -> list[str]:

@@ -14,7 +14,9 @@ use blake2::Blake2bVar;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// Python's json refuses an integer of more digits than this (``sys.int_info``'s default
 /// ``str_digits_check_threshold`` limit, 4300): where a run of digits is this long, ask Python.
@@ -99,6 +101,7 @@ fn at_path<'v>(mut value: &'v Value, path: &[Step]) -> Option<&'v Value> {
 struct AskedList {
     key: String,
     item_type: Option<String>,
+    item_type_path: Vec<Step>, // ("type",)
     names: Vec<Vec<Step>>,
     id: Vec<Step>,
 }
@@ -186,6 +189,7 @@ impl Json {
             lists.push(AskedList {
                 key,
                 item_type,
+                item_type_path: vec![Step::Key("type".to_owned())],
                 names: name_paths,
                 id: path_of(&id)?,
             });
@@ -220,21 +224,28 @@ impl Json {
         py: Python<'py>,
         text: &Bound<'py, PyString>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let Some(Value::Array(messages)) = text.to_str().ok().and_then(parsed) else {
+        let Some(text) = text.to_str().ok().filter(|text| !long_digit_run(text)) else {
             return Ok(None);
         };
+        // the messages' lists the tables name, parsed; everything else only checked
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let mut lists: Vec<Vec<Option<Value>>> = Vec::new();
+        let messages = Messages {
+            keys: &self.asked_lists,
+            lists: &mut lists,
+        };
+        if deserializer.deserialize_any(messages).is_err() || deserializer.end().is_err() {
+            return Ok(None);
+        }
         let mut asked: Vec<(String, String)> = Vec::new();
-        for message in &messages {
-            let Value::Object(message) = message else {
-                continue;
-            };
-            for rule in &self.asked_lists {
-                let Some(Value::Array(calls)) = message.get(&rule.key) else {
+        for message in &lists {
+            for (rule, calls) in self.asked_lists.iter().zip(message) {
+                let Some(Value::Array(calls)) = calls else {
                     continue;
                 };
                 for call in calls {
                     if let Some(wanted) = &rule.item_type {
-                        match at_path(call, &[Step::Key("type".to_owned())]) {
+                        match at_path(call, &rule.item_type_path) {
                             Some(Value::String(kind)) if kind == wanted => {}
                             _ => continue,
                         }
@@ -281,6 +292,107 @@ fn stable_hash(text: &Bound<'_, PyString>) -> Option<i64> {
     let mut digest = [0u8; 8];
     hasher.finalize_variable(&mut digest).expect("the digest is 8 bytes");
     Some(i64::from_be_bytes(digest))
+}
+
+/// A JSON message list read for the lists at the keys the tables name (a message's lists in
+/// `lists`, by key, None where absent; a repeated key keeps its last value, as Python's dict
+/// does); every other value checked as JSON and dropped. Anything but a list is an error.
+struct Messages<'a> {
+    keys: &'a [AskedList],
+    lists: &'a mut Vec<Vec<Option<Value>>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Messages<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Messages<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON list of messages")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        while let Some(found) = items.next_element_seed(Message { keys: self.keys })? {
+            if let Some(found) = found {
+                self.lists.push(found);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One item of the list: an object's lists at the keys (None: no object).
+struct Message<'a> {
+    keys: &'a [AskedList],
+}
+
+impl<'de> DeserializeSeed<'de> for Message<'_> {
+    type Value = Option<Vec<Option<Value>>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Message<'_> {
+    type Value = Option<Vec<Option<Value>>>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found: Vec<Option<Value>> = vec![None; self.keys.len()];
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let Some(first) = self.keys.iter().position(|list| list.key == key) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let value: Value = map.next_value()?;
+            for index in first + 1..self.keys.len() {
+                if self.keys[index].key == key {
+                    found[index] = Some(value.clone()); // (two rules on one key: rare)
+                }
+            }
+            found[first] = Some(value);
+        }
+        Ok(Some(found))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Self::Value, A::Error> {
+        while items.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
