@@ -250,10 +250,13 @@ impl Json {
                             _ => continue,
                         }
                     }
-                    let name = rule.names.iter().find_map(|path| match at_path(call, path) {
-                        Some(Value::String(name)) => Some(name),
-                        _ => None,
-                    });
+                    let name = rule
+                        .names
+                        .iter()
+                        .find_map(|path| match at_path(call, path) {
+                            Some(Value::String(name)) => Some(name),
+                            _ => None,
+                        });
                     let Some(name) = name else { continue };
                     if name.is_empty() || asked.len() >= self.max_asked {
                         continue;
@@ -290,7 +293,9 @@ fn stable_hash(text: &Bound<'_, PyString>) -> Option<i64> {
     let mut hasher = Blake2bVar::new(8).expect("8 is a BLAKE2b digest size");
     hasher.update(text.as_bytes());
     let mut digest = [0u8; 8];
-    hasher.finalize_variable(&mut digest).expect("the digest is 8 bytes");
+    hasher
+        .finalize_variable(&mut digest)
+        .expect("the digest is 8 bytes");
     Some(i64::from_be_bytes(digest))
 }
 
@@ -355,9 +360,9 @@ impl<'de> Visitor<'de> for Message<'_> {
                 continue;
             };
             let value: Value = map.next_value()?;
-            for index in first + 1..self.keys.len() {
-                if self.keys[index].key == key {
-                    found[index] = Some(value.clone()); // (two rules on one key: rare)
+            for (list, slot) in self.keys.iter().zip(found.iter_mut()).skip(first + 1) {
+                if list.key == key {
+                    *slot = Some(value.clone()); // (two rules on one key: rare)
                 }
             }
             found[first] = Some(value);
