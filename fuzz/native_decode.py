@@ -2,8 +2,9 @@
 (protobuf's upb parser), on the same bytes. Coverage-guided with atheris (libFuzzer).
 
 The contract checked: both refuse the bytes in the same words (the same ``DecodeError``), or
-both read them into the same records and the same counted rejections. Any difference, or any
-other exception, is a crash: libFuzzer stops and saves the input.
+both read them into the same records and the same counted rejections (the compiled path with
+its kernels of the conventions: limit phrases, tool JSON, the stable hash, a span's head).
+Any difference, or any other exception, is a crash: libFuzzer stops and saves the input.
 
     .venv/bin/python fuzz/native_decode.py -dict=fuzz/otlp.dict fuzz/corpus/native_decode
     .venv/bin/python fuzz/native_decode.py -help=1     # the libFuzzer options
@@ -31,13 +32,13 @@ from ingest import built
 
 if not native.AVAILABLE:
     sys.exit("the compiled decode (watchdog.core.spans._native) is not built: run make")
-native.use_native(False)  # parse_protobuf: the Python path; the compiled one called directly
-COMPILED = native._compiled()
 
 
-def read(parse: object, body: bytes) -> str | Decoded:
+def read(compiled: bool, body: bytes) -> str | Decoded:
+    """The bytes read by the compiled decode and kernels, or by the Python path alone."""
+    native.use_native(compiled)
     try:
-        request = parse(body)  # type: ignore[operator]
+        request = decode.parse_protobuf(body)
     except decode.DecodeError as exc:
         return str(exc)
     return records_from(request)
@@ -49,7 +50,7 @@ def test_one_input(data: bytes) -> None:
     body = data[1:]
     if data[0] % 2:
         body = built(atheris.FuzzedDataProvider(body)).SerializeToString()
-    ours, reference = read(COMPILED, body), read(decode.parse_protobuf_python, body)
+    ours, reference = read(True, body), read(False, body)
     if isinstance(reference, str) or isinstance(ours, str):
         assert ours == reference, (ours, reference)
         return

@@ -3,7 +3,9 @@
 Every recording of a real framework, delivered as it was exported, as one request, cut in two,
 span by span, and span by span backwards, is read by both decodes: the records (every field)
 and the runs the tracker makes of them (their whole snapshots) must be the same. Bytes that
-are no request are refused by both in the same words; the nesting bound is upb's.
+are no request are refused by both in the same words; the nesting bound is upb's. The compiled
+kernels of the conventions (limit phrases and status patterns, tool JSON, the stable hash) answer
+as their Python twins do on texts made to find where Rust and Python read differently.
 
 The compiled decode is built by ``make`` (setuptools-rust, with cargo); these tests fail, and
 say so, where it was not.
@@ -11,7 +13,9 @@ say so, where it was not.
 
 from __future__ import annotations
 
+import json
 import logging
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +26,7 @@ import pytest
 from tests.harness import running_server, sidecar_config
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
 from watchdog.core.runs.tracker import RunTracker
-from watchdog.core.spans import decode, native
+from watchdog.core.spans import decode, model_calls, native, outcome, values
 from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
 from watchdog.core.spans.logs import LogJoin, parse_logs_json
 from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
@@ -45,7 +49,7 @@ def decoding(compiled: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        decode.compiled = before
+        native.use_native(before is not None)
 
 
 def deliveries(driver: str, scenario: str) -> dict[str, list[bytes]]:
@@ -255,3 +259,57 @@ def test_the_sidecar_says_which_decode_reads(tmp_path: Path, caplog: pytest.LogC
                     running_server(sidecar_config(tmp_path / str(number), native=setting)):
                 assert native.native_state() == state
             assert f"OTLP protobuf decode: {said}" in caplog.text
+
+
+# Where Rust and Python might read a text differently: case folding beyond ASCII ("ı", "İ", "ſ",
+# the Kelvin sign), re's \s separators, lone surrogates, floats and -0, NaN, integers longer
+# than Python's int reads, duplicate keys, escapes, deep nesting, envelopes.
+ODD_PIECES = ["max turns exceeded", "Max Iterations reached", "reached the maximum number of "
+              "steps", "max ıterations exceeded", "Max turns limit hİt",
+              "Recursion limit of 25 reached", "Max turns exceeded: 3", "ı", "İ", "ſ",
+              "\u212a", "\x1c", "\x1f", "\ud800", "é", "😀", " ", "\n", ".", "1.5", "-0", "1e5",
+              "NaN", "Infinity", "9" * 4400, '"\\ud800"', '"\\u00e9"', '"\\n"', '"a":1,"a":2',
+              '"inputs":{"q":1},"input_str":"q"', '"kwargs":{"b":2,"a":1},"args":[],'
+              '"sanitize_inputs_outputs":true', '"tool_calls":[{"id":"c1","function":{"name":'
+              '"f"}}]', '"parts":[{"type":"tool_call","id":"c2","name":"g"}]', '{', '}', '[', ']',
+              ",", ":", "null", "true", '""', '"\\x"', '"a\tb"', '"content":"\\ud83d"',
+              '"content":"\\q"', '"content":[1,{"a":"\\ud800\\udc00"}]', "1e999", "-"]
+
+
+def odd_texts(count: int) -> list[str]:
+    rng = random.Random(31)
+    texts = [piece for piece in ODD_PIECES]
+    texts += [json.dumps(value) for value in (
+        {"b": 1, "a": [1, 2, {"z": "é", "y": None}]}, {"x": "a\nb\u0001\u007f"}, [[[[]]]],
+        [{"role": "assistant", "tool_calls": [{"id": "c" * 300, "function": {"name": "n" * 300}}]}],
+        [{"parts": [{"type": "tool_call", "name": f"t{i}", "id": str(i)} for i in range(20)]}])]
+    texts += ["[" * depth + "]" * depth for depth in (100, 200, 1200)]
+    for _ in range(count):
+        pieces = rng.choices(ODD_PIECES, k=rng.randint(1, 8))
+        glue = rng.choice(["", " ", ",", ":"])
+        text = glue.join(pieces)
+        texts.append(rng.choice([text, "{" + text + "}", "[{" + text + "}]", "[" + text + "]"]))
+    return texts
+
+
+def kernels_read(text: str) -> tuple[object, ...]:
+    return (outcome.phrase_limit(text), outcome.status_limit(text),
+            values.canonical_arguments(text), model_calls.asked_tools(text, None),
+            values.stable_hash(text))
+
+
+def test_the_compiled_kernels_answer_as_their_python_twins() -> None:
+    with decoding(compiled=True):
+        assert None not in (outcome.compiled_phrases, outcome.compiled_status,
+                            values.compiled_canonical, model_calls.compiled_asked,
+                            values.compiled_hash)
+        texts = odd_texts(3000)
+        ours = [kernels_read(text) for text in texts]
+        kernels = (outcome.compiled_phrases, values.compiled_canonical, model_calls.compiled_asked)
+        answered = [sum(kernel(text) not in (None, -2) for text in texts)  # type: ignore[misc]
+                    for kernel in kernels]
+    with decoding(compiled=False):
+        assert outcome.compiled_phrases is None and values.compiled_hash is None
+        for text, read in zip(texts, ours, strict=True):
+            assert read == kernels_read(text), text
+    assert min(answered) > 20, answered  # (the compiled ones answer: not all left to Python)

@@ -6,3 +6,6 @@ pub mod wire;
 
 #[cfg(feature = "python")]
 mod python;
+
+#[cfg(feature = "python")]
+mod kernels;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::wire;
 
@@ -18,6 +18,10 @@ use crate::wire;
 pub struct Tables {
     wanted: HashMap<Box<[u8]>, (Py<PyString>, bool)>,
     json_encoded: Py<PyAny>,
+    /// a span's name is cut to this many characters (``values.MAX_NAME_CHARS``)
+    max_name_chars: usize,
+    /// the earliest time a span's may be (``bounds.MIN_SPAN_TIME_NS``)
+    min_time_ns: u64,
 }
 
 #[pymethods]
@@ -27,6 +31,8 @@ impl Tables {
         wanted: &Bound<'_, PyAny>,
         scalars: &Bound<'_, PyAny>,
         json_encoded: Py<PyAny>,
+        max_name_chars: usize,
+        min_time_ns: u64,
     ) -> PyResult<Self> {
         let mut scalar_keys = std::collections::HashSet::new();
         for key in scalars.try_iter()? {
@@ -45,6 +51,8 @@ impl Tables {
         Ok(Tables {
             wanted: table,
             json_encoded,
+            max_name_chars,
+            min_time_ns,
         })
     }
 }
@@ -286,6 +294,41 @@ impl Span {
         bytes(py, self.body.bind(py).as_bytes(), self.span.raw)
     }
 
+    /// What ``conventions._head`` reads of the span: (trace id, span id and parent span id as
+    /// hex, the parent None at a root; its name, cut; its start and end in ns, as
+    /// ``bounds.span_times`` makes them); None where the span is refused (the Python reading
+    /// then says why).
+    fn head<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let tables = self.tables.get();
+        let data = self.body.bind(py).as_bytes();
+        let span = &self.span;
+        let (trace, id) = (span.trace_id.of(data), span.span_id.of(data));
+        if trace.len() != 16 || zero(trace) || id.len() != 8 || zero(id) {
+            return Ok(None);
+        }
+        let (start, end) = (span.start_time_unix_nano, span.end_time_unix_nano);
+        let minimum = tables.min_time_ns;
+        let (start, end) = match (start >= minimum, end >= minimum) {
+            (true, true) => (start, end.max(start)),
+            (false, true) => (end, end),
+            (true, false) => (start, start),
+            (false, false) => return Ok(None),
+        };
+        let parent = span.parent_span_id.of(data);
+        let parent = if parent.len() == 8 && !zero(parent) {
+            Some(hex(parent))
+        } else {
+            None
+        };
+        let name = span.name.text(data);
+        let name = match name.char_indices().nth(tables.max_name_chars) {
+            Some((cut, _)) => &name[..cut],
+            None => name,
+        };
+        let head = (hex(trace), hex(id), parent, name, start, end);
+        Ok(Some(head.into_pyobject(py)?))
+    }
+
     /// The attributes the convention tables name, as ``select_attributes`` reads them: a
     /// non-empty string as it is (or, a scalar's or one that starts with ``"``, the JSON it
     /// encodes), anything else as ``any_value`` reads it; a repeated key keeps its last value.
@@ -313,6 +356,20 @@ impl Span {
         }
         Ok(selected)
     }
+}
+
+fn zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|byte| *byte == 0)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(DIGITS[(byte >> 4) as usize] as char);
+        text.push(DIGITS[(byte & 15) as usize] as char);
+    }
+    text
 }
 
 /// An ``AnyValue`` as ``decode.any_value`` reads it: lists and dicts, bytes as hex.
@@ -581,5 +638,6 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AnyValue>()?;
     m.add_class::<ArrayValue>()?;
     m.add_class::<KeyValueList>()?;
+    crate::kernels::register(m)?;
     Ok(())
 }

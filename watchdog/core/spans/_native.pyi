@@ -4,7 +4,8 @@ from collections.abc import Callable, Iterable
 
 class Tables:
     def __init__(self, wanted: Iterable[str], scalars: Iterable[str],
-                 json_encoded: Callable[[str, bool], object]) -> None: ...
+                 json_encoded: Callable[[str, bool], object], max_name_chars: int,
+                 min_time_ns: int) -> None: ...
 
 def decode(body: bytes, tables: Tables) -> Request:
     """Raises ValueError (upb's words) for bytes that are no ExportTraceServiceRequest."""
@@ -80,6 +81,7 @@ class Span:
     def status(self) -> Status: ...
     def SerializeToString(self) -> bytes: ...
     def selected(self) -> dict[str, object]: ...
+    def head(self) -> tuple[str, str, str | None, str, int, int] | None: ...
 
 class Status:
     @property
@@ -145,3 +147,21 @@ class ArrayValue:
 class KeyValueList:
     @property
     def values(self) -> list[KeyValue]: ...
+
+class Phrases:
+    """The limit phrases' regexes in one pass; ValueError for one Rust's regex does not read."""
+    def __init__(self, patterns: list[str]) -> None: ...
+    def first(self, text: str) -> int:
+        """The first pattern found; -1 none; -2 a text that is no UTF-8."""
+
+class Json:
+    """Tool arguments' canonical JSON and a model output's tool calls, read by serde_json."""
+    def __init__(self, envelopes: Iterable[tuple[frozenset[str], str]],
+                 asked_lists: Iterable[tuple[str, str | None, tuple[tuple[str | int, ...], ...],
+                                             tuple[str | int, ...]]],
+                 max_asked: int, max_name: int) -> None: ...
+    def canonical(self, text: str) -> str | None: ...
+    def asked(self, text: str) -> tuple[tuple[str, str], ...] | None: ...
+
+def stable_hash(text: str) -> int | None:
+    """BLAKE2b-64 of the text's UTF-8, signed; None for a text with a lone surrogate."""

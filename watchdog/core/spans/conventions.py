@@ -81,6 +81,7 @@ from watchdog.core.spans.identity import (
     unasked_tool,
 )
 from watchdog.core.spans.model_calls import _fill_llm, request_hash
+from watchdog.core.spans.native import NATIVE_SPAN
 from watchdog.core.spans.outcome import LIMIT_EXCEPTIONS, phrase_limit, short_type, status_limit
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
 from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
@@ -126,24 +127,30 @@ def _event_facts(events: Any) -> dict[str, object] | None:
     return facts
 
 
-def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> SpanRecord:
-    """One OTLP ``Span`` (with its decoded attributes and its resource) as a record."""
+def _head(span: Any) -> tuple[str, str, str | None, str, int, int]:
+    """(trace id, span id, parent span id or None, name, start ns, end ns) of a usable span;
+    :class:`SpanRejected` says why one is not (the compiled decode's ``Span.head`` reads the
+    same, or None where this says why not)."""
     raw_trace, raw_span = span.trace_id, span.span_id
     if len(raw_trace) != 16 or raw_trace == b"\0" * 16:
         raise SpanRejected("invalid_trace_id", "span has no valid 16-byte trace_id")
     if len(raw_span) != 8 or raw_span == b"\0" * 8:
         raise SpanRejected("invalid_span_id", "span has no valid 8-byte span_id")
-    trace_id = raw_trace.hex()
     raw_parent = span.parent_span_id
     parent = raw_parent.hex() if len(raw_parent) == 8 and raw_parent != b"\0" * 8 else None
-    name = span.name[:MAX_NAME_CHARS]
     times = span_times(span.start_time_unix_nano, span.end_time_unix_nano)
     if times is None:
         raise SpanRejected("invalid_timestamps",
                            f"span has no valid time: start {span.start_time_unix_nano} ns, end "
                            f"{span.end_time_unix_nano} ns since the epoch (nanoseconds from 2000 "
                            f"on; other units?)")
-    start_ns, end_ns = times
+    return raw_trace.hex(), raw_span.hex(), parent, span.name[:MAX_NAME_CHARS], *times
+
+
+def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> SpanRecord:
+    """One OTLP ``Span`` (with its decoded attributes and its resource) as a record."""
+    head = span.head() if type(span) is NATIVE_SPAN else None
+    trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
     key, source = run_key(trace_id, attrs, resource)
     role = role_of(name, attrs, parent is None)
     step = False  # a span of agent kind that is a step or a tool call: the name it has is not
@@ -164,8 +171,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
                 break
     kind = ROLE_KINDS[role]
     # Positional: keyword arguments cost a dataclass __init__ twice as much, once per span.
-    record = SpanRecord(key, source, trace_id, raw_span.hex(), parent, name, kind, start_ns,
-                        end_ns)
+    record = SpanRecord(key, source, trace_id, span_id, parent, name, kind, start_ns, end_ns)
     if source is KEY_WATCHDOG and name.startswith(CLIENT_RUN_SPAN):
         record.run_frame = True
     if role is CREATE_AGENT:

@@ -7,7 +7,7 @@ asked for (:func:`asked_tools`), its request as a hash (:func:`request_hash`) an
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -255,6 +255,11 @@ ASKED_TOOL_FLAT = (
 )
 
 
+# The compiled reading of a JSON output's tool calls (watchdog.core.spans.native installs it with
+# the compiled decode): what asked_tools returns, or None where this Python must read them.
+compiled_asked: Callable[[str], tuple[tuple[str, str], ...] | None] | None = None
+
+
 def asked_tools(output_messages: object, span: Any) -> tuple[tuple[str, str], ...]:
     """The tool calls (name, call id or "") a model call's output asks for, at most
     ``MAX_ASKED_TOOLS``, from its JSON output messages or else its span's flattened output keys
@@ -262,6 +267,8 @@ def asked_tools(output_messages: object, span: Any) -> tuple[tuple[str, str], ..
     asked: list[tuple[str, str]] = []
     messages: object = output_messages
     if isinstance(messages, str) and '"tool_call' in messages:
+        if compiled_asked is not None and (found := compiled_asked(messages)) is not None:
+            return found
         try:
             messages = _load_json(messages)
         except ValueError:

@@ -12,12 +12,20 @@ reads every request. :func:`use_native` switches; :func:`native_state` says whic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
-from watchdog.core.spans import decode
-from watchdog.core.spans.attributes import SCALAR_ATTRIBUTES, WANTED_ATTRIBUTES
-from watchdog.core.spans.values import json_encoded, select_attributes
+from watchdog.core.bounds import MIN_SPAN_TIME_NS
+from watchdog.core.spans import decode, model_calls, outcome, values
+from watchdog.core.spans.attributes import (
+    SCALAR_ATTRIBUTES,
+    TOOL_ARGS_ENVELOPES,
+    WANTED_ATTRIBUTES,
+)
+from watchdog.core.spans.record import MAX_ASKED_TOOLS
+from watchdog.core.spans.values import MAX_NAME_CHARS, json_encoded, select_attributes
 
 try:
     from watchdog.core.spans import _native
@@ -28,9 +36,11 @@ _REQUEST_TYPE = decode.ExportTraceServiceRequest.DESCRIPTOR.full_name
 AVAILABLE = _native is not None
 
 
+@cache
 def _compiled() -> Callable[[bytes], Any]:
     assert _native is not None
-    tables = _native.Tables(WANTED_ATTRIBUTES, SCALAR_ATTRIBUTES, json_encoded)
+    tables = _native.Tables(WANTED_ATTRIBUTES, SCALAR_ATTRIBUTES, json_encoded, MAX_NAME_CHARS,
+                            MIN_SPAN_TIME_NS)
     native_decode = _native.decode
     prefix = f"invalid OTLP protobuf payload: Error parsing message with type '{_REQUEST_TYPE}'"
 
@@ -43,10 +53,43 @@ def _compiled() -> Callable[[bytes], Any]:
     return parse
 
 
+def _patterns(table: tuple[tuple[re.Pattern[str], str], ...]) -> Any:
+    """A table's regexes matched in one pass; None where one is a regex Rust's reads otherwise
+    (a look-around, a back-reference): Python's loop reads them."""
+    assert _native is not None
+    try:
+        return _native.Phrases([pattern.pattern for pattern, _ in table])
+    except ValueError:
+        return None
+
+
+@cache
+def _kernels() -> tuple[Any, Any, Any]:
+    """The compiled kernels of the conventions (``native/otlp/src/kernels.rs``), over the same
+    tables: the limit phrases and status patterns, each table in one pass; tool arguments'
+    canonical JSON and a model output's tool calls read by serde_json. Each answers as its
+    Python twin does, or leaves the value to it."""
+    assert _native is not None
+    json = _native.Json(TOOL_ARGS_ENVELOPES, model_calls.ASKED_TOOL_LISTS, MAX_ASKED_TOOLS,
+                        MAX_NAME_CHARS)
+    return _patterns(outcome.LIMIT_PHRASES), _patterns(outcome.LIMIT_STATUS), json
+
+
+def _use_kernels(on: bool) -> None:
+    """The compiled kernels on (and the 64-bit stable hash), or the Python twins alone."""
+    phrases, status, json = _kernels() if on else (None, None, None)
+    outcome.compiled_phrases = phrases.first if phrases is not None else None
+    outcome.compiled_status = status.first if status is not None else None
+    values.compiled_canonical = json.canonical if json is not None else None
+    model_calls.compiled_asked = json.asked if json is not None else None
+    values.compiled_hash = _native.stable_hash if on and _native is not None else None
+
+
 def use_native(on: bool) -> bool:
-    """Read protobuf requests with the compiled decode (``on``, where it is built) or the
-    Python one; whether the compiled one is now on."""
+    """Read protobuf requests with the compiled decode and kernels (``on``, where they are
+    built) or the Python ones; whether the compiled ones are now on."""
     decode.compiled = _compiled() if on and AVAILABLE else None
+    _use_kernels(decode.compiled is not None)
     return decode.compiled is not None
 
 

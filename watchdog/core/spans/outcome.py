@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from watchdog.core.spans.combined import TABLES
 from watchdog.core.spans.record import SpanRecord
@@ -75,6 +75,13 @@ def _common_start(texts: tuple[str, ...]) -> str:
 ANSWER_TOOL_SCAN = _common_start(ANSWER_TOOL_MARKERS)
 
 
+# The compiled matchers of LIMIT_PHRASES and LIMIT_STATUS (watchdog.core.spans.native installs
+# them with the compiled decode): the index of the first pattern found, -1 none, -2 a text it
+# cannot read.
+compiled_phrases: Callable[[str], int] | None = None
+compiled_status: Callable[[str], int] | None = None
+
+
 def short_type(error_type: str) -> str:
     """``pydantic_ai.exceptions.UsageLimitExceeded`` -> ``UsageLimitExceeded``."""
     return error_type.rsplit(".", 1)[-1]
@@ -82,9 +89,13 @@ def short_type(error_type: str) -> str:
 
 def status_limit(description: str) -> str | None:
     """The limit a span's status description names ("Max turns exceeded: ..."), if any."""
-    for pattern, limit in LIMIT_STATUS:
-        if pattern.search(description):
-            return limit
+    index = compiled_status(description) if compiled_status is not None else -2
+    if index >= 0:
+        return LIMIT_STATUS[index][1]
+    if index == -2:  # (not compiled, or a text with a lone surrogate)
+        for pattern, limit in LIMIT_STATUS:
+            if pattern.search(description):
+                return limit
     head, sep, _ = description.partition(":")
     if sep and short_type(head.strip()) in LIMIT_EXCEPTIONS:  # "LlmCallsLimitExceededError: …"
         return short_type(head.strip())
@@ -96,6 +107,10 @@ def phrase_limit(text: str) -> str | None:
     number of iterations"): :attr:`Convention.limit_phrases
     <watchdog.core.spans.schema.Convention.limit_phrases>`; its first characters only."""
     text = text[:MAX_PHRASE_CHARS]
+    if compiled_phrases is not None:  # all of them in one pass
+        index = compiled_phrases(text)
+        if index != -2:  # (-2: no UTF-8, a lone surrogate: read below)
+            return LIMIT_PHRASES[index][1] if index >= 0 else None
     for pattern, limit in LIMIT_PHRASES:
         if pattern.search(text):
             return limit

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from watchdog.core.bounds import id_problem
+from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
 from watchdog.core.spans.decode import TraceRequest, attributes
 from watchdog.core.spans.logs import Held, LogJoin, merged
@@ -50,7 +50,9 @@ def _checked(record: SpanRecord) -> SpanRecord:
     for reason, what, value in (("invalid_run_id", "run id", record.run_key),
                                 ("invalid_session_id", "session id", record.session),
                                 ("invalid_run_id", "parent run id", record.parent_run)):
-        if value is not None and (problem := id_problem(value)) is not None:
+        # (printable text has no control character or lone surrogate: the common case, in C)
+        if value is not None and not (value.isprintable() and 0 < len(value) <= MAX_ID_CHARS) \
+                and (problem := id_problem(value)) is not None:
             raise SpanRejected(reason, f"{what} {value[:64]!r} is not allowed: it {problem}")
     return record
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog.core.bounds import token_count
@@ -129,8 +129,15 @@ def _int(value: object) -> int:
 _SIGNED_64 = struct.Struct(">q")  # the same value as int.from_bytes(..., "big", signed=True)
 
 
+# The compiled stable_hash (watchdog.core.spans.native installs it with the compiled decode): the
+# same hash, or None for a text that is no UTF-8 (hashed below, its lone surrogates replaced).
+compiled_hash: Callable[[str], int | None] | None = None
+
+
 def stable_hash(text: str) -> int:
     """A 64-bit hash that is the same in every process (Python's ``hash`` is salted)."""
+    if compiled_hash is not None and (compiled := compiled_hash(text)) is not None:
+        return compiled
     digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).digest()
     value: int = _SIGNED_64.unpack(digest)[0]
     return value
@@ -158,11 +165,18 @@ def _load_json(text: str) -> Any:
     return value
 
 
+# The compiled canonical JSON (watchdog.core.spans.native installs it with the compiled decode):
+# the text canonical_arguments writes, or None where this Python must write it.
+compiled_canonical: Callable[[str], str | None] | None = None
+
+
 def canonical_arguments(raw: object) -> str:
     """Tool arguments as canonical JSON (sorted keys, no whitespace) so that the same call with
     keys in another order or other spacing counts as the same call."""
     value: Any = raw
     if isinstance(raw, str):
+        if compiled_canonical is not None and (canonical := compiled_canonical(raw)) is not None:
+            return canonical
         try:
             value = _load_json(raw)
         except ValueError:

@@ -1,0 +1,408 @@
+//! Per-span kernels of the conventions, over the same tables the Python path reads (handed over
+//! once, at start): the limit phrases a message may name, all in one pass (`Phrases`), and the
+//! JSON a tool call's arguments and a model's tool requests are read from (`Json`), and the
+//! 64-bit hash of a text (`stable_hash`). Each answers
+//! exactly what its Python twin answers, or None where it cannot be sure it would (a value
+//! serde_json and Python's json read differently: a float, a lone surrogate, NaN, a number too
+//! long for Python's int): the caller then asks the Python twin.
+
+use std::collections::BTreeSet;
+
+use blake2::digest::{Update, VariableOutput};
+use blake2::Blake2bVar;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+/// Python's json refuses an integer of more digits than this (``sys.int_info``'s default
+/// ``str_digits_check_threshold`` limit, 4300): where a run of digits is this long, ask Python.
+const MAX_INT_DIGITS: usize = 4300;
+
+/// A table of regexes (the limit phrases, the status patterns), in the tables' order: the first
+/// that matches anywhere in a text wins, as the Python loop over them decides.
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Phrases {
+    set: regex::RegexSet,
+}
+
+#[pymethods]
+impl Phrases {
+    /// A ValueError where a pattern is no regex the compiled matcher reads as Python's `re`
+    /// does (look-arounds, back-references): the Python loop then stays.
+    #[new]
+    fn new(patterns: Vec<String>) -> PyResult<Self> {
+        let set = regex::RegexSet::new(&patterns)
+            .map_err(|error| PyValueError::new_err(error.to_string()))?;
+        Ok(Phrases { set })
+    }
+
+    /// The index of the first pattern found in `text`; -1 none is; -2 for the Python loop to
+    /// read it: a text that is not ASCII, where the two engines' Unicode differs (`re`'s
+    /// ignored case matches "ı" and "İ" for "i", its `\w` and `\s` are `str.isalnum` and
+    /// `str.isspace`), or holds the separators `re`'s `\s` has and Unicode's has not.
+    fn first(&self, text: &Bound<'_, PyString>) -> i64 {
+        let Ok(text) = text.to_str() else {
+            return -2;
+        };
+        if !text.is_ascii() || text.bytes().any(|byte| (0x1c..=0x1f).contains(&byte)) {
+            return -2;
+        }
+        match self.set.matches(text).iter().next() {
+            Some(index) => index as i64,
+            None => -1,
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Step {
+    Key(String),
+    Index(i64),
+}
+
+fn path_of(path: &Bound<'_, PyAny>) -> PyResult<Vec<Step>> {
+    let mut steps = Vec::new();
+    for step in path.try_iter()? {
+        let step = step?;
+        if let Ok(key) = step.extract::<String>() {
+            steps.push(Step::Key(key));
+        } else {
+            steps.push(Step::Index(step.extract::<i64>()?));
+        }
+    }
+    Ok(steps)
+}
+
+/// ``outcome.at_path``: a key indexes an object, an int a list (from its end where negative).
+fn at_path<'v>(mut value: &'v Value, path: &[Step]) -> Option<&'v Value> {
+    for step in path {
+        value = match (step, value) {
+            (Step::Key(key), Value::Object(map)) => map.get(key)?,
+            (Step::Index(index), Value::Array(items)) => {
+                let len = items.len() as i64;
+                if !(-len <= *index && *index < len) {
+                    return None;
+                }
+                &items[if *index < 0 { len + index } else { *index } as usize]
+            }
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// Where a model's output message lists the tool calls it asks for
+/// (``model_calls.ASKED_TOOL_LISTS``): the list's key, its items' type (None: any), the paths
+/// of a call's name (the first that is text) and of its id.
+struct AskedList {
+    key: String,
+    item_type: Option<String>,
+    item_type_path: Vec<Step>, // ("type",)
+    names: Vec<Vec<Step>>,
+    id: Vec<Step>,
+}
+
+/// The JSON kernels: a tool call's arguments as canonical JSON (``values.canonical_arguments``)
+/// and the tool calls a model's output messages ask for (``model_calls.asked_tools``).
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Json {
+    envelopes: Vec<(BTreeSet<String>, String)>,
+    asked_lists: Vec<AskedList>,
+    max_asked: usize,
+    max_name: usize,
+}
+
+fn long_digit_run(text: &str) -> bool {
+    if text.len() < MAX_INT_DIGITS {
+        return false;
+    }
+    let mut run = 0;
+    for byte in text.bytes() {
+        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
+        if run >= MAX_INT_DIGITS {
+            return true;
+        }
+    }
+    false
+}
+
+/// `text` parsed as Python's json parses it, or None where the two might differ.
+fn parsed(text: &str) -> Option<Value> {
+    if long_digit_run(text) {
+        return None;
+    }
+    serde_json::from_str(text).ok()
+}
+
+fn has_float(value: &Value) -> bool {
+    match value {
+        Value::Number(number) => number.is_f64(),
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(map) => map.values().any(has_float),
+        _ => false,
+    }
+}
+
+fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+#[pymethods]
+impl Json {
+    /// `envelopes`: ``TOOL_ARGS_ENVELOPES`` ((keys, inner key), ...); `asked_lists`:
+    /// ``ASKED_TOOL_LISTS`` ((list key, item type or None, name paths, id path), ...).
+    #[new]
+    fn new(
+        envelopes: &Bound<'_, PyAny>,
+        asked_lists: &Bound<'_, PyAny>,
+        max_asked: usize,
+        max_name: usize,
+    ) -> PyResult<Self> {
+        let mut rules = Vec::new();
+        for rule in envelopes.try_iter()? {
+            let (keys, inner): (Bound<'_, PyAny>, String) = rule?.extract()?;
+            let mut names = BTreeSet::new();
+            for key in keys.try_iter()? {
+                names.insert(key?.extract::<String>()?);
+            }
+            rules.push((names, inner));
+        }
+        let mut lists = Vec::new();
+        for rule in asked_lists.try_iter()? {
+            let (key, item_type, names, id): (
+                String,
+                Option<String>,
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+            ) = rule?.extract()?;
+            let mut name_paths = Vec::new();
+            for path in names.try_iter()? {
+                name_paths.push(path_of(&path?)?);
+            }
+            lists.push(AskedList {
+                key,
+                item_type,
+                item_type_path: vec![Step::Key("type".to_owned())],
+                names: name_paths,
+                id: path_of(&id)?,
+            });
+        }
+        Ok(Json {
+            envelopes: rules,
+            asked_lists: lists,
+            max_asked,
+            max_name,
+        })
+    }
+
+    /// Tool arguments given as JSON text, canonical (sorted keys, no whitespace, an envelope's
+    /// inner value), as ``canonical_arguments`` writes them; None where Python should (not
+    /// JSON, or a float: Python and serde_json write those differently).
+    fn canonical(&self, text: &Bound<'_, PyString>) -> Option<String> {
+        let value = parsed(text.to_str().ok()?)?;
+        if has_float(&value) {
+            return None;
+        }
+        let value = match value {
+            Value::Object(mut map) => self.unwrapped(&mut map).unwrap_or(Value::Object(map)),
+            other => other,
+        };
+        serde_json::to_string(&value).ok()
+    }
+
+    /// The (name, call id or "") of the tool calls a model's output messages (JSON text) ask
+    /// for, at most `max_asked`; None where Python should read them (not a JSON list).
+    fn asked<'py>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyString>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some(text) = text.to_str().ok().filter(|text| !long_digit_run(text)) else {
+            return Ok(None);
+        };
+        // the messages' lists the tables name, parsed; everything else only checked
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let mut lists: Vec<Vec<Option<Value>>> = Vec::new();
+        let messages = Messages {
+            keys: &self.asked_lists,
+            lists: &mut lists,
+        };
+        if deserializer.deserialize_any(messages).is_err() || deserializer.end().is_err() {
+            return Ok(None);
+        }
+        let mut asked: Vec<(String, String)> = Vec::new();
+        for message in &lists {
+            for (rule, calls) in self.asked_lists.iter().zip(message) {
+                let Some(Value::Array(calls)) = calls else {
+                    continue;
+                };
+                for call in calls {
+                    if let Some(wanted) = &rule.item_type {
+                        match at_path(call, &rule.item_type_path) {
+                            Some(Value::String(kind)) if kind == wanted => {}
+                            _ => continue,
+                        }
+                    }
+                    let name = rule
+                        .names
+                        .iter()
+                        .find_map(|path| match at_path(call, path) {
+                            Some(Value::String(name)) => Some(name),
+                            _ => None,
+                        });
+                    let Some(name) = name else { continue };
+                    if name.is_empty() || asked.len() >= self.max_asked {
+                        continue;
+                    }
+                    let call_id = match at_path(call, &rule.id) {
+                        Some(Value::String(id)) => cut(id, self.max_name),
+                        _ => String::new(),
+                    };
+                    asked.push((cut(name, self.max_name), call_id));
+                }
+            }
+        }
+        Ok(Some(PyTuple::new(py, asked)?))
+    }
+}
+
+impl Json {
+    /// ``values._unwrapped``: the arguments inside the first envelope whose keys are all there.
+    fn unwrapped(&self, map: &mut Map<String, Value>) -> Option<Value> {
+        for (keys, inner) in &self.envelopes {
+            if map.contains_key(inner) && keys.iter().all(|key| map.contains_key(key)) {
+                return map.remove(inner);
+            }
+        }
+        None
+    }
+}
+
+/// ``values.stable_hash``: BLAKE2b with an 8-byte digest of the text's UTF-8, as a signed
+/// big-endian 64-bit int; None for a text that is no UTF-8 (a lone surrogate: Python replaces it).
+#[pyfunction]
+fn stable_hash(text: &Bound<'_, PyString>) -> Option<i64> {
+    let text = text.to_str().ok()?;
+    let mut hasher = Blake2bVar::new(8).expect("8 is a BLAKE2b digest size");
+    hasher.update(text.as_bytes());
+    let mut digest = [0u8; 8];
+    hasher
+        .finalize_variable(&mut digest)
+        .expect("the digest is 8 bytes");
+    Some(i64::from_be_bytes(digest))
+}
+
+/// A JSON message list read for the lists at the keys the tables name (a message's lists in
+/// `lists`, by key, None where absent; a repeated key keeps its last value, as Python's dict
+/// does); every other value checked as JSON and dropped. Anything but a list is an error.
+struct Messages<'a> {
+    keys: &'a [AskedList],
+    lists: &'a mut Vec<Vec<Option<Value>>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Messages<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Messages<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON list of messages")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        while let Some(found) = items.next_element_seed(Message { keys: self.keys })? {
+            if let Some(found) = found {
+                self.lists.push(found);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One item of the list: an object's lists at the keys (None: no object).
+struct Message<'a> {
+    keys: &'a [AskedList],
+}
+
+impl<'de> DeserializeSeed<'de> for Message<'_> {
+    type Value = Option<Vec<Option<Value>>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Message<'_> {
+    type Value = Option<Vec<Option<Value>>>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found: Vec<Option<Value>> = vec![None; self.keys.len()];
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let Some(first) = self.keys.iter().position(|list| list.key == key) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let value: Value = map.next_value()?;
+            for (list, slot) in self.keys.iter().zip(found.iter_mut()).skip(first + 1) {
+                if list.key == key {
+                    *slot = Some(value.clone()); // (two rules on one key: rare)
+                }
+            }
+            found[first] = Some(value);
+        }
+        Ok(Some(found))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Self::Value, A::Error> {
+        while items.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(stable_hash, m)?)?;
+    m.add_class::<Phrases>()?;
+    m.add_class::<Json>()?;
+    Ok(())
+}
