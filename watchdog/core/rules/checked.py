@@ -10,8 +10,8 @@ checks every other one with CEL, at load, as before; when the fingerprint differ
 from it. The runtime program of an expression taken from it is compiled at its first
 evaluation.
 
-``python -m watchdog.core.rules.checked`` writes the file again (``tests/test_rules_checked.py``
-fails while it is stale).
+``python -m watchdog.core.rules.write_checked`` writes the file again
+(``tests/test_rules_checked.py`` fails while it is stale).
 """
 
 from __future__ import annotations
@@ -52,28 +52,3 @@ def shipped() -> Checks:
     if not isinstance(expressions, dict):
         return {}
     return {source: (str(kind), bool(timed)) for source, (kind, timed) in expressions.items()}
-
-
-def check_shipped() -> Checks:
-    """Check every expression of the shipped packs with CEL (what the file should hold)."""
-    from watchdog.core.rules import expr
-    from watchdog.core.rules.pack import load_rules
-
-    found: Checks = {}
-    expr.recorded = found
-    try:
-        for pack in SHIPPED:
-            load_rules([str(pack)], include_default=False)
-    finally:
-        expr.recorded = None
-    return dict(sorted(found.items()))
-
-
-def render(checks: Checks) -> str:
-    return json.dumps({"fingerprint": fingerprint(), "expressions": checks}, indent=1,
-                      ensure_ascii=False) + "\n"
-
-
-if __name__ == "__main__":
-    CHECKED.write_text(render(check_shipped()), encoding="utf-8")
-    print(f"{CHECKED}: {len(shipped.__wrapped__())} expressions")

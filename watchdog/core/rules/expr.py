@@ -286,7 +286,7 @@ class Expr:
         return f"Expr({self.source!r})"
 
 
-# While set (by :func:`watchdog.core.rules.checked.check_shipped`): every expression checked
+# While set (by :func:`watchdog.core.rules.write_checked.check_shipped`): every expression checked
 # with CEL, with its result type and whether it is timed.
 recorded: checked.Checks | None = None
 

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -27,8 +27,16 @@ from watchdog.core.model.wire import SSEReader, dumps
 from watchdog.shell.model.headers import response_headers
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
 
-if TYPE_CHECKING:
-    from watchdog.shell.model.proxy import ModelProxy
+
+class ModelProxy(Protocol):
+    """What the relay tells the endpoint (:class:`watchdog.shell.model.proxy.ModelProxy`): a
+    call steered, the note that replaces an answer emptied by trimming, the call observed."""
+
+    def steered(self, agent: str, action: str) -> None: ...
+
+    def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any]) -> str | None: ...
+
+    def observed(self, exchange: Exchange, handed: list[Any], seen: Any) -> None: ...
 
 log = logging.getLogger("watchdog.model")
 
