@@ -5,9 +5,10 @@ server behind it on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import socket
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 
 import grpc
 import pytest
@@ -67,6 +68,25 @@ def run(test: Callable[[], Coroutine[None, None, None]]) -> None:
 
 
 
+@contextlib.asynccontextmanager
+async def first_call() -> AsyncIterator[tuple[LazyGrpc, grpc.aio.UnaryUnaryMultiCallable]]:
+    """A lazy gRPC port on 127.0.0.1 and a channel to it whose first call went through."""
+    lazy = LazyGrpc(Builds())
+    port = await lazy.listen("127.0.0.1", 0)
+    async with channel_to(port) as channel:
+        echo = channel.unary_unary(METHOD)
+        assert await echo(b"ab", timeout=10) == b"ba"
+        yield lazy, echo
+
+async def stopped(lazy: LazyGrpc, echo: grpc.aio.UnaryUnaryMultiCallable) -> None:
+    """``lazy`` stopped: every joined socket closed, and a call on the channel fails."""
+    await asyncio.wait_for(lazy.stop(1.0), 5)
+    assert not lazy._joins
+    with pytest.raises(grpc.aio.AioRpcError):
+        await echo(b"cd", timeout=2)
+
+
+
 def test_the_port_is_held_from_the_start_and_the_server_made_at_the_first_connection() -> None:
     async def test() -> None:
         builds = Builds()
@@ -121,11 +141,7 @@ def test_a_joined_channel_moves_to_grpcio_after_its_age_without_a_failed_call(
     monkeypatch.setattr(lazy_grpc, "JOINED_AGE", 0.5)
 
     async def test() -> None:
-        lazy = LazyGrpc(Builds())
-        port = await lazy.listen("127.0.0.1", 0)
-        async with channel_to(port) as channel:
-            echo = channel.unary_unary(METHOD)
-            assert await echo(b"ab", timeout=10) == b"ba"
+        async with first_call() as (lazy, echo):
             assert len(lazy._joins) == 2  # the first connection: joined
             # calls all along, past the age (when the client leaves the joined connection
             # depends on the machine's load): none fails, and the channel reconnects, to
@@ -137,25 +153,16 @@ def test_a_joined_channel_moves_to_grpcio_after_its_age_without_a_failed_call(
                 index += 1
                 await asyncio.sleep(0.05)
             assert index >= 1 and not lazy._joins, (index, lazy._joins)
-            await asyncio.wait_for(lazy.stop(1.0), 5)
-            with pytest.raises(grpc.aio.AioRpcError):
-                await echo(b"cd", timeout=2)
+            await stopped(lazy, echo)
 
     run(test)
 
 
 def test_stop_closes_joined_connections() -> None:
     async def test() -> None:
-        lazy = LazyGrpc(Builds())
-        port = await lazy.listen("127.0.0.1", 0)
-        async with channel_to(port) as channel:
-            echo = channel.unary_unary(METHOD)
-            assert await echo(b"ab", timeout=10) == b"ba"
+        async with first_call() as (lazy, echo):
             assert lazy._joins
-            await asyncio.wait_for(lazy.stop(1.0), 5)
-            assert not lazy._joins  # every joined socket closed
-            with pytest.raises(grpc.aio.AioRpcError):
-                await echo(b"cd", timeout=2)
+            await stopped(lazy, echo)
 
     run(test)
 
