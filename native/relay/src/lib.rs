@@ -36,6 +36,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
+mod trim;
+use trim::{Answers, Api, StreamTrim};
+
 /// RFC 9110 §7.6.1, and the framing hyper sets itself.
 const HOP_BY_HOP: [&str; 9] = ["connection", "keep-alive", "proxy-connection",
     "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding",
@@ -54,15 +57,16 @@ enum Event {
     Failed { id: u64, kind: &'static str, detail: String },
     /// A forwarded response ended: its status (0: none came), "ok", "cut" or "cancelled", the
     /// bytes observed (with `observe`), its content type, seconds from forward to the end.
+    /// With a bound on tool calls, whether the relay changed what it passed on.
     Done { id: u64, status: u16, outcome: &'static str, body: Option<Bytes>,
-           content_type: String, seconds: f64 },
+           content_type: String, seconds: f64, changed: bool },
 }
 
 /// Python's answer to a request.
 enum Reply {
     Respond { status: u16, headers: Headers, body: Bytes },
     Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
-              notify: bool, direct: bool },
+              notify: bool, direct: bool, trim: Option<(Api, usize)> },
 }
 
 struct Shared {
@@ -75,6 +79,7 @@ struct Shared {
     max_body: usize,
     max_concurrent: usize,
     observe_limit: usize,
+    answers: Answers,
     client: reqwest::Client,
     /// For this process's own loopback relay: never through a proxy.
     direct: reqwest::Client,
@@ -108,6 +113,7 @@ struct Ticket {
     status: u16,
     content_type: String,
     observed: Option<BytesMut>,
+    changed: bool,
 }
 
 impl Ticket {
@@ -121,7 +127,7 @@ impl Ticket {
             self.shared.push(Event::Done {
                 id: self.id, status: self.status, outcome, body,
                 content_type: std::mem::take(&mut self.content_type),
-                seconds: self.started.elapsed().as_secs_f64() });
+                seconds: self.started.elapsed().as_secs_f64(), changed: self.changed });
         }
     }
 }
@@ -134,11 +140,26 @@ impl Drop for Ticket {
     }
 }
 
-/// A response body: bytes of Python's, or the upstream's as they come (observed on the way).
+/// A response body: bytes of Python's (or read ahead), then the upstream's as they come
+/// (observed on the way; with a bound on tool calls, trimmed event by event).
 struct RelayBody {
     whole: Option<Bytes>,
     upstream: Option<reqwest::Body>,
     ticket: Option<Ticket>,
+    trim: Option<StreamTrim>,
+}
+
+impl RelayBody {
+    /// The upstream has ended (or failed once the answer began: `cut`): what the trim held
+    /// back of an event cut short goes as it came.
+    fn ended(&mut self, outcome: &'static str) -> Option<Bytes> {
+        self.upstream = None;
+        let rest = self.trim.take().map(|trim| trim.rest().to_vec()).unwrap_or_default();
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.end(outcome);
+        }
+        (!rest.is_empty()).then(|| Bytes::from(rest))
+    }
 }
 
 impl Body for RelayBody {
@@ -148,56 +169,72 @@ impl Body for RelayBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>)
                   -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
-        if let Some(bytes) = this.whole.take() {
-            return Poll::Ready(Some(Ok(Frame::data(bytes))));
-        }
-        let Some(upstream) = this.upstream.as_mut() else {
-            if let Some(ticket) = this.ticket.as_mut() {
-                ticket.end("ok");
+        loop {
+            if let Some(bytes) = this.whole.take() {
+                return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
-            return Poll::Ready(None);
-        };
-        match Pin::new(upstream).poll_frame(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else {
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::new())))); // trailers: none
-                };
-                let last = this.upstream.as_ref().is_some_and(Body::is_end_stream);
+            let Some(upstream) = this.upstream.as_mut() else {
                 if let Some(ticket) = this.ticket.as_mut() {
-                    let limit = ticket.shared.observe_limit;
-                    if let Some(seen) = ticket.observed.as_mut() {
-                        if seen.len() + data.len() <= limit {
-                            seen.extend_from_slice(&data);
-                        } else {
-                            ticket.observed = None; // too long to read: passes unobserved
+                    ticket.end("ok");
+                }
+                return Poll::Ready(None);
+            };
+            match Pin::new(upstream).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers: none passed
+                    };
+                    let last = this.upstream.as_ref().is_some_and(Body::is_end_stream);
+                    if let Some(ticket) = this.ticket.as_mut() {
+                        let limit = ticket.shared.observe_limit;
+                        if let Some(seen) = ticket.observed.as_mut() {
+                            if seen.len() + data.len() <= limit {
+                                seen.extend_from_slice(&data);
+                            } else {
+                                ticket.observed = None; // too long to read: passes unobserved
+                            }
+                        }
+                    }
+                    let mut out = data;
+                    if let Some(trim) = this.trim.as_mut() {
+                        match trim.feed(&out) {
+                            Ok(bytes) => out = Bytes::from(bytes),
+                            Err(trim::Unjudged) => {
+                                // JSON this cannot judge: the answer ends here, no call in it
+                                // passed unjudged
+                                this.trim = None;
+                                this.ended("cut");
+                                return Poll::Ready(None);
+                            }
+                        }
+                        if trim.changed {
+                            if let Some(ticket) = this.ticket.as_mut() {
+                                ticket.changed = true;
+                            }
                         }
                     }
                     if last {
                         // told before the client can have it all: a request it sends next
                         // comes after this end
-                        ticket.end("ok");
+                        if let Some(rest) = this.ended("ok") {
+                            let mut joined = BytesMut::from(&out[..]);
+                            joined.extend_from_slice(&rest);
+                            out = joined.freeze();
+                        }
                     }
+                    if out.is_empty() {
+                        continue; // an event left out: nothing to send yet
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(out))));
                 }
-                if last {
-                    this.upstream = None;
+                Poll::Ready(Some(Err(_))) => {
+                    // an upstream that fails once the answer has begun ends it there
+                    this.whole = this.ended("cut");
                 }
-                Poll::Ready(Some(Ok(Frame::data(data))))
-            }
-            Poll::Ready(Some(Err(_))) => {
-                // an upstream that fails once the answer has begun ends it there
-                this.upstream = None;
-                if let Some(ticket) = this.ticket.as_mut() {
-                    ticket.end("cut");
+                Poll::Ready(None) => {
+                    this.whole = this.ended("ok");
                 }
-                Poll::Ready(None)
-            }
-            Poll::Ready(None) => {
-                this.upstream = None;
-                if let Some(ticket) = this.ticket.as_mut() {
-                    ticket.end("ok");
-                }
-                Poll::Ready(None)
             }
         }
     }
@@ -208,7 +245,16 @@ impl Body for RelayBody {
 
     fn size_hint(&self) -> SizeHint {
         match (&self.whole, &self.upstream) {
-            (Some(bytes), _) => SizeHint::with_exact(bytes.len() as u64),
+            (_, Some(_)) if self.trim.is_some() => SizeHint::default(),
+            (Some(bytes), None) => SizeHint::with_exact(bytes.len() as u64),
+            (Some(bytes), Some(upstream)) => {
+                let (upstream, mut hint) = (upstream.size_hint(), SizeHint::new());
+                hint.set_lower(upstream.lower() + bytes.len() as u64);
+                if let Some(upper) = upstream.upper() {
+                    hint.set_upper(upper + bytes.len() as u64);
+                }
+                hint
+            }
             (None, Some(upstream)) => upstream.size_hint(),
             (None, None) => SizeHint::with_exact(0),
         }
@@ -228,7 +274,7 @@ fn header_map(headers: &Headers) -> HeaderMap {
 
 fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Response<RelayBody> {
     let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
-                                                  ticket: Some(ticket) });
+                                                  ticket: Some(ticket), trim: None });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -257,7 +303,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
     let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     let mut ticket = Ticket { shared: shared.clone(), id, notify: false, ended: false,
                               started: Instant::now(), status: 0, content_type: String::new(),
-                              observed: None };
+                              observed: None, changed: false };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts.headers.iter()
         .map(|(name, value)| (name.as_str().to_owned(),
@@ -291,7 +337,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             Reply::Respond { status, headers, body } => {
                 return Ok(answer(status, &headers, body, ticket));
             }
-            Reply::Forward { method, url, headers, body, observe, notify, direct } => {
+            Reply::Forward { method, url, headers, body, observe, notify, direct, trim } => {
                 ticket.notify = notify;
                 ticket.started = Instant::now();
                 let method = reqwest::Method::from_bytes(method.as_bytes())
@@ -299,39 +345,113 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 let client = if direct { &shared.direct } else { &shared.client };
                 let sent = client.request(method, &url).headers(header_map(&headers))
                     .body(body).send().await;
-                match sent {
-                    Ok(upstream) => {
-                        ticket.status = upstream.status().as_u16();
-                        if observe {
-                            ticket.observed = Some(BytesMut::new());
+                let failure = match sent {
+                    Ok(upstream) => match relayed(&shared, upstream, ticket, observe, trim).await {
+                        Ok(response) => return Ok(response),
+                        Err((back, kind, detail)) => {
+                            ticket = back;
+                            (kind, detail)
                         }
-                        if let Some(kind) = upstream.headers().get("content-type") {
-                            ticket.content_type = String::from_utf8_lossy(kind.as_bytes())
-                                .into_owned();
-                        }
-                        let mut response = Response::new(RelayBody { whole: None,
-                            upstream: None, ticket: None });
-                        *response.status_mut() = upstream.status();
-                        *response.headers_mut() = passed_headers(upstream.headers());
-                        let stream: reqwest::Body = upstream.into();
-                        let body = response.body_mut();
-                        body.upstream = Some(stream);
-                        body.ticket = Some(ticket);
-                        return Ok(response);
-                    }
+                    },
                     Err(error) => {
                         let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
-                        let detail = error_kind(&error);
-                        ticket.notify = false;
-                        match shared.ask(id, Event::Failed { id, kind, detail }).await {
-                            Some(next) => reply = next,
-                            None => return Ok(answer(502, &vec![], Bytes::new(), ticket)),
-                        }
+                        (kind, error_kind(&error))
                     }
+                };
+                ticket.notify = false;
+                let (kind, detail) = failure;
+                match shared.ask(id, Event::Failed { id, kind, detail }).await {
+                    Some(next) => reply = next,
+                    None => return Ok(answer(502, &vec![], Bytes::new(), ticket)),
                 }
             }
         }
     }
+}
+
+type Failure = (Ticket, &'static str, String);
+
+/// The upstream's response, passed on as it comes; with a bound on tool calls (`trim`), a
+/// successful one trimmed: a stream event by event, a whole one read (bounded) first.
+async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticket,
+                 observe: bool, trim: Option<(Api, usize)>)
+                 -> Result<Response<RelayBody>, Failure> {
+    let status = upstream.status();
+    ticket.status = status.as_u16();
+    if observe {
+        ticket.observed = Some(BytesMut::new());
+    }
+    let kind = upstream.headers().get("content-type")
+        .map(|kind| String::from_utf8_lossy(kind.as_bytes()).into_owned()).unwrap_or_default();
+    let mime = kind.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    ticket.content_type = kind;
+    let mut headers = passed_headers(upstream.headers());
+    let trim = trim.filter(|_| status.is_success());
+    let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None };
+    match trim {
+        None => body.upstream = Some(upstream.into()),
+        Some((api, keep)) if mime == "text/event-stream" => {
+            headers.remove("content-length");
+            body.trim = Some(StreamTrim::new(api, keep, shared.answers.clone()));
+            body.upstream = Some(upstream.into());
+        }
+        Some((api, keep)) => {
+            let limit = shared.observe_limit;
+            let mut upstream = upstream;
+            if upstream.content_length().is_some_and(|length| length > limit as u64) {
+                ticket.observed = None; // too long to read: passes as it comes, unobserved
+                body.upstream = Some(upstream.into());
+            } else {
+                let mut read = BytesMut::new();
+                let mut whole = true;
+                loop {
+                    match upstream.chunk().await {
+                        Ok(Some(chunk)) => {
+                            read.extend_from_slice(&chunk);
+                            if read.len() > limit {
+                                whole = false;
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(error) => {
+                            let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
+                            return Err((ticket, kind, error_kind(&error)));
+                        }
+                    }
+                }
+                let read = read.freeze();
+                if !whole {
+                    ticket.observed = None;
+                    body.whole = Some(read);
+                    body.upstream = Some(upstream.into());
+                } else {
+                    if observe {
+                        ticket.observed = Some(BytesMut::from(&read[..]));
+                    }
+                    let out = match trim::trim_whole(api, &read, keep, &shared.answers) {
+                        Ok(Some(trimmed)) => {
+                            ticket.changed = true;
+                            Bytes::from(trimmed)
+                        }
+                        Ok(None) => read,
+                        Err(trim::Unjudged) => {
+                            ticket.observed = None;
+                            return Err((ticket, "unreachable", "UnjudgedResponse".into()));
+                        }
+                    };
+                    headers.remove("content-length");
+                    headers.remove("content-encoding");
+                    body.whole = Some(out);
+                }
+            }
+        }
+    }
+    body.ticket = Some(ticket);
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    Ok(response)
 }
 
 /// The error's kind, never its text (which may name the URL or what the server said).
@@ -357,11 +477,12 @@ struct Relay {
 impl Relay {
     #[new]
     #[pyo3(signature = (host, port, max_body, max_concurrent, connect_timeout, read_timeout,
-                        observe_limit, threads=2))]
+                        observe_limit, threads=2, answer_tools=vec![],
+                        answer_tool_prefixes=vec![]))]
     #[allow(clippy::too_many_arguments)]
     fn new(host: &str, port: u16, max_body: usize, max_concurrent: usize,
-           connect_timeout: f64, read_timeout: f64, observe_limit: usize, threads: usize)
-           -> PyResult<Self> {
+           connect_timeout: f64, read_timeout: f64, observe_limit: usize, threads: usize,
+           answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>) -> PyResult<Self> {
         let seconds = |value: f64, name: &str| {
             if value.is_finite() && value > 0.0 { Ok(Duration::from_secs_f64(value)) }
             else { Err(PyValueError::new_err(format!("{name} must be a positive number"))) }
@@ -399,7 +520,8 @@ impl Relay {
         let shared = Arc::new(Shared {
             events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
-            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit, client,
+            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
+            answers: Answers { names: answer_tools, prefixes: answer_tool_prefixes }, client,
             direct });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
@@ -415,7 +537,7 @@ impl Relay {
     /// The queued events, oldest first, as tuples:
     /// ``("request", id, method, target, headers, body, refusal, in_flight)``,
     /// ``("failed", id, kind, detail)``,
-    /// ``("done", id, status, outcome, body, content_type, seconds)``.
+    /// ``("done", id, status, outcome, body, content_type, seconds, changed)``.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut sink = [0u8; 256];
         while matches!((&self.wake_reader).read_some(&mut sink), Some(n) if n > 0) {}
@@ -428,8 +550,8 @@ impl Relay {
                     .into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
-            Event::Done { id, status, outcome, body, content_type, seconds } =>
-                ("done", id, status, outcome, bytes(body), content_type, seconds)
+            Event::Done { id, status, outcome, body, content_type, seconds, changed } =>
+                ("done", id, status, outcome, bytes(body), content_type, seconds, changed)
                     .into_pyobject(py)?.into_any(),
         })).collect()
     }
@@ -441,15 +563,55 @@ impl Relay {
 
     /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
     /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``direct``: never
-    /// through the environment's proxy (this process's own loopback relay).
+    /// through the environment's proxy (this process's own loopback relay); ``api`` (chat,
+    /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
+    /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false))]
+                        direct=false, api="", keep=-1))]
     #[allow(clippy::too_many_arguments)]
     fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
-               observe: bool, notify: bool, direct: bool) -> bool {
-        self.reply(id, Reply::Forward { method, url, headers,
-                                        body: Bytes::copy_from_slice(body), observe,
-                                        notify: notify || observe, direct })
+               observe: bool, notify: bool, direct: bool, api: &str, keep: i64)
+               -> PyResult<bool> {
+        let trim = if keep < 0 { None } else {
+            let api = Api::parse(api)
+                .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))?;
+            Some((api, usize::try_from(keep).unwrap_or(usize::MAX)))
+        };
+        Ok(self.reply(id, Reply::Forward { method, url, headers,
+                                           body: Bytes::copy_from_slice(body), observe,
+                                           notify: notify || observe, direct, trim }))
+    }
+
+    /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls:
+    /// a stream's ``chunks`` as they come (``stream``), else a whole body; and whether it
+    /// changed them (None: it stops there, JSON it cannot judge). For tests.
+    #[staticmethod]
+    #[pyo3(signature = (api, keep, chunks, stream, answer_tools=vec![],
+                        answer_tool_prefixes=vec![]))]
+    fn trimmed<'py>(py: Python<'py>, api: &str, keep: usize, chunks: Vec<Vec<u8>>, stream: bool,
+                    answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>)
+                    -> PyResult<Option<(Bound<'py, PyBytes>, bool)>> {
+        let api = Api::parse(api)
+            .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))?;
+        let answers = Answers { names: answer_tools, prefixes: answer_tool_prefixes };
+        if !stream {
+            let data = chunks.concat();
+            return Ok(match trim::trim_whole(api, &data, keep, &answers) {
+                Ok(Some(out)) => Some((PyBytes::new(py, &out), true)),
+                Ok(None) => Some((PyBytes::new(py, &data), false)),
+                Err(trim::Unjudged) => None,
+            });
+        }
+        let mut trim = StreamTrim::new(api, keep, answers);
+        let mut out = Vec::new();
+        for chunk in &chunks {
+            match trim.feed(chunk) {
+                Ok(bytes) => out.extend_from_slice(&bytes),
+                Err(trim::Unjudged) => return Ok(None),
+            }
+        }
+        out.extend_from_slice(trim.rest());
+        Ok(Some((PyBytes::new(py, &out), trim.changed)))
     }
 
     /// Requests being served now.

@@ -11,14 +11,17 @@ wakes this event loop, which takes what is queued and answers each request once,
 what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
 
 * an answer of its own (a refusal, an aborted run's final answer): ``respond``;
-* a request to send upstream whose response passes as it comes (every request of a run with
-  nothing to trim or hold: the path a healthy run takes): ``forward`` with ``observe``; the
-  relay streams the response back and, when it has ended (or was cut short, or the client went
-  away, which drops the upstream request), hands back a copy of its bytes once, read here as
-  the aiohttp relay reads them on the way, and the call is booked (below);
-* a request whose response must be changed in flight (tool calls to trim, a final answer to
-  hold): ``forward`` to this process's own aiohttp relay on a loopback port, under a one-time
-  ticket, which handles it as the aiohttp endpoint does.
+* a request to send upstream whose response passes as it comes (every request but a run's
+  final one): ``forward`` with ``observe``; the relay streams the response back and, when it
+  has ended (or was cut short, or the client went away, which drops the upstream request),
+  hands back a copy of the upstream's bytes once, read here as the aiohttp relay reads them on
+  the way, and the call is booked (below). With a bound on the tool calls it may hand over
+  (``keep``: a budget, a wind-down's grace) the relay trims a successful response on the way
+  as the aiohttp relay does (``native/relay/src/trim.rs``, the twin of the wire modules'
+  ``trim`` and stream trimmers): a stream event by event, a whole response read first;
+* a request whose answer must be held (the final report, replaced by a stop note when the
+  model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
+  under a one-time ticket, which handles it as the aiohttp endpoint does.
 
 Booking a call (reading its response, its record through the core's step with the rules) is
 most of this loop's work per request, so it waits until the requests queued with it have been
@@ -43,7 +46,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from watchdog.core.model.book import Caller
-from watchdog.core.model.steer import Act
+from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, Act
 from watchdog.core.model.wire import Request
 from watchdog.shell.model.headers import Refused, check_target
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
@@ -80,7 +83,7 @@ class NativeEndpoint:
         self.runner: web.AppRunner | None = None
         self.internal = ""
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.ended: list[tuple[Plan, int, str, bytes | None, str, float]] = []  # to book
+        self.ended: list[tuple[Plan, int, str, bytes | None, str, float, bool]] = []  # to book
         self.booking = False  # a booking of the ended calls is scheduled
         self.closed = False
 
@@ -99,7 +102,9 @@ class NativeEndpoint:
         await site.start()
         self.internal = f"http://127.0.0.1:{runner.addresses[0][1]}{TICKET_PATH}"
         self.relay = Relay(host, port, config.model_max_body_bytes, config.model_max_concurrent,
-                           CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES)
+                           CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
+                           answer_tools=sorted(ANSWER_TOOLS),
+                           answer_tool_prefixes=list(ANSWER_TOOL_PREFIXES))
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.relay.fd, self._drain)
         self.proxy.before_identify = self._before_identify
@@ -168,9 +173,10 @@ class NativeEndpoint:
         ended, self.ended = self.ended, []
         calls: list[Booked] = []
         try:
-            for plan, status, outcome, body, content_type, seconds in ended:
+            for plan, status, outcome, body, content_type, seconds, changed in ended:
                 try:
-                    self._finish(plan, status, outcome, body, content_type, seconds, calls)
+                    self._finish(plan, status, outcome, body, content_type, seconds, calls,
+                                 changed)
                 except Exception:  # a bug: the others are booked all the same
                     log.exception("the model endpoint failed on a done event")
         finally:
@@ -203,7 +209,8 @@ class NativeEndpoint:
         if plan.fast:
             self.pending[number] = plan
             if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
-                                      plan.body, plan.exchange is not None):
+                                      plan.body, plan.exchange is not None, api=plan.api,
+                                      keep=plan.keep):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return
@@ -215,7 +222,7 @@ class NativeEndpoint:
             self._done(number, 0, "cancelled", None, "", 0.0)
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
-              content_type: str, seconds: float) -> None:
+              content_type: str, seconds: float, changed: bool = False) -> None:
         ticket = self.ticket_of.pop(number, None)
         if ticket is not None:  # the aiohttp relay's: settled there, unless it never came
             plan = self.tickets.pop(ticket, None)
@@ -224,17 +231,19 @@ class NativeEndpoint:
             return
         plan = self.pending.pop(number, None)
         if plan is not None:
-            self.ended.append((plan, status, outcome, body, content_type, seconds))
+            self.ended.append((plan, status, outcome, body, content_type, seconds, changed))
 
     def _finish(self, plan: Plan, status: int, outcome: str, body: bytes | None,
-                content_type: str, seconds: float, into: list[Booked] | None = None) -> None:
+                content_type: str, seconds: float, into: list[Booked] | None = None,
+                changed: bool = False) -> None:
         """A forwarded response has ended: observed, counted; without ``into``, its run
-        settled (with it, its record goes there and the caller books and settles it)."""
+        settled (with it, its record goes there and the caller books and settles it);
+        ``changed``: the relay trimmed it."""
         proxy, exchange = self.proxy, plan.exchange
         agent = exchange.agent if exchange is not None else None
         try:
             if exchange is not None and 200 <= status < 300:
-                proxy.observe_whole(exchange, body or b"", content_type, into)
+                proxy.observe_whole(exchange, body or b"", content_type, into, changed)
             if outcome == "cancelled":
                 proxy.count(agent, plan.api, "cancelled")
                 return

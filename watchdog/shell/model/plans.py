@@ -46,11 +46,17 @@ class Plan:
 
     @property
     def fast(self) -> bool:
-        """Its response passes as it comes, read only when it has ended: nothing to trim
-        and no final answer to hold (the compiled relay's path)."""
+        """Its response passes as it comes (its tool calls past the bound left out), read only
+        when it has ended: no final answer to hold (the compiled relay's path)."""
         exchange = self.exchange
-        return exchange is None or (exchange.turn.keep is None
-                                    and exchange.turn.act is not Act.FINAL)
+        return exchange is None or exchange.turn.act is not Act.FINAL
+
+    @property
+    def keep(self) -> int:
+        """The tool calls its response may hand over (-1: no bound)."""
+        exchange = self.exchange
+        keep = exchange.turn.keep if exchange is not None else None
+        return -1 if keep is None else keep
 
 
 class Exchange:

@@ -374,10 +374,11 @@ class ModelProxy:
                                             f"API cannot be reached ({detail})")), JSON)
 
     def observe_whole(self, exchange: Exchange, data: bytes, content_type: str,
-                      into: list[Booked] | None = None) -> None:
-        """A response relayed as it came, read when it has ended (the compiled relay's):
+                      into: list[Booked] | None = None, changed: bool = False) -> None:
+        """A response relayed as it came (``data``: the upstream's bytes; ``changed``: the
+        relay trimmed what it passed on), read when it has ended (the compiled relay's):
         observed as :func:`~watchdog.shell.model.streams.relay_stream` and ``relay_json``
-        observe what they pass on unchanged; with ``into``, its record goes there, for
+        observe what they pass on; with ``into``, its record goes there, for
         :meth:`book_calls`."""
         wire = exchange.wire
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
@@ -391,7 +392,10 @@ class ModelProxy:
             if not isinstance(body, dict):
                 return
             seen = wire.read_response(body)
-        self.observed(exchange, kept_calls(seen.calls, exchange.turn.keep), seen, into)
+        handed = kept_calls(seen.calls, exchange.turn.keep)
+        if changed or len(handed) < len(seen.calls):
+            self.steered(exchange.agent, "trim")
+        self.observed(exchange, handed, seen, into)
 
     def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any]) -> str | None:
         """The stop note that replaces the final request's answer when nothing is left of it

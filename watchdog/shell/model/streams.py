@@ -91,7 +91,7 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         wire, keep = exchange.wire, exchange.turn.keep
         seen = wire.read_response(body)
         handed = kept_calls(seen.calls, keep)
-        if keep is not None and len(handed) < len(seen.calls) and wire.trim(body, keep):
+        if keep is not None and wire.trim(body, keep):
             data = dumps(body)
             proxy.steered(exchange.agent, "trim")
         if (note := proxy.empty_final(exchange, seen, handed)) is not None:

@@ -1,0 +1,708 @@
+//! Responses trimmed in flight so they hand the agent at most `keep` tool calls (DESIGN §12):
+//! the twin of the Python relay's trimming (`watchdog/core/model/{chat,responses,messages}.py`
+//! `trim` and the stream trimmers, `wire.SSEReader`, `shell/model/streams.py`), byte for byte.
+//!
+//! Pure: bytes in, bytes out. JSON is read as Python's `json.loads` reads it (object keys in
+//! their order, a repeated key's last value in its first place, numbers as written) and what
+//! is changed is written as `json.dumps(separators=(",", ":"), ensure_ascii=False)` writes it
+//! (an integer as Python's `int`, a fraction or exponent as Python's `float` repr). JSON that
+//! Python reads and this does not (`NaN`, `Infinity`, lone surrogate escapes, nesting past 128)
+//! is `Unjudged`: the relay ends the response there rather than pass a call it cannot judge.
+
+use serde_json::{Map, Number, Value};
+
+pub const MAX_SSE_EVENT_BYTES: usize = 4 * 1024 * 1024;
+const MAX_TOOL_CALLS_SEEN: usize = 128;
+const DONE_EVENTS: [&str; 3] = ["response.completed", "response.incomplete", "response.failed"];
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Api {
+    Chat,
+    Responses,
+    Messages,
+}
+
+impl Api {
+    pub fn parse(name: &str) -> Option<Api> {
+        match name {
+            "chat" => Some(Api::Chat),
+            "responses" => Some(Api::Responses),
+            "messages" => Some(Api::Messages),
+            _ => None,
+        }
+    }
+}
+
+/// The final-answer tools (the conventions' `answer_tools`, `answer_tool_prefixes`): never
+/// trimmed, never counted.
+#[derive(Clone, Default, Debug)]
+pub struct Answers {
+    pub names: Vec<String>,
+    pub prefixes: Vec<String>,
+}
+
+impl Answers {
+    fn is_answer(&self, name: Option<&Value>) -> bool {
+        match name {
+            Some(Value::String(name)) => self.names.iter().any(|n| n == name)
+                || self.prefixes.iter().any(|p| name.starts_with(p.as_str())),
+            _ => false,
+        }
+    }
+}
+
+/// JSON that Python reads and this cannot judge.
+#[derive(Debug)]
+pub struct Unjudged;
+
+/// `json.loads` of a str: Some(value), None (Python fails too), or Unjudged.
+fn loads(text: &str) -> Result<Option<Value>, Unjudged> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => Ok(Some(value)),
+        Err(error) => {
+            if error.to_string().contains("recursion limit") || text.contains("NaN")
+                || text.contains("Infinity") || text.contains("\\ud") || text.contains("\\uD") {
+                Err(Unjudged)
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+// -- json.dumps ---------------------------------------------------------------------------------
+
+pub fn dumps(value: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_value(value, &mut out);
+    out
+}
+
+fn write_value(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(number) => write_number(number, out),
+        Value::String(text) => write_str(text, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            out.push(b'{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(key, out);
+                out.push(b':');
+                write_value(item, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+fn write_str(text: &str, out: &mut Vec<u8>) {
+    // serde_json escapes as Python does with ensure_ascii=False: \" \\ \b \f \n \r \t, the
+    // other controls as \u00xx (lower case), nothing else
+    serde_json::to_writer(&mut *out, text).expect("a string always writes");
+}
+
+fn is_float_text(text: &str) -> bool {
+    text.contains(['.', 'e', 'E'])
+}
+
+fn write_number(number: &Number, out: &mut Vec<u8>) {
+    let text = number.to_string();
+    if !is_float_text(&text) {
+        if text == "-0" {
+            out.push(b'0');
+        } else {
+            out.extend_from_slice(text.as_bytes());
+        }
+        return;
+    }
+    let value: f64 = text.parse().unwrap_or(f64::NAN);
+    out.extend_from_slice(python_float(value).as_bytes());
+}
+
+/// Python's `repr(float)` (and `json.dumps`'s `Infinity`).
+pub fn python_float(value: f64) -> String {
+    if value.is_nan() {
+        return "NaN".into();
+    }
+    if value.is_infinite() {
+        return if value > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+    }
+    let shortest = format!("{value:e}"); // the shortest digits that read back: d.ddde-x
+    let (mantissa, exponent) = shortest.split_once('e').unwrap_or((&shortest, "0"));
+    let negative = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let point = exponent + 1; // digits are 0.d1d2... times 10^point
+    let mut out = String::with_capacity(digits.len() + 8);
+    if negative {
+        out.push('-');
+    }
+    if !(-4 < point && point <= 16) {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if exponent < 0 { '-' } else { '+' });
+        out.push_str(&format!("{:02}", exponent.abs()));
+    } else if point <= 0 {
+        out.push_str("0.");
+        out.push_str(&"0".repeat((-point) as usize));
+        out.push_str(&digits);
+    } else if point as usize >= digits.len() {
+        out.push_str(&digits);
+        out.push_str(&"0".repeat(point as usize - digits.len()));
+        out.push_str(".0");
+    } else {
+        out.push_str(&digits[..point as usize]);
+        out.push('.');
+        out.push_str(&digits[point as usize..]);
+    }
+    out
+}
+
+/// `isinstance(value, int)` (a bool is one) and its value.
+fn as_int(value: Option<&Value>) -> Option<i128> {
+    match value? {
+        Value::Bool(flag) => Some(i128::from(*flag)),
+        Value::Number(number) => {
+            let text = number.to_string();
+            if is_float_text(&text) { None } else { text.parse().ok() }
+        }
+        _ => None,
+    }
+}
+
+fn int_value(value: i128) -> Value {
+    Value::Number(value.to_string().parse().expect("an integer is a JSON number"))
+}
+
+/// Python's truth of a JSON value.
+fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(flag) => *flag,
+        Value::Number(number) => {
+            let text = number.to_string();
+            if is_float_text(&text) { !matches!(text.parse::<f64>(), Ok(v) if v == 0.0) }
+            else { text.trim_start_matches('-').bytes().any(|b| b != b'0') }
+        }
+        Value::String(text) => !text.is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(map) => !map.is_empty(),
+    }
+}
+
+fn str_of(value: Option<&Value>) -> Option<&str> {
+    match value {
+        Some(Value::String(text)) => Some(text),
+        _ => None,
+    }
+}
+
+/// `closed_up`: the index an item keeps once the dropped ones before it are left out.
+fn closed_up(index: i128, dropped: &[i128]) -> i128 {
+    index - dropped.iter().filter(|gone| **gone < index).count() as i128
+}
+
+// -- whole responses ----------------------------------------------------------------------------
+
+/// The wire's `trim(body, keep)`: whether it changed the body.
+pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: &Answers)
+                 -> bool {
+    match api {
+        Api::Chat => {
+            let mut changed = false;
+            let Some(Value::Array(choices)) = body.get_mut("choices") else { return false };
+            for choice in choices.iter_mut() {
+                let Value::Object(choice) = choice else { continue };
+                let Some(Value::Object(message)) = choice.get_mut("message") else { continue };
+                let Some(Value::Array(calls)) = message.get("tool_calls") else { continue };
+                let mut kept = Vec::with_capacity(calls.len());
+                let mut work = 0;
+                for call in calls {
+                    let name = call.get("function").and_then(|f| f.as_object())
+                        .and_then(|f| f.get("name"));
+                    if answers.is_answer(name) {
+                        kept.push(call.clone());
+                    } else if work < keep {
+                        kept.push(call.clone());
+                        work += 1;
+                    }
+                }
+                if kept.len() == calls.len() {
+                    continue;
+                }
+                changed = true;
+                if kept.is_empty() {
+                    message.shift_remove("tool_calls");
+                    if str_of(choice.get("finish_reason")) == Some("tool_calls") {
+                        choice.insert("finish_reason".into(), Value::String("stop".into()));
+                    }
+                } else {
+                    message.insert("tool_calls".into(), Value::Array(kept));
+                }
+            }
+            changed
+        }
+        Api::Responses => {
+            let Some(Value::Array(output)) = body.get("output") else { return false };
+            let calls: Vec<usize> = output.iter().enumerate().filter(|(_, item)| {
+                item.as_object().is_some_and(|item| {
+                    str_of(item.get("type")) == Some("function_call")
+                        && !answers.is_answer(item.get("name"))
+                })
+            }).map(|(i, _)| i).collect();
+            if calls.len() <= keep {
+                return false;
+            }
+            let dropped = &calls[keep..];
+            let kept: Vec<Value> = output.iter().enumerate()
+                .filter(|(i, _)| !dropped.contains(i)).map(|(_, item)| item.clone()).collect();
+            body.insert("output".into(), Value::Array(kept));
+            true
+        }
+        Api::Messages => {
+            let Some(Value::Array(content)) = body.get("content") else { return false };
+            let uses: Vec<usize> = content.iter().enumerate().filter(|(_, block)| {
+                block.as_object().is_some_and(|block| {
+                    str_of(block.get("type")) == Some("tool_use")
+                        && !answers.is_answer(block.get("name"))
+                })
+            }).map(|(i, _)| i).collect();
+            if uses.len() <= keep {
+                return false;
+            }
+            let dropped = &uses[keep..];
+            let kept: Vec<Value> = content.iter().enumerate()
+                .filter(|(i, _)| !dropped.contains(i)).map(|(_, block)| block.clone()).collect();
+            let any_use = kept.iter().any(|block| block.as_object()
+                .is_some_and(|block| str_of(block.get("type")) == Some("tool_use")));
+            body.insert("content".into(), Value::Array(kept));
+            if !any_use && str_of(body.get("stop_reason")) == Some("tool_use") {
+                body.insert("stop_reason".into(), Value::String("end_turn".into()));
+            }
+            true
+        }
+    }
+}
+
+/// A whole (not streamed) response as the Python relay hands it on: Some(new bytes) when the
+/// trim changed it, None when its bytes pass as they came (not JSON, not an object, nothing
+/// past `keep`).
+pub fn trim_whole(api: Api, data: &[u8], keep: usize, answers: &Answers)
+                  -> Result<Option<Vec<u8>>, Unjudged> {
+    let Ok(text) = std::str::from_utf8(data) else { return Ok(None) };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text); // json.loads(bytes) skips a BOM
+    let Some(Value::Object(mut body)) = loads(text)? else { return Ok(None) };
+    if trim_body(api, &mut body, keep, answers) {
+        Ok(Some(dumps(&Value::Object(body))))
+    } else {
+        Ok(None)
+    }
+}
+
+// -- SSE ----------------------------------------------------------------------------------------
+
+/// One event: its bytes as received, its `event:` name, its `data:` (None: none).
+pub struct Event {
+    pub raw: Vec<u8>,
+    pub name: Option<String>,
+    pub data: Option<String>,
+}
+
+/// `wire.SSEReader`: events split at a blank line (`\n\n`, `\r\n\r\n`, `\r\r`), bounded.
+pub struct SseReader {
+    buffer: Vec<u8>,
+    pub broken: bool,
+    pub spilled: Vec<u8>,
+}
+
+impl SseReader {
+    pub fn new() -> Self {
+        SseReader { buffer: Vec::new(), broken: false, spilled: Vec::new() }
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
+        if self.broken {
+            return Vec::new();
+        }
+        self.buffer.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        let mut start = 0;
+        while let Some((end, size)) = event_end(&self.buffer, start) {
+            events.push(parse_event(&self.buffer[start..end + size]));
+            start = end + size;
+        }
+        self.buffer.drain(..start);
+        if self.buffer.len() > MAX_SSE_EVENT_BYTES {
+            self.broken = true;
+            self.spilled = std::mem::take(&mut self.buffer);
+        }
+        events
+    }
+
+    pub fn rest(&self) -> &[u8] {
+        &self.buffer
+    }
+}
+
+impl Default for SseReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn event_end(buffer: &[u8], start: usize) -> Option<(usize, usize)> {
+    let mut at = start;
+    while at + 1 < buffer.len() {
+        match (buffer[at], buffer[at + 1]) {
+            (b'\n', b'\n') | (b'\r', b'\r') => return Some((at, 2)),
+            (b'\r', b'\n') if buffer[at..].starts_with(b"\r\n\r\n") => return Some((at, 4)),
+            _ => at += 1,
+        }
+    }
+    None
+}
+
+fn parse_event(raw: &[u8]) -> Event {
+    let text = String::from_utf8_lossy(raw);
+    let mut name = None;
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.split("\r\n").flat_map(|part| part.split(['\r', '\n'])) {
+        if line.is_empty() || line.starts_with(':') {
+            continue;
+        }
+        let (key, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        if key == "data" {
+            data.push(value);
+        } else if key == "event" {
+            name = Some(value.to_owned());
+        }
+    }
+    let data = if data.is_empty() { None } else { Some(data.join("\n")) };
+    Event { raw: raw.to_vec(), name, data }
+}
+
+/// One SSE event of JSON data.
+fn sse(data: &Value, name: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(name) = name.filter(|n| !n.is_empty()) {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    write_value(data, &mut out);
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+/// `json_data`: an event's data as a JSON object.
+fn json_data(event: &Event) -> Result<Option<Map<String, Value>>, Unjudged> {
+    match event.data.as_deref() {
+        None | Some("[DONE]") => Ok(None),
+        Some(text) => Ok(match loads(text)? {
+            Some(Value::Object(map)) => Some(map),
+            _ => None,
+        }),
+    }
+}
+
+/// A stream's rewriter (the wire's `stream_trimmer`): the bytes to send for each event
+/// (empty: dropped), None for the event's own.
+enum Rewriter {
+    Chat { slots: Vec<(i128, Option<i128>)>, work: usize, kept: i128 },
+    Responses { calls: usize, dropped: Vec<i128>, skipped: i128 },
+    Messages { uses: usize, answers: usize, dropped: Vec<i128> },
+}
+
+/// A streamed response trimmed event by event, as `streams.relay_stream` does with a bound.
+pub struct StreamTrim {
+    api: Api,
+    keep: usize,
+    answers: Answers,
+    reader: SseReader,
+    rewriter: Rewriter,
+    passing: bool, // the reading stopped (an event too long): the rest passes as it comes
+    /// Whether any event was changed or left out.
+    pub changed: bool,
+}
+
+impl StreamTrim {
+    pub fn new(api: Api, keep: usize, answers: Answers) -> Self {
+        let rewriter = match api {
+            Api::Chat => Rewriter::Chat { slots: Vec::new(), work: 0, kept: 0 },
+            Api::Responses => Rewriter::Responses { calls: 0, dropped: Vec::new(), skipped: 0 },
+            Api::Messages => Rewriter::Messages { uses: 0, answers: 0, dropped: Vec::new() },
+        };
+        StreamTrim { api, keep, answers, reader: SseReader::new(), rewriter, passing: false,
+                     changed: false }
+    }
+
+    /// The bytes to send for this chunk of the upstream's.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<u8>, Unjudged> {
+        if self.passing {
+            return Ok(chunk.to_vec());
+        }
+        let events = self.reader.feed(chunk);
+        let mut out = Vec::with_capacity(chunk.len());
+        if self.reader.broken {
+            self.passing = true;
+            for event in &events {
+                out.extend_from_slice(&event.raw);
+            }
+            out.extend_from_slice(&self.reader.spilled);
+            self.reader.spilled = Vec::new();
+            return Ok(out);
+        }
+        for event in &events {
+            match self.rewrite(event)? {
+                Some(bytes) => {
+                    self.changed = true;
+                    out.extend_from_slice(&bytes);
+                }
+                None => out.extend_from_slice(&event.raw),
+            }
+        }
+        Ok(out)
+    }
+
+    /// What came after the last whole event (a stream cut short), sent as it came.
+    pub fn rest(&self) -> &[u8] {
+        if self.passing { &[] } else { self.reader.rest() }
+    }
+
+    fn rewrite(&mut self, event: &Event) -> Result<Option<Vec<u8>>, Unjudged> {
+        if !self.may_change(event) {
+            return Ok(None);
+        }
+        let Some(mut data) = json_data(event)? else { return Ok(None) };
+        let (keep, answers, api) = (self.keep, &self.answers, self.api);
+        match &mut self.rewriter {
+            Rewriter::Chat { slots, work, kept } =>
+                Ok(chat_rewrite(&mut data, keep, answers, slots, work, kept)),
+            Rewriter::Responses { calls, dropped, skipped } => {
+                let kind = str_of(data.get("type")).map(str::to_owned);
+                let index = as_int(data.get("output_index"));
+                if kind.as_deref() == Some("response.output_item.added") && index.is_some() {
+                    if let Some(Value::Object(item)) = data.get("item") {
+                        if str_of(item.get("type")) == Some("function_call")
+                            && !answers.is_answer(item.get("name")) {
+                            *calls += 1;
+                            if *calls > keep {
+                                dropped.push(index.unwrap_or_default());
+                            }
+                        }
+                    }
+                }
+                if let Some(index) = index {
+                    if dropped.contains(&index) {
+                        *skipped += 1;
+                        return Ok(Some(Vec::new()));
+                    }
+                }
+                let mut changed = false;
+                if kind.as_deref().is_some_and(|k| DONE_EVENTS.contains(&k)) {
+                    if let Some(Value::Object(response)) = data.get_mut("response") {
+                        changed = trim_body(api, response, keep, answers);
+                    }
+                }
+                if let Some(index) = index {
+                    let moved = closed_up(index, dropped);
+                    if moved != index {
+                        data.insert("output_index".into(), int_value(moved));
+                        changed = true;
+                    }
+                }
+                if *skipped > 0 {
+                    if let Some(sequence) = as_int(data.get("sequence_number")) {
+                        data.insert("sequence_number".into(), int_value(sequence - *skipped));
+                        changed = true;
+                    }
+                }
+                Ok(changed.then(|| sse(&Value::Object(data), event.name.as_deref())))
+            }
+            Rewriter::Messages { uses, answers: answer_blocks, dropped } => {
+                let kind = str_of(data.get("type")).map(str::to_owned);
+                let index = as_int(data.get("index"));
+                if kind.as_deref() == Some("content_block_start") && index.is_some() {
+                    if let Some(Value::Object(block)) = data.get("content_block") {
+                        if str_of(block.get("type")) == Some("tool_use") {
+                            if answers.is_answer(block.get("name")) {
+                                *answer_blocks += 1;
+                            } else {
+                                *uses += 1;
+                                if *uses > keep {
+                                    dropped.push(index.unwrap_or_default());
+                                }
+                            }
+                        }
+                    }
+                }
+                let block_event = matches!(kind.as_deref(), Some("content_block_start"
+                    | "content_block_delta" | "content_block_stop"));
+                if block_event && index.is_some() {
+                    let index = index.unwrap_or_default();
+                    if dropped.contains(&index) {
+                        return Ok(Some(Vec::new()));
+                    }
+                    let moved = closed_up(index, dropped);
+                    if moved != index {
+                        data.insert("index".into(), int_value(moved));
+                        return Ok(Some(sse(&Value::Object(data), event.name.as_deref())));
+                    }
+                } else if kind.as_deref() == Some("message_delta") && keep == 0
+                    && !dropped.is_empty() && *answer_blocks == 0 {
+                    if let Some(Value::Object(delta)) = data.get_mut("delta") {
+                        if str_of(delta.get("stop_reason")) == Some("tool_use") {
+                            delta.insert("stop_reason".into(), Value::String("end_turn".into()));
+                            return Ok(Some(sse(&Value::Object(data), event.name.as_deref())));
+                        }
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether an event can be changed (else it is not parsed): one whose data names none of
+    /// what a rewrite reads, and holds no escape that could spell it, passes as it came.
+    fn may_change(&self, event: &Event) -> bool {
+        let Some(data) = event.data.as_deref() else { return false };
+        if data.contains('\\') {
+            return true;
+        }
+        match (&self.rewriter, self.api) {
+            (Rewriter::Chat { .. }, _) => data.contains("tool_calls"),
+            (Rewriter::Responses { skipped, dropped, .. }, _) => *skipped > 0
+                || !dropped.is_empty() || data.contains("function_call")
+                || data.contains("response.completed") || data.contains("response.incomplete")
+                || data.contains("response.failed"),
+            (Rewriter::Messages { dropped, .. }, _) => !dropped.is_empty()
+                || data.contains("tool_use"),
+        }
+    }
+}
+
+fn chat_slot(call: &Map<String, Value>, index: i128, keep: usize, answers: &Answers,
+             slots: &mut Vec<(i128, Option<i128>)>, work: &mut usize, kept: &mut i128)
+             -> Option<i128> {
+    if let Some((_, slot)) = slots.iter().find(|(i, _)| *i == index) {
+        return *slot;
+    }
+    if slots.len() >= MAX_TOOL_CALLS_SEEN {
+        return None;
+    }
+    let name = call.get("function").and_then(|f| f.as_object()).and_then(|f| f.get("name"));
+    let mut slot = None;
+    if answers.is_answer(name) {
+        slot = Some(*kept);
+    } else if *work < keep {
+        slot = Some(*kept);
+        *work += 1;
+    } else {
+        *work += 1;
+    }
+    if slot.is_some() {
+        *kept += 1;
+    }
+    slots.push((index, slot));
+    slot
+}
+
+fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
+                slots: &mut Vec<(i128, Option<i128>)>, work: &mut usize, kept: &mut i128)
+                -> Option<Vec<u8>> {
+    let Some(Value::Array(choices)) = data.get_mut("choices") else { return None };
+    let single = choices.len() == 1;
+    let (mut changed, mut empty) = (false, false);
+    for choice in choices.iter_mut() {
+        let Value::Object(choice) = choice else { continue };
+        let finish_none = matches!(choice.get("finish_reason"), None | Some(Value::Null));
+        if let Some(Value::Object(delta)) = choice.get_mut("delta") {
+            if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+                let mut out = Vec::with_capacity(calls.len());
+                let mut moved = false;
+                for call in calls {
+                    let index = call.as_object().and_then(|c| as_int(c.get("index")));
+                    let (Some(map), Some(index)) = (call.as_object(), index) else {
+                        out.push(call.clone());
+                        continue;
+                    };
+                    match chat_slot(map, index, keep, answers, slots, work, kept) {
+                        None => moved = true,
+                        Some(slot) if slot != index => {
+                            let mut renumbered = map.clone();
+                            renumbered.insert("index".into(), int_value(slot));
+                            out.push(Value::Object(renumbered));
+                            moved = true;
+                        }
+                        Some(_) => out.push(call.clone()),
+                    }
+                }
+                if moved {
+                    changed = true;
+                    if out.is_empty() {
+                        delta.shift_remove("tool_calls");
+                        empty = !delta.values().any(truthy) && finish_none;
+                    } else {
+                        delta.insert("tool_calls".into(), Value::Array(out));
+                    }
+                }
+            }
+        }
+        if *kept == 0 && str_of(choice.get("finish_reason")) == Some("tool_calls") {
+            choice.insert("finish_reason".into(), Value::String("stop".into()));
+            changed = true;
+        }
+    }
+    if !changed {
+        return None;
+    }
+    if empty && single && !data.get("usage").is_some_and(truthy) {
+        return Some(Vec::new());
+    }
+    Some(sse(&Value::Object(std::mem::take(data)), None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_as_python_writes_them() {
+        for (value, text) in [(1.0, "1.0"), (0.0, "0.0"), (-0.0, "-0.0"), (1.5, "1.5"),
+                              (1e16, "1e+16"), (1e15, "1000000000000000.0"), (1e-5, "1e-05"),
+                              (0.0001, "0.0001"), (123.456, "123.456"), (1.5e-7, "1.5e-07"),
+                              (1e100, "1e+100"), (0.1, "0.1")] {
+            assert_eq!(python_float(value), text);
+        }
+    }
+
+    #[test]
+    fn sse_split() {
+        let mut reader = SseReader::new();
+        let events = reader.feed(b"data: a\n\nevent: x\r\ndata: b\r\n\r\ndata: c");
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1].name.as_deref(), Some("x"));
+        assert_eq!(reader.rest(), b"data: c");
+    }
+}
