@@ -171,6 +171,11 @@ impl Body for RelayBody {
         let this = &mut *self;
         loop {
             if let Some(bytes) = this.whole.take() {
+                if this.upstream.is_none() {
+                    if let Some(ticket) = this.ticket.as_mut() {
+                        ticket.end("ok"); // the last bytes: told before the client has them
+                    }
+                }
                 return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             let Some(upstream) = this.upstream.as_mut() else {

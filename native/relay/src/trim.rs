@@ -507,8 +507,9 @@ impl StreamTrim {
                         if str_of(item.get("type")) == Some("function_call")
                             && !answers.is_answer(item.get("name")) {
                             *calls += 1;
-                            if *calls > keep {
-                                dropped.push(index.unwrap_or_default());
+                            let index = index.unwrap_or_default();
+                            if *calls > keep && !dropped.contains(&index) {
+                                dropped.push(index); // a set: each index once
                             }
                         }
                     }
@@ -550,8 +551,9 @@ impl StreamTrim {
                                 *answer_blocks += 1;
                             } else {
                                 *uses += 1;
-                                if *uses > keep {
-                                    dropped.push(index.unwrap_or_default());
+                                let index = index.unwrap_or_default();
+                                if *uses > keep && !dropped.contains(&index) {
+                                    dropped.push(index); // a set: each index once
                                 }
                             }
                         }

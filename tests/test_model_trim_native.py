@@ -1,0 +1,233 @@
+"""The compiled relay trims as the Python relay does: the same scripted responses (the fake
+upstream's streams and whole bodies of the three APIs, with odd events, odd JSON and odd byte
+splits mixed in) bounded to ``keep`` tool calls give the agent the same bytes, and the same
+word on whether they were changed, from the Rust trim (``_relay.Relay.trimmed``, what the relay
+runs on each response of a budgeted run) and from the wire modules as
+``streams.relay_stream`` and ``relay_json`` drive them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.frameworks.fakellm import (
+    Step,
+    ToolCall,
+    anthropic_message,
+    completion,
+    response_object,
+)
+from tests.test_model_wire import THREE, anthropic_stream, chat_stream, responses_stream
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.messages import MessagesWire
+from watchdog.core.model.responses import ResponsesWire
+from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, kept_calls
+from watchdog.core.model.wire import SSEReader, Wire, dumps, read_stream
+from watchdog.core.model.wire import ToolCall as Call
+from watchdog.shell.model._relay import Relay
+
+WIRES: dict[str, Wire] = {"chat": ChatWire(), "responses": ResponsesWire(),
+                          "messages": MessagesWire()}
+MAKERS = {"chat": chat_stream, "responses": responses_stream, "messages": anthropic_stream}
+ANSWERS = (sorted(ANSWER_TOOLS), list(ANSWER_TOOL_PREFIXES))
+WITH_ANSWER = Step(text="Done.", tool_calls=(
+    ToolCall("a", {"x": 1}), ToolCall("final_result", {"answer": "42"}),
+    ToolCall("b", {"y": 2}), ToolCall("final_result_x", {"z": "é"}), ToolCall("c", {})))
+
+
+def python_stream(api: str, keep: int, chunks: list[bytes]) -> tuple[bytes, bool]:
+    """What :func:`watchdog.shell.model.streams.relay_stream` passes on with a bound (not a
+    final request's): each chunk's events rewritten, an event too long to read and all after
+    it as they came, what is left of an event cut short at the end."""
+    reader, trimmer = SSEReader(), WIRES[api].stream_trimmer(keep)
+    out, changed, broken = b"", False, False
+    for chunk in chunks:
+        if broken:
+            out += chunk
+            continue
+        events = reader.feed(chunk)
+        if reader.broken:
+            broken = True
+            out += b"".join(e.raw for e in events) + reader.spilled
+            continue
+        parts = [trimmer.rewrite(event) for event in events]
+        changed = changed or any(p is not e.raw for p, e in zip(parts, events, strict=True))
+        out += b"".join(parts)
+    if not broken:
+        out += reader.rest()
+    return out, changed
+
+
+def python_whole(api: str, keep: int, data: bytes) -> tuple[bytes, bool]:
+    """What :func:`watchdog.shell.model.streams.relay_json` passes on with a bound."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return data, False
+    if isinstance(body, dict) and WIRES[api].trim(body, keep):
+        return dumps(body), True
+    return data, False
+
+
+def rust(api: str, keep: int, chunks: list[bytes], stream: bool) -> tuple[bytes, bool] | None:
+    return Relay.trimmed(api, keep, chunks, stream, *ANSWERS)
+
+
+def split(data: bytes, size: int) -> list[bytes]:
+    return [data[at:at + size] for at in range(0, len(data), size)] or [b""]
+
+
+# events whose JSON is written back in another form when they are changed: numbers as Python
+# writes them, escapes, repeated keys, a bool index, non-ASCII, bad UTF-8
+ODD_JSON = ('"n":[1.50,1E5,-0,1e-7,1.0e16,12345678901234567890123,1e400,-0.0,0.0001,2.5E-5],'
+            '"s":"\\u00e9\\u2028\\t\\u0001\\/\\"q\\"","d":1,"d":2,"u":"\xc3\xa9"')
+ODD = {
+    "chat": [
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"id":"q","function":'
+        b'{"name":"zz","arguments":""}}]},"finish_reason":null}],' + ODD_JSON.encode() + b"}\n\n",
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":true,"function":'
+        b'{"name":"t"}}, 7, {"index":1.0}]},"finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":4,"function":'
+        b'{"name":"final_result"}}],"role":""},"finish_reason":null}],"usage":{}}\n\n',
+        b'data: {"choices":[{"delta":{},"finish_reason":"tool_calls"},"x",{"delta":[]}]}\n\n',
+        b'data: {"choices":{"tool_calls":1}}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"tool\\u005fcalls":[{"index":9,"function":'
+        b'{"name":"esc"}}]}}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":5,"function":'
+        b'{"name":"bad \xff\xfe utf8"}}]}}]}\n\n',
+    ],
+    "responses": [
+        b'event: response.output_item.added\ndata: {"type":"response.output_item.added",'
+        b'"output_index":7,"sequence_number":3,"item":{"type":"function_call","name":"late",'
+        + ODD_JSON.encode() + b'}}\n\n',
+        b'event:response.function_call_arguments.delta\ndata: {"type":'
+        b'"response.function_call_arguments.delta","output_index":7,"delta":"{}"}\n\n',
+        b'data: {"type":"response.output_item.added","output_index":true,"item":'
+        b'{"type":"function_call","name":"final_result"}}\n\n',
+        b'data: {"type":"response.completed","sequence_number":99,"response":{"output":'
+        b'[{"type":"function_call","name":"p"},{"type":"function_call","name":"q"},'
+        b'{"type":"message"}],"temperature":1.0,"top_p":1}}\n\n',
+    ],
+    "messages": [
+        b'event: content_block_start\ndata: {"type":"content_block_start","index":5,'
+        b'"content_block":{"type":"tool_use","name":"late","input":{},' + ODD_JSON.encode()
+        + b'}}\n\n',
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":5,"delta":'
+        b'{"type":"input_json_delta","partial_json":"{\\"a\\": 1.50}"}}\n\n',
+        b'event: content_block_stop\ndata: {"type":"content_block_stop","index":6}\n\n',
+        b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":'
+        b'"tool_use"},"usage":{"output_tokens":1.0}}\n\n',
+    ],
+}
+ANY = [b"data: [DONE]\n\n", b": comment\n\n", b"\n\n", b"data\n\n", b"id: 3\ndata: {}\n\n",
+       b"data: {\"a\":1}\ndata: {\"b\":2}\n\n", b"data: [1, 2]\n\n", b"data:{\"x\":1}\r\n\r\n",
+       b"data: {\"y\":2}\r\r", b"data: {\"z\":3}\r\n\n", b"event: \ndata: {}\n\n"]
+
+
+def with_odd(api: str, stream: bytes) -> bytes:
+    """``stream`` with the odd events of its API and of any first, amid and last."""
+    events = stream.split(b"\n\n")
+    odd = b"".join(ODD[api]) + b"".join(ANY)
+    return odd + b"\n\n".join(events[:3]) + b"\n\n" + odd + b"\n\n".join(events[3:]) + odd
+
+
+@pytest.mark.parametrize("api", list(WIRES))
+@pytest.mark.parametrize("keep", [0, 1, 2, 3, 9])
+@pytest.mark.parametrize("step", [THREE, WITH_ANSWER], ids=["three", "answers"])
+@pytest.mark.parametrize("odd", [False, True])
+@pytest.mark.parametrize("size", [1, 7, 100_000])
+def test_streams_trimmed_alike(api: str, keep: int, step: Step, odd: bool, size: int) -> None:
+    stream = MAKERS[api](step)
+    if odd:
+        stream = with_odd(api, stream)
+    chunks = split(stream, size)
+    expected = python_stream(api, keep, chunks)
+    assert rust(api, keep, chunks, True) == expected
+    if not odd:  # the agent is handed at most keep calls (and every final-answer call)
+        accumulator = WIRES[api].accumulator()
+        read_stream(accumulator, expected[0])
+        names = [c.name for c in accumulator.observation.calls]
+        assert names == [c.name for c in kept_calls(
+            [Call("", c.name, "") for c in step.tool_calls], keep)]
+        assert expected[1] == (keep < 3)
+
+
+def whole(api: str, step: Step) -> bytes:
+    if api == "chat":
+        body = completion("m", "chatcmpl-1", step, {"prompt_tokens": 7, "completion_tokens": 3})
+    elif api == "responses":
+        body = response_object("m", "resp-1", step, {"input": "x"})
+    else:
+        body = anthropic_message("m", "msg-1", step, {"messages": []})
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("api", list(WIRES))
+@pytest.mark.parametrize("keep", [0, 1, 2, 3, 9])
+@pytest.mark.parametrize("step", [THREE, WITH_ANSWER], ids=["three", "answers"])
+def test_whole_responses_trimmed_alike(api: str, keep: int, step: Step) -> None:
+    data = whole(api, step)
+    expected = python_whole(api, keep, data)
+    assert rust(api, keep, split(data, 5), False) == expected
+    assert expected[1] == (keep < 3)
+    seen = WIRES[api].read_response(json.loads(expected[0]))
+    work = [c for c in seen.calls if c.name not in ANSWER_TOOLS
+            and not c.name.startswith(ANSWER_TOOL_PREFIXES)]
+    assert len(work) == min(keep, 3)
+
+
+def odd_whole(api: str) -> list[bytes]:
+    body = json.loads(whole(api, THREE))
+    text = json.dumps(body)
+    return [
+        text.replace('"id"', '"n": [1.50, 1E5, -0, 1e-7, 1.0e16, 1e400, 12345678901234567890123]'
+                     ', "s": "\\u00e9\\u2028\\t\\u0001", "d": 1, "d": 2, "id"', 1).encode(),
+        b"\xef\xbb\xbf" + text.encode(),  # a byte order mark
+        text.encode() + b" \n",
+        text.encode() + b" trailing",
+        text.encode()[:-9],  # cut short
+        text.replace('"m"', '"\xff"', 1).encode("latin-1", "replace"),
+        b"[1, 2]", b"", b"null", text.encode("utf-16"),
+    ]
+
+
+@pytest.mark.parametrize("api", list(WIRES))
+@pytest.mark.parametrize("keep", [0, 2])
+@pytest.mark.parametrize("case", range(10))
+def test_odd_whole_responses_trimmed_alike(api: str, keep: int, case: int) -> None:
+    data = odd_whole(api)[case]
+    expected = python_whole(api, keep, data) if case != 9 else (data, False)
+    # (UTF-16 JSON, which Python reads and no model API sends, passes as it came)
+    assert rust(api, keep, [data], False) == expected
+
+
+def test_an_event_too_long_to_read_and_all_after_it_pass_as_they_came() -> None:
+    stream = chat_stream(THREE)
+    huge = b"data: {\"pad\":\"" + b"x" * (4 * 1024 * 1024 + 10) + b"\"}\n\n"
+    for chunks in ([stream + huge + stream], split(stream + huge + stream, 65536)):
+        assert rust("chat", 0, chunks, True) == python_stream("chat", 0, chunks)
+    chunks = [stream, huge[:-3], huge[-3:] + stream]  # 4 MiB of one event, unended
+    expected = python_stream("chat", 0, chunks)
+    assert rust("chat", 0, chunks, True) == expected
+    assert expected[0].endswith(huge + stream)  # untouched from the long one on
+
+
+@pytest.mark.parametrize("data", [
+    b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"a"}}]},'
+    b'"x":NaN}]}\n\n',
+    b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"\\ud800"}}]}}]}'
+    b'\n\n',
+    b'data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}],"x":' + b"[" * 200 + b"]" * 200
+    + b"}\n\n"])
+def test_json_python_reads_and_the_relay_cannot_judge_ends_the_answer(data: bytes) -> None:
+    """No call is passed unjudged: the relay ends the answer there (``cut``)."""
+    first = chat_stream(THREE).split(b"\n\n")[0] + b"\n\n"
+    assert rust("chat", 0, [first, data], True) is None
+    assert rust("chat", 0, [data[6:-2]], False) is None
+
+
+def test_a_bad_api_name_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="not a model API"):
+        Relay.trimmed("completions", 0, [b""], True)
