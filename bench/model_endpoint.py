@@ -2,7 +2,7 @@
 upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
 
     .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
-        [--relay python,native]
+        [--relay python,native] [--budget N]
 
 The upstream is a model API of this file's own in a process of its own (asyncio, HTTP/1.1
 keep-alive, each event one chunk of a chunked ``text/event-stream``, as hosted APIs serve them),
@@ -13,7 +13,10 @@ no rule firing: the pass-through path every request of a healthy run takes, each
 read and booked as a model call of a run); one sidecar per ``--relay`` (``model_relay``: the
 aiohttp relay ``python``, the compiled one ``native``), all in the same run. The client is
 aiohttp in this process, reading each SSE event as it arrives; every request carries a task of
-its own (one conversation, one run).
+its own (one conversation, one run). ``--budget N`` gives every run a budget of N tool calls
+(``x-watchdog-budget-tool-calls``, which the direct side's upstream ignores): each request then
+carries the bound its response is trimmed to (N <= 3: and the countdown in its instructions),
+the path every request of a budgeted run but its final one takes.
 
 Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
 every side alike): one stream at a time; ``--concurrency`` streams at a time starting together
@@ -249,6 +252,9 @@ class Timings:
             self.idle[relay] = self.idle.get(relay, 0.0) + cpu
 
 
+BUDGET: dict[str, str] = {}  # --budget: the header that gives each run its budget
+
+
 async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
                      timings: Timings) -> None:
     body = json.dumps({"model": MODEL, "stream": True, "messages": [
@@ -258,7 +264,8 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
     arrivals: list[float] = []
     pending = b""
     async with session.post(base_url + "/chat/completions", data=body, headers={
-            "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as response:
+            "Authorization": f"Bearer {KEY}", "Content-Type": "application/json",
+            **BUDGET}) as response:
         if response.status != 200:
             raise SystemExit(f"{base_url}: HTTP {response.status}: {await response.text()}")
         async for data in response.content.iter_any():
@@ -421,6 +428,9 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, metavar="TREE",
                         help="also each relay of the sidecar in this source tree (another "
                              "build: before/after in the same run), reported as RELAY@base")
+    parser.add_argument("--budget", type=int, metavar="N",
+                        help="every run with a budget of N tool calls (its responses trimmed "
+                             "to the calls left; default: no budget)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream is not None:
@@ -428,6 +438,10 @@ def main() -> None:
         return
     if args.streams < 4 or args.concurrency < 1 or args.chunks < 3 or args.chunk_ms < 0:
         parser.error("--streams >= 4, --concurrency >= 1, --chunks >= 3, --chunk-ms >= 0")
+    if args.budget is not None:
+        if not 0 < args.budget <= 1_000_000:
+            parser.error("--budget: 1 to 1000000 tool calls")
+        BUDGET["x-watchdog-budget-tool-calls"] = str(args.budget)
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
@@ -452,8 +466,10 @@ def main() -> None:
                     for name, tree in trees.items()}
         lines = asyncio.run(measure(up, sidecars, args.streams, args.concurrency,
                                     args.chunks * args.chunk_ms / 1000))
+    budget = f", each run a budget of {args.budget} tool calls" if args.budget else ""
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
-          f"{args.chunk_ms:g} ms apart; same client, same run, direct vs through the sidecar")
+          f"{args.chunk_ms:g} ms apart{budget}; same client, same run, direct vs through the "
+          f"sidecar")
     print("\n".join(lines))
 
 

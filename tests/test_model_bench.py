@@ -47,3 +47,21 @@ def test_the_bench_measures_a_baseline_tree_in_the_same_run() -> None:
         [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--baseline", "/nowhere"],
         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
     assert refused.returncode == 2 and "not a source tree" in refused.stderr
+
+
+def test_the_bench_measures_budgeted_runs() -> None:
+    """``--budget``: every run has a budget, so each request carries a bound its response is
+    trimmed to (the relay's trimming path), and the report says so."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "4",
+         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--budget", "100"],
+        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "each run a budget of 100 tool calls" in result.stdout
+    for relay in ("python", "native"):
+        assert f"2 streams at a time, starts staggered, relay {relay}:" in result.stdout
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--budget", "0"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert bad.returncode == 2 and "--budget: 1 to 1000000 tool calls" in bad.stderr
