@@ -8,7 +8,6 @@ runs on each response of a budgeted run) and from the wire modules as
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
