@@ -45,7 +45,7 @@ from watchdog.core.directives.model import Directive
 from watchdog.core.rules.decision import Action
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.terminal import TerminalState
-from watchdog.shell.state.store import encode_json
+from watchdog.shell.state.store import ROWS_PER_STATEMENT, encode_json, execute_rows, rows_statement
 
 SCHEMA_VERSION = 2
 DB_FILE = "directives.sqlite3"
@@ -195,9 +195,12 @@ class _Connection:
                 raise
 
 
-_INSERT = ("INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, "
-           "tool_calls_at, created_at, terminal_state, data) VALUES (?,?,?,?,?,?,?,?,?,?) "
-           "ON CONFLICT (run_id, dedup_key) DO NOTHING")
+_INSERT_HEAD = ("INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, "
+                "tool_calls_at, created_at, terminal_state, data)")
+_INSERT_TAIL = "ON CONFLICT (run_id, dedup_key) DO NOTHING"
+_INSERT = f"{_INSERT_HEAD} VALUES (?,?,?,?,?,?,?,?,?,?) {_INSERT_TAIL}"
+_INSERT_DELIVERIES = ("INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
+                      "enqueued_at, next_attempt_at, updated_at)")
 # the columns a directive's row has, in this order, before its data: what the data leaves out
 _COLUMNS = ("global_seq", "run_id", "seq", "rule", "action", "dedup_key", "tool_calls_at",
             "created_at", "terminal_state")
@@ -232,21 +235,6 @@ def _directive(row: Sequence[Any]) -> Directive:
     else:
         record = json.loads(data)
     return Directive.from_record(record)
-
-
-def _add_at_once(db: sqlite3.Connection, rows: list[_Row]) -> list[AddResult] | None:
-    """Every row stored by one statement, or nothing stored and None (a row is a duplicate or
-    its number is taken: the caller stores them one by one to tell which)."""
-    db.execute("SAVEPOINT batch")
-    try:
-        stored = db.executemany(_INSERT, rows).rowcount == len(rows)
-    except sqlite3.IntegrityError:
-        stored = False
-    db.execute("RELEASE batch" if stored else "ROLLBACK TO batch")
-    if not stored:
-        db.execute("RELEASE batch")
-        return None
-    return [AddResult.STORED] * len(rows)
 
 
 def _add_one(db: sqlite3.Connection, row: _Row) -> AddResult:
@@ -322,24 +310,59 @@ class DirectiveStore:
         """Store directives and their webhook deliveries in one transaction. Anything but
         ``STORED`` means the directive was not stored and must not be published. Deliveries
         are due at ``now`` (default: the directive's creation). The batch goes in as one
-        statement; only when some of it cannot be stored (a duplicate, a taken number) is it
-        taken back and stored one by one, to say which."""
+        statement (:func:`~watchdog.shell.state.store.execute_rows`); only when some of it
+        cannot be stored (a duplicate, a taken number) is it taken back and stored one by one,
+        to say which."""
         rows = [_row(directive) for directive, _hooks in items]
+        if not rows:
+            return []
+        if not any(hooks for _directive, hooks in items):
+            results = self._add_alone(rows)
+            if results is not None:
+                return results
         with self._writer.transaction() as db:
-            results = _add_at_once(db, rows) if len(rows) > 1 else None
+            results = None
+            if len(rows) > 1:
+                try:
+                    if execute_rows(db, _INSERT_HEAD, rows, _INSERT_TAIL) == len(rows):
+                        results = [AddResult.STORED] * len(rows)
+                except sqlite3.IntegrityError:
+                    pass
+                if results is None:  # take it back and tell the rows apart
+                    db.execute("ROLLBACK")
+                    db.execute("BEGIN")
             if results is None:
                 results = [_add_one(db, row) for row in rows]
             deliveries = [
-                (directive.global_seq, hook, DeliveryState.PENDING.value, due, due, due)
+                (directive.global_seq, hook, DeliveryState.PENDING.value, 0, due, due, due)
                 for (directive, hooks), result in zip(items, results, strict=True)
                 if hooks and result is AddResult.STORED
                 for due in (directive.created_at if now is None else now,) for hook in hooks]
-            if deliveries:
-                db.executemany(
-                    "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
-                    "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
-                    deliveries)
+            execute_rows(db, _INSERT_DELIVERIES, deliveries)
         return results
+
+    def _add_alone(self, rows: list[_Row]) -> list[AddResult] | None:
+        """Directives without deliveries stored by one statement that is its own transaction
+        (the common case: one SQLite call), or None when a number is taken (nothing stored:
+        the caller tells the rows apart). Rows skipped as duplicates are told apart from the
+        stored ones by their ``global_seq``: a taken one would have failed the statement."""
+        if len(rows) > ROWS_PER_STATEMENT:  # more than one statement: not one transaction
+            return None
+        with self._writer.lock:
+            db = self._writer.db
+            try:
+                stored = db.execute(rows_statement(_INSERT_HEAD, len(rows[0]), len(rows),
+                                                   _INSERT_TAIL),
+                                    [value for row in rows for value in row]).rowcount
+            except sqlite3.IntegrityError:
+                return None
+            if stored == len(rows):
+                return [AddResult.STORED] * len(rows)
+            numbers = [row[0] for row in rows]
+            found = {seq for (seq,) in db.execute(
+                f"SELECT global_seq FROM directives WHERE global_seq IN "
+                f"({','.join('?' * len(numbers))})", numbers)}
+        return [AddResult.STORED if row[0] in found else AddResult.DUPLICATE for row in rows]
 
     def ack(self, run_id: str, seq: int, now: float) -> int:
         """Record that the agent has seen ``seq``; acks only move forward. Returns the acked seq."""
@@ -450,8 +473,7 @@ class DirectiveStore:
         """Add deliveries for an already stored directive (normally :meth:`add_many` does it)."""
         with self._writer.transaction() as db:
             db.executemany(
-                "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
-                "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
+                f"{_INSERT_DELIVERIES} VALUES (?,?,?,0,?,?,?)",
                 [(global_seq, hook, DeliveryState.PENDING.value, now, now, now)
                  for hook in hooks])
 

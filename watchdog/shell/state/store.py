@@ -19,6 +19,7 @@ file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one i
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import sqlite3
@@ -115,6 +116,36 @@ DROP TABLE activity_chunks_v4;
 COMMIT;
 """,
 }
+
+
+# Rows go into SQLite a statement per many rows: ``executemany`` runs its statement once per
+# row, and each run lets go of the GIL and takes it back, which on a busy event loop costs a
+# forced switch between threads every time (and the loop its turn) — CPU for nothing.
+MAX_VARIABLES = 32_766  # SQLite's limit on a statement's parameters (3.32+)
+ROWS_PER_STATEMENT = 256  # at most: one statement's text is cached per count of rows up to it
+
+
+@functools.lru_cache(maxsize=1024)
+def rows_statement(head: str, width: int, rows: int, tail: str = "") -> str:
+    """``head VALUES (?,…),(?,…)… tail`` for ``rows`` rows of ``width`` values."""
+    one = "(" + ",".join("?" * width) + ")"
+    return f"{head} VALUES {','.join([one] * rows)} {tail}".rstrip()
+
+
+def execute_rows(db: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]],
+                 tail: str = "") -> int:
+    """Run ``head VALUES … tail`` over ``rows`` (all of one width) in as few statements as
+    SQLite takes; returns how many rows they changed."""
+    if not rows:
+        return 0
+    width = len(rows[0])
+    step = max(1, min(ROWS_PER_STATEMENT, MAX_VARIABLES // width))
+    changed = 0
+    for start in range(0, len(rows), step):
+        part = rows[start:start + step]
+        changed += db.execute(rows_statement(head, width, len(part), tail),
+                              [value for row in part for value in row]).rowcount
+    return changed
 
 
 class StoreError(RuntimeError):
@@ -307,20 +338,22 @@ class Store:
         """Write encoded rows in one transaction: SQL only, so the thread calling it holds the
         GIL little (the encoding is done where it can be sliced: :class:`Rows`)."""
         with self._transaction() as db:
-            db.executemany(
-                "INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?) "
-                "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, ended=excluded.ended, "
-                "updated=excluded.updated, data=excluded.data", rows.runs)
-            db.executemany("INSERT OR REPLACE INTO activity_chunks VALUES (?,?,?)", rows.chunks)
-            db.executemany("DELETE FROM activity_chunks WHERE run=? AND last_seq<=?", rows.trims)
-            db.executemany(_UPSERT_SESSION, rows.sessions)
+            execute_rows(db, "INSERT INTO runs (key, agent, ended, updated, data)", rows.runs,
+                         "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, "
+                         "ended=excluded.ended, updated=excluded.updated, data=excluded.data")
+            execute_rows(db, "INSERT OR REPLACE INTO activity_chunks (run, last_seq, data)",
+                         rows.chunks)
+            execute_rows(db, "DELETE FROM activity_chunks WHERE rowid IN (SELECT c.rowid FROM (",
+                         rows.trims, ") AS t JOIN activity_chunks c "
+                         "ON c.run = t.column1 AND c.last_seq <= t.column2)")
+            execute_rows(db, _UPSERT_SESSION_HEAD, rows.sessions, _UPSERT_SESSION_TAIL)
             _delete_runs(db, rows.gone)
 
     def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         """Upsert session snapshots (a checkpoint: before the API answers)."""
         rows = _session_rows(sessions)
         with self._transaction() as db:
-            db.executemany(_UPSERT_SESSION, rows)
+            execute_rows(db, _UPSERT_SESSION_HEAD, rows, _UPSERT_SESSION_TAIL)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -441,8 +474,8 @@ class Store:
         return [entries[seq] for seq in newest]
 
 
-_UPSERT_SESSION = ("INSERT INTO sessions (id, updated, data) VALUES (?,?,?) ON CONFLICT(id) "
-                   "DO UPDATE SET updated=excluded.updated, data=excluded.data")
+_UPSERT_SESSION_HEAD = "INSERT INTO sessions (id, updated, data)"
+_UPSERT_SESSION_TAIL = "ON CONFLICT(id) DO UPDATE SET updated=excluded.updated, data=excluded.data"
 
 
 def _session_rows(sessions: Iterable[dict[str, Any]]) -> list[tuple[str, float, str]]:
