@@ -11,6 +11,10 @@ Theory of operation
   reloads after a restart so it neither loses nor repeats a decision.
 * Numbers (``seq``, ``global_seq``) are allocated in memory by the outbox before the insert; the
   store only checks them (``UNIQUE(run_id, seq)``, ``global_seq`` primary key).
+* A row is the columns the queries read and the rest of the record as MessagePack (schema 2;
+  a version 1 file is migrated when opened, its rows' JSON text read as it was). A batch goes in
+  as one multi-row statement: ``executemany`` would run a statement, and hand the GIL back and
+  forth, per row.
 * ``deliveries`` is the persisted webhook outbox: one row per (directive, hook), inserted in the
   same transaction as its directive, so "stored" always includes "will be sent". Its state
   machine is pending → delivered | failed, with ``attempts`` and ``next_attempt_at`` while
