@@ -7,8 +7,9 @@ the outbox would make (numbered, a wind_down's or abort's report prompt frozen a
 Then, in CPU time of this process, alternating and the best of ``--repeat`` rounds counting:
 
 * each directive's record (:meth:`Directive.to_record`) encoded by the stdlib :mod:`json`, orjson,
-  msgspec and the store's :func:`~watchdog.shell.state.store.encode_json` (msgspec, its check for
-  Infinity/NaN included), each checked to read back as the stdlib's does;
+  msgspec and :func:`~watchdog.shell.state.store.encode_json` (msgspec, its check for
+  Infinity/NaN included), each checked to read back as the stdlib's does; and the store's row
+  (``_row``: the record but its columns as MessagePack, read back whole by the store);
 * :meth:`DirectiveStore.add_many` of them all into a fresh store in a temporary directory, in
   batches of each ``--batch`` size (the outbox writes what waited while the last write was on
   its way: a few to a few dozen directives).
@@ -40,7 +41,7 @@ from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.decode import parse_protobuf
 from watchdog.core.spans.pipeline import slices_of
 from watchdog.core.step import Core
-from watchdog.shell.directives.store import DirectiveStore
+from watchdog.shell.directives.store import DirectiveStore, _directive, _row
 from watchdog.shell.state.store import encode_json
 
 SLICE = 32  # spans per core step (the service's INGEST_SLICE)
@@ -96,10 +97,14 @@ def main() -> None:
         for name, encode in codecs.items():
             if json.loads(encode(record)) != expected:
                 raise SystemExit(f"{name} reads back otherwise than the stdlib")
+    for directive, record in zip(made, records, strict=True):
+        if _directive(_row(directive)).to_record() != record:
+            raise SystemExit("the store's row reads back otherwise than the record")
     sizes = sorted(len(codecs["json"](record)) for record in records)
+    rows = sorted(len(_row(directive)[-1]) for directive in made)
     print(f"[{args.workload}] {len(made)} directives ({sum(1 for d in made if d.prompt_facts)} "
           f"with a report prompt's facts), records of {sizes[len(sizes) // 2]:,} bytes "
-          f"(median)")
+          f"as JSON, the store's rows' data {rows[len(rows) // 2]:,} bytes (medians)")
     best = {name: float("inf") for name in codecs}
     for _ in range(args.repeat):
         for name, encode in codecs.items():
@@ -107,9 +112,16 @@ def main() -> None:
             for record in records:
                 encode(record)
             best[name] = min(best[name], time.process_time() - started)
+    row_best = float("inf")
+    for _ in range(args.repeat):
+        started = time.process_time()
+        for directive in made:
+            _row(directive)
+        row_best = min(row_best, time.process_time() - started)
     print("encode a record    µs    ratio to json")
     for name, seconds in best.items():
         print(f"  {name:<14}{seconds * 1e6 / len(records):8.1f}{best['json'] / seconds:9.2f}x")
+    print(f"  {'store row':<14}{row_best * 1e6 / len(records):8.1f}    (to_record included)")
     print("add_many           CPU µs per directive (encoding, SQL, commit)")
     for size in args.batch or [1, 7, 64]:
         spent = float("inf")

@@ -158,6 +158,29 @@ def test_a_batch_is_stored_at_once_or_told_apart_row_by_row(tmp_path: Path) -> N
     reopened.close()
 
 
+def test_a_batch_without_deliveries_is_one_statement_and_still_told_apart(
+        tmp_path: Path) -> None:
+    store = DirectiveStore(str(tmp_path))
+    assert store.add_many([(directive(seq, seq, dedup_key=f"rule-{seq}"), [])
+                           for seq in (1, 2, 3)]) == [AddResult.STORED] * 3
+    # a decision stored already is skipped by the statement; the rest stays stored
+    assert store.add_many([(directive(4, 4, dedup_key="rule-4"), []),
+                           (directive(5, 5, dedup_key="rule-2"), []),
+                           (directive(6, 6, dedup_key="rule-6"), [])]) == [
+        AddResult.STORED, AddResult.DUPLICATE, AddResult.STORED]
+    # a taken number fails the whole statement: nothing of it stays, each row is told apart
+    assert store.add_many([(directive(7, 7, dedup_key="rule-7"), []),
+                           (directive(6, 8, dedup_key="rule-8"), [])]) == [
+        AddResult.STORED, AddResult.CONFLICT]
+    # more rows than one statement holds: one transaction of several statements
+    many = [(directive(seq, seq, dedup_key=f"rule-{seq}"), []) for seq in range(8, 608)]
+    assert store.add_many(many) == [AddResult.STORED] * 600
+    assert [d.seq for d in store.list_for_run("run-1")] == [1, 2, 3, 4, 6, 7, *range(8, 102)]
+    assert store.counters() == (607, {"run-1": 607})
+    assert store.add_many([]) == []
+    store.close()
+
+
 def test_listing_acks_and_fired_records(tmp_path: Path) -> None:
     store = DirectiveStore(str(tmp_path))
     for g, (run, seq) in enumerate([("a", 1), ("b", 1), ("a", 2), ("a", 3)], start=1):

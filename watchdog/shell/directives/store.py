@@ -11,6 +11,10 @@ Theory of operation
   reloads after a restart so it neither loses nor repeats a decision.
 * Numbers (``seq``, ``global_seq``) are allocated in memory by the outbox before the insert; the
   store only checks them (``UNIQUE(run_id, seq)``, ``global_seq`` primary key).
+* A row is the columns the queries read and the rest of the record as MessagePack (schema 2;
+  a version 1 file is migrated when opened, its rows' JSON text read as it was). A batch goes in
+  as one multi-row statement: ``executemany`` would run a statement, and hand the GIL back and
+  forth, per row.
 * ``deliveries`` is the persisted webhook outbox: one row per (directive, hook), inserted in the
   same transaction as its directive, so "stored" always includes "will be sent". Its state
   machine is pending → delivered | failed, with ``attempts`` and ``next_attempt_at`` while
@@ -37,37 +41,44 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from watchdog.core.directives.model import Directive
 from watchdog.core.rules.decision import Action
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.terminal import TerminalState
-from watchdog.shell.state.store import encode_json
+from watchdog.shell.state.store import ROWS_PER_STATEMENT, encode_json, execute_rows, rows_statement
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_FILE = "directives.sqlite3"
 MEMORY = ":memory:"
 MAX_DIRECTIVES_STORED = 100_000  # oldest directives of ended runs beyond this are pruned
 MAX_ERROR_CHARS = 500  # last_error kept per delivery
 _IN_CHUNK = 500  # run ids per "IN (...)" query (SQLite's variable limit is 32766; stay small)
+# the writer's page cache (SQLite's default is 2 MiB): the two unique indexes take a directive
+# at a random place each, and a cache that holds them writes a batch without reading pages back
+CACHE_KIB = 8192
 
-_SCHEMA = """
+_DIRECTIVES_TABLE = """
 CREATE TABLE IF NOT EXISTS directives (
     global_seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    agent TEXT NOT NULL,
     rule TEXT NOT NULL,
     action TEXT NOT NULL,
     dedup_key TEXT NOT NULL,
-    escalation INTEGER NOT NULL,
     tool_calls_at INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    data TEXT NOT NULL,
+    terminal_state TEXT,
+    data BLOB NOT NULL,
     UNIQUE (run_id, dedup_key),
     UNIQUE (run_id, seq)
 );
+"""
+
+_SCHEMA = _DIRECTIVES_TABLE + """
 CREATE TABLE IF NOT EXISTS acks (
     run_id TEXT PRIMARY KEY,
     seq INTEGER NOT NULL,
@@ -86,6 +97,49 @@ CREATE TABLE IF NOT EXISTS deliveries (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at);
 """
+
+# version -> the statements that bring a file of the version before it up to it. 2: the record
+# as MessagePack, the columns the queries read only (the id, made of global_seq, is no longer a
+# unique index of its own; terminal_state, which fired_records read out of the JSON, is one);
+# version 1's rows keep their JSON text, which reads as it did.
+_MIGRATIONS: dict[int, str] = {
+    2: "BEGIN;\nALTER TABLE directives RENAME TO directives_v1;\n" + _DIRECTIVES_TABLE + """
+INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, tool_calls_at,
+                        created_at, terminal_state, data)
+    SELECT global_seq, run_id, seq, rule, action, dedup_key, tool_calls_at, created_at,
+           CASE WHEN json_valid(data) THEN json_extract(data, '$.terminal_state') END, data
+    FROM directives_v1;
+DROP TABLE directives_v1;
+""",
+}
+
+
+def _migrated_terminal_states(db: sqlite3.Connection) -> None:
+    """The terminal states of version 1 rows SQLite cannot read as JSON (an Infinity or NaN the
+    stdlib wrote), read by the stdlib (within the migration's transaction)."""
+    rows = db.execute("SELECT global_seq, data FROM directives WHERE typeof(data) = 'text' "
+                      "AND NOT json_valid(data)").fetchall()
+    for global_seq, data in rows:
+        try:
+            terminal = json.loads(data).get("terminal_state")
+        except (ValueError, AttributeError):  # unreadable as it was: listed as it was
+            continue
+        db.execute("UPDATE directives SET terminal_state=? WHERE global_seq=?",
+                   (terminal, global_seq))
+
+
+def _migrate(db: sqlite3.Connection, version: int) -> None:
+    """Bring a file of ``version`` up to :data:`SCHEMA_VERSION`, a version per transaction."""
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        try:
+            db.executescript(_MIGRATIONS[step])  # begins the transaction it leaves open
+            _migrated_terminal_states(db)
+            db.execute(f"PRAGMA user_version={step}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
 
 class AddResult(StrEnum):
@@ -145,33 +199,46 @@ class _Connection:
                 raise
 
 
-_INSERT = ("INSERT INTO directives (global_seq, id, run_id, seq, agent, rule, action, dedup_key, "
-           "escalation, tool_calls_at, created_at, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-           "ON CONFLICT (run_id, dedup_key) DO NOTHING")
+_INSERT_HEAD = ("INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, "
+                "tool_calls_at, created_at, terminal_state, data)")
+_INSERT_TAIL = "ON CONFLICT (run_id, dedup_key) DO NOTHING"
+_INSERT = f"{_INSERT_HEAD} VALUES (?,?,?,?,?,?,?,?,?,?) {_INSERT_TAIL}"
+_INSERT_DELIVERIES = ("INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
+                      "enqueued_at, next_attempt_at, updated_at)")
+# the columns a directive's row has, in this order, before its data: what the data leaves out
+_COLUMNS = ("global_seq", "run_id", "seq", "rule", "action", "dedup_key", "tool_calls_at",
+            "created_at", "terminal_state")
+_SELECT = f"SELECT {', '.join(_COLUMNS)}, data FROM directives"
 
-_Row = tuple[int, str, str, int, str, str, str, str, int, int, float, str]
+_Row = tuple[int, str, int, str, str, str, int, float, str | None, bytes | str]
+_PACKER = msgspec.msgpack.Encoder()
+_UNPACKER = msgspec.msgpack.Decoder(dict[str, Any])
 
 
 def _row(directive: Directive) -> _Row:
-    return (directive.global_seq, directive.id, directive.run_id, directive.seq,
-            directive.agent, directive.rule, directive.action, directive.dedup_key,
-            int(directive.escalation), directive.tool_calls_at, directive.created_at,
-            encode_json(directive.to_record()))
-
-
-def _add_at_once(db: sqlite3.Connection, rows: list[_Row]) -> list[AddResult] | None:
-    """Every row stored by one statement, or nothing stored and None (a row is a duplicate or
-    its number is taken: the caller stores them one by one to tell which)."""
-    db.execute("SAVEPOINT batch")
+    """The directive's row: the columns, then the rest of its record as MessagePack (which
+    keeps Infinity and NaN as they are); a record MessagePack cannot hold (an int beyond 64
+    bits, a lone surrogate) is stored whole as JSON text, as version 1 stored every record."""
+    record = directive.to_record()
+    columns = tuple(record.pop(name) for name in _COLUMNS)
     try:
-        stored = db.executemany(_INSERT, rows).rowcount == len(rows)
-    except sqlite3.IntegrityError:
-        stored = False
-    db.execute("RELEASE batch" if stored else "ROLLBACK TO batch")
-    if not stored:
-        db.execute("RELEASE batch")
-        return None
-    return [AddResult.STORED] * len(rows)
+        data: bytes | str = _PACKER.encode(record)
+    except (TypeError, ValueError, OverflowError):
+        data = encode_json({**dict(zip(_COLUMNS, columns, strict=True)), **record})
+    return (*columns, data)
+
+
+def _directive(row: Sequence[Any]) -> Directive:
+    """A directive from its row (as :data:`_SELECT` reads it): version 2's MessagePack with the
+    columns, or a whole record as JSON text (version 1's rows, and the rare record
+    MessagePack cannot hold)."""
+    data = row[-1]
+    if isinstance(data, bytes):
+        record = _UNPACKER.decode(data)
+        record.update(zip(_COLUMNS, row, strict=False))
+    else:
+        record = json.loads(data)
+    return Directive.from_record(record)
 
 
 def _add_one(db: sqlite3.Connection, row: _Row) -> AddResult:
@@ -203,8 +270,12 @@ class DirectiveStore:
                 raise DirectiveStoreError(
                     f"{target} has schema version {version}; this build knows {SCHEMA_VERSION}: "
                     f"use a newer agent-watchdog")
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute(f"PRAGMA cache_size={-CACHE_KIB}")
+            if version == 0:
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            else:
+                _migrate(db, version)
             self._reader = self._writer if target == MEMORY else _Connection(target)
             self._checkpointer: _Connection | None = None
             if target != MEMORY:
@@ -243,24 +314,59 @@ class DirectiveStore:
         """Store directives and their webhook deliveries in one transaction. Anything but
         ``STORED`` means the directive was not stored and must not be published. Deliveries
         are due at ``now`` (default: the directive's creation). The batch goes in as one
-        statement; only when some of it cannot be stored (a duplicate, a taken number) is it
-        taken back and stored one by one, to say which."""
+        statement (:func:`~watchdog.shell.state.store.execute_rows`); only when some of it
+        cannot be stored (a duplicate, a taken number) is it taken back and stored one by one,
+        to say which."""
         rows = [_row(directive) for directive, _hooks in items]
+        if not rows:
+            return []
+        if not any(hooks for _directive, hooks in items):
+            results = self._add_alone(rows)
+            if results is not None:
+                return results
         with self._writer.transaction() as db:
-            results = _add_at_once(db, rows) if len(rows) > 1 else None
+            results = None
+            if len(rows) > 1:
+                try:
+                    if execute_rows(db, _INSERT_HEAD, rows, _INSERT_TAIL) == len(rows):
+                        results = [AddResult.STORED] * len(rows)
+                except sqlite3.IntegrityError:
+                    pass
+                if results is None:  # take it back and tell the rows apart
+                    db.execute("ROLLBACK")
+                    db.execute("BEGIN")
             if results is None:
                 results = [_add_one(db, row) for row in rows]
             deliveries = [
-                (directive.global_seq, hook, DeliveryState.PENDING.value, due, due, due)
+                (directive.global_seq, hook, DeliveryState.PENDING.value, 0, due, due, due)
                 for (directive, hooks), result in zip(items, results, strict=True)
                 if hooks and result is AddResult.STORED
                 for due in (directive.created_at if now is None else now,) for hook in hooks]
-            if deliveries:
-                db.executemany(
-                    "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
-                    "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
-                    deliveries)
+            execute_rows(db, _INSERT_DELIVERIES, deliveries)
         return results
+
+    def _add_alone(self, rows: list[_Row]) -> list[AddResult] | None:
+        """Directives without deliveries stored by one statement that is its own transaction
+        (the common case: one SQLite call), or None when a number is taken (nothing stored:
+        the caller tells the rows apart). Rows skipped as duplicates are told apart from the
+        stored ones by their ``global_seq``: a taken one would have failed the statement."""
+        if len(rows) > ROWS_PER_STATEMENT:  # more than one statement: not one transaction
+            return None
+        with self._writer.lock:
+            db = self._writer.db
+            try:
+                stored = db.execute(rows_statement(_INSERT_HEAD, len(rows[0]), len(rows),
+                                                   _INSERT_TAIL),
+                                    [value for row in rows for value in row]).rowcount
+            except sqlite3.IntegrityError:
+                return None
+            if stored == len(rows):
+                return [AddResult.STORED] * len(rows)
+            numbers = [row[0] for row in rows]
+            found = {seq for (seq,) in db.execute(
+                f"SELECT global_seq FROM directives WHERE global_seq IN "
+                f"({','.join('?' * len(numbers))})", numbers)}
+        return [AddResult.STORED if row[0] in found else AddResult.DUPLICATE for row in rows]
 
     def ack(self, run_id: str, seq: int, now: float) -> int:
         """Record that the agent has seen ``seq``; acks only move forward. Returns the acked seq."""
@@ -326,22 +432,22 @@ class DirectiveStore:
         """The run's directives with ``seq > after_seq``, oldest first."""
         with self._reader.lock:
             rows = self._reader.db.execute(
-                "SELECT data FROM directives WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?",
+                f"{_SELECT} WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?",
                 (run_id, after_seq, limit)).fetchall()
-        return [Directive.from_record(json.loads(row[0])) for row in rows]
+        return [_directive(row) for row in rows]
 
     def list_after(self, global_seq: int = 0, limit: int = 100) -> list[Directive]:
         """All runs' directives with ``global_seq`` above the given one, oldest first."""
         with self._reader.lock:
             rows = self._reader.db.execute(
-                "SELECT data FROM directives WHERE global_seq>? ORDER BY global_seq LIMIT ?",
+                f"{_SELECT} WHERE global_seq>? ORDER BY global_seq LIMIT ?",
                 (global_seq, limit)).fetchall()
-        return [Directive.from_record(json.loads(row[0])) for row in rows]
+        return [_directive(row) for row in rows]
 
     def fired_records(self, run_ids: Iterable[str] | None = None) -> list[FiredRecord]:
         """What the rule engine fired for these runs (all runs when None), oldest first."""
         columns = ("SELECT global_seq, run_id, rule, dedup_key, action, created_at, "
-                   "tool_calls_at, json_extract(data, '$.terminal_state') FROM directives")
+                   "tool_calls_at, terminal_state FROM directives")
         rows: list[tuple[int, str, str, str, str, float, int, str | None]] = []
         with self._reader.lock:
             db = self._reader.db
@@ -371,8 +477,7 @@ class DirectiveStore:
         """Add deliveries for an already stored directive (normally :meth:`add_many` does it)."""
         with self._writer.transaction() as db:
             db.executemany(
-                "INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
-                "enqueued_at, next_attempt_at, updated_at) VALUES (?,?,?,0,?,?,?)",
+                f"{_INSERT_DELIVERIES} VALUES (?,?,?,0,?,?,?)",
                 [(global_seq, hook, DeliveryState.PENDING.value, now, now, now)
                  for hook in hooks])
 
@@ -383,14 +488,14 @@ class DirectiveStore:
         skip = set(exclude)
         with self._writer.lock:
             rows = self._writer.db.execute(
-                "SELECT d.global_seq, d.hook, d.attempts, d.enqueued_at, x.data "
-                "FROM deliveries d JOIN directives x ON x.global_seq = d.global_seq "
-                "WHERE d.state=? AND d.next_attempt_at<=? "
-                "ORDER BY d.next_attempt_at, d.global_seq LIMIT ?",
+                f"SELECT d.hook, d.attempts, d.enqueued_at, "
+                f"{', '.join(f'x.{name}' for name in _COLUMNS)}, x.data "
+                f"FROM deliveries d JOIN directives x ON x.global_seq = d.global_seq "
+                f"WHERE d.state=? AND d.next_attempt_at<=? "
+                f"ORDER BY d.next_attempt_at, d.global_seq LIMIT ?",
                 (DeliveryState.PENDING.value, now, limit + len(skip))).fetchall()
-        due = [Delivery(Directive.from_record(json.loads(data)), hook, attempts, enqueued_at)
-               for global_seq, hook, attempts, enqueued_at, data in rows
-               if (global_seq, hook) not in skip]
+        due = [Delivery(_directive(row[3:]), row[0], row[1], row[2]) for row in rows
+               if (row[3], row[0]) not in skip]
         return due[:limit]
 
     def next_due_at(self, exclude: Iterable[tuple[int, str]] = ()) -> float | None:

@@ -1,0 +1,106 @@
+"""State store benchmark: the flushes a real ingest makes, written to SQLite as the writer does.
+
+Run with ``.venv/bin/python bench/state_store.py`` (``--help`` for the knobs). A workload of
+:data:`bench.workload.WORKLOADS` (``rules-firing`` by default) is folded into runs by the real
+tracker; every ``--flush-every`` spans the runs the batches changed are snapshotted
+(``RunState.to_dict``) with their new activity, the rows of one state flush. Then, in CPU time
+of this process, the best of ``--repeat`` rounds, each into a fresh store in a temporary
+directory: the rows encoded (:class:`~watchdog.shell.state.store.Rows`) and written
+(:meth:`~watchdog.shell.state.store.Store.write`) in parts of ``WRITE_PART_RUNS`` runs, per span
+ingested and per run written, and the size of the file they make. Run it from two trees to
+compare builds (``python -P``, the tree's ``bench/`` first on the path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.workload import WORKLOADS, batches
+from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.decode import parse_protobuf
+from watchdog.core.spans.pipeline import records_from
+from watchdog.shell.state import store
+from watchdog.shell.state.persist import WRITE_PART_RUNS
+
+Flush = tuple[list[dict[str, Any]], dict[str, list[ActivityEntry]]]
+
+
+def flushes(workload: str, runs: int, spans: int, batch: int, every: int) -> list[Flush]:
+    """What each state flush of the ingest writes: changed runs' snapshots, new activity."""
+    tracker = RunTracker(max_runs=10 * runs)
+    made: list[Flush] = []
+    dirty: dict[str, Any] = {}
+    activity: dict[str, list[ActivityEntry]] = {}
+    now, seen = 1_795_320_000.0, 0
+    for body in batches(runs, batch, spans, workload=workload):
+        now += 0.05
+        result = tracker.apply(records_from(parse_protobuf(body)).records, now)
+        dirty.update(result.touched)
+        for entry in result.activity:
+            activity.setdefault(entry.run_key, []).append(entry)
+        seen += batch
+        if seen % every == 0 or seen >= spans:
+            made.append(([run.to_dict() for run in dirty.values()], activity))
+            dirty, activity = {}, {}
+    return made
+
+
+def write_all(made: list[Flush]) -> tuple[float, float, int]:
+    """CPU seconds encoding and writing every flush into a fresh store, and its file's size."""
+    encoding = writing = 0.0
+    with tempfile.TemporaryDirectory() as directory:
+        db = store.Store(directory)
+        for snapshots, activity in made:
+            for start in range(0, len(snapshots), WRITE_PART_RUNS):
+                began = time.process_time()
+                rows = store.Rows(db.activity_log_size)
+                for snapshot in snapshots[start:start + WRITE_PART_RUNS]:
+                    rows.add_run(snapshot)
+                    entries = activity.get(snapshot["key"])
+                    if entries:
+                        rows.add_activity(((snapshot["key"], entries),))
+                encoded = time.process_time()
+                db.write(rows)
+                encoding += encoded - began
+                writing += time.process_time() - encoded
+        db.close()
+        size = os.path.getsize(Path(directory) / store.DB_FILE)
+    return encoding, writing, size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workload", choices=WORKLOADS, default="rules-firing")
+    parser.add_argument("--runs", type=int, default=1000, help="concurrent runs in the workload")
+    parser.add_argument("--spans", type=int, default=51_200)
+    parser.add_argument("--batch", type=int, default=512, help="spans per export")
+    parser.add_argument("--flush-every", type=int, default=5120,
+                        help="spans between flushes (a served sidecar at ~5,000 spans/s: 1 s)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; the best counts")
+    args = parser.parse_args()
+    made = flushes(args.workload, args.runs, args.spans, args.batch, args.flush_every)
+    written = sum(len(snapshots) for snapshots, _ in made)
+    best = (float("inf"), float("inf"), 0)
+    for _ in range(args.repeat):
+        encoding, writing, size = write_all(made)
+        best = (min(best[0], encoding), min(best[1], writing), size)
+    encoding, writing, size = best
+    print(f"[{args.workload}] {args.spans:,} spans, {len(made)} flushes, {written:,} runs "
+          f"written, a {size / 1e6:.1f} MB file")
+    print(f"  encode  {encoding * 1e6 / args.spans:6.1f} µs a span {encoding * 1e6 / written:7.1f} "
+          f"µs a run written")
+    print(f"  SQLite  {writing * 1e6 / args.spans:6.1f} µs a span {writing * 1e6 / written:7.1f} "
+          f"µs a run written")
+
+
+if __name__ == "__main__":
+    main()

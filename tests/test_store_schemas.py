@@ -1,0 +1,165 @@
+"""The stores' schemas move on; a state dir written by the build before reads the same.
+
+``tests/data/state_v4/`` is a real state dir that build wrote (``make.py`` there: the
+workload's misbehaving agents through the real core, runs, activity, a session, directives
+with report prompts' facts, webhook deliveries and an ack) with what it read back from it
+(``expected.json``). This build migrates the files when it opens them (state schema 4 → 5:
+activity chunks into a rowid table; directives 1 → 2: records as MessagePack, a
+``terminal_state`` column) and must read back the same, then keep writing into them."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from tests.test_directives_store import NOW, directive
+from watchdog.core.directives.model import Directive
+from watchdog.core.rules.engine import FiredRecord
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.shell.directives import store as directive_store
+from watchdog.shell.directives.store import AddResult, DirectiveStore
+from watchdog.shell.state import store as state_store
+from watchdog.shell.state.store import Store
+
+OLD = Path(__file__).resolve().parent / "data" / "state_v4"
+
+
+def old_state_dir(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in (state_store.DB_FILE, directive_store.DB_FILE):
+        shutil.copyfile(OLD / name, state / name)
+    return state, json.loads((OLD / "expected.json").read_text())
+
+
+def version(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        db.close()
+
+
+def fired(record: FiredRecord) -> list[Any]:
+    return [record.run_key, record.rule, record.dedup_key, record.action.value, record.fired_at,
+            record.tool_calls_at,
+            record.terminal_state.value if record.terminal_state is not None else None]
+
+
+def as_json(value: Any) -> Any:
+    """What JSON makes of a value (tuples are lists): how expected.json holds it."""
+    return json.loads(json.dumps(value))
+
+
+def record(d: Directive) -> dict[str, Any]:
+    return as_json({**d.to_record(), "report_prompt": d.report_prompt})
+
+
+def test_the_files_are_the_old_schemas() -> None:
+    assert version(OLD / state_store.DB_FILE) == 4
+    assert version(OLD / directive_store.DB_FILE) == 1
+
+
+def test_a_state_dir_the_build_before_wrote_reads_the_same(tmp_path: Path) -> None:
+    state, expected = old_state_dir(tmp_path)
+    store = Store(str(state))
+    keys = sorted(expected["runs"])
+    assert len(keys) >= 10 and sum(map(len, expected["activity"].values())) >= 100
+    assert {key: store.get_run(key) for key in keys} == expected["runs"]
+    assert [row["key"] for row in store.load_runs(True, 1000)] == expected["active"]
+    assert [row["key"] for row in store.load_runs(False, 1000)] == expected["ended"]
+    assert {key: as_json(store.activity(key)) for key in keys} == expected["activity"]
+    assert store.get_session("session-1") == expected["session"]
+    store.close()
+    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 5
+
+    directives = DirectiveStore(str(state))
+    stored = directives.list_after(0, 10_000)
+    assert len(stored) >= 10 and any(d.prompt_facts for d in stored)
+    assert [record(d) for d in stored] == expected["directives"]
+    assert {key: [d.seq for d in directives.list_for_run(key)] for key in keys} == \
+        expected["by_run"]
+    assert [fired(f) for f in directives.fired_records()] == expected["fired"]
+    assert any(f[-1] for f in expected["fired"])  # a terminal state read out of the old JSON
+    assert as_json(directives.counters()) == expected["counters"]
+    assert [[row.directive.global_seq, row.hook] for row in directives.due(NOW, 1000)] == \
+        expected["due"]
+    run_id, acked = expected["acked"]
+    assert directives.acked(run_id) == acked
+    directives.close()
+    assert version(state / directive_store.DB_FILE) == directive_store.SCHEMA_VERSION == 2
+
+
+def test_a_migrated_state_dir_is_written_on_and_reopened(tmp_path: Path) -> None:
+    state, expected = old_state_dir(tmp_path)
+    directives = DirectiveStore(str(state))
+    top, _runs = directives.counters()
+    old = expected["directives"][0]
+    # a decision the old file holds is still a duplicate; a new one is stored next to them
+    again = directive(99, top + 1, run_key=old["run_id"], rule=old["rule"],
+                      dedup_key=old["dedup_key"])
+    new = directive(1, top + 2, run_key="run-new", terminal=TerminalState.LOOP_DETECTED)
+    assert directives.add_many([(again, []), (new, ["hook-a"])], now=NOW) == [
+        AddResult.DUPLICATE, AddResult.STORED]
+    directives.close()
+    store = Store(str(state))
+    store.save([{"key": "run-new", "agent": "a", "ended": False, "last_seen": NOW}], [])
+    store.close()
+
+    reopened = DirectiveStore(str(state))  # a current file: opened as it is
+    assert [record(d) for d in reopened.list_after(0, 10_000)] == [
+        *expected["directives"], record(new)]
+    assert reopened.list_after(top + 1)[0].report_prompt == "prompt"
+    assert fired(reopened.fired_records(["run-new"])[0])[-1] == "loop_detected"
+    assert [row.directive.id for row in reopened.due(NOW, 1000)][-1] == new.id
+    reopened.close()
+    again_store = Store(str(state))
+    assert again_store.get_run("run-new") == {"key": "run-new", "agent": "a", "ended": False,
+                                              "last_seen": NOW}
+    assert again_store.activity(sorted(expected["activity"])[0]) != []
+    again_store.close()
+
+
+def test_a_version_1_record_with_infinity_keeps_its_terminal_state(tmp_path: Path) -> None:
+    """The stdlib wrote Infinity into version 1's JSON; SQLite cannot read such a row, the
+    migration reads its terminal state with the stdlib."""
+    state, _expected = old_state_dir(tmp_path)
+    db = sqlite3.connect(state / directive_store.DB_FILE)
+    data, = db.execute("SELECT data FROM directives WHERE json_extract(data, '$.terminal_state')"
+                       " IS NOT NULL LIMIT 1").fetchone()
+    row = json.loads(data)
+    row["budget"] = {"max_cost_usd": math.inf}
+    db.execute("UPDATE directives SET data=? WHERE global_seq=?",
+               (json.dumps(row, separators=(",", ":")), row["global_seq"]))
+    db.commit()
+    db.close()
+    directives = DirectiveStore(str(state))
+    kept = [d for d in directives.list_after(0, 10_000) if d.global_seq == row["global_seq"]]
+    assert kept[0].budget == {"max_cost_usd": math.inf}
+    assert kept[0].terminal_state == row["terminal_state"]
+    assert next(f for f in directives.fired_records([row["run_id"]])
+                if f.dedup_key == row["dedup_key"]).terminal_state == \
+        TerminalState(row["terminal_state"])
+    directives.close()
+
+
+def test_records_keep_infinity_and_what_messagepack_cannot_hold(tmp_path: Path) -> None:
+    directives = DirectiveStore(str(tmp_path))
+    odd = directive(1, 1, message="half a pair \ud800")  # MessagePack refuses it: JSON text
+    big = directive(2, 2, dedup_key="big")
+    big.budget = {"max_tool_calls": math.inf}
+    big.grace = {"tool_calls": 2.0, "seconds": math.nan}
+    assert directives.add_many([(odd, []), (big, [])]) == [AddResult.STORED] * 2
+    db = sqlite3.connect(tmp_path / directive_store.DB_FILE)
+    assert [row[0] for row in db.execute("SELECT typeof(data) FROM directives "
+                                         "ORDER BY global_seq")] == ["text", "blob"]
+    db.close()
+    first, second = directives.list_after(0)
+    assert first.message == "half a pair \ud800" and first.report_prompt == "prompt"
+    assert second.budget == {"max_tool_calls": math.inf}
+    assert second.grace is not None and math.isnan(second.grace["seconds"])
+    directives.close()
