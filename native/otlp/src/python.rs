@@ -3,6 +3,7 @@
 //! the attributes the conventions name selected into a dict in one pass (`Span.selected`).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -18,7 +19,7 @@ use crate::wire;
 /// reads a JSON-encoded value.
 #[pyclass(frozen, module = "watchdog.core.spans._native")]
 pub struct Tables {
-    wanted: HashMap<Box<[u8]>, (Py<PyString>, bool, usize)>,
+    wanted: HashMap<Box<[u8]>, (Py<PyString>, bool, usize), BuildHasherDefault<NameHasher>>,
     firsts: Vec<(Vec<usize>, bool)>,
     json_encoded: Py<PyAny>,
     /// a span's name is cut to this many characters (``values.MAX_NAME_CHARS``)
@@ -43,7 +44,7 @@ impl Tables {
         for key in scalars.try_iter()? {
             scalar_keys.insert(key?.extract::<String>()?);
         }
-        let mut table = HashMap::new();
+        let mut table = HashMap::default();
         for key in wanted.try_iter()? {
             let key = key?;
             let text: String = key.extract()?;
@@ -72,6 +73,32 @@ impl Tables {
             max_name_chars,
             min_time_ns,
         })
+    }
+}
+
+/// The hash of an attribute's name looked up in the wanted table (FxHash's, a word at a time):
+/// every span's every attribute name is hashed, and SipHash's defence against chosen collisions
+/// buys nothing for a table that is only read (a name that collides costs a few comparisons).
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut hash = self.0;
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            hash = (hash.rotate_left(5) ^ word).wrapping_mul(SEED);
+        }
+        for byte in words.remainder() {
+            hash = (hash.rotate_left(5) ^ u64::from(*byte)).wrapping_mul(SEED);
+        }
+        self.0 = hash;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 

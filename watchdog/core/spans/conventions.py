@@ -155,7 +155,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         firsts = Firsts(attrs)
     head = span.head() if type(span) is NATIVE_SPAN else None
     trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
-    key, source = run_key(trace_id, attrs, resource)
+    key, source = run_key(trace_id, attrs, resource, firsts)
     role = role_of(name, attrs, parent is None)
     step = False  # a span of agent kind that is a step or a tool call: the name it has is not
     if role is AGENT_ROLE and parent is not None:  # the run's agent (a node's, a handoff's)
@@ -243,8 +243,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         _fill_llm(record, attrs, firsts, span)
     elif kind is AGENT:
         if span.events:
-            attrs = _with_events(attrs, span.events, firsts)[0]
-        _fill_agent(record, attrs)
+            attrs, firsts = _with_events(attrs, span.events, firsts)
+        _fill_agent(record, attrs, firsts)
     return record
 
 
