@@ -3,7 +3,11 @@ CPU-second of the per-span path they share (OTLP protobuf bytes -> records), and
 with the run tracker after it.
 
     python -P bench/native.py [--workload rules-firing] [--spans 30720] [--rounds 6]
-    valgrind --tool=callgrind python -P bench/native.py --only native --rounds 1 --spans 4096
+    valgrind --tool=callgrind python -P bench/native.py --only native --passes 2 --spans 2048
+
+Under callgrind, ``--passes`` reads the payloads that many times (decode + normalise alone) and
+prints nothing: instructions per span are (the run with ``--passes 2`` less the one with
+``--passes 0``) / (2 x spans), so what the process does besides cancels out.
 
 The sidecar end to end, compiled against Python: ``bench/compare.py --build py=.,native=false
 --build native=.`` (the same tree twice, one on its Python decode).
@@ -50,9 +54,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--only", choices=("native", "python"), help="one decode (callgrind)")
+    parser.add_argument("--passes", type=int, help="with --only: decode + normalise the payloads "
+                        "this many times, nothing else (callgrind)")
     args = parser.parse_args()
     if not native.AVAILABLE:
         raise SystemExit("the compiled decode is not built (make builds it with cargo)")
+    if args.passes is not None:
+        if args.only is None or args.passes < 0 or len(args.workload or ()) > 1:
+            parser.error("--passes takes --only, at most one --workload and a count >= 0")
+        native.use_native(args.only == "native")
+        bodies = list(batches(args.runs, args.batch, args.spans,
+                              workload=(args.workload or ["rules-firing"])[0]))
+        for _ in range(args.passes):
+            decode_normalise(bodies)
+        return
     decodes = [args.only == "native"] if args.only else [False, True]
     print(f"{'workload':<14}{'path':<18}{'python':>12}{'compiled':>12}{'ratio':>8}")
     for workload in args.workload or ("rules-firing", "clean"):

@@ -5,7 +5,9 @@ span by span, and span by span backwards, is read by both decodes: the records (
 and the runs the tracker makes of them (their whole snapshots) must be the same. Bytes that
 are no request are refused by both in the same words; the nesting bound is upb's. The compiled
 kernels of the conventions (limit phrases and status patterns, tool JSON, the stable hash) answer
-as their Python twins do on texts made to find where Rust and Python read differently.
+as their Python twins do on texts made to find where Rust and Python read differently, and the
+first-present facts the compiled decode resolves while it selects a span's attributes are the
+ones the Python path looks up, on every recorded span and on spans of odd values.
 
 The compiled decode is built by ``make`` (setuptools-rust, with cargo); these tests fail, and
 say so, where it was not.
@@ -22,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from tests.harness import running_server, sidecar_config
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans import decode, model_calls, native, outcome, values
+from watchdog.core.spans.attributes import FIRST_FACTS
 from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
 from watchdog.core.spans.logs import LogJoin, parse_logs_json
 from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
@@ -313,3 +318,73 @@ def test_the_compiled_kernels_answer_as_their_python_twins() -> None:
         for text, read in zip(texts, ours, strict=True):
             assert read == kernels_read(text), text
     assert min(answered) > 20, answered  # (the compiled ones answer: not all left to Python)
+
+
+def first_facts(span: Any, compiled: bool) -> tuple[str, list[str]]:
+    """A span's selected attributes and each of its first-present facts (``FIRST_FACTS``), as
+    one decode reads them (repr: the type counts, and NaN is not equal to itself)."""
+    if compiled:
+        attrs, facts = span.read()
+        assert len(facts) == len(FIRST_FACTS)
+    else:
+        attrs = values.select_attributes(span.attributes)
+        facts = values.Firsts(attrs)
+    return repr(attrs), [repr(facts[index]) for index in range(len(FIRST_FACTS))]
+
+
+def both_reads(body: bytes) -> Iterator[tuple[Any, Any]]:
+    """Each span of ``body`` as the compiled decode reads it and as protobuf's does."""
+    with decoding(compiled=True):
+        ours = parse_protobuf(body)
+    reference = decode.parse_protobuf_python(body)
+    for mine, theirs in zip(ours.resource_spans, reference.resource_spans, strict=True):
+        for my_scope, their_scope in zip(mine.scope_spans, theirs.scope_spans, strict=True):
+            yield from zip(my_scope.spans, their_scope.spans, strict=True)
+
+
+def test_every_recorded_span_has_the_same_first_present_facts_on_both_paths() -> None:
+    found = 0
+    for driver, scenario in ALL:
+        body = request_of(scoped_spans(driver, scenario)).SerializeToString()
+        for ours, reference in both_reads(body):
+            attrs, facts = first_facts(ours, compiled=True)
+            assert (attrs, facts) == first_facts(reference, compiled=False), (driver, scenario)
+            found += sum(fact != "None" for fact in facts)
+    assert found > 1000, found  # (the recordings do name these facts)
+
+
+# Values a fact's names may hold, as OTLP AnyValues: empty and unset, JSON-encoded (a string,
+# "", a number, a flag), numbers and flags where a text is read, lists, maps, bytes.
+ODD_VALUES: list[dict[str, Any]] = [
+    {"string_value": ""}, {}, {"string_value": "gpt-4o"}, {"string_value": '"\\"\\""'},
+    {"string_value": '""'}, {"string_value": '"12"'}, {"string_value": "12"},
+    {"string_value": "true"}, {"string_value": '"a\\u00e9"'}, {"string_value": '"\\ud800"'},
+    {"string_value": " "}, {"string_value": "-0"}, {"string_value": "1e999"},
+    {"string_value": "[REDACTED]"}, {"string_value": "é"}, {"int_value": 0}, {"int_value": -7},
+    {"bool_value": False}, {"bool_value": True}, {"double_value": 0.0},
+    {"double_value": float("nan")}, {"double_value": 1.5}, {"bytes_value": b"\x01\xff"},
+    {"array_value": {"values": []}}, {"array_value": {"values": [{"string_value": "x"}]}},
+    {"kvlist_value": {"values": [{"key": "a", "value": {"int_value": 1}}]}},
+]
+
+
+def test_first_present_facts_of_odd_values_are_the_same_on_both_paths() -> None:
+    names = sorted({name for keys, _ in FIRST_FACTS for name in keys} | {"not.a.fact"})
+    rng = random.Random(31)
+    spans = []
+    for index in range(600):
+        span = ProtoSpan(trace_id=bytes(range(1, 17)), span_id=(index + 1).to_bytes(8, "big"),
+                         name="chat", start_time_unix_nano=1_700_000_000_000_000_000,
+                         end_time_unix_nano=1_700_000_001_000_000_000)
+        for _ in range(rng.randint(0, 24)):  # (a name repeated: its last value is read)
+            key_value = span.attributes.add(key=rng.choice(names))
+            key_value.value.CopyFrom(AnyValue(**rng.choice(ODD_VALUES)))
+        spans.append(span)
+    request = decode.ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.extend(spans)
+    present = 0
+    for ours, reference in both_reads(request.SerializeToString()):
+        facts = first_facts(ours, compiled=True)
+        assert facts == first_facts(reference, compiled=False), list(reference.attributes)
+        present += sum(fact != "None" for fact in facts[1])
+    assert present > 2000, present

@@ -3,6 +3,7 @@
 //! the attributes the conventions name selected into a dict in one pass (`Span.selected`).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -12,11 +13,14 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::wire;
 
 /// The convention tables' attribute names (handed over once, at import): the wanted ones, each
-/// as the Python string a selected dict is keyed by, and whether it is a scalar (its string is
-/// read as the JSON it may encode); and the function that reads a JSON-encoded value.
+/// as the Python string a selected dict is keyed by, whether it is a scalar (its string is
+/// read as the JSON it may encode) and its slot; the first-present facts (``FIRST_FACTS``), each
+/// as the slots of its names in order and whether it is read as text; and the function that
+/// reads a JSON-encoded value.
 #[pyclass(frozen, module = "watchdog.core.spans._native")]
 pub struct Tables {
-    wanted: HashMap<Box<[u8]>, (Py<PyString>, bool)>,
+    wanted: HashMap<Box<[u8]>, (Py<PyString>, bool, usize), BuildHasherDefault<NameHasher>>,
+    firsts: Vec<(Vec<usize>, bool)>,
     json_encoded: Py<PyAny>,
     /// a span's name is cut to this many characters (``values.MAX_NAME_CHARS``)
     max_name_chars: usize,
@@ -27,33 +31,74 @@ pub struct Tables {
 #[pymethods]
 impl Tables {
     #[new]
+    #[pyo3(signature = (wanted, scalars, json_encoded, max_name_chars, min_time_ns, firsts=None))]
     fn new(
         wanted: &Bound<'_, PyAny>,
         scalars: &Bound<'_, PyAny>,
         json_encoded: Py<PyAny>,
         max_name_chars: usize,
         min_time_ns: u64,
+        firsts: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut scalar_keys = std::collections::HashSet::new();
         for key in scalars.try_iter()? {
             scalar_keys.insert(key?.extract::<String>()?);
         }
-        let mut table = HashMap::new();
+        let mut table = HashMap::default();
         for key in wanted.try_iter()? {
             let key = key?;
             let text: String = key.extract()?;
             let scalar = scalar_keys.contains(&text);
-            table.insert(
-                text.into_bytes().into_boxed_slice(),
-                (key.cast_into::<PyString>()?.unbind(), scalar),
-            );
+            let slot = table.len();
+            table
+                .entry(text.into_bytes().into_boxed_slice())
+                .or_insert((key.cast_into::<PyString>()?.unbind(), scalar, slot));
+        }
+        let mut facts = Vec::new();
+        if let Some(firsts) = firsts {
+            for fact in firsts.try_iter()? {
+                let (keys, as_text): (Vec<String>, bool) = fact?.extract()?;
+                // (a name no table selects is never present)
+                let slots = keys
+                    .iter()
+                    .filter_map(|key| table.get(key.as_bytes()).map(|entry| entry.2))
+                    .collect();
+                facts.push((slots, as_text));
+            }
         }
         Ok(Tables {
             wanted: table,
+            firsts: facts,
             json_encoded,
             max_name_chars,
             min_time_ns,
         })
+    }
+}
+
+/// The hash of an attribute's name looked up in the wanted table (FxHash's, a word at a time):
+/// every span's every attribute name is hashed, and SipHash's defence against chosen collisions
+/// buys nothing for a table that is only read (a name that collides costs a few comparisons).
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut hash = self.0;
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            hash = (hash.rotate_left(5) ^ word).wrapping_mul(SEED);
+        }
+        for byte in words.remainder() {
+            hash = (hash.rotate_left(5) ^ u64::from(*byte)).wrapping_mul(SEED);
+        }
+        self.0 = hash;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -333,26 +378,72 @@ impl Span {
     /// non-empty string as it is (or, a scalar's or one that starts with ``"``, the JSON it
     /// encodes), anything else as ``any_value`` reads it; a repeated key keeps its last value.
     fn selected<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.select(py, |_, _| {})
+    }
+
+    /// ``selected`` and, in the same pass, the first-present facts the tables name
+    /// (``FIRST_FACTS``, by index): the first of a fact's names whose value is present and not
+    /// ``""`` (as ``values._first`` reads it), as text where the fact is read as text
+    /// (``values._first_str``); None where none is.
+    fn read<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyTuple>)> {
+        let tables = self.tables.get();
+        let mut slots: Vec<Option<Bound<'py, PyAny>>> = vec![None; tables.wanted.len()];
+        let selected = self.select(py, |slot, value| slots[slot] = Some(value.clone()))?;
+        let mut facts = Vec::with_capacity(tables.firsts.len());
+        for (names, as_text) in &tables.firsts {
+            let mut found = None;
+            for slot in names {
+                let Some(value) = &slots[*slot] else {
+                    continue;
+                };
+                if value.is_none() {
+                    continue;
+                }
+                if value.is_instance_of::<PyString>() {
+                    if value.len()? == 0 {
+                        continue;
+                    }
+                } else if *as_text {
+                    found = Some(value.str()?.into_any());
+                    break;
+                }
+                found = Some(value.clone());
+                break;
+            }
+            facts.push(found.unwrap_or_else(|| py.None().into_bound(py)));
+        }
+        Ok((selected, PyTuple::new(py, facts)?))
+    }
+}
+
+impl Span {
+    /// The selected dict, each value also handed to ``seen`` with its name's slot.
+    fn select<'py>(
+        &self,
+        py: Python<'py>,
+        mut seen: impl FnMut(usize, &Bound<'py, PyAny>),
+    ) -> PyResult<Bound<'py, PyDict>> {
         let tables = self.tables.get();
         let data = self.body.bind(py).as_bytes();
         let selected = PyDict::new(py);
         for kv in &self.span.attributes {
-            let Some((key, scalar)) = tables.wanted.get(kv.key.of(data)) else {
+            let Some((key, scalar, slot)) = tables.wanted.get(kv.key.of(data)) else {
                 continue;
             };
             let key = key.bind(py);
-            match kv.value {
+            let value = match kv.value {
                 wire::AnyValue::String(slice) if !slice.is_empty() => {
                     let value = slice.text(data);
                     if *scalar || value.as_bytes()[0] == b'"' {
-                        let decoded = tables.json_encoded.bind(py).call1((value, *scalar))?;
-                        selected.set_item(key, decoded)?;
+                        tables.json_encoded.bind(py).call1((value, *scalar))?
                     } else {
-                        selected.set_item(key, PyString::new(py, value))?;
+                        PyString::new(py, value).into_any()
                     }
                 }
-                ref other => selected.set_item(key, plain(py, data, other)?)?,
-            }
+                ref other => plain(py, data, other)?,
+            };
+            seen(*slot, &value);
+            selected.set_item(key, value)?;
         }
         Ok(selected)
     }

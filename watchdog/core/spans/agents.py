@@ -10,15 +10,16 @@ from collections.abc import Mapping
 from watchdog.core.redact import brief
 from watchdog.core.spans.attributes import (
     AGENT_OUTPUT_KEYS,
-    CALLER_KEYS,
     CAP_REQUESTS,
     CONVERSATION_OUTPUTS,
-    FINISH_REASON_KEYS,
+    F_AGENT_OUTPUT,
+    F_CALLER,
+    F_FINISH_REASON,
+    F_MESSAGES,
+    F_TURN_COUNT,
     HIDDEN_ANSWERS,
     HIDDEN_CONTENT,
     LOOP_CAPS,
-    MESSAGES_JSON_KEYS,
-    TURN_COUNT_KEYS,
 )
 from watchdog.core.spans.outcome import (
     agent_limit,
@@ -33,11 +34,11 @@ from watchdog.core.spans.record import SpanRecord
 from watchdog.core.spans.values import (
     MAX_BRIEF_CHARS,
     MAX_NAME_CHARS,
+    FirstValues,
     _as_text,
     _content,
     _count_messages,
-    _first,
-    _first_str,
+    _hidden,
     _int,
     _is_empty_output,
 )
@@ -51,9 +52,9 @@ def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
 
 
-def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
-    output = _content(attrs, AGENT_OUTPUT_KEYS)
-    finish = _first(attrs, FINISH_REASON_KEYS)
+def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues) -> None:
+    output = _hidden(firsts[F_AGENT_OUTPUT])
+    finish = firsts[F_FINISH_REASON]
     if isinstance(output, str) and finish is None and '"finish_reason"' in output:
         finish = output_finish_reason(output)
     if finish is not None:
@@ -67,7 +68,7 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
             record.cap_request = name
             break
     if LOOP_CAPS and record.name in LOOP_CAPS and output is None and not record.error \
-            and record.limit_stop is None and _first(attrs, AGENT_OUTPUT_KEYS) in HIDDEN_CONTENT:
+            and record.limit_stop is None and firsts[F_AGENT_OUTPUT] in HIDDEN_CONTENT:
         # its trajectory hidden: the run says if its loop ended by its loop-end tool
         record.loop_cap = LOOP_CAPS[record.name]
     stopped_silent = (limit is not None and limit == record.finish_reason) or stand_in is not None
@@ -78,15 +79,15 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         record.final_answer = True
         record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
     elif output is None and not record.error and record.limit_stop is None \
-            and _first(attrs, AGENT_OUTPUT_KEYS) is not None \
+            and firsts[F_AGENT_OUTPUT] is not None \
             and any(key in attrs for key in HIDDEN_ANSWERS):
         # a hidden output of an agent span that ends OK only with its answer (crewai's)
         record.final_answer = True
-    record.messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
-    turns = _int(_first(attrs, TURN_COUNT_KEYS))
+    record.messages = _count_messages(firsts[F_MESSAGES])
+    turns = _int(firsts[F_TURN_COUNT])
     if turns:
         record.model_calls = turns
-    caller = _first_str(attrs, CALLER_KEYS)
+    caller: str | None = firsts[F_CALLER]
     if caller:
         record.caller = caller[:MAX_NAME_CHARS]
     for key, marker in CONVERSATION_OUTPUTS:

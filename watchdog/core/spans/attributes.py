@@ -153,3 +153,49 @@ SCALAR_ATTRIBUTES = frozenset(
     + tuple(flag for flag, _, _ in TABLES.tool_error_flags)
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
 ) | BUDGET_ATTRIBUTES
+
+# The facts the dispatch and the model-call and tool readers look up by first presence (the
+# first of a fact's attribute names whose value is present and not ""), each read as it is or
+# as text (``values._first_str``). Looked up by index (the constants below, in this order): the
+# compiled decode resolves them all in the pass that selects the attributes
+# (``Span.read``); the Python path reads each when it is asked for (``values.Firsts``).
+FIRST_FACTS: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (AGENT_NAME_KEYS, True),
+    (AGENT_SPAN_NAME_KEYS, True),
+    (SESSION_KEYS, True),
+    (PARENT_RUN_KEYS, True),
+    (TOOL_ARGS_KEYS, False),
+    (OUTCOME_KEYS, False),
+    (RESPONSE_ID_KEYS, True),
+    (INPUT_TOKEN_KEYS, False),
+    (OUTPUT_TOKEN_KEYS, False),
+    (FINISH_REASON_KEYS, False),
+    (OUTPUT_MESSAGES_JSON_KEYS, False),
+    (MESSAGES_JSON_KEYS, False),
+    (TOTAL_TOKEN_KEYS, False),
+    (LLM_INPUT_KEYS, False),
+    (REPORTED_COST_KEYS, False),
+    (CACHE_READ_KEYS, False),
+    (CACHE_WRITE_KEYS, False),
+    (MODEL_KEYS, True),
+    (PROVIDER_KEYS, True),
+    (LLM_OUTPUT_KEYS, False),
+    (ANSWER_TEXT_KEYS, False),
+    (MESSAGES_DELTA_KEYS, False),
+    (PROMPT_KEYS, False),
+    (PROMPT_KEYS, True),
+    (TOOL_NAME_KEYS, True),
+    (TRANSFER_TARGET_KEYS, True),
+    (TOOL_RESULT_KEYS, False),
+    (RUN_ID_KEYS, True),
+    (AGENT_CALL_ID_KEYS, True),
+    (AGENT_OUTPUT_KEYS, False),
+    (TURN_COUNT_KEYS, False),
+    (CALLER_KEYS, True),
+)
+(F_AGENT_NAME, F_AGENT_SPAN_NAME, F_SESSION, F_PARENT_RUN, F_TOOL_ARGS, F_OUTCOME, F_RESPONSE_ID,
+ F_INPUT_TOKENS, F_OUTPUT_TOKENS, F_FINISH_REASON, F_OUTPUT_MESSAGES, F_MESSAGES, F_TOTAL_TOKENS,
+ F_LLM_INPUT, F_REPORTED_COST, F_CACHE_READ, F_CACHE_WRITE, F_MODEL, F_PROVIDER, F_LLM_OUTPUT,
+ F_ANSWER_TEXT, F_MESSAGES_DELTA, F_PROMPT, F_PROMPT_TEXT, F_TOOL_NAME, F_TRANSFER_TARGET,
+ F_TOOL_RESULT, F_RUN_ID, F_AGENT_CALL_ID, F_AGENT_OUTPUT, F_TURN_COUNT,
+ F_CALLER) = range(len(FIRST_FACTS))

@@ -46,23 +46,23 @@ from watchdog.core.redact import redact
 from watchdog.core.spans.agents import _fill_agent, _fill_step_answer
 from watchdog.core.spans.attributes import (
     AGENT_INVOCATION_KEYS,
-    AGENT_NAME_KEYS,
     AGENT_ROLE,
-    AGENT_SPAN_NAME_KEYS,
     BUDGET_ATTRIBUTES,
     BUDGET_CONSUMED_KEYS,
     CLIENT_RUN_SPAN,
     CREATE_AGENT,
     EVENT_FACTS,
+    F_AGENT_NAME,
+    F_AGENT_SPAN_NAME,
+    F_OUTCOME,
+    F_PARENT_RUN,
+    F_SESSION,
+    F_TOOL_ARGS,
     JSON_IDENTITY_KEYS,
     NESTED_STEP_SPAN_NAMES,
-    OUTCOME_KEYS,
-    PARENT_RUN_KEYS,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
-    SESSION_KEYS,
     SPAN_NAME_ROLES,
-    TOOL_ARGS_KEYS,
     WORKFLOW,
 )
 from watchdog.core.spans.decode import any_value
@@ -87,8 +87,8 @@ from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, Sp
 from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
 from watchdog.core.spans.values import (
     MAX_NAME_CHARS,
-    _first,
-    _first_str,
+    Firsts,
+    FirstValues,
     canonical_arguments,
     json_encoded,
     select_attributes,
@@ -147,11 +147,15 @@ def _head(span: Any) -> tuple[str, str, str | None, str, int, int]:
     return raw_trace.hex(), raw_span.hex(), parent, span.name[:MAX_NAME_CHARS], *times
 
 
-def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> SpanRecord:
-    """One OTLP ``Span`` (with its decoded attributes and its resource) as a record."""
+def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
+              firsts: FirstValues | None = None) -> SpanRecord:
+    """One OTLP ``Span`` (with its decoded attributes and its resource) as a record; ``firsts``
+    the first-present facts of those attributes where the compiled decode resolved them."""
+    if firsts is None:
+        firsts = Firsts(attrs)
     head = span.head() if type(span) is NATIVE_SPAN else None
     trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
-    key, source = run_key(trace_id, attrs, resource)
+    key, source = run_key(trace_id, attrs, resource, firsts)
     role = role_of(name, attrs, parent is None)
     step = False  # a span of agent kind that is a step or a tool call: the name it has is not
     if role is AGENT_ROLE and parent is not None:  # the run's agent (a node's, a handoff's)
@@ -179,10 +183,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     elif role is WORKFLOW:
         record.workflow = True
 
-    agent = (None if step else _first_str(attrs, AGENT_NAME_KEYS)) or resource.agent \
+    agent = (None if step else firsts[F_AGENT_NAME]) or resource.agent \
         or json_agent
     if agent is None and kind is AGENT:
-        agent = _first_str(attrs, AGENT_SPAN_NAME_KEYS)
+        agent = firsts[F_AGENT_SPAN_NAME]
         if agent is None and role is AGENT_ROLE and name not in SPAN_NAME_ROLES:
             # (a convention's own fixed span name, "haystack.agent.run", names no agent)
             # (a workflow's span name is the code that frames the run, "FunctionAgent.run"
@@ -193,10 +197,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service
-    session = _first_str(attrs, SESSION_KEYS) or resource.session
+    session = firsts[F_SESSION] or resource.session
     if session:
         record.session = session[:MAX_NAME_CHARS]
-    record.parent_run = _first_str(attrs, PARENT_RUN_KEYS) or resource.parent_run
+    record.parent_run = firsts[F_PARENT_RUN] or resource.parent_run
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
@@ -220,9 +224,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
             record.limit_stop = phrase_limit(exc_message)
 
     if kind is TOOL:
-        if span.events and _first(attrs, TOOL_ARGS_KEYS) is None:
-            attrs = _with_events(attrs, span.events)
-        _fill_tool(record, name, attrs)
+        if span.events and firsts[F_TOOL_ARGS] is None:
+            attrs, firsts = _with_events(attrs, span.events, firsts)
+        _fill_tool(record, name, attrs, firsts)
         if record.kind is TOOL:
             record.unasked = unasked_tool(attrs)
             record.tool_call_id = tool_call_id(attrs)
@@ -231,24 +235,29 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource) -> Spa
         if name in NESTED_STEP_SPAN_NAMES and not record.error:
             # a span of agent kind read as a step of its run (it names no agent): the answer
             # it carries (an attribute, or only an event) is its run's
-            _fill_step_answer(record, _with_events(attrs, span.events) if span.events
-                              else attrs)
+            _fill_step_answer(record, _with_events(attrs, span.events, firsts)[0]
+                              if span.events else attrs)
     elif kind is LLM:
-        if span.events and _first(attrs, OUTCOME_KEYS) is None:
-            attrs = _with_events(attrs, span.events)
-        _fill_llm(record, attrs, span)
+        if span.events and firsts[F_OUTCOME] is None:
+            attrs, firsts = _with_events(attrs, span.events, firsts)
+        _fill_llm(record, attrs, firsts, span)
     elif kind is AGENT:
         if span.events:
-            attrs = _with_events(attrs, span.events)
-        _fill_agent(record, attrs)
+            attrs, firsts = _with_events(attrs, span.events, firsts)
+        _fill_agent(record, attrs, firsts)
     return record
 
 
-def _with_events(attrs: Mapping[str, object], events: Any) -> Mapping[str, object]:
+def _with_events(attrs: Mapping[str, object], events: Any,
+                 firsts: FirstValues) -> tuple[Mapping[str, object], FirstValues]:
     """The attributes plus the facts some frameworks put only in span events (read only when
-    the attributes lack them: most spans never pay for their events)."""
+    the attributes lack them: most spans never pay for their events), and their first-present
+    facts."""
     facts = _event_facts(events)
-    return attrs if facts is None else {**attrs, **facts}
+    if facts is None:
+        return attrs, firsts
+    merged = {**attrs, **facts}
+    return merged, Firsts(merged)
 
 
 __all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from watchdog.core.bounds import budget_limit
 from watchdog.core.spans.attributes import (
-    AGENT_CALL_ID_KEYS,
     AGENT_NAME_JSON,
     AGENT_NAME_KEYS,
     AGENT_ROLE,
@@ -18,6 +17,8 @@ from watchdog.core.spans.attributes import (
     ANNOUNCED_BUDGET,
     BUDGET_ATTRIBUTES,
     BUDGET_LIMIT_KEYS,
+    F_AGENT_CALL_ID,
+    F_RUN_ID,
     GRAPH_NODE_JSON,
     KIND_MAPS,
     NESTED_AGENT_ROLES,
@@ -37,7 +38,14 @@ from watchdog.core.spans.attributes import (
 from watchdog.core.spans.outcome import at_path
 from watchdog.core.spans.record import KEY_AGENT_CALL, KEY_TRACE, KEY_WATCHDOG, KeySource, SpanKind
 from watchdog.core.spans.schema import Path, Role
-from watchdog.core.spans.values import MAX_NAME_CHARS, _encodable, _first_str, _load_json
+from watchdog.core.spans.values import (
+    MAX_NAME_CHARS,
+    Firsts,
+    FirstValues,
+    _encodable,
+    _first_str,
+    _load_json,
+)
 
 
 def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Role | None:
@@ -217,12 +225,14 @@ def _budget_numbers(attrs: Mapping[str, object], resource: Resource,
     return numbers
 
 
-def run_key(trace_id: str, attrs: Mapping[str, object],
-            resource: Resource) -> tuple[str, KeySource]:
-    explicit = _first_str(attrs, RUN_ID_KEYS) or resource.run_id
+def run_key(trace_id: str, attrs: Mapping[str, object], resource: Resource,
+            firsts: FirstValues | None = None) -> tuple[str, KeySource]:
+    if firsts is None:
+        firsts = Firsts(attrs)
+    explicit = firsts[F_RUN_ID] or resource.run_id
     if explicit:
         return explicit[:MAX_NAME_CHARS], KEY_WATCHDOG
-    call_id = _first_str(attrs, AGENT_CALL_ID_KEYS)
+    call_id = firsts[F_AGENT_CALL_ID]
     if call_id:
         return call_id[:MAX_NAME_CHARS], KEY_AGENT_CALL
     return "trace:" + trace_id, KEY_TRACE

@@ -14,29 +14,32 @@ from typing import Any
 from watchdog.core.bounds import reported_cost
 from watchdog.core.redact import brief
 from watchdog.core.spans.attributes import (
-    ANSWER_TEXT_KEYS,
-    CACHE_READ_KEYS,
-    CACHE_WRITE_KEYS,
-    FINISH_REASON_KEYS,
+    F_ANSWER_TEXT,
+    F_CACHE_READ,
+    F_CACHE_WRITE,
+    F_FINISH_REASON,
+    F_INPUT_TOKENS,
+    F_LLM_INPUT,
+    F_LLM_OUTPUT,
+    F_MESSAGES,
+    F_MESSAGES_DELTA,
+    F_MODEL,
+    F_OUTPUT_MESSAGES,
+    F_OUTPUT_TOKENS,
+    F_PROMPT,
+    F_PROMPT_TEXT,
+    F_PROVIDER,
+    F_REPORTED_COST,
+    F_RESPONSE_ID,
+    F_TOTAL_TOKENS,
     FLAT_INPUT_PREFIXES,
     FLAT_OUTPUT_PREFIXES,
     FLAT_TOOL_CALLS,
     HIDDEN_CONTENT,
     HIDDEN_CONTENT_CHARS,
-    INPUT_TOKEN_KEYS,
-    LLM_INPUT_KEYS,
-    LLM_OUTPUT_KEYS,
     LLM_SPAN_SUFFIXES,
     MESSAGES_DELTA_KEYS,
-    MESSAGES_JSON_KEYS,
-    MODEL_KEYS,
-    OUTPUT_MESSAGES_JSON_KEYS,
-    OUTPUT_TOKEN_KEYS,
-    PROMPT_KEYS,
-    PROVIDER_KEYS,
     REPORTED_COST_KEYS,
-    RESPONSE_ID_KEYS,
-    TOTAL_TOKEN_KEYS,
     USAGE_JSON,
 )
 from watchdog.core.spans.outcome import (
@@ -52,9 +55,8 @@ from watchdog.core.spans.values import (
     _JSON_DECODER,
     MAX_BRIEF_CHARS,
     MAX_NAME_CHARS,
+    FirstValues,
     _count_messages,
-    _first,
-    _first_str,
     _flat_count,
     _int,
     _load_json,
@@ -76,10 +78,10 @@ def _usage(attrs: Mapping[str, object]) -> tuple[object, object]:
     return None, None
 
 
-def _fill_price_facts(record: SpanRecord, attrs: Mapping[str, object]) -> None:
+def _fill_price_facts(record: SpanRecord, firsts: FirstValues) -> None:
     """What the call is priced by (DESIGN §13): its model and provider; its cached tokens are
     part of its input (never more than it)."""
-    model = _first_str(attrs, MODEL_KEYS)
+    model: str | None = firsts[F_MODEL]
     if model and model[0] == '"' and model[-1] == '"':  # JSON-encoded (MLflow's values)
         try:
             decoded = json.loads(model)
@@ -88,23 +90,24 @@ def _fill_price_facts(record: SpanRecord, attrs: Mapping[str, object]) -> None:
         model = decoded if isinstance(decoded, str) else None
     if model:
         record.model = model[:MAX_NAME_CHARS]
-    provider = _first_str(attrs, PROVIDER_KEYS)
+    provider = firsts[F_PROVIDER]
     if provider:
         record.provider = provider[:MAX_NAME_CHARS]
     read = record.cache_read_tokens = min(record.cache_read_tokens, record.input_tokens)
     record.cache_write_tokens = min(record.cache_write_tokens, record.input_tokens - read)
 
 
-def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> None:
-    response_id = _first_str(attrs, RESPONSE_ID_KEYS)
+def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues,
+              span: Any) -> None:
+    response_id = firsts[F_RESPONSE_ID]
     if response_id:
         record.response_id = response_id[:MAX_NAME_CHARS]
-    input_tokens = _first(attrs, INPUT_TOKEN_KEYS)
-    output_tokens = _first(attrs, OUTPUT_TOKEN_KEYS)
-    finish = _first(attrs, FINISH_REASON_KEYS)
+    input_tokens = firsts[F_INPUT_TOKENS]
+    output_tokens = firsts[F_OUTPUT_TOKENS]
+    finish = firsts[F_FINISH_REASON]
     # (a hidden output is read as it is: the model said something, and the call is the answer
     # unless a tool call follows, as for any output that asks for no tool)
-    output_messages = _first(attrs, OUTPUT_MESSAGES_JSON_KEYS)
+    output_messages = firsts[F_OUTPUT_MESSAGES]
     if finish is None and output_messages is None:
         # a framework's own message objects (Haystack's replies, LangChain's LLMResult): one
         # parse of the output, its usage where the attributes name none
@@ -117,7 +120,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
                 record.model = model[:MAX_NAME_CHARS]
     if input_tokens is None and output_tokens is None and USAGE_JSON:
         input_tokens, output_tokens = _usage(attrs)
-    messages = _count_messages(_first(attrs, MESSAGES_JSON_KEYS))
+    messages = _count_messages(firsts[F_MESSAGES])
     flat_out = 0
     flat_tools = False
     if not messages:  # flattened conventions: the count is in the keys, walked only now
@@ -131,8 +134,8 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
         flat_out = _count_messages(output_messages)
     if not messages and not flat_out and finish is None and output_messages is None \
             and input_tokens is None and output_tokens is None and not record.error \
-            and _first(attrs, TOTAL_TOKEN_KEYS) is None \
-            and _first(attrs, LLM_INPUT_KEYS) is not None \
+            and firsts[F_TOTAL_TOKENS] is None \
+            and firsts[F_LLM_INPUT] is not None \
             and not (LLM_SPAN_SUFFIXES and span.name.endswith(LLM_SPAN_SUFFIXES)):
         # Its input recorded (content capture is on), yet nothing a model call carries: no
         # messages in or out, no finish reason, no usage. An instrumentation that gives the
@@ -145,14 +148,14 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     record.input_tokens = _int(input_tokens)
     record.output_tokens = _int(output_tokens)
     if REPORTED_COST_KEYS:
-        record.reported_cost_usd = reported_cost(_first(attrs, REPORTED_COST_KEYS))
-        record.cache_read_tokens = _int(_first(attrs, CACHE_READ_KEYS))
-        record.cache_write_tokens = _int(_first(attrs, CACHE_WRITE_KEYS))
+        record.reported_cost_usd = reported_cost(firsts[F_REPORTED_COST])
+        record.cache_read_tokens = _int(firsts[F_CACHE_READ])
+        record.cache_write_tokens = _int(firsts[F_CACHE_WRITE])
     if not record.input_tokens and not record.output_tokens:
         # OpenLLMetry may report only a total; count it as input so totals stay right.
-        record.input_tokens = _int(_first(attrs, TOTAL_TOKEN_KEYS))
-    _fill_price_facts(record, attrs)
-    output = output_messages if output_messages is not None else _first(attrs, LLM_OUTPUT_KEYS)
+        record.input_tokens = _int(firsts[F_TOTAL_TOKENS])
+    _fill_price_facts(record, firsts)
+    output = output_messages if output_messages is not None else firsts[F_LLM_OUTPUT]
     fill_model_outcome(record, finish, output)
     if flat_tools and not record.requested_tools:
         # no finish reason, and an output text that hides its tool requests (a Python repr):
@@ -162,7 +165,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     if record.final_answer:
         # its text: the run's answer when no span of the agent carries one (a hand-written
         # loop, loose calls); never an instrumentation's placeholder for hidden content
-        text = answer_text(_first(attrs, ANSWER_TEXT_KEYS) or output)
+        text = answer_text(firsts[F_ANSWER_TEXT] or output)
         if text is not None and not (len(text) <= HIDDEN_CONTENT_CHARS
                                      and text.strip() in HIDDEN_CONTENT):
             record.final_output = brief(text, MAX_BRIEF_CHARS)
@@ -171,12 +174,12 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], span: Any) -> Non
     if messages:
         messages += max(flat_out, 1)
     elif MESSAGES_DELTA_KEYS:
-        record.messages_delta = _count_messages(_first(attrs, MESSAGES_DELTA_KEYS))
+        record.messages_delta = _count_messages(firsts[F_MESSAGES_DELTA])
     record.messages = messages
-    record.prompt = _first(attrs, PROMPT_KEYS)
+    record.prompt = firsts[F_PROMPT]
     if record.limit_stop is None and not record.requested_tools:
         # (a framework's "give your final answer" request offers no tools: never asks for any)
-        prompt = _first_str(attrs, PROMPT_KEYS)
+        prompt = firsts[F_PROMPT_TEXT]
         if prompt is not None:
             record.limit_stop = prompt_limit(prompt)
 

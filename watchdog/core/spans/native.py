@@ -20,6 +20,7 @@ from typing import Any
 from watchdog.core.bounds import MIN_SPAN_TIME_NS
 from watchdog.core.spans import decode, model_calls, outcome, values
 from watchdog.core.spans.attributes import (
+    FIRST_FACTS,
     SCALAR_ATTRIBUTES,
     TOOL_ARGS_ENVELOPES,
     WANTED_ATTRIBUTES,
@@ -40,7 +41,7 @@ AVAILABLE = _native is not None
 def _compiled() -> Callable[[bytes], Any]:
     assert _native is not None
     tables = _native.Tables(WANTED_ATTRIBUTES, SCALAR_ATTRIBUTES, json_encoded, MAX_NAME_CHARS,
-                            MIN_SPAN_TIME_NS)
+                            MIN_SPAN_TIME_NS, FIRST_FACTS)
     native_decode = _native.decode
     prefix = f"invalid OTLP protobuf payload: Error parsing message with type '{_REQUEST_TYPE}'"
 
@@ -105,6 +106,15 @@ def selected(span: Any) -> dict[str, object]:
     if type(span) is NATIVE_SPAN:
         return span.selected()  # type: ignore[no-any-return]
     return select_attributes(span.attributes)
+
+
+def read(span: Any) -> tuple[dict[str, object], tuple[object, ...] | None]:
+    """The attributes of ``span`` the conventions read and, from the compiled decode, their
+    first-present facts (``FIRST_FACTS``, resolved in the same pass); None: the Python path
+    looks each up when it is asked for (:class:`~watchdog.core.spans.values.Firsts`)."""
+    if type(span) is NATIVE_SPAN:
+        return span.read()  # type: ignore[no-any-return]
+    return select_attributes(span.attributes), None
 
 
 NATIVE_SPAN: Any = None if _native is None else _native.Span

@@ -16,7 +16,7 @@ from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
 from watchdog.core.spans.decode import TraceRequest, attributes
 from watchdog.core.spans.logs import Held, LogJoin, merged
-from watchdog.core.spans.native import selected
+from watchdog.core.spans.native import read, selected
 from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
 
 
@@ -85,18 +85,18 @@ def slices_of(request: TraceRequest, size: int | None,
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 try:
-                    attrs = selected(span)
+                    attrs, firsts = read(span)
                     if join is not None:
                         trace_id = span.trace_id
                         content = join.content(trace_id, span.span_id)
                         if content is not None:
-                            attrs = merged(attrs, content)
+                            attrs, firsts = merged(attrs, content), None
                         waits = content is None and join.awaits(span.name, attrs, resource)
                         if len(trace_id) == 16 and (waits or join.holding(trace_id)):
                             join.hold(span, resource, scope, now, waits, content)
                             held = True
                             continue
-                    record = _checked(normalise(span, attrs, resource))
+                    record = _checked(normalise(span, attrs, resource, firsts))
                     if record.kind is LLM:
                         record.scope = scope
                         _pair(record, models, inner)

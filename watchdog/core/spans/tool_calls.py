@@ -10,20 +10,20 @@ from typing import Any
 
 from watchdog.core.redact import brief
 from watchdog.core.spans.attributes import (
+    F_TOOL_ARGS,
+    F_TOOL_NAME,
+    F_TOOL_RESULT,
+    F_TRANSFER_TARGET,
     HIDDEN_CONTENT,
     LOOP_END_TOOLS,
     MAX_CALL_INPUT_CHARS,
     OUTPUT_TOOL_NAMES,
     OUTPUT_TOOL_PREFIXES,
-    TOOL_ARGS_KEYS,
     TOOL_CALL_ID_JSON_KEYS,
     TOOL_CALL_ID_KEYS,
     TOOL_CALL_INPUT_KEYS,
-    TOOL_NAME_KEYS,
     TOOL_NAME_SPAN_PREFIXES,
     TOOL_NAME_SPAN_SUFFIXES,
-    TOOL_RESULT_KEYS,
-    TRANSFER_TARGET_KEYS,
 )
 from watchdog.core.spans.failures import _failed
 from watchdog.core.spans.outcome import flagged_error, result_error
@@ -31,18 +31,17 @@ from watchdog.core.spans.record import OTHER, SpanRecord
 from watchdog.core.spans.values import (
     MAX_BRIEF_CHARS,
     MAX_NAME_CHARS,
+    FirstValues,
     _as_text,
-    _content,
-    _first,
-    _first_str,
+    _hidden,
     _load_json,
     canonical_arguments,
     stable_hash,
 )
 
 
-def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
-    tool = _first_str(attrs, TOOL_NAME_KEYS)
+def _tool_name(name: str, firsts: FirstValues) -> str:
+    tool: str | None = firsts[F_TOOL_NAME]
     if tool is None:
         for prefix in TOOL_NAME_SPAN_PREFIXES:
             if name.startswith(prefix):
@@ -57,9 +56,10 @@ def _tool_name(name: str, attrs: Mapping[str, object]) -> str:
     return (tool or "unknown")[:MAX_NAME_CHARS]
 
 
-def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> None:
-    tool = _tool_name(name, attrs)
-    target = _first_str(attrs, TRANSFER_TARGET_KEYS)
+def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
+               firsts: FirstValues) -> None:
+    tool = _tool_name(name, firsts)
+    target: str | None = firsts[F_TRANSFER_TARGET]
     if target is not None:
         # a transfer to another agent: `execute_tool transfer_to_<agent> <agent>`
         target = target[:MAX_NAME_CHARS]
@@ -71,25 +71,25 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
         # The output tool carries the answer itself: a final answer, not agent work.
         record.kind = OTHER
         record.final_answer = not record.error
-        args = _content(attrs, TOOL_ARGS_KEYS)
+        args = _hidden(firsts[F_TOOL_ARGS])
         if args is not None:
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
         return
     if tool in LOOP_END_TOOLS and not record.error \
-            and _is_loop_end(tool, name, attrs, _first(attrs, TOOL_RESULT_KEYS)):
+            and _is_loop_end(tool, name, firsts, firsts[F_TOOL_RESULT]):
         # The framework's own tool to end its loop (DSPy ReAct's `finish`): no agent work,
         # and no answer either (a later step extracts it).
         record.kind = OTHER
         record.loop_end = True
         return
-    args = _content(attrs, TOOL_ARGS_KEYS)
+    args = _hidden(firsts[F_TOOL_ARGS])
     if args is not None:
         # Without arguments (content capture off) two calls cannot be told apart: no hash,
         # so they never count as repeats of each other.
         canonical = canonical_arguments(args)
         record.args_hash = stable_hash(tool + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
-    result = _content(attrs, TOOL_RESULT_KEYS)
+    result = _hidden(firsts[F_TOOL_RESULT])
     if result is not None:
         text = _as_text(result)
         record.result_hash = stable_hash(tool + "\0" + text)
@@ -102,13 +102,13 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object]) -> No
             _failed(record, *failure)
 
 
-def _is_loop_end(tool: str, name: str, attrs: Mapping[str, object], result: object) -> bool:
+def _is_loop_end(tool: str, name: str, firsts: FirstValues, result: object) -> bool:
     """A loop-end tool's call: its own result, or (content capture off) a hidden result on a
     span named after the tool's method (DSPy's `finish.__call__`), no tool name recorded."""
     if result == LOOP_END_TOOLS[tool]:
         return True
     return isinstance(result, str) and result in HIDDEN_CONTENT \
-        and _first(attrs, TOOL_NAME_KEYS) is None \
+        and firsts[F_TOOL_NAME] is None \
         and any(name == tool + suffix for suffix in TOOL_NAME_SPAN_SUFFIXES)
 
 

@@ -10,10 +10,11 @@ import hashlib
 import json
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from watchdog.core.bounds import token_count
 from watchdog.core.spans.attributes import (
+    FIRST_FACTS,
     HIDDEN_CONTENT,
     HIDDEN_CONTENT_CHARS,
     SCALAR_ATTRIBUTES,
@@ -107,7 +108,12 @@ def _first(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | None:
 def _content(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | None:
     """:func:`_first` of content (a message, an output, a tool's arguments or result): None
     where an instrumentation wrote its placeholder for hidden content (content capture off)."""
-    value = _first(attrs, keys)
+    return _hidden(_first(attrs, keys))
+
+
+def _hidden(value: object) -> object | None:
+    """Content as it is, or None where it is an instrumentation's placeholder for hidden content
+    (content capture off)."""
     if isinstance(value, str) and len(value) <= HIDDEN_CONTENT_CHARS and value in HIDDEN_CONTENT:
         return None
     return value
@@ -120,6 +126,32 @@ def _first_str(attrs: Mapping[str, object], keys: tuple[str, ...]) -> str | None
         if value is not None and value != "":
             return value if isinstance(value, str) else str(value)
     return None
+
+
+class FirstValues(Protocol):
+    """A span's first-present facts by index: :class:`Firsts`, or the compiled decode's tuple."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+
+class Firsts:
+    """The :data:`~watchdog.core.spans.attributes.FIRST_FACTS` of a span's selected attributes,
+    each looked up when it is asked for (``firsts[F_SESSION]``): the Python path's twin of the
+    tuple the compiled decode resolves them into in one pass (``Span.read``)."""
+
+    __slots__ = ("attrs",)
+
+    def __init__(self, attrs: Mapping[str, object]) -> None:
+        self.attrs = attrs
+
+    def __getitem__(self, index: int) -> Any:
+        keys, as_text = FIRST_FACTS[index]  # (_first and _first_str inline: one call a fact)
+        attrs = self.attrs
+        for key in keys:
+            value = attrs.get(key)
+            if value is not None and value != "":
+                return value if not as_text or isinstance(value, str) else str(value)
+        return None
 
 
 def _int(value: object) -> int:
