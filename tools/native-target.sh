@@ -11,7 +11,12 @@
 # for new sources starts as a copy of the last one used (the dependencies stay compiled; cargo
 # compiles the workspace's crates, as their mtimes are new). One build at a time (a lock), the
 # three directories used last are kept.
+#
+# PyO3's build configuration is rerun, and everything above it compiled again, whenever the
+# interpreter it is given changes: setuptools-rust gives it the base interpreter (its real path)
+# rather than the build's isolated environment, a new temporary directory every time.
 set -eu
+export SETUPTOOLS_RUST_PEP517_USE_BASE_PYTHON=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 targets=${AGENT_WATCHDOG_CACHE:?set by the Makefile}/cargo-target
 mkdir -p "$targets"
