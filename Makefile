@@ -20,10 +20,13 @@ $(VENV)/.created:
 # The compiled parts (native/, Rust through PyO3: the OTLP decode and the model endpoint's relay)
 # are built by the install, in place, where cargo is found (else the sidecar is pure Python and
 # says so at start). Cargo's builds and cargo-fuzz are the user's cache, as Go's and uv's are
-# (AGENT_WATCHDOG_CACHE, default ~/.cache/agent-watchdog): a new clone on a machine that built it
-# before rebuilds only what changed; tests/test_native_fuzz.py reads the same place
+# (AGENT_WATCHDOG_CACHE, default ~/.cache/agent-watchdog): a new clone on a machine that built the
+# same native/ before compiles nothing, one with other sources only the workspace's crates
+# (tools/native-target.sh: a cargo target directory per content of native/); tests/test_native_fuzz.py
+# reads the same place
 export AGENT_WATCHDOG_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agent-watchdog
 export CARGO_TARGET_DIR := $(AGENT_WATCHDOG_CACHE)/cargo-target
+NATIVE := sh tools/native-target.sh
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/*/Cargo.toml native/*/src/*.rs)
 
 ## cargo-fuzz, for the Rust decoder's fuzz run (tests/test_native_fuzz.py), from crates.io
@@ -32,7 +35,7 @@ $(CARGO_FUZZ):
 	cargo install --quiet --locked --root $(AGENT_WATCHDOG_CACHE)/cargo cargo-fuzz@0.13.2
 
 $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
-	$(UV_PIP) --python $(PY) -e .
+	$(NATIVE) $(UV_PIP) --python $(PY) -e .
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
@@ -40,7 +43,7 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
 # (each rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
 		client/agent_watchdog_client/_spanpath.c $(NATIVE_SOURCES)
-	$(UV_PIP) --python $(PY) -e '.[test]' -e ./client
+	$(NATIVE) $(UV_PIP) --python $(PY) -e '.[test]' -e ./client
 	touch $@ $(VENV)/.installed
 
 ## run: set up .venv and start the sidecar on the shipped defaults (its state in ./state)
@@ -74,16 +77,30 @@ system-deps:
 
 ## frameworks: one venv per real agent framework the tests drive (.venvs/NAME from
 ## tests/frameworks/envs/NAME.txt; frameworks pin clashing dependencies), made with uv,
-## FRAMEWORK_JOBS at once (a venv is remade only when its list changed)
+## FRAMEWORK_JOBS at once. The venvs are the user's cache (AGENT_WATCHDOG_CACHE/venvs/NAME-HASH,
+## HASH that of the list and the Python; .venvs/NAME links there): a venv is made once per
+## content of its list, and a new clone finds it made, with the bytecode the tests' driver
+## processes compiled into it (one unused for a week goes when another of its name is made)
 FRAMEWORK_ENVS  := $(wildcard tests/frameworks/envs/*.txt)
 FRAMEWORK_VENVS := $(patsubst tests/frameworks/envs/%.txt,.venvs/%/.installed,$(FRAMEWORK_ENVS))
 FRAMEWORK_JOBS  ?= 4
+FRAMEWORK_CACHE := $(AGENT_WATCHDOG_CACHE)/venvs
 export UV_PYTHON_DOWNLOADS := never
 
 .venvs/%/.installed: tests/frameworks/envs/%.txt $(VENV)/.created
-	rm -rf .venvs/$*
-	$(VENV)/bin/uv venv -q --python $(PYTHON) .venvs/$*
-	$(UV_PIP) --python .venvs/$*/bin/python -r $<
+	@mkdir -p .venvs $(FRAMEWORK_CACHE)
+	@key=$$( { cat $<; $(PYTHON) -c 'import sys; print(sys.version, sys.executable)'; } \
+		| sha256sum | cut -c1-16); cached=$(FRAMEWORK_CACHE)/$*-$$key; \
+	exec 9>$$cached.lock; flock 9; \
+	if [ ! -f $$cached/.installed ]; then \
+		echo "making the venv $$cached"; rm -rf $$cached; \
+		$(VENV)/bin/uv venv -q --python $(PYTHON) $$cached \
+		&& $(UV_PIP) --python $$cached/bin/python -r $< && touch $$cached/.installed || exit 1; \
+		find $(FRAMEWORK_CACHE) -mindepth 2 -maxdepth 2 -name .installed -mtime +7 \
+			-path '$(FRAMEWORK_CACHE)/$*-????????????????/*' | while read -r old; do \
+			rm -rf "$${old%/.installed}" "$${old%/.installed}.lock"; done; \
+	fi; \
+	rm -rf .venvs/$* && ln -s $$cached .venvs/$*
 	touch $@
 
 frameworks: $(VENV)/.created
@@ -98,23 +115,29 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 
 ## collector: the OpenTelemetry Collector the scale-out tests run (tests/test_scale_out.py), built
 ## by the Collector builder from Go modules as tests/collector/builder-config.yaml says, into
-## .cache/otelcol/<hash of that file>/ (the builder beside it; Go's module and build caches are
-## the user's). Cold, it costs about 8 CPU-minutes (downloads, the builder, the compile: 4 min on
-## 2 idle cores), so make test builds it beside the venvs; warm (the Go caches kept), 25 s.
+## the user's cache (AGENT_WATCHDOG_CACHE/otelcol/<hash of that file>/, the builder beside it, as
+## Go's module and build caches are the user's); .cache/otelcol/<hash>/ links to it. Cold, it
+## costs about 8 CPU-minutes (downloads, the builder, the compile: 4 min on 2 idle cores), so
+## make test builds it beside the venvs; with the Go caches kept and a new config, 25 s; a new
+## clone of the same config finds it built.
 OTELCOL_VERSION := v0.161.0
 OTELCOL_CONFIG  := tests/collector/builder-config.yaml
-OTELCOL_DIR     := .cache/otelcol/$(shell sha256sum $(OTELCOL_CONFIG) | cut -c1-16)
-OTELCOL         := $(OTELCOL_DIR)/otelcol-watchdog
-OTELCOL_BUILDER := .cache/otelcol/builder-$(OTELCOL_VERSION)/builder
+OTELCOL_HASH    := $(shell sha256sum $(OTELCOL_CONFIG) | cut -c1-16)
+OTELCOL         := .cache/otelcol/$(OTELCOL_HASH)/otelcol-watchdog
+OTELCOL_DIR     := $(AGENT_WATCHDOG_CACHE)/otelcol/$(OTELCOL_HASH)
+OTELCOL_BUILDER := $(AGENT_WATCHDOG_CACHE)/otelcol/builder-$(OTELCOL_VERSION)/builder
 OTELCOL_GO      := GOFLAGS='-mod=mod -buildvcs=false' GOPROXY=$${GOPROXY:-https://proxy.golang.org}
 
 $(OTELCOL_BUILDER):
 	$(OTELCOL_GO) GOBIN=$(abspath $(@D)) go install go.opentelemetry.io/collector/cmd/builder@$(OTELCOL_VERSION)
 
-$(OTELCOL): $(OTELCOL_CONFIG) $(OTELCOL_BUILDER)
-	rm -rf $(OTELCOL_DIR).tmp && mkdir -p $(OTELCOL_DIR).tmp
-	cd $(OTELCOL_DIR).tmp && $(OTELCOL_GO) $(abspath $(OTELCOL_BUILDER)) --config $(abspath $(OTELCOL_CONFIG))
-	mkdir -p $(@D) && mv $(OTELCOL_DIR).tmp/build/otelcol-watchdog $@ && rm -rf $(OTELCOL_DIR).tmp
+$(OTELCOL_DIR)/otelcol-watchdog: | $(OTELCOL_BUILDER)
+	rm -rf $(OTELCOL_DIR).tmp-$$PPID && mkdir -p $(OTELCOL_DIR).tmp-$$PPID $(@D)
+	cd $(OTELCOL_DIR).tmp-$$PPID && $(OTELCOL_GO) $(OTELCOL_BUILDER) --config $(abspath $(OTELCOL_CONFIG))
+	mv $(OTELCOL_DIR).tmp-$$PPID/build/otelcol-watchdog $@ && rm -rf $(OTELCOL_DIR).tmp-$$PPID
+
+$(OTELCOL): $(OTELCOL_CONFIG) $(OTELCOL_DIR)/otelcol-watchdog
+	mkdir -p $(@D) && ln -sf $(OTELCOL_DIR)/otelcol-watchdog $@
 
 collector: $(OTELCOL)
 
@@ -150,7 +173,7 @@ $(DIST_VENV)/.installed: tools/dist-requirements.txt $(VENV)/.created
 dist: dist-python dist-image dist-chart
 
 dist-python: $(DIST_VENV)/.installed
-	$(DIST_PY) tools/dist.py python
+	$(NATIVE) $(DIST_PY) tools/dist.py python
 
 dist-image: system-deps $(DIST_VENV)/.installed dist-python  # (it installs dist/'s wheel)
 	$(DIST_PY) tools/dist.py image
@@ -160,7 +183,7 @@ dist-chart: $(DIST_VENV)/.installed
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check watchdog client tests bench tools fuzz
-	$(VENV)/bin/mypy
+	MYPY_CACHE_DIR=$(AGENT_WATCHDOG_CACHE)/mypy $(VENV)/bin/mypy
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/ingest.py
