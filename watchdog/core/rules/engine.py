@@ -255,15 +255,13 @@ class RuleEngine:
                 if fired and rule.repeat is Repeat.ONCE and rule.name in fired:
                     continue  # decided once for the run: nothing more to decide
                 fast = rule.when.fast
-                if fast is not None and fast(run, now, budget, session, fleet) is False:
-                    # as CEL says (None: ask it)
+                known = fast(run, now, budget, session, fleet) if fast is not None else None
+                if known is False:  # as CEL says (None: ask it)
                     if state is not None and (state.pending or rule.repeat is Repeat.EACH_TIME):
                         _lapsed(rule, state)
                     continue
-                if act is None:
-                    act = activation(run_activation(run.signals(now, view.budget)),
-                                     session_activation(session), fleet)
-                decision = self._evaluate_rule(rule, run, now, act, state)
+                decision, act = self._evaluate_rule(rule, run, now, act, state, known,
+                                                    budget, session, fleet)
                 if decision is not None:
                     decisions.append(decision)
                 if state is None:  # the rule may have created it (fired, or pending a `for`)
@@ -275,27 +273,42 @@ class RuleEngine:
         return decisions
 
     def _evaluate_rule(self, rule: Rule, run: RunState, now: float, act: Any,
-                       state: _RunRules | None) -> Decision | None:
+                       state: _RunRules | None, known: bool | None,
+                       budget: dict[str, float], session: Mapping[str, Any] | None,
+                       fleet: dict[str, Any] | None) -> tuple[Decision | None, Any]:
+        """``rule``'s decision for ``run`` (``known``: its condition as the fast path decided
+        it, None: CEL's to say), and the activation, built here when CEL first needs it."""
         name = rule.name
-        try:
-            matched = rule.when.matches(act)
-        except EvalError as exc:
-            self.errors[name] += 1
-            self.last_errors[name] = f"when: {exc}"
-            matched = False
+        if known is None:
+            if act is None:
+                act = _activation(run, now, budget, session, fleet)
+            try:
+                matched = rule.when.matches(act)
+            except EvalError as exc:
+                self.errors[name] += 1
+                self.last_errors[name] = f"when: {exc}"
+                matched = False
+        else:
+            matched = known
         if not matched:
             if state is not None:
                 _lapsed(rule, state)
-            return None
+            return None, act
         if rule.for_seconds > 0:
             state = state if state is not None else self._state(run.key)
             since = state.pending.setdefault(name, now)
             if now - since < rule.for_seconds:
-                return None
+                return None, act
         each_time = rule.repeat is Repeat.EACH_TIME
         if each_time and state is not None and name in state.fired:
-            return None  # this time it holds was decided already
-        message, errors = rule.message.render(act)
+            return None, act  # this time it holds was decided already
+        message = rule.message.render_fast(run, now, budget)
+        if message is None:
+            if act is None:
+                act = _activation(run, now, budget, session, fleet)
+            message, errors = rule.message.render(act)
+        else:
+            errors = []
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS - 1] + "…"
         if errors:
@@ -307,7 +320,7 @@ class RuleEngine:
             dedup_key = f"{name}{EACH_TIME_MARK}{now:.3f}" if each_time else name
         state = state if state is not None else self._state(run.key)
         if dedup_key in state.fired:
-            return None
+            return None, act
         state.fired.add(name if each_time else dedup_key)
         if rule.action is Action.ABORT:
             state.aborted = True
@@ -316,7 +329,7 @@ class RuleEngine:
             _fired_at, calls_at = state.grace.setdefault(name, (now, run.tool_calls))
             grace = announced_grace(rule.grace, calls_at)
         return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
-                        dedup_key, grace=grace)
+                        dedup_key, grace=grace), act
 
     def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
         """An abort when a run went on past the grace of a wind_down it was sent."""
@@ -343,6 +356,13 @@ class RuleEngine:
                             rule.terminal_state or TerminalState.ABORTED, dedup_key,
                             escalation=True)
         return None
+
+
+def _activation(run: RunState, now: float, budget: dict[str, float],
+                session: Mapping[str, Any] | None, fleet: dict[str, Any] | None) -> Any:
+    """The CEL activation of one run evaluation (``run``, ``session``, ``fleet``)."""
+    return activation(run_activation(run.signals(now, budget)), session_activation(session),
+                      fleet)
 
 
 def _lapsed(rule: Rule, state: _RunRules) -> None:
