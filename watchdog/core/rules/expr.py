@@ -442,7 +442,7 @@ class Template:
             return None
         out: list[str] = []
         for part in parts:
-            if type(part) is str:
+            if isinstance(part, str):
                 out.append(part)
                 continue
             read, kind = part

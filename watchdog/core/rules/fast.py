@@ -23,9 +23,9 @@ Theory of operation
   converts it); ``<variable> in fleet.failing_tools`` (false while no tool fails), and
   ``run.<list or map>.exists(v, P)`` / ``.all(v, P)`` when ``P`` is false / true whatever
   ``v`` is, and ``run.<list or map>.exists(v, v in fleet.failing_tools)`` always (whether one
-  of the run's tools is failing, as the fleet says: a key's presence, never an error). So ``!run.ended && has(run.budget.remaining_cost_usd) && …``
-  is false without CEL for a run with no cost budget, and a session or fleet rule is false
-  without CEL for a run with no session or while no tool fails.
+  of the run's tools is failing, as the fleet says: a key's presence, never an error). So
+  ``!run.ended && has(run.budget.remaining_cost_usd) && …`` is false without CEL for a run
+  with no cost budget, and a session rule is false without CEL for a run with no session.
 * Any other operand of ``&&``, ``||`` or ``!`` — a string, arithmetic, a function, another
   macro — is *unknown*. CEL's logical operators are commutative over
   errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
