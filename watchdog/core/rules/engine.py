@@ -21,9 +21,11 @@ keeps, only once something happened, a small :class:`_RunRules`:
   the client SDK stops there by itself and says so (:meth:`RuleEngine.grace_kept`), so only
   un-steered agents, and seconds graces, need the escalation.
 
-One evaluation builds the CEL activation once (``run.signals`` + the session) and evaluates every
-rule that applies to the run's agent against it. Rules that already fired with ``repeat: once``
-are skipped before anything is built, so a run whose rules have all fired costs almost nothing.
+One evaluation asks each rule that applies to the run's agent the fast path first
+(:mod:`watchdog.core.rules.fast`), and builds the CEL activation (``run.signals`` + the session)
+once, for the first rule only CEL can decide or render; the session is asked for only then, or
+for a rule that reads it. Rules that already fired with ``repeat: once`` are skipped before
+anything is built, so a run whose rules have all fired costs almost nothing.
 ``timed_only`` evaluations (the shell's timer) consider only rules that time alone can make fire
 (see :attr:`Rule.timed`) plus grace deadlines; everything else changes only when spans arrive.
 
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,9 @@ MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders 
 GRACE_SUFFIX = "#grace"
 FLEET = "fleet"  # what a rule reading the CEL variable `fleet` reads (see signals_read)
 EACH_TIME_MARK = "@"  # dedup keys of ``repeat: each_time``: rule@<seconds it fired>
+SESSION = "session"  # what a rule reading the CEL variable `session` reads (see signals_read)
+# the CEL session of a run: the mapping (None: no session), or a function giving it when asked
+Session = Mapping[str, Any] | None | Callable[[], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +231,7 @@ class RuleEngine:
 
     # -- evaluation ---------------------------------------------------------------------------
 
-    def evaluate(self, run: RunState, now: float, session: Mapping[str, Any] | None = None,
+    def evaluate(self, run: RunState, now: float, session: Session = None,
                  timed_only: bool = False, changed: AbstractSet[str] | None = None,
                  fleet: dict[str, Any] | None = None) -> list[Decision]:
         """The decisions for ``run`` at ``now``: after its spans changed (all rules), or on the
@@ -235,6 +240,8 @@ class RuleEngine:
         ``changed`` names the signals that changed since the run was last evaluated (None:
         unknown, evaluate every rule); rules reading none of them cannot have changed their
         outcome and are skipped — on the ingest path most spans then cost no CEL at all.
+        ``session`` is the session mapping (None: the run has none), or a function giving it,
+        called only when a rule reads ``session`` or CEL runs.
         ``fleet`` is the CEL ``fleet`` (:meth:`Fleet.activation
         <watchdog.core.fleet.Fleet.activation>`; None: no tool failing).
         """
@@ -254,8 +261,14 @@ class RuleEngine:
             for rule in candidates:
                 if fired and rule.repeat is Repeat.ONCE and rule.name in fired:
                     continue  # decided once for the run: nothing more to decide
-                fast = rule.when.fast
-                known = fast(run, now, budget, session, fleet) if fast is not None else None
+                when = rule.when
+                fast = when.fast
+                if fast is not None:
+                    if callable(session) and (when.reads is None or SESSION in when.reads):
+                        session = session()
+                    known = fast(run, now, budget, session, fleet)
+                else:
+                    known = None
                 if known is False:  # as CEL says (None: ask it)
                     if state is not None and (state.pending or rule.repeat is Repeat.EACH_TIME):
                         _lapsed(rule, state)
@@ -274,7 +287,7 @@ class RuleEngine:
 
     def _evaluate_rule(self, rule: Rule, run: RunState, now: float, act: Any,
                        state: _RunRules | None, known: bool | None,
-                       budget: dict[str, float], session: Mapping[str, Any] | None,
+                       budget: dict[str, float], session: Session,
                        fleet: dict[str, Any] | None) -> tuple[Decision | None, Any]:
         """``rule``'s decision for ``run`` (``known``: its condition as the fast path decided
         it, None: CEL's to say), and the activation, built here when CEL first needs it."""
@@ -358,9 +371,11 @@ class RuleEngine:
         return None
 
 
-def _activation(run: RunState, now: float, budget: dict[str, float],
-                session: Mapping[str, Any] | None, fleet: dict[str, Any] | None) -> Any:
+def _activation(run: RunState, now: float, budget: dict[str, float], session: Session,
+                fleet: dict[str, Any] | None) -> Any:
     """The CEL activation of one run evaluation (``run``, ``session``, ``fleet``)."""
+    if callable(session):
+        session = session()
     return activation(run_activation(run.signals(now, budget)), session_activation(session),
                       fleet)
 

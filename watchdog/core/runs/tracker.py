@@ -284,6 +284,7 @@ class RunTracker(RunBook):
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
         pending = self._pending_parents
+        active = self._active
         for record in records:
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
@@ -298,7 +299,11 @@ class RunTracker(RunBook):
                     else None
                 if child is not None:  # a late span of a nested agent already split off
                     record.run_key = child
-            run = self._run_for(record, now, result)
+            run = active.get(record.run_key)
+            if run is None:
+                run = self._run_for(record, now, result)
+            else:
+                active.move_to_end(record.run_key)
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
                     and not record.workflow:
                 # the root is itself an agent: the one taken as main, if any, ran inside it
