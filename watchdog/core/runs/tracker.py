@@ -91,12 +91,15 @@ class RunTracker(RunBook):
         remember, per trace, the run named last (bounded)."""
         traces = self._trace_runs
         unnamed = False
+        last: tuple[str, str, KeySource] | None = None  # the trace named last, and its run
         for record in records:
             if record.key_source is KEY_TRACE:
                 unnamed = True
-            else:
+            elif last is None or last[0] != record.trace_id or last[1] != record.run_key \
+                    or last[2] is not record.key_source:  # (the span before said as much)
                 traces[record.trace_id] = (record.run_key, record.key_source)
                 traces.move_to_end(record.trace_id)
+                last = (record.trace_id, record.run_key, record.key_source)
         while len(traces) > MAX_TRACE_ALIASES:
             traces.popitem(last=False)
         if not unnamed:
