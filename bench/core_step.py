@@ -69,7 +69,7 @@ def main() -> None:
     import bench.workload
     from bench.workload import WORKLOADS, batches
 
-    bench.workload.time = SimpleNamespace(time_ns=lambda: CLOCK_NS)  # type: ignore[attr-defined]
+    bench.workload.time = SimpleNamespace(time_ns=lambda: CLOCK_NS)  # type: ignore[attr-defined,assignment]
 
     if args.workload not in WORKLOADS:
         parser.error(f"--workload: one of {', '.join(WORKLOADS)}")
