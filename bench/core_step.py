@@ -8,7 +8,10 @@ HTTP, no decode, no store. It prints the best of ``--repeat`` runs in CPU µs pe
 decisions made. ``--tree`` is a source tree to import the sidecar from; it may be this build or
 one with the flat layout (before ``watchdog/core/``), so two builds can be compared on one
 machine state, e.g. under ``valgrind --tool=callgrind`` (instruction counts: repeatable on a
-loaded machine): ``--repeat 1`` less ``--repeat 0`` (the same process, the core made, no step).
+loaded machine): ``--repeat 2`` less ``--repeat 1``, one step over every slice on a new core,
+with what a process loads at its first step (CEL, when a rule needs it) loaded already.
+The workload's clock is fixed (``bench.workload`` dates each run's spans from the wall clock
+when it makes the run), so each process makes the same spans and the same decisions.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 SLICE = 32  # the service's INGEST_SLICE
+CLOCK_NS = 1_780_000_000_000_000_000  # the workload's wall clock, fixed
 CHILD = "CORE_STEP_TREE"  # set in the process that runs another tree
 
 
@@ -61,7 +66,10 @@ def main() -> None:
         sys.exit(subprocess.run(command, env=env, check=False).returncode)
     if tree == str(HERE):
         sys.path.insert(0, str(HERE))
+    import bench.workload
     from bench.workload import WORKLOADS, batches
+
+    bench.workload.time = SimpleNamespace(time_ns=lambda: CLOCK_NS)  # type: ignore[attr-defined,assignment]
 
     if args.workload not in WORKLOADS:
         parser.error(f"--workload: one of {', '.join(WORKLOADS)}")

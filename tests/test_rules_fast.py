@@ -17,8 +17,14 @@ import pytest
 from bench.workload import batches
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import RuleEngine
-from watchdog.core.rules.expr import EvalError, ExprError, activation, compile_expr
-from watchdog.core.rules.fast import RUN_FIELDS, compile_fast
+from watchdog.core.rules.expr import (
+    EvalError,
+    ExprError,
+    activation,
+    compile_expr,
+    compile_template,
+)
+from watchdog.core.rules.fast import RUN_FIELDS, VALUE_FIELDS, compile_fast
 from watchdog.core.rules.pack import load_rules
 from watchdog.core.rules.signals import RUN_SCHEMA, run_activation, session_activation
 from watchdog.core.runs.run import RunState
@@ -113,12 +119,12 @@ def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
             if fast is not None:
                 assert fast is cel_says(rule.when.source, run, context), rule.when.source
             answers[rule.name].add(fast)
-    # the loop, time and tool-budget rules are decided entirely without CEL; the cost rules
-    # that divide, the session rules (a session value of another type) and the fleet rule
-    # (the failing tools) where their guards say so
+    # the loop, time, tool-budget and fleet rules are decided entirely without CEL; the cost
+    # rules that divide and the session rules (a session value of another type) where their
+    # guards say so
     known = {"error-loop", "repeated-tool-call", "repeated-tool-result", "tool-cycle",
              "idle-timeout", "total-timeout", "budget-countdown", "budget-last-call",
-             "budget-exhausted", "budget-cost-exhausted"}
+             "budget-exhausted", "budget-cost-exhausted", "tool-outage"}
     assert {name for name, seen in answers.items() if None not in seen} == known
     assert all(seen == {True, False} for name, seen in answers.items() if name in known)
     assert all({False, None} <= seen for name, seen in answers.items() if name not in known)
@@ -244,6 +250,51 @@ def test_what_only_cel_can_decide_gets_no_fast_path(source: str) -> None:
     assert compile_expr(source, condition=True).fast is None
 
 
+def test_plain_placeholders_render_as_cel_renders_them() -> None:
+    """``${run.<field>}`` of every scalar signal, and the default pack's messages: rendered
+    from the RunState exactly as CEL renders them on the run's activation (a value of another
+    type than the signal's is left to CEL)."""
+    rng = random.Random(5)
+    templates = [compile_template(f"{name}=${{run.{name}}}.") for name in VALUE_FIELDS]
+    rules = load_rules([]).rules
+    templates += [rule.message for rule in rules]
+    fast_messages = {rule.name for rule in rules if rule.message.render_fast(
+        random_run(rng), NOW, {}) is not None}
+    assert {"error-loop", "repeated-tool-call", "repeated-tool-result",
+            "tool-cycle"} <= fast_messages
+    assert "tool-outage" not in fast_messages and "budget-countdown" not in fast_messages
+    rendered = 0
+    for _ in range(200):
+        run = random_run(rng)
+        run.last_error = rng.choice((None, "", "TimeoutError: took 30 s", "ünïcode ${x}"))
+        run.finish_reason = rng.choice((None, "stop", "tool_calls"))
+        budget = rng.choice(({}, {"max_tool_calls": 4.0}))
+        act = activation(run_activation(run.signals(NOW, budget)), session_activation(None))
+        for template in templates:
+            fast = template.render_fast(run, NOW, budget)
+            if fast is not None:
+                assert (fast, []) == template.render(act), template.text
+                rendered += 1
+    assert rendered > 200 * len(VALUE_FIELDS)
+
+
+def test_the_fleet_rule_is_decided_without_cel() -> None:
+    """``run.tools.exists(t, t in fleet.failing_tools)``: whether one of the run's tools is
+    failing, with or without failing tools, as CEL says."""
+    source = "!run.ended && run.tools.exists(t, t in fleet.failing_tools)"
+    fast = compile_fast(source)
+    assert fast is not None
+    outage = {"runs": 3, "errors": 5, "since": "now", "error_type": "Timeout"}
+    run = RunState("run-1", KeySource.WATCHDOG, "ab" * 16, NOW)
+    for tools in ({}, {"fetch": 2}, {"search": 1}, {"search": 1, "fetch": 1}):
+        run.tools = dict(tools)
+        for fleet in (None, {"failing_tools": {}}, {"failing_tools": {"fetch": outage}}):
+            answer = fast(run, NOW, {}, None, fleet)
+            assert answer is cel_says(source, run, ({}, None, fleet)), (tools, fleet)
+            assert answer is ("fetch" in tools and fleet is not None
+                              and "fetch" in fleet["failing_tools"])
+
+
 def test_the_engine_decides_the_same_with_and_without_the_fast_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Misbehaving agents (the default rules fire on every run) and the timer's evaluations
@@ -271,6 +322,7 @@ def test_the_engine_decides_the_same_with_and_without_the_fast_path(
 
     fast = decisions(fast_rules=15)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast", lambda source: None)
+    monkeypatch.setattr("watchdog.core.rules.expr.compile_fast_value", lambda source: None)
     slow = decisions(fast_rules=0)
     assert len(fast) > 500
     assert {"idle-timeout", "total-timeout", "tool-cycle", "error-loop"} <= {d[1] for d in fast}

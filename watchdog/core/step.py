@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import Any
 
 from watchdog.core.cycles import CycleBook, Entry, Trail
@@ -202,7 +203,7 @@ class Core(CoreReads):
             steps = recent.get(entry.run_key)
             if steps is None:
                 steps = recent[entry.run_key] = RecentSteps(RECENT_STEPS)
-            steps.append(entry)
+            steps.entries.append(entry)
 
     def restore(self, active: Iterable[dict[str, Any]], ended: Iterable[dict[str, Any]],
                 unreadable: Callable[[str], None]) -> list[str]:
@@ -379,7 +380,7 @@ class Core(CoreReads):
                       changed: AbstractSet[str] | None, step: Step) -> int:
         fired = 0
         try:
-            for decision in engine.evaluate(run, now, self._session_of(run),
+            for decision in engine.evaluate(run, now, partial(self._session_of, run),
                                             timed_only=timed_only, changed=changed,
                                             fleet=self.fleet.activation()):
                 self._decide(decision, run, now, step)

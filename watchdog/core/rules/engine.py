@@ -21,9 +21,11 @@ keeps, only once something happened, a small :class:`_RunRules`:
   the client SDK stops there by itself and says so (:meth:`RuleEngine.grace_kept`), so only
   un-steered agents, and seconds graces, need the escalation.
 
-One evaluation builds the CEL activation once (``run.signals`` + the session) and evaluates every
-rule that applies to the run's agent against it. Rules that already fired with ``repeat: once``
-are skipped before anything is built, so a run whose rules have all fired costs almost nothing.
+One evaluation asks each rule that applies to the run's agent the fast path first
+(:mod:`watchdog.core.rules.fast`), and builds the CEL activation (``run.signals`` + the session)
+once, for the first rule only CEL can decide or render; the session is asked for only then, or
+for a rule that reads it. Rules that already fired with ``repeat: once`` are skipped before
+anything is built, so a run whose rules have all fired costs almost nothing.
 ``timed_only`` evaluations (the shell's timer) consider only rules that time alone can make fire
 (see :attr:`Rule.timed`) plus grace deadlines; everything else changes only when spans arrive.
 
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,9 @@ MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders 
 GRACE_SUFFIX = "#grace"
 FLEET = "fleet"  # what a rule reading the CEL variable `fleet` reads (see signals_read)
 EACH_TIME_MARK = "@"  # dedup keys of ``repeat: each_time``: rule@<seconds it fired>
+SESSION = "session"  # what a rule reading the CEL variable `session` reads (see signals_read)
+# the CEL session of a run: the mapping (None: no session), or a function giving it when asked
+Session = Mapping[str, Any] | None | Callable[[], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +231,7 @@ class RuleEngine:
 
     # -- evaluation ---------------------------------------------------------------------------
 
-    def evaluate(self, run: RunState, now: float, session: Mapping[str, Any] | None = None,
+    def evaluate(self, run: RunState, now: float, session: Session = None,
                  timed_only: bool = False, changed: AbstractSet[str] | None = None,
                  fleet: dict[str, Any] | None = None) -> list[Decision]:
         """The decisions for ``run`` at ``now``: after its spans changed (all rules), or on the
@@ -235,6 +240,8 @@ class RuleEngine:
         ``changed`` names the signals that changed since the run was last evaluated (None:
         unknown, evaluate every rule); rules reading none of them cannot have changed their
         outcome and are skipped — on the ingest path most spans then cost no CEL at all.
+        ``session`` is the session mapping (None: the run has none), or a function giving it,
+        called only when a rule reads ``session`` or CEL runs.
         ``fleet`` is the CEL ``fleet`` (:meth:`Fleet.activation
         <watchdog.core.fleet.Fleet.activation>`; None: no tool failing).
         """
@@ -254,16 +261,20 @@ class RuleEngine:
             for rule in candidates:
                 if fired and rule.repeat is Repeat.ONCE and rule.name in fired:
                     continue  # decided once for the run: nothing more to decide
-                fast = rule.when.fast
-                if fast is not None and fast(run, now, budget, session, fleet) is False:
-                    # as CEL says (None: ask it)
+                when = rule.when
+                fast = when.fast
+                if fast is not None:
+                    if callable(session) and (when.reads is None or SESSION in when.reads):
+                        session = session()
+                    known = fast(run, now, budget, session, fleet)
+                else:
+                    known = None
+                if known is False:  # as CEL says (None: ask it)
                     if state is not None and (state.pending or rule.repeat is Repeat.EACH_TIME):
                         _lapsed(rule, state)
                     continue
-                if act is None:
-                    act = activation(run_activation(run.signals(now, view.budget)),
-                                     session_activation(session), fleet)
-                decision = self._evaluate_rule(rule, run, now, act, state)
+                decision, act = self._evaluate_rule(rule, run, now, act, state, known,
+                                                    budget, session, fleet)
                 if decision is not None:
                     decisions.append(decision)
                 if state is None:  # the rule may have created it (fired, or pending a `for`)
@@ -275,27 +286,42 @@ class RuleEngine:
         return decisions
 
     def _evaluate_rule(self, rule: Rule, run: RunState, now: float, act: Any,
-                       state: _RunRules | None) -> Decision | None:
+                       state: _RunRules | None, known: bool | None,
+                       budget: dict[str, float], session: Session,
+                       fleet: dict[str, Any] | None) -> tuple[Decision | None, Any]:
+        """``rule``'s decision for ``run`` (``known``: its condition as the fast path decided
+        it, None: CEL's to say), and the activation, built here when CEL first needs it."""
         name = rule.name
-        try:
-            matched = rule.when.matches(act)
-        except EvalError as exc:
-            self.errors[name] += 1
-            self.last_errors[name] = f"when: {exc}"
-            matched = False
+        if known is None:
+            if act is None:
+                act = _activation(run, now, budget, session, fleet)
+            try:
+                matched = rule.when.matches(act)
+            except EvalError as exc:
+                self.errors[name] += 1
+                self.last_errors[name] = f"when: {exc}"
+                matched = False
+        else:
+            matched = known
         if not matched:
             if state is not None:
                 _lapsed(rule, state)
-            return None
+            return None, act
         if rule.for_seconds > 0:
             state = state if state is not None else self._state(run.key)
             since = state.pending.setdefault(name, now)
             if now - since < rule.for_seconds:
-                return None
+                return None, act
         each_time = rule.repeat is Repeat.EACH_TIME
         if each_time and state is not None and name in state.fired:
-            return None  # this time it holds was decided already
-        message, errors = rule.message.render(act)
+            return None, act  # this time it holds was decided already
+        message = rule.message.render_fast(run, now, budget)
+        if message is None:
+            if act is None:
+                act = _activation(run, now, budget, session, fleet)
+            message, errors = rule.message.render(act)
+        else:
+            errors = []
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS - 1] + "…"
         if errors:
@@ -307,7 +333,7 @@ class RuleEngine:
             dedup_key = f"{name}{EACH_TIME_MARK}{now:.3f}" if each_time else name
         state = state if state is not None else self._state(run.key)
         if dedup_key in state.fired:
-            return None
+            return None, act
         state.fired.add(name if each_time else dedup_key)
         if rule.action is Action.ABORT:
             state.aborted = True
@@ -316,7 +342,7 @@ class RuleEngine:
             _fired_at, calls_at = state.grace.setdefault(name, (now, run.tool_calls))
             grace = announced_grace(rule.grace, calls_at)
         return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
-                        dedup_key, grace=grace)
+                        dedup_key, grace=grace), act
 
     def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
         """An abort when a run went on past the grace of a wind_down it was sent."""
@@ -343,6 +369,15 @@ class RuleEngine:
                             rule.terminal_state or TerminalState.ABORTED, dedup_key,
                             escalation=True)
         return None
+
+
+def _activation(run: RunState, now: float, budget: dict[str, float], session: Session,
+                fleet: dict[str, Any] | None) -> Any:
+    """The CEL activation of one run evaluation (``run``, ``session``, ``fleet``)."""
+    if callable(session):
+        session = session()
+    return activation(run_activation(run.signals(now, budget)), session_activation(session),
+                      fleet)
 
 
 def _lapsed(rule: Rule, state: _RunRules) -> None:

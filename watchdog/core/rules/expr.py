@@ -39,7 +39,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core.rules import checked
-from watchdog.core.rules.fast import FastCondition, compile_fast
+from watchdog.core.rules.fast import FastCondition, FastValue, compile_fast, compile_fast_value
 from watchdog.core.rules.signals import NO_FLEET, SCHEMAS, TIME_DEPENDENT, field_names
 from watchdog.core.runs.catalogue import FieldType, ListOf, MapOf, Maybe, Schema
 
@@ -392,12 +392,23 @@ def _number_hint(source: str, row: int, column: int) -> str:
 class Template:
     """A message with ``${expr}`` placeholders (``$${`` is a literal ``${``)."""
 
-    __slots__ = ("_parts", "reads", "text", "timed")
+    __slots__ = ("_fast", "_parts", "reads", "text", "timed")
 
     def __init__(self, text: str, parts: list[str | Expr]) -> None:
         self.text = text
         self._parts = parts
         self.timed = any(isinstance(p, Expr) and p.timed for p in parts)
+        # every placeholder a plain signal (watchdog.core.rules.fast): the message rendered
+        # from the RunState, no activation (None: some placeholder is CEL's)
+        fast: list[str | tuple[FastValue, type]] = []
+        for part in parts:
+            value = part if isinstance(part, str) else compile_fast_value(part.source)
+            if value is None:
+                fast = []
+                break
+            fast.append(value)
+        self._fast: tuple[str | tuple[FastValue, type], ...] | None = \
+            tuple(fast) if fast else None
         reads: frozenset[str] | None = frozenset()
         for part in parts:
             if isinstance(part, Expr):
@@ -421,6 +432,25 @@ class Template:
                 errors.append(f"${{{part.source}}}: {exc}")
                 out.append("<error>")
         return "".join(out), errors
+
+    def render_fast(self, run: Any, now: float, budget: dict[str, float] | None) -> str | None:
+        """The message :meth:`render` gives on ``run``'s activation, read from the RunState
+        itself (``budget``: the rule pack's for its agent), when every placeholder is a plain
+        signal of its declared type; None: ask :meth:`render`."""
+        parts = self._fast
+        if parts is None:
+            return None
+        out: list[str] = []
+        for part in parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            read, kind = part
+            value = read(run, now, budget)
+            if type(value) is not kind:
+                return None  # (CEL converts it its own way)
+            out.append(format_value(value))
+        return "".join(out)
 
 
 def compile_template(text: str) -> Template:

@@ -22,9 +22,10 @@ Theory of operation
   session, the session's own value when it is of the field's type, else unknown: CEL
   converts it); ``<variable> in fleet.failing_tools`` (false while no tool fails), and
   ``run.<list or map>.exists(v, P)`` / ``.all(v, P)`` when ``P`` is false / true whatever
-  ``v`` is. So ``!run.ended && has(run.budget.remaining_cost_usd) && …``
-  is false without CEL for a run with no cost budget, and a session or fleet rule is false
-  without CEL for a run with no session or while no tool fails.
+  ``v`` is, and ``run.<list or map>.exists(v, v in fleet.failing_tools)`` always (whether one
+  of the run's tools is failing, as the fleet says: a key's presence, never an error). So
+  ``!run.ended && has(run.budget.remaining_cost_usd) && …`` is false without CEL for a run
+  with no cost budget, and a session rule is false without CEL for a run with no session.
 * Any other operand of ``&&``, ``||`` or ``!`` — a string, arithmetic, a function, another
   macro — is *unknown*. CEL's logical operators are commutative over
   errors and unknowns (``false && x`` and ``x && false`` are false, ``true || x`` is true,
@@ -34,12 +35,18 @@ Theory of operation
   run that ended.
 * Only expressions the CEL checker accepted are compiled here, so types agree (an int field is
   compared with an int) and the known fields are never absent.
-* The engine asks the fast function first; when it says ``True`` or ``None`` the CEL program
-  runs — the authority for what fires, and what the message template is rendered against.
+* The engine asks the fast function first and takes a ``True`` or ``False`` as the answer CEL
+  would give (``tests/test_rules_fast.py`` holds the two together); when it says ``None`` the
+  CEL program runs. The message is rendered against the activation, built then, unless every
+  placeholder is a plain signal (below).
 * A condition with a string literal or a ternary is not split (quotes could hide an operator;
   ``?:`` binds looser than ``&&`` and ``||``): it is decided here only if it is entirely known.
 * Generated from the parsed tree (field names checked against :data:`RUN_FIELDS`, literals
   re-printed from Python ints), never from the rule's text.
+* A message placeholder that is a plain signal, ``${run.<field>}`` of an int, double, bool or
+  string, is read from the RunState the same way (:func:`compile_fast_value`): the value
+  ``signals()`` would hand CEL, which CEL hands back as it is. A value of another type than
+  the signal's declared one is left to CEL.
 """
 
 from __future__ import annotations
@@ -67,6 +74,11 @@ def fast_fields(signals: Iterable[Signal] = RUN_SIGNALS) -> dict[str, str]:
 
 
 RUN_FIELDS: dict[str, str] = fast_fields()
+# ${run.<field>} read without CEL: the scalar signals (ints, doubles, bools, strings), each with
+# its code and declared type
+VALUE_FIELDS: dict[str, tuple[str, type]] = {
+    signal.name: (signal.read, signal.type) for signal in RUN_SIGNALS
+    if signal.type is int or signal.type is float or signal.type is bool or signal.type is str}
 # has(run.budget.<field>): the budget limit whose presence puts <field> in the budget view
 BUDGET_LIMITS: dict[str, str] = {name: "max_" + name.removeprefix("max_").removeprefix(
     "remaining_") for name in BUDGET_SCHEMA}
@@ -74,8 +86,8 @@ BUDGET_LIMITS: dict[str, str] = {name: "max_" + name.removeprefix("max_").remove
 SESSION_FIELDS: dict[str, type] = {name: kind for name, kind in SESSION_SCHEMA.items()
                                    if kind is int or kind is float or kind is bool}
 # the run's collections a comprehension (exists, all) may range over: never absent
-COLLECTIONS = frozenset(signal.name for signal in RUN_SIGNALS
-                        if isinstance(signal.type, (MapOf, ListOf)))
+COLLECTIONS: dict[str, str] = {signal.name: signal.read for signal in RUN_SIGNALS
+                               if isinstance(signal.type, (MapOf, ListOf))}
 _RESERVED = frozenset({"run", "session", "fleet", "now", "budget", "true", "false", "null"})
 _NO_BUDGET: dict[str, float] = {}
 
@@ -83,6 +95,8 @@ _NO_BUDGET: dict[str, float] = {}
 # the session mapping the engine was handed (None: no session), the CEL fleet (None: no tool
 # failing); the last three may be left out (none of each)
 FastCondition = Callable[..., "bool | None"]
+# (run, now, budget): a placeholder's value as CEL would give it
+FastValue = Callable[[Any, float, "dict[str, float] | None"], Any]
 
 _TOKEN = re.compile(
     r"\s*(?:"
@@ -115,11 +129,28 @@ def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCon
     # (a known condition is a bool: the checker only lets bool conditions in)
     namespace: dict[str, Any] = {**NAMESPACE, "_not": _not,
                                  "_session": _session, "_none_failing": _none_failing,
+                                 "_any_failing": _any_failing,
                                  "_budget": _budget,
                                  "_NO_BUDGET": _NO_BUDGET, "int": int, "bool": bool}
     function: FastCondition = eval(
         f"lambda run, now, budget=_NO_BUDGET, session=None, fleet=None: {code}", namespace)
     return function
+
+
+def compile_fast_value(source: str) -> tuple[FastValue, type] | None:
+    """A placeholder that is a plain signal (``run.<field>``, see :data:`VALUE_FIELDS`) as a
+    function of ``(run, now, budget)`` giving its value as ``signals()`` does, with the
+    signal's declared type; None for anything else (CEL renders it)."""
+    try:
+        tokens = _tokens(source)
+    except _Unsupported:
+        return None
+    if len(tokens) != 3 or tokens[0] != "run" or tokens[1] != "." \
+            or tokens[2] not in VALUE_FIELDS:
+        return None
+    read, kind = VALUE_FIELDS[tokens[2]]
+    function: FastValue = eval(f"lambda run, now, budget: {read}", dict(NAMESPACE))
+    return function, kind
 
 
 _INT = re.compile(r"\d+")
@@ -164,6 +195,14 @@ def _budget(run: Any, budget: dict[str, float], now: float, key: str) -> int | f
 def _none_failing(fleet: Mapping[str, Any] | None) -> bool | None:
     """``x in fleet.failing_tools`` is false for every x while no tool fails (else unknown)."""
     return False if fleet is None or not fleet["failing_tools"] else None
+
+
+def _any_failing(items: Iterable[Any], fleet: Mapping[str, Any] | None) -> bool:
+    """``items.exists(v, v in fleet.failing_tools)``: whether one of ``items`` is failing."""
+    if fleet is None:
+        return False
+    failing = fleet["failing_tools"]
+    return bool(failing) and any(item in failing for item in items)
 
 
 def _tokens(source: str) -> list[str]:
@@ -341,6 +380,10 @@ class _Compiler:
                 and tokens[3] == "." and tokens[4] in ("exists", "all") and tokens[5] == "("
                 and _IDENTIFIER.fullmatch(tokens[6]) and tokens[6] not in _RESERVED
                 and tokens[7] == "," and self._closing(lo + 5) == hi - 1):
+            if tokens[4] == "exists" and tokens[8:hi - lo - 1] == [
+                    tokens[6], "in", "fleet", ".", "failing_tools"]:
+                # whether one of the run's tools (map keys, list items) is failing: known
+                return f"_any_failing({COLLECTIONS[tokens[2]]}, fleet)", False
             self._partial_allowed()
             # the predicate's code never reads the variable (an unknown wherever it is used):
             # an answer it gives holds for every element

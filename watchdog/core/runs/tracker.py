@@ -91,12 +91,15 @@ class RunTracker(RunBook):
         remember, per trace, the run named last (bounded)."""
         traces = self._trace_runs
         unnamed = False
+        last: tuple[str, str, KeySource] | None = None  # the trace named last, and its run
         for record in records:
             if record.key_source is KEY_TRACE:
                 unnamed = True
-            else:
+            elif last is None or last[0] != record.trace_id or last[1] != record.run_key \
+                    or last[2] is not record.key_source:  # (the span before said as much)
                 traces[record.trace_id] = (record.run_key, record.key_source)
                 traces.move_to_end(record.trace_id)
+                last = (record.trace_id, record.run_key, record.key_source)
         while len(traces) > MAX_TRACE_ALIASES:
             traces.popitem(last=False)
         if not unnamed:
@@ -284,6 +287,7 @@ class RunTracker(RunBook):
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
         pending = self._pending_parents
+        active = self._active
         for record in records:
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
@@ -298,7 +302,11 @@ class RunTracker(RunBook):
                     else None
                 if child is not None:  # a late span of a nested agent already split off
                     record.run_key = child
-            run = self._run_for(record, now, result)
+            run = active.get(record.run_key)
+            if run is None:
+                run = self._run_for(record, now, result)
+            else:
+                active.move_to_end(record.run_key)
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
                     and not record.workflow:
                 # the root is itself an agent: the one taken as main, if any, ran inside it
