@@ -30,7 +30,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +54,16 @@ Flush = tuple[list[dict[str, Any]], dict[str, list[ActivityEntry]]]  # snapshots
 
 
 def collect(workload: str, runs: int, spans: int, batch: int, flush_every: int) -> list[Flush]:
-    """The snapshots and activity (by run) each state flush of a real ingest would write."""
+    """The snapshots and activity (by run) each state flush of a real ingest would write, one
+    flush every ``flush_every`` batches and one for what is left at the end; the clock is fixed
+    (a batch is 0.05 s), so every process gets the same flushes."""
     tracker = RunTracker(max_runs=1_000_000)
     flushes: list[Flush] = []
     touched: dict[str, Any] = {}
     activity: dict[str, list[ActivityEntry]] = {}
-    now = time.time()
+    now = 1_795_320_000.0
     for index, body in enumerate(batches(runs, batch, spans, workload=workload), 1):
+        now += 0.05
         result = tracker.apply(records_from(parse_protobuf(body)).records, now)
         touched.update(result.touched)
         for entry in result.activity:
@@ -68,7 +71,23 @@ def collect(workload: str, runs: int, spans: int, batch: int, flush_every: int) 
         if index % flush_every == 0:
             flushes.append(([run.to_dict() for run in touched.values()], activity))
             touched, activity = {}, {}
+    if touched:
+        flushes.append(([run.to_dict() for run in touched.values()], activity))
     return flushes
+
+
+def flush_parts(db: store.Store, flush: Flush) -> Iterator[store.Rows]:
+    """One flush's rows as the state writer makes them: parts of ``WRITE_PART_RUNS`` runs, each
+    with its runs' new activity (encoded as the generator runs; each part one ``db.write``)."""
+    snapshots, activity = flush
+    for start in range(0, len(snapshots), WRITE_PART_RUNS):
+        rows = store.Rows(db.activity_log_size)
+        for snapshot in snapshots[start:start + WRITE_PART_RUNS]:
+            rows.add_run(snapshot)
+            entries = activity.get(snapshot["key"])
+            if entries:
+                rows.add_activity(((snapshot["key"], entries),))
+        yield rows
 
 
 def stdlib_row(row: dict[str, Any]) -> str:
@@ -89,19 +108,13 @@ def flush_cost(flushes: list[Flush], rounds: int) -> dict[str, float]:
     total = dict.fromkeys(encoders, 0.0)
     with tempfile.TemporaryDirectory() as directory:
         db = store.Store(directory)
-        for snapshots, activity in flushes:
+        for flush in flushes:
             best = dict.fromkeys(encoders, float("inf"))
             for _ in range(rounds):
                 for name, (encode_row, encode_items) in encoders.items():
                     store.encode_row, store.encode_items = encode_row, encode_items
                     began = time.process_time()
-                    for start in range(0, len(snapshots), WRITE_PART_RUNS):
-                        rows = store.Rows(db.activity_log_size)
-                        for snapshot in snapshots[start:start + WRITE_PART_RUNS]:
-                            rows.add_run(snapshot)
-                            entries = activity.get(snapshot["key"])
-                            if entries:
-                                rows.add_activity(((snapshot["key"], entries),))
+                    for rows in flush_parts(db, flush):
                         db.write(rows)
                     best[name] = min(best[name], time.process_time() - began)
             for name in encoders:

@@ -19,39 +19,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import WORKLOADS, batches
-from watchdog.core.runs.activity import ActivityEntry
-from watchdog.core.runs.tracker import RunTracker
-from watchdog.core.spans.decode import parse_protobuf
-from watchdog.core.spans.pipeline import records_from
+from bench.encode import Flush, collect, flush_parts
+from bench.workload import WORKLOADS
 from watchdog.shell.state import store
-from watchdog.shell.state.persist import WRITE_PART_RUNS
-
-Flush = tuple[list[dict[str, Any]], dict[str, list[ActivityEntry]]]
-
-
-def flushes(workload: str, runs: int, spans: int, batch: int, every: int) -> list[Flush]:
-    """What each state flush of the ingest writes: changed runs' snapshots, new activity."""
-    tracker = RunTracker(max_runs=10 * runs)
-    made: list[Flush] = []
-    dirty: dict[str, Any] = {}
-    activity: dict[str, list[ActivityEntry]] = {}
-    now, seen = 1_795_320_000.0, 0
-    for body in batches(runs, batch, spans, workload=workload):
-        now += 0.05
-        result = tracker.apply(records_from(parse_protobuf(body)).records, now)
-        dirty.update(result.touched)
-        for entry in result.activity:
-            activity.setdefault(entry.run_key, []).append(entry)
-        seen += batch
-        if seen % every == 0 or seen >= spans:
-            made.append(([run.to_dict() for run in dirty.values()], activity))
-            dirty, activity = {}, {}
-    return made
 
 
 def write_all(made: list[Flush]) -> tuple[float, float, int]:
@@ -59,19 +32,14 @@ def write_all(made: list[Flush]) -> tuple[float, float, int]:
     encoding = writing = 0.0
     with tempfile.TemporaryDirectory() as directory:
         db = store.Store(directory)
-        for snapshots, activity in made:
-            for start in range(0, len(snapshots), WRITE_PART_RUNS):
-                began = time.process_time()
-                rows = store.Rows(db.activity_log_size)
-                for snapshot in snapshots[start:start + WRITE_PART_RUNS]:
-                    rows.add_run(snapshot)
-                    entries = activity.get(snapshot["key"])
-                    if entries:
-                        rows.add_activity(((snapshot["key"], entries),))
+        for flush in made:
+            began = time.process_time()
+            for rows in flush_parts(db, flush):
                 encoded = time.process_time()
                 db.write(rows)
                 encoding += encoded - began
-                writing += time.process_time() - encoded
+                began = time.process_time()
+                writing += began - encoded
         db.close()
         size = os.path.getsize(Path(directory) / store.DB_FILE)
     return encoding, writing, size
@@ -87,7 +55,8 @@ def main() -> None:
                         help="spans between flushes (a served sidecar at ~5,000 spans/s: 1 s)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best counts")
     args = parser.parse_args()
-    made = flushes(args.workload, args.runs, args.spans, args.batch, args.flush_every)
+    made = collect(args.workload, args.runs, args.spans, args.batch,
+                   max(1, args.flush_every // args.batch))
     written = sum(len(snapshots) for snapshots, _ in made)
     best = (float("inf"), float("inf"), 0)
     for _ in range(args.repeat):
