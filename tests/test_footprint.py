@@ -159,18 +159,47 @@ def test_the_grpc_port_is_bound_at_start_and_grpcio_loads_at_its_first_export(
             assert wait_until(functools.partial(run_detail, sidecar.api, run_id), run_id)
 
 
-def test_a_rule_decided_by_cel_loads_it_and_fires(tmp_path: Path) -> None:
+CEL_ONLY = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: cel-only
+rules:
+  - name: agent-a-repeats
+    when: '!run.ended && string(run.repeated_tool_call).size() == 1 && run.repeated_tool_call >= 4'
+    action: notify
+    message: "a repeats"
+"""
+
+
+def _looping_export(sidecar: Served) -> None:
+    maker = SpanMaker()
+    now = time.time()
+    root = maker.open("invoke_agent a", {"watchdog.run.id": "looping"}, start=now)
+    for index in range(4):  # the same call 4 times
+        maker.span("execute_tool fetch", tool_attrs("fetch", '{"q": 1}', "same",
+                                                     **{"watchdog.run.id": "looping"}),
+                   parent=root, start=now + index)
+    sidecar.export(encode(maker.take()).SerializeToString())
+
+
+def test_the_default_packs_loop_rules_fire_without_loading_cel(tmp_path: Path) -> None:
     with served(tmp_path, eval_interval="0.05") as sidecar:
-        maker = SpanMaker()
-        now = time.time()
-        root = maker.open("invoke_agent a", {"watchdog.run.id": "looping"}, start=now)
-        for index in range(4):  # the same call 4 times: repeated-tool-call winds it down
-            maker.span("execute_tool fetch", tool_attrs("fetch", '{"q": 1}', "same",
-                                                         **{"watchdog.run.id": "looping"}),
-                       parent=root, start=now + index)
-        sidecar.export(encode(maker.take()).SerializeToString())
+        _looping_export(sidecar)
         fired = wait_until(lambda: _directives(sidecar.api, "looping"), "the directive")
         assert fired[0]["rule"] in ("tool-cycle", "repeated-tool-call"), fired
+        assert "cel_expr_python" not in sidecar.modules()  # decided and rendered without it
+
+
+def test_a_rule_only_cel_decides_fires_with_cel_loaded(tmp_path: Path) -> None:
+    """An expression the shipped checks do not hold is checked by CEL at load (its clear
+    message at start), so CEL is there when the rule is decided."""
+    rules = tmp_path / "cel-only.yaml"
+    rules.write_text(CEL_ONLY)
+    with served(tmp_path, eval_interval="0.05", rules=str(rules),
+                default_rules="false") as sidecar:
+        _looping_export(sidecar)
+        fired = wait_until(lambda: _directives(sidecar.api, "looping"), "the directive")
+        assert [d["rule"] for d in fired] == ["agent-a-repeats"], fired
         assert "cel_expr_python" in sidecar.modules()
 
 
