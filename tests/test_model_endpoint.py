@@ -355,6 +355,73 @@ def test_responses_budget_counts_down_then_withdraws_tools(sidecar: RunningServe
     assert run["tool_calls"] == 3 and run["iterations"] == 4 and run["has_final_answer"]
 
 
+def leave_at_done_loop(sidecar: RunningServer, model: str, agent: str) -> tuple[str, int]:
+    """A hand-written streaming agent that stops reading at ``data: [DONE]`` and closes its
+    connection at once, not waiting for the stream's end (as many HTTP clients do)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    address = urlsplit(sidecar.url("model"))
+    messages: list[Any] = [{"role": "system", "content": "You research."},
+                           {"role": "user", "content": "Find the answer."}]
+    ran = 0
+    for _ in range(10):
+        text, calls = "", {}
+        connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
+        connection.request("POST", "/v1/chat/completions", json.dumps(
+            {"model": model, "messages": messages, "tools": TOOLS, "stream": True}), {
+            "Authorization": f"Bearer {KEY}", "x-watchdog-agent": agent,
+            "Content-Type": "application/json"})
+        events = connection.getresponse()
+        for raw in events:
+            line = raw.decode().strip()
+            if line == "data: [DONE]":
+                break
+            for choice in json.loads(line.removeprefix("data: "))["choices"] if line else ():
+                text += choice["delta"].get("content") or ""
+                for part in choice["delta"].get("tool_calls") or ():
+                    entry = calls.setdefault(part["index"], {"id": "", "name": "", "args": ""})
+                    entry["id"] = part.get("id") or entry["id"]
+                    entry["name"] += part.get("function", {}).get("name") or ""
+                    entry["args"] += part.get("function", {}).get("arguments") or ""
+        connection.close()  # at [DONE], the stream's end not waited for
+        if not calls:
+            return text, ran
+        messages.append({"role": "assistant", "content": text or None, "tool_calls": [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": c["args"]}} for c in calls.values()]})
+        for entry in calls.values():
+            ran += 1
+            messages.append({"role": "tool", "tool_call_id": entry["id"],
+                             "content": f"result {ran}"})
+    raise AssertionError("the loop did not end")
+
+
+LATE = 0.5  # seconds an upstream keeps a stream open after its last event
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages", "chat, left at [DONE]"])
+def test_a_stream_whose_end_comes_late_is_counted_at_its_last_event(
+        sidecar: RunningServer, llm: FakeLLM, api: str) -> None:
+    """The upstream closes each stream LATE seconds after its last event (as through a slow
+    proxy); the agent sends its next request once it has the last event, or leaves at it. The
+    next request finds the call counted: the countdown true on each request, no call past the
+    budget, the answer the agent's."""
+    model = llm.script(f"late-{api}", looping("search", lambda i: {"q": f"page {i}"},
+                                              answer_without_tools="REPORT: pages 0-2"),
+                       linger=LATE)
+    loop = {"chat": lambda: run_loop(client(sidecar, "budgeted"), model, True),
+            "responses": lambda: responses_loop(sidecar, model, "budgeted", True),
+            "messages": lambda: anthropic_loop(sidecar, model, "budgeted", True),
+            "chat, left at [DONE]": lambda: leave_at_done_loop(sidecar, model, "budgeted")}[api]
+    assert loop() == ("REPORT: pages 0-2", 3)
+    requests = llm.requests(model)
+    assert len(requests) == 4
+    for left, body in zip((3, 2, 1), requests, strict=False):
+        instructions = body.get("instructions") or body.get("system") or system_of(body)
+        assert f"[budget: {left} of 3 tool calls left" in instructions
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("resp-stop", looping("search", lambda i: {"q": f"page {i}"}))

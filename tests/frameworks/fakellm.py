@@ -118,6 +118,7 @@ class _Model:
     headers: list[dict[str, str]] = field(default_factory=list)  # (names lower-cased)
     on_request: Callable[[int], object] | None = None  # called with the request's index
     chunk_delay: float = 0.0  # seconds between the chunks of a streamed chat completion
+    linger: float = 0.0  # seconds a stream's connection stays open after its last event
 
 
 class _Server(ThreadingHTTPServer):
@@ -144,14 +145,15 @@ class FakeLLM:
 
     def script(self, model: str, script: Script, delay: float = 0.0,
                on_request: Callable[[int], object] | None = None,
-               chunk_delay: float = 0.0) -> str:
+               chunk_delay: float = 0.0, linger: float = 0.0) -> str:
         """Serve ``script`` to requests naming ``model``; ``delay`` seconds per response;
         ``on_request(index)`` before each response (index from 0): a test's fault, at a step;
         ``chunk_delay`` seconds between the chunks of a streamed chat completion (a model's
-        pace, for bench/model_endpoint.py)."""
+        pace, for bench/model_endpoint.py); ``linger`` seconds a stream's connection stays
+        open after its last event (its end comes late, as through a slow proxy)."""
         with self._lock:
             self._models[model] = _Model(script, delay, on_request=on_request,
-                                         chunk_delay=chunk_delay)
+                                         chunk_delay=chunk_delay, linger=linger)
         return model
 
     def requests(self, model: str) -> list[dict[str, Any]]:
@@ -385,7 +387,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _send_events(self, events: Iterable[tuple[str, dict[str, Any]]],
-                         named: bool) -> None:
+                         named: bool, linger: float = 0.0) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -395,6 +397,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 head = f"event: {kind}\n".encode() if named else b""
                 self.wfile.write(head + b"data: " + json.dumps(data).encode() + b"\n\n")
                 self.wfile.flush()
+            time.sleep(linger)
             self.close_connection = True
 
         def do_GET(self) -> None:
@@ -434,7 +437,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if anthropic:
                 message = anthropic_message(name, response_id, step, body)
                 if body.get("stream"):
-                    self._send_events(anthropic_events(message), named=True)
+                    self._send_events(anthropic_events(message), named=True, linger=model.linger)
                 else:
                     self._send_json(200, message)
                 return
@@ -444,7 +447,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     self._send_events(
                         ((kind, {"type": kind, "sequence_number": number, **data})
                          for number, (kind, data) in enumerate(response_events(response))),
-                        named=True)
+                        named=True, linger=model.linger)
                 else:
                     self._send_json(200, response)
                 return
@@ -464,6 +467,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"data: " + json.dumps(piece).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            time.sleep(model.linger)
             self.close_connection = True
 
     return Handler

@@ -213,9 +213,13 @@ impl Body for RelayBody {
                                 return Poll::Ready(None);
                             }
                         }
-                        if trim.changed {
-                            if let Some(ticket) = this.ticket.as_mut() {
-                                ticket.changed = true;
+                        if let Some(ticket) = this.ticket.as_mut() {
+                            ticket.changed |= trim.changed;
+                            if trim.finished {
+                                // the response's last event: told before the client has it, so
+                                // a request it sends at once comes after this end (the upstream
+                                // is still read to its end, for the connection's reuse)
+                                ticket.end("ok");
                             }
                         }
                     }

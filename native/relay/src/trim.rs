@@ -444,6 +444,9 @@ pub struct StreamTrim {
     passing: bool, // the reading stopped (an event too long): the rest passes as it comes
     /// Whether any event was changed or left out.
     pub changed: bool,
+    /// Whether the response's last event has come (`[DONE]`, a Responses end event,
+    /// `message_stop`): the client may send its next request as soon as it has it.
+    pub finished: bool,
 }
 
 impl StreamTrim {
@@ -454,7 +457,7 @@ impl StreamTrim {
             Api::Messages => Rewriter::Messages { uses: 0, answers: 0, dropped: Vec::new() },
         };
         StreamTrim { api, keep, answers, reader: SseReader::new(), rewriter, passing: false,
-                     changed: false }
+                     changed: false, finished: false }
     }
 
     /// The bytes to send for this chunk of the upstream's.
@@ -474,6 +477,7 @@ impl StreamTrim {
             return Ok(out);
         }
         for event in &events {
+            self.finished = self.finished || self.is_last(event);
             match self.rewrite(event)? {
                 Some(bytes) => {
                     self.changed = true;
@@ -587,6 +591,22 @@ impl StreamTrim {
 
     /// Whether an event can be changed (else it is not parsed): one whose data names none of
     /// what a rewrite reads, and holds no escape that could spell it, passes as it came.
+    /// Whether the event ends the response, for the client (its type read only where the data
+    /// may name it).
+    fn is_last(&self, event: &Event) -> bool {
+        let Some(data) = event.data.as_deref() else { return false };
+        let kinds: &[&str] = match self.api {
+            Api::Chat => return data == "[DONE]",
+            Api::Responses => &DONE_EVENTS,
+            Api::Messages => &["message_stop"],
+        };
+        if !data.contains('\\') && !kinds.iter().any(|kind| data.contains(kind)) {
+            return false;
+        }
+        matches!(loads(data), Ok(Some(Value::Object(map)))
+                 if str_of(map.get("type")).is_some_and(|kind| kinds.contains(&kind)))
+    }
+
     fn may_change(&self, event: &Event) -> bool {
         let Some(data) = event.data.as_deref() else { return false };
         if data.contains('\\') {
