@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -170,6 +171,19 @@ def run_directory(owner: int | None = None) -> Path:
     """A directory of this test run that all its pytest workers share (the framework driver
     processes' sockets, logs and CPU seconds); short, since it holds Unix sockets."""
     return Path(tempfile.gettempdir()) / f"watchdog-tests-{owner or run_owner()}"
+
+
+@contextmanager
+def http_served(handler: type[BaseHTTPRequestHandler],
+                server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer) -> Iterator[str]:
+    """``handler`` served on a free 127.0.0.1 port in a thread; yields ``http://127.0.0.1:PORT``."""
+    server = server_class(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def sidecar_config(state_dir: Path | str, **overrides: Any) -> Config:

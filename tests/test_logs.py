@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import http_request, run_detail, wait_until
+from tests.harness import http_request, http_served, run_detail, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.scripted import ScriptedAgent
 from watchdog.shell import logs
@@ -48,14 +47,8 @@ def webhook_receiver() -> Iterator[tuple[str, list[bytes]]]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hook?token={URL_TOKEN}", received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_served(Handler) as url:
+        yield f"{url}/hook?token={URL_TOKEN}", received
 
 
 def test_decisions_are_json_events(tmp_path: Path) -> None:

@@ -7,14 +7,13 @@ one tool call handed over; each sidecar books the call with that one call handed
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from tests.harness import http_request, running_server, sidecar_config, wait_until
+from tests.harness import http_request, http_served, running_server, sidecar_config, wait_until
 from tests.test_model_trim_native import python_stream, python_whole, whole, with_odd
 from tests.test_model_wire import THREE, chat_stream
 
@@ -44,12 +43,8 @@ class Upstream(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with http_served(Upstream) as url:
+        yield url + "/v1"
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
