@@ -592,7 +592,7 @@ impl StreamTrim {
     /// Whether an event can be changed (else it is not parsed): one whose data names none of
     /// what a rewrite reads, and holds no escape that could spell it, passes as it came.
     /// Whether the event ends the response, for the client (its type read only where the data
-    /// may name it).
+    /// names it as is: an end spelled with escapes is told at the stream's end, as any other).
     fn is_last(&self, event: &Event) -> bool {
         let Some(data) = event.data.as_deref() else { return false };
         let kinds: &[&str] = match self.api {
@@ -600,7 +600,7 @@ impl StreamTrim {
             Api::Responses => &DONE_EVENTS,
             Api::Messages => &["message_stop"],
         };
-        if !data.contains('\\') && !kinds.iter().any(|kind| data.contains(kind)) {
+        if !kinds.iter().any(|kind| data.contains(kind)) {
             return false;
         }
         matches!(loads(data), Ok(Some(Value::Object(map)))
