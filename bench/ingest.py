@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,18 +41,13 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.workload import WORKLOADS, batches
+from tests.ports import free_port
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.decode import attributes, parse_protobuf, protobuf_backend
 from watchdog.core.spans.pipeline import records_from
 
 CONCURRENCY = 4
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def timed(work: Callable[[], None]) -> float:

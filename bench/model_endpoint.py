@@ -44,7 +44,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,15 +61,11 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.ports import free_port  # noqa: E402
+
 KEY = "sk-bench-0123456789abcdef"
 MODEL = "bench-stream"
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], what: str,

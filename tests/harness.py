@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import reprlib
-import socket
 import tempfile
 import threading
 import time
@@ -76,13 +75,6 @@ class RunningServer:
 
 WAIT = 20.0  # the longest any awaited condition may take before the test fails
 EVERY = 0.01  # how often a condition is polled
-
-
-def free_port() -> int:
-    """A loopback port free right now (the kernel's pick), for a process started on it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(condition: Callable[[], T], what: str | Callable[[], str] = "",

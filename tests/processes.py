@@ -13,7 +13,8 @@ from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-from tests.harness import free_port, wait_until
+from tests.harness import wait_until
+from tests.ports import free_port
 
 PORT_NAMES = ("otlp_grpc", "otlp_http", "api", "metrics")
 READY_TIMEOUT = 30.0

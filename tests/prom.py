@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import free_port, http_request, wait_until
+from tests.harness import http_request, wait_until
+from tests.ports import free_port
 from tests.processes import answers
 
 ROOT = Path(__file__).resolve().parent.parent

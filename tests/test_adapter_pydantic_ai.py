@@ -35,7 +35,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from tests.client_runs import ended_run
-from tests.harness import RunningServer, free_port, run_detail, wait_until
+from tests.harness import RunningServer, run_detail, wait_until
+from tests.ports import free_port
 
 CONTROL_MARKERS = ("[budget", "agent-watchdog", "wind down", "being stopped", "## Key Findings")
 REPORT = "## Task\nFind it.\n\n## Completed Work\nSearched.\n\n## Key Findings\n/srv/a.txt"

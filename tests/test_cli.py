@@ -15,7 +15,6 @@ import pytest
 
 from tests.harness import (
     RunningServer,
-    free_port,
     http_request,
     run_detail,
     running_server,
@@ -23,6 +22,7 @@ from tests.harness import (
     wait_until,
 )
 from tests.otel import SECRET, explorer_run, export_http
+from tests.ports import free_port
 from tests.spans import SpanMaker, chat_attrs
 from watchdog.shell.cli import main, runs_table
 from watchdog.shell.config import Config

@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 
 from tests.harness import (
     RunningServer,
-    free_port,
     run_detail,
     running_server,
     sidecar_config,
     wait_until,
 )
+from tests.ports import free_port
 
 
 def test_announced_run_is_known_with_its_budget_before_any_span(sidecar: RunningServer) -> None:

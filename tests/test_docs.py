@@ -97,7 +97,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import free_port, http_request, wait_until
+from tests.harness import http_request, wait_until
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"

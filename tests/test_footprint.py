@@ -29,7 +29,8 @@ import grpc
 import pytest
 from genai_prices import Usage, calc_price
 
-from tests.harness import free_port, http_request, run_detail, wait_until
+from tests.harness import http_request, run_detail, wait_until
+from tests.ports import free_port
 from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
 from watchdog.shell.config import OFF, load
 from watchdog.shell.errors import ConfigError

@@ -37,7 +37,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from tests.harness import free_port, wait_until
+from tests.harness import wait_until
+from tests.ports import free_port
 from tests.test_dist import packaged_chart
 from watchdog.shell.config import ConfigError, load
 

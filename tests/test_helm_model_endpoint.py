@@ -31,7 +31,8 @@ import pytest
 import yaml
 
 from tests.frameworks.fakellm import FakeLLM, answer, steps
-from tests.harness import free_port, wait_until
+from tests.harness import wait_until
+from tests.ports import free_port
 from tests.processes import answers
 from watchdog.shell.config import load
 

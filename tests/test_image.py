@@ -37,7 +37,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
-from tests.harness import free_port, http_request, run_detail, wait_until
+from tests.harness import http_request, run_detail, wait_until
+from tests.ports import free_port
 from tests.processes import answers
 from tests.test_dist import MAKE_SECONDS, VERSION, artifacts
 

@@ -24,13 +24,13 @@ import pytest
 
 from tests.harness import (
     RunningServer,
-    free_port,
     http_request,
     running_server,
     sidecar_config,
     wait_until,
 )
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from tests.ports import free_port
 from watchdog.shell.errors import StartupError
 
 KEY = "sk-proxy-SECRET-0123456789abcdefXYZ"

@@ -46,7 +46,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from tests.harness import free_port, http_request, wait_until
+from tests.harness import http_request, wait_until
+from tests.ports import free_port
 from tests.processes import answers, fresh_ports, serve_env
 from tests.recorded import RECORDINGS, ScopedSpan, request_of, scoped_spans
 from tests.test_rebatching import LOOSE, split_from_frames

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from tests.prom import free_port
+from tests.ports import free_port
 
 
 @dataclass(frozen=True)

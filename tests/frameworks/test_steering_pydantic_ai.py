@@ -41,7 +41,8 @@ from tests.frameworks.steering import (
     instructions,
     searching,
 )
-from tests.harness import RunningServer, free_port, running_server, sidecar_config
+from tests.harness import RunningServer, running_server, sidecar_config
+from tests.ports import free_port
 
 EXPORT_DELAY_MS = 200  # the client's default batch delay: spans reach the sidecar late
 
