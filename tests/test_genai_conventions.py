@@ -8,6 +8,7 @@ events to their spans (:mod:`watchdog.core.spans.logs`), pure: "now" is an argum
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -39,6 +40,11 @@ from watchdog.core.spans.decode import DecodeError, parse_protobuf
 from watchdog.core.spans.logs import LogJoin, parse_logs_json, parse_logs_protobuf
 from watchdog.core.spans.pipeline import released, slices_of
 from watchdog.core.spans.record import LLM, TOOL
+from watchdog.shell.clock import ManualClock
+from watchdog.shell.config import Config, load
+from watchdog.shell.errors import ConfigError
+from watchdog.shell.service import WatchdogService
+from watchdog.shell.state.store import Store
 
 try:  # (the SDK renamed it)
     from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter as InMemoryLogs
@@ -427,3 +433,65 @@ def test_odd_log_events_are_read_without_a_failure() -> None:
     assert join.events == 5  # the GenAI events, the older `event.name` attribute's too
     content = join.content(bytes.fromhex("ab" * 16), bytes.fromhex("cd" * 8))
     assert content is not None and content["gen_ai.output.messages"] == 5
+
+
+def test_a_log_that_came_before_the_wait_was_over_is_read_even_when_read_late() -> None:
+    """A busy sidecar reads a logs request after the held trace's deadline although the request
+    came before it: the timer does not let the trace go on while that request waits its turn,
+    so the call is read with its content."""
+    clock = ManualClock(T0)
+    service = WatchdogService(Config(), Store(":memory:"), clock=clock)
+    maker = SpanMaker()
+
+    async def scenario() -> None:
+        assert await service.export_logs(lambda: _events(_bare_call(maker)), "http")
+        maker.take()  # (the service is known to send GenAI events)
+        with maker.agent(attrs={"gen_ai.agent.name": "planner"}):
+            span = _bare_call(maker)
+        service.export(encode(maker.take()), "http")  # the trace waits for the call's log
+        runs = service.core.newest_keys(False, "planner", 10)
+        assert runs == []
+        late = asyncio.get_running_loop().create_task(
+            service.export_logs(lambda: _events(span), "http"))
+        await asyncio.sleep(0)  # it came in, and waits its turn on the loop
+        assert not late.done()
+        clock.advance(LogJoin().wait_seconds + 1)
+        service.tick()
+        assert service.core.newest_keys(False, "planner", 10) == []  # held for the request
+        assert await late
+        (key,) = service.core.newest_keys(False, "planner", 10)
+        view = service.view(key)
+        assert view is not None and view.final_output == "a is 1."
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        service.store.close()
+
+
+def test_the_wait_for_log_content_is_configured() -> None:
+    """``log_content_wait`` (seconds or a duration) is how long a call waits for its log."""
+    config = load(env={"WATCHDOG_LOG_CONTENT_WAIT": "5s"})
+    assert config.log_content_wait == 5.0
+    for bad in ("0", "-1", "11m", "nan"):
+        with pytest.raises(ConfigError, match="log_content_wait"):
+            load(env={"WATCHDOG_LOG_CONTENT_WAIT": bad})
+    clock = ManualClock(T0)
+    service = WatchdogService(config, Store(":memory:"), clock=clock)
+    maker = SpanMaker()
+    try:
+        asyncio.run(service.export_logs(lambda: _events(_bare_call(maker)), "http"))
+        maker.take()
+        with maker.agent(attrs={"gen_ai.agent.name": "planner"}):
+            _bare_call(maker)
+        service.export(encode(maker.take()), "http")
+        clock.advance(4.9)
+        service.tick()
+        assert service.core.newest_keys(False, "planner", 10) == []  # still waiting
+        clock.advance(0.1)
+        service.tick()
+        (key,) = service.core.newest_keys(False, "planner", 10)  # read without its content
+        view = service.view(key)
+        assert view is not None and view.final_output is None
+    finally:
+        service.store.close()

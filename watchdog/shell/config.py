@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import yaml
 
 from watchdog.core.durations import DurationError, parse_seconds
+from watchdog.core.spans.logs import WAIT_SECONDS
 from watchdog.core.runs.view import trace_url_problem
 from watchdog.shell.errors import ConfigError
 
@@ -44,6 +45,9 @@ MIN_API_TOKEN_CHARS = 16
 DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at once
 DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
 DEFAULT_ACTIVITY_LOG_SIZE = 200
+# seconds a model-call span from a service that sends GenAI log events waits for its content
+DEFAULT_LOG_CONTENT_WAIT = WAIT_SECONDS
+MAX_LOG_CONTENT_WAIT = 600.0  # its run's end waits with it
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
@@ -82,6 +86,7 @@ class Config:
     activity_log_size: int = DEFAULT_ACTIVITY_LOG_SIZE
     eval_interval: float = DEFAULT_EVAL_INTERVAL
     fleet_window: float = DEFAULT_FLEET_WINDOW
+    log_content_wait: float = DEFAULT_LOG_CONTENT_WAIT
     # a run's link into the tracing UI: a URL with {trace_id} (and {span_id}, its root span)
     trace_url: str | None = None
     rules_watch_interval: float = DEFAULT_RULES_WATCH_INTERVAL  # 0 disables the file watch
@@ -141,6 +146,8 @@ class Config:
               "a positive number of seconds")
         check(_require, self.fleet_window > 0, "fleet_window", self.fleet_window,
               "a positive number of seconds (e.g. 300 or 5m)")
+        check(_require, 0 < self.log_content_wait <= MAX_LOG_CONTENT_WAIT, "log_content_wait",
+              self.log_content_wait, "a positive number of seconds, at most 10m (e.g. 2 or 5s)")
         if self.trace_url is not None and (problem := trace_url_problem(self.trace_url)):
             problems.append(f"trace_url={self.trace_url!r} is not allowed: {problem}; e.g. "
                             f"https://grafana.example/explore?traceId={{trace_id}}")

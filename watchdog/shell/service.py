@@ -136,7 +136,10 @@ class WatchdogService:
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
         self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
         # GenAI log events and the spans they describe meet here (bounded in size and time)
-        self.log_join = LogJoin()
+        self.log_join = LogJoin(config.log_content_wait)
+        # when each logs request being read came in: a held trace's wait is over only once no
+        # request that came before its deadline is still unread (a busy loop reads late)
+        self._logs_arrived: list[float] = []
 
     @property
     def tracker(self) -> RunTracker:
@@ -186,7 +189,7 @@ class WatchdogService:
         of traces in progress), then close the store. Traces held for their GenAI log events
         go on first, read with what came."""
         try:
-            self._release_held(float("inf"))
+            self._release_held(float("inf"), closing=True)
         except Exception:  # (a run's failure is logged by _apply's callers; close goes on)
             log.exception("the traces held for their log events could not be applied")
         try:
@@ -324,16 +327,25 @@ class WatchdogService:
         if self._is_duplicate(digest):
             return False
         self.state.admit()
-        await self.priority.turn()
-        request = parse()
-        ready = self.log_join.add(request, self.clock.now())
+        arrived = self.clock.now()
+        self._logs_arrived.append(arrived)
+        try:
+            await self.priority.turn()
+            request = parse()
+            ready = self.log_join.add(request, self.clock.now())
+        finally:
+            self._logs_arrived.remove(arrived)
         if ready:
             self._apply(released(ready, self.log_join), protocol)
         self._remember(digest)
         return True
 
-    def _release_held(self, now: float) -> None:
-        """Traces held for their content whose wait is over go on, read with what came."""
+    def _release_held(self, now: float, closing: bool = False) -> None:
+        """Traces held for their content whose wait is over go on, read with what came: over
+        by ``now`` and before the first logs request still unread came in (all when
+        ``closing``)."""
+        if self._logs_arrived and not closing:
+            now = min(now, min(self._logs_arrived))
         due = self.log_join.expired(now)
         if due:
             self._apply(released(due, self.log_join), "held")
