@@ -6,6 +6,7 @@ byte."""
 from __future__ import annotations
 
 import base64
+import gzip
 import http.client
 import json
 import logging
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.request
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +27,7 @@ import pytest
 from tests.harness import (
     RunningServer,
     http_request,
+    run_detail,
     running_server,
     sidecar_config,
     wait_until,
@@ -391,6 +394,56 @@ def test_unreadable_bodies_are_a_clear_400_when_the_run_is_steered(
     assert status == 400
     assert "the request body cannot be read" in json.loads(answer)["error"]["message"]
     assert upstream.seen == []
+
+
+CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Look a up."}],
+                   "tools": [{"type": "function", "function": {"name": "lookup"}}]}).encode()
+CODINGS = {"gzip": gzip.compress, "deflate": zlib.compress,
+           "x-deflate-raw": lambda data: zlib.compress(data, wbits=-zlib.MAX_WBITS)}
+
+
+@pytest.mark.parametrize("coding", sorted(CODINGS))
+def test_a_compressed_body_is_read_and_passed_on_as_it_came(
+        sidecar: RunningServer, upstream: RawUpstream, coding: str) -> None:
+    """A gzip or deflate body (raw deflate too, as some clients send it) is inflated to be
+    read — its call is a run's — and passed on byte for byte with its Content-Encoding."""
+    name = "deflate" if coding.startswith("x-deflate") else coding
+    body = CODINGS[coding](CHAT)
+    status, _ = post(sidecar, "/v1/chat/completions", body,
+                     {"Content-Encoding": name, "x-watchdog-run": f"coded-{coding}"})
+    assert status == 200
+    assert (upstream.seen[-1].body, upstream.seen[-1].headers["content-encoding"]) == (body, name)
+    run = wait_until(lambda: run_detail(sidecar.api, f"coded-{coding}"))
+    assert run["signals"]["iterations"] == 1
+
+
+def test_a_compressed_body_that_is_steered_goes_on_rewritten_and_plain(
+        sidecar: RunningServer, upstream: RawUpstream) -> None:
+    status, _ = post(sidecar, "/v1/chat/completions", gzip.compress(CHAT),
+                     {"Content-Encoding": "gzip", "x-watchdog-budget-tool-calls": "3"})
+    assert status == 200
+    seen = upstream.seen[-1]
+    assert "content-encoding" not in seen.headers
+    sent = json.loads(seen.body)  # plain JSON: the countdown added to what the agent sent
+    assert "[budget: 3 of 3 tool calls left" in sent["messages"][0]["content"]
+    assert sent["messages"][1:] == json.loads(CHAT)["messages"]
+
+
+@pytest.mark.parametrize(("coding", "body", "problem"), [
+    ("gzip", b"\x1f\x8b not gzip", "is not valid gzip data"),
+    ("gzip", gzip.compress(CHAT)[:-9], "is not valid gzip data"),
+    ("br", CHAT, "Content-Encoding 'br' is not one the endpoint reads"),
+    ("gzip", gzip.compress(b" " * 2_000_000 + CHAT), "inflated, it is larger than 1048576")])
+def test_a_body_it_cannot_inflate_passes_unread_or_is_a_clear_400_when_steered(
+        tmp_path: Path, upstream: RawUpstream, coding: str, body: bytes, problem: str) -> None:
+    with sidecar_for(tmp_path, upstream, model_max_body_bytes=1 << 20) as sidecar:
+        status, _ = post(sidecar, "/v1/chat/completions", body, {"Content-Encoding": coding})
+        assert status == 200 and upstream.seen[-1].body == body  # the upstream's to judge
+        status, answer = post(sidecar, "/v1/chat/completions", body,
+                              {"Content-Encoding": coding, "x-watchdog-run": "r-1"})
+        assert status == 400
+        assert problem in json.loads(answer)["error"]["message"]
+        assert len(upstream.seen) == 1
 
 
 @pytest.mark.parametrize(("header", "value"), [

@@ -168,7 +168,7 @@ class Server:
                 await self._start_native(proxy)
             else:
                 await self._start_app("model", config.model_address, proxy.app(),
-                                      handler_cancellation=True)
+                                      handler_cancellation=True, auto_decompress=False)
         loops = [("state_flush", config.state_flush_interval, self._flush),
                  ("evaluate", config.eval_interval, self._tick),
                  ("prune", PRUNE_INTERVAL, self._prune)]

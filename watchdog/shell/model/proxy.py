@@ -50,6 +50,7 @@ from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
 from watchdog.core.model.wire import Request, Wire, dumps, read_stream
 from watchdog.core.runs.view import RunView
+from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.core.spans.record import KeySource
 from watchdog.shell import logs
 from watchdog.shell.config import Config, is_loopback, split_address, url_for_logs
@@ -198,8 +199,9 @@ class ModelProxy:
         if run_header is not None and (problem := id_problem(run_header)) is not None:
             raise Refused(400, "bad_request", f"x-watchdog-run {run_header[:64]!r} is not "
                           f"allowed: it {problem}")
+        coding = headers.get("Content-Encoding", "").strip().lower()
         try:
-            body = load_json(raw)
+            body = load_json(self._decoded(raw, coding))
             if not isinstance(body, dict):
                 raise ValueError("the body is not a JSON object")
         except ValueError as exc:
@@ -227,6 +229,7 @@ class ModelProxy:
                 body = wire.add_note(body, turn.text)
             if turn.act is not Act.PASS:
                 raw = dumps(body)
+                headers.popall("Content-Encoding", None)  # the new body goes as it is
                 self.steered(agent_label, turn.act.value)
                 logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
@@ -236,6 +239,24 @@ class ModelProxy:
             self.book.settle(state)
             raise
         return Plan(method, wire.api, url, headers, raw, exchange)
+
+    def _decoded(self, raw: bytes, coding: str) -> bytes:
+        """The request body as the upstream will read it: inflated from gzip or deflate (at
+        most ``model_max_body_bytes``); ValueError for a coding it cannot read (it is passed
+        on as it came, unread, unless a budget or a run asks for it to be read)."""
+        if coding in IDENTITY:
+            return raw
+        if coding not in SUPPORTED:
+            raise ValueError(f"its Content-Encoding {coding[:32]!r} is not one the endpoint "
+                             f"reads (gzip, deflate)")
+        limit = self.config.model_max_body_bytes
+        try:
+            return inflate(raw, coding, limit)
+        except BodyTooLarge:
+            raise ValueError(f"inflated, it is larger than {limit} bytes "
+                             f"(model_max_body_bytes)") from None
+        except BadCoding as exc:
+            raise ValueError(f"it is not valid {coding} data ({exc})") from None
 
     def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
                          budget: dict[str, float] | None
