@@ -108,6 +108,25 @@ ODD = {
         b'data: {"type":"response.completed","sequence_number":99,"response":{"output":'
         b'[{"type":"function_call","name":"p"},{"type":"function_call","name":"q"},'
         b'{"type":"message"}],"temperature":1.0,"top_p":1}}\n\n',
+        # the calls of the tools the agent carries out, and of those the server runs
+        b'data: {"type":"response.output_item.added","output_index":8,"item":{"type":'
+        b'"custom_tool_call","call_id":"c8","name":"apply_patch","input":""}}\n\n',
+        b'data: {"type":"response.custom_tool_call_input.delta","output_index":8,'
+        b'"delta":"*** Begin"}\n\n',
+        b'data: {"type":"response.output_item.added","output_index":9,"item":{"type":'
+        b'"web_search_call","id":"ws_9"}}\n\n',
+        b'data: {"type":"response.output_item.added","output_index":10,"item":{"type":'
+        b'"computer_call","call_id":"c10","action":{"type":"click","x":1.50}}}\n\n',
+        b'data: {"type":"response.output_item.done","output_index":11,"item":{"type":'
+        b'"local_shell_call","call_id":"c11"}}\n\n',
+        b'data: {"type":"response.output_item.added","output_index":12,"item":{"type":'
+        b'"shell_call","call_id":"c12"}}\n\n',
+        b'data: {"type":"response.output_item.added","output_index":13,"item":{"type":'
+        b'"apply_patch_call","call_id":"c13"}}\n\n',
+        b'data: {"type":"response.completed","response":{"output":[{"type":'
+        b'"custom_tool_call","name":"x"},{"type":"web_search_call"},{"type":"computer_call"},'
+        b'{"type":"shell_call"},{"type":"local_shell_call"},{"type":"apply_patch_call"},'
+        b'{"type":"mcp_call","name":"m"},{"type":"function_call","name":"p"}]}}\n\n',
     ],
     "messages": [
         b'event: content_block_start\ndata: {"type":"content_block_start","index":5,'

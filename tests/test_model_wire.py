@@ -26,7 +26,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Board, Counts, decide, is_answer_tool
-from watchdog.core.model.wire import Observation, SSEReader, Wire, read_stream
+from watchdog.core.model.wire import Observation, SSEReader, Wire, read_stream, sse
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.core.spans.conventions import request_hash
 
@@ -189,6 +189,87 @@ def test_requests_read_their_tool_results_since_the_last_answer() -> None:
         {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})
     assert [r.call_id for r in responses.results] == ["c1"]
     assert responses.previous_response_id == "resp_1"
+
+
+# A Responses answer with a call of each kind the agent carries out, around the tools the server
+# runs (not the agent's calls): as the OpenAI Agents SDK's computer, shell and apply_patch
+# tools and Codex's custom (freeform) tools get them
+CLIENT_CALLS = [
+    {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+    {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{\"k\": 1}"},
+    {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin"},
+    {"type": "computer_call", "call_id": "c3", "action": {"type": "click", "x": 1, "y": 2}},
+    {"type": "file_search_call", "id": "fs_1", "status": "completed"},
+    {"type": "local_shell_call", "call_id": "c4", "action": {"type": "exec", "command": ["ls"]}},
+    {"type": "shell_call", "call_id": "c5", "action": {"commands": ["pwd"]}},
+    {"type": "apply_patch_call", "call_id": "c6",
+     "operation": {"type": "update_file", "path": "a.py", "diff": "-x\n+y"}},
+    {"type": "mcp_call", "id": "mcp_1", "name": "remote", "arguments": "{}"}]
+
+
+def test_responses_count_every_call_the_agent_carries_out() -> None:
+    wire = ResponsesWire()
+    body = {"id": "resp_1", "status": "completed", "output": CLIENT_CALLS}
+    seen = wire.read_response(json.loads(json.dumps(body)))
+    assert [(c.call_id, c.name) for c in seen.calls] == [
+        ("c1", "lookup"), ("c2", "apply_patch"), ("c3", "computer"), ("c4", "local_shell"),
+        ("c5", "shell"), ("c6", "apply_patch")]
+    assert seen.calls[1].arguments == "*** Begin"
+    assert json.loads(seen.calls[2].arguments) == {"type": "click", "x": 1, "y": 2}
+    assert seen.finish_reason == "tool_calls"
+    trimmed = json.loads(json.dumps(body))
+    assert wire.trim(trimmed, 2)  # the server's tools stay; the agent's past the first two go
+    assert [item.get("call_id") or item["id"] for item in trimmed["output"]] == [
+        "ws_1", "c1", "c2", "fs_1", "mcp_1"]
+    results = wire.read_request({"input": [
+        {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": ""},
+        {"type": "computer_call", "call_id": "c3", "action": {}},
+        {"type": "apply_patch_call", "call_id": "c6", "operation": {}},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "Done!"},
+        {"type": "computer_call_output", "call_id": "c3",
+         "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA"}},
+        {"type": "apply_patch_call_output", "call_id": "c6", "status": "failed",
+         "output": "no such file: a.py"}]}).results
+    assert [(r.call_id, r.error) for r in results] == [("c2", False), ("c3", False),
+                                                        ("c6", True)]
+
+
+def test_chat_reads_custom_tool_calls_as_calls() -> None:
+    custom = {"id": "call_2", "type": "custom", "custom": {"name": "apply_patch",
+                                                          "input": "*** Begin"}}
+    body = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "lookup", "arguments": "{}"}}, custom]}}]}
+    seen = ChatWire().read_response(body)
+    assert [(c.call_id, c.name, c.arguments) for c in seen.calls] == [
+        ("call_1", "lookup", "{}"), ("call_2", "apply_patch", "*** Begin")]
+    accumulator = ChatWire().accumulator()
+    for delta in ({"index": 0, **custom, "custom": {"name": "apply_patch", "input": "*** "}},
+                  {"index": 0, "custom": {"input": "Begin"}}):
+        accumulator.feed_object({"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]})
+    assert [(c.call_id, c.name, c.arguments) for c in accumulator.observation.calls] == [
+        ("call_2", "apply_patch", "*** Begin")]
+
+
+def test_a_responses_stream_is_trimmed_of_every_kind_of_call() -> None:
+    response = {"id": "resp_1", "status": "completed", "output": CLIENT_CALLS}
+    events = [("response.created", {"response": {**response, "output": []}})]
+    for index, item in enumerate(CLIENT_CALLS):
+        events += [("response.output_item.added", {"output_index": index, "item": item}),
+                   ("response.output_item.done", {"output_index": index, "item": item})]
+    events.append(("response.completed", {"response": response}))
+    stream = b"".join(sse({"type": name, "sequence_number": number, **data}, name)
+                      for number, (name, data) in enumerate(events))
+    trimmer = ResponsesWire().stream_trimmer(1)
+    out = b"".join(trimmer.rewrite(event) for event in SSEReader().feed(stream))
+    accumulator = ResponsesWire().accumulator()
+    read_stream(accumulator, out)
+    assert [c.call_id for c in accumulator.observation.calls] == ["c1"]
+    added = [json.loads(event.data or "")["item"] for event in SSEReader().feed(out)
+             if event.name == "response.output_item.added"]
+    assert [item["type"] for item in added] == [
+        "web_search_call", "function_call", "file_search_call", "mcp_call"]
 
 
 def test_hostile_shapes_read_as_nothing() -> None:

@@ -265,7 +265,7 @@ pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: 
             let Some(Value::Array(output)) = body.get("output") else { return false };
             let calls: Vec<usize> = output.iter().enumerate().filter(|(_, item)| {
                 item.as_object().is_some_and(|item| {
-                    str_of(item.get("type")) == Some("function_call")
+                    is_call_item(str_of(item.get("type")))
                         && !answers.is_answer(item.get("name"))
                 })
             }).map(|(i, _)| i).collect();
@@ -508,7 +508,7 @@ impl StreamTrim {
                 let index = as_int(data.get("output_index"));
                 if kind.as_deref() == Some("response.output_item.added") && index.is_some() {
                     if let Some(Value::Object(item)) = data.get("item") {
-                        if str_of(item.get("type")) == Some("function_call")
+                        if is_call_item(str_of(item.get("type")))
                             && !answers.is_answer(item.get("name")) {
                             *calls += 1;
                             let index = index.unwrap_or_default();
@@ -615,13 +615,22 @@ impl StreamTrim {
         match (&self.rewriter, self.api) {
             (Rewriter::Chat { .. }, _) => data.contains("tool_calls"),
             (Rewriter::Responses { skipped, dropped, .. }, _) => *skipped > 0
-                || !dropped.is_empty() || data.contains("function_call")
+                || !dropped.is_empty() || data.contains("_call\"")
                 || data.contains("response.completed") || data.contains("response.incomplete")
                 || data.contains("response.failed"),
             (Rewriter::Messages { dropped, .. }, _) => !dropped.is_empty()
                 || data.contains("tool_use"),
         }
     }
+}
+
+/// The Responses output items the agent carries out itself: a tool call each (as
+/// `watchdog.core.model.responses.CALL_ITEMS` names them).
+const CALL_ITEMS: [&str; 6] = ["function_call", "custom_tool_call", "computer_call",
+                               "local_shell_call", "shell_call", "apply_patch_call"];
+
+fn is_call_item(kind: Option<&str>) -> bool {
+    kind.is_some_and(|kind| CALL_ITEMS.contains(&kind))
 }
 
 fn chat_slot(call: &Map<String, Value>, index: i128, keep: usize, answers: &Answers,

@@ -122,11 +122,11 @@ class ChatWire:
                 calls = message.get("tool_calls")
                 for call in calls[:MAX_TOOL_CALLS_SEEN] if isinstance(calls, list) else ():
                     if isinstance(call, dict):
-                        function = call.get("function")
-                        function = function if isinstance(function, dict) else {}
+                        function = _callee(call)
                         seen.calls.append(ToolCall(str(call.get("id") or ""),
                                                    str(function.get("name") or ""),
-                                                   str(function.get("arguments") or "")))
+                                                   str(function.get("arguments")
+                                                       or function.get("input") or "")))
         return seen
 
     def accumulator(self) -> ChatAccumulator:
@@ -304,12 +304,22 @@ class ChatAccumulator:
                 seen.calls.append(call)
             if isinstance(part.get("id"), str):
                 call.call_id = part["id"]
-            function = part.get("function")
-            if isinstance(function, dict):
-                if isinstance(function.get("name"), str):
-                    call.name += function["name"]
-                if isinstance(function.get("arguments"), str) and len(call.arguments) < 65536:
-                    call.arguments += function["arguments"]
+            function = _callee(part)
+            if isinstance(function.get("name"), str):
+                call.name += function["name"]
+            given = function.get("arguments", function.get("input"))
+            if isinstance(given, str) and len(call.arguments) < 65536:
+                call.arguments += given
+
+
+def _callee(call: dict[str, Any]) -> dict[str, Any]:
+    """What a tool call calls: a function (``function``: name, arguments) or a custom tool
+    (``custom``: name, input)."""
+    for key in ("function", "custom"):
+        callee = call.get(key)
+        if isinstance(callee, dict):
+            return callee
+    return {}
 
 
 class ChatTrimmer:

@@ -2,13 +2,17 @@
 
 The instructions the model reads are ``instructions`` (and system/developer input items); tools
 are withdrawn with ``tool_choice: "none"`` — or, when the request offers a final-answer tool,
-``tool_choice`` names it and its definition is the only one left. Tool results are the
-``function_call_output`` items after the model's last ``function_call`` items; a conversation
-that the server keeps (``previous_response_id``) sends only those.
+``tool_choice`` names it and its definition is the only one left. A tool call is an output item
+the agent carries out itself (:data:`CALL_ITEMS`: a function's, a custom tool's, and the
+built-in tools that run at the client: computer use, the shell, apply_patch); tools the server
+runs (web search, file search, code interpreter, MCP) are not the agent's calls. Tool results
+are the ``*_output`` items after the model's last call items; a conversation that the server
+keeps (``previous_response_id``) sends only those.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -34,6 +38,32 @@ from watchdog.core.model.wire import (
 from watchdog.core.spans.conventions import request_hash
 
 DONE_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+# The output items the agent carries out, and the input items that bring each one's result
+CALL_ITEMS: dict[str, str] = {
+    "function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output",
+    "computer_call": "computer_call_output", "local_shell_call": "local_shell_call_output",
+    "shell_call": "shell_call_output", "apply_patch_call": "apply_patch_call_output"}
+RESULT_ITEMS = frozenset(CALL_ITEMS.values())
+# what a built-in tool's call is named (a function's and a custom tool's calls name theirs)
+BUILT_IN_TOOLS = {"computer_call": "computer", "local_shell_call": "local_shell",
+                  "shell_call": "shell", "apply_patch_call": "apply_patch"}
+# where each kind of call item holds its input
+_INPUT_KEYS = ("arguments", "input", "action", "operation")
+
+
+def is_call(item: dict[str, Any]) -> bool:
+    """Whether an output item is a tool call the agent carries out (final-answer tools
+    aside: they end the run rather than spend its budget)."""
+    return item.get("type") in CALL_ITEMS and not is_answer_tool(item.get("name"))
+
+
+def call_of(item: dict[str, Any]) -> ToolCall:
+    """The tool call an output item of :data:`CALL_ITEMS` asks for."""
+    kind = str(item.get("type"))
+    name = BUILT_IN_TOOLS.get(kind) or str(item.get("name") or "")
+    given = next((item[key] for key in _INPUT_KEYS if item.get(key) is not None), "")
+    return ToolCall(str(item.get("call_id") or ""), name,
+                    given if isinstance(given, str) else json.dumps(given, sort_keys=True))
 
 
 class ResponsesWire:
@@ -58,15 +88,16 @@ class ResponsesWire:
                     instructions.append(text_of(item.get("content")))
                 elif role == "user" and not anchor:
                     anchor = anchor_of(item.get("content"))
-                if role == "assistant" or kind == "function_call":
+                if role == "assistant" or kind in CALL_ITEMS:
                     results, said = [], []
                 elif role == "user" and len(said) < MAX_TOOL_CALLS_SEEN:
                     said.append(text_of(item.get("content")))
-                elif kind == "function_call_output" and len(results) < MAX_TOOL_CALLS_SEEN:
+                elif kind in RESULT_ITEMS and len(results) < MAX_TOOL_CALLS_SEEN:
                     output = item.get("output")
                     text = output if isinstance(output, str) else text_of(output)
                     results.append(ToolResult(str(item.get("call_id") or ""), text,
-                                              looks_failed(text)))
+                                              looks_failed(text)
+                                              or item.get("status") == "failed"))
             last = items[-1] if items else None
             last_is_user = isinstance(last, dict) and last.get("role") == "user"
         previous = body.get("previous_response_id")
@@ -113,10 +144,8 @@ class ResponsesWire:
                 continue
             if item.get("type") == "message":
                 texts.append(text_of(item.get("content")))
-            elif item.get("type") == "function_call" and len(seen.calls) < MAX_TOOL_CALLS_SEEN:
-                seen.calls.append(ToolCall(str(item.get("call_id") or ""),
-                                           str(item.get("name") or ""),
-                                           str(item.get("arguments") or "")))
+            elif item.get("type") in CALL_ITEMS and len(seen.calls) < MAX_TOOL_CALLS_SEEN:
+                seen.calls.append(call_of(item))
         seen.text = clipped("".join(texts))
         status = body.get("status")
         seen.finish_reason = "tool_calls" if seen.calls else (
@@ -130,8 +159,7 @@ class ResponsesWire:
         output = body.get("output")
         if not isinstance(output, list):
             return False
-        calls = [i for i, item in enumerate(output) if isinstance(item, dict)
-                 and item.get("type") == "function_call" and not is_answer_tool(item.get("name"))]
+        calls = [i for i, item in enumerate(output) if isinstance(item, dict) and is_call(item)]
         if len(calls) <= keep:
             return False
         dropped = set(calls[keep:])
@@ -216,7 +244,7 @@ class ResponsesAccumulator:
 
 
 class ResponsesTrimmer:
-    """Leaves out the events of ``function_call`` items past ``keep`` and those items from
+    """Leaves out the events of tool call items past ``keep`` and those items from
     the final response object; the items after them and the events' ``sequence_number``
     closed up, so what is passed on is numbered without gaps."""
 
@@ -234,8 +262,7 @@ class ResponsesTrimmer:
         kind, index = data.get("type"), data.get("output_index")
         if kind == "response.output_item.added" and isinstance(index, int):
             item = data.get("item")
-            if isinstance(item, dict) and item.get("type") == "function_call" \
-                    and not is_answer_tool(item.get("name")):
+            if isinstance(item, dict) and is_call(item):
                 self._calls += 1
                 if self._calls > self.keep:
                     self._dropped.add(index)
