@@ -24,8 +24,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import yaml
 
 from watchdog.core.durations import DurationError, parse_seconds
-from watchdog.core.spans.logs import WAIT_SECONDS
 from watchdog.core.runs.view import trace_url_problem
+from watchdog.core.spans.logs import WAIT_SECONDS
 from watchdog.shell.errors import ConfigError
 
 DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
