@@ -1,0 +1,110 @@
+"""The Vercel AI SDK (npm ``ai`` 6, ``@ai-sdk/openai-compatible``) with its own OpenTelemetry
+spans (``experimental_telemetry: {isEnabled: true, functionId}``), exported by the OpenTelemetry
+Node SDK over OTLP/HTTP protobuf: ``ts/vercel_ai.ts`` under node, installed by ``make test``
+with ``npm ci`` from ``ts/package-lock.json``.
+
+What the SDK emits (details: the recordings): ``ai.generateText`` / ``ai.streamText`` around the
+whole call (every step of its tool loop), its ``ai.telemetry.functionId`` the function's name
+(also in ``resource.name``), the last step's ``ai.response.finishReason`` and the call's
+``ai.response.text``; ``ai.generateText.doGenerate`` / ``ai.streamText.doStream`` per model call
+(``gen_ai.request.model``, ``gen_ai.usage.*``, ``gen_ai.response.finish_reasons``,
+``ai.response.text``, ``ai.response.toolCalls``, ``ai.prompt.messages``); ``ai.toolCall`` per
+tool execution (``ai.toolCall.name``/``id``/``args``/``result``), ERROR with an ``exception``
+event when the tool throws (the SDK hands the error to the model as the result and goes on).
+No span has a GenAI operation name: the span names say what each is.
+
+The expectations are DESIGN §3's: one run per call, iterations = model calls, tool calls,
+errors, terminal state, ``has_final_answer``, the agent (the ``functionId``), the answer's text.
+Each case runs live (one node process) and from its committed recording.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import scenarios
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import (
+    DRIVER_TIMEOUT,
+    RECORDINGS,
+    Expect,
+    check_recorded,
+    check_runs,
+    clean_environ,
+)
+from tests.harness import RunningServer
+
+TS_DIR = Path(__file__).resolve().parent / "ts"
+DRIVER = "vercel_ai"
+AGENT = "vercel_researcher"
+EXPECTED: dict[str, tuple[Expect, str | None]] = {
+    "three_tools": (Expect(AGENT, 4, 3, 0, "completed", True, None, None), scenarios.ANSWER),
+    "three_tools_stream": (Expect(AGENT, 4, 3, 0, "completed", True, None, None),
+                           scenarios.ANSWER),
+    # stopWhen: stepCountIs(5): five model calls, each asking for a tool, each tool run; the
+    # call ends after the fifth step's tool without asking the model again
+    "limit": (Expect(AGENT, 5, 5, 0, "tool_limit_reached", False, "stop_when", None), None),
+    # the tool throws: its span ends ERROR, the SDK hands the error to the model, which answers
+    "tool_error": (Expect(AGENT, 2, 1, 1, "completed", True, None, None),
+                   scenarios.ERROR_ANSWER),
+}
+
+
+def node_modules_installed() -> None:
+    if not (TS_DIR / "node_modules" / "ai" / "package.json").exists():
+        raise AssertionError(f"{TS_DIR}/node_modules is missing: run `make "
+                             f"tests/frameworks/ts/node_modules/.installed` (part of `make test`)")
+
+
+def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> dict[str, Any]:
+    """Run the agent once on the scenario's script; its last stdout line."""
+    node_modules_installed()
+    model = scenarios.scripted(llm, DRIVER, scenario)
+    env = clean_environ()
+    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
+    if os.environ.get("RECORD_SPANS"):
+        target = RECORDINGS / DRIVER / f"{scenario}.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        env["RECORD_SPANS"] = str(target)
+    result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / "vercel_ai.ts"), scenario],
+                            env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
+                            cwd=TS_DIR, check=False)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"{DRIVER} {scenario} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    said: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return said
+
+
+def answer_read(sidecar: RunningServer, scenario: str) -> None:
+    runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
+            for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
+    assert runs[0]["final_output"] == EXPECTED[scenario][1], runs[0]["final_output"]
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    said = drive(sidecar, llm, scenario)
+    check_runs(sidecar, [EXPECTED[scenario][0]])
+    answer_read(sidecar, scenario)
+    ran = {"limit": [f"k{index}" for index in range(5)], "tool_error": ["broken"]}
+    assert said["ran"] == ran.get(scenario, ["a", "b", "c"])
+    if scenario == "limit":  # the SDK's own step limit stopped the loop
+        assert len(llm.requests(f"{DRIVER}-limit")) == 5
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_recorded(sidecar: RunningServer, scenario: str) -> None:
+    check_recorded(sidecar, DRIVER, scenario, [EXPECTED[scenario][0]])
+    answer_read(sidecar, scenario)
