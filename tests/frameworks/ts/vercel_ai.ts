@@ -40,8 +40,18 @@ class JsonLinesExporter implements SpanExporter {
   async shutdown(): Promise<void> {}
 }
 
+// streamText ends its root span after the text is read (after onFinish): the driver waits for
+// it before it shuts the exporters down
+let rootEnded: () => void = () => {};
+const rootSpanEnded = new Promise<void>((resolve) => { rootEnded = resolve; });
 const processors: SpanProcessor[] = [
   new BatchSpanProcessor(new OTLPTraceExporter(), { scheduledDelayMillis: 50 }),
+  {
+    onStart: () => {},
+    onEnd: (span: ReadableSpan) => { if (span.parentSpanContext === undefined) rootEnded(); },
+    forceFlush: async () => {},
+    shutdown: async () => {},
+  },
 ];
 if (process.env.RECORD_SPANS) {
   processors.push(new SimpleSpanProcessor(new JsonLinesExporter(process.env.RECORD_SPANS)));
@@ -91,6 +101,7 @@ const scenario = process.argv[2] ?? "three_tools";
 let output = "";
 try {
   output = await main(scenario);
+  await rootSpanEnded;
 } finally {
   await provider.shutdown(); // every span exported before exit
 }
