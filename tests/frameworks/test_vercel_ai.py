@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,19 @@ from tests.frameworks.harness import (
     check_recorded,
     check_runs,
     clean_environ,
+    replay,
 )
-from tests.harness import RunningServer
+from tests.harness import RunningServer, running_server, sidecar_config
 
+BUDGET = 4
+PACK = f"""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: tools
+budgets:
+  - agents: [vercel_researcher]
+    max_tool_calls: {BUDGET}
+"""
 TS_DIR = Path(__file__).resolve().parent / "ts"
 DRIVER = "vercel_ai"
 AGENT = "vercel_researcher"
@@ -91,6 +102,9 @@ def answer_read(sidecar: RunningServer, scenario: str) -> None:
     runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
             for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
     assert runs[0]["final_output"] == EXPECTED[scenario][1], runs[0]["final_output"]
+    if scenario.startswith("three_tools"):  # the model calls' usage, not the call's sum again
+        signals = runs[0]["signals"]
+        assert (signals["input_tokens"], signals["output_tokens"]) == (544, 33), signals
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
@@ -108,3 +122,27 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
 def test_recorded(sidecar: RunningServer, scenario: str) -> None:
     check_recorded(sidecar, DRIVER, scenario, [EXPECTED[scenario][0]])
     answer_read(sidecar, scenario)
+
+
+@pytest.fixture
+def budgeted(tmp_path: Path) -> Iterator[RunningServer]:
+    pack = tmp_path / "tools.yaml"
+    pack.write_text(PACK)
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), eval_interval=0.2)
+    with running_server(config) as server:
+        yield server
+
+
+def test_a_tool_call_budget_counts_the_sdks_tool_calls(budgeted: RunningServer) -> None:
+    """The default pack's budget rules on a budget of 4 tool calls: the step-limited call's
+    ai.toolCall spans, each handled before the next arrives, count it down (3, 2 left: a
+    countdown; 1: the last call) and the fourth uses it up (abort); the run ends on it."""
+    replay(budgeted, RECORDINGS / DRIVER / "limit.jsonl", after_each=budgeted.flush)
+    runs = check_runs(budgeted, [Expect(AGENT, 5, 5, 0, "tool_limit_reached", False,
+                                        "budget-exhausted", None)])
+    run = runs[0]
+    assert run["budget"]["max_tool_calls"] == BUDGET
+    assert run["budget"]["remaining_tool_calls"] == 0
+    said = [(directive["action"], directive["rule"]) for directive in run["directives"]]
+    assert said == [("wind_down", "budget-countdown"), ("wind_down", "budget-countdown"),
+                    ("wind_down", "budget-last-call"), ("abort", "budget-exhausted")], said
