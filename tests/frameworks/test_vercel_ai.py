@@ -146,3 +146,15 @@ def test_a_tool_call_budget_counts_the_sdks_tool_calls(budgeted: RunningServer) 
     said = [(directive["action"], directive["rule"]) for directive in run["directives"]]
     assert said == [("wind_down", "budget-countdown"), ("wind_down", "budget-countdown"),
                     ("wind_down", "budget-last-call"), ("abort", "budget-exhausted")], said
+
+
+def test_without_a_function_id_the_agent_is_the_service(sidecar: RunningServer) -> None:
+    """A call given no ``functionId`` names no agent on any span: its run is the service's."""
+    def unnamed(spans: list[dict[str, Any]]) -> None:
+        for span in spans:
+            span["attributes"] = [attribute for attribute in span["attributes"]
+                                  if attribute["key"] not in ("ai.telemetry.functionId",
+                                                              "resource.name")]
+
+    replay(sidecar, RECORDINGS / DRIVER / "three_tools.jsonl", edit=unnamed)
+    check_runs(sidecar, [Expect("vercel-ai-service", 4, 3, 0, "completed", True, None, None)])
