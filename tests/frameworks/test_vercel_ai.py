@@ -65,6 +65,12 @@ EXPECTED: dict[str, tuple[Expect, str | None]] = {
     # the tool throws: its span ends ERROR, the SDK hands the error to the model, which answers
     "tool_error": (Expect(AGENT, 2, 1, 1, "completed", True, None, None),
                    scenarios.ERROR_ANSWER),
+    # recordInputs/recordOutputs false: no text, arguments or results; the finish reasons,
+    # usage and tool names are still recorded, so the runs read the same, without the answer's
+    # text
+    "three_tools_nocontent": (Expect(AGENT, 4, 3, 0, "completed", True, None, None), None),
+    "limit_nocontent": (Expect(AGENT, 5, 5, 0, "tool_limit_reached", False, "stop_when", None),
+                        None),
 }
 
 
@@ -102,7 +108,8 @@ def answer_read(sidecar: RunningServer, scenario: str) -> None:
     runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
             for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
     assert runs[0]["final_output"] == EXPECTED[scenario][1], runs[0]["final_output"]
-    if scenario.startswith("three_tools"):  # the model calls' usage, not the call's sum again
+    if scenario in ("three_tools", "three_tools_stream"):
+        # the model calls' usage, not the call's sum of it again
         signals = runs[0]["signals"]
         assert (signals["input_tokens"], signals["output_tokens"]) == (544, 33), signals
 
@@ -112,10 +119,12 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
     said = drive(sidecar, llm, scenario)
     check_runs(sidecar, [EXPECTED[scenario][0]])
     answer_read(sidecar, scenario)
-    ran = {"limit": [f"k{index}" for index in range(5)], "tool_error": ["broken"]}
-    assert said["ran"] == ran.get(scenario, ["a", "b", "c"])
-    if scenario == "limit":  # the SDK's own step limit stopped the loop
-        assert len(llm.requests(f"{DRIVER}-limit")) == 5
+    limited = scenario.startswith("limit")
+    ran = [f"k{index}" for index in range(5)] if limited else \
+        ["broken"] if scenario == "tool_error" else ["a", "b", "c"]
+    assert said["ran"] == ran
+    if limited:  # the SDK's own step limit stopped the loop
+        assert len(llm.requests(f"{DRIVER}-{scenario}")) == 5
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))

@@ -4,7 +4,8 @@
 // before exit (tests/frameworks/test_vercel_ai.py). The model is FAKE_LLM_MODEL on the scripted
 // server at FAKE_LLM_BASE_URL; argv[2] is the scenario (tests/frameworks/scenarios.py):
 // `three_tools`, `three_tools_stream` (streamText), `limit` (the step limit: stopWhen
-// stepCountIs(5)), `tool_error` (the tool throws for "broken"). With RECORD_SPANS set to a
+// stepCountIs(5)), `tool_error` (the tool throws for "broken"); `_nocontent` after a scenario's
+// name records no inputs or outputs (`recordInputs`/`recordOutputs` false). With RECORD_SPANS set to a
 // path, every span is also appended there as one OTLP/JSON export request per line.
 // It prints one JSON line last: {"ran": [the keys its tool ran with], "output": the text}.
 import { appendFileSync } from "node:fs";
@@ -87,8 +88,13 @@ async function main(scenario: string): Promise<string> {
     system: "You are a careful research agent. Use the lookup tool, then answer.",
     prompt: "Look the keys up, then say what you found.",
     tools,
-    stopWhen: stepCountIs(scenario === "limit" ? STEP_LIMIT : 20),
-    experimental_telemetry: { isEnabled: true, functionId: AGENT },
+    stopWhen: stepCountIs(scenario.startsWith("limit") ? STEP_LIMIT : 20),
+    experimental_telemetry: {
+      isEnabled: true,
+      functionId: AGENT,
+      recordInputs: !scenario.endsWith("_nocontent"),
+      recordOutputs: !scenario.endsWith("_nocontent"),
+    },
   };
   if (scenario.endsWith("_stream")) {
     const result = streamText(settings);

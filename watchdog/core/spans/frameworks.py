@@ -426,7 +426,9 @@ VERCEL_AI = Convention(
     notes="the agent is the call's `functionId` (else `service.name`); a call that ends on "
           "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`), and so "
           "reads one whose last tool has no `execute` (the application runs it: a known gap); "
-          "a tool that throws fails its span and the SDK hands the error to the model",
+          "a tool that throws fails its span and the SDK hands the error to the model; with "
+          "`recordInputs`/`recordOutputs` off no span carries text, arguments or results (no "
+          "answer text, no repeated calls seen), the finish reasons and usage still",
 )
 
 # Order is precedence: the first entry naming a fact wins when a span carries several.
