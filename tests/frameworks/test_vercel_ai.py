@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import scenarios
+from tests.frameworks import cases, scenarios
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
     DRIVER_TIMEOUT,
@@ -55,6 +55,7 @@ budgets:
 TS_DIR = Path(__file__).resolve().parent / "ts"
 DRIVER = "vercel_ai"
 AGENT = "vercel_researcher"
+SUB_AGENT = "vercel_sub"
 EXPECTED: dict[str, tuple[Expect, str | None]] = {
     "three_tools": (Expect(AGENT, 4, 3, 0, "completed", True, None, None), scenarios.ANSWER),
     "three_tools_stream": (Expect(AGENT, 4, 3, 0, "completed", True, None, None),
@@ -72,6 +73,10 @@ EXPECTED: dict[str, tuple[Expect, str | None]] = {
     "limit_nocontent": (Expect(AGENT, 5, 5, 0, "tool_limit_reached", False, "stop_when", None),
                         None),
 }
+# the agent's tool `research` runs another generateText: a child run of the caller's (the
+# call's own tool call counted by the caller, the sub-agent's model and tool calls by itself)
+SUBAGENT = [Expect(AGENT, 2, 1, 0, "completed", True, None, None),
+            Expect(SUB_AGENT, 2, 1, 0, "completed", True, None, AGENT)]
 
 
 def node_modules_installed() -> None:
@@ -83,7 +88,11 @@ def node_modules_installed() -> None:
 def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> dict[str, Any]:
     """Run the agent once on the scenario's script; its last stdout line."""
     node_modules_installed()
-    model = scenarios.scripted(llm, DRIVER, scenario)
+    model = f"{DRIVER}-{scenario}"
+    if scenario == "subagent":
+        cases.register(llm, model, cases.delegate("research", topic="a"))
+    else:
+        scenarios.scripted(llm, DRIVER, scenario)
     env = clean_environ()
     env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
@@ -131,6 +140,16 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
 def test_recorded(sidecar: RunningServer, scenario: str) -> None:
     check_recorded(sidecar, DRIVER, scenario, [EXPECTED[scenario][0]])
     answer_read(sidecar, scenario)
+
+
+def test_subagent_live(sidecar: RunningServer, llm: FakeLLM) -> None:
+    said = drive(sidecar, llm, "subagent")
+    check_runs(sidecar, SUBAGENT)
+    assert said == {"ran": ["a"], "output": scenarios.ANSWER}
+
+
+def test_subagent_recorded(sidecar: RunningServer) -> None:
+    check_recorded(sidecar, DRIVER, "subagent", SUBAGENT)
 
 
 @pytest.fixture

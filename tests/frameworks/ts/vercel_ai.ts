@@ -5,7 +5,9 @@
 // server at FAKE_LLM_BASE_URL; argv[2] is the scenario (tests/frameworks/scenarios.py):
 // `three_tools`, `three_tools_stream` (streamText), `limit` (the step limit: stopWhen
 // stepCountIs(5)), `tool_error` (the tool throws for "broken"); `_nocontent` after a scenario's
-// name records no inputs or outputs (`recordInputs`/`recordOutputs` false). With RECORD_SPANS set to a
+// name records no inputs or outputs (`recordInputs`/`recordOutputs` false); `subagent`: the
+// agent's tool `research` runs another generateText (functionId `vercel_sub`, on the model
+// FAKE_LLM_MODEL-sub) with `lookup`. With RECORD_SPANS set to a
 // path, every span is also appended there as one OTLP/JSON export request per line.
 // It prints one JSON line last: {"ran": [the keys its tool ran with], "output": the text}.
 import { appendFileSync } from "node:fs";
@@ -27,6 +29,7 @@ import { generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 
 const AGENT = "vercel_researcher"; // the telemetry's functionId
+const SUB_AGENT = "vercel_sub";
 const STEP_LIMIT = 5;
 
 class JsonLinesExporter implements SpanExporter {
@@ -76,18 +79,32 @@ const tools = {
   }),
 };
 
+const fake = createOpenAICompatible({
+  name: "fakellm",
+  baseURL: process.env.FAKE_LLM_BASE_URL ?? "",
+  apiKey: "sk-fake-for-tests",
+  includeUsage: true,
+});
+const MODEL = process.env.FAKE_LLM_MODEL ?? "";
+
+const research = tool({
+  description: "Hand a topic to the research sub-agent.",
+  inputSchema: z.object({ topic: z.string().describe("the topic") }),
+  execute: async ({ topic }: { topic: string }) => (await generateText({
+    model: fake.chatModel(MODEL + "-sub"),
+    prompt: `Research ${topic} with the lookup tool.`,
+    tools,
+    stopWhen: stepCountIs(20),
+    experimental_telemetry: { isEnabled: true, functionId: SUB_AGENT },
+  })).text,
+});
+
 async function main(scenario: string): Promise<string> {
-  const fake = createOpenAICompatible({
-    name: "fakellm",
-    baseURL: process.env.FAKE_LLM_BASE_URL ?? "",
-    apiKey: "sk-fake-for-tests",
-    includeUsage: true,
-  });
   const settings = {
-    model: fake.chatModel(process.env.FAKE_LLM_MODEL ?? ""),
+    model: fake.chatModel(MODEL),
     system: "You are a careful research agent. Use the lookup tool, then answer.",
     prompt: "Look the keys up, then say what you found.",
-    tools,
+    tools: scenario === "subagent" ? { ...tools, research } : tools,
     stopWhen: stepCountIs(scenario.startsWith("limit") ? STEP_LIMIT : 20),
     experimental_telemetry: {
       isEnabled: true,
