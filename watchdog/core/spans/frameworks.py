@@ -397,10 +397,44 @@ HAYSTACK = Convention(
           "no span: no tool calls, no tool failures",
 )
 
+VERCEL_AI = Convention(
+    name="Vercel AI SDK",
+    emitted_by="the AI SDK's own telemetry (npm `ai`: `experimental_telemetry` on "
+               "generateText/streamText)",
+    # no GenAI operation name: `ai.operationId` (the span's name) says what a span is. The call
+    # (every step of its tool loop) is the run, each `do*` a model call, `ai.toolCall` a tool
+    kinds={"ai.operationId": {
+        "ai.generateText": Role.AGENT, "ai.streamText": Role.AGENT,
+        "ai.generateObject": Role.AGENT, "ai.streamObject": Role.AGENT,
+        "ai.generateText.doGenerate": Role.LLM, "ai.streamText.doStream": Role.LLM,
+        "ai.generateObject.doGenerate": Role.LLM, "ai.streamObject.doStream": Role.LLM,
+        "ai.toolCall": Role.TOOL}},
+    agent_name=("ai.telemetry.functionId",),
+    tool_name=("ai.toolCall.name",),
+    tool_args=("ai.toolCall.args",),
+    tool_result=("ai.toolCall.result",),
+    # the call's and each model call's text (`gen_ai.usage.*` and `gen_ai.response.*` on the
+    # model calls are GenAI's; the call's `ai.usage.*` adds its model calls up: never counted)
+    answer=("ai.response.text",),
+    llm_output=("ai.response.text",),
+    input_messages=("ai.prompt.messages",),
+    finish_reasons=("ai.response.finishReason",),
+    tool_finish_reasons=frozenset({"tool-calls"}),
+    # a stop condition (`stopWhen: stepCountIs(n)`, `maxSteps`) ends the loop after a step whose
+    # tools ran, without asking the model again: the call ends on that step's finish reason
+    limit_states=(("ai.response.finishReason", r"tool-calls$", "stop_when"),),
+    notes="the agent is the call's `functionId` (else `service.name`); a call that ends on "
+          "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`), and so "
+          "reads one whose last tool has no `execute` (the application runs it: a known gap); "
+          "a tool that throws fails its span and the SDK hands the error to the model; with "
+          "`recordInputs`/`recordOutputs` off no span carries text, arguments or results (no "
+          "answer text, no repeated calls seen), the finish reasons and usage still",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
-    ANTHROPIC_SDK, MLFLOW,
+    ANTHROPIC_SDK, MLFLOW, VERCEL_AI,
 )
