@@ -13,7 +13,7 @@ storage. Its rootfs tarball is cached in ``.cache/image/`` (``WATCHDOG_IMAGE_CAC
 buildah caches the build's layers, so a repeat build takes seconds.
 
 The local base trusts the CA certificates the host added to its own trust store
-(/usr/local/share/ca-certificates): the builder stage's ``pip wheel`` reaches PyPI the way the
+(/usr/local/share/ca-certificates): the dependencies stage's ``pip wheel`` reaches PyPI the way the
 host does, through the same proxy, as a company's base image would.
 
 Needs root and the Debian packages ``make system-deps`` installs (buildah, debootstrap).
