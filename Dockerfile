@@ -40,8 +40,10 @@ ENV PIP_NO_CACHE_DIR=1 \
 # compiled decode (Rust, built by setuptools-rust where cargo is: not in this stage).
 # /sidecar.txt: the wheel by its hash; /dependencies.in: its Requires-Dist without the extras.
 COPY dist/agent_watchdog_sidecar-*.whl /dist/
-RUN python -c "import email, glob, hashlib, zipfile; \
-[wheel] = glob.glob('/dist/agent_watchdog_sidecar-*.whl'); \
+RUN python -c "import email, glob, hashlib, sys, zipfile; \
+wheels = glob.glob('/dist/agent_watchdog_sidecar-*.whl'); \
+len(wheels) == 1 or sys.exit(f'dist/ holds {len(wheels)} sidecar wheels, not one: {wheels}'); \
+[wheel] = wheels; \
 archive = zipfile.ZipFile(wheel); \
 [metadata] = [n for n in archive.namelist() if n.endswith('.dist-info/METADATA')]; \
 requires = email.message_from_bytes(archive.read(metadata)).get_all('Requires-Dist', []); \
