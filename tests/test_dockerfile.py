@@ -87,10 +87,16 @@ def env_of(stage: list[Instruction]) -> dict[str, str]:
     return env
 
 
+def stage_named(instructions: list[Instruction], name: str) -> list[Instruction]:
+    [index] = [i.stage for i in instructions
+               if i.keyword == "FROM" and i.args.endswith(f" AS {name}")]
+    return [i for i in instructions if i.stage == index]
+
+
 def test_multi_stage_on_a_pinned_slim_python(instructions: list[Instruction]) -> None:
     froms = [i for i in instructions if i.keyword == "FROM"]
-    assert len(froms) >= 2, "a builder stage and a final stage"
-    assert froms[0].args.endswith(" AS builder")
+    # the sidecar's wheel and its dependency list; the dependencies' wheels; the image
+    assert [f.args.partition(" AS ")[2] for f in froms] == ["sidecar", "dependencies", ""]
     args = global_args(instructions)
     for instruction in froms:
         image = instruction.args.split()[0]
@@ -103,16 +109,45 @@ def test_multi_stage_on_a_pinned_slim_python(instructions: list[Instruction]) ->
         assert re.fullmatch(r"3\.1[1-9](\.\d+)?-slim(-\w+)?", tag), f"{image}: a slim Python"
 
 
-def test_builder_builds_wheels_and_the_final_stage_installs_them_offline(
+def test_the_dependencies_stage_sees_the_dependency_list_alone(
         instructions: list[Instruction]) -> None:
-    builder = [i for i in instructions if i.stage == 0]
-    assert any(i.keyword == "RUN" and "pip wheel" in i.args for i in builder)
+    """What lets a new sidecar wheel reuse the dependencies' layers: the stage that makes their
+    wheels copies in nothing but the list read from the wheel's metadata."""
+    sidecar = stage_named(instructions, "sidecar")
+    assert [i.args for i in sidecar if i.keyword == "COPY"] == [
+        "dist/agent_watchdog_sidecar-*.whl /dist/"]
+    [derive] = [i.args for i in sidecar if i.keyword == "RUN"]
+    assert "Requires-Dist" in derive and "/dependencies.in" in derive
+    assert "/sidecar.txt" in derive and "--hash=sha256:" in derive
+    dependencies = stage_named(instructions, "dependencies")
+    assert [i.args for i in dependencies if i.keyword in ("COPY", "ADD")] == [
+        "--from=sidecar /dependencies.in /dependencies.in"]
+    [wheels] = [i.args for i in dependencies if i.keyword == "RUN"]
+    assert "pip wheel --wheel-dir /wheels -r /dependencies.in" in wheels
+    assert "/dependencies.txt" in wheels and "--hash=sha256:" in wheels
+
+
+def test_the_final_stage_installs_pinned_wheels_offline_dependencies_first(
+        instructions: list[Instruction]) -> None:
     final = final_stage(instructions)
-    installs = [i.args for i in final if i.keyword == "RUN" and "install" in i.args]
-    assert len(installs) == 1
-    install = installs[0]
-    assert "--mount=type=bind,from=builder" in install  # no layer keeps the wheels
-    assert "--no-index" in install and "python -m venv" in install
+    installs = [(n, i.args) for n, i in enumerate(final)
+                if i.keyword == "RUN" and "pip" in i.args]
+    assert len(installs) == 2, "the dependencies' layer, then the sidecar's"
+    (_, dependencies), (at, sidecar) = installs
+    for install, stage in ((dependencies, "dependencies"), (sidecar, "sidecar")):
+        # no layer keeps the wheels; nothing is downloaded; only the pinned wheels go in
+        assert f"--mount=type=bind,from={stage}," in install, install
+        assert " install --no-index --require-hashes " in install, install
+        # the pins are copied in first: the layer is built again when they change
+        requirements = re.search(r" -r (\S+)", install)
+        assert requirements, install
+        assert [i for i in final if i.keyword == "COPY"
+                and i.args.startswith(f"--from={stage} ")
+                and i.args.endswith(f" {requirements[1]}")], install
+    assert "python -m venv --without-pip /opt/watchdog" in dependencies
+    assert "--no-deps" in sidecar and "--no-deps" not in dependencies
+    # the sidecar's layer is the last one: no later step writes a layer
+    assert not [i for i in final[at + 1:] if i.keyword in ("RUN", "COPY", "ADD")]
     assert not [i for i in final if i.keyword in ("ADD", "COPY") and "--from" not in i.args], (
         "the final stage takes nothing from the build context")
 
@@ -251,8 +286,8 @@ def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) ->
 
 @pytest.mark.image  # make dist's wheel: the image tier makes dist/ once for the test run
 @pytest.mark.timeout(2 * MAKE_SECONDS)  # this test may be the one that runs make dist
-def test_the_builder_stage_wheel_holds_the_package_and_its_rules() -> None:
-    """The wheel the builder stage installs, make dist's (tests/test_dist.py): the default rule
+def test_the_images_wheel_holds_the_package_and_its_rules() -> None:
+    """The wheel the image installs, make dist's (tests/test_dist.py): the default rule
     pack's content, the command, and the compiled decode."""
     wheel = artifacts().sidecar_wheel
     with zipfile.ZipFile(wheel) as archive:

@@ -10,10 +10,13 @@ The base of the Dockerfile's stages (``PYTHON_IMAGE``): with ``PYTHON_IMAGE`` se
 environment, buildah pulls that image. Without it, no registry is needed: the base is made
 locally — ``debootstrap`` of Debian bookworm with python3, pip and venv, imported into buildah's
 storage. Its rootfs tarball is cached in ``.cache/image/`` (``WATCHDOG_IMAGE_CACHE``), and
-buildah caches the build's layers, so a repeat build takes seconds.
+buildah caches the build's layers (``--layers``, in its storage): a new sidecar wheel with the
+same dependencies makes only the image's last layer again, and the dependencies' wheels and
+venv are made again only when the wheel's list of dependencies changes. A machine without that
+storage builds everything.
 
 The local base trusts the CA certificates the host added to its own trust store
-(/usr/local/share/ca-certificates): the builder stage's ``pip wheel`` reaches PyPI the way the
+(/usr/local/share/ca-certificates): the dependencies stage's ``pip wheel`` reaches PyPI the way the
 host does, through the same proxy, as a company's base image would.
 
 Needs root and the Debian packages ``make system-deps`` installs (buildah, debootstrap).
