@@ -51,7 +51,7 @@ INTEGRATION = frozenset({
     "test_lazy_grpc",
     "test_model_bench",
     "test_kill_restart", "test_logs", "test_metrics", "test_model_endpoint", "test_model_proxy",
-    "test_model_runs", "test_model_trim_relays", "test_native", "test_native_fuzz",
+    "test_model_runs", "test_model_trim_relays", "test_model_trim_stress", "test_native", "test_native_fuzz",
     "test_otlp_grpc", "test_otlp_http", "test_persistence", "test_ports", "test_priority",
     "test_prometheus", "test_pydantic_ai_e2e", "test_rebatching", "test_rules_cli",
     "test_rules_e2e", "test_scale_out", "test_session_e2e", "test_sessions", "test_startup",
