@@ -56,6 +56,7 @@ LINGER = 0.5  # seconds an upstream keeps a stream open after its last event
 REPORT = "REPORT: done"
 KEY = "sk-stress-0123456789abcdef"
 COUNTDOWN_FROM = 3  # the countdown shows from this many tool calls left
+STOPPED = re.compile(r"being stopped: ([^\]]*\])")
 COUNTDOWN = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
          "messages": "/v1/messages"}
@@ -69,12 +70,12 @@ SHAPES = [(api, stream, how, named)
 SHAPES += [("responses", True, "at_last", "previous"), ("responses", False, "end", "previous")]
 
 
-def script(calls: int) -> Any:
+def script(calls: int, tag: str) -> Any:
     """``calls`` tool calls for each request that offers tools, else the report."""
     def pick(index: int, body: dict[str, Any]) -> Step:
         if not offers_tools(body):
             return answer(REPORT)
-        return Step(tool_calls=tuple(ToolCall("search", {"q": f"{index}.{n}"})
+        return Step(tool_calls=tuple(ToolCall("search", {"q": f"{tag} {index}.{n}"})
                                      for n in range(calls)))
     return pick
 
@@ -119,7 +120,7 @@ class Agent:
                 connection.close()
 
     def loop(self) -> None:
-        task = f"Find the answer for {self.name}."
+        task = f"Find the answer for {self.model}."  # another task each round
         history: list[Any] = ([{"role": "system", "content": "You research."}]
                               if self.api == "chat" else [])
         history.append({"role": "user", "content": task})
@@ -297,19 +298,21 @@ def test_budgeted_runs_at_once_never_get_a_call_past_the_budget(
                             model_relay=relay, model_max_concurrent=4 * RUNS)
     with running_server(config) as sidecar:
         host, port = sidecar.server.addresses["model"]
+        known: dict[str, set[str]] = {}  # each agent's runs of the rounds before
         for round_ in range(ROUNDS):
             agents: list[tuple[Agent, int]] = []
-            for n in range(RUNS):
+            for n in range(RUNS):  # an agent a run; the next round's run of it its next
                 api, stream, how, named = SHAPES[(n + round_) % len(SHAPES)]
                 calls = 2 + (n // len(SHAPES) + n + round_) % 2
-                tag = f"{relay}-{round_}-{n}"
-                model = llm.script(f"stress-{tag}", script(calls),
+                tag = f"stress-{relay}-{round_}-{n}"
+                model = llm.script(tag, script(calls, tag),
                                    linger=LINGER if stream and n % 3 == 0 else 0.0)
-                agent = Agent((host, port), f"stress-{tag}", model, api, stream, how, named,
-                              budget=3 + n % 3,
-                              run=f"stress-{tag}-{uuid.uuid4().hex[:8]}"
+                agent = Agent((host, port), f"stress-{relay}-{n}", model, api, stream, how,
+                              named, budget=3 + (n + round_) % 3,
+                              run=f"stress-{relay}-{n}-{uuid.uuid4().hex[:8]}"
                               if named == "run" else None)
                 agents.append((agent, calls))
+            before = metric_samples(sidecar)
             start = threading.Barrier(len(agents))
             threads = [threading.Thread(target=agent, args=(start,), daemon=True)
                        for agent, _ in agents]
@@ -317,13 +320,14 @@ def test_budgeted_runs_at_once_never_get_a_call_past_the_budget(
                 thread.start()
             for thread in threads:
                 thread.join(120)
-            check_runs(sidecar, llm, agents)
+            check_runs(sidecar, llm, agents, before, known)
 
 
-def check_runs(sidecar: RunningServer, llm: FakeLLM, agents: list[tuple[Agent, int]]) -> None:
+def check_runs(sidecar: RunningServer, llm: FakeLLM, agents: list[tuple[Agent, int]],
+               before: dict[tuple[str, str, str], float], known: dict[str, set[str]]) -> None:
     problems: list[str] = []
     for agent, calls in agents:
-        shape = (f"{agent.name} ({agent.api}, {'stream' if agent.stream else 'whole'}, "
+        shape = (f"{agent.model} ({agent.api}, {'stream' if agent.stream else 'whole'}, "
                  f"{agent.how}, {agent.named}, {calls} calls a response, budget "
                  f"{agent.budget})")
         if agent.failure:
@@ -346,29 +350,36 @@ def check_runs(sidecar: RunningServer, llm: FakeLLM, agents: list[tuple[Agent, i
                 want = [(left, agent.budget)] if left <= COUNTDOWN_FROM else []
                 if countdown != want or not offers_tools(body):
                     problems.append(f"{shape}: request {index} after {handed} calls carried "
-                                    f"{countdown} (tools offered: {offers_tools(body)})")
+                                    f"{countdown} (tools offered: {offers_tools(body)}) "
+                                    f"{STOPPED.findall(text)[:1]}")
             elif offers_tools(body) or f"all {agent.budget} tool calls used" not in text:
                 problems.append(f"{shape}: request {index} at the budget is not the final one")
             handed += got
     assert not problems, f"{len(problems)} of {len(agents)} runs:\n" + "\n".join(problems)
-    check_records(sidecar, agents)
+    check_records(sidecar, agents, before, known)
 
 
-def check_records(sidecar: RunningServer, agents: list[tuple[Agent, int]]) -> None:
-    """The sidecar's record and metrics of each run say what its agent saw."""
+def check_records(sidecar: RunningServer, agents: list[tuple[Agent, int]],
+                  before: dict[tuple[str, str, str], float], known: dict[str, set[str]]
+                  ) -> None:
+    """The sidecar's record and metrics of each run say what its agent saw (``before``: the
+    metrics before the round; ``known``: each agent's runs before it)."""
     for agent, _ in agents:
-        requests = len(agent.got)
+        requests, seen = len(agent.got), known.setdefault(agent.name, set())
 
-        def ended(agent: Agent = agent) -> list[dict[str, Any]]:
-            runs = sidecar.get_json(f"/v1/runs?agent={agent.name}")["runs"]
+        def ended(agent: Agent = agent, seen: set[str] = seen) -> list[dict[str, Any]]:
+            runs = [run for run in sidecar.get_json(f"/v1/runs?agent={agent.name}&limit=500")[
+                "runs"] if run["id"] not in seen]
             return [run for run in runs if run["state"] == "ended"] if len(runs) == 1 else []
 
-        run = wait_until(ended, f"{agent.name}: one run, ended")[0]
+        run = wait_until(ended, f"{agent.name}: one new run, ended")[0]
+        seen.add(run["id"])
         assert (run["tool_calls"], run["iterations"], run["has_final_answer"]) == (
             agent.budget, requests, True), (agent.name, run)
         if agent.run is not None:
             assert run["id"] == agent.run, run
-    samples = metric_samples(sidecar)
+    after = metric_samples(sidecar)
+    samples = {key: value - before.get(key, 0.0) for key, value in after.items()}
     for agent, calls in agents:
         steps, left = expected_steps(agent, calls), agent.budget
         lefts = [left := left - got for got in [0, *steps[:-1]]]
