@@ -38,7 +38,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.frameworks.fakellm import FakeLLM, Step, ToolCall, answer, offers_tools
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.model_relays import RELAYS
+from watchdog.shell.state.store import StoreWriteError
 
 RUNS = int(os.environ.get("TRIM_STRESS_RUNS", "36"))  # agents at once
 ROUNDS = int(os.environ.get("TRIM_STRESS_ROUNDS", "1"))  # rounds of them, per relay
@@ -93,14 +94,17 @@ class Agent:
     named: str
     budget: int
     run: str | None = None
+    header_budget: bool = True  # the budget in a header (else the sidecar's rule pack's)
+    after_first: Callable[[], None] | None = None  # called once the first response is read
     got: list[int] = field(default_factory=list)  # tool calls of each response
     output: str = ""
     failure: str = ""
     _open: list[http.client.HTTPConnection] = field(default_factory=list)
 
     def headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "x-watchdog-agent": self.name,
-                   "x-watchdog-budget-tool-calls": str(self.budget)}
+        headers = {"Content-Type": "application/json", "x-watchdog-agent": self.name}
+        if self.header_budget:
+            headers["x-watchdog-budget-tool-calls"] = str(self.budget)
         if self.api == "messages":
             headers.update({"x-api-key": KEY, "anthropic-version": "2023-06-01"})
         else:
@@ -156,6 +160,8 @@ class Agent:
             if self.how != "keepalive":
                 connection = None  # the next request on a new connection
             self.got.append(len(calls))
+            if self.after_first is not None and len(self.got) == 1:
+                self.after_first()
             if not calls:
                 self.output = text
                 return
@@ -324,7 +330,10 @@ def test_budgeted_runs_at_once_never_get_a_call_past_the_budget(
 
 
 def check_runs(sidecar: RunningServer, llm: FakeLLM, agents: list[tuple[Agent, int]],
-               before: dict[tuple[str, str, str], float], known: dict[str, set[str]]) -> None:
+               before: dict[tuple[str, str, str], float], known: dict[str, set[str]] | None
+               ) -> None:
+    """What each agent got and what the upstream read; then (``known``: each agent's runs
+    before these) the sidecar's records of them."""
     problems: list[str] = []
     for agent, calls in agents:
         shape = (f"{agent.model} ({agent.api}, {'stream' if agent.stream else 'whole'}, "
@@ -360,11 +369,12 @@ def check_runs(sidecar: RunningServer, llm: FakeLLM, agents: list[tuple[Agent, i
 
 
 def check_records(sidecar: RunningServer, agents: list[tuple[Agent, int]],
-                  before: dict[tuple[str, str, str], float], known: dict[str, set[str]]
+                  before: dict[tuple[str, str, str], float], known: dict[str, set[str]] | None
                   ) -> None:
     """The sidecar's record and metrics of each run say what its agent saw (``before``: the
-    metrics before the round; ``known``: each agent's runs before it)."""
-    for agent, _ in agents:
+    metrics before the round; ``known``: each agent's runs before it, None: the runs are not
+    recorded, only their metrics are read)."""
+    for agent, _ in agents if known is not None else ():
         requests, seen = len(agent.got), known.setdefault(agent.name, set())
 
         def ended(agent: Agent = agent, seen: set[str] = seen) -> list[dict[str, Any]]:
@@ -392,3 +402,58 @@ def check_records(sidecar: RunningServer, agents: list[tuple[Agent, int]],
             ("agent_watchdog_model_steered_total", agent.name, action), 0.0)
             for action in ("note", "final", "trim")}}
         assert seen == want, (agent.name, agent.api, agent.stream, calls, agent.budget, seen)
+
+
+UNWRITABLE_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: stress-budgets
+budgets:
+  - agents: ["unwritable-pack-chat", "unwritable-pack-messages"]
+    max_tool_calls: 3
+"""
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+def test_a_state_that_cannot_be_written_still_never_lets_a_call_past_the_budget(
+        tmp_path: Path, llm: FakeLLM, relay: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a run has begun its state cannot be written (a full disk: the records of its calls
+    are refused): its requests are still steered by the endpoint's own counts, its budget
+    from a header or from the rule pack as last read; the metrics still count them. (A run
+    whose first request finds the state unwritable has no pack budget read yet: only a
+    header's steers it.)"""
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(UNWRITABLE_PACK)
+    config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
+                            model_relay=relay, rules=(str(pack),))
+    with running_server(config) as sidecar:
+        service = sidecar.server.service
+        assert service is not None
+
+        def full(*args: object, **kwargs: object) -> None:
+            raise StoreWriteError("database or disk is full")
+
+        def unwritable() -> None:
+            monkeypatch.setattr(service.store, "save", full)
+            monkeypatch.setattr(service.store, "save_sessions", full)
+            service.state.state_error = "database or disk is full"
+
+        host, port = sidecar.server.addresses["model"]
+        before = metric_samples(sidecar)
+        agents = []
+        for api, stream, header in (("chat", True, False), ("chat", False, True),
+                                    ("messages", True, False), ("responses", True, True)):
+            name = f"unwritable-{'header' if header else 'pack'}-{api}"
+            tag = f"{name}-{relay}-{stream}"
+            agent = Agent((host, port), name, llm.script(tag, script(2, tag)), api, stream,
+                          "end", "conversation", budget=3, header_budget=header,
+                          after_first=unwritable)
+            try:
+                agent(threading.Barrier(1))
+            finally:  # writable again for the next run's start (the budget its run's has)
+                monkeypatch.undo()
+                service.state.state_error = None
+            agents.append((agent, 2))
+        check_runs(sidecar, llm, agents, before, None)

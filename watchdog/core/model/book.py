@@ -96,6 +96,10 @@ class EndpointRun:
     final_used: bool = False  # the final (no tools) request went upstream
     report: str | None = None  # its answer
     stop: str | None = None  # the stop note of an abort answered by the endpoint
+    # as last read from the tracker's run (they steer it while the state cannot take records):
+    run_key: str | None = None  # the run's key
+    tool_limit: float | None = None  # its max_tool_calls
+    used: int = 0  # its tool calls made
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
