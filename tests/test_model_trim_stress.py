@@ -457,3 +457,48 @@ def test_a_state_that_cannot_be_written_still_never_lets_a_call_past_the_budget(
                 service.state.state_error = None
             agents.append((agent, 2))
         check_runs(sidecar, llm, agents, before, None)
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+def test_parallel_agents_of_one_run_never_get_more_than_its_budget_together(
+        tmp_path: Path, llm: FakeLLM, relay: str) -> None:
+    """Two agents of one run (one ``x-watchdog-run``: a main agent and a sub-agent it started)
+    ask the model at the same moment, 1 of the run's 3 tool calls left: the calls the first
+    request decided may hand over are kept from the second's, so together they hand over at
+    most the one call left; the countdown each upstream request read says so, and neither is
+    made the run's final request."""
+    config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_relay=relay)
+    model = llm.script(f"parallel-{relay}", script(2, f"parallel-{relay}"), delay=0.3)
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}",
+               "x-watchdog-agent": "parallel", "x-watchdog-run": f"parallel-{relay}",
+               "x-watchdog-budget-tool-calls": "3"}
+    with running_server(config) as sidecar:
+        url = sidecar.url("model") + "/v1/chat/completions"
+
+        def ask(messages: list[Any]) -> list[Any]:
+            status, body = http_request("POST", url, json.dumps(
+                {"model": model, "messages": messages, "tools": tools}).encode(), headers)
+            assert status == 200, body
+            return list(json.loads(body)["choices"][0]["message"].get("tool_calls") or ())
+
+        main = [{"role": "user", "content": "The main task."}]
+        first = ask(main)
+        main += [{"role": "assistant", "content": None, "tool_calls": first},
+                 *({"role": "tool", "tool_call_id": call["id"], "content": "found"}
+                   for call in first)]
+        got: dict[str, int] = {}
+        agents = [threading.Thread(target=lambda who=who, messages=messages: got.__setitem__(
+            who, len(ask(messages)))) for who, messages in (
+                ("main", main), ("sub", [{"role": "user", "content": "A sub-task."}]))]
+        for thread in agents:
+            thread.start()
+        for thread in agents:
+            thread.join(30)
+    assert len(first) == 2 and sorted(got.values()) == [0, 1], (first, got)
+    requests = llm.requests(model)
+    assert [COUNTDOWN.findall(json.dumps(body)) for body in requests[:1]] == [[("3", "3")]]
+    assert sorted(tuple(COUNTDOWN.findall(json.dumps(body))) for body in requests[1:]) == [
+        (("0", "3"),), (("1", "3"),)]
+    assert all(offers_tools(body) for body in requests)

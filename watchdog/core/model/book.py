@@ -90,6 +90,7 @@ class EndpointRun:
     asking: int = 0  # its requests taken and not yet settled (with the model, or answered)
     answered: int = 0  # its model calls recorded
     handed: int = 0  # tool calls handed to the agent
+    reserved: int = 0  # tool calls its requests with the model may still hand over
     results: int = 0  # tool results the agent sent back
     messages: int = 0  # the conversation's length at its last request
     last_end_ns: int = 0  # when its last response ended

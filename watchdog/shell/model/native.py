@@ -184,7 +184,7 @@ class NativeEndpoint:
                 self.proxy.book_calls(calls)
             for plan, *_ in ended:
                 if plan.exchange is not None:
-                    self.proxy.book.settle(plan.exchange.state)
+                    plan.exchange.settle()
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                  body: bytes | None, refusal: str, in_flight: int) -> None:
@@ -258,7 +258,7 @@ class NativeEndpoint:
                              else "steered")
         finally:
             if exchange is not None and into is None:
-                proxy.book.settle(exchange.state)
+                exchange.settle()
 
     def _upstream_failed(self, number: int, kind: str, detail: str) -> None:
         plan = self.pending.pop(number, None)
@@ -269,7 +269,7 @@ class NativeEndpoint:
             self.relay.respond(number, answer.status, list(answer.headers.items()), answer.body)
         finally:
             if plan.exchange is not None:
-                self.proxy.book.settle(plan.exchange.state)
+                plan.exchange.settle()
 
     # -- the streams changed in flight: the aiohttp relay -------------------------------------
 
@@ -281,4 +281,4 @@ class NativeEndpoint:
             return await self.proxy.forward(request, plan)
         finally:
             if plan.exchange is not None:
-                self.proxy.book.settle(plan.exchange.state)
+                plan.exchange.settle()

@@ -137,7 +137,7 @@ class ModelProxy:
                     return await self.forward(request, plan)
                 finally:
                     if plan.exchange is not None:  # the request was the run's until now
-                        self.book.settle(plan.exchange.state)
+                        plan.exchange.settle()
             finally:
                 self.in_flight -= 1
         except Refused as refused:
@@ -262,7 +262,7 @@ class ModelProxy:
             run = self._run_of(state, agent, budget)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
                             budget=dict(run.budget), final_used=state.final_used,
-                            stop=state.stop)
+                            stop=state.stop, reserved=state.reserved)
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
             return state, decide(counts, service.board(run.key), parsed.instructions,
@@ -292,7 +292,7 @@ class ModelProxy:
             return None
         counts = Counts(used=max(state.used, state.results), handed=state.handed,
                         budget={} if limit is None else {"max_tool_calls": limit},
-                        final_used=state.final_used, stop=state.stop)
+                        final_used=state.final_used, stop=state.stop, reserved=state.reserved)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools), key, \
             agent or state.agent or "unknown"
 
@@ -445,6 +445,7 @@ class ModelProxy:
         """The response has ended: the call becomes a record of its run (with ``into``: the
         record goes there, for :meth:`book_calls`)."""
         state = exchange.state
+        exchange.release()  # what it handed over is counted from here
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed) or state.report
         try:
