@@ -95,6 +95,7 @@ class Agent:
     budget: int
     run: str | None = None
     header_budget: bool = True  # the budget in a header (else the sidecar's rule pack's)
+    budget_of: str = "tool-calls"  # the budget header's kind: tool-calls, iterations
     after_first: Callable[[], None] | None = None  # called once the first response is read
     got: list[int] = field(default_factory=list)  # tool calls of each response
     output: str = ""
@@ -104,7 +105,7 @@ class Agent:
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "x-watchdog-agent": self.name}
         if self.header_budget:
-            headers["x-watchdog-budget-tool-calls"] = str(self.budget)
+            headers[f"x-watchdog-budget-{self.budget_of}"] = str(self.budget)
         if self.api == "messages":
             headers.update({"x-api-key": KEY, "anthropic-version": "2023-06-01"})
         else:
@@ -502,3 +503,31 @@ def test_parallel_agents_of_one_run_never_get_more_than_its_budget_together(
     assert sorted(tuple(COUNTDOWN.findall(json.dumps(body))) for body in requests[1:]) == [
         (("0", "3"),), (("1", "3"),)]
     assert all(offers_tools(body) for body in requests)
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+def test_a_stream_with_no_bound_on_its_tools_is_booked_at_its_last_event(
+        tmp_path: Path, llm: FakeLLM, relay: str) -> None:
+    """A run with a budget of model calls (no bound on its tool calls, so nothing is trimmed):
+    its agent sends each next request at a stream's last event while the upstream keeps the
+    stream open LINGER seconds more. Each request still finds the calls before it booked:
+    the third of its 3 model calls is the final one (no tools, the report instruction)."""
+    config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
+                            model_relay=relay)
+    with running_server(config) as sidecar:
+        host, port = sidecar.server.addresses["model"]
+        problems = []
+        for api in PATHS:
+            tag = f"iterations-{relay}-{api}"
+            agent = Agent((host, port), tag, llm.script(tag, script(1, tag), linger=LINGER),
+                          api, True, "at_last", "conversation", budget=3,
+                          budget_of="iterations")
+            agent(threading.Barrier(1))
+            requests = llm.requests(agent.model)
+            final = [not offers_tools(body) and "this is the last of 3" in json.dumps(body)
+                     for body in requests]
+            if agent.failure or agent.got != [1, 1, 0] or final != [False, False, True]:
+                problems.append(f"{api}: {agent.failure} calls {agent.got}, final {final}")
+    assert not problems, problems

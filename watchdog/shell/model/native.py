@@ -18,7 +18,9 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   the way, and the call is booked (below). With a bound on the tool calls it may hand over
   (``keep``: a budget, a wind-down's grace) the relay trims a successful response on the way
   as the aiohttp relay does (``native/relay/src/trim.rs``, the twin of the wire modules'
-  ``trim`` and stream trimmers): a stream event by event, a whole response read first;
+  ``trim`` and stream trimmers): a stream event by event, a whole response read first. A
+  stream's end is told at its last event (``[DONE]``, a Responses end event,
+  ``message_stop``), before the agent has it, bound or not (``watch``);
 * a request whose answer must be held (the final report, replaced by a stop note when the
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
@@ -208,9 +210,10 @@ class NativeEndpoint:
             return
         if plan.fast:
             self.pending[number] = plan
+            observed = plan.exchange is not None
             if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
-                                      plan.body, plan.exchange is not None, api=plan.api,
-                                      keep=plan.keep):
+                                      plan.body, observed, api=plan.api, keep=plan.keep,
+                                      watch=observed):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return

@@ -135,16 +135,18 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
         await response.write(b"")  # the head now: it waits for no event
     try:
         async for chunk in _chunks(upstream, first):
-            if trimmer is None:  # on its way first, read after
+            if trimmer is None:  # as it came, read first: booked at its last event
                 if held:  # (the reading stopped: what was held goes first)
                     await response.write(b"".join(held))
                 held = None
+                for event in reader.feed(chunk):
+                    accumulator.feed(event)
+                if accumulator.observation.complete:
+                    book()  # before the agent can have the last event
                 if upstream.content.at_eof():  # the last bytes: with the end, one write
                     await response.write_eof(chunk)
                 else:
                     await response.write(chunk)
-                for event in reader.feed(chunk):
-                    accumulator.feed(event)
                 continue
             events = reader.feed(chunk)
             for event in events:
@@ -164,7 +166,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             if held:  # too long to hold: on its way as it is
                 await response.write(b"".join(held))
             held = None
-            if trimmer is not None and accumulator.observation.complete:
+            if accumulator.observation.complete:
                 book()  # its last event: booked before the agent can have it
             if out:
                 await response.write(out)
