@@ -50,6 +50,7 @@ INTEGRATION = frozenset({
     "test_genai_log_events", "test_hostile",
     "test_lazy_grpc",
     "test_model_bench",
+    "test_model_trim_stress",
     "test_kill_restart", "test_logs", "test_metrics", "test_model_endpoint", "test_model_proxy",
     "test_model_runs", "test_model_trim_relays", "test_native", "test_native_fuzz",
     "test_otlp_grpc", "test_otlp_http", "test_persistence", "test_ports", "test_priority",

@@ -37,7 +37,7 @@ use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
 mod trim;
-use trim::{Answers, Api, StreamTrim};
+use trim::{Answers, Api, LastEvent, StreamTrim};
 
 /// RFC 9110 §7.6.1, and the framing hyper sets itself.
 const HOP_BY_HOP: [&str; 9] = ["connection", "keep-alive", "proxy-connection",
@@ -66,7 +66,7 @@ enum Event {
 enum Reply {
     Respond { status: u16, headers: Headers, body: Bytes },
     Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
-              notify: bool, direct: bool, trim: Option<(Api, usize)> },
+              notify: bool, direct: bool, trim: Option<(Api, usize)>, watch: Option<Api> },
 }
 
 struct Shared {
@@ -147,6 +147,7 @@ struct RelayBody {
     upstream: Option<reqwest::Body>,
     ticket: Option<Ticket>,
     trim: Option<StreamTrim>,
+    watch: Option<LastEvent>,
 }
 
 impl RelayBody {
@@ -202,6 +203,15 @@ impl Body for RelayBody {
                         }
                     }
                     let mut out = data;
+                    if let Some(watch) = this.watch.as_mut() {
+                        let last = watch.feed(&out);
+                        if last != Some(false) {
+                            this.watch = None; // its last event (told), or unreadable
+                        }
+                        if let (Some(true), Some(ticket)) = (last, this.ticket.as_mut()) {
+                            ticket.end("ok"); // told before the client has it
+                        }
+                    }
                     if let Some(trim) = this.trim.as_mut() {
                         match trim.feed(&out) {
                             Ok(bytes) => out = Bytes::from(bytes),
@@ -283,7 +293,8 @@ fn header_map(headers: &Headers) -> HeaderMap {
 
 fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Response<RelayBody> {
     let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
-                                                  ticket: Some(ticket), trim: None });
+                                                  ticket: Some(ticket), trim: None,
+                                                  watch: None });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -346,7 +357,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             Reply::Respond { status, headers, body } => {
                 return Ok(answer(status, &headers, body, ticket));
             }
-            Reply::Forward { method, url, headers, body, observe, notify, direct, trim } => {
+            Reply::Forward { method, url, headers, body, observe, notify, direct, trim,
+                             watch } => {
                 ticket.notify = notify;
                 ticket.started = Instant::now();
                 let method = reqwest::Method::from_bytes(method.as_bytes())
@@ -355,7 +367,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 let sent = client.request(method, &url).headers(header_map(&headers))
                     .body(body).send().await;
                 let failure = match sent {
-                    Ok(upstream) => match relayed(&shared, upstream, ticket, observe, trim).await {
+                    Ok(upstream) => match relayed(&shared, upstream, ticket, observe, trim,
+                                                  watch).await {
                         Ok(response) => return Ok(response),
                         Err((back, kind, detail)) => {
                             ticket = back;
@@ -383,7 +396,7 @@ type Failure = (Ticket, &'static str, String);
 /// The upstream's response, passed on as it comes; with a bound on tool calls (`trim`), a
 /// successful one trimmed: a stream event by event, a whole one read (bounded) first.
 async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticket,
-                 observe: bool, trim: Option<(Api, usize)>)
+                 observe: bool, trim: Option<(Api, usize)>, watch: Option<Api>)
                  -> Result<Response<RelayBody>, Failure> {
     let status = upstream.status();
     ticket.status = status.as_u16();
@@ -396,9 +409,15 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticke
     ticket.content_type = kind;
     let mut headers = passed_headers(upstream.headers());
     let trim = trim.filter(|_| status.is_success());
-    let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None };
+    let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
+                               watch: None };
     match trim {
-        None => body.upstream = Some(upstream.into()),
+        None => {
+            if status.is_success() && mime == "text/event-stream" {
+                body.watch = watch.map(LastEvent::new);
+            }
+            body.upstream = Some(upstream.into());
+        }
         Some((api, keep)) if mime == "text/event-stream" => {
             headers.remove("content-length");
             body.trim = Some(StreamTrim::new(api, keep, shared.answers.clone()));
@@ -574,21 +593,24 @@ impl Relay {
     /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``direct``: never
     /// through the environment's proxy (this process's own loopback relay); ``api`` (chat,
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
-    /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims.
+    /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims; with
+    /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
+    /// at its last event.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false, api="", keep=-1))]
+                        direct=false, api="", keep=-1, watch=false))]
     #[allow(clippy::too_many_arguments)]
     fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
-               observe: bool, notify: bool, direct: bool, api: &str, keep: i64)
+               observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool)
                -> PyResult<bool> {
+        let parsed = || Api::parse(api)
+            .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")));
         let trim = if keep < 0 { None } else {
-            let api = Api::parse(api)
-                .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))?;
-            Some((api, usize::try_from(keep).unwrap_or(usize::MAX)))
+            Some((parsed()?, usize::try_from(keep).unwrap_or(usize::MAX)))
         };
+        let watch = if keep < 0 && watch { Some(parsed()?) } else { None };
         Ok(self.reply(id, Reply::Forward { method, url, headers,
                                            body: Bytes::copy_from_slice(body), observe,
-                                           notify: notify || observe, direct, trim }))
+                                           notify: notify || observe, direct, trim, watch }))
     }
 
     /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls:

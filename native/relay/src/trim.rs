@@ -426,6 +426,46 @@ fn json_data(event: &Event) -> Result<Option<Map<String, Value>>, Unjudged> {
     }
 }
 
+/// Whether the event ends the response, for the client (its type read only where the data
+/// names it as is: an end spelled with escapes is told at the stream's end, as any other).
+fn is_last(api: Api, event: &Event) -> bool {
+    let Some(data) = event.data.as_deref() else { return false };
+    let kinds: &[&str] = match api {
+        Api::Chat => return data == "[DONE]",
+        Api::Responses => &DONE_EVENTS,
+        Api::Messages => &["message_stop"],
+    };
+    if !kinds.iter().any(|kind| data.contains(kind)) {
+        return false;
+    }
+    matches!(loads(data), Ok(Some(Value::Object(map)))
+             if str_of(map.get("type")).is_some_and(|kind| kinds.contains(&kind)))
+}
+
+/// A stream passed as it comes, read only for its last event (a run's call with no bound on
+/// its tool calls: its end is told at that event, before the client has it, as a trimmed
+/// stream's is).
+pub struct LastEvent {
+    api: Api,
+    reader: SseReader,
+}
+
+impl LastEvent {
+    pub fn new(api: Api) -> Self {
+        LastEvent { api, reader: SseReader::new() }
+    }
+
+    /// Whether this chunk holds the response's last event (None: an event too long to read,
+    /// the end is told at the stream's end).
+    pub fn feed(&mut self, chunk: &[u8]) -> Option<bool> {
+        let events = self.reader.feed(chunk);
+        if self.reader.broken {
+            return None;
+        }
+        Some(events.iter().any(|event| is_last(self.api, event)))
+    }
+}
+
 /// A stream's rewriter (the wire's `stream_trimmer`): the bytes to send for each event
 /// (empty: dropped), None for the event's own.
 enum Rewriter {
@@ -589,24 +629,12 @@ impl StreamTrim {
         }
     }
 
-    /// Whether an event can be changed (else it is not parsed): one whose data names none of
-    /// what a rewrite reads, and holds no escape that could spell it, passes as it came.
-    /// Whether the event ends the response, for the client (its type read only where the data
-    /// names it as is: an end spelled with escapes is told at the stream's end, as any other).
     fn is_last(&self, event: &Event) -> bool {
-        let Some(data) = event.data.as_deref() else { return false };
-        let kinds: &[&str] = match self.api {
-            Api::Chat => return data == "[DONE]",
-            Api::Responses => &DONE_EVENTS,
-            Api::Messages => &["message_stop"],
-        };
-        if !kinds.iter().any(|kind| data.contains(kind)) {
-            return false;
-        }
-        matches!(loads(data), Ok(Some(Value::Object(map)))
-                 if str_of(map.get("type")).is_some_and(|kind| kinds.contains(&kind)))
+        is_last(self.api, event)
     }
 
+    /// Whether an event can be changed (else it is not parsed): one whose data names none of
+    /// what a rewrite reads, and holds no escape that could spell it, passes as it came.
     fn may_change(&self, event: &Event) -> bool {
         let Some(data) = event.data.as_deref() else { return false };
         if data.contains('\\') {

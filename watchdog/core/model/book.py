@@ -90,12 +90,17 @@ class EndpointRun:
     asking: int = 0  # its requests taken and not yet settled (with the model, or answered)
     answered: int = 0  # its model calls recorded
     handed: int = 0  # tool calls handed to the agent
+    reserved: int = 0  # tool calls its requests with the model may still hand over
     results: int = 0  # tool results the agent sent back
     messages: int = 0  # the conversation's length at its last request
     last_end_ns: int = 0  # when its last response ended
     final_used: bool = False  # the final (no tools) request went upstream
     report: str | None = None  # its answer
     stop: str | None = None  # the stop note of an abort answered by the endpoint
+    # as last read from the tracker's run (they steer it while the state cannot take records):
+    run_key: str | None = None  # the run's key
+    tool_limit: float | None = None  # its max_tool_calls
+    used: int = 0  # its tool calls made
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:

@@ -14,9 +14,11 @@ budget and its directives in, a :class:`Turn` out.
 
 ``keep`` bounds the tool calls the response may hand to the agent (None: no bound), so no tool
 call past the budget ever reaches it. The budget is spent by what was handed over as much as by
-what the agent reported back (an agent may replay its calls as plain text). A request that
-carries the client SDK's own steering (its notes, its report request) is not noted again, nor
-made final twice.
+what the agent reported back (an agent may replay its calls as plain text); what the run's
+requests still with the model may hand over (``Counts.reserved``: parallel agents of one run)
+is kept from the calls left, which the countdown shows, but does not make a request final. A
+request that carries the client SDK's own steering (its notes, its report request) is not
+noted again, nor made final twice.
 
 A call of a final-answer tool (the sidecar's conventions: pydantic-ai's ``final_result``,
 smolagents' ``final_answer``; :func:`is_answer_tool`) is the agent's answer, not work: never
@@ -204,13 +206,14 @@ class Counts:
     budget: dict[str, float]  # the run's budget view (rule-pack defaults included)
     final_used: bool = False
     stop: str | None = None  # the endpoint already answered an abort with this note
+    reserved: int = 0  # tool calls the run's requests still with the model may hand over
 
 
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
     limit_value = counts.budget.get("max_tool_calls")
     limit = None if limit_value is None else int(limit_value)
     spent = max(counts.used, counts.handed)  # handed over is spent, reported back or not
-    keep = None if limit is None else max(limit - spent, 0)
+    keep = None if limit is None else max(limit - spent - counts.reserved, 0)
     if counts.stop is not None:
         return Turn(Act.ABORT, counts.stop, 0, "stopped")
     sdk = any(mark in instructions for mark in SDK_MARKS)
@@ -240,7 +243,7 @@ def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bo
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:
         parts.append(grace_note(ends - spent))
-        left = max(ends - counts.handed, 0)
+        left = max(ends - counts.handed - counts.reserved, 0)
         keep = left if keep is None else min(keep, left)
     wind_down = board.wind_down
     if wind_down is not None and not is_budget(wind_down):

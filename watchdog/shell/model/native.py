@@ -18,7 +18,9 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   the way, and the call is booked (below). With a bound on the tool calls it may hand over
   (``keep``: a budget, a wind-down's grace) the relay trims a successful response on the way
   as the aiohttp relay does (``native/relay/src/trim.rs``, the twin of the wire modules'
-  ``trim`` and stream trimmers): a stream event by event, a whole response read first;
+  ``trim`` and stream trimmers): a stream event by event, a whole response read first. A
+  stream's end is told at its last event (``[DONE]``, a Responses end event,
+  ``message_stop``), before the agent has it, bound or not (``watch``);
 * a request whose answer must be held (the final report, replaced by a stop note when the
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
@@ -184,7 +186,7 @@ class NativeEndpoint:
                 self.proxy.book_calls(calls)
             for plan, *_ in ended:
                 if plan.exchange is not None:
-                    self.proxy.book.settle(plan.exchange.state)
+                    plan.exchange.settle()
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                  body: bytes | None, refusal: str, in_flight: int) -> None:
@@ -208,9 +210,10 @@ class NativeEndpoint:
             return
         if plan.fast:
             self.pending[number] = plan
+            observed = plan.exchange is not None
             if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
-                                      plan.body, plan.exchange is not None, api=plan.api,
-                                      keep=plan.keep):
+                                      plan.body, observed, api=plan.api, keep=plan.keep,
+                                      watch=observed):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return
@@ -258,7 +261,7 @@ class NativeEndpoint:
                              else "steered")
         finally:
             if exchange is not None and into is None:
-                proxy.book.settle(exchange.state)
+                exchange.settle()
 
     def _upstream_failed(self, number: int, kind: str, detail: str) -> None:
         plan = self.pending.pop(number, None)
@@ -269,7 +272,7 @@ class NativeEndpoint:
             self.relay.respond(number, answer.status, list(answer.headers.items()), answer.body)
         finally:
             if plan.exchange is not None:
-                self.proxy.book.settle(plan.exchange.state)
+                plan.exchange.settle()
 
     # -- the streams changed in flight: the aiohttp relay -------------------------------------
 
@@ -281,4 +284,4 @@ class NativeEndpoint:
             return await self.proxy.forward(request, plan)
         finally:
             if plan.exchange is not None:
-                self.proxy.book.settle(plan.exchange.state)
+                plan.exchange.settle()

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from multidict import CIMultiDict
 
-from watchdog.core.model.book import EndpointRun
+from watchdog.core.model.book import EndpointRun, ModelBook
 from watchdog.core.model.steer import Act, Turn
 from watchdog.core.model.wire import Wire
 from watchdog.core.spans.record import SpanRecord
@@ -62,9 +62,23 @@ class Plan:
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "key", "request", "started_ns", "state", "turn", "wire")
+    __slots__ = ("agent", "key", "request", "reserved", "started_ns", "state", "turn", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
                  started_ns: int, agent: str, key: str) -> None:
         self.wire, self.request, self.state, self.turn = wire, request, state, turn
         self.started_ns, self.agent, self.key = started_ns, agent, key
+        # the tool calls it may hand over, kept from its run's other requests until it is
+        # booked or settled
+        self.reserved = (turn.keep or 0) if turn.act is not Act.FINAL else 0
+        state.reserved += self.reserved
+
+    def release(self) -> None:
+        """Its response is booked (what it handed over counted), or it ended without one."""
+        self.state.reserved = max(0, self.state.reserved - self.reserved)
+        self.reserved = 0
+
+    def settle(self) -> None:
+        """The request is over: released, and no longer its run's (ModelBook.settle)."""
+        self.release()
+        ModelBook.settle(self.state)

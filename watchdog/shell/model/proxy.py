@@ -138,7 +138,7 @@ class ModelProxy:
                     return await self.forward(request, plan)
                 finally:
                     if plan.exchange is not None:  # the request was the run's until now
-                        self.book.settle(plan.exchange.state)
+                        plan.exchange.settle()
             finally:
                 self.in_flight -= 1
         except Refused as refused:
@@ -261,7 +261,12 @@ class ModelProxy:
     def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
                          budget: dict[str, float] | None
                          ) -> tuple[EndpointRun, Turn, str, str] | None:
+        """The request's run and what it gets. When the state cannot take the run's records
+        (:class:`Overloaded`, :class:`StateUnavailable`) the call goes on unrecorded: steered
+        by the book's own counts when its run's tool-call budget is known (so no call past it
+        is handed over), else forwarded as it came (fail open)."""
         service = self.service
+        state: EndpointRun | None = None
         try:
             def ended(key: str) -> bool:
                 run = service.model_run(key)
@@ -278,14 +283,39 @@ class ModelProxy:
             run = self._run_of(state, agent, budget)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
                             budget=dict(run.budget), final_used=state.final_used,
-                            stop=state.stop)
+                            stop=state.stop, reserved=state.reserved)
+            state.run_key, state.used = run.key, counts.used
+            state.tool_limit = run.budget.get("max_tool_calls")
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools), run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
-            log.warning("model call not observed: %s", exc)
+            log.warning("model call not recorded: %s", exc)
+            if state is not None:
+                steered = self._steer_unrecorded(state, parsed, agent, budget)
+                if steered is not None:
+                    return steered
         except Exception:  # a bug here must not fail the agent's model call: fail open
             self._failed("request")
+        if state is not None:
+            self.book.settle(state)
         return None
+
+    def _steer_unrecorded(self, state: EndpointRun, parsed: Any, agent: str | None,
+                          budget: dict[str, float] | None
+                          ) -> tuple[EndpointRun, Turn, str, str] | None:
+        """What the request gets from the book's counts alone (the state cannot take its
+        records): its tool-call budget (this request's, else its run's as last read) and its
+        run's directives; None when it has neither."""
+        limit = (budget or {}).get("max_tool_calls", state.tool_limit)
+        key = state.run_key or state.key
+        board = self.service.board(key)
+        if limit is None and board is None:
+            return None
+        counts = Counts(used=max(state.used, state.results), handed=state.handed,
+                        budget={} if limit is None else {"max_tool_calls": limit},
+                        final_used=state.final_used, stop=state.stop, reserved=state.reserved)
+        return state, decide(counts, board, parsed.instructions, parsed.has_tools), key, \
+            agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None,
                 budget: dict[str, float] | None) -> RunView:
@@ -436,6 +466,7 @@ class ModelProxy:
         """The response has ended: the call becomes a record of its run (with ``into``: the
         record goes there, for :meth:`book_calls`)."""
         state = exchange.state
+        exchange.release()  # what it handed over is counted from here
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed) or state.report
         try:

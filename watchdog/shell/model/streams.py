@@ -115,21 +115,38 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     reader, accumulator = SSEReader(), wire.accumulator()
     trimmer = wire.stream_trimmer(keep) if keep is not None else None
     trimmed = False
+    booked = False
+
+    def book() -> None:
+        """The call booked, once: at its last event (before the agent has it, so a request it
+        sends at once finds the call counted), else when the stream has ended."""
+        nonlocal booked
+        if booked:
+            return
+        booked = True
+        seen = accumulator.observation
+        calls = kept_calls(seen.calls, keep)
+        if trimmed or len(calls) < len(seen.calls):
+            proxy.steered(exchange.agent, "trim")
+        proxy.observed(exchange, calls, seen)
+
     first = _buffered(upstream) if trimmer is None else b""
     if not first:
         await response.write(b"")  # the head now: it waits for no event
     try:
         async for chunk in _chunks(upstream, first):
-            if trimmer is None:  # on its way first, read after
+            if trimmer is None:  # as it came, read first: booked at its last event
                 if held:  # (the reading stopped: what was held goes first)
                     await response.write(b"".join(held))
                 held = None
+                for event in reader.feed(chunk):
+                    accumulator.feed(event)
+                if accumulator.observation.complete:
+                    book()  # before the agent can have the last event
                 if upstream.content.at_eof():  # the last bytes: with the end, one write
                     await response.write_eof(chunk)
                 else:
                     await response.write(chunk)
-                for event in reader.feed(chunk):
-                    accumulator.feed(event)
                 continue
             events = reader.feed(chunk)
             for event in events:
@@ -149,6 +166,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             if held:  # too long to hold: on its way as it is
                 await response.write(b"".join(held))
             held = None
+            if accumulator.observation.complete:
+                book()  # its last event: booked before the agent can have it
             if out:
                 await response.write(out)
         if held is not None:
@@ -160,11 +179,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             await response.write(rest)  # a stream cut mid-event: as it came
         await response.write_eof()
     finally:
-        seen = accumulator.observation
-        calls = kept_calls(seen.calls, keep)
-        if trimmed or len(calls) < len(seen.calls):
-            proxy.steered(exchange.agent, "trim")
-        proxy.observed(exchange, calls, seen)
+        book()
     return response
 
 
