@@ -140,8 +140,15 @@ class Home:
 # reports. Every driver of a venv listed in IMPORTED_WITH_SETTINGS has its settings here.
 _SK_DIAGNOSTICS = {"SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS": "true",
                    "SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS_SENSITIVE": "true"}
-_HERMES_PLUGINS = Home((("config.yaml", "plugins:\n  enabled:\n    - agento11y\n"),))
-_HERMES_NO_PLUGINS = Home((("config.yaml", "plugins:\n  enabled: []\n"),))
+# Hermes' own probes stay off (no test reads them): the Python toolchain probe of its system
+# prompt (it ran python3 and pip three times per agent, half a Hermes scenario's CPU seconds)
+# and the context window's (eleven HTTP requests to the scripted model server per agent, which
+# knows none: Hermes' default, 256,000 tokens, is what they found)
+_HERMES_QUIET = ("agent:\n  environment_probe: false\n"
+                 "model:\n  context_length: 256000\n")
+_HERMES_PLUGINS = Home((("config.yaml",
+                         "plugins:\n  enabled:\n    - agento11y\n" + _HERMES_QUIET),))
+_HERMES_NO_PLUGINS = Home((("config.yaml", "plugins:\n  enabled: []\n" + _HERMES_QUIET),))
 IMPORT_SETTINGS: dict[str, Mapping[str, str | Home]] = {
     "semantic_kernel_agent": _SK_DIAGNOSTICS,
     "semantic_kernel_137_agent": _SK_DIAGNOSTICS,
