@@ -45,6 +45,10 @@ DRIVERS = HERE / "drivers"
 # the client distribution's source: framework venvs import the client from the checkout
 CLIENT_SRC = ROOT / "client"
 RECORDINGS = HERE / "recordings"
+# every scenario's trust store (SSL_CERT_FILE): one certificate. The scenarios talk plain HTTP
+# on 127.0.0.1, and the SSL context an SDK makes for each of its clients (httpx, the OpenAI
+# SDK, Hermes for every request) parsed the whole system bundle: 30-40 ms each, 1 ms so
+TRUST_STORE = HERE / "trust.pem"
 VENVS = ROOT / ".venvs"
 DRIVER_TIMEOUT = 240.0  # seconds; a framework's import alone can take several
 
@@ -72,11 +76,11 @@ def venv_python(env: str) -> Path:
 _OTEL = ("_otel",)
 # what the HTTP and model SDKs import only at their first request, in every fork unless the
 # driver process has: the OpenAI client's resources (its ``chat`` and ``responses``: 30-45 % of
-# a CrewAI, LlamaIndex or Strands scenario's CPU seconds), httpx's transport (``NAME?``: where
-# installed), LiteLLM's proxy types
-_HTTP = ("httpcore?", "httpcore2?")
-_OPENAI = ("openai", "openai.resources", "openai.resources.chat", "openai.resources.responses",
-           *_HTTP)
+# a CrewAI, LlamaIndex or Strands scenario's CPU seconds), httpx's transport and anyio's asyncio
+# backend (``NAME?``: where installed), LiteLLM's proxy types
+_HTTP = ("httpcore?", "httpcore2?", "anyio._backends._asyncio?")
+_OPENAI = ("openai", "openai.resources", "openai.resources.chat", "openai.resources.chat.chat",
+           "openai.resources.responses", "openai.resources.responses.responses", *_HTTP)
 _LITELLM = ("litellm", "litellm.proxy._types")
 _LANGCHAIN = (*_OTEL, "langchain.agents", "langchain_core.tools", "langchain_openai", *_OPENAI)
 _OPENAI_AGENTS = (*_OTEL, "agents", *_OPENAI)
@@ -108,9 +112,11 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
     "litellm_logfire": (*_OTEL, *_LITELLM, *_OPENAI),
     "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
+                   "openinference.instrumentation.llama_index._handler",
                    "llama_index.core.agent.workflow", "llama_index.llms.openai_like",
                    *_OPENAI),
     "llamaindex_legacy": (*_OTEL, "openinference.instrumentation.llama_index",
+                          "openinference.instrumentation.llama_index._handler",
                           "llama_index.core.agent", "llama_index.llms.openai_like",
                           *_OPENAI),
     "openai_agents": _OPENAI_AGENTS,
@@ -334,6 +340,7 @@ def drive_command(env: str, driver: str, argument: str, base: Mapping[str, str],
                   env_vars: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     """``python drivers/<driver>.py ARGUMENT`` in venv ``env`` with ``env_vars``, forked from
     the driver process that imported the framework with ``base``; it must exit 0."""
+    env_vars = {**env_vars, "SSL_CERT_FILE": str(TRUST_STORE)}
     if env in FRESH_INTERPRETER:
         result = subprocess.run([str(venv_python(env)), str(DRIVERS / f"{driver}.py"), argument],
                                 env=dict(env_vars), capture_output=True, text=True,
