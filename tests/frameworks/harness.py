@@ -111,6 +111,11 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
     "litellm_logfire": (*_OTEL, *_LITELLM, *_OPENAI),
+    # Logfire and MLflow are imported by the drivers after they set the exporters' variables:
+    # only the OpenAI SDK (and pydantic-ai) beneath them here
+    "logfire": (*_OTEL, *_OPENAI),
+    "mlflow": (*_OTEL, *_OPENAI),
+    "pydantic_ai_logfire": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", *_OPENAI),
     "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
                    "openinference.instrumentation.llama_index._handler",
                    "llama_index.core.agent.workflow", "llama_index.llms.openai_like",
