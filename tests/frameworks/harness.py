@@ -119,11 +119,11 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
                    "openinference.instrumentation.llama_index._handler",
                    "llama_index.core.agent.workflow", "llama_index.llms.openai_like",
-                   *_OPENAI),
+                   "_llamaindex_tokenizer", *_OPENAI),
     "llamaindex_legacy": (*_OTEL, "openinference.instrumentation.llama_index",
                           "openinference.instrumentation.llama_index._handler",
                           "llama_index.core.agent", "llama_index.llms.openai_like",
-                          *_OPENAI),
+                          "_llamaindex_tokenizer", *_OPENAI),
     "openai_agents": _OPENAI_AGENTS,
     # OpenLLMetry's OpenAIInstrumentor imports its wrappers (.v1) when it instruments
     "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents",
