@@ -45,6 +45,10 @@ DRIVERS = HERE / "drivers"
 # the client distribution's source: framework venvs import the client from the checkout
 CLIENT_SRC = ROOT / "client"
 RECORDINGS = HERE / "recordings"
+# every scenario's trust store (SSL_CERT_FILE): one certificate. The scenarios talk plain HTTP
+# on 127.0.0.1, and the SSL context an SDK makes for each of its clients (httpx, the OpenAI
+# SDK, Hermes for every request) parsed the whole system bundle: 30-40 ms each, 1 ms so
+TRUST_STORE = HERE / "trust.pem"
 VENVS = ROOT / ".venvs"
 DRIVER_TIMEOUT = 240.0  # seconds; a framework's import alone can take several
 
@@ -70,51 +74,71 @@ def venv_python(env: str) -> Path:
 # same for every scenario of a driver, are imported with those: IMPORT_SETTINGS); nothing here
 # may start a thread at import (the driver process checks)
 _OTEL = ("_otel",)
-_LANGCHAIN = (*_OTEL, "langchain.agents", "langchain_core.tools", "langchain_openai")
-_OPENAI_AGENTS = (*_OTEL, "agents", "openai")
+# what the HTTP and model SDKs import only at their first request, in every fork unless the
+# driver process has: the OpenAI client's resources (its ``chat`` and ``responses``: 30-45 % of
+# a CrewAI, LlamaIndex or Strands scenario's CPU seconds), httpx's transport and anyio's asyncio
+# backend (``NAME?``: where installed), LiteLLM's proxy types
+_HTTP = ("httpcore?", "httpcore2?", "anyio._backends._asyncio?")
+_OPENAI = ("openai", "openai.resources", "openai.resources.chat", "openai.resources.chat.chat",
+           "openai.resources.responses", "openai.resources.responses.responses", *_HTTP)
+_LITELLM = ("litellm", "litellm.proxy._types")
+_LANGCHAIN = (*_OTEL, "langchain.agents", "langchain_core.tools", "langchain_openai", *_OPENAI)
+_OPENAI_AGENTS = (*_OTEL, "agents", *_OPENAI)
 _SEMANTIC_KERNEL = ("semantic_kernel.agents", "semantic_kernel.connectors.ai",
                     "semantic_kernel.connectors.ai.open_ai", "semantic_kernel.functions")
 PRELOAD: dict[str, tuple[str, ...]] = {
     # agent_framework.openai imports its client at first use: the OpenAI SDK is preloaded here
-    "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", "openai"),
+    "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", *_OPENAI),
     "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",
-             "agno.team"),
-    "anthropic": (*_OTEL, "anthropic"),
-    "anthropic_oi": (*_OTEL, "anthropic", "openinference.instrumentation.anthropic"),
+             "agno.team", *_OPENAI),
+    "anthropic": (*_OTEL, "anthropic", *_HTTP),
+    "anthropic_oi": (*_OTEL, "anthropic", "openinference.instrumentation.anthropic", *_HTTP),
     "autogen": (*_OTEL, "opentelemetry.instrumentation.openai_v2", "autogen_agentchat.agents",
-                "autogen_agentchat.teams", "autogen_ext.models.openai"),
-    "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai"),
-    "crewai_olm": (*_OTEL, "crewai", "crewai.tools", "opentelemetry.instrumentation.crewai"),
-    "dspy": (*_OTEL, "openinference.instrumentation.dspy", "dspy", "litellm",
-             "openinference.instrumentation.litellm"),
+                "autogen_agentchat.teams", "autogen_ext.models.openai", *_OPENAI),
+    "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai",
+               *_OPENAI),
+    "crewai_olm": (*_OTEL, "crewai", "crewai.tools", "opentelemetry.instrumentation.crewai",
+                   *_OPENAI),
+    "dspy": (*_OTEL, "openinference.instrumentation.dspy", "dspy", *_LITELLM,
+             "openinference.instrumentation.litellm", *_OPENAI),
     "google_adk": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
-                   "google.adk.runners", "litellm"),
+                   "google.adk.runners", *_LITELLM, *_OPENAI),
     "google_adk_oi": (*_OTEL, "google.adk.agents", "google.adk.models.lite_llm",
-                      "google.adk.runners", "litellm", "openinference.instrumentation.google_adk"),
-    "haystack": (*_OTEL, "openai"),
-    "hermes": (*_OTEL, "openai", "run_agent", "tools.registry"),
+                      "google.adk.runners", *_LITELLM, "openinference.instrumentation.google_adk",
+                      *_OPENAI),
+    "haystack": (*_OTEL, *_OPENAI),
+    "hermes": (*_OTEL, *_OPENAI, "run_agent", "tools.registry"),
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
-    "litellm_logfire": (*_OTEL, "litellm"),
+    "litellm_logfire": (*_OTEL, *_LITELLM, *_OPENAI),
+    # Logfire and MLflow are imported by the drivers after they set the exporters' variables:
+    # only the OpenAI SDK (and pydantic-ai) beneath them here
+    "logfire": (*_OTEL, *_OPENAI),
+    "mlflow": (*_OTEL, *_OPENAI),
+    "pydantic_ai_logfire": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", *_OPENAI),
     "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
-                   "llama_index.core.agent.workflow", "llama_index.llms.openai_like"),
+                   "openinference.instrumentation.llama_index._handler",
+                   "llama_index.core.agent.workflow", "llama_index.llms.openai_like",
+                   "_llamaindex_tokenizer", *_OPENAI),
     "llamaindex_legacy": (*_OTEL, "openinference.instrumentation.llama_index",
-                          "llama_index.core.agent", "llama_index.llms.openai_like"),
+                          "openinference.instrumentation.llama_index._handler",
+                          "llama_index.core.agent", "llama_index.llms.openai_like",
+                          "_llamaindex_tokenizer", *_OPENAI),
     "openai_agents": _OPENAI_AGENTS,
     # OpenLLMetry's OpenAIInstrumentor imports its wrappers (.v1) when it instruments
     "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents",
                           "opentelemetry.instrumentation.openai.v1"),
     "openai_agents_openlit": (*_OPENAI_AGENTS, "openlit"),
-    "openai_oi": (*_OTEL, "openai", "openinference.instrumentation.openai"),
-    "openai_olm": (*_OTEL, "openai", "opentelemetry.instrumentation.openai",
+    "openai_oi": (*_OTEL, *_OPENAI, "openinference.instrumentation.openai"),
+    "openai_olm": (*_OTEL, *_OPENAI, "opentelemetry.instrumentation.openai",
                    "opentelemetry.instrumentation.openai.v1"),
-    "openai_v2": (*_OTEL, "openai", "opentelemetry.instrumentation.openai_v2"),
-    "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai"),
-    "semantic_kernel": (*_OTEL, "openai", *_SEMANTIC_KERNEL),
-    "semantic_kernel_137": (*_OTEL, "openai", *_SEMANTIC_KERNEL),
-    "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents"),
+    "openai_v2": (*_OTEL, *_OPENAI, "opentelemetry.instrumentation.openai_v2"),
+    "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", *_OPENAI),
+    "semantic_kernel": (*_OTEL, *_OPENAI, *_SEMANTIC_KERNEL),
+    "semantic_kernel_137": (*_OTEL, *_OPENAI, *_SEMANTIC_KERNEL),
+    "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents", *_OPENAI),
     "steering_langchain": (*_LANGCHAIN, "openinference.instrumentation.langchain"),
-    "strands": (*_OTEL, "openai"),
+    "strands": (*_OTEL, *_OPENAI),
 }
 # what the drivers set before importing those: no price list download or telemetry from
 # LiteLLM, DSPy's cache out of the home directory, no CrewAI telemetry
@@ -140,8 +164,15 @@ class Home:
 # reports. Every driver of a venv listed in IMPORTED_WITH_SETTINGS has its settings here.
 _SK_DIAGNOSTICS = {"SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS": "true",
                    "SEMANTICKERNEL_EXPERIMENTAL_GENAI_ENABLE_OTEL_DIAGNOSTICS_SENSITIVE": "true"}
-_HERMES_PLUGINS = Home((("config.yaml", "plugins:\n  enabled:\n    - agento11y\n"),))
-_HERMES_NO_PLUGINS = Home((("config.yaml", "plugins:\n  enabled: []\n"),))
+# Hermes' own probes stay off (no test reads them): the Python toolchain probe of its system
+# prompt (it ran python3 and pip three times per agent, half a Hermes scenario's CPU seconds)
+# and the context window's (eleven HTTP requests to the scripted model server per agent, which
+# knows none: Hermes' default, 256,000 tokens, is what they found)
+_HERMES_QUIET = ("agent:\n  environment_probe: false\n"
+                 "model:\n  context_length: 256000\n")
+_HERMES_PLUGINS = Home((("config.yaml",
+                         "plugins:\n  enabled:\n    - agento11y\n" + _HERMES_QUIET),))
+_HERMES_NO_PLUGINS = Home((("config.yaml", "plugins:\n  enabled: []\n" + _HERMES_QUIET),))
 IMPORT_SETTINGS: dict[str, Mapping[str, str | Home]] = {
     "semantic_kernel_agent": _SK_DIAGNOSTICS,
     "semantic_kernel_137_agent": _SK_DIAGNOSTICS,
@@ -314,6 +345,7 @@ def drive_command(env: str, driver: str, argument: str, base: Mapping[str, str],
                   env_vars: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     """``python drivers/<driver>.py ARGUMENT`` in venv ``env`` with ``env_vars``, forked from
     the driver process that imported the framework with ``base``; it must exit 0."""
+    env_vars = {**env_vars, "SSL_CERT_FILE": str(TRUST_STORE)}
     if env in FRESH_INTERPRETER:
         result = subprocess.run([str(venv_python(env)), str(DRIVERS / f"{driver}.py"), argument],
                                 env=dict(env_vars), capture_output=True, text=True,

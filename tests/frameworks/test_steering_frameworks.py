@@ -41,11 +41,11 @@ FRAMEWORKS = [("steering_langchain", "steering_langchain"),
 
 
 def drive(sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], scenario: str,
-          model: str) -> dict[str, Any]:
+          model: str, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     env, driver = framework
     result = run_driver(env, driver, scenario, sidecar, llm, model,
                         extra_env={"PYTHONPATH": f"{DRIVERS}:{CLIENT_SRC}",
-                                   "OTEL_BSP_SCHEDULE_DELAY": "200"})
+                                   "OTEL_BSP_SCHEDULE_DELAY": "200", **(extra_env or {})})
     line = [text for text in result.stdout.splitlines() if text.startswith("{")][-1]
     outcome: dict[str, Any] = json.loads(line)
     outcome["stderr"] = result.stderr
@@ -119,12 +119,15 @@ def test_error_loop_abort_before_the_next_tool_call(
 def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path,
                                                     framework: tuple[str, str]) -> None:
     """The sidecar dies at the agent's 5th model request: the agent goes on with its own count
-    — the same countdown, no tool past the budget, the report — and says so once."""
+    — the same countdown, no tool past the budget, the report — and says so once. (The OTLP
+    exporter's retries to the dead sidecar are bounded by 2 s instead of its default 10 s: the
+    driver's exit waits for them.)"""
     stack = ExitStack()
     sidecar = stack.enter_context(running_server(sidecar_config(tmp_path / "state")))
     model = llm.script(f"{framework[0]}-killed", searching(), delay=0.02,
                        on_request=lambda index: index == 4 and stack.close())
-    outcome = drive(sidecar, llm, framework, "budget", model)
+    outcome = drive(sidecar, llm, framework, "budget", model,
+                    extra_env={"OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
     requests = llm.requests(model)
     assert len(outcome["ran"]) == 10 and len(requests) == 11
     check_countdown(requests, lambda index: index, 10)

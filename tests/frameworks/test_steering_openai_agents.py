@@ -169,8 +169,8 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path
     model = llm.script("oa-killed", searching(), delay=0.02,
                        on_request=lambda index: index == 4 and stack.close())
     provider = TracerProvider(resource=Resource.create({"service.name": "steering-oa"}))
-    provider.add_span_processor(BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=sidecar.otlp_http + "/v1/traces"),
+    provider.add_span_processor(BatchSpanProcessor(  # retries to the dead sidecar: 2 s at most
+        OTLPSpanExporter(endpoint=sidecar.otlp_http + "/v1/traces", timeout=2),
         schedule_delay_millis=EXPORT_DELAY_MS))
     set_tracing_disabled(False)
     instrumentor = instrument_openai_agents(provider)

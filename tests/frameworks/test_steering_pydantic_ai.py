@@ -47,10 +47,11 @@ from tests.ports import free_port
 EXPORT_DELAY_MS = 200  # the client's default batch delay: spans reach the sidecar late
 
 
-def tracer_provider(otlp_http: str) -> TracerProvider:
+def tracer_provider(otlp_http: str, timeout: float | None = None) -> TracerProvider:
+    """``timeout``: the exporter's, retries included (its default: 10 s)."""
     provider = TracerProvider(resource=Resource.create({"service.name": "steering-pyd"}))
     provider.add_span_processor(BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=otlp_http + "/v1/traces"),
+        OTLPSpanExporter(endpoint=otlp_http + "/v1/traces", timeout=timeout),
         schedule_delay_millis=EXPORT_DELAY_MS))
     return provider
 
@@ -191,7 +192,8 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(
     model = llm.script("pyd-killed", searching(), delay=0.02)
     stack = ExitStack()
     sidecar = stack.enter_context(running_server(sidecar_config(tmp_path / "state")))
-    provider = tracer_provider(sidecar.otlp_http)
+    # the exporter's retries to the dead sidecar bounded by 2 s: the shutdown waits for them
+    provider = tracer_provider(sidecar.otlp_http, timeout=2)
     agent = agent_on(llm, model, provider)
     ran: list[str] = []
 

@@ -4,7 +4,8 @@ a scenario pays for a fork instead of an interpreter start and the framework's i
 (tests.frameworks.harness starts it, one per venv and run, behind a file lock).
 
 ``python _forkserver.py SOCKET OWNER MODULE...`` imports the MODULEs (the framework's heavy
-modules, before any scenario configures anything), listens on the Unix socket SOCKET, says
+modules, before any scenario configures anything; ``NAME?`` only where NAME is installed),
+listens on the Unix socket SOCKET, says
 ``{"ready": ...}`` on stdout and then never writes there again. Each connection (one per pytest
 worker) sends one request per line: ``{"argv": [driver, scenario], "env": {...}, "cwd": ...,
 "stdout": path, "stderr": path}``. For each it forks; the child takes that environment,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -189,6 +191,10 @@ class ForkServer:
 def main(path: str, owner: int, modules: list[str]) -> None:
     started = time.perf_counter()
     for name in modules:
+        if name.endswith("?"):  # optional: imported where it is installed
+            name = name[:-1]
+            if importlib.util.find_spec(name) is None:
+                continue
         importlib.import_module(name)
     if threading.active_count() > 1:  # a fork would copy them half-way: never serve then
         raise SystemExit(f"importing {modules} started threads {threading.enumerate()}: "

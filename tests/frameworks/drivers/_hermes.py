@@ -55,6 +55,9 @@ def hermes_home(enable_plugins: list[str]) -> str:
     lines = ["plugins:", "  enabled:"] + [f"    - {name}" for name in enable_plugins]
     if not enable_plugins:
         lines[1] = "  enabled: []"
+    # no Python toolchain probe (python3 and pip in subprocesses) and no context-window probing
+    # of the scripted model server (it knows none: Hermes' default is what they find)
+    lines += ["agent:", "  environment_probe: false", "model:", "  context_length: 256000"]
     (home / "config.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(home)
 
