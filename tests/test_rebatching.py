@@ -270,7 +270,8 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 # it (the first span of a trace with no run yet is dropped, so the call finds nothing to take).
 # Lower a count when a change reads more of them right; never raise one (a new recording adds
 # its own: openai_agents_sdk's ping_pong, chain and ping_pong_limit, handoff after handoff, 13
-# of 14, 3 of 4 and 5 of 6).
+# of 14, 3 of 4 and 5 of 6; vercel_ai's subagent, a generateText run by another's tool, cut
+# between the two: the inner call's model and tool calls read in the outer run).
 OUT_OF_ORDER_MISREAD = {
     "agent_framework_native": 12, "agno_oi": 18, "autogen_native": 5,
     "crewai_openinference_openai": 7, "crewai_openllmetry": 1, "dspy_oi": 4,
@@ -280,7 +281,7 @@ OUT_OF_ORDER_MISREAD = {
     "openai_agents_oi": 10,
     "openai_agents_openlit": 14, "openai_agents_openllmetry": 20, "openai_agents_sdk": 49,
     "openai_olm_call_ids": 6, "openai_olm_loop": 6, "semantic_kernel_137_agent": 7,
-    "semantic_kernel_agent": 7, "smolagents_oi": 5,
+    "semantic_kernel_agent": 7, "smolagents_oi": 5, "vercel_ai": 1,
 }
 
 
