@@ -186,3 +186,19 @@ def test_without_a_function_id_the_agent_is_the_service(sidecar: RunningServer) 
 
     replay(sidecar, RECORDINGS / DRIVER / "three_tools.jsonl", edit=unnamed)
     check_runs(sidecar, [Expect("vercel-ai-service", 4, 3, 0, "completed", True, None, None)])
+
+
+def test_an_emitter_no_entry_knows_reads_as_loose_model_calls(sidecar: RunningServer) -> None:
+    """The recording with what says what each span is taken out (``ai.operationId``,
+    ``operation.name``), as from a toolkit no conventions entry knows: its model calls, each a
+    model name and token usage (``gen_ai.request.model``, ``gen_ai.usage.*``), read as a run of
+    loose calls — four calls, the last one's answer — rather than as nothing."""
+    def unknown(spans: list[dict[str, Any]]) -> None:
+        for span in spans:
+            span["attributes"] = [attribute for attribute in span["attributes"]
+                                  if attribute["key"] not in ("ai.operationId",
+                                                              "operation.name")]
+
+    replay(sidecar, RECORDINGS / DRIVER / "three_tools.jsonl", edit=unknown)
+    (run,) = check_runs(sidecar, [Expect("vercel_researcher", 4, 0, 0, "completed", True)])
+    assert sidecar.get_json(f"/v1/runs/{run['id']}")["final_output"] == scenarios.ANSWER

@@ -76,6 +76,7 @@ NESTED_AGENT_ROLES = TABLES.nested_agent_roles
 NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
+MODEL_CALL_MARKS = TABLES.model_call_marks
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
 LLM_SPAN_SUFFIXES = TABLES.llm_span_suffixes

@@ -57,6 +57,7 @@ class Tables:
     span_names: Mapping[str, Role]
     span_name_prefixes: tuple[tuple[str, Role], ...]
     unasked_tools: tuple[UnaskedTool, ...]
+    model_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
     nested_agent_roles: tuple[NestedAgent, ...]
     nested_step_span_names: frozenset[str]
     nested_step_span_suffixes: Names
@@ -154,6 +155,8 @@ def combine() -> Tables:
                                  for pair in convention.span_name_prefixes),
         unasked_tools=tuple(rule for convention in CONVENTIONS
                             for rule in convention.unasked_tools),
+        model_call_marks=tuple(convention.model_call_marks for convention in CONVENTIONS
+                               if convention.model_call_marks),
         nested_agent_roles=tuple(rule for convention in CONVENTIONS
                                  for rule in convention.nested_agent_roles),
         nested_step_span_names=frozenset(_names("nested_step_span_names")),

@@ -21,6 +21,7 @@ from watchdog.core.spans.attributes import (
     F_RUN_ID,
     GRAPH_NODE_JSON,
     KIND_MAPS,
+    MODEL_CALL_MARKS,
     NESTED_AGENT_ROLES,
     NESTED_STEP_SPAN_NAMES,
     NESTED_STEP_SPAN_SUFFIXES,
@@ -71,6 +72,9 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
                 role = roles.get(value)
                 if role is not None:
                     return role
+    for groups in MODEL_CALL_MARKS:
+        if all(any(key in attrs for key in group) for group in groups):
+            return Role.LLM
     return None
 
 

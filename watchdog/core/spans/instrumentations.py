@@ -30,6 +30,11 @@ GENAI = Convention(
     # Semantic Kernel's kernel.invoke_prompt: the prompt function's execute_tool frames the run
     unasked_tools=(UnaskedTool("gen_ai.operation.name", "execute_tool",
                                ("gen_ai.tool.call.id",)),),
+    # an emitter that names no operation (older GenAI conventions, a toolkit's own telemetry):
+    # a span with a model and its token usage is that model's call
+    model_call_marks=(("gen_ai.request.model", "gen_ai.response.model"),
+                      ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+                       "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens")),
     agent_name=("gen_ai.agent.name",),
     agent_span_name=("gen_ai.workflow.name",),
     session=("gen_ai.conversation.id",),

@@ -117,6 +117,9 @@ class Convention:
     span_names: Mapping[str, Role] = field(default_factory=dict)  # exact span name
     span_name_prefixes: tuple[tuple[str, Role], ...] = ()
     unasked_tools: tuple[UnaskedTool, ...] = ()  # with model calls below: no tool call
+    # a span nothing else types is a model call when it carries an attribute of each group (a
+    # model's name, its token usage): what an emitter no entry knows reads as loose calls
+    model_call_marks: tuple[tuple[str, ...], ...] = ()
     # a span of agent kind below the trace root that is no agent of its own
     nested_agent_roles: tuple[NestedAgent, ...] = ()
     # span names of such steps when they name no agent (an instrumentation's fallback name)
