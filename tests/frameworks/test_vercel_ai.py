@@ -24,7 +24,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,15 +176,19 @@ def test_a_tool_call_budget_counts_the_sdks_tool_calls(budgeted: RunningServer) 
                     ("wind_down", "budget-last-call"), ("abort", "budget-exhausted")], said
 
 
-def test_without_a_function_id_the_agent_is_the_service(sidecar: RunningServer) -> None:
-    """A call given no ``functionId`` names no agent on any span: its run is the service's."""
-    def unnamed(spans: list[dict[str, Any]]) -> None:
+def without(*keys: str) -> Callable[[list[dict[str, Any]]], None]:
+    """A recording's edit (:func:`replay`): these attributes taken out of every span."""
+    def edit(spans: list[dict[str, Any]]) -> None:
         for span in spans:
             span["attributes"] = [attribute for attribute in span["attributes"]
-                                  if attribute["key"] not in ("ai.telemetry.functionId",
-                                                              "resource.name")]
+                                  if attribute["key"] not in keys]
+    return edit
 
-    replay(sidecar, RECORDINGS / DRIVER / "three_tools.jsonl", edit=unnamed)
+
+def test_without_a_function_id_the_agent_is_the_service(sidecar: RunningServer) -> None:
+    """A call given no ``functionId`` names no agent on any span: its run is the service's."""
+    replay(sidecar, RECORDINGS / DRIVER / "three_tools.jsonl",
+           edit=without("ai.telemetry.functionId", "resource.name"))
     check_runs(sidecar, [Expect("vercel-ai-service", 4, 3, 0, "completed", True, None, None)])
 
 
@@ -193,12 +197,7 @@ def test_an_emitter_no_entry_knows_reads_as_loose_model_calls(sidecar: RunningSe
     ``operation.name``), as from a toolkit no conventions entry knows: its model calls, each a
     model name and token usage (``gen_ai.request.model``, ``gen_ai.usage.*``), read as a run of
     loose calls — four calls, the last one's answer — rather than as nothing."""
-    def unknown(spans: list[dict[str, Any]]) -> None:
-        for span in spans:
-            span["attributes"] = [attribute for attribute in span["attributes"]
-                                  if attribute["key"] not in ("ai.operationId",
-                                                              "operation.name")]
-
-    replay(sidecar, RECORDINGS / DRIVER / "three_tools.jsonl", edit=unknown)
+    replay(sidecar, RECORDINGS / DRIVER / "three_tools.jsonl",
+           edit=without("ai.operationId", "operation.name"))
     (run,) = check_runs(sidecar, [Expect("vercel_researcher", 4, 0, 0, "completed", True)])
     assert sidecar.get_json(f"/v1/runs/{run['id']}")["final_output"] == scenarios.ANSWER
