@@ -367,6 +367,11 @@ class SessionBook:
         memory is new, and is not looked up in the store (no read on the ingest path)."""
         self._stored = set(stored_ids)
 
+    def ids(self, prefix: str) -> list[str]:
+        """The ids starting with ``prefix`` of the sessions in memory and in the store at
+        start."""
+        return [sid for sid in {*(self._stored or ()), *self._cache} if sid.startswith(prefix)]
+
     def __len__(self) -> int:
         return len(self._cache)
 

@@ -109,7 +109,7 @@ class Server:
             check_port_free("model_address", config.model_address)
         self.metrics = metrics = Metrics(version=__version__)
         self.rules = rules = RuleManager(config.rules, config.default_rules,
-                                         reloaded=metrics.rules_reloaded)
+                                         reloaded=self._rules_reloaded)
         try:
             self.engine = await rules.start()  # a bad pack refuses to start
         except RulePackError as exc:
@@ -205,6 +205,12 @@ class Server:
             raise StartupError(listen_failure("otlp_grpc_address", config.otlp_grpc_address,
                                               reason, exc.errno)) from None
         self.addresses["otlp_grpc"] = (host, bound)
+
+    def _rules_reloaded(self, ok: bool) -> None:
+        assert self.metrics is not None
+        self.metrics.rules_reloaded(ok)
+        if self.native is not None:
+            self.native.check_basis()  # what new runs get may have changed
 
     async def _start_native(self, proxy: ModelProxy) -> None:
         """The model endpoint on the compiled relay (``model_relay: native``)."""

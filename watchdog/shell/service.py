@@ -126,6 +126,8 @@ class WatchdogService:
         self.core = Core(tracker, self.sessions, engine, Fleet(config.fleet_window),
                          timer=time.perf_counter, pricer=self.pricer)
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
+        # told when a tool's outage begins or ends (the model endpoint's relay: new runs' turn)
+        self.fleet_moved: Callable[[], None] | None = None
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
         self.queries = RunQueries(self.core, store, self.clock,
@@ -223,6 +225,8 @@ class WatchdogService:
                 observer.rule_error(rule)
         if step.outages:
             observer.tools_failing(step.outages)
+            if self.fleet_moved is not None:
+                self.fleet_moved()
             for tool, failing in step.outages.items():
                 logs.event("tool_outage" if failing else "tool_recovered", tool=tool)
         for decided in step.decisions:

@@ -36,7 +36,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
+mod admit;
 mod trim;
+use admit::{Admission, Settings, Verdict};
 use trim::{Answers, Api, LastEvent, StreamTrim};
 
 /// RFC 9110 §7.6.1, and the framing hyper sets itself.
@@ -50,8 +52,14 @@ type Headers = Vec<(String, String)>;
 enum Event {
     /// A request read: method, target, headers, body (None: refused before it was read), the
     /// refusal ("" none, "too_large", "overloaded", "unreadable"), requests in flight.
+    /// `learn`: the agent of a new conversation's first request, whose new runs the relay
+    /// has not been told about (`Relay.admit_agent`).
     Request { id: u64, method: String, target: String, headers: Headers, body: Option<Bytes>,
-              refusal: &'static str, in_flight: usize },
+              refusal: &'static str, in_flight: usize, learn: Option<String> },
+    /// A new conversation's first request, sent on at once with the bound `keep` (-1: none)
+    /// that its agent's new runs get (`admit`): Python reads it as a request it forwarded.
+    Taken { id: u64, method: String, target: String, headers: Headers, body: Bytes,
+            in_flight: usize, keep: i64 },
     /// A forward failed before the upstream answered ("timeout", "unreachable"): Python
     /// answers the request again with `respond`.
     Failed { id: u64, kind: &'static str, detail: String },
@@ -80,6 +88,8 @@ struct Shared {
     max_concurrent: usize,
     observe_limit: usize,
     answers: Answers,
+    /// What goes upstream before Python has read it (None until `Relay.admission`).
+    admission: Mutex<Option<Admission>>,
     client: reqwest::Client,
     /// For this process's own loopback relay: never through a proxy.
     direct: reqwest::Client,
@@ -346,11 +356,40 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             }
         }
     }
-    let event = Event::Request { id, method: parts.method.as_str().to_owned(),
-                                 target: parts.uri.to_string(), headers, body, refusal,
-                                 in_flight: in_flight - 1 };
-    let Some(mut reply) = shared.ask(id, event).await else {
-        return Ok(answer(503, &vec![], Bytes::from_static(b"the relay is closing"), ticket));
+    let method = parts.method.as_str().to_owned();
+    let target = parts.uri.to_string();
+    let mut learn = None;
+    let settings = shared.admission.lock().unwrap().as_ref().map(|a| a.settings.clone());
+    let first = match (&settings, &body) {
+        (Some(settings), Some(body)) if refusal.is_empty() =>
+            admit::read(settings, &method, &target, &parts.headers, body),
+        _ => None,
+    };
+    let verdict = first.and_then(|first| shared.admission.lock().unwrap().as_mut()
+        .map(|admission| admission.judge(first, &target, &parts.headers)));
+    let mut reply = match (verdict, body) {
+        (Some(Verdict::Admitted(admitted)), Some(body)) => {
+            let keep = admitted.keep;
+            shared.push(Event::Taken { id, method, target, headers, body: body.clone(),
+                                       in_flight: in_flight - 1, keep });
+            Reply::Forward {
+                method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
+                observe: true, notify: true, direct: false,
+                trim: usize::try_from(keep).ok().map(|keep| (admitted.api, keep)),
+                watch: (keep < 0).then_some(admitted.api) }
+        }
+        (verdict, body) => {
+            if let Some(Verdict::Learn(agent)) = verdict {
+                learn = Some(agent);
+            }
+            let event = Event::Request { id, method, target, headers, body, refusal,
+                                         in_flight: in_flight - 1, learn };
+            let Some(reply) = shared.ask(id, event).await else {
+                return Ok(answer(503, &vec![], Bytes::from_static(b"the relay is closing"),
+                                 ticket));
+            };
+            reply
+        }
     };
     loop {
         match reply {
@@ -549,7 +588,8 @@ impl Relay {
             events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
-            answers: Answers { names: answer_tools, prefixes: answer_tool_prefixes }, client,
+            answers: Answers { names: answer_tools, prefixes: answer_tool_prefixes },
+            admission: Mutex::new(None), client,
             direct });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
@@ -563,7 +603,8 @@ impl Relay {
     }
 
     /// The queued events, oldest first, as tuples:
-    /// ``("request", id, method, target, headers, body, refusal, in_flight)``,
+    /// ``("request", id, method, target, headers, body, refusal, in_flight, learn)``,
+    /// ``("taken", id, method, target, headers, body, in_flight, keep)``,
     /// ``("failed", id, kind, detail)``,
     /// ``("done", id, status, outcome, body, content_type, seconds, changed)``.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
@@ -573,8 +614,11 @@ impl Relay {
         let events = std::mem::take(&mut *self.shared.events.lock().unwrap());
         let bytes = |body: Option<Bytes>| body.map(|b| PyBytes::new(py, &b));
         events.into_iter().map(|event| Ok(match event {
-            Event::Request { id, method, target, headers, body, refusal, in_flight } =>
-                ("request", id, method, target, headers, bytes(body), refusal, in_flight)
+            Event::Request { id, method, target, headers, body, refusal, in_flight, learn } =>
+                ("request", id, method, target, headers, bytes(body), refusal, in_flight, learn)
+                    .into_pyobject(py)?.into_any(),
+            Event::Taken { id, method, target, headers, body, in_flight, keep } =>
+                ("taken", id, method, target, headers, PyBytes::new(py, &body), in_flight, keep)
                     .into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
@@ -643,6 +687,60 @@ impl Relay {
         }
         out.extend_from_slice(trim.rest());
         Ok(Some((PyBytes::new(py, &out), trim.changed)))
+    }
+
+    /// Sends a new conversation's first request on before Python has read it, once Python has
+    /// said what a new run of its agent gets (module `admit`): ``openai``, ``anthropic``: the
+    /// upstreams' base URLs; ``agent``: the agent of a request that names none; ``token``:
+    /// (header, value) the endpoint requires, if any.
+    #[pyo3(signature = (openai, anthropic, agent, token=None))]
+    fn admission(&self, openai: String, anthropic: String, agent: String,
+                 token: Option<(String, String)>) {
+        let token = token.map(|(name, value)| (name.to_ascii_lowercase(), value));
+        *self.shared.admission.lock().unwrap() = Some(Admission::new(Settings {
+            openai, anthropic, default_agent: agent, token }));
+    }
+
+    /// A new run of ``agent`` gets the bound ``keep`` (-1: none) and nothing else: its new
+    /// conversations' first requests go on at once.
+    fn admit_agent(&self, agent: String, keep: i64) {
+        if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+            admission.learn(agent, keep);
+        }
+    }
+
+    /// Forgets what new runs get (the rules or the fleet changed): Python decides again.
+    fn admit_clear(&self) {
+        if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+            admission.clear();
+        }
+    }
+
+    /// Conversations (sessions' 24 hex digits) that are not new; False once the relay
+    /// remembers as many as it can (from then on every request waits for Python).
+    fn known(&self, sessions: Vec<String>) -> PyResult<bool> {
+        let mut guard = self.shared.admission.lock().unwrap();
+        let Some(admission) = guard.as_mut() else { return Ok(true) };
+        for session in sessions {
+            let digest = admit::parse_digest(&session).ok_or_else(
+                || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
+            if !admission.know(digest) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The session digest (24 hex digits) of a request the relay reads as a new
+    /// conversation's first, or None. For tests.
+    #[staticmethod]
+    #[pyo3(signature = (method, target, headers, body, agent="", token=None))]
+    fn first_digest(method: &str, target: &str, headers: Headers, body: &[u8], agent: &str,
+                    token: Option<(String, String)>) -> Option<String> {
+        let settings = Settings { openai: String::new(), anthropic: String::new(),
+                                  default_agent: agent.to_owned(), token };
+        admit::read(&settings, method, target, &header_map(&headers), body)
+            .map(|first| first.hex())
     }
 
     /// Requests being served now.

@@ -21,6 +21,10 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   ``trim`` and stream trimmers): a stream event by event, a whole response read first. A
   stream's end is told at its last event (``[DONE]``, a Responses end event,
   ``message_stop``), before the agent has it, bound or not (``watch``);
+* a new conversation's first request, when this process has said what a new run of its agent
+  gets (a bound or none, and nothing else: no note, no final turn, no answer of its own), is
+  sent on by the relay at once, before this loop has read it (``admit``, below); it comes
+  here as ``taken`` and is read, given its run and booked as a forwarded one is;
 * a request whose answer must be held (the final report, replaced by a stop note when the
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
@@ -33,6 +37,17 @@ continue a call held unbooked (its conversation, its run's trace or ``x-watchdog
 results, a continued response: :meth:`ModelBook.may_be_of`) has them all booked before its run
 is found, so each request still finds its run's calls counted (the countdown exact).
 
+What a new conversation's first request gets depends only on its agent (the rule packs'
+budgets and rules for a run with nothing in it), its session's earlier runs, and the fleet's
+failing tools. The relay learns the first from a request this process decided
+(``admit_agent``: a pass, with the bound it got, for a request that opened a run), is told every
+conversation that is not new (``known``: each one a request here was of, and the sessions
+restored at start), and forgets what it learned when the rules or the fleet change
+(``admit_clear``: at a reload, when a tool's outage begins or ends, and at each batch of
+events). Such a request that this process would
+have decided otherwise (the fleet changed while it was on its way) is logged as a miss, and
+the relay forgets what it learned.
+
 Nothing here logs a header; the relay never does.
 """
 
@@ -41,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
@@ -50,13 +66,14 @@ from multidict import CIMultiDict
 from watchdog.core.model.book import Caller
 from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, Act
 from watchdog.core.model.wire import Request
-from watchdog.shell.model.headers import Refused, check_target
+from watchdog.shell.model.headers import TOKEN_HEADER, Refused, check_target
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
 
 log = logging.getLogger("watchdog.model")
 
 TICKET_PATH = "/relay/"
+SESSION_PREFIX = "model:"  # a conversation's session: this and its digest's first 24 hex digits
 
 
 def missing_relay() -> str | None:
@@ -88,6 +105,10 @@ class NativeEndpoint:
         self.ended: list[tuple[Plan, int, str, bytes | None, str, float, bool]] = []  # to book
         self.booking = False  # a booking of the ended calls is scheduled
         self.closed = False
+        self.admitted = 0  # requests the relay sent on before this loop read them
+        self.missed = 0  # of those, decided otherwise here once read
+        self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
+        self._full = False  # the relay remembers all the conversations it can
 
     async def start(self, host: str, port: int) -> int:
         """Listens at ``host:port`` (OSError when it cannot); the port bound."""
@@ -107,6 +128,13 @@ class NativeEndpoint:
                            CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
                            answer_tools=sorted(ANSWER_TOOLS),
                            answer_tool_prefixes=list(ANSWER_TOOL_PREFIXES))
+        proxy = self.proxy
+        token = None if proxy.token is None else (TOKEN_HEADER, proxy.token)
+        self.relay.admission(proxy.openai, proxy.anthropic, config.model_agent_name or "",
+                             token)
+        self._know(sid.removeprefix(SESSION_PREFIX)
+                   for sid in proxy.service.sessions.ids(SESSION_PREFIX))
+        proxy.service.fleet_moved = self.check_basis
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.relay.fd, self._drain)
         self.proxy.before_identify = self._before_identify
@@ -138,11 +166,15 @@ class NativeEndpoint:
     def _drain(self) -> None:
         """The queued events in their order: a response's end comes before any request its
         client sent after it (so the next request of a conversation finds the call booked)."""
-        for event in self.relay.take():
+        events = self.relay.take()
+        self.check_basis()
+        for event in events:
             kind, number = event[0], event[1]
             try:
                 if kind == "request":
                     self._request(number, *event[2:])
+                elif kind == "taken":
+                    self._taken(number, *event[2:])
                 elif kind == "done":
                     self._done(number, *event[2:])
                 else:
@@ -189,7 +221,7 @@ class NativeEndpoint:
                     plan.exchange.settle()
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
-                 body: bytes | None, refusal: str, in_flight: int) -> None:
+                 body: bytes | None, refusal: str, in_flight: int, learn: str | None) -> None:
         proxy = self.proxy
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
@@ -208,6 +240,7 @@ class NativeEndpoint:
         if isinstance(plan, Answer):
             self.relay.respond(number, plan.status, list(plan.headers.items()), plan.body)
             return
+        self._publish(plan, learn)
         if plan.fast:
             self.pending[number] = plan
             observed = plan.exchange is not None
@@ -223,6 +256,76 @@ class NativeEndpoint:
         if not self.relay.forward(number, "POST", self.internal + ticket, [], b"", False, True,
                                   True):
             self._done(number, 0, "cancelled", None, "", 0.0)
+
+    def _taken(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
+               body: bytes, in_flight: int, keep: int) -> None:
+        """A new conversation's first request the relay sent on with the bound ``keep``
+        (-1: none): read, given its run, and booked when its response ends, as if decided
+        here; a miss if it is not what this process decides now."""
+        proxy = self.proxy
+        wire = proxy.wire_of(method, target)
+        try:
+            plan = proxy.plan(wire, method, target, CIMultiDict(raw_headers), body)
+        except Refused as refused:
+            plan = proxy.refusal(wire, refused)
+        self.admitted += 1
+        if isinstance(plan, Plan):
+            exchange = plan.exchange
+            self._publish(plan, None)
+            if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep):
+                self.pending[number] = plan
+                return
+            exchange.state.final_used = False  # the final turn did not go: the request did
+            exchange.settle()
+        self.missed += 1
+        self._forget()
+        log.warning("model request sent on as a new run's (bound %s) but decided otherwise "
+                    "once read (%s): the rules or the fleet changed meanwhile", keep,
+                    "an answer" if isinstance(plan, Answer) else plan.exchange.turn.act.value
+                    if plan.exchange is not None else "unread")
+
+    # -- what the relay sends on before this loop reads it -------------------------------------
+
+    def _publish(self, plan: Plan, learn: str | None) -> None:
+        """The relay told the request's conversation (not new from now on), and, for a new
+        conversation's first request (``learn``: its agent) that opened a run with nothing
+        but a bound, what new runs of its agent get."""
+        exchange = plan.exchange
+        if exchange is None:
+            return
+        state = exchange.state
+        if state.conversation is not None:
+            self._know((state.conversation[:24],))
+        if (learn is not None and plan.fast and exchange.turn.act is Act.PASS
+                and state.answered == 0 and state.asking == 1 and not state.handed):
+            self.check_basis()
+            self.relay.admit_agent(learn, plan.keep)
+
+    def _know(self, sessions: Iterable[str]) -> None:
+        if not self._full and not self.relay.known(list(sessions)):
+            self._full = True
+            log.warning("the model endpoint's relay remembers as many conversations as it "
+                        "can: every request is now read before it is sent on")
+
+    def check_basis(self) -> None:
+        """What the relay learned holds while the rules and the fleet's failing tools are
+        those it was learned under (checked at each batch of events, and when the rules are
+        loaded again or a tool's outage begins or ends)."""
+        if self.relay is None or self.closed:
+            return
+        core = self.proxy.service.core
+        rules = core.engine.ruleset if core.engine is not None else None
+        fleet = core.fleet.activation()
+        basis = self._basis
+        if basis is None or basis[0] is not rules or (basis[1] is not fleet
+                                                      and basis[1] != fleet):
+            if basis is not None:
+                self._forget()
+            self._basis = (rules, fleet)
+
+    def _forget(self) -> None:
+        self.relay.admit_clear()
+        self._basis = None
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
               content_type: str, seconds: float, changed: bool = False) -> None:

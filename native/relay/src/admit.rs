@@ -1,0 +1,270 @@
+//! Requests sent on before Python has read them (DESIGN §12, "the relay"): the first request of
+//! a new conversation, once Python has said what such a request of its agent gets.
+//!
+//! Python decides every request from its run. A new conversation's first request has no run
+//! yet, so what it gets depends only on its agent (the rule pack's budgets and rules for a run
+//! with nothing in it), on its session's earlier runs, and on the fleet. Python tells the relay
+//! what a new run of an agent got (`admit_agent`, learned from a request it decided) and which
+//! conversations are known (`known`: every one it has seen or restored, whose sessions may make
+//! a difference); it takes that back when the rules or the fleet change (`admit_clear`). A
+//! request that is plainly such a first request (no tool results, no history, no run or trace
+//! named, no budget header, a conversation no one has seen) of an agent with a learned answer
+//! goes upstream at once, with the bound it gets; Python still reads it, opens its run and
+//! books its call as for any other, and checks that its own decision is the same.
+//!
+//! Everything else, and anything this cannot read as plainly as Python does, goes to Python.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use hyper::header::HeaderMap;
+use serde_json::{Map, Value};
+
+use crate::trim::Api;
+use crate::{Headers, HOP_BY_HOP};
+
+/// Conversations remembered: past this, nothing is sent on before Python has read it.
+pub const MAX_KNOWN: usize = 1 << 18;
+/// The request headers the relay sets itself (with the hop-by-hop ones, never passed on).
+const REQUEST_SET: [&str; 3] = ["host", "content-length", "expect"];
+const WATCHDOG_PREFIX: &str = "x-watchdog-";
+const AGENT_HEADER: &str = "x-watchdog-agent";
+/// What the client SDK writes into the instructions (`steer.SDK_MARKS`): a run it steers, which
+/// Python judges request by request.
+const SDK_MARKS: [&str; 3] = ["[agent-watchdog: system instruction", "[budget: ", "[grace: "];
+/// A session's id is `model:` and the first 12 bytes of its conversation's digest in hex.
+pub type Digest = [u8; 12];
+
+/// What Python set at start: the upstreams, the agent of a request that names none, the
+/// endpoint's token header and value (when it has one).
+pub struct Settings {
+    pub openai: String,
+    pub anthropic: String,
+    pub default_agent: String,
+    pub token: Option<(String, String)>,
+}
+
+/// What Python taught: what a new run of each agent gets (its bound: -1 none), and the
+/// conversations known.
+pub struct Admission {
+    pub settings: Arc<Settings>,
+    agents: HashMap<String, i64>,
+    known: HashSet<Digest>,
+}
+
+/// A request read as a new conversation's first: its API, agent and conversation.
+pub struct First {
+    api: Api,
+    agent: String,
+    digest: Digest,
+}
+
+impl First {
+    pub fn hex(&self) -> String {
+        self.digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+}
+
+/// A request to send on now: where, with which headers, the API it speaks, its bound.
+pub struct Admitted {
+    pub url: String,
+    pub headers: Headers,
+    pub api: Api,
+    pub keep: i64,
+}
+
+/// What becomes of a new conversation's first request.
+pub enum Verdict {
+    Admitted(Admitted),
+    /// Its agent's new runs are not judged yet: Python may teach the relay from its decision.
+    Learn(String),
+    No,
+}
+
+impl Admission {
+    pub fn new(settings: Settings) -> Self {
+        Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new() }
+    }
+
+    pub fn learn(&mut self, agent: String, keep: i64) {
+        self.agents.insert(agent, keep);
+    }
+
+    pub fn clear(&mut self) {
+        self.agents.clear();
+    }
+
+    /// False once full (then nothing is admitted).
+    pub fn know(&mut self, digest: Digest) -> bool {
+        if self.known.len() >= MAX_KNOWN && !self.known.contains(&digest) {
+            return false;
+        }
+        self.known.insert(digest);
+        true
+    }
+
+    /// What becomes of a request [`read`] found to be a new conversation's first.
+    pub fn judge(&mut self, first: First, target: &str, headers: &HeaderMap) -> Verdict {
+        if self.known.contains(&first.digest) {
+            return Verdict::No;
+        }
+        let Some(&keep) = self.agents.get(&first.agent) else {
+            return Verdict::Learn(first.agent);
+        };
+        if !self.know(first.digest) {
+            return Verdict::No;
+        }
+        let settings = &self.settings;
+        let url = match first.api {
+            Api::Messages => format!("{}{}", settings.anthropic, target),
+            _ => format!("{}{}", settings.openai, &target[3..]),
+        };
+        Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep })
+    }
+}
+
+/// The request, if it is plainly a new conversation's first (read without the lock).
+pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap, body: &[u8])
+            -> Option<First> {
+    if method != "POST" {
+        return None;
+    }
+    let api = match target {
+        "/v1/chat/completions" => Api::Chat,
+        "/v1/responses" => Api::Responses,
+        "/v1/messages" => Api::Messages,
+        _ => return None,
+    };
+    let token = settings.token.as_ref();
+    let mut agent = None;
+    for (name, value) in headers {
+        let name = name.as_str();
+        if name == AGENT_HEADER {
+            agent = Some(String::from_utf8_lossy(value.as_bytes()).into_owned());
+        } else if name == "traceparent"
+            || (name.starts_with(WATCHDOG_PREFIX) && !token.is_some_and(|t| t.0 == name))
+            || (name == "content-encoding"
+                && !value.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity")) {
+            return None; // a run, a trace or a budget named; a body to inflate
+        }
+    }
+    if let Some((name, token)) = token {
+        let given = headers.get(name.as_str()).map(|v| v.as_bytes()).unwrap_or(b"");
+        if !same(given, token.as_bytes()) {
+            return None;
+        }
+    }
+    let agent = agent.filter(|name| !name.is_empty())
+        .unwrap_or_else(|| settings.default_agent.clone());
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
+        return None;
+    };
+    let digest = digest(api, &agent, first_request(api, &body)?);
+    Some(First { api, agent, digest })
+}
+
+/// A new conversation's first request, as Python reads it (no tool results, no answer of the
+/// model's before it, its last message the user's): its anchor, the first user message's text.
+/// None for anything else, or anything less plain (content in parts, a continued response).
+fn first_request(api: Api, body: &Map<String, Value>) -> Option<&str> {
+    match api {
+        Api::Chat => {
+            let messages = body.get("messages")?.as_array()?;
+            let mut anchor = None;
+            for message in messages {
+                let message = message.as_object()?;
+                match message.get("role")?.as_str()? {
+                    "system" | "developer" => plain(message.get("content")?)?,
+                    "user" => {
+                        if anchor.is_none() {
+                            anchor = Some(non_empty(message.get("content")?)?);
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+            let last = messages.last()?.as_object()?;
+            (last.get("role")?.as_str()? == "user").then_some(())?;
+            anchor
+        }
+        Api::Responses => {
+            if ["previous_response_id", "conversation"].iter().any(|key| body.contains_key(*key)) {
+                return None;
+            }
+            body.get("instructions").map_or(Some(()), plain)?;
+            non_empty(body.get("input")?)
+        }
+        Api::Messages => {
+            body.get("system").map_or(Some(()), plain)?;
+            let messages = body.get("messages")?.as_array()?;
+            let [only] = messages.as_slice() else { return None };
+            let only = only.as_object()?;
+            (only.get("role")?.as_str()? == "user").then_some(())?;
+            non_empty(only.get("content")?)
+        }
+    }
+}
+
+/// Instructions in one string that the client SDK did not write.
+fn plain(value: &Value) -> Option<()> {
+    let text = value.as_str()?;
+    (!SDK_MARKS.iter().any(|mark| text.contains(mark))).then_some(())
+}
+
+fn non_empty(value: &Value) -> Option<&str> {
+    value.as_str().filter(|text| !text.is_empty())
+}
+
+/// The conversation's digest as Python's book makes it (`_digest`): its first 12 bytes.
+fn digest(api: Api, agent: &str, anchor: &str) -> Digest {
+    let name = match api {
+        Api::Chat => "chat",
+        Api::Responses => "responses",
+        Api::Messages => "messages",
+    };
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    context.update(name.as_bytes());
+    context.update(b"\0");
+    context.update(agent.as_bytes());
+    context.update(b"\0");
+    context.update(anchor.as_bytes());
+    let mut out = [0u8; 12];
+    out.copy_from_slice(&context.finish().as_ref()[..12]);
+    out
+}
+
+/// The headers that go upstream, as Python's `request_headers` leaves them, with the response
+/// asked for unencoded (it is read).
+fn sent_headers(headers: &HeaderMap) -> Headers {
+    let named: Vec<String> = headers.get_all("connection").iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(',').map(|part| part.trim().to_ascii_lowercase()))
+        .collect();
+    let mut out: Headers = headers.iter()
+        .map(|(name, value)| (name.as_str(), value))
+        .filter(|(name, _)| !name.starts_with(WATCHDOG_PREFIX) && !HOP_BY_HOP.contains(name)
+                && !REQUEST_SET.contains(name) && *name != "accept-encoding"
+                && !named.iter().any(|n| n == name))
+        .map(|(name, value)| (name.to_owned(),
+                              String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect();
+    out.push(("accept-encoding".to_owned(), "identity".to_owned()));
+    out
+}
+
+/// Equal, in a time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A session's 24 hex digits.
+pub fn parse_digest(hex: &str) -> Option<Digest> {
+    if hex.len() != 24 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 12];
+    for (index, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[index * 2..index * 2 + 2], 16).ok()?;
+    }
+    Some(out)
+}
