@@ -126,8 +126,9 @@ class WatchdogService:
         self.core = Core(tracker, self.sessions, engine, Fleet(config.fleet_window),
                          timer=time.perf_counter, pricer=self.pricer)
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
-        # told when a tool's outage begins or ends (the model endpoint's relay: new runs' turn)
-        self.fleet_moved: Callable[[], None] | None = None
+        # told after each step of the core (the model endpoint's relay: the fleet may have
+        # moved, and with it what a new run gets)
+        self.stepped: Callable[[], None] | None = None
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
         self.queries = RunQueries(self.core, store, self.clock,
@@ -213,6 +214,8 @@ class WatchdogService:
     def _carry(self, step: Step) -> None:
         """Hand what a core step produced to whoever takes it: one way, no answers back."""
         self.state.take(step.dirty, step.activity, step.gone)
+        if self.stepped is not None:
+            self.stepped()
         observer = self.observer
         if step.batch is not None:
             observer.batch_applied(step.batch, step.evicted)
@@ -225,8 +228,6 @@ class WatchdogService:
                 observer.rule_error(rule)
         if step.outages:
             observer.tools_failing(step.outages)
-            if self.fleet_moved is not None:
-                self.fleet_moved()
             for tool, failing in step.outages.items():
                 logs.event("tool_outage" if failing else "tool_recovered", tool=tool)
         for decided in step.decisions:

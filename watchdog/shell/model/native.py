@@ -43,8 +43,8 @@ failing tools. The relay learns the first from a request this process decided
 (``admit_agent``: a pass, with the bound it got, for a request that opened a run), is told every
 conversation that is not new (``known``: each one a request here was of, and the sessions
 restored at start), and forgets what it learned when the rules or the fleet change
-(``admit_clear``: at a reload, when a tool's outage begins or ends, and at each batch of
-events). Such a request that this process would
+(``admit_clear``: at a reload, and after any step of the core that changed the fleet's
+failing tools). Such a request that this process would
 have decided otherwise (the fleet changed while it was on its way) is logged as a miss, and
 the relay forgets what it learned.
 
@@ -134,7 +134,7 @@ class NativeEndpoint:
                              token)
         self._know(sid.removeprefix(SESSION_PREFIX)
                    for sid in proxy.service.sessions.ids(SESSION_PREFIX))
-        proxy.service.fleet_moved = self.check_basis
+        proxy.service.stepped = self.check_basis
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.relay.fd, self._drain)
         self.proxy.before_identify = self._before_identify
@@ -309,8 +309,8 @@ class NativeEndpoint:
 
     def check_basis(self) -> None:
         """What the relay learned holds while the rules and the fleet's failing tools are
-        those it was learned under (checked at each batch of events, and when the rules are
-        loaded again or a tool's outage begins or ends)."""
+        those it was learned under (checked at each batch of events, when the rules are
+        loaded again and after each step of the core)."""
         if self.relay is None or self.closed:
             return
         core = self.proxy.service.core

@@ -1,0 +1,467 @@
+"""The compiled relay sends a new conversation's first request upstream before the event loop
+has read it (``watchdog/shell/model/native.py``, ``native/relay/src/admit.rs``), once the loop
+has said what a new run of its agent gets; and it sends nothing else that way.
+
+Each served test holds the sidecar's event loop busy (a callback that sleeps on it) and looks
+at what the upstream has received meanwhile: what went on without the loop, and what waited
+for it. The upstream is a raw loopback server that records every request."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import http.client
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
+from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from tests.test_model_proxy import RawUpstream, Seen, send
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.messages import MessagesWire
+from watchdog.core.model.responses import ResponsesWire
+from watchdog.core.model.steer import SDK_MARKS
+from watchdog.shell.model._relay import Relay
+
+KEY = "sk-admit-SECRET-0123456789"
+AGENT = "admitted"
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+WIRES = {"chat": ChatWire(), "responses": ResponsesWire(), "messages": MessagesWire()}
+REPLIES = {
+    "/v1/chat/completions": {"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                             "model": "m", "choices": [{"index": 0, "message": {
+                                 "role": "assistant", "content": "done"},
+                                 "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+    "/v1/responses": {"id": "resp_1", "object": "response", "status": "completed", "model": "m",
+                      "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+                                  "content": [{"type": "output_text", "text": "done"}]}],
+                      "usage": {"input_tokens": 3, "output_tokens": 1}},
+    "/v1/messages": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                     "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn",
+                     "usage": {"input_tokens": 3, "output_tokens": 1}},
+}
+BUDGET_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: admission-budgets
+budgets:
+  - agents: ["{agent}"]
+    max_tool_calls: {calls}
+"""
+
+
+def tool_calls(count: int) -> bytes:
+    return json.dumps({"id": "chatcmpl-t", "object": "chat.completion", "created": 1,
+                       "model": "m", "choices": [{"index": 0, "message": {
+                           "role": "assistant", "content": None, "tool_calls": [
+                               {"id": f"call_{n}", "type": "function", "function": {
+                                   "name": "search", "arguments": json.dumps({"q": n})}}
+                               for n in range(count)]}, "finish_reason": "tool_calls"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 9}}).encode()
+
+
+def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    path = seen.path.split("?", 1)[0]
+    try:
+        wanted = json.loads(seen.body).get("metadata", {}).get("calls")
+    except (ValueError, AttributeError):
+        wanted = None
+    if wanted is not None:
+        send(handler, 200, tool_calls(int(wanted)))
+    else:
+        send(handler, 200, json.dumps(REPLIES.get(path, {"object": "list", "data": []})).encode())
+
+
+def chat(text: str, system: str = "You are terse.", **extra: Any) -> bytes:
+    return json.dumps({"model": "m", "messages": [{"role": "system", "content": system},
+                                                  {"role": "user", "content": text}],
+                       **extra}).encode()
+
+
+@pytest.fixture
+def upstream() -> Iterator[RawUpstream]:
+    raw = RawUpstream(reply)
+    yield raw
+    raw.close()
+
+
+def sidecar(tmp_path: Path, upstream: RawUpstream, pack: str | None = None,
+            state: str = "state") -> Any:
+    rules: tuple[str, ...] = ()
+    if pack is not None:
+        path = tmp_path / "pack.yaml"
+        path.write_text(pack)
+        rules = (str(path),)
+    return running_server(sidecar_config(
+        tmp_path / state, model_address="127.0.0.1:0", model_relay="native",
+        model_upstream=upstream.base + "/v1", model_upstream_anthropic=upstream.base,
+        model_agent_name=AGENT, rules=rules))
+
+
+def post(server: RunningServer, path: str, body: bytes,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One request on a connection of its own, with exactly these headers."""
+    host, port = server.server.addresses["model"]
+    connection = http.client.HTTPConnection(host, port, timeout=20)
+    try:
+        connection.request("POST", path, body, {
+            "Content-Type": "application/json", "Authorization": f"Bearer {KEY}",
+            **(headers or {})})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+@contextmanager
+def busy(server: RunningServer, seconds: float = 2.0) -> Iterator[threading.Event]:
+    """The sidecar's event loop held for ``seconds``; the event is set when it is free."""
+    holding, free = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        time.sleep(seconds)
+        free.set()
+
+    server.loop.call_soon_threadsafe(hold)
+    assert holding.wait(5)
+    yield free
+    assert free.wait(seconds + 5)
+
+
+def in_background(call: Callable[[], tuple[int, bytes]]) -> Callable[[], tuple[int, bytes]]:
+    """``call`` on a thread of its own; the returned function waits for its answer."""
+    result: list[tuple[int, bytes]] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+
+    def answer() -> tuple[int, bytes]:
+        thread.join(30)
+        assert result, "no answer"
+        return result[0]
+    return answer
+
+
+def seen_with(upstream: RawUpstream, marker: str) -> list[Seen]:
+    return [seen for seen in upstream.seen if marker.encode() in seen.body]
+
+
+def runs(server: RunningServer) -> list[dict[str, Any]]:
+    status, body = http_request("GET", server.api + "/v1/runs?limit=100")
+    assert status == 200
+    return list(json.loads(body)["runs"])
+
+
+# -- served ---------------------------------------------------------------------------------------
+
+def test_a_new_conversations_first_request_goes_on_while_the_loop_is_busy(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], chat("task one"))[0] == 200  # decided by the loop
+        with busy(server) as free:
+            status, body = post(server, PATHS["chat"], chat("task two"))
+            assert not free.is_set(), "the request waited for the loop"
+        assert status == 200 and json.loads(body) == REPLIES[PATHS["chat"]]
+        assert len(seen_with(upstream, "task two")) == 1
+        # read and booked once the loop is free: a run of its own with its model call
+        wait_until(lambda: len(runs(server)) == 2, "two runs")
+        native = server.server.native
+        assert native is not None and native.admitted == 1 and native.missed == 0
+        wait_until(lambda: all(run["iterations"] == 1 for run in runs(server)),
+                   lambda: f"each run's model call booked: {runs(server)}")
+
+
+def test_what_goes_upstream_is_what_the_loop_would_have_sent(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    headers = {"Connection": "keep-alive, X-Hop", "X-Hop": "dropped", "Accept-Encoding": "gzip",
+               "X-Custom": "kept", "OpenAI-Organization": "org-1", "X-Watchdog-Agent": AGENT}
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], chat("task AAA"), headers)[0] == 200
+        with busy(server) as free:
+            assert post(server, PATHS["chat"], chat("task BBB"), headers)[0] == 200
+            assert not free.is_set()
+    (decided,), (admitted,) = seen_with(upstream, "task AAA"), seen_with(upstream, "task BBB")
+    assert admitted.body == decided.body.replace(b"task AAA", b"task BBB")
+    assert admitted.headers == decided.headers
+    assert admitted.headers["accept-encoding"] == "identity"
+    assert "x-hop" not in admitted.headers and "x-watchdog-agent" not in admitted.headers
+    assert admitted.path == decided.path == "/v1/chat/completions"
+
+
+def test_only_plain_first_requests_of_new_conversations_go_on_without_the_loop(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """Each of these waits for the loop: a conversation seen before, one going on, a run, a
+    trace or a budget named, a body to inflate, instructions of the client SDK, content in
+    parts, an agent whose new runs the loop has not judged, a continued response, other
+    paths. Plain first requests of all three APIs in the same window go on."""
+    waiting: dict[str, tuple[str, bytes, dict[str, str]]] = {
+        "seen-before": (PATHS["chat"], chat("task one"), {}),
+        "going-on": (PATHS["chat"], json.dumps({"model": "m", "messages": [
+            {"role": "user", "content": "going-on"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "c1", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}).encode(), {}),
+        "traced": (PATHS["chat"], chat("traced"), {
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}),
+        "named-run": (PATHS["chat"], chat("named-run"), {"X-Watchdog-Run": "run-42"}),
+        "budget-header": (PATHS["chat"], chat("budget-header"),
+                          {"X-Watchdog-Budget-Tool-Calls": "10"}),
+        "gzipped": (PATHS["chat"], gzip.compress(chat("gzipped")), {"Content-Encoding": "gzip"}),
+        "sdk-steered": (PATHS["chat"], chat("sdk-steered", system="Be brief.\n\n[budget: 2 of "
+                                            "5 tool calls left — wrap up soon]"), {}),
+        "in-parts": (PATHS["chat"], json.dumps({"model": "m", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "in-parts"}]}]}).encode(), {}),
+        "other-agent": (PATHS["chat"], chat("other-agent"), {"X-Watchdog-Agent": "unjudged"}),
+        "continued": (PATHS["responses"], json.dumps({
+            "model": "m", "input": "continued", "previous_response_id": "resp_0"}).encode(), {}),
+        "query": (PATHS["chat"] + "?x=1", chat("query"), {}),
+        "embeddings": ("/v1/embeddings", json.dumps({"model": "m", "input": "embeddings"}
+                                                     ).encode(), {}),
+    }
+    plain = {
+        "plain-chat": (PATHS["chat"], chat("plain-chat")),
+        "plain-responses": (PATHS["responses"], json.dumps({
+            "model": "m", "instructions": "Be brief.", "input": "plain-responses"}).encode()),
+        "plain-messages": (PATHS["messages"], json.dumps({
+            "model": "m", "max_tokens": 10, "system": "Be brief.",
+            "messages": [{"role": "user", "content": "plain-messages"}]}).encode()),
+    }
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], chat("task one"))[0] == 200
+        with busy(server, 3.0) as free:
+            answers = {name: in_background(lambda p=path, b=body, h=headers: post(server, p, b, h))
+                       for name, (path, body, headers) in waiting.items()}
+            for name, (path, body) in plain.items():
+                assert post(server, path, body, {"anthropic-version": "2023-06-01"})[0] == 200, \
+                    name
+            time.sleep(0.3)  # a request sent on would have reached the upstream by now
+            assert not free.is_set()
+            went = [name for name in waiting if name != "seen-before" and seen_with(
+                upstream, name)] + (["seen-before"] if len(seen_with(upstream, "task one")) > 1
+                                    else [])
+            assert went == [], f"went on without the loop: {went}"
+        for name, answer in answers.items():
+            assert answer()[0] == 200, name
+    assert all(seen_with(upstream, name) for name in plain)
+
+
+def test_a_rule_pack_budget_bounds_what_goes_on_and_a_countdown_always_waits(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A budget of 5: a new run gets a bound of 5, and the relay trims the answer to it by
+    itself. A budget of 3: a new run's first request carries the countdown, which only the
+    loop writes, so no request of that agent goes on without it."""
+    pack = BUDGET_PACK.format(agent=AGENT, calls=5) + """\
+  - agents: ["tight"]
+    max_tool_calls: 3
+"""
+    with sidecar(tmp_path, upstream, pack) as server:
+        assert post(server, PATHS["chat"], chat("budget one"))[0] == 200
+        with busy(server) as free:
+            status, body = post(server, PATHS["chat"], chat("budget two",
+                                                            metadata={"calls": "7"}))
+            assert not free.is_set()
+        assert status == 200
+        handed = json.loads(body)["choices"][0]["message"]["tool_calls"]
+        assert [call["id"] for call in handed] == [f"call_{n}" for n in range(5)]
+        tight = {"X-Watchdog-Agent": "tight"}
+        assert post(server, PATHS["chat"], chat("tight one"), tight)[0] == 200
+        with busy(server) as free:
+            answer = in_background(lambda: post(server, PATHS["chat"], chat("tight two"), tight))
+            time.sleep(0.5)
+            assert not seen_with(upstream, "tight two")
+        assert answer()[0] == 200
+        (seen,) = seen_with(upstream, "tight two")
+        system = json.loads(seen.body)["messages"][0]["content"]
+        assert "[budget: 3 of 3 tool calls left" in system
+
+
+def test_a_session_restored_at_start_is_not_new(tmp_path: Path, upstream: RawUpstream) -> None:
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], chat("resumed task"))[0] == 200
+        wait_until(lambda: len(runs(server)) == 1)
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], chat("learning task"))[0] == 200
+        with busy(server) as free:
+            again = in_background(lambda: post(server, PATHS["chat"], chat("resumed task")))
+            assert post(server, PATHS["chat"], chat("fresh task"))[0] == 200
+            time.sleep(0.3)
+            assert not free.is_set()
+            assert len(seen_with(upstream, "resumed task")) == 1  # only the first sidecar's
+        assert again()[0] == 200
+        assert len(seen_with(upstream, "resumed task")) == 2
+
+
+def test_a_rules_reload_makes_the_relay_ask_again(tmp_path: Path,
+                                                 upstream: RawUpstream) -> None:
+    with sidecar(tmp_path, upstream, BUDGET_PACK.format(agent=AGENT, calls=50)) as server:
+        assert post(server, PATHS["chat"], chat("before reload"))[0] == 200
+        (tmp_path / "pack.yaml").write_text(BUDGET_PACK.format(agent=AGENT, calls=2))
+        ok, message = asyncio.run_coroutine_threadsafe(server.server.reload_rules(),
+                                                       server.loop).result(10)
+        assert ok, message
+        with busy(server):
+            answer = in_background(lambda: post(server, PATHS["chat"], chat("after reload")))
+            time.sleep(0.5)
+            assert not seen_with(upstream, "after reload")
+        assert answer()[0] == 200
+        (seen,) = seen_with(upstream, "after reload")
+        assert "[budget: 2 of 2 tool calls left" in json.loads(seen.body)["messages"][0]["content"]
+
+
+def test_a_tool_failing_across_the_fleet_makes_the_relay_ask_again(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """Three traced runs whose tool fails, told by their spans: an outage begins
+    (``fleet.failing_tools``, which rules may read at a run's start), and what new runs get is
+    judged again at once, with no model request in between."""
+    maker = SpanMaker()
+    for n in range(3):
+        root = maker.open("invoke_agent demo", {"gen_ai.operation.name": "invoke_agent",
+                                                "gen_ai.agent.name": "demo"}, start=T0)
+        maker.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=T0 + n,
+                   end=T0 + n + 0.5)
+        maker.span("execute_tool search", tool_attrs("search", '{"q": "x"}', None),
+                   parent=root, start=T0 + n + 0.6, end=T0 + n + 1,
+                   exception=TimeoutError("upstream timed out"))
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], chat("before outage"))[0] == 200
+        service = server.server.service
+        assert service is not None
+        server.call(lambda: service.model_records(records_of(maker.take())))
+        assert server.call(lambda: "search" in service.core.fleet.failing())
+        with busy(server):
+            answer = in_background(lambda: post(server, PATHS["chat"], chat("after outage")))
+            time.sleep(0.5)
+            assert not seen_with(upstream, "after outage")
+        assert answer()[0] == 200
+
+
+def test_a_request_the_loop_decides_otherwise_is_a_logged_miss_and_the_relay_asks_again(
+        tmp_path: Path, upstream: RawUpstream, caplog: pytest.LogCaptureFixture) -> None:
+    """What the relay learned made wrong on purpose (a bound of 1 where new runs get none):
+    the request it sends on is read, found to differ, logged, and nothing more goes on without
+    the loop until it has decided again."""
+    caplog.set_level(logging.WARNING, logger="watchdog.model")
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], chat("miss one"))[0] == 200
+        native = server.server.native
+        assert native is not None
+        server.call(lambda: native.relay.admit_agent(AGENT, 1))
+        assert post(server, PATHS["chat"], chat("miss two"))[0] == 200
+        wait_until(lambda: native.missed == 1, "the miss seen")
+        assert any("decided otherwise once read" in r.getMessage() for r in caplog.records)
+        with busy(server):
+            answer = in_background(lambda: post(server, PATHS["chat"], chat("miss three")))
+            time.sleep(0.5)
+            assert not seen_with(upstream, "miss three")
+        assert answer()[0] == 200
+        wait_until(lambda: len(runs(server)) == 3, "each request a run")
+
+
+# -- the relay reads requests as the loop does ---------------------------------------------
+
+def bodies() -> Iterator[tuple[str, str, bytes]]:
+    """(API, case, body): plain first requests, and near misses of every kind."""
+    texts = ["hello", "héllo \u2603", "\U0001F600 emoji", "nul \u0000 char", "x" * 3000,
+             "[budget: in the user's text]"]
+    for text in texts:
+        yield "chat", "plain", chat(text)
+        yield "chat", "plain-ascii-escaped", json.dumps(json.loads(chat(text))).encode()
+        yield "responses", "plain", json.dumps({"model": "m", "input": text}).encode()
+        yield "messages", "plain", json.dumps({"model": "m", "messages": [
+            {"role": "user", "content": text}]}).encode()
+    yield "chat", "two users", json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": "first"}, {"role": "user", "content": "second"}]}).encode()
+    yield "chat", "developer", json.dumps({"model": "m", "messages": [
+        {"role": "developer", "content": "d"}, {"role": "user", "content": "u"}]}).encode()
+    yield "chat", "empty first user", json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": ""}, {"role": "user", "content": "second"}]}).encode()
+    yield "chat", "last is system", json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": "u"}, {"role": "system", "content": "s"}]}).encode()
+    yield "chat", "assistant", json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "again"}]}).encode()
+    yield "chat", "no role", json.dumps({"model": "m", "messages": [{"content": "u"}]}).encode()
+    yield "chat", "not a list", json.dumps({"model": "m", "messages": "u"}).encode()
+    yield "chat", "no messages", b'{"model": "m"}'
+    yield "chat", "not an object", b'["m"]'
+    yield "chat", "not json", b'{"model": '
+    yield "chat", "lone surrogate", b'{"messages": [{"role": "user", "content": "\\ud800"}]}'
+    yield "chat", "duplicate keys", (b'{"messages": [{"role": "user", "content": "one", '
+                                     b'"content": "two"}]}')
+    for mark in SDK_MARKS:
+        yield "chat", "sdk mark", chat("u", system=f"Be brief. {mark} 3 of 5]")
+        yield "responses", "sdk mark", json.dumps({"model": "m", "instructions": mark,
+                                                   "input": "u"}).encode()
+        yield "messages", "sdk mark", json.dumps({"model": "m", "system": mark, "messages": [
+            {"role": "user", "content": "u"}]}).encode()
+    yield "chat", "system in parts", json.dumps({"model": "m", "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "s"}]},
+        {"role": "user", "content": "u"}]}).encode()
+    yield "responses", "input list", json.dumps({"model": "m", "input": [
+        {"role": "user", "content": "u"}]}).encode()
+    yield "responses", "previous", json.dumps({"model": "m", "input": "u",
+                                               "previous_response_id": "resp_1"}).encode()
+    yield "responses", "conversation", json.dumps({"model": "m", "input": "u",
+                                                   "conversation": "conv_1"}).encode()
+    yield "responses", "empty input", json.dumps({"model": "m", "input": ""}).encode()
+    yield "messages", "two messages", json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}).encode()
+    yield "messages", "tool result", json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                      "content": "ok"}]}]}).encode()
+
+
+@pytest.mark.parametrize("agent", ["", AGENT, "ägent"])
+def test_a_request_the_relay_reads_as_new_is_one_the_loop_reads_as_new(agent: str) -> None:
+    """Whenever the relay reads a request as a new conversation's first, Python's wire reads it
+    so too (no tool results, nothing of the model's, the user's last, no continued response,
+    no instructions of the client SDK) and names the same conversation; and every plain one
+    is read so."""
+    admitted = 0
+    for api, case, body in bodies():
+        digest = Relay.first_digest("POST", PATHS[api], [], body, agent)
+        if digest is None:
+            assert case.startswith("plain") is False, (api, case, body[:80])
+            continue
+        admitted += 1
+        request = WIRES[api].read_request(json.loads(body))
+        assert (not request.results and request.last_is_user
+                and request.previous_response_id is None and request.anchor
+                and not any(mark in request.instructions for mark in SDK_MARKS)), (api, case)
+        expected = hashlib.sha256("\0".join((WIRES[api].api, agent, request.anchor)).encode(
+            "utf-8", "surrogatepass")).hexdigest()[:24]
+        assert digest == expected, (api, case)
+    assert admitted >= 3 * 6 + 6
+
+
+def test_headers_that_name_a_run_or_need_reading_keep_a_request_for_the_loop() -> None:
+    body = chat("hello")
+    assert Relay.first_digest("POST", PATHS["chat"], [], body) is not None
+    for name, value in [("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                        ("x-watchdog-run", "r"), ("x-watchdog-budget-tool-calls", "4"),
+                        ("x-watchdog-anything", "1"), ("content-encoding", "gzip"),
+                        ("x-watchdog-token", "t")]:
+        assert Relay.first_digest("POST", PATHS["chat"], [(name, value)], body) is None, name
+    assert Relay.first_digest("GET", PATHS["chat"], [], body) is None
+    assert Relay.first_digest("POST", PATHS["chat"], [("content-encoding", "identity")],
+                              body) is not None
+    token = ("x-watchdog-token", "secret")
+    assert Relay.first_digest("POST", PATHS["chat"], [], body, token=token) is None
+    assert Relay.first_digest("POST", PATHS["chat"], [("x-watchdog-token", "wrong")], body,
+                              token=token) is None
+    assert Relay.first_digest("POST", PATHS["chat"], [("x-watchdog-token", "secret")], body,
+                              token=token) is not None
+    named = Relay.first_digest("POST", PATHS["chat"], [("x-watchdog-agent", "a2")], body, "a1")
+    assert named == hashlib.sha256(b"chat\0a2\0hello").hexdigest()[:24]
