@@ -409,7 +409,22 @@ def bodies() -> Iterator[tuple[str, str, bytes]]:
     yield "chat", "system in parts", json.dumps({"model": "m", "messages": [
         {"role": "system", "content": [{"type": "text", "text": "s"}]},
         {"role": "user", "content": "u"}]}).encode()
-    yield "responses", "input list", json.dumps({"model": "m", "input": [
+    yield "responses", "plain list", json.dumps({"model": "m", "input": [
+        {"role": "developer", "content": "d"}, {"role": "user", "content": "u"}]}).encode()
+    yield "responses", "plain messages", json.dumps({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "first"},
+        {"type": "message", "role": "user", "content": "second"}]}).encode()
+    yield "responses", "input parts", json.dumps({"model": "m", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "u"}]}]}).encode()
+    yield "responses", "call output", json.dumps({"model": "m", "input": [
+        {"role": "user", "content": "u"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        {"role": "user", "content": "again"}]}).encode()
+    yield "responses", "last not user", json.dumps({"model": "m", "input": [
+        {"role": "user", "content": "u"}, {"role": "system", "content": "s"}]}).encode()
+    yield "responses", "sdk mark in input", json.dumps({"model": "m", "input": [
+        {"role": "system", "content": SDK_MARKS[1] + "2 of 3]"},
         {"role": "user", "content": "u"}]}).encode()
     yield "responses", "previous", json.dumps({"model": "m", "input": "u",
                                                "previous_response_id": "resp_1"}).encode()
@@ -443,7 +458,7 @@ def test_a_request_the_relay_reads_as_new_is_one_the_loop_reads_as_new(agent: st
         expected = hashlib.sha256("\0".join((WIRES[api].api, agent, request.anchor)).encode(
             "utf-8", "surrogatepass")).hexdigest()[:24]
         assert digest == expected, (api, case)
-    assert admitted >= 3 * 6 + 6
+    assert admitted >= 3 * 6 + 6 + 2
 
 
 def test_headers_that_name_a_run_or_need_reading_keep_a_request_for_the_loop() -> None:

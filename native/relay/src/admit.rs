@@ -168,31 +168,18 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
 /// None for anything else, or anything less plain (content in parts, a continued response).
 fn first_request(api: Api, body: &Map<String, Value>) -> Option<&str> {
     match api {
-        Api::Chat => {
-            let messages = body.get("messages")?.as_array()?;
-            let mut anchor = None;
-            for message in messages {
-                let message = message.as_object()?;
-                match message.get("role")?.as_str()? {
-                    "system" | "developer" => plain(message.get("content")?)?,
-                    "user" => {
-                        if anchor.is_none() {
-                            anchor = Some(non_empty(message.get("content")?)?);
-                        }
-                    }
-                    _ => return None,
-                }
-            }
-            let last = messages.last()?.as_object()?;
-            (last.get("role")?.as_str()? == "user").then_some(())?;
-            anchor
-        }
+        Api::Chat => messages_anchor(body.get("messages")?.as_array()?, |_| true),
         Api::Responses => {
             if ["previous_response_id", "conversation"].iter().any(|key| body.contains_key(*key)) {
                 return None;
             }
             body.get("instructions").map_or(Some(()), plain)?;
-            non_empty(body.get("input")?)
+            match body.get("input")? {
+                Value::Array(items) => messages_anchor(items, |item| {
+                    item.get("type").is_none_or(|kind| kind.as_str() == Some("message"))
+                }),
+                input => non_empty(input),
+            }
         }
         Api::Messages => {
             body.get("system").map_or(Some(()), plain)?;
@@ -203,6 +190,28 @@ fn first_request(api: Api, body: &Map<String, Value>) -> Option<&str> {
             non_empty(only.get("content")?)
         }
     }
+}
+
+/// Messages of the system, developer and user only, each one string (and `plain`, what `also`
+/// asks of each), the user's last: the first user message's text.
+fn messages_anchor(messages: &[Value], also: impl Fn(&Map<String, Value>) -> bool)
+                   -> Option<&str> {
+    let mut anchor = None;
+    for message in messages {
+        let message = message.as_object().filter(|message| also(message))?;
+        match message.get("role")?.as_str()? {
+            "system" | "developer" => plain(message.get("content")?)?,
+            "user" => {
+                if anchor.is_none() {
+                    anchor = Some(non_empty(message.get("content")?)?);
+                }
+            }
+            _ => return None,
+        }
+    }
+    let last = messages.last()?.as_object()?;
+    (last.get("role")?.as_str()? == "user").then_some(())?;
+    anchor
 }
 
 /// Instructions in one string that the client SDK did not write.
