@@ -14,6 +14,7 @@ import hashlib
 import http.client
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -480,3 +481,51 @@ def test_headers_that_name_a_run_or_need_reading_keep_a_request_for_the_loop() -
                               token=token) is not None
     named = Relay.first_digest("POST", PATHS["chat"], [("x-watchdog-agent", "a2")], body, "a1")
     assert named == hashlib.sha256(b"chat\0a2\0hello").hexdigest()[:24]
+
+
+def mutations(seed: int, count: int) -> Iterator[tuple[str, bytes]]:
+    """Random near-first requests: roles, contents and keys changed, messages added."""
+    rng = random.Random(seed)
+    roles = ["system", "developer", "user", "assistant", "tool", "function", None, 1]
+    contents: list[Any] = ["task", "", ["x"], [{"type": "text", "text": "x"}], {"text": "x"},
+                          None, 5, "[grace: 1 tool call left]", "Ünïcode \u2028 line"]
+    keys: list[tuple[str, Any]] = [("previous_response_id", "r"), ("conversation", "c"),
+                                   ("instructions", "Be brief."), ("instructions", None),
+                                   ("system", "s"), ("system", [{"type": "text"}]),
+                                   ("tools", []), ("stream", True)]
+    for _ in range(count):
+        api = rng.choice(list(PATHS))
+        items: list[Any] = []
+        for _ in range(rng.randint(0, 4)):
+            item: dict[str, Any] = {}
+            if rng.random() < 0.9:
+                item["role"] = rng.choice(roles)
+            if rng.random() < 0.9:
+                item["content"] = rng.choice(contents)
+            if rng.random() < 0.2:
+                item["type"] = rng.choice(["message", "function_call_output", "reasoning"])
+            items.append(item if rng.random() < 0.95 else "loose")
+        body: dict[str, Any] = {"model": "m"}
+        if api == "responses":
+            body["input"] = items if rng.random() < 0.7 else rng.choice(contents)
+        else:
+            body["messages"] = items
+        for key, value in rng.sample(keys, rng.randint(0, 2)):
+            body[key] = value
+        yield api, json.dumps(body, ensure_ascii=rng.random() < 0.5).encode()
+
+
+def test_random_near_first_requests_are_read_as_new_only_when_the_loop_reads_them_so() -> None:
+    admitted = 0
+    for api, body in mutations(20261129, 4000):
+        digest = Relay.first_digest("POST", PATHS[api], [], body, AGENT)
+        if digest is None:
+            continue
+        admitted += 1
+        request = WIRES[api].read_request(json.loads(body))
+        assert (not request.results and request.last_is_user
+                and request.previous_response_id is None and request.anchor
+                and not any(mark in request.instructions for mark in SDK_MARKS)), (api, body)
+        assert digest == hashlib.sha256("\0".join((WIRES[api].api, AGENT, request.anchor))
+                                        .encode()).hexdigest()[:24], (api, body)
+    assert admitted > 50  # the generator reaches plain first requests too
