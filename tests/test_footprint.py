@@ -43,7 +43,7 @@ from watchdog.shell.errors import Code, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shell.model.proxy",
-           "google.protobuf", "watchdog.core.spans._native")
+           "google.protobuf", "watchdog.core.spans._native", "msgspec", "difflib")
 # ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
 import json, runpy, signal, sys
@@ -186,6 +186,8 @@ def test_with_the_defaults_nothing_loaded_on_use_is_loaded_at_idle(tmp_path: Pat
         assert sidecar.modules() == set()
         sidecar.export(priced_run("footprint-1"))
         assert {"genai_prices", "pydantic"} <= sidecar.modules()
+        # the run is written at the next flush, by msgspec
+        wait_until(lambda: "msgspec" in sidecar.modules(), "msgspec loaded to write the run")
         assert "grpc" not in sidecar.modules()  # OTLP/HTTP traffic leaves grpcio unloaded
         run: dict[str, Any] | None = wait_until(lambda: run_detail(sidecar.api, "footprint-1"),
                                                 "the run")
