@@ -362,7 +362,7 @@ def test_the_sidecar_wheel_installs_and_runs(dist: Dist, tmp_path: Path) -> None
     assert check.returncode == 0, check.stdout + check.stderr
     assert not venv.imports("agent_watchdog_client")  # the sidecar does not install the client
     native = venv.run(str(venv.python), "-c", "from watchdog.core.spans import native; "
-                      "print(native.native_state())")
+                      "native.use_native(True); print(native.native_state())")  # (loaded)
     assert native.stdout.strip() == "on", native.stdout + native.stderr  # the compiled decode
 
 

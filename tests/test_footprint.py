@@ -5,9 +5,10 @@ a small driver that prints the process's ``sys.modules`` on a signal) on free 12
 with a temporary state dir, and reads which libraries it holds. With the defaults, at idle, none
 of those loaded on use: grpcio loads at the first connection to the gRPC port (which is bound
 from the start), cel-expr-python when a rule first needs CEL (the shipped pack's checks ship with
-it), genai-prices (and the pydantic it brings) once traffic has come — and then a model call is
-priced as the library itself prices it, a gRPC export is answered and a rule decided by CEL
-fires.
+it), genai-prices (and the pydantic it brings) once traffic has come, the compiled decode at the
+first protobuf export, protobuf when a message needs it (OTLP/JSON, logs, an error's status) —
+and then a model call is priced as the library itself prices it, a gRPC export is answered, a
+rule decided by CEL fires and each export is read.
 """
 
 from __future__ import annotations
@@ -28,15 +29,21 @@ from typing import Any
 import grpc
 import pytest
 from genai_prices import Usage, calc_price
+from google.rpc import code_pb2
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.harness import http_request, run_detail, wait_until
 from tests.ports import free_port
 from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
+from tests.test_otlp_http import request_json
 from watchdog.shell.config import OFF, load
-from watchdog.shell.errors import ConfigError
+from watchdog.shell.errors import Code, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shell.model.proxy")
+WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shell.model.proxy",
+           "google.protobuf", "watchdog.core.spans._native", "msgspec", "difflib")
 # ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
 import json, runpy, signal, sys
@@ -71,11 +78,13 @@ class Served:
                           + re.escape(task) + r'"\} (\S+)$', body.decode(), re.M)
         return float(found.group(1)) if found else 0.0
 
-    def export(self, body: bytes) -> None:
+    def export(self, body: bytes, content_type: str = "application/x-protobuf",
+               path: str = "/v1/traces") -> bytes:
         status, answer = http_request(
-            "POST", f"http://127.0.0.1:{self.ports['otlp_http']}/v1/traces", body,
-            {"Content-Type": "application/x-protobuf"})
+            "POST", f"http://127.0.0.1:{self.ports['otlp_http']}{path}", body,
+            {"Content-Type": content_type})
         assert status == 200, answer
+        return answer
 
 
 @contextmanager
@@ -111,12 +120,54 @@ def _ready(process: subprocess.Popen[str], port: int) -> bool:
 def priced_run(run_id: str) -> bytes:
     """One run: an agent span around a gpt-4o chat call with 1,200 input and 300 output
     tokens."""
+    return priced_request(run_id).SerializeToString()
+
+
+def priced_request(run_id: str) -> ExportTraceServiceRequest:
     maker = SpanMaker()
     with maker.agent(attrs={"watchdog.run.id": run_id}, end=T0 + 5):
         maker.span("chat gpt-4o", chat_attrs(1200, 300, **{
             "gen_ai.request.model": "gpt-4o", "gen_ai.provider.name": "openai",
             "watchdog.run.id": run_id}), start=T0 + 1, end=T0 + 2)
-    return encode(maker.take()).SerializeToString()
+    return encode(maker.take())
+
+
+def test_the_compiled_decode_loads_at_the_first_export_and_protobuf_when_it_is_needed(
+        tmp_path: Path) -> None:
+    """Idle, neither the compiled decode nor protobuf (and the OTLP messages) is loaded. A
+    protobuf export loads the compiled decode, which reads it without protobuf (its full
+    success is the empty message); an OTLP/JSON export, or a logs export, loads protobuf; every
+    one is read."""
+    with served(tmp_path, otlp_grpc_address="off", default_rules="false") as sidecar:
+        assert sidecar.modules() == set()
+        assert sidecar.export(priced_run("lazy-protobuf")) == b""
+        assert sidecar.modules() >= {"watchdog.core.spans._native"}
+        assert "google.protobuf" not in sidecar.modules()
+        assert wait_until(lambda: run_detail(sidecar.api, "lazy-protobuf"), "the run")
+        assert sidecar.export(request_json(priced_request("lazy-json")),
+                              "application/json") == b"{}"
+        assert "google.protobuf" in sidecar.modules()
+        assert wait_until(lambda: run_detail(sidecar.api, "lazy-json"), "the run")
+        assert sidecar.export(ExportLogsServiceRequest().SerializeToString(),
+                              path="/v1/logs") == b""
+
+
+def test_a_refusal_loads_protobuf_to_write_its_status(tmp_path: Path) -> None:
+    """An export refused is answered a ``google.rpc.Status`` with its gRPC code: protobuf loads
+    to write it."""
+    with served(tmp_path, otlp_grpc_address="off") as sidecar:
+        status, body = http_request(
+            "POST", f"http://127.0.0.1:{sidecar.ports['otlp_http']}/v1/traces", b"\xff\xff",
+            {"Content-Type": "application/x-protobuf"})
+        assert status == 400
+        answer = Status.FromString(body)
+        assert answer.code == code_pb2.INVALID_ARGUMENT and "invalid OTLP" in answer.message
+        assert "google.protobuf" in sidecar.modules()
+
+
+def test_the_grpc_codes_are_google_rpcs() -> None:
+    codes = {name: value for name, value in vars(Code).items() if name.isupper()}
+    assert codes and codes == {name: getattr(code_pb2, name) for name in codes}
 
 
 def test_without_grpc_or_rules_the_sidecar_loads_neither_grpcio_nor_cel(tmp_path: Path) -> None:
@@ -135,6 +186,8 @@ def test_with_the_defaults_nothing_loaded_on_use_is_loaded_at_idle(tmp_path: Pat
         assert sidecar.modules() == set()
         sidecar.export(priced_run("footprint-1"))
         assert {"genai_prices", "pydantic"} <= sidecar.modules()
+        # the run is written at the next flush, by msgspec
+        wait_until(lambda: "msgspec" in sidecar.modules(), "msgspec loaded to write the run")
         assert "grpc" not in sidecar.modules()  # OTLP/HTTP traffic leaves grpcio unloaded
         run: dict[str, Any] | None = wait_until(lambda: run_detail(sidecar.api, "footprint-1"),
                                                 "the run")

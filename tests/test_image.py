@@ -190,6 +190,7 @@ def test_a_new_sidecar_wheel_is_a_small_last_layer(image: Loaded) -> None:
 # What the process in the container is and may do, asked in one `podman exec`.
 PROCESS = """import errno, importlib.util, json, os
 from watchdog.core.spans import native
+native.use_native(True)  # loaded now (a sidecar loads it with its first protobuf request)
 def write(path):
     try:
         with open(path, "w"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import difflib
 import hashlib
 import ipaddress
 import os
@@ -521,6 +520,8 @@ _SERVICE_LINK_ENV = re.compile(r"^WATCHDOG_(?:SERVICE_(?:HOST|PORT)(?:_\w+)?|POR
 
 
 def _closest(word: str, choices: Iterable[str]) -> str | None:
+    import difflib  # (only a misspelling needs it)
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
     return close[0] if close else None
 

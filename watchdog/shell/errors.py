@@ -7,7 +7,23 @@ Permanent errors tell the client not to retry (OTLP exporters drop data on 400/4
 
 from __future__ import annotations
 
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (the messages load when an error is written: the codes are plain ints)
+    from google.rpc import error_details_pb2, status_pb2
+
+
+class Code:
+    """The ``google.rpc.Code`` values used here (``google/rpc/code.proto``: gRPC's status codes),
+    plain ints as ``google.rpc.code_pb2`` has them."""
+
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    RESOURCE_EXHAUSTED = 8
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    UNAUTHENTICATED = 16
 
 
 class WatchdogError(Exception):
@@ -15,7 +31,7 @@ class WatchdogError(Exception):
 
     code = "internal"
     http_status = 500
-    grpc_status: int = code_pb2.INTERNAL  # a google.rpc.Code
+    grpc_status: int = Code.INTERNAL  # a google.rpc.Code
     retry_after: float | None = None
     export_outcome: str | None = None  # the OTLP receivers' request-outcome metric label
 
@@ -29,6 +45,8 @@ class WatchdogError(Exception):
     def to_status(self) -> status_pb2.Status:
         """The ``google.rpc.Status`` OTLP puts in error bodies (HTTP) and in the
         ``grpc-status-details-bin`` trailer (gRPC); back-pressure carries a ``RetryInfo``."""
+        from google.rpc import status_pb2
+
         status = status_pb2.Status(code=self.grpc_status, message=self.message)
         retry_info = self.retry_info()
         if retry_info is not None:
@@ -38,6 +56,8 @@ class WatchdogError(Exception):
     def retry_info(self) -> error_details_pb2.RetryInfo | None:
         if self.retry_after is None:
             return None
+        from google.rpc import error_details_pb2
+
         retry_info = error_details_pb2.RetryInfo()
         retry_info.retry_delay.FromNanoseconds(round(self.retry_after * 1e9))
         return retry_info
@@ -46,34 +66,34 @@ class WatchdogError(Exception):
 class BadRequest(WatchdogError):
     code = "bad_request"
     http_status = 400
-    grpc_status = code_pb2.INVALID_ARGUMENT
+    grpc_status = Code.INVALID_ARGUMENT
     export_outcome = "invalid"
 
 
 class Unauthorized(WatchdogError):
     code = "unauthorized"
     http_status = 401
-    grpc_status = code_pb2.UNAUTHENTICATED
+    grpc_status = Code.UNAUTHENTICATED
     export_outcome = "unauthorized"
 
 
 class NotFound(WatchdogError):
     code = "not_found"
     http_status = 404
-    grpc_status = code_pb2.NOT_FOUND
+    grpc_status = Code.NOT_FOUND
 
 
 class PayloadTooLarge(WatchdogError):
     code = "payload_too_large"
     http_status = 413
-    grpc_status = code_pb2.RESOURCE_EXHAUSTED
+    grpc_status = Code.RESOURCE_EXHAUSTED
     export_outcome = "too_large"
 
 
 class UnsupportedMediaType(WatchdogError):
     code = "unsupported_media_type"
     http_status = 415
-    grpc_status = code_pb2.INVALID_ARGUMENT
+    grpc_status = Code.INVALID_ARGUMENT
     export_outcome = "unsupported_media_type"
 
 
@@ -82,7 +102,7 @@ class RequestTimeout(WatchdogError):
 
     code = "request_timeout"
     http_status = 408
-    grpc_status = code_pb2.DEADLINE_EXCEEDED
+    grpc_status = Code.DEADLINE_EXCEEDED
     export_outcome = "invalid"
 
 
@@ -91,7 +111,7 @@ class Overloaded(WatchdogError):
 
     code = "overloaded"
     http_status = 503
-    grpc_status = code_pb2.UNAVAILABLE
+    grpc_status = Code.UNAVAILABLE
     export_outcome = "overloaded"
 
     def __init__(self, message: str, retry_after: float = 1.0) -> None:

@@ -97,7 +97,7 @@ class Server:
         # A worker thread holding the GIL (the store's JSON and SQLite work) delays the event
         # loop by up to one switch interval; 5 ms by default is the whole directive budget.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-        use_native(config.native)
+        use_native(config.native, at_first_request=True)  # loaded by the first request
         if native_state() != "on" and protobuf_backend() == "python":
             log.warning("protobuf is using its pure-Python backend; ingest will be ~20x slower")
         # Ports first: a second watchdog started by mistake fails before it opens the state

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
@@ -32,7 +32,7 @@ from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.spans.decode import TraceRequest
-from watchdog.core.spans.logs import ExportLogsServiceRequest, LogJoin
+from watchdog.core.spans.logs import LogJoin
 from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core
@@ -45,6 +45,9 @@ from watchdog.shell.priority import Priority
 from watchdog.shell.state.persist import StateWriter
 from watchdog.shell.state.queries import RunQueries
 from watchdog.shell.state.store import Store, StoreWriteError
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 log = logging.getLogger("watchdog")
 

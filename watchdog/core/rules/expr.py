@@ -29,7 +29,6 @@ when a rule first needs CEL (their checks ship with them: :mod:`watchdog.core.ru
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -355,6 +354,8 @@ def _explain(message: str, source: str, row: int, column: int,
     if struct is not None:
         field, owner = struct.group(1), struct_paths.get(struct.group(2), struct.group(2))
         known = field_names(owner)
+        import difflib  # (only a misspelling needs it)
+
         close = difflib.get_close_matches(field, known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else f" (fields: {', '.join(known)})"
         return f"unknown field '{field}' in {owner}{hint}"

@@ -8,7 +8,6 @@ wrong and returns ``None``, so one ``watchdog rules check`` lists everything to 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -219,5 +218,7 @@ def describe(value: object) -> str:
 def suggest(word: object, choices: Iterable[str]) -> str:
     if not isinstance(word, str):
         return ""
+    import difflib  # (only a misspelling needs it)
+
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""

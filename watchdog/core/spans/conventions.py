@@ -43,6 +43,7 @@ from typing import Any
 
 from watchdog.core.bounds import span_times
 from watchdog.core.redact import redact
+from watchdog.core.spans import native
 from watchdog.core.spans.agents import _fill_agent, _fill_step_answer
 from watchdog.core.spans.attributes import (
     AGENT_INVOCATION_KEYS,
@@ -81,7 +82,6 @@ from watchdog.core.spans.identity import (
     unasked_tool,
 )
 from watchdog.core.spans.model_calls import _fill_llm, request_hash
-from watchdog.core.spans.native import NATIVE_SPAN
 from watchdog.core.spans.outcome import LIMIT_EXCEPTIONS, phrase_limit, short_type, status_limit
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
 from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
@@ -153,7 +153,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     the first-present facts of those attributes where the compiled decode resolved them."""
     if firsts is None:
         firsts = Firsts(attrs)
-    head = span.head() if type(span) is NATIVE_SPAN else None
+    head = span.head() if type(span) is native.NATIVE_SPAN else None  # (set once loaded)
     trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
     key, source = run_key(trace_id, attrs, resource, firsts)
     role = role_of(name, attrs, parent is None)

@@ -6,6 +6,10 @@ the reference. Where the compiled decode is built (:mod:`watchdog.core.spans.nat
 protobuf requests instead, into objects that read as these messages do.
 OTLP/JSON differs from protobuf's canonical JSON mapping in one way that matters: trace and span
 ids are hex strings, not base64, so they are converted before parsing.
+
+protobuf and the OTLP messages load at their first use (the Python decode, OTLP/JSON, a partial
+success answered), not with this module: an idle sidecar, and one whose exports the compiled
+decode reads, does not hold them (docs/performance.md, Footprint).
 """
 
 from __future__ import annotations
@@ -17,17 +21,15 @@ import json
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError as _ProtoDecodeError
-from google.protobuf.message import Message
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-
 from watchdog.core.bounds import load_json
 
 if TYPE_CHECKING:
+    from google.protobuf.message import Message
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
     from watchdog.core.spans._native import Request as NativeRequest
 
 __all__ = [
@@ -43,6 +45,15 @@ __all__ = [
     "response_json",
     "response_protobuf",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The OTLP trace messages (``ExportTraceServiceRequest``, ...), loaded when first asked for."""
+    if name in ("ExportTraceServiceRequest", "ExportTraceServiceResponse"):
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+        return getattr(trace_service_pb2, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class DecodeError(ValueError):
@@ -91,10 +102,15 @@ def parse_protobuf(body: bytes) -> TraceRequest:
 
 def parse_protobuf_python(body: bytes) -> ExportTraceServiceRequest:
     """:func:`parse_protobuf` by protobuf's own parser: the reference."""
+    from google.protobuf.message import DecodeError as ProtoDecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
-    except _ProtoDecodeError as exc:
+    except ProtoDecodeError as exc:
         raise DecodeError(f"invalid OTLP protobuf payload: {exc}") from None
     return request
 
@@ -125,10 +141,14 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
                         hex_ids_to_base64(link)
     except (AttributeError, TypeError):
         raise DecodeError("invalid OTLP/JSON payload: unexpected structure") from None
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
     return parse_document(document, ExportTraceServiceRequest())
 
 
-M = TypeVar("M", bound=Message)
+M = TypeVar("M", bound="Message")
 
 
 def json_document(body: bytes) -> dict[str, Any]:
@@ -147,6 +167,8 @@ def json_document(body: bytes) -> dict[str, Any]:
 def parse_document(document: dict[str, Any], request: M) -> M:
     """``document`` (its hex ids made base64) read into ``request``; every failure of the
     parser a :class:`DecodeError`, never a 500."""
+    from google.protobuf import json_format
+
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
@@ -169,10 +191,15 @@ def response_json(rejected: int, message: str) -> bytes:
 
 def response_protobuf(rejected: int, message: str) -> bytes:
     """A binary ``ExportTraceServiceResponse`` (empty bytes on full success)."""
+    if not rejected and not message:
+        return b""  # the empty message, written without loading protobuf
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
     response = ExportTraceServiceResponse()
-    if rejected or message:
-        response.partial_success.rejected_spans = rejected
-        response.partial_success.error_message = message
+    response.partial_success.rejected_spans = rejected
+    response.partial_success.error_message = message
     body: bytes = response.SerializeToString()
     return body
 

@@ -18,7 +18,8 @@ A log and its span arrive on two export paths, in either order:
 
 Everything is bounded: the content and spans held (``max_bytes`` in all, by their encoded
 size), the spans and traces held, the services remembered. What overflows goes on at once,
-read with what it has. This module is pure: "now" is an argument.
+read with what it has. This module is pure: "now" is an argument. protobuf and the OTLP log
+messages load at the first logs export (or a span held), not with this module.
 """
 
 from __future__ import annotations
@@ -26,15 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError as _ProtoDecodeError
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from typing import TYPE_CHECKING, Any
 
 from watchdog.core.spans.attributes import (
     MESSAGES_DELTA_KEYS,
@@ -53,6 +46,9 @@ from watchdog.core.spans.decode import (
 )
 from watchdog.core.spans.schema import Role
 from watchdog.core.spans.values import json_encoded
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 __all__ = [
     "ExportLogsServiceRequest",
@@ -80,11 +76,23 @@ MAX_HELD_SPANS = 16 * 1024
 MAX_SERVICES = 1024  # services remembered as sending GenAI log events
 
 
+def __getattr__(name: str) -> Any:
+    """``ExportLogsServiceRequest``, loaded when first asked for."""
+    if name == "ExportLogsServiceRequest":
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+        return logs_service_pb2.ExportLogsServiceRequest
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def parse_logs_protobuf(body: bytes) -> ExportLogsServiceRequest:
+    from google.protobuf.message import DecodeError as ProtoDecodeError
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
     request = ExportLogsServiceRequest()
     try:
         request.ParseFromString(body)
-    except _ProtoDecodeError as exc:
+    except ProtoDecodeError as exc:
         raise DecodeError(f"invalid OTLP logs protobuf payload: {exc}") from None
     return request
 
@@ -102,14 +110,19 @@ def parse_logs_json(body: bytes) -> ExportLogsServiceRequest:
                     hex_ids_to_base64(record)
     except (AttributeError, TypeError):
         raise DecodeError("invalid OTLP/JSON payload: unexpected structure") from None
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
     return parse_document(document, ExportLogsServiceRequest())
 
 
 def logs_response_protobuf(rejected: int, message: str) -> bytes:
+    if not rejected and not message:
+        return b""  # the empty message
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
     response = ExportLogsServiceResponse()
-    if rejected or message:
-        response.partial_success.rejected_log_records = rejected
-        response.partial_success.error_message = message
+    response.partial_success.rejected_log_records = rejected
+    response.partial_success.error_message = message
     body: bytes = response.SerializeToString()
     return body
 
@@ -117,6 +130,9 @@ def logs_response_protobuf(rejected: int, message: str) -> bytes:
 def logs_response_json(rejected: int, message: str) -> bytes:
     if not rejected and not message:
         return b"{}"
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
     response = ExportLogsServiceResponse()
     response.partial_success.rejected_log_records = rejected
     response.partial_success.error_message = message
@@ -272,6 +288,8 @@ class LogJoin:
         held = self._held.get(trace_id)
         if held is None:
             held = self._held[trace_id] = Held(now + self.wait_seconds)
+        from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
         copy = Span()  # (the request it came in is not kept alive for it)
         if isinstance(span, Span):
             copy.CopyFrom(span)

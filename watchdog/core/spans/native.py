@@ -8,6 +8,11 @@ is the same Python for both paths.
 Built by ``pip install`` where a Rust toolchain is found (an optional extension); without one,
 or with ``native: false`` (``WATCHDOG_NATIVE=off``), the Python path (protobuf's upb parser)
 reads every request. :func:`use_native` switches; :func:`native_state` says which is on.
+
+Loading the compiled module maps some 3 MB and compiles the tables' patterns: a sidecar loads it
+with its first protobuf request (``use_native(True, at_first_request=True)``, as importing this
+module does), not while it idles (docs/performance.md, Footprint). Until then the kernels'
+Python twins answer, as they answer the same.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cache
+from importlib.util import find_spec
 from typing import Any
 
 from watchdog.core.bounds import MIN_SPAN_TIME_NS
@@ -28,13 +34,29 @@ from watchdog.core.spans.attributes import (
 from watchdog.core.spans.record import MAX_ASKED_TOOLS
 from watchdog.core.spans.values import MAX_NAME_CHARS, json_encoded, select_attributes
 
-try:
-    from watchdog.core.spans import _native
-except ImportError:  # built without a Rust toolchain (or for another platform)
-    _native = None  # type: ignore[assignment]
+# Built (without a Rust toolchain, or for another platform, it is not): found, not loaded
+AVAILABLE = find_spec("watchdog.core.spans._native") is not None
+_native: Any = None  # the compiled module, once loaded (_load)
+NATIVE_SPAN: Any = None  # its Span type, once loaded: no span is one before
 
-_REQUEST_TYPE = decode.ExportTraceServiceRequest.DESCRIPTOR.full_name
-AVAILABLE = _native is not None
+# (ExportTraceServiceRequest.DESCRIPTOR.full_name, without loading protobuf to read it)
+_REQUEST_TYPE = "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest"
+
+
+def _load() -> bool:
+    """Load the compiled module (once); False where it is not built or does not load."""
+    global AVAILABLE, _native, NATIVE_SPAN
+    if not AVAILABLE:
+        return False
+    if _native is None:
+        try:
+            from watchdog.core.spans import _native as module
+        except ImportError:  # found, but built for another interpreter or platform
+            AVAILABLE = False
+        else:
+            NATIVE_SPAN = module.Span
+            _native = module
+    return _native is not None
 
 
 @cache
@@ -86,12 +108,25 @@ def _use_kernels(on: bool) -> None:
     values.compiled_hash = _native.stable_hash if on and _native is not None else None
 
 
-def use_native(on: bool) -> bool:
+def use_native(on: bool, *, at_first_request: bool = False) -> bool:
     """Read protobuf requests with the compiled decode and kernels (``on``, where they are
-    built) or the Python ones; whether the compiled ones are now on."""
-    decode.compiled = _compiled() if on and AVAILABLE else None
+    built) or the Python ones; whether the compiled ones are now on. ``at_first_request``:
+    they load when the first protobuf request is read (:func:`_first_request`)."""
+    if on and at_first_request and AVAILABLE:
+        if decode.compiled is None:
+            decode.compiled = _first_request
+        return True
+    decode.compiled = _compiled() if on and _load() else None
     _use_kernels(decode.compiled is not None)
     return decode.compiled is not None
+
+
+def _first_request(body: bytes) -> Any:
+    """The compiled decode until it is loaded: loads it and its kernels, then reads ``body``
+    (with the Python decode if it does not load)."""
+    if use_native(True) and decode.compiled is not None:
+        return decode.compiled(body)
+    return decode.parse_protobuf_python(body)
 
 
 def native_state() -> str:
@@ -117,6 +152,4 @@ def read(span: Any) -> tuple[dict[str, object], tuple[object, ...] | None]:
     return select_attributes(span.attributes), None
 
 
-NATIVE_SPAN: Any = None if _native is None else _native.Span
-
-use_native(True)
+use_native(True, at_first_request=True)

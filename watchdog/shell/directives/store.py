@@ -43,13 +43,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from watchdog.core.directives.model import Directive
 from watchdog.core.rules.decision import Action
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.terminal import TerminalState
-from watchdog.shell.state.store import ROWS_PER_STATEMENT, encode_json, execute_rows, rows_statement
+from watchdog.shell.state.store import (
+    ROWS_PER_STATEMENT,
+    codecs,
+    encode_json,
+    execute_rows,
+    rows_statement,
+)
 
 SCHEMA_VERSION = 2
 DB_FILE = "directives.sqlite3"
@@ -211,8 +215,6 @@ _COLUMNS = ("global_seq", "run_id", "seq", "rule", "action", "dedup_key", "tool_
 _SELECT = f"SELECT {', '.join(_COLUMNS)}, data FROM directives"
 
 _Row = tuple[int, str, int, str, str, str, int, float, str | None, bytes | str]
-_PACKER = msgspec.msgpack.Encoder()
-_UNPACKER = msgspec.msgpack.Decoder(dict[str, Any])
 
 
 def _row(directive: Directive) -> _Row:
@@ -222,7 +224,7 @@ def _row(directive: Directive) -> _Row:
     record = directive.to_record()
     columns = tuple(record.pop(name) for name in _COLUMNS)
     try:
-        data: bytes | str = _PACKER.encode(record)
+        data: bytes | str = codecs().packer.encode(record)
     except (TypeError, ValueError, OverflowError):
         data = encode_json({**dict(zip(_COLUMNS, columns, strict=True)), **record})
     return (*columns, data)
@@ -234,7 +236,7 @@ def _directive(row: Sequence[Any]) -> Directive:
     MessagePack cannot hold)."""
     data = row[-1]
     if isinstance(data, bytes):
-        record = _UNPACKER.decode(data)
+        record = codecs().unpacker.decode(data)
         record.update(zip(_COLUMNS, row, strict=False))
     else:
         record = json.loads(data)

@@ -10,11 +10,13 @@ refuses the request with the protocol's back-pressure (HTTP 503 + Retry-After, g
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog.core.spans.decode import TraceRequest
-from watchdog.core.spans.logs import ExportLogsServiceRequest
 from watchdog.core.spans.pipeline import Decoded
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 
 class TraceConsumer(Protocol):

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from google.protobuf import json_format
 
 from watchdog.core.spans import codings
 from watchdog.core.spans.decode import (
@@ -87,6 +86,8 @@ def _status_protobuf(error: WatchdogError) -> bytes:
 
 
 def _status_json(error: WatchdogError) -> bytes:
+    from google.protobuf import json_format
+
     text: str = json_format.MessageToJson(error.to_status(), indent=None)
     return text.encode()
 

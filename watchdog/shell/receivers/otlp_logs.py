@@ -18,7 +18,6 @@ from aiohttp import web
 
 from watchdog.core.spans.decode import DecodeError, request_digest
 from watchdog.core.spans.logs import (
-    ExportLogsServiceRequest,
     logs_response_json,
     logs_response_protobuf,
     parse_logs_json,
@@ -34,6 +33,7 @@ from watchdog.shell.receivers.forward import Forwarder, Signal
 
 if TYPE_CHECKING:
     import grpc
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 LOGS_PATH = "/v1/logs"
 GRPC_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"

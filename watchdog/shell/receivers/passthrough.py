@@ -20,12 +20,6 @@ import json
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from google.protobuf.message import DecodeError as ProtobufDecodeError
-from google.protobuf.message import Message
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-)
 
 from watchdog.shell.config import Config
 from watchdog.shell.errors import BadRequest
@@ -37,16 +31,27 @@ from watchdog.shell.receivers.forward import Forwarder, Signal
 
 if TYPE_CHECKING:
     import grpc
+    from google.protobuf.message import Message
 
 PATHS: dict[Signal, str] = {"metrics": "/v1/metrics"}
 GRPC_SERVICES: dict[Signal, str] = {
     "metrics": "opentelemetry.proto.collector.metrics.v1.MetricsService",
 }
-MESSAGES: dict[Signal, type[Message]] = {
-    "metrics": ExportMetricsServiceRequest,
-    "logs": ExportLogsServiceRequest,
-}
 EMPTY_RESPONSE = {"application/x-protobuf": b"", "application/json": b"{}"}  # full success
+
+
+def request_message(signal: Signal) -> type[Message]:
+    """The export request message of ``signal`` (metrics, or logs passed on unread), loaded
+    at its first check."""
+    if signal == "metrics":
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+        )
+
+        return ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    return ExportLogsServiceRequest
 
 
 def check_message(signal: Signal, body: bytes, content_type: str) -> None:
@@ -60,8 +65,10 @@ def check_message(signal: Signal, body: bytes, content_type: str) -> None:
         if not isinstance(document, dict):
             raise BadRequest("invalid OTLP/JSON payload: the top level must be an object")
         return
+    from google.protobuf.message import DecodeError as ProtobufDecodeError
+
     try:
-        MESSAGES[signal]().ParseFromString(body)
+        request_message(signal)().ParseFromString(body)
     except ProtobufDecodeError as exc:
         raise BadRequest(f"invalid OTLP {signal} protobuf payload: {exc}") from None
 

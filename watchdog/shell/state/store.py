@@ -26,11 +26,12 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from watchdog.core.runs.activity import ActivityEntry
+
+if TYPE_CHECKING:
+    import msgspec
 
 SCHEMA_VERSION = 5
 DB_FILE = "watchdog.sqlite3"
@@ -160,9 +161,29 @@ class StoreWriteError(StoreError):
 # Snapshots and activity are encoded with msgspec (~4-10x the stdlib's speed on these rows, see
 # docs/performance.md) into the same plain JSON text; the stdlib takes over wherever the two would
 # differ, so what is stored, refused or raised stays what json.dumps does.
-_ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder()
-_PACKER = msgspec.msgpack.Encoder()
+class Codecs:
+    """msgspec's encoders and decoders (:func:`codecs`): made at the first row encoded or read,
+    so a sidecar that has stored nothing yet idles without msgspec (docs/performance.md,
+    Footprint)."""
+
+    __slots__ = ("decode_error", "json_decoder", "json_encoder", "packer", "unpacker")
+
+    def __init__(self) -> None:
+        import msgspec
+
+        self.json_encoder: msgspec.json.Encoder = msgspec.json.Encoder()
+        self.json_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+        self.packer: msgspec.msgpack.Encoder = msgspec.msgpack.Encoder()
+        # (a directive's record: watchdog.shell.directives.store)
+        self.unpacker = msgspec.msgpack.Decoder(dict[str, Any])
+        self.decode_error: type[msgspec.DecodeError] = msgspec.DecodeError
+
+
+@functools.cache
+def codecs() -> Codecs:
+    return Codecs()
+
+
 # msgspec writes Infinity and NaN as null, silently. Its MessagePack form of the same row keeps
 # them: a float is 0xcb and its IEEE 754 bits, big-endian, and an exponent of all ones (the first
 # byte's low 7 bits, the second's high 4) is an infinity or a NaN. Those bytes can also sit inside
@@ -175,9 +196,10 @@ _FAST_REFUSED = (TypeError, ValueError, OverflowError, RecursionError)
 
 def _fast_json(value: object) -> str | None:
     """``value`` as compact JSON text by msgspec, or None when the stdlib must encode it."""
+    fast = codecs()
     try:
-        if _NON_FINITE.search(_PACKER.encode(value)) is None:
-            return _ENCODER.encode(value).decode()
+        if _NON_FINITE.search(fast.packer.encode(value)) is None:
+            return fast.json_encoder.encode(value).decode()
     except _FAST_REFUSED:
         pass
     return None
@@ -217,9 +239,10 @@ def encode_items(items: list[tuple[Any, ...]]) -> str:
 def decode(text: str) -> Any:
     """A stored row. Rows are strict JSON but for ones older builds wrote with Infinity/NaN,
     which the stdlib reads (as it always did)."""
+    fast = codecs()
     try:
-        return _DECODER.decode(text)
-    except msgspec.DecodeError:
+        return fast.json_decoder.decode(text)
+    except fast.decode_error:
         return json.loads(text)
 
 
