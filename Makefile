@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector
+	dist-image dist-chart collector loadgen
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -57,9 +57,10 @@ demo: $(VENV)/.installed
 ## system-deps: Debian packages the tests use, when missing: a real Prometheus and promtool;
 ## buildah, podman, runc and debootstrap to build and run the container image (make dist,
 ## tests/test_image.py);
-## gcc and the Python headers to build the client's C span path (tests/test_client_span_path.py)
+## gcc and the Python headers to build the client's C span path (tests/test_client_span_path.py);
+## Go for the model endpoint bench's client and upstream (bench/loadgen, standard library only)
 SYSTEM_DEPS := prometheus:prometheus promtool:prometheus buildah:buildah podman:podman \
-	runc:runc debootstrap:debootstrap gcc:gcc
+	runc:runc debootstrap:debootstrap gcc:gcc go:golang-go
 HAS_PYTHON_H := import os, sys, sysconfig; \
 	sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
 system-deps:
@@ -142,6 +143,12 @@ $(OTELCOL): $(OTELCOL_CONFIG) $(OTELCOL_DIR)/otelcol-watchdog
 
 collector: $(OTELCOL)
 
+## loadgen: the model endpoint bench's Go client and upstream (bench/loadgen, standard library
+## only: nothing downloaded), built by the bench into the user's cache
+## (AGENT_WATCHDOG_CACHE/loadgen/<hash of its sources>/) when missing; a few seconds
+loadgen: $(VENV)/.installed-test
+	$(PY) bench/model_endpoint.py --build-loadgen
+
 ## test: system packages first; then, FRAMEWORK_JOBS at once, .venv with test extras (its
 ## compiled parts), the Collector, the framework venvs, the dist venv and the TypeScript agent,
 ## and lint (ruff and mypy: a lint error fails CI like a failing test) as soon as .venv is there;
@@ -154,7 +161,7 @@ collector: $(OTELCOL)
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(DIST_VENV)/.installed $(CARGO_FUZZ) lint
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(DIST_VENV)/.installed $(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the
@@ -186,7 +193,7 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check watchdog client tests bench tools fuzz
 	MYPY_CACHE_DIR=$(AGENT_WATCHDOG_CACHE)/mypy $(VENV)/bin/mypy
 
-bench: $(VENV)/.installed-test
+bench: $(VENV)/.installed-test loadgen
 	$(PY) bench/ingest.py
 
 clean:

@@ -2,18 +2,21 @@
 upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
 
     .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
-        [--relay python,native] [--budget N]
+        [--relay python,native] [--budget N] [--client go|python] [--upstream go|python]
 
-The upstream is a model API of this file's own in a process of its own (asyncio, HTTP/1.1
-keep-alive, each event one chunk of a chunked ``text/event-stream``, as hosted APIs serve them),
-streaming a chat completion of ``--chunks`` events ``--chunk-ms`` apart (a model's pace): lean,
-so that on a small machine it takes little of the CPU the two sides are measured on. The
-sidecar is a ``watchdog serve`` process with the model endpoint on, in front of it (no budget,
-no rule firing: the pass-through path every request of a healthy run takes, each one still
-read and booked as a model call of a run); one sidecar per ``--relay`` (``model_relay``: the
-aiohttp relay ``python``, the compiled one ``native``), all in the same run. The client is
-aiohttp in this process, reading each SSE event as it arrives; every request carries a task of
-its own (one conversation, one run). ``--budget N`` gives every run a budget of N tool calls
+The upstream is a scripted model API in a process of its own (HTTP/1.1 keep-alive, each event
+one chunk of a chunked ``text/event-stream``, as hosted APIs serve them), streaming a chat
+completion of ``--chunks`` events ``--chunk-ms`` apart (a model's pace). The client reads each
+SSE event as it arrives and times it. Both are compiled by default (``bench/loadgen``, Go's
+standard library only, built into ``$AGENT_WATCHDOG_CACHE/loadgen/`` when its sources change),
+so that on a small machine they take little of the CPU the sidecar is measured on; ``--upstream
+python`` is this file's asyncio one and ``--client python`` aiohttp in this process (each of
+them alone takes a share of a core at 50 streams). The sidecar is a ``watchdog serve`` process
+with the model endpoint on, in front of it (no budget, no rule firing: the pass-through path
+every request of a healthy run takes, each one still read and booked as a model call of a run);
+one sidecar per ``--relay`` (``model_relay``: the aiohttp relay ``python``, the compiled one
+``native``), all in the same run. Every request carries a task of its own (one conversation,
+one run). ``--budget N`` gives every run a budget of N tool calls
 (``x-watchdog-budget-tool-calls``, which the direct side's upstream ignores): each request then
 carries the bound its response is trimmed to (N <= 3: and the countdown in its instructions),
 the path every request of a budgeted run but its final one takes.
@@ -40,9 +43,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -51,7 +56,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,11 +176,57 @@ def serve_upstream(port: int, chunks: int, chunk_ms: float) -> None:
     asyncio.run(serve())
 
 
+# -- the Go load client and upstream (bench/loadgen) ------------------------------------------
+
+LOADGEN = ROOT / "bench" / "loadgen"
+LOADGEN_KEPT_DAYS = 7  # a build of other sources unused this long goes when another is made
+
+
+def loadgen() -> Path:
+    """The Go client and upstream, built once per content of ``bench/loadgen/`` into the
+    user's cache (``$AGENT_WATCHDOG_CACHE/loadgen/HASH/``, as the Makefile keeps its builds)."""
+    sources = sorted(path for path in LOADGEN.iterdir()
+                     if path.suffix == ".go" or path.name == "go.mod")
+    digest = hashlib.sha256(b"".join(path.name.encode() + b"\0" + path.read_bytes() + b"\0"
+                                     for path in sources)).hexdigest()[:16]
+    cache = Path(os.environ.get("AGENT_WATCHDOG_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-watchdog")
+    binary = cache / "loadgen" / digest / "loadgen"
+    if binary.is_file():
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise SystemExit("bench/model_endpoint.py: building its Go client and upstream "
+                         "(bench/loadgen) needs the Go toolchain (`go`; Debian: golang-go), "
+                         "or run with --client python --upstream python")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    building = binary.with_name(f"loadgen.{os.getpid()}")
+    env = {**os.environ, "GOPROXY": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0",
+           "GOFLAGS": "-buildvcs=false"}
+    built = subprocess.run([go, "build", "-trimpath", "-o", str(building), "."], cwd=LOADGEN,
+                           env=env, capture_output=True, text=True, timeout=600)
+    if built.returncode != 0:
+        building.unlink(missing_ok=True)
+        raise SystemExit(f"bench/model_endpoint.py: go build of bench/loadgen failed:\n"
+                         f"{built.stderr[-2000:]}")
+    os.replace(building, binary)  # whole or not at all: other runs may build it at once
+    for old in binary.parent.parent.iterdir():
+        if old != binary.parent and old.is_dir() and \
+                time.time() - old.stat().st_mtime > LOADGEN_KEPT_DAYS * 86400:
+            shutil.rmtree(old, ignore_errors=True)
+    return binary
+
+
 @contextmanager
-def upstream(chunks: int, chunk_ms: float) -> Iterator[str]:
+def upstream(chunks: int, chunk_ms: float, kind: str = "go") -> Iterator[str]:
+    """The scripted model API in a process of its own: ``kind`` go (bench/loadgen) or python
+    (``serve_upstream``); the same responses either way."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(port),
-                                "--chunks", str(chunks), "--chunk-ms", str(chunk_ms)])
+    command = [str(loadgen()), "upstream", "-port", str(port), "-chunks", str(chunks),
+               "-chunk-ms", str(chunk_ms)] if kind == "go" else \
+        [sys.executable, __file__, "--serve-upstream", str(port), "--chunks", str(chunks),
+         "--chunk-ms", str(chunk_ms)]
+    process = subprocess.Popen(command)
     try:
         wait_ready(f"http://127.0.0.1:{port}/v1/models", process, "the upstream")
         yield f"http://127.0.0.1:{port}/v1"
@@ -224,7 +275,7 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
         process.wait(30)
 
 
-# -- the client -----------------------------------------------------------------------------
+# -- the clients ----------------------------------------------------------------------------
 
 @dataclass
 class Timings:
@@ -294,6 +345,45 @@ async def phase(base_url: str, streams: int, concurrency: int, first: int,
     return timings
 
 
+# a client: (URL, streams, at a time, the first's task number, spread seconds) -> its Timings,
+# ``wall`` the phase's seconds
+Client = Callable[[str, int, int, int, float], Timings]
+
+
+def python_client(url: str, streams: int, width: int, first: int, spread: float) -> Timings:
+    """aiohttp in this process."""
+    wall = time.perf_counter()
+    timings = asyncio.run(phase(url, streams, width, first, spread))
+    timings.wall = time.perf_counter() - wall
+    return timings
+
+
+def go_client(stream_seconds: float) -> Client:
+    """bench/loadgen's client, a process per phase: one JSON line of timings per stream."""
+    binary = str(loadgen())
+
+    def run(url: str, streams: int, width: int, first: int, spread: float) -> Timings:
+        command = [binary, "client", "-url", url, "-streams", str(streams), "-concurrency",
+                   str(width), "-first", str(first), "-spread", repr(spread),
+                   "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0")]
+        timeout = 300 + spread + streams / width * (10 * stream_seconds + 1)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0:
+            raise SystemExit(f"the Go client: {result.stderr.strip()[-2000:]}")
+        timings = Timings()
+        for line in result.stdout.splitlines():
+            one = json.loads(line)
+            if "wall" in one:
+                timings.wall = one["wall"]
+                continue
+            timings.ttfb.append(one["ttfb"])
+            timings.gaps += one["gaps"]
+            timings.streams.append(one["stream"])
+            timings.chunks += len(one["gaps"]) + 1
+        return timings
+    return run
+
+
 # -- the report -----------------------------------------------------------------------------
 
 def pct(values: list[float], q: float) -> float:
@@ -331,8 +421,8 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
     return rows
 
 
-async def measure(direct_url: str, sidecars: dict[str, tuple[str, int]], streams: int,
-                  concurrency: int, stream_seconds: float) -> list[str]:
+def measure(client: Client, direct_url: str, sidecars: dict[str, tuple[str, int]],
+            streams: int, concurrency: int, stream_seconds: float) -> list[str]:
     """``sidecars``: relay -> (its endpoint's URL, its pid); ``stream_seconds``: how long the
     upstream takes to stream one response (the staggered phase spreads the first starts over
     it, so ``concurrency`` streams are open at any time but their requests do not arrive
@@ -343,15 +433,13 @@ async def measure(direct_url: str, sidecars: dict[str, tuple[str, int]], streams
     for width, count, spread in ((1, max(streams // 4, 10), 0.0), (concurrency, streams, 0.0),
                                  (concurrency, streams, stream_seconds)):
         sides = {side: Timings() for side in ("direct", *relays)}
-        await phase(direct_url, 5, 1, 10**6 + counter)  # warm the connections up
+        client(direct_url, 5, 1, 10**6 + counter, 0.0)  # warm the connections up
         for number, (url, _pid) in enumerate(sidecars.values()):
-            await phase(url, 5, 1, (2 + number) * 10**6 + counter)
+            client(url, 5, 1, (2 + number) * 10**6 + counter, 0.0)
         for side in ("direct", *relays, *reversed(relays), "direct"):
             url = direct_url if side == "direct" else sidecars[side][0]
             cpu = {relay: cpu_seconds(pid) for relay, (_url, pid) in sidecars.items()}
-            wall = time.perf_counter()
-            timings = await phase(url, count // 2, width, counter, spread)
-            timings.wall = time.perf_counter() - wall
+            timings = client(url, count // 2, width, counter, spread)
             spent = {relay: cpu_seconds(pid) - cpu[relay]
                      for relay, (_url, pid) in sidecars.items()}
             if side == "direct":
@@ -382,8 +470,8 @@ def instructions(pid: int, out: str) -> int:
     return total
 
 
-def count_instructions(state: str, up: str, trees: dict[str, Path], streams: int,
-                       width: int = 1) -> list[str]:
+def count_instructions(client: Client, state: str, up: str, trees: dict[str, Path],
+                       streams: int, width: int = 1) -> list[str]:
     """``--callgrind``: instructions per stream in each sidecar (its relay threads included),
     ``width`` streams at a time after a warm-up, whatever the machine's load; ``trees``: each
     sidecar's relay (``RELAY@base``: of the baseline) and source tree."""
@@ -392,10 +480,10 @@ def count_instructions(state: str, up: str, trees: dict[str, Path], streams: int
         out = f"{state}/callgrind-{relay.replace('@', '-')}.out"
         with sidecar(f"{state}/{relay}", up, relay.split("@")[0], callgrind=out,
                      tree=tree) as (url, pid):
-            asyncio.run(phase(url, 10, 1, 0))  # warm: imports, the pools, the pricer
+            client(url, 10, 1, 0, 0.0)  # warm: imports, the pools, the pricer
             subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
                            capture_output=True)
-            asyncio.run(phase(url, streams, width, 1000))
+            client(url, streams, width, 1000, 0.0)
             counted = instructions(pid, out)
         lines.append(f"  relay {relay}: {counted / streams / 1e6:.2f} M instructions per "
                      f"stream ({streams} streams, {width} at a time)")
@@ -426,10 +514,22 @@ def main() -> None:
     parser.add_argument("--budget", type=int, metavar="N",
                         help="every run with a budget of N tool calls (its responses trimmed "
                              "to the calls left; default: no budget)")
+    parser.add_argument("--client", choices=("go", "python"), default="go",
+                        help="the load client: go (bench/loadgen, compiled; default) or python "
+                             "(aiohttp in this process)")
+    parser.add_argument("--upstream", choices=("go", "python"), default="go",
+                        help="the scripted model API: go (bench/loadgen; default) or python "
+                             "(asyncio)")
+    parser.add_argument("--build-loadgen", action="store_true",
+                        help="only build bench/loadgen (the Go client and upstream) and say "
+                             "where it is")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream is not None:
         serve_upstream(args.serve_upstream, args.chunks, args.chunk_ms)
+        return
+    if args.build_loadgen:
+        print(loadgen())
         return
     if args.streams < 4 or args.concurrency < 1 or args.chunks < 3 or args.chunk_ms < 0:
         parser.error("--streams >= 4, --concurrency >= 1, --chunks >= 3, --chunk-ms >= 0")
@@ -446,25 +546,27 @@ def main() -> None:
             parser.error(f"--baseline {args.baseline}: not a source tree of the sidecar")
         trees = {name: tree for relay in relays for name, tree in (
             (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
+    stream_seconds = args.chunks * args.chunk_ms / 1000
+    client = go_client(stream_seconds) if args.client == "go" else python_client
     if args.callgrind:
-        with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up:
-            lines = count_instructions(state, up, trees, args.streams,
+        with tempfile.TemporaryDirectory() as state, \
+                upstream(args.chunks, args.chunk_ms, args.upstream) as up:
+            lines = count_instructions(client, state, up, trees, args.streams,
                                        max(args.callgrind_width, 1))
         print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
               f"events each")
         print("\n".join(lines))
         return
-    with tempfile.TemporaryDirectory() as state, upstream(args.chunks, args.chunk_ms) as up, \
-            ExitStack() as stack:
+    with tempfile.TemporaryDirectory() as state, \
+            upstream(args.chunks, args.chunk_ms, args.upstream) as up, ExitStack() as stack:
         sidecars = {name: stack.enter_context(sidecar(f"{state}/{name}", up,
                                                       name.split("@")[0], tree=tree))
                     for name, tree in trees.items()}
-        lines = asyncio.run(measure(up, sidecars, args.streams, args.concurrency,
-                                    args.chunks * args.chunk_ms / 1000))
+        lines = measure(client, up, sidecars, args.streams, args.concurrency, stream_seconds)
     budget = f", each run a budget of {args.budget} tool calls" if args.budget else ""
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
-          f"{args.chunk_ms:g} ms apart{budget}; same client, same run, direct vs through the "
-          f"sidecar")
+          f"{args.chunk_ms:g} ms apart{budget}; client {args.client}, upstream "
+          f"{args.upstream}; same client, same run, direct vs through the sidecar")
     print("\n".join(lines))
 
 

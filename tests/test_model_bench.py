@@ -1,5 +1,6 @@
 """bench/model_endpoint.py runs: a short run through both relays, same run, reports every
-figure docs/performance.md quotes for each relay and phase."""
+figure docs/performance.md quotes for each relay and phase; by default with its Go client and
+upstream (bench/loadgen, built by the bench), and with its Python ones on request."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def test_the_bench_measures_both_relays_in_one_run() -> None:
         capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
+    assert "; client go, upstream go;" in out.splitlines()[0], out
     for phase in ("1 stream at a time", "4 streams at a time, starting together (waves)",
                   "4 streams at a time, starts staggered"):
         for relay in ("python", "native"):
@@ -65,3 +67,47 @@ def test_the_bench_measures_budgeted_runs() -> None:
         [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--budget", "0"],
         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
     assert bad.returncode == 2 and "--budget: 1 to 1000000 tool calls" in bad.stderr
+
+
+def test_the_bench_runs_its_python_client_and_upstream_without_go(tmp_path: Path) -> None:
+    """``--client python --upstream python``: aiohttp in the bench's process and its asyncio
+    upstream, the same report; nothing built, so no Go toolchain needed. Without one, the Go
+    client's default says what is missing."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
+    env.update(PATH=str(Path(sys.executable).parent), AGENT_WATCHDOG_CACHE=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "4",
+         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--relay", "native",
+         "--client", "python", "--upstream", "python"],
+        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "; client python, upstream python;" in out.splitlines()[0], out
+    for phase in ("1 stream at a time", "2 streams at a time, starting together (waves)",
+                  "2 streams at a time, starts staggered"):
+        section = out.split(f"{phase}, relay native:", 1)[1]
+        for row in ("time to first byte p99", "gap between chunks p99",
+                    "sidecar CPU per stream"):
+            assert row in section, (phase, row, section)
+    assert not (tmp_path / "loadgen").exists()
+    missing = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--build-loadgen"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert missing.returncode == 1, missing.stderr
+    assert "needs the Go toolchain" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_go_client_and_upstream_are_built_once_per_source(tmp_path: Path) -> None:
+    """``--build-loadgen`` builds bench/loadgen into the user's cache under the hash of its
+    sources, and a second call finds it built."""
+    env = {**os.environ, "AGENT_WATCHDOG_CACHE": str(tmp_path)}
+    command = [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--build-loadgen"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                           env=env)
+    assert first.returncode == 0, first.stderr
+    binary = Path(first.stdout.strip())
+    assert binary.is_file() and binary.parent.parent == tmp_path / "loadgen"
+    built = binary.stat().st_mtime_ns
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT,
+                           env=env)
+    assert again.stdout == first.stdout and binary.stat().st_mtime_ns == built

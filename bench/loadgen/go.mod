@@ -1,0 +1,3 @@
+module agent-watchdog/bench/loadgen
+
+go 1.19
