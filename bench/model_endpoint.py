@@ -56,10 +56,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
@@ -71,6 +72,7 @@ from tests.ports import free_port  # noqa: E402
 KEY = "sk-bench-0123456789abcdef"
 MODEL = "bench-stream"
 READY_TIMEOUT = 30.0
+KEPT_SECONDS = 600.0  # the Python client keeps an idle connection for a run's length
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], what: str,
@@ -328,60 +330,111 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
     timings.chunks += len(arrivals)
 
 
-async def phase(base_url: str, streams: int, concurrency: int, first: int,
-                spread: float = 0.0) -> Timings:
+async def phase(session: aiohttp.ClientSession, base_url: str, streams: int,
+                concurrency: int, first: int, spread: float = 0.0) -> Timings:
     """``streams`` streams, ``concurrency`` at a time, each worker starting its next stream as
     its last ends; ``spread``: seconds over which the workers' first streams start (0: all at
     once, so the streams go in waves that arrive together)."""
     timings = Timings()
     numbers = iter(range(first, first + streams))
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        async def worker(index: int) -> None:
-            await asyncio.sleep(spread * index / concurrency)
-            for number in numbers:
-                await one_stream(session, base_url, number, timings)
-        await asyncio.gather(*(worker(index) for index in range(concurrency)))
+
+    async def worker(index: int) -> None:
+        await asyncio.sleep(spread * index / concurrency)
+        for number in numbers:
+            await one_stream(session, base_url, number, timings)
+    await asyncio.gather(*(worker(index) for index in range(concurrency)))
     return timings
 
 
-# a client: (URL, streams, at a time, the first's task number, spread seconds) -> its Timings,
-# ``wall`` the phase's seconds
-Client = Callable[[str, int, int, int, float], Timings]
+class Client(Protocol):
+    """Runs a phase: ``streams`` streams from ``url``, ``width`` at a time, the first's task
+    number ``first``, the workers' first starts spread over ``spread`` seconds; its Timings,
+    ``wall`` the phase's seconds. Connections are kept from one phase to the next (each side's
+    own), as an agent's HTTP client keeps them: a phase measures requests, not connects."""
+
+    def __call__(self, url: str, streams: int, width: int, first: int,
+                 spread: float) -> Timings: ...
 
 
-def python_client(url: str, streams: int, width: int, first: int, spread: float) -> Timings:
-    """aiohttp in this process."""
-    wall = time.perf_counter()
-    timings = asyncio.run(phase(url, streams, width, first, spread))
-    timings.wall = time.perf_counter() - wall
-    return timings
+class PythonClient:
+    """aiohttp in this process, a session per URL."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+        self.sessions: dict[str, aiohttp.ClientSession] = {}
+
+    def __call__(self, url: str, streams: int, width: int, first: int,
+                 spread: float) -> Timings:
+        wall = time.perf_counter()
+        timings = self.runner.run(self.phase(url, streams, width, first, spread))
+        timings.wall = time.perf_counter() - wall
+        return timings
+
+    async def phase(self, url: str, streams: int, width: int, first: int,
+                    spread: float) -> Timings:
+        if url not in self.sessions:
+            self.sessions[url] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+                limit=0, keepalive_timeout=KEPT_SECONDS))
+        return await phase(self.sessions[url], url, streams, width, first, spread)
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            self.runner.run(session.close())
+        self.runner.close()
 
 
-def go_client(stream_seconds: float) -> Client:
-    """bench/loadgen's client, a process per phase: one JSON line of timings per stream."""
-    binary = str(loadgen())
+class GoClient:
+    """bench/loadgen's client, a process per URL: a phase a line on its stdin, a JSON line of
+    timings per stream back, then the phase's wall time."""
 
-    def run(url: str, streams: int, width: int, first: int, spread: float) -> Timings:
-        command = [binary, "client", "-url", url, "-streams", str(streams), "-concurrency",
-                   str(width), "-first", str(first), "-spread", repr(spread),
-                   "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0")]
-        timeout = 300 + spread + streams / width * (10 * stream_seconds + 1)
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        if result.returncode != 0:
-            raise SystemExit(f"the Go client: {result.stderr.strip()[-2000:]}")
+    def __init__(self, connections: int) -> None:
+        self.binary, self.connections = str(loadgen()), connections
+        self.processes: dict[str, subprocess.Popen[str]] = {}
+
+    def __call__(self, url: str, streams: int, width: int, first: int,
+                 spread: float) -> Timings:
+        process = self.processes.get(url)
+        if process is None:
+            process = self.processes[url] = subprocess.Popen(
+                [self.binary, "client", "-url", url, "-connections", str(self.connections),
+                 "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True)
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(f"{streams} {width} {first} {spread!r}\n")
+        process.stdin.flush()
         timings = Timings()
-        for line in result.stdout.splitlines():
+        for line in process.stdout:  # each stream ends within loadgen's -stream-timeout
             one = json.loads(line)
             if "wall" in one:
                 timings.wall = one["wall"]
-                continue
+                return timings
             timings.ttfb.append(one["ttfb"])
             timings.gaps += one["gaps"]
             timings.streams.append(one["stream"])
             timings.chunks += len(one["gaps"]) + 1
-        return timings
-    return run
+        assert process.stderr is not None
+        raise SystemExit(f"the Go client: {process.stderr.read().strip()[-2000:]}")
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            if process.stdin is not None:
+                process.stdin.close()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def client_of(kind: str, connections: int) -> Iterator[Client]:
+    """``--client``: go or python, keeping up to ``connections`` connections per side."""
+    client = GoClient(connections) if kind == "go" else PythonClient()
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -433,9 +486,10 @@ def measure(client: Client, direct_url: str, sidecars: dict[str, tuple[str, int]
     for width, count, spread in ((1, max(streams // 4, 10), 0.0), (concurrency, streams, 0.0),
                                  (concurrency, streams, stream_seconds)):
         sides = {side: Timings() for side in ("direct", *relays)}
-        client(direct_url, 5, 1, 10**6 + counter, 0.0)  # warm the connections up
+        warm = max(width, 5)  # a wave: the connections this width takes, and the sidecars'
+        client(direct_url, warm, width, 10**6 + counter, 0.0)
         for number, (url, _pid) in enumerate(sidecars.values()):
-            client(url, 5, 1, (2 + number) * 10**6 + counter, 0.0)
+            client(url, warm, width, (2 + number) * 10**6 + counter, 0.0)
         for side in ("direct", *relays, *reversed(relays), "direct"):
             url = direct_url if side == "direct" else sidecars[side][0]
             cpu = {relay: cpu_seconds(pid) for relay, (_url, pid) in sidecars.items()}
@@ -480,7 +534,7 @@ def count_instructions(client: Client, state: str, up: str, trees: dict[str, Pat
         out = f"{state}/callgrind-{relay.replace('@', '-')}.out"
         with sidecar(f"{state}/{relay}", up, relay.split("@")[0], callgrind=out,
                      tree=tree) as (url, pid):
-            client(url, 10, 1, 0, 0.0)  # warm: imports, the pools, the pricer
+            client(url, max(width, 10), width, 0, 0.0)  # imports, the pools, the pricer
             subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
                            capture_output=True)
             client(url, streams, width, 1000, 0.0)
@@ -531,8 +585,9 @@ def main() -> None:
     if args.build_loadgen:
         print(loadgen())
         return
-    if args.streams < 4 or args.concurrency < 1 or args.chunks < 3 or args.chunk_ms < 0:
-        parser.error("--streams >= 4, --concurrency >= 1, --chunks >= 3, --chunk-ms >= 0")
+    if args.streams < 4 or not 1 <= args.concurrency <= 10_000 or args.chunks < 3 or \
+            args.chunk_ms < 0:
+        parser.error("--streams >= 4, --concurrency 1 to 10000, --chunks >= 3, --chunk-ms >= 0")
     if args.budget is not None:
         if not 0 < args.budget <= 1_000_000:
             parser.error("--budget: 1 to 1000000 tool calls")
@@ -547,18 +602,19 @@ def main() -> None:
         trees = {name: tree for relay in relays for name, tree in (
             (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
     stream_seconds = args.chunks * args.chunk_ms / 1000
-    client = go_client(stream_seconds) if args.client == "go" else python_client
     if args.callgrind:
+        width = max(args.callgrind_width, 1)
         with tempfile.TemporaryDirectory() as state, \
-                upstream(args.chunks, args.chunk_ms, args.upstream) as up:
-            lines = count_instructions(client, state, up, trees, args.streams,
-                                       max(args.callgrind_width, 1))
+                upstream(args.chunks, args.chunk_ms, args.upstream) as up, \
+                client_of(args.client, width) as client:
+            lines = count_instructions(client, state, up, trees, args.streams, width)
         print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
               f"events each")
         print("\n".join(lines))
         return
     with tempfile.TemporaryDirectory() as state, \
-            upstream(args.chunks, args.chunk_ms, args.upstream) as up, ExitStack() as stack:
+            upstream(args.chunks, args.chunk_ms, args.upstream) as up, ExitStack() as stack, \
+            client_of(args.client, args.concurrency) as client:
         sidecars = {name: stack.enter_context(sidecar(f"{state}/{name}", up,
                                                       name.split("@")[0], tree=tree))
                     for name, tree in trees.items()}

@@ -3,10 +3,11 @@
 // CPU the sidecar is measured on. Standard library only.
 //
 //	loadgen upstream -port P -chunks N -chunk-ms MS
-//	loadgen client -url URL -streams N -concurrency C [-first K] [-spread S] [-budget B]
+//	loadgen client -url URL [-connections N] [-budget B] < phases (STREAMS CONCURRENCY FIRST SPREAD)
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"flag"
@@ -24,9 +25,10 @@ import (
 )
 
 const (
-	key      = "sk-bench-0123456789abcdef"
-	model    = "bench-stream"
-	maxEvent = 1 << 20 // bytes an SSE event may take before the stream is refused
+	key            = "sk-bench-0123456789abcdef"
+	model          = "bench-stream"
+	maxEvent       = 1 << 20 // bytes an SSE event may take before the stream is refused
+	maxConcurrency = 10000
 )
 
 func main() {
@@ -114,66 +116,84 @@ func upstream(args []string) {
 	}
 }
 
-// -- the client: one phase of streams --------------------------------------------------------
+// -- the client: phases of streams over kept connections ------------------------------------
 
-// client runs `streams` streamed chat completions, `concurrency` at a time, each worker
-// starting its next as its last ends, the workers' first starts spread over `spread` seconds
-// (0: together, so they go in waves); each a new conversation (Task <first + i>). It prints
-// one JSON line per stream, its seconds: {"ttfb": to the first SSE event, "gaps": between
-// consecutive events, "stream": first event to last}, then {"wall": the phase}.
+// client runs phases of streamed chat completions, one a line of stdin: "STREAMS CONCURRENCY
+// FIRST SPREAD": STREAMS streams, CONCURRENCY at a time, each worker starting its next as its
+// last ends, the workers' first starts spread over SPREAD seconds (0: together, so they go in
+// waves); each a new conversation (Task FIRST, FIRST+1, ...). For each stream it prints a JSON
+// line of seconds: {"ttfb": to the first SSE event, "gaps": between consecutive events,
+// "stream": first event to last}; then {"wall": the phase}. Connections are kept from one
+// phase to the next (up to -connections idle), as an agent's HTTP client keeps them. It ends at
+// the end of stdin, or with status 1 at a stream that fails.
 func client(args []string) {
 	flags := flag.NewFlagSet("client", flag.ExitOnError)
 	base := flags.String("url", "", "the API's base URL (…/v1)")
-	streams := flags.Int("streams", 1, "streams in all")
-	concurrency := flags.Int("concurrency", 1, "streams at a time")
-	first := flags.Int("first", 0, "the first stream's task number")
-	spread := flags.Float64("spread", 0, "seconds over which the workers' first starts spread")
+	connections := flags.Int("connections", 50, "idle connections kept (the most at a time)")
 	budget := flags.Int("budget", 0, "x-watchdog-budget-tool-calls on every request (0: none)")
+	limit := flags.Duration("stream-timeout", time.Minute, "the longest a stream may take")
 	_ = flags.Parse(args)
-	if *base == "" || *streams < 1 || *concurrency < 1 || *concurrency > 10000 || *spread < 0 {
-		fail("-url, -streams >= 1, 1 <= -concurrency <= 10000, -spread >= 0")
+	if *base == "" || *connections < 1 || *connections > maxConcurrency || *limit <= 0 {
+		fail(fmt.Sprintf("-url, 1 <= -connections <= %d, -stream-timeout > 0", maxConcurrency))
 	}
-	pool := &http.Client{Transport: &http.Transport{
-		MaxIdleConns: *concurrency, MaxIdleConnsPerHost: *concurrency,
-		DisableCompression: true, ResponseHeaderTimeout: time.Minute,
+	pool := &http.Client{Timeout: *limit, Transport: &http.Transport{
+		MaxIdleConns: *connections, MaxIdleConnsPerHost: *connections,
+		DisableCompression: true,
 	}}
+	lines := bufio.NewScanner(os.Stdin)
+	for lines.Scan() {
+		var streams, concurrency, first int
+		var spread float64
+		_, err := fmt.Sscan(lines.Text(), &streams, &concurrency, &first, &spread)
+		if err != nil || streams < 1 || concurrency < 1 || concurrency > maxConcurrency ||
+			spread < 0 {
+			fail(fmt.Sprintf("a phase is STREAMS CONCURRENCY FIRST SPREAD, STREAMS >= 1, "+
+				"1 <= CONCURRENCY <= %d, SPREAD >= 0: %q", maxConcurrency, lines.Text()))
+		}
+		wall, err := phase(pool, *base, streams, concurrency, first, spread, *budget)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", *base+":", err)
+			os.Exit(1)
+		}
+		fmt.Printf("{\"wall\":%.9f}\n", wall.Seconds())
+	}
+}
+
+// phase runs one phase, printing each stream's line as it ends: its wall time, or the first
+// stream's error (the others then start no more).
+func phase(pool *http.Client, base string, streams, concurrency, first int, spread float64,
+	budget int) (time.Duration, error) {
 	var (
-		next     atomic.Int64
-		out      sync.Mutex
-		failures atomic.Int64
-		workers  sync.WaitGroup
+		next    atomic.Int64
+		out     sync.Mutex
+		failed  error
+		workers sync.WaitGroup
 	)
-	stdout := os.Stdout
 	started := time.Now()
-	for index := 0; index < *concurrency; index++ {
+	for index := 0; index < concurrency; index++ {
 		workers.Add(1)
 		go func(index int) {
 			defer workers.Done()
-			time.Sleep(time.Duration(*spread * float64(index) / float64(*concurrency) * 1e9))
+			time.Sleep(time.Duration(spread * float64(index) / float64(concurrency) * 1e9))
 			buffer := make([]byte, 64<<10) // one a worker: garbage made per stream is GC's CPU
-			for {
-				number := next.Add(1) - 1
-				if number >= int64(*streams) || failures.Load() > 0 {
-					return
-				}
-				line, err := stream(pool, *base, *first+int(number), *budget, buffer)
-				if err != nil {
-					if failures.Add(1) == 1 {
-						fmt.Fprintln(os.Stderr, "loadgen:", *base+":", err)
-					}
-					return
-				}
+			for number := next.Add(1) - 1; number < int64(streams); number = next.Add(1) - 1 {
+				line, err := stream(pool, base, first+int(number), budget, buffer)
 				out.Lock()
-				_, _ = stdout.Write(line)
+				if err != nil && failed == nil {
+					failed = err
+				} else if err == nil && failed == nil {
+					_, _ = os.Stdout.Write(line)
+				}
+				stop := failed != nil
 				out.Unlock()
+				if stop {
+					return
+				}
 			}
 		}(index)
 	}
 	workers.Wait()
-	if failures.Load() > 0 {
-		os.Exit(1)
-	}
-	fmt.Fprintf(stdout, "{\"wall\":%.9f}\n", time.Since(started).Seconds())
+	return time.Since(started), failed
 }
 
 // stream sends one request and reads its SSE events as they arrive: its timings as a JSON line.
