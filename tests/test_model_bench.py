@@ -4,10 +4,14 @@ upstream (bench/loadgen, built by the bench), and with its Python ones on reques
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+
+from bench import model_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,3 +115,54 @@ def test_the_go_client_and_upstream_are_built_once_per_source(tmp_path: Path) ->
     again = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT,
                            env=env)
     assert again.stdout == first.stdout and binary.stat().st_mtime_ns == built
+
+
+def _events(url: str) -> list[dict[str, object] | str]:
+    """One streamed answer's SSE events as a client reads them, its id and time taken out."""
+    request = urllib.request.Request(url + "/chat/completions", method="POST", data=b"{}",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+        assert response.headers["Transfer-Encoding"] == "chunked"
+        assert response.headers["x-request-id"].startswith("chatcmpl-bench")
+        text = response.read().decode()
+    events: list[dict[str, object] | str] = []
+    for event in text.split("\n\n")[:-1]:
+        data = event.removeprefix("data: ")
+        if data == "[DONE]":
+            events.append(data)
+            continue
+        chunk = json.loads(data)
+        assert chunk.pop("id") == response.headers["x-request-id"]
+        assert isinstance(chunk.pop("created"), int)
+        events.append(chunk)
+    return events
+
+
+def test_the_go_upstream_streams_what_the_python_one_does() -> None:
+    """Both scripted upstreams answer a streamed chat completion with the same events."""
+    answers = {}
+    for kind in ("go", "python"):
+        with model_endpoint.upstream(5, 1, kind) as url:
+            answers[kind] = _events(url)
+    assert answers["go"] == answers["python"]
+    assert len(answers["go"]) == 5 and answers["go"][-1] == "[DONE]"
+
+
+def test_the_go_client_runs_phases_over_kept_connections() -> None:
+    """loadgen's client: a phase a line of its stdin, a JSON line per stream (every event
+    timed) and the phase's wall time back; a line that is not a phase refused by name."""
+    binary = str(model_endpoint.loadgen())
+    with model_endpoint.upstream(4, 1, "go") as url:
+        result = subprocess.run([binary, "client", "-url", url, "-connections", "3"],
+                                input="2 1 0 0\n6 3 10 0.01\n", capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        walls = [index for index, line in enumerate(lines) if "wall" in line]
+        assert walls == [2, 9], lines
+        for line in lines[:2] + lines[3:9]:
+            assert len(line["gaps"]) == 3 and 0 < line["ttfb"] < 1, line
+        bad = subprocess.run([binary, "client", "-url", url], input="2 0 0 0\n",
+                             capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "a phase is STREAMS CONCURRENCY FIRST SPREAD" in bad.stderr
