@@ -7,19 +7,21 @@ upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
 The upstream is a scripted model API in a process of its own (HTTP/1.1 keep-alive, each event
 one chunk of a chunked ``text/event-stream``, as hosted APIs serve them), streaming a chat
 completion of ``--chunks`` events ``--chunk-ms`` apart (a model's pace). The client reads each
-SSE event as it arrives and times it. Both are compiled by default (``bench/loadgen``, Go's
-standard library only, built into ``$AGENT_WATCHDOG_CACHE/loadgen/`` when its sources change),
-so that on a small machine they take little of the CPU the sidecar is measured on; ``--upstream
-python`` is this file's asyncio one and ``--client python`` aiohttp in this process (each of
-them alone takes a share of a core at 50 streams). The sidecar is a ``watchdog serve`` process
-with the model endpoint on, in front of it (no budget, no rule firing: the pass-through path
-every request of a healthy run takes, each one still read and booked as a model call of a run);
-one sidecar per ``--relay`` (``model_relay``: the aiohttp relay ``python``, the compiled one
-``native``), all in the same run. Every request carries a task of its own (one conversation,
-one run). ``--budget N`` gives every run a budget of N tool calls
-(``x-watchdog-budget-tool-calls``, which the direct side's upstream ignores): each request then
-carries the bound its response is trimmed to (N <= 3: and the countdown in its instructions),
-the path every request of a budgeted run but its final one takes.
+SSE event as it arrives and times it; each side's client keeps its connections from one phase
+to the next, as an agent's HTTP client does, warmed by a wave of the phase's width. Both are
+compiled by default (``bench/loadgen``, Go's standard library only, built into
+``$AGENT_WATCHDOG_CACHE/loadgen/`` when its sources change), so that on a small machine they
+take little of the CPU the sidecar is measured on and do not queue the requests themselves;
+``--upstream python`` is this file's asyncio one, ``--client python`` aiohttp in this process.
+The sidecar is a ``watchdog serve`` process with the model endpoint on, in front of the
+upstream (no budget, no rule firing: the pass-through path every request of a healthy run
+takes, each one still read and booked as a model call of a run); one sidecar per ``--relay``
+(``model_relay``: the aiohttp relay ``python``, the compiled one ``native``), all in the same
+run. Every request carries a task of its own (one conversation, one run). ``--budget N`` gives
+every run a budget of N tool calls (``x-watchdog-budget-tool-calls``, which the direct side's
+upstream ignores): each request then carries the bound its response is trimmed to (N <= 3: and
+the countdown in its instructions), the path every request of a budgeted run but its final one
+takes.
 
 Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
 every side alike): one stream at a time; ``--concurrency`` streams at a time starting together
