@@ -27,7 +27,7 @@ import (
 const (
 	key            = "sk-bench-0123456789abcdef"
 	model          = "bench-stream"
-	maxEvent       = 1 << 20 // bytes an SSE event may take before the stream is refused
+	maxEvent       = 1 << 20 // bytes an SSE event (or a request body) may take, at most
 	maxConcurrency = 10000
 )
 
