@@ -23,6 +23,12 @@ upstream ignores): each request then carries the bound its response is trimmed t
 the countdown in its instructions), the path every request of a budgeted run but its final one
 takes.
 
+``--floor`` (on unless ``--no-floor``, or neither the client nor the upstream is Go) adds a
+side named ``floor``: a bare proxy (Go's ``net/http``, bench/loadgen: each read of the
+upstream written and flushed at once) in front of the same upstream, measured like a relay. It
+decides nothing, so what it adds is what any HTTP proxy in the agent's path adds on this
+machine: the floor to read the sidecar's figures against.
+
 Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
 every side alike): one stream at a time; ``--concurrency`` streams at a time starting together
 (so they go in waves whose requests all arrive in the same millisecond: the worst case for a
@@ -234,6 +240,21 @@ def upstream(chunks: int, chunk_ms: float, kind: str = "go") -> Iterator[str]:
     try:
         wait_ready(f"http://127.0.0.1:{port}/v1/models", process, "the upstream")
         yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@contextmanager
+def floor_proxy(upstream_url: str, connections: int) -> Iterator[tuple[str, int]]:
+    """A bare proxy (Go's ``net/http``, bench/loadgen) in front of the upstream: what
+    any HTTP proxy in the agent's path adds on this machine. Its URL and pid."""
+    port = free_port()
+    process = subprocess.Popen([str(loadgen()), "proxy", "-port", str(port), "-upstream",
+                                upstream_url, "-connections", str(max(connections, 1))])
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/models", process, "the floor proxy")
+        yield f"http://127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
         process.wait(30)
@@ -576,6 +597,11 @@ def main() -> None:
     parser.add_argument("--upstream", choices=("go", "python"), default="go",
                         help="the scripted model API: go (bench/loadgen; default) or python "
                              "(asyncio)")
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction,
+                        help="also a bare proxy (Go's net/http, bench/loadgen) in "
+                             "front of the upstream, reported as relay floor: what any proxy "
+                             "adds on this machine (default: on, unless neither the client "
+                             "nor the upstream is Go)")
     parser.add_argument("--build-loadgen", action="store_true",
                         help="only build bench/loadgen (the Go client and upstream) and say "
                              "where it is")
@@ -617,9 +643,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as state, \
             upstream(args.chunks, args.chunk_ms, args.upstream) as up, ExitStack() as stack, \
             client_of(args.client, args.concurrency) as client:
-        sidecars = {name: stack.enter_context(sidecar(f"{state}/{name}", up,
-                                                      name.split("@")[0], tree=tree))
-                    for name, tree in trees.items()}
+        sidecars = {"floor": stack.enter_context(floor_proxy(up, args.concurrency))} \
+            if args.floor or (args.floor is None and "go" in (args.client, args.upstream)) \
+            else {}
+        sidecars.update({name: stack.enter_context(sidecar(f"{state}/{name}", up,
+                                                           name.split("@")[0], tree=tree))
+                         for name, tree in trees.items()})
         lines = measure(client, up, sidecars, args.streams, args.concurrency, stream_seconds)
     budget = f", each run a budget of {args.budget} tool calls" if args.budget else ""
     print(f"model endpoint: streamed chat completions, {args.chunks} events "

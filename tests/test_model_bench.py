@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_the_bench_measures_both_relays_in_one_run() -> None:
     assert "; client go, upstream go;" in out.splitlines()[0], out
     for phase in ("1 stream at a time", "4 streams at a time, starting together (waves)",
                   "4 streams at a time, starts staggered"):
-        for relay in ("python", "native"):
+        for relay in ("floor", "python", "native"):
             header = f"{phase}, relay {relay}:"
             assert header in out, out
             section = out.split(header, 1)[1].split(", relay ", 1)[0]
@@ -35,6 +36,22 @@ def test_the_bench_measures_both_relays_in_one_run() -> None:
                         "gap between chunks p99", "stream, first to last p50",
                         "sidecar CPU per stream"):
                 assert row in section, (header, row, section)
+
+
+def test_the_floor_is_a_proxy_that_passes_the_stream_as_it_comes(tmp_path: Path) -> None:
+    """``--floor``: the bare proxy carries the upstream's stream event by event (not at its
+    end), its status and body, so its figures are a proxy's, not a buffer's."""
+    with model_endpoint.upstream(6, 40.0) as up, model_endpoint.floor_proxy(up, 2) as (url, _):
+        request = urllib.request.Request(url + "/chat/completions", method="POST", data=b"{}")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            start, arrivals, data = time.perf_counter(), [], b""
+            while chunk := response.read1(65536):
+                data += chunk
+                arrivals.append(time.perf_counter() - start)
+    assert data.count(b"\n\n") == 6 and data.endswith(b"data: [DONE]\n\n")
+    assert len(arrivals) >= 4 and arrivals[-1] - arrivals[0] > 0.1  # 40 ms apart, as sent
 
 
 def test_the_bench_measures_a_baseline_tree_in_the_same_run() -> None:

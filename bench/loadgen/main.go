@@ -4,6 +4,7 @@
 //
 //	loadgen upstream -port P -chunks N -chunk-ms MS
 //	loadgen client -url URL [-connections N] [-budget B] < phases (STREAMS CONCURRENCY FIRST SPREAD)
+//	loadgen proxy -port P -upstream URL [-connections N]
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -33,16 +35,92 @@ const (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: loadgen upstream|client [flags]")
+		fail("usage: loadgen upstream|client|proxy [flags]")
 	}
 	switch os.Args[1] {
 	case "upstream":
 		upstream(os.Args[2:])
 	case "client":
 		client(os.Args[2:])
+	case "proxy":
+		proxy(os.Args[2:])
 	default:
-		fail("usage: loadgen upstream|client [flags]")
+		fail("usage: loadgen upstream|client|proxy [flags]")
 	}
+}
+
+// serve serves handler on 127.0.0.1:port until SIGTERM.
+func serve(port int, handler http.Handler) {
+	listener, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		fail(err.Error())
+	}
+	server := &http.Server{Handler: handler, ReadHeaderTimeout: time.Minute}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	go func() { <-stop; _ = server.Close() }()
+	if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
+		fail(err.Error())
+	}
+}
+
+// -- the floor: a bare proxy ---------------------------------------------------------
+
+// proxy reads each request and forwards it to -upstream (its path appended to the upstream's),
+// and streams the answer back as it comes (each read written and flushed at once): what any HTTP proxy in
+// the agent's path adds on this machine, the floor the sidecar's figures are read against.
+func proxy(args []string) {
+	flags := flag.NewFlagSet("proxy", flag.ExitOnError)
+	port := flags.Int("port", 0, "port on 127.0.0.1")
+	target := flags.String("upstream", "", "the upstream's base URL")
+	connections := flags.Int("connections", 100, "idle connections kept to the upstream")
+	_ = flags.Parse(args)
+	base, err := url.Parse(*target)
+	if err != nil || base.Scheme != "http" || *connections < 1 {
+		fail("-upstream http://HOST:PORT[/PATH], -connections >= 1")
+	}
+	pool := &http.Client{Transport: &http.Transport{MaxIdleConns: *connections,
+		MaxIdleConnsPerHost: *connections, DisableCompression: true,
+		IdleConnTimeout: time.Minute}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxEvent))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, err := http.NewRequest(r.Method, base.String()+r.URL.RequestURI(),
+			bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out.Header = r.Header.Clone()
+		response, err := pool.Do(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer response.Body.Close()
+		for name, values := range response.Header {
+			w.Header()[name] = values
+		}
+		w.WriteHeader(response.StatusCode)
+		flusher := w.(http.Flusher)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := response.Body.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return
+				}
+				flusher.Flush()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	serve(*port, http.HandlerFunc(handler))
 }
 
 func fail(message string) {
@@ -103,17 +181,7 @@ func upstream(args []string) {
 		// not flushed: the server sends it with the chunked body's end, in one write
 		_, _ = w.Write([]byte("data: [DONE]\n\n"))
 	}
-	listener, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(*port))
-	if err != nil {
-		fail(err.Error())
-	}
-	server := &http.Server{Handler: http.HandlerFunc(handler), ReadHeaderTimeout: time.Minute}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	go func() { <-stop; _ = server.Close() }()
-	if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
-		fail(err.Error())
-	}
+	serve(*port, http.HandlerFunc(handler))
 }
 
 // -- the client: phases of streams over kept connections ------------------------------------
