@@ -17,7 +17,11 @@ The sidecar is a ``watchdog serve`` process with the model endpoint on, in front
 upstream (no budget, no rule firing: the pass-through path every request of a healthy run
 takes, each one still read and booked as a model call of a run); one sidecar per ``--relay``
 (``model_relay``: the aiohttp relay ``python``, the compiled one ``native``), all in the same
-run. Every request carries a task of its own (one conversation, one run). ``--budget N`` gives
+run. Every request carries a task of its own (one conversation, one run): a new conversation's
+first request, which the compiled relay sends on before the event loop reads it. ``--turns N``
+makes each conversation N requests, one after another, each later one carrying the tool calls
+and results before it: a request that continues a run, which the event loop decides before it
+goes on (the path most of a real agent's requests take). ``--budget N`` gives
 every run a budget of N tool calls (``x-watchdog-budget-tool-calls``, which the direct side's
 upstream ignores): each request then carries the bound its response is trimmed to (N <= 3: and
 the countdown in its instructions), the path every request of a budgeted run but its final one
@@ -324,13 +328,27 @@ class Timings:
 
 
 BUDGET: dict[str, str] = {}  # --budget: the header that gives each run its budget
+CONVERSATION = {"turns": 1}  # --turns: requests a conversation
 
 
-async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
-                     timings: Timings) -> None:
-    body = json.dumps({"model": MODEL, "stream": True, "messages": [
+def request_body(number: int, turn: int) -> bytes:
+    """Turn ``turn`` of conversation ``number``: a system and a user message, and for each turn
+    before, the model's tool call and the tool's result (loadgen's ``stream`` sends the same)."""
+    messages: list[dict[str, object]] = [
         {"role": "system", "content": "You are a benchmark."},
-        {"role": "user", "content": f"Task {number}: say the words."}]}).encode()
+        {"role": "user", "content": f"Task {number}: say the words."}]
+    for k in range(1, turn):
+        call = f"call_{number}_{k}"
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{
+                          "id": call, "type": "function",
+                          "function": {"name": "search", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": call, "content": f"result {k}"}]
+    return json.dumps({"model": MODEL, "stream": True, "messages": messages}).encode()
+
+
+async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int, turn: int,
+                     timings: Timings) -> None:
+    body = request_body(number, turn)
     start = time.perf_counter()
     arrivals: list[float] = []
     pending = b""
@@ -357,14 +375,17 @@ async def phase(session: aiohttp.ClientSession, base_url: str, streams: int,
                 concurrency: int, first: int, spread: float = 0.0) -> Timings:
     """``streams`` streams, ``concurrency`` at a time, each worker starting its next stream as
     its last ends; ``spread``: seconds over which the workers' first streams start (0: all at
-    once, so the streams go in waves that arrive together)."""
+    once, so the streams go in waves that arrive together). A worker takes a conversation and
+    sends its turns one after the other (``--turns``)."""
     timings = Timings()
-    numbers = iter(range(first, first + streams))
+    turns = CONVERSATION["turns"]
+    numbers = iter(range(-(-streams // turns)))
 
     async def worker(index: int) -> None:
         await asyncio.sleep(spread * index / concurrency)
         for number in numbers:
-            await one_stream(session, base_url, number, timings)
+            for turn in range(1, min(turns, streams - number * turns) + 1):
+                await one_stream(session, base_url, first + number, turn, timings)
     await asyncio.gather(*(worker(index) for index in range(concurrency)))
     return timings
 
@@ -420,7 +441,8 @@ class GoClient:
         if process is None:
             process = self.processes[url] = subprocess.Popen(
                 [self.binary, "client", "-url", url, "-connections", str(self.connections),
-                 "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0")],
+                 "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0"),
+                 "-turns", str(CONVERSATION["turns"])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True)
         assert process.stdin is not None and process.stdout is not None
@@ -591,6 +613,10 @@ def main() -> None:
     parser.add_argument("--budget", type=int, metavar="N",
                         help="every run with a budget of N tool calls (its responses trimmed "
                              "to the calls left; default: no budget)")
+    parser.add_argument("--turns", type=int, default=1, metavar="N",
+                        help="requests a conversation (default 1): each after the last's "
+                             "answer, carrying a tool call and its result more, so all but "
+                             "the first continue a run")
     parser.add_argument("--client", choices=("go", "python"), default="go",
                         help="the load client: go (bench/loadgen, compiled; default) or python "
                              "(aiohttp in this process)")
@@ -616,6 +642,9 @@ def main() -> None:
     if args.streams < 4 or not 1 <= args.concurrency <= 10_000 or args.chunks < 3 or \
             args.chunk_ms < 0:
         parser.error("--streams >= 4, --concurrency 1 to 10000, --chunks >= 3, --chunk-ms >= 0")
+    if not 1 <= args.turns <= 100:
+        parser.error("--turns: 1 to 100")
+    CONVERSATION["turns"] = args.turns
     if args.budget is not None:
         if not 0 < args.budget <= 1_000_000:
             parser.error("--budget: 1 to 1000000 tool calls")
@@ -651,6 +680,8 @@ def main() -> None:
                          for name, tree in trees.items()})
         lines = measure(client, up, sidecars, args.streams, args.concurrency, stream_seconds)
     budget = f", each run a budget of {args.budget} tool calls" if args.budget else ""
+    if args.turns > 1:
+        budget += f", {args.turns} requests a conversation"
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
           f"{args.chunk_ms:g} ms apart{budget}; client {args.client}, upstream "
           f"{args.upstream}; same client, same run, direct vs through the sidecar")

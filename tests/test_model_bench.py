@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from bench import model_endpoint
 
@@ -183,3 +186,65 @@ def test_the_go_client_runs_phases_over_kept_connections() -> None:
         bad = subprocess.run([binary, "client", "-url", url], input="2 0 0 0\n",
                              capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "a phase is STREAMS CONCURRENCY FIRST SPREAD" in bad.stderr
+
+
+def test_both_clients_send_a_conversations_turns_in_order_with_its_history() -> None:
+    """``--turns 3``: each worker sends a conversation's three requests one after another, the
+    later ones carrying the tool calls and results before them; the Go client sends what the
+    Python one does (``request_body``), byte for byte as JSON."""
+    seen: list[dict[str, Any]] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            body = b"data: {}\n\ndata: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        result = subprocess.run([str(model_endpoint.loadgen()), "client", "-url", url,
+                                 "-turns", "3"], input="7 1 40 0\n", capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert sum("ttfb" in line for line in result.stdout.splitlines()) == 7
+        go = list(seen)
+        seen.clear()
+        model_endpoint.CONVERSATION["turns"] = 3
+        client = model_endpoint.PythonClient()
+        try:
+            assert len(client(url, 7, 1, 40, 0.0).ttfb) == 7
+        finally:
+            client.close()
+            model_endpoint.CONVERSATION["turns"] = 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    expected = [json.loads(model_endpoint.request_body(number, turn))
+                for number, turn in ((40, 1), (40, 2), (40, 3), (41, 1), (41, 2), (41, 3),
+                                     (42, 1))]
+    assert go == expected
+    assert seen == expected
+    assert [len(body["messages"]) for body in go] == [2, 4, 6, 2, 4, 6, 2]
+
+
+def test_the_bench_measures_conversations_of_several_turns() -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "6",
+         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--relay", "native",
+         "--turns", "3"],
+        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ", 3 requests a conversation;" in result.stdout.splitlines()[0]
+    assert "2 streams at a time, starts staggered, relay native: 6 + 6 streams" in result.stdout

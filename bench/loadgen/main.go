@@ -3,7 +3,7 @@
 // CPU the sidecar is measured on. Standard library only.
 //
 //	loadgen upstream -port P -chunks N -chunk-ms MS
-//	loadgen client -url URL [-connections N] [-budget B] < phases (STREAMS CONCURRENCY FIRST SPREAD)
+//	loadgen client -url URL [-connections N] [-budget B] [-turns T] < phases (STREAMS CONCURRENCY FIRST SPREAD)
 //	loadgen proxy -port P -upstream URL [-connections N]
 package main
 
@@ -199,10 +199,14 @@ func client(args []string) {
 	base := flags.String("url", "", "the API's base URL (…/v1)")
 	connections := flags.Int("connections", 50, "idle connections kept (the most at a time)")
 	budget := flags.Int("budget", 0, "x-watchdog-budget-tool-calls on every request (0: none)")
+	turns := flags.Int("turns", 1, "requests a conversation (each after the last's answer, "+
+		"with a tool call and its result more)")
 	limit := flags.Duration("stream-timeout", time.Minute, "the longest a stream may take")
 	_ = flags.Parse(args)
-	if *base == "" || *connections < 1 || *connections > maxConcurrency || *limit <= 0 {
-		fail(fmt.Sprintf("-url, 1 <= -connections <= %d, -stream-timeout > 0", maxConcurrency))
+	if *base == "" || *connections < 1 || *connections > maxConcurrency || *limit <= 0 ||
+		*turns < 1 || *turns > 100 {
+		fail(fmt.Sprintf("-url, 1 <= -connections <= %d, -stream-timeout > 0, "+
+			"1 <= -turns <= 100", maxConcurrency))
 	}
 	pool := &http.Client{Timeout: *limit, Transport: &http.Transport{
 		MaxIdleConns: *connections, MaxIdleConnsPerHost: *connections,
@@ -218,7 +222,7 @@ func client(args []string) {
 			fail(fmt.Sprintf("a phase is STREAMS CONCURRENCY FIRST SPREAD, STREAMS >= 1, "+
 				"1 <= CONCURRENCY <= %d, SPREAD >= 0: %q", maxConcurrency, lines.Text()))
 		}
-		wall, err := phase(pool, *base, streams, concurrency, first, spread, *budget)
+		wall, err := phase(pool, *base, streams, concurrency, first, spread, *budget, *turns)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", *base+":", err)
 			os.Exit(1)
@@ -228,9 +232,10 @@ func client(args []string) {
 }
 
 // phase runs one phase, printing each stream's line as it ends: its wall time, or the first
-// stream's error (the others then start no more).
+// stream's error (the others then start no more). A worker takes a conversation and sends its
+// `turns` requests one after the other; STREAMS counts requests.
 func phase(pool *http.Client, base string, streams, concurrency, first int, spread float64,
-	budget int) (time.Duration, error) {
+	budget, turns int) (time.Duration, error) {
 	var (
 		next    atomic.Int64
 		out     sync.Mutex
@@ -244,18 +249,20 @@ func phase(pool *http.Client, base string, streams, concurrency, first int, spre
 			defer workers.Done()
 			time.Sleep(time.Duration(spread * float64(index) / float64(concurrency) * 1e9))
 			buffer := make([]byte, 64<<10) // one a worker: garbage made per stream is GC's CPU
-			for number := next.Add(1) - 1; number < int64(streams); number = next.Add(1) - 1 {
-				line, err := stream(pool, base, first+int(number), budget, buffer)
-				out.Lock()
-				if err != nil && failed == nil {
-					failed = err
-				} else if err == nil && failed == nil {
-					_, _ = os.Stdout.Write(line)
-				}
-				stop := failed != nil
-				out.Unlock()
-				if stop {
-					return
+			for number := next.Add(1) - 1; number*int64(turns) < int64(streams); number = next.Add(1) - 1 {
+				for turn := 1; turn <= turns && int(number)*turns+turn <= streams; turn++ {
+					line, err := stream(pool, base, first+int(number), turn, budget, buffer)
+					out.Lock()
+					if err != nil && failed == nil {
+						failed = err
+					} else if err == nil && failed == nil {
+						_, _ = os.Stdout.Write(line)
+					}
+					stop := failed != nil
+					out.Unlock()
+					if stop {
+						return
+					}
 				}
 			}
 		}(index)
@@ -265,10 +272,21 @@ func phase(pool *http.Client, base string, streams, concurrency, first int, spre
 }
 
 // stream sends one request and reads its SSE events as they arrive: its timings as a JSON line.
-func stream(client *http.Client, base string, number, budget int, buf []byte) ([]byte, error) {
+// Turn 1 of a conversation is a system and a user message; each later turn carries, for each
+// turn before, the model's tool call and the tool's result (bench/model_endpoint.py's
+// `request_body` writes the same).
+func stream(client *http.Client, base string, number, turn, budget int, buf []byte) ([]byte,
+	error) {
+	var history bytes.Buffer
+	for k := 1; k < turn; k++ {
+		fmt.Fprintf(&history, `, {"role": "assistant", "content": null, "tool_calls": [{"id": `+
+			`"call_%d_%d", "type": "function", "function": {"name": "search", "arguments": `+
+			`"{}"}}]}, {"role": "tool", "tool_call_id": "call_%d_%d", "content": "result %d"}`,
+			number, k, number, k, k)
+	}
 	body := fmt.Sprintf(`{"model": "%s", "stream": true, "messages": [{"role": "system", `+
 		`"content": "You are a benchmark."}, {"role": "user", "content": "Task %d: say the `+
-		`words."}]}`, model, number)
+		`words."}%s]}`, model, number, history.String())
 	request, err := http.NewRequest(http.MethodPost, base+"/chat/completions",
 		bytes.NewReader([]byte(body)))
 	if err != nil {
