@@ -289,9 +289,20 @@ def test_a_rule_pack_budget_bounds_what_goes_on_and_a_countdown_always_waits(
 
 
 def test_a_session_restored_at_start_is_not_new(tmp_path: Path, upstream: RawUpstream) -> None:
+    """A conversation whose session is in the store is not new after a restart (its session's
+    earlier runs may decide what a new run gets); another's session named ``model:…`` does
+    not trouble the start."""
+    maker = SpanMaker()
+    maker.span("invoke_agent other", {"gen_ai.operation.name": "invoke_agent",
+                                      "gen_ai.agent.name": "other",
+                                      "session.id": "model:not a digest"}, start=T0, end=T0 + 1)
     with sidecar(tmp_path, upstream) as server:
         assert post(server, PATHS["chat"], chat("resumed task"))[0] == 200
-        wait_until(lambda: len(runs(server)) == 1)
+        service = server.server.service
+        assert service is not None
+        server.call(lambda: service.model_records(records_of(maker.take())))
+        wait_until(lambda: len(runs(server)) == 2)
+        assert "model:not a digest" in server.call(lambda: service.sessions.ids("model:"))
     with sidecar(tmp_path, upstream) as server:
         assert post(server, PATHS["chat"], chat("learning task"))[0] == 200
         with busy(server) as free:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -74,6 +75,7 @@ log = logging.getLogger("watchdog.model")
 
 TICKET_PATH = "/relay/"
 SESSION_PREFIX = "model:"  # a conversation's session: this and its digest's first 24 hex digits
+SESSION_DIGEST = re.compile(r"[0-9a-f]{24}")
 
 
 def missing_relay() -> str | None:
@@ -132,8 +134,9 @@ class NativeEndpoint:
         token = None if proxy.token is None else (TOKEN_HEADER, proxy.token)
         self.relay.admission(proxy.openai, proxy.anthropic, config.model_agent_name or "",
                              token)
-        self._know(sid.removeprefix(SESSION_PREFIX)
-                   for sid in proxy.service.sessions.ids(SESSION_PREFIX))
+        self._know(digest for digest in (sid.removeprefix(SESSION_PREFIX) for sid in
+                                         proxy.service.sessions.ids(SESSION_PREFIX))
+                   if SESSION_DIGEST.fullmatch(digest))  # (another's session may be "model:…")
         proxy.service.stepped = self.check_basis
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.relay.fd, self._drain)
