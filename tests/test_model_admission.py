@@ -482,6 +482,10 @@ def test_headers_that_name_a_run_or_need_reading_keep_a_request_for_the_loop() -
                         ("x-watchdog-token", "t")]:
         assert Relay.first_digest("POST", PATHS["chat"], [(name, value)], body) is None, name
     assert Relay.first_digest("GET", PATHS["chat"], [], body) is None
+    # a body of more than 256 KiB is not read on the relay's threads
+    assert Relay.first_digest("POST", PATHS["chat"], [], chat("big", system="s" * 200_000))
+    assert Relay.first_digest("POST", PATHS["chat"], [], chat("big", system="s" * 270_000)) \
+        is None
     assert Relay.first_digest("POST", PATHS["chat"], [("content-encoding", "identity")],
                               body) is not None
     token = ("x-watchdog-token", "secret")

@@ -25,6 +25,9 @@ use crate::{Headers, HOP_BY_HOP};
 
 /// Conversations remembered: past this, nothing is sent on before Python has read it.
 pub const MAX_KNOWN: usize = 1 << 18;
+/// A body larger than this waits for Python: reading it here would hold one of the relay's
+/// threads (and the streams it carries) for milliseconds.
+pub const MAX_READ: usize = 256 * 1024;
 /// The request headers the relay sets itself (with the hop-by-hop ones, never passed on).
 const REQUEST_SET: [&str; 3] = ["host", "content-length", "expect"];
 const WATCHDOG_PREFIX: &str = "x-watchdog-";
@@ -126,7 +129,7 @@ impl Admission {
 /// The request, if it is plainly a new conversation's first (read without the lock).
 pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap, body: &[u8])
             -> Option<First> {
-    if method != "POST" {
+    if method != "POST" || body.len() > MAX_READ {
         return None;
     }
     let api = match target {
