@@ -9,12 +9,15 @@ as they are and in the common variants, are never declined."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
+import threading
+import time
 
 import pytest
 
-from tests.frameworks.fakellm import Step, ToolCall
+from tests.frameworks.fakellm import FakeLLM, Step, ToolCall
 from tests.test_model_trim_native import ANY, MAKERS, ODD, WIRES, WITH_ANSWER, with_odd
 from tests.test_model_wire import ODD_EVENTS, THREE
 from watchdog.core.model.wire import Observation, observation_of, read_stream
@@ -304,3 +307,58 @@ def test_odd_json_the_rust_reader_reads_gives_what_python_reads() -> None:
 def test_a_bad_api_name_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not a model API"):
         Relay.observed("embeddings", b"")
+
+
+def relayed(relay: Relay, url: str, body: dict[str, object], api: str,
+            observe: bool = True) -> tuple[object, ...]:
+    """``body`` sent through ``relay`` to ``url`` (forwarded with ``observe``, as the endpoint
+    forwards a call of a run): the request's ``done`` event."""
+    port = relay.port
+    answer: list[bytes] = []
+
+    def client() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("POST", "/v1/x", json.dumps(body), {"Content-Type": "application/json"})
+        answer.append(connection.getresponse().read())
+        connection.close()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            for event in relay.take():
+                if event[0] == "request":
+                    relay.forward(event[1], "POST", url, [("Content-Type", "application/json")],
+                                  event[5], observe, api=api, watch=observe)
+                elif event[0] == "done":
+                    return tuple(event)
+            time.sleep(0.005)
+        raise AssertionError("no done event")
+    finally:
+        thread.join(10)
+
+
+PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
+
+
+@pytest.mark.integration  # a relay and a fake upstream on loopback ports
+def test_a_relayed_stream_s_done_event_carries_what_it_said() -> None:
+    """What the endpoint books a stream from: the relay's reading, Python's reading alike."""
+    relay = Relay("127.0.0.1", 0, 1 << 20, 16, 5.0, 30.0, 1 << 22)
+    try:
+        with FakeLLM() as llm:
+            llm.script("m", lambda index, body: THREE)
+            for api, path in PATHS.items():
+                url = llm.base_url + path
+                done = relayed(relay, url, {"model": "m", "stream": True}, api)
+                assert done[0:4] == ("done", done[1], 200, "ok") and done[8] is not None
+                seen = observation_of(done[8])
+                assert seen == python(api, done[4]) and len(seen.calls) == 3 and seen.complete
+                # not observed, a whole response, an error: nothing read there
+                assert relayed(relay, url, {"model": "m", "stream": True}, api,
+                               observe=False)[8] is None
+                assert relayed(relay, url, {"model": "m"}, api)[8] is None
+                assert relayed(relay, url, {"model": "nobody", "stream": True}, api)[8] is None
+    finally:
+        relay.close()

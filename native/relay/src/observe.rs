@@ -8,9 +8,13 @@
 //! or an index past `i128`, a value Python would write with `str()`): then Python reads the
 //! bytes as it always has.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
 
-use serde_json::{Map, Value};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Number, Value};
 
 use crate::trim::{self, event_end, parse_event, python_float, truthy, Api};
 
@@ -111,16 +115,18 @@ pub fn observe_stream(api: Api, data: &[u8]) -> Out<Seen> {
 fn split_blank(data: &[u8]) -> Vec<&[u8]> {
     let mut parts = Vec::new();
     let mut start = 0;
-    while let Some(at) = find(&data[start..], b"\n\n") {
-        parts.push(&data[start..start + at]);
-        start += at + 2;
+    for at in memchr::memmem::find_iter(data, b"\n\n") {
+        if at >= start { // "\n\n\n": the split is at the first
+            parts.push(&data[start..at]);
+            start = at + 2;
+        }
     }
     parts.push(&data[start..]);
     parts
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|window| window == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 struct Reader {
@@ -143,7 +149,7 @@ impl Reader {
         if part[at..].starts_with(b"data: {") && !part[at..].contains(&b'\n')
             && find(&part[..at], b"data:").is_none() {
             let text = std::str::from_utf8(&part[at + 6..]).map_err(|_| Declined)?;
-            if let Some(Value::Object(map)) = loads(text)? {
+            if let Some(Value::Object(map)) = loads(text, self.keep())? {
                 return self.feed_object(&map);
             } // not JSON: read as the reader reads it (chat's text shortcut may take it)
         }
@@ -176,9 +182,18 @@ impl Reader {
                 return Ok(());
             }
         }
-        match loads(data)? {
+        match loads(data, self.keep())? {
             Some(Value::Object(map)) => self.feed_object(&map),
             _ => Ok(()),
+        }
+    }
+
+    /// What of an event's JSON the API's accumulator reads.
+    fn keep(&self) -> Keep {
+        match self.api {
+            Api::Chat => CHAT,
+            Api::Responses => RESPONSES,
+            Api::Messages => MESSAGES,
         }
     }
 
@@ -531,14 +546,214 @@ fn ascii_str(text: &str, out: &mut String) {
 
 // -- JSON as Python reads it ------------------------------------------------------------------
 
-/// `json.loads`: Some(value), None (Python fails too); declined where Python may read what
-/// `serde_json` does not (`trim::loads`: `NaN`, a lone surrogate, deep nesting) or refuses
-/// what it reads (an integer of too many digits).
-fn loads(text: &str) -> Out<Option<Value>> {
+/// `json.loads`, of the parts `keep` names (the rest checked, not kept): Some(value), None
+/// (Python fails too); declined where Python may read what `serde_json` does not (as
+/// `trim::loads` judges: `NaN`, a lone surrogate, deep nesting) or refuses what it reads (an
+/// integer of too many digits).
+fn loads(text: &str, keep: Keep) -> Out<Option<Value>> {
     if long_digit_run(text) {
         return Err(Declined);
     }
-    trim::loads(text).map_err(|_| Declined)
+    let mut reader = serde_json::Deserializer::from_str(text);
+    match Sparse(keep).deserialize(&mut reader).and_then(|value| reader.end().map(|()| value)) {
+        Ok(value) => Ok(Some(value)),
+        Err(_) => trim::loads(text).map(|_| None).map_err(|_| Declined),
+    }
+}
+
+/// The parts of a JSON value kept: all of it, or of an object the keys named (each with what
+/// of it is kept; a repeated key's last value, as Python's), of an array each item as that.
+#[derive(Clone, Copy)]
+enum Keep {
+    All,
+    Keys(&'static [(&'static str, Keep)]),
+}
+
+const CHAT: Keep = Keep::Keys(&[("id", Keep::All), ("model", Keep::All), ("usage", Keep::All),
+    ("choices", Keep::Keys(&[("finish_reason", Keep::All), ("delta", Keep::Keys(&[
+        ("content", Keep::All), ("tool_calls", Keep::All)]))]))]);
+const RESPONSES: Keep = Keep::Keys(&[("type", Keep::All), ("response", Keep::All),
+                                     ("delta", Keep::All)]);
+const MESSAGES: Keep = Keep::Keys(&[("type", Keep::All), ("index", Keep::All),
+    ("message", Keep::Keys(&[("id", Keep::All), ("model", Keep::All), ("usage", Keep::All)])),
+    ("content_block", Keep::Keys(&[("type", Keep::All), ("id", Keep::All),
+                                   ("name", Keep::All)])),
+    ("delta", Keep::All), ("usage", Keep::All)]);
+
+/// serde_json's name for a number it hands over as written (`arbitrary_precision`).
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+struct Sparse(Keep);
+
+impl<'de> DeserializeSeed<'de> for Sparse {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Keep::All => Value::deserialize(reader),
+            Keep::Keys(keys) => reader.deserialize_any(SparseVisitor(keys)),
+        }
+    }
+}
+
+struct SparseVisitor(&'static [(&'static str, Keep)]);
+
+impl<'de> Visitor<'de> for SparseVisitor {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(item) = items.next_element_seed(Sparse(Keep::Keys(self.0)))? {
+            out.push(item);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = entries.next_key_seed(KeySeed)? {
+            if key == NUMBER_TOKEN {
+                let written: String = entries.next_value()?;
+                return written.parse::<Number>().map(Value::Number).map_err(de::Error::custom);
+            }
+            match self.0.iter().find(|(name, _)| *name == key) {
+                Some((name, keep)) => {
+                    let value = entries.next_value_seed(Sparse(*keep))?;
+                    out.insert((*name).to_owned(), value);
+                }
+                None => entries.next_value_seed(Skip)?,
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// A value not kept: read through (as deep as serde_json reads a kept one), nothing made.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<(), D::Error> {
+        reader.deserialize_any(Skip)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        while items.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<(), A::Error> {
+        while entries.next_key::<IgnoredAny>()?.is_some() {
+            entries.next_value_seed(Skip)?;
+        }
+        Ok(())
+    }
+}
+
+/// An object's key, borrowed from the text where it has no escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<Cow<'de, str>, D::Error> {
+        reader.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E>(self, value: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(value))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(value))
+    }
 }
 
 fn long_digit_run(text: &str) -> bool {
