@@ -215,14 +215,13 @@ impl Reader {
         if let Some(model) = str_of(data.get("model")).filter(|model| !model.is_empty()) {
             seen.model = Some(first_chars(model, MAX_MODEL_CHARS));
         }
-        if let Some(usage) = data.get("usage").filter(|usage| truthy(usage)) {
-            if let Value::Object(usage) = usage {
-                seen.input_tokens = token(usage.get("prompt_tokens"));
-                seen.output_tokens = token(usage.get("completion_tokens"));
-                if let Some(Value::Object(details)) = usage.get("prompt_tokens_details") {
-                    seen.cache_read_tokens =
-                        token(details.get("cached_tokens")).min(seen.input_tokens);
-                }
+        // `if data.get("usage")`: an object with keys (an empty one, or another value: left)
+        if let Some(Value::Object(usage)) = data.get("usage").filter(|usage| truthy(usage)) {
+            seen.input_tokens = token(usage.get("prompt_tokens"));
+            seen.output_tokens = token(usage.get("completion_tokens"));
+            if let Some(Value::Object(details)) = usage.get("prompt_tokens_details") {
+                seen.cache_read_tokens =
+                    token(details.get("cached_tokens")).min(seen.input_tokens);
             }
         }
         let Some(Value::Array(choices)) = data.get("choices") else { return Ok(()) };
