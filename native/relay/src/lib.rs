@@ -37,8 +37,10 @@ use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
 mod admit;
+mod observe;
 mod trim;
 use admit::{Admission, Settings, Verdict};
+use observe::Seen;
 use trim::{Answers, Api, LastEvent, StreamTrim};
 
 /// RFC 9110 §7.6.1, and the framing hyper sets itself.
@@ -65,9 +67,11 @@ enum Event {
     Failed { id: u64, kind: &'static str, detail: String },
     /// A forwarded response ended: its status (0: none came), "ok", "cut" or "cancelled", the
     /// bytes observed (with `observe`), its content type, seconds from forward to the end.
-    /// With a bound on tool calls, whether the relay changed what it passed on.
+    /// With a bound on tool calls, whether the relay changed what it passed on. `seen`: what
+    /// a successful stream of a known API said, read here (module `observe`; None: Python
+    /// reads the bytes).
     Done { id: u64, status: u16, outcome: &'static str, body: Option<Bytes>,
-           content_type: String, seconds: f64, changed: bool },
+           content_type: String, seconds: f64, changed: bool, seen: Option<Seen> },
 }
 
 /// Python's answer to a request.
@@ -112,6 +116,23 @@ impl Shared {
     }
 }
 
+fn is_stream(content_type: &str) -> bool {
+    content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream")
+}
+
+/// The observation as Python's `Observation` takes it: (response_id, input_tokens,
+/// output_tokens, cache_read_tokens, cache_write_tokens, model, finish_reason,
+/// [(call_id, name, arguments)], text, complete).
+type SeenTuple = (Option<String>, u64, u64, u64, u64, Option<String>, Option<String>,
+                  Vec<(String, String, String)>, String, bool);
+
+fn seen_tuple(seen: Seen) -> SeenTuple {
+    (seen.response_id, seen.input_tokens, seen.output_tokens, seen.cache_read_tokens,
+     seen.cache_write_tokens, seen.model, seen.finish_reason,
+     seen.calls.into_iter().map(|call| (call.call_id, call.name, call.arguments)).collect(),
+     seen.text, seen.complete)
+}
+
 /// One request in flight: counted until its response has gone; a request dropped before its
 /// end (the client went away) tells Python, which settles what it holds for it.
 struct Ticket {
@@ -124,6 +145,8 @@ struct Ticket {
     content_type: String,
     observed: Option<BytesMut>,
     changed: bool,
+    /// The API of an observed response, read here when it is a successful stream.
+    api: Option<Api>,
 }
 
 impl Ticket {
@@ -134,10 +157,16 @@ impl Ticket {
         self.ended = true;
         if self.notify {
             let body = self.observed.take().map(BytesMut::freeze);
+            let seen = match (&body, self.api) {
+                (Some(data), Some(api)) if (200..300).contains(&self.status)
+                    && is_stream(&self.content_type) =>
+                    observe::observe_stream(api, data).ok(),
+                _ => None,
+            };
             self.shared.push(Event::Done {
                 id: self.id, status: self.status, outcome, body,
                 content_type: std::mem::take(&mut self.content_type),
-                seconds: self.started.elapsed().as_secs_f64(), changed: self.changed });
+                seconds: self.started.elapsed().as_secs_f64(), changed: self.changed, seen });
         }
     }
 }
@@ -333,7 +362,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
     let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     let mut ticket = Ticket { shared: shared.clone(), id, notify: false, ended: false,
                               started: Instant::now(), status: 0, content_type: String::new(),
-                              observed: None, changed: false };
+                              observed: None, changed: false, api: None };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts.headers.iter()
         .map(|(name, value)| (name.as_str().to_owned(),
@@ -441,6 +470,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticke
     ticket.status = status.as_u16();
     if observe {
         ticket.observed = Some(BytesMut::new());
+        ticket.api = trim.map(|(api, _)| api).or(watch);
     }
     let kind = upstream.headers().get("content-type")
         .map(|kind| String::from_utf8_lossy(kind.as_bytes()).into_owned()).unwrap_or_default();
@@ -606,7 +636,9 @@ impl Relay {
     /// ``("request", id, method, target, headers, body, refusal, in_flight, learn)``,
     /// ``("taken", id, method, target, headers, body, in_flight, keep)``,
     /// ``("failed", id, kind, detail)``,
-    /// ``("done", id, status, outcome, body, content_type, seconds, changed)``.
+    /// ``("done", id, status, outcome, body, content_type, seconds, changed, seen)``: ``seen``
+    /// what a successful stream of a known API said, as ``Relay.observed`` gives it (None:
+    /// read ``body``).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut sink = [0u8; 256];
         while matches!((&self.wake_reader).read_some(&mut sink), Some(n) if n > 0) {}
@@ -622,9 +654,9 @@ impl Relay {
                     .into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
-            Event::Done { id, status, outcome, body, content_type, seconds, changed } =>
-                ("done", id, status, outcome, bytes(body), content_type, seconds, changed)
-                    .into_pyobject(py)?.into_any(),
+            Event::Done { id, status, outcome, body, content_type, seconds, changed, seen } =>
+                ("done", id, status, outcome, bytes(body), content_type, seconds, changed,
+                 seen.map(seen_tuple)).into_pyobject(py)?.into_any(),
         })).collect()
     }
 
@@ -687,6 +719,17 @@ impl Relay {
         }
         out.extend_from_slice(trim.rest());
         Ok(Some((PyBytes::new(py, &out), trim.changed)))
+    }
+
+    /// What a stream of ``api`` that ended with these bytes said, read as the relay reads it
+    /// for a ``done`` event: (response_id, input_tokens, output_tokens, cache_read_tokens,
+    /// cache_write_tokens, model, finish_reason, [(call_id, name, arguments)], text,
+    /// complete); None: Python reads it. For tests.
+    #[staticmethod]
+    fn observed(api: &str, data: &[u8]) -> PyResult<Option<SeenTuple>> {
+        let api = Api::parse(api)
+            .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))?;
+        Ok(observe::observe_stream(api, data).ok().map(seen_tuple))
     }
 
     /// Sends a new conversation's first request on before Python has read it, once Python has

@@ -56,7 +56,7 @@ impl Answers {
 pub struct Unjudged;
 
 /// `json.loads` of a str: Some(value), None (Python fails too), or Unjudged.
-fn loads(text: &str) -> Result<Option<Value>, Unjudged> {
+pub(crate) fn loads(text: &str) -> Result<Option<Value>, Unjudged> {
     match serde_json::from_str::<Value>(text) {
         Ok(value) => Ok(Some(value)),
         Err(error) => {
@@ -194,7 +194,7 @@ fn int_value(value: i128) -> Value {
 }
 
 /// Python's truth of a JSON value.
-fn truthy(value: &Value) -> bool {
+pub(crate) fn truthy(value: &Value) -> bool {
     match value {
         Value::Null => false,
         Value::Bool(flag) => *flag,
@@ -369,7 +369,7 @@ impl Default for SseReader {
     }
 }
 
-fn event_end(buffer: &[u8], start: usize) -> Option<(usize, usize)> {
+pub(crate) fn event_end(buffer: &[u8], start: usize) -> Option<(usize, usize)> {
     let mut at = start;
     while at + 1 < buffer.len() {
         match (buffer[at], buffer[at + 1]) {
@@ -381,7 +381,7 @@ fn event_end(buffer: &[u8], start: usize) -> Option<(usize, usize)> {
     None
 }
 
-fn parse_event(raw: &[u8]) -> Event {
+pub(crate) fn parse_event(raw: &[u8]) -> Event {
     let text = String::from_utf8_lossy(raw);
     let mut name = None;
     let mut data: Vec<&str> = Vec::new();

@@ -79,6 +79,20 @@ class Observation:
     complete: bool = False  # the response (or the stream) ended as its API ends one
 
 
+# What the compiled relay read of a stream (``Relay.observed``, its ``done`` event): the fields
+# of an Observation in their order, its calls as (call_id, name, arguments)
+ObservedFields = tuple[str | None, int, int, int, int, str | None, str | None,
+                       list[tuple[str, str, str]], str, bool]
+
+
+def observation_of(fields: ObservedFields) -> Observation:
+    """The :class:`Observation` the compiled relay read (as :func:`read_stream` reads)."""
+    (response_id, input_tokens, output_tokens, cache_read, cache_write, model, finish, calls,
+     text, complete) = fields
+    return Observation(response_id, input_tokens, output_tokens, cache_read, cache_write, model,
+                       finish, [ToolCall(*call) for call in calls], text, complete)
+
+
 def dumps(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 

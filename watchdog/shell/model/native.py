@@ -14,8 +14,11 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
 * a request to send upstream whose response passes as it comes (every request but a run's
   final one): ``forward`` with ``observe``; the relay streams the response back and, when it
   has ended (or was cut short, or the client went away, which drops the upstream request),
-  hands back a copy of the upstream's bytes once, read here as the aiohttp relay reads them on
-  the way, and the call is booked (below). With a bound on the tool calls it may hand over
+  hands back a copy of the upstream's bytes once, with what a successful stream said read
+  there (``native/relay/src/observe.rs``, the twin of ``wire.read_stream`` and the
+  accumulators; where it cannot be sure to read a stream as they do, and for a whole
+  response, the bytes are read here as the aiohttp relay reads them on the way), and the
+  call is booked (below). With a bound on the tool calls it may hand over
   (``keep``: a budget, a wind-down's grace) the relay trims a successful response on the way
   as the aiohttp relay does (``native/relay/src/trim.rs``, the twin of the wire modules'
   ``trim`` and stream trimmers): a stream event by event, a whole response read first. A
@@ -66,7 +69,7 @@ from multidict import CIMultiDict
 
 from watchdog.core.model.book import Caller
 from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, Act
-from watchdog.core.model.wire import Request
+from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, check_target
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
@@ -104,7 +107,9 @@ class NativeEndpoint:
         self.runner: web.AppRunner | None = None
         self.internal = ""
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.ended: list[tuple[Plan, int, str, bytes | None, str, float, bool]] = []  # to book
+        # to book
+        self.ended: list[tuple[Plan, int, str, bytes | None, str, float, bool,
+                               ObservedFields | None]] = []
         self.booking = False  # a booking of the ended calls is scheduled
         self.closed = False
         self.admitted = 0  # requests the relay sent on before this loop read them
@@ -210,10 +215,10 @@ class NativeEndpoint:
         ended, self.ended = self.ended, []
         calls: list[Booked] = []
         try:
-            for plan, status, outcome, body, content_type, seconds, changed in ended:
+            for plan, status, outcome, body, content_type, seconds, changed, seen in ended:
                 try:
                     self._finish(plan, status, outcome, body, content_type, seconds, calls,
-                                 changed)
+                                 changed, seen)
                 except Exception:  # a bug: the others are booked all the same
                     log.exception("the model endpoint failed on a done event")
         finally:
@@ -331,7 +336,8 @@ class NativeEndpoint:
         self._basis = None
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
-              content_type: str, seconds: float, changed: bool = False) -> None:
+              content_type: str, seconds: float, changed: bool = False,
+              seen: ObservedFields | None = None) -> None:
         ticket = self.ticket_of.pop(number, None)
         if ticket is not None:  # the aiohttp relay's: settled there, unless it never came
             plan = self.tickets.pop(ticket, None)
@@ -340,19 +346,21 @@ class NativeEndpoint:
             return
         plan = self.pending.pop(number, None)
         if plan is not None:
-            self.ended.append((plan, status, outcome, body, content_type, seconds, changed))
+            self.ended.append((plan, status, outcome, body, content_type, seconds, changed,
+                               seen))
 
     def _finish(self, plan: Plan, status: int, outcome: str, body: bytes | None,
                 content_type: str, seconds: float, into: list[Booked] | None = None,
-                changed: bool = False) -> None:
+                changed: bool = False, seen: ObservedFields | None = None) -> None:
         """A forwarded response has ended: observed, counted; without ``into``, its run
         settled (with it, its record goes there and the caller books and settles it);
-        ``changed``: the relay trimmed it."""
+        ``changed``: the relay trimmed it; ``seen``: a stream's observation, read by the relay."""
         proxy, exchange = self.proxy, plan.exchange
         agent = exchange.agent if exchange is not None else None
         try:
             if exchange is not None and 200 <= status < 300:
-                proxy.observe_whole(exchange, body or b"", content_type, into, changed)
+                proxy.observe_whole(exchange, body or b"", content_type, into, changed,
+                                    None if seen is None else observation_of(seen))
             if outcome == "cancelled":
                 proxy.count(agent, plan.api, "cancelled")
                 return

@@ -48,7 +48,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
-from watchdog.core.model.wire import Request, Wire, dumps, read_stream
+from watchdog.core.model.wire import Observation, Request, Wire, dumps, read_stream
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.core.spans.record import KeySource
@@ -425,17 +425,19 @@ class ModelProxy:
                                             f"API cannot be reached ({detail})")), JSON)
 
     def observe_whole(self, exchange: Exchange, data: bytes, content_type: str,
-                      into: list[Booked] | None = None, changed: bool = False) -> None:
+                      into: list[Booked] | None = None, changed: bool = False,
+                      seen: Observation | None = None) -> None:
         """A response relayed as it came (``data``: the upstream's bytes; ``changed``: the
         relay trimmed what it passed on), read when it has ended (the compiled relay's):
         observed as :func:`~watchdog.shell.model.streams.relay_stream` and ``relay_json``
         observe what they pass on; with ``into``, its record goes there, for
-        :meth:`book_calls`."""
+        :meth:`book_calls`; ``seen``: a stream's observation, read by the relay already."""
         wire = exchange.wire
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            accumulator = wire.accumulator()
-            read_stream(accumulator, data)
-            seen = accumulator.observation
+            if seen is None:
+                accumulator = wire.accumulator()
+                read_stream(accumulator, data)
+                seen = accumulator.observation
         else:
             body: object = None
             with contextlib.suppress(ValueError):
