@@ -28,6 +28,7 @@ import pytest
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
 from tests.test_model_proxy import RawUpstream, Seen, send
+from watchdog.core.model.book import _digest as conversation_digest
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
@@ -450,6 +451,18 @@ def bodies() -> Iterator[tuple[str, str, bytes]]:
                                       "content": "ok"}]}]}).encode()
 
 
+def assert_read_as_new_by_the_loop(api: str, body: bytes, agent: str, digest: str) -> None:
+    """Python's wire reads ``body`` as a new conversation's first request too (no tool results,
+    nothing of the model's, the user's last, no continued response, no instructions of the
+    client SDK), of the conversation ``digest`` names (the book's ``_digest``)."""
+    request = WIRES[api].read_request(json.loads(body))
+    assert (not request.results and request.last_is_user
+            and request.previous_response_id is None and request.anchor
+            and not any(mark in request.instructions for mark in SDK_MARKS)), (api, body[:200])
+    assert digest == conversation_digest(WIRES[api].api, agent, request.anchor)[:24], \
+        (api, body[:200])
+
+
 @pytest.mark.parametrize("agent", ["", AGENT, "ägent"])
 def test_a_request_the_relay_reads_as_new_is_one_the_loop_reads_as_new(agent: str) -> None:
     """Whenever the relay reads a request as a new conversation's first, Python's wire reads it
@@ -463,13 +476,7 @@ def test_a_request_the_relay_reads_as_new_is_one_the_loop_reads_as_new(agent: st
             assert case.startswith("plain") is False, (api, case, body[:80])
             continue
         admitted += 1
-        request = WIRES[api].read_request(json.loads(body))
-        assert (not request.results and request.last_is_user
-                and request.previous_response_id is None and request.anchor
-                and not any(mark in request.instructions for mark in SDK_MARKS)), (api, case)
-        expected = hashlib.sha256("\0".join((WIRES[api].api, agent, request.anchor)).encode(
-            "utf-8", "surrogatepass")).hexdigest()[:24]
-        assert digest == expected, (api, case)
+        assert_read_as_new_by_the_loop(api, body, agent, digest)
     assert admitted >= 3 * 6 + 6 + 2
 
 
@@ -537,10 +544,5 @@ def test_random_near_first_requests_are_read_as_new_only_when_the_loop_reads_the
         if digest is None:
             continue
         admitted += 1
-        request = WIRES[api].read_request(json.loads(body))
-        assert (not request.results and request.last_is_user
-                and request.previous_response_id is None and request.anchor
-                and not any(mark in request.instructions for mark in SDK_MARKS)), (api, body)
-        assert digest == hashlib.sha256("\0".join((WIRES[api].api, AGENT, request.anchor))
-                                        .encode()).hexdigest()[:24], (api, body)
+        assert_read_as_new_by_the_loop(api, body, AGENT, digest)
     assert admitted > 50  # the generator reaches plain first requests too

@@ -21,7 +21,7 @@ use hyper::header::HeaderMap;
 use serde_json::{Map, Value};
 
 use crate::trim::Api;
-use crate::{Headers, HOP_BY_HOP};
+use crate::{connection_named, Headers, HOP_BY_HOP};
 
 /// Conversations remembered: past this, nothing is sent on before Python has read it.
 pub const MAX_KNOWN: usize = 1 << 18;
@@ -248,10 +248,7 @@ fn digest(api: Api, agent: &str, anchor: &str) -> Digest {
 /// The headers that go upstream, as Python's `request_headers` leaves them, with the response
 /// asked for unencoded (it is read).
 fn sent_headers(headers: &HeaderMap) -> Headers {
-    let named: Vec<String> = headers.get_all("connection").iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(',').map(|part| part.trim().to_ascii_lowercase()))
-        .collect();
+    let named = connection_named(headers);
     let mut out: Headers = headers.iter()
         .map(|(name, value)| (name.as_str(), value))
         .filter(|(name, _)| !name.starts_with(WATCHDOG_PREFIX) && !HOP_BY_HOP.contains(name)

@@ -339,12 +339,17 @@ fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Respon
     response
 }
 
-/// The upstream's response headers that pass on: not hop-by-hop, nor any its Connection names.
-fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
-    let named: Vec<String> = upstream.get_all("connection").iter()
+/// The header names a message's `Connection` header lists (hop-by-hop too), lowercase.
+fn connection_named(headers: &HeaderMap) -> Vec<String> {
+    headers.get_all("connection").iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(',').map(|part| part.trim().to_ascii_lowercase()))
-        .collect();
+        .collect()
+}
+
+/// The upstream's response headers that pass on: not hop-by-hop, nor any its Connection names.
+fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
+    let named = connection_named(upstream);
     let mut out = HeaderMap::with_capacity(upstream.len());
     for (name, value) in upstream {
         let lower = name.as_str();
