@@ -519,6 +519,35 @@ def test_odd_sse_from_upstream_never_crashes(tmp_path: Path) -> None:
         raw.close()
 
 
+def test_json_nested_deeper_than_a_parser_goes_never_crashes(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A whole response and a stream event nested 5,000 deep (past Python's and serde's
+    parsers), to a run with no bound: passed on as they came, read as unreadable JSON, nothing
+    logged as a failure. (With a bound, such JSON cannot be judged: docs/model-endpoint.md.)"""
+    deep = b"[" * 5000 + b"]" * 5000
+    whole, stream = b'{"choices": ' + deep + b"}", b"data: " + deep + b"\n\ndata: [DONE]\n\n"
+
+    def nested(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        streamed = b'"stream":true' in seen.body
+        send(handler, 200, stream if streamed else whole,
+             {"Content-Type": "text/event-stream" if streamed else "application/json"})
+
+    raw = RawUpstream(nested)
+    caplog.set_level(logging.ERROR)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            for streamed in (b"false", b"true"):
+                body = (b'{"model":"m","stream":' + streamed +
+                        b',"messages":[{"role":"user","content":"deep ' + streamed + b'"}]}')
+                status, answer = post(sidecar, "/v1/chat/completions", body)
+                assert status == 200 and answer == (stream if streamed == b"true" else whole)
+            wait_until(lambda: len(json.loads(http_request(
+                "GET", sidecar.api + "/v1/runs?limit=10")[1])["runs"]) >= 2, "the runs")
+    finally:
+        raw.close()
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("watchdog")]
+
+
 def test_an_upstream_cut_mid_stream_ends_the_answer_there(tmp_path: Path) -> None:
     first = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
              "choices": [{"index": 0, "delta": {"content": "half"}, "finish_reason": None}]}

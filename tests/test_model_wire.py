@@ -25,7 +25,15 @@ from watchdog.core.model.book import Caller, ModelBook
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
-from watchdog.core.model.steer import Act, Board, Counts, decide, is_answer_tool
+from watchdog.core.model.steer import (
+    ANSWER_TOOLS,
+    Act,
+    Board,
+    Counts,
+    answer_of,
+    decide,
+    is_answer_tool,
+)
 from watchdog.core.model.wire import Observation, SSEReader, Wire, read_stream, sse
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.core.spans.conventions import request_hash
@@ -557,3 +565,22 @@ def test_a_requests_input_is_hashed_as_a_spans_is(wire: Wire, body: dict[str, An
     other = wire.read_request(json.loads(json.dumps(body).replace("42", "43")))
     assert other.input_hash != request.input_hash
     assert wire.read_request({}).input_hash is None
+
+
+DEEP = "[" * 5000 + "]" * 5000  # deeper than Python's parser goes (RecursionError)
+
+
+@pytest.mark.parametrize("wire", [ChatWire(), ResponsesWire(), MessagesWire()],
+                         ids=["chat", "responses", "messages"])
+def test_json_nested_past_the_parsers_depth_reads_as_unreadable_not_a_crash(wire: Wire) -> None:
+    """An upstream event, a whole response or a final answer's arguments nested deeper than
+    the JSON parser goes: read as JSON that is not there, as any unreadable JSON is."""
+    stream = f'data: {{"x": {DEEP}}}\n\ndata: {DEEP}\n\n'.encode()
+    for size in (7, len(stream)):
+        seen, out = feed(wire, stream, size)
+        assert out == stream and not seen.calls
+    accumulator = wire.accumulator()
+    read_stream(accumulator, stream)
+    assert not accumulator.observation.calls
+    name = sorted(ANSWER_TOOLS)[0]
+    assert answer_of([Call("c1", name, DEEP)]) == DEEP

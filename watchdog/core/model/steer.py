@@ -108,7 +108,7 @@ def answer_of(calls: Iterable[ToolCall]) -> str | None:
     arguments = answers[0].arguments
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
     if isinstance(value, dict) and len(value) == 1:
         (only,) = value.values()

@@ -245,7 +245,7 @@ def json_data(event: Event) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(event.data)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nesting deeper than the parser goes)
         return None
     return value if isinstance(value, dict) else None
 
@@ -312,7 +312,7 @@ def read_stream(accumulator: Accumulator, data: bytes) -> None:
                 value, end = _SCAN(text, 0)
                 if end != len(text):  # more after the object: as json.loads judges it
                     value = json.loads(text)
-            except (ValueError, StopIteration):
+            except (ValueError, StopIteration, RecursionError):
                 value = None
             if isinstance(value, dict):
                 accumulator.feed_object(value)

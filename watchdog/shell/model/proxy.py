@@ -440,7 +440,7 @@ class ModelProxy:
                 seen = accumulator.observation
         else:
             body: object = None
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 body = json.loads(data)
             if not isinstance(body, dict):
                 return

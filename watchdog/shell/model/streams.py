@@ -85,7 +85,7 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
             return response
     data = bytes(buffer)
     body: object = None
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(ValueError, RecursionError):
         body = json.loads(data)
     if isinstance(body, dict):
         wire, keep = exchange.wire, exchange.turn.keep
