@@ -2,7 +2,7 @@
 has read it (``watchdog/shell/model/native.py``, ``native/relay/src/admit.rs``), once the loop
 has said what a new run of its agent gets; and it sends nothing else that way.
 
-Each served test holds the sidecar's event loop busy (a callback that sleeps on it) and looks
+Each served test holds the sidecar's event loop busy (a callback that waits on it) and looks
 at what the upstream has received meanwhile: what went on without the loop, and what waited
 for it. The upstream is a raw loopback server that records every request."""
 
@@ -16,7 +16,6 @@ import json
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -126,20 +125,44 @@ def post(server: RunningServer, path: str, body: bytes,
         connection.close()
 
 
+class Held:
+    """The sidecar's event loop, held by a callback until the ``with`` block ends."""
+
+    def __init__(self, server: RunningServer) -> None:
+        native = server.server.native
+        assert native is not None
+        self.relay = native.relay
+        self.release, self.free = threading.Event(), threading.Event()
+        self.queued = 0
+
+    def waiting(self, count: int) -> None:
+        """Until ``count`` more requests are queued for the loop's decision: the relay has
+        read them and kept them for it (it sends on what it does not keep)."""
+        wanted = self.queued + count
+        wait_until(lambda: self.relay.queued_requests >= wanted,
+                   lambda: f"{self.relay.queued_requests} of {wanted} requests queued")
+        assert self.relay.queued_requests == wanted
+        self.queued = wanted
+
+
 @contextmanager
-def busy(server: RunningServer, seconds: float = 2.0) -> Iterator[threading.Event]:
-    """The sidecar's event loop held for ``seconds``; the event is set when it is free."""
-    holding, free = threading.Event(), threading.Event()
+def busy(server: RunningServer) -> Iterator[Held]:
+    held = Held(server)
+    holding = threading.Event()
 
     def hold() -> None:
         holding.set()
-        time.sleep(seconds)
-        free.set()
+        held.release.wait(30)
+        held.free.set()
 
     server.loop.call_soon_threadsafe(hold)
     assert holding.wait(5)
-    yield free
-    assert free.wait(seconds + 5)
+    held.queued = held.relay.queued_requests
+    try:
+        yield held
+    finally:
+        held.release.set()
+    assert held.free.wait(10)
 
 
 def in_background(call: Callable[[], tuple[int, bytes]]) -> Callable[[], tuple[int, bytes]]:
@@ -171,9 +194,9 @@ def test_a_new_conversations_first_request_goes_on_while_the_loop_is_busy(
         tmp_path: Path, upstream: RawUpstream) -> None:
     with sidecar(tmp_path, upstream) as server:
         assert post(server, PATHS["chat"], chat("task one"))[0] == 200  # decided by the loop
-        with busy(server) as free:
+        with busy(server) as held:
             status, body = post(server, PATHS["chat"], chat("task two"))
-            assert not free.is_set(), "the request waited for the loop"
+            assert not held.free.is_set(), "the request waited for the loop"
         assert status == 200 and json.loads(body) == REPLIES[PATHS["chat"]]
         assert len(seen_with(upstream, "task two")) == 1
         # read and booked once the loop is free: a run of its own with its model call
@@ -190,9 +213,9 @@ def test_what_goes_upstream_is_what_the_loop_would_have_sent(
                "X-Custom": "kept", "OpenAI-Organization": "org-1", "X-Watchdog-Agent": AGENT}
     with sidecar(tmp_path, upstream) as server:
         assert post(server, PATHS["chat"], chat("task AAA"), headers)[0] == 200
-        with busy(server) as free:
+        with busy(server) as held:
             assert post(server, PATHS["chat"], chat("task BBB"), headers)[0] == 200
-            assert not free.is_set()
+            assert not held.free.is_set()
     (decided,), (admitted,) = seen_with(upstream, "task AAA"), seen_with(upstream, "task BBB")
     assert admitted.body == decided.body.replace(b"task AAA", b"task BBB")
     assert admitted.headers == decided.headers
@@ -242,14 +265,14 @@ def test_only_plain_first_requests_of_new_conversations_go_on_without_the_loop(
     }
     with sidecar(tmp_path, upstream) as server:
         assert post(server, PATHS["chat"], chat("task one"))[0] == 200
-        with busy(server, 3.0) as free:
+        with busy(server) as held:
             answers = {name: in_background(lambda p=path, b=body, h=headers: post(server, p, b, h))
                        for name, (path, body, headers) in waiting.items()}
             for name, (path, body) in plain.items():
                 assert post(server, path, body, {"anthropic-version": "2023-06-01"})[0] == 200, \
                     name
-            time.sleep(0.3)  # a request sent on would have reached the upstream by now
-            assert not free.is_set()
+            held.waiting(len(waiting))
+            assert not held.free.is_set()
             went = [name for name in waiting if name != "seen-before" and seen_with(
                 upstream, name)] + (["seen-before"] if len(seen_with(upstream, "task one")) > 1
                                     else [])
@@ -270,18 +293,18 @@ def test_a_rule_pack_budget_bounds_what_goes_on_and_a_countdown_always_waits(
 """
     with sidecar(tmp_path, upstream, pack) as server:
         assert post(server, PATHS["chat"], chat("budget one"))[0] == 200
-        with busy(server) as free:
+        with busy(server) as held:
             status, body = post(server, PATHS["chat"], chat("budget two",
                                                             metadata={"calls": "7"}))
-            assert not free.is_set()
+            assert not held.free.is_set()
         assert status == 200
         handed = json.loads(body)["choices"][0]["message"]["tool_calls"]
         assert [call["id"] for call in handed] == [f"call_{n}" for n in range(5)]
         tight = {"X-Watchdog-Agent": "tight"}
         assert post(server, PATHS["chat"], chat("tight one"), tight)[0] == 200
-        with busy(server) as free:
+        with busy(server) as held:
             answer = in_background(lambda: post(server, PATHS["chat"], chat("tight two"), tight))
-            time.sleep(0.5)
+            held.waiting(1)
             assert not seen_with(upstream, "tight two")
         assert answer()[0] == 200
         (seen,) = seen_with(upstream, "tight two")
@@ -306,11 +329,11 @@ def test_a_session_restored_at_start_is_not_new(tmp_path: Path, upstream: RawUps
         assert "model:not a digest" in server.call(lambda: service.sessions.ids("model:"))
     with sidecar(tmp_path, upstream) as server:
         assert post(server, PATHS["chat"], chat("learning task"))[0] == 200
-        with busy(server) as free:
+        with busy(server) as held:
             again = in_background(lambda: post(server, PATHS["chat"], chat("resumed task")))
             assert post(server, PATHS["chat"], chat("fresh task"))[0] == 200
-            time.sleep(0.3)
-            assert not free.is_set()
+            held.waiting(1)
+            assert not held.free.is_set()
             assert len(seen_with(upstream, "resumed task")) == 1  # only the first sidecar's
         assert again()[0] == 200
         assert len(seen_with(upstream, "resumed task")) == 2
@@ -324,9 +347,9 @@ def test_a_rules_reload_makes_the_relay_ask_again(tmp_path: Path,
         ok, message = asyncio.run_coroutine_threadsafe(server.server.reload_rules(),
                                                        server.loop).result(10)
         assert ok, message
-        with busy(server):
+        with busy(server) as held:
             answer = in_background(lambda: post(server, PATHS["chat"], chat("after reload")))
-            time.sleep(0.5)
+            held.waiting(1)
             assert not seen_with(upstream, "after reload")
         assert answer()[0] == 200
         (seen,) = seen_with(upstream, "after reload")
@@ -349,13 +372,15 @@ def test_a_tool_failing_across_the_fleet_makes_the_relay_ask_again(
                    exception=TimeoutError("upstream timed out"))
     with sidecar(tmp_path, upstream) as server:
         assert post(server, PATHS["chat"], chat("before outage"))[0] == 200
+        # its call booked first: no event of the relay's is left to make the loop look again
+        wait_until(lambda: [run["iterations"] for run in runs(server)] == [1], "the call booked")
         service = server.server.service
         assert service is not None
         server.call(lambda: service.model_records(records_of(maker.take())))
         assert server.call(lambda: "search" in service.core.fleet.failing())
-        with busy(server):
+        with busy(server) as held:
             answer = in_background(lambda: post(server, PATHS["chat"], chat("after outage")))
-            time.sleep(0.5)
+            held.waiting(1)
             assert not seen_with(upstream, "after outage")
         assert answer()[0] == 200
 
@@ -374,9 +399,9 @@ def test_a_request_the_loop_decides_otherwise_is_a_logged_miss_and_the_relay_ask
         assert post(server, PATHS["chat"], chat("miss two"))[0] == 200
         wait_until(lambda: native.missed == 1, "the miss seen")
         assert any("decided otherwise once read" in r.getMessage() for r in caplog.records)
-        with busy(server):
+        with busy(server) as held:
             answer = in_background(lambda: post(server, PATHS["chat"], chat("miss three")))
-            time.sleep(0.5)
+            held.waiting(1)
             assert not seen_with(upstream, "miss three")
         assert answer()[0] == 200
         wait_until(lambda: len(runs(server)) == 3, "each request a run")

@@ -20,12 +20,21 @@ from bench import model_endpoint
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_bench(*args: str, timeout: float = 170, **env: str) -> subprocess.CompletedProcess[str]:
+    """bench/model_endpoint.py with ``args``, outside any WATCHDOG_* setting of the caller's,
+    ``env`` added."""
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("WATCHDOG_")}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "model_endpoint.py"), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**environment, **env})
+
+
+SMALL = ("--streams", "4", "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1")
+
+
 def test_the_bench_measures_both_relays_in_one_run() -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "8",
-         "--concurrency", "4", "--chunks", "4", "--chunk-ms", "1"],
-        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    result = run_bench("--streams", "8", "--concurrency", "4", "--chunks", "4", "--chunk-ms", "1")
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert "; client go, upstream go;" in out.splitlines()[0], out
@@ -58,38 +67,25 @@ def test_the_floor_is_a_proxy_that_passes_the_stream_as_it_comes(tmp_path: Path)
 
 
 def test_the_bench_measures_a_baseline_tree_in_the_same_run() -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "4",
-         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--relay", "native",
-         "--baseline", str(ROOT)],
-        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    result = run_bench(*SMALL, "--relay", "native", "--baseline", str(ROOT))
     assert result.returncode == 0, result.stderr[-2000:]
     for relay in ("native@base", "native"):
         for start in ("starting together (waves)", "starts staggered"):
             assert f"2 streams at a time, {start}, relay {relay}:" in result.stdout, \
                 result.stdout
-    refused = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--baseline", "/nowhere"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    refused = run_bench("--baseline", "/nowhere", timeout=60)
     assert refused.returncode == 2 and "not a source tree" in refused.stderr
 
 
 def test_the_bench_measures_budgeted_runs() -> None:
     """``--budget``: every run has a budget, so each request carries a bound its response is
     trimmed to (the relay's trimming path), and the report says so."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "4",
-         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--budget", "100"],
-        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    result = run_bench(*SMALL, "--budget", "100")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "each run a budget of 100 tool calls" in result.stdout
     for relay in ("python", "native"):
         assert f"2 streams at a time, starts staggered, relay {relay}:" in result.stdout
-    bad = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--budget", "0"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    bad = run_bench("--budget", "0", timeout=60)
     assert bad.returncode == 2 and "--budget: 1 to 1000000 tool calls" in bad.stderr
 
 
@@ -97,13 +93,9 @@ def test_the_bench_runs_its_python_client_and_upstream_without_go(tmp_path: Path
     """``--client python --upstream python``: aiohttp in the bench's process and its asyncio
     upstream, the same report; nothing built, so no Go toolchain needed. Without one, the Go
     client's default says what is missing."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
-    env.update(PATH=str(Path(sys.executable).parent), AGENT_WATCHDOG_CACHE=str(tmp_path))
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "4",
-         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--relay", "native",
-         "--client", "python", "--upstream", "python"],
-        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    no_go = {"PATH": str(Path(sys.executable).parent), "AGENT_WATCHDOG_CACHE": str(tmp_path)}
+    result = run_bench(*SMALL, "--relay", "native", "--client", "python", "--upstream", "python",
+                       **no_go)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert "; client python, upstream python;" in out.splitlines()[0], out
@@ -114,9 +106,7 @@ def test_the_bench_runs_its_python_client_and_upstream_without_go(tmp_path: Path
                     "sidecar CPU per stream"):
             assert row in section, (phase, row, section)
     assert not (tmp_path / "loadgen").exists()
-    missing = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--build-loadgen"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    missing = run_bench("--build-loadgen", timeout=60, **no_go)
     assert missing.returncode == 1, missing.stderr
     assert "needs the Go toolchain" in missing.stderr and "Traceback" not in missing.stderr
 
@@ -239,12 +229,8 @@ def test_both_clients_send_a_conversations_turns_in_order_with_its_history() -> 
 
 
 def test_the_bench_measures_conversations_of_several_turns() -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "model_endpoint.py"), "--streams", "6",
-         "--concurrency", "2", "--chunks", "3", "--chunk-ms", "1", "--relay", "native",
-         "--turns", "3"],
-        capture_output=True, text=True, timeout=170, cwd=ROOT, env=env)
+    result = run_bench("--streams", "6", "--concurrency", "2", "--chunks", "3", "--chunk-ms",
+                       "1", "--relay", "native", "--turns", "3")
     assert result.returncode == 0, result.stderr[-2000:]
     assert ", 3 requests a conversation;" in result.stdout.splitlines()[0]
     assert "2 streams at a time, starts staggered, relay native: 6 + 6 streams" in result.stdout

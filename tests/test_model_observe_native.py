@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import select
 import threading
 import time
 
@@ -332,7 +333,7 @@ def relayed(relay: Relay, url: str, body: dict[str, object], api: str,
                                   event[5], observe, api=api, watch=observe)
                 elif event[0] == "done":
                     return tuple(event)
-            time.sleep(0.005)
+            select.select([relay.fd], [], [], max(deadline - time.monotonic(), 0))  # its wake
         raise AssertionError("no done event")
     finally:
         thread.join(10)

@@ -791,6 +791,13 @@ impl Relay {
             .map(|first| first.hex())
     }
 
+    /// Requests queued for Python's decision and not yet taken (`take`).
+    #[getter]
+    fn queued_requests(&self) -> usize {
+        self.shared.events.lock().unwrap().iter()
+            .filter(|event| matches!(event, Event::Request { .. })).count()
+    }
+
     /// Requests being served now.
     #[getter]
     fn in_flight(&self) -> usize {

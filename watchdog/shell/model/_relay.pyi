@@ -6,6 +6,7 @@ class Relay:
     port: int
     fd: int
     in_flight: int
+    queued_requests: int
 
     def __init__(self, host: str, port: int, max_body: int, max_concurrent: int,
                  connect_timeout: float, read_timeout: float, observe_limit: int,
