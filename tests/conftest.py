@@ -58,7 +58,7 @@ INTEGRATION = frozenset({
     "test_prometheus", "test_pydantic_ai_e2e", "test_rebatching", "test_rules_cli",
     "test_rules_e2e", "test_scale_out", "test_session_e2e", "test_sessions", "test_startup",
     "test_sync_api",
-    "test_terminal_states", "test_trace_links",
+    "test_terminal_states", "test_tls_clients", "test_trace_links",
 })
 
 

@@ -54,6 +54,7 @@ from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import WEBHOOK_SECRET_PREFIX, webhook_name
 from watchdog.shell.directives.hub import DeliveryMetrics, NullMetrics
 from watchdog.shell.directives.store import Delivery, DirectiveStore
+from watchdog.shell.tls import context_for
 
 log = logging.getLogger("watchdog.webhooks")
 
@@ -243,7 +244,10 @@ class WebhookSender:
         if failed:
             log.warning("%d pending webhook deliveries were for webhooks no longer configured; "
                         "marked failed", failed)
-        self._session = aiohttp.ClientSession(timeout=self._timeout)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                ssl=await context_for(target.url for target in self.targets.values())),
+            timeout=self._timeout)
         self._loop_task = asyncio.create_task(self._run(), name="watchdog-webhooks")
 
     async def stop(self, grace: float = SHUTDOWN_GRACE) -> None:

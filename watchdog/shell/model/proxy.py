@@ -67,6 +67,7 @@ from watchdog.shell.model.headers import (
 from watchdog.shell.model.plans import JSON, Answer, Booked, Exchange, Plan
 from watchdog.shell.model.streams import relay, relay_json, relay_stream
 from watchdog.shell.service import WatchdogService
+from watchdog.shell.tls import context_for
 
 log = logging.getLogger("watchdog.model")
 
@@ -98,7 +99,9 @@ class ModelProxy:
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.model_max_concurrent,
-                                           keepalive_timeout=60),
+                                           keepalive_timeout=60,
+                                           ssl=await context_for([self.openai,
+                                                                  self.anthropic])),
             # the wait for each read, not the whole exchange: a long stream that keeps coming
             # is not cut, a silent upstream is
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT,

@@ -46,6 +46,7 @@ import aiohttp
 from watchdog import __version__
 from watchdog.shell.config import DEFAULT_MAX_FORWARD_QUEUE_REQUESTS, Config, url_for_logs
 from watchdog.shell.directives.webhooks import parse_retry_after
+from watchdog.shell.tls import context_for
 
 log = logging.getLogger("watchdog.forward")
 
@@ -182,7 +183,9 @@ class Forwarder:
         for signal in SIGNALS:  # every series exists from the start, so rate() sees the first
             for outcome in Outcome.ALL:
                 self._metrics.forwarded(signal, outcome, 0)
-        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=await context_for([self.endpoint])),
+            timeout=self._timeout, headers=self._headers)
         self._task = asyncio.create_task(self._run(), name="watchdog-forward")
         log.info("forwarding OTLP to %s", url_for_logs(self.endpoint))
 
