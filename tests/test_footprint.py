@@ -6,7 +6,9 @@ with a temporary state dir, and reads which libraries it holds. With the default
 of those loaded on use: grpcio loads at the first connection to the gRPC port (which is bound
 from the start), cel-expr-python when a rule first needs CEL (the shipped pack's checks ship with
 it), genai-prices (and the pydantic it brings) once traffic has come, the compiled decode at the
-first protobuf export, protobuf when a message needs it (OTLP/JSON, logs, an error's status) —
+first protobuf export, protobuf when a message needs it (OTLP/JSON, logs, an error's status),
+decimal with genai-prices (the rules' and reports' rare uses load it then), and never
+frozenlist's compiled module (aiohttp is imported with its Python twin) —
 and then a model call is priced as the library itself prices it, a gRPC export is answered, a
 rule decided by CEL fires and each export is read.
 """
@@ -43,7 +45,8 @@ from watchdog.shell.errors import Code, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shell.model.proxy",
-           "google.protobuf", "watchdog.core.spans._native", "msgspec", "difflib")
+           "google.protobuf", "watchdog.core.spans._native", "msgspec", "difflib", "decimal",
+           "frozenlist._frozenlist")
 # ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
 import json, runpy, signal, sys
@@ -195,6 +198,7 @@ def test_with_the_defaults_nothing_loaded_on_use_is_loaded_at_idle(tmp_path: Pat
         expected = float(calc_price(Usage(input_tokens=1200, output_tokens=300), "gpt-4o",
                                     provider_id="openai").total_price)
         assert abs(run["signals"]["cost_usd"] - expected) < 1e-12, run["signals"]
+        assert "frozenlist._frozenlist" not in sidecar.modules()  # (its Python twin serves)
 
 
 def test_the_grpc_port_is_bound_at_start_and_grpcio_loads_at_its_first_export(

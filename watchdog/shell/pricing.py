@@ -25,14 +25,16 @@ import math
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (decimal loads with genai-prices, at the first traffic)
+    from decimal import Decimal
 
 HOUR_NS = 3600 * 1_000_000_000
 MAX_MODELS = 1024  # (provider, model) resolutions kept; a name seen again after is looked up anew
 _MILLION = 1_000_000
 # per request, then per token: input, output, cache read, cache write
-Rates = tuple[Decimal, Decimal, Decimal, Decimal, Decimal]
+Rates = tuple["Decimal", "Decimal", "Decimal", "Decimal", "Decimal"]
 
 
 class GenAIPrices:

@@ -1,5 +1,6 @@
 """The TLS context of the sidecar's own HTTP clients (the forward, webhooks, the model
-endpoint's upstreams), made once, and only when one of them has an ``https`` URL.
+endpoint's upstreams), made once, and only when one of them has an ``https`` URL; and the
+import of aiohttp that leaves out what they do not use.
 
 aiohttp makes two TLS contexts when it is imported, each holding the system's CA certificates
 (some 2 MB of an idle sidecar), for requests that pass no context of their own. The sidecar's
@@ -21,15 +22,19 @@ from collections.abc import Iterable
 
 CA_LOCATIONS = ("SSL_CERT_FILE", "SSL_CERT_DIR")
 NOWHERE = os.path.join(os.devnull, "none")  # a path nothing can be at
+# frozenlist (aiohttp's signals' lists, read a few times a request) in Python, not its compiled
+# module: 1.1 MB less resident
+IMPORT_SETTINGS = {"FROZENLIST_NO_EXTENSIONS": "1"}
 
 
 def import_aiohttp() -> None:
     """Imports aiohttp (once; the first import in the process is the one that counts) with
-    no CA certificates in its own contexts."""
+    no CA certificates in its own contexts, and frozenlist without its compiled module."""
     if "aiohttp" in sys.modules:
         return
-    saved = {name: os.environ.get(name) for name in CA_LOCATIONS}
-    os.environ.update(dict.fromkeys(CA_LOCATIONS, NOWHERE))
+    settings = {**dict.fromkeys(CA_LOCATIONS, NOWHERE), **IMPORT_SETTINGS}
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         import aiohttp  # noqa: F401
     finally:

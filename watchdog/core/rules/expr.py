@@ -33,7 +33,6 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -556,5 +555,7 @@ def _format_double(value: float) -> str:
         return str(int(value))
     text = f"{value:.{MAX_DECIMALS}f}".rstrip("0").rstrip(".")
     if text in ("0", "-0"):  # smaller than the decimals shown: all its digits, positionally
+        from decimal import Decimal  # (rare: not loaded before, 0.4 MB)
+
         text = format(Decimal(repr(value)), "f")
     return text

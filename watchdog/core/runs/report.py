@@ -23,7 +23,6 @@ import math
 import operator
 from collections import Counter, deque
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 from watchdog.core.redact import mask, redact
@@ -493,6 +492,8 @@ def format_usd(value: float) -> str:
         return "0"
     if value >= 1:
         return f"{value:.2f}"
+    from decimal import Decimal  # (loaded when first needed: 0.4 MB)
+
     return format(Decimal(f"{value:.3g}"), "f")
 
 
