@@ -24,6 +24,7 @@ Two sidecars per module (one with the budget pack), one scripted upstream for th
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -67,13 +68,15 @@ LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
 GRACE_LEFT = re.compile(r"\[grace: (\d+) tool calls? left")
 LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
 TS_DIR = Path(__file__).resolve().parent / "ts"
+GO_DIR = Path(__file__).resolve().parent / "go"
 _TASKS = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class Agent:
-    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node) and its
-    mode; ``answer_tool``: the tool its framework answers through (smolagents' final_answer)."""
+    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node; "go": the
+    Go agent) and its mode; ``answer_tool``: the tool its framework answers through
+    (smolagents' final_answer)."""
 
     env: str
     driver: str
@@ -122,7 +125,10 @@ class Captured(logging.Handler):
 LOGS = Captured()
 
 
-def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServer]:
+def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool,
+                  relay: str | None = None) -> Iterator[RunningServer]:
+    """A sidecar in front of ``llm``, with the budget pack or not; ``relay``: its
+    ``model_relay`` (else the one of the module's :func:`model_relay`)."""
     rules: tuple[str, ...] = ()
     if budget:
         pack = tmp / "budget.yaml"
@@ -131,7 +137,8 @@ def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServ
     config = sidecar_config(tmp / "state", model_address="127.0.0.1:0",
                             model_upstream=llm.base_url,
                             model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
-                            model_agent_name=AGENT, rules=rules, eval_interval=0.2)
+                            model_agent_name=AGENT, rules=rules, eval_interval=0.2,
+                            **({"model_relay": relay} if relay else {}))
     watchdog_log = logging.getLogger("watchdog")
     level = watchdog_log.level
     watchdog_log.addHandler(LOGS)
@@ -186,12 +193,23 @@ def agent_base_env() -> dict[str, str]:
     return env
 
 
+def go_agent() -> Path:
+    """The Go agent ``make goagent`` built for ``go/`` as it is now (the Makefile's hash: of its
+    sources' bytes, in the order of their paths)."""
+    sources = sorted([*GO_DIR.glob("*.go"), GO_DIR / "go.mod", GO_DIR / "go.sum"])
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    binary = GO_DIR.parents[2] / ".cache" / "goagent" / digest / "goagent"
+    assert binary.exists(), f"{binary} is missing: `make goagent` builds it (make test does)"
+    return binary
+
+
 def drive(agent: Agent, sidecar: RunningServer, model: str) -> dict[str, Any]:
     """Run the agent once; its last stdout line: ``{"ran": [...], "output": "..."}``."""
-    if agent.env == "ts":
-        result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode],
-                                env=agent_env(sidecar, model), capture_output=True, text=True,
-                                timeout=DRIVER_TIMEOUT, cwd=TS_DIR)
+    if agent.env in ("ts", "go"):
+        command, cwd = (([str(go_agent()), agent.mode], GO_DIR) if agent.env == "go" else (
+            ["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode], TS_DIR))
+        result = subprocess.run(command, env=agent_env(sidecar, model), capture_output=True,
+                                text=True, timeout=DRIVER_TIMEOUT, cwd=cwd)
         if result.returncode != 0:
             sys.stderr.write(result.stderr[-6000:])
             raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
@@ -398,8 +416,15 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     runs through each sidecar: the key reaches the upstream, and appears in none of the
     sidecars' API answers, metrics, state files or log records (nor from the runs of the
     tests above, when they ran first)."""
+    check_the_api_key_is_nowhere_but_upstream(
+        plain, budgeted, llm, [a for a in AGENTS if a.name in ("openai-chat",
+                                                               "anthropic-messages")])
+
+
+def check_the_api_key_is_nowhere_but_upstream(plain: RunningServer, budgeted: RunningServer,
+                                              llm: FakeLLM, agents: list[Agent]) -> None:
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
-        for agent in (a for a in AGENTS if a.name in ("openai-chat", "anthropic-messages")):
+        for agent in agents:
             model = llm.script(f"{agent.name}-secrets-{scenario}",
                                counting(agent) if scenario == "counts" else searching())
             drive(agent, sidecar, model)
