@@ -203,20 +203,22 @@ def go_agent() -> Path:
     return binary
 
 
-def drive(agent: Agent, sidecar: RunningServer, model: str) -> dict[str, Any]:
-    """Run the agent once; its last stdout line: ``{"ran": [...], "output": "..."}``."""
+def drive(agent: Agent, sidecar: RunningServer, model: str,
+          extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run the agent once (``extra``: more of its environment); its last stdout line:
+    ``{"ran": [...], "output": "..."}``."""
+    env = {**agent_env(sidecar, model), **(extra or {})}
     if agent.env in ("ts", "go"):
         command, cwd = (([str(go_agent()), agent.mode], GO_DIR) if agent.env == "go" else (
             ["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode], TS_DIR))
-        result = subprocess.run(command, env=agent_env(sidecar, model), capture_output=True,
-                                text=True, timeout=DRIVER_TIMEOUT, cwd=cwd)
+        result = subprocess.run(command, env=env, capture_output=True, text=True,
+                                timeout=DRIVER_TIMEOUT, cwd=cwd)
         if result.returncode != 0:
             sys.stderr.write(result.stderr[-6000:])
             raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
                                  f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     else:
-        result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(),
-                               agent_env(sidecar, model))
+        result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(), env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert lines, f"{agent.name} printed no outcome:\n{result.stdout[-3000:]}"
     outcome: dict[str, Any] = json.loads(lines[-1])

@@ -9,6 +9,7 @@ the API key nowhere but upstream."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -72,3 +73,27 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     ``x-api-key``) reaches the upstream and nothing of either sidecar shows it."""
     shared.check_the_api_key_is_nowhere_but_upstream(
         plain, budgeted, llm, [agent for agent in AGENTS if agent.mode in ("chat", "messages")])
+
+
+@pytest.mark.parametrize("mode", ["chat_stream", "responses", "messages_stream"])
+def test_the_name_and_budget_headers_come_from_the_environment_too(
+        plain: RunningServer, llm: FakeLLM, mode: str) -> None:
+    """The Go SDKs add the headers of ``OPENAI_CUSTOM_HEADERS`` / ``ANTHROPIC_CUSTOM_HEADERS``
+    (a ``name: value`` a line) to every request: the agent's name and its budget need no code
+    either (docs/model-endpoint.md, Headers)."""
+    agent = shared.Agent("go", "endpoint_go", mode)
+    model = llm.script(f"{agent.name}-headers", shared.searching())
+    headers = "x-watchdog-agent: go-headed\nx-watchdog-budget-tool-calls: 2"
+    before = shared.run_ids(plain)
+    outcome = shared.drive(agent, plain, model, {"OPENAI_CUSTOM_HEADERS": headers,
+                                                 "ANTHROPIC_CUSTOM_HEADERS": headers})
+    requests = llm.requests(model)
+    assert outcome == {"ran": ["term 0", "term 1"], "output": shared.REPORT}
+    assert [shared.LEFT.findall(shared.instructions(body)) for body in requests] == [
+        [("2", "2")], [("1", "2")], []]
+    shared.check_last_is_the_only_one_without_tools(agent, requests)
+    assert not any("x-watchdog" in json.dumps(sent).lower()
+                   for sent in llm.request_headers(model))  # read and stripped
+    run = shared.the_new_run(plain, before)
+    assert (run["agent"], run["tool_calls"], run["terminal_state"]) == (
+        "go-headed", 2, "tool_limit_reached"), run
