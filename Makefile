@@ -119,8 +119,8 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
 ## user's cache (AGENT_WATCHDOG_CACHE/goagent/<hash of its sources>/, as Go's module and build
 ## caches are the user's); .cache/goagent/<hash>/goagent links to it, which
-## tests/frameworks/test_model_endpoint_go.py runs. Cold (no Go caches), about 2 CPU-minutes;
-## a new clone of the same sources finds it built.
+## tests/frameworks/test_model_endpoint_go.py runs. Cold (no Go caches), about 3.5 CPU-minutes
+## (docs/testing.md); a new clone of the same sources finds it built.
 GO_AGENT_SOURCES := $(sort $(wildcard tests/frameworks/go/*.go) tests/frameworks/go/go.mod \
 	tests/frameworks/go/go.sum)
 GO_AGENT_HASH    := $(shell cat $(GO_AGENT_SOURCES) | sha256sum | cut -c1-16)

@@ -31,7 +31,7 @@ import logging
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,14 +203,20 @@ def go_agent() -> Path:
     return binary
 
 
+# the agents that are no Python driver, by env: their command for a mode, and its directory
+COMMANDS: dict[str, Callable[[str], tuple[list[str], Path]]] = {
+    "ts": lambda mode: (["node", "--import", "tsx", str(TS_DIR / "agent.ts"), mode], TS_DIR),
+    "go": lambda mode: ([str(go_agent()), mode], GO_DIR),
+}
+
+
 def drive(agent: Agent, sidecar: RunningServer, model: str,
           extra: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run the agent once (``extra``: more of its environment); its last stdout line:
     ``{"ran": [...], "output": "..."}``."""
     env = {**agent_env(sidecar, model), **(extra or {})}
-    if agent.env in ("ts", "go"):
-        command, cwd = (([str(go_agent()), agent.mode], GO_DIR) if agent.env == "go" else (
-            ["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode], TS_DIR))
+    if agent.env in COMMANDS:
+        command, cwd = COMMANDS[agent.env](agent.mode)
         result = subprocess.run(command, env=env, capture_output=True, text=True,
                                 timeout=DRIVER_TIMEOUT, cwd=cwd)
         if result.returncode != 0:
