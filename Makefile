@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector loadgen
+	dist-image dist-chart collector loadgen goagent
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -115,6 +115,29 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
+## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
+## user's cache (AGENT_WATCHDOG_CACHE/goagent/<hash of its sources>/, as Go's module and build
+## caches are the user's); .cache/goagent/<hash>/goagent links to it, which
+## tests/frameworks/test_model_endpoint_go.py runs. Cold (no Go caches), about 3.5 CPU-minutes
+## (docs/testing.md); a new clone of the same sources finds it built.
+GO_AGENT_SOURCES := $(sort $(wildcard tests/frameworks/go/*.go) tests/frameworks/go/go.mod \
+	tests/frameworks/go/go.sum)
+GO_AGENT_HASH    := $(shell cat $(GO_AGENT_SOURCES) | sha256sum | cut -c1-16)
+GO_AGENT         := .cache/goagent/$(GO_AGENT_HASH)/goagent
+GO_AGENT_BUILT   := $(AGENT_WATCHDOG_CACHE)/goagent/$(GO_AGENT_HASH)/goagent
+
+$(GO_AGENT_BUILT):
+	mkdir -p $(@D)
+	cd tests/frameworks/go && GOFLAGS='-mod=readonly -buildvcs=false' \
+		GOPROXY=$${GOPROXY:-https://proxy.golang.org} go build -trimpath -o $(abspath $@).tmp-$$PPID .
+	mv $@.tmp-$$PPID $@
+
+$(GO_AGENT): $(GO_AGENT_SOURCES) $(GO_AGENT_BUILT)
+	mkdir -p $(@D) && ln -sf $(GO_AGENT_BUILT) $@
+
+goagent: $(GO_AGENT)
+
 ## collector: the OpenTelemetry Collector the scale-out tests run (tests/test_scale_out.py), built
 ## by the Collector builder from Go modules as tests/collector/builder-config.yaml says, into
 ## the user's cache (AGENT_WATCHDOG_CACHE/otelcol/<hash of that file>/, the builder beside it, as
@@ -150,7 +173,7 @@ loadgen: $(VENV)/.installed-test
 	$(PY) bench/model_endpoint.py --build-loadgen
 
 ## test: system packages first; then, FRAMEWORK_JOBS at once, .venv with test extras (its
-## compiled parts), the Collector, the framework venvs, the dist venv and the TypeScript agent,
+## compiled parts), the Collector, the framework venvs, the dist venv, the TypeScript and Go agents,
 ## and lint (ruff and mypy: a lint error fails CI like a failing test) as soon as .venv is there;
 ## run every test (they run make dist once)
 ## Tests come in four tiers (tests/conftest.py): unit, integration (real sidecars), frameworks
@@ -161,7 +184,8 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(DIST_VENV)/.installed $(CARGO_FUZZ) loadgen lint
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(GO_AGENT) $(DIST_VENV)/.installed $(CARGO_FUZZ) \
+		loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the

@@ -24,13 +24,14 @@ Two sidecars per module (one with the budget pack), one scripted upstream for th
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,13 +68,15 @@ LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
 GRACE_LEFT = re.compile(r"\[grace: (\d+) tool calls? left")
 LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
 TS_DIR = Path(__file__).resolve().parent / "ts"
+GO_DIR = Path(__file__).resolve().parent / "go"
 _TASKS = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class Agent:
-    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node) and its
-    mode; ``answer_tool``: the tool its framework answers through (smolagents' final_answer)."""
+    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node; "go": the
+    Go agent) and its mode; ``answer_tool``: the tool its framework answers through
+    (smolagents' final_answer)."""
 
     env: str
     driver: str
@@ -122,7 +125,10 @@ class Captured(logging.Handler):
 LOGS = Captured()
 
 
-def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServer]:
+def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool,
+                  relay: str | None = None) -> Iterator[RunningServer]:
+    """A sidecar in front of ``llm``, with the budget pack or not; ``relay``: its
+    ``model_relay`` (else the one of the module's :func:`model_relay`)."""
     rules: tuple[str, ...] = ()
     if budget:
         pack = tmp / "budget.yaml"
@@ -131,7 +137,8 @@ def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServ
     config = sidecar_config(tmp / "state", model_address="127.0.0.1:0",
                             model_upstream=llm.base_url,
                             model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
-                            model_agent_name=AGENT, rules=rules, eval_interval=0.2)
+                            model_agent_name=AGENT, rules=rules, eval_interval=0.2,
+                            **({"model_relay": relay} if relay else {}))
     watchdog_log = logging.getLogger("watchdog")
     level = watchdog_log.level
     watchdog_log.addHandler(LOGS)
@@ -186,19 +193,38 @@ def agent_base_env() -> dict[str, str]:
     return env
 
 
-def drive(agent: Agent, sidecar: RunningServer, model: str) -> dict[str, Any]:
-    """Run the agent once; its last stdout line: ``{"ran": [...], "output": "..."}``."""
-    if agent.env == "ts":
-        result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / "agent.ts"), agent.mode],
-                                env=agent_env(sidecar, model), capture_output=True, text=True,
-                                timeout=DRIVER_TIMEOUT, cwd=TS_DIR)
+def go_agent() -> Path:
+    """The Go agent ``make goagent`` built for ``go/`` as it is now (the Makefile's hash: of its
+    sources' bytes, in the order of their paths)."""
+    sources = sorted([*GO_DIR.glob("*.go"), GO_DIR / "go.mod", GO_DIR / "go.sum"])
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    binary = GO_DIR.parents[2] / ".cache" / "goagent" / digest / "goagent"
+    assert binary.exists(), f"{binary} is missing: `make goagent` builds it (make test does)"
+    return binary
+
+
+# the agents that are no Python driver, by env: their command for a mode, and its directory
+COMMANDS: dict[str, Callable[[str], tuple[list[str], Path]]] = {
+    "ts": lambda mode: (["node", "--import", "tsx", str(TS_DIR / "agent.ts"), mode], TS_DIR),
+    "go": lambda mode: ([str(go_agent()), mode], GO_DIR),
+}
+
+
+def drive(agent: Agent, sidecar: RunningServer, model: str,
+          extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run the agent once (``extra``: more of its environment); its last stdout line:
+    ``{"ran": [...], "output": "..."}``."""
+    env = {**agent_env(sidecar, model), **(extra or {})}
+    if agent.env in COMMANDS:
+        command, cwd = COMMANDS[agent.env](agent.mode)
+        result = subprocess.run(command, env=env, capture_output=True, text=True,
+                                timeout=DRIVER_TIMEOUT, cwd=cwd)
         if result.returncode != 0:
             sys.stderr.write(result.stderr[-6000:])
             raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
                                  f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     else:
-        result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(),
-                               agent_env(sidecar, model))
+        result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(), env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert lines, f"{agent.name} printed no outcome:\n{result.stdout[-3000:]}"
     outcome: dict[str, Any] = json.loads(lines[-1])
@@ -398,8 +424,15 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     runs through each sidecar: the key reaches the upstream, and appears in none of the
     sidecars' API answers, metrics, state files or log records (nor from the runs of the
     tests above, when they ran first)."""
+    check_the_api_key_is_nowhere_but_upstream(
+        plain, budgeted, llm, [a for a in AGENTS if a.name in ("openai-chat",
+                                                               "anthropic-messages")])
+
+
+def check_the_api_key_is_nowhere_but_upstream(plain: RunningServer, budgeted: RunningServer,
+                                              llm: FakeLLM, agents: list[Agent]) -> None:
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
-        for agent in (a for a in AGENTS if a.name in ("openai-chat", "anthropic-messages")):
+        for agent in agents:
             model = llm.script(f"{agent.name}-secrets-{scenario}",
                                counting(agent) if scenario == "counts" else searching())
             drive(agent, sidecar, model)
