@@ -1,7 +1,8 @@
 """Both model relays under the same tests: importing :func:`model_relay` into an endpoint test
 module runs each of its tests on ``model_relay: python`` (the aiohttp relay) and ``native``
 (the compiled one, which ``make test`` builds): every sidecar the module configures with a
-``model_address`` gets the relay of the test's parameter."""
+``model_address`` gets the relay of the test's parameter (one a module named in its ``RELAYED``
+configures too: a module of shared helpers)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ RELAYS = ("python", "native")
 @pytest.fixture(scope="module", params=RELAYS, autouse=True)
 def model_relay(request: pytest.FixtureRequest) -> Iterator[str]:
     relay: str = request.param
-    module = request.module
-    made = module.sidecar_config
+    # the module's own sidecar_config, and that of the modules it names in RELAYED (those whose
+    # helpers start its sidecars)
+    modules = [request.module, *getattr(request.module, "RELAYED", ())]
+    with pytest.MonkeyPatch.context() as patch:
+        for module in modules:
+            if hasattr(module, "sidecar_config"):
+                patch.setattr(module, "sidecar_config", _with_relay(module.sidecar_config, relay))
+        yield relay
 
+
+def _with_relay(made: Any, relay: str) -> Any:
     def with_relay(state_dir: Path | str, **overrides: Any) -> Any:
         if "model_address" in overrides:
             overrides.setdefault("model_relay", relay)
         return made(state_dir, **overrides)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "sidecar_config", with_relay)
-        yield relay
+    return with_relay

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import fakellm
+from tests.frameworks import fakellm, jvm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
 from tests.harness import (
@@ -72,8 +72,9 @@ _TASKS = itertools.count(1)
 
 @dataclass(frozen=True)
 class Agent:
-    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node) and its
-    mode; ``answer_tool``: the tool its framework answers through (smolagents' final_answer)."""
+    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node; "java":
+    the Java agents, :mod:`tests.frameworks.jvm`) and its mode; ``answer_tool``: the tool its
+    framework answers through (smolagents' final_answer)."""
 
     env: str
     driver: str
@@ -196,6 +197,8 @@ def drive(agent: Agent, sidecar: RunningServer, model: str) -> dict[str, Any]:
             sys.stderr.write(result.stderr[-6000:])
             raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
                                  f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    elif agent.env == "java":
+        result = jvm.run(agent.driver, agent.mode, agent_env(sidecar, model))
     else:
         result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(),
                                agent_env(sidecar, model))
@@ -398,8 +401,14 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     runs through each sidecar: the key reaches the upstream, and appears in none of the
     sidecars' API answers, metrics, state files or log records (nor from the runs of the
     tests above, when they ran first)."""
+    check_the_api_key_is_nowhere_but_upstream(plain, budgeted, llm, [
+        agent for agent in AGENTS if agent.name in ("openai-chat", "anthropic-messages")])
+
+
+def check_the_api_key_is_nowhere_but_upstream(plain: RunningServer, budgeted: RunningServer,
+                                              llm: FakeLLM, agents: list[Agent]) -> None:
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
-        for agent in (a for a in AGENTS if a.name in ("openai-chat", "anthropic-messages")):
+        for agent in agents:
             model = llm.script(f"{agent.name}-secrets-{scenario}",
                                counting(agent) if scenario == "counts" else searching())
             drive(agent, sidecar, model)
