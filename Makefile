@@ -121,7 +121,8 @@ $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.j
 ## the anthropic-java SDK, as its pom.xml pins them), built by Maven from Maven Central into the
 ## user's cache (AGENT_WATCHDOG_CACHE/java-agent/<hash of its sources>/: agent.jar and lib/, the
 ## jars it runs on; Maven's repository is AGENT_WATCHDOG_CACHE/m2); .cache/java-agent/<hash>/
-## links there (tests/frameworks/jvm.py hashes the same files). Cold, about 40 s; then nothing.
+## links there (tests/frameworks/jvm.py hashes the same files). Cold (Maven downloads some 60 MB,
+## then compiles): 10 s, 15 CPU-seconds; then nothing.
 JAVA_AGENT_SOURCES := tests/frameworks/java/pom.xml \
 	$(shell find tests/frameworks/java/src -type f -name '*.java' | LC_ALL=C sort)
 JAVA_AGENT_HASH    := $(shell cat $(JAVA_AGENT_SOURCES) | sha256sum | cut -c1-16)
@@ -129,12 +130,14 @@ JAVA_AGENT_DIR     := $(AGENT_WATCHDOG_CACHE)/java-agent/$(JAVA_AGENT_HASH)
 JAVA_AGENT         := .cache/java-agent/$(JAVA_AGENT_HASH)/agent.jar
 
 $(JAVA_AGENT_DIR)/agent.jar:
-	rm -rf $(JAVA_AGENT_DIR).tmp-$$PPID
-	mvn -B -q -Dstyle.color=never -f tests/frameworks/java/pom.xml -Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
-		-Dagent.build.dir=$(JAVA_AGENT_DIR).tmp-$$PPID package
-	rm -rf $(JAVA_AGENT_DIR) && mkdir -p $(JAVA_AGENT_DIR) \
-		&& mv $(JAVA_AGENT_DIR).tmp-$$PPID/agent.jar $(JAVA_AGENT_DIR).tmp-$$PPID/lib $(JAVA_AGENT_DIR)/ \
-		&& rm -rf $(JAVA_AGENT_DIR).tmp-$$PPID
+	@mkdir -p $(@D) && exec 9>$(JAVA_AGENT_DIR).lock && flock 9 && if [ ! -f $@ ]; then \
+		echo "building the Java agents into $(JAVA_AGENT_DIR)"; \
+		rm -rf $(JAVA_AGENT_DIR).tmp \
+		&& mvn -B -q -f tests/frameworks/java/pom.xml -Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
+			-Dagent.build.dir=$(JAVA_AGENT_DIR).tmp package \
+		&& mv $(JAVA_AGENT_DIR).tmp/lib $(@D)/ && mv $(JAVA_AGENT_DIR).tmp/agent.jar $@ \
+		&& rm -rf $(JAVA_AGENT_DIR).tmp || exit 1; \
+	fi
 
 $(JAVA_AGENT): $(JAVA_AGENT_DIR)/agent.jar
 	mkdir -p .cache/java-agent && ln -sfn $(JAVA_AGENT_DIR) $(@D)

@@ -2,7 +2,9 @@
 module runs each of its tests on ``model_relay: python`` (the aiohttp relay) and ``native``
 (the compiled one, which ``make test`` builds): every sidecar the module configures with a
 ``model_address`` gets the relay of the test's parameter (one a module named in its ``RELAYED``
-configures too: a module of shared helpers)."""
+configures too: a module of shared helpers). A sidecar fixture of a wider scope than the
+function names ``model_relay`` among its arguments, so that pytest makes it anew for each relay
+(else the second relay's tests get the first one's sidecar)."""
 
 from __future__ import annotations
 

@@ -146,13 +146,14 @@ def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool) -> Iterator[RunningServ
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[RunningServer]:
+def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
     yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, budget=False)
 
 
 @pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
-             ) -> Iterator[RunningServer]:
+def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
     yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, budget=True)
 
 
@@ -392,6 +393,12 @@ def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
     assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
         6, "loop_detected", True), run
     assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+
+
+def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: RunningServer,
+                                           model_relay: str) -> None:  # noqa: F811
+    assert (plain.server.config.model_relay, budgeted.server.config.model_relay) == (
+        model_relay, model_relay)
 
 
 def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,

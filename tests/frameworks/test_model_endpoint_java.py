@@ -36,16 +36,22 @@ LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("_stream")]
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[RunningServer]:
+def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
     jvm.built()
     yield from shared.start_sidecar(tmp_path_factory.mktemp("plain"), llm, budget=False)
 
 
 @pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
-             ) -> Iterator[RunningServer]:
+def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
     jvm.built()
     yield from shared.start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, budget=True)
+
+
+def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: RunningServer,
+                                           model_relay: str) -> None:  # noqa: F811
+    shared.test_the_sidecars_carry_the_tests_relay(plain, budgeted, model_relay)
 
 
 @pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
