@@ -17,7 +17,11 @@ the API key nowhere but upstream; each on both relays."""
 
 from __future__ import annotations
 
+import re
+import socket
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 import pytest
 
@@ -79,3 +83,104 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     """Each Java agent's key (``Authorization: Bearer``, ``x-api-key``) reaches the upstream
     and none of the sidecars' answers, metrics, state files or log records."""
     shared.check_the_api_key_is_nowhere_but_upstream(plain, budgeted, llm, LOOPING)
+
+
+# -- what the JDK's HTTP client sends ---------------------------------------------------------
+
+TAP_LIMIT = 1 << 20  # bytes kept per direction
+
+
+class Tap:
+    """A TCP relay in front of the sidecar's model port, keeping what went each way (its first
+    MiB); it serves the one agent process of a test."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.sent, self.answered = bytearray(), bytearray()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.threads: list[threading.Thread] = []
+        self.sockets: list[socket.socket] = []
+        self.closed = threading.Event()
+        self.accepting = threading.Thread(target=self._accept, daemon=True)
+        self.accepting.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target, timeout=30)
+            self.sockets += [client, upstream]
+            for source, sink, kept in ((client, upstream, self.sent),
+                                       (upstream, client, self.answered)):
+                thread = threading.Thread(target=self._pump, args=(source, sink, kept),
+                                          daemon=True)
+                thread.start()
+                self.threads.append(thread)
+
+    def _pump(self, source: socket.socket, sink: socket.socket, kept: bytearray) -> None:
+        try:
+            while data := source.recv(65536):
+                if len(kept) < TAP_LIMIT:
+                    kept.extend(data[:TAP_LIMIT - len(kept)])
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.closed.set()
+        with suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        self.listener.close()
+        self.accepting.join(timeout=10)
+        for thread in self.threads:
+            thread.join(timeout=10)
+        for end in self.sockets:
+            end.close()
+
+
+@contextmanager
+def tapped(sidecar: RunningServer) -> Iterator[Tap]:
+    tap = Tap(sidecar.server.addresses["model"])
+    try:
+        yield tap
+    finally:
+        tap.close()
+
+
+@pytest.mark.parametrize("mode", ["chat", "chat_stream"])
+def test_the_jdk_clients_h2c_upgrade_offers_are_answered_in_http_1_1(
+        plain: RunningServer, llm: FakeLLM, mode: str) -> None:
+    """LangChain4j's default HTTP client, the JDK's, offers an upgrade to cleartext HTTP/2
+    with every request to an ``http://`` URL, on a keep-alive connection: the endpoint answers
+    each in HTTP/1.1 (never ``101 Switching Protocols``), the agent runs to its answer, and the
+    offer's headers stay with the sidecar."""
+    agent = shared.Agent("java", "langchain4j", mode)
+    model = llm.script(f"{agent.name}-h2c", shared.counting(agent))
+    env = shared.agent_env(plain, model)
+    with tapped(plain) as tap:
+        env["OPENAI_BASE_URL"] = tap.url + "/v1"
+        result = jvm.run(agent.driver, agent.mode, env)
+    assert result.stdout.splitlines()[-1] == (
+        '{"ran":["alpha","beta"],"output":"' + shared.ANSWER + '"}')
+    heads = re.findall(rb"POST /v1/chat/completions HTTP/1\.1\r\n(.*?)\r\n\r\n",
+                       bytes(tap.sent), re.DOTALL)
+    assert len(heads) == 3, bytes(tap.sent)[:2000]
+    for head in heads:
+        fields = {name.lower(): value for name, _, value in (
+            line.decode().partition(": ") for line in head.split(b"\r\n"))}
+        assert fields["upgrade"] == "h2c" and "http2-settings" in fields, fields
+        assert fields["connection"].lower() == "upgrade, http2-settings", fields
+    statuses = re.findall(rb"HTTP/\d(?:\.\d)? \d{3}", bytes(tap.answered))
+    assert statuses == [b"HTTP/1.1 200"] * 3, statuses
+    for headers in llm.request_headers(model):
+        assert not {"upgrade", "http2-settings"} & {name.lower() for name in headers}, headers
