@@ -24,12 +24,15 @@ import java.util.Map;
  */
 final class AnthropicAgent {
     static String run(String mode, String model, String task) {
+        return run(mode, model, task, AnthropicOkHttpClient.builder().fromEnv().maxRetries(0).build());
+    }
+
+    static String run(String mode, String model, String task, AnthropicClient client) {
         boolean stream = switch (mode) {
             case "messages" -> false;
             case "messages_stream" -> true;
             default -> throw new IllegalArgumentException("no mode " + mode);
         };
-        AnthropicClient client = AnthropicOkHttpClient.builder().fromEnv().maxRetries(0).build();
         Tool search = Tool.builder()
                 .name("search")
                 .description(Main.TOOL_DESCRIPTION)

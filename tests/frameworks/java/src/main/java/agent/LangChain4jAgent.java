@@ -36,8 +36,11 @@ final class LangChain4jAgent {
     }
 
     static String run(String mode, String model, String task) throws Exception {
-        String baseUrl = Main.env("OPENAI_BASE_URL");
-        String apiKey = Main.env("OPENAI_API_KEY");
+        return run(mode, model, task, Main.env("OPENAI_BASE_URL"), Main.env("OPENAI_API_KEY"));
+    }
+
+    static String run(String mode, String model, String task, String baseUrl, String apiKey)
+            throws Exception {
         switch (mode) {
             case "chat": {
                 OpenAiChatModel chatModel = OpenAiChatModel.builder()

@@ -16,6 +16,9 @@ import java.util.Map;
  * ENDPOINT_MODEL, the task ENDPOINT_TASK.
  *
  * <p>It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
+ *
+ * <p>{@code java agent.Main train}: every mode once against a scripted model of its own (the
+ * build's class-data archive records the classes they load).
  */
 public final class Main {
     static final String INSTRUCTIONS =
@@ -40,8 +43,13 @@ public final class Main {
     }
 
     public static void main(String[] args) throws Exception {
+        if (args.length == 1 && args[0].equals("train")) {
+            Train.run();
+            System.exit(0);
+        }
         if (args.length != 2) {
-            throw new IllegalArgumentException("usage: agent.Main langchain4j|anthropic-java MODE");
+            throw new IllegalArgumentException(
+                    "usage: agent.Main langchain4j|anthropic-java MODE, or agent.Main train");
         }
         String task = System.getenv().getOrDefault("ENDPOINT_TASK", "Find the file.");
         String model = env("ENDPOINT_MODEL");
