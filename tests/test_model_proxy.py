@@ -255,6 +255,57 @@ def test_a_stream_is_passed_on_chunk_by_chunk(tmp_path: Path) -> None:
         raw.close()
 
 
+def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One whole answer (its head, then as many bytes of body as its Content-Length says)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed before an answer: {data[:300]!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed inside an answer's body"
+        body += chunk
+    assert len(body) == length, "more bytes than the answer's length"
+    return head, body
+
+
+def test_what_http_1_1_clients_send_is_read(sidecar: RunningServer,
+                                            upstream: RawUpstream) -> None:
+    """On one keep-alive connection, as Java's HttpClient and OkHttp may send them: an offer to
+    upgrade to cleartext HTTP/2 (answered in HTTP/1.1, its headers not passed on), a chunked
+    body with no Content-Length, and ``Expect: 100-continue`` (the body sent only after the
+    interim 100); the upstream gets each body whole, with its length."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    start = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    length = b"Content-Length: %d\r\n\r\n" % len(body)
+    h2c = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+           b"HTTP2-Settings: AAEAAEAAAAIAAAAAAAMAAAAAAAQBAAAAAAUAAEAAAAYABgAA\r\n")
+    chunked = b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+        10, body[:10], len(body) - 10, body[10:])
+    host, port = sidecar.server.addresses["model"]
+    with socket.create_connection((host, port), timeout=5) as sock:
+        for request in (start + h2c + length + body, start + h2c + chunked, start + chunked):
+            sock.sendall(request)
+            head, answer = read_answer(sock)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert answer == COMPLETION
+        sock.sendall(start + b"Expect: 100-continue\r\n" + length)
+        interim, rest = read_head(sock)
+        assert interim.startswith(b"HTTP/1.1 100 ") and rest == b"", (interim, rest)
+        sock.sendall(body)
+        head, answer = read_answer(sock)
+        assert head.startswith(b"HTTP/1.1 200 ") and answer == COMPLETION, head
+    assert [seen.body for seen in upstream.seen] == [body] * 4
+    for seen in upstream.seen:
+        assert seen.headers["content-length"] == str(len(body))
+        assert not {"upgrade", "http2-settings", "transfer-encoding", "expect"} & set(
+            seen.headers), seen.headers
+
+
 def test_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:
     def endless(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         handler.send_response(200)

@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import fakellm
+from tests.frameworks import fakellm, jvm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
 from tests.harness import (
@@ -75,8 +75,8 @@ _TASKS = itertools.count(1)
 @dataclass(frozen=True)
 class Agent:
     """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node; "go": the
-    Go agent) and its mode; ``answer_tool``: the tool its framework answers through
-    (smolagents' final_answer)."""
+    Go agent; "java": the Java agents, :mod:`tests.frameworks.jvm`) and its mode;
+    ``answer_tool``: the tool its framework answers through (smolagents' final_answer)."""
 
     env: str
     driver: str
@@ -125,10 +125,9 @@ class Captured(logging.Handler):
 LOGS = Captured()
 
 
-def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool,
-                  relay: str | None = None) -> Iterator[RunningServer]:
-    """A sidecar in front of ``llm``, with the budget pack or not; ``relay``: its
-    ``model_relay`` (else the one of the module's :func:`model_relay`)."""
+def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool, relay: str) -> Iterator[RunningServer]:
+    """A sidecar in front of ``llm``, with the budget pack or not, on the model relay
+    ``relay``."""
     rules: tuple[str, ...] = ()
     if budget:
         pack = tmp / "budget.yaml"
@@ -138,7 +137,7 @@ def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool,
                             model_upstream=llm.base_url,
                             model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
                             model_agent_name=AGENT, rules=rules, eval_interval=0.2,
-                            **({"model_relay": relay} if relay else {}))
+                            model_relay=relay)
     watchdog_log = logging.getLogger("watchdog")
     level = watchdog_log.level
     watchdog_log.addHandler(LOGS)
@@ -152,14 +151,15 @@ def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool,
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[RunningServer]:
-    yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, budget=False)
+def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, False, model_relay)
 
 
 @pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
-             ) -> Iterator[RunningServer]:
-    yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, budget=True)
+def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
+    yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, True, model_relay)
 
 
 def agent_env(sidecar: RunningServer, model: str) -> dict[str, str]:
@@ -223,6 +223,8 @@ def drive(agent: Agent, sidecar: RunningServer, model: str,
             sys.stderr.write(result.stderr[-6000:])
             raise AssertionError(f"{agent.name} exited {result.returncode}:\n"
                                  f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    elif agent.env == "java":
+        result = jvm.run(agent.driver, agent.mode, env)
     else:
         result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(), env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
@@ -415,6 +417,12 @@ def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
     assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
         6, "loop_detected", True), run
     assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+
+
+def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: RunningServer,
+                                           model_relay: str) -> None:  # noqa: F811
+    assert (plain.server.config.model_relay, budgeted.server.config.model_relay) == (
+        model_relay, model_relay)
 
 
 def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,

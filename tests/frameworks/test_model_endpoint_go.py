@@ -17,33 +17,29 @@ import pytest
 from tests.frameworks import test_model_endpoint_frameworks as shared
 from tests.frameworks.fakellm import FakeLLM
 from tests.harness import RunningServer
-from tests.model_relays import RELAYS
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 MODES = ["chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream"]
 AGENTS = [shared.Agent("go", "endpoint_go", mode) for mode in MODES]
 
 
-@pytest.fixture(scope="module", params=RELAYS)
-def model_relay(request: pytest.FixtureRequest) -> str:
-    """Each test on both relays (:mod:`tests.model_relays`): the sidecars' ``model_relay``."""
-    relay: str = request.param
-    return relay
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    shared.go_agent()
+    yield from shared.start_sidecar(tmp_path_factory.mktemp("plain"), llm, False, model_relay)
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM, model_relay: str
-          ) -> Iterator[RunningServer]:
+def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
     shared.go_agent()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("plain"), llm, budget=False,
-                                    relay=model_relay)
+    yield from shared.start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, True, model_relay)
 
 
-@pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM, model_relay: str
-             ) -> Iterator[RunningServer]:
-    shared.go_agent()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, budget=True,
-                                    relay=model_relay)
+def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: RunningServer,
+                                           model_relay: str) -> None:  # noqa: F811
+    shared.test_the_sidecars_carry_the_tests_relay(plain, budgeted, model_relay)
 
 
 @pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.mode)

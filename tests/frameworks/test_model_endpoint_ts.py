@@ -3,7 +3,8 @@
 ``make test`` with ``npm ci`` from ``ts/package-lock.json``), run by node and pointed at a real
 sidecar by ``OPENAI_BASE_URL`` alone, in front of the scripted upstream. Chat Completions and
 the Responses API, streamed and not; the same three scenarios as the Python agents
-(:mod:`tests.frameworks.test_model_endpoint_frameworks`, whose helpers this module uses)."""
+(:mod:`tests.frameworks.test_model_endpoint_frameworks`, whose helpers this module uses), on
+both relays."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from tests.frameworks import test_model_endpoint_frameworks as shared
 from tests.frameworks.fakellm import FakeLLM
 from tests.harness import RunningServer
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 MODES = ["chat", "chat_stream", "responses", "responses_stream"]
 AGENTS = [shared.Agent("ts", "endpoint_ts", mode) for mode in MODES]
@@ -26,16 +28,22 @@ def node_modules_installed() -> None:
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[RunningServer]:
+def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
     node_modules_installed()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("plain"), llm, budget=False)
+    yield from shared.start_sidecar(tmp_path_factory.mktemp("plain"), llm, False, model_relay)
 
 
 @pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
-             ) -> Iterator[RunningServer]:
+def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
     node_modules_installed()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, budget=True)
+    yield from shared.start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, True, model_relay)
+
+
+def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: RunningServer,
+                                           model_relay: str) -> None:  # noqa: F811
+    shared.test_the_sidecars_carry_the_tests_relay(plain, budgeted, model_relay)
 
 
 @pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.mode)

@@ -1,0 +1,58 @@
+"""The Java agents of the model endpoint's tests (``java/``, a Maven project): where ``make
+java-agent`` (part of ``make test``) built them, and one run of one."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.frameworks.harness import DRIVER_TIMEOUT, ROOT
+
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+
+
+def jvm_flags() -> list[str]:
+    """The Makefile's ``JAVA_AGENT_JVM``, the flags the class-data archive was made with: a JVM
+    that starts cheap (the client compiler only: a run is a few seconds; the serial GC), its
+    log on stderr only (stdout is the agent's)."""
+    line = next(line for line in (ROOT / "Makefile").read_text().splitlines()
+                if line.startswith("JAVA_AGENT_JVM"))
+    return line.partition(":=")[2].split()
+
+
+def build_dir() -> Path:
+    """``.cache/java-agent/HASH/`` (agent.jar, lib/, classpath, agent.jsa), HASH that of
+    ``java/``'s pom.xml and sources, as the Makefile hashes them (pom.xml, then the sources in
+    byte order)."""
+    sources = [JAVA_DIR / "pom.xml", *sorted((JAVA_DIR / "src").rglob("*.java"),
+                                             key=lambda path: str(path.relative_to(ROOT)))]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    return ROOT / ".cache" / "java-agent" / digest
+
+
+def built() -> Path:
+    """The build of the sources as they are now; an AssertionError saying how to make it."""
+    built = build_dir()
+    if not (built / "classpath").is_file():
+        raise AssertionError(f"{built}/classpath is missing (the Java agents of "
+                             f"tests/frameworks/java as they are now): run `make java-agent` "
+                             f"(part of `make test`; it needs a JDK 17 and Maven)")
+    return built
+
+
+def run(driver: str, mode: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``java agent.Main DRIVER MODE`` once, to its exit (an AssertionError if it fails), from
+    the build's class-data archive."""
+    jars = built()
+    classpath = (jars / "classpath").read_text().strip()
+    result = subprocess.run(["java", *jvm_flags(), f"-XX:SharedArchiveFile={jars / 'agent.jsa'}",
+                             "-cp", classpath, "agent.Main", driver, mode],
+                            env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
+                            cwd=JAVA_DIR)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"java agent.Main {driver} {mode} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
