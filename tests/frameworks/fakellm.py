@@ -351,10 +351,11 @@ def response_events(response: dict[str, Any]) -> Iterator[tuple[str, dict[str, A
             yield "response.content_part.added", {
                 "output_index": index, "content_index": 0, "item_id": item["id"],
                 "part": {"type": "output_text", "text": "", "annotations": []}}
-            for word in text.split(" "):
-                yield "response.output_text.delta", {"output_index": index,
-                                                     "content_index": 0,
-                                                     "item_id": item["id"], "delta": word}
+            words = text.split(" ")
+            for i, word in enumerate(words):  # the deltas add up to the text
+                yield "response.output_text.delta", {
+                    "output_index": index, "content_index": 0, "item_id": item["id"],
+                    "delta": word if i == len(words) - 1 else word + " "}
             yield "response.output_text.done", {"output_index": index, "content_index": 0,
                                                 "item_id": item["id"], "text": text}
         else:

@@ -74,8 +74,9 @@ _TASKS = itertools.count(1)
 
 @dataclass(frozen=True)
 class Agent:
-    """One agent: a driver in a venv (``env`` "ts": the TypeScript agent under node; "go": the
-    Go agent; "java": the Java agents, :mod:`tests.frameworks.jvm`) and its mode;
+    """One agent: a driver in a venv (``env`` "ts": a TypeScript agent under node, its file by
+    driver in ``TS_AGENTS``; "go": the Go agent; "java": the Java agents,
+    :mod:`tests.frameworks.jvm`) and its mode;
     ``answer_tool``: the tool its framework answers through (smolagents' final_answer)."""
 
     env: str
@@ -203,10 +204,14 @@ def go_agent() -> Path:
     return binary
 
 
-# the agents that are no Python driver, by env: their command for a mode, and its directory
-COMMANDS: dict[str, Callable[[str], tuple[list[str], Path]]] = {
-    "ts": lambda mode: (["node", "--import", "tsx", str(TS_DIR / "agent.ts"), mode], TS_DIR),
-    "go": lambda mode: ([str(go_agent()), mode], GO_DIR),
+# the TypeScript agents (env "ts"), by driver: their file in ts/
+TS_AGENTS = {"endpoint_ts": "agent.ts", "endpoint_ai_sdk": "ai_sdk.ts",
+             "endpoint_openai_agents_js": "openai_agents.ts"}
+# the agents that are no Python driver, by env: their command, and its directory
+COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
+    "ts": lambda agent: (["node", "--import", "tsx", str(TS_DIR / TS_AGENTS[agent.driver]),
+                          agent.mode], TS_DIR),
+    "go": lambda agent: ([str(go_agent()), agent.mode], GO_DIR),
 }
 
 
@@ -216,7 +221,7 @@ def drive(agent: Agent, sidecar: RunningServer, model: str,
     ``{"ran": [...], "output": "..."}``."""
     env = {**agent_env(sidecar, model), **(extra or {})}
     if agent.env in COMMANDS:
-        command, cwd = COMMANDS[agent.env](agent.mode)
+        command, cwd = COMMANDS[agent.env](agent)
         result = subprocess.run(command, env=env, capture_output=True, text=True,
                                 timeout=DRIVER_TIMEOUT, cwd=cwd)
         if result.returncode != 0:

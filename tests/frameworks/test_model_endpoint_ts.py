@@ -1,10 +1,21 @@
-"""A TypeScript agent steered through the sidecar's model endpoint with no code in it
-(DESIGN §12): ``ts/agent.ts``, a tool loop on the ``openai`` npm package (installed by
-``make test`` with ``npm ci`` from ``ts/package-lock.json``), run by node and pointed at a real
-sidecar by ``OPENAI_BASE_URL`` alone, in front of the scripted upstream. Chat Completions and
-the Responses API, streamed and not; the same three scenarios as the Python agents
-(:mod:`tests.frameworks.test_model_endpoint_frameworks`, whose helpers this module uses), on
-both relays."""
+"""TypeScript agents steered through the sidecar's model endpoint with no code in them
+(DESIGN §12), installed by ``make test`` with ``npm ci`` from ``ts/package-lock.json`` and run
+by node, each pointed at a real sidecar by its base URL alone, in front of the scripted
+upstream:
+
+* ``ts/agent.ts``: a hand tool loop on the ``openai`` npm package (``OPENAI_BASE_URL``), Chat
+  Completions and the Responses API, streamed and not;
+* ``ts/ai_sdk.ts``: the Vercel AI SDK's own tool loop (``generateText`` / ``streamText`` with
+  ``stopWhen: stepCountIs(...)``, and its ``ToolLoopAgent``) on ``@ai-sdk/openai``
+  (``OPENAI_BASE_URL``: ``openai(model)`` speaks the Responses API, ``openai.chat(model)`` Chat
+  Completions) and ``@ai-sdk/anthropic`` (``baseURL``: the sidecar's ``/v1``; Messages);
+* ``ts/openai_agents.ts``: the OpenAI Agents SDK for JavaScript (``@openai/agents``: an
+  ``Agent`` with a ``tool``, ``run`` streamed and not) on its default client
+  (``OPENAI_BASE_URL``), the Responses API and Chat Completions.
+
+The same three scenarios as the Python agents
+(:mod:`tests.frameworks.test_model_endpoint_frameworks`, whose helpers this module uses), and
+the API key nowhere but upstream, on both relays."""
 
 from __future__ import annotations
 
@@ -18,11 +29,18 @@ from tests.harness import RunningServer
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 MODES = ["chat", "chat_stream", "responses", "responses_stream"]
-AGENTS = [shared.Agent("ts", "endpoint_ts", mode) for mode in MODES]
+AI_SDK_MODES = [*MODES, "messages", "messages_stream", "agent", "agent_stream"]
+AGENTS = ([shared.Agent("ts", "endpoint_ts", mode) for mode in MODES]
+          + [shared.Agent("ts", "endpoint_ai_sdk", mode) for mode in AI_SDK_MODES]
+          + [shared.Agent("ts", "endpoint_openai_agents_js", mode) for mode in MODES])
+# the loop scenario once per agent and API (its stream variants steer the same way)
+LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("_stream")]
 
 
 def node_modules_installed() -> None:
-    if not (shared.TS_DIR / "node_modules" / "openai" / "package.json").exists():
+    packages = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "@openai/agents")
+    if not all((shared.TS_DIR / "node_modules" / package / "package.json").exists()
+               for package in packages):
         raise AssertionError(f"{shared.TS_DIR}/node_modules is missing: run `make "
                              f"tests/frameworks/ts/node_modules/.installed` (part of `make test`)")
 
@@ -46,20 +64,31 @@ def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: Runn
     shared.test_the_sidecars_carry_the_tests_relay(plain, budgeted, model_relay)
 
 
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.mode)
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
 def test_one_run_per_invocation_with_its_counts(plain: RunningServer, llm: FakeLLM,
                                                 agent: shared.Agent) -> None:
     shared.test_one_run_per_invocation_with_its_counts(plain, llm, agent)
 
 
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.mode)
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
 def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServer,
                                                           llm: FakeLLM,
                                                           agent: shared.Agent) -> None:
     shared.test_budget_counts_down_then_the_report_is_the_output(budgeted, llm, agent)
 
 
-@pytest.mark.parametrize("agent", AGENTS[::2], ids=lambda agent: agent.mode)
+@pytest.mark.parametrize("agent", LOOPING, ids=lambda agent: agent.name)
 def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
         plain: RunningServer, llm: FakeLLM, agent: shared.Agent) -> None:
     shared.test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(plain, llm, agent)
+
+
+def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
+                                                    budgeted: RunningServer,
+                                                    llm: FakeLLM) -> None:
+    """The key of the TypeScript agents (``Authorization: Bearer`` from ``@ai-sdk/openai`` and
+    the Agents SDK's client, ``x-api-key`` from ``@ai-sdk/anthropic``) reaches the upstream and
+    nothing of either sidecar shows it."""
+    shared.check_the_api_key_is_nowhere_but_upstream(
+        plain, budgeted, llm, [agent for agent in AGENTS if agent.name in (
+            "ai_sdk-responses", "ai_sdk-messages", "openai_agents_js-chat")])

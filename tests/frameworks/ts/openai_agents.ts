@@ -1,0 +1,44 @@
+// A tool-calling agent on the OpenAI Agents SDK for JavaScript (npm `@openai/agents`), pointed at
+// the watchdog's model endpoint by OPENAI_BASE_URL alone: the SDK's default client is the
+// `openai` package's, made with `setDefaultOpenAIClient(new OpenAI())` here as an application
+// does (OPENAI_BASE_URL and OPENAI_API_KEY from the environment). No OpenTelemetry, no watchdog
+// client; the SDK's own tracing is off (OPENAI_AGENTS_DISABLE_TRACING, as the tests' environment
+// sets it). The model is ENDPOINT_MODEL, the task ENDPOINT_TASK; argv[2] is the mode:
+// `responses` (the SDK's default model API, the Responses API), `responses_stream`
+// (`run(..., { stream: true })`), `chat` (`setOpenAIAPI("chat_completions")`), `chat_stream`.
+// It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
+import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, tool } from "@openai/agents";
+import OpenAI from "openai";
+import { z } from "zod";
+
+const TASK = process.env.ENDPOINT_TASK ?? "Find the file.";
+const INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer.";
+const MAX_TURNS = 30;
+const ran: string[] = [];
+
+const search = tool({
+  name: "search",
+  description: "Search the files for a term.",
+  parameters: z.object({ q: z.string().describe("the term") }),
+  execute: async ({ q }) => {
+    ran.push(q);
+    return `search #${ran.length}: no file matches '${q}'`;
+  },
+});
+
+const mode = process.argv[2] ?? "responses";
+const model = process.env.ENDPOINT_MODEL;
+if (!model) throw new Error("ENDPOINT_MODEL is not set");
+setDefaultOpenAIClient(new OpenAI());
+if (mode.startsWith("chat")) setOpenAIAPI("chat_completions");
+const agent = new Agent({ name: "researcher", instructions: INSTRUCTIONS, model, tools: [search] });
+let output: unknown;
+if (mode.endsWith("_stream")) {
+  const result = await run(agent, TASK, { stream: true, maxTurns: MAX_TURNS });
+  for await (const _event of result) { /* the events as they come, as a UI reads them */ }
+  await result.completed;
+  output = result.finalOutput;
+} else {
+  output = (await run(agent, TASK, { maxTurns: MAX_TURNS })).finalOutput;
+}
+console.log(JSON.stringify({ ran, output }));
