@@ -5,6 +5,7 @@ upstream (tests/frameworks/fakellm.py). What the upstream saw at each request is
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ budgets:
   - agents: ["budgeted"]
     max_tool_calls: 3
 """
+LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
 TOOLS = [{"type": "function", "function": {
     "name": "search", "description": "Search.",
     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
@@ -430,14 +432,12 @@ def test_responses_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool
     assert "[stopped: two tool calls are enough]" in output
 
 
-def test_responses_previous_response_id_continues_the_run(sidecar: RunningServer,
-                                                          llm: FakeLLM) -> None:
-    """A conversation the server keeps: each request sends only the tool outputs and the id
-    of the response it continues; it is the same run, counted and steered as one."""
-    model = llm.script("stored", looping("search", lambda i: {"q": f"page {i}"},
-                                         answer_without_tools="REPORT: stored"))
-    chat = client(sidecar, "budgeted")
-    response = chat.responses.create(model=model, input="Find it.", tools=RESPONSES_TOOLS)
+def stored_turn(chat: openai.OpenAI, model: str, task: Any,
+                previous: str | None = None) -> tuple[Any, int]:
+    """One turn of a conversation the server keeps (its last response, the tools it ran):
+    each request sends only the new input and the id of the response it continues."""
+    more: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+    response = chat.responses.create(model=model, input=task, tools=RESPONSES_TOOLS, **more)
     ran = 0
     while any(item.type == "function_call" for item in response.output):
         outputs: list[Any] = []
@@ -449,6 +449,17 @@ def test_responses_previous_response_id_continues_the_run(sidecar: RunningServer
         response = chat.responses.create(model=model, input=outputs, tools=RESPONSES_TOOLS,
                                          previous_response_id=response.id)
         assert ran < 10
+    return response, ran
+
+
+def test_responses_previous_response_id_continues_the_run(sidecar: RunningServer,
+                                                          llm: FakeLLM) -> None:
+    """A conversation the server keeps: each request sends only the tool outputs and the id
+    of the response it continues; it is the same run, counted and steered as one."""
+    model = llm.script("stored", looping("search", lambda i: {"q": f"page {i}"},
+                                         answer_without_tools="REPORT: stored"))
+    chat = client(sidecar, "budgeted")
+    response, ran = stored_turn(chat, model, "Find it.")
     assert (response.output_text, ran) == ("REPORT: stored", 3)
     requests = llm.requests(model)
     assert [f"[budget: {left} of 3" in (body.get("instructions") or "")
@@ -457,3 +468,30 @@ def test_responses_previous_response_id_continues_the_run(sidecar: RunningServer
     runs = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted")
                                if r["state"] == "ended"], "the run ends")
     assert len(runs) == 1 and runs[0]["tool_calls"] == 3 and runs[0]["iterations"] == 4
+
+
+def test_a_new_user_message_after_a_kept_conversations_run_ended_is_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A conversation the server keeps, continued with a new user message and the id of its
+    last response once its run has ended (the OpenAI Agents SDK's ``previousResponseId``, a
+    chat app's next turn): the session's next run, with its own count, its countdown from the
+    whole budget, and its model called."""
+    model = llm.script("stored-turns", looping("search", lambda i: {"q": f"page {i}"},
+                                               answer_without_tools="REPORT: stored"))
+    chat = client(sidecar, "budgeted")
+    first, ran = stored_turn(chat, model, "Find it.")
+    assert (first.output_text, ran) == ("REPORT: stored", 3)
+    second, ran = stored_turn(chat, model, [{"role": "user", "content": "And the other one?"}],
+                              first.id)
+    assert (second.output_text, ran) == ("REPORT: stored", 3)
+    requests = llm.requests(model)
+    assert len(requests) == 8
+    assert [LEFT.findall(body.get("instructions") or "") for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []] * 2
+    assert [body.get("tool_choice") for body in requests] == [None, None, None, "none"] * 2
+    runs = wait_until(lambda: len(r := [run for run in runs_of(sidecar, "budgeted")
+                                        if run["state"] == "ended"]) == 2 and r,
+                      "the conversation's two runs end")
+    assert [(run["tool_calls"], run["iterations"], run["terminal_state"]) for run in runs] == [
+        (3, 4, "tool_limit_reached")] * 2
+    assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]

@@ -20,12 +20,14 @@ the API key nowhere but upstream, on both relays."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.frameworks import fakellm
 from tests.frameworks import test_model_endpoint_frameworks as shared
 from tests.frameworks.fakellm import FakeLLM
-from tests.harness import RunningServer
+from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 MODES = ["chat", "chat_stream", "responses", "responses_stream"]
@@ -92,3 +94,33 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     shared.check_the_api_key_is_nowhere_but_upstream(
         plain, budgeted, llm, [agent for agent in AGENTS if agent.name in (
             "ai_sdk-responses", "ai_sdk-messages", "openai_agents_js-chat")])
+
+
+def test_a_follow_up_turn_by_previous_response_id_is_the_next_run(budgeted: RunningServer,
+                                                                   llm: FakeLLM) -> None:
+    """The Agents SDK's second turn by ``previousResponseId`` (only its new message and the
+    first turn's last response id, then the ids of its own responses) after the first turn's
+    run ended at its budget: the session's next run, its countdown from the whole budget, its
+    report the output — not the first run's stop answered again without the model."""
+    agent = shared.Agent("ts", "endpoint_openai_agents_js", "responses_chained")
+    model = llm.script(f"{agent.name}-budget", shared.searching())
+    before = shared.run_ids(budgeted)
+    outcome = shared.drive(agent, budgeted, model)
+    requests = llm.requests(model)
+    assert outcome == {"ran": ["term 0", "term 1", "term 2", "term 4", "term 5", "term 6"],
+                       "output": shared.REPORT}
+    assert [bool(body.get("previous_response_id")) for body in requests] == [
+        False, False, False, False, True, True, True, True]  # the SDK's follow-up, by id
+    assert [shared.LEFT.findall(shared.instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []] * 2
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False] * 2
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
+
+    runs = wait_until(ended, what="the two turns' runs to end")
+    assert [(run["tool_calls"], run["terminal_state"]) for run in runs] == [
+        (3, "tool_limit_reached")] * 2, runs
+    assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]

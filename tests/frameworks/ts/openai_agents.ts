@@ -5,7 +5,9 @@
 // client; the SDK's own tracing is off (OPENAI_AGENTS_DISABLE_TRACING, as the tests' environment
 // sets it). The model is ENDPOINT_MODEL, the task ENDPOINT_TASK; argv[2] is the mode:
 // `responses` (the SDK's default model API, the Responses API), `responses_stream`
-// (`run(..., { stream: true })`), `chat` (`setOpenAIAPI("chat_completions")`), `chat_stream`.
+// (`run(..., { stream: true })`), `chat` (`setOpenAIAPI("chat_completions")`), `chat_stream`;
+// `responses_chained`: the task, then a follow-up turn by `previousResponseId` (its output is
+// the follow-up's).
 // It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
 import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, tool } from "@openai/agents";
 import OpenAI from "openai";
@@ -13,6 +15,7 @@ import { z } from "zod";
 
 const TASK = process.env.ENDPOINT_TASK ?? "Find the file.";
 const INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer.";
+const FOLLOW_UP = "Now find the other one.";
 const MAX_TURNS = 30;
 const ran: string[] = [];
 
@@ -38,6 +41,13 @@ if (mode.endsWith("_stream")) {
   for await (const _event of result) { /* the events as they come, as a UI reads them */ }
   await result.completed;
   output = result.finalOutput;
+} else if (mode === "responses_chained") {
+  // two turns of a conversation the server keeps: the second sends only its new message and
+  // the id of the first turn's last response (`previousResponseId`), as does every request
+  // of the SDK's run after it
+  const first = await run(agent, TASK, { maxTurns: MAX_TURNS });
+  output = (await run(agent, FOLLOW_UP, { maxTurns: MAX_TURNS,
+                                          previousResponseId: first.lastResponseId })).finalOutput;
 } else {
   output = (await run(agent, TASK, { maxTurns: MAX_TURNS })).finalOutput;
 }

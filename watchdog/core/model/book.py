@@ -5,8 +5,9 @@ Theory of operation
 A call names its run by, in order (DESIGN §12): its W3C ``traceparent`` (the run of that trace:
 the records are keyed by the trace, below the span the agent sent, so the tracker gives them to
 whatever run the trace's spans name); ``x-watchdog-run``; the Responses API's
-``previous_response_id`` (the run of the response it continues); else the conversation it
-continues — the same first user message of the same agent on the same API. A request that
+``previous_response_id`` (the run of the response it continues; with a new user message once
+that run has ended, the next run of its session); else the conversation it continues — the
+same first user message of the same agent on the same API. A request that
 carries a new user message (its last message is the user's) in a conversation whose run has
 ended, or that is shorter than the conversation was (the agent started over), starts the
 conversation's next run, in the conversation's session. So does a conversation's first
@@ -167,7 +168,15 @@ class ModelBook:
             previous = self._responses.get(request.previous_response_id)
             known = self._runs.get(previous) if previous is not None else None
             if known is not None:
-                return self._touch(known)
+                if not (request.last_is_user and _over(known, ended)):
+                    return self._touch(known)
+                # a new user message in a conversation the server keeps, once its run has
+                # ended: the next run of the session, as for a conversation sent whole (the
+                # response it continues names that run now: the request sent again is in it)
+                state = self._next_run(known.conversation, known.session, agent,
+                                       request.messages)
+                self._responses[request.previous_response_id] = state.key
+                return state
         return self._conversation(api, request, agent, ended, resume)
 
     def may_be_of(self, api: str, request: Request, caller: Caller, agent: str | None,
@@ -210,21 +219,28 @@ class ModelBook:
                 break
         state = self._runs.get(key) if key is not None else None
         if state is not None and not (
-                (request.last_is_user and (state.final_used or state.stop is not None
-                                           or ended(state.key)))
+                (request.last_is_user and _over(state, ended))
                 or request.messages < state.messages
                 or (request.messages <= state.first and not request.results
                     and (state.asking > 0 or state.answered > 0))):
             self._conversations.move_to_end(digest)
             return self._touch(state)
+        return self._next_run(digest, session, agent, request.messages)
+
+    def _next_run(self, conversation: str | None, session: str | None, agent: str | None,
+                  messages: int) -> EndpointRun:
+        """A new run of the conversation ``conversation`` (its anchor's digest), in
+        ``session``; ``messages``: the length of the request that starts it. The
+        conversation's later requests sent whole go to it."""
         trace_id = secrets.token_hex(16)
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
-                                       session=session, agent=agent, conversation=digest,
-                                       first=request.messages))
-        self._conversations[digest] = state.key
-        self._conversations.move_to_end(digest)
-        while len(self._conversations) > MAX_CONVERSATIONS:
-            self._conversations.popitem(last=False)
+                                       session=session, agent=agent, conversation=conversation,
+                                       first=messages))
+        if conversation is not None:
+            self._conversations[conversation] = state.key
+            self._conversations.move_to_end(conversation)
+            while len(self._conversations) > MAX_CONVERSATIONS:
+                self._conversations.popitem(last=False)
         return state
 
     def _keep(self, state: EndpointRun) -> EndpointRun:
@@ -334,6 +350,12 @@ class ModelBook:
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
             name=name, kind=kind, start_ns=start_ns, end_ns=max(end_ns, start_ns),
             agent=state.agent, session=state.session, loose=loose, scope=SCOPE)
+
+
+def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:
+    """Whether a run is over for a new user message: its final request went upstream, the
+    endpoint answered it with a stop, or it has ended."""
+    return state.final_used or state.stop is not None or ended(state.key)
 
 
 def _digest(api: str, agent: str | None, anchor: str) -> str:
