@@ -432,11 +432,14 @@ def test_responses_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool
     assert "[stopped: two tool calls are enough]" in output
 
 
-def stored_turn(chat: openai.OpenAI, model: str, task: Any,
-                previous: str | None = None) -> tuple[Any, int]:
+def stored_turn(chat: openai.OpenAI, model: str, task: Any, previous: str | None = None,
+                conversation: str | None = None) -> tuple[Any, int]:
     """One turn of a conversation the server keeps (its last response, the tools it ran):
-    each request sends only the new input and the id of the response it continues."""
+    each request sends only the new input, and the id of the response it continues — or the
+    id of the ``conversation``, the same on every request."""
     more: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+    if conversation is not None:
+        more = {"conversation": conversation}
     response = chat.responses.create(model=model, input=task, tools=RESPONSES_TOOLS, **more)
     ran = 0
     while any(item.type == "function_call" for item in response.output):
@@ -446,8 +449,10 @@ def stored_turn(chat: openai.OpenAI, model: str, task: Any,
                 ran += 1
                 outputs.append({"type": "function_call_output", "call_id": item.call_id,
                                 "output": f"result {ran}"})
+        more = {"conversation": conversation} if conversation is not None else {
+            "previous_response_id": response.id}
         response = chat.responses.create(model=model, input=outputs, tools=RESPONSES_TOOLS,
-                                         previous_response_id=response.id)
+                                         **more)
         assert ran < 10
     return response, ran
 
@@ -470,19 +475,22 @@ def test_responses_previous_response_id_continues_the_run(sidecar: RunningServer
     assert len(runs) == 1 and runs[0]["tool_calls"] == 3 and runs[0]["iterations"] == 4
 
 
+@pytest.mark.parametrize("by", ["previous_response_id", "conversation"])
 def test_a_new_user_message_after_a_kept_conversations_run_ended_is_the_next_run(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
-    """A conversation the server keeps, continued with a new user message and the id of its
-    last response once its run has ended (the OpenAI Agents SDK's ``previousResponseId``, a
-    chat app's next turn): the session's next run, with its own count, its countdown from the
-    whole budget, and its model called."""
-    model = llm.script("stored-turns", looping("search", lambda i: {"q": f"page {i}"},
-                                               answer_without_tools="REPORT: stored"))
+        sidecar: RunningServer, llm: FakeLLM, by: str) -> None:
+    """A conversation the server keeps, continued with a new user message once its run has
+    ended (the OpenAI Agents SDK's ``previousResponseId`` or ``conversationId``, a chat app's
+    next turn): the session's next run, with its own count, its countdown from the whole
+    budget, and its model called. By ``conversation``, whose requests after the first carry no
+    user message, each turn is one run (its id names the conversation)."""
+    model = llm.script(f"stored-turns-{by}", looping("search", lambda i: {"q": f"page {i}"},
+                                                     answer_without_tools="REPORT: stored"))
     chat = client(sidecar, "budgeted")
-    first, ran = stored_turn(chat, model, "Find it.")
+    kept = "conv_0123456789abcdef" if by == "conversation" else None
+    first, ran = stored_turn(chat, model, "Find it.", conversation=kept)
     assert (first.output_text, ran) == ("REPORT: stored", 3)
     second, ran = stored_turn(chat, model, [{"role": "user", "content": "And the other one?"}],
-                              first.id)
+                              None if kept else first.id, kept)
     assert (second.output_text, ran) == ("REPORT: stored", 3)
     requests = llm.requests(model)
     assert len(requests) == 8

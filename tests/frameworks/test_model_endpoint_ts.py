@@ -96,21 +96,29 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
             "ai_sdk-responses", "ai_sdk-messages", "openai_agents_js-chat")])
 
 
-def test_a_follow_up_turn_by_previous_response_id_is_the_next_run(budgeted: RunningServer,
-                                                                   llm: FakeLLM) -> None:
-    """The Agents SDK's second turn by ``previousResponseId`` (only its new message and the
-    first turn's last response id, then the ids of its own responses) after the first turn's
-    run ended at its budget: the session's next run, its countdown from the whole budget, its
-    report the output — not the first run's stop answered again without the model."""
-    agent = shared.Agent("ts", "endpoint_openai_agents_js", "responses_chained")
+@pytest.mark.parametrize("mode", ["responses_chained", "responses_conversation"])
+def test_a_conversation_the_server_keeps_is_a_run_per_turn(budgeted: RunningServer,
+                                                           llm: FakeLLM, mode: str) -> None:
+    """The Agents SDK's two turns of a conversation the server keeps, each request sending only
+    its new items: by ``previousResponseId`` (the id of the response each goes on from), or by
+    ``conversationId`` (the Responses ``conversation``: the same id on every request). Each
+    turn is one run, counted and steered as one, its countdown true — the second, once the
+    first ended at its budget, the session's next run with the whole budget and its report as
+    the output (not the first run's stop answered again without the model; not a first
+    request's run of its own, the rest another run that hands a tool call past the budget)."""
+    agent = shared.Agent("ts", "endpoint_openai_agents_js", mode)
     model = llm.script(f"{agent.name}-budget", shared.searching())
     before = shared.run_ids(budgeted)
     outcome = shared.drive(agent, budgeted, model)
     requests = llm.requests(model)
     assert outcome == {"ran": ["term 0", "term 1", "term 2", "term 4", "term 5", "term 6"],
                        "output": shared.REPORT}
-    assert [bool(body.get("previous_response_id")) for body in requests] == [
-        False, False, False, False, True, True, True, True]  # the SDK's follow-up, by id
+    if mode == "responses_chained":  # the SDK's follow-up, by the ids of responses
+        assert [bool(body.get("previous_response_id")) for body in requests] == [
+            False, False, False, False, True, True, True, True]
+    else:  # every request names the conversation, and sends only the new items
+        assert len({body.get("conversation") for body in requests}) == 1
+        assert [len(body["input"]) for body in requests] == [1] * 8
     assert [shared.LEFT.findall(shared.instructions(body)) for body in requests] == [
         [("3", "3")], [("2", "3")], [("1", "3")], []] * 2
     assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False] * 2

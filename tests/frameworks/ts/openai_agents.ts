@@ -7,7 +7,7 @@
 // `responses` (the SDK's default model API, the Responses API), `responses_stream`
 // (`run(..., { stream: true })`), `chat` (`setOpenAIAPI("chat_completions")`), `chat_stream`;
 // `responses_chained`: the task, then a follow-up turn by `previousResponseId` (its output is
-// the follow-up's).
+// the follow-up's); `responses_conversation`: the same in a conversation by `conversationId`.
 // It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
 import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, tool } from "@openai/agents";
 import OpenAI from "openai";
@@ -48,6 +48,13 @@ if (mode.endsWith("_stream")) {
   const first = await run(agent, TASK, { maxTurns: MAX_TURNS });
   output = (await run(agent, FOLLOW_UP, { maxTurns: MAX_TURNS,
                                           previousResponseId: first.lastResponseId })).finalOutput;
+} else if (mode === "responses_conversation") {
+  // the same two turns in a conversation of the Conversations API (`conversationId`: every
+  // request names it and sends only the new items); the fake upstream keeps nothing, so the
+  // id is made up, one per task
+  const conversationId = "conv_" + TASK.replace(/\W+/g, "_");
+  await run(agent, TASK, { maxTurns: MAX_TURNS, conversationId });
+  output = (await run(agent, FOLLOW_UP, { maxTurns: MAX_TURNS, conversationId })).finalOutput;
 } else {
   output = (await run(agent, TASK, { maxTurns: MAX_TURNS })).finalOutput;
 }

@@ -7,7 +7,8 @@ the agent carries out itself (:data:`CALL_ITEMS`: a function's, a custom tool's,
 built-in tools that run at the client: computer use, the shell, apply_patch); tools the server
 runs (web search, file search, code interpreter, MCP) are not the agent's calls. Tool results
 are the ``*_output`` items after the model's last call items; a conversation that the server
-keeps (``previous_response_id``) sends only those.
+keeps (``previous_response_id``, or ``conversation``: its id names the conversation) sends only
+those.
 """
 
 from __future__ import annotations
@@ -44,11 +45,25 @@ CALL_ITEMS: dict[str, str] = {
     "computer_call": "computer_call_output", "local_shell_call": "local_shell_call_output",
     "shell_call": "shell_call_output", "apply_patch_call": "apply_patch_call_output"}
 RESULT_ITEMS = frozenset(CALL_ITEMS.values())
+# a kept conversation's anchor: its id after this (no first user message reads so)
+CONVERSATION_ANCHOR = "\0conversation:"
+MAX_CONVERSATION_ID = 256
 # what a built-in tool's call is named (a function's and a custom tool's calls name theirs)
 BUILT_IN_TOOLS = {"computer_call": "computer", "local_shell_call": "local_shell",
                   "shell_call": "shell", "apply_patch_call": "apply_patch"}
 # where each kind of call item holds its input
 _INPUT_KEYS = ("arguments", "input", "action", "operation")
+
+
+def conversation_of(body: dict[str, Any]) -> str | None:
+    """The id of the conversation the server keeps that a request goes on with (its
+    ``conversation``: the id, or an object with it), or None. Such a request sends only the
+    new items (tool outputs, a new user message): the id, not a first user message, is the
+    conversation's identity."""
+    given = body.get("conversation")
+    if isinstance(given, dict):
+        given = given.get("id")
+    return given[:MAX_CONVERSATION_ID] if isinstance(given, str) and given else None
 
 
 def is_call(item: dict[str, Any]) -> bool:
@@ -100,6 +115,9 @@ class ResponsesWire:
                                               or item.get("status") == "failed"))
             last = items[-1] if items else None
             last_is_user = isinstance(last, dict) and last.get("role") == "user"
+        kept = conversation_of(body)
+        if kept is not None:  # a conversation the server keeps is named by its id
+            anchor = CONVERSATION_ANCHOR + kept
         previous = body.get("previous_response_id")
         return Request(
             model=model if isinstance(model, str) else "",
