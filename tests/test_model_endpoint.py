@@ -475,6 +475,24 @@ def test_responses_previous_response_id_continues_the_run(sidecar: RunningServer
     assert len(runs) == 1 and runs[0]["tool_calls"] == 3 and runs[0]["iterations"] == 4
 
 
+def test_a_kept_conversations_shorter_requests_stay_in_its_run(sidecar: RunningServer,
+                                                               llm: FakeLLM) -> None:
+    """Requests by ``conversation`` send only their new items: two tool outputs, then one. The
+    shorter request is the same run going on, not an agent that started over."""
+    model = llm.script("kept-parallel", steps(
+        Step(tool_calls=(ToolCall("search", {"q": "a"}), ToolCall("search", {"q": "b"}))),
+        call("search", q="c"), answer("found")))
+    chat = client(sidecar, "kept-parallel")
+    response, ran = stored_turn(chat, model, "Find it.", conversation="conv_parallel")
+    assert (response.output_text, ran) == ("found", 3)
+    assert [len(body["input"]) for body in llm.requests(model)[1:]] == [2, 1]
+    wait_until(lambda: [run for run in runs_of(sidecar, "kept-parallel")
+                        if run["state"] == "ended"], "the run ends")
+    runs = runs_of(sidecar, "kept-parallel")
+    assert [(run["tool_calls"], run["iterations"], run["terminal_state"]) for run in runs] == [
+        (3, 3, "completed")], runs
+
+
 @pytest.mark.parametrize("by", ["previous_response_id", "conversation"])
 def test_a_new_user_message_after_a_kept_conversations_run_ended_is_the_next_run(
         sidecar: RunningServer, llm: FakeLLM, by: str) -> None:

@@ -7,10 +7,12 @@ the records are keyed by the trace, below the span the agent sent, so the tracke
 whatever run the trace's spans name); ``x-watchdog-run``; the Responses API's
 ``previous_response_id`` (the run of the response it continues; with a new user message once
 that run has ended, the next run of its session); else the conversation it continues — the
-same first user message of the same agent on the same API. A request that
+one its Responses ``conversation`` names by id, else the same first user message of the same
+agent on the same API. A request that
 carries a new user message (its last message is the user's) in a conversation whose run has
 ended, or that is shorter than the conversation was (the agent started over), starts the
-conversation's next run, in the conversation's session. So does a conversation's first
+conversation's next run, in the conversation's session (a conversation the server keeps
+sends only its new items: its length is not read). So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
 the same first message (two agents started at the same moment), not the same one, which sends
@@ -220,9 +222,10 @@ class ModelBook:
         state = self._runs.get(key) if key is not None else None
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
-                or request.messages < state.messages
-                or (request.messages <= state.first and not request.results
-                    and (state.asking > 0 or state.answered > 0))):
+                or (not request.kept and (
+                    request.messages < state.messages
+                    or (request.messages <= state.first and not request.results
+                        and (state.asking > 0 or state.answered > 0))))):
             self._conversations.move_to_end(digest)
             return self._touch(state)
         return self._next_run(digest, session, agent, request.messages)

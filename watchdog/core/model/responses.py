@@ -130,6 +130,7 @@ class ResponsesWire:
             results=results,
             said=said,
             previous_response_id=previous if isinstance(previous, str) and previous else None,
+            kept=kept is not None or (isinstance(previous, str) and bool(previous)),
             input_hash=request_hash(items if isinstance(items, (str, list)) else None))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:

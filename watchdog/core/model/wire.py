@@ -50,13 +50,16 @@ class Request:
     has_tools: bool
     instructions: str  # the system / developer / instructions text, joined
     anchor: str  # the conversation's first user message (its identity, with the agent)
-    messages: int  # items in the conversation
+    messages: int  # items in the conversation (in the request, when the server keeps it)
     last_is_user: bool  # the request carries a new user message (not a tool result)
     results: list[ToolResult] = field(default_factory=list)  # since the last model answer
     # the text of the other messages since the last model answer (tool results an agent
     # replays as plain text: "Observation: ...")
     said: list[str] = field(default_factory=list)
     previous_response_id: str | None = None  # Responses API
+    # the server keeps the conversation (Responses ``previous_response_id``, ``conversation``):
+    # the request sends only the new items, so its length says nothing of the conversation's
+    kept: bool = False
     include_usage: bool = False  # chat: stream_options.include_usage
     # its request as a span's is hashed (SpanRecord.input_hash: its last user message, case and
     # spacing ignored); a run's input is its first call's (watchdog.core.cycles)
