@@ -110,8 +110,8 @@ frameworks: $(VENV)/.created
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(FRAMEWORK_VENVS)
 
 ## the TypeScript agents of the model endpoint's and the Vercel AI SDK's tests (tests/frameworks/ts:
-## the openai npm package, the AI SDK, the OpenTelemetry Node SDK and tsx), exactly as locked, from
-## the npm registry
+## the openai npm package, the AI SDK and its OpenAI and Anthropic providers, the OpenAI Agents
+## SDK, the OpenTelemetry Node SDK and tsx), exactly as locked, from the npm registry
 TS_AGENT := tests/frameworks/ts/node_modules/.installed
 $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.json
 	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error
