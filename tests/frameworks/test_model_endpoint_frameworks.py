@@ -2,12 +2,15 @@
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
-``ChatOpenAI`` agent, crewai and smolagents — runs in its framework's venv
-(``drivers/endpoint_*.py``), pointed at a real sidecar by ``OPENAI_BASE_URL`` /
-``ANTHROPIC_BASE_URL`` alone: no OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no
-header. Behind the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose
-recorded request bodies are what the model really read. The agent's tool counts each of its
-executions; the sidecar's API shows the run it saw. Nothing waits for a directive.
+``ChatOpenAI`` agent, crewai and smolagents, each in its framework's venv
+(``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
+``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Java agents
+(``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`) —
+is pointed at a real sidecar by ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` alone: no
+OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no header. Behind the sidecar is the
+scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the
+model really read. The agent's tool counts each of its executions; the sidecar's API shows the
+run it saw. Nothing waits for a directive.
 
 * counts: two tool calls then an answer — one run, 3 model calls, 2 tool calls, completed;
 * budget: a rule pack gives every agent ``max_tool_calls: 3``; the model searches forever —
@@ -103,6 +106,12 @@ AGENTS = [
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    *(Agent("go", "endpoint_go", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),
+    Agent("java", "langchain4j", "chat"),
+    Agent("java", "langchain4j", "chat_stream"),
+    Agent("java", "anthropic-java", "messages"),
+    Agent("java", "anthropic-java", "messages_stream"),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if agent.mode not in (
@@ -428,17 +437,14 @@ def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: Runn
 def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
                                                     budgeted: RunningServer,
                                                     llm: FakeLLM) -> None:
-    """An agent of each SDK family (the key in ``Authorization: Bearer``, in ``x-api-key``)
-    runs through each sidecar: the key reaches the upstream, and appears in none of the
-    sidecars' API answers, metrics, state files or log records (nor from the runs of the
-    tests above, when they ran first)."""
-    check_the_api_key_is_nowhere_but_upstream(
-        plain, budgeted, llm, [a for a in AGENTS if a.name in ("openai-chat",
-                                                               "anthropic-messages")])
-
-
-def check_the_api_key_is_nowhere_but_upstream(plain: RunningServer, budgeted: RunningServer,
-                                              llm: FakeLLM, agents: list[Agent]) -> None:
+    """An agent of each SDK family (Python, Go, Java; the key in ``Authorization: Bearer``, in
+    ``x-api-key``: anthropic-sdk-go and anthropic-java send ``ANTHROPIC_API_KEY`` as a bearer
+    token) runs through each sidecar: the key reaches the upstream, and appears in none of the
+    sidecars' API answers, metrics, state files or log records (nor from the runs of the tests
+    above, when they ran first)."""
+    agents = [agent for agent in AGENTS if agent.name in (
+        "openai-chat", "anthropic-messages", "go-chat", "go-messages", "langchain4j-chat",
+        "anthropic-java-messages")]
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
         for agent in agents:
             model = llm.script(f"{agent.name}-secrets-{scenario}",
