@@ -224,8 +224,6 @@ test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
 		$(FRAMEWORK_VENVS) $(TS_AGENT) $(GO_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
-
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed $(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 ## check: the unit tier alone (in-process, no sidecar, no framework; under a minute): the

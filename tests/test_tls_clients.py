@@ -145,6 +145,24 @@ def test_no_client_reaches_a_server_another_ca_signed(
         assert server.paths == []
 
 
+def test_the_model_endpoint_reaches_its_upstream_through_an_https_proxy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``http`` upstreams behind an ``https`` proxy (``HTTP_PROXY``): the TLS to the proxy is
+    verified as an upstream's would be, and the request goes through it."""
+    ca = trustme.CA()
+    with https_served(ca) as proxy, trusting(ca, tmp_path, monkeypatch):
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # (the test's own requests go direct)
+        monkeypatch.delenv("no_proxy", raising=False)
+        config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                                model_upstream="http://upstream.invalid/v1",
+                                model_upstream_anthropic="http://upstream.invalid")
+        with running_server(config) as sidecar:
+            status, body = ask_model(sidecar)
+        assert status == 200 and json.loads(body) == ANSWER, (status, body)
+        assert proxy.paths == ["http://upstream.invalid/v1/chat/completions"]
+
+
 def test_aiohttps_own_contexts_hold_no_ca_and_the_environment_is_as_it_was() -> None:
     probe = ("import json, os, watchdog.shell, aiohttp.connector as c; print(json.dumps("
              "[c._SSL_CONTEXT_VERIFIED.cert_store_stats()['x509_ca'], "

@@ -2,12 +2,18 @@
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
-``ChatOpenAI`` agent, crewai and smolagents — runs in its framework's venv
-(``drivers/endpoint_*.py``), pointed at a real sidecar by ``OPENAI_BASE_URL`` /
-``ANTHROPIC_BASE_URL`` alone: no OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no
-header. Behind the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose
-recorded request bodies are what the model really read. The agent's tool counts each of its
-executions; the sidecar's API shows the run it saw. Nothing waits for a directive.
+``ChatOpenAI`` agent, crewai and smolagents, each in its framework's venv
+(``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
+``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Java agents
+(``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
+TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
+loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
+``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS) — is pointed at a real sidecar by
+``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` alone (``@ai-sdk/anthropic``: its ``baseURL``):
+no OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no header. Behind the sidecar is the
+scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the
+model really read. The agent's tool counts each of its executions; the sidecar's API shows the
+run it saw. Nothing waits for a directive.
 
 * counts: two tool calls then an answer — one run, 3 model calls, 2 tool calls, completed;
 * budget: a rule pack gives every agent ``max_tool_calls: 3``; the model searches forever —
@@ -104,10 +110,22 @@ AGENTS = [
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    *(Agent("go", "endpoint_go", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),
+    Agent("java", "langchain4j", "chat"),
+    Agent("java", "langchain4j", "chat_stream"),
+    Agent("java", "anthropic-java", "messages"),
+    Agent("java", "anthropic-java", "messages_stream"),
+    *(Agent("ts", "endpoint_ts", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream")),
+    *(Agent("ts", "endpoint_ai_sdk", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream",
+        "agent", "agent_stream")),
+    *(Agent("ts", "endpoint_openai_agents_js", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream")),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
-LOOPING = [agent for agent in AGENTS if agent.mode not in (
-    "chat_stream", "responses_stream", "messages_stream", "stream")]
+LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]
 
 
 # -- the world ------------------------------------------------------------------------------
@@ -207,10 +225,21 @@ def go_agent() -> Path:
 # the TypeScript agents (env "ts"), by driver: their file in ts/
 TS_AGENTS = {"endpoint_ts": "agent.ts", "endpoint_ai_sdk": "ai_sdk.ts",
              "endpoint_openai_agents_js": "openai_agents.ts"}
+TS_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "@openai/agents", "tsx")
+
+
+def ts_agent(agent: Agent) -> Path:
+    """A TypeScript agent's file, once ``npm ci`` has installed its packages."""
+    missing = [package for package in TS_PACKAGES
+               if not (TS_DIR / "node_modules" / package / "package.json").exists()]
+    assert not missing, (f"{TS_DIR}/node_modules lacks {missing}: run `make "
+                         f"tests/frameworks/ts/node_modules/.installed` (part of `make test`)")
+    return TS_DIR / TS_AGENTS[agent.driver]
+
+
 # the agents that are no Python driver, by env: their command, and its directory
 COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
-    "ts": lambda agent: (["node", "--import", "tsx", str(TS_DIR / TS_AGENTS[agent.driver]),
-                          agent.mode], TS_DIR),
+    "ts": lambda agent: (["node", "--import", "tsx", str(ts_agent(agent)), agent.mode], TS_DIR),
     "go": lambda agent: ([str(go_agent()), agent.mode], GO_DIR),
 }
 
@@ -433,17 +462,15 @@ def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: Runn
 def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
                                                     budgeted: RunningServer,
                                                     llm: FakeLLM) -> None:
-    """An agent of each SDK family (the key in ``Authorization: Bearer``, in ``x-api-key``)
-    runs through each sidecar: the key reaches the upstream, and appears in none of the
-    sidecars' API answers, metrics, state files or log records (nor from the runs of the
-    tests above, when they ran first)."""
-    check_the_api_key_is_nowhere_but_upstream(
-        plain, budgeted, llm, [a for a in AGENTS if a.name in ("openai-chat",
-                                                               "anthropic-messages")])
-
-
-def check_the_api_key_is_nowhere_but_upstream(plain: RunningServer, budgeted: RunningServer,
-                                              llm: FakeLLM, agents: list[Agent]) -> None:
+    """An agent of each SDK family (Python, Go, Java, TypeScript; the key in ``Authorization:
+    Bearer``, in ``x-api-key``: anthropic-sdk-go and anthropic-java send ``ANTHROPIC_API_KEY``
+    as a bearer token, ``@ai-sdk/anthropic`` as ``x-api-key``) runs through each sidecar: the
+    key reaches the upstream, and appears in none of the sidecars' API answers, metrics, state
+    files or log records (nor from the runs of the tests above, when they ran first)."""
+    agents = [agent for agent in AGENTS if agent.name in (
+        "openai-chat", "anthropic-messages", "go-chat", "go-messages", "langchain4j-chat",
+        "anthropic-java-messages", "ai_sdk-responses", "ai_sdk-messages",
+        "openai_agents_js-chat")]
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
         for agent in agents:
             model = llm.script(f"{agent.name}-secrets-{scenario}",

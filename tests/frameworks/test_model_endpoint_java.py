@@ -13,9 +13,9 @@ alone, in front of the scripted upstream:
 
 A run, a JVM from start to exit, takes about 0.8 s (the build's class-data archive).
 
-The same three scenarios as the Python agents
-(:mod:`tests.frameworks.test_model_endpoint_frameworks`, whose helpers this module uses), and
-the API key nowhere but upstream; each on both relays."""
+The three scenarios and the API key run with the other agents
+(:mod:`tests.frameworks.test_model_endpoint_frameworks`); here, what the JDK's client sends, on
+both relays."""
 
 from __future__ import annotations
 
@@ -30,62 +30,9 @@ import pytest
 from tests.frameworks import jvm
 from tests.frameworks import test_model_endpoint_frameworks as shared
 from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.test_model_endpoint_frameworks import plain  # noqa: F401 (its sidecar)
 from tests.harness import RunningServer
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
-
-AGENTS = [shared.Agent("java", "langchain4j", "chat"),
-          shared.Agent("java", "langchain4j", "chat_stream"),
-          shared.Agent("java", "anthropic-java", "messages"),
-          shared.Agent("java", "anthropic-java", "messages_stream")]
-LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("_stream")]
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
-          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
-    jvm.built()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("plain"), llm, False, model_relay)
-
-
-@pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
-             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
-    jvm.built()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, True, model_relay)
-
-
-def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: RunningServer,
-                                           model_relay: str) -> None:  # noqa: F811
-    shared.test_the_sidecars_carry_the_tests_relay(plain, budgeted, model_relay)
-
-
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
-def test_one_run_per_invocation_with_its_counts(plain: RunningServer, llm: FakeLLM,
-                                                agent: shared.Agent) -> None:
-    shared.test_one_run_per_invocation_with_its_counts(plain, llm, agent)
-
-
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
-def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServer,
-                                                          llm: FakeLLM,
-                                                          agent: shared.Agent) -> None:
-    shared.test_budget_counts_down_then_the_report_is_the_output(budgeted, llm, agent)
-
-
-@pytest.mark.parametrize("agent", LOOPING, ids=lambda agent: agent.name)
-def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
-        plain: RunningServer, llm: FakeLLM, agent: shared.Agent) -> None:
-    shared.test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(plain, llm, agent)
-
-
-def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
-                                                    budgeted: RunningServer,
-                                                    llm: FakeLLM) -> None:
-    """Each Java agent's key (both send it as ``Authorization: Bearer``, anthropic-java's
-    ``ANTHROPIC_API_KEY`` too) reaches the upstream and none of the sidecars' answers, metrics,
-    state files or log records."""
-    shared.check_the_api_key_is_nowhere_but_upstream(plain, budgeted, llm, LOOPING)
-
 
 # -- what the JDK's HTTP client sends ---------------------------------------------------------
 
@@ -161,7 +108,7 @@ def tapped(sidecar: RunningServer) -> Iterator[Tap]:
 
 @pytest.mark.parametrize("mode", ["chat", "chat_stream"])
 def test_the_jdk_clients_h2c_upgrade_offers_are_answered_in_http_1_1(
-        plain: RunningServer, llm: FakeLLM, mode: str) -> None:
+        plain: RunningServer, llm: FakeLLM, mode: str) -> None:  # noqa: F811
     """LangChain4j's default HTTP client, the JDK's, offers an upgrade to cleartext HTTP/2
     with every request to an ``http://`` URL, on a keep-alive connection: the endpoint answers
     each in HTTP/1.1 (never ``101 Switching Protocols``), the agent runs to its answer, and the

@@ -13,13 +13,12 @@ upstream:
   ``Agent`` with a ``tool``, ``run`` streamed and not) on its default client
   (``OPENAI_BASE_URL``), the Responses API and Chat Completions.
 
-The same three scenarios as the Python agents
-(:mod:`tests.frameworks.test_model_endpoint_frameworks`, whose helpers this module uses), and
-the API key nowhere but upstream, on both relays."""
+The three scenarios and the API key run with the other agents
+(:mod:`tests.frameworks.test_model_endpoint_frameworks`); here, what only the Agents SDK for JS
+shows: the turns of a conversation the server keeps, on both relays."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,78 +26,14 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks import test_model_endpoint_frameworks as shared
 from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.test_model_endpoint_frameworks import budgeted  # noqa: F401 (its sidecar)
 from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
-MODES = ["chat", "chat_stream", "responses", "responses_stream"]
-AI_SDK_MODES = [*MODES, "messages", "messages_stream", "agent", "agent_stream"]
-AGENTS = ([shared.Agent("ts", "endpoint_ts", mode) for mode in MODES]
-          + [shared.Agent("ts", "endpoint_ai_sdk", mode) for mode in AI_SDK_MODES]
-          + [shared.Agent("ts", "endpoint_openai_agents_js", mode) for mode in MODES])
-# the loop scenario once per agent and API (its stream variants steer the same way)
-LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("_stream")]
-
-
-def node_modules_installed() -> None:
-    packages = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "@openai/agents")
-    if not all((shared.TS_DIR / "node_modules" / package / "package.json").exists()
-               for package in packages):
-        raise AssertionError(f"{shared.TS_DIR}/node_modules is missing: run `make "
-                             f"tests/frameworks/ts/node_modules/.installed` (part of `make test`)")
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
-          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
-    node_modules_installed()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("plain"), llm, False, model_relay)
-
-
-@pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
-             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
-    node_modules_installed()
-    yield from shared.start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, True, model_relay)
-
-
-def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: RunningServer,
-                                           model_relay: str) -> None:  # noqa: F811
-    shared.test_the_sidecars_carry_the_tests_relay(plain, budgeted, model_relay)
-
-
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
-def test_one_run_per_invocation_with_its_counts(plain: RunningServer, llm: FakeLLM,
-                                                agent: shared.Agent) -> None:
-    shared.test_one_run_per_invocation_with_its_counts(plain, llm, agent)
-
-
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
-def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServer,
-                                                          llm: FakeLLM,
-                                                          agent: shared.Agent) -> None:
-    shared.test_budget_counts_down_then_the_report_is_the_output(budgeted, llm, agent)
-
-
-@pytest.mark.parametrize("agent", LOOPING, ids=lambda agent: agent.name)
-def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
-        plain: RunningServer, llm: FakeLLM, agent: shared.Agent) -> None:
-    shared.test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(plain, llm, agent)
-
-
-def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
-                                                    budgeted: RunningServer,
-                                                    llm: FakeLLM) -> None:
-    """The key of the TypeScript agents (``Authorization: Bearer`` from ``@ai-sdk/openai`` and
-    the Agents SDK's client, ``x-api-key`` from ``@ai-sdk/anthropic``) reaches the upstream and
-    nothing of either sidecar shows it."""
-    shared.check_the_api_key_is_nowhere_but_upstream(
-        plain, budgeted, llm, [agent for agent in AGENTS if agent.name in (
-            "ai_sdk-responses", "ai_sdk-messages", "openai_agents_js-chat")])
-
 
 @pytest.mark.parametrize("mode", ["responses_chained", "responses_conversation"])
-def test_a_conversation_the_server_keeps_is_a_run_per_turn(budgeted: RunningServer,
-                                                           llm: FakeLLM, mode: str) -> None:
+def test_a_conversation_the_server_keeps_is_a_run_per_turn(
+        budgeted: RunningServer, llm: FakeLLM, mode: str) -> None:  # noqa: F811
     """The Agents SDK's two turns of a conversation the server keeps, each request sending only
     its new items: by ``previousResponseId`` (the id of the response each goes on from), or by
     ``conversationId`` (the Responses ``conversation``: the same id on every request). Each

@@ -97,17 +97,16 @@ class ModelProxy:
         self.before_identify: Callable[[str, Request, Caller, str | None], None] | None = None
 
     async def start(self) -> None:
+        self.proxies = {base: proxy_for(base) for base in (self.openai, self.anthropic)}
+        urls = [*self.proxies, *(proxy[0] for proxy in self.proxies.values() if proxy)]
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.model_max_concurrent,
-                                           keepalive_timeout=60,
-                                           ssl=await context_for([self.openai,
-                                                                  self.anthropic])),
+                                           keepalive_timeout=60, ssl=await context_for(urls)),
             # the wait for each read, not the whole exchange: a long stream that keeps coming
             # is not cut, a silent upstream is
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT,
                                           sock_read=self.config.model_upstream_timeout),
             trust_env=False, auto_decompress=False, raise_for_status=False)
-        self.proxies = {base: proxy_for(base) for base in (self.openai, self.anthropic)}
 
     async def close(self) -> None:
         if self.session is not None:
