@@ -2,7 +2,8 @@
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
-``ChatOpenAI`` agent, crewai and smolagents, each in its framework's venv
+``ChatOpenAI`` agent, crewai, smolagents, google-adk (``LiteLlm``), Haystack's ``Agent`` and
+Semantic Kernel's ``ChatCompletionAgent``, each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
@@ -83,12 +84,15 @@ class Agent:
     """One agent: a driver in a venv (``env`` "ts": a TypeScript agent under node, its file by
     driver in ``TS_AGENTS``; "go": the Go agent; "java": the Java agents,
     :mod:`tests.frameworks.jvm`) and its mode;
-    ``answer_tool``: the tool its framework answers through (smolagents' final_answer)."""
+    ``answer_tool``: the tool its framework answers through (smolagents' final_answer);
+    ``tool``: the name the model sees the agent's one tool by (Semantic Kernel's is qualified
+    by its plugin)."""
 
     env: str
     driver: str
     mode: str
     answer_tool: str | None = None
+    tool: str = "search"
 
     @property
     def name(self) -> str:
@@ -110,6 +114,12 @@ AGENTS = [
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    Agent("google_adk", "endpoint_google_adk", "run"),
+    Agent("google_adk", "endpoint_google_adk", "stream"),
+    Agent("haystack", "endpoint_haystack", "run"),
+    Agent("haystack", "endpoint_haystack", "stream"),
+    Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke", tool="Files-search"),
+    Agent("semantic_kernel", "endpoint_semantic_kernel", "stream", tool="Files-search"),
     *(Agent("go", "endpoint_go", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),
     Agent("java", "langchain4j", "chat"),
@@ -349,7 +359,7 @@ def check_last_is_the_only_one_without_tools(agent: Agent,
         last = requests[-1]
         assert forced_tool(last) == agent.answer_tool, last.get("tool_choice")
         assert tool_names(last) == [agent.answer_tool], tool_names(last)
-        assert all("search" in tool_names(body) for body in requests[:-1])
+        assert all(agent.tool in tool_names(body) for body in requests[:-1])
     assert "Tools are withdrawn" in instructions(requests[-1])
 
 
@@ -358,7 +368,7 @@ def check_last_is_the_only_one_without_tools(agent: Agent,
 def counting(agent: Agent) -> fakellm.Script:
     final = (fakellm.call(agent.answer_tool, answer=ANSWER) if agent.answer_tool
              else fakellm.answer(ANSWER))
-    return fakellm.steps(fakellm.call("search", q="alpha"), fakellm.call("search", q="beta"),
+    return fakellm.steps(fakellm.call(agent.tool, q="alpha"), fakellm.call(agent.tool, q="beta"),
                          final)
 
 
@@ -374,15 +384,15 @@ def answering_when_forced(script: fakellm.Script) -> fakellm.Script:
     return pick
 
 
-def searching() -> fakellm.Script:
+def searching(agent: Agent) -> fakellm.Script:
     """New terms on every request that lets the model call tools; the report when none."""
-    return answering_when_forced(fakellm.looping("search", lambda i: {"q": f"term {i}"},
+    return answering_when_forced(fakellm.looping(agent.tool, lambda i: {"q": f"term {i}"},
                                                  REPORT))
 
 
-def repeating() -> fakellm.Script:
+def repeating(agent: Agent) -> fakellm.Script:
     """The same call on every request that lets the model call tools; the report when none."""
-    return answering_when_forced(fakellm.looping("search", lambda i: {"q": "the file"},
+    return answering_when_forced(fakellm.looping(agent.tool, lambda i: {"q": "the file"},
                                                  REPORT))
 
 
@@ -408,7 +418,7 @@ def test_one_run_per_invocation_with_its_counts(plain: RunningServer, llm: FakeL
 @pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
 def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServer,
                                                           llm: FakeLLM, agent: Agent) -> None:
-    model = llm.script(f"{agent.name}-budget", searching())
+    model = llm.script(f"{agent.name}-budget", searching(agent))
     before = run_ids(budgeted)
     outcome = drive(agent, budgeted, model)
     requests = llm.requests(model)
@@ -431,7 +441,7 @@ def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServe
 @pytest.mark.parametrize("agent", LOOPING, ids=lambda agent: agent.name)
 def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
         plain: RunningServer, llm: FakeLLM, agent: Agent) -> None:
-    model = llm.script(f"{agent.name}-loop", repeating())
+    model = llm.script(f"{agent.name}-loop", repeating(agent))
     before = run_ids(plain)
     outcome = drive(agent, plain, model)
     requests = llm.requests(model)
@@ -474,7 +484,7 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
         for agent in agents:
             model = llm.script(f"{agent.name}-secrets-{scenario}",
-                               counting(agent) if scenario == "counts" else searching())
+                               counting(agent) if scenario == "counts" else searching(agent))
             drive(agent, sidecar, model)
             sent = llm.request_headers(model)
             assert sent and all(KEY in json.dumps(headers) for headers in sent)
