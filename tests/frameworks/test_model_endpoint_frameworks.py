@@ -505,3 +505,70 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
         files = [path for path in state.rglob("*") if path.is_file()]
         assert files and not [path for path in files if KEY.encode() in path.read_bytes()]
     assert LOGS.lines and not [line for line in LOGS.lines if KEY in line]
+
+
+
+# -- DSPy: tools in text --------------------------------------------------------------------
+# DSPy's ReAct (drivers/endpoint_dspy.py) picks its tools in text fields of its ChatAdapter
+# format, each step a request of its own whose one user message holds the task and the
+# trajectory so far: no request offers ``tools`` and no response calls one, and no two steps
+# share their leading messages. The endpoint has no tool call to count, hand over or withdraw:
+# each step is a run of one model call with no tool call, ended by its answer; a budget or loop
+# rule cannot bind the agent's tools (ReAct's own ``max_iters`` does). The scripts answer in the
+# ChatAdapter format (tests.frameworks.test_dspy).
+
+DSPY = Agent("dspy", "endpoint_dspy", "call")
+
+
+def react(terms: list[str]) -> fakellm.Script:
+    """ReAct's steps: ``search`` with each of ``terms``, then its ``finish``; its extract step
+    answers ANSWER."""
+    from tests.frameworks.test_dspy import react as react_script
+    from tests.frameworks.test_dspy import react_step
+
+    return react_script([*(react_step("search", q=term) for term in terms),
+                         react_step("finish")], ANSWER)
+
+
+def check_each_step_a_run_without_tools(sidecar: RunningServer, before: set[str],
+                                        requests: list[dict[str, Any]]) -> None:
+    assert not any("tools" in body or "tool_choice" in body for body in requests)
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [run for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        done = len(runs) == len(requests) and all(run["state"] == "ended" for run in runs)
+        return runs if done else None
+
+    runs = wait_until(ended, what="a run per request, ended")
+    assert {(run["iterations"], run["tool_calls"], run["terminal_state"],
+             run["has_final_answer"]) for run in runs} == {(1, 0, "completed", True)}, runs
+
+
+def test_dspy_react_reaches_the_model_through_the_endpoint_unchanged(
+        plain: RunningServer, llm: FakeLLM) -> None:
+    model = llm.script("dspy-counts", react(["alpha", "beta"]))
+    before = run_ids(plain)
+    outcome = drive(DSPY, plain, model)
+    assert outcome == {"ran": ["alpha", "beta"], "output": ANSWER}
+    requests = llm.requests(model)
+    assert len(requests) == 4  # search, search, finish, the extract step
+    assert not any("agent-watchdog" in json.dumps(body) for body in requests)
+    assert all(KEY in json.dumps(headers) for headers in llm.request_headers(model))
+    check_each_step_a_run_without_tools(plain, before, requests)
+
+
+def test_dspy_react_tools_are_not_bound_by_a_budget(budgeted: RunningServer,
+                                                     llm: FakeLLM) -> None:
+    terms = [f"term {i}" for i in range(BUDGET + 2)]
+    model = llm.script("dspy-budget", react(terms))
+    before = run_ids(budgeted)
+    outcome = drive(DSPY, budgeted, model)
+    assert outcome == {"ran": terms, "output": ANSWER}  # past the budget: ReAct's tools are text
+    requests = llm.requests(model)
+    assert len(requests) == len(terms) + 2
+    # each step, a run of its own, is told the whole budget is left
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [(str(BUDGET), str(BUDGET))]] * len(requests)
+    check_no_control_text_in_user_messages(requests)
+    check_each_step_a_run_without_tools(budgeted, before, requests)
