@@ -2,8 +2,9 @@
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
-``ChatOpenAI`` agent, crewai, smolagents, google-adk (``LiteLlm``), Haystack's ``Agent`` and
-Semantic Kernel's ``ChatCompletionAgent``, each in its framework's venv
+``ChatOpenAI`` agent, crewai, smolagents, google-adk (``LiteLlm``, ``OpenAILlm``,
+``OpenAIResponsesLlm``), Haystack's ``Agent``, Semantic Kernel's ``ChatCompletionAgent`` (and
+DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
@@ -114,8 +115,8 @@ AGENTS = [
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
-    Agent("google_adk", "endpoint_google_adk", "run"),
-    Agent("google_adk", "endpoint_google_adk", "stream"),
+    *(Agent("google_adk", "endpoint_google_adk", mode) for mode in (
+        "litellm", "litellm_stream", "chat", "chat_stream", "responses", "responses_stream")),
     Agent("haystack", "endpoint_haystack", "run"),
     Agent("haystack", "endpoint_haystack", "stream"),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke", tool="Files-search"),
