@@ -110,6 +110,13 @@ AGENTS = [
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    Agent("autogen", "endpoint_autogen", "run"),
+    Agent("autogen", "endpoint_autogen", "stream"),
+    *(Agent("agno", "endpoint_agno", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream")),
+    Agent("llamaindex", "endpoint_llamaindex", "run"),
+    Agent("llamaindex", "endpoint_llamaindex", "stream"),
+    Agent("strands", "endpoint_strands", "run"),
     *(Agent("go", "endpoint_go", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),
     Agent("java", "langchain4j", "chat"),
