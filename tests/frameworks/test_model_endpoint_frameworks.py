@@ -115,8 +115,7 @@ AGENTS = [
     Agent("autogen", "endpoint_autogen", "stream"),
     *(Agent("agno", "endpoint_agno", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
-    Agent("llamaindex", "endpoint_llamaindex", "run"),
-    Agent("llamaindex", "endpoint_llamaindex", "stream"),
+    *(Agent("llamaindex", "endpoint_llamaindex", mode) for mode in ("run", "stream", "workflow")),
     Agent("strands", "endpoint_strands", "run"),
     *(Agent("go", "endpoint_go", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),

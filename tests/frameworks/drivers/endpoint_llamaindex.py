@@ -2,8 +2,9 @@
 class for a model name OpenAI does not list). LlamaIndex builds its OpenAI client with a base URL
 of its own (``api_base``, else ``OPENAI_API_BASE``, else api.openai.com): it never reads
 ``OPENAI_BASE_URL``, so the driver hands that base URL to its ``api_base`` setting. Mode
-(argv[1]): ``run`` (``streaming=False``) or ``stream`` (FunctionAgent's default: the model
-streamed). See :mod:`endpoint_common`."""
+(argv[1]): ``run`` (``streaming=False``), ``stream`` (FunctionAgent's default: the model
+streamed), ``workflow`` (the agent in an ``AgentWorkflow``, streamed, its events read as they
+come). See :mod:`endpoint_common`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 import sys
 
 from endpoint_common import INSTRUCTIONS, TASK, done, model, search
-from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
 from llama_index.llms.openai_like import OpenAILike
 
 
@@ -22,8 +23,15 @@ async def main(mode: str) -> None:
                      is_function_calling_model=True, context_window=32000)
     agent = FunctionAgent(name="researcher", description="Searches files.",
                           system_prompt=INSTRUCTIONS, tools=[search], llm=llm,
-                          streaming=mode == "stream")
-    result = await agent.run(user_msg=TASK, max_iterations=30)
+                          streaming=mode != "run")
+    if mode == "workflow":
+        handler = AgentWorkflow(agents=[agent], root_agent="researcher").run(
+            user_msg=TASK, max_iterations=30)
+        async for _event in handler.stream_events():
+            pass
+        result = await handler
+    else:
+        result = await agent.run(user_msg=TASK, max_iterations=30)
     done(str(result.response.content))
 
 
