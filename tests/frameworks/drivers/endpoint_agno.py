@@ -1,7 +1,9 @@
 """An Agno ``Agent`` on ``OpenAIChat`` (Chat Completions) or ``OpenAIResponses`` (the Responses
 API), neither given a base URL: their OpenAI client reads ``OPENAI_BASE_URL``, so the base URL
 alone points it at the sidecar. Mode (argv[1]): ``chat``, ``chat_stream``, ``responses``,
-``responses_stream`` (``stream=True``: the model is streamed). See :mod:`endpoint_common`."""
+``responses_stream`` (``stream=True``: the model is streamed); ``team``: a ``Team`` on
+``OpenAIChat`` whose leader (no tools but Agno's ``delegate_task_to_member``) delegates to one
+member, the searcher (the one tool). See :mod:`endpoint_common`."""
 
 from __future__ import annotations
 
@@ -9,10 +11,20 @@ import sys
 
 from agno.agent import Agent, RunOutput
 from agno.models.openai import OpenAIChat, OpenAIResponses
+from agno.team import Team
 from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+
+SEARCHER = "You are the searcher: search the files."
 
 
 def main(mode: str) -> None:
+    if mode == "team":
+        searcher = Agent(name="searcher", role="Searches files", model=OpenAIChat(id=model()),
+                         tools=[search], instructions=SEARCHER, telemetry=False)
+        team = Team(name="lead", members=[searcher], model=OpenAIChat(id=model()),
+                    instructions=INSTRUCTIONS, telemetry=False)
+        done(str(team.run(TASK).content))
+        return
     llm = OpenAIResponses(id=model()) if mode.startswith("responses") else OpenAIChat(id=model())
     agent = Agent(model=llm, tools=[search], instructions=INSTRUCTIONS, telemetry=False)
     if mode.endswith("stream"):

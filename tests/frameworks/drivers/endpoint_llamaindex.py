@@ -4,7 +4,9 @@ of its own (``api_base``, else ``OPENAI_API_BASE``, else api.openai.com): it nev
 ``OPENAI_BASE_URL``, so the driver hands that base URL to its ``api_base`` setting. Mode
 (argv[1]): ``run`` (``streaming=False``), ``stream`` (FunctionAgent's default: the model
 streamed), ``workflow`` (the agent in an ``AgentWorkflow``, streamed, its events read as they
-come). See :mod:`endpoint_common`."""
+come); ``handoff``: an ``AgentWorkflow`` whose researcher (the one tool, and LlamaIndex's
+``handoff``) may hand the conversation to a writer (no tools of its own, its own system prompt).
+See :mod:`endpoint_common`."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from endpoint_common import INSTRUCTIONS, TASK, done, model, search
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
 from llama_index.llms.openai_like import OpenAILike
 
+WRITER = "You are the writer: write the findings up."
+
 
 async def main(mode: str) -> None:
     llm = OpenAILike(model=model(), api_base=os.environ["OPENAI_BASE_URL"],
@@ -23,8 +27,14 @@ async def main(mode: str) -> None:
                      is_function_calling_model=True, context_window=32000)
     agent = FunctionAgent(name="researcher", description="Searches files.",
                           system_prompt=INSTRUCTIONS, tools=[search], llm=llm,
-                          streaming=mode != "run")
-    if mode == "workflow":
+                          streaming=mode != "run",
+                          can_handoff_to=["writer"] if mode == "handoff" else None)
+    if mode == "handoff":
+        writer = FunctionAgent(name="writer", description="Writes the findings up.",
+                               system_prompt=WRITER, tools=[], llm=llm)
+        result = await AgentWorkflow(agents=[agent, writer], root_agent="researcher").run(
+            user_msg=TASK, max_iterations=30)
+    elif mode == "workflow":
         handler = AgentWorkflow(agents=[agent], root_agent="researcher").run(
             user_msg=TASK, max_iterations=30)
         async for _event in handler.stream_events():
