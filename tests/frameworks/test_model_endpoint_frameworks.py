@@ -2,8 +2,9 @@
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
-``ChatOpenAI`` agent, crewai, smolagents, google-adk (``LiteLlm``, ``OpenAILlm``,
-``OpenAIResponsesLlm``), Haystack's ``Agent``, Semantic Kernel's ``ChatCompletionAgent`` (and
+``ChatOpenAI`` agent, crewai, smolagents, AutoGen AgentChat, Agno (Chat Completions and
+Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
+``OpenAIResponsesLlm``), Haystack's ``Agent`` and Semantic Kernel's ``ChatCompletionAgent`` (and
 DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Java agents
@@ -115,6 +116,12 @@ AGENTS = [
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    Agent("autogen", "endpoint_autogen", "run"),
+    Agent("autogen", "endpoint_autogen", "stream"),
+    *(Agent("agno", "endpoint_agno", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream")),
+    *(Agent("llamaindex", "endpoint_llamaindex", mode) for mode in ("run", "stream", "workflow")),
+    Agent("strands", "endpoint_strands", "run"),
     *(Agent("google_adk", "endpoint_google_adk", mode) for mode in (
         "litellm", "litellm_stream", "chat", "chat_stream", "responses", "responses_stream")),
     Agent("haystack", "endpoint_haystack", "run"),
@@ -385,15 +392,15 @@ def answering_when_forced(script: fakellm.Script) -> fakellm.Script:
     return pick
 
 
-def searching(agent: Agent) -> fakellm.Script:
+def searching(tool: str = "search") -> fakellm.Script:
     """New terms on every request that lets the model call tools; the report when none."""
-    return answering_when_forced(fakellm.looping(agent.tool, lambda i: {"q": f"term {i}"},
+    return answering_when_forced(fakellm.looping(tool, lambda i: {"q": f"term {i}"},
                                                  REPORT))
 
 
-def repeating(agent: Agent) -> fakellm.Script:
+def repeating(tool: str = "search") -> fakellm.Script:
     """The same call on every request that lets the model call tools; the report when none."""
-    return answering_when_forced(fakellm.looping(agent.tool, lambda i: {"q": "the file"},
+    return answering_when_forced(fakellm.looping(tool, lambda i: {"q": "the file"},
                                                  REPORT))
 
 
@@ -419,7 +426,7 @@ def test_one_run_per_invocation_with_its_counts(plain: RunningServer, llm: FakeL
 @pytest.mark.parametrize("agent", AGENTS, ids=lambda agent: agent.name)
 def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServer,
                                                           llm: FakeLLM, agent: Agent) -> None:
-    model = llm.script(f"{agent.name}-budget", searching(agent))
+    model = llm.script(f"{agent.name}-budget", searching(agent.tool))
     before = run_ids(budgeted)
     outcome = drive(agent, budgeted, model)
     requests = llm.requests(model)
@@ -442,7 +449,7 @@ def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServe
 @pytest.mark.parametrize("agent", LOOPING, ids=lambda agent: agent.name)
 def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(
         plain: RunningServer, llm: FakeLLM, agent: Agent) -> None:
-    model = llm.script(f"{agent.name}-loop", repeating(agent))
+    model = llm.script(f"{agent.name}-loop", repeating(agent.tool))
     before = run_ids(plain)
     outcome = drive(agent, plain, model)
     requests = llm.requests(model)
@@ -485,7 +492,7 @@ def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
         for agent in agents:
             model = llm.script(f"{agent.name}-secrets-{scenario}",
-                               counting(agent) if scenario == "counts" else searching(agent))
+                               counting(agent) if scenario == "counts" else searching(agent.tool))
             drive(agent, sidecar, model)
             sent = llm.request_headers(model)
             assert sent and all(KEY in json.dumps(headers) for headers in sent)
