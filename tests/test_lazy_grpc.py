@@ -13,8 +13,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 import grpc
 import pytest
 
+from tests.harness import eventually
 from watchdog.shell.receivers import lazy_grpc
-from watchdog.shell.receivers.lazy_grpc import LazyGrpc
+from watchdog.shell.receivers.lazy_grpc import LazyGrpc, _End
 
 METHOD = "/test.Echo/Call"
 
@@ -146,7 +147,7 @@ def test_a_joined_channel_moves_to_grpcio_after_its_age_without_a_failed_call(
             # calls all along, past the age (when the client leaves the joined connection
             # depends on the machine's load): none fails, and the channel reconnects, to
             # grpcio itself
-            deadline = asyncio.get_running_loop().time() + 30
+            deadline = asyncio.get_running_loop().time() + 20
             index = 0
             while lazy._joins and asyncio.get_running_loop().time() < deadline:
                 assert await echo(b"x%d" % index, timeout=10) == (b"x%d" % index)[::-1]
@@ -154,6 +155,62 @@ def test_a_joined_channel_moves_to_grpcio_after_its_age_without_a_failed_call(
                 await asyncio.sleep(0.05)
             assert index >= 1 and not lazy._joins, (index, lazy._joins)
             await stopped(lazy, echo)
+
+    run(test)
+
+
+@contextlib.asynccontextmanager
+async def joined(server: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                  Coroutine[None, None, None]]
+                 ) -> AsyncIterator[tuple[set[_End], asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A client's connection joined, as :class:`LazyGrpc` joins one, to a server that runs
+    ``server``: the joined sockets, and the client's reader and writer."""
+    loop = asyncio.get_running_loop()
+    inner_server = await asyncio.start_server(server, "127.0.0.1", 0)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        client = asyncio.ensure_future(asyncio.open_connection(*listener.getsockname()))
+        conn, _peer = await loop.sock_accept(listener)
+    joins: set[_End] = set()
+    _transport, inner = await loop.create_connection(
+        lambda: _End(joins), "127.0.0.1", inner_server.sockets[0].getsockname()[1])
+    _transport, outer = await loop.connect_accepted_socket(lambda: _End(joins), conn)
+    inner.join(outer)
+    reader, writer = await client
+    try:
+        yield joins, reader, writer
+    finally:
+        writer.close()
+        inner_server.close()
+
+
+@pytest.mark.parametrize("first", ["client", "server"])
+def test_a_joined_connection_ended_both_ways_frees_both_sockets(first: str) -> None:
+    """Whichever side ends first (the other answering before it ends too), what is written
+    arrives and both joined sockets close (no socket is left half-closed both ways)."""
+    async def test() -> None:
+        async def server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if first == "client":
+                asked = await reader.read()  # to the client's end
+                writer.write(b"answer to " + asked)
+            else:
+                writer.write(b"bye")
+                writer.write_eof()
+                await reader.read()
+            writer.close()
+
+        async with joined(server) as (joins, reader, writer):
+            assert len(joins) == 2
+            if first == "client":
+                writer.write(b"ask")
+                writer.write_eof()
+                assert await reader.read() == b"answer to ask"
+            else:
+                assert await reader.read() == b"bye"
+                writer.write_eof()
+            await eventually(lambda: not joins, "both joined sockets closed", timeout=5)
 
     run(test)
 

@@ -52,13 +52,15 @@ class _End(asyncio.Protocol):
         self.other: _End | None = None
         self._early: list[bytes] = []
         self._joins = joins
+        self._ended = False  # this socket's peer sent its end (FIN)
 
     def join(self, other: _End) -> None:
         self.other, other.other = other, self
-        assert other.transport is not None
-        for data in self._early:
-            other.transport.write(data)
-        self._early.clear()
+        for end in (self, other):  # what either read before the other was there
+            assert end.other is not None and end.other.transport is not None
+            for data in end._early:
+                end.other.transport.write(data)
+            end._early.clear()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -72,11 +74,15 @@ class _End(asyncio.Protocol):
             self._early.append(data)  # gRPC's first SETTINGS, before the client's end is made
 
     def eof_received(self) -> bool:
+        self._ended = True
         other = self.other.transport if self.other is not None else None
-        if other is not None and other.can_write_eof() and not other.is_closing():
-            other.write_eof()
-            return True  # half-closed: the other way may still carry the answer
-        return False
+        if other is None or other.is_closing() or not other.can_write_eof():
+            return False
+        if self.other is not None and self.other._ended:  # both ways are done: close both
+            other.close()  # (what it still holds is written first)
+            return False
+        other.write_eof()
+        return True  # half-closed: the other way may still carry the answer
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._joins.discard(self)
