@@ -23,7 +23,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, kept_calls
-from watchdog.core.model.wire import SSEReader, Wire, dumps, read_stream
+from watchdog.core.model.wire import SSEReader, Unjudged, Wire, dumps, judged, read_stream
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.shell.model._relay import Relay
 
@@ -36,33 +36,32 @@ WITH_ANSWER = Step(text="Done.", tool_calls=(
     ToolCall("b", {"y": 2}), ToolCall("final_result_x", {"z": "é"}), ToolCall("c", {})))
 
 
-def python_stream(api: str, keep: int, chunks: list[bytes]) -> tuple[bytes, bool]:
+def python_stream(api: str, keep: int, chunks: list[bytes]) -> tuple[bytes, bool] | None:
     """What :func:`watchdog.shell.model.streams.relay_stream` passes on with a bound (not a
-    final request's): each chunk's events rewritten, an event too long to read and all after
-    it as they came, what is left of an event cut short at the end."""
+    final request's): each chunk's events rewritten, what is left of an event cut short at the
+    end; None: the answer ends (an event too long to read, or JSON it cannot judge)."""
     reader, trimmer = SSEReader(), WIRES[api].stream_trimmer(keep)
-    out, changed, broken = b"", False, False
+    out, changed = b"", False
     for chunk in chunks:
-        if broken:
-            out += chunk
-            continue
         events = reader.feed(chunk)
         if reader.broken:
-            broken = True
-            out += b"".join(e.raw for e in events) + reader.spilled
-            continue
-        parts = [trimmer.rewrite(event) for event in events]
+            return None
+        try:
+            parts = [trimmer.rewrite(event) for event in events]
+        except Unjudged:
+            return None
         changed = changed or any(p is not e.raw for p, e in zip(parts, events, strict=True))
         out += b"".join(parts)
-    if not broken:
-        out += reader.rest()
-    return out, changed
+    return out + reader.rest(), changed
 
 
-def python_whole(api: str, keep: int, data: bytes) -> tuple[bytes, bool]:
-    """What :func:`watchdog.shell.model.streams.relay_json` passes on with a bound."""
+def python_whole(api: str, keep: int, data: bytes) -> tuple[bytes, bool] | None:
+    """What :func:`watchdog.shell.model.streams.relay_json` passes on with a bound (None: a
+    502, JSON it cannot judge)."""
     try:
-        body = json.loads(data)
+        body = judged(data)
+    except Unjudged:
+        return None
     except ValueError:
         return data, False
     if isinstance(body, dict) and WIRES[api].trim(body, keep):
@@ -221,15 +220,33 @@ def test_odd_whole_responses_trimmed_alike(api: str, keep: int, case: int) -> No
     assert rust(api, keep, [data], False) == expected
 
 
-def test_an_event_too_long_to_read_and_all_after_it_pass_as_they_came() -> None:
+def test_an_event_too_long_to_read_ends_the_answer() -> None:
+    """An event that grows past 4 MiB before it ends is not read, so its tool calls cannot be
+    judged: with a bound, both relays end the answer there (``cut``). One that came whole in
+    one chunk was read: judged as any other."""
     stream = chat_stream(THREE)
-    huge = b"data: {\"pad\":\"" + b"x" * (4 * 1024 * 1024 + 10) + b"\"}\n\n"
-    for chunks in ([stream + huge + stream], split(stream + huge + stream, 65536)):
-        assert rust("chat", 0, chunks, True) == python_stream("chat", 0, chunks)
-    chunks = [stream, huge[:-3], huge[-3:] + stream]  # 4 MiB of one event, unended
-    expected = python_stream("chat", 0, chunks)
-    assert rust("chat", 0, chunks, True) == expected
-    assert expected[0].endswith(huge + stream)  # untouched from the long one on
+    huge = b"data: {\"pad\":\"" + b"x" * (4 * 1024 * 1024 + 100_000) + b"\"}\n\n"
+    for chunks in (split(stream + huge + stream, 65536), [stream, huge[:-3], huge[-3:] + stream]):
+        assert python_stream("chat", 0, chunks) is None
+        assert rust("chat", 0, chunks, True) is None
+    whole = [stream + huge + stream]
+    assert rust("chat", 0, whole, True) == python_stream("chat", 0, whole) is not None
+
+
+@pytest.mark.parametrize("odd", [b"1" * 4301, b"[" * 5000 + b"]" * 5000])
+def test_json_the_python_relay_cannot_judge_ends_its_answer(odd: bytes) -> None:
+    """An integer of more than 4,300 digits, nesting past the parser's depth: JSON a client
+    may read that Python cannot judge. With a bound, the Python relay ends a stream there and
+    answers a whole response 502; the compiled relay judges the integer (byte for byte) and
+    not the nesting (past 128 levels)."""
+    first = chat_stream(THREE).split(b"\n\n")[0] + b"\n\n"
+    event = (b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"a"}}]}}],'
+             b'"x":' + odd + b"}\n\n")
+    assert python_stream("chat", 0, [first, event]) is None
+    assert python_whole("chat", 0, event[6:-2]) is None
+    # the compiled relay: its one call, past a bound of 0, left out with its event
+    assert rust("chat", 0, [first, event], True) == ((first, True) if odd.startswith(b"1")
+                                                     else None)
 
 
 @pytest.mark.parametrize("data", [

@@ -10,12 +10,14 @@ import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.harness import http_request, http_served, running_server, sidecar_config, wait_until
-from tests.test_model_trim_native import python_stream, python_whole, whole, with_odd
+from tests.test_model_trim_native import ANSWERS, python_stream, python_whole, whole, with_odd
 from tests.test_model_wire import THREE, chat_stream
+from watchdog.shell.model._relay import Relay
 
 KEY = "sk-trim-0123456789"
 STREAM = with_odd("chat", chat_stream(THREE))
@@ -78,3 +80,127 @@ def test_both_relays_hand_the_agent_the_same_trimmed_bytes(tmp_path: Path, upstr
     if not stream:  # (in the stream an odd event's call comes first and is the one kept)
         assert [call["function"]["name"] for call in json.loads(expected)["choices"][0][
             "message"]["tool_calls"]] == ["a"]
+
+
+ODD = {"nan": b"NaN", "long_int": b"1" * 4301, "deep": b"[" * 200 + b"]" * 200,
+       "deeper": b"[" * 5000 + b"]" * 5000}
+
+
+def odd_data(odd: bytes, stream: bool) -> bytes:
+    """The stream of three calls with ``odd`` in every event that carries a call, or the whole
+    response with ``odd`` in it."""
+    if not stream:
+        return WHOLE[:-1] + b', "x": ' + odd + b"}"
+    return b"\n\n".join(event[:-1] + b', "x": ' + odd + b"}" if b'"tool_calls"' in event
+                        else event for event in chat_stream(THREE).split(b"\n\n"))
+
+
+class OddUpstream(Upstream):
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        odd = ODD[body["messages"][-1]["content"]]
+        data = odd_data(odd, bool(body.get("stream")))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if body.get("stream")
+                         else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def handed_calls(body: bytes, stream: bool) -> set[int]:
+    """The tool calls the agent was handed (their indexes)."""
+    def loads(data: bytes) -> Any:  # (an integer of any length, as a client may read it)
+        return json.loads(data, parse_int=lambda text: int(text) if len(text) < 20 else None)
+    if not stream:
+        return set(range(len(loads(body)["choices"][0]["message"].get("tool_calls") or [])))
+    return {call["index"] for event in body.split(b"\n\n") if event.startswith(b"data: {")
+            for choice in loads(event[6:])["choices"]
+            for call in choice["delta"].get("tool_calls") or []}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_json_a_relay_cannot_judge_never_hands_a_call_past_the_bound(tmp_path: Path,
+                                                                     stream: bool) -> None:
+    """A response whose calls come with JSON a relay's parser cannot judge (``NaN`` and nesting
+    past 128 levels for the compiled relay; an integer of more than 4,300 digits and nesting
+    past Python's depth for the Python relay), to a run with a bound of one call: where the
+    relay judges it, the agent gets one call; where it cannot, a stream ends there (no
+    ``[DONE]``) and a whole response is answered 502, so no call passes unjudged."""
+    judges = {"python": lambda data: (python_stream("chat", 1, [data]) if stream
+                                      else python_whole("chat", 1, data)) is not None,
+              "native": lambda data: Relay.trimmed("chat", 1, [data], stream, *ANSWERS)
+              is not None}
+    with http_served(OddUpstream) as url:
+        for relay in ("python", "native"):
+            config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",
+                                    model_upstream=url + "/v1", model_relay=relay)
+            with running_server(config) as sidecar:
+                for case, odd in ODD.items():
+                    request = json.dumps({"model": "m", "stream": stream, "messages": [
+                        {"role": "user", "content": case}]}).encode()
+                    status, body = http_request(
+                        "POST", sidecar.url("model") + "/v1/chat/completions", request, {
+                            "Authorization": f"Bearer {KEY}",
+                            "Content-Type": "application/json",
+                            "x-watchdog-budget-tool-calls": "1"})
+                    judged = judges[relay](odd_data(odd, stream))
+                    said = (relay, case, status, body[:200])
+                    if judged:
+                        assert status == 200 and handed_calls(body, stream) == {0}, said
+                    elif stream:
+                        assert status == 200 and b"[DONE]" not in body, said
+                        assert handed_calls(body, stream) == set(), said
+                    else:
+                        assert status == 502 and b"UnjudgedResponse" in body, said
+    assert {case for case, odd in ODD.items() if not judges["python"](odd_data(odd, stream))
+            } == {"long_int", "deeper"}
+    assert {case for case, odd in ODD.items() if not judges["native"](odd_data(odd, stream))
+            } == {"nan", "deep", "deeper"}
+
+
+class LongUpstream(Upstream):
+    """A whole response of three calls padded past 64 KiB, with its length said or not."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = LONG
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if self.path.endswith("/chat/completions"):
+            self.send_header("Content-Length", str(len(data)))
+        else:  # (the Responses path, answered with the same chat body, unsaid length)
+            self.send_header("Transfer-Encoding", "chunked")
+            data = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+LONG = WHOLE[:-1] + b', "pad": "' + b"x" * 100_000 + b'"}'
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"],
+                         ids=["length", "chunked"])
+def test_a_whole_response_too_long_to_read_is_not_passed_with_a_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """A whole response longer than the relays read (``MAX_RESPONSE_BYTES``, made 64 KiB
+    here), its length said or not: without a bound it passes as it came; with a bound on tool
+    calls it cannot be judged, so both relays answer 502 rather than pass its calls."""
+    from watchdog.shell.model import native, streams
+    for module in (native, streams):
+        monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 64 * 1024)
+    request = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                          "input": "x"}).encode()
+    with http_served(LongUpstream) as url:
+        for relay in ("python", "native"):
+            config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",
+                                    model_upstream=url + "/v1", model_relay=relay)
+            with running_server(config) as sidecar:
+                for bound, expected in (({}, 200), ({"x-watchdog-budget-tool-calls": "1"},
+                                                    502)):
+                    status, body = http_request("POST", sidecar.url("model") + path, request, {
+                        "Authorization": f"Bearer {KEY}", "Content-Type": "application/json",
+                        **bound})
+                    said = (relay, bound, status, body[:200])
+                    assert status == expected, said
+                    assert body == LONG if status == 200 else b"UnjudgedResponse" in body, said

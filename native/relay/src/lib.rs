@@ -500,53 +500,45 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticke
         Some((api, keep)) => {
             let limit = shared.observe_limit;
             let mut upstream = upstream;
+            // too long to read: its calls cannot be judged, so it is not passed on
+            let unjudged = |mut ticket: Ticket| {
+                ticket.observed = None;
+                Err((ticket, "unreachable", "UnjudgedResponse".into()))
+            };
             if upstream.content_length().is_some_and(|length| length > limit as u64) {
-                ticket.observed = None; // too long to read: passes as it comes, unobserved
-                body.upstream = Some(upstream.into());
-            } else {
-                let mut read = BytesMut::new();
-                let mut whole = true;
-                loop {
-                    match upstream.chunk().await {
-                        Ok(Some(chunk)) => {
-                            read.extend_from_slice(&chunk);
-                            if read.len() > limit {
-                                whole = false;
-                                break;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(error) => {
-                            let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
-                            return Err((ticket, kind, error_kind(&error)));
+                return unjudged(ticket);
+            }
+            let mut read = BytesMut::new();
+            loop {
+                match upstream.chunk().await {
+                    Ok(Some(chunk)) => {
+                        read.extend_from_slice(&chunk);
+                        if read.len() > limit {
+                            return unjudged(ticket);
                         }
                     }
-                }
-                let read = read.freeze();
-                if !whole {
-                    ticket.observed = None;
-                    body.whole = Some(read);
-                    body.upstream = Some(upstream.into());
-                } else {
-                    if observe {
-                        ticket.observed = Some(BytesMut::from(&read[..]));
+                    Ok(None) => break,
+                    Err(error) => {
+                        let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
+                        return Err((ticket, kind, error_kind(&error)));
                     }
-                    let out = match trim::trim_whole(api, &read, keep, &shared.answers) {
-                        Ok(Some(trimmed)) => {
-                            ticket.changed = true;
-                            Bytes::from(trimmed)
-                        }
-                        Ok(None) => read,
-                        Err(trim::Unjudged) => {
-                            ticket.observed = None;
-                            return Err((ticket, "unreachable", "UnjudgedResponse".into()));
-                        }
-                    };
-                    headers.remove("content-length");
-                    headers.remove("content-encoding");
-                    body.whole = Some(out);
                 }
             }
+            let read = read.freeze();
+            if observe {
+                ticket.observed = Some(BytesMut::from(&read[..]));
+            }
+            let out = match trim::trim_whole(api, &read, keep, &shared.answers) {
+                Ok(Some(trimmed)) => {
+                    ticket.changed = true;
+                    Bytes::from(trimmed)
+                }
+                Ok(None) => read,
+                Err(trim::Unjudged) => return unjudged(ticket),
+            };
+            headers.remove("content-length");
+            headers.remove("content-encoding");
+            body.whole = Some(out);
         }
     }
     body.ticket = Some(ticket);

@@ -331,12 +331,11 @@ pub struct Event {
 pub struct SseReader {
     buffer: Vec<u8>,
     pub broken: bool,
-    pub spilled: Vec<u8>,
 }
 
 impl SseReader {
     pub fn new() -> Self {
-        SseReader { buffer: Vec::new(), broken: false, spilled: Vec::new() }
+        SseReader { buffer: Vec::new(), broken: false }
     }
 
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
@@ -353,7 +352,7 @@ impl SseReader {
         self.buffer.drain(..start);
         if self.buffer.len() > MAX_SSE_EVENT_BYTES {
             self.broken = true;
-            self.spilled = std::mem::take(&mut self.buffer);
+            self.buffer = Vec::new();
         }
         events
     }
@@ -481,7 +480,6 @@ pub struct StreamTrim {
     answers: Answers,
     reader: SseReader,
     rewriter: Rewriter,
-    passing: bool, // the reading stopped (an event too long): the rest passes as it comes
     /// Whether any event was changed or left out.
     pub changed: bool,
     /// Whether the response's last event has come (`[DONE]`, a Responses end event,
@@ -496,26 +494,17 @@ impl StreamTrim {
             Api::Responses => Rewriter::Responses { calls: 0, dropped: Vec::new(), skipped: 0 },
             Api::Messages => Rewriter::Messages { uses: 0, answers: 0, dropped: Vec::new() },
         };
-        StreamTrim { api, keep, answers, reader: SseReader::new(), rewriter, passing: false,
+        StreamTrim { api, keep, answers, reader: SseReader::new(), rewriter,
                      changed: false, finished: false }
     }
 
     /// The bytes to send for this chunk of the upstream's.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<u8>, Unjudged> {
-        if self.passing {
-            return Ok(chunk.to_vec());
-        }
         let events = self.reader.feed(chunk);
-        let mut out = Vec::with_capacity(chunk.len());
         if self.reader.broken {
-            self.passing = true;
-            for event in &events {
-                out.extend_from_slice(&event.raw);
-            }
-            out.extend_from_slice(&self.reader.spilled);
-            self.reader.spilled = Vec::new();
-            return Ok(out);
+            return Err(Unjudged); // an event too long to read: no call in it passed unjudged
         }
+        let mut out = Vec::with_capacity(chunk.len());
         for event in &events {
             self.finished = self.finished || self.is_last(event);
             match self.rewrite(event)? {
@@ -531,7 +520,7 @@ impl StreamTrim {
 
     /// What came after the last whole event (a stream cut short), sent as it came.
     pub fn rest(&self) -> &[u8] {
-        if self.passing { &[] } else { self.reader.rest() }
+        self.reader.rest()
     }
 
     fn rewrite(&mut self, event: &Event) -> Result<Option<Vec<u8>>, Unjudged> {

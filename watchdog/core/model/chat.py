@@ -26,6 +26,7 @@ from watchdog.core.model.wire import (
     append_text,
     clipped,
     json_data,
+    judged_data,
     plain_content,
     sse,
     text_of,
@@ -354,7 +355,7 @@ class ChatTrimmer:
         return slot
 
     def rewrite(self, event: Event) -> bytes:
-        data = json_data(event)
+        data = judged_data(event)
         choices = data.get("choices") if data is not None else None
         if data is None or not isinstance(choices, list):
             return event.raw

@@ -28,6 +28,7 @@ from watchdog.core.model.wire import (
     closed_up,
     dumps,
     json_data,
+    judged_data,
     sse,
     text_of,
     token,
@@ -256,7 +257,7 @@ class MessagesTrimmer:
         self._dropped: set[int] = set()
 
     def rewrite(self, event: Event) -> bytes:
-        data = json_data(event)
+        data = judged_data(event)
         if data is None:
             return event.raw
         kind, index = data.get("type"), data.get("index")

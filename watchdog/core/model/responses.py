@@ -32,6 +32,7 @@ from watchdog.core.model.wire import (
     clipped,
     closed_up,
     json_data,
+    judged_data,
     sse,
     text_of,
     token,
@@ -275,7 +276,7 @@ class ResponsesTrimmer:
         self._skipped = 0  # events left out: the later sequence numbers move down by as many
 
     def rewrite(self, event: Event) -> bytes:
-        data = json_data(event)
+        data = judged_data(event)
         if data is None:
             return event.raw
         kind, index = data.get("type"), data.get("output_index")

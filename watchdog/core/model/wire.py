@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.scanner import make_scanner
@@ -160,7 +161,6 @@ class SSEReader:
         self._buffer = bytearray()
         self._cr = False  # a carriage return has come: every separator is looked for
         self.broken = False
-        self.spilled = b""  # what was buffered when the reading stopped (not yet sent on)
 
     def feed(self, chunk: bytes) -> list[Event]:
         if self.broken:
@@ -188,7 +188,6 @@ class SSEReader:
             del buffer[:start]
         if len(buffer) > self.limit:
             self.broken = True
-            self.spilled = bytes(buffer)
             buffer.clear()
         return events
 
@@ -249,6 +248,38 @@ def json_data(event: Event) -> dict[str, Any] | None:
     try:
         value = json.loads(event.data)
     except (ValueError, RecursionError):  # (nesting deeper than the parser goes)
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class Unjudged(Exception):
+    """JSON a client may read that Python's parser does not: nested deeper than it goes, or an
+    integer longer than it converts (``sys.get_int_max_str_digits``). What holds it cannot be
+    judged, so a response bound to a number of tool calls ends there rather than pass it."""
+
+
+def judged(text: str | bytes) -> object:
+    """``json.loads(text)``: ValueError for JSON no client reads either; :class:`Unjudged` for
+    JSON some may read and Python cannot judge."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise Unjudged("nested too deeply") from None
+    except ValueError:
+        digits = sys.get_int_max_str_digits()
+        if digits and re.search(rb"\d{%d}" % (digits + 1), text if isinstance(text, bytes)
+                                else text.encode("utf-8", "surrogatepass")):
+            raise Unjudged(f"an integer of more than {digits} digits") from None
+        raise
+
+
+def judged_data(event: Event) -> dict[str, Any] | None:
+    """:func:`json_data` for a trimmer: :class:`Unjudged` for an event it cannot judge."""
+    if event.data is None or event.data == "[DONE]":
+        return None
+    try:
+        value = judged(event.data)
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None
 

@@ -48,7 +48,14 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
-from watchdog.core.model.wire import Observation, Request, Wire, dumps, read_stream
+from watchdog.core.model.wire import (
+    Observation,
+    Request,
+    Unjudged,
+    Wire,
+    dumps,
+    read_stream,
+)
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.core.spans.record import KeySource
@@ -392,6 +399,9 @@ class ModelProxy:
                 else:
                     response = await relay_json(self, request, upstream, exchange)
                     outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+        except Unjudged:  # a bound's response it cannot judge: as the compiled relay answers
+            answer = self.upstream_failed(plan, "unreachable", "UnjudgedResponse")
+            return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except TimeoutError:
             answer = self.upstream_failed(plan, "timeout", "")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)

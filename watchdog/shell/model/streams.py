@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from watchdog.core.model.steer import Act, kept_calls
-from watchdog.core.model.wire import SSEReader, dumps
+from watchdog.core.model.wire import SSEReader, Unjudged, dumps, judged
 from watchdog.shell.model.headers import response_headers
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
 
@@ -70,13 +70,19 @@ async def pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -
 async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
                       exchange: Exchange) -> web.StreamResponse:
     """A whole response: read (bounded), observed, trimmed if it asks for more tool calls
-    than are left (else its bytes as they came)."""
+    than are left (else its bytes as they came). With a bound on tool calls, one too long to
+    read or holding JSON it cannot judge raises :class:`Unjudged`: no call passes unjudged."""
+    keep = exchange.turn.keep
     if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
+        if keep is not None:
+            raise Unjudged("too long to read")
         return await relay(request, upstream)
     buffer = bytearray()
     async for chunk in upstream.content.iter_any():
         buffer += chunk
         if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
+            if keep is not None:
+                raise Unjudged("too long to read")
             response = web.StreamResponse(status=upstream.status, headers=response_headers(
                 upstream.headers, False))
             await response.prepare(request)
@@ -85,10 +91,14 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
             return response
     data = bytes(buffer)
     body: object = None
-    with contextlib.suppress(ValueError, RecursionError):
-        body = json.loads(data)
+    if keep is not None:
+        with contextlib.suppress(ValueError):
+            body = judged(data)
+    else:
+        with contextlib.suppress(ValueError, RecursionError):
+            body = json.loads(data)
     if isinstance(body, dict):
-        wire, keep = exchange.wire, exchange.turn.keep
+        wire = exchange.wire
         seen = wire.read_response(body)
         handed = kept_calls(seen.calls, keep)
         if keep is not None and wire.trim(body, keep):
@@ -114,7 +124,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     await response.prepare(request)
     reader, accumulator = SSEReader(), wire.accumulator()
     trimmer = wire.stream_trimmer(keep) if keep is not None else None
-    trimmed = False
+    trimmed = cut = False
     booked = False
 
     def book() -> None:
@@ -136,8 +146,6 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     try:
         async for chunk in _chunks(upstream, first):
             if trimmer is None:  # as it came, read first: booked at its last event
-                if held:  # (the reading stopped: what was held goes first)
-                    await response.write(b"".join(held))
                 held = None
                 for event in reader.feed(chunk):
                     accumulator.feed(event)
@@ -151,14 +159,18 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             events = reader.feed(chunk)
             for event in events:
                 accumulator.feed(event)
-            if reader.broken:  # an event too long to read: the rest passes as it is
-                trimmer = None
-                out = b"".join(e.raw for e in events) + reader.spilled
-            else:
+            try:
+                if reader.broken:
+                    raise Unjudged(f"an event longer than {reader.limit} bytes")
                 parts = [trimmer.rewrite(event) for event in events]
-                trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
-                                                                         strict=True))
-                out = b"".join(parts)
+            except Unjudged as exc:  # the answer ends here: no call in it passes unjudged
+                log.warning("model upstream stream cut: %s, with a bound on its tool calls",
+                            exc)
+                cut = True
+                break
+            trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
+                                                                     strict=True))
+            out = b"".join(parts)
             if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
                 held.append(out)
                 held_size += len(out)
@@ -170,12 +182,14 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 book()  # its last event: booked before the agent can have it
             if out:
                 await response.write(out)
-        if held is not None:
+        if held is not None and not cut:
             seen = accumulator.observation
             note = proxy.empty_final(exchange, seen, kept_calls(seen.calls, keep))
             await response.write(b"".join(held) if note is None else wire.answer_stream(
                 exchange.request.model, note, exchange.request, time.time()))
-        if trimmer is not None and (rest := reader.rest()):
+        elif held:
+            await response.write(b"".join(held))
+        if trimmer is not None and not cut and (rest := reader.rest()):
             await response.write(rest)  # a stream cut mid-event: as it came
         await response.write_eof()
     finally:
