@@ -25,8 +25,10 @@ The metrics' counts (tool calls, tokens, errors) are the runs' counts in every d
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -270,18 +272,18 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 # it (the first span of a trace with no run yet is dropped, so the call finds nothing to take).
 # Lower a count when a change reads more of them right; never raise one (a new recording adds
 # its own: openai_agents_sdk's ping_pong, chain and ping_pong_limit, handoff after handoff, 13
-# of 14, 3 of 4 and 5 of 6; vercel_ai's subagent, a generateText run by another's tool, cut
-# between the two: the inner call's model and tool calls read in the outer run).
+# of 14, 3 of 4 and 5 of 6). A trace's frames outlive its run by LATE_SPAN_GRACE, so a nested
+# agent whose spans come after the root is still split out (test_batches_in_any_order_...).
 OUT_OF_ORDER_MISREAD = {
-    "agent_framework_native": 12, "agno_oi": 18, "autogen_native": 5,
-    "crewai_openinference_openai": 7, "crewai_openllmetry": 1, "dspy_oi": 4,
-    "haystack_native": 1, "haystack_oi": 1, "langchain_openinference": 6,
-    "langchain_openllmetry": 8, "litellm_logfire_loop": 8, "llamaindex_legacy_oi": 4,
+    "agent_framework_native": 3, "autogen_native": 5,
+    "crewai_openinference_openai": 7, "dspy_oi": 4,
+    "haystack_native": 1, "haystack_oi": 1, "langchain_openinference": 2,
+    "langchain_openllmetry": 6, "litellm_logfire_loop": 8, "llamaindex_legacy_oi": 4,
     "logfire_loop": 8,
-    "openai_agents_oi": 10,
-    "openai_agents_openlit": 14, "openai_agents_openllmetry": 20, "openai_agents_sdk": 49,
+    "openai_agents_oi": 5,
+    "openai_agents_openlit": 8, "openai_agents_openllmetry": 10, "openai_agents_sdk": 35,
     "openai_olm_call_ids": 6, "openai_olm_loop": 6, "semantic_kernel_137_agent": 7,
-    "semantic_kernel_agent": 7, "smolagents_oi": 5, "vercel_ai": 1,
+    "semantic_kernel_agent": 7, "smolagents_oi": 1,
 }
 
 
@@ -298,6 +300,42 @@ def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
     assert not worse, f"(misread, pinned) per driver: {worse}"
     better = {d: (misread[d], n) for d, n in OUT_OF_ORDER_MISREAD.items() if misread[d] < n}
     assert not better, f"(misread, pinned): fewer than pinned, lower OUT_OF_ORDER_MISREAD {better}"
+
+
+# GAP (pinned): a run exported in three batches that arrive in any other order (an exporter
+# sends its batches side by side, or retries one after a later one). Of every order of the
+# three parts, cut at two of every sixth cut point, this many per driver read otherwise.
+# Lower a count when a change reads more of them right; never raise one.
+BATCH_ORDER_MISREAD = {
+    "agent_framework_native": 6, "autogen_native": 34, "crewai_openinference_openai": 8,
+    "dspy_oi": 28, "haystack_native": 5, "langchain_openinference": 8,
+    "langchain_openllmetry": 20, "litellm_logfire_loop": 20, "llamaindex_legacy_oi": 60,
+    "logfire_loop": 9, "openai_agents_oi": 7, "openai_agents_openlit": 32,
+    "openai_agents_openllmetry": 18, "openai_agents_sdk": 127, "openai_olm_loop": 9,
+    "semantic_kernel_137_agent": 18, "semantic_kernel_agent": 18,
+}
+
+
+def batch_orders(spans: list[ScopedSpan]) -> Iterator[list[ExportTraceServiceRequest]]:
+    """The recording cut into three batches, sent in every order but the one it ended in."""
+    for first, second in itertools.combinations(cuts(spans)[::6], 2):
+        parts = [spans[:first], spans[first:second], spans[second:]]
+        for order in itertools.permutations(range(3)):
+            if order != (0, 1, 2):
+                yield [request_of(parts[index]) for index in order]
+
+
+def test_batches_in_any_order_misread_no_more_runs_than_pinned() -> None:
+    misread: Counter[str] = Counter()
+    for driver, scenario in ALL:
+        exported = read_as_exported(driver, scenario)
+        for requests in batch_orders(scoped_spans(driver, scenario)):
+            misread[driver] += runs_read(requests) != exported
+    worse = {d: (n, BATCH_ORDER_MISREAD.get(d, 0)) for d, n in misread.items()
+             if n > BATCH_ORDER_MISREAD.get(d, 0)}
+    assert not worse, f"(misread, pinned) per driver: {worse}"
+    better = {d: (misread[d], n) for d, n in BATCH_ORDER_MISREAD.items() if misread[d] < n}
+    assert not better, f"(misread, pinned): fewer than pinned, lower BATCH_ORDER_MISREAD {better}"
 
 
 def test_other_services_in_one_request_read_as_each_alone() -> None:

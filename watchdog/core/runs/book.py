@@ -171,7 +171,7 @@ class RunBook:
 
     def _remember_ended(self, run: RunState, keep_frames: bool = False) -> None:
         if run.key_source is KEY_TRACE and run.parent_run is None and not keep_frames:
-            self._frames.forget(run.trace_id)
+            self._frames.end(run.trace_id, run.ended_at or 0.0)
         self._ended[run.key] = run
         self._ended.move_to_end(run.key)
         self._trim_ended()

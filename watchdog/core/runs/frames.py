@@ -28,8 +28,10 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   instrumentations (OpenInference's ``agent_run`` around google-adk's own ``invoke_agent``):
   the same agent name (or none), and no model or tool call between them.
 
-The retained records are dropped when the trace run ends. Past ``MAX_RETAINED_SPANS`` a trace is
-no longer split (its nested agents stay folded into the trace run): counted, never unbounded.
+The retained records are kept for ``LATE_SPAN_GRACE`` seconds after the trace run ends (spans
+may come after their root: a batch retried, or sent beside a later one), then dropped. Past
+``MAX_RETAINED_SPANS`` a trace is no longer split (its nested agents stay folded into the
+trace run): counted, never unbounded.
 The module is pure: no clock, no I/O.
 """
 
@@ -45,6 +47,8 @@ from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
 MAX_RETAINED_SPANS = 512  # records kept per trace to fold a nested agent's run again
 MAX_TRACES_RETAINED = 4_000  # traces with retained records at once (least recent dropped)
 MAX_DEPTH = 64  # parent links followed at most (a cycle or a very deep tree ends the walk)
+MAX_TRACES_ENDED = 256  # traces whose run ended, kept for late spans (some 10 KiB each)
+LATE_SPAN_GRACE = 30.0  # seconds they are kept
 
 
 @dataclass(slots=True)
@@ -193,16 +197,25 @@ class TraceFrames:
 
 
 class FrameBook:
-    """The :class:`TraceFrames` of traces in progress, least recently used dropped first."""
+    """The :class:`TraceFrames` of traces in progress, least recently used dropped first; and
+    of traces whose run has ended, for ``LATE_SPAN_GRACE`` seconds (at most
+    ``MAX_TRACES_ENDED``): spans that come after their root (a batch retried, or sent beside a
+    later one, arrives after it) still find their nested agent's child run, or split it out."""
 
-    def __init__(self, max_traces: int = MAX_TRACES_RETAINED) -> None:
+    def __init__(self, max_traces: int = MAX_TRACES_RETAINED,
+                 max_ended: int = MAX_TRACES_ENDED) -> None:
         self.max_traces = max_traces
+        self.max_ended = max_ended
         self._traces: OrderedDict[str, TraceFrames] = OrderedDict()
+        self._ended: OrderedDict[str, tuple[float, TraceFrames]] = OrderedDict()
         self.dropped = 0  # traces that stopped being split for want of room (a counter)
 
     def of(self, trace_id: str) -> TraceFrames:
         frames = self._traces.get(trace_id)
         if frames is None:
+            ended = self._ended.get(trace_id)
+            if ended is not None:
+                return ended[1]
             frames = self._traces[trace_id] = TraceFrames()
             if len(self._traces) > self.max_traces:
                 self._traces.popitem(last=False)
@@ -212,10 +225,30 @@ class FrameBook:
         return frames
 
     def get(self, trace_id: str) -> TraceFrames | None:
-        return self._traces.get(trace_id)
+        frames = self._traces.get(trace_id)
+        if frames is None and (ended := self._ended.get(trace_id)) is not None:
+            return ended[1]
+        return frames
 
     def forget(self, trace_id: str) -> None:
         self._traces.pop(trace_id, None)
+        self._ended.pop(trace_id, None)
+
+    def end(self, trace_id: str, now: float) -> None:
+        """The trace's run has ended: its frames are kept for late spans a while longer."""
+        frames = self._traces.pop(trace_id, None)
+        if frames is None:
+            return
+        self._ended[trace_id] = (now, frames)
+        self._ended.move_to_end(trace_id)
+        while len(self._ended) > self.max_ended:
+            self._ended.popitem(last=False)
+
+    def expire(self, now: float) -> None:
+        """Drop the frames of traces whose run ended more than ``LATE_SPAN_GRACE`` ago."""
+        ended = self._ended
+        while ended and next(iter(ended.values()))[0] <= now - LATE_SPAN_GRACE:
+            ended.popitem(last=False)
 
     def items(self) -> Iterator[tuple[str, TraceFrames]]:
         """Every trace's frames, least recently used first."""

@@ -286,6 +286,7 @@ class RunTracker(RunBook):
         by_span = self._learn_aliases(records)
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
+        self._link_traces(records)
         pending = self._pending_parents
         active = self._active
         for record in records:
@@ -348,6 +349,17 @@ class RunTracker(RunBook):
             result.evicted.append(victim)
             result.touched[victim.key] = victim
         return result
+
+    def _link_traces(self, records: list[SpanRecord]) -> None:
+        """The parent links of the batch's spans, known to their traces' frames before any of
+        them is placed: a nested agent's span ends before the spans around it (children
+        first), and where its trace's root came first, only those links tell that it ran
+        inside the root's agent."""
+        frames = self._frames
+        for record in records:
+            if record.key_source is KEY_TRACE and not record.loose \
+                    and (trace := frames.get(record.trace_id)) is not None:
+                trace.parents.setdefault(record.span_id, record.parent_span_id)
 
     def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult,
               count: bool = True) -> None:
@@ -490,6 +502,7 @@ class RunTracker(RunBook):
         """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``; end
         runs of loose calls that have had no call for ``loose_run_gap``."""
         expired: list[RunState] = []
+        self._frames.expire(now)
         gap_deadline = now - self.loose_run_gap
         for group, key in list(self._loose.items()):
             run = self._active.get(key)
