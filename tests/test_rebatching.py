@@ -15,9 +15,8 @@ root folds into its agent's run of loose calls.
 Each is also read span by span with the tracker restarted between two spans, after a clean
 shutdown and after a crash (a restarted sidecar has only what it stored).
 
-Known gaps, pinned as such: a nested agent split out of its trace's run, restarted mid-trace
-after a crash (``test_a_recording_reads_the_same_across_a_restart``); an exporter that sends
-parents before children (LangSmith's) and is cut mid-trace (``PARENTS_FIRST_CUTS``).
+Known gap, pinned as such: a nested agent split out of its trace's run, restarted mid-trace
+after a crash (``test_a_recording_reads_the_same_across_a_restart``).
 
 The metrics' counts (tool calls, tokens, errors) are the runs' counts in every delivery.
 """
@@ -44,9 +43,6 @@ from watchdog.core.spans.record import KEY_TRACE
 
 MAX_CUTS = 40  # cut points tried per recording (every one, for shorter recordings)
 ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl"))
-# Parents first, the root in a request of its own: a cut after the sub-agent's agent span and
-# before its calls leaves the calls in the caller's run (the frames are not kept that long).
-PARENTS_FIRST_CUTS = {("langchain_langsmith", "subagent")}
 
 Runs = list[tuple[Any, ...]]
 
@@ -163,10 +159,7 @@ def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario:
     assert runs_read([request_of([span]) for span in spans]) == exported, "span by span"
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[:cut]), request_of(spans[cut:])]) != exported]
-    if (driver, scenario) in PARENTS_FIRST_CUTS:
-        assert differ, "the known gap is closed: take it out of PARENTS_FIRST_CUTS"
-    else:
-        assert not differ, f"cut after these spans: {differ}"
+    assert not differ, f"cut after these spans: {differ}"
 
 
 @pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])

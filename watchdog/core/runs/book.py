@@ -11,6 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from watchdog.core.bounds import is_number
 from watchdog.core.runs.frames import FrameBook, TraceFrames
 from watchdog.core.runs.run import RunState
 from watchdog.core.spans.record import KEY_TRACE, KeySource
@@ -123,19 +124,23 @@ class RunBook:
         """What the tracker holds beyond its runs, in JSON-able values, for a clean restart to
         go on with: the records and parent links retained of traces in progress (a nested agent
         whose spans came before its agent span is split out of them; the most recently used
-        traces' up to ``max_records`` records, the rest left out and counted in
-        ``"left_out"``) and the run each trace's run-naming spans went to (the spans below them
-        that name none follow)."""
+        traces' up to ``max_records`` records, then those of traces whose run ended lately, the
+        rest left out and counted in ``"left_out"``) and the run each trace's run-naming spans
+        went to (the spans below them that name none follow)."""
         frames: list[list[Any]] = []
+        ended: list[list[Any]] = []
         left_out = 0
-        for trace, trace_frames in reversed(list(self._frames.items())):
-            max_records -= len(trace_frames.records)
-            if max_records < 0:
-                left_out += 1
-                continue
-            frames.append([trace, trace_frames.to_dict()])
-        frames.reverse()  # least recently used first, as restore_state puts them back
-        return {"frames": frames, "left_out": left_out,
+        for kept, traces in ((frames, self._frames.items()),
+                             (ended, self._frames.ended_items())):
+            for trace, at, trace_frames in reversed(list(traces)):
+                max_records -= len(trace_frames.records)
+                if max_records < 0:
+                    left_out += 1
+                    continue
+                kept.append([trace, trace_frames.to_dict()] if at is None
+                            else [trace, at, trace_frames.to_dict()])
+            kept.reverse()  # least recently used first, as restore_state puts them back
+        return {"frames": frames, "ended_frames": ended, "left_out": left_out,
                 "trace_runs": [[trace, key, source.value]
                                for trace, (key, source) in self._trace_runs.items()]}
 
@@ -147,6 +152,14 @@ class RunBook:
             try:
                 trace, data = item
                 self._frames.put(str(trace), TraceFrames.from_dict(data))
+            except (KeyError, TypeError, ValueError):
+                skipped += 1
+        for item in state.get("ended_frames", ()):
+            try:
+                trace, at, data = item
+                if not is_number(at):
+                    raise ValueError(f"not a time: {at!r}")
+                self._frames.end(str(trace), float(at), TraceFrames.from_dict(data))
             except (KeyError, TypeError, ValueError):
                 skipped += 1
         for item in state.get("trace_runs", ()):
@@ -169,8 +182,8 @@ class RunBook:
         while len(answers) > MAX_LOOSE_GROUPS:
             answers.popitem(last=False)
 
-    def _remember_ended(self, run: RunState, keep_frames: bool = False) -> None:
-        if run.key_source is KEY_TRACE and run.parent_run is None and not keep_frames:
+    def _remember_ended(self, run: RunState) -> None:
+        if run.key_source is KEY_TRACE and run.parent_run is None:
             self._frames.end(run.trace_id, run.ended_at or 0.0)
         self._ended[run.key] = run
         self._ended.move_to_end(run.key)

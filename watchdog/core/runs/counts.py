@@ -70,11 +70,13 @@ class RunCounts(RunFields):
             self.announce(record.agent, record.session, record.parent_run, record.budget)
         if record.agent is not None and (
                 self.agent is None or (record.kind is AGENT and not self.framed
-                                       and not (record.workflow and self.named_by_agent))):
+                                       and not ((record.workflow or self.ended)
+                                                and self.named_by_agent))):
             # (a run the client SDK announced keeps the name it was given: an agent span of
             # the framework inside it names the framework's agent; a workflow span around the
             # agent names the workflow — the OpenAI Agents SDK's "Agent workflow" — and yields
-            # to the agent span's name)
+            # to the agent span's name; an agent span that comes after the run ended, named by
+            # one, is a nested agent's that came late: the run keeps its name)
             self.agent = record.agent
             if record.kind is AGENT and not record.workflow:
                 self.named_by_agent = True

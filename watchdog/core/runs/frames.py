@@ -234,9 +234,10 @@ class FrameBook:
         self._traces.pop(trace_id, None)
         self._ended.pop(trace_id, None)
 
-    def end(self, trace_id: str, now: float) -> None:
-        """The trace's run has ended: its frames are kept for late spans a while longer."""
-        frames = self._traces.pop(trace_id, None)
+    def end(self, trace_id: str, now: float, frames: TraceFrames | None = None) -> None:
+        """The trace's run has ended (at ``now``): its frames (or ``frames``, restored) are
+        kept for late spans a while longer."""
+        frames = self._traces.pop(trace_id, None) or frames
         if frames is None:
             return
         self._ended[trace_id] = (now, frames)
@@ -250,9 +251,13 @@ class FrameBook:
         while ended and next(iter(ended.values()))[0] <= now - LATE_SPAN_GRACE:
             ended.popitem(last=False)
 
-    def items(self) -> Iterator[tuple[str, TraceFrames]]:
-        """Every trace's frames, least recently used first."""
-        return iter(self._traces.items())
+    def items(self) -> Iterator[tuple[str, None, TraceFrames]]:
+        """Every trace in progress: its id, None and its frames, least recently used first."""
+        return ((trace, None, frames) for trace, frames in self._traces.items())
+
+    def ended_items(self) -> Iterator[tuple[str, float, TraceFrames]]:
+        """Every trace whose run has ended: its id, when, and its frames, oldest first."""
+        return ((trace, at, frames) for trace, (at, frames) in self._ended.items())
 
     def put(self, trace_id: str, frames: TraceFrames) -> None:
         """Keep ``frames`` as the trace's (restored): the most recently used, within bounds."""

@@ -388,7 +388,7 @@ class RunTracker(RunBook):
                 not run.framed or record.run_frame or record.parent_span_id is None):
             if not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)
-            self._finish(run, now, keep_frames=self._root_first(record))
+            self._finish(run, now)
             result.ended.append(run)
 
     def _outcome_from_children(self, run: RunState) -> None:
@@ -410,21 +410,10 @@ class RunTracker(RunBook):
             elif last.limit_stop is not None and run.limit_stop is None:
                 run.limit_stop = last.limit_stop
 
-    def _root_first(self, record: SpanRecord) -> bool:
-        """Whether ``record``, the root that ends its trace's run, is the first span of its
-        trace: an exporter that sends parents before children (LangSmith's, which turns
-        finished LangChain runs into spans in the order they started) — the run's spans come
-        late, and a nested agent among them must still find the trace's frames to be split
-        into a child run (kept until the book's bound drops them, as a trace in progress)."""
-        if record.key_source is not KEY_TRACE or record.parent_span_id is not None:
-            return False
-        frames = self._frames.get(record.trace_id)
-        return frames is not None and len(frames.parents) == 1 and record.kind is AGENT
-
-    def _finish(self, run: RunState, now: float, keep_frames: bool = False) -> None:
+    def _finish(self, run: RunState, now: float) -> None:
         run.end(now)
         self._active.pop(run.key, None)
-        self._remember_ended(run, keep_frames)
+        self._remember_ended(run)
 
     def _adopt(self, child_key: str, parent_key: str, result: BatchResult) -> None:
         """The span a child run's agent span hangs from has arrived: its run is the parent."""
