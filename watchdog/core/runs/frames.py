@@ -63,6 +63,7 @@ class TraceFrames:
     agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
     main_agent: str | None = None
     complete: bool = True  # False once a record could not be retained: no more splitting
+    ahead: list[SpanRecord] = field(default_factory=list)  # tool calls of the batch, unfolded
 
     def to_dict(self) -> dict[str, Any]:
         """The frames in JSON-able values (kept over a clean restart)."""
@@ -135,7 +136,13 @@ class TraceFrames:
             return False
         start, end = agent.start_ns, agent.end_ns
         return any(record.kind is TOOL and record.start_ns <= start and end <= record.end_ns
-                   and self.within(record.span_id, outer) for record in self.records)
+                   and self.within(record.span_id, outer)
+                   for records in (self.records, self.ahead) for record in records)
+
+    def ended_before(self, agent: SpanRecord, other: str) -> bool:
+        """Whether agent span ``agent`` ended before span ``other`` (retained) did."""
+        return any(record.span_id == other and agent.end_ns < record.end_ns
+                   for record in self.records)
 
     def answer_only(self, agent: SpanRecord) -> bool:
         """Whether agent span ``agent`` (below the trace root) is no agent of its own: it names

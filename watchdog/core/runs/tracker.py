@@ -286,7 +286,8 @@ class RunTracker(RunBook):
         by_span = self._learn_aliases(records)
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
-        self._link_traces(records)
+        linked: list[TraceFrames] = []
+        waiting = self._link_traces(records, linked)
         pending = self._pending_parents
         active = self._active
         for record in records:
@@ -298,6 +299,8 @@ class RunTracker(RunBook):
             frames = None
             if record.key_source is KEY_TRACE and not record.loose:
                 frames = self._frames.of(record.trace_id)
+                if waiting and (batch := waiting.pop(record.trace_id, None)):
+                    self._link(frames, batch, linked)
                 frames.note(record)
                 child = frames.child_of(record.parent_span_id) if record.parent_span_id \
                     else None
@@ -340,6 +343,8 @@ class RunTracker(RunBook):
             elif record.loose and record.parent_span_id is None:
                 run.loose_trace = record.trace_id
             self._fold(record, run, now, result)
+        for frames in linked:
+            frames.ahead.clear()
         while len(self._active) > self.max_runs:
             _, victim = self._active.popitem(last=False)
             victim.end(now, abandoned=True)
@@ -350,16 +355,33 @@ class RunTracker(RunBook):
             result.touched[victim.key] = victim
         return result
 
-    def _link_traces(self, records: list[SpanRecord]) -> None:
-        """The parent links of the batch's spans, known to their traces' frames before any of
-        them is placed: a nested agent's span ends before the spans around it (children
-        first), and where its trace's root came first, only those links tell that it ran
-        inside the root's agent."""
-        frames = self._frames
+    def _link_traces(self, records: list[SpanRecord], linked: list[TraceFrames]
+                     ) -> dict[str, list[SpanRecord]]:
+        """What the batch holds of each trace, known to the trace's frames before any of its
+        spans is placed: their parent links, and the tool calls still to be folded
+        (:attr:`TraceFrames.ahead`, cleared when the batch is done: the frames go to
+        ``linked``). A nested agent's span ends before the spans around it (children first);
+        where its trace's root or its caller's agent span came first, only those tell where it
+        ran. The records of traces with no frames yet are returned, for when their first span
+        is placed (:meth:`_link`)."""
+        waiting: dict[str, list[SpanRecord]] = {}
         for record in records:
-            if record.key_source is KEY_TRACE and not record.loose \
-                    and (trace := frames.get(record.trace_id)) is not None:
-                trace.parents.setdefault(record.span_id, record.parent_span_id)
+            if record.key_source is KEY_TRACE and not record.loose:
+                waiting.setdefault(record.trace_id, []).append(record)
+        for trace_id in list(waiting):
+            if (frames := self._frames.get(trace_id)) is not None:
+                self._link(frames, waiting.pop(trace_id), linked)
+        return waiting
+
+    @staticmethod
+    def _link(frames: TraceFrames, records: list[SpanRecord], linked: list[TraceFrames]
+              ) -> None:
+        for record in records:
+            frames.parents.setdefault(record.span_id, record.parent_span_id)
+            if record.kind is TOOL:
+                if not frames.ahead:
+                    linked.append(frames)
+                frames.ahead.append(record)
 
     def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult,
               count: bool = True) -> None:
@@ -437,8 +459,17 @@ class RunTracker(RunBook):
                 self._split(frames, main, run, now, result)
             frames.main_agent = record.span_id
             return run
-        if frames.within(record.span_id, main) and frames.same_invocation(record.span_id, main):
-            return run  # the inner view of the main agent, ending after it (async exporters)
+        if frames.within(record.span_id, main):
+            if frames.same_invocation(record.span_id, main):
+                return run  # the inner view of the main agent, ending after it (async exporters)
+        elif frames.parents.get(main) is not None and frames.ended_before(record, main) \
+                and not frames.ran_in_a_tool_of(record.span_id, main):
+            # a sibling that ended before the one taken as main (not the trace's root), come
+            # after it (a later request came first): the first to end is the main agent, as
+            # when they come in order
+            self._split(frames, main, run, now, result)
+            frames.main_agent = record.span_id
+            return run
         return self._split(frames, record.span_id, run, now, result) or run
 
     def _split(self, frames: TraceFrames, agent_span: str, parent: RunState, now: float,
