@@ -270,10 +270,10 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 OUT_OF_ORDER_MISREAD = {
     "agent_framework_native": 1, "autogen_native": 2, "crewai_openinference_openai": 7,
     "dspy_oi": 4, "haystack_native": 1, "haystack_oi": 1, "langchain_openllmetry": 6,
-    "litellm_logfire_loop": 8, "llamaindex_legacy_oi": 4, "logfire_loop": 8,
-    "openai_agents_oi": 3, "openai_agents_openlit": 7, "openai_agents_openllmetry": 10,
-    "openai_agents_sdk": 31, "openai_olm_call_ids": 6, "openai_olm_loop": 6,
-    "semantic_kernel_137_agent": 7, "semantic_kernel_agent": 7, "smolagents_oi": 1,
+    "litellm_logfire_loop": 8, "logfire_loop": 8, "openai_agents_oi": 3,
+    "openai_agents_openlit": 7, "openai_agents_openllmetry": 10, "openai_agents_sdk": 31,
+    "openai_olm_call_ids": 6, "openai_olm_loop": 6, "semantic_kernel_137_agent": 7,
+    "semantic_kernel_agent": 7, "smolagents_oi": 1,
 }
 
 
@@ -298,10 +298,10 @@ def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
 # Lower a count when a change reads more of them right; never raise one.
 BATCH_ORDER_MISREAD = {
     "autogen_native": 17, "crewai_openinference_openai": 8, "dspy_oi": 28, "haystack_native": 5,
-    "langchain_openllmetry": 18, "litellm_logfire_loop": 20, "llamaindex_legacy_oi": 60,
-    "logfire_loop": 9, "openai_agents_oi": 4, "openai_agents_openlit": 23,
-    "openai_agents_openllmetry": 18, "openai_agents_sdk": 121, "openai_olm_loop": 9,
-    "semantic_kernel_137_agent": 18, "semantic_kernel_agent": 18,
+    "langchain_openllmetry": 18, "litellm_logfire_loop": 20, "logfire_loop": 9,
+    "openai_agents_oi": 4, "openai_agents_openlit": 23, "openai_agents_openllmetry": 18,
+    "openai_agents_sdk": 121, "openai_olm_loop": 9, "semantic_kernel_137_agent": 18,
+    "semantic_kernel_agent": 18,
 }
 
 

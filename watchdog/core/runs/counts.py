@@ -105,16 +105,21 @@ class RunCounts(RunFields):
                 record.kind = kind = OTHER  # its twin was counted as one call already)
                 record.tool_name = None
         if kind is TOOL:
-            if not record.named_tool and self._named \
-                    and (record.span_id, record.tool_name) in self._named:
+            if not record.named_tool and self._named and (
+                    (record.span_id, record.tool_name) in self._named
+                    or (record.parent_span_id, record.tool_name) in self._tool_spans):
                 # the tool call around a call of the same tool counted directly inside it (a
                 # span the tool's code made, named after it; a second tracer's tool span, as
-                # OpenInference's tool decorator inside pydantic-ai's): one execution, once
+                # OpenInference's tool decorator inside pydantic-ai's), or the call inside one
+                # counted around it (come after it: a later request first): one execution, once
                 record.kind = kind = OTHER
                 record.tool_name = None
             else:
+                name = record.tool_name or ""
                 self._named = (*self._named[1 - RECENT_FAILURES:],
-                               (record.parent_span_id or "", record.tool_name or ""))
+                               (record.parent_span_id or "", name))
+                self._tool_spans = (*self._tool_spans[1 - RECENT_FAILURES:],
+                                    (record.span_id, name))
         if record.loop_end:
             self._loop_ended = True
         if kind is LLM:

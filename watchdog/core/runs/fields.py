@@ -46,7 +46,7 @@ class RunFields:
         "_failures", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
-        "_tool_error_streak", "_tool_start_ns",
+        "_tool_error_streak", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "budget", "budget_used", "clock_lags", "consecutive_errors", "cost_usd",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
@@ -139,6 +139,8 @@ class RunFields:
         # the tool calls counted lately (a span taken as a tool's execution by its name too):
         # (parent span id, tool); a tool call around one of them is that call, traced twice
         self._named: tuple[tuple[str, str], ...] = ()
+        # ... and (span id, tool): a tool call inside one of them, come after it, is too
+        self._tool_spans: tuple[tuple[str, str], ...] = ()
         # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
         # the span around one of them, or inside it, is one failure (see _echo)
         self._failures: tuple[Failure, ...] = ()

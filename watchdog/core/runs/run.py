@@ -257,7 +257,8 @@ _SPAN_SLOTS = (
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_named", "_recent_calls",
     "_result_counts",
-    "_tool_end_ns", "_tool_error_streak", "_tool_start_ns", "agent", "budget_used",
+    "_tool_end_ns", "_tool_error_streak", "_tool_spans", "_tool_start_ns", "agent",
+    "budget_used",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",
     "cost_usd", "first_start_ns", "input_hash", "input_tokens", "iterations", "last_error",
@@ -267,4 +268,5 @@ _SPAN_SLOTS = (
 )
 _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
-_TUPLE_LIST_SLOTS = ("_asked", "_named", "_failures")  # tuples of tuples (JSON: lists of lists)
+# tuples of tuples (JSON: lists of lists)
+_TUPLE_LIST_SLOTS = ("_asked", "_named", "_tool_spans", "_failures")
