@@ -84,10 +84,15 @@ def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         send(handler, 200, json.dumps(REPLIES.get(path, {"object": "list", "data": []})).encode())
 
 
+SEARCH = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
 def chat(text: str, system: str = "You are terse.", **extra: Any) -> bytes:
+    """An agent's first request: its system prompt, the user's task and its tools."""
     return json.dumps({"model": "m", "messages": [{"role": "system", "content": system},
                                                   {"role": "user", "content": text}],
-                       **extra}).encode()
+                       "tools": SEARCH, **extra}).encode()
 
 
 @pytest.fixture
@@ -310,6 +315,30 @@ def test_a_rule_pack_budget_bounds_what_goes_on_and_a_countdown_always_waits(
         (seen,) = seen_with(upstream, "tight two")
         system = json.loads(seen.body)["messages"][0]["content"]
         assert "[budget: 3 of 3 tool calls left" in system
+
+
+def test_a_request_that_offers_no_tools_gets_no_countdown_and_teaches_nothing(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A budget of 3: a first request that offers no tools (a title, a summary) has no tool
+    call to count down, so it goes on as it came; what it got is not what a run that offers
+    tools gets, so the relay learns nothing from it: the next new conversation's first request,
+    which offers tools, waits for the loop and carries the countdown."""
+    pack = BUDGET_PACK.format(agent=AGENT, calls=3)
+    untooled = json.dumps({"model": "m", "messages": [
+        {"role": "system", "content": "Title this."}, {"role": "user", "content": "title-only"}]}
+    ).encode()
+    with sidecar(tmp_path, upstream, pack) as server:
+        assert post(server, PATHS["chat"], untooled)[0] == 200
+        (seen,) = seen_with(upstream, "title-only")
+        assert seen.body == untooled  # no countdown: nothing to count down
+        with busy(server) as held:
+            answer = in_background(lambda: post(server, PATHS["chat"], chat("with-tools")))
+            held.waiting(1)
+            assert not seen_with(upstream, "with-tools")  # it waits for the loop
+        assert answer()[0] == 200
+        (seen,) = seen_with(upstream, "with-tools")
+        assert "[budget: 3 of 3 tool calls left" in json.loads(seen.body)["messages"][0][
+            "content"]
 
 
 def test_a_session_restored_at_start_is_not_new(tmp_path: Path, upstream: RawUpstream) -> None:

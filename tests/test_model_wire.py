@@ -30,6 +30,7 @@ from watchdog.core.model.steer import (
     Act,
     Board,
     Counts,
+    Turn,
     answer_of,
     decide,
     is_answer_tool,
@@ -321,6 +322,7 @@ def test_the_decision() -> None:
     board = Board()
     board.post(directive("wind_down", "tool-cycle", "Loop", grace={"tool_calls": 2,
                                                                    "ends_at_tool_calls": 6}))
+    grace_board = board
     grace = decide(Counts(used=5, handed=5, budget={}), board, "", True)
     assert grace.act is Act.NOTE and "[grace: 1 tool call left" in grace.text
     assert grace.keep == 1
@@ -328,6 +330,14 @@ def test_the_decision() -> None:
     sdk = decide(Counts(used=3, handed=3, budget=budget), None,
                  "[budget: 2 of 5 tool calls left — wrap up soon]", True)
     assert (sdk.act, sdk.keep) == (Act.PASS, 2)  # noted by the SDK, still bounded
+    # a request that offers no tools: no tool-call countdown, no grace's; still bounded, and the
+    # final request stands
+    untooled = decide(Counts(used=3, handed=3, budget=budget), None, "", False)
+    assert (untooled.act, untooled.keep) == (Act.PASS, 2)
+    # (the wind-down's own instruction stands, bounded by its grace, without the grace's count)
+    assert decide(Counts(used=5, handed=5, budget={}), grace_board, "", False) == (
+        Turn(Act.NOTE, "Loop", 1, "tool-cycle"))
+    assert decide(Counts(used=5, handed=5, budget=budget), None, "", False).act is Act.FINAL
 
 
 # -- agents with other wire habits ----------------------------------------------------------

@@ -575,8 +575,7 @@ def test_dspy_react_tools_are_not_bound_by_a_budget(budgeted: RunningServer,
     assert outcome == {"ran": terms, "output": ANSWER}  # past the budget: ReAct's tools are text
     requests = llm.requests(model)
     assert len(requests) == len(terms) + 2
-    # each step, a run of its own, is told the whole budget is left
-    assert [LEFT.findall(instructions(body)) for body in requests] == [
-        [(str(BUDGET), str(BUDGET))]] * len(requests)
+    # each step, a run of its own that offers no tools, is told no countdown
+    assert [LEFT.findall(instructions(body)) for body in requests] == [[]] * len(requests)
     check_no_control_text_in_user_messages(requests)
     check_each_step_a_run_without_tools(budgeted, before, requests)

@@ -233,7 +233,9 @@ def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bo
     if sdk:
         return Turn(Act.PASS, keep=keep)
     parts: list[str] = []
-    if limit is not None and keep is not None and keep <= COUNTDOWN_FROM:
+    # (the tool-call countdown and a grace's, to a request that offers tools: one that offers
+    # none, a title or a summary the agent asks for, has nothing to count down)
+    if has_tools and limit is not None and keep is not None and keep <= COUNTDOWN_FROM:
         parts.append(budget_note(keep, limit))
     dollars, dollar_limit = counts.budget.get("remaining_cost_usd"), counts.budget.get(
         "max_cost_usd")
@@ -242,7 +244,8 @@ def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bo
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:
-        parts.append(grace_note(ends - spent))
+        if has_tools:
+            parts.append(grace_note(ends - spent))
         left = max(ends - counts.handed - counts.reserved, 0)
         keep = left if keep is None else min(keep, left)
     wind_down = board.wind_down

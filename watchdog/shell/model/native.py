@@ -296,8 +296,8 @@ class NativeEndpoint:
 
     def _publish(self, plan: Plan, learn: str | None) -> None:
         """The relay told the request's conversation (not new from now on), and, for a new
-        conversation's first request (``learn``: its agent) that opened a run with nothing
-        but a bound, what new runs of its agent get."""
+        conversation's first request (``learn``: its agent) that offered tools and opened a run
+        with nothing but a bound, what new runs of its agent get."""
         exchange = plan.exchange
         if exchange is None:
             return
@@ -305,6 +305,7 @@ class NativeEndpoint:
         if state.conversation is not None:
             self._know((state.conversation[:24],))
         if (learn is not None and plan.fast and exchange.turn.act is Act.PASS
+                and exchange.request.has_tools  # (one that offers none is told no countdown)
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
             self.relay.admit_agent(learn, plan.keep)
