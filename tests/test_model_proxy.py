@@ -430,12 +430,26 @@ def test_too_many_requests_in_flight_is_503(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("body", [b"{not json", b'{"model": "m", "messages": "\xff\xfe"}',
-                                  b"[1, 2]", b"", b'{"model": NaN}', b"[" * 100_000])
+                                  b"[1, 2]", b"", b'{"model": NaN}'])
 def test_unreadable_bodies_pass_through_when_nothing_needs_reading(
         sidecar: RunningServer, upstream: RawUpstream, body: bytes) -> None:
     status, _ = post(sidecar, "/v1/chat/completions", body)
     assert status == 200  # the upstream's to judge
     assert upstream.seen[-1].body == body
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": "m", "seed": ' + b"1" * 4301 + b', "messages": []}',
+    b'{"model": "m", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", b"[" * 100_000])
+def test_json_the_endpoint_cannot_judge_is_a_clear_400_never_passed_unread(
+        sidecar: RunningServer, upstream: RawUpstream, body: bytes) -> None:
+    """A body a model API's parser may read and Python's cannot (an integer of more than 4,300
+    digits, nesting past Python's depth) is never passed on unread: the run it belongs to, and
+    its budget, could not be told."""
+    status, answer = post(sidecar, "/v1/chat/completions", body)
+    assert status == 400
+    assert "the request body cannot be read" in json.loads(answer)["error"]["message"]
+    assert upstream.seen == []
 
 
 @pytest.mark.parametrize("body", [b"{not json", b'{"model": "m", "x": "\xff\xfe"}', b"[1]"])

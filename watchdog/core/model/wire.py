@@ -273,6 +273,17 @@ def judged(text: str | bytes) -> object:
         raise
 
 
+def unjudged(text: str | bytes) -> bool:
+    """Whether ``text`` is JSON a client may read that Python's parser cannot judge."""
+    try:
+        judged(text)
+    except Unjudged:
+        return True
+    except ValueError:
+        return False
+    return False
+
+
 def judged_data(event: Event) -> dict[str, Any] | None:
     """:func:`json_data` for a trimmer: :class:`Unjudged` for an event it cannot judge."""
     if event.data is None or event.data == "[DONE]":

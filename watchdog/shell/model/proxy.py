@@ -55,6 +55,7 @@ from watchdog.core.model.wire import (
     Wire,
     dumps,
     read_stream,
+    unjudged,
 )
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
@@ -209,12 +210,15 @@ class ModelProxy:
             raise Refused(400, "bad_request", f"x-watchdog-run {run_header[:64]!r} is not "
                           f"allowed: it {problem}")
         coding = headers.get("Content-Encoding", "").strip().lower()
+        decoded = b""
         try:
-            body = load_json(self._decoded(raw, coding))
+            body = load_json(decoded := self._decoded(raw, coding))
             if not isinstance(body, dict):
                 raise ValueError("the body is not a JSON object")
         except ValueError as exc:
-            if run_header is None and budget is None:  # nothing to read: upstream's to judge
+            # nothing to read: the upstream's to judge; but JSON a model API may read that
+            # this cannot (a run's request, steered or not) is never passed on unjudged
+            if run_header is None and budget is None and not unjudged(decoded):
                 return Plan(method, wire.api, url, headers, raw, None)
             raise Refused(400, "bad_request", f"the request body cannot be read: {exc}"
                           ) from None
