@@ -464,6 +464,8 @@ def bodies() -> Iterator[tuple[str, str, bytes]]:
     yield "chat", "no messages", b'{"model": "m"}'
     yield "chat", "not an object", b'["m"]'
     yield "chat", "not json", b'{"model": '
+    # an integer Python does not convert: the loop refuses the body, so the relay sends none
+    yield "chat", "long integer", chat("u")[:-1] + b', "seed": ' + b"1" * 4301 + b"}"
     yield "chat", "lone surrogate", b'{"messages": [{"role": "user", "content": "\\ud800"}]}'
     yield "chat", "duplicate keys", (b'{"messages": [{"role": "user", "content": "one", '
                                      b'"content": "two"}]}')

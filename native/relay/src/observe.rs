@@ -550,7 +550,7 @@ fn ascii_str(text: &str, out: &mut String) {
 /// `trim::loads` judges: `NaN`, a lone surrogate, deep nesting) or refuses what it reads (an
 /// integer of too many digits).
 fn loads(text: &str, keep: Keep) -> Out<Option<Value>> {
-    if long_digit_run(text) {
+    if long_digit_run(text.as_bytes()) {
         return Err(Declined);
     }
     let mut reader = serde_json::Deserializer::from_str(text);
@@ -755,12 +755,14 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
-fn long_digit_run(text: &str) -> bool {
+/// Whether ``text`` holds a run of more than ``MAX_DIGIT_RUN`` digits (an integer Python may not
+/// convert).
+pub(crate) fn long_digit_run(text: &[u8]) -> bool {
     if text.len() <= MAX_DIGIT_RUN {
         return false;
     }
     let mut run = 0;
-    for byte in text.bytes() {
+    for &byte in text {
         if byte.is_ascii_digit() {
             run += 1;
             if run > MAX_DIGIT_RUN {
