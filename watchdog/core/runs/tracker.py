@@ -378,10 +378,9 @@ class RunTracker(RunBook):
               ) -> None:
         for record in records:
             frames.parents.setdefault(record.span_id, record.parent_span_id)
-            if record.kind is TOOL:
-                if not frames.ahead:
-                    linked.append(frames)
-                frames.ahead.append(record)
+        frames.ahead = [record for record in records if record.kind is TOOL]
+        if frames.ahead:
+            linked.append(frames)
 
     def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult,
               count: bool = True) -> None:
