@@ -150,7 +150,8 @@ class Event:
 class SSEReader:
     """Splits a byte stream into SSE events as chunks arrive (a chunk may hold part of an
     event, or several). Bounded: an event longer than ``MAX_SSE_EVENT_BYTES`` stops the
-    reading (:attr:`broken`); the bytes still flow, the shell forwards them as they come.
+    reading (:attr:`broken`); the shell forwards the bytes as they come, or, with a bound on
+    the response's tool calls, ends the answer there.
 
     Cheap on the common stream: while no ``\\r`` has come, an event ends only at ``\\n\\n``
     (one ``bytes.find`` per event, none over the rest of the buffer for separators that never

@@ -212,7 +212,8 @@ class ModelProxy:
         coding = headers.get("Content-Encoding", "").strip().lower()
         decoded = b""
         try:
-            body = load_json(decoded := self._decoded(raw, coding))
+            decoded = self._decoded(raw, coding)
+            body = load_json(decoded)
             if not isinstance(body, dict):
                 raise ValueError("the body is not a JSON object")
         except ValueError as exc:

@@ -6,8 +6,10 @@ arrives, read on the way (an SSE reader and the API's accumulator) to observe th
 (not streamed) response is read (bounded by ``MAX_RESPONSE_BYTES``: a larger one passes
 unobserved) and trimmed if it asks for more tool calls than are left; a stream whose tool calls
 must be trimmed is passed on event by event, and the final request's is held until it ends
-(bounded), its answer replaced by a stop note when nothing is left of it. When the response has
-ended, :meth:`ModelProxy.observed` books the call.
+(bounded), its answer replaced by a stop note when nothing is left of it. With a bound on tool
+calls, what cannot be read (too long, or JSON Python cannot judge) is never passed on: a stream
+ends there, a whole response raises :class:`~watchdog.core.model.wire.Unjudged` (a 502). When
+the response has ended, :meth:`ModelProxy.observed` books the call.
 """
 
 from __future__ import annotations
