@@ -467,7 +467,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
 type Failure = (Ticket, &'static str, String);
 
 /// The upstream's response, passed on as it comes; with a bound on tool calls (`trim`), a
-/// successful one trimmed: a stream event by event, a whole one read (bounded) first.
+/// successful one trimmed: a stream event by event, a whole one read (bounded) first; one too
+/// long to read, or JSON it cannot judge, is an unreachable upstream's failure (never passed).
 async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticket,
                  observe: bool, trim: Option<(Api, usize)>, watch: Option<Api>)
                  -> Result<Response<RelayBody>, Failure> {

@@ -7,7 +7,8 @@
 //! is changed is written as `json.dumps(separators=(",", ":"), ensure_ascii=False)` writes it
 //! (an integer as Python's `int`, a fraction or exponent as Python's `float` repr). JSON that
 //! Python reads and this does not (`NaN`, `Infinity`, lone surrogate escapes, nesting past 128)
-//! is `Unjudged`: the relay ends the response there rather than pass a call it cannot judge.
+//! is `Unjudged`, and so is an event too long to read (`MAX_SSE_EVENT_BYTES`): the relay ends
+//! the response there rather than pass a call it cannot judge.
 
 use serde_json::{Map, Number, Value};
 
