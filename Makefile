@@ -143,7 +143,8 @@ goagent: $(GO_AGENT)
 ## the Rust agent of the model endpoint's tests (tests/frameworks/rust: async-openai, as its
 ## Cargo.lock pins it, from crates.io), built (debug profile: it builds faster than release) into
 ## the user's cache (AGENT_WATCHDOG_CACHE/rust-agent/<hash of its sources>/rust-agent; cargo's
-## target dir AGENT_WATCHDOG_CACHE/rust-agent/target, its own, never native/'s);
+## target dir AGENT_WATCHDOG_CACHE/rust-agent/target, its own, never native/'s; one build at a
+## time, under target.lock, so that each copies out the binary it built);
 ## .cache/rust-agent/<hash>/rust-agent links to it, which
 ## tests/frameworks/test_model_endpoint_frameworks.py runs. Cold (no target dir): about
 ## 2 CPU-minutes, 1.5 minutes on 2 cores (docs/testing.md); a new clone of the same sources finds
@@ -153,13 +154,15 @@ RUST_AGENT_SOURCES := tests/frameworks/rust/Cargo.toml tests/frameworks/rust/Car
 RUST_AGENT_HASH    := $(shell cat $(RUST_AGENT_SOURCES) | sha256sum | cut -c1-16)
 RUST_AGENT         := .cache/rust-agent/$(RUST_AGENT_HASH)/rust-agent
 RUST_AGENT_BUILT   := $(AGENT_WATCHDOG_CACHE)/rust-agent/$(RUST_AGENT_HASH)/rust-agent
+RUST_AGENT_TARGET  := $(AGENT_WATCHDOG_CACHE)/rust-agent/target
 
 $(RUST_AGENT_BUILT):
-	mkdir -p $(@D)
-	cd tests/frameworks/rust && CARGO_TARGET_DIR=$(AGENT_WATCHDOG_CACHE)/rust-agent/target \
-		cargo build --locked --quiet
-	cp $(AGENT_WATCHDOG_CACHE)/rust-agent/target/debug/rust-agent $@.tmp-$$PPID
-	mv $@.tmp-$$PPID $@
+	@mkdir -p $(@D) && exec 9>$(AGENT_WATCHDOG_CACHE)/rust-agent/target.lock && flock 9 && \
+	if [ ! -f $@ ]; then set -x; \
+		(cd tests/frameworks/rust && CARGO_TARGET_DIR=$(RUST_AGENT_TARGET) \
+			cargo build --locked --quiet) && \
+		cp $(RUST_AGENT_TARGET)/debug/rust-agent $@.tmp-$$PPID && mv $@.tmp-$$PPID $@; \
+	fi
 
 $(RUST_AGENT): $(RUST_AGENT_SOURCES) $(RUST_AGENT_BUILT)
 	mkdir -p $(@D) && ln -sf $(RUST_AGENT_BUILT) $@
