@@ -42,25 +42,38 @@ fn parameters() -> Value {
 fn search(ran: &mut Vec<String>, arguments: &str) -> Result<String, Failure> {
     let args: Value = serde_json::from_str(arguments)
         .map_err(|e| format!("the search call's arguments {arguments:?}: {e}"))?;
-    let term = args.get("q").and_then(Value::as_str)
+    let term = args
+        .get("q")
+        .and_then(Value::as_str)
         .ok_or_else(|| format!("the search call's arguments {arguments:?} hold no q"))?;
     ran.push(term.to_string());
     Ok(format!("search #{}: no file matches '{}'", ran.len(), term))
 }
 
-async fn chat(client: &Client<OpenAIConfig>, model: &str, task: &str, stream: bool,
-              ran: &mut Vec<String>) -> Result<String, Failure> {
+async fn chat(
+    client: &Client<OpenAIConfig>,
+    model: &str,
+    task: &str,
+    stream: bool,
+    ran: &mut Vec<String>,
+) -> Result<String, Failure> {
     let mut messages: Vec<ChatCompletionRequestMessage> = vec![
         ChatCompletionRequestSystemMessage::from(INSTRUCTIONS).into(),
         ChatCompletionRequestUserMessage::from(task).into(),
     ];
     let tools = vec![ChatCompletionTools::Function(ChatCompletionTool {
-        function: FunctionObjectArgs::default().name("search").description(DESCRIPTION)
-            .parameters(parameters()).build()?,
+        function: FunctionObjectArgs::default()
+            .name("search")
+            .description(DESCRIPTION)
+            .parameters(parameters())
+            .build()?,
     })];
     for _ in 0..MAX_STEPS {
-        let request = CreateChatCompletionRequestArgs::default().model(model)
-            .messages(messages.clone()).tools(tools.clone()).build()?;
+        let request = CreateChatCompletionRequestArgs::default()
+            .model(model)
+            .messages(messages.clone())
+            .tools(tools.clone())
+            .build()?;
         let mut text = String::new();
         // (id, name, arguments) of each call, by index
         let mut calls: Vec<(String, String, String)> = Vec::new();
@@ -87,7 +100,10 @@ async fn chat(client: &Client<OpenAIConfig>, model: &str, task: &str, stream: bo
             }
         } else {
             let completion = client.chat().create(request).await?;
-            let choice = completion.choices.into_iter().next()
+            let choice = completion
+                .choices
+                .into_iter()
+                .next()
                 .ok_or("a chat completion without choices")?;
             text = choice.message.content.unwrap_or_default();
             for call in choice.message.tool_calls.unwrap_or_default() {
@@ -103,32 +119,62 @@ async fn chat(client: &Client<OpenAIConfig>, model: &str, task: &str, stream: bo
         if !text.is_empty() {
             assistant.content(text);
         }
-        assistant.tool_calls(calls.iter().map(|(id, name, arguments)| {
-            ChatCompletionMessageToolCalls::Function(ChatCompletionMessageToolCall {
-                id: id.clone(),
-                function: FunctionCall { name: name.clone(), arguments: arguments.clone() },
-            })
-        }).collect::<Vec<_>>());
+        assistant.tool_calls(
+            calls
+                .iter()
+                .map(|(id, name, arguments)| {
+                    ChatCompletionMessageToolCalls::Function(ChatCompletionMessageToolCall {
+                        id: id.clone(),
+                        function: FunctionCall {
+                            name: name.clone(),
+                            arguments: arguments.clone(),
+                        },
+                    })
+                })
+                .collect::<Vec<_>>(),
+        );
         messages.push(assistant.build()?.into());
         for (id, _, arguments) in &calls {
             let result = search(ran, arguments)?;
-            messages.push(ChatCompletionRequestToolMessageArgs::default().content(result)
-                .tool_call_id(id.clone()).build()?.into());
+            messages.push(
+                ChatCompletionRequestToolMessageArgs::default()
+                    .content(result)
+                    .tool_call_id(id.clone())
+                    .build()?
+                    .into(),
+            );
         }
     }
     Ok(STOPPED.to_string())
 }
 
-async fn respond(client: &Client<OpenAIConfig>, model: &str, task: &str, stream: bool,
-                 ran: &mut Vec<String>) -> Result<String, Failure> {
-    let mut input: Vec<InputItem> = vec![
-        EasyInputMessageArgs::default().role(Role::User).content(task).build()?.into(),
-    ];
-    let tools = vec![Tool::from(FunctionToolArgs::default().name("search")
-        .description(DESCRIPTION).parameters(parameters()).strict(false).build()?)];
+async fn respond(
+    client: &Client<OpenAIConfig>,
+    model: &str,
+    task: &str,
+    stream: bool,
+    ran: &mut Vec<String>,
+) -> Result<String, Failure> {
+    let mut input: Vec<InputItem> = vec![EasyInputMessageArgs::default()
+        .role(Role::User)
+        .content(task)
+        .build()?
+        .into()];
+    let tools = vec![Tool::from(
+        FunctionToolArgs::default()
+            .name("search")
+            .description(DESCRIPTION)
+            .parameters(parameters())
+            .strict(false)
+            .build()?,
+    )];
     for _ in 0..MAX_STEPS {
-        let request = CreateResponseArgs::default().model(model).instructions(INSTRUCTIONS)
-            .input(InputParam::Items(input.clone())).tools(tools.clone()).build()?;
+        let request = CreateResponseArgs::default()
+            .model(model)
+            .instructions(INSTRUCTIONS)
+            .input(InputParam::Items(input.clone()))
+            .tools(tools.clone())
+            .build()?;
         let response: Response = if stream {
             let mut events = client.responses().create_stream(request).await?;
             let mut completed = None;
@@ -145,7 +191,8 @@ async fn respond(client: &Client<OpenAIConfig>, model: &str, task: &str, stream:
         for item in &response.output {
             match item {
                 OutputItem::Message(message) => input.push(InputItem::Item(Item::Message(
-                    MessageItem::Output(message.clone())))),
+                    MessageItem::Output(message.clone()),
+                ))),
                 OutputItem::FunctionCall(call) => {
                     calls.push(call.clone());
                     input.push(InputItem::Item(Item::FunctionCall(call.clone())));
@@ -158,10 +205,17 @@ async fn respond(client: &Client<OpenAIConfig>, model: &str, task: &str, stream:
         }
         for call in calls {
             let result = search(ran, &call.arguments)?;
-            input.push(InputItem::Item(Item::FunctionCallOutput(FunctionCallOutputItemParam {
-                call_id: Some(call.call_id), output: FunctionCallOutput::Text(result), id: None,
-                status: None, name: None, namespace: None, caller: None,
-            })));
+            input.push(InputItem::Item(Item::FunctionCallOutput(
+                FunctionCallOutputItemParam {
+                    call_id: Some(call.call_id),
+                    output: FunctionCallOutput::Text(result),
+                    id: None,
+                    status: None,
+                    name: None,
+                    namespace: None,
+                    caller: None,
+                },
+            )));
         }
     }
     Ok(STOPPED.to_string())
@@ -182,7 +236,9 @@ async fn run(mode: &str, ran: &mut Vec<String>) -> Result<String, Failure> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let mode = std::env::args().nth(1).unwrap_or_else(|| "chat".to_string());
+    let mode = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "chat".to_string());
     let mut ran = Vec::new();
     match run(&mode, &mut ran).await {
         Ok(output) => println!("{}", json!({"ran": ran, "output": output})),
