@@ -7,7 +7,8 @@ Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``
 ``OpenAIResponsesLlm``), Haystack's ``Agent`` and Semantic Kernel's ``ChatCompletionAgent`` (and
 DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
-``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Java agents
+``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Rust agent
+(``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
 loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
@@ -78,13 +79,14 @@ GRACE_LEFT = re.compile(r"\[grace: (\d+) tool calls? left")
 LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
 TS_DIR = Path(__file__).resolve().parent / "ts"
 GO_DIR = Path(__file__).resolve().parent / "go"
+RUST_DIR = Path(__file__).resolve().parent / "rust"
 _TASKS = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class Agent:
     """One agent: a driver in a venv (``env`` "ts": a TypeScript agent under node, its file by
-    driver in ``TS_AGENTS``; "go": the Go agent; "java": the Java agents,
+    driver in ``TS_AGENTS``; "go": the Go agent; "rust": the Rust agent; "java": the Java agents,
     :mod:`tests.frameworks.jvm`) and its mode;
     ``answer_tool``: the tool its framework answers through (smolagents' final_answer);
     ``tool``: the name the model sees the agent's one tool by (Semantic Kernel's is qualified
@@ -130,6 +132,8 @@ AGENTS = [
     Agent("semantic_kernel", "endpoint_semantic_kernel", "stream", tool="Files-search"),
     *(Agent("go", "endpoint_go", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),
+    *(Agent("rust", "endpoint_rust", mode) for mode in (
+        "chat", "chat_stream", "responses", "responses_stream")),
     Agent("java", "langchain4j", "chat"),
     Agent("java", "langchain4j", "chat_stream"),
     Agent("java", "anthropic-java", "messages"),
@@ -240,6 +244,17 @@ def go_agent() -> Path:
     return binary
 
 
+def rust_agent() -> Path:
+    """The Rust agent ``make rust-agent`` built for ``rust/`` as it is now (the Makefile's hash:
+    of its sources' bytes, Cargo.toml, Cargo.lock, then src/*.rs in the order of their paths)."""
+    sources = [RUST_DIR / "Cargo.toml", RUST_DIR / "Cargo.lock",
+               *sorted((RUST_DIR / "src").glob("*.rs"))]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    binary = RUST_DIR.parents[2] / ".cache" / "rust-agent" / digest / "rust-agent"
+    assert binary.exists(), f"{binary} is missing: `make rust-agent` builds it (make test does)"
+    return binary
+
+
 # the TypeScript agents (env "ts"), by driver: their file in ts/
 TS_AGENTS = {"endpoint_ts": "agent.ts", "endpoint_ai_sdk": "ai_sdk.ts",
              "endpoint_openai_agents_js": "openai_agents.ts"}
@@ -259,6 +274,7 @@ def ts_agent(agent: Agent) -> Path:
 COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "ts": lambda agent: (["node", "--import", "tsx", str(ts_agent(agent)), agent.mode], TS_DIR),
     "go": lambda agent: ([str(go_agent()), agent.mode], GO_DIR),
+    "rust": lambda agent: ([str(rust_agent()), agent.mode], RUST_DIR),
 }
 
 
@@ -480,14 +496,14 @@ def test_the_sidecars_carry_the_tests_relay(plain: RunningServer, budgeted: Runn
 def test_the_agents_api_key_is_nowhere_but_upstream(plain: RunningServer,
                                                     budgeted: RunningServer,
                                                     llm: FakeLLM) -> None:
-    """An agent of each SDK family (Python, Go, Java, TypeScript; the key in ``Authorization:
+    """An agent of each SDK family (Python, Go, Rust, Java, TypeScript; the key in ``Authorization:
     Bearer``, in ``x-api-key``: anthropic-sdk-go and anthropic-java send ``ANTHROPIC_API_KEY``
     as a bearer token, ``@ai-sdk/anthropic`` as ``x-api-key``) runs through each sidecar: the
     key reaches the upstream, and appears in none of the sidecars' API answers, metrics, state
     files or log records (nor from the runs of the tests above, when they ran first)."""
     agents = [agent for agent in AGENTS if agent.name in (
-        "openai-chat", "anthropic-messages", "go-chat", "go-messages", "langchain4j-chat",
-        "anthropic-java-messages", "ai_sdk-responses", "ai_sdk-messages",
+        "openai-chat", "anthropic-messages", "go-chat", "go-messages", "rust-chat",
+        "langchain4j-chat", "anthropic-java-messages", "ai_sdk-responses", "ai_sdk-messages",
         "openai_agents_js-chat")]
     for sidecar, scenario in ((plain, "counts"), (budgeted, "budget")):
         for agent in agents:
