@@ -234,7 +234,9 @@ def model_calls(round_: int, sidecar: RunningServer) -> None:
                                    ("no-such-model", {}, 400)):
         body = {"model": model, "messages": [
             {"role": "system", "content": "You answer."},
-            {"role": "user", "content": f"Round {round_}: {model} {sorted(extra)}"}]}
+            {"role": "user", "content": f"Round {round_}: {model} {sorted(extra)}"}],
+            "tools": [{"type": "function", "function": {"name": "search", "parameters": {
+                "type": "object"}}}]}
         status, answer_body = http_request("POST", url, json.dumps(body).encode(), {
             "Content-Type": "application/json", "Authorization": "Bearer sk-dashboard-test",
             "x-watchdog-agent": AGENT, **extra})
