@@ -59,10 +59,11 @@ demo: $(VENV)/.installed
 ## tests/test_image.py);
 ## gcc and the Python headers to build the client's C span path (tests/test_client_span_path.py);
 ## Go for the model endpoint bench's client and upstream (bench/loadgen, standard library only);
-## a JDK and Maven for the model endpoint's Java agents (tests/frameworks/java)
+## a JDK and Maven for the model endpoint's Java agents (tests/frameworks/java); curl, an HTTP/2
+## client with prior knowledge (tests/test_model_proxy.py)
 SYSTEM_DEPS := prometheus:prometheus promtool:prometheus buildah:buildah podman:podman \
 	runc:runc debootstrap:debootstrap gcc:gcc go:golang-go javac:openjdk-17-jdk-headless \
-	mvn:maven
+	mvn:maven curl:curl
 HAS_PYTHON_H := import os, sys, sysconfig; \
 	sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
 system-deps:

@@ -11,6 +11,7 @@ import http.client
 import json
 import logging
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from tests.harness import (
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 from tests.ports import free_port
 from watchdog.shell.errors import StartupError
+from watchdog.shell.model.http1 import H2_PREFACE, H2_REFUSAL
 
 KEY = "sk-proxy-SECRET-0123456789abcdefXYZ"
 COMPLETION = (b'{"id": "chatcmpl-raw1",  "object":"chat.completion", "created": 1, "model":"m",'
@@ -304,6 +306,33 @@ def test_what_http_1_1_clients_send_is_read(sidecar: RunningServer,
         assert seen.headers["content-length"] == str(len(body))
         assert not {"upgrade", "http2-settings", "transfer-encoding", "expect"} & set(
             seen.headers), seen.headers
+
+
+def test_http2_prior_knowledge_is_told_http_1_1_is_required(sidecar: RunningServer,
+                                                           upstream: RawUpstream) -> None:
+    """A client that starts with HTTP/2's preface (prior knowledge) is told in HTTP/2 that the
+    endpoint speaks HTTP/1.1: the server's SETTINGS, then GOAWAY with HTTP_1_1_REQUIRED, then
+    the end of the connection; whole or in pieces. Nothing reaches the upstream; the next
+    connection is served (curl says what it was told)."""
+    settings = bytes(3) + b"\x04\x00" + bytes(4)  # the client's SETTINGS, none set
+    host, port = sidecar.server.addresses["model"]
+    for pieces in ([H2_PREFACE + settings], [H2_PREFACE[:10], H2_PREFACE[10:] + settings]):
+        with socket.create_connection((host, port), timeout=5) as sock:
+            for piece in pieces:
+                sock.sendall(piece)
+            told = b""
+            while chunk := sock.recv(65536):
+                told += chunk
+        assert told == H2_REFUSAL
+        goaway = told[9:]
+        assert goaway[3] == 7 and goaway[13:17] == b"\x00\x00\x00\x0d"  # HTTP_1_1_REQUIRED
+    curl = subprocess.run(["curl", "-v", "--http2-prior-knowledge", "-o", "/dev/null",
+                           sidecar.url("model") + "/v1/models"],
+                          capture_output=True, text=True, timeout=30)
+    assert curl.returncode != 0 and "GOAWAY, error=13" in curl.stderr, curl.stderr
+    assert upstream.seen == []
+    status, _ = http_request("GET", sidecar.url("model") + "/v1/models")
+    assert status == 200
 
 
 def test_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:

@@ -167,8 +167,11 @@ class Server:
             if relay == "native":
                 await self._start_native(proxy)
             else:
+                from watchdog.shell.model.http1 import Http1Runner
+
                 await self._start_app("model", config.model_address, proxy.app(),
-                                      handler_cancellation=True, auto_decompress=False)
+                                      make_runner=Http1Runner, handler_cancellation=True,
+                                      auto_decompress=False)
         loops = [("state_flush", config.state_flush_interval, self._flush),
                  ("evaluate", config.eval_interval, self._tick),
                  ("prune", PRUNE_INTERVAL, self._prune)]

@@ -840,10 +840,47 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
+            if prior_knowledge(&stream).await {
+                refuse_http2(stream).await;
+                return;
+            }
             let service = service_fn(move |request| handle(shared.clone(), request));
             let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
                 .serve_connection(TokioIo::new(stream), service).await;
         });
+    }
+}
+
+/// HTTP/2's connection preface: a client that starts with it (prior knowledge) is told in its
+/// own protocol that this endpoint speaks HTTP/1.1 (`watchdog/shell/model/http1.py`: the same
+/// bytes).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const H2_WHY: &[u8] = b"this endpoint speaks HTTP/1.1: send the request without HTTP/2 prior knowledge";
+
+/// Whether the connection's first bytes are (the start of) HTTP/2's preface.
+async fn prior_knowledge(stream: &tokio::net::TcpStream) -> bool {
+    let mut head = [0u8; 24];
+    match stream.peek(&mut head).await {
+        Ok(read) if read >= 4 => head[..read] == H2_PREFACE[..read],
+        _ => false,
+    }
+}
+
+/// SETTINGS, then GOAWAY with HTTP_1_1_REQUIRED and why (RFC 9113 §3.4, §7); what the client
+/// still sends is read and dropped until it closes, or for a second at most.
+async fn refuse_http2(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut refusal = vec![0, 0, 0, 4, 0, 0, 0, 0, 0];
+    let length = (8 + H2_WHY.len()) as u32;
+    refusal.extend_from_slice(&length.to_be_bytes()[1..]);
+    // GOAWAY: its type and flags, stream 0; last stream 0, error HTTP_1_1_REQUIRED
+    refusal.extend_from_slice(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xd]);
+    refusal.extend_from_slice(H2_WHY);
+    if stream.write_all(&refusal).await.is_ok() && stream.shutdown().await.is_ok() {
+        let mut sink = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while matches!(stream.read(&mut sink).await, Ok(read) if read > 0) {}
+        }).await;
     }
 }
 

@@ -1,0 +1,80 @@
+"""The model endpoint speaks HTTP/1.1 (an ``h2c`` upgrade offer is answered in HTTP/1.1). A
+client that starts with HTTP/2's connection preface instead (prior knowledge) is told so in its
+own protocol (RFC 9113 §3.4, §7): the server's SETTINGS, then GOAWAY with ``HTTP_1_1_REQUIRED``
+and a line saying why, after which the connection closes. The compiled relay answers with the
+same bytes (``native/relay/src/lib.rs``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from aiohttp import web
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_WHY = b"this endpoint speaks HTTP/1.1: send the request without HTTP/2 prior knowledge"
+# SETTINGS (type 4, none set), then GOAWAY (type 7): last stream 0, error HTTP_1_1_REQUIRED (0xd)
+H2_REFUSAL = (bytes(3) + b"\x04\x00" + bytes(4)
+              + (8 + len(_WHY)).to_bytes(3, "big") + b"\x07\x00" + bytes(4)
+              + bytes(4) + (0xD).to_bytes(4, "big") + _WHY)
+LINGER = 1.0  # seconds the refused client gets to close first (its bytes are read, unused)
+
+
+class Http1Runner(web.AppRunner):
+    """aiohttp's runner whose connections refuse HTTP/2 prior knowledge as HTTP/2 does."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()  # aiohttp builds it (Application._make_handler)
+        server.__class__ = _Http1Server
+        return server
+
+
+class _Http1Server(web.Server):
+    def __call__(self) -> Any:  # the protocol factory of every accepted connection
+        return _Http1Only(super().__call__())
+
+
+class _Http1Only(asyncio.Protocol):
+    """One connection: aiohttp's request handler, unless its first bytes are HTTP/2's
+    preface: then refused, what the client still sends read and dropped, and closed when the
+    client ends or after ``LINGER`` seconds (the handler is told when the connection is lost)."""
+
+    __slots__ = ("first", "handler", "refused", "transport")
+
+    def __init__(self, handler: asyncio.Protocol) -> None:
+        self.handler = handler
+        self.transport: asyncio.Transport | None = None
+        self.first = True
+        self.refused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.first:
+            self.first = False
+            if data.startswith(H2_PREFACE[:4]) and H2_PREFACE.startswith(data[:len(H2_PREFACE)]):
+                self.refused = True
+                transport = self.transport
+                assert transport is not None
+                transport.write(H2_REFUSAL)
+                if transport.can_write_eof():
+                    transport.write_eof()
+                asyncio.get_running_loop().call_later(LINGER, transport.close)
+        if not self.refused:
+            self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self.refused:
+            return False  # the transport closes
+        return self.handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
