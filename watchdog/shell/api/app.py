@@ -32,6 +32,7 @@ from watchdog.shell.api.runs import RunRoutes
 from watchdog.shell.api.sessions import SessionRoutes
 from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
+from watchdog.shell.connections import Wrapped
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.errors import BadRequest, Unauthorized, WatchdogError
 from watchdog.shell.priority import Priority
@@ -133,38 +134,23 @@ class _ArrivalServer(web.Server):
         return _Arrivals(super().__call__(), self.priority)
 
 
-class _Arrivals(asyncio.Protocol):
+class _Arrivals(Wrapped):
     """One control API connection: aiohttp's request handler, told nothing new; the priority
     gate told when a request's first bytes come in — once per request, so a client trickling
     bytes holds bulk work back for one pause at most (``priority.MAX_PAUSE``), not forever."""
 
-    __slots__ = ("handler", "priority", "waiting")
+    __slots__ = ("priority", "waiting")
 
     def __init__(self, handler: asyncio.Protocol, priority: Priority) -> None:
-        self.handler = handler
+        super().__init__(handler)
         self.priority = priority
         self.waiting = False  # bytes in, their request not yet dispatched
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.waiting:
             self.waiting = True
             self.priority.arrived()
         self.handler.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self.handler.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.handler.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.handler.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.handler.resume_writing()
 
 
 def auth_middleware(token: str) -> Callable[[web.Request, Handler],

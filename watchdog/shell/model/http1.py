@@ -11,6 +11,8 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from watchdog.shell.connections import Wrapped
+
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _WHY = b"this endpoint speaks HTTP/1.1: send the request without HTTP/2 prior knowledge"
 # SETTINGS (type 4, none set), then GOAWAY (type 7): last stream 0, error HTTP_1_1_REQUIRED (0xd)
@@ -34,15 +36,15 @@ class _Http1Server(web.Server):
         return _Http1Only(super().__call__())
 
 
-class _Http1Only(asyncio.Protocol):
+class _Http1Only(Wrapped):
     """One connection: aiohttp's request handler, unless its first bytes are HTTP/2's
     preface: then refused, what the client still sends read and dropped, and closed when the
     client ends or after ``LINGER`` seconds (the handler is told when the connection is lost)."""
 
-    __slots__ = ("first", "handler", "refused", "transport")
+    __slots__ = ("first", "refused", "transport")
 
     def __init__(self, handler: asyncio.Protocol) -> None:
-        self.handler = handler
+        super().__init__(handler)
         self.transport: asyncio.Transport | None = None
         self.first = True
         self.refused = False
@@ -69,12 +71,3 @@ class _Http1Only(asyncio.Protocol):
         if self.refused:
             return False  # the transport closes
         return self.handler.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.handler.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.handler.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.handler.resume_writing()
