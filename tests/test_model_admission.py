@@ -341,6 +341,32 @@ def test_a_request_that_offers_no_tools_gets_no_countdown_and_teaches_nothing(
             "content"]
 
 
+def test_an_agent_with_a_dollar_budget_teaches_nothing_its_streams_ask_for_usage(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A dollar budget prices every call, and a stream reports its usage only when asked,
+    which only the loop writes: no first request of that agent goes on without the loop, and a
+    streamed one goes upstream asking for its usage."""
+    pack = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: admission-dollars
+budgets:
+  - agents: ["%s"]
+    max_cost_usd: 5
+""" % AGENT
+    with sidecar(tmp_path, upstream, pack) as server:
+        assert post(server, PATHS["chat"], chat("dollars one"))[0] == 200  # (whole: not asked)
+        assert "stream_options" not in json.loads(seen_with(upstream, "dollars one")[0].body)
+        with busy(server) as held:
+            answer = in_background(lambda: post(server, PATHS["chat"], chat(
+                "dollars two", stream=True)))
+            held.waiting(1)
+            assert not seen_with(upstream, "dollars two")  # it waits for the loop
+        assert answer()[0] == 200
+        (seen,) = seen_with(upstream, "dollars two")
+        assert json.loads(seen.body)["stream_options"] == {"include_usage": True}
+
+
 def test_a_session_restored_at_start_is_not_new(tmp_path: Path, upstream: RawUpstream) -> None:
     """A conversation whose session is in the store is not new after a restart (its session's
     earlier runs may decide what a new run gets); another's session named ``model:…`` does

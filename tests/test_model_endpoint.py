@@ -34,7 +34,10 @@ name: model-budgets
 budgets:
   - agents: ["budgeted"]
     max_tool_calls: 3
+  - agents: ["priced"]
+    max_cost_usd: 0.00004
 """
+PRICED = "gpt-4o-mini"  # a model genai-prices knows
 LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
 TOOLS = [{"type": "function", "function": {
     "name": "search", "description": "Search.",
@@ -70,10 +73,11 @@ def system_of(body: dict[str, Any]) -> str:
 
 
 def run_loop(chat: openai.OpenAI, model: str, stream: bool = False, limit: int = 10,
-             messages: list[Any] | None = None) -> tuple[str, int]:
+             messages: list[Any] | None = None, strict: bool = False) -> tuple[str, int]:
     """A hand-written agent loop: call the model, run the tools it asks for, until it
     answers. Returns its final output and how many tools it ran; ``messages`` (given empty)
-    is left with the conversation as last sent."""
+    is left with the conversation as last sent. ``strict``: it reads ``choices[0]`` of every
+    chunk, as an agent that never asked for usage may."""
     if messages is None:
         messages = []
     messages[:] = [{"role": "system", "content": "You are a researcher."},
@@ -86,6 +90,7 @@ def run_loop(chat: openai.OpenAI, model: str, stream: bool = False, limit: int =
                                               stream=True) as events:
                 for chunk in events:
                     if not chunk.choices:
+                        assert not strict, f"a chunk with no choices: {chunk}"
                         continue
                     delta = chunk.choices[0].delta
                     content += delta.content or ""
@@ -150,6 +155,7 @@ def test_budget_of_three_counts_down_then_withdraws_tools(sidecar: RunningServer
     for left, body in zip((3, 2, 1), requests, strict=False):
         assert f"[budget: {left} of 3 tool calls left" in system_of(body), (left, body)
         assert body.get("tool_choice") is None
+    assert all("stream_options" not in body for body in requests)  # as the client sent them
     last = requests[-1]
     assert last["tool_choice"] == "none" and last["tools"]  # definitions kept
     assert "Tools are withdrawn" in system_of(last)
@@ -161,6 +167,27 @@ def test_budget_of_three_counts_down_then_withdraws_tools(sidecar: RunningServer
     assert detail["signals"]["tool_calls"] == 3
     assert detail["has_final_answer"]
     assert detail["terminal_state"] == "tool_limit_reached"
+
+
+def test_a_dollar_budget_prices_streams_whose_client_asked_no_usage(sidecar: RunningServer,
+                                                                   llm: FakeLLM) -> None:
+    """A streamed Chat Completions call reports its usage only when asked; this client does not
+    ask. With a dollar budget the endpoint asks for it, reads it and leaves its chunk out: each
+    call is priced, and at the budget the tools are withdrawn
+    and the report is the agent's answer; the client never sees a chunk it did not ask for."""
+    model = llm.script(PRICED, looping("search", lambda i: {"q": f"page {i}"},
+                                       answer_without_tools="REPORT: priced pages"))
+    output, ran = run_loop(client(sidecar, "priced"), model, stream=True, strict=True)
+    requests = llm.requests(model)
+    assert output == "REPORT: priced pages" and 1 <= ran < 9
+    assert all(body["stream_options"] == {"include_usage": True} for body in requests)
+    last = requests[-1]
+    assert last["tool_choice"] == "none"
+    assert "of the cost budget used — stop and report]" in system_of(last)
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "priced") if r["state"] == "ended"],
+                     "the run ends with its report")[0]
+    signals = sidecar.get_json(f"/v1/runs/{run['id']}")["signals"]
+    assert signals["unpriced_calls"] == 0 and signals["cost_usd"] >= 0.00004
 
 
 STOP_RULE = """\

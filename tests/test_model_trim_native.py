@@ -19,7 +19,7 @@ from tests.frameworks.fakellm import (
     response_object,
 )
 from tests.test_model_wire import THREE, anthropic_stream, chat_stream, responses_stream
-from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, kept_calls
@@ -36,22 +36,29 @@ WITH_ANSWER = Step(text="Done.", tool_calls=(
     ToolCall("b", {"y": 2}), ToolCall("final_result_x", {"z": "é"}), ToolCall("c", {})))
 
 
-def python_stream(api: str, keep: int, chunks: list[bytes]) -> tuple[bytes, bool] | None:
+def python_stream(api: str, keep: int | None, chunks: list[bytes], hide_usage: bool = False
+                  ) -> tuple[bytes, bool] | None:
     """What :func:`watchdog.shell.model.streams.relay_stream` passes on with a bound (not a
-    final request's): each chunk's events rewritten, what is left of an event cut short at the
-    end; None: the answer ends (an event too long to read, or JSON it cannot judge)."""
-    reader, trimmer = SSEReader(), WIRES[api].stream_trimmer(keep)
+    final request's; ``keep`` None: none) or asked for its usage (``hide_usage``): each chunk's
+    events rewritten, the usage-only chunk left out, what is left of an event cut short at the
+    end; and whether a call was trimmed. None: the answer ends (an event too long to read, or
+    JSON it cannot judge)."""
+    reader = SSEReader()
+    trimmer = WIRES[api].stream_trimmer(keep) if keep is not None else None
     out, changed = b"", False
     for chunk in chunks:
         events = reader.feed(chunk)
         if reader.broken:
             return None
         try:
-            parts = [trimmer.rewrite(event) for event in events]
+            for event in events:
+                if hide_usage and usage_only(event):
+                    continue
+                part = trimmer.rewrite(event) if trimmer is not None else event.raw
+                changed = changed or part is not event.raw
+                out += part
         except Unjudged:
             return None
-        changed = changed or any(p is not e.raw for p, e in zip(parts, events, strict=True))
-        out += b"".join(parts)
     return out + reader.rest(), changed
 
 
@@ -69,8 +76,9 @@ def python_whole(api: str, keep: int, data: bytes) -> tuple[bytes, bool] | None:
     return data, False
 
 
-def rust(api: str, keep: int, chunks: list[bytes], stream: bool) -> tuple[bytes, bool] | None:
-    return Relay.trimmed(api, keep, chunks, stream, *ANSWERS)
+def rust(api: str, keep: int | None, chunks: list[bytes], stream: bool,
+         hide_usage: bool = False) -> tuple[bytes, bool] | None:
+    return Relay.trimmed(api, keep, chunks, stream, *ANSWERS, hide_usage=hide_usage)
 
 
 def split(data: bytes, size: int) -> list[bytes]:
@@ -169,6 +177,48 @@ def test_streams_trimmed_alike(api: str, keep: int, step: Step, odd: bool, size:
         assert names == [c.name for c in kept_calls(
             [Call("", c.name, "") for c in step.tool_calls], keep)]
         assert expected[1] == (keep < 3)
+
+
+USAGE_ODD = [  # usage-only chunks written otherwise, and chunks that are not one
+    b'data: { "choices" : [ ] , "usage" : {"prompt_tokens": 1.50} }\n\n',
+    b'data: {"choices":[],"\\u0075sage":{}}\r\n\r\n',
+    b'data: {"choices":[],"usage":null}\n\n',
+    b'data: {"usage":{"prompt_tokens":2}}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":3}}\n\n',
+    b'data: {"choices":{},"usage":{}}\n\n',
+    b'event: usage\ndata: {"choices":[],"usage":{"completion_tokens":4},"id":"\xc3\xa9"}\n\n',
+]
+
+
+@pytest.mark.parametrize("keep", [None, 0, 1, 9])
+@pytest.mark.parametrize("odd", [False, True])
+@pytest.mark.parametrize("size", [1, 7, 100_000])
+def test_streams_asked_for_usage_are_handed_on_alike_without_it(keep: int | None, odd: bool,
+                                                                size: int) -> None:
+    """A Chat Completions stream asked for its usage on the client's behalf: both relays leave
+    out every usage-only chunk (and nothing else), trim as they trim, and call it trimmed only
+    for tool calls left out."""
+    stream = chat_stream(THREE)  # (asked for usage: "usage": null in each chunk, then its own)
+    if odd:
+        stream = with_odd("chat", stream).replace(b"data: [DONE]", b"".join(USAGE_ODD)
+                                                  + b"data: [DONE]", 1)
+    chunks = split(stream, size)
+    expected = python_stream("chat", keep, chunks, hide_usage=True)
+    assert expected is not None
+    assert rust("chat", keep, chunks, True, hide_usage=True) == expected
+    reader = SSEReader()
+    kept = reader.feed(expected[0])
+    assert not [event for event in kept if usage_only(event)]
+    if keep is None:  # nothing else changed: the stream less its usage-only chunks
+        assert expected == (b"".join(event.raw for event in reader.feed(stream)
+                                     if not usage_only(event)), False)
+        assert len(kept) == len(SSEReader().feed(stream)) - (4 if odd else 1)
+    elif not odd:
+        assert expected[1] == (keep < 3)
+    # a whole response's usage came unasked: it passes as the bound has it
+    data = whole("chat", THREE)
+    assert rust("chat", keep, [data], False, hide_usage=True) == (
+        (data, False) if keep is None else python_whole("chat", keep, data))
 
 
 def whole(api: str, step: Step) -> bytes:

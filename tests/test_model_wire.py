@@ -22,7 +22,7 @@ from tests.frameworks.fakellm import (
 )
 from watchdog.core.directives.model import Directive
 from watchdog.core.model.book import Caller, ModelBook
-from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import (
@@ -35,7 +35,7 @@ from watchdog.core.model.steer import (
     decide,
     is_answer_tool,
 )
-from watchdog.core.model.wire import Observation, SSEReader, Wire, read_stream, sse
+from watchdog.core.model.wire import Event, Observation, SSEReader, Wire, read_stream, sse
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.core.spans.conventions import request_hash
 
@@ -338,6 +338,58 @@ def test_the_decision() -> None:
     assert decide(Counts(used=5, handed=5, budget={}), grace_board, "", False) == (
         Turn(Act.NOTE, "Loop", 1, "tool-cycle"))
     assert decide(Counts(used=5, handed=5, budget=budget), None, "", False).act is Act.FINAL
+
+
+def test_a_dollar_budget_asks_for_the_usage_that_prices_a_call() -> None:
+    """With a dollar budget every turn that goes upstream asks for its response's usage;
+    without one, none does; an abort goes nowhere."""
+    priced = {"max_cost_usd": 1.0, "remaining_cost_usd": 0.9}
+    assert decide(Counts(used=0, handed=0, budget=priced), None, "", True) == Turn(
+        Act.PASS, usage=True)
+    assert decide(Counts(used=0, handed=0, budget={**priced, "remaining_cost_usd": 0.1}),
+                  None, "", True).usage  # (the cost countdown's note)
+    assert decide(Counts(used=0, handed=0, budget={**priced, "remaining_cost_usd": 0.0}),
+                  None, "", True).act is Act.FINAL
+    assert decide(Counts(used=0, handed=0, budget={**priced, "remaining_cost_usd": 0.0}),
+                  None, "", True).usage
+    assert not decide(Counts(used=0, handed=0, budget={"max_tool_calls": 3.0}), None, "",
+                      True).usage
+    board = Board()
+    board.post(directive("abort", "stop-it", "[stopped]"))
+    assert decide(Counts(used=0, handed=0, budget=priced), board, "", True) == Turn(
+        Act.ABORT, "[stopped]", 0, "stop-it")
+
+
+@pytest.mark.parametrize(("body", "asked"), [
+    ({"stream": True}, {"stream": True, "stream_options": {"include_usage": True}}),
+    ({"stream": True, "stream_options": None},
+     {"stream": True, "stream_options": {"include_usage": True}}),
+    ({"stream": True, "stream_options": {"include_usage": False, "other": 1}},
+     {"stream": True, "stream_options": {"include_usage": True, "other": 1}}),
+    ({"stream": True, "stream_options": {"include_usage": True}}, None),  # asked already
+    ({"stream": False}, None), ({}, None), ({"stream": "yes"}, None),  # no stream: usage comes
+    ({"stream": True, "stream_options": "usage"}, None),  # the upstream's to refuse
+])
+def test_chat_asks_a_stream_for_its_usage_only_where_the_client_did_not(
+        body: dict[str, Any], asked: dict[str, Any] | None) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    got = ChatWire().ask_usage({"model": "m", "messages": messages, **body})
+    assert got == (None if asked is None else {"model": "m", "messages": messages, **asked})
+    for wire in (ResponsesWire(), MessagesWire()):  # they report a stream's usage unasked
+        assert wire.ask_usage({"model": "m", **body}) is None
+
+
+@pytest.mark.parametrize(("data", "only"), [
+    ('{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}', True),
+    ('{ "choices" : [ ] , "usage" : { } }', True),
+    ('{"choices":[],"usage":null}', False),
+    ('{"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":3}}', False),
+    ('{"usage":{"prompt_tokens":3}}', False),
+    ('{"choices":{},"usage":{"prompt_tokens":3}}', False),
+    ("[DONE]", False), ("not json", False), ('[{"choices":[]}]', False),
+])
+def test_the_usage_only_chunk_is_told_apart(data: str, only: bool) -> None:
+    assert usage_only(Event(f"data: {data}\n\n".encode(), None, data)) is only
 
 
 # -- agents with other wire habits ----------------------------------------------------------

@@ -225,12 +225,17 @@ def completion(model: str, response_id: str, step: Step, usage: dict[str, int]
 
 def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | None
            ) -> Iterator[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects of a streamed response."""
+    """The ``chat.completion.chunk`` objects of a streamed response; with ``usage`` (asked
+    for: ``stream_options.include_usage``), each says ``"usage": null`` and a usage-only chunk
+    ends them, as OpenAI's do."""
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {"id": response_id, "object": "chat.completion.chunk",
+        made = {"id": response_id, "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
                              "logprobs": None}]}
+        if usage is not None:
+            made["usage"] = None
+        return made
 
     yield chunk({"role": "assistant", "content": ""})
     if step.text:

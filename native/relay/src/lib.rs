@@ -41,7 +41,7 @@ mod observe;
 mod trim;
 use admit::{Admission, Settings, Verdict};
 use observe::Seen;
-use trim::{Answers, Api, LastEvent, StreamTrim};
+use trim::{Answers, Api, LastEvent, StreamTrim, Trim};
 
 /// RFC 9110 §7.6.1, and the framing hyper sets itself.
 const HOP_BY_HOP: [&str; 9] = ["connection", "keep-alive", "proxy-connection",
@@ -78,7 +78,7 @@ enum Event {
 enum Reply {
     Respond { status: u16, headers: Headers, body: Bytes },
     Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
-              notify: bool, direct: bool, trim: Option<(Api, usize)>, watch: Option<Api> },
+              notify: bool, direct: bool, trim: Option<Trim>, watch: Option<Api> },
 }
 
 struct Shared {
@@ -409,7 +409,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             Reply::Forward {
                 method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
                 observe: true, notify: true, direct: false,
-                trim: usize::try_from(keep).ok().map(|keep| (admitted.api, keep)),
+                trim: usize::try_from(keep).ok().map(|keep| Trim {
+                    api: admitted.api, keep: Some(keep), hide_usage: false }),
                 watch: (keep < 0).then_some(admitted.api) }
         }
         (verdict, body) => {
@@ -470,35 +471,38 @@ type Failure = (Ticket, &'static str, String);
 /// successful one trimmed: a stream event by event, a whole one read (bounded) first; one too
 /// long to read, or JSON it cannot judge, is an unreachable upstream's failure (never passed).
 async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticket,
-                 observe: bool, trim: Option<(Api, usize)>, watch: Option<Api>)
+                 observe: bool, trim: Option<Trim>, watch: Option<Api>)
                  -> Result<Response<RelayBody>, Failure> {
     let status = upstream.status();
     ticket.status = status.as_u16();
     if observe {
         ticket.observed = Some(BytesMut::new());
-        ticket.api = trim.map(|(api, _)| api).or(watch);
+        ticket.api = trim.map(|trim| trim.api).or(watch);
     }
     let kind = upstream.headers().get("content-type")
         .map(|kind| String::from_utf8_lossy(kind.as_bytes()).into_owned()).unwrap_or_default();
     let mime = kind.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     ticket.content_type = kind;
     let mut headers = passed_headers(upstream.headers());
-    let trim = trim.filter(|_| status.is_success());
+    let stream = mime == "text/event-stream";
+    // (a whole response is trimmed only with a bound: its usage came unasked)
+    let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
     let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
                                watch: None };
     match trim {
         None => {
-            if status.is_success() && mime == "text/event-stream" {
+            if status.is_success() && stream {
                 body.watch = watch.map(LastEvent::new);
             }
             body.upstream = Some(upstream.into());
         }
-        Some((api, keep)) if mime == "text/event-stream" => {
+        Some(trim) if stream => {
             headers.remove("content-length");
-            body.trim = Some(StreamTrim::new(api, keep, shared.answers.clone()));
+            body.trim = Some(StreamTrim::new(trim, shared.answers.clone()));
             body.upstream = Some(upstream.into());
         }
-        Some((api, keep)) => {
+        Some(Trim { api, keep, .. }) => {
+            let keep = keep.unwrap_or(usize::MAX); // (Some: filtered above)
             let limit = shared.observe_limit;
             let mut upstream = upstream;
             // too long to read: its calls cannot be judged, so it is not passed on
@@ -669,17 +673,19 @@ impl Relay {
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
     /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims; with
     /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
-    /// at its last event.
+    /// at its last event; with ``hide_usage`` (a Chat Completions stream asked for its usage
+    /// on the client's behalf) the stream passes event by event, its usage-only chunk left out.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false, api="", keep=-1, watch=false))]
+                        direct=false, api="", keep=-1, watch=false, hide_usage=false))]
     #[allow(clippy::too_many_arguments)]
     fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
-               observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool)
-               -> PyResult<bool> {
+               observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool,
+               hide_usage: bool) -> PyResult<bool> {
         let parsed = || Api::parse(api)
             .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")));
-        let trim = if keep < 0 { None } else {
-            Some((parsed()?, usize::try_from(keep).unwrap_or(usize::MAX)))
+        let trim = if keep < 0 && !hide_usage { None } else {
+            Some(Trim { api: parsed()?, keep: (keep >= 0)
+                        .then(|| usize::try_from(keep).unwrap_or(usize::MAX)), hide_usage })
         };
         let watch = if keep < 0 && watch { Some(parsed()?) } else { None };
         Ok(self.reply(id, Reply::Forward { method, url, headers,
@@ -687,27 +693,30 @@ impl Relay {
                                            notify: notify || observe, direct, trim, watch }))
     }
 
-    /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls:
-    /// a stream's ``chunks`` as they come (``stream``), else a whole body; and whether it
-    /// changed them (None: it stops there, JSON it cannot judge). For tests.
+    /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls
+    /// (None: no bound; ``hide_usage``: a stream's usage-only chunk left out): a stream's
+    /// ``chunks`` as they come (``stream``), else a whole body; and whether it trimmed them
+    /// (None: it stops there, JSON it cannot judge). For tests.
     #[staticmethod]
     #[pyo3(signature = (api, keep, chunks, stream, answer_tools=vec![],
-                        answer_tool_prefixes=vec![]))]
-    fn trimmed<'py>(py: Python<'py>, api: &str, keep: usize, chunks: Vec<Vec<u8>>, stream: bool,
-                    answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>)
-                    -> PyResult<Option<(Bound<'py, PyBytes>, bool)>> {
+                        answer_tool_prefixes=vec![], hide_usage=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn trimmed<'py>(py: Python<'py>, api: &str, keep: Option<usize>, chunks: Vec<Vec<u8>>,
+                    stream: bool, answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>,
+                    hide_usage: bool) -> PyResult<Option<(Bound<'py, PyBytes>, bool)>> {
         let api = Api::parse(api)
             .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))?;
         let answers = Answers { names: answer_tools, prefixes: answer_tool_prefixes };
         if !stream {
             let data = chunks.concat();
+            let Some(keep) = keep else { return Ok(Some((PyBytes::new(py, &data), false))) };
             return Ok(match trim::trim_whole(api, &data, keep, &answers) {
                 Ok(Some(out)) => Some((PyBytes::new(py, &out), true)),
                 Ok(None) => Some((PyBytes::new(py, &data), false)),
                 Err(trim::Unjudged) => None,
             });
         }
-        let mut trim = StreamTrim::new(api, keep, answers);
+        let mut trim = StreamTrim::new(Trim { api, keep, hide_usage }, answers);
         let mut out = Vec::new();
         for chunk in &chunks {
             match trim.feed(chunk) {

@@ -52,6 +52,15 @@ impl Answers {
     }
 }
 
+/// What a successful response is trimmed of: the tool calls past `keep` (None: no bound), and,
+/// in a stream asked for its usage on the client's behalf (`hide_usage`), the usage-only chunk.
+#[derive(Clone, Copy, Debug)]
+pub struct Trim {
+    pub api: Api,
+    pub keep: Option<usize>,
+    pub hide_usage: bool,
+}
+
 /// JSON that Python reads and this cannot judge.
 #[derive(Debug)]
 pub struct Unjudged;
@@ -426,6 +435,14 @@ fn json_data(event: &Event) -> Result<Option<Map<String, Value>>, Unjudged> {
     }
 }
 
+/// `chat.usage_only`: the usage-only chunk that ends a Chat Completions stream asked for its
+/// usage (no choices; a usage object).
+fn usage_only(event: &Event) -> Result<bool, Unjudged> {
+    let Some(data) = json_data(event)? else { return Ok(false) };
+    Ok(matches!(data.get("choices"), Some(Value::Array(choices)) if choices.is_empty())
+        && matches!(data.get("usage"), Some(Value::Object(_))))
+}
+
 /// Whether the event ends the response, for the client (its type read only where the data
 /// names it as is: an end spelled with escapes is told at the stream's end, as any other).
 fn is_last(api: Api, event: &Event) -> bool {
@@ -477,7 +494,8 @@ enum Rewriter {
 /// A streamed response trimmed event by event, as `streams.relay_stream` does with a bound.
 pub struct StreamTrim {
     api: Api,
-    keep: usize,
+    keep: Option<usize>,
+    hide_usage: bool,
     answers: Answers,
     reader: SseReader,
     rewriter: Rewriter,
@@ -489,13 +507,14 @@ pub struct StreamTrim {
 }
 
 impl StreamTrim {
-    pub fn new(api: Api, keep: usize, answers: Answers) -> Self {
+    pub fn new(trim: Trim, answers: Answers) -> Self {
+        let Trim { api, keep, hide_usage } = trim;
         let rewriter = match api {
             Api::Chat => Rewriter::Chat { slots: Vec::new(), work: 0, kept: 0 },
             Api::Responses => Rewriter::Responses { calls: 0, dropped: Vec::new(), skipped: 0 },
             Api::Messages => Rewriter::Messages { uses: 0, answers: 0, dropped: Vec::new() },
         };
-        StreamTrim { api, keep, answers, reader: SseReader::new(), rewriter,
+        StreamTrim { api, keep, hide_usage, answers, reader: SseReader::new(), rewriter,
                      changed: false, finished: false }
     }
 
@@ -508,6 +527,9 @@ impl StreamTrim {
         let mut out = Vec::with_capacity(chunk.len());
         for event in &events {
             self.finished = self.finished || self.is_last(event);
+            if self.hide_usage && usage_only(event)? {
+                continue; // read already (the upstream's bytes are observed), not asked for
+            }
             match self.rewrite(event)? {
                 Some(bytes) => {
                     self.changed = true;
@@ -525,11 +547,12 @@ impl StreamTrim {
     }
 
     fn rewrite(&mut self, event: &Event) -> Result<Option<Vec<u8>>, Unjudged> {
+        let Some(keep) = self.keep else { return Ok(None) };
         if !self.may_change(event) {
             return Ok(None);
         }
         let Some(mut data) = json_data(event)? else { return Ok(None) };
-        let (keep, answers, api) = (self.keep, &self.answers, self.api);
+        let (answers, api) = (&self.answers, self.api);
         match &mut self.rewriter {
             Rewriter::Chat { slots, work, kept } =>
                 Ok(chat_rewrite(&mut data, keep, answers, slots, work, kept)),

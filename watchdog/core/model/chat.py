@@ -105,6 +105,16 @@ class ChatWire:
             body, prompt, self.add_note,
             lambda name: {"type": "function", "function": {"name": name}})
 
+    def ask_usage(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """``stream_options.include_usage`` set on a streamed request that does not ask: the
+        upstream then ends the stream with a usage-only chunk (:func:`usage_only`), which the
+        relay reads and leaves out, so the client gets the stream it asked for."""
+        options = body.get("stream_options")
+        if body.get("stream") is not True or not isinstance(options, dict | None) or (
+                options is not None and options.get("include_usage") is True):
+            return None  # (stream_options of another type: the upstream's to refuse)
+        return {**body, "stream_options": {**(options or {}), "include_usage": True}}
+
     def read_response(self, body: dict[str, Any]) -> Observation:
         seen = Observation(complete=True)
         if isinstance(body.get("id"), str):
@@ -321,6 +331,14 @@ def _callee(call: dict[str, Any]) -> dict[str, Any]:
         if isinstance(callee, dict):
             return callee
     return {}
+
+
+def usage_only(event: Event) -> bool:
+    """Whether ``event`` is the usage-only chunk that ends a stream asked for usage (no
+    choices; a usage); :class:`Unjudged` for one that cannot be judged."""
+    data = judged_data(event)
+    return data is not None and data.get("choices") == [] and isinstance(data.get("usage"),
+                                                                        dict)
 
 
 class ChatTrimmer:

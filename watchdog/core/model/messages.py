@@ -145,6 +145,9 @@ class MessagesWire:
             body["stop_reason"] = "end_turn"
         return True
 
+    def ask_usage(self, body: dict[str, Any]) -> None:
+        return None  # a stream's usage comes unasked
+
     def stream_trimmer(self, keep: int) -> MessagesTrimmer:
         return MessagesTrimmer(keep)
 

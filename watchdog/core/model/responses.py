@@ -186,6 +186,9 @@ class ResponsesWire:
         body["output"] = [item for i, item in enumerate(output) if i not in dropped]
         return True
 
+    def ask_usage(self, body: dict[str, Any]) -> None:
+        return None  # a stream's usage comes unasked
+
     def stream_trimmer(self, keep: int) -> ResponsesTrimmer:
         return ResponsesTrimmer(self, keep)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from watchdog.core.directives.model import Directive
@@ -144,6 +144,9 @@ class Turn:
     text: str = ""  # the note, the final-report instruction, or the stop note
     keep: int | None = None  # tool calls the response may hand over
     rule: str = ""  # what decided it (a rule's name, max_tool_calls, ...)
+    # the response's usage is needed (a dollar budget prices every call): asked of an API
+    # that reports it in a stream only when asked (Chat Completions' ``include_usage``)
+    usage: bool = False
 
 
 @dataclass(slots=True)
@@ -210,6 +213,13 @@ class Counts:
 
 
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
+    turn = _decide(counts, board, instructions, has_tools)
+    if "max_cost_usd" in counts.budget and turn.act is not Act.ABORT:
+        return replace(turn, usage=True)
+    return turn
+
+
+def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
     limit_value = counts.budget.get("max_tool_calls")
     limit = None if limit_value is None else int(limit_value)
     spent = max(counts.used, counts.handed)  # handed over is spent, reported back or not

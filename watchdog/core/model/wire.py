@@ -385,6 +385,10 @@ class Wire(Protocol):
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]: ...
 
+    def ask_usage(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The request asking for its stream's usage (to price the call), when the API
+        reports it only when asked and the request does not (None: nothing to ask)."""
+
     def read_response(self, body: dict[str, Any]) -> Observation: ...
 
     def accumulator(self) -> Accumulator: ...

@@ -254,7 +254,7 @@ class NativeEndpoint:
             observed = plan.exchange is not None
             if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
                                       plan.body, observed, api=plan.api, keep=plan.keep,
-                                      watch=observed):
+                                      watch=observed, hide_usage=plan.hide_usage):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return
@@ -280,7 +280,8 @@ class NativeEndpoint:
         if isinstance(plan, Plan):
             exchange = plan.exchange
             self._publish(plan, None)
-            if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep):
+            if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep
+                                    and not exchange.hide_usage):
                 self.pending[number] = plan
                 return
             exchange.state.final_used = False  # the final turn did not go: the request did
@@ -297,7 +298,8 @@ class NativeEndpoint:
     def _publish(self, plan: Plan, learn: str | None) -> None:
         """The relay told the request's conversation (not new from now on), and, for a new
         conversation's first request (``learn``: its agent) that offered tools and opened a run
-        with nothing but a bound, what new runs of its agent get."""
+        with nothing but a bound, what new runs of its agent get (not for an agent whose runs
+        have a dollar budget: their streams are asked for usage, here)."""
         exchange = plan.exchange
         if exchange is None:
             return
@@ -305,7 +307,7 @@ class NativeEndpoint:
         if state.conversation is not None:
             self._know((state.conversation[:24],))
         if (learn is not None and plan.fast and exchange.turn.act is Act.PASS
-                and exchange.request.has_tools  # (one that offers none is told no countdown)
+                and not exchange.turn.usage and exchange.request.has_tools  # (one that offers none is told no countdown)
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
             self.relay.admit_agent(learn, plan.keep)

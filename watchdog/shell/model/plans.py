@@ -52,6 +52,13 @@ class Plan:
         return exchange is None or exchange.turn.act is not Act.FINAL
 
     @property
+    def hide_usage(self) -> bool:
+        """The request asks for usage its client did not: the stream's usage-only chunk is
+        read and left out (:func:`watchdog.core.model.chat.usage_only`)."""
+        exchange = self.exchange
+        return exchange is not None and exchange.hide_usage
+
+    @property
     def keep(self) -> int:
         """The tool calls its response may hand over (-1: no bound)."""
         exchange = self.exchange
@@ -62,12 +69,14 @@ class Plan:
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "key", "request", "reserved", "started_ns", "state", "turn", "wire")
+    __slots__ = ("agent", "hide_usage", "key", "request", "reserved", "started_ns", "state",
+                 "turn", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
-                 started_ns: int, agent: str, key: str) -> None:
+                 started_ns: int, agent: str, key: str, hide_usage: bool = False) -> None:
         self.wire, self.request, self.state, self.turn = wire, request, state, turn
         self.started_ns, self.agent, self.key = started_ns, agent, key
+        self.hide_usage = hide_usage
         # the tool calls it may hand over, kept from its run's other requests until it is
         # booked or settled
         self.reserved = (turn.keep or 0) if turn.act is not Act.FINAL else 0

@@ -241,14 +241,17 @@ class ModelProxy:
                 state.final_used = True
             elif turn.act is Act.NOTE:
                 body = wire.add_note(body, turn.text)
-            if turn.act is not Act.PASS:
-                raw = dumps(body)
+            asked = wire.ask_usage(body) if turn.usage else None  # to price the call
+            if turn.act is not Act.PASS or asked is not None:
+                raw = dumps(body if asked is None else asked)
                 headers.popall("Content-Encoding", None)  # the new body goes as it is
+            if turn.act is not Act.PASS:
                 self.steered(agent_label, turn.act.value)
                 logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
             self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
-            exchange = Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key)
+            exchange = Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key,
+                                hide_usage=asked is not None)
         except BaseException:
             self.book.settle(state)
             raise

@@ -6,10 +6,12 @@ arrives, read on the way (an SSE reader and the API's accumulator) to observe th
 (not streamed) response is read (bounded by ``MAX_RESPONSE_BYTES``: a larger one passes
 unobserved) and trimmed if it asks for more tool calls than are left; a stream whose tool calls
 must be trimmed is passed on event by event, and the final request's is held until it ends
-(bounded), its answer replaced by a stop note when nothing is left of it. With a bound on tool
-calls, what cannot be read (too long, or JSON Python cannot judge) is never passed on: a stream
-ends there, a whole response raises :class:`~watchdog.core.model.wire.Unjudged` (a 502). When
-the response has ended, :meth:`ModelProxy.observed` books the call.
+(bounded), its answer replaced by a stop note when nothing is left of it. A stream asked for
+its usage on the client's behalf (a run with a dollar budget) is passed on event by event too,
+its usage-only chunk read and left out. With a bound on tool calls, what cannot be read (too
+long, or JSON Python cannot judge) is never passed on: a stream ends there (so too one asked
+for its usage), a whole response raises :class:`~watchdog.core.model.wire.Unjudged` (a 502).
+When the response has ended, :meth:`ModelProxy.observed` books the call.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
+from watchdog.core.model.chat import usage_only
 from watchdog.core.model.steer import Act, kept_calls
 from watchdog.core.model.wire import SSEReader, Unjudged, dumps, judged
 from watchdog.shell.model.headers import response_headers
@@ -126,6 +129,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     await response.prepare(request)
     reader, accumulator = SSEReader(), wire.accumulator()
     trimmer = wire.stream_trimmer(keep) if keep is not None else None
+    hide = exchange.hide_usage  # the usage-only chunk the client did not ask for: left out
+    evented = trimmer is not None or hide
     trimmed = cut = False
     booked = False
 
@@ -142,12 +147,12 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             proxy.steered(exchange.agent, "trim")
         proxy.observed(exchange, calls, seen)
 
-    first = _buffered(upstream) if trimmer is None else b""
+    first = _buffered(upstream) if not evented else b""
     if not first:
         await response.write(b"")  # the head now: it waits for no event
     try:
         async for chunk in _chunks(upstream, first):
-            if trimmer is None:  # as it came, read first: booked at its last event
+            if not evented:  # as it came, read first: booked at its last event
                 held = None
                 for event in reader.feed(chunk):
                     accumulator.feed(event)
@@ -164,14 +169,18 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             try:
                 if reader.broken:
                     raise Unjudged(f"an event longer than {reader.limit} bytes")
-                parts = [trimmer.rewrite(event) for event in events]
+                parts = []
+                for event in events:
+                    if hide and usage_only(event):
+                        continue
+                    part = trimmer.rewrite(event) if trimmer is not None else event.raw
+                    trimmed = trimmed or part is not event.raw
+                    parts.append(part)
             except Unjudged as exc:  # the answer ends here: no call in it passes unjudged
-                log.warning("model upstream stream cut: %s, with a bound on its tool calls",
-                            exc)
+                log.warning("model upstream stream cut: %s, with a bound on its tool calls "
+                            "or its cost", exc)
                 cut = True
                 break
-            trimmed = trimmed or any(p is not e.raw for p, e in zip(parts, events,
-                                                                     strict=True))
             out = b"".join(parts)
             if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
                 held.append(out)
@@ -191,7 +200,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 exchange.request.model, note, exchange.request, time.time()))
         elif held:
             await response.write(b"".join(held))
-        if trimmer is not None and not cut and (rest := reader.rest()):
+        if evented and not cut and (rest := reader.rest()):
             await response.write(rest)  # a stream cut mid-event: as it came
         await response.write_eof()
     finally:
