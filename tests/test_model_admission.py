@@ -346,14 +346,7 @@ def test_an_agent_with_a_dollar_budget_teaches_nothing_its_streams_ask_for_usage
     """A dollar budget prices every call, and a stream reports its usage only when asked,
     which only the loop writes: no first request of that agent goes on without the loop, and a
     streamed one goes upstream asking for its usage."""
-    pack = """\
-apiVersion: agent-watchdog/v1
-kind: RulePack
-name: admission-dollars
-budgets:
-  - agents: ["%s"]
-    max_cost_usd: 5
-""" % AGENT
+    pack = BUDGET_PACK.format(agent=AGENT, calls=5).replace("max_tool_calls", "max_cost_usd")
     with sidecar(tmp_path, upstream, pack) as server:
         assert post(server, PATHS["chat"], chat("dollars one"))[0] == 200  # (whole: not asked)
         assert "stream_options" not in json.loads(seen_with(upstream, "dollars one")[0].body)

@@ -307,7 +307,8 @@ class NativeEndpoint:
         if state.conversation is not None:
             self._know((state.conversation[:24],))
         if (learn is not None and plan.fast and exchange.turn.act is Act.PASS
-                and not exchange.turn.usage and exchange.request.has_tools  # (one that offers none is told no countdown)
+                and not exchange.turn.usage
+                and exchange.request.has_tools  # (one that offers none is told no countdown)
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
             self.relay.admit_agent(learn, plan.keep)
