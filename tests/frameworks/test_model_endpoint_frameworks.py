@@ -148,6 +148,16 @@ AGENTS = [
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]
+STREAMING = [agent for agent in AGENTS if agent.mode.endswith("stream")]
+PRICED_MODEL = "gpt-4o-mini"  # a model genai-prices knows
+DOLLARS_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: endpoint-dollars
+budgets:
+  - agents: ["*"]
+    max_cost_usd: 5
+"""
 
 
 # -- the world ------------------------------------------------------------------------------
@@ -166,13 +176,14 @@ class Captured(logging.Handler):
 LOGS = Captured()
 
 
-def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool, relay: str) -> Iterator[RunningServer]:
-    """A sidecar in front of ``llm``, with the budget pack or not, on the model relay
+def start_sidecar(tmp: Path, llm: FakeLLM, budget: str | None, relay: str
+                  ) -> Iterator[RunningServer]:
+    """A sidecar in front of ``llm``, with the rule pack ``budget`` or none, on the model relay
     ``relay``."""
     rules: tuple[str, ...] = ()
-    if budget:
+    if budget is not None:
         pack = tmp / "budget.yaml"
-        pack.write_text(BUDGET_PACK)
+        pack.write_text(budget)
         rules = (str(pack),)
     config = sidecar_config(tmp / "state", model_address="127.0.0.1:0",
                             model_upstream=llm.base_url,
@@ -194,13 +205,19 @@ def start_sidecar(tmp: Path, llm: FakeLLM, budget: bool, relay: str) -> Iterator
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
           model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
-    yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, False, model_relay)
+    yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, None, model_relay)
 
 
 @pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
              model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
-    yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, True, model_relay)
+    yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, BUDGET_PACK, model_relay)
+
+
+@pytest.fixture(scope="module")
+def priced(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+           model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
+    yield from start_sidecar(tmp_path_factory.mktemp("priced"), llm, DOLLARS_PACK, model_relay)
 
 
 def agent_env(sidecar: RunningServer, model: str) -> dict[str, str]:
@@ -460,6 +477,29 @@ def test_budget_counts_down_then_the_report_is_the_output(budgeted: RunningServe
     assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
         BUDGET, "tool_limit_reached", True), run
     assert len(llm.requests(model)) == BUDGET + 1  # and nothing more reached the upstream
+
+
+@pytest.mark.parametrize("agent", STREAMING, ids=lambda agent: agent.name)
+def test_a_dollar_budget_prices_every_streamed_call(priced: RunningServer, llm: FakeLLM,
+                                                    agent: Agent) -> None:
+    """A dollar budget needs every call's usage; a Chat Completions stream reports it only when
+    the request asks, which many clients do not: the endpoint asks, reads it and leaves the
+    usage-only chunk out. Every streaming client reads its stream as before, and each of its
+    calls is priced (none unpriced)."""
+    model = llm.script(PRICED_MODEL, counting(agent))
+    before = run_ids(priced)
+    outcome = drive(agent, priced, model)
+    assert outcome == {"ran": ["alpha", "beta"], "output": ANSWER}
+    requests = llm.requests(model)
+    assert len(requests) == 3
+    for body, headers in zip(requests, llm.request_headers(model), strict=True):
+        chat = "input" not in body and "anthropic-version" not in headers
+        # asked of Chat Completions; the Responses and Anthropic APIs report usage unasked
+        assert (body.get("stream_options") or {}).get("include_usage") is (
+            True if chat else None), body
+    run = the_new_run(priced, before)
+    assert (run["iterations"], run["tool_calls"], run["unpriced_calls"]) == (3, 2, 0), run
+    assert run["cost_usd"] > 0, run
 
 
 @pytest.mark.parametrize("agent", LOOPING, ids=lambda agent: agent.name)

@@ -21,8 +21,9 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   call is booked (below). With a bound on the tool calls it may hand over
   (``keep``: a budget, a wind-down's grace) the relay trims a successful response on the way
   as the aiohttp relay does (``native/relay/src/trim.rs``, the twin of the wire modules'
-  ``trim`` and stream trimmers): a stream event by event, a whole response read first. A
-  stream's end is told at its last event (``[DONE]``, a Responses end event,
+  ``trim`` and stream trimmers): a stream event by event, a whole response read first; a
+  Chat Completions stream asked for its usage for a dollar budget (``hide_usage``) is passed
+  event by event too, its usage-only chunk left out. A stream's end is told at its last event (``[DONE]``, a Responses end event,
   ``message_stop``), before the agent has it, bound or not (``watch``);
 * a new conversation's first request, when this process has said what a new run of its agent
   gets (a bound or none, and nothing else: no note, no final turn, no answer of its own), is
