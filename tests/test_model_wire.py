@@ -341,8 +341,8 @@ def test_the_decision() -> None:
 
 
 def test_a_dollar_budget_asks_for_the_usage_that_prices_a_call() -> None:
-    """With a dollar budget every turn that goes upstream asks for its response's usage;
-    without one, none does; an abort goes nowhere."""
+    """With a budget in dollars or tokens every turn that goes upstream asks for its response's
+    usage; without one, none does; an abort goes nowhere."""
     priced = {"max_cost_usd": 1.0, "remaining_cost_usd": 0.9}
     assert decide(Counts(used=0, handed=0, budget=priced), None, "", True) == Turn(
         Act.PASS, usage=True)
@@ -352,6 +352,8 @@ def test_a_dollar_budget_asks_for_the_usage_that_prices_a_call() -> None:
                   None, "", True).act is Act.FINAL
     assert decide(Counts(used=0, handed=0, budget={**priced, "remaining_cost_usd": 0.0}),
                   None, "", True).usage
+    assert decide(Counts(used=0, handed=0, budget={"max_tokens": 1000.0}), None, "",
+                  True).usage  # (counted from each call's usage too)
     assert not decide(Counts(used=0, handed=0, budget={"max_tool_calls": 3.0}), None, "",
                       True).usage
     board = Board()

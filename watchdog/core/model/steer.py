@@ -144,9 +144,12 @@ class Turn:
     text: str = ""  # the note, the final-report instruction, or the stop note
     keep: int | None = None  # tool calls the response may hand over
     rule: str = ""  # what decided it (a rule's name, max_tool_calls, ...)
-    # the response's usage is needed (a dollar budget prices every call): asked of an API
-    # that reports it in a stream only when asked (Chat Completions' ``include_usage``)
+    # the response's usage is needed (a budget in dollars or tokens counts every call's): asked
+    # of an API that reports it in a stream only when asked (Chat Completions' include_usage)
     usage: bool = False
+
+
+USAGE_BUDGETS = frozenset({"max_cost_usd", "max_tokens"})  # counted from each call's usage
 
 
 @dataclass(slots=True)
@@ -214,7 +217,7 @@ class Counts:
 
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
     turn = _decide(counts, board, instructions, has_tools)
-    if "max_cost_usd" in counts.budget and turn.act is not Act.ABORT:
+    if turn.act is not Act.ABORT and not USAGE_BUDGETS.isdisjoint(counts.budget):
         return replace(turn, usage=True)
     return turn
 

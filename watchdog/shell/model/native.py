@@ -22,9 +22,10 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   (``keep``: a budget, a wind-down's grace) the relay trims a successful response on the way
   as the aiohttp relay does (``native/relay/src/trim.rs``, the twin of the wire modules'
   ``trim`` and stream trimmers): a stream event by event, a whole response read first; a
-  Chat Completions stream asked for its usage for a dollar budget (``hide_usage``) is passed
-  event by event too, its usage-only chunk left out. A stream's end is told at its last event (``[DONE]``, a Responses end event,
-  ``message_stop``), before the agent has it, bound or not (``watch``);
+  Chat Completions stream asked for its usage for a budget in dollars or tokens
+  (``hide_usage``) is passed event by event too, its usage-only chunk left out. A stream's
+  end is told at its last event (``[DONE]``, a Responses end event, ``message_stop``), before
+  the agent has it, bound or not (``watch``);
 * a new conversation's first request, when this process has said what a new run of its agent
   gets (a bound or none, and nothing else: no note, no final turn, no answer of its own), is
   sent on by the relay at once, before this loop has read it (``admit``, below); it comes
@@ -300,7 +301,7 @@ class NativeEndpoint:
         """The relay told the request's conversation (not new from now on), and, for a new
         conversation's first request (``learn``: its agent) that offered tools and opened a run
         with nothing but a bound, what new runs of its agent get (not for an agent whose runs
-        have a dollar budget: their streams are asked for usage, here)."""
+        have a budget in dollars or tokens: their streams are asked for usage, here)."""
         exchange = plan.exchange
         if exchange is None:
             return

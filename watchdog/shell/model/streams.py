@@ -7,8 +7,8 @@ arrives, read on the way (an SSE reader and the API's accumulator) to observe th
 unobserved) and trimmed if it asks for more tool calls than are left; a stream whose tool calls
 must be trimmed is passed on event by event, and the final request's is held until it ends
 (bounded), its answer replaced by a stop note when nothing is left of it. A stream asked for
-its usage on the client's behalf (a run with a dollar budget) is passed on event by event too,
-its usage-only chunk read and left out. With a bound on tool calls, what cannot be read (too
+its usage on the client's behalf (a budget in dollars or tokens) is passed on event by event
+too, its usage-only chunk read and left out. With a bound on tool calls, what cannot be read (too
 long, or JSON Python cannot judge) is never passed on: a stream ends there (so too one asked
 for its usage), a whole response raises :class:`~watchdog.core.model.wire.Unjudged` (a 502).
 When the response has ended, :meth:`ModelProxy.observed` books the call.
