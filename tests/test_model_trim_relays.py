@@ -10,10 +10,11 @@ import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
+from tests.frameworks.fakellm import Step
 from tests.harness import http_request, http_served, running_server, sidecar_config, wait_until
 from tests.test_model_trim_native import ANSWERS, python_stream, python_whole, whole, with_odd
 from tests.test_model_wire import THREE, chat_stream
@@ -204,3 +205,73 @@ def test_a_whole_response_too_long_to_read_is_not_passed_with_a_bound(
                     said = (relay, bound, status, body[:200])
                     assert status == expected, said
                     assert body == LONG if status == 200 else b"UnjudgedResponse" in body, said
+
+
+REFUSAL = json.dumps({"error": {"message": "Unrecognized request argument supplied: "
+                                "stream_options", "type": "invalid_request_error",
+                                "param": None, "code": None}}).encode()
+OTHER_400 = json.dumps({"error": {"message": "context too long", "type":
+                                  "invalid_request_error", "code": "context_length"}}).encode()
+
+
+class StrictUpstream(Upstream):
+    """An OpenAI-compatible server that takes no field it does not know: a request naming
+    ``stream_options`` is refused (400, the error names it); one whose user says "too long"
+    gets another 400; else a streamed answer with no usage (it reports none)."""
+
+    seen: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        StrictUpstream.seen.append(raw)
+        body = json.loads(raw)
+        if "stream_options" in body or body["messages"][-1]["content"] == "too long":
+            data = OTHER_400 if body["messages"][-1]["content"] == "too long" else REFUSAL
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        data = b"".join(event + b"\n\n" for event in chat_stream(Step(text="All done.")).split(
+            b"\n\n") if event and b'"choices": []' not in event)  # no usage: none asked
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_an_upstream_that_refuses_stream_options_gets_the_request_as_the_client_sent_it(
+        tmp_path: Path) -> None:
+    """A run with a dollar budget asks a stream for its usage; an upstream that takes no
+    unknown field refuses that (400 naming ``stream_options``): both relays send the request
+    again as its client sent it, and the agent gets its answer (the call unpriced). Another
+    400 is passed on as it came, once."""
+    pack = tmp_path / "dollars.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: dollars\nbudgets:\n"
+                    "  - agents: ['*']\n    max_cost_usd: 5\n")
+    with http_served(StrictUpstream) as url:
+        for relay in ("python", "native"):
+            config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",
+                                    model_upstream=url + "/v1", model_relay=relay,
+                                    rules=(str(pack),))
+            with running_server(config) as sidecar:
+                for task, expected in (("find it", 200), ("too long", 400)):
+                    StrictUpstream.seen.clear()
+                    request = json.dumps({"model": "m", "stream": True, "messages": [
+                        {"role": "user", "content": task}]}).encode()
+                    status, body = http_request(
+                        "POST", sidecar.url("model") + "/v1/chat/completions", request, {
+                            "Authorization": f"Bearer {KEY}",
+                            "Content-Type": "application/json"})
+                    said = (relay, task, status, body[:300])
+                    assert status == expected, said
+                    sent = [json.loads(raw) for raw in StrictUpstream.seen]
+                    if expected == 200:
+                        assert b"done." in body and b"[DONE]" in body, said
+                        assert [body.get("stream_options") for body in sent] == [
+                            {"include_usage": True}, None], said
+                        assert sent[1] == json.loads(request)  # as its client sent it
+                    else:
+                        assert body == OTHER_400 and len(sent) == 1, said

@@ -78,7 +78,8 @@ enum Event {
 enum Reply {
     Respond { status: u16, headers: Headers, body: Bytes },
     Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
-              notify: bool, direct: bool, trim: Option<Trim>, watch: Option<Api> },
+              notify: bool, direct: bool, trim: Option<Trim>, watch: Option<Api>,
+              unasked: Option<Bytes> },
 }
 
 struct Shared {
@@ -97,6 +98,8 @@ struct Shared {
     client: reqwest::Client,
     /// For this process's own loopback relay: never through a proxy.
     direct: reqwest::Client,
+    /// The upstream refused a request's `stream_options` (`Relay.usage_refused`).
+    usage_refused: AtomicBool,
 }
 
 impl Shared {
@@ -411,7 +414,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 observe: true, notify: true, direct: false,
                 trim: usize::try_from(keep).ok().map(|keep| Trim {
                     api: admitted.api, keep: Some(keep), hide_usage: false }),
-                watch: (keep < 0).then_some(admitted.api) }
+                watch: (keep < 0).then_some(admitted.api), unasked: None }
         }
         (verdict, body) => {
             if let Some(Verdict::Learn(agent)) = verdict {
@@ -431,15 +434,30 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             Reply::Respond { status, headers, body } => {
                 return Ok(answer(status, &headers, body, ticket));
             }
-            Reply::Forward { method, url, headers, body, observe, notify, direct, trim,
-                             watch } => {
+            Reply::Forward { method, url, headers, body, observe, notify, direct, mut trim,
+                             watch, unasked } => {
                 ticket.notify = notify;
                 ticket.started = Instant::now();
                 let method = reqwest::Method::from_bytes(method.as_bytes())
                     .unwrap_or(reqwest::Method::POST);
                 let client = if direct { &shared.direct } else { &shared.client };
-                let sent = client.request(method, &url).headers(header_map(&headers))
-                    .body(body).send().await;
+                let send = |body: Bytes| client.request(method.clone(), &url)
+                    .headers(header_map(&headers)).body(body).send();
+                let mut sent = send(body).await;
+                if let (Some(unasked), Ok(upstream)) = (unasked, sent.as_ref()) {
+                    if refuses_usage(upstream) {
+                        sent = match read_refusal(sent.unwrap()).await {
+                            Ok(Some(upstream)) => Ok(upstream),
+                            Ok(None) => { // as its client sent it: its usage unasked
+                                shared.usage_refused.store(true, Ordering::Relaxed);
+                                trim = trim.map(|trim| Trim { hide_usage: false, ..trim })
+                                    .filter(|trim| trim.keep.is_some());
+                                send(unasked).await
+                            }
+                            Err(error) => Err(error),
+                        };
+                    }
+                }
                 let failure = match sent {
                     Ok(upstream) => match relayed(&shared, upstream, ticket, observe, trim,
                                                   watch).await {
@@ -466,6 +484,27 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
 }
 
 type Failure = (Ticket, &'static str, String);
+
+/// `plans.refuses_usage` by its head: an answer that may say the upstream refuses a request's
+/// `stream_options` (400 or 422, its length said, at most 64 KiB).
+fn refuses_usage(upstream: &reqwest::Response) -> bool {
+    matches!(upstream.status().as_u16(), 400 | 422)
+        && upstream.content_length().is_some_and(|length| length <= 64 * 1024)
+}
+
+/// Such an answer read: None if it names `stream_options`, else the same answer to pass on.
+async fn read_refusal(upstream: reqwest::Response)
+                      -> Result<Option<reqwest::Response>, reqwest::Error> {
+    let mut head = Response::builder().status(upstream.status()).version(upstream.version());
+    if let Some(headers) = head.headers_mut() {
+        *headers = upstream.headers().clone();
+    }
+    let data = upstream.bytes().await?;
+    if memchr::memmem::find(&data, b"stream_options").is_some() {
+        return Ok(None);
+    }
+    Ok(head.body(data).ok().map(reqwest::Response::from))
+}
 
 /// The upstream's response, passed on as it comes; with a bound on tool calls (`trim`), a
 /// successful one trimmed: a stream event by event, a whole one read (bounded) first; one too
@@ -622,7 +661,7 @@ impl Relay {
             in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
             answers: Answers { names: answer_tools, prefixes: answer_tool_prefixes },
             admission: Mutex::new(None), client,
-            direct });
+            direct, usage_refused: AtomicBool::new(false) });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
         Ok(Relay { shared, runtime: Mutex::new(Some(runtime)), stop, wake_reader, port })
@@ -673,14 +712,17 @@ impl Relay {
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
     /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims; with
     /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
-    /// at its last event; with ``hide_usage`` (a Chat Completions stream asked for its usage
-    /// on the client's behalf) the stream passes event by event, its usage-only chunk left out.
+    /// at its last event; with ``unasked`` (a Chat Completions stream asked for its usage on
+    /// the client's behalf: the body without that) the stream passes event by event, its
+    /// usage-only chunk left out, and an upstream that refuses ``stream_options`` (400 or 422
+    /// naming it) is sent ``unasked`` instead.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false, api="", keep=-1, watch=false, hide_usage=false))]
+                        direct=false, api="", keep=-1, watch=false, unasked=None))]
     #[allow(clippy::too_many_arguments)]
     fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
                observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool,
-               hide_usage: bool) -> PyResult<bool> {
+               unasked: Option<&[u8]>) -> PyResult<bool> {
+        let hide_usage = unasked.is_some();
         let parsed = || Api::parse(api)
             .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")));
         let trim = if keep < 0 && !hide_usage { None } else {
@@ -690,7 +732,8 @@ impl Relay {
         let watch = if keep < 0 && watch { Some(parsed()?) } else { None };
         Ok(self.reply(id, Reply::Forward { method, url, headers,
                                            body: Bytes::copy_from_slice(body), observe,
-                                           notify: notify || observe, direct, trim, watch }))
+                                           notify: notify || observe, direct, trim, watch,
+                                           unasked: unasked.map(Bytes::copy_from_slice) }))
     }
 
     /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls
@@ -791,6 +834,13 @@ impl Relay {
                                   default_agent: agent.to_owned(), token };
         admit::read(&settings, method, target, &header_map(&headers), body)
             .map(|first| first.hex())
+    }
+
+    /// Whether the upstream refused a request's ``stream_options`` (that request was sent
+    /// again without it).
+    #[getter]
+    fn usage_refused(&self) -> bool {
+        self.shared.usage_refused.load(Ordering::Relaxed)
     }
 
     /// Requests queued for Python's decision and not yet taken (`take`).

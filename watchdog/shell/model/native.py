@@ -23,7 +23,8 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   as the aiohttp relay does (``native/relay/src/trim.rs``, the twin of the wire modules'
   ``trim`` and stream trimmers): a stream event by event, a whole response read first; a
   Chat Completions stream asked for its usage for a budget in dollars or tokens
-  (``hide_usage``) is passed event by event too, its usage-only chunk left out. A stream's
+  (``unasked``) is passed event by event too, its usage-only chunk left out (an upstream that
+  refuses ``stream_options`` is sent the request without it). A stream's
   end is told at its last event (``[DONE]``, a Responses end event, ``message_stop``), before
   the agent has it, bound or not (``watch``);
 * a new conversation's first request, when this process has said what a new run of its agent
@@ -256,7 +257,7 @@ class NativeEndpoint:
             observed = plan.exchange is not None
             if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
                                       plan.body, observed, api=plan.api, keep=plan.keep,
-                                      watch=observed, hide_usage=plan.hide_usage):
+                                      watch=observed, unasked=plan.unasked):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return
@@ -283,7 +284,7 @@ class NativeEndpoint:
             exchange = plan.exchange
             self._publish(plan, None)
             if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep
-                                    and not exchange.hide_usage):
+                                    and exchange.unasked is None):
                 self.pending[number] = plan
                 return
             exchange.state.final_used = False  # the final turn did not go: the request did
@@ -354,6 +355,8 @@ class NativeEndpoint:
         if plan is not None:
             self.ended.append((plan, status, outcome, body, content_type, seconds, changed,
                                seen))
+            if plan.unasked is not None and self.relay.usage_refused:
+                self.proxy.usage_refused()  # (sent again without: said once)
 
     def _finish(self, plan: Plan, status: int, outcome: str, body: bytes | None,
                 content_type: str, seconds: float, into: list[Booked] | None = None,

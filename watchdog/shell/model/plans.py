@@ -13,6 +13,10 @@ from watchdog.core.model.wire import Wire
 from watchdog.core.spans.record import SpanRecord
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to observe it
+# an upstream that refuses a request's stream_options (a server that takes no unknown field)
+# answers 400 or 422 with an error of its own naming it, with its length said
+REFUSED_USAGE_STATUSES = (400, 422)
+MAX_REFUSAL_BYTES = 64 * 1024
 
 JSON = {"Content-Type": "application/json"}
 
@@ -52,11 +56,11 @@ class Plan:
         return exchange is None or exchange.turn.act is not Act.FINAL
 
     @property
-    def hide_usage(self) -> bool:
-        """The request asks for usage its client did not: the stream's usage-only chunk is
-        read and left out (:func:`watchdog.core.model.chat.usage_only`)."""
+    def unasked(self) -> bytes | None:
+        """The request as it goes without asking for its stream's usage, when it asks on the
+        client's behalf (:meth:`Exchange.hide_usage`)."""
         exchange = self.exchange
-        return exchange is not None and exchange.hide_usage
+        return exchange.unasked if exchange is not None else None
 
     @property
     def keep(self) -> int:
@@ -66,21 +70,37 @@ class Plan:
         return -1 if keep is None else keep
 
 
+def refuses_usage(status: int, length: int | None, body: bytes | None = None) -> bool:
+    """Whether an upstream's answer may say it refuses ``stream_options`` (``body`` None: by
+    its status and length, before it is read), or says so (its ``body``)."""
+    if status not in REFUSED_USAGE_STATUSES or length is None or length > MAX_REFUSAL_BYTES:
+        return False
+    return body is None or b"stream_options" in body
+
+
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "hide_usage", "key", "request", "reserved", "started_ns", "state",
-                 "turn", "wire")
+    __slots__ = ("agent", "key", "request", "reserved", "started_ns", "state", "turn",
+                 "unasked", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
-                 started_ns: int, agent: str, key: str, hide_usage: bool = False) -> None:
+                 started_ns: int, agent: str, key: str, unasked: bytes | None = None) -> None:
         self.wire, self.request, self.state, self.turn = wire, request, state, turn
         self.started_ns, self.agent, self.key = started_ns, agent, key
-        self.hide_usage = hide_usage
+        # the request asks for its stream's usage on its client's behalf: the body without
+        # that, sent instead if the upstream refuses it (:func:`refuses_usage`)
+        self.unasked = unasked
         # the tool calls it may hand over, kept from its run's other requests until it is
         # booked or settled
         self.reserved = (turn.keep or 0) if turn.act is not Act.FINAL else 0
         state.reserved += self.reserved
+
+    @property
+    def hide_usage(self) -> bool:
+        """The stream's usage-only chunk, which its client did not ask for, is read and left
+        out (:func:`watchdog.core.model.chat.usage_only`)."""
+        return self.unasked is not None
 
     def release(self) -> None:
         """Its response is booked (what it handed over counted), or it ended without one."""

@@ -71,8 +71,9 @@ from watchdog.shell.model.headers import (
     check_target,
     proxy_for,
     request_headers,
+    response_headers,
 )
-from watchdog.shell.model.plans import JSON, Answer, Booked, Exchange, Plan
+from watchdog.shell.model.plans import JSON, Answer, Booked, Exchange, Plan, refuses_usage
 from watchdog.shell.model.streams import relay, relay_json, relay_stream
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.tls import context_for
@@ -98,6 +99,7 @@ class ModelProxy:
         self.token = config.api_token if not is_loopback(host) else None
         self.in_flight = 0
         self.failures = 0  # calls whose observation failed (a bug)
+        self._usage_refused = False  # the upstream refused stream_options once (said once)
         self.session: aiohttp.ClientSession | None = None
         self.proxies: dict[str, tuple[str, str | None] | None] = {}
         # called with each request read, before its run is found: the native endpoint books
@@ -242,8 +244,10 @@ class ModelProxy:
             elif turn.act is Act.NOTE:
                 body = wire.add_note(body, turn.text)
             asked = wire.ask_usage(body) if turn.usage else None  # to price the call
+            unasked = None
             if turn.act is not Act.PASS or asked is not None:
                 raw = dumps(body if asked is None else asked)
+                unasked = None if asked is None else dumps(body)
                 headers.popall("Content-Encoding", None)  # the new body goes as it is
             if turn.act is not Act.PASS:
                 self.steered(agent_label, turn.act.value)
@@ -251,7 +255,7 @@ class ModelProxy:
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
             self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
             exchange = Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key,
-                                hide_usage=asked is not None)
+                                unasked)
         except BaseException:
             self.book.settle(state)
             raise
@@ -393,20 +397,29 @@ class ModelProxy:
         try:
             proxy = self.proxies.get(self.anthropic if url.startswith(self.anthropic + "/")
                                      else self.openai)
-            async with session.request(plan.method, url, data=body or None,
-                                       headers=headers, allow_redirects=False,
-                                       proxy=proxy[0] if proxy else None,
+
+            def send(body: bytes) -> Any:
+                return session.request(plan.method, url, data=body or None, headers=headers,
+                                       allow_redirects=False, proxy=proxy[0] if proxy else None,
                                        proxy_headers={"Proxy-Authorization": proxy[1]}
-                                       if proxy and proxy[1] else None) as upstream:
-                if exchange is None or not 200 <= upstream.status < 300:
-                    response = await relay(request, upstream)
-                    outcome = "passed" if upstream.status < 400 else "upstream_error"
-                elif upstream.content_type == "text/event-stream":
-                    response = await relay_stream(self, request, upstream, exchange)
-                    outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
-                else:
-                    response = await relay_json(self, request, upstream, exchange)
-                    outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+                                       if proxy and proxy[1] else None)
+
+            async with send(body) as upstream:
+                unasked = exchange.unasked if exchange is not None else None
+                if unasked is None or not refuses_usage(upstream.status,
+                                                        upstream.content_length):
+                    response, outcome = await self._relayed(request, upstream, exchange)
+                elif not refuses_usage(upstream.status, upstream.content_length,
+                                       data := await upstream.read()):
+                    response = web.Response(status=upstream.status, body=data,
+                                            headers=response_headers(upstream.headers, True))
+                    outcome = "upstream_error"
+                else:  # the request as its client sent it: its stream's usage unasked
+                    assert exchange is not None
+                    exchange.unasked = None
+                    self.usage_refused()
+                    async with send(unasked) as again:
+                        response, outcome = await self._relayed(request, again, exchange)
         except Unjudged:  # a bound's response it cannot judge: as the compiled relay answers
             answer = self.upstream_failed(plan, "unreachable", "UnjudgedResponse")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
@@ -426,6 +439,26 @@ class ModelProxy:
             self.metrics.model_upstream(api, time.perf_counter() - started)
         self.count(agent, api, outcome)
         return response
+
+    async def _relayed(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                       exchange: Exchange | None) -> tuple[web.StreamResponse, str]:
+        """The upstream's response passed on (observed, trimmed) and its outcome."""
+        if exchange is None or not 200 <= upstream.status < 300:
+            outcome = "passed" if upstream.status < 400 else "upstream_error"
+            return await relay(request, upstream), outcome
+        outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+        if upstream.content_type == "text/event-stream":
+            return await relay_stream(self, request, upstream, exchange), outcome
+        return await relay_json(self, request, upstream, exchange), outcome
+
+    def usage_refused(self) -> None:
+        """The upstream refused a request's ``stream_options``: sent again as the client sent
+        it, the call's usage unasked (said once)."""
+        if not self._usage_refused:
+            self._usage_refused = True
+            log.warning("the model upstream refuses stream_options: streamed Chat Completions "
+                        "calls whose client does not ask for usage go unpriced, with no tokens "
+                        "(a budget in dollars or tokens cannot count them)")
 
     def upstream_failed(self, plan: Plan, kind: str, detail: str) -> Answer:
         """The answer when the upstream gave none: ``kind`` timeout (504) or unreachable
