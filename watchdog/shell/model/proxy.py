@@ -246,8 +246,10 @@ class ModelProxy:
             asked = wire.ask_usage(body) if turn.usage else None  # to price the call
             unasked = None
             if turn.act is not Act.PASS or asked is not None:
+                if asked is not None:  # (sent instead if the upstream refuses the ask)
+                    unasked = raw if turn.act is Act.PASS and coding in IDENTITY \
+                        else dumps(body)
                 raw = dumps(body if asked is None else asked)
-                unasked = None if asked is None else dumps(body)
                 headers.popall("Content-Encoding", None)  # the new body goes as it is
             if turn.act is not Act.PASS:
                 self.steered(agent_label, turn.act.value)
