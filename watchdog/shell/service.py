@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
-from watchdog.core.model.steer import Board
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
@@ -48,6 +47,8 @@ from watchdog.shell.state.store import Store, StoreWriteError
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from watchdog.core.model.steer import Board
 
 log = logging.getLogger("watchdog")
 
@@ -263,6 +264,8 @@ class WatchdogService:
         boards = self.boards
         board = boards.get(directive.run_id)
         if board is None:
+            from watchdog.core.model.steer import Board  # (loaded at the first directive)
+
             board = boards[directive.run_id] = Board()
             while len(boards) > MAX_BOARDS:
                 boards.popitem(last=False)

@@ -33,7 +33,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from watchdog.core.directives.model import REPORTING_ACTIONS, Directive
 from watchdog.core.directives.prompt import decided_facts, facts_of
@@ -42,9 +42,11 @@ from watchdog.core.rules.engine import FiredRecord
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.directives.hub import DeliveryMetrics, Hub, NullMetrics
 from watchdog.shell.directives.store import AddResult, DirectiveStore
-from watchdog.shell.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget
 from watchdog.shell.errors import BadRequest
 from watchdog.shell.state.lanes import Lane
+
+if TYPE_CHECKING:
+    from watchdog.shell.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget
 
 log = logging.getLogger("watchdog.directives")
 
@@ -75,9 +77,12 @@ class Outbox:
         # Webhook retries run on wall-clock time even when tests inject a clock for the rules:
         # a frozen test clock must not freeze the backoff, nor stamp a webhook-timestamp that a
         # receiver's replay check would refuse.
-        self.webhooks = WebhookSender(store, webhooks, self._lane.run, metrics=self.metrics,
-                                      clock=webhook_clock or SystemClock(),
-                                      retry=retry) if webhooks else None
+        self.webhooks: WebhookSender | None = None
+        if webhooks:  # (without a webhook their sender is never loaded)
+            from watchdog.shell.directives.webhooks import WebhookSender
+
+            self.webhooks = WebhookSender(store, webhooks, self._lane.run, metrics=self.metrics,
+                                          clock=webhook_clock or SystemClock(), retry=retry)
         self._pending: deque[Directive] = deque()
         self._storing: set[str] = set()  # runs of the batch being written
         self._wake = asyncio.Event()
