@@ -36,7 +36,6 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core.directives.model import REPORTING_ACTIONS, Directive
-from watchdog.core.directives.prompt import decided_facts, facts_of
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.shell.clock import Clock, SystemClock
@@ -182,6 +181,8 @@ class Outbox:
         self._global_seq += 1
         facts = None
         if decision.action.value in REPORTING_ACTIONS:
+            from watchdog.core.directives.prompt import decided_facts, facts_of  # (first use)
+
             try:
                 facts = decided_facts(decided)
             except Exception:  # a bug here must not lose the directive: the bare request
