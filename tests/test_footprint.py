@@ -10,8 +10,9 @@ first protobuf export, protobuf when a message needs it (OTLP/JSON, logs, an err
 decimal with genai-prices (the rules' and reports' rare uses load it then), and never
 frozenlist's compiled module (aiohttp is imported with its Python twin), PyYAML (the default
 pack is read ahead; a config file, ``WATCHDOG_WEBHOOKS`` or a rule file of yours loads it), the
-webhooks' sender and the forwarder (each only when configured), the report prompts, the model
-endpoint's steering board and a run's report (at the first directive) —
+webhooks' sender and the forwarder (each only when configured), the report prompts (at the
+first directive), a run's report (at its first request), the model endpoint's steering (with
+it) —
 and then a model call is priced as the library itself prices it, a gRPC export is answered, a
 rule decided by CEL fires, each export is read, a directive is delivered to a webhook and
 carries its report prompt, an export is passed on upstream, and a report is rendered.
@@ -56,10 +57,9 @@ WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shel
            "watchdog.shell.receivers.forward", "watchdog.shell.receivers.passthrough",
            "watchdog.core.model.steer", "watchdog.core.runs.report",
            "watchdog.core.directives.prompt")
-# loaded by the first directive: its report prompt, and the board the model endpoint reads (its
-# steering formats dollars as the report does)
-FIRST_DIRECTIVE = {"watchdog.core.directives.prompt", "watchdog.core.model.steer",
-                   "watchdog.core.runs.report"}
+# the sidecar's own modules loaded on use, but the compiled decode
+OWN = {name for name in WATCHED if name.startswith("watchdog.") and not name.endswith("_native")}
+
 # ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
 import json, runpy, signal, sys
@@ -343,19 +343,23 @@ class Upstream:
         self.server.server_close()
 
 
-def test_the_first_directive_loads_the_report_prompts_and_the_report(tmp_path: Path) -> None:
-    """Idle, neither a reporting directive's prompt, the steering board the model endpoint
-    reads nor a run's report is loaded; the first directive loads them (a wind_down: its report
-    prompt is made when it is read), and a run's report is then rendered."""
+def test_the_first_directive_loads_the_report_prompts_and_the_first_report_the_report(
+        tmp_path: Path) -> None:
+    """Idle, neither a reporting directive's prompt nor a run's report is loaded; the first
+    directive loads the prompts (a wind_down: its report prompt is made when it is read), the
+    first request of a run's report the report. The steering board the model endpoint reads
+    never loads without it."""
     with served(tmp_path, eval_interval="0.05") as sidecar:
         assert sidecar.modules() == set()
         _looping_export(sidecar)
         fired = wait_until(lambda: _directives(sidecar.api, "looping"), "the directive")
         assert fired[0]["action"] == "wind_down", fired
         assert fired[0]["report_prompt"].startswith("[agent-watchdog: system instruction."), fired
-        assert sidecar.modules() >= FIRST_DIRECTIVE
+        assert sidecar.modules() & OWN == {"watchdog.core.directives.prompt"}
         status, body = http_request("GET", f"{sidecar.api}/v1/runs/looping/report")
         assert status == 200 and b"fetch" in body, body
+        assert sidecar.modules() & OWN == {"watchdog.core.directives.prompt",
+                                           "watchdog.core.runs.report"}
 
 
 def test_a_forward_endpoint_loads_the_forwarder_which_passes_exports_on(tmp_path: Path) -> None:

@@ -260,11 +260,15 @@ class WatchdogService:
 
     def _post(self, directive: Directive) -> None:
         """Keep a run's latest directives for the model endpoint's next request of it: it
-        reads them as they are decided, not from the store (read-your-writes, as a sync)."""
+        reads them as they are decided, not from the store (read-your-writes, as a sync).
+        Without a model endpoint nothing reads them: none is kept (and its module never
+        loads)."""
+        if self.config.model_address is None:
+            return
         boards = self.boards
         board = boards.get(directive.run_id)
         if board is None:
-            from watchdog.core.model.steer import Board  # (loaded at the first directive)
+            from watchdog.core.model.steer import Board  # (loaded with the model endpoint)
 
             board = boards[directive.run_id] = Board()
             while len(boards) > MAX_BOARDS:
