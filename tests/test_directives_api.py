@@ -22,8 +22,8 @@ from aiohttp import web
 from tests.harness import eventually
 from watchdog.core.rules.decision import Action, Decided, Decision, Severity
 from watchdog.core.runs.activity import ActivityEntry
-from watchdog.core.runs.report import RecentSteps
 from watchdog.core.runs.run import RunState
+from watchdog.core.runs.steps import RecentSteps
 from watchdog.core.spans.record import KeySource
 from watchdog.core.step import RECENT_STEPS
 from watchdog.shell.api.app import create_app

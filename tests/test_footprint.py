@@ -8,9 +8,14 @@ from the start), cel-expr-python when a rule first needs CEL (the shipped pack's
 it), genai-prices (and the pydantic it brings) once traffic has come, the compiled decode at the
 first protobuf export, protobuf when a message needs it (OTLP/JSON, logs, an error's status),
 decimal with genai-prices (the rules' and reports' rare uses load it then), and never
-frozenlist's compiled module (aiohttp is imported with its Python twin) —
+frozenlist's compiled module (aiohttp is imported with its Python twin), PyYAML (the default
+pack is read ahead; a config file, ``WATCHDOG_WEBHOOKS`` or a rule file of yours loads it), the
+webhooks' sender and the forwarder (each only when configured), the report prompts (at the
+first directive), a run's report (at its first request), the model endpoint's steering (with
+it) —
 and then a model call is priced as the library itself prices it, a gRPC export is answered, a
-rule decided by CEL fires and each export is read.
+rule decided by CEL fires, each export is read, a directive is delivered to a webhook and
+carries its report prompt, an export is passed on upstream, and a report is rendered.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +53,13 @@ from watchdog.shell.errors import Code, ConfigError
 ROOT = Path(__file__).resolve().parent.parent
 WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shell.model.proxy",
            "google.protobuf", "watchdog.core.spans._native", "msgspec", "difflib", "decimal",
-           "frozenlist._frozenlist")
+           "frozenlist._frozenlist", "yaml", "watchdog.shell.directives.webhooks",
+           "watchdog.shell.receivers.forward", "watchdog.shell.receivers.passthrough",
+           "watchdog.core.model.steer", "watchdog.core.runs.report",
+           "watchdog.core.directives.prompt")
+# the sidecar's own modules loaded on use, but the compiled decode
+OWN = {name for name in WATCHED if name.startswith("watchdog.") and not name.endswith("_native")}
+
 # ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
 import json, runpy, signal, sys
@@ -258,7 +271,7 @@ def test_a_rule_only_cel_decides_fires_with_cel_loaded(tmp_path: Path) -> None:
         _looping_export(sidecar)
         fired = wait_until(lambda: _directives(sidecar.api, "looping"), "the directive")
         assert [d["rule"] for d in fired] == ["agent-a-repeats"], fired
-        assert "cel_expr_python" in sidecar.modules()
+        assert {"cel_expr_python", "yaml"} <= sidecar.modules()  # (a rule file of yours: YAML)
 
 
 def _directives(api: str, run_id: str) -> list[dict[str, Any]]:
@@ -269,7 +282,8 @@ def _directives(api: str, run_id: str) -> list[dict[str, Any]]:
 def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
     with served(tmp_path, model_address=f"127.0.0.1:{free_port()}",
                 otlp_grpc_address="off") as sidecar:
-        assert sidecar.modules() == {"watchdog.shell.model.proxy"}
+        assert sidecar.modules() == {"watchdog.shell.model.proxy", "watchdog.core.model.steer",
+                                     "watchdog.core.runs.report"}  # (steer's dollar format)
 
 
 def test_grpc_off_serves_without_grpcio_and_a_misspelling_is_refused(tmp_path: Path) -> None:
@@ -295,3 +309,80 @@ def test_off_is_read_from_yaml_bare_or_quoted_and_from_the_environment(tmp_path:
     path.write_text("otlp_http_address: off\n")  # only the gRPC receiver can be off
     with pytest.raises(ConfigError, match="otlp_http_address=False is not allowed"):
         load(str(path), env={})
+
+
+class Upstream:
+    """An HTTP server on 127.0.0.1 that answers every POST 200 and keeps what it was sent
+    (path and body): a forward endpoint's collector, or a webhook's receiver."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, bytes]] = []
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                received.append((self.path, self.rfile.read(length)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Upstream:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_first_directive_loads_the_report_prompts_and_the_first_report_the_report(
+        tmp_path: Path) -> None:
+    """Idle, neither a reporting directive's prompt nor a run's report is loaded; the first
+    directive loads the prompts (a wind_down: its report prompt is made when it is read), the
+    first request of a run's report the report. The steering board the model endpoint reads
+    never loads without it."""
+    with served(tmp_path, eval_interval="0.05") as sidecar:
+        assert sidecar.modules() == set()
+        _looping_export(sidecar)
+        fired = wait_until(lambda: _directives(sidecar.api, "looping"), "the directive")
+        assert fired[0]["action"] == "wind_down", fired
+        assert fired[0]["report_prompt"].startswith("[agent-watchdog: system instruction."), fired
+        assert sidecar.modules() & OWN == {"watchdog.core.directives.prompt"}
+        status, body = http_request("GET", f"{sidecar.api}/v1/runs/looping/report")
+        assert status == 200 and b"fetch" in body, body
+        assert sidecar.modules() & OWN == {"watchdog.core.directives.prompt",
+                                           "watchdog.core.runs.report"}
+
+
+def test_a_forward_endpoint_loads_the_forwarder_which_passes_exports_on(tmp_path: Path) -> None:
+    with Upstream() as upstream, served(tmp_path, forward_endpoint=upstream.url,
+                                        otlp_grpc_address="off") as sidecar:
+        # (the forwarder reads Retry-After as the webhooks do, with their module)
+        assert sidecar.modules() == {"watchdog.shell.receivers.forward",
+                                     "watchdog.shell.receivers.passthrough",
+                                     "watchdog.shell.directives.webhooks"}
+        body = priced_run("forwarded")
+        sidecar.export(body)
+        wait_until(lambda: upstream.received, "the export passed on")
+        assert upstream.received == [("/v1/traces", body)]
+
+
+def test_a_webhook_loads_its_sender_which_delivers_the_directives(tmp_path: Path) -> None:
+    """``WATCHDOG_WEBHOOKS`` is YAML: PyYAML loads to read it, and the webhooks' sender with
+    it; a directive is then delivered."""
+    with Upstream() as receiver:
+        hooks = f"[{{url: '{receiver.url}/hook', secret: '{'s' * 32}'}}]"
+        with served(tmp_path, eval_interval="0.05", webhooks=hooks) as sidecar:
+            assert sidecar.modules() == {"yaml", "watchdog.shell.directives.webhooks"}
+            _looping_export(sidecar)
+            wait_until(lambda: receiver.received, "the directive's webhook")
+            path, body = receiver.received[0]
+            assert path == "/hook" and json.loads(body)["run_id"] == "looping", body

@@ -7,14 +7,10 @@ from typing import Any
 from watchdog.core.redact import redact
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.fields import NS
-from watchdog.core.runs.report import (
-    RecentSteps,
-    activity_lines,
-    format_duration,
-    render_markdown,
-)
+from watchdog.core.runs.report import activity_lines, render_markdown
 from watchdog.core.runs.report import build_report as report_of
 from watchdog.core.runs.run import RunState
+from watchdog.core.runs.steps import RecentSteps, format_duration
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import KeySource
 

@@ -4,12 +4,13 @@ around the check of any other expression."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from watchdog.core.rules import checked, expr, write_checked
+from watchdog.core.rules import checked, expr, pack, write_checked
 from watchdog.core.rules.expr import ExprError, compile_expr
-from watchdog.core.rules.pack import RulePackError, load_text
+from watchdog.core.rules.pack import RulePackError, load_rules, load_text
 
 
 def test_the_shipped_checks_are_what_cel_says() -> None:
@@ -64,3 +65,58 @@ def test_checks_made_for_another_build_are_not_used(tmp_path: Path,
     finally:
         checked.shipped.cache_clear()
     assert expr.recorded is None
+
+
+def test_the_default_pack_read_ahead_is_current() -> None:
+    assert pack.DEFAULT_AHEAD.read_text(encoding="utf-8") == write_checked.render_ahead(), (
+        "packs/default.json is stale: python -m watchdog.core.rules.write_checked writes it again")
+
+
+def _same_pack(ahead: Any, read: Any) -> None:
+    assert (ahead.file, ahead.name, ahead.budgets, ahead.disable) == (
+        read.file, read.name, read.budgets, read.disable)
+    assert [(r.describe(), r.file, r.line) for r in ahead.rules] == [
+        (r.describe(), r.file, r.line) for r in read.rules]
+    assert [(r.when.timed, r.when.reads, r.message.timed, r.reads) for r in ahead.rules] == [
+        (r.when.timed, r.when.reads, r.message.timed, r.reads) for r in read.rules]
+
+
+def test_the_default_pack_read_ahead_is_what_its_yaml_gives() -> None:
+    file = str(pack.DEFAULT_PACK)
+    ahead = pack.read_ahead(file)
+    [read] = pack.read_yaml(file)
+    assert ahead is not None and len(ahead.rules) >= 15
+    _same_pack(ahead, read)
+    loaded = load_rules([])
+    assert [r.describe() for r in loaded.rules] == [r.describe() for r in read.rules]
+    assert loaded.budgets == tuple(read.budgets)
+
+
+def test_an_edited_default_pack_is_read_from_its_yaml(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form read ahead holds the SHA-256 of the ``default.yaml`` it was made from: a pack
+    edited in place is read from its YAML, and its problems are named with their lines."""
+    edited = tmp_path / "default.yaml"
+    text = pack.DEFAULT_PACK.read_text(encoding="utf-8")
+    edited.write_text(text.replace("wrap up soon]", "wrap up now]", 1), encoding="utf-8")
+    monkeypatch.setattr(pack, "DEFAULT_PACK", edited)
+    assert pack.read_ahead(str(edited)) is None
+    countdown = load_rules([]).get("budget-countdown")
+    assert countdown is not None and countdown.message.text.endswith("wrap up now]")
+    lines = text.splitlines()
+    line = next(i for i, line in enumerate(lines, 1) if line.strip() == "- name: idle-timeout")
+    lines.insert(line, "    colour: red")
+    edited.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(RulePackError) as caught:
+        load_rules([])
+    assert str(caught.value) == f"{edited}:{line + 1}: rule idle-timeout: unknown key 'colour'"
+
+
+def test_a_default_pack_read_ahead_that_cannot_be_read_is_read_from_its_yaml(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ahead = tmp_path / "default.json"
+    for text in ("{not json", '{"sha256": 1}', "[]"):
+        ahead.write_text(text, encoding="utf-8")
+        monkeypatch.setattr(pack, "DEFAULT_AHEAD", ahead)
+        assert pack.read_ahead(str(pack.DEFAULT_PACK)) is None
+        assert load_rules([]).get("idle-timeout") is not None

@@ -24,7 +24,7 @@ from watchdog.core.handout import Step
 from watchdog.core.rules.decision import Action, Decided, Decision, Severity
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import load_rules
-from watchdog.core.runs.report import StepLog
+from watchdog.core.runs.steps import StepLog
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.runs.view import RunView, run_detail
 from watchdog.core.sessions import SessionBook

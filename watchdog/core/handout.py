@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from watchdog.core.rules.decision import Decided, Decision
 from watchdog.core.runs.activity import ActivityEntry
-from watchdog.core.runs.report import StepLog
 from watchdog.core.runs.run import RunState
+from watchdog.core.runs.steps import StepLog
 from watchdog.core.runs.tracker import BatchResult
 from watchdog.core.runs.view import RunView
 

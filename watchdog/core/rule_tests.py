@@ -54,9 +54,9 @@ from watchdog.core.redact import mask
 from watchdog.core.rules.decision import Decision
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError, RuleSet, load_rules
+from watchdog.core.rules.problem import suggest
 from watchdog.core.rules.testfile import RuleTest, read_test_file
 from watchdog.core.rules.testfile import Step as TestStep
-from watchdog.core.rules.yamldoc import suggest
 from watchdog.core.runs.fields import NS
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook, SessionState

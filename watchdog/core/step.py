@@ -50,8 +50,8 @@ from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.core.runs.fields import NS
 from watchdog.core.runs.pricing import Pricer, price_calls
-from watchdog.core.runs.report import RecentSteps, StepLog
 from watchdog.core.runs.run import RunState
+from watchdog.core.runs.steps import RecentSteps, StepLog
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView

@@ -22,7 +22,7 @@ from typing import Any
 
 from watchdog import __version__
 from watchdog.core.durations import DurationError, parse_seconds
-from watchdog.core.runs.report import format_duration
+from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
 from watchdog.shell import logs
 from watchdog.shell.config import Config, load

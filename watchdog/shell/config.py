@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import yaml
-
 from watchdog.core.durations import DurationError, parse_seconds
 from watchdog.core.runs.view import trace_url_problem
 from watchdog.core.spans.logs import WAIT_SECONDS
@@ -487,6 +485,8 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
         raise ConfigError(f"{key}={value!r} is not allowed: expected a list of paths")
     if kind == "tuple[Mapping[str, Any], ...]":
         if isinstance(value, str):
+            import yaml  # (only a config file or WATCHDOG_WEBHOOKS is YAML)
+
             try:
                 value = yaml.safe_load(value) if value.strip() else []
             except yaml.YAMLError as exc:
@@ -578,6 +578,8 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
     problems: list[str] = []
     unknown = False
     if path:
+        import yaml
+
         try:
             document = yaml.safe_load(Path(path).read_text()) or {}
         except OSError as exc:

@@ -37,7 +37,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from watchdog.core.runs.report import format_duration
+from watchdog.core.runs.steps import format_duration
 from watchdog.shell.config import Config
 
 DEFAULT_SECONDS = 15.0  # how long the slow agent works; the demo takes a few seconds more

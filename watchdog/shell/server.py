@@ -37,12 +37,10 @@ from watchdog.shell.config import OFF, Config, split_address
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.directives.store import DirectiveStore, DirectiveStoreError
-from watchdog.shell.directives.webhooks import targets_from_config
 from watchdog.shell.errors import StartupError
 from watchdog.shell.metrics import Metrics, create_metrics_app
-from watchdog.shell.receivers import otlp_grpc, otlp_http, otlp_logs, passthrough
+from watchdog.shell.receivers import otlp_grpc, otlp_http, otlp_logs
 from watchdog.shell.receivers.admission import Admission
-from watchdog.shell.receivers.forward import Forwarder
 from watchdog.shell.receivers.lazy_grpc import LazyGrpc
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
@@ -56,8 +54,10 @@ DECODES = {"on": "compiled (Rust)", "off": "Python (native: false)",
 if TYPE_CHECKING:
     import grpc
 
+    from watchdog.shell.directives.webhooks import WebhookTarget
     from watchdog.shell.model.native import NativeEndpoint
     from watchdog.shell.model.proxy import ModelProxy
+    from watchdog.shell.receivers.forward import Forwarder, ForwardMetrics
 
 log = logging.getLogger("watchdog")
 
@@ -121,7 +121,7 @@ class Server:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
                                f"writable directory, or :memory: to keep nothing") from None
         self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
-                                      targets_from_config(config.webhooks), metrics=metrics,
+                                      webhook_targets(config), metrics=metrics,
                                       clock=self.clock)
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
@@ -136,7 +136,7 @@ class Server:
         if restored:
             log.info("restored %d active runs from %s", restored, config.state_dir)
         self.admission = admission = Admission(config.max_pending_requests)
-        self.forwarder = forward = Forwarder.from_config(config, metrics)
+        self.forwarder = forward = forwarder(config, metrics)
         if forward is not None:
             await forward.start()
         else:
@@ -149,6 +149,8 @@ class Server:
         otlp_app = otlp_http.create_app(service, metrics, admission, config, forward)
         otlp_logs.install_http(otlp_app, service, metrics, admission, config, forward)
         if forward is not None:
+            from watchdog.shell.receivers import passthrough
+
             passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
         await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
                               **otlp_http.RUNNER_OPTIONS)
@@ -197,6 +199,8 @@ class Server:
                                                     forward, address, options)
             otlp_logs.install_grpc(server, service, metrics, admission, config, forward)
             if forward is not None:
+                from watchdog.shell.receivers import passthrough
+
                 passthrough.install_grpc(server, service, metrics, admission, config, forward)
             return server, bound
 
@@ -310,6 +314,25 @@ class Server:
         if self.service is not None:
             await self.service.close()
             self.service = None
+
+
+def forwarder(config: Config, metrics: ForwardMetrics) -> Forwarder | None:
+    """The forwarder ``config`` asks for, or None: without ``forward_endpoint`` its module is
+    never loaded."""
+    if config.forward_endpoint is None:
+        return None
+    from watchdog.shell.receivers.forward import Forwarder
+
+    return Forwarder.from_config(config, metrics)
+
+
+def webhook_targets(config: Config) -> list[WebhookTarget]:
+    """The webhooks ``config`` lists; without one their module is never loaded."""
+    if not config.webhooks:
+        return []
+    from watchdog.shell.directives.webhooks import targets_from_config
+
+    return targets_from_config(config.webhooks)
 
 
 LISTEN_KEYS = ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")

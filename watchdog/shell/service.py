@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
-from watchdog.core.model.steer import Board
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
@@ -48,6 +47,8 @@ from watchdog.shell.state.store import Store, StoreWriteError
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from watchdog.core.model.steer import Board
 
 log = logging.getLogger("watchdog")
 
@@ -259,10 +260,16 @@ class WatchdogService:
 
     def _post(self, directive: Directive) -> None:
         """Keep a run's latest directives for the model endpoint's next request of it: it
-        reads them as they are decided, not from the store (read-your-writes, as a sync)."""
+        reads them as they are decided, not from the store (read-your-writes, as a sync).
+        Without a model endpoint nothing reads them: none is kept (and its module never
+        loads)."""
+        if self.config.model_address is None:
+            return
         boards = self.boards
         board = boards.get(directive.run_id)
         if board is None:
+            from watchdog.core.model.steer import Board  # (loaded with the model endpoint)
+
             board = boards[directive.run_id] = Board()
             while len(boards) > MAX_BOARDS:
                 boards.popitem(last=False)

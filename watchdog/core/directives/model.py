@@ -21,12 +21,14 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from watchdog.core.bounds import plain_number
-from watchdog.core.directives.prompt import PromptFacts, bare_prompt, decided_facts, prompt_text
 from watchdog.core.rules.decision import Action, Decided, Decision
 from watchdog.core.runs.view import RunView
+
+if TYPE_CHECKING:
+    from watchdog.core.directives.prompt import PromptFacts
 
 # A directive's id: this process's random prefix + its global_seq (unique within a state dir),
 # 32 hex digits like a uuid4's, without a uuid4's os.urandom call per directive.
@@ -132,8 +134,11 @@ class Directive:
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Directive:
         facts = data.get("prompt_facts")
-        return cls(**{**data, "prompt_facts": None if facts is None
-                      else PromptFacts.from_list(facts)})
+        if facts is None:
+            return cls(**{**data, "prompt_facts": None})
+        from watchdog.core.directives.prompt import PromptFacts  # (a reporting directive's)
+
+        return cls(**{**data, "prompt_facts": PromptFacts.from_list(facts)})
 
 
 def _report_prompt(self: Directive) -> str | None:
@@ -141,6 +146,8 @@ def _report_prompt(self: Directive) -> str | None:
     text: str | None = self.__dict__.get("_report_prompt")
     facts = self.prompt_facts
     if text is None and facts is not None:
+        from watchdog.core.directives.prompt import bare_prompt, prompt_text
+
         try:
             text = prompt_text(facts, self.message, self.action, self.budget)
         except Exception:  # a bug here must not lose the request to report
@@ -167,5 +174,7 @@ def iso_seconds(seconds: float) -> str:
 def prompt_for(decided: Decided, directive: Directive) -> str:
     """The report prompt of ``directive`` from what its decision carries, made now (a
     directive makes its own when read: ``Directive.report_prompt``)."""
+    from watchdog.core.directives.prompt import decided_facts, prompt_text
+
     return prompt_text(decided_facts(decided), directive.message, directive.action,
                        directive.budget)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from watchdog.core.redact import redact
 from watchdog.core.rules.decision import Action
 from watchdog.core.runs.activity import ActivityEntry
-from watchdog.core.runs.report import StepLog, format_duration, format_number, format_usd
+from watchdog.core.runs.steps import StepLog, format_duration, format_number, format_usd
 from watchdog.core.runs.view import RunView
 
 if TYPE_CHECKING:

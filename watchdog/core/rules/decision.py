@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from watchdog.core.runs.report import StepLog
+from watchdog.core.runs.steps import StepLog
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.view import RunView
 

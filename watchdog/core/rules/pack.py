@@ -18,22 +18,27 @@ wins. The result, a :class:`RuleSet`, is immutable; reloading is the shell's job
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from yaml.nodes import MappingNode, Node, ScalarNode
+from typing import TYPE_CHECKING, Any
 
 from watchdog.core.bounds import MAX_BUDGET
 from watchdog.core.rules.decision import Action, Severity
 from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, compile_template
 from watchdog.core.rules.model import Budget, Grace, Repeat, Rule, RuleSet, Source
-from watchdog.core.rules.yamldoc import Problem, Reader, suggest, text_line
+from watchdog.core.rules.problem import Problem, suggest
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import BUDGET_KEYS
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
+
+    from watchdog.core.rules.yamldoc import Reader
 
 __all__ = ["DEFAULT_PACK", "Budget", "Grace", "Problem", "Repeat", "Rule", "RulePackError",
            "RuleSet", "Source", "load_rules", "load_text"]
@@ -41,6 +46,7 @@ __all__ = ["DEFAULT_PACK", "Budget", "Grace", "Problem", "Repeat", "Rule", "Rule
 API_VERSION = "agent-watchdog/v1"
 KIND = "RulePack"
 DEFAULT_PACK = Path(__file__).resolve().parent / "packs" / "default.yaml"
+DEFAULT_AHEAD = DEFAULT_PACK.with_suffix(".json")  # the default pack read ahead (see read_ahead)
 MAX_PACK_BYTES = 1024 * 1024  # a rule pack is a few KiB; a bigger file is a mistake
 MAX_NAME_LENGTH = 63  # rule names are metric label values and file-like identifiers
 RULE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -89,13 +95,12 @@ def load_rules(paths: Sequence[str], include_default: bool = True) -> RuleSet:
 
     def read(file: str) -> None:
         sources.append(Source.of(file))
-        reader = Reader(file)
-        packs.extend(_read_packs(reader, _read_text(reader)))
-        problems.extend(reader.problems)
+        packs.extend(_read_yaml(file, problems))
 
     default = os.path.realpath(DEFAULT_PACK)
     if include_default:
-        read(str(DEFAULT_PACK))
+        sources.append(Source.of(str(DEFAULT_PACK)))
+        packs.extend(_default_packs(problems))
     for path in paths:
         if os.path.isdir(path):
             sources.append(Source.of(path))
@@ -117,16 +122,104 @@ def load_text(text: str, file: str = "<string>", include_default: bool = False) 
     problems: list[Problem] = []
     packs: list[_Pack] = []
     if include_default:
-        reader = Reader(str(DEFAULT_PACK))
-        packs.extend(_read_packs(reader, _read_text(reader)))
-        problems.extend(reader.problems)
-    reader = Reader(file)
-    packs.extend(_read_packs(reader, text))
-    problems.extend(reader.problems)
+        packs.extend(_default_packs(problems))
+    packs.extend(_read_yaml(file, problems, text))
     ruleset = _merge(packs, problems)
     if problems:
         raise RulePackError(sorted_problems(problems))
     return ruleset
+
+
+def _read_yaml(file: str, problems: list[Problem], text: str | None = None) -> list[_Pack]:
+    """The packs of a YAML file (or of ``text``, named ``file``); its problems to ``problems``.
+    PyYAML loads here, for the first YAML file read."""
+    from watchdog.core.rules.yamldoc import Reader
+
+    reader = Reader(file)
+    packs = _read_packs(reader, _read_text(reader) if text is None else text)
+    problems.extend(reader.problems)
+    return packs
+
+
+def read_yaml(file: str) -> list[_Pack]:
+    """The packs of the YAML file ``file`` as :func:`load_rules` reads them; raises
+    :class:`RulePackError` with its problems."""
+    problems: list[Problem] = []
+    packs = _read_yaml(file, problems)
+    if problems:
+        raise RulePackError(sorted_problems(problems))
+    return packs
+
+
+def _default_packs(problems: list[Problem]) -> list[_Pack]:
+    """The shipped default pack: from its form read ahead (:func:`read_ahead`) when that was made
+    from this ``default.yaml``, else read from the YAML as any other file (its problems, if an
+    edit made any, named as usual)."""
+    pack = read_ahead(str(DEFAULT_PACK))
+    return [pack] if pack is not None else _read_yaml(str(DEFAULT_PACK), problems)
+
+
+# -- the default pack read ahead -----------------------------------------------------------------
+#
+# ``packs/default.json`` holds the default pack as the YAML reading gives it (every value
+# checked, each rule's and budget's line), with the SHA-256 of the ``default.yaml`` it was made
+# from: a sidecar with the shipped defaults then never loads PyYAML (0.7 MB resident, and the
+# node trees of a reading). ``python -m watchdog.core.rules.write_checked`` writes it again;
+# ``tests/test_rules_checked.py`` fails while it is stale.
+
+def yaml_digest(file: str) -> str | None:
+    try:
+        with open(file, "rb") as stream:
+            data = stream.read(MAX_PACK_BYTES + 1)
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
+def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
+    """What ``packs/default.json`` holds for ``packs`` (read from a file whose SHA-256 is
+    ``digest``)."""
+    return {"sha256": digest, "packs": [{
+        "name": pack.name,
+        "rules": [{
+            "name": r.name, "line": r.line, "when": r.when.source, "message": r.message.text,
+            "description": r.description, "agents": list(r.agents), "for": r.for_seconds,
+            "action": r.action.value, "severity": r.severity.value, "repeat": r.repeat.value,
+            "terminal_state": r.terminal_state.value if r.terminal_state else None,
+            "grace": [r.grace.tool_calls, r.grace.seconds] if r.grace else None,
+            "enabled": r.enabled} for r in pack.rules],
+        "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line}
+                    for b in pack.budgets],
+        "disable": [[name, line] for name, line in pack.disable]} for pack in packs]}
+
+
+def read_ahead(file: str) -> _Pack | None:
+    """The default pack (named ``file``) from ``packs/default.json``, or None: that file is
+    missing, unreadable, or made from another ``default.yaml`` than ``file``."""
+    try:
+        data = json.loads(DEFAULT_AHEAD.read_text(encoding="utf-8"))
+        if data["sha256"] != yaml_digest(file):
+            return None
+        [form] = data["packs"]
+        return _Pack(file, str(form["name"]), [_ahead_rule(file, rule) for rule in form["rules"]],
+                     [Budget(tuple(b["agents"]), {k: float(v) for k, v in b["limits"].items()},
+                             file, int(b["line"])) for b in form["budgets"]],
+                     [(str(name), int(line)) for name, line in form["disable"]])
+    except (OSError, ValueError, LookupError, TypeError, ExprError):
+        return None  # (read from the YAML instead, as any other file)
+
+
+def _ahead_rule(file: str, rule: dict[str, Any]) -> Rule:
+    grace = rule["grace"]
+    state = rule["terminal_state"]
+    return Rule(name=str(rule["name"]), when=compile_expr(rule["when"], condition=True),
+                action=Action(rule["action"]), message=compile_template(rule["message"]),
+                description=str(rule["description"]), agents=tuple(rule["agents"]),
+                for_seconds=float(rule["for"]), severity=Severity(rule["severity"]),
+                repeat=Repeat(rule["repeat"]),
+                terminal_state=TerminalState(state) if state is not None else None,
+                grace=Grace(*grace) if grace is not None else None,
+                enabled=bool(rule["enabled"]), file=file, line=int(rule["line"]))
 
 
 def sorted_problems(problems: list[Problem]) -> list[Problem]:
@@ -198,12 +291,12 @@ def _read_pack(reader: Reader, node: Node) -> _Pack:
                                            f"{seen[name]})")
                 continue
             if name is not None:
-                seen[name] = text_line(item, 1)
+                seen[name] = reader.line(item)
             if rule is not None:
                 pack.rules.append(rule)
     if "disable" in fields:
         for name, name_node in reader.strings(fields["disable"], None, "disable") or []:
-            pack.disable.append((name, text_line(name_node, 1)))
+            pack.disable.append((name, reader.line(name_node)))
     return pack
 
 
@@ -240,7 +333,7 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         ok = False
     if not ok or agents is None:
         return None
-    return Budget(agents, limits, reader.file, text_line(node, 1))
+    return Budget(agents, limits, reader.file, reader.line(node))
 
 
 def _read_agents(reader: Reader, fields: dict[str, Node], rule: str | None,
@@ -287,7 +380,7 @@ def glob_problem(glob: str) -> str | None:
 
 def _read_rule(reader: Reader, node: Node, index: int) -> tuple[str | None, Rule | None]:
     """A rule's name (when it has a valid one) and the rule, or None (problems recorded)."""
-    label = _label(node, index)
+    label = reader.label(node, index)
     fields = reader.fields(node, label, "", RULE_KEYS, ("name", "when", "action", "message"))
     if fields is None:
         return None, None
@@ -336,17 +429,7 @@ def _read_rule(reader: Reader, node: Node, index: int) -> tuple[str | None, Rule
         take("grace", _read_grace(reader, fields["grace"], label, action))
     if name is None or not ok or "when" not in values or "message" not in values or not action:
         return name, None
-    return name, Rule(name=name, file=reader.file, line=text_line(node, 1), **values)
-
-
-def _label(node: Node, index: int) -> str:
-    """How problems name a rule: its name as written, else its position (``#3``)."""
-    if isinstance(node, MappingNode):
-        for key, value in node.value:
-            text = str(value.value).strip() if isinstance(value, ScalarNode) else ""
-            if key.value == "name" and text:
-                return text
-    return f"#{index}"
+    return name, Rule(name=name, file=reader.file, line=reader.line(node), **values)
 
 
 def _read_name(reader: Reader, fields: dict[str, Node], label: str) -> str | None:
@@ -374,7 +457,7 @@ def _compile(reader: Reader, node: Node, rule: str, key: str, condition: bool = 
         return compile_expr(source, condition=condition)
     except ExprError as exc:
         for issue in exc.issues:
-            reader.problem(text_line(node, issue.line), rule,
+            reader.problem(reader.line(node, issue.line), rule,
                            f"{key}: {issue.message} (column {issue.column})")
         return None
 

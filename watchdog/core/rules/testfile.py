@@ -10,8 +10,9 @@ from typing import Any
 from yaml.nodes import Node
 
 from watchdog.core.rules.decision import Action, Decision, Severity
+from watchdog.core.rules.problem import Problem
 from watchdog.core.rules.signals import SESSION_SCHEMA
-from watchdog.core.rules.yamldoc import Problem, Reader, line_of
+from watchdog.core.rules.yamldoc import Reader, line_of
 from watchdog.core.runs.catalogue import ListOf
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import BUDGET_KEYS

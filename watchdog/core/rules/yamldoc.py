@@ -9,32 +9,15 @@ wrong and returns ``None``, so one ``watchdog rules check`` lists everything to 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from watchdog.core.durations import DurationError, parse_duration, parse_seconds
+from watchdog.core.rules.problem import Problem, suggest
 
 T = TypeVar("T")
-
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with a file; ``str()`` is the ``FILE:LINE: rule NAME: message`` line."""
-
-    file: str
-    line: int | None
-    rule: str | None
-    message: str
-
-    def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        if self.rule is not None:
-            return f"{where}: rule {self.rule}: {self.message}"
-        return f"{where}: {self.message}"
 
 
 def line_of(node: Node) -> int:
@@ -57,6 +40,20 @@ class Reader:
         self.file = file
         self.problems: list[Problem] = []
         self._constructor = yaml.constructor.SafeConstructor()
+
+    def line(self, node: Node, row: int = 1) -> int:
+        """The file line of line ``row`` of ``node``'s text (:func:`text_line`)."""
+        return text_line(node, row)
+
+    def label(self, node: Node, index: int) -> str:
+        """How problems name an item of a list (a rule): the ``name`` it has as written, else
+        its position (``#3``)."""
+        if isinstance(node, MappingNode):
+            for key, value in node.value:
+                text = str(value.value).strip() if isinstance(value, ScalarNode) else ""
+                if key.value == "name" and text:
+                    return text
+        return f"#{index}"
 
     def problem(self, at: Node | int | None, rule: str | None, message: str) -> None:
         line = line_of(at) if isinstance(at, Node) else at
@@ -214,11 +211,3 @@ def describe(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
-
-def suggest(word: object, choices: Iterable[str]) -> str:
-    if not isinstance(word, str):
-        return ""
-    import difflib  # (only a misspelling needs it)
-
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -19,20 +19,26 @@ Pure: no IO, no clock (``now`` is an argument).
 
 from __future__ import annotations
 
-import math
-import operator
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from watchdog.core.redact import mask, redact
 from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.runs.steps import (
+    ENDED_AT,
+    LINE_DETAIL_CHARS,
+    LINE_RESULT_CHARS,
+    format_duration,
+    format_number,
+    one_line,
+    step_line,
+)
+from watchdog.core.runs.steps import format_usd as format_usd  # (watchdog.core.model.steer's)
 from watchdog.core.runs.view import RunView, iso, plain
 
 MAX_FINDINGS = 20  # distinct tool results shown as partial findings, most recent first
 MAX_DISTINCT_ERRORS = 20  # error groups shown
-LINE_DETAIL_CHARS = 160  # argument brief in one step line
-LINE_RESULT_CHARS = 200  # result / error brief in one step line
 REPEAT_NOTE_MIN = 2  # an identical call (or error) seen this often earns a note
 LOW_BUDGET_NOTE = 3  # remaining tool calls / iterations at or below which the report warns
 
@@ -217,7 +223,7 @@ def _repeat_notes(run: RunView, tool_entries: Sequence[ActivityEntry]) -> list[s
     repeated = [(key, n) for key, n in calls.most_common(3) if n >= REPEAT_NOTE_MIN]
     for (name, detail), count in repeated:
         notes.append(f"`{name}` was called {count} times with the same arguments "
-                     f"({_one_line(detail or '', LINE_DETAIL_CHARS)}): reuse the earlier result "
+                     f"({one_line(detail or '', LINE_DETAIL_CHARS)}): reuse the earlier result "
                      f"instead of calling it again.")
     repeated_call = run.signals["repeated_tool_call"]
     if not repeated and repeated_call >= REPEAT_NOTE_MIN:
@@ -230,7 +236,7 @@ def _repeat_notes(run: RunView, tool_entries: Sequence[ActivityEntry]) -> list[s
     for (name, result), arguments in results.items():
         if len(arguments) >= REPEAT_NOTE_MIN + 1:
             notes.append(f"`{name}` returned the same result for {len(arguments)} different "
-                         f"arguments ({_one_line(result, 80)}): varying the arguments is not "
+                         f"arguments ({one_line(result, 80)}): varying the arguments is not "
                          f"finding anything new.")
     return notes
 
@@ -242,7 +248,7 @@ def _error_notes(run: RunView, activity: Sequence[ActivityEntry]) -> list[str]:
     for signature, count in counts.most_common(2):
         if count >= REPEAT_NOTE_MIN:
             notes.append(f"The same error occurred {count} times ("
-                         f"{_one_line(latest[signature], LINE_RESULT_CHARS)}): retrying will not "
+                         f"{one_line(latest[signature], LINE_RESULT_CHARS)}): retrying will not "
                          f"fix it; change the approach or report it.")
     if run.consecutive_errors >= REPEAT_NOTE_MIN and not run.ended:
         notes.append(f"The last {run.consecutive_errors} steps all failed.")
@@ -274,97 +280,7 @@ def activity_lines(activity: Sequence[ActivityEntry], start: float | None = None
     # and the ingest holds some back to the request's end, so arrival order is not step order.
     activity = sorted(activity, key=ENDED_AT)
     origin = activity[0].at if start is None else start
-    return [redact(_line(entry, origin)) for entry in activity]
-
-
-ENDED_AT = operator.attrgetter("at")  # (C-level: a sort key on every report prompt)
-
-
-class RecentSteps:
-    """A run's last steps (the core keeps one per active run, for the report prompts of its
-    directives) and their lines, each made once: a looping run's directives show the same
-    steps again and again, and a cache shared by all runs thrashed once a few hundred runs
-    fired at a time. The entries' arguments, results and errors were redacted at ingest, so
-    only a step's name is redacted here."""
-
-    __slots__ = ("entries", "lines", "origin")
-
-    def __init__(self, size: int) -> None:
-        self.entries: deque[ActivityEntry] = deque(maxlen=size)
-        # seq -> line, its offset from origin: made when a directive first needs them
-        self.lines: dict[int, str] | None = None
-        self.origin: float | None = None
-
-    def append(self, entry: ActivityEntry) -> None:
-        self.entries.append(entry)
-
-    def log(self, start: float | None = None) -> tuple[StepLog, int]:
-        """The steps kept, frozen, their lines not made yet (:class:`StepLog`), and how many
-        of the run's steps came before them: what a directive's report prompt is made from
-        when it is read."""
-        entries = self.entries
-        if not entries:
-            return StepLog((), start), 0
-        return StepLog(tuple(entries), start), max(entries[0].seq - 1, 0)
-
-    def render(self, start: float | None = None) -> tuple[tuple[str, ...], int]:
-        """:func:`activity_lines` of the steps kept (offsets from ``start``, default: the
-        first step), and how many of the run's steps came before them."""
-        entries = self.entries
-        if not entries:
-            return (), 0
-        ordered = sorted(entries, key=ENDED_AT)
-        origin = ordered[0].at if start is None else start
-        lines = self.lines
-        if lines is None or origin != self.origin or len(lines) > 2 * len(entries):
-            lines = self.lines = {}  # other offsets, or lines of steps no longer kept
-            self.origin = origin
-        rendered = []
-        for entry in ordered:
-            line = lines.get(entry.seq)
-            if line is None:
-                line = lines[entry.seq] = _line(entry, origin, redact(entry.name))
-            rendered.append(line)
-        return tuple(rendered), max(entries[0].seq - 1, 0)
-
-
-class StepLog(NamedTuple):
-    """A run's last steps as a decision left them (:meth:`RecentSteps.log`): their lines, the
-    same as :meth:`RecentSteps.render` makes, are made by :meth:`lines` when a report prompt
-    is read rather than at every decision."""
-
-    entries: tuple[ActivityEntry, ...]
-    start: float | None  # offsets count from here (None: the first step)
-
-    def lines(self) -> tuple[str, ...]:
-        if not self.entries:
-            return ()
-        ordered = sorted(self.entries, key=ENDED_AT)
-        origin = ordered[0].at if self.start is None else self.start
-        return tuple(_line(entry, origin, redact(entry.name)) for entry in ordered)
-
-
-def _line(entry: ActivityEntry, origin: float, name: str | None = None) -> str:
-    """``entry``'s line with its offset from ``origin`` (``name``: for its name)."""
-    return ("+" + format_duration(max(entry.at - origin, 0.0)) + " "
-            + _step_line(entry, entry.name if name is None else name))
-
-
-def _step_line(entry: ActivityEntry, name: str) -> str:
-    """The line of ``entry`` after its offset, with ``name`` for its name."""
-    kind, detail = entry.kind, entry.detail
-    if kind == "tool":
-        call = f"{name}({_one_line(detail, LINE_DETAIL_CHARS) if detail else ''})"
-    elif detail:
-        call = f"{name} ({_one_line(detail, LINE_DETAIL_CHARS)})"
-    else:
-        call = name
-    line = f"{kind} {call}"
-    if entry.error:
-        return f"{line} -> ERROR {_one_line(entry.error, LINE_RESULT_CHARS)}"
-    if entry.result:
-        return f"{line} -> {_one_line(entry.result, LINE_RESULT_CHARS)}"
-    return line
+    return [redact(step_line(entry, origin)) for entry in activity]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -390,18 +306,18 @@ def render_markdown(report: dict[str, Any]) -> str:
         out.append("No steps recorded yet.")
     out += ["", "## Partial findings", ""]
     if report["final_output"]:
-        out.append(f"- **Final output:** {_one_line(report['final_output'])}")
+        out.append(f"- **Final output:** {one_line(report['final_output'])}")
     for finding in report["findings"]:
-        args = _one_line(finding["arguments"] or "", LINE_DETAIL_CHARS)
+        args = one_line(finding["arguments"] or "", LINE_DETAIL_CHARS)
         out.append(f"- `{finding['tool']}`({args}) at +{format_duration(finding['offset_seconds'])}"
-                   f": {_one_line(finding['result'])}")
+                   f": {one_line(finding['result'])}")
     if not report["final_output"] and not report["findings"]:
         out.append("No results yet.")
     out += ["", "## Errors", ""]
     if report["errors"]:
         for error in report["errors"]:
             names = ", ".join(f"`{n}`" for n in error["names"])
-            out.append(f"- {error['count']}× {_one_line(error['error'], LINE_RESULT_CHARS)} "
+            out.append(f"- {error['count']}× {one_line(error['error'], LINE_RESULT_CHARS)} "
                        f"({names})")
     else:
         out.append("No errors.")
@@ -467,52 +383,16 @@ def _step_text(step: dict[str, Any]) -> str:
     offset = "+" + format_duration(max(step["offset_seconds"], 0.0))
     text = f"`{offset}` **{step['kind']}** `{step['name']}`"
     if step["detail"]:
-        text += f" {_one_line(step['detail'], LINE_DETAIL_CHARS)}"
+        text += f" {one_line(step['detail'], LINE_DETAIL_CHARS)}"
     if step["error"]:
-        text += f" → **error:** {_one_line(step['error'], LINE_RESULT_CHARS)}"
+        text += f" → **error:** {one_line(step['error'], LINE_RESULT_CHARS)}"
     elif step["result"]:
-        text += f" → {_one_line(step['result'], LINE_RESULT_CHARS)}"
-    return text
-
-
-def format_duration(seconds: float) -> str:
-    """``4.2s``, ``3m05s``, ``2h07m``."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-
-
-def format_usd(value: float) -> str:
-    """Dollars as text, never an exponent: cents from a dollar up (``12.35``), three
-    significant digits below (``0.0123``, ``0.0000451``)."""
-    if not math.isfinite(value) or value <= 0:
-        return "0"
-    if value >= 1:
-        return f"{value:.2f}"
-    from decimal import Decimal  # (loaded when first needed: 0.4 MB)
-
-    return format(Decimal(f"{value:.3g}"), "f")
-
-
-def format_number(value: float) -> str:
-    """A budget's limit or what is left, as text everywhere (reports, directives, messages):
-    ``5`` for 5.0, ``2.5`` for a fraction (seconds)."""
-    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
-
-
-def _one_line(text: str, limit: int | None = None) -> str:
-    """``text`` on one line (a brief may hold newlines), cut to ``limit`` characters."""
-    text = " ".join(text.split())  # runs of whitespace as one space (5x re.sub's speed)
-    if limit is not None and len(text) > limit:
-        return text[: limit - 1] + "…"
+        text += f" → {one_line(step['result'], LINE_RESULT_CHARS)}"
     return text
 
 
 def _cell(text: str) -> str:
-    return _one_line(text).replace("|", "\\|")
+    return one_line(text).replace("|", "\\|")
 
 
 def _redact_all(value: Any) -> Any:

@@ -19,7 +19,6 @@ from watchdog.core.bounds import (
     id_problem,
     is_number,
 )
-from watchdog.core.runs.report import build_report, render_markdown
 from watchdog.core.runs.view import run_summary
 from watchdog.core.spans.decode import DecodeError, parse_protobuf
 from watchdog.core.spans.record import BUDGET_KEYS
@@ -77,6 +76,8 @@ class RunRoutes:
         run = await queries.find_run(key)
         activity = await queries.activity(key)
         children = await queries.child_runs(key)
+        from watchdog.core.runs.report import build_report, render_markdown  # (on first use)
+
         report = build_report(run, activity, children=children,
                               trace_url=queries.trace_url)
         if _wants_json(request.headers.get("Accept", "")):

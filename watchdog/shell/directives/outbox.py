@@ -33,18 +33,19 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from watchdog.core.directives.model import REPORTING_ACTIONS, Directive
-from watchdog.core.directives.prompt import decided_facts, facts_of
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.directives.hub import DeliveryMetrics, Hub, NullMetrics
 from watchdog.shell.directives.store import AddResult, DirectiveStore
-from watchdog.shell.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget
 from watchdog.shell.errors import BadRequest
 from watchdog.shell.state.lanes import Lane
+
+if TYPE_CHECKING:
+    from watchdog.shell.directives.webhooks import RetryPolicy, WebhookSender, WebhookTarget
 
 log = logging.getLogger("watchdog.directives")
 
@@ -75,9 +76,12 @@ class Outbox:
         # Webhook retries run on wall-clock time even when tests inject a clock for the rules:
         # a frozen test clock must not freeze the backoff, nor stamp a webhook-timestamp that a
         # receiver's replay check would refuse.
-        self.webhooks = WebhookSender(store, webhooks, self._lane.run, metrics=self.metrics,
-                                      clock=webhook_clock or SystemClock(),
-                                      retry=retry) if webhooks else None
+        self.webhooks: WebhookSender | None = None
+        if webhooks:  # (without a webhook their sender is never loaded)
+            from watchdog.shell.directives.webhooks import WebhookSender
+
+            self.webhooks = WebhookSender(store, webhooks, self._lane.run, metrics=self.metrics,
+                                          clock=webhook_clock or SystemClock(), retry=retry)
         self._pending: deque[Directive] = deque()
         self._storing: set[str] = set()  # runs of the batch being written
         self._wake = asyncio.Event()
@@ -177,6 +181,8 @@ class Outbox:
         self._global_seq += 1
         facts = None
         if decision.action.value in REPORTING_ACTIONS:
+            from watchdog.core.directives.prompt import decided_facts, facts_of  # (first use)
+
             try:
                 facts = decided_facts(decided)
             except Exception:  # a bug here must not lose the directive: the bare request

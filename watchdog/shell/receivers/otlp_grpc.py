@@ -32,10 +32,11 @@ from watchdog.shell.errors import BadRequest, WatchdogError
 from watchdog.shell.metrics import Metrics
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
-from watchdog.shell.receivers.forward import Forwarder, Signal
 
 if TYPE_CHECKING:
     import grpc
+
+    from watchdog.shell.receivers.forward import Forwarder, Signal
 
 log = logging.getLogger("watchdog.otlp_grpc")
 

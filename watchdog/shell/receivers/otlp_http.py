@@ -27,7 +27,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -54,7 +54,9 @@ from watchdog.shell.errors import (
 from watchdog.shell.metrics import Metrics
 from watchdog.shell.receivers.admission import Admission, Slot, Uploads
 from watchdog.shell.receivers.consumer import TraceConsumer
-from watchdog.shell.receivers.forward import Forwarder, Signal
+
+if TYPE_CHECKING:
+    from watchdog.shell.receivers.forward import Forwarder, Signal
 
 log = logging.getLogger("watchdog.otlp_http")
 

@@ -29,11 +29,12 @@ from watchdog.shell.metrics import Metrics
 from watchdog.shell.receivers import otlp_grpc, otlp_http
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
-from watchdog.shell.receivers.forward import Forwarder, Signal
 
 if TYPE_CHECKING:
     import grpc
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from watchdog.shell.receivers.forward import Forwarder, Signal
 
 LOGS_PATH = "/v1/logs"
 GRPC_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
