@@ -42,7 +42,7 @@ from watchdog.core.rules.decision import (
     GRACE_TOOL_CALLS,
     Action,
 )
-from watchdog.core.runs.report import format_usd
+from watchdog.core.runs.steps import format_usd
 from watchdog.core.spans.combined import TABLES
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)

@@ -31,10 +31,10 @@ from watchdog.core.runs.steps import (
     LINE_RESULT_CHARS,
     format_duration,
     format_number,
+    format_usd,
     one_line,
     step_line,
 )
-from watchdog.core.runs.steps import format_usd as format_usd  # (watchdog.core.model.steer's)
 from watchdog.core.runs.view import RunView, iso, plain
 
 MAX_FINDINGS = 20  # distinct tool results shown as partial findings, most recent first
