@@ -282,8 +282,7 @@ def _directives(api: str, run_id: str) -> list[dict[str, Any]]:
 def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
     with served(tmp_path, model_address=f"127.0.0.1:{free_port()}",
                 otlp_grpc_address="off") as sidecar:
-        assert sidecar.modules() == {"watchdog.shell.model.proxy", "watchdog.core.model.steer",
-                                     "watchdog.core.runs.report"}  # (steer's dollar format)
+        assert sidecar.modules() == {"watchdog.shell.model.proxy", "watchdog.core.model.steer"}
 
 
 def test_grpc_off_serves_without_grpcio_and_a_misspelling_is_refused(tmp_path: Path) -> None:
