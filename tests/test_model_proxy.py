@@ -554,6 +554,28 @@ def test_bad_budget_headers_are_a_clear_400(sidecar: RunningServer, upstream: Ra
     assert upstream.seen == []
 
 
+def test_an_agent_header_that_is_no_utf8_or_no_name_harms_nothing(
+        sidecar: RunningServer, upstream: RawUpstream) -> None:
+    """``x-watchdog-agent`` as raw bytes that are no UTF-8 (Latin-1 "agënt") names the run with
+    U+FFFD in their place, on both relays alike, and nothing else: the metrics still scrape and
+    the run is kept. A name with a control character, or longer than 200, is a clear 400."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"latin-1 agent"}]}'
+    head = raw_http(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\nx-watchdog-agent: ag\xebnt\r\n"
+                    b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    runs = wait_until(lambda: [run for run in sidecar.get_json("/v1/runs")["runs"]
+                               if run["agent"] == "ag\ufffdnt"], "the run named")
+    assert len(runs) == 1
+    status, text = http_request("GET", sidecar.url("metrics") + "/metrics")
+    assert status == 200 and 'agent="ag\ufffdnt"'.encode() in text
+    for bad in ("tab\there", "x" * 201):
+        status, answer = post(sidecar, "/v1/chat/completions", body, {"x-watchdog-agent": bad})
+        assert status == 400, bad
+        assert "x-watchdog-agent" in json.loads(answer)["error"]["message"]
+    assert len(upstream.seen) == 1
+
+
 def test_upstream_down_is_502_in_the_apis_shape(tmp_path: Path) -> None:
     port = free_port()  # nobody listens on it
     config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",

@@ -85,10 +85,16 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def clip(value: str | None) -> str:
-    """A label value: never empty, at most ``MAX_LABEL_CHARS`` characters."""
+    """A label value: never empty, at most ``MAX_LABEL_CHARS`` characters, UTF-8 (a lone
+    surrogate, which no scrape could encode, becomes ``?``)."""
     if not value:
         return UNKNOWN
-    return value if len(value) <= MAX_LABEL_CHARS else value[:MAX_LABEL_CHARS]
+    value = value if len(value) <= MAX_LABEL_CHARS else value[:MAX_LABEL_CHARS]
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return value
 
 
 class LabelCap:

@@ -64,7 +64,9 @@ def request_headers(headers: CIMultiDict[str] | CIMultiDictProxy[str]
     for name, value in headers.items():
         lower = name.lower()
         if lower.startswith(WATCHDOG_PREFIX):
-            watchdog[lower] = value
+            # (bytes that are no UTF-8, which aiohttp keeps as lone surrogates: replaced, as
+            # the compiled relay reads them, so no such text reaches a run, a label or a file)
+            watchdog[lower] = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         elif lower not in HOP_BY_HOP and lower not in REQUEST_SET and lower not in named:
             out.add(name, value)
     return out, watchdog

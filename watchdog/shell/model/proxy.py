@@ -83,6 +83,7 @@ log = logging.getLogger("watchdog.model")
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
+MAX_AGENT_CHARS = 200  # x-watchdog-agent, as model_agent_name
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
 class ModelProxy:
     def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
@@ -211,6 +212,10 @@ class ModelProxy:
         if run_header is not None and (problem := id_problem(run_header)) is not None:
             raise Refused(400, "bad_request", f"x-watchdog-run {run_header[:64]!r} is not "
                           f"allowed: it {problem}")
+        named = watchdog.get("x-watchdog-agent")
+        if named is not None and not (0 < len(named) <= MAX_AGENT_CHARS and named.isprintable()):
+            raise Refused(400, "bad_request", f"x-watchdog-agent {named[:64]!r} is not allowed: "
+                          f"give a printable name of 1-{MAX_AGENT_CHARS} characters")
         coding = headers.get("Content-Encoding", "").strip().lower()
         decoded = b""
         try:
@@ -226,7 +231,7 @@ class ModelProxy:
             raise Refused(400, "bad_request", f"the request body cannot be read: {exc}"
                           ) from None
         parsed = wire.read_request(body)
-        agent = watchdog.get("x-watchdog-agent") or self.config.model_agent_name
+        agent = named or self.config.model_agent_name
         call = self._observe_request(wire, parsed, Caller(
             given.get("traceparent"), run_header, agent), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
