@@ -6,6 +6,8 @@ one tool call handed over; each sidecar books the call with that one call handed
 
 from __future__ import annotations
 
+import gzip
+import http.client
 import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -216,8 +218,10 @@ OTHER_400 = json.dumps({"error": {"message": "context too long", "type":
 
 class StrictUpstream(Upstream):
     """An OpenAI-compatible server that takes no field it does not know: a request naming
-    ``stream_options`` is refused (400, the error names it); one whose user says "too long"
-    gets another 400; else a streamed answer with no usage (it reports none)."""
+    ``stream_options`` is refused (400 naming it), sent as the user's text says (``length``,
+    ``chunked``, ``close``: no length, the connection closed after it; ``gzip``: compressed
+    though identity was asked); one whose text starts with "too long" gets another 400 (gzip
+    for "too long gzip"); else a streamed answer with no usage (it reports none)."""
 
     seen: ClassVar[list[bytes]] = []
 
@@ -225,11 +229,22 @@ class StrictUpstream(Upstream):
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         StrictUpstream.seen.append(raw)
         body = json.loads(raw)
-        if "stream_options" in body or body["messages"][-1]["content"] == "too long":
-            data = OTHER_400 if body["messages"][-1]["content"] == "too long" else REFUSAL
+        text = body["messages"][-1]["content"]
+        if "stream_options" in body or text.startswith("too long"):
+            data = OTHER_400 if text.startswith("too long") else REFUSAL
             self.send_response(400)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            if text.endswith("gzip"):
+                data = gzip.compress(data)
+                self.send_header("Content-Encoding", "gzip")
+            if text.endswith("chunked"):
+                self.send_header("Transfer-Encoding", "chunked")
+                data = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+            elif text.endswith("close"):
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
             return
@@ -242,12 +257,34 @@ class StrictUpstream(Upstream):
         self.wfile.write(data)
 
 
+def streamed(text: str) -> bytes:
+    return json.dumps({"model": "m", "stream": True, "messages": [
+        {"role": "user", "content": text}]}).encode()
+
+
+def ask(sidecar: Any, text: str) -> tuple[int, dict[str, str], bytes]:
+    """A streamed chat request of ``text``, as a client sends it: status, headers, body."""
+    request = streamed(text)
+    host, port = sidecar.server.addresses["model"]
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        connection.request("POST", "/v1/chat/completions", request, {
+            "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, \
+            response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("refusal", ["length", "chunked", "close", "gzip"])
 def test_an_upstream_that_refuses_stream_options_gets_the_request_as_the_client_sent_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, refusal: str) -> None:
     """A run with a dollar budget asks a stream for its usage; an upstream that takes no
-    unknown field refuses that (400 naming ``stream_options``): both relays send the request
-    again as its client sent it, and the agent gets its answer (the call unpriced). Another
-    400 is passed on as it came, once."""
+    unknown field refuses that (400 naming ``stream_options``, with its length said or not,
+    compressed or not): both relays send the request again as its client sent it, and the
+    agent gets its answer (the call unpriced); later requests are not asked. Another 400
+    (compressed too) is passed on as it came, once."""
     pack = tmp_path / "dollars.yaml"
     pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: dollars\nbudgets:\n"
                     "  - agents: ['*']\n    max_cost_usd: 5\n")
@@ -257,21 +294,23 @@ def test_an_upstream_that_refuses_stream_options_gets_the_request_as_the_client_
                                     model_upstream=url + "/v1", model_relay=relay,
                                     rules=(str(pack),))
             with running_server(config) as sidecar:
-                for task, expected in (("find it", 200), ("too long", 400)):
+                for coding in ("", "gzip"):  # another 400: as it came (asked, refused not)
                     StrictUpstream.seen.clear()
-                    request = json.dumps({"model": "m", "stream": True, "messages": [
-                        {"role": "user", "content": task}]}).encode()
-                    status, body = http_request(
-                        "POST", sidecar.url("model") + "/v1/chat/completions", request, {
-                            "Authorization": f"Bearer {KEY}",
-                            "Content-Type": "application/json"})
-                    said = (relay, task, status, body[:300])
-                    assert status == expected, said
-                    sent = [json.loads(raw) for raw in StrictUpstream.seen]
-                    if expected == 200:
-                        assert b"done." in body and b"[DONE]" in body, said
-                        assert [body.get("stream_options") for body in sent] == [
-                            {"include_usage": True}, None], said
-                        assert StrictUpstream.seen[1] == request  # as its client sent it
-                    else:
-                        assert body == OTHER_400 and len(sent) == 1, said
+                    status, headers, body = ask(sidecar, f"too long {coding}".strip())
+                    said = (relay, coding, status, headers, body[:200])
+                    assert (status, len(StrictUpstream.seen)) == (400, 1), said
+                    assert headers.get("content-encoding", "") == coding, said
+                    assert (gzip.decompress(body) if coding else body) == OTHER_400, said
+                StrictUpstream.seen.clear()
+                status, _, body = ask(sidecar, f"find it {refusal}")
+                said = (relay, status, body[:300])
+                assert status == 200 and b"done." in body and b"[DONE]" in body, said
+                sent = [json.loads(raw) for raw in StrictUpstream.seen]
+                assert [body.get("stream_options") for body in sent] == [
+                    {"include_usage": True}, None], said
+                # as its client sent it
+                assert StrictUpstream.seen[1] == streamed(f"find it {refusal}"), said
+                StrictUpstream.seen.clear()  # refused once: not asked again
+                assert ask(sidecar, "find it again")[0] == 200
+                assert len(StrictUpstream.seen) == 1, (relay, StrictUpstream.seen)
+                assert b"stream_options" not in StrictUpstream.seen[0]

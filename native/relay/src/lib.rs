@@ -444,23 +444,27 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 let send = |body: Bytes| client.request(method.clone(), &url)
                     .headers(header_map(&headers)).body(body).send();
                 let mut sent = send(body).await;
-                if let (Some(unasked), Ok(upstream)) = (unasked, sent.as_ref()) {
-                    if refuses_usage(upstream) {
-                        sent = match read_refusal(sent.unwrap()).await {
-                            Ok(Some(upstream)) => Ok(upstream),
-                            Ok(None) => { // as its client sent it: its usage unasked
+                let mut read = None; // of an error's body, read to judge it
+                if let (Some(unasked), Ok(upstream)) = (unasked, sent.as_mut()) {
+                    if matches!(upstream.status().as_u16(), 400 | 422) {
+                        let coding = upstream.headers().get("content-encoding")
+                            .and_then(|value| value.to_str().ok()).unwrap_or("").to_owned();
+                        match read_upto(upstream, MAX_REFUSAL_BYTES).await {
+                            Ok((data, true)) if refuses_usage(&data, &coding) => {
+                                // as its client sent it: its usage unasked
                                 shared.usage_refused.store(true, Ordering::Relaxed);
                                 trim = trim.map(|trim| Trim { hide_usage: false, ..trim })
                                     .filter(|trim| trim.keep.is_some());
-                                send(unasked).await
+                                sent = send(unasked).await;
                             }
-                            Err(error) => Err(error),
-                        };
+                            Ok((data, _)) => read = Some(data),
+                            Err(error) => sent = Err(error),
+                        }
                     }
                 }
                 let failure = match sent {
-                    Ok(upstream) => match relayed(&shared, upstream, ticket, observe, trim,
-                                                  watch).await {
+                    Ok(upstream) => match relayed(&shared, upstream, read, ticket, observe,
+                                                  trim, watch).await {
                         Ok(response) => return Ok(response),
                         Err((back, kind, detail)) => {
                             ticket = back;
@@ -485,32 +489,47 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
 
 type Failure = (Ticket, &'static str, String);
 
-/// `plans.refuses_usage` by its head: an answer that may say the upstream refuses a request's
-/// `stream_options` (400 or 422, its length said, at most 64 KiB).
-fn refuses_usage(upstream: &reqwest::Response) -> bool {
-    matches!(upstream.status().as_u16(), 400 | 422)
-        && upstream.content_length().is_some_and(|length| length <= 64 * 1024)
+/// An upstream's error read whole to judge whether it refuses `stream_options` (`plans`).
+const MAX_REFUSAL_BYTES: usize = 64 * 1024;
+
+/// `streams.read_upto`: the first bytes of the body, up to `limit` and one more, and whether
+/// they are all of it (the rest is still the response's).
+async fn read_upto(upstream: &mut reqwest::Response, limit: usize)
+                   -> Result<(Bytes, bool), reqwest::Error> {
+    let mut read = BytesMut::new();
+    while read.len() <= limit {
+        match upstream.chunk().await? {
+            Some(chunk) => read.extend_from_slice(&chunk),
+            None => return Ok((read.freeze(), true)),
+        }
+    }
+    Ok((read.freeze(), false))
 }
 
-/// Such an answer read: None if it names `stream_options`, else the same answer to pass on.
-async fn read_refusal(upstream: reqwest::Response)
-                      -> Result<Option<reqwest::Response>, reqwest::Error> {
-    let mut head = Response::builder().status(upstream.status()).version(upstream.version());
-    if let Some(headers) = head.headers_mut() {
-        *headers = upstream.headers().clone();
-    }
-    let data = upstream.bytes().await?;
-    if memchr::memmem::find(&data, b"stream_options").is_some() {
-        return Ok(None);
-    }
-    Ok(head.body(data).ok().map(reqwest::Response::from))
+/// `plans.refuses_usage`: whether an error read whole (in its `Content-Encoding`, at most
+/// `MAX_REFUSAL_BYTES` once inflated) says the upstream refuses `stream_options`.
+fn refuses_usage(body: &[u8], coding: &str) -> bool {
+    use std::io::Read;
+    let limit = MAX_REFUSAL_BYTES as u64 + 1;
+    let inflate = |reader: &mut dyn Read| {
+        let mut out = Vec::new();
+        reader.take(limit).read_to_end(&mut out).ok().map(|_| out)
+    };
+    let text = match coding.trim().to_ascii_lowercase().as_str() {
+        "" | "identity" => Some(body.to_vec()),
+        "gzip" => inflate(&mut flate2::read::MultiGzDecoder::new(body)),
+        _ => inflate(&mut flate2::read::ZlibDecoder::new(body))
+            .or_else(|| inflate(&mut flate2::read::DeflateDecoder::new(body))),
+    };
+    text.is_some_and(|text| text.len() <= MAX_REFUSAL_BYTES
+                     && memchr::memmem::find(&text, b"stream_options").is_some())
 }
 
 /// The upstream's response, passed on as it comes; with a bound on tool calls (`trim`), a
 /// successful one trimmed: a stream event by event, a whole one read (bounded) first; one too
 /// long to read, or JSON it cannot judge, is an unreachable upstream's failure (never passed).
-async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticket,
-                 observe: bool, trim: Option<Trim>, watch: Option<Api>)
+async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Bytes>,
+                 mut ticket: Ticket, observe: bool, trim: Option<Trim>, watch: Option<Api>)
                  -> Result<Response<RelayBody>, Failure> {
     let status = upstream.status();
     ticket.status = status.as_u16();
@@ -533,6 +552,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, mut ticket: Ticke
             if status.is_success() && stream {
                 body.watch = watch.map(LastEvent::new);
             }
+            body.whole = read; // (what was read of it already goes first)
             body.upstream = Some(upstream.into());
         }
         Some(trim) if stream => {

@@ -234,6 +234,8 @@ class NativeEndpoint:
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                  body: bytes | None, refusal: str, in_flight: int, learn: str | None) -> None:
         proxy = self.proxy
+        if not proxy.usage_unasked and self.relay.usage_refused:
+            proxy.usage_refused()  # (a request's, still on its way: no later request asks)
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
         try:
@@ -356,7 +358,7 @@ class NativeEndpoint:
             self.ended.append((plan, status, outcome, body, content_type, seconds, changed,
                                seen))
             if plan.unasked is not None and self.relay.usage_refused:
-                self.proxy.usage_refused()  # (sent again without: said once)
+                self.proxy.usage_refused()  # (sent again without: no later request asks)
 
     def _finish(self, plan: Plan, status: int, outcome: str, body: bytes | None,
                 content_type: str, seconds: float, into: list[Booked] | None = None,

@@ -10,6 +10,7 @@ from multidict import CIMultiDict
 from watchdog.core.model.book import EndpointRun, ModelBook
 from watchdog.core.model.steer import Act, Turn
 from watchdog.core.model.wire import Wire
+from watchdog.core.spans.codings import inflate
 from watchdog.core.spans.record import SpanRecord
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to observe it
@@ -70,12 +71,14 @@ class Plan:
         return -1 if keep is None else keep
 
 
-def refuses_usage(status: int, length: int | None, body: bytes | None = None) -> bool:
-    """Whether an upstream's answer may say it refuses ``stream_options`` (``body`` None: by
-    its status and length, before it is read), or says so (its ``body``)."""
-    if status not in REFUSED_USAGE_STATUSES or length is None or length > MAX_REFUSAL_BYTES:
+def refuses_usage(body: bytes, coding: str) -> bool:
+    """Whether an upstream's error (400 or 422, read whole: at most ``MAX_REFUSAL_BYTES``, in
+    its ``Content-Encoding``) says it refuses ``stream_options``."""
+    try:
+        body = inflate(body, coding.strip().lower(), MAX_REFUSAL_BYTES)
+    except ValueError:  # (a coding it cannot read, or more than that inflated: not one)
         return False
-    return body is None or b"stream_options" in body
+    return b"stream_options" in body
 
 
 class Exchange:

@@ -71,10 +71,18 @@ from watchdog.shell.model.headers import (
     check_target,
     proxy_for,
     request_headers,
-    response_headers,
 )
-from watchdog.shell.model.plans import JSON, Answer, Booked, Exchange, Plan, refuses_usage
-from watchdog.shell.model.streams import relay, relay_json, relay_stream
+from watchdog.shell.model.plans import (
+    JSON,
+    MAX_REFUSAL_BYTES,
+    REFUSED_USAGE_STATUSES,
+    Answer,
+    Booked,
+    Exchange,
+    Plan,
+    refuses_usage,
+)
+from watchdog.shell.model.streams import read_upto, relay, relay_json, relay_stream
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.tls import context_for
 
@@ -100,7 +108,8 @@ class ModelProxy:
         self.token = config.api_token if not is_loopback(host) else None
         self.in_flight = 0
         self.failures = 0  # calls whose observation failed (a bug)
-        self._usage_refused = False  # the upstream refused stream_options once (said once)
+        # the upstream refused stream_options: streams are no longer asked for their usage
+        self.usage_unasked = False
         self.session: aiohttp.ClientSession | None = None
         self.proxies: dict[str, tuple[str, str | None] | None] = {}
         # called with each request read, before its run is found: the native endpoint books
@@ -248,7 +257,8 @@ class ModelProxy:
                 state.final_used = True
             elif turn.act is Act.NOTE:
                 body = wire.add_note(body, turn.text)
-            asked = wire.ask_usage(body) if turn.usage else None  # to price the call
+            # (to price the call, unless the upstream refused that before)
+            asked = wire.ask_usage(body) if turn.usage and not self.usage_unasked else None
             unasked = None
             if turn.act is not Act.PASS or asked is not None:
                 if asked is not None:  # (sent instead if the upstream refuses the ask)
@@ -413,20 +423,20 @@ class ModelProxy:
 
             async with send(body) as upstream:
                 unasked = exchange.unasked if exchange is not None else None
-                if unasked is None or not refuses_usage(upstream.status,
-                                                        upstream.content_length):
+                if unasked is None or upstream.status not in REFUSED_USAGE_STATUSES:
                     response, outcome = await self._relayed(request, upstream, exchange)
-                elif not refuses_usage(upstream.status, upstream.content_length,
-                                       data := await upstream.read()):
-                    response = web.Response(status=upstream.status, body=data,
-                                            headers=response_headers(upstream.headers, True))
-                    outcome = "upstream_error"
-                else:  # the request as its client sent it: its stream's usage unasked
-                    assert exchange is not None
-                    exchange.unasked = None
-                    self.usage_refused()
-                    async with send(unasked) as again:
-                        response, outcome = await self._relayed(request, again, exchange)
+                else:
+                    data, whole = await read_upto(upstream, MAX_REFUSAL_BYTES)
+                    if not (whole and refuses_usage(
+                            data, upstream.headers.get("Content-Encoding", ""))):
+                        response, outcome = await relay(request, upstream, data), \
+                            "upstream_error"
+                    else:  # the request as its client sent it: its stream's usage unasked
+                        assert exchange is not None
+                        exchange.unasked = None
+                        self.usage_refused()
+                        async with send(unasked) as again:
+                            response, outcome = await self._relayed(request, again, exchange)
         except Unjudged:  # a bound's response it cannot judge: as the compiled relay answers
             answer = self.upstream_failed(plan, "unreachable", "UnjudgedResponse")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
@@ -459,13 +469,13 @@ class ModelProxy:
         return await relay_json(self, request, upstream, exchange), outcome
 
     def usage_refused(self) -> None:
-        """The upstream refused a request's ``stream_options``: sent again as the client sent
-        it, the call's usage unasked (said once)."""
-        if not self._usage_refused:
-            self._usage_refused = True
+        """The upstream refused a request's ``stream_options`` (it was sent again as its
+        client sent it): no later request asks (said once)."""
+        if not self.usage_unasked:
+            self.usage_unasked = True
             log.warning("the model upstream refuses stream_options: streamed Chat Completions "
                         "calls whose client does not ask for usage go unpriced, with no tokens "
-                        "(a budget in dollars or tokens cannot count them)")
+                        "(a budget in dollars or tokens cannot count them), until a restart")
 
     def upstream_failed(self, plan: Plan, kind: str, detail: str) -> Answer:
         """The answer when the upstream gave none: ``kind`` timeout (504) or unreachable

@@ -46,16 +46,31 @@ class ModelProxy(Protocol):
 log = logging.getLogger("watchdog.model")
 
 
-async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
-    """Status, headers and body as they come, chunk by chunk."""
+async def relay(request: web.Request, upstream: aiohttp.ClientResponse,
+                read: bytes | None = None) -> web.StreamResponse:
+    """Status, headers and body as they come, chunk by chunk (``read``: what was read of the
+    body already)."""
     response = _Relayed(status=upstream.status, reason=upstream.reason,
                         headers=response_headers(upstream.headers, False))
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     await response.prepare(request)
-    await response.write(_buffered(upstream))  # the head, with what came with it
+    # the head, with what came with it
+    await response.write(_buffered(upstream) if read is None else read)
     await pump(upstream, response)
     return response
+
+
+async def read_upto(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """The first bytes of the upstream's body, up to ``limit`` and one more, and whether they
+    are all of it."""
+    buffer = bytearray()
+    while len(buffer) <= limit:
+        chunk = await upstream.content.read(limit + 1 - len(buffer))
+        if not chunk:
+            return bytes(buffer), True
+        buffer += chunk
+    return bytes(buffer), False
 
 async def pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
     """The rest of the upstream's body as it comes; an upstream that fails once the
