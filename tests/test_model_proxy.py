@@ -635,6 +635,54 @@ def test_odd_sse_from_upstream_never_crashes(tmp_path: Path) -> None:
         raw.close()
 
 
+CUT_STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"The answer is"}}]}\n\n'
+              b'data: {"choices":[{"index":0,"delta":{"content":" partial"}}]}\n\n')
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+def test_an_upstream_cut_off_mid_stream_is_cut_off_for_the_client_too(
+        tmp_path: Path, framing: str) -> None:
+    """An upstream whose stream breaks off (its connection closed mid-body: an unfinished
+    chunked body, or fewer bytes than its length said): the client sees its answer broken off
+    too, never an answer that ended, on both relays, with a bound on tool calls, a budget in
+    dollars (its stream read event by event) or neither; the sidecar serves on."""
+    def cut(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        if framing == "chunked":
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(CUT_STREAM), CUT_STREAM))
+        else:
+            handler.send_header("Content-Length", str(len(CUT_STREAM) + 500))
+            handler.end_headers()
+            handler.wfile.write(CUT_STREAM)
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    raw = RawUpstream(cut)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            host, port = sidecar.server.addresses["model"]
+            body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
+            for headers in ({}, {"x-watchdog-budget-tool-calls": "2"},
+                            {"x-watchdog-budget-cost-usd": "5"}):
+                connection = http.client.HTTPConnection(host, port, timeout=10)
+                connection.request("POST", "/v1/chat/completions", body, {
+                    "Content-Type": "application/json", **headers})
+                response = connection.getresponse()
+                assert response.status == 200
+                with pytest.raises(http.client.IncompleteRead) as broken:
+                    response.read()
+                assert b"The answer is" in broken.value.partial, headers
+                connection.close()
+            assert len(raw.seen) == 3
+            # each call booked as far as it went, and the sidecar serves on
+            wait_until(lambda: len(sidecar.get_json("/v1/runs")["runs"]) == 3, "three runs")
+    finally:
+        raw.close()
+
+
 def test_json_nested_deeper_than_a_parser_goes_never_crashes(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A whole response and a stream event nested 5,000 deep (past Python's and serde's

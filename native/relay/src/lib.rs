@@ -190,6 +190,9 @@ struct RelayBody {
     ticket: Option<Ticket>,
     trim: Option<StreamTrim>,
     watch: Option<LastEvent>,
+    /// The upstream failed once the answer had begun: after what was held, the answer is
+    /// broken off (the connection closed mid-body), so the client sees it cut, not ended.
+    failed: bool,
 }
 
 impl RelayBody {
@@ -207,10 +210,10 @@ impl RelayBody {
 
 impl Body for RelayBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>)
-                  -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+                  -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = &mut *self;
         loop {
             if let Some(bytes) = this.whole.take() {
@@ -222,6 +225,9 @@ impl Body for RelayBody {
                 return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             let Some(upstream) = this.upstream.as_mut() else {
+                if std::mem::take(&mut this.failed) {
+                    return Poll::Ready(Some(Err(std::io::Error::other("the upstream failed"))));
+                }
                 if let Some(ticket) = this.ticket.as_mut() {
                     ticket.end("ok");
                 }
@@ -290,8 +296,9 @@ impl Body for RelayBody {
                     return Poll::Ready(Some(Ok(Frame::data(out))));
                 }
                 Poll::Ready(Some(Err(_))) => {
-                    // an upstream that fails once the answer has begun ends it there
+                    // an upstream that fails once the answer has begun breaks it off there
                     this.whole = this.ended("cut");
+                    this.failed = true;
                 }
                 Poll::Ready(None) => {
                     this.whole = this.ended("ok");
@@ -336,7 +343,7 @@ fn header_map(headers: &Headers) -> HeaderMap {
 fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Response<RelayBody> {
     let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
                                                   ticket: Some(ticket), trim: None,
-                                                  watch: None });
+                                                  watch: None, failed: false });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -546,7 +553,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     // (a whole response is trimmed only with a bound: its usage came unasked)
     let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
     let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
-                               watch: None };
+                               watch: None, failed: false };
     match trim {
         None => {
             if status.is_success() && stream {

@@ -57,7 +57,7 @@ async def relay(request: web.Request, upstream: aiohttp.ClientResponse,
     await response.prepare(request)
     # the head, with what came with it
     await response.write(_buffered(upstream) if read is None else read)
-    await pump(upstream, response)
+    await pump(request, upstream, response)
     return response
 
 
@@ -72,18 +72,18 @@ async def read_upto(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes
         buffer += chunk
     return bytes(buffer), False
 
-async def pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
-    """The rest of the upstream's body as it comes; an upstream that fails once the
-    answer has begun ends it there (the status is sent)."""
+async def pump(request: web.Request, upstream: aiohttp.ClientResponse,
+               response: web.StreamResponse) -> None:
+    """The rest of the upstream's body as it comes; an upstream that fails once the answer has
+    begun breaks it off there (:func:`_break_off`)."""
     try:
-        async for chunk in upstream.content.iter_any():
+        async for chunk in _chunks(upstream):
             if upstream.content.at_eof():  # the last bytes: with the end, one write
                 await response.write_eof(chunk)
-            else:
-                await response.write(chunk)
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
-            TimeoutError) as exc:
-        log.warning("model upstream response cut short: %s", type(exc).__name__)
+                return
+            await response.write(chunk)
+    except UpstreamCut:
+        _break_off(request)
         return
     await response.write_eof()
 
@@ -107,7 +107,7 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
                 upstream.headers, False))
             await response.prepare(request)
             await response.write(bytes(buffer))
-            await pump(upstream, response)
+            await pump(request, upstream, response)
             return response
     data = bytes(buffer)
     body: object = None
@@ -218,9 +218,27 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
         if evented and not cut and (rest := reader.rest()):
             await response.write(rest)  # a stream cut mid-event: as it came
         await response.write_eof()
+    except UpstreamCut:  # what was held, then the answer broken off, as the upstream's was
+        if held:
+            await response.write(b"".join(held))
+        if evented and (rest := reader.rest()):
+            await response.write(rest)
+        _break_off(request)
     finally:
         book()
     return response
+
+
+class UpstreamCut(Exception):
+    """The upstream failed once its answer had begun (reset, timed out, cut short)."""
+
+
+def _break_off(request: web.Request) -> None:
+    """The client's connection closed mid-answer, what was written flushed first: it sees the
+    answer cut short (an unfinished chunked body, or fewer bytes than its length said), as the
+    upstream's was, not an answer that ended."""
+    if request.transport is not None:
+        request.transport.close()
 
 
 class _Relayed(web.StreamResponse):
@@ -239,12 +257,13 @@ def _buffered(upstream: aiohttp.ClientResponse) -> bytes:
 
 
 async def _chunks(upstream: aiohttp.ClientResponse, first: bytes = b"") -> AsyncIterator[bytes]:
-    """The upstream's body as it comes (``first``: what was read of it already); one that
-    fails after its answer began ends there."""
+    """The upstream's body as it comes (``first``: what was read of it already);
+    :class:`UpstreamCut` if it fails after its answer began."""
     try:
         if first:
             yield first
         async for chunk in upstream.content.iter_any():
             yield chunk
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
-        log.warning("model upstream stream cut short: %s", type(exc).__name__)
+        log.warning("model upstream response cut short: %s", type(exc).__name__)
+        raise UpstreamCut from None
