@@ -683,6 +683,36 @@ def test_an_upstream_cut_off_mid_stream_is_cut_off_for_the_client_too(
         raw.close()
 
 
+def test_an_http10_client_that_keeps_alive_gets_the_end_of_a_stream(tmp_path: Path) -> None:
+    """An HTTP/1.0 client (no chunked bodies) asking to keep its connection: a stream of no
+    length said reaches it whole and ends with the connection, on both relays."""
+    def streamed(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        data = CUT_STREAM + b"data: [DONE]\n\n"
+        handler.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+
+    raw = RawUpstream(streamed)
+    try:
+        with sidecar_for(tmp_path, raw) as sidecar:
+            host, port = sidecar.server.addresses["model"]
+            body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\n"
+                             b"Connection: keep-alive\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                answer = b""
+                while chunk := sock.recv(65536):  # (a timeout here: the end never came)
+                    answer += chunk
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0]
+            assert rest.endswith(b"data: [DONE]\n\n") and b"The answer is" in rest, answer
+    finally:
+        raw.close()
+
+
 def test_json_nested_deeper_than_a_parser_goes_never_crashes(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A whole response and a stream event nested 5,000 deep (past Python's and serde's

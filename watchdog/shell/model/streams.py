@@ -103,7 +103,7 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
             if keep is not None:
                 raise Unjudged("too long to read")
-            response = web.StreamResponse(status=upstream.status, headers=response_headers(
+            response = _Relayed(status=upstream.status, headers=response_headers(
                 upstream.headers, False))
             await response.prepare(request)
             await response.write(bytes(buffer))
@@ -243,9 +243,15 @@ def _break_off(request: web.Request) -> None:
 
 class _Relayed(web.StreamResponse):
     """A relayed response whose head goes out with the first bytes of its body, in one write
-    (``write(b"")`` sends it alone)."""
+    (``write(b"")`` sends it alone); to an HTTP/1.0 client, one of no length said ends with the
+    connection (which is how such a client knows its end)."""
 
     _send_headers_immediately = False  # aiohttp's own switch (web.Response's default)
+
+    async def prepare(self, request: web.BaseRequest) -> Any:
+        if request.version < aiohttp.HttpVersion11 and self.content_length is None:
+            self.force_close()
+        return await super().prepare(request)
 
 
 def _buffered(upstream: aiohttp.ClientResponse) -> bytes:
