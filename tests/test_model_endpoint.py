@@ -36,6 +36,8 @@ budgets:
     max_tool_calls: 3
   - agents: ["priced"]
     max_cost_usd: 0.00004
+  - agents: ["tokened"]
+    max_tokens: 150
 """
 PRICED = "gpt-4o-mini"  # a model genai-prices knows
 LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
@@ -169,25 +171,30 @@ def test_budget_of_three_counts_down_then_withdraws_tools(sidecar: RunningServer
     assert detail["terminal_state"] == "tool_limit_reached"
 
 
-def test_a_dollar_budget_prices_streams_whose_client_asked_no_usage(sidecar: RunningServer,
-                                                                   llm: FakeLLM) -> None:
+@pytest.mark.parametrize(("agent", "spent"), [
+    ("priced", "of the cost budget used — stop and report]"),
+    ("tokened", "[budget: all 150 tokens used — stop and report]")])
+def test_a_budget_in_dollars_or_tokens_counts_streams_whose_client_asked_no_usage(
+        sidecar: RunningServer, llm: FakeLLM, agent: str, spent: str) -> None:
     """A streamed Chat Completions call reports its usage only when asked; this client does not
-    ask. With a dollar budget the endpoint asks for it, reads it and leaves its chunk out: each
-    call is priced, and at the budget the tools are withdrawn
-    and the report is the agent's answer; the client never sees a chunk it did not ask for."""
+    ask. With a budget in dollars or tokens the endpoint asks for it, reads it and leaves its
+    chunk out: each call is priced and its tokens counted, and at the budget the tools are
+    withdrawn and the report is the agent's answer; the client never sees a chunk it did not
+    ask for."""
     model = llm.script(PRICED, looping("search", lambda i: {"q": f"page {i}"},
-                                       answer_without_tools="REPORT: priced pages"))
-    output, ran = run_loop(client(sidecar, "priced"), model, stream=True, strict=True)
+                                       answer_without_tools="REPORT: counted pages"))
+    output, ran = run_loop(client(sidecar, agent), model, stream=True, strict=True)
     requests = llm.requests(model)
-    assert output == "REPORT: priced pages" and 1 <= ran < 9
+    assert output == "REPORT: counted pages" and 1 <= ran < 9
     assert all(body["stream_options"] == {"include_usage": True} for body in requests)
     last = requests[-1]
     assert last["tool_choice"] == "none"
-    assert "of the cost budget used — stop and report]" in system_of(last)
-    run = wait_until(lambda: [r for r in runs_of(sidecar, "priced") if r["state"] == "ended"],
+    assert spent in system_of(last)
+    run = wait_until(lambda: [r for r in runs_of(sidecar, agent) if r["state"] == "ended"],
                      "the run ends with its report")[0]
     signals = sidecar.get_json(f"/v1/runs/{run['id']}")["signals"]
-    assert signals["unpriced_calls"] == 0 and signals["cost_usd"] >= 0.00004
+    assert signals["unpriced_calls"] == 0
+    assert signals["cost_usd"] >= 0.00004 if agent == "priced" else signals["total_tokens"] >= 150
 
 
 STOP_RULE = """\

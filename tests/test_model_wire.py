@@ -354,6 +354,13 @@ def test_a_dollar_budget_asks_for_the_usage_that_prices_a_call() -> None:
                   None, "", True).usage
     assert decide(Counts(used=0, handed=0, budget={"max_tokens": 1000.0}), None, "",
                   True).usage  # (counted from each call's usage too)
+    tokens = {"max_tokens": 1000.0, "remaining_tokens": 200.0}
+    note = decide(Counts(used=0, handed=0, budget=tokens), None, "", True)
+    assert note.act is Act.NOTE and "[budget: 200 of 1000 tokens left — wrap up soon]" in note.text
+    final = decide(Counts(used=0, handed=0, budget={**tokens, "remaining_tokens": 0.0}), None,
+                   "", True)
+    assert (final.act, final.rule) == (Act.FINAL, "max_tokens")
+    assert "[budget: all 1000 tokens used — stop and report]" in final.text
     assert not decide(Counts(used=0, handed=0, budget={"max_tool_calls": 3.0}), None, "",
                       True).usage
     board = Board()

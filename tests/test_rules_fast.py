@@ -68,7 +68,8 @@ NOTHING: Context = ({}, None, None)
 
 
 def random_context(rng: random.Random) -> Context:
-    budget = rng.choice(({}, {}, {"max_tool_calls": 4.0}, {"max_cost_usd": 1.0}))
+    budget = rng.choice(({}, {}, {"max_tool_calls": 4.0}, {"max_cost_usd": 1.0},
+                         {"max_iterations": 3.0}, {"max_tokens": 200.0}))
     session: dict[str, object] | None = None
     if rng.random() < 0.5:
         session = {"id": "s-1"}
@@ -120,11 +121,12 @@ def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
                 assert fast is cel_says(rule.when.source, run, context), rule.when.source
             answers[rule.name].add(fast)
     # the loop, time, tool-budget and fleet rules are decided entirely without CEL; the cost
-    # rules that divide and the session rules (a session value of another type) where their
-    # guards say so
+    # and token rules that divide and the session rules (a session value of another type)
+    # where their guards say so
     known = {"error-loop", "repeated-tool-call", "repeated-tool-result", "tool-cycle",
              "idle-timeout", "total-timeout", "budget-countdown", "budget-last-call",
-             "budget-exhausted", "budget-cost-exhausted", "tool-outage"}
+             "budget-exhausted", "budget-cost-exhausted", "budget-iterations-last-call",
+             "budget-iterations-exhausted", "budget-tokens-exhausted", "tool-outage"}
     assert {name for name, seen in answers.items() if None not in seen} == known
     assert all(seen == {True, False} for name, seen in answers.items() if name in known)
     assert all({False, None} <= seen for name, seen in answers.items() if name not in known)
@@ -320,7 +322,7 @@ def test_the_engine_decides_the_same_with_and_without_the_fast_path(
         return [(d.decision.run_key, d.decision.rule, d.decision.action.value,
                  d.decision.message) for d in made]
 
-    fast = decisions(fast_rules=15)
+    fast = decisions(fast_rules=20)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast", lambda source: None)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast_value", lambda source: None)
     slow = decisions(fast_rules=0)

@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
 DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted",
                  "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
+                 "budget-iterations-last-call", "budget-iterations-exhausted",
+                 "budget-tokens-countdown", "budget-tokens-last-call", "budget-tokens-exhausted",
                  "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
                  "tool-cycle", "tool-outage", "zero-progress", "agent-ping-pong"]
@@ -165,8 +167,11 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     names = [r.name for r in ruleset.rules]
     assert names == ["budget-countdown", "budget-last-call", "budget-exhausted",
                      "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
-                     "idle-timeout", "total-timeout", "repeated-tool-call", "tool-outage",
-                     "zero-progress", "agent-ping-pong", "extra"]
+                     "budget-iterations-last-call", "budget-iterations-exhausted",
+                     "budget-tokens-countdown", "budget-tokens-last-call",
+                     "budget-tokens-exhausted", "idle-timeout", "total-timeout",
+                     "repeated-tool-call", "tool-outage", "zero-progress", "agent-ping-pong",
+                     "extra"]
     idle = ruleset.get("idle-timeout")
     assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
     assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",

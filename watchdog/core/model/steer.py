@@ -195,6 +195,13 @@ def cost_note(remaining: float, limit: float) -> str:
     return f"[budget: USD {format_usd(remaining)} of {format_usd(limit)} left — wrap up soon]"
 
 
+def token_note(remaining: int, limit: int) -> str:
+    """The token budget's countdown, from a quarter of it left."""
+    if remaining <= 0:
+        return f"[budget: all {limit} tokens used — report now]"
+    return f"[budget: {remaining} of {limit} tokens left — wrap up soon]"
+
+
 def grace_note(left: int) -> str:
     if left <= 0:
         return "[grace: 0 tool calls left — no tool will run; report now]"
@@ -254,6 +261,9 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
         "max_cost_usd")
     if dollars is not None and dollar_limit is not None and dollars <= dollar_limit / 4:
         parts.append(cost_note(dollars, dollar_limit))
+    tokens, token_limit = counts.budget.get("remaining_tokens"), counts.budget.get("max_tokens")
+    if tokens is not None and token_limit is not None and tokens <= token_limit / 4:
+        parts.append(token_note(int(tokens), int(token_limit)))
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:
@@ -295,6 +305,10 @@ def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn 
     if seconds is not None and seconds <= 0:
         return Turn(Act.FINAL, _report(f"[budget: the {budget['max_seconds']:g} s allowed are "
                                        f"used — stop and report]", None), 0, "max_seconds")
+    tokens = budget.get("remaining_tokens")
+    if tokens is not None and tokens <= 0:
+        return Turn(Act.FINAL, _report(f"[budget: all {int(budget['max_tokens'])} tokens used — "
+                                       f"stop and report]", None), 0, "max_tokens")
     dollars = budget.get("remaining_cost_usd")
     if dollars is not None and dollars <= 0:
         return Turn(Act.FINAL, _report(f"[budget: all USD {format_usd(budget['max_cost_usd'])} "
