@@ -141,6 +141,17 @@ def test_report_of_unknown_run(fed: RunningServer, capsys: pytest.CaptureFixture
     assert captured.err == "watchdog: no run 'nope/x' (404 not_found)\n"
 
 
+def test_a_url_that_is_not_the_control_api_says_so(fed: RunningServer,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``--url`` naming another of the sidecar's ports (its metrics): one line saying which URL
+    answered 404 and where the control API is by default."""
+    url = fed.url("metrics")
+    assert main(["runs", "--url", url]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"watchdog: HTTP 404 Not Found from {url}/v1/runs")
+    assert "control API" in line and "--url" in line
+
+
 @pytest.mark.parametrize("argv", [["runs"], ["runs", "--watch"], ["report", RUN_ID]])
 def test_unreachable_sidecar_is_one_line_and_exit_2(argv: list[str],
                                                     capsys: pytest.CaptureFixture[str]) -> None:

@@ -273,6 +273,9 @@ def _api_error(exc: urllib.error.HTTPError) -> str:
         message = f"{error['message']} ({exc.code} {error['code']})"
     except (ValueError, KeyError, TypeError, OSError):
         message = f"HTTP {exc.code} {exc.reason}"
+        if exc.code == 404:  # not the control API's own answer: another port, another server
+            message += (f" from {exc.url} (is that the watchdog's control API, default "
+                        f"{DEFAULT_URL}? set --url or {URL_ENV})")
     if exc.code == 401:
         message += f"; set {TOKEN_ENV}"
     return message
