@@ -283,6 +283,34 @@ def test_metrics_count_requests_and_steering(tmp_path: Path, llm: FakeLLM) -> No
     assert 'agent_watchdog_model_upstream_duration_seconds_count{api="chat"} 2.0' in metrics
 
 
+def test_a_stream_the_client_closes_after_its_last_event_counts_as_passed(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """The ``openai`` SDK closes a stream's connection as soon as it has read ``[DONE]``: the
+    call had it all, so it counts as passed, never as cancelled (on both relays)."""
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url)
+    model = llm.script("closer", steps(answer("done")))
+    with running_server(config) as sidecar:
+        for index in range(20):
+            client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key="sk-x",
+                                   max_retries=0, default_headers={
+                                       "x-watchdog-agent": "closer",
+                                       "x-watchdog-budget-tool-calls": "5"})
+            with client.chat.completions.create(model=model, stream=True, messages=[
+                    {"role": "user", "content": f"task {index}"}]) as events:
+                assert "".join(chunk.choices[0].delta.content or "" for chunk in events
+                               if chunk.choices) == "done"
+            client.close()
+        prefix = 'agent_watchdog_model_requests_total{agent="closer",api="chat",outcome='
+
+        def outcomes() -> dict[str, float]:
+            _, text = http_request("GET", sidecar.metrics + "/metrics")
+            return {line[len(prefix):].split('"')[1]: float(line.rsplit(" ", 1)[1])
+                    for line in text.decode().splitlines() if line.startswith(prefix)}
+        wait_until(lambda: sum(outcomes().values()) == 20, lambda: f"counted: {outcomes()}")
+        assert outcomes() == {"passed": 20.0}
+
+
 def test_a_looping_agent_is_wound_down_then_stopped(sidecar: RunningServer,
                                                     llm: FakeLLM) -> None:
     """The default pack's loop rule: a wind-down with a grace of two tool calls in the

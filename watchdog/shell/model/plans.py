@@ -84,8 +84,8 @@ def refuses_usage(body: bytes, coding: str) -> bool:
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "key", "request", "reserved", "started_ns", "state", "turn",
-                 "unasked", "wire")
+    __slots__ = ("agent", "answered", "key", "request", "reserved", "started_ns", "state",
+                 "turn", "unasked", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
                  started_ns: int, agent: str, key: str, unasked: bytes | None = None) -> None:
@@ -94,6 +94,8 @@ class Exchange:
         # the request asks for its stream's usage on its client's behalf: the body without
         # that, sent instead if the upstream refuses it (:func:`refuses_usage`)
         self.unasked = unasked
+        # its stream's last event came: the client had it all, whatever its connection does
+        self.answered = False
         # the tool calls it may hand over, kept from its run's other requests until it is
         # booked or settled
         self.reserved = (turn.keep or 0) if turn.act is not Act.FINAL else 0
@@ -104,6 +106,11 @@ class Exchange:
         """The stream's usage-only chunk, which its client did not ask for, is read and left
         out (:func:`watchdog.core.model.chat.usage_only`)."""
         return self.unasked is not None
+
+    @property
+    def outcome(self) -> str:
+        """How a call that went upstream and was answered is counted."""
+        return "steered" if self.turn.act is not Act.PASS else "passed"
 
     def release(self) -> None:
         """Its response is booked (what it handed over counted), or it ended without one."""

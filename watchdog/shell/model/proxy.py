@@ -449,8 +449,10 @@ class ModelProxy:
                 raise asyncio.CancelledError from None
             answer = self.upstream_failed(plan, "unreachable", type(exc).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        except asyncio.CancelledError:
-            self.count(agent, api, "cancelled")
+        except asyncio.CancelledError:  # the client went away (after its stream's last event,
+            # with its answer)
+            self.count(agent, api, exchange.outcome if exchange is not None and exchange.answered
+                       else "cancelled")
             raise
         if self.metrics is not None:
             self.metrics.model_upstream(api, time.perf_counter() - started)
@@ -463,7 +465,7 @@ class ModelProxy:
         if exchange is None or not 200 <= upstream.status < 300:
             outcome = "passed" if upstream.status < 400 else "upstream_error"
             return await relay(request, upstream), outcome
-        outcome = "steered" if exchange.turn.act is not Act.PASS else "passed"
+        outcome = exchange.outcome
         if upstream.content_type == "text/event-stream":
             return await relay_stream(self, request, upstream, exchange), outcome
         return await relay_json(self, request, upstream, exchange), outcome

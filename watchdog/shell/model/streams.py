@@ -157,6 +157,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             return
         booked = True
         seen = accumulator.observation
+        exchange.answered = seen.complete
         calls = kept_calls(seen.calls, keep)
         if trimmed or len(calls) < len(seen.calls):
             proxy.steered(exchange.agent, "trim")
