@@ -445,7 +445,8 @@ class ModelProxy:
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
             if request.transport is None or request.transport.is_closing():
-                self.count(agent, api, "cancelled")
+                self.count(agent, api, exchange.outcome if exchange is not None
+                           and exchange.answered else "cancelled")
                 raise asyncio.CancelledError from None
             answer = self.upstream_failed(plan, "unreachable", type(exc).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
