@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
 DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted",
                  "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
-                 "budget-iterations-last-call", "budget-iterations-exhausted",
+                 "budget-iterations-last-call",
                  "budget-tokens-countdown", "budget-tokens-last-call", "budget-tokens-exhausted",
                  "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
@@ -167,7 +167,7 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     names = [r.name for r in ruleset.rules]
     assert names == ["budget-countdown", "budget-last-call", "budget-exhausted",
                      "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
-                     "budget-iterations-last-call", "budget-iterations-exhausted",
+                     "budget-iterations-last-call",
                      "budget-tokens-countdown", "budget-tokens-last-call",
                      "budget-tokens-exhausted", "idle-timeout", "total-timeout",
                      "repeated-tool-call", "tool-outage", "zero-progress", "agent-ping-pong",
