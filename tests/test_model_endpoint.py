@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,47 @@ def test_a_budget_in_dollars_or_tokens_counts_streams_whose_client_asked_no_usag
     signals = sidecar.get_json(f"/v1/runs/{run['id']}")["signals"]
     assert signals["unpriced_calls"] == 0
     assert signals["cost_usd"] >= 0.00004 if agent == "priced" else signals["total_tokens"] >= 150
+
+
+def test_parallel_requests_of_one_run_share_its_budget_and_none_is_left_empty(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Two requests of one run with the model at once, a budget of 2 tool calls: the first
+    holds both calls it may be handed, so the second can be handed none. Its tools are
+    withdrawn with the note and it gets the model's text, never an answer trimmed to
+    nothing; the first gets its two calls."""
+    second = threading.Event()
+
+    def hold(index: int) -> None:  # the first answer waits until the second request came
+        if index == 0:
+            second.wait(10)
+        else:
+            second.set()
+
+    def pick(index: int, body: dict[str, Any]) -> Step:
+        if offers_tools(body):
+            return Step(tool_calls=(ToolCall("search", {"q": "a"}), ToolCall("search", {"q": "b"})))
+        return answer("REPORT: in text")
+
+    model = llm.script("parallel", pick, on_request=hold)
+    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers={"x-watchdog-run": "parallel-1",
+                                          "x-watchdog-budget-tool-calls": "2"})
+    first: list[Any] = []
+    ask = [{"role": "user", "content": "Find both."}]
+    thread = threading.Thread(target=lambda: first.append(chat.chat.completions.create(
+        model=model, messages=ask, tools=TOOLS)))
+    thread.start()
+    wait_until(lambda: len(llm.requests(model)) == 1, "the first request upstream")
+    other = chat.chat.completions.create(model=model, messages=ask, tools=TOOLS)
+    thread.join(10)
+    assert other.choices[0].message.content == "REPORT: in text"
+    assert not other.choices[0].message.tool_calls
+    withdrawn = llm.requests(model)[1]
+    assert withdrawn["tool_choice"] == "none" and withdrawn["tools"]
+    assert "[budget: 0 of 2 tool calls left — no tool will run; report now]" in json.dumps(
+        withdrawn["messages"], ensure_ascii=False)
+    assert [call.function.name for call in first[0].choices[0].message.tool_calls] == [
+        "search", "search"]
 
 
 STOP_RULE = """\

@@ -468,6 +468,26 @@ def test_the_final_request_forces_an_offered_answer_tool() -> None:
                                      prompt)["tool_choice"] == "none"
 
 
+def test_a_request_with_no_tool_call_left_has_its_tools_withdrawn() -> None:
+    """The run's other requests with the model hold what is left of its budget (or of a
+    grace): this one can hand over none, so its tools are withdrawn with the note (it answers
+    in text), though it is not the run's final request; one that offers no tools passes."""
+    budget = {"max_tool_calls": 4.0}
+    turn = decide(Counts(used=1, handed=1, budget=budget, reserved=3), None, "", True)
+    assert (turn.act, turn.keep) == (Act.WITHDRAW, 0)
+    assert "[budget: 0 of 4 tool calls left — no tool will run; report now]" in turn.text
+    assert decide(Counts(used=1, handed=1, budget=budget, reserved=2), None, "",
+                  True).act is Act.NOTE
+    assert decide(Counts(used=1, handed=1, budget=budget, reserved=3), None, "",
+                  False).act is Act.PASS
+    board = Board()
+    board.post(directive("wind_down", "tool-cycle", "Loop", grace={"tool_calls": 2,
+                                                                   "ends_at_tool_calls": 6}))
+    grace = decide(Counts(used=4, handed=4, budget={}, reserved=2), board, "", True)
+    assert (grace.act, grace.keep) == (Act.WITHDRAW, 0)
+    assert "[grace: 0 tool calls left — no tool will run; report now]" in grace.text
+
+
 def test_the_decision_counts_what_was_handed_over() -> None:
     budget = {"max_tool_calls": 3.0}
     # the agent reported nothing back (it replays its calls as text): handed over is spent

@@ -134,6 +134,9 @@ def answer_tool_prompt(prompt: str, tool: str) -> str:
 class Act(StrEnum):
     PASS = "pass"
     NOTE = "note"
+    # no tool call is left for this request (the run's others with the model hold the rest):
+    # its tools withdrawn with the note, though it is not the run's final request
+    WITHDRAW = "withdraw"
     FINAL = "final"
     ABORT = Action.ABORT.value
 
@@ -267,16 +270,17 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:
-        if has_tools:
-            parts.append(grace_note(ends - spent))
         left = max(ends - counts.handed - counts.reserved, 0)
+        if has_tools:  # (what this request may hand over: the run's others hold the rest)
+            parts.append(grace_note(min(ends - spent, left)))
         keep = left if keep is None else min(keep, left)
     wind_down = board.wind_down
     if wind_down is not None and not is_budget(wind_down):
         parts.append(wind_down.report_prompt or wind_down.message)
     if not parts:
         return Turn(Act.PASS, keep=keep)
-    return Turn(Act.NOTE, "\n\n".join(parts), keep, wind_down.rule if wind_down else "budget")
+    act = Act.WITHDRAW if has_tools and keep == 0 else Act.NOTE
+    return Turn(act, "\n\n".join(parts), keep, wind_down.rule if wind_down else "budget")
 
 
 def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn | None:

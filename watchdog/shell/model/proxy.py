@@ -252,9 +252,9 @@ class ModelProxy:
             finally:
                 self.book.settle(state)
         try:  # the request is the run's until its response has ended
-            if turn.act is Act.FINAL:
+            if turn.act in (Act.FINAL, Act.WITHDRAW):
                 body = wire.withdraw_tools(body, turn.text)
-                state.final_used = True
+                state.final_used = state.final_used or turn.act is Act.FINAL
             elif turn.act is Act.NOTE:
                 body = wire.add_note(body, turn.text)
             # (to price the call, unless the upstream refused that before)
