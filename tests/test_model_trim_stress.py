@@ -466,8 +466,8 @@ def test_parallel_agents_of_one_run_never_get_more_than_its_budget_together(
     """Two agents of one run (one ``x-watchdog-run``: a main agent and a sub-agent it started)
     ask the model at the same moment, 1 of the run's 3 tool calls left: the calls the first
     request decided may hand over are kept from the second's, so together they hand over at
-    most the one call left; the countdown each upstream request read says so, and neither is
-    made the run's final request."""
+    most the one call left; the countdown each upstream request read says so (the one left
+    none has its tools withdrawn), and neither is made the run's final request."""
     config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",
                             model_upstream=llm.base_url, model_relay=relay)
     model = llm.script(f"parallel-{relay}", script(2, f"parallel-{relay}"), delay=0.3)
@@ -502,7 +502,12 @@ def test_parallel_agents_of_one_run_never_get_more_than_its_budget_together(
     assert [COUNTDOWN.findall(json.dumps(body)) for body in requests[:1]] == [[("3", "3")]]
     assert sorted(tuple(COUNTDOWN.findall(json.dumps(body))) for body in requests[1:]) == [
         (("0", "3"),), (("1", "3"),)]
-    assert all(offers_tools(body) for body in requests)
+    # the one that may hand over none has its tools withdrawn (it answers in text); neither is
+    # the run's final request (its report instruction)
+    left = {COUNTDOWN.findall(json.dumps(body))[0][0]: body for body in requests[1:]}
+    assert offers_tools(requests[0]) and offers_tools(left["1"])
+    assert left["0"]["tool_choice"] == "none" and left["0"]["tools"]
+    assert not any("Tools are withdrawn" in json.dumps(body) for body in requests)
 
 
 @pytest.mark.parametrize("relay", RELAYS)
