@@ -308,6 +308,22 @@ def test_what_http_1_1_clients_send_is_read(sidecar: RunningServer,
             seen.headers), seen.headers
 
 
+def test_a_body_longer_than_taken_is_refused_before_it_is_sent(tmp_path: Path,
+                                                               upstream: RawUpstream) -> None:
+    """``Expect: 100-continue`` with a length past ``model_max_body_bytes``: both relays answer
+    413 at once, in the API's shape, without asking for the body."""
+    with sidecar_for(tmp_path, upstream, model_max_body_bytes=1024) as sidecar:
+        host, port = sidecar.server.addresses["model"]
+        with socket.create_connection((host, port), timeout=5) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                         b"Content-Length: 5000\r\n\r\n")
+            head, answer = read_answer(sock)
+    assert head.startswith(b"HTTP/1.1 413 "), head
+    assert json.loads(answer)["error"]["code"] == "request_too_large"
+    assert upstream.seen == []
+
+
 def test_http2_prior_knowledge_is_told_http_1_1_is_required(sidecar: RunningServer,
                                                            upstream: RawUpstream) -> None:
     """A client that starts with HTTP/2's preface (prior knowledge) is told in HTTP/2 that the

@@ -135,7 +135,7 @@ class ModelProxy:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.model_max_body_bytes)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=self._expect)
         app.on_startup.append(lambda _app: self.start())
         app.on_cleanup.append(lambda _app: self.close())
         return app
@@ -578,12 +578,33 @@ class ModelProxy:
 
     # -- bits -----------------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> bytes:
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue``: a body longer than taken is refused before it is sent (as
+        the compiled relay does), else the client is told to go on."""
+        try:
+            self._length_taken(request)
+        except Refused as refused:
+            answer = self.refusal(self.wire_of(request.method, request.path), refused)
+            return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+        if request.version >= aiohttp.HttpVersion11 and request.headers.get(
+                "Expect", "").strip().lower() == "100-continue":  # (as aiohttp's own handler)
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # (its body not begun)
+            return None
+        if request.version >= aiohttp.HttpVersion11:
+            raise web.HTTPExpectationFailed(text=f"unknown Expect: {request.headers['Expect']}")
+        return None
+
+    def _length_taken(self, request: web.Request) -> None:
         limit = self.config.model_max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise Refused(413, "request_too_large", f"the request body is "
                           f"{request.content_length} bytes; the model endpoint takes at most "
                           f"{limit} (model_max_body_bytes)")
+
+    async def _body(self, request: web.Request) -> bytes:
+        limit = self.config.model_max_body_bytes
+        self._length_taken(request)
         data = bytearray()
         async for chunk in request.content.iter_any():
             data += chunk
