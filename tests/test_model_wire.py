@@ -357,6 +357,13 @@ def test_a_dollar_budget_asks_for_the_usage_that_prices_a_call() -> None:
     tokens = {"max_tokens": 1000.0, "remaining_tokens": 200.0}
     note = decide(Counts(used=0, handed=0, budget=tokens), None, "", True)
     assert note.act is Act.NOTE and "[budget: 200 of 1000 tokens left — wrap up soon]" in note.text
+    # what is left covers about one more call at the run's average: the last call, as the
+    # default pack's rules say it (dollars and tokens)
+    last = decide(Counts(used=0, handed=0, budget=tokens, per_call_tokens=250.0), None, "", True)
+    assert "[budget: 200 of 1000 tokens left, about one model call — finalize now]" in last.text
+    last = decide(Counts(used=0, handed=0, budget={**priced, "remaining_cost_usd": 0.05},
+                         per_call_usd=0.06), None, "", True)
+    assert "[budget: USD 0.05 of 1.00 left, about one model call — finalize now]" in last.text
     final = decide(Counts(used=0, handed=0, budget={**tokens, "remaining_tokens": 0.0}), None,
                    "", True)
     assert (final.act, final.rule) == (Act.FINAL, "max_tokens")

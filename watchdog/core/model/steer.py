@@ -191,17 +191,23 @@ def budget_note(remaining: int, limit: int) -> str:
     return f"[budget: {remaining} of {limit} tool calls left — wrap up soon]"
 
 
-def cost_note(remaining: float, limit: float) -> str:
-    """The dollar budget's countdown, from a quarter of it left (the default pack's too)."""
+def cost_note(remaining: float, limit: float, per_call: float = 0.0) -> str:
+    """The dollar budget's countdown, from a quarter of it left; the last call once what is left
+    pays for about one more at the run's average (``per_call``), as the default pack says."""
     if remaining <= 0:
         return f"[budget: all USD {format_usd(limit)} of the cost budget used — report now]"
+    if per_call > 0 and remaining <= per_call:
+        return (f"[budget: USD {format_usd(remaining)} of {format_usd(limit)} left, about one "
+                f"model call — finalize now]")
     return f"[budget: USD {format_usd(remaining)} of {format_usd(limit)} left — wrap up soon]"
 
 
-def token_note(remaining: int, limit: int) -> str:
-    """The token budget's countdown, from a quarter of it left."""
+def token_note(remaining: int, limit: int, per_call: float = 0.0) -> str:
+    """The token budget's countdown, from a quarter of it left; the last call as for dollars."""
     if remaining <= 0:
         return f"[budget: all {limit} tokens used — report now]"
+    if per_call > 0 and remaining <= per_call:
+        return f"[budget: {remaining} of {limit} tokens left, about one model call — finalize now]"
     return f"[budget: {remaining} of {limit} tokens left — wrap up soon]"
 
 
@@ -223,6 +229,8 @@ class Counts:
     final_used: bool = False
     stop: str | None = None  # the endpoint already answered an abort with this note
     reserved: int = 0  # tool calls the run's requests still with the model may hand over
+    per_call_usd: float = 0.0  # the run's model calls' average cost so far (0: none priced)
+    per_call_tokens: float = 0.0  # and tokens
 
 
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
@@ -263,10 +271,10 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     dollars, dollar_limit = counts.budget.get("remaining_cost_usd"), counts.budget.get(
         "max_cost_usd")
     if dollars is not None and dollar_limit is not None and dollars <= dollar_limit / 4:
-        parts.append(cost_note(dollars, dollar_limit))
+        parts.append(cost_note(dollars, dollar_limit, counts.per_call_usd))
     tokens, token_limit = counts.budget.get("remaining_tokens"), counts.budget.get("max_tokens")
     if tokens is not None and token_limit is not None and tokens <= token_limit / 4:
-        parts.append(token_note(int(tokens), int(token_limit)))
+        parts.append(token_note(int(tokens), int(token_limit), counts.per_call_tokens))
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:

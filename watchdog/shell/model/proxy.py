@@ -319,9 +319,12 @@ class ModelProxy:
             state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
             service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
             run = self._run_of(state, agent, budget)
+            calls = max(run.iterations, 1)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
                             budget=dict(run.budget), final_used=state.final_used,
-                            stop=state.stop, reserved=state.reserved)
+                            stop=state.stop, reserved=state.reserved,
+                            per_call_usd=run.cost_usd / calls,
+                            per_call_tokens=run.total_tokens / calls)
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
             return state, decide(counts, service.board(run.key), parsed.instructions,
