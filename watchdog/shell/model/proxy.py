@@ -93,6 +93,14 @@ RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
 MAX_AGENT_CHARS = 200  # x-watchdog-agent, as model_agent_name
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
+
+
+def gone(exchange: Exchange | None) -> str:
+    """How a request whose client went away is counted: cancelled, unless its stream's last
+    event had come (it had its answer)."""
+    return exchange.outcome if exchange is not None and exchange.answered else "cancelled"
+
+
 class ModelProxy:
     def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
         self.service = service
@@ -448,15 +456,12 @@ class ModelProxy:
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
             if request.transport is None or request.transport.is_closing():
-                self.count(agent, api, exchange.outcome if exchange is not None
-                           and exchange.answered else "cancelled")
+                self.count(agent, api, gone(exchange))
                 raise asyncio.CancelledError from None
             answer = self.upstream_failed(plan, "unreachable", type(exc).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        except asyncio.CancelledError:  # the client went away (after its stream's last event,
-            # with its answer)
-            self.count(agent, api, exchange.outcome if exchange is not None and exchange.answered
-                       else "cancelled")
+        except asyncio.CancelledError:  # the client went away
+            self.count(agent, api, gone(exchange))
             raise
         if self.metrics is not None:
             self.metrics.model_upstream(api, time.perf_counter() - started)

@@ -194,7 +194,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                     parts.append(part)
             except Unjudged as exc:  # the answer ends here: no call in it passes unjudged
                 log.warning("model upstream stream cut: %s, with a bound on its tool calls "
-                            "or its cost", exc)
+                            "or its usage asked", exc)
                 cut = True
                 break
             out = b"".join(parts)
