@@ -10,9 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.spans import SpanMaker, encode, tool_attrs
+from watchdog.core.bounds import budget_limit
 from watchdog.shell.cli import main
 
 PACK = """apiVersion: agent-watchdog/v1
@@ -122,3 +127,51 @@ def test_the_cli_shows_integral_budgets_as_integers(budgeted: RunningServer,
     assert main(["directives", RUN, *url, "-o", "wide"]) == 0
     table = capsys.readouterr().out
     assert "3 of 5 tool calls left" in table and "5.0" not in table
+
+
+def test_a_budget_set_in_otel_resource_attributes_is_a_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OTEL_RESOURCE_ATTRIBUTES`` gives every value as a string: a budget written there is
+    read as its number (through the OTel SDK's own resource and exporter), and a count that is
+    no whole number is no budget (as ``4.5`` tool calls written as a number is not)."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES",
+                       "service.name=env-agent,watchdog.run.id=env-run,"
+                       "watchdog.budget.max_tool_calls=2,watchdog.budget.max_cost_usd=0.5,"
+                       "watchdog.budget.max_tokens=4.5")
+    resource = Resource.create()
+    assert resource.attributes["watchdog.budget.max_tool_calls"] == "2"  # (a string)
+    with running_server(sidecar_config(tmp_path / "state")) as sidecar:
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+            endpoint=sidecar.otlp_http + "/v1/traces", timeout=10)))
+        tracer = provider.get_tracer("env-agent")
+        for index in range(2):
+            with tracer.start_as_current_span("execute_tool search", attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+                    "gen_ai.tool.call.arguments": json.dumps({"q": index})}):
+                pass
+        provider.shutdown()
+        run = wait_until(lambda: sidecar.get_json("/v1/runs/env-run")
+                         if http_request("GET", sidecar.api + "/v1/runs/env-run")[0] == 200
+                         else None, "the run")
+        wait_until(lambda: sidecar.get_json("/v1/runs/env-run")["signals"]["tool_calls"] == 2,
+                   "both tool calls")
+        budget = sidecar.get_json("/v1/runs/env-run")["signals"]["budget"]
+        assert {key: budget.get(key) for key in ("max_tool_calls", "max_cost_usd",
+                                                  "max_tokens")} == {
+            "max_tool_calls": 2, "max_cost_usd": 0.5, "max_tokens": None}, run
+        assert budget["remaining_tool_calls"] == 0
+        # (each tool span a root of its own: the run ends with the second, at its budget)
+        assert sidecar.get_json("/v1/runs/env-run")["terminal_state"] == "tool_limit_reached"
+
+
+@pytest.mark.parametrize(("value", "whole", "text", "limit"), [
+    (2, True, False, 2.0), (2.0, True, False, 2.0), (4.5, True, False, None),
+    (4.5, False, False, 4.5), ("2", True, True, 2.0), (" 20 ", True, True, 20.0),
+    ("2", True, False, None), ("4.5", True, True, None), ("0.5", False, True, 0.5),
+    ("abc", False, True, None), ("nan", False, True, None), ("inf", False, True, None),
+    ("1e99", False, True, None), (-1, False, False, None), (True, False, True, None),
+])
+def test_a_budget_limit_is_a_finite_number_in_range_whole_for_counts(
+        value: object, whole: bool, text: bool, limit: float | None) -> None:
+    assert budget_limit(value, whole, text) == limit

@@ -88,12 +88,19 @@ def token_count(value: object) -> int:
     return 0
 
 
-def budget_limit(value: object) -> float | None:
-    """A budget limit: a finite number from 0 to :data:`MAX_BUDGET`, else None."""
+def budget_limit(value: object, whole: bool = False, text: bool = False) -> float | None:
+    """A budget limit: a finite number from 0 to :data:`MAX_BUDGET` (``whole``: a whole one, a
+    count), else None; with ``text``, a number written as a string too (a span attribute set in
+    ``OTEL_RESOURCE_ATTRIBUTES`` is one)."""
+    if text and isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     limit = float(value)
-    if not 0.0 <= limit <= MAX_BUDGET:  # NaN fails too
+    if not 0.0 <= limit <= MAX_BUDGET or (whole and not limit.is_integer()):  # NaN fails too
         return None
     return limit
 

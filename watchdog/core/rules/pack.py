@@ -33,7 +33,7 @@ from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, co
 from watchdog.core.rules.model import Budget, Grace, Repeat, Rule, RuleSet, Source
 from watchdog.core.rules.problem import Problem, suggest
 from watchdog.core.runs.terminal import TerminalState
-from watchdog.core.spans.record import BUDGET_KEYS
+from watchdog.core.spans.record import BUDGET_KEYS, WHOLE_BUDGET_KEYS
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
@@ -63,7 +63,7 @@ RULE_KEYS = ("name", "description", "agents", "when", "for", "action", "severity
              "repeat", "terminal_state", "grace", "enabled")
 GRACE_KEYS = ("tool_calls", "seconds")
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS)
-INTEGER_BUDGETS = frozenset({"max_tool_calls", "max_iterations", "max_tokens"})
+INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
 
 class RulePackError(Exception):

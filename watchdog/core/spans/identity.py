@@ -37,7 +37,14 @@ from watchdog.core.spans.attributes import (
     WORKFLOW,
 )
 from watchdog.core.spans.outcome import at_path
-from watchdog.core.spans.record import KEY_AGENT_CALL, KEY_TRACE, KEY_WATCHDOG, KeySource, SpanKind
+from watchdog.core.spans.record import (
+    KEY_AGENT_CALL,
+    KEY_TRACE,
+    KEY_WATCHDOG,
+    WHOLE_BUDGET_KEYS,
+    KeySource,
+    SpanKind,
+)
 from watchdog.core.spans.schema import Path, Role
 from watchdog.core.spans.values import (
     MAX_NAME_CHARS,
@@ -205,7 +212,8 @@ def _budget(attrs: Mapping[str, object], resource: Resource) -> dict[str, float]
         return None  # the common case, decided without a lookup per key
     budget = _budget_numbers(attrs, resource, BUDGET_LIMIT_KEYS)
     for key, attribute in ANNOUNCED_BUDGET:
-        limit = budget_limit(attrs.get(attribute, resource.attrs.get(attribute)))
+        limit = budget_limit(attrs.get(attribute, resource.attrs.get(attribute)),
+                             key in WHOLE_BUDGET_KEYS, text=True)
         if limit is not None:  # finite and in range, or not a budget
             if budget is None:
                 budget = {}
@@ -221,7 +229,8 @@ def _budget_numbers(attrs: Mapping[str, object], resource: Resource,
     for attribute, key in places:
         if numbers is not None and key in numbers:
             continue
-        number = budget_limit(attrs.get(attribute, resource.attrs.get(attribute)))
+        number = budget_limit(attrs.get(attribute, resource.attrs.get(attribute)),
+                              key in WHOLE_BUDGET_KEYS, text=True)
         if number is not None:
             if numbers is None:
                 numbers = {}

@@ -36,6 +36,7 @@ LLM, TOOL, AGENT, OTHER = SpanKind.LLM, SpanKind.TOOL, SpanKind.AGENT, SpanKind.
 KEY_WATCHDOG, KEY_AGENT_CALL, KEY_TRACE = KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE
 
 BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens", "max_cost_usd")
+WHOLE_BUDGET_KEYS = frozenset({"max_tool_calls", "max_iterations", "max_tokens"})  # counts
 # An output that says nothing (an agent span's output attribute with no messages in it).
 EMPTY_OUTPUTS = frozenset({"[]", "{}", "null", '""'})
 MAX_ASKED_TOOLS = 16  # tool calls one model call's record keeps (SpanRecord.asked_tools)

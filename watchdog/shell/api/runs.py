@@ -21,7 +21,7 @@ from watchdog.core.bounds import (
 )
 from watchdog.core.runs.view import run_summary
 from watchdog.core.spans.decode import DecodeError, parse_protobuf
-from watchdog.core.spans.record import BUDGET_KEYS
+from watchdog.core.spans.record import BUDGET_KEYS, WHOLE_BUDGET_KEYS
 from watchdog.core.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
 from watchdog.shell.api.http import (
     MARKDOWN,
@@ -185,11 +185,11 @@ def _announcement(value: object) -> dict[str, Any] | None:
         allowed = set(BUDGET_KEYS)
         limits: dict[str, float] = {}
         for key, raw in budget.items():
-            limit = budget_limit(raw)
+            limit = budget_limit(raw, key in WHOLE_BUDGET_KEYS)
             if key not in allowed or limit is None:
                 raise BadRequest(f"announce.budget.{key[:64]}={_shown(raw)} is not allowed: "
                                  f"expected {', '.join(sorted(allowed))} with numbers from 0 "
-                                 f"to {MAX_BUDGET:g}")
+                                 f"to {MAX_BUDGET:g} (whole ones for counts)")
             limits[key] = limit
         announce["budget"] = limits
     return announce
