@@ -96,6 +96,21 @@ def test_an_unusable_state_dir(tmp_path: Path) -> None:
                     f"to keep nothing")
 
 
+def test_a_second_watchdog_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
+    """Two sidecars on one state dir would steer the same restored runs and mix their writes:
+    the second is refused before it reads or writes anything there, naming the first's pid;
+    once the first has stopped, the state dir is free."""
+    first = fresh_ports()
+    with running_sidecar(serve_env(tmp_path / "state", first), first["metrics"]) as process:
+        line = failed_start(serve_env(tmp_path / "state", fresh_ports()))
+        assert line.startswith(f"watchdog: state_dir '{tmp_path / 'state'}' is in use by "
+                               f"another watchdog (pid {process.pid}): give each sidecar a "
+                               f"state dir of its own"), line
+    second = fresh_ports()
+    with running_sidecar(serve_env(tmp_path / "state", second), second["metrics"]):
+        pass  # (it starts: the first let go of it)
+
+
 def test_an_unknown_environment_variable(tmp_path: Path) -> None:
     env = serve_env(tmp_path / "state", fresh_ports(), WATCHDOG_RUN_END_TIMOUT="10m")
     line = failed_start(env)

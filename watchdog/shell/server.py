@@ -22,7 +22,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -44,7 +44,7 @@ from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.lazy_grpc import LazyGrpc
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
-from watchdog.shell.state.store import Store, StoreError
+from watchdog.shell.state.store import Store, StoreError, own
 
 # the start's log line on the OTLP protobuf decode (watchdog.core.spans.native)
 DECODES = {"on": "compiled (Rust)", "off": "Python (native: false)",
@@ -86,6 +86,7 @@ class Server:
         self.admission: Admission | None = None
         self.model: ModelProxy | None = None  # the model endpoint, when model_address is set
         self.native: NativeEndpoint | None = None  # its compiled relay (model_relay: native)
+        self._owner: IO[bytes] | None = None  # the state dir held (state.store.own)
 
     @property
     def ready(self) -> bool:
@@ -115,6 +116,7 @@ class Server:
         except RulePackError as exc:
             raise StartupError(pack_failure(exc)) from None
         try:
+            self._owner = own(config.state_dir)  # a second sidecar on it is refused here
             store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
             directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
         except (StoreError, DirectiveStoreError) as exc:
@@ -314,6 +316,9 @@ class Server:
         if self.service is not None:
             await self.service.close()
             self.service = None
+        if self._owner is not None:
+            self._owner.close()  # the state dir is free for the next sidecar
+            self._owner = None
 
 
 def forwarder(config: Config, metrics: ForwardMetrics) -> Forwarder | None:

@@ -19,14 +19,16 @@ file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
+import os
 import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from watchdog.core.runs.activity import ActivityEntry
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 5
 DB_FILE = "watchdog.sqlite3"
+OWNER_FILE = "watchdog.lock"  # held (flock) by the one sidecar that uses the state dir
 MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
 MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
 # the writer's page cache (SQLite's default is 2 MiB): a flush rewrites every changed run's row
@@ -296,6 +299,34 @@ def _by_run(activity: Iterable[ActivityEntry]) -> dict[str, list[ActivityEntry]]
     for entry in activity:
         by_run.setdefault(entry.run_key, []).append(entry)
     return by_run
+
+
+def own(state_dir: str) -> IO[bytes] | None:
+    """The state dir held for this process (None for ``:memory:``): a lock file it holds until
+    it closes the file (or ends), so a second sidecar started on the same state dir is refused
+    before it reads or writes anything there (two would steer the same runs and mix their
+    writes). :class:`StoreError` says which process holds it."""
+    if state_dir == ":memory:":
+        return None
+    directory = Path(state_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        owner = open(directory / OWNER_FILE, "a+b")  # noqa: SIM115 (held open: the lock)
+    except OSError as exc:
+        raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
+    try:
+        fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        owner.seek(0)
+        holder = owner.read(32).decode(errors="replace").strip()
+        owner.close()
+        raise StoreError(f"state_dir {state_dir!r} is in use by another watchdog"
+                         f"{f' (pid {holder})' if holder.isdigit() else ''}: give each sidecar "
+                         f"a state dir of its own") from None
+    owner.truncate(0)
+    owner.write(str(os.getpid()).encode())
+    owner.flush()
+    return owner
 
 
 class Store:
