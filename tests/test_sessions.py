@@ -118,6 +118,16 @@ def test_facts_merge_later_wins_null_forgets_and_values_are_bounded_and_redacted
     assert facts["db_url"] == "postgres://app:[REDACTED]@db:5432/app"
     assert isinstance(facts["log"], str) and len(facts["log"]) == MAX_FACT_CHARS
 
+    # a fact whose key names a secret: its value never kept, whatever it looks like
+    session.checkpoint(checkpoint("x", state={
+        "db_password": "correcthorse", "client_secret": "abcd1234efgh",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMIK7MDENG", "pin_PASSWD": 1234, "token_count": 4096,
+        "api_key_set": True}))
+    facts = session.facts
+    assert [facts[key] for key in ("db_password", "client_secret", "AWS_SECRET_ACCESS_KEY",
+                                   "pin_PASSWD")] == ["[REDACTED]"] * 4
+    assert facts["token_count"] == 4096 and facts["api_key_set"] is True
+
     session.checkpoint(checkpoint("x", state={f"k{i}": i for i in range(MAX_FACTS + 20)}))
     session.checkpoint(checkpoint("x", state={"project_path": "/srv/app2"}))
     assert len(session.facts) == MAX_FACTS

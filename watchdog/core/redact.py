@@ -35,6 +35,15 @@ _SECRET_KEYS = (r"api[_-]?key|apikey|access[_-]?key|secret[_-]?key|secret|passwo
                 r"private[_-]?key|credentials?|signature")
 
 
+_SECRET_NAME = re.compile(_SECRET_KEYS, re.IGNORECASE)
+
+
+def secret_name(name: str) -> bool:
+    """Whether ``name`` (a fact's key, a field's) names a secret: ``db_password``,
+    ``client_secret``, ``AWS_SECRET_ACCESS_KEY``; its value is shown as ``[REDACTED]``."""
+    return _SECRET_NAME.search(name) is not None
+
+
 def _anchored(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, flags)
 

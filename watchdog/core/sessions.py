@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from watchdog.core.bounds import InvalidId, check_id, is_number
-from watchdog.core.redact import brief
+from watchdog.core.redact import REDACTED, brief, secret_name
 
 MAX_SESSIONS_IN_MEMORY = 10_000  # sessions cached; the rest are read back from the store
 MAX_FACTS = 100  # facts kept per session; the least recently set are dropped first
@@ -115,6 +115,8 @@ def _state(value: object) -> dict[str, FactValue | None]:
                                   f"{MAX_FACT_KEY_CHARS} characters")
         if item is None or isinstance(item, bool):
             facts[key] = item
+        elif secret_name(key) and (isinstance(item, str) or is_number(item)):
+            facts[key] = REDACTED  # (a secret's value, whatever it looks like)
         elif isinstance(item, str):
             facts[key] = brief(item, MAX_FACT_CHARS)
         elif is_number(item):
