@@ -8,7 +8,9 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import socket
 import sqlite3
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -33,6 +35,7 @@ from tests.harness import (
     wait_until,
 )
 from tests.otel import export_http
+from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.spans import SpanMaker, chat_attrs, encode, tool_attrs
 from tests.test_bad_input import (
     MIB,
@@ -575,3 +578,22 @@ def test_deeply_nested_attribute_values_over_grpc(guarded: Guarded, depth: int) 
     else:
         assert depth < 100  # upb's recursion limit: deeper is refused
     guarded.assert_intact()
+
+
+def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -> None:
+    """A request line or a header past the HTTP parser's limit, on each HTTP port: a 400, and
+    one warning line in the log naming it, never an error with the parser's traceback."""
+    ports = fresh_ports()
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"], log):
+            for port, request in ((ports["api"], b"GET /v1/runs/" + b"a" * 9000 + b" HTTP/1.1"
+                                   b"\r\nHost: x\r\n\r\n"),
+                                  (ports["otlp_http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n"
+                                   b"X-Long: " + b"b" * 9000 + b"\r\n\r\n")):
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    sock.sendall(request)
+                    assert b" 400 " in sock.recv(65536).split(b"\r\n")[0]
+        log.seek(0)
+        text = log.read()
+    assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
+    assert text.count("bad HTTP request from 127.0.0.1") == 2, text[-3000:]
