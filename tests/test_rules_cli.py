@@ -221,6 +221,21 @@ def test_bad_test_files_are_reported_with_lines(tmp_path: Path,
     ]
 
 
+def test_an_expectation_in_a_test_of_no_steps_says_so(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    tests = write(tmp_path / "empty.test.yaml", """\
+        tests:
+          - name: empty
+            steps: []
+            expect:
+              - {step: 0, rule: idle-timeout}
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert code == 1
+    assert out.splitlines() == [f"{tests}:5: test 'empty': expect: step 0 does not exist (the "
+                                f"test has no steps: nothing can fire)"]
+
+
 def test_unknown_rules_in_expectations_and_unloadable_rule_files_fail(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tests = write(tmp_path / "t.test.yaml", """\

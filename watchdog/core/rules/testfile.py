@@ -312,8 +312,10 @@ def _read_expectation(reader: Reader, node: Node, where: str, steps: int) -> Exp
     if step is None or rule is None:
         return None
     if step >= steps:
+        has = f"{steps} steps, 0-{steps - 1}" if steps > 1 else "1 step, 0" if steps else \
+            "no steps: nothing can fire"
         reader.problem(fields["step"], None, f"{where}: expect: step {step} does not exist "
-                                             f"(the test has {steps} steps, 0-{steps - 1})")
+                                             f"(the test has {has})")
         return None
     expectation = Expectation(step, rule, line_of(node))
     if "action" in fields:
