@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness import WAIT, RunningServer, http_request, wait_until
+from tests.otel import export_http
 from tests.spans import SpanMaker, encode, tool_attrs
 from watchdog.core.spans.decode import parse_protobuf
 from watchdog.shell.api import runs
@@ -79,6 +80,30 @@ def test_each_span_counts_once_whichever_copy_comes_first(sidecar: RunningServer
     status, answer = sync(sidecar, second)
     assert status == 200 and answer["applied"] == 0 and answer["tool_calls"] == 3
     assert tool_calls(sidecar) == 3
+
+
+def test_a_span_of_any_run_that_comes_again_counts_once(sidecar: RunningServer) -> None:
+    """A run no client syncs (plain GenAI spans, keyed by their trace): spans re-sent in a
+    batch cut otherwise (an exporter's or a collector's retry), and one sent twice in one
+    request, through the OTel SDK's exporter, count once; the budget they announce is spent
+    by the calls made, not by their copies."""
+    maker = SpanMaker(resource={"service.name": "resender",
+                                "watchdog.budget.max_tool_calls": 10})
+    root = maker.open("invoke_agent resender", {"gen_ai.operation.name": "invoke_agent",
+                                                "gen_ai.agent.name": "resender"})
+    for index in range(3):
+        maker.span(f"execute_tool t{index}", tool_attrs(f"t{index}", json.dumps({"n": index})),
+                   parent=root)
+    spans = maker.take()
+    export_http(sidecar, spans)
+    export_http(sidecar, spans[1:])  # re-cut: two of them again
+    export_http(sidecar, [spans[0], spans[0]])  # twice in one request
+    key = f"trace:{spans[0].context.trace_id:032x}"
+    sidecar.flush()
+    run = sidecar.get_json(f"/v1/runs/{key}")
+    assert run["tool_calls"] == 3, run
+    assert run["budget"]["remaining_tool_calls"] == 7  # (its copies: 5 more, a countdown)
+    assert not sidecar.get_json(f"/v1/runs/{key}/directives")["directives"]
 
 
 def test_a_client_stop_and_bad_requests(sidecar: RunningServer) -> None:

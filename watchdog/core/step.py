@@ -57,7 +57,7 @@ from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.record import KeySource, SpanRecord
-from watchdog.core.sync import STOP_GRACE, SpanLedger
+from watchdog.core.sync import STOP_GRACE, RecentSpans, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
 EMPTY_LOG = StepLog((), None)
@@ -82,6 +82,7 @@ class Core(CoreReads):
         self._told_failing: set[str] = set()  # tools the runs were last told are failing
         self.to_tell = ToTell()  # runs an outage's change still concerns, told a slice a tick
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
+        self.recent = RecentSpans()  # the spans of any run applied last
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         self._recent: dict[str, RecentSteps] = {}
         self.cycles = CycleBook()  # loops across agents (session.agent_cycle)
@@ -90,6 +91,7 @@ class Core(CoreReads):
 
     def apply(self, records: Sequence[SpanRecord], now: float) -> Step:
         """Fold one batch of records in and evaluate the rules for the runs it changed."""
+        records = self.recent.admit(records)  # a span that came again: counted once
         if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
             records = self.ledger.admit(records)
         price_calls(records, self.pricer)

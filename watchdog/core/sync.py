@@ -20,7 +20,7 @@ span while the ledger holds any run. Pure: no IO, no clock.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -77,6 +77,37 @@ class SpanLedger:
             seen[span_id] = None
             if len(seen) > self.max_spans_per_run:
                 del seen[next(iter(seen))]
+            admitted.append(record)
+        return admitted
+
+
+MAX_RECENT_SPANS = 16_384  # span ids of any run remembered, the oldest going first
+
+
+class RecentSpans:
+    """The span ids applied last, of every run: a span that comes again (an exporter's retry
+    of a batch re-cut, a collector's re-send) is dropped before it reaches the tracker, so it
+    is counted once. Bounded: the last :data:`MAX_RECENT_SPANS` (some 1.6 MB when full), which
+    covers a retry that comes within that many spans of its first copy."""
+
+    def __init__(self, size: int = MAX_RECENT_SPANS) -> None:
+        self._ids: set[str] = set()
+        self._order: deque[str] = deque()
+        self._size = size
+        self.duplicates = 0  # spans dropped as a second copy
+
+    def admit(self, records: Iterable[SpanRecord]) -> list[SpanRecord]:
+        """The records whose span was not applied lately (one of each in the batch)."""
+        ids, order, admitted = self._ids, self._order, []
+        for record in records:
+            key = record.trace_id + record.span_id
+            if key in ids:
+                self.duplicates += 1
+                continue
+            ids.add(key)
+            order.append(key)
+            if len(order) > self._size:
+                ids.discard(order.popleft())
             admitted.append(record)
         return admitted
 
