@@ -37,9 +37,11 @@ from tests.harness import ROOT, computed_once
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.decode import ExportTraceServiceRequest, parse_json
 from watchdog.core.spans.pipeline import records_from
 from watchdog.core.spans.record import KEY_TRACE
+from watchdog.core.step import Core
 
 MAX_CUTS = 40  # cut points tried per recording (every one, for shorter recordings)
 ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl"))
@@ -82,23 +84,30 @@ def read_as_exported(driver: str, scenario: str) -> Runs:
 
 
 def ended_runs(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
-               clean: bool = False) -> list[RunState]:
+               clean: bool = False, stepped: bool = False) -> list[RunState]:
     """The runs a tracker makes of ``requests``, applied in turn, every run ended; with
     ``restart_at``, a restarted one goes on from the request after that many (``clean``: a
-    clean shutdown's, which kept the tracker's state too)."""
+    clean shutdown's, which kept the tracker's state too); ``stepped``: through the core's
+    whole step, as the sidecar applies them (spans that come again dropped first)."""
+    assert not (stepped and restart_at is not None), "a restart replaces the tracker"
     tracker = RunTracker()
+    core = Core(tracker, SessionBook(lambda _id: None)) if stepped else None
     for now, request in enumerate(requests, start=1):
         if now - 1 == restart_at:
             tracker = restarted(tracker, clean)
-        tracker.apply(records_from(request).records, float(now))
+        records = records_from(request).records
+        if core is not None:
+            core.apply(records, float(now))
+        else:
+            tracker.apply(records, float(now))
     tracker.expire(1e12)
     return list(tracker.ended())
 
 
 def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
-              clean: bool = False) -> Runs:
+              clean: bool = False, stepped: bool = False) -> Runs:
     """What :func:`ended_runs` makes of ``requests``, as comparable tuples."""
-    runs = ended_runs(requests, restart_at, clean)
+    runs = ended_runs(requests, restart_at, clean, stepped)
     agents = {run.key: run.agent_name for run in runs}
     return sorted(((run.agent_name, run.iterations, run.tool_calls, run.errors,
                     str(run.terminal_state), run.has_final_answer,
@@ -160,6 +169,19 @@ def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario:
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[:cut]), request_of(spans[cut:])]) != exported]
     assert not differ, f"cut after these spans: {differ}"
+
+
+@pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
+def test_a_recording_sent_again_in_part_reads_the_same(driver: str, scenario: str) -> None:
+    """An exporter's retry re-cut, or a collector's re-send: the recording as exported, then its
+    second half again in one request, and its first span twice in one request, through the
+    core's step as the sidecar applies them: the same runs, every span counted once."""
+    requests = as_exported(driver, scenario)
+    spans = scoped_spans(driver, scenario)
+    exported = read_as_exported(driver, scenario)
+    assert runs_read(requests, stepped=True) == exported
+    again = [request_of(spans[:1] * 2), *requests, request_of(spans[len(spans) // 2:])]
+    assert runs_read(again, stepped=True) == exported
 
 
 @pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])

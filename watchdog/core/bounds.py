@@ -88,10 +88,9 @@ def token_count(value: object) -> int:
     return 0
 
 
-def budget_limit(value: object, whole: bool = False, text: bool = False) -> float | None:
-    """A budget limit: a finite number from 0 to :data:`MAX_BUDGET` (``whole``: a whole one, a
-    count), else None; with ``text``, a number written as a string too (a span attribute set in
-    ``OTEL_RESOURCE_ATTRIBUTES`` is one)."""
+def _in_range(value: object, top: float, text: bool) -> float | None:
+    """``value`` as a finite number from 0 to ``top`` (with ``text``: a numeric string too),
+    else None."""
     if text and isinstance(value, str):
         try:
             value = float(value.strip())
@@ -99,10 +98,16 @@ def budget_limit(value: object, whole: bool = False, text: bool = False) -> floa
             return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    limit = float(value)
-    if not 0.0 <= limit <= MAX_BUDGET or (whole and not limit.is_integer()):  # NaN fails too
-        return None
-    return limit
+    number = float(value)
+    return number if 0.0 <= number <= top else None  # NaN fails too
+
+
+def budget_limit(value: object, whole: bool = False, text: bool = False) -> float | None:
+    """A budget limit: a finite number from 0 to :data:`MAX_BUDGET` (``whole``: a whole one, a
+    count), else None; with ``text``, a number written as a string too (a span attribute set in
+    ``OTEL_RESOURCE_ATTRIBUTES`` is one)."""
+    limit = _in_range(value, MAX_BUDGET, text)
+    return None if limit is None or (whole and not limit.is_integer()) else limit
 
 
 MAX_REPORTED_COST = 1e6  # USD for one model call: more is no cost a span can mean
@@ -111,19 +116,7 @@ MAX_REPORTED_COST = 1e6  # USD for one model call: more is no cost a span can me
 def reported_cost(value: object) -> float | None:
     """A cost in USD an agent reports for a call: a finite number from 0 to
     :data:`MAX_REPORTED_COST` (a numeric string too), else None (not reported)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if not isinstance(value, (int, float)):
-        return None
-    cost = float(value)
-    if not 0.0 <= cost <= MAX_REPORTED_COST:  # NaN fails too
-        return None
-    return cost
+    return _in_range(value, MAX_REPORTED_COST, text=True)
 
 
 def plain_number(value: float) -> float:

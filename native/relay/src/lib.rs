@@ -579,23 +579,14 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
             if upstream.content_length().is_some_and(|length| length > limit as u64) {
                 return unjudged(ticket);
             }
-            let mut read = BytesMut::new();
-            loop {
-                match upstream.chunk().await {
-                    Ok(Some(chunk)) => {
-                        read.extend_from_slice(&chunk);
-                        if read.len() > limit {
-                            return unjudged(ticket);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(error) => {
-                        let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
-                        return Err((ticket, kind, error_kind(&error)));
-                    }
+            let read = match read_upto(&mut upstream, limit).await {
+                Ok((read, true)) => read,
+                Ok((_, false)) => return unjudged(ticket),
+                Err(error) => {
+                    let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
+                    return Err((ticket, kind, error_kind(&error)));
                 }
-            }
-            let read = read.freeze();
+            };
             if observe {
                 ticket.observed = Some(BytesMut::from(&read[..]));
             }

@@ -97,19 +97,11 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if keep is not None:
             raise Unjudged("too long to read")
         return await relay(request, upstream)
-    buffer = bytearray()
-    async for chunk in upstream.content.iter_any():
-        buffer += chunk
-        if len(buffer) > MAX_RESPONSE_BYTES:  # no length said: too long to read, pass on
-            if keep is not None:
-                raise Unjudged("too long to read")
-            response = _Relayed(status=upstream.status, headers=response_headers(
-                upstream.headers, False))
-            await response.prepare(request)
-            await response.write(bytes(buffer))
-            await pump(request, upstream, response)
-            return response
-    data = bytes(buffer)
+    data, whole = await read_upto(upstream, MAX_RESPONSE_BYTES)
+    if not whole:  # no length said: too long to read, passed on as it comes
+        if keep is not None:
+            raise Unjudged("too long to read")
+        return await relay(request, upstream, data)
     body: object = None
     if keep is not None:
         with contextlib.suppress(ValueError):
