@@ -35,6 +35,7 @@ import pytest
 
 from tests.harness import ROOT, computed_once
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of
+from watchdog.core.runs.book import RUN_END_TIMEOUT
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook
@@ -100,6 +101,11 @@ def ended_runs(requests: list[ExportTraceServiceRequest], restart_at: int | None
             core.apply(records, float(now))
         else:
             tracker.apply(records, float(now))
+    return ended_after(tracker)
+
+
+def ended_after(tracker: RunTracker) -> list[RunState]:
+    """Every run of ``tracker``, its active ones expired."""
     tracker.expire(1e12)
     return list(tracker.ended())
 
@@ -107,7 +113,11 @@ def ended_runs(requests: list[ExportTraceServiceRequest], restart_at: int | None
 def runs_read(requests: list[ExportTraceServiceRequest], restart_at: int | None = None,
               clean: bool = False, stepped: bool = False) -> Runs:
     """What :func:`ended_runs` makes of ``requests``, as comparable tuples."""
-    runs = ended_runs(requests, restart_at, clean, stepped)
+    return runs_of(ended_runs(requests, restart_at, clean, stepped))
+
+
+def runs_of(runs: list[RunState]) -> Runs:
+    """``runs`` as comparable tuples."""
     agents = {run.key: run.agent_name for run in runs}
     return sorted(((run.agent_name, run.iterations, run.tool_calls, run.errors,
                     str(run.terminal_state), run.has_final_answer,
@@ -150,6 +160,15 @@ def counted(requests: list[ExportTraceServiceRequest]) -> tuple[dict[str, int], 
     totals = {name: sum(getattr(run, name) for run in runs) for name in names}
     return ({name: count for name, count in metrics.items() if count},
             {name: count for name, count in totals.items() if count})
+
+
+def assert_as_pinned(misread: Counter[str], pinned: dict[str, int], name: str) -> None:
+    """Each driver misreads no more recordings than ``pinned`` says, and no fewer (a change
+    that reads more of them right lowers the pin)."""
+    worse = {d: (n, pinned.get(d, 0)) for d, n in misread.items() if n > pinned.get(d, 0)}
+    assert not worse, f"(misread, pinned) per driver: {worse}"
+    better = {d: (misread[d], n) for d, n in pinned.items() if misread[d] < n}
+    assert not better, f"(misread, pinned): fewer than pinned, lower {name} {better}"
 
 
 def cuts(spans: list[ScopedSpan]) -> list[int]:
@@ -307,11 +326,7 @@ def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
         for cut in cuts(spans)[::3]:
             misread[driver] += runs_read([request_of(spans[cut:]),
                                           request_of(spans[:cut])]) != exported
-    worse = {d: (n, OUT_OF_ORDER_MISREAD.get(d, 0)) for d, n in misread.items()
-             if n > OUT_OF_ORDER_MISREAD.get(d, 0)}
-    assert not worse, f"(misread, pinned) per driver: {worse}"
-    better = {d: (misread[d], n) for d, n in OUT_OF_ORDER_MISREAD.items() if misread[d] < n}
-    assert not better, f"(misread, pinned): fewer than pinned, lower OUT_OF_ORDER_MISREAD {better}"
+    assert_as_pinned(misread, OUT_OF_ORDER_MISREAD, "OUT_OF_ORDER_MISREAD")
 
 
 # GAP (pinned): a run exported in three batches that arrive in any other order (an exporter
@@ -342,11 +357,7 @@ def test_batches_in_any_order_misread_no_more_runs_than_pinned() -> None:
         exported = read_as_exported(driver, scenario)
         for requests in batch_orders(scoped_spans(driver, scenario)):
             misread[driver] += runs_read(requests) != exported
-    worse = {d: (n, BATCH_ORDER_MISREAD.get(d, 0)) for d, n in misread.items()
-             if n > BATCH_ORDER_MISREAD.get(d, 0)}
-    assert not worse, f"(misread, pinned) per driver: {worse}"
-    better = {d: (misread[d], n) for d, n in BATCH_ORDER_MISREAD.items() if misread[d] < n}
-    assert not better, f"(misread, pinned): fewer than pinned, lower BATCH_ORDER_MISREAD {better}"
+    assert_as_pinned(misread, BATCH_ORDER_MISREAD, "BATCH_ORDER_MISREAD")
 
 
 def test_other_services_in_one_request_read_as_each_alone() -> None:
@@ -371,3 +382,45 @@ def test_other_services_in_one_request_read_as_each_alone() -> None:
     alone = [run for chosen_one in chosen
              for run in runs_read([request_of(scoped_spans(*chosen_one))])]
     assert runs_read([merged]) == sorted(alone, key=repr)
+
+
+# GAP (pinned): a run whose ending span comes after ``run_end_timeout`` of silence (a slow
+# last step, an exporter that held the root back) is taken as abandoned, then classified as it
+# ended. This many recordings per driver read otherwise: runs made of several traces or of
+# loose calls (each trace's root ends a run of its own there: the late one starts another),
+# and Semantic Kernel's root tool span (its twin inside is told apart by the trace's frames,
+# gone with the silence).
+SILENCE_MISREAD = {
+    "anthropic_oi": 3, "hermes_agento11y": 2, "litellm_logfire_loop": 3,
+    "semantic_kernel_137_agent": 6, "semantic_kernel_agent": 6,
+}
+
+
+def read_after_silence(driver: str, scenario: str) -> Runs | None:
+    """The recording with the spans that end its runs held back past ``run_end_timeout``
+    (the runs expire as abandoned), then sent; None if no span of it ends a run, or its runs
+    ended without those."""
+    spans = scoped_spans(driver, scenario)
+    ending = [any(record.ends_run and record.parent_span_id is None and not record.loose
+                  for record in records_from(request_of([span])).records) for span in spans]
+    if not any(ending):
+        return None
+    held = [span for span, ends in zip(spans, ending, strict=True) if ends]
+    tracker = RunTracker()
+    tracker.apply(records_from(request_of(
+        [span for span, ends in zip(spans, ending, strict=True) if not ends])).records, 1.0)
+    if not tracker.expire(2.0 + RUN_END_TIMEOUT):
+        return None  # its runs ended without those spans
+    tracker.apply(records_from(request_of(held)).records, 3.0 + RUN_END_TIMEOUT)
+    return runs_of(ended_after(tracker))
+
+
+def test_a_run_whose_end_comes_after_a_long_silence_reads_as_it_ended() -> None:
+    misread: Counter[str] = Counter()
+    abandoned = 0
+    for driver, scenario in ALL:
+        read = read_after_silence(driver, scenario)
+        abandoned += read is not None
+        misread[driver] += read is not None and read != read_as_exported(driver, scenario)
+    assert abandoned > len(ALL) * 0.9
+    assert_as_pinned(misread, SILENCE_MISREAD, "SILENCE_MISREAD")

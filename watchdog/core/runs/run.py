@@ -85,17 +85,21 @@ class RunState(RunCounts):
             limit_stop=self.limit_stop,
         )
 
-    def late_answer(self) -> bool:
+    def late_answer(self, ends: bool = False) -> bool:
         """A span that arrived after the run ended (two export paths, or an exporter's
         batches, need not arrive in the order the spans ended) brought what the run's end
         lacked: its answer (a run that ended ``no_response``), or the limit that stopped it (a
         framework's limit on a child span, the run's budget reached): the run is classified
-        again. An answer or a limit is never taken back. True if its state changed."""
+        again. So is a run taken as ``abandoned`` after ``run_end_timeout`` of silence whose
+        ending span (``ends``) comes after all: it was slow, not gone. An answer or a limit is
+        never taken back. True if its state changed."""
         state = self.terminal_state
         answered = state is TerminalState.NO_RESPONSE and self.has_final_answer
         limited = state in (TerminalState.NO_RESPONSE, TerminalState.COMPLETED) and (
             self.limit_stop is not None or self.at_budget())
-        if not (answered or limited):
+        returned = ends and state is TerminalState.ABANDONED \
+            and self.terminal_reason == "run_end_timeout"
+        if not (answered or limited or returned):
             return False
         new = classify_end(
             forced=self.forced_state, forced_reason=self.forced_reason,

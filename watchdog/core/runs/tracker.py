@@ -394,8 +394,12 @@ class RunTracker(RunBook):
             before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors,
                       run.cost_usd)
         run.apply(record, now)
+        ends = record.ends_run and (
+            not run.framed or record.run_frame or record.parent_span_id is None)
         if late:
-            run.late_answer()
+            if ends and not run.has_final_answer and run.end_error_type is None:
+                self._outcome_from_children(run)
+            run.late_answer(ends)
         result.touched[run.key] = run
         entry = entry_for(record, run.activity_seq + 1)
         if entry is not None:
@@ -405,8 +409,7 @@ class RunTracker(RunBook):
             self._count(record, run, before, result)
         else:
             result.exemplars[run.agent_name] = record.trace_id
-        if record.ends_run and not run.ended and (
-                not run.framed or record.run_frame or record.parent_span_id is None):
+        if ends and not run.ended:
             if not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)
             self._finish(run, now)
