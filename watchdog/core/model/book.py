@@ -44,8 +44,8 @@ Everything is bounded (``MAX_*``), least recently used first out.
 from __future__ import annotations
 
 import hashlib
+import random
 import re
-import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -63,6 +63,16 @@ MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
 SCOPE = "watchdog.model"  # the records' instrumentation scope: another than any agent's span
+# Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
+# (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
+# of the GIL on the event loop, and another thread may then hold it for a switch interval.
+_ids = random.Random()
+
+
+def _random_hex(bits: int) -> str:
+    return f"{_ids.getrandbits(bits):0{bits // 4}x}"
+
+
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 FAILED_TOOL = "ToolError"  # the error type of a tool result that says it failed
 
@@ -164,7 +174,7 @@ class ModelBook:
             state = self._runs.get(caller.run)
             if state is None:
                 state = self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                               secrets.token_hex(16), None, agent=agent))
+                                               _random_hex(128), None, agent=agent))
             return self._touch(state)
         if request.previous_response_id is not None:
             previous = self._responses.get(request.previous_response_id)
@@ -235,7 +245,7 @@ class ModelBook:
         """A new run of the conversation ``conversation`` (its anchor's digest), in
         ``session``; ``messages``: the length of the request that starts it. The
         conversation's later requests sent whole go to it."""
-        trace_id = secrets.token_hex(16)
+        trace_id = _random_hex(128)
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
                                        session=session, agent=agent, conversation=conversation,
                                        first=messages))
@@ -347,7 +357,7 @@ class ModelBook:
         loose = not state.traced
         return SpanRecord(
             run_key=state.key, key_source=state.key_source, trace_id=state.trace_id,
-            span_id=secrets.token_hex(8),
+            span_id=_random_hex(64),
             # a loose run's records end it with its answer; a traced one's hang below the
             # agent's span, so its spans say when it ends
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
