@@ -264,11 +264,13 @@ impl Body for RelayBody {
                         match trim.feed(&out) {
                             Ok(bytes) => out = Bytes::from(bytes),
                             Err(trim::Unjudged) => {
-                                // JSON this cannot judge: the answer ends here, no call in it
-                                // passed unjudged
+                                // JSON this cannot judge: the answer is broken off here (the
+                                // client sees it cut short, not ended), no call in it passed
+                                // unjudged
                                 this.trim = None;
                                 this.ended("cut");
-                                return Poll::Ready(None);
+                                this.failed = true;
+                                continue;
                             }
                         }
                         if let Some(ticket) = this.ticket.as_mut() {

@@ -9,9 +9,10 @@ must be trimmed is passed on event by event, and the final request's is held unt
 (bounded), its answer replaced by a stop note when nothing is left of it. A stream asked for
 its usage on the client's behalf (a budget in dollars or tokens) is passed on event by event
 too, its usage-only chunk read and left out. With a bound on tool calls, what cannot be read (too
-long, or JSON Python cannot judge) is never passed on: a stream ends there (so too one asked
-for its usage), a whole response raises :class:`~watchdog.core.model.wire.Unjudged` (a 502).
-When the response has ended, :meth:`ModelProxy.observed` books the call.
+long, or JSON Python cannot judge) is never passed on: a stream is broken off there (so too
+one asked for its usage), a whole response raises
+:class:`~watchdog.core.model.wire.Unjudged` (a 502). When the response has ended,
+:meth:`ModelProxy.observed` books the call.
 """
 
 from __future__ import annotations
@@ -208,7 +209,10 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 exchange.request.model, note, exchange.request, time.time()))
         elif held:
             await response.write(b"".join(held))
-        if evented and not cut and (rest := reader.rest()):
+        if cut:  # broken off: the client sees its answer cut short, not one that ended
+            _break_off(request)
+            return response
+        if evented and (rest := reader.rest()):
             await response.write(rest)  # a stream cut mid-event: as it came
         await response.write_eof()
     except UpstreamCut:  # what was held, then the answer broken off, as the upstream's was
