@@ -17,6 +17,12 @@ from tests.harness import RunningServer
 from tests.recorded import recorded_records
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
 from tests.test_rebatching import as_exported, ended_runs
+from watchdog.core.runs.book import (
+    MAX_UNCLAIMED_PER_RUN,
+    MAX_UNCLAIMED_RUNS,
+    MAX_UNPLACED_PER_TRACE,
+    MAX_UNPLACED_TRACES,
+)
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.record import LLM, MAX_ASKED_TOOLS, TOOL
 
@@ -138,6 +144,54 @@ def test_a_span_named_after_the_tool_before_the_model_asked_is_no_call() -> None
     (run,) = tracker.ended()
     assert run.tool_calls == 0
     assert [record.kind for record in records if record.name == "lookup"] != [TOOL]
+
+
+@pytest.mark.parametrize("order", ["tool, rest, call", "rest, tool, call", "tool, call, rest"])
+def test_a_tool_span_before_the_call_that_asked_for_it_is_that_call(order: str) -> None:
+    """A hand-traced tool (a span named after the tool, no GenAI attributes) sent before the
+    model call that asked for it, first in its trace or not: kept, and counted as that call
+    when the call comes."""
+    maker = SpanMaker()
+    root = maker.open("research agent")
+    maker.span("chat", _asking_chat(), parent=root, start=T0, end=T0 + 1)
+    parts = {"call": maker.take()}
+    maker.span("lookup {key}", {"input": "{}"}, parent=root, start=T0 + 1.1, end=T0 + 1.2)
+    parts["tool"] = maker.take()
+    maker.span("chat", chat_attrs(finish="stop", **{"gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}])}),
+        parent=root, start=T0 + 2, end=T0 + 3)
+    root.end(int((T0 + 4) * 1e9))
+    parts["rest"] = maker.take()
+    tracker = RunTracker()
+    for now, part in enumerate(order.split(", "), start=1):
+        tracker.apply(records_of(parts[part]), T0 + 10 + now)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.tools, run.spans) == (2, 1, {"lookup": 1}, 4)
+
+
+def test_spans_kept_for_a_later_request_are_bounded() -> None:
+    """Spans of no kind first in a trace with no run (plumbing alone here), and spans of no
+    kind no model call asked for yet, are kept for a later request: the last few of each
+    trace or run, of the traces and runs that kept one most recently."""
+    maker = SpanMaker()
+    tracker = RunTracker()
+    for index in range(MAX_UNPLACED_TRACES + 50):
+        request = maker.open("GET /things")  # (its end never sent)
+        for step in range(MAX_UNPLACED_PER_TRACE + 2):
+            maker.span(f"SELECT {step}", {"db.system": "sqlite"}, parent=request,
+                       start=T0 + index)
+        tracker.apply(records_of(maker.take()), T0 + index)
+    assert len(tracker._unplaced) == MAX_UNPLACED_TRACES
+    assert {len(held) for held in tracker._unplaced.values()} == {MAX_UNPLACED_PER_TRACE}
+    assert len(tracker) == 0  # no run of them
+    for index in range(MAX_UNCLAIMED_RUNS + 50):
+        root = maker.open("invoke_agent a", {"watchdog.run.id": f"run-{index}"})
+        for step in range(MAX_UNCLAIMED_PER_RUN + 2):
+            maker.span(f"step {step}", {"watchdog.run.id": f"run-{index}"}, parent=root,
+                       start=T0 + index)
+        tracker.apply(records_of(maker.take()), T0 + index)
+    assert len(tracker._unclaimed) == MAX_UNCLAIMED_RUNS
+    assert {len(held) for held in tracker._unclaimed.values()} == {MAX_UNCLAIMED_PER_RUN}
 
 
 def test_a_hand_traced_tool_in_a_trace_of_its_own_joins_the_loose_run() -> None:

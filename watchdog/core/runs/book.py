@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from watchdog.core.bounds import is_number
 from watchdog.core.runs.frames import FrameBook, TraceFrames
 from watchdog.core.runs.run import RunState
-from watchdog.core.spans.record import KEY_TRACE, KeySource
+from watchdog.core.spans.record import KEY_TRACE, KeySource, SpanRecord
 
 MAX_ACTIVE_RUNS = 10_000  # default bound on runs tracked at once; the oldest idle is evicted
 MAX_ENDED_IN_MEMORY = 2_000  # recently ended runs kept for late spans and fast reads
@@ -25,6 +25,15 @@ RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified aba
 LOOSE_RUN_GAP = 120.0
 MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
+# Spans of no kind a run keeps that no tool asked for matched yet: the model call that asked
+# for them may come later (its request after theirs), and then takes them (the most recent
+# runs' first; not kept over a restart)
+MAX_UNCLAIMED_RUNS = 1_000
+MAX_UNCLAIMED_PER_RUN = 4
+# ... and the spans of no kind that came first in a trace with no run yet: placed when a span
+# of the trace comes that has one (the most recent traces' first; not kept over a restart)
+MAX_UNPLACED_TRACES = 1_000
+MAX_UNPLACED_PER_TRACE = 4
 # Retained records kept over a clean restart at most (the most recently used traces' first):
 # the state is encoded at shutdown, within the pod's grace period.
 MAX_STATE_RECORDS = 20_000
@@ -64,6 +73,8 @@ class RunBook:
         # after the answer before it), sent after it: its run's, late
         self._loose_answers: OrderedDict[tuple[str | None, ...], LooseAnswer] = OrderedDict()
         self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
+        self._unclaimed: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # run -> spans
+        self._unplaced: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
 
     # -- reads ----------------------------------------------------------------------------------
 

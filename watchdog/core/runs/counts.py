@@ -35,6 +35,14 @@ def _bump(counts: dict[int, int], key: int) -> int:
     return count
 
 
+def claimable(record: SpanRecord) -> bool:
+    """Whether ``record``, a span of no kind, may be a tool's execution a model call asked for
+    (:meth:`RunCounts.asked_for`)."""
+    return not (record.creates_agent or record.workflow or record.final_answer
+                or record.loop_end or record.run_frame or record.unasked
+                or record.tool_name is not None)
+
+
 class RunCounts(RunFields):
     """A run's fields and how what arrives (spans, heartbeats, announcements) folds into them."""
 
@@ -362,9 +370,7 @@ class RunCounts(RunFields):
         instrumentation that traces the tool with no GenAI attributes: only its name, maybe
         generic input and output). A span that carries an id answers no call asked for with
         another id. None: none."""
-        if not self._asked or record.creates_agent or record.workflow or record.final_answer \
-                or record.loop_end or record.run_frame or record.unasked \
-                or record.tool_name is not None:
+        if not self._asked or not claimable(record):
             return None
         name, start, call_id = record.name, record.start_ns, record.tool_call_id
         if call_id:

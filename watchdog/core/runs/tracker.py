@@ -42,7 +42,7 @@ What the tracker holds (all of it bounded), its reads and its state over a resta
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -51,8 +51,13 @@ from watchdog.core.runs.book import (
     MAX_LOOSE_GROUPS,
     MAX_PENDING_PARENTS,
     MAX_TRACE_ALIASES,
+    MAX_UNCLAIMED_PER_RUN,
+    MAX_UNCLAIMED_RUNS,
+    MAX_UNPLACED_PER_TRACE,
+    MAX_UNPLACED_TRACES,
     RunBook,
 )
+from watchdog.core.runs.counts import claimable
 from watchdog.core.runs.frames import TraceFrames
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
@@ -290,9 +295,12 @@ class RunTracker(RunBook):
         waiting = self._link_traces(records, linked)
         pending = self._pending_parents
         active = self._active
-        for record in records:
+        unplaced = self._unplaced
+        for record in records:  # (a trace's unplaced spans are added when it has a run)
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
+                self._hold(unplaced, record.trace_id, record, MAX_UNPLACED_TRACES,
+                           MAX_UNPLACED_PER_TRACE)
                 continue
             if pending and record.span_id in pending:
                 self._adopt(pending.pop(record.span_id), record.run_key, result)
@@ -311,6 +319,8 @@ class RunTracker(RunBook):
                 run = self._run_for(record, now, result)
             else:
                 active.move_to_end(record.run_key)
+            if unplaced and record.trace_id in unplaced:  # its trace has a run now
+                records.extend(unplaced.pop(record.trace_id))
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
                     and not record.workflow:
                 # the root is itself an agent: the one taken as main, if any, ran inside it
@@ -335,14 +345,17 @@ class RunTracker(RunBook):
                         pending.popitem(last=False)
             if record.kind is OTHER and (tool := run.asked_for(record)) is not None:
                 # a span named after a tool the model just asked for: that tool's execution
-                record.kind, record.tool_name, record.named_tool = TOOL, tool, True
-                if frames is not None:
-                    frames.calls.add(record.span_id)
+                self._as_tool(record, tool, frames)
             if record.unasked and record.kind is TOOL and self._frames_models(record, run):
                 record.as_frame()  # the run's model loop ran inside it: no tool call
             elif record.loose and record.parent_span_id is None:
                 run.loose_trace = record.trace_id
+            unclaimed = record.kind is OTHER  # (not a call folded as none: a twin, an echo)
             self._fold(record, run, now, result)
+            if unclaimed:
+                self._hold_unclaimed(record, run)
+            elif record.asked_tools and record.kind is LLM and run.key in self._unclaimed:
+                self._claim(run, now, result)
         for frames in linked:
             frames.ahead.clear()
         while len(self._active) > self.max_runs:
@@ -414,6 +427,54 @@ class RunTracker(RunBook):
                 self._outcome_from_children(run)
             self._finish(run, now)
             result.ended.append(run)
+
+    @staticmethod
+    def _as_tool(record: SpanRecord, tool: str, frames: TraceFrames | None) -> None:
+        """``record``, a span of no kind, is the execution of ``tool`` a model call asked for."""
+        record.kind, record.tool_name, record.named_tool = TOOL, tool, True
+        if frames is not None:
+            frames.calls.add(record.span_id)
+
+    def _hold_unclaimed(self, record: SpanRecord, run: RunState) -> None:
+        """Keep a span of no kind that may be a tool's execution whose model call has not come
+        yet (an exporter's later request, or one sent first, holds it): when it comes and asks
+        for that tool, :meth:`_claim` counts the call."""
+        if claimable(record) and record.name:
+            self._hold(self._unclaimed, run.key, record, MAX_UNCLAIMED_RUNS,
+                       MAX_UNCLAIMED_PER_RUN)
+
+    @staticmethod
+    def _hold(holds: OrderedDict[str, list[SpanRecord]], key: str, record: SpanRecord,
+              max_keys: int, max_each: int) -> None:
+        """Keep ``record`` under ``key``: the last ``max_each`` of the ``max_keys`` keys held
+        most recently."""
+        held = holds.get(key)
+        if held is None:
+            held = holds[key] = []
+            while len(holds) > max_keys:
+                holds.popitem(last=False)
+        else:
+            holds.move_to_end(key)
+        held.append(record)
+        if len(held) > max_each:
+            del held[0]
+
+    def _claim(self, run: RunState, now: float, result: BatchResult) -> None:
+        """A model call of ``run`` asked for tools: the spans of no kind it kept that are
+        their executions (come before the call, in its request or an earlier one) are
+        counted as those tool calls now, in the order they started."""
+        held = self._unclaimed[run.key]
+        for record in sorted(held, key=lambda held_record: held_record.start_ns):
+            tool = run.asked_for(record)
+            if tool is None:
+                continue
+            held.remove(record)
+            self._as_tool(record, tool, self._frames.get(record.trace_id)
+                          if record.key_source is KEY_TRACE else None)
+            run.spans -= 1  # folded again, as the call it is: one span all the same
+            self._fold(record, run, now, result)
+        if not held:
+            del self._unclaimed[run.key]
 
     def _outcome_from_children(self, run: RunState) -> None:
         """A run that handed off (OpenAI Agents SDK handoffs) ends through the child run that
