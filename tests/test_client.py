@@ -46,7 +46,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext
 
-from tests.harness import wait_until
+from tests.harness import ROOT, wait_until
 
 
 def directive_json(seq: int, action: str = "wind_down", rule: str = "budget-countdown",
@@ -713,3 +713,18 @@ def test_a_tool_call_no_model_asked_for_that_runs_the_model_loop_is_not_counted(
             pass
         assert (run.local_tool_calls, run.local_model_calls) == (2, 2)
     wd.close()
+
+
+def test_without_the_exporter_setup_tracing_names_the_clients_own_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The install hint names this client's distribution and its extra (PyPI's
+    ``agent-watchdog`` is another project)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
+    assert "otlp" in project["optional-dependencies"]
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                        None)
+    with pytest.raises(ImportError) as missing:
+        Watchdog(url="http://127.0.0.1:9").setup_tracing()
+    assert f"{project['name']}[otlp]" in str(missing.value)

@@ -236,6 +236,18 @@ def test_an_expectation_in_a_test_of_no_steps_says_so(tmp_path: Path,
                                 f"test has no steps: nothing can fire)"]
 
 
+def test_a_test_without_its_steps_says_so(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    tests = write(tmp_path / "nosteps.test.yaml", """\
+        tests:
+          - name: no steps yet
+            agent: a
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert code == 1
+    assert out.splitlines() == [f"{tests}:2: test: 'steps' is required"]
+
+
 def test_unknown_rules_in_expectations_and_unloadable_rule_files_fail(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tests = write(tmp_path / "t.test.yaml", """\

@@ -199,7 +199,10 @@ def test_every_bad_key_is_reported_at_once(tmp_path: Path) -> None:
             "activity_log_size=0 is not allowed: expected an integer >= 1",
             "log_level='loud' is not allowed: expected one of debug, info, warning, error"):
         assert part in line, (part, line)
-    assert line.count("allowed: activity_log_size, ") == 1  # the key list, said once at the end
+    # the key list, said once, with the unknown key (not after the last problem, as if it were
+    # that one's allowed values)
+    assert line.count("allowed: activity_log_size, ") == 1
+    assert line.index("allowed: activity_log_size") < line.index("(2) ")
 
 
 def test_the_default_state_dir_is_state_in_the_working_directory(tmp_path: Path) -> None:
@@ -244,3 +247,53 @@ def test_webhooks_that_are_not_yaml_are_one_problem_among_the_others() -> None:
     assert message.startswith("2 configuration problems: (1) webhooks is not allowed: "), message
     assert "expected a YAML list of webhooks" in message and "s3cret" not in message
     assert "(2) max_runs=0 is not allowed: expected an integer >= 1" in message
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "watchdog.yaml"
+    config.write_bytes(b"\xffmax_runs: 5\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line == f"watchdog: config file {config}: not UTF-8 text (byte 0); save it as UTF-8"
+
+
+def test_every_problem_of_a_webhook_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": "[{url: 'ftp://x', secret: short, actions: [explode], "
+                                       "agents: 5, colour: red}]"})
+    message = refused.value.message
+    assert message.startswith("5 configuration problems: "), message
+    for part in ("webhooks[0]: unknown key 'colour'", "webhooks[0].url='ftp://x'",
+                 "webhooks[0].secret (hidden, 5 characters)", "webhooks[0].actions='explode'",
+                 "webhooks[0].agents=5"):
+        assert part in message, (part, message)
+    assert "short" not in message
+
+
+def test_two_listeners_of_the_sidecar_on_one_port_are_refused_as_such() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_API_ADDRESS": "127.0.0.1:19999",
+                  "WATCHDOG_METRICS_ADDRESS": "0.0.0.0:19999", "WATCHDOG_INSECURE": "1"})
+    assert refused.value.message == (
+        "metrics_address='0.0.0.0:19999' is the port of api_address too: give each listener a "
+        "port of its own")
+    load(env={"WATCHDOG_API_ADDRESS": "127.0.0.1:0", "WATCHDOG_METRICS_ADDRESS": "127.0.0.1:0",
+              "WATCHDOG_OTLP_HTTP_ADDRESS": "127.0.0.1:0"})  # any free port: no clash
+
+
+def test_values_nested_in_yaml_aliases_are_shown_bounded(tmp_path: Path) -> None:
+    """Aliases nested in aliases (a "billion laughs" file of 1 KB): each bad value named in a
+    message of bounded size, at once (its whole repr would be gigabytes)."""
+    lines = ["forward_headers: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    keys = ["model_abort", "model_relay", "log_level", "log_format", "max_runs",
+            "eval_interval", "insecure", "rules"]
+    lines += [f"{key}: &a{index} [" + ", ".join([f"*a{index - 1}"] * 10) + "]"
+              for index, key in enumerate(keys, start=1)]
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as refused:
+        load(str(config), env={})
+    message = refused.value.message
+    assert message.startswith("9 configuration problems: "), message[:300]
+    assert len(message) < 4000, len(message)
+    for key in keys[:-1]:
+        assert f"{key}=[" in message, key

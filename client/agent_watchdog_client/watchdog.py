@@ -82,14 +82,15 @@ class Watchdog:
         batches every ``schedule_delay_millis``, with this client's processor installed; made
         the global provider unless ``set_global=False`` (or one is set already).
 
-        Needs ``opentelemetry-exporter-otlp-proto-http`` (``pip install agent-watchdog[client]``).
+        Needs ``opentelemetry-exporter-otlp-proto-http`` (the client's ``otlp`` extra:
+        ``agent-watchdog-client[otlp]``).
         """
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError as exc:
             raise ImportError("Watchdog.setup_tracing() needs the OTLP exporter: pip install "
-                              "opentelemetry-exporter-otlp-proto-http (or "
-                              "agent-watchdog[client])") from exc
+                              "opentelemetry-exporter-otlp-proto-http (the client's "
+                              "extra: agent-watchdog-client[otlp])") from exc
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 

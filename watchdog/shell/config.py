@@ -14,6 +14,7 @@ import hashlib
 import ipaddress
 import os
 import re
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -133,6 +134,7 @@ class Config:
             addresses["model_address"] = self.model_address
         good_addresses = {name: address for name, address in addresses.items()
                           if check(split_address, name, address)}
+        problems += _shared_ports(good_addresses)
         check(_require, self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
               "a positive number of seconds (e.g. 900 or 15m)")
         check(_require, self.loose_run_gap > 0, "loose_run_gap", self.loose_run_gap,
@@ -159,7 +161,7 @@ class Config:
               "one of " + ", ".join(LOG_LEVELS))
         check(_require, self.log_format in LOG_FORMATS, "log_format", self.log_format,
               "one of " + ", ".join(LOG_FORMATS))
-        check(validate_webhooks, self.webhooks)
+        problems += webhook_problems(self.webhooks)
         problems += self._model_problems()
         forward_ok = check(validate_forward, self.forward_endpoint, self.forward_headers)
         if (forward_ok and self.forward_endpoint is not None
@@ -233,25 +235,34 @@ def validate_upstream(key: str, url: object) -> None:
                           f"its credentials)")
 
 
-def raise_problems(problems: list[str], allowed_keys: str | None = None) -> None:
+UNKNOWN_KEY = "unknown configuration key"
+
+
+def raise_problems(problems: list[str]) -> None:
     """One :class:`ConfigError` for every problem found: a single problem as its own message,
-    several as ``N configuration problems: (1) ...; (2) ...`` (one line, for stderr and logs).
-    ``allowed_keys`` (when a key was unknown) is said once, at the end."""
+    several as ``N configuration problems: (1) ...; (2) ...`` (one line, for stderr and logs)."""
     if not problems:
         return
     if len(problems) == 1:
-        message = problems[0]
-        if allowed_keys:
-            message += (" " if message.endswith("?") else "; ") + allowed_keys
-        raise ConfigError(message)
-    message = f"{len(problems)} configuration problems: " + "; ".join(
-        f"({index}) {problem}" for index, problem in enumerate(problems, 1))
-    raise ConfigError(message + (f"; {allowed_keys}" if allowed_keys else ""))
+        raise ConfigError(problems[0])
+    raise ConfigError(f"{len(problems)} configuration problems: " + "; ".join(
+        f"({index}) {problem}" for index, problem in enumerate(problems, 1)))
+
+
+_SHOWN = reprlib.Repr()  # a value in a message: bounded, whatever YAML made of it
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict = 2, 4, 4, 4
+_SHOWN.maxstring = _SHOWN.maxother = 120
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` at most some 200 characters: a YAML alias nested in aliases is a
+    structure of billions of items, whose whole repr would be gigabytes."""
+    return _SHOWN.repr(value)
 
 
 def _require(ok: bool, key: str, value: object, allowed: str) -> None:
     if not ok:
-        raise ConfigError(f"{key}={value!r} is not allowed: expected {allowed}")
+        raise ConfigError(f"{key}={shown(value)} is not allowed: expected {allowed}")
 
 
 # -- webhooks (DESIGN §6): each a mapping of WEBHOOK_KEYS ------------------------------------
@@ -263,52 +274,62 @@ MIN_WEBHOOK_SECRET_BYTES = 16
 _WEBHOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-def validate_webhooks(hooks: object) -> None:
-    """Each webhook: ``url`` (http/https), ``secret`` (``whsec_<base64>`` or a string of at
-    least 16 characters), optional ``name``, ``actions`` (a list of actions) and ``agents``
-    (a list of globs). Messages name the key (``webhooks[1].url``) and never echo a secret."""
+def webhook_problems(hooks: object) -> list[str]:
+    """What is wrong with each webhook, every problem of every entry: ``url`` (http/https),
+    ``secret`` (``whsec_<base64>`` or a string of at least 16 characters), optional ``name``,
+    ``actions`` (a list of actions) and ``agents`` (a list of globs). Messages name the key
+    (``webhooks[1].url``) and never echo a secret."""
     if not isinstance(hooks, (list, tuple)):
-        raise ConfigError(f"webhooks={hooks!r} is not allowed: expected a list of "
-                          f"{{url: ..., secret: ...}} mappings")
+        return [f"webhooks={shown(hooks)} is not allowed: expected a list of "
+                f"{{url: ..., secret: ...}} mappings"]
+    problems: list[str] = []
+
+    def check(test: Callable[..., object], *args: Any) -> None:
+        try:
+            test(*args)
+        except ConfigError as exc:
+            problems.append(exc.message)
+
     names: dict[str, int] = {}
     for index, hook in enumerate(hooks):
         where = f"webhooks[{index}]"
         if not isinstance(hook, Mapping):
-            raise ConfigError(f"{where}={hook!r} is not allowed: expected a mapping with keys "
-                              + ", ".join(WEBHOOK_KEYS))
-        unknown = sorted(str(key) for key in hook if key not in WEBHOOK_KEYS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; allowed: "
-                              + ", ".join(WEBHOOK_KEYS))
+            problems.append(f"{where}={shown(hook)} is not allowed: expected a mapping with "
+                            f"keys " + ", ".join(WEBHOOK_KEYS))
+            continue
+        problems += [f"{where}: unknown key {key!r}; allowed: " + ", ".join(WEBHOOK_KEYS)
+                     for key in sorted(str(key) for key in hook if key not in WEBHOOK_KEYS)]
         url = hook.get("url")
         try:
             parsed = urlsplit(url) if isinstance(url, str) else None
         except ValueError:  # e.g. an unclosed IPv6 bracket
             parsed = None
-        _require(parsed is not None and parsed.scheme in ("http", "https")
-                 and bool(parsed.hostname), f"{where}.url", url,
-                 "an http:// or https:// URL with a host")
-        _check_secret(f"{where}.secret", hook.get("secret"))
+        check(_require, parsed is not None and parsed.scheme in ("http", "https")
+              and bool(parsed.hostname), f"{where}.url", url,
+              "an http:// or https:// URL with a host")
+        check(_check_secret, f"{where}.secret", hook.get("secret"))
         for key, allowed in (("actions", WEBHOOK_ACTIONS), ("agents", None)):
             if key not in hook:
                 continue
             values = hook[key]
-            _require(isinstance(values, (list, tuple)) and bool(values)
-                     and all(isinstance(v, str) and v for v in values), f"{where}.{key}",
-                     values, "a non-empty list of " + (
-                         "actions: " + ", ".join(allowed) if allowed else "agent name globs"))
-            for value in values:
-                _require(allowed is None or value in allowed, f"{where}.{key}", value,
-                         "one of " + ", ".join(allowed or ()))
+            listed = isinstance(values, (list, tuple)) and bool(values) \
+                and all(isinstance(v, str) and v for v in values)
+            check(_require, listed, f"{where}.{key}", values, "a non-empty list of " + (
+                "actions: " + ", ".join(allowed) if allowed else "agent name globs"))
+            if listed and allowed is not None:
+                for value in values:
+                    check(_require, value in allowed, f"{where}.{key}", value,
+                          "one of " + ", ".join(allowed))
         if "name" in hook:
-            _require(isinstance(hook["name"], str) and bool(_WEBHOOK_NAME.match(hook["name"])),
-                     f"{where}.name", hook.get("name"),
-                     "letters, digits, '.', '_' or '-' (at most 64 characters)")
+            check(_require, isinstance(hook["name"], str)
+                  and bool(_WEBHOOK_NAME.match(hook["name"])), f"{where}.name",
+                  hook.get("name"), "letters, digits, '.', '_' or '-' (at most 64 characters)")
         name = webhook_name(hook)
         if name in names:
-            raise ConfigError(f"{where}: webhook name {name!r} is already used by "
-                              f"webhooks[{names[name]}]; give each webhook its own name")
+            problems.append(f"{where}: webhook name {name!r} is already used by "
+                            f"webhooks[{names[name]}]; give each webhook its own name")
         names[name] = index
+    return problems
 
 
 def _check_secret(key: str, secret: object) -> None:
@@ -427,7 +448,30 @@ def webhook_name(hook: Mapping[str, Any]) -> str:
     name = hook.get("name")
     if isinstance(name, str) and name:
         return name
-    return "hook-" + hashlib.sha256(str(hook.get("url", "")).encode()).hexdigest()[:12]
+    url = hook.get("url")
+    return "hook-" + hashlib.sha256((url if isinstance(url, str) else "").encode()
+                                    ).hexdigest()[:12]
+
+
+_ANY_HOST = ("", "0.0.0.0", "::", "[::]")
+
+
+def _shared_ports(addresses: Mapping[str, str]) -> list[str]:
+    """Two of the sidecar's own listeners on one port (a fixed one: 0 is any free port)."""
+    problems: list[str] = []
+    seen: dict[int, tuple[str, str]] = {}
+    for name, address in addresses.items():
+        host, port = split_address(name, address)
+        if port == 0:
+            continue
+        other = seen.get(port)
+        if other is not None and (host == other[1] or host in _ANY_HOST
+                                  or other[1] in _ANY_HOST):
+            problems.append(f"{name}={address!r} is the port of {other[0]} too: give each "
+                            f"listener a port of its own")
+        else:
+            seen[port] = (name, host)
+    return problems
 
 
 def split_address(key: str, address: str) -> tuple[str, int]:
@@ -435,7 +479,7 @@ def split_address(key: str, address: str) -> tuple[str, int]:
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         off = f", or {OFF} for no gRPC receiver" if key == "otlp_grpc_address" else ""
-        raise ConfigError(f"{key}={address!r} is not allowed: expected host:port "
+        raise ConfigError(f"{key}={shown(address)} is not allowed: expected host:port "
                           f"(e.g. 127.0.0.1:9477, port 0-65535){off}")
     return host, int(port)
 
@@ -454,35 +498,38 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
     if kind == "str":
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{key}={value!r} is not allowed: expected a string")
+        raise ConfigError(f"{key}={shown(value)} is not allowed: expected a string")
     if kind == "str | None":
         return None if value in (None, "") else _coerce(key, value, "str")
+    scalar = isinstance(value, (str, int, float))
     if kind == "bool":
         if isinstance(value, bool):
             return value
-        if str(value).lower() in ("1", "true", "yes", "on"):
+        if scalar and str(value).lower() in ("1", "true", "yes", "on"):
             return True
-        if str(value).lower() in ("0", "false", "no", "off"):
+        if scalar and str(value).lower() in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"{key}={value!r} is not allowed: expected true or false")
+        raise ConfigError(f"{key}={shown(value)} is not allowed: expected true or false")
     if kind == "int":
         try:
-            if isinstance(value, bool):
+            if isinstance(value, bool) or not scalar:
                 raise ValueError
             return int(str(value))
         except ValueError:
-            raise ConfigError(f"{key}={value!r} is not allowed: expected an integer") from None
+            raise ConfigError(f"{key}={shown(value)} is not allowed: expected an integer") from None
     if kind == "float":
         try:  # every float key is a time: seconds, or a duration in the shared grammar
+            if not scalar:
+                raise DurationError("a number of seconds or a duration (e.g. 90, 1m30s)")
             return parse_seconds(value)
         except DurationError as exc:
-            raise ConfigError(f"{key}={value!r} is not allowed: expected {exc}") from None
+            raise ConfigError(f"{key}={shown(value)} is not allowed: expected {exc}") from None
     if kind == "tuple[str, ...]":
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
-        raise ConfigError(f"{key}={value!r} is not allowed: expected a list of paths")
+        raise ConfigError(f"{key}={shown(value)} is not allowed: expected a list of paths")
     if kind == "tuple[Mapping[str, Any], ...]":
         if isinstance(value, str):
             import yaml  # (only a config file or WATCHDOG_WEBHOOKS is YAML)
@@ -495,7 +542,7 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
                                   f"webhooks") from None
         if isinstance(value, list):
             return tuple(value)
-        raise ConfigError(f"{key}={value!r} is not allowed: expected a list of webhooks")
+        raise ConfigError(f"{key}={shown(value)} is not allowed: expected a list of webhooks")
     if kind == "Mapping[str, str]":
         if isinstance(value, str):
             return parse_headers(key, value)
@@ -550,17 +597,14 @@ def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[
 
 
 def _apply(config: Config, values: Mapping[str, Any], source: str,
-           problems: list[str]) -> tuple[Config, bool]:
-    """``config`` with the good ``values``; each bad one is added to ``problems``. Also whether
-    a key was unknown."""
+           problems: list[str]) -> Config:
+    """``config`` with the good ``values``; each bad one is added to ``problems``."""
     changes: dict[str, Any] = {}
-    unknown = False
     for key, value in values.items():
         if key not in FIELD_TYPES:
             close = _closest(str(key), FIELD_TYPES)
-            problems.append(f"unknown configuration key {key!r} in {source}"
+            problems.append(f"{UNKNOWN_KEY} {key!r} in {source}"
                             + (f"; did you mean {close}?" if close else ""))
-            unknown = True
             continue
         if key == "otlp_grpc_address" and value is False:  # YAML reads a bare off as false
             value = OFF
@@ -568,7 +612,7 @@ def _apply(config: Config, values: Mapping[str, Any], source: str,
             changes[key] = _coerce(key, value, FIELD_TYPES[key])
         except ConfigError as exc:
             problems.append(exc.message)
-    return replace(config, **changes), unknown
+    return replace(config, **changes)
 
 
 def load(path: str | None = None, env: Mapping[str, str] | None = None,
@@ -576,24 +620,30 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
     """Defaults, then the YAML file, then ``WATCHDOG_*`` env vars, then flags; validated."""
     config = Config()
     problems: list[str] = []
-    unknown = False
     if path:
         import yaml
 
         try:
-            document = yaml.safe_load(Path(path).read_text()) or {}
+            document = yaml.safe_load(Path(path).read_text("utf-8")) or {}
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save "
+                              f"it as UTF-8") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {path}: invalid YAML: {exc}") from None
         if not isinstance(document, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping of keys")
-        config, unknown = _apply(config, document, path, problems)
+        config = _apply(config, document, path, problems)
     env = os.environ if env is None else env
-    config, unknown_env = _apply(config, env_keys(env, problems), "environment", problems)
-    config, unknown_flag = _apply(
+    config = _apply(config, env_keys(env, problems), "environment", problems)
+    config = _apply(
         config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags", problems)
     problems += config.problems()
-    raise_problems(problems, "allowed: " + ", ".join(sorted(FIELD_TYPES))
-                   if unknown or unknown_env or unknown_flag else None)
+    first = next((index for index, problem in enumerate(problems)
+                  if problem.startswith(UNKNOWN_KEY)), None)
+    if first is not None:  # the keys there are, said once: with the first unknown one
+        problems[first] += (" " if problems[first].endswith("?") else "; ") \
+            + "allowed: " + ", ".join(sorted(FIELD_TYPES))
+    raise_problems(problems)
     return config

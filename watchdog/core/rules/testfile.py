@@ -161,6 +161,8 @@ def _read_test(reader: Reader, node: Node) -> RuleTest | None:
         test.expect_terminal_state = reader.choice(
             fields["expect_terminal_state"], None, f"{where}: expect_terminal_state",
             [s.value for s in TerminalState])
+    if "steps" not in fields:
+        return None  # (said: a required key)
     step_nodes = reader.sequence(fields["steps"], None, f"{where}: steps") or []
     if step_nodes:
         last_at = 0.0
