@@ -40,6 +40,8 @@ def test_from_the_environment() -> None:
     ({"WATCHDOG_MODEL_UPSTREAM_ANTHROPIC": "https://u:pw@x"},
      ["model_upstream_anthropic='https://u:***@x'", "user:password@"]),
     ({"WATCHDOG_MODEL_UPSTREAM": "http://x/v1?key=1"}, ["?query"]),
+    ({"WATCHDOG_MODEL_UPSTREAM_ANTHROPIC": "https://api.example/v1/"},
+     ["model_upstream_anthropic='https://api.example/v1/'", "without /v1"]),
     ({"WATCHDOG_MODEL_UPSTREAM": "http://x:99999/v1"}, ["model_upstream="]),
     ({"WATCHDOG_MODEL_ABORT": "crash"}, ["model_abort='crash'", "answer, error"]),
     ({"WATCHDOG_MODEL_RELAY": "rust"}, ["model_relay='rust'", "native, python"]),

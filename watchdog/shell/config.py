@@ -197,7 +197,8 @@ class Config:
         name = self.model_agent_name
         for test, args in (
                 (validate_upstream, ("model_upstream", self.model_upstream)),
-                (validate_upstream, ("model_upstream_anthropic", self.model_upstream_anthropic)),
+                (validate_upstream, ("model_upstream_anthropic", self.model_upstream_anthropic,
+                                     True)),
                 (_require, (self.model_abort in MODEL_ABORTS, "model_abort", self.model_abort,
                             "one of " + ", ".join(MODEL_ABORTS))),
                 (_require, (self.model_relay is None or self.model_relay in MODEL_RELAYS,
@@ -214,9 +215,10 @@ class Config:
         return problems
 
 
-def validate_upstream(key: str, url: object) -> None:
+def validate_upstream(key: str, url: object, anthropic: bool = False) -> None:
     """A model upstream: an http(s) base URL with a host, no credentials, query or fragment
-    (the request's path is appended to it). The message never shows a password."""
+    (the request's path is appended to it); Anthropic's without ``/v1`` (the request's
+    ``/v1/messages`` is). The message never shows a password."""
     shown = url_for_logs(url) if isinstance(url, str) else url
     try:
         parsed = urlsplit(url) if isinstance(url, str) else None
@@ -233,6 +235,10 @@ def validate_upstream(key: str, url: object) -> None:
         raise ConfigError(f"{key}={shown!r} is not allowed: expected a base URL without "
                           f"user:password@, ?query or #fragment (the agent's own headers carry "
                           f"its credentials)")
+    if anthropic and parsed.path.rstrip("/").endswith("/v1"):
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected the base URL without /v1, "
+                          f"as ANTHROPIC_BASE_URL is given (e.g. https://api.anthropic.com): "
+                          f"the request's /v1/messages is added to it")
 
 
 UNKNOWN_KEY = "unknown configuration key"

@@ -184,7 +184,8 @@ class Server:
         self._tasks = [asyncio.create_task(self._every(*loop)) for loop in loops]
         self._ready = True
         log.info("watchdog %s listening: %s", __version__,
-                 ", ".join(f"{k}={h}:{p}" for k, (h, p) in self.addresses.items()))
+                 ", ".join(f"{k}={f'[{h}]' if ':' in h else h}:{p}"
+                           for k, (h, p) in self.addresses.items()))
         log.info("OTLP protobuf decode: %s", DECODES[native_state()])
 
     async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
