@@ -473,6 +473,27 @@ def test_a_tool_message_repr_with_status_error_is_a_failed_call(
         assert record.error_message in {"backend unavailable", "it's down"}
 
 
+@pytest.mark.parametrize(("output", "message"), [
+    ("status='failure' result=None error='backend unavailable for broken' "
+     "updated_session_state=None images=None videos=None audios=None files=None",
+     "backend unavailable for broken"),
+    ('status=\'failure\' result=None error="it\'s down"', "it's down"),
+    ("status='success' result='ok' error=None updated_session_state=None", None),
+    ("the status='failure' of the run", None),
+])
+def test_an_agno_tool_execution_repr_with_status_failure_is_a_failed_call(
+        otel: SpanMaker, output: str, message: str | None) -> None:
+    # OpenLLMetry writes Agno's ToolExecution as the tool span's output (as recorded: a tool
+    # that raised, its span ended OK)
+    record = record_of(otel.span("lookup.tool", {
+        "traceloop.span.kind": "tool", "traceloop.entity.name": "lookup",
+        "traceloop.entity.output": output}))
+    assert record.kind is SpanKind.TOOL
+    assert record.error is (message is not None)
+    if message is not None:
+        assert (record.error_type, record.error_message) == ("tool_error", message)
+
+
 def test_openinference_agent_span_output_is_the_answer(otel: SpanMaker) -> None:
     record = record_of(otel.span("Agent", {
         "openinference.span.kind": "AGENT",

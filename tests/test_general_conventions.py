@@ -212,6 +212,11 @@ def test_a_loop_that_says_it_stopped_at_its_cap_only_in_words_reached_a_limit(
     ("Max turns (3) exceeded", "max_turns"),
     ("Reached the maximum number of iterations (10)", "max_iterations"),
     ("stopped due to the iteration limit", "max_iterations"),
+    ("Agent was not able to resolve the task in 4 iterations.", "max_iterations"),  # BeeAI
+    ("Could not finish within 10 turns", "max_turns"),
+    ("failed to converge in 3 steps", "max_steps"),
+    ("the task failed in 2 places", None),
+    ("not able to resolve the host in the 3 tries", None),
     ("backend unavailable for broken", None),
     ("maximum retries exceeded", None),
     ("the steps of the recipe", None),

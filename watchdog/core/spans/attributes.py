@@ -130,6 +130,7 @@ WANTED_ATTRIBUTES = frozenset(
     + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS + FINISH_REASON_KEYS + MESSAGES_JSON_KEYS
     + OUTPUT_MESSAGES_JSON_KEYS + KIND_KEYS + ERROR_TYPE_KEYS + AGENT_SPAN_NAME_KEYS
     + LLM_OUTPUT_KEYS + tuple(rule.attribute for rule in TABLES.tool_result_errors)
+    + tuple(key for key, _, _ in TABLES.tool_result_error_texts)
     + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
     + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS

@@ -247,7 +247,13 @@ AUTOGEN = Convention(
 
 AGNO = Convention(
     name="Agno",
-    emitted_by="openinference-instrumentation-agno",
+    emitted_by="openinference-instrumentation-agno; OpenLLMetry (opentelemetry-instrumentation-"
+               "agno)",
+    # a tool that raised: OpenLLMetry writes Agno's ToolExecution (its repr) as the tool span's
+    # output, "status='failure' result=None error='…' …", on a span that ends OK
+    tool_result_error_texts=(
+        ("traceloop.entity.output", "status='failure'",
+         r"(?s)^status='failure' .*?\berror=(?P<q>['\"])(?P<message>.*?)(?P=q)(?= \w+=|$)"),),
     # tool_call_limit runs no call past the cap: Agno answers it with a tool message of its own
     # and asks the model again (tools still offered), which then answers
     limit_prompts=(("Tool call limit reached. Tool call ", "tool_call_limit"),),

@@ -217,12 +217,15 @@ ANTHROPIC_SDK = Convention(
           "`gen_ai.response.id` and counted once; inside OpenInference's, its twin",
 )
 
-def _limit_phrase(limit: str) -> str:
+def _limit_phrase(limit: str, unit: str) -> str:
     """A stop at a limit told in words: "Max turns (3) exceeded", "Reached the maximum number
-    of iterations (5)", "stopped due to the turn limit" (case-insensitive)."""
+    of iterations (5)", "stopped due to the turn limit", "was not able to resolve the task in
+    4 iterations" (a failure in so many ``unit``; case-insensitive)."""
     said = r"(?:exceeded|reached|hit)"
+    failed = r"(?:not able to|unable to|could not|couldn't|failed to|did not|didn't)"
     return (rf"(?i)\b(?:{limit})\b[^.\n]{{0,40}}?\b{said}\b"
-            rf"|\b(?:{said}|stopped (?:due to|at|after))\b[^.\n]{{0,24}}?\b(?:{limit})\b")
+            rf"|\b(?:{said}|stopped (?:due to|at|after))\b[^.\n]{{0,24}}?\b(?:{limit})\b"
+            rf"|\b{failed}\b[^.\n]{{0,60}}?\b(?:with)?in \d+ (?:{unit})\b")
 
 
 GENERIC_LIMITS = Convention(
@@ -233,12 +236,12 @@ GENERIC_LIMITS = Convention(
     # a framework that raises a generic exception (or none: an error in its output) and says
     # in its message that it stopped at its cap on turns, iterations or steps
     limit_phrases=(
-        (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?turns?|turns? limit"),
-         "max_turns"),
+        (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?turns?|turns? limit",
+                       r"turns?"), "max_turns"),
         (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?(?:iterations?|iters?)"
-                       r"|iterations? limit"), "max_iterations"),
-        (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?steps?|steps? limit"),
-         "max_steps"),
+                       r"|iterations? limit", r"iterations?"), "max_iterations"),
+        (_limit_phrase(r"max(?:imum)?[ _](?:number[ _]of[ _])?steps?|steps? limit",
+                       r"steps?"), "max_steps"),
     ),
     limit_error_json=(("gen_ai.framework.error.message", ()), ("output.value", ("error",)),
                       ("mlflow.spanOutputs", ("error",)),

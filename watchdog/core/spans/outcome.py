@@ -339,9 +339,9 @@ def result_error(attrs: Mapping[str, object]) -> tuple[str, str] | None:
             continue
         if all(at_path(value, path) == wanted for path, wanted in rule.where):
             return rule.error_type, _message_text(at_path(value, rule.message))
-    for attribute, end, pattern in TOOL_RESULT_ERROR_TEXTS:
+    for attribute, marker, pattern in TOOL_RESULT_ERROR_TEXTS:
         raw = attrs.get(attribute)
-        if isinstance(raw, str) and raw.endswith(end):
+        if isinstance(raw, str) and marker in raw:
             match = pattern.match(raw)
             if match:
                 return "tool_error", match.group("message")

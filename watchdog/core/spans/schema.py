@@ -168,8 +168,8 @@ class Convention:
     tool_result: Names = _NO_NAMES
     # a result that says the call failed although its span ended OK
     tool_result_errors: tuple[ErrorResult, ...] = ()
-    # (attribute, the text it ends with, regex with group "message"): the same, in a result
-    # written as the framework's own text (a Python repr): the end tested first, then the regex
+    # (attribute, a text it holds, regex with group "message"): the same, in a result written
+    # as the framework's own text (a Python repr): that text looked for first, then the regex
     tool_result_error_texts: tuple[tuple[str, str, str], ...] = ()
     # (attribute true when the call failed although its span ended OK, attribute holding the
     # result as JSON, path to the error message in it)
