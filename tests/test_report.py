@@ -256,3 +256,22 @@ def test_recent_steps_keep_the_lines_of_the_steps_they_keep() -> None:
     assert steps.render(start=T0)[0] == tuple(activity_lines([tool(seq, "read_file",
                                                                     f'{{"n":{seq}}}', "x")
                                                                for seq in (98, 99, 100)], T0))
+
+
+def test_a_model_call_that_reported_no_tokens_shows_none() -> None:
+    """A call whose usage nobody reported (a stream not asked for it, an instrumentation that
+    records none) is shown without token counts, not as one of 0 tokens."""
+    from watchdog.core.runs.activity import entry_for
+    from watchdog.core.spans.record import SpanKind, SpanRecord
+
+    def call(input_tokens: int, output_tokens: int, finish: str | None) -> str | None:
+        entry = entry_for(SpanRecord(
+            run_key="r", key_source=KeySource.WATCHDOG, trace_id="t" * 32, span_id="s" * 16,
+            parent_span_id=None, name="chat m", kind=SpanKind.LLM, start_ns=1, end_ns=2,
+            input_tokens=input_tokens, output_tokens=output_tokens, finish_reason=finish), 1)
+        assert entry is not None
+        return entry.detail
+
+    assert call(0, 0, "stop") == "finish=stop"
+    assert call(0, 0, None) is None
+    assert call(12, 0, "tool_calls") == "in=12 out=0 finish=tool_calls"

@@ -39,10 +39,12 @@ def entry_for(record: SpanRecord, seq: int) -> ActivityEntry | None:
         return ActivityEntry(record.run_key, seq, at, "tool", record.tool_name or "unknown",
                              record.args_brief, record.result_brief, error)
     if record.kind is LLM:
-        detail = f"in={record.input_tokens} out={record.output_tokens}"
+        parts = [f"in={record.input_tokens} out={record.output_tokens}"] \
+            if record.input_tokens or record.output_tokens else []  # (none said: no tokens)
         if record.finish_reason:
-            detail += f" finish={record.finish_reason}"
-        return ActivityEntry(record.run_key, seq, at, "llm", record.name, detail, None, error)
+            parts.append(f"finish={record.finish_reason}")
+        return ActivityEntry(record.run_key, seq, at, "llm", record.name,
+                             " ".join(parts) or None, None, error)
     if record.kind is AGENT:
         return ActivityEntry(record.run_key, seq, at, "agent", record.name, None,
                              record.final_output, error)
