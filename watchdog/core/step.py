@@ -255,14 +255,17 @@ class Core(CoreReads):
         return step.touched.get(key), step
 
     def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
-                 agent: str | None, session: str | None,
-                 budget: dict[str, float] | None) -> tuple[RunView, Step]:
-        """The model endpoint's run at a request (DESIGN §12): opened at its first request
-        (no span has ended yet), told what the request's headers say, and evaluated when it
-        is new or its budget changed, so its directives account for the request; its view
-        after that."""
-        step = Step()
+                 agent: str | None, session: str | None, budget: dict[str, float] | None,
+                 records: Sequence[SpanRecord] = ()) -> tuple[RunView, Step]:
+        """The model endpoint's run at a request (DESIGN §12), after ``records`` (what the
+        request carried: its tool results) are applied in the same step: opened at its first
+        request (no span has ended yet), told what the request's headers say, and evaluated
+        when it is new or its budget changed, so its directives account for the request; its
+        view after that. A run the client SDK frames is left as it is (its spans name it)."""
+        step = self.apply(records, now) if records else Step()
         run, created = self.tracker.open(key, key_source, trace_id, now)
+        if run.framed and not created:
+            return step.touched.get(key) or run.view(now, self._defaults(run)), step
         if agent and run.agent is None:
             run.agent = agent
         if session and run.session is None:

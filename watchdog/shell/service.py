@@ -436,12 +436,14 @@ class WatchdogService:
     # -- the model endpoint (DESIGN §12) -------------------------------------------------------
 
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
-                   session: str | None, budget: dict[str, float] | None) -> RunView:
-        """The endpoint's run at a request, opened if no span has named it yet."""
+                   session: str | None, budget: dict[str, float] | None,
+                   records: Sequence[SpanRecord] = ()) -> RunView:
+        """The endpoint's run at a request, opened if no span has named it yet, after the
+        ``records`` the request carried (one step of the core)."""
         self.state.admit()
         self.pricer.load_soon()  # priced when the upstream has answered
         run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
-                                       session, budget)
+                                       session, budget, records)
         self._carry(step)
         return run
 

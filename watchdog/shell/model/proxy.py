@@ -59,7 +59,7 @@ from watchdog.core.model.wire import (
 )
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
-from watchdog.core.spans.record import KeySource
+from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.shell import logs
 from watchdog.shell.config import Config, is_loopback, split_address, url_for_logs
 from watchdog.shell.errors import Overloaded, StateUnavailable
@@ -325,8 +325,8 @@ class ModelProxy:
             if self.before_identify is not None:
                 self.before_identify(wire.api, parsed, caller, agent)
             state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
-            service.model_records(self.book.tool_records(state, parsed, time.time_ns()))
-            run = self._run_of(state, agent, budget)
+            run = self._run_of(state, agent, budget,
+                               self.book.tool_records(state, parsed, time.time_ns()))
             calls = max(run.iterations, 1)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
                             budget=dict(run.budget), final_used=state.final_used,
@@ -366,20 +366,21 @@ class ModelProxy:
         return state, decide(counts, board, parsed.instructions, parsed.has_tools), key, \
             agent or state.agent or "unknown"
 
-    def _run_of(self, state: EndpointRun, agent: str | None,
-                budget: dict[str, float] | None) -> RunView:
-        """The tracker's run of this call (opened at its first request): a traced one the
-        run its trace's spans named, once they have come."""
+    def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,
+                records: list[SpanRecord]) -> RunView:
+        """The tracker's run of this call (opened at its first request), after the
+        ``records`` of the request (its tool results): a traced one the run its trace's
+        spans named, once they have come."""
         service = self.service
         if state.key_source is KeySource.TRACE:
+            service.model_records(records)  # (they may name the trace's run)
             key = service.trace_run(state.trace_id) or state.key
             return service.model_open(key, KeySource.TRACE, state.trace_id, agent, None, budget)
-        existing = service.model_run(state.key)
-        if existing is not None and existing.framed:
+        run = service.model_open(state.key, state.key_source, state.trace_id, agent,
+                                 state.session, budget, records)
+        if run.framed:
             state.traced = True  # the client SDK's run: its spans count the tools
-            return existing
-        return service.model_open(state.key, state.key_source, state.trace_id, agent,
-                                  state.session, budget)
+        return run
 
     def _abort(self, wire: Wire, parsed: Any, state: EndpointRun, turn: Turn, key: str,
                agent: str) -> Answer:
