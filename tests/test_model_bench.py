@@ -234,3 +234,20 @@ def test_the_bench_measures_conversations_of_several_turns() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert ", 3 requests a conversation;" in result.stdout.splitlines()[0]
     assert "2 streams at a time, starts staggered, relay native: 6 + 6 streams" in result.stdout
+
+
+def test_the_decide_bench_times_each_request_against_a_baseline_in_the_same_run() -> None:
+    """bench/model_decide.py: the loop's CPU to decide and to book a request, this tree and a
+    baseline tree (this one again) alternating."""
+    result = subprocess.run(
+        [sys.executable, "-P", str(ROOT / "bench" / "model_decide.py"), "--conversations", "3",
+         "--turns", "2", "--rounds", "1", "--baseline", str(ROOT)],
+        capture_output=True, text=True, timeout=170, cwd=ROOT,
+        env={key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("the loop's CPU per request, µs (3 conversations of 2"), lines
+    assert lines[1].startswith("  this tree: decide ") and ", book " in lines[1], lines
+    assert lines[2].startswith(f"  baseline {ROOT}: decide ") and " of this tree)" in lines[2]
+    figures = [float(part.split()[-1]) for part in lines[1].split(":", 1)[1].split(",")]
+    assert all(0 < figure < 100_000 for figure in figures), figures
