@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import ipaddress
 import os
@@ -117,14 +118,7 @@ class Config:
     def problems(self) -> list[str]:
         """What is wrong with the values, one message per key (key, value, what is allowed)."""
         problems: list[str] = []
-
-        def check(test: Callable[..., object], *args: Any) -> bool:
-            try:
-                test(*args)
-            except ConfigError as exc:
-                problems.append(exc.message)
-                return False
-            return True
+        check = functools.partial(_checked, problems)
 
         addresses = {name: getattr(self, name) for name in
                      ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")}
@@ -208,10 +202,7 @@ class Config:
                             "a positive number of seconds (e.g. 600 or 10m)")),
                 (_require, (name is None or (0 < len(name) <= 200 and name.isprintable()),
                             "model_agent_name", name, "a printable name of 1-200 characters"))):
-            try:
-                test(*args)
-            except ConfigError as exc:
-                problems.append(exc.message)
+            _checked(problems, test, *args)
         return problems
 
 
@@ -242,6 +233,16 @@ def validate_upstream(key: str, url: object, anthropic: bool = False) -> None:
 
 
 UNKNOWN_KEY = "unknown configuration key"
+
+
+def _checked(problems: list[str], test: Callable[..., object], *args: Any) -> bool:
+    """``test(*args)``; the :class:`ConfigError` it raises is added to ``problems`` (False)."""
+    try:
+        test(*args)
+    except ConfigError as exc:
+        problems.append(exc.message)
+        return False
+    return True
 
 
 def raise_problems(problems: list[str]) -> None:
@@ -289,13 +290,7 @@ def webhook_problems(hooks: object) -> list[str]:
         return [f"webhooks={shown(hooks)} is not allowed: expected a list of "
                 f"{{url: ..., secret: ...}} mappings"]
     problems: list[str] = []
-
-    def check(test: Callable[..., object], *args: Any) -> None:
-        try:
-            test(*args)
-        except ConfigError as exc:
-            problems.append(exc.message)
-
+    check = functools.partial(_checked, problems)
     names: dict[str, int] = {}
     for index, hook in enumerate(hooks):
         where = f"webhooks[{index}]"
