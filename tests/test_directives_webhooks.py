@@ -20,6 +20,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.harness import eventually
 from tests.test_directives_api import Sidecar, sidecar
+from watchdog.core.durations import parse_retry_after
 from watchdog.core.rules.decision import Action
 from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
@@ -28,7 +29,6 @@ from watchdog.shell.directives.webhooks import (
     RetryPolicy,
     WebhookTarget,
     classify,
-    parse_retry_after,
     sign,
     targets_from_config,
     verify,

@@ -364,10 +364,9 @@ def test_the_first_directive_loads_the_report_prompts_and_the_first_report_the_r
 def test_a_forward_endpoint_loads_the_forwarder_which_passes_exports_on(tmp_path: Path) -> None:
     with Upstream() as upstream, served(tmp_path, forward_endpoint=upstream.url,
                                         otlp_grpc_address="off") as sidecar:
-        # (the forwarder reads Retry-After as the webhooks do, with their module)
+        # (not the webhooks' sender: the two read Retry-After with core.durations)
         assert sidecar.modules() == {"watchdog.shell.receivers.forward",
-                                     "watchdog.shell.receivers.passthrough",
-                                     "watchdog.shell.directives.webhooks"}
+                                     "watchdog.shell.receivers.passthrough"}
         body = priced_run("forwarded")
         sidecar.export(body)
         wait_until(lambda: upstream.received, "the export passed on")

@@ -74,3 +74,20 @@ def parse_seconds(value: object) -> float:
     except DurationError:
         raise DurationError(SECONDS_HELP) from None
 
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """HTTP's ``Retry-After`` as seconds from ``now`` (epoch seconds): delta-seconds or an HTTP
+    date (one in the past: 0); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    import email.utils  # (only a date: the webhook sender and the forwarder read it)
+
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - now, 0.0)
+

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import email.utils
 import fnmatch
 import functools
 import hashlib
@@ -49,6 +48,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from watchdog.core.directives.model import Directive
+from watchdog.core.durations import parse_retry_after
 from watchdog.shell import logs
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import WEBHOOK_SECRET_PREFIX, webhook_name
@@ -155,20 +155,6 @@ class RetryPolicy:
 
     def gives_up(self, attempts: int, enqueued_at: float, next_at: float) -> bool:
         return attempts >= self.max_attempts or next_at - enqueued_at > self.max_age
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """``Retry-After`` as seconds from ``now``: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - now, 0.0)
 
 
 # -- targets -------------------------------------------------------------------------------------
