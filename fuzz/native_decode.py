@@ -49,7 +49,7 @@ def read(compiled: bool, body: bytes) -> str | tuple[Decoded, list[str]]:
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                attrs, firsts = native.read(span)
+                attrs, firsts = values.read(span)
                 found = firsts if firsts is not None else values.Firsts(attrs)
                 facts.append(repr((attrs, [found[index] for index in range(len(FIRST_FACTS))])))
     return records_from(request), facts

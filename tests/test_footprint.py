@@ -47,6 +47,7 @@ from tests.harness import http_request, run_detail, wait_until
 from tests.ports import free_port
 from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
 from tests.test_otlp_http import request_json
+from watchdog.core.spans.logs import WAIT_SECONDS
 from watchdog.shell.config import OFF, load
 from watchdog.shell.errors import Code, ConfigError
 
@@ -57,8 +58,15 @@ WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shel
            "watchdog.shell.receivers.forward", "watchdog.shell.receivers.passthrough",
            "watchdog.core.model.steer", "watchdog.core.runs.report",
            "watchdog.core.directives.prompt")
-# the sidecar's own modules loaded on use, but the compiled decode
+# the span pipeline and the conventions with their tables, loaded by the first export (a trace
+# or logs request, or a client's sync)
+PIPELINE = ("watchdog.core.spans.pipeline", "watchdog.core.spans.conventions",
+            "watchdog.core.spans.logs", "watchdog.core.spans.combined",
+            "watchdog.core.spans.schema", "watchdog.core.spans.model_calls",
+            "watchdog.core.spans.values")
+# the sidecar's own modules loaded on use, but the compiled decode and the span pipeline
 OWN = {name for name in WATCHED if name.startswith("watchdog.") and not name.endswith("_native")}
+WATCHED += PIPELINE
 
 # ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
@@ -157,7 +165,7 @@ def test_the_compiled_decode_loads_at_the_first_export_and_protobuf_when_it_is_n
     with served(tmp_path, otlp_grpc_address="off", default_rules="false") as sidecar:
         assert sidecar.modules() == set()
         assert sidecar.export(priced_run("lazy-protobuf")) == b""
-        assert sidecar.modules() >= {"watchdog.core.spans._native"}
+        assert sidecar.modules() >= {"watchdog.core.spans._native", *PIPELINE}
         assert "google.protobuf" not in sidecar.modules()
         assert wait_until(lambda: run_detail(sidecar.api, "lazy-protobuf"), "the run")
         assert sidecar.export(request_json(priced_request("lazy-json")),
@@ -166,6 +174,25 @@ def test_the_compiled_decode_loads_at_the_first_export_and_protobuf_when_it_is_n
         assert wait_until(lambda: run_detail(sidecar.api, "lazy-json"), "the run")
         assert sidecar.export(ExportLogsServiceRequest().SerializeToString(),
                               path="/v1/logs") == b""
+
+
+def test_the_span_pipeline_loads_at_the_first_logs_export_and_reads_the_traces_after(
+        tmp_path: Path) -> None:
+    """Idle, the span pipeline (the conventions and their tables) is not loaded; a logs export
+    before any trace export loads it and is answered, and the traces that follow are read."""
+    with served(tmp_path, otlp_grpc_address="off", default_rules="false") as sidecar:
+        assert sidecar.modules() == set()
+        assert sidecar.export(ExportLogsServiceRequest().SerializeToString(),
+                              path="/v1/logs") == b""
+        assert sidecar.export(b"{}", "application/json", path="/v1/logs") == b"{}"
+        assert set(PIPELINE) <= sidecar.modules()
+        assert sidecar.export(priced_run("after-logs")) == b""
+        assert wait_until(lambda: run_detail(sidecar.api, "after-logs"), "the run")
+
+
+def test_the_log_content_wait_default_is_the_pipelines() -> None:
+    """The setting's default, read at start without the span pipeline, is the pipeline's own."""
+    assert load(None, env={}).log_content_wait == WAIT_SECONDS
 
 
 def test_a_refusal_loads_protobuf_to_write_its_status(tmp_path: Path) -> None:
@@ -282,7 +309,10 @@ def _directives(api: str, run_id: str) -> list[dict[str, Any]]:
 def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
     with served(tmp_path, model_address=f"127.0.0.1:{free_port()}",
                 otlp_grpc_address="off") as sidecar:
-        assert sidecar.modules() == {"watchdog.shell.model.proxy", "watchdog.core.model.steer"}
+        # (its wires read model calls with the conventions: they load with it, the pipeline not)
+        assert sidecar.modules() - set(PIPELINE) == {"watchdog.shell.model.proxy",
+                                                     "watchdog.core.model.steer"}
+        assert "watchdog.core.spans.pipeline" not in sidecar.modules()
 
 
 def test_grpc_off_serves_without_grpcio_and_a_misspelling_is_refused(tmp_path: Path) -> None:

@@ -24,7 +24,6 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from watchdog.core.durations import DurationError, parse_seconds
 from watchdog.core.runs.view import trace_url_problem
-from watchdog.core.spans.logs import WAIT_SECONDS
 from watchdog.shell.errors import ConfigError
 
 DEFAULT_OTLP_GRPC_ADDRESS = "127.0.0.1:4317"
@@ -45,7 +44,9 @@ DEFAULT_MAX_PENDING_REQUESTS = 64  # export requests being decoded/applied at on
 DEFAULT_STATE_FLUSH_INTERVAL = 1.0  # seconds between snapshots of changed runs
 DEFAULT_ACTIVITY_LOG_SIZE = 200
 # seconds a model-call span from a service that sends GenAI log events waits for its content
-DEFAULT_LOG_CONTENT_WAIT = WAIT_SECONDS
+# (the span pipeline's own default, watchdog.core.spans.logs.WAIT_SECONDS, which loads with the
+# first export: tests/test_footprint.py checks they agree)
+DEFAULT_LOG_CONTENT_WAIT = 2.0
 MAX_LOG_CONTENT_WAIT = 600.0  # its run's end waits with it
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)

@@ -31,8 +31,6 @@ from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.spans.decode import TraceRequest
-from watchdog.core.spans.logs import LogJoin
-from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core
 from watchdog.shell import logs
@@ -49,6 +47,8 @@ if TYPE_CHECKING:
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
     from watchdog.core.model.steer import Board
+    from watchdog.core.spans.logs import LogJoin
+    from watchdog.core.spans.pipeline import Decoded
 
 log = logging.getLogger("watchdog")
 
@@ -142,11 +142,23 @@ class WatchdogService:
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
         self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
-        # GenAI log events and the spans they describe meet here (bounded in size and time)
-        self.log_join = LogJoin(config.log_content_wait)
+        # GenAI log events and the spans they describe meet here (bounded in size and time):
+        # made with the span pipeline, at the first export (:attr:`log_join`)
+        self._log_join: LogJoin | None = None
         # when each logs request being read came in: a held trace's wait is over only once no
         # request that came before its deadline is still unread (a busy loop reads late)
         self._logs_arrived: list[float] = []
+
+    @property
+    def log_join(self) -> LogJoin:
+        """Where GenAI log events and their spans meet; made at the first trace or logs export,
+        when the span pipeline loads (the conventions and their tables, some 1 MB:
+        docs/performance.md, Footprint)."""
+        if self._log_join is None:
+            from watchdog.core.spans.logs import LogJoin
+
+            self._log_join = LogJoin(self.config.log_content_wait)
+        return self._log_join
 
     @property
     def tracker(self) -> RunTracker:
@@ -296,6 +308,8 @@ class WatchdogService:
                digest: bytes | None = None) -> Decoded:
         """Apply one OTLP export request at once. ``digest`` (of the body) lets a retried
         request that was already applied be acknowledged without counting its spans twice."""
+        from watchdog.core.spans.pipeline import Decoded, slices_of
+
         if self._is_duplicate(digest):
             return Decoded(duplicate=True)
         self.state.admit()
@@ -312,6 +326,8 @@ class WatchdogService:
         spans) — and applied ``INGEST_SLICE`` spans at a time with the event loop served in
         between, so a small request (a sync, a heartbeat, an SSE write) never waits for a whole
         512-span batch."""
+        from watchdog.core.spans.pipeline import Decoded, slices_of
+
         if self._is_duplicate(digest):
             return Decoded(duplicate=True)
         self.state.admit()
@@ -339,6 +355,8 @@ class WatchdogService:
         """Read one OTLP logs export request's GenAI log events (the content of the spans
         they name, :mod:`watchdog.core.spans.logs`) and apply the held traces whose content
         is now all there. False for an exporter's retry of a request already read."""
+        from watchdog.core.spans.pipeline import released
+
         if self._is_duplicate(digest):
             return False
         self.state.admit()
@@ -359,9 +377,13 @@ class WatchdogService:
         """Traces held for their content whose wait is over go on, read with what came: over
         by ``now`` and before the first logs request still unread came in (all when
         ``closing``)."""
+        if self._log_join is None:  # no export yet: nothing held
+            return
+        from watchdog.core.spans.pipeline import released
+
         if self._logs_arrived and not closing:
             now = min(now, min(self._logs_arrived))
-        due = self.log_join.expired(now)
+        due = self._log_join.expired(now)
         if due:
             self._apply(released(due, self.log_join), "held")
 
@@ -406,6 +428,8 @@ class WatchdogService:
         self.core.ledger.register(key)
         self.state.admit()
         self.pricer.load_soon()
+        from watchdog.core.spans.pipeline import records_from
+
         decoded = records_from(request)
         core = self.core
         stopped = core.client_stopped(key, stop, self.clock.now()) if stop is not None else None

@@ -19,7 +19,6 @@ from watchdog.core.runs.fields import (
     UNPRICED,
     RunFields,
 )
-from watchdog.core.spans.model_calls import request_hash
 from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 
 
@@ -136,7 +135,10 @@ class RunCounts(RunFields):
                 self._remember_asked(record)
             if self.input_hash is None or record.start_ns < self._input_start_ns:
                 # the run's input: its first model call's request (see watchdog.core.cycles),
-                # hashed from the span's input only now (the endpoint's calls come hashed)
+                # hashed from the span's input only now (the endpoint's calls come hashed;
+                # the conventions load with the span pipeline, not at start)
+                from watchdog.core.spans.model_calls import request_hash
+
                 digest = record.input_hash if record.input_hash is not None \
                     else request_hash(record.prompt)
                 if digest is not None:

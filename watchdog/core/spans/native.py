@@ -12,7 +12,9 @@ reads every request. :func:`use_native` switches; :func:`native_state` says whic
 Loading the compiled module maps some 3 MB and compiles the tables' patterns: a sidecar loads it
 with its first protobuf request (``use_native(True, at_first_request=True)``, as importing this
 module does), not while it idles (docs/performance.md, Footprint). Until then the kernels'
-Python twins answer, as they answer the same.
+Python twins answer, as they answer the same. This module imports none of the conventions
+(their tables and kernels, some 1 MB, load with the span pipeline at the first export): the
+start switches the decode without them, and they are imported when the compiled decode loads.
 """
 
 from __future__ import annotations
@@ -24,15 +26,8 @@ from importlib.util import find_spec
 from typing import Any
 
 from watchdog.core.bounds import MIN_SPAN_TIME_NS
-from watchdog.core.spans import decode, model_calls, outcome, values
-from watchdog.core.spans.attributes import (
-    FIRST_FACTS,
-    SCALAR_ATTRIBUTES,
-    TOOL_ARGS_ENVELOPES,
-    WANTED_ATTRIBUTES,
-)
+from watchdog.core.spans import decode
 from watchdog.core.spans.record import MAX_ASKED_TOOLS
-from watchdog.core.spans.values import MAX_NAME_CHARS, json_encoded, select_attributes
 
 # Built (without a Rust toolchain, or for another platform, it is not): found, not loaded
 AVAILABLE = find_spec("watchdog.core.spans._native") is not None
@@ -62,6 +57,9 @@ def _load() -> bool:
 @cache
 def _compiled() -> Callable[[bytes], Any]:
     assert _native is not None
+    from watchdog.core.spans.attributes import FIRST_FACTS, SCALAR_ATTRIBUTES, WANTED_ATTRIBUTES
+    from watchdog.core.spans.values import MAX_NAME_CHARS, json_encoded
+
     tables = _native.Tables(WANTED_ATTRIBUTES, SCALAR_ATTRIBUTES, json_encoded, MAX_NAME_CHARS,
                             MIN_SPAN_TIME_NS, FIRST_FACTS)
     native_decode = _native.decode
@@ -93,6 +91,10 @@ def _kernels() -> tuple[Any, Any, Any]:
     canonical JSON and a model output's tool calls read by serde_json. Each answers as its
     Python twin does, or leaves the value to it."""
     assert _native is not None
+    from watchdog.core.spans import model_calls, outcome
+    from watchdog.core.spans.attributes import TOOL_ARGS_ENVELOPES
+    from watchdog.core.spans.values import MAX_NAME_CHARS
+
     json = _native.Json(TOOL_ARGS_ENVELOPES, model_calls.ASKED_TOOL_LISTS, MAX_ASKED_TOOLS,
                         MAX_NAME_CHARS)
     return _patterns(outcome.LIMIT_PHRASES), _patterns(outcome.LIMIT_STATUS), json
@@ -100,6 +102,8 @@ def _kernels() -> tuple[Any, Any, Any]:
 
 def _use_kernels(on: bool) -> None:
     """The compiled kernels on (and the 64-bit stable hash), or the Python twins alone."""
+    from watchdog.core.spans import model_calls, outcome, values
+
     phrases, status, json = _kernels() if on else (None, None, None)
     outcome.compiled_phrases = phrases.first if phrases is not None else None
     outcome.compiled_status = status.first if status is not None else None
@@ -134,22 +138,6 @@ def native_state() -> str:
     if decode.compiled is not None:
         return "on"
     return "off" if AVAILABLE else "unavailable"
-
-
-def selected(span: Any) -> dict[str, object]:
-    """The attributes of ``span`` the conventions read, from either decode."""
-    if type(span) is NATIVE_SPAN:
-        return span.selected()  # type: ignore[no-any-return]
-    return select_attributes(span.attributes)
-
-
-def read(span: Any) -> tuple[dict[str, object], tuple[object, ...] | None]:
-    """The attributes of ``span`` the conventions read and, from the compiled decode, their
-    first-present facts (``FIRST_FACTS``, resolved in the same pass); None: the Python path
-    looks each up when it is asked for (:class:`~watchdog.core.spans.values.Firsts`)."""
-    if type(span) is NATIVE_SPAN:
-        return span.read()  # type: ignore[no-any-return]
-    return select_attributes(span.attributes), None
 
 
 use_native(True, at_first_request=True)

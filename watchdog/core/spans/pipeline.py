@@ -16,8 +16,8 @@ from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
 from watchdog.core.spans.decode import TraceRequest, attributes
 from watchdog.core.spans.logs import Held, LogJoin, merged
-from watchdog.core.spans.native import read, selected
 from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
+from watchdog.core.spans.values import read, selected
 
 
 @dataclass(slots=True)

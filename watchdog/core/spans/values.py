@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from watchdog.core.bounds import token_count
+from watchdog.core.spans import native
 from watchdog.core.spans.attributes import (
     FIRST_FACTS,
     HIDDEN_CONTENT,
@@ -54,6 +55,22 @@ def select_attributes(key_values: Any) -> dict[str, object]:
             else:
                 selected[key] = text
     return selected
+
+
+def selected(span: Any) -> dict[str, object]:
+    """The attributes of ``span`` the conventions read, from either decode."""
+    if type(span) is native.NATIVE_SPAN:  # (set once the compiled decode is loaded)
+        return span.selected()  # type: ignore[no-any-return]
+    return select_attributes(span.attributes)
+
+
+def read(span: Any) -> tuple[dict[str, object], tuple[object, ...] | None]:
+    """The attributes of ``span`` the conventions read and, from the compiled decode, their
+    first-present facts (``FIRST_FACTS``, resolved in the same pass); None: the Python path
+    looks each up when it is asked for (:class:`Firsts`)."""
+    if type(span) is native.NATIVE_SPAN:
+        return span.read()  # type: ignore[no-any-return]
+    return select_attributes(span.attributes), None
 
 
 _NUMBER_STARTS = frozenset("-0123456789")

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from watchdog.core.spans.decode import TraceRequest
-from watchdog.core.spans.pipeline import Decoded
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from watchdog.core.spans.pipeline import Decoded
 
 
 class TraceConsumer(Protocol):

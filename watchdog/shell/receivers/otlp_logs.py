@@ -17,12 +17,6 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from watchdog.core.spans.decode import DecodeError, request_digest
-from watchdog.core.spans.logs import (
-    logs_response_json,
-    logs_response_protobuf,
-    parse_logs_json,
-    parse_logs_protobuf,
-)
 from watchdog.shell.config import Config
 from watchdog.shell.errors import BadRequest
 from watchdog.shell.metrics import Metrics
@@ -38,10 +32,18 @@ if TYPE_CHECKING:
 
 LOGS_PATH = "/v1/logs"
 GRPC_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
-PARSERS: dict[str, Callable[[bytes], ExportLogsServiceRequest]] = {
-    "application/x-protobuf": parse_logs_protobuf, "application/json": parse_logs_json}
-RESPONSES: dict[str, Callable[[int, str], bytes]] = {
-    "application/x-protobuf": logs_response_protobuf, "application/json": logs_response_json}
+
+
+def logs_codec(content_type: str) -> tuple[Callable[[bytes], ExportLogsServiceRequest],
+                                           Callable[[int, str], bytes]]:
+    """The parse and the answer of a logs request of ``content_type`` (protobuf or OTLP/JSON),
+    from :mod:`watchdog.core.spans.logs`, which loads with the first logs export (with the span
+    pipeline)."""
+    from watchdog.core.spans import logs
+
+    if content_type == "application/json":
+        return logs.parse_logs_json, logs.logs_response_json
+    return logs.parse_logs_protobuf, logs.logs_response_protobuf
 
 
 class LogsReceiver(otlp_http.TraceReceiver):
@@ -50,13 +52,13 @@ class LogsReceiver(otlp_http.TraceReceiver):
     signal: Signal = "logs"
 
     async def _consume(self, codec: otlp_http.Codec, body: bytes) -> tuple[bytes, bool]:
-        parse = functools.partial(PARSERS[codec.content_type], body)
+        parse, respond = logs_codec(codec.content_type)
         try:
-            fresh = await self.consumer.export_logs(parse, otlp_http.PROTOCOL,
-                                                    request_digest(body))
+            fresh = await self.consumer.export_logs(functools.partial(parse, body),
+                                                    otlp_http.PROTOCOL, request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
-        return RESPONSES[codec.content_type](0, ""), fresh
+        return respond(0, ""), fresh
 
     def _count(self, outcome: str) -> None:
         """``export_requests_total`` counts trace exports."""
@@ -68,10 +70,10 @@ class LogsService(otlp_grpc.TraceService):
     signal: Signal = "logs"
 
     async def _consume(self, body: bytes) -> tuple[bytes, bool]:
+        parse, _ = logs_codec("application/x-protobuf")
         try:
             fresh = await self.consumer.export_logs(
-                functools.partial(parse_logs_protobuf, body), otlp_grpc.PROTOCOL,
-                request_digest(body))
+                functools.partial(parse, body), otlp_grpc.PROTOCOL, request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         return b"", fresh  # an empty ExportLogsServiceResponse: full success
