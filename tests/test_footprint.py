@@ -57,7 +57,7 @@ WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shel
            "frozenlist._frozenlist", "yaml", "watchdog.shell.directives.webhooks",
            "watchdog.shell.receivers.forward", "watchdog.shell.receivers.passthrough",
            "watchdog.core.model.steer", "watchdog.core.runs.report",
-           "watchdog.core.directives.prompt")
+           "watchdog.core.directives.prompt", "encodings.idna")
 # the span pipeline and the conventions with their tables, loaded by the first export (a trace
 # or logs request, or a client's sync)
 PIPELINE = ("watchdog.core.spans.pipeline", "watchdog.core.spans.conventions",
@@ -193,6 +193,38 @@ def test_the_span_pipeline_loads_at_the_first_logs_export_and_reads_the_traces_a
 def test_the_log_content_wait_default_is_the_pipelines() -> None:
     """The setting's default, read at start without the span pipeline, is the pipeline's own."""
     assert load(None, env={}).log_content_wait == WAIT_SECONDS
+
+
+def test_a_listeners_ascii_host_is_resolved_without_the_idna_codec() -> None:
+    """The start binds the gRPC port and probes the ports itself (``listen_addresses``): an
+    ASCII host resolves as the IDNA codec would have encoded it, without loading the codec (the
+    idle sidecars above never hold ``encodings.idna``); a name the codec refuses is an OSError
+    (the start's one-line refusal), and a host that is not ASCII goes through the codec."""
+    script = """
+import socket, sys
+from watchdog.shell.receivers.lazy_grpc import listen_addresses
+assert "encodings.idna" not in sys.modules
+assert {a[4][0] for a in listen_addresses("127.0.0.1", 0)} == {"127.0.0.1"}
+assert [a[4] for a in listen_addresses("localhost", 4317)] == [
+    a[4] for a in socket.getaddrinfo(b"localhost", 4317, type=socket.SOCK_STREAM,
+                                     flags=socket.AI_PASSIVE)]
+assert "encodings.idna" not in sys.modules
+for bad in ("a..b", "x" * 64 + ".example"):
+    try:
+        listen_addresses(bad, 0)
+    except OSError:
+        pass
+    else:
+        raise AssertionError(bad)
+try:
+    listen_addresses("b\u00fccher.invalid", 0)
+except OSError:
+    pass
+assert "encodings.idna" in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_refusal_loads_protobuf_to_write_its_status(tmp_path: Path) -> None:

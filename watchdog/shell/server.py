@@ -41,7 +41,7 @@ from watchdog.shell.errors import StartupError
 from watchdog.shell.metrics import Metrics, create_metrics_app
 from watchdog.shell.receivers import otlp_grpc, otlp_http, otlp_logs
 from watchdog.shell.receivers.admission import Admission
-from watchdog.shell.receivers.lazy_grpc import LazyGrpc
+from watchdog.shell.receivers.lazy_grpc import LazyGrpc, listen_addresses
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import Store, StoreError, own
@@ -365,7 +365,7 @@ def check_port_free(key: str, address: str) -> None:
     if port == 0:
         return
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = listen_addresses(host, port)
     except OSError as exc:
         raise StartupError(listen_failure(key, address, str(exc))) from None
     failures: list[OSError] = []

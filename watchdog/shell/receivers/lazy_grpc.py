@@ -27,7 +27,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import grpc
@@ -210,12 +210,22 @@ class LazyGrpc:
                 end.transport.close()
 
 
+def listen_addresses(host: str, port: int) -> list[tuple[Any, ...]]:
+    """``socket.getaddrinfo`` for a TCP listener (``AI_PASSIVE``). A str host is encoded with
+    the IDNA codec there; an ASCII host is passed as its ASCII bytes, which is what that codec
+    gives it, so the codec and its tables (``encodings.idna``, ``stringprep``: 0.1 MB) load only
+    for a host that is not ASCII. (A name the codec refuses, a label empty or over 63
+    characters, is then refused by the resolver: an OSError, as an unknown name is.)"""
+    name: str | bytes = host.encode("ascii") if host.isascii() else host
+    return socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+
+
 def bind(host: str, port: int) -> list[socket.socket]:
     """Unlistening sockets, ``SO_REUSEPORT`` set (grpcio binds beside them later), for every
     address ``host`` resolves to that binds (a port 0 bound first is used for the rest), each
     as grpcio binds it: an IPv4 address on a dual-stack IPv6 socket where the system has IPv6.
     OSError when none binds."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    infos = listen_addresses(host, port)
     sockets: list[socket.socket] = []
     failure: OSError | None = None
     for family, kind, proto, _name, address in infos:
