@@ -15,6 +15,7 @@ bound.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -114,6 +115,14 @@ class DecisionSink(Protocol):
     def submit(self, decided: Decided) -> object: ...
 
 
+def _new_log_join(wait_seconds: float) -> LogJoin:
+    """A log join, the span pipeline imported with it (at the first export, on a thread)."""
+    import watchdog.core.spans.pipeline  # noqa: F401
+    from watchdog.core.spans.logs import LogJoin
+
+    return LogJoin(wait_seconds)
+
+
 class WatchdogService:
     def __init__(self, config: Config, store: Store, observer: Observer | None = None,
                  clock: Clock | None = None, engine: RuleEngine | None = None,
@@ -151,14 +160,20 @@ class WatchdogService:
 
     @property
     def log_join(self) -> LogJoin:
-        """Where GenAI log events and their spans meet; made at the first trace or logs export,
-        when the span pipeline loads (the conventions and their tables, some 1 MB:
+        """Where GenAI log events and their spans meet; made at the first trace or logs export
+        or sync, when the span pipeline loads (the conventions and their tables, some 1.4 MB:
         docs/performance.md, Footprint)."""
         if self._log_join is None:
-            from watchdog.core.spans.logs import LogJoin
-
-            self._log_join = LogJoin(self.config.log_content_wait)
+            self._log_join = _new_log_join(self.config.log_content_wait)
         return self._log_join
+
+    async def _pipeline_loaded(self) -> None:
+        """The first export's: the span pipeline's imports (some 20 ms) on a thread, the event
+        loop serving meanwhile, and the log join made."""
+        if self._log_join is None:
+            made = await asyncio.to_thread(_new_log_join, self.config.log_content_wait)
+            if self._log_join is None:  # (not made meanwhile, for another first export)
+                self._log_join = made
 
     @property
     def tracker(self) -> RunTracker:
@@ -326,6 +341,7 @@ class WatchdogService:
         spans) — and applied ``INGEST_SLICE`` spans at a time with the event loop served in
         between, so a small request (a sync, a heartbeat, an SSE write) never waits for a whole
         512-span batch."""
+        await self._pipeline_loaded()
         from watchdog.core.spans.pipeline import Decoded, slices_of
 
         if self._is_duplicate(digest):
@@ -355,6 +371,7 @@ class WatchdogService:
         """Read one OTLP logs export request's GenAI log events (the content of the spans
         they name, :mod:`watchdog.core.spans.logs`) and apply the held traces whose content
         is now all there. False for an exporter's retry of a request already read."""
+        await self._pipeline_loaded()
         from watchdog.core.spans.pipeline import released
 
         if self._is_duplicate(digest):
