@@ -57,7 +57,7 @@ WATCHED = ("grpc", "cel_expr_python", "genai_prices", "pydantic", "watchdog.shel
            "frozenlist._frozenlist", "yaml", "watchdog.shell.directives.webhooks",
            "watchdog.shell.receivers.forward", "watchdog.shell.receivers.passthrough",
            "watchdog.core.model.steer", "watchdog.core.runs.report",
-           "watchdog.core.directives.prompt", "encodings.idna")
+           "watchdog.core.directives.prompt", "encodings.idna", "hmac")
 # the span pipeline and the conventions with their tables, loaded by the first export (a trace
 # or logs request, or a client's sync)
 PIPELINE = ("watchdog.core.spans.pipeline", "watchdog.core.spans.conventions",
@@ -70,10 +70,11 @@ WATCHED += PIPELINE
 
 # ``python -m watchdog serve``, with SIGUSR1 writing the names of the loaded modules to stdout
 DRIVER = """
-import json, runpy, signal, sys
+import json, runpy, signal, sys, threading
 def show(*_):
     names = sorted(sys.modules)
-    sys.stdout.write(json.dumps(names) + "\\n")
+    threads = sorted(thread.name for thread in threading.enumerate())
+    sys.stdout.write(json.dumps({"modules": names, "threads": threads}) + "\\n")
     sys.stdout.flush()
 signal.signal(signal.SIGUSR1, show)
 sys.argv = ["watchdog", "serve"]
@@ -89,10 +90,17 @@ class Served:
 
     def modules(self) -> set[str]:
         """The modules the sidecar has imported, of those this test watches."""
+        return {name for name in self._loaded()["modules"] if name in WATCHED}
+
+    def threads(self) -> set[str]:
+        """The names of the sidecar's threads."""
+        return set(self._loaded()["threads"])
+
+    def _loaded(self) -> dict[str, list[str]]:
         assert self.process.stdout is not None
         self.process.send_signal(signal.SIGUSR1)
-        names: list[str] = json.loads(self.process.stdout.readline())
-        return {name for name in names if name in WATCHED}
+        loaded: dict[str, list[str]] = json.loads(self.process.stdout.readline())
+        return loaded
 
     def passes(self, task: str) -> float:
         """How many times the sidecar's timed loop ``task`` has passed (its metrics)."""
@@ -227,6 +235,20 @@ assert "encodings.idna" in sys.modules
     assert done.returncode == 0, done.stderr
 
 
+def test_a_token_loads_the_comparison_which_checks_it(tmp_path: Path) -> None:
+    """Without ``api_token`` (the defaults) no request is checked and ``hmac`` is not loaded;
+    with one, each request's bearer token is compared with it."""
+    token = "t" * 24
+    with served(tmp_path, otlp_grpc_address="off", api_token=token) as sidecar:
+        assert "hmac" not in sidecar.modules()
+        assert http_request("GET", f"{sidecar.api}/v1/runs")[0] == 401
+        assert http_request("GET", f"{sidecar.api}/v1/runs",
+                            headers={"Authorization": f"Bearer {token}x"})[0] == 401
+        assert http_request("GET", f"{sidecar.api}/v1/runs",
+                            headers={"Authorization": f"Bearer {token}"})[0] == 200
+        assert "hmac" in sidecar.modules()
+
+
 def test_a_refusal_loads_protobuf_to_write_its_status(tmp_path: Path) -> None:
     """An export refused is answered a ``google.rpc.Status`` with its gRPC code: protobuf loads
     to write it."""
@@ -343,7 +365,7 @@ def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
                 otlp_grpc_address="off") as sidecar:
         # (its wires read model calls with the conventions: they load with it, the pipeline not)
         assert sidecar.modules() - set(PIPELINE) == {"watchdog.shell.model.proxy",
-                                                     "watchdog.core.model.steer"}
+                                                     "watchdog.core.model.steer", "hmac"}
         assert "watchdog.core.spans.pipeline" not in sidecar.modules()
 
 
@@ -412,8 +434,11 @@ def test_the_first_directive_loads_the_report_prompts_and_the_first_report_the_r
     never loads without it."""
     with served(tmp_path, eval_interval="0.05") as sidecar:
         assert sidecar.modules() == set()
+        # no runs to restore: the directive store's reader thread starts at its first read
+        assert "watchdog-directives-read_0" not in sidecar.threads()
         _looping_export(sidecar)
         fired = wait_until(lambda: _directives(sidecar.api, "looping"), "the directive")
+        assert "watchdog-directives-read_0" in sidecar.threads()
         assert fired[0]["action"] == "wind_down", fired
         assert fired[0]["report_prompt"].startswith("[agent-watchdog: system instruction."), fired
         assert sidecar.modules() & OWN == {"watchdog.core.directives.prompt"}
@@ -441,7 +466,7 @@ def test_a_webhook_loads_its_sender_which_delivers_the_directives(tmp_path: Path
     with Upstream() as receiver:
         hooks = f"[{{url: '{receiver.url}/hook', secret: '{'s' * 32}'}}]"
         with served(tmp_path, eval_interval="0.05", webhooks=hooks) as sidecar:
-            assert sidecar.modules() == {"yaml", "watchdog.shell.directives.webhooks"}
+            assert sidecar.modules() == {"yaml", "watchdog.shell.directives.webhooks", "hmac"}
             _looping_export(sidecar)
             wait_until(lambda: receiver.received, "the directive's webhook")
             path, body = receiver.received[0]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-
 from watchdog.shell.errors import Unauthorized
 
 
@@ -15,6 +13,8 @@ def check_bearer(authorization: str | bytes | None, token: str | None, where: st
     """
     if token is None:
         return
+    import hmac  # (only where a token is set: the defaults bind loopback and check none)
+
     if isinstance(authorization, bytes):
         authorization = authorization.decode("utf-8", "replace")
     scheme, _, given = (authorization or "").partition(" ")

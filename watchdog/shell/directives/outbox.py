@@ -104,6 +104,8 @@ class Outbox:
         (all runs when None), for the rule engine to restore its fired state from."""
         await self._load_counters()
         ids = None if run_ids is None else list(run_ids)
+        if ids == []:  # no runs, nothing fired to read: the reader's thread starts at a read
+            return []
         return await self.hub.reader.run(self.store.fired_records, ids)
 
     async def start(self) -> None:
