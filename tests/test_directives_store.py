@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,30 @@ def test_a_batch_without_deliveries_is_one_statement_and_still_told_apart(
     assert store.counters() == (607, {"run-1": 607})
     assert store.add_many([]) == []
     store.close()
+
+
+def test_a_checkpoint_copies_what_was_written_and_skips_while_nothing_was(
+        tmp_path: Path) -> None:
+    """The log is copied into the database at open (the schema), and by each checkpoint after
+    a write; a checkpoint with nothing written since the last whole copy runs none (an idle
+    sidecar's checkpointer connection stays unused: docs/performance.md, Footprint)."""
+    store = DirectiveStore(str(tmp_path))
+    assert store._checkpointer is not None
+    run: list[str] = []
+    store._checkpointer.db.set_trace_callback(run.append)  # the checkpoints it runs
+    store.checkpoint()
+    assert run == []
+    assert store.add_many([(directive(1, 1), [])]) == [AddResult.STORED]
+    store.checkpoint()
+    assert run == ["PRAGMA wal_checkpoint(PASSIVE)"]
+    copy = tmp_path / "copy.sqlite3"  # the database file alone, without its log
+    shutil.copy(tmp_path / "directives.sqlite3", copy)
+    with sqlite3.connect(copy) as db:
+        assert db.execute("SELECT global_seq FROM directives").fetchall() == [(1,)]
+    store.checkpoint()
+    assert len(run) == 1  # nothing new
+    store.close()
+    assert run[-1] == "PRAGMA wal_checkpoint(TRUNCATE)"  # closing copies and empties it
 
 
 def test_listing_acks_and_fired_records(tmp_path: Path) -> None:

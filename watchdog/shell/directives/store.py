@@ -280,10 +280,18 @@ class DirectiveStore:
                 _migrate(db, version)
             self._reader = self._writer if target == MEMORY else _Connection(target)
             self._checkpointer: _Connection | None = None
+            # the writer's total_changes when the log was last copied whole (-1: not yet)
+            self._copied_changes = -1
             if target != MEMORY:
                 self._reader.db.execute("PRAGMA query_only=ON")
                 db.execute("PRAGMA wal_autocheckpoint=0")
                 self._checkpointer = _Connection(target)
+                # what the schema (or a process before) left in the log, copied now, before
+                # anything else uses the store: the checkpoints then skip while nothing is
+                # written, and the checkpointer's connection stays unused (its page cache,
+                # some 0.1 MB) until something is
+                self._copied(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone(),
+                             db.total_changes)
         except sqlite3.Error as exc:
             raise DirectiveStoreError(f"state_dir {state_dir!r}: {exc}") from None
 
@@ -299,10 +307,22 @@ class DirectiveStore:
         and never blocks the writer; TRUNCATE on close also empties the log file)."""
         if self._checkpointer is None:
             return
+        with self._writer.lock:  # (read before: a write after it is copied at the next one)
+            changes = self._writer.db.total_changes
+        if not truncate and changes == self._copied_changes:
+            return  # nothing written since the log was last copied whole
         mode = "TRUNCATE" if truncate else "PASSIVE"
         # busy: the next round will do it
         with self._checkpointer.lock, contextlib.suppress(sqlite3.OperationalError):
-            self._checkpointer.db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+            self._copied(self._checkpointer.db.execute(f"PRAGMA wal_checkpoint({mode})")
+                         .fetchone(), changes)
+
+    def _copied(self, result: tuple[int, int, int], changes: int) -> None:
+        """Note a checkpoint's ``(busy, frames in the log, frames copied)``: the log copied
+        whole, up to the writer's ``changes``."""
+        busy, frames, copied = result
+        if not busy and frames == copied:
+            self._copied_changes = changes
 
     # -- directives: writes (the store lane) ------------------------------------------------------
 
