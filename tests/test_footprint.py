@@ -12,10 +12,13 @@ frozenlist's compiled module (aiohttp is imported with its Python twin), PyYAML 
 pack is read ahead; a config file, ``WATCHDOG_WEBHOOKS`` or a rule file of yours loads it), the
 webhooks' sender and the forwarder (each only when configured), the report prompts (at the
 first directive), a run's report (at its first request), the model endpoint's steering (with
-it) —
+it), the span pipeline (the conventions and their tables: the first trace or logs export),
+``hmac`` (where a bearer token is set), the IDNA codec (a listener's host that is not ASCII),
+nor the directive store's reader thread (its first read) —
 and then a model call is priced as the library itself prices it, a gRPC export is answered, a
-rule decided by CEL fires, each export is read, a directive is delivered to a webhook and
-carries its report prompt, an export is passed on upstream, and a report is rendered.
+rule decided by CEL fires, each export is read, a token is checked, a directive is delivered
+to a webhook and carries its report prompt, an export is passed on upstream, and a report is
+rendered.
 """
 
 from __future__ import annotations
