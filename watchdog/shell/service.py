@@ -161,7 +161,7 @@ class WatchdogService:
     @property
     def log_join(self) -> LogJoin:
         """Where GenAI log events and their spans meet; made at the first trace or logs export
-        or sync, when the span pipeline loads (the conventions and their tables, some 1.4 MB:
+        or sync, when the span pipeline loads (the conventions and their tables, some 1.2 MB:
         docs/performance.md, Footprint)."""
         if self._log_join is None:
             self._log_join = _new_log_join(self.config.log_content_wait)

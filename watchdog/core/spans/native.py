@@ -13,7 +13,7 @@ Loading the compiled module maps some 3 MB and compiles the tables' patterns: a 
 with its first protobuf request (``use_native(True, at_first_request=True)``, as importing this
 module does), not while it idles (docs/performance.md, Footprint). Until then the kernels'
 Python twins answer, as they answer the same. This module imports none of the conventions
-(their tables and kernels, some 1 MB, load with the span pipeline at the first export): the
+(their tables and kernels, some 1.2 MB, load with the span pipeline at the first export): the
 start switches the decode without them, and they are imported when the compiled decode loads.
 """
 
