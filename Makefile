@@ -110,9 +110,11 @@ export UV_PYTHON_DOWNLOADS := never
 frameworks: $(VENV)/.created
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(FRAMEWORK_VENVS)
 
-## the TypeScript agents of the model endpoint's and the Vercel AI SDK's tests (tests/frameworks/ts:
-## the openai npm package, the AI SDK and its OpenAI and Anthropic providers, the OpenAI Agents
-## SDK, the OpenTelemetry Node SDK and tsx), exactly as locked, from the npm registry
+## the TypeScript agents of the model endpoint's, the Vercel AI SDK's and LangGraph.js' tests
+## (tests/frameworks/ts: the openai npm package, the AI SDK and its OpenAI and Anthropic
+## providers, the OpenAI Agents SDK, LangGraph.js with @langchain/openai and OpenInference's
+## LangChain.js instrumentation, the OpenTelemetry Node SDK and tsx), exactly as locked, from
+## the npm registry
 TS_AGENT := tests/frameworks/ts/node_modules/.installed
 $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.json
 	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error

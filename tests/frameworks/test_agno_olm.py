@@ -1,0 +1,62 @@
+"""Agno (agno 3.x, ``OpenAIChat`` on the fake server) traced by OpenLLMetry as
+``Traceloop.init()`` sets it up (opentelemetry-instrumentation-agno and -openai), in venv
+``.venvs/agno_olm``.
+
+What it emits (details: the recordings): ``<agent>.agent`` (``traceloop.span.kind`` agent,
+``gen_ai.agent.name``, the answer in ``traceloop.entity.output``) > ``openai.chat`` per model
+call and ``<tool>.tool`` per tool run (``traceloop.entity.input`` = the JSON arguments,
+``traceloop.entity.output`` = the Python repr of Agno's ``FunctionExecutionResult``, on a span
+that ends OK even when the tool failed). A team: a root ``<team>.team`` with
+``traceloop.span.kind`` workflow (no agent name), the leader's ``openai.chat`` calls and its
+``delegate_task_to_member.tool`` directly below it, and the member's ``.agent`` span *beside*
+the tool span, starting after it ended (the tool returns a generator, run later).
+
+The expectations are DESIGN §3's and those of Agno under OpenInference
+(tests/frameworks/test_agno.py): one run per invocation, iterations = model calls, tool calls,
+errors, terminal state and reason, the agent's name. Each case runs live and from its committed
+recording. ``tool_error`` is recorded but not asserted here: the failed result is only in that
+repr on an OK span, which no convention reads yet.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.frameworks.fakellm import FakeLLM, Script
+from tests.frameworks.harness import Expect, check_recorded, drive_and_check
+from tests.frameworks.scenarios import ANSWER, SUMMARY, script
+from tests.frameworks.test_agno import until_refused
+from tests.harness import RunningServer
+
+DRIVER = "agno_olm"
+AGENT = "agno_researcher"
+SCRIPTS: dict[str, dict[str, Script]] = {
+    "three_tools": {"": script("three_tools")},
+    "limit": {"": until_refused},
+}
+EXPECTED = {
+    "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
+    # tool_call_limit=3: the 4th call refused (no tool span), the 5th model call answers
+    "limit": [Expect(AGENT, 5, 3, 0, "tool_limit_reached", True, "tool_call_limit", None)],
+}
+ANSWERS = {"three_tools": ANSWER, "limit": SUMMARY}
+
+
+def answer_read(sidecar: RunningServer, scenario: str) -> None:
+    runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
+            for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
+    top = [run for run in runs if run["parent_run"] is None]
+    assert [run["final_output"] for run in top] == [ANSWERS[scenario]], top
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    drive_and_check(sidecar, llm, "agno_olm", DRIVER, scenario, SCRIPTS[scenario],
+                    EXPECTED[scenario])
+    answer_read(sidecar, scenario)
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_recorded(sidecar: RunningServer, scenario: str) -> None:
+    check_recorded(sidecar, DRIVER, scenario, EXPECTED[scenario])
+    answer_read(sidecar, scenario)
