@@ -3,7 +3,7 @@ the root: for ``LATE_SPAN_GRACE`` seconds and the last ``MAX_TRACES_ENDED`` trac
 
 from __future__ import annotations
 
-from tests.recorded import request_of
+from tests.recorded import ScopedSpan, request_of
 from tests.test_rebatching import read_as_exported, scoped_spans
 from watchdog.core.runs.frames import LATE_SPAN_GRACE, FrameBook
 from watchdog.core.runs.tracker import RunTracker
@@ -39,3 +39,31 @@ def test_the_frames_of_ended_traces_are_bounded_oldest_dropped_first() -> None:
     book.expire(1.0 + LATE_SPAN_GRACE)
     assert [book.get(trace) is not None for trace in "abc"] == [False, False, True]
     assert len(book) == 0  # (traces in progress: none)
+
+
+def team_runs(spans: list[ScopedSpan]) -> list[tuple[str | None, int, int, str | None]]:
+    """What the tracker reads of ``spans`` sent one per request: each run's agent, model and
+    tool calls, and its parent run's agent."""
+    tracker = RunTracker()
+    for at, span in enumerate(spans, start=1):
+        tracker.apply(records_from(request_of([span])).records, float(at))
+    runs = [*tracker.active(), *tracker.ended()]
+    agents = {run.key: run.agent_name for run in runs}
+    return sorted((run.agent_name, run.iterations, run.tool_calls,
+                   agents.get(run.parent_run) if run.parent_run else None) for run in runs)
+
+
+def test_a_nested_agent_seen_by_two_instrumentations_is_one_child_run_in_either_order() -> None:
+    """AutoGen's team under OpenInference: each member's turn is autogen-core's ``invoke_agent``
+    with OpenInference's ``<agent>.on_messages_stream`` inside (no call between them). The
+    writer, a nested agent, is one child run whichever of its two spans comes first."""
+    spans = scoped_spans("autogen_oi", "team")
+    outer = next(index for index, (_, _, span) in enumerate(spans)
+                 if span.name == "invoke_agent autogen_writer")
+    inner = next(index for index, (_, _, span) in enumerate(spans)
+                 if span.name == "autogen_writer.on_messages_stream")
+    assert inner < outer  # (as exported: children end first)
+    reordered = [*spans[:inner], spans[outer], *spans[inner:outer], *spans[outer + 1:]]
+    for order in (spans, reordered):
+        assert team_runs(order) == [("autogen_researcher", 4, 3, None),
+                                    ("autogen_writer", 1, 0, "autogen_researcher")]

@@ -21,6 +21,8 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   work from a sibling task span) takes the spans beside it that carry its agent name;
 * an agent span that names no agent and has no model or tool call below it is no nested agent
   (:meth:`TraceFrames.answer_only`): the answer it may carry is the trace run's;
+* two agent spans of one nested agent's invocation (seen by two instrumentations, one inside
+  the other, in either order) are one child run: the outer one joins the inner one's;
 * an agent span that encloses the one taken as main until then demotes it to a child: the inner
   agent of "agent as a tool" ends first (enclosed by the parent links, or by the times of one
   of the outer agent's tool calls when the instrumentation hangs both agents side by side) —
@@ -125,6 +127,29 @@ class TraceFrames:
             return False
         return not any(self.within(call, outer) and not self.within(call, inner)
                        and self.child_of(call) is None for call in self.calls)
+
+    def split_twin(self, outer: str) -> str | None:
+        """The agent span below agent span ``outer`` already split into a child run that is
+        ``outer``'s own invocation seen by a second instrumentation (autogen-core's
+        ``invoke_agent`` around OpenInference's ``on_messages_stream``): its span id, if any."""
+        for span in self.children:
+            if span != outer and self.within(span, outer) and self.same_invocation(span, outer):
+                return span
+        return None
+
+    def split_above(self, span_id: str) -> str | None:
+        """The nearest agent span strictly above ``span_id`` split into a child run, if any."""
+        children, parents = self.children, self.parents
+        if not children:
+            return None
+        current = parents.get(span_id)
+        for _ in range(MAX_DEPTH):
+            if current is None:
+                return None
+            if current in children:
+                return current
+            current = parents.get(current)
+        return None
 
     def ran_in_a_tool_of(self, inner: str, outer: str) -> bool:
         """Whether agent span ``inner`` ran inside a tool call below agent span ``outer`` by

@@ -522,6 +522,12 @@ class RunTracker(RunBook):
                 self._split(frames, main, run, now, result)
             frames.main_agent = record.span_id
             return run
+        if (above := frames.split_above(record.span_id)) is not None \
+                and frames.same_invocation(record.span_id, above):
+            # the inner view of a nested agent split off already (come after it: a later
+            # request first): its child run's, with the calls that came before it
+            self._gather(frames, frames.children[above], record, now, result)
+            return run
         if frames.within(record.span_id, main):
             if frames.same_invocation(record.span_id, main):
                 return run  # the inner view of the main agent, ending after it (async exporters)
@@ -533,7 +539,44 @@ class RunTracker(RunBook):
             self._split(frames, main, run, now, result)
             frames.main_agent = record.span_id
             return run
+        if (twin := frames.split_twin(record.span_id)) is not None:
+            return self._join(frames, record, twin, run, now, result)
         return self._split(frames, record.span_id, run, now, result) or run
+
+    def _join(self, frames: TraceFrames, record: SpanRecord, twin: str, parent: RunState,
+              now: float, result: BatchResult) -> RunState:
+        """Agent span ``record`` is the outer view of nested agent span ``twin``, split off
+        already: it and what ran below it beside ``twin`` join ``twin``'s child run."""
+        key = frames.children[twin]
+        child = self.get(key)
+        if child is None:
+            return parent
+        frames.children[record.span_id] = key
+        record.run_key = key
+        self._gather(frames, key, record, now, result)
+        self._fold(record, child, now, result, count=False)
+        return child
+
+    def _gather(self, frames: TraceFrames, key: str, record: SpanRecord, now: float,
+                result: BatchResult) -> None:
+        """Fold into child run ``key`` the retained records (but ``record``, placed by the
+        caller) that it owns now and another run has (the trace run, or a nested agent's run
+        split off above it): those runs are folded again from what they keep."""
+        child = self.get(key)
+        moved = [held for held in frames.records
+                 if held.run_key != key and held.span_id != record.span_id
+                 and frames.child_of(held.span_id) == key]
+        if child is None or not moved:
+            return
+        losers = {held.run_key for held in moved}
+        for held in moved:
+            held.run_key = key
+            self._fold(held, child, now, result, count=False)
+        for loser_key in losers:
+            if (loser := self.get(loser_key)) is not None:
+                loser.refold([held for held in frames.records if held.run_key == loser_key],
+                             now)
+                result.touched[loser_key] = loser
 
     def _split(self, frames: TraceFrames, agent_span: str, parent: RunState, now: float,
                result: BatchResult) -> RunState | None:
