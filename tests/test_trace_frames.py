@@ -67,3 +67,11 @@ def test_a_nested_agent_seen_by_two_instrumentations_is_one_child_run_in_either_
     for order in (spans, reordered):
         assert team_runs(order) == [("autogen_researcher", 4, 3, None),
                                     ("autogen_writer", 1, 0, "autogen_researcher")]
+
+
+def test_a_workflow_root_that_made_model_calls_of_its_own_is_the_runs_agent() -> None:
+    """Agno's team under OpenLLMetry: the team is a workflow span (``agno.team.name``), the
+    leader's model calls and its delegation tool call directly below it, the member's agent
+    span beside them: the team's run, the member a child run of it."""
+    assert sorted(run[:3] + run[6:] for run in read_as_exported("agno_olm", "team")) == [
+        ("agno_researcher", 4, 3, "agno_team"), ("agno_team", 2, 1, None)]

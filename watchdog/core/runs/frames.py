@@ -11,6 +11,8 @@ The tracker folds each span into the trace's run as it arrives — rules need th
 and a :class:`TraceFrames` remembers, per trace, the parent links and the records seen (both
 bounded), so that when an agent span that is not the trace root arrives it can decide:
 
+* a workflow root that made model calls of its own (not inside an agent span below it) is
+  the trace run's agent, as an agent root is: the agents below it are nested ones;
 * the trace's **main agent** (the first agent span to end that no earlier one encloses): its
   subtree stays in the trace run, and its outcome is the run's (a workflow root that ends OK
   above an agent that hit its limit);
@@ -127,6 +129,24 @@ class TraceFrames:
             return False
         return not any(self.within(call, outer) and not self.within(call, inner)
                        and self.child_of(call) is None for call in self.calls)
+
+    def works_itself(self, root: str) -> bool:
+        """Whether workflow span ``root`` made a model call of its own: one below it that no
+        agent span below it encloses (Agno's team under OpenLLMetry: the leader's model and
+        delegation calls hang from the team's workflow span, the member's agent span beside
+        them)."""
+        return any(record.kind is LLM and self.agent_above(record.span_id) == root
+                   for record in self.records)
+
+    def agent_above(self, span_id: str) -> str | None:
+        """The nearest agent span strictly above ``span_id``, if any."""
+        agents, parents = self.agents, self.parents
+        current = parents.get(span_id)
+        for _ in range(MAX_DEPTH):
+            if current is None or current in agents:
+                return current
+            current = parents.get(current)
+        return None
 
     def split_twin(self, outer: str) -> str | None:
         """The agent span below agent span ``outer`` already split into a child run that is

@@ -322,8 +322,9 @@ class RunTracker(RunBook):
             if unplaced and record.trace_id in unplaced:  # its trace has a run now
                 records.extend(unplaced.pop(record.trace_id))
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
-                    and not record.workflow:
-                # the root is itself an agent: the one taken as main, if any, ran inside it
+                    and (not record.workflow or frames.works_itself(record.span_id)):
+                # the root is itself an agent (or a workflow that made model calls of its own,
+                # as a team's leader does): the one taken as main, if any, ran inside it
                 main = frames.main_agent
                 if main is not None and not frames.same_invocation(main, record.span_id):
                     self._split(frames, main, run, now, result)

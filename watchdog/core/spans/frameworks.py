@@ -254,6 +254,9 @@ AGNO = Convention(
     tool_result_error_texts=(
         ("traceloop.entity.output", "status='failure'",
          r"(?s)^status='failure' .*?\berror=(?P<q>['\"])(?P<message>.*?)(?P=q)(?= \w+=|$)"),),
+    # OpenLLMetry: a team is a workflow span naming the team here (its leader's model calls
+    # below it, beside the member's agent span)
+    agent_name=("agno.team.name",),
     # tool_call_limit runs no call past the cap: Agno answers it with a tool message of its own
     # and asks the model again (tools still offered), which then answers
     limit_prompts=(("Tool call limit reached. Tool call ", "tool_call_limit"),),
@@ -265,7 +268,10 @@ AGNO = Convention(
           "`delegate_task_to_member`; a tool's exception leaves only its message (the status "
           "description): its type is `error`; with content hidden (OpenInference's "
           "`OPENINFERENCE_HIDE_*`) that input is too: a run refused at `tool_call_limit` reads "
-          "`completed` (a known gap)",
+          "`completed` (a known gap); under OpenLLMetry a team is a workflow span naming the "
+          "team (`agno.team.name`) with the leader's model and delegation calls below it: the "
+          "team's run, the member (its agent span beside the delegation, started after it "
+          "ended) a child run",
 )
 
 LLAMAINDEX = Convention(
