@@ -286,6 +286,36 @@ def test_a_run_named_only_in_its_roots_openinference_metadata_is_that_agents(
     assert run.agent_name == "research-agent"
 
 
+@pytest.mark.parametrize(("name", "metadata", "agent"), [
+    ("lg_researcher", {"ls_integration": "langgraph"}, "lg_researcher"),
+    ("LangGraph", {"ls_integration": "langgraph"}, "test-agent"),  # a graph given no name
+    ("lg_researcher", {"ls_integration": "langchain_chat_model"}, "test-agent"),
+])
+def test_a_graphs_own_root_is_named_after_the_graph(name: str, metadata: dict[str, str],
+                                                    agent: str) -> None:
+    """LangGraph.js under OpenInference names its graph only in its root CHAIN's span name,
+    its metadata LangGraph's alone: the run is that graph's (not the service's)."""
+    otel = SpanMaker()
+    root = otel.open(name, {"openinference.span.kind": "CHAIN",
+                            "metadata": json.dumps(metadata)}, start=T0)
+    otel.span("chat m", chat_attrs(finish="stop"), parent=root, start=T0 + 1)
+    root.end(end_time=int((T0 + 5) * 1e9))
+    tracker, _ = run_spans(otel.take())
+    assert only_run(tracker).agent_name == agent
+
+
+@pytest.mark.parametrize("scenario", ["three_tools", "tool_error", "limit"])
+def test_a_langgraphjs_run_is_named_after_its_graph(scenario: str) -> None:
+    """A real recording: no span of LangGraph.js under OpenInference is AGENT or names an
+    agent; the root CHAIN is named after the graph."""
+    spans = scoped_spans("langgraphjs_oi", scenario)
+    assert not any(kv.key in ("agent.name", "gen_ai.agent.name")
+                   or (kv.key == "openinference.span.kind" and kv.value.string_value == "AGENT")
+                   for _, _, span in spans for kv in span.attributes)
+    (run,) = _runs("langgraphjs_oi", scenario)
+    assert run.agent_name == "lg_researcher"
+
+
 def test_a_convention_that_names_the_agent_comes_before_the_roots_fields() -> None:
     otel = SpanMaker()
     with otel.agent("invoke_agent x", {"gen_ai.agent.name": "named",

@@ -93,7 +93,9 @@ def row(convention: Convention) -> str:
              + _places(c.agent_span_name, "agent span ")
              + [f"`{key}` JSON `{_dotted(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json]
-             + [f"root `{key}` JSON `{_dotted(path)}`" for key, path in c.root_agent_name_json])
+             + [f"root `{key}` JSON `{_dotted(path)}`" for key, path in c.root_agent_name_json]
+             + [f"root span name when its `{key}` JSON `{_dotted(path)}` = `{value}` (not "
+                f"`{default}`)" for key, path, value, default in c.root_graph_json])
     tools = (_places(c.tool_name) + [f"span name `{p}…`" for p in c.tool_name_span_prefixes]
              + [f"span name `…{s}`" for s in c.tool_name_span_suffixes]
              + _places(c.tool_args))

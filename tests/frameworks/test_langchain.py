@@ -53,12 +53,12 @@ DRIVER = "langchain_openllmetry"
 ENV = "langchain"
 # OpenInference's LangChain instrumentation, in the venv of the LangChain steering tests. It
 # has no agent-name attribute: create_agent's name is in the `metadata` JSON of every span
-# (lc_agent_name), create_react_agent's nowhere but its graph span's name (the run takes the
-# service name). It gives create_react_agent's model node, "agent", the AGENT kind: a step of
-# the graph all the same (its `metadata` names the node), so the run is one run.
+# (lc_agent_name), create_react_agent's nowhere but its graph span's name (the root, whose
+# metadata is LangGraph's alone: the run is named after it). It gives create_react_agent's model
+# node, "agent", the AGENT kind: a step of the graph all the same (its `metadata` names the
+# node), so the run is one run.
 OI_DRIVER = "langchain_openinference"
 OI_ENV = "steering_langchain"
-OI_UNNAMED = {"lg_researcher": "langchain-service"}
 AGENT = "lc_researcher"
 SCRIPTS = {
     "three_tools": cases.three_tools(),
@@ -143,23 +143,18 @@ def test_replay(sidecar: RunningServer, scenario: str) -> None:
 
 
 
-def _oi_expected(scenario: str) -> list[Expect]:
-    return [replace(expect, agent=OI_UNNAMED.get(expect.agent, expect.agent))
-            for expect in expected_for(scenario)]
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_openinference_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
     model = cases.register(llm, f"{OI_DRIVER}-{scenario}",
                            SCRIPTS[scenario.removesuffix(NOCONTENT)])
     run_driver(OI_ENV, OI_DRIVER, scenario, sidecar, llm, model)
-    check_runs(sidecar, _oi_expected(scenario))
+    check_runs(sidecar, expected_for(scenario))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_openinference_replay(sidecar: RunningServer, scenario: str) -> None:
     replay(sidecar, RECORDINGS / OI_DRIVER / f"{scenario}.jsonl")
-    check_runs(sidecar, _oi_expected(scenario))
+    check_runs(sidecar, expected_for(scenario))
 
 
 @pytest.mark.parametrize("driver", [DRIVER, OI_DRIVER])

@@ -66,6 +66,7 @@ class Tables:
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
     agent_name_json: tuple[tuple[str, Path], ...]
     root_agent_name_json: tuple[tuple[str, Path], ...]
+    root_graph_json: tuple[tuple[str, Path, str, str], ...]
     agent_name_invocations: Names
     graph_node_json: tuple[tuple[str, Path], ...]
     wrapped_exceptions: Mapping[str, re.Pattern[str]]
@@ -169,6 +170,8 @@ def combine() -> Tables:
                               for pair in convention.agent_name_json),
         root_agent_name_json=tuple(pair for convention in CONVENTIONS
                                    for pair in convention.root_agent_name_json),
+        root_graph_json=tuple(rule for convention in CONVENTIONS
+                              for rule in convention.root_graph_json),
         agent_name_invocations=_names("agent_name_invocations"),
         graph_node_json=tuple(pair for convention in CONVENTIONS
                               for pair in convention.graph_node_json),

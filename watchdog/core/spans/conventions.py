@@ -63,6 +63,7 @@ from watchdog.core.spans.attributes import (
     NESTED_STEP_SPAN_NAMES,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
+    ROOT_GRAPH_JSON,
     SPAN_NAME_ROLES,
     WORKFLOW,
 )
@@ -75,6 +76,7 @@ from watchdog.core.spans.identity import (
     _budget_numbers,
     _json_identity,
     _root_agent,
+    _root_graph,
     classify,
     nested_agent_role,
     role_of,
@@ -194,6 +196,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             agent = _agent_from_span_name(name)
     if agent is None and parent is None and ROOT_AGENT_NAME_JSON:
         agent = _root_agent(attrs)
+    if agent is None and parent is None and ROOT_GRAPH_JSON:
+        agent = _root_graph(name, attrs)
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service

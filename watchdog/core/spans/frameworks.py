@@ -191,6 +191,10 @@ LANGGRAPH = Convention(
     # OpenInference gives the AGENT kind although it is one step of the graph.
     agent_name_json=(("metadata", ("lc_agent_name",)),),
     graph_node_json=(("metadata", ("langgraph_node",)),),
+    # LangGraph.js under OpenInference marks no span AGENT and writes no lc_agent_name: the
+    # graph's own root span (its metadata LangGraph's alone) is named after the graph
+    # (createReactAgent({name})); "LangGraph" is the name of a graph given none
+    root_graph_json=(("metadata", ("ls_integration",), "langgraph", "LangGraph"),),
     limit_exceptions=frozenset({"GraphRecursionError"}),
     limit_status=((r"^Recursion limit of \d+ reached", "GraphRecursionError"),),
     notes="a tool error the tool handles itself (`handle_tool_error`) is only in its result: "

@@ -28,6 +28,7 @@ from watchdog.core.spans.attributes import (
     PARENT_RUN_KEYS,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
+    ROOT_GRAPH_JSON,
     ROOT_KIND_MAPS,
     RUN_ID_KEYS,
     SESSION_KEYS,
@@ -170,6 +171,22 @@ def _root_agent(attrs: Mapping[str, object]) -> str | None:
         value = at_path(raw, path)
         if isinstance(value, str) and value.strip() and _encodable(value):
             return value.strip()
+    return None
+
+
+def _root_graph(name: str, attrs: Mapping[str, object]) -> str | None:
+    """The graph a trace's root is the invocation of, by its name (:attr:`Convention.
+    root_graph_json`): parsed only when the value occurs in the text."""
+    for key, path, value, default in ROOT_GRAPH_JSON:
+        raw = attrs.get(key)
+        if not isinstance(raw, str) or f'"{value}"' not in raw:
+            continue
+        try:
+            parsed = _load_json(raw)
+        except (ValueError, RecursionError):
+            continue
+        if at_path(parsed, path) == value and name and name != default and _encodable(name):
+            return name[:MAX_NAME_CHARS]
     return None
 
 

@@ -140,6 +140,11 @@ class Convention:
     # and only when nothing above names its agent: the root's own input or metadata (before
     # the run falls back to `service.name`)
     root_agent_name_json: tuple[tuple[str, Path], ...] = ()
+    # (attribute holding JSON, path, value, default name): a trace root whose JSON has that
+    # value there is a compiled graph's own invocation, read only when nothing names its agent:
+    # the span is named after the graph (LangGraph.js' createReactAgent({name})), but for the
+    # framework's default graph name, which names no agent
+    root_graph_json: tuple[tuple[str, Path, str, str], ...] = ()
     # attributes naming, on every span, the agent whose graph runs it (read as agent_name too):
     # a span of no role (or a root workflow) named after that agent is the agent's invocation,
     # at the root or nested (an agent run as another agent's tool: a child run)
