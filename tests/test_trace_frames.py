@@ -4,7 +4,7 @@ the root: for ``LATE_SPAN_GRACE`` seconds and the last ``MAX_TRACES_ENDED`` trac
 from __future__ import annotations
 
 from tests.recorded import ScopedSpan, request_of
-from tests.test_rebatching import read_as_exported, scoped_spans
+from tests.test_rebatching import as_exported, ended_runs, read_as_exported, scoped_spans
 from watchdog.core.runs.frames import LATE_SPAN_GRACE, FrameBook
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.pipeline import records_from
@@ -65,8 +65,9 @@ def test_a_nested_agent_seen_by_two_instrumentations_is_one_child_run_in_either_
     assert inner < outer  # (as exported: children end first)
     reordered = [*spans[:inner], spans[outer], *spans[inner:outer], *spans[outer + 1:]]
     for order in (spans, reordered):
-        assert team_runs(order) == [("autogen_researcher", 4, 3, None),
-                                    ("autogen_writer", 1, 0, "autogen_researcher")]
+        assert team_runs(order) == [("autogen-oi-service", 0, 0, None),
+                                    ("autogen_researcher", 4, 3, "autogen-oi-service"),
+                                    ("autogen_writer", 1, 0, "autogen-oi-service")]
 
 
 def test_a_workflow_root_that_made_model_calls_of_its_own_is_the_runs_agent() -> None:
@@ -75,3 +76,18 @@ def test_a_workflow_root_that_made_model_calls_of_its_own_is_the_runs_agent() ->
     span beside them: the team's run, the member a child run of it."""
     assert sorted(run[:3] + run[6:] for run in read_as_exported("agno_olm", "team")) == [
         ("agno_researcher", 4, 3, "agno_team"), ("agno_team", 2, 1, None)]
+
+
+def test_a_teams_members_are_peers_each_a_child_run_of_the_team() -> None:
+    """AutoGen's RoundRobinGroupChat under OpenInference: the team's root CHAIN lists its
+    participants (``participant_names``); the members ran one after the other below it. The
+    team is the trace's run (named after the service: nothing names the team), each member a
+    child run of it (not the first member the run and the next its child, as a handoff), and
+    the team answers with its last member's answer (its own output is the whole TaskResult)."""
+    runs = ended_runs(as_exported("autogen_oi", "team"))
+    agents = {run.key: run.agent_name for run in runs}
+    assert sorted((run.agent_name, run.iterations, run.tool_calls, agents.get(run.parent_run),
+                   run.final_output) for run in runs) == [
+        ("autogen-oi-service", 0, 0, None, "Write-up: a, b and c are known."),
+        ("autogen_researcher", 4, 3, "autogen-oi-service", "a, b and c are known."),
+        ("autogen_writer", 1, 0, "autogen-oi-service", "Write-up: a, b and c are known.")]

@@ -11,8 +11,10 @@ The tracker folds each span into the trace's run as it arrives — rules need th
 and a :class:`TraceFrames` remembers, per trace, the parent links and the records seen (both
 bounded), so that when an agent span that is not the trace root arrives it can decide:
 
-* a workflow root that made model calls of its own (not inside an agent span below it) is
-  the trace run's agent, as an agent root is: the agents below it are nested ones;
+* a workflow root that made model calls of its own (not inside an agent span below it), or
+  one that lists a team's members (:attr:`team_root`), is the trace run's agent, as an agent
+  root is: the agents below it are nested ones (a team's members peers, each a child run of
+  the team's run, none the same invocation as the team);
 * the trace's **main agent** (the first agent span to end that no earlier one encloses): its
   subtree stays in the trace run, and its outcome is the run's (a workflow root that ends OK
   above an agent that hit its limit);
@@ -66,6 +68,7 @@ class TraceFrames:
     calls: set[str] = field(default_factory=set)  # model and tool call span ids
     agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
     main_agent: str | None = None
+    team_root: str | None = None  # a team's root span: its members are peers, none its own
     complete: bool = True  # False once a record could not be retained: no more splitting
     ahead: list[SpanRecord] = field(default_factory=list)  # tool calls of the batch, unfolded
 
@@ -73,7 +76,8 @@ class TraceFrames:
         """The frames in JSON-able values (kept over a clean restart)."""
         return {"parents": self.parents, "records": [record.to_dict() for record in self.records],
                 "children": self.children, "adopted": self.adopted, "calls": sorted(self.calls),
-                "agents": self.agents, "main_agent": self.main_agent, "complete": self.complete}
+                "agents": self.agents, "main_agent": self.main_agent, "complete": self.complete,
+                "team_root": self.team_root}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceFrames:
@@ -83,7 +87,7 @@ class TraceFrames:
         return cls(parents=dict(data["parents"]), records=records[:MAX_RETAINED_SPANS],
                    children=dict(data["children"]), adopted=dict(data["adopted"]),
                    calls=set(data["calls"]), agents=dict(data["agents"]),
-                   main_agent=data["main_agent"],
+                   main_agent=data["main_agent"], team_root=data.get("team_root"),
                    complete=bool(data["complete"]) and len(records) <= MAX_RETAINED_SPANS)
 
     def note(self, record: SpanRecord) -> None:
@@ -93,6 +97,8 @@ class TraceFrames:
             self.calls.add(record.span_id)
         elif kind is AGENT:
             self.agents[record.span_id] = record.agent
+            if record.team:
+                self.team_root = record.span_id
         if len(self.records) >= MAX_RETAINED_SPANS:
             self.complete = False
             return
@@ -116,7 +122,7 @@ class TraceFrames:
         unknown), no model or tool call lies between them, and ``outer`` made no call of its own
         outside ``inner`` (a smolagents manager whose step runs a managed agent did)."""
         inner_name, outer_name = self.agents.get(inner), self.agents.get(outer)
-        if inner_name and outer_name and inner_name != outer_name:
+        if (inner_name and outer_name and inner_name != outer_name) or outer == self.team_root:
             return False
         current = self.parents.get(inner)
         for _ in range(MAX_DEPTH):

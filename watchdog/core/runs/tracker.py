@@ -322,11 +322,18 @@ class RunTracker(RunBook):
             if unplaced and record.trace_id in unplaced:  # its trace has a run now
                 records.extend(unplaced.pop(record.trace_id))
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
-                    and (not record.workflow or frames.works_itself(record.span_id)):
+                    and (not record.workflow or record.team
+                         or frames.works_itself(record.span_id)):
                 # the root is itself an agent (or a workflow that made model calls of its own,
-                # as a team's leader does): the one taken as main, if any, ran inside it
+                # as a team's leader does, or a team's, whose members are peers): the one taken
+                # as main, if any, ran inside it
                 main = frames.main_agent
-                if main is not None and not frames.same_invocation(main, record.span_id):
+                if record.team:
+                    # its output is the whole conversation: the team answers with its last
+                    # member's answer, as a run that handed off does
+                    record.final_answer, record.final_output = False, None
+                if main is not None and (record.team
+                                         or not frames.same_invocation(main, record.span_id)):
                     self._split(frames, main, run, now, result)
                 frames.main_agent = record.span_id
             elif record.kind is AGENT and record.parent_span_id is not None and (
@@ -488,8 +495,9 @@ class RunTracker(RunBook):
                     if (child := self.get(key)) is not None and child.parent_run == run.key
                     and child.ended]
         if children:
-            # (children that ended in one batch: the one that started last)
-            last = max(children, key=lambda child: (child.ended_at or 0.0, child.first_start_ns))
+            # (by their spans' times: the one that started last; a child split off again, a
+            # team's first member at the team's root, ended in a later batch all the same)
+            last = max(children, key=lambda child: child.first_start_ns)
             if last.has_final_answer:
                 run.explicit_final = True
                 run.final_output = last.final_output
@@ -575,8 +583,8 @@ class RunTracker(RunBook):
             self._fold(held, child, now, result, count=False)
         for loser_key in losers:
             if (loser := self.get(loser_key)) is not None:
-                loser.refold([held for held in frames.records if held.run_key == loser_key],
-                             now)
+                self._refold(loser, [held for held in frames.records
+                                     if held.run_key == loser_key], now)
                 result.touched[loser_key] = loser
 
     def _split(self, frames: TraceFrames, agent_span: str, parent: RunState, now: float,
@@ -603,9 +611,16 @@ class RunTracker(RunBook):
         if not child.ended and any(record.span_id == agent_span for record in moved):
             self._finish(child, now)
             result.ended.append(child)
-        parent.refold(frames.own(), now)
+        self._refold(parent, frames.own(), now)
         result.touched[parent.key] = parent
         return child
+
+    def _refold(self, run: RunState, records: list[SpanRecord], now: float) -> None:
+        """Fold ``run`` again from ``records`` (what it keeps once a nested agent's spans moved
+        out); a run that ended unanswered (its root came first) ends through its children."""
+        run.refold(records, now)
+        if run.ended and not run.has_final_answer and run.end_error_type is None:
+            self._outcome_from_children(run)
 
     def heartbeat(self, key: str, messages: int, now: float, in_flight: int | None = None,
                   oldest_call_started: float | None = None, register: bool = False

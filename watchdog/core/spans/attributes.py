@@ -28,6 +28,7 @@ GRAPH_NODE_JSON = TABLES.graph_node_json
 JSON_IDENTITY_KEYS = tuple(dict.fromkeys(key for key, _ in AGENT_NAME_JSON + GRAPH_NODE_JSON))
 ROOT_AGENT_NAME_JSON = TABLES.root_agent_name_json
 ROOT_GRAPH_JSON = TABLES.root_graph_json
+TEAM_MEMBER_KEYS = TABLES.team_members
 LIMIT_ERROR_JSON = TABLES.limit_error_json
 SESSION_KEYS = TABLES.session
 RESPONSE_ID_KEYS = TABLES.response_id
@@ -144,7 +145,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
     + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
     + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
-    + tuple(key for key, _, _, _ in ROOT_GRAPH_JSON)
+    + tuple(key for key, _, _, _ in ROOT_GRAPH_JSON) + TEAM_MEMBER_KEYS
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
     + MESSAGES_DELTA_KEYS + TRANSFER_TARGET_KEYS + CALLER_KEYS + MODEL_KEYS + PROVIDER_KEYS

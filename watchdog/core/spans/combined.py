@@ -116,6 +116,7 @@ class Tables:
     cap_requests: tuple[tuple[str, str], ...]
     loop_caps: Mapping[str, str]
     hidden_answers: Names
+    team_members: Names
     limit_prompts: tuple[tuple[str, str], ...]
     limit_system_prompts: tuple[tuple[str, str], ...]
     limit_answers: tuple[tuple[str, str], ...]
@@ -239,6 +240,7 @@ def combine() -> Tables:
         loop_caps=MappingProxyType({name: limit for convention in CONVENTIONS
                                     for name, limit in convention.loop_caps}),
         hidden_answers=_names("hidden_answers"),
+        team_members=_names("team_members"),
         limit_prompts=tuple(pair for convention in CONVENTIONS
                             for pair in convention.limit_prompts),
         limit_system_prompts=tuple(pair for convention in CONVENTIONS

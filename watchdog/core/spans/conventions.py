@@ -65,6 +65,7 @@ from watchdog.core.spans.attributes import (
     ROOT_AGENT_NAME_JSON,
     ROOT_GRAPH_JSON,
     SPAN_NAME_ROLES,
+    TEAM_MEMBER_KEYS,
     WORKFLOW,
 )
 from watchdog.core.spans.decode import any_value
@@ -184,6 +185,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         record.creates_agent = True
     elif role is WORKFLOW:
         record.workflow = True
+        if parent is None and TEAM_MEMBER_KEYS and any(key in attrs for key in TEAM_MEMBER_KEYS):
+            record.team = True
 
     agent = (None if step else firsts[F_AGENT_NAME]) or resource.agent \
         or json_agent

@@ -240,13 +240,21 @@ LANGSMITH = Convention(
 AUTOGEN = Convention(
     name="AutoGen AgentChat",
     emitted_by="autogen-core's own GenAI spans; model calls by opentelemetry-instrumentation-"
-               "openai-v2",
+               "openai-v2; or openinference-instrumentation-autogen-agentchat (with autogen-core's "
+               "spans)",
+    # openinference-instrumentation-autogen-agentchat: a team's run_stream is a root CHAIN
+    # listing its participants
+    team_members=("participant_names",),
     notes="`execute_tool` spans carry no arguments or result; `max_tool_iterations` ends the "
           "loop on no span (no answer: `no_response`)" + ON_NO_SPAN
           + "; a team run inside no span of the "
           "application's is one trace per runtime message, tied by span links only, which are "
           "not followed: one run per turn (run the team inside a span of your own, as "
-          "AutoGen's tracing guide does)",
+          "AutoGen's tracing guide does: the first member's turn is the run, the next ones "
+          "child runs); under OpenInference a team's root CHAIN lists its participants: the "
+          "team's run (named after the service), each member's turn a child run of it, the "
+          "team's answer its last member's; a turn's `invoke_agent` and OpenInference's "
+          "`on_messages_stream` inside it are one agent",
 )
 
 AGNO = Convention(

@@ -87,6 +87,8 @@ class SpanRecord:
     # An agent-kind span that frames a workflow (invoke_workflow, an OpenLLMetry workflow, an
     # OpenInference root CHAIN) rather than an agent: the agent below it is the run's own.
     workflow: bool = False
+    # A workflow root that lists a team's members: the team's invocation, its members peers
+    team: bool = False
     # How the run ended, as this span tells it (watchdog.core.spans.frameworks lists the places).
     limit_stop: str | None = None  # a framework limit stopped the run: its name
     # An agent span whose framework, at its cap, asks the model for an answer from the agent

@@ -145,6 +145,10 @@ class Convention:
     # the span is named after the graph (LangGraph.js' createReactAgent({name})), but for the
     # framework's default graph name, which names no agent
     root_graph_json: tuple[tuple[str, Path, str, str], ...] = ()
+    # attributes on a workflow root that list a team's members (AutoGen's group chats): the
+    # root is the team's invocation, its members peers, each a child run of it (none its own
+    # agent, and none the parent of the next, as a handoff's target is)
+    team_members: Names = _NO_NAMES
     # attributes naming, on every span, the agent whose graph runs it (read as agent_name too):
     # a span of no role (or a root workflow) named after that agent is the agent's invocation,
     # at the root or nested (an agent run as another agent's tool: a child run)
