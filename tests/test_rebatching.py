@@ -335,7 +335,8 @@ def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
 # Lower a count when a change reads more of them right; never raise one.
 BATCH_ORDER_MISREAD = {
     "autogen_native": 11, "crewai_openinference_openai": 8, "dspy_oi": 25,
-    "langchain_openllmetry": 16, "litellm_logfire_loop": 14, "logfire_loop": 3,
+    "langchain_openllmetry": 16, "langgraphjs_oi": 2, "litellm_logfire_loop": 14,
+    "logfire_loop": 3,
     "openai_agents_oi": 4, "openai_agents_openlit": 6,
     "openai_agents_sdk": 101, "openai_olm_loop": 3, "semantic_kernel_137_agent": 18,
     "semantic_kernel_agent": 18,

@@ -4,7 +4,13 @@ the root: for ``LATE_SPAN_GRACE`` seconds and the last ``MAX_TRACES_ENDED`` trac
 from __future__ import annotations
 
 from tests.recorded import ScopedSpan, request_of
-from tests.test_rebatching import as_exported, ended_runs, read_as_exported, scoped_spans
+from tests.test_rebatching import (
+    as_exported,
+    ended_runs,
+    read_as_exported,
+    runs_read,
+    scoped_spans,
+)
 from watchdog.core.runs.frames import LATE_SPAN_GRACE, FrameBook
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.pipeline import records_from
@@ -91,3 +97,18 @@ def test_a_teams_members_are_peers_each_a_child_run_of_the_team() -> None:
         ("autogen-oi-service", 0, 0, None, "Write-up: a, b and c are known."),
         ("autogen_researcher", 4, 3, "autogen-oi-service", "a, b and c are known."),
         ("autogen_writer", 1, 0, "autogen-oi-service", "Write-up: a, b and c are known.")]
+
+
+def test_a_graph_below_a_tool_call_is_a_child_run_whichever_comes_last() -> None:
+    """LangGraph.js under OpenInference, the manager's tool invoking another graph with its
+    config: the sub-agent's graph is a CHAIN (LangGraph's metadata) below the TOOL span, its
+    model calls below it, no span AGENT. It is a child run named after the graph, whether the
+    tool call, the graph's span or its model calls come last."""
+    exported = read_as_exported("langgraphjs_oi", "managed_config")
+    assert sorted(run[:3] + run[6:] for run in exported) == [
+        ("lg_manager", 2, 1, None), ("lg_researcher", 2, 1, "lg_manager")]
+    spans = scoped_spans("langgraphjs_oi", "managed_config")
+    graph = next(index for index, (_, _, span) in enumerate(spans)
+                 if span.name == "lg_researcher")
+    for cut in (1, graph, graph + 1):  # the rest first: the model calls, the graph, the tool last
+        assert runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) == exported

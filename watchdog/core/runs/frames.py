@@ -25,6 +25,8 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   work from a sibling task span) takes the spans beside it that carry its agent name;
 * an agent span that names no agent and has no model or tool call below it is no nested agent
   (:meth:`TraceFrames.answer_only`): the answer it may carry is the trace run's;
+* a graph's span (:attr:`SpanRecord.graph`) directly below a tool call, with model calls below
+  it, is a nested agent named after it, whichever of the three comes last;
 * two agent spans of one nested agent's invocation (seen by two instrumentations, one inside
   the other, in either order) are one child run: the outer one joins the inner one's;
 * an agent span that encloses the one taken as main until then demotes it to a child: the inner
@@ -48,7 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
+from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 
 MAX_RETAINED_SPANS = 512  # records kept per trace to fold a nested agent's run again
 MAX_TRACES_RETAINED = 4_000  # traces with retained records at once (least recent dropped)
@@ -69,6 +71,7 @@ class TraceFrames:
     agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
     main_agent: str | None = None
     team_root: str | None = None  # a team's root span: its members are peers, none its own
+    graphs: set[str] = field(default_factory=set)  # spans of a graph's metadata (record.graph)
     complete: bool = True  # False once a record could not be retained: no more splitting
     ahead: list[SpanRecord] = field(default_factory=list)  # tool calls of the batch, unfolded
 
@@ -77,7 +80,7 @@ class TraceFrames:
         return {"parents": self.parents, "records": [record.to_dict() for record in self.records],
                 "children": self.children, "adopted": self.adopted, "calls": sorted(self.calls),
                 "agents": self.agents, "main_agent": self.main_agent, "complete": self.complete,
-                "team_root": self.team_root}
+                "team_root": self.team_root, "graphs": sorted(self.graphs)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceFrames:
@@ -88,6 +91,7 @@ class TraceFrames:
                    children=dict(data["children"]), adopted=dict(data["adopted"]),
                    calls=set(data["calls"]), agents=dict(data["agents"]),
                    main_agent=data["main_agent"], team_root=data.get("team_root"),
+                   graphs=set(data.get("graphs", ())),
                    complete=bool(data["complete"]) and len(records) <= MAX_RETAINED_SPANS)
 
     def note(self, record: SpanRecord) -> None:
@@ -95,6 +99,8 @@ class TraceFrames:
         kind = record.kind
         if kind is LLM or kind is TOOL:
             self.calls.add(record.span_id)
+        elif record.graph and len(self.graphs) < MAX_RETAINED_SPANS:
+            self.graphs.add(record.span_id)
         elif kind is AGENT:
             self.agents[record.span_id] = record.agent
             if record.team:
@@ -135,6 +141,39 @@ class TraceFrames:
             return False
         return not any(self.within(call, outer) and not self.within(call, inner)
                        and self.child_of(call) is None for call in self.calls)
+
+    def graph_in_tool(self, placed: SpanRecord) -> SpanRecord | None:
+        """A graph's span directly below a tool call, not split off yet, that made model calls
+        (LangGraph.js invoking a graph inside a tool that passes its config on: no span of it
+        is an agent), as ``placed`` (the tool call, the graph's span or a model call below it:
+        whichever comes last) completes it; None if there is none."""
+        graphs = self.graphs
+        if not graphs:
+            return None
+        if placed.kind is TOOL:
+            candidates = [span for span in graphs if self.parents.get(span) == placed.span_id]
+        elif placed.graph:
+            candidates = [placed.span_id]
+        elif placed.kind is LLM:  # the graph spans above it
+            candidates = [span for span in graphs if self.within(placed.span_id, span)]
+        else:
+            return None
+        for span in candidates:
+            tool = self.parents.get(span)
+            if tool not in self.calls or span in self.children \
+                    or self.child_of(span) is not None:
+                continue
+            graph = tool_call = None
+            for record in self.records:
+                if record.span_id == span:
+                    graph = record
+                elif record.span_id == tool and record.kind is TOOL:
+                    tool_call = record
+            if graph is not None and tool_call is not None and graph.kind is OTHER and any(
+                    record.kind is LLM and self.within(record.span_id, span)
+                    for record in self.records):
+                return graph
+        return None
 
     def works_itself(self, root: str) -> bool:
         """Whether workflow span ``root`` made a model call of its own: one below it that no

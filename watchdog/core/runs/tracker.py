@@ -360,6 +360,9 @@ class RunTracker(RunBook):
                 run.loose_trace = record.trace_id
             unclaimed = record.kind is OTHER  # (not a call folded as none: a twin, an echo)
             self._fold(record, run, now, result)
+            if frames is not None and frames.graphs \
+                    and (graph := frames.graph_in_tool(record)) is not None:
+                self._nest_graph(graph, frames, run, now, result)
             if unclaimed:
                 self._hold_unclaimed(record, run)
             elif record.asked_tools and record.kind is LLM and run.key in self._unclaimed:
@@ -551,6 +554,14 @@ class RunTracker(RunBook):
         if (twin := frames.split_twin(record.span_id)) is not None:
             return self._join(frames, record, twin, run, now, result)
         return self._split(frames, record.span_id, run, now, result) or run
+
+    def _nest_graph(self, graph: SpanRecord, frames: TraceFrames, run: RunState, now: float,
+                    result: BatchResult) -> None:
+        """``graph``, a graph's span that made model calls directly below a tool call of
+        ``run``, is a sub-agent run as that tool: named after the graph, a child run."""
+        graph.kind, graph.agent = AGENT, graph.name
+        frames.agents[graph.span_id] = graph.name
+        self._split(frames, graph.span_id, run, now, result)
 
     def _join(self, frames: TraceFrames, record: SpanRecord, twin: str, parent: RunState,
               now: float, result: BatchResult) -> RunState:

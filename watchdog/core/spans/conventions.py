@@ -187,6 +187,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         record.workflow = True
         if parent is None and TEAM_MEMBER_KEYS and any(key in attrs for key in TEAM_MEMBER_KEYS):
             record.team = True
+    elif role is None and parent is not None and ROOT_GRAPH_JSON \
+            and _root_graph(name, attrs) is not None:
+        record.graph = True  # a graph's span, or a step's: the tracker tells by where it ran
 
     agent = (None if step else firsts[F_AGENT_NAME]) or resource.agent \
         or json_agent

@@ -200,10 +200,10 @@ LANGGRAPH = Convention(
     notes="a tool error the tool handles itself (`handle_tool_error`) is only in its result: "
           "a ToolMessage with status `error` on a span that ends OK; LangGraph.js under "
           "OpenInference marks no span AGENT and names the graph only in its root span's name; "
-          "a graph invoked inside a tool is a trace of its own (no parent run) unless the tool "
-          "passes its config on, and then a CHAIN below the tool span: no child run, its calls "
-          "are the caller's (known gaps); a graph root's output is its whole state (the answer "
-          "is that JSON)",
+          "a graph invoked inside a tool is a trace of its own (no parent run: a known gap) "
+          "unless the tool passes its config on, and then a span of LangGraph's metadata below "
+          "the tool span, with model calls below it: a child run named after it; a graph "
+          "root's output is its whole state (the answer is that JSON)",
 )
 
 LANGSMITH = Convention(

@@ -89,6 +89,9 @@ class SpanRecord:
     workflow: bool = False
     # A workflow root that lists a team's members: the team's invocation, its members peers
     team: bool = False
+    # A nested span of no kind carrying a compiled graph's metadata (LangGraph's): directly
+    # below a tool call, with model calls below it, it is a graph run as that tool's sub-agent
+    graph: bool = False
     # How the run ended, as this span tells it (watchdog.core.spans.frameworks lists the places).
     limit_stop: str | None = None  # a framework limit stopped the run: its name
     # An agent span whose framework, at its cap, asks the model for an answer from the agent
