@@ -14,9 +14,8 @@ the tool span, starting after it ended (the tool returns a generator, run later)
 The expectations are DESIGN §3's and those of Agno under OpenInference
 (tests/frameworks/test_agno.py): one run per invocation (the team's run, named by
 ``agno.team.name``, and the member's, a child run), iterations = model calls, tool calls,
-errors, terminal state and reason, the agent's name. Each case runs live and from its committed
-recording. ``tool_error`` is recorded but not asserted here: the failed result is only in that
-repr on an OK span, which no convention reads yet.
+errors (a failed tool call told only by that repr), terminal state and reason, the agent's
+name. Each case runs live and from its committed recording.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import pytest
 
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import Expect, check_recorded, drive_and_check
-from tests.frameworks.scenarios import ANSWER, SUMMARY, script
+from tests.frameworks.scenarios import ANSWER, ERROR_ANSWER, SUMMARY, script
 from tests.frameworks.test_agno import TEAM, TEAM_SCRIPTS, until_refused
 from tests.harness import RunningServer
 
@@ -34,18 +33,22 @@ AGENT = "agno_researcher"
 SCRIPTS: dict[str, dict[str, Script]] = {
     "three_tools": {"": script("three_tools")},
     "limit": {"": until_refused},
+    "tool_error": {"": script("tool_error")},
     "team": TEAM_SCRIPTS,
 }
 EXPECTED = {
     "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
     # tool_call_limit=3: the 4th call refused (no tool span), the 5th model call answers
     "limit": [Expect(AGENT, 5, 3, 0, "tool_limit_reached", True, "tool_call_limit", None)],
+    # the tool raised: its span ends OK, Agno's repr of the result says status='failure'
+    "tool_error": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
     # the team's workflow span made model calls of its own (the leader's): the team's run,
     # the member a child run of it, though its agent span hangs beside the delegation
     "team": [Expect(TEAM, 2, 1, 0, "completed", True, None, None),
              Expect(AGENT, 4, 3, 0, "completed", True, None, TEAM)],
 }
-ANSWERS = {"three_tools": ANSWER, "limit": SUMMARY, "team": "Report: " + ANSWER}
+ANSWERS = {"three_tools": ANSWER, "limit": SUMMARY, "tool_error": ERROR_ANSWER,
+           "team": "Report: " + ANSWER}
 
 
 def answer_read(sidecar: RunningServer, scenario: str) -> None:

@@ -16,10 +16,9 @@ the sub-agent's AGENT span inside it: a child run.
 
 The expectations are DESIGN §3's: one run per ``run``, iterations = model calls (BeeAI's
 ``final_answer`` call counts as the tool call it is not: its span is the answer), tool calls,
-errors, terminal state, the agent's name, the sub-agent a child run. Each case runs live and
-from its committed recording. ``limit`` (``max_iterations``: BeeAI fails the agent span with
-``AgentError`` "not able to resolve the task in N iterations") is recorded but not asserted
-here: no limit phrase reads that wording yet.
+errors, terminal state, the agent's name, the sub-agent a child run; ``max_iterations`` (BeeAI
+fails the agent span with ``AgentError`` "Agent was not able to resolve the task in N
+iterations.") is that limit, not an error. Each case runs live and from its committed recording.
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ SCRIPTS: dict[str, dict[str, Script]] = {
     # the model answers in text though a tool call is required: BeeAI retries inside the call
     "three_tools_text": {"": script("three_tools")},
     "three_tools_json": {"": json_tool_calls},
+    "limit": {"": script("limit")},
     "managed": {"": fakellm.steps(call("bee_researcher", task="Look up a."),
                                   call("final_answer", response="a is known.")),
                 "-sub": fakellm.steps(call("lookup", key="a"),
@@ -76,11 +76,13 @@ EXPECTED = {
     # the agent's 4 steps, the failed validation an error
     "three_tools_text": [Expect(AGENT, 4, 3, 1, "completed", True, None, None)],
     "tool_error": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
+    # max_iterations=3: three steps, each a lookup, then BeeAI's AgentError
+    "limit": [Expect(AGENT, 3, 3, 0, "tool_limit_reached", False, "max_iterations", None)],
     "managed": [Expect(MANAGER, 2, 1, 0, "completed", True, None, None),
                 Expect(AGENT, 2, 1, 0, "completed", True, None, MANAGER)],
 }
 ANSWERS = {"three_tools": ANSWER, "three_tools_json": ANSWER, "three_tools_text": ANSWER,
-           "tool_error": ERROR_ANSWER, "managed": "a is known."}
+           "tool_error": ERROR_ANSWER, "limit": None, "managed": "a is known."}
 
 
 def answer_read(sidecar: RunningServer, scenario: str) -> None:
