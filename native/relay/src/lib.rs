@@ -358,12 +358,13 @@ impl Body for RelayBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.whole.is_none() && self.upstream.is_none()
+        self.whole.is_none() && self.upstream.is_none() && !self.failed
     }
 
     fn size_hint(&self) -> SizeHint {
         match (&self.whole, &self.upstream) {
             (_, Some(_)) if self.trim.is_some() => SizeHint::default(),
+            (_, None) if self.failed => SizeHint::default(),
             (Some(bytes), None) => SizeHint::with_exact(bytes.len() as u64),
             (Some(bytes), Some(upstream)) => {
                 let (upstream, mut hint) = (upstream.size_hint(), SizeHint::new());
