@@ -13,6 +13,12 @@ long, or JSON Python cannot judge) is never passed on: a stream is broken off th
 one asked for its usage), a whole response raises
 :class:`~watchdog.core.model.wire.Unjudged` (a 502). When the response has ended,
 :meth:`ModelProxy.observed` books the call.
+
+A response in gzip or deflate (an upstream may compress though asked for identity) is inflated
+to be read, in bounded pieces (:class:`Inflater`; a whole one by ``inflate``, bounded by
+``MAX_RESPONSE_BYTES``): what the relay does not change goes on as it came, with its
+``Content-Encoding``; what it changes (a trimmed whole response, a stream passed event by
+event) goes on plain. With a bound, one in a coding it cannot read is never passed on.
 """
 
 from __future__ import annotations
