@@ -58,9 +58,10 @@ def plain_answer(path: str, body: dict[str, Any]) -> bytes:
     usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
     if not body.get("stream"):
         return json.dumps(completion("m", f"chatcmpl-{number}", step, usage)).encode()
+    asked = (body.get("stream_options") or {}).get("include_usage")
     return b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n"
-                    for chunk in chunks("m", f"chatcmpl-{number}", step, None)) \
-        + b"data: [DONE]\n\n"
+                    for chunk in chunks("m", f"chatcmpl-{number}", step,
+                                        usage if asked else None)) + b"data: [DONE]\n\n"
 
 
 def compressed(data: bytes, coding: str) -> list[bytes]:
@@ -281,3 +282,22 @@ def test_a_decompression_bomb_is_read_no_further_than_the_bounds(
     else:
         assert status == 502 and isinstance(body, bytes)
         assert "UnjudgedResponse" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_stream_asked_for_its_usage_is_read_and_handed_on_without_it(
+        sidecar: RunningServer, coding: str, model_relay: str  # noqa: F811
+        ) -> None:
+    """A budget in dollars: the endpoint asks the stream for its usage, reads it once inflated
+    and leaves its usage-only chunk out (the client, which did not ask, never sees it)."""
+    run = f"usage-{coding}-{model_relay}"
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={**headers(run, None),
+                                            "x-watchdog-budget-cost-usd": "5"}, timeout=30)
+    got = list(client.chat.completions.create(model=coding, tools=TOOLS, stream=True,
+                                              messages=[{"role": "user", "content": run}]))
+    assert got and all(chunk.choices for chunk in got)  # no usage-only chunk
+    assert sum(len(chunk.choices[0].delta.tool_calls or ()) for chunk in got) == 6  # 2 calls
+    wait_until(lambda: sidecar.get_json(f"/v1/runs/{run}")["signals"]["total_tokens"] == 10,
+               lambda: f"the stream's usage booked: {sidecar.get_json('/v1/runs/' + run)}",
+               timeout=10)
