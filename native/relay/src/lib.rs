@@ -7,8 +7,9 @@
 //! (`Relay.take`) and answers each request with `Relay.respond` (an answer of its own) or
 //! `Relay.forward` (to a URL it names: the configured upstream, or its own relay for the
 //! streams it must change in flight). A forwarded response is streamed back as it arrives;
-//! with `observe` a copy of its bytes (bounded) comes back in the request's `done` event when
-//! it ends, is cut short, or the client goes away (which drops the upstream request).
+//! with `observe` a copy of its bytes (bounded; a gzip or deflate body's inflated, module
+//! `inflate`) comes back in the request's `done` event when it ends, is cut short, or the
+//! client goes away (which drops the upstream request).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
