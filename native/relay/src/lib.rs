@@ -199,6 +199,8 @@ struct RelayBody {
     /// The upstream failed once the answer had begun: after what was held, the answer is
     /// broken off (the connection closed mid-body), so the client sees it cut, not ended.
     failed: bool,
+    /// Some of it was handed to hyper (its head has gone, or goes with it).
+    begun: bool,
 }
 
 impl RelayBody {
@@ -295,6 +297,7 @@ impl Body for RelayBody {
         let this = &mut *self;
         loop {
             if let Some(bytes) = this.whole.take() {
+                this.begun = true;
                 if this.upstream.is_none() {
                     if let Some(ticket) = this.ticket.as_mut() {
                         ticket.end("ok"); // the last bytes: told before the client has them
@@ -303,6 +306,12 @@ impl Body for RelayBody {
                 return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             let Some(upstream) = this.upstream.as_mut() else {
+                if this.failed && !std::mem::replace(&mut this.begun, true) {
+                    // nothing sent yet: hyper is let send the head first (it flushes when the
+                    // body is pending), so the client sees its answer cut short, not no answer
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 if std::mem::take(&mut this.failed) {
                     return Poll::Ready(Some(Err(std::io::Error::other("the upstream failed"))));
                 }
@@ -344,6 +353,7 @@ impl Body for RelayBody {
                     if out.is_empty() {
                         continue; // an event left out: nothing to send yet
                     }
+                    this.begun = true;
                     return Poll::Ready(Some(Ok(Frame::data(out))));
                 }
                 Poll::Ready(Some(Err(_))) => {
@@ -395,7 +405,8 @@ fn header_map(headers: &Headers) -> HeaderMap {
 fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Response<RelayBody> {
     let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
                                                   ticket: Some(ticket), trim: None,
-                                                  watch: None, inflate: None, failed: false });
+                                                  watch: None, inflate: None, failed: false,
+                                                  begun: false });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -610,7 +621,8 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     // (a whole response is trimmed only with a bound: its usage came unasked)
     let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
     let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
-                               watch: None, inflate: None, failed: false };
+                               watch: None, inflate: None, failed: false,
+                               begun: false };
     match trim {
         None => {
             if status.is_success() && stream {
