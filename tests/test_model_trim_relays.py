@@ -36,6 +36,9 @@ class Upstream(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream" if body.get("stream")
                          else "application/json")
+        if body["model"] == "gzip":  # (though asked for identity)
+            data = gzip.compress(data)
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         for at in range(0, len(data), 97):  # in pieces, as a network hands them
@@ -52,10 +55,12 @@ def upstream() -> Iterator[str]:
         yield url + "/v1"
 
 
+@pytest.mark.parametrize("coding", ["identity", "gzip"])
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_both_relays_hand_the_agent_the_same_trimmed_bytes(tmp_path: Path, upstream: str,
-                                                           stream: bool) -> None:
-    request = json.dumps({"model": "m", "stream": stream, "messages": [
+                                                           stream: bool, coding: str) -> None:
+    """(An upstream that compresses though asked not to: the same bytes, plain.)"""
+    request = json.dumps({"model": coding, "stream": stream, "messages": [
         {"role": "user", "content": "find it"}], "tools": [{"type": "function", "function": {
             "name": "a", "parameters": {"type": "object"}}}]}).encode()
     expected = python_stream("chat", 1, [STREAM])[0] if stream else python_whole(

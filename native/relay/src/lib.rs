@@ -7,8 +7,9 @@
 //! (`Relay.take`) and answers each request with `Relay.respond` (an answer of its own) or
 //! `Relay.forward` (to a URL it names: the configured upstream, or its own relay for the
 //! streams it must change in flight). A forwarded response is streamed back as it arrives;
-//! with `observe` a copy of its bytes (bounded) comes back in the request's `done` event when
-//! it ends, is cut short, or the client goes away (which drops the upstream request).
+//! with `observe` a copy of its bytes (bounded; a gzip or deflate body's inflated, module
+//! `inflate`) comes back in the request's `done` event when it ends, is cut short, or the
+//! client goes away (which drops the upstream request).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -37,9 +38,11 @@ use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
 mod admit;
+mod inflate;
 mod observe;
 mod trim;
 use admit::{Admission, Settings, Verdict};
+use inflate::{BadCoding, Coding, Inflater};
 use observe::Seen;
 use trim::{Answers, Api, LastEvent, StreamTrim, Trim};
 
@@ -190,9 +193,14 @@ struct RelayBody {
     ticket: Option<Ticket>,
     trim: Option<StreamTrim>,
     watch: Option<LastEvent>,
+    /// A gzip or deflate body, inflated to be read (observed, watched, trimmed): with a trim
+    /// the client gets the trim's bytes, plain; else the upstream's, as they came.
+    inflate: Option<Inflater>,
     /// The upstream failed once the answer had begun: after what was held, the answer is
     /// broken off (the connection closed mid-body), so the client sees it cut, not ended.
     failed: bool,
+    /// Some of it was handed to hyper (its head has gone, or goes with it).
+    begun: bool,
 }
 
 impl RelayBody {
@@ -206,6 +214,78 @@ impl RelayBody {
         }
         (!rest.is_empty()).then(|| Bytes::from(rest))
     }
+
+    /// A piece of the body as the upstream meant it (inflated): observed, watched for its last
+    /// event, trimmed; the trim's bytes for it (None: no trim, the bytes pass as they came).
+    fn read(&mut self, piece: &[u8]) -> Result<Option<Vec<u8>>, trim::Unjudged> {
+        if let Some(ticket) = self.ticket.as_mut() {
+            let limit = ticket.shared.observe_limit;
+            if let Some(seen) = ticket.observed.as_mut() {
+                if seen.len() + piece.len() <= limit {
+                    seen.extend_from_slice(piece);
+                } else {
+                    ticket.observed = None; // too long to read: passes unobserved
+                }
+            }
+        }
+        if let Some(watch) = self.watch.as_mut() {
+            let last = watch.feed(piece);
+            if last != Some(false) {
+                self.watch = None; // its last event (told), or unreadable
+            }
+            if let (Some(true), Some(ticket)) = (last, self.ticket.as_mut()) {
+                ticket.end("ok"); // told before the client has it
+            }
+        }
+        let Some(trim) = self.trim.as_mut() else { return Ok(None) };
+        let out = trim.feed(piece)?;
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.changed |= trim.changed;
+            if trim.finished {
+                // the response's last event: told before the client has it, so a request it
+                // sends at once comes after this end (the upstream is still read to its end,
+                // for the connection's reuse)
+                ticket.end("ok");
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// A frame of a compressed body, read in its inflated pieces (`read`); with a trim, the
+    /// trim's bytes for them (at most the observe limit a frame: past that it is unjudged).
+    /// Bytes not of their coding: a trim's answer is unjudged; else the body passes unread
+    /// from there.
+    fn read_inflated(&mut self, data: &[u8]) -> Result<Option<Vec<u8>>, trim::Unjudged> {
+        let Some(mut inflater) = self.inflate.take() else { return self.read(data) };
+        inflater.push(data);
+        let mut trimmed = self.trim.is_some().then(Vec::new);
+        loop {
+            match inflater.next() {
+                Ok(Some(piece)) => {
+                    if let (Some(out), Some(into)) = (self.read(&piece)?, trimmed.as_mut()) {
+                        into.extend_from_slice(&out);
+                        if self.ticket.as_ref().is_some_and(
+                                |ticket| into.len() > ticket.shared.observe_limit) {
+                            return Err(trim::Unjudged);
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(BadCoding) => {
+                    if self.trim.is_some() {
+                        return Err(trim::Unjudged);
+                    }
+                    if let Some(ticket) = self.ticket.as_mut() {
+                        ticket.observed = None;
+                    }
+                    self.watch = None;
+                    return Ok(None);
+                }
+            }
+        }
+        self.inflate = Some(inflater);
+        Ok(trimmed)
+    }
 }
 
 impl Body for RelayBody {
@@ -217,6 +297,7 @@ impl Body for RelayBody {
         let this = &mut *self;
         loop {
             if let Some(bytes) = this.whole.take() {
+                this.begun = true;
                 if this.upstream.is_none() {
                     if let Some(ticket) = this.ticket.as_mut() {
                         ticket.end("ok"); // the last bytes: told before the client has them
@@ -225,6 +306,12 @@ impl Body for RelayBody {
                 return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             let Some(upstream) = this.upstream.as_mut() else {
+                if this.failed && !std::mem::replace(&mut this.begun, true) {
+                    // nothing sent yet: hyper is let send the head first (it flushes when the
+                    // body is pending), so the client sees its answer cut short, not no answer
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 if std::mem::take(&mut this.failed) {
                     return Poll::Ready(Some(Err(std::io::Error::other("the upstream failed"))));
                 }
@@ -240,47 +327,18 @@ impl Body for RelayBody {
                         continue; // trailers: none passed
                     };
                     let last = this.upstream.as_ref().is_some_and(Body::is_end_stream);
-                    if let Some(ticket) = this.ticket.as_mut() {
-                        let limit = ticket.shared.observe_limit;
-                        if let Some(seen) = ticket.observed.as_mut() {
-                            if seen.len() + data.len() <= limit {
-                                seen.extend_from_slice(&data);
-                            } else {
-                                ticket.observed = None; // too long to read: passes unobserved
-                            }
-                        }
-                    }
                     let mut out = data;
-                    if let Some(watch) = this.watch.as_mut() {
-                        let last = watch.feed(&out);
-                        if last != Some(false) {
-                            this.watch = None; // its last event (told), or unreadable
-                        }
-                        if let (Some(true), Some(ticket)) = (last, this.ticket.as_mut()) {
-                            ticket.end("ok"); // told before the client has it
-                        }
-                    }
-                    if let Some(trim) = this.trim.as_mut() {
-                        match trim.feed(&out) {
-                            Ok(bytes) => out = Bytes::from(bytes),
-                            Err(trim::Unjudged) => {
-                                // JSON this cannot judge: the answer is broken off here (the
-                                // client sees it cut short, not ended), no call in it passed
-                                // unjudged
-                                this.trim = None;
-                                this.ended("cut");
-                                this.failed = true;
-                                continue;
-                            }
-                        }
-                        if let Some(ticket) = this.ticket.as_mut() {
-                            ticket.changed |= trim.changed;
-                            if trim.finished {
-                                // the response's last event: told before the client has it, so
-                                // a request it sends at once comes after this end (the upstream
-                                // is still read to its end, for the connection's reuse)
-                                ticket.end("ok");
-                            }
+                    match this.read_inflated(&out) {
+                        Ok(Some(bytes)) => out = Bytes::from(bytes),
+                        Ok(None) => {}
+                        Err(trim::Unjudged) => {
+                            // JSON this cannot judge (or bytes not of their coding): the
+                            // answer is broken off here (the client sees it cut short, not
+                            // ended), no call in it passed unjudged
+                            this.trim = None;
+                            this.ended("cut");
+                            this.failed = true;
+                            continue;
                         }
                     }
                     if last {
@@ -295,6 +353,7 @@ impl Body for RelayBody {
                     if out.is_empty() {
                         continue; // an event left out: nothing to send yet
                     }
+                    this.begun = true;
                     return Poll::Ready(Some(Ok(Frame::data(out))));
                 }
                 Poll::Ready(Some(Err(_))) => {
@@ -310,12 +369,13 @@ impl Body for RelayBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.whole.is_none() && self.upstream.is_none()
+        self.whole.is_none() && self.upstream.is_none() && !self.failed
     }
 
     fn size_hint(&self) -> SizeHint {
         match (&self.whole, &self.upstream) {
             (_, Some(_)) if self.trim.is_some() => SizeHint::default(),
+            (_, None) if self.failed => SizeHint::default(),
             (Some(bytes), None) => SizeHint::with_exact(bytes.len() as u64),
             (Some(bytes), Some(upstream)) => {
                 let (upstream, mut hint) = (upstream.size_hint(), SizeHint::new());
@@ -345,7 +405,8 @@ fn header_map(headers: &Headers) -> HeaderMap {
 fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Response<RelayBody> {
     let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
                                                   ticket: Some(ticket), trim: None,
-                                                  watch: None, failed: false });
+                                                  watch: None, inflate: None, failed: false,
+                                                  begun: false });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -537,6 +598,9 @@ fn refuses_usage(body: &[u8], coding: &str) -> bool {
 /// The upstream's response, passed on as it comes; with a bound on tool calls (`trim`), a
 /// successful one trimmed: a stream event by event, a whole one read (bounded) first; one too
 /// long to read, or JSON it cannot judge, is an unreachable upstream's failure (never passed).
+/// A successful gzip or deflate body is inflated to be read (bounded alike); what the relay
+/// changes goes on plain, what it does not as it came. In a coding it cannot read, it passes
+/// unread, or with a trim is not passed (a stream is broken off at once).
 async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Bytes>,
                  mut ticket: Ticket, observe: bool, trim: Option<Trim>, watch: Option<Api>)
                  -> Result<Response<RelayBody>, Failure> {
@@ -552,20 +616,44 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     ticket.content_type = kind;
     let mut headers = passed_headers(upstream.headers());
     let stream = mime == "text/event-stream";
+    let coding = if status.is_success() { Coding::of(upstream.headers()) }
+                 else { Coding::Identity }; // (an error's body is not read)
     // (a whole response is trimmed only with a bound: its usage came unasked)
     let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
     let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
-                               watch: None, failed: false };
+                               watch: None, inflate: None, failed: false,
+                               begun: false };
     match trim {
         None => {
             if status.is_success() && stream {
                 body.watch = watch.map(LastEvent::new);
+            }
+            if coding.inflated() {
+                body.inflate = Some(Inflater::new(coding));
+            } else if coding == Coding::Other {
+                ticket.observed = None; // passes unread
+                body.watch = None;
             }
             body.whole = read; // (what was read of it already goes first)
             body.upstream = Some(upstream.into());
         }
         Some(trim) if stream => {
             headers.remove("content-length");
+            headers.remove("content-encoding"); // (what it passes on is plain)
+            if coding == Coding::Other {
+                // no call in it passes unjudged: broken off at once
+                ticket.observed = None;
+                body.ticket = Some(ticket);
+                body.ended("cut");
+                body.failed = true;
+                let mut response = Response::new(body);
+                *response.status_mut() = status;
+                *response.headers_mut() = headers;
+                return Ok(response);
+            }
+            if coding.inflated() {
+                body.inflate = Some(Inflater::new(coding));
+            }
             body.trim = Some(StreamTrim::new(trim, shared.answers.clone()));
             body.upstream = Some(upstream.into());
         }
@@ -589,19 +677,25 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                     return Err((ticket, kind, error_kind(&error)));
                 }
             };
+            let text = if coding == Coding::Identity { read.clone() } else {
+                match inflate::inflate_whole(&read, coding, limit) {
+                    Ok(text) => Bytes::from(text),
+                    Err(BadCoding) => return unjudged(ticket), // (or too long once inflated)
+                }
+            };
             if observe {
-                ticket.observed = Some(BytesMut::from(&read[..]));
+                ticket.observed = Some(BytesMut::from(&text[..]));
             }
-            let out = match trim::trim_whole(api, &read, keep, &shared.answers) {
+            let out = match trim::trim_whole(api, &text, keep, &shared.answers) {
                 Ok(Some(trimmed)) => {
                     ticket.changed = true;
+                    headers.remove("content-encoding"); // (what it passes on is plain)
                     Bytes::from(trimmed)
                 }
-                Ok(None) => read,
+                Ok(None) => read, // as it came
                 Err(trim::Unjudged) => return unjudged(ticket),
             };
             headers.remove("content-length");
-            headers.remove("content-encoding");
             body.whole = Some(out);
         }
     }

@@ -72,9 +72,10 @@ def request_headers(headers: CIMultiDict[str] | CIMultiDictProxy[str]
     return out, watchdog
 
 
-def response_headers(headers: CIMultiDictProxy[str], whole: bool) -> CIMultiDict[str]:
-    """The upstream's response headers to pass on: not hop-by-hop, and not the length when
-    aiohttp sets it (a whole body it may have trimmed)."""
+def response_headers(headers: CIMultiDictProxy[str], plain: bool) -> CIMultiDict[str]:
+    """The upstream's response headers to pass on: not hop-by-hop, and not the length (aiohttp
+    sets it, or the body is chunked); with ``plain``, not the ``Content-Encoding`` either (the
+    body goes on inflated, as the relay read and changed it)."""
     named = {part.strip().lower() for value in headers.getall("Connection", ())
              for part in value.split(",")}
     out: CIMultiDict[str] = CIMultiDict()
@@ -83,7 +84,7 @@ def response_headers(headers: CIMultiDictProxy[str], whole: bool) -> CIMultiDict
         if lower in HOP_BY_HOP or lower in named or lower in ("date", "server") or (
                 lower == "content-length"):
             continue
-        if whole and lower == "content-encoding":
+        if plain and lower == "content-encoding":
             continue
         out.add(name, value)
     return out

@@ -14,7 +14,8 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
 * a request to send upstream whose response passes as it comes (every request but a run's
   final one): ``forward`` with ``observe``; the relay streams the response back and, when it
   has ended (or was cut short, or the client went away, which drops the upstream request),
-  hands back a copy of the upstream's bytes once, with what a successful stream said read
+  hands back a copy of the upstream's bytes once (a gzip or deflate body's inflated, bounded
+  alike: ``native/relay/src/inflate.rs``), with what a successful stream said read
   there (``native/relay/src/observe.rs``, the twin of ``wire.read_stream`` and the
   accumulators; where it cannot be sure to read a stream as they do, and for a whole
   response, the bytes are read here as the aiohttp relay reads them on the way), and the

@@ -13,6 +13,12 @@ long, or JSON Python cannot judge) is never passed on: a stream is broken off th
 one asked for its usage), a whole response raises
 :class:`~watchdog.core.model.wire.Unjudged` (a 502). When the response has ended,
 :meth:`ModelProxy.observed` books the call.
+
+A response in gzip or deflate (an upstream may compress though asked for identity) is inflated
+to be read, in bounded pieces (:class:`Inflater`; a whole one by ``inflate``, bounded by
+``MAX_RESPONSE_BYTES``): what the relay does not change goes on as it came, with its
+``Content-Encoding``; what it changes (a trimmed whole response, a stream passed event by
+event) goes on plain. With a bound, one in a coding it cannot read is never passed on.
 """
 
 from __future__ import annotations
@@ -21,15 +27,18 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from watchdog.core.model.chat import usage_only
 from watchdog.core.model.steer import Act, kept_calls
 from watchdog.core.model.wire import SSEReader, Unjudged, dumps, judged
+from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, inflate
 from watchdog.shell.model.headers import response_headers
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
 
@@ -45,6 +54,9 @@ class ModelProxy(Protocol):
     def observed(self, exchange: Exchange, handed: list[Any], seen: Any) -> None: ...
 
 log = logging.getLogger("watchdog.model")
+
+PIECE = 64 * 1024  # a compressed stream is inflated this many bytes at a time, at most
+GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
 async def relay(request: web.Request, upstream: aiohttp.ClientResponse,
@@ -90,9 +102,11 @@ async def pump(request: web.Request, upstream: aiohttp.ClientResponse,
 
 async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
                       exchange: Exchange) -> web.StreamResponse:
-    """A whole response: read (bounded), observed, trimmed if it asks for more tool calls
-    than are left (else its bytes as they came). With a bound on tool calls, one too long to
-    read or holding JSON it cannot judge raises :class:`Unjudged`: no call passes unjudged."""
+    """A whole response: read (bounded; gzip or deflate inflated to be read, bounded alike),
+    observed, trimmed if it asks for more tool calls than are left, and then plain JSON (else
+    its bytes and headers as they came). With a bound on tool calls, one too long to read, in
+    a coding it cannot read or holding JSON it cannot judge raises :class:`Unjudged`: no call
+    passes unjudged."""
     keep = exchange.turn.keep
     if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
         if keep is not None:
@@ -103,43 +117,61 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if keep is not None:
             raise Unjudged("too long to read")
         return await relay(request, upstream, data)
+    coding = coding_of(upstream.headers)
+    text: bytes | None = data
+    if coding not in IDENTITY:
+        text = None
+        if coding in SUPPORTED:
+            with contextlib.suppress(ValueError):  # (not of its coding, or inflated too long)
+                text = inflate(data, coding, MAX_RESPONSE_BYTES)
+        if text is None and keep is not None:
+            raise Unjudged(f"a Content-Encoding it cannot read ({coding[:32]!r})")
     body: object = None
-    if keep is not None:
+    if text is None:
+        pass
+    elif keep is not None:
         with contextlib.suppress(ValueError):
-            body = judged(data)
+            body = judged(text)
     else:
         with contextlib.suppress(ValueError, RecursionError):
-            body = json.loads(data)
+            body = json.loads(text)
+    changed = False
     if isinstance(body, dict):
         wire = exchange.wire
         seen = wire.read_response(body)
         handed = kept_calls(seen.calls, keep)
         if keep is not None and wire.trim(body, keep):
-            data = dumps(body)
+            data, changed = dumps(body), True
             proxy.steered(exchange.agent, "trim")
         if (note := proxy.empty_final(exchange, seen, handed)) is not None:
-            data = dumps(wire.answer(exchange.request.model, note, exchange.request,
-                                          time.time()))
+            data, changed = dumps(wire.answer(exchange.request.model, note, exchange.request,
+                                              time.time())), True
         proxy.observed(exchange, handed, seen)
     return web.Response(status=upstream.status, body=data,
-                        headers=response_headers(upstream.headers, True))
+                        headers=response_headers(upstream.headers, changed))
 
 async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
                         exchange: Exchange) -> web.StreamResponse:
     """A stream passed on as it arrives, read on the way; with a bound on tool calls it
     is passed event by event, the calls past the bound left out. The final request's is
-    held until it ends (bounded): an answer left empty is replaced by a stop note."""
+    held until it ends (bounded): an answer left empty is replaced by a stop note. A gzip or
+    deflate stream is inflated to be read (:class:`Inflater`); passed event by event, it goes
+    on plain, and one in a coding it cannot read is broken off at once."""
     wire, keep = exchange.wire, exchange.turn.keep
     held: list[bytes] | None = [] if exchange.turn.act is Act.FINAL else None
     held_size = 0
-    response = _Relayed(status=upstream.status, reason=upstream.reason,
-                        headers=response_headers(upstream.headers, False))
-    await response.prepare(request)
     reader, accumulator = SSEReader(), wire.accumulator()
     trimmer = wire.stream_trimmer(keep) if keep is not None else None
     hide = exchange.hide_usage  # the usage-only chunk the client did not ask for: left out
     evented = trimmer is not None or hide
-    trimmed = cut = False
+    coding = coding_of(upstream.headers)
+    readable = coding in SUPPORTED
+    inflater = Inflater(coding) if readable and coding not in IDENTITY else None
+    response = _Relayed(status=upstream.status, reason=upstream.reason,
+                        headers=response_headers(upstream.headers, evented))
+    await response.prepare(request)
+    trimmed = False
+    cut = evented and not readable  # (a coding it cannot read: no call in it passes unjudged)
     booked = False
 
     def book() -> None:
@@ -160,11 +192,16 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     if not first:
         await response.write(b"")  # the head now: it waits for no event
     try:
-        async for chunk in _chunks(upstream, first):
+        async for chunk in _chunks(upstream, first) if not cut else _nothing():
             if not evented:  # as it came, read first: booked at its last event
                 held = None
-                for event in reader.feed(chunk):
-                    accumulator.feed(event)
+                if readable:
+                    try:
+                        for piece in ((chunk,) if inflater is None else inflater.feed(chunk)):
+                            for event in reader.feed(piece):
+                                accumulator.feed(event)
+                    except BadCoding:  # not of its coding: passed on unread from here
+                        readable = False
                 if accumulator.observation.complete:
                     book()  # before the agent can have the last event
                 if upstream.content.at_eof():  # the last bytes: with the end, one write
@@ -172,36 +209,37 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 else:
                     await response.write(chunk)
                 continue
-            events = reader.feed(chunk)
-            for event in events:
-                accumulator.feed(event)
             try:
-                if reader.broken:
-                    raise Unjudged(f"an event longer than {reader.limit} bytes")
-                parts = []
-                for event in events:
-                    if hide and usage_only(event):
+                for piece in ((chunk,) if inflater is None else inflater.feed(chunk)):
+                    events = reader.feed(piece)
+                    for event in events:
+                        accumulator.feed(event)
+                    if reader.broken:
+                        raise Unjudged(f"an event longer than {reader.limit} bytes")
+                    parts = []
+                    for event in events:
+                        if hide and usage_only(event):
+                            continue
+                        part = trimmer.rewrite(event) if trimmer is not None else event.raw
+                        trimmed = trimmed or part is not event.raw
+                        parts.append(part)
+                    out = b"".join(parts)
+                    if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
+                        held.append(out)
+                        held_size += len(out)
                         continue
-                    part = trimmer.rewrite(event) if trimmer is not None else event.raw
-                    trimmed = trimmed or part is not event.raw
-                    parts.append(part)
-            except Unjudged as exc:  # the answer ends here: no call in it passes unjudged
+                    if held:  # too long to hold: on its way as it is
+                        await response.write(b"".join(held))
+                    held = None
+                    if accumulator.observation.complete:
+                        book()  # its last event: booked before the agent can have it
+                    if out:
+                        await response.write(out)
+            except (Unjudged, BadCoding) as exc:  # the answer ends here: no call in it
                 log.warning("model upstream stream cut: %s, with a bound on its tool calls "
-                            "or its usage asked", exc)
+                            "or its usage asked", exc)  # passes unjudged
                 cut = True
                 break
-            out = b"".join(parts)
-            if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
-                held.append(out)
-                held_size += len(out)
-                continue
-            if held:  # too long to hold: on its way as it is
-                await response.write(b"".join(held))
-            held = None
-            if accumulator.observation.complete:
-                book()  # its last event: booked before the agent can have it
-            if out:
-                await response.write(out)
         if held is not None and not cut:
             seen = accumulator.observation
             note = proxy.empty_final(exchange, seen, kept_calls(seen.calls, keep))
@@ -224,6 +262,58 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     finally:
         book()
     return response
+
+
+def coding_of(headers: CIMultiDictProxy[str]) -> str:
+    """A response's content coding, as the relays compare it (lowercase, "": none)."""
+    return headers.get("Content-Encoding", "").strip().lower()
+
+
+class Inflater:
+    """A gzip or deflate body inflated as it comes, to be read: in pieces of at most
+    ``PIECE`` bytes, so what it holds at once is bounded however far its bytes inflate (a
+    decompression bomb's pieces meet the reader's bounds as an identity body's bytes would);
+    :class:`BadCoding` for bytes not of its coding. gzip may come as several members;
+    deflate as zlib data or raw (as some servers send it), told by its first two bytes."""
+
+    def __init__(self, coding: str) -> None:
+        self.gzip = coding == "gzip"
+        self.inflater: Any = None  # (made at its first bytes)
+        self.head = b""  # deflate's first byte, until its second comes
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while data:
+            if self.inflater is None:
+                wbits = GZIP_WBITS
+                if not self.gzip:
+                    data, self.head = self.head + data, b""
+                    if len(data) < 2:
+                        self.head = data
+                        return
+                    zlib_head = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+                    wbits = zlib.MAX_WBITS if zlib_head else -zlib.MAX_WBITS
+                self.inflater = zlib.decompressobj(wbits)
+            inflater = self.inflater
+            try:
+                while True:
+                    out = inflater.decompress(data, PIECE)
+                    if out:
+                        yield out
+                    data = inflater.unconsumed_tail
+                    if inflater.eof or not (data or len(out) == PIECE):
+                        break
+            except zlib.error as exc:
+                raise BadCoding(str(exc)) from None
+            if not inflater.eof:
+                return
+            data, self.inflater = inflater.unused_data, None  # gzip: its next member
+            if data and not self.gzip:
+                raise BadCoding("bytes past the end of the deflate data")
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # (an async generator that yields nothing)
 
 
 class UpstreamCut(Exception):

@@ -1,0 +1,296 @@
+"""An upstream that compresses its answers though the endpoint asks for none (``Accept-Encoding:
+identity``), on both relays, with the real ``openai`` and ``anthropic`` SDKs: with nothing to
+change, the answer goes as it came (bytes and ``Content-Encoding``) and its call is booked from
+its inflated bytes; with a bound on tool calls, a gzip or deflate answer is inflated, trimmed and
+handed on plain; one in a coding the relays cannot read is not handed on (502, or a stream broken
+off); a decompression bomb costs no more than the bounds."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import itertools
+import json
+import zlib
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from typing import Any, ClassVar
+
+import anthropic
+import openai
+import pytest
+
+from tests.frameworks.fakellm import (
+    Step,
+    ToolCall,
+    anthropic_events,
+    anthropic_message,
+    chunks,
+    completion,
+)
+from tests.harness import RunningServer, http_served, running_server, sidecar_config, wait_until
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+KEY = "sk-compressed-0123456789"
+TWO = Step(tool_calls=(ToolCall("search", {"q": "a"}), ToolCall("search", {"q": "b"})))
+DONE = Step(text="The answer is 42.")
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}}}}]
+ANTHROPIC_TOOLS = [{"name": "search", "input_schema": {"type": "object", "properties": {
+    "q": {"type": "string"}}}}]
+BOMB_BYTES = 80 * 1024 * 1024  # inflated: past the 64 MiB a whole response is read to
+NUMBERS = itertools.count(100000)
+
+
+def plain_answer(path: str, body: dict[str, Any]) -> bytes:
+    """Two tool calls, or the answer once the request carries tool results."""
+    last = body["messages"][-1]
+    results = last.get("role") == "tool" or (isinstance(last.get("content"), list) and any(
+        part.get("type") == "tool_result" for part in last["content"]))
+    step = DONE if results else TWO
+    number = next(NUMBERS)
+    if path.endswith("/messages"):
+        message = anthropic_message("m", f"msg-{number}", step, body)
+        if not body.get("stream"):
+            return json.dumps(message).encode()
+        return b"".join(f"event: {name}\ndata: ".encode() + json.dumps(data).encode() + b"\n\n"
+                        for name, data in anthropic_events(message))
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    if not body.get("stream"):
+        return json.dumps(completion("m", f"chatcmpl-{number}", step, usage)).encode()
+    asked = (body.get("stream_options") or {}).get("include_usage")
+    return b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n"
+                    for chunk in chunks("m", f"chatcmpl-{number}", step,
+                                        usage if asked else None)) + b"data: [DONE]\n\n"
+
+
+def compressed(data: bytes, coding: str) -> list[bytes]:
+    """``data`` in ``coding``, in the pieces a streaming server sends (each event flushed)."""
+    if coding == "br":  # (no brotli: bytes no relay reads, as a real br body would be)
+        return [b"\x8b\x07\x80" + data]
+    if coding == "bomb":
+        return [BOMB]
+    packer = zlib.compressobj(wbits=31 if coding == "gzip" else zlib.MAX_WBITS)
+    pieces = [packer.compress(event + b"\n\n") + packer.flush(zlib.Z_SYNC_FLUSH)
+              for event in data.split(b"\n\n") if event]
+    return [*pieces, packer.flush()]
+
+
+BOMB = gzip.compress(b"data: " + b"0" * BOMB_BYTES, compresslevel=9)
+
+
+class Upstream(BaseHTTPRequestHandler):
+    """Answers in the coding the request's model names (gzip, deflate, br, bomb)."""
+
+    protocol_version = "HTTP/1.1"
+    sent: ClassVar[dict[str, bytes]] = {}  # each run's first answer, as it went
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        coding = body["model"]
+        pieces = compressed(plain_answer(self.path, body), coding)
+        data = b"".join(pieces)
+        Upstream.sent[body["messages"][-1]["content"] if isinstance(
+            body["messages"][-1]["content"], str) else "results"] = data
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if body.get("stream")
+                         else "application/json")
+        self.send_header("Content-Encoding", "gzip" if coding == "bomb" else coding)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        for piece in pieces:  # one at a time, as a streaming server sends them
+            self.wfile.write(piece)
+            self.wfile.flush()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, model_relay: str  # noqa: F811
+            ) -> Iterator[RunningServer]:
+    with http_served(Upstream) as url:
+        config = sidecar_config(tmp_path_factory.mktemp("state"), model_address="127.0.0.1:0",
+                                model_upstream=url + "/v1", model_upstream_anthropic=url)
+        with running_server(config) as server:
+            yield server
+
+
+def headers(run: str, budget: int | None) -> dict[str, str]:
+    named = {"x-watchdog-run": run, "x-watchdog-agent": "compressed"}
+    if budget is not None:
+        named["x-watchdog-budget-tool-calls"] = str(budget)
+    return named
+
+
+def chat_turns(sidecar: RunningServer, coding: str, stream: bool, run: str,
+               budget: int | None) -> list[str]:
+    """An agent's two requests on the ``openai`` SDK: the ids of the calls it was handed."""
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers=headers(run, budget), timeout=30)
+    messages: list[Any] = [{"role": "user", "content": run}]
+    if stream:
+        ids = [part.id for chunk in client.chat.completions.create(
+            model=coding, messages=messages, tools=TOOLS, stream=True)
+            for choice in chunk.choices for part in choice.delta.tool_calls or () if part.id]
+    else:
+        message = client.chat.completions.create(model=coding, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        ids = [part.id for part in message.tool_calls or ()]
+    messages.append({"role": "assistant", "content": None, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": "search", "arguments": "{}"}}
+        for i in ids]})
+    messages += [{"role": "tool", "tool_call_id": i, "content": "found"} for i in ids]
+    final = client.chat.completions.create(model=coding, messages=messages, tools=TOOLS)
+    assert final.choices[0].message.content == DONE.text
+    return ids
+
+
+def messages_turns(sidecar: RunningServer, coding: str, stream: bool, run: str,
+                   budget: int | None) -> list[str]:
+    """The same agent on the ``anthropic`` SDK (Messages)."""
+    client = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY, max_retries=0,
+                                 default_headers=headers(run, budget), timeout=30)
+    messages: list[Any] = [{"role": "user", "content": run}]
+    if stream:
+        with client.messages.stream(model=coding, max_tokens=100, messages=messages,
+                                    tools=ANTHROPIC_TOOLS) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(model=coding, max_tokens=100, messages=messages,
+                                         tools=ANTHROPIC_TOOLS)
+    uses = [block for block in message.content if block.type == "tool_use"]
+    messages.append({"role": "assistant", "content": [
+        {"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}
+        for use in uses]})
+    messages.append({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": use.id, "content": "found"} for use in uses]})
+    final = client.messages.create(model=coding, max_tokens=100, messages=messages,
+                                   tools=ANTHROPIC_TOOLS)
+    assert [block.text for block in final.content if block.type == "text"] == [DONE.text]
+    return [use.id for use in uses]
+
+
+TURNS = {"chat": chat_turns, "messages": messages_turns}
+
+
+def booked(sidecar: RunningServer, run: str, tool_calls: int) -> dict[str, Any]:
+    def read() -> dict[str, Any] | None:
+        found = sidecar.get_json(f"/v1/runs/{run}")
+        return found if (found["iterations"], found["tool_calls"], found["state"]) == (
+            2, tool_calls, "ended") else None
+    return wait_until(read, lambda: f"{run} booked: {sidecar.get_json('/v1/runs/' + run)}",
+                      timeout=10)
+
+
+@pytest.mark.parametrize("api", ["chat", "messages"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_answer_reaches_the_sdk_and_its_call_is_booked(
+        sidecar: RunningServer, api: str, stream: bool, coding: str, model_relay: str  # noqa: F811
+        ) -> None:
+    run = f"free-{api}-{stream}-{coding}-{model_relay}"
+    ids = TURNS[api](sidecar, coding, stream, run, None)
+    assert len(ids) == 2 and len(set(ids)) == 2
+    booked(sidecar, run, 2)
+
+
+@pytest.mark.parametrize("api", ["chat", "messages"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_with_a_bound_a_compressed_answer_is_trimmed_and_handed_on_plain(
+        sidecar: RunningServer, api: str, stream: bool, coding: str, model_relay: str  # noqa: F811
+        ) -> None:
+    run = f"bound-{api}-{stream}-{coding}-{model_relay}"
+    ids = TURNS[api](sidecar, coding, stream, run, 1)
+    assert len(ids) == 1
+    booked(sidecar, run, 1)
+
+
+def post(sidecar: RunningServer, run: str, coding: str, stream: bool, budget: int | None
+         ) -> tuple[int, dict[str, str], bytes | Exception]:
+    """A raw request: the status, headers and body the client got (or how reading it failed)."""
+    connection = http.client.HTTPConnection("127.0.0.1", int(sidecar.url("model").rsplit(
+        ":", 1)[1]), timeout=30)
+    connection.request("POST", "/v1/chat/completions", json.dumps({
+        "model": coding, "stream": stream, "messages": [{"role": "user", "content": run}],
+        "tools": TOOLS}), {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}",
+                           **headers(run, budget)})
+    response = connection.getresponse()
+    try:
+        body: bytes | Exception = response.read()
+    except http.client.HTTPException as exc:  # (an answer broken off)
+        body = exc
+    finally:
+        connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br"])
+def test_with_nothing_to_change_the_answer_goes_as_it_came(
+        sidecar: RunningServer, stream: bool, coding: str, model_relay: str  # noqa: F811
+        ) -> None:
+    run = f"raw-{stream}-{coding}-{model_relay}"
+    status, got, body = post(sidecar, run, coding, stream, None)
+    assert status == 200 and got["content-encoding"] == coding
+    assert body == Upstream.sent[run]
+
+
+def broken_off(status: int, body: bytes | Exception) -> bool:
+    """A stream broken off with no call in it: its head, then its body cut short."""
+    return status == 200 and isinstance(body, http.client.IncompleteRead) \
+        and b"search" not in body.partial
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_with_a_bound_a_coding_it_cannot_read_is_never_handed_on(
+        sidecar: RunningServer, stream: bool, model_relay: str  # noqa: F811
+        ) -> None:
+    run = f"br-{stream}-{model_relay}"
+    status, _, body = post(sidecar, run, "br", stream, 1)
+    if stream:  # broken off: the client sees its answer cut short, with nothing of it
+        assert broken_off(status, body), (status, body)
+    else:
+        assert status == 502 and isinstance(body, bytes)
+        error = json.loads(body)["error"]
+        assert error["code"] == "upstream_unreachable"
+        assert "UnjudgedResponse" in error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("budget", [None, 1], ids=["free", "bound"])
+def test_a_decompression_bomb_is_read_no_further_than_the_bounds(
+        sidecar: RunningServer, stream: bool, budget: int | None,
+        model_relay: str  # noqa: F811
+        ) -> None:
+    """80 MiB once inflated, from 80 KiB: with nothing to change it passes as it came; with a
+    bound it is too long to judge (a whole response past 64 MiB, an event past 4 MiB)."""
+    run = f"bomb-{stream}-{budget}-{model_relay}"
+    status, got, body = post(sidecar, run, "bomb", stream, budget)
+    if budget is None:
+        assert status == 200 and got["content-encoding"] == "gzip" and body == BOMB
+    elif stream:
+        assert broken_off(status, body), (status, body)
+    else:
+        assert status == 502 and isinstance(body, bytes)
+        assert "UnjudgedResponse" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_stream_asked_for_its_usage_is_read_and_handed_on_without_it(
+        sidecar: RunningServer, coding: str, model_relay: str  # noqa: F811
+        ) -> None:
+    """A budget in dollars: the endpoint asks the stream for its usage, reads it once inflated
+    and leaves its usage-only chunk out (the client, which did not ask, never sees it)."""
+    run = f"usage-{coding}-{model_relay}"
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={**headers(run, None),
+                                            "x-watchdog-budget-cost-usd": "5"}, timeout=30)
+    got = list(client.chat.completions.create(model=coding, tools=TOOLS, stream=True,
+                                              messages=[{"role": "user", "content": run}]))
+    assert got and all(chunk.choices for chunk in got)  # no usage-only chunk
+    assert sum(len(chunk.choices[0].delta.tool_calls or ()) for chunk in got) == 6  # 2 calls
+    wait_until(lambda: sidecar.get_json(f"/v1/runs/{run}")["signals"]["total_tokens"] == 10,
+               lambda: f"the stream's usage booked: {sidecar.get_json('/v1/runs/' + run)}",
+               timeout=10)
