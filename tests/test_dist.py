@@ -277,13 +277,22 @@ def test_the_wheels_top_level_packages(dist: Dist) -> None:
     assert not any(n.endswith(".c") for n in names)
     assert re.fullmatch(rf"agent_watchdog_client-{re.escape(VERSION)}-cp3\d+-cp3\d+-\w+\.whl",
                         dist.client_wheel.name)
-    # the sidecar's compiled decode (Rust) is built too (a platform wheel); its source in the
-    # sdist
-    assert re.fullmatch(rf"agent_watchdog_sidecar-{re.escape(VERSION)}-cp3\d+-(cp3\d+|abi3)-\w+"
-                        r"\.whl", dist.sidecar_wheel.name)
+    # the sidecar's compiled parts (Rust) are built too, on Python's stable ABI: one wheel for
+    # every CPython from 3.11 (an image's Python may be another); their source in the sdist
+    assert re.fullmatch(rf"agent_watchdog_sidecar-{re.escape(VERSION)}-cp311-abi3-\w+\.whl",
+                        dist.sidecar_wheel.name), dist.sidecar_wheel.name
     with zipfile.ZipFile(dist.sidecar_wheel) as archive:
         names = archive.namelist()
-    assert any(re.fullmatch(r"watchdog/core/spans/_native\..*\.so", n) for n in names)
+    assert {"watchdog/core/spans/_native.abi3.so", "watchdog/shell/model/_relay.abi3.so"} \
+        <= set(names)
+    # the license the metadata names, in every artifact
+    for wheel, project in ((dist.sidecar_wheel, "agent_watchdog_sidecar"),
+                           (dist.client_wheel, "agent_watchdog_client")):
+        with zipfile.ZipFile(wheel) as archive:
+            text = archive.read(f"{project}-{VERSION}.dist-info/licenses/LICENSE").decode()
+            assert "License-Expression: Apache-2.0" in archive.read(
+                f"{project}-{VERSION}.dist-info/METADATA").decode()
+        assert "Apache License" in text and "Version 2.0" in text
     assert "watchdog/core/spans/_native.pyi" in names and not any(n.endswith(".rs")
                                                                    for n in names)
 

@@ -273,7 +273,7 @@ def test_dockerignore_sends_only_the_sources(instructions: list[Instruction]) ->
     copied = [source for i in instructions if i.keyword == "COPY" and "--from" not in i.args
               for source in i.args.split()[:-1]]
     assert copied == ["dist/agent_watchdog_sidecar-*.whl"]  # make dist's wheel, and only it
-    for wheel in ("dist/agent_watchdog_sidecar-0.2.0-cp311-cp311-linux_x86_64.whl",
+    for wheel in ("dist/agent_watchdog_sidecar-0.2.0-cp311-abi3-linux_x86_64.whl",
                   "dist/agent_watchdog_sidecar-0.2.0-py3-none-any.whl"):
         assert not excluded(wheel, patterns), f"{wheel} is excluded by .dockerignore"
     for other in ("dist/agent_watchdog_client-0.2.0-py3-none-any.whl",

@@ -213,9 +213,11 @@ def test_agents_of_a_gateway_get_the_service(example_chart: helm.Chart) -> None:
     deployment = one(manifests, "Deployment", "my-agent")
     assert list(containers(deployment)) == ["agent"]  # no sidecar in gateway mode
     agent_env = env_of(containers(deployment)["agent"])
-    service = "my-agent-agent-watchdog.agents.svc"
-    assert agent_env["OPENAI_BASE_URL"] == f"http://{service}:9478/v1"
-    assert agent_env["ANTHROPIC_BASE_URL"] == f"http://{service}:9478"
+    service = "my-agent-agent-watchdog.agents.svc"  # its token in the path: base URLs only
+    assert agent_env["OPENAI_BASE_URL"] == f"http://{service}:9478/token/$(WATCHDOG_API_TOKEN)/v1"
+    assert agent_env["ANTHROPIC_BASE_URL"] == f"http://{service}:9478/token/$(WATCHDOG_API_TOKEN)"
+    names = list(agent_env)  # the kubelet expands $(NAME) of an entry that comes before
+    assert names.index("WATCHDOG_API_TOKEN") < names.index("OPENAI_BASE_URL")
 
 
 @pytest.mark.parametrize(("values", "named"), [
@@ -241,59 +243,80 @@ def test_notes_give_the_env_line(chart: helm.Chart) -> None:
     assert "OPENAI_BASE_URL=http://127.0.0.1:9478/v1" in notes
     gateway = chart.render(copy.deepcopy(GATEWAY), name="rel", namespace=NAMESPACE)
     notes = next(text for path, text in gateway.items() if path.endswith("NOTES.txt"))
-    assert "OPENAI_BASE_URL=http://rel-agent-watchdog.agents.svc:9478/v1" in notes
+    assert "OPENAI_BASE_URL=http://rel-agent-watchdog.agents.svc:9478/token/<token>/v1" in notes
 
 
-def test_a_real_sidecar_with_the_rendered_env_answers_through_its_upstream(
-        example_chart: helm.Chart, tmp_path: Path) -> None:
-    """``watchdog serve`` with the example agent's sidecar env (ports and paths moved to
-    tmp_path, the upstream a scripted one): the agent's ``openai`` SDK, pointed by the env
-    ``modelEndpoint.agentEnv`` gives it, gets the upstream's answer, and the call is a run of
-    agent "my-agent" (the pod's app name)."""
+@pytest.mark.parametrize("mode", ["sidecar", "gateway"])
+def test_a_real_watchdog_with_the_rendered_env_answers_through_its_upstream(
+        example_chart: helm.Chart, tmp_path: Path, mode: str) -> None:
+    """``watchdog serve`` with the env the chart renders (the example agent's sidecar, or the
+    gateway beyond loopback with its token; ports and paths moved to tmp_path, the upstream a
+    scripted one): the agent's ``openai`` SDK, pointed only by the base URL
+    ``modelEndpoint.agentEnv`` gives it (the gateway's token in its path, as the kubelet expands
+    it), gets the upstream's answer, and the call is a run (of agent "my-agent", the pod's app
+    name, in a sidecar)."""
     ports = {"otlpGrpc": free_port(), "otlpHttp": free_port(), "api": free_port(),
              "metrics": free_port(), "model": free_port()}
     with FakeLLM() as llm:
         llm.script("gpt-test", steps(answer("Hello from upstream.")))
-        manifests = render_example(example_chart, {"ports": ports, "modelEndpoint": {
-            "upstream": llm.base_url, "agentEnv": True}})
+        values = {"ports": ports, "modelEndpoint": {"upstream": llm.base_url, "agentEnv": True}}
+        if mode == "gateway":
+            values |= copy.deepcopy(GATEWAY)
+        manifests = render_example(example_chart, values)
         deployment = one(manifests, "Deployment", "my-agent")
-        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-        env = kubelet_env(containers(deployment)["watchdog"], pod_labels)
+        watchdog = deployment if mode == "sidecar" else one(
+            manifests, "Deployment", "my-agent-agent-watchdog")
+        pod_labels = watchdog["spec"]["template"]["metadata"]["labels"]
+        env = kubelet_env(containers(watchdog)["watchdog"], pod_labels)
         (tmp_path / "rules").mkdir()
         env.update(WATCHDOG_STATE_DIR=str(tmp_path / "state"),
                    WATCHDOG_RULES=str(tmp_path / "rules"),
                    WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "watchdog", "serve"],
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")},
-                 **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if mode == "gateway":
+            env["WATCHDOG_API_TOKEN"] = TOKEN  # (its secretKeyRef)
+        agent_env = env_of(containers(deployment)["agent"])
+        base_url = agent_env["OPENAI_BASE_URL"].replace("$(WATCHDOG_API_TOKEN)", TOKEN).replace(
+            "my-agent-agent-watchdog.agents.svc", "127.0.0.1")
+        assert (TOKEN in base_url) is (mode == "gateway"), base_url
+        runs = served_call(env, ports, base_url, TOKEN if mode == "gateway" else None)
+        assert llm.request_headers("gpt-test")[0]["authorization"] == "Bearer sk-chart-test"
+        assert [run["agent"] for run in runs] == (
+            ["my-agent"] if mode == "sidecar" else ["unknown"])
+
+
+def served_call(env: dict[str, str], ports: dict[str, int], base_url: str,
+                token: str | None) -> list[dict[str, Any]]:
+    """A ``watchdog serve`` with ``env``; one chat completion through ``base_url`` by the
+    ``openai`` SDK, answered by the upstream; the runs its control API then lists."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "serve"],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")},
+             **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: process.poll() is not None or answers(
+            f"http://127.0.0.1:{ports['metrics']}/readyz", timeout=2),
+            what="the watchdog to be ready", timeout=30, every=0.05)
+        assert process.poll() is None, process.stderr.read().decode() \
+            if process.stderr else process.returncode
+        client = openai.OpenAI(base_url=base_url, api_key="sk-chart-test", max_retries=0)
+        reply = client.chat.completions.create(model="gpt-test", messages=[
+            {"role": "user", "content": "Say hello."}])
+        assert reply.choices[0].message.content == "Hello from upstream."
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{ports['api']}/v1/runs",
+            headers={"Authorization": f"Bearer {token}"} if token else {})
+
+        def listed() -> list[dict[str, Any]]:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                return json.loads(response.read())["runs"]  # type: ignore[no-any-return]
+
+        return wait_until(listed, what="the agent's run", timeout=20, every=0.05)
+    finally:
+        process.send_signal(signal.SIGTERM)
         try:
-            wait_until(lambda: process.poll() is not None or answers(
-                f"http://127.0.0.1:{ports['metrics']}/readyz", timeout=2),
-                what="the sidecar to be ready", timeout=30, every=0.05)
-            assert process.poll() is None, process.stderr.read().decode() \
-                if process.stderr else process.returncode
-            agent_env = env_of(containers(deployment)["agent"])
-            client = openai.OpenAI(base_url=agent_env["OPENAI_BASE_URL"],
-                                   api_key="sk-chart-test", max_retries=0)
-            reply = client.chat.completions.create(model="gpt-test", messages=[
-                {"role": "user", "content": "Say hello."}])
-            assert reply.choices[0].message.content == "Hello from upstream."
-            assert llm.request_headers("gpt-test")[0]["authorization"] == "Bearer sk-chart-test"
-            api = f"http://127.0.0.1:{ports['api']}/v1/runs"
-
-            def listed() -> list[dict[str, Any]]:
-                with urllib.request.urlopen(api, timeout=2) as response:
-                    return json.loads(response.read())["runs"]  # type: ignore[no-any-return]
-
-            runs = wait_until(listed, what="the agent's run", timeout=20, every=0.05)
-            assert [run["agent"] for run in runs] == ["my-agent"]
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stderr:
-                process.stderr.close()
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()

@@ -383,7 +383,9 @@ def test_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:
 @pytest.mark.parametrize("target", [
     b"http://evil.example/v1/models", b"/v1/../admin", b"/v1/%2e%2e/admin",
     b"/v1/models%2f..%2f..%2fadmin", b"//evil.example/v1/models", b"/v2/models",
-    b"/v1/models/..", b"/v1\\..\\admin", b"/admin"])
+    b"/v1/models/..", b"/v1\\..\\admin", b"/admin",
+    b"/token/t/../../admin", b"/token/t", b"/token//evil.example/v1/models",
+    b"/token/t/token/t/v1/models"])
 def test_request_targets_reach_nothing_else(sidecar: RunningServer, upstream: RawUpstream,
                                             target: bytes) -> None:
     answer = raw_http(sidecar, b"GET " + target + b" HTTP/1.1\r\nHost: evil.example\r\n"

@@ -358,7 +358,20 @@ def test_beyond_loopback_the_endpoint_needs_the_token(tmp_path: Path, llm: FakeL
         reply = guarded.chat.completions.create(model=model, messages=[{"role": "user",
                                                                         "content": "x"}])
         assert reply.choices[0].message.content == "hello"
-    assert "x-watchdog-token" not in llm.request_headers(model)[0]
+        # an agent that can set only its base URL (the chart's agentEnv in gateway mode)
+        in_path = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/token/{token}/v1",
+                                api_key=KEY, max_retries=0)
+        reply = in_path.chat.completions.create(model=model, messages=[{"role": "user",
+                                                                        "content": "y"}])
+        assert reply.choices[0].message.content == "hello"
+        wrong = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/token/{token}x/v1",
+                              api_key=KEY, max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as refused:
+            wrong.chat.completions.create(model=model, messages=[{"role": "user",
+                                                                  "content": "x"}])
+        assert token not in str(refused.value)
+    assert len(llm.request_headers(model)) == 2
+    assert all("x-watchdog-token" not in headers for headers in llm.request_headers(model))
 
 
 def test_a_traced_run_is_steered_before_its_spans_come(sidecar: RunningServer,

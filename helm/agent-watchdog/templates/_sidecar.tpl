@@ -82,11 +82,16 @@ sidecar (or, with mode=gateway, at the gateway's Service), with the token when o
 - name: WATCHDOG_URL
   value: "http://{{ $host }}:{{ $v.ports.api }}"
 {{- if and $v.modelEndpoint.enabled $v.modelEndpoint.agentEnv }}
-# The agent's OpenAI and Anthropic SDKs call the model through the watchdog's model endpoint.
+# The agent's OpenAI and Anthropic SDKs call the model through the watchdog's model endpoint; a
+# gateway's wants its token, which an SDK set only by its base URL sends in the path.
+{{- $base := printf "http://%s:%v" $host $v.ports.model }}
+{{- if and (eq $v.mode "gateway") $tokenSecret }}
+{{- $base = printf "%s/token/$(WATCHDOG_API_TOKEN)" $base }}
+{{- end }}
 - name: OPENAI_BASE_URL
-  value: "http://{{ $host }}:{{ $v.ports.model }}/v1"
+  value: "{{ $base }}/v1"
 - name: ANTHROPIC_BASE_URL
-  value: "http://{{ $host }}:{{ $v.ports.model }}"
+  value: "{{ $base }}"
 {{- end }}
 {{- end }}
 

@@ -5,6 +5,7 @@ sent), the budgets those headers announce, and the environment's proxy for an up
 from __future__ import annotations
 
 import base64
+import hmac
 import math
 import os
 import re
@@ -20,6 +21,9 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-a
 REQUEST_SET = frozenset({"host", "content-length", "expect"})
 WATCHDOG_PREFIX = "x-watchdog-"
 TOKEN_HEADER = "x-watchdog-token"  # the api_token, when the endpoint binds beyond loopback
+# ... or the first segments of the path, for an agent that can set only its base URL:
+# OPENAI_BASE_URL=http://watchdog:9478/token/<api_token>/v1
+TOKEN_PATH = "/token/"
 # x-watchdog-budget-<name>: the budget key, the largest value allowed, whether an integer
 BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
     "x-watchdog-budget-tool-calls": ("max_tool_calls", 1_000_000, True),
@@ -40,6 +44,24 @@ class Refused(Exception):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.headers = dict(headers or {})
+
+
+def door(method: str, target: str, headers: CIMultiDict[str] | CIMultiDictProxy[str],
+         token: str | None) -> str:
+    """The request's target once it may come in: under /v1/ (:func:`check_target`) and, when
+    the endpoint has a token (it binds beyond loopback), with it: the ``x-watchdog-token``
+    header, or the path's first segments, ``/token/<token>/`` (taken off: an agent that can
+    set only its base URL). Refused otherwise, the token never echoed."""
+    given: str | None = headers.get(TOKEN_HEADER)
+    if target.startswith(TOKEN_PATH):
+        segment, slash, rest = target[len(TOKEN_PATH):].partition("/")
+        given, target = unquote(segment), "/" + rest if slash else "/"
+    check_target(method, target)
+    if token is not None and not hmac.compare_digest(
+            (given or "").encode("utf-8", "replace"), token.encode("utf-8")):
+        raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} header (or "
+                      f"{TOKEN_PATH}<token>/ path): the model endpoint binds beyond loopback")
+    return target
 
 
 def check_target(method: str, target: str) -> None:

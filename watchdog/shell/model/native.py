@@ -74,7 +74,7 @@ from multidict import CIMultiDict
 from watchdog.core.model.book import Caller
 from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, Act
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
-from watchdog.shell.model.headers import TOKEN_HEADER, Refused, check_target
+from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
 
@@ -240,8 +240,8 @@ class NativeEndpoint:
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
         try:
-            check_target(method, target)
-            proxy.check_token(headers)
+            target = door(method, target, headers, proxy.token)
+            wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
             if refusal == "too_large":

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
@@ -65,10 +65,9 @@ from watchdog.shell.config import Config, is_loopback, split_address, url_for_lo
 from watchdog.shell.errors import Overloaded, StateUnavailable
 from watchdog.shell.model.headers import (
     ANTHROPIC_HINTS,
-    TOKEN_HEADER,
     Refused,
     budget_from,
-    check_target,
+    door,
     proxy_for,
     request_headers,
 )
@@ -153,13 +152,13 @@ class ModelProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         wire = self.wire_of(request.method, request.path)
         try:
-            check_target(request.method, request.raw_path)
-            self.check_token(request.headers)
+            target = door(request.method, request.raw_path, request.headers, self.token)
+            wire = self.wire_of(request.method, unquote(target.split("?", 1)[0]))
             if self.in_flight >= self.config.model_max_concurrent:
                 raise self.overloaded(self.in_flight)
             self.in_flight += 1
             try:
-                plan = self.plan(wire, request.method, request.raw_path, request.headers,
+                plan = self.plan(wire, request.method, target, request.headers,
                                  await self._body(request))
                 if isinstance(plan, Answer):
                     return web.Response(status=plan.status, body=plan.body,
@@ -178,14 +177,6 @@ class ModelProxy:
     def wire_of(self, method: str, path: str) -> Wire | None:
         """The API a request speaks (None: another path, passed through); ``path`` decoded."""
         return self.wires.get(path.rstrip("/")) if method == "POST" else None
-
-    def check_token(self, headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> None:
-        if self.token is not None:
-            given = headers.get(TOKEN_HEADER, "")
-            if not hmac.compare_digest(given.encode("utf-8", "replace"),
-                                       self.token.encode("utf-8")):
-                raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} "
-                              f"header: the model endpoint binds beyond loopback")
 
     @staticmethod
     def overloaded(in_flight: int) -> Refused:
