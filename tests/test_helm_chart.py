@@ -398,6 +398,11 @@ def test_a_typo_in_values_is_refused_by_name(chart: helm.Chart, values: dict[str
     ({"ports": {"api": "9477"}}, "/ports/api"),
     ({"config": {"log_level": "loud"}}, "/config/log_level"),
     ({"config": {"run_end_timeout": "15 minutes"}}, "/config/run_end_timeout"),
+    # (a duration the sidecar wants positive: a zero one or none would crash-loop the pod)
+    ({"config": {"run_end_timeout": "0s"}}, "/config/run_end_timeout"),
+    ({"config": {"eval_interval": "00"}}, "/config/eval_interval"),
+    ({"config": {"fleet_window": " "}}, "/config/fleet_window"),
+    ({"config": {"state_flush_interval": "0ms"}}, "/config/state_flush_interval"),
     ({"config": {"max_runs": 0}}, "/config/max_runs"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
 ])
