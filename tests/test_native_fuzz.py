@@ -69,11 +69,12 @@ def test_the_rust_decoder_survives_fuzzed_bytes_under_asan(
     finished(log, runs, "native/otlp decode (Rust, ASan)", capsys)
 
 
-def test_the_rust_unit_tests_pass() -> None:
-    """``cargo test`` of the decoder's crate (its own tests; no Python needed)."""
+@pytest.mark.parametrize("crate", ["watchdog-otlp", "watchdog-relay"])
+def test_the_rust_unit_tests_pass(crate: str) -> None:
+    """``cargo test`` of each crate (its own tests; no Python needed)."""
     result = subprocess.run(
         ["cargo", "test", "--quiet", "--manifest-path", str(ROOT / "native" / "Cargo.toml"),
-         "-p", "watchdog-otlp"],
+         "-p", crate],
         env=dict(os.environ, CARGO_TARGET_DIR=str(CACHE / "cargo-test-target")),
         capture_output=True, text=True, timeout=BUILD_SECONDS)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
