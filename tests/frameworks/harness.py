@@ -540,6 +540,14 @@ def loop_expected(agent: str, limit_state: str = "tool_limit_reached",
     }
 
 
+def top_answers(sidecar: RunningServer) -> list[Any]:
+    """The answer (``final_output``) of each run the sidecar lists that has no parent run,
+    most recent first."""
+    runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
+            for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
+    return [run["final_output"] for run in runs if run["parent_run"] is None]
+
+
 def loop_tests(env: str, driver: str, expected: Mapping[str, tuple[Expect, str | None]]
                ) -> tuple[Callable[..., None], Callable[..., None]]:
     """``test_live`` and ``test_recorded`` of a tracing setup around the hand-written loop

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 from tests.frameworks.fakellm import FakeLLM, Script
-from tests.frameworks.harness import Expect, check_recorded, drive_and_check
+from tests.frameworks.harness import Expect, check_recorded, drive_and_check, top_answers
 from tests.frameworks.scenarios import ANSWER, ERROR_ANSWER, SUMMARY, script
 from tests.frameworks.test_agno import TEAM, TEAM_SCRIPTS, until_refused
 from tests.harness import RunningServer
@@ -52,10 +52,8 @@ ANSWERS = {"three_tools": ANSWER, "limit": SUMMARY, "tool_error": ERROR_ANSWER,
 
 
 def answer_read(sidecar: RunningServer, scenario: str) -> None:
-    runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
-            for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
-    top = [run for run in runs if run["parent_run"] is None]
-    assert [run["final_output"] for run in top] == [ANSWERS[scenario]], top
+    answers = top_answers(sidecar)
+    assert answers == [ANSWERS[scenario]], answers
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))

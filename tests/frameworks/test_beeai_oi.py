@@ -30,7 +30,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Script, Step, answer, call
-from tests.frameworks.harness import Expect, check_recorded, drive_and_check
+from tests.frameworks.harness import Expect, check_recorded, drive_and_check, top_answers
 from tests.frameworks.scenarios import ANSWER, ERROR_ANSWER, script
 from tests.harness import RunningServer
 
@@ -86,10 +86,8 @@ ANSWERS = {"three_tools": ANSWER, "three_tools_json": ANSWER, "three_tools_text"
 
 
 def answer_read(sidecar: RunningServer, scenario: str) -> None:
-    runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
-            for run in sidecar.get_json("/v1/runs?limit=10")["runs"]]
-    top = [run for run in runs if run["parent_run"] is None]
-    assert [run["final_output"] for run in top] == [ANSWERS[scenario]], top
+    answers = top_answers(sidecar)
+    assert answers == [ANSWERS[scenario]], answers
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
