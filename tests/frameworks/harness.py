@@ -540,6 +540,33 @@ def loop_expected(agent: str, limit_state: str = "tool_limit_reached",
     }
 
 
+TS_DIR = HERE / "ts"
+
+
+def run_ts_driver(script: str, driver: str, scenario: str, sidecar: RunningServer,
+                  llm: FakeLLM, model: str) -> str:
+    """``tests/frameworks/ts/SCRIPT`` (node, tsx) on ``scenario``: its spans exported to the
+    sidecar, its model ``model`` served by ``llm`` (with ``RECORD_SPANS``: the export recorded
+    as ``driver``'s); its stdout."""
+    env = clean_environ()
+    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
+    if os.environ.get("RECORD_SPANS"):
+        target = RECORDINGS / driver / f"{scenario}.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        env["RECORD_SPANS"] = str(target)
+    result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / script), scenario],
+                            env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
+                            cwd=TS_DIR, check=False)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"{driver} {scenario} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
 def top_answers(sidecar: RunningServer) -> list[Any]:
     """The answer (``final_output``) of each run the sidecar lists that has no parent run,
     most recent first."""

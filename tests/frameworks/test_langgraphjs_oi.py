@@ -23,26 +23,19 @@ JSON, not the last message's text.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from tests.frameworks import fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script, answer, call
 from tests.frameworks.harness import (
-    DRIVER_TIMEOUT,
-    RECORDINGS,
+    TS_DIR,
     Expect,
     check_recorded,
     check_runs,
-    clean_environ,
+    run_ts_driver,
 )
 from tests.harness import RunningServer
 
-TS_DIR = Path(__file__).resolve().parent / "ts"
 DRIVER = "langgraphjs_oi"
 AGENT = "lg_researcher"
 MANAGER = "lg_manager"
@@ -80,23 +73,7 @@ def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> str:
     model = f"{DRIVER}-{scenario}"
     for suffix, script in SCRIPTS[scenario].items():
         llm.script(model + suffix, script)
-    env = clean_environ()
-    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-                "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
-    if os.environ.get("RECORD_SPANS"):
-        target = RECORDINGS / DRIVER / f"{scenario}.jsonl"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)
-        env["RECORD_SPANS"] = str(target)
-    result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / "langgraph.ts"), scenario],
-                            env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
-                            cwd=TS_DIR, check=False)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"{DRIVER} {scenario} exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result.stdout
+    return run_ts_driver("langgraph.ts", DRIVER, scenario, sidecar, llm, model)
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))

@@ -21,9 +21,6 @@ Each case runs live (one node process) and from its committed recording.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,13 +30,13 @@ import pytest
 from tests.frameworks import cases, scenarios
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
-    DRIVER_TIMEOUT,
     RECORDINGS,
+    TS_DIR,
     Expect,
     check_recorded,
     check_runs,
-    clean_environ,
     replay,
+    run_ts_driver,
 )
 from tests.harness import RunningServer, running_server, sidecar_config
 
@@ -52,7 +49,6 @@ budgets:
   - agents: [vercel_researcher]
     max_tool_calls: {BUDGET}
 """
-TS_DIR = Path(__file__).resolve().parent / "ts"
 DRIVER = "vercel_ai"
 AGENT = "vercel_researcher"
 SUB_AGENT = "vercel_sub"
@@ -93,23 +89,8 @@ def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> dict[str, Any]
         cases.register(llm, model, cases.delegate("research", topic="a"))
     else:
         scenarios.scripted(llm, DRIVER, scenario)
-    env = clean_environ()
-    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-                "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
-    if os.environ.get("RECORD_SPANS"):
-        target = RECORDINGS / DRIVER / f"{scenario}.jsonl"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)
-        env["RECORD_SPANS"] = str(target)
-    result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / "vercel_ai.ts"), scenario],
-                            env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
-                            cwd=TS_DIR, check=False)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"{DRIVER} {scenario} exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    said: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    stdout = run_ts_driver("vercel_ai.ts", DRIVER, scenario, sidecar, llm, model)
+    said: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return said
 
 
