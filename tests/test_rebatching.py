@@ -311,8 +311,8 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 OUT_OF_ORDER_MISREAD = {
     "autogen_native": 2, "autogen_oi": 2, "crewai_openinference_openai": 7,
     "dspy_oi": 4, "haystack_oi": 1, "langchain_openllmetry": 6,
-    "litellm_logfire_loop": 6, "logfire_loop": 2, "openai_agents_oi": 2,
-    "openai_agents_openlit": 2, "openai_agents_openllmetry": 2, "openai_agents_sdk": 26,
+    "litellm_logfire_loop": 6, "logfire_loop": 2,
+    "openai_agents_openlit": 2, "openai_agents_openllmetry": 2, "openai_agents_sdk": 12,
     "openai_olm_loop": 1, "semantic_kernel_137_agent": 7,
     "semantic_kernel_agent": 7, "smolagents_oi": 1,
 }
@@ -337,8 +337,8 @@ BATCH_ORDER_MISREAD = {
     "autogen_native": 11, "crewai_openinference_openai": 8, "dspy_oi": 25,
     "langchain_openllmetry": 16, "langgraphjs_oi": 2, "litellm_logfire_loop": 14,
     "logfire_loop": 3,
-    "openai_agents_oi": 4, "openai_agents_openlit": 6,
-    "openai_agents_sdk": 101, "openai_olm_loop": 3, "semantic_kernel_137_agent": 18,
+    "openai_agents_oi": 1, "openai_agents_openlit": 6,
+    "openai_agents_sdk": 62, "openai_olm_loop": 3, "semantic_kernel_137_agent": 18,
     "semantic_kernel_agent": 18,
 }
 

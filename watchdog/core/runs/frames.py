@@ -70,6 +70,10 @@ class TraceFrames:
     calls: set[str] = field(default_factory=set)  # model and tool call span ids
     agents: dict[str, str | None] = field(default_factory=dict)  # agent span id -> agent name
     main_agent: str | None = None
+    # the agent taken as main until an agent root took it in as its own invocation (the OpenAI
+    # Agents SDK's workflow root around its first agent): a sibling of it that ended first is
+    # the trace run's agent when it comes after the root
+    inner_agent: str | None = None
     team_root: str | None = None  # a team's root span: its members are peers, none its own
     graphs: set[str] = field(default_factory=set)  # spans of a graph's metadata (record.graph)
     complete: bool = True  # False once a record could not be retained: no more splitting
@@ -80,7 +84,8 @@ class TraceFrames:
         return {"parents": self.parents, "records": [record.to_dict() for record in self.records],
                 "children": self.children, "adopted": self.adopted, "calls": sorted(self.calls),
                 "agents": self.agents, "main_agent": self.main_agent, "complete": self.complete,
-                "team_root": self.team_root, "graphs": sorted(self.graphs)}
+                "team_root": self.team_root, "graphs": sorted(self.graphs),
+                "inner_agent": self.inner_agent}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceFrames:
@@ -91,6 +96,7 @@ class TraceFrames:
                    children=dict(data["children"]), adopted=dict(data["adopted"]),
                    calls=set(data["calls"]), agents=dict(data["agents"]),
                    main_agent=data["main_agent"], team_root=data.get("team_root"),
+                   inner_agent=data.get("inner_agent"),
                    graphs=set(data.get("graphs", ())),
                    complete=bool(data["complete"]) and len(records) <= MAX_RETAINED_SPANS)
 

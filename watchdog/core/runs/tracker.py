@@ -335,6 +335,8 @@ class RunTracker(RunBook):
                 if main is not None and (record.team
                                          or not frames.same_invocation(main, record.span_id)):
                     self._split(frames, main, run, now, result)
+                elif main is not None:
+                    frames.inner_agent = main  # (taken in as the root's own invocation)
                 frames.main_agent = record.span_id
             elif record.kind is AGENT and record.parent_span_id is not None and (
                     not run.ended or (frames is not None and frames.main_agent is not None)) \
@@ -543,8 +545,14 @@ class RunTracker(RunBook):
         if frames.within(record.span_id, main):
             if frames.same_invocation(record.span_id, main):
                 return run  # the inner view of the main agent, ending after it (async exporters)
-        elif frames.parents.get(main) is not None and frames.ended_before(record, main) \
-                and not frames.ran_in_a_tool_of(record.span_id, main):
+            inner = frames.inner_agent
+            if inner is not None and self._ended_first(frames, record, inner):
+                # a sibling of the agent the root took in that ended before it, come after the
+                # root: the first to end is the trace run's agent, as when they come in order
+                self._split(frames, inner, run, now, result)
+                frames.inner_agent = record.span_id
+                return run
+        elif frames.parents.get(main) is not None and self._ended_first(frames, record, main):
             # a sibling that ended before the one taken as main (not the trace's root), come
             # after it (a later request came first): the first to end is the main agent, as
             # when they come in order
@@ -554,6 +562,15 @@ class RunTracker(RunBook):
         if (twin := frames.split_twin(record.span_id)) is not None:
             return self._join(frames, record, twin, run, now, result)
         return self._split(frames, record.span_id, run, now, result) or run
+
+    @staticmethod
+    def _ended_first(frames: TraceFrames, record: SpanRecord, agent: str) -> bool:
+        """Whether agent span ``record`` is a sibling of agent span ``agent`` (neither below
+        the other, nor run in one of its tools) that ended before it."""
+        span = record.span_id
+        return span != agent and not frames.within(span, agent) \
+            and not frames.within(agent, span) and frames.ended_before(record, agent) \
+            and not frames.ran_in_a_tool_of(span, agent)
 
     def _nest_graph(self, graph: SpanRecord, frames: TraceFrames, run: RunState, now: float,
                     result: BatchResult) -> None:
