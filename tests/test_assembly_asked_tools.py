@@ -116,19 +116,29 @@ def _asking_chat(call_id: str = "call_1", tool: str = "lookup") -> dict[str, Any
                                           "arguments": "{}"}]}])})
 
 
-def test_a_tool_span_and_its_generic_wrapper_are_one_call() -> None:
+@pytest.mark.parametrize("split", [False, True], ids=["one request", "the tool first"])
+def test_a_tool_span_and_its_generic_wrapper_are_one_call(split: bool) -> None:
     """An instrumented tool call (GenAI attributes) inside a span named after the same tool:
-    the asked call is answered once, the wrapper is no second call."""
+    the asked call is answered once, the wrapper is no second call — also when both come
+    before the model call that asked for the tool (the wrapper kept for it, then known as the
+    call counted inside it)."""
     maker = SpanMaker()
     with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
         maker.span("chat", _asking_chat(), parent=root, start=T0, end=T0 + 1)
+        asking = maker.take()
         wrapper = maker.open("lookup", {"input": "{}"}, parent=root, start=T0 + 1.1)
         maker.span("execute_tool lookup", tool_attrs("lookup", "{}"), parent=wrapper,
                    start=T0 + 1.2, end=T0 + 1.3)
         wrapper.end(int((T0 + 1.4) * 1e9))
+        tool = maker.take()
         maker.span("chat", chat_attrs(finish="stop"), parent=root, start=T0 + 2, end=T0 + 3)
+    rest = maker.take()
     tracker = RunTracker()
-    tracker.apply(records_of(maker.take()), T0 + 5)
+    if split:
+        tracker.apply(records_of(tool), T0 + 5)
+        tracker.apply(records_of(asking + rest), T0 + 6)
+    else:
+        tracker.apply(records_of(asking + tool + rest), T0 + 5)
     (run,) = tracker.ended()
     assert (run.tool_calls, run.iterations) == (1, 2)
 

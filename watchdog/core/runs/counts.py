@@ -112,9 +112,7 @@ class RunCounts(RunFields):
                 record.kind = kind = OTHER  # its twin was counted as one call already)
                 record.tool_name = None
         if kind is TOOL:
-            if not record.named_tool and self._named and (
-                    (record.span_id, record.tool_name) in self._named
-                    or (record.parent_span_id, record.tool_name) in self._tool_spans):
+            if not record.named_tool and self.counted_around(record, record.tool_name):
                 # the tool call around a call of the same tool counted directly inside it (a
                 # span the tool's code made, named after it; a second tracer's tool span, as
                 # OpenInference's tool decorator inside pydantic-ai's), or the call inside one
@@ -364,6 +362,14 @@ class RunCounts(RunFields):
         if new:
             asked = (*asked, *new)
             self._asked = asked[-MAX_ASKED:] if len(asked) > MAX_ASKED else asked
+
+    def counted_around(self, record: SpanRecord, tool: str | None) -> bool:
+        """Whether span ``record`` of ``tool`` is a call of it counted already, seen from
+        around or inside: a span of the same tool directly inside it, or directly around it,
+        was counted lately (one execution traced twice)."""
+        return bool(self._named) and (
+            (record.span_id, tool) in self._named
+            or (record.parent_span_id, tool) in self._tool_spans)
 
     def asked_for(self, record: SpanRecord) -> str | None:
         """The tool ``record``, a span of no kind, executed: one a model call asked for, not

@@ -482,6 +482,8 @@ class RunTracker(RunBook):
             if tool is None:
                 continue
             held.remove(record)
+            if run.counted_around(record, tool):
+                continue  # the call around (or inside) one counted when it came: one call
             self._as_tool(record, tool, self._frames.get(record.trace_id)
                           if record.key_source is KEY_TRACE else None)
             run.spans -= 1  # folded again, as the call it is: one span all the same
