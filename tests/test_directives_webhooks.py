@@ -94,6 +94,7 @@ def test_status_classes_backoff_and_retry_after() -> None:
     assert parse_retry_after("7", 0.0) == 7.0
     assert parse_retry_after("Thu, 01 Jan 1970 00:01:40 GMT", 40.0) == 60.0
     assert parse_retry_after("soon", 0.0) is None
+    assert parse_retry_after("²", 0.0) is None  # a digit to str.isdigit, not to float
 
 
 def test_webhook_config_is_validated_with_the_key_named() -> None:

@@ -278,6 +278,13 @@ def test_two_listeners_of_the_sidecar_on_one_port_are_refused_as_such() -> None:
         "port of its own")
     load(env={"WATCHDOG_API_ADDRESS": "127.0.0.1:0", "WATCHDOG_METRICS_ADDRESS": "127.0.0.1:0",
               "WATCHDOG_OTLP_HTTP_ADDRESS": "127.0.0.1:0"})  # any free port: no clash
+    with pytest.raises(ConfigError, match="metrics_address='localhost:19999' is the port of "
+                                          "api_address"):
+        load(env={"WATCHDOG_API_ADDRESS": "127.0.0.1:19999",
+                  "WATCHDOG_METRICS_ADDRESS": "localhost:19999"})
+    # two address families bind one port side by side
+    load(env={"WATCHDOG_API_ADDRESS": "[::1]:19999", "WATCHDOG_METRICS_ADDRESS": "0.0.0.0:19999",
+              "WATCHDOG_INSECURE": "1"})
 
 
 def test_values_nested_in_yaml_aliases_are_shown_bounded(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # (str.isdigit takes "²", which float refuses)
         return float(value)
     import email.utils  # (only a date: the webhook sender and the forwarder read it)
 

@@ -455,24 +455,29 @@ def webhook_name(hook: Mapping[str, Any]) -> str:
                                     ).hexdigest()[:12]
 
 
-_ANY_HOST = ("", "0.0.0.0", "::", "[::]")
+def _clash(one: str, other: str) -> bool:
+    """Whether listeners on hosts ``one`` and ``other`` and one port cannot both bind: the
+    same host, or a wildcard that covers the other (``0.0.0.0`` the IPv4 hosts, ``::`` every
+    host: Linux binds it dual-stack); ``localhost`` is 127.0.0.1."""
+    one, other = (("127.0.0.1" if host == "localhost" else host) for host in (one, other))
+    if one == other or "" in (one, other) or "::" in (one, other):
+        return True
+    return ("0.0.0.0" in (one, other)) and ":" not in one + other
 
 
 def _shared_ports(addresses: Mapping[str, str]) -> list[str]:
     """Two of the sidecar's own listeners on one port (a fixed one: 0 is any free port)."""
     problems: list[str] = []
-    seen: dict[int, tuple[str, str]] = {}
+    seen: list[tuple[str, str, int]] = []
     for name, address in addresses.items():
         host, port = split_address(name, address)
-        if port == 0:
-            continue
-        other = seen.get(port)
-        if other is not None and (host == other[1] or host in _ANY_HOST
-                                  or other[1] in _ANY_HOST):
-            problems.append(f"{name}={address!r} is the port of {other[0]} too: give each "
+        other = next((earlier for earlier, earlier_host, earlier_port in seen
+                      if port and port == earlier_port and _clash(host, earlier_host)), None)
+        if other is not None:
+            problems.append(f"{name}={address!r} is the port of {other} too: give each "
                             f"listener a port of its own")
         else:
-            seen[port] = (name, host)
+            seen.append((name, host, port))
     return problems
 
 
