@@ -16,7 +16,7 @@ from tests.frameworks.harness import RECORDINGS, replay, runs_seen
 from tests.harness import RunningServer
 from tests.recorded import recorded_records
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
-from tests.test_rebatching import as_exported, ended_runs
+from tests.test_rebatching import as_exported, ended_runs, restarted
 from watchdog.core.runs.book import (
     MAX_UNCLAIMED_PER_RUN,
     MAX_UNCLAIMED_RUNS,
@@ -156,7 +156,8 @@ def test_a_span_named_after_the_tool_before_the_model_asked_is_no_call() -> None
     assert [record.kind for record in records if record.name == "lookup"] != [TOOL]
 
 
-@pytest.mark.parametrize("order", ["tool, rest, call", "rest, tool, call", "tool, call, rest"])
+@pytest.mark.parametrize("order", ["tool, rest, call", "rest, tool, call", "tool, call, rest",
+                                   "tool, restart, rest, call", "rest, restart, tool, call"])
 def test_a_tool_span_before_the_call_that_asked_for_it_is_that_call(order: str) -> None:
     """A hand-traced tool (a span named after the tool, no GenAI attributes) sent before the
     model call that asked for it, first in its trace or not: kept, and counted as that call
@@ -174,6 +175,9 @@ def test_a_tool_span_before_the_call_that_asked_for_it_is_that_call(order: str) 
     parts["rest"] = maker.take()
     tracker = RunTracker()
     for now, part in enumerate(order.split(", "), start=1):
+        if part == "restart":  # a clean one: what the tracker kept comes back
+            tracker = restarted(tracker, clean=True)
+            continue
         tracker.apply(records_of(parts[part]), T0 + 10 + now)
     (run,) = tracker.ended()
     assert (run.iterations, run.tool_calls, run.tools, run.spans) == (2, 1, {"lookup": 1}, 4)

@@ -27,13 +27,15 @@ MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) 
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
 # Spans of no kind a run keeps that no tool asked for matched yet: the model call that asked
 # for them may come later (its request after theirs), and then takes them (the most recent
-# runs' first; not kept over a restart)
+# runs' first; kept over a clean restart)
 MAX_UNCLAIMED_RUNS = 1_000
 MAX_UNCLAIMED_PER_RUN = 4
 # ... and the spans of no kind that came first in a trace with no run yet: placed when a span
-# of the trace comes that has one (the most recent traces' first; not kept over a restart)
+# of the trace comes that has one (the most recent traces' first; kept over a clean restart)
 MAX_UNPLACED_TRACES = 1_000
 MAX_UNPLACED_PER_TRACE = 4
+# Keys of each hold (runs, traces) whose spans are kept over a clean restart, the most recent
+MAX_STATE_HELD = 500
 # Retained records kept over a clean restart at most (the most recently used traces' first):
 # the state is encoded at shutdown, within the pod's grace period.
 MAX_STATE_RECORDS = 20_000
@@ -137,7 +139,9 @@ class RunBook:
         whose spans came before its agent span is split out of them; the most recently used
         traces' up to ``max_records`` records, then those of traces whose run ended lately, the
         rest left out and counted in ``"left_out"``) and the run each trace's run-naming spans
-        went to (the spans below them that name none follow)."""
+        went to (the spans below them that name none follow); and the spans kept for a later
+        request (a run's spans of no kind waiting for the model call that asks for their tool,
+        a trace's first spans waiting for its run)."""
         frames: list[list[Any]] = []
         ended: list[list[Any]] = []
         left_out = 0
@@ -151,9 +155,14 @@ class RunBook:
                 kept.append([trace, trace_frames.to_dict()] if at is None
                             else [trace, at, trace_frames.to_dict()])
             kept.reverse()  # least recently used first, as restore_state puts them back
+        holds: dict[str, list[list[Any]]] = {}
+        for name, held in (("unclaimed", self._unclaimed), ("unplaced", self._unplaced)):
+            holds[name] = [[key, [record.to_dict() for record in records]]
+                           for key, records in list(held.items())[-MAX_STATE_HELD:]]
         return {"frames": frames, "ended_frames": ended, "left_out": left_out,
                 "trace_runs": [[trace, key, source.value]
-                               for trace, (key, source) in self._trace_runs.items()]}
+                               for trace, (key, source) in self._trace_runs.items()],
+                "holds": holds}
 
     def restore_state(self, state: dict[str, Any]) -> int:
         """Take back what :meth:`state` gave (after :meth:`restore`); returns the traces left
@@ -181,6 +190,19 @@ class RunBook:
                 skipped += 1
         while len(self._trace_runs) > MAX_TRACE_ALIASES:
             self._trace_runs.popitem(last=False)
+        holds = state.get("holds") or {}
+        for name, held, max_keys, max_each in (
+                ("unclaimed", self._unclaimed, MAX_UNCLAIMED_RUNS, MAX_UNCLAIMED_PER_RUN),
+                ("unplaced", self._unplaced, MAX_UNPLACED_TRACES, MAX_UNPLACED_PER_TRACE)):
+            for item in holds.get(name, ()) if isinstance(holds, dict) else ():
+                try:
+                    key, records = item
+                    held[str(key)] = [SpanRecord.from_dict(record)
+                                      for record in records][-max_each:]
+                except (KeyError, TypeError, ValueError):
+                    skipped += 1
+            while len(held) > max_keys:
+                held.popitem(last=False)
         return skipped
 
     def _remember_answer(self, group: tuple[str | None, ...], run_key: str, response_id: str,
