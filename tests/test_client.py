@@ -659,6 +659,17 @@ def test_budget_validation() -> None:
         wd.run(agent="a", max_tool_calls=-1)
     with pytest.raises(ValueError, match="agent"):
         wd.run(agent="")
+    with pytest.raises(ValueError, match="agent=None is not allowed"):
+        wd.run(agent=None)  # type: ignore[arg-type]
+    # what the sidecar would not take as a budget (its span attribute dropped): refused here
+    for budget in ({"max_tool_calls": 2.5}, {"max_tokens": 10**30},
+                   {"max_seconds": float("nan")}, {"max_cost_usd": 1e13}):
+        with pytest.raises(ValueError, match=f"{next(iter(budget))}=.* is not allowed"):
+            wd.run(agent="a", **budget)
+    with wd.run(agent="a", max_tool_calls=2.0, max_seconds=0.5) as run:
+        assert run.budget == {"max_tool_calls": 2.0, "max_seconds": 0.5}
+        with pytest.raises(ValueError, match="failed_approaches='pin aiohttp' is not allowed"):
+            run.checkpoint("x", failed_approaches="pin aiohttp")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="WATCHDOG_URL"):
         Watchdog("ftp://x")
 

@@ -50,6 +50,8 @@ from agent_watchdog_client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable
 log = logging.getLogger("agent_watchdog_client")
 
 BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens", "max_cost_usd")
+WHOLE_BUDGET_KEYS = frozenset({"max_tool_calls", "max_iterations", "max_tokens"})  # counts
+MAX_BUDGET = 1e12  # the largest budget the sidecar takes (a larger one is no budget to it)
 MAX_FINAL_ANSWER_CHARS = 4000
 
 __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",
@@ -404,6 +406,10 @@ class Run:
     def checkpoint(self, remaining: str | float, state: dict[str, Any] | None = None,
                    failed_approaches: list[str] | None = None) -> dict[str, Any] | None:
         """Record where the session's task stands (DESIGN §7); the sidecar's answer, or None."""
+        if isinstance(failed_approaches, (str, bytes)) or not all(
+                isinstance(approach, str) for approach in failed_approaches or ()):
+            raise ValueError(f"failed_approaches={failed_approaches!r} is not allowed: expected "
+                             f"a list of strings")
         body = {"remaining": remaining, "state": dict(state or {}),
                 "failed_approaches": list(failed_approaches or []), "run_id": self.id}
         response = self._call("POST", f"/v1/sessions/{_quote(self._session())}/checkpoints",

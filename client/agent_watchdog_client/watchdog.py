@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agent_watchdog_client.processor import install
 from agent_watchdog_client.reporter import HEARTBEAT_INTERVAL, Reporter
-from agent_watchdog_client.run import BUDGET_KEYS, Run
+from agent_watchdog_client.run import BUDGET_KEYS, MAX_BUDGET, WHOLE_BUDGET_KEYS, Run
 from agent_watchdog_client.sync import SyncChannel
 from agent_watchdog_client.transport import DEFAULT_URL, Transport
 
@@ -127,13 +127,15 @@ class Watchdog:
         for key, value in zip(BUDGET_KEYS, limits, strict=True):
             if value is None:
                 continue
+            whole = key in WHOLE_BUDGET_KEYS
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not 0 <= value < math.inf:
-                raise ValueError(f"{key}={value!r} is not allowed: expected a finite number "
-                                 f">= 0")
+                    or not 0 <= value <= MAX_BUDGET or (whole and value != math.floor(value)):
+                raise ValueError(f"{key}={value!r} is not allowed: expected "
+                                 f"{'a whole number' if whole else 'a number'} from 0 to "
+                                 f"{MAX_BUDGET:g} (what the sidecar takes)")
             budget[key] = value
-        if not agent:
-            raise ValueError("agent='' is not allowed: expected the agent's name")
+        if not isinstance(agent, str) or not agent:
+            raise ValueError(f"agent={agent!r} is not allowed: expected the agent's name")
         return Run(self, agent=agent, budget=budget, session=session, parent=parent,
                    run_id=run_id)
 
