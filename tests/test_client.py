@@ -739,3 +739,42 @@ def test_without_the_exporter_setup_tracing_names_the_clients_own_extra(
     with pytest.raises(ImportError) as missing:
         Watchdog(url="http://127.0.0.1:9").setup_tracing()
     assert f"{project['name']}[otlp]" in str(missing.value)
+
+
+def test_a_sidecar_that_stops_answering_costs_a_sync_one_timeout() -> None:
+    """A kept-alive connection the sidecar closed is tried once more, anew; one on which it
+    did not answer in time is not (a hung sidecar would cost every step two timeouts)."""
+    import socket
+
+    from agent_watchdog_client.sync import SyncChannel
+    from agent_watchdog_client.transport import Transport
+
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n"
+              b"{}")
+    requests: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                while data := connection.recv(65536):
+                    requests.append(data)
+                    if len(requests) == 1:
+                        connection.sendall(answer)  # the first: answered, kept alive
+                    # later ones: never answered (the sidecar hangs)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        channel = SyncChannel(Transport(f"http://127.0.0.1:{port}"), timeout=0.3)
+        channel.sync("run-1", [], 0)
+        assert len(requests) == 1
+        assert channel.sync("run-1", [], 0) is None  # timed out
+        # (a second attempt would have sent its request a timeout before this sync returned)
+        assert len(requests) == 2, requests
+    finally:
+        listener.close()

@@ -140,11 +140,11 @@ class SyncChannel:
                     connection.close()
                     self._local.connection = None
                 return response.status, payload
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as exc:
                 connection.close()
                 self._local.connection = connection = None
-                if fresh:
-                    raise
+                if fresh or isinstance(exc, TimeoutError):
+                    raise  # (a sidecar that did not answer in time: not tried again at once)
                 fresh = True  # a kept-alive connection the server closed: once more, anew
         raise http.client.HTTPException("unreachable")  # pragma: no cover - loop returns/raises
 
