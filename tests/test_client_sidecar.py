@@ -134,3 +134,22 @@ def test_sidecar_restart_loses_and_repeats_no_directive(
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "unreachable" in warnings[0]
     assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_a_turn_peeked_then_taken_is_the_same_turn(sidecar: RunningServer, budget: int) -> None:
+    """An adapter peeks at the turn (``acknowledge=False``: which tools to offer) and then
+    takes it for the same request; at the budget that is the final turn both times — the
+    sidecar's word on the stop the run reported by itself is no news for that request (a
+    budget of 0 had raised ``WatchdogAbort`` at the second ask, the OpenAI Agents SDK
+    adapter's run crashing with no report)."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    with wd.run(agent="peeker", max_tool_calls=budget) as run:
+        for _ in range(budget):
+            run.before_model_call()
+            run.before_tool_call("search")
+        peeked = run.before_model_call(acknowledge=False)
+        taken = run.before_model_call()
+        assert peeked.final and taken is peeked
+        run.set_final_answer("report")
+    wd.close()

@@ -271,6 +271,7 @@ class Run:
                 turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
                 if self.steering.unreported_stop is not None:  # stopped here, not by a directive
                     self._sync()
+                    self.steering.keep(self._turn_key())  # asked again: still this turn
             if acknowledge:
                 self._acknowledge(turn)
             return turn

@@ -215,6 +215,12 @@ class Steering:
                 parts.append(notify.message)
         return ModelTurn("\n\n".join(parts), stop is not None, remaining, stop)
 
+    def keep(self, key: tuple[int, ...]) -> None:
+        """The turn just decided stays this request's under ``key`` (what reporting the run's
+        own stop brought back, the sidecar's word on that stop, is no news for the request)."""
+        if self._turn is not None:
+            self._turn_key = key
+
     @property
     def last_turn(self) -> ModelTurn | None:
         return self._turn
