@@ -13,6 +13,8 @@ test_openai_v2.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +22,7 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, run_driver
-from tests.harness import RunningServer, http_request
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
 
 AGENT = "openai-v2-loop"
 ANSWER = "a, b and c are known."
@@ -34,6 +36,17 @@ EXPECTED = [Expect(AGENT, 4, 0, 0, "completed", True, None, None)]
 TIMING = frozenset({"id", "trace_id", "service", "elapsed_seconds", "idle_seconds",
                     "seconds_since_progress", "in_flight_seconds", "seconds_since_last_span"})
 SCENARIO = "three_tools_stream_events"
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[RunningServer]:
+    """The frameworks' sidecar, each span waiting up to 10 s for its log events (2 s by
+    default): a driver on a machine busy with the rest of the suite may send them later, and
+    a span waits only until they come."""
+    config = sidecar_config(tmp_path / "state", loose_run_gap=1.0, eval_interval=0.2,
+                            log_content_wait=10.0)
+    with running_server(config) as server:
+        yield server
 
 
 def _what_it_did(run: dict[str, Any]) -> dict[str, Any]:
