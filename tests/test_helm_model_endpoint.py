@@ -16,9 +16,6 @@ import copy
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +30,7 @@ import yaml
 from tests.frameworks.fakellm import FakeLLM, answer, steps
 from tests.harness import wait_until
 from tests.ports import free_port
-from tests.processes import answers
+from tests.processes import running_sidecar
 from watchdog.shell.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,16 +285,8 @@ def served_call(env: dict[str, str], ports: dict[str, int], base_url: str,
                 token: str | None) -> list[dict[str, Any]]:
     """A ``watchdog serve`` with ``env``; one chat completion through ``base_url`` by the
     ``openai`` SDK, answered by the upstream; the runs its control API then lists."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "serve"],
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")},
-             **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_until(lambda: process.poll() is not None or answers(
-            f"http://127.0.0.1:{ports['metrics']}/readyz", timeout=2),
-            what="the watchdog to be ready", timeout=30, every=0.05)
-        assert process.poll() is None, process.stderr.read().decode() \
-            if process.stderr else process.returncode
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")}
+    with running_sidecar({**environment, **env}, ports["metrics"]):
         client = openai.OpenAI(base_url=base_url, api_key="sk-chart-test", max_retries=0)
         reply = client.chat.completions.create(model="gpt-test", messages=[
             {"role": "user", "content": "Say hello."}])
@@ -311,12 +300,3 @@ def served_call(env: dict[str, str], ports: dict[str, int], base_url: str,
                 return json.loads(response.read())["runs"]  # type: ignore[no-any-return]
 
         return wait_until(listed, what="the agent's run", timeout=20, every=0.05)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr:
-            process.stderr.close()
