@@ -363,6 +363,34 @@ def test_a_model_call_traced_twice_one_span_inside_the_other_counts_once(
     assert run.terminal_state is TerminalState.COMPLETED and run.tool_calls == 1
 
 
+@pytest.mark.parametrize("order", ["as ended", "agent span first", "one by one, reversed"])
+def test_model_calls_an_agent_span_reports_are_the_calls_traced_whatever_comes_first(
+        otel: SpanMaker, order: str) -> None:
+    """An agent span that reports how many model calls it made (``gen_ai.agent.turn.count``;
+    crewai's) counts them when no model-call span does; the model-call spans that come after
+    it (a later export request, a collector's re-ordering) are those calls, not more: the run
+    has as many iterations, priced, as the spans say."""
+    root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                        "gen_ai.agent.turn.count": 2})
+    for step, finish in enumerate(("tool_calls", "stop")):
+        otel.span("chat m", chat_attrs(100, 7, finish=finish), parent=root,
+                  start=T0 + 10 * step, end=T0 + 10 * step + 1)
+    root.end(end_time=int((T0 + 60) * NS))
+    spans = otel.take()
+    if order == "as ended":
+        tracker, _ = run_spans(spans)
+    else:
+        tracker = RunTracker()
+        batches = [[spans[-1]], spans[:-1]] if order == "agent span first" \
+            else [[span] for span in reversed(spans)]
+        for batch in batches:
+            tracker.apply(records_of(batch), T0 + 100)
+    run = only_run(tracker)
+    assert (run.iterations, run.input_tokens, run.output_tokens) == (2, 200, 14)
+    assert run.unpriced_calls == 2  # (the test model has no price: each counted once)
+    assert run.terminal_state is TerminalState.COMPLETED
+
+
 def test_no_response_run(otel: SpanMaker) -> None:
     root = otel.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"})
     tool_calls(otel, root, [("ls", {}, "x")])

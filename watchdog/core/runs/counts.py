@@ -183,8 +183,10 @@ class RunCounts(RunFields):
         if kind is AGENT:
             if record.model_calls > self.iterations:
                 # A framework that emits no model-call span (crewai alone) reports its calls
-                # on the agent span: they are the run's iterations (with no price known).
+                # on the agent span: they are the run's iterations (with no price known), and
+                # a model-call span that comes after it is one of them (a later request)
                 self.unpriced_calls += record.model_calls - self.iterations
+                self._reported_calls += record.model_calls - self.iterations
                 self.iterations = record.model_calls
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
@@ -245,7 +247,11 @@ class RunCounts(RunFields):
         input_tokens, output_tokens = record.input_tokens, record.output_tokens
         cost = record.cost_usd
         if twin is None:
-            self.iterations += 1
+            if self._reported_calls:  # one of the calls its agent span reported, now seen
+                self._reported_calls -= 1
+                self.unpriced_calls -= 1
+            else:
+                self.iterations += 1
             self.input_tokens += input_tokens
             self.output_tokens += output_tokens
             if cost is None:

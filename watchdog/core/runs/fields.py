@@ -45,7 +45,8 @@ class RunFields:
         "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
         "_failures", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
+        "_loop_ended", "_models", "_named", "_recent_calls", "_reported_calls", "_result_counts",
+        "_tool_end_ns",
         "_tool_error_streak", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "budget", "budget_used", "clock_lags", "consecutive_errors", "cost_usd",
@@ -151,6 +152,9 @@ class RunFields:
         # budget counts the larger of that and what the watchdog counted
         self.budget_used: dict[str, float] = {}
         self._delta_messages = 0  # input messages the model calls added (messages delta)
+        # model calls an agent span reported that no model-call span has counted yet (crewai
+        # reports its calls on the agent span; a span of one that comes later is one of them)
+        self._reported_calls = 0
         self.ended = False
         self.ended_at: float | None = None
         self.end_error_type: str | None = None

@@ -260,7 +260,7 @@ _SPAN_SLOTS = (
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_ended", "_models", "_named", "_recent_calls",
-    "_result_counts",
+    "_reported_calls", "_result_counts",
     "_tool_end_ns", "_tool_error_streak", "_tool_spans", "_tool_start_ns", "agent",
     "budget_used",
     "consecutive_errors", "cycle_repeats",
