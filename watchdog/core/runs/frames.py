@@ -279,6 +279,9 @@ class TraceFrames:
         name, parent = self.agents.get(agent_span), self.parents.get(agent_span)
         if len(moved) <= 1 and name and parent:
             main = self.main_agent
+            # (the trace's own agent beside it, and what ran below it, stay; an agent above
+            # its parent, the trace's root, holds all of them)
+            main = main if main is not None and self.within(main, parent) else None
             beside = [record for record in self.records
                       if record.agent == name and record.span_id != agent_span
                       and self.child_of(record.span_id) is None
@@ -288,6 +291,43 @@ class TraceFrames:
                 self.adopted[record.span_id] = key
             moved = beside + moved
         return moved
+
+    def beside_child(self, record: SpanRecord) -> str | None:
+        """The child run a span that came after its nested agent was split out belongs to by
+        :meth:`subtree`'s rule for an agent span with nothing below it: beside it (under its
+        parent, in no agent span of its own), carrying its agent name; adopted by that run.
+        None for any other span (an agent span is placed as one)."""
+        if record.kind is AGENT:
+            return None
+        for agent_span, key in self.children.items():
+            name, parent = self.agents.get(agent_span), self.parents.get(agent_span)
+            if name != record.agent or not parent or agent_span == record.span_id \
+                    or not self._agentless_below(record.span_id, parent) \
+                    or any(self.within(held.span_id, agent_span)
+                           for held in self.records if held.span_id != agent_span):
+                continue
+            main = self.main_agent
+            if main is not None and self.within(main, parent) \
+                    and self.within(record.span_id, main):
+                continue  # (as in subtree)
+            self.adopted[record.span_id] = key
+            return key
+        return None
+
+    def _agentless_below(self, span_id: str, ancestor: str) -> bool:
+        """Whether ``span_id`` lies below ``ancestor`` with no agent span between them (then
+        it ran in no agent of its own)."""
+        parents, agents = self.parents, self.agents
+        current = parents.get(span_id)
+        for _ in range(MAX_DEPTH):
+            if current is None:
+                return False
+            if current == ancestor:
+                return True
+            if current in agents:
+                return False
+            current = parents.get(current)
+        return False
 
     def own(self) -> list[SpanRecord]:
         """The retained records that belong to the trace run itself."""

@@ -312,6 +312,8 @@ class RunTracker(RunBook):
                 frames.note(record)
                 child = frames.child_of(record.parent_span_id) if record.parent_span_id \
                     else None
+                if child is None and frames.children and record.agent is not None:
+                    child = frames.beside_child(record)  # (come after its agent's split)
                 if child is not None:  # a late span of a nested agent already split off
                     record.run_key = child
             run = active.get(record.run_key)
