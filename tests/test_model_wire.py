@@ -21,7 +21,7 @@ from tests.frameworks.fakellm import (
     response_object,
 )
 from watchdog.core.directives.model import Directive
-from watchdog.core.model.book import Caller, ModelBook
+from watchdog.core.model.book import Caller, ModelBook, Unbooked
 from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
@@ -515,32 +515,42 @@ def chat_request(*messages: dict[str, Any]) -> Any:
 
 
 def test_a_request_that_may_continue_a_run_is_told_apart_from_a_new_one() -> None:
-    """What the native endpoint books first: calls of runs the request may be of."""
+    """What the native endpoint books first: the ended calls a request may continue."""
     book = ModelBook()
     first = chat_request()
     state = book.identify("chat", first, Caller(), "a", lambda _key: False)
-    held = [state]
-    assert not book.may_be_of("chat", first, Caller(), "a", [])
-    assert book.may_be_of("chat", chat_request({"role": "assistant", "content": "done"},
-                                               {"role": "user", "content": "more"}),
-                          Caller(), "a", held)  # its conversation
+    unread = [Unbooked(state)]  # its response not read yet: it may be any
+    assert book.unbooked_of("chat", first, Caller(), "a", []) == []
+    assert book.unbooked_of("chat", chat_request({"role": "assistant", "content": "done"},
+                                                 {"role": "user", "content": "more"}),
+                            Caller(), "a", unread) == [0]  # its conversation
     other = ChatWire().read_request({"model": "m", "messages": [
         {"role": "user", "content": "another task"}]})
-    assert not book.may_be_of("chat", other, Caller(), "a", held)
-    assert not book.may_be_of("chat", first, Caller(), "b", held)  # another agent's
-    assert not book.may_be_of("responses", first, Caller(), "a", held)  # another API's
-    assert book.may_be_of("chat", other, Caller(run=state.key), "a", held)
-    assert not book.may_be_of("chat", other, Caller(run="elsewhere"), "a", held)
-    assert book.may_be_of("chat", chat_request(
+    assert book.unbooked_of("chat", other, Caller(), "a", unread) == []
+    assert book.unbooked_of("chat", first, Caller(), "b", unread) == []  # another agent's
+    assert book.unbooked_of("responses", first, Caller(), "a", unread) == []  # another API's
+    assert book.unbooked_of("chat", other, Caller(run=state.key), "a", unread) == [0]
+    assert book.unbooked_of("chat", other, Caller(run="elsewhere"), "a", unread) == []
+    answering = chat_request(
         {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
             "name": "t", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ok"}), Caller(), "z", held)
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"})
+    # another agent's conversation whose results answer a call: the call that asked for it
+    read = [Unbooked(state, "r1", frozenset({"c2"})), Unbooked(state, "r2", frozenset({"c1"}))]
+    assert book.unbooked_of("chat", answering, Caller(), "z", unread) == [0]
+    assert book.unbooked_of("chat", answering, Caller(), "z", read) == [1]
+    continued = ResponsesWire().read_request({"model": "m", "previous_response_id": "r2",
+                                             "input": "go on"})
+    assert book.unbooked_of("responses", continued, Caller(), "z", read) == [1]
+    assert book.unbooked_of("responses", continued, Caller(), "z",
+                            [*read, Unbooked(state)]) == [1, 2]
     traced = book.identify("chat", other, Caller(traceparent="00-" + "1" * 32 + "-" + "2" * 16
                                                  + "-01"), "a", lambda _key: False)
-    assert book.may_be_of("chat", other, Caller(traceparent="00-" + "1" * 32 + "-" + "3" * 16
-                                                + "-01"), "a", [traced])
-    assert not book.may_be_of("chat", first, Caller(traceparent="00-" + "4" * 32 + "-"
-                                                    + "3" * 16 + "-01"), "a", [traced])
+    assert book.unbooked_of("chat", other, Caller(traceparent="00-" + "1" * 32 + "-" + "3" * 16
+                                                  + "-01"), "a", [Unbooked(traced)]) == [0]
+    assert book.unbooked_of("chat", first, Caller(traceparent="00-" + "4" * 32 + "-"
+                                                  + "3" * 16 + "-01"), "a",
+                            [Unbooked(traced)]) == []
 
 
 def test_calls_handed_over_count_at_the_next_request_once() -> None:

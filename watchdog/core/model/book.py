@@ -47,7 +47,7 @@ import hashlib
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed
@@ -84,6 +84,16 @@ class Caller:
     traceparent: str | None = None
     run: str | None = None
     agent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unbooked:
+    """A call whose response has ended, not recorded yet: its run, and what the relay read of
+    its response (None: not read yet, so it may be any)."""
+
+    run: EndpointRun
+    response_id: str | None = None
+    call_ids: frozenset[str] | None = None  # the tool calls it asked for
 
 
 @dataclass(slots=True)
@@ -191,23 +201,27 @@ class ModelBook:
                 return state
         return self._conversation(api, request, agent, ended, resume)
 
-    def may_be_of(self, api: str, request: Request, caller: Caller, agent: str | None,
-                  runs: Collection[EndpointRun]) -> bool:
-        """Whether :meth:`identify` may give this request one of ``runs`` (whose last calls
-        are not recorded yet: they must be before it is identified), or read what their
-        records change: the run its trace or ``x-watchdog-run`` names, a continued response,
-        the calls its tool results answer, its conversation."""
-        if not runs:
-            return False
+    def unbooked_of(self, api: str, request: Request, caller: Caller, agent: str | None,
+                    calls: Sequence[Unbooked]) -> list[int]:
+        """Which of ``calls`` (ended, not recorded yet) :meth:`identify` may give this request
+        the run of, or whose records change what it reads: they must be recorded before it is
+        identified. The calls of the run its trace or ``x-watchdog-run`` names; else of its
+        conversation, the response it continues and the tool calls its results answer (a call
+        the relay has not read yet may be any of these)."""
+        if not calls:
+            return []
         trace = parse_traceparent(caller.traceparent)
-        if trace is not None:
-            return any(state.key == "trace:" + trace[0] for state in runs)
-        if caller.run is not None:
-            return any(state.key == caller.run for state in runs)
-        if request.previous_response_id is not None or request.results:
-            return True
+        if trace is not None or caller.run is not None:
+            key = "trace:" + trace[0] if trace is not None else caller.run
+            return [index for index, call in enumerate(calls) if call.run.key == key]
         digest = _digest(api, agent, request.anchor)
-        return any(state.conversation == digest for state in runs)
+        previous = request.previous_response_id
+        answered = {result.call_id for result in request.results}
+        return [index for index, call in enumerate(calls)
+                if call.run.conversation == digest
+                or (previous is not None and call.response_id in (previous, None))
+                or (answered and (call.call_ids is None
+                                  or not answered.isdisjoint(call.call_ids)))]
 
     def _conversation(self, api: str, request: Request, agent: str | None,
                       ended: Callable[[str], bool],

@@ -40,9 +40,10 @@ Booking a call (reading its response, its record through the core's step with th
 most of this loop's work per request, so it waits until the requests queued with it have been
 decided and sent on: the responses that ended are held, and booked together, in one step of
 the core, once the requests that came before that moment have been taken. A request that may
-continue a call held unbooked (its conversation, its run's trace or ``x-watchdog-run``, tool
-results, a continued response: :meth:`ModelBook.may_be_of`) has them all booked before its run
-is found, so each request still finds its run's calls counted (the countdown exact).
+continue a call held unbooked (of its conversation, of its run's trace or ``x-watchdog-run``,
+a call its tool results answer, the response it continues: :meth:`ModelBook.unbooked_of`) has
+those booked before its run is found, so each request still finds its run's calls counted
+(the countdown exact); the others wait.
 
 What a new conversation's first request gets depends only on its agent (the rule packs'
 budgets and rules for a run with nothing in it), its session's earlier runs, and the fleet's
@@ -71,7 +72,7 @@ from urllib.parse import unquote
 from aiohttp import web
 from multidict import CIMultiDict
 
-from watchdog.core.model.book import Caller
+from watchdog.core.model.book import Caller, Unbooked
 from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, Act
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
@@ -210,13 +211,29 @@ class NativeEndpoint:
 
     def _before_identify(self, api: str, request: Request, caller: Caller,
                          agent: str | None) -> None:
-        if self.ended and self.proxy.book.may_be_of(api, request, caller, agent, [
-                plan.exchange.state for plan, *_ in self.ended if plan.exchange is not None]):
-            self._book_ended()
+        """The calls that ended and that this request may continue are booked first (the
+        others wait for :meth:`_book_soon`, after the requests queued with it)."""
+        if not self.ended:
+            return
+        held = [(index, Unbooked(plan.exchange.state, seen[0] if seen is not None else None,
+                                 frozenset(call[0] for call in seen[7])
+                                 if seen is not None else None))
+                for index, (plan, *_, seen) in enumerate(self.ended)
+                if plan.exchange is not None]
+        chosen = self.proxy.book.unbooked_of(api, request, caller, agent,
+                                             [call for _, call in held])
+        if chosen:
+            self._book_ended({held[index][0] for index in chosen})
 
-    def _book_ended(self) -> None:
-        """The calls that ended, read and booked: their records in one step of the core."""
-        ended, self.ended = self.ended, []
+    def _book_ended(self, only: set[int] | None = None) -> None:
+        """The calls that ended (``only`` those at these places in the list), read and
+        booked: their records in one step of the core."""
+        ended = self.ended
+        if only is None:
+            self.ended = []
+        else:
+            self.ended = [item for index, item in enumerate(ended) if index not in only]
+            ended = [item for index, item in enumerate(ended) if index in only]
         calls: list[Booked] = []
         try:
             for plan, status, outcome, body, content_type, seconds, changed, seen in ended:
