@@ -34,6 +34,12 @@ MAX_UNCLAIMED_PER_RUN = 4
 # of the trace comes that has one (the most recent traces' first; kept over a clean restart)
 MAX_UNPLACED_TRACES = 1_000
 MAX_UNPLACED_PER_TRACE = 4
+# ... and the spans of a run of loose calls opened by a tool call no model asked for at the
+# root of its trace, while that trace is all the run has: if its model loop comes later (the
+# root's request sent first), the root was the invocation (the most recent traces'; kept over
+# a clean restart)
+MAX_LONE_ROOTS = 1_000
+MAX_LONE_ROOT_SPANS = 16
 # Keys of each hold (runs, traces) whose spans are kept over a clean restart, the most recent
 MAX_STATE_HELD = 500
 # Retained records kept over a clean restart at most (the most recently used traces' first):
@@ -77,6 +83,7 @@ class RunBook:
         self._pending_parents: OrderedDict[str, str] = OrderedDict()  # span id -> child run
         self._unclaimed: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # run -> spans
         self._unplaced: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
+        self._lone_roots: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -156,7 +163,8 @@ class RunBook:
                             else [trace, at, trace_frames.to_dict()])
             kept.reverse()  # least recently used first, as restore_state puts them back
         holds: dict[str, list[list[Any]]] = {}
-        for name, held in (("unclaimed", self._unclaimed), ("unplaced", self._unplaced)):
+        for name, held in (("unclaimed", self._unclaimed), ("unplaced", self._unplaced),
+                           ("lone_roots", self._lone_roots)):
             holds[name] = [[key, [record.to_dict() for record in records]]
                            for key, records in list(held.items())[-MAX_STATE_HELD:]]
         return {"frames": frames, "ended_frames": ended, "left_out": left_out,
@@ -193,7 +201,8 @@ class RunBook:
         holds = state.get("holds") or {}
         for name, held, max_keys, max_each in (
                 ("unclaimed", self._unclaimed, MAX_UNCLAIMED_RUNS, MAX_UNCLAIMED_PER_RUN),
-                ("unplaced", self._unplaced, MAX_UNPLACED_TRACES, MAX_UNPLACED_PER_TRACE)):
+                ("unplaced", self._unplaced, MAX_UNPLACED_TRACES, MAX_UNPLACED_PER_TRACE),
+                ("lone_roots", self._lone_roots, MAX_LONE_ROOTS, MAX_LONE_ROOT_SPANS)):
             for item in holds.get(name, ()) if isinstance(holds, dict) else ():
                 try:
                     key, records = item

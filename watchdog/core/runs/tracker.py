@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 
 from watchdog.core.runs.activity import ActivityEntry, entry_for
 from watchdog.core.runs.book import (
+    MAX_LONE_ROOT_SPANS,
+    MAX_LONE_ROOTS,
     MAX_LOOSE_GROUPS,
     MAX_PENDING_PARENTS,
     MAX_TRACE_ALIASES,
@@ -187,17 +189,23 @@ class RunTracker(RunBook):
             key = self._loose.get(group)
             if key is not None and (key in self._active or key in opened):
                 self._loose.move_to_end(group)
+                self._lone_roots.pop(key.removeprefix("trace:"), None)  # (a trace more)
             elif answer is not None and not record.final_answer \
                     and answer.since_ns <= record.start_ns and record.end_ns <= answer.start_ns \
                     and self.get(answer.run_key) is not None:
                 # a call of the run that answered, sent after its answer (a Collector retries a
                 # refused request after later ones): the run's, late
                 key = answer.run_key
+                self._lone_roots.pop(key.removeprefix("trace:"), None)
             else:
                 key = self._loose[group] = record.run_key
                 opened.add(key)
                 while len(self._loose) > MAX_LOOSE_GROUPS:
                     self._loose.popitem(last=False)
+                if record.unasked and record.kind is TOOL:  # its model loop may come later
+                    self._lone_roots[record.trace_id] = [record]
+                    while len(self._lone_roots) > MAX_LONE_ROOTS:
+                        self._lone_roots.popitem(last=False)
             if record.run_key != key and record.run_key in self._active:
                 strays.append((record, record.run_key))
             record.run_key = key
@@ -291,6 +299,12 @@ class RunTracker(RunBook):
         by_span = self._learn_aliases(records)
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
+        reframed: list[tuple[SpanRecord, RunState]] = []
+        if self._lone_roots:
+            for record in records:
+                if record.kind is LLM and record.parent_span_id is not None \
+                        and record.trace_id in self._lone_roots:
+                    self._reframe(record.trace_id, now, result, reframed)
         linked: list[TraceFrames] = []
         waiting = self._link_traces(records, linked)
         pending = self._pending_parents
@@ -363,6 +377,11 @@ class RunTracker(RunBook):
             elif record.loose and record.parent_span_id is None:
                 run.loose_trace = record.trace_id
             unclaimed = record.kind is OTHER  # (not a call folded as none: a twin, an echo)
+            if record.loose and (lone := self._lone_roots.get(record.trace_id)) is not None \
+                    and record is not lone[0]:
+                lone.append(record)
+                if len(lone) > MAX_LONE_ROOT_SPANS:
+                    del self._lone_roots[record.trace_id]  # (too many to fold again)
             self._fold(record, run, now, result)
             if frames is not None and frames.graphs \
                     and (graph := frames.graph_in_tool(record)) is not None:
@@ -371,6 +390,8 @@ class RunTracker(RunBook):
                 self._hold_unclaimed(record, run)
             elif record.asked_tools and record.kind is LLM and run.key in self._unclaimed:
                 self._claim(run, now, result)
+        for root, run in reframed:  # it ended after what ran inside it
+            self._fold(root, run, now, result, count=False)
         for frames in linked:
             frames.ahead.clear()
         while len(self._active) > self.max_runs:
@@ -409,6 +430,31 @@ class RunTracker(RunBook):
         frames.ahead = [record for record in records if record.kind is TOOL]
         if frames.ahead:
             linked.append(frames)
+
+    def _reframe(self, trace_id: str, now: float, result: BatchResult,
+                 reframed: list[tuple[SpanRecord, RunState]]) -> None:
+        """A model call below the root of ``trace_id`` has come, and that root, a tool call no
+        model asked for, came first and opened a run of loose calls with nothing but its trace:
+        the root was the invocation (code invoked a function that runs the model loop itself,
+        as Semantic Kernel's ``kernel.invoke_prompt`` does): no tool call, and no loose run, but
+        its trace's run, folded again without it; the root goes to ``reframed``, to end the
+        run once the batch's spans (what ran inside it) are folded."""
+        records = self._lone_roots.pop(trace_id)
+        root = records[0]
+        run = self.get(root.run_key)
+        if run is None or run.trace_id != trace_id or run.loose_trace != trace_id:
+            return
+        self._loose_traces.pop(trace_id, None)
+        group = (root.service, root.agent, root.session)
+        if self._loose.get(group) == run.key:
+            del self._loose[group]
+        run.loose_trace = None
+        root.as_invocation()
+        for record in records:
+            record.loose = False
+        run.refold(records[1:], now)
+        result.touched[run.key] = run
+        reframed.append((root, run))
 
     def _fold(self, record: SpanRecord, run: RunState, now: float, result: BatchResult,
               count: bool = True) -> None:
