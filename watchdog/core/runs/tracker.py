@@ -474,6 +474,13 @@ class RunTracker(RunBook):
             if ends and not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)
             run.late_answer(ends)
+            if run.parent_run is not None and run.has_final_answer \
+                    and (parent := self.get(run.parent_run)) is not None and parent.ended \
+                    and not parent.has_final_answer and parent.end_error_type is None:
+                # the answer of a child run the parent handed off to, come after both ended
+                self._outcome_from_children(parent)
+                if parent.late_answer():
+                    result.touched[parent.key] = parent
         result.touched[run.key] = run
         entry = entry_for(record, run.activity_seq + 1)
         if entry is not None:
@@ -593,8 +600,6 @@ class RunTracker(RunBook):
             self._gather(frames, frames.children[above], record, now, result)
             return run
         if frames.within(record.span_id, main):
-            if frames.same_invocation(record.span_id, main):
-                return run  # the inner view of the main agent, ending after it (async exporters)
             inner = frames.inner_agent
             if inner is not None and self._ended_first(frames, record, inner):
                 # a sibling of the agent the root took in that ended before it, come after the
@@ -602,6 +607,8 @@ class RunTracker(RunBook):
                 self._split(frames, inner, run, now, result)
                 frames.inner_agent = record.span_id
                 return run
+            if frames.same_invocation(record.span_id, main):
+                return run  # the inner view of the main agent, ending after it (async exporters)
         elif frames.parents.get(main) is not None and self._ended_first(frames, record, main):
             # a sibling that ended before the one taken as main (not the trace's root), come
             # after it (a later request came first): the first to end is the main agent, as
