@@ -328,7 +328,7 @@ OUT_OF_ORDER_MISREAD = {
     "autogen_native": 2, "autogen_oi": 1,
     "dspy_oi": 4, "haystack_oi": 1,
     "litellm_logfire_loop": 6, "logfire_loop": 2,
-    "openai_agents_openlit": 1, "openai_agents_openllmetry": 2, "openai_agents_sdk": 2,
+    "openai_agents_openlit": 1, "openai_agents_openllmetry": 2,
     "openai_olm_loop": 1, "smolagents_oi": 1,
 }
 
@@ -353,7 +353,7 @@ BATCH_ORDER_MISREAD = {
     "langgraphjs_oi": 2, "litellm_logfire_loop": 14,
     "logfire_loop": 3,
     "openai_agents_oi": 1, "openai_agents_openlit": 6,
-    "openai_agents_sdk": 29, "openai_olm_loop": 3, "semantic_kernel_137_agent": 1,
+    "openai_agents_sdk": 15, "openai_olm_loop": 3, "semantic_kernel_137_agent": 1,
     "semantic_kernel_agent": 1,
 }
 

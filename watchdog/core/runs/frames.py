@@ -283,7 +283,7 @@ class TraceFrames:
             # its parent, the trace's root, holds all of them)
             main = main if main is not None and self.within(main, parent) else None
             beside = [record for record in self.records
-                      if record.agent == name and record.span_id != agent_span
+                      if record.agent == name and record.kind is not AGENT  # (one of its own)
                       and self.child_of(record.span_id) is None
                       and self.within(record.span_id, parent)
                       and not (main is not None and self.within(record.span_id, main))]
