@@ -607,8 +607,12 @@ class RunTracker(RunBook):
                 self._split(frames, inner, run, now, result)
                 frames.inner_agent = record.span_id
                 return run
-            if frames.same_invocation(record.span_id, main):
-                return run  # the inner view of the main agent, ending after it (async exporters)
+            if frames.same_invocation(record.span_id, main) and (
+                    inner is None or frames.within(record.span_id, inner)
+                    or frames.within(inner, record.span_id)):
+                # the inner view of the main agent, ending after it (async exporters); not a
+                # sibling of the one the root took in already
+                return run
         elif frames.parents.get(main) is not None and self._ended_first(frames, record, main):
             # a sibling that ended before the one taken as main (not the trace's root), come
             # after it (a later request came first): the first to end is the main agent, as
