@@ -196,10 +196,14 @@ class RunCounts(RunFields):
                 # hangs from the agent span itself (smolagents at max_steps)
                 self.limit_stop = record.cap_request
             if record.loop_cap is not None and self.limit_stop is None \
-                    and not self._loop_ended and self.tool_calls:
+                    and not self._loop_ended:
                 # the loop ended with no loop-end tool, after tools ran: at its cap (DSPy's
-                # max_iters, its trajectory hidden)
-                self.limit_stop = record.loop_cap
+                # max_iters, its trajectory hidden); its tools not come yet (a later request),
+                # told when they have (:meth:`loop_capped`)
+                if self.tool_calls:
+                    self.limit_stop = record.loop_cap
+                else:
+                    self._loop_cap = record.loop_cap
             if record.error and self.last_error is None:  # keep the error that led here
                 self.last_error = _error_text(record)
             return  # the agent span repeats its children's errors: do not count them twice
@@ -222,6 +226,18 @@ class RunCounts(RunFields):
             # streak; a working model call ends a streak of failed model calls.
             self.consecutive_errors = 0
             self._tool_error_streak = False
+
+    def loop_capped(self) -> bool:
+        """The loop cap its agent span told before its tools came, now that a batch brought
+        them: at its cap if they ran and its loop-end tool did not. True if it was."""
+        cap = self._loop_cap
+        if self._loop_ended or self.limit_stop is not None:
+            self._loop_cap = None  # it ended by its loop-end tool, or a limit said so first
+            return False
+        if not self.tool_calls:
+            return False  # (still to come)
+        self._loop_cap, self.limit_stop = None, cap
+        return True
 
     def _count_model_call(self, record: SpanRecord) -> None:
         """One iteration and its usage, unless the span is the twin of a model call already

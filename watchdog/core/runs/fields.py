@@ -45,8 +45,8 @@ class RunFields:
         "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
         "_failures", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_ended", "_models", "_named", "_recent_calls", "_reported_calls", "_result_counts",
-        "_tool_end_ns",
+        "_loop_cap", "_loop_ended", "_models", "_named", "_recent_calls", "_reported_calls",
+        "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "budget", "budget_used", "clock_lags", "consecutive_errors", "cost_usd",
@@ -102,6 +102,7 @@ class RunFields:
         self.errors = 0
         self.consecutive_errors = 0
         self._tool_error_streak = False  # the current error streak includes a failed tool call
+        self._loop_cap: str | None = None  # a loop cap its agent span told before its tools
         self._loop_ended = False  # the framework's own loop-end tool ran (DSPy's `finish`)
         self.last_error: str | None = None
         self._error_counts: dict[int, int] = {}

@@ -392,6 +392,9 @@ class RunTracker(RunBook):
                 self._claim(run, now, result)
         for root, run in reframed:  # it ended after what ran inside it
             self._fold(root, run, now, result, count=False)
+        for run in result.touched.values():
+            if run._loop_cap is not None and run.loop_capped() and run.ended:
+                run.late_answer()
         for frames in linked:
             frames.ahead.clear()
         while len(self._active) > self.max_runs:
