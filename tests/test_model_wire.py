@@ -21,7 +21,7 @@ from tests.frameworks.fakellm import (
     response_object,
 )
 from watchdog.core.directives.model import Directive
-from watchdog.core.model.book import Caller, ModelBook, Unbooked
+from watchdog.core.model.book import Caller, ModelBook, Unbooked, parse_traceparent
 from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
@@ -692,3 +692,23 @@ def test_json_nested_past_the_parsers_depth_reads_as_unreadable_not_a_crash(wire
     assert not accumulator.observation.calls
     name = sorted(ANSWER_TOOLS)[0]
     assert answer_of([Call("c1", name, DEEP)]) == DEEP
+
+
+@pytest.mark.parametrize(("value", "read"), [
+    ("00-" + "a" * 32 + "-" + "b" * 16 + "-01", ("a" * 32, "b" * 16)),
+    (" 00-" + "a" * 32 + "-" + "b" * 16 + "-00 ", ("a" * 32, "b" * 16)),  # (optional spaces)
+    ("01-" + "a" * 32 + "-" + "b" * 16 + "-01-later", ("a" * 32, "b" * 16)),  # a later version
+    ("00-" + "A" * 32 + "-" + "b" * 16 + "-01", None),  # upper case
+    ("ff-" + "a" * 32 + "-" + "b" * 16 + "-01", None),  # version ff
+    ("00-" + "a" * 32 + "-" + "b" * 16 + "-01-more", None),  # data after version 00's flags
+    ("00-" + "a" * 32 + "-" + "b" * 16 + "-01x", None),
+    ("00-" + "0" * 32 + "-" + "b" * 16 + "-01", None),  # all-zero ids
+    ("00-" + "a" * 32 + "-" + "0" * 16 + "-01", None),
+    ("00-" + "a" * 32 + "-" + "b" * 16 + "-1", None),
+    ("", None), (None, None),
+])
+def test_a_traceparent_is_read_as_w3c_trace_context_says(value: str | None,
+                                                         read: tuple[str, str] | None) -> None:
+    """The run of a request's trace is taken only from a traceparent the spec calls valid: an
+    invalid one is ignored, as the spec says (the request is then a run of its own)."""
+    assert parse_traceparent(value) == read

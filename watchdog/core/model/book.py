@@ -73,7 +73,10 @@ def _random_hex(bits: int) -> str:
     return f"{_ids.getrandbits(bits):0{bits // 4}x}"
 
 
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+# version-trace id-parent id-flags, lower-case hex (W3C Trace Context); a later version may add
+# fields after a "-", version 00 none
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?",
+                          re.DOTALL)
 FAILED_TOOL = "ToolError"  # the error type of a tool result that says it failed
 
 
@@ -127,14 +130,16 @@ class EndpointRun:
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
-    """(trace id, parent span id) of a W3C ``traceparent``, or None (absent, malformed, or
-    the all-zero ids the spec says to ignore)."""
+    """(trace id, parent span id) of a W3C ``traceparent``, or None (absent, malformed as the
+    spec says: upper-case hex, version ff, data after version 00's flags; or the all-zero ids
+    it says to ignore)."""
     if not value:
         return None
-    match = _TRACEPARENT.match(value.strip().lower())
-    if match is None or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
-        return None
-    return match.group(1), match.group(2)
+    match = _TRACEPARENT.fullmatch(value.strip(" \t"))
+    if match is None or match.group(1) == "ff" or (match.group(1) == "00" and match.group(4)) \
+            or set(match.group(2)) == {"0"} or set(match.group(3)) == {"0"}:
+        return None  # (version ff is invalid; version 00 has nothing after its flags)
+    return match.group(2), match.group(3)
 
 
 class ModelBook:
