@@ -37,7 +37,11 @@ from watchdog.core.model.steer import (
 )
 from watchdog.core.model.wire import Event, Observation, SSEReader, Wire, read_stream, sse
 from watchdog.core.model.wire import ToolCall as Call
+from watchdog.core.runs.book import TRACED_ANSWER_WAIT
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans.conventions import request_hash
+from watchdog.core.spans.record import SpanKind, SpanRecord
 
 THREE = Step(text="Looking.", tool_calls=(ToolCall("a", {"x": 1}), ToolCall("b", {"y": 2}),
                                           ToolCall("c", {"z": 3})))
@@ -712,3 +716,32 @@ def test_a_traceparent_is_read_as_w3c_trace_context_says(value: str | None,
     """The run of a request's trace is taken only from a traceparent the spec calls valid: an
     invalid one is ignored, as the spec says (the request is then a run of its own)."""
     assert parse_traceparent(value) == read
+
+
+@pytest.mark.parametrize("agent_spans", [False, True])
+def test_a_traced_run_whose_agent_sends_no_spans_ends_after_its_answer(agent_spans: bool
+                                                                        ) -> None:
+    """A request's traceparent names its run, whose spans end it at the trace's root. An
+    agent whose spans go elsewhere (its HTTP client sends the traceparent, its exporter
+    another backend) sends none here: its run ends ``TRACED_ANSWER_WAIT`` after the answer the
+    endpoint saw, not at ``run_end_timeout``. One whose spans come is ended by them."""
+    book = ModelBook()
+    tracker = RunTracker()
+    request = chat_request()
+    state = book.identify("chat", request, Caller(traceparent="00-" + "1" * 32 + "-"
+                                                  + "2" * 16 + "-01"), "a", lambda _key: False)
+    records = [book.call_record(state, request, Observation(text="Done.", complete=True), [],
+                                10**9, 2 * 10**9)]
+    if agent_spans:  # a span of the agent's, of the same trace (its root still to come)
+        records.append(SpanRecord(run_key=state.key, key_source=state.key_source,
+                                  trace_id=state.trace_id, span_id="3" * 16,
+                                  parent_span_id="2" * 16, name="step", kind=SpanKind.OTHER,
+                                  start_ns=10**9, end_ns=2 * 10**9))
+    tracker.apply(records, 100.0)
+    assert not tracker.expire(100.0 + TRACED_ANSWER_WAIT - 1)
+    ended = tracker.expire(100.0 + TRACED_ANSWER_WAIT + 1)
+    if agent_spans:
+        assert not ended and tracker.get(state.key) in list(tracker.active())
+    else:
+        assert [(run.key, run.terminal_state) for run in ended] == [
+            (state.key, TerminalState.COMPLETED)]

@@ -55,14 +55,14 @@ from watchdog.core.model.steer import answer_of, is_answer_tool
 from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult
 from watchdog.core.redact import brief
 from watchdog.core.spans.conventions import canonical_arguments, stable_hash
-from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
+from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
-SCOPE = "watchdog.model"  # the records' instrumentation scope: another than any agent's span
+SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
 # (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
 # of the GIL on the event loop, and another thread may then hold it for a switch interval.

@@ -23,6 +23,11 @@ RUN_END_TIMEOUT = 900.0  # seconds without a span before a run is classified aba
 # A run of loose model calls (no invocation span) that has not answered ends after this long
 # without a call: longer than a slow tool plus a slow model call, shorter than "abandoned".
 LOOSE_RUN_GAP = 120.0
+# A run its trace names (a request's traceparent) that the model endpoint saw answer, and no
+# span of the agent's came for: its agent sends no spans here, so its answer ends it after this
+# long (an exporter sends a trace's spans within seconds; the trace's root ends the run then)
+TRACED_ANSWER_WAIT = 30.0
+MAX_TRACED_ANSWERS = 10_000
 MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
 # Spans of no kind a run keeps that no tool asked for matched yet: the model call that asked
@@ -84,6 +89,7 @@ class RunBook:
         self._unclaimed: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # run -> spans
         self._unplaced: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
         self._lone_roots: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
+        self._traced_answers: OrderedDict[str, None] = OrderedDict()  # runs (TRACED_ANSWER_WAIT)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -138,6 +144,9 @@ class RunBook:
                     self._remember_answer(group, run.key, *answer)
             if run.hangs_from is not None and run.parent_run is None:
                 self._pending_parents[run.hangs_from] = run.key
+            if not run.ended and run.key_source is KEY_TRACE and run.has_final_answer \
+                    and not run.agent_spans:
+                self._traced_answers[run.key] = None
         self._trim_ended()
 
     def state(self, max_records: int = MAX_STATE_RECORDS) -> dict[str, Any]:

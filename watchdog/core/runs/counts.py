@@ -19,7 +19,7 @@ from watchdog.core.runs.fields import (
     UNPRICED,
     RunFields,
 )
-from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
+from watchdog.core.spans.record import AGENT, ENDPOINT_SCOPE, LLM, OTHER, TOOL, SpanRecord
 
 
 def _bump(counts: dict[int, int], key: int) -> int:
@@ -53,6 +53,8 @@ class RunCounts(RunFields):
         """Fold one ended span into the signals (O(1))."""
         self.spans += 1
         self.last_seen = now
+        if record.scope != ENDPOINT_SCOPE:
+            self.agent_spans = True
         self.last_progress = now
         if not self.trace_id:  # a run the client SDK announced before any span arrived
             self.trace_id = record.trace_id

@@ -49,7 +49,8 @@ class RunFields:
         "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_spans", "_tool_start_ns",
         "activity_seq",
-        "agent", "budget", "budget_used", "clock_lags", "consecutive_errors", "cost_usd",
+        "agent", "agent_spans", "budget", "budget_used", "clock_lags", "consecutive_errors",
+        "cost_usd",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
@@ -69,6 +70,7 @@ class RunFields:
         self.trace_id = trace_id
         self.root_span: str | None = None  # its first trace's earliest span (its trace link)
         self.agent: str | None = None
+        self.agent_spans = False  # a span of the agent's came (not only the model endpoint's)
         self.service: str | None = None
         self.session: str | None = None
         self.session_counted = False  # the shell has counted this run in its session's runs

@@ -262,6 +262,7 @@ _SPAN_SLOTS = (
     "_llm_said_start_ns", "_llm_start_ns", "_loop_cap", "_loop_ended", "_models", "_named",
     "_recent_calls", "_reported_calls", "_result_counts",
     "_tool_end_ns", "_tool_error_streak", "_tool_spans", "_tool_start_ns", "agent",
+    "agent_spans",
     "budget_used",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",

@@ -53,17 +53,28 @@ from watchdog.core.runs.book import (
     MAX_LOOSE_GROUPS,
     MAX_PENDING_PARENTS,
     MAX_TRACE_ALIASES,
+    MAX_TRACED_ANSWERS,
     MAX_UNCLAIMED_PER_RUN,
     MAX_UNCLAIMED_RUNS,
     MAX_UNPLACED_PER_TRACE,
     MAX_UNPLACED_TRACES,
+    TRACED_ANSWER_WAIT,
     RunBook,
 )
 from watchdog.core.runs.counts import claimable
 from watchdog.core.runs.frames import TraceFrames
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
-from watchdog.core.spans.record import AGENT, KEY_TRACE, LLM, OTHER, TOOL, KeySource, SpanRecord
+from watchdog.core.spans.record import (
+    AGENT,
+    ENDPOINT_SCOPE,
+    KEY_TRACE,
+    LLM,
+    OTHER,
+    TOOL,
+    KeySource,
+    SpanRecord,
+)
 
 
 @dataclass(slots=True)
@@ -498,6 +509,15 @@ class RunTracker(RunBook):
                 self._outcome_from_children(run)
             self._finish(run, now)
             result.ended.append(run)
+        elif record.scope == ENDPOINT_SCOPE and record.final_answer and not run.ended \
+                and run.key_source is KEY_TRACE and not run.agent_spans:
+            # answered, seen by the model endpoint, and no span of the agent's has come: it
+            # ends after TRACED_ANSWER_WAIT unless one does (expire)
+            answers = self._traced_answers
+            answers[run.key] = None
+            answers.move_to_end(run.key)
+            while len(answers) > MAX_TRACED_ANSWERS:
+                answers.popitem(last=False)
 
     @staticmethod
     def _as_tool(record: SpanRecord, tool: str, frames: TraceFrames | None) -> None:
@@ -734,7 +754,9 @@ class RunTracker(RunBook):
 
     def expire(self, now: float) -> list[RunState]:
         """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``; end
-        runs of loose calls that have had no call for ``loose_run_gap``."""
+        runs of loose calls that have had no call for ``loose_run_gap``, and runs a trace
+        names that answered through the model endpoint and had no span of the agent's for
+        ``TRACED_ANSWER_WAIT``."""
         expired: list[RunState] = []
         self._frames.expire(now)
         gap_deadline = now - self.loose_run_gap
@@ -744,6 +766,15 @@ class RunTracker(RunBook):
                 del self._loose[group]
             elif run.last_seen <= gap_deadline:
                 del self._loose[group]
+                self._finish(run, now)
+                expired.append(run)
+        answer_deadline = now - TRACED_ANSWER_WAIT
+        for key in list(self._traced_answers):
+            run = self._active.get(key)
+            if run is None or run.agent_spans or not run.has_final_answer:
+                del self._traced_answers[key]
+            elif run.last_seen <= answer_deadline:
+                del self._traced_answers[key]
                 self._finish(run, now)
                 expired.append(run)
         deadline = now - self.run_end_timeout

@@ -11,6 +11,10 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
+# The instrumentation scope of the records the model endpoint makes of the calls it relays:
+# another than any agent's span has
+ENDPOINT_SCOPE = "watchdog.model"
+
 
 class SpanKind(StrEnum):
     """What a span means for a run."""
@@ -125,7 +129,7 @@ class SpanRecord:
     # The instrumentation scope of a model call with a response id: twins are two
     # instrumentations' spans; one scope's spans with one id are as many calls (a model server
     # may give every response the same id)
-    scope: str = ""
+    scope: str = ""  # (ENDPOINT_SCOPE: a record the model endpoint made of what it relayed)
     # The tool calls a model call's output asked for, as (tool name, call id or ""), at most
     # MAX_ASKED_TOOLS: a span after it named after one of them (or carrying its id) is that
     # tool's execution, whatever attributes it carries
