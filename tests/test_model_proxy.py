@@ -695,8 +695,15 @@ def test_an_upstream_cut_off_mid_stream_is_cut_off_for_the_client_too(
                 assert b"The answer is" in broken.value.partial, headers
                 connection.close()
             assert len(raw.seen) == 3
-            # each call booked as far as it went, and the sidecar serves on
-            wait_until(lambda: len(sidecar.get_json("/v1/runs")["runs"]) == 3, "three runs")
+            # each call booked as a failed one (no answer: the run goes on, and the same
+            # first request sent again is its run's, not another's), and the sidecar serves on
+            runs = wait_until(lambda: (r := sidecar.get_json("/v1/runs")["runs"])
+                              and r[0]["errors"] == 3 and r, "three failed calls")
+            assert [(run["iterations"], run["errors"], run["state"]) for run in runs] == [
+                (3, 3, "active")]
+            _, metrics = http_request("GET", sidecar.metrics + "/metrics")
+            assert 'agent_watchdog_model_requests_total{agent="unknown",api="chat",' \
+                   'outcome="upstream_error"} 3.0' in metrics.decode()
     finally:
         raw.close()
 

@@ -577,8 +577,8 @@ def test_calls_handed_over_count_at_the_next_request_once() -> None:
                         {"role": "tool", "tool_call_id": "call_1", "content": "no match"})
     assert book.tool_records(state, late, 4) == [] and state.results == 1
     # two calls, plain text naming one of them (an error), nothing for the other
-    book.call_record(state, late, Observation(), [Call("call_2", "search", "{}"),
-                                                  Call("call_3", "search", "{}")], 5, 6)
+    book.call_record(state, late, Observation(complete=True), [
+        Call("call_2", "search", "{}"), Call("call_3", "search", "{}")], 5, 6)
     named = chat_request({"role": "assistant", "content": "Calling tools"},
                          {"role": "user", "content": "Call id: call_3\nError:\nboom"})
     records = book.tool_records(state, named, 7)
@@ -745,3 +745,24 @@ def test_a_traced_run_whose_agent_sends_no_spans_ends_after_its_answer(agent_spa
     else:
         assert [(run.key, run.terminal_state) for run in ended] == [
             (state.key, TerminalState.COMPLETED)]
+
+
+def test_a_response_that_broke_off_is_a_failed_call_that_hands_nothing_over() -> None:
+    """A stream that ended before its API's end (the upstream closed it or sent an error event
+    mid-way, or the agent went away) is a failed model call: no answer (the run goes on), the
+    tool calls it began not charged as handed over (counted if the next request answers one),
+    and not an answered request (the same request sent again is its run's, not a twin's)."""
+    book = ModelBook()
+    request = chat_request()
+    state = book.identify("chat", request, Caller(), "a", lambda _key: False)
+    record = book.call_record(state, request, Observation(text="The answer is"), [
+        Call("call_1", "search", "{}")], 1, 2)
+    assert (record.error, record.error_type, record.final_answer) == (
+        True, "IncompleteResponse", False)
+    assert (state.handed, state.answered) == (0, 0) and "call_1" in state.pending
+    book.settle(state)
+    again = book.identify("chat", request, Caller(), "a", lambda _key: False)
+    assert again is state
+    whole = book.call_record(state, request, Observation(text="The answer is 4.",
+                                                         complete=True), [], 3, 4)
+    assert (whole.error, whole.final_answer, state.answered) == (False, True, 1)

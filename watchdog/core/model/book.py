@@ -78,6 +78,7 @@ def _random_hex(bits: int) -> str:
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?",
                           re.DOTALL)
 FAILED_TOOL = "ToolError"  # the error type of a tool result that says it failed
+INCOMPLETE = "IncompleteResponse"  # the error type of a response that broke off before its end
 
 
 @dataclass(slots=True)
@@ -346,8 +347,15 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)
+        broke = seen.broke_off
         answer = answer_of(handed)
-        if answer is not None:  # asks only for final-answer tools: the run's answer
+        if broke:
+            # the response broke off before its end (the upstream closed it or sent an error
+            # event mid-stream, or the agent went away): a failed call, no answer; what it
+            # asked for is counted if the agent's next request answers it, not handed
+            record.error, record.error_type = True, INCOMPLETE
+            record.error_message = "the model's response broke off before its end"
+        elif answer is not None:  # asks only for final-answer tools: the run's answer
             record.final_answer = True
             record.final_output = brief(answer, MAX_BRIEF_CHARS)
         elif not handed and seen.text.strip() and seen.finish_reason not in (
@@ -361,8 +369,9 @@ class ModelBook:
                 self._calls[call.call_id] = state.key
         while len(self._calls) > MAX_RESPONSE_IDS:
             self._calls.popitem(last=False)
-        state.handed += len(work)
-        state.answered += 1
+        if not broke:  # (its request may be sent again: the same run's, not a twin's)
+            state.handed += len(work)
+            state.answered += 1
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key

@@ -82,6 +82,12 @@ class Observation:
     text: str = ""
     complete: bool = False  # the response (or the stream) ended as its API ends one
 
+    @property
+    def broke_off(self) -> bool:
+        """It ended before its API's end and said no finish reason: the upstream closed it or
+        sent an error event mid-way, or the client went away."""
+        return not self.complete and self.finish_reason is None
+
 
 # What the compiled relay read of a stream (``Relay.observed``, its ``done`` event): the fields
 # of an Observation in their order, its calls as (call_id, name, arguments)

@@ -400,8 +400,7 @@ class NativeEndpoint:
             if exchange is None or not 200 <= status < 300:
                 proxy.count(agent, plan.api, "passed" if status < 400 else "upstream_error")
             else:
-                proxy.count(agent, plan.api, "passed" if exchange.turn.act is Act.PASS
-                             else "steered")
+                proxy.count(agent, plan.api, exchange.outcome)
         finally:
             if exchange is not None and into is None:
                 exchange.settle()

@@ -84,8 +84,8 @@ def refuses_usage(body: bytes, coding: str) -> bool:
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "answered", "key", "request", "reserved", "started_ns", "state",
-                 "turn", "unasked", "wire")
+    __slots__ = ("agent", "answered", "broke", "key", "request", "reserved", "started_ns",
+                 "state", "turn", "unasked", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
                  started_ns: int, agent: str, key: str, unasked: bytes | None = None) -> None:
@@ -96,6 +96,7 @@ class Exchange:
         self.unasked = unasked
         # its stream's last event came: the client had it all, whatever its connection does
         self.answered = False
+        self.broke = False  # its response broke off before its end (booked as a failed call)
         # the tool calls it may hand over, kept from its run's other requests until it is
         # booked or settled
         self.reserved = (turn.keep or 0) if turn.act is not Act.FINAL else 0
@@ -109,7 +110,10 @@ class Exchange:
 
     @property
     def outcome(self) -> str:
-        """How a call that went upstream and was answered is counted."""
+        """How a call that went upstream and was answered is counted (an answer that broke
+        off mid-way as the upstream's error)."""
+        if self.broke:
+            return "upstream_error"
         return "steered" if self.turn.act is not Act.PASS else "passed"
 
     def release(self) -> None:

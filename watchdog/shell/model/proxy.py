@@ -466,10 +466,11 @@ class ModelProxy:
         if exchange is None or not 200 <= upstream.status < 300:
             outcome = "passed" if upstream.status < 400 else "upstream_error"
             return await relay(request, upstream), outcome
-        outcome = exchange.outcome
         if upstream.content_type == "text/event-stream":
-            return await relay_stream(self, request, upstream, exchange), outcome
-        return await relay_json(self, request, upstream, exchange), outcome
+            response = await relay_stream(self, request, upstream, exchange)
+        else:
+            response = await relay_json(self, request, upstream, exchange)
+        return response, exchange.outcome  # (as its answer went: booked by now)
 
     def usage_refused(self) -> None:
         """The upstream refused a request's ``stream_options`` (it was sent again as its
@@ -542,6 +543,7 @@ class ModelProxy:
         record goes there, for :meth:`book_calls`)."""
         state = exchange.state
         exchange.release()  # what it handed over is counted from here
+        exchange.broke = seen.broke_off
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed) or state.report
         try:
