@@ -153,3 +153,25 @@ def test_a_turn_peeked_then_taken_is_the_same_turn(sidecar: RunningServer, budge
         assert peeked.final and taken is peeked
         run.set_final_answer("report")
     wd.close()
+
+
+def test_the_iterations_note_is_recounted_at_each_request(sidecar: RunningServer) -> None:
+    """The sidecar's last-call note (``1 of 2 model calls left``) is true at the request after
+    the first call; at the requests past the limit the model reads the true count, not that
+    note again."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    tracer = wd.tracer()
+    with wd.run(agent="counter", max_iterations=2) as run:
+        seen = []
+        for _ in range(4):
+            seen.append(run.before_model_call().instructions)
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+        run.set_final_answer("done")
+    wd.close()
+    assert "model calls" not in seen[0]
+    assert "[budget: 1 of 2 model calls left — finalize now]" in seen[1]
+    for past in seen[2:]:
+        assert "1 of 2 model calls left" not in past
+        assert "[budget: all 2 model calls used — give your final answer now]" in past

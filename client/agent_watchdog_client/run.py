@@ -246,7 +246,8 @@ class Run:
     def instructions(self) -> str:
         """What the model would be told now, from what is known without a sync (adapters use
         :meth:`before_model_call`)."""
-        return self.steering.compose(self.board, self.tally.tools_ended).instructions
+        return self.steering.compose(self.board, self.tally.tools_ended,
+                                     self.tally.model_spans).instructions
 
     # -- the decision points (DESIGN §8) ----------------------------------------------------------
 
@@ -268,7 +269,8 @@ class Run:
             turn = self.steering.current(key)
             if turn is None:
                 self._sync()
-                turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
+                turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key(),
+                                          self.tally.model_spans)
                 if self.steering.unreported_stop is not None:  # stopped here, not by a directive
                     self._sync()
                     self.steering.keep(self._turn_key())  # asked again: still this turn
@@ -322,7 +324,7 @@ class Run:
         for directive in answer.directives:
             if self.board.post(directive):
                 self._on_directive(directive)
-        self.steering.sidecar_said(answer.tool_calls, answer.budget)
+        self.steering.sidecar_said(answer.tool_calls, answer.budget, answer.iterations)
 
     # -- outcome ----------------------------------------------------------------------------------
 
