@@ -227,14 +227,25 @@ class Run:
         return self.board.latest
 
     @property
+    def stop(self) -> Directive | None:
+        """What stopped the run: the sidecar's abort, or the client's own stop — at the tool
+        budget, or at the end of a wind-down's tool-call grace, which the sidecar records as
+        the same stop (no directive comes for it) — or None while the run may go on."""
+        with self._steer_lock:
+            return self.steering.stopped(self.board, self.tally.tools_ended)
+
+    @property
     def aborted(self) -> bool:
-        return self.board.abort is not None
+        """Whether the run was stopped (:attr:`stop`), by the sidecar or by the client."""
+        return self.stop is not None
 
     def raise_if_aborted(self) -> None:
-        abort = self.board.abort
-        if abort is not None:
-            self.applied(abort)
-            raise WatchdogAbort(abort, self.steering.report)
+        """Raise :class:`WatchdogAbort` (with the model's report, if it gave one) once the
+        run was stopped (:attr:`stop`)."""
+        stop = self.stop
+        if stop is not None:
+            self.applied(stop)
+            raise WatchdogAbort(stop, self.steering.report)
 
     def remaining_tool_calls(self) -> int | None:
         """The true number of tool calls left (None without a tool budget)."""

@@ -273,6 +273,10 @@ class Steering:
             raise ToolRefused(f"Not run: {stop.message} Write your progress report now.", stop)
         self.tools_admitted += 1
 
+    def stopped(self, board: DirectiveBoard, tool_spans: int) -> Directive | None:
+        """What stops the run now (None: it may go on); see :meth:`_stop`."""
+        return self._stop(board, tool_spans)
+
     def _stop(self, board: DirectiveBoard, tool_spans: int) -> Directive | None:
         """What stops the run now: an abort, else the end of a wind-down's grace (the sidecar
         decided it first: its terminal state is the run's), else the end of the budget."""
