@@ -257,7 +257,7 @@ class NativeEndpoint:
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
         try:
-            target = door(method, target, headers, proxy.token)
+            target, agent = door(method, target, headers, proxy.token)
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
@@ -265,7 +265,7 @@ class NativeEndpoint:
                 raise proxy.too_large(proxy.config.model_max_body_bytes)
             if refusal or body is None:
                 raise Refused(400, "bad_request", "the request body could not be read")
-            plan = proxy.plan(wire, method, target, headers, body)
+            plan = proxy.plan(wire, method, target, headers, body, agent)
         except Refused as refused:
             plan = proxy.refusal(wire, refused)
         if isinstance(plan, Answer):
