@@ -479,12 +479,16 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         _ => None,
     };
     let verdict = first.and_then(|first| shared.admission.lock().unwrap().as_mut()
-        .map(|admission| admission.judge(first, &target, &parts.headers)));
+        .map(|admission| admission.judge(first, &parts.headers)));
     let mut reply = match (verdict, body) {
         (Some(Verdict::Admitted(admitted)), Some(body)) => {
             let keep = admitted.keep;
-            shared.push(Event::Taken { id, method, target, headers, body: body.clone(),
-                                       in_flight: in_flight - 1, keep });
+            let mut headers = headers;
+            if let Some(named) = admitted.named {  // (Python reads it as the header's)
+                headers.push((admit::AGENT_HEADER.to_owned(), named));
+            }
+            shared.push(Event::Taken { id, method, target: admitted.target.to_owned(), headers,
+                                       body: body.clone(), in_flight: in_flight - 1, keep });
             Reply::Forward {
                 method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
                 observe: true, notify: true, direct: false,
