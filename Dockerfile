@@ -91,9 +91,11 @@ LABEL org.opencontainers.image.title="agent-watchdog-sidecar" \
       org.opencontainers.image.version="${VERSION}"
 # OTLP/gRPC, OTLP/HTTP, metrics + health, control API (DESIGN §2).
 EXPOSE 4317 4318 9464 9477
-# Kubernetes uses the chart's probes; this is for `docker run` and compose.
+# Kubernetes uses the chart's probes; this is for `docker run` and compose. It asks /healthz
+# where the metrics listener is, WATCHDOG_METRICS_ADDRESS (default 0.0.0.0:9464; a wildcard
+# host is asked on loopback), with the image's own python (tests/test_dockerfile.py runs it).
 HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=2)"]
+  CMD ["python", "-c", "import os, urllib.request; host, _, port = os.environ.get('WATCHDOG_METRICS_ADDRESS', '').strip().rpartition(':'); host = host.strip('[]'); host = {'': '127.0.0.1', '0.0.0.0': '127.0.0.1', '::': '::1'}.get(host, host); host = f'[{host}]' if ':' in host else host; urllib.request.urlopen(f'http://{host}:{port or 9464}/healthz', timeout=2)"]
 ENTRYPOINT ["watchdog"]
 CMD ["serve"]
 WORKDIR /var/lib/watchdog

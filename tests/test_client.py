@@ -645,6 +645,39 @@ def test_checkpoint_and_resume_context_send_the_contract_and_fail_open(
     assert fake.seen("GET", "/v1/sessions/sess%2F1/context")
 
 
+def test_a_checkpoint_the_sidecar_would_not_take_is_refused_before_it_is_sent(
+        fake: FakeSidecar, memory: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    """A state value that is no flat JSON fact (an object, a nested dict, NaN), a key that is
+    no string: a ``ValueError`` naming the key, with a bounded repr, and nothing posted."""
+    wd = Watchdog(fake.url, tracer_provider=memory[0])
+    fake.session_routes = True
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque(" + "x" * 10_000 + ")"
+
+    refused: list[tuple[Any, Any, str]] = [
+        ({"path": "/srv", "obj": object()}, "x", r"state\['obj'\]=<object object at .*> is not"),
+        ({"big": Opaque()}, "x", r"state\['big'\]=Opaque\(x+\.\.\.x+\) is not allowed"),
+        ({"cfg": {"depth": [object()]}}, "x", r"state\['cfg'\]=\{'depth': \[.*\]\} is not"),
+        ({"ratio": float("nan")}, "x", r"state\['ratio'\]=nan is not allowed"),
+        ({7: "seven"}, "x", r"state key 7 is not allowed"),
+        ({"": 1}, "x", r"state key '' is not allowed"),
+        (["a"], "x", r"state=\['a'\] is not allowed"),
+        ({}, object(), r"remaining=<object object at .*> is not allowed"),
+    ]
+    with wd.run(agent="a", session="s") as run:
+        for state, remaining, message in refused:
+            with pytest.raises(ValueError, match=message) as caught:
+                run.checkpoint(remaining, state=state)
+            assert len(str(caught.value)) < 300
+        assert run.checkpoint(2, state={"n": 1, "ok": True, "gone": None, "f": 0.5}) == {
+            "ok": True}
+    wd.close()
+    posts = fake.seen("POST", "/checkpoints")
+    assert [post[3]["state"] for post in posts] == [{"n": 1, "ok": True, "gone": None, "f": 0.5}]
+
+
 def test_without_a_tracer_provider_runs_still_work(fake: FakeSidecar) -> None:
     wd = Watchdog(fake.url)  # the global provider, whatever it is (none, in this suite)
     with wd.run(agent="bare", max_tool_calls=2, run_id="run-3") as run:

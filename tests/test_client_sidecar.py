@@ -8,11 +8,12 @@ import logging
 from pathlib import Path
 
 import pytest
-from agent_watchdog_client import Directive, Watchdog
+from agent_watchdog_client import Directive, Watchdog, WatchdogAbort
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
+from tests.client_runs import ended_run
 from tests.harness import (
     RunningServer,
     run_detail,
@@ -153,3 +154,62 @@ def test_a_turn_peeked_then_taken_is_the_same_turn(sidecar: RunningServer, budge
         assert peeked.final and taken is peeked
         run.set_final_answer("report")
     wd.close()
+
+
+def test_the_iterations_note_is_recounted_at_each_request(sidecar: RunningServer) -> None:
+    """The sidecar's last-call note (``1 of 2 model calls left``) is true at the request after
+    the first call; at the requests past the limit the model reads the true count, not that
+    note again."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    tracer = wd.tracer()
+    with wd.run(agent="counter", max_iterations=2) as run:
+        seen = []
+        for _ in range(4):
+            seen.append(run.before_model_call().instructions)
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+        run.set_final_answer("done")
+    wd.close()
+    assert "model calls" not in seen[0]
+    assert "[budget: 1 of 2 model calls left — finalize now]" in seen[1]
+    for past in seen[2:]:
+        assert "1 of 2 model calls left" not in past
+        assert "[budget: all 2 model calls used — give your final answer now]" in past
+
+
+def test_a_grace_ended_by_the_client_is_a_stopped_run_both_sides(sidecar: RunningServer) -> None:
+    """The default pack's ``tool-cycle`` winds the run down with a 2-call grace; once
+    the client has used it up (it stops the run by itself: no abort directive comes), the run
+    says it was stopped — ``aborted``, ``raise_if_aborted`` — as the sidecar records it."""
+    wd = Watchdog(sidecar.api)
+    provider = wd.setup_tracing("looper", endpoint=sidecar.otlp_http + "/v1/traces",
+                                set_global=False)
+    tracer = provider.get_tracer("my-loop")
+    with wd.run(agent="looper") as run:
+        states = []
+        for _ in range(10):
+            turn = run.before_model_call()
+            states.append(run.aborted)
+            if turn.final:
+                break
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+            run.before_tool_call("search")
+            with tracer.start_as_current_span("execute_tool search", attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+                    "gen_ai.tool.call.arguments": '{"q": "same"}'}):
+                pass
+        assert turn.final and turn.stop is not None and turn.stop.rule == "tool-cycle"
+        assert run.board.abort is None  # the client's own stop, no directive
+        assert run.aborted and states == [False] * 6 + [True]
+        with pytest.raises(WatchdogAbort) as raised:
+            run.raise_if_aborted()
+        assert raised.value.directive.terminal_state == "loop_detected"
+        run.set_final_answer("## Task\nthe report")
+    detail = ended_run(sidecar, provider, run.id)
+    provider.shutdown()
+    wd.close()
+    assert (detail["terminal_state"], detail["terminal_reason"]) == (
+        "loop_detected", "tool-cycle")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import wait_until
+from tests.ports import free_port
 from tests.test_dist import MAKE_SECONDS, artifacts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,3 +302,44 @@ def test_the_images_wheel_holds_the_package_and_its_rules() -> None:
     assert "watchdog/shell/server.py" in names and "watchdog/py.typed" in names
     assert [n for n in names if n.startswith("watchdog/core/spans/_native.")
             and n.endswith(".so")], "the compiled decode is not in the wheel (cargo?)"
+
+
+def healthcheck(instructions: list[Instruction]) -> list[str]:
+    [check] = [i.args for i in final_stage(instructions) if i.keyword == "HEALTHCHECK"]
+    command: list[str] = json.loads(check.partition(" CMD ")[2])
+    return command
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:{port}", "0.0.0.0:{port}", "[::1]:{port}",
+                                     "[::]:{port}"])
+def test_the_healthcheck_asks_where_the_metrics_listen(instructions: list[Instruction],
+                                                       tmp_path: Path, address: str) -> None:
+    """The image's HEALTHCHECK, run as the image runs it (its python, the container's env),
+    against a real sidecar whose metrics listener WATCHDOG_METRICS_ADDRESS moved: healthy
+    there, unhealthy when nothing listens where it says."""
+    command = healthcheck(instructions)
+    assert command[0] == "python"
+    program = [sys.executable, *command[1:]]
+    ports = {key: str(free_port()) for key in ("grpc", "http", "api", "metrics")}
+    metrics = address.format(port=ports["metrics"])
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")},
+           "WATCHDOG_OTLP_GRPC_ADDRESS": f"127.0.0.1:{ports['grpc']}",
+           "WATCHDOG_OTLP_HTTP_ADDRESS": f"127.0.0.1:{ports['http']}",
+           "WATCHDOG_API_ADDRESS": f"127.0.0.1:{ports['api']}",
+           "WATCHDOG_METRICS_ADDRESS": metrics, "WATCHDOG_STATE_DIR": str(tmp_path)}
+
+    def healthy(environment: dict[str, str]) -> bool:
+        return subprocess.run(program, env=environment, capture_output=True,
+                              timeout=10).returncode == 0
+
+    assert not healthy(env)  # nothing listens yet
+    sidecar = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], env=env,
+                               stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: sidecar.poll() is not None or healthy(env), what="healthy")
+        assert sidecar.poll() is None
+        elsewhere = metrics.replace(ports["metrics"], str(free_port()))
+        assert not healthy({**env, "WATCHDOG_METRICS_ADDRESS": elsewhere})
+    finally:
+        sidecar.terminate()
+        sidecar.wait(timeout=30)

@@ -362,13 +362,25 @@ def _directives(api: str, run_id: str) -> list[dict[str, Any]]:
     return json.loads(body)["directives"] if status == 200 else []  # type: ignore[no-any-return]
 
 
-def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path) -> None:
-    with served(tmp_path, model_address=f"127.0.0.1:{free_port()}",
-                otlp_grpc_address="off") as sidecar:
-        # (its wires read model calls with the conventions: they load with it, the pipeline not)
-        assert sidecar.modules() - set(PIPELINE) == {"watchdog.shell.model.proxy",
-                                                     "watchdog.core.model.steer", "hmac"}
-        assert "watchdog.core.spans.pipeline" not in sidecar.modules()
+@pytest.mark.parametrize("relay", ["python", "native"])
+def test_the_model_endpoints_modules_load_when_it_is_on(tmp_path: Path, relay: str) -> None:
+    """Its own modules load with it; the conventions and their tables (what its wires hash a
+    request with, its final-answer tools) at its first model request; the pipeline never."""
+    port = free_port()
+    with Upstream() as upstream, served(
+            tmp_path, model_address=f"127.0.0.1:{port}", model_relay=relay,
+            model_upstream=upstream.url + "/v1", otlp_grpc_address="off") as sidecar:
+        assert sidecar.modules() == {"watchdog.shell.model.proxy", "watchdog.core.model.steer",
+                                     "hmac"}
+        status, _ = http_request("POST", f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 json.dumps({"model": "m", "messages": [
+                                     {"role": "user", "content": "hi"}]}).encode(),
+                                 {"Content-Type": "application/json"})
+        assert status == 200 and [path for path, _ in upstream.received] == [
+            "/v1/chat/completions"]
+        loaded = sidecar.modules()
+        assert {"watchdog.core.spans.conventions", "watchdog.core.spans.combined"} <= loaded
+        assert "watchdog.core.spans.pipeline" not in loaded
 
 
 def test_grpc_off_serves_without_grpcio_and_a_misspelling_is_refused(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import urllib.request
 from collections.abc import Iterator
@@ -210,11 +211,25 @@ def test_agents_of_a_gateway_get_the_service(example_chart: helm.Chart) -> None:
     deployment = one(manifests, "Deployment", "my-agent")
     assert list(containers(deployment)) == ["agent"]  # no sidecar in gateway mode
     agent_env = env_of(containers(deployment)["agent"])
-    service = "my-agent-agent-watchdog.agents.svc"  # its token in the path: base URLs only
-    assert agent_env["OPENAI_BASE_URL"] == f"http://{service}:9478/token/$(WATCHDOG_API_TOKEN)/v1"
-    assert agent_env["ANTHROPIC_BASE_URL"] == f"http://{service}:9478/token/$(WATCHDOG_API_TOKEN)"
+    service = "my-agent-agent-watchdog.agents.svc"  # its token and name in the path
+    base = f"http://{service}:9478/token/$(WATCHDOG_API_TOKEN)/agent/$(AGENT_WATCHDOG_AGENT_NAME)"
+    assert agent_env["OPENAI_BASE_URL"] == base + "/v1"
+    assert agent_env["ANTHROPIC_BASE_URL"] == base
+    assert agent_env["AGENT_WATCHDOG_AGENT_NAME"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['app.kubernetes.io/name']"}}
     names = list(agent_env)  # the kubelet expands $(NAME) of an entry that comes before
     assert names.index("WATCHDOG_API_TOKEN") < names.index("OPENAI_BASE_URL")
+    assert names.index("AGENT_WATCHDOG_AGENT_NAME") < names.index("OPENAI_BASE_URL")
+    # a name given (percent-encoded), or none to give
+    for endpoint, path in (({"agentName": "billing bot+1"}, "/agent/billing%20bot%2B1"),
+                           ({"agentNameLabel": ""}, "")):
+        manifests = render_example(example_chart, {
+            "mode": "gateway", "auth": {"token": TOKEN},
+            "modelEndpoint": {"agentEnv": True, **endpoint}})
+        agent_env = env_of(containers(one(manifests, "Deployment", "my-agent"))["agent"])
+        assert agent_env["OPENAI_BASE_URL"] == (
+            f"http://{service}:9478/token/$(WATCHDOG_API_TOKEN){path}/v1")
+        assert "AGENT_WATCHDOG_AGENT_NAME" not in agent_env
 
 
 @pytest.mark.parametrize(("values", "named"), [
@@ -241,6 +256,7 @@ def test_notes_give_the_env_line(chart: helm.Chart) -> None:
     gateway = chart.render(copy.deepcopy(GATEWAY), name="rel", namespace=NAMESPACE)
     notes = next(text for path, text in gateway.items() if path.endswith("NOTES.txt"))
     assert "OPENAI_BASE_URL=http://rel-agent-watchdog.agents.svc:9478/token/<token>/v1" in notes
+    assert ".../token/<token>/agent/<name>/v1" in notes
 
 
 @pytest.mark.parametrize("mode", ["sidecar", "gateway"])
@@ -251,7 +267,7 @@ def test_a_real_watchdog_with_the_rendered_env_answers_through_its_upstream(
     scripted one): the agent's ``openai`` SDK, pointed only by the base URL
     ``modelEndpoint.agentEnv`` gives it (the gateway's token in its path, as the kubelet expands
     it), gets the upstream's answer, and the call is a run (of agent "my-agent", the pod's app
-    name, in a sidecar)."""
+    name: the sidecar's own, or the gateway's from the base URL's path)."""
     ports = {"otlpGrpc": free_port(), "otlpHttp": free_port(), "api": free_port(),
              "metrics": free_port(), "model": free_port()}
     with FakeLLM() as llm:
@@ -271,14 +287,18 @@ def test_a_real_watchdog_with_the_rendered_env_answers_through_its_upstream(
                    WATCHDOG_METRICS_ADDRESS=f"127.0.0.1:{ports['metrics']}")
         if mode == "gateway":
             env["WATCHDOG_API_TOKEN"] = TOKEN  # (its secretKeyRef)
-        agent_env = env_of(containers(deployment)["agent"])
-        base_url = agent_env["OPENAI_BASE_URL"].replace("$(WATCHDOG_API_TOKEN)", TOKEN).replace(
+        agent = containers(deployment)["agent"]
+        agent_env = {**kubelet_env({"env": [e for e in agent["env"] if "secretKeyRef" not in
+                                            e.get("valueFrom", {})]},
+                                   deployment["spec"]["template"]["metadata"]["labels"]),
+                     "WATCHDOG_API_TOKEN": TOKEN}  # (its secretKeyRef)
+        base_url = re.sub(r"\$\((\w+)\)", lambda m: agent_env[m.group(1)],
+                          agent_env["OPENAI_BASE_URL"]).replace(
             "my-agent-agent-watchdog.agents.svc", "127.0.0.1")
         assert (TOKEN in base_url) is (mode == "gateway"), base_url
         runs = served_call(env, ports, base_url, TOKEN if mode == "gateway" else None)
         assert llm.request_headers("gpt-test")[0]["authorization"] == "Bearer sk-chart-test"
-        assert [run["agent"] for run in runs] == (
-            ["my-agent"] if mode == "sidecar" else ["unknown"])
+        assert [run["agent"] for run in runs] == ["my-agent"]  # the pod's app name, both ways
 
 
 def served_call(env: dict[str, str], ports: dict[str, int], base_url: str,

@@ -172,6 +172,7 @@ def test_the_image_is_configured_for_a_restricted_pod(image: Loaded) -> None:
     assert env["WATCHDOG_STATE_DIR"] == STATE_DIR
     # Docker format (buildah's default OCI format would drop HEALTHCHECK).
     assert inspected["Healthcheck"]["Test"][:2] == ["CMD", "python"]
+    assert "WATCHDOG_METRICS_ADDRESS" in inspected["Healthcheck"]["Test"][-1]
     assert config["Labels"]["org.opencontainers.image.version"] == VERSION
 
 

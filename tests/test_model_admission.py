@@ -212,6 +212,63 @@ def test_a_new_conversations_first_request_goes_on_while_the_loop_is_busy(
                    lambda: f"each run's model call booked: {runs(server)}")
 
 
+@pytest.mark.parametrize("token", [None, "t0ken-in-the-path-1234"])
+def test_an_agent_named_in_the_path_goes_on_while_the_loop_is_busy(
+        tmp_path: Path, upstream: RawUpstream, token: str | None) -> None:
+    """An agent that can set only its base URL (the chart's gateway, with its token) names
+    itself in the path: the relay reads it as the loop does, so its new conversations go on at
+    once, to the API path, and their runs are named."""
+    config = sidecar_config(
+        tmp_path / "state", model_address="0.0.0.0:0" if token else "127.0.0.1:0",
+        model_relay="native", model_upstream=upstream.base + "/v1", api_token=token,
+        model_agent_name=AGENT)
+    path = ("/token/" + token if token else "") + "/agent/billing-bot/v1/chat/completions"
+    with running_server(config) as server:
+        assert post(server, path, chat("task one"))[0] == 200  # decided by the loop
+        with busy(server) as held:
+            status, _ = post(server, path, chat("task two"))
+            assert not held.free.is_set(), "the request waited for the loop"
+        assert status == 200
+        api = {"Authorization": f"Bearer {token}"} if token else None
+
+        def named() -> list[str]:
+            status, body = http_request("GET", server.api + "/v1/runs", headers=api)
+            return [run["agent"] for run in json.loads(body)["runs"]] if status == 200 else []
+        wait_until(lambda: named() == ["billing-bot"] * 2, lambda: f"two runs: {named()}")
+        native = server.server.native
+        assert native is not None and native.admitted == 1 and native.missed == 0
+    assert [seen.path for seen in upstream.seen] == ["/v1/chat/completions"] * 2
+    assert all("x-watchdog-agent" not in seen.headers for seen in upstream.seen)
+
+
+def test_the_relay_reads_the_paths_agent_as_the_loop_or_leaves_it_to_the_loop() -> None:
+    body, chat_path = chat("hello"), PATHS["chat"]
+    by_header = Relay.first_digest("POST", chat_path, [("x-watchdog-agent", "bot-1")], body)
+    assert by_header is not None
+    for target in ("/agent/bot-1/v1/chat/completions", "/agent/bot%2D1/v1/chat/completions",
+                   "/token/t/agent/bot-1/v1/chat/completions"):
+        assert Relay.first_digest("POST", target, [], body) == by_header, target
+    # the header's name wins; an empty one names none (the default)
+    assert Relay.first_digest("POST", "/agent/other/v1/chat/completions",
+                              [("x-watchdog-agent", "bot-1")], body) == by_header
+    assert Relay.first_digest("POST", "/agent//v1/chat/completions", [], body) == \
+        Relay.first_digest("POST", chat_path, [], body)
+    # the token in the path is the endpoint's token
+    token = ("x-watchdog-token", "secret")
+    assert Relay.first_digest("POST", "/token/secret/agent/bot-1/v1/chat/completions", [], body,
+                              token=token) is not None
+    assert Relay.first_digest("POST", "/token/wrong/agent/bot-1/v1/chat/completions", [], body,
+                              token=token) is None
+    # anything it cannot be sure to read as the loop does is the loop's (which may refuse it)
+    for target in ("/agent/../v1/chat/completions", "/agent/a%2fb/v1/chat/completions",
+                   "/agent/%C3%A9/v1/chat/completions", "/agent/%00/v1/chat/completions",
+                   "/agent/" + "a" * 201 + "/v1/chat/completions", "/agent/a b/v1/chat/completions",
+                   "/agent/x/agent/y/v1/chat/completions", "/agent/x/token/t/v1/chat/completions",
+                   "/token/t%41/v1/chat/completions", "/agent/%4/v1/chat/completions",
+                   "/agent/x"):
+        assert Relay.first_digest("POST", target, [], body) is None, target
+
+
 def test_what_goes_upstream_is_what_the_loop_would_have_sent(
         tmp_path: Path, upstream: RawUpstream) -> None:
     headers = {"Connection": "keep-alive, X-Hop", "X-Hop": "dropped", "Accept-Encoding": "gzip",

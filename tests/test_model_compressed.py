@@ -70,6 +70,9 @@ def compressed(data: bytes, coding: str) -> list[bytes]:
         return [b"\x8b\x07\x80" + data]
     if coding == "bomb":
         return [BOMB]
+    coding, _, tail = coding.partition("+")  # gzip+zeros: padded; gzip+junk: other bytes after
+    if tail:
+        return [*compressed(data, coding), b"\0" * 16 if tail == "zeros" else b"junk"]
     packer = zlib.compressobj(wbits=31 if coding == "gzip" else zlib.MAX_WBITS)
     pieces = [packer.compress(event + b"\n\n") + packer.flush(zlib.Z_SYNC_FLUSH)
               for event in data.split(b"\n\n") if event]
@@ -95,7 +98,8 @@ class Upstream(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream" if body.get("stream")
                          else "application/json")
-        self.send_header("Content-Encoding", "gzip" if coding == "bomb" else coding)
+        self.send_header("Content-Encoding",
+                         "gzip" if coding == "bomb" else coding.partition("+")[0])
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         for piece in pieces:  # one at a time, as a streaming server sends them
@@ -256,6 +260,27 @@ def test_with_a_bound_a_coding_it_cannot_read_is_never_handed_on(
         error = json.loads(body)["error"]
         assert error["code"] == "upstream_unreachable"
         assert "UnjudgedResponse" in error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_only_zero_padding_may_follow_the_compressed_data(
+        sidecar: RunningServer, stream: bool, coding: str, model_relay: str  # noqa: F811
+        ) -> None:
+    """One rule for the bytes after the data (gzip's last member), whole or streamed, on both
+    relays (``codings.inflate``, ``streams.Inflater``, the compiled relay's ``inflate.rs``):
+    zero padding, which ``gzip -d`` takes, is read as the end; other bytes are of no coding
+    (a whole answer too long to judge, a stream cut short)."""
+    run = f"padded-{stream}-{coding}-{model_relay}"
+    assert len(chat_turns(sidecar, coding + "+zeros", stream, run, 1)) == 1
+    booked(sidecar, run, 1)
+    run = f"junk-{stream}-{coding}-{model_relay}"
+    status, _, body = post(sidecar, run, coding + "+junk", stream, 1)
+    if stream:
+        assert status == 200 and isinstance(body, http.client.IncompleteRead), (status, body)
+    else:
+        assert status == 502 and isinstance(body, bytes)
+        assert "UnjudgedResponse" in json.loads(body)["error"]["message"]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])

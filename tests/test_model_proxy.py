@@ -385,7 +385,13 @@ def test_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:
     b"/v1/models%2f..%2f..%2fadmin", b"//evil.example/v1/models", b"/v2/models",
     b"/v1/models/..", b"/v1\\..\\admin", b"/admin",
     b"/token/t/../../admin", b"/token/t", b"/token//evil.example/v1/models",
-    b"/token/t/token/t/v1/models"])
+    b"/token/t/token/t/v1/models",
+    # the agent's name in the path: checked as the header is, and nothing after it but /v1/
+    b"/agent/../v1/models", b"/agent/%2e%2e/v1/models", b"/agent/a%2fb/v1/models",
+    b"/agent/a%5cb/v1/models", b"/agent/x/agent/y/v1/models", b"/agent/x/token/t/v1/models",
+    b"/agent/x", b"/agent//evil.example/v1/models", b"/agent/%ff/v1/models",
+    b"/agent/%00/v1/models", b"/agent/" + b"a" * 201 + b"/v1/models",
+    b"/agent/x/../../admin", b"/token/t/agent/../../v1/models"])
 def test_request_targets_reach_nothing_else(sidecar: RunningServer, upstream: RawUpstream,
                                             target: bytes) -> None:
     answer = raw_http(sidecar, b"GET " + target + b" HTTP/1.1\r\nHost: evil.example\r\n"

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import openai
 import pytest
@@ -60,8 +61,10 @@ def loop(client: openai.OpenAI, model: str, messages: list[Any],
     raise AssertionError("no answer")
 
 
-def ended_runs(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:
-    return [run for run in sidecar.get_json(f"/v1/runs?agent={agent}")["runs"]
+def ended_runs(sidecar: RunningServer, agent: str, token: str | None = None
+               ) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return [run for run in sidecar.get_json(f"/v1/runs?agent={quote(agent)}", headers)["runs"]
             if run["state"] == "ended"]
 
 
@@ -79,6 +82,25 @@ def test_agent_name_from_config_and_a_new_user_message_starts_the_next_run(
     assert {run["iterations"] for run in runs} == {2}
     assert {run["tool_calls"] for run in runs} == {1}
     assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]
+
+
+def test_an_agent_named_in_its_base_url_gets_its_runs_named(sidecar: RunningServer,
+                                                            llm: FakeLLM) -> None:
+    """An agent that can set only its base URL names itself in its path (the chart's
+    ``agentEnv`` in gateway mode): ``/agent/<name>/v1``, percent-encoded, taken off before the
+    upstream; an empty name (a pod without the label) names none."""
+    model = llm.script("named", steps(call("search", q="a"), answer("one"), answer("two")))
+    base = sidecar.url("model")
+    named = openai.OpenAI(base_url=base + "/agent/billing%20bot%C3%A9/v1", api_key=KEY,
+                          max_retries=0)
+    assert loop(named, model, [{"role": "user", "content": "invoice"}]) == "one"
+    unnamed = openai.OpenAI(base_url=base + "/agent//v1", api_key=KEY, max_retries=0)
+    assert loop(unnamed, model, [{"role": "user", "content": "other"}]) == "two"
+    run = wait_until(lambda: ended_runs(sidecar, "billing boté"),
+                     "the named run")[0]
+    assert (run["iterations"], run["tool_calls"]) == (2, 1)
+    assert wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the unnamed run")
+    assert len(llm.requests(model)) == 3  # the upstream saw /v1/chat/completions
 
 
 def test_concurrent_invocations_are_separate_runs(sidecar: RunningServer, llm: FakeLLM) -> None:
@@ -370,7 +392,19 @@ def test_beyond_loopback_the_endpoint_needs_the_token(tmp_path: Path, llm: FakeL
             wrong.chat.completions.create(model=model, messages=[{"role": "user",
                                                                   "content": "x"}])
         assert token not in str(refused.value)
-    assert len(llm.request_headers(model)) == 2
+        named = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/token/{token}/agent/triage/v1",
+                              api_key=KEY, max_retries=0)
+        reply = named.chat.completions.create(model=model, messages=[{"role": "user",
+                                                                      "content": "z"}])
+        assert reply.choices[0].message.content == "hello"
+        assert wait_until(lambda: ended_runs(sidecar, "triage", token), "the run named in the path")
+        # the name alone is no token
+        alone = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/agent/triage/v1",
+                              api_key=KEY, max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            alone.chat.completions.create(model=model, messages=[{"role": "user",
+                                                                  "content": "x"}])
+    assert len(llm.request_headers(model)) == 3
     assert all("x-watchdog-token" not in headers for headers in llm.request_headers(model))
 
 

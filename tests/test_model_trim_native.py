@@ -22,7 +22,7 @@ from tests.test_model_wire import THREE, anthropic_stream, chat_stream, response
 from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
-from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, kept_calls
+from watchdog.core.model.steer import answer_tools, kept_calls
 from watchdog.core.model.wire import SSEReader, Unjudged, Wire, dumps, judged, read_stream
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.shell.model._relay import Relay
@@ -30,6 +30,7 @@ from watchdog.shell.model._relay import Relay
 WIRES: dict[str, Wire] = {"chat": ChatWire(), "responses": ResponsesWire(),
                           "messages": MessagesWire()}
 MAKERS = {"chat": chat_stream, "responses": responses_stream, "messages": anthropic_stream}
+ANSWER_TOOLS, ANSWER_TOOL_PREFIXES = answer_tools()
 ANSWERS = (sorted(ANSWER_TOOLS), list(ANSWER_TOOL_PREFIXES))
 WITH_ANSWER = Step(text="Done.", tool_calls=(
     ToolCall("a", {"x": 1}), ToolCall("final_result", {"answer": "42"}),

@@ -26,12 +26,12 @@ from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import (
-    ANSWER_TOOLS,
     Act,
     Board,
     Counts,
     Turn,
     answer_of,
+    answer_tools,
     decide,
     is_answer_tool,
 )
@@ -694,7 +694,7 @@ def test_json_nested_past_the_parsers_depth_reads_as_unreadable_not_a_crash(wire
     accumulator = wire.accumulator()
     read_stream(accumulator, stream)
     assert not accumulator.observation.calls
-    name = sorted(ANSWER_TOOLS)[0]
+    name = sorted(answer_tools()[0])[0]
     assert answer_of([Call("c1", name, DEEP)]) == DEEP
 
 

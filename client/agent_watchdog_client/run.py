@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import reprlib
 import threading
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -53,6 +56,11 @@ BUDGET_KEYS = ("max_tool_calls", "max_iterations", "max_seconds", "max_tokens", 
 WHOLE_BUDGET_KEYS = frozenset({"max_tool_calls", "max_iterations", "max_tokens"})  # counts
 MAX_BUDGET = 1e12  # the largest budget the sidecar takes (a larger one is no budget to it)
 MAX_FINAL_ANSWER_CHARS = 4000
+# A checkpoint's state is flat facts the sidecar takes (watchdog/core/sessions.py): string keys
+# of 1 to 200 characters; strings, numbers (finite; ints within 64 bits), booleans or None.
+MAX_FACT_KEY_CHARS = 200
+INT64 = 2**63
+MAX_REPR_CHARS = 80  # of a refused value, in its error
 
 __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",
            "current_run"]
@@ -219,14 +227,25 @@ class Run:
         return self.board.latest
 
     @property
+    def stop(self) -> Directive | None:
+        """What stopped the run: the sidecar's abort, or the client's own stop — at the tool
+        budget, or at the end of a wind-down's tool-call grace, which the sidecar records as
+        the same stop (no directive comes for it) — or None while the run may go on."""
+        with self._steer_lock:
+            return self.steering.stopped(self.board, self.tally.tools_ended)
+
+    @property
     def aborted(self) -> bool:
-        return self.board.abort is not None
+        """Whether the run was stopped (:attr:`stop`), by the sidecar or by the client."""
+        return self.stop is not None
 
     def raise_if_aborted(self) -> None:
-        abort = self.board.abort
-        if abort is not None:
-            self.applied(abort)
-            raise WatchdogAbort(abort, self.steering.report)
+        """Raise :class:`WatchdogAbort` (with the model's report, if it gave one) once the
+        run was stopped (:attr:`stop`)."""
+        stop = self.stop
+        if stop is not None:
+            self.applied(stop)
+            raise WatchdogAbort(stop, self.steering.report)
 
     def remaining_tool_calls(self) -> int | None:
         """The true number of tool calls left (None without a tool budget)."""
@@ -246,7 +265,8 @@ class Run:
     def instructions(self) -> str:
         """What the model would be told now, from what is known without a sync (adapters use
         :meth:`before_model_call`)."""
-        return self.steering.compose(self.board, self.tally.tools_ended).instructions
+        return self.steering.compose(self.board, self.tally.tools_ended,
+                                     self.tally.model_spans).instructions
 
     # -- the decision points (DESIGN §8) ----------------------------------------------------------
 
@@ -268,7 +288,8 @@ class Run:
             turn = self.steering.current(key)
             if turn is None:
                 self._sync()
-                turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key())
+                turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key(),
+                                          self.tally.model_spans)
                 if self.steering.unreported_stop is not None:  # stopped here, not by a directive
                     self._sync()
                     self.steering.keep(self._turn_key())  # asked again: still this turn
@@ -322,7 +343,7 @@ class Run:
         for directive in answer.directives:
             if self.board.post(directive):
                 self._on_directive(directive)
-        self.steering.sidecar_said(answer.tool_calls, answer.budget)
+        self.steering.sidecar_said(answer.tool_calls, answer.budget, answer.iterations)
 
     # -- outcome ----------------------------------------------------------------------------------
 
@@ -411,7 +432,10 @@ class Run:
                 isinstance(approach, str) for approach in failed_approaches or ()):
             raise ValueError(f"failed_approaches={failed_approaches!r} is not allowed: expected "
                              f"a list of strings")
-        body = {"remaining": remaining, "state": dict(state or {}),
+        if not (isinstance(remaining, str) or _is_number(remaining)):
+            raise ValueError(f"remaining={_brief_repr(remaining)} is not allowed: expected a "
+                             f"string or a finite number (what is left to do)")
+        body = {"remaining": remaining, "state": _checked_state(state),
                 "failed_approaches": list(failed_approaches or []), "run_id": self.id}
         response = self._call("POST", f"/v1/sessions/{_quote(self._session())}/checkpoints",
                               body=body)
@@ -440,6 +464,49 @@ class Run:
                         response.status, response.body[:300].decode("utf-8", "replace"))
             return None
         return response.body
+
+
+def _checked_state(state: object) -> dict[str, Any]:
+    """A checkpoint's ``state`` as sent, or ``ValueError`` naming the first key that the
+    sidecar would not take (nothing is sent then)."""
+    if state is None:
+        return {}
+    if not isinstance(state, Mapping):
+        raise ValueError(f"state={_brief_repr(state)} is not allowed: expected a dict of flat "
+                         f"facts, e.g. {{'project_path': '/srv/app'}}")
+    facts: dict[str, Any] = {}
+    for key, value in state.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_FACT_KEY_CHARS:
+            raise ValueError(f"state key {_brief_repr(key)} is not allowed: expected a string "
+                             f"of 1 to {MAX_FACT_KEY_CHARS} characters")
+        if not (value is None or isinstance(value, (str, bool)) or _is_number(value)):
+            raise ValueError(f"state[{_brief_repr(key)}]={_brief_repr(value)} is not allowed: "
+                             f"expected a string, a finite number, a boolean or None (facts "
+                             f"are flat: no objects or lists)")
+        facts[key] = value
+    return facts
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -INT64 <= value < INT64
+    return isinstance(value, float) and math.isfinite(value)
+
+
+_REPR = reprlib.Repr()  # (its keyword arguments are Python 3.12's)
+_REPR.maxstring = _REPR.maxother = MAX_REPR_CHARS
+_REPR.maxlevel = 2
+
+
+def _brief_repr(value: object) -> str:
+    """A repr for an error message, of bounded length, that cannot raise."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= MAX_REPR_CHARS else text[:MAX_REPR_CHARS - 3] + "..."
 
 
 def _quote(value: str) -> str:

@@ -110,6 +110,16 @@ def grace_note(left: int) -> str:
     return f"[grace: {left} tool calls left to wrap up]"
 
 
+def iterations_note(remaining: int, limit: int) -> str:
+    """The model-call budget's count at a request (the default pack's last-call note, told
+    again with the true number)."""
+    if remaining <= 0:
+        return f"[budget: all {limit} model calls used — give your final answer now]"
+    if remaining == 1:
+        return f"[budget: 1 of {limit} model calls left — finalize now]"
+    return f"[budget: {remaining} of {limit} model calls left — wrap up soon]"
+
+
 def budget_note(remaining: int, limit: int) -> str:
     if remaining <= 0:
         return f"[budget: 0 of {limit} tool calls left — no tool will run; report now]"
@@ -128,6 +138,7 @@ class Steering:
         self.tools_admitted = 0
         self.tools_refused = 0
         self.sidecar_tool_calls = 0
+        self.sidecar_iterations = 0
         self.local_stop: Directive | None = None  # the client's own abort at the budget
         self.grace_stop: Directive | None = None  # ... and at the end of a wind-down's grace
         self.unreported_stop: str | None = None  # a stop the sidecar has not been told of
@@ -138,10 +149,12 @@ class Steering:
 
     # -- inputs ---------------------------------------------------------------------------------
 
-    def sidecar_said(self, tool_calls: int, budget: Mapping[str, object]) -> None:
-        """A sync answer: the sidecar's count, and its budget (a rule pack default counts when
+    def sidecar_said(self, tool_calls: int, budget: Mapping[str, object],
+                     iterations: int = 0) -> None:
+        """A sync answer: the sidecar's counts, and its budget (a rule pack default counts when
         the run announced none)."""
         self.sidecar_tool_calls = max(self.sidecar_tool_calls, tool_calls)
+        self.sidecar_iterations = max(self.sidecar_iterations, iterations)
         limit = budget.get("max_tool_calls")
         if self.max_tool_calls is None and isinstance(limit, (int, float)):
             self.max_tool_calls = int(limit)
@@ -153,6 +166,21 @@ class Steering:
         if self.max_tool_calls is None:
             return None
         return max(self.max_tool_calls - self.used(tool_spans), 0)
+
+    def recounted(self, wind_down: Directive, model_calls: int) -> str | None:
+        """The true model-call note, when ``wind_down`` quotes the model calls left as they
+        were when it was decided (``1 of 2 model calls``) and that number is no longer true:
+        the run's model calls are the most this process (``model_calls`` started) or the
+        sidecar counted."""
+        said = wind_down.budget.get("remaining_iterations")
+        limit = wind_down.budget.get("max_iterations")
+        if said is None or limit is None:
+            return None
+        said, limit = int(said), int(limit)
+        if f"{said} of {limit} model calls" not in wind_down.message:
+            return None
+        left = max(limit - max(model_calls, self.sidecar_iterations), 0)
+        return iterations_note(left, limit) if left < said else None
 
     def grace_left(self, board: DirectiveBoard, tool_spans: int) -> int | None:
         """Tool calls left before the tightest wind-down grace ends (None without one)."""
@@ -173,20 +201,22 @@ class Steering:
         """The turn decided for ``key`` (the run's counts), if nothing happened since."""
         return self._turn if self._turn is not None and key == self._turn_key else None
 
-    def turn(self, board: DirectiveBoard, tool_spans: int, key: tuple[int, ...]) -> ModelTurn:
+    def turn(self, board: DirectiveBoard, tool_spans: int, key: tuple[int, ...],
+             model_calls: int = 0) -> ModelTurn:
         """The next model request's turn; raises :class:`WatchdogAbort` once the final turn has
         been used (see the module doc)."""
         if self.final_used:
             stop = self._stop(board, tool_spans)
             assert stop is not None  # a final turn always had a stop
             raise WatchdogAbort(stop, self.report)
-        turn = self.compose(board, tool_spans)
+        turn = self.compose(board, tool_spans, model_calls)
         self.final_used = turn.final
         self._turn, self._turn_key = turn, key
         return turn
 
-    def compose(self, board: DirectiveBoard, tool_spans: int) -> ModelTurn:
-        """The turn the board and the counts call for now (no bookkeeping)."""
+    def compose(self, board: DirectiveBoard, tool_spans: int, model_calls: int = 0) -> ModelTurn:
+        """The turn the board and the counts call for now (no bookkeeping); ``model_calls``:
+        the run's model calls started before this request."""
         remaining = self.remaining(tool_spans)
         stop = self._stop(board, tool_spans)
         parts: list[str] = []
@@ -208,6 +238,9 @@ class Steering:
                     # a countdown decided on fewer spans than have ended: its report prompt
                     # quotes a stale number, the note says the true one
                     text = text.replace(wind_down.message, note)
+                recounted = self.recounted(wind_down, model_calls)
+                if recounted is not None:  # a last-call note, and this request is past it
+                    text = text.replace(wind_down.message, recounted)
                 parts.append(text)
             notify = board.latest_notify
             if notify is not None and not notify.is_budget and (
@@ -239,6 +272,10 @@ class Steering:
             self.tools_refused += 1
             raise ToolRefused(f"Not run: {stop.message} Write your progress report now.", stop)
         self.tools_admitted += 1
+
+    def stopped(self, board: DirectiveBoard, tool_spans: int) -> Directive | None:
+        """What stops the run now (None: it may go on); see :meth:`_stop`."""
+        return self._stop(board, tool_spans)
 
     def _stop(self, board: DirectiveBoard, tool_spans: int) -> Directive | None:
         """What stops the run now: an abort, else the end of a wind-down's grace (the sidecar

@@ -59,6 +59,7 @@ class SyncAnswer:
     budget: dict[str, Any]
     directives: list[Directive] = field(default_factory=list)
     ended: bool = False
+    iterations: int = 0  # the run's model calls, as the sidecar counted them
 
     @classmethod
     def from_json(cls, data: Any) -> SyncAnswer:
@@ -68,10 +69,14 @@ class SyncAnswer:
         for item in data.get("directives") or ():
             directives.append(Directive.from_json(item))
         budget = data.get("budget")
-        tool_calls = data.get("tool_calls")
-        return cls(tool_calls=tool_calls if isinstance(tool_calls, int) else 0,
+        return cls(tool_calls=_count(data.get("tool_calls")),
                    budget=budget if isinstance(budget, dict) else {},
-                   directives=directives, ended=bool(data.get("ended")))
+                   directives=directives, ended=bool(data.get("ended")),
+                   iterations=_count(data.get("iterations")))
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class SyncChannel:

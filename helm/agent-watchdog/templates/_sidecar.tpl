@@ -83,10 +83,23 @@ sidecar (or, with mode=gateway, at the gateway's Service), with the token when o
   value: "http://{{ $host }}:{{ $v.ports.api }}"
 {{- if and $v.modelEndpoint.enabled $v.modelEndpoint.agentEnv }}
 # The agent's OpenAI and Anthropic SDKs call the model through the watchdog's model endpoint; a
-# gateway's wants its token, which an SDK set only by its base URL sends in the path.
+# gateway's wants its token, which an SDK set only by its base URL sends in the path, and the
+# agent's name, which a sidecar knows from its pod (the path again: /agent/<name>/).
 {{- $base := printf "http://%s:%v" $host $v.ports.model }}
 {{- if and (eq $v.mode "gateway") $tokenSecret }}
 {{- $base = printf "%s/token/$(WATCHDOG_API_TOKEN)" $base }}
+{{- end }}
+{{- if eq $v.mode "gateway" }}
+{{- if $v.modelEndpoint.agentName }}
+{{- $base = printf "%s/agent/%s" $base ($v.modelEndpoint.agentName | urlquery | replace "+" "%20") }}
+{{- else if $v.modelEndpoint.agentNameLabel }}
+# The pod's app name (empty when the pod lacks the label: the path then names no agent).
+- name: AGENT_WATCHDOG_AGENT_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: {{ printf "metadata.labels['%s']" $v.modelEndpoint.agentNameLabel | quote }}
+{{- $base = printf "%s/agent/$(AGENT_WATCHDOG_AGENT_NAME)" $base }}
+{{- end }}
 {{- end }}
 - name: OPENAI_BASE_URL
   value: "{{ $base }}/v1"

@@ -31,7 +31,12 @@ pub const MAX_READ: usize = 256 * 1024;
 /// The request headers the relay sets itself (with the hop-by-hop ones, never passed on).
 const REQUEST_SET: [&str; 3] = ["host", "content-length", "expect"];
 const WATCHDOG_PREFIX: &str = "x-watchdog-";
-const AGENT_HEADER: &str = "x-watchdog-agent";
+pub const AGENT_HEADER: &str = "x-watchdog-agent";
+/// The path's token and agent, for an agent that can set only its base URL (Python's `door`).
+const TOKEN_PATH: &str = "/token/";
+const AGENT_PATH: &str = "/agent/";
+/// An agent's name, as the header and the path may give it (Python's `MAX_AGENT_CHARS`).
+const MAX_AGENT_CHARS: usize = 200;
 /// What the client SDK writes into the instructions (`steer.SDK_MARKS`): a run it steers, which
 /// Python judges request by request.
 const SDK_MARKS: [&str; 3] = ["[agent-watchdog: system instruction", "[budget: ", "[grace: "];
@@ -55,11 +60,13 @@ pub struct Admission {
     known: HashSet<Digest>,
 }
 
-/// A request read as a new conversation's first: its API, agent and conversation.
+/// A request read as a new conversation's first: its API, agent and conversation, and the
+/// agent its path named (for Python, which reads the request as the header named it).
 pub struct First {
     api: Api,
     agent: String,
     digest: Digest,
+    named: Option<String>,
 }
 
 impl First {
@@ -68,12 +75,15 @@ impl First {
     }
 }
 
-/// A request to send on now: where, with which headers, the API it speaks, its bound.
+/// A request to send on now: where, with which headers, the API it speaks, its bound; the
+/// API path (its target without the path's token and agent) and the agent the path named.
 pub struct Admitted {
     pub url: String,
     pub headers: Headers,
     pub api: Api,
     pub keep: i64,
+    pub target: &'static str,
+    pub named: Option<String>,
 }
 
 /// What becomes of a new conversation's first request.
@@ -107,7 +117,7 @@ impl Admission {
     }
 
     /// What becomes of a request [`read`] found to be a new conversation's first.
-    pub fn judge(&mut self, first: First, target: &str, headers: &HeaderMap) -> Verdict {
+    pub fn judge(&mut self, first: First, headers: &HeaderMap) -> Verdict {
         if self.known.contains(&first.digest) {
             return Verdict::No;
         }
@@ -118,12 +128,74 @@ impl Admission {
             return Verdict::No;
         }
         let settings = &self.settings;
+        let target = api_path(first.api);
         let url = match first.api {
             Api::Messages => format!("{}{}", settings.anthropic, target),
             _ => format!("{}{}", settings.openai, &target[3..]),
         };
-        Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep })
+        Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep,
+                                     target, named: first.named })
     }
+}
+
+fn api_path(api: Api) -> &'static str {
+    match api {
+        Api::Chat => "/v1/chat/completions",
+        Api::Responses => "/v1/responses",
+        Api::Messages => "/v1/messages",
+    }
+}
+
+/// A target's `/token/<token>/` and then `/agent/<name>/` taken off as Python's `door` takes
+/// them: the rest, the token given and the agent named (None for an empty name). None when
+/// this cannot be sure to read them as Python does (a token with a percent-escape; a name that
+/// is not 1-200 printable ASCII characters, or holds a `/` or `\\`, or is `.` or `..`):
+/// Python reads such a request (and refuses it, if it must).
+fn door(target: &str) -> Option<(&str, Option<&str>, Option<String>)> {
+    let mut rest = target;
+    let mut token = None;
+    if let Some(after) = rest.strip_prefix(TOKEN_PATH) {
+        let slash = after.find('/')?;
+        let segment = &after[..slash];
+        if segment.contains('%') {
+            return None;
+        }
+        token = Some(segment);
+        rest = &after[slash..];
+    }
+    let mut agent = None;
+    if let Some(after) = rest.strip_prefix(AGENT_PATH) {
+        let slash = after.find('/')?;
+        let segment = &after[..slash];
+        rest = &after[slash..];
+        if !segment.is_empty() {
+            agent = Some(path_agent(segment)?);
+        }
+    }
+    Some((rest, token, agent))
+}
+
+fn path_agent(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut name = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let byte = bytes[index];
+        if byte == b'%' {
+            let hex = std::str::from_utf8(bytes.get(index + 1..index + 3)?).ok()?;
+            name.push(u8::from_str_radix(hex, 16).ok()?);
+            index += 3;
+        } else if byte.is_ascii_alphanumeric() || b"._~!$&'()*+,;=:@-".contains(&byte) {
+            name.push(byte);
+            index += 1;
+        } else {
+            return None;
+        }
+    }
+    let printable = name.iter().all(|byte| (0x20..0x7f).contains(byte));
+    let name = String::from_utf8(name).ok()?;
+    (printable && (1..=MAX_AGENT_CHARS).contains(&name.len()) && !name.contains(['/', '\\'])
+     && name != "." && name != "..").then_some(name)
 }
 
 /// The request, if it is plainly a new conversation's first (read without the lock).
@@ -132,6 +204,7 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
     if method != "POST" || body.len() > MAX_READ {
         return None;
     }
+    let (target, path_token, named) = door(target)?;
     let api = match target {
         "/v1/chat/completions" => Api::Chat,
         "/v1/responses" => Api::Responses,
@@ -152,12 +225,15 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
         }
     }
     if let Some((name, token)) = token {
-        let given = headers.get(name.as_str()).map(|v| v.as_bytes()).unwrap_or(b"");
+        let given = path_token.map(str::as_bytes)
+            .unwrap_or_else(|| headers.get(name.as_str()).map(|v| v.as_bytes()).unwrap_or(b""));
         if !same(given, token.as_bytes()) {
             return None;
         }
     }
-    let agent = agent.filter(|name| !name.is_empty())
+    // (the header's name wins over the path's, as in Python)
+    let named = if agent.is_some() { None } else { named };
+    let agent = agent.or_else(|| named.clone()).filter(|name| !name.is_empty())
         .unwrap_or_else(|| settings.default_agent.clone());
     if crate::observe::long_digit_run(body) {
         return None; // an integer Python may not read: its loop judges the request
@@ -166,7 +242,7 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
         return None;
     };
     let digest = digest(api, &agent, first_request(api, &body)?);
-    Some(First { api, agent, digest })
+    Some(First { api, agent, digest, named })
 }
 
 /// A new conversation's first request, as Python reads it (no tool results, no answer of the

@@ -3,12 +3,14 @@
 //! back in pieces of some 32 KiB, so what it holds at once is bounded however far its bytes
 //! inflate (a decompression bomb's pieces meet the readers' bounds as an identity body's bytes
 //! would). gzip may come as several members; deflate as zlib data or raw (as some servers send
-//! it), told by its first two bytes.
+//! it), told by its first two bytes. After the data (gzip's last member) only zero bytes may
+//! come, as `gzip -d` and Python's gzip take padding: anything else is BadCoding, the rule of
+//! `codings.inflate` and `streams.Inflater` too.
 
 use std::io::Write;
 
 use bytes::Bytes;
-use flate2::write::{DeflateDecoder, MultiGzDecoder, ZlibDecoder};
+use flate2::write::{DeflateDecoder, GzDecoder, ZlibDecoder};
 use hyper::header::HeaderMap;
 
 /// Bytes not of their coding (or, for a whole body, more than its limit once inflated).
@@ -49,7 +51,7 @@ impl Coding {
 }
 
 enum Decoder {
-    Gzip(MultiGzDecoder<Vec<u8>>),
+    Gzip(GzDecoder<Vec<u8>>),
     Zlib(ZlibDecoder<Vec<u8>>),
     Raw(DeflateDecoder<Vec<u8>>),
 }
@@ -87,11 +89,16 @@ pub struct Inflater {
     decoder: Option<Decoder>,
     /// The bytes pushed and not yet inflated (deflate's: until its first two have come).
     pending: Bytes,
+    /// The data has ended (a gzip member, or the deflate data) with nothing begun after it.
+    ended: bool,
+    /// The data has ended and zero bytes followed: only zero bytes may come.
+    padding: bool,
 }
 
 impl Inflater {
     pub fn new(coding: Coding) -> Self {
-        Inflater { gzip: coding == Coding::Gzip, decoder: None, pending: Bytes::new() }
+        Inflater { gzip: coding == Coding::Gzip, decoder: None, pending: Bytes::new(),
+                   ended: false, padding: false }
     }
 
     pub fn push(&mut self, data: &[u8]) {
@@ -106,26 +113,48 @@ impl Inflater {
             if self.pending.is_empty() {
                 return Ok(None);
             }
+            if self.padding || (self.ended && (!self.gzip || self.pending[0] == 0)) {
+                // past the end of the data: zero padding, or bytes of no coding
+                if self.pending.iter().any(|&byte| byte != 0) {
+                    return Err(BadCoding);
+                }
+                self.padding = true;
+                self.pending = Bytes::new();
+                return Ok(None);
+            }
             let decoder = match self.decoder.as_mut() {
                 Some(decoder) => decoder,
                 None => {
                     let pending = &self.pending;
-                    let decoder = if self.gzip {
-                        Decoder::Gzip(MultiGzDecoder::new(Vec::new()))
-                    } else if pending.len() < 2 {
-                        return Ok(None); // (which deflate it is: told by two bytes)
+                    let decoder = if pending.len() < 2 {
+                        return Ok(None); // (a member, or which deflate it is: told by two bytes)
+                    } else if self.gzip {
+                        if pending[..2] != [0x1f, 0x8b] {
+                            return Err(BadCoding); // no gzip member (zlib says so at once too)
+                        }
+                        Decoder::Gzip(GzDecoder::new(Vec::new()))
                     } else if pending[0] & 0x0f == 8
                         && (u16::from(pending[0]) << 8 | u16::from(pending[1])) % 31 == 0 {
                         Decoder::Zlib(ZlibDecoder::new(Vec::new()))
                     } else {
                         Decoder::Raw(DeflateDecoder::new(Vec::new()))
                     };
+                    self.ended = false; // (gzip: its next member has begun)
                     self.decoder.insert(decoder)
                 }
             };
             let taken = decoder.writer().write(&self.pending).map_err(|_| BadCoding)?;
             if taken == 0 {
-                return Err(BadCoding); // bytes past the end of the deflate data
+                // the data has ended (a gzip member with its trailer checked): what follows is
+                // judged at the top of the loop
+                decoder.finish().map_err(|_| BadCoding)?;
+                let out = std::mem::take(decoder.output());
+                self.decoder = None;
+                self.ended = true;
+                if !out.is_empty() {
+                    return Ok(Some(out));
+                }
+                continue;
             }
             self.pending = self.pending.slice(taken..);
             decoder.writer().flush().map_err(|_| BadCoding)?;
@@ -138,7 +167,12 @@ impl Inflater {
 
     /// The body has ended: BadCoding if its data had not (cut short, or no data at all).
     pub fn finish(&mut self) -> Result<Vec<u8>, BadCoding> {
-        let Some(decoder) = self.decoder.as_mut() else { return Err(BadCoding) };
+        if !self.pending.is_empty() {
+            return Err(BadCoding); // (a byte held to tell what comes: cut short)
+        }
+        let Some(decoder) = self.decoder.as_mut() else {
+            return if self.ended { Ok(Vec::new()) } else { Err(BadCoding) };
+        };
         decoder.finish().map_err(|_| BadCoding)?;
         Ok(std::mem::take(decoder.output()))
     }
@@ -209,5 +243,38 @@ mod tests {
         raw.write_all(b"raw").unwrap();
         assert_eq!(inflate_whole(&raw.finish().unwrap(), Coding::Deflate, 100).unwrap(), b"raw");
         assert_eq!(inflate_whole(b"not gzip", Coding::Gzip, 100), Err(BadCoding));
+    }
+
+    #[test]
+    fn only_zero_padding_may_follow_the_data() {
+        let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), Compression::default());
+        zlib.write_all(b"zlib").unwrap();
+        let zlib = zlib.finish().unwrap();
+        let member = gzip(b"one");
+        for (data, coding, want) in [(&member, Coding::Gzip, &b"one"[..]),
+                                     (&zlib, Coding::Deflate, &b"zlib"[..])] {
+            let padded = [&data[..], &[0u8; 9]].concat();
+            assert_eq!(inflate_whole(&padded, coding, 100).unwrap(), want);
+            for tail in [&b"junk"[..], b"\0\0x", b"\x1f", b"j"] {
+                let bad = [&data[..], tail].concat();
+                assert_eq!(inflate_whole(&bad, coding, 100), Err(BadCoding));
+            }
+            // a byte at a time: the padding, then a stray byte in a later piece
+            let mut inflater = Inflater::new(coding);
+            let mut out = Vec::new();
+            for byte in padded.iter() {
+                inflater.push(&[*byte]);
+                while let Some(piece) = inflater.next().unwrap() {
+                    out.extend_from_slice(&piece);
+                }
+            }
+            out.extend_from_slice(&inflater.finish().unwrap());
+            assert_eq!(out, want);
+            inflater.push(b"x");
+            assert_eq!(inflater.next(), Err(BadCoding));
+        }
+        // zeros between gzip members are no padding (gzip -d: "trailing garbage")
+        let two = [&member[..], &[0u8; 2], &gzip(b"two")].concat();
+        assert_eq!(inflate_whole(&two, Coding::Gzip, 100), Err(BadCoding));
     }
 }

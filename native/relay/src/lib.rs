@@ -19,7 +19,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -95,7 +95,9 @@ struct Shared {
     max_body: usize,
     max_concurrent: usize,
     observe_limit: usize,
-    answers: Answers,
+    /// Set once, by `Relay.answer_tools` (or the constructor): Python reads them from the
+    /// conventions at its first model request, and no response is trimmed before that.
+    answers: OnceLock<Answers>,
     /// What goes upstream before Python has read it (None until `Relay.admission`).
     admission: Mutex<Option<Admission>>,
     client: reqwest::Client,
@@ -106,6 +108,10 @@ struct Shared {
 }
 
 impl Shared {
+    fn answers(&self) -> Answers {
+        self.answers.get().cloned().unwrap_or_default()
+    }
+
     fn push(&self, event: Event) {
         self.events.lock().unwrap().push(event);
         if !self.armed.swap(true, Ordering::SeqCst) {
@@ -473,12 +479,16 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         _ => None,
     };
     let verdict = first.and_then(|first| shared.admission.lock().unwrap().as_mut()
-        .map(|admission| admission.judge(first, &target, &parts.headers)));
+        .map(|admission| admission.judge(first, &parts.headers)));
     let mut reply = match (verdict, body) {
         (Some(Verdict::Admitted(admitted)), Some(body)) => {
             let keep = admitted.keep;
-            shared.push(Event::Taken { id, method, target, headers, body: body.clone(),
-                                       in_flight: in_flight - 1, keep });
+            let mut headers = headers;
+            if let Some(named) = admitted.named {  // (Python reads it as the header's)
+                headers.push((admit::AGENT_HEADER.to_owned(), named));
+            }
+            shared.push(Event::Taken { id, method, target: admitted.target.to_owned(), headers,
+                                       body: body.clone(), in_flight: in_flight - 1, keep });
             Reply::Forward {
                 method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
                 observe: true, notify: true, direct: false,
@@ -654,7 +664,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
             if coding.inflated() {
                 body.inflate = Some(Inflater::new(coding));
             }
-            body.trim = Some(StreamTrim::new(trim, shared.answers.clone()));
+            body.trim = Some(StreamTrim::new(trim, shared.answers()));
             body.upstream = Some(upstream.into());
         }
         Some(Trim { api, keep, .. }) => {
@@ -686,7 +696,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
             if observe {
                 ticket.observed = Some(BytesMut::from(&text[..]));
             }
-            let out = match trim::trim_whole(api, &text, keep, &shared.answers) {
+            let out = match trim::trim_whole(api, &text, keep, &shared.answers()) {
                 Ok(Some(trimmed)) => {
                     ticket.changed = true;
                     headers.remove("content-encoding"); // (what it passes on is plain)
@@ -769,11 +779,14 @@ impl Relay {
         wake.set_nonblocking(true).map_err(|error| PyOSError::new_err(error.to_string()))?;
         wake_reader.set_nonblocking(true)
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
+        let answers = OnceLock::new();
+        if !answer_tools.is_empty() || !answer_tool_prefixes.is_empty() {
+            let _ = answers.set(Answers { names: answer_tools, prefixes: answer_tool_prefixes });
+        }
         let shared = Arc::new(Shared {
             events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
-            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
-            answers: Answers { names: answer_tools, prefixes: answer_tool_prefixes },
+            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit, answers,
             admission: Mutex::new(None), client,
             direct, usage_refused: AtomicBool::new(false) });
         let stop = Arc::new(Notify::new());
@@ -914,6 +927,12 @@ impl Relay {
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
             admission.learn(agent, keep);
         }
+    }
+
+    /// The final-answer tools, never trimmed (the first value set holds: they are the
+    /// conventions', which do not change while the process runs).
+    fn answer_tools(&self, names: Vec<String>, prefixes: Vec<String>) {
+        let _ = self.shared.answers.set(Answers { names, prefixes });
     }
 
     /// Forgets what new runs get (the rules or the fleet changed): Python decides again.

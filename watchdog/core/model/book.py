@@ -54,7 +54,6 @@ from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import answer_of, is_answer_tool
 from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult
 from watchdog.core.redact import brief
-from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
@@ -317,6 +316,8 @@ class ModelBook:
         record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],
                               state.last_end_ns or now_ns, now_ns)
         record.tool_name = call.name[:200] or "unknown"
+        from watchdog.core.spans.conventions import canonical_arguments, stable_hash
+
         canonical = canonical_arguments(call.arguments)
         record.args_hash = stable_hash(record.tool_name + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)

@@ -28,11 +28,11 @@ from watchdog.core.model.wire import (
     json_data,
     judged_data,
     plain_content,
+    request_hash,
     sse,
     text_of,
     token,
 )
-from watchdog.core.spans.conventions import request_hash
 
 INSTRUCTION_ROLES = ("system", "developer")
 

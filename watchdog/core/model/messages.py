@@ -29,11 +29,11 @@ from watchdog.core.model.wire import (
     dumps,
     json_data,
     judged_data,
+    request_hash,
     sse,
     text_of,
     token,
 )
-from watchdog.core.spans.conventions import request_hash
 
 _FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length",
            "stop_sequence": "stop", "pause_turn": "pause_turn", "refusal": "content_filter"}

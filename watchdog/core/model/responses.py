@@ -33,11 +33,11 @@ from watchdog.core.model.wire import (
     closed_up,
     json_data,
     judged_data,
+    request_hash,
     sse,
     text_of,
     token,
 )
-from watchdog.core.spans.conventions import request_hash
 
 DONE_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 # The output items the agent carries out, and the input items that bring each one's result

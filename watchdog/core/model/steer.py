@@ -33,6 +33,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import cache
 
 from watchdog.core.directives.model import Directive
 from watchdog.core.model.wire import ToolCall
@@ -43,7 +44,6 @@ from watchdog.core.rules.decision import (
     Action,
 )
 from watchdog.core.runs.steps import format_usd
-from watchdog.core.spans.combined import TABLES
 
 COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)
 # What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)
@@ -69,14 +69,21 @@ Write the report in Markdown with exactly these sections:
 Report only what you actually observed; mark anything uncertain as uncertain."""
 
 
-ANSWER_TOOLS = TABLES.answer_tools
-ANSWER_TOOL_PREFIXES = TABLES.answer_tool_prefixes
+@cache
+def answer_tools() -> tuple[frozenset[str], tuple[str, ...]]:
+    """The final-answer tools' names and name prefixes, from the conventions' tables (loaded
+    at the first model request: an endpoint that serves none holds none of them)."""
+    from watchdog.core.spans.combined import TABLES
+
+    return frozenset(TABLES.answer_tools), tuple(TABLES.answer_tool_prefixes)
 
 
 def is_answer_tool(name: object) -> bool:
     """Whether a tool of this name delivers the agent's answer (not work it does)."""
-    return isinstance(name, str) and (name in ANSWER_TOOLS
-                                      or name.startswith(ANSWER_TOOL_PREFIXES))
+    if not isinstance(name, str):
+        return False
+    names, prefixes = answer_tools()
+    return name in names or name.startswith(prefixes)
 
 
 def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:

@@ -412,3 +412,12 @@ class Wire(Protocol):
 
 def append_text(existing: str, note: str) -> str:
     return f"{existing}\n\n{note}" if existing else note
+
+
+def request_hash(value: object) -> int | None:
+    """The conventions' hash of the request a model call was given
+    (:func:`watchdog.core.spans.model_calls.request_hash`): the conventions load at the first
+    model request, not with the endpoint."""
+    from watchdog.core.spans.conventions import request_hash as conventions_hash
+
+    return conventions_hash(value)

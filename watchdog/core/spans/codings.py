@@ -4,6 +4,10 @@ The receiver reads the body as sent (aiohttp's own decompression is off: it refu
 ``zstd`` with a plain-text 400 before any handler runs, where OTLP wants a 415 with a status
 body) and inflates it in one bounded step: at most ``limit + 1`` bytes are ever produced, so a
 gzip bomb costs ``limit`` bytes of memory, not its inflated size.
+
+After the data (gzip's last member) only zero bytes may follow, the padding ``gzip -d`` and
+Python's gzip take; anything else there is :class:`BadCoding`. The model endpoint's inflaters
+(``streams.Inflater``, the compiled relay's ``inflate.rs``) keep the same rule.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ def _inflate_members(body: bytes, limit: int) -> bytes:
         data = inflater.unused_data
         if not data:
             return bytes(out)
+        if data[0] == 0:  # no member starts with a zero byte: padding to the end
+            _padding(data, "gzip")
+            return bytes(out)
 
 
 def _inflate_one(body: bytes, wbits: int, limit: int) -> bytes:
@@ -68,4 +75,11 @@ def _inflate_one(body: bytes, wbits: int, limit: int) -> bytes:
         raise BodyTooLarge(f"more than {limit} bytes")
     if not inflater.eof:
         raise BadCoding("the deflate data ends before its end marker")
+    _padding(inflater.unused_data, "deflate")
     return out
+
+
+def _padding(data: bytes, coding: str) -> None:
+    """What follows the data: zero bytes, else :class:`BadCoding`."""
+    if data.strip(b"\0"):
+        raise BadCoding(f"bytes past the end of the {coding} data (only zero bytes may pad it)")

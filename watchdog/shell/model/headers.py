@@ -24,6 +24,11 @@ TOKEN_HEADER = "x-watchdog-token"  # the api_token, when the endpoint binds beyo
 # ... or the first segments of the path, for an agent that can set only its base URL:
 # OPENAI_BASE_URL=http://watchdog:9478/token/<api_token>/v1
 TOKEN_PATH = "/token/"
+AGENT_HEADER = "x-watchdog-agent"  # the agent's name, when nothing of the run names it
+# ... or the path's segments after the token's, for an agent that can set only its base URL:
+# OPENAI_BASE_URL=http://watchdog:9478/token/<api_token>/agent/<name>/v1 (an empty name: none)
+AGENT_PATH = "/agent/"
+MAX_AGENT_CHARS = 200  # as model_agent_name
 # x-watchdog-budget-<name>: the budget key, the largest value allowed, whether an integer
 BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
     "x-watchdog-budget-tool-calls": ("max_tool_calls", 1_000_000, True),
@@ -33,6 +38,7 @@ BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
 }
 _BAD_PATH = re.compile(r"(?:%2e|%2f|%5c|\\|/\.\.?(?:/|$)|//)", re.IGNORECASE)
 _SAFE_PATH = re.compile(r"^/v1(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?$")
+_SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
 ANTHROPIC_HINTS = ("anthropic-version", "x-api-key")
 
 
@@ -47,21 +53,51 @@ class Refused(Exception):
 
 
 def door(method: str, target: str, headers: CIMultiDict[str] | CIMultiDictProxy[str],
-         token: str | None) -> str:
-    """The request's target once it may come in: under /v1/ (:func:`check_target`) and, when
-    the endpoint has a token (it binds beyond loopback), with it: the ``x-watchdog-token``
-    header, or the path's first segments, ``/token/<token>/`` (taken off: an agent that can
-    set only its base URL). Refused otherwise, the token never echoed."""
+         token: str | None) -> tuple[str, str | None]:
+    """The request's target once it may come in, and the agent its path names (None: none).
+    The target is under /v1/ (:func:`check_target`) and, when the endpoint has a token (it
+    binds beyond loopback), comes with it: the ``x-watchdog-token`` header, or the path's
+    first segments, ``/token/<token>/``. Then ``/agent/<name>/`` may name the agent as the
+    ``x-watchdog-agent`` header does. Both are taken off (for an agent that can set only its
+    base URL); anything else is refused, the token never echoed."""
     given: str | None = headers.get(TOKEN_HEADER)
     if target.startswith(TOKEN_PATH):
         segment, slash, rest = target[len(TOKEN_PATH):].partition("/")
         given, target = unquote(segment), "/" + rest if slash else "/"
+    named: str | None = None
+    if target.startswith(AGENT_PATH):
+        named, slash, rest = target[len(AGENT_PATH):].partition("/")
+        target = "/" + rest if slash else "/"
     check_target(method, target)
     if token is not None and not hmac.compare_digest(
             (given or "").encode("utf-8", "replace"), token.encode("utf-8")):
         raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} header (or "
                       f"{TOKEN_PATH}<token>/ path): the model endpoint binds beyond loopback")
-    return target
+    return target, None if named is None else path_agent(named)
+
+
+def path_agent(segment: str) -> str | None:
+    """The agent an ``/agent/<name>/`` segment names (percent-encoded UTF-8), checked as the
+    header is; an empty one names none (the chart's pod label, when the pod has none)."""
+    if not segment:
+        return None
+    try:
+        name = unquote(segment, errors="strict") if _SAFE_SEGMENT.match(segment) else None
+    except UnicodeDecodeError:
+        name = None
+    if name is None or name in (".", "..") or "/" in name or "\\" in name:
+        raise Refused(400, "bad_request", f"the path's agent name {segment[:64]!r} is not "
+                      f"allowed: give a printable name of 1-{MAX_AGENT_CHARS} characters, "
+                      f"percent-encoded, with no / or \\ (or the {AGENT_HEADER} header)")
+    check_agent(name, "the path's agent name")
+    return name
+
+
+def check_agent(name: str, what: str = AGENT_HEADER) -> None:
+    """An agent's name as a request gives it: printable, 1 to MAX_AGENT_CHARS characters."""
+    if not (0 < len(name) <= MAX_AGENT_CHARS and name.isprintable()):
+        raise Refused(400, "bad_request", f"{what} {name[:64]!r} is not allowed: give a "
+                      f"printable name of 1-{MAX_AGENT_CHARS} characters")
 
 
 def check_target(method: str, target: str) -> None:

@@ -73,7 +73,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from watchdog.core.model.book import Caller, Unbooked
-from watchdog.core.model.steer import ANSWER_TOOL_PREFIXES, ANSWER_TOOLS, Act
+from watchdog.core.model.steer import Act, answer_tools
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
@@ -117,6 +117,7 @@ class NativeEndpoint:
                                ObservedFields | None]] = []
         self.booking = False  # a booking of the ended calls is scheduled
         self.closed = False
+        self.answers_told = False  # the relay has the final-answer tools (Relay.answer_tools)
         self.admitted = 0  # requests the relay sent on before this loop read them
         self.missed = 0  # of those, decided otherwise here once read
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
@@ -137,9 +138,7 @@ class NativeEndpoint:
         await site.start()
         self.internal = f"http://127.0.0.1:{runner.addresses[0][1]}{TICKET_PATH}"
         self.relay = Relay(host, port, config.model_max_body_bytes, config.model_max_concurrent,
-                           CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
-                           answer_tools=sorted(ANSWER_TOOLS),
-                           answer_tool_prefixes=list(ANSWER_TOOL_PREFIXES))
+                           CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES)
         proxy = self.proxy
         token = None if proxy.token is None else (TOKEN_HEADER, proxy.token)
         self.relay.admission(proxy.openai, proxy.anthropic, config.model_agent_name or "",
@@ -252,12 +251,16 @@ class NativeEndpoint:
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                  body: bytes | None, refusal: str, in_flight: int, learn: str | None) -> None:
         proxy = self.proxy
+        if not self.answers_told:  # (the conventions' tables: loaded at the first request)
+            names, prefixes = answer_tools()
+            self.relay.answer_tools(sorted(names), list(prefixes))
+            self.answers_told = True
         if not proxy.usage_unasked and self.relay.usage_refused:
             proxy.usage_refused()  # (a request's, still on its way: no later request asks)
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
         try:
-            target = door(method, target, headers, proxy.token)
+            target, agent = door(method, target, headers, proxy.token)
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
@@ -265,7 +268,7 @@ class NativeEndpoint:
                 raise proxy.too_large(proxy.config.model_max_body_bytes)
             if refusal or body is None:
                 raise Refused(400, "bad_request", "the request body could not be read")
-            plan = proxy.plan(wire, method, target, headers, body)
+            plan = proxy.plan(wire, method, target, headers, body, agent)
         except Refused as refused:
             plan = proxy.refusal(wire, refused)
         if isinstance(plan, Answer):

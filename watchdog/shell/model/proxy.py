@@ -64,9 +64,11 @@ from watchdog.shell import logs
 from watchdog.shell.config import Config, is_loopback, split_address, url_for_logs
 from watchdog.shell.errors import Overloaded, StateUnavailable
 from watchdog.shell.model.headers import (
+    AGENT_HEADER,
     ANTHROPIC_HINTS,
     Refused,
     budget_from,
+    check_agent,
     door,
     proxy_for,
     request_headers,
@@ -90,7 +92,6 @@ log = logging.getLogger("watchdog.model")
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
-MAX_AGENT_CHARS = 200  # x-watchdog-agent, as model_agent_name
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
 
 
@@ -152,14 +153,15 @@ class ModelProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         wire = self.wire_of(request.method, request.path)
         try:
-            target = door(request.method, request.raw_path, request.headers, self.token)
+            target, agent = door(request.method, request.raw_path, request.headers,
+                                 self.token)
             wire = self.wire_of(request.method, unquote(target.split("?", 1)[0]))
             if self.in_flight >= self.config.model_max_concurrent:
                 raise self.overloaded(self.in_flight)
             self.in_flight += 1
             try:
                 plan = self.plan(wire, request.method, target, request.headers,
-                                 await self._body(request))
+                                 await self._body(request), agent)
                 if isinstance(plan, Answer):
                     return web.Response(status=plan.status, body=plan.body,
                                         headers=plan.headers)
@@ -206,10 +208,12 @@ class ModelProxy:
     # -- what a request gets: an answer here, or a request to send upstream ------------------
 
     def plan(self, wire: Wire | None, method: str, target: str,
-             given: CIMultiDict[str] | CIMultiDictProxy[str], raw: bytes) -> Answer | Plan:
-        """The request read, given its run and steered (``target`` checked already): what
-        the upstream is sent, or the answer given without it. A plan with an exchange holds
-        its run until :meth:`ModelBook.settle` (its relay's, when the response has ended)."""
+             given: CIMultiDict[str] | CIMultiDictProxy[str], raw: bytes,
+             path_agent: str | None = None) -> Answer | Plan:
+        """The request read, given its run and steered (``target`` checked already; its path
+        named ``path_agent``): what the upstream is sent, or the answer given without it. A
+        plan with an exchange holds its run until :meth:`ModelBook.settle` (its relay's, when
+        the response has ended)."""
         url = self._upstream_url(target, given)
         headers, watchdog = request_headers(given)
         if wire is None:  # other paths: passed through
@@ -220,10 +224,11 @@ class ModelProxy:
         if run_header is not None and (problem := id_problem(run_header)) is not None:
             raise Refused(400, "bad_request", f"x-watchdog-run {run_header[:64]!r} is not "
                           f"allowed: it {problem}")
-        named = watchdog.get("x-watchdog-agent")
-        if named is not None and not (0 < len(named) <= MAX_AGENT_CHARS and named.isprintable()):
-            raise Refused(400, "bad_request", f"x-watchdog-agent {named[:64]!r} is not allowed: "
-                          f"give a printable name of 1-{MAX_AGENT_CHARS} characters")
+        named = watchdog.get(AGENT_HEADER)
+        if named is not None:
+            check_agent(named)
+        else:
+            named = path_agent
         coding = headers.get("Content-Encoding", "").strip().lower()
         decoded = b""
         try:

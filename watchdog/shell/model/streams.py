@@ -274,15 +274,25 @@ class Inflater:
     ``PIECE`` bytes, so what it holds at once is bounded however far its bytes inflate (a
     decompression bomb's pieces meet the reader's bounds as an identity body's bytes would);
     :class:`BadCoding` for bytes not of its coding. gzip may come as several members;
-    deflate as zlib data or raw (as some servers send it), told by its first two bytes."""
+    deflate as zlib data or raw (as some servers send it), told by its first two bytes. After
+    the data (gzip's last member) only zero bytes may come (``codings.inflate``'s rule)."""
 
     def __init__(self, coding: str) -> None:
         self.gzip = coding == "gzip"
         self.inflater: Any = None  # (made at its first bytes)
         self.head = b""  # deflate's first byte, until its second comes
+        self.ended = False  # the data ended (gzip: a member) and nothing has begun after it
+        self.padding = False  # ... and zero bytes followed: only zero bytes may come
 
     def feed(self, data: bytes) -> Iterator[bytes]:
         while data:
+            if self.padding or (self.ended and (not self.gzip or data[0] == 0)):
+                if data.strip(b"\0"):
+                    coding = "gzip" if self.gzip else "deflate"
+                    raise BadCoding(f"bytes past the end of the {coding} data (only zero bytes "
+                                    f"may pad it)")
+                self.padding = True
+                return
             if self.inflater is None:
                 wbits = GZIP_WBITS
                 if not self.gzip:
@@ -292,7 +302,7 @@ class Inflater:
                         return
                     zlib_head = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
                     wbits = zlib.MAX_WBITS if zlib_head else -zlib.MAX_WBITS
-                self.inflater = zlib.decompressobj(wbits)
+                self.inflater, self.ended = zlib.decompressobj(wbits), False
             inflater = self.inflater
             try:
                 while True:
@@ -306,9 +316,8 @@ class Inflater:
                 raise BadCoding(str(exc)) from None
             if not inflater.eof:
                 return
-            data, self.inflater = inflater.unused_data, None  # gzip: its next member
-            if data and not self.gzip:
-                raise BadCoding("bytes past the end of the deflate data")
+            # (gzip: its next member, or padding; deflate: padding)
+            data, self.inflater, self.ended = inflater.unused_data, None, True
 
 
 async def _nothing() -> AsyncIterator[bytes]:
