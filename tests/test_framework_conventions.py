@@ -849,6 +849,15 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'agent agents-researcher',
         'agent None',
     ],
+    # OpenLLMetry's LlamaIndex spans: every step a "task" span; the one that runs a tool
+    # (`call_tool`) carries tool.name and tool.arguments, its output LlamaIndex's
+    # ToolCallResult (`"is_error": true`); the workflow root is named after its class
+    ("llamaindex_olm", "tool_error"): [
+        'llm tool_call asks-tools',
+        'agent None',
+        'tool lookup {"key":"broken"} error=tool_error',
+        'llm stop answer',
+    ],
     **SEMANTIC_KERNEL,
 }
 
@@ -1305,6 +1314,15 @@ def test_crewai_agent_name_is_the_role_in_graph_node_id() -> None:
     agents = [r.agent for r in records if r.agent is not None]
     assert agents == ["crewai-researcher"]
     assert all(r.service == "crewai-service" for r in records)
+
+
+def test_llamaindex_olm_agent_is_named_by_its_steps_not_the_workflow_class() -> None:
+    # OpenLLMetry names LlamaIndex's workflow span `<class>.workflow` (entity name the same):
+    # no agent; every step's output is the workflow's state, `current_agent_name` in it
+    records = recorded_records("llamaindex_olm", "three_tools")
+    assert not any(r.agent and r.agent.endswith((".workflow", ".task")) for r in records)
+    assert {r.agent for r in records if r.agent is not None} == {"li_researcher"}
+    assert all(r.service == "llamaindex-olm-service" for r in records)
 
 
 def _without(lines: list[str], key: str) -> list[str]:

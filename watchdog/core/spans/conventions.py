@@ -48,6 +48,7 @@ from watchdog.core.spans.agents import _fill_agent, _fill_step_answer
 from watchdog.core.spans.attributes import (
     AGENT_INVOCATION_KEYS,
     AGENT_ROLE,
+    AGENT_SPAN_NAME_PLACEHOLDERS,
     BUDGET_ATTRIBUTES,
     BUDGET_CONSUMED_KEYS,
     CLIENT_RUN_SPAN,
@@ -195,6 +196,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         or json_agent
     if agent is None and kind is AGENT:
         agent = firsts[F_AGENT_SPAN_NAME]
+        if agent is not None and AGENT_SPAN_NAME_PLACEHOLDERS is not None \
+                and AGENT_SPAN_NAME_PLACEHOLDERS.fullmatch(agent):
+            agent = None  # the instrumentation's own name for the span: "FunctionAgent.workflow"
         if agent is None and role is AGENT_ROLE and name not in SPAN_NAME_ROLES:
             # (a convention's own fixed span name, "haystack.agent.run", names no agent)
             # (a workflow's span name is the code that frames the run, "FunctionAgent.run"

@@ -294,10 +294,18 @@ AGNO = Convention(
 LLAMAINDEX = Convention(
     name="LlamaIndex",
     emitted_by="openinference-instrumentation-llama-index (FunctionAgent, AgentWorkflow; the "
-               "step-wise FunctionCallingAgent of llama-index-core 0.12)",
+               "step-wise FunctionCallingAgent of llama-index-core 0.12); OpenLLMetry's "
+               "opentelemetry-instrumentation-llamaindex (FunctionAgent, AgentWorkflow)",
     # run(max_iterations=n) with the default early_stopping_method="force" raises the generic
     # WorkflowRuntimeError: only its message names the limit
     limit_status=((r"^(?:[\w.]+: )?Max iterations of \d+ reached!", "max_iterations"),),
+    # OpenLLMetry: the `call_tool` step's output is LlamaIndex's ToolCallResult event as JSON,
+    # its `tool_output` saying `is_error` (the tool's exception caught, its text the result)
+    tool_result_errors=(ErrorResult("traceloop.entity.output",
+                                    ((("tool_output", "is_error"), True),),
+                                    ("tool_output", "raw_output")),),
+    # ... and each step's output the workflow's state, naming the agent whose step it is
+    agent_name_json=(("traceloop.entity.output", ("current_agent_name",)),),
     # ... and with early_stopping_method="generate" appends a system message of its own and
     # asks the model once more
     limit_prompts=(("You have reached the maximum number of iterations (", "max_iterations"),),
@@ -331,7 +339,13 @@ LLAMAINDEX = Convention(
           # a known gap (tests/frameworks/test_llamaindex.py, limit_generate_nocontent): the
           # limit_prompts entry above reads a message that content hiding removes
           "with content hidden (`OPENINFERENCE_HIDE_*`) the `generate` cap is not seen: its "
-          "system message is in the hidden input (a capped run reads `completed`, a known gap)",
+          "system message is in the hidden input (a capped run reads `completed`, a known gap); "
+          "under OpenLLMetry every step is a `task` span (the `call_tool` one the tool call, "
+          "by its `tool.name` and `tool.arguments`; its output LlamaIndex's ToolCallResult, "
+          "`is_error` a failed call), the agent named in each step's output "
+          "(`current_agent_name`: a handoff's one run is named by the step that came first), "
+          "and a step that raised is never exported (OpenLLMetry does not end its span): "
+          "`max_iterations` leaves no trace, the run reads `no_response`, a known gap",
 )
 
 DSPY = Convention(
