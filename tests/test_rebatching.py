@@ -306,14 +306,12 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 # it (the first span of a trace with no run yet is dropped, so the call finds nothing to take).
 # Lower a count when a change reads more of them right; never raise one (a new recording adds
 # its own: openai_agents_sdk's ping_pong, chain and ping_pong_limit, handoff after handoff, 13
-# of 14, 3 of 4 and 5 of 6; llamaindex_olm's handoff, 3 of 15: its one run is named by its
-# steps, the writer's first when they come first). A trace's frames outlive its run by
-# LATE_SPAN_GRACE, so a nested agent whose spans come after the root is still split out
-# (test_batches_in_any_order_...).
+# of 14, 3 of 4 and 5 of 6). A trace's frames outlive its run by LATE_SPAN_GRACE, so a nested
+# agent whose spans come after the root is still split out (test_batches_in_any_order_...).
 OUT_OF_ORDER_MISREAD = {
     "autogen_native": 2, "autogen_oi": 2, "crewai_openinference_openai": 7,
     "dspy_oi": 4, "haystack_oi": 1, "langchain_openllmetry": 6,
-    "litellm_logfire_loop": 6, "llamaindex_olm": 3, "logfire_loop": 2,
+    "litellm_logfire_loop": 6, "logfire_loop": 2,
     "openai_agents_openlit": 2, "openai_agents_openllmetry": 2, "openai_agents_sdk": 12,
     "openai_olm_loop": 1, "semantic_kernel_137_agent": 7,
     "semantic_kernel_agent": 7, "smolagents_oi": 1,
@@ -338,7 +336,7 @@ def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
 BATCH_ORDER_MISREAD = {
     "autogen_native": 11, "crewai_openinference_openai": 8, "dspy_oi": 25,
     "langchain_openllmetry": 16, "langgraphjs_oi": 2, "litellm_logfire_loop": 14,
-    "llamaindex_olm": 14, "logfire_loop": 3,
+    "logfire_loop": 3,
     "openai_agents_oi": 1, "openai_agents_openlit": 6,
     "openai_agents_sdk": 62, "openai_olm_loop": 3, "semantic_kernel_137_agent": 18,
     "semantic_kernel_agent": 18,
@@ -427,3 +425,17 @@ def test_a_run_whose_end_comes_after_a_long_silence_reads_as_it_ended() -> None:
         misread[driver] += read is not None and read != read_as_exported(driver, scenario)
     assert abandoned > len(ALL) * 0.9
     assert_as_pinned(misread, SILENCE_MISREAD, "SILENCE_MISREAD")
+
+
+def test_a_run_named_only_by_its_steps_takes_the_name_of_the_step_that_started_first() -> None:
+    """LlamaIndex's AgentWorkflow under OpenLLMetry: no span names an agent but each step's
+    output (the researcher's steps, then, after the handoff, the writer's); the one run is the
+    researcher's whichever of them arrives first (the writer's steps sent first had named it)."""
+    spans = scoped_spans("llamaindex_olm", "handoff")
+    writer_first = [span for span in spans if "li_writer" in str(span[2])]
+    assert writer_first
+    rest = [span for span in spans if "li_writer" not in str(span[2])]
+    for requests in ([request_of(writer_first), request_of(rest)],
+                     [request_of(list(reversed(spans)))]):
+        assert runs_read(requests) == read_as_exported("llamaindex_olm", "handoff") == [
+            ("li_researcher", 5, 4, 0, "completed", True, None)]

@@ -78,13 +78,18 @@ class RunCounts(RunFields):
         if record.agent is not None and (
                 self.agent is None or (record.kind is AGENT and not self.framed
                                        and not ((record.workflow or self.ended)
-                                                and self.named_by_agent))):
+                                                and self.named_by_agent))
+                or (record.start_ns < self._agent_step_ns and record.kind is not AGENT)):
             # (a run the client SDK announced keeps the name it was given: an agent span of
             # the framework inside it names the framework's agent; a workflow span around the
             # agent names the workflow — the OpenAI Agents SDK's "Agent workflow" — and yields
             # to the agent span's name; an agent span that comes after the run ended, named by
             # one, is a nested agent's that came late: the run keeps its name)
+            # (a run named only by its steps, each naming the agent whose step it is — an
+            # AgentWorkflow's steps under OpenLLMetry, the writer's after the researcher's — is
+            # named by the step that started first, whatever order they arrive in)
             self.agent = record.agent
+            self._agent_step_ns = 0 if record.kind is AGENT else record.start_ns
             if record.kind is AGENT and not record.workflow:
                 self.named_by_agent = True
         if self.service is None and record.service is not None:
@@ -516,6 +521,7 @@ class RunCounts(RunFields):
         self.framed = True
         if agent:
             self.agent = agent
+            self._agent_step_ns = 0
         if session and session != self.session:
             self.session = session
             self.session_counted = False  # (counted in its session now)

@@ -343,7 +343,7 @@ LLAMAINDEX = Convention(
           "under OpenLLMetry every step is a `task` span (the `call_tool` one the tool call, "
           "by its `tool.name` and `tool.arguments`; its output LlamaIndex's ToolCallResult, "
           "`is_error` a failed call), the agent named in each step's output "
-          "(`current_agent_name`: a handoff's one run is named by the step that came first), "
+          "(`current_agent_name`: a handoff's one run is named by the step that started first), "
           "and a step that raised is never exported (OpenLLMetry does not end its span): "
           "`max_iterations` leaves no trace, the run reads `no_response`, a known gap",
 )
