@@ -1325,6 +1325,16 @@ def test_llamaindex_olm_agent_is_named_by_its_steps_not_the_workflow_class() -> 
     assert all(r.service == "llamaindex-olm-service" for r in records)
 
 
+def test_crewai_executor_flow_under_openlit_is_no_agent_of_its_own() -> None:
+    # OpenLIT traces crewai 1.x's AgentExecutor Flow as `invoke_workflow AgentExecutor`
+    # (gen_ai.workflow.name) inside the agent's `invoke_agent <role>`: the role's run, not a
+    # child run named after the executor class that takes its model calls
+    records = recorded_records("crewai_openlit", "three_tools")
+    assert {r.agent for r in records if r.agent is not None} == {"crew", "crewai-researcher"}
+    assert sorted(r.name for r in records if r.workflow) == ["invoke_workflow AgentExecutor",
+                                                             "invoke_workflow crew"]
+
+
 def _without(lines: list[str], key: str) -> list[str]:
     """The recording with one attribute taken off every span."""
     out = []

@@ -106,6 +106,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
               *_OPENAI),
     "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai",
                *_OPENAI),
+    "crewai_openlit": (*_OTEL, "crewai", "crewai.tools", "openlit", *_OPENAI),
     "crewai_olm": (*_OTEL, "crewai", "crewai.tools", "opentelemetry.instrumentation.crewai",
                    *_OPENAI),
     "dspy": (*_OTEL, "openinference.instrumentation.dspy", "dspy", *_LITELLM,

@@ -117,9 +117,12 @@ GOOGLE_ADK = Convention(
 
 CREWAI = Convention(
     name="crewai",
-    emitted_by="openinference-instrumentation-crewai or OpenLLMetry's "
-               "opentelemetry-instrumentation-crewai",
+    emitted_by="openinference-instrumentation-crewai, OpenLLMetry's "
+               "opentelemetry-instrumentation-crewai or OpenLIT",
     agent_span_name=("graph.node.id",),
+    # crewai 1.x runs an agent's loop as a Flow of its own (`AgentExecutor`), which OpenLIT
+    # traces as `invoke_workflow AgentExecutor` inside the agent's span: no agent of its own
+    agent_span_name_placeholders=("AgentExecutor",),
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
     call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
@@ -128,6 +131,8 @@ CREWAI = Convention(
     notes="no model-call spans unless the OpenAI client is instrumented too; OpenLLMetry's "
           "instrumentation emits no tool span at all (workflow, task and agent spans, each "
           "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap); "
+          "nor does OpenLIT's (its `invoke_agent <method>` spans of crewai's `AgentExecutor` "
+          "flow name no tool, the flow's `invoke_workflow` span no agent: one run); "
           "OpenInference with content hidden: `max_iter` is not seen (a capped run reads "
           "`completed`), nor, without the OpenAI instrumentation, any model call (known gaps)",
 )
