@@ -32,7 +32,7 @@ from watchdog.core.spans.conventions import Resource, normalise, select_attribut
 from watchdog.core.spans.decode import attributes, parse_json
 from watchdog.core.spans.outcome import prompt_limit
 from watchdog.core.spans.pipeline import records_from
-from watchdog.core.spans.record import LLM, TOOL, SpanRecord
+from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
 
 
 def _semantic_kernel(keys: list[str], answer: bool = True, broken: bool = False) -> list[str]:
@@ -1333,6 +1333,16 @@ def test_crewai_executor_flow_under_openlit_is_no_agent_of_its_own() -> None:
     assert {r.agent for r in records if r.agent is not None} == {"crew", "crewai-researcher"}
     assert sorted(r.name for r in records if r.workflow) == ["invoke_workflow AgentExecutor",
                                                              "invoke_workflow crew"]
+
+
+@pytest.mark.parametrize("driver", ["crewai_openlit", "langchain_openlit", "strands_latest"])
+def test_an_agent_answer_in_genai_messages_is_their_text(driver: str) -> None:
+    # OpenLIT's invoke_agent spans and Strands' latest format write the agent's answer as
+    # gen_ai.output.messages: the answer is its text parts, not the message list's JSON
+    records = recorded_records(driver, "three_tools")
+    answers = [r.final_output for r in records
+               if r.kind is AGENT and r.agent is not None and r.final_output]
+    assert answers and {answer.rstrip() for answer in answers} == {"a, b and c are known."}
 
 
 def _without(lines: list[str], key: str) -> list[str]:

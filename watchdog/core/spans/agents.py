@@ -24,6 +24,7 @@ from watchdog.core.spans.attributes import (
 from watchdog.core.spans.outcome import (
     agent_limit,
     answer_limit,
+    answer_text,
     error_limit,
     fill_reported_calls,
     finish_reason,
@@ -44,12 +45,22 @@ from watchdog.core.spans.values import (
 )
 
 
+def _answer_output(output: object) -> str:
+    """What an agent span's output says as its answer: a message list in GenAI's shape
+    (``gen_ai.output.messages``: ``[{"role": …, "parts": [{"type": "text", "content": …}]}]``)
+    by its text parts, anything else as it is written."""
+    text = _as_text(output)
+    if text.startswith("[{") and '"parts"' in text:
+        return answer_text(text) or text
+    return text
+
+
 def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     output = _content(attrs, AGENT_OUTPUT_KEYS)
     if output is not None and not _is_empty_output(output) and has_text(output) \
             and answer_limit(output) is None:
         record.final_answer = True
-        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+        record.final_output = brief(_answer_output(output), MAX_BRIEF_CHARS)
 
 
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues) -> None:
@@ -77,7 +88,7 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstVa
         # An agent stopped by a limit finish reason (Strands' limit_turns) gave no answer; one
         # whose state names a limit may still have answered (Hermes' summary).
         record.final_answer = True
-        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+        record.final_output = brief(_answer_output(output), MAX_BRIEF_CHARS)
     elif output is None and not record.error and record.limit_stop is None \
             and firsts[F_AGENT_OUTPUT] is not None \
             and any(key in attrs for key in HIDDEN_ANSWERS):
