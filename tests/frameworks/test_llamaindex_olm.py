@@ -41,8 +41,17 @@ EXPECTED = {
     # one run (as under OpenInference): the writer's steps hang flat below the workflow too
     "handoff": [Expect(AGENT, 5, 4, 0, "completed", True, None, None)],
 }
+# ... and with content off (TRACELOOP_TRACE_CONTENT=false; ``<scenario>_nocontent``)
+NOCONTENT = ("three_tools", "tool_error")
+SCRIPTS.update({f"{scenario}_nocontent": SCRIPTS[scenario] for scenario in NOCONTENT})
+# the steps' outputs are gone: the agent (named only there) is the resource's service.name,
+# and the tool's failure (told only by is_error there) is not seen, a known gap
+SERVICE = "llamaindex-olm-service"
+EXPECTED["three_tools_nocontent"] = [Expect(SERVICE, 4, 3, 0, "completed", True, None, None)]
+EXPECTED["tool_error_nocontent"] = [Expect(SERVICE, 2, 1, 0, "completed", True, None, None)]
 ANSWERS = {"three_tools": [ANSWER], "limit": [None], "tool_error": [ERROR_ANSWER],
-           "handoff": ["Report: " + ANSWER]}
+           "handoff": ["Report: " + ANSWER], "three_tools_nocontent": [None],
+           "tool_error_nocontent": [None]}
 
 
 def answer_read(sidecar: RunningServer, scenario: str) -> None:
@@ -80,3 +89,18 @@ def test_limit_error_is_in_no_span() -> None:
     assert finishes == ["tool_call"] * 3
     assert sum(any(item["key"] == "tool.name" for item in span.get("attributes", ()))
                for span in spans) == 2
+
+
+def test_nocontent_hides_the_agent_and_the_failure() -> None:
+    """Why ``*_nocontent`` reads the service's name and no error: with
+    ``TRACELOOP_TRACE_CONTENT=false`` no step carries ``traceloop.entity.output`` (the workflow
+    state naming ``current_agent_name``, the ToolCallResult saying ``is_error``); the
+    ``call_tool`` step keeps ``tool.name`` and ``tool.arguments`` (a tool call still), and every
+    span ends OK."""
+    text = (RECORDINGS / DRIVER / "tool_error_nocontent.jsonl").read_text()
+    assert "traceloop.entity.output" not in text and "li_researcher" not in text
+    assert "is_error" not in text and "backend unavailable" not in text
+    spans = recorded_spans(RECORDINGS / DRIVER / "tool_error_nocontent.jsonl")
+    assert not any(span.get("status", {}).get("code") == 2 for span in spans)
+    assert sum(any(item["key"] == "tool.arguments" for item in span.get("attributes", ()))
+               for span in spans) == 1

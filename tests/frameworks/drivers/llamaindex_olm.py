@@ -14,11 +14,15 @@ Scenarios (argv[1]), those of tests/frameworks/drivers/llamaindex_oi.py:
 * ``handoff``: an ``AgentWorkflow`` of the researcher (root, model ``<name>``, may hand off to
   the writer) and a writer ``li_writer`` (model ``<name>-sub``): the researcher looks a, b and
   c up, then calls LlamaIndex's ``handoff`` tool; the writer answers.
+
+A scenario ending ``_nocontent`` runs with content off, as a privacy-minded deployment sets it:
+``TRACELOOP_TRACE_CONTENT=false`` (read by both instrumentations at each span).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from _otel import model_settings, setup_tracing
@@ -34,6 +38,9 @@ TASKS = {**BASE_TASKS, "handoff": "Look up a, b and c, then write it up."}
 
 
 async def main(scenario: str) -> None:
+    if scenario.endswith("_nocontent"):
+        os.environ["TRACELOOP_TRACE_CONTENT"] = "false"
+        scenario = scenario.removesuffix("_nocontent")
     provider = setup_tracing(SERVICE_NAME)
     LlamaIndexInstrumentor().instrument(tracer_provider=provider)
     OpenAIInstrumentor().instrument(tracer_provider=provider)
