@@ -1345,6 +1345,19 @@ def test_an_agent_answer_in_genai_messages_is_their_text(driver: str) -> None:
     assert answers and {answer.rstrip() for answer in answers} == {"a, b and c are known."}
 
 
+def test_an_unawaited_coroutine_recorded_as_output_is_no_answer() -> None:
+    # OpenLIT wraps each method of crewai's AgentExecutor flow, async ones too, and records
+    # what the call returned: the coroutine object, not yet awaited. Such a step span (28 in
+    # this run) is no answer: the run's answer was read as that repr when one of them came
+    # after the agent's span (an export cut in two, sent in the other order)
+    records = recorded_records("crewai_openlit", "three_tools")
+    steps = [r for r in records if r.name.startswith("invoke_agent ") and r.agent is None]
+    assert len(steps) == 28
+    assert not any(r.final_answer or r.final_output for r in steps)
+    assert [r.final_output for r in records if r.kind is AGENT and r.agent] == [
+        "a, b and c are known.", "a, b and c are known."]
+
+
 def _without(lines: list[str], key: str) -> list[str]:
     """The recording with one attribute taken off every span."""
     out = []
