@@ -172,11 +172,15 @@ class RunCounts(RunFields):
             self.explicit_final = True
         if record.final_output is not None and not (
                 (record.unasked or (kind is LLM and self.explicit_final))
-                and self.final_output is not None):
+                and self.final_output is not None) \
+                and record.end_ns >= self._final_end_ns:
             # (what the function returned, kept even if it is no answer yet: an export request
             # groups spans by scope, so the model call that answered may still come; a model
-            # call's answer text is the run's only while no span of the agent gave its answer)
+            # call's answer text is the run's only while no span of the agent gave its answer;
+            # one that ended before the span that gave the run's text, come after it, gives
+            # none: a step's or a task's output sent after the agent's)
             self.final_output = record.final_output
+            self._final_end_ns = record.end_ns
         if record.limit_stop is not None and self.limit_stop is None:
             self.limit_stop = record.limit_stop
 

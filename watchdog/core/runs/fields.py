@@ -43,8 +43,7 @@ class RunFields:
 
     __slots__ = (
         "_agent_step_ns", "_asked", "_call_counts", "_cycle_runs", "_delta_messages",
-        "_error_counts",
-        "_failures", "_input_start_ns", "_llm_end_ns",
+        "_error_counts", "_failures", "_final_end_ns", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_ended", "_models", "_named", "_recent_calls", "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_spans", "_tool_start_ns",
@@ -76,6 +75,7 @@ class RunFields:
         # agent spans inside it (a framework's agent, an agent called as a tool).
         self.framed = False
         self.named_by_agent = False  # an agent span (not a workflow around it) named the run
+        self._final_end_ns = 0  # the end of the span that gave final_output (0: none)
         self._agent_step_ns = 0  # the start of the span of no agent kind that named it (0: none)
         self.parent_run: str | None = None
         # The span its agent span hangs from, while that span (so the parent run) has not come.

@@ -256,6 +256,7 @@ _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts", "_failures",
+    "_final_end_ns",
     "_input_start_ns",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
