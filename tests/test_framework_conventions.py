@@ -32,7 +32,7 @@ from watchdog.core.spans.conventions import Resource, normalise, select_attribut
 from watchdog.core.spans.decode import attributes, parse_json
 from watchdog.core.spans.outcome import prompt_limit
 from watchdog.core.spans.pipeline import records_from
-from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
+from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 
 
 def _semantic_kernel(keys: list[str], answer: bool = True, broken: bool = False) -> list[str]:
@@ -1586,3 +1586,16 @@ def test_hidden_react_loop_without_finish_is_capped_only_after_tools() -> None:
     assert outcome(fold(no_finish)) == Outcome(5, 3, 0, "tool_limit_reached", "max_iters", True)
     no_tools = [record for record in no_finish if record.kind is not TOOL]
     assert outcome(fold(no_tools)) == Outcome(5, 0, 0, "completed", None, True)
+
+
+def test_a_framework_step_that_runs_the_asked_tool_is_that_tool_call() -> None:
+    # OpenLIT under crewai traces no tool: the AgentExecutor flow's `execute_native_tool`
+    # step (a span of no kind, naming no tool) runs the tool the model call before it asked
+    # for, and is counted as that call, named after it
+    records = recorded_records("crewai_openlit", "three_tools")
+    steps = [r for r in records if r.name == "invoke_agent execute_native_tool"]
+    assert len(steps) == 3 and all(r.runs_asked and r.kind is OTHER for r in steps)
+    tracker = RunTracker()
+    tracker.apply(records, 1.0)
+    run = tracker.get(steps[0].run_key)
+    assert run is not None and (run.tool_calls, run.tools) == (3, {"lookup": 3})

@@ -103,6 +103,8 @@ def row(convention: Convention) -> str:
                 f"`{default}`)" for key, path, value, default in c.root_graph_json])
     tools = (_places(c.tool_name) + [f"span name `{p}…`" for p in c.tool_name_span_prefixes]
              + [f"span name `…{s}`" for s in c.tool_name_span_suffixes]
+             + [f"a step `{name}` (no kind): the tool the model call before it asked for"
+                for name in sorted(c.tool_run_span_names)]
              + _places(c.tool_args))
     failed = [f"`{rule.attribute}` with "
               + ", ".join(f"`{_dotted(path)}` = `{_json_value(value)}`"

@@ -390,6 +390,12 @@ class RunCounts(RunFields):
         if not self._asked or not claimable(record):
             return None
         name, start, call_id = record.name, record.start_ns, record.tool_call_id
+        if record.runs_asked:  # a framework's step that runs the tool asked last before it
+            latest, asked_tool = -1, None
+            for tool, _, asked_at in self._asked:
+                if latest < asked_at <= start:
+                    latest, asked_tool = asked_at, tool
+            return asked_tool
         if call_id:
             for tool, asked_id, _ in self._asked:
                 if asked_id == call_id:

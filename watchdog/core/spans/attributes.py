@@ -77,6 +77,7 @@ CREATE_AGENT, WORKFLOW, AGENT_ROLE = Role.CREATE_AGENT, Role.WORKFLOW, Role.AGEN
 SPAN_NAME_ROLES = TABLES.span_names
 NESTED_AGENT_ROLES = TABLES.nested_agent_roles
 NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
+TOOL_RUN_SPAN_NAMES = TABLES.tool_run_span_names
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 MODEL_CALL_MARKS = TABLES.model_call_marks

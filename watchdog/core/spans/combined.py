@@ -66,6 +66,7 @@ class Tables:
     tool_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
     nested_agent_roles: tuple[NestedAgent, ...]
     nested_step_span_names: frozenset[str]
+    tool_run_span_names: frozenset[str]
     nested_step_span_suffixes: Names
     agent_name: Names
     agent_span_name: Names
@@ -171,6 +172,7 @@ def combine() -> Tables:
         nested_agent_roles=tuple(rule for convention in CONVENTIONS
                                  for rule in convention.nested_agent_roles),
         nested_step_span_names=frozenset(_names("nested_step_span_names")),
+        tool_run_span_names=frozenset(_names("tool_run_span_names")),
         nested_step_span_suffixes=_names("nested_step_span_suffixes"),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),

@@ -67,6 +67,7 @@ from watchdog.core.spans.attributes import (
     ROOT_GRAPH_JSON,
     SPAN_NAME_ROLES,
     TEAM_MEMBER_KEYS,
+    TOOL_RUN_SPAN_NAMES,
     WORKFLOW,
 )
 from watchdog.core.spans.decode import any_value
@@ -246,6 +247,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)
+        if name in TOOL_RUN_SPAN_NAMES:
+            record.runs_asked = True
         if name in NESTED_STEP_SPAN_NAMES and not record.error:
             # a span of agent kind read as a step of its run (it names no agent): the answer
             # it carries (an attribute, or only an event) is its run's

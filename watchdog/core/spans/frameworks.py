@@ -123,6 +123,10 @@ CREWAI = Convention(
     # crewai 1.x runs an agent's loop as a Flow of its own (`AgentExecutor`), which OpenLIT
     # traces as `invoke_workflow AgentExecutor` inside the agent's span: no agent of its own
     agent_span_name_placeholders=("AgentExecutor",),
+    # ... and each of its methods as `invoke_agent <method>` naming no agent: steps; the one
+    # that runs the tool the model asked for names no tool
+    nested_step_span_names=("invoke_agent execute_native_tool",),
+    tool_run_span_names=("invoke_agent execute_native_tool",),
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
     call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
@@ -131,8 +135,10 @@ CREWAI = Convention(
     notes="no model-call spans unless the OpenAI client is instrumented too; OpenLLMetry's "
           "instrumentation emits no tool span at all (workflow, task and agent spans, each "
           "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap); "
-          "nor does OpenLIT's (its `invoke_agent <method>` spans of crewai's `AgentExecutor` "
-          "flow name no tool, the flow's `invoke_workflow` span no agent: one run); "
+          "OpenLIT's neither: its `invoke_agent <method>` spans of crewai's `AgentExecutor` "
+          "flow name no tool (the `execute_native_tool` step is the tool the model call "
+          "before it asked for, one per step; a failure is not seen, a known gap), the flow's "
+          "`invoke_workflow` span no agent (one run); "
           "OpenInference with content hidden: `max_iter` is not seen (a capped run reads "
           "`completed`), nor, without the OpenAI instrumentation, any model call (known gaps)",
 )

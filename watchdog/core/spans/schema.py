@@ -176,6 +176,9 @@ class Convention:
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
     tool_name_span_suffixes: Names = _NO_NAMES  # "lookup.__call__" -> lookup
+    # span names of a framework's step that runs the tool the model call before it asked for
+    # and names none (a span of no kind): that tool's execution, named after the call
+    tool_run_span_names: Names = _NO_NAMES
     tool_args: Names = _NO_NAMES
     # (keys only the wrapper has, the key holding the arguments): instrumentations that record
     # a call's whole envelope (ids, metadata) instead of its arguments
