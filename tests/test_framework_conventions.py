@@ -32,7 +32,7 @@ from watchdog.core.spans.conventions import Resource, normalise, select_attribut
 from watchdog.core.spans.decode import attributes, parse_json
 from watchdog.core.spans.outcome import prompt_limit
 from watchdog.core.spans.pipeline import records_from
-from watchdog.core.spans.record import LLM, TOOL, SpanRecord
+from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
 
 
 def _semantic_kernel(keys: list[str], answer: bool = True, broken: bool = False) -> list[str]:
@@ -849,6 +849,15 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'agent agents-researcher',
         'agent None',
     ],
+    # OpenLLMetry's LlamaIndex spans: every step a "task" span; the one that runs a tool
+    # (`call_tool`) carries tool.name and tool.arguments, its output LlamaIndex's
+    # ToolCallResult (`"is_error": true`); the workflow root is named after its class
+    ("llamaindex_olm", "tool_error"): [
+        'llm tool_call asks-tools',
+        'agent None',
+        'tool lookup {"key":"broken"} error=tool_error',
+        'llm stop answer',
+    ],
     **SEMANTIC_KERNEL,
 }
 
@@ -1307,6 +1316,48 @@ def test_crewai_agent_name_is_the_role_in_graph_node_id() -> None:
     assert all(r.service == "crewai-service" for r in records)
 
 
+def test_llamaindex_olm_agent_is_named_by_its_steps_not_the_workflow_class() -> None:
+    # OpenLLMetry names LlamaIndex's workflow span `<class>.workflow` (entity name the same):
+    # no agent; every step's output is the workflow's state, `current_agent_name` in it
+    records = recorded_records("llamaindex_olm", "three_tools")
+    assert not any(r.agent and r.agent.endswith((".workflow", ".task")) for r in records)
+    assert {r.agent for r in records if r.agent is not None} == {"li_researcher"}
+    assert all(r.service == "llamaindex-olm-service" for r in records)
+
+
+def test_crewai_executor_flow_under_openlit_is_no_agent_of_its_own() -> None:
+    # OpenLIT traces crewai 1.x's AgentExecutor Flow as `invoke_workflow AgentExecutor`
+    # (gen_ai.workflow.name) inside the agent's `invoke_agent <role>`: the role's run, not a
+    # child run named after the executor class that takes its model calls
+    records = recorded_records("crewai_openlit", "three_tools")
+    assert {r.agent for r in records if r.agent is not None} == {"crew", "crewai-researcher"}
+    assert sorted(r.name for r in records if r.workflow) == ["invoke_workflow AgentExecutor",
+                                                             "invoke_workflow crew"]
+
+
+@pytest.mark.parametrize("driver", ["crewai_openlit", "langchain_openlit", "strands_latest"])
+def test_an_agent_answer_in_genai_messages_is_their_text(driver: str) -> None:
+    # OpenLIT's invoke_agent spans and Strands' latest format write the agent's answer as
+    # gen_ai.output.messages: the answer is its text parts, not the message list's JSON
+    records = recorded_records(driver, "three_tools")
+    answers = [r.final_output for r in records
+               if r.kind is AGENT and r.agent is not None and r.final_output]
+    assert answers and {answer.rstrip() for answer in answers} == {"a, b and c are known."}
+
+
+def test_an_unawaited_coroutine_recorded_as_output_is_no_answer() -> None:
+    # OpenLIT wraps each method of crewai's AgentExecutor flow, async ones too, and records
+    # what the call returned: the coroutine object, not yet awaited. Such a step span (28 in
+    # this run) is no answer: the run's answer was read as that repr when one of them came
+    # after the agent's span (an export cut in two, sent in the other order)
+    records = recorded_records("crewai_openlit", "three_tools")
+    steps = [r for r in records if r.name.startswith("invoke_agent ") and r.agent is None]
+    assert len(steps) == 28
+    assert not any(r.final_answer or r.final_output for r in steps)
+    assert [r.final_output for r in records if r.kind is AGENT and r.agent] == [
+        "a, b and c are known.", "a, b and c are known."]
+
+
 def _without(lines: list[str], key: str) -> list[str]:
     """The recording with one attribute taken off every span."""
     out = []
@@ -1535,3 +1586,16 @@ def test_hidden_react_loop_without_finish_is_capped_only_after_tools() -> None:
     assert outcome(fold(no_finish)) == Outcome(5, 3, 0, "tool_limit_reached", "max_iters", True)
     no_tools = [record for record in no_finish if record.kind is not TOOL]
     assert outcome(fold(no_tools)) == Outcome(5, 0, 0, "completed", None, True)
+
+
+def test_a_framework_step_that_runs_the_asked_tool_is_that_tool_call() -> None:
+    # OpenLIT under crewai traces no tool: the AgentExecutor flow's `execute_native_tool`
+    # step (a span of no kind, naming no tool) runs the tool the model call before it asked
+    # for, and is counted as that call, named after it
+    records = recorded_records("crewai_openlit", "three_tools")
+    steps = [r for r in records if r.name == "invoke_agent execute_native_tool"]
+    assert len(steps) == 3 and all(r.runs_asked and r.kind is OTHER for r in steps)
+    tracker = RunTracker()
+    tracker.apply(records, 1.0)
+    run = tracker.get(steps[0].run_key)
+    assert run is not None and (run.tool_calls, run.tools) == (3, {"lookup": 3})

@@ -43,6 +43,10 @@ def _dotted(path: Iterable[str | int]) -> str:
     return ".".join(str(key) for key in path)
 
 
+def _json_value(value: str | bool) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else value
+
+
 def _cell(items: list[str]) -> str:
     return ", ".join(items).replace("|", "\\|") if items else "—"
 
@@ -91,6 +95,7 @@ def row(convention: Convention) -> str:
              + [_place(key) + named for key in c.agent_name_invocations
                 if key not in c.agent_name]
              + _places(c.agent_span_name, "agent span ")
+             + [f"(not one matching /{pattern}/)" for pattern in c.agent_span_name_placeholders]
              + [f"`{key}` JSON `{_dotted(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json]
              + [f"root `{key}` JSON `{_dotted(path)}`" for key, path in c.root_agent_name_json]
@@ -98,9 +103,12 @@ def row(convention: Convention) -> str:
                 f"`{default}`)" for key, path, value, default in c.root_graph_json])
     tools = (_places(c.tool_name) + [f"span name `{p}…`" for p in c.tool_name_span_prefixes]
              + [f"span name `…{s}`" for s in c.tool_name_span_suffixes]
+             + [f"a step `{name}` (no kind): the tool the model call before it asked for"
+                for name in sorted(c.tool_run_span_names)]
              + _places(c.tool_args))
     failed = [f"`{rule.attribute}` with "
-              + ", ".join(f"`{_dotted(path)}` = `{value}`" for path, value in rule.where)
+              + ", ".join(f"`{_dotted(path)}` = `{_json_value(value)}`"
+                          for path, value in rule.where)
               + f" (message `{_dotted(rule.message)}`)" for rule in c.tool_result_errors] \
         + [f"`{flag}` = true (message `{result}` JSON `{_dotted(path)}`)"
            for flag, result, path in c.tool_error_flags] \
@@ -117,6 +125,9 @@ def row(convention: Convention) -> str:
              + [f"tool `{name}` with result `{result}` (or, hidden, on a span named after "
                 "its method) ends the loop (no tool call)"
                 for name, result in c.loop_end_tools]
+             + ["a span of no kind with " + " and ".join(
+                 "/".join(f"`{key}`" for key in group) for group in marks) + " (tool)"
+                for marks in (c.tool_call_marks,) if marks]
              + [f"model-call span `…{suffix}` (a model call whatever it records)"
                 for suffix in c.llm_span_suffixes]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]

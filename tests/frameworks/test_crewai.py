@@ -20,6 +20,22 @@ all: tool calls and a tool's exception are on no span (the model calls show what
 for, and the next call's input the result): ``tool_calls`` and ``errors`` read 0 and are left
 unchecked here. ``max_iter`` shows as with OpenInference (crewai's last request for an answer).
 
+Traced by OpenLIT (``openlit.init()``: its crewai and OpenAI instrumentation): a
+``create_agent <role>`` span (a trace of its own, no run), then ``invoke_workflow crew``
+(``gen_ai.workflow.name`` crew, the crew's token usage summed) > ``invoke_agent <role>``
+(``gen_ai.agent.name``, the answer in ``gen_ai.output.messages``) > ``invoke_workflow
+AgentExecutor`` (crewai 1.x runs the agent's loop as a Flow) > one ``invoke_agent <method>`` span
+per Flow method (``check_max_iterations``, ``call_llm_native_tools``, ``execute_native_tool``,
+``finalize``...: no agent name, an output that is a coroutine's repr) beside OpenLIT's GenAI
+``chat`` spans. The nested ``AgentExecutor`` workflow read as a child run named so, holding every
+model call (the agent's run read 0 iterations): crewai's executor flow names no agent
+(``agent_span_name_placeholders``). No span is a tool's own: the flow's
+``execute_native_tool`` step runs the tool the model call before it asked for (only the ``chat``
+spans name it), and is read as that call (``tool_run_span_names``; one per step: a response
+asking for several tools would count one, a known gap). Known gap: that step ends OK and
+records nothing of a tool that raised, so ``errors`` reads 0 and is left unchecked
+(``test_openlit_traces_no_tool_execution``).
+
 The expectations are DESIGN §3's. Without the OpenAI instrumentation the model calls are still
 readable at the end of the run: the AGENT span's ``output.value`` (crewai's TaskOutput) holds
 the conversation (``messages``: one assistant message per tool-calling model call) and the
@@ -88,7 +104,7 @@ def expected(driver: str, scenario: str) -> list[Expect]:
 
 
 ENVS = {"crewai_openinference": "crewai", "crewai_openinference_openai": "crewai",
-        "crewai_openllmetry": "crewai_olm"}
+        "crewai_openllmetry": "crewai_olm", "crewai_openlit": "crewai_openlit"}
 def expected_of(driver: str, scenario: str) -> list[Expect]:
     if scenario.endswith("_nocontent"):
         # the known gaps with content hidden: crewai's last request for an answer is no longer
@@ -96,6 +112,8 @@ def expected_of(driver: str, scenario: str) -> list[Expect]:
         return [replace(expect, terminal_state="completed", terminal_reason=None,
                         iterations=expect.iterations if driver.endswith("_openai") else 0)
                 for expect in expected(driver, scenario)]
+    if driver == "crewai_openlit":  # the known gap above: a tool's failure is on no span
+        return [replace(expect, errors=UNCHECKED) for expect in expected(driver, scenario)]
     if driver != "crewai_openllmetry":
         return expected(driver, scenario)
     # the known gap above: no tool spans, so no tool calls and no tool errors to count
@@ -153,3 +171,25 @@ def test_nocontent_hides_what_told_max_iter(driver: str) -> None:
     assert not any("max_iter" in str(value) for value in agent.values())
     (root,) = [attrs for attrs in attributes if attrs.get("openinference.span.kind") == "CHAIN"]
     assert '"max_iter": 3' in root["crew_agents"]
+
+
+def test_openlit_traces_no_tool_execution() -> None:
+    """Why ``crewai_openlit`` counts its tool calls by crewai's flow step and sees no tool
+    error (the known gap): only the model calls (``chat``) name a tool, the one they ask for;
+    the flow step that runs it (``invoke_agent execute_native_tool``) carries no tool name,
+    arguments or result, and ends OK when the tool raised."""
+    spans = recorded_spans(RECORDINGS / "crewai_openlit" / "tool_error.jsonl")
+    attributes = {span["spanId"]: {item["key"]: next(iter(item["value"].values()), None)
+                                   for item in span.get("attributes", ())} for span in spans}
+    naming = {span["name"] for span in spans
+              if any(key.startswith("gen_ai.tool.") and key != "gen_ai.tool.definitions"
+                     for key in attributes[span["spanId"]])}
+    assert naming == {"chat crewai_openlit-tool_error"}
+    steps = [span for span in spans if span["name"] == "invoke_agent execute_native_tool"]
+    assert len(steps) == 1
+    assert set(attributes[steps[0]["spanId"]]) - {
+        "gen_ai.operation.name", "gen_ai.output.messages", "gen_ai.output.type",
+        "telemetry.sdk.name", "gen_ai.sdk.version", "gen_ai.provider.name",
+        "gen_ai.request.model", "gen_ai.response.model", "server.address", "server.port",
+        "deployment.environment", "service.name", "gen_ai.client.operation.duration"} == set()
+    assert not any(span.get("status", {}).get("code") == 2 for span in spans)  # none failed

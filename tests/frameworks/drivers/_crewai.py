@@ -5,7 +5,8 @@ only: what a user who follows the crewai instrumentation's docs gets) and
 ``crewai_openinference_openai`` (plus ``openinference-instrumentation-openai``, which adds the
 model-call spans crewai's own instrumentation lacks), and ``crewai_openllmetry`` (Traceloop's
 ``opentelemetry-instrumentation-crewai`` and ``-openai``, as ``Traceloop.init()`` sets them
-up). Scenarios (argv[1]):
+up), and ``crewai_openlit`` (``openlit.init()``: OpenLIT's crewai and OpenAI instrumentation).
+Scenarios (argv[1]):
 
 * ``three_tools``: the tool ``lookup`` called 3 times, then an answer;
 * ``limit``: the model calls ``lookup`` forever; the agent's own ``max_iter=3`` stops it (crewai
@@ -47,7 +48,10 @@ def run(scenario: str, instrument_openai: bool, tracer: str = "openinference") -
     from _otel import model_settings, setup_tracing
 
     provider = setup_tracing(SERVICE_NAME)
-    if tracer == "openllmetry":
+    if tracer == "openlit":
+        import openlit
+        openlit.init(service_name=SERVICE_NAME, disable_metrics=True, disable_events=True)
+    elif tracer == "openllmetry":
         from opentelemetry.instrumentation.crewai import CrewAIInstrumentor as OLMCrewAI
         OLMCrewAI().instrument(tracer_provider=provider)
         if instrument_openai:

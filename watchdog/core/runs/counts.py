@@ -80,13 +80,18 @@ class RunCounts(RunFields):
         if record.agent is not None and (
                 self.agent is None or (record.kind is AGENT and not self.framed
                                        and not ((record.workflow or self.ended)
-                                                and self.named_by_agent))):
+                                                and self.named_by_agent))
+                or (record.start_ns < self._agent_step_ns and record.kind is not AGENT)):
             # (a run the client SDK announced keeps the name it was given: an agent span of
             # the framework inside it names the framework's agent; a workflow span around the
             # agent names the workflow — the OpenAI Agents SDK's "Agent workflow" — and yields
             # to the agent span's name; an agent span that comes after the run ended, named by
             # one, is a nested agent's that came late: the run keeps its name)
+            # (a run named only by its steps, each naming the agent whose step it is — an
+            # AgentWorkflow's steps under OpenLLMetry, the writer's after the researcher's — is
+            # named by the step that started first, whatever order they arrive in)
             self.agent = record.agent
+            self._agent_step_ns = 0 if record.kind is AGENT else record.start_ns
             if record.kind is AGENT and not record.workflow:
                 self.named_by_agent = True
         if self.service is None and record.service is not None:
@@ -169,11 +174,15 @@ class RunCounts(RunFields):
             self.explicit_final = True
         if record.final_output is not None and not (
                 (record.unasked or (kind is LLM and self.explicit_final))
-                and self.final_output is not None):
+                and self.final_output is not None) \
+                and record.end_ns >= self._final_end_ns:
             # (what the function returned, kept even if it is no answer yet: an export request
             # groups spans by scope, so the model call that answered may still come; a model
-            # call's answer text is the run's only while no span of the agent gave its answer)
+            # call's answer text is the run's only while no span of the agent gave its answer;
+            # one that ended before the span that gave the run's text, come after it, gives
+            # none: a step's or a task's output sent after the agent's)
             self.final_output = record.final_output
+            self._final_end_ns = record.end_ns
         if record.limit_stop is not None and self.limit_stop is None:
             self.limit_stop = record.limit_stop
 
@@ -405,6 +414,12 @@ class RunCounts(RunFields):
         if not self._asked or not claimable(record):
             return None
         name, start, call_id = record.name, record.start_ns, record.tool_call_id
+        if record.runs_asked:  # a framework's step that runs the tool asked last before it
+            latest, asked_tool = -1, None
+            for tool, _, asked_at in self._asked:
+                if latest < asked_at <= start:
+                    latest, asked_tool = asked_at, tool
+            return asked_tool
         if call_id:
             for tool, asked_id, _ in self._asked:
                 if asked_id == call_id:
@@ -540,6 +555,7 @@ class RunCounts(RunFields):
         self.framed = True
         if agent:
             self.agent = agent
+            self._agent_step_ns = 0
         if session and session != self.session:
             self.session = session
             self.session_counted = False  # (counted in its session now)

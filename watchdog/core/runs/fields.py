@@ -42,8 +42,8 @@ class RunFields:
     """The fields of one run (its identity, counts, signals and outcome), set to a new run's."""
 
     __slots__ = (
-        "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
-        "_failures", "_input_start_ns", "_llm_end_ns",
+        "_agent_step_ns", "_asked", "_call_counts", "_cycle_runs", "_delta_messages",
+        "_error_counts", "_failures", "_final_end_ns", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_cap", "_loop_ended", "_models", "_named", "_recent_calls", "_reported_calls",
         "_result_counts", "_tool_end_ns",
@@ -78,6 +78,8 @@ class RunFields:
         # agent spans inside it (a framework's agent, an agent called as a tool).
         self.framed = False
         self.named_by_agent = False  # an agent span (not a workflow around it) named the run
+        self._final_end_ns = 0  # the end of the span that gave final_output (0: none)
+        self._agent_step_ns = 0  # the start of the span of no agent kind that named it (0: none)
         self.parent_run: str | None = None
         # The span its agent span hangs from, while that span (so the parent run) has not come.
         self.hangs_from: str | None = None

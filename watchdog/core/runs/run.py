@@ -256,13 +256,14 @@ _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts", "_failures",
+    "_final_end_ns",
     "_input_start_ns",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_cap", "_loop_ended", "_models", "_named",
     "_recent_calls", "_reported_calls", "_result_counts",
-    "_tool_end_ns", "_tool_error_streak", "_tool_spans", "_tool_start_ns", "agent",
-    "agent_spans",
+    "_tool_end_ns", "_tool_error_streak", "_tool_spans", "_tool_start_ns", "_agent_step_ns",
+    "agent", "agent_spans",
     "budget_used",
     "consecutive_errors", "cycle_repeats",
     "end_error_type", "errors", "explicit_final", "final_output", "finish_reason",

@@ -5,6 +5,7 @@ reports its model calls; and the answer of a span of agent kind read as a step o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from watchdog.core.redact import brief
@@ -24,6 +25,7 @@ from watchdog.core.spans.attributes import (
 from watchdog.core.spans.outcome import (
     agent_limit,
     answer_limit,
+    answer_text,
     error_limit,
     fill_reported_calls,
     finish_reason,
@@ -43,13 +45,30 @@ from watchdog.core.spans.values import (
     _is_empty_output,
 )
 
+# What an instrumentation records as the output of an async method it wrapped as a plain one:
+# the coroutine (or generator) object itself, never awaited by it (OpenLIT's spans of crewai's
+# AgentExecutor flow methods): no output
+UNAWAITED = re.compile(r"<(?:coroutine|generator|async_generator) object [\w.<>]+ at 0x[0-9a-f]+>")
+
+
+def _answer_output(output: object) -> str:
+    """What an agent span's output says as its answer: a message list in GenAI's shape
+    (``gen_ai.output.messages``: ``[{"role": …, "parts": [{"type": "text", "content": …}]}]``)
+    by its text parts, anything else as it is written."""
+    text = _as_text(output)
+    if text.startswith("[{") and '"parts"' in text:
+        return answer_text(text) or text
+    return text
+
 
 def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object]) -> None:
     output = _content(attrs, AGENT_OUTPUT_KEYS)
     if output is not None and not _is_empty_output(output) and has_text(output) \
             and answer_limit(output) is None:
-        record.final_answer = True
-        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+        text = _answer_output(output)
+        if not UNAWAITED.fullmatch(text):
+            record.final_answer = True
+            record.final_output = brief(text, MAX_BRIEF_CHARS)
 
 
 def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues) -> None:
@@ -76,8 +95,10 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstVa
             and not _is_empty_output(output) and has_text(output)):
         # An agent stopped by a limit finish reason (Strands' limit_turns) gave no answer; one
         # whose state names a limit may still have answered (Hermes' summary).
-        record.final_answer = True
-        record.final_output = brief(_as_text(output), MAX_BRIEF_CHARS)
+        text = _answer_output(output)
+        if not UNAWAITED.fullmatch(text):
+            record.final_answer = True
+            record.final_output = brief(text, MAX_BRIEF_CHARS)
     elif output is None and not record.error and record.limit_stop is None \
             and firsts[F_AGENT_OUTPUT] is not None \
             and any(key in attrs for key in HIDDEN_ANSWERS):

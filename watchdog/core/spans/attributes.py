@@ -21,6 +21,7 @@ ERROR_TYPE_KEYS = ("error.type",)
 AGENT_NAME_KEYS = TABLES.agent_name
 AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
 AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
+AGENT_SPAN_NAME_PLACEHOLDERS = TABLES.agent_span_name_placeholders
 AGENT_NAME_JSON = TABLES.agent_name_json
 AGENT_INVOCATION_KEYS = TABLES.agent_name_invocations
 WRAPPED_EXCEPTION_TYPES = frozenset(TABLES.wrapped_exceptions)
@@ -76,9 +77,11 @@ CREATE_AGENT, WORKFLOW, AGENT_ROLE = Role.CREATE_AGENT, Role.WORKFLOW, Role.AGEN
 SPAN_NAME_ROLES = TABLES.span_names
 NESTED_AGENT_ROLES = TABLES.nested_agent_roles
 NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
+TOOL_RUN_SPAN_NAMES = TABLES.tool_run_span_names
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 MODEL_CALL_MARKS = TABLES.model_call_marks
+TOOL_CALL_MARKS = TABLES.tool_call_marks
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
 LLM_SPAN_SUFFIXES = TABLES.llm_span_suffixes
@@ -149,6 +152,7 @@ WANTED_ATTRIBUTES = frozenset(
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
     + MESSAGES_DELTA_KEYS + TRANSFER_TARGET_KEYS + CALLER_KEYS + MODEL_KEYS + PROVIDER_KEYS
+    + tuple(key for marks in TOOL_CALL_MARKS for group in marks for key in group)
 ) | BUDGET_ATTRIBUTES
 # Where a number or a flag is read: a JSON-encoded one ("12", "true") is decoded to it.
 SCALAR_ATTRIBUTES = frozenset(

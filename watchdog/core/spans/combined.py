@@ -48,6 +48,11 @@ def _kind_maps(attribute: str) -> tuple[tuple[str, Mapping[str, Role]], ...]:
     return tuple((key, MappingProxyType(values)) for key, values in merged.items())
 
 
+def _any_of(patterns: Names) -> re.Pattern[str] | None:
+    """One regex matching a whole text that any of ``patterns`` matches whole (None: none)."""
+    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns)) if patterns else None
+
+
 @dataclass(frozen=True, slots=True)
 class Tables:
     """Every convention combined, in the shape the engine reads per span."""
@@ -58,12 +63,15 @@ class Tables:
     span_name_prefixes: tuple[tuple[str, Role], ...]
     unasked_tools: tuple[UnaskedTool, ...]
     model_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
+    tool_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
     nested_agent_roles: tuple[NestedAgent, ...]
     nested_step_span_names: frozenset[str]
+    tool_run_span_names: frozenset[str]
     nested_step_span_suffixes: Names
     agent_name: Names
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
+    agent_span_name_placeholders: re.Pattern[str] | None
     agent_name_json: tuple[tuple[str, Path], ...]
     root_agent_name_json: tuple[tuple[str, Path], ...]
     root_graph_json: tuple[tuple[str, Path, str, str], ...]
@@ -159,14 +167,18 @@ def combine() -> Tables:
                             for rule in convention.unasked_tools),
         model_call_marks=tuple(convention.model_call_marks for convention in CONVENTIONS
                                if convention.model_call_marks),
+        tool_call_marks=tuple(convention.tool_call_marks for convention in CONVENTIONS
+                              if convention.tool_call_marks),
         nested_agent_roles=tuple(rule for convention in CONVENTIONS
                                  for rule in convention.nested_agent_roles),
         nested_step_span_names=frozenset(_names("nested_step_span_names")),
+        tool_run_span_names=frozenset(_names("tool_run_span_names")),
         nested_step_span_suffixes=_names("nested_step_span_suffixes"),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),
         agent_span_name_patterns=tuple(re.compile(pattern) for convention in CONVENTIONS
                                        for pattern in convention.agent_span_name_patterns),
+        agent_span_name_placeholders=_any_of(_names("agent_span_name_placeholders")),
         agent_name_json=tuple(pair for convention in CONVENTIONS
                               for pair in convention.agent_name_json),
         root_agent_name_json=tuple(pair for convention in CONVENTIONS

@@ -48,6 +48,7 @@ from watchdog.core.spans.agents import _fill_agent, _fill_step_answer
 from watchdog.core.spans.attributes import (
     AGENT_INVOCATION_KEYS,
     AGENT_ROLE,
+    AGENT_SPAN_NAME_PLACEHOLDERS,
     BUDGET_ATTRIBUTES,
     BUDGET_CONSUMED_KEYS,
     CLIENT_RUN_SPAN,
@@ -66,6 +67,7 @@ from watchdog.core.spans.attributes import (
     ROOT_GRAPH_JSON,
     SPAN_NAME_ROLES,
     TEAM_MEMBER_KEYS,
+    TOOL_RUN_SPAN_NAMES,
     WORKFLOW,
 )
 from watchdog.core.spans.decode import any_value
@@ -195,6 +197,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         or json_agent
     if agent is None and kind is AGENT:
         agent = firsts[F_AGENT_SPAN_NAME]
+        if agent is not None and AGENT_SPAN_NAME_PLACEHOLDERS is not None \
+                and AGENT_SPAN_NAME_PLACEHOLDERS.fullmatch(agent):
+            agent = None  # the instrumentation's own name for the span: "FunctionAgent.workflow"
         if agent is None and role is AGENT_ROLE and name not in SPAN_NAME_ROLES:
             # (a convention's own fixed span name, "haystack.agent.run", names no agent)
             # (a workflow's span name is the code that frames the run, "FunctionAgent.run"
@@ -242,6 +247,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)
+        if name in TOOL_RUN_SPAN_NAMES:
+            record.runs_asked = True
         if name in NESTED_STEP_SPAN_NAMES and not record.error:
             # a span of agent kind read as a step of its run (it names no agent): the answer
             # it carries (an attribute, or only an event) is its run's

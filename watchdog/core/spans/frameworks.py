@@ -117,9 +117,16 @@ GOOGLE_ADK = Convention(
 
 CREWAI = Convention(
     name="crewai",
-    emitted_by="openinference-instrumentation-crewai or OpenLLMetry's "
-               "opentelemetry-instrumentation-crewai",
+    emitted_by="openinference-instrumentation-crewai, OpenLLMetry's "
+               "opentelemetry-instrumentation-crewai or OpenLIT",
     agent_span_name=("graph.node.id",),
+    # crewai 1.x runs an agent's loop as a Flow of its own (`AgentExecutor`), which OpenLIT
+    # traces as `invoke_workflow AgentExecutor` inside the agent's span: no agent of its own
+    agent_span_name_placeholders=("AgentExecutor",),
+    # ... and each of its methods as `invoke_agent <method>` naming no agent: steps; the one
+    # that runs the tool the model asked for names no tool
+    nested_step_span_names=("invoke_agent execute_native_tool",),
+    tool_run_span_names=("invoke_agent execute_native_tool",),
     limit_prompts=(("Now it's time you MUST give your absolute best final answer", "max_iter"),),
     conversation_outputs=(("output.value", "expected_output"),),  # TaskOutput
     call_limits=(("input.value", ("agent", "max_iter"), "max_iter"),),
@@ -128,6 +135,10 @@ CREWAI = Convention(
     notes="no model-call spans unless the OpenAI client is instrumented too; OpenLLMetry's "
           "instrumentation emits no tool span at all (workflow, task and agent spans, each "
           "`invoke_agent`, are one run): tool calls and tool errors are not seen (a known gap); "
+          "OpenLIT's neither: its `invoke_agent <method>` spans of crewai's `AgentExecutor` "
+          "flow name no tool (the `execute_native_tool` step is the tool the model call "
+          "before it asked for, one per step; a failure is not seen, a known gap), the flow's "
+          "`invoke_workflow` span no agent (one run); "
           "OpenInference with content hidden: `max_iter` is not seen (a capped run reads "
           "`completed`), nor, without the OpenAI instrumentation, any model call (known gaps)",
 )
@@ -294,10 +305,18 @@ AGNO = Convention(
 LLAMAINDEX = Convention(
     name="LlamaIndex",
     emitted_by="openinference-instrumentation-llama-index (FunctionAgent, AgentWorkflow; the "
-               "step-wise FunctionCallingAgent of llama-index-core 0.12)",
+               "step-wise FunctionCallingAgent of llama-index-core 0.12); OpenLLMetry's "
+               "opentelemetry-instrumentation-llamaindex (FunctionAgent, AgentWorkflow)",
     # run(max_iterations=n) with the default early_stopping_method="force" raises the generic
     # WorkflowRuntimeError: only its message names the limit
     limit_status=((r"^(?:[\w.]+: )?Max iterations of \d+ reached!", "max_iterations"),),
+    # OpenLLMetry: the `call_tool` step's output is LlamaIndex's ToolCallResult event as JSON,
+    # its `tool_output` saying `is_error` (the tool's exception caught, its text the result)
+    tool_result_errors=(ErrorResult("traceloop.entity.output",
+                                    ((("tool_output", "is_error"), True),),
+                                    ("tool_output", "raw_output")),),
+    # ... and each step's output the workflow's state, naming the agent whose step it is
+    agent_name_json=(("traceloop.entity.output", ("current_agent_name",)),),
     # ... and with early_stopping_method="generate" appends a system message of its own and
     # asks the model once more
     limit_prompts=(("You have reached the maximum number of iterations (", "max_iterations"),),
@@ -331,7 +350,13 @@ LLAMAINDEX = Convention(
           # a known gap (tests/frameworks/test_llamaindex.py, limit_generate_nocontent): the
           # limit_prompts entry above reads a message that content hiding removes
           "with content hidden (`OPENINFERENCE_HIDE_*`) the `generate` cap is not seen: its "
-          "system message is in the hidden input (a capped run reads `completed`, a known gap)",
+          "system message is in the hidden input (a capped run reads `completed`, a known gap); "
+          "under OpenLLMetry every step is a `task` span (the `call_tool` one the tool call, "
+          "by its `tool.name` and `tool.arguments`; its output LlamaIndex's ToolCallResult, "
+          "`is_error` a failed call), the agent named in each step's output "
+          "(`current_agent_name`: a handoff's one run is named by the step that started first), "
+          "and a step that raised is never exported (OpenLLMetry does not end its span): "
+          "`max_iterations` leaves no trace, the run reads `no_response`, a known gap",
 )
 
 DSPY = Convention(

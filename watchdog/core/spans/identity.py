@@ -34,6 +34,7 @@ from watchdog.core.spans.attributes import (
     SESSION_KEYS,
     SPAN_NAME_PREFIX_ROLES,
     SPAN_NAME_ROLES,
+    TOOL_CALL_MARKS,
     UNASKED_TOOLS,
     WORKFLOW,
 )
@@ -83,6 +84,9 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
     for groups in MODEL_CALL_MARKS:
         if all(any(key in attrs for key in group) for group in groups):
             return Role.LLM
+    for groups in TOOL_CALL_MARKS:
+        if all(any(key in attrs for key in group) for group in groups):
+            return Role.TOOL
     return None
 
 

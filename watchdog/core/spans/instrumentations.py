@@ -156,11 +156,17 @@ OPENLLMETRY = Convention(
                                    "handoff": Role.TOOL},
            # embedding and rerank calls set llm.request.type too: they are not iterations
            "llm.request.type": {"chat": Role.LLM, "completion": Role.LLM}},
+    # LlamaIndex's workflow agents: the step that runs a tool (`call_tool`) is a span of kind
+    # "task" like every other step, told only by the tool's name and arguments it carries
+    tool_call_marks=(("tool.name",), ("tool.arguments",)),
     # LangChain/LangGraph: the agent whose graph ran the span, on every span of it
     agent_name=("traceloop.association.properties.lc_agent_name",),
     agent_span_name=("traceloop.entity.name",),
+    # LlamaIndex: a span is named `<class>.<kind>` ("FunctionAgent.workflow", the workflow's
+    # class), its entity name the same: no agent's name
+    agent_span_name_placeholders=(r"\w+\.(?:workflow|task)",),
     tool_name=("traceloop.entity.name",),
-    tool_args=("traceloop.entity.input",),
+    tool_args=("tool.arguments", "traceloop.entity.input"),
     tool_args_envelopes=((frozenset({"input_str", "inputs"}), "inputs"),),  # LangChain tools
     tool_result=("traceloop.entity.output",),
     answer=("traceloop.entity.output",),

@@ -139,6 +139,9 @@ class SpanRecord:
     tool_call_id: str | None = None
     # Set by the tracker: a span of no kind taken as the tool an asked tool call names
     named_tool: bool = False
+    # A span of no kind that is a framework's step running the tool the model call before it
+    # asked for, naming none (Convention.tool_run_span_names)
+    runs_asked: bool = False
     # What the agent reports of itself (the newest GenAI conventions): a model call's cost in
     # USD (finite, >= 0; None: not reported), and its input tokens read from or written to a
     # provider's cache (part of input_tokens)

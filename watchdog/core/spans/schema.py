@@ -40,7 +40,7 @@ class ErrorResult:
     """
 
     attribute: str
-    where: tuple[tuple[Path, str], ...]
+    where: tuple[tuple[Path, str | bool], ...]  # (a JSON true is True, not "true")
     message: Path
     error_type: str = "tool_error"  # the result names no exception type
 
@@ -120,6 +120,9 @@ class Convention:
     # a span nothing else types is a model call when it carries an attribute of each group (a
     # model's name, its token usage): what an emitter no entry knows reads as loose calls
     model_call_marks: tuple[tuple[str, ...], ...] = ()
+    # ... and a tool call when it carries an attribute of each group (a tool's name and its
+    # arguments on a step span of an instrumentation's own kind, which no kind map types)
+    tool_call_marks: tuple[tuple[str, ...], ...] = ()
     # a span of agent kind below the trace root that is no agent of its own
     nested_agent_roles: tuple[NestedAgent, ...] = ()
     # span names of such steps when they name no agent (an instrumentation's fallback name)
@@ -132,6 +135,9 @@ class Convention:
     agent_name: Names = _NO_NAMES  # on any span
     agent_span_name: Names = _NO_NAMES  # on agent spans only (elsewhere they mean other things)
     agent_span_name_patterns: Names = _NO_NAMES  # regexes on an agent span's name, group "name"
+    # regexes matching an `agent_span_name` value in full that names no agent: the name an
+    # instrumentation makes up for a span of no named entity (`<class>.<span kind>`)
+    agent_span_name_placeholders: Names = _NO_NAMES
     # (attribute holding JSON, path to an agent's name in it): the agent a span works for when
     # no attribute names it; and a span named after that agent is the agent's invocation, at
     # the root or nested (an agent run as another agent's tool: a child run)
@@ -170,6 +176,9 @@ class Convention:
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
     tool_name_span_suffixes: Names = _NO_NAMES  # "lookup.__call__" -> lookup
+    # span names of a framework's step that runs the tool the model call before it asked for
+    # and names none (a span of no kind): that tool's execution, named after the call
+    tool_run_span_names: Names = _NO_NAMES
     tool_args: Names = _NO_NAMES
     # (keys only the wrapper has, the key holding the arguments): instrumentations that record
     # a call's whole envelope (ids, metadata) instead of its arguments
