@@ -24,6 +24,7 @@ from tests.harness import (
 from tests.otel import SECRET, explorer_run, export_http
 from tests.ports import free_port
 from tests.spans import SpanMaker, chat_attrs
+from watchdog.core.tables import cells
 from watchdog.shell.cli import main, runs_table
 from watchdog.shell.config import Config
 
@@ -226,6 +227,30 @@ LONG_RUNS = [{"id": TRACE_RUN, "agent": "customer-support-triage-agent", "state"
              {"id": "job:7", "agent": "explorer", "state": "active", "iterations": 2,
               "tool_calls": 4, "errors": 1, "total_tokens": 490, "elapsed_seconds": 7.0,
               "idle_seconds": 2.0, "terminal_state": None, "has_final_answer": False}]
+
+
+def test_wide_characters_take_two_cells_and_the_columns_stay_aligned() -> None:
+    """Run ids and agent names in CJK, with emoji or combining marks: every row's columns
+    start at the same terminal cell, and a cut keeps the table within the terminal's width."""
+    runs = [dict(LONG_RUNS[1], id=run_id, agent=agent) for run_id, agent in (
+        ("job:7", "explorer"), ("ジョブ:8", "探索エージェント"), ("job:🚀9", "e\u0301xplorer"))]
+    for width in (None, 60):
+        table = runs_table(runs, width=width)
+        rows = table.splitlines()[1:]
+        assert len({column_starts(row) for row in rows}) == 1, table
+        if width is not None:
+            assert max(cells(row) for row in rows) <= width, table
+
+
+def column_starts(line: str) -> tuple[int, ...]:
+    """The terminal cells where the words of ``line`` after the first begin."""
+    starts, at, before = [], 0, "x"
+    for char in line:
+        if before == " " and char != " ":
+            starts.append(at)
+        at += cells(char)
+        before = char
+    return tuple(starts)
 
 
 def test_the_table_fits_80_columns_and_wide_cuts_nothing() -> None:
