@@ -538,7 +538,7 @@ class RunTracker(RunBook):
     def _hold(holds: OrderedDict[str, list[SpanRecord]], key: str, record: SpanRecord,
               max_keys: int, max_each: int) -> None:
         """Keep ``record`` under ``key``: the last ``max_each`` of the ``max_keys`` keys held
-        most recently."""
+        most recently, a trace's root (it ends the run) kept over the spans below it."""
         held = holds.get(key)
         if held is None:
             held = holds[key] = []
@@ -548,7 +548,8 @@ class RunTracker(RunBook):
             holds.move_to_end(key)
         held.append(record)
         if len(held) > max_each:
-            del held[0]
+            del held[next((index for index, kept in enumerate(held)
+                           if kept.parent_span_id is not None), 0)]
 
     def _claim(self, run: RunState, now: float, result: BatchResult) -> None:
         """A model call of ``run`` asked for tools: the spans of no kind it kept that are
