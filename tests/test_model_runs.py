@@ -158,7 +158,8 @@ def test_identical_first_requests_at_the_same_moment_are_two_runs(
 
 def test_a_first_request_sent_again_after_it_failed_is_the_same_run(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """A first request the upstream refused, sent again (as an SDK retries it): one run."""
+    """A first request the upstream refused, sent again (as an SDK retries it): one run, the
+    refusal one of its model calls, failed."""
     def script(index: int, body: dict[str, Any]) -> Step:
         if index == 0:
             raise ValueError("overloaded, try again")
@@ -172,7 +173,8 @@ def test_a_first_request_sent_again_after_it_failed_is_the_same_run(
     assert loop(client, model, messages) == "done"
     runs = wait_until(lambda: len(r := ended_runs(sidecar, "retried-first")) == 1 and r,
                       "one run")
-    assert [(run["iterations"], run["tool_calls"]) for run in runs] == [(2, 1)]
+    assert [(run["iterations"], run["tool_calls"], run["errors"]) for run in runs] == [
+        (3, 1, 1)]
     # every request was booked before the client got its answer: the list, active runs
     # included, is complete now (no stray run of the refused request, waiting to end)
     assert len(sidecar.get_json("/v1/runs?agent=retried-first")["runs"]) == 1
@@ -599,3 +601,28 @@ def test_runs_seen_only_through_the_endpoint_enter_a_loop_across_agents(
     system = next(m["content"] for m in llm.requests(model)[-1]["messages"]
                   if m["role"] == "system")
     assert "Loop across agents: support 3 times" in system
+
+
+def test_an_agent_sending_a_request_the_model_refuses_again_and_again_is_stopped(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent that sends the same bad request again and again (its conversation over the
+    model's context window: the API answers 400 every time) is stuck, not quiet: each refusal
+    is a failed model call of its run, and the default pack's error-loop rule stops it at the
+    5th, its next request answered with the stop note instead of another 400. A rate limit
+    (429), which says nothing of the request, is no failed call."""
+    def refuse(_index: int, _body: dict[str, Any]) -> Step:
+        raise ValueError("This model's maximum context length is 8192 tokens")
+
+    model = llm.script("refused", refuse)
+    client = chat(sidecar, **{"x-watchdog-agent": "refused"})
+    messages: list[Any] = [{"role": "user", "content": "a task " * 50}]
+    for _ in range(5):
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    answer = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    text = answer.choices[0].message.content or ""
+    assert "Error loop" in text and "maximum context length" in text, text
+    assert len(llm.requests(model)) == 5  # (the stopped request never reached the model)
+    [run] = wait_until(lambda: ended_runs(sidecar, "refused"), "the run ended")
+    assert (run["iterations"], run["errors"], run["terminal_state"]) == (
+        5, 5, "loop_detected"), run

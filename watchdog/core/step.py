@@ -308,6 +308,18 @@ class Core(CoreReads):
         self._seal(step, now)
         return step
 
+    def model_stopped(self, key: str, now: float) -> Step | None:
+        """The model endpoint answered run ``key``'s request with the stop of an abort (its
+        agent has its final answer, the upstream was not called): the run ends now, as its
+        abort said. None when it is not active."""
+        run = self.tracker.end(key, now)
+        if run is None:
+            return None
+        step = Step(dirty={key: run})
+        self._finish([run], step)
+        self._seal(step, now)
+        return step
+
     def model_in_flight(self, key: str, calls: int, now: float) -> None:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not

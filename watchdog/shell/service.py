@@ -495,6 +495,12 @@ class WatchdogService:
             self.state.admit()
             self._carry(self.core.apply(records, self.clock.now()))
 
+    def model_stopped(self, key: str) -> None:
+        """The model endpoint answered run ``key`` with an abort's stop: the run ends now."""
+        stopped = self.core.model_stopped(key, self.clock.now())
+        if stopped is not None:
+            self._carry(stopped)
+
     def model_in_flight(self, key: str, calls: int) -> None:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not

@@ -50,10 +50,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from watchdog.core.model.failure import looks_failed
+from watchdog.core.model.failure import looks_failed, refusal_of
 from watchdog.core.model.steer import answer_of, is_answer_tool
 from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult
-from watchdog.core.redact import brief
+from watchdog.core.redact import brief, mask
 from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
@@ -61,6 +61,7 @@ MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
+MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
 # (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
@@ -378,6 +379,26 @@ class ModelBook:
             self._responses[seen.response_id] = state.key
             while len(self._responses) > MAX_RESPONSE_IDS:
                 self._responses.popitem(last=False)
+        return record
+
+    def refused_record(self, state: EndpointRun, request: Request, status: int, body: bytes,
+                       start_ns: int, end_ns: int) -> SpanRecord:
+        """A request the model API refused as bad (:func:`~watchdog.core.model.failure.
+        refused`): a failed model call of its run, free, its error the API's. The same bad
+        request sent again and again is then a loop the rules see (``error-loop``), not a run
+        gone quiet; sent again once mended, it is the same run's."""
+        from watchdog.core.spans.conventions import stable_hash  # (loaded at first use)
+
+        record = self._record(state, SpanKind.LLM, "chat " + request.model[:200], start_ns,
+                              end_ns)
+        record.model = request.model[:200] or None
+        record.cost_usd = 0.0  # (a refused request is not billed)
+        record.messages = request.messages
+        kind, message = refusal_of(status, body)
+        record.error, record.error_type = True, kind[:MAX_ERROR_TYPE_CHARS]
+        record.error_message = brief(message, MAX_BRIEF_CHARS)
+        record.error_signature = stable_hash(record.error_type + ":"
+                                             + mask(record.error_message))
         return record
 
     @staticmethod

@@ -590,6 +590,15 @@ class RunTracker(RunBook):
             elif last.limit_stop is not None and run.limit_stop is None:
                 run.limit_stop = last.limit_stop
 
+    def end(self, key: str, now: float) -> RunState | None:
+        """End active run ``key`` now (the model endpoint answered its agent with the stop of
+        an abort: the agent has its final answer); None when it is not active."""
+        run = self._active.get(key)
+        if run is None:
+            return None
+        self._finish(run, now)
+        return run
+
     def _finish(self, run: RunState, now: float) -> None:
         run.end(now)
         self._active.pop(run.key, None)

@@ -73,6 +73,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from watchdog.core.model.book import Caller, Unbooked
+from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.steer import Act, answer_tools
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
@@ -393,6 +394,9 @@ class NativeEndpoint:
             if exchange is not None and 200 <= status < 300:
                 proxy.observe_whole(exchange, body or b"", content_type, into, changed,
                                     None if seen is None else observation_of(seen))
+            elif exchange is not None and refused(status):  # (its body inflated, if it was)
+                proxy.observe_refused(exchange, status, (body or b"")[:MAX_REFUSAL_READ],
+                                      into=into)
             if outcome == "cancelled":
                 proxy.count(agent, plan.api, "cancelled")
                 return

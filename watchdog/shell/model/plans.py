@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 from multidict import CIMultiDict
 
 from watchdog.core.model.book import EndpointRun, ModelBook
+from watchdog.core.model.failure import MAX_REFUSAL_READ
 from watchdog.core.model.steer import Act, Turn
 from watchdog.core.model.wire import Wire
 from watchdog.core.spans.codings import inflate
@@ -17,7 +18,6 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a whole (not streamed) response read to
 # an upstream that refuses a request's stream_options (a server that takes no unknown field)
 # answers 400 or 422 with an error of its own naming it, with its length said
 REFUSED_USAGE_STATUSES = (400, 422)
-MAX_REFUSAL_BYTES = 64 * 1024
 
 JSON = {"Content-Type": "application/json"}
 
@@ -72,10 +72,10 @@ class Plan:
 
 
 def refuses_usage(body: bytes, coding: str) -> bool:
-    """Whether an upstream's error (400 or 422, read whole: at most ``MAX_REFUSAL_BYTES``, in
+    """Whether an upstream's error (400 or 422, read whole: at most ``MAX_REFUSAL_READ``, in
     its ``Content-Encoding``) says it refuses ``stream_options``."""
     try:
-        body = inflate(body, coding.strip().lower(), MAX_REFUSAL_BYTES)
+        body = inflate(body, coding.strip().lower(), MAX_REFUSAL_READ)
     except ValueError:  # (a coding it cannot read, or more than that inflated: not one)
         return False
     return b"stream_options" in body

@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -45,6 +45,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from watchdog.core.bounds import id_problem, load_json
 from watchdog.core.model.book import Caller, EndpointRun, ModelBook
 from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
@@ -75,7 +76,6 @@ from watchdog.shell.model.headers import (
 )
 from watchdog.shell.model.plans import (
     JSON,
-    MAX_REFUSAL_BYTES,
     REFUSED_USAGE_STATUSES,
     Answer,
     Booked,
@@ -388,6 +388,13 @@ class ModelProxy:
         logs.event("model_steered", run=key, agent=agent, api=wire.api, action="abort",
                    rule=turn.rule, mode=self.config.model_abort)
         self.count(agent, wire.api, "aborted")
+        if not state.traced:  # (a traced run's spans end it)
+            try:
+                self.service.model_stopped(key)  # its agent has its last answer
+            except (Overloaded, StateUnavailable) as exc:
+                log.warning("model run not ended: %s", exc)
+            except Exception:
+                self._failed("request")
         if self.config.model_abort == "error":
             return Answer(400, dumps(wire.error(400, "watchdog_aborted", text)), JSON)
         if parsed.stream:
@@ -434,11 +441,14 @@ class ModelProxy:
                 if unasked is None or upstream.status not in REFUSED_USAGE_STATUSES:
                     response, outcome = await self._relayed(request, upstream, exchange)
                 else:
-                    data, whole = await read_upto(upstream, MAX_REFUSAL_BYTES)
+                    data, whole = await read_upto(upstream, MAX_REFUSAL_READ)
                     if not (whole and refuses_usage(
                             data, upstream.headers.get("Content-Encoding", ""))):
                         response, outcome = await relay(request, upstream, data), \
                             "upstream_error"
+                        if exchange is not None and refused(upstream.status):
+                            self.observe_refused(exchange, upstream.status, data,
+                                                 upstream.headers)
                     else:  # the request as its client sent it: its stream's usage unasked
                         assert exchange is not None
                         exchange.unasked = None
@@ -470,7 +480,12 @@ class ModelProxy:
         """The upstream's response passed on (observed, trimmed) and its outcome."""
         if exchange is None or not 200 <= upstream.status < 300:
             outcome = "passed" if upstream.status < 400 else "upstream_error"
-            return await relay(request, upstream), outcome
+            if exchange is None or not refused(upstream.status):
+                return await relay(request, upstream), outcome
+            data, _ = await read_upto(upstream, MAX_REFUSAL_READ)
+            response = await relay(request, upstream, data)
+            self.observe_refused(exchange, upstream.status, data, upstream.headers)
+            return response, outcome
         if upstream.content_type == "text/event-stream":
             response = await relay_stream(self, request, upstream, exchange)
         else:
@@ -528,6 +543,27 @@ class ModelProxy:
         if changed or len(handed) < len(seen.calls):
             self.steered(exchange.agent, "trim")
         self.observed(exchange, handed, seen, into)
+
+    def observe_refused(self, exchange: Exchange, status: int, data: bytes,
+                        headers: Mapping[str, str] | None = None,
+                        into: list[Booked] | None = None) -> None:
+        """The model API refused the request as bad (:func:`refused`): a failed model call of
+        its run (``data``: the start of the refusal's body, as the client got it; read only
+        when it came uncompressed), booked as :meth:`observed` books."""
+        exchange.release()
+        coding = (headers or {}).get("Content-Encoding", "identity").strip().lower()
+        try:
+            record = self.book.refused_record(exchange.state, exchange.request, status,
+                                              data if coding in IDENTITY else b"",
+                                              exchange.started_ns, time.time_ns())
+        except Exception:  # the answer has gone to the agent; the run misses this call
+            self._failed("response")
+            return
+        booked = Booked(record, exchange.key, 0)
+        if into is not None:
+            into.append(booked)
+        else:
+            self.book_calls([booked])
 
     def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any]) -> str | None:
         """The stop note that replaces the final request's answer when nothing is left of it
