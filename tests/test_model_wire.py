@@ -23,6 +23,7 @@ from tests.frameworks.fakellm import (
 from watchdog.core.directives.model import Directive
 from watchdog.core.model.book import Caller, ModelBook, Unbooked, parse_traceparent
 from watchdog.core.model.chat import ChatWire, usage_only
+from watchdog.core.model.failure import refusal_of, refused
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import (
@@ -766,3 +767,18 @@ def test_a_response_that_broke_off_is_a_failed_call_that_hands_nothing_over() ->
     whole = book.call_record(state, request, Observation(text="The answer is 4.",
                                                          complete=True), [], 3, 4)
     assert (whole.error, whole.final_answer, state.answered) == (False, True, 1)
+
+
+@pytest.mark.parametrize(("status", "body", "read"), [
+    (400, b'{"error": {"message": "too long", "type": "invalid_request_error", '
+          b'"code": "context_length_exceeded"}}', ("HTTP 400 context_length_exceeded", "too long")),
+    (400, b'{"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}',
+     ("HTTP 400 invalid_request_error", "bad")),
+    (404, b'{"error": "no such model"}', ("HTTP 404", "no such model")),
+    (422, b"<html>unprocessable</html>", ("HTTP 422", "<html>unprocessable</html>")),
+    (400, b'{"error": {"code": 12}}', ("HTTP 400", '{"error": {"code": 12}}')),
+])
+def test_a_refusal_is_read_as_the_model_apis_say_it(status: int, body: bytes,
+                                                    read: tuple[str, str]) -> None:
+    assert refusal_of(status, body) == read
+    assert refused(status) and not refused(429) and not refused(500) and not refused(408)
