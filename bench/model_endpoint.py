@@ -58,6 +58,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -485,6 +486,10 @@ def client_of(kind: str, connections: int) -> Iterator[Client]:
 # -- the report -----------------------------------------------------------------------------
 
 def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (NaN for none: a phase whose events all came in one
+    read has no gaps between them)."""
+    if not values:
+        return math.nan
     ordered = sorted(values)
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
@@ -503,9 +508,10 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
             d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
             rows.append(f"  {name + f' p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
                         f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
-    d_mean, p_mean = statistics.fmean(direct.gaps), statistics.fmean(proxied.gaps)
+    d_mean, p_mean = (statistics.fmean(side.gaps) if side.gaps else math.nan
+                      for side in (direct, proxied))
     rows.append(f"  {'gap between chunks mean':26} {ms(d_mean):>10} {ms(p_mean):>10} "
-                f"{ms(p_mean - d_mean):>10} {p_mean / d_mean:7.2f}")
+                f"{ms(p_mean - d_mean):>10} {p_mean / d_mean if d_mean else math.nan:7.2f}")
     together = sum(gap < 0.0005 for gap in proxied.gaps), sum(gap < 0.0005 for gap in direct.gaps)
     rows.append(f"  events read together with the one before (< 0.5 ms apart): "
                 f"{together[1]} direct, {together[0]} through the sidecar")
