@@ -238,6 +238,8 @@ class RunState(RunCounts):
             setattr(run, name, value)
         if "_models" not in data and data.get("_last_model"):  # an older build's: the last one
             run._models = (_model_call(data["_last_model"]),)
+        if "agent_spans" not in data:  # an older build's: whether one came is not known, and
+            run.agent_spans = True  # its answer does not end it as an endpoint run's (expire)
         return run
 
 
