@@ -811,3 +811,20 @@ def test_a_sidecar_that_stops_answering_costs_a_sync_one_timeout() -> None:
         assert len(requests) == 2, requests
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("said", ["one", 1e999, float("nan"), True, None, [1]])
+def test_a_directives_budget_of_no_number_is_read_as_none(said: Any) -> None:
+    """A directive's budget holds numbers; a value that is none (a sidecar's bug, or a
+    stand-in's) is left out as the directive is read, never a traceback when a turn is
+    composed (the iterations note's recount reads ``remaining_iterations``)."""
+    wd = Watchdog("http://127.0.0.1:9")
+    run = wd.run(agent="a")
+    data = directive_json(1, "wind_down", "budget-iterations",
+                          "[budget: 1 of 2 model calls left — finalize now]")
+    data["budget"] = {"max_iterations": 2, "remaining_iterations": said,
+                      "max_tool_calls": said, "remaining_tool_calls": 1}
+    directive = Directive.from_json(data)
+    assert directive.budget == {"max_iterations": 2, "remaining_tool_calls": 1}
+    run.board.post(directive)
+    assert run.before_model_call().instructions.endswith("REPORT PROMPT 1")
