@@ -828,3 +828,30 @@ def test_a_directives_budget_of_no_number_is_read_as_none(said: Any) -> None:
     assert directive.budget == {"max_iterations": 2, "remaining_tool_calls": 1}
     run.board.post(directive)
     assert run.before_model_call().instructions.endswith("REPORT PROMPT 1")
+
+
+def test_raise_if_aborted_returns_at_once_while_another_thread_syncs() -> None:
+    """``aborted``, ``stop`` and ``raise_if_aborted()`` read the board and return at once (the
+    module's promise), even while another thread's decision waits on a sync the sidecar is slow
+    to answer (a parallel tool call's thread)."""
+    import socket
+
+    with socket.socket() as server:  # a sidecar that takes the connection and never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        wd = Watchdog(f"http://127.0.0.1:{server.getsockname()[1]}")
+        try:
+            run = wd.run(agent="a", max_tool_calls=5)
+            deciding = threading.Thread(target=run.before_model_call, daemon=True)
+            started = time.monotonic()
+            deciding.start()
+            time.sleep(0.3)  # (its sync has begun: it waits for the answer)
+            assert deciding.is_alive()
+            read_at = time.monotonic()
+            run.raise_if_aborted()
+            assert not run.aborted and run.stop is None
+            assert time.monotonic() - read_at < 0.5, "waited for the other thread's sync"
+            deciding.join(10)
+            assert time.monotonic() - started >= 1.0  # (the sync did wait)
+        finally:
+            wd.close()
