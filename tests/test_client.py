@@ -811,3 +811,47 @@ def test_a_sidecar_that_stops_answering_costs_a_sync_one_timeout() -> None:
         assert len(requests) == 2, requests
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("said", ["one", 1e999, float("nan"), True, None, [1]])
+def test_a_directives_budget_of_no_number_is_read_as_none(said: Any) -> None:
+    """A directive's budget holds numbers; a value that is none (a sidecar's bug, or a
+    stand-in's) is left out as the directive is read, never a traceback when a turn is
+    composed (the iterations note's recount reads ``remaining_iterations``)."""
+    wd = Watchdog("http://127.0.0.1:9")
+    run = wd.run(agent="a")
+    data = directive_json(1, "wind_down", "budget-iterations",
+                          "[budget: 1 of 2 model calls left — finalize now]")
+    data["budget"] = {"max_iterations": 2, "remaining_iterations": said,
+                      "max_tool_calls": said, "remaining_tool_calls": 1}
+    directive = Directive.from_json(data)
+    assert directive.budget == {"max_iterations": 2, "remaining_tool_calls": 1}
+    run.board.post(directive)
+    assert run.before_model_call().instructions.endswith("REPORT PROMPT 1")
+
+
+def test_raise_if_aborted_returns_at_once_while_another_thread_syncs() -> None:
+    """``aborted``, ``stop`` and ``raise_if_aborted()`` read the board and return at once (the
+    module's promise), even while another thread's decision waits on a sync the sidecar is slow
+    to answer (a parallel tool call's thread)."""
+    import socket
+
+    with socket.socket() as server:  # a sidecar that takes the connection and never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        wd = Watchdog(f"http://127.0.0.1:{server.getsockname()[1]}")
+        try:
+            run = wd.run(agent="a", max_tool_calls=5)
+            deciding = threading.Thread(target=run.before_model_call, daemon=True)
+            started = time.monotonic()
+            deciding.start()
+            time.sleep(0.3)  # (its sync has begun: it waits for the answer)
+            assert deciding.is_alive()
+            read_at = time.monotonic()
+            run.raise_if_aborted()
+            assert not run.aborted and run.stop is None
+            assert time.monotonic() - read_at < 0.5, "waited for the other thread's sync"
+            deciding.join(10)
+            assert time.monotonic() - started >= 1.0  # (the sync did wait)
+        finally:
+            wd.close()

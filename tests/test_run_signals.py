@@ -23,6 +23,7 @@ from tests.spans import (
     run_spans,
     tool_attrs,
 )
+from watchdog.core.runs.book import TRACED_ANSWER_WAIT
 from watchdog.core.runs.fields import MAX_DISTINCT_TOOLS, OTHER_TOOL
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
@@ -595,3 +596,21 @@ def test_distinct_tools_are_bounded(otel: SpanMaker) -> None:
     assert len(signals["tools"]) == MAX_DISTINCT_TOOLS + 1
     assert signals["tools"][OTHER_TOOL] == extra
     assert signals["tools"]["tool_0"] == 2
+
+
+def test_an_older_builds_answered_run_is_not_taken_for_an_endpoint_run_without_spans(
+        otel: SpanMaker) -> None:
+    """A run stored by a build before ``agent_spans`` (whether a span of the agent's came) is
+    not taken, restored, for a traced model-endpoint run whose agent sends no spans: its
+    answer does not end it ``TRACED_ANSWER_WAIT`` later (it waits for its root, as before)."""
+    root = otel.open("invoke_agent a")
+    otel.span("chat m", chat_attrs(10, 2, finish="stop"), parent=root)  # (answered; root open)
+    tracker, _ = run_spans(otel.take(), now=T0 + 10)
+    run = only_run(tracker)
+    assert run.has_final_answer and not run.ended
+    data = json.loads(json.dumps(run.to_dict()))
+    del data["agent_spans"]  # (an older build's)
+    restored = RunTracker()
+    restored.restore([RunState.from_dict(data)])
+    assert not restored.expire(T0 + 10 + TRACED_ANSWER_WAIT + 1)
+    assert [r.key for r in restored.active()] == [run.key]

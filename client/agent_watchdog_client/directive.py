@@ -17,6 +17,7 @@ is a dozen names that change rarely.)
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,12 +71,12 @@ class Directive:
             severity=str(data.get("severity", "")),
             message=str(data.get("message", "")),
             terminal_state=_optional_str(data.get("terminal_state")),
-            budget=dict(budget) if isinstance(budget, dict) else {},
+            budget={key: value for key, value in budget.items() if _is_number(value)}
+            if isinstance(budget, dict) else {},
             report_prompt=_optional_str(data.get("report_prompt")),
             created_at=str(data.get("created_at", "")),
             raw=data,
-            grace={key: value for key, value in grace.items()
-                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+            grace={key: value for key, value in grace.items() if _is_number(value)}
             if isinstance(grace, dict) else {},
         )
 
@@ -106,6 +107,12 @@ class Directive:
         """What to put in the model's instructions for this directive: the report prompt of a
         wind_down or abort (it quotes the message), else the message."""
         return self.report_prompt or self.message
+
+
+def _is_number(value: object) -> bool:
+    """A budget's or a grace's value: a finite number (JSON's 1e999 reads as infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 def _optional_str(value: object) -> str | None:

@@ -231,8 +231,9 @@ class Run:
         """What stopped the run: the sidecar's abort, or the client's own stop — at the tool
         budget, or at the end of a wind-down's tool-call grace, which the sidecar records as
         the same stop (no directive comes for it) — or None while the run may go on."""
-        with self._steer_lock:
-            return self.steering.stopped(self.board, self.tally.tools_ended)
+        # (not under the decision lock, which a thread's sync holds: this returns at once; a
+        # stop made here and by a decision at the same time is made twice, the same)
+        return self.steering.stopped(self.board, self.tally.tools_ended)
 
     @property
     def aborted(self) -> bool:

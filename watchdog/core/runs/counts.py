@@ -134,6 +134,8 @@ class RunCounts(RunFields):
                                     (record.span_id, name))
         if record.loop_end:
             self._loop_ended = True
+            if self._loop_capped:  # (it ended by this tool, not at its cap)
+                self._loop_capped, self.limit_stop = False, None
         if kind is LLM:
             self._count_model_call(record)
             if record.asked_tools:
@@ -212,7 +214,7 @@ class RunCounts(RunFields):
                 # max_iters, its trajectory hidden); its tools not come yet (a later request),
                 # told when they have (:meth:`loop_capped`)
                 if self.tool_calls:
-                    self.limit_stop = record.loop_cap
+                    self.limit_stop, self._loop_capped = record.loop_cap, True
                 else:
                     self._loop_cap = record.loop_cap
             if record.error and self.last_error is None:  # keep the error that led here
@@ -247,7 +249,7 @@ class RunCounts(RunFields):
             return False
         if not self.tool_calls:
             return False  # (still to come)
-        self._loop_cap, self.limit_stop = None, cap
+        self._loop_cap, self.limit_stop, self._loop_capped = None, cap, True
         return True
 
     def _count_model_call(self, record: SpanRecord) -> None:

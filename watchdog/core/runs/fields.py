@@ -45,7 +45,8 @@ class RunFields:
         "_agent_step_ns", "_asked", "_call_counts", "_cycle_runs", "_delta_messages",
         "_error_counts", "_failures", "_final_end_ns", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_cap", "_loop_ended", "_models", "_named", "_recent_calls", "_reported_calls",
+        "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_recent_calls",
+        "_reported_calls",
         "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_spans", "_tool_start_ns",
         "activity_seq",
@@ -108,6 +109,9 @@ class RunFields:
         self._tool_error_streak = False  # the current error streak includes a failed tool call
         self._loop_cap: str | None = None  # a loop cap its agent span told before its tools
         self._loop_ended = False  # the framework's own loop-end tool ran (DSPy's `finish`)
+        # limit_stop is that loop cap, told before the loop-end tool came: one that comes
+        # after (a later request) says the loop did not end at its cap
+        self._loop_capped = False
         self.last_error: str | None = None
         self._error_counts: dict[int, int] = {}
         self.repeated_error = 0

@@ -299,12 +299,15 @@ class TraceFrames:
         None for any other span (an agent span is placed as one)."""
         if record.kind is AGENT:
             return None
+        filled: set[str] | None = None  # (found once for all the agents: :meth:`_filled`)
         for agent_span, key in self.children.items():
             name, parent = self.agents.get(agent_span), self.parents.get(agent_span)
             if name != record.agent or not parent or agent_span == record.span_id \
-                    or not self._agentless_below(record.span_id, parent) \
-                    or any(self.within(held.span_id, agent_span)
-                           for held in self.records if held.span_id != agent_span):
+                    or not self._agentless_below(record.span_id, parent):
+                continue
+            if filled is None:
+                filled = self._filled()
+            if agent_span in filled:
                 continue
             main = self.main_agent
             if main is not None and self.within(main, parent) \
@@ -313,6 +316,23 @@ class TraceFrames:
             self.adopted[record.span_id] = key
             return key
         return None
+
+    def _filled(self) -> set[str]:
+        """The nested agents' spans (:attr:`children`) with a retained record below them, as
+        :meth:`within` follows the links: one walk up from each record, not one pass over the
+        records per agent (a trace with many nested agents of one name)."""
+        children, parents = self.children, self.parents
+        filled: set[str] = set()
+        for held in self.records:
+            span_id = held.span_id
+            current = parents.get(span_id)
+            for _ in range(MAX_DEPTH - 1):
+                if current is None:
+                    break
+                if current in children and current != span_id:
+                    filled.add(current)
+                current = parents.get(current)
+        return filled
 
     def _agentless_below(self, span_id: str, ancestor: str) -> bool:
         """Whether ``span_id`` lies below ``ancestor`` with no agent span between them (then

@@ -85,6 +85,23 @@ class RunState(RunCounts):
             limit_stop=self.limit_stop,
         )
 
+    def uncapped(self, cap: str) -> bool:
+        """The loop cap ``cap`` its agent span told was this ended run's limit, and the loop-end
+        tool that came after says the loop did not end at it: the run is classified again,
+        if that cap gave its state. True if its state changed."""
+        capped = classify_end(
+            forced=self.forced_state, forced_reason=self.forced_reason,
+            end_error_type=self.end_error_type, has_final_answer=self.has_final_answer,
+            at_budget=self.at_budget(), limit_stop=cap)
+        if not self.ended or self.limit_stop is not None \
+                or (self.terminal_state, self.terminal_reason) != capped:
+            return False
+        self.terminal_state, self.terminal_reason = classify_end(
+            forced=self.forced_state, forced_reason=self.forced_reason,
+            end_error_type=self.end_error_type, has_final_answer=self.has_final_answer,
+            at_budget=self.at_budget(), limit_stop=None)
+        return (self.terminal_state, self.terminal_reason) != capped
+
     def late_answer(self, ends: bool = False) -> bool:
         """A span that arrived after the run ended (two export paths, or an exporter's
         batches, need not arrive in the order the spans ended) brought what the run's end
@@ -238,6 +255,8 @@ class RunState(RunCounts):
             setattr(run, name, value)
         if "_models" not in data and data.get("_last_model"):  # an older build's: the last one
             run._models = (_model_call(data["_last_model"]),)
+        if "agent_spans" not in data:  # an older build's: whether one came is not known, and
+            run.agent_spans = True  # its answer does not end it as an endpoint run's (expire)
         return run
 
 
@@ -260,8 +279,8 @@ _SPAN_SLOTS = (
     "_input_start_ns",
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
-    "_llm_said_start_ns", "_llm_start_ns", "_loop_cap", "_loop_ended", "_models", "_named",
-    "_recent_calls", "_reported_calls", "_result_counts",
+    "_llm_said_start_ns", "_llm_start_ns", "_loop_cap", "_loop_capped", "_loop_ended", "_models",
+    "_named", "_recent_calls", "_reported_calls", "_result_counts",
     "_tool_end_ns", "_tool_error_streak", "_tool_spans", "_tool_start_ns", "_agent_step_ns",
     "agent", "agent_spans",
     "budget_used",

@@ -481,7 +481,10 @@ class RunTracker(RunBook):
         if count:
             before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors,
                       run.cost_usd)
+        cap = run.limit_stop if late and record.loop_end and run._loop_capped else None
         run.apply(record, now)
+        if cap is not None:
+            run.uncapped(cap)  # (its loop ended by its loop-end tool, come after its cap)
         ends = record.ends_run and (
             not run.framed or record.run_frame or record.parent_span_id is None)
         if late:
