@@ -101,8 +101,8 @@ struct Shared {
     observe_limit: usize,
     /// How long a request's body may take to arrive once its head has (`model_body_timeout`).
     body_timeout: Duration,
-    /// How long a request waits for Python's word on it (`model_upstream_timeout`): past it,
-    /// the relay answers it itself.
+    /// How long a request waits for Python's word on it (the connect and read timeouts, so
+    /// `model_upstream_timeout` + 30 s): past it, the relay answers it itself.
     decide_timeout: Duration,
     answers: Answers,
     /// What goes upstream before Python has read it (None until `Relay.admission`).
@@ -586,8 +586,8 @@ fn body_failure(error: &reqwest::Error) -> (&'static str, String) {
 /// The relay's own answer to a request Python gave no word on (it is closing, or did not
 /// answer within `decide_timeout`): 503, to retry, in the API's error shape.
 fn undecided(uri: &hyper::Uri, ticket: Ticket) -> Response<RelayBody> {
-    const WHY: &str = "the model endpoint did not decide on this request in time \
-                       (model_upstream_timeout), or is stopping: retry shortly";
+    const WHY: &str = "the model endpoint did not decide on this request in time, or is \
+                       stopping: retry shortly";
     let body = if uri.path().trim_end_matches('/').ends_with("/v1/messages") {
         format!(r#"{{"type":"error","error":{{"type":"overloaded_error","message":"{WHY}","code":"undecided"}}}}"#)
     } else {
@@ -808,11 +808,12 @@ impl Relay {
             else { Err(PyValueError::new_err(format!("{name} must be a positive number"))) }
         };
         let body_timeout = seconds(body_timeout, "body_timeout")?;
-        let decide_timeout = seconds(read_timeout, "read_timeout")?;
+        let read = seconds(read_timeout, "read_timeout")?;
+        // Python's word comes at once: this bound is a backstop, never met by a busy loop
+        let decide_timeout = seconds(connect_timeout, "connect_timeout")? + read;
         // this process's own loopback relay answers within its own connect and read timeouts
         // (a 504 or 502 of its own when the upstream does not): it is given those and more
-        let loopback_timeout = seconds(connect_timeout, "connect_timeout")? + decide_timeout
-            + LOOPBACK_SLACK;
+        let loopback_timeout = decide_timeout + LOOPBACK_SLACK;
         let builder = |read: Duration| -> PyResult<reqwest::ClientBuilder> {
             Ok(reqwest::Client::builder()
                 .connect_timeout(seconds(connect_timeout, "connect_timeout")?)
@@ -826,7 +827,7 @@ impl Relay {
         let failed = |error: reqwest::Error| {
             PyOSError::new_err(format!("the relay's HTTP client: {error}"))
         };
-        let client = builder(decide_timeout)?.build().map_err(failed)?;
+        let client = builder(read)?.build().map_err(failed)?;
         let direct = builder(loopback_timeout)?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1)).thread_name("watchdog-relay").enable_all().build()
