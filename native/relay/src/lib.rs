@@ -1089,12 +1089,15 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
-            if prior_knowledge(&stream).await {
+            // a connection that sends nothing is closed as an idle one is (below)
+            let first = tokio::time::timeout(shared.body_timeout, prior_knowledge(&stream));
+            let Ok(http2) = first.await else { return };
+            if http2 {
                 refuse_http2(stream).await;
                 return;
             }
             // a request's head, as its body, arrives within model_body_timeout (and a
-            // connection idle that long is closed)
+            // keep-alive connection idle that long is closed: aiohttp's closes at 75 s)
             let head_timeout = shared.body_timeout;
             let service = service_fn(move |request| handle(shared.clone(), request));
             let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
