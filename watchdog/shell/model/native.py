@@ -36,6 +36,13 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
 
+A forward that fails before the client's answer has begun (no head in time, none at all, a
+whole response whose body stalls or breaks off while the relay reads it first, one a bound
+cannot judge) comes back as ``failed`` and is answered here as the aiohttp relay answers it
+(:meth:`ModelProxy.upstream_failed`); so is one to this process's own relay, which answers
+within its own timeouts. The relay waits for Python's word on a request at most
+``model_upstream_timeout`` + 30 s, a backstop: then it answers 503 itself.
+
 Booking a call (reading its response, its record through the core's step with the rules) is
 most of this loop's work per request, so it waits until the requests queued with it have been
 decided and sent on: the responses that ended are held, and booked together, in one step of

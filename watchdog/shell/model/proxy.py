@@ -17,7 +17,8 @@ passed on event by event (:mod:`watchdog.shell.model.streams`). When the respons
 the call becomes records of its run through the service, as spans do. What a request gets (an
 answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
-Bounded: request bodies (``model_max_body_bytes``, 413), requests in flight
+Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, 408
+and the connection closed), requests in flight
 (``model_max_concurrent``, 503 with Retry-After), whole responses read for observation
 (``MAX_RESPONSE_BYTES``: larger ones pass unobserved), SSE events (``MAX_SSE_EVENT_BYTES``). One
 client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
@@ -92,6 +93,29 @@ RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
 MAX_AGENT_CHARS = 200  # x-watchdog-agent, as model_agent_name
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
+
+
+# A request the upstream gave no answer the client could have, by how it failed: the status
+# and error code the client gets, the outcome counted (model_requests_total), what happened.
+UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
+    # no head within the timeout
+    "timeout": (504, "upstream_timeout", "upstream_timeout", " did not answer within {timeout}"),
+    # its head came, then its body stopped
+    "stalled": (504, "upstream_timeout", "upstream_timeout",
+                " answered, then sent nothing more for {timeout} before its response was "
+                "complete"),
+    # no connection, or one closed before its head
+    "unreachable": (502, "upstream_unreachable", "upstream_unreachable",
+                    " cannot be reached ({detail})"),
+    # its head came, then its body broke off
+    "broken": (502, "upstream_broken", "upstream_error",
+               " answered, then broke off before its response was complete ({detail})"),
+    # a response too long, or in JSON or a coding it cannot read, to check against the run's
+    # tool-call bound: never passed on
+    "unjudged": (502, "response_unjudged", "upstream_error",
+                 "'s response could not be checked against the run's tool-call budget "
+                 "({detail}), so it was not passed on"),
+}
 
 
 def agent_allowed(named: str) -> bool:
@@ -517,42 +541,22 @@ class ModelProxy:
                         "(a budget in dollars or tokens cannot count them), until a restart")
 
     def upstream_failed(self, plan: Plan, kind: str, detail: str) -> Answer:
-        """The answer when the upstream gave none the client could have, by ``kind``:
-        ``timeout`` (no head within ``model_upstream_timeout``: 504), ``stalled`` (its head
-        came, then its body stopped: 504), ``unreachable`` (no connection, or it closed before
-        its head: 502), ``broken`` (its head came, then its body broke off: 502),
-        ``unjudged`` (a response too big, or in JSON or a coding it cannot read, to check
-        against the run's tool-call bound: 502, never passed on); ``detail``: the error's kind
-        or what could not be read. Counted; the run has no model call running any more."""
+        """The answer when the upstream gave none the client could have (``kind``: one of
+        :data:`UPSTREAM_FAILURES`; ``detail``: the error's kind, or what could not be read),
+        counted; the run has no model call running any more."""
         exchange = plan.exchange
         wire = exchange.wire if exchange is not None else ChatWire()
         agent = exchange.agent if exchange is not None else None
         if exchange is not None:
             self.service.model_in_flight(exchange.key, 0)
-        timeout = f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)"
-        where = url_for_logs(plan.url.split("?")[0])
-        status, code, outcome = 502, "upstream_unreachable", "upstream_unreachable"
-        if kind == "timeout":
-            status, code, outcome = 504, "upstream_timeout", "upstream_timeout"
-            message = f"the upstream model API did not answer within {timeout}"
-        elif kind == "stalled":
-            status, code, outcome = 504, "upstream_timeout", "upstream_timeout"
-            message = (f"the upstream model API answered, then sent nothing more for "
-                       f"{timeout} before its response was complete")
-            log.warning("model upstream %s stalled mid-response", where)
-        elif kind == "broken":
-            code, outcome = "upstream_broken", "upstream_error"
-            message = (f"the upstream model API answered, then broke off before its response "
-                       f"was complete ({detail})")
-            log.warning("model upstream %s broke off its response: %s", where, detail)
-        elif kind == "unjudged":
-            code, outcome = "response_unjudged", "upstream_error"
-            message = (f"the upstream model API's response could not be checked against the "
-                       f"run's tool-call budget ({detail}), so it was not passed on")
-            log.warning("model upstream %s response not passed on: %s", where, detail)
-        else:
-            message = f"the upstream model API cannot be reached ({detail})"
-            log.warning("model upstream %s unreachable: %s", where, detail)
+        status, code, outcome, what = UPSTREAM_FAILURES.get(kind,
+                                                            UPSTREAM_FAILURES["unreachable"])
+        message = "the upstream model API" + what.format(
+            timeout=f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)",
+            detail=detail)
+        if kind != "timeout":
+            log.warning("model upstream %s: %s", url_for_logs(plan.url.split("?")[0]),
+                        message)
         self.count(agent, plan.api, outcome)
         return Answer(status, dumps(wire.error(status, code, message)), JSON)
 
