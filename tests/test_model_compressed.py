@@ -258,8 +258,9 @@ def test_with_a_bound_a_coding_it_cannot_read_is_never_handed_on(
     else:
         assert status == 502 and isinstance(body, bytes)
         error = json.loads(body)["error"]
-        assert error["code"] == "upstream_unreachable"
-        assert "UnjudgedResponse" in error["message"]
+        assert error["code"] == "response_unjudged"
+        assert "could not be checked against the run's tool-call budget" in error["message"]
+        assert "cannot be reached" not in error["message"]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -299,7 +300,7 @@ def test_a_decompression_bomb_is_read_no_further_than_the_bounds(
         assert broken_off(status, body), (status, body)
     else:
         assert status == 502 and isinstance(body, bytes)
-        assert "UnjudgedResponse" in json.loads(body)["error"]["message"]
+        assert json.loads(body)["error"]["code"] == "response_unjudged"
 
 
 @pytest.mark.parametrize("coding", ["gzip", "deflate"])

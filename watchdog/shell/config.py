@@ -60,6 +60,9 @@ MODEL_RELAYS = ("native", "python")  # the compiled relay, or the aiohttp one
 DEFAULT_MODEL_MAX_BODY_BYTES = 16 * 1024 * 1024  # a request body; long histories with images
 DEFAULT_MODEL_MAX_CONCURRENT = 256  # requests in flight through the endpoint at once
 DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long reasoning call)
+# seconds a request's body may take to arrive once its head has (a slow client's 16 MiB on a
+# slow link; a stalled one holds a model_max_concurrent slot no longer)
+DEFAULT_MODEL_BODY_TIMEOUT = 60.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "WATCHDOG_"
@@ -110,6 +113,7 @@ class Config:
     model_max_body_bytes: int = DEFAULT_MODEL_MAX_BODY_BYTES
     model_max_concurrent: int = DEFAULT_MODEL_MAX_CONCURRENT
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
+    model_body_timeout: float = DEFAULT_MODEL_BODY_TIMEOUT
 
     def validate(self) -> Config:
         """Every bad value at once, in one :class:`ConfigError` (see :func:`raise_problems`)."""
@@ -201,6 +205,9 @@ class Config:
                 (_require, (self.model_upstream_timeout > 0, "model_upstream_timeout",
                             self.model_upstream_timeout,
                             "a positive number of seconds (e.g. 600 or 10m)")),
+                (_require, (self.model_body_timeout > 0, "model_body_timeout",
+                            self.model_body_timeout,
+                            "a positive number of seconds (e.g. 60 or 1m)")),
                 (_require, (name is None or (0 < len(name) <= 200 and name.isprintable()),
                             "model_agent_name", name, "a printable name of 1-200 characters"))):
             _checked(problems, test, *args)

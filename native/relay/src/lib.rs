@@ -56,7 +56,9 @@ type Headers = Vec<(String, String)>;
 /// What the relay tells Python.
 enum Event {
     /// A request read: method, target, headers, body (None: refused before it was read), the
-    /// refusal ("" none, "too_large", "overloaded", "unreadable"), requests in flight.
+    /// refusal ("" none, "too_large", "overloaded", "unreadable", "body_late": its body did
+    /// not arrive in time, "bad_host": an HTTP/1.1 request without one Host header), requests
+    /// in flight.
     /// `learn`: the agent of a new conversation's first request, whose new runs the relay
     /// has not been told about (`Relay.admit_agent`).
     Request { id: u64, method: String, target: String, headers: Headers, body: Option<Bytes>,
@@ -65,7 +67,9 @@ enum Event {
     /// that its agent's new runs get (`admit`): Python reads it as a request it forwarded.
     Taken { id: u64, method: String, target: String, headers: Headers, body: Bytes,
             in_flight: usize, keep: i64 },
-    /// A forward failed before the upstream answered ("timeout", "unreachable"): Python
+    /// A forward failed before the client's answer began: no head in time ("timeout"), none
+    /// at all ("unreachable"), its body stopped ("stalled") or broke off ("broken") while it
+    /// was read whole, or a response a bound cannot judge ("unjudged", `detail` what): Python
     /// answers the request again with `respond`.
     Failed { id: u64, kind: &'static str, detail: String },
     /// A forwarded response ended: its status (0: none came), "ok", "cut" or "cancelled", the
@@ -95,6 +99,11 @@ struct Shared {
     max_body: usize,
     max_concurrent: usize,
     observe_limit: usize,
+    /// How long a request's body may take to arrive once its head has (`model_body_timeout`).
+    body_timeout: Duration,
+    /// How long a request waits for Python's word on it (the connect and read timeouts, so
+    /// `model_upstream_timeout` + 30 s): past it, the relay answers it itself.
+    decide_timeout: Duration,
     /// Set once, by `Relay.answer_tools` (or the constructor): Python reads them from the
     /// conventions at its first model request, and no response is trimmed before that.
     answers: OnceLock<Answers>,
@@ -119,12 +128,16 @@ impl Shared {
         }
     }
 
-    /// Queues the request's event and waits for Python's reply (None: the relay is closing).
+    /// Queues the request's event and waits for Python's reply, at most `decide_timeout`
+    /// (None: the relay is closing, or Python did not answer in time; a reply that comes
+    /// later finds the request gone, as if its client had gone away).
     async fn ask(&self, id: u64, event: Event) -> Option<Reply> {
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().unwrap().insert(id, tx);
         self.push(event);
-        rx.await.ok()
+        let reply = tokio::time::timeout(self.decide_timeout, rx).await;
+        self.waiting.lock().unwrap().remove(&id);
+        reply.ok().and_then(Result::ok)
     }
 }
 
@@ -458,15 +471,20 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
     let mut body = None;
     if in_flight > shared.max_concurrent {
         refusal = "overloaded";
+    } else if parts.version == hyper::Version::HTTP_11
+              && parts.headers.get_all(hyper::header::HOST).iter().count() != 1 {
+        refusal = "bad_host"; // RFC 9112 §3.2
     } else if declared.is_some_and(|length| length > shared.max_body as u64) {
         refusal = "too_large";
     } else {
-        match http_body_util::Limited::new(incoming, shared.max_body).collect().await {
-            Ok(collected) => body = Some(collected.to_bytes()),
-            Err(error) => {
+        let read = http_body_util::Limited::new(incoming, shared.max_body).collect();
+        match tokio::time::timeout(shared.body_timeout, read).await {
+            Ok(Ok(collected)) => body = Some(collected.to_bytes()),
+            Ok(Err(error)) => {
                 refusal = if error.is::<http_body_util::LengthLimitError>() { "too_large" }
                           else { "unreadable" };
             }
+            Err(_) => refusal = "body_late", // (its slot is freed with the answer)
         }
     }
     let method = parts.method.as_str().to_owned();
@@ -503,8 +521,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             let event = Event::Request { id, method, target, headers, body, refusal,
                                          in_flight: in_flight - 1, learn };
             let Some(reply) = shared.ask(id, event).await else {
-                return Ok(answer(503, &vec![], Bytes::from_static(b"the relay is closing"),
-                                 ticket));
+                return Ok(undecided(&parts.uri, ticket));
             };
             reply
         }
@@ -525,6 +542,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                     .headers(header_map(&headers)).body(body).send();
                 let mut sent = send(body).await;
                 let mut read = None; // of an error's body, read to judge it
+                let mut failed_body = None; // that read failed: the upstream had answered
                 if let (Some(unasked), Ok(upstream)) = (unasked, sent.as_mut()) {
                     if matches!(upstream.status().as_u16(), 400 | 422) {
                         let coding = upstream.headers().get("content-encoding")
@@ -538,12 +556,13 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                                 sent = send(unasked).await;
                             }
                             Ok((data, _)) => read = Some(data),
-                            Err(error) => sent = Err(error),
+                            Err(error) => failed_body = Some(body_failure(&error)),
                         }
                     }
                 }
-                let failure = match sent {
-                    Ok(upstream) => match relayed(&shared, upstream, read, ticket, observe,
+                let failure = match (sent, failed_body) {
+                    (_, Some(failure)) => failure,
+                    (Ok(upstream), None) => match relayed(&shared, upstream, read, ticket, observe,
                                                   trim, watch).await {
                         Ok(response) => return Ok(response),
                         Err((back, kind, detail)) => {
@@ -551,7 +570,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                             (kind, detail)
                         }
                     },
-                    Err(error) => {
+                    (Err(error), None) => {
                         let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
                         (kind, error_kind(&error))
                     }
@@ -560,7 +579,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 let (kind, detail) = failure;
                 match shared.ask(id, Event::Failed { id, kind, detail }).await {
                     Some(next) => reply = next,
-                    None => return Ok(answer(502, &vec![], Bytes::new(), ticket)),
+                    None => return Ok(undecided(&parts.uri, ticket)),
                 }
             }
         }
@@ -568,6 +587,25 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
 }
 
 type Failure = (Ticket, &'static str, String);
+
+/// A body read whole that failed once the upstream had answered: its kind (`Event::Failed`).
+fn body_failure(error: &reqwest::Error) -> (&'static str, String) {
+    (if error.is_timeout() { "stalled" } else { "broken" }, error_kind(error))
+}
+
+/// The relay's own answer to a request Python gave no word on (it is closing, or did not
+/// answer within `decide_timeout`): 503, to retry, in the API's error shape.
+fn undecided(uri: &hyper::Uri, ticket: Ticket) -> Response<RelayBody> {
+    const WHY: &str = "the model endpoint did not decide on this request in time, or is \
+                       stopping: retry shortly";
+    let body = if uri.path().trim_end_matches('/').ends_with("/v1/messages") {
+        format!(r#"{{"type":"error","error":{{"type":"overloaded_error","message":"{WHY}","code":"undecided"}}}}"#)
+    } else {
+        format!(r#"{{"error":{{"message":"{WHY}","type":"api_error","param":null,"code":"undecided"}}}}"#)
+    };
+    answer(503, &vec![("Content-Type".to_owned(), "application/json".to_owned()),
+                      ("Retry-After".to_owned(), "1".to_owned())], Bytes::from(body), ticket)
+}
 
 /// An upstream's error read whole to judge whether it refuses `stream_options` (`plans`).
 const MAX_REFUSAL_BYTES: usize = 64 * 1024;
@@ -634,6 +672,29 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                                watch: None, inflate: None, failed: false,
                                begun: false };
     match trim {
+        // a whole successful response observed: read first (bounded), as the aiohttp relay
+        // reads it, so one that stalls or breaks off before its end is a 504 or 502, never a
+        // short answer that ended; one too long to read passes on as it comes, unobserved
+        None if observe && status.is_success() && !stream => {
+            let limit = shared.observe_limit;
+            let mut upstream = upstream;
+            let (read, whole) = match read_upto(&mut upstream, limit).await {
+                Ok(read) => read,
+                Err(error) => {
+                    ticket.observed = None;
+                    let (kind, detail) = body_failure(&error);
+                    return Err((ticket, kind, detail));
+                }
+            };
+            ticket.observed = if !whole || coding == Coding::Other { None }
+                else if coding == Coding::Identity { Some(BytesMut::from(&read[..])) }
+                else { inflate::inflate_whole(&read, coding, limit).ok()
+                           .map(|text| BytesMut::from(&text[..])) };
+            body.whole = Some(read);
+            if !whole {
+                body.upstream = Some(upstream.into());
+            }
+        }
         None => {
             if status.is_success() && stream {
                 body.watch = watch.map(LastEvent::new);
@@ -672,25 +733,27 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
             let limit = shared.observe_limit;
             let mut upstream = upstream;
             // too long to read: its calls cannot be judged, so it is not passed on
-            let unjudged = |mut ticket: Ticket| {
+            let unjudged = |mut ticket: Ticket, why: &str| {
                 ticket.observed = None;
-                Err((ticket, "unreachable", "UnjudgedResponse".into()))
+                Err((ticket, "unjudged", why.to_owned()))
             };
+            const LONG: &str = "too long to read";
             if upstream.content_length().is_some_and(|length| length > limit as u64) {
-                return unjudged(ticket);
+                return unjudged(ticket, LONG);
             }
             let read = match read_upto(&mut upstream, limit).await {
                 Ok((read, true)) => read,
-                Ok((_, false)) => return unjudged(ticket),
+                Ok((_, false)) => return unjudged(ticket, LONG),
                 Err(error) => {
-                    let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
-                    return Err((ticket, kind, error_kind(&error)));
+                    let (kind, detail) = body_failure(&error);
+                    return Err((ticket, kind, detail));
                 }
             };
             let text = if coding == Coding::Identity { read.clone() } else {
                 match inflate::inflate_whole(&read, coding, limit) {
                     Ok(text) => Bytes::from(text),
-                    Err(BadCoding) => return unjudged(ticket), // (or too long once inflated)
+                    Err(BadCoding) => return unjudged(ticket, "not of its Content-Encoding, \
+                                                              or too long once inflated"),
                 }
             };
             if observe {
@@ -703,7 +766,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                     Bytes::from(trimmed)
                 }
                 Ok(None) => read, // as it came
-                Err(trim::Unjudged) => return unjudged(ticket),
+                Err(trim::Unjudged) => return unjudged(ticket, "JSON it cannot judge"),
             };
             headers.remove("content-length");
             body.whole = Some(out);
@@ -716,10 +779,14 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     Ok(response)
 }
 
+/// What the loopback relay's client waits past its connect and read timeouts.
+const LOOPBACK_SLACK: Duration = Duration::from_secs(5);
+
 /// The error's kind, never its text (which may name the URL or what the server said).
 fn error_kind(error: &reqwest::Error) -> String {
     if error.is_connect() { "ConnectError" } else if error.is_timeout() { "Timeout" }
-    else if error.is_request() { "RequestError" } else if error.is_body() { "BodyError" }
+    else if error.is_request() { "RequestError" }
+    else if error.is_body() || error.is_decode() { "BodyError" }
     else { "Error" }.to_owned()
 }
 
@@ -740,19 +807,27 @@ impl Relay {
     #[new]
     #[pyo3(signature = (host, port, max_body, max_concurrent, connect_timeout, read_timeout,
                         observe_limit, threads=2, answer_tools=vec![],
-                        answer_tool_prefixes=vec![]))]
+                        answer_tool_prefixes=vec![], body_timeout=60.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(host: &str, port: u16, max_body: usize, max_concurrent: usize,
            connect_timeout: f64, read_timeout: f64, observe_limit: usize, threads: usize,
-           answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>) -> PyResult<Self> {
+           answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>, body_timeout: f64)
+           -> PyResult<Self> {
         let seconds = |value: f64, name: &str| {
-            if value.is_finite() && value > 0.0 { Ok(Duration::from_secs_f64(value)) }
+            if value.is_finite() && value > 0.0 && value < 1e9 { Ok(Duration::from_secs_f64(value)) }
             else { Err(PyValueError::new_err(format!("{name} must be a positive number"))) }
         };
-        let builder = || -> PyResult<reqwest::ClientBuilder> {
+        let body_timeout = seconds(body_timeout, "body_timeout")?;
+        let read = seconds(read_timeout, "read_timeout")?;
+        // Python's word comes at once: this bound is a backstop, never met by a busy loop
+        let decide_timeout = seconds(connect_timeout, "connect_timeout")? + read;
+        // this process's own loopback relay answers within its own connect and read timeouts
+        // (a 504 or 502 of its own when the upstream does not): it is given those and more
+        let loopback_timeout = decide_timeout + LOOPBACK_SLACK;
+        let builder = |read: Duration| -> PyResult<reqwest::ClientBuilder> {
             Ok(reqwest::Client::builder()
                 .connect_timeout(seconds(connect_timeout, "connect_timeout")?)
-                .read_timeout(seconds(read_timeout, "read_timeout")?)
+                .read_timeout(read)
                 .redirect(reqwest::redirect::Policy::none())
                 .pool_idle_timeout(Duration::from_secs(60))
                 .pool_max_idle_per_host(max_concurrent)
@@ -762,8 +837,8 @@ impl Relay {
         let failed = |error: reqwest::Error| {
             PyOSError::new_err(format!("the relay's HTTP client: {error}"))
         };
-        let client = builder()?.build().map_err(failed)?;
-        let direct = builder()?.no_proxy().build().map_err(failed)?;
+        let client = builder(read)?.build().map_err(failed)?;
+        let direct = builder(loopback_timeout)?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1)).thread_name("watchdog-relay").enable_all().build()
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
@@ -786,7 +861,8 @@ impl Relay {
         let shared = Arc::new(Shared {
             events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
-            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit, answers,
+            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
+            body_timeout, decide_timeout, answers,
             admission: Mutex::new(None), client,
             direct, usage_refused: AtomicBool::new(false) });
         let stop = Arc::new(Notify::new());
@@ -1032,12 +1108,19 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
-            if prior_knowledge(&stream).await {
+            // a connection that sends nothing is closed as an idle one is (below)
+            let first = tokio::time::timeout(shared.body_timeout, prior_knowledge(&stream));
+            let Ok(http2) = first.await else { return };
+            if http2 {
                 refuse_http2(stream).await;
                 return;
             }
+            // a request's head, as its body, arrives within model_body_timeout (and a
+            // keep-alive connection idle that long is closed: aiohttp's closes at 75 s)
+            let head_timeout = shared.body_timeout;
             let service = service_fn(move |request| handle(shared.clone(), request));
             let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
+                .timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), service).await;
         });
     }

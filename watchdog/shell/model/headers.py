@@ -93,9 +93,15 @@ def path_agent(segment: str) -> str | None:
     return name
 
 
+def agent_allowed(name: str) -> bool:
+    """Whether an agent's name as a request gives it is one the endpoint takes: printable, 1
+    to MAX_AGENT_CHARS characters."""
+    return 0 < len(name) <= MAX_AGENT_CHARS and name.isprintable()
+
+
 def check_agent(name: str, what: str = AGENT_HEADER) -> None:
-    """An agent's name as a request gives it: printable, 1 to MAX_AGENT_CHARS characters."""
-    if not (0 < len(name) <= MAX_AGENT_CHARS and name.isprintable()):
+    """An agent's name as a request gives it (:func:`agent_allowed`), else Refused."""
+    if not agent_allowed(name):
         raise Refused(400, "bad_request", f"{what} {name[:64]!r} is not allowed: give a "
                       f"printable name of 1-{MAX_AGENT_CHARS} characters")
 

@@ -36,6 +36,13 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
 
+A forward that fails before the client's answer has begun (no head in time, none at all, a
+whole response whose body stalls or breaks off while the relay reads it first, one a bound
+cannot judge) comes back as ``failed`` and is answered here as the aiohttp relay answers it
+(:meth:`ModelProxy.upstream_failed`); so is one to this process's own relay, which answers
+within its own timeouts. The relay waits for Python's word on a request at most
+``model_upstream_timeout`` + 30 s, a backstop: then it answers 503 itself.
+
 Booking a call (reading its response, its record through the core's step with the rules) is
 most of this loop's work per request, so it waits until the requests queued with it have been
 decided and sent on: the responses that ended are held, and booked together, in one step of
@@ -109,7 +116,7 @@ class NativeEndpoint:
         self.relay: Any = None  # watchdog.shell.model._relay.Relay
         self.pending: dict[int, Plan] = {}  # forwarded requests, until their response ends
         self.tickets: dict[str, Plan] = {}  # plans for the aiohttp relay, until it takes them
-        self.ticket_of: dict[int, str] = {}
+        self.ticket_of: dict[int, tuple[str, Plan]] = {}
         self.runner: web.AppRunner | None = None
         self.internal = ""
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -139,7 +146,8 @@ class NativeEndpoint:
         await site.start()
         self.internal = f"http://127.0.0.1:{runner.addresses[0][1]}{TICKET_PATH}"
         self.relay = Relay(host, port, config.model_max_body_bytes, config.model_max_concurrent,
-                           CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES)
+                           CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
+                           body_timeout=config.model_body_timeout)
         proxy = self.proxy
         token = None if proxy.token is None else (TOKEN_HEADER, proxy.token)
         self.relay.admission(proxy.openai, proxy.anthropic, config.model_agent_name or "",
@@ -267,11 +275,16 @@ class NativeEndpoint:
                 raise proxy.overloaded(in_flight)
             if refusal == "too_large":
                 raise proxy.too_large(proxy.config.model_max_body_bytes)
+            if refusal == "body_late":
+                raise proxy.body_late(proxy.config.model_body_timeout)
+            if refusal == "bad_host":
+                raise Refused(400, "bad_request", "an HTTP/1.1 request must have exactly one "
+                              "Host header (RFC 9112 §3.2)", {"Connection": "close"})
             if refusal or body is None:
                 raise Refused(400, "bad_request", "the request body could not be read")
             plan = proxy.plan(wire, method, target, headers, body, agent)
         except Refused as refused:
-            plan = proxy.refusal(wire, refused)
+            plan = proxy.refusal(wire, refused, headers)
         if isinstance(plan, Answer):
             self.relay.respond(number, plan.status, list(plan.headers.items()), plan.body)
             return
@@ -287,7 +300,7 @@ class NativeEndpoint:
             return
         ticket = secrets.token_urlsafe(24)
         self.tickets[ticket] = plan
-        self.ticket_of[number] = ticket
+        self.ticket_of[number] = (ticket, plan)
         if not self.relay.forward(number, "POST", self.internal + ticket, [], b"", False, True,
                                   True):
             self._done(number, 0, "cancelled", None, "", 0.0)
@@ -299,10 +312,11 @@ class NativeEndpoint:
         here; a miss if it is not what this process decides now."""
         proxy = self.proxy
         wire = proxy.wire_of(method, target)
+        headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         try:
-            plan = proxy.plan(wire, method, target, CIMultiDict(raw_headers), body)
+            plan = proxy.plan(wire, method, target, headers, body)
         except Refused as refused:
-            plan = proxy.refusal(wire, refused)
+            plan = proxy.refusal(wire, refused, headers)
         self.admitted += 1
         if isinstance(plan, Plan):
             exchange = plan.exchange
@@ -369,9 +383,9 @@ class NativeEndpoint:
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
               content_type: str, seconds: float, changed: bool = False,
               seen: ObservedFields | None = None) -> None:
-        ticket = self.ticket_of.pop(number, None)
-        if ticket is not None:  # the aiohttp relay's: settled there, unless it never came
-            plan = self.tickets.pop(ticket, None)
+        held = self.ticket_of.pop(number, None)
+        if held is not None:  # the aiohttp relay's: settled there, unless it never came
+            plan = self.tickets.pop(held[0], None)
             if plan is not None:
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return
@@ -413,14 +427,22 @@ class NativeEndpoint:
                 exchange.settle()
 
     def _upstream_failed(self, number: int, kind: str, detail: str) -> None:
+        """The relay's forward failed before its answer began: answered here, always (the
+        relay waits for this answer)."""
         plan = self.pending.pop(number, None)
-        if plan is None:
-            return
+        settle = plan is not None
+        held = self.ticket_of.pop(number, None)
+        if held is not None:  # this process's own relay gave no answer in time
+            plan = self.tickets.pop(held[0], None)
+            settle = plan is not None  # (else it took the request, and settled it there)
+            plan = plan or held[1]
+        if plan is None:  # (a request the relay sent on, decided otherwise once read)
+            plan = Plan("POST", "other", "", CIMultiDict(), b"", None)
         try:
             answer = self.proxy.upstream_failed(plan, kind, detail)
             self.relay.respond(number, answer.status, list(answer.headers.items()), answer.body)
         finally:
-            if plan.exchange is not None:
+            if settle and plan.exchange is not None:
                 plan.exchange.settle()
 
     # -- the streams changed in flight: the aiohttp relay -------------------------------------

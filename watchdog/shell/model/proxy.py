@@ -17,7 +17,8 @@ passed on event by event (:mod:`watchdog.shell.model.streams`). When the respons
 the call becomes records of its run through the service, as spans do. What a request gets (an
 answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
-Bounded: request bodies (``model_max_body_bytes``, 413), requests in flight
+Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, 408
+and the connection closed), requests in flight
 (``model_max_concurrent``, 503 with Retry-After), whole responses read for observation
 (``MAX_RESPONSE_BYTES``: larger ones pass unobserved), SSE events (``MAX_SSE_EVENT_BYTES``). One
 client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
@@ -68,6 +69,7 @@ from watchdog.shell.model.headers import (
     AGENT_HEADER,
     ANTHROPIC_HINTS,
     Refused,
+    agent_allowed,
     budget_from,
     check_agent,
     door,
@@ -93,6 +95,29 @@ CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
+
+
+# A request the upstream gave no answer the client could have, by how it failed: the status
+# and error code the client gets, the outcome counted (model_requests_total), what happened.
+UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
+    # no head within the timeout
+    "timeout": (504, "upstream_timeout", "upstream_timeout", " did not answer within {timeout}"),
+    # its head came, then its body stopped
+    "stalled": (504, "upstream_timeout", "upstream_timeout",
+                " answered, then sent nothing more for {timeout} before its response was "
+                "complete"),
+    # no connection, or one closed before its head
+    "unreachable": (502, "upstream_unreachable", "upstream_unreachable",
+                    " cannot be reached ({detail})"),
+    # its head came, then its body broke off
+    "broken": (502, "upstream_broken", "upstream_error",
+               " answered, then broke off before its response was complete ({detail})"),
+    # a response too long, or in JSON or a coding it cannot read, to check against the run's
+    # tool-call bound: never passed on
+    "unjudged": (502, "response_unjudged", "upstream_error",
+                 "'s response could not be checked against the run's tool-call budget "
+                 "({detail}), so it was not passed on"),
+}
 
 
 def gone(exchange: Exchange | None) -> str:
@@ -173,8 +198,16 @@ class ModelProxy:
             finally:
                 self.in_flight -= 1
         except Refused as refused:
-            answer = self.refusal(wire, refused)
-            return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+            answer = self.refusal(wire, refused, request.headers)
+            response = web.Response(status=answer.status, body=answer.body,
+                                    headers=answer.headers)
+            if answer.headers.get("Connection") == "close":  # its body was not all read:
+                response.force_close()  # the connection ends with the answer, not after
+                await response.prepare(request)  # waiting for the rest of it
+                await response.write_eof()
+                if request.transport is not None:
+                    request.transport.close()
+            return response
 
     def wire_of(self, method: str, path: str) -> Wire | None:
         """The API a request speaks (None: another path, passed through); ``path`` decoded."""
@@ -190,9 +223,27 @@ class ModelProxy:
         return Refused(413, "request_too_large", f"the request body is larger than {limit} "
                        f"bytes (model_max_body_bytes)")
 
-    def refusal(self, wire: Wire | None, refused: Refused) -> Answer:
-        """A request the endpoint answers itself, counted."""
-        self.count(None, wire.api if wire is not None else "other", "refused")
+    @staticmethod
+    def body_late(seconds: float) -> Refused:
+        """A body that did not arrive in time: its connection is closed with the answer (the
+        rest of the body may still come)."""
+        return Refused(408, "request_timeout", f"the request body did not arrive within "
+                       f"{seconds:g} s (model_body_timeout)", {"Connection": "close"})
+
+    def agent_named(self, headers: CIMultiDict[str] | CIMultiDictProxy[str] | None
+                    ) -> str | None:
+        """The agent a request names (``x-watchdog-agent``, when it is a name the endpoint
+        takes), else ``model_agent_name``."""
+        named = headers.get(AGENT_HEADER) if headers is not None else None
+        return named if named is not None and agent_allowed(named) \
+            else self.config.model_agent_name
+
+    def refusal(self, wire: Wire | None, refused: Refused,
+                headers: CIMultiDict[str] | CIMultiDictProxy[str] | None = None) -> Answer:
+        """A request the endpoint answers itself, counted (under the agent its ``headers``
+        name)."""
+        self.count(self.agent_named(headers), wire.api if wire is not None else "other",
+                   "refused")
         body = (wire or ChatWire()).error(refused.status, refused.code, refused.message)
         return Answer(refused.status, dumps(body), {"Content-Type": "application/json",
                                                     **refused.headers})
@@ -426,6 +477,7 @@ class ModelProxy:
             plan.exchange
         agent = exchange.agent if exchange is not None else None
         started = time.perf_counter()
+        answered = False  # the upstream's head came: a failure from here broke its answer
         try:
             proxy = self.proxies.get(self.anthropic if url.startswith(self.anthropic + "/")
                                      else self.openai)
@@ -437,6 +489,7 @@ class ModelProxy:
                                        if proxy and proxy[1] else None)
 
             async with send(body) as upstream:
+                answered = True
                 unasked = exchange.unasked if exchange is not None else None
                 if unasked is None or upstream.status not in REFUSED_USAGE_STATUSES:
                     response, outcome = await self._relayed(request, upstream, exchange)
@@ -453,19 +506,22 @@ class ModelProxy:
                         assert exchange is not None
                         exchange.unasked = None
                         self.usage_refused()
+                        answered = False
                         async with send(unasked) as again:
+                            answered = True
                             response, outcome = await self._relayed(request, again, exchange)
-        except Unjudged:  # a bound's response it cannot judge: as the compiled relay answers
-            answer = self.upstream_failed(plan, "unreachable", "UnjudgedResponse")
+        except Unjudged as exc:  # a bound's response it cannot judge: as the compiled relay
+            answer = self.upstream_failed(plan, "unjudged", str(exc))  # answers
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except TimeoutError:
-            answer = self.upstream_failed(plan, "timeout", "")
+            answer = self.upstream_failed(plan, "stalled" if answered else "timeout", "")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
             if request.transport is None or request.transport.is_closing():
                 self.count(agent, api, gone(exchange))
                 raise asyncio.CancelledError from None
-            answer = self.upstream_failed(plan, "unreachable", type(exc).__name__)
+            answer = self.upstream_failed(plan, "broken" if answered else "unreachable",
+                                          type(exc).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except asyncio.CancelledError:  # the client went away
             self.count(agent, api, gone(exchange))
@@ -502,21 +558,24 @@ class ModelProxy:
                         "(a budget in dollars or tokens cannot count them), until a restart")
 
     def upstream_failed(self, plan: Plan, kind: str, detail: str) -> Answer:
-        """The answer when the upstream gave none: ``kind`` timeout (504) or unreachable
-        (502, ``detail`` the error's kind), counted."""
+        """The answer when the upstream gave none the client could have (``kind``: one of
+        :data:`UPSTREAM_FAILURES`; ``detail``: the error's kind, or what could not be read),
+        counted; the run has no model call running any more."""
         exchange = plan.exchange
         wire = exchange.wire if exchange is not None else ChatWire()
         agent = exchange.agent if exchange is not None else None
-        if kind == "timeout":
-            self.count(agent, plan.api, "upstream_timeout")
-            return Answer(504, dumps(wire.error(
-                504, "upstream_timeout", f"the upstream model API did not answer within "
-                f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)")), JSON)
-        self.count(agent, plan.api, "upstream_unreachable")
-        log.warning("model upstream %s unreachable: %s", url_for_logs(plan.url.split("?")[0]),
-                    detail)
-        return Answer(502, dumps(wire.error(502, "upstream_unreachable", f"the upstream model "
-                                            f"API cannot be reached ({detail})")), JSON)
+        if exchange is not None:
+            self.service.model_in_flight(exchange.key, 0)
+        status, code, outcome, what = UPSTREAM_FAILURES.get(kind,
+                                                            UPSTREAM_FAILURES["unreachable"])
+        message = "the upstream model API" + what.format(
+            timeout=f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)",
+            detail=detail)
+        if kind != "timeout":
+            log.warning("model upstream %s: %s", url_for_logs(plan.url.split("?")[0]),
+                        message)
+        self.count(agent, plan.api, outcome)
+        return Answer(status, dumps(wire.error(status, code, message)), JSON)
 
     def observe_whole(self, exchange: Exchange, data: bytes, content_type: str,
                       into: list[Booked] | None = None, changed: bool = False,
@@ -627,7 +686,8 @@ class ModelProxy:
         try:
             self._length_taken(request)
         except Refused as refused:
-            answer = self.refusal(self.wire_of(request.method, request.path), refused)
+            answer = self.refusal(self.wire_of(request.method, request.path), refused,
+                                  request.headers)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         if request.version >= aiohttp.HttpVersion11 and request.headers.get(
                 "Expect", "").strip().lower() == "100-continue":  # (as aiohttp's own handler)
@@ -649,10 +709,14 @@ class ModelProxy:
         limit = self.config.model_max_body_bytes
         self._length_taken(request)
         data = bytearray()
-        async for chunk in request.content.iter_any():
-            data += chunk
-            if len(data) > limit:
-                raise self.too_large(limit)
+        try:
+            async with asyncio.timeout(self.config.model_body_timeout):
+                async for chunk in request.content.iter_any():
+                    data += chunk
+                    if len(data) > limit:
+                        raise self.too_large(limit)
+        except TimeoutError:
+            raise self.body_late(self.config.model_body_timeout) from None
         return bytes(data)
 
     def count(self, agent: str | None, api: str, outcome: str) -> None:

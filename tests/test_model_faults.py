@@ -1,0 +1,236 @@
+"""The model endpoint when the client or the upstream misbehaves (DESIGN §12), on both relays:
+every wait is bounded (an upstream silent on a run's final request, a body that never comes), a
+whole response cut or stalled mid-body is never a clean short answer, a request without one
+Host is refused, failures say what happened, and refusals are counted under the agent the
+request names — a real sidecar in front of a raw upstream the test scripts byte by byte."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import (
+    RunningServer,
+    http_request,
+    run_detail,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from tests.test_model_proxy import COMPLETION, RawUpstream, Seen, completion_reply, post
+
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+
+
+def sidecar_for(tmp_path: Path, upstream: RawUpstream, **overrides: Any) -> Any:
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=upstream.base + "/v1",
+                            model_upstream_anthropic=upstream.base, **overrides)
+    return running_server(config)
+
+
+@pytest.fixture
+def released() -> Iterator[threading.Event]:
+    """Set at the test's end: what a stalled upstream waits for."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def outcomes(sidecar: RunningServer, agent: str) -> dict[str, float]:
+    """``model_requests_total`` of ``agent``, by outcome."""
+    prefix = f'agent_watchdog_model_requests_total{{agent="{agent}",api="chat",outcome='
+    _, text = http_request("GET", sidecar.metrics + "/metrics")
+    return {line[len(prefix):].split('"')[1]: float(line.rsplit(" ", 1)[1])
+            for line in text.decode().splitlines() if line.startswith(prefix)}
+
+
+def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> bytes:
+    """What the endpoint answers to these bytes, until it closes the connection (or ``wait``
+    seconds pass: then the answer so far, and ``<no end>``)."""
+    host, port = sidecar.server.addresses["model"]
+    with socket.create_connection((host, port), timeout=wait) as sock:
+        sock.sendall(request)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except TimeoutError:
+            answer += b"<no end>"
+    return answer
+
+
+# -- every wait bounded -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled(
+        tmp_path: Path, released: threading.Event, stream: bool) -> None:
+    """A run's budget is spent: its next request goes upstream once more for the final
+    report (on the compiled relay through this process's own relay, which holds the answer).
+    An upstream that sends no head within ``model_upstream_timeout`` gets the agent a 504, on
+    both relays, and the run has no model call running any more."""
+    def silent(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        released.wait(60)
+
+    raw = RawUpstream(silent)
+    try:
+        with sidecar_for(tmp_path, raw, model_upstream_timeout=0.5) as sidecar:
+            body = json.dumps({"model": "m", "stream": stream, "tools": TOOLS, "messages": [
+                {"role": "user", "content": f"final {stream}"}]}).encode()
+            started = time.monotonic()
+            status, answer = post(sidecar, "/v1/chat/completions", body, {
+                "x-watchdog-agent": "finisher", "x-watchdog-budget-tool-calls": "0"})
+            assert status == 504, answer
+            assert time.monotonic() - started < 8
+            error = json.loads(answer)["error"]
+            assert error["code"] == "upstream_timeout"
+            assert "did not answer within 0.5 s" in error["message"]
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+            runs = sidecar.get_json("/v1/runs")["runs"]
+            assert len(runs) == 1
+            wait_until(lambda: (run_detail(sidecar.api, runs[0]["id"]) or {}).get(
+                "signals", {}).get("in_flight") == 0, "the run has no model call running")
+            assert outcomes(sidecar, "finisher") == {"upstream_timeout": 1.0}
+    finally:
+        released.set()
+        raw.close()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_its_slot(
+        tmp_path: Path, upstream_ok: RawUpstream, path: str) -> None:
+    """A client that sends a request's head and part of its body, then nothing: past
+    ``model_body_timeout`` it is answered 408 in the API's error shape and its connection
+    closed, so stalled bodies never hold ``model_max_concurrent``'s slots."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"x-watchdog-agent: staller\r\nContent-Length: 60\r\n\r\n").encode() + b'{"mod'
+    with sidecar_for(tmp_path, upstream_ok, model_body_timeout=0.5,
+                     model_max_concurrent=2) as sidecar:
+        answers: list[bytes] = []
+        stalled = [threading.Thread(target=lambda: answers.append(raw_exchange(sidecar, head)))
+                   for _ in range(2)]
+        for thread in stalled:
+            thread.start()
+        for thread in stalled:
+            thread.join(15)
+        assert len(answers) == 2
+        for answer in answers:
+            assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+            assert not answer.endswith(b"<no end>")  # the connection was closed
+            error = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+            if path == "/v1/messages":
+                assert error["type"] == "error"
+            assert error["error"]["code"] == "request_timeout"
+            assert "model_body_timeout" in error["error"]["message"]
+        status, _ = post(sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}')
+        assert status == 200  # the slots are free
+        api = "messages" if path == "/v1/messages" else "chat"
+        _, text = http_request("GET", sidecar.metrics + "/metrics")
+        assert (f'agent_watchdog_model_requests_total{{agent="staller",api="{api}",'
+                f'outcome="refused"}} 2.0') in text.decode()
+
+
+@pytest.fixture
+def upstream_ok() -> Iterator[RawUpstream]:
+    raw = RawUpstream(completion_reply)
+    yield raw
+    raw.close()
+
+
+# -- a whole response cut or stalled mid-body ---------------------------------------------------
+
+@pytest.mark.parametrize("fault", ["cut", "stalled"])
+@pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
+def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
+        tmp_path: Path, released: threading.Event, fault: str, budget: str | None) -> None:
+    """An upstream that sends a whole (not streamed) response's head and part of its body,
+    then closes its connection or goes silent: the agent gets a 502 or 504 saying so (the
+    relay reads a whole response before it answers), never a 200 with a short body, and the
+    call is counted as the upstream's failure."""
+    def partial(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(COMPLETION)))
+        handler.end_headers()
+        handler.wfile.write(COMPLETION[:40])
+        handler.wfile.flush()
+        if fault == "stalled":
+            released.wait(60)
+        handler.close_connection = True
+
+    raw = RawUpstream(partial)
+    try:
+        with sidecar_for(tmp_path, raw, model_upstream_timeout=0.5) as sidecar:
+            headers = {"x-watchdog-agent": "cutter"}
+            if budget is not None:
+                headers["x-watchdog-budget-tool-calls"] = budget
+            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
+                headers)
+            error = json.loads(answer)["error"]
+            if fault == "cut":
+                assert status == 502, answer
+                assert error["code"] == "upstream_broken"
+                assert "answered, then broke off" in error["message"]
+                assert "cannot be reached" not in error["message"]
+            else:
+                assert status == 504, answer
+                assert error["code"] == "upstream_timeout"
+                assert "answered, then sent nothing more for 0.5 s" in error["message"]
+            counted = "upstream_error" if fault == "cut" else "upstream_timeout"
+            wait_until(lambda: outcomes(sidecar, "cutter") == {counted: 1.0},
+                       lambda: f"counted: {outcomes(sidecar, 'cutter')}")
+    finally:
+        released.set()
+        raw.close()
+
+
+# -- Host --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hosts", [b"", b"Host: a\r\nHost: b\r\n"], ids=["none", "two"])
+def test_an_http11_request_without_one_host_header_is_400(
+        tmp_path: Path, upstream_ok: RawUpstream, hosts: bytes) -> None:
+    """RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host header; one with none or two
+    is refused 400 and reaches nothing (HTTP/1.0 needs none)."""
+    with sidecar_for(tmp_path, upstream_ok) as sidecar:
+        body = b'{"model":"m","messages":[]}'
+        answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\n" + hosts
+                              + b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                              b"\r\n%s" % (len(body), body))
+        assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.0 400 ")), answer[:200]
+        assert upstream_ok.seen == []
+        answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.0\r\n"
+                              b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                              b"\r\n%s" % (len(body), body))
+        assert b" 200 " in answer.split(b"\r\n", 1)[0], answer[:200]
+        assert len(upstream_ok.seen) == 1
+
+
+# -- refusals counted under their agent ----------------------------------------------------------
+
+def test_a_refused_request_is_counted_under_the_agent_it_names(
+        tmp_path: Path, upstream_ok: RawUpstream) -> None:
+    """A request the endpoint refuses itself (too large here) is counted under its
+    ``x-watchdog-agent``, not as an unknown agent's; one whose header is no name the endpoint
+    takes, under ``model_agent_name``."""
+    with sidecar_for(tmp_path, upstream_ok, model_max_body_bytes=100,
+                     model_agent_name="the-pod") as sidecar:
+        big = json.dumps({"model": "m", "messages": [{"role": "user",
+                                                      "content": "x" * 200}]}).encode()
+        for agent in ("writer", "tab\there"):
+            status, answer = post(sidecar, "/v1/chat/completions", big,
+                                  {"x-watchdog-agent": agent})
+            assert status == 413, answer
+        assert outcomes(sidecar, "writer") == {"refused": 1.0}
+        assert outcomes(sidecar, "the-pod") == {"refused": 1.0}
+        assert outcomes(sidecar, "unknown") == {}
+        assert upstream_ok.seen == []
