@@ -366,9 +366,16 @@ def test_ids_breaking_the_rule_are_refused_at_ingest_and_in_routes(
     maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "ok",
                           "watchdog.session.id": "s\x7f"}, start=time.time())
     maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "fine"}, start=time.time())
+    # ids too long are refused whole, never cut (two cut to one prefix would be one run)
+    for suffix in ("a", "b"):
+        maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "x" * 250 + suffix},
+                   start=time.time())
+        maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "ok-" + suffix,
+                              "watchdog.session.id": "s" * 250 + suffix}, start=time.time())
     response = export(sidecar, maker)
-    assert response.partial_success.rejected_spans == 2
-    assert "1 invalid_run_id, 1 invalid_session_id" in response.partial_success.error_message
+    assert response.partial_success.rejected_spans == 6
+    assert "3 invalid_run_id, 3 invalid_session_id" in response.partial_success.error_message
+    assert not [run for run in sidecar.get_json("/v1/runs")["runs"] if len(run["id"]) >= 200]
     assert api(sidecar, "GET", run_path("fine"))[0] == 200
     for target in (run_path("bad\x01id"), "/v1/sessions/s%7F/context", run_path("x" * 201)):
         status, answer = api(sidecar, "GET", target)

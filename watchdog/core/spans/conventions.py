@@ -214,7 +214,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     record.service = resource.service
     session = firsts[F_SESSION] or resource.session
     if session:
-        record.session = session[:MAX_NAME_CHARS]
+        record.session = session  # (refused whole when too long, as a run id is)
     record.parent_run = firsts[F_PARENT_RUN] or resource.parent_run
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)

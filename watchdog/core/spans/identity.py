@@ -263,10 +263,12 @@ def run_key(trace_id: str, attrs: Mapping[str, object], resource: Resource,
             firsts: FirstValues | None = None) -> tuple[str, KeySource]:
     if firsts is None:
         firsts = Firsts(attrs)
+    # (never cut: an id too long is refused whole by the id rule, pipeline._checked; two ids
+    # cut to one prefix would be one run)
     explicit = firsts[F_RUN_ID] or resource.run_id
     if explicit:
-        return explicit[:MAX_NAME_CHARS], KEY_WATCHDOG
+        return explicit, KEY_WATCHDOG
     call_id = firsts[F_AGENT_CALL_ID]
     if call_id:
-        return call_id[:MAX_NAME_CHARS], KEY_AGENT_CALL
+        return call_id, KEY_AGENT_CALL
     return "trace:" + trace_id, KEY_TRACE
