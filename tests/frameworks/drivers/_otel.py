@@ -87,7 +87,6 @@ def setup_logs(service_name: str) -> object:
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import (
-        BatchLogRecordProcessor,
         LogRecordExporter,
         LogRecordExportResult,
         SimpleLogRecordProcessor,
@@ -110,8 +109,10 @@ def setup_logs(service_name: str) -> object:
             pass
 
     provider = LoggerProvider(resource=Resource.create({"service.name": service_name}))
-    provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(),
-                                                              schedule_delay_millis=50))
+    # Each log record exported as it is emitted (at its span's end), before the span's batch:
+    # the SDK's defaults send log records before their spans (batched for 1 s against 5 s),
+    # and a batch processor's thread on a busy machine may otherwise send them last
+    provider.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter()))
     record = os.environ.get("RECORD_SPANS")
     if record:
         root, _, suffix = record.rpartition(".")
