@@ -267,6 +267,10 @@ def test_the_relay_reads_the_paths_agent_as_the_loop_or_leaves_it_to_the_loop() 
                    "/token/t%41/v1/chat/completions", "/agent/%4/v1/chat/completions",
                    "/agent/x"):
         assert Relay.first_digest("POST", target, [], body) is None, target
+    # so is a header's name the loop may refuse: empty, too long, not printable ASCII
+    for named in ("", "a" * 201, "caf\u00e9", "a\tb"):
+        assert Relay.first_digest("POST", chat_path, [("x-watchdog-agent", named)],
+                                  body) is None, named
 
 
 def test_what_goes_upstream_is_what_the_loop_would_have_sent(

@@ -216,7 +216,14 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
     for (name, value) in headers {
         let name = name.as_str();
         if name == AGENT_HEADER {
-            agent = Some(String::from_utf8_lossy(value.as_bytes()).into_owned());
+            // a name Python takes for sure (1-200 printable ASCII characters), else Python
+            // reads the request (and refuses it, if it must)
+            let bytes = value.as_bytes();
+            if !(1..=MAX_AGENT_CHARS).contains(&bytes.len())
+                || !bytes.iter().all(|byte| (0x20..0x7f).contains(byte)) {
+                return None;
+            }
+            agent = Some(String::from_utf8_lossy(bytes).into_owned());
         } else if name == "traceparent"
             || (name.starts_with(WATCHDOG_PREFIX) && !token.is_some_and(|t| t.0 == name))
             || (name == "content-encoding"
