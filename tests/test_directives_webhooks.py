@@ -138,9 +138,14 @@ class Receiver:
         self.bad_signatures = 0
         self.reference_accepted = 0  # deliveries the reference library verified too
         self.url = ""
+        self.gate: asyncio.Event | None = None  # set: answers only once it is set
+        self.waiting = 0  # requests held at the gate
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        if self.gate is not None and not self.gate.is_set():
+            self.waiting += 1
+            await self.gate.wait()
         if not verify(body, request.headers, self.secret):
             self.bad_signatures += 1
             assert not reference_verifies(body, request.headers, self.secret)
@@ -268,6 +273,21 @@ async def test_filters_and_a_wrong_secret() -> None:
             assert body["action"] == "abort" and "Stop calling tools now" in body["report_prompt"]
             # 401: refused, not retried (counted once the sender has read the answer)
             await eventually(lambda: car.metrics.count("webhook", "failed") == 2)
+
+
+async def test_a_slow_receiver_does_not_hold_up_the_others() -> None:
+    """A receiver that does not answer holds at most its webhook's share of the attempts at
+    once (16 over the webhooks): another webhook's deliveries go on meanwhile, all of them."""
+    async with receiver() as slow, receiver() as fast:
+        slow.gate = asyncio.Event()
+        async with sidecar(webhooks=[slow.target(name="slow"), fast.target(name="fast")],
+                           retry=FAST) as car:
+            for _ in range(40):
+                car.submit("run-1")
+            await eventually(lambda: len(fast.accepted) == 40)
+            assert slow.waiting == 8 and not slow.accepted  # its share, held
+            slow.gate.set()
+            await eventually(lambda: len(slow.accepted) == 40)
 
 
 async def test_a_frozen_rules_clock_does_not_freeze_webhook_retries() -> None:

@@ -503,31 +503,38 @@ class DirectiveStore:
                 [(global_seq, hook, DeliveryState.PENDING.value, now, now, now)
                  for hook in hooks])
 
-    def due(self, now: float, limit: int = 100, exclude: Iterable[tuple[int, str]] = ()
-            ) -> list[Delivery]:
+    def due(self, now: float, limit: int = 100, exclude: Iterable[tuple[int, str]] = (),
+            hooks_full: Sequence[str] = ()) -> list[Delivery]:
         """Pending deliveries whose time has come, earliest first, minus ``exclude`` (those
-        being attempted right now)."""
+        being attempted right now) and those of ``hooks_full`` (webhooks at their share of
+        the attempts at once)."""
         skip = set(exclude)
+        not_full = f" AND d.hook NOT IN ({', '.join('?' * len(hooks_full))})" if hooks_full \
+            else ""
         with self._writer.lock:
             rows = self._writer.db.execute(
                 f"SELECT d.hook, d.attempts, d.enqueued_at, "
                 f"{', '.join(f'x.{name}' for name in _COLUMNS)}, x.data "
                 f"FROM deliveries d JOIN directives x ON x.global_seq = d.global_seq "
-                f"WHERE d.state=? AND d.next_attempt_at<=? "
+                f"WHERE d.state=? AND d.next_attempt_at<=?{not_full} "
                 f"ORDER BY d.next_attempt_at, d.global_seq LIMIT ?",
-                (DeliveryState.PENDING.value, now, limit + len(skip))).fetchall()
+                (DeliveryState.PENDING.value, now, *hooks_full, limit + len(skip))).fetchall()
         due = [Delivery(_directive(row[3:]), row[0], row[1], row[2]) for row in rows
                if (row[3], row[0]) not in skip]
         return due[:limit]
 
-    def next_due_at(self, exclude: Iterable[tuple[int, str]] = ()) -> float | None:
-        """When the earliest pending delivery not in ``exclude`` is due (None: none)."""
+    def next_due_at(self, exclude: Iterable[tuple[int, str]] = (),
+                    hooks_full: Sequence[str] = ()) -> float | None:
+        """When the earliest pending delivery not in ``exclude``, nor of ``hooks_full``, is
+        due (None: none)."""
         skip = set(exclude)
+        not_full = f" AND hook NOT IN ({', '.join('?' * len(hooks_full))})" if hooks_full \
+            else ""
         with self._writer.lock:
             rows = self._writer.db.execute(
-                "SELECT global_seq, hook, next_attempt_at FROM deliveries WHERE state=? "
-                "ORDER BY next_attempt_at LIMIT ?",
-                (DeliveryState.PENDING.value, len(skip) + 1)).fetchall()
+                f"SELECT global_seq, hook, next_attempt_at FROM deliveries WHERE state=?"
+                f"{not_full} ORDER BY next_attempt_at LIMIT ?",
+                (DeliveryState.PENDING.value, *hooks_full, len(skip) + 1)).fetchall()
         for global_seq, hook, next_at in rows:
             if (global_seq, hook) not in skip:
                 return float(next_at)

@@ -41,6 +41,7 @@ import json
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -209,6 +210,9 @@ class WebhookSender:
         self.retry = retry or RetryPolicy()
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         self._max_concurrent = max_concurrent
+        # each webhook's share of the attempts at once: a slow receiver holds at most its own,
+        # never the slots the others' deliveries need
+        self._per_hook = max(1, max_concurrent // max(len(self.targets), 1))
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._in_flight: dict[tuple[int, str], asyncio.Task[None]] = {}
@@ -275,15 +279,21 @@ class WebhookSender:
         if free <= 0:
             return IDLE_POLL
         busy = list(self._in_flight)
-        due: list[Delivery] = await self._lane(self.store.due, now, min(free, DUE_BATCH), busy)
+        held = Counter(hook for _, hook in busy)
+        full = [hook for hook, count in held.items() if count >= self._per_hook]
+        due: list[Delivery] = await self._lane(self.store.due, now, min(free, DUE_BATCH), busy,
+                                               full)
         for delivery in due:
+            if held[delivery.hook] >= self._per_hook:
+                continue  # (its share taken by this batch: the next pick takes it)
+            held[delivery.hook] += 1
             key = (delivery.directive.global_seq, delivery.hook)
             task = asyncio.create_task(self._attempt(delivery))
             self._in_flight[key] = task
             task.add_done_callback(functools.partial(self._attempt_done, key))
         if due:
             return 0.0
-        next_at: float | None = await self._lane(self.store.next_due_at, busy)
+        next_at: float | None = await self._lane(self.store.next_due_at, busy, full)
         if next_at is None:
             return IDLE_POLL
         return min(max(next_at - now, 0.0), IDLE_POLL)
