@@ -194,6 +194,25 @@ def test_grace_escalates_after_more_tool_calls() -> None:
     assert agent.tool(6) == [] and agent.tick(500) == []  # once
 
 
+def test_a_reload_keeps_the_grace_a_wind_down_announced() -> None:
+    """The agent was told its grace ends at the 4th tool call: a reload that gives the rule a
+    longer grace (or a shorter one) changes no grace already announced; the next wind_down
+    has the new one."""
+    engine = RuleEngine(rules(LOOP_PACK))
+    agent = Agent(engine)
+    agent.tool(1, args={"q": 1})
+    (wind_down,) = agent.tool(2, args={"q": 1})
+    assert wind_down.grace is not None and wind_down.grace["ends_at_tool_calls"] == 4
+    engine.replace(rules(LOOP_PACK.replace("tool_calls: 2", "tool_calls: 5")))
+    assert agent.tool(3) == [] and agent.tool(4) == []
+    (abort,) = agent.tool(5)
+    assert abort.escalation and "(grace: 2 tool calls / 60 s)" in abort.message
+    fresh = Agent(engine, key="run-2")
+    fresh.tool(1, args={"q": 1})
+    (wind_down,) = fresh.tool(2, args={"q": 1})
+    assert wind_down.grace is not None and wind_down.grace["ends_at_tool_calls"] == 7
+
+
 def test_grace_escalates_after_seconds_on_the_timer() -> None:
     engine = RuleEngine(rules(LOOP_PACK))
     assert engine.timed_rules_exist  # grace seconds need the timer

@@ -83,7 +83,8 @@ class FiredRecord:
 class _RunRules:
     fired: set[str] = field(default_factory=set)
     pending: dict[str, float] = field(default_factory=dict)  # rule -> condition true since
-    grace: dict[str, tuple[float, int]] = field(default_factory=dict)  # -> (fired_at, calls)
+    # -> (fired_at, calls, the grace as the wind_down announced it: a reload keeps it)
+    grace: dict[str, tuple[float, int, Grace]] = field(default_factory=dict)
     aborted: bool = False  # an abort was decided: no grace escalation is needed any more
     kept: bool = False  # the agent's client stopped it at its tool-call grace (see grace_kept)
 
@@ -208,7 +209,8 @@ class RuleEngine:
                 started = state.grace.get(record.rule)
                 if (rule is not None and rule.grace is not None
                         and (started is None or record.fired_at < started[0])):
-                    state.grace[record.rule] = (record.fired_at, record.tool_calls_at)
+                    state.grace[record.rule] = (record.fired_at, record.tool_calls_at,
+                                                rule.grace)
 
     def grace_kept(self, run_key: str) -> tuple[TerminalState, str] | None:
         """The agent's client stopped the run at the tool-call grace its wind_down announced
@@ -339,21 +341,22 @@ class RuleEngine:
             state.aborted = True
         grace: dict[str, float] | None = None
         if rule.action is Action.WIND_DOWN and rule.grace is not None:
-            _fired_at, calls_at = state.grace.setdefault(name, (now, run.tool_calls))
-            grace = announced_grace(rule.grace, calls_at)
+            _fired_at, calls_at, given = state.grace.setdefault(
+                name, (now, run.tool_calls, rule.grace))
+            grace = announced_grace(given, calls_at)
         return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
                         dedup_key, grace=grace), act
 
     def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
         """An abort when a run went on past the grace of a wind_down it was sent."""
-        for name, (fired_at, calls_at) in state.grace.items():
+        for name, (fired_at, calls_at, grace) in state.grace.items():
             rule = self._by_name.get(name)
-            if rule is None or rule.grace is None:
+            if rule is None:
                 continue
             dedup_key = name + GRACE_SUFFIX
             if dedup_key in state.fired:
                 continue
-            grace = rule.grace
+            # (the grace the wind_down announced, not the reloaded rule's: the agent was told)
             more_calls = run.tool_calls - calls_at
             waited = max(now - fired_at, 0.0)
             over_calls = (grace.tool_calls is not None and not state.kept
