@@ -240,10 +240,17 @@ class RunCounts(RunFields):
             self.consecutive_errors = 0
             self._tool_error_streak = False
 
+    @property
+    def loop_cap_taken(self) -> str | None:
+        """The loop cap taken as the run's limit before its loop-end tool came (None: none)."""
+        return self.limit_stop if self._loop_capped else None
+
     def loop_capped(self) -> bool:
         """The loop cap its agent span told before its tools came, now that a batch brought
         them: at its cap if they ran and its loop-end tool did not. True if it was."""
         cap = self._loop_cap
+        if cap is None:
+            return False
         if self._loop_ended or self.limit_stop is not None:
             self._loop_cap = None  # it ended by its loop-end tool, or a limit said so first
             return False

@@ -404,7 +404,7 @@ class RunTracker(RunBook):
         for root, run in reframed:  # it ended after what ran inside it
             self._fold(root, run, now, result, count=False)
         for run in result.touched.values():
-            if run._loop_cap is not None and run.loop_capped() and run.ended:
+            if run.loop_capped() and run.ended:
                 run.late_answer()
         for frames in linked:
             frames.ahead.clear()
@@ -481,7 +481,7 @@ class RunTracker(RunBook):
         if count:
             before = (run.tool_calls, run.input_tokens, run.output_tokens, run.errors,
                       run.cost_usd)
-        cap = run.limit_stop if late and record.loop_end and run._loop_capped else None
+        cap = run.loop_cap_taken if late and record.loop_end else None
         run.apply(record, now)
         if cap is not None:
             run.uncapped(cap)  # (its loop ended by its loop-end tool, come after its cap)
