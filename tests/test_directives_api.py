@@ -325,7 +325,8 @@ async def test_ack() -> None:
         for body in ({"seq": 3}, {"seq": -1}, {"seq": "1"}, {}):
             async with http.post(ack, json=body) as response:
                 assert response.status == 400, body
-        listed = await car.outbox.run_directives("run-1")
+        listed, omitted = await car.outbox.run_directives("run-1")
+        assert omitted == 0
         assert [(d["seq"], d["acked"]) for d in listed] == [(1, True), (2, False)]
 
 
