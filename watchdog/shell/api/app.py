@@ -36,7 +36,7 @@ from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
 from watchdog.shell.connections import Wrapped
 from watchdog.shell.directives.outbox import Outbox
-from watchdog.shell.errors import BadRequest, Unauthorized, WatchdogError
+from watchdog.shell.errors import BadRequest, RequestTimeout, Unauthorized, WatchdogError
 from watchdog.shell.priority import Priority
 
 log = logging.getLogger("watchdog.shell.api")
@@ -62,7 +62,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             headers["Retry-After"] = str(max(1, round(exc.retry_after)))
         if isinstance(exc, Unauthorized):
             headers["WWW-Authenticate"] = 'Bearer realm="agent-watchdog"'
-        return error_response(exc.http_status, exc.code, exc.message, headers)
+        response = error_response(exc.http_status, exc.code, exc.message, headers)
+        if isinstance(exc, RequestTimeout):  # its body stalled: close, rather than aiohttp
+            response.force_close()           # waiting up to 10 s more for the rest of it
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
