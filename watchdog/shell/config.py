@@ -288,7 +288,8 @@ def token_problem(value: str) -> str | None:
     or whitespace or a control character inside (it could never be sent in a header)."""
     token = value.strip()
     if not token:
-        return "it is empty (only whitespace); set the token, or unset api_token"
+        return (f"it is empty{' (only whitespace)' if value else ''}; set the token, or unset "
+                f"api_token")
     if any(char.isspace() or unicodedata.category(char) == "Cc" for char in token):
         return ("it holds whitespace or a control character inside; a token is one word of "
                 "printable characters (e.g. openssl rand -hex 32)")
