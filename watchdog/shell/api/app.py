@@ -186,8 +186,8 @@ class _JsonErrors(RequestHandler):
                 text = HTTPStatus(status).phrase
             except ValueError:
                 text = f"HTTP status {status}"
-        log.debug("control API: refused an unparsable request from %s: %s", request.remote,
-                  text)
+        # one warning line, as watchdog.shell.logs makes of the other listeners' refusals
+        self.logger.warning("bad HTTP request from %s: %s", request.remote, text)
         response = error_response(status, _HTTP_ERROR_CODES.get(status, f"http_{status}"),
                                   text)
         response.force_close()
