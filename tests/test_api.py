@@ -290,3 +290,86 @@ def test_a_client_trickling_bytes_holds_bulk_work_back_once(sidecar: RunningServ
             conn.sendall(piece)
             time.sleep(0.05)
             assert not sidecar.call(lambda: priority.holding)
+
+
+def raw_exchange(sidecar: RunningServer, data: bytes, timeout: float = 10) -> tuple[int, Any]:
+    """Send ``data`` as it is to the control API; its answer's status and JSON body."""
+    host, port = sidecar.server.addresses["api"]
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.sendall(data)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = conn.recv(65536)
+            assert chunk, received
+            received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = dict(line.split(": ", 1) for line in lines[1:])
+        assert fields["Content-Type"].startswith("application/json"), head
+        while len(body) < int(fields["Content-Length"]):
+            chunk = conn.recv(65536)
+            assert chunk, body
+            body += chunk
+    return int(lines[0].split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("/v1/runs?offset=2", "query parameter 'offset' is not allowed on GET /v1/runs: it takes "
+                          "state, agent, limit"),
+    ("/v1/runs?limit=2&page=2", "query parameter 'page' is not allowed on GET /v1/runs"),
+    ("/v1/runs?state=active&state=ended", "query parameter 'state' is given more than once"),
+    (path(ACTIVE_ID) + "?verbose=1", "query parameter 'verbose' is not allowed on "
+                                     "GET /v1/runs/{id}: it takes none"),
+    (path(ACTIVE_ID, "/report") + "?format=json", "query parameter 'format' is not allowed"),
+])
+def test_unknown_or_repeated_query_parameters_are_400_naming_the_allowed(
+        fed: RunningServer, target: str, message: str) -> None:
+    status, body = request(fed, "GET", target)
+    assert status == 400, body
+    assert body["error"]["code"] == "bad_request"
+    assert body["error"]["message"].startswith(message), body
+
+
+def test_a_number_of_thousands_of_digits_is_said_to_be_out_of_range(
+        sidecar: RunningServer) -> None:
+    status, body = request(sidecar, "POST", "/v1/sessions/s1/checkpoints",
+                           b'{"remaining": ' + b"9" * 5000 + b"}")
+    assert status == 400
+    message = body["error"]["message"]
+    assert "(5000 digits) is out of range" in message, message
+    assert "int_max_str_digits" not in message and len(message) < 200
+
+
+def test_a_request_line_over_the_limit_is_a_json_400_without_the_raw_bytes(
+        sidecar: RunningServer) -> None:
+    status, body = raw_exchange(sidecar, b"GET /v1/runs/" + b"y" * 100_000 + b" HTTP/1.1\r\n"
+                                b"Host: x\r\n\r\n")
+    assert status == 400
+    assert body["error"]["code"] == "bad_request"
+    message = body["error"]["message"]
+    assert message.startswith("the request line or a header is longer than this server "
+                              "reads"), message
+    assert "yyyy" not in message and "bytearray" not in message
+
+
+def test_a_declared_body_over_the_limit_is_413_before_it_is_read(sidecar: RunningServer) -> None:
+    """Content-Length 10 GiB with one byte sent: refused at once, not waited for."""
+    started = time.monotonic()
+    status, body = raw_exchange(sidecar, b"POST " + path("r", "/heartbeat").encode()
+                                + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: 10737418240\r\n\r\n{", timeout=5)
+    assert status == 413 and body["error"]["code"] == "payload_too_large"
+    assert "10737418240" in body["error"]["message"]
+    assert time.monotonic() - started < 5
+
+
+def test_a_stalled_body_is_408_after_the_read_timeout(sidecar: RunningServer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from watchdog.shell.api import http
+
+    monkeypatch.setattr(http, "BODY_READ_TIMEOUT", 0.5)
+    status, body = raw_exchange(sidecar, b"POST " + path("r", "/heartbeat").encode()
+                                + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: 100\r\n\r\n{", timeout=5)
+    assert status == 408 and body["error"] == {
+        "code": "request_timeout", "message": "the request body did not arrive within 0.5 s"}

@@ -350,6 +350,38 @@ def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
         assert capsys.readouterr().err == "watchdog: no run 'job:none' (404 not_found)\n"
 
 
+def test_directives_past_the_listing_limit_are_said_to_be_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run detail lists the newest directives (the latest is never hidden) and counts the
+    older ones in ``directives_omitted``; the command says so in a line of its own."""
+    from watchdog.shell.directives import outbox
+
+    monkeypatch.setattr(outbox, "MAX_RUN_DIRECTIVES", 1)
+    monkeypatch.delenv("WATCHDOG_URL", raising=False)
+    monkeypatch.delenv("WATCHDOG_API_TOKEN", raising=False)
+    pack = tmp_path / "cli.yaml"
+    pack.write_text(DIRECTIVE_PACK)
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), default_rules=False,
+                            rules_watch_interval=0.0)
+    with running_server(config) as sidecar:
+        export_http(sidecar, explorer_run(RUN_ID))
+        detail = wait_until(lambda: (d := run_detail(sidecar.api, RUN_ID))
+                            and d["directives_omitted"] == 1 and d, what="two directives")
+        assert [(d["seq"], d["rule"]) for d in detail["directives"]] == [(2, "many-tools")]
+
+        assert main(["directives", RUN_ID, "--url", sidecar.api, "-o", "json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["directives_omitted"] == 1
+        assert [d["seq"] for d in answer["directives"]] == [2]
+
+        assert main(["directives", RUN_ID, "--url", sidecar.api]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == "(1 older directives left out: the newest 1 are listed)"
+        assert lines[1].split() == ["SEQ", "CREATED", "ACTION", "RULE", "ACKED", "MESSAGE"]
+        assert lines[2].split()[2:4] == ["wind_down", "many-tools"] and len(lines) == 3
+
+
 STATES = ["completed", "no_response", "error", "tool_limit_reached", "time_limit_reached",
           "idle_timeout", "loop_detected", "intervention_required", "aborted", "abandoned"]
 EVERY_STATE = [{"id": f"trace:{index:032x}", "agent": "customer-support-triage-agent",

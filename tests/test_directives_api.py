@@ -29,6 +29,7 @@ from watchdog.core.step import RECENT_STEPS
 from watchdog.shell.api.app import create_app
 from watchdog.shell.clock import Clock
 from watchdog.shell.config import Config
+from watchdog.shell.directives import outbox as outbox_module
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.directives.store import DirectiveStore
@@ -217,6 +218,68 @@ async def test_long_poll_times_out_empty_and_allows_unknown_runs() -> None:
                 assert (await response.json())["error"]["code"] == "bad_request"
 
 
+async def test_a_long_poll_whose_client_left_is_not_counted_as_delivered() -> None:
+    """Counted (metric and ``directive_sent`` log) only when written to a client still there."""
+    async with sidecar() as car, aiohttp.ClientSession() as http:
+        host, port = car.url.removeprefix("http://").rsplit(":", 1)
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /v1/runs/run-1/directives?after=0&wait=10 HTTP/1.1\r\n"
+                     b"Host: x\r\n\r\n")
+        await writer.drain()
+        await eventually(lambda: car.outbox.hub.open_streams("longpoll") == 1)
+        writer.close()  # the agent went away while its poll waited
+        await writer.wait_closed()
+        await asyncio.sleep(0.2)  # (the sidecar sees the connection closed)
+        car.submit("run-1")
+        await eventually(lambda: car.outbox.hub.open_streams("longpoll") == 0)
+        await asyncio.sleep(0.1)
+        assert car.metrics.count("longpoll", "sent") == 0
+        async with http.get(f"{car.url}/v1/runs/run-1/directives?after=0") as response:
+            assert [d["seq"] for d in (await response.json())["directives"]] == [1]
+        assert car.metrics.count("longpoll", "sent") == 1
+
+
+async def test_unknown_or_repeated_directive_query_parameters_are_400() -> None:
+    async with sidecar() as car, aiohttp.ClientSession() as http:
+        for path, message in (
+                ("/v1/runs/r/directives?since=3", "query parameter 'since' is not allowed on "
+                 "GET /v1/runs/{id}/directives: it takes after, wait, limit"),
+                ("/v1/runs/r/directives?after=1&after=2", "query parameter 'after' is given "
+                 "more than once"),
+                ("/v1/runs/r/directives/stream?since=1", "query parameter 'since' is not "
+                 "allowed on GET /v1/runs/{id}/directives/stream: it takes after"),
+                ("/v1/directives/stream?run=r", "query parameter 'run' is not allowed on "
+                 "GET /v1/directives/stream: it takes after")):
+            async with http.get(car.url + path) as response:
+                assert response.status == 400, path
+                assert (await response.json())["error"]["message"].startswith(message), path
+        # every documented one still works
+        async with http.get(f"{car.url}/v1/runs/r/directives?after=0&wait=0&limit=5") as answer:
+            assert answer.status == 200
+
+
+async def test_an_ack_without_seq_says_seq_is_missing() -> None:
+    async with sidecar() as car, aiohttp.ClientSession() as http:
+        async with http.post(f"{car.url}/v1/runs/r/ack", json={}) as response:
+            assert response.status == 400
+            message = (await response.json())["error"]["message"]
+        assert message.startswith("seq is missing: send {\"seq\": n}"), message
+        assert "None" not in message
+
+
+async def test_the_run_detail_lists_the_newest_directives_and_counts_the_older_ones() -> None:
+    limit = outbox_module.MAX_RUN_DIRECTIVES
+    async with sidecar() as car:
+        for i in range(limit + 5):
+            car.submit("run-1", message=f"directive {i}")
+        car.submit("run-1", action=Action.ABORT, message="stop now")
+        await car.outbox.flush()
+        listed, omitted = await car.outbox.run_directives("run-1")
+    assert omitted == 6 and len(listed) == limit
+    assert listed[-1]["action"] == "abort" and listed[-1]["seq"] == limit + 6
+    assert [d["seq"] for d in listed] == list(range(7, limit + 7))
+
+
 # -- SSE ----------------------------------------------------------------------------------------
 
 async def test_sse_resume_with_last_event_id_gets_exactly_the_missed_ones() -> None:
@@ -325,7 +388,8 @@ async def test_ack() -> None:
         for body in ({"seq": 3}, {"seq": -1}, {"seq": "1"}, {}):
             async with http.post(ack, json=body) as response:
                 assert response.status == 400, body
-        listed = await car.outbox.run_directives("run-1")
+        listed, omitted = await car.outbox.run_directives("run-1")
+        assert omitted == 0
         assert [(d["seq"], d["acked"]) for d in listed] == [(1, True), (2, False)]
 
 

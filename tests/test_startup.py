@@ -304,3 +304,45 @@ def test_values_nested_in_yaml_aliases_are_shown_bounded(tmp_path: Path) -> None
     assert len(message) < 4000, len(message)
     for key in keys[:-1]:
         assert f"{key}=[" in message, key
+
+
+def test_a_token_read_from_a_file_with_its_newline_is_the_token(tmp_path: Path) -> None:
+    """A Secret file or $(cat token) ends with a newline that is no part of the token: it is
+    dropped (env and config file), and clients sending the token itself get in."""
+    token = "s3cret-token-value-0123"
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("api_token: |\n  " + token + "\n", "utf-8")  # a block scalar keeps "\n"
+    assert load(str(config), env={}).api_token == token
+    ports = fresh_ports()
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_API_TOKEN=f" {token}\r\n")
+    with running_sidecar(env, ports["metrics"]):
+        url = f"http://127.0.0.1:{ports['api']}/v1/runs"
+        asked = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(asked, timeout=10) as answer:
+            assert answer.status == 200
+
+
+@pytest.mark.parametrize(("token", "problem"), [
+    (" \n", "it is empty (only whitespace)"),
+    ("two words-of-a-token", "it holds whitespace or a control character inside"),
+    ("s3cret\x1b-token-value", "it holds whitespace or a control character inside"),
+])
+def test_a_token_empty_or_with_whitespace_inside_is_refused_at_start(
+        tmp_path: Path, token: str, problem: str) -> None:
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(), WATCHDOG_API_TOKEN=token))
+    assert line.startswith("watchdog: api_token (hidden) from environment is not allowed: "
+                           + problem), line
+    assert "words" not in line and "s3cret" not in line
+
+
+@pytest.mark.parametrize("url", ["http://hooks.example:99999/in", "https://hooks.example:0/in",
+                                 "http://hooks.example:x/in"])
+def test_a_webhook_url_with_an_impossible_port_is_refused_at_start(url: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": f"[{{url: '{url}', secret: whsec_"
+                                       f"{'A' * 24}}}]"})
+    assert refused.value.message.startswith(f"webhooks[0].url={url!r} is not allowed: expected "
+                                            f"an http:// or https:// URL with a host (and a "
+                                            f"port from 1 to 65535)"), refused.value.message
+    load(env={"WATCHDOG_WEBHOOKS": f"[{{url: 'http://hooks.example:65535/in', secret: whsec_"
+                                   f"{'A' * 24}}}]"})

@@ -36,7 +36,8 @@ class Watchdog:
                  tracer_provider: TracerProvider | None = None,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL) -> None:
         self.url = url or os.environ.get("WATCHDOG_URL") or DEFAULT_URL
-        self.transport = Transport(self.url, token or os.environ.get("WATCHDOG_API_TOKEN"))
+        env_token = os.environ.get("WATCHDOG_API_TOKEN", "").strip()  # (a file's newline)
+        self.transport = Transport(self.url, token or env_token or None)
         self.reporter = Reporter(self.transport, heartbeat_interval)
         self.syncer = SyncChannel(self.transport)
         self._provider: TracerProvider | None = tracer_provider

@@ -134,6 +134,17 @@ def finite_float(text: str) -> float:
     return value
 
 
+def bounded_int(text: str) -> int:
+    """``json.loads(parse_int=...)``: an integer of more digits than the interpreter converts
+    (``sys.get_int_max_str_digits()``, 4300) is out of range for every field, said so rather
+    than with the interpreter's advice on raising the limit."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"number {text[:32]}... ({len(text.lstrip('-'))} digits) is out of "
+                         f"range") from None
+
+
 def refuse_constant(name: str) -> float:
     """``json.loads(parse_constant=...)``: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON."""
     raise ValueError(f"{name} is not a JSON number")
@@ -158,7 +169,8 @@ def load_json(raw: bytes | str) -> object:
     else:
         needle, text = raw.encode("utf-8", "surrogatepass"), raw
     try:
-        value = json.loads(text, parse_float=finite_float, parse_constant=refuse_constant)
+        value = json.loads(text, parse_float=finite_float, parse_int=bounded_int,
+                           parse_constant=refuse_constant)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     except ValueError as exc:

@@ -283,7 +283,7 @@ def _api_error(exc: urllib.error.HTTPError) -> str:
 
 def _client(args: argparse.Namespace) -> ApiClient:
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
-    return ApiClient(url, os.environ.get(TOKEN_ENV) or None)
+    return ApiClient(url, os.environ.get(TOKEN_ENV, "").strip() or None)  # (a file's newline)
 
 
 OUTPUTS = ("table", "wide", "json")
@@ -458,10 +458,15 @@ def _directives(args: argparse.Namespace) -> int:
     client = _client(args)
     run = client.get_json("/v1/runs/" + urllib.parse.quote(args.run_id, safe=""))
     directives = run.get("directives", []) if isinstance(run, dict) else []
+    omitted = run.get("directives_omitted", 0) if isinstance(run, dict) else 0
+    omitted = omitted if isinstance(omitted, int) and not isinstance(omitted, bool) else 0
     if args.output == "json":
-        print(json.dumps({"run_id": args.run_id, "directives": directives}, indent=2,
-                         ensure_ascii=False))
+        print(json.dumps({"run_id": args.run_id, "directives": directives,
+                          "directives_omitted": omitted}, indent=2, ensure_ascii=False))
     else:
+        if omitted:
+            print(f"({omitted} older directives left out: the newest {len(directives)} "
+                  f"are listed)")
         print(directives_table(directives, wide=args.output == "wide"))
     return 0
 

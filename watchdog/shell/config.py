@@ -16,11 +16,12 @@ import ipaddress
 import os
 import re
 import reprlib
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from watchdog.core.durations import DurationError, parse_seconds
 from watchdog.core.runs.view import trace_url_problem
@@ -282,6 +283,19 @@ def _require(ok: bool, key: str, value: object, allowed: str) -> None:
 
 # -- webhooks (DESIGN §6): each a mapping of WEBHOOK_KEYS ------------------------------------
 
+def token_problem(value: str) -> str | None:
+    """What is wrong with a configured token once the whitespace around it is dropped: empty,
+    or whitespace or a control character inside (it could never be sent in a header)."""
+    token = value.strip()
+    if not token:
+        return (f"it is empty{' (only whitespace)' if value else ''}; set the token, or unset "
+                f"api_token")
+    if any(char.isspace() or unicodedata.category(char) == "Cc" for char in token):
+        return ("it holds whitespace or a control character inside; a token is one word of "
+                "printable characters (e.g. openssl rand -hex 32)")
+    return None
+
+
 WEBHOOK_KEYS = ("url", "secret", "name", "actions", "agents")
 WEBHOOK_ACTIONS = ("notify", "wind_down", "abort")  # watchdog.core.rules.decision.Action values
 WEBHOOK_SECRET_PREFIX = "whsec_"  # Standard Webhooks: whsec_<base64 of the key bytes>
@@ -314,8 +328,8 @@ def webhook_problems(hooks: object) -> list[str]:
         except ValueError:  # e.g. an unclosed IPv6 bracket
             parsed = None
         check(_require, parsed is not None and parsed.scheme in ("http", "https")
-              and bool(parsed.hostname), f"{where}.url", url,
-              "an http:// or https:// URL with a host")
+              and bool(parsed.hostname) and _port_ok(parsed), f"{where}.url", url,
+              "an http:// or https:// URL with a host (and a port from 1 to 65535)")
         check(_check_secret, f"{where}.secret", hook.get("secret"))
         for key, allowed in (("actions", WEBHOOK_ACTIONS), ("agents", None)):
             if key not in hook:
@@ -339,6 +353,15 @@ def webhook_problems(hooks: object) -> list[str]:
                             f"webhooks[{names[name]}]; give each webhook its own name")
         names[name] = index
     return problems
+
+
+def _port_ok(parsed: SplitResult) -> bool:
+    """Whether a URL's port, if it has one, is a port: urlsplit keeps "99999" or "x" until
+    ``.port`` is read (and raises then)."""
+    try:
+        return parsed.port != 0
+    except ValueError:
+        return False
 
 
 def _check_secret(key: str, secret: object) -> None:
@@ -622,6 +645,14 @@ def _apply(config: Config, values: Mapping[str, Any], source: str,
             continue
         if key == "otlp_grpc_address" and value is False:  # YAML reads a bare off as false
             value = OFF
+        if key == "api_token" and isinstance(value, str):
+            # A token from a file (a Kubernetes Secret, $(cat token)) ends with a newline that
+            # is no part of it; whitespace around it is dropped, any inside is refused.
+            problem = token_problem(value)
+            if problem is not None:
+                problems.append(f"api_token (hidden) from {source} is not allowed: {problem}")
+                continue
+            value = value.strip()
         try:
             changes[key] = _coerce(key, value, FIELD_TYPES[key])
         except ConfigError as exc:

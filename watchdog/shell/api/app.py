@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any, cast
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
+from aiohttp.web_protocol import RequestHandler
 
 from watchdog.core.bounds import id_problem
 from watchdog.core.rules.engine import RuleEngine
@@ -34,7 +36,7 @@ from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
 from watchdog.shell.connections import Wrapped
 from watchdog.shell.directives.outbox import Outbox
-from watchdog.shell.errors import BadRequest, Unauthorized, WatchdogError
+from watchdog.shell.errors import BadRequest, RequestTimeout, Unauthorized, WatchdogError
 from watchdog.shell.priority import Priority
 
 log = logging.getLogger("watchdog.shell.api")
@@ -60,7 +62,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             headers["Retry-After"] = str(max(1, round(exc.retry_after)))
         if isinstance(exc, Unauthorized):
             headers["WWW-Authenticate"] = 'Bearer realm="agent-watchdog"'
-        return error_response(exc.http_status, exc.code, exc.message, headers)
+        response = error_response(exc.http_status, exc.code, exc.message, headers)
+        if isinstance(exc, RequestTimeout):  # its body stalled: close, rather than aiohttp
+            response.force_close()           # waiting up to 10 s more for the rest of it
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -88,6 +93,28 @@ async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         if problem is not None:
             what = "session id" if request.path.startswith("/v1/sessions/") else "run id"
             raise BadRequest(f"{what} {_shown(raw)} is not allowed: it {problem}")
+    return await handler(request)
+
+
+QUERY_PARAMS = web.AppKey("query_params", dict)  # route -> the query parameters it takes
+
+
+@web.middleware
+async def query_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every query parameter a route does not take, or one given twice, is refused (400) rather
+    than ignored: a filter or cursor that does nothing would answer something else than asked."""
+    allowed = request.app[QUERY_PARAMS].get(request.match_info.route)
+    if allowed is not None:
+        takes = ("it takes " + ", ".join(allowed)) if allowed else "it takes none"
+        for name in request.query:
+            if name not in allowed:
+                resource = request.match_info.route.resource
+                where = resource.canonical if resource is not None else request.path
+                raise BadRequest(f"query parameter {_shown(name)} is not allowed on "
+                                 f"{request.method} {where}: {takes}")
+            if len(request.query.getall(name)) > 1:
+                raise BadRequest(f"query parameter {_shown(name)} is given more than once: "
+                                 f"give it once")
     return await handler(request)
 
 
@@ -131,7 +158,40 @@ class _ArrivalServer(web.Server):
     priority: Priority
 
     def __call__(self) -> Any:  # the protocol factory of every accepted connection
-        return _Arrivals(super().__call__(), self.priority)
+        handler = super().__call__()
+        handler.__class__ = _JsonErrors
+        return _Arrivals(handler, self.priority)
+
+
+class _JsonErrors(RequestHandler):
+    """aiohttp's connection handler, its own refusals (a request it cannot parse: a line or
+    header over its limits, a malformed request line) answered in the API's error shape, never
+    echoing the client's raw bytes."""
+
+    __slots__ = ()
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status == 500:
+            return super().handle_error(request, status, exc, message)
+        if request.writer.output_size > 0:  # (as aiohttp's: nothing more can be said)
+            raise ConnectionError("a response is already under way")
+        if isinstance(exc, http_exceptions.LineTooLong):
+            text = (f"the request line or a header is longer than this server reads "
+                    f"({exc.args[1]} bytes): shorten the URL or the header")
+        elif isinstance(exc, http_exceptions.BadHttpMessage):
+            text = f"malformed HTTP request ({type(exc).__name__})"
+        else:
+            try:
+                text = HTTPStatus(status).phrase
+            except ValueError:
+                text = f"HTTP status {status}"
+        # one warning line, as watchdog.shell.logs makes of the other listeners' refusals
+        self.logger.warning("bad HTTP request from %s: %s", request.remote, text)
+        response = error_response(status, _HTTP_ERROR_CODES.get(status, f"http_{status}"),
+                                  text)
+        response.force_close()
+        return response
 
 
 class _Arrivals(Wrapped):
@@ -173,24 +233,33 @@ def create_app(service: Watchdog, config: Config, *,
     if config.api_token:
         middlewares.append(auth_middleware(config.api_token))
     middlewares.append(ids_middleware)
+    middlewares.append(query_middleware)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    params: dict[web.AbstractRoute, tuple[str, ...]] = {}
+    app[QUERY_PARAMS] = params
+
+    def add(method: str, path: str, handler: Handler, *allowed: str) -> None:
+        route = app.router.add_get(path, handler) if method == "GET" else \
+            app.router.add_route(method, path, handler)  # (a GET answers HEAD too, unchecked)
+        params[route] = allowed
+
     runs = RunRoutes(service, config.max_request_bytes, directives)
-    app.router.add_get("/v1/runs", runs.list_runs)
-    app.router.add_get(RUNS, runs.get_run)
-    app.router.add_get(RUNS + "/report", runs.report)
-    app.router.add_post(RUNS + "/heartbeat", runs.heartbeat)
-    app.router.add_post(RUNS + "/sync", runs.sync)
+    add("GET", "/v1/runs", runs.list_runs, "state", "agent", "limit")
+    add("GET", RUNS, runs.get_run)
+    add("GET", RUNS + "/report", runs.report)
+    add("POST", RUNS + "/heartbeat", runs.heartbeat)
+    add("POST", RUNS + "/sync", runs.sync, "after", "stop")
     sessions = SessionRoutes(service)
-    app.router.add_post(SESSIONS + "/checkpoints", sessions.checkpoint)
-    app.router.add_get(SESSIONS + "/context", sessions.context)
+    add("POST", SESSIONS + "/checkpoints", sessions.checkpoint)
+    add("GET", SESSIONS + "/context", sessions.context)
     if directives is not None:
         routes = DirectiveRoutes(directives)
-        app.router.add_get(RUNS + "/directives", routes.poll)
-        app.router.add_get(RUNS + "/directives/stream", routes.run_stream)
-        app.router.add_post(RUNS + "/ack", routes.ack)
-        app.router.add_get("/v1/directives/stream", routes.all_stream)
+        add("GET", RUNS + "/directives", routes.poll, "after", "wait", "limit")
+        add("GET", RUNS + "/directives/stream", routes.run_stream, "after")
+        add("POST", RUNS + "/ack", routes.ack)
+        add("GET", "/v1/directives/stream", routes.all_stream, "after")
     if rules is not None:
         rule_routes = RuleRoutes(rules, reload)
-        app.router.add_get("/v1/rules", rule_routes.list_rules)
-        app.router.add_post("/-/reload", rule_routes.reload)
+        add("GET", "/v1/rules", rule_routes.list_rules)
+        add("POST", "/-/reload", rule_routes.reload)
     return app

@@ -57,11 +57,23 @@ class DirectiveRoutes:
             last_seq = directives[-1].seq
         else:  # never past a directive not yet seen; back to the store's if the client is ahead
             last_seq = min(after, await self.hub.latest_seq(run_id))
+        response = json_response({"directives": [d.to_json() for d in directives],
+                                  "last_seq": last_seq})
+        if not directives:
+            return response
+        # Counted as delivered only once written to a client still connected: one that left
+        # while the poll waited gets nothing (it polls again from its own last_seq).
+        if _gone(request):
+            return response
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:  # it hung up as the answer went out
+            return response
         for directive in directives:
             self.metrics.directive_delivered(directive.action, "longpoll", "sent")
             logs.directive_sent(directive, "longpoll")
-        return json_response({"directives": [d.to_json() for d in directives],
-                              "last_seq": last_seq})
+        return response
 
     async def run_stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/runs/{id}/directives/stream``: SSE, ``id:`` = seq; from the run's first
@@ -143,8 +155,17 @@ class DirectiveRoutes:
             raise
 
 
+def _gone(request: web.Request) -> bool:
+    """Whether the client of ``request`` has hung up (its connection lost or closing)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 def parse_ack(body: dict[str, Any]) -> int:
     """The ``seq`` of a ``POST /v1/runs/{id}/ack`` body; raises :class:`BadRequest`."""
+    if "seq" not in body:
+        raise BadRequest("seq is missing: send {\"seq\": n}, n the seq of the last directive "
+                         "the agent has seen (an integer from 0 to " + str(MAX_SEQ) + ")")
     seq = body.get("seq")
     if not isinstance(seq, int) or not _is_int_in(seq, 0, MAX_SEQ):
         raise BadRequest(f"seq={_shown(seq)} is not allowed: expected an integer from 0 to "

@@ -5,6 +5,7 @@ errors, and the negotiation between a Markdown and a JSON answer.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable
@@ -14,9 +15,17 @@ from aiohttp import web
 
 from watchdog.core.bounds import load_json
 from watchdog.core.spans import codings
-from watchdog.shell.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from watchdog.shell.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
 
 MAX_BODY_BYTES = 1024 * 1024  # control requests are tiny; anything bigger is a mistake
+# A request body must arrive within this (as the OTLP/HTTP receiver's): a client that declares
+# a body and stalls is answered 408 instead of holding its connection and handler for ever.
+BODY_READ_TIMEOUT = 10.0
 MARKDOWN = "text/markdown"
 JSON = "application/json"
 MAX_SEQ = 2**63 - 1
@@ -42,19 +51,29 @@ async def request_body(request: web.Request, limit: int = MAX_BODY_BYTES,
                        setting: str | None = None) -> bytes:
     """A control request's body, inflated from its ``Content-Encoding`` (gzip or deflate, as
     the OTLP receivers accept), at most ``limit`` bytes as sent and once inflated (``setting``:
-    the configuration that sets the limit, named in the refusal)."""
+    the configuration that sets the limit, named in the refusal). A declared
+    ``Content-Length`` over the limit is refused before any byte is read; the body must arrive
+    within ``BODY_READ_TIMEOUT`` (:class:`RequestTimeout`, 408)."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding not in codings.SUPPORTED:
         raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r}: send the body "
                                    f"as it is, or as gzip or deflate")
     limit_text = f"{setting}={limit}" if setting else f"{limit} bytes"
+    if (request.content_length or 0) > limit:
+        raise PayloadTooLarge(f"request body of {request.content_length} bytes (Content-Length) "
+                              f"is larger than {limit_text}")
     chunks: list[bytes] = []
     size = 0
-    while chunk := await request.content.read(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body larger than {limit_text}")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_READ_TIMEOUT):
+            while chunk := await request.content.read(64 * 1024):
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"request body larger than {limit_text}")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {BODY_READ_TIMEOUT:g} s"
+                             ) from None
     try:
         return codings.inflate(b"".join(chunks), encoding, limit)
     except codings.BodyTooLarge:

@@ -66,7 +66,9 @@ class RunRoutes:
         key = request.match_info["id"]
         detail = await self.service.queries.run_detail(key)
         if self.directives is not None:
-            detail["directives"] = await self.directives.run_directives(key)
+            listed, omitted = await self.directives.run_directives(key)
+            detail["directives"] = listed  # the newest; older ones are only counted
+            detail["directives_omitted"] = omitted
         return json_response(detail)
 
     async def report(self, request: web.Request) -> web.Response:

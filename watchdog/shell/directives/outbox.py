@@ -285,17 +285,18 @@ class Outbox:
             last = batch[-1].seq
         return found
 
-    async def run_directives(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's directives (oldest first) with ``acked`` flags, for ``GET /v1/runs/{id}``:
-        ``acked`` is true once the agent acked a seq at or past it — its process put the
-        directive into a model request it made, or stopped the run at it (every adapter of the
-        client SDK acks the same way)."""
-        directives = await self.hub.reader.run(self.store.list_for_run, run_id, 0,
-                                              MAX_RUN_DIRECTIVES)
+    async def run_directives(self, run_id: str) -> tuple[list[dict[str, Any]], int]:
+        """The run's newest ``MAX_RUN_DIRECTIVES`` directives (oldest first) with ``acked``
+        flags, and how many older ones were left out, for ``GET /v1/runs/{id}``: ``acked`` is
+        true once the agent acked a seq at or past it — its process put the directive into a
+        model request it made, or stopped the run at it (every adapter of the client SDK acks
+        the same way)."""
+        directives, omitted = await self.hub.reader.run(self.store.newest_for_run, run_id,
+                                                        MAX_RUN_DIRECTIVES)
         if not directives:
-            return []
+            return [], omitted
         acked = await self.hub.reader.run(self.store.acked, run_id)
-        return [{**d.to_json(), "acked": d.seq <= acked} for d in directives]
+        return [{**d.to_json(), "acked": d.seq <= acked} for d in directives], omitted
 
     async def prune(self, active_runs: Iterable[str]) -> int:
         """Bound the store (call now and then with the active runs' ids)."""

@@ -458,6 +458,18 @@ class DirectiveStore:
                 (run_id, after_seq, limit)).fetchall()
         return [_directive(row) for row in rows]
 
+    def newest_for_run(self, run_id: str, limit: int) -> tuple[list[Directive], int]:
+        """The run's newest ``limit`` directives, oldest first, and how many older ones there
+        are besides."""
+        with self._reader.lock:
+            db = self._reader.db
+            rows = db.execute(f"{_SELECT} WHERE run_id=? ORDER BY seq DESC LIMIT ?",
+                              (run_id, limit)).fetchall()
+            total = db.execute("SELECT COUNT(*) FROM directives WHERE run_id=?",
+                               (run_id,)).fetchone()[0]
+        rows.reverse()
+        return [_directive(row) for row in rows], int(total) - len(rows)
+
     def list_after(self, global_seq: int = 0, limit: int = 100) -> list[Directive]:
         """All runs' directives with ``global_seq`` above the given one, oldest first."""
         with self._reader.lock:
