@@ -281,7 +281,7 @@ def test_only_zero_padding_may_follow_the_compressed_data(
         assert status == 200 and isinstance(body, http.client.IncompleteRead), (status, body)
     else:
         assert status == 502 and isinstance(body, bytes)
-        assert "UnjudgedResponse" in json.loads(body)["error"]["message"]
+        assert json.loads(body)["error"]["code"] == "response_unjudged"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
