@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from agent_watchdog_client import Directive, Watchdog, WatchdogAbort
+from agent_watchdog_client.sync import SyncChannel
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -161,6 +162,9 @@ def test_the_iterations_note_is_recounted_at_each_request(sidecar: RunningServer
     the first call; at the requests past the limit the model reads the true count, not that
     note again."""
     wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    # (each request's note comes with its sync: one the whole suite's load stalls past the
+    # 2 s default is answered without it, as it should be, and this test would read that)
+    wd.syncer = SyncChannel(wd.transport, timeout=30.0)
     tracer = wd.tracer()
     with wd.run(agent="counter", max_iterations=2) as run:
         seen = []
