@@ -8,6 +8,8 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -307,8 +309,11 @@ rules:
 """
 
 
-def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                             monkeypatch: pytest.MonkeyPatch) -> None:
+@contextmanager
+def directive_sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                      ) -> Iterator[RunningServer]:
+    """A sidecar with the two rules of ``DIRECTIVE_PACK``, the explorer's run exported to it
+    (the commands' address and token from their flags only)."""
     monkeypatch.delenv("WATCHDOG_URL", raising=False)
     monkeypatch.delenv("WATCHDOG_API_TOKEN", raising=False)
     pack = tmp_path / "cli.yaml"
@@ -317,6 +322,12 @@ def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                             rules_watch_interval=0.0)
     with running_server(config) as sidecar:
         export_http(sidecar, explorer_run(RUN_ID))
+        yield sidecar
+
+
+def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    with directive_sidecar(tmp_path, monkeypatch) as sidecar:
         detail = wait_until(lambda: (d := run_detail(sidecar.api, RUN_ID))
                             and len(d["directives"]) == 2 and d, what="two directives")
         status, _ = http_request("POST", f"{sidecar.api}/v1/runs/{RUN_ID}/ack",
@@ -358,14 +369,7 @@ def test_directives_past_the_listing_limit_are_said_to_be_left_out(
     from watchdog.shell.directives import outbox
 
     monkeypatch.setattr(outbox, "MAX_RUN_DIRECTIVES", 1)
-    monkeypatch.delenv("WATCHDOG_URL", raising=False)
-    monkeypatch.delenv("WATCHDOG_API_TOKEN", raising=False)
-    pack = tmp_path / "cli.yaml"
-    pack.write_text(DIRECTIVE_PACK)
-    config = sidecar_config(tmp_path / "state", rules=(str(pack),), default_rules=False,
-                            rules_watch_interval=0.0)
-    with running_server(config) as sidecar:
-        export_http(sidecar, explorer_run(RUN_ID))
+    with directive_sidecar(tmp_path, monkeypatch) as sidecar:
         detail = wait_until(lambda: (d := run_detail(sidecar.api, RUN_ID))
                             and d["directives_omitted"] == 1 and d, what="two directives")
         assert [(d["seq"], d["rule"]) for d in detail["directives"]] == [(2, "many-tools")]

@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,21 +20,19 @@ from tests.harness import (
     RunningServer,
     http_request,
     run_detail,
-    running_server,
-    sidecar_config,
     wait_until,
 )
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
-from tests.test_model_proxy import COMPLETION, RawUpstream, Seen, completion_reply, post
+from tests.test_model_proxy import (
+    COMPLETION,
+    RawUpstream,
+    Seen,
+    completion_reply,
+    post,
+    sidecar_for,
+)
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
-
-
-def sidecar_for(tmp_path: Path, upstream: RawUpstream, **overrides: Any) -> Any:
-    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
-                            model_upstream=upstream.base + "/v1",
-                            model_upstream_anthropic=upstream.base, **overrides)
-    return running_server(config)
 
 
 @pytest.fixture

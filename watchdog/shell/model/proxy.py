@@ -618,11 +618,7 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        booked = Booked(record, exchange.key, 0)
-        if into is not None:
-            into.append(booked)
-        else:
-            self.book_calls([booked])
+        self._book(Booked(record, exchange.key, 0), into)
 
     def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any]) -> str | None:
         """The stop note that replaces the final request's answer when nothing is left of it
@@ -652,7 +648,10 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        booked = Booked(record, exchange.key, len(handed))
+        self._book(Booked(record, exchange.key, len(handed)), into)
+
+    def _book(self, booked: Booked, into: list[Booked] | None) -> None:
+        """``booked`` goes to ``into`` (the caller books the lot in one step), else now."""
         if into is not None:
             into.append(booked)
         else:
