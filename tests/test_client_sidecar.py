@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from agent_watchdog_client import Directive, Watchdog, WatchdogAbort
-from agent_watchdog_client.sync import SyncChannel
+from agent_watchdog_client.reporter import Reporter
+from agent_watchdog_client.transport import Transport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -162,11 +163,31 @@ def test_the_iterations_note_is_recounted_at_each_request(sidecar: RunningServer
     the first call; at the requests past the limit the model reads the true count, not that
     note again."""
     wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
-    # (each request's note comes with its sync: one the whole suite's load stalls past the
-    # 2 s default is answered without it, as it should be, and this test would read that)
-    wd.syncer = SyncChannel(wd.transport, timeout=30.0)
+    seen = _instructions_of_four_calls(wd, max_iterations=2)
+    assert "model calls" not in seen[0]
+    assert "[budget: 1 of 2 model calls left — finalize now]" in seen[1]
+    for past in seen[2:]:
+        assert "1 of 2 model calls left" not in past
+        assert "[budget: all 2 model calls used — give your final answer now]" in past
+
+
+def test_the_budget_counts_from_the_first_sync_whenever_the_heartbeat_comes(
+        sidecar: RunningServer) -> None:
+    """The run's budget goes with its syncs until the sidecar has heard it: with no heartbeat
+    reaching the sidecar at all (the reporter's thread, which announces the run, was late under
+    load: the second request was made without its note), the first call's sync already counts
+    against ``max_iterations``."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    wd.reporter = Reporter(Transport(f"http://127.0.0.1:{free_port()}"))  # nothing listens
+    seen = _instructions_of_four_calls(wd, max_iterations=2)
+    assert "[budget: 1 of 2 model calls left — finalize now]" in seen[1]
+    assert wd.syncer.failures == 0
+
+
+def _instructions_of_four_calls(wd: Watchdog, **budget: int) -> list[str]:
+    """What a hand-written loop's four model requests were told (a chat span ends after each)."""
     tracer = wd.tracer()
-    with wd.run(agent="counter", max_iterations=2) as run:
+    with wd.run(agent="counter", **budget) as run:
         seen = []
         for _ in range(4):
             seen.append(run.before_model_call().instructions)
@@ -175,11 +196,7 @@ def test_the_iterations_note_is_recounted_at_each_request(sidecar: RunningServer
                 pass
         run.set_final_answer("done")
     wd.close()
-    assert "model calls" not in seen[0]
-    assert "[budget: 1 of 2 model calls left — finalize now]" in seen[1]
-    for past in seen[2:]:
-        assert "1 of 2 model calls left" not in past
-        assert "[budget: all 2 model calls used — give your final answer now]" in past
+    return seen
 
 
 def test_a_grace_ended_by_the_client_is_a_stopped_run_both_sides(sidecar: RunningServer) -> None:

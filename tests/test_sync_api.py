@@ -124,6 +124,35 @@ def test_a_client_stop_and_bad_requests(sidecar: RunningServer) -> None:
     assert detail["terminal_reason"] == "max_tool_calls"
 
 
+@pytest.mark.parametrize(("said", "error"), [
+    ("{not json", "X-Watchdog-Announce is not valid JSON"),
+    ('{"budget": {"max_tool_calls": -1}}', "announce.budget.max_tool_calls=-1 is not allowed"),
+    ('{"colour": "red"}', "announce.colour is not allowed"),
+])
+def test_a_sync_announces_the_run_it_comes_first_for(sidecar: RunningServer, said: str,
+                                                     error: str) -> None:
+    """``X-Watchdog-Announce`` (the heartbeat's ``announce``): a run's first sync names its
+    agent and budget, so the span it carries counts against that budget; a bad one is a 400
+    naming what is wrong, and nothing of the request is applied."""
+    maker = SpanMaker()
+    run_id = {"watchdog.run.id": "sync-run"}  # (all the client SDK's spans say of their run)
+    maker.span("execute_tool t0", {**run_id, **tool_attrs("t0", "{}")},
+               parent=maker.open("watchdog.run syncer", run_id))
+    body = encode(maker.take()).SerializeToString()
+    url = f"{sidecar.api}/v1/runs/sync-run/sync?after=0"
+    headers = {"Content-Type": "application/x-protobuf"}
+    status, raw = http_request("POST", url, body, {**headers, "X-Watchdog-Announce": said})
+    assert status == 400 and error in json.loads(raw)["error"]["message"]
+    assert http_request("GET", f"{sidecar.api}/v1/runs/sync-run")[0] == 404
+    announce = json.dumps({"agent": "syncer", "budget": {"max_tool_calls": 4}})
+    status, raw = http_request("POST", url, body, {**headers, "X-Watchdog-Announce": announce})
+    answer = json.loads(raw)
+    assert status == 200 and answer["tool_calls"] == 1
+    assert answer["budget"] == {"max_tool_calls": 4, "remaining_tool_calls": 3}
+    assert [d["rule"] for d in answer["directives"]] == ["budget-countdown"]
+    assert sidecar.get_json("/v1/runs/sync-run")["agent"] == "syncer"
+
+
 def test_a_client_stop_at_a_grace_spares_the_escalation(sidecar: RunningServer) -> None:
     """tool-cycle winds down with a 2-call grace announced as the absolute count where it ends;
     a client that stops there says ``stop=grace`` and the run ends as the rule decided, with no

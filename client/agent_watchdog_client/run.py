@@ -335,10 +335,14 @@ class Run:
         # a stop the run made by itself goes with the spans (the sidecar takes it first: a tool
         # call refused at the stop still ends a span), and again until a sync carried it
         stop = self.steering.unreported_stop
-        answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop)
+        # who the run is and its budget go with the syncs until the sidecar has heard them (the
+        # reporter's announcement, on its own thread, may come after this sync's spans)
+        announce = None if self.announced else self.announcement()
+        answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop, announce)
         if answer is None:
             tally.give_back(spans)
             return
+        self.announced = True
         if stop is not None:
             self.steering.stop_reported(stop)
         for directive in answer.directives:

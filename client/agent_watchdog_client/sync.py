@@ -36,6 +36,8 @@ log = logging.getLogger("agent_watchdog_client")
 SYNC_TIMEOUT = 2.0  # seconds; the sidecar answers a sync in milliseconds, or is in trouble
 RETRY_FIRST = 0.5  # seconds without syncing after a failure, doubled up to RETRY_MAX
 RETRY_MAX = 10.0
+ANNOUNCE_HEADER = "X-Watchdog-Announce"  # the run's announcement (JSON), on its first syncs
+MAX_ANNOUNCE_HEADER = 4096  # characters; JSON escapes make it ASCII, well inside header limits
 
 Encoder = Callable[[Sequence[ReadableSpan]], bytes]
 
@@ -99,10 +101,11 @@ class SyncChannel:
         return time.monotonic() >= self._skip_until
 
     def sync(self, run_id: str, spans: Sequence[ReadableSpan], after: int,
-             stop: str | None = None) -> SyncAnswer | None:
-        """Send ``spans`` (and ``stop``: the run stopped itself at its budget); the answer, or
-        None when the sidecar could not be asked (the caller keeps the spans for the next
-        sync)."""
+             stop: str | None = None, announce: dict[str, Any] | None = None
+             ) -> SyncAnswer | None:
+        """Send ``spans`` (and ``stop``: the run stopped itself at its budget; ``announce``: who
+        the run is and its budget, until the sidecar has heard it); the answer, or None when
+        the sidecar could not be asked (the caller keeps the spans for the next sync)."""
         if not self.available:
             return None
         body = self.encode(spans) if self.encode is not None and spans else b""
@@ -111,6 +114,9 @@ class SyncChannel:
             + (f"&stop={stop}" if stop else ""))
         headers = self.transport.headers({"Content-Type": "application/x-protobuf",
                                           "Accept": "application/json"})
+        said = json.dumps(announce, separators=(",", ":")) if announce is not None else ""
+        if said and len(said) <= MAX_ANNOUNCE_HEADER:  # (longer: the heartbeat's body says it)
+            headers[ANNOUNCE_HEADER] = said  # (a header: a sidecar that predates it ignores it)
         started = self.transport.health.started()
         try:
             status, payload = self._post(path, body, headers)

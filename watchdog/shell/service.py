@@ -435,13 +435,14 @@ class WatchdogService:
         self._carry(step)
         return run
 
-    def sync(self, key: str, request: TraceRequest, stop: str | None = None
-             ) -> tuple[RunView | None, int]:
+    def sync(self, key: str, request: TraceRequest, stop: str | None = None,
+             announce: dict[str, Any] | None = None) -> tuple[RunView | None, int]:
         """Apply the spans a client sends before its next step (:mod:`watchdog.core.sync`): the
         run's state once they are applied, and how many were new. ``stop``: the client stopped
         the run by itself (:data:`watchdog.core.sync.CLIENT_STOPS`), taken before the spans when the
         run is known: a tool call refused at the stop still ends a span, which must not count
-        as an overrun of a grace."""
+        as an overrun of a grace. ``announce``: who the run is and its budget (as a heartbeat's),
+        taken first — a sync that comes before the run's first heartbeat counts against it."""
         self.core.ledger.register(key)
         self.state.admit()
         self.pricer.load_soon()
@@ -449,6 +450,8 @@ class WatchdogService:
 
         decoded = records_from(request)
         core = self.core
+        if announce is not None:
+            self._carry(core.heartbeat(key, 0, self.clock.now(), announce=announce)[1])
         stopped = core.client_stopped(key, stop, self.clock.now()) if stop is not None else None
         applied = self._apply(decoded, "sync")
         if stop is not None:

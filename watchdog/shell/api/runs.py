@@ -18,6 +18,7 @@ from watchdog.core.bounds import (
     budget_limit,
     id_problem,
     is_number,
+    load_json,
 )
 from watchdog.core.runs.view import run_summary
 from watchdog.core.spans.decode import DecodeError, parse_protobuf
@@ -40,6 +41,7 @@ from watchdog.shell.errors import BadRequest
 from watchdog.shell.priority import hand_over
 from watchdog.shell.state.queries import MAX_LIST_LIMIT
 
+ANNOUNCE_HEADER = "X-Watchdog-Announce"
 DEFAULT_LIST_LIMIT = 100
 RUN_STATES = ("active", "ended")
 class RunRoutes:
@@ -105,6 +107,7 @@ class RunRoutes:
         if stop is not None and stop not in CLIENT_STOPS:
             raise BadRequest(f"stop={stop!r} is not allowed: expected one of "
                              + ", ".join(sorted(CLIENT_STOPS)))
+        announce = _announce_header(request.headers.get(ANNOUNCE_HEADER))
         body = await request_body(request, self.max_request_bytes, "max_request_bytes")
         try:
             export = parse_protobuf(body)
@@ -112,7 +115,7 @@ class RunRoutes:
             raise BadRequest(str(exc)) from None
         service = self.service
         with service.priority.sync():  # bulk ingest waits until the answer is on the wire
-            run, applied = service.sync(run_id, export, stop)
+            run, applied = service.sync(run_id, export, stop, announce)
             directives = [] if self.directives is None else \
                 await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)
             if run is not None:  # as it is now, the directives stored
@@ -155,6 +158,19 @@ def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
                          f"{MAX_EPOCH_SECONDS:g}")
     return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
                      _announcement(body.get("announce")))
+
+def _announce_header(raw: str | None) -> dict[str, Any] | None:
+    """A sync's ``X-Watchdog-Announce`` (the heartbeat's ``announce``, as JSON): the client's
+    syncs carry who the run is and its budget until the sidecar has heard them, so its first
+    spans count against that budget whenever the heartbeat comes."""
+    if raw is None:
+        return None
+    try:
+        value = load_json(raw)
+    except ValueError as exc:
+        raise BadRequest(f"{ANNOUNCE_HEADER} is not valid JSON: {exc}") from None
+    return _announcement(value)
+
 
 ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
 ID_KEYS = frozenset({"session", "parent_run"})  # follow the id rule (watchdog.core.bounds)
