@@ -43,7 +43,7 @@ from typing import Any
 
 from watchdog.core.bounds import span_times
 from watchdog.core.redact import redact
-from watchdog.core.spans import native
+from watchdog.core.spans import native, values  # noqa: F401 (native: the compiled decode on)
 from watchdog.core.spans.agents import _fill_agent, _fill_step_answer
 from watchdog.core.spans.attributes import (
     AGENT_INVOCATION_KEYS,
@@ -158,7 +158,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     the first-present facts of those attributes where the compiled decode resolved them."""
     if firsts is None:
         firsts = Firsts(attrs)
-    head = span.head() if type(span) is native.NATIVE_SPAN else None  # (set once loaded)
+    head = span.head() if type(span) is values.NATIVE_SPAN else None  # (set once loaded)
     trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
     key, source = run_key(trace_id, attrs, resource, firsts)
     role = role_of(name, attrs, parent is None)

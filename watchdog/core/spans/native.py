@@ -32,7 +32,6 @@ from watchdog.core.spans.record import MAX_ASKED_TOOLS
 # Built (without a Rust toolchain, or for another platform, it is not): found, not loaded
 AVAILABLE = find_spec("watchdog.core.spans._native") is not None
 _native: Any = None  # the compiled module, once loaded (_load)
-NATIVE_SPAN: Any = None  # its Span type, once loaded: no span is one before
 
 # (ExportTraceServiceRequest.DESCRIPTOR.full_name, without loading protobuf to read it)
 _REQUEST_TYPE = "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest"
@@ -40,7 +39,7 @@ _REQUEST_TYPE = "opentelemetry.proto.collector.trace.v1.ExportTraceServiceReques
 
 def _load() -> bool:
     """Load the compiled module (once); False where it is not built or does not load."""
-    global AVAILABLE, _native, NATIVE_SPAN
+    global AVAILABLE, _native
     if not AVAILABLE:
         return False
     if _native is None:
@@ -49,7 +48,9 @@ def _load() -> bool:
         except ImportError:  # found, but built for another interpreter or platform
             AVAILABLE = False
         else:
-            NATIVE_SPAN = module.Span
+            from watchdog.core.spans import values
+
+            values.NATIVE_SPAN = module.Span
             _native = module
     return _native is not None
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from watchdog.core.bounds import token_count
-from watchdog.core.spans import native
 from watchdog.core.spans.attributes import (
     FIRST_FACTS,
     HIDDEN_CONTENT,
@@ -57,9 +56,14 @@ def select_attributes(key_values: Any) -> dict[str, object]:
     return selected
 
 
+# The compiled decode's Span type (watchdog.core.spans.native sets it when it loads the compiled
+# module): no span is one before.
+NATIVE_SPAN: Any = None
+
+
 def selected(span: Any) -> dict[str, object]:
     """The attributes of ``span`` the conventions read, from either decode."""
-    if type(span) is native.NATIVE_SPAN:  # (set once the compiled decode is loaded)
+    if type(span) is NATIVE_SPAN:  # (set once the compiled decode is loaded)
         return span.selected()  # type: ignore[no-any-return]
     return select_attributes(span.attributes)
 
@@ -68,7 +72,7 @@ def read(span: Any) -> tuple[dict[str, object], tuple[object, ...] | None]:
     """The attributes of ``span`` the conventions read and, from the compiled decode, their
     first-present facts (``FIRST_FACTS``, resolved in the same pass); None: the Python path
     looks each up when it is asked for (:class:`Firsts`)."""
-    if type(span) is native.NATIVE_SPAN:
+    if type(span) is NATIVE_SPAN:
         return span.read()  # type: ignore[no-any-return]
     return select_attributes(span.attributes), None
 
