@@ -206,6 +206,10 @@ CONTROL_BODIES: list[tuple[str, str, bytes, str]] = [
      "announce.budget.max_tool_calls=1e+300 is not allowed"),
     ("heartbeat", "/heartbeat", b'{"announce": {"session": "a\\u0000b"}}',
      "must not contain control characters"),
+    ("heartbeat", "/heartbeat", b'{"announce": {"agent": "a"}, "trace_id": "AB' + b"0" * 30
+     + b'"}', "trace_id='AB000000000000000000000000000000' is not allowed: expected the run's"),
+    ("heartbeat", "/heartbeat", b'{"announce": {"trace_id": "' + b"0" * 32 + b'"}}',
+     "announce.trace_id='00000000000000000000000000000000' is not allowed"),
     ("ack", "/ack", b'{"seq": ' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"}",
      "nested too deeply"),
     ("ack", "/ack", b'{"seq": 99999999999999999999999999}', "is not allowed"),

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import openai
 import pytest
+from agent_watchdog_client import Watchdog
 from opentelemetry import propagate, trace
 
 from tests.frameworks.fakellm import FakeLLM, Step, answer, call, looping, steps
@@ -235,6 +236,53 @@ def test_the_sdks_own_note_is_not_noted_again(sidecar: RunningServer, llm: FakeL
         {"role": "system", "content": note}, {"role": "user", "content": "x"}])
     assert llm.requests(model)[0]["messages"][0]["content"] == note
     assert llm.raw_requests(model)[0].count(b"[budget:") == 1
+
+
+@pytest.mark.parametrize("told_by", ["sync", "heartbeat"])
+def test_a_client_sdk_run_whose_requests_carry_its_traceparent_is_one_run(
+        sidecar: RunningServer, llm: FakeLLM, told_by: str) -> None:
+    """An agent using the client SDK whose HTTP client sends the run's ``traceparent`` (OTel's
+    HTTP instrumentation does) to the model endpoint: its first request comes before any span of
+    the run has ended, and is still the SDK's run (its announcement names its trace: told by
+    the sync before each model call, or by the reporter's heartbeat), not a run of the trace's
+    own that lingers beside it."""
+    model = llm.script("sdk-traced", steps(call("search", q="a"), answer("done")))
+    wd = Watchdog(sidecar.api)
+    provider = wd.setup_tracing("sdk-agent", endpoint=sidecar.otlp_http + "/v1/traces",
+                                set_global=False)
+    tracer = provider.get_tracer("agent")
+    client = chat(sidecar)
+    messages: list[Any] = [{"role": "user", "content": "find it"}]
+    with wd.run(agent="sdk-traced") as run:
+        if told_by == "heartbeat":
+            wait_until(lambda: http_request("GET", f"{sidecar.api}/v1/runs/{run.id}")[0] == 200,
+                       "the run announced")
+        for _ in range(3):
+            if told_by == "sync":
+                run.before_model_call()
+            headers: dict[str, str] = {}
+            propagate.inject(headers)  # (the run's span is the current one)
+            message = client.chat.completions.create(
+                model=model, messages=messages, tools=TOOLS,
+                extra_headers=headers).choices[0].message
+            if not message.tool_calls:
+                run.set_final_answer(message.content or "")
+                break
+            messages.append({"role": "assistant", "content": None,
+                             "tool_calls": [c.model_dump() for c in message.tool_calls]})
+            for tool_call in message.tool_calls:
+                with tracer.start_as_current_span("execute_tool search", attributes=tool_attrs(
+                        "search", tool_call.function.arguments, "ok")):
+                    pass
+                messages.append({"role": "tool", "tool_call_id": tool_call.id,
+                                 "content": "ok"})
+    wd.close()
+    provider.shutdown()
+    detail = wait_until(lambda: (d := sidecar.get_json(f"/v1/runs/{run.id}"))["state"]
+                        == "ended" and d, "the SDK's run ends")
+    assert detail["signals"]["iterations"] == 2 and detail["signals"]["tool_calls"] == 1
+    assert [r["id"] for r in sidecar.get_json("/v1/runs?agent=sdk-traced")["runs"]] == [run.id]
+    assert [r["id"] for r in sidecar.get_json("/v1/runs")["runs"]] == [run.id]
 
 
 def test_a_call_the_agent_also_traces_counts_once(sidecar: RunningServer,

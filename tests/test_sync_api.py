@@ -128,6 +128,7 @@ def test_a_client_stop_and_bad_requests(sidecar: RunningServer) -> None:
     ("{not json", "X-Watchdog-Announce is not valid JSON"),
     ('{"budget": {"max_tool_calls": -1}}', "announce.budget.max_tool_calls=-1 is not allowed"),
     ('{"colour": "red"}', "announce.colour is not allowed"),
+    ('{"trace_id": 7}', "announce.trace_id=7 is not allowed: expected a str"),
 ])
 def test_a_sync_announces_the_run_it_comes_first_for(sidecar: RunningServer, said: str,
                                                      error: str) -> None:

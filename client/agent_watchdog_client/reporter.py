@@ -10,7 +10,8 @@ still gets a heartbeat every ``HEARTBEAT_INTERVAL``, so the sidecar knows it is 
 
 Heartbeat body (``POST /v1/runs/{id}/heartbeat``): ``messages``, ``in_flight``,
 ``oldest_call_started`` and, until the sidecar has accepted one, ``announce`` (agent, session,
-parent run, budget) — so a run is known with its budget before any of its spans has ended. A
+parent run, budget) and ``trace_id`` (its span's trace) — so a run is known with its budget
+before any of its spans has ended, and so is the trace a model request's ``traceparent`` names. A
 404 means the sidecar does not know the run (it restarted without state, or missed the
 announcement): the next heartbeat announces again; a 404 to an announcement means the run has
 already ended there, and it is not reported any more. While the sidecar is unreachable the
@@ -46,6 +47,7 @@ class Run(Protocol):
 
     def heartbeat_body(self) -> dict[str, Any]: ...
     def announcement(self) -> dict[str, Any]: ...
+    def trace_id(self) -> str | None: ...
     def pending_ack(self) -> int | None: ...
     def acked(self, seq: int) -> None: ...
 
@@ -180,6 +182,9 @@ class Reporter:
             return  # e.g. a call that started and ended between two looks
         if announcing:
             body["announce"] = run.announcement()
+            trace_id = run.trace_id()
+            if trace_id is not None:  # (beside it: a sidecar that predates it ignores it)
+                body["trace_id"] = trace_id
         response = self.transport.request("POST", f"/v1/runs/{quoted}/heartbeat", body)
         with self._lock:
             if run.id in self._runs:

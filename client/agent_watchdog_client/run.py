@@ -337,7 +337,7 @@ class Run:
         stop = self.steering.unreported_stop
         # who the run is and its budget go with the syncs until the sidecar has heard them (the
         # reporter's announcement, on its own thread, may come after this sync's spans)
-        announce = None if self.announced else self.announcement()
+        announce = None if self.announced else self.announcement(with_trace=True)
         answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop, announce)
         if answer is None:
             tally.give_back(spans)
@@ -397,8 +397,12 @@ class Run:
             body["oldest_call_started"] = min(starts) / 1e9
         return body
 
-    def announcement(self) -> dict[str, Any]:
+    def announcement(self, *, with_trace: bool = False) -> dict[str, Any]:
+        """Who the run is; ``with_trace``: and the trace of its own span (a model request that
+        carries its ``traceparent`` is this run's before any span of it has ended)."""
         announce: dict[str, Any] = {"agent": self.agent}
+        if with_trace and (trace_id := self.trace_id()) is not None:
+            announce["trace_id"] = trace_id
         if self.session:
             announce["session"] = self.session
         if self.parent_id:
@@ -406,6 +410,13 @@ class Run:
         if self.budget:
             announce["budget"] = dict(self.budget)
         return announce
+
+    def trace_id(self) -> str | None:
+        """The trace of the run's own span, in hex (None before it started)."""
+        span = self._span
+        context = span.get_span_context() if span is not None else None
+        return format(context.trace_id, "032x") if context is not None and context.is_valid \
+            else None
 
     def pending_ack(self) -> int | None:
         wanted = self._ack_wanted

@@ -231,8 +231,8 @@ class Core(CoreReads):
     def heartbeat(self, key: str, messages: int, now: float, in_flight: int | None = None,
                   oldest_call_started: float | None = None,
                   announce: dict[str, Any] | None = None) -> tuple[RunView | None, Step]:
-        """A client heartbeat. ``announce`` (agent, session, parent_run, budget) registers a
-        run that has no ended span yet, so it is watched from its first second."""
+        """A client heartbeat. ``announce`` (agent, session, parent_run, budget, trace_id)
+        registers a run that has no ended span yet, so it is watched from its first second."""
         step = Step()
         known = self.tracker.get(key) if self._has_rules() else None
         old = snapshot(known) if known is not None else None
@@ -242,6 +242,10 @@ class Core(CoreReads):
             return None, step
         if announce:
             self.ledger.register(key)
+            announce = dict(announce)
+            trace_id = announce.pop("trace_id", None)
+            if trace_id:
+                self.tracker.name_trace(trace_id, key)
             run.announce(**announce)
             self._note_sessions((run,), now)
         step.dirty[key] = run

@@ -106,6 +106,17 @@ class RunBook:
         owner = self._trace_runs.get(trace_id)
         return owner[0] if owner is not None else None
 
+    def name_trace(self, trace_id: str, key: str) -> None:
+        """The client SDK's run ``key`` is in ``trace_id`` (its announcement says so): a model
+        request that carries the trace's ``traceparent``, and a span of it that names no run,
+        are that run's before any of its spans has come (the run named last, as spans name
+        them)."""
+        traces = self._trace_runs
+        traces[trace_id] = (key, KeySource.WATCHDOG)
+        traces.move_to_end(trace_id)
+        while len(traces) > MAX_TRACE_ALIASES:
+            traces.popitem(last=False)
+
     def open(self, key: str, key_source: KeySource, trace_id: str, now: float
              ) -> tuple[RunState, bool]:
         """The run ``key`` (active or recently ended), or a new active one that no span has

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,8 @@ from watchdog.shell.priority import hand_over
 from watchdog.shell.state.queries import MAX_LIST_LIMIT
 
 ANNOUNCE_HEADER = "X-Watchdog-Announce"
+TRACE_ID = re.compile(r"[0-9a-f]{32}")
+ZERO_TRACE = "0" * 32
 DEFAULT_LIST_LIMIT = 100
 RUN_STATES = ("active", "ended")
 class RunRoutes:
@@ -156,8 +159,21 @@ def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
         raise BadRequest(f"oldest_call_started={_shown(oldest)} is not allowed: expected "
                          f"epoch seconds from {MIN_EPOCH_SECONDS} (2000) to "
                          f"{MAX_EPOCH_SECONDS:g}")
+    announce = _announcement(body.get("announce"))
+    # (the run's trace beside the announcement: a sidecar that predates it ignores it there)
+    if announce is not None and body.get("trace_id") is not None:
+        announce["trace_id"] = _trace_id(body["trace_id"], "trace_id")
     return Heartbeat(messages, in_flight, float(oldest) if oldest is not None else None,
-                     _announcement(body.get("announce")))
+                     announce)
+
+
+def _trace_id(value: object, name: str) -> str:
+    """The run's trace (the client SDK's run span's), as W3C Trace Context writes it."""
+    if not isinstance(value, str) or not TRACE_ID.fullmatch(value) or value == ZERO_TRACE:
+        raise BadRequest(f"{name}={_shown(value)} is not allowed: expected the run's trace "
+                         f"id, 32 lower-case hex digits, not all zero")
+    return value
+
 
 def _announce_header(raw: str | None) -> dict[str, Any] | None:
     """A sync's ``X-Watchdog-Announce`` (the heartbeat's ``announce``, as JSON): the client's
@@ -172,7 +188,8 @@ def _announce_header(raw: str | None) -> dict[str, Any] | None:
     return _announcement(value)
 
 
-ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict}
+ANNOUNCE_KEYS = {"agent": str, "session": str, "parent_run": str, "budget": dict,
+                 "trace_id": str}
 ID_KEYS = frozenset({"session", "parent_run"})  # follow the id rule (watchdog.core.bounds)
 
 
@@ -197,6 +214,8 @@ def _announcement(value: object) -> dict[str, Any] | None:
             problem = id_problem(item)
             if problem is not None:
                 raise BadRequest(f"announce.{key}={_shown(item)} is not allowed: it {problem}")
+        if key == "trace_id":
+            _trace_id(item, "announce.trace_id")
         announce[key] = item
     budget = announce.get("budget")
     if budget is not None:
