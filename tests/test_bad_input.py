@@ -3,6 +3,7 @@ a message, nothing crashes, and a run ingested before the bad request is intact 
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import socket
@@ -115,9 +116,6 @@ HTTP_CASES: list[tuple[str, Callable[[], bytes], str, dict[str, str], int, str, 
      "the top level must be an object"),
     ("JSON bad structure", lambda: b'{"resourceSpans": "x"}', JSON, {}, 400, "invalid",
      "unexpected structure"),
-    ("JSON non-hex traceId",
-     lambda: otlp_json(agent_run()[0]).replace(b'"traceId": "', b'"traceId": "zz', 1), JSON, {},
-     400, "invalid", "is not a hex string"),
     ("JSON bad field type",
      lambda: b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5, "kind": "x"}]}]}]}',
      JSON, {}, 400, "invalid", "invalid OTLP/JSON payload"),
@@ -212,6 +210,64 @@ def test_spans_without_ids_are_rejected_and_the_rest_applied(guarded: Guarded) -
         assert detail["spans"] == 2  # the valid spans of the request were applied
         assert (detail["signals"]["iterations"], detail["signals"]["input_tokens"]) == (1, 11)
     assert export_outcomes(guarded.sidecar, "http") == counted(before, "partial", 2)
+    guarded.assert_intact()
+
+
+def _ids_as(body: bytes, spans: dict[str, dict[str, str]]) -> bytes:
+    """An OTLP/JSON ``body`` with the ids of the spans named in ``spans`` replaced."""
+    document = json.loads(body)
+    for span in document["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        span.update(spans.get(span["name"], {}))
+    return json.dumps(document).encode()
+
+
+def test_json_ids_that_are_not_hex_reject_their_span_only(guarded: Guarded) -> None:
+    """A trace or span id in base64 (protobuf's JSON mapping of bytes) or not hex at all is no
+    id: that span is rejected in partialSuccess, the rest applied, as in protobuf an id of the
+    wrong length is. A parent span id that is not hex makes its span a root in both."""
+    details = []
+    for content_type in (PROTOBUF, JSON):
+        maker = SpanMaker()
+        with maker.agent():
+            maker.span("chat", chat_attrs(11, 4))
+        maker.span("chat", chat_attrs(5, 2))  # a loose call: its parent id is made bad below
+        spans = maker.take()
+        request = encode(spans)
+        scope_spans = request.resource_spans[0].scope_spans[0]
+        for name in ("bad trace id", "bad span id"):
+            bad = scope_spans.spans.add()
+            bad.CopyFrom(scope_spans.spans[0])
+            bad.name = name
+        loose = next(span for span in scope_spans.spans if span.span_id == bytes.fromhex(
+            f"{spans[2].context.span_id:016x}"))
+        loose.name = "loose"
+        loose.parent_span_id = b"\x01\x02\x03"
+        if content_type == PROTOBUF:
+            scope_spans.spans[-2].trace_id = b"\x05" * 12
+            scope_spans.spans[-1].span_id = b"\x06" * 7
+            body = request.SerializeToString()
+        else:
+            b64 = base64.b64encode(bytes(range(1, 9))).decode()  # "AQIDBAUGBwg=": not hex
+            body = _ids_as(request_json(request), {
+                "bad trace id": {"traceId": base64.b64encode(bytes(range(1, 17))).decode()},
+                "bad span id": {"spanId": b64},
+                "loose": {"parentSpanId": "zz" * 8}})
+        status, response = post(guarded.sidecar, body, content_type)
+        assert status == 200, response
+        if content_type == PROTOBUF:
+            partial = ExportTraceServiceResponse.FromString(response).partial_success
+            rejected, message = partial.rejected_spans, partial.error_message
+        else:
+            partial_json = json.loads(response)["partialSuccess"]
+            rejected, message = int(partial_json["rejectedSpans"]), partial_json["errorMessage"]
+        assert rejected == 2, message
+        assert "1 invalid_span_id, 1 invalid_trace_id" in message
+        context = spans[0].context
+        assert context is not None
+        detail = guarded.sidecar.get_json(f"/v1/runs/trace:{context.trace_id:032x}")
+        details.append((detail["spans"], detail["signals"]["iterations"],
+                        detail["signals"]["input_tokens"]))
+        assert details[-1] == (2, 1, 11)  # the good spans of the request were applied
     guarded.assert_intact()
 
 
