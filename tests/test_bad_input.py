@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import logging
 import socket
 import struct
 import zlib
@@ -17,7 +18,11 @@ from pathlib import Path
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.harness import RunningServer, running_server, sidecar_config
 from tests.spans import SpanMaker, chat_attrs, encode
@@ -297,20 +302,60 @@ def grpc_export(sidecar: RunningServer, body: bytes, **kwargs: object) -> bytes:
      grpc.StatusCode.INVALID_ARGUMENT, "invalid OTLP protobuf payload"),
     (lambda: valid_body()[:-7], grpc.Compression.NoCompression,
      grpc.StatusCode.INVALID_ARGUMENT, "invalid OTLP protobuf payload"),
+    # Over the limit: refused by the watchdog, counted, not to be retried (as HTTP's 413).
     (lambda: b"\x00" * (MAX_REQUEST_BYTES + 1), grpc.Compression.NoCompression,
-     grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
+     grpc.StatusCode.INVALID_ARGUMENT, "exceeds max_request_bytes=1048576"),
     # Small on the wire, over the limit once inflated: the limit applies after decompression.
+    (lambda: b"\x00" * (MAX_REQUEST_BYTES + 1), grpc.Compression.Gzip,
+     grpc.StatusCode.INVALID_ARGUMENT, "(after decompression)"),
+    # Far over it (past READ_LIMIT_FACTOR times): gRPC core refuses it before reading it all.
+    (lambda: b"\x00" * (2 * MAX_REQUEST_BYTES + 1), grpc.Compression.NoCompression,
+     grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
     (lambda: b"\x00" * (8 * MAX_REQUEST_BYTES), grpc.Compression.Gzip,
      grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"),
-], ids=["garbage", "truncated", "oversized", "oversized after gzip"])
+], ids=["garbage", "truncated", "oversized", "oversized after gzip", "far oversized",
+        "far oversized after gzip"])
 def test_grpc_bad_input(guarded: Guarded, body: Callable[[], bytes],
                         compression: grpc.Compression, code: grpc.StatusCode,
                         message: str) -> None:
+    before = export_outcomes(guarded.sidecar, "grpc")
     with pytest.raises(grpc.RpcError) as caught:
         grpc_export(guarded.sidecar, body(), compression=compression)
     error: grpc.Call = caught.value
     assert error.code() is code
     assert message in (error.details() or "")
+    if "exceeds" in message or "after decompression" in message:
+        assert export_outcomes(guarded.sidecar, "grpc") == counted(before, "too_large")
+    guarded.assert_intact()
+
+
+def test_an_oversized_batch_is_refused_once_counted_and_logged(
+        guarded: Guarded, caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK's own gRPC exporter, a batch over max_request_bytes: refused as HTTP refuses it
+    (413): with a code the exporter does not retry (one request, counted once), and a warning
+    in the log — one for many such requests."""
+    maker = SpanMaker()
+    with maker.agent():
+        for n in range(40):
+            maker.span("chat", {**chat_attrs(1, 1), "filler": f"{n:04d}" + "x" * 40_000})
+    spans = maker.take()
+    assert MAX_REQUEST_BYTES < len(encode(spans).SerializeToString()) < 2 * MAX_REQUEST_BYTES
+    before = export_outcomes(guarded.sidecar, "grpc")
+    with caplog.at_level(logging.WARNING, logger="watchdog.receivers"):
+        for attempt in range(2):
+            exporter = GrpcSpanExporter(endpoint=guarded.sidecar.grpc_target, insecure=True,
+                                        timeout=10)
+            try:
+                assert exporter.export(spans) is SpanExportResult.FAILURE
+            finally:
+                exporter.shutdown()
+            # One request: the exporter did not retry it (a retry would be counted again).
+            assert export_outcomes(guarded.sidecar, "grpc") == counted(before, "too_large",
+                                                                       attempt + 1)
+    warnings = [record.getMessage() for record in caplog.records
+                if record.name == "watchdog.receivers"]
+    assert len(warnings) == 1, warnings  # the second, within LOG_INTERVAL, is counted only
+    assert "OTLP/gRPC: 1 export request(s) refused over max_request_bytes=1048576" in warnings[0]
     guarded.assert_intact()
 
 

@@ -112,6 +112,7 @@ class TraceReceiver:
         self.admission = admission
         self.uploads = uploads if uploads is not None else Uploads()
         self.max_request_bytes = config.max_request_bytes
+        self.oversize = admission.oversize("HTTP", config.max_request_bytes)
         self._expected_auth = config.api_token
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -237,6 +238,8 @@ class TraceReceiver:
     def _refuse(self, codec: Codec, error: WatchdogError) -> web.Response:
         if error.export_outcome is not None:
             self._count(error.export_outcome)
+        if isinstance(error, PayloadTooLarge):
+            self.oversize.refused(None)
         headers = {}
         if error.retry_after is not None:
             headers["Retry-After"] = str(max(1, round(error.retry_after)))
