@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.harness import RunningServer, running_server, sidecar_config
-from tests.spans import SpanMaker, chat_attrs, encode
+from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
 from tests.test_otlp_grpc import EXPORT_METHOD
 from tests.test_otlp_http import (
     JSON,
@@ -273,6 +273,68 @@ def test_json_ids_that_are_not_hex_reject_their_span_only(guarded: Guarded) -> N
         details.append((detail["spans"], detail["signals"]["iterations"],
                         detail["signals"]["input_tokens"]))
         assert details[-1] == (2, 1, 11)  # the good spans of the request were applied
+    guarded.assert_intact()
+
+
+def _rejected_of(response: bytes) -> tuple[int, str]:
+    partial = ExportTraceServiceResponse.FromString(response).partial_success
+    return partial.rejected_spans, partial.error_message
+
+
+def _duplicates_rejected(sidecar: RunningServer) -> float:
+    metrics = sidecar.server.metrics
+    assert metrics is not None
+    return sum(sample.value for family in metrics.registry.collect()
+               if family.name == "agent_watchdog_spans_rejected" for sample in family.samples
+               if sample.name.endswith("_total")
+               and sample.labels["reason"] == "duplicate_span_id")
+
+
+@pytest.mark.parametrize("first", ["tool", "chat"])
+@pytest.mark.parametrize("requests", [1, 2])
+def test_the_first_span_of_an_id_is_kept_and_another_rejected(guarded: Guarded, first: str,
+                                                              requests: int) -> None:
+    """Two different spans (a tool call and a model call) with one trace and span id: the
+    first that comes is the span — in one request the first in it, across requests the earlier
+    request's — whichever kind; the other is rejected in partialSuccess and counted
+    (spans_rejected_total{reason="duplicate_span_id"}). A copy (same name and times: a retry)
+    is no conflict: dropped unreported."""
+    key = f"dup-{first}-{requests}"
+    maker = SpanMaker()
+    maker.span("execute_tool search", {**tool_attrs("search"), "watchdog.run.id": key})
+    maker.span("chat", {**chat_attrs(999, 1), "watchdog.run.id": key}, start=T0 + 1)
+    spans = encode(maker.take()).resource_spans[0].scope_spans[0].spans
+    tool, chat = spans
+    chat.trace_id, chat.span_id = tool.trace_id, tool.span_id
+    order = [tool, chat] if first == "tool" else [chat, tool]
+
+    def body(*spans: object) -> bytes:
+        request = encode([])
+        scope_spans = request.resource_spans.add().scope_spans.add()
+        scope_spans.spans.extend(spans)
+        return request.SerializeToString()
+
+    before = _duplicates_rejected(guarded.sidecar)
+    bodies = [body(*order)] if requests == 1 else [body(order[0]), body(order[1])]
+    answers = []
+    for request_body in bodies:
+        status, response = post(guarded.sidecar, request_body)
+        assert status == 200
+        answers.append(_rejected_of(response) if response else (0, ""))
+    rejected, message = answers[-1]
+    assert rejected == 1, answers
+    assert "1 duplicate_span_id" in message
+    assert f"span {tool.span_id.hex()} of trace {tool.trace_id.hex()}" in message
+    assert answers[:-1] == [(0, "")] * (requests - 1)
+    assert _duplicates_rejected(guarded.sidecar) == before + 1
+
+    # a copy of the kept span, in a request of its own or twice in one: no rejection
+    for copies in (body(order[0]), body(order[0], order[0])):
+        assert post(guarded.sidecar, copies) == (200, b"")
+    assert _duplicates_rejected(guarded.sidecar) == before + 1
+    signals = guarded.sidecar.get_json(f"/v1/runs/{key}")["signals"]
+    expected = (1, 0, 0) if first == "tool" else (0, 1, 999)
+    assert (signals["tool_calls"], signals["iterations"], signals["input_tokens"]) == expected
     guarded.assert_intact()
 
 
