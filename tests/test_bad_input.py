@@ -38,7 +38,7 @@ from tests.test_otlp_http import (
     post_full,
     request_json,
 )
-from watchdog.shell.receivers import otlp_http
+from watchdog.shell.receivers import otlp_grpc, otlp_http
 
 MAX_REQUEST_BYTES = 1024 * 1024
 MIB = 1024 * 1024
@@ -370,8 +370,9 @@ def grpc_export(sidecar: RunningServer, body: bytes, **kwargs: object) -> bytes:
     # Small on the wire, over the limit once inflated: the limit applies after decompression.
     (lambda: b"\x00" * (MAX_REQUEST_BYTES + 1), grpc.Compression.Gzip,
      grpc.StatusCode.INVALID_ARGUMENT, "(after decompression)"),
-    # Far over it (past READ_LIMIT_FACTOR times): gRPC core refuses it before reading it all.
-    (lambda: b"\x00" * (2 * MAX_REQUEST_BYTES + 1), grpc.Compression.NoCompression,
+    # Far over it (past READ_MARGIN more): gRPC core refuses it before reading it all.
+    (lambda: b"\x00" * (MAX_REQUEST_BYTES + otlp_grpc.READ_MARGIN + 1),
+     grpc.Compression.NoCompression,
      grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
     (lambda: b"\x00" * (8 * MAX_REQUEST_BYTES), grpc.Compression.Gzip,
      grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"),

@@ -7,11 +7,11 @@ hashes the exact body, so an exporter retry of an applied request is not counted
 A message over ``max_request_bytes`` (after decompression) is refused here as HTTP refuses it
 with 413: counted (``too_large``), logged (:class:`~watchdog.shell.receivers.admission.
 Oversize`), answered INVALID_ARGUMENT, which OTLP exporters do not retry (a batch that does not
-fit never will). gRPC core reads at most ``READ_LIMIT_FACTOR`` times that
+fit never will). gRPC core reads at most ``READ_MARGIN`` bytes more than that
 (``grpc.max_receive_message_length``, as received and after decompression): past it gRPC
-answers RESOURCE_EXHAUSTED itself, before the message is read whole, and the watchdog never
-sees the call. Refusals go through :mod:`watchdog.shell.errors`; overload is UNAVAILABLE with a
-``RetryInfo``.
+answers RESOURCE_EXHAUSTED itself, before the message is read whole (from its length prefix,
+or as it inflates), and the watchdog never sees the call. Refusals go through
+:mod:`watchdog.shell.errors`; overload is UNAVAILABLE with a ``RetryInfo``.
 
 ``grpc`` is imported when a server is created, not with this module: the sidecar creates it
 at the first connection to its gRPC port (:mod:`watchdog.shell.receivers.lazy_grpc`), and one
@@ -55,9 +55,9 @@ PYTHON_RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 
 # gRPC messages are binary protobuf; they are forwarded uncompressed (gRPC inflated them).
 FORWARD_CONTENT_TYPE = "application/x-protobuf"
-# gRPC core refuses (unread, uncounted) a message over this many times max_request_bytes; up to
-# it the message is read and refused here. Memory: at most this times the limit per call.
-READ_LIMIT_FACTOR = 2
+# gRPC core refuses (unread, uncounted) a message this much over max_request_bytes; up to it the
+# message is read and refused here (counted, logged, not retried). Memory: this more per call.
+READ_MARGIN = 4 * 1024 * 1024
 MAX_GRPC_LENGTH = 2**31 - 1  # grpc.max_receive_message_length is a C int
 
 Metadata = Sequence[tuple[str, str | bytes]]
@@ -150,7 +150,7 @@ def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
 
 def read_limit(max_request_bytes: int) -> int:
     """The largest message gRPC core reads (larger: RESOURCE_EXHAUSTED, the watchdog unasked)."""
-    return min(max_request_bytes * READ_LIMIT_FACTOR, MAX_GRPC_LENGTH)
+    return min(max_request_bytes + READ_MARGIN, MAX_GRPC_LENGTH)
 
 
 def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
