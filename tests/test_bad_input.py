@@ -140,10 +140,17 @@ HTTP_CASES: list[tuple[str, Callable[[], bytes], str, dict[str, str], int, str, 
 @pytest.mark.parametrize(("body", "content_type", "headers", "status", "outcome", "message"),
                          [case[1:] for case in HTTP_CASES], ids=[case[0] for case in HTTP_CASES])
 def test_http_bad_input(guarded: Guarded, body: Callable[[], bytes], content_type: str,
-                        headers: dict[str, str], status: int, outcome: str,
-                        message: str) -> None:
+                        headers: dict[str, str], status: int, outcome: str, message: str,
+                        caplog: pytest.LogCaptureFixture) -> None:
     before = export_outcomes(guarded.sidecar, "http")
-    got, response_headers, response = post_full(guarded.sidecar, body(), content_type, headers)
+    with caplog.at_level(logging.WARNING, logger="watchdog.receivers"):
+        got, response_headers, response = post_full(guarded.sidecar, body(), content_type,
+                                                     headers)
+    warned = [record.getMessage() for record in caplog.records
+              if record.name == "watchdog.receivers"]
+    assert len(warned) == (outcome == "too_large"), warned  # a refusal for good is logged
+    assert all(text.startswith(f"OTLP/HTTP: 1 export request(s) refused over "
+                               f"max_request_bytes={MAX_REQUEST_BYTES};") for text in warned)
     assert got == status, response
     expected_type = content_type if content_type in (PROTOBUF, JSON) else JSON
     assert response_headers["Content-Type"].startswith(expected_type)
