@@ -3,8 +3,10 @@ a message, nothing crashes, and a run ingested before the bad request is intact 
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
+import logging
 import socket
 import struct
 import zlib
@@ -16,10 +18,14 @@ from pathlib import Path
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.harness import RunningServer, running_server, sidecar_config
-from tests.spans import SpanMaker, chat_attrs, encode
+from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
 from tests.test_otlp_grpc import EXPORT_METHOD
 from tests.test_otlp_http import (
     JSON,
@@ -32,7 +38,7 @@ from tests.test_otlp_http import (
     post_full,
     request_json,
 )
-from watchdog.shell.receivers import otlp_http
+from watchdog.shell.receivers import otlp_grpc, otlp_http
 
 MAX_REQUEST_BYTES = 1024 * 1024
 MIB = 1024 * 1024
@@ -115,9 +121,6 @@ HTTP_CASES: list[tuple[str, Callable[[], bytes], str, dict[str, str], int, str, 
      "the top level must be an object"),
     ("JSON bad structure", lambda: b'{"resourceSpans": "x"}', JSON, {}, 400, "invalid",
      "unexpected structure"),
-    ("JSON non-hex traceId",
-     lambda: otlp_json(agent_run()[0]).replace(b'"traceId": "', b'"traceId": "zz', 1), JSON, {},
-     400, "invalid", "is not a hex string"),
     ("JSON bad field type",
      lambda: b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5, "kind": "x"}]}]}]}',
      JSON, {}, 400, "invalid", "invalid OTLP/JSON payload"),
@@ -137,10 +140,17 @@ HTTP_CASES: list[tuple[str, Callable[[], bytes], str, dict[str, str], int, str, 
 @pytest.mark.parametrize(("body", "content_type", "headers", "status", "outcome", "message"),
                          [case[1:] for case in HTTP_CASES], ids=[case[0] for case in HTTP_CASES])
 def test_http_bad_input(guarded: Guarded, body: Callable[[], bytes], content_type: str,
-                        headers: dict[str, str], status: int, outcome: str,
-                        message: str) -> None:
+                        headers: dict[str, str], status: int, outcome: str, message: str,
+                        caplog: pytest.LogCaptureFixture) -> None:
     before = export_outcomes(guarded.sidecar, "http")
-    got, response_headers, response = post_full(guarded.sidecar, body(), content_type, headers)
+    with caplog.at_level(logging.WARNING, logger="watchdog.receivers"):
+        got, response_headers, response = post_full(guarded.sidecar, body(), content_type,
+                                                     headers)
+    warned = [record.getMessage() for record in caplog.records
+              if record.name == "watchdog.receivers"]
+    assert len(warned) == (outcome == "too_large"), warned  # a refusal for good is logged
+    assert all(text.startswith(f"OTLP/HTTP: 1 export request(s) refused over "
+                               f"max_request_bytes={MAX_REQUEST_BYTES};") for text in warned)
     assert got == status, response
     expected_type = content_type if content_type in (PROTOBUF, JSON) else JSON
     assert response_headers["Content-Type"].startswith(expected_type)
@@ -215,6 +225,126 @@ def test_spans_without_ids_are_rejected_and_the_rest_applied(guarded: Guarded) -
     guarded.assert_intact()
 
 
+def _ids_as(body: bytes, spans: dict[str, dict[str, str]]) -> bytes:
+    """An OTLP/JSON ``body`` with the ids of the spans named in ``spans`` replaced."""
+    document = json.loads(body)
+    for span in document["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        span.update(spans.get(span["name"], {}))
+    return json.dumps(document).encode()
+
+
+def test_json_ids_that_are_not_hex_reject_their_span_only(guarded: Guarded) -> None:
+    """A trace or span id in base64 (protobuf's JSON mapping of bytes) or not hex at all is no
+    id: that span is rejected in partialSuccess, the rest applied, as in protobuf an id of the
+    wrong length is. A parent span id that is not hex makes its span a root in both."""
+    details = []
+    for content_type in (PROTOBUF, JSON):
+        maker = SpanMaker()
+        with maker.agent():
+            maker.span("chat", chat_attrs(11, 4))
+        maker.span("chat", chat_attrs(5, 2))  # a loose call: its parent id is made bad below
+        spans = maker.take()
+        request = encode(spans)
+        scope_spans = request.resource_spans[0].scope_spans[0]
+        for name in ("bad trace id", "bad span id"):
+            bad = scope_spans.spans.add()
+            bad.CopyFrom(scope_spans.spans[0])
+            bad.name = name
+        loose = next(span for span in scope_spans.spans if span.span_id == bytes.fromhex(
+            f"{spans[2].context.span_id:016x}"))
+        loose.name = "loose"
+        loose.parent_span_id = b"\x01\x02\x03"
+        if content_type == PROTOBUF:
+            scope_spans.spans[-2].trace_id = b"\x05" * 12
+            scope_spans.spans[-1].span_id = b"\x06" * 7
+            body = request.SerializeToString()
+        else:
+            b64 = base64.b64encode(bytes(range(1, 9))).decode()  # "AQIDBAUGBwg=": not hex
+            body = _ids_as(request_json(request), {
+                "bad trace id": {"traceId": base64.b64encode(bytes(range(1, 17))).decode()},
+                "bad span id": {"spanId": b64},
+                "loose": {"parentSpanId": "zz" * 8}})
+        status, response = post(guarded.sidecar, body, content_type)
+        assert status == 200, response
+        if content_type == PROTOBUF:
+            partial = ExportTraceServiceResponse.FromString(response).partial_success
+            rejected, message = partial.rejected_spans, partial.error_message
+        else:
+            partial_json = json.loads(response)["partialSuccess"]
+            rejected, message = int(partial_json["rejectedSpans"]), partial_json["errorMessage"]
+        assert rejected == 2, message
+        assert "1 invalid_span_id, 1 invalid_trace_id" in message
+        context = spans[0].context
+        assert context is not None
+        detail = guarded.sidecar.get_json(f"/v1/runs/trace:{context.trace_id:032x}")
+        details.append((detail["spans"], detail["signals"]["iterations"],
+                        detail["signals"]["input_tokens"]))
+        assert details[-1] == (2, 1, 11)  # the good spans of the request were applied
+    guarded.assert_intact()
+
+
+def _rejected_of(response: bytes) -> tuple[int, str]:
+    partial = ExportTraceServiceResponse.FromString(response).partial_success
+    return partial.rejected_spans, partial.error_message
+
+
+def _duplicates_rejected(sidecar: RunningServer) -> float:
+    metrics = sidecar.server.metrics
+    assert metrics is not None
+    return sum(sample.value for family in metrics.registry.collect()
+               if family.name == "agent_watchdog_spans_rejected" for sample in family.samples
+               if sample.name.endswith("_total")
+               and sample.labels["reason"] == "duplicate_span_id")
+
+
+@pytest.mark.parametrize("first", ["tool", "chat"])
+@pytest.mark.parametrize("requests", [1, 2])
+def test_the_first_span_of_an_id_is_kept_and_another_rejected(guarded: Guarded, first: str,
+                                                              requests: int) -> None:
+    """Two different spans (a tool call and a model call) with one trace and span id: the
+    first that comes is the span — in one request the first in it, across requests the earlier
+    request's — whichever kind; the other is rejected in partialSuccess and counted
+    (spans_rejected_total{reason="duplicate_span_id"}). A copy (same name and times: a retry)
+    is no conflict: dropped unreported."""
+    key = f"dup-{first}-{requests}"
+    maker = SpanMaker()
+    maker.span("execute_tool search", {**tool_attrs("search"), "watchdog.run.id": key})
+    maker.span("chat", {**chat_attrs(999, 1), "watchdog.run.id": key}, start=T0 + 1)
+    spans = encode(maker.take()).resource_spans[0].scope_spans[0].spans
+    tool, chat = spans
+    chat.trace_id, chat.span_id = tool.trace_id, tool.span_id
+    order = [tool, chat] if first == "tool" else [chat, tool]
+
+    def body(*spans: object) -> bytes:
+        request = encode([])
+        scope_spans = request.resource_spans.add().scope_spans.add()
+        scope_spans.spans.extend(spans)
+        return request.SerializeToString()
+
+    before = _duplicates_rejected(guarded.sidecar)
+    bodies = [body(*order)] if requests == 1 else [body(order[0]), body(order[1])]
+    answers = []
+    for request_body in bodies:
+        status, response = post(guarded.sidecar, request_body)
+        assert status == 200
+        answers.append(_rejected_of(response) if response else (0, ""))
+    rejected, message = answers[-1]
+    assert rejected == 1, answers
+    assert "1 duplicate_span_id" in message
+    assert f"span {tool.span_id.hex()} of trace {tool.trace_id.hex()}" in message
+    assert answers[:-1] == [(0, "")] * (requests - 1)
+    assert _duplicates_rejected(guarded.sidecar) == before + 1
+
+    # a copy of the kept span, in a request of its own or twice in one: no rejection
+    for copies in (body(order[0]), body(order[0], order[0])):
+        assert post(guarded.sidecar, copies) == (200, b"")
+    assert _duplicates_rejected(guarded.sidecar) == before + 1
+    signals = guarded.sidecar.get_json(f"/v1/runs/{key}")["signals"]
+    expected = (1, 0, 0) if first == "tool" else (0, 1, 999)
+    assert (signals["tool_calls"], signals["iterations"], signals["input_tokens"]) == expected
+    guarded.assert_intact()
+
+
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong", "s3cret", "Basic s3cret"])
 def test_wrong_token(tmp_path: Path, authorization: str | None) -> None:
     with start_guarded(tmp_path, token="s3cret") as guarded:
@@ -241,20 +371,61 @@ def grpc_export(sidecar: RunningServer, body: bytes, **kwargs: object) -> bytes:
      grpc.StatusCode.INVALID_ARGUMENT, "invalid OTLP protobuf payload"),
     (lambda: valid_body()[:-7], grpc.Compression.NoCompression,
      grpc.StatusCode.INVALID_ARGUMENT, "invalid OTLP protobuf payload"),
+    # Over the limit: refused by the watchdog, counted, not to be retried (as HTTP's 413).
     (lambda: b"\x00" * (MAX_REQUEST_BYTES + 1), grpc.Compression.NoCompression,
-     grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
+     grpc.StatusCode.INVALID_ARGUMENT, "exceeds max_request_bytes=1048576"),
     # Small on the wire, over the limit once inflated: the limit applies after decompression.
+    (lambda: b"\x00" * (MAX_REQUEST_BYTES + 1), grpc.Compression.Gzip,
+     grpc.StatusCode.INVALID_ARGUMENT, "(after decompression)"),
+    # Far over it (past READ_MARGIN more): gRPC core refuses it before reading it all.
+    (lambda: b"\x00" * (MAX_REQUEST_BYTES + otlp_grpc.READ_MARGIN + 1),
+     grpc.Compression.NoCompression,
+     grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
     (lambda: b"\x00" * (8 * MAX_REQUEST_BYTES), grpc.Compression.Gzip,
      grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"),
-], ids=["garbage", "truncated", "oversized", "oversized after gzip"])
+], ids=["garbage", "truncated", "oversized", "oversized after gzip", "far oversized",
+        "far oversized after gzip"])
 def test_grpc_bad_input(guarded: Guarded, body: Callable[[], bytes],
                         compression: grpc.Compression, code: grpc.StatusCode,
                         message: str) -> None:
+    before = export_outcomes(guarded.sidecar, "grpc")
     with pytest.raises(grpc.RpcError) as caught:
         grpc_export(guarded.sidecar, body(), compression=compression)
     error: grpc.Call = caught.value
     assert error.code() is code
     assert message in (error.details() or "")
+    if "exceeds" in message or "after decompression" in message:
+        assert export_outcomes(guarded.sidecar, "grpc") == counted(before, "too_large")
+    guarded.assert_intact()
+
+
+def test_an_oversized_batch_is_refused_once_counted_and_logged(
+        guarded: Guarded, caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK's own gRPC exporter, a batch over max_request_bytes: refused as HTTP refuses it
+    (413): with a code the exporter does not retry (one request, counted once), and a warning
+    in the log — one for many such requests."""
+    maker = SpanMaker()
+    with maker.agent():
+        for n in range(40):
+            maker.span("chat", {**chat_attrs(1, 1), "filler": f"{n:04d}" + "x" * 40_000})
+    spans = maker.take()
+    assert MAX_REQUEST_BYTES < len(encode(spans).SerializeToString()) < 2 * MAX_REQUEST_BYTES
+    before = export_outcomes(guarded.sidecar, "grpc")
+    with caplog.at_level(logging.WARNING, logger="watchdog.receivers"):
+        for attempt in range(2):
+            exporter = GrpcSpanExporter(endpoint=guarded.sidecar.grpc_target, insecure=True,
+                                        timeout=10)
+            try:
+                assert exporter.export(spans) is SpanExportResult.FAILURE
+            finally:
+                exporter.shutdown()
+            # One request: the exporter did not retry it (a retry would be counted again).
+            assert export_outcomes(guarded.sidecar, "grpc") == counted(before, "too_large",
+                                                                       attempt + 1)
+    warnings = [record.getMessage() for record in caplog.records
+                if record.name == "watchdog.receivers"]
+    assert len(warnings) == 1, warnings  # the second, within LOG_INTERVAL, is counted only
+    assert "OTLP/gRPC: 1 export request(s) refused over max_request_bytes=1048576" in warnings[0]
     guarded.assert_intact()
 
 

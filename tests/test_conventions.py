@@ -1093,12 +1093,19 @@ def test_otlp_json_with_hex_ids_decodes_like_protobuf(otel: SpanMaker) -> None:
     assert from_json == from_proto
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff\xfe",
-                                  b'{"resourceSpans": [{"scopeSpans": [{"spans": '
-                                  b'[{"traceId": "zz-not-hex"}]}]}]}'])
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff\xfe"])
 def test_invalid_json_raises_decode_error(body: bytes) -> None:
     with pytest.raises(DecodeError):
         parse_json(body)
+
+
+def test_a_json_id_that_is_not_hex_is_no_id() -> None:
+    """As a protobuf id of the wrong length: the span is rejected by itself, not the request."""
+    body = (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz-not-hex", '
+            b'"spanId": "AQIDBAUGBwg=", "parentSpanId": "base64/="}]}]}]}')
+    (span,) = parse_json(body).resource_spans[0].scope_spans[0].spans
+    assert (span.trace_id, span.span_id, span.parent_span_id) == (b"", b"", b"")
+    assert records_from(parse_json(body)).rejected == {"invalid_trace_id": 1}
 
 
 def test_invalid_protobuf_raises_decode_error() -> None:

@@ -5,6 +5,8 @@ OTLP/HTTP and OTLP/gRPC to a real sidecar, which forwards them to a real OTLP/HT
 from __future__ import annotations
 
 import asyncio
+import gzip
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -201,6 +203,32 @@ def test_every_signal_over_both_protocols_arrives_unchanged(
             ("traces", "sent"): 2, ("metrics", "sent"): 2, ("logs", "sent"): 2}
 
 
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_body_is_forwarded_byte_for_byte(tmp_path: Path, upstream: Upstream,
+                                                      coding: str) -> None:
+    """Over HTTP the upstream gets the very bytes the agent sent, in their coding: not inflated
+    and compressed again (which would make other bytes at another level, and cost the CPU)."""
+    maker = SpanMaker()
+    with maker.agent("invoke_agent coded"):
+        maker.span("chat coded", chat_attrs(10, 2))
+    message = encode_spans(maker.take()).SerializeToString()
+    metrics = b"" if coding == "gzip" else b"\n\x00"  # an empty metrics export
+    compress: Callable[[bytes], bytes] = (
+        (lambda data: gzip.compress(data, compresslevel=1, mtime=7)) if coding == "gzip"
+        else (lambda data: zlib.compress(data, 9)))
+    sent = [("/v1/traces", compress(message)), ("/v1/metrics", compress(metrics))]
+    with forwarding_sidecar(tmp_path, upstream) as sidecar:
+        for path, body in sent:
+            status, _ = http_request("POST", sidecar.otlp_http + path, body,
+                                     {"Content-Type": PROTOBUF, "Content-Encoding": coding})
+            assert status == 200
+        wait_until(lambda: upstream.answered == 2, what="the two forwarded requests")
+    for (path, body), request in zip(sent, upstream.received, strict=True):
+        assert request.path == path
+        assert request.headers["Content-Encoding"] == coding
+        assert request.body == body  # the agent's bytes, not the same message compressed anew
+
+
 def test_otlp_json_keeps_its_content_type(tmp_path: Path, upstream: Upstream) -> None:
     body = b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "hi"}}]}]}]}'
     with forwarding_sidecar(tmp_path, upstream) as sidecar:
@@ -378,7 +406,7 @@ async def test_shutdown_sends_what_is_queued(upstream: Upstream) -> None:
     forwarder = Forwarder(upstream.url, {}, metrics)
     await forwarder.start()
     for n in range(5):
-        assert forwarder.offer("metrics", b"m%d" % n, PROTOBUF, "gzip")
+        assert forwarder.offer("metrics", gzip.compress(b"m%d" % n), PROTOBUF, "gzip")
     await forwarder.stop()
     assert counts_of(metrics) == {("metrics", Outcome.SENT): 5}
     assert [r.payload for r in upstream.received] == [b"m%d" % n for n in range(5)]

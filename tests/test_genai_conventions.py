@@ -400,7 +400,6 @@ def test_logs_in_otlp_json_read_as_protobuf() -> None:
 @pytest.mark.parametrize("body", [
     b"", b"[]", b"null", b"{", b'{"resourceLogs": 5}', b'{"resourceLogs": [5]}',
     b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": 7}]}]}]}',
-    b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"spanId": "0g"}]}]}]}',
     b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"timeUnixNano": "x"}]}]}]}',
     b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"attributes": [{"key": "\xed\xa0\x80"}'
     b"]}]}]}]}",
@@ -411,6 +410,14 @@ def test_bad_logs_in_otlp_json_are_refused_with_a_reason(body: bytes) -> None:
     with pytest.raises(DecodeError) as refused:
         parse_logs_json(body)
     assert str(refused.value)
+
+
+def test_a_log_id_that_is_not_hex_is_no_id() -> None:
+    """As in traces: the record names no span (protobuf's id of the wrong length)."""
+    request = parse_logs_json(b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"spanId": '
+                              b'"0g", "traceId": "AQIDBAUGBwgJCgsMDQ4PEA=="}]}]}]}')
+    (record,) = request.resource_logs[0].scope_logs[0].log_records
+    assert (record.trace_id, record.span_id) == (b"", b"")
 
 
 def test_odd_log_events_are_read_without_a_failure() -> None:

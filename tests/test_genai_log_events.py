@@ -235,4 +235,6 @@ def test_logs_have_the_limits_traces_have(tmp_path: Any) -> None:
         status, body = http_request("POST", url, b'{"resourceLogs": [{"scopeLogs": [{'
                                     b'"logRecords": [{"traceId": "zz"}]}]}]}',
                                     {"Content-Type": "application/json"})
-        assert status == 400 and b"not a hex string" in body
+        # an id that is not hex is no id, as in traces (a protobuf id of the wrong length):
+        # the record names no span, and the request is no error
+        assert (status, body) == (200, b"{}")

@@ -14,6 +14,7 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.runs.steps import StepLog
 from watchdog.core.runs.tracker import BatchResult
 from watchdog.core.runs.view import RunView
+from watchdog.core.spans.record import SpanRecord
 
 
 @dataclass(slots=True)
@@ -39,6 +40,8 @@ class Step:
     gone: dict[str, str] = field(default_factory=dict)  # runs folded into another (not to keep)
     batch: BatchResult | None = None  # the tracker's counts (metrics)
     applied: int = 0  # records applied (a synced span's second copy is not)
+    # records dropped as another span with an id already applied (RecentSpans.conflicts)
+    conflicts: list[SpanRecord] = field(default_factory=list)
     rule_errors: Counter[str] = field(default_factory=Counter)
     eval_seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)

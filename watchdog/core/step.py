@@ -99,7 +99,8 @@ class Core(CoreReads):
         before = self._snapshots(records) if rules else {}
         result = self.tracker.apply(records, now)
         step = Step(activity=result.activity, gone=result.absorbed, batch=result,
-                    applied=len(records), dirty=result.touched, _view_touched=False)
+                    applied=len(records), dirty=result.touched, _view_touched=False,
+                    conflicts=self.recent.conflicts)
         for key in result.absorbed:
             self._forget(key)
         self._note_sessions(result.touched.values(), now)

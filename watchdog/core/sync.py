@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from watchdog.core.runs.view import RunView, plain
-from watchdog.core.spans.record import SpanRecord
+from watchdog.core.spans.record import SpanRecord, copy_mark
 
 MAX_SYNCED_RUNS = 10_000  # runs whose span ids are remembered (least recently synced dropped)
 MAX_SPANS_PER_RUN = 2_048  # span ids remembered per run: the oldest go first; OTLP brings a
@@ -87,27 +87,37 @@ MAX_RECENT_SPANS = 16_384  # span ids of any run remembered, the oldest going fi
 class RecentSpans:
     """The span ids applied last, of every run: a span that comes again (an exporter's retry
     of a batch re-cut, a collector's re-send) is dropped before it reaches the tracker, so it
-    is counted once. Bounded: the last :data:`MAX_RECENT_SPANS` (some 1.6 MB when full), which
-    covers a retry that comes within that many spans of its first copy."""
+    is counted once. Another span with an id already applied (another name or time:
+    :func:`~watchdog.core.spans.record.copy_mark`) is dropped too — the first of an id is the
+    span — and counted in :attr:`conflicts` (a rejection the receiver reports). Bounded: the
+    last :data:`MAX_RECENT_SPANS` (some 2 MB when full), which covers a retry that comes within
+    that many spans of its first copy."""
 
     def __init__(self, size: int = MAX_RECENT_SPANS) -> None:
-        self._ids: set[str] = set()
+        self._ids: dict[str, int] = {}  # trace + span id -> the copy mark of the one applied
         self._order: deque[str] = deque()
         self._size = size
         self.duplicates = 0  # spans dropped as a second copy
+        self.conflicts: list[SpanRecord] = []  # of the last admit: other spans of an id applied
 
     def admit(self, records: Iterable[SpanRecord]) -> list[SpanRecord]:
         """The records whose span was not applied lately (one of each in the batch)."""
         ids, order, admitted = self._ids, self._order, []
+        self.conflicts = []
         for record in records:
             key = record.trace_id + record.span_id
-            if key in ids:
-                self.duplicates += 1
+            mark = copy_mark(record)
+            first = ids.get(key)
+            if first is not None:
+                if first != mark:
+                    self.conflicts.append(record)
+                else:
+                    self.duplicates += 1
                 continue
-            ids.add(key)
+            ids[key] = mark
             order.append(key)
             if len(order) > self._size:
-                ids.discard(order.popleft())
+                del ids[order.popleft()]
             admitted.append(record)
         return admitted
 

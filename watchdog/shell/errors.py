@@ -86,7 +86,9 @@ class NotFound(WatchdogError):
 class PayloadTooLarge(WatchdogError):
     code = "payload_too_large"
     http_status = 413
-    grpc_status = Code.RESOURCE_EXHAUSTED
+    # A request that will never fit: OTLP/gRPC names INVALID_ARGUMENT not retryable (the
+    # exporters retry RESOURCE_EXHAUSTED, whatever the spec says of it without RetryInfo).
+    grpc_status = Code.INVALID_ARGUMENT
     export_outcome = "too_large"
 
 

@@ -319,6 +319,10 @@ class Metrics:
 
     # -- Observer (watchdog.shell.service) --------------------------------------------------------
 
+    def spans_rejected(self, reason: str, count: int) -> None:
+        """Spans received (counted then) and refused once applied: a second span of an id."""
+        self._child(self.spans_rejected_total, clip(reason)).inc(count)
+
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None:
         records = decoded.records
         received = len(records) + decoded.rejected_count

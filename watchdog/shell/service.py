@@ -32,7 +32,12 @@ from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.spans.decode import TraceRequest
-from watchdog.core.spans.record import KeySource, SpanRecord
+from watchdog.core.spans.record import (
+    DUPLICATE_SPAN_ID,
+    KeySource,
+    SpanRecord,
+    duplicate_message,
+)
 from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core
 from watchdog.shell import logs
 from watchdog.shell.clock import Clock, SystemClock
@@ -65,6 +70,7 @@ class Observer(Protocol):
     """What the service reports as it works; :mod:`watchdog.shell.metrics` implements it."""
 
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None: ...
+    def spans_rejected(self, reason: str, count: int) -> None: ...
     def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None: ...
     def runs_finished(self, runs: Iterable[RunView]) -> None: ...
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None: ...
@@ -78,6 +84,9 @@ class Observer(Protocol):
 
 class NullObserver:
     def spans_received(self, protocol: str, decoded: Decoded, now: float) -> None:
+        pass
+
+    def spans_rejected(self, reason: str, count: int) -> None:
         pass
 
     def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None:
@@ -419,6 +428,10 @@ class WatchdogService:
         now = self.clock.now()
         self.observer.spans_received(protocol, decoded, now)
         step = self.core.apply(decoded.records, now)
+        if step.conflicts:  # another span with an id applied before: the request's rejection
+            decoded.rejected[DUPLICATE_SPAN_ID] += len(step.conflicts)
+            decoded.first_error = decoded.first_error or duplicate_message(step.conflicts[0])
+            self.observer.spans_rejected(DUPLICATE_SPAN_ID, len(step.conflicts))
         self._carry(step)
         return step.applied
 

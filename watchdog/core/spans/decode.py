@@ -5,7 +5,8 @@ pure-Python backend is ~20x slower; :func:`protobuf_backend` lets the server war
 the reference. Where the compiled decode is built (:mod:`watchdog.core.spans.native`), it reads
 protobuf requests instead, into objects that read as these messages do.
 OTLP/JSON differs from protobuf's canonical JSON mapping in one way that matters: trace and span
-ids are hex strings, not base64, so they are converted before parsing.
+ids are hex strings, not base64, so they are converted before parsing (one that is not hex is
+read as no id: :func:`hex_ids_to_base64`).
 
 protobuf and the OTLP messages load at their first use (the Python decode, OTLP/JSON, a partial
 success answered), not with this module: an idle sidecar, and one whose exports the compiled
@@ -119,13 +120,18 @@ _ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "paren
 
 
 def hex_ids_to_base64(obj: dict[str, Any]) -> None:
+    """``obj``'s hex ids as protobuf's JSON mapping reads bytes (base64). An id that is not
+    hex (base64, say: what protobuf's own JSON writer makes of bytes) is read as no id, as the
+    protobuf path reads an id of the wrong length: a span without its trace or span id is
+    rejected by itself (``partial_success``), the rest of the request applied; a parent span id
+    that is not hex makes the span a root."""
     for field in _ID_FIELDS:
         value = obj.get(field)
         if isinstance(value, str) and value:
             try:
                 obj[field] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
             except ValueError:
-                raise DecodeError(f"{field} {value[:64]!r} is not a hex string") from None
+                obj[field] = ""
 
 
 def parse_json(body: bytes) -> ExportTraceServiceRequest:

@@ -16,7 +16,15 @@ from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
 from watchdog.core.spans.decode import TraceRequest, attributes
 from watchdog.core.spans.logs import Held, LogJoin, merged
-from watchdog.core.spans.record import AGENT, LLM, TOOL, SpanRecord
+from watchdog.core.spans.record import (
+    AGENT,
+    DUPLICATE_SPAN_ID,
+    LLM,
+    TOOL,
+    SpanRecord,
+    copy_mark,
+    duplicate_message,
+)
 from watchdog.core.spans.values import read, selected
 
 
@@ -116,6 +124,7 @@ def slices_of(request: TraceRequest, size: int | None,
         if join.overflow:
             spilled, join.overflow = join.overflow, []
             records.extend(_read_held(spilled, join, decoded))
+    records = _first_of_each_id(records, decoded)
     ordered = _in_end_order(records)
     if models:
         _pair_responses(ordered)
@@ -129,6 +138,26 @@ def slices_of(request: TraceRequest, size: int | None,
         decoded = Decoded()
     if decoded.rejected:
         yield decoded
+
+
+def _first_of_each_id(records: list[SpanRecord], decoded: Decoded) -> list[SpanRecord]:
+    """``records`` with one span of each (trace, span) id: the first in the request. A copy of
+    it later in the request (the same name and times) is dropped as the copy it is; another
+    span with its id is rejected (``duplicate_span_id``), as one with an id applied by an
+    earlier request is (:class:`watchdog.core.sync.RecentSpans`)."""
+    firsts = {record.trace_id + record.span_id: record for record in reversed(records)}
+    if len(firsts) == len(records):  # the common case: every id once
+        return records
+    kept: list[SpanRecord] = []
+    for record in records:
+        first = firsts[record.trace_id + record.span_id]
+        if first is record:
+            kept.append(record)
+        elif copy_mark(first) != copy_mark(record):
+            decoded.rejected[DUPLICATE_SPAN_ID] += 1
+            if not decoded.first_error:
+                decoded.first_error = duplicate_message(record)
+    return kept
 
 
 def _kept(join: LogJoin, record: SpanRecord) -> bool:

@@ -220,6 +220,21 @@ class SpanRecord:
         return self.kind is AGENT and self.key_source is not KEY_TRACE
 
 
+DUPLICATE_SPAN_ID = "duplicate_span_id"  # the rejection of a second, different span of an id
+
+
+def copy_mark(record: SpanRecord) -> int:
+    """What tells a span's copy (an exporter's retry, a re-sent batch: the same name and
+    times) from another span given the same trace and span id."""
+    return hash((record.name, record.start_ns, record.end_ns))
+
+
+def duplicate_message(record: SpanRecord) -> str:
+    """Why ``record`` is dropped: its (trace, span) id is another span's, applied first."""
+    return (f"span {record.span_id} of trace {record.trace_id} ({record.name[:64]!r}) dropped: "
+            f"another span with its id (another name or time) came first and is kept")
+
+
 _FIELDS = tuple(field.name for field in fields(SpanRecord))
 _CHECKED = (("run_key", str), ("trace_id", str), ("span_id", str), ("name", str),
             ("parent_span_id", (str, type(None))), ("start_ns", int), ("end_ns", int),

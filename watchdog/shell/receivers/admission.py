@@ -14,10 +14,14 @@
 
 Past either bound a receiver answers with back-pressure (HTTP 503 + Retry-After, gRPC
 UNAVAILABLE with RetryInfo) instead of queueing: OTLP exporters retry those with backoff.
+
+A request over ``max_request_bytes`` is refused for good (a retry would not fit either); the
+receivers count it and log the first of them each ``LOG_INTERVAL`` (:class:`Oversize`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +29,8 @@ from contextlib import contextmanager
 from types import TracebackType
 
 from watchdog.shell.errors import Overloaded
+
+log = logging.getLogger("watchdog.receivers")
 
 RETRY_AFTER_SECONDS = 1.0
 # An upload keeps its processing slot only while its body arrives at least this fast (bytes
@@ -35,6 +41,7 @@ MIN_UPLOAD_RATE = 64 * 1024
 BEHIND_GRACE = 0.01  # seconds
 MAX_UPLOADS = 1024  # HTTP request bodies being received at once, from all clients
 MAX_UPLOADS_PER_CLIENT = 256  # ... from one client address
+LOG_INTERVAL = 60.0  # seconds between two warnings of requests refused as too large
 
 
 class Admission:
@@ -42,6 +49,15 @@ class Admission:
         self.max_pending = max_pending
         self.pending = 0
         self.reading: set[Slot] = set()  # slots whose upload's body is still arriving
+        self._oversize: dict[str, Oversize] = {}
+
+    def oversize(self, transport: str, limit: int) -> Oversize:
+        """The too-large warning of ``transport``, one for all its receivers (gRPC's two
+        servers, every signal's service)."""
+        warning = self._oversize.get(transport)
+        if warning is None:
+            warning = self._oversize[transport] = Oversize(transport, limit)
+        return warning
 
     def check(self) -> None:
         """Refuse now if no slot is free (before reading a body that could not be served); a
@@ -143,3 +159,29 @@ class Uploads:
             self.by_client[client] -= 1
             if not self.by_client[client]:
                 del self.by_client[client]
+
+
+class Oversize:
+    """The warning for export requests refused over ``max_request_bytes``: the first is logged,
+    then at most one each ``LOG_INTERVAL``, which says how many came since (every one is
+    counted in ``export_requests_total{outcome="too_large"}``)."""
+
+    def __init__(self, transport: str, limit: int) -> None:
+        self.transport = transport  # "HTTP" or "gRPC", for the log
+        self.limit = limit
+        self._last = -LOG_INTERVAL
+        self._refused = 0  # since the last warning
+
+    def refused(self, size: int | None) -> None:
+        """One request refused; ``size`` its bytes (after decompression) where they are known
+        (an HTTP body is refused as soon as it is over, not read to its end)."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._last < LOG_INTERVAL:
+            return
+        self._last, count, self._refused = now, self._refused, 0
+        log.warning("OTLP/%s: %d export request(s) refused over max_request_bytes=%d%s; the "
+                    "exporter drops them: send smaller batches or raise the limit (each is "
+                    "counted in agent_watchdog_export_requests_total{outcome=\"too_large\"}; "
+                    "this is logged at most every %.0f s)", self.transport, count, self.limit,
+                    "" if size is None else f" (the last: {size} bytes)", LOG_INTERVAL)

@@ -4,8 +4,10 @@ its tracing, metrics or logs.
 
 Theory of operation
 -------------------
-* A receiver calls :meth:`Forwarder.offer` with the body it accepted — the OTLP message bytes as
-  the agent sent them, after the content coding was removed — and answers the agent at once:
+* A receiver calls :meth:`Forwarder.offer` with the body it accepted — over HTTP the bytes the
+  agent sent, still in their content coding (gzip, deflate), which goes with them; over gRPC
+  the message grpcio inflated (gRPC's compression is the connection's, not the message's) —
+  and answers the agent at once:
   ``offer`` appends to a queue and returns; it never awaits, so the upstream cannot delay or
   fail the agent's export.
 * The queue is bounded by requests (``forward_queue_size``, default
@@ -14,7 +16,8 @@ Theory of operation
   (``dropped_queue_full``): the newest is refused, as the SDK's batch processor and the
   Collector's sending queue do, so what waits keeps its order.
 * One sender task posts the head of the queue to ``{forward_endpoint}/v1/{signal}`` with the
-  request's ``Content-Type``, compressed again with the ``Content-Encoding`` it arrived in.
+  request's ``Content-Type`` and ``Content-Encoding``: the body goes as it was offered, never
+  compressed again (byte for byte what the agent sent over HTTP).
   One request in flight keeps the order; the throughput (one request per upstream round trip)
   is ample for a sidecar's one agent.
 * Failures follow the OTLP/HTTP specification: 429, 502, 503, 504 and transport errors are
@@ -35,7 +38,6 @@ import contextlib
 import logging
 import random
 import time
-import zlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,10 +67,7 @@ SHUTDOWN_FLUSH_TIMEOUT = 5.0  # seconds stop() keeps sending what is queued
 LOG_INTERVAL = 60.0  # seconds between repeated warnings about permanent failures
 # OTLP/HTTP: "429, 502, 503, 504 ... the client SHOULD retry"; every other failure is final.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
-COMPRESSORS = {
-    "gzip": lambda body: zlib.compress(body, wbits=31),  # 16 + 15: a gzip header
-    "deflate": zlib.compress,
-}
+CODINGS = frozenset({"gzip", "deflate"})  # a body offered in one is sent with its header
 
 
 class Outcome:
@@ -120,7 +119,7 @@ class Pending:
     signal: Signal
     body: bytes
     content_type: str
-    encoding: str  # "" or "identity": sent as is; "gzip" or "deflate": compressed again
+    encoding: str  # the body's Content-Encoding: "" or "identity" (none sent), gzip, deflate
     offered_at: float  # monotonic seconds
 
 
@@ -166,7 +165,8 @@ class Forwarder:
         return len(self._queue)
 
     def offer(self, signal: Signal, body: bytes, content_type: str, encoding: str = "") -> bool:
-        """Queue one export request for the upstream; False when it was dropped (counted)."""
+        """Queue one export request for the upstream (``body`` in its ``encoding``, sent so);
+        False when it was dropped (counted)."""
         if self._closed:
             self._metrics.forwarded(signal, Outcome.DROPPED_SHUTDOWN)
             return False
@@ -229,11 +229,9 @@ class Forwarder:
 
     async def _deliver(self, item: Pending) -> None:
         """Attempt ``item`` until it is sent or given up; counts the outcome."""
-        body = item.body
+        body = item.body  # as it came: never inflated and compressed again
         headers = {"Content-Type": item.content_type}
-        compress = COMPRESSORS.get(item.encoding)
-        if compress is not None:
-            body = await asyncio.to_thread(compress, body)  # zlib releases the GIL
+        if item.encoding in CODINGS:
             headers["Content-Encoding"] = item.encoding
         url = signal_url(self.endpoint, item.signal)
         attempts = 0

@@ -4,9 +4,14 @@ The method is registered with no request deserializer, so the handler gets the m
 (already inflated by gRPC when the client used gzip) and parses them itself: that is how it
 hashes the exact body, so an exporter retry of an applied request is not counted twice.
 
-gRPC core enforces ``max_request_bytes`` (``grpc.max_receive_message_length``) on the
-message both as received and after decompression, answering RESOURCE_EXHAUSTED itself.
-Refusals go through :mod:`watchdog.shell.errors`; overload is UNAVAILABLE with a ``RetryInfo``.
+A message over ``max_request_bytes`` (after decompression) is refused here as HTTP refuses it
+with 413: counted (``too_large``), logged (:class:`~watchdog.shell.receivers.admission.
+Oversize`), answered INVALID_ARGUMENT, which OTLP exporters do not retry (a batch that does not
+fit never will). gRPC core reads at most ``READ_MARGIN`` bytes more than that
+(``grpc.max_receive_message_length``, as received and after decompression): past it gRPC
+answers RESOURCE_EXHAUSTED itself, before the message is read whole (from its length prefix,
+or as it inflates), and the watchdog never sees the call. Refusals go through
+:mod:`watchdog.shell.errors`; overload is UNAVAILABLE with a ``RetryInfo``.
 
 ``grpc`` is imported when a server is created, not with this module: the sidecar creates it
 at the first connection to its gRPC port (:mod:`watchdog.shell.receivers.lazy_grpc`), and one
@@ -28,7 +33,7 @@ from watchdog.core.spans.decode import (
 )
 from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
-from watchdog.shell.errors import BadRequest, WatchdogError
+from watchdog.shell.errors import BadRequest, PayloadTooLarge, WatchdogError
 from watchdog.shell.metrics import Metrics
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
@@ -50,6 +55,10 @@ PYTHON_RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 
 # gRPC messages are binary protobuf; they are forwarded uncompressed (gRPC inflated them).
 FORWARD_CONTENT_TYPE = "application/x-protobuf"
+# gRPC core refuses (unread, uncounted) a message this much over max_request_bytes; up to it the
+# message is read and refused here (counted, logged, not retried). Memory: this more per call.
+READ_MARGIN = 4 * 1024 * 1024
+MAX_GRPC_LENGTH = 2**31 - 1  # grpc.max_receive_message_length is a C int
 
 Metadata = Sequence[tuple[str, str | bytes]]
 
@@ -63,6 +72,8 @@ class TraceService:
         self.consumer = consumer
         self.metrics = metrics
         self.admission = admission
+        self.max_request_bytes = config.max_request_bytes
+        self.oversize = admission.oversize("gRPC", config.max_request_bytes)
         self._expected_auth = config.api_token
 
     async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -75,12 +86,18 @@ class TraceService:
             error = WatchdogError("internal error; see the watchdog log")
         if error.export_outcome is not None:
             self._count(error.export_outcome)
+        if isinstance(error, PayloadTooLarge):
+            self.oversize.refused(len(body))
         await context.abort(_status_code(error.grpc_status), error.message,
                             trailing_metadata=_error_details(error))
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
     async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         self._authorize(context.invocation_metadata() or ())
+        if len(body) > self.max_request_bytes:
+            raise PayloadTooLarge(f"export request of {len(body)} bytes exceeds "
+                                  f"max_request_bytes={self.max_request_bytes} (after "
+                                  f"decompression); send smaller batches")
         with self.admission:
             answer, fresh = await self._consume(body)
         if fresh and self.forward is not None:  # queued only: the upstream never delays this
@@ -131,6 +148,11 @@ def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
     return tuple(details)
 
 
+def read_limit(max_request_bytes: int) -> int:
+    """The largest message gRPC core reads (larger: RESOURCE_EXHAUSTED, the watchdog unasked)."""
+    return min(max_request_bytes + READ_MARGIN, MAX_GRPC_LENGTH)
+
+
 def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
                   config: Config, forward: Forwarder | None = None, address: str | None = None,
                   options: Sequence[tuple[str, int]] = ()) -> tuple[grpc.aio.Server, int]:
@@ -142,7 +164,7 @@ def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admissio
     # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
     # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
     # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
-    settings = {"grpc.max_receive_message_length": config.max_request_bytes,
+    settings = {"grpc.max_receive_message_length": read_limit(config.max_request_bytes),
                 # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the
                 # port and split the agents' spans between two processes. Refuse the port.
                 "grpc.so_reuseport": 0, **dict(options)}

@@ -7,7 +7,8 @@ auth (401) -> media type (415) -> content coding (415) -> a processing slot and 
 ``max_request_bytes`` (413) -> inflated with the same bound (413, or 400 for corrupt data) ->
 decode (400) -> ``service.export`` (503 when the store is behind or cannot be written) -> 200
 with ``partial_success`` when spans were rejected; with ``forward_endpoint`` the accepted body
-is then queued for the upstream (:mod:`watchdog.shell.receivers.forward`), never awaited. Error
+is then queued for the upstream as it came (its bytes and ``Content-Encoding``: not inflated
+and compressed again; :mod:`watchdog.shell.receivers.forward`), never awaited. Error
 bodies are a ``google.rpc.Status`` in the request's encoding, as OTLP asks.
 
 An upload holds a processing slot only while its body arrives at
@@ -111,6 +112,7 @@ class TraceReceiver:
         self.admission = admission
         self.uploads = uploads if uploads is not None else Uploads()
         self.max_request_bytes = config.max_request_bytes
+        self.oversize = admission.oversize("HTTP", config.max_request_bytes)
         self._expected_auth = config.api_token
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -152,7 +154,7 @@ class TraceReceiver:
         finally:
             slot.release()
         if fresh and self.forward is not None:  # queued only: the upstream never delays this
-            self.forward.offer(self.signal, body, codec.content_type, encoding)
+            self.forward.offer(self.signal, raw, codec.content_type, encoding)  # (as it came)
         return web.Response(body=answer, content_type=codec.content_type)
 
     async def _consume(self, codec: Codec, body: bytes) -> tuple[bytes, bool]:
@@ -236,6 +238,8 @@ class TraceReceiver:
     def _refuse(self, codec: Codec, error: WatchdogError) -> web.Response:
         if error.export_outcome is not None:
             self._count(error.export_outcome)
+        if isinstance(error, PayloadTooLarge):
+            self.oversize.refused(None)
         headers = {}
         if error.retry_after is not None:
             headers["Retry-After"] = str(max(1, round(error.retry_after)))
