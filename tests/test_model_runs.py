@@ -285,45 +285,6 @@ def test_a_client_sdk_run_whose_requests_carry_its_traceparent_is_one_run(
     assert [r["id"] for r in sidecar.get_json("/v1/runs")["runs"]] == [run.id]
 
 
-def test_a_nested_sdk_run_in_the_trace_hands_the_trace_back_when_it_ends(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
-    """A client-SDK run nested in another (a sub-agent) shares its trace: while it runs, the
-    trace's requests are its own; once it has ended, they are the enclosing run's again."""
-    outer_model = llm.script("outer", steps(call("search", q="a"), answer("outer done")))
-    inner_model = llm.script("inner", steps(answer("inner done")))
-    wd = Watchdog(sidecar.api)
-    provider = wd.setup_tracing("sub-agents", endpoint=sidecar.otlp_http + "/v1/traces",
-                                set_global=False)
-    client = chat(sidecar)
-
-    def ask(run: Any, model: str, messages: list[Any]) -> Any:
-        run.before_model_call()
-        headers: dict[str, str] = {}
-        propagate.inject(headers)
-        return client.chat.completions.create(model=model, messages=messages, tools=TOOLS,
-                                              extra_headers=headers).choices[0].message
-
-    with wd.run(agent="outer") as outer:
-        messages: list[Any] = [{"role": "user", "content": "delegate"}]
-        asked = ask(outer, outer_model, messages)
-        with provider.get_tracer("agent").start_as_current_span(
-                "execute_tool search", attributes=tool_attrs("search", "{}", "inner done")), \
-                wd.run(agent="inner") as inner:  # (the tool that runs the sub-agent)
-            inner.set_final_answer(ask(inner, inner_model, [
-                {"role": "user", "content": "the sub-task"}]).content or "")
-        messages += [{"role": "assistant", "content": None,
-                      "tool_calls": [c.model_dump() for c in asked.tool_calls]},
-                     {"role": "tool", "tool_call_id": asked.tool_calls[0].id,
-                      "content": "inner done"}]
-        outer.set_final_answer(ask(outer, outer_model, messages).content or "")
-    wd.close()
-    provider.shutdown()
-    runs = wait_until(lambda: len(r := [run for run in sidecar.get_json("/v1/runs")["runs"]
-                                        if run["state"] == "ended"]) == 2 and r,
-                      "both runs end")
-    assert {run["id"]: run["iterations"] for run in runs} == {outer.id: 2, inner.id: 1}
-
-
 def test_a_call_the_agent_also_traces_counts_once(sidecar: RunningServer,
                                                   llm: FakeLLM) -> None:
     """The agent sends its traceparent and exports its own spans of the same calls (with the
