@@ -48,10 +48,11 @@ THREE = Step(text="Looking.", tool_calls=(ToolCall("a", {"x": 1}), ToolCall("b",
                                           ToolCall("c", {"z": 3})))
 
 
-def chat_stream(step: Step) -> bytes:
+def chat_stream(step: Step, legacy: bool = False) -> bytes:
+    """``legacy``: its first call as ``delta.function_call`` (a request offering functions)."""
     events = [b"data: " + json.dumps(c).encode() + b"\n\n"
               for c in chunks("m", "chatcmpl-1", step, {"prompt_tokens": 7,
-                                                        "completion_tokens": 3})]
+                                                        "completion_tokens": 3}, legacy)]
     return b"".join(events) + b"data: [DONE]\n\n"
 
 
