@@ -319,6 +319,99 @@ def test_tool_calls_past_the_budget_are_trimmed(sidecar: RunningServer, llm: Fak
     assert requests[2]["tool_choice"] == "none"
 
 
+# -- legacy functions (Chat Completions' function_call) ----------------------------------------
+
+FUNCTIONS = [TOOLS[0]["function"]]
+
+
+def functions_loop(chat: openai.OpenAI, model: str, stream: bool, limit: int = 10
+                   ) -> tuple[str, int, list[str]]:
+    """An agent on the legacy shape, as older LangChain function agents and AutoGen 0.2 are:
+    ``functions`` offered, the model's ``function_call`` run, its result sent back as a
+    ``function`` message (a name, no call id; the second one says it failed). Returns its final
+    output, how many functions it ran, and each answer's finish reason as the agent got it."""
+    messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
+                           {"role": "user", "content": "Find the answer."}]
+    ran, finishes = 0, []
+    for _ in range(limit):
+        if stream:
+            content, name, arguments, finish = "", "", "", ""
+            with chat.chat.completions.create(model=model, messages=messages,
+                                              functions=FUNCTIONS, stream=True) as events:
+                for chunk in events:
+                    if not chunk.choices:
+                        continue
+                    delta = chunk.choices[0].delta
+                    content += delta.content or ""
+                    if delta.function_call is not None:
+                        name += delta.function_call.name or ""
+                        arguments += delta.function_call.arguments or ""
+                    finish = chunk.choices[0].finish_reason or finish
+        else:
+            choice = chat.chat.completions.create(model=model, messages=messages,
+                                                  functions=FUNCTIONS).choices[0]
+            content, finish = choice.message.content or "", choice.finish_reason
+            called = choice.message.function_call
+            name, arguments = (called.name, called.arguments) if called else ("", "")
+        finishes.append(finish)
+        if not name:
+            return content, ran, finishes
+        ran += 1
+        messages += [{"role": "assistant", "content": content or None,
+                      "function_call": {"name": name, "arguments": arguments}},
+                     {"role": "function", "name": name,
+                      "content": "Error: no such page" if ran == 2 else f"result {ran}"}]
+    raise AssertionError("the loop did not end")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_legacy_functions_are_counted_down_then_withdrawn(sidecar: RunningServer,
+                                                          llm: FakeLLM, stream: bool) -> None:
+    """An agent offered ``functions`` whose model answers with ``function_call``: its calls
+    are the run's tool calls (each with the result its ``function`` message sent back), the
+    countdown comes, and at the budget the functions are withdrawn (``function_call: none``,
+    their definitions kept); the run ends at its budget with the report as its answer."""
+    model = llm.script("legacy", looping("search", lambda i: {"q": f"page {i}"},
+                                         answer_without_tools="REPORT: found pages 0-2"))
+    output, ran, finishes = functions_loop(client(sidecar, "budgeted"), model, stream)
+    assert (output, ran) == ("REPORT: found pages 0-2", 3)
+    assert finishes == ["function_call"] * 3 + ["stop"]
+    requests = llm.requests(model)
+    assert len(requests) == 4
+    for left, body in zip((3, 2, 1), requests, strict=False):
+        assert f"[budget: {left} of 3 tool calls left" in system_of(body), (left, body)
+        assert "function_call" not in body
+    last = requests[-1]
+    assert last["function_call"] == "none" and last["functions"] == FUNCTIONS
+    assert "tools" not in last and "tool_choice" not in last
+    assert "Tools are withdrawn" in system_of(last)
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted") if r["state"] == "ended"],
+                     "the run ends with its report")[0]
+    detail = sidecar.get_json(f"/v1/runs/{run['id']}")
+    assert detail["signals"]["tool_calls"] == 3
+    assert detail["signals"]["tools"] == {"search": 3}
+    assert detail["has_final_answer"]
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["signals"]["errors"] == 1  # the failed result its function message answered
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_legacy_function_call_past_the_budget_never_reaches_the_agent(
+        sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """A model that calls a function though ``function_call`` is none: the call is trimmed
+    from the final answer, whole or streamed, and the agent ends with the report."""
+    model = llm.script("legacy-stubborn", lambda _i, body: Step(
+        text="REPORT: done" if body.get("function_call") == "none" else None,
+        tool_calls=(ToolCall("search", {"q": "again"}),)))
+    output, ran, finishes = functions_loop(client(sidecar, "budgeted"), model, stream)
+    assert (output, ran) == ("REPORT: done", 3)
+    assert finishes[-1] == "stop"
+    assert len(llm.requests(model)) == 4
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted") if r["state"] == "ended"],
+                     "the run ends with its report")[0]
+    assert sidecar.get_json(f"/v1/runs/{run['id']}")["signals"]["tool_calls"] == 3
+
+
 # -- Anthropic Messages -------------------------------------------------------------------------
 
 ANTHROPIC_TOOLS = [{"name": "search", "description": "Search.",

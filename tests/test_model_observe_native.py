@@ -19,8 +19,8 @@ import time
 import pytest
 
 from tests.frameworks.fakellm import FakeLLM, Step, ToolCall
-from tests.test_model_trim_native import ANY, MAKERS, ODD, WIRES, WITH_ANSWER, with_odd
-from tests.test_model_wire import ODD_EVENTS, THREE
+from tests.test_model_trim_native import ANY, LEGACY, MAKERS, ODD, WIRES, WITH_ANSWER, with_odd
+from tests.test_model_wire import ODD_EVENTS, THREE, chat_stream
 from watchdog.core.model.wire import Observation, observation_of, read_stream
 from watchdog.shell.model._relay import Relay
 
@@ -122,6 +122,27 @@ def test_a_stream_cut_short_anywhere_is_read_alike(api: str, step: str) -> None:
     assert all(alike(api, stream[:cut]) for cut in cuts)  # a cut never makes it decline
 
 
+@pytest.mark.parametrize("step", list(LEGACY))
+@pytest.mark.parametrize("variant", [*COMMON, *ODDER])
+def test_legacy_function_call_streams_are_read_alike(step: str, variant: str) -> None:
+    """A stream in the legacy shape (``delta.function_call``): its call read alike, with the
+    id of its own that the ``function`` message answering it names; as servers send it, never
+    declined; cut short anywhere, read alike."""
+    stream = chat_stream(LEGACY[step], legacy=True)
+    if variant in COMMON:
+        stream = COMMON[variant](stream)
+        assert alike("chat", stream), "declined"
+        calls = python("chat", stream).calls
+        assert [(c.call_id, c.name) for c in calls] == [
+            ("function_call:" + c.name, c.name) for c in LEGACY[step].tool_calls]
+        assert [json.loads(c.arguments) for c in calls] == [
+            c.arguments for c in LEGACY[step].tool_calls]
+        cuts = range(0, len(stream), max(1, len(stream) // 100))
+        assert all(alike("chat", stream[:cut]) for cut in cuts)
+    else:
+        alike("chat", ODDER[variant](stream, "chat"))
+
+
 def mutated(stream: bytes, rng: random.Random) -> bytes:
     data = bytearray(stream)
     for _ in range(rng.randint(1, 3)):
@@ -147,7 +168,10 @@ def test_streams_changed_at_random_are_read_alike(api: str, variant: str) -> Non
     read = 0
     for round_ in range(300):
         step = STEPS[rng.choice(["three", "answers", "text", "length"])]
-        stream = COMMON[variant](MAKERS[api](step))
+        made = MAKERS[api](step)
+        if api == "chat" and round_ % 4 == 1:  # in the legacy shape (delta.function_call)
+            made = chat_stream(step, legacy=True)
+        stream = COMMON[variant](made)
         if round_ % 3 == 0:
             stream = with_odd(api, stream)
         read += alike(api, mutated(stream, rng))

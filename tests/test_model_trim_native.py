@@ -104,6 +104,17 @@ ODD = {
         b'{"name":"esc"}}]}}]}\n\n',
         b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":5,"function":'
         b'{"name":"bad \xff\xfe utf8"}}]}}]}\n\n',
+        # legacy function calls: one with odd JSON, its arguments apart, one of another
+        # type, one whose key is escaped, a final answer's, a finish reason of their own
+        b'data: {"choices":[{"index":0,"delta":{"function_call":{"name":"legacy","arguments":'
+        b'"{\\"a\\": 1"}},"finish_reason":null}],' + ODD_JSON.encode() + b"}\n\n",
+        b'data: {"choices":[{"index":0,"delta":{"function_call":{"arguments":"}"},'
+        b'"content":null}}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"function_call":"str","tool_calls":[]}}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"function\\u005fcall":{"name":"esc"}}}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"function_call":{"name":"final_result",'
+        b'"arguments":""}}}]}\n\n',
+        b'data: {"choices":[{"delta":{},"finish_reason":"function_call"}]}\n\n',
     ],
     "responses": [
         b'event: response.output_item.added\ndata: {"type":"response.output_item.added",'
@@ -178,6 +189,46 @@ def test_streams_trimmed_alike(api: str, keep: int, step: Step, odd: bool, size:
         assert names == [c.name for c in kept_calls(
             [Call("", c.name, "") for c in step.tool_calls], keep)]
         assert expected[1] == (keep < 3)
+
+
+LEGACY = {"call": Step(tool_calls=(ToolCall("search", {"q": "é"}),)),
+          "answer": Step(text="Done.", tool_calls=(ToolCall("final_result", {"answer": "42"}),)),
+          "text": Step(text="No call.")}
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+@pytest.mark.parametrize("step", list(LEGACY))
+@pytest.mark.parametrize("odd", [False, True])
+@pytest.mark.parametrize("size", [1, 7, 100_000])
+def test_legacy_function_calls_trimmed_alike(keep: int, step: str, odd: bool,
+                                             size: int) -> None:
+    """A Chat Completions response in the legacy shape (``delta.function_call``,
+    ``message.function_call``): its call past the budget left out by both relays alike,
+    streamed and whole, its finish reason then "stop"; a final answer's call kept."""
+    stream = chat_stream(LEGACY[step], legacy=True)
+    if odd:
+        stream = with_odd("chat", stream)
+    chunks = split(stream, size)
+    expected = python_stream("chat", keep, chunks)
+    assert expected is not None
+    assert rust("chat", keep, chunks, True) == expected
+    data = json.dumps(completion("m", "chatcmpl-1", LEGACY[step], {"prompt_tokens": 7},
+                                 legacy=True)).encode()
+    whole_expected = python_whole("chat", keep, data)
+    assert whole_expected is not None
+    assert rust("chat", keep, split(data, 5), False) == whole_expected
+    if odd:
+        return
+    trimmed = keep == 0 and step == "call"
+    accumulator = WIRES["chat"].accumulator()
+    read_stream(accumulator, expected[0])
+    for seen, changed in ((accumulator.observation, expected[1]),
+                          (WIRES["chat"].read_response(json.loads(whole_expected[0])),
+                           whole_expected[1])):
+        assert [c.name for c in seen.calls] == ([] if trimmed else [
+            c.name for c in LEGACY[step].tool_calls])
+        assert changed == trimmed
+        assert seen.finish_reason == ("stop" if trimmed or step == "text" else "function_call")
 
 
 USAGE_ODD = [  # usage-only chunks written otherwise, and chunks that are not one

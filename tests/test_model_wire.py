@@ -36,7 +36,15 @@ from watchdog.core.model.steer import (
     decide,
     is_answer_tool,
 )
-from watchdog.core.model.wire import Event, Observation, SSEReader, Wire, read_stream, sse
+from watchdog.core.model.wire import (
+    Event,
+    Observation,
+    SSEReader,
+    ToolResult,
+    Wire,
+    read_stream,
+    sse,
+)
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.core.runs.book import TRACED_ANSWER_WAIT
 from watchdog.core.runs.terminal import TerminalState
@@ -48,10 +56,11 @@ THREE = Step(text="Looking.", tool_calls=(ToolCall("a", {"x": 1}), ToolCall("b",
                                           ToolCall("c", {"z": 3})))
 
 
-def chat_stream(step: Step) -> bytes:
+def chat_stream(step: Step, legacy: bool = False) -> bytes:
+    """``legacy``: its first call as ``delta.function_call`` (a request offering functions)."""
     events = [b"data: " + json.dumps(c).encode() + b"\n\n"
               for c in chunks("m", "chatcmpl-1", step, {"prompt_tokens": 7,
-                                                        "completion_tokens": 3})]
+                                                        "completion_tokens": 3}, legacy)]
     return b"".join(events) + b"data: [DONE]\n\n"
 
 
@@ -478,6 +487,56 @@ def test_the_final_request_forces_an_offered_answer_tool() -> None:
     # no answer tool offered: tools withdrawn as before
     assert ChatWire().withdraw_tools({"messages": [], "tools": [search]},
                                      prompt)["tool_choice"] == "none"
+
+
+def test_legacy_functions_are_tool_calls_of_their_own_id_and_withdrawn_as_tools() -> None:
+    """The legacy Chat Completions shape: ``functions`` offered are tools; the answer's
+    ``function_call`` is a tool call with an id of its own, which the next request's
+    ``function`` message (a name, no call id) answers, so the book pairs them; the final
+    request withdraws them with ``function_call: "none"``, their definitions kept — or forces
+    an offered answer function."""
+    wire, book = ChatWire(), ModelBook()
+    functions = [{"name": "search", "parameters": {}}]
+    asking = {"model": "m", "functions": functions, "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]}
+    first = wire.read_request(asking)
+    assert first.has_tools and not first.results
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("search", {"q": "a"}),)), {},
+        legacy=True))))
+    assert seen.calls == [Call("function_call:search", "search", '{"q": "a"}')]
+    assert seen.finish_reason == "function_call"
+    state = book.identify("chat", first, Caller(), "a", lambda _key: False)
+    book.call_record(state, first, seen, seen.calls, 1, 2)
+    assert state.handed == 1
+    answered = wire.read_request({**asking, "messages": [
+        *asking["messages"],
+        {"role": "assistant", "content": None,
+         "function_call": {"name": "search", "arguments": '{"q": "a"}'}},
+        {"role": "function", "name": "search", "content": "Error: no such page"}]})
+    assert answered.results == [ToolResult("function_call:search", "Error: no such page", True)]
+    assert answered.said == []
+    assert book.identify("chat", answered, Caller(), "a", lambda _key: False) is state
+    [record] = book.tool_records(state, answered, 3)
+    assert (record.tool_name, record.result_brief, record.error) == (
+        "search", "Error: no such page", True)
+    prompt = "[agent-watchdog: system instruction] Tools are withdrawn: report."
+    final = wire.withdraw_tools({**asking, "function_call": "auto"}, prompt)
+    assert final["function_call"] == "none" and final["functions"] == functions
+    assert "tools" not in final and "tool_choice" not in final
+    assert prompt in final["messages"][0]["content"]
+    answer = {"name": "final_result", "parameters": {}}
+    forced = wire.withdraw_tools({**asking, "functions": [*functions, answer]}, prompt)
+    assert forced["functions"] == [answer]
+    assert forced["function_call"] == {"name": "final_result"}
+    assert "`final_result` tool" in forced["messages"][0]["content"]
+    # a whole answer past the budget: its call left out, its finish reason "stop"
+    body = completion("m", "chatcmpl-2", Step(text="Let me look.", tool_calls=(
+        ToolCall("search", {"q": "b"}),)), {}, legacy=True)
+    assert wire.trim(body, 0)
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "Let me look."}
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert not wire.trim(body, 0)
 
 
 def test_a_request_with_no_tool_call_left_has_its_tools_withdrawn() -> None:

@@ -6,10 +6,13 @@ set of tool calls; past its end the last step repeats (so a looping script loops
 framework's own limit stops it). Every request body is recorded per model, so a test can assert
 what the model saw at each request (its instructions, its tools, its messages).
 
-Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``),
-``POST /v1/responses`` (the OpenAI Responses API, plain and streamed: ``function_call`` items),
-``GET /v1/models`` and Anthropic's Messages API, ``POST /v1/messages`` (plain and streamed:
-``tool_use`` content blocks, ``stop_reason`` ``tool_use`` / ``end_turn``), from the same scripts;
+Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``;
+a request that offers legacy ``functions`` and no ``tools`` is answered in their shape: the first
+call as ``message.function_call``, streamed as ``delta.function_call``, finish reason
+``function_call``), ``POST /v1/responses`` (the OpenAI Responses API, plain and streamed:
+``function_call`` items), ``GET /v1/models`` and Anthropic's Messages API,
+``POST /v1/messages`` (plain and streamed: ``tool_use`` content blocks, ``stop_reason``
+``tool_use`` / ``end_turn``), from the same scripts;
 the same paths without ``/v1`` too, for clients configured without it. Each request's raw body and
 headers are recorded too (:meth:`FakeLLM.raw_requests`, :meth:`FakeLLM.request_headers`).
 Standard library only: it runs inside the test process, whatever venv the framework lives in.
@@ -81,10 +84,19 @@ def tools_then_answer(tool: str, argument_sets: Sequence[dict[str, Any]], text: 
 
 def offers_tools(body: dict[str, Any]) -> bool:
     """Whether a request lets the model call tools: it has tools, and its ``tool_choice`` is
-    not none (OpenAI ``"none"``, Anthropic ``{"type": "none"}``) — as a real model reads it."""
+    not none (OpenAI ``"none"``, Anthropic ``{"type": "none"}``) — or legacy ``functions``
+    and a ``function_call`` that is not ``"none"`` — as a real model reads it."""
+    if legacy_functions(body):
+        return body.get("function_call") != "none"
     choice = body.get("tool_choice")
     return bool(body.get("tools")) and choice != "none" and not (
         isinstance(choice, dict) and choice.get("type") == "none")
+
+
+def legacy_functions(body: dict[str, Any]) -> bool:
+    """Whether a chat request offers legacy ``functions`` and no ``tools``: it is answered in
+    their shape."""
+    return bool(body.get("functions")) and not body.get("tools")
 
 
 def looping(tool: str, make_arguments: Callable[[int], dict[str, Any]],
@@ -211,11 +223,24 @@ def _tool_calls(step: Step, call_ids: list[str]) -> list[dict[str, Any]]:
             for call_id, tool in zip(call_ids, step.tool_calls, strict=True)]
 
 
-def completion(model: str, response_id: str, step: Step, usage: dict[str, int]
-               ) -> dict[str, Any]:
+def _legacy(step: Step) -> Step:
+    """A step in the legacy shape: its first call only, finished by ``function_call``."""
+    if not step.tool_calls:
+        return step
+    return Step(step.text, step.tool_calls[:1], step.finish_reason or "function_call")
+
+
+def completion(model: str, response_id: str, step: Step, usage: dict[str, int],
+               legacy: bool = False) -> dict[str, Any]:
+    """A chat completion; ``legacy``: its call as ``message.function_call``."""
+    if legacy:
+        step = _legacy(step)
     call_ids = [f"call_{response_id[-6:]}_{i}" for i in range(len(step.tool_calls))]
     message: dict[str, Any] = {"role": "assistant", "content": step.text}
-    if step.tool_calls:
+    if step.tool_calls and legacy:
+        tool = step.tool_calls[0]
+        message["function_call"] = {"name": tool.name, "arguments": json.dumps(tool.arguments)}
+    elif step.tool_calls:
         message["tool_calls"] = _tool_calls(step, call_ids)
     return {"id": response_id, "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message,
@@ -223,11 +248,13 @@ def completion(model: str, response_id: str, step: Step, usage: dict[str, int]
             "usage": usage}
 
 
-def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | None
-           ) -> Iterator[dict[str, Any]]:
+def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | None,
+           legacy: bool = False) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed response; with ``usage`` (asked
     for: ``stream_options.include_usage``), each says ``"usage": null`` and a usage-only chunk
-    ends them, as OpenAI's do."""
+    ends them, as OpenAI's do; ``legacy``: its call as ``delta.function_call``."""
+    if legacy:
+        step = _legacy(step)
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         made = {"id": response_id, "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": model,
@@ -245,6 +272,12 @@ def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | Non
     call_ids = [f"call_{response_id[-6:]}_{i}" for i in range(len(step.tool_calls))]
     for index, (call_id, tool) in enumerate(zip(call_ids, step.tool_calls, strict=True)):
         arguments = json.dumps(tool.arguments)
+        if legacy:
+            yield chunk({"function_call": {"name": tool.name, "arguments": ""}})
+            half = len(arguments) // 2
+            for part in (arguments[:half], arguments[half:]):
+                yield chunk({"function_call": {"arguments": part}})
+            continue
         yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
                                      "function": {"name": tool.name, "arguments": ""}}]})
         half = len(arguments) // 2
@@ -457,8 +490,9 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 else:
                     self._send_json(200, response)
                 return
+            legacy = legacy_functions(body)
             if not body.get("stream"):
-                self._send_json(200, completion(name, response_id, step, usage))
+                self._send_json(200, completion(name, response_id, step, usage, legacy))
                 return
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self.send_response(200)
@@ -467,7 +501,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             for index, piece in enumerate(chunks(name, response_id, step,
-                                                 usage if include_usage else None)):
+                                                 usage if include_usage else None, legacy)):
                 if index and model.chunk_delay:
                     time.sleep(model.chunk_delay)
                 self.wfile.write(b"data: " + json.dumps(piece).encode() + b"\n\n")

@@ -27,6 +27,9 @@ const MAX_TOKENS: u64 = 10_000_000;
 /// a run of digits longer than this is not read here.
 const MAX_DIGIT_RUN: usize = 4000;
 const DONE_EVENTS: [&str; 3] = ["response.completed", "response.incomplete", "response.failed"];
+/// A legacy function call's id (it has none): this and its function's name, which the
+/// `function` message answering it names too (`chat.function_call_id`).
+const LEGACY_CALL_ID: &str = "function_call:";
 const PLAIN_DELTA: &str = "\"delta\":{\"content\":\"";
 
 /// Python may read this otherwise: it reads the bytes itself.
@@ -134,7 +137,7 @@ struct Reader {
     seen: Seen,
     text: Text,
     /// chat: a call's stream index -> its place in `seen.calls`; messages: a block's index
-    slots: HashMap<i128, usize>,
+    slots: HashMap<Option<i128>, usize>,
 }
 
 impl Reader {
@@ -233,10 +236,26 @@ impl Reader {
         if let Some(content) = str_of(delta.get("content")).filter(|text| !text.is_empty()) {
             self.text.add(content);
         }
-        let Some(Value::Array(parts)) = delta.get("tool_calls") else { return Ok(()) };
-        for part in parts {
-            let Value::Object(part) = part else { continue };
-            let Some(index) = py_int(part.get("index"))? else { continue };
+        // `_parts_of`: the tool calls' parts by their index, then a legacy `function_call`
+        // (no index: the key None) as a tool call's part
+        let mut parts: Vec<(Option<i128>, &Map<String, Value>)> = Vec::new();
+        if let Some(Value::Array(listed)) = delta.get("tool_calls") {
+            for part in listed {
+                let Value::Object(part) = part else { continue };
+                let Some(index) = py_int(part.get("index"))? else { continue };
+                parts.push((Some(index), part));
+            }
+        }
+        let legacy = match delta.get("function_call") {
+            Some(Value::Object(function)) => Some(function),
+            _ => None,
+        };
+        let mut legacy_part = Map::new();
+        if let Some(function) = legacy {
+            legacy_part.insert("function".into(), Value::Object(function.clone()));
+            parts.push((None, &legacy_part));
+        }
+        for (index, part) in parts {
             let place = match self.slots.get(&index) {
                 Some(place) => *place,
                 None => {
@@ -266,6 +285,9 @@ impl Reader {
                     call.arguments.push_str(given);
                     call.chars += given.chars().count();
                 }
+            }
+            if index.is_none() {
+                call.call_id = format!("{LEGACY_CALL_ID}{}", call.name);
             }
         }
         Ok(())
@@ -327,7 +349,7 @@ impl Reader {
                                       name: str_or_empty(block.get("name"))?,
                                       ..Call::default() };
                     seen.calls.push(call);
-                    self.slots.insert(index, seen.calls.len() - 1);
+                    self.slots.insert(Some(index), seen.calls.len() - 1);
                 }
             }
             "content_block_delta" => {
@@ -344,7 +366,7 @@ impl Reader {
                 }
                 let Some(index) = py_int(data.get("index"))? else { return Ok(()) };
                 if let (Some(place), Some(partial)) =
-                        (self.slots.get(&index), str_of(delta.get("partial_json"))) {
+                        (self.slots.get(&Some(index)), str_of(delta.get("partial_json"))) {
                     let call = &mut seen.calls[*place];
                     if call.chars < MAX_ARGUMENT_CHARS {
                         call.arguments.push_str(partial);
@@ -570,7 +592,8 @@ enum Keep {
 
 const CHAT: Keep = Keep::Keys(&[("id", Keep::All), ("model", Keep::All), ("usage", Keep::All),
     ("choices", Keep::Keys(&[("finish_reason", Keep::All), ("delta", Keep::Keys(&[
-        ("content", Keep::All), ("tool_calls", Keep::All)]))]))]);
+        ("content", Keep::All), ("tool_calls", Keep::All),
+        ("function_call", Keep::All)]))]))]);
 const RESPONSES: Keep = Keep::Keys(&[("type", Keep::All), ("response", Keep::All),
                                      ("delta", Keep::All)]);
 const MESSAGES: Keep = Keep::Keys(&[("type", Keep::All), ("index", Keep::All),

@@ -243,16 +243,33 @@ pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: 
             for choice in choices.iter_mut() {
                 let Value::Object(choice) = choice else { continue };
                 let Some(Value::Object(message)) = choice.get_mut("message") else { continue };
-                let Some(Value::Array(calls)) = message.get("tool_calls") else { continue };
-                let mut kept = Vec::with_capacity(calls.len());
+                // `_calls_of`: the listed calls, then a legacy `function_call` (None)
+                let listed = match message.get("tool_calls") {
+                    Some(Value::Array(calls)) => Some(calls),
+                    _ => None,
+                };
+                let legacy = match message.get("function_call") {
+                    Some(Value::Object(function)) => Some(function),
+                    _ => None,
+                };
+                let mut calls: Vec<(Option<&Value>, Option<&Value>)> = listed.iter()
+                    .flat_map(|calls| calls.iter())
+                    .map(|call| (Some(call), call.get("function").and_then(|f| f.as_object())
+                        .and_then(|f| f.get("name"))))
+                    .collect();
+                if let Some(function) = legacy {
+                    calls.push((None, function.get("name")));
+                }
+                if calls.is_empty() {
+                    continue;
+                }
+                let mut kept: Vec<Option<Value>> = Vec::with_capacity(calls.len());
                 let mut work = 0;
-                for call in calls {
-                    let name = call.get("function").and_then(|f| f.as_object())
-                        .and_then(|f| f.get("name"));
-                    if answers.is_answer(name) {
-                        kept.push(call.clone());
+                for (call, name) in &calls {
+                    if answers.is_answer(*name) {
+                        kept.push(call.cloned());
                     } else if work < keep {
-                        kept.push(call.clone());
+                        kept.push(call.cloned());
                         work += 1;
                     }
                 }
@@ -260,13 +277,20 @@ pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: 
                     continue;
                 }
                 changed = true;
-                if kept.is_empty() {
+                let legacy_kept = kept.iter().any(Option::is_none);
+                let any_kept = !kept.is_empty();
+                let listed: Vec<Value> = kept.into_iter().flatten().collect();
+                if !listed.is_empty() {
+                    message.insert("tool_calls".into(), Value::Array(listed));
+                } else if matches!(message.get("tool_calls"), Some(Value::Array(_))) {
                     message.shift_remove("tool_calls");
-                    if str_of(choice.get("finish_reason")) == Some("tool_calls") {
-                        choice.insert("finish_reason".into(), Value::String("stop".into()));
-                    }
-                } else {
-                    message.insert("tool_calls".into(), Value::Array(kept));
+                }
+                if !legacy_kept {
+                    message.shift_remove("function_call");
+                }
+                if !any_kept && matches!(str_of(choice.get("finish_reason")),
+                                         Some("tool_calls" | "function_call")) {
+                    choice.insert("finish_reason".into(), Value::String("stop".into()));
                 }
             }
             changed
@@ -486,7 +510,7 @@ impl LastEvent {
 /// A stream's rewriter (the wire's `stream_trimmer`): the bytes to send for each event
 /// (empty: dropped), None for the event's own.
 enum Rewriter {
-    Chat { slots: Vec<(i128, Option<i128>)>, work: usize, kept: i128 },
+    Chat { slots: Vec<(Option<i128>, Option<i128>)>, work: usize, kept: i128, handed: usize },
     Responses { calls: usize, dropped: Vec<i128>, skipped: i128 },
     Messages { uses: usize, answers: usize, dropped: Vec<i128> },
 }
@@ -510,7 +534,7 @@ impl StreamTrim {
     pub fn new(trim: Trim, answers: Answers) -> Self {
         let Trim { api, keep, hide_usage } = trim;
         let rewriter = match api {
-            Api::Chat => Rewriter::Chat { slots: Vec::new(), work: 0, kept: 0 },
+            Api::Chat => Rewriter::Chat { slots: Vec::new(), work: 0, kept: 0, handed: 0 },
             Api::Responses => Rewriter::Responses { calls: 0, dropped: Vec::new(), skipped: 0 },
             Api::Messages => Rewriter::Messages { uses: 0, answers: 0, dropped: Vec::new() },
         };
@@ -554,8 +578,8 @@ impl StreamTrim {
         let Some(mut data) = json_data(event)? else { return Ok(None) };
         let (answers, api) = (&self.answers, self.api);
         match &mut self.rewriter {
-            Rewriter::Chat { slots, work, kept } =>
-                Ok(chat_rewrite(&mut data, keep, answers, slots, work, kept)),
+            Rewriter::Chat { slots, work, kept, handed } =>
+                Ok(chat_rewrite(&mut data, keep, answers, Slots { slots, work, kept, handed })),
             Rewriter::Responses { calls, dropped, skipped } => {
                 let kind = str_of(data.get("type")).map(str::to_owned);
                 let index = as_int(data.get("output_index"));
@@ -654,7 +678,8 @@ impl StreamTrim {
             return true;
         }
         match (&self.rewriter, self.api) {
-            (Rewriter::Chat { .. }, _) => data.contains("tool_calls"),
+            (Rewriter::Chat { .. }, _) => data.contains("tool_calls")
+                || data.contains("function_call"),
             (Rewriter::Responses { skipped, dropped, .. }, _) => *skipped > 0
                 || !dropped.is_empty() || data.contains("_call\"")
                 || data.contains("response.completed") || data.contains("response.incomplete")
@@ -674,35 +699,44 @@ fn is_call_item(kind: Option<&str>) -> bool {
     kind.is_some_and(|kind| CALL_ITEMS.contains(&kind))
 }
 
-fn chat_slot(call: &Map<String, Value>, index: i128, keep: usize, answers: &Answers,
-             slots: &mut Vec<(i128, Option<i128>)>, work: &mut usize, kept: &mut i128)
-             -> Option<i128> {
-    if let Some((_, slot)) = slots.iter().find(|(i, _)| *i == index) {
+/// A chat stream's calls so far (`ChatTrimmer`'s): each call's index (None: a legacy
+/// `function_call`) and the index it is handed on at (None: dropped), the calls that are not
+/// final answers seen, the indexed calls kept, and all calls kept.
+struct Slots<'a> {
+    slots: &'a mut Vec<(Option<i128>, Option<i128>)>,
+    work: &'a mut usize,
+    kept: &'a mut i128,
+    handed: &'a mut usize,
+}
+
+fn chat_slot(call: &Map<String, Value>, index: Option<i128>, keep: usize, answers: &Answers,
+             state: &mut Slots) -> Option<i128> {
+    if let Some((_, slot)) = state.slots.iter().find(|(i, _)| *i == index) {
         return *slot;
     }
-    if slots.len() >= MAX_TOOL_CALLS_SEEN {
+    if state.slots.len() >= MAX_TOOL_CALLS_SEEN {
         return None;
     }
     let name = call.get("function").and_then(|f| f.as_object()).and_then(|f| f.get("name"));
+    let mut taken = answers.is_answer(name);
+    if !taken {
+        taken = *state.work < keep;
+        *state.work += 1;
+    }
     let mut slot = None;
-    if answers.is_answer(name) {
-        slot = Some(*kept);
-    } else if *work < keep {
-        slot = Some(*kept);
-        *work += 1;
-    } else {
-        *work += 1;
+    if taken {
+        slot = Some(if index.is_some() { *state.kept } else { 0 });
+        if index.is_some() {
+            *state.kept += 1;
+        }
+        *state.handed += 1;
     }
-    if slot.is_some() {
-        *kept += 1;
-    }
-    slots.push((index, slot));
+    state.slots.push((index, slot));
     slot
 }
 
 fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
-                slots: &mut Vec<(i128, Option<i128>)>, work: &mut usize, kept: &mut i128)
-                -> Option<Vec<u8>> {
+                mut state: Slots) -> Option<Vec<u8>> {
     let Some(Value::Array(choices)) = data.get_mut("choices") else { return None };
     let single = choices.len() == 1;
     let (mut changed, mut empty) = (false, false);
@@ -710,6 +744,7 @@ fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
         let Value::Object(choice) = choice else { continue };
         let finish_none = matches!(choice.get("finish_reason"), None | Some(Value::Null));
         if let Some(Value::Object(delta)) = choice.get_mut("delta") {
+            let mut emptied = false;
             if let Some(Value::Array(calls)) = delta.get("tool_calls") {
                 let mut out = Vec::with_capacity(calls.len());
                 let mut moved = false;
@@ -719,7 +754,7 @@ fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
                         out.push(call.clone());
                         continue;
                     };
-                    match chat_slot(map, index, keep, answers, slots, work, kept) {
+                    match chat_slot(map, Some(index), keep, answers, &mut state) {
                         None => moved = true,
                         Some(slot) if slot != index => {
                             let mut renumbered = map.clone();
@@ -734,14 +769,27 @@ fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
                     changed = true;
                     if out.is_empty() {
                         delta.shift_remove("tool_calls");
-                        empty = !delta.values().any(truthy) && finish_none;
+                        emptied = true;
                     } else {
                         delta.insert("tool_calls".into(), Value::Array(out));
                     }
                 }
             }
+            if let Some(Value::Object(function)) = delta.get("function_call") {
+                let mut call = Map::new();
+                call.insert("function".into(), Value::Object(function.clone()));
+                if chat_slot(&call, None, keep, answers, &mut state).is_none() {
+                    delta.shift_remove("function_call");
+                    changed = true;
+                    emptied = true;
+                }
+            }
+            if emptied {
+                empty = !delta.values().any(truthy) && finish_none;
+            }
         }
-        if *kept == 0 && str_of(choice.get("finish_reason")) == Some("tool_calls") {
+        if *state.handed == 0 && matches!(str_of(choice.get("finish_reason")),
+                                          Some("tool_calls" | "function_call")) {
             choice.insert("finish_reason".into(), Value::String("stop".into()));
             changed = true;
         }

@@ -5,12 +5,19 @@ first one, or a system message is put first. Tools are withdrawn with ``tool_cho
 their definitions kept so the history's tool calls stay valid — unless the request offers a
 final-answer tool: then ``tool_choice`` names it and its definition is the only one left, so an
 agent that takes only tool calls gets its report as that call.
+
+The legacy shape (``functions`` offered, ``function_call`` chosen; the answer's
+``message.function_call``, streamed as ``delta.function_call``; its result a ``function``
+message) is read as one more tool call, by the same code: a function call is the tool call
+:data:`LEGACY` of its message (it has no index), with the id :func:`function_call_id` (it has
+none), which the ``function`` message answering it names too; it is trimmed as any other, and
+withdrawn with ``function_call: "none"`` (the definitions kept).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from watchdog.core.model.failure import looks_failed
@@ -35,6 +42,16 @@ from watchdog.core.model.wire import (
 )
 
 INSTRUCTION_ROLES = ("system", "developer")
+# A message's legacy function call, among its tool calls (keyed by their stream index): it has
+# none, and there is at most one
+LEGACY = None
+LEGACY_CALL_ID = "function_call:"  # a function call's id: this and its function's name
+
+
+def function_call_id(name: str) -> str:
+    """The id of a legacy function call (the shape has none): its function's name, which is
+    also all the ``function`` message that answers it names."""
+    return LEGACY_CALL_ID + name
 
 
 class ChatWire:
@@ -63,18 +80,20 @@ class ChatWire:
         for message in messages[last_answer + 1:]:
             if not isinstance(message, dict) or len(results) + len(said) >= MAX_TOOL_CALLS_SEEN:
                 continue
-            if message.get("role") == "tool":
+            role = message.get("role")
+            if role in ("tool", "function"):
                 text = text_of(message.get("content"))
-                results.append(ToolResult(str(message.get("tool_call_id") or ""), text,
-                                          looks_failed(text)))
-            elif message.get("role") not in INSTRUCTION_ROLES:
+                answered = str(message.get("tool_call_id") or "") if role == "tool" else \
+                    function_call_id(str(message.get("name") or ""))
+                results.append(ToolResult(answered, text, looks_failed(text)))
+            elif role not in INSTRUCTION_ROLES:
                 said.append(text_of(message.get("content")))
         last = messages[-1] if messages else None
         options = body.get("stream_options")
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
-            has_tools=bool(body.get("tools")),
+            has_tools=bool(body.get("tools")) or bool(body.get("functions")),
             instructions="\n".join(instructions),
             anchor=anchor,
             messages=len(messages),
@@ -101,9 +120,10 @@ class ChatWire:
         return {**body, "messages": messages}
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
-        return withdraw_function_tools(
-            body, prompt, self.add_note,
-            lambda name: {"type": "function", "function": {"name": name}})
+        return withdraw_function_tools(body, prompt, self.add_note, (
+            ("tools", "tool_choice",
+             lambda name: {"type": "function", "function": {"name": name}}),
+            ("functions", "function_call", lambda name: {"name": name})))
 
     def ask_usage(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """``stream_options.include_usage`` set on a streamed request that does not ask: the
@@ -130,8 +150,7 @@ class ChatWire:
             message = choice.get("message")
             if isinstance(message, dict):
                 seen.text = clipped(text_of(message.get("content")))
-                calls = message.get("tool_calls")
-                for call in calls[:MAX_TOOL_CALLS_SEEN] if isinstance(calls, list) else ():
+                for _, call in _calls_of(message)[:MAX_TOOL_CALLS_SEEN]:
                     if isinstance(call, dict):
                         function = _callee(call)
                         seen.calls.append(ToolCall(str(call.get("id") or ""),
@@ -151,25 +170,28 @@ class ChatWire:
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
                 continue
-            calls = message.get("tool_calls")
-            if not isinstance(calls, list):
+            calls = _calls_of(message)
+            if not calls:
                 continue
             kept, work = [], 0
-            for call in calls:
+            for index, call in calls:
                 if is_answer_tool(_name_of(call)):
-                    kept.append(call)
+                    kept.append((index, call))
                 elif work < keep:
-                    kept.append(call)
+                    kept.append((index, call))
                     work += 1
             if len(kept) == len(calls):
                 continue
             changed = True
-            if kept:
-                message["tool_calls"] = kept
-            else:
+            listed = [call for index, call in kept if index is not LEGACY]
+            if listed:
+                message["tool_calls"] = listed
+            elif "tool_calls" in message and isinstance(message["tool_calls"], list):
                 del message["tool_calls"]
-                if choice.get("finish_reason") == "tool_calls":
-                    choice["finish_reason"] = "stop"
+            if not any(index is LEGACY for index, _ in kept):
+                message.pop("function_call", None)
+            if not kept and choice.get("finish_reason") in ("tool_calls", "function_call"):
+                choice["finish_reason"] = "stop"
         return changed
 
     def stream_trimmer(self, keep: int) -> ChatTrimmer:
@@ -211,24 +233,29 @@ def _answer_id() -> str:
     return "chatcmpl-watchdog" + uuid.uuid4().hex[:20]
 
 
+# Where a request offers functions: the key of their definitions, the key of the choice among
+# them, and the choice that forces one (by its name)
+Offer = tuple[str, str, Callable[[str], object]]
+
+
 def withdraw_function_tools(body: dict[str, Any], prompt: str,
                             add_note: Callable[[dict[str, Any], str], dict[str, Any]],
-                            forced: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+                            offers: Sequence[Offer]) -> dict[str, Any]:
     """The budget's last request, for the OpenAI APIs (Chat Completions, Responses): the report
-    instruction, and the tools withdrawn (``tool_choice: none``, the definitions kept) — or,
-    when an answer tool is offered, only that tool left and forced (``forced(name)``)."""
-    tools = body.get("tools")
-    tools = tools if isinstance(tools, list) else []
-    answer = answer_tool_offered(function_name(tool) for tool in tools)
-    if answer is not None:
-        edited = add_note(body, answer_tool_prompt(prompt, answer))
-        edited["tools"] = [tool for tool in tools if function_name(tool) == answer][:1]
-        edited["tool_choice"] = forced(answer)
-    else:
-        edited = add_note(body, prompt)
-        if tools:
-            edited["tool_choice"] = "none"
-    if tools:
+    instruction, and the tools of each of ``offers`` withdrawn (its choice ``"none"``, the
+    definitions kept) — or, when an answer tool is offered, only that tool left and forced."""
+    offered = [(offer, listed if isinstance(listed := body.get(offer[0]), list) else [])
+               for offer in offers]
+    answer = answer_tool_offered(function_name(tool) for _, tools in offered for tool in tools)
+    edited = add_note(body, prompt if answer is None else answer_tool_prompt(prompt, answer))
+    for (key, choice, forced), tools in offered:
+        only = [tool for tool in tools if function_name(tool) == answer][:1]
+        if only:
+            edited[key] = only
+            edited[choice] = forced(str(answer))
+        elif tools:
+            edited[choice] = "none"
+    if offered[0][1]:
         edited.pop("parallel_tool_calls", None)
     return edited
 
@@ -240,6 +267,19 @@ def function_name(tool: object) -> object:
         return None
     function = tool.get("function")
     return function.get("name") if isinstance(function, dict) else tool.get("name")
+
+
+def _calls_of(message: dict[str, Any]) -> list[tuple[int | None, object]]:
+    """A message's tool calls, each with its place (its index in ``tool_calls``; its legacy
+    ``function_call`` last, as :data:`LEGACY`, in the shape of a tool call with its id)."""
+    listed = message.get("tool_calls")
+    calls: list[tuple[int | None, object]] = list(enumerate(listed)) \
+        if isinstance(listed, list) else []
+    function = message.get("function_call")
+    if isinstance(function, dict):
+        calls.append((LEGACY, {"id": function_call_id(str(function.get("name") or "")),
+                               "function": function}))
+    return calls
 
 
 def _name_of(item: object) -> object:
@@ -260,7 +300,7 @@ def _usage(seen: Observation, usage: object) -> None:
 class ChatAccumulator:
     def __init__(self) -> None:
         self.observation = Observation()
-        self._calls: dict[int, ToolCall] = {}
+        self._calls: dict[int | None, ToolCall] = {}  # by stream index (LEGACY: none)
         self._text: list[str] = []
         self._size = 0
 
@@ -302,11 +342,7 @@ class ChatAccumulator:
             self._text.append(content)
             self._size += len(content)
             seen.text = clipped("".join(self._text))
-        calls = delta.get("tool_calls")
-        for part in calls if isinstance(calls, list) else ():
-            if not isinstance(part, dict) or not isinstance(part.get("index"), int):
-                continue
-            index = part["index"]
+        for index, part in _parts_of(delta):
             call = self._calls.get(index)
             if call is None:
                 if len(self._calls) >= MAX_TOOL_CALLS_SEEN:
@@ -321,6 +357,21 @@ class ChatAccumulator:
             given = function.get("arguments", function.get("input"))
             if isinstance(given, str) and len(call.arguments) < 65536:
                 call.arguments += given
+            if index is LEGACY:
+                call.call_id = function_call_id(call.name)
+
+
+def _parts_of(delta: dict[str, Any]) -> list[tuple[int | None, dict[str, Any]]]:
+    """A stream delta's parts of tool calls, each with its call's index (a legacy
+    ``function_call`` last, as :data:`LEGACY`, in the shape of a tool call's part)."""
+    listed = delta.get("tool_calls")
+    parts: list[tuple[int | None, dict[str, Any]]] = [
+        (part["index"], part) for part in (listed if isinstance(listed, list) else ())
+        if isinstance(part, dict) and isinstance(part.get("index"), int)]
+    function = delta.get("function_call")
+    if isinstance(function, dict):
+        parts.append((LEGACY, {"function": function}))
+    return parts
 
 
 def _callee(call: dict[str, Any]) -> dict[str, Any]:
@@ -344,31 +395,32 @@ def usage_only(event: Event) -> bool:
 class ChatTrimmer:
     """Drops the tool-call deltas of calls past ``keep`` (final-answer calls are always
     kept; a call is judged by its first delta, which names it), numbers the kept ones without
-    gaps, and says "stop" instead of "tool_calls" when none is left; an event left with
-    nothing to say is dropped."""
+    gaps, and says "stop" instead of "tool_calls" (or "function_call") when none is left; an
+    event left with nothing to say is dropped. A legacy ``function_call`` is one more call,
+    with no index to number."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._slots: dict[int, int | None] = {}  # the upstream's index -> the one handed on
+        # the upstream's index (LEGACY: none) -> the one handed on (None: dropped)
+        self._slots: dict[int | None, int | None] = {}
         self._work = 0  # calls (not final-answer ones) seen
-        self._kept = 0
+        self._kept = 0  # indexed calls kept
+        self._handed = 0  # calls kept
 
-    def _slot(self, call: dict[str, Any]) -> int | None:
-        index = call["index"]
+    def _slot(self, index: int | None, call: dict[str, Any]) -> int | None:
         if index in self._slots:
             return self._slots[index]
         if len(self._slots) >= MAX_TOOL_CALLS_SEEN:  # more calls than are read: dropped
             return None
+        kept = is_answer_tool(_name_of(call))
+        if not kept:
+            kept = self._work < self.keep
+            self._work += 1
         slot: int | None = None
-        if is_answer_tool(_name_of(call)):
-            slot = self._kept
-        elif self._work < self.keep:
-            slot = self._kept
-            self._work += 1
-        else:
-            self._work += 1
-        if slot is not None:
-            self._kept += 1
+        if kept:
+            slot = self._kept if index is not LEGACY else 0
+            self._kept += index is not LEGACY
+            self._handed += 1
         self._slots[index] = slot
         return slot
 
@@ -381,7 +433,7 @@ class ChatTrimmer:
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            delta = choice.get("delta")
+            delta, emptied = choice.get("delta"), False
             if isinstance(delta, dict) and isinstance(delta.get("tool_calls"), list):
                 calls = delta["tool_calls"]
                 kept, moved = [], False
@@ -389,7 +441,7 @@ class ChatTrimmer:
                     if not (isinstance(call, dict) and isinstance(call.get("index"), int)):
                         kept.append(call)
                         continue
-                    slot = self._slot(call)
+                    slot = self._slot(call["index"], call)
                     if slot is None:
                         moved = True
                     elif slot != call["index"]:
@@ -403,9 +455,16 @@ class ChatTrimmer:
                         delta["tool_calls"] = kept
                     else:
                         del delta["tool_calls"]
-                        empty = not any(value for value in delta.values()) \
-                            and choice.get("finish_reason") is None
-            if self._kept == 0 and choice.get("finish_reason") == "tool_calls":
+                        emptied = True
+            if isinstance(delta, dict) and isinstance(delta.get("function_call"), dict) \
+                    and self._slot(LEGACY, {"function": delta["function_call"]}) is None:
+                del delta["function_call"]
+                changed = emptied = True
+            if emptied and isinstance(delta, dict):
+                empty = not any(value for value in delta.values()) \
+                    and choice.get("finish_reason") is None
+            if self._handed == 0 and choice.get("finish_reason") in ("tool_calls",
+                                                                      "function_call"):
                 choice["finish_reason"] = "stop"
                 changed = True
         if not changed:

@@ -140,8 +140,8 @@ class ResponsesWire:
             existing if isinstance(existing, str) else "", note)}
 
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
-        return withdraw_function_tools(body, prompt, self.add_note,
-                                       lambda name: {"type": "function", "name": name})
+        return withdraw_function_tools(body, prompt, self.add_note, (
+            ("tools", "tool_choice", lambda name: {"type": "function", "name": name}),))
 
     def read_response(self, body: dict[str, Any]) -> Observation:
         seen = Observation(complete=True)
