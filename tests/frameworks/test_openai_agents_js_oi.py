@@ -4,6 +4,22 @@ trace processor of the SDK's), exported by the OpenTelemetry Node SDK over OTLP/
 ``ts/openai_agents_oi.ts`` under node, installed by ``make test`` with ``npm ci`` from
 ``ts/package-lock.json``.
 
+What it emits (details: the recordings): a root ``Agent workflow`` (AGENT, the trace's name; its
+``input.value``/``output.value`` the run's first input and last output) that the instrumentation
+ends at the SDK's trace end, a second ``Agent workflow`` CHAIN below it, then per agent an AGENT
+span named after it (``graph.node.id``), a ``turn`` CHAIN per turn, ``response`` LLM spans (the
+Responses API: ``llm.model_name``, ``llm.token_count.*``, ``llm.output_messages`` with the tool
+calls; ``llm.finish_reason`` is ``stop`` even when the response asks for a tool), a TOOL span
+per tool run named after it (``tool.name``, ``input.value``, ``output.value``; a tool that
+throws ends ERROR, ``Error running tool (non-fatal): …``, and the SDK hands a redacted error to
+the model as the result), ``handoff to <agent>`` TOOL spans, and an agent used as a tool
+(``asTool``) as a TOOL span with its own workflow nested below it. At the turn limit the agent
+span and the inner workflow end ERROR (``Error in agent run: {"error":"MaxTurnsExceededError:
+Max turns (3) exceeded"}``) but the root is never ended, so never exported (the SDK calls no
+trace end when the run raises; the instrumentation's own fallback misses it): the run's root
+never comes. It ends ``loose_run_gap`` after its last span, as its failed agent span says
+(before: active until ``run_end_timeout`` abandoned it).
+
 The expectations are DESIGN §3's: one run per agent invocation, iterations = model calls, tool
 calls, errors, terminal state and reason, the agent's name, a handoff or an agent used as a tool
 a child run. Each case runs live (one node process) and from its committed recording.
@@ -41,6 +57,9 @@ SCRIPTS: dict[str, dict[str, Script]] = {
 }
 EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
     "three_tools": ([Expect(AGENT, 4, 3, 0, "completed", True, None, None)], scenarios.ANSWER),
+    # maxTurns 3: three model calls (each ran its tool), then MaxTurnsExceededError
+    "limit": ([Expect(AGENT, 3, 3, 0, "tool_limit_reached", False, "max_turns", None)],
+              None),
     # the SDK hands a tool's exception to the model as its result: the model then answers
     "tool_error": ([Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
                    scenarios.ERROR_ANSWER),
@@ -75,7 +94,11 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
     runs, answer = EXPECTED[scenario]
     check_runs(sidecar, runs)
     assert top_answers(sidecar)[0] == answer
-    assert said["output"] == answer
+    if scenario == "limit":  # the SDK's own turn limit stopped the loop
+        assert said["error"] == "MaxTurnsExceededError"
+        assert len(llm.requests(f"{DRIVER}-limit")) == 3
+    else:
+        assert said["output"] == answer
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
