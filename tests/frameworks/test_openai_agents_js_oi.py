@@ -36,6 +36,7 @@ from tests.frameworks import fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
     TS_DIR,
+    UNCHECKED,
     Expect,
     check_recorded,
     check_runs,
@@ -48,6 +49,9 @@ DRIVER = "openai_agents_js_oi"
 AGENT = "agents-js-researcher"
 SCRIPTS: dict[str, dict[str, Script]] = {
     **{name: {"": scenarios.script(name)} for name in ("three_tools", "limit", "tool_error")},
+    # the tool fails five times in a row, then the model answers
+    "error_loop": {"": fakellm.steps(*(fakellm.call("lookup", key="broken") for _ in range(5)),
+                                     fakellm.answer(scenarios.ERROR_ANSWER))},
     "handoff": {"": fakellm.steps(fakellm.call("transfer_to_agents_js_researcher"),
                                   fakellm.answer("handed off")),
                 "-billing": scenarios.script("three_tools")},
@@ -62,6 +66,11 @@ EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
               None),
     # the SDK hands a tool's exception to the model as its result: the model then answers
     "tool_error": ([Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
+                   scenarios.ERROR_ANSWER),
+    # the same failing call five times: its state is the default pack's loop_detected
+    # (tool-cycle) if an evaluation saw the run before it ended, else completed (timing: left
+    # out here); its signals say it either way (error_loop_read)
+    "error_loop": ([Expect(AGENT, 6, 5, 5, UNCHECKED, True, UNCHECKED, None)],
                    scenarios.ERROR_ANSWER),
     # the handoff is the triage agent's tool call; the researcher's answer is the run's
     "handoff": ([Expect("agents-js-triage", 1, 1, 0, "completed", True, None, None),
@@ -88,6 +97,18 @@ def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> dict[str, Any]
     return said
 
 
+def error_loop_read(sidecar: RunningServer) -> None:
+    """The error loop's signals: five errors in a row, the same one (the SDK's status: the
+    tool's own message is redacted), the same call five times."""
+    run = sidecar.get_json(f"/v1/runs/{sidecar.get_json('/v1/runs')['runs'][0]['id']}")
+    signals = run["signals"]
+    assert (signals["consecutive_errors"], signals["repeated_error"],
+            signals["repeated_tool_call"]) == (5, 5, 5), signals
+    assert signals["last_error"] == (
+        'error: Error running tool (non-fatal): {"tool_name":"lookup","error":"Tool execution '
+        'failed. Error details are redacted."}')
+
+
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
     said = drive(sidecar, llm, scenario)
@@ -99,6 +120,9 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
         assert len(llm.requests(f"{DRIVER}-limit")) == 3
     else:
         assert said["output"] == answer
+    if scenario == "error_loop":
+        assert said["ran"] == ["broken"] * 5
+        error_loop_read(sidecar)
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
@@ -106,3 +130,5 @@ def test_recorded(sidecar: RunningServer, scenario: str) -> None:
     runs, answer = EXPECTED[scenario]
     check_recorded(sidecar, DRIVER, scenario, runs)
     assert top_answers(sidecar)[0] == answer
+    if scenario == "error_loop":
+        error_loop_read(sidecar)
