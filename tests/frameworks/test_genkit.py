@@ -45,6 +45,8 @@ DRIVER = "genkit"
 AGENT = "genkit_researcher"
 EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
     "three_tools": ([Expect(AGENT, 4, 3, 0, "completed", True, None, None)], scenarios.ANSWER),
+    "three_tools_stream": ([Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
+                           scenarios.ANSWER),
     # maxTurns 3: three rounds of tools, the fourth model call asks for more and Genkit throws
     "limit": ([Expect(AGENT, 4, 3, 0, "tool_limit_reached", False, "max_turns", None)], None),
     # the tool throws: Genkit fails the call (and the flow) with the tool's error

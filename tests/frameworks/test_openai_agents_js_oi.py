@@ -48,7 +48,8 @@ from tests.harness import RunningServer
 DRIVER = "openai_agents_js_oi"
 AGENT = "agents-js-researcher"
 SCRIPTS: dict[str, dict[str, Script]] = {
-    **{name: {"": scenarios.script(name)} for name in ("three_tools", "limit", "tool_error")},
+    **{name: {"": scenarios.script(name)}
+       for name in ("three_tools", "three_tools_stream", "limit", "tool_error")},
     # the tool fails five times in a row, then the model answers
     "error_loop": {"": fakellm.steps(*(fakellm.call("lookup", key="broken") for _ in range(5)),
                                      fakellm.answer(scenarios.ERROR_ANSWER))},
@@ -61,6 +62,8 @@ SCRIPTS: dict[str, dict[str, Script]] = {
 }
 EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
     "three_tools": ([Expect(AGENT, 4, 3, 0, "completed", True, None, None)], scenarios.ANSWER),
+    "three_tools_stream": ([Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
+                           scenarios.ANSWER),
     # maxTurns 3: three model calls (each ran its tool), then MaxTurnsExceededError
     "limit": ([Expect(AGENT, 3, 3, 0, "tool_limit_reached", False, "max_turns", None)],
               None),

@@ -4,7 +4,8 @@
 // SDK over OTLP/HTTP protobuf to OTEL_EXPORTER_OTLP_ENDPOINT (the sidecar under test), flushed
 // before exit (tests/frameworks/test_openai_agents_js_oi.py). The model is FAKE_LLM_MODEL on the
 // scripted server at FAKE_LLM_BASE_URL, through the SDK's default model API (the Responses API).
-// argv[2] is the scenario: `three_tools`, `limit` (`maxTurns: 3` -> MaxTurnsExceededError),
+// argv[2] is the scenario: `three_tools` (`three_tools_stream`: `run(..., { stream: true })`),
+// `limit` (`maxTurns: 3` -> MaxTurnsExceededError),
 // `tool_error` (the tool throws for "broken"), `handoff` (a triage agent hands off to the
 // researcher, on FAKE_LLM_MODEL-billing), `agent_as_tool` (a manager calls the researcher, on
 // FAKE_LLM_MODEL-sub, as its tool `research`). With RECORD_SPANS set to a path, every span is
@@ -97,8 +98,15 @@ if (scenario === "handoff") {
 let output: unknown = null;
 let error: string | null = null;
 try {
-  output = (await run(start, "Look up a, b and c.",
-                      { maxTurns: scenario === "limit" ? 3 : 10 })).finalOutput;
+  const maxTurns = scenario === "limit" ? 3 : 10;
+  if (scenario.endsWith("_stream")) {
+    const result = await run(start, "Look up a, b and c.", { stream: true, maxTurns });
+    for await (const _event of result) { /* the events as they come, as a UI reads them */ }
+    await result.completed;
+    output = result.finalOutput;
+  } else {
+    output = (await run(start, "Look up a, b and c.", { maxTurns })).finalOutput;
+  }
 } catch (caught) {
   error = (caught as Error).constructor.name;
 } finally {

@@ -498,12 +498,15 @@ GENKIT = Convention(
     tool_args=("genkit:input",),
     tool_result=("genkit:output",),
     answer=("genkit:output",),
+    # (a model call's `finishReason` is `stop` whether it answers or asks for tools: not read,
+    # a tool call after it says which)
     usage_json=(("genkit:output", ("usage", "inputTokens"), ("usage", "outputTokens")),),
-    output_envelopes=(OutputEnvelope("genkit:output", (), ("finishReason",)),),
     # `maxTurns` reached: GenkitError ABORTED, every span up to the flow ends ERROR with it
     limit_phrases=((r"Exceeded maximum tool call iterations", "max_turns"),),
-    notes="the agent is the flow (`genkit:name`); each model call's output is Genkit's "
-          "response JSON (`finishReason`, `message`, `usage`)",
+    notes="the agent is the flow (`genkit:name`); a model call's output is Genkit's response "
+          "JSON, its `finishReason` `stop` whether it answers or asks for tools (a tool call "
+          "after it says which; not read); a tool that throws fails the whole call (Genkit "
+          "hands no error to the model); a flow run inside a tool is a child run",
 )
 
 # Order is precedence: the first entry naming a fact wins when a span carries several.

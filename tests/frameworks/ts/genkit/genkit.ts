@@ -4,12 +4,12 @@
 // sidecar under test), flushed before exit (tests/frameworks/test_genkit.py). The agent is a
 // flow, `genkit_researcher`, that runs `ai.generate` with the tool `lookup`; the model is
 // FAKE_LLM_MODEL on the scripted server at FAKE_LLM_BASE_URL. argv[2] is the scenario:
-// `three_tools`, `limit` (`maxTurns: 3`: Genkit throws when the model asks for a fourth round of
-// tools), `tool_error` (the tool throws for "broken"), `subagent` (the tool `research` runs the
-// flow `genkit_sub`, on FAKE_LLM_MODEL-sub, with `lookup`). With RECORD_SPANS set to a path,
-// every span is also appended there as one OTLP/JSON export request per line.
-// It prints one JSON line last: {"ran": [the keys its tool ran with], "output": the answer,
-// "error": the flow's error's message or null}.
+// `three_tools` (`three_tools_stream`: `ai.generateStream`), `limit` (`maxTurns: 3`: Genkit
+// throws when the model asks for a fourth round of tools), `tool_error` (the tool throws for
+// "broken"), `subagent` (the tool `research` runs the flow `genkit_sub`, on FAKE_LLM_MODEL-sub,
+// with `lookup`). With RECORD_SPANS set to a path, every span is also appended there as one
+// OTLP/JSON export request per line. It prints one JSON line last: {"ran": [the keys its tool ran
+// with], "output": the answer, "error": the flow's error's message or null}.
 import { appendFileSync } from "node:fs";
 
 import { openAICompatible } from "@genkit-ai/compat-oai";
@@ -72,13 +72,19 @@ const research = ai.defineTool(
   async ({ topic }) => await sub(topic),
 );
 const researcher = ai.defineFlow({ name: "genkit_researcher", inputSchema: z.string() },
-  async (task) => (await ai.generate({
-    model: `fakellm/${MODEL}`,
-    system: "You are a careful research agent. Use the lookup tool, then answer.",
-    prompt: task,
-    tools: scenario === "subagent" ? [lookup, research] : [lookup],
-    maxTurns: scenario === "limit" ? 3 : 10,
-  })).text);
+  async (task) => {
+    const request = {
+      model: `fakellm/${MODEL}`,
+      system: "You are a careful research agent. Use the lookup tool, then answer.",
+      prompt: task,
+      tools: scenario === "subagent" ? [lookup, research] : [lookup],
+      maxTurns: scenario === "limit" ? 3 : 10,
+    };
+    if (!scenario.endsWith("_stream")) return (await ai.generate(request)).text;
+    const { stream, response } = ai.generateStream(request);
+    for await (const _chunk of stream) { /* the chunks as they come, as a UI reads them */ }
+    return (await response).text;
+  });
 
 let output: string | null = null;
 let error: string | null = null;
