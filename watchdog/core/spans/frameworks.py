@@ -501,6 +501,8 @@ GENKIT = Convention(
     # (a model call's `finishReason` is `stop` whether it answers or asks for tools: not read,
     # a tool call after it says which)
     usage_json=(("genkit:output", ("usage", "inputTokens"), ("usage", "outputTokens")),),
+    # a model action's name is the model, after its plugin's (`googleai/gemini-2.5-flash`)
+    request_model=("genkit:name",),
     # `maxTurns` reached: GenkitError ABORTED, every span up to the flow ends ERROR with it
     limit_phrases=((r"Exceeded maximum tool call iterations", "max_turns"),),
     notes="the agent is the flow (`genkit:name`); a model call's output is Genkit's response "
