@@ -119,6 +119,12 @@ TS_AGENT := tests/frameworks/ts/node_modules/.installed
 $(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.json
 	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+## ... and Genkit's agent (tests/frameworks/ts/genkit: Genkit pins OpenTelemetry JS 1.x), without
+## its optional Firebase and Google Cloud plugins; it takes tsx from the one above
+TS_GENKIT := tests/frameworks/ts/genkit/node_modules/.installed
+$(TS_GENKIT): tests/frameworks/ts/genkit/package.json tests/frameworks/ts/genkit/package-lock.json
+	cd tests/frameworks/ts/genkit && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
@@ -254,7 +260,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(GO_AGENT) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(GO_AGENT) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -293,4 +299,4 @@ bench: $(VENV)/.installed-test loadgen
 clean:
 	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .make-dist.lock \
 		watchdog/core/spans/_native*.so \
-		tests/frameworks/ts/node_modules
+		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules

@@ -266,6 +266,20 @@ def test_the_shells_pricer_matches_the_library_across_its_models() -> None:
     assert pricer(KNOWN, None, 10, 10, 11, 0, 0) is None  # more cached than input: refused
 
 
+def test_a_model_named_after_its_provider_or_plugin_is_priced_as_the_model() -> None:
+    """``openai/gpt-4o`` (LiteLLM's, OpenRouter's names) and ``googleai/gemini-2.5-flash``
+    (Genkit's model actions: the plugin, then the model) cost what the model after the slash
+    costs; a name whose last part is no model is still unpriced."""
+    pricer = GenAIPrices()
+    for named, model in (("openai/gpt-4o", "gpt-4o"),
+                         ("googleai/gemini-2.5-flash", "gemini-2.5-flash"),
+                         ("fakellm/openrouter/gpt-4o", "gpt-4o")):
+        got = pricer(named, None, 1000, 100, 0, 0, int(T0 * 1e9))
+        assert got is not None and got == pricer(model, None, 1000, 100, 0, 0, int(T0 * 1e9))
+    assert pricer("fakellm/genkit-three_tools", None, 1000, 100, 0, 0, 0) is None
+    assert pricer("openai/", None, 1000, 100, 0, 0, 0) is None
+
+
 def test_pack_budgets_take_dollars_and_refuse_what_is_no_amount(tmp_path: Path) -> None:
     from watchdog.core.rules.pack import RulePackError
 

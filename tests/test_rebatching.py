@@ -377,7 +377,7 @@ BATCH_ORDER_MISREAD = {
     "autogen_native": 6,
     "langgraphjs_oi": 2, "litellm_logfire_loop": 14,
     "logfire_loop": 3,
-    "openai_agents_oi": 1, "openai_agents_openlit": 6,
+    "openai_agents_js_oi": 2, "openai_agents_oi": 1, "openai_agents_openlit": 6,
     "openai_agents_sdk": 4, "openai_olm_loop": 3, "semantic_kernel_137_agent": 1,
     "semantic_kernel_agent": 1,
 }

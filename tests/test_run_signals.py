@@ -614,3 +614,51 @@ def test_an_older_builds_answered_run_is_not_taken_for_an_endpoint_run_without_s
     restored.restore([RunState.from_dict(data)])
     assert not restored.expire(T0 + 10 + TRACED_ANSWER_WAIT + 1)
     assert [r.key for r in restored.active()] == [run.key]
+
+
+
+def failed_below_an_open_root(otel: SpanMaker) -> tuple[RunTracker, Span]:
+    """A run whose agent span failed below a workflow root still open (an instrumentation
+    that ends the trace's root only when the run returns: OpenInference's for the OpenAI Agents
+    SDK in JavaScript), its spans applied at ``T0 + 10``; the tracker and that root."""
+    root = otel.open("Agent workflow")
+    agent = otel.open("invoke_agent a", parent=root, start=T0 + 1)
+    otel.span("chat m", chat_attrs(10, 2, finish="tool_calls"), parent=agent, start=T0 + 2)
+    tool_calls(otel, agent, [("lookup", {"key": "k0"}, "value of k0")], start=T0 + 3)
+    agent.set_status(Status(StatusCode.ERROR, "Max turns (1) exceeded"))
+    agent.end(end_time=int((T0 + 5) * NS))
+    tracker = RunTracker(loose_run_gap=60.0)
+    run_spans(otel.take(), now=T0 + 10, tracker=tracker)
+    return tracker, root
+
+
+def test_a_run_whose_agent_failed_ends_a_gap_after_its_last_span_if_its_root_never_comes(
+        otel: SpanMaker) -> None:
+    """The run's own agent span failed (its outcome is known) and the trace's root that closes
+    the run never comes: it ends ``loose_run_gap`` after its last span as it failed, not
+    ``abandoned`` after ``run_end_timeout``; so does one restored (a restart in between)."""
+    tracker, _ = failed_below_an_open_root(otel)
+    restored = RunTracker(loose_run_gap=60.0)
+    restored.restore([RunState.from_dict(json.loads(json.dumps(only_run(tracker).to_dict())))])
+    for each in (tracker, restored):
+        assert not each.expire(T0 + 10 + 59)
+        ended = each.expire(T0 + 10 + 61)
+        run = only_run(each)
+        assert [r.key for r in ended] == [run.key] and run.ended
+        assert (run.terminal_state, run.iterations, run.tool_calls) == (
+            TerminalState.TOOL_LIMIT_REACHED, 1, 1)
+
+
+def test_a_run_whose_agent_failed_waits_for_its_root_while_its_spans_come(
+        otel: SpanMaker) -> None:
+    """A span of the trace within the gap (the framework went on after the agent's error)
+    puts the run's end off; its root, come then, ends it (once)."""
+    tracker, root = failed_below_an_open_root(otel)
+    otel.span("chat m", chat_attrs(10, 2, finish="stop"), parent=root, start=T0 + 40)
+    run_spans(otel.take(), now=T0 + 50, tracker=tracker)
+    assert not tracker.expire(T0 + 10 + 61)
+    root.end(end_time=int((T0 + 100) * NS))
+    run_spans(otel.take(), now=T0 + 100, tracker=tracker)
+    run = only_run(tracker)
+    assert run.ended and run.terminal_state is TerminalState.TOOL_LIMIT_REACHED
+    assert not tracker.expire(T0 + 1000)

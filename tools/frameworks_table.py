@@ -24,9 +24,14 @@ HEADER = ("| framework / convention | model call / tool call / agent spans | ans
           "| notes |\n|---|---|---|---|---|---|---|---|")
 
 
+# span attributes whose names hold a colon, which elsewhere joins an event's name and its
+# attribute's (the decoder reads a span attribute so named first: these are never events)
+COLON_ATTRIBUTES = ("genkit:",)
+
+
 def _place(name: str) -> str:
     event, sep, attribute = name.partition(":")
-    if sep:
+    if sep and not name.startswith(COLON_ATTRIBUTES):
         return f"event `{event}` › `{attribute}`"
     return f"`{name}`"
 

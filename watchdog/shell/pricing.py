@@ -89,7 +89,8 @@ class GenAIPrices:
 
     def _resolve(self, model: str, provider: str | None) -> Any:
         """The library's model entry for ``model`` (with ``provider`` when it knows that
-        provider and its model, else by the model name alone); None: unknown. Cached."""
+        provider and its model, else by the model name alone; a name the library does not know
+        that holds a slash, by the name after it); None: unknown. Cached."""
         key = (provider, model)
         if key in self._models:
             self._models.move_to_end(key)
@@ -102,6 +103,12 @@ class GenAIPrices:
                 break
             except LookupError:
                 continue
+        head, slash, tail = model.rpartition("/")
+        if found is None and slash and tail:
+            # a name after its provider's or plugin's (`openai/gpt-4o`, LiteLLM's and
+            # OpenRouter's; `googleai/gemini-2.5-flash`, Genkit's): the model after the slash,
+            # the part before it the provider when none is given (ignored if unknown)
+            found = self._resolve(tail, provider or head.rpartition("/")[2])
         self._models[key] = found
         if len(self._models) > MAX_MODELS:
             self._models.popitem(last=False)

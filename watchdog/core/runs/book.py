@@ -28,6 +28,10 @@ LOOSE_RUN_GAP = 120.0
 # long (an exporter sends a trace's spans within seconds; the trace's root ends the run then)
 TRACED_ANSWER_WAIT = 30.0
 MAX_TRACED_ANSWERS = 10_000
+# A trace's run whose own agent span failed (its outcome known) waits for the trace's root that
+# closes it only ``loose_run_gap`` after its last span: an instrumentation may leave that root
+# open when the run raises (it is never exported); this many such runs are watched at once
+MAX_FAILED_UNCLOSED = 10_000
 MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
 # Spans of no kind a run keeps that no tool asked for matched yet: the model call that asked
@@ -90,6 +94,7 @@ class RunBook:
         self._unplaced: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
         self._lone_roots: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
         self._traced_answers: OrderedDict[str, None] = OrderedDict()  # runs (TRACED_ANSWER_WAIT)
+        self._failed_unclosed: OrderedDict[str, None] = OrderedDict()  # runs (loose_run_gap)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -158,6 +163,8 @@ class RunBook:
             if not run.ended and run.key_source is KEY_TRACE and run.has_final_answer \
                     and not run.agent_spans:
                 self._traced_answers[run.key] = None
+            if not run.ended and run.key_source is KEY_TRACE and run.end_error_type is not None:
+                self._failed_unclosed[run.key] = None
         self._trim_ended()
 
     def state(self, max_records: int = MAX_STATE_RECORDS) -> dict[str, Any]:

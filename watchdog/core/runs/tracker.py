@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 from watchdog.core.runs.activity import ActivityEntry, entry_for
 from watchdog.core.runs.book import (
+    MAX_FAILED_UNCLOSED,
     MAX_LONE_ROOT_SPANS,
     MAX_LONE_ROOTS,
     MAX_LOOSE_GROUPS,
@@ -521,6 +522,15 @@ class RunTracker(RunBook):
             answers.move_to_end(run.key)
             while len(answers) > MAX_TRACED_ANSWERS:
                 answers.popitem(last=False)
+        if not run.ended and run.end_error_type is not None and run.key_source is KEY_TRACE:
+            # its own agent span failed and the trace's root that closes it has not come (an
+            # instrumentation may leave it open when the run raises): it ends after
+            # loose_run_gap without a span unless the root comes (expire)
+            failed = self._failed_unclosed
+            failed[run.key] = None
+            failed.move_to_end(run.key)
+            while len(failed) > MAX_FAILED_UNCLOSED:
+                failed.popitem(last=False)
 
     @staticmethod
     def _as_tool(record: SpanRecord, tool: str, frames: TraceFrames | None) -> None:
@@ -767,9 +777,10 @@ class RunTracker(RunBook):
 
     def expire(self, now: float) -> list[RunState]:
         """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``; end
-        runs of loose calls that have had no call for ``loose_run_gap``, and runs a trace
-        names that answered through the model endpoint and had no span of the agent's for
-        ``TRACED_ANSWER_WAIT``."""
+        runs of loose calls that have had no call for ``loose_run_gap``, runs of a trace whose
+        own agent span failed and that have had no span for ``loose_run_gap`` (the trace's root
+        that would close them never came), and runs a trace names that answered through the
+        model endpoint and had no span of the agent's for ``TRACED_ANSWER_WAIT``."""
         expired: list[RunState] = []
         self._frames.expire(now)
         gap_deadline = now - self.loose_run_gap
@@ -788,6 +799,14 @@ class RunTracker(RunBook):
                 del self._traced_answers[key]
             elif run.last_seen <= answer_deadline:
                 del self._traced_answers[key]
+                self._finish(run, now)
+                expired.append(run)
+        for key in list(self._failed_unclosed):
+            run = self._active.get(key)
+            if run is None:
+                del self._failed_unclosed[key]
+            elif run.last_seen <= gap_deadline:
+                del self._failed_unclosed[key]
                 self._finish(run, now)
                 expired.append(run)
         deadline = now - self.run_end_timeout

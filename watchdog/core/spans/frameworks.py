@@ -485,10 +485,36 @@ VERCEL_AI = Convention(
           "answer text, no repeated calls seen), the finish reasons and usage still",
 )
 
+GENKIT = Convention(
+    name="Genkit",
+    emitted_by="Genkit's own telemetry (npm `genkit`: `enableTelemetry` from `genkit/tracing`)",
+    # no GenAI or OpenInference attribute: `genkit:metadata:subtype` says what an action's span
+    # is (a flow the invocation, a model a model call, a tool a tool call); `generate` (a util,
+    # no subtype) frames each turn of the tool loop, nested one in the other
+    kinds={"genkit:metadata:subtype": {
+        "flow": Role.AGENT, "model": Role.LLM, "tool": Role.TOOL}},
+    agent_span_name=("genkit:name",),
+    tool_name=("genkit:name",),
+    tool_args=("genkit:input",),
+    tool_result=("genkit:output",),
+    answer=("genkit:output",),
+    # (a model call's `finishReason` is `stop` whether it answers or asks for tools: not read,
+    # a tool call after it says which)
+    usage_json=(("genkit:output", ("usage", "inputTokens"), ("usage", "outputTokens")),),
+    # a model action's name is the model, after its plugin's (`googleai/gemini-2.5-flash`)
+    request_model=("genkit:name",),
+    # `maxTurns` reached: GenkitError ABORTED, every span up to the flow ends ERROR with it
+    limit_phrases=((r"Exceeded maximum tool call iterations", "max_turns"),),
+    notes="the agent is the flow (`genkit:name`); a model call's output is Genkit's response "
+          "JSON, its `finishReason` `stop` whether it answers or asks for tools (a tool call "
+          "after it says which; not read); a tool that throws fails the whole call (Genkit "
+          "hands no error to the model); a flow run inside a tool is a child run",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
-    ANTHROPIC_SDK, MLFLOW, VERCEL_AI,
+    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT,
 )
