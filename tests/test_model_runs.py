@@ -626,3 +626,56 @@ def test_an_agent_sending_a_request_the_model_refuses_again_and_again_is_stopped
     [run] = wait_until(lambda: ended_runs(sidecar, "refused"), "the run ended")
     assert (run["iterations"], run["errors"], run["terminal_state"]) == (
         5, 5, "loop_detected"), run
+
+
+def test_a_run_abandoned_while_its_agent_runs_a_tool_is_resumed_when_it_comes_back(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """A tool that runs longer than ``run_end_timeout``: the run is abandoned meanwhile (a call
+    in flight does not hold it open), and the agent's next request takes it back: active
+    again, counted and steered as a live run (the countdown, then the final turn with the
+    run's report prompt), ending ``tool_limit_reached`` at its rule-pack budget, never
+    ``completed``."""
+    pack = tmp_path / "budget.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: three\n"
+                    "budgets:\n  - agents: [\"*\"]\n    max_tool_calls: 3\n")
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),),
+                            run_end_timeout=60.0)
+    clock = ManualClock()
+    model = llm.script("slow-tool", looping("search", lambda i: {"q": str(i)},
+                                            answer_without_tools="REPORT"))
+    with running_server(config, clock) as sidecar:
+        client = chat(sidecar, **{"x-watchdog-agent": "slow-tool"})
+        messages: list[Any] = [{"role": "user", "content": "go"}]
+        first = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        calls = first.choices[0].message.tool_calls or []
+        key = wait_until(lambda: sidecar.get_json("/v1/runs?agent=slow-tool")["runs"],
+                         "the run")[0]["id"]
+        clock.advance(61.0)  # the tool runs past run_end_timeout
+        assert sidecar.server.service is not None
+        sidecar.call(sidecar.server.service.tick)
+        detail = _run(sidecar, key)
+        assert detail is not None
+        assert (detail["state"], detail["terminal_state"]) == ("ended", "abandoned")
+        messages += [{"role": "assistant", "content": None,
+                      "tool_calls": [c.model_dump() for c in calls]},
+                     {"role": "tool", "tool_call_id": calls[0].id, "content": "ok"}]
+        second = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        detail = _run(sidecar, key)
+        assert detail is not None
+        assert (detail["state"], detail["terminal_state"]) == ("active", None)
+        assert detail["signals"]["tool_calls"] == 1  # counted in the run it reads as
+        calls = second.choices[0].message.tool_calls or []
+        messages += [{"role": "assistant", "content": None,
+                      "tool_calls": [c.model_dump() for c in calls]},
+                     {"role": "tool", "tool_call_id": calls[0].id, "content": "ok"}]
+        assert loop(client, model, messages) == "REPORT"
+        requests = llm.requests(model)
+        assert len(requests) == 4 and requests[-1]["tool_choice"] == "none"
+        final = requests[-1]["messages"][0]["content"]
+        assert "Run counters: tool calls 3 of 3" in final, final
+        detail = wait_until(lambda: (d := _run(sidecar, key)) is not None
+                            and d["state"] == "ended" and d, "the run ends")
+        assert detail["terminal_state"] == "tool_limit_reached", detail
+        assert detail["signals"]["tool_calls"] == 3
+        assert len(sidecar.get_json("/v1/runs?agent=slow-tool")["runs"]) == 1

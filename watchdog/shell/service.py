@@ -265,6 +265,8 @@ class WatchdogService:
             self._decided(decided)
         for key, into in step.gone.items():
             logs.event("run_merged", run=key, into=into)
+        for key, reason in step.resumed.items():  # (its run_ended said abandoned)
+            logs.event("run_resumed", run=key, was="abandoned", reason=reason)
         if step.finished:
             observer.runs_finished(step.finished)
             for run in step.finished:
@@ -496,7 +498,7 @@ class WatchdogService:
         through the path spans take."""
         if records:
             self.state.admit()
-            self._carry(self.core.apply(records, self.clock.now()))
+            self._carry(self.core.model_records(records, self.clock.now()))
 
     def model_stopped(self, key: str) -> None:
         """The model endpoint answered run ``key`` with an abort's stop: the run ends now."""
