@@ -346,13 +346,18 @@ class Core(CoreReads):
         self._seal(step, now)
         return step
 
-    def model_in_flight(self, key: str, calls: int, now: float) -> None:
+    def model_in_flight(self, key: str, calls: int, now: float,
+                        since: float | None = None) -> None:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not
-        idle. (A run the client SDK frames is the client's to tell.)"""
+        idle. ``since``: when the request whose call (or whose response's tool calls) this is
+        arrived, on this clock (None: now): in flight from then, whichever relay read it
+        when. (A run the client SDK frames is the client's to tell.)"""
         run = self.tracker.get(key)
         if run is not None and not run.ended and not run.framed:
             run.heartbeat(0, now, calls)
+            if calls and since is not None:
+                run.in_flight_since = min(since, now)
 
     def claim_session(self, key: str, session: str, now: float) -> Step:
         """A session checkpoint names ``key`` as its run: a run with no session of its own

@@ -506,11 +506,11 @@ class WatchdogService:
         if stopped is not None:
             self._carry(stopped)
 
-    def model_in_flight(self, key: str, calls: int) -> None:
+    def model_in_flight(self, key: str, calls: int, since: float | None = None) -> None:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not
-        idle."""
-        self.core.model_in_flight(key, calls, self.clock.now())
+        idle; ``since``: when their request arrived (:meth:`now`'s clock)."""
+        self.core.model_in_flight(key, calls, self.clock.now(), since)
 
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)

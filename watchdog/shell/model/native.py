@@ -188,14 +188,15 @@ class NativeEndpoint:
         """The queued events in their order: a response's end comes before any request its
         client sent after it (so the next request of a conversation finds the call booked)."""
         events = self.relay.take()
+        taken = self.proxy.service.now()  # (a request's event says how long ago it came)
         self.check_basis()
         for event in events:
             kind, number = event[0], event[1]
             try:
                 if kind == "request":
-                    self._request(number, *event[2:])
+                    self._request(number, *event[2:], taken=taken)
                 elif kind == "taken":
-                    self._taken(number, *event[2:])
+                    self._taken(number, *event[2:], taken=taken)
                 elif kind == "done":
                     self._done(number, *event[2:])
                 else:
@@ -258,7 +259,10 @@ class NativeEndpoint:
                     plan.exchange.settle()
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
-                 body: bytes | None, refusal: str, in_flight: int, learn: str | None) -> None:
+                 body: bytes | None, refusal: str, in_flight: int, learn: str | None,
+                 waited: float, taken: float) -> None:
+        """A request the relay asks about (``waited`` seconds after its head came, at
+        ``taken``, when its event was taken: the service's clock)."""
         proxy = self.proxy
         if not self.answers_told:  # (the conventions' tables: loaded at the first request)
             names, prefixes = answer_tools()
@@ -282,7 +286,7 @@ class NativeEndpoint:
                               "Host header (RFC 9112 §3.2)", {"Connection": "close"})
             if refusal or body is None:
                 raise Refused(400, "bad_request", "the request body could not be read")
-            plan = proxy.plan(wire, method, target, headers, body, agent)
+            plan = proxy.plan(wire, method, target, headers, body, agent, taken - waited)
         except Refused as refused:
             plan = proxy.refusal(wire, refused, headers)
         if isinstance(plan, Answer):
@@ -306,7 +310,7 @@ class NativeEndpoint:
             self._done(number, 0, "cancelled", None, "", 0.0)
 
     def _taken(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
-               body: bytes, in_flight: int, keep: int) -> None:
+               body: bytes, in_flight: int, keep: int, waited: float, taken: float) -> None:
         """A new conversation's first request the relay sent on with the bound ``keep``
         (-1: none): read, given its run, and booked when its response ends, as if decided
         here; a miss if it is not what this process decides now."""
@@ -314,7 +318,7 @@ class NativeEndpoint:
         wire = proxy.wire_of(method, target)
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         try:
-            plan = proxy.plan(wire, method, target, headers, body)
+            plan = proxy.plan(wire, method, target, headers, body, arrived=taken - waited)
         except Refused as refused:
             plan = proxy.refusal(wire, refused, headers)
         self.admitted += 1
