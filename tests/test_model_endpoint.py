@@ -162,6 +162,8 @@ def test_budget_of_three_counts_down_then_withdraws_tools(sidecar: RunningServer
     last = requests[-1]
     assert last["tool_choice"] == "none" and last["tools"]  # definitions kept
     assert "Tools are withdrawn" in system_of(last)
+    assert system_of(last).count("This run is being stopped") == 1  # (the report prompt's
+    assert "Run counters: tool calls 3 of 3" in system_of(last)  # own, with the run's record)
     assert all(m["role"] != "user" or "agent-watchdog" not in str(m["content"])
                for m in last["messages"])
     run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted") if r["state"] == "ended"],

@@ -567,15 +567,54 @@ def test_a_body_it_cannot_inflate_passes_unread_or_is_a_clear_400_when_steered(
 @pytest.mark.parametrize(("header", "value"), [
     ("x-watchdog-budget-tool-calls", "abc"), ("x-watchdog-budget-tool-calls", "2.5"),
     ("x-watchdog-budget-tool-calls", "-1"), ("x-watchdog-budget-seconds", "inf"),
-    ("x-watchdog-budget-iterations", "1e99"), ("x-watchdog-budget-cost-usd", "nan")])
+    ("x-watchdog-budget-iterations", "1e99"), ("x-watchdog-budget-cost-usd", "nan"),
+    # what float() takes and the headers' ASCII digits are not
+    ("x-watchdog-budget-tool-calls", "1e3"), ("x-watchdog-budget-tool-calls", "+3"),
+    ("x-watchdog-budget-tool-calls", "1_000"), ("x-watchdog-budget-tool-calls", "4 5"),
+    ("x-watchdog-budget-tool-calls", "3.0"), ("x-watchdog-budget-cost-usd", "1e-3"),
+    ("x-watchdog-budget-seconds", "1.5.0"), ("x-watchdog-budget-cost-usd", "."),
+    ("x-watchdog-budget-tool-calls", "\u0663"), ("x-watchdog-budget-cost-usd", "\uff11"),
+    ("x-watchdog-budget-tool-calls", "3\u00a0")])
 def test_bad_budget_headers_are_a_clear_400(sidecar: RunningServer, upstream: RawUpstream,
                                             header: str, value: str) -> None:
-    status, answer = post(sidecar, "/v1/chat/completions", b'{"model":"m","messages":[]}',
-                          {header: value})
-    assert status == 400
-    message = json.loads(answer)["error"]["message"]
+    body = b'{"model":"m","messages":[{"role":"user","content":"budget"}]}'
+    answer = raw_http_whole(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Type: application/json\r\nConnection: close\r\n"
+                            + f"{header}: ".encode() + value.encode()
+                            + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    head, _, text = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), (value, head)
+    message = json.loads(text)["error"]["message"]
     assert header in message and "is not allowed" in message
     assert upstream.seen == []
+
+
+def raw_http_whole(sidecar: RunningServer, request: bytes) -> bytes:
+    """Send ``request`` as written (it asks to close the connection); the whole answer."""
+    host, port = sidecar.server.addresses["model"]
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_budget_headers_in_ascii_digits_are_the_runs_budget(sidecar: RunningServer,
+                                                            upstream: RawUpstream) -> None:
+    for k, (headers, budget) in enumerate((
+            ({"x-watchdog-budget-tool-calls": "7", "x-watchdog-budget-cost-usd": "0.25"},
+             {"max_tool_calls": 7, "max_cost_usd": 0.25}),
+            ({"x-watchdog-budget-seconds": ".5", "x-watchdog-budget-iterations": "0"},
+             {"max_seconds": 0.5, "max_iterations": 0}),
+            ({"x-watchdog-budget-seconds": "30."}, {"max_seconds": 30}))):
+        run = f"digits-{k}"
+        status, _ = post(sidecar, "/v1/chat/completions",
+                         b'{"model":"m","messages":[{"role":"user","content":"d"}]}',
+                         {**headers, "x-watchdog-run": run})
+        assert status == 200, headers
+        detail = wait_until(lambda run=run: sidecar.get_json(f"/v1/runs/{run}"), "the run")
+        assert {key: detail["budget"][key] for key in budget} == budget
 
 
 def test_an_agent_header_that_is_no_utf8_or_no_name_harms_nothing(

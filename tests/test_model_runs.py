@@ -674,3 +674,120 @@ def test_an_agent_sending_a_request_the_model_refuses_again_and_again_is_stopped
     [run] = wait_until(lambda: ended_runs(sidecar, "refused"), "the run ended")
     assert (run["iterations"], run["errors"], run["terminal_state"]) == (
         5, 5, "loop_detected"), run
+
+
+def test_a_run_abandoned_while_its_agent_runs_a_tool_is_resumed_when_it_comes_back(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """A tool that runs longer than ``run_end_timeout``: the run is abandoned meanwhile (a call
+    in flight does not hold it open), and the agent's next request takes it back: active
+    again, counted and steered as a live run (the countdown, then the final turn with the
+    run's report prompt), ending ``tool_limit_reached`` at its rule-pack budget, never
+    ``completed``."""
+    pack = tmp_path / "budget.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: three\n"
+                    "budgets:\n  - agents: [\"*\"]\n    max_tool_calls: 3\n")
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),),
+                            run_end_timeout=60.0)
+    clock = ManualClock()
+    model = llm.script("slow-tool", looping("search", lambda i: {"q": str(i)},
+                                            answer_without_tools="REPORT"))
+    with running_server(config, clock) as sidecar:
+        client = chat(sidecar, **{"x-watchdog-agent": "slow-tool"})
+        messages: list[Any] = [{"role": "user", "content": "go"}]
+        first = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        calls = first.choices[0].message.tool_calls or []
+        key = wait_until(lambda: sidecar.get_json("/v1/runs?agent=slow-tool")["runs"],
+                         "the run")[0]["id"]
+        clock.advance(61.0)  # the tool runs past run_end_timeout
+        assert sidecar.server.service is not None
+        sidecar.call(sidecar.server.service.tick)
+        detail = _run(sidecar, key)
+        assert detail is not None
+        assert (detail["state"], detail["terminal_state"]) == ("ended", "abandoned")
+        messages += [{"role": "assistant", "content": None,
+                      "tool_calls": [c.model_dump() for c in calls]},
+                     {"role": "tool", "tool_call_id": calls[0].id, "content": "ok"}]
+        second = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        detail = _run(sidecar, key)
+        assert detail is not None
+        assert (detail["state"], detail["terminal_state"]) == ("active", None)
+        assert detail["signals"]["tool_calls"] == 1  # counted in the run it reads as
+        calls = second.choices[0].message.tool_calls or []
+        messages += [{"role": "assistant", "content": None,
+                      "tool_calls": [c.model_dump() for c in calls]},
+                     {"role": "tool", "tool_call_id": calls[0].id, "content": "ok"}]
+        assert loop(client, model, messages) == "REPORT"
+        requests = llm.requests(model)
+        assert len(requests) == 4 and requests[-1]["tool_choice"] == "none"
+        final = requests[-1]["messages"][0]["content"]
+        assert "Run counters: tool calls 3 of 3" in final, final
+        detail = wait_until(lambda: (d := _run(sidecar, key)) is not None
+                            and d["state"] == "ended" and d, "the run ends")
+        assert detail["terminal_state"] == "tool_limit_reached", detail
+        assert detail["signals"]["tool_calls"] == 3
+        assert len(sidecar.get_json("/v1/runs?agent=slow-tool")["runs"]) == 1
+
+
+def test_a_runs_call_is_in_flight_from_when_its_request_came(tmp_path: Path,
+                                                            llm: FakeLLM) -> None:
+    """``in_flight_seconds`` counts from the request's arrival, through its model call and
+    the tool calls the response handed over, on either relay: not from when the sidecar got
+    round to reading the request or booking its response."""
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url)
+    clock = ManualClock()
+    model = llm.script("timed", steps(call("search", q="a"), answer("done")),
+                       on_request=lambda index: clock.advance(1.0) if index == 0 else None)
+    with running_server(config, clock) as sidecar:
+        client = chat(sidecar, **{"x-watchdog-agent": "timed"})
+        first = client.chat.completions.create(  # the model works for a second
+            model=model, messages=[{"role": "user", "content": "go"}], tools=TOOLS)
+        assert first.choices[0].message.tool_calls
+        key = wait_until(lambda: sidecar.get_json("/v1/runs?agent=timed")["runs"],
+                         "the run")[0]["id"]
+        wait_until(lambda: (d := _run(sidecar, key)) is not None
+                   and d["signals"]["iterations"] == 1, "the call booked")
+        clock.advance(2.0)  # the tool runs at the agent for two seconds
+        signals = (_run(sidecar, key) or {})["signals"]
+        assert signals["in_flight"] == 1
+        assert abs(signals["in_flight_seconds"] - 3.0) < 0.5, signals["in_flight_seconds"]
+
+
+def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """The remedy the known limits give for an agent that collapses its history into
+    ``[system, user: summary]``: its ``x-watchdog-run`` keeps it in its run, so the summary
+    goes on against what is left of the budget (without it, a new run with a new budget)."""
+    model = llm.script("summariser", looping("search", lambda i: {"q": str(i)},
+                                             answer_without_tools="REPORT"))
+    client = chat(sidecar, **{"x-watchdog-run": "summarised-run",
+                              "x-watchdog-budget-tool-calls": "3"})
+    messages: list[Any] = [{"role": "system", "content": "S"},
+                           {"role": "user", "content": "Find the config file."}]
+    handed = 0
+    for _ in range(2):
+        message = client.chat.completions.create(model=model, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        handed += len(message.tool_calls or [])
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [c.model_dump() for c in message.tool_calls or []]})
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": "nothing"}
+                     for c in message.tool_calls or []]
+    messages = [messages[0], {"role": "user", "content": "Summary of the work so far: "
+                                                        "searched twice, nothing found."}]
+    for _ in range(5):
+        message = client.chat.completions.create(model=model, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        if not message.tool_calls:
+            break
+        handed += len(message.tool_calls)
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [c.model_dump() for c in message.tool_calls]})
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": "nothing"}
+                     for c in message.tool_calls]
+    assert message.content == "REPORT" and handed == 3
+    detail = wait_until(lambda: (d := _run(sidecar, "summarised-run")) is not None
+                        and d["state"] == "ended" and d, "the run ends")
+    assert detail["signals"]["tool_calls"] == 3
+    assert detail["terminal_state"] == "tool_limit_reached"

@@ -21,6 +21,7 @@ from tests.frameworks.fakellm import (
     response_object,
 )
 from watchdog.core.directives.model import Directive
+from watchdog.core.directives.prompt import bare_prompt
 from watchdog.core.model.book import Caller, ModelBook, Unbooked, parse_traceparent
 from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.failure import refusal_of, refused
@@ -331,6 +332,14 @@ def test_the_decision() -> None:
                          report_prompt="REPORT PLEASE"))
     final = decide(Counts(used=5, handed=5, budget=budget), board, "", True)
     assert final.act is Act.FINAL and "REPORT PLEASE" in final.text
+    board = Board()  # an abort's own report prompt, which says the run is being stopped
+    board.post(directive("abort", "budget-exhausted", "[budget: all 5 tool calls used]",
+                         report_prompt=bare_prompt("[budget: all 5 tool calls used]",
+                                                   "abort")))
+    final = decide(Counts(used=5, handed=5, budget=budget), board, "", True)
+    assert final.text.count("This run is being stopped") == 1, final.text
+    assert final.text.count("[budget: all 5 tool calls used]") == 1
+    assert "Tools are withdrawn" in final.text and "## Key Findings" in final.text
     assert decide(Counts(used=5, handed=5, budget=budget, final_used=True), board, "",
                   False).act is Act.ABORT
     board = Board()

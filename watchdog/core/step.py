@@ -267,8 +267,12 @@ class Core(CoreReads):
         request (no span has ended yet), told what the request's headers say, and evaluated
         when it is new or its budget changed, so its directives account for the request; its
         view after that. A run the client SDK frames is left as it is (its spans name it)."""
+        resumed = self._resume((key,), now)  # (before its records: they count in it)
         step = self.apply(records, now) if records else Step()
+        step.resumed.update(resumed)
         run, created = self.tracker.open(key, key_source, trace_id, now)
+        if key in resumed:
+            step.dirty[key] = run
         if run.framed and not created:
             return step.touched.get(key) or run.view(now, self._defaults(run)), step
         if agent and run.agent is None:
@@ -279,13 +283,35 @@ class Core(CoreReads):
                                              for k, v in budget.items())
         if budget is not None and changed:
             run.budget.update(budget)
-        if created or changed:
+        if created or changed or key in resumed:
             step.dirty[key] = run
             self._note_sessions((run,), now)
             if not run.ended:
                 self._evaluate([run], now, step)
         self._seal(step, now)
         return step.touched.get(key) or run.view(now, self._defaults(run)), step
+
+    def model_records(self, records: Sequence[SpanRecord], now: float) -> Step:
+        """:meth:`apply` for what the model endpoint saw: its agent acts now, so a run of
+        it taken as abandoned is active again first (:meth:`_resume`)."""
+        resumed = self._resume(dict.fromkeys(record.run_key for record in records), now)
+        step = self.apply(records, now)
+        step.resumed.update(resumed)
+        return step
+
+    def _resume(self, keys: Iterable[str], now: float) -> dict[str, str]:
+        """The runs of ``keys`` taken as ``abandoned`` (silent for ``run_end_timeout``, or
+        evicted) whose agent's model request or response comes now: it was slow, not gone
+        (a tool that ran longer than the timeout). Each is active again, counts on and ends
+        as a live run does, its rules evaluated afresh; a run whose spans say when it ends (a
+        trace's, the client SDK's) is left as it is, as late spans are. Returns each resumed
+        run's key and the reason it had been abandoned for (the shell says so)."""
+        resumed: dict[str, str] = {}
+        for key in keys:
+            back = self.tracker.resume(key, now)
+            if back is not None:
+                resumed[key] = back[1]
+        return resumed
 
     def recent_lines(self, key: str) -> tuple[str, ...]:
         """The run's last steps as report lines (redacted), oldest first."""
@@ -325,13 +351,18 @@ class Core(CoreReads):
         self._seal(step, now)
         return step
 
-    def model_in_flight(self, key: str, calls: int, now: float) -> None:
+    def model_in_flight(self, key: str, calls: int, now: float,
+                        since: float | None = None) -> None:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not
-        idle. (A run the client SDK frames is the client's to tell.)"""
+        idle. ``since``: when the request whose call (or whose response's tool calls) this is
+        arrived, on this clock (None: now): in flight from then, whichever relay read it
+        when. (A run the client SDK frames is the client's to tell.)"""
         run = self.tracker.get(key)
         if run is not None and not run.ended and not run.framed:
             run.heartbeat(0, now, calls)
+            if calls and since is not None:
+                run.in_flight_since = min(since, now)
 
     def claim_session(self, key: str, session: str, now: float) -> Step:
         """A session checkpoint names ``key`` as its run: a run with no session of its own

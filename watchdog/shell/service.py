@@ -274,6 +274,8 @@ class WatchdogService:
             self._decided(decided)
         for key, into in step.gone.items():
             logs.event("run_merged", run=key, into=into)
+        for key, reason in step.resumed.items():  # (its run_ended said abandoned)
+            logs.event("run_resumed", run=key, was="abandoned", reason=reason)
         if step.finished:
             observer.runs_finished(step.finished)
             for run in step.finished:
@@ -509,7 +511,7 @@ class WatchdogService:
         through the path spans take."""
         if records:
             self.state.admit()
-            self._carry(self.core.apply(records, self.clock.now()))
+            self._carry(self.core.model_records(records, self.clock.now()))
 
     def model_stopped(self, key: str) -> None:
         """The model endpoint answered run ``key`` with an abort's stop: the run ends now."""
@@ -517,11 +519,11 @@ class WatchdogService:
         if stopped is not None:
             self._carry(stopped)
 
-    def model_in_flight(self, key: str, calls: int) -> None:
+    def model_in_flight(self, key: str, calls: int, since: float | None = None) -> None:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not
-        idle."""
-        self.core.model_in_flight(key, calls, self.clock.now())
+        idle; ``since``: when their request arrived (:meth:`now`'s clock)."""
+        self.core.model_in_flight(key, calls, self.clock.now(), since)
 
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)

@@ -60,13 +60,15 @@ enum Event {
     /// not arrive in time, "bad_host": an HTTP/1.1 request without one Host header), requests
     /// in flight.
     /// `learn`: the agent of a new conversation's first request, whose new runs the relay
-    /// has not been told about (`Relay.admit_agent`).
+    /// has not been told about (`Relay.admit_agent`). `arrived`: when its head came (Python
+    /// is told how long ago, so its run's call is in flight from then, as on its own relay).
     Request { id: u64, method: String, target: String, headers: Headers, body: Option<Bytes>,
-              refusal: &'static str, in_flight: usize, learn: Option<String> },
+              refusal: &'static str, in_flight: usize, learn: Option<String>,
+              arrived: Instant },
     /// A new conversation's first request, sent on at once with the bound `keep` (-1: none)
     /// that its agent's new runs get (`admit`): Python reads it as a request it forwarded.
     Taken { id: u64, method: String, target: String, headers: Headers, body: Bytes,
-            in_flight: usize, keep: i64 },
+            in_flight: usize, keep: i64, arrived: Instant },
     /// A forward failed before the client's answer began: no head in time ("timeout"), none
     /// at all ("unreachable"), its body stopped ("stalled") or broke off ("broken") while it
     /// was read whole, or a response a bound cannot judge ("unjudged", `detail` what): Python
@@ -506,7 +508,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 headers.push((admit::AGENT_HEADER.to_owned(), named));
             }
             shared.push(Event::Taken { id, method, target: admitted.target.to_owned(), headers,
-                                       body: body.clone(), in_flight: in_flight - 1, keep });
+                                       body: body.clone(), in_flight: in_flight - 1, keep,
+                                       arrived: ticket.started });
             Reply::Forward {
                 method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
                 observe: true, notify: true, direct: false,
@@ -519,7 +522,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 learn = Some(agent);
             }
             let event = Event::Request { id, method, target, headers, body, refusal,
-                                         in_flight: in_flight - 1, learn };
+                                         in_flight: in_flight - 1, learn,
+                                         arrived: ticket.started };
             let Some(reply) = shared.ask(id, event).await else {
                 return Ok(undecided(&parts.uri, ticket));
             };
@@ -877,8 +881,9 @@ impl Relay {
     }
 
     /// The queued events, oldest first, as tuples:
-    /// ``("request", id, method, target, headers, body, refusal, in_flight, learn)``,
-    /// ``("taken", id, method, target, headers, body, in_flight, keep)``,
+    /// ``("request", id, method, target, headers, body, refusal, in_flight, learn, waited)``,
+    /// ``("taken", id, method, target, headers, body, in_flight, keep, waited)``
+    /// (``waited``: seconds since the request's head came),
     /// ``("failed", id, kind, detail)``,
     /// ``("done", id, status, outcome, body, content_type, seconds, changed, seen)``: ``seen``
     /// what a successful stream of a known API said, as ``Relay.observed`` gives it (None:
@@ -890,12 +895,13 @@ impl Relay {
         let events = std::mem::take(&mut *self.shared.events.lock().unwrap());
         let bytes = |body: Option<Bytes>| body.map(|b| PyBytes::new(py, &b));
         events.into_iter().map(|event| Ok(match event {
-            Event::Request { id, method, target, headers, body, refusal, in_flight, learn } =>
-                ("request", id, method, target, headers, bytes(body), refusal, in_flight, learn)
-                    .into_pyobject(py)?.into_any(),
-            Event::Taken { id, method, target, headers, body, in_flight, keep } =>
-                ("taken", id, method, target, headers, PyBytes::new(py, &body), in_flight, keep)
-                    .into_pyobject(py)?.into_any(),
+            Event::Request { id, method, target, headers, body, refusal, in_flight, learn,
+                             arrived } =>
+                ("request", id, method, target, headers, bytes(body), refusal, in_flight, learn,
+                 arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
+            Event::Taken { id, method, target, headers, body, in_flight, keep, arrived } =>
+                ("taken", id, method, target, headers, PyBytes::new(py, &body), in_flight, keep,
+                 arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
             Event::Done { id, status, outcome, body, content_type, seconds, changed, seen } =>

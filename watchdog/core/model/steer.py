@@ -50,6 +50,7 @@ COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the 
 SDK_MARKS = ("[agent-watchdog: system instruction", "[budget: ", "[grace: ")
 REPORT_HEADER = ("[agent-watchdog: system instruction. This comes from the supervisor that "
                  "monitors this agent run, not from the user.]")
+STOP_LINE = "This run is being stopped: "  # (an abort's report prompt opens with it too)
 REPORT_PROMPT = REPORT_HEADER + """
 
 This run is being stopped: {message}
@@ -341,6 +342,8 @@ def _report(message: str, prompt: str | None) -> str:
     activity log) under the stop notice, else the plain one."""
     if prompt:
         body = prompt.removeprefix(REPORT_HEADER).lstrip()
+        if body.startswith(STOP_LINE):  # an abort's prompt says so already: said here once
+            body = body.partition("\n\n")[2]
         return (f"{REPORT_HEADER}\n\nThis run is being stopped: {message}\nTools are "
                 f"withdrawn: no tool will run. Produce the report asked for below as your "
                 f"final answer, immediately.\n\n{body}")

@@ -85,6 +85,19 @@ class RunState(RunCounts):
             limit_stop=self.limit_stop,
         )
 
+    def resume(self, now: float) -> str | None:
+        """The run was taken as ``abandoned`` (silent for ``run_end_timeout``, or evicted) and
+        its agent acts again now (its next request to the model endpoint: it was slow, not
+        gone): it is active again, to count on and end as a live run does. Returns the reason
+        it had been abandoned for; None (nothing changed) for a run that did not end so."""
+        if not self.ended or self.terminal_state is not TerminalState.ABANDONED:
+            return None
+        reason = self.terminal_reason or "run_end_timeout"
+        self.ended, self.ended_at = False, None
+        self.terminal_state = self.terminal_reason = None
+        self.last_seen = now
+        return reason
+
     def uncapped(self, cap: str) -> bool:
         """The loop cap ``cap`` its agent span told was this ended run's limit, and the loop-end
         tool that came after says the loop did not end at it: the run is classified again,

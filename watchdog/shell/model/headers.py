@@ -36,6 +36,8 @@ BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
     "x-watchdog-budget-seconds": ("max_seconds", 30 * 86_400, False),
     "x-watchdog-budget-cost-usd": ("max_cost_usd", 1_000_000, False),
 }
+_COUNT = re.compile(r"[0-9]{1,32}", re.ASCII)  # a budget header's count
+_DECIMAL = re.compile(r"(?=[0-9.]{1,32}$)(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
 _BAD_PATH = re.compile(r"(?:%2e|%2f|%5c|\\|/\.\.?(?:/|$)|//)", re.IGNORECASE)
 _SAFE_PATH = re.compile(r"^/v1(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?$")
 _SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
@@ -187,14 +189,13 @@ def budget_from(watchdog: Mapping[str, str]) -> dict[str, float] | None:
         text = watchdog.get(header)
         if text is None:
             continue
-        try:
-            value = float(text.strip())
-            ok = math.isfinite(value) and 0 <= value <= largest and (
-                not integer or value.is_integer())
-        except ValueError:
-            ok = False
-        if not ok:
-            kind = "an integer" if integer else "a number"
+        # (ASCII digits alone, not what float() takes: a sign, an exponent, spaces, "inf",
+        # "1_000" or any script's digits)
+        ok = (_COUNT if integer else _DECIMAL).fullmatch(text) is not None
+        value = float(text) if ok else math.nan
+        if not (ok and value <= largest):
+            kind = "an integer in ASCII digits" if integer \
+                else "a number in ASCII digits, with a decimal point or not,"
             raise Refused(400, "bad_request", f"{header}={text[:64]!r} is not allowed: "
                           f"expected {kind} from 0 to {largest:g}")
         budget[key] = value

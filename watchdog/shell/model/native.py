@@ -130,6 +130,7 @@ class NativeEndpoint:
         self.missed = 0  # of those, decided otherwise here once read
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
         self._full = False  # the relay remembers all the conversations it can
+        self.taken_at = 0.0  # when the events in hand were taken (the service's clock)
 
     async def start(self, host: str, port: int) -> int:
         """Listens at ``host:port`` (OSError when it cannot); the port bound."""
@@ -188,6 +189,7 @@ class NativeEndpoint:
         """The queued events in their order: a response's end comes before any request its
         client sent after it (so the next request of a conversation finds the call booked)."""
         events = self.relay.take()
+        self.taken_at = self.proxy.service.now()  # (a request's event: how long ago it came)
         self.check_basis()
         for event in events:
             kind, number = event[0], event[1]
@@ -258,7 +260,10 @@ class NativeEndpoint:
                     plan.exchange.settle()
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
-                 body: bytes | None, refusal: str, in_flight: int, learn: str | None) -> None:
+                 body: bytes | None, refusal: str, in_flight: int, learn: str | None,
+                 waited: float) -> None:
+        """A request the relay asks about, ``waited`` seconds after its head came when its
+        event was taken (``taken_at``)."""
         proxy = self.proxy
         if not self.answers_told:  # (the conventions' tables: loaded at the first request)
             names, prefixes = answer_tools()
@@ -282,7 +287,8 @@ class NativeEndpoint:
                               "Host header (RFC 9112 §3.2)", {"Connection": "close"})
             if refusal or body is None:
                 raise Refused(400, "bad_request", "the request body could not be read")
-            plan = proxy.plan(wire, method, target, headers, body, agent)
+            plan = proxy.plan(wire, method, target, headers, body, agent,
+                              self.taken_at - waited)
         except Refused as refused:
             plan = proxy.refusal(wire, refused, headers)
         if isinstance(plan, Answer):
@@ -306,7 +312,7 @@ class NativeEndpoint:
             self._done(number, 0, "cancelled", None, "", 0.0)
 
     def _taken(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
-               body: bytes, in_flight: int, keep: int) -> None:
+               body: bytes, in_flight: int, keep: int, waited: float) -> None:
         """A new conversation's first request the relay sent on with the bound ``keep``
         (-1: none): read, given its run, and booked when its response ends, as if decided
         here; a miss if it is not what this process decides now."""
@@ -314,7 +320,7 @@ class NativeEndpoint:
         wire = proxy.wire_of(method, target)
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         try:
-            plan = proxy.plan(wire, method, target, headers, body)
+            plan = proxy.plan(wire, method, target, headers, body, arrived=self.taken_at - waited)
         except Refused as refused:
             plan = proxy.refusal(wire, refused, headers)
         self.admitted += 1

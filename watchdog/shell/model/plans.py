@@ -36,6 +36,7 @@ class Booked(NamedTuple):
     record: SpanRecord
     key: str
     handed: int
+    since: float | None = None  # when its request arrived (the service's clock)
 
 
 class Plan:
@@ -84,13 +85,17 @@ def refuses_usage(body: bytes, coding: str) -> bool:
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "answered", "broke", "key", "request", "reserved", "started_ns",
-                 "state", "turn", "unasked", "wire")
+    __slots__ = ("agent", "answered", "arrived", "broke", "key", "request", "reserved",
+                 "started_ns", "state", "turn", "unasked", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
-                 started_ns: int, agent: str, key: str, unasked: bytes | None = None) -> None:
+                 started_ns: int, agent: str, key: str, unasked: bytes | None = None,
+                 arrived: float | None = None) -> None:
         self.wire, self.request, self.state, self.turn = wire, request, state, turn
         self.started_ns, self.agent, self.key = started_ns, agent, key
+        # when the request arrived, on the service's clock: its run's calls are in flight
+        # from then (the model call, then the tool calls it hands over), on either relay
+        self.arrived = arrived
         # the request asks for its stream's usage on its client's behalf: the body without
         # that, sent instead if the upstream refuses it (:func:`refuses_usage`)
         self.unasked = unasked

@@ -176,6 +176,7 @@ class ModelProxy:
     # -- the door -------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        arrived = self.service.now()  # (its head: the compiled relay's time too)
         wire = self.wire_of(request.method, request.path)
         try:
             target, agent = door(request.method, request.raw_path, request.headers,
@@ -186,7 +187,7 @@ class ModelProxy:
             self.in_flight += 1
             try:
                 plan = self.plan(wire, request.method, target, request.headers,
-                                 await self._body(request), agent)
+                                 await self._body(request), agent, arrived)
                 if isinstance(plan, Answer):
                     return web.Response(status=plan.status, body=plan.body,
                                         headers=plan.headers)
@@ -260,9 +261,10 @@ class ModelProxy:
 
     def plan(self, wire: Wire | None, method: str, target: str,
              given: CIMultiDict[str] | CIMultiDictProxy[str], raw: bytes,
-             path_agent: str | None = None) -> Answer | Plan:
+             path_agent: str | None = None, arrived: float | None = None) -> Answer | Plan:
         """The request read, given its run and steered (``target`` checked already; its path
-        named ``path_agent``): what the upstream is sent, or the answer given without it. A
+        named ``path_agent``; ``arrived``: when its head came, on the service's clock, else
+        now): what the upstream is sent, or the answer given without it. A
         plan with an exchange holds its run until :meth:`ModelBook.settle` (its relay's, when
         the response has ended)."""
         url = self._upstream_url(target, given)
@@ -325,9 +327,12 @@ class ModelProxy:
                 self.steered(agent_label, turn.act.value)
                 logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
-            self.service.model_in_flight(run_key, 1)  # the model call: not idle while it runs
+            if arrived is None:
+                arrived = self.service.now()
+            # the model call: not idle while it runs, in flight since its request came
+            self.service.model_in_flight(run_key, 1, arrived)
             exchange = Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key,
-                                unasked)
+                                unasked, arrived)
         except BaseException:
             self.book.settle(state)
             raise
@@ -648,7 +653,7 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        self._book(Booked(record, exchange.key, len(handed)), into)
+        self._book(Booked(record, exchange.key, len(handed), exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
         """``booked`` goes to ``into`` (the caller books the lot in one step), else now."""
@@ -662,7 +667,8 @@ class ModelProxy:
         try:
             self.service.model_records([call.record for call in calls])
             for call in calls:  # the tools it handed over run at the agent until its next
-                self.service.model_in_flight(call.key, call.handed)  # request: not idle
+                # request: not idle, in flight since the request that asked the model came
+                self.service.model_in_flight(call.key, call.handed, call.since)
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
         except Exception:  # the answers have gone to the agents; the runs miss these calls

@@ -1,0 +1,81 @@
+"""A run taken as abandoned whose agent acts again through the model endpoint (DESIGN §12) is
+active again (:meth:`Core._resume`): pure core, no sidecar."""
+
+from __future__ import annotations
+
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import load_rules
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.sessions import SessionBook
+from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
+from watchdog.core.step import Core
+
+T0 = 1_800_000_000.0
+NS = 1_000_000_000
+
+
+def core() -> Core:
+    return Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None),
+                RuleEngine(load_rules([], True)))
+
+
+def model_call(key: str, at: float, answer: bool = False) -> SpanRecord:
+    record = SpanRecord(run_key=key, key_source=KeySource.WATCHDOG, trace_id="ab" * 16,
+                        span_id=f"{int(at):016x}", parent_span_id=None, name="chat m",
+                        kind=SpanKind.LLM, start_ns=int(at * NS), end_ns=int(at * NS),
+                        agent="a", session=None, loose=True, scope=ENDPOINT_SCOPE)
+    record.requested_tools = not answer
+    if answer:
+        record.final_answer, record.final_output = True, "done"
+    return record
+
+
+def abandoned(watchdog: Core, key: str) -> None:
+    watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)
+    watchdog.model_records([model_call(key, T0)], T0)
+    finished = watchdog.tracker.expire(T0 + 61)
+    assert [run.key for run in finished] == [key]
+    assert finished[0].terminal_state is TerminalState.ABANDONED
+
+
+def test_the_next_request_of_an_abandoned_run_takes_it_back() -> None:
+    watchdog = core()
+    abandoned(watchdog, "model:1")
+    view, step = watchdog.open_run("model:1", KeySource.WATCHDOG, "ab" * 16, T0 + 70, "a",
+                                   None, None)
+    assert step.resumed == {"model:1": "run_end_timeout"}
+    assert not view.ended and view.terminal_state is None
+    assert [run.key for run in watchdog.tracker.active()] == ["model:1"]
+    step = watchdog.model_records([model_call("model:1", T0 + 71, answer=True)], T0 + 71)
+    run = watchdog.tracker.get("model:1")
+    assert run is not None and run.ended and run.iterations == 2
+    assert run.terminal_state is TerminalState.COMPLETED  # as it ended, once
+    assert [finished.key for finished in step.finished] == ["model:1"]
+
+
+def test_a_response_that_outlasted_the_timeout_takes_its_run_back() -> None:
+    watchdog = core()
+    abandoned(watchdog, "model:2")
+    step = watchdog.model_records([model_call("model:2", T0 + 70)], T0 + 70)
+    assert step.resumed == {"model:2": "run_end_timeout"}
+    run = watchdog.tracker.get("model:2")
+    assert run is not None and not run.ended and run.iterations == 2
+
+
+def test_a_run_that_ended_otherwise_or_is_its_spans_to_end_is_not_taken_back() -> None:
+    watchdog = core()
+    watchdog.open_run("model:3", KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)
+    watchdog.model_records([model_call("model:3", T0, answer=True)], T0)  # answered: ended
+    _view, step = watchdog.open_run("model:3", KeySource.WATCHDOG, "ab" * 16, T0 + 70, "a",
+                                    None, None)
+    assert step.resumed == {}
+    run = watchdog.tracker.get("model:3")
+    assert run is not None and run.terminal_state is TerminalState.COMPLETED
+    abandoned(watchdog, "model:4")  # the client SDK's run: its spans and heartbeats tell
+    run = watchdog.tracker.get("model:4")
+    assert run is not None
+    run.framed = True
+    _view, step = watchdog.open_run("model:4", KeySource.WATCHDOG, "ab" * 16, T0 + 70, "a",
+                                    None, None)
+    assert step.resumed == {} and run.terminal_state is TerminalState.ABANDONED
