@@ -32,6 +32,13 @@ from tests.test_model_proxy import (
     sidecar_for,
 )
 
+
+@pytest.fixture
+def relay(model_relay: str) -> str:  # noqa: F811
+    """The test's relay, for test_model_proxy's ``sidecar_for``, which starts its sidecars."""
+    return model_relay
+
+
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
 
 
@@ -70,7 +77,7 @@ def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> by
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled(
-        tmp_path: Path, released: threading.Event, stream: bool) -> None:
+        relay: str, tmp_path: Path, released: threading.Event, stream: bool) -> None:
     """A run's budget is spent: its next request goes upstream once more for the final
     report (on the compiled relay through this process's own relay, which holds the answer).
     An upstream that sends no head within ``model_upstream_timeout`` gets the agent a 504, on
@@ -80,7 +87,7 @@ def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled
 
     raw = RawUpstream(silent)
     try:
-        with sidecar_for(tmp_path, raw, model_upstream_timeout=0.5) as sidecar:
+        with sidecar_for(tmp_path, raw, model_relay=relay, model_upstream_timeout=0.5) as sidecar:
             body = json.dumps({"model": "m", "stream": stream, "tools": TOOLS, "messages": [
                 {"role": "user", "content": f"final {stream}"}]}).encode()
             started = time.monotonic()
@@ -104,13 +111,13 @@ def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
 def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_its_slot(
-        tmp_path: Path, upstream_ok: RawUpstream, path: str) -> None:
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, path: str) -> None:
     """A client that sends a request's head and part of its body, then nothing: past
     ``model_body_timeout`` it is answered 408 in the API's error shape and its connection
     closed, so stalled bodies never hold ``model_max_concurrent``'s slots."""
     head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"x-watchdog-agent: staller\r\nContent-Length: 60\r\n\r\n").encode() + b'{"mod'
-    with sidecar_for(tmp_path, upstream_ok, model_body_timeout=0.5,
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=0.5,
                      model_max_concurrent=2) as sidecar:
         answers: list[bytes] = []
         stalled = [threading.Thread(target=lambda: answers.append(raw_exchange(sidecar, head)))
@@ -148,7 +155,8 @@ def upstream_ok() -> Iterator[RawUpstream]:
 @pytest.mark.parametrize("fault", ["cut", "stalled"])
 @pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
 def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
-        tmp_path: Path, released: threading.Event, fault: str, budget: str | None) -> None:
+        relay: str, tmp_path: Path, released: threading.Event, fault: str,
+        budget: str | None) -> None:
     """An upstream that sends a whole (not streamed) response's head and part of its body,
     then closes its connection or goes silent: the agent gets a 502 or 504 saying so (the
     relay reads a whole response before it answers), never a 200 with a short body, and the
@@ -166,7 +174,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
 
     raw = RawUpstream(partial)
     try:
-        with sidecar_for(tmp_path, raw, model_upstream_timeout=0.5) as sidecar:
+        with sidecar_for(tmp_path, raw, model_relay=relay, model_upstream_timeout=0.5) as sidecar:
             headers = {"x-watchdog-agent": "cutter"}
             if budget is not None:
                 headers["x-watchdog-budget-tool-calls"] = budget
@@ -191,14 +199,61 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
         raw.close()
 
 
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_whole_response_too_long_to_read_that_breaks_off_is_the_upstreams_failure(
+        relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        framing: str) -> None:
+    """A whole response longer than the relays read first (``MAX_RESPONSE_BYTES``, made
+    64 KiB here) passes on as it comes; one whose upstream breaks it off mid-body reaches the
+    agent broken off (fewer bytes than its length said, or an unfinished chunked body) and is
+    counted as the upstream's failure, as a shorter one is, never as passed."""
+    from watchdog.shell.model import native, streams
+    for module in (native, streams):
+        monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 64 * 1024)
+    sent = b'{"id": "c1", "pad": "' + b"x" * 200_000
+
+    def long_cut(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if framing == "length":
+            handler.send_header("Content-Length", str(len(sent) + 1000))
+            handler.end_headers()
+            handler.wfile.write(sent)
+        else:
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(sent), sent))
+        handler.wfile.flush()
+        handler.close_connection = True  # then the connection closes, mid-body
+
+    raw = RawUpstream(long_cut)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            body = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+            answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                  b"x-watchdog-agent: longcut\r\nContent-Type: application/json"
+                                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            head, _, got = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), answer[:200]
+            assert not got.endswith(b"<no end>")  # closed, mid-body
+            if framing == "length":
+                assert len(got) < len(sent) + 1000
+            else:
+                assert not got.endswith(b"0\r\n\r\n")  # no last chunk
+            wait_until(lambda: outcomes(sidecar, "longcut") == {"upstream_error": 1.0},
+                       lambda: f"counted: {outcomes(sidecar, 'longcut')}")
+    finally:
+        raw.close()
+
+
 # -- Host --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hosts", [b"", b"Host: a\r\nHost: b\r\n"], ids=["none", "two"])
 def test_an_http11_request_without_one_host_header_is_400(
-        tmp_path: Path, upstream_ok: RawUpstream, hosts: bytes) -> None:
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, hosts: bytes) -> None:
     """RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host header; one with none or two
     is refused 400 and reaches nothing (HTTP/1.0 needs none)."""
-    with sidecar_for(tmp_path, upstream_ok) as sidecar:
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay) as sidecar:
         body = b'{"model":"m","messages":[]}'
         answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\n" + hosts
                               + b"Content-Type: application/json\r\nContent-Length: %d\r\n"
@@ -215,11 +270,11 @@ def test_an_http11_request_without_one_host_header_is_400(
 # -- refusals counted under their agent ----------------------------------------------------------
 
 def test_a_refused_request_is_counted_under_the_agent_it_names(
-        tmp_path: Path, upstream_ok: RawUpstream) -> None:
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream) -> None:
     """A request the endpoint refuses itself (too large here) is counted under its
     ``x-watchdog-agent``, not as an unknown agent's; one whose header is no name the endpoint
     takes, under ``model_agent_name``."""
-    with sidecar_for(tmp_path, upstream_ok, model_max_body_bytes=100,
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_max_body_bytes=100,
                      model_agent_name="the-pod") as sidecar:
         big = json.dumps({"model": "m", "messages": [{"role": "user",
                                                       "content": "x" * 200}]}).encode()

@@ -535,13 +535,16 @@ class ModelProxy:
                        exchange: Exchange | None) -> tuple[web.StreamResponse, str]:
         """The upstream's response passed on (observed, trimmed) and its outcome."""
         if exchange is None or not 200 <= upstream.status < 300:
-            outcome = "passed" if upstream.status < 400 else "upstream_error"
-            if exchange is None or not refused(upstream.status):
-                return await relay(request, upstream), outcome
-            data, _ = await read_upto(upstream, MAX_REFUSAL_READ)
-            response = await relay(request, upstream, data)
-            self.observe_refused(exchange, upstream.status, data, upstream.headers)
-            return response, outcome
+            data = None
+            if exchange is not None and refused(upstream.status):
+                data, _ = await read_upto(upstream, MAX_REFUSAL_READ)
+            passed = await relay(request, upstream, data)
+            if data is not None:
+                assert exchange is not None
+                self.observe_refused(exchange, upstream.status, data, upstream.headers)
+            # (an answer the upstream broke off: its failure)
+            failed = upstream.status >= 400 or passed.broken
+            return passed, "upstream_error" if failed else "passed"
         if upstream.content_type == "text/event-stream":
             response = await relay_stream(self, request, upstream, exchange)
         else:
