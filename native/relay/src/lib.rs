@@ -168,10 +168,30 @@ struct Ticket {
     started: Instant,
     status: u16,
     content_type: String,
-    observed: Option<BytesMut>,
+    observed: Option<Observed>,
     changed: bool,
     /// The API of an observed response, read here when it is a successful stream.
     api: Option<Api>,
+}
+
+/// What a response's observer holds: the bytes copied as they pass (bounded), or a whole
+/// response read first: the bytes the client gets (shared, not copied: a whole response is
+/// held once) or, for a compressed one, inflated.
+enum Observed {
+    Passing(BytesMut),
+    Whole(Bytes),
+}
+
+/// What the observer of a whole response read first holds: for a plain one the very bytes
+/// the client gets, for a gzip or deflate one its inflated bytes (at most `limit`); None:
+/// it cannot be read (another coding, not valid data of its own, or too long once inflated).
+fn whole_observed(read: &Bytes, coding: Coding, limit: usize) -> Option<Observed> {
+    match coding {
+        Coding::Identity => Some(Observed::Whole(read.clone())),
+        Coding::Other => None,
+        _ => inflate::inflate_whole(read, coding, limit).ok()
+            .map(|text| Observed::Whole(Bytes::from(text))),
+    }
 }
 
 impl Ticket {
@@ -181,7 +201,10 @@ impl Ticket {
         }
         self.ended = true;
         if self.notify {
-            let body = self.observed.take().map(BytesMut::freeze);
+            let body = self.observed.take().map(|observed| match observed {
+                Observed::Passing(bytes) => bytes.freeze(),
+                Observed::Whole(bytes) => bytes,
+            });
             let seen = match (&body, self.api) {
                 (Some(data), Some(api)) if (200..300).contains(&self.status)
                     && is_stream(&self.content_type) =>
@@ -239,7 +262,7 @@ impl RelayBody {
     fn read(&mut self, piece: &[u8]) -> Result<Option<Vec<u8>>, trim::Unjudged> {
         if let Some(ticket) = self.ticket.as_mut() {
             let limit = ticket.shared.observe_limit;
-            if let Some(seen) = ticket.observed.as_mut() {
+            if let Some(Observed::Passing(seen)) = ticket.observed.as_mut() {
                 if seen.len() + piece.len() <= limit {
                     seen.extend_from_slice(piece);
                 } else {
@@ -614,7 +637,9 @@ const MAX_REFUSAL_BYTES: usize = 64 * 1024;
 /// they are all of it (the rest is still the response's).
 async fn read_upto(upstream: &mut reqwest::Response, limit: usize)
                    -> Result<(Bytes, bool), reqwest::Error> {
-    let mut read = BytesMut::new();
+    // the length said, reserved at once: the buffer is not grown (and copied) as it fills
+    let said = upstream.content_length().map_or(0, |length| length.min(limit as u64 + 1));
+    let mut read = BytesMut::with_capacity(said as usize);
     while read.len() <= limit {
         match upstream.chunk().await? {
             Some(chunk) => read.extend_from_slice(&chunk),
@@ -655,7 +680,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     let status = upstream.status();
     ticket.status = status.as_u16();
     if observe {
-        ticket.observed = Some(BytesMut::new());
+        ticket.observed = Some(Observed::Passing(BytesMut::new()));
         ticket.api = trim.map(|trim| trim.api).or(watch);
     }
     let kind = upstream.headers().get("content-type")
@@ -686,10 +711,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                     return Err((ticket, kind, detail));
                 }
             };
-            ticket.observed = if !whole || coding == Coding::Other { None }
-                else if coding == Coding::Identity { Some(BytesMut::from(&read[..])) }
-                else { inflate::inflate_whole(&read, coding, limit).ok()
-                           .map(|text| BytesMut::from(&text[..])) };
+            ticket.observed = if whole { whole_observed(&read, coding, limit) } else { None };
             body.whole = Some(read);
             if !whole {
                 body.upstream = Some(upstream.into());
@@ -757,7 +779,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                 }
             };
             if observe {
-                ticket.observed = Some(BytesMut::from(&text[..]));
+                ticket.observed = Some(Observed::Whole(text.clone())); // (held once)
             }
             let out = match trim::trim_whole(api, &text, keep, &shared.answers()) {
                 Ok(Some(trimmed)) => {
@@ -1163,4 +1185,31 @@ async fn refuse_http2(mut stream: tokio::net::TcpStream) {
 fn _relay(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Relay>()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_plain_response_is_held_once() {
+        // what the observer holds of a plain whole response is the client's bytes, not a copy
+        let read = Bytes::from(vec![b'x'; 1 << 20]);
+        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Identity, 1 << 21)
+            else { panic!("a plain whole response is observed") };
+        assert_eq!(seen.as_ptr(), read.as_ptr());
+        assert_eq!(seen.len(), read.len());
+        assert!(whole_observed(&read, Coding::Other, 1 << 21).is_none());
+        assert!(whole_observed(&read, Coding::Gzip, 1 << 21).is_none()); // not gzip data
+    }
+
+    #[test]
+    fn a_whole_compressed_response_is_observed_inflated() {
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gzip.write_all(b"{\"id\":\"r1\"}").unwrap();
+        let read = Bytes::from(gzip.finish().unwrap());
+        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Gzip, 1 << 20)
+            else { panic!("a gzip whole response is observed") };
+        assert_eq!(&seen[..], b"{\"id\":\"r1\"}");
+    }
 }
