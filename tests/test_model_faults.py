@@ -246,6 +246,92 @@ def test_a_whole_response_too_long_to_read_that_breaks_off_is_the_upstreams_fail
         raw.close()
 
 
+def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
+        relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's final request (its answer held until it ends; on the compiled relay it goes
+    through this process's own relay on loopback) whose upstream streams its answer slowly
+    but without a stall longer than ``model_upstream_timeout``: the agent gets the whole
+    answer, however much longer it takes than the upstream's connect and read timeouts
+    (``CONNECT_TIMEOUT`` made 0.5 s here, so that is 1 s, and the compiled relay waited on its
+    loopback hop 6 s at most). A stall is still bounded: before the head, the test above
+    (504); mid-answer, :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
+    from watchdog.shell.model import native
+    monkeypatch.setattr(native, "CONNECT_TIMEOUT", 0.5)
+    words = 40
+
+    def slow(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        for index in range(words):
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": f"w{index} "},
+                                  "finish_reason": None}]}
+            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            handler.wfile.flush()
+            time.sleep(0.2)  # 8 s in all; never a stall of model_upstream_timeout
+        end = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        handler.wfile.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+        handler.close_connection = True
+
+    raw = RawUpstream(slow)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay,
+                         model_upstream_timeout=0.5) as sidecar:
+            body = json.dumps({"model": "m", "stream": True, "tools": TOOLS, "messages": [
+                {"role": "user", "content": "final slow"}]}).encode()
+            status, answer = post(sidecar, "/v1/chat/completions", body, {
+                "x-watchdog-agent": "slowfinal", "x-watchdog-budget-tool-calls": "0"})
+            assert status == 200, answer
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+            assert answer.endswith(b"data: [DONE]\n\n")
+            assert all(f"w{index} ".encode() in answer for index in range(words))
+            wait_until(lambda: outcomes(sidecar, "slowfinal") == {"steered": 1.0},
+                       lambda: f"counted: {outcomes(sidecar, 'slowfinal')}")
+    finally:
+        raw.close()
+
+
+def test_a_final_answer_that_stalls_mid_way_is_broken_off(
+        relay: str, tmp_path: Path, released: threading.Event) -> None:
+    """A run's final answer whose upstream sends part of it, then nothing: past
+    ``model_upstream_timeout`` the agent's answer is broken off (what was held, then the
+    connection closed mid-body), on the compiled relay too, which waits on its loopback hop
+    with no bound of its own."""
+    def stalls(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": "partly"},
+                              "finish_reason": None}]}
+        handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        handler.wfile.flush()
+        released.wait(60)
+
+    raw = RawUpstream(stalls)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay,
+                         model_upstream_timeout=0.5) as sidecar:
+            body = json.dumps({"model": "m", "stream": True, "tools": TOOLS, "messages": [
+                {"role": "user", "content": "final stalled"}]}).encode()
+            started = time.monotonic()
+            answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                  b"x-watchdog-agent: stalled\r\n"
+                                  b"x-watchdog-budget-tool-calls: 0\r\nContent-Type: "
+                                  b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                  % (len(body), body))
+            assert time.monotonic() - started < 8
+            assert not answer.endswith(b"<no end>"), answer[-300:]  # closed by the endpoint
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+            assert b"partly" in answer and not answer.endswith(b"0\r\n\r\n"), answer[-300:]
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+    finally:
+        released.set()
+        raw.close()
+
+
 # -- Host --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hosts", [b"", b"Host: a\r\nHost: b\r\n"], ids=["none", "two"])

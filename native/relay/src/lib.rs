@@ -801,9 +801,6 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     Ok(response)
 }
 
-/// What the loopback relay's client waits past its connect and read timeouts.
-const LOOPBACK_SLACK: Duration = Duration::from_secs(5);
-
 /// The error's kind, never its text (which may name the URL or what the server said).
 fn error_kind(error: &reqwest::Error) -> String {
     if error.is_connect() { "ConnectError" } else if error.is_timeout() { "Timeout" }
@@ -843,13 +840,9 @@ impl Relay {
         let read = seconds(read_timeout, "read_timeout")?;
         // Python's word comes at once: this bound is a backstop, never met by a busy loop
         let decide_timeout = seconds(connect_timeout, "connect_timeout")? + read;
-        // this process's own loopback relay answers within its own connect and read timeouts
-        // (a 504 or 502 of its own when the upstream does not): it is given those and more
-        let loopback_timeout = decide_timeout + LOOPBACK_SLACK;
-        let builder = |read: Duration| -> PyResult<reqwest::ClientBuilder> {
+        let builder = || -> PyResult<reqwest::ClientBuilder> {
             Ok(reqwest::Client::builder()
                 .connect_timeout(seconds(connect_timeout, "connect_timeout")?)
-                .read_timeout(read)
                 .redirect(reqwest::redirect::Policy::none())
                 .pool_idle_timeout(Duration::from_secs(60))
                 .pool_max_idle_per_host(max_concurrent)
@@ -859,8 +852,13 @@ impl Relay {
         let failed = |error: reqwest::Error| {
             PyOSError::new_err(format!("the relay's HTTP client: {error}"))
         };
-        let client = builder(read)?.build().map_err(failed)?;
-        let direct = builder(loopback_timeout)?.no_proxy().build().map_err(failed)?;
+        // the upstream: `read` is the longest wait for its head, and between its body's bytes
+        let client = builder()?.read_timeout(read).build().map_err(failed)?;
+        // this process's own loopback relay (a run's final request, its answer held until it
+        // ends): no wait of its own, so a final answer that keeps coming is never cut however
+        // long it is; the loopback relay bounds what it waits for itself (the upstream's
+        // connect and read timeouts: a 504 or 502 of its own when the upstream stalls)
+        let direct = builder()?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1)).thread_name("watchdog-relay").enable_all().build()
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
