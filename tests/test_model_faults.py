@@ -332,6 +332,58 @@ def test_a_final_answer_that_stalls_mid_way_is_broken_off(
         raw.close()
 
 
+# -- a client that half-closes its connection --------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_client_that_half_closes_after_its_request_gets_its_answer(
+        relay: str, tmp_path: Path, stream: bool) -> None:
+    """RFC 9112 §9.6: a client may end its side of the connection once it has sent its
+    request (``shutdown(SHUT_WR)``); it still gets its whole answer, then the endpoint closes
+    the connection. A request cut short by its client's end is still refused."""
+    def answer(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        time.sleep(0.3)  # (the client has ended its side by now)
+        if not stream:
+            completion_reply(handler, seen)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Length", str(len(STREAM)))
+        handler.end_headers()
+        handler.wfile.write(STREAM)
+
+    raw = RawUpstream(answer)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            body = json.dumps({"model": "m", "stream": stream, "messages": [
+                {"role": "user", "content": "half"}]}).encode()
+            request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            host, port = sidecar.server.addresses["model"]
+            for sent in (request, request[:-5]):
+                with socket.create_connection((host, port), timeout=10) as sock:
+                    sock.sendall(sent)
+                    sock.shutdown(socket.SHUT_WR)
+                    got = b""
+                    while chunk := sock.recv(65536):  # (closed by the endpoint)
+                        got += chunk
+                if sent is request:
+                    assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+                    if stream:  # (as it came, or chunked: its end said)
+                        assert b"data: [DONE]" in got, got[-300:]
+                        assert got.endswith((STREAM, b"\r\n0\r\n\r\n")), got[-300:]
+                    else:
+                        assert got.endswith(COMPLETION), got[-300:]
+                else:  # (its body's end never came: no answer to give but a refusal)
+                    assert not got or got.split(b" ", 2)[1][:1] == b"4", got[:300]
+            assert len(raw.seen) == 1
+    finally:
+        raw.close()
+
+
+STREAM = (b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+          b'"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+
+
 # -- Host --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hosts", [b"", b"Host: a\r\nHost: b\r\n"], ids=["none", "two"])

@@ -1139,7 +1139,10 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
             // keep-alive connection idle that long is closed: aiohttp's closes at 75 s)
             let head_timeout = shared.body_timeout;
             let service = service_fn(move |request| handle(shared.clone(), request));
+            // a client may end its side once its request is sent (RFC 9112 §9.6): its answer
+            // still goes to it (a client that closed is told apart when its answer is written)
             let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
+                .half_close(true)
                 .timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), service).await;
         });

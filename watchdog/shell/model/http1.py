@@ -2,7 +2,12 @@
 client that starts with HTTP/2's connection preface instead (prior knowledge) is told so in its
 own protocol (RFC 9113 §3.4, §7): the server's SETTINGS, then GOAWAY with ``HTTP_1_1_REQUIRED``
 and a line saying why, after which the connection closes. The compiled relay answers with the
-same bytes (``native/relay/src/lib.rs``)."""
+same bytes (``native/relay/src/lib.rs``).
+
+A client may end its side of the connection once it has sent its request (RFC 9112 §9.6,
+``shutdown(SHUT_WR)``): the requests it sent are answered, then the connection closes; a body
+its end cut short fails to be read (a 400, as on the compiled relay). aiohttp would close the
+connection at once (its handler's ``eof_received``), and cancel the request's handler."""
 
 from __future__ import annotations
 
@@ -41,13 +46,14 @@ class _Http1Only(Wrapped):
     preface: then refused, what the client still sends read and dropped, and closed when the
     client ends or after ``LINGER`` seconds (the handler is told when the connection is lost)."""
 
-    __slots__ = ("first", "refused", "transport")
+    __slots__ = ("first", "payload", "refused", "transport")
 
     def __init__(self, handler: asyncio.Protocol) -> None:
         super().__init__(handler)
         self.transport: asyncio.Transport | None = None
         self.first = True
         self.refused = False
+        self.payload: Any = None  # the body of the last request read (a StreamReader)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -65,9 +71,25 @@ class _Http1Only(Wrapped):
                     transport.write_eof()
                 asyncio.get_running_loop().call_later(LINGER, transport.close)
         if not self.refused:
+            messages = cast(Any, self.handler)._messages  # (the requests read, not yet taken)
+            read = len(messages)
             self.handler.data_received(data)
+            if len(messages) > read:
+                self.payload = messages[-1][1]
 
     def eof_received(self) -> bool | None:
         if self.refused:
             return False  # the transport closes
-        return self.handler.eof_received()
+        handler: Any = self.handler  # (aiohttp's RequestHandler: what it holds, read here)
+        # (a request taken and not yet answered: between the two, the handler's loop waits
+        # for nothing; once it has answered all, it waits for the next request)
+        busy = handler._messages or handler._request_in_progress or (
+            handler._waiter is None and handler._request_count > 0)
+        if not busy:
+            return self.handler.eof_received()  # idle (or amid a head): the transport closes
+        # the client ended its side after its request: answered, then the connection closes
+        handler.close()
+        if self.payload is not None and not self.payload.is_eof():  # a body its end cut short
+            self.payload.set_exception(ConnectionResetError(
+                "the client ended its side of the connection before the request's end"))
+        return True  # its side stays open for the answer

@@ -719,6 +719,9 @@ class ModelProxy:
                         raise self.too_large(limit)
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
+        except ConnectionResetError:  # its client ended its side before its end (http1.py)
+            raise Refused(400, "bad_request", "the request body could not be read",
+                          {"Connection": "close"}) from None
         return bytes(data)
 
     def count(self, agent: str | None, api: str, outcome: str) -> None:
