@@ -373,8 +373,10 @@ def test_a_client_that_half_closes_after_its_request_gets_its_answer(
                         assert got.endswith((STREAM, b"\r\n0\r\n\r\n")), got[-300:]
                     else:
                         assert got.endswith(COMPLETION), got[-300:]
-                else:  # (its body's end never came: no answer to give but a refusal)
-                    assert not got or got.split(b" ", 2)[1][:1] == b"4", got[:300]
+                else:  # (its body's end never came: the body could not be read)
+                    assert got.startswith(b"HTTP/1.1 400 "), got[:300]
+                    error = json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]
+                    assert error["message"] == "the request body could not be read", error
             assert len(raw.seen) == 1
     finally:
         raw.close()
@@ -403,6 +405,39 @@ def test_an_http11_request_without_one_host_header_is_400(
                               b"\r\n%s" % (len(body), body))
         assert b" 200 " in answer.split(b"\r\n", 1)[0], answer[:200]
         assert len(upstream_ok.seen) == 1
+
+
+# -- what is not an HTTP/1.1 request ----------------------------------------------------------
+
+@pytest.mark.parametrize("sent", [
+    b"GARBAGE\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 10_000 + b"\r\n"
+    b"Connection: close\r\nContent-Length: 2\r\n\r\n{}",
+], ids=["request_line", "header", "long_header"])
+def test_what_is_not_an_http11_request_is_refused_in_the_apis_error_shape(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, sent: bytes) -> None:
+    """A malformed request line or header, or a header line past aiohttp's limit (8,190
+    bytes): the aiohttp relay refuses it in the model API's error shape, as the endpoint's
+    other refusals; the compiled relay's server (hyper) a malformed one with a status and no
+    body, and it takes a header of that length (docs/model-endpoint.md). Both close the
+    connection after a refusal, and nothing reaches the upstream."""
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay) as sidecar:
+        answer = raw_exchange(sidecar, sent)
+        if relay == "native" and b"X-Long" in sent:  # (hyper's limit is the whole head's)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+            return
+        assert not answer.endswith(b"<no end>"), answer[-200:]
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] in (b"400", b"431"), head
+        if relay == "python":
+            assert b"Content-Type: application/json" in head, head
+            error = json.loads(body)["error"]
+            assert error["code"] in ("bad_request", "request_header_fields_too_large")
+            assert error["message"].startswith("the request could not be read as HTTP/1.1")
+        else:
+            assert body == b"", body[:200]
+        assert upstream_ok.seen == []
 
 
 # -- refusals counted under their agent ----------------------------------------------------------

@@ -7,7 +7,12 @@ same bytes (``native/relay/src/lib.rs``).
 A client may end its side of the connection once it has sent its request (RFC 9112 §9.6,
 ``shutdown(SHUT_WR)``): the requests it sent are answered, then the connection closes; a body
 its end cut short fails to be read (a 400, as on the compiled relay). aiohttp would close the
-connection at once (its handler's ``eof_received``), and cancel the request's handler."""
+connection at once (its handler's ``eof_received``), and cancel the request's handler.
+
+aiohttp's own refusals, of what it cannot read as an HTTP/1.1 request (a malformed request line
+or header, a line past its limits) or of a request whose handler failed, answer in the model
+API's error shape, as the endpoint's other refusals do (:class:`_ModelRequests`), not in plain
+text."""
 
 from __future__ import annotations
 
@@ -15,7 +20,11 @@ import asyncio
 from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.messages import MessagesWire
+from watchdog.core.model.wire import dumps
 from watchdog.shell.connections import Wrapped
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -38,7 +47,38 @@ class Http1Runner(web.AppRunner):
 
 class _Http1Server(web.Server):
     def __call__(self) -> Any:  # the protocol factory of every accepted connection
-        return _Http1Only(super().__call__())
+        handler = super().__call__()
+        handler.__class__ = _ModelRequests
+        return _Http1Only(handler)
+
+
+# aiohttp's refusals by status: their code in the API's error shape
+_CODES = {400: "bad_request", 413: "request_too_large", 414: "uri_too_long",
+          431: "request_header_fields_too_large", 500: "internal_error"}
+_MAX_SAID = 300  # characters of what aiohttp says of a request it could not read
+
+
+class _ModelRequests(RequestHandler):
+    """aiohttp's request handler whose own refusals answer in the model API's error shape."""
+
+    __slots__ = ()
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # logged (raises if one began)
+        if status >= 500:
+            said = "the model endpoint failed on this request"
+        else:
+            said = "the request could not be read as HTTP/1.1"
+            if message:
+                said += f": {message[:_MAX_SAID]}"
+        code = _CODES.get(status, "bad_request" if status < 500 else "internal_error")
+        path = request.path.rstrip("/") if status >= 500 else ""  # (else it has none)
+        wire = MessagesWire() if path.endswith("/v1/messages") else ChatWire()
+        response = web.Response(status=status, body=dumps(wire.error(status, code, said)),
+                                content_type="application/json")
+        response.force_close()
+        return response
 
 
 class _Http1Only(Wrapped):
