@@ -241,8 +241,8 @@ struct RelayBody {
     /// The upstream failed once the answer had begun: after what was held, the answer is
     /// broken off (the connection closed mid-body), so the client sees it cut, not ended.
     failed: bool,
-    /// Some of it was handed to hyper (its head has gone, or goes with it).
-    begun: bool,
+    /// The failure has waited one poll, for hyper to write what it holds first.
+    paused: bool,
 }
 
 impl RelayBody {
@@ -339,7 +339,6 @@ impl Body for RelayBody {
         let this = &mut *self;
         loop {
             if let Some(bytes) = this.whole.take() {
-                this.begun = true;
                 if this.upstream.is_none() {
                     if let Some(ticket) = this.ticket.as_mut() {
                         ticket.end("ok"); // the last bytes: told before the client has them
@@ -348,9 +347,10 @@ impl Body for RelayBody {
                 return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             let Some(upstream) = this.upstream.as_mut() else {
-                if this.failed && !std::mem::replace(&mut this.begun, true) {
-                    // nothing sent yet: hyper is let send the head first (it flushes when the
-                    // body is pending), so the client sees its answer cut short, not no answer
+                if this.failed && !std::mem::replace(&mut this.paused, true) {
+                    // hyper is let write the head and what it holds of the body first (it
+                    // flushes when the body is pending; an error would drop them), so the
+                    // client sees its answer cut short, not no answer
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
@@ -395,7 +395,6 @@ impl Body for RelayBody {
                     if out.is_empty() {
                         continue; // an event left out: nothing to send yet
                     }
-                    this.begun = true;
                     return Poll::Ready(Some(Ok(Frame::data(out))));
                 }
                 Poll::Ready(Some(Err(_))) => {
@@ -448,7 +447,7 @@ fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Respon
     let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
                                                   ticket: Some(ticket), trim: None,
                                                   watch: None, inflate: None, failed: false,
-                                                  begun: false });
+                                                  paused: false });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -695,7 +694,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
     let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
                                watch: None, inflate: None, failed: false,
-                               begun: false };
+                               paused: false };
     match trim {
         // a whole successful response observed: read first (bounded), as the aiohttp relay
         // reads it, so one that stalls or breaks off before its end is a 504 or 502, never a
