@@ -36,6 +36,11 @@ H2_REFUSAL = (bytes(3) + b"\x04\x00" + bytes(4)
 LINGER = 1.0  # seconds the refused client gets to close first (its bytes are read, unused)
 
 
+class EndedEarly(ConnectionResetError):
+    """What reading a request's body meets when its client ended its side of the connection
+    before the body's end."""
+
+
 class Http1Runner(web.AppRunner):
     """aiohttp's runner whose connections refuse HTTP/2 prior knowledge as HTTP/2 does."""
 
@@ -130,6 +135,6 @@ class _Http1Only(Wrapped):
         # the client ended its side after its request: answered, then the connection closes
         handler.close()
         if self.payload is not None and not self.payload.is_eof():  # a body its end cut short
-            self.payload.set_exception(ConnectionResetError(
+            self.payload.set_exception(EndedEarly(
                 "the client ended its side of the connection before the request's end"))
         return True  # its side stays open for the answer

@@ -76,6 +76,7 @@ from watchdog.shell.model.headers import (
     proxy_for,
     request_headers,
 )
+from watchdog.shell.model.http1 import EndedEarly
 from watchdog.shell.model.plans import (
     JSON,
     REFUSED_USAGE_STATUSES,
@@ -719,7 +720,7 @@ class ModelProxy:
                         raise self.too_large(limit)
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
-        except ConnectionResetError:  # its client ended its side before its end (http1.py)
+        except EndedEarly:  # its client ended its side of the connection before its end
             raise Refused(400, "bad_request", "the request body could not be read",
                           {"Connection": "close"}) from None
         return bytes(data)

@@ -151,6 +151,7 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
     return web.Response(status=upstream.status, body=data,
                         headers=response_headers(upstream.headers, changed))
 
+
 def _passed(exchange: Exchange, response: _Relayed) -> _Relayed:
     """A whole response too long to read, passed on unread: one the upstream broke off
     counts as its failure (``Exchange.outcome``), as a shorter one does."""
