@@ -32,6 +32,13 @@ from tests.test_model_proxy import (
     sidecar_for,
 )
 
+
+@pytest.fixture
+def relay(model_relay: str) -> str:  # noqa: F811
+    """The test's relay, for test_model_proxy's ``sidecar_for``, which starts its sidecars."""
+    return model_relay
+
+
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
 
 
@@ -70,7 +77,7 @@ def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> by
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled(
-        tmp_path: Path, released: threading.Event, stream: bool) -> None:
+        relay: str, tmp_path: Path, released: threading.Event, stream: bool) -> None:
     """A run's budget is spent: its next request goes upstream once more for the final
     report (on the compiled relay through this process's own relay, which holds the answer).
     An upstream that sends no head within ``model_upstream_timeout`` gets the agent a 504, on
@@ -80,7 +87,7 @@ def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled
 
     raw = RawUpstream(silent)
     try:
-        with sidecar_for(tmp_path, raw, model_upstream_timeout=0.5) as sidecar:
+        with sidecar_for(tmp_path, raw, model_relay=relay, model_upstream_timeout=0.5) as sidecar:
             body = json.dumps({"model": "m", "stream": stream, "tools": TOOLS, "messages": [
                 {"role": "user", "content": f"final {stream}"}]}).encode()
             started = time.monotonic()
@@ -104,13 +111,13 @@ def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
 def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_its_slot(
-        tmp_path: Path, upstream_ok: RawUpstream, path: str) -> None:
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, path: str) -> None:
     """A client that sends a request's head and part of its body, then nothing: past
     ``model_body_timeout`` it is answered 408 in the API's error shape and its connection
     closed, so stalled bodies never hold ``model_max_concurrent``'s slots."""
     head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"x-watchdog-agent: staller\r\nContent-Length: 60\r\n\r\n").encode() + b'{"mod'
-    with sidecar_for(tmp_path, upstream_ok, model_body_timeout=0.5,
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=0.5,
                      model_max_concurrent=2) as sidecar:
         answers: list[bytes] = []
         stalled = [threading.Thread(target=lambda: answers.append(raw_exchange(sidecar, head)))
@@ -148,7 +155,8 @@ def upstream_ok() -> Iterator[RawUpstream]:
 @pytest.mark.parametrize("fault", ["cut", "stalled"])
 @pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
 def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
-        tmp_path: Path, released: threading.Event, fault: str, budget: str | None) -> None:
+        relay: str, tmp_path: Path, released: threading.Event, fault: str,
+        budget: str | None) -> None:
     """An upstream that sends a whole (not streamed) response's head and part of its body,
     then closes its connection or goes silent: the agent gets a 502 or 504 saying so (the
     relay reads a whole response before it answers), never a 200 with a short body, and the
@@ -166,7 +174,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
 
     raw = RawUpstream(partial)
     try:
-        with sidecar_for(tmp_path, raw, model_upstream_timeout=0.5) as sidecar:
+        with sidecar_for(tmp_path, raw, model_relay=relay, model_upstream_timeout=0.5) as sidecar:
             headers = {"x-watchdog-agent": "cutter"}
             if budget is not None:
                 headers["x-watchdog-budget-tool-calls"] = budget
@@ -191,14 +199,201 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
         raw.close()
 
 
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_whole_response_too_long_to_read_that_breaks_off_is_the_upstreams_failure(
+        relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        framing: str) -> None:
+    """A whole response longer than the relays read first (``MAX_RESPONSE_BYTES``, made
+    64 KiB here) passes on as it comes; one whose upstream breaks it off mid-body reaches the
+    agent broken off (fewer bytes than its length said, or an unfinished chunked body) and is
+    counted as the upstream's failure, as a shorter one is, never as passed."""
+    from watchdog.shell.model import native, streams
+    for module in (native, streams):
+        monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 64 * 1024)
+    sent = b'{"id": "c1", "pad": "' + b"x" * 200_000
+
+    def long_cut(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if framing == "length":
+            handler.send_header("Content-Length", str(len(sent) + 1000))
+            handler.end_headers()
+            handler.wfile.write(sent)
+        else:
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(sent), sent))
+        handler.wfile.flush()
+        handler.close_connection = True  # then the connection closes, mid-body
+
+    raw = RawUpstream(long_cut)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            body = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+            answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                  b"x-watchdog-agent: longcut\r\nContent-Type: application/json"
+                                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            head, _, got = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), answer[:200]
+            assert not got.endswith(b"<no end>")  # closed, mid-body
+            if framing == "length":
+                assert len(got) < len(sent) + 1000
+            else:
+                assert not got.endswith(b"0\r\n\r\n")  # no last chunk
+            wait_until(lambda: outcomes(sidecar, "longcut") == {"upstream_error": 1.0},
+                       lambda: f"counted: {outcomes(sidecar, 'longcut')}")
+    finally:
+        raw.close()
+
+
+def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
+        relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's final request (its answer held until it ends; on the compiled relay it goes
+    through this process's own relay on loopback) whose upstream streams its answer slowly
+    but without a stall longer than ``model_upstream_timeout``: the agent gets the whole
+    answer, however much longer it takes than the upstream's connect and read timeouts
+    (``CONNECT_TIMEOUT`` made 0.5 s here, so that is 1 s, and the compiled relay waited on its
+    loopback hop 6 s at most). A stall is still bounded: before the head, the test above
+    (504); mid-answer, :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
+    from watchdog.shell.model import native
+    monkeypatch.setattr(native, "CONNECT_TIMEOUT", 0.5)
+    words = 40
+
+    def slow(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        for index in range(words):
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": f"w{index} "},
+                                  "finish_reason": None}]}
+            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            handler.wfile.flush()
+            time.sleep(0.2)  # 8 s in all; never a stall of model_upstream_timeout
+        end = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        handler.wfile.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+        handler.close_connection = True
+
+    raw = RawUpstream(slow)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay,
+                         model_upstream_timeout=0.5) as sidecar:
+            body = json.dumps({"model": "m", "stream": True, "tools": TOOLS, "messages": [
+                {"role": "user", "content": "final slow"}]}).encode()
+            status, answer = post(sidecar, "/v1/chat/completions", body, {
+                "x-watchdog-agent": "slowfinal", "x-watchdog-budget-tool-calls": "0"})
+            assert status == 200, answer
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+            assert answer.endswith(b"data: [DONE]\n\n")
+            assert all(f"w{index} ".encode() in answer for index in range(words))
+            wait_until(lambda: outcomes(sidecar, "slowfinal") == {"steered": 1.0},
+                       lambda: f"counted: {outcomes(sidecar, 'slowfinal')}")
+    finally:
+        raw.close()
+
+
+def test_a_final_answer_that_stalls_mid_way_is_broken_off(
+        relay: str, tmp_path: Path, released: threading.Event) -> None:
+    """A run's final answer whose upstream sends part of it, then nothing: past
+    ``model_upstream_timeout`` the agent's answer is broken off (what was held, then the
+    connection closed mid-body), on the compiled relay too, which waits on its loopback hop
+    with no bound of its own."""
+    def stalls(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": "partly"},
+                              "finish_reason": None}]}
+        handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        handler.wfile.flush()
+        released.wait(60)
+
+    raw = RawUpstream(stalls)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay,
+                         model_upstream_timeout=0.5) as sidecar:
+            body = json.dumps({"model": "m", "stream": True, "tools": TOOLS, "messages": [
+                {"role": "user", "content": "final stalled"}]}).encode()
+            started = time.monotonic()
+            answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                  b"x-watchdog-agent: stalled\r\n"
+                                  b"x-watchdog-budget-tool-calls: 0\r\nContent-Type: "
+                                  b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                  % (len(body), body))
+            assert time.monotonic() - started < 8
+            assert not answer.endswith(b"<no end>"), answer[-300:]  # closed by the endpoint
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+            assert b"partly" in answer and not answer.endswith(b"0\r\n\r\n"), answer[-300:]
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+    finally:
+        released.set()
+        raw.close()
+
+
+# -- a client that half-closes its connection --------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_client_that_half_closes_after_its_request_gets_its_answer(
+        relay: str, tmp_path: Path, stream: bool) -> None:
+    """RFC 9112 §9.6: a client may end its side of the connection once it has sent its
+    request (``shutdown(SHUT_WR)``); it still gets its whole answer, then the endpoint closes
+    the connection. A request cut short by its client's end is still refused."""
+    def answer(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        time.sleep(0.3)  # (the client has ended its side by now)
+        if not stream:
+            completion_reply(handler, seen)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Length", str(len(STREAM)))
+        handler.end_headers()
+        handler.wfile.write(STREAM)
+
+    raw = RawUpstream(answer)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            body = json.dumps({"model": "m", "stream": stream, "messages": [
+                {"role": "user", "content": "half"}]}).encode()
+            request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            host, port = sidecar.server.addresses["model"]
+            for sent in (request, request[:-5]):
+                with socket.create_connection((host, port), timeout=10) as sock:
+                    sock.sendall(sent)
+                    sock.shutdown(socket.SHUT_WR)
+                    got = b""
+                    while chunk := sock.recv(65536):  # (closed by the endpoint)
+                        got += chunk
+                if sent is request:
+                    assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+                    if stream:  # (as it came, or chunked: its end said)
+                        assert b"data: [DONE]" in got, got[-300:]
+                        assert got.endswith((STREAM, b"\r\n0\r\n\r\n")), got[-300:]
+                    else:
+                        assert got.endswith(COMPLETION), got[-300:]
+                else:  # (its body's end never came: the body could not be read)
+                    assert got.startswith(b"HTTP/1.1 400 "), got[:300]
+                    error = json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]
+                    assert error["message"] == "the request body could not be read", error
+            assert len(raw.seen) == 1
+    finally:
+        raw.close()
+
+
+STREAM = (b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+          b'"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+
+
 # -- Host --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hosts", [b"", b"Host: a\r\nHost: b\r\n"], ids=["none", "two"])
 def test_an_http11_request_without_one_host_header_is_400(
-        tmp_path: Path, upstream_ok: RawUpstream, hosts: bytes) -> None:
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, hosts: bytes) -> None:
     """RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host header; one with none or two
     is refused 400 and reaches nothing (HTTP/1.0 needs none)."""
-    with sidecar_for(tmp_path, upstream_ok) as sidecar:
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay) as sidecar:
         body = b'{"model":"m","messages":[]}'
         answer = raw_exchange(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\n" + hosts
                               + b"Content-Type: application/json\r\nContent-Length: %d\r\n"
@@ -212,14 +407,47 @@ def test_an_http11_request_without_one_host_header_is_400(
         assert len(upstream_ok.seen) == 1
 
 
+# -- what is not an HTTP/1.1 request ----------------------------------------------------------
+
+@pytest.mark.parametrize("sent", [
+    b"GARBAGE\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 10_000 + b"\r\n"
+    b"Connection: close\r\nContent-Length: 2\r\n\r\n{}",
+], ids=["request_line", "header", "long_header"])
+def test_what_is_not_an_http11_request_is_refused_in_the_apis_error_shape(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, sent: bytes) -> None:
+    """A malformed request line or header, or a header line past aiohttp's limit (8,190
+    bytes): the aiohttp relay refuses it in the model API's error shape, as the endpoint's
+    other refusals; the compiled relay's server (hyper) a malformed one with a status and no
+    body, and it takes a header of that length (docs/model-endpoint.md). Both close the
+    connection after a refusal, and nothing reaches the upstream."""
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay) as sidecar:
+        answer = raw_exchange(sidecar, sent)
+        if relay == "native" and b"X-Long" in sent:  # (hyper's limit is the whole head's)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+            return
+        assert not answer.endswith(b"<no end>"), answer[-200:]
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] in (b"400", b"431"), head
+        if relay == "python":
+            assert b"Content-Type: application/json" in head, head
+            error = json.loads(body)["error"]
+            assert error["code"] in ("bad_request", "request_header_fields_too_large")
+            assert error["message"].startswith("the request could not be read as HTTP/1.1")
+        else:
+            assert body == b"", body[:200]
+        assert upstream_ok.seen == []
+
+
 # -- refusals counted under their agent ----------------------------------------------------------
 
 def test_a_refused_request_is_counted_under_the_agent_it_names(
-        tmp_path: Path, upstream_ok: RawUpstream) -> None:
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream) -> None:
     """A request the endpoint refuses itself (too large here) is counted under its
     ``x-watchdog-agent``, not as an unknown agent's; one whose header is no name the endpoint
     takes, under ``model_agent_name``."""
-    with sidecar_for(tmp_path, upstream_ok, model_max_body_bytes=100,
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_max_body_bytes=100,
                      model_agent_name="the-pod") as sidecar:
         big = json.dumps({"model": "m", "messages": [{"role": "user",
                                                       "content": "x" * 200}]}).encode()

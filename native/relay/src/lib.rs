@@ -170,10 +170,30 @@ struct Ticket {
     started: Instant,
     status: u16,
     content_type: String,
-    observed: Option<BytesMut>,
+    observed: Option<Observed>,
     changed: bool,
     /// The API of an observed response, read here when it is a successful stream.
     api: Option<Api>,
+}
+
+/// What a response's observer holds: the bytes copied as they pass (bounded), or a whole
+/// response read first: the bytes the client gets (shared, not copied: a whole response is
+/// held once) or, for a compressed one, inflated.
+enum Observed {
+    Passing(BytesMut),
+    Whole(Bytes),
+}
+
+/// What the observer of a whole response read first holds: for a plain one the very bytes
+/// the client gets, for a gzip or deflate one its inflated bytes (at most `limit`); None:
+/// it cannot be read (another coding, not valid data of its own, or too long once inflated).
+fn whole_observed(read: &Bytes, coding: Coding, limit: usize) -> Option<Observed> {
+    match coding {
+        Coding::Identity => Some(Observed::Whole(read.clone())),
+        Coding::Other => None,
+        _ => inflate::inflate_whole(read, coding, limit).ok()
+            .map(|text| Observed::Whole(Bytes::from(text))),
+    }
 }
 
 impl Ticket {
@@ -183,7 +203,10 @@ impl Ticket {
         }
         self.ended = true;
         if self.notify {
-            let body = self.observed.take().map(BytesMut::freeze);
+            let body = self.observed.take().map(|observed| match observed {
+                Observed::Passing(bytes) => bytes.freeze(),
+                Observed::Whole(bytes) => bytes,
+            });
             let seen = match (&body, self.api) {
                 (Some(data), Some(api)) if (200..300).contains(&self.status)
                     && is_stream(&self.content_type) =>
@@ -220,8 +243,8 @@ struct RelayBody {
     /// The upstream failed once the answer had begun: after what was held, the answer is
     /// broken off (the connection closed mid-body), so the client sees it cut, not ended.
     failed: bool,
-    /// Some of it was handed to hyper (its head has gone, or goes with it).
-    begun: bool,
+    /// The failure has waited one poll, for hyper to write what it holds first.
+    paused: bool,
 }
 
 impl RelayBody {
@@ -241,7 +264,7 @@ impl RelayBody {
     fn read(&mut self, piece: &[u8]) -> Result<Option<Vec<u8>>, trim::Unjudged> {
         if let Some(ticket) = self.ticket.as_mut() {
             let limit = ticket.shared.observe_limit;
-            if let Some(seen) = ticket.observed.as_mut() {
+            if let Some(Observed::Passing(seen)) = ticket.observed.as_mut() {
                 if seen.len() + piece.len() <= limit {
                     seen.extend_from_slice(piece);
                 } else {
@@ -318,7 +341,6 @@ impl Body for RelayBody {
         let this = &mut *self;
         loop {
             if let Some(bytes) = this.whole.take() {
-                this.begun = true;
                 if this.upstream.is_none() {
                     if let Some(ticket) = this.ticket.as_mut() {
                         ticket.end("ok"); // the last bytes: told before the client has them
@@ -327,9 +349,10 @@ impl Body for RelayBody {
                 return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             let Some(upstream) = this.upstream.as_mut() else {
-                if this.failed && !std::mem::replace(&mut this.begun, true) {
-                    // nothing sent yet: hyper is let send the head first (it flushes when the
-                    // body is pending), so the client sees its answer cut short, not no answer
+                if this.failed && !std::mem::replace(&mut this.paused, true) {
+                    // hyper is let write the head and what it holds of the body first (it
+                    // flushes when the body is pending; an error would drop them), so the
+                    // client sees its answer cut short, not no answer
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
@@ -374,7 +397,6 @@ impl Body for RelayBody {
                     if out.is_empty() {
                         continue; // an event left out: nothing to send yet
                     }
-                    this.begun = true;
                     return Poll::Ready(Some(Ok(Frame::data(out))));
                 }
                 Poll::Ready(Some(Err(_))) => {
@@ -427,7 +449,7 @@ fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Respon
     let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
                                                   ticket: Some(ticket), trim: None,
                                                   watch: None, inflate: None, failed: false,
-                                                  begun: false });
+                                                  paused: false });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -618,7 +640,9 @@ const MAX_REFUSAL_BYTES: usize = 64 * 1024;
 /// they are all of it (the rest is still the response's).
 async fn read_upto(upstream: &mut reqwest::Response, limit: usize)
                    -> Result<(Bytes, bool), reqwest::Error> {
-    let mut read = BytesMut::new();
+    // the length said, reserved at once: the buffer is not grown (and copied) as it fills
+    let said = upstream.content_length().map_or(0, |length| length.min(limit as u64 + 1));
+    let mut read = BytesMut::with_capacity(said as usize);
     while read.len() <= limit {
         match upstream.chunk().await? {
             Some(chunk) => read.extend_from_slice(&chunk),
@@ -659,7 +683,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     let status = upstream.status();
     ticket.status = status.as_u16();
     if observe {
-        ticket.observed = Some(BytesMut::new());
+        ticket.observed = Some(Observed::Passing(BytesMut::new()));
         ticket.api = trim.map(|trim| trim.api).or(watch);
     }
     let kind = upstream.headers().get("content-type")
@@ -674,7 +698,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
     let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
                                watch: None, inflate: None, failed: false,
-                               begun: false };
+                               paused: false };
     match trim {
         // a whole successful response observed: read first (bounded), as the aiohttp relay
         // reads it, so one that stalls or breaks off before its end is a 504 or 502, never a
@@ -690,10 +714,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                     return Err((ticket, kind, detail));
                 }
             };
-            ticket.observed = if !whole || coding == Coding::Other { None }
-                else if coding == Coding::Identity { Some(BytesMut::from(&read[..])) }
-                else { inflate::inflate_whole(&read, coding, limit).ok()
-                           .map(|text| BytesMut::from(&text[..])) };
+            ticket.observed = if whole { whole_observed(&read, coding, limit) } else { None };
             body.whole = Some(read);
             if !whole {
                 body.upstream = Some(upstream.into());
@@ -761,7 +782,7 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                 }
             };
             if observe {
-                ticket.observed = Some(BytesMut::from(&text[..]));
+                ticket.observed = Some(Observed::Whole(text.clone())); // (held once)
             }
             let out = match trim::trim_whole(api, &text, keep, &shared.answers()) {
                 Ok(Some(trimmed)) => {
@@ -782,9 +803,6 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
     *response.headers_mut() = headers;
     Ok(response)
 }
-
-/// What the loopback relay's client waits past its connect and read timeouts.
-const LOOPBACK_SLACK: Duration = Duration::from_secs(5);
 
 /// The error's kind, never its text (which may name the URL or what the server said).
 fn error_kind(error: &reqwest::Error) -> String {
@@ -825,13 +843,9 @@ impl Relay {
         let read = seconds(read_timeout, "read_timeout")?;
         // Python's word comes at once: this bound is a backstop, never met by a busy loop
         let decide_timeout = seconds(connect_timeout, "connect_timeout")? + read;
-        // this process's own loopback relay answers within its own connect and read timeouts
-        // (a 504 or 502 of its own when the upstream does not): it is given those and more
-        let loopback_timeout = decide_timeout + LOOPBACK_SLACK;
-        let builder = |read: Duration| -> PyResult<reqwest::ClientBuilder> {
+        let builder = || -> PyResult<reqwest::ClientBuilder> {
             Ok(reqwest::Client::builder()
                 .connect_timeout(seconds(connect_timeout, "connect_timeout")?)
-                .read_timeout(read)
                 .redirect(reqwest::redirect::Policy::none())
                 .pool_idle_timeout(Duration::from_secs(60))
                 .pool_max_idle_per_host(max_concurrent)
@@ -841,8 +855,13 @@ impl Relay {
         let failed = |error: reqwest::Error| {
             PyOSError::new_err(format!("the relay's HTTP client: {error}"))
         };
-        let client = builder(read)?.build().map_err(failed)?;
-        let direct = builder(loopback_timeout)?.no_proxy().build().map_err(failed)?;
+        // the upstream: `read` is the longest wait for its head, and between its body's bytes
+        let client = builder()?.read_timeout(read).build().map_err(failed)?;
+        // this process's own loopback relay (a run's final request, its answer held until it
+        // ends): no wait of its own, so a final answer that keeps coming is never cut however
+        // long it is; the loopback relay bounds what it waits for itself (the upstream's
+        // connect and read timeouts: a 504 or 502 of its own when the upstream stalls)
+        let direct = builder()?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1)).thread_name("watchdog-relay").enable_all().build()
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
@@ -1125,7 +1144,10 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
             // keep-alive connection idle that long is closed: aiohttp's closes at 75 s)
             let head_timeout = shared.body_timeout;
             let service = service_fn(move |request| handle(shared.clone(), request));
+            // a client may end its side once its request is sent (RFC 9112 §9.6): its answer
+            // still goes to it (a client that closed is told apart when its answer is written)
             let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
+                .half_close(true)
                 .timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), service).await;
         });
@@ -1169,4 +1191,31 @@ async fn refuse_http2(mut stream: tokio::net::TcpStream) {
 fn _relay(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Relay>()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_plain_response_is_held_once() {
+        // what the observer holds of a plain whole response is the client's bytes, not a copy
+        let read = Bytes::from(vec![b'x'; 1 << 20]);
+        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Identity, 1 << 21)
+            else { panic!("a plain whole response is observed") };
+        assert_eq!(seen.as_ptr(), read.as_ptr());
+        assert_eq!(seen.len(), read.len());
+        assert!(whole_observed(&read, Coding::Other, 1 << 21).is_none());
+        assert!(whole_observed(&read, Coding::Gzip, 1 << 21).is_none()); // not gzip data
+    }
+
+    #[test]
+    fn a_whole_compressed_response_is_observed_inflated() {
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gzip.write_all(b"{\"id\":\"r1\"}").unwrap();
+        let read = Bytes::from(gzip.finish().unwrap());
+        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Gzip, 1 << 20)
+            else { panic!("a gzip whole response is observed") };
+        assert_eq!(&seen[..], b"{\"id\":\"r1\"}");
+    }
 }

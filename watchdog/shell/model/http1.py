@@ -2,7 +2,17 @@
 client that starts with HTTP/2's connection preface instead (prior knowledge) is told so in its
 own protocol (RFC 9113 §3.4, §7): the server's SETTINGS, then GOAWAY with ``HTTP_1_1_REQUIRED``
 and a line saying why, after which the connection closes. The compiled relay answers with the
-same bytes (``native/relay/src/lib.rs``)."""
+same bytes (``native/relay/src/lib.rs``).
+
+A client may end its side of the connection once it has sent its request (RFC 9112 §9.6,
+``shutdown(SHUT_WR)``): the requests it sent are answered, then the connection closes; a body
+its end cut short fails to be read (a 400, as on the compiled relay). aiohttp would close the
+connection at once (its handler's ``eof_received``), and cancel the request's handler.
+
+aiohttp's own refusals, of what it cannot read as an HTTP/1.1 request (a malformed request line
+or header, a line past its limits) or of a request whose handler failed, answer in the model
+API's error shape, as the endpoint's other refusals do (:class:`_ModelRequests`), not in plain
+text."""
 
 from __future__ import annotations
 
@@ -10,7 +20,11 @@ import asyncio
 from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.messages import MessagesWire
+from watchdog.core.model.wire import dumps
 from watchdog.shell.connections import Wrapped
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -20,6 +34,11 @@ H2_REFUSAL = (bytes(3) + b"\x04\x00" + bytes(4)
               + (8 + len(_WHY)).to_bytes(3, "big") + b"\x07\x00" + bytes(4)
               + bytes(4) + (0xD).to_bytes(4, "big") + _WHY)
 LINGER = 1.0  # seconds the refused client gets to close first (its bytes are read, unused)
+
+
+class EndedEarly(ConnectionResetError):
+    """What reading a request's body meets when its client ended its side of the connection
+    before the body's end."""
 
 
 class Http1Runner(web.AppRunner):
@@ -33,7 +52,38 @@ class Http1Runner(web.AppRunner):
 
 class _Http1Server(web.Server):
     def __call__(self) -> Any:  # the protocol factory of every accepted connection
-        return _Http1Only(super().__call__())
+        handler = super().__call__()
+        handler.__class__ = _ModelRequests
+        return _Http1Only(handler)
+
+
+# aiohttp's refusals by status: their code in the API's error shape
+_CODES = {400: "bad_request", 413: "request_too_large", 414: "uri_too_long",
+          431: "request_header_fields_too_large", 500: "internal_error"}
+_MAX_SAID = 300  # characters of what aiohttp says of a request it could not read
+
+
+class _ModelRequests(RequestHandler):
+    """aiohttp's request handler whose own refusals answer in the model API's error shape."""
+
+    __slots__ = ()
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # logged (raises if one began)
+        if status >= 500:
+            said = "the model endpoint failed on this request"
+        else:
+            said = "the request could not be read as HTTP/1.1"
+            if message:
+                said += f": {message[:_MAX_SAID]}"
+        code = _CODES.get(status, "bad_request" if status < 500 else "internal_error")
+        path = request.path.rstrip("/") if status >= 500 else ""  # (else it has none)
+        wire = MessagesWire() if path.endswith("/v1/messages") else ChatWire()
+        response = web.Response(status=status, body=dumps(wire.error(status, code, said)),
+                                content_type="application/json")
+        response.force_close()
+        return response
 
 
 class _Http1Only(Wrapped):
@@ -41,13 +91,14 @@ class _Http1Only(Wrapped):
     preface: then refused, what the client still sends read and dropped, and closed when the
     client ends or after ``LINGER`` seconds (the handler is told when the connection is lost)."""
 
-    __slots__ = ("first", "refused", "transport")
+    __slots__ = ("first", "payload", "refused", "transport")
 
     def __init__(self, handler: asyncio.Protocol) -> None:
         super().__init__(handler)
         self.transport: asyncio.Transport | None = None
         self.first = True
         self.refused = False
+        self.payload: Any = None  # the body of the last request read (a StreamReader)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -65,9 +116,25 @@ class _Http1Only(Wrapped):
                     transport.write_eof()
                 asyncio.get_running_loop().call_later(LINGER, transport.close)
         if not self.refused:
+            messages = cast(Any, self.handler)._messages  # (the requests read, not yet taken)
+            read = len(messages)
             self.handler.data_received(data)
+            if len(messages) > read:
+                self.payload = messages[-1][1]
 
     def eof_received(self) -> bool | None:
         if self.refused:
             return False  # the transport closes
-        return self.handler.eof_received()
+        handler: Any = self.handler  # (aiohttp's RequestHandler: what it holds, read here)
+        # (a request taken and not yet answered: between the two, the handler's loop waits
+        # for nothing; once it has answered all, it waits for the next request)
+        busy = handler._messages or handler._request_in_progress or (
+            handler._waiter is None and handler._request_count > 0)
+        if not busy:
+            return self.handler.eof_received()  # idle (or amid a head): the transport closes
+        # the client ended its side after its request: answered, then the connection closes
+        handler.close()
+        if self.payload is not None and not self.payload.is_eof():  # a body its end cut short
+            self.payload.set_exception(EndedEarly(
+                "the client ended its side of the connection before the request's end"))
+        return True  # its side stays open for the answer

@@ -420,12 +420,15 @@ class NativeEndpoint:
             if outcome == "cancelled":
                 proxy.count(agent, plan.api, "cancelled")
                 return
-            if outcome == "cut":
+            if outcome == "cut":  # (an answer broken off: the upstream's failure)
                 log.warning("model upstream response cut short")
+                if exchange is not None:
+                    exchange.broke = True
             if proxy.metrics is not None:
                 proxy.metrics.model_upstream(plan.api, seconds)
             if exchange is None or not 200 <= status < 300:
-                proxy.count(agent, plan.api, "passed" if status < 400 else "upstream_error")
+                proxy.count(agent, plan.api, "passed" if status < 400 and outcome != "cut"
+                            else "upstream_error")
             else:
                 proxy.count(agent, plan.api, exchange.outcome)
         finally:

@@ -76,6 +76,7 @@ from watchdog.shell.model.headers import (
     proxy_for,
     request_headers,
 )
+from watchdog.shell.model.http1 import EndedEarly
 from watchdog.shell.model.plans import (
     JSON,
     REFUSED_USAGE_STATUSES,
@@ -540,13 +541,16 @@ class ModelProxy:
                        exchange: Exchange | None) -> tuple[web.StreamResponse, str]:
         """The upstream's response passed on (observed, trimmed) and its outcome."""
         if exchange is None or not 200 <= upstream.status < 300:
-            outcome = "passed" if upstream.status < 400 else "upstream_error"
-            if exchange is None or not refused(upstream.status):
-                return await relay(request, upstream), outcome
-            data, _ = await read_upto(upstream, MAX_REFUSAL_READ)
-            response = await relay(request, upstream, data)
-            self.observe_refused(exchange, upstream.status, data, upstream.headers)
-            return response, outcome
+            data = None
+            if exchange is not None and refused(upstream.status):
+                data, _ = await read_upto(upstream, MAX_REFUSAL_READ)
+            passed = await relay(request, upstream, data)
+            if data is not None:
+                assert exchange is not None
+                self.observe_refused(exchange, upstream.status, data, upstream.headers)
+            # (an answer the upstream broke off: its failure)
+            failed = upstream.status >= 400 or passed.broken
+            return passed, "upstream_error" if failed else "passed"
         if upstream.content_type == "text/event-stream":
             response = await relay_stream(self, request, upstream, exchange)
         else:
@@ -722,6 +726,9 @@ class ModelProxy:
                         raise self.too_large(limit)
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
+        except EndedEarly:  # its client ended its side of the connection before its end
+            raise Refused(400, "bad_request", "the request body could not be read",
+                          {"Connection": "close"}) from None
         return bytes(data)
 
     def count(self, agent: str | None, api: str, outcome: str) -> None:

@@ -60,9 +60,9 @@ GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
 async def relay(request: web.Request, upstream: aiohttp.ClientResponse,
-                read: bytes | None = None) -> web.StreamResponse:
+                read: bytes | None = None) -> _Relayed:
     """Status, headers and body as they come, chunk by chunk (``read``: what was read of the
-    body already)."""
+    body already); its ``broken``: the upstream failed once it had begun."""
     response = _Relayed(status=upstream.status, reason=upstream.reason,
                         headers=response_headers(upstream.headers, False))
     if upstream.content_length is not None:
@@ -70,7 +70,7 @@ async def relay(request: web.Request, upstream: aiohttp.ClientResponse,
     await response.prepare(request)
     # the head, with what came with it
     await response.write(_buffered(upstream) if read is None else read)
-    await pump(request, upstream, response)
+    response.broken = await pump(request, upstream, response)
     return response
 
 
@@ -86,19 +86,20 @@ async def read_upto(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes
     return bytes(buffer), False
 
 async def pump(request: web.Request, upstream: aiohttp.ClientResponse,
-               response: web.StreamResponse) -> None:
+               response: web.StreamResponse) -> bool:
     """The rest of the upstream's body as it comes; an upstream that fails once the answer has
-    begun breaks it off there (:func:`_break_off`)."""
+    begun breaks it off there (:func:`_break_off`): True."""
     try:
         async for chunk in _chunks(upstream):
             if upstream.content.at_eof():  # the last bytes: with the end, one write
                 await response.write_eof(chunk)
-                return
+                return False
             await response.write(chunk)
     except UpstreamCut:
         _break_off(request)
-        return
+        return True
     await response.write_eof()
+    return False
 
 async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
                       exchange: Exchange) -> web.StreamResponse:
@@ -111,12 +112,12 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
     if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
         if keep is not None:
             raise Unjudged("too long to read")
-        return await relay(request, upstream)
+        return _passed(exchange, await relay(request, upstream))
     data, whole = await read_upto(upstream, MAX_RESPONSE_BYTES)
     if not whole:  # no length said: too long to read, passed on as it comes
         if keep is not None:
             raise Unjudged("too long to read")
-        return await relay(request, upstream, data)
+        return _passed(exchange, await relay(request, upstream, data))
     coding = coding_of(upstream.headers)
     text: bytes | None = data
     if coding not in IDENTITY:
@@ -149,6 +150,14 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         proxy.observed(exchange, handed, seen)
     return web.Response(status=upstream.status, body=data,
                         headers=response_headers(upstream.headers, changed))
+
+
+def _passed(exchange: Exchange, response: _Relayed) -> _Relayed:
+    """A whole response too long to read, passed on unread: one the upstream broke off
+    counts as its failure (``Exchange.outcome``), as a shorter one does."""
+    exchange.broke = response.broken
+    return response
+
 
 async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
                         exchange: Exchange) -> web.StreamResponse:
@@ -343,6 +352,7 @@ class _Relayed(web.StreamResponse):
     connection (which is how such a client knows its end)."""
 
     _send_headers_immediately = False  # aiohttp's own switch (web.Response's default)
+    broken = False  # the upstream failed once the answer had begun: it was broken off
 
     async def prepare(self, request: web.BaseRequest) -> Any:
         if request.version < aiohttp.HttpVersion11 and self.content_length is None:
