@@ -9,45 +9,17 @@
 // `lg_researcher` on FAKE_LLM_MODEL-sub; `managed_config`: the same, the tool passing its config
 // to the sub-agent's invoke). With RECORD_SPANS set, every span is also appended
 // there as one OTLP/JSON export request per line.
-import { appendFileSync } from "node:fs";
-
 import { LangChainInstrumentation } from "@arizeai/openinference-instrumentation-langchain";
 import * as CallbackManagerModule from "@langchain/core/callbacks/manager";
 import { tool } from "@langchain/core/tools";
 import { createReactAgent } from "@langchain/langgraph/prebuilt";
 import { ChatOpenAI } from "@langchain/openai";
-import { type ExportResult, ExportResultCode } from "@opentelemetry/core";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
-import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import {
-  BatchSpanProcessor,
-  NodeTracerProvider,
-  type ReadableSpan,
-  SimpleSpanProcessor,
-  type SpanExporter,
-  type SpanProcessor,
-} from "@opentelemetry/sdk-trace-node";
+import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 import { z } from "zod";
+import { spanProcessors } from "./recording.ts";
 
-class JsonLinesExporter implements SpanExporter {
-  constructor(private readonly path: string) {}
-
-  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
-    const body = JsonTraceSerializer.serializeRequest(spans);
-    if (body !== undefined) appendFileSync(this.path, Buffer.from(body).toString("utf8") + "\n");
-    done({ code: ExportResultCode.SUCCESS });
-  }
-
-  async shutdown(): Promise<void> {}
-}
-
-const processors: SpanProcessor[] = [
-  new BatchSpanProcessor(new OTLPTraceExporter(), { scheduledDelayMillis: 50 }),
-];
-if (process.env.RECORD_SPANS) {
-  processors.push(new SimpleSpanProcessor(new JsonLinesExporter(process.env.RECORD_SPANS)));
-}
+const processors = spanProcessors();
 const provider = new NodeTracerProvider({
   resource: resourceFromAttributes({ "service.name": "langgraphjs-service" }),
   spanProcessors: processors,

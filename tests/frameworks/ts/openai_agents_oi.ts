@@ -12,45 +12,17 @@
 // also appended there as one OTLP/JSON export request per line.
 // It prints one JSON line last: {"ran": [the keys its tool ran with], "output": the answer,
 // "error": the run's error's class name or null}.
-import { appendFileSync } from "node:fs";
-
 import { OpenAIAgentsInstrumentation } from "@arizeai/openinference-instrumentation-openai-agents";
 import * as agents from "@openai/agents";
-import { type ExportResult, ExportResultCode } from "@opentelemetry/core";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
-import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import {
-  BatchSpanProcessor,
-  NodeTracerProvider,
-  type ReadableSpan,
-  SimpleSpanProcessor,
-  type SpanExporter,
-  type SpanProcessor,
-} from "@opentelemetry/sdk-trace-node";
+import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 import OpenAI from "openai";
 import { z } from "zod";
+import { spanProcessors } from "./recording.ts";
 
 const { Agent, run, setDefaultOpenAIClient, tool } = agents;
 
-class JsonLinesExporter implements SpanExporter {
-  constructor(private readonly path: string) {}
-
-  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
-    const body = JsonTraceSerializer.serializeRequest(spans);
-    if (body !== undefined) appendFileSync(this.path, Buffer.from(body).toString("utf8") + "\n");
-    done({ code: ExportResultCode.SUCCESS });
-  }
-
-  async shutdown(): Promise<void> {}
-}
-
-const processors: SpanProcessor[] = [
-  new BatchSpanProcessor(new OTLPTraceExporter(), { scheduledDelayMillis: 50 }),
-];
-if (process.env.RECORD_SPANS) {
-  processors.push(new SimpleSpanProcessor(new JsonLinesExporter(process.env.RECORD_SPANS)));
-}
+const processors = spanProcessors();
 const provider = new NodeTracerProvider({
   resource: resourceFromAttributes({ "service.name": "openai-agents-js-service" }),
   spanProcessors: processors,

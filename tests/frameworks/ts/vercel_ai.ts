@@ -10,56 +10,27 @@
 // FAKE_LLM_MODEL-sub) with `lookup`. With RECORD_SPANS set to a
 // path, every span is also appended there as one OTLP/JSON export request per line.
 // It prints one JSON line last: {"ran": [the keys its tool ran with], "output": the text}.
-import { appendFileSync } from "node:fs";
-
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
-import { type ExportResult, ExportResultCode } from "@opentelemetry/core";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
-import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import {
-  BatchSpanProcessor,
-  NodeTracerProvider,
-  type ReadableSpan,
-  SimpleSpanProcessor,
-  type SpanExporter,
-  type SpanProcessor,
-} from "@opentelemetry/sdk-trace-node";
+import { NodeTracerProvider, type ReadableSpan } from "@opentelemetry/sdk-trace-node";
 import { generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
+import { spanProcessors } from "./recording.ts";
 
 const AGENT = "vercel_researcher"; // the telemetry's functionId
 const SUB_AGENT = "vercel_sub";
 const STEP_LIMIT = 5;
 
-class JsonLinesExporter implements SpanExporter {
-  constructor(private readonly path: string) {}
-
-  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
-    const body = JsonTraceSerializer.serializeRequest(spans);
-    if (body !== undefined) appendFileSync(this.path, Buffer.from(body).toString("utf8") + "\n");
-    done({ code: ExportResultCode.SUCCESS });
-  }
-
-  async shutdown(): Promise<void> {}
-}
-
 // streamText ends its root span after the text is read (after onFinish): the driver waits for
 // it before it shuts the exporters down
 let rootEnded: () => void = () => {};
 const rootSpanEnded = new Promise<void>((resolve) => { rootEnded = resolve; });
-const processors: SpanProcessor[] = [
-  new BatchSpanProcessor(new OTLPTraceExporter(), { scheduledDelayMillis: 50 }),
-  {
-    onStart: () => {},
-    onEnd: (span: ReadableSpan) => { if (span.parentSpanContext === undefined) rootEnded(); },
-    forceFlush: async () => {},
-    shutdown: async () => {},
-  },
-];
-if (process.env.RECORD_SPANS) {
-  processors.push(new SimpleSpanProcessor(new JsonLinesExporter(process.env.RECORD_SPANS)));
-}
+const processors = spanProcessors({
+  onStart: () => {},
+  onEnd: (span: ReadableSpan) => { if (span.parentSpanContext === undefined) rootEnded(); },
+  forceFlush: async () => {},
+  shutdown: async () => {},
+});
 const provider = new NodeTracerProvider({
   resource: resourceFromAttributes({ "service.name": "vercel-ai-service" }),
   spanProcessors: processors,
