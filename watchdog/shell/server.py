@@ -128,7 +128,10 @@ class Server:
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
         metrics.read_live_runs(service.live_runs, service.now)
-        restored = await asyncio.to_thread(service.restore)
+        # the runs decided on since the last flush, as their directives were decided: what a
+        # crash before that flush would otherwise lose (a directive without its run)
+        decided = await asyncio.to_thread(directive_store.run_snapshots)
+        restored = await asyncio.to_thread(service.restore, decided)
         # What already fired for the runs still open: nothing fires twice, grace continues,
         # and a run stopped just before a crash keeps the terminal state the rule decided.
         fired = await outbox.restore(service.active_keys())
