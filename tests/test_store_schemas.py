@@ -5,7 +5,8 @@ workload's misbehaving agents through the real core, runs, activity, a session, 
 with report prompts' facts, webhook deliveries and an ack) with what it read back from it
 (``expected.json``). This build migrates the files when it opens them (state schema 4 → 5:
 activity chunks into a rowid table; directives 1 → 2: records as MessagePack, a
-``terminal_state`` column; 2 → 3: the runs' snapshots stored with their directives) and must read back the same, then keep writing into them."""
+``terminal_state`` column; 2 → 3: the runs' snapshots stored with their directives) and must
+read back the same, then keep writing into them."""
 
 from __future__ import annotations
 

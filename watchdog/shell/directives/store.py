@@ -56,14 +56,17 @@ from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.state.store import (
     ROWS_PER_STATEMENT,
+    StateFileUnreadable,
     codecs,
     encode_json,
     execute_rows,
     rows_statement,
+    unreadable_file,
 )
 
 SCHEMA_VERSION = 3
 DB_FILE = "directives.sqlite3"
+HELD = "directives, acks and webhook deliveries"  # what the file holds
 MEMORY = ":memory:"
 MAX_DIRECTIVES_STORED = 100_000  # oldest directives of ended runs beyond this are pruned
 MAX_ERROR_CHARS = 500  # last_error kept per delivery
@@ -277,19 +280,27 @@ class DirectiveStore:
     def __init__(self, state_dir: str) -> None:
         if state_dir == MEMORY:
             target = MEMORY
+            self.path: Path | None = None
         else:
             directory = Path(state_dir)
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise DirectiveStoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
-            target = str(directory / DB_FILE)
+            self.path = directory / DB_FILE
+            target = str(self.path)
+        self._checkpointer: _Connection | None = None
+        opened: list[_Connection] = []
         try:
             self._writer = _Connection(target)
+            opened.append(self._writer)
             db = self._writer.db
+            # read before anything is written: a file that is no database, or a damaged one,
+            # is refused as it is (StateFileUnreadable)
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise DirectiveStoreError(
                     f"{target} has schema version {version}; this build knows {SCHEMA_VERSION}: "
@@ -301,20 +312,27 @@ class DirectiveStore:
             else:
                 _migrate(db, version)
             self._reader = self._writer if target == MEMORY else _Connection(target)
-            self._checkpointer: _Connection | None = None
+            opened.append(self._reader)
             # the writer's total_changes when the log was last copied whole (-1: not yet)
             self._copied_changes = -1
             if target != MEMORY:
                 self._reader.db.execute("PRAGMA query_only=ON")
                 db.execute("PRAGMA wal_autocheckpoint=0")
                 self._checkpointer = _Connection(target)
+                opened.append(self._checkpointer)
                 # what the schema (or a process before) left in the log, copied now, before
                 # anything else uses the store: the checkpoints then skip while nothing is
                 # written, and the checkpointer's connection stays unused (its page cache,
                 # some 0.1 MB) until something is
                 self._copied(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone(),
                              db.total_changes)
-        except sqlite3.Error as exc:
+        except BaseException as exc:
+            for connection in {id(c): c for c in opened}.values():
+                connection.db.close()
+            if not isinstance(exc, sqlite3.Error):
+                raise
+            if unreadable_file(exc) and target != MEMORY:
+                raise StateFileUnreadable(target, HELD, exc) from None
             raise DirectiveStoreError(f"state_dir {state_dir!r}: {exc}") from None
 
     def close(self) -> None:
