@@ -163,6 +163,9 @@ class WatchdogService:
         self.queries = RunQueries(self.core, store, self.clock,
                                   self.state.unsaved, self._run_failed,
                                   config.activity_log_size, config.trace_url)
+        # runs first seen before this (the clock's time a flush that stored every changed run
+        # began) are in the store: a directive decided on one needs no snapshot of it
+        self._stored_before = float("-inf")
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
@@ -332,11 +335,13 @@ class WatchdogService:
 
     def _decided_row(self, key: str, step: Step) -> str | None:
         """The run's snapshot as the step that decided on it left it (the runs database's row),
-        to be stored with its directives: the runs are flushed every ``state_flush_interval``,
-        the directive at once, and a crash in between must not keep a directive without its run
-        (nor a stop without its terminal state). The run is dirty too, so the next flush stores
-        it (after which the snapshot stored with the directive is forgotten). None without a
-        sink, or when the snapshot cannot be taken (the failure is counted)."""
+        to be stored with its directives when the runs database may not hold the run yet (it
+        came after the last flush began): the runs are flushed every ``state_flush_interval``,
+        the directive at once, and a crash in between must not keep a directive without its run.
+        (A run the store holds keeps, after a crash, the stop its directives decided:
+        :meth:`restore_forced`.) The run is dirty too, so the next flush stores it (after
+        which the snapshot stored with the directive is forgotten). None when none is needed,
+        or when it cannot be taken (the failure is counted)."""
         if self.sink is None:
             return None
         run = step.dirty.get(key) or self.tracker.get(key)
@@ -344,6 +349,8 @@ class WatchdogService:
             return None
         if key not in step.dirty:
             self.state.take({key: run}, [])
+        if run.first_seen < self._stored_before:  # a flush that began after it has stored it
+            return None
         try:
             return encode_row(run.to_dict())
         except Exception as exc:
@@ -683,9 +690,12 @@ class WatchdogService:
         decided before it began are not needed: forgotten."""
         sink = self.sink
         decided = sink.global_seq if sink is not None else 0  # (read as the flush takes the runs)
+        began = self.clock.now()
         saved = await self.state.save_pending()
-        if saved and decided and sink is not None:
-            await sink.forget_snapshots(decided)
+        if saved:
+            self._stored_before = max(self._stored_before, began)
+            if decided and sink is not None:
+                await sink.forget_snapshots(decided)
         return saved
 
     async def prune_store(self) -> None:

@@ -89,6 +89,9 @@ class Outbox:
         self._idle = asyncio.Event()
         self._idle.set()
         self._global_seq = 0
+        # snapshots stored with directives, perhaps not forgotten yet (True at the start: the
+        # store may hold some from before)
+        self._snapshots_kept = True
         self._run_seq: dict[str, int] = {}
         self._counters_loaded = False
         self._writer: asyncio.Task[None] | None = None
@@ -231,6 +234,8 @@ class Outbox:
         # each run's latest snapshot of the batch, stored with the directives (one transaction)
         runs = list({d.run_id: (d.run_id, d.global_seq, row) for d, row in batch
                      if row is not None}.values())
+        if runs:
+            self._snapshots_kept = True
         delay = 0.05
         while True:
             try:
@@ -313,8 +318,11 @@ class Outbox:
         """The runs database has stored every run decided on up to directive ``up_to``
         (``global_seq``) as it was then or later: their snapshots stored with the directives
         are not needed any more (on the directive lane, after the directives stored before)."""
-        if not self._closed:
-            await self._lane.run(self.store.forget_snapshots, up_to)
+        if self._closed or not self._snapshots_kept:  # none stored since they were forgotten
+            return
+        if not (self._storing or self._pending):  # (else some may be stored after this one)
+            self._snapshots_kept = False
+        await self._lane.run(self.store.forget_snapshots, up_to)
 
     async def prune(self, active_runs: Iterable[str]) -> int:
         """Bound the store (call now and then with the active runs' ids)."""
