@@ -522,19 +522,23 @@ class Store:
             row = self._reader.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
         return decode(row[0]) if row else None
 
-    def list_runs(self, ended: bool | None, agent: str | None, limit: int) -> list[dict[str, Any]]:
-        sql, args = "SELECT data FROM runs WHERE 1=1", list[object]()
-        if ended is not None:
-            sql += " AND ended=?"
-            args.append(int(ended))
+    def list_runs(self, ended: bool, agent: str | None, before: tuple[float, str] | None,
+                  limit: int) -> list[tuple[float, str, dict[str, Any]]]:
+        """At most ``limit`` stored runs as ``(updated, key, snapshot)``, the most recently
+        updated first (ties: the greatest key first), only those below ``before`` (a page's
+        last ``(updated, key)``): one page of a key-set listing (``runs_by_state`` finds it)."""
+        sql, args = "SELECT updated, key, data FROM runs WHERE ended=?", list[object]([int(ended)])
         if agent:
             sql += " AND agent=?"
             args.append(agent)
-        sql += " ORDER BY updated DESC LIMIT ?"
+        if before is not None:
+            sql += " AND (updated < ? OR (updated = ? AND key < ?))"
+            args.extend((before[0], before[0], before[1]))
+        sql += " ORDER BY updated DESC, key DESC LIMIT ?"
         args.append(limit)
         with self._read_lock:
             rows = self._reader.execute(sql, args).fetchall()
-        return [decode(row[0]) for row in rows]
+        return [(float(updated), key, _row_or_key(key, data)) for updated, key, data in rows]
 
     def child_runs(self, parent: str, limit: int) -> list[dict[str, Any]]:
         """Stored runs whose ``parent_run`` is ``parent`` (a scan: read per detail request)."""
@@ -571,6 +575,16 @@ class Store:
                     break
         newest = sorted(entries)[-limit:]
         return [entries[seq] for seq in newest]
+
+
+def _row_or_key(key: str, data: str) -> dict[str, Any]:
+    """A stored run's snapshot; one that is not JSON (damaged on disk) as its key alone, which
+    the reader cannot make a run of (it is counted, and the others are read)."""
+    try:
+        row = decode(data)
+    except ValueError:
+        return {"key": key}
+    return row if isinstance(row, dict) else {"key": key}
 
 
 _UPSERT_SESSION_HEAD = "INSERT INTO sessions (id, updated, data)"
