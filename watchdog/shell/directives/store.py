@@ -92,12 +92,13 @@ CREATE TABLE IF NOT EXISTS directives (
 );
 """
 
+# (a rowid table: a snapshot is a few KiB, more than a WITHOUT ROWID table's row should be)
 _SNAPSHOTS_TABLE = """
 CREATE TABLE IF NOT EXISTS run_snapshots (
     run_id TEXT PRIMARY KEY,
     global_seq INTEGER NOT NULL,
     data TEXT NOT NULL
-) WITHOUT ROWID;
+);
 """
 
 _SCHEMA = _DIRECTIVES_TABLE + _SNAPSHOTS_TABLE + """
