@@ -136,8 +136,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10_000, help="background spans/s")
     parser.add_argument("--probes", type=int, default=500)
     parser.add_argument("--batch", type=int, default=128, help="spans per background request")
+    parser.add_argument("--tree", help="the source tree the sidecar runs from (a baseline "
+                                       "build: run it and this one in turn, same load)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as state, sidecar(state) as proc:
+    with tempfile.TemporaryDirectory() as state, sidecar(state, args.tree) as proc:
         result = asyncio.run(measure(proc["ports"], args.probes, args.rate, args.batch))
     print(f"directive latency, export received -> visible on SSE, background {args.rate:,.0f} "
           f"spans/s ({args.batch}-span requests), default rule pack, {result['probes']} probes:")

@@ -183,6 +183,33 @@ def test_a_batch_without_deliveries_is_one_statement_and_still_told_apart(
     store.close()
 
 
+@pytest.mark.parametrize("hooks", [[], ["hook-a"]], ids=["alone", "with-deliveries"])
+def test_runs_snapshots_go_with_their_directives_and_are_forgotten_after_a_flush(
+        tmp_path: Path, hooks: list[str]) -> None:
+    store = DirectiveStore(str(tmp_path))
+    store.add_many([(directive(1, 1, dedup_key="a"), hooks),
+                    (directive(1, 2, run_key="run-2", dedup_key="a"), hooks)],
+                   runs=[("run-1", 1, '{"key":"run-1","spans":3}'),
+                         ("run-2", 2, '{"key":"run-2","spans":1}')])
+    # a later decision's snapshot replaces the run's; an earlier one never does
+    store.add_many([(directive(2, 3, dedup_key="b"), hooks)],
+                   runs=[("run-1", 3, '{"key":"run-1","spans":5}')])
+    store.add_many([(directive(3, 4, dedup_key="c"), hooks)],
+                   runs=[("run-1", 2, '{"key":"run-1","spans":4}')])
+    assert store.run_snapshots() == [("run-2", '{"key":"run-2","spans":1}'),
+                                     ("run-1", '{"key":"run-1","spans":5}')]
+    # a directive refused (its number taken) stores no snapshot: one transaction
+    assert store.add_many([(directive(1, 9, dedup_key="d"), hooks)],
+                          runs=[("run-1", 9, '{"key":"run-1","spans":9}')]
+                          ) == [AddResult.CONFLICT]
+    store.close()
+    reopened = DirectiveStore(str(tmp_path))  # kept over a restart (a crash before the flush)
+    assert [run for run, _data in reopened.run_snapshots()] == ["run-2", "run-1"]
+    assert reopened.forget_snapshots(2) == 1  # the flush after directive 2 stored run-2
+    assert reopened.run_snapshots() == [("run-1", '{"key":"run-1","spans":5}')]
+    reopened.close()
+
+
 def test_a_checkpoint_copies_what_was_written_and_skips_while_nothing_was(
         tmp_path: Path) -> None:
     """The log is copied into the database at open (the schema), and by each checkpoint after

@@ -59,11 +59,11 @@ class FullDisk:
         with contextlib.closing(sqlite3.connect(self.state / DB_FILE)) as db:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         chunk = b"\0" * 65536
-        with open(self.filler, "wb") as out:
+        # unbuffered: a buffer left holding a partial write's rest fails again at its close
+        with open(self.filler, "wb", buffering=0) as out:
             try:
                 while True:
                     out.write(chunk)
-                    out.flush()
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC
         small = 0

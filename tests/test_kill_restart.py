@@ -21,6 +21,7 @@ from typing import Any
 from tests.harness import wait_until
 from tests.processes import answers, fresh_ports
 from tests.scripted import ScriptedAgent, api
+from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
 from watchdog.shell.state.store import DB_FILE
 
 READY_TIMEOUT = 30.0
@@ -77,6 +78,15 @@ def stored_run(state_dir: Path, run_id: str) -> dict[str, Any] | None:
     return json.loads(row[0]) if row else None
 
 
+def snapshots_kept(state_dir: Path) -> list[str]:
+    """The runs whose snapshot is stored with their directives (until a flush stores them)."""
+    db = sqlite3.connect(f"file:{state_dir / DIRECTIVES_FILE}?mode=ro", uri=True)
+    try:
+        return [run for (run,) in db.execute("SELECT run_id FROM run_snapshots")]
+    finally:
+        db.close()
+
+
 def error_loop(agent: ScriptedAgent, attempts: range) -> None:
     for attempt in attempts:
         agent.tool("write_file", {"path": f"/data/out-{attempt}.csv"},
@@ -94,6 +104,8 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
         assert [(d["rule"], d["action"]) for d in directives] == [("error-loop", "abort")]
         # the run's counters are flushed every state_flush_interval: wait until they are
         assert wait_until(lambda: (stored_run(state, "kill-1") or {}).get("forced_state"))
+        # stored by the flush: the copy kept with the directive is forgotten
+        wait_until(lambda: not snapshots_kept(state), what="the run's snapshot forgotten")
         status, _ = api("POST", f"{first.api}/v1/sessions/{SESSION}/checkpoints", {
             "remaining": "export the last two tables", "state": FACTS,
             "failed_approaches": ["write to /data"], "run_id": "kill-1"})
@@ -134,7 +146,8 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
 
 def test_killed_before_any_flush(tmp_path: Path) -> None:
     """Nothing of the run was flushed (the flush interval is an hour): the acknowledged
-    checkpoint and the stored directive are all that survive, and they are enough."""
+    checkpoint and the stored directive survive, and with the directive the run as the
+    decision left it (its counters, the abort's terminal state to come)."""
     state = tmp_path / "state"
     with sidecar(state, state_flush_interval="1h") as first:
         agent = ScriptedAgent(first.otlp_http, "kill-2", "exporter", session=SESSION)
@@ -147,17 +160,26 @@ def test_killed_before_any_flush(tmp_path: Path) -> None:
         first.kill()
         agent.close()
         assert stored_run(state, "kill-2") is None  # really nothing flushed
+        assert snapshots_kept(state) == ["kill-2"]  # but kept with its directive
 
     with sidecar(state, state_flush_interval="1h") as second:
         assert second.get(f"/v1/sessions/{SESSION}/context")["facts"] == FACTS
         listed = second.get("/v1/runs/kill-2/directives?after=0")["directives"]
         assert [d["id"] for d in listed] == [d["id"] for d in directive]
-        # the agent retries from scratch: the same decision is recognised, not sent again
+        run = second.get("/v1/runs/kill-2")  # the run is there, as the abort left it
+        assert (run["state"], run["tool_calls"], run["errors"],
+                run["signals"]["repeated_error"]) == ("active", 5, 5, 5)
+        assert [d["id"] for d in run["directives"]] == [d["id"] for d in directive]
+        assert any(row["id"] == "kill-2" for row in second.get("/v1/runs")["runs"])
+        # the agent goes on: its calls add to the run's, the abort is not sent again
         again = ScriptedAgent(second.otlp_http, "kill-2", "exporter", session=SESSION)
-        error_loop(again, range(5))
-        assert wait_until(lambda: second.get("/v1/runs/kill-2")["signals"]["repeated_error"]
-                        == 5)
+        error_loop(again, range(5, 8))
+        assert wait_until(lambda: second.get("/v1/runs/kill-2")["signals"]["tool_calls"]
+                        == 8)
         poll = second.get("/v1/runs/kill-2/directives?after=1&wait=0.3")
         assert poll["directives"] == []
         again.finish()
-        assert second.get("/v1/runs/kill-2")["terminal_state"] == "loop_detected"
+        ended = second.get("/v1/runs/kill-2")
+        assert (ended["terminal_state"], ended["terminal_reason"]) == ("loop_detected",
+                                                                       "error-loop")
+

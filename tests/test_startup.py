@@ -22,10 +22,15 @@ import pytest
 
 from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
+from tests.test_directives_store import directive
 from watchdog.shell.config import Config, load
+from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
+from watchdog.shell.directives.store import DirectiveStore
 from watchdog.shell.errors import ConfigError
 from watchdog.shell.receivers import otlp_grpc
 from watchdog.shell.receivers.admission import Admission
+from watchdog.shell.state.store import DB_FILE as STATE_FILE
+from watchdog.shell.state.store import Store
 
 EXIT_STARTUP = 2
 REPO = Path(__file__).resolve().parent.parent
@@ -94,6 +99,60 @@ def test_an_unusable_state_dir(tmp_path: Path) -> None:
     assert line == (f"watchdog: state_dir '{blocker / 'state'}': Not a directory: set state_dir "
                     f"(WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or :memory: "
                     f"to keep nothing")
+
+
+def seeded_state(state: Path) -> None:
+    """A state dir as a sidecar leaves it: runs (enough for pages of their own) and
+    directives, both files closed."""
+    runs = Store(str(state))
+    runs.save([{"key": f"run-{i}", "agent": "a", "ended": False, "last_seen": 1e9 + i,
+                "pad": "x" * 2000} for i in range(300)], [])
+    runs.close()
+    directives = DirectiveStore(str(state))
+    directives.add_many([(directive(i, i, run_key=f"run-{i}"), []) for i in range(1, 300)])
+    directives.close()
+
+
+def damage(path: Path, how: str) -> None:
+    size = path.stat().st_size
+    with open(path, "r+b") as out:
+        if how == "garbage":  # the header too: not a database at all
+            out.write(bytes(range(256)) * 4)
+        elif how == "truncated":
+            out.truncate(size // 2)
+        else:  # a page inside, found as the runs are read back
+            out.seek(size // 2)
+            out.write(b"\xff" * 8192)
+
+
+@pytest.mark.parametrize(("name", "how"), [
+    (STATE_FILE, "garbage"), (STATE_FILE, "truncated"), (STATE_FILE, "damaged-page"),
+    (DIRECTIVES_FILE, "garbage"), (DIRECTIVES_FILE, "truncated")])
+def test_a_damaged_state_file_is_named_and_left_as_it_is(tmp_path: Path, name: str,
+                                                         how: str) -> None:
+    """The directory is fine, the file is not: the start is refused naming the file and what
+    to do (move it aside to start afresh, keep it to recover), and the file is not touched."""
+    state = tmp_path / "state"
+    seeded_state(state)
+    path = state / name
+    damage(path, how)
+    before = path.read_bytes()
+    line = failed_start(serve_env(state, fresh_ports()))
+    assert line.startswith(f"watchdog: {path} cannot be read ("), line
+    assert f"move it aside, with its -wal and -shm files if there are any (mv {path} " \
+           f"{path}.damaged), and start again" in line
+    assert f"keep the moved file to recover what it can give (sqlite3 {path}.damaged " \
+           f".recover)" in line
+    assert ":memory:" not in line and "writable" not in line
+    assert path.read_bytes() == before
+    for suffix in ("", "-wal", "-shm"):  # as the line says: then it starts afresh
+        moved = Path(f"{path}{suffix}")
+        if moved.exists():
+            moved.rename(f"{path}.damaged{suffix}")
+    ports = fresh_ports()
+    with running_sidecar(serve_env(state, ports), ports["metrics"]):
+        pass
+    assert Path(f"{path}.damaged").read_bytes() == before
 
 
 def test_a_second_watchdog_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:

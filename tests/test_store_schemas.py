@@ -5,7 +5,8 @@ workload's misbehaving agents through the real core, runs, activity, a session, 
 with report prompts' facts, webhook deliveries and an ack) with what it read back from it
 (``expected.json``). This build migrates the files when it opens them (state schema 4 → 5:
 activity chunks into a rowid table; directives 1 → 2: records as MessagePack, a
-``terminal_state`` column) and must read back the same, then keep writing into them."""
+``terminal_state`` column; 2 → 3: the runs' snapshots stored with their directives) and must
+read back the same, then keep writing into them."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_a_state_dir_the_build_before_wrote_reads_the_same(tmp_path: Path) -> No
     run_id, acked = expected["acked"]
     assert directives.acked(run_id) == acked
     directives.close()
-    assert version(state / directive_store.DB_FILE) == directive_store.SCHEMA_VERSION == 2
+    assert version(state / directive_store.DB_FILE) == directive_store.SCHEMA_VERSION == 3
 
 
 def test_a_migrated_state_dir_is_written_on_and_reopened(tmp_path: Path) -> None:
@@ -103,7 +104,8 @@ def test_a_migrated_state_dir_is_written_on_and_reopened(tmp_path: Path) -> None
     again = directive(99, top + 1, run_key=old["run_id"], rule=old["rule"],
                       dedup_key=old["dedup_key"])
     new = directive(1, top + 2, run_key="run-new", terminal=TerminalState.LOOP_DETECTED)
-    assert directives.add_many([(again, []), (new, ["hook-a"])], now=NOW) == [
+    assert directives.add_many([(again, []), (new, ["hook-a"])], now=NOW,
+                               runs=[("run-new", top + 2, '{"key":"run-new"}')]) == [
         AddResult.DUPLICATE, AddResult.STORED]
     directives.close()
     store = Store(str(state))
@@ -116,6 +118,7 @@ def test_a_migrated_state_dir_is_written_on_and_reopened(tmp_path: Path) -> None
     assert reopened.list_after(top + 1)[0].report_prompt == "prompt"
     assert fired(reopened.fired_records(["run-new"])[0])[-1] == "loop_detected"
     assert [row.directive.id for row in reopened.due(NOW, 1000)][-1] == new.id
+    assert reopened.run_snapshots() == [("run-new", '{"key":"run-new"}')]
     reopened.close()
     again_store = Store(str(state))
     assert again_store.get_run("run-new") == {"key": "run-new", "agent": "a", "ended": False,

@@ -6,6 +6,7 @@ a :class:`~watchdog.core.runs.view.RunView`.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,6 +14,11 @@ from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.runs.view import RunView
+
+# The run listing's order (``GET /v1/runs``, paged by key set): the active runs, most recently
+# started first, then the ended ones, most recently seen (ended) first; ties by id, the greatest
+# first. Active (True) or ended (False) -> the run's attribute that places it.
+PAGE_ORDER = {True: "first_seen", False: "last_seen"}
 
 
 class CoreReads:
@@ -48,6 +54,24 @@ class CoreReads:
             if agent is None or run.agent_name == agent:
                 keys.append(run.key)
         return keys
+
+    def holds(self, key: str) -> bool:
+        """Whether the run ``key`` is in memory (active or recently ended)."""
+        return self.tracker.get(key) is not None
+
+    def page_keys(self, active: bool, agent: str | None, before: tuple[float, str] | None,
+                  limit: int) -> list[tuple[float, str]]:
+        """At most ``limit`` of the active (or the ended) runs in memory as ``(place, key)``,
+        in the listing's order (:data:`PAGE_ORDER`): the greatest first, only those below
+        ``before`` (a page's last); ``agent``: only its runs."""
+        runs = self.tracker.active() if active else self.tracker.ended()
+        place = PAGE_ORDER[active]
+        picked: Iterable[tuple[float, str]] = (
+            (getattr(run, place), run.key) for run in runs
+            if agent is None or run.agent_name == agent)
+        if before is not None:
+            picked = (item for item in picked if item < before)
+        return heapq.nlargest(limit, picked)
 
     def child_views(self, key: str, now: float) -> list[RunView]:
         """The runs in memory whose parent run is ``key``."""

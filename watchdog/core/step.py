@@ -35,7 +35,7 @@ known to be there and not in memory (see :class:`~watchdog.core.sessions.Session
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
@@ -590,3 +590,19 @@ class Core(CoreReads):
             if (run := get(entry.run)) is not None and not run.ended:
                 return run.key
         return None
+
+
+def _progress(row: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    return (row.get("spans") or 0, row.get("activity_seq") or 0, row.get("last_seen") or 0.0)
+
+
+def newer_snapshot(candidate: Mapping[str, Any], stored: Mapping[str, Any] | None) -> bool:
+    """Whether ``candidate``, a run's snapshot (:meth:`RunState.to_dict`), is further on than
+    ``stored`` (None: there is none): more spans, more activity, or seen later. Of two equally
+    far on, the stored one stands."""
+    if stored is None:
+        return True
+    try:
+        return bool(_progress(candidate) > _progress(stored))
+    except TypeError:  # a value of the wrong type: the stored row stands
+        return False

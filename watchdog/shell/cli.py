@@ -33,6 +33,7 @@ URL_ENV = "WATCHDOG_URL"
 TOKEN_ENV = "WATCHDOG_API_TOKEN"
 REQUEST_TIMEOUT = 10.0  # seconds; a sidecar that answers slower than this counts as unreachable
 DEFAULT_WATCH_INTERVAL = 2.0
+RUNS_PAGE = 1000  # runs per page read (the API's most: GET /v1/runs?limit=)
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 EXIT_FAILED = 1  # the watchdog answered with an error
 EXIT_UNREACHABLE = 2  # no answer at all (or a configuration error)
@@ -88,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help="list runs (from a running sidecar)")
     runs.add_argument("--state", choices=("active", "ended"), help="only active or ended runs")
     runs.add_argument("--agent", help="only runs of this agent")
-    runs.add_argument("--limit", type=_positive_int, default=100, help="at most this many runs")
+    runs.add_argument("--limit", type=_positive_int, default=100,
+                      help="at most this many runs (read a page of up to "
+                           f"{RUNS_PAGE} at a time)")
+    runs.add_argument("--all", action="store_true",
+                      help="every run the sidecar holds, however many (page after page)")
     runs.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
     runs.add_argument("--interval", type=_positive_float, default=DEFAULT_WATCH_INTERVAL,
                       metavar="SECONDS", help="seconds between redraws with --watch (default 2)")
@@ -375,24 +380,48 @@ def _count(value: int) -> str:
     return f"{value / 1_000_000:.1f}M"
 
 
+def list_runs(client: ApiClient, query: Mapping[str, str], limit: int | None
+              ) -> dict[str, Any]:
+    """``GET /v1/runs`` page after page (its ``next``) until ``limit`` runs (None: all of
+    them): ``{"runs": [...], "next": ...}``, the ``next`` of the last page read. A run that
+    ended while the pages were read, listed among the active runs and again among the ended
+    ones, is listed once, as it was first."""
+    runs: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    after: str | None = None
+    while True:
+        page = dict(query)
+        page["limit"] = str(RUNS_PAGE if limit is None else min(RUNS_PAGE, limit - len(runs)))
+        if after is not None:
+            page["after"] = after
+        answer = client.get_json("/v1/runs", page)
+        for run in answer.get("runs", []):
+            if run.get("id") not in seen:
+                seen.add(run.get("id"))
+                runs.append(run)
+        after = answer.get("next")
+        if not after or (limit is not None and len(runs) >= limit):
+            return {"runs": runs, "next": after}
+
+
 def _runs(args: argparse.Namespace) -> int:
     client = _client(args)
-    query = {"limit": str(args.limit)}
+    query = {}
     if args.state:
         query["state"] = args.state
     if args.agent:
         query["agent"] = args.agent
+    limit = None if args.all else args.limit
 
     if args.output == "json":
         if args.watch:
             raise CommandFailed("--watch redraws a table; -o json prints one snapshot (run it "
                                 "again to poll)", EXIT_UNREACHABLE)
-        print(json.dumps(client.get_json("/v1/runs", query), indent=2, ensure_ascii=False))
+        print(json.dumps(list_runs(client, query, limit), indent=2, ensure_ascii=False))
         return 0
 
     def frame() -> str:
-        return runs_table(client.get_json("/v1/runs", query)["runs"],
-                          wide=args.output == "wide")
+        return runs_table(list_runs(client, query, limit)["runs"], wide=args.output == "wide")
 
     if not args.watch:
         print(frame())

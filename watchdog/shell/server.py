@@ -20,8 +20,10 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -36,6 +38,7 @@ from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import Outbox
+from watchdog.shell.directives.store import HELD as DIRECTIVES_HELD
 from watchdog.shell.directives.store import DirectiveStore, DirectiveStoreError
 from watchdog.shell.errors import StartupError
 from watchdog.shell.metrics import Metrics, create_metrics_app
@@ -44,7 +47,14 @@ from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.lazy_grpc import LazyGrpc, listen_addresses
 from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
-from watchdog.shell.state.store import Store, StoreError, own
+from watchdog.shell.state.store import HELD as RUNS_HELD
+from watchdog.shell.state.store import (
+    StateFileUnreadable,
+    Store,
+    StoreError,
+    own,
+    unreadable_file,
+)
 
 # the start's log line on the OTLP protobuf decode (watchdog.core.spans.native)
 DECODES = {"on": "compiled (Rust)", "off": "Python (native: false)",
@@ -119,6 +129,8 @@ class Server:
             self._owner = own(config.state_dir)  # a second sidecar on it is refused here
             store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
             directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
+        except StateFileUnreadable as exc:  # (the directory is fine: the file is not)
+            raise StartupError(str(exc)) from None
         except (StoreError, DirectiveStoreError) as exc:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
                                f"writable directory, or :memory: to keep nothing") from None
@@ -128,10 +140,26 @@ class Server:
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
         metrics.read_live_runs(service.live_runs, service.now)
-        restored = await asyncio.to_thread(service.restore)
-        # What already fired for the runs still open: nothing fires twice, grace continues,
-        # and a run stopped just before a crash keeps the terminal state the rule decided.
-        fired = await outbox.restore(service.active_keys())
+        # the runs decided on since the last flush, as their directives were decided: what a
+        # crash before that flush would otherwise lose (a directive without its run)
+        # A damaged page found as the files are read back stops the start, naming the file;
+        # the stores are closed as they are (the shutdown would write into them)
+        try:
+            with readable(directive_store.path, DIRECTIVES_HELD):
+                decided = await asyncio.to_thread(directive_store.run_snapshots)
+            with readable(store.path, RUNS_HELD):
+                restored = await asyncio.to_thread(service.restore, decided)
+            # What already fired for the runs still open: nothing fires twice, grace
+            # continues, and a run stopped just before a crash keeps the terminal state the
+            # rule decided.
+            with readable(directive_store.path, DIRECTIVES_HELD):
+                fired = await outbox.restore(service.active_keys())
+        except StartupError:
+            self.service = self.outbox = None
+            for closing in (store.close, directive_store.close):
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(closing)
+            raise
         self.engine.restore(fired)
         service.restore_forced(fired)
         await outbox.start()
@@ -320,6 +348,18 @@ class Server:
         if self._owner is not None:
             self._owner.close()  # the state dir is free for the next sidecar
             self._owner = None
+
+
+@contextlib.contextmanager
+def readable(path: Path | None, held: str) -> Iterator[None]:
+    """Reading a state file back at the start: a damaged one stops it, named, left as it is
+    (:class:`StateFileUnreadable`)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if path is None or not unreadable_file(exc):
+            raise
+        raise StartupError(str(StateFileUnreadable(path, held, exc))) from None
 
 
 def forwarder(config: Config, metrics: ForwardMetrics) -> Forwarder | None:

@@ -38,7 +38,7 @@ from watchdog.core.spans.record import (
     SpanRecord,
     duplicate_message,
 )
-from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core
+from watchdog.core.step import RECENT_STEPS, SESSION_CHANGED, Core, newer_snapshot
 from watchdog.shell import logs
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import Config
@@ -47,7 +47,7 @@ from watchdog.shell.pricing import GenAIPrices
 from watchdog.shell.priority import Priority
 from watchdog.shell.state.persist import StateWriter
 from watchdog.shell.state.queries import RunQueries
-from watchdog.shell.state.store import Store, StoreWriteError
+from watchdog.shell.state.store import Store, StoreWriteError, decode, encode_row
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -119,9 +119,16 @@ class NullObserver:
 
 class DecisionSink(Protocol):
     """Where decisions go to become directives
-    (:class:`watchdog.shell.directives.outbox.Outbox`)."""
+    (:class:`watchdog.shell.directives.outbox.Outbox`), each stored with its run's snapshot as
+    the decision left it (``run_row``); once a flush of the runs has stored every run decided
+    on up to a directive (``global_seq``), those snapshots are forgotten."""
 
-    def submit(self, decided: Decided) -> object: ...
+    @property
+    def global_seq(self) -> int: ...
+
+    def submit(self, decided: Decided, run_row: str | None = None) -> object: ...
+
+    async def forget_snapshots(self, up_to: int) -> None: ...
 
 
 def _new_log_join(wait_seconds: float) -> LogJoin:
@@ -156,6 +163,9 @@ class WatchdogService:
         self.queries = RunQueries(self.core, store, self.clock,
                                   self.state.unsaved, self._run_failed,
                                   config.activity_log_size, config.trace_url)
+        # runs first seen before this (the clock's time a flush that stored every changed run
+        # began) are in the store: a directive decided on one needs no snapshot of it
+        self._stored_before = float("-inf")
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
@@ -194,16 +204,52 @@ class WatchdogService:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def restore(self) -> int:
+    def restore(self, decided: Iterable[tuple[str, str]] = ()) -> int:
         """Load the runs that were active (and recently ended) when the process last stopped.
-        A stored run that cannot be read back is skipped and counted, never a failed start."""
-        active = self.core.restore(self.store.load_runs(True, self.config.max_runs),
-                                   self.store.load_runs(False, 1000), self._unreadable)
+        ``decided``: ``(run, snapshot)`` stored with the directives decided since the last
+        flush; a run the store lacks, or holds as it was before that snapshot, is taken from
+        it (a crash between a decision and the next flush). A stored run that cannot be read
+        back is skipped and counted, never a failed start."""
+        active = self.store.load_runs(True, self.config.max_runs)
+        ended = self.store.load_runs(False, 1000)
+        newer = self._decided_snapshots(decided, active, ended)
+        if newer:
+            kept = set(newer)
+            active = [row for row in active if row.get("key") not in kept]
+            ended = [row for row in ended if row.get("key") not in kept]
+            for row in newer.values():
+                (ended if row.get("ended") else active).append(row)
+        restored = self.core.restore(active, ended, self._unreadable)
+        for key in newer:  # stored by the next flush (then their directives' copies go)
+            run = self.tracker.get(key)
+            if run is not None:
+                self.state.take({key: run}, [])
+        active_keys = restored
         self._restore_tracker_state()
-        for key in active:  # their last steps, for the report prompts of their next directives
+        for key in active_keys:  # their last steps, for the report prompts of their next ones
             self.core.remember(self.store.activity(key, RECENT_STEPS))
         self.sessions.know(self.store.session_ids())
-        return len(active)
+        return len(active_keys)
+
+    def _decided_snapshots(self, decided: Iterable[tuple[str, str]],
+                           active: list[dict[str, Any]], ended: list[dict[str, Any]]
+                           ) -> dict[str, dict[str, Any]]:
+        """Of the snapshots stored with directives, those newer than the store's row of their
+        run (or whose run it lacks), by run."""
+        loaded = {row.get("key"): row for row in (*active, *ended)}
+        newer: dict[str, dict[str, Any]] = {}
+        for key, text in decided:
+            try:
+                row = decode(text)
+                if not isinstance(row, dict) or row.get("key") != key:
+                    raise ValueError("not this run's snapshot")
+            except ValueError:
+                self._unreadable(key)
+                continue
+            stored = loaded[key] if key in loaded else self.store.get_run(key)
+            if newer_snapshot(row, stored):
+                newer[key] = row
+        return newer
 
     def _restore_tracker_state(self) -> None:
         """What the tracker held beyond its runs at a clean shutdown (not after a crash: then
@@ -270,8 +316,13 @@ class WatchdogService:
             observer.tools_failing(step.outages)
             for tool, failing in step.outages.items():
                 logs.event("tool_outage" if failing else "tool_recovered", tool=tool)
-        for decided in step.decisions:
-            self._decided(decided)
+        if step.decisions:
+            rows: dict[str, str | None] = {}
+            for decided in step.decisions:
+                key = decided.run.key
+                if key not in rows:
+                    rows[key] = self._decided_row(key, step)
+                self._decided(decided, rows[key])
         for key, into in step.gone.items():
             logs.event("run_merged", run=key, into=into)
         for key, reason in step.resumed.items():  # (its run_ended said abandoned)
@@ -284,7 +335,31 @@ class WatchdogService:
                            else None, reason=run.terminal_reason,
                            has_final_answer=run.has_final_answer)
 
-    def _decided(self, decided: Decided) -> None:
+    def _decided_row(self, key: str, step: Step) -> str | None:
+        """The run's snapshot as the step that decided on it left it (the runs database's row),
+        to be stored with its directives when the runs database may not hold the run yet (it
+        came after the last flush began): the runs are flushed every ``state_flush_interval``,
+        the directive at once, and a crash in between must not keep a directive without its run.
+        (A run the store holds keeps, after a crash, the stop its directives decided:
+        :meth:`restore_forced`.) The run is dirty too, so the next flush stores it (after
+        which the snapshot stored with the directive is forgotten). None when none is needed,
+        or when it cannot be taken (the failure is counted)."""
+        if self.sink is None:
+            return None
+        run = step.dirty.get(key) or self.tracker.get(key)
+        if run is None:
+            return None
+        if key not in step.dirty:
+            self.state.take({key: run}, [])
+        if run.first_seen < self._stored_before:  # a flush that began after it has stored it
+            return None
+        try:
+            return encode_row(run.to_dict())
+        except Exception as exc:
+            self._run_failed("snapshot", key, exc)
+            return None
+
+    def _decided(self, decided: Decided, run_row: str | None = None) -> None:
         decision, run = decided.decision, decided.run
         self.observer.rule_fired(decision.rule, decision.action.value, run.agent, run.trace_id)
         logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
@@ -292,7 +367,7 @@ class WatchdogService:
                    terminal_state=decision.terminal_state.value if decision.terminal_state
                    else None, escalation=decision.escalation)
         if self.sink is not None:
-            directive = self.sink.submit(decided)
+            directive = self.sink.submit(decided, run_row)
             if isinstance(directive, Directive):
                 self._post(directive)
 
@@ -613,7 +688,17 @@ class WatchdogService:
         self.state.flush()
 
     async def save_pending(self) -> bool:
-        return await self.state.save_pending()
+        """Flush the runs; once it has stored them, the snapshots stored with the directives
+        decided before it began are not needed: forgotten."""
+        sink = self.sink
+        decided = sink.global_seq if sink is not None else 0  # (read as the flush takes the runs)
+        began = self.clock.now()
+        saved = await self.state.save_pending()
+        if saved:
+            self._stored_before = max(self._stored_before, began)
+            if decided and sink is not None:
+                await sink.forget_snapshots(decided)
+        return saved
 
     async def prune_store(self) -> None:
         """Drop what the store keeps beyond its bounds (on the store lane)."""

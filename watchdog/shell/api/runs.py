@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,7 @@ TRACE_ID = re.compile(r"[0-9a-f]{32}")
 ZERO_TRACE = "0" * 32
 DEFAULT_LIST_LIMIT = 100
 RUN_STATES = ("active", "ended")
+MAX_CURSOR_CHARS = 2048  # a listing's cursor: a run's place (its id is at most 200 characters)
 class RunRoutes:
     """``/v1/runs`` and everything under one run."""
 
@@ -64,8 +68,12 @@ class RunRoutes:
                              + ", ".join(RUN_STATES))
         agent = query.get("agent") or None
         limit = _int_param(query.get("limit"), "limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
-        runs = await self.service.queries.list_runs(state=state, agent=agent, limit=limit)
-        return json_response({"runs": runs})
+        after = query.get("after")
+        runs, last = await self.service.queries.list_runs(
+            state=state, agent=agent, limit=limit,
+            after=None if after is None else read_cursor(after))
+        return json_response({"runs": runs,
+                              "next": None if last is None else write_cursor(last)})
 
     async def get_run(self, request: web.Request) -> web.Response:
         key = request.match_info["id"]
@@ -133,6 +141,31 @@ class RunRoutes:
                 return response
         hand_over()  # the agent was woken on this CPU to read it (watchdog.shell.priority)
         return response
+
+
+def write_cursor(place: tuple[bool, float, str]) -> str:
+    """A run's place in the listing (``GET /v1/runs``'s ``next``), as opaque URL-safe text."""
+    active, when, key = place
+    text = json.dumps([int(active), when, key], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def read_cursor(raw: str) -> tuple[bool, float, str]:
+    """What :func:`write_cursor` wrote; anything else is a :class:`BadRequest`."""
+    problem = BadRequest(f"after={_shown(raw[:MAX_CURSOR_CHARS])} is not allowed: expected "
+                         f"the next of an answer of GET /v1/runs")
+    if not raw or len(raw) > MAX_CURSOR_CHARS:
+        raise problem
+    try:
+        value = load_json(base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=b"-_",
+                                           validate=True))
+    except (ValueError, binascii.Error):
+        raise problem from None
+    if not (isinstance(value, list) and len(value) == 3 and value[0] in (0, 1)
+            and type(value[0]) is int and is_number(value[1])
+            and isinstance(value[2], str) and id_problem(value[2]) is None):
+        raise problem
+    return bool(value[0]), float(value[1]), value[2]
 
 
 @dataclass(frozen=True, slots=True)

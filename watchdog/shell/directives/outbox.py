@@ -82,12 +82,16 @@ class Outbox:
 
             self.webhooks = WebhookSender(store, webhooks, self._lane.run, metrics=self.metrics,
                                           clock=webhook_clock or SystemClock(), retry=retry)
-        self._pending: deque[Directive] = deque()
+        # each with its run's snapshot as the decision left it (None: none could be taken)
+        self._pending: deque[tuple[Directive, str | None]] = deque()
         self._storing: set[str] = set()  # runs of the batch being written
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._global_seq = 0
+        # snapshots stored with directives, perhaps not forgotten yet (True at the start: the
+        # store may hold some from before)
+        self._snapshots_kept = True
         self._run_seq: dict[str, int] = {}
         self._counters_loaded = False
         self._writer: asyncio.Task[None] | None = None
@@ -162,9 +166,11 @@ class Outbox:
 
     # -- the hot path ---------------------------------------------------------------------------
 
-    def submit(self, decided: Decided) -> Directive | None:
-        """Number, write and queue a decision (loop thread, non-blocking). Returns the
-        directive, or None if it was dropped."""
+    def submit(self, decided: Decided, run_row: str | None = None) -> Directive | None:
+        """Number, write and queue a decision (loop thread, non-blocking), with ``run_row``,
+        its run's snapshot as the decision left it (the runs database's row), to be stored in
+        the same transaction as the directive. Returns the directive, or None if it was
+        dropped."""
         if not self._counters_loaded:
             raise RuntimeError("Outbox.submit() before restore()/start(): directive numbers "
                                "must continue from the store")
@@ -193,7 +199,7 @@ class Outbox:
         directive = Directive.from_decision(decision, decided.run, decided.now, None, seq,
                                             self._global_seq, budget=decided.budget,
                                             prompt_facts=facts)
-        self._pending.append(directive)
+        self._pending.append((directive, run_row))
         self._idle.clear()
         self._wake.set()
         return directive
@@ -205,10 +211,10 @@ class Outbox:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                batch: list[Directive] = []
+                batch: list[tuple[Directive, str | None]] = []
                 while self._pending and len(batch) < MAX_WRITE_BATCH:
                     batch.append(self._pending.popleft())
-                self._storing = {directive.run_id for directive in batch}
+                self._storing = {directive.run_id for directive, _row in batch}
                 await self._persist(batch)
                 self._storing = set()
             self._idle.set()
@@ -222,13 +228,18 @@ class Outbox:
             except Exception:  # the log grows until a later one works; say why
                 log.exception("directive store checkpoint failed")
 
-    async def _persist(self, directives: list[Directive]) -> None:
+    async def _persist(self, batch: list[tuple[Directive, str | None]]) -> None:
         webhooks = self.webhooks
-        items = [(d, webhooks.hooks_for(d) if webhooks is not None else []) for d in directives]
+        items = [(d, webhooks.hooks_for(d) if webhooks is not None else []) for d, _row in batch]
+        # each run's latest snapshot of the batch, stored with the directives (one transaction)
+        runs = list({d.run_id: (d.run_id, d.global_seq, row) for d, row in batch
+                     if row is not None}.values())
+        if runs:
+            self._snapshots_kept = True
         delay = 0.05
         while True:
             try:
-                results = await self._lane.run(self.store.add_many, items)
+                results = await self._lane.run(self.store.add_many, items, None, runs)
                 break
             except Exception:  # never send what is not stored: keep trying, say so
                 log.exception("storing %d directives failed; retrying in %.2f s",
@@ -298,11 +309,26 @@ class Outbox:
         acked = await self.hub.reader.run(self.store.acked, run_id)
         return [{**d.to_json(), "acked": d.seq <= acked} for d in directives], omitted
 
+    @property
+    def global_seq(self) -> int:
+        """The newest directive's ``global_seq`` (submitted, perhaps not stored yet)."""
+        return self._global_seq
+
+    async def forget_snapshots(self, up_to: int) -> None:
+        """The runs database has stored every run decided on up to directive ``up_to``
+        (``global_seq``) as it was then or later: their snapshots stored with the directives
+        are not needed any more (on the directive lane, after the directives stored before)."""
+        if self._closed or not self._snapshots_kept:  # none stored since they were forgotten
+            return
+        if not (self._storing or self._pending):  # (else some may be stored after this one)
+            self._snapshots_kept = False
+        await self._lane.run(self.store.forget_snapshots, up_to)
+
     async def prune(self, active_runs: Iterable[str]) -> int:
         """Bound the store (call now and then with the active runs' ids)."""
         keep = list(active_runs)
         pruned, emptied = await self._lane.run(self.store.prune, keep)
-        waiting = self._storing | {directive.run_id for directive in self._pending}
+        waiting = self._storing | {directive.run_id for directive, _row in self._pending}
         for run_id in emptied:
             if run_id not in waiting:
                 self._run_seq.pop(run_id, None)

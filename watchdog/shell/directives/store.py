@@ -22,6 +22,13 @@ Theory of operation
 * Two connections on a file database (WAL: readers never block the writer): the writer is used
   from the outbox's single store lane, the reader from the stream hub's reader thread. An
   in-memory database has one connection for both (tests).
+* ``run_snapshots`` holds, per run, the run's snapshot (the runs database's row) as it was when
+  its latest directive was decided, written in the same transaction as the directive: the runs
+  database is flushed every ``state_flush_interval``, so after a crash this is what keeps a run
+  a stored directive speaks of, and the terminal state it decided (:meth:`DirectiveStore.
+  run_snapshots`, read at the start). Rows are removed once a flush of the runs database has
+  stored a newer snapshot of their run (:meth:`DirectiveStore.forget_snapshots`), so the table
+  holds the runs decided on since the last flush.
 * WAL checkpoints are taken off the write path: SQLite's automatic checkpoint runs inside the
   commit that crosses the threshold and fsyncs, which made ~1% of directive writes take
   several milliseconds. The writer has autocheckpoint off; the outbox calls
@@ -49,14 +56,17 @@ from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.state.store import (
     ROWS_PER_STATEMENT,
+    StateFileUnreadable,
     codecs,
     encode_json,
     execute_rows,
     rows_statement,
+    unreadable_file,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_FILE = "directives.sqlite3"
+HELD = "directives, acks and webhook deliveries"  # what the file holds
 MEMORY = ":memory:"
 MAX_DIRECTIVES_STORED = 100_000  # oldest directives of ended runs beyond this are pruned
 MAX_ERROR_CHARS = 500  # last_error kept per delivery
@@ -82,7 +92,16 @@ CREATE TABLE IF NOT EXISTS directives (
 );
 """
 
-_SCHEMA = _DIRECTIVES_TABLE + """
+# (a rowid table: a snapshot is a few KiB, more than a WITHOUT ROWID table's row should be)
+_SNAPSHOTS_TABLE = """
+CREATE TABLE IF NOT EXISTS run_snapshots (
+    run_id TEXT PRIMARY KEY,
+    global_seq INTEGER NOT NULL,
+    data TEXT NOT NULL
+);
+"""
+
+_SCHEMA = _DIRECTIVES_TABLE + _SNAPSHOTS_TABLE + """
 CREATE TABLE IF NOT EXISTS acks (
     run_id TEXT PRIMARY KEY,
     seq INTEGER NOT NULL,
@@ -105,7 +124,8 @@ CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at)
 # version -> the statements that bring a file of the version before it up to it. 2: the record
 # as MessagePack, the columns the queries read only (the id, made of global_seq, is no longer a
 # unique index of its own; terminal_state, which fired_records read out of the JSON, is one);
-# version 1's rows keep their JSON text, which reads as it did.
+# version 1's rows keep their JSON text, which reads as it did. 3: the runs' snapshots as their
+# latest directives were decided.
 _MIGRATIONS: dict[int, str] = {
     2: "BEGIN;\nALTER TABLE directives RENAME TO directives_v1;\n" + _DIRECTIVES_TABLE + """
 INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, tool_calls_at,
@@ -115,6 +135,7 @@ INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, tool_c
     FROM directives_v1;
 DROP TABLE directives_v1;
 """,
+    3: "BEGIN;\n" + _SNAPSHOTS_TABLE,
 }
 
 
@@ -137,7 +158,8 @@ def _migrate(db: sqlite3.Connection, version: int) -> None:
     for step in range(version + 1, SCHEMA_VERSION + 1):
         try:
             db.executescript(_MIGRATIONS[step])  # begins the transaction it leaves open
-            _migrated_terminal_states(db)
+            if step == 2:
+                _migrated_terminal_states(db)
             db.execute(f"PRAGMA user_version={step}")
             db.execute("COMMIT")
         except BaseException:
@@ -215,6 +237,10 @@ _COLUMNS = ("global_seq", "run_id", "seq", "rule", "action", "dedup_key", "tool_
 _SELECT = f"SELECT {', '.join(_COLUMNS)}, data FROM directives"
 
 _Row = tuple[int, str, int, str, str, str, int, float, str | None, bytes | str]
+RunSnapshot = tuple[str, int, str]  # (run_id, global_seq of its latest directive, snapshot)
+_UPSERT_SNAPSHOT_HEAD = "INSERT INTO run_snapshots (run_id, global_seq, data)"
+_UPSERT_SNAPSHOT_TAIL = ("ON CONFLICT (run_id) DO UPDATE SET global_seq=excluded.global_seq, "
+                         "data=excluded.data WHERE excluded.global_seq > global_seq")
 
 
 def _row(directive: Directive) -> _Row:
@@ -255,19 +281,27 @@ class DirectiveStore:
     def __init__(self, state_dir: str) -> None:
         if state_dir == MEMORY:
             target = MEMORY
+            self.path: Path | None = None
         else:
             directory = Path(state_dir)
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise DirectiveStoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
-            target = str(directory / DB_FILE)
+            self.path = directory / DB_FILE
+            target = str(self.path)
+        self._checkpointer: _Connection | None = None
+        opened: list[_Connection] = []
         try:
             self._writer = _Connection(target)
+            opened.append(self._writer)
             db = self._writer.db
+            # read before anything is written: a file that is no database, or a damaged one,
+            # is refused as it is (StateFileUnreadable)
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise DirectiveStoreError(
                     f"{target} has schema version {version}; this build knows {SCHEMA_VERSION}: "
@@ -279,20 +313,27 @@ class DirectiveStore:
             else:
                 _migrate(db, version)
             self._reader = self._writer if target == MEMORY else _Connection(target)
-            self._checkpointer: _Connection | None = None
+            opened.append(self._reader)
             # the writer's total_changes when the log was last copied whole (-1: not yet)
             self._copied_changes = -1
             if target != MEMORY:
                 self._reader.db.execute("PRAGMA query_only=ON")
                 db.execute("PRAGMA wal_autocheckpoint=0")
                 self._checkpointer = _Connection(target)
+                opened.append(self._checkpointer)
                 # what the schema (or a process before) left in the log, copied now, before
                 # anything else uses the store: the checkpoints then skip while nothing is
                 # written, and the checkpointer's connection stays unused (its page cache,
                 # some 0.1 MB) until something is
                 self._copied(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone(),
                              db.total_changes)
-        except sqlite3.Error as exc:
+        except BaseException as exc:
+            for connection in {id(c): c for c in opened}.values():
+                connection.db.close()
+            if not isinstance(exc, sqlite3.Error):
+                raise
+            if unreadable_file(exc) and target != MEMORY:
+                raise StateFileUnreadable(target, HELD, exc) from None
             raise DirectiveStoreError(f"state_dir {state_dir!r}: {exc}") from None
 
     def close(self) -> None:
@@ -332,18 +373,20 @@ class DirectiveStore:
         return self.add_many([(directive, hooks)], now)[0]
 
     def add_many(self, items: Sequence[tuple[Directive, Sequence[str]]],
-                 now: float | None = None) -> list[AddResult]:
-        """Store directives and their webhook deliveries in one transaction. Anything but
-        ``STORED`` means the directive was not stored and must not be published. Deliveries
-        are due at ``now`` (default: the directive's creation). The batch goes in as one
-        statement (:func:`~watchdog.shell.state.store.execute_rows`); only when some of it
-        cannot be stored (a duplicate, a taken number) is it taken back and stored one by one,
-        to say which."""
+                 now: float | None = None, runs: Sequence[RunSnapshot] = ()
+                 ) -> list[AddResult]:
+        """Store directives and their webhook deliveries, and the snapshots of ``runs`` (the
+        runs decided on, each with the ``global_seq`` of its latest directive here), in one
+        transaction. Anything but ``STORED`` means the directive was not stored and must not be
+        published. Deliveries are due at ``now`` (default: the directive's creation). The batch
+        goes in as one statement (:func:`~watchdog.shell.state.store.execute_rows`); only when
+        some of it cannot be stored (a duplicate, a taken number) is it taken back and stored
+        one by one, to say which."""
         rows = [_row(directive) for directive, _hooks in items]
         if not rows:
             return []
         if not any(hooks for _directive, hooks in items):
-            results = self._add_alone(rows)
+            results = self._add_alone(rows, runs)
             if results is not None:
                 return results
         with self._writer.transaction() as db:
@@ -359,6 +402,12 @@ class DirectiveStore:
                     db.execute("BEGIN")
             if results is None:
                 results = [_add_one(db, row) for row in rows]
+            if runs:  # (a directive refused as a clash stores no snapshot)
+                clashed = {directive.global_seq for (directive, _hooks), result
+                           in zip(items, results, strict=True) if result is AddResult.CONFLICT}
+                execute_rows(db, _UPSERT_SNAPSHOT_HEAD,
+                             [run for run in runs if run[1] not in clashed],
+                             _UPSERT_SNAPSHOT_TAIL)
             deliveries = [
                 (directive.global_seq, hook, DeliveryState.PENDING.value, 0, due, due, due)
                 for (directive, hooks), result in zip(items, results, strict=True)
@@ -367,21 +416,34 @@ class DirectiveStore:
             execute_rows(db, _INSERT_DELIVERIES, deliveries)
         return results
 
-    def _add_alone(self, rows: list[_Row]) -> list[AddResult] | None:
-        """Directives without deliveries stored by one statement that is its own transaction
-        (the common case: one SQLite call), or None when a number is taken (nothing stored:
-        the caller tells the rows apart). Rows skipped as duplicates are told apart from the
-        stored ones by their ``global_seq``: a taken one would have failed the statement."""
+    def _add_alone(self, rows: list[_Row], runs: Sequence[RunSnapshot] = ()
+                   ) -> list[AddResult] | None:
+        """Directives without deliveries stored by one statement (the common case: one SQLite
+        call, its own transaction; with the runs' snapshots, one transaction of the two), or
+        None when a number is taken (nothing stored: the caller tells the rows apart). Rows
+        skipped as duplicates are told apart from the stored ones by their ``global_seq``: a
+        taken one would have failed the statement."""
         if len(rows) > ROWS_PER_STATEMENT:  # more than one statement: not one transaction
             return None
         with self._writer.lock:
             db = self._writer.db
+            if runs:
+                db.execute("BEGIN")
             try:
                 stored = db.execute(rows_statement(_INSERT_HEAD, len(rows[0]), len(rows),
                                                    _INSERT_TAIL),
                                     [value for row in rows for value in row]).rowcount
+                if runs:
+                    execute_rows(db, _UPSERT_SNAPSHOT_HEAD, runs, _UPSERT_SNAPSHOT_TAIL)
+                    db.execute("COMMIT")
             except sqlite3.IntegrityError:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 return None
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
             if stored == len(rows):
                 return [AddResult.STORED] * len(rows)
             numbers = [row[0] for row in rows]
@@ -389,6 +451,13 @@ class DirectiveStore:
                 f"SELECT global_seq FROM directives WHERE global_seq IN "
                 f"({','.join('?' * len(numbers))})", numbers)}
         return [AddResult.STORED if row[0] in found else AddResult.DUPLICATE for row in rows]
+
+    def forget_snapshots(self, up_to: int) -> int:
+        """Remove the run snapshots written with directives up to ``global_seq`` ``up_to``: a
+        flush of the runs database has stored newer ones. Returns how many went."""
+        with self._writer.transaction() as db:
+            return db.execute("DELETE FROM run_snapshots WHERE global_seq <= ?",
+                              (up_to,)).rowcount
 
     def ack(self, run_id: str, seq: int, now: float) -> int:
         """Record that the agent has seen ``seq``; acks only move forward. Returns the acked seq."""
@@ -497,6 +566,13 @@ class DirectiveStore:
         return [FiredRecord(run, rule, key, Action(action), created_at, tool_calls_at,
                             TerminalState(terminal) if terminal else None)
                 for _seq, run, rule, key, action, created_at, tool_calls_at, terminal in rows]
+
+    def run_snapshots(self) -> list[tuple[str, str]]:
+        """``(run_id, snapshot)`` of the runs decided on since the runs database was last
+        flushed (the snapshot is the runs database's row text), oldest decision first."""
+        with self._reader.lock:
+            return self._reader.db.execute(
+                "SELECT run_id, data FROM run_snapshots ORDER BY global_seq").fetchall()
 
     def acked(self, run_id: str) -> int:
         """The highest seq the agent acknowledged (0: none)."""

@@ -23,7 +23,8 @@ from watchdog.shell.state.store import Store
 
 log = logging.getLogger("watchdog")
 
-MAX_LIST_LIMIT = 1000
+MAX_LIST_LIMIT = 1000  # runs per page of the listing
+Place = tuple[bool, float, str]  # a run's place in the listing: (active, its time, its key)
 
 
 class LiveRuns(Protocol):
@@ -31,6 +32,9 @@ class LiveRuns(Protocol):
 
     def view(self, key: str, now: float) -> RunView | None: ...
     def newest_keys(self, active: bool, agent: str | None, limit: int) -> list[str]: ...
+    def page_keys(self, active: bool, agent: str | None, before: tuple[float, str] | None,
+                  limit: int) -> list[tuple[float, str]]: ...
+    def holds(self, key: str) -> bool: ...
     def child_views(self, key: str, now: float) -> list[RunView]: ...
     def stored_view(self, data: dict[str, Any], now: float) -> RunView: ...
 
@@ -90,33 +94,46 @@ class RunQueries:
                 children[data["key"]] = child
         return sorted(children.values(), key=_started)
 
-    async def list_runs(self, state: str | None = None, agent: str | None = None,
-                        limit: int = 100) -> list[dict[str, Any]]:
-        """Active runs come from memory; ended ones from memory, then from the store when
-        memory has fewer than ``limit``."""
+    async def list_runs(self, state: str | None, agent: str | None, limit: int,
+                        after: Place | None = None) -> tuple[list[dict[str, Any]], Place | None]:
+        """One page of the run listing (``GET /v1/runs``), by key set: at most ``limit`` run
+        summaries after ``after`` (the place of the last run of the page before; None: the
+        first page) in the listing's order (:data:`watchdog.core.reads.PAGE_ORDER`: the active
+        runs, from memory, most recently started first; then the ended ones, from memory and
+        the store, most recently seen first), and the place of the page's last run when there
+        may be more (else None). A place is ``(active, time, key)``: runs that come, change or
+        end between two pages never shift the next page (no run is listed twice in one state,
+        none skipped that stayed as it was)."""
         limit = max(1, min(limit, MAX_LIST_LIMIT))
-        runs: dict[str, RunView | None] = {}  # None: in memory (its view is taken below)
-        if state in (None, "active"):
-            runs.update(dict.fromkeys(self.runs.newest_keys(True, agent, limit)))
-        if state in (None, "ended"):
-            for key in self.runs.newest_keys(False, agent, limit):
-                runs.setdefault(key, None)
-            if len(runs) < limit:
-                stored = await self._lane.run(self.store.list_runs, True, agent, limit)
-                now = self.clock.now()
-                for data in stored:
-                    if data["key"] not in runs and (restored := self.from_store(data, now)):
-                        runs[data["key"]] = restored
+        groups = [True, False] if state is None else [state == "active"]
+        if after is not None:  # from the cursor's group on
+            groups = [active for active in groups if active <= after[0]]
+        found: list[tuple[Place, dict[str, Any] | None]] = []
+        for active in groups:
+            want = limit + 1 - len(found)  # one more than the page: is there a next one?
+            if want <= 0:
+                break
+            before = (after[1], after[2]) if after is not None and after[0] == active else None
+            places: list[tuple[float, str, dict[str, Any] | None]] = [
+                (place, key, None) for place, key in
+                self.runs.page_keys(active, agent, before, want)]
+            if not active:  # the store keeps the ended runs memory no longer holds
+                stored = await self._lane.run(self.store.list_runs, True, agent, before, want)
+                places.extend(row for row in stored if not self.runs.holds(row[1]))
+                places.sort(key=lambda item: (item[0], item[1]), reverse=True)
+            found.extend(((active, place, key), data) for place, key, data in places[:want])
+        more = len(found) > limit
+        found = found[:limit]
         now = self.clock.now()
         summaries = []
-        for key, run in list(runs.items())[:limit]:
+        for (_active, _place, key), data in found:
             try:
-                view = run if run is not None else self.runs.view(key, now)
-                if view is not None:  # (None: it left memory while the store was read)
+                view = self.runs.view(key, now) if data is None else self.from_store(data, now)
+                if view is not None:  # (None: it left memory meanwhile, or cannot be read)
                     summaries.append(run_summary(view, self.trace_url))
             except Exception:  # one damaged run must not take the listing down with it
                 self._on_failed_run("read", key)
-        return summaries
+        return summaries, (found[-1][0] if more else None)
 
     async def activity(self, key: str) -> list[ActivityEntry]:
         """The run's activity log: what the store has, plus what is on its way there (taken

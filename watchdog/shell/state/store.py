@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 5
 DB_FILE = "watchdog.sqlite3"
+HELD = "runs, activity and sessions"  # what the file holds (to say what moving it aside drops)
 OWNER_FILE = "watchdog.lock"  # held (flock) by the one sidecar that uses the state dir
 MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
 MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
@@ -154,6 +155,33 @@ def execute_rows(db: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]
 
 class StoreError(RuntimeError):
     """The state directory cannot be used (permissions, a newer schema, a corrupt file)."""
+
+
+class StateFileUnreadable(StoreError):
+    """A state file is not a SQLite database, or a damaged one: nothing can start on it. It is
+    left as it is, for the operator to move aside (a new one is made in its place) or recover
+    from; the message says which file and how."""
+
+    def __init__(self, path: str | Path, what: str, error: BaseException) -> None:
+        self.path = str(path)
+        super().__init__(
+            f"{self.path} cannot be read ({error}); it is left as it is. To start afresh "
+            f"without the {what} it holds, move it aside, with its -wal and -shm files if "
+            f"there are any (mv {self.path} {self.path}.damaged), and start again: a new one is "
+            f"made; keep the moved file to recover what it can give (sqlite3 "
+            f"{self.path}.damaged .recover)")
+
+
+# SQLite's primary result codes of a file that is no database, or a damaged one
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+def unreadable_file(error: BaseException) -> bool:
+    """Whether a SQLite error says its file is no database, or a damaged one (not a file that
+    cannot be opened or written: those are the directory's or the disk's)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(error, sqlite3.DatabaseError) and code is not None and (
+        code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB))
 
 
 class StoreWriteError(StoreError):
@@ -335,20 +363,28 @@ class Store:
         if state_dir == ":memory:":
             # A named shared-cache memory database, so the reader connection sees the writes.
             target = f"file:watchdog-{id(self):x}?mode=memory&cache=shared"
+            self.path: Path | None = None
         else:
             directory = Path(state_dir)
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
-            target = (directory / DB_FILE).absolute().as_uri()
+            self.path = directory / DB_FILE
+            target = self.path.absolute().as_uri()
+        opened: list[sqlite3.Connection] = []
         try:
             self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
                                        uri=True)
+            opened.append(self._db)
+            # read before anything is written: a file that is no database, or a damaged one,
+            # is refused as it is (its schema is read whole here; a damaged page elsewhere is
+            # found when it is read, at the restore: Service.restore)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA cache_size={-CACHE_KIB}")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{target} has schema version {version}; this build knows "
                                  f"{SCHEMA_VERSION}: use a newer agent-watchdog")
@@ -357,11 +393,20 @@ class Store:
             else:
                 for step in range(version + 1, SCHEMA_VERSION + 1):
                     self._db.executescript(_MIGRATIONS[step])
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            if version != SCHEMA_VERSION:
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._reader = sqlite3.connect(target, check_same_thread=False,
                                            isolation_level=None, uri=True)
         except sqlite3.Error as exc:
+            for connection in opened:
+                connection.close()
+            if unreadable_file(exc) and self.path is not None:
+                raise StateFileUnreadable(self.path, HELD, exc) from None
             raise StoreError(f"state_dir {state_dir!r}: {exc}") from None
+        except BaseException:
+            for connection in opened:
+                connection.close()
+            raise
         self._lock = threading.Lock()  # the writer connection
         self._read_lock = threading.Lock()  # the reader connection
 
@@ -477,19 +522,23 @@ class Store:
             row = self._reader.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
         return decode(row[0]) if row else None
 
-    def list_runs(self, ended: bool | None, agent: str | None, limit: int) -> list[dict[str, Any]]:
-        sql, args = "SELECT data FROM runs WHERE 1=1", list[object]()
-        if ended is not None:
-            sql += " AND ended=?"
-            args.append(int(ended))
+    def list_runs(self, ended: bool, agent: str | None, before: tuple[float, str] | None,
+                  limit: int) -> list[tuple[float, str, dict[str, Any]]]:
+        """At most ``limit`` stored runs as ``(updated, key, snapshot)``, the most recently
+        updated first (ties: the greatest key first), only those below ``before`` (a page's
+        last ``(updated, key)``): one page of a key-set listing (``runs_by_state`` finds it)."""
+        sql, args = "SELECT updated, key, data FROM runs WHERE ended=?", list[object]([int(ended)])
         if agent:
             sql += " AND agent=?"
             args.append(agent)
-        sql += " ORDER BY updated DESC LIMIT ?"
+        if before is not None:
+            sql += " AND (updated < ? OR (updated = ? AND key < ?))"
+            args.extend((before[0], before[0], before[1]))
+        sql += " ORDER BY updated DESC, key DESC LIMIT ?"
         args.append(limit)
         with self._read_lock:
             rows = self._reader.execute(sql, args).fetchall()
-        return [decode(row[0]) for row in rows]
+        return [(float(updated), key, _row_or_key(key, data)) for updated, key, data in rows]
 
     def child_runs(self, parent: str, limit: int) -> list[dict[str, Any]]:
         """Stored runs whose ``parent_run`` is ``parent`` (a scan: read per detail request)."""
@@ -526,6 +575,16 @@ class Store:
                     break
         newest = sorted(entries)[-limit:]
         return [entries[seq] for seq in newest]
+
+
+def _row_or_key(key: str, data: str) -> dict[str, Any]:
+    """A stored run's snapshot; one that is not JSON (damaged on disk) as its key alone, which
+    the reader cannot make a run of (it is counted, and the others are read)."""
+    try:
+        row = decode(data)
+    except ValueError:
+        return {"key": key}
+    return row if isinstance(row, dict) else {"key": key}
 
 
 _UPSERT_SESSION_HEAD = "INSERT INTO sessions (id, updated, data)"
