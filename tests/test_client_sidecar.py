@@ -234,3 +234,21 @@ def test_a_grace_ended_by_the_client_is_a_stopped_run_both_sides(sidecar: Runnin
     wd.close()
     assert (detail["terminal_state"], detail["terminal_reason"]) == (
         "loop_detected", "tool-cycle")
+
+
+def test_a_run_whose_announcement_is_refused_still_syncs(sidecar: RunningServer) -> None:
+    """A run's announcement the sidecar refuses (a session id over 200 characters: a 400 to the
+    heartbeat, and to a sync carrying it) does not stop its syncs: the spans go without it, so
+    the run's calls are counted and its directives come back, as before syncs announced."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())  # its spans go by sync only
+    tracer = wd.tracer()
+    with wd.run(agent="refused", session="s" * 201) as run:
+        for _ in range(3):
+            run.before_model_call()
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+        run_id = run.id
+    wd.close()
+    assert wd.syncer.sent == 3
+    assert sidecar.get_json(f"/v1/runs/{run_id}")["iterations"] == 2
