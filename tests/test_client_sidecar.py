@@ -234,3 +234,42 @@ def test_a_grace_ended_by_the_client_is_a_stopped_run_both_sides(sidecar: Runnin
     wd.close()
     assert (detail["terminal_state"], detail["terminal_reason"]) == (
         "loop_detected", "tool-cycle")
+
+
+def test_a_run_whose_announcement_is_refused_still_syncs(sidecar: RunningServer) -> None:
+    """A run's announcement the sidecar refuses (a session id over 200 characters: a 400 to the
+    heartbeat, and to a sync carrying it) does not stop its syncs: the spans go without it, so
+    the run's calls are counted and its directives come back, as before syncs announced."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())  # its spans go by sync only
+    tracer = wd.tracer()
+    with wd.run(agent="refused", session="s" * 201) as run:
+        for _ in range(3):
+            run.before_model_call()
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+        run_id = run.id
+    wd.close()
+    assert wd.syncer.sent == 3
+    assert sidecar.get_json(f"/v1/runs/{run_id}")["iterations"] == 2
+
+
+def test_the_heartbeat_announces_a_run_whose_syncs_did_not(sidecar: RunningServer) -> None:
+    """A sync answered without its announcement heard (too long for the header here; a sidecar
+    that predates the header ignores it) leaves the heartbeat to announce the run: the
+    reporter's first heartbeat, come after the syncs, still registers its budget."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    reporter = wd.reporter = Reporter(Transport(f"http://127.0.0.1:{free_port()}"))
+    tracer = wd.tracer()
+    with wd.run(agent="a" * 5000, max_tool_calls=7) as run:  # (its JSON: over 4,096 chars)
+        for _ in range(2):
+            run.before_model_call()
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+        assert wd.syncer.sent == 2
+        reporter.transport = Transport(sidecar.api)  # the heartbeats reach the sidecar now
+        detail = wait_until(lambda: (d := run_detail(sidecar.api, run.id)) and d["budget"]
+                            and d, what="the heartbeat's announcement")
+        assert detail["budget"]["max_tool_calls"] == 7
+    wd.close()

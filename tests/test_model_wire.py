@@ -498,6 +498,21 @@ def test_the_final_request_forces_an_offered_answer_tool() -> None:
                                      prompt)["tool_choice"] == "none"
 
 
+def test_a_tool_with_no_function_name_is_not_forced_when_no_answer_tool_is_offered() -> None:
+    """A hosted tool (the Responses API's ``web_search``, Chat's ``custom`` tool: no function
+    name) beside the function tools, and no final-answer tool: the final request withdraws
+    them all (``tool_choice: none``, every definition kept), never forces a tool named None."""
+    prompt = "[agent-watchdog: system instruction] Tools are withdrawn: report."
+    hosted = {"type": "web_search"}
+    tools = [hosted, {"type": "function", "name": "search"}]
+    responses = ResponsesWire().withdraw_tools({"input": "q", "tools": tools}, prompt)
+    assert responses["tool_choice"] == "none" and responses["tools"] == tools
+    custom = {"type": "custom", "custom": {"name": "grep"}}
+    search = {"type": "function", "function": {"name": "search", "parameters": {}}}
+    chat = ChatWire().withdraw_tools({"messages": [], "tools": [search, custom]}, prompt)
+    assert chat["tool_choice"] == "none" and chat["tools"] == [search, custom]
+
+
 def test_legacy_functions_are_tool_calls_of_their_own_id_and_withdrawn_as_tools() -> None:
     """The legacy Chat Completions shape: ``functions`` offered are tools; the answer's
     ``function_call`` is a tool call with an id of its own, which the next request's

@@ -98,7 +98,8 @@ class Run:
         self._steer_lock = threading.Lock()  # one decision at a time (parallel tool calls)
         # Written by the adapters, read by the reporter thread.
         self.messages = 0
-        self.announced = False
+        self.announced = False  # the reporter's: a heartbeat's announcement was answered
+        self._sync_announced = False  # a sync's was (the sidecar may predate the header)
         self._ack_wanted = 0
         self._acked = 0
         self._final_answer: str | None = None
@@ -337,12 +338,15 @@ class Run:
         stop = self.steering.unreported_stop
         # who the run is and its budget go with the syncs until the sidecar has heard them (the
         # reporter's announcement, on its own thread, may come after this sync's spans)
-        announce = None if self.announced else self.announcement(with_trace=True)
+        # (apart from the heartbeat's: a sync answered by a sidecar that ignores the header, or
+        # sent without it, is no announcement heard, and the heartbeat still makes one)
+        announce = None if self.announced or self._sync_announced \
+            else self.announcement(with_trace=True)
         answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop, announce)
         if answer is None:
             tally.give_back(spans)
             return
-        self.announced = True
+        self._sync_announced = True
         if stop is not None:
             self.steering.stop_reported(stop)
         for directive in answer.directives:

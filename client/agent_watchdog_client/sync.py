@@ -120,6 +120,11 @@ class SyncChannel:
         started = self.transport.health.started()
         try:
             status, payload = self._post(path, body, headers)
+            if status == 400 and ANNOUNCE_HEADER in headers:
+                # an announcement the sidecar refuses (the heartbeat's answer says why): the
+                # spans go without it, as they did before syncs announced, not never
+                del headers[ANNOUNCE_HEADER]
+                status, payload = self._post(path, body, headers)
         except (OSError, http.client.HTTPException) as exc:
             self._failed(exc, started)
             return None

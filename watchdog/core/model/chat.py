@@ -249,7 +249,9 @@ def withdraw_function_tools(body: dict[str, Any], prompt: str,
     answer = answer_tool_offered(function_name(tool) for _, tools in offered for tool in tools)
     edited = add_note(body, prompt if answer is None else answer_tool_prompt(prompt, answer))
     for (key, choice, forced), tools in offered:
-        only = [tool for tool in tools if function_name(tool) == answer][:1]
+        # (no answer tool: none is forced, not one without a function name, a hosted one)
+        only = [tool for tool in tools if function_name(tool) == answer][:1] \
+            if answer is not None else []
         if only:
             edited[key] = only
             edited[choice] = forced(str(answer))
