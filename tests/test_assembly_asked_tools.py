@@ -183,6 +183,34 @@ def test_a_tool_span_before_the_call_that_asked_for_it_is_that_call(order: str) 
     assert (run.iterations, run.tool_calls, run.tools, run.spans) == (2, 1, {"lookup": 1}, 4)
 
 
+def test_a_tool_span_paired_with_an_earlier_call_goes_to_the_later_call_that_asked_for_it(
+        ) -> None:
+    """Two model calls of a hand-written loop each ask for ``lookup``, the second call and its
+    tool sent first, then the first call, then the first call's tool with the second call: the
+    second tool, taken by the first call when it came (the only one that had asked), is the
+    second call's when that comes (it asked after the first and before the tool started), and
+    the first tool answers the first call: two tool calls."""
+    maker = SpanMaker()
+    root = maker.open("research agent")
+    maker.span("chat", _asking_chat("call_1"), parent=root, start=T0, end=T0 + 1)
+    first_call = maker.take()
+    maker.span("lookup {key}", {"input": "{}"}, parent=root, start=T0 + 1.1, end=T0 + 1.2)
+    first_tool = maker.take()
+    maker.span("chat", _asking_chat("call_2"), parent=root, start=T0 + 2, end=T0 + 3)
+    second_call = maker.take()
+    maker.span("lookup {key}", {"input": "{}"}, parent=root, start=T0 + 3.1, end=T0 + 3.2)
+    maker.span("chat", chat_attrs(finish="stop", **{"gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}])}),
+        parent=root, start=T0 + 4, end=T0 + 5)
+    root.end(int((T0 + 6) * 1e9))
+    rest = maker.take()
+    tracker = RunTracker()
+    for now, part in enumerate([rest, first_call, first_tool + second_call], start=1):
+        tracker.apply(records_of(part), T0 + 10 + now)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.tools, run.spans) == (3, 2, {"lookup": 2}, 6)
+
+
 def test_spans_kept_for_a_later_request_are_bounded() -> None:
     """Spans of no kind first in a trace with no run (plumbing alone here), and spans of no
     kind no model call asked for yet, are kept for a later request: the last few of each

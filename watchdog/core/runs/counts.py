@@ -14,9 +14,11 @@ from watchdog.core.runs.fields import (
     MAX_DISTINCT_TOOLS,
     NS,
     OTHER_TOOL,
+    RECENT_ANSWERED,
     RECENT_FAILURES,
     RECENT_MODEL_CALLS,
     UNPRICED,
+    Asked,
     RunFields,
 )
 from watchdog.core.spans.record import AGENT, ENDPOINT_SCOPE, LLM, OTHER, TOOL, SpanRecord
@@ -401,9 +403,31 @@ class RunCounts(RunFields):
         start = record.start_ns
         new = tuple((name, call_id, start) for name, call_id in record.asked_tools
                     if not (call_id and call_id in ids))
+        if new and self._answered:
+            new = tuple(self._reopen(entry) for entry in new)
         if new:
-            asked = (*asked, *new)
+            asked = (*self._asked, *new)
             self._asked = asked[-MAX_ASKED:] if len(asked) > MAX_ASKED else asked
+
+    def _reopen(self, entry: Asked) -> Asked:
+        """The request ``entry`` of a model call come after tool calls it asked for (its
+        request sent after theirs, and after a call's before it): of the tool calls of its
+        name answered by name, the first to start after it started that an earlier call's
+        request was paired with is its own — that earlier request is open again (a tool call
+        still to come answers it), and returned in its place."""
+        name, call_id, start = entry
+        answered = self._answered
+        found, first = -1, 0
+        for index, (tool, _, asked_at, tool_start) in enumerate(answered):
+            if tool == name and asked_at < start <= tool_start \
+                    and (found < 0 or tool_start < first):
+                found, first = index, tool_start
+        if found < 0:
+            return entry
+        tool, earlier_id, earlier_at, _ = answered[found]
+        self._answered = (*answered[:found], (name, call_id, start, first),
+                          *answered[found + 1:])
+        return tool, earlier_id, earlier_at
 
     def counted_around(self, record: SpanRecord, tool: str | None) -> bool:
         """Whether span ``record`` of ``tool`` is a call of it counted already, seen from
@@ -472,6 +496,11 @@ class RunCounts(RunFields):
                     answered = index
         if answered >= 0:
             self._asked = (*asked[:answered], *asked[answered + 1:])
+            if not call_id:  # (by name: a call that asked after that one may come yet)
+                name, asked_id, asked_at = asked[answered]
+                pairs = (*self._answered, (name, asked_id, asked_at, record.start_ns))
+                self._answered = pairs[-RECENT_ANSWERED:] if len(pairs) > RECENT_ANSWERED \
+                    else pairs
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
             tool = OTHER_TOOL
         self.tools[tool] = self.tools.get(tool, 0) + 1
