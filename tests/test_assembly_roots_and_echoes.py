@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
 from watchdog.core.runs.run import RunState
@@ -30,16 +31,19 @@ def _asking(tool: str = "lookup") -> dict[str, object]:
                                           "arguments": "{}"}]}])})
 
 
-def _root_chat_loop(maker: SpanMaker, root_finish: str | None) -> None:
+def _root_chat_loop(maker: SpanMaker, root_finish: str | None, end: bool = True) -> Span:
     """A loop whose root span an instrumentation made a model call's: the attributes of the
-    loop's model calls written onto it (the last call's usage and finish reason, or none)."""
+    loop's model calls written onto it (the last call's usage and finish reason, or none); the
+    root, ended unless ``end`` is False."""
     root_attrs = chat_attrs(30, 12) if root_finish is None else chat_attrs(30, 12, root_finish)
     root = maker.open("chat research", root_attrs, start=T0)
     maker.span("chat", _asking(), parent=root, start=T0 + 1, end=T0 + 2)
     maker.span("execute_tool lookup", tool_attrs("lookup", "{}", "v"), parent=root,
                start=T0 + 2.1, end=T0 + 2.2)
     maker.span("chat", chat_attrs(finish="stop"), parent=root, start=T0 + 3, end=T0 + 4)
-    root.end(end_time=int((T0 + 5) * 1e9))
+    if end:
+        root.end(end_time=int((T0 + 5) * 1e9))
+    return root
 
 
 @pytest.mark.parametrize("per_span", [False, True])
@@ -54,6 +58,33 @@ def test_a_root_made_a_model_call_still_ends_its_run(per_span: bool,
     assert (run.iterations, run.tool_calls, run.terminal_state) \
         == (2, 1, TerminalState.COMPLETED)
     assert (run.input_tokens, run.output_tokens) == (20, 10)  # the root's sums not again
+
+
+@pytest.mark.parametrize("root_finish", [None, "tool_calls"])
+def test_a_root_made_a_model_call_that_comes_first_still_frames_its_loop(
+        root_finish: str | None) -> None:
+    """The root made a model call's and the loop's last call sent first, a library's plumbing
+    span of its own resource (LiteLLM's raw request) under the root ending first: a loose call
+    (and its twin) until the loop's earlier calls come; then the root is the loop's span,
+    ending its trace's run, read as in order — and named after the loop's service, not the
+    library's."""
+    maker, library = SpanMaker(), SpanMaker({"service.name": "a-library"})
+    root = _root_chat_loop(maker, root_finish, end=False)
+    library.span("raw request", {"input": "{}"}, parent=root, start=T0 + 3, end=T0 + 3.5)
+    root.end(end_time=int((T0 + 5) * 1e9))
+    spans = maker.take()
+    in_order = applied(records_of([*spans[:2], *library.finished(), *spans[2:]]), False)
+    tracker = RunTracker()
+    tracker.apply(records_of([*library.take(), *spans[2:]]), T0 + 10)
+    tracker.apply(records_of(spans[:2]), T0 + 11)
+    assert list(tracker.active()) == []
+    (run,) = tracker.ended()
+    (expected,) = in_order.ended()
+    assert (run.agent_name, run.iterations, run.tool_calls, run.terminal_state,
+            run.input_tokens, run.output_tokens) \
+        == (expected.agent_name, expected.iterations, expected.tool_calls,
+            expected.terminal_state, expected.input_tokens, expected.output_tokens) \
+        == ("test-agent", 2, 1, TerminalState.COMPLETED, 20, 10)
 
 
 def test_a_loose_model_call_with_its_twin_inside_is_still_a_loose_call() -> None:

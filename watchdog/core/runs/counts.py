@@ -96,8 +96,12 @@ class RunCounts(RunFields):
             self._agent_step_ns = 0 if record.kind is AGENT else record.start_ns
             if record.kind is AGENT and not record.workflow:
                 self.named_by_agent = True
-        if self.service is None and record.service is not None:
+        if record.service is not None and (
+                self.service is None or (self._plumbing_service and record.kind is not OTHER)):
+            # (the service of its agent, model or tool calls: a span of no kind, come first,
+            # may be a library's of its own resource, LiteLLM's raw request)
             self.service = record.service
+            self._plumbing_service = record.kind is OTHER
         if self.session is None and record.session is not None:
             self.session = record.session
         if self.parent_run is None and record.parent_run is not None:

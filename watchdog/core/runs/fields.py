@@ -53,7 +53,8 @@ class RunFields:
         "_agent_step_ns", "_answered", "_asked", "_call_counts", "_cycle_runs", "_delta_messages",
         "_error_counts", "_failures", "_final_end_ns", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_recent_calls",
+        "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_plumbing_service",
+        "_recent_calls",
         "_reported_calls",
         "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_spans", "_tool_start_ns",
@@ -81,6 +82,7 @@ class RunFields:
         self.agent: str | None = None
         self.agent_spans = False  # a span of the agent's came (not only the model endpoint's)
         self.service: str | None = None
+        self._plumbing_service = False  # ... taken from a span of no kind: a call's names it
         self.session: str | None = None
         self.session_counted = False  # the shell has counted this run in its session's runs
         # The client SDK announced it: its own span (``watchdog.run <agent>``) ends it, not the

@@ -25,7 +25,8 @@ One run per agent invocation (DESIGN §3):
   Semantic Kernel's ``kernel.invoke_prompt`` does), the trace's run, ended by it; so is a
   model call at the root with other model calls below it (an instrumentation wrote the loop's
   model calls onto the agent's root span): a run ends when its root ends, whatever the root
-  carries.
+  carries. Such a root that comes before its model calls opens a run of loose calls, and is
+  kept with the spans of its trace (``_lone_roots``) until they show what it is.
 
 Tool calls are also recognised by what the model asked for: a span of no kind after a model
 call that asked for a tool, named after that tool (alone, or as its first or last word) and not
@@ -213,7 +214,7 @@ class RunTracker(RunBook):
                 opened.add(key)
                 while len(self._loose) > MAX_LOOSE_GROUPS:
                     self._loose.popitem(last=False)
-                if record.unasked and record.kind is TOOL:  # its model loop may come later
+                if record.unasked or record.kind is LLM:  # its model loop may come later
                     self._lone_roots[record.trace_id] = [record]
                     while len(self._lone_roots) > MAX_LONE_ROOTS:
                         self._lone_roots.popitem(last=False)
@@ -314,7 +315,8 @@ class RunTracker(RunBook):
         if self._lone_roots:
             for record in records:
                 if record.kind is LLM and record.parent_span_id is not None \
-                        and record.trace_id in self._lone_roots:
+                        and (lone := self._lone_roots.get(record.trace_id)) is not None \
+                        and self._frames_lone(lone, records):
                     self._reframe(record.trace_id, now, result, reframed)
         linked: list[TraceFrames] = []
         waiting = self._link_traces(records, linked)
@@ -445,6 +447,21 @@ class RunTracker(RunBook):
         if frames.ahead:
             linked.append(frames)
 
+    @staticmethod
+    def _frames_lone(lone: list[SpanRecord], records: list[SpanRecord]) -> bool:
+        """Whether the root of ``lone`` (a trace's root that came first and opened a run of
+        loose calls, then the spans of its trace since) frames its trace's model loop, now that
+        ``records`` bring model calls below it: a tool call no model asked for does; a model
+        call does when the calls below it are more than its twin, as :meth:`_frames_calls`
+        tells (LiteLLM's callback writes a call's attributes onto the loop's span around it)."""
+        root = lone[0]
+        if root.kind is not LLM:
+            return True
+        calls = [record for record in (*lone[1:], *records)
+                 if record.kind is LLM and record.trace_id == root.trace_id
+                 and record.parent_span_id is not None]
+        return len(calls) > 1 or (len(calls) == 1 and calls[0].parent_span_id != root.span_id)
+
     def _reframe(self, trace_id: str, now: float, result: BatchResult,
                  reframed: list[tuple[SpanRecord, RunState]]) -> None:
         """A model call below the root of ``trace_id`` has come, and that root, a tool call no
@@ -463,7 +480,10 @@ class RunTracker(RunBook):
         if self._loose.get(group) == run.key:
             del self._loose[group]
         run.loose_trace = None
-        root.as_invocation()
+        if root.kind is LLM:  # the agent's own span, a model call's by what was written on it
+            root.kind, root.workflow = AGENT, True
+        else:
+            root.as_invocation()
         for record in records:
             record.loose = False
         run.refold(records[1:], now)
