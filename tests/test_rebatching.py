@@ -374,8 +374,7 @@ def test_out_of_order_requests_misread_no_more_answers_than_pinned() -> None:
 # Lower a count when a change reads more of them right; never raise one.
 BATCH_ORDER_MISREAD = {
     "autogen_native": 6,
-    "langgraphjs_oi": 2, "litellm_logfire_loop": 1,
-    "logfire_loop": 1,
+    "langgraphjs_oi": 2,
     "openai_agents_oi": 1, "openai_agents_openlit": 6,
     "openai_agents_sdk": 4, "semantic_kernel_137_agent": 1,
     "semantic_kernel_agent": 1,

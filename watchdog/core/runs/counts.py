@@ -462,13 +462,14 @@ class RunCounts(RunFields):
                 if asked_id == call_id:
                     return tool
         for tool, asked_id, asked_at in self._asked:
-            # the tool's name, alone or as the first or last word (Logfire names a span after
-            # its message template: "lookup {key}")
-            if asked_at <= start and not (call_id and asked_id) and (
-                    name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ")
-                    or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " ")):
+            if asked_at <= start and not (call_id and asked_id) and _named_after(name, tool):
                 return tool
         return None
+
+    def named_after_a_tool(self, record: SpanRecord) -> bool:
+        """Whether span ``record`` is named after a tool the run called (as :meth:`asked_for`
+        reads a name)."""
+        return any(_named_after(record.name, tool) for tool in self.tools)
 
     def _apply_tool(self, record: SpanRecord) -> None:
         # A tool ran after the last model call, or inside its span (started after it): that
@@ -605,6 +606,13 @@ class RunCounts(RunFields):
             self.parent_run = parent_run
         if budget:
             self.budget.update(budget)
+
+
+def _named_after(name: str, tool: str) -> bool:
+    """Whether span name ``name`` is ``tool``'s: the tool's name, alone or as the first or last
+    word (Logfire names a span after its message template: "lookup {key}")."""
+    return name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ") \
+        or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " ")
 
 
 def _error_text(record: SpanRecord) -> str:

@@ -44,7 +44,7 @@ What the tracker holds (all of it bounded), its reads and its state over a resta
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from watchdog.core.runs.activity import ActivityEntry, entry_for
@@ -323,11 +323,13 @@ class RunTracker(RunBook):
         pending = self._pending_parents
         active = self._active
         unplaced = self._unplaced
+        # the spans of this batch that came before their trace had a run: placed when a span
+        # of the trace opens one, in the batch or later (held then: bounded across requests)
+        unplaced_here: dict[str, list[SpanRecord]] = {}
         for record in records:  # (a trace's unplaced spans are added when it has a run)
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
-                self._hold(unplaced, record.trace_id, record, MAX_UNPLACED_TRACES,
-                           MAX_UNPLACED_PER_TRACE)
+                unplaced_here.setdefault(record.trace_id, []).append(record)
                 continue
             if pending and record.span_id in pending:
                 self._adopt(pending.pop(record.span_id), record.run_key, result)
@@ -350,6 +352,8 @@ class RunTracker(RunBook):
                 active.move_to_end(record.run_key)
             if unplaced and record.trace_id in unplaced:  # its trace has a run now
                 records.extend(unplaced.pop(record.trace_id))
+            if unplaced_here and record.trace_id in unplaced_here:
+                records.extend(unplaced_here.pop(record.trace_id))
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
                     and (not record.workflow or record.team
                          or frames.works_itself(record.span_id)):
@@ -403,6 +407,10 @@ class RunTracker(RunBook):
                 self._hold_unclaimed(record, run)
             elif record.asked_tools and record.kind is LLM and run.key in self._unclaimed:
                 self._claim(run, now, result)
+        for trace_id, spans in unplaced_here.items():
+            for record in spans:
+                self._hold(unplaced, trace_id, record, MAX_UNPLACED_TRACES,
+                           MAX_UNPLACED_PER_TRACE)
         for root, run in reframed:  # it ended after what ran inside it
             self._fold(root, run, now, result, count=False)
         for run in result.touched.values():
@@ -552,16 +560,19 @@ class RunTracker(RunBook):
     def _hold_unclaimed(self, record: SpanRecord, run: RunState) -> None:
         """Keep a span of no kind that may be a tool's execution whose model call has not come
         yet (an exporter's later request, or one sent first, holds it): when it comes and asks
-        for that tool, :meth:`_claim` counts the call."""
+        for that tool, :meth:`_claim` counts the call. Past the bound, those named after a tool
+        the run called are kept over the others (a library's plumbing beside a loop's tools)."""
         if claimable(record) and record.name:
             self._hold(self._unclaimed, run.key, record, MAX_UNCLAIMED_RUNS,
-                       MAX_UNCLAIMED_PER_RUN)
+                       MAX_UNCLAIMED_PER_RUN, run.named_after_a_tool)
 
     @staticmethod
     def _hold(holds: OrderedDict[str, list[SpanRecord]], key: str, record: SpanRecord,
-              max_keys: int, max_each: int) -> None:
+              max_keys: int, max_each: int,
+              rather: Callable[[SpanRecord], bool] | None = None) -> None:
         """Keep ``record`` under ``key``: the last ``max_each`` of the ``max_keys`` keys held
-        most recently, a trace's root (it ends the run) kept over the spans below it."""
+        most recently, a trace's root (it ends the run) kept over the spans below it, and the
+        spans ``rather`` says over the others."""
         held = holds.get(key)
         if held is None:
             held = holds[key] = []
@@ -571,8 +582,10 @@ class RunTracker(RunBook):
             holds.move_to_end(key)
         held.append(record)
         if len(held) > max_each:
-            del held[next((index for index, kept in enumerate(held)
-                           if kept.parent_span_id is not None), 0)]
+            below = [index for index, kept in enumerate(held) if kept.parent_span_id is not None]
+            if rather is not None:
+                below = [index for index in below if not rather(held[index])] or below
+            del held[below[0] if below else 0]
 
     def _claim(self, run: RunState, now: float, result: BatchResult) -> None:
         """A model call of ``run`` asked for tools: the spans of no kind it kept that are
