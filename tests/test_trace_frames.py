@@ -76,6 +76,20 @@ def test_a_nested_agent_seen_by_two_instrumentations_is_one_child_run_in_either_
                                     ("autogen_writer", 1, 0, "autogen-oi-service")]
 
 
+def test_agents_below_a_workflow_root_that_came_first_are_placed_as_in_order() -> None:
+    """The OpenAI Agents SDK's ``Agent workflow`` root (a workflow: no agent of its own) sent
+    before the agent spans below it, which come after it ended the trace's run: the first of
+    them to end is still the run's agent and the next ones nested agents, child runs of it —
+    handoffs and an agent called as a tool read as in order."""
+    for driver, scenario in [("openai_agents_openllmetry", "handoff"),
+                             ("openai_agents_openlit", "agent_as_tool"),
+                             ("openai_agents_openlit", "handoff")]:
+        spans = scoped_spans(driver, scenario)
+        exported = read_as_exported(driver, scenario)
+        assert len(exported) > 1
+        assert runs_read([request_of(spans[-1:]), request_of(spans[:-1])]) == exported
+
+
 def test_a_workflow_root_that_made_model_calls_of_its_own_is_the_runs_agent() -> None:
     """Agno's team under OpenLLMetry: the team is a workflow span (``agno.team.name``), the
     leader's model calls and its delegation tool call directly below it, the member's agent

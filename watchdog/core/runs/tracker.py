@@ -372,12 +372,14 @@ class RunTracker(RunBook):
                     frames.inner_agent = main  # (taken in as the root's own invocation)
                 frames.main_agent = record.span_id
             elif record.kind is AGENT and record.parent_span_id is not None and (
-                    not run.ended or (frames is not None and frames.main_agent is not None)) \
+                    not run.ended or frames is not None) \
                     and not (frames is not None and frames.answer_only(record)):
                 # (an unnamed agent span with no call below it is no nested agent: the answer
                 # it may carry is its run's)
-                # (an exporter that sends parents first, LangSmith's: a nested agent may come
-                # after the root agent ended the trace run; it is a child run all the same)
+                # (a nested agent may come after the root ended the trace run: an exporter
+                # that sends parents first, LangSmith's, or a later request sent first; it is
+                # a child run all the same, and below a workflow root that came first the
+                # first agent to end is the run's own, as in order)
                 if frames is not None:
                     if self._place_agent(record, frames, run, now, result) is not run:
                         continue  # a nested agent: its child run has it, folded and ended
