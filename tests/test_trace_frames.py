@@ -90,6 +90,23 @@ def test_agents_below_a_workflow_root_that_came_first_are_placed_as_in_order() -
         assert runs_read([request_of(spans[-1:]), request_of(spans[:-1])]) == exported
 
 
+def test_an_agent_called_as_a_tool_whose_tool_call_comes_later_in_its_request_is_nested(
+        ) -> None:
+    """The OpenAI Agents SDK's agent as a tool: the workflow root sent first, then the called
+    agent's spans, its agent span, the tool call that ran it and the caller's agent span in one
+    request, then the caller's first model call. The called agent, placed before the tool
+    call above it is, is a nested agent (the tool call lies between it and the root), not the
+    root's own invocation seen twice."""
+    for driver in ("openai_agents_sdk", "openai_agents_oi"):
+        spans = scoped_spans(driver, "agent_as_tool")
+        names = [span.name for _, _, span in spans]
+        assert names[-2:] == ["Agent workflow", "Agent workflow"]
+        assert names.index("research") > next(
+            index for index, name in enumerate(names) if name.endswith("researcher"))
+        requests = [request_of(spans[-2:]), request_of(spans[1:-2]), request_of(spans[:1])]
+        assert runs_read(requests) == read_as_exported(driver, "agent_as_tool")
+
+
 def test_a_workflow_root_that_made_model_calls_of_its_own_is_the_runs_agent() -> None:
     """Agno's team under OpenLLMetry: the team is a workflow span (``agno.team.name``), the
     leader's model calls and its delegation tool call directly below it, the member's agent

@@ -136,17 +136,18 @@ class TraceFrames:
         inner_name, outer_name = self.agents.get(inner), self.agents.get(outer)
         if (inner_name and outer_name and inner_name != outer_name) or outer == self.team_root:
             return False
+        calls, ahead = self.calls, self.ahead
         current = self.parents.get(inner)
         for _ in range(MAX_DEPTH):
             if current is None or current == outer:
                 break
-            if current in self.calls:
-                return False
+            if current in calls or (ahead and any(call.span_id == current for call in ahead)):
+                return False  # (a tool call of its batch still to be placed lies between)
             current = self.parents.get(current)
         if current != outer:
             return False
         return not any(self.within(call, outer) and not self.within(call, inner)
-                       and self.child_of(call) is None for call in self.calls)
+                       and self.child_of(call) is None for call in calls)
 
     def graph_in_tool(self, placed: SpanRecord) -> SpanRecord | None:
         """A graph's span directly below a tool call, not split off yet, that made model calls
