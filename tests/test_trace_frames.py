@@ -107,6 +107,21 @@ def test_an_agent_called_as_a_tool_whose_tool_call_comes_later_in_its_request_is
         assert runs_read(requests) == read_as_exported(driver, "agent_as_tool")
 
 
+def test_spans_that_came_before_the_span_they_hang_from_follow_it_into_its_child_run(
+        ) -> None:
+    """A nested agent's model or tool call sent before the step span it hangs from, and the
+    nested agent's span (and the trace's root) sent between the two: split off without that
+    call, whose link to it was not known yet; the step span, when it comes, brings the call
+    into the child run. (Three requests: the first part, the last, then the middle.)"""
+    for driver, scenario, first, second in [("openai_agents_openlit", "handoff", 13, 19),
+                                            ("openai_agents_openlit", "agent_as_tool", 7, 13),
+                                            ("langgraphjs_oi", "managed_config", 13, 19)]:
+        spans = scoped_spans(driver, scenario)
+        requests = [request_of(part) for part in (
+            spans[:first], spans[second:], spans[first:second])]
+        assert runs_read(requests) == read_as_exported(driver, scenario)
+
+
 def test_a_workflow_root_that_made_model_calls_of_its_own_is_the_runs_agent() -> None:
     """Agno's team under OpenLLMetry: the team is a workflow span (``agno.team.name``), the
     leader's model calls and its delegation tool call directly below it, the member's agent

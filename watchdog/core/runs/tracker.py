@@ -338,6 +338,7 @@ class RunTracker(RunBook):
                 frames = self._frames.of(record.trace_id)
                 if waiting and (batch := waiting.pop(record.trace_id, None)):
                     self._link(frames, batch, linked)
+                filled = bool(frames.dangling) and record.span_id in frames.dangling
                 frames.note(record)
                 child = frames.child_of(record.parent_span_id) if record.parent_span_id \
                     else None
@@ -345,6 +346,11 @@ class RunTracker(RunBook):
                     child = frames.beside_child(record)  # (come after its agent's split)
                 if child is not None:  # a late span of a nested agent already split off
                     record.run_key = child
+                    if filled:  # spans below it came first: they are that child run's too
+                        frames.dangling.discard(record.span_id)
+                        self._gather(frames, child, record, now, result)
+                elif filled:
+                    frames.dangling.discard(record.span_id)
             run = active.get(record.run_key)
             if run is None:
                 run = self._run_for(record, now, result)
