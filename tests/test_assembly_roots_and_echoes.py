@@ -160,6 +160,27 @@ def test_a_framework_step_around_a_failed_tool_sent_first_leaves_the_call_counte
     assert (run.tool_calls, run.errors) == (1, 1)
 
 
+@pytest.mark.parametrize("outer_first", [False, True])
+def test_a_failed_tool_call_inside_its_second_tool_span_counts_its_failure_in_either_order(
+        outer_first: bool) -> None:
+    """A tool call traced twice, one tool span inside the other (OpenInference's tool span
+    around autogen-core's ``execute_tool``): the inner one failed, the outer one ended OK. One
+    call and one failure, also when the outer one comes first (a later request sent first)."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
+        maker.span("chat", _asking(), parent=root, start=T0 + 1, end=T0 + 2)
+        outer = maker.open("a.lookup", tool_attrs("lookup", "{}"), parent=root, start=T0 + 2.1)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}"), parent=outer,
+                   start=T0 + 2.2, end=T0 + 2.3, exception=RuntimeError("no such key"))
+        outer.end(end_time=int((T0 + 2.4) * 1e9))
+    chat, inner, wrapper, agent = records_of(maker.take())
+    assert (inner.name, wrapper.name) == ("execute_tool lookup", "a.lookup")
+    order = [wrapper, chat, inner, agent] if outer_first else [chat, inner, wrapper, agent]
+    tracker = applied(order, per_span=True)
+    (run,) = tracker.ended()
+    assert (run.tool_calls, run.errors, run.last_error) == (1, 1, "RuntimeError: no such key")
+
+
 @pytest.mark.parametrize("per_span", [False, True])
 def test_an_unnamed_agent_span_with_only_the_answer_is_the_runs_answer(per_span: bool) -> None:
     maker = SpanMaker()

@@ -130,8 +130,12 @@ class RunCounts(RunFields):
                 # span the tool's code made, named after it; a second tracer's tool span, as
                 # OpenInference's tool decorator inside pydantic-ai's), or the call inside one
                 # counted around it (come after it: a later request first): one execution, once
+                # — the inner one's exception (no echo of the one around it: see _echo) is the
+                # call's failure all the same, as it is when it comes first
                 record.kind = kind = OTHER
-                record.tool_name = None
+                if not (record.error and record.exception_id is not None
+                        and (record.parent_span_id, record.tool_name) in self._tool_spans):
+                    record.tool_name = None
             else:
                 name = record.tool_name or ""
                 self._named = (*self._named[1 - RECENT_FAILURES:],
