@@ -37,9 +37,8 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   the same agent name (or none), and no model or tool call between them.
 
 A span that comes after spans below it (a request sent before the one with their parent)
-may leave them out of a nested agent split off in between: the spans they hang from that have
-not come are noted (:attr:`TraceFrames.dangling`), and when one comes inside a child run, the
-records below it move there too.
+may leave them out of a nested agent split off in between: when it comes inside a child run,
+the records below it that another run has move there too (:meth:`TraceFrames.left_below`).
 
 The retained records are kept for ``LATE_SPAN_GRACE`` seconds after the trace run ends (spans
 may come after their root: a batch retried, or sent beside a later one), then dropped. Past
@@ -83,9 +82,6 @@ class TraceFrames:
     graphs: set[str] = field(default_factory=set)  # spans of a graph's metadata (record.graph)
     complete: bool = True  # False once a record could not be retained: no more splitting
     ahead: list[SpanRecord] = field(default_factory=list)  # tool calls of the batch, unfolded
-    # spans that retained records hang from and that have not come (nor were in their batch):
-    # when one comes below a nested agent split off, the records below it follow it there
-    dangling: set[str] = field(default_factory=set)
 
     def to_dict(self) -> dict[str, Any]:
         """The frames in JSON-able values (kept over a clean restart)."""
@@ -93,7 +89,7 @@ class TraceFrames:
                 "children": self.children, "adopted": self.adopted, "calls": sorted(self.calls),
                 "agents": self.agents, "main_agent": self.main_agent, "complete": self.complete,
                 "team_root": self.team_root, "graphs": sorted(self.graphs),
-                "inner_agent": self.inner_agent, "dangling": sorted(self.dangling)}
+                "inner_agent": self.inner_agent}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceFrames:
@@ -106,15 +102,10 @@ class TraceFrames:
                    main_agent=data["main_agent"], team_root=data.get("team_root"),
                    inner_agent=data.get("inner_agent"),
                    graphs=set(data.get("graphs", ())),
-                   dangling=set(data.get("dangling", ())),
                    complete=bool(data["complete"]) and len(records) <= MAX_RETAINED_SPANS)
 
     def note(self, record: SpanRecord) -> None:
-        parent = record.parent_span_id
-        if parent is not None and parent not in self.parents \
-                and len(self.records) < MAX_RETAINED_SPANS:
-            self.dangling.add(parent)
-        self.parents[record.span_id] = parent
+        self.parents[record.span_id] = record.parent_span_id
         kind = record.kind
         if kind is LLM or kind is TOOL:
             self.calls.add(record.span_id)
@@ -128,6 +119,12 @@ class TraceFrames:
             self.complete = False
             return
         self.records.append(record)
+
+    def left_below(self, span_id: str, key: str) -> bool:
+        """Whether a retained record hangs from span ``span_id`` (come after it: its link
+        was not known) in a run other than ``key``."""
+        return any(record.parent_span_id == span_id and record.run_key != key
+                   for record in self.records)
 
     def within(self, span_id: str, ancestor: str) -> bool:
         """Whether ``span_id`` is ``ancestor`` or below it (as far as the links seen tell)."""

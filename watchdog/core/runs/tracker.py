@@ -338,7 +338,6 @@ class RunTracker(RunBook):
                 frames = self._frames.of(record.trace_id)
                 if waiting and (batch := waiting.pop(record.trace_id, None)):
                     self._link(frames, batch, linked)
-                filled = bool(frames.dangling) and record.span_id in frames.dangling
                 frames.note(record)
                 child = frames.child_of(record.parent_span_id) if record.parent_span_id \
                     else None
@@ -346,11 +345,10 @@ class RunTracker(RunBook):
                     child = frames.beside_child(record)  # (come after its agent's split)
                 if child is not None:  # a late span of a nested agent already split off
                     record.run_key = child
-                    if filled:  # spans below it came first: they are that child run's too
-                        frames.dangling.discard(record.span_id)
+                    if frames.left_below(record.span_id, child):
+                        # spans below it came first, their link to it not known yet when the
+                        # nested agent was split off: that child run's too
                         self._gather(frames, child, record, now, result)
-                elif filled:
-                    frames.dangling.discard(record.span_id)
             run = active.get(record.run_key)
             if run is None:
                 run = self._run_for(record, now, result)
