@@ -163,6 +163,9 @@ class RunCounts(RunFields):
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id
+                if self._cap_request is not None and self.limit_stop is None \
+                        and record.parent_span_id == self._cap_request[1]:
+                    self.limit_stop = self._cap_request[0]  # (its agent span told the cap)
             if (record.finish_reason is not None or record.final_answer
                     or record.requested_tools) \
                     and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
@@ -213,11 +216,13 @@ class RunCounts(RunFields):
                 self.iterations = record.model_calls
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
-            if record.cap_request is not None and self.limit_stop is None \
-                    and self._llm_parent == record.span_id:
-                # the framework's request for an answer at its cap, the only model call that
-                # hangs from the agent span itself (smolagents at max_steps)
-                self.limit_stop = record.cap_request
+            if record.cap_request is not None and self.limit_stop is None:
+                if self._llm_parent == record.span_id:
+                    # the framework's request for an answer at its cap, the only model call
+                    # that hangs from the agent span itself (smolagents at max_steps)
+                    self.limit_stop = record.cap_request
+                else:  # (its model calls may come after it: a later request first)
+                    self._cap_request = (record.cap_request, record.span_id)
             if record.loop_cap is not None and self.limit_stop is None \
                     and not self._loop_ended:
                 # the loop ended with no loop-end tool, after tools ran: at its cap (DSPy's

@@ -50,7 +50,8 @@ class RunFields:
     """The fields of one run (its identity, counts, signals and outcome), set to a new run's."""
 
     __slots__ = (
-        "_agent_step_ns", "_answered", "_asked", "_call_counts", "_cycle_runs", "_delta_messages",
+        "_agent_step_ns", "_answered", "_asked", "_call_counts", "_cap_request", "_cycle_runs",
+        "_delta_messages",
         "_error_counts", "_failures", "_final_end_ns", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
         "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_plumbing_service",
@@ -118,6 +119,9 @@ class RunFields:
         self.consecutive_errors = 0
         self._tool_error_streak = False  # the current error streak includes a failed tool call
         self._loop_cap: str | None = None  # a loop cap its agent span told before its tools
+        # the cap an agent span told a request for an answer at (cap_request), and that span:
+        # its last model call, come after it, hanging from it says the run stopped at the cap
+        self._cap_request: tuple[str, str] | None = None
         self._loop_ended = False  # the framework's own loop-end tool ran (DSPy's `finish`)
         # limit_stop is that loop cap, told before the loop-end tool came: one that comes
         # after (a later request) says the loop did not end at its cap

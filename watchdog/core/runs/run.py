@@ -240,6 +240,8 @@ class RunState(RunCounts):
                 value = {int(k): v for k, v in value.items()}
             elif name == "clock_lags" and value is not None:  # stored as a JSON list
                 value = (float(value[0]), float(value[1]))
+            elif name == "_cap_request" and value is not None:  # stored as a JSON list
+                value = (str(value[0]), str(value[1]))
             elif name == "_models":  # stored as JSON lists
                 value = tuple(_model_call(call) for call in value[-RECENT_MODEL_CALLS:])
             elif name == "_result_counts":  # stored as JSON lists
@@ -275,7 +277,8 @@ _read_slots = attrgetter(*RunFields.__slots__)
 _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_answered", "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts",
+    "_answered", "_asked", "_call_counts", "_cap_request", "_cycle_runs", "_delta_messages",
+    "_error_counts",
     "_failures",
     "_final_end_ns",
     "_input_start_ns",
