@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from watchdog.core.runs.frames import LATE_SPAN_GRACE
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
@@ -85,6 +86,22 @@ def test_a_root_made_a_model_call_that_comes_first_still_frames_its_loop(
         == (expected.agent_name, expected.iterations, expected.tool_calls,
             expected.terminal_state, expected.input_tokens, expected.output_tokens) \
         == ("test-agent", 2, 1, TerminalState.COMPLETED, 20, 10)
+
+
+def test_a_root_model_call_kept_for_the_loop_it_may_frame_is_let_go_after_its_run_ended(
+        ) -> None:
+    """A loose model call (a trace of its own) is kept as a root that may frame a loop whose
+    calls come later, while its run is open and ``LATE_SPAN_GRACE`` after it ended."""
+    maker = SpanMaker()
+    maker.span("chat", chat_attrs(finish="stop"), start=T0, end=T0 + 1)
+    tracker = RunTracker()
+    tracker.apply(records_of(maker.take()), T0 + 2)
+    (run,) = tracker.ended()
+    assert run.has_final_answer and len(tracker._lone_roots) == 1
+    tracker.expire(T0 + 2 + LATE_SPAN_GRACE - 1)
+    assert len(tracker._lone_roots) == 1
+    tracker.expire(T0 + 3 + LATE_SPAN_GRACE)
+    assert not tracker._lone_roots
 
 
 def test_a_loose_model_call_with_its_twin_inside_is_still_a_loose_call() -> None:

@@ -63,7 +63,7 @@ from watchdog.core.runs.book import (
     RunBook,
 )
 from watchdog.core.runs.counts import claimable
-from watchdog.core.runs.frames import TraceFrames
+from watchdog.core.runs.frames import LATE_SPAN_GRACE, TraceFrames
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import (
@@ -811,6 +811,11 @@ class RunTracker(RunBook):
         ``TRACED_ANSWER_WAIT``."""
         expired: list[RunState] = []
         self._frames.expire(now)
+        for trace_id, lone in list(self._lone_roots.items()):
+            # (kept while their run is open, and LATE_SPAN_GRACE after it ended, as frames are)
+            run = self.get(lone[0].run_key)
+            if run is None or (run.ended and (run.ended_at or 0.0) + LATE_SPAN_GRACE < now):
+                del self._lone_roots[trace_id]
         gap_deadline = now - self.loose_run_gap
         for group, key in list(self._loose.items()):
             run = self._active.get(key)
