@@ -8,9 +8,11 @@ tracker."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.frameworks.harness import RECORDINGS, replay, runs_seen
 from tests.harness import RunningServer
@@ -181,6 +183,101 @@ def test_a_tool_span_before_the_call_that_asked_for_it_is_that_call(order: str) 
         tracker.apply(records_of(parts[part]), T0 + 10 + now)
     (run,) = tracker.ended()
     assert (run.iterations, run.tool_calls, run.tools, run.spans) == (2, 1, {"lookup": 1}, 4)
+
+
+def test_a_tool_span_paired_with_an_earlier_call_goes_to_the_later_call_that_asked_for_it(
+        ) -> None:
+    """Two model calls of a hand-written loop each ask for ``lookup``, the second call and its
+    tool sent first, then the first call, then the first call's tool with the second call: the
+    second tool, taken by the first call when it came (the only one that had asked), is the
+    second call's when that comes (it asked after the first and before the tool started), and
+    the first tool answers the first call: two tool calls."""
+    maker = SpanMaker()
+    root = maker.open("research agent")
+    maker.span("chat", _asking_chat("call_1"), parent=root, start=T0, end=T0 + 1)
+    first_call = maker.take()
+    maker.span("lookup {key}", {"input": "{}"}, parent=root, start=T0 + 1.1, end=T0 + 1.2)
+    first_tool = maker.take()
+    maker.span("chat", _asking_chat("call_2"), parent=root, start=T0 + 2, end=T0 + 3)
+    second_call = maker.take()
+    maker.span("lookup {key}", {"input": "{}"}, parent=root, start=T0 + 3.1, end=T0 + 3.2)
+    maker.span("chat", chat_attrs(finish="stop", **{"gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}])}),
+        parent=root, start=T0 + 4, end=T0 + 5)
+    root.end(int((T0 + 6) * 1e9))
+    rest = maker.take()
+    tracker = RunTracker()
+    for now, part in enumerate([rest, first_call, first_tool + second_call], start=1):
+        tracker.apply(records_of(part), T0 + 10 + now)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls, run.tools, run.spans) == (3, 2, {"lookup": 2}, 6)
+
+
+def _hand_traced_loop(asking: int, plumbing: int = 0) -> tuple[
+        dict[str, ReadableSpan], Callable[[str], list[ReadableSpan]]]:
+    """A hand-written loop: model calls ``c1``… that each ask for ``lookup``, then ``lookup``
+    spans ``t1``… (and ``plumbing`` spans of no kind after each, ``p1a``…), an answer and the
+    loop's span ``root``; and what picks them by name in the order given."""
+    maker = SpanMaker()
+    root = maker.open("research agent")
+    for step in range(1, asking + 1):
+        start = T0 + 2 * step
+        maker.span("chat", _asking_chat(f"call_{step}"), parent=root, start=start,
+                   end=start + 1)
+        maker.span("lookup {key}", {"input": "{}"}, parent=root, start=start + 1.1,
+                   end=start + 1.2)
+        for index in range(plumbing):
+            maker.span(f"raw request {index}", {}, parent=root, start=start + 1.3,
+                       end=start + 1.4 + index / 10)
+    maker.span("chat", chat_attrs(finish="stop", **{"gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}])}),
+        parent=root, start=T0 + 2 * asking + 2, end=T0 + 2 * asking + 3)
+    root.end(int((T0 + 2 * asking + 4) * 1e9))
+    spans = maker.take()
+    names: dict[str, ReadableSpan] = {}
+    counts = {"c": 0, "t": 0}
+    for span in spans:
+        if span.name.startswith("raw request"):
+            names[f"p{counts['t']}{'abc'[int(span.name[-1])]}"] = span
+        elif span.name != "research agent":
+            letter = "c" if span.name == "chat" else "t"
+            counts[letter] += 1
+            names[f"{letter}{counts[letter]}"] = span
+        else:
+            names["root"] = span
+    return names, lambda order: [names[name] for name in order.split()]
+
+
+def test_spans_that_come_before_their_trace_has_a_run_are_all_placed_in_their_request(
+        ) -> None:
+    """The last tools of a hand-written loop and its span (as many as a trace keeps before it
+    has a run), then the first tool and the later model calls, then the first model call:
+    the first tool, come before the model call that opened the trace's run in its request,
+    takes no kept span's place."""
+    _, pick = _hand_traced_loop(MAX_UNPLACED_PER_TRACE)
+    tracker = RunTracker()
+    last_tools = " ".join(f"t{step}" for step in range(2, MAX_UNPLACED_PER_TRACE + 1))
+    rest = " ".join(f"c{step}" for step in range(2, MAX_UNPLACED_PER_TRACE + 2))
+    for now, order in enumerate([f"{last_tools} root", f"t1 {rest}", "c1"], start=1):
+        tracker.apply(records_of(pick(order)), T0 + 100 + now)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls) \
+        == (MAX_UNPLACED_PER_TRACE + 1, MAX_UNPLACED_PER_TRACE)
+
+
+def test_spans_kept_for_the_model_call_that_asks_keep_those_named_after_its_tools_first(
+        ) -> None:
+    """A loop whose steps each leave two spans of no kind beside the tool's (a library's raw
+    request): its later steps first, then the tools and plumbing of the first two, then the
+    model calls that asked for those tools. The run keeps the spans named after a tool it
+    called over the plumbing, and counts both calls."""
+    _, pick = _hand_traced_loop(3, plumbing=2)
+    tracker = RunTracker()
+    for now, order in enumerate(["c3 t3 p3a p3b c4 root", "t1 p1a p1b t2 p2a p2b", "c1 c2"],
+                                start=1):
+        tracker.apply(records_of(pick(order)), T0 + 100 + now)
+    (run,) = tracker.ended()
+    assert (run.iterations, run.tool_calls) == (4, 3)
 
 
 def test_spans_kept_for_a_later_request_are_bounded() -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from watchdog.core.runs.frames import LATE_SPAN_GRACE
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
@@ -30,16 +32,19 @@ def _asking(tool: str = "lookup") -> dict[str, object]:
                                           "arguments": "{}"}]}])})
 
 
-def _root_chat_loop(maker: SpanMaker, root_finish: str | None) -> None:
+def _root_chat_loop(maker: SpanMaker, root_finish: str | None, end: bool = True) -> Span:
     """A loop whose root span an instrumentation made a model call's: the attributes of the
-    loop's model calls written onto it (the last call's usage and finish reason, or none)."""
+    loop's model calls written onto it (the last call's usage and finish reason, or none); the
+    root, ended unless ``end`` is False."""
     root_attrs = chat_attrs(30, 12) if root_finish is None else chat_attrs(30, 12, root_finish)
     root = maker.open("chat research", root_attrs, start=T0)
     maker.span("chat", _asking(), parent=root, start=T0 + 1, end=T0 + 2)
     maker.span("execute_tool lookup", tool_attrs("lookup", "{}", "v"), parent=root,
                start=T0 + 2.1, end=T0 + 2.2)
     maker.span("chat", chat_attrs(finish="stop"), parent=root, start=T0 + 3, end=T0 + 4)
-    root.end(end_time=int((T0 + 5) * 1e9))
+    if end:
+        root.end(end_time=int((T0 + 5) * 1e9))
+    return root
 
 
 @pytest.mark.parametrize("per_span", [False, True])
@@ -54,6 +59,49 @@ def test_a_root_made_a_model_call_still_ends_its_run(per_span: bool,
     assert (run.iterations, run.tool_calls, run.terminal_state) \
         == (2, 1, TerminalState.COMPLETED)
     assert (run.input_tokens, run.output_tokens) == (20, 10)  # the root's sums not again
+
+
+@pytest.mark.parametrize("root_finish", [None, "tool_calls"])
+def test_a_root_made_a_model_call_that_comes_first_still_frames_its_loop(
+        root_finish: str | None) -> None:
+    """The root made a model call's and the loop's last call sent first, a library's plumbing
+    span of its own resource (LiteLLM's raw request) under the root ending first: a loose call
+    (and its twin) until the loop's earlier calls come; then the root is the loop's span,
+    ending its trace's run, read as in order — and named after the loop's service, not the
+    library's."""
+    maker, library = SpanMaker(), SpanMaker({"service.name": "a-library"})
+    root = _root_chat_loop(maker, root_finish, end=False)
+    library.span("raw request", {"input": "{}"}, parent=root, start=T0 + 3, end=T0 + 3.5)
+    root.end(end_time=int((T0 + 5) * 1e9))
+    spans = maker.take()
+    in_order = applied(records_of([*spans[:2], *library.finished(), *spans[2:]]), False)
+    tracker = RunTracker()
+    tracker.apply(records_of([*library.take(), *spans[2:]]), T0 + 10)
+    tracker.apply(records_of(spans[:2]), T0 + 11)
+    assert list(tracker.active()) == []
+    (run,) = tracker.ended()
+    (expected,) = in_order.ended()
+    assert (run.agent_name, run.iterations, run.tool_calls, run.terminal_state,
+            run.input_tokens, run.output_tokens) \
+        == (expected.agent_name, expected.iterations, expected.tool_calls,
+            expected.terminal_state, expected.input_tokens, expected.output_tokens) \
+        == ("test-agent", 2, 1, TerminalState.COMPLETED, 20, 10)
+
+
+def test_a_root_model_call_kept_for_the_loop_it_may_frame_is_let_go_after_its_run_ended(
+        ) -> None:
+    """A loose model call (a trace of its own) is kept as a root that may frame a loop whose
+    calls come later, while its run is open and ``LATE_SPAN_GRACE`` after it ended."""
+    maker = SpanMaker()
+    maker.span("chat", chat_attrs(finish="stop"), start=T0, end=T0 + 1)
+    tracker = RunTracker()
+    tracker.apply(records_of(maker.take()), T0 + 2)
+    (run,) = tracker.ended()
+    assert run.has_final_answer and len(tracker._lone_roots) == 1
+    tracker.expire(T0 + 2 + LATE_SPAN_GRACE - 1)
+    assert len(tracker._lone_roots) == 1
+    tracker.expire(T0 + 3 + LATE_SPAN_GRACE)
+    assert not tracker._lone_roots
 
 
 def test_a_loose_model_call_with_its_twin_inside_is_still_a_loose_call() -> None:
@@ -127,6 +175,27 @@ def test_a_framework_step_around_a_failed_tool_sent_first_leaves_the_call_counte
     tracker = applied([agent, chat, frame, tool], per_span=True)
     (run,) = tracker.ended()
     assert (run.tool_calls, run.errors) == (1, 1)
+
+
+@pytest.mark.parametrize("outer_first", [False, True])
+def test_a_failed_tool_call_inside_its_second_tool_span_counts_its_failure_in_either_order(
+        outer_first: bool) -> None:
+    """A tool call traced twice, one tool span inside the other (OpenInference's tool span
+    around autogen-core's ``execute_tool``): the inner one failed, the outer one ended OK. One
+    call and one failure, also when the outer one comes first (a later request sent first)."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"gen_ai.agent.name": "a"}) as root:
+        maker.span("chat", _asking(), parent=root, start=T0 + 1, end=T0 + 2)
+        outer = maker.open("a.lookup", tool_attrs("lookup", "{}"), parent=root, start=T0 + 2.1)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}"), parent=outer,
+                   start=T0 + 2.2, end=T0 + 2.3, exception=RuntimeError("no such key"))
+        outer.end(end_time=int((T0 + 2.4) * 1e9))
+    chat, inner, wrapper, agent = records_of(maker.take())
+    assert (inner.name, wrapper.name) == ("execute_tool lookup", "a.lookup")
+    order = [wrapper, chat, inner, agent] if outer_first else [chat, inner, wrapper, agent]
+    tracker = applied(order, per_span=True)
+    (run,) = tracker.ended()
+    assert (run.tool_calls, run.errors, run.last_error) == (1, 1, "RuntimeError: no such key")
 
 
 @pytest.mark.parametrize("per_span", [False, True])

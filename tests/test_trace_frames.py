@@ -76,6 +76,52 @@ def test_a_nested_agent_seen_by_two_instrumentations_is_one_child_run_in_either_
                                     ("autogen_writer", 1, 0, "autogen-oi-service")]
 
 
+def test_agents_below_a_workflow_root_that_came_first_are_placed_as_in_order() -> None:
+    """The OpenAI Agents SDK's ``Agent workflow`` root (a workflow: no agent of its own) sent
+    before the agent spans below it, which come after it ended the trace's run: the first of
+    them to end is still the run's agent and the next ones nested agents, child runs of it —
+    handoffs and an agent called as a tool read as in order."""
+    for driver, scenario in [("openai_agents_openllmetry", "handoff"),
+                             ("openai_agents_openlit", "agent_as_tool"),
+                             ("openai_agents_openlit", "handoff")]:
+        spans = scoped_spans(driver, scenario)
+        exported = read_as_exported(driver, scenario)
+        assert len(exported) > 1
+        assert runs_read([request_of(spans[-1:]), request_of(spans[:-1])]) == exported
+
+
+def test_an_agent_called_as_a_tool_whose_tool_call_comes_later_in_its_request_is_nested(
+        ) -> None:
+    """The OpenAI Agents SDK's agent as a tool: the workflow root sent first, then the called
+    agent's spans, its agent span, the tool call that ran it and the caller's agent span in one
+    request, then the caller's first model call. The called agent, placed before the tool
+    call above it is, is a nested agent (the tool call lies between it and the root), not the
+    root's own invocation seen twice."""
+    for driver in ("openai_agents_sdk", "openai_agents_oi"):
+        spans = scoped_spans(driver, "agent_as_tool")
+        names = [span.name for _, _, span in spans]
+        assert names[-2:] == ["Agent workflow", "Agent workflow"]
+        assert names.index("research") > next(
+            index for index, name in enumerate(names) if name.endswith("researcher"))
+        requests = [request_of(spans[-2:]), request_of(spans[1:-2]), request_of(spans[:1])]
+        assert runs_read(requests) == read_as_exported(driver, "agent_as_tool")
+
+
+def test_spans_that_came_before_the_span_they_hang_from_follow_it_into_its_child_run(
+        ) -> None:
+    """A nested agent's model or tool call sent before the step span it hangs from, and the
+    nested agent's span (and the trace's root) sent between the two: split off without that
+    call, whose link to it was not known yet; the step span, when it comes, brings the call
+    into the child run. (Three requests: the first part, the last, then the middle.)"""
+    for driver, scenario, first, second in [("openai_agents_openlit", "handoff", 13, 19),
+                                            ("openai_agents_openlit", "agent_as_tool", 7, 13),
+                                            ("langgraphjs_oi", "managed_config", 13, 19)]:
+        spans = scoped_spans(driver, scenario)
+        requests = [request_of(part) for part in (
+            spans[:first], spans[second:], spans[first:second])]
+        assert runs_read(requests) == read_as_exported(driver, scenario)
+
+
 def test_a_workflow_root_that_made_model_calls_of_its_own_is_the_runs_agent() -> None:
     """Agno's team under OpenLLMetry: the team is a workflow span (``agno.team.name``), the
     leader's model calls and its delegation tool call directly below it, the member's agent

@@ -44,9 +44,10 @@ MAX_UNCLAIMED_PER_RUN = 4
 MAX_UNPLACED_TRACES = 1_000
 MAX_UNPLACED_PER_TRACE = 4
 # ... and the spans of a run of loose calls opened by a tool call no model asked for at the
-# root of its trace, while that trace is all the run has: if its model loop comes later (the
-# root's request sent first), the root was the invocation (the most recent traces'; kept over
-# a clean restart)
+# root of its trace (or a model call's root: an instrumentation's attributes on the loop's
+# span), while that trace is all the run has: if its model loop comes later (the root's
+# request sent first), the root was the invocation (the most recent traces'; kept while the
+# run is open and LATE_SPAN_GRACE after it ended; kept over a clean restart)
 MAX_LONE_ROOTS = 1_000
 MAX_LONE_ROOT_SPANS = 16
 # Keys of each hold (runs, traces) whose spans are kept over a clean restart, the most recent

@@ -14,9 +14,11 @@ from watchdog.core.runs.fields import (
     MAX_DISTINCT_TOOLS,
     NS,
     OTHER_TOOL,
+    RECENT_ANSWERED,
     RECENT_FAILURES,
     RECENT_MODEL_CALLS,
     UNPRICED,
+    Asked,
     RunFields,
 )
 from watchdog.core.spans.record import AGENT, ENDPOINT_SCOPE, LLM, OTHER, TOOL, SpanRecord
@@ -94,8 +96,12 @@ class RunCounts(RunFields):
             self._agent_step_ns = 0 if record.kind is AGENT else record.start_ns
             if record.kind is AGENT and not record.workflow:
                 self.named_by_agent = True
-        if self.service is None and record.service is not None:
+        if record.service is not None and (
+                self.service is None or (self._plumbing_service and record.kind is not OTHER)):
+            # (the service of its agent, model or tool calls: a span of no kind, come first,
+            # may be a library's of its own resource, LiteLLM's raw request)
             self.service = record.service
+            self._plumbing_service = record.kind is OTHER
         if self.session is None and record.session is not None:
             self.session = record.session
         if self.parent_run is None and record.parent_run is not None:
@@ -124,8 +130,12 @@ class RunCounts(RunFields):
                 # span the tool's code made, named after it; a second tracer's tool span, as
                 # OpenInference's tool decorator inside pydantic-ai's), or the call inside one
                 # counted around it (come after it: a later request first): one execution, once
+                # — the inner one's exception (no echo of the one around it: see _echo) is the
+                # call's failure all the same, as it is when it comes first
                 record.kind = kind = OTHER
-                record.tool_name = None
+                if not (record.error and record.exception_id is not None
+                        and (record.parent_span_id, record.tool_name) in self._tool_spans):
+                    record.tool_name = None
             else:
                 name = record.tool_name or ""
                 self._named = (*self._named[1 - RECENT_FAILURES:],
@@ -153,6 +163,9 @@ class RunCounts(RunFields):
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id
+                if self._cap_request is not None and self.limit_stop is None \
+                        and record.parent_span_id == self._cap_request[1]:
+                    self.limit_stop = self._cap_request[0]  # (its agent span told the cap)
             if (record.finish_reason is not None or record.final_answer
                     or record.requested_tools) \
                     and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
@@ -203,11 +216,13 @@ class RunCounts(RunFields):
                 self.iterations = record.model_calls
             if record.finish_reason is not None:
                 self.finish_reason = record.finish_reason
-            if record.cap_request is not None and self.limit_stop is None \
-                    and self._llm_parent == record.span_id:
-                # the framework's request for an answer at its cap, the only model call that
-                # hangs from the agent span itself (smolagents at max_steps)
-                self.limit_stop = record.cap_request
+            if record.cap_request is not None and self.limit_stop is None:
+                if self._llm_parent == record.span_id:
+                    # the framework's request for an answer at its cap, the only model call
+                    # that hangs from the agent span itself (smolagents at max_steps)
+                    self.limit_stop = record.cap_request
+                else:  # (its model calls may come after it: a later request first)
+                    self._cap_request = (record.cap_request, record.span_id)
             if record.loop_cap is not None and self.limit_stop is None \
                     and not self._loop_ended:
                 # the loop ended with no loop-end tool, after tools ran: at its cap (DSPy's
@@ -401,9 +416,31 @@ class RunCounts(RunFields):
         start = record.start_ns
         new = tuple((name, call_id, start) for name, call_id in record.asked_tools
                     if not (call_id and call_id in ids))
+        if new and self._answered:
+            new = tuple(self._reopen(entry) for entry in new)
         if new:
-            asked = (*asked, *new)
+            asked = (*self._asked, *new)
             self._asked = asked[-MAX_ASKED:] if len(asked) > MAX_ASKED else asked
+
+    def _reopen(self, entry: Asked) -> Asked:
+        """The request ``entry`` of a model call come after tool calls it asked for (its
+        request sent after theirs, and after a call's before it): of the tool calls of its
+        name answered by name, the first to start after it started that an earlier call's
+        request was paired with is its own — that earlier request is open again (a tool call
+        still to come answers it), and returned in its place."""
+        name, call_id, start = entry
+        answered = self._answered
+        found, first = -1, 0
+        for index, (tool, _, asked_at, tool_start) in enumerate(answered):
+            if tool == name and asked_at < start <= tool_start \
+                    and (found < 0 or tool_start < first):
+                found, first = index, tool_start
+        if found < 0:
+            return entry
+        tool, earlier_id, earlier_at, _ = answered[found]
+        self._answered = (*answered[:found], (name, call_id, start, first),
+                          *answered[found + 1:])
+        return tool, earlier_id, earlier_at
 
     def counted_around(self, record: SpanRecord, tool: str | None) -> bool:
         """Whether span ``record`` of ``tool`` is a call of it counted already, seen from
@@ -434,13 +471,14 @@ class RunCounts(RunFields):
                 if asked_id == call_id:
                     return tool
         for tool, asked_id, asked_at in self._asked:
-            # the tool's name, alone or as the first or last word (Logfire names a span after
-            # its message template: "lookup {key}")
-            if asked_at <= start and not (call_id and asked_id) and (
-                    name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ")
-                    or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " ")):
+            if asked_at <= start and not (call_id and asked_id) and _named_after(name, tool):
                 return tool
         return None
+
+    def named_after_a_tool(self, record: SpanRecord) -> bool:
+        """Whether span ``record`` is named after a tool the run called (as :meth:`asked_for`
+        reads a name)."""
+        return any(_named_after(record.name, tool) for tool in self.tools)
 
     def _apply_tool(self, record: SpanRecord) -> None:
         # A tool ran after the last model call, or inside its span (started after it): that
@@ -472,6 +510,11 @@ class RunCounts(RunFields):
                     answered = index
         if answered >= 0:
             self._asked = (*asked[:answered], *asked[answered + 1:])
+            if not call_id:  # (by name: a call that asked after that one may come yet)
+                name, asked_id, asked_at = asked[answered]
+                pairs = (*self._answered, (name, asked_id, asked_at, record.start_ns))
+                self._answered = pairs[-RECENT_ANSWERED:] if len(pairs) > RECENT_ANSWERED \
+                    else pairs
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
             tool = OTHER_TOOL
         self.tools[tool] = self.tools.get(tool, 0) + 1
@@ -572,6 +615,13 @@ class RunCounts(RunFields):
             self.parent_run = parent_run
         if budget:
             self.budget.update(budget)
+
+
+def _named_after(name: str, tool: str) -> bool:
+    """Whether span name ``name`` is ``tool``'s: the tool's name, alone or as the first or last
+    word (Logfire names a span after its message template: "lookup {key}")."""
+    return name == tool or (name.startswith(tool) and name[len(tool):len(tool) + 1] == " ") \
+        or (name.endswith(tool) and name[-len(tool) - 1:-len(tool)] == " ")
 
 
 def _error_text(record: SpanRecord) -> str:

@@ -34,6 +34,14 @@ RECENT_FAILURES = 8
 MAX_ASKED = 2 * MAX_ASKED_TOOLS
 # (tool name, call id or "", start of the model call that asked for it)
 Asked = tuple[str, str, int]
+# Tool calls answered by name a run keeps: a model call that comes after one of them, started
+# before the tool did and after the call it was paired with, asked for it (its spans sent out
+# of order): the earlier call's request is open again. Several model calls' worth, as
+# RECENT_MODEL_CALLS; not kept over a restart (out-of-order requests come seconds apart, and
+# every snapshot of a busy run would be longer)
+RECENT_ANSWERED = 8
+# (tool name, call id or "", start of the model call that asked for it, start of the tool call)
+Answered = tuple[str, str, int, int]
 # (span id, parent span id or "", exception id, counted: it or the span it echoes counted)
 Failure = tuple[str, str, int, bool]
 
@@ -42,10 +50,12 @@ class RunFields:
     """The fields of one run (its identity, counts, signals and outcome), set to a new run's."""
 
     __slots__ = (
-        "_agent_step_ns", "_asked", "_call_counts", "_cycle_runs", "_delta_messages",
+        "_agent_step_ns", "_answered", "_asked", "_call_counts", "_cap_request", "_cycle_runs",
+        "_delta_messages",
         "_error_counts", "_failures", "_final_end_ns", "_input_start_ns", "_llm_end_ns",
         "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
-        "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_recent_calls",
+        "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_plumbing_service",
+        "_recent_calls",
         "_reported_calls",
         "_result_counts", "_tool_end_ns",
         "_tool_error_streak", "_tool_spans", "_tool_start_ns",
@@ -73,6 +83,7 @@ class RunFields:
         self.agent: str | None = None
         self.agent_spans = False  # a span of the agent's came (not only the model endpoint's)
         self.service: str | None = None
+        self._plumbing_service = False  # ... taken from a span of no kind: a call's names it
         self.session: str | None = None
         self.session_counted = False  # the shell has counted this run in its session's runs
         # The client SDK announced it: its own span (``watchdog.run <agent>``) ends it, not the
@@ -108,6 +119,9 @@ class RunFields:
         self.consecutive_errors = 0
         self._tool_error_streak = False  # the current error streak includes a failed tool call
         self._loop_cap: str | None = None  # a loop cap its agent span told before its tools
+        # the cap an agent span told a request for an answer at (cap_request), and that span:
+        # its last model call, come after it, hanging from it says the run stopped at the cap
+        self._cap_request: tuple[str, str] | None = None
         self._loop_ended = False  # the framework's own loop-end tool ran (DSPy's `finish`)
         # limit_stop is that loop cap, told before the loop-end tool came: one that comes
         # after (a later request) says the loop did not end at its cap
@@ -146,6 +160,7 @@ class RunFields:
         # (name, call id, when the call that asked started), the last MAX_ASKED kept: a span
         # after that call named after one of them is that tool's execution (see asked_for)
         self._asked: tuple[Asked, ...] = ()
+        self._answered: tuple[Answered, ...] = ()  # ... and those answered by name (Answered)
         # the tool calls counted lately (a span taken as a tool's execution by its name too):
         # (parent span id, tool); a tool call around one of them is that call, traced twice
         self._named: tuple[tuple[str, str], ...] = ()

@@ -36,6 +36,10 @@ bounded), so that when an agent span that is not the trace root arrives it can d
   instrumentations (OpenInference's ``agent_run`` around google-adk's own ``invoke_agent``):
   the same agent name (or none), and no model or tool call between them.
 
+A span that comes after spans below it (a request sent before the one with their parent)
+may leave them out of a nested agent split off in between: when it comes inside a child run,
+the records below it that another run has move there too (:meth:`TraceFrames.left_below`).
+
 The retained records are kept for ``LATE_SPAN_GRACE`` seconds after the trace run ends (spans
 may come after their root: a batch retried, or sent beside a later one), then dropped. Past
 ``MAX_RETAINED_SPANS`` a trace is no longer split (its nested agents stay folded into the
@@ -116,6 +120,12 @@ class TraceFrames:
             return
         self.records.append(record)
 
+    def left_below(self, span_id: str, key: str) -> bool:
+        """Whether a retained record hangs from span ``span_id`` (come after it: its link
+        was not known) in a run other than ``key``."""
+        return any(record.parent_span_id == span_id and record.run_key != key
+                   for record in self.records)
+
     def within(self, span_id: str, ancestor: str) -> bool:
         """Whether ``span_id`` is ``ancestor`` or below it (as far as the links seen tell)."""
         parents = self.parents
@@ -136,17 +146,18 @@ class TraceFrames:
         inner_name, outer_name = self.agents.get(inner), self.agents.get(outer)
         if (inner_name and outer_name and inner_name != outer_name) or outer == self.team_root:
             return False
+        calls, ahead = self.calls, self.ahead
         current = self.parents.get(inner)
         for _ in range(MAX_DEPTH):
             if current is None or current == outer:
                 break
-            if current in self.calls:
-                return False
+            if current in calls or (ahead and any(call.span_id == current for call in ahead)):
+                return False  # (a tool call of its batch still to be placed lies between)
             current = self.parents.get(current)
         if current != outer:
             return False
         return not any(self.within(call, outer) and not self.within(call, inner)
-                       and self.child_of(call) is None for call in self.calls)
+                       and self.child_of(call) is None for call in calls)
 
     def graph_in_tool(self, placed: SpanRecord) -> SpanRecord | None:
         """A graph's span directly below a tool call, not split off yet, that made model calls

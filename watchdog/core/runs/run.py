@@ -237,6 +237,7 @@ class RunState(RunCounts):
         # (the last one only: what pairs an in-order twin after a restart; all of them made
         # every snapshot of a busy run ~0.5 KiB longer to encode and store)
         data["_models"] = [list(call) for call in data["_models"][-1:]]
+        data["_answered"] = []  # (see RECENT_ANSWERED)
         for name in _TUPLE_LIST_SLOTS:  # stored as JSON lists, taken back as tuples
             data[name] = [list(item) for item in data[name]]
         return data
@@ -252,6 +253,8 @@ class RunState(RunCounts):
                 value = {int(k): v for k, v in value.items()}
             elif name == "clock_lags" and value is not None:  # stored as a JSON list
                 value = (float(value[0]), float(value[1]))
+            elif name == "_cap_request" and value is not None:  # stored as a JSON list
+                value = (str(value[0]), str(value[1]))
             elif name == "_models":  # stored as JSON lists
                 value = tuple(_model_call(call) for call in value[-RECENT_MODEL_CALLS:])
             elif name == "_result_counts":  # stored as JSON lists
@@ -287,7 +290,9 @@ _read_slots = attrgetter(*RunFields.__slots__)
 _read_signals = reader()
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
-    "_asked", "_call_counts", "_cycle_runs", "_delta_messages", "_error_counts", "_failures",
+    "_answered", "_asked", "_call_counts", "_cap_request", "_cycle_runs", "_delta_messages",
+    "_error_counts",
+    "_failures",
     "_final_end_ns",
     "_input_start_ns",
     "_llm_end_ns", "_llm_final", "_llm_parent",
@@ -307,4 +312,4 @@ _SPAN_SLOTS = (
 _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
 # tuples of tuples (JSON: lists of lists)
-_TUPLE_LIST_SLOTS = ("_asked", "_named", "_tool_spans", "_failures")
+_TUPLE_LIST_SLOTS = ("_answered", "_asked", "_named", "_tool_spans", "_failures")

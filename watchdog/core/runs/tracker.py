@@ -25,7 +25,8 @@ One run per agent invocation (DESIGN §3):
   Semantic Kernel's ``kernel.invoke_prompt`` does), the trace's run, ended by it; so is a
   model call at the root with other model calls below it (an instrumentation wrote the loop's
   model calls onto the agent's root span): a run ends when its root ends, whatever the root
-  carries.
+  carries. Such a root that comes before its model calls opens a run of loose calls, and is
+  kept with the spans of its trace (``_lone_roots``) until they show what it is.
 
 Tool calls are also recognised by what the model asked for: a span of no kind after a model
 call that asked for a tool, named after that tool (alone, or as its first or last word) and not
@@ -43,7 +44,7 @@ What the tracker holds (all of it bounded), its reads and its state over a resta
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from watchdog.core.runs.activity import ActivityEntry, entry_for
@@ -63,7 +64,7 @@ from watchdog.core.runs.book import (
     RunBook,
 )
 from watchdog.core.runs.counts import claimable
-from watchdog.core.runs.frames import TraceFrames
+from watchdog.core.runs.frames import LATE_SPAN_GRACE, TraceFrames
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import (
@@ -214,7 +215,7 @@ class RunTracker(RunBook):
                 opened.add(key)
                 while len(self._loose) > MAX_LOOSE_GROUPS:
                     self._loose.popitem(last=False)
-                if record.unasked and record.kind is TOOL:  # its model loop may come later
+                if record.unasked or record.kind is LLM:  # its model loop may come later
                     self._lone_roots[record.trace_id] = [record]
                     while len(self._lone_roots) > MAX_LONE_ROOTS:
                         self._lone_roots.popitem(last=False)
@@ -315,18 +316,21 @@ class RunTracker(RunBook):
         if self._lone_roots:
             for record in records:
                 if record.kind is LLM and record.parent_span_id is not None \
-                        and record.trace_id in self._lone_roots:
+                        and (lone := self._lone_roots.get(record.trace_id)) is not None \
+                        and self._frames_lone(lone, records):
                     self._reframe(record.trace_id, now, result, reframed)
         linked: list[TraceFrames] = []
         waiting = self._link_traces(records, linked)
         pending = self._pending_parents
         active = self._active
         unplaced = self._unplaced
+        # the spans of this batch that came before their trace had a run: placed when a span
+        # of the trace opens one, in the batch or later (held then: bounded across requests)
+        unplaced_here: dict[str, list[SpanRecord]] = {}
         for record in records:  # (a trace's unplaced spans are added when it has a run)
             if record.key_source is KEY_TRACE and not self._attribute(record, by_span):
                 result.ignored_spans += 1
-                self._hold(unplaced, record.trace_id, record, MAX_UNPLACED_TRACES,
-                           MAX_UNPLACED_PER_TRACE)
+                unplaced_here.setdefault(record.trace_id, []).append(record)
                 continue
             if pending and record.span_id in pending:
                 self._adopt(pending.pop(record.span_id), record.run_key, result)
@@ -342,6 +346,10 @@ class RunTracker(RunBook):
                     child = frames.beside_child(record)  # (come after its agent's split)
                 if child is not None:  # a late span of a nested agent already split off
                     record.run_key = child
+                    if frames.left_below(record.span_id, child):
+                        # spans below it came first, their link to it not known yet when the
+                        # nested agent was split off: that child run's too
+                        self._gather(frames, child, record, now, result)
             run = active.get(record.run_key)
             if run is None:
                 run = self._run_for(record, now, result)
@@ -349,6 +357,8 @@ class RunTracker(RunBook):
                 active.move_to_end(record.run_key)
             if unplaced and record.trace_id in unplaced:  # its trace has a run now
                 records.extend(unplaced.pop(record.trace_id))
+            if unplaced_here and record.trace_id in unplaced_here:
+                records.extend(unplaced_here.pop(record.trace_id))
             if record.kind is AGENT and record.parent_span_id is None and frames is not None \
                     and (not record.workflow or record.team
                          or frames.works_itself(record.span_id)):
@@ -367,12 +377,14 @@ class RunTracker(RunBook):
                     frames.inner_agent = main  # (taken in as the root's own invocation)
                 frames.main_agent = record.span_id
             elif record.kind is AGENT and record.parent_span_id is not None and (
-                    not run.ended or (frames is not None and frames.main_agent is not None)) \
+                    not run.ended or frames is not None) \
                     and not (frames is not None and frames.answer_only(record)):
                 # (an unnamed agent span with no call below it is no nested agent: the answer
                 # it may carry is its run's)
-                # (an exporter that sends parents first, LangSmith's: a nested agent may come
-                # after the root agent ended the trace run; it is a child run all the same)
+                # (a nested agent may come after the root ended the trace run: an exporter
+                # that sends parents first, LangSmith's, or a later request sent first; it is
+                # a child run all the same, and below a workflow root that came first the
+                # first agent to end is the run's own, as in order)
                 if frames is not None:
                     if self._place_agent(record, frames, run, now, result) is not run:
                         continue  # a nested agent: its child run has it, folded and ended
@@ -402,6 +414,10 @@ class RunTracker(RunBook):
                 self._hold_unclaimed(record, run)
             elif record.asked_tools and record.kind is LLM and run.key in self._unclaimed:
                 self._claim(run, now, result)
+        for trace_id, spans in unplaced_here.items():
+            for record in spans:
+                self._hold(unplaced, trace_id, record, MAX_UNPLACED_TRACES,
+                           MAX_UNPLACED_PER_TRACE)
         for root, run in reframed:  # it ended after what ran inside it
             self._fold(root, run, now, result, count=False)
         for run in result.touched.values():
@@ -446,6 +462,21 @@ class RunTracker(RunBook):
         if frames.ahead:
             linked.append(frames)
 
+    @staticmethod
+    def _frames_lone(lone: list[SpanRecord], records: list[SpanRecord]) -> bool:
+        """Whether the root of ``lone`` (a trace's root that came first and opened a run of
+        loose calls, then the spans of its trace since) frames its trace's model loop, now that
+        ``records`` bring model calls below it: a tool call no model asked for does; a model
+        call does when the calls below it are more than its twin, as :meth:`_frames_calls`
+        tells (LiteLLM's callback writes a call's attributes onto the loop's span around it)."""
+        root = lone[0]
+        if root.kind is not LLM:
+            return True
+        calls = [record for record in (*lone[1:], *records)
+                 if record.kind is LLM and record.trace_id == root.trace_id
+                 and record.parent_span_id is not None]
+        return len(calls) > 1 or (len(calls) == 1 and calls[0].parent_span_id != root.span_id)
+
     def _reframe(self, trace_id: str, now: float, result: BatchResult,
                  reframed: list[tuple[SpanRecord, RunState]]) -> None:
         """A model call below the root of ``trace_id`` has come, and that root, a tool call no
@@ -464,7 +495,10 @@ class RunTracker(RunBook):
         if self._loose.get(group) == run.key:
             del self._loose[group]
         run.loose_trace = None
-        root.as_invocation()
+        if root.kind is LLM:  # the agent's own span, a model call's by what was written on it
+            root.kind, root.workflow = AGENT, True
+        else:
+            root.as_invocation()
         for record in records:
             record.loose = False
         run.refold(records[1:], now)
@@ -542,16 +576,19 @@ class RunTracker(RunBook):
     def _hold_unclaimed(self, record: SpanRecord, run: RunState) -> None:
         """Keep a span of no kind that may be a tool's execution whose model call has not come
         yet (an exporter's later request, or one sent first, holds it): when it comes and asks
-        for that tool, :meth:`_claim` counts the call."""
+        for that tool, :meth:`_claim` counts the call. Past the bound, those named after a tool
+        the run called are kept over the others (a library's plumbing beside a loop's tools)."""
         if claimable(record) and record.name:
             self._hold(self._unclaimed, run.key, record, MAX_UNCLAIMED_RUNS,
-                       MAX_UNCLAIMED_PER_RUN)
+                       MAX_UNCLAIMED_PER_RUN, run.named_after_a_tool)
 
     @staticmethod
     def _hold(holds: OrderedDict[str, list[SpanRecord]], key: str, record: SpanRecord,
-              max_keys: int, max_each: int) -> None:
+              max_keys: int, max_each: int,
+              rather: Callable[[SpanRecord], bool] | None = None) -> None:
         """Keep ``record`` under ``key``: the last ``max_each`` of the ``max_keys`` keys held
-        most recently, a trace's root (it ends the run) kept over the spans below it."""
+        most recently, a trace's root (it ends the run) kept over the spans below it, and the
+        spans ``rather`` says over the others."""
         held = holds.get(key)
         if held is None:
             held = holds[key] = []
@@ -561,8 +598,10 @@ class RunTracker(RunBook):
             holds.move_to_end(key)
         held.append(record)
         if len(held) > max_each:
-            del held[next((index for index, kept in enumerate(held)
-                           if kept.parent_span_id is not None), 0)]
+            below = [index for index, kept in enumerate(held) if kept.parent_span_id is not None]
+            if rather is not None:
+                below = [index for index in below if not rather(held[index])] or below
+            del held[below[0] if below else 0]
 
     def _claim(self, run: RunState, now: float, result: BatchResult) -> None:
         """A model call of ``run`` asked for tools: the spans of no kind it kept that are
@@ -783,6 +822,11 @@ class RunTracker(RunBook):
         model endpoint and had no span of the agent's for ``TRACED_ANSWER_WAIT``."""
         expired: list[RunState] = []
         self._frames.expire(now)
+        for trace_id, lone in list(self._lone_roots.items()):
+            # (kept while their run is open, and LATE_SPAN_GRACE after it ended, as frames are)
+            run = self.get(lone[0].run_key)
+            if run is None or (run.ended and (run.ended_at or 0.0) + LATE_SPAN_GRACE < now):
+                del self._lone_roots[trace_id]
         gap_deadline = now - self.loose_run_gap
         for group, key in list(self._loose.items()):
             run = self._active.get(key)
