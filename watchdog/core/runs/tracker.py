@@ -440,7 +440,16 @@ class RunTracker(RunBook):
         if run is None:  # (gone: evicted, or ended long ago)
             return
         record.take_content(reread)
-        run.read_content(record)
+        frames = self._frames.get(run.trace_id) if run.key_source is KEY_TRACE else None
+        if frames is not None and frames.complete and run.ended \
+                and any(kept is record for kept in frames.records):
+            # the run ended (its root came first) and keeps its records: folded again with
+            # the content, it reads what it would have read had the content come first (an
+            # answer it took from a child run that ended later yields to its own)
+            self._refold(run, [kept for kept in frames.records if kept.run_key == run.key],
+                         now)
+        else:
+            run.read_content(record)
         result.touched[run.key] = run
         if record.asked_tools and run.key in self._unclaimed:
             self._claim(run, now, result)
