@@ -32,6 +32,8 @@ from opentelemetry.sdk.resources import Resource
 
 from tests.recorded import RECORDINGS, ScopedSpan, request_of, scoped_spans
 from tests.spans import SpanMaker, encode, tool_attrs
+from watchdog.core.spans import decode, native
+from watchdog.core.spans.decode import TraceRequest, parse_protobuf
 from watchdog.core.spans.logs import CONTENT_WAIT_SECONDS, LogJoin, parse_logs_json
 from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
@@ -87,6 +89,11 @@ def logs_request(items: Sequence[LogItem]) -> ExportLogsServiceRequest:
     return request
 
 
+def as_received(request: ExportTraceServiceRequest) -> TraceRequest:
+    """``request`` as the receivers decode its bytes (the compiled decode, where built)."""
+    return parse_protobuf(request.SerializeToString())
+
+
 def _given(request: ExportLogsServiceRequest) -> Callable[[], ExportLogsServiceRequest]:
     return lambda: request
 
@@ -112,7 +119,7 @@ def read_run(steps: Sequence[Step], wait: float = 0.1, known: bool = False
             assert await service.export_logs(lambda: other, "http")
         for kind, indices in steps:
             if kind == "spans":
-                service.export(request_of([spans[i] for i in indices]), "http")
+                service.export(as_received(request_of([spans[i] for i in indices])), "http")
             else:
                 request = logs_request([logs[i] for i in indices])
                 assert await service.export_logs(_given(request), "http")
@@ -303,7 +310,7 @@ def read_agent_runs(order: Sequence[tuple[str, int]], pause: float = 0.0
     async def deliver() -> None:
         for at, (kind, index) in enumerate(order):
             if kind == "spans":
-                service.export(spans[index], "http")
+                service.export(as_received(spans[index]), "http")
             else:
                 assert await service.export_logs(_given(logs[index]), "http")
             clock.advance(0.1 + (pause if at == len(order) // 2 else 0.0))
@@ -376,3 +383,16 @@ def test_an_agents_runs_read_the_same_in_every_order(order: str, pause: float) -
     without their content (past the hold): the runs read as when the logs come first —
     answers, calls, messages, the repeat, the error's text."""
     assert read_agent_runs(_agent_orders()[order], pause) == agent_logs_first()
+
+
+@pytest.mark.parametrize("steps", [SPANS_FIRST, BY_ONE_SPANS_FIRST], ids=["one", "by-one"])
+def test_content_after_its_span_is_read_with_protobufs_own_parser(steps: list[Step]) -> None:
+    """The spans read by protobuf's own parser (``native: false``), not the compiled decode:
+    a span kept for its content is kept, and read again, the same."""
+    before = decode.compiled is not None
+    native.use_native(False)
+    try:
+        assert type(as_received(request_of(list(_spans())))) is ExportTraceServiceRequest
+        assert read_run(steps) == logs_first()
+    finally:
+        native.use_native(before)

@@ -311,11 +311,10 @@ class LogJoin:
              now: float) -> None:
         """Keep model call ``span``, applied without content (``record``), for its content,
         should a log event bring it within ``content_wait_seconds``."""
-        data: bytes = span.SerializeToString()
         key = bytes(span.trace_id) + bytes(span.span_id)
-        old = self._unread.pop(key, None)
-        if old is not None:  # (the span again: a retry the digest did not catch)
-            self._bytes -= len(old.span)
+        if key in self._unread:  # (the span again, a retry: its first record is the applied one)
+            return
+        data: bytes = span.SerializeToString()
         self._unread[key] = Unread(record, data, resource, scope,
                                    now + self.content_wait_seconds)
         self._bytes += len(data)
