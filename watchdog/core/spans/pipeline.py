@@ -103,7 +103,7 @@ def slices_of(request: TraceRequest, size: int | None,
                         record.scope = scope
                         _pair(record, models, inner)
                         if join is not None and content is None \
-                                and CONTENT_KEYS.isdisjoint(attrs):
+                                and attrs.keys().isdisjoint(CONTENT_KEYS):
                             join.note(span, record, resource, scope, now)
                     records.append(record)
                 except SpanRejected as exc:
@@ -200,7 +200,7 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
             if record.kind is LLM:
                 record.scope = scope
                 _pair(record, models, inner)
-                if content is None and CONTENT_KEYS.isdisjoint(attrs):
+                if content is None and attrs.keys().isdisjoint(CONTENT_KEYS):
                     join.note(span, record, resource, scope, now)  # (its content may come yet)
             records.append(record)
     return records
