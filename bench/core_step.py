@@ -12,6 +12,15 @@ loaded machine): ``--repeat 2`` less ``--repeat 1``, one step over every slice o
 with what a process loads at its first step (CEL, when a rule needs it) loaded already.
 The workload's clock is fixed (``bench.workload`` dates each run's spans from the wall clock
 when it makes the run), so each process makes the same spans and the same decisions.
+
+``--ingest`` times the ingest instead: each payload decoded and normalised in 32-span slices
+with the GenAI log join (:mod:`watchdog.core.spans.logs`), as the receivers read it, its
+waits expired as the timer does. ``--bare`` strips the model calls' content
+(``gen_ai.input.messages``, ``gen_ai.output.messages``) from the workload: each model call is
+then one the join keeps for content that may come late in a log event. ``--baseline TREE``
+runs this tree and ``TREE`` alternately (``--rounds`` times each, every run a process of its
+own) and prints each figure, the ratio of the best of this tree's to the best of the
+baseline's, and the load average before and after: a ratio from one machine state.
 """
 
 from __future__ import annotations
@@ -57,7 +66,14 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=30_720)
     parser.add_argument("--runs", type=int, default=1000, help="concurrent runs")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--ingest", action="store_true",
+                        help="time the decode and normalise with the log join, not the step")
+    parser.add_argument("--bare", action="store_true", help="model calls without content")
+    parser.add_argument("--baseline", help="a source tree to compare with, run alternately")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each tree (--baseline)")
     args = parser.parse_args()
+    if args.baseline:
+        sys.exit(_compare(args))
     tree = str(Path(args.tree).resolve())
     if tree != str(HERE) and os.environ.get(CHILD) != tree:
         # the other tree in a process of its own: its watchdog first on the import path
@@ -80,6 +96,11 @@ def main() -> None:
     if str(where) != tree:
         raise SystemExit(f"imported {where}, not the tree {tree}")
     bodies = list(batches(args.runs, 512, args.spans, workload=args.workload))
+    if args.bare:
+        bodies = [_bare(body) for body in bodies]
+    if args.ingest:
+        _time_ingest(parts, bodies, args)
+        return
     slices = [part.records for body in bodies
               for part in parts["pipeline"].slices_of(parts["decode"].parse_protobuf(body), SLICE)
               if part.records]
@@ -101,6 +122,82 @@ def main() -> None:
         return
     print(f"{args.workload}: {best * 1e6 / spans:.2f} CPU µs per span (best of {args.repeat}), "
           f"{spans} spans, {decisions} decisions")
+
+
+CONTENT = frozenset({"gen_ai.input.messages", "gen_ai.output.messages"})
+
+
+def _bare(body: bytes) -> bytes:
+    """``body`` with its spans' model-call content taken out."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    request = ExportTraceServiceRequest.FromString(body)
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                kept = [kv for kv in span.attributes if kv.key not in CONTENT]
+                del span.attributes[:]
+                span.attributes.extend(kept)
+    data: bytes = request.SerializeToString()
+    return data
+
+
+def _time_ingest(parts: dict[str, Any], bodies: list[bytes], args: Any) -> None:
+    try:
+        logs: Any = importlib.import_module("watchdog.core.spans.logs")
+    except ImportError:  # the flat layout: no log join
+        logs = None
+    parse, slices_of = parts["decode"].parse_protobuf, parts["pipeline"].slices_of
+    best, spans = float("inf"), 0
+    for _ in range(args.repeat):
+        join = logs.LogJoin() if logs is not None else None
+        now = 1_000_000.0
+        spans = 0
+        started = time.process_time()
+        for body in bodies:
+            now += 0.01
+            for part in slices_of(parse(body), SLICE, join, now):
+                spans += len(part.records)
+            if join is not None:
+                join.expired(now)
+        best = min(best, time.process_time() - started)
+    print(f"{args.workload}{' bare' if args.bare else ''} ingest: "
+          f"{best * 1e6 / spans:.2f} CPU µs per span (best of {args.repeat}), {spans} spans")
+
+
+def _compare(args: Any) -> int:
+    """This tree against ``--baseline``, alternately; the ratio of the bests."""
+    import re
+
+    skip = {"--baseline", "--rounds", "--tree"}  # (the rest goes to every run)
+    passed: list[str] = []
+    argv, index = sys.argv[1:], 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg in skip:
+            index += 2
+            continue
+        if arg.split("=", 1)[0] not in skip:
+            passed.append(arg)
+        index += 1
+    trees = {"this": str(Path(args.tree).resolve()), "baseline": str(Path(args.baseline).resolve())}
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    best = {name: float("inf") for name in trees}
+    for _ in range(args.rounds):
+        for name, tree in trees.items():
+            done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--tree", tree,
+                                   *passed], capture_output=True, text=True, check=False)
+            line = (done.stdout.strip().splitlines() or [done.stderr.strip()])[-1]
+            print(f"{name:8} {line}")
+            found = re.search(r"([\d.]+) CPU µs per span", line)
+            if done.returncode or found is None:
+                return 1
+            best[name] = min(best[name], float(found.group(1)))
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"ratio this/baseline (best of {args.rounds}): {best['this'] / best['baseline']:.3f}")
+    return 0
 
 
 def _core(parts: dict[str, Any], rules: Any) -> Any:

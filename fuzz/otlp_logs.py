@@ -4,8 +4,9 @@ them (``watchdog/shell/service.py``: ``export_logs``, ``export``, the tick's ``e
 
 The contract: a payload is refused with ``DecodeError`` (a 400 with its message), or every span
 sent with it ends as a record or a counted rejection once the waits are over, none left behind;
-after each step the join is within its bounds (bytes, held traces, held spans, services) and
-its byte count is the sum of what it holds. Any other exception is a crash.
+after each step the join is within its bounds (bytes, held traces, held spans, services, model
+calls kept for their late content) and its byte count is the sum of what it holds; late content
+is handed out with the span it belongs to. Any other exception is a crash.
 
     .venv/bin/python fuzz/otlp_logs.py -dict=fuzz/otlp.dict CORPUS -runs=1000000 -max_len=8192
 
@@ -40,11 +41,12 @@ with atheris.instrument_imports(include=["watchdog"]):
     from watchdog.core.spans.logs import (
         CONTENT_EVENTS,
         MAX_SERVICES,
+        MAX_UNREAD_SPANS,
         LogJoin,
         parse_logs_json,
         parse_logs_protobuf,
     )
-    from watchdog.core.spans.pipeline import Decoded, released, slices_of
+    from watchdog.core.spans.pipeline import Decoded, late_content, released, slices_of
 
 NOW = 1_900_000_000.0
 NS = 1_000_000_000
@@ -293,7 +295,9 @@ class Service:
     def export_logs(self, logs: ExportLogsServiceRequest, now: float) -> None:
         ready = self.join.add(logs, now)
         if ready:
-            self._take(released(ready, self.join))
+            self._take(released(ready, self.join, now))
+        for record, reread in late_content(self.join):  # content of a call applied without it
+            assert record.span_id == reread.span_id and record.trace_id == reread.trace_id
         self.check()
 
     def export(self, spans: ExportTraceServiceRequest, now: float) -> None:
@@ -304,7 +308,7 @@ class Service:
     def tick(self, now: float) -> None:
         due = self.join.expired(now)
         if due:
-            self._take(released(due, self.join))
+            self._take(released(due, self.join, now))
         self.check()
 
     def check(self) -> None:
@@ -313,7 +317,10 @@ class Service:
         held = join._held.values()
         assert 0 <= join._bytes <= join.max_bytes, (join._bytes, join.max_bytes)
         assert join._bytes == sum(size for _, size, _ in join._content.values()) + sum(
-            trace.size for trace in held), "the join's byte count is not what it holds"
+            trace.size for trace in held) + sum(len(unread.span) for unread in
+                                                join._unread.values()), \
+            "the join's byte count is not what it holds"
+        assert len(join._unread) <= MAX_UNREAD_SPANS and not join.late
         assert len(join._held) <= join.max_held_traces
         assert join._held_spans == sum(
             isinstance(item, tuple) for trace in held for item in trace.items)
@@ -347,9 +354,12 @@ def test_one_input(data: bytes) -> None:
         service.export(spans, NOW)
         service.export_logs(logs, NOW + 0.5)
     service.tick(NOW + 1)  # no wait over yet
-    service.tick(NOW + 1 + CONTENT_WAIT)  # every wait over: nothing is left
+    service.tick(NOW + 1 + CONTENT_WAIT)  # every wait over
+    # ... and the wait of the calls those waits let go on without content: nothing is left
+    service.tick(NOW + 1 + 2 * CONTENT_WAIT)
     join = service.join
     assert not join._held and not join._content and join._bytes == 0 and join._held_spans == 0
+    assert not join._unread
     assert service.records + service.rejected == sent, (service.records, service.rejected, sent)
 
 

@@ -80,7 +80,7 @@ def test_a_trace_a_log_pushes_out_of_the_join_goes_on_with_that_log() -> None:
     assert next(slices_of(encode(maker.take()), None, join, T0)).records == []
     assert join.held_traces == 1  # the trace waits for both calls' content
     out = join.add(_details_event(first, "x" * 4000), T0 + 0.1)  # beyond the bound: out
-    records = released(out, join).records
+    records = released(out, join, T0 + 0.1).records
     assert [record.kind.value for record in records] == ["llm", "llm", "agent"]
     assert (records[0].final_output or "").startswith("x" * 100)  # read with its content
     assert join.held_traces == 0 and not join.overflow and join.expired(T0 + 10) == []

@@ -306,7 +306,7 @@ def test_a_span_waits_for_its_log_then_goes_on_with_its_trace() -> None:
     (decoded,) = list(slices_of(encode(maker.take()), None, join, T0))
     assert decoded.records == [] and join.held_traces == 1  # the root waits with its call
     (ready,) = join.add(_events(span), T0 + 0.1)
-    records = released([ready], join).records
+    records = released([ready], join, T0).records
     assert [record.kind.value for record in records] == ["llm", "agent"]
     assert records[0].final_output == "a is 1." and join.held_traces == 0
 
@@ -327,7 +327,7 @@ def test_a_held_trace_keeps_the_content_that_came_before_its_other_calls() -> No
     (ready,) = join.add(_events(first, output=[{"role": "assistant", "finish_reason": "stop",
                                                 "parts": [{"type": "text", "content": "a"}]}]),
                         T0 + 0.1)
-    records = released([ready], join).records
+    records = released([ready], join, T0).records
     assert [(record.kind.value, record.final_output) for record in records] == [
         ("llm", "a"), ("llm", "b"), ("agent", None)]
 
@@ -341,7 +341,7 @@ def test_a_span_whose_log_never_comes_goes_on_after_the_wait() -> None:
     assert next(slices_of(encode(maker.take()), None, join, T0)).records == []
     assert join.expired(T0 + 1.9) == []
     (due,) = join.expired(T0 + 2.0)
-    (record,) = released([due], join).records
+    (record,) = released([due], join, T0).records
     assert record.kind is LLM and not record.final_answer  # read with what it had
     assert join.expired(T0 + 10) == []
 
@@ -364,7 +364,7 @@ def test_content_waits_for_its_span_as_long_as_the_sdk_batches_spans() -> None:
     # its span, from a service that sends content in logs, now waits for content that is gone
     assert next(slices_of(encode(maker.take()), None, join, T0 + 10.0)).records == []
     (due,) = join.expired(T0 + 12.0)
-    (record,) = released([due], join).records
+    (record,) = released([due], join, T0).records
     assert record.final_output is None
 
 

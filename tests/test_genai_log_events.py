@@ -199,11 +199,40 @@ def test_span_content_and_log_content_give_the_same_signals(
         second.force_flush()
     spans_run, logs_run = ended_run(sidecar, from_spans), ended_run(sidecar, from_logs)
     assert what_it_did(logs_run) == what_it_did(spans_run)
-    # ... and what they did is the run itself: its answer, its calls, the repeat
+    _is_the_run_itself(spans_run)
+
+
+def _is_the_run_itself(spans_run: dict[str, Any]) -> None:
+    """What the run with its content on its spans did is the run itself: its answer, its
+    calls, the repeat."""
     signals = spans_run["signals"]
     assert (spans_run["terminal_state"], signals["iterations"], signals["tool_calls"],
             signals["messages"], signals["has_final_answer"]) == ("completed", 4, 3, 8, True)
     assert signals["repeated_tool_call"] == 2
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_spans_before_the_services_first_event_read_their_content_when_it_comes(
+        sidecar: RunningServer, protocol: str) -> None:
+    """The service's first run: its spans (the root among them) come before any of its log
+    events, so nothing holds them: the run ends at once, unanswered; its calls' content,
+    come after, is read into it, and it reads as the run read from its spans' content."""
+    with providers(sidecar, "agent-spans-first", protocol) as (tracer_provider, logger_provider):
+        from_spans = make_run(tracer_provider, logger_provider, "span")
+        tracer_provider.force_flush()
+    spans_run = ended_run(sidecar, from_spans)
+    _is_the_run_itself(spans_run)
+    with providers(sidecar, "agent-first-events", protocol) as (tracer_provider,
+                                                                 logger_provider):
+        from_logs = make_run(tracer_provider, logger_provider, "log")
+        tracer_provider.force_flush()
+        unanswered = ended_run(sidecar, from_logs)  # its root ended it: no content yet
+        assert (unanswered["terminal_state"], unanswered["signals"]["messages"]) == (
+            "no_response", 0)
+        logger_provider.force_flush()
+    expected = what_it_did(spans_run)
+    wait_until(lambda: what_it_did(ended_run(sidecar, from_logs)) == expected,
+               what="the run read with its content", timeout=20)
 
 
 def test_without_its_log_a_call_is_read_with_what_its_span_has(

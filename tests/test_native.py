@@ -116,8 +116,8 @@ def joined(driver: str, scenario: str, compiled: bool, logs_first: bool) -> list
                 records.extend(part.records)
         if not logs_first:
             for request in logs[1:]:
-                records.extend(released(join.add(request, 100.0), join).records)
-        records.extend(released(join.expired(1e9), join).records)
+                records.extend(released(join.add(request, 100.0), join, 100.0).records)
+        records.extend(released(join.expired(1e9), join, 1e9).records)
     return records
 
 

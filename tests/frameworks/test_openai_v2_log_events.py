@@ -81,15 +81,20 @@ def test_log_content_and_span_content_give_the_same_signals(
         _detail(sidecar, from_spans))
 
 
-def test_recorded(sidecar: RunningServer) -> None:
+@pytest.mark.parametrize("logs_first", [True, False], ids=["logs-first", "spans-first"])
+def test_recorded(sidecar: RunningServer, logs_first: bool) -> None:
     """The recording (spans, and the log events beside them): the logs first, as the driver
-    flushes them, then the spans."""
+    flushes them, then the spans; or the spans first, before the service's first log event
+    (nothing holds them: the content is read into the run when it comes)."""
+    if not logs_first:
+        replay(sidecar, RECORDINGS / "openai_v2_loop" / f"{SCENARIO}.jsonl")
     logs = RECORDINGS / "openai_v2_loop" / f"{SCENARIO}.logs.jsonl"
     for line in logs.read_text(encoding="utf-8").splitlines():
         status, body = http_request("POST", sidecar.otlp_http + "/v1/logs", line.encode(),
                                     {"Content-Type": "application/json"})
         assert status == 200, (status, body)
         assert json.loads(line)["resourceLogs"]  # (a recording of log events, not spans)
-    replay(sidecar, RECORDINGS / "openai_v2_loop" / f"{SCENARIO}.jsonl")
+    if logs_first:
+        replay(sidecar, RECORDINGS / "openai_v2_loop" / f"{SCENARIO}.jsonl")
     (run,) = check_runs(sidecar, EXPECTED)
     assert _detail(sidecar, run)["final_output"] == ANSWER

@@ -89,15 +89,20 @@ class Core(CoreReads):
 
     # -- spans ----------------------------------------------------------------------------------
 
-    def apply(self, records: Sequence[SpanRecord], now: float) -> Step:
-        """Fold one batch of records in and evaluate the rules for the runs it changed."""
+    def apply(self, records: Sequence[SpanRecord], now: float,
+              late_content: Sequence[tuple[SpanRecord, SpanRecord]] = ()) -> Step:
+        """Fold one batch of records in and evaluate the rules for the runs it changed;
+        ``late_content``: model calls applied before the GenAI log events that brought their
+        content, each with its span read again with it
+        (:meth:`RunTracker.apply <watchdog.core.runs.tracker.RunTracker.apply>`)."""
         records = self.recent.admit(records)  # a span that came again: counted once
         if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
             records = self.ledger.admit(records)
         price_calls(records, self.pricer)
         rules = self._has_rules()
-        before = self._snapshots(records) if rules else {}
-        result = self.tracker.apply(records, now)
+        before = self._snapshots([*records, *(record for record, _ in late_content)]
+                                 if late_content else records) if rules else {}
+        result = self.tracker.apply(records, now, late_content)
         step = Step(activity=result.activity, gone=result.absorbed, batch=result,
                     applied=len(records), dirty=result.touched, _view_touched=False,
                     conflicts=self.recent.conflicts)

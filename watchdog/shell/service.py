@@ -458,7 +458,7 @@ class WatchdogService:
         they name, :mod:`watchdog.core.spans.logs`) and apply the held traces whose content
         is now all there. False for an exporter's retry of a request already read."""
         await self._pipeline_loaded()
-        from watchdog.core.spans.pipeline import released
+        from watchdog.core.spans.pipeline import Decoded, late_content, released
 
         if self._is_duplicate(digest):
             return False
@@ -468,11 +468,14 @@ class WatchdogService:
         try:
             await self.priority.turn()
             request = parse()
-            ready = self.log_join.add(request, self.clock.now())
+            now = self.clock.now()
+            ready = self.log_join.add(request, now)
         finally:
             self._logs_arrived.remove(arrived)
-        if ready:
-            self._apply(released(ready, self.log_join), protocol)
+        late = late_content(self.log_join)  # (content of model calls applied without it)
+        if ready or late:
+            self._apply(released(ready, self.log_join, now) if ready else Decoded(), protocol,
+                        late)
         self._remember(digest)
         return True
 
@@ -488,7 +491,7 @@ class WatchdogService:
             now = min(now, min(self._logs_arrived))
         due = self._log_join.expired(now)
         if due:
-            self._apply(released(due, self.log_join), "held")
+            self._apply(released(due, self.log_join, self.clock.now()), "held")
 
     def _is_duplicate(self, digest: bytes | None) -> bool:
         return digest is not None and (digest in self._recent_requests
@@ -500,11 +503,13 @@ class WatchdogService:
             if len(self._recent_requests) > MAX_RECENT_REQUESTS:
                 self._recent_requests.popitem(last=False)
 
-    def _apply(self, decoded: Decoded, protocol: str) -> int:
-        """Apply decoded records; returns how many were new (not a synced span's copy)."""
+    def _apply(self, decoded: Decoded, protocol: str,
+               late: Sequence[tuple[SpanRecord, SpanRecord]] = ()) -> int:
+        """Apply decoded records (and ``late``: model calls applied before their content
+        came, with that content); returns how many were new (not a synced span's copy)."""
         now = self.clock.now()
         self.observer.spans_received(protocol, decoded, now)
-        step = self.core.apply(decoded.records, now)
+        step = self.core.apply(decoded.records, now, late)
         if step.conflicts:  # another span with an id applied before: the request's rejection
             decoded.rejected[DUPLICATE_SPAN_ID] += len(step.conflicts)
             decoded.first_error = decoded.first_error or duplicate_message(step.conflicts[0])

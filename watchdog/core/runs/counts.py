@@ -148,35 +148,13 @@ class RunCounts(RunFields):
                 self._loop_capped, self.limit_stop = False, None
         if kind is LLM:
             self._count_model_call(record)
-            if record.asked_tools:
-                self._remember_asked(record)
-            if self.input_hash is None or record.start_ns < self._input_start_ns:
-                # the run's input: its first model call's request (see watchdog.core.cycles),
-                # hashed from the span's input only now (the endpoint's calls come hashed;
-                # the conventions load with the span pipeline, not at start)
-                from watchdog.core.spans.model_calls import request_hash
-
-                digest = record.input_hash if record.input_hash is not None \
-                    else request_hash(record.prompt)
-                if digest is not None:
-                    self.input_hash, self._input_start_ns = digest, record.start_ns
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
                 self._llm_parent = record.parent_span_id
                 if self._cap_request is not None and self.limit_stop is None \
                         and record.parent_span_id == self._cap_request[1]:
                     self.limit_stop = self._cap_request[0]  # (its agent span told the cap)
-            if (record.finish_reason is not None or record.final_answer
-                    or record.requested_tools) \
-                    and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
-                # (a tool that ran inside this call's span, or after it, ran at its request,
-                # though it came first: see _apply_tool)
-                self._llm_final = record.final_answer and not (
-                    self._tool_start_ns > record.start_ns or self._tool_end_ns > record.end_ns)
-                self._llm_said_ns = record.end_ns
-                self._llm_said_start_ns = record.start_ns
-                if record.finish_reason is not None:
-                    self.finish_reason = record.finish_reason
+            self._read_model_content(record)
         elif kind is TOOL:
             self._apply_tool(record)
         elif record.final_answer and not (
@@ -254,6 +232,53 @@ class RunCounts(RunFields):
             # streak; a working model call ends a streak of failed model calls.
             self.consecutive_errors = 0
             self._tool_error_streak = False
+
+    def _read_model_content(self, record: SpanRecord) -> None:
+        """What model call ``record`` says (its content): the tools it asked for, the run's
+        input if it is the first call, its answer or tool request."""
+        if record.asked_tools:
+            self._remember_asked(record)
+        if self.input_hash is None or record.start_ns < self._input_start_ns:
+            # the run's input: its first model call's request (see watchdog.core.cycles),
+            # hashed from the span's input only now (the endpoint's calls come hashed;
+            # the conventions load with the span pipeline, not at start)
+            from watchdog.core.spans.model_calls import request_hash
+
+            digest = record.input_hash if record.input_hash is not None \
+                else request_hash(record.prompt)
+            if digest is not None:
+                self.input_hash, self._input_start_ns = digest, record.start_ns
+        if (record.finish_reason is not None or record.final_answer
+                or record.requested_tools) \
+                and record.end_ns >= self._llm_said_ns:  # else: a stream that says nothing
+            # (a tool that ran inside this call's span, or after it, ran at its request,
+            # though it came first: see _apply_tool)
+            self._llm_final = record.final_answer and not (
+                self._tool_start_ns > record.start_ns or self._tool_end_ns > record.end_ns)
+            self._llm_said_ns = record.end_ns
+            self._llm_said_start_ns = record.start_ns
+            if record.finish_reason is not None:
+                self.finish_reason = record.finish_reason
+
+    def read_content(self, record: SpanRecord) -> None:
+        """The content of model call ``record``, folded in already without it (its GenAI log
+        event came after its span: ``record`` has taken it, :meth:`SpanRecord.take_content`):
+        what :meth:`apply` reads of a model call's content, and nothing it counts (the call,
+        its tokens, its errors) again. Each content comes once (the log join hands it out
+        once)."""
+        if record.messages > self.messages:
+            self.messages = record.messages
+        elif record.messages_delta:
+            self._delta_messages += record.messages_delta
+            self.messages = max(self.messages, self._delta_messages + 1)
+        self._read_model_content(record)
+        if record.final_output is not None and not (
+                self.explicit_final and self.final_output is not None) \
+                and record.end_ns >= self._final_end_ns:
+            self.final_output = record.final_output
+            self._final_end_ns = record.end_ns
+        if record.limit_stop is not None and self.limit_stop is None:
+            self.limit_stop = record.limit_stop
 
     @property
     def loop_cap_taken(self) -> str | None:

@@ -306,8 +306,14 @@ class RunTracker(RunBook):
         result.started.append(run)
         return run
 
-    def apply(self, records: Iterable[SpanRecord], now: float) -> BatchResult:
+    def apply(self, records: Iterable[SpanRecord], now: float,
+              late_content: Iterable[tuple[SpanRecord, SpanRecord]] = ()) -> BatchResult:
+        """Fold a batch of records into their runs; ``late_content``: model calls applied
+        before their content came (a GenAI log event after its span), each with its span read
+        again with it (:meth:`_read_late_content`)."""
         result = BatchResult()
+        for record, reread in late_content:
+            self._read_late_content(record, reread, now, result)
         records = list(records)
         by_span = self._learn_aliases(records)
         for call, stray in self._group_loose(records):
@@ -435,6 +441,58 @@ class RunTracker(RunBook):
             result.touched[victim.key] = victim
         return result
 
+    def _read_late_content(self, record: SpanRecord, reread: SpanRecord, now: float,
+                           result: BatchResult) -> None:
+        """Model call ``record``, folded into its run without its content, and ``reread``, its
+        span read again with the content its GenAI log event brought later: the run reads the
+        content now as it would have read it with the span (its messages, the tools asked
+        for, its answer or tool request, a limit its input tells), and counts nothing again.
+        ``record`` takes the content, so the run's retained records have it when a nested
+        agent's split folds them again. A run that ended unanswered is classified again
+        (:meth:`RunState.late_answer`); an open run of loose calls that the call answered
+        ends, as the call would have ended it."""
+        if record.kind is not LLM or reread.kind is not LLM:
+            return
+        run = self.get(record.run_key)
+        if run is None:  # (gone: evicted, or ended long ago)
+            return
+        record.take_content(reread)
+        frames = self._frames.get(run.trace_id) if run.key_source is KEY_TRACE else None
+        if frames is not None and frames.complete and run.ended \
+                and any(kept is record for kept in frames.records):
+            # the run ended (its root came first) and keeps its records: folded again with
+            # the content, it reads what it would have read had the content come first (an
+            # answer it took from a child run that ended later yields to its own)
+            self._refold(run, [kept for kept in frames.records if kept.run_key == run.key],
+                         now)
+        else:
+            run.read_content(record)
+        result.touched[run.key] = run
+        if record.asked_tools and run.key in self._unclaimed:
+            self._claim(run, now, result)
+        if run.ended:
+            run.late_answer()
+            self._late_parent_answer(run, result)
+            return
+        if record.loose and run.has_final_answer:
+            group = (record.service, record.agent, record.session)
+            if self._loose.get(group) == run.key:  # the next call opens the next run
+                del self._loose[group]
+            self._remember_answer(group, run.key, record.response_id or "", record.scope,
+                                  record.start_ns, record.end_ns)
+            self._finish(run, now)
+            result.ended.append(run)
+
+    def _late_parent_answer(self, run: RunState, result: BatchResult) -> None:
+        """``run``, a child run, has its answer after it and its parent ended: the answer of
+        the child run the parent handed off to is the parent's."""
+        if run.parent_run is not None and run.has_final_answer \
+                and (parent := self.get(run.parent_run)) is not None and parent.ended \
+                and not parent.has_final_answer and parent.end_error_type is None:
+            self._outcome_from_children(parent)
+            if parent.late_answer():
+                result.touched[parent.key] = parent
+
     def _link_traces(self, records: list[SpanRecord], linked: list[TraceFrames]
                      ) -> dict[str, list[SpanRecord]]:
         """What the batch holds of each trace, known to the trace's frames before any of its
@@ -526,13 +584,7 @@ class RunTracker(RunBook):
             if ends and not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)
             run.late_answer(ends)
-            if run.parent_run is not None and run.has_final_answer \
-                    and (parent := self.get(run.parent_run)) is not None and parent.ended \
-                    and not parent.has_final_answer and parent.end_error_type is None:
-                # the answer of a child run the parent handed off to, come after both ended
-                self._outcome_from_children(parent)
-                if parent.late_answer():
-                    result.touched[parent.key] = parent
+            self._late_parent_answer(run, result)
         result.touched[run.key] = run
         entry = entry_for(record, run.activity_seq + 1)
         if entry is not None:

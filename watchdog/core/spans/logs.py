@@ -14,12 +14,22 @@ A log and its span arrive on two export paths, in either order:
 * **span first**: a model-call span without content, from a service whose logs carry GenAI
   events, is held with the rest of its trace (a run's root must not close it before the call
   is read) until its content arrives or ``wait_seconds`` pass (:meth:`LogJoin.expired`); then
-  its trace goes on, read with what came.
+  its trace goes on, read with what came;
+* **content after its span was applied** (the span came before its service's first log event,
+  or its wait was over): every model-call span applied without content is kept
+  (:meth:`LogJoin.note`, its encoded bytes, not its request) for ``content_wait_seconds``; when
+  its content comes it is handed out once (:attr:`LogJoin.late`), and the span read again with
+  it, for its run to read what it lacked (``RunTracker.apply``'s ``late_content``): the run
+  ends up read as if the content had come first — its answer, the tools asked for, its
+  messages; nothing counted twice.
 
-Everything is bounded: the content and spans held (``max_bytes`` in all, by their encoded
-size), the spans and traces held, the services remembered. What overflows goes on at once,
-read with what it has. This module is pure: "now" is an argument. protobuf and the OTLP log
-messages load at the first logs export (or a span held), not with this module.
+Everything is bounded: the content and spans held or kept (``max_bytes`` in all, by their
+encoded size), the spans and traces held, the spans kept for late content
+(``MAX_UNREAD_SPANS``), the services remembered. What overflows goes on at once, read with what
+it has; a kept span pushed out (or kept past its wait) gives up its content, which then waits
+for a span that never comes and is dropped. This module is pure: "now" is an argument.
+protobuf and the OTLP log messages load at the first logs export (or a span held), not with
+this module.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from watchdog.core.spans.decode import (
     json_document,
     parse_document,
 )
+from watchdog.core.spans.record import SpanRecord
 from watchdog.core.spans.schema import Role
 from watchdog.core.spans.values import json_encoded
 
@@ -54,6 +65,7 @@ __all__ = [
     "ExportLogsServiceRequest",
     "Held",
     "LogJoin",
+    "Unread",
     "logs_response_json",
     "logs_response_protobuf",
     "parse_logs_json",
@@ -74,6 +86,8 @@ MAX_BYTES = 32 * 1024 * 1024  # content and spans held, by encoded size
 MAX_HELD_TRACES = 1024
 MAX_HELD_SPANS = 16 * 1024
 MAX_SERVICES = 1024  # services remembered as sending GenAI log events
+# model calls applied without content, kept for content_wait_seconds in case it comes late
+MAX_UNREAD_SPANS = 4096
 
 
 def __getattr__(name: str) -> Any:
@@ -175,6 +189,19 @@ class Held:
     size: int = 0
 
 
+@dataclass(slots=True)
+class Unread:
+    """A model call applied without its content: its record (folded into its run), its span
+    as encoded bytes (to read again with the content), its resource and scope, and until
+    when its content may come."""
+
+    record: SpanRecord
+    span: bytes
+    resource: Resource
+    scope: str
+    until: float
+
+
 class LogJoin:
     """The buffer where GenAI log events and the spans they describe meet (bounded)."""
 
@@ -194,7 +221,13 @@ class LogJoin:
         self._bytes = 0
         self._held_spans = 0
         self.overflow: list[Held] = []  # held traces pushed out by the bounds: go on now
+        # (trace id + span id) -> a model call applied without content, oldest first
+        self._unread: OrderedDict[bytes, Unread] = OrderedDict()
+        # content come for a model call applied without it, to be read (taken by the shell)
+        self.late: list[tuple[Unread, dict[str, object]]] = []
         self.events = 0  # GenAI log events read (for the metrics)
+        self.late_content = 0  # ... whose span had been applied without it: read late
+        self.unread_given_up = 0  # model calls no longer kept for their content (wait, bound)
 
     # -- the log side --------------------------------------------------------------------------
 
@@ -248,6 +281,13 @@ class LogJoin:
                 return self._release(trace_id)
             self._bound()
             return None
+        if self._unread:
+            unread = self._unread.pop(key, None)
+            if unread is not None:  # its span was applied without it: read it late
+                self._bytes -= len(unread.span)
+                self.late.append((unread, facts))
+                self.late_content += 1
+                return None
         if key in self._content:
             return None  # (a second event for one span: the first one's content is read)
         self._content[key] = (facts, size, now + self.content_wait_seconds)
@@ -266,6 +306,20 @@ class LogJoin:
             return None
         self._bytes -= found[1]
         return found[0]
+
+    def note(self, span: Any, record: SpanRecord, resource: Resource, scope: str,
+             now: float) -> None:
+        """Keep model call ``span``, applied without content (``record``), for its content,
+        should a log event bring it within ``content_wait_seconds``."""
+        key = bytes(span.trace_id) + bytes(span.span_id)
+        if key in self._unread:  # (the span again, a retry: its first record is the applied one)
+            return
+        data: bytes = span.SerializeToString()
+        self._unread[key] = Unread(record, data, resource, scope,
+                                   now + self.content_wait_seconds)
+        self._bytes += len(data)
+        if len(self._unread) > MAX_UNREAD_SPANS or self._bytes > self.max_bytes:
+            self._bound()
 
     def holding(self, trace_id: bytes) -> bool:
         return trace_id in self._held
@@ -309,6 +363,10 @@ class LogJoin:
         held = self._held.get(trace_id)
         if held is not None:
             held.items.append(record)
+            if self._unread:  # (not applied yet: it is read with the content that comes)
+                unread = self._unread.pop(trace_id + bytes.fromhex(record.span_id), None)
+                if unread is not None:
+                    self._bytes -= len(unread.span)
 
     def expired(self, now: float) -> list[Held]:
         """The held traces whose wait is over, and content no span came for dropped."""
@@ -318,6 +376,14 @@ class LogJoin:
                 break
             del self._content[key]
             self._bytes -= size
+        unread = self._unread
+        while unread:
+            key, oldest = next(iter(unread.items()))
+            if oldest.until > now:
+                break
+            del unread[key]
+            self._bytes -= len(oldest.span)
+            self.unread_given_up += 1
         due = [trace_id for trace_id, held in self._held.items() if held.deadline <= now]
         return [self._release(trace_id) for trace_id in due]
 
@@ -331,12 +397,23 @@ class LogJoin:
         self._held_spans -= sum(1 for item in held.items if isinstance(item, tuple))
         return held
 
+    @property
+    def unread_spans(self) -> int:
+        """Model calls applied without content, kept for it."""
+        return len(self._unread)
+
     def _bound(self) -> None:
-        """Within the bounds: the oldest content is dropped first, then the oldest held traces
-        go on (:attr:`overflow`), read with what they have."""
+        """Within the bounds: the oldest content is dropped first, then the oldest model calls
+        kept for their late content are given up, then the oldest held traces go on
+        (:attr:`overflow`), read with what they have."""
         while self._bytes > self.max_bytes and self._content:
             _, (_, size, _) = self._content.popitem(last=False)
             self._bytes -= size
+        unread = self._unread
+        while unread and (self._bytes > self.max_bytes or len(unread) > MAX_UNREAD_SPANS):
+            _, oldest = unread.popitem(last=False)
+            self._bytes -= len(oldest.span)
+            self.unread_given_up += 1
         while self._held and (self._bytes > self.max_bytes
                               or len(self._held) > self.max_held_traces
                               or self._held_spans > self.max_held_spans):

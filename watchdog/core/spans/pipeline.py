@@ -15,7 +15,7 @@ from operator import attrgetter
 from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
 from watchdog.core.spans.decode import TraceRequest, attributes
-from watchdog.core.spans.logs import Held, LogJoin, merged
+from watchdog.core.spans.logs import CONTENT_KEYS, Held, LogJoin, merged
 from watchdog.core.spans.record import (
     AGENT,
     DUPLICATE_SPAN_ID,
@@ -80,7 +80,9 @@ def slices_of(request: TraceRequest, size: int | None,
 
     With ``join``, a span is read with the content its GenAI log event brought, and a model
     call whose content is still to come holds its trace back in the join
-    (:mod:`watchdog.core.spans.logs`); traces the join's bounds pushed out come along."""
+    (:mod:`watchdog.core.spans.logs`), or, applied without content, is kept there for its
+    content to be read late (:func:`late_content`); traces the join's bounds pushed out come
+    along."""
     decoded = Decoded()
     records: list[SpanRecord] = []
     models: dict[str, SpanRecord] = {}  # the request's model calls by span id, for _pair
@@ -108,6 +110,9 @@ def slices_of(request: TraceRequest, size: int | None,
                     if record.kind is LLM:
                         record.scope = scope
                         _pair(record, models, inner)
+                        if join is not None and content is None \
+                                and attrs.keys().isdisjoint(CONTENT_KEYS):
+                            join.note(span, record, resource, scope, now)
                     records.append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
@@ -123,7 +128,7 @@ def slices_of(request: TraceRequest, size: int | None,
             records = kept
         if join.overflow:
             spilled, join.overflow = join.overflow, []
-            records.extend(_read_held(spilled, join, decoded))
+            records.extend(_read_held(spilled, join, decoded, now))
     records = _first_of_each_id(records, decoded)
     ordered = _in_end_order(records)
     if models:
@@ -168,16 +173,37 @@ def _kept(join: LogJoin, record: SpanRecord) -> bool:
     return False
 
 
-def released(traces: list[Held], join: LogJoin) -> Decoded:
+def released(traces: list[Held], join: LogJoin, now: float) -> Decoded:
     """Held traces (their content came, or their wait is over) read and in end order, for
     the shell to apply as it applies a request."""
     decoded = Decoded()
-    decoded.records = _in_end_order(_read_held(traces, join, decoded))
+    decoded.records = _in_end_order(_read_held(traces, join, decoded, now))
     _pair_responses(decoded.records)
     return decoded
 
 
-def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded) -> list[SpanRecord]:
+def late_content(join: LogJoin) -> list[tuple[SpanRecord, SpanRecord]]:
+    """The model calls applied without content whose content came since (taken from
+    ``join``), each with its span read again with that content, for the core to fold in
+    (:meth:`Core.apply <watchdog.core.step.Core.apply>`)."""
+    if not join.late:
+        return []
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    late, join.late = join.late, []
+    pairs: list[tuple[SpanRecord, SpanRecord]] = []
+    for unread, content in late:
+        span = Span.FromString(unread.span)
+        try:
+            reread = normalise(span, merged(selected(span), content), unread.resource)
+        except SpanRejected:  # (it was read once: it is not refused now)
+            continue
+        pairs.append((unread.record, reread))
+    return pairs
+
+
+def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
+               now: float) -> list[SpanRecord]:
     records: list[SpanRecord] = []
     models: dict[str, SpanRecord] = {}
     inner: dict[str, SpanRecord] = {}
@@ -203,6 +229,8 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded) -> list[Span
             if record.kind is LLM:
                 record.scope = scope
                 _pair(record, models, inner)
+                if content is None and attrs.keys().isdisjoint(CONTENT_KEYS):
+                    join.note(span, record, resource, scope, now)  # (its content may come yet)
             records.append(record)
     return records
 

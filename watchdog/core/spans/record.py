@@ -165,6 +165,13 @@ class SpanRecord:
     cost_usd: float | None = None
     twin_cost_usd: float | None = None
 
+    def take_content(self, reread: SpanRecord) -> None:
+        """This model call's content, read late (:data:`CONTENT_FIELDS`): ``reread`` is its
+        span read again with the content a GenAI log event brought after the span was applied
+        (:mod:`watchdog.core.spans.logs`)."""
+        for name in CONTENT_FIELDS:
+            setattr(self, name, getattr(reread, name))
+
     def as_invocation(self) -> None:
         """This unasked tool call is code invoking a function that runs the model loop itself
         (Semantic Kernel's ``kernel.invoke_prompt``): it frames the run, as a workflow root
@@ -236,6 +243,10 @@ def duplicate_message(record: SpanRecord) -> str:
 
 
 _FIELDS = tuple(field.name for field in fields(SpanRecord))
+# What a model call's record reads from its content (its messages in and out: _fill_llm in
+# watchdog.core.spans.model_calls), all a GenAI log event can add to a span read without it
+CONTENT_FIELDS = ("finish_reason", "final_answer", "requested_tools", "final_output",
+                  "asked_tools", "messages", "messages_delta", "prompt", "limit_stop")
 _CHECKED = (("run_key", str), ("trace_id", str), ("span_id", str), ("name", str),
             ("parent_span_id", (str, type(None))), ("start_ns", int), ("end_ns", int),
             ("input_tokens", int), ("output_tokens", int))
