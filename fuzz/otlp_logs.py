@@ -213,6 +213,8 @@ def spans_for(logs: ExportLogsServiceRequest, data: atheris.FuzzedDataProvider |
 
     request = ExportTraceServiceRequest()
     made = 0
+    rooted: set[bytes] = set()  # traces with their agent span (one a trace: another resource's
+    #                             would be its copy, dropped unreported as a copy is)
     start = int(NOW * NS)
     for resource_logs in logs.resource_logs:
         resource_spans = request.resource_spans.add()
@@ -251,8 +253,9 @@ def spans_for(logs: ExportLogsServiceRequest, data: atheris.FuzzedDataProvider |
                 made += 1
         for trace_id, root_id in roots.items():
             where = pick(2)  # 0 after its calls (as they end), 1 before, 2 none
-            if where == 2 or made >= MAX_SPANS:
+            if where == 2 or made >= MAX_SPANS or trace_id in rooted:
                 continue
+            rooted.add(trace_id)
             root = Span(name="invoke_agent a", trace_id=trace_id, span_id=root_id,
                         start_time_unix_nano=start - 1000, end_time_unix_nano=start + 10**9)
             root.attributes.add(key="gen_ai.operation.name").value.string_value = "invoke_agent"
