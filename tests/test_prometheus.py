@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Status, StatusCode, Tracer, set_span_in_context
 
-from tests.harness import RunningServer, http_request
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
 from tests.prom import Prometheus, binary, start_prometheus, stop
 
 OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0"
@@ -142,3 +142,15 @@ def test_the_counters_alerts_count_are_shown_at_zero_ahead(sidecar: RunningServe
         for outcome in ("dropped", "conflict"):
             assert (f'agent_watchdog_directives_delivered_total{{action="{action}",'
                     f'channel="outbox",outcome="{outcome}"}} 0.0') in text.splitlines()
+
+
+def test_a_webhooks_outcomes_are_shown_at_zero_ahead(tmp_path: Path) -> None:
+    hook = {"name": "ops", "url": "http://127.0.0.1:9/hook", "secret": "whsec_" + "k" * 32}
+    with running_server(sidecar_config(tmp_path / "state", webhooks=(hook,))) as server:
+        status, body = http_request("GET", server.metrics + "/metrics")
+    assert status == 200
+    lines = body.decode().splitlines()
+    for action in ("notify", "wind_down", "abort"):
+        for outcome in ("delivered", "retry", "failed"):
+            assert (f'agent_watchdog_directives_delivered_total{{action="{action}",'
+                    f'channel="webhook",outcome="{outcome}"}} 0.0') in lines
