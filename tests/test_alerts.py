@@ -123,6 +123,17 @@ def test_every_alert_has_for_severity_summary_description_and_runbook(
     assert headings == {rule["alert"] for rule in alert_rules(groups)}, "a stale runbook section"
 
 
+def test_the_runbook_table_gives_each_alert_its_rules_severity_and_for() -> None:
+    """docs/alerts.md's table: one row per shipped alert, in the rule file's order, with the
+    severity and ``for`` of the rule file (the chart's file, as a reader copies it)."""
+    shipped = [(rule["alert"], rule["labels"]["severity"], rule["for"])
+               for group in yaml.safe_load(ALERTS.read_text())["groups"]
+               for rule in group["rules"]]
+    rows = re.findall(r"^\| \[(\w+)\]\(#\w+\) \| (\S+) \| .* \| (\S+) \|$",
+                      RUNBOOK.read_text(), re.MULTILINE)
+    assert rows == shipped
+
+
 def test_every_aggregation_keeps_cluster_and_namespace(groups: list[dict[str, Any]]) -> None:
     for rule in alert_rules(groups):
         clauses = re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", rule["expr"])

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from watchdog.shell.state.store import DB_FILE
 
 READY_TIMEOUT = 30.0
 SESSION = "kill-session"
+STUCK = 'agent="exporter",reason="loop_detected"'  # runs_stuck's labels for the run
 FACTS = {"project_path": "/srv/app", "db_host": "db-7.internal"}
 
 
@@ -34,6 +36,14 @@ class Sidecar:
     process: subprocess.Popen[bytes]
     api: str
     otlp_http: str
+    metrics: str
+
+    def stuck(self) -> dict[str, float]:
+        """``agent_watchdog_runs_stuck`` as /metrics says it: {labels: value}."""
+        with urllib.request.urlopen(self.metrics + "/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        return {line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines() if line.startswith("agent_watchdog_runs_stuck{")}
 
     def get(self, path: str) -> Any:
         status, body = api("GET", self.api + path)
@@ -59,7 +69,8 @@ def sidecar(state_dir: Path, **extra: str) -> Iterator[Sidecar]:
                    what="the sidecar to be ready", timeout=READY_TIMEOUT, every=0.05)
         assert process.poll() is None, "the sidecar exited before it was ready"
         yield Sidecar(process, f"http://127.0.0.1:{ports['api']}",
-                      f"http://127.0.0.1:{ports['otlp_http']}")
+                      f"http://127.0.0.1:{ports['otlp_http']}",
+                      f"http://127.0.0.1:{ports['metrics']}")
     finally:
         if process.poll() is None:
             process.kill()
@@ -102,6 +113,7 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
         directives = wait_until(lambda: first.get("/v1/runs/kill-1/directives?after=0")[
             "directives"])
         assert [(d["rule"], d["action"]) for d in directives] == [("error-loop", "abort")]
+        assert wait_until(lambda: first.stuck()) == {STUCK: 1.0}
         # the run's counters are flushed every state_flush_interval: wait until they are
         assert wait_until(lambda: (stored_run(state, "kill-1") or {}).get("forced_state"))
         # stored by the flush: the copy kept with the directive is forgotten
@@ -118,6 +130,8 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
         assert after["state"] == "active"
         assert after["signals"]["repeated_error"] == 5
         assert [d["id"] for d in after["directives"]] == [d["id"] for d in directives]
+        # still active and told to abort: counted stuck as before the kill (the alert's gauge)
+        assert second.stuck() == {STUCK: 1.0}
 
         context = second.get(f"/v1/sessions/{SESSION}/context")
         assert context["facts"] == FACTS
@@ -136,6 +150,7 @@ def test_killed_mid_run_and_restarted(tmp_path: Path) -> None:
         ended = second.get("/v1/runs/kill-1")
         assert (ended["terminal_state"], ended["terminal_reason"]) == ("loop_detected",
                                                                        "error-loop")
+        assert wait_until(lambda: second.stuck() == {STUCK: 0.0}, what="the run not stuck")
 
         # the session carries on: the next checkpoint compares with the one before the kill
         status, answer = api("POST", f"{second.api}/v1/sessions/{SESSION}/checkpoints",

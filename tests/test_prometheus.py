@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Status, StatusCode, Tracer, set_span_in_context
 
-from tests.harness import RunningServer, http_request
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
 from tests.prom import Prometheus, binary, start_prometheus, stop
 
 OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0"
@@ -125,3 +125,32 @@ def test_exposition_passes_promtool(sidecar: RunningServer,
     lint = subprocess.run([binary("promtool"), "check", "metrics"], input=body,
                           capture_output=True, timeout=30)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_the_counters_alerts_count_are_shown_at_zero_ahead(sidecar: RunningServer) -> None:
+    """A labelled counter's series born at its first increment is a step from nothing that
+    ``increase()`` never sees (the first rule error would not alert): every loaded rule has its
+    ``rule_errors_total`` and the outbox its undelivered outcomes at 0 before any happens."""
+    rules = sidecar.call(lambda: [rule.name for rule in sidecar.server.rules.engine.ruleset.rules])
+    assert "error-loop" in rules
+    status, body = http_request("GET", sidecar.metrics + "/metrics")
+    assert status == 200
+    text = body.decode()
+    for rule in rules:
+        assert f'agent_watchdog_rule_errors_total{{rule="{rule}"}} 0.0' in text.splitlines()
+    for action in ("notify", "wind_down", "abort"):
+        for outcome in ("dropped", "conflict"):
+            assert (f'agent_watchdog_directives_delivered_total{{action="{action}",'
+                    f'channel="outbox",outcome="{outcome}"}} 0.0') in text.splitlines()
+
+
+def test_a_webhooks_outcomes_are_shown_at_zero_ahead(tmp_path: Path) -> None:
+    hook = {"name": "ops", "url": "http://127.0.0.1:9/hook", "secret": "whsec_" + "k" * 32}
+    with running_server(sidecar_config(tmp_path / "state", webhooks=(hook,))) as server:
+        status, body = http_request("GET", server.metrics + "/metrics")
+    assert status == 200
+    lines = body.decode().splitlines()
+    for action in ("notify", "wind_down", "abort"):
+        for outcome in ("delivered", "retry", "failed"):
+            assert (f'agent_watchdog_directives_delivered_total{{action="{action}",'
+                    f'channel="webhook",outcome="{outcome}"}} 0.0') in lines

@@ -118,8 +118,12 @@ def test_rules_listing_and_reload(tmp_path: Path) -> None:
         assert "broken" not in {r["name"] for r in server.get_json("/v1/rules")["rules"]}
         status, body = http_request("GET", server.metrics + "/metrics")
         assert b"agent_watchdog_rules_reload_success 0.0" in body
+        assert b'rule_errors_total{rule="broken"}' not in body  # a refused rule is not loaded
 
         pack.write_text(pack.read_text().replace("run.nope > 1", "run.tool_calls > 100"))
         status, _ = http_request("POST", server.api + "/-/reload")
         assert status == 200
         assert "broken" in {r["name"] for r in server.get_json("/v1/rules")["rules"]}
+        # its error count is shown at 0 at once, so its first error is a step alerts see
+        status, body = http_request("GET", server.metrics + "/metrics")
+        assert b'agent_watchdog_rule_errors_total{rule="broken"} 0.0' in body.splitlines()

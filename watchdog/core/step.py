@@ -385,12 +385,19 @@ class Core(CoreReads):
     def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
         """After a restart: the terminal state each stored directive decided for an active run.
         A run snapshot is flushed every ``state_flush_interval`` but a directive is stored at
-        once, so after a crash the directive is the more recent truth."""
+        once, so after a crash the directive is the more recent truth. The runs a wind_down or
+        abort was sent to count in :meth:`stuck_counts` again, as before the restart (``fired``
+        oldest first: the last such directive's reason, as :meth:`_decide` keeps it)."""
         for record in fired:
             run = self.tracker.get(record.run_key)
+            if run is None or run.ended:
+                continue
             state = forced_state(record.action, record.terminal_state)
-            if run is not None and not run.ended and state is not None:
+            if state is not None:
                 run.force(state, record.rule)
+            if record.action is not Action.NOTIFY:
+                reason = record.terminal_state.value if record.terminal_state else record.rule
+                self._stuck[run.key] = (run.agent_name, reason)
 
     # -- the timer ------------------------------------------------------------------------------
 

@@ -49,6 +49,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from watchdog.core.rules.decision import Action
+
 if TYPE_CHECKING:
     from watchdog.core.runs.tracker import BatchResult
     from watchdog.core.runs.view import RunView
@@ -402,6 +404,19 @@ class Metrics:
 
     def rule_error(self, rule: str) -> None:
         self._child(self.rule_errors_total, self._rules(rule)).inc()
+
+    def rules_loaded(self, names: Iterable[str]) -> None:
+        """Show ``rule_errors_total`` at 0 for every rule loaded, so a rule's first error is a
+        step from 0 that ``increase()`` sees (a series born at 1 is not one)."""
+        for name in names:
+            self._child(self.rule_errors_total, self._rules(name))
+
+    def directive_outcomes(self, channel: str, outcomes: Iterable[str]) -> None:
+        """Show ``directives_delivered_total`` at 0 for each action and these outcomes of
+        ``channel``, for the same reason: the alerts count their first one."""
+        for action in Action:
+            for outcome in outcomes:
+                self._child(self.directives_delivered_total, action.value, channel, outcome)
 
     def directive_delivered(self, action: str, channel: str, outcome: str) -> None:
         self._child(self.directives_delivered_total, clip(action), clip(channel),

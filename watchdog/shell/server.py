@@ -37,6 +37,7 @@ from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
 from watchdog.shell.directives.hub import Hub
+from watchdog.shell.directives.outbox import OUTCOMES as OUTBOX_OUTCOMES
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.directives.store import HELD as DIRECTIVES_HELD
 from watchdog.shell.directives.store import DirectiveStore, DirectiveStoreError
@@ -134,9 +135,15 @@ class Server:
         except (StoreError, DirectiveStoreError) as exc:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
                                f"writable directory, or :memory: to keep nothing") from None
+        webhooks = webhook_targets(config)
         self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
-                                      webhook_targets(config), metrics=metrics,
-                                      clock=self.clock)
+                                      webhooks, metrics=metrics, clock=self.clock)
+        metrics.directive_outcomes("outbox", OUTBOX_OUTCOMES)
+        if webhooks:
+            from watchdog.shell.directives.webhooks import Outcome
+
+            metrics.directive_outcomes("webhook", (Outcome.DELIVERED, Outcome.RETRY,
+                                                   Outcome.FAILED))
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
         metrics.read_live_runs(service.live_runs, service.now)
@@ -247,6 +254,9 @@ class Server:
     def _rules_reloaded(self, ok: bool) -> None:
         assert self.metrics is not None
         self.metrics.rules_reloaded(ok)
+        engine = self.rules.engine if self.rules is not None else None
+        if ok and engine is not None:  # each rule's error count shown at 0, ahead of any
+            self.metrics.rules_loaded(rule.name for rule in engine.ruleset.rules)
         if self.native is not None:
             self.native.check_basis()  # what new runs get may have changed
 

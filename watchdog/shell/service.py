@@ -272,6 +272,7 @@ class WatchdogService:
 
     def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
         self.core.restore_forced(fired)
+        self.observer.set_stuck(self.core.stuck_counts())  # runs_stuck as before the restart
 
     async def close(self) -> None:
         """Persist what is pending, and what the tracker holds beyond its runs (the records

@@ -55,6 +55,8 @@ STOP_TIMEOUT = 10.0  # seconds stop() waits for pending directives to be stored
 STORE_RETRY_MAX = 5.0  # seconds between attempts while the store keeps failing
 MAX_RUN_DIRECTIVES = 1_000  # directives listed for one run (the run detail)
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints, off the write path (see store)
+DROPPED, CONFLICT = "dropped", "conflict"  # the outbox's outcomes in directives_delivered_total
+OUTCOMES = (DROPPED, CONFLICT)
 
 
 class Outbox:
@@ -177,7 +179,7 @@ class Outbox:
         decision = decided.decision
         if self._stopping or len(self._pending) >= self.max_pending:
             self.dropped += 1
-            self.metrics.directive_delivered(decision.action.value, "outbox", "dropped")
+            self.metrics.directive_delivered(decision.action.value, "outbox", DROPPED)
             log.error("directive dropped (%s): rule %s for run %s (%s); the decision is lost",
                       "shutting down" if self._stopping else
                       f"{self.max_pending} directives already wait for the store",
@@ -256,7 +258,7 @@ class Outbox:
                 log.info("rule %s for run %s (%s) was already stored; not sent again",
                          directive.rule, directive.run_id, directive.dedup_key)
             else:
-                self.metrics.directive_delivered(directive.action, "outbox", "conflict")
+                self.metrics.directive_delivered(directive.action, "outbox", CONFLICT)
                 log.error("directive seq %d / global %d for run %s clashes with a stored one "
                           "(is another watchdog using this state_dir?); not sent",
                           directive.seq, directive.global_seq, directive.run_id)
