@@ -120,7 +120,8 @@ class Server:
             check_port_free("model_address", config.model_address)
         self.metrics = metrics = Metrics(version=__version__)
         self.rules = rules = RuleManager(config.rules, config.default_rules,
-                                         reloaded=self._rules_reloaded)
+                                         reloaded=self._rules_reloaded,
+                                         applied=self._rules_applied)
         try:
             self.engine = await rules.start()  # a bad pack refuses to start
         except RulePackError as exc:
@@ -249,6 +250,10 @@ class Server:
         self.metrics.rules_reloaded(ok)
         if self.native is not None:
             self.native.check_basis()  # what new runs get may have changed
+
+    async def _rules_applied(self) -> None:
+        if self.service is not None:  # (none yet at startup: nothing runs)
+            await self.service.rules_replaced()
 
     async def _start_native(self, proxy: ModelProxy) -> None:
         """The model endpoint on the compiled relay (``model_relay: native``)."""
