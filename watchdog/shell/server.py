@@ -49,6 +49,7 @@ from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import HELD as RUNS_HELD
 from watchdog.shell.state.store import (
+    NewerSchema,
     StateFileUnreadable,
     Store,
     StoreError,
@@ -130,7 +131,7 @@ class Server:
             self._owner = own(config.state_dir)  # a second sidecar on it is refused here
             store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
             directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
-        except StateFileUnreadable as exc:  # (the directory is fine: the file is not)
+        except (StateFileUnreadable, NewerSchema) as exc:  # (the directory is fine)
             raise StartupError(str(exc)) from None
         except (StoreError, DirectiveStoreError) as exc:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
