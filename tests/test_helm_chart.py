@@ -40,7 +40,7 @@ from kubernetes_validate.utils import latest_version
 from tests.harness import wait_until
 from tests.ports import free_port
 from tests.test_dist import packaged_chart
-from watchdog.shell.config import ConfigError, load
+from watchdog.shell.config import INT_MAXIMUMS, ConfigError, load
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "agent-watchdog"
@@ -459,6 +459,26 @@ def test_the_schema_refuses_unknown_keys_everywhere(source: ChartSource) -> None
 
     walk(schema, "$")
     assert loose == []
+
+
+def test_the_schema_bounds_the_integer_keys_as_the_sidecar_does(source: ChartSource) -> None:
+    """A value the sidecar would refuse at start is refused by `helm install` already."""
+    schema = json.loads((source.directory / "values.schema.json").read_text())
+    found: dict[str, int] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for name, child in node.get("properties", {}).items():
+                if name in INT_MAXIMUMS and isinstance(child, dict):
+                    found[name] = child.get("maximum")
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk(schema)
+    assert found == INT_MAXIMUMS
 
 
 # -- the sidecar: named templates in an agent's own chart ----------------------------------

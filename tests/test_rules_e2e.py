@@ -127,3 +127,27 @@ def test_rules_listing_and_reload(tmp_path: Path) -> None:
         # its error count is shown at 0 at once, so its first error is a step alerts see
         status, body = http_request("GET", server.metrics + "/metrics")
         assert b'agent_watchdog_rule_errors_total{rule="broken"} 0.0' in body.splitlines()
+
+
+def test_a_reload_is_enforced_at_once_on_the_active_runs(tmp_path: Path) -> None:
+    """A budget lowered below what an active run used aborts it as the reload is answered, not
+    at its next span (no timer here: the reload's own evaluation does it)."""
+    pack = tmp_path / "budget.yaml"
+    head = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+    budget = "budgets:\n  - agents: [budgeted]\n    max_tool_calls: {n}\n"
+    pack.write_text(head + budget.format(n=50))
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), rules_watch_interval=0.0,
+                            eval_interval=3600.0)
+    with running_server(config) as server:
+        agent = ScriptedAgent(server.otlp_http, "b-1", "budgeted")
+        for i in range(10):
+            agent.tool("search", {"q": i}, result=f"found {i}")
+        wait_until(lambda: server.get_json("/v1/runs/b-1")["signals"]["tool_calls"] == 10)
+        assert [d["rule"] for d in directives(server, "b-1")] == []
+        pack.write_text(head + budget.format(n=5))
+        status, _ = http_request("POST", server.api + "/-/reload")
+        assert status == 200
+        found = wait_until(lambda: directives(server, "b-1"), "the reload's abort", timeout=5)
+        assert [(d["rule"], d["action"], d["terminal_state"]) for d in found] == [
+            ("budget-exhausted", "abort", "tool_limit_reached")]
+        agent.close()

@@ -213,6 +213,31 @@ def test_a_reload_keeps_the_grace_a_wind_down_announced() -> None:
     assert wind_down.grace is not None and wind_down.grace["ends_at_tool_calls"] == 7
 
 
+def test_a_grace_announced_before_its_rule_was_removed_still_escalates() -> None:
+    """A reload that removes the rule does not take back the grace its wind_down announced:
+    past it (tool calls, or seconds on the timer) the run is aborted as the rule said."""
+    engine = RuleEngine(rules(LOOP_PACK))
+    agent = Agent(engine)
+    agent.tool(1, args={"q": 1})
+    agent.tool(2, args={"q": 1})
+    engine.replace(rules("rules: []\n"))
+    assert agent.tool(3) == [] and agent.tool(4) == []
+    (abort,) = agent.tool(5)
+    assert (abort.rule, abort.action, abort.terminal_state, abort.escalation) == (
+        "loop", Action.ABORT, TerminalState.LOOP_DETECTED, True)
+    assert "(grace: 2 tool calls / 60 s)" in abort.message
+    assert engine.grace_kept("run-1") == (TerminalState.LOOP_DETECTED, "loop")
+
+    timed = RuleEngine(rules(LOOP_PACK))
+    waiting = Agent(timed)
+    waiting.tool(1, args={"q": 1})
+    waiting.tool(2, args={"q": 1})
+    timed.replace(rules("rules: []\n"))
+    assert waiting.tick(61) == []
+    (abort,) = waiting.tick(63)
+    assert abort.escalation and abort.terminal_state is TerminalState.LOOP_DETECTED
+
+
 def test_grace_escalates_after_seconds_on_the_timer() -> None:
     engine = RuleEngine(rules(LOOP_PACK))
     assert engine.timed_rules_exist  # grace seconds need the timer

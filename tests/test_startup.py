@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ import pytest
 from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.test_directives_store import directive
-from watchdog.shell.config import Config, load
+from watchdog.shell.config import INT_MAXIMUMS, Config, load
 from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
 from watchdog.shell.directives.store import DirectiveStore
 from watchdog.shell.errors import ConfigError
@@ -194,11 +195,13 @@ def test_variables_that_are_not_configuration_are_left_alone(tmp_path: Path) -> 
      "watchdog: unknown configuration key 'run_end_timout' in {config}; did you mean "
      "run_end_timeout? allowed: "),
     ([], {"WATCHDOG_RUN_END_TIMEOUT": "15 minutes"},
-     "watchdog: run_end_timeout='15 minutes' is not allowed: expected a number of seconds >= 0 "
-     "or a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first)"),
+     "watchdog: run_end_timeout='15 minutes' is not allowed: expected a positive number of "
+     "seconds or a duration (e.g. 900 or 15m); a duration like 500ms, 30s, 1m30s, 1h, 1d "
+     "(units ms s m h d w y, largest first)"),
     (["--eval-interval", "1.5h"], {},
-     "watchdog: eval_interval='1.5h' is not allowed: expected a number of seconds >= 0 "
-     "or a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first)"),
+     "watchdog: eval_interval='1.5h' is not allowed: expected a positive number of seconds or "
+     "a duration (e.g. 1 or 500ms); a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h "
+     "d w y, largest first)"),
     (["--max-runs", "many"], {},
      "watchdog: max_runs='many' is not allowed: expected an integer"),
 ])
@@ -209,6 +212,76 @@ def test_an_unknown_key_or_a_bad_value(tmp_path: Path, args: list[str], extra: d
     line = failed_start(serve_env(tmp_path / "state", fresh_ports(), **extra),
                         *(arg.format(config=config) for arg in args))
     assert line.startswith(expected.format(config=config)), line
+
+
+def test_an_integer_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
+    """Every integer key has an upper bound (beyond SQLite's 64-bit integers, the sidecar
+    would fail as it reads its state back): said in one line, as any bad value."""
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
+                                  WATCHDOG_MAX_RUNS="99999999999999999999999"))
+    assert line == ("watchdog: max_runs='99999999999999999999999' is not allowed: expected an "
+                    "integer from 1 to 100000")
+    for key, most in INT_MAXIMUMS.items():
+        with pytest.raises(ConfigError) as refused:
+            load(env={f"WATCHDOG_{key.upper()}": str(most + 1)})
+        message = refused.value.message
+        assert message.endswith(f"expected an integer from 1 to {most}"), message
+        assert getattr(load(env={f"WATCHDOG_{key.upper()}": str(most)}), key) == most
+
+
+def test_invalid_yaml_in_the_config_file_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("max_runs: 5\nlog_level: [info\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line.startswith(f"watchdog: config file {config}: invalid YAML at line 3, column 1: "
+                           ), line
+
+
+def test_a_time_key_says_what_it_accepts_and_shows_the_value_as_given() -> None:
+    """0 and -1s are refused with the same words (positive), and a duration is shown as it
+    was written, not converted to seconds."""
+    said = []
+    for value in ("0", "-1s"):
+        with pytest.raises(ConfigError) as refused:
+            load(env={"WATCHDOG_RUN_END_TIMEOUT": value})
+        said.append(refused.value.message)
+        assert refused.value.message.startswith(
+            f"run_end_timeout={value!r} is not allowed: expected a positive number of seconds "
+            f"or a duration (e.g. 900 or 15m)"), refused.value.message
+    with pytest.raises(ConfigError) as refused:
+        load(flags={"log_content_wait": "11m"})
+    assert refused.value.message.startswith("log_content_wait='11m' is not allowed: expected a "
+                                            "positive number of seconds or a duration, at most "
+                                            "10m"), refused.value.message
+    assert load(env={"WATCHDOG_RULES_WATCH_INTERVAL": "0"}).rules_watch_interval == 0
+
+
+def test_an_address_with_whitespace_around_is_taken_and_inside_is_malformed() -> None:
+    assert load(env={"WATCHDOG_API_ADDRESS": " 127.0.0.1:0\n"}).api_address == "127.0.0.1:0"
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_API_ADDRESS": "127.0.0.1 x:0"})
+    assert refused.value.message.startswith(
+        "api_address='127.0.0.1 x:0' is not allowed: expected host:port"), refused.value.message
+
+
+@pytest.mark.parametrize("name", [STATE_FILE, DIRECTIVES_FILE])
+def test_a_state_dir_of_a_newer_build_is_kept_for_it(tmp_path: Path, name: str) -> None:
+    """A state file of a newer schema: run the newer build on it; the files stay as they were
+    (no advice to throw the state away)."""
+    state = tmp_path / "state"
+    seeded_state(state)
+    with sqlite3.connect(state / name) as db:
+        db.execute("PRAGMA user_version=999")
+        before = db.execute("SELECT sql FROM sqlite_master").fetchall()
+    line = failed_start(serve_env(state, fresh_ports()))
+    assert line.startswith(f"watchdog: {state / name} has schema version 999; this build knows "
+                           ), line
+    assert line.endswith("Run that build (or a newer one) on this state_dir; the files are left "
+                         "as they are, with everything they hold"), line
+    assert ":memory:" not in line
+    with sqlite3.connect(state / name) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (999,)
+        assert db.execute("SELECT sql FROM sqlite_master").fetchall() == before
 
 
 def test_the_grpc_receiver_itself_refuses_a_shared_port(sidecar: RunningServer) -> None:
@@ -253,9 +326,9 @@ def test_every_bad_key_is_reported_at_once(tmp_path: Path) -> None:
             "max_runs='many' is not allowed: expected an integer",
             "unknown environment variable WATCHDOG_LOG_FROMAT: did you mean "
             "WATCHDOG_LOG_FORMAT?",
-            "eval_interval='soon' is not allowed: expected a number of seconds",
+            "eval_interval='soon' is not allowed: expected a positive number of seconds",
             "api_address='nowhere' is not allowed: expected host:port",
-            "activity_log_size=0 is not allowed: expected an integer >= 1",
+            "activity_log_size='0' is not allowed: expected an integer from 1 to 10000",
             "log_level='loud' is not allowed: expected one of debug, info, warning, error"):
         assert part in line, (part, line)
     # the key list, said once, with the unknown key (not after the last problem, as if it were
@@ -305,7 +378,7 @@ def test_webhooks_that_are_not_yaml_are_one_problem_among_the_others() -> None:
     message = refused.value.message
     assert message.startswith("2 configuration problems: (1) webhooks is not allowed: "), message
     assert "expected a YAML list of webhooks" in message and "s3cret" not in message
-    assert "(2) max_runs=0 is not allowed: expected an integer >= 1" in message
+    assert "(2) max_runs='0' is not allowed: expected an integer from 1 to" in message
 
 
 def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:

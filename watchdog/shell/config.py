@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
-from watchdog.core.durations import DurationError, parse_seconds
+from watchdog.core.durations import DURATION_HELP, DurationError, parse_seconds
 from watchdog.core.runs.view import trace_url_problem
 from watchdog.shell.errors import ConfigError
 
@@ -66,6 +66,18 @@ DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long 
 DEFAULT_MODEL_BODY_TIMEOUT = 60.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
+# The largest value of each integer key: far above any real need, and within what the code and
+# its stores hold (the rule engine keeps per-run state for at most 100 000 runs; SQLite's
+# integers are 64-bit).
+INT_MAXIMUMS = {
+    "max_runs": 100_000,
+    "max_request_bytes": 1 << 30,  # 1 GiB
+    "max_pending_requests": 4096,
+    "activity_log_size": 10_000,
+    "forward_queue_size": 1_000_000,
+    "model_max_body_bytes": 1 << 30,
+    "model_max_concurrent": 10_000,
+}
 ENV_PREFIX = "WATCHDOG_"
 MEMORY_STATE_DIR = ":memory:"
 
@@ -121,10 +133,15 @@ class Config:
         raise_problems(self.problems())
         return self
 
-    def problems(self) -> list[str]:
-        """What is wrong with the values, one message per key (key, value, what is allowed)."""
+    def problems(self, given: Mapping[str, object] | None = None) -> list[str]:
+        """What is wrong with the values, one message per key (key, value, what is allowed);
+        ``given``: the values as they were written (``11m``, not ``660.0``), to show them."""
         problems: list[str] = []
         check = functools.partial(_checked, problems)
+        given = given or {}
+
+        def require(ok: bool, key: str, allowed: str) -> None:
+            check(_require, ok, key, given.get(key, getattr(self, key)), allowed)
 
         addresses = {name: getattr(self, name) for name in
                      ("otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address")}
@@ -135,34 +152,24 @@ class Config:
         good_addresses = {name: address for name, address in addresses.items()
                           if check(split_address, name, address)}
         problems += _shared_ports(good_addresses)
-        check(_require, self.run_end_timeout > 0, "run_end_timeout", self.run_end_timeout,
-              "a positive number of seconds (e.g. 900 or 15m)")
-        check(_require, self.loose_run_gap > 0, "loose_run_gap", self.loose_run_gap,
-              "a positive number of seconds (e.g. 120 or 2m)")
-        check(_require, self.state_flush_interval > 0, "state_flush_interval",
-              self.state_flush_interval, "a positive number of seconds")
-        check(_require, self.eval_interval > 0, "eval_interval", self.eval_interval,
-              "a positive number of seconds")
-        check(_require, self.fleet_window > 0, "fleet_window", self.fleet_window,
-              "a positive number of seconds (e.g. 300 or 5m)")
-        check(_require, 0 < self.log_content_wait <= MAX_LOG_CONTENT_WAIT, "log_content_wait",
-              self.log_content_wait, "a positive number of seconds, at most 10m (e.g. 2 or 5s)")
+        for key in SECONDS_ALLOWED:
+            if key != "rules_watch_interval" and not key.startswith("model_"):
+                require(getattr(self, key) > 0, key, SECONDS_ALLOWED[key])
+        require(self.log_content_wait <= MAX_LOG_CONTENT_WAIT, "log_content_wait",
+                SECONDS_ALLOWED["log_content_wait"])
+        require(self.rules_watch_interval >= 0, "rules_watch_interval",
+                SECONDS_ALLOWED["rules_watch_interval"])
         if self.trace_url is not None and (problem := trace_url_problem(self.trace_url)):
             problems.append(f"trace_url={self.trace_url!r} is not allowed: {problem}; e.g. "
                             f"https://grafana.example/explore?traceId={{trace_id}}")
-        check(_require, self.rules_watch_interval >= 0, "rules_watch_interval",
-              self.rules_watch_interval, "seconds >= 0 (0 disables watching the rule files)")
-        for name in ("max_runs", "max_request_bytes", "max_pending_requests",
-                     "activity_log_size", "forward_queue_size", "model_max_body_bytes",
-                     "model_max_concurrent"):
-            check(_require, getattr(self, name) >= 1, name, getattr(self, name),
-                  "an integer >= 1")
+        for name, most in INT_MAXIMUMS.items():
+            require(1 <= getattr(self, name) <= most, name, f"an integer from 1 to {most}")
         check(_require, self.log_level in LOG_LEVELS, "log_level", self.log_level,
               "one of " + ", ".join(LOG_LEVELS))
         check(_require, self.log_format in LOG_FORMATS, "log_format", self.log_format,
               "one of " + ", ".join(LOG_FORMATS))
         problems += webhook_problems(self.webhooks)
-        problems += self._model_problems()
+        problems += self._model_problems(given)
         forward_ok = check(validate_forward, self.forward_endpoint, self.forward_headers)
         if (forward_ok and self.forward_endpoint is not None
                 and "otlp_http_address" in good_addresses and _same_listener(
@@ -191,7 +198,7 @@ class Config:
         names = ("otlp_grpc_address", "otlp_http_address", "api_address")
         return (*names, "model_address") if self.model_address is not None else names
 
-    def _model_problems(self) -> list[str]:
+    def _model_problems(self, given: Mapping[str, object]) -> list[str]:
         """The model endpoint's keys (``model_address`` is checked with the other addresses)."""
         problems: list[str] = []
         name = self.model_agent_name
@@ -203,15 +210,12 @@ class Config:
                             "one of " + ", ".join(MODEL_ABORTS))),
                 (_require, (self.model_relay is None or self.model_relay in MODEL_RELAYS,
                             "model_relay", self.model_relay, "one of " + ", ".join(MODEL_RELAYS))),
-                (_require, (self.model_upstream_timeout > 0, "model_upstream_timeout",
-                            self.model_upstream_timeout,
-                            "a positive number of seconds (e.g. 600 or 10m)")),
-                (_require, (self.model_body_timeout > 0, "model_body_timeout",
-                            self.model_body_timeout,
-                            "a positive number of seconds (e.g. 60 or 1m)")),
                 (_require, (name is None or (0 < len(name) <= 200 and name.isprintable()),
                             "model_agent_name", name, "a printable name of 1-200 characters"))):
             _checked(problems, test, *args)
+        for key in ("model_upstream_timeout", "model_body_timeout"):
+            _checked(problems, _require, getattr(self, key) > 0, key,
+                     given.get(key, getattr(self, key)), SECONDS_ALLOWED[key])
         return problems
 
 
@@ -242,6 +246,20 @@ def validate_upstream(key: str, url: object, anthropic: bool = False) -> None:
 
 
 UNKNOWN_KEY = "unknown configuration key"
+# What each time key accepts (every float key is one), said whether the value is no duration
+# at all or one out of range.
+SECONDS_ALLOWED = {
+    "run_end_timeout": "a positive number of seconds or a duration (e.g. 900 or 15m)",
+    "loose_run_gap": "a positive number of seconds or a duration (e.g. 120 or 2m)",
+    "state_flush_interval": "a positive number of seconds or a duration (e.g. 1 or 500ms)",
+    "eval_interval": "a positive number of seconds or a duration (e.g. 1 or 500ms)",
+    "fleet_window": "a positive number of seconds or a duration (e.g. 300 or 5m)",
+    "log_content_wait": "a positive number of seconds or a duration, at most 10m (e.g. 2 or 5s)",
+    "rules_watch_interval": "a number of seconds >= 0 or a duration (e.g. 2 or 2s; 0 disables "
+                            "watching the rule files)",
+    "model_upstream_timeout": "a positive number of seconds or a duration (e.g. 600 or 10m)",
+    "model_body_timeout": "a positive number of seconds or a duration (e.g. 60 or 1m)",
+}
 
 
 def _checked(problems: list[str], test: Callable[..., object], *args: Any) -> bool:
@@ -394,6 +412,14 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 _HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # controls but HTAB
 
 
+def yaml_problem(exc: Exception) -> str:
+    """PyYAML's error in one line: where (line, column) and what is wrong."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"invalid YAML at {where}{problem}" if where else f"invalid YAML: {problem}"
+
+
 def url_for_logs(url: str) -> str:
     """``url`` with its password (if any) replaced by ``***``."""
     try:
@@ -514,7 +540,8 @@ def _shared_ports(addresses: Mapping[str, str]) -> list[str]:
 def split_address(key: str, address: str) -> tuple[str, int]:
     host, sep, port = str(address).rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if (not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535
+            or any(char.isspace() for char in host)):
         off = f", or {OFF} for no gRPC receiver" if key == "otlp_grpc_address" else ""
         raise ConfigError(f"{key}={shown(address)} is not allowed: expected host:port "
                           f"(e.g. 127.0.0.1:9477, port 0-65535){off}")
@@ -560,7 +587,10 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
                 raise DurationError("a number of seconds or a duration (e.g. 90, 1m30s)")
             return parse_seconds(value)
         except DurationError as exc:
-            raise ConfigError(f"{key}={shown(value)} is not allowed: expected {exc}") from None
+            allowed = SECONDS_ALLOWED.get(key)
+            expected = f"{allowed}; {DURATION_HELP}" if allowed else str(exc)
+            raise ConfigError(f"{key}={shown(value)} is not allowed: expected "
+                              f"{expected}") from None
     if kind == "tuple[str, ...]":
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
@@ -634,8 +664,9 @@ def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[
 
 
 def _apply(config: Config, values: Mapping[str, Any], source: str,
-           problems: list[str]) -> Config:
-    """``config`` with the good ``values``; each bad one is added to ``problems``."""
+           problems: list[str], given: dict[str, object]) -> Config:
+    """``config`` with the good ``values``; each bad one is added to ``problems``, each good
+    one to ``given`` as it was written."""
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in FIELD_TYPES:
@@ -645,6 +676,8 @@ def _apply(config: Config, values: Mapping[str, Any], source: str,
             continue
         if key == "otlp_grpc_address" and value is False:  # YAML reads a bare off as false
             value = OFF
+        if key.endswith("_address") and isinstance(value, str):
+            value = value.strip()  # (a value read from a file, or quoted with a space)
         if key == "api_token" and isinstance(value, str):
             # A token from a file (a Kubernetes Secret, $(cat token)) ends with a newline that
             # is no part of it; whitespace around it is dropped, any inside is refused.
@@ -657,6 +690,9 @@ def _apply(config: Config, values: Mapping[str, Any], source: str,
             changes[key] = _coerce(key, value, FIELD_TYPES[key])
         except ConfigError as exc:
             problems.append(exc.message)
+        else:
+            if FIELD_TYPES[key] in ("int", "float"):  # (only those are shown converted)
+                given[key] = value
     return replace(config, **changes)
 
 
@@ -665,6 +701,7 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
     """Defaults, then the YAML file, then ``WATCHDOG_*`` env vars, then flags; validated."""
     config = Config()
     problems: list[str] = []
+    given: dict[str, object] = {}
     if path:
         import yaml
 
@@ -676,15 +713,15 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
             raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save "
                               f"it as UTF-8") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path}: invalid YAML: {exc}") from None
+            raise ConfigError(f"config file {path}: {yaml_problem(exc)}") from None
         if not isinstance(document, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping of keys")
-        config = _apply(config, document, path, problems)
+        config = _apply(config, document, path, problems, given)
     env = os.environ if env is None else env
-    config = _apply(config, env_keys(env, problems), "environment", problems)
-    config = _apply(
-        config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags", problems)
-    problems += config.problems()
+    config = _apply(config, env_keys(env, problems), "environment", problems, given)
+    config = _apply(config, {k: v for k, v in (flags or {}).items() if v is not None}, "flags",
+                    problems, given)
+    problems += config.problems(given)
     first = next((index for index, problem in enumerate(problems)
                   if problem.startswith(UNKNOWN_KEY)), None)
     if first is not None:  # the keys there are, said once: with the first unknown one

@@ -4,7 +4,8 @@ new load fails.
 
 The rules themselves live in the :class:`~watchdog.core.rules.engine.RuleEngine` the manager made;
 a reload replaces them in place (:meth:`RuleEngine.replace`), so whoever holds the engine sees
-the new rules at its next evaluation. Loading reads files: it runs in a worker thread, never on
+the new rules at its next evaluation; ``applied`` then evaluates the active runs against them
+before the reload is answered. Loading reads files: it runs in a worker thread, never on
 the event loop.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError, RuleSet, Source, load_rules
@@ -23,13 +24,16 @@ log = logging.getLogger("watchdog")
 class RuleManager:
     """``paths``: the rule packs (files or directories) to load, with the shipped default pack
     first when ``include_default``. ``reloaded`` hears the outcome of every load (the
-    ``watchdog_rules_reload_success`` gauge)."""
+    ``watchdog_rules_reload_success`` gauge); ``applied`` is awaited after new rules replaced
+    the running ones."""
 
     def __init__(self, paths: Sequence[str], include_default: bool = True,
-                 reloaded: Callable[[bool], None] = lambda ok: None) -> None:
+                 reloaded: Callable[[bool], None] = lambda ok: None,
+                 applied: Callable[[], Awaitable[None]] | None = None) -> None:
         self.paths = tuple(paths)
         self.include_default = include_default
         self.reloaded = reloaded
+        self.applied = applied
         self.engine: RuleEngine | None = None
         self._sources: tuple[Source, ...] = ()  # as last seen by the file watch
         self._lock = asyncio.Lock()
@@ -57,6 +61,8 @@ class RuleManager:
             self.engine.replace(ruleset)
             self._sources = ruleset.sources
             self.reloaded(True)
+            if self.applied is not None:
+                await self.applied()
             message = f"rules reloaded: {len(ruleset.rules)} active"
             log.info("%s", message)
             return True, message

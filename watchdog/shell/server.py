@@ -50,6 +50,7 @@ from watchdog.shell.rule_files import RuleManager, pack_failure
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.state.store import HELD as RUNS_HELD
 from watchdog.shell.state.store import (
+    NewerSchema,
     StateFileUnreadable,
     Store,
     StoreError,
@@ -121,7 +122,8 @@ class Server:
             check_port_free("model_address", config.model_address)
         self.metrics = metrics = Metrics(version=__version__)
         self.rules = rules = RuleManager(config.rules, config.default_rules,
-                                         reloaded=self._rules_reloaded)
+                                         reloaded=self._rules_reloaded,
+                                         applied=self._rules_applied)
         try:
             self.engine = await rules.start()  # a bad pack refuses to start
         except RulePackError as exc:
@@ -130,7 +132,7 @@ class Server:
             self._owner = own(config.state_dir)  # a second sidecar on it is refused here
             store = await asyncio.to_thread(Store, config.state_dir, config.activity_log_size)
             directive_store = await asyncio.to_thread(DirectiveStore, config.state_dir)
-        except StateFileUnreadable as exc:  # (the directory is fine: the file is not)
+        except (StateFileUnreadable, NewerSchema) as exc:  # (the directory is fine)
             raise StartupError(str(exc)) from None
         except (StoreError, DirectiveStoreError) as exc:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
@@ -259,6 +261,10 @@ class Server:
             self.metrics.rules_loaded(rule.name for rule in engine.ruleset.rules)
         if self.native is not None:
             self.native.check_basis()  # what new runs get may have changed
+
+    async def _rules_applied(self) -> None:
+        if self.service is not None:  # (none yet at startup: nothing runs)
+            await self.service.rules_replaced()
 
     async def _start_native(self, proxy: ModelProxy) -> None:
         """The model endpoint on the compiled relay (``model_relay: native``)."""

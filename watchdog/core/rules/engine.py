@@ -79,12 +79,24 @@ class FiredRecord:
                    fired_at, tool_calls_at, decision.terminal_state)
 
 
+@dataclass(frozen=True, slots=True)
+class _Announced:
+    """A grace as a ``wind_down`` announced it: when it fired, at which tool-call count, the
+    limits, and the terminal state its escalation imposes. A reload that changes or removes the
+    rule changes none of it: the agent was told."""
+
+    fired_at: float
+    calls_at: int
+    grace: Grace
+    terminal_state: TerminalState
+
+
 @dataclass(slots=True)
 class _RunRules:
     fired: set[str] = field(default_factory=set)
     pending: dict[str, float] = field(default_factory=dict)  # rule -> condition true since
-    # -> (fired_at, calls, the grace as the wind_down announced it: a reload keeps it)
-    grace: dict[str, tuple[float, int, Grace]] = field(default_factory=dict)
+    # what a wind_down announced: a reload keeps it, whatever it did to the rule
+    grace: dict[str, _Announced] = field(default_factory=dict)
     aborted: bool = False  # an abort was decided: no grace escalation is needed any more
     kept: bool = False  # the agent's client stopped it at its tool-call grace (see grace_kept)
 
@@ -154,13 +166,13 @@ class RuleEngine:
 
     def replace(self, ruleset: RuleSet) -> None:
         """Hot reload: per-run state of rules whose name still exists is kept (what fired is
-        always kept, so a rule that comes back does not fire again)."""
+        always kept, so a rule that comes back does not fire again); an announced grace is kept
+        even when its rule is gone, and still escalates."""
         self._install(ruleset)
         names = self._by_name
         for state in self._runs.values():
-            for table in (state.pending, state.grace):
-                for name in [n for n in table if n not in names]:
-                    del table[name]
+            for name in [n for n in state.pending if n not in names]:
+                del state.pending[name]
 
     def _view(self, agent: str) -> _AgentView:
         view = self._agents.get(agent)
@@ -208,9 +220,10 @@ class RuleEngine:
                 rule = self._by_name.get(record.rule)
                 started = state.grace.get(record.rule)
                 if (rule is not None and rule.grace is not None
-                        and (started is None or record.fired_at < started[0])):
-                    state.grace[record.rule] = (record.fired_at, record.tool_calls_at,
-                                                rule.grace)
+                        and (started is None or record.fired_at < started.fired_at)):
+                    state.grace[record.rule] = _Announced(
+                        record.fired_at, record.tool_calls_at, rule.grace,
+                        record.terminal_state or rule.terminal_state or TerminalState.ABORTED)
 
     def grace_kept(self, run_key: str) -> tuple[TerminalState, str] | None:
         """The agent's client stopped the run at the tool-call grace its wind_down announced
@@ -221,11 +234,8 @@ class RuleEngine:
         if state is None or not state.grace:
             return None
         state.kept = True
-        for name in state.grace:
-            rule = self._by_name.get(name)
-            if rule is not None:
-                return rule.terminal_state or TerminalState.ABORTED, name
-        return None
+        name, announced = next(iter(state.grace.items()))
+        return announced.terminal_state, name
 
     def drain_errors(self) -> Counter[str]:
         errors, self.errors = self.errors, Counter()
@@ -341,22 +351,21 @@ class RuleEngine:
             state.aborted = True
         grace: dict[str, float] | None = None
         if rule.action is Action.WIND_DOWN and rule.grace is not None:
-            _fired_at, calls_at, given = state.grace.setdefault(
-                name, (now, run.tool_calls, rule.grace))
-            grace = announced_grace(given, calls_at)
+            given = state.grace.setdefault(name, _Announced(
+                now, run.tool_calls, rule.grace, rule.terminal_state or TerminalState.ABORTED))
+            grace = announced_grace(given.grace, given.calls_at)
         return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
                         dedup_key, grace=grace), act
 
     def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
         """An abort when a run went on past the grace of a wind_down it was sent."""
-        for name, (fired_at, calls_at, grace) in state.grace.items():
-            rule = self._by_name.get(name)
-            if rule is None:
-                continue
+        for name, announced in state.grace.items():
+            fired_at, calls_at, grace = announced.fired_at, announced.calls_at, announced.grace
             dedup_key = name + GRACE_SUFFIX
             if dedup_key in state.fired:
                 continue
-            # (the grace the wind_down announced, not the reloaded rule's: the agent was told)
+            # (the grace the wind_down announced, not the reloaded rule's, if any: the agent
+            # was told)
             more_calls = run.tool_calls - calls_at
             waited = max(now - fired_at, 0.0)
             over_calls = (grace.tool_calls is not None and not state.kept
@@ -369,8 +378,7 @@ class RuleEngine:
             message = (f"Grace exceeded after wind_down (rule {name}): {more_calls} more tool "
                        f"calls / {waited:.0f} s (grace: {_grace_text(grace)}) — stop now")
             return Decision(run.key, name, Action.ABORT, Severity.CRITICAL, message,
-                            rule.terminal_state or TerminalState.ABORTED, dedup_key,
-                            escalation=True)
+                            announced.terminal_state, dedup_key, escalation=True)
         return None
 
 

@@ -56,6 +56,7 @@ from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.state.store import (
     ROWS_PER_STATEMENT,
+    NewerSchema,
     StateFileUnreadable,
     codecs,
     encode_json,
@@ -303,9 +304,7 @@ class DirectiveStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             if version > SCHEMA_VERSION:
-                raise DirectiveStoreError(
-                    f"{target} has schema version {version}; this build knows {SCHEMA_VERSION}: "
-                    f"use a newer agent-watchdog")
+                raise NewerSchema(target, version, SCHEMA_VERSION)
             db.execute(f"PRAGMA cache_size={-CACHE_KIB}")
             if version == 0:
                 db.executescript(_SCHEMA)

@@ -157,6 +157,17 @@ class StoreError(RuntimeError):
     """The state directory cannot be used (permissions, a newer schema, a corrupt file)."""
 
 
+class NewerSchema(StoreError):
+    """A state file was written by a newer agent-watchdog than this one: it is left as it is,
+    for that build (or a newer one) to run on; nothing is lost."""
+
+    def __init__(self, path: str | Path, version: int, known: int) -> None:
+        super().__init__(
+            f"{path} has schema version {version}; this build knows {known}: a newer "
+            f"agent-watchdog wrote it. Run that build (or a newer one) on this state_dir; the "
+            f"files are left as they are, with everything they hold")
+
+
 class StateFileUnreadable(StoreError):
     """A state file is not a SQLite database, or a damaged one: nothing can start on it. It is
     left as it is, for the operator to move aside (a new one is made in its place) or recover
@@ -386,8 +397,7 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA cache_size={-CACHE_KIB}")
             if version > SCHEMA_VERSION:
-                raise StoreError(f"{target} has schema version {version}; this build knows "
-                                 f"{SCHEMA_VERSION}: use a newer agent-watchdog")
+                raise NewerSchema(self.path or target, version, SCHEMA_VERSION)
             if version == 0:
                 self._db.executescript(_SCHEMA)
             else:
