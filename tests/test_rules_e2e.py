@@ -76,7 +76,9 @@ def test_slow_but_progressing_is_not_aborted_while_stuck_is(tmp_path: Path) -> N
         stuck = ScriptedAgent(server.otlp_http, "stuck-1", "researcher")
         slow.chat(messages=3)
         stuck.chat(messages=3)
-        wait_until(lambda: server.get_json("/v1/runs?state=active")["runs"])
+        # (both read before the clock moves: a run first seen later is idle for less)
+        wait_until(lambda: {run["id"] for run in server.get_json("/v1/runs?state=active")["runs"]}
+                   == {"slow-1", "stuck-1"}, "both runs read")
         assert server.server.service is not None
         tick = server.server.service.tick
 
