@@ -465,7 +465,7 @@ def test_forward_configuration_from_env_and_flags() -> None:
     ({"forward_endpoint": "http://c:4318", "forward_headers": "novalue"},
      "forward_headers: entry 1 is not allowed: expected name=value"),
     ({"forward_headers": {"X-Token": "abc"}}, "forward_headers is set but forward_endpoint is not"),
-    ({"forward_queue_size": "0"}, "forward_queue_size=0 is not allowed"),
+    ({"forward_queue_size": "0"}, "forward_queue_size='0' is not allowed"),
     ({"forward_endpoint": "http://localhost:4318", "otlp_http_address": "0.0.0.0:4318",
       "insecure": True}, "is this watchdog's own otlp_http_address"),
     ({"forward_endpoint": "http://127.0.0.1:4318/"}, "is this watchdog's own otlp_http_address"),

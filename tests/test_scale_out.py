@@ -51,10 +51,14 @@ from tests.ports import free_port
 from tests.processes import answers, fresh_ports, serve_env
 from tests.recorded import RECORDINGS, ScopedSpan, request_of, scoped_spans
 from tests.test_rebatching import LOOSE, split_from_frames
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.attributes import RESPONSE_ID_KEYS
 from watchdog.core.spans.decode import ExportTraceServiceRequest
 from watchdog.core.spans.pipeline import records_from
+from watchdog.core.step import Core
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILDER_CONFIG = ROOT / "tests" / "collector" / "builder-config.yaml"
@@ -410,15 +414,35 @@ def test_every_recording_reads_through_three_replicas_as_through_one(
     assert set(MIXED) & set(EVEN), "the recordings have a run of two services (LiteLLM's)"
 
 
+def decided_by_batching(spans: list[ScopedSpan]) -> bool:
+    """Whether the default rules read the recording's runs otherwise when the second half of its
+    spans comes one by one than in one request: a rule evaluated at a request's end sees a run
+    as that request leaves it (an error loop the agent answered after, caught mid-way or not),
+    and the Collector re-batches what it queued for a replica that was down."""
+    def reading(parts: list[list[ScopedSpan]]) -> list[tuple[str, str]]:
+        core = Core(RunTracker(), SessionBook(lambda _id: None),
+                    RuleEngine(load_rules([], True)))
+        for now, part in enumerate(parts, start=1):
+            core.apply(records_from(merged_request([part])).records, float(now))
+        keys = [run.key for run in (*core.tracker.active(), *core.tracker.ended())]
+        return sorted((key, str(view.terminal_state)) for key in keys
+                      if (view := core.view(key, 1e12)) is not None)
+
+    half = len(spans) // 2
+    return reading([spans[:half], spans[half:]]) != reading(
+        [spans[:half], *([span] for span in spans[half:])])
+
+
 def test_a_replica_killed_mid_stream_loses_no_acknowledged_run(topology: Topology) -> None:
     """The odd recordings, each cut in two (those a crash mid-trace misreads, whole: limits.md,
-    "A restart mid-run"): the first parts; a replica killed once it has stored them; the second
-    parts through the Collector, which queues the killed replica's; the replica started again
-    on its state directory. Every run reads as the reference's."""
+    "A restart mid-run"; and those a rule reads otherwise as their second part is batched
+    otherwise: :func:`decided_by_batching`): the first parts; a replica killed once it has
+    stored them; the second parts through the Collector, which queues the killed replica's; the
+    replica started again on its state directory. Every run reads as the reference's."""
     first: list[list[ScopedSpan]] = []
     second: list[list[ScopedSpan]] = []
     for recording, spans in zip(ODD, prepared(topology, ODD), strict=True):
-        if split_from_frames(*recording):
+        if split_from_frames(*recording) or decided_by_batching(spans):
             first.append(spans)
         else:
             first.append(spans[:len(spans) // 2])
