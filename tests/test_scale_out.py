@@ -388,9 +388,16 @@ def difference(topology: Topology) -> str:
 
 # -- the tests ------------------------------------------------------------------------------
 
+# KNOWN GAP (pinned): the recordings whose runs a rule reads otherwise as their spans come in
+# other requests (a rule sees a run as a request leaves it: docs/rules.md, "When rules run"):
+# the Collector batches what it sends a replica as it likes, so through it they read as the
+# reference does only by chance. Their reading is their framework tests' (one request each);
+# a recording that joins this set fails the pin below until it is named here.
+BATCH_DECIDED = frozenset({("openai_agents_js_oi", "error_loop")})
+
 # Each recording goes through once: the even ones in the first test, the odd ones, with a
 # replica's crash amid them, in the second (a run sent twice would be one run continued).
-EVEN, ODD = ALL[0::2], ALL[1::2]
+EVEN, ODD = ([r for r in ALL if r not in BATCH_DECIDED][start::2] for start in (0, 1))
 
 
 def prepared(topology: Topology, recordings: list[tuple[str, str]]) -> list[list[ScopedSpan]]:
@@ -417,8 +424,7 @@ def test_every_recording_reads_through_three_replicas_as_through_one(
 def decided_by_batching(spans: list[ScopedSpan]) -> bool:
     """Whether the default rules read the recording's runs otherwise when the second half of its
     spans comes one by one than in one request: a rule evaluated at a request's end sees a run
-    as that request leaves it (an error loop the agent answered after, caught mid-way or not),
-    and the Collector re-batches what it queued for a replica that was down."""
+    as that request leaves it (an error loop the agent answered after, caught mid-way or not)."""
     def reading(parts: list[list[ScopedSpan]]) -> list[tuple[str, str]]:
         core = Core(RunTracker(), SessionBook(lambda _id: None),
                     RuleEngine(load_rules([], True)))
@@ -433,16 +439,20 @@ def decided_by_batching(spans: list[ScopedSpan]) -> bool:
         [spans[:half], *([span] for span in spans[half:])])
 
 
+def test_the_recordings_a_rule_reads_by_their_batching_are_pinned() -> None:
+    assert {recording for recording in ALL
+            if decided_by_batching(scoped_spans(*recording))} == BATCH_DECIDED
+
+
 def test_a_replica_killed_mid_stream_loses_no_acknowledged_run(topology: Topology) -> None:
     """The odd recordings, each cut in two (those a crash mid-trace misreads, whole: limits.md,
-    "A restart mid-run"; and those a rule reads otherwise as their second part is batched
-    otherwise: :func:`decided_by_batching`): the first parts; a replica killed once it has
-    stored them; the second parts through the Collector, which queues the killed replica's; the
-    replica started again on its state directory. Every run reads as the reference's."""
+    "A restart mid-run"): the first parts; a replica killed once it has stored them; the second
+    parts through the Collector, which queues the killed replica's; the replica started again
+    on its state directory. Every run reads as the reference's."""
     first: list[list[ScopedSpan]] = []
     second: list[list[ScopedSpan]] = []
     for recording, spans in zip(ODD, prepared(topology, ODD), strict=True):
-        if split_from_frames(*recording) or decided_by_batching(spans):
+        if split_from_frames(*recording):
             first.append(spans)
         else:
             first.append(spans[:len(spans) // 2])
