@@ -88,6 +88,15 @@ def status_message(body: bytes, content_type: str) -> status_pb2.Status:
     return status_pb2.Status(code=document.get("code", 0), message=document["message"])
 
 
+
+def partial_success(response: bytes, content_type: str) -> tuple[int, str]:
+    """The rejected spans and the message of an export's answer, protobuf or JSON."""
+    if content_type == PROTOBUF:
+        partial = ExportTraceServiceResponse.FromString(response).partial_success
+        return partial.rejected_spans, partial.error_message
+    partial_json = json.loads(response)["partialSuccess"]
+    return int(partial_json["rejectedSpans"]), partial_json["errorMessage"]
+
 def valid_body() -> bytes:
     spans, _ = agent_run()
     body: bytes = encode(spans).SerializeToString()
@@ -207,12 +216,7 @@ def test_spans_without_ids_are_rejected_and_the_rest_applied(guarded: Guarded) -
         body = request.SerializeToString() if content_type == PROTOBUF else request_json(request)
         status, response = post(guarded.sidecar, body, content_type)
         assert status == 200
-        if content_type == PROTOBUF:
-            partial = ExportTraceServiceResponse.FromString(response).partial_success
-            rejected, message = partial.rejected_spans, partial.error_message
-        else:
-            partial_json = json.loads(response)["partialSuccess"]
-            rejected, message = int(partial_json["rejectedSpans"]), partial_json["errorMessage"]
+        rejected, message = partial_success(response, content_type)
         assert rejected == 2
         assert "invalid_trace_id" in message and "invalid_span_id" in message
 
@@ -266,12 +270,7 @@ def test_json_ids_that_are_not_hex_reject_their_span_only(guarded: Guarded) -> N
                 "loose": {"parentSpanId": "zz" * 8}})
         status, response = post(guarded.sidecar, body, content_type)
         assert status == 200, response
-        if content_type == PROTOBUF:
-            partial = ExportTraceServiceResponse.FromString(response).partial_success
-            rejected, message = partial.rejected_spans, partial.error_message
-        else:
-            partial_json = json.loads(response)["partialSuccess"]
-            rejected, message = int(partial_json["rejectedSpans"]), partial_json["errorMessage"]
+        rejected, message = partial_success(response, content_type)
         assert rejected == 2, message
         assert "1 invalid_span_id, 1 invalid_trace_id" in message
         context = spans[0].context
