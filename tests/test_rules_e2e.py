@@ -149,7 +149,7 @@ def test_a_reload_is_enforced_at_once_on_the_active_runs(tmp_path: Path) -> None
         pack.write_text(head + budget.format(n=5))
         status, _ = http_request("POST", server.api + "/-/reload")
         assert status == 200
-        found = wait_until(lambda: directives(server, "b-1"), "the reload's abort", timeout=5)
+        found = directives(server, "b-1")  # (as the reload is answered: no wait)
         assert [(d["rule"], d["action"], d["terminal_state"]) for d in found] == [
             ("budget-exhausted", "abort", "tool_limit_reached")]
         agent.close()

@@ -265,6 +265,8 @@ class Server:
     async def _rules_applied(self) -> None:
         if self.service is not None:  # (none yet at startup: nothing runs)
             await self.service.rules_replaced()
+            if self.outbox is not None:  # the reload is answered with what it decided stored
+                await self.outbox.flush()
 
     async def _start_native(self, proxy: ModelProxy) -> None:
         """The model endpoint on the compiled relay (``model_relay: native``)."""
