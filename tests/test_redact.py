@@ -25,6 +25,8 @@ JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI
 BEARER = "mF_9.B5f-4.1JqM"
 BASIC = "dXNlcjpwYXNzd29yZA=="
 DB_PASSWORD = "s3cr3t-Pa55"
+PASSPHRASE = "correct horse battery staple"
+PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n"
 SLACK_TOKEN = "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
 
 LEAKY_RESULTS = [
@@ -70,6 +72,17 @@ LEAKY_RESULTS = [
     (f"Proxy-Authorization: Basic {BASIC}", BASIC),
     (f"Cookie: session={DB_PASSWORD}; theme=dark", DB_PASSWORD),
     (f"set-cookie: sid={DB_PASSWORD}; HttpOnly", DB_PASSWORD),
+    # a quoted value goes whole, to its closing quote: spaces, commas, escapes, depth
+    (json.dumps({"password": PASSPHRASE, "user": "alice"}), PASSPHRASE),
+    (json.dumps({"settings": json.dumps({"db": {"password": PASSPHRASE}})}), PASSPHRASE),
+    (f'export DB_PASSWORD="{PASSPHRASE}"', PASSPHRASE),
+    (json.dumps({"api_key": "abc,defghijk"}), "abc,defghijk"),
+    (json.dumps({"db_password": "pässwort-1234"}), "sswort-1234"),  # "p\u00e4sswort-1234"
+    (json.dumps([{"name": "SMTP_PASSWORD", "value": PASSPHRASE}]), PASSPHRASE),
+    # a PEM key as a key's value: a service account's JSON key file, an env line
+    (json.dumps({"type": "service_account", "private_key": PEM, "client_email": "a@b.c"}),
+     "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"),
+    (f"private_key = {PEM}", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"),
 ]
 
 
@@ -85,6 +98,7 @@ def test_secrets_in_tool_results_are_redacted_by_normalise(otel: SpanMaker, resu
     assert record.result_brief is not None
     assert secret not in record.result_brief
     assert secret[4:12] not in record.result_brief  # not even a piece of it
+    assert secret[-8:] not in record.result_brief  # (nor its end)
     assert REDACTED in record.result_brief
 
 
@@ -156,6 +170,17 @@ def test_redaction_keeps_the_json_structure() -> None:
     nested = json.dumps({"payload": json.dumps({"password": DB_PASSWORD, "user": "alice"})})
     inner = json.loads(json.loads(redact(nested))["payload"])  # still valid JSON, twice
     assert inner == {"password": REDACTED, "user": "alice"}
+
+
+def test_a_quoted_secret_goes_to_its_closing_quote_and_no_further() -> None:
+    assert redact('{"password": "xyz", "user": "bob"}') == (
+        '{"password": "[REDACTED]", "user": "bob"}')  # short, but quoted: a value all the same
+    assert redact('{"password": "", "user": "bob"}') == '{"password": "", "user": "bob"}'
+    nested = json.dumps({"cfg": json.dumps({"password": 'say "hi" now', "user": "bob"})})
+    assert json.loads(json.loads(redact(nested))["cfg"]) == {"password": REDACTED,
+                                                              "user": "bob"}
+    # a value cut short (a brief's limit) is redacted to where it was cut
+    assert redact('{"password": "correct horse batt') == '{"password": "[REDACTED]'
 
 
 def test_non_ascii_text_is_scanned_at_the_right_places() -> None:

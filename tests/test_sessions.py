@@ -128,6 +128,16 @@ def test_facts_merge_later_wins_null_forgets_and_values_are_bounded_and_redacted
                                    "pin_PASSWD")] == ["[REDACTED]"] * 4
     assert facts["token_count"] == 4096 and facts["api_key_set"] is True
 
+    # secrets inside a JSON-encoded value, and in a key
+    session.checkpoint(checkpoint("x", state={
+        "settings": json.dumps({"db": {"host": "db", "password": "my pass phrase"}}),
+        "cloned https://bob:s3cretpw@git.example/app": True}))
+    shown = json.dumps(session.context())
+    assert "pass phrase" not in shown and "s3cretpw" not in shown
+    assert json.loads(session.facts["settings"]) == {"db": {"host": "db",
+                                                            "password": "[REDACTED]"}}
+    assert session.facts["cloned https://bob:[REDACTED]@git.example/app"] is True
+
     session.checkpoint(checkpoint("x", state={f"k{i}": i for i in range(MAX_FACTS + 20)}))
     session.checkpoint(checkpoint("x", state={"project_path": "/srv/app2"}))
     assert len(session.facts) == MAX_FACTS

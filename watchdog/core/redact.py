@@ -25,10 +25,17 @@ REDACTED = "[REDACTED]"
 # plus one anchored attempt, not a dozen whole-text regex passes.
 #
 # Values may sit behind quotes escaped to any depth: a JSON string holding JSON
-# (``"{\"password\": \"...\"}"``) is redacted like the plain form.
+# (``"{\"password\": \"...\"}"``) is redacted like the plain form. A quoted value of a
+# secret-looking key is redacted up to its closing quote (the same quote, escaped as deep), so
+# a passphrase with spaces, a short password, a value with commas or ``\u00e4`` escapes, or a
+# PEM key in a JSON key file goes whole; an unquoted one ends at a space, quote or separator.
+# A secret found inside another (a PEM key after ``private_key=``) extends it: the scan tries
+# every anchor, also those inside a value just redacted.
 
 _Q = r"""(?:\\*["'])?"""  # an optional quote, backslash-escaped at any depth
+_OPEN = r"""(\\*["'])?"""  # a value's opening quote, captured (group 2) to find its closing
 _SEP = _Q + r"\s*[:=]\s*" + _Q
+_KEYED_SEP = _Q + r"\s*[:=]\s*" + _OPEN
 _VALUE = r"""[^\s"'\\,;&]"""
 _SECRET_KEYS = (r"api[_-]?key|apikey|access[_-]?key|secret[_-]?key|secret|password|passwd|pwd|"
                 r"access[_-]?token|auth[_-]?token|refresh[_-]?token|client[_-]?secret|"
@@ -56,12 +63,11 @@ _AUTH_HEADER = _anchored(
 _COOKIE_HEADER = _anchored(r"((?:set-)?cookie\s*:\s*)[^\r\n]{4,}", re.IGNORECASE)
 # key=value / "key": "value" for secret-looking keys, also inside longer names
 # (AWS_SECRET_ACCESS_KEY, db_password, x-api-key): the anchor is where the key word starts.
-_KEY_VALUE = _anchored(r"((?:" + _SECRET_KEYS + r")" + _SEP + r")" + _VALUE + "{4,}",
-                       re.IGNORECASE)
+_KEY_VALUE = _anchored(r"((?:" + _SECRET_KEYS + r")" + _KEYED_SEP + r")", re.IGNORECASE)
 # {"name": "DB_PASSWORD", "value": "..."} (Kubernetes env, many config dumps)
 _NAMED_VALUE = _anchored(
-    r"((?:" + _SECRET_KEYS + r""")[\w.-]*\\*["']\s*,\s*\\*["']value""" + _SEP + r")"
-    + _VALUE + "{4,}", re.IGNORECASE)
+    r"((?:" + _SECRET_KEYS + r""")[\w.-]*\\*["']\s*,\s*\\*["']value""" + _KEYED_SEP + r")",
+    re.IGNORECASE)
 # a bare token=... (URL query, config) when the value is not just a number: token counts such
 # as "token=4096" are not secrets
 _BARE_TOKEN = _anchored(r"((?<![a-z])token" + _SEP + r")(?!\d+\b)" + _VALUE + "{8,}",
@@ -128,12 +134,61 @@ def _looks_like_credential(value: str) -> bool:
             or value.endswith("=") or len(value) >= _CREDENTIAL_MIN_PLAIN_LENGTH)
 
 
-def _secret_at(text: str, position: int, anchor: str) -> re.Match[str] | None:
+_KEYED_PATTERNS = frozenset(_KEYED)
+_UNQUOTED_VALUE = re.compile(_VALUE + "{4,}")
+MAX_QUOTED_SECRET_CHARS = 4096  # a quoted value looked through for its closing quote (a PEM
+# key in a JSON key file is ~1,700); a longer one is redacted as an unquoted one is
+
+
+_CLOSINGS: dict[str, re.Pattern[str]] = {}
+
+
+def _closing(quote: str) -> re.Pattern[str]:
+    """The closing quote of a value opened with ``quote`` (``"``, ``\\"``, ...): the same quote
+    behind as many backslashes, and no more."""
+    pattern = _CLOSINGS.get(quote)
+    if pattern is None:
+        pattern = re.compile(r"(?<!\\)" + re.escape(quote))
+        if len(_CLOSINGS) < 64:  # (escapes deeper than that are not worth keeping)
+            _CLOSINGS[quote] = pattern
+    return pattern
+
+
+def _keyed_value_end(text: str, match: re.Match[str]) -> tuple[int, bool] | None:
+    """Where the value after a secret-looking key ends, and whether it was quoted; None when
+    there is none to redact.
+
+    Quoted: at its closing quote; a line or text that ends first (a value cut short) ends it.
+    Unquoted: at a space, a quote or a separator, and only if 4 characters long at least."""
+    start = match.end()
+    quote = match.group(2)
+    if quote:
+        limit = min(len(text), start + MAX_QUOTED_SECRET_CHARS)
+        newline = text.find("\n", start, limit)
+        stop = limit if newline < 0 else newline
+        closing = _closing(quote).search(text, start, stop)
+        if closing is not None:
+            return (closing.start(), True) if closing.start() > start else None
+        if stop < limit or limit == len(text):
+            return (stop, True) if stop > start else None
+    value = _UNQUOTED_VALUE.match(text, start)
+    return None if value is None else (value.end(), False)
+
+
+def _secret_at(text: str, position: int, anchor: str) -> tuple[int, int, bool] | None:
+    """The secret that starts at ``position``: (end of the part kept, end of the secret,
+    whether another secret starting inside it may go on past its end: an unquoted value, cut
+    at a space, may be the first word of one, as ``-----BEGIN`` of a PEM key)."""
     for pattern in _AT_ANCHOR[anchor]:
         match = pattern.match(text, position)
-        if match is not None and (pattern is not _SCHEME_CREDENTIAL
-                                  or _looks_like_credential(match.group(2))):
-            return match
+        if match is None:
+            continue
+        if pattern in _KEYED_PATTERNS:
+            value = _keyed_value_end(text, match)
+            if value is not None:
+                return match.end(), value[0], not value[1]
+        elif pattern is not _SCHEME_CREDENTIAL or _looks_like_credential(match.group(2)):
+            return match.end(1), match.end(), False
     return None
 
 
@@ -149,15 +204,23 @@ def redact(text: str) -> str:
         start = 0
     parts: list[str] = []
     done = 0  # text[:done] is decided
+    open_ended = False  # whether a secret found inside the last one may extend it
     for anchor in _ANCHOR.finditer(lowered, start):
         position = anchor.start()
-        if position < done:
+        if position < done and not open_ended:
             continue  # inside what was just redacted
-        match = _secret_at(text, position, anchor.group())
-        if match is not None:
-            parts.append(text[done:match.start()])
-            parts.append(match.group(1) + REDACTED)
-            done = match.end()
+        secret = _secret_at(text, position, anchor.group())
+        if secret is None:
+            continue
+        kept, end, extends = secret
+        if position < done:  # a secret that starts inside the last one and goes on past it
+            done = max(done, end)
+            open_ended = extends
+            continue
+        parts.append(text[done:kept])
+        parts.append(REDACTED)
+        done = end
+        open_ended = extends
     if not parts:
         return text
     parts.append(text[done:])

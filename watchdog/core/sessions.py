@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from watchdog.core.bounds import InvalidId, check_id, is_number
-from watchdog.core.redact import REDACTED, brief, secret_name
+from watchdog.core.redact import REDACTED, brief, redact, secret_name
 
 MAX_SESSIONS_IN_MEMORY = 10_000  # sessions cached; the rest are read back from the store
 MAX_FACTS = 100  # facts kept per session; the least recently set are dropped first
@@ -113,16 +113,17 @@ def _state(value: object) -> dict[str, FactValue | None]:
         if not key or len(key) > MAX_FACT_KEY_CHARS:
             raise CheckpointError(f"state key {key[:40]!r} is not allowed: expected 1 to "
                                   f"{MAX_FACT_KEY_CHARS} characters")
+        name = redact(key)  # a key may hold a secret too (a URL with its password)
         if item is None or isinstance(item, bool):
-            facts[key] = item
+            facts[name] = item
         elif secret_name(key) and (isinstance(item, str) or is_number(item)):
-            facts[key] = REDACTED  # (a secret's value, whatever it looks like)
+            facts[name] = REDACTED  # (a secret's value, whatever it looks like)
         elif isinstance(item, str):
-            facts[key] = brief(item, MAX_FACT_CHARS)
+            facts[name] = brief(item, MAX_FACT_CHARS)
         elif is_number(item):
-            facts[key] = item
+            facts[name] = item
         else:
-            raise CheckpointError(f"state.{key} is not allowed: expected a string, number, "
+            raise CheckpointError(f"state.{name} is not allowed: expected a string, number, "
                                   f"boolean or null (facts are flat: no objects or lists)")
     return facts
 
