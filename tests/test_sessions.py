@@ -184,6 +184,29 @@ def test_a_session_round_trips_through_json() -> None:
     assert again.context() == session.context()
 
 
+def test_the_report_of_a_run_stopped_for_no_progress_says_so(sidecar: RunningServer) -> None:
+    status, _ = post(sidecar, "/v1/runs/stalled-1/heartbeat",
+                     {"messages": 3, "announce": {"agent": "deployer", "session": "task-9"}})
+    assert status == 200
+    for _ in range(3):
+        post(sidecar, "/v1/sessions/task-9/checkpoints",
+             {"remaining": "deploy to staging", "run_id": "stalled-1"})
+    assert [d["rule"] for d in sidecar.get_json("/v1/runs/stalled-1")["directives"]] == [
+        "zero-progress"]
+
+    status, body = http_request("GET", sidecar.api + "/v1/runs/stalled-1/report")
+    report = body.decode()
+    assert status == 200
+    assert ("- **Stopped by:** zero-progress (abort, intervention_required): No progress "
+            "across 2 checkpoints of session task-9") in report
+    assert "The watchdog stopped this run (zero-progress, intervention_required)" in report
+    assert "can carry on" not in report  # (what an active run nothing stopped is told)
+    stop = sidecar.get_json("/v1/runs/stalled-1/report",
+                            headers={"Accept": "application/json"})["stop"]
+    assert (stop["action"], stop["rule"], stop["terminal_state"], stop["seq"]) == (
+        "abort", "zero-progress", "intervention_required", 1)
+
+
 @pytest.mark.parametrize(("body", "message"), [
     ({}, "remaining is required"),
     ({"remaining": None}, "remaining=None is not allowed"),

@@ -20,7 +20,7 @@ Pure: no IO, no clock (``now`` is an argument).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from watchdog.core.redact import mask, redact
@@ -47,30 +47,48 @@ LOW_BUDGET_NOTE = 3  # remaining tool calls / iterations at or below which the r
 # -- building ------------------------------------------------------------------------------------
 
 def build_report(run: RunView, activity: Sequence[ActivityEntry],
-                 children: Sequence[RunView] = (), trace_url: str | None = None
-                 ) -> dict[str, Any]:
+                 children: Sequence[RunView] = (), trace_url: str | None = None,
+                 directives: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The report as a JSON-ready dict (every string redacted), as of when ``run``'s view was
     taken. ``children``: the runs of the nested agents it delegated to, shown as a tree below
-    it; ``trace_url``: the config's template of the run's link into the tracing UI."""
+    it; ``trace_url``: the config's template of the run's link into the tracing UI;
+    ``directives``: the run's (as the API lists them, oldest first), for what stopped it."""
     start = _start_of(run, activity)
     steps = [_step(entry, start) for entry in activity]
     tool_entries = [e for e in activity if e.kind == "tool"]
     first_seq = activity[0].seq if activity else 0
+    stop = stop_of(directives)
     report: dict[str, Any] = {
         "run": _header(run),
+        "stop": stop,
         "tools": _tool_usage(run, tool_entries),
         "steps": steps,
         "steps_omitted": max(first_seq - 1, 0),
         "findings": _findings(tool_entries, start),
         "final_output": _final_output(run, activity),
         "errors": _errors(activity, start),
-        "next_steps": _next_steps(run, activity, tool_entries),
+        "next_steps": _next_steps(run, activity, tool_entries, stop),
         "parent_run": run.parent_run,
         "children": [_child(child) for child in children],
     }
     redacted: dict[str, Any] = _redact_all(report)
     redacted["run"]["trace_url"] = run.trace_url(trace_url)  # the operator's URL, and ids
     return redacted
+
+
+def stop_of(directives: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the watchdog stopped the run for: its first directive that decides how it ends (an
+    abort, or a rule's terminal state), as the run's terminal state takes the first; None if
+    none did (a countdown note is no stop)."""
+    for directive in directives:
+        if directive.get("action") == "abort" or directive.get("terminal_state"):
+            return _stop(directive)
+    return None
+
+
+def _stop(directive: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: directive.get(key) for key in ("action", "rule", "message", "terminal_state",
+                                                "seq", "created_at")}
 
 
 def _child(run: RunView) -> dict[str, Any]:
@@ -192,8 +210,16 @@ def _errors(activity: Sequence[ActivityEntry], start: float) -> list[dict[str, A
 # -- suggested next steps -----------------------------------------------------------------------
 
 def _next_steps(run: RunView, activity: Sequence[ActivityEntry],
-                tool_entries: Sequence[ActivityEntry]) -> list[str]:
+                tool_entries: Sequence[ActivityEntry], stop: Mapping[str, Any] | None
+                ) -> list[str]:
     notes: list[str] = []
+    if stop is not None and not run.ended:
+        told = ("stopped this run" if stop["action"] == "abort"
+                else "told this run to wrap up")
+        notes.append(f"The watchdog {told} ({stop['rule']}, {stop['terminal_state']}): "
+                     f"{one_line(stop['message'] or '', LINE_RESULT_CHARS)} It should end with "
+                     f"its report; a follow-up should start from this report, not repeat its "
+                     f"steps.")
     if run.ended:
         state = run.terminal_state.value if run.terminal_state else "ended"
         if run.has_final_answer and state == "completed":
@@ -288,6 +314,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     run = report["run"]
     out: list[str] = [f"# Progress report: {run['id']}", ""]
     out += _header_lines(run)
+    stop = report.get("stop")
+    if stop is not None:
+        out.append(f"- **Stopped by:** {stop['rule']} ({stop['action']}, "
+                   f"{stop['terminal_state']}): {one_line(stop['message'] or '')}")
     if report["parent_run"] or report["children"]:
         out += ["", "## Run tree", "", *_tree_lines(run, report)]
     out += ["", "## Tool usage", ""]

@@ -91,10 +91,13 @@ class RunRoutes:
         run = await queries.find_run(key)
         activity = await queries.activity(key)
         children = await queries.child_runs(key)
+        directives: list[dict[str, Any]] = []
+        if self.directives is not None:
+            directives, _omitted = await self.directives.run_directives(key)
         from watchdog.core.runs.report import build_report, render_markdown  # (on first use)
 
         report = build_report(run, activity, children=children,
-                              trace_url=queries.trace_url)
+                              trace_url=queries.trace_url, directives=directives)
         if _wants_json(request.headers.get("Accept", "")):
             return json_response(report)
         return web.Response(text=render_markdown(report), content_type=MARKDOWN,
