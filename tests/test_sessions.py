@@ -349,6 +349,15 @@ def test_bad_checkpoint_requests_get_400_with_the_reason(sidecar: RunningServer,
     assert sidecar.get_json("/v1/sessions/s/context")["checkpoints"] == 0
 
 
+def test_a_huge_refused_value_is_not_echoed_whole(sidecar: RunningServer) -> None:
+    status, answer = post(sidecar, "/v1/sessions/s/checkpoints",
+                          {"remaining": list(range(100_000))})
+    assert status == 400
+    message = answer["error"]["message"]
+    assert message.startswith("remaining=[0, 1, 2, ") and message.endswith("(what is left to do)")
+    assert "..." in message and len(message) < 300
+
+
 def test_a_too_long_session_id_is_refused(sidecar: RunningServer) -> None:
     status, answer = post(sidecar, "/v1/sessions/" + "x" * 300 + "/checkpoints",
                           {"remaining": "x"})

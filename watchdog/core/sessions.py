@@ -58,6 +58,7 @@ MAX_FAILED_APPROACHES = 50  # the most recent are kept
 MAX_APPROACH_CHARS = 500
 MAX_REMAINING_CHARS = 2000
 MAX_RECENT_RUNS = 64  # runs remembered per session, to count distinct runs (see note_run)
+MAX_SHOWN_CHARS = 80  # of a refused value, in the error that refuses it
 NOTE_APPROACHES = 10  # failed approaches named in the zero-progress note (all are in the context)
 
 Remaining: TypeAlias = "str | int | float"
@@ -98,7 +99,10 @@ def _remaining(value: object) -> Remaining:
         return brief(value, MAX_REMAINING_CHARS)
     if is_number(value):
         return value  # type: ignore[return-value]
-    raise CheckpointError(f"remaining={value!r} is not allowed: expected a string or a finite "
+    shown = repr(value)  # (cut: a body may hold a megabyte of list)
+    if len(shown) > MAX_SHOWN_CHARS:
+        shown = shown[:MAX_SHOWN_CHARS - 3] + "..."
+    raise CheckpointError(f"remaining={shown} is not allowed: expected a string or a finite "
                           f"number (what is left to do)")
 
 
