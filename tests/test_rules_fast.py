@@ -76,8 +76,9 @@ def random_context(rng: random.Random) -> Context:
         for key in ("runs", "zero_progress_streak", "run_checkpoints", "agent_cycle_repeats"):
             if rng.random() < 0.6:  # an int, or what the store may give back: a float, a str
                 session[key] = rng.choice((0, 1, 2, 3, 5, 2.0, "3", None))
-        if rng.random() < 0.6:
-            session["cycle_orchestrator"] = rng.choice((True, False, 1, None))
+        for key in ("cycle_orchestrator", "zero_progress"):
+            if rng.random() < 0.6:
+                session[key] = rng.choice((True, False, 1, None))
     failing = rng.choice(({}, {}, {"fetch": {"runs": 3, "errors": 5, "since": "now",
                                               "error_type": "Timeout"}}))
     fleet = rng.choice((None, {"failing_tools": failing}))
@@ -131,6 +132,7 @@ def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
     assert all(seen == {True, False} for name, seen in answers.items() if name in known)
     assert all({False, None} <= seen for name, seen in answers.items() if name not in known)
     assert answers["zero-progress"] == answers["agent-ping-pong"] == {True, False, None}
+    assert answers["zero-progress-note"] == {True, False, None}
 
 
 def test_every_default_condition_is_decided_without_cel_for_a_plain_run() -> None:
@@ -322,7 +324,7 @@ def test_the_engine_decides_the_same_with_and_without_the_fast_path(
         return [(d.decision.run_key, d.decision.rule, d.decision.action.value,
                  d.decision.message) for d in made]
 
-    fast = decisions(fast_rules=19)
+    fast = decisions(fast_rules=20)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast", lambda source: None)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast_value", lambda source: None)
     slow = decisions(fast_rules=0)

@@ -30,7 +30,8 @@ DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted",
                  "budget-tokens-countdown", "budget-tokens-last-call", "budget-tokens-exhausted",
                  "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
-                 "tool-cycle", "tool-outage", "zero-progress", "agent-ping-pong"]
+                 "tool-cycle", "tool-outage", "zero-progress", "zero-progress-note",
+                 "agent-ping-pong"]
 
 
 def write(path: Path, body: str, header: bool = True) -> str:
@@ -170,8 +171,8 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
                      "budget-iterations-last-call",
                      "budget-tokens-countdown", "budget-tokens-last-call",
                      "budget-tokens-exhausted", "idle-timeout", "total-timeout",
-                     "repeated-tool-call", "tool-outage", "zero-progress", "agent-ping-pong",
-                     "extra"]
+                     "repeated-tool-call", "tool-outage", "zero-progress", "zero-progress-note",
+                     "agent-ping-pong", "extra"]
     idle = ruleset.get("idle-timeout")
     assert idle is not None and idle.action is Action.NOTIFY and idle.terminal_state is None
     assert {r.name for r in ruleset.disabled} == {"error-loop", "repeated-tool-result",

@@ -81,16 +81,22 @@ def test_a_run_that_checkpoints_no_progress_again_is_stopped_for_a_human(
         bystander.chat(messages=2)
         wait_until(lambda: context(server)["runs"] == 4)
         assert context(server)["active_runs"] == ["run-3", "run-4"]
-        # a new run of a stalled session is not stopped before it has checkpointed
-        assert directives(server, "run-3") == [] and directives(server, "run-4") == []
+        # a new run of a stalled session is not stopped before it has checkpointed: it is told
+        for run_id in ("run-3", "run-4"):
+            told = wait_until(lambda run_id=run_id: directives(server, run_id))
+            assert [(d["rule"], d["action"]) for d in told] == [("zero-progress-note", "notify")]
+            assert told[0]["message"].startswith(
+                f"[session {SESSION}: no progress — the last 2 checkpoints reported the same "
+                f"work left. Don't repeat the approach that led there")
 
         answer = checkpoint(server, {"remaining": REMAINING.upper(), "run_id": "run-3"})
         assert answer["zero_progress_streak"] == 2 and answer["fired"] == 1
-        stop = wait_until(lambda: directives(server, "run-3"))
+        stop = wait_until(lambda: directives(server, "run-3")[1:])
         assert [(d["rule"], d["action"], d["terminal_state"]) for d in stop] == [
             ("zero-progress", "abort", "intervention_required")]
         assert f"session {SESSION}" in stop[0]["message"]
-        assert directives(server, "run-4") == []  # it reported nothing: left alone
+        # it reported nothing: left alone (and told once)
+        assert [d["rule"] for d in directives(server, "run-4")] == ["zero-progress-note"]
 
         third.finish(error_type="agent_watchdog_client.Aborted")
         run = server.get_json("/v1/runs/run-3")
@@ -99,7 +105,7 @@ def test_a_run_that_checkpoints_no_progress_again_is_stopped_for_a_human(
         # a checkpoint that names no run counts for the session's runs in progress
         answer = checkpoint(server, {"remaining": REMAINING})
         assert answer["zero_progress_streak"] == 3
-        assert [d["rule"] for d in wait_until(lambda: directives(server, "run-4"))] == [
+        assert [d["rule"] for d in wait_until(lambda: directives(server, "run-4")[1:])] == [
             "zero-progress"]
         bystander.finish()
         assert server.get_json("/v1/runs/run-4")["terminal_state"] == "intervention_required"
