@@ -191,6 +191,16 @@ def test_serve_still_validates_its_flags(capsys: pytest.CaptureFixture[str]) -> 
     assert "api_token" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["report", "directives"])
+def test_an_empty_run_id_is_a_usage_error(command: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:  # (it was read as the list's path: a 404)
+        main([command, "", "--url", "http://127.0.0.1:9"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f"watchdog {command}: error: argument RUN_ID: a run id must not be empty\n")
+
+
 def test_bad_interval_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["runs", "--watch", "--interval", "0"])

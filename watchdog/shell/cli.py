@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from watchdog import __version__
+from watchdog.core.bounds import id_problem
 from watchdog.core.durations import DurationError, parse_seconds
 from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "that request's instructions, the final request for the report) or "
                     "stopped the run at it — the same with every adapter. no: not (yet) "
                     "applied, or the agent runs without the client.")
-    directives.add_argument("run_id", metavar="RUN_ID")
+    directives.add_argument("run_id", metavar="RUN_ID", type=_run_id)
     _add_output_flag(directives)
     _add_url_flag(directives)
     directives.set_defaults(handler=_directives)
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.set_defaults(handler=_rules_test)
 
     report = commands.add_parser("report", help="print a run's progress report")
-    report.add_argument("run_id", metavar="RUN_ID")
+    report.add_argument("run_id", metavar="RUN_ID", type=_run_id)
     report.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     _add_url_flag(report)
     report.set_defaults(handler=_report)
@@ -165,6 +166,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
     return value
+
+
+def _run_id(text: str) -> str:
+    """A run id as the sidecar checks it (an empty one read as the list's path, a 404)."""
+    problem = id_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"a run id {problem}")
+    return text
 
 
 def _positive_float(text: str) -> float:
