@@ -253,6 +253,36 @@ rules:
 """
 
 
+NOTIFY_RULE = """\
+rules:
+  - name: search-is-down
+    description: A test's notify at two tool calls, as the fleet's tool-outage tells a run.
+    when: "!run.ended && run.agent == 'told' && run.tool_calls >= 2"
+    action: notify
+    severity: warning
+    message: "[fleet: search has failed for 3 runs — don't retry it]"
+"""
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_notify_is_added_to_the_next_requests_instructions(tmp_path: Path, llm: FakeLLM,
+                                                              stream: bool) -> None:
+    pack = tmp_path / "notify.yaml"
+    pack.write_text(BUDGET_PACK + NOTIFY_RULE)
+    config = sidecar_config(tmp_path / "state-notify", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),))
+    model = llm.script("told", steps(call("search", q="a"), call("search", q="b"),
+                                     call("search", q="c"), answer("done")))
+    with running_server(config) as server:
+        output, ran = run_loop(client(server, "told"), model, stream)
+        notes = ["[fleet: search has failed" in system_of(body) for body in llm.requests(model)]
+        directives = server.get_json(f"/v1/runs/{runs_of(server, 'told')[0]['id']}")[
+            "directives"]
+    assert (output, ran) == ("done", 3)
+    assert [d["rule"] for d in directives] == ["search-is-down"]
+    assert notes == [False, False, True, True]  # from the request after the second call on
+
+
 @pytest.fixture
 def error_sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
     pack = tmp_path / "budgets.yaml"

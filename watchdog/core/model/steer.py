@@ -170,11 +170,15 @@ class Board:
     wind_down: Directive | None = None
     abort: Directive | None = None
     grace: Directive | None = None  # the wind_down whose tool-call grace ends first
+    notify: Directive | None = None  # (a fleet outage, a stalled session: told as a note)
 
     def post(self, directive: Directive) -> None:
         if directive.action == Action.ABORT:
             if self.abort is None:
                 self.abort = directive
+        elif directive.action == Action.NOTIFY:
+            if not is_budget(directive):
+                self.notify = directive
         elif directive.action == Action.WIND_DOWN:
             self.wind_down = directive
             ends = grace_end(directive)
@@ -293,10 +297,16 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     wind_down = board.wind_down
     if wind_down is not None and not is_budget(wind_down):
         parts.append(wind_down.report_prompt or wind_down.message)
+    notify = board.notify  # shown until a newer wind_down (as the client SDK shows it)
+    if notify is not None and wind_down is not None and wind_down.seq > notify.seq:
+        notify = None
+    if notify is not None:
+        parts.append(notify.message)
     if not parts:
         return Turn(Act.PASS, keep=keep)
     act = Act.WITHDRAW if has_tools and keep == 0 else Act.NOTE
-    return Turn(act, "\n\n".join(parts), keep, wind_down.rule if wind_down else "budget")
+    rule = wind_down.rule if wind_down else notify.rule if notify else "budget"
+    return Turn(act, "\n\n".join(parts), keep, rule)
 
 
 def _final(counts: Counts, board: Board, limit: int | None, spent: int) -> Turn | None:
