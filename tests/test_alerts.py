@@ -186,7 +186,7 @@ def test_per_agent_alerts_link_to_the_agents_traces(overridden: list[dict[str, A
     assert per_agent == {
         "AgentWatchdogRunStuck", "AgentWatchdogRunIdle", "AgentWatchdogAbortRateHigh",
         "AgentWatchdogBudgetExhaustionHigh", "AgentWatchdogSpendHigh",
-        "AgentWatchdogModelUpstreamErrors"}
+        "AgentWatchdogModelUpstreamErrors", "AgentWatchdogInterventionRequired"}
     assert linked["AgentWatchdogRunIdle"] == (
         "https://jaeger.example.com/search?service={{ $labels.agent | urlquery }}"
         "&tags=k8s.namespace:{{ $labels.namespace | urlquery }}")
