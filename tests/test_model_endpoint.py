@@ -283,6 +283,49 @@ def test_a_notify_is_added_to_the_next_requests_instructions(tmp_path: Path, llm
     assert notes == [False, False, True, True]  # from the request after the second call on
 
 
+SLOW_TOOL_RULE = """\
+rules:
+  - name: tool-too-slow
+    description: A test's abort of a run whose tool takes too long (decided by the timer).
+    when: "!run.ended && run.agent == 'slow-tool' && run.elapsed_seconds > 1.0"
+    action: abort
+    severity: critical
+    terminal_state: time_limit_reached
+    message: "[stopped: the tool took too long]"
+"""
+
+
+def test_an_abort_decided_before_a_restart_stops_the_runs_next_request_after_it(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    pack = tmp_path / "slow.yaml"
+    pack.write_text(BUDGET_PACK + SLOW_TOOL_RULE)
+    config = sidecar_config(tmp_path / "state-restart", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),))
+    model = llm.script("slowtool", looping("search", lambda i: {"q": f"page {i}"}))
+    messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
+                           {"role": "user", "content": "Find the answer."}]
+    with running_server(config) as server:
+        asked = client(server, "slow-tool").chat.completions.create(
+            model=model, messages=messages, tools=TOOLS).choices[0].message
+        run_id = runs_of(server, "slow-tool")[0]["id"]
+        # the abort comes while the agent runs its tool; then the sidecar restarts
+        stop = wait_until(lambda: server.get_json(f"/v1/runs/{run_id}")["directives"])
+        assert [d["rule"] for d in stop] == ["tool-too-slow"]
+    messages += [{"role": "assistant", "content": None,
+                  "tool_calls": [c.model_dump() for c in asked.tool_calls or ()]},
+                 {"role": "tool", "tool_call_id": (asked.tool_calls or [])[0].id,
+                  "content": "result 1"}]
+    with running_server(config) as server:  # the same state directory
+        answer = client(server, "slow-tool").chat.completions.create(
+            model=model, messages=messages, tools=TOOLS).choices[0].message
+        run = server.get_json(f"/v1/runs/{run_id}")
+    assert "[stopped: the tool took too long]" in (answer.content or "")
+    assert not answer.tool_calls
+    assert len(llm.requests(model)) == 1  # the upstream saw only the request before the stop
+    assert (run["terminal_state"], run["terminal_reason"]) == ("time_limit_reached",
+                                                               "tool-too-slow")
+
+
 @pytest.fixture
 def error_sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
     pack = tmp_path / "budgets.yaml"

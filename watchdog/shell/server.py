@@ -163,6 +163,8 @@ class Server:
             # rule decided.
             with readable(directive_store.path, DIRECTIVES_HELD):
                 fired = await outbox.restore(service.active_keys())
+                if config.model_address is not None:  # (what the endpoint's requests read)
+                    service.restore_boards(await outbox.directives_of(service.active_keys()))
         except StartupError:
             self.service = self.outbox = None
             for closing in (store.close, directive_store.close):

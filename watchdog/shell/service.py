@@ -372,6 +372,13 @@ class WatchdogService:
             if isinstance(directive, Directive):
                 self._post(directive)
 
+    def restore_boards(self, directives: Iterable[Directive]) -> None:
+        """After a restart: the active runs' stored directives (oldest first) on their boards,
+        so the model endpoint's next request of a run stopped or wound down before the restart
+        is answered as it would have been (an abort: not sent upstream)."""
+        for directive in directives:
+            self._post(directive)
+
     def _post(self, directive: Directive) -> None:
         """Keep a run's latest directives for the model endpoint's next request of it: it
         reads them as they are decided, not from the store (read-your-writes, as a sync).

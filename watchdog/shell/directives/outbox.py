@@ -114,6 +114,14 @@ class Outbox:
             return []
         return await self.hub.reader.run(self.store.fired_records, ids)
 
+    async def directives_of(self, run_ids: Iterable[str]) -> list[Directive]:
+        """The stored directives of ``run_ids``, oldest first (for the model endpoint's boards
+        after a restart)."""
+        ids = list(run_ids)
+        if not ids:
+            return []
+        return await self.hub.reader.run(self.store.directives_of, ids)
+
     async def start(self) -> None:
         await self._load_counters()
         if self._writer is None:

@@ -546,6 +546,20 @@ class DirectiveStore:
                 (global_seq, limit)).fetchall()
         return [_directive(row) for row in rows]
 
+    def directives_of(self, run_ids: Iterable[str]) -> list[Directive]:
+        """These runs' directives, oldest first (across runs, as they were decided)."""
+        rows: list[Any] = []
+        runs = list(dict.fromkeys(run_ids))
+        with self._reader.lock:
+            db = self._reader.db
+            for start in range(0, len(runs), _IN_CHUNK):
+                chunk = runs[start:start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows += db.execute(f"{_SELECT} WHERE run_id IN ({marks})", chunk).fetchall()
+        directives = [_directive(row) for row in rows]
+        directives.sort(key=lambda directive: directive.global_seq)
+        return directives
+
     def fired_records(self, run_ids: Iterable[str] | None = None) -> list[FiredRecord]:
         """What the rule engine fired for these runs (all runs when None), oldest first."""
         columns = ("SELECT global_seq, run_id, rule, dedup_key, action, created_at, "
