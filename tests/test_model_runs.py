@@ -355,10 +355,9 @@ def test_a_traced_call_is_booked_to_the_run_its_request_was_given(
     client = chat(sidecar, traceparent=f"00-{trace_id}-{'5a' * 8}-01")
     client.chat.completions.create(model=model, messages=[{"role": "user", "content": "go"}])
     client.chat.completions.create(model=model, messages=[{"role": "user", "content": "sub"}])
-    outer = sidecar.get_json("/v1/runs/outer-run")
-    inner = sidecar.get_json("/v1/runs/inner-run")
-    assert outer["signals"]["iterations"] == 1
-    assert inner["signals"]["iterations"] == 1
+    wait_until(lambda: sidecar.get_json("/v1/runs/inner-run")["signals"]["iterations"] == 1,
+               "the nested run's call booked")
+    assert sidecar.get_json("/v1/runs/outer-run")["signals"]["iterations"] == 1
 
 
 def _run(sidecar: RunningServer, key: str) -> dict[str, Any] | None:
