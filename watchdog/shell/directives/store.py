@@ -266,7 +266,7 @@ class _Connection:
 
 
 _INSERT_HEAD = ("INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, "
-                "tool_calls_at, created_at, terminal_state, data, grace)")
+                "tool_calls_at, created_at, terminal_state, grace, data)")
 _INSERT_TAIL = "ON CONFLICT (run_id, dedup_key) DO NOTHING"
 _INSERT = f"{_INSERT_HEAD} VALUES (?,?,?,?,?,?,?,?,?,?,?) {_INSERT_TAIL}"
 _INSERT_DELIVERIES = ("INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
@@ -276,8 +276,8 @@ _COLUMNS = ("global_seq", "run_id", "seq", "rule", "action", "dedup_key", "tool_
             "created_at", "terminal_state")
 _SELECT = f"SELECT {', '.join(_COLUMNS)}, data FROM directives"
 
-# (the columns, the data, and the grace column: fired_records' alone, the record has it too)
-_Row = tuple[int, str, int, str, str, str, int, float, str | None, bytes | str, str | None]
+# (the columns, the grace column: fired_records' alone, the record has it too; then the data)
+_Row = tuple[int, str, int, str, str, str, int, float, str | None, str | None, bytes | str]
 RunSnapshot = tuple[str, int, str]  # (run_id, global_seq of its latest directive, snapshot)
 _UPSERT_SNAPSHOT_HEAD = "INSERT INTO run_snapshots (run_id, global_seq, data)"
 _UPSERT_SNAPSHOT_TAIL = ("ON CONFLICT (run_id) DO UPDATE SET global_seq=excluded.global_seq, "
@@ -294,7 +294,7 @@ def _row(directive: Directive) -> _Row:
         data: bytes | str = codecs().packer.encode(record)
     except (TypeError, ValueError, OverflowError):
         data = encode_json({**dict(zip(_COLUMNS, columns, strict=True)), **record})
-    return (*columns, data, grace_column(directive.grace, directive.action))
+    return (*columns, grace_column(directive.grace, directive.action), data)
 
 
 def _directive(row: Sequence[Any]) -> Directive:
