@@ -50,6 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.spans import SpanMaker, chat_attrs
 from tests.upstream import Upstream
+from watchdog.core.spans import codings
 from watchdog.shell.config import Config, load, url_for_logs
 from watchdog.shell.errors import ConfigError
 from watchdog.shell.metrics import Metrics
@@ -575,3 +576,26 @@ def _listening(port: int) -> bool:
 def _run_of(server: RunningServer, key: str) -> dict[str, Any] | None:
     status, body = http_request("GET", f"{server.api}/v1/runs/{key}")
     return json.loads(body) if status == 200 else None
+
+
+@pytest.mark.parametrize("case", sorted(CODED))
+def test_a_body_goes_on_as_whole_streams_of_its_coding(case: str) -> None:
+    """What goes on is gzip members (or one zlib stream, checksum checked) back to back and
+    nothing after them, holding the message as it came; zlib with zero bytes after it, which
+    the Collector reads, goes as it came."""
+    coding, compress = CODED[case]
+    message = b"\n\x00" * 300 + b"the message"
+    body = compress(message)
+    sent = codings.forwardable(body, coding, codings.decode(body, coding, 1 << 20))
+    if case == "zlib-padded":
+        assert sent == body
+        return
+    wbits = 16 + zlib.MAX_WBITS if coding == "gzip" else zlib.MAX_WBITS
+    read, rest = b"", sent
+    while rest:
+        inflater = zlib.decompressobj(wbits)
+        read += inflater.decompress(rest)
+        assert inflater.eof
+        rest = inflater.unused_data
+    assert read == message
+    assert sent[:2] == codings.ZLIB_HEADER if coding == "deflate" else sent[:2] == b"\x1f\x8b"
