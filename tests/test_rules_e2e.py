@@ -89,6 +89,7 @@ def test_slow_but_progressing_is_not_aborted_while_stuck_is(tmp_path: Path) -> N
                                      {"Content-Type": "application/json"})
             assert status == 200
             server.call(tick)
+        server.stored()  # what the last tick decided
 
         assert directives(server, "slow-1") == []
         aborted = directives(server, "stuck-1")
