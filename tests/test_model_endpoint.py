@@ -276,8 +276,8 @@ def test_a_notify_is_added_to_the_next_requests_instructions(tmp_path: Path, llm
     with running_server(config) as server:
         output, ran = run_loop(client(server, "told"), model, stream)
         notes = ["[fleet: search has failed" in system_of(body) for body in llm.requests(model)]
-        directives = server.get_json(f"/v1/runs/{runs_of(server, 'told')[0]['id']}")[
-            "directives"]
+        run_id = runs_of(server, "told")[0]["id"]
+        directives = wait_until(lambda: server.get_json(f"/v1/runs/{run_id}")["directives"])
     assert (output, ran) == ("done", 3)
     assert [d["rule"] for d in directives] == ["search-is-down"]
     assert notes == [False, False, True, True]  # from the request after the second call on

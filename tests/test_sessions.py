@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from watchdog.core.rules.signals import SESSION_SCHEMA, session_activation
 from watchdog.core.sessions import (
     MAX_FACT_CHARS,
@@ -191,8 +197,8 @@ def test_the_report_of_a_run_stopped_for_no_progress_says_so(sidecar: RunningSer
     for _ in range(3):
         post(sidecar, "/v1/sessions/task-9/checkpoints",
              {"remaining": "deploy to staging", "run_id": "stalled-1"})
-    assert [d["rule"] for d in sidecar.get_json("/v1/runs/stalled-1")["directives"]] == [
-        "zero-progress"]
+    stop = wait_until(lambda: sidecar.get_json("/v1/runs/stalled-1")["directives"])
+    assert [d["rule"] for d in stop] == ["zero-progress"]
 
     status, body = http_request("GET", sidecar.api + "/v1/runs/stalled-1/report")
     report = body.decode()
