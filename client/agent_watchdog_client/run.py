@@ -45,7 +45,13 @@ from opentelemetry.trace import Status, StatusCode
 from agent_watchdog_client.directive import Directive, DirectiveBoard
 from agent_watchdog_client.listener import DirectiveListener
 from agent_watchdog_client.reporter import Reporter
-from agent_watchdog_client.steer import ModelTurn, Steering, ToolRefused, WatchdogAbort
+from agent_watchdog_client.steer import (
+    STOP_BUDGET,
+    ModelTurn,
+    Steering,
+    ToolRefused,
+    WatchdogAbort,
+)
 from agent_watchdog_client.sync import SyncChannel
 from agent_watchdog_client.tally import LIVE_RUNS, RUN_ID_ATTRIBUTE, RUN_KEY, RunTally
 from agent_watchdog_client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
@@ -61,6 +67,11 @@ MAX_FINAL_ANSWER_CHARS = 4000
 MAX_FACT_KEY_CHARS = 200
 INT64 = 2**63
 MAX_REPR_CHARS = 80  # of a refused value, in its error
+# The client's own stop at the tool budget, on the run's agent span (and its own): the sidecar
+# reads it as ``tool_limit_reached`` (the watchdog SDK's convention in
+# ``watchdog/core/spans/instrumentations.py``) from the spans the exporter delivers, so the stop
+# is known when no sync after it got through (the sidecar down, restarting or slow just then).
+LIMIT_ATTRIBUTE = "watchdog.limit_reached"
 
 __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",
            "current_run"]
@@ -193,6 +204,8 @@ class Run:
         self.watchdog.reporter.remove(self)
         span = self._span
         if span is not None:
+            if self.steering.local_stop is not None:
+                span.set_attribute(LIMIT_ATTRIBUTE, STOP_BUDGET)
             if self.agent_spans == 0:  # nothing else will close the run on the sidecar
                 span.set_attribute("gen_ai.operation.name", "invoke_agent")
                 span.set_attribute("gen_ai.agent.name", self.agent)
@@ -293,6 +306,7 @@ class Run:
                 turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key(),
                                           self.tally.model_spans)
                 if self.steering.unreported_stop is not None:  # stopped here, not by a directive
+                    self._mark_budget_stop()
                     self._sync()
                     self.steering.keep(self._turn_key())  # asked again: still this turn
             if acknowledge:
@@ -321,8 +335,20 @@ class Run:
             self.tally.keep_spans = True
             if self.tally.unsynced:  # a call ended since the last sync: its verdict first
                 self._sync()
-            self.steering.admit_tool(self.board, self.tally.tools_ended)
+            try:
+                self.steering.admit_tool(self.board, self.tally.tools_ended)
+            finally:
+                self._mark_budget_stop()
             self.steering.new_step()
+
+    def _mark_budget_stop(self) -> None:
+        """Once the client stopped the run at its tool budget: say so on the agent span that
+        will close the run on the sidecar (:data:`LIMIT_ATTRIBUTE`)."""
+        if self.steering.local_stop is None:
+            return
+        span = self.tally.innermost_agent_span()
+        if span is not None:
+            span.set_attribute(LIMIT_ATTRIBUTE, STOP_BUDGET)
 
     def _turn_key(self) -> tuple[int, ...]:
         tally, steering = self.tally, self.steering

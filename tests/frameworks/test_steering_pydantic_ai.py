@@ -218,3 +218,26 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(
     assert result.output == REPORT and run.report_text == REPORT
     unreachable = [r for r in caplog.records if "sidecar unreachable" in r.getMessage()]
     assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
+
+
+def test_the_local_stop_at_the_budget_reaches_the_sidecar_on_the_spans(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider) -> None:
+    """The control API cannot be reached (no sync, no announcement: the sidecar down or
+    restarting just then) but the spans are exported: the sidecar still records the client's
+    stop at the budget, from the agent span — not an answered run that completed."""
+    model = llm.script("pyd-stop-on-spans", searching())
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(f"http://127.0.0.1:{free_port()}", tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=4) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+
+    assert len(ran) == 4 and result.output == REPORT
+    check_final(llm.requests(model))
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["terminal_reason"] == "max_tool_calls"
+    assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 4
