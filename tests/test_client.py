@@ -855,3 +855,16 @@ def test_raise_if_aborted_returns_at_once_while_another_thread_syncs() -> None:
             assert time.monotonic() - started >= 1.0  # (the sync did wait)
         finally:
             wd.close()
+
+
+@pytest.mark.parametrize("token", ["abc\ndef", "abc\r\ndef", "t\u00f6k\u0435n", "a\x01b"])
+def test_a_token_no_header_can_carry_is_refused_at_construction(
+        monkeypatch: pytest.MonkeyPatch, token: str) -> None:
+    """Not at the first model request, on the agent's thread (http.client refuses the header
+    there), and never shown (it is a secret)."""
+    for make in (lambda: Watchdog("http://127.0.0.1:9", token=token),
+                 lambda: (monkeypatch.setenv("WATCHDOG_API_TOKEN", token),
+                          Watchdog("http://127.0.0.1:9"))):
+        with pytest.raises(ValueError, match="WATCHDOG_API_TOKEN is not allowed") as caught:
+            make()
+        assert token.strip() not in str(caught.value)

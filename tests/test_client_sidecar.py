@@ -273,3 +273,28 @@ def test_the_heartbeat_announces_a_run_whose_syncs_did_not(sidecar: RunningServe
                             and d, what="the heartbeat's announcement")
         assert detail["budget"]["max_tool_calls"] == 7
     wd.close()
+
+
+@pytest.mark.parametrize("token", [None, "not-the-sidecars-token"], ids=["missing", "wrong"])
+def test_a_token_the_sidecar_refuses_is_said_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, token: str | None) -> None:
+    """The sidecar answers every request 401: the agent goes on unwatched, as with a sidecar
+    that is down, and the client says so once — with what to set — instead of nothing."""
+    config = sidecar_config(tmp_path / "state", api_token="the-sidecars-token-0123456789")
+    with running_server(config) as sidecar, \
+            caplog.at_level(logging.WARNING, logger="agent_watchdog_client"):
+        wd = Watchdog(sidecar.api, token=token, tracer_provider=TracerProvider())
+        with wd.run(agent="explorer", max_tool_calls=2) as run:
+            for _step in range(3):
+                turn = run.before_model_call()
+                if turn.final:
+                    break
+                run.before_tool_call("search")
+            assert turn.final and run.remaining_tool_calls() == 0  # the local cap holds
+            assert run.report() is None  # refused too, and not said again
+            assert wd.reporter.sent == 0 and wd.transport.health.reachable is False
+        wd.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "agent_watchdog_client"]
+    assert len(said) == 1, said
+    assert "refused this client (HTTP 401)" in said[0] and "WATCHDOG_API_TOKEN" in said[0]
+    assert "the-sidecars-token" not in said[0]

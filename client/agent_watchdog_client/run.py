@@ -54,7 +54,12 @@ from agent_watchdog_client.steer import (
 )
 from agent_watchdog_client.sync import SyncChannel
 from agent_watchdog_client.tally import LIVE_RUNS, RUN_ID_ATTRIBUTE, RUN_KEY, RunTally
-from agent_watchdog_client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
+from agent_watchdog_client.transport import (
+    EXPLICIT_TIMEOUT,
+    REFUSED_STATUSES,
+    SidecarUnavailable,
+    Transport,
+)
 
 log = logging.getLogger("agent_watchdog_client")
 
@@ -506,8 +511,9 @@ class Run:
         except SidecarUnavailable:
             return None
         if not response.ok:
-            log.warning("agent-watchdog: %s %s answered HTTP %s: %s", method, path,
-                        response.status, response.body[:300].decode("utf-8", "replace"))
+            if response.status not in REFUSED_STATUSES:  # (a refused token is said once)
+                log.warning("agent-watchdog: %s %s answered HTTP %s: %s", method, path,
+                            response.status, response.body[:300].decode("utf-8", "replace"))
             return None
         return response.body
 

@@ -128,7 +128,7 @@ class SyncChannel:
         except (OSError, http.client.HTTPException) as exc:
             self._failed(exc, started)
             return None
-        self.transport.health.succeeded(started)
+        self.transport.health.answered(status, started)
         self._retry_delay = RETRY_FIRST
         if status != 200:
             log.debug("sync for run %s: HTTP %s %r", run_id, status, payload[:300])

@@ -26,6 +26,7 @@ DEFAULT_URL = "http://127.0.0.1:9477"
 BACKGROUND_TIMEOUT = 2.0  # seconds for heartbeats and acks: a sidecar on localhost answers in ms
 EXPLICIT_TIMEOUT = 5.0  # seconds for report(), checkpoint(), resume_context()
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # a report is the largest answer; anything bigger is wrong
+REFUSED_STATUSES = frozenset({401, 403})  # the sidecar's answer to a missing or wrong token
 
 
 class SidecarUnavailable(Exception):
@@ -67,13 +68,29 @@ class Reachability:
         return time.monotonic_ns()
 
     def failed(self, error: BaseException, started: int) -> None:
+        if self._mark_failed(started):
+            log.warning("agent-watchdog sidecar unreachable at %s: %s; continuing without it",
+                        self.url, _describe(error))
+
+    def answered(self, status: int, started: int) -> None:
+        """An answer with ``status``: the sidecar is there, unless it refused this client's
+        token (401, 403), which leaves the agent as unwatched as a sidecar that is down and is
+        said once the same way (every later request is refused alike)."""
+        if status not in REFUSED_STATUSES:
+            self.succeeded(started)
+        elif self._mark_failed(started):
+            log.warning("agent-watchdog sidecar at %s refused this client (HTTP %s): set "
+                        "WATCHDOG_API_TOKEN (or Watchdog(token=...)) to the sidecar's "
+                        "api_token; continuing without it", self.url, status)
+
+    def _mark_failed(self, started: int) -> bool:
+        """Whether this failure is news (the first since a success, or at start)."""
         with self._lock:
             self._failed_since = max(self._failed_since, started)
             if self._reachable is False:
-                return
+                return False
             self._reachable = False
-        log.warning("agent-watchdog sidecar unreachable at %s: %s; continuing without it",
-                    self.url, _describe(error))
+        return True
 
     def succeeded(self, started: int) -> None:
         if self._reachable is True:
@@ -108,6 +125,12 @@ class Transport:
         self._prefix = parsed.path.rstrip("/")
         self._headers = {"User-Agent": "agent-watchdog-client"}
         if token:
+            if not (token.isascii() and token.isprintable()):
+                # (http.client would refuse the header at the first request, on the agent's
+                # thread; the token itself is a secret, never shown)
+                raise ValueError("WATCHDOG_API_TOKEN is not allowed: it holds a control or "
+                                 "non-ASCII character (a line break?); a token is printable "
+                                 "ASCII")
             self._headers["Authorization"] = f"Bearer {token}"
         self.health = Reachability(self.url)
 
@@ -143,7 +166,7 @@ class Transport:
             raise SidecarUnavailable(_describe(exc)) from exc
         finally:
             connection.close()
-        self.health.succeeded(started)
+        self.health.answered(response.status, started)
         return response
 
 
