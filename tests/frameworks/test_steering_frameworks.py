@@ -67,6 +67,8 @@ def test_budget_countdown_cap_and_report(sidecar: RunningServer, llm: FakeLLM,
     outcome = drive(sidecar, llm, framework, "budget", model)
     requests = llm.requests(model)
     assert len(outcome["ran"]) == 10 and len(requests) == 11
+    # no warning (a deprecated call of the framework's) and no traceback from the adapter
+    assert "agent_watchdog_client/" not in outcome["stderr"], outcome["stderr"][-2000:]
     check_countdown(requests, lambda index: index, 10)
     check_final(requests)
     assert outcome["output"] == REPORT and outcome["report"] == REPORT

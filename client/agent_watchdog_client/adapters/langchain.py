@@ -75,7 +75,8 @@ class WatchdogMiddleware(AgentMiddleware):  # type: ignore[misc]  # Any without 
         if run is not None and turn is not None and turn.final:
             for message in reversed(getattr(response, "result", None) or []):
                 text = getattr(message, "text", None)
-                text = text() if callable(text) else text
+                if callable(text) and not isinstance(text, str):  # (langchain-core < 1.0)
+                    text = text()  # (1.x: a property, still callable, deprecated as a call)
                 if isinstance(text, str) and text:
                     run.set_final_answer(text)
                     break
