@@ -106,11 +106,18 @@ def _steered_tool(tool: FunctionTool, run: Run | None) -> FunctionTool:
     invoke = tool.on_invoke_tool
 
     async def is_enabled(context: RunContextWrapper[Any], agent: Any) -> bool:
-        # The SDK also lists the tools after a response (to resolve its calls): once the final
-        # turn is out, tools stay disabled; it is the next request's instructions that raise.
+        # The SDK also lists the tools after a response, to run the calls it asked for (a tool
+        # disabled then is a ModelBehaviorError that ends the run): until one of those calls
+        # has come to ``on_invoke_tool`` — which refuses it once the run is stopped — the
+        # listing is the last request's, not a new turn (an abort that came during the model
+        # call stops the run there). Once the final turn is out, tools stay disabled; it is
+        # the next request's instructions that raise.
         current = run or current_run()
         last = current.turn if current is not None else None
-        turn = last if last is not None and last.final else _turn(run, acknowledge=False)
+        resolving = last is not None and not last.final \
+            and current is not None and current.steering.tools_since_turn == 0
+        turn = last if last is not None and (last.final or resolving) \
+            else _turn(run, acknowledge=False)
         if turn is not None and turn.final:
             return False
         if isinstance(enabled, bool):
