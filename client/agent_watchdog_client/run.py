@@ -53,7 +53,13 @@ from agent_watchdog_client.steer import (
     WatchdogAbort,
 )
 from agent_watchdog_client.sync import SyncChannel
-from agent_watchdog_client.tally import LIVE_RUNS, RUN_ID_ATTRIBUTE, RUN_KEY, RunTally
+from agent_watchdog_client.tally import (
+    LIVE_RUNS,
+    OPEN_SPANS,
+    RUN_ID_ATTRIBUTE,
+    RUN_KEY,
+    RunTally,
+)
 from agent_watchdog_client.transport import (
     EXPLICIT_TIMEOUT,
     REFUSED_STATUSES,
@@ -77,6 +83,10 @@ MAX_REPR_CHARS = 80  # of a refused value, in its error
 # ``watchdog/core/spans/instrumentations.py``) from the spans the exporter delivers, so the stop
 # is known when no sync after it got through (the sidecar down, restarting or slow just then).
 LIMIT_ATTRIBUTE = "watchdog.limit_reached"
+# A tool call the run refused (``before_tool_call`` raised :class:`ToolRefused`), on the call's
+# span: no tool ran, so the sidecar counts no tool call (the same convention's
+# ``declined_tool_flags``), as this process does not.
+REFUSED_ATTRIBUTE = "watchdog.tool.refused"
 
 __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",
            "current_run"]
@@ -342,9 +352,22 @@ class Run:
                 self._sync()
             try:
                 self.steering.admit_tool(self.board, self.tally.tools_ended)
+            except ToolRefused:
+                self._mark_refused_call()
+                raise
             finally:
                 self._mark_budget_stop()
             self.steering.new_step()
+
+    def _mark_refused_call(self) -> None:
+        """The refused call's own span, when the framework traces it around the call (it is
+        the current span here): :data:`REFUSED_ATTRIBUTE`, so the sidecar does not count a
+        call no tool ran for."""
+        span = trace.get_current_span()
+        entry = OPEN_SPANS.get(span.get_span_context().span_id)
+        if entry is not None and entry[0] is self.tally and entry[1] is not None \
+                and entry[2] is not False:  # a tool call of this run (not a model call)
+            span.set_attribute(REFUSED_ATTRIBUTE, True)
 
     def _mark_budget_stop(self) -> None:
         """Once the client stopped the run at its tool budget: say so on the agent span that

@@ -261,3 +261,4 @@ def test_an_abort_during_a_model_call_refuses_the_calls_it_asked_for(
     detail = ended(sidecar, run.id, provider.force_flush)
     assert detail["terminal_state"] == "intervention_required"
     assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 1  # the refused call's span counts no call

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_watchdog_client import Watchdog
@@ -27,6 +28,7 @@ from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
+from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.steering import (
     LATENCIES,
@@ -241,3 +243,31 @@ def test_the_local_stop_at_the_budget_reaches_the_sidecar_on_the_spans(
     assert detail["terminal_reason"] == "max_tool_calls"
     assert detail["has_final_answer"] is True
     assert detail["signals"]["tool_calls"] == 4
+
+
+def test_calls_refused_past_the_budget_are_not_counted_by_the_sidecar(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider) -> None:
+    """Three calls per answer, a budget of 7: 3 + 3 run, then 1 of the third answer's three;
+    pydantic-ai still traces the two refused calls (their result is the refusal), and the
+    sidecar counts the 7 calls that ran, as the client does — not 9."""
+    def three_searches(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not body.get("tools"):
+            return fakellm.answer(REPORT)
+        return fakellm.Step(tool_calls=tuple(
+            fakellm.ToolCall("search", {"q": f"term {index}-{k}"}) for k in range(3)))
+
+    model = llm.script("pyd-parallel-refused", three_searches)
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=7) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+
+    assert len(ran) == 7 and result.output == REPORT
+    check_final(llm.requests(model))
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["signals"]["tool_calls"] == 7
+    assert detail["signals"]["tools"] == {"search": 7}
