@@ -89,7 +89,7 @@ LIMIT_ATTRIBUTE = "watchdog.limit_reached"
 REFUSED_ATTRIBUTE = "watchdog.tool.refused"
 
 __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",
-           "current_run"]
+           "current_run", "steered_run"]
 
 
 class RunHost(Protocol):
@@ -601,3 +601,25 @@ def current_run() -> Run | None:
     tally = otel_context.get_value(RUN_KEY)
     run = tally.owner if isinstance(tally, RunTally) else None
     return run if isinstance(run, Run) else None
+
+
+_warned_contextless = threading.Event()
+
+
+def steered_run(pinned: Run | None = None) -> Run | None:
+    """The run an adapter steers: ``pinned``, else the current one. None while a run is open
+    in this process means the agent's code runs outside the run's context — a thread started
+    with ``threading.Thread`` begins with an empty one — so it is not steered (no countdown,
+    no cap) and its spans are another run: said once, with the ways out."""
+    run = pinned or current_run()
+    if run is None and LIVE_RUNS and not _warned_contextless.is_set():
+        _warned_contextless.set()
+        open_run = next(iter(list(LIVE_RUNS.values())), None)
+        owner = getattr(open_run, "owner", None)
+        log.warning(
+            "agent-watchdog: an agent step runs outside any run's context while run %s (%s) "
+            "is open, so it is not steered (no countdown, no tool cap) and its spans are "
+            "not that run's; a thread started inside `with wd.run(...)` does not carry the "
+            "run: start it with contextvars.copy_context().run, or enter wd.run in it, or pin "
+            "the run on the adapter", getattr(owner, "id", "?"), getattr(owner, "agent", "?"))
+    return run

@@ -9,7 +9,9 @@ asks for the report with no tools.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,9 +26,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pydantic_ai import Agent, InstrumentationSettings
 from pydantic_ai.capabilities import Instrumentation
-from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.usage import UsageLimits
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
@@ -271,3 +274,42 @@ def test_calls_refused_past_the_budget_are_not_counted_by_the_sidecar(
     assert detail["terminal_state"] == "tool_limit_reached"
     assert detail["signals"]["tool_calls"] == 7
     assert detail["signals"]["tools"] == {"search": 7}
+
+
+@pytest.mark.parametrize("copied", [False, True], ids=["plain-thread", "context-copied"])
+def test_an_agent_in_a_thread_outside_the_runs_context_is_said_once(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider,
+        caplog: pytest.LogCaptureFixture, copied: bool) -> None:
+    """``threading.Thread`` starts with an empty context: an agent run in one inside
+    ``with wd.run(...)`` is not that run's (no countdown, no cap) — the client says so once,
+    with the ways out; started with the context copied, it is steered and capped."""
+    model = llm.script(f"pyd-thread-{copied}", searching())
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    outputs: list[str] = []
+
+    def work() -> None:
+        try:  # (uncapped outside the run: pydantic-ai's own limit ends it)
+            outputs.append(agent.run_sync("Find the file.", usage_limits=UsageLimits(
+                tool_calls_limit=8)).output)
+        except UsageLimitExceeded:
+            outputs.append("stopped by pydantic-ai")
+
+    with caplog.at_level(logging.WARNING, logger="agent_watchdog_client"), \
+            wd.run(agent="explorer", max_tool_calls=4):
+        if copied:
+            thread = threading.Thread(target=contextvars.copy_context().run, args=(work,))
+        else:
+            thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    wd.close()
+
+    said = [r.getMessage() for r in caplog.records if "outside any run" in r.getMessage()]
+    if copied:
+        assert len(ran) == 4 and outputs == [REPORT] and said == []
+    else:
+        assert outputs == ["stopped by pydantic-ai"] and len(ran) == 8
+        assert len(said) == 1 and "contextvars.copy_context().run" in said[0], said

@@ -33,7 +33,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import SystemMessage, ToolMessage
 
-from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.run import Run, steered_run
 from agent_watchdog_client.steer import ModelTurn, ToolRefused, WatchdogAbort
 
 
@@ -50,7 +50,7 @@ class WatchdogMiddleware(AgentMiddleware):  # type: ignore[misc]  # Any without 
         self.run = run
 
     def _run(self) -> Run | None:
-        return self.run or current_run()
+        return steered_run(self.run)
 
     def _prepare(self, request: Any) -> tuple[Run | None, ModelTurn | None, Any]:
         run = self._run()

@@ -45,7 +45,7 @@ from smolagents.models import (
     MessageRole,
 )
 
-from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.run import Run, steered_run
 from agent_watchdog_client.steer import ToolRefused
 
 ANSWER_TOOL = "final_answer"
@@ -63,7 +63,7 @@ def steer_smolagents(agent: Any, run: Run | None = None) -> Any:
     generate = model.generate
 
     def the_run() -> Run | None:
-        return run or current_run()
+        return steered_run(run)
 
     @functools.wraps(generate)
     def steered_generate(messages: list[Any], *args: Any, **kwargs: Any) -> Any:
