@@ -29,7 +29,11 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from agent_watchdog_client.directive import Directive
-from agent_watchdog_client.transport import MAX_RESPONSE_BYTES, Transport
+from agent_watchdog_client.transport import (
+    MAX_RESPONSE_BYTES,
+    DeadlineConnection,
+    Transport,
+)
 
 log = logging.getLogger("agent_watchdog_client")
 
@@ -153,6 +157,8 @@ class SyncChannel:
                 connection = self.transport.connect(self.timeout)
                 self._local.connection = connection
             try:
+                if isinstance(connection, DeadlineConnection):
+                    connection.begin(self.timeout)
                 connection.request("POST", path, body=body, headers=headers)
                 response = connection.getresponse()
                 payload = response.read(MAX_RESPONSE_BYTES)

@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -109,6 +110,43 @@ def _describe(error: BaseException) -> str:
     return text if isinstance(error, SidecarUnavailable) else f"{type(error).__name__}: {text}"
 
 
+class _DeadlineSocket(socket.socket):
+    """A connected socket whose reads share one deadline (:attr:`deadline`, monotonic): the
+    standard library times each read alone, so a peer that trickles a byte a second holds a
+    caller for as long as it likes (a port that answers garbage slowly)."""
+
+    deadline = math.inf  # (none: each read is timed alone, as a stream's are)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        if self.deadline != math.inf:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no whole answer in time")
+            self.settimeout(left)
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP connection whose answer must come whole within the timeout of the request
+    (:meth:`begin`): each request of the agent's thread waits that long at most."""
+
+    def connect(self) -> None:
+        super().connect()
+        plain = self.sock
+        if type(plain) is socket.socket:
+            self.sock = _DeadlineSocket(plain.family, plain.type, plain.proto,
+                                        fileno=plain.detach())
+            self.sock.settimeout(self.timeout)
+
+    def begin(self, timeout: float) -> None:
+        """Connect if need be; the answer to the next request must be read by ``timeout``
+        seconds from now."""
+        if self.sock is None:
+            self.connect()
+        if isinstance(self.sock, _DeadlineSocket):
+            self.sock.deadline = time.monotonic() + timeout
+
+
 class Transport:
     """Requests to one sidecar. Thread-safe: each request opens its own connection (the
     client sends a few requests per run, so keeping connections alive is not worth a pool)."""
@@ -135,9 +173,9 @@ class Transport:
         self.health = Reachability(self.url)
 
     def connect(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
+        if self._https:  # (TLS reads its socket itself: there, each read is timed alone)
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        return DeadlineConnection(self._host, self._port, timeout=timeout)
 
     def path(self, path: str) -> str:
         return self._prefix + path
@@ -157,6 +195,8 @@ class Transport:
         connection = self.connect(timeout)
         started = self.health.started()
         try:
+            if isinstance(connection, DeadlineConnection):
+                connection.begin(timeout)
             connection.request(method, self.path(path), body=data, headers=headers)
             answer = connection.getresponse()
             payload = answer.read(MAX_RESPONSE_BYTES)
