@@ -72,6 +72,12 @@ class RunningServer:
         assert self.server.service is not None
         self.call(self.server.service.flush)
 
+    def stored(self) -> None:
+        """Wait until the directives decided so far are stored (as a tick's are, moments after
+        it: the API reads them from the store)."""
+        assert self.server.outbox is not None
+        asyncio.run_coroutine_threadsafe(self.server.outbox.flush(), self.loop).result(timeout=30)
+
 
 WAIT = 20.0  # the longest any awaited condition may take before the test fails
 EVERY = 0.01  # how often a condition is polled

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
+import socket
+import subprocess
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -46,6 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.spans import SpanMaker, chat_attrs
 from tests.upstream import Upstream
+from watchdog.core.spans import codings
 from watchdog.shell.config import Config, load, url_for_logs
 from watchdog.shell.errors import ConfigError
 from watchdog.shell.metrics import Metrics
@@ -488,3 +493,109 @@ def test_secrets_never_appear_in_messages() -> None:
         load(env={}, flags={"forward_endpoint": f"ftp://user:{secret}@c:4318"})
     assert secret not in str(refused.value)
     assert url_for_logs(f"https://user:{secret}@c:4318/x") == "https://user:***@c:4318/x"
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    deflater = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return deflater.compress(data) + deflater.flush()
+
+
+# Bodies the receiver takes (docs/limits.md, "One rule for compressed bodies") in the forms a
+# Collector's zlib and gzip readers refuse (raw deflate; gzip with zero bytes after its last
+# member), and one it reads as it came (zlib with zero bytes after it)
+CODED: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
+    "raw-deflate": ("deflate", _raw_deflate),
+    "raw-deflate-padded": ("deflate", lambda data: _raw_deflate(data) + b"\0" * 7),
+    "gzip-padded": ("gzip", lambda data: gzip.compress(data, mtime=7) + b"\0" * 512),
+    "gzip-members-padded": ("gzip", lambda data: gzip.compress(data[:9], mtime=7)
+                            + gzip.compress(data[9:], mtime=7) + b"\0"),
+    "zlib-padded": ("deflate", lambda data: zlib.compress(data) + b"\0\0"),
+}
+
+
+def test_every_body_the_receiver_takes_is_forwarded_in_a_form_the_collector_reads(
+        tmp_path: Path) -> None:
+    """Agent → sidecar → a real OpenTelemetry Collector (its OTLP/HTTP receiver, as ``make
+    collector`` builds it) → a second sidecar behind it: raw deflate goes on as zlib (the same
+    compressed data), padded gzip without its padding, and the Collector takes every one (it
+    answers 400 to the bodies as they came), so each run reaches the sidecar behind it."""
+    from tests.ports import free_port
+    from tests.test_scale_out import otelcol
+
+    behind = running_server(sidecar_config(tmp_path / "behind"))
+    with behind as backend:
+        port = free_port()
+        config = tmp_path / "collector.yaml"
+        config.write_text(json.dumps({
+            "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{port}"}}}},
+            "exporters": {"load_balancing": {
+                "protocol": {"otlp": {"tls": {"insecure": True}}},
+                "resolver": {"static": {"hostnames": [backend.grpc_target]}}}},
+            "service": {"telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}},
+                        "pipelines": {"traces": {"receivers": ["otlp"],
+                                                 "exporters": ["load_balancing"]}}}}))
+        log = (tmp_path / "collector.log").open("w+")
+        collector = subprocess.Popen([str(otelcol()), "--config", str(config)], stderr=log)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_until(lambda: collector.poll() is not None or (_listening(port) and http_request(
+                "POST", url + "/v1/traces", b"", {"Content-Type": PROTOBUF})[0] == 200),
+                "the Collector to accept exports", timeout=60)
+            assert collector.poll() is None, "the Collector exited"
+            config_a = sidecar_config(tmp_path / "state", forward_endpoint=url)
+            with running_server(config_a) as sidecar:
+                for case, (coding, compress) in CODED.items():
+                    maker = SpanMaker()
+                    with maker.agent(f"invoke_agent {case}", {"watchdog.run.id": case}):
+                        maker.span("chat coded", chat_attrs(10, 2))
+                    body = compress(encode_spans(maker.take()).SerializeToString())
+                    status, answer = http_request(
+                        "POST", sidecar.otlp_http + "/v1/traces", body,
+                        {"Content-Type": PROTOBUF, "Content-Encoding": coding})
+                    assert status == 200, (case, answer)
+                wait_until(lambda: forwarded(sidecar)[("traces", "sent")]
+                           + forwarded(sidecar)[("traces", "dropped_permanent")] == len(CODED),
+                           "every request forwarded")
+                assert forwarded(sidecar)[("traces", "dropped_permanent")] == 0
+            for case in CODED:
+                run = wait_until(lambda case=case: (found := _run_of(backend, case)) is not None
+                                 and found, f"run {case} behind the Collector")
+                assert run["signals"]["iterations"] == 1, case
+        finally:
+            collector.terminate()
+            collector.wait(30)
+            log.close()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _run_of(server: RunningServer, key: str) -> dict[str, Any] | None:
+    status, body = http_request("GET", f"{server.api}/v1/runs/{key}")
+    return json.loads(body) if status == 200 else None
+
+
+@pytest.mark.parametrize("case", sorted(CODED))
+def test_a_body_goes_on_as_whole_streams_of_its_coding(case: str) -> None:
+    """What goes on is gzip members (or one zlib stream, checksum checked) back to back and
+    nothing after them, holding the message as it came; zlib with zero bytes after it, which
+    the Collector reads, goes as it came."""
+    coding, compress = CODED[case]
+    message = b"\n\x00" * 300 + b"the message"
+    body = compress(message)
+    sent = codings.forwardable(body, coding, codings.decode(body, coding, 1 << 20))
+    if case == "zlib-padded":
+        assert sent == body
+        return
+    wbits = 16 + zlib.MAX_WBITS if coding == "gzip" else zlib.MAX_WBITS
+    read, rest = b"", sent
+    while rest:
+        inflater = zlib.decompressobj(wbits)
+        read += inflater.decompress(rest)
+        assert inflater.eof
+        rest = inflater.unused_data
+    assert read == message
+    assert sent[:2] == codings.ZLIB_HEADER if coding == "deflate" else sent[:2] == b"\x1f\x8b"

@@ -294,6 +294,7 @@ def test_content_from_a_log_that_came_first() -> None:
     (record,) = decoded.records
     assert record.kind is LLM and record.final_answer and record.final_output == "a is 1."
     assert record.messages == 2 and join.content(b"", b"") is None
+    assert join.content_counts() == {"with_span": 1, "late": 0, "dropped": 0}
 
 
 def test_a_span_waits_for_its_log_then_goes_on_with_its_trace() -> None:
@@ -309,6 +310,7 @@ def test_a_span_waits_for_its_log_then_goes_on_with_its_trace() -> None:
     records = released([ready], join, T0).records
     assert [record.kind.value for record in records] == ["llm", "agent"]
     assert records[0].final_output == "a is 1." and join.held_traces == 0
+    assert join.content_counts() == {"with_span": 1, "late": 0, "dropped": 0}
 
 
 def test_a_held_trace_keeps_the_content_that_came_before_its_other_calls() -> None:
@@ -366,6 +368,7 @@ def test_content_waits_for_its_span_as_long_as_the_sdk_batches_spans() -> None:
     (due,) = join.expired(T0 + 12.0)
     (record,) = released([due], join, T0).records
     assert record.final_output is None
+    assert join.content_counts() == {"with_span": 1, "late": 0, "dropped": 1}
 
 
 def test_the_join_is_bounded() -> None:
@@ -383,6 +386,7 @@ def test_the_join_is_bounded() -> None:
     small.add(_events(_bare_call(maker)), T0)
     (alone,) = next(slices_of(encode(maker.take()), None, small, T0)).records
     assert not alone.final_answer and alone.messages == 0  # read without the dropped content
+    assert small.content_counts() == {"with_span": 0, "late": 0, "dropped": 1}
 
 
 def test_logs_in_otlp_json_read_as_protobuf() -> None:

@@ -38,6 +38,7 @@ from opentelemetry.sdk._logs.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import (
     RunningServer,
@@ -234,6 +235,32 @@ def test_spans_before_the_services_first_event_read_their_content_when_it_comes(
     wait_until(lambda: what_it_did(ended_run(sidecar, from_logs)) == expected,
                what="the run read with its content", timeout=20)
 
+
+def log_content(sidecar: RunningServer) -> dict[str, float]:
+    """``agent_watchdog_log_content_total`` as /metrics shows it: outcome -> count."""
+    status, body = http_request("GET", sidecar.metrics + "/metrics")
+    assert status == 200
+    return {sample.labels["outcome"]: sample.value
+            for family in text_string_to_metric_families(body.decode())
+            if family.name == "agent_watchdog_log_content"
+            for sample in family.samples if sample.name.endswith("_total")}
+
+
+def test_how_each_calls_content_was_read_is_counted(sidecar: RunningServer) -> None:
+    """Shown at 0 from the start; a service's first run, its spans before its first events:
+    its four calls' content read late; its next run, its events first: read with the spans."""
+    assert log_content(sidecar) == {"with_span": 0, "late": 0, "dropped": 0}
+    with providers(sidecar, "agent-counted", "http") as (tracer_provider, logger_provider):
+        first = make_run(tracer_provider, logger_provider, "log")
+        tracer_provider.force_flush()
+        ended_run(sidecar, first)
+        logger_provider.force_flush()
+        wait_until(lambda: log_content(sidecar)["late"] == 4, "the content read late")
+        second = make_run(tracer_provider, logger_provider, "log")
+        logger_provider.force_flush()
+        tracer_provider.force_flush()
+        ended_run(sidecar, second)
+    assert log_content(sidecar) == {"with_span": 4, "late": 4, "dropped": 0}
 
 def test_without_its_log_a_call_is_read_with_what_its_span_has(
         sidecar: RunningServer) -> None:

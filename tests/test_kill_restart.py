@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import openai
+
+from tests.frameworks.fakellm import FakeLLM, answer, steps
 from tests.harness import wait_until
+from tests.ports import free_port
 from tests.processes import answers, fresh_ports
 from tests.scripted import ScriptedAgent, api
 from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
@@ -198,3 +202,34 @@ def test_killed_before_any_flush(tmp_path: Path) -> None:
         assert (ended["terminal_state"], ended["terminal_reason"]) == ("loop_detected",
                                                                        "error-loop")
 
+
+
+def test_a_trace_an_announcement_named_keeps_its_run_after_a_kill(tmp_path: Path) -> None:
+    """Two client-SDK runs announced in one trace (a sub-agent's inside its caller's), stored
+    by a flush, then the sidecar killed: started again, a model request that carries the
+    trace's ``traceparent`` is the run announced last, as before the kill (not a run of the
+    trace's own)."""
+    state = tmp_path / "state"
+    trace_id = "7c" * 16
+    with FakeLLM() as llm:
+        model = llm.script("named-trace", steps(answer("done")))
+        extra = {"state_flush_interval": "100ms", "model_address": f"127.0.0.1:{free_port()}",
+                 "model_upstream": llm.base_url}
+        with sidecar(state, **extra) as first:
+            for run_id in ("caller-run", "sub-run"):
+                status, _ = api("POST", f"{first.api}/v1/runs/{run_id}/heartbeat", {
+                    "messages": 0, "announce": {"agent": "nested"}, "trace_id": trace_id})
+                assert status == 200
+            wait_until(lambda: stored_run(state, "sub-run") is not None, "the flush")
+            first.kill()
+        with sidecar(state, **extra) as second:
+            client = openai.OpenAI(base_url=f"http://{extra['model_address']}/v1",
+                                   api_key="sk-kill", max_retries=0)
+            client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "go"}],
+                extra_headers={"traceparent": f"00-{trace_id}-{'1f' * 8}-01"})
+            assert wait_until(lambda: second.get("/v1/runs/sub-run")["signals"]["iterations"]
+                              == 1, "the call in the sub-agent's run")
+            assert second.get("/v1/runs/caller-run")["signals"]["iterations"] == 0
+            assert [run["id"] for run in second.get("/v1/runs")["runs"]
+                    if run["id"].startswith("trace:")] == []

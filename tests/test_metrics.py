@@ -367,3 +367,12 @@ async def test_metrics_app_serves_both_formats_and_health(sidecar: Sidecar) -> N
         assert (await client.get("/readyz")).status == 503
         ready = True
         assert (await client.get("/readyz")).status == 200
+
+
+def test_the_log_content_outcomes_shown_from_the_start_are_the_joins() -> None:
+    """``log_content_total``'s outcomes are named in the metrics module too (the log join
+    loads with the span pipeline, later): the same names."""
+    from watchdog.core.spans.logs import CONTENT_OUTCOMES
+    from watchdog.shell.metrics import LOG_CONTENT_OUTCOMES
+
+    assert LOG_CONTENT_OUTCOMES == CONTENT_OUTCOMES

@@ -332,6 +332,34 @@ def test_a_call_the_agent_also_traces_counts_once(sidecar: RunningServer,
     assert [run["id"] for run in runs] == [f"trace:{trace_id}"]  # no second run
 
 
+def test_a_traced_call_is_booked_to_the_run_its_request_was_given(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Two client-SDK runs in one trace (a sub-agent's ``wd.run`` inside its caller's), both
+    announced with the trace: a call is its request's run's, though the nested run announced
+    itself while the call was with the model (the trace names the nested run when the
+    response ends)."""
+    trace_id = "3e" * 16
+    heartbeat = f"{sidecar.api}/v1/runs/{{}}/heartbeat"
+
+    def announce(run_id: str) -> None:
+        body = json.dumps({"messages": 0, "announce": {"agent": "nesting"},
+                           "trace_id": trace_id}).encode()
+        status, _ = http_request("POST", heartbeat.format(run_id), body,
+                                 {"Content-Type": "application/json"})
+        assert status == 200
+
+    announce("outer-run")
+    # the nested run begins while the outer run's call is with the model
+    model = llm.script("nesting", steps(answer("outer's answer"), answer("inner's answer")),
+                       on_request=lambda index: announce("inner-run") if index == 0 else None)
+    client = chat(sidecar, traceparent=f"00-{trace_id}-{'5a' * 8}-01")
+    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "go"}])
+    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "sub"}])
+    wait_until(lambda: sidecar.get_json("/v1/runs/inner-run")["signals"]["iterations"] == 1,
+               "the nested run's call booked")
+    assert sidecar.get_json("/v1/runs/outer-run")["signals"]["iterations"] == 1
+
+
 def _run(sidecar: RunningServer, key: str) -> dict[str, Any] | None:
     status, body = http_request("GET", f"{sidecar.api}/v1/runs/{key}")
     return json.loads(body) if status == 200 else None

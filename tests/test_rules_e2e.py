@@ -89,6 +89,7 @@ def test_slow_but_progressing_is_not_aborted_while_stuck_is(tmp_path: Path) -> N
                                      {"Content-Type": "application/json"})
             assert status == 200
             server.call(tick)
+        server.stored()  # what the last tick decided
 
         assert directives(server, "slow-1") == []
         aborted = directives(server, "stuck-1")
@@ -153,3 +154,35 @@ def test_a_reload_is_enforced_at_once_on_the_active_runs(tmp_path: Path) -> None
         assert [(d["rule"], d["action"], d["terminal_state"]) for d in found] == [
             ("budget-exhausted", "abort", "tool_limit_reached")]
         agent.close()
+
+
+def test_a_grace_continues_after_a_restart_as_its_wind_down_announced_it(
+        tmp_path: Path) -> None:
+    """A wind_down announced a grace of 2 tool calls; the sidecar restarts on a rule file that
+    now gives 20: the run is held to the 2 it was told (escalated at its 3rd call past the
+    wind_down), not to what the rule says now."""
+    pack = tmp_path / "grace.yaml"
+    rule = ("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\nrules:\n"
+            "  - name: wrap-up\n    agents: [graced]\n    when: run.tool_calls >= 2\n"
+            "    action: wind_down\n    terminal_state: tool_limit_reached\n"
+            "    grace: {{tool_calls: {n}}}\n    message: wrap up\n")
+    pack.write_text(rule.format(n=2))
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), rules_watch_interval=0.0,
+                            eval_interval=3600.0)
+    with running_server(config) as server:
+        agent = ScriptedAgent(server.otlp_http, "g-1", "graced")
+        for i in range(2):
+            agent.tool("search", {"q": i}, result=f"found {i}")
+        (wind_down,) = wait_until(lambda: directives(server, "g-1"))
+        assert wind_down["grace"] == {"tool_calls": 2, "ends_at_tool_calls": 4}
+    pack.write_text(rule.format(n=20))
+    with running_server(config) as server:
+        again = ScriptedAgent(server.otlp_http, "g-1", "graced")
+        for i in range(2, 5):
+            again.tool("search", {"q": i}, result=f"found {i}")
+        found = wait_until(lambda: len(directives(server, "g-1")) == 2
+                           and directives(server, "g-1"), "the grace's escalation")
+        assert [(d["action"], d["escalation"], d["terminal_state"]) for d in found] == [
+            ("wind_down", False, "tool_limit_reached"), ("abort", True, "tool_limit_reached")]
+        assert "grace: 2 tool calls" in found[1]["message"]
+        again.close()

@@ -21,6 +21,7 @@ from watchdog.core.rules.engine import (
     RuleEngine,
     message_hash,
 )
+from watchdog.core.rules.model import Grace
 from watchdog.core.rules.pack import RuleSet, load_rules, load_text
 from watchdog.core.runs.fields import NS
 from watchdog.core.runs.run import RunState
@@ -427,6 +428,49 @@ def test_restore_prevents_firing_twice_and_continues_grace() -> None:
     agent.engine.restore([*log, FiredRecord.of(abort, T0 + 5, 5)])
     assert agent.tool(6) == []  # the escalation fired before this restart
 
+
+@pytest.mark.parametrize("after", ["a longer grace", "no grace", "the rule removed"])
+def test_a_restored_grace_is_the_one_its_wind_down_announced(after: str) -> None:
+    """After a restart the grace goes on as the wind_down announced it (2 tool calls, 60 s,
+    ``loop_detected``), whatever the rule file says by then."""
+    agent = Agent(RuleEngine(rules(LOOP_PACK)))
+    agent.tool(1, args={"q": 1})
+    log = [FiredRecord.of(d, T0 + 2, 2) for d in agent.tool(2, args={"q": 1})]
+    assert [r.grace for r in log] == [Grace(tool_calls=2, seconds=60)]
+    now = {"a longer grace": LOOP_PACK.replace("tool_calls: 2, seconds: 60",
+                                               "tool_calls: 20, seconds: 600"),
+           "no grace": LOOP_PACK.replace("    grace: {tool_calls: 2, seconds: 60}\n", ""),
+           "the rule removed": "rules: []\n"}[after]
+    agent.engine = RuleEngine(rules(now))
+    agent.engine.restore(log)
+    assert agent.tool(3) == [] and agent.tool(4) == []
+    (abort,) = agent.tool(5)
+    assert abort.escalation and abort.terminal_state is TerminalState.LOOP_DETECTED
+    assert "grace: 2 tool calls / 60 s" in abort.message
+
+
+def test_a_wind_down_that_announced_no_grace_gets_none_after_a_restart() -> None:
+    """A rule given a grace after its wind_down was sent: the run was told of none."""
+    pack = LOOP_PACK.replace("    grace: {tool_calls: 2, seconds: 60}\n", "")
+    agent = Agent(RuleEngine(rules(pack)))
+    agent.tool(1, args={"q": 1})
+    log = [FiredRecord.of(d, T0 + 2, 2) for d in agent.tool(2, args={"q": 1})]
+    assert [r.grace for r in log] == [Grace()]
+    agent.engine = RuleEngine(rules(LOOP_PACK))
+    agent.engine.restore(log)
+    assert [agent.tool(at) for at in range(3, 8)] == [[]] * 5
+    assert agent.tick(100) == []
+
+
+def test_a_record_stored_without_its_grace_takes_its_rules() -> None:
+    agent = Agent(RuleEngine(rules(LOOP_PACK)))
+    agent.tool(1, args={"q": 1})
+    assert [d.action for d in agent.tool(2, args={"q": 1})] == [Action.WIND_DOWN]
+    agent.engine = RuleEngine(rules(LOOP_PACK))
+    agent.engine.restore([FiredRecord("run-1", "loop", "loop", Action.WIND_DOWN, T0 + 2, 2)])
+    assert agent.tool(3) == [] and agent.tool(4) == []
+    (abort,) = agent.tool(5)
+    assert abort.escalation and abort.terminal_state is TerminalState.LOOP_DETECTED
 
 def test_replace_keeps_state_of_rules_that_still_exist() -> None:
     first = rules("""

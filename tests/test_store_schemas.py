@@ -5,8 +5,9 @@ workload's misbehaving agents through the real core, runs, activity, a session, 
 with report prompts' facts, webhook deliveries and an ack) with what it read back from it
 (``expected.json``). This build migrates the files when it opens them (state schema 4 → 5:
 activity chunks into a rowid table; directives 1 → 2: records as MessagePack, a
-``terminal_state`` column; 2 → 3: the runs' snapshots stored with their directives) and must
-read back the same, then keep writing into them."""
+``terminal_state`` column; 2 → 3: the runs' snapshots stored with their directives; 3 → 4: a
+``grace`` column, the wind_downs' announced graces read out of their records) and must read
+back the same, then keep writing into them."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tests.test_directives_store import NOW, directive
+from tests.test_directives_store import NOW, directive, make_run
 from watchdog.core.directives.model import Directive
+from watchdog.core.rules.decision import Action, Decision, Severity
 from watchdog.core.rules.engine import FiredRecord
+from watchdog.core.rules.model import Grace
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.directives import store as directive_store
 from watchdog.shell.directives.store import AddResult, DirectiveStore
@@ -86,13 +89,16 @@ def test_a_state_dir_the_build_before_wrote_reads_the_same(tmp_path: Path) -> No
         expected["by_run"]
     assert [fired(f) for f in directives.fired_records()] == expected["fired"]
     assert any(f[-1] for f in expected["fired"])  # a terminal state read out of the old JSON
+    # the graces the wind_downs announced, read out of the old JSON (schema 4)
+    graces = {f.action: f.grace for f in directives.fired_records()}
+    assert graces == {Action.WIND_DOWN: Grace(tool_calls=2), Action.ABORT: None}
     assert as_json(directives.counters()) == expected["counters"]
     assert [[row.directive.global_seq, row.hook] for row in directives.due(NOW, 1000)] == \
         expected["due"]
     run_id, acked = expected["acked"]
     assert directives.acked(run_id) == acked
     directives.close()
-    assert version(state / directive_store.DB_FILE) == directive_store.SCHEMA_VERSION == 3
+    assert version(state / directive_store.DB_FILE) == directive_store.SCHEMA_VERSION == 4
 
 
 def test_a_migrated_state_dir_is_written_on_and_reopened(tmp_path: Path) -> None:
@@ -166,3 +172,32 @@ def test_records_keep_infinity_and_what_messagepack_cannot_hold(tmp_path: Path) 
     assert second.budget == {"max_tool_calls": math.inf}
     assert second.grace is not None and math.isnan(second.grace["seconds"])
     directives.close()
+
+
+def test_a_version_3_file_keeps_the_graces_its_wind_downs_announced(tmp_path: Path) -> None:
+    """Schema 3 kept a wind_down's grace only in its record (MessagePack): migrated, the fired
+    log has it (the engine goes on with it after a restart, whatever its rule says now); a
+    wind_down that announced none has none, and other actions' records no grace at all."""
+    graced = Decision("run-1", "loop", Action.WIND_DOWN, Severity.WARNING, "wrap up",
+                      TerminalState.LOOP_DETECTED, "loop",
+                      grace={"tool_calls": 2, "seconds": 30.5, "ends_at_tool_calls": 9})
+    bare = Decision("run-1", "countdown", Action.WIND_DOWN, Severity.WARNING, "3 left", None,
+                    "countdown")
+    stop = Decision("run-1", "stop", Action.ABORT, Severity.CRITICAL, "stop", None, "stop")
+    made = [Directive.from_decision(d, make_run("run-1"), NOW, None, i, i)
+            for i, d in enumerate((graced, bare, stop), 1)]
+    state = tmp_path / "state"
+    written = DirectiveStore(str(state))
+    assert written.add_many([(d, []) for d in made]) == [AddResult.STORED] * 3
+    current = [(f.rule, f.grace) for f in written.fired_records()]
+    written.close()
+    assert current == [("loop", Grace(2, 30.5)), ("countdown", Grace()), ("stop", None)]
+    db = sqlite3.connect(state / directive_store.DB_FILE)  # as schema 3 left it
+    db.execute("ALTER TABLE directives DROP COLUMN grace")
+    db.execute("PRAGMA user_version=3")
+    db.commit()
+    db.close()
+    migrated = DirectiveStore(str(state))
+    assert [(f.rule, f.grace) for f in migrated.fired_records()] == current
+    migrated.close()
+    assert version(state / directive_store.DB_FILE) == 4

@@ -251,7 +251,7 @@ class Core(CoreReads):
             announce = dict(announce)
             trace_id = announce.pop("trace_id", None)
             if trace_id:
-                self.tracker.name_trace(trace_id, key)
+                self.tracker.name_trace(trace_id, run, now)
             run.announce(**announce)
             self._note_sessions((run,), now)
         step.dirty[key] = run

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
@@ -44,7 +44,7 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
@@ -70,6 +70,9 @@ MAX_TOOLS_PER_AGENT = 50
 MAX_ERROR_TYPES_PER_AGENT = 20
 MAX_RULES = 200  # rule names come from the operator's packs, but a pack is data too
 MAX_PENDING_SERIES = 4096  # label combinations added up before a scrape moves them into series
+# How a GenAI log event's content was read (watchdog.core.spans.logs.CONTENT_OUTCOMES, which
+# loads with the span pipeline: named here too, so each series is shown at 0 from the start)
+LOG_CONTENT_OUTCOMES = ("with_span", "late", "dropped")
 
 # Histogram buckets, chosen for agents: a handful to a few hundred steps, seconds to hours.
 COUNT_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
@@ -182,6 +185,7 @@ class Metrics:
         GCCollector(registry=registry)
         PlatformCollector(registry=registry)
         self._live_runs: Callable[[], Iterable[LiveRun]] | None = None
+        self._log_content: Callable[[], Mapping[str, int]] | None = None
         self._now: Callable[[], float] = time.time
         self._agents = LabelCap(MAX_AGENTS)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
@@ -287,6 +291,15 @@ class Metrics:
         self._child(gauge("build_info", "The running watchdog's version (always 1).",
                           ["version"]), clip(version)).set(1)
         registry.register(LiveRunsCollector(self))
+        registry.register(LogContentCollector(self))
+
+    def read_log_content(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        """Where ``log_content_total`` is read from at a scrape: ``counts`` returns how many
+        GenAI log events' content was read each way (:data:`LOG_CONTENT_OUTCOMES`) so far."""
+        self._log_content = counts
+
+    def log_content(self) -> Mapping[str, int]:
+        return self._log_content() if self._log_content is not None else {}
 
     def read_live_runs(self, runs: Callable[[], Iterable[LiveRun]],
                        now: Callable[[], float]) -> None:
@@ -565,6 +578,32 @@ class LiveRunsCollector(Collector):
                               "Longest time without progress among the agent's active runs.",
                               labels=["agent"]),
         )
+
+
+class LogContentCollector(Collector):
+    """``log_content_total``: the log join's own counts, read at scrape time (the join is made
+    with the span pipeline, at the first export: 0 until then)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        counts = self._metrics.log_content()
+        for outcome in LOG_CONTENT_OUTCOMES:
+            family.add_metric([outcome], counts.get(outcome, 0))
+        yield family
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            PREFIX + "log_content", "GenAI log events' content (a model call's messages, tool "
+            "calls, finish reason) by how it was read: with_span, late (into a run that had "
+            "read the call without it), dropped (no span came for it in time).",
+            labels=["outcome"])
 
 
 def create_metrics_app(metrics: Metrics, ready: Callable[[], bool]) -> web.Application:

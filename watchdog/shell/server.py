@@ -149,6 +149,7 @@ class Server:
         self.service = service = WatchdogService(config, store, metrics, self.clock,
                                                  engine=self.engine, sink=outbox)
         metrics.read_live_runs(service.live_runs, service.now)
+        metrics.read_log_content(service.log_content_counts)
         # the runs decided on since the last flush, as their directives were decided: what a
         # crash before that flush would otherwise lose (a directive without its run)
         # A damaged page found as the files are read back stops the start, naming the file;

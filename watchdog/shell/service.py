@@ -186,6 +186,12 @@ class WatchdogService:
             self._log_join = _new_log_join(self.config.log_content_wait)
         return self._log_join
 
+    def log_content_counts(self) -> dict[str, int]:
+        """How GenAI log events' content was read so far (the metric ``log_content_total``):
+        none before the log join is made."""
+        join = self._log_join
+        return join.content_counts() if join is not None else {}
+
     async def _pipeline_loaded(self) -> None:
         """The first export's: the span pipeline's imports (some 20 ms) on a thread, the event
         loop serving meanwhile, and the log join made."""

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 A call names its run by, in order (DESIGN §12): its W3C ``traceparent`` (the run of that trace:
-the records are keyed by the trace, below the span the agent sent, so the tracker gives them to
-whatever run the trace's spans name); ``x-watchdog-run``; the Responses API's
+the records hang below the span the agent sent, pinned to the run the trace named at the
+request, else keyed by the trace, so the tracker gives them to whatever run the trace's spans
+name); ``x-watchdog-run``; the Responses API's
 ``previous_response_id`` (the run of the response it continues; with a new user message once
 that run has ended, the next run of its session); else the conversation it continues — the
 one its Responses ``conversation`` names by id, else the same first user message of the same
@@ -334,10 +335,12 @@ class ModelBook:
         return record
 
     def call_record(self, state: EndpointRun, request: Request, seen: Observation,
-                    handed: list[ToolCall], start_ns: int, end_ns: int) -> SpanRecord:
-        """The model call, as handed to the agent (``handed``: the tool calls it kept)."""
+                    handed: list[ToolCall], start_ns: int, end_ns: int,
+                    run_key: str | None = None) -> SpanRecord:
+        """The model call, as handed to the agent (``handed``: the tool calls it kept;
+        ``run_key``: the run its request was given, see :meth:`_record`)."""
         record = self._record(state, SpanKind.LLM, "chat " + request.model[:200], start_ns,
-                              end_ns)
+                              end_ns, run_key)
         record.input_tokens, record.output_tokens = seen.input_tokens, seen.output_tokens
         record.cache_read_tokens = min(seen.cache_read_tokens, seen.input_tokens)
         record.cache_write_tokens = min(seen.cache_write_tokens,
@@ -382,7 +385,7 @@ class ModelBook:
         return record
 
     def refused_record(self, state: EndpointRun, request: Request, status: int, body: bytes,
-                       start_ns: int, end_ns: int) -> SpanRecord:
+                       start_ns: int, end_ns: int, run_key: str | None = None) -> SpanRecord:
         """A request the model API refused as bad (:func:`~watchdog.core.model.failure.
         refused`): a failed model call of its run, free, its error the API's. The same bad
         request sent again and again is then a loop the rules see (``error-loop``), not a run
@@ -390,7 +393,7 @@ class ModelBook:
         from watchdog.core.spans.conventions import stable_hash  # (loaded at first use)
 
         record = self._record(state, SpanKind.LLM, "chat " + request.model[:200], start_ns,
-                              end_ns)
+                              end_ns, run_key)
         record.model = request.model[:200] or None
         record.cost_usd = 0.0  # (a refused request is not billed)
         record.messages = request.messages
@@ -403,9 +406,13 @@ class ModelBook:
 
     @staticmethod
     def _record(state: EndpointRun, kind: SpanKind, name: str, start_ns: int,
-                end_ns: int) -> SpanRecord:
+                end_ns: int, run_key: str | None = None) -> SpanRecord:
+        """A record of ``state``'s; ``run_key``: the run its request was given. A call whose
+        trace named a run at its request is pinned to that run: the trace may name another
+        by the time its response ends (a nested client-SDK run announced meanwhile). One whose
+        trace named none yet is keyed by the trace, and goes to the run its spans name."""
         loose = not state.traced
-        return SpanRecord(
+        record = SpanRecord(
             run_key=state.key, key_source=state.key_source, trace_id=state.trace_id,
             span_id=_random_hex(64),
             # a loose run's records end it with its answer; a traced one's hang below the
@@ -413,6 +420,10 @@ class ModelBook:
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
             name=name, kind=kind, start_ns=start_ns, end_ns=max(end_ns, start_ns),
             agent=state.agent, session=state.session, loose=loose, scope=SCOPE)
+        if run_key is not None and run_key != state.key and state.key_source is KeySource.TRACE:
+            # (named as the client SDK names its run: the run exists, opened at the request)
+            record.run_key, record.key_source, record.pinned = run_key, KeySource.WATCHDOG, True
+        return record
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:

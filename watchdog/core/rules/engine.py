@@ -72,11 +72,17 @@ class FiredRecord:
     fired_at: float
     tool_calls_at: int
     terminal_state: TerminalState | None = None  # the rule's (restores a forced state)
+    # a wind_down's grace as it announced it (``Grace()``: it announced none); None: not a
+    # wind_down, or one an older build stored without it (its rule's grace is taken then)
+    grace: Grace | None = None
 
     @classmethod
     def of(cls, decision: Decision, fired_at: float, tool_calls_at: int) -> FiredRecord:
+        grace = None
+        if decision.action is Action.WIND_DOWN:
+            grace = Grace.announced(decision.grace or {})
         return cls(decision.run_key, decision.rule, decision.dedup_key, decision.action,
-                   fired_at, tool_calls_at, decision.terminal_state)
+                   fired_at, tool_calls_at, decision.terminal_state, grace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +215,9 @@ class RuleEngine:
         self._runs.pop(run_key, None)
 
     def restore(self, fired: Iterable[FiredRecord]) -> None:
-        """After a restart: what already fired, so nothing fires twice and grace continues."""
+        """After a restart: what already fired, so nothing fires twice, and each grace goes on
+        as its wind_down announced it (whatever its rule says now, or if it is gone; a record
+        stored without its grace takes its rule's)."""
         for record in fired:
             state = self._state(record.run_key)
             state.fired.add(record.dedup_key.partition(EACH_TIME_MARK)[0])
@@ -217,13 +225,18 @@ class RuleEngine:
             if action is Action.ABORT:
                 state.aborted = True
             elif action is Action.WIND_DOWN and not record.dedup_key.endswith(GRACE_SUFFIX):
-                rule = self._by_name.get(record.rule)
                 started = state.grace.get(record.rule)
-                if (rule is not None and rule.grace is not None
-                        and (started is None or record.fired_at < started.fired_at)):
+                if started is not None and started.fired_at <= record.fired_at:
+                    continue  # (the first wind_down of a rule announced its grace)
+                grace, terminal = record.grace, record.terminal_state
+                if grace is None:  # (stored without it)
+                    rule = self._by_name.get(record.rule)
+                    grace = rule.grace if rule is not None else None
+                    terminal = terminal or (rule.terminal_state if rule is not None else None)
+                if grace is not None and grace.limits:
                     state.grace[record.rule] = _Announced(
-                        record.fired_at, record.tool_calls_at, rule.grace,
-                        record.terminal_state or rule.terminal_state or TerminalState.ABORTED)
+                        record.fired_at, record.tool_calls_at, grace,
+                        terminal or TerminalState.ABORTED)
 
     def grace_kept(self, run_key: str) -> tuple[TerminalState, str] | None:
         """The agent's client stopped the run at the tool-call grace its wind_down announced

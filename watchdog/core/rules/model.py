@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any
 
+from watchdog.core.bounds import is_number
 from watchdog.core.rules.decision import Action, Severity
 from watchdog.core.rules.expr import Expr, Template
 from watchdog.core.runs.terminal import TerminalState
@@ -36,6 +38,22 @@ class Grace:
         if self.seconds is not None:
             grace["seconds"] = self.seconds
         return grace
+
+    @classmethod
+    def announced(cls, described: Mapping[str, object]) -> Grace:
+        """The grace a wind_down announced, from what it said (:meth:`describe`'s keys; the
+        others, such as ``ends_at_tool_calls``, ignored): ``Grace()`` when it announced none.
+        A limit that is no number a grace can have (a damaged record) is left out."""
+        calls, seconds = described.get("tool_calls"), described.get("seconds")
+        return cls(int(calls) if isinstance(calls, int | float) and is_number(calls)
+                   and calls >= 0 and float(calls).is_integer() else None,
+                   float(seconds) if isinstance(seconds, int | float) and is_number(seconds)
+                   and seconds > 0 else None)
+
+    @property
+    def limits(self) -> bool:
+        """Whether it has a limit (``Grace()`` has none: no grace)."""
+        return self.tool_calls is not None or self.seconds is not None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

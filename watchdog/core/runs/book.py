@@ -112,11 +112,15 @@ class RunBook:
         owner = self._trace_runs.get(trace_id)
         return owner[0] if owner is not None else None
 
-    def name_trace(self, trace_id: str, key: str) -> None:
-        """The client SDK's run ``key`` is in ``trace_id`` (its announcement says so): a model
+    def name_trace(self, trace_id: str, run: RunState, now: float) -> None:
+        """The client SDK's run is in ``trace_id`` (its announcement says so): a model
         request that carries the trace's ``traceparent``, and a span of it that names no run,
         are that run's before any of its spans has come (the run named last, as spans name
-        them)."""
+        them). The run keeps the name with its snapshot (:meth:`restore` names it again)."""
+        run.named_trace, run.named_at = trace_id, now
+        self._alias(trace_id, run.key)
+
+    def _alias(self, trace_id: str, key: str) -> None:
         traces = self._trace_runs
         traces[trace_id] = (key, KeySource.WATCHDOG)
         traces.move_to_end(trace_id)
@@ -162,7 +166,13 @@ class RunBook:
         """Put runs loaded from the store back (oldest activity first); an open run of loose
         calls is its agent's again, and its last call's trace is its own (the tool calls
         below that call may still come); the answer of one that ended still has its twin; a
-        child run still waits for its parent's span."""
+        child run still waits for its parent's span; a trace an announcement named is its
+        run's again (the run named last, of those named: a crash lost the tracker's state, a
+        clean shutdown's :meth:`restore_state` puts it back whole after this)."""
+        runs = list(runs)
+        for run in sorted((run for run in runs if run.named_trace is not None),
+                          key=lambda r: r.named_at):
+            self._alias(str(run.named_trace), run.key)
         for run in sorted(runs, key=lambda r: r.last_seen):
             target = self._ended if run.ended else self._active
             target[run.key] = run

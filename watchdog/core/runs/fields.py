@@ -67,7 +67,7 @@ class RunFields:
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
         "input_hash", "input_tokens", "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
-        "named_by_agent",
+        "named_at", "named_by_agent", "named_trace",
         "output_tokens", "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "root_span", "service",
         "session",
@@ -90,6 +90,11 @@ class RunFields:
         # agent spans inside it (a framework's agent, an agent called as a tool).
         self.framed = False
         self.named_by_agent = False  # an agent span (not a workflow around it) named the run
+        # The trace the client SDK's announcement named it in, and when it last did (the
+        # sidecar's clock): a model request's traceparent of that trace is its run's (the run
+        # named last); kept with its snapshot, so a restart after a crash knows it too
+        self.named_trace: str | None = None
+        self.named_at = 0.0
         self._final_end_ns = 0  # the end of the span that gave final_output (0: none)
         self._agent_step_ns = 0  # the start of the span of no agent kind that named it (0: none)
         self.parent_run: str | None = None

@@ -115,6 +115,8 @@ class RunTracker(RunBook):
         for record in records:
             if record.key_source is KEY_TRACE:
                 unnamed = True
+            elif record.pinned:
+                continue  # (its run was its trace's at its request: not necessarily now)
             elif last is None or last[0] != record.trace_id or last[1] != record.run_key \
                     or last[2] is not record.key_source:  # (the span before said as much)
                 traces[record.trace_id] = (record.run_key, record.key_source)

@@ -88,6 +88,11 @@ MAX_HELD_SPANS = 16 * 1024
 MAX_SERVICES = 1024  # services remembered as sending GenAI log events
 # model calls applied without content, kept for content_wait_seconds in case it comes late
 MAX_UNREAD_SPANS = 4096
+# How a log event's content was read (LogJoin.content_counts): with its span (the log came
+# first, or the span waited for it); late, into a run that had read its span without it; or
+# not at all, dropped (no span came for it within its wait, or the bounds pushed it out)
+WITH_SPAN, LATE, DROPPED = "with_span", "late", "dropped"
+CONTENT_OUTCOMES = (WITH_SPAN, LATE, DROPPED)
 
 
 def __getattr__(name: str) -> Any:
@@ -225,8 +230,12 @@ class LogJoin:
         self._unread: OrderedDict[bytes, Unread] = OrderedDict()
         # content come for a model call applied without it, to be read (taken by the shell)
         self.late: list[tuple[Unread, dict[str, object]]] = []
-        self.events = 0  # GenAI log events read (for the metrics)
-        self.late_content = 0  # ... whose span had been applied without it: read late
+        self.events = 0  # GenAI log events read
+        # their content read with its span, late (its span had been applied without it), or
+        # dropped (content_counts)
+        self.with_span = 0
+        self.late_content = 0
+        self.dropped = 0
         self.unread_given_up = 0  # model calls no longer kept for their content (wait, bound)
 
     # -- the log side --------------------------------------------------------------------------
@@ -273,6 +282,7 @@ class LogJoin:
         key = trace_id + span_id
         held = self._held.get(trace_id)
         if held is not None and span_id in held.waiting:  # its span waits in its trace
+            self.with_span += 1
             held.waiting.discard(span_id)
             held.content[span_id] = facts
             held.size += size
@@ -305,7 +315,13 @@ class LogJoin:
         if found is None:
             return None
         self._bytes -= found[1]
+        self.with_span += 1
         return found[0]
+
+    def content_counts(self) -> dict[str, int]:
+        """How many log events' content was read with its span, late, or dropped
+        (:data:`CONTENT_OUTCOMES`), since the start."""
+        return {WITH_SPAN: self.with_span, LATE: self.late_content, DROPPED: self.dropped}
 
     def note(self, span: Any, record: SpanRecord, resource: Resource, scope: str,
              now: float) -> None:
@@ -376,6 +392,7 @@ class LogJoin:
                 break
             del self._content[key]
             self._bytes -= size
+            self.dropped += 1
         unread = self._unread
         while unread:
             key, oldest = next(iter(unread.items()))
@@ -409,6 +426,7 @@ class LogJoin:
         while self._bytes > self.max_bytes and self._content:
             _, (_, size, _) = self._content.popitem(last=False)
             self._bytes -= size
+            self.dropped += 1
         unread = self._unread
         while unread and (self._bytes > self.max_bytes or len(unread) > MAX_UNREAD_SPANS):
             _, oldest = unread.popitem(last=False)

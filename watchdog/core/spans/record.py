@@ -164,6 +164,10 @@ class SpanRecord:
     provider: str | None = None
     cost_usd: float | None = None
     twin_cost_usd: float | None = None
+    # A record the model endpoint made of a call whose ``traceparent`` named a run at its
+    # request: it is that run's (``run_key``), whatever run the trace names when the response
+    # ends, and says nothing of which run its trace is (the tracker learns no alias from it)
+    pinned: bool = False
 
     def take_content(self, reread: SpanRecord) -> None:
         """This model call's content, read late (:data:`CONTENT_FIELDS`): ``reread`` is its

@@ -12,7 +12,9 @@ Theory of operation
 * Numbers (``seq``, ``global_seq``) are allocated in memory by the outbox before the insert; the
   store only checks them (``UNIQUE(run_id, seq)``, ``global_seq`` primary key).
 * A row is the columns the queries read and the rest of the record as MessagePack (schema 2;
-  a version 1 file is migrated when opened, its rows' JSON text read as it was). A batch goes in
+  a version 1 file is migrated when opened, its rows' JSON text read as it was); a wind_down's
+  ``grace`` column (schema 4) is the grace it announced, which the engine goes on with after a
+  restart. A batch goes in
   as one multi-row statement: ``executemany`` would run a statement, and hand the GIL back and
   forth, per row.
 * ``deliveries`` is the persisted webhook outbox: one row per (directive, hook), inserted in the
@@ -53,6 +55,7 @@ from typing import Any
 from watchdog.core.directives.model import Directive
 from watchdog.core.rules.decision import Action
 from watchdog.core.rules.engine import FiredRecord
+from watchdog.core.rules.model import Grace
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.state.store import (
     ROWS_PER_STATEMENT,
@@ -65,7 +68,7 @@ from watchdog.shell.state.store import (
     unreadable_file,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_FILE = "directives.sqlite3"
 HELD = "directives, acks and webhook deliveries"  # what the file holds
 MEMORY = ":memory:"
@@ -88,10 +91,14 @@ CREATE TABLE IF NOT EXISTS directives (
     created_at REAL NOT NULL,
     terminal_state TEXT,
     data BLOB NOT NULL,
+    grace TEXT,
     UNIQUE (run_id, dedup_key),
     UNIQUE (run_id, seq)
 );
 """
+
+# version 2's (and 3's) table, as migration 2 makes it: version 4 adds its grace column
+_DIRECTIVES_TABLE_V2 = _DIRECTIVES_TABLE.replace("    grace TEXT,\n", "")
 
 # (a rowid table: a snapshot is a few KiB, more than a WITHOUT ROWID table's row should be)
 _SNAPSHOTS_TABLE = """
@@ -126,9 +133,10 @@ CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at)
 # as MessagePack, the columns the queries read only (the id, made of global_seq, is no longer a
 # unique index of its own; terminal_state, which fired_records read out of the JSON, is one);
 # version 1's rows keep their JSON text, which reads as it did. 3: the runs' snapshots as their
-# latest directives were decided.
+# latest directives were decided. 4: a wind_down's grace as it announced it (JSON: what
+# fired_records read to go on with it after a restart), read out of the stored records.
 _MIGRATIONS: dict[int, str] = {
-    2: "BEGIN;\nALTER TABLE directives RENAME TO directives_v1;\n" + _DIRECTIVES_TABLE + """
+    2: "BEGIN;\nALTER TABLE directives RENAME TO directives_v1;\n" + _DIRECTIVES_TABLE_V2 + """
 INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, tool_calls_at,
                         created_at, terminal_state, data)
     SELECT global_seq, run_id, seq, rule, action, dedup_key, tool_calls_at, created_at,
@@ -137,6 +145,7 @@ INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, tool_c
 DROP TABLE directives_v1;
 """,
     3: "BEGIN;\n" + _SNAPSHOTS_TABLE,
+    4: "BEGIN;\nALTER TABLE directives ADD COLUMN grace TEXT;\n",
 }
 
 
@@ -154,6 +163,34 @@ def _migrated_terminal_states(db: sqlite3.Connection) -> None:
                    (terminal, global_seq))
 
 
+def _migrated_graces(db: sqlite3.Connection) -> None:
+    """The graces the stored wind_downs announced, read out of their records (within the
+    migration's transaction): MessagePack (version 2 on), or JSON text (version 1's rows, and
+    the rare record MessagePack cannot hold). A record from before directives carried their
+    grace keeps none (NULL: its rule's is taken); one that cannot be read, likewise."""
+    rows = db.execute("SELECT global_seq, data FROM directives WHERE action=?",
+                      (Action.WIND_DOWN.value,)).fetchall()
+    graces: list[tuple[str, int]] = []
+    for global_seq, data in rows:
+        try:
+            record = codecs().unpacker.decode(data) if isinstance(data, bytes) \
+                else json.loads(data)
+        except (ValueError, TypeError, RecursionError):
+            continue
+        if isinstance(record, dict) and "grace" in record:
+            graces.append((grace_column(record["grace"], Action.WIND_DOWN.value) or "{}",
+                           global_seq))
+    db.executemany("UPDATE directives SET grace=? WHERE global_seq=?", graces)
+
+
+def grace_column(grace: object, action: str) -> str | None:
+    """What a directive's ``grace`` column holds: a wind_down's grace as it announced it (JSON;
+    ``{}`` when it announced none), NULL for other actions."""
+    if action != Action.WIND_DOWN.value:
+        return None
+    return encode_json(Grace.announced(grace).describe() if isinstance(grace, dict) else {})
+
+
 def _migrate(db: sqlite3.Connection, version: int) -> None:
     """Bring a file of ``version`` up to :data:`SCHEMA_VERSION`, a version per transaction."""
     for step in range(version + 1, SCHEMA_VERSION + 1):
@@ -161,6 +198,8 @@ def _migrate(db: sqlite3.Connection, version: int) -> None:
             db.executescript(_MIGRATIONS[step])  # begins the transaction it leaves open
             if step == 2:
                 _migrated_terminal_states(db)
+            elif step == 4:
+                _migrated_graces(db)
             db.execute(f"PRAGMA user_version={step}")
             db.execute("COMMIT")
         except BaseException:
@@ -227,9 +266,9 @@ class _Connection:
 
 
 _INSERT_HEAD = ("INSERT INTO directives (global_seq, run_id, seq, rule, action, dedup_key, "
-                "tool_calls_at, created_at, terminal_state, data)")
+                "tool_calls_at, created_at, terminal_state, grace, data)")
 _INSERT_TAIL = "ON CONFLICT (run_id, dedup_key) DO NOTHING"
-_INSERT = f"{_INSERT_HEAD} VALUES (?,?,?,?,?,?,?,?,?,?) {_INSERT_TAIL}"
+_INSERT = f"{_INSERT_HEAD} VALUES (?,?,?,?,?,?,?,?,?,?,?) {_INSERT_TAIL}"
 _INSERT_DELIVERIES = ("INSERT OR IGNORE INTO deliveries (global_seq, hook, state, attempts, "
                       "enqueued_at, next_attempt_at, updated_at)")
 # the columns a directive's row has, in this order, before its data: what the data leaves out
@@ -237,7 +276,8 @@ _COLUMNS = ("global_seq", "run_id", "seq", "rule", "action", "dedup_key", "tool_
             "created_at", "terminal_state")
 _SELECT = f"SELECT {', '.join(_COLUMNS)}, data FROM directives"
 
-_Row = tuple[int, str, int, str, str, str, int, float, str | None, bytes | str]
+# (the columns, the grace column: fired_records' alone, the record has it too; then the data)
+_Row = tuple[int, str, int, str, str, str, int, float, str | None, str | None, bytes | str]
 RunSnapshot = tuple[str, int, str]  # (run_id, global_seq of its latest directive, snapshot)
 _UPSERT_SNAPSHOT_HEAD = "INSERT INTO run_snapshots (run_id, global_seq, data)"
 _UPSERT_SNAPSHOT_TAIL = ("ON CONFLICT (run_id) DO UPDATE SET global_seq=excluded.global_seq, "
@@ -254,7 +294,7 @@ def _row(directive: Directive) -> _Row:
         data: bytes | str = codecs().packer.encode(record)
     except (TypeError, ValueError, OverflowError):
         data = encode_json({**dict(zip(_COLUMNS, columns, strict=True)), **record})
-    return (*columns, data)
+    return (*columns, grace_column(directive.grace, directive.action), data)
 
 
 def _directive(row: Sequence[Any]) -> Directive:
@@ -268,6 +308,17 @@ def _directive(row: Sequence[Any]) -> Directive:
     else:
         record = json.loads(data)
     return Directive.from_record(record)
+
+
+def _grace(column: str | None) -> Grace | None:
+    """The grace a ``grace`` column holds (None: none stored, or one that cannot be read)."""
+    if column is None:
+        return None
+    try:
+        described = json.loads(column)
+    except ValueError:
+        return None
+    return Grace.announced(described) if isinstance(described, dict) else None
 
 
 def _add_one(db: sqlite3.Connection, row: _Row) -> AddResult:
@@ -549,8 +600,8 @@ class DirectiveStore:
     def fired_records(self, run_ids: Iterable[str] | None = None) -> list[FiredRecord]:
         """What the rule engine fired for these runs (all runs when None), oldest first."""
         columns = ("SELECT global_seq, run_id, rule, dedup_key, action, created_at, "
-                   "tool_calls_at, terminal_state FROM directives")
-        rows: list[tuple[int, str, str, str, str, float, int, str | None]] = []
+                   "tool_calls_at, terminal_state, grace FROM directives")
+        rows: list[tuple[int, str, str, str, str, float, int, str | None, str | None]] = []
         with self._reader.lock:
             db = self._reader.db
             if run_ids is None:
@@ -563,8 +614,9 @@ class DirectiveStore:
                     rows += db.execute(f"{columns} WHERE run_id IN ({marks})", chunk).fetchall()
                 rows.sort()
         return [FiredRecord(run, rule, key, Action(action), created_at, tool_calls_at,
-                            TerminalState(terminal) if terminal else None)
-                for _seq, run, rule, key, action, created_at, tool_calls_at, terminal in rows]
+                            TerminalState(terminal) if terminal else None, _grace(grace))
+                for _seq, run, rule, key, action, created_at, tool_calls_at, terminal, grace
+                in rows]
 
     def run_snapshots(self) -> list[tuple[str, str]]:
         """``(run_id, snapshot)`` of the runs decided on since the runs database was last

@@ -623,7 +623,8 @@ class ModelProxy:
         try:
             record = self.book.refused_record(exchange.state, exchange.request, status,
                                               data if coding in IDENTITY else b"",
-                                              exchange.started_ns, time.time_ns())
+                                              exchange.started_ns, time.time_ns(),
+                                              exchange.key)
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
@@ -653,7 +654,7 @@ class ModelProxy:
             state.report = seen.text or answer_of(handed) or state.report
         try:
             record = self.book.call_record(state, exchange.request, seen, handed,
-                                           exchange.started_ns, time.time_ns())
+                                           exchange.started_ns, time.time_ns(), exchange.key)
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return

@@ -17,7 +17,8 @@ Theory of operation
   Collector's sending queue do, so what waits keeps its order.
 * One sender task posts the head of the queue to ``{forward_endpoint}/v1/{signal}`` with the
   request's ``Content-Type`` and ``Content-Encoding``: the body goes as it was offered, never
-  compressed again (byte for byte what the agent sent over HTTP).
+  compressed again (byte for byte what the agent sent over HTTP, but for the two forms a
+  Collector does not read: :func:`~watchdog.core.spans.codings.forwardable`).
   One request in flight keeps the order; the throughput (one request per upstream round trip)
   is ample for a sidecar's one agent.
 * Failures follow the OTLP/HTTP specification: 429, 502, 503, 504 and transport errors are

@@ -149,12 +149,14 @@ class TraceReceiver:
             with self.uploads.slot(request.remote or "unknown"):
                 raw = await self._read_body(request, slot)
             slot.take()  # an upload that gave its slot back needs one again now
-            body = self._inflate(raw, encoding)
-            answer, fresh = await self._consume(codec, body)
+            inflated = self._inflate(raw, encoding)
+            answer, fresh = await self._consume(codec, inflated.data)
         finally:
             slot.release()
         if fresh and self.forward is not None:  # queued only: the upstream never delays this
-            self.forward.offer(self.signal, raw, codec.content_type, encoding)  # (as it came)
+            # (as it came, unless in a form a Collector does not read)
+            self.forward.offer(self.signal, codings.forwardable(raw, encoding, inflated),
+                               codec.content_type, encoding)
         return web.Response(body=answer, content_type=codec.content_type)
 
     async def _consume(self, codec: Codec, body: bytes) -> tuple[bytes, bool]:
@@ -222,9 +224,9 @@ class TraceReceiver:
         finally:
             slot.stop_reading()
 
-    def _inflate(self, raw: bytes, encoding: str) -> bytes:
+    def _inflate(self, raw: bytes, encoding: str) -> codings.Inflated:
         try:
-            return codings.inflate(raw, encoding, self.max_request_bytes)
+            return codings.decode(raw, encoding, self.max_request_bytes)
         except codings.BodyTooLarge:
             raise self._too_large() from None
         except codings.BadCoding as exc:
