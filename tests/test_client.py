@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +41,7 @@ from agent_watchdog_client.processor import (
     classify_start,
 )
 from agent_watchdog_client.steer import REPORT_HEADER, Steering
+from agent_watchdog_client.sync import SyncChannel
 from agent_watchdog_client.transport import Reachability
 from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -855,3 +857,58 @@ def test_raise_if_aborted_returns_at_once_while_another_thread_syncs() -> None:
             assert time.monotonic() - started >= 1.0  # (the sync did wait)
         finally:
             wd.close()
+
+
+@pytest.mark.parametrize("token", ["abc\ndef", "abc\r\ndef", "t\u00f6k\u0435n", "a\x01b"])
+def test_a_token_no_header_can_carry_is_refused_at_construction(
+        monkeypatch: pytest.MonkeyPatch, token: str) -> None:
+    """Not at the first model request, on the agent's thread (http.client refuses the header
+    there), and never shown (it is a secret)."""
+    for make in (lambda: Watchdog("http://127.0.0.1:9", token=token),
+                 lambda: (monkeypatch.setenv("WATCHDOG_API_TOKEN", token),
+                          Watchdog("http://127.0.0.1:9"))):
+        with pytest.raises(ValueError, match="WATCHDOG_API_TOKEN is not allowed") as caught:
+            make()
+        assert token.strip() not in str(caught.value)
+
+
+def test_a_peer_that_trickles_its_answer_holds_a_sync_no_longer_than_its_timeout() -> None:
+    """A port that answers a byte a second (garbage, slowly): every read is within the socket
+    timeout, but the answer never comes whole — the model request's sync gives up at its
+    timeout (0.5 s here), as the explicit calls and the reporter's give up at theirs."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def trickle(connection: socket.socket) -> None:
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(0.1):
+                connection.sendall(b"X")
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    wd = Watchdog(f"http://127.0.0.1:{server.getsockname()[1]}", tracer_provider=TracerProvider())
+    wd.syncer = SyncChannel(wd.transport, timeout=0.5)
+    done = threading.Event()
+    try:
+        with wd.run(agent="explorer", max_tool_calls=3) as run:
+            def step() -> None:
+                run.before_model_call()
+                done.set()
+            threading.Thread(target=step, daemon=True).start()
+            assert done.wait(10), "the sync waited on the trickle"
+            assert wd.syncer.failures == 1 and run.remaining_tool_calls() == 3
+    finally:
+        stop.set()
+        server.close()
+        wd.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from agent_watchdog_client import Directive, Watchdog, WatchdogAbort
 from agent_watchdog_client.reporter import Reporter
+from agent_watchdog_client.sync import SyncChannel
 from agent_watchdog_client.transport import Transport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
@@ -272,4 +273,67 @@ def test_the_heartbeat_announces_a_run_whose_syncs_did_not(sidecar: RunningServe
         detail = wait_until(lambda: (d := run_detail(sidecar.api, run.id)) and d["budget"]
                             and d, what="the heartbeat's announcement")
         assert detail["budget"]["max_tool_calls"] == 7
+    wd.close()
+
+
+@pytest.mark.parametrize("token", [None, "not-the-sidecars-token"], ids=["missing", "wrong"])
+def test_a_token_the_sidecar_refuses_is_said_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, token: str | None) -> None:
+    """The sidecar answers every request 401: the agent goes on unwatched, as with a sidecar
+    that is down, and the client says so once — with what to set — instead of nothing."""
+    config = sidecar_config(tmp_path / "state", api_token="the-sidecars-token-0123456789")
+    with running_server(config) as sidecar, \
+            caplog.at_level(logging.WARNING, logger="agent_watchdog_client"):
+        wd = Watchdog(sidecar.api, token=token, tracer_provider=TracerProvider())
+        with wd.run(agent="explorer", max_tool_calls=2) as run:
+            for _step in range(3):
+                turn = run.before_model_call()
+                if turn.final:
+                    break
+                run.before_tool_call("search")
+            assert turn.final and run.remaining_tool_calls() == 0  # the local cap holds
+            assert run.report() is None  # refused too, and not said again
+            assert wd.reporter.sent == 0 and wd.transport.health.reachable is False
+        wd.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "agent_watchdog_client"]
+    assert len(said) == 1, said
+    assert "refused this client (HTTP 401)" in said[0] and "WATCHDOG_API_TOKEN" in said[0]
+    assert "the-sidecars-token" not in said[0]
+
+
+def test_syncs_resume_as_soon_as_the_sidecar_is_heard_again(tmp_path: Path) -> None:
+    """The sidecar is not running when the agent starts: the failed sync puts syncs off for a
+    retry delay (60 s here). Started later, it is heard (the reporter's heartbeat is answered),
+    and the next model request syncs at once, not when the delay has passed."""
+    port = free_port()
+    wd = Watchdog(f"http://127.0.0.1:{port}", tracer_provider=TracerProvider())
+    wd.syncer = SyncChannel(wd.transport, retry_first=60.0)
+    with wd.run(agent="explorer", max_tool_calls=5) as run:
+        run.before_model_call()
+        assert wd.syncer.failures == 1 and wd.syncer.sent == 0
+        config = sidecar_config(tmp_path / "state", api_address=f"127.0.0.1:{port}")
+        with running_server(config) as sidecar:
+            wait_until(lambda: run.announced, what="the reporter's announcement")
+            run.before_tool_call("search")
+            turn = run.before_model_call()
+            assert wd.syncer.sent == 1 and turn.remaining_tool_calls == 4
+            assert run_detail(sidecar.api, run.id)["budget"]["max_tool_calls"] == 5
+    wd.close()
+
+
+def test_the_reporter_resumes_as_soon_as_a_sync_hears_the_sidecar(tmp_path: Path) -> None:
+    """The reporter's first heartbeat finds no sidecar and waits its retry delay (60 s here);
+    a sync answered meanwhile says the sidecar is back, and the reporter announces the run."""
+    port = free_port()
+    wd = Watchdog(f"http://127.0.0.1:{port}", tracer_provider=TracerProvider())
+    wd.reporter = Reporter(wd.transport, retry_first=60.0)
+    with wd.run(agent="explorer", max_tool_calls=5) as run:
+        wait_until(lambda: wd.transport.health.reachable is False, what="the failed heartbeat")
+        config = sidecar_config(tmp_path / "state", api_address=f"127.0.0.1:{port}")
+        with running_server(config) as sidecar:
+            run.before_model_call()
+            assert wd.syncer.sent == 1
+            wait_until(lambda: run.announced, what="the reporter's announcement", timeout=10)
+            assert wd.reporter.sent >= 1
+            assert run_detail(sidecar.api, run.id)["agent"] == "explorer"
     wd.close()

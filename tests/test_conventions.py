@@ -175,6 +175,37 @@ def test_a_tool_call_that_is_asked_for_is_not_unasked(otel: SpanMaker, why: str)
     assert record_of(otel.span("execute_tool func3f2a", attrs)).unasked is False
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "compiled"])
+def test_a_tool_call_the_client_refused_is_no_tool_call(otel: SpanMaker, compiled: bool) -> None:
+    """The client SDK refused the call (its budget, a stop) and marked the span the framework
+    still traced around it: no tool ran, so no tool call and no count of the tool (both
+    decodes select the mark)."""
+    from watchdog.core.spans import decode as decoding
+    from watchdog.core.spans import native
+
+    assert native.AVAILABLE, "the compiled decode is not built (make builds it)"
+    before = decoding.compiled
+    native.use_native(compiled)
+    try:
+        _refused_calls(otel)
+    finally:
+        native.use_native(before is not None)
+
+
+def _refused_calls(otel: SpanMaker) -> None:
+    with otel.agent():
+        otel.span("execute_tool search", tool_attrs("search", '{"q": 1}', "2 hits"))
+        otel.span("execute_tool search", {**tool_attrs("search", '{"q": 2}', "Not run: ..."),
+                                          "watchdog.tool.refused": True})
+        otel.span("execute_tool search", {**tool_attrs("search", '{"q": 3}', "1 hit"),
+                                          "watchdog.tool.refused": False})
+    spans = otel.take()
+    assert [record.kind for record in records_of(spans)[:3]] == [
+        SpanKind.TOOL, SpanKind.OTHER, SpanKind.TOOL]
+    run = only_run(run_spans(spans)[0])
+    assert run.tool_calls == 2 and dict(run.tools) == {"search": 2}
+
+
 def test_genai_tool_without_captured_arguments_is_never_a_repeat(otel: SpanMaker) -> None:
     with otel.agent():
         for _ in range(3):

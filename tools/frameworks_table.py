@@ -130,6 +130,8 @@ def row(convention: Convention) -> str:
              + [f"tool `{name}` with result `{result}` (or, hidden, on a span named after "
                 "its method) ends the loop (no tool call)"
                 for name, result in c.loop_end_tools]
+             + [f"tool span with `{flag}` = true: a call the client refused (no tool call)"
+                for flag in c.declined_tool_flags]
              + ["a span of no kind with " + " and ".join(
                  "/".join(f"`{key}`" for key in group) for group in marks) + " (tool)"
                 for marks in (c.tool_call_marks,) if marks]

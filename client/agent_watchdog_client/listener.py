@@ -127,7 +127,7 @@ class DirectiveListener:
             if not self._stop.is_set():
                 transport.health.failed(exc, started)
             raise SidecarUnavailable(str(exc)) from exc
-        transport.health.succeeded(started)
+        transport.health.answered(response.status, started)
         return connection, response
 
     def _release(self, connection: http.client.HTTPConnection) -> None:

@@ -15,7 +15,8 @@ before any of its spans has ended, and so is the trace a model request's ``trace
 404 means the sidecar does not know the run (it restarted without state, or missed the
 announcement): the next heartbeat announces again; a 404 to an announcement means the run has
 already ended there, and it is not reported any more. While the sidecar is unreachable the
-thread backs off (``RETRY_FIRST`` doubling to ``RETRY_MAX``).
+thread backs off (``RETRY_FIRST`` doubling to ``RETRY_MAX``), and resumes as soon as another
+request of the client (a sync, the directive stream) is answered.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ class Run(Protocol):
 class Reporter:
     """One per :class:`~agent_watchdog_client.Watchdog`, started with its first run."""
 
-    def __init__(self, transport: Transport, heartbeat_interval: float = HEARTBEAT_INTERVAL
-                 ) -> None:
+    def __init__(self, transport: Transport, heartbeat_interval: float = HEARTBEAT_INTERVAL,
+                 retry_first: float = RETRY_FIRST) -> None:
         self.transport = transport
         self.heartbeat_interval = heartbeat_interval
+        self.retry_first = retry_first
         self._lock = threading.Lock()
         self._wake = threading.Event()  # a run was added (the thread sleeps while none is open)
         self._halt = threading.Event()  # close()
@@ -67,7 +69,7 @@ class Reporter:
         self._last_sent: dict[str, tuple[Any, ...]] = {}  # run id -> state the sidecar has
         self._next_beat: dict[str, float] = {}
         self._retry_at = 0.0
-        self._retry_delay = RETRY_FIRST
+        self._retry_delay = retry_first
         self.dropped_runs = 0  # runs beyond MAX_TRACKED_RUNS
         self.sent = 0  # heartbeats and acks answered by the sidecar
         self._thread: threading.Thread | None = None
@@ -114,8 +116,10 @@ class Reporter:
     def _main(self) -> None:
         while not self._halt.is_set():
             now = time.monotonic()
-            if now < self._retry_at:
-                self._halt.wait(self._retry_at - now)
+            if now < self._retry_at and self.transport.health.reachable is not True:
+                # (looked at every REPORT_INTERVAL: a sidecar heard again on another request
+                # of this client — a sync, the directive stream — is back, so is the reporter)
+                self._halt.wait(min(self._retry_at - now, REPORT_INTERVAL))
                 continue
             with self._lock:
                 runs = list(self._runs.values())
@@ -150,7 +154,8 @@ class Reporter:
                 self._retry_at = time.monotonic() + self._retry_delay
                 self._retry_delay = min(self._retry_delay * 2, RETRY_MAX)
                 return
-        self._retry_delay = RETRY_FIRST
+        self._retry_delay = self.retry_first
+        self._retry_at = 0.0
 
     def _say_farewell(self, runs: list[Run]) -> None:
         for run in runs:

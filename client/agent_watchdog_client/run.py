@@ -45,10 +45,27 @@ from opentelemetry.trace import Status, StatusCode
 from agent_watchdog_client.directive import Directive, DirectiveBoard
 from agent_watchdog_client.listener import DirectiveListener
 from agent_watchdog_client.reporter import Reporter
-from agent_watchdog_client.steer import ModelTurn, Steering, ToolRefused, WatchdogAbort
+from agent_watchdog_client.steer import (
+    STOP_BUDGET,
+    ModelTurn,
+    Steering,
+    ToolRefused,
+    WatchdogAbort,
+)
 from agent_watchdog_client.sync import SyncChannel
-from agent_watchdog_client.tally import LIVE_RUNS, RUN_ID_ATTRIBUTE, RUN_KEY, RunTally
-from agent_watchdog_client.transport import EXPLICIT_TIMEOUT, SidecarUnavailable, Transport
+from agent_watchdog_client.tally import (
+    LIVE_RUNS,
+    OPEN_SPANS,
+    RUN_ID_ATTRIBUTE,
+    RUN_KEY,
+    RunTally,
+)
+from agent_watchdog_client.transport import (
+    EXPLICIT_TIMEOUT,
+    REFUSED_STATUSES,
+    SidecarUnavailable,
+    Transport,
+)
 
 log = logging.getLogger("agent_watchdog_client")
 
@@ -61,9 +78,18 @@ MAX_FINAL_ANSWER_CHARS = 4000
 MAX_FACT_KEY_CHARS = 200
 INT64 = 2**63
 MAX_REPR_CHARS = 80  # of a refused value, in its error
+# The client's own stop at the tool budget, on the run's agent span (and its own): the sidecar
+# reads it as ``tool_limit_reached`` (the watchdog SDK's convention in
+# ``watchdog/core/spans/instrumentations.py``) from the spans the exporter delivers, so the stop
+# is known when no sync after it got through (the sidecar down, restarting or slow just then).
+LIMIT_ATTRIBUTE = "watchdog.limit_reached"
+# A tool call the run refused (``before_tool_call`` raised :class:`ToolRefused`), on the call's
+# span: no tool ran, so the sidecar counts no tool call (the same convention's
+# ``declined_tool_flags``), as this process does not.
+REFUSED_ATTRIBUTE = "watchdog.tool.refused"
 
 __all__ = ["BUDGET_KEYS", "ModelTurn", "Run", "RunHost", "ToolRefused", "WatchdogAbort",
-           "current_run"]
+           "current_run", "steered_run"]
 
 
 class RunHost(Protocol):
@@ -193,6 +219,8 @@ class Run:
         self.watchdog.reporter.remove(self)
         span = self._span
         if span is not None:
+            if self.steering.local_stop is not None:
+                span.set_attribute(LIMIT_ATTRIBUTE, STOP_BUDGET)
             if self.agent_spans == 0:  # nothing else will close the run on the sidecar
                 span.set_attribute("gen_ai.operation.name", "invoke_agent")
                 span.set_attribute("gen_ai.agent.name", self.agent)
@@ -293,6 +321,7 @@ class Run:
                 turn = self.steering.turn(self.board, self.tally.tools_ended, self._turn_key(),
                                           self.tally.model_spans)
                 if self.steering.unreported_stop is not None:  # stopped here, not by a directive
+                    self._mark_budget_stop()
                     self._sync()
                     self.steering.keep(self._turn_key())  # asked again: still this turn
             if acknowledge:
@@ -321,8 +350,33 @@ class Run:
             self.tally.keep_spans = True
             if self.tally.unsynced:  # a call ended since the last sync: its verdict first
                 self._sync()
-            self.steering.admit_tool(self.board, self.tally.tools_ended)
+            try:
+                self.steering.admit_tool(self.board, self.tally.tools_ended)
+            except ToolRefused:
+                self._mark_refused_call()
+                raise
+            finally:
+                self._mark_budget_stop()
             self.steering.new_step()
+
+    def _mark_refused_call(self) -> None:
+        """The refused call's own span, when the framework traces it around the call (it is
+        the current span here): :data:`REFUSED_ATTRIBUTE`, so the sidecar does not count a
+        call no tool ran for."""
+        span = trace.get_current_span()
+        entry = OPEN_SPANS.get(span.get_span_context().span_id)
+        if entry is not None and entry[0] is self.tally and entry[1] is not None \
+                and entry[2] is not False:  # a tool call of this run (not a model call)
+            span.set_attribute(REFUSED_ATTRIBUTE, True)
+
+    def _mark_budget_stop(self) -> None:
+        """Once the client stopped the run at its tool budget: say so on the agent span that
+        will close the run on the sidecar (:data:`LIMIT_ATTRIBUTE`)."""
+        if self.steering.local_stop is None:
+            return
+        span = self.tally.innermost_agent_span()
+        if span is not None:
+            span.set_attribute(LIMIT_ATTRIBUTE, STOP_BUDGET)
 
     def _turn_key(self) -> tuple[int, ...]:
         tally, steering = self.tally, self.steering
@@ -480,8 +534,9 @@ class Run:
         except SidecarUnavailable:
             return None
         if not response.ok:
-            log.warning("agent-watchdog: %s %s answered HTTP %s: %s", method, path,
-                        response.status, response.body[:300].decode("utf-8", "replace"))
+            if response.status not in REFUSED_STATUSES:  # (a refused token is said once)
+                log.warning("agent-watchdog: %s %s answered HTTP %s: %s", method, path,
+                            response.status, response.body[:300].decode("utf-8", "replace"))
             return None
         return response.body
 
@@ -546,3 +601,25 @@ def current_run() -> Run | None:
     tally = otel_context.get_value(RUN_KEY)
     run = tally.owner if isinstance(tally, RunTally) else None
     return run if isinstance(run, Run) else None
+
+
+_warned_contextless = threading.Event()
+
+
+def steered_run(pinned: Run | None = None) -> Run | None:
+    """The run an adapter steers: ``pinned``, else the current one. None while a run is open
+    in this process means the agent's code runs outside the run's context — a thread started
+    with ``threading.Thread`` begins with an empty one — so it is not steered (no countdown,
+    no cap) and its spans are another run: said once, with the ways out."""
+    run = pinned or current_run()
+    if run is None and LIVE_RUNS and not _warned_contextless.is_set():
+        _warned_contextless.set()
+        open_run = next(iter(list(LIVE_RUNS.values())), None)
+        owner = getattr(open_run, "owner", None)
+        log.warning(
+            "agent-watchdog: an agent step runs outside any run's context while run %s (%s) "
+            "is open, so it is not steered (no countdown, no tool cap) and its spans are "
+            "not that run's; a thread started inside `with wd.run(...)` does not carry the "
+            "run: start it with contextvars.copy_context().run, or enter wd.run in it, or pin "
+            "the run on the adapter", getattr(owner, "id", "?"), getattr(owner, "agent", "?"))
+    return run

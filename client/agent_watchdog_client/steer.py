@@ -146,6 +146,7 @@ class Steering:
         self.report: str | None = None  # the answer to the final turn
         self._turn: ModelTurn | None = None
         self._turn_key: tuple[int, ...] = ()
+        self._tools_at_turn = 0  # tool calls admitted and refused when the turn was decided
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -212,7 +213,14 @@ class Steering:
         turn = self.compose(board, tool_spans, model_calls)
         self.final_used = turn.final
         self._turn, self._turn_key = turn, key
+        self._tools_at_turn = self.tools_admitted + self.tools_refused
         return turn
+
+    @property
+    def tools_since_turn(self) -> int:
+        """Tool calls admitted or refused since the last turn was decided: none while the
+        calls its request's answer asked for are still to run."""
+        return self.tools_admitted + self.tools_refused - self._tools_at_turn
 
     def compose(self, board: DirectiveBoard, tool_spans: int, model_calls: int = 0) -> ModelTurn:
         """The turn the board and the counts call for now (no bookkeeping); ``model_calls``:

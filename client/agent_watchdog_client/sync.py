@@ -29,7 +29,11 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from agent_watchdog_client.directive import Directive
-from agent_watchdog_client.transport import MAX_RESPONSE_BYTES, Transport
+from agent_watchdog_client.transport import (
+    MAX_RESPONSE_BYTES,
+    DeadlineConnection,
+    Transport,
+)
 
 log = logging.getLogger("agent_watchdog_client")
 
@@ -84,21 +88,25 @@ def _count(value: object) -> int:
 class SyncChannel:
     """One per :class:`~agent_watchdog_client.Watchdog`; thread-safe (a connection per thread)."""
 
-    def __init__(self, transport: Transport, timeout: float = SYNC_TIMEOUT) -> None:
+    def __init__(self, transport: Transport, timeout: float = SYNC_TIMEOUT,
+                 retry_first: float = RETRY_FIRST) -> None:
         self.transport = transport
         self.timeout = timeout
+        self.retry_first = retry_first
         self.encode = _load_encoder()
         self._local = threading.local()
         self._lock = threading.Lock()
         self._skip_until = 0.0
-        self._retry_delay = RETRY_FIRST
+        self._retry_delay = retry_first
         self.failures = 0
         self.sent = 0
 
     @property
     def available(self) -> bool:
-        """False while the sidecar is presumed down (a sync would be skipped)."""
-        return time.monotonic() >= self._skip_until
+        """False while the sidecar is presumed down (a sync would be skipped): after a failed
+        sync, until the retry delay has passed or the sidecar answered another request of this
+        client since (a heartbeat, the directive stream: it is back)."""
+        return time.monotonic() >= self._skip_until or self.transport.health.reachable is True
 
     def sync(self, run_id: str, spans: Sequence[ReadableSpan], after: int,
              stop: str | None = None, announce: dict[str, Any] | None = None
@@ -128,8 +136,8 @@ class SyncChannel:
         except (OSError, http.client.HTTPException) as exc:
             self._failed(exc, started)
             return None
-        self.transport.health.succeeded(started)
-        self._retry_delay = RETRY_FIRST
+        self.transport.health.answered(status, started)
+        self._retry_delay = self.retry_first
         if status != 200:
             log.debug("sync for run %s: HTTP %s %r", run_id, status, payload[:300])
             return None
@@ -149,6 +157,8 @@ class SyncChannel:
                 connection = self.transport.connect(self.timeout)
                 self._local.connection = connection
             try:
+                if isinstance(connection, DeadlineConnection):
+                    connection.begin(self.timeout)
                 connection.request("POST", path, body=body, headers=headers)
                 response = connection.getresponse()
                 payload = response.read(MAX_RESPONSE_BYTES)

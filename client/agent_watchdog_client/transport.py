@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ DEFAULT_URL = "http://127.0.0.1:9477"
 BACKGROUND_TIMEOUT = 2.0  # seconds for heartbeats and acks: a sidecar on localhost answers in ms
 EXPLICIT_TIMEOUT = 5.0  # seconds for report(), checkpoint(), resume_context()
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # a report is the largest answer; anything bigger is wrong
+REFUSED_STATUSES = frozenset({401, 403})  # the sidecar's answer to a missing or wrong token
 
 
 class SidecarUnavailable(Exception):
@@ -67,13 +69,29 @@ class Reachability:
         return time.monotonic_ns()
 
     def failed(self, error: BaseException, started: int) -> None:
+        if self._mark_failed(started):
+            log.warning("agent-watchdog sidecar unreachable at %s: %s; continuing without it",
+                        self.url, _describe(error))
+
+    def answered(self, status: int, started: int) -> None:
+        """An answer with ``status``: the sidecar is there, unless it refused this client's
+        token (401, 403), which leaves the agent as unwatched as a sidecar that is down and is
+        said once the same way (every later request is refused alike)."""
+        if status not in REFUSED_STATUSES:
+            self.succeeded(started)
+        elif self._mark_failed(started):
+            log.warning("agent-watchdog sidecar at %s refused this client (HTTP %s): set "
+                        "WATCHDOG_API_TOKEN (or Watchdog(token=...)) to the sidecar's "
+                        "api_token; continuing without it", self.url, status)
+
+    def _mark_failed(self, started: int) -> bool:
+        """Whether this failure is news (the first since a success, or at start)."""
         with self._lock:
             self._failed_since = max(self._failed_since, started)
             if self._reachable is False:
-                return
+                return False
             self._reachable = False
-        log.warning("agent-watchdog sidecar unreachable at %s: %s; continuing without it",
-                    self.url, _describe(error))
+        return True
 
     def succeeded(self, started: int) -> None:
         if self._reachable is True:
@@ -92,6 +110,43 @@ def _describe(error: BaseException) -> str:
     return text if isinstance(error, SidecarUnavailable) else f"{type(error).__name__}: {text}"
 
 
+class _DeadlineSocket(socket.socket):
+    """A connected socket whose reads share one deadline (:attr:`deadline`, monotonic): the
+    standard library times each read alone, so a peer that trickles a byte a second holds a
+    caller for as long as it likes (a port that answers garbage slowly)."""
+
+    deadline = math.inf  # (none: each read is timed alone, as a stream's are)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        if self.deadline != math.inf:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no whole answer in time")
+            self.settimeout(left)
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP connection whose answer must come whole within the timeout of the request
+    (:meth:`begin`): each request of the agent's thread waits that long at most."""
+
+    def connect(self) -> None:
+        super().connect()
+        plain = self.sock
+        if type(plain) is socket.socket:
+            self.sock = _DeadlineSocket(plain.family, plain.type, plain.proto,
+                                        fileno=plain.detach())
+            self.sock.settimeout(self.timeout)
+
+    def begin(self, timeout: float) -> None:
+        """Connect if need be; the answer to the next request must be read by ``timeout``
+        seconds from now."""
+        if self.sock is None:
+            self.connect()
+        if isinstance(self.sock, _DeadlineSocket):
+            self.sock.deadline = time.monotonic() + timeout
+
+
 class Transport:
     """Requests to one sidecar. Thread-safe: each request opens its own connection (the
     client sends a few requests per run, so keeping connections alive is not worth a pool)."""
@@ -108,13 +163,19 @@ class Transport:
         self._prefix = parsed.path.rstrip("/")
         self._headers = {"User-Agent": "agent-watchdog-client"}
         if token:
+            if not (token.isascii() and token.isprintable()):
+                # (http.client would refuse the header at the first request, on the agent's
+                # thread; the token itself is a secret, never shown)
+                raise ValueError("WATCHDOG_API_TOKEN is not allowed: it holds a control or "
+                                 "non-ASCII character (a line break?); a token is printable "
+                                 "ASCII")
             self._headers["Authorization"] = f"Bearer {token}"
         self.health = Reachability(self.url)
 
     def connect(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
+        if self._https:  # (TLS reads its socket itself: there, each read is timed alone)
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        return DeadlineConnection(self._host, self._port, timeout=timeout)
 
     def path(self, path: str) -> str:
         return self._prefix + path
@@ -134,6 +195,8 @@ class Transport:
         connection = self.connect(timeout)
         started = self.health.started()
         try:
+            if isinstance(connection, DeadlineConnection):
+                connection.begin(timeout)
             connection.request(method, self.path(path), body=data, headers=headers)
             answer = connection.getresponse()
             payload = answer.read(MAX_RESPONSE_BYTES)
@@ -143,7 +206,7 @@ class Transport:
             raise SidecarUnavailable(_describe(exc)) from exc
         finally:
             connection.close()
-        self.health.succeeded(started)
+        self.health.answered(response.status, started)
         return response
 
 

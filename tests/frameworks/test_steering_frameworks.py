@@ -46,7 +46,10 @@ def drive(sidecar: RunningServer, llm: FakeLLM, framework: tuple[str, str], scen
     result = run_driver(env, driver, scenario, sidecar, llm, model,
                         extra_env={"PYTHONPATH": f"{DRIVERS}:{CLIENT_SRC}",
                                    "OTEL_BSP_SCHEDULE_DELAY": "200", **(extra_env or {})})
-    line = [text for text in result.stdout.splitlines() if text.startswith("{")][-1]
+    # (smolagents' streamed output is drawn on stdout too, the result line can follow it on
+    # the same line)
+    line = [text[text.index('{"run_id"'):] for text in result.stdout.splitlines()
+            if '{"run_id"' in text][-1]
     outcome: dict[str, Any] = json.loads(line)
     outcome["stderr"] = result.stderr
     return outcome
@@ -67,6 +70,8 @@ def test_budget_countdown_cap_and_report(sidecar: RunningServer, llm: FakeLLM,
     outcome = drive(sidecar, llm, framework, "budget", model)
     requests = llm.requests(model)
     assert len(outcome["ran"]) == 10 and len(requests) == 11
+    # no warning (a deprecated call of the framework's) and no traceback from the adapter
+    assert "agent_watchdog_client/" not in outcome["stderr"], outcome["stderr"][-2000:]
     check_countdown(requests, lambda index: index, 10)
     check_final(requests)
     assert outcome["output"] == REPORT and outcome["report"] == REPORT
@@ -134,3 +139,22 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path
     check_final(requests)
     assert outcome["output"] == REPORT and outcome["report"] == REPORT
     assert outcome["stderr"].count("sidecar unreachable") == 1, outcome["stderr"]
+
+
+def test_smolagents_streamed_outputs_are_steered_too(sidecar: RunningServer,
+                                                      llm: FakeLLM) -> None:
+    """``stream_outputs=True``: smolagents asks the model through ``generate_stream``, which is
+    steered as ``generate`` is — the countdown, the final request without tools (streamed),
+    its report as the answer — not left to the tool cap alone."""
+    model = llm.script("smolagents-streamed", searching())
+    outcome = drive(sidecar, llm, ("smolagents", "steering_smolagents"), "budget", model,
+                    extra_env={"SMOLAGENTS_STREAM_OUTPUTS": "1"})
+    requests = llm.requests(model)
+    assert all(body.get("stream") for body in requests)
+    assert len(outcome["ran"]) == 10 and len(requests) == 11
+    check_countdown(requests, lambda index: index, 10)
+    check_final(requests)
+    assert outcome["output"] == REPORT and outcome["report"] == REPORT
+    detail = ended(sidecar, outcome["run_id"])
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["has_final_answer"] is True

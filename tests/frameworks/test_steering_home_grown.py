@@ -25,6 +25,7 @@ from tests.frameworks.steering import (
     searching,
 )
 from tests.harness import RunningServer
+from tests.ports import free_port
 
 SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
     "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
@@ -118,5 +119,50 @@ def test_home_grown_loop_tool_cycle_grace_is_a_hard_cap(sidecar: RunningServer, 
     assert output == REPORT and run.report_text == REPORT
     detail = ended(sidecar, run.id, provider.force_flush)
     assert detail["terminal_state"] == "loop_detected"
+    assert detail["has_final_answer"] is True
+    provider.shutdown()
+
+
+
+def test_home_grown_loop_stop_at_the_budget_reaches_the_sidecar_on_the_spans(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """No sync gets through (the control API cannot be reached: the sidecar down or restarting
+    just then), the spans do, and the loop gives its tool calls no span (the client counts
+    them at ``before_tool_call``): the run's own span, its agent span, says the client stopped
+    it at its budget, so the sidecar does not read an answered run that completed."""
+    model = llm.script("home-stop-on-spans", searching())
+    wd = Watchdog(f"http://127.0.0.1:{free_port()}")
+    provider = wd.setup_tracing(service_name="home-grown", endpoint=sidecar.otlp_http
+                                + "/v1/traces", set_global=False)
+    client = OpenAI(base_url=llm.base_url, api_key="sk-fake")
+    ran = 0
+    with wd.run(agent="explorer", max_tool_calls=3) as run:
+        messages: list[Any] = [{"role": "user", "content": "Find the file."}]
+        while True:
+            turn = run.before_model_call()
+            with wd.tracer().start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat", "gen_ai.request.model": model}):
+                message = client.chat.completions.create(
+                    model=model, messages=[{"role": "system", "content": turn.instructions},
+                                           *messages],
+                    tools=[] if turn.final else [SEARCH]).choices[0].message
+            if not message.tool_calls:
+                run.set_final_answer(message.content or "")
+                break
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                try:
+                    run.before_tool_call(call.function.name)
+                    ran += 1
+                    result = "2 results"
+                except ToolRefused as refused:
+                    result = refused.message
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    wd.close()
+
+    assert ran == 3 and run.report_text == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["terminal_reason"] == "max_tool_calls"
     assert detail["has_final_answer"] is True
     provider.shutdown()

@@ -8,6 +8,7 @@ the client's usual batch delay. Nothing waits for a directive.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -35,7 +36,7 @@ from tests.frameworks.steering import (
     instructions,
     searching,
 )
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer, http_request, running_server, sidecar_config
 
 EXPORT_DELAY_MS = 200
 
@@ -198,3 +199,66 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(llm: FakeLLM, tmp_path: Path
     assert result.final_output == REPORT and run.report_text == REPORT
     unreachable = [r for r in caplog.records if "sidecar unreachable" in r.getMessage()]
     assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+def test_an_abort_during_a_model_call_refuses_the_calls_it_asked_for(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider, streamed: bool) -> None:
+    """An abort decided while the model answers the 2nd request (three checkpoints without
+    progress, posted then): the answer's tool call is refused ("Not run"), the next request is
+    the final one with the report prompt — the SDK is not made to raise ModelBehaviorError
+    ("Tool search is currently disabled") for a call asked for before the stop."""
+    from agent_watchdog_client.adapters.openai_agents import WatchdogHooks, steered
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from openai import AsyncOpenAI
+
+    runs: list[Any] = []
+
+    def abort_now(index: int) -> None:
+        if index != 1:
+            return
+        run = runs[0]
+        for _ in range(3):
+            status, _body = http_request(
+                "POST", f"{sidecar.api}/v1/sessions/{run.session}/checkpoints",
+                json.dumps({"remaining": "the same", "run_id": run.id}).encode())
+            assert status == 200
+        assert run.board.wait_for(1, 10)  # the listener has the abort before the answer
+
+    model = llm.script(f"oa-abort-mid-call-{streamed}", searching(), on_request=abort_now)
+    ran: list[str] = []
+
+    @function_tool
+    def search(q: str) -> str:
+        ran.append(q)
+        return f"2 results for {q}"
+
+    client = AsyncOpenAI(base_url=llm.base_url, api_key="sk-fake")
+    agent = steered(Agent(name="explorer", instructions="You are a careful research agent.",
+                          model=OpenAIChatCompletionsModel(model, openai_client=client),
+                          tools=[search]))
+
+    async def main() -> Any:
+        if not streamed:
+            return (await Runner.run(agent, "Find the file.", hooks=WatchdogHooks())).final_output
+        result = Runner.run_streamed(agent, "Find the file.", hooks=WatchdogHooks())
+        async for _event in result.stream_events():
+            pass
+        return result.final_output
+
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=20, session=f"oa-mid-{streamed}") as run:
+        runs.append(run)
+        output = asyncio.run(main())
+    wd.close()
+
+    requests = llm.requests(model)
+    assert len(ran) == 1 and len(requests) == 3
+    check_final(requests)
+    assert "No progress across 2 checkpoints" in instructions(requests[-1])
+    assert "Not run: No progress across" in json.dumps(requests[-1]["messages"][-1])
+    assert output == REPORT and run.report_text == REPORT
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "intervention_required"
+    assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 1  # the refused call's span counts no call

@@ -9,10 +9,13 @@ asks for the report with no tools.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_watchdog_client import Watchdog
@@ -23,10 +26,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pydantic_ai import Agent, InstrumentationSettings
 from pydantic_ai.capabilities import Instrumentation
-from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.usage import UsageLimits
 
+from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.steering import (
     LATENCIES,
@@ -218,3 +223,93 @@ def test_sidecar_killed_mid_run_keeps_the_local_cap(
     assert result.output == REPORT and run.report_text == REPORT
     unreachable = [r for r in caplog.records if "sidecar unreachable" in r.getMessage()]
     assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
+
+
+def test_the_local_stop_at_the_budget_reaches_the_sidecar_on_the_spans(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider) -> None:
+    """The control API cannot be reached (no sync, no announcement: the sidecar down or
+    restarting just then) but the spans are exported: the sidecar still records the client's
+    stop at the budget, from the agent span — not an answered run that completed."""
+    model = llm.script("pyd-stop-on-spans", searching())
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(f"http://127.0.0.1:{free_port()}", tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=4) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+
+    assert len(ran) == 4 and result.output == REPORT
+    check_final(llm.requests(model))
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["terminal_reason"] == "max_tool_calls"
+    assert detail["has_final_answer"] is True
+    assert detail["signals"]["tool_calls"] == 4
+
+
+def test_calls_refused_past_the_budget_are_not_counted_by_the_sidecar(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider) -> None:
+    """Three calls per answer, a budget of 7: 3 + 3 run, then 1 of the third answer's three;
+    pydantic-ai still traces the two refused calls (their result is the refusal), and the
+    sidecar counts the 7 calls that ran, as the client does — not 9."""
+    def three_searches(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not body.get("tools"):
+            return fakellm.answer(REPORT)
+        return fakellm.Step(tool_calls=tuple(
+            fakellm.ToolCall("search", {"q": f"term {index}-{k}"}) for k in range(3)))
+
+    model = llm.script("pyd-parallel-refused", three_searches)
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    with wd.run(agent="explorer", max_tool_calls=7) as run:
+        result = agent.run_sync("Find the file.")
+    wd.close()
+
+    assert len(ran) == 7 and result.output == REPORT
+    check_final(llm.requests(model))
+    detail = ended(sidecar, run.id, provider.force_flush)
+    assert detail["terminal_state"] == "tool_limit_reached"
+    assert detail["signals"]["tool_calls"] == 7
+    assert detail["signals"]["tools"] == {"search": 7}
+
+
+@pytest.mark.parametrize("copied", [False, True], ids=["plain-thread", "context-copied"])
+def test_an_agent_in_a_thread_outside_the_runs_context_is_said_once(
+        sidecar: RunningServer, llm: FakeLLM, provider: TracerProvider,
+        caplog: pytest.LogCaptureFixture, copied: bool) -> None:
+    """``threading.Thread`` starts with an empty context: an agent run in one inside
+    ``with wd.run(...)`` is not that run's (no countdown, no cap) — the client says so once,
+    with the ways out; started with the context copied, it is steered and capped."""
+    model = llm.script(f"pyd-thread-{copied}", searching())
+    agent = agent_on(llm, model, provider)
+    ran: list[str] = []
+    with_search(agent, ran)
+    wd = Watchdog(sidecar.api, tracer_provider=provider)
+    outputs: list[str] = []
+
+    def work() -> None:
+        try:  # (uncapped outside the run: pydantic-ai's own limit ends it)
+            outputs.append(agent.run_sync("Find the file.", usage_limits=UsageLimits(
+                tool_calls_limit=8)).output)
+        except UsageLimitExceeded:
+            outputs.append("stopped by pydantic-ai")
+
+    with caplog.at_level(logging.WARNING, logger="agent_watchdog_client"), \
+            wd.run(agent="explorer", max_tool_calls=4):
+        if copied:
+            thread = threading.Thread(target=contextvars.copy_context().run, args=(work,))
+        else:
+            thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    wd.close()
+
+    said = [r.getMessage() for r in caplog.records if "outside any run" in r.getMessage()]
+    if copied:
+        assert len(ran) == 4 and outputs == [REPORT] and said == []
+    else:
+        assert outputs == ["stopped by pydantic-ai"] and len(ran) == 8
+        assert len(said) == 1 and "contextvars.copy_context().run" in said[0], said

@@ -33,7 +33,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import SystemMessage, ToolMessage
 
-from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.run import Run, steered_run
 from agent_watchdog_client.steer import ModelTurn, ToolRefused, WatchdogAbort
 
 
@@ -50,7 +50,7 @@ class WatchdogMiddleware(AgentMiddleware):  # type: ignore[misc]  # Any without 
         self.run = run
 
     def _run(self) -> Run | None:
-        return self.run or current_run()
+        return steered_run(self.run)
 
     def _prepare(self, request: Any) -> tuple[Run | None, ModelTurn | None, Any]:
         run = self._run()
@@ -75,7 +75,8 @@ class WatchdogMiddleware(AgentMiddleware):  # type: ignore[misc]  # Any without 
         if run is not None and turn is not None and turn.final:
             for message in reversed(getattr(response, "result", None) or []):
                 text = getattr(message, "text", None)
-                text = text() if callable(text) else text
+                if callable(text) and not isinstance(text, str):  # (langchain-core < 1.0)
+                    text = text()  # (1.x: a property, still callable, deprecated as a call)
                 if isinstance(text, str) and text:
                     run.set_final_answer(text)
                     break

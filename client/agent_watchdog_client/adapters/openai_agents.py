@@ -47,7 +47,7 @@ from agents import Agent, FunctionTool, RunContextWrapper, RunHooks, Tool
 from agents.exceptions import AgentsException
 
 from agent_watchdog_client.directive import Directive
-from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.run import Run, steered_run
 from agent_watchdog_client.steer import ModelTurn, ToolRefused, WatchdogAbort
 
 Instructions = str | Callable[[RunContextWrapper[Any], Agent[Any]], str | Awaitable[str]] | None
@@ -66,7 +66,7 @@ class WatchdogAbortError(WatchdogAbort, AgentsException):
 def _turn(run: Run | None, acknowledge: bool = True) -> ModelTurn | None:
     """The turn of the next model request; ``acknowledge`` only where the request is made (the
     instructions): the SDK also lists the tools when no request follows (after an answer)."""
-    current = run or current_run()
+    current = steered_run(run)
     if current is None:
         return None
     try:
@@ -106,11 +106,18 @@ def _steered_tool(tool: FunctionTool, run: Run | None) -> FunctionTool:
     invoke = tool.on_invoke_tool
 
     async def is_enabled(context: RunContextWrapper[Any], agent: Any) -> bool:
-        # The SDK also lists the tools after a response (to resolve its calls): once the final
-        # turn is out, tools stay disabled; it is the next request's instructions that raise.
-        current = run or current_run()
+        # The SDK also lists the tools after a response, to run the calls it asked for (a tool
+        # disabled then is a ModelBehaviorError that ends the run): until one of those calls
+        # has come to ``on_invoke_tool`` — which refuses it once the run is stopped — the
+        # listing is the last request's, not a new turn (an abort that came during the model
+        # call stops the run there). Once the final turn is out, tools stay disabled; it is
+        # the next request's instructions that raise.
+        current = steered_run(run)
         last = current.turn if current is not None else None
-        turn = last if last is not None and last.final else _turn(run, acknowledge=False)
+        resolving = last is not None and not last.final \
+            and current is not None and current.steering.tools_since_turn == 0
+        turn = last if last is not None and (last.final or resolving) \
+            else _turn(run, acknowledge=False)
         if turn is not None and turn.final:
             return False
         if isinstance(enabled, bool):
@@ -119,7 +126,7 @@ def _steered_tool(tool: FunctionTool, run: Run | None) -> FunctionTool:
         return bool(await result if inspect.isawaitable(result) else result)
 
     async def on_invoke_tool(context: Any, arguments: str) -> Any:
-        current = run or current_run()
+        current = steered_run(run)
         if current is not None:
             try:
                 current.before_tool_call(tool.name)
@@ -143,7 +150,7 @@ class WatchdogHooks(RunHooks[Any]):
         self.run = run
 
     def _run(self) -> Run | None:
-        return self.run or current_run()
+        return steered_run(self.run)
 
     async def on_llm_start(self, context: RunContextWrapper[Any], agent: Agent[Any],
                            system_prompt: str | None, input_items: list[Any]) -> None:

@@ -46,7 +46,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
 from agent_watchdog_client.directive import Directive
-from agent_watchdog_client.run import Run, current_run
+from agent_watchdog_client.run import Run, steered_run
 from agent_watchdog_client.steer import ToolRefused, WatchdogAbort
 
 
@@ -61,7 +61,7 @@ class WatchdogAbortError(WatchdogAbort, AgentRunError):
 
 
 def _steer(run: Run | None, ctx: RunContext[Any]) -> str:
-    run = run or current_run()
+    run = steered_run(run)
     if run is None:
         return ""
     run.note_messages(len(ctx.messages))
@@ -92,7 +92,7 @@ class WatchdogCapability(AbstractCapability[Any]):
         self.run = run
 
     def _run(self) -> Run | None:
-        return self.run or current_run()
+        return steered_run(self.run)
 
     def get_instructions(self) -> Any:
         return watchdog_instructions(self.run)

@@ -3,6 +3,8 @@ smolagents instrumentor. See ``_steering.py`` for the scenarios."""
 
 from __future__ import annotations
 
+import os
+
 from _otel import model_settings
 from _steering import BUDGETS, fetch, list_dir, read, report, scenario, search
 from agent_watchdog_client import Watchdog
@@ -65,7 +67,8 @@ def main() -> None:
     SmolagentsInstrumentor().instrument(tracer_provider=provider)
     agent = steer_smolagents(ToolCallingAgent(
         tools=TOOLS[name], model=OpenAIServerModel(model, api_base=base_url, api_key="sk-fake"),
-        max_steps=60, verbosity_level=0))
+        max_steps=60, verbosity_level=0,
+        stream_outputs=os.environ.get("SMOLAGENTS_STREAM_OUTPUTS") == "1"))
     with wd.run(agent="explorer", max_tool_calls=BUDGETS[name]) as run:
         answer = agent.run("Find the file.")
     report(run, answer)

@@ -91,6 +91,7 @@ LLM_SPAN_SUFFIXES = TABLES.llm_span_suffixes
 OUTPUT_TOOL_NAMES = TABLES.answer_tools
 OUTPUT_TOOL_PREFIXES = TABLES.answer_tool_prefixes
 LOOP_END_TOOLS = TABLES.loop_end_tools
+DECLINED_TOOL_FLAGS = TABLES.declined_tool_flags
 # The texts instrumentations write in place of content they hide: no content.
 HIDDEN_CONTENT = TABLES.hidden_content
 CAP_REQUESTS = TABLES.cap_requests
@@ -137,6 +138,7 @@ WANTED_ATTRIBUTES = frozenset(
     + LLM_OUTPUT_KEYS + tuple(rule.attribute for rule in TABLES.tool_result_errors)
     + tuple(key for key, _, _ in TABLES.tool_result_error_texts)
     + TABLES.limit_attributes + tuple(key for key, _, _ in TABLES.limit_states)
+    + DECLINED_TOOL_FLAGS
     + tuple(key for key, _ in CONVERSATION_OUTPUTS)
     + tuple(key for key, _, _ in TABLES.call_limits) + JSON_IDENTITY_KEYS
     + tuple(call_id for _, _, call_ids in UNASKED_TOOLS for call_id in call_ids)
@@ -159,7 +161,7 @@ SCALAR_ATTRIBUTES = frozenset(
     INPUT_TOKEN_KEYS + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS
     + tuple(key for rule in TABLES.step_caps for key in (rule.steps, rule.cap))
     + tuple(key for key, _ in TABLES.cap_requests)
-    + tuple(flag for flag, _, _ in TABLES.tool_error_flags)
+    + tuple(flag for flag, _, _ in TABLES.tool_error_flags) + DECLINED_TOOL_FLAGS
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
 ) | BUDGET_ATTRIBUTES
 

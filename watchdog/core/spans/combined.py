@@ -119,6 +119,7 @@ class Tables:
     limit_phrases: tuple[tuple[re.Pattern[str], str], ...]
     limit_error_json: tuple[tuple[str, Path], ...]
     limit_attributes: Names
+    declined_tool_flags: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
     cap_requests: tuple[tuple[str, str], ...]
@@ -243,6 +244,7 @@ def combine() -> Tables:
         limit_error_json=tuple(pair for convention in CONVENTIONS
                                for pair in convention.limit_error_json),
         limit_attributes=_names("limit_attributes"),
+        declined_tool_flags=_names("declined_tool_flags"),
         limit_states=tuple((attribute, re.compile(pattern), limit)
                            for convention in CONVENTIONS
                            for attribute, pattern, limit in convention.limit_states),

@@ -188,6 +188,7 @@ WATCHDOG = Convention(
     session=("watchdog.session.id",),
     limit_attributes=("watchdog.limit_reached",),
     limit_exceptions=frozenset({"ToolLimitReached"}),
+    declined_tool_flags=("watchdog.tool.refused",),
 )
 
 OPENLIT = Convention(

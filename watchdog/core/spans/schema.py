@@ -193,6 +193,10 @@ class Convention:
     # result as JSON, path to the error message in it)
     tool_error_flags: tuple[tuple[str, str, Path], ...] = ()
     answer_tools: frozenset[str] = _NO_SET  # a tool that delivers the answer, not agent work
+    # a tool span with one of these attributes true is a call the agent's client declined to
+    # run (refused at its budget or its stop; the model got the refusal as the result): the
+    # framework still traced it, but no tool ran — not a tool call
+    declined_tool_flags: Names = _NO_NAMES
     # (tool name, its result exactly): a tool the framework adds to end its loop, neither agent
     # work nor the answer (a later step extracts that): DSPy ReAct's `finish`
     # (with its result hidden, content capture off, a tool so named whose span is named after

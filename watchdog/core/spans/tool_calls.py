@@ -10,6 +10,7 @@ from typing import Any
 
 from watchdog.core.redact import brief
 from watchdog.core.spans.attributes import (
+    DECLINED_TOOL_FLAGS,
     F_TOOL_ARGS,
     F_TOOL_NAME,
     F_TOOL_RESULT,
@@ -74,6 +75,11 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         args = _hidden(firsts[F_TOOL_ARGS])
         if args is not None:
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
+        return
+    if any(attrs.get(flag) is True for flag in DECLINED_TOOL_FLAGS):
+        # A call the agent's client refused (its budget, a stop): the model got the refusal
+        # as its result, no tool ran — no agent work, as the client counts it.
+        record.kind = OTHER
         return
     if tool in LOOP_END_TOOLS and not record.error \
             and _is_loop_end(tool, name, firsts, firsts[F_TOOL_RESULT]):
