@@ -303,6 +303,33 @@ async def test_sse_resume_with_last_event_id_gets_exactly_the_missed_ones() -> N
             assert [e.id for e in await events.take(2)] == [7, 8]
 
 
+async def test_a_client_ahead_of_a_sidecar_that_lost_its_state_gets_the_next_directive(
+        ) -> None:
+    """A sidecar whose state was lost numbers a run's directives after what its client says it
+    has seen (clients ignore one numbered at or below that), by long-poll and by stream."""
+    async with sidecar() as car, aiohttp.ClientSession() as http:
+        async def poll() -> Any:
+            url = f"{car.url}/v1/runs/polled/directives?after=7&wait=5"
+            async with http.get(url) as response:
+                return await response.json()
+
+        waiting = asyncio.create_task(poll())  # waiting when the directive is decided
+        await asyncio.sleep(0.1)
+        assert car.submit("polled") == 8
+        assert [d["seq"] for d in (await waiting)["directives"]] == [8]
+        url = f"{car.url}/v1/runs/streamed/directives/stream"
+        async with stream(http, url, last_event_id=41) as events:
+            await asyncio.sleep(0.05)
+            car.submit("streamed")
+            car.submit("streamed")
+            assert [e.id for e in await events.take(2)] == [42, 43]
+        car.submit("other")  # a run no client named is numbered from 1
+        assert car.submit("other") == 2
+        async with http.get(f"{car.url}/v1/runs/other/directives?after=1") as response:
+            assert [d["seq"] for d in (await response.json())["directives"]] == [2]
+        assert car.submit("other") == 3  # a client behind the sidecar changes nothing
+
+
 async def test_sse_order_per_run_and_global_under_interleaving() -> None:
     async with sidecar() as car, aiohttp.ClientSession() as http:
         runs = ["a", "b", "c"]

@@ -70,6 +70,24 @@ def test_sync_answers_with_the_directives_its_spans_caused(sidecar: RunningServe
     assert answer["directives"] == [] and answer["last_seq"] == 1
 
 
+def test_a_sync_ahead_of_the_sidecar_gets_its_directives_numbered_after_it(
+        sidecar: RunningServer) -> None:
+    """A client that has seen directives up to 5 from a sidecar whose state is gone: the new
+    sidecar's directives for the run come numbered after them, so the client applies them."""
+    maker = SpanMaker()
+    attrs = {**RUN, "watchdog.run.id": "ahead-run"}
+    root = maker.open("invoke_agent syncer", {**attrs, "gen_ai.operation.name": "invoke_agent"})
+    maker.span("execute_tool t0", {**attrs, **tool_attrs("t0", "{}")}, parent=root)
+    status, raw = http_request("POST", f"{sidecar.api}/v1/runs/ahead-run/sync?after=5",
+                               encode(maker.take()).SerializeToString(),
+                               {"Content-Type": "application/x-protobuf"})
+    assert status == 200
+    answer = json.loads(raw)
+    (countdown,) = answer["directives"]
+    assert countdown["rule"] == "budget-countdown" and countdown["seq"] == 6
+    assert answer["last_seq"] == 6
+
+
 def test_each_span_counts_once_whichever_copy_comes_first(sidecar: RunningServer) -> None:
     maker = SpanMaker()
     first = tools(maker, 0, 2)

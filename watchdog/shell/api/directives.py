@@ -52,6 +52,7 @@ class DirectiveRoutes:
         wait = _float_param(request.query.get("wait"), "wait", 0.0, 0.0, MAX_POLL_WAIT)
         limit = _int_param(request.query.get("limit"), "limit", MAX_POLL_BATCH, 1,
                            MAX_POLL_BATCH)
+        self.outbox.client_has_seen(run_id, after)
         directives = await self.hub.wait_for_run(run_id, after, wait, limit)
         if directives:
             last_seq = directives[-1].seq
@@ -78,8 +79,9 @@ class DirectiveRoutes:
     async def run_stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/runs/{id}/directives/stream``: SSE, ``id:`` = seq; from the run's first
         directive unless ``Last-Event-ID`` or ``?after=`` say where to resume."""
-        after = self._resume_point(request)
-        return await self._stream(request, request.match_info["id"], after or 0)
+        after = self._resume_point(request) or 0
+        self.outbox.client_has_seen(request.match_info["id"], after)
+        return await self._stream(request, request.match_info["id"], after)
 
     async def all_stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/directives/stream``: SSE for every run, ``id:`` = global seq; live only

@@ -129,6 +129,8 @@ class RunRoutes:
             raise BadRequest(str(exc)) from None
         service = self.service
         with service.priority.sync():  # bulk ingest waits until the answer is on the wire
+            if self.directives is not None:  # (before the spans: they may decide one)
+                self.directives.client_has_seen(run_id, after)
             run, applied = service.sync(run_id, export, stop, announce)
             directives = [] if self.directives is None else \
                 await self.directives.directives_after(run_id, after, SYNC_DIRECTIVE_WAIT)

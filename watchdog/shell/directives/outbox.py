@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,9 @@ STOP_TIMEOUT = 10.0  # seconds stop() waits for pending directives to be stored
 STORE_RETRY_MAX = 5.0  # seconds between attempts while the store keeps failing
 MAX_RUN_DIRECTIVES = 1_000  # directives listed for one run (the run detail)
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints, off the write path (see store)
+# runs whose clients have seen more of their directives than this sidecar numbered, kept
+MAX_CLIENTS_AHEAD = 65_536
+MAX_CLIENT_SEQ = 2**53 - 1  # a client's seen number taken as a floor (past it: not believed)
 DROPPED, CONFLICT = "dropped", "conflict"  # the outbox's outcomes in directives_delivered_total
 OUTCOMES = (DROPPED, CONFLICT)
 
@@ -95,6 +98,9 @@ class Outbox:
         # store may hold some from before)
         self._snapshots_kept = True
         self._run_seq: dict[str, int] = {}
+        # run -> the highest directive number its clients say they have seen, where this
+        # sidecar numbered fewer (its state was lost, or the run was another replica's)
+        self._clients_ahead: OrderedDict[str, int] = OrderedDict()
         self._counters_loaded = False
         self._writer: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
@@ -194,7 +200,7 @@ class Outbox:
                       decision.rule, decision.run_key, decision.action.value)
             return None
         key = decision.run_key
-        seq = self._run_seq.get(key, 0) + 1
+        seq = max(self._run_seq.get(key, 0), self._clients_ahead.pop(key, 0)) + 1
         self._run_seq[key] = seq
         self._global_seq += 1
         facts = None
@@ -282,6 +288,26 @@ class Outbox:
             raise BadRequest(f"seq={seq} is not allowed: run {run_id!r} has directives up to "
                              f"seq {latest}")
         return await self._lane.run(self.store.ack, run_id, seq, self.clock.now())
+
+    def client_has_seen(self, run_id: str, seq: int) -> None:
+        """A client of run ``run_id`` has seen its directives up to ``seq`` (a sync's, a
+        poll's or a stream's ``after``). When that is more than this sidecar has numbered (its
+        state directory was lost, or the run was another replica's), the run's next directive
+        is numbered after it: clients ignore a directive numbered at or below what they have
+        seen, so one numbered from 1 again would never be applied."""
+        if seq <= self._run_seq.get(run_id, 0) or seq > MAX_CLIENT_SEQ:
+            return
+        known = self._clients_ahead.get(run_id)
+        if known is not None and known >= seq:
+            return
+        if known is None:
+            log.warning("run %s: its client has seen directives up to %d, more than this "
+                        "sidecar numbered (its state was lost?); the run's next directive "
+                        "is numbered after them", run_id, seq)
+        self._clients_ahead[run_id] = seq
+        self._clients_ahead.move_to_end(run_id)
+        while len(self._clients_ahead) > MAX_CLIENTS_AHEAD:
+            self._clients_ahead.popitem(last=False)
 
     async def directives_after(self, run_id: str, after: int, wait: float
                                ) -> list[Directive]:
