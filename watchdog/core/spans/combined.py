@@ -118,6 +118,7 @@ class Tables:
     limit_status: tuple[tuple[re.Pattern[str], str], ...]
     limit_phrases: tuple[tuple[re.Pattern[str], str], ...]
     limit_error_json: tuple[tuple[str, Path], ...]
+    error_json: tuple[tuple[str, Path], ...]
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
@@ -242,6 +243,7 @@ def combine() -> Tables:
                             for pattern, limit in convention.limit_phrases),
         limit_error_json=tuple(pair for convention in CONVENTIONS
                                for pair in convention.limit_error_json),
+        error_json=tuple(pair for convention in CONVENTIONS for pair in convention.error_json),
         limit_attributes=_names("limit_attributes"),
         limit_states=tuple((attribute, re.compile(pattern), limit)
                            for convention in CONVENTIONS

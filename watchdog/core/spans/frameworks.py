@@ -168,7 +168,10 @@ OPENAI_AGENTS = Convention(
     # OpenInference writes the SDK's span error message; OpenLLMetry the repr of the whole
     # error dict (`{'message': 'Max turns exceeded', 'data': {'max_turns': 3}}`)
     limit_status=((r"^(?:\{'message': ')?Max turns exceeded\b", "MaxTurnsExceeded"),),
-    notes="the limit is only in the nested agent span's status description; the root ends OK "
+    # ... and Logfire the error dict as JSON (`error`, read by its entry's `limit_error_json`)
+    limit_phrases=((r"^Max turns exceeded\b", "MaxTurnsExceeded"),),
+    notes="the limit is only in the nested agent span's status description (under Logfire in "
+          "its `error`); the root ends OK "
           "(the trace's run ends at the limit of the child run that ended last); "
           "OpenLLMetry hangs every agent span from the workflow root, never from the tool "
           "span that ran it: an agent used as a tool (`as_tool`) is told by its times (it ran "
@@ -511,10 +514,44 @@ GENKIT = Convention(
           "hands no error to the model); a flow run inside a tool is a child run",
 )
 
+LOGFIRE = Convention(
+    name="Logfire",
+    emitted_by="Pydantic Logfire's integrations: `logfire.instrument_openai_agents()` (the OpenAI "
+               "Agents SDK)",
+    # no GenAI operation or span kind: a Logfire span is named after its message template
+    # (`logfire.msg_template`, fixed per kind of span), its arguments its attributes. The SDK's
+    # agent runs, function tools, handoffs and model calls (Chat Completions or Responses API)
+    # each have one; its trace is the root (`Task: Agent workflow` and each agent's
+    # `Turn {turn} for agent <name>` are steps)
+    kinds={"logfire.msg_template": {
+        "Agent run: {name!r}": Role.AGENT,
+        "Function: {name}": Role.TOOL,
+        "Handoff: {from_agent} → {to_agent}": Role.TOOL,
+        "Chat completion with {gen_ai.request.model!r}": Role.LLM,
+        "Responses API with {gen_ai.request.model!r}": Role.LLM,
+        "OpenAI Agents trace: {name}": Role.WORKFLOW}},
+    agent_span_name=("name",),
+    tool_name=("name",),
+    tool_args=("input",),
+    tool_result=("output",),
+    # a model call's messages in and out, as the SDK sends and receives them (JSON)
+    input_messages=("input",),
+    output_messages=("output",),
+    # a failed span's error is the SDK's error dict as JSON (`{"message": "Max turns exceeded",
+    # "data": {…}}`), not its status description
+    limit_error_json=(("error", ("message",)),),
+    error_json=(("error", ("message",)),),
+    # a Responses API call's answer is in the whole response it records (its `output` items)
+    answer_texts=("response",),
+    notes="spans named after Logfire's message templates (`logfire.msg_template`), no GenAI "
+          "operation; an agent's name is the `name` of its `Agent run` span; a failed span's "
+          "error is the SDK's error dict (`error`), the `max_turns` stop's too",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
-    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT,
+    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE,
 )

@@ -172,6 +172,10 @@ class Convention:
     # maybe a traceback) as its message; the groups give the real type and message. Such an
     # exception fails its span whatever the span's status says
     wrapped_exceptions: tuple[tuple[str, str], ...] = ()
+    # (attribute holding JSON, path to the message in it): a failed span's error as the
+    # framework reports it in an attribute, read when neither its status description nor an
+    # exception event says it (Logfire writes the OpenAI Agents SDK's error dict)
+    error_json: tuple[tuple[str, Path], ...] = ()
     # -- tool calls
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
