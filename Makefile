@@ -125,6 +125,12 @@ TS_GENKIT := tests/frameworks/ts/genkit/node_modules/.installed
 $(TS_GENKIT): tests/frameworks/ts/genkit/package.json tests/frameworks/ts/genkit/package-lock.json
 	cd tests/frameworks/ts/genkit && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
+## ... and Mastra's agent (tests/frameworks/ts/mastra: Mastra brings its own OpenTelemetry JS and
+## AI SDK versions), its traces exported by @mastra/otel-exporter; it takes tsx from the first
+TS_MASTRA := tests/frameworks/ts/mastra/node_modules/.installed
+$(TS_MASTRA): tests/frameworks/ts/mastra/package.json tests/frameworks/ts/mastra/package-lock.json
+	cd tests/frameworks/ts/mastra && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
@@ -260,7 +266,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(GO_AGENT) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(GO_AGENT) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -299,4 +305,5 @@ bench: $(VENV)/.installed-test loadgen
 clean:
 	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .make-dist.lock \
 		watchdog/core/spans/_native*.so \
-		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules
+		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules \
+		tests/frameworks/ts/mastra/node_modules

@@ -87,6 +87,9 @@ def row(convention: Convention) -> str:
                 for rule in c.step_caps]
              + [f"last model call directly below the agent span with `{key}` → `{name}`"
                 for key, name in c.cap_requests]
+             + [f"a step with `{rule.continued}` false whose `{rule.output}` JSON "
+                f"`{_dotted(rule.tool_calls)}` lists tool calls → `{rule.limit}`"
+                for rule in c.stopped_steps]
              + [f"root `{root}`, its output hidden, tools run but no loop-end tool → `{name}`"
                 for root, name in c.loop_caps])
     if c.limit_phrases:

@@ -20,6 +20,7 @@ from watchdog.core.spans.schema import (
     Path,
     Role,
     StepCap,
+    StoppedStep,
     UnaskedTool,
 )
 
@@ -122,6 +123,7 @@ class Tables:
     limit_attributes: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
+    stopped_steps: tuple[StoppedStep, ...]
     cap_requests: tuple[tuple[str, str], ...]
     loop_caps: Mapping[str, str]
     hidden_answers: Names
@@ -249,6 +251,8 @@ def combine() -> Tables:
                            for convention in CONVENTIONS
                            for attribute, pattern, limit in convention.limit_states),
         step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
+        stopped_steps=tuple(entry for convention in CONVENTIONS
+                            for entry in convention.stopped_steps),
         cap_requests=tuple(pair for convention in CONVENTIONS
                            for pair in convention.cap_requests),
         loop_caps=MappingProxyType({name: limit for convention in CONVENTIONS

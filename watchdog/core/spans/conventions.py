@@ -87,7 +87,14 @@ from watchdog.core.spans.identity import (
     unasked_tool,
 )
 from watchdog.core.spans.model_calls import _fill_llm, request_hash
-from watchdog.core.spans.outcome import LIMIT_EXCEPTIONS, phrase_limit, short_type, status_limit
+from watchdog.core.spans.outcome import (
+    LIMIT_EXCEPTIONS,
+    STOPPED_STEPS,
+    phrase_limit,
+    short_type,
+    status_limit,
+    stopped_step,
+)
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
 from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
 from watchdog.core.spans.values import (
@@ -237,6 +244,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             record.limit_stop = short_type(exc_type)
         elif exc_message:
             record.limit_stop = phrase_limit(exc_message)
+
+    if STOPPED_STEPS and record.limit_stop is None and not record.error:
+        # a loop's step that asked for tools and ended the loop: the step limit's stop
+        record.limit_stop = stopped_step(attrs)
 
     if kind is TOOL:
         if span.events and firsts[F_TOOL_ARGS] is None:

@@ -32,7 +32,14 @@ from watchdog.core.spans.instrumentations import (
     OPENLLMETRY,
     WATCHDOG,
 )
-from watchdog.core.spans.schema import Convention, ErrorResult, OutputEnvelope, Role, StepCap
+from watchdog.core.spans.schema import (
+    Convention,
+    ErrorResult,
+    OutputEnvelope,
+    Role,
+    StepCap,
+    StoppedStep,
+)
 
 # What no span carries the model endpoint still sees: the requests and responses themselves.
 ON_NO_SPAN = (" (what no span carries, the [model endpoint](model-endpoint.md) sees in the "
@@ -548,10 +555,34 @@ LOGFIRE = Convention(
           "error is the SDK's error dict (`error`), the `max_turns` stop's too",
 )
 
+MASTRA = Convention(
+    name="Mastra",
+    emitted_by="Mastra's own traces exported by `@mastra/otel-exporter` (npm `@mastra/core`'s "
+               "observability)",
+    # GenAI operation names for the agent (`invoke_agent`), its model calls (`chat`) and tools
+    # (`execute_tool`); each step of the tool loop an `agent_step` span saying whether the loop
+    # goes on after it. `maxSteps` (or a `stopWhen` condition) ends the loop after a step whose
+    # model asked for tools, once they ran, without asking the model again: nothing fails
+    stopped_steps=(StoppedStep("mastra.model_step.is_continued", "mastra.model_step.output",
+                               ("toolCalls",), "max_steps"),),
+    # its default SensitiveDataFilter writes this for the value of every key it takes for a
+    # secret (`key`, `token`, `password`…), tool arguments included
+    hidden_content=frozenset({"[REDACTED]"}),
+    notes="the loop's `maxSteps`/`stopWhen` stop is the last step's (`agent_step`): its model "
+          "asked for tools and the loop did not go on (`max_steps`), with or without an "
+          "answer; a tool argument whose value the default SensitiveDataFilter redacted "
+          "(`[REDACTED]`: keys such as `key`, `token`, `secret`) makes its call one that cannot "
+          "be told from another (no repeats); the exporter sends every 5 s (its own setting, "
+          "not `OTEL_BSP_SCHEDULE_DELAY`): the watchdog sees a run up to 5 s late, a short one "
+          "only once it has ended (steer such runs through the [model endpoint]"
+          "(model-endpoint.md)); an agent run inside a tool is a child run when the tool passes "
+          "its `tracingContext` on (as Mastra's docs show), else a trace and a run of its own",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
-    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE,
+    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA,
 )

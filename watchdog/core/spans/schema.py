@@ -106,6 +106,20 @@ class StepCap:
 
 
 @dataclass(frozen=True, slots=True)
+class StoppedStep:
+    """A step span of a framework's tool loop that says whether the loop went on after it
+    (``continued``: a flag) and what its model asked for (``output``: JSON, the tool calls a list
+    at ``tool_calls``). A step whose model asked for tools after which the loop did not go on
+    ended the loop without asking the model about those tools' results: its step limit stopped
+    it (``limit``: Mastra's ``maxSteps``/``stopWhen``)."""
+
+    continued: str
+    output: str
+    tool_calls: Path
+    limit: str
+
+
+@dataclass(frozen=True, slots=True)
 class Convention:
     """Where one convention or framework puts each fact. Every field is optional."""
 
@@ -251,6 +265,7 @@ class Convention:
     limit_attributes: Names = _NO_NAMES  # the value is the limit's name
     limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
     step_caps: tuple[StepCap, ...] = ()  # an agent span that counts its steps against a cap
+    stopped_steps: tuple[StoppedStep, ...] = ()  # a step that asked for tools and ended the loop
     # An agent span that names its cap on steps, whose framework, at the cap, asks the model once
     # more for an answer from the agent span itself, outside the step spans every other model
     # call runs in: (the cap's attribute, limit name). A run whose last model call hangs
