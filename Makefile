@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector loadgen goagent rust-agent java-agent
+	dist-image dist-chart collector loadgen goagent genkit-go rust-agent java-agent
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -155,6 +155,28 @@ $(GO_AGENT): $(GO_AGENT_SOURCES) $(GO_AGENT_BUILT)
 
 goagent: $(GO_AGENT)
 
+## ... and the Genkit for Go agent of tests/frameworks/test_genkit_go.py (tests/frameworks/go/
+## genkit, a module of its own: Genkit, its compat_oai plugin and the OpenTelemetry SDK with its
+## OTLP/HTTP exporter, as its go.mod and go.sum pin them), built the same way into
+## AGENT_WATCHDOG_CACHE/genkit-go/<hash of its sources>/; .cache/genkit-go/<hash>/genkit-go
+## links to it. 45 CPU seconds with the modules in Go's cache (docs/testing.md).
+GENKIT_GO_SOURCES := $(sort $(wildcard tests/frameworks/go/genkit/*.go)) \
+	tests/frameworks/go/genkit/go.mod tests/frameworks/go/genkit/go.sum
+GENKIT_GO_HASH    := $(shell cat $(GENKIT_GO_SOURCES) | sha256sum | cut -c1-16)
+GENKIT_GO         := .cache/genkit-go/$(GENKIT_GO_HASH)/genkit-go
+GENKIT_GO_BUILT   := $(AGENT_WATCHDOG_CACHE)/genkit-go/$(GENKIT_GO_HASH)/genkit-go
+
+$(GENKIT_GO_BUILT):
+	mkdir -p $(@D)
+	cd tests/frameworks/go/genkit && GOFLAGS='-mod=readonly -buildvcs=false' \
+		GOPROXY=$${GOPROXY:-https://proxy.golang.org} go build -trimpath -o $(abspath $@).tmp-$$PPID .
+	mv $@.tmp-$$PPID $@
+
+$(GENKIT_GO): $(GENKIT_GO_SOURCES) $(GENKIT_GO_BUILT)
+	mkdir -p $(@D) && ln -sf $(GENKIT_GO_BUILT) $@
+
+genkit-go: $(GENKIT_GO)
+
 ## the Rust agent of the model endpoint's tests (tests/frameworks/rust: async-openai, as its
 ## Cargo.lock pins it, from crates.io), built (debug profile: it builds faster than release) into
 ## the user's cache (AGENT_WATCHDOG_CACHE/rust-agent/<hash of its sources>/rust-agent; cargo's
@@ -266,7 +288,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(GO_AGENT) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

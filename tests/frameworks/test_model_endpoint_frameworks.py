@@ -7,7 +7,8 @@ Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``
 ``OpenAIResponsesLlm``), Haystack's ``Agent`` and Semantic Kernel's ``ChatCompletionAgent`` (and
 DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
-``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Rust agent
+``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`; Genkit for Go,
+``go/genkit``); the Rust agent
 (``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
@@ -52,6 +53,7 @@ import pytest
 from tests.frameworks import fakellm, jvm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
+from tests.frameworks.test_genkit_go import genkit_go
 from tests.harness import (
     RunningServer,
     http_request,
@@ -133,6 +135,8 @@ AGENTS = [
     Agent("semantic_kernel", "endpoint_semantic_kernel", "stream", tool="Files-search"),
     *(Agent("go", "endpoint_go", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),
+    # Genkit for Go: its flow on the compat_oai OpenAI plugin (Chat Completions)
+    *(Agent("genkit-go", "endpoint_genkit_go", mode) for mode in ("endpoint", "endpoint_stream")),
     *(Agent("rust", "endpoint_rust", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     Agent("java", "langchain4j", "chat"),
@@ -299,6 +303,7 @@ COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "ts": lambda agent: (["node", "--import", "tsx", str(ts_agent(agent)), agent.mode], TS_DIR),
     "go": lambda agent: ([str(go_agent()), agent.mode], GO_DIR),
     "rust": lambda agent: ([str(rust_agent()), agent.mode], RUST_DIR),
+    "genkit-go": lambda agent: ([str(genkit_go()), agent.mode], genkit_go().parent),
 }
 
 

@@ -497,12 +497,14 @@ VERCEL_AI = Convention(
 
 GENKIT = Convention(
     name="Genkit",
-    emitted_by="Genkit's own telemetry (npm `genkit`: `enableTelemetry` from `genkit/tracing`)",
+    emitted_by="Genkit's own telemetry (npm `genkit`: `enableTelemetry` from `genkit/tracing`; "
+               "Genkit for Go on the global tracer provider)",
     # no GenAI or OpenInference attribute: `genkit:metadata:subtype` says what an action's span
-    # is (a flow the invocation, a model a model call, a tool a tool call); `generate` (a util,
-    # no subtype) frames each turn of the tool loop, nested one in the other
+    # is (a flow the invocation, a model a model call, a tool a tool call: `tool.v2` in Go);
+    # `generate` (a util, no subtype in TypeScript) frames each turn of the tool loop, nested
+    # one in the other in TypeScript, one for the whole loop in Go
     kinds={"genkit:metadata:subtype": {
-        "flow": Role.AGENT, "model": Role.LLM, "tool": Role.TOOL}},
+        "flow": Role.AGENT, "model": Role.LLM, "tool": Role.TOOL, "tool.v2": Role.TOOL}},
     agent_span_name=("genkit:name",),
     tool_name=("genkit:name",),
     tool_args=("genkit:input",),
@@ -514,7 +516,8 @@ GENKIT = Convention(
     # a model action's name is the model, after its plugin's (`googleai/gemini-2.5-flash`)
     request_model=("genkit:name",),
     # `maxTurns` reached: GenkitError ABORTED, every span up to the flow ends ERROR with it
-    limit_phrases=((r"Exceeded maximum tool call iterations", "max_turns"),),
+    # ("Exceeded …" in TypeScript, "exceeded …" in Go)
+    limit_phrases=((r"(?i)exceeded maximum tool call iterations", "max_turns"),),
     notes="the agent is the flow (`genkit:name`); a model call's output is Genkit's response "
           "JSON, its `finishReason` `stop` whether it answers or asks for tools (a tool call "
           "after it says which; not read); a tool that throws fails the whole call (Genkit "
