@@ -105,9 +105,9 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
             _failed(record, *failure)
 
 
-# an instrumentation's placeholders for hidden content as JSON strings: a value of a JSON
-# object's, in canonical arguments (the longest first: one may hold another)
-_HIDDEN_VALUES = tuple(f'"{text}"' for text in sorted(HIDDEN_CONTENT, key=len, reverse=True)
+# an instrumentation's placeholders for hidden content as JSON strings (a value in canonical
+# JSON arguments)
+_HIDDEN_VALUES = tuple(f'"{text}"' for text in sorted(HIDDEN_CONTENT)
                        if text and '"' not in text and "\\" not in text)
 
 
