@@ -1623,7 +1623,7 @@ def test_tool_arguments_with_a_redacted_value_are_no_repeats() -> None:
     the same: such arguments are no repeats of each other (no hash), while arguments with no
     hidden value still are (the same call twice)."""
     maker = SpanMaker()
-    for key in ("a", "b", "c"):
+    for _ in ("a", "b", "c"):  # (three calls with different keys, each redacted)
         maker.span("execute_tool lookup", {"gen_ai.operation.name": "execute_tool",
                                            "gen_ai.tool.name": "lookup",
                                            "gen_ai.tool.call.arguments": '{"key":"[REDACTED]"}'})
