@@ -573,7 +573,8 @@ MASTRA = Convention(
     hidden_content=frozenset({"[REDACTED]"}),
     notes="the loop's `maxSteps`/`stopWhen` stop is the last step's (`agent_step`): its model "
           "asked for tools and the loop did not go on (`max_steps`), with or without an "
-          "answer; a tool argument whose value the default SensitiveDataFilter redacted "
+          "answer (and so reads a loop that a tool suspended, awaiting approval or run by the "
+          "application itself: a known gap); a tool argument whose value the default SensitiveDataFilter redacted "
           "(`[REDACTED]`: keys such as `key`, `token`, `secret`) makes its call one that cannot "
           "be told from another (no repeats); the exporter sends every 5 s (its own setting, "
           "not `OTEL_BSP_SCHEDULE_DELAY`): the watchdog sees a run up to 5 s late, a short one "
