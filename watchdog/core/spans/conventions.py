@@ -245,10 +245,6 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         elif exc_message:
             record.limit_stop = phrase_limit(exc_message)
 
-    if STOPPED_STEPS and record.limit_stop is None and not record.error:
-        # a loop's step that asked for tools and ended the loop: the step limit's stop
-        record.limit_stop = stopped_step(attrs)
-
     if kind is TOOL:
         if span.events and firsts[F_TOOL_ARGS] is None:
             attrs, firsts = _with_events(attrs, span.events, firsts)
@@ -258,6 +254,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)
+        if STOPPED_STEPS and record.limit_stop is None and not record.error:
+            # a loop's step (no kind) that asked for tools and ended the loop: the step
+            # limit's stop
+            record.limit_stop = stopped_step(attrs)
         if name in TOOL_RUN_SPAN_NAMES:
             record.runs_asked = True
         if name in NESTED_STEP_SPAN_NAMES and not record.error:
