@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector loadgen goagent rust-agent java-agent
+	dist-image dist-chart collector loadgen goagent genkit-go rust-agent java-agent
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,12 @@ TS_GENKIT := tests/frameworks/ts/genkit/node_modules/.installed
 $(TS_GENKIT): tests/frameworks/ts/genkit/package.json tests/frameworks/ts/genkit/package-lock.json
 	cd tests/frameworks/ts/genkit && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
+## ... and Mastra's agent (tests/frameworks/ts/mastra: Mastra brings its own OpenTelemetry JS and
+## AI SDK versions), its traces exported by @mastra/otel-exporter; it takes tsx from the first
+TS_MASTRA := tests/frameworks/ts/mastra/node_modules/.installed
+$(TS_MASTRA): tests/frameworks/ts/mastra/package.json tests/frameworks/ts/mastra/package-lock.json
+	cd tests/frameworks/ts/mastra && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
@@ -148,6 +154,28 @@ $(GO_AGENT): $(GO_AGENT_SOURCES) $(GO_AGENT_BUILT)
 	mkdir -p $(@D) && ln -sf $(GO_AGENT_BUILT) $@
 
 goagent: $(GO_AGENT)
+
+## ... and the Genkit for Go agent of tests/frameworks/test_genkit_go.py (tests/frameworks/go/
+## genkit, a module of its own: Genkit, its compat_oai plugin and the OpenTelemetry SDK with its
+## OTLP/HTTP exporter, as its go.mod and go.sum pin them), built the same way into
+## AGENT_WATCHDOG_CACHE/genkit-go/<hash of its sources>/; .cache/genkit-go/<hash>/genkit-go
+## links to it. 45 CPU seconds with the modules in Go's cache (docs/testing.md).
+GENKIT_GO_SOURCES := $(sort $(wildcard tests/frameworks/go/genkit/*.go)) \
+	tests/frameworks/go/genkit/go.mod tests/frameworks/go/genkit/go.sum
+GENKIT_GO_HASH    := $(shell cat $(GENKIT_GO_SOURCES) | sha256sum | cut -c1-16)
+GENKIT_GO         := .cache/genkit-go/$(GENKIT_GO_HASH)/genkit-go
+GENKIT_GO_BUILT   := $(AGENT_WATCHDOG_CACHE)/genkit-go/$(GENKIT_GO_HASH)/genkit-go
+
+$(GENKIT_GO_BUILT):
+	mkdir -p $(@D)
+	cd tests/frameworks/go/genkit && GOFLAGS='-mod=readonly -buildvcs=false' \
+		GOPROXY=$${GOPROXY:-https://proxy.golang.org} go build -trimpath -o $(abspath $@).tmp-$$PPID .
+	mv $@.tmp-$$PPID $@
+
+$(GENKIT_GO): $(GENKIT_GO_SOURCES) $(GENKIT_GO_BUILT)
+	mkdir -p $(@D) && ln -sf $(GENKIT_GO_BUILT) $@
+
+genkit-go: $(GENKIT_GO)
 
 ## the Rust agent of the model endpoint's tests (tests/frameworks/rust: async-openai, as its
 ## Cargo.lock pins it, from crates.io), built (debug profile: it builds faster than release) into
@@ -260,7 +288,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(GO_AGENT) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -299,4 +327,5 @@ bench: $(VENV)/.installed-test loadgen
 clean:
 	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .make-dist.lock \
 		watchdog/core/spans/_native*.so \
-		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules
+		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules \
+		tests/frameworks/ts/mastra/node_modules

@@ -1139,6 +1139,22 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
            ("limit", Outcome(4, 3, 0, "tool_limit_reached", "max_steps", True)),
            ("answer_at_cap", Outcome(3, 2, 0, "completed", None, True)),
            ("tool_error", Outcome(2, 1, 1, "completed", None, True)))},
+    # the OpenAI Agents SDK under Logfire: spans typed by their message template; the limit is
+    # the SDK's error dict in the agent span's `error`
+    **{("openai_agents_logfire", scenario + suffix): outcome_of for suffix in ("", "_responses")
+       for scenario, outcome_of in (
+           ("three_tools", COMPLETED_3),
+           ("limit", Outcome(3, 3, 0, "tool_limit_reached", "MaxTurnsExceeded", False)),
+           ("tool_error", Outcome(2, 1, 1, "completed", None, True)))},
+    # Mastra: maxSteps ends the loop after a step that asked for tools (no fourth model call)
+    ("mastra", "three_tools"): COMPLETED_3,
+    ("mastra", "three_tools_stream"): COMPLETED_3,
+    ("mastra", "limit"): Outcome(3, 3, 0, "tool_limit_reached", "max_steps", False),
+    ("mastra", "tool_error"): Outcome(2, 1, 1, "completed", None, True),
+    # Genkit for Go: tools of subtype tool.v2; "exceeded maximum tool call iterations"
+    ("genkit_go", "three_tools"): COMPLETED_3,
+    ("genkit_go", "limit"): Outcome(4, 3, 0, "tool_limit_reached", "max_turns", False),
+    ("genkit_go", "tool_error"): Outcome(1, 1, 1, "error", "GenkitError", False),
 }
 
 
@@ -1599,3 +1615,60 @@ def test_a_framework_step_that_runs_the_asked_tool_is_that_tool_call() -> None:
     tracker.apply(records, 1.0)
     run = tracker.get(steps[0].run_key)
     assert run is not None and (run.tool_calls, run.tools) == (3, {"lookup": 3})
+
+
+def test_tool_arguments_with_a_redacted_value_are_no_repeats() -> None:
+    """A filter that redacts the values of keys it takes for secrets (Mastra's default
+    SensitiveDataFilter, ``"key": "[REDACTED]"``) leaves calls that differed only there looking
+    the same: such arguments are no repeats of each other (no hash), while arguments with no
+    hidden value still are (the same call twice)."""
+    maker = SpanMaker()
+    for _ in ("a", "b", "c"):  # (three calls with different keys, each redacted)
+        maker.span("execute_tool lookup", {"gen_ai.operation.name": "execute_tool",
+                                           "gen_ai.tool.name": "lookup",
+                                           "gen_ai.tool.call.arguments": '{"key":"[REDACTED]"}'})
+    for _ in range(2):
+        maker.span("execute_tool lookup", {"gen_ai.operation.name": "execute_tool",
+                                           "gen_ai.tool.name": "lookup",
+                                           "gen_ai.tool.call.arguments": '{"key":"a"}'})
+    records = records_of(maker.take())
+    assert [record.args_hash is None for record in records] == [True] * 3 + [False] * 2
+    assert records[0].args_brief == '{"key":"[REDACTED]"}'
+    assert records[3].args_hash == records[4].args_hash
+    run = fold(records[:3])
+    assert (run.tool_calls, run.repeated_tool_call) == (3, 0)
+    # (the recorded Mastra run: three different calls, each of them redacted)
+    assert fold(recorded_records("mastra", "three_tools")).repeated_tool_call == 0
+
+
+def test_a_step_that_asked_for_tools_and_ended_the_loop_is_the_step_limit() -> None:
+    """Mastra's ``maxSteps``: the last step's model asked for tools and the loop did not go on
+    (``is_continued`` false) — the step limit stopped it; a step that answered, or one the loop
+    went on from, is none."""
+    maker = SpanMaker()
+    asked = '{"text":"","toolCalls":[{"toolCallId":"c1","toolName":"lookup","args":{}}]}'
+    answered = '{"text":"done.","toolCalls":[]}'
+    for continued, output in ((False, asked), (True, asked), (False, answered)):
+        maker.span("agent_step researcher", {"gen_ai.operation.name": "agent_step",
+                                             "mastra.model_step.is_continued": continued,
+                                             "mastra.model_step.output": output})
+    assert [record.limit_stop for record in records_of(maker.take())] == [
+        "max_steps", None, None]
+
+
+def test_a_failed_spans_error_reported_only_in_an_attribute_is_its_message() -> None:
+    """Logfire writes the OpenAI Agents SDK's error dict as JSON in ``error``, no status
+    description and no exception event: its message is the error's (and the limit it names, in
+    words, the run's limit)."""
+    maker = SpanMaker()
+    maker.span("Function: {name}", {"logfire.msg_template": "Function: {name}", "name": "lookup",
+                                    "error": '{"message":"Error running tool (non-fatal)",'
+                                             '"data":{"tool_name":"lookup"}}'}, error="")
+    maker.span("Agent run: {name!r}", {"logfire.msg_template": "Agent run: {name!r}",
+                                       "name": "researcher",
+                                       "error": '{"message":"Max turns exceeded",'
+                                                '"data":{"max_turns":3}}'}, error="")
+    tool, agent = records_of(maker.take())
+    assert (tool.kind, tool.error, tool.error_message) == (
+        TOOL, True, "Error running tool (non-fatal)")
+    assert (agent.kind, agent.agent, agent.limit_stop) == (AGENT, "researcher", "MaxTurnsExceeded")

@@ -87,6 +87,9 @@ def row(convention: Convention) -> str:
                 for rule in c.step_caps]
              + [f"last model call directly below the agent span with `{key}` → `{name}`"
                 for key, name in c.cap_requests]
+             + [f"a step with `{rule.continued}` false whose `{rule.output}` JSON "
+                f"`{_dotted(rule.tool_calls)}` lists tool calls → `{rule.limit}`"
+                for rule in c.stopped_steps]
              + [f"root `{root}`, its output hidden, tools run but no loop-end tool → `{name}`"
                 for root, name in c.loop_caps])
     if c.limit_phrases:
@@ -94,6 +97,10 @@ def row(convention: Convention) -> str:
                      + "".join(f", in `{key}`" + (f" JSON `{_dotted(path)}`" if path else "")
                                for key, path in c.limit_error_json)
                      + " → " + "/".join(f"`{name}`" for _, name in c.limit_phrases))
+    elif c.limit_error_json:
+        limit.append("any entry's words for a limit in a failed span's "
+                     + ", ".join(f"`{key}`" + (f" JSON `{_dotted(path)}`" if path else "")
+                                 for key, path in c.limit_error_json))
     named = " (a span named so is the agent)"
     agent = ([_place(key) + (named if key in c.agent_name_invocations else "")
               for key in c.agent_name]
@@ -118,7 +125,9 @@ def row(convention: Convention) -> str:
         + [f"`{flag}` = true (message `{result}` JSON `{_dotted(path)}`)"
            for flag, result, path in c.tool_error_flags] \
         + [f"`{key}` ending `{end}` ~ /{pattern}/" for key, end, pattern
-           in c.tool_result_error_texts]
+           in c.tool_result_error_texts] \
+        + [f"a failed span's message in `{key}`" + (f" JSON `{_dotted(path)}`" if path else "")
+           for key, path in c.error_json]
     spans = ([f"`{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())
               for key, roles in c.kinds.items()]
              + [f"root `{key}` = " + ", ".join(f"{value} ({role})" for value, role in roles.items())

@@ -142,6 +142,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "openai_agents_olm": (*_OPENAI_AGENTS, "opentelemetry.instrumentation.openai_agents",
                           "opentelemetry.instrumentation.openai.v1"),
     "openai_agents_openlit": (*_OPENAI_AGENTS, "openlit"),
+    # Logfire is imported by the driver after it sets the exporters' variables
+    "openai_agents_logfire": _OPENAI_AGENTS,
     "openai_oi": (*_OTEL, *_OPENAI, "openinference.instrumentation.openai"),
     "openai_olm": (*_OTEL, *_OPENAI, "opentelemetry.instrumentation.openai",
                    "opentelemetry.instrumentation.openai.v1"),

@@ -7,12 +7,14 @@ Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``
 ``OpenAIResponsesLlm``), Haystack's ``Agent`` and Semantic Kernel's ``ChatCompletionAgent`` (and
 DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
-``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`); the Rust agent
+``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`; Genkit for Go,
+``go/genkit``); the Rust agent
 (``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
 loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
-``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS) — is pointed at a real sidecar by
+``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS; Mastra, ``ts/mastra/endpoint.ts``) — is
+pointed at a real sidecar by
 ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` alone (``@ai-sdk/anthropic``: its ``baseURL``):
 no OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no header. Behind the sidecar is the
 scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the
@@ -51,6 +53,7 @@ import pytest
 from tests.frameworks import fakellm, jvm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
+from tests.frameworks.test_genkit_go import genkit_go
 from tests.harness import (
     RunningServer,
     http_request,
@@ -132,6 +135,8 @@ AGENTS = [
     Agent("semantic_kernel", "endpoint_semantic_kernel", "stream", tool="Files-search"),
     *(Agent("go", "endpoint_go", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream", "messages", "messages_stream")),
+    # Genkit for Go: its flow on the compat_oai OpenAI plugin (Chat Completions)
+    *(Agent("genkit-go", "endpoint_genkit_go", mode) for mode in ("endpoint", "endpoint_stream")),
     *(Agent("rust", "endpoint_rust", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     Agent("java", "langchain4j", "chat"),
@@ -145,6 +150,8 @@ AGENTS = [
         "agent", "agent_stream")),
     *(Agent("ts", "endpoint_openai_agents_js", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
+    # (Mastra: each API once, one of them streamed: a node process is 2-3 s)
+    *(Agent("ts", "endpoint_mastra", mode) for mode in ("responses", "chat_stream")),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]
@@ -274,14 +281,18 @@ def rust_agent() -> Path:
 
 # the TypeScript agents (env "ts"), by driver: their file in ts/
 TS_AGENTS = {"endpoint_ts": "agent.ts", "endpoint_ai_sdk": "ai_sdk.ts",
-             "endpoint_openai_agents_js": "openai_agents.ts"}
-TS_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "@openai/agents", "tsx")
+             "endpoint_openai_agents_js": "openai_agents.ts",
+             "endpoint_mastra": "mastra/endpoint.ts"}
+TS_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "@openai/agents", "tsx",
+               "mastra/node_modules/@mastra/core")
 
 
 def ts_agent(agent: Agent) -> Path:
-    """A TypeScript agent's file, once ``npm ci`` has installed its packages."""
+    """A TypeScript agent's file, once ``npm ci`` has installed its packages (Mastra's in
+    ``ts/mastra``: ``make tests/frameworks/ts/mastra/node_modules/.installed``)."""
     missing = [package for package in TS_PACKAGES
-               if not (TS_DIR / "node_modules" / package / "package.json").exists()]
+               if not ((TS_DIR / "node_modules" / package / "package.json").exists()
+                       or (TS_DIR / package / "package.json").exists())]
     assert not missing, (f"{TS_DIR}/node_modules lacks {missing}: run `make "
                          f"tests/frameworks/ts/node_modules/.installed` (part of `make test`)")
     return TS_DIR / TS_AGENTS[agent.driver]
@@ -292,6 +303,7 @@ COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "ts": lambda agent: (["node", "--import", "tsx", str(ts_agent(agent)), agent.mode], TS_DIR),
     "go": lambda agent: ([str(go_agent()), agent.mode], GO_DIR),
     "rust": lambda agent: ([str(rust_agent()), agent.mode], RUST_DIR),
+    "genkit-go": lambda agent: ([str(genkit_go()), agent.mode], genkit_go().parent),
 }
 
 

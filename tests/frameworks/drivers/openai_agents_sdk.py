@@ -7,6 +7,8 @@ off to a billing agent), ``agent_as_tool`` (a manager calls the researcher as it
 billing agent hand the same request back and forth, eight round trips, until triage answers),
 ``ping_pong_limit`` (the same, but triage never answers: ``max_turns=4`` stops the loop),
 ``chain`` (triage hands off to billing, billing to the researcher, who answers). A scenario ending
+``_responses`` runs on the Responses API model (``OpenAIResponsesModel``, the SDK's default
+for a model given by name) instead of Chat Completions. A scenario ending
 ``_nocontent`` runs with message content hidden, as a privacy-minded deployment sets it:
 OpenInference's ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS``/``_INPUT_MESSAGES``/
 ``_OUTPUT_MESSAGES`` (read by its ``TraceConfig``), OpenLLMetry's ``TRACELOOP_TRACE_CONTENT``."""
@@ -17,9 +19,17 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from _otel import model_settings, setup_tracing
-from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_trace_processors
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_trace_processors,
+)
 from agents.exceptions import MaxTurnsExceeded
 from openai import AsyncOpenAI
 from opentelemetry.sdk.trace import TracerProvider
@@ -46,35 +56,43 @@ def instrument_openinference(provider: TracerProvider) -> None:
 
 
 async def main(scenario: str,
-               instrument: Callable[[TracerProvider], None] = instrument_openinference) -> None:
+               instrument: Callable[[TracerProvider], None] = instrument_openinference,
+               tracing: Callable[[str], TracerProvider] = setup_tracing) -> None:
+    """Run ``scenario``; ``tracing`` makes the tracer provider exporting to the sidecar (whose
+    ``shutdown`` flushes it), ``instrument`` traces the SDK on it."""
     if scenario.endswith("_nocontent"):
         os.environ.update(CONTENT_OFF)
         scenario = scenario.removesuffix("_nocontent")
-    provider = setup_tracing("openai-agents-service")
+    # `_responses`: on the Responses API model (the SDK's default for a model given by name)
+    model_class: Any = OpenAIChatCompletionsModel
+    if scenario.endswith("_responses"):
+        model_class = OpenAIResponsesModel
+        scenario = scenario.removesuffix("_responses")
+    provider = tracing("openai-agents-service")
     set_trace_processors([])  # no export to OpenAI's backend: there is no network here
     instrument(provider)
     base_url, name = model_settings()
     client = AsyncOpenAI(base_url=base_url, api_key="sk-fake")
     researcher = Agent(name="agents-researcher", instructions="Look things up, then answer.",
-                       tools=[lookup], model=OpenAIChatCompletionsModel(name, client))
+                       tools=[lookup], model=model_class(name, client))
     start = researcher
     if scenario == "handoff":
-        researcher.model = OpenAIChatCompletionsModel(name + "-billing", client)
+        researcher.model = model_class(name + "-billing", client)
         start = Agent(name="agents-triage", instructions="Hand billing questions off.",
-                      handoffs=[researcher], model=OpenAIChatCompletionsModel(name, client))
+                      handoffs=[researcher], model=model_class(name, client))
     elif scenario == "agent_as_tool":
-        researcher.model = OpenAIChatCompletionsModel(name + "-sub", client)
+        researcher.model = model_class(name + "-sub", client)
         start = Agent(name="agents-manager", instructions="Use the research tool, then answer.",
                       tools=[researcher.as_tool(tool_name="research",
                                                 tool_description="Research a question.")],
-                      model=OpenAIChatCompletionsModel(name, client))
+                      model=model_class(name, client))
     elif scenario in ("ping_pong", "ping_pong_limit", "chain"):
         billing = Agent(name="agents-billing", instructions="Answer billing questions.",
-                        model=OpenAIChatCompletionsModel(name + "-billing", client))
+                        model=model_class(name + "-billing", client))
         start = Agent(name="agents-triage", instructions="Hand billing questions off.",
-                      handoffs=[billing], model=OpenAIChatCompletionsModel(name, client))
+                      handoffs=[billing], model=model_class(name, client))
         billing.handoffs = [researcher] if scenario == "chain" else [start]
-        researcher.model = OpenAIChatCompletionsModel(name + "-sub", client)
+        researcher.model = model_class(name + "-sub", client)
     turns = {"limit": 3, "ping_pong": 20, "ping_pong_limit": 4}.get(scenario, 10)
     try:
         result = await Runner.run(start, "Look up a, b and c.", max_turns=turns)

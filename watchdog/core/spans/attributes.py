@@ -31,6 +31,8 @@ ROOT_AGENT_NAME_JSON = TABLES.root_agent_name_json
 ROOT_GRAPH_JSON = TABLES.root_graph_json
 TEAM_MEMBER_KEYS = TABLES.team_members
 LIMIT_ERROR_JSON = TABLES.limit_error_json
+ERROR_JSON = TABLES.error_json
+STOPPED_STEPS = TABLES.stopped_steps
 SESSION_KEYS = TABLES.session
 RESPONSE_ID_KEYS = TABLES.response_id
 TOOL_NAME_KEYS = TABLES.tool_name
@@ -150,6 +152,8 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
     + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
     + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
+    + tuple(key for key, _ in ERROR_JSON)
+    + tuple(key for rule in STOPPED_STEPS for key in (rule.continued, rule.output))
     + tuple(key for key, _, _, _ in ROOT_GRAPH_JSON) + TEAM_MEMBER_KEYS
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS

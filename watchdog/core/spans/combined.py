@@ -20,6 +20,7 @@ from watchdog.core.spans.schema import (
     Path,
     Role,
     StepCap,
+    StoppedStep,
     UnaskedTool,
 )
 
@@ -118,10 +119,12 @@ class Tables:
     limit_status: tuple[tuple[re.Pattern[str], str], ...]
     limit_phrases: tuple[tuple[re.Pattern[str], str], ...]
     limit_error_json: tuple[tuple[str, Path], ...]
+    error_json: tuple[tuple[str, Path], ...]
     limit_attributes: Names
     declined_tool_flags: Names
     limit_states: tuple[tuple[str, re.Pattern[str], str], ...]
     step_caps: tuple[StepCap, ...]
+    stopped_steps: tuple[StoppedStep, ...]
     cap_requests: tuple[tuple[str, str], ...]
     loop_caps: Mapping[str, str]
     hidden_answers: Names
@@ -243,12 +246,15 @@ def combine() -> Tables:
                             for pattern, limit in convention.limit_phrases),
         limit_error_json=tuple(pair for convention in CONVENTIONS
                                for pair in convention.limit_error_json),
+        error_json=tuple(pair for convention in CONVENTIONS for pair in convention.error_json),
         limit_attributes=_names("limit_attributes"),
         declined_tool_flags=_names("declined_tool_flags"),
         limit_states=tuple((attribute, re.compile(pattern), limit)
                            for convention in CONVENTIONS
                            for attribute, pattern, limit in convention.limit_states),
         step_caps=tuple(entry for convention in CONVENTIONS for entry in convention.step_caps),
+        stopped_steps=tuple(entry for convention in CONVENTIONS
+                            for entry in convention.stopped_steps),
         cap_requests=tuple(pair for convention in CONVENTIONS
                            for pair in convention.cap_requests),
         loop_caps=MappingProxyType({name: limit for convention in CONVENTIONS

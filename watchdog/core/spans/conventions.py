@@ -87,7 +87,14 @@ from watchdog.core.spans.identity import (
     unasked_tool,
 )
 from watchdog.core.spans.model_calls import _fill_llm, request_hash
-from watchdog.core.spans.outcome import LIMIT_EXCEPTIONS, phrase_limit, short_type, status_limit
+from watchdog.core.spans.outcome import (
+    LIMIT_EXCEPTIONS,
+    STOPPED_STEPS,
+    phrase_limit,
+    short_type,
+    status_limit,
+    stopped_step,
+)
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
 from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
 from watchdog.core.spans.values import (
@@ -247,6 +254,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)
+        if STOPPED_STEPS and record.limit_stop is None and not record.error:
+            # a loop's step (no kind) that asked for tools and ended the loop: the step
+            # limit's stop
+            record.limit_stop = stopped_step(attrs)
         if name in TOOL_RUN_SPAN_NAMES:
             record.runs_asked = True
         if name in NESTED_STEP_SPAN_NAMES and not record.error:

@@ -13,6 +13,7 @@ from watchdog.core.spans.outcome import (
     LIMIT_EXCEPTIONS,
     error_limit,
     phrase_limit,
+    reported_error,
     short_type,
     status_limit,
     unwrapped_exception,
@@ -51,7 +52,9 @@ def _fill_error(record: SpanRecord, attrs: Mapping[str, object], events: Any,
     status_stop = status_limit(status_message) if status_message else None
     # A limit only named by the status description ("Max turns exceeded: …") types the error.
     error_type = _first_str(attrs, ERROR_TYPE_KEYS) or exc_type or status_stop or "error"
-    _failed(record, error_type, exc_message or status_message or "", exc_type)
+    # (neither says what failed: the error the framework reports in an attribute, if it does)
+    message = exc_message or status_message or reported_error(attrs)
+    _failed(record, error_type, message, exc_type)
     for candidate in (error_type, exc_type):
         if candidate and short_type(candidate) in LIMIT_EXCEPTIONS:
             record.limit_stop = short_type(candidate)

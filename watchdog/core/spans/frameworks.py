@@ -32,7 +32,14 @@ from watchdog.core.spans.instrumentations import (
     OPENLLMETRY,
     WATCHDOG,
 )
-from watchdog.core.spans.schema import Convention, ErrorResult, OutputEnvelope, Role, StepCap
+from watchdog.core.spans.schema import (
+    Convention,
+    ErrorResult,
+    OutputEnvelope,
+    Role,
+    StepCap,
+    StoppedStep,
+)
 
 # What no span carries the model endpoint still sees: the requests and responses themselves.
 ON_NO_SPAN = (" (what no span carries, the [model endpoint](model-endpoint.md) sees in the "
@@ -168,7 +175,10 @@ OPENAI_AGENTS = Convention(
     # OpenInference writes the SDK's span error message; OpenLLMetry the repr of the whole
     # error dict (`{'message': 'Max turns exceeded', 'data': {'max_turns': 3}}`)
     limit_status=((r"^(?:\{'message': ')?Max turns exceeded\b", "MaxTurnsExceeded"),),
-    notes="the limit is only in the nested agent span's status description; the root ends OK "
+    # ... and Logfire the error dict as JSON (`error`, read by its entry's `limit_error_json`)
+    limit_phrases=((r"^Max turns exceeded\b", "MaxTurnsExceeded"),),
+    notes="the limit is only in the nested agent span's status description (under Logfire in "
+          "its `error`); the root ends OK "
           "(the trace's run ends at the limit of the child run that ended last); "
           "OpenLLMetry hangs every agent span from the workflow root, never from the tool "
           "span that ran it: an agent used as a tool (`as_tool`) is told by its times (it ran "
@@ -487,12 +497,14 @@ VERCEL_AI = Convention(
 
 GENKIT = Convention(
     name="Genkit",
-    emitted_by="Genkit's own telemetry (npm `genkit`: `enableTelemetry` from `genkit/tracing`)",
+    emitted_by="Genkit's own telemetry (npm `genkit`: `enableTelemetry` from `genkit/tracing`; "
+               "Genkit for Go on the global tracer provider)",
     # no GenAI or OpenInference attribute: `genkit:metadata:subtype` says what an action's span
-    # is (a flow the invocation, a model a model call, a tool a tool call); `generate` (a util,
-    # no subtype) frames each turn of the tool loop, nested one in the other
+    # is (a flow the invocation, a model a model call, a tool a tool call: `tool.v2` in Go);
+    # `generate` (a util, no subtype in TypeScript) frames each turn of the tool loop, nested
+    # one in the other in TypeScript, one for the whole loop in Go
     kinds={"genkit:metadata:subtype": {
-        "flow": Role.AGENT, "model": Role.LLM, "tool": Role.TOOL}},
+        "flow": Role.AGENT, "model": Role.LLM, "tool": Role.TOOL, "tool.v2": Role.TOOL}},
     agent_span_name=("genkit:name",),
     tool_name=("genkit:name",),
     tool_args=("genkit:input",),
@@ -504,11 +516,72 @@ GENKIT = Convention(
     # a model action's name is the model, after its plugin's (`googleai/gemini-2.5-flash`)
     request_model=("genkit:name",),
     # `maxTurns` reached: GenkitError ABORTED, every span up to the flow ends ERROR with it
-    limit_phrases=((r"Exceeded maximum tool call iterations", "max_turns"),),
+    # ("Exceeded …" in TypeScript, "exceeded …" in Go)
+    limit_phrases=((r"(?i)exceeded maximum tool call iterations", "max_turns"),),
     notes="the agent is the flow (`genkit:name`); a model call's output is Genkit's response "
           "JSON, its `finishReason` `stop` whether it answers or asks for tools (a tool call "
           "after it says which; not read); a tool that throws fails the whole call (Genkit "
           "hands no error to the model); a flow run inside a tool is a child run",
+)
+
+LOGFIRE = Convention(
+    name="Logfire",
+    emitted_by="Pydantic Logfire's integrations: `logfire.instrument_openai_agents()` (the OpenAI "
+               "Agents SDK)",
+    # no GenAI operation or span kind: a Logfire span is named after its message template
+    # (`logfire.msg_template`, fixed per kind of span), its arguments its attributes. The SDK's
+    # agent runs, function tools, handoffs and model calls (Chat Completions or Responses API)
+    # each have one; its trace is the root (`Task: Agent workflow` and each agent's
+    # `Turn {turn} for agent <name>` are steps)
+    kinds={"logfire.msg_template": {
+        "Agent run: {name!r}": Role.AGENT,
+        "Function: {name}": Role.TOOL,
+        "Handoff: {from_agent} → {to_agent}": Role.TOOL,
+        "Chat completion with {gen_ai.request.model!r}": Role.LLM,
+        "Responses API with {gen_ai.request.model!r}": Role.LLM,
+        "OpenAI Agents trace: {name}": Role.WORKFLOW}},
+    agent_span_name=("name",),
+    tool_name=("name",),
+    tool_args=("input",),
+    tool_result=("output",),
+    # a model call's messages in and out, as the SDK sends and receives them (JSON)
+    input_messages=("input",),
+    output_messages=("output",),
+    # a failed span's error is the SDK's error dict as JSON (`{"message": "Max turns exceeded",
+    # "data": {…}}`), not its status description
+    limit_error_json=(("error", ("message",)),),
+    error_json=(("error", ("message",)),),
+    # a Responses API call's answer is in the whole response it records (its `output` items)
+    answer_texts=("response",),
+    notes="spans named after Logfire's message templates (`logfire.msg_template`), no GenAI "
+          "operation; an agent's name is the `name` of its `Agent run` span; a failed span's "
+          "error is the SDK's error dict (`error`), the `max_turns` stop's too",
+)
+
+MASTRA = Convention(
+    name="Mastra",
+    emitted_by="Mastra's own traces exported by `@mastra/otel-exporter` (npm `@mastra/core`'s "
+               "observability)",
+    # GenAI operation names for the agent (`invoke_agent`), its model calls (`chat`) and tools
+    # (`execute_tool`); each step of the tool loop an `agent_step` span saying whether the loop
+    # goes on after it. `maxSteps` (or a `stopWhen` condition) ends the loop after a step whose
+    # model asked for tools, once they ran, without asking the model again: nothing fails
+    stopped_steps=(StoppedStep("mastra.model_step.is_continued", "mastra.model_step.output",
+                               ("toolCalls",), "max_steps"),),
+    # its default SensitiveDataFilter writes this for the value of every key it takes for a
+    # secret (`key`, `token`, `password`…), tool arguments included
+    hidden_content=frozenset({"[REDACTED]"}),
+    notes="the loop's `maxSteps`/`stopWhen` stop is the last step's (`agent_step`): its model "
+          "asked for tools and the loop did not go on (`max_steps`), with or without an "
+          "answer (and so reads a loop that a tool suspended, awaiting approval or run by the "
+          "application itself: a known gap); a tool argument whose value the default "
+          "SensitiveDataFilter redacted (`[REDACTED]`: keys such as `key`, `token`, `secret`) "
+          "makes its call one that cannot "
+          "be told from another (no repeats); the exporter sends every 5 s (its own setting, "
+          "not `OTEL_BSP_SCHEDULE_DELAY`): the watchdog sees a run up to 5 s late, a short one "
+          "only once it has ended (steer such runs through the [model endpoint]"
+          "(model-endpoint.md)); an agent run inside a tool is a child run when the tool passes "
+          "its `tracingContext` on (as Mastra's docs show), else a trace and a run of its own",
 )
 
 # Order is precedence: the first entry naming a fact wins when a span carries several.
@@ -516,5 +589,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
-    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT,
+    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA,
 )

@@ -24,6 +24,8 @@ LIMIT_EXCEPTIONS = TABLES.limit_exceptions
 LIMIT_STATUS = TABLES.limit_status
 LIMIT_PHRASES = TABLES.limit_phrases
 LIMIT_ERROR_JSON = TABLES.limit_error_json
+ERROR_JSON = TABLES.error_json
+STOPPED_STEPS = TABLES.stopped_steps
 MAX_PHRASE_CHARS = 2000  # a limit told in words is looked for in this much of a message
 LIMIT_ATTRIBUTE_KEYS = TABLES.limit_attributes
 LIMIT_STATES = TABLES.limit_states
@@ -135,6 +137,33 @@ def error_limit(attrs: Mapping[str, object]) -> str | None:
         if limit is not None:
             return limit
     return None
+
+
+def stopped_step(attrs: Mapping[str, object]) -> str | None:
+    """The step limit a loop's step span tells by ending the loop after its model asked for
+    tools (:attr:`Convention.stopped_steps
+    <watchdog.core.spans.schema.Convention.stopped_steps>`), or None."""
+    for rule in STOPPED_STEPS:
+        continued = attrs.get(rule.continued)
+        if continued is not False and continued != "false":
+            continue  # (absent, or the loop went on)
+        calls = at_path(_parsed(attrs.get(rule.output)), rule.tool_calls)
+        if isinstance(calls, list) and calls:
+            return rule.limit
+    return None
+
+
+def reported_error(attrs: Mapping[str, object]) -> str:
+    """A failed span's error message as the framework reports it in an attribute
+    (:attr:`Convention.error_json <watchdog.core.spans.schema.Convention.error_json>`), or ""."""
+    for key, path in ERROR_JSON:
+        raw = attrs.get(key)
+        if raw is None:
+            continue
+        value = at_path(_parsed(raw), path) if path else raw
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
 
 
 def finish_reason(value: object) -> str | None:

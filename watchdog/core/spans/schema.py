@@ -106,6 +106,20 @@ class StepCap:
 
 
 @dataclass(frozen=True, slots=True)
+class StoppedStep:
+    """A step span of a framework's tool loop that says whether the loop went on after it
+    (``continued``: a flag) and what its model asked for (``output``: JSON, the tool calls a list
+    at ``tool_calls``). A step whose model asked for tools after which the loop did not go on
+    ended the loop without asking the model about those tools' results: its step limit stopped
+    it (``limit``: Mastra's ``maxSteps``/``stopWhen``)."""
+
+    continued: str
+    output: str
+    tool_calls: Path
+    limit: str
+
+
+@dataclass(frozen=True, slots=True)
 class Convention:
     """Where one convention or framework puts each fact. Every field is optional."""
 
@@ -172,6 +186,10 @@ class Convention:
     # maybe a traceback) as its message; the groups give the real type and message. Such an
     # exception fails its span whatever the span's status says
     wrapped_exceptions: tuple[tuple[str, str], ...] = ()
+    # (attribute holding JSON, path to the message in it): a failed span's error as the
+    # framework reports it in an attribute, read when neither its status description nor an
+    # exception event says it (Logfire writes the OpenAI Agents SDK's error dict)
+    error_json: tuple[tuple[str, Path], ...] = ()
     # -- tool calls
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
@@ -251,6 +269,7 @@ class Convention:
     limit_attributes: Names = _NO_NAMES  # the value is the limit's name
     limit_states: tuple[tuple[str, str, str], ...] = ()  # (attribute, value regex, limit name)
     step_caps: tuple[StepCap, ...] = ()  # an agent span that counts its steps against a cap
+    stopped_steps: tuple[StoppedStep, ...] = ()  # a step that asked for tools and ended the loop
     # An agent span that names its cap on steps, whose framework, at the cap, asks the model once
     # more for an answer from the agent span itself, outside the step spans every other model
     # call runs in: (the cap's attribute, limit name). A run whose last model call hangs

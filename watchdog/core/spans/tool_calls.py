@@ -91,9 +91,12 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
     args = _hidden(firsts[F_TOOL_ARGS])
     if args is not None:
         # Without arguments (content capture off) two calls cannot be told apart: no hash,
-        # so they never count as repeats of each other.
+        # so they never count as repeats of each other. Nor with a value of them hidden (a
+        # filter that redacts the values of keys it takes for secrets: Mastra's `key`):
+        # calls that differ only there would look the same.
         canonical = canonical_arguments(args)
-        record.args_hash = stable_hash(tool + "\0" + canonical)
+        if not _any_hidden_value(canonical):
+            record.args_hash = stable_hash(tool + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
     result = _hidden(firsts[F_TOOL_RESULT])
     if result is not None:
@@ -106,6 +109,17 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         failure = result_error(attrs) or flagged_error(attrs)
         if failure is not None:
             _failed(record, *failure)
+
+
+# an instrumentation's placeholders for hidden content as JSON strings (a value in canonical
+# JSON arguments)
+_HIDDEN_VALUES = tuple(f'"{text}"' for text in sorted(HIDDEN_CONTENT)
+                       if text and '"' not in text and "\\" not in text)
+
+
+def _any_hidden_value(canonical: str) -> bool:
+    """Whether canonical JSON arguments hold a placeholder for hidden content as a value."""
+    return any(hidden in canonical for hidden in _HIDDEN_VALUES)
 
 
 def _is_loop_end(tool: str, name: str, firsts: FirstValues, result: object) -> bool:
