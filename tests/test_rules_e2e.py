@@ -9,6 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.frameworks.harness import RECORDINGS, replay
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.scripted import ScriptedAgent
 from watchdog.shell.clock import ManualClock
@@ -186,3 +189,31 @@ def test_a_grace_continues_after_a_restart_as_its_wind_down_announced_it(
             ("wind_down", False, "tool_limit_reached"), ("abort", True, "tool_limit_reached")]
         assert "grace: 2 tool calls" in found[1]["message"]
         again.close()
+
+
+@pytest.mark.parametrize("announced", [False, True])
+def test_a_run_that_spends_its_budget_in_its_last_batch_is_tool_limit_reached(
+        tmp_path: Path, announced: bool) -> None:
+    """pydantic-ai's recorded run (three tools, then its answer) sent in one request, so it
+    ends in the step that spends its budget of 3, before a rule could stop it: the rule pack's
+    budget classifies it as an announced one does (its answer kept)."""
+    lines = (RECORDINGS / "pydantic_ai_native" / "three_tools.jsonl").read_text().splitlines()
+    requests = [json.loads(line) for line in lines if line.strip()]
+    if announced:  # the budget on the spans, and none in the pack
+        budget = {"key": "watchdog.budget.max_tool_calls", "value": {"intValue": "3"}}
+        for request in requests:
+            for resource in request["resourceSpans"]:
+                resource["resource"]["attributes"].append(budget)
+    one = tmp_path / "one_request.jsonl"
+    one.write_text(json.dumps({"resourceSpans": [
+        resource for request in requests for resource in request["resourceSpans"]]}) + "\n")
+    pack = tmp_path / "budget.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n" + (
+        "" if announced else "budgets:\n  - agents: [pa_researcher]\n    max_tool_calls: 3\n"))
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), eval_interval=3600.0)
+    with running_server(config) as server:
+        replay(server, one)
+        (run,) = wait_until(lambda: server.get_json("/v1/runs?state=ended")["runs"], "the run")
+        detail = server.get_json(f"/v1/runs/{run['id']}")
+    assert (detail["signals"]["tool_calls"], detail["terminal_state"], detail["terminal_reason"],
+            detail["has_final_answer"]) == (3, "tool_limit_reached", "budget", True)

@@ -477,7 +477,10 @@ class Core(CoreReads):
 
     def _finish(self, runs: list[RunState], step: Step) -> None:
         step._finished.extend(runs)
+        defaults = self._defaults
         for run in runs:
+            if (budget := defaults(run)) is not None:  # (the tracker knows no rule pack)
+                run.ended_at_budget(budget)
             self._forget(run.key)
 
     def _seal(self, step: Step, now: float) -> None:

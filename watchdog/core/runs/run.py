@@ -55,11 +55,14 @@ class RunState(RunCounts):
             self.forced_state = state
             self.forced_reason = reason
 
-    def at_budget(self) -> bool:
-        max_calls = self.budget.get("max_tool_calls")
-        max_iterations = self.budget.get("max_iterations")
+    def at_budget(self, defaults: Mapping[str, float] | None = None) -> bool:
+        """Whether the run has spent its budget: the one announced, over the rule pack's
+        ``defaults`` for its agent when given."""
+        budget = {**defaults, **self.budget} if defaults else self.budget
+        max_calls = budget.get("max_tool_calls")
+        max_iterations = budget.get("max_iterations")
         used = self.budget_used
-        max_cost = self.budget.get("max_cost_usd")
+        max_cost = budget.get("max_cost_usd")
         return (max_calls is not None
                 and max(self.tool_calls, used.get("max_tool_calls", 0)) >= max_calls) or (
             max_iterations is not None
@@ -84,6 +87,17 @@ class RunState(RunCounts):
             at_budget=self.at_budget(),
             limit_stop=self.limit_stop,
         )
+
+    def ended_at_budget(self, defaults: Mapping[str, float]) -> bool:
+        """A run that ended on its own (an answer, or none) having spent the rule pack's budget
+        for its agent (``defaults``: :meth:`end` reads only the budget the agent announced) is
+        ``tool_limit_reached`` as one that spent an announced budget is. True if its state
+        changed."""
+        if self.terminal_state not in (TerminalState.COMPLETED, TerminalState.NO_RESPONSE) \
+                or not self.at_budget(defaults):
+            return False
+        self.terminal_state, self.terminal_reason = TerminalState.TOOL_LIMIT_REACHED, "budget"
+        return True
 
     def resume(self, now: float) -> str | None:
         """The run was taken as ``abandoned`` (silent for ``run_end_timeout``, or evicted) and
