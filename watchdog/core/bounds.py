@@ -72,6 +72,12 @@ def span_times(start_ns: int, end_ns: int) -> tuple[int, int] | None:
 def token_count(value: object) -> int:
     """A token count from a span attribute: a number or numeric string, finite, >= 0, at most
     :data:`MAX_TOKENS_PER_CALL`; anything else (NaN, ±inf, "1e999", text) counts as 0."""
+    # (the two a model call's span carries first: a count, or none; ~3 reads a span)
+    if type(value) is int:
+        return value if 0 <= value <= MAX_TOKENS_PER_CALL \
+            else min(max(value, 0), MAX_TOKENS_PER_CALL)
+    if value is None:
+        return 0
     if isinstance(value, bool):
         return 0
     if isinstance(value, int):

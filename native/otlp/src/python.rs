@@ -378,7 +378,7 @@ impl Span {
     /// non-empty string as it is (or, a scalar's or one that starts with ``"``, the JSON it
     /// encodes), anything else as ``any_value`` reads it; a repeated key keeps its last value.
     fn selected<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.select(py, |_, _| {})
+        self.select(py, |_, _, _| {})
     }
 
     /// ``selected`` and, in the same pass, the first-present facts the tables name
@@ -387,25 +387,52 @@ impl Span {
     /// (``values._first_str``); None where none is.
     fn read<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyTuple>)> {
         let tables = self.tables.get();
-        let mut slots: Vec<Option<Bound<'py, PyAny>>> = vec![None; tables.wanted.len()];
-        let selected = self.select(py, |slot, value| slots[slot] = Some(value.clone()))?;
+        // where each name's value (by its slot) is among the values selected, the last one
+        // where a name repeats (NONE: not present); on the stack for tables of the usual size
+        let mut stack = [NONE; STACK_SLOTS];
+        let mut heap = Vec::new();
+        let at: &mut [u32] = if tables.wanted.len() <= STACK_SLOTS {
+            &mut stack[..tables.wanted.len()]
+        } else {
+            heap.resize(tables.wanted.len(), NONE);
+            &mut heap
+        };
+        let mut values: Vec<(Bound<'py, PyAny>, Kind)> = Vec::with_capacity(16);
+        let selected = self.select(py, |slot, value, kind| {
+            at[slot] = values.len() as u32;
+            values.push((value.clone(), kind));
+        })?;
         let mut facts = Vec::with_capacity(tables.firsts.len());
         for (names, as_text) in &tables.firsts {
             let mut found = None;
             for slot in names {
-                let Some(value) = &slots[*slot] else {
-                    continue;
-                };
-                if value.is_none() {
+                let index = at[*slot];
+                if index == NONE {
                     continue;
                 }
-                if value.is_instance_of::<PyString>() {
-                    if value.len()? == 0 {
-                        continue;
+                let (value, kind) = &values[index as usize];
+                match kind {
+                    Kind::Absent => continue,
+                    Kind::Text => {}
+                    Kind::Other => {
+                        if *as_text {
+                            found = Some(value.str()?.into_any());
+                            break;
+                        }
                     }
-                } else if *as_text {
-                    found = Some(value.str()?.into_any());
-                    break;
+                    Kind::Unknown => {
+                        if value.is_none() {
+                            continue;
+                        }
+                        if value.is_instance_of::<PyString>() {
+                            if value.len()? == 0 {
+                                continue;
+                            }
+                        } else if *as_text {
+                            found = Some(value.str()?.into_any());
+                            break;
+                        }
+                    }
                 }
                 found = Some(value.clone());
                 break;
@@ -416,12 +443,32 @@ impl Span {
     }
 }
 
+/// No value selected for a name (``Span.read``'s slots).
+const NONE: u32 = u32::MAX;
+/// Names of the tables (their slots) ``Span.read`` keeps on the stack (the tables name ~140).
+const STACK_SLOTS: usize = 512;
+
+/// What a selected value is known to be where it was made, so ``Span.read`` asks Python only
+/// of the values a Python function made.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// a string that is not empty
+    Text,
+    /// None or ``""``
+    Absent,
+    /// neither None nor a string: a number, a flag, a list, a dict
+    Other,
+    /// what ``json_encoded`` made of a string, or bytes as hex (``""`` when empty)
+    Unknown,
+}
+
 impl Span {
-    /// The selected dict, each value also handed to ``seen`` with its name's slot.
+    /// The selected dict, each value also handed to ``seen`` with its name's slot and what it
+    /// is known to be.
     fn select<'py>(
         &self,
         py: Python<'py>,
-        mut seen: impl FnMut(usize, &Bound<'py, PyAny>),
+        mut seen: impl FnMut(usize, &Bound<'py, PyAny>, Kind),
     ) -> PyResult<Bound<'py, PyDict>> {
         let tables = self.tables.get();
         let data = self.body.bind(py).as_bytes();
@@ -431,21 +478,38 @@ impl Span {
                 continue;
             };
             let key = key.bind(py);
-            let value = match kv.value {
+            let (value, kind) = match kv.value {
                 wire::AnyValue::String(slice) if !slice.is_empty() => {
                     let value = slice.text(data);
                     if *scalar || value.as_bytes()[0] == b'"' {
-                        tables.json_encoded.bind(py).call1((value, *scalar))?
+                        let value = tables.json_encoded.bind(py).call1((value, *scalar))?;
+                        (value, Kind::Unknown)
                     } else {
-                        PyString::new(py, value).into_any()
+                        (PyString::new(py, value).into_any(), Kind::Text)
                     }
                 }
-                ref other => plain(py, data, other)?,
+                ref other => (plain(py, data, other)?, kind_of(other)),
             };
-            seen(*slot, &value);
+            seen(*slot, &value, kind);
             selected.set_item(key, value)?;
         }
         Ok(selected)
+    }
+}
+
+/// What ``plain`` makes of ``value``.
+fn kind_of(value: &wire::AnyValue) -> Kind {
+    match value {
+        wire::AnyValue::String(slice) if !slice.is_empty() => Kind::Text,
+        wire::AnyValue::String(_) | wire::AnyValue::Unset | wire::AnyValue::StringIndex(_) => {
+            Kind::Absent
+        }
+        wire::AnyValue::Bool(_)
+        | wire::AnyValue::Int(_)
+        | wire::AnyValue::Double(_)
+        | wire::AnyValue::Array(_)
+        | wire::AnyValue::KvList(_) => Kind::Other,
+        wire::AnyValue::Bytes(_) => Kind::Unknown,
     }
 }
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from watchdog.core.bounds import MAX_ID_CHARS, id_problem
+from watchdog.core.spans import values
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
 from watchdog.core.spans.decode import TraceRequest, attributes
 from watchdog.core.spans.logs import CONTENT_KEYS, Held, LogJoin, merged
@@ -25,7 +26,7 @@ from watchdog.core.spans.record import (
     copy_mark,
     duplicate_message,
 )
-from watchdog.core.spans.values import read, selected
+from watchdog.core.spans.values import select_attributes, selected
 
 
 @dataclass(slots=True)
@@ -55,10 +56,16 @@ class Decoded:
 def _checked(record: SpanRecord) -> SpanRecord:
     """The id rule (:mod:`watchdog.core.bounds`), the same the API routes apply: a run that could
     not be asked for by its id is refused at the door, not stored."""
-    for reason, what, value in (("invalid_run_id", "run id", record.run_key),
-                                ("invalid_session_id", "session id", record.session),
-                                ("invalid_run_id", "parent run id", record.parent_run)):
-        # (printable text has no control character or lone surrogate: the common case, in C)
+    # (printable text has no control character or lone surrogate: the common case, in C, and
+    # no tuples made for it; the loop below says what is wrong)
+    key, session, parent = record.run_key, record.session, record.parent_run
+    if key.isprintable() and 0 < len(key) <= MAX_ID_CHARS \
+            and (session is None or (session.isprintable() and 0 < len(session) <= MAX_ID_CHARS)) \
+            and (parent is None or (parent.isprintable() and 0 < len(parent) <= MAX_ID_CHARS)):
+        return record
+    for reason, what, value in (("invalid_run_id", "run id", key),
+                                ("invalid_session_id", "session id", session),
+                                ("invalid_run_id", "parent run id", parent)):
         if value is not None and not (value.isprintable() and 0 < len(value) <= MAX_ID_CHARS) \
                 and (problem := id_problem(value)) is not None:
             raise SpanRejected(reason, f"{what} {value[:64]!r} is not allowed: it {problem}")
@@ -89,13 +96,15 @@ def slices_of(request: TraceRequest, size: int | None,
     inner: dict[str, SpanRecord] = {}  # ... and by parent span id
     count = 0
     held = False
+    native_span = values.NATIVE_SPAN  # (the compiled decode's: values.read, inline per span)
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 try:
-                    attrs, firsts = read(span)
+                    attrs, firsts = span.read() if type(span) is native_span \
+                        else (select_attributes(span.attributes), None)
                     if join is not None:
                         trace_id = span.trace_id
                         content = join.content(trace_id, span.span_id)

@@ -175,8 +175,9 @@ class Firsts:
         return None
 
 
-def _int(value: object) -> int:
-    return token_count(value)  # finite, >= 0, bounded: never inf/NaN/overflow from a span
+# finite, >= 0, bounded: never inf/NaN/overflow from a span (the function itself: no frame
+# of its own around it, ~3 reads a model call)
+_int = token_count
 
 
 _SIGNED_64 = struct.Struct(">q")  # the same value as int.from_bytes(..., "big", signed=True)
