@@ -161,6 +161,11 @@ def nested(levels: int, innermost: bytes = field(1, b"a")) -> bytes:
     return field(1, field(2, field(2, field(9, field(1, b"k") + field(2, value)))))
 
 
+def span_named(name: bytes) -> bytes:
+    """A request of one span whose name is ``name``."""
+    return field(1, field(2, field(2, field(5, name))))
+
+
 ODD_BODIES = {
     "a lone byte": b"\xff",
     "field 0": b"\x00\x01",
@@ -181,6 +186,10 @@ ODD_BODIES = {
     "a key that is no UTF-8": field(1, field(2, field(2, field(9, field(1, b"\xc3"))))),
     "an unknown field that is no UTF-8": field(1, field(9, b"\xff")),
     "an entity ref that is no UTF-8": field(1, field(1, field(3, field(3, b"\xff")))),
+    # (a string's ASCII is checked a word at a time, the rest byte by byte)
+    "a long name, ASCII to its last byte": span_named(b"a" * 40 + b"\xff"),
+    "a long name, a bad byte after 8": span_named(b"a" * 8 + b"\xc3(" + b"b" * 9),
+    "a long name, UTF-8 past ASCII": span_named(b"a" * 17 + "é✓".encode() + b"z"),
     "99 levels": nested(47),
     "100 levels": nested(47, field(5, b"")),
     "101 levels, the last an empty array": nested(48, field(5, b"")),
@@ -365,6 +374,7 @@ ODD_VALUES: list[dict[str, Any]] = [
     {"double_value": float("nan")}, {"double_value": 1.5}, {"bytes_value": b"\x01\xff"},
     {"array_value": {"values": []}}, {"array_value": {"values": [{"string_value": "x"}]}},
     {"kvlist_value": {"values": [{"key": "a", "value": {"int_value": 1}}]}},
+    {"bytes_value": b""}, {"kvlist_value": {}}, {"array_value": {}}, {"double_value": -0.0},
 ]
 
 

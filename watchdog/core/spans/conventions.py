@@ -228,26 +228,27 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
 
     status = span.status
-    if status.code == STATUS_CODE_ERROR or (span.events and _wrapped_error(span.events)):
+    events = span.events  # (read once: the compiled decode's is a call each time)
+    if status.code == STATUS_CODE_ERROR or (events and _wrapped_error(events)):
         # (an exporter that records only errors, in its wrapper, failed the span whatever its
         # status says: LangSmith's background workers can apply a later update to a span after
         # the one carrying the error, and the SDK lets that update's OK win)
-        _fill_error(record, attrs, span.events, status.message)
+        _fill_error(record, attrs, events, status.message)
     elif status.message:
         record.limit_stop = status_limit(status.message)
-    elif span.events:
+    elif events:
         # an exception recorded on a span whose status says no failure (LiteLLM's callback
         # sets the span around a call OK, and the SDK keeps an OK status): no error, but a stop
         # at a limit it names (by its type or in its message) is that limit
-        exc_type, exc_message = _exception(span.events)
+        exc_type, exc_message = _exception(events)
         if exc_type is not None and short_type(exc_type) in LIMIT_EXCEPTIONS:
             record.limit_stop = short_type(exc_type)
         elif exc_message:
             record.limit_stop = phrase_limit(exc_message)
 
     if kind is TOOL:
-        if span.events and firsts[F_TOOL_ARGS] is None:
-            attrs, firsts = _with_events(attrs, span.events, firsts)
+        if events and firsts[F_TOOL_ARGS] is None:
+            attrs, firsts = _with_events(attrs, events, firsts)
         _fill_tool(record, name, attrs, firsts)
         if record.kind is TOOL:
             record.unasked = unasked_tool(attrs)
@@ -263,15 +264,15 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         if name in NESTED_STEP_SPAN_NAMES and not record.error:
             # a span of agent kind read as a step of its run (it names no agent): the answer
             # it carries (an attribute, or only an event) is its run's
-            _fill_step_answer(record, _with_events(attrs, span.events, firsts)[0]
-                              if span.events else attrs)
+            _fill_step_answer(record, _with_events(attrs, events, firsts)[0]
+                              if events else attrs)
     elif kind is LLM:
-        if span.events and firsts[F_OUTCOME] is None:
-            attrs, firsts = _with_events(attrs, span.events, firsts)
+        if events and firsts[F_OUTCOME] is None:
+            attrs, firsts = _with_events(attrs, events, firsts)
         _fill_llm(record, attrs, firsts, span)
     elif kind is AGENT:
-        if span.events:
-            attrs, firsts = _with_events(attrs, span.events, firsts)
+        if events:
+            attrs, firsts = _with_events(attrs, events, firsts)
         _fill_agent(record, attrs, firsts)
     return record
 
