@@ -13,14 +13,17 @@ with what a process loads at its first step (CEL, when a rule needs it) loaded a
 The workload's clock is fixed (``bench.workload`` dates each run's spans from the wall clock
 when it makes the run), so each process makes the same spans and the same decisions.
 
-``--ingest`` times the ingest instead: each payload decoded and normalised in 32-span slices
-with the GenAI log join (:mod:`watchdog.core.spans.logs`), as the receivers read it, its
-waits expired as the timer does. ``--bare`` strips the model calls' content
-(``gen_ai.input.messages``, ``gen_ai.output.messages``) from the workload: each model call is
-then one the join keeps for content that may come late in a log event. ``--baseline TREE``
-runs this tree and ``TREE`` alternately (``--rounds`` times each, every run a process of its
-own) and prints each figure, the ratio of the best of this tree's to the best of the
-baseline's, and the load average before and after: a ratio from one machine state.
+``--decode`` times each payload's decode and normalise too (in 32-span slices, as the sidecar
+reads them, no log join) with the step: the in-process path of a span from its bytes on; under
+callgrind, ``--repeat 2`` less ``--repeat 1`` as above. ``--ingest`` times the ingest instead:
+each payload decoded and normalised in 32-span slices with the GenAI log join
+(:mod:`watchdog.core.spans.logs`), as the receivers read it, its waits expired as the timer
+does. ``--bare`` strips the model calls' content (``gen_ai.input.messages``,
+``gen_ai.output.messages``) from the workload: each model call is then one the join keeps for
+content that may come late in a log event. ``--baseline TREE`` runs this tree and ``TREE``
+alternately (``--rounds`` times each, every run a process of its own) and prints each figure,
+the ratio of the best of this tree's to the best of the baseline's, and the load average before
+and after: a ratio from one machine state.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -68,6 +72,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--ingest", action="store_true",
                         help="time the decode and normalise with the log join, not the step")
+    parser.add_argument("--decode", action="store_true",
+                        help="time the decode and normalise with the step")
     parser.add_argument("--bare", action="store_true", help="model calls without content")
     parser.add_argument("--baseline", help="a source tree to compare with, run alternately")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tree (--baseline)")
@@ -112,7 +118,7 @@ def main() -> None:
         now = 1_000_000.0
         started = time.process_time()
         decisions = 0
-        for records in slices:
+        for records in (_read(parts, bodies) if args.decode else slices):
             now += 0.0005
             decisions += len(core.apply(records, now).decisions)
         best = min(best, time.process_time() - started)
@@ -120,7 +126,9 @@ def main() -> None:
         _core(parts, rules)
         print(f"{args.workload}: {spans} spans made and decoded, the core made; no step")
         return
-    print(f"{args.workload}: {best * 1e6 / spans:.2f} CPU µs per span (best of {args.repeat}), "
+    what = " with the decode" if args.decode else ""
+    print(f"{args.workload}{what}: {best * 1e6 / spans:.2f} CPU µs per span "
+          f"(best of {args.repeat}), "
           f"{spans} spans, {decisions} decisions")
 
 
@@ -198,6 +206,15 @@ def _compare(args: Any) -> int:
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"ratio this/baseline (best of {args.rounds}): {best['this'] / best['baseline']:.3f}")
     return 0
+
+
+def _read(parts: dict[str, Any], bodies: list[bytes]) -> Iterator[list[Any]]:
+    """Each payload decoded and normalised, its records in the sidecar's slices."""
+    parse, slices_of = parts["decode"].parse_protobuf, parts["pipeline"].slices_of
+    for body in bodies:
+        for part in slices_of(parse(body), SLICE):
+            if part.records:
+                yield part.records
 
 
 def _core(parts: dict[str, Any], rules: Any) -> Any:
