@@ -21,7 +21,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -163,12 +163,16 @@ class Agents:
         self.provider.shutdown()
 
     def run(self, tools: list[str], budget: int | None = None, fail: str | None = None,
-            end: str = "answer") -> None:
-        """One run: a chat, ``tools`` (each failing with ``fail`` when given), then the root
-        span ends it with an answer, an error, or not at all (``end="none"``)."""
+            end: str = "answer", session: str | None = None,
+            before_end: Callable[[], None] | None = None) -> None:
+        """One run (of ``session``, when given): a chat, ``tools`` (each failing with ``fail``
+        when given), ``before_end``, then the root span ends it with an answer, an error, or
+        not at all (``end="none"``)."""
         extra: dict[str, Any] = {"gen_ai.agent.name": AGENT}
         if budget is not None:
             extra["watchdog.budget.max_tool_calls"] = budget
+        if session is not None:
+            extra["watchdog.session.id"] = session
         root = self.tracer.start_span(f"invoke_agent {AGENT}", attributes={
             **extra, "gen_ai.operation.name": "invoke_agent"})
         context = set_span_in_context(root)
@@ -184,6 +188,8 @@ class Agents:
                 span.set_status(Status(StatusCode.ERROR, fail))
             span.end()
             self.flush()  # the rules see each step, as they would in a live agent
+        if before_end is not None:
+            before_end()
         if end == "none":
             return
         self.tracer.start_span("chat", context=context, attributes={
@@ -252,6 +258,15 @@ def play_round(round_: int, sidecar: RunningServer, agents: Agents, prometheus: 
     agents.run(["read", "read", "search", "grep"], budget=3)  # aborted: tool_limit_reached
     agents.run(["deploy"], end="error")  # error
     agents.run(["open"] * 5, fail="permission denied: /srv/data", end="none")  # stuck loop
+
+    def no_progress() -> None:  # the same work left three times: stopped for a human
+        for _ in range(3):
+            status, answer = http_request(
+                "POST", f"{sidecar.api}/v1/sessions/stalled-{round_}/checkpoints",
+                json.dumps({"remaining": "migrate the billing tables"}).encode(),
+                {"Content-Type": "application/json"})
+            assert status == 200, answer
+    agents.run(["migrate"], session=f"stalled-{round_}", before_end=no_progress)
     status, _ = http_request("POST", sidecar.otlp_http + "/v1/traces",
                              rejected_span_request(round_), PROTOBUF)
     assert status == 200  # partial success
