@@ -393,7 +393,8 @@ def difference(topology: Topology) -> str:
 # the Collector batches what it sends a replica as it likes, so through it they read as the
 # reference does only by chance. Their reading is their framework tests' (one request each);
 # a recording that joins this set fails the pin below until it is named here.
-BATCH_DECIDED = frozenset({("openai_agents_js_oi", "error_loop"), ("mastra", "error_loop")})
+BATCH_DECIDED = frozenset({("openai_agents_js_oi", "error_loop"), ("mastra", "error_loop"),
+                           ("openai_agents_logfire", "error_loop")})
 
 # Each recording goes through once: the even ones in the first test, the odd ones, with a
 # replica's crash amid them, in the second (a run sent twice would be one run continued).
