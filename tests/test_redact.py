@@ -183,6 +183,17 @@ def test_a_quoted_secret_goes_to_its_closing_quote_and_no_further() -> None:
     assert redact('{"password": "correct horse batt') == '{"password": "[REDACTED]'
 
 
+def test_a_quoted_secret_ending_in_an_escaped_backslash_ends_at_its_quote() -> None:
+    # its closing quote follows an escaped backslash: the value ends there, at any depth
+    # (it ran on to the next quote, the next key's, and took the JSON's structure with it)
+    plain = json.dumps({"password": "ab\\", "user": "bob", "note": "hello world"})
+    assert json.loads(redact(plain)) == {"password": REDACTED, "user": "bob",
+                                         "note": "hello world"}
+    nested = json.dumps({"cfg": json.dumps({"password": 'a"b\\"c\\', "user": "bob"})})
+    assert json.loads(json.loads(redact(nested))["cfg"]) == {"password": REDACTED,
+                                                              "user": "bob"}
+
+
 def test_non_ascii_text_is_scanned_at_the_right_places() -> None:
     # "İ".lower() is two characters: the scan must not drift off the original positions
     text = f"İİİ password={DB_PASSWORD} ok"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from watchdog.core.rules.decision import Action, Decided, Decision, Severity
 from watchdog.core.rules.signals import SESSION_SCHEMA, session_activation
+from watchdog.core.runs.run import RunState
 from watchdog.core.sessions import (
     MAX_FACT_CHARS,
     MAX_FACTS,
@@ -29,6 +32,8 @@ from watchdog.core.sessions import (
     SessionState,
     progress_key,
 )
+from watchdog.core.spans.record import KeySource
+from watchdog.shell.directives.outbox import MAX_RUN_DIRECTIVES
 from watchdog.shell.state.store import DB_FILE, SCHEMA_VERSION, Store
 
 T0 = 1_800_000_000.0
@@ -211,6 +216,31 @@ def test_the_report_of_a_run_stopped_for_no_progress_says_so(sidecar: RunningSer
                             headers={"Accept": "application/json"})["stop"]
     assert (stop["action"], stop["rule"], stop["terminal_state"], stop["seq"]) == (
         "abort", "zero-progress", "intervention_required", 1)
+
+
+def test_the_report_names_the_first_stop_however_many_directives_came_after(
+        sidecar: RunningServer) -> None:
+    # (the report read the run's newest MAX_RUN_DIRECTIVES only: a stop older than those was
+    # not there, and the report said nothing stopped the run)
+    post(sidecar, "/v1/runs/stalled-2/heartbeat",
+         {"messages": 3, "announce": {"agent": "deployer", "session": "task-10"}})
+    for _ in range(3):
+        post(sidecar, "/v1/sessions/task-10/checkpoints",
+             {"remaining": "deploy to staging", "run_id": "stalled-2"})
+    wait_until(lambda: sidecar.get_json("/v1/runs/stalled-2")["directives"])
+    outbox = sidecar.server.outbox
+    assert outbox is not None
+    now = time.time()
+    view = RunState("stalled-2", KeySource.WATCHDOG, "", now).view(now)
+    for i in range(MAX_RUN_DIRECTIVES + 1):  # (a notify rule of one's own, run after run)
+        made = Decision("stalled-2", "nudge", Action.NOTIFY, Severity.INFO, f"nudge {i}", None,
+                        f"nudge#{i}")
+        assert sidecar.call(lambda made=made: outbox.submit(Decided(made, view, (), now)))
+    sidecar.stored()
+    stop = sidecar.get_json("/v1/runs/stalled-2/report",
+                            headers={"Accept": "application/json"})["stop"]
+    assert stop is not None
+    assert (stop["action"], stop["rule"], stop["seq"]) == ("abort", "zero-progress", 1)
 
 
 @pytest.mark.parametrize(("body", "message"), [

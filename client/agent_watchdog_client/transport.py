@@ -145,6 +145,9 @@ class DeadlineConnection(http.client.HTTPConnection):
             self.connect()
         if isinstance(self.sock, _DeadlineSocket):
             self.sock.deadline = time.monotonic() + timeout
+            # (sending times out alone, with the whole timeout: the reads of the answer before,
+            # on a kept-alive connection, left the socket's at what was left of their deadline)
+            self.sock.settimeout(timeout)
 
 
 class Transport:

@@ -145,10 +145,14 @@ _CLOSINGS: dict[str, re.Pattern[str]] = {}
 
 def _closing(quote: str) -> re.Pattern[str]:
     """The closing quote of a value opened with ``quote`` (``"``, ``\\"``, ...): the same quote
-    behind as many backslashes, and no more."""
+    behind as many backslashes, after any escaped backslashes of the value (``"ab\\\\"`` ends
+    at its last quote). Each level of escaping doubles a backslash and adds one to a quote's
+    (0, 1, 3, 7 ...), so an escaped backslash of the value is ``2 * (depth + 1)`` of them."""
     pattern = _CLOSINGS.get(quote)
     if pattern is None:
-        pattern = re.compile(r"(?<!\\)" + re.escape(quote))
+        depth = len(quote) - 1  # the backslashes before the quote character
+        escaped = rf"(?:\\{{{2 * (depth + 1)}}})*" if (depth + 1) & depth == 0 else ""
+        pattern = re.compile(r"(?<!\\)" + escaped + re.escape(quote))
         if len(_CLOSINGS) < 64:  # (escapes deeper than that are not worth keeping)
             _CLOSINGS[quote] = pattern
     return pattern
@@ -167,8 +171,9 @@ def _keyed_value_end(text: str, match: re.Match[str]) -> tuple[int, bool] | None
         newline = text.find("\n", start, limit)
         stop = limit if newline < 0 else newline
         closing = _closing(quote).search(text, start, stop)
-        if closing is not None:
-            return (closing.start(), True) if closing.start() > start else None
+        if closing is not None:  # (the value ends where its closing quote begins)
+            end = closing.end() - len(quote)
+            return (end, True) if end > start else None
         if stop < limit or limit == len(text):
             return (stop, True) if stop > start else None
     value = _UNQUOTED_VALUE.match(text, start)

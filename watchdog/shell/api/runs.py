@@ -91,9 +91,10 @@ class RunRoutes:
         run = await queries.find_run(key)
         activity = await queries.activity(key)
         children = await queries.child_runs(key)
-        directives: list[dict[str, Any]] = []
-        if self.directives is not None:
-            directives, _omitted = await self.directives.run_directives(key)
+        directives: list[dict[str, Any]] = []  # (what stopped it: the first such, only)
+        if self.directives is not None \
+                and (stop := await self.directives.first_stop(key)) is not None:
+            directives = [stop.to_json()]
         from watchdog.core.runs.report import build_report, render_markdown  # (on first use)
 
         report = build_report(run, activity, children=children,

@@ -345,6 +345,10 @@ class Outbox:
         acked = await self.hub.reader.run(self.store.acked, run_id)
         return [{**d.to_json(), "acked": d.seq <= acked} for d in directives], omitted
 
+    async def first_stop(self, run_id: str) -> Directive | None:
+        """The run's first stored directive that decides how it ends (its report's stop)."""
+        return await self.hub.reader.run(self.store.first_stop, run_id)
+
     @property
     def global_seq(self) -> int:
         """The newest directive's ``global_seq`` (submitted, perhaps not stored yet)."""

@@ -589,6 +589,15 @@ class DirectiveStore:
         rows.reverse()
         return [_directive(row) for row in rows], int(total) - len(rows)
 
+    def first_stop(self, run_id: str) -> Directive | None:
+        """The run's first directive that decides how it ends (an abort, or a rule's terminal
+        state), however many came after it: what its report says stopped it."""
+        with self._reader.lock:
+            row = self._reader.db.execute(
+                f"{_SELECT} WHERE run_id=? AND (action=? OR terminal_state IS NOT NULL) "
+                "ORDER BY seq LIMIT 1", (run_id, Action.ABORT.value)).fetchone()
+        return None if row is None else _directive(row)
+
     def list_after(self, global_seq: int = 0, limit: int = 100) -> list[Directive]:
         """All runs' directives with ``global_seq`` above the given one, oldest first."""
         with self._reader.lock:
