@@ -144,6 +144,36 @@ def test_report_of_unknown_run(fed: RunningServer, capsys: pytest.CaptureFixture
     assert captured.err == "watchdog: no run 'nope/x' (404 not_found)\n"
 
 
+def test_session_context(sidecar: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """``watchdog session``: what the session's next run starts from, as text and JSON; two
+    checkpoints with the same work left read as no progress; a secret in a fact is redacted."""
+    for run in ("run-1", "run-2"):
+        status, body = http_request(
+            "POST", sidecar.api + "/v1/sessions/ticket-4711/checkpoints", json.dumps({
+                "remaining": "deploy the fix to staging", "run_id": run,
+                "state": {"project_path": "/srv/checkout", "db_password": SECRET},
+                "failed_approaches": ["re-run the CI pipeline"]}).encode(),
+            {"Content-Type": "application/json"})
+        assert status == 200, body
+    assert main(["session", "ticket-4711", "--url", sidecar.api]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "session ticket-4711: 2 runs, 2 checkpoints"
+    assert "remaining: deploy the fix to staging" in lines
+    assert "progress: none across the last 2 checkpoints" in lines
+    assert '  project_path: "/srv/checkout"' in lines and "  - re-run the CI pipeline" in lines
+    assert any(line.startswith("note for the next run: No progress") for line in lines)
+    assert SECRET not in "\n".join(lines)
+    assert main(["session", "ticket-4711", "--json", "--url", sidecar.api]) == 0
+    context = json.loads(capsys.readouterr().out)
+    assert (context["checkpoints"], context["zero_progress"]) == (2, True)
+    assert main(["session", "never-seen", "--url", sidecar.api]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "session never-seen: 0 runs, 0 checkpoints", "progress: yes"]
+    with pytest.raises(SystemExit) as exited:
+        main(["session", "", "--url", sidecar.api])
+    assert exited.value.code == 2
+
+
 def test_a_url_that_is_not_the_control_api_says_so(fed: RunningServer,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """``--url`` naming another of the sidecar's ports (its metrics): one line saying which URL

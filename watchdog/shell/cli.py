@@ -136,6 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_url_flag(report)
     report.set_defaults(handler=_report)
 
+    session = commands.add_parser(
+        "session", help="print a session's context (what its next run starts from)",
+        description="Print what a session's next run starts from: its facts (verbatim), the "
+                    "approaches that failed, its checkpoints and whether the last ones made "
+                    "progress, and the note a new run is told (GET /v1/sessions/{id}/context). "
+                    "A session the sidecar has not seen prints an empty context.")
+    session.add_argument("session_id", metavar="SESSION_ID", type=_session_id)
+    session.add_argument("--json", action="store_true", help="JSON instead of text")
+    _add_url_flag(session)
+    session.set_defaults(handler=_session)
+
     demo = commands.add_parser(
         "demo", help="an embedded sidecar and three simulated agents (slow, looping, error "
                      "loop), watched live; takes about 20 s")
@@ -173,6 +184,14 @@ def _run_id(text: str) -> str:
     problem = id_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"a run id {problem}")
+    return text
+
+
+def _session_id(text: str) -> str:
+    """A session id as the sidecar checks it."""
+    problem = id_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"a session id {problem}")
     return text
 
 
@@ -518,6 +537,47 @@ def _report(args: argparse.Namespace) -> int:
         text = client.get(path, accept="text/markdown").decode("utf-8", "replace")
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def _session(args: argparse.Namespace) -> int:
+    client = _client(args)
+    context = client.get_json("/v1/sessions/" + urllib.parse.quote(args.session_id, safe="")
+                              + "/context")
+    if args.json or not isinstance(context, dict):
+        print(json.dumps(context, indent=2, ensure_ascii=False))
+        return 0
+    print(session_text(context))
+    return 0
+
+
+def session_text(context: dict[str, Any]) -> str:
+    """A session's context as an operator reads it."""
+    lines = [f"session {context.get('session', '')}: {context.get('runs', 0)} runs, "
+             f"{context.get('checkpoints', 0)} checkpoints"]
+    if context.get("last_checkpoint_at"):
+        lines.append(f"last checkpoint: {context['last_checkpoint_at']}"
+                     + (f" (run {context['last_checkpoint_run']})"
+                        if context.get("last_checkpoint_run") else ""))
+    if context.get("last_remaining") is not None:
+        lines.append(f"remaining: {context['last_remaining']}")
+    streak = context.get("zero_progress_streak") or 0
+    lines.append(f"progress: none across the last {streak + 1} checkpoints"
+                 if context.get("zero_progress") else "progress: yes")
+    active = context.get("active_runs") or []
+    if active:
+        lines.append("active runs: " + ", ".join(str(run) for run in active))
+    facts = context.get("facts") or {}
+    if facts:
+        lines.append("facts:")
+        lines.extend(f"  {key}: {json.dumps(value, ensure_ascii=False)}"
+                     for key, value in facts.items())
+    failed = context.get("failed_approaches") or []
+    if failed:
+        lines.append("failed approaches:")
+        lines.extend(f"  - {approach}" for approach in failed)
+    if context.get("note"):
+        lines.append(f"note for the next run: {context['note']}")
+    return "\n".join(lines)
 
 
 def _demo(args: argparse.Namespace) -> int:
