@@ -42,7 +42,7 @@ from agent_watchdog_client.processor import (
 )
 from agent_watchdog_client.steer import REPORT_HEADER, Steering
 from agent_watchdog_client.sync import SyncChannel
-from agent_watchdog_client.transport import Reachability
+from agent_watchdog_client.transport import DeadlineConnection, Reachability
 from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -873,52 +873,44 @@ def test_a_token_no_header_can_carry_is_refused_at_construction(
 
 
 def test_a_kept_alive_sync_connection_sends_its_next_body_with_the_whole_timeout() -> None:
-    """An answer whose last bytes came just before its deadline left the socket's timeout at
-    what was left of it (0.5 s here): the next sync on that kept-alive connection, a body the
-    sidecar reads after a moment (busy), timed out while sending it, and syncs were skipped."""
+    """The reads of an answer leave the socket's timeout at what was left of their deadline:
+    the next request on that kept-alive connection (a body of 32 MiB, more than the socket
+    buffers hold, sent while the sidecar reads it) must be sent with its own whole timeout, or
+    a sidecar that reads it a moment late makes the sync time out while sending."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     answer = b'{"directives": [], "last_seq": 0}'
-
-    def head(connection: socket.socket) -> bytes:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += connection.recv(65536)
-        header, _, first = data.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in header.split(b"\r\n")
-                          if line.lower().startswith(b"content-length")))
-        rest = bytearray(first)
-        while len(rest) < length:
-            rest += connection.recv(1 << 20)
-        return bytes(rest)
+    bodies: list[int] = []
 
     def serve() -> None:
         connection, _ = server.accept()
-        with connection:
-            head(connection)  # the first sync: its answer's last bytes come late, in pieces
-            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
-                               % len(answer) + answer[:5])
-            for wait, piece in ((0.5, answer[5:10]), (1.0, answer[10:15]),
-                                (0.1, answer[15:])):  # (the last read begun at 1.5 s)
-                time.sleep(wait)
-                connection.sendall(piece)
-            time.sleep(1.0)  # the second: read after a moment
-            head(connection)
-            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
-                               % len(answer) + answer)
+        with connection, connection.makefile("rb") as reader:
+            for _ in range(2):
+                length = 0
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                bodies.append(len(reader.read(length)))
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
+                                   % len(answer) + answer)
 
     threading.Thread(target=serve, daemon=True).start()
-    wd = Watchdog(f"http://127.0.0.1:{server.getsockname()[1]}", tracer_provider=TracerProvider())
-    channel = SyncChannel(wd.transport, timeout=2.0)
+    connection = DeadlineConnection("127.0.0.1", server.getsockname()[1], timeout=30.0)
     try:
-        assert channel._post("/v1/runs/r/sync", b"{}", {})[0] == 200
-        big = b"x" * (32 << 20)  # (more than the socket buffers hold)
-        assert channel._post("/v1/runs/r/sync", big, {})[0] == 200
+        connection.begin(30.0)
+        connection.request("POST", "/v1/runs/r/sync", body=b"{}")
+        assert connection.getresponse().read() == answer
+        assert connection.sock is not None
+        assert connection.sock.gettimeout() < 30.0  # what the answer's reads left
+        connection.begin(30.0)
+        assert connection.sock.gettimeout() == 30.0  # the next request's whole timeout
+        connection.request("POST", "/v1/runs/r/sync", body=b"x" * (32 << 20))
+        assert connection.getresponse().read() == answer
+        assert bodies == [2, 32 << 20]
     finally:
+        connection.close()
         server.close()
-        channel.close()
-        wd.close()
 
 
 def test_a_peer_that_trickles_its_answer_holds_a_sync_no_longer_than_its_timeout() -> None:
