@@ -26,6 +26,7 @@ from tests.frameworks.fakellm import (
 )
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from watchdog.shell.clock import ManualClock
 
 KEY = "sk-test-SECRET-abcdef0123456789abcdef"
 BUDGET_PACK = """\
@@ -300,22 +301,29 @@ def test_an_abort_decided_before_a_restart_stops_the_runs_next_request_after_it(
     pack = tmp_path / "slow.yaml"
     pack.write_text(BUDGET_PACK + SLOW_TOOL_RULE)
     config = sidecar_config(tmp_path / "state-restart", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),))
+                            model_upstream=llm.base_url, rules=(str(pack),),
+                            eval_interval=3600.0)  # (the timer runs when the test says)
     model = llm.script("slowtool", looping("search", lambda i: {"q": f"page {i}"}))
     messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
                            {"role": "user", "content": "Find the answer."}]
-    with running_server(config) as server:
+    clock = ManualClock()
+    with running_server(config, clock) as server:
         asked = client(server, "slow-tool").chat.completions.create(
             model=model, messages=messages, tools=TOOLS).choices[0].message
         run_id = runs_of(server, "slow-tool")[0]["id"]
-        # the abort comes while the agent runs its tool; then the sidecar restarts
-        stop = wait_until(lambda: server.get_json(f"/v1/runs/{run_id}")["directives"])
+        # the abort comes while the agent runs its tool (the timer's, 2 s on); then the
+        # sidecar restarts
+        clock.advance(2.0)
+        assert server.server.service is not None
+        server.call(server.server.service.tick)
+        server.stored()
+        stop = server.get_json(f"/v1/runs/{run_id}")["directives"]
         assert [d["rule"] for d in stop] == ["tool-too-slow"]
     messages += [{"role": "assistant", "content": None,
                   "tool_calls": [c.model_dump() for c in asked.tool_calls or ()]},
                  {"role": "tool", "tool_call_id": (asked.tool_calls or [])[0].id,
                   "content": "result 1"}]
-    with running_server(config) as server:  # the same state directory
+    with running_server(config, clock) as server:  # the same state directory
         answer = client(server, "slow-tool").chat.completions.create(
             model=model, messages=messages, tools=TOOLS).choices[0].message
         run = server.get_json(f"/v1/runs/{run_id}")
