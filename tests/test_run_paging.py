@@ -140,11 +140,11 @@ def test_runs_that_change_between_pages_never_shift_the_next_page(
 
 def test_a_cursor_that_is_not_one_and_a_page_too_large_are_refused(
         sidecar: RunningServer) -> None:
-    for query, expected in (("after=bogus", "after='bogus' is not allowed"),
-                            ("after=", "after='' is not allowed"),
+    for query, expected in (("after=bogus", 'after="bogus" is not allowed'),
+                            ("after=", 'after="" is not allowed'),
                             ("after=WzEsMSwiYSJd&after=WzEsMSwiYSJd", "is given more than once"),
-                            ("limit=1001", "limit='1001' is not allowed"),
-                            ("offset=10", "query parameter 'offset' is not allowed")):
+                            ("limit=1001", 'limit="1001" is not allowed'),
+                            ("offset=10", 'query parameter "offset" is not allowed')):
         status, raw = http_request("GET", sidecar.api + "/v1/runs?" + query)
         assert status == 400, (query, raw)
         assert expected in json.loads(raw)["error"]["message"], (query, raw)

@@ -245,12 +245,12 @@ def test_the_report_names_the_first_stop_however_many_directives_came_after(
 
 @pytest.mark.parametrize(("body", "message"), [
     ({}, "remaining is required"),
-    ({"remaining": None}, "remaining=None is not allowed"),
-    ({"remaining": True}, "remaining=True is not allowed"),
+    ({"remaining": None}, "remaining=null is not allowed"),
+    ({"remaining": True}, "remaining=true is not allowed"),
     ({"remaining": ["a"]}, "expected a string or a finite number"),
     ({"remaining": "x", "state": ["a"]}, "state must be an object"),
     ({"remaining": "x", "state": {"a": {"b": 1}}}, "state.a is not allowed"),
-    ({"remaining": "x", "state": {"": 1}}, "state key '' is not allowed"),
+    ({"remaining": "x", "state": {"": 1}}, 'state key "" is not allowed'),
     ({"remaining": "x", "failed_approaches": "tried"}, "failed_approaches must be a list"),
     ({"remaining": "x", "failed_approaches": [1]}, "failed_approaches must be a list"),
     ({"remaining": "x", "run_id": 7}, "run_id must be a string"),

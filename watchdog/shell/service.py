@@ -31,6 +31,7 @@ from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
+from watchdog.core.shown import shown
 from watchdog.core.spans.decode import TraceRequest
 from watchdog.core.spans.record import (
     DUPLICATE_SPAN_ID,
@@ -540,7 +541,7 @@ class WatchdogService:
         run, step = self.core.heartbeat(key, messages, self.clock.now(), in_flight,
                                         oldest_call_started, announce)
         if run is None:
-            raise NotFound(f"no active run {key!r}")
+            raise NotFound(f"no active run {shown(key)}")
         self._carry(step)
         return run
 

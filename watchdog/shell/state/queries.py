@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.view import RunView, run_detail, run_summary
+from watchdog.core.shown import shown
 from watchdog.shell.clock import Clock
 from watchdog.shell.errors import NotFound
 from watchdog.shell.state.lanes import Lane
@@ -62,10 +63,10 @@ class RunQueries:
         if run is None:
             data = await self._lane.run(self.store.get_run, key)
             if data is None:
-                raise NotFound(f"no run {key!r}")
+                raise NotFound(f"no run {shown(key)}")
             run = self.from_store(data, self.clock.now())
             if run is None:
-                raise NotFound(f"run {key!r} is stored but cannot be read (see the log)")
+                raise NotFound(f"run {shown(key)} is stored but cannot be read (see the log)")
         return run
 
     def from_store(self, data: dict[str, Any], now: float) -> RunView | None:
