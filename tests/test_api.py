@@ -318,7 +318,7 @@ def raw_exchange(sidecar: RunningServer, data: bytes, timeout: float = 10) -> tu
 
 @pytest.mark.parametrize(("target", "message"), [
     ("/v1/runs?offset=2", 'query parameter "offset" is not allowed on GET /v1/runs: it takes '
-                          "state, agent, limit"),
+                          "state, agent, session, limit"),
     ("/v1/runs?limit=2&page=2", 'query parameter "page" is not allowed on GET /v1/runs'),
     ("/v1/runs?state=active&state=ended", 'query parameter "state" is given more than once'),
     (path(ACTIVE_ID) + "?verbose=1", 'query parameter "verbose" is not allowed on '

@@ -245,7 +245,7 @@ def create_app(service: Watchdog, config: Config, *,
         params[route] = allowed
 
     runs = RunRoutes(service, config.max_request_bytes, directives)
-    add("GET", "/v1/runs", runs.list_runs, "state", "agent", "limit", "after")
+    add("GET", "/v1/runs", runs.list_runs, "state", "agent", "session", "limit", "after")
     add("GET", RUNS, runs.get_run)
     add("GET", RUNS + "/report", runs.report)
     add("POST", RUNS + "/heartbeat", runs.heartbeat)

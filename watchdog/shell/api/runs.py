@@ -67,11 +67,14 @@ class RunRoutes:
             raise BadRequest(f"state={shown(state)} is not allowed: expected one of "
                              + ", ".join(RUN_STATES))
         agent = query.get("agent") or None
+        session = query.get("session") or None
+        if session is not None and (problem := id_problem(session)) is not None:
+            raise BadRequest(f"session={shown(session)} is not allowed: it {problem}")
         limit = _int_param(query.get("limit"), "limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
         after = query.get("after")
         runs, last = await self.service.queries.list_runs(
             state=state, agent=agent, limit=limit,
-            after=None if after is None else read_cursor(after))
+            after=None if after is None else read_cursor(after), session=session)
         return json_response({"runs": runs,
                               "next": None if last is None else write_cursor(last)})
 
