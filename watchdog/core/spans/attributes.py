@@ -175,9 +175,9 @@ SCALAR_ATTRIBUTES = frozenset(
 ) | BUDGET_ATTRIBUTES
 # A scoped entry's attributes (combined.alias): decoded under their own names, given their
 # aliases on the spans of its scopes (watchdog.core.spans.scopes)
-_ALIASED = {alias: name for scoped in TABLES.scopes for name, alias in scoped.aliases}
-WANTED_ATTRIBUTES |= frozenset(_ALIASED[key] for key in WANTED_ATTRIBUTES if key in _ALIASED)
-SCALAR_ATTRIBUTES |= frozenset(_ALIASED[key] for key in SCALAR_ATTRIBUTES if key in _ALIASED)
+ALIASED = {alias: name for scoped in TABLES.scopes for name, alias in scoped.aliases}
+WANTED_ATTRIBUTES |= frozenset(ALIASED[key] for key in WANTED_ATTRIBUTES if key in ALIASED)
+SCALAR_ATTRIBUTES |= frozenset(ALIASED[key] for key in SCALAR_ATTRIBUTES if key in ALIASED)
 
 # The facts the dispatch and the model-call and tool readers look up by first presence (the
 # first of a fact's attribute names whose value is present and not ""), each read as it is or
