@@ -6,6 +6,7 @@ request names — a real sidecar in front of a raw upstream the test scripts byt
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -29,6 +30,7 @@ from tests.test_model_proxy import (
     Seen,
     completion_reply,
     post,
+    send,
     sidecar_for,
 )
 
@@ -329,6 +331,96 @@ def test_a_final_answer_that_stalls_mid_way_is_broken_off(
             assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
     finally:
         released.set()
+        raw.close()
+
+
+# -- a stream broken off, then sent again ---------------------------------------------------------
+
+def tool_call_chunks(tag: str) -> bytes:
+    """A streamed answer's first events: two calls of ``search``, whole (no finish reason and
+    no ``[DONE]`` yet)."""
+    return b"".join(b"data: %s\n\n" % json.dumps({
+        "id": "chatcmpl-" + tag, "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [{
+            "index": index, "id": f"call_{tag}_{index}", "type": "function",
+            "function": {"name": "search", "arguments": "{}"}}]}}]}).encode()
+        for index in range(2))
+
+
+@pytest.mark.parametrize("budget", ["2", None], ids=["budget", "none"])
+def test_a_stream_broken_off_then_sent_again_charges_only_the_calls_the_agent_ran(
+        relay: str, tmp_path: Path, budget: str | None) -> None:
+    """An upstream breaks a stream off after the deltas of two tool calls: the agent sees a
+    failed answer (its SDK raises) and sends the same request again, which is answered with
+    two other calls that it runs. The calls of the broken answer were never handed over:
+    nothing charges them, on both relays. So the request sent again still gets its tools (a
+    budget of 2: not withdrawn for the final report), and once the two calls it ran are
+    answered the run has made 2 tool calls, not 4; the run has no tool running while the
+    agent is to send the request again."""
+    def cut_then_whole(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(raw.seen) == 1:  # an unfinished chunked body, then the connection closes
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            events = tool_call_chunks("cut")
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(events), events))
+            handler.wfile.flush()
+            handler.close_connection = True
+            return
+        body = json.loads(seen.body)
+        calls = [] if body.get("tool_choice") == "none" or len(raw.seen) > 2 else [
+            {"id": f"call_ok_{index}", "type": "function",
+             "function": {"name": "search", "arguments": "{}"}} for index in range(2)]
+        message = {"role": "assistant", "content": None if calls else "Report.",
+                   **({"tool_calls": calls} if calls else {})}
+        send(handler, 200, json.dumps({
+            "id": f"chatcmpl-{len(raw.seen)}", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if calls else "stop"}]}).encode())
+
+    raw = RawUpstream(cut_then_whole)
+    headers = {"x-watchdog-agent": "resender"}
+    if budget is not None:
+        headers["x-watchdog-budget-tool-calls"] = budget
+    messages: list[dict[str, object]] = [{"role": "user", "content": "find it"}]
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            host, port = sidecar.server.addresses["model"]
+            streamed = json.dumps({"model": "m", "stream": True, "tools": TOOLS,
+                                   "messages": messages}).encode()
+            connection = http.client.HTTPConnection(host, port, timeout=10)
+            connection.request("POST", "/v1/chat/completions", streamed,
+                               {"Content-Type": "application/json", **headers})
+            response = connection.getresponse()
+            assert response.status == 200
+            with pytest.raises(http.client.IncompleteRead) as broken:
+                response.read()
+            assert b"call_cut_1" in broken.value.partial
+            connection.close()
+            run_id = wait_until(lambda: (r := sidecar.get_json("/v1/runs")["runs"])
+                                and r[0]["errors"] == 1 and r[0]["id"], "the failed call")
+            signals = run_detail(sidecar.api, run_id)["signals"]  # type: ignore[index]
+            assert signals["in_flight"] == 0, signals
+
+            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+            assert status == 200, answer
+            assert "tool_choice" not in json.loads(raw.seen[1].body)  # its tools still offered
+            message = json.loads(answer)["choices"][0]["message"]
+            assert [call["id"] for call in message["tool_calls"]] == ["call_ok_0", "call_ok_1"]
+
+            messages += [message, *({"role": "tool", "tool_call_id": call["id"],
+                                     "content": "found"} for call in message["tool_calls"])]
+            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+            assert status == 200, answer
+            if budget is not None:  # spent: the final report
+                assert json.loads(raw.seen[2].body)["tool_choice"] == "none"
+            runs = sidecar.get_json("/v1/runs?agent=resender")["runs"]
+            assert [(run["id"], run["tool_calls"], run["iterations"]) for run in runs] == [
+                (run_id, 2, 3)]
+    finally:
         raw.close()
 
 

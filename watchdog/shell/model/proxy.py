@@ -658,7 +658,9 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        self._book(Booked(record, exchange.key, len(handed), exchange.arrived), into)
+        # (a response that broke off handed nothing over: no tool of it runs at the agent)
+        self._book(Booked(record, exchange.key, 0 if seen.broke_off else len(handed),
+                          exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
         """``booked`` goes to ``into`` (the caller books the lot in one step), else now."""
