@@ -330,10 +330,9 @@ class ChatAccumulator:
             seen.model = data["model"][:200]
         if data.get("usage"):
             _usage(seen, data["usage"])
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        choice = first_choice(data.get("choices"))
+        if choice is None:
             return
-        choice = choices[0]
         if isinstance(choice.get("finish_reason"), str):
             seen.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
@@ -361,6 +360,20 @@ class ChatAccumulator:
                 call.arguments += given
             if index is LEGACY:
                 call.call_id = function_call_id(call.name)
+
+
+def first_choice(choices: object) -> dict[str, Any] | None:
+    """A stream chunk's part of the answer that is read: its first choice, as a whole
+    response's ``choices[0]``. With ``n`` > 1 each chunk carries the part of one choice (or
+    of several), named by its ``index``: a choice whose index is another integer is another
+    answer, not read (its text and calls are no part of the first's)."""
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, dict):
+            return None
+        index = choice.get("index")
+        if not isinstance(index, int) or index == 0:
+            return choice
+    return None
 
 
 def _parts_of(delta: dict[str, Any]) -> list[tuple[int | None, dict[str, Any]]]:
