@@ -30,6 +30,7 @@ from tests.test_model_proxy import (
     Seen,
     completion_reply,
     post,
+    reset,
     send,
     sidecar_for,
 )
@@ -154,24 +155,30 @@ def upstream_ok() -> Iterator[RawUpstream]:
 
 # -- a whole response cut or stalled mid-body ---------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["cut", "stalled"])
+@pytest.mark.parametrize("fault", ["cut", "reset", "stalled"])
 @pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
 def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
         relay: str, tmp_path: Path, released: threading.Event, fault: str,
         budget: str | None) -> None:
     """An upstream that sends a whole (not streamed) response's head and part of its body,
-    then closes its connection or goes silent: the agent gets a 502 or 504 saying so (the
-    relay reads a whole response before it answers), never a 200 with a short body, and the
-    call is counted as the upstream's failure."""
+    then closes its connection, resets it (a body of no length said, which ends with its
+    connection: a reset is no end, RFC 9112 §8) or goes silent: the agent gets a 502 or 504
+    saying so (the relay reads a whole response before it answers), never a 200 with a short
+    body, and the call is counted as the upstream's failure."""
     def partial(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(COMPLETION)))
+        if fault == "reset":
+            handler.send_header("Connection", "close")
+        else:
+            handler.send_header("Content-Length", str(len(COMPLETION)))
         handler.end_headers()
         handler.wfile.write(COMPLETION[:40])
         handler.wfile.flush()
         if fault == "stalled":
             released.wait(60)
+        if fault == "reset":
+            reset(handler)
         handler.close_connection = True
 
     raw = RawUpstream(partial)
@@ -184,7 +191,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
                 "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
                 headers)
             error = json.loads(answer)["error"]
-            if fault == "cut":
+            if fault != "stalled":
                 assert status == 502, answer
                 assert error["code"] == "upstream_broken"
                 assert "answered, then broke off" in error["message"]
@@ -193,7 +200,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
                 assert status == 504, answer
                 assert error["code"] == "upstream_timeout"
                 assert "answered, then sent nothing more for 0.5 s" in error["message"]
-            counted = "upstream_error" if fault == "cut" else "upstream_timeout"
+            counted = "upstream_timeout" if fault == "stalled" else "upstream_error"
             wait_until(lambda: outcomes(sidecar, "cutter") == {counted: 1.0},
                        lambda: f"counted: {outcomes(sidecar, 'cutter')}")
     finally:
