@@ -431,6 +431,83 @@ def test_a_stream_broken_off_then_sent_again_charges_only_the_calls_the_agent_ra
         raw.close()
 
 
+# -- a run's final request that gets no answer, sent again ------------------------------------
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/v1/chat/completions", 429), ("/v1/chat/completions", 503), ("/v1/messages", 529)])
+def test_a_final_request_the_upstream_did_not_answer_goes_upstream_again_when_sent_again(
+        relay: str, tmp_path: Path, path: str, status: int) -> None:
+    """A run's budget is spent (its one tool call made): its next request goes upstream for
+    the final report, and the upstream answers it with a rate limit or a server error (with
+    ``retry-after``), which the agent's SDK retries. The final turn did not happen: the
+    request sent again goes upstream for the report again, on both relays, and the agent
+    gets the model's report — not the stop note that follows a final turn answered."""
+    messages_api = path == "/v1/messages"
+
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(raw.seen) == 1:  # the one tool call
+            content: list[dict[str, object]] = [
+                {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {}}]
+            calls = [{"id": "call_1", "type": "function",
+                      "function": {"name": "search", "arguments": "{}"}}]
+        elif len(raw.seen) == 2:  # the final request, busy
+            send(handler, status, b'{"error": {"message": "busy", "type": "overloaded"}}',
+                 {"retry-after": "0"})
+            return
+        else:
+            content, calls = [{"type": "text", "text": "The model's report."}], []
+        if messages_api:
+            send(handler, 200, json.dumps({
+                "id": f"msg_{len(raw.seen)}", "type": "message", "role": "assistant",
+                "model": "m", "content": content,
+                "stop_reason": "tool_use" if calls else "end_turn",
+                "usage": {"input_tokens": 1, "output_tokens": 1}}).encode())
+        else:
+            send(handler, 200, json.dumps({
+                "id": f"chatcmpl-{len(raw.seen)}", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop",
+                             "message": {"role": "assistant",
+                                         "content": None if calls else content[0]["text"],
+                                         **({"tool_calls": calls} if calls else {})}}]}).encode())
+
+    raw = RawUpstream(reply)
+    tools = [{"name": "search", "input_schema": {"type": "object"}}] if messages_api \
+        else TOOLS
+    messages: list[dict[str, object]] = [{"role": "user", "content": "find it"}]
+    headers = {"x-watchdog-agent": "refinal", "x-watchdog-budget-tool-calls": "1"}
+
+    def ask() -> tuple[int, bytes]:
+        return post(sidecar, path, json.dumps({"model": "m", "max_tokens": 100, "tools": tools,
+                                               "messages": messages}).encode(), headers)
+
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            answered, answer = ask()
+            assert answered == 200, answer
+            if messages_api:
+                messages += [{"role": "assistant", "content": json.loads(answer)["content"]},
+                             {"role": "user", "content": [{"type": "tool_result",
+                                                           "tool_use_id": "toolu_1",
+                                                           "content": "found"}]}]
+            else:
+                messages += [json.loads(answer)["choices"][0]["message"],
+                             {"role": "tool", "tool_call_id": "call_1", "content": "found"}]
+            answered, answer = ask()
+            assert answered == status, answer
+            answered, answer = ask()  # as the SDK retries
+            assert answered == 200, answer
+            assert len(raw.seen) == 3  # the report asked for again
+            for seen in raw.seen[1:]:
+                choice = json.loads(seen.body)["tool_choice"]
+                assert choice == ({"type": "none"} if messages_api else "none"), choice
+            got = json.loads(answer)
+            text = got["content"][0]["text"] if messages_api \
+                else got["choices"][0]["message"]["content"]
+            assert text == "The model's report."
+    finally:
+        raw.close()
+
+
 # -- a client that half-closes its connection --------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
