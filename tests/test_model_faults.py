@@ -431,6 +431,53 @@ def test_a_stream_broken_off_then_sent_again_charges_only_the_calls_the_agent_ra
         raw.close()
 
 
+# -- tool calls whose ids are not unique --------------------------------------------------------
+
+@pytest.mark.parametrize("ids", [["", ""], ["call_0", "call_0"]], ids=["empty", "same"])
+def test_calls_an_upstream_gives_one_id_each_count_one_each(
+        relay: str, tmp_path: Path, ids: list[str]) -> None:
+    """An OpenAI-compatible server that gives its tool calls no id, or the same id to each
+    (as some local ones do), answers with two calls at a time; the agent runs them and sends
+    their results (under those ids). Every call the agent ran counts, on both relays: a
+    budget of 4 is spent after two answers (the run ends ``tool_limit_reached``, its third
+    request the final one), never a run of 2 tool calls that ran 4."""
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        body = json.loads(seen.body)
+        message: dict[str, object] = {"role": "assistant", "content": "Report."}
+        if body.get("tool_choice") != "none":
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "search", "arguments": json.dumps({"q": at})}}
+                for at, call_id in enumerate(ids)]}
+        send(handler, 200, json.dumps({
+            "id": f"chatcmpl-{len(raw.seen)}", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if "tool_calls" in message
+                         else "stop"}]}).encode())
+
+    raw = RawUpstream(reply)
+    headers = {"x-watchdog-agent": "sameids", "x-watchdog-budget-tool-calls": "4"}
+    messages: list[dict[str, object]] = [{"role": "user", "content": "find it"}]
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            for _ in range(3):
+                status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                    "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+                assert status == 200, answer
+                message = json.loads(answer)["choices"][0]["message"]
+                calls = message.get("tool_calls") or []
+                messages += [message, *({"role": "tool", "tool_call_id": call["id"],
+                                         "content": "found"} for call in calls)]
+            assert json.loads(raw.seen[2].body)["tool_choice"] == "none"  # the final request
+            assert message["content"] == "Report."
+            runs = wait_until(lambda: (r := sidecar.get_json("/v1/runs?agent=sameids")["runs"])
+                              and r[0]["state"] == "ended" and r, "the run ended")
+            assert [(run["tool_calls"], run["terminal_state"]) for run in runs] == [
+                (4, "tool_limit_reached")]
+    finally:
+        raw.close()
+
+
 # -- a run's final request that gets no answer, sent again ------------------------------------
 
 @pytest.mark.parametrize(("path", "status"), [

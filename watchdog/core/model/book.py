@@ -115,7 +115,9 @@ class EndpointRun:
     agent: str | None = None
     traced: bool = False  # the agent traces its own calls: its spans count the tools
     conversation: str | None = None
-    pending: dict[str, ToolCall] = field(default_factory=dict)  # handed over, no result yet
+    # handed over, no result yet: by call id (a call whose id another one has, an upstream's
+    # empty or repeated id, under that id and a number: :func:`_wait`, :func:`_answered`)
+    pending: dict[str, ToolCall] = field(default_factory=dict)
     # the calls a response that broke off had begun: not handed over (the agent saw a failed
     # answer), counted only if its next request answers one
     begun: dict[str, ToolCall] = field(default_factory=dict)
@@ -303,8 +305,8 @@ class ModelBook:
         records: list[SpanRecord] = []
         answered: list[tuple[ToolCall, ToolResult | None]] = []
         for result in request.results:
-            call = state.pending.pop(result.call_id, None) \
-                or state.begun.pop(result.call_id, None)
+            call = _answered(state.pending, result.call_id) \
+                or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
         unanswered = list(state.pending.values())
@@ -380,7 +382,7 @@ class ModelBook:
         waiting = state.begun if broke else state.pending
         for call in work:
             if len(waiting) < MAX_PENDING_CALLS:
-                waiting[call.call_id] = call
+                _wait(waiting, call)
             if call.call_id:
                 self._calls[call.call_id] = state.key
         while len(self._calls) > MAX_RESPONSE_IDS:
@@ -435,6 +437,26 @@ class ModelBook:
             # (named as the client SDK names its run: the run exists, opened at the request)
             record.run_key, record.key_source, record.pinned = run_key, KeySource.WATCHDOG, True
         return record
+
+
+def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:
+    """``call`` waits for its result: under its id, or, when a call handed over before has the
+    same id (an upstream that gives none, or the same one to each call), under its id and a
+    number, so that each call counts once."""
+    key, number = call.call_id, len(waiting)
+    while key in waiting:
+        key, number = f"{call.call_id}\0{number}", number + 1
+    waiting[key] = call
+
+
+def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
+    """The call waiting that a result of ``call_id`` answers (the first of that id), taken."""
+    call = waiting.pop(call_id, None)
+    if call is None:
+        prefix = call_id + "\0"
+        key = next((key for key in waiting if key.startswith(prefix)), None)
+        call = waiting.pop(key) if key is not None else None
+    return call
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:
