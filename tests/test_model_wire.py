@@ -845,13 +845,21 @@ def test_a_response_that_broke_off_is_a_failed_call_that_hands_nothing_over() ->
         Call("call_1", "search", "{}")], 1, 2)
     assert (record.error, record.error_type, record.final_answer) == (
         True, "IncompleteResponse", False)
-    assert (state.handed, state.answered) == (0, 0) and "call_1" in state.pending
+    assert (state.handed, state.answered) == (0, 0) and "call_1" in state.begun
     book.settle(state)
     again = book.identify("chat", request, Caller(), "a", lambda _key: False)
     assert again is state
+    assert book.tool_records(state, request, 3) == []  # sent again: call_1 never ran
     whole = book.call_record(state, request, Observation(text="The answer is 4.",
                                                          complete=True), [], 3, 4)
     assert (whole.error, whole.final_answer, state.answered) == (False, True, 1)
+    # one the agent ran all the same (its SDK gave it the call's deltas) counts, once
+    book.call_record(state, request, Observation(), [Call("call_2", "search", "{}")], 5, 6)
+    ran = chat_request({"role": "assistant", "tool_calls": [{
+        "id": "call_2", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "found"})
+    assert [record.tool_name for record in book.tool_records(state, ran, 7)] == ["search"]
+    assert book.tool_records(state, ran, 8) == []
 
 
 @pytest.mark.parametrize(("status", "body", "read"), [
