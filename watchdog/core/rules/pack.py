@@ -249,7 +249,8 @@ def _read_text(reader: Reader) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        reader.problem(None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        reader.problem(data.count(b"\n", 0, exc.start) + 1, None,
+                       f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8")
         return ""
 
 
