@@ -246,6 +246,33 @@ def test_a_later_pack_can_bring_a_disabled_rule_back(tmp_path: Path) -> None:
     assert rule is not None and "9" in rule.when.source
 
 
+def test_a_rule_of_a_name_and_enabled_false_switches_an_earlier_one_off(tmp_path: Path) -> None:
+    """What "`disable: [names]` or `enabled: false` switches rules off" reads as: the name and
+    `enabled: false` alone (it asked for when, action and message, so the rule had to be written
+    out whole to be switched off)."""
+    path = write(tmp_path / "off.yaml", """\
+        rules:
+          - name: idle-timeout
+            enabled: false
+          - {name: tool-cycle, enabled: false, description: "we loop on purpose"}
+    """)
+    ruleset = load_rules([path])
+    assert {r.name for r in ruleset.disabled} == {"idle-timeout", "tool-cycle"}
+    assert ruleset.get("idle-timeout") is None and ruleset.get("error-loop") is not None
+    typo = write(tmp_path / "typo.yaml", """\
+        rules:
+          - {name: idle-timeot, enabled: false}
+          - {name: idle-timeout, enabled: true}
+    """)
+    assert problems(typo, include_default=True) == [
+        f"{typo}:5: rule idle-timeot: enabled: false switches off a rule of an earlier pack, and "
+        f"there is none of this name (did you mean 'idle-timeout'?) (a new rule needs when, "
+        f"action and message)",
+        f"{typo}:6: rule idle-timeout: 'when' is required",
+        f"{typo}:6: rule idle-timeout: 'action' is required",
+        f"{typo}:6: rule idle-timeout: 'message' is required"]
+
+
 def test_budgets_of_later_packs_come_first(tmp_path: Path) -> None:
     first = write(tmp_path / "a.yaml", """\
         budgets:
