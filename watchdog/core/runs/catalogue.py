@@ -103,7 +103,6 @@ _ERRORS = ("failed tool/LLM spans, and tool results that say the call failed (th
            "repeats its children's error and is not counted again)")
 _IN_FLIGHT = ("calls started but not ended, as the client SDK (or the model endpoint) last said, "
               "and how long the oldest of them has run; 0 once the run ended")
-_OUTCOME = "outcome so far"
 
 RUN_SIGNALS: tuple[Signal, ...] = (
     Signal("id", str, "run.key", _IDENTITY),
@@ -153,9 +152,13 @@ RUN_SIGNALS: tuple[Signal, ...] = (
            ("tuple(run.budget.items())",),
            with_budget=("run.tool_calls", "run.iterations", "run.input_tokens",
                         "run.output_tokens", "run.cost_usd")),
-    _plain("has_final_answer", bool, _OUTCOME),
-    Signal("finish_reason", str, "run.finish_reason or ''", _OUTCOME, ("run.finish_reason",)),
-    _plain("ended", bool, _OUTCOME),
+    _plain("has_final_answer", bool, "whether the run has given a final answer so far"),
+    Signal("finish_reason", str, "run.finish_reason or ''",
+           "the latest finish reason a model call (or the agent span) gave, as its framework "
+           "or API names it: `stop`, `tool_calls`, `length` (OpenAI), `end_turn`, `max_tokens` "
+           "(Anthropic), `STOP`, `MAX_TOKENS` (Gemini), `FinishReason.STOP` (Semantic "
+           "Kernel)…; `''` when none did", ("run.finish_reason",)),
+    _plain("ended", bool, "whether the run has ended (see [Terminal states](#terminal-states))"),
 )
 
 # What the generated code may call besides the RunState's own attributes.
