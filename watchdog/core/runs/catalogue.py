@@ -99,6 +99,8 @@ BUDGET_TIMED = frozenset({"remaining_seconds"})  # the budget's fields that move
 _IDENTITY = "identity"
 _TOOLS = "tool executions, and per tool name (64 names per run, then `_other`)"
 _USAGE = "usage, from LLM spans only"
+_ARGUMENTS = ("; calls whose arguments were not recorded (content capture off, redacted values, "
+              "or a tracer that records none: [frameworks.md](frameworks.md)) are not counted")
 _ERRORS = ("failed tool/LLM spans, and tool results that say the call failed (the agent span "
            "repeats its children's error and is not counted again)")
 _IN_FLIGHT = ("calls started but not ended, as the client SDK (or the model endpoint) last said, "
@@ -130,12 +132,12 @@ RUN_SIGNALS: tuple[Signal, ...] = (
     _plain("repeated_error", int, "count of the most frequent error signature: type + message "
                                   "with ids, numbers and paths masked"),
     _plain("repeated_tool_call", int, "count of the most frequent identical call: tool + "
-                                      "canonical (sorted-key) JSON arguments"),
+                                      "canonical (sorted-key) JSON arguments" + _ARGUMENTS),
     _plain("repeated_tool_result", int, "count of the most frequent identical result of one "
                                         "tool whose arguments differed from the previous such "
-                                        "call"),
+                                        "call" + _ARGUMENTS),
     _plain("cycle_repeats", int, "repetitions of a repeating tail cycle of calls (A→B→A→B…, "
-                                 "length 1–4); 0 when there is none"),
+                                 "length 1–4); 0 when there is none" + _ARGUMENTS),
     Signal("elapsed_seconds", float, "float(run.elapsed_seconds(now))",
            "since the run's first span started", timed=True),
     Signal("idle_seconds", float, "float(run.idle_seconds(now))",
