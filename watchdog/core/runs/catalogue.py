@@ -21,7 +21,8 @@ this module, never text from a rule. ``read`` sees ``run`` (the RunState), ``now
 CEL takes it. ``moves_with`` lists expressions of ``run`` alone whose values are immutable: when
 none of them changed across a batch of spans, neither did the signal (an over-approximation is
 safe: a rule is evaluated more often than needed, never less). A ``timed`` signal changes with
-time alone: it is not compared, and the rules reading it run on the timer.
+time alone: the rules reading it run on the timer, and also when its ``moves_with`` moved
+(``idle_seconds``, set back to 0 by progress).
 
 Types are Python types: ``int`` is CEL ``int``, ``float`` is ``double``, a nested ``dict`` is a
 struct, :class:`MapOf` an open map, and :class:`Maybe` a field that may be absent (a budget that is
@@ -140,9 +141,12 @@ RUN_SIGNALS: tuple[Signal, ...] = (
                                  "length 1–4); 0 when there is none" + _ARGUMENTS),
     Signal("elapsed_seconds", float, "float(run.elapsed_seconds(now))",
            "since the run's first span started", timed=True),
+    # timed, and set back to 0 by progress: a rule reading it is evaluated then too, so what
+    # held during the idle stretch lapses at once (a `for` starts over, an each_time re-arms),
+    # not at the timer's next turn (a rule test has none between its steps)
     Signal("idle_seconds", float, "float(run.idle_seconds(now))",
            "since the last sign of progress (a new span, or a heartbeat whose message count "
-           "grew)", timed=True),
+           "grew)", ("run.last_progress",), timed=True),
     Signal("in_flight", int, "run.calls_in_flight()", _IN_FLIGHT, ("run.in_flight", "run.ended")),
     Signal("in_flight_seconds", float, "float(run.in_flight_seconds(now))", _IN_FLIGHT,
            timed=True),
