@@ -254,6 +254,24 @@ def test_what_only_cel_can_decide_gets_no_fast_path(source: str) -> None:
     assert compile_expr(source, condition=True).fast is None
 
 
+@pytest.mark.parametrize(("source", "expected"), [
+    ("!" * 3001 + "(run.errors > 1)", False),  # CEL folds the chain; fast.py recursed on it
+    ("!" * 3000 + "(run.errors > 1)", True),
+    (" || ".join(f"session.runs > {i}" for i in range(3000)) + " || run.errors > 1", True),
+    ("!" * 250 + "(session.runs > 1 || run.errors > 1)", True),  # 250 nested _not(...) calls
+])
+def test_conditions_nested_deeper_than_python_compiles_load_and_cel_decides_them(
+        source: str, expected: bool) -> None:
+    """A condition CEL accepts whose fast code Python cannot compile (nested too deep) has no
+    fast path: it loads, and CEL decides it (its load raised RecursionError: a traceback at
+    `watchdog rules check`, at start, and a failed reload the gauge did not tell)."""
+    expr = compile_expr(source, condition=True)
+    assert expr.fast is None
+    run = RunState("run-1", KeySource.WATCHDOG, "ab" * 16, 1_700_000_000.0)
+    run.errors = 2
+    assert cel_says(source, run) is expected
+
+
 def test_plain_placeholders_render_as_cel_renders_them() -> None:
     """``${run.<field>}`` of every scalar signal, and the default pack's messages: rendered
     from the RunState exactly as CEL renders them on the run's activation (a value of another

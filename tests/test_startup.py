@@ -388,6 +388,21 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     assert line == f"watchdog: config file {config}: not UTF-8 text (byte 0); save it as UTF-8"
 
 
+def test_yaml_nested_past_the_stack_is_one_line_with_its_place(tmp_path: Path) -> None:
+    """PyYAML's composer recursed past Python's stack on lists nested 10,000 deep: a
+    traceback, for the config file and WATCHDOG_WEBHOOKS alike."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("max_runs: 5\nwebhooks: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    with pytest.raises(ConfigError) as refused:
+        load(str(config), env={})
+    assert refused.value.message == (f"config file {config}: invalid YAML at line 2, column 110:"
+                                     f" nested more than 100 levels deep")
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": "[" * 10_000 + "]" * 10_000})
+    assert refused.value.message == ("webhooks is not allowed: nested more than 100 levels "
+                                     "deep; expected a YAML list of webhooks")
+
+
 def test_every_problem_of_a_webhook_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as refused:
         load(env={"WATCHDOG_WEBHOOKS": "[{url: 'ftp://x', secret: short, actions: [explode], "

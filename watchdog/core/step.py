@@ -460,7 +460,11 @@ class Core(CoreReads):
         assert self.engine is not None
         step.eval_seconds += self._timer() - started
         if self.engine.errors:
-            step.rule_errors.update(self.engine.drain_errors())
+            errors = self.engine.drain_errors()
+            step.rule_errors.update(errors)
+            for rule in errors:
+                step.rule_error_texts[rule] = (self.engine.last_error_runs.get(rule, ""),
+                                               self.engine.last_errors.get(rule, ""))
 
     def _decide(self, decision: Decision, run: RunState, now: float, step: Step) -> None:
         state = forced_state(decision.action, decision.terminal_state)

@@ -601,8 +601,10 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
         if isinstance(value, str):
             import yaml  # (only a config file or WATCHDOG_WEBHOOKS is YAML)
 
+            from watchdog.core.rules.yamldoc import BoundedLoader
+
             try:
-                value = yaml.safe_load(value) if value.strip() else []
+                value = yaml.load(value, Loader=BoundedLoader) if value.strip() else []
             except yaml.YAMLError as exc:
                 problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
                 raise ConfigError(f"{key} is not allowed: {problem}; expected a YAML list of "
@@ -705,8 +707,10 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
     if path:
         import yaml
 
+        from watchdog.core.rules.yamldoc import BoundedLoader
+
         try:
-            document = yaml.safe_load(Path(path).read_text("utf-8")) or {}
+            document = yaml.load(Path(path).read_text("utf-8"), Loader=BoundedLoader) or {}
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:

@@ -170,6 +170,7 @@ class WatchdogService:
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
+        self._rule_errors = logs.RuleErrorLog()
         self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
         # GenAI log events and the spans they describe meet here (bounded in size and time):
         # made with the span pipeline, at the first export (:attr:`log_join`)
@@ -320,6 +321,8 @@ class WatchdogService:
         for rule, count in step.rule_errors.items():
             for _ in range(count):
                 observer.rule_error(rule)
+            self._rule_errors.failed(rule, count, *step.rule_error_texts.get(rule, ("", "")),
+                                     self.clock.now())
         if step.outages:
             observer.tools_failing(step.outages)
             for tool, failing in step.outages.items():

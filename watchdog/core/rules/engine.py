@@ -160,6 +160,7 @@ class RuleEngine:
     def __init__(self, ruleset: RuleSet) -> None:
         self.errors: Counter[str] = Counter()  # rule -> evaluation errors since last drained
         self.last_errors: dict[str, str] = {}  # rule -> its latest evaluation error (for humans)
+        self.last_error_runs: dict[str, str] = {}  # rule -> the run of its latest error
         self._runs: OrderedDict[str, _RunRules] = OrderedDict()
         self._agents: dict[str, _AgentView] = {}
         self._install(ruleset)
@@ -174,6 +175,8 @@ class RuleEngine:
         self._ruleset = ruleset
         self._by_name = {rule.name: rule for rule in ruleset.rules}
         self.last_errors = {k: v for k, v in self.last_errors.items() if k in self._by_name}
+        self.last_error_runs = {k: v for k, v in self.last_error_runs.items()
+                                if k in self._by_name}
         self._agents = {}
         self.timed_rules_exist = any(
             rule.timed or (rule.grace is not None and rule.grace.seconds is not None)
@@ -339,6 +342,7 @@ class RuleEngine:
             except EvalError as exc:
                 self.errors[name] += 1
                 self.last_errors[name] = f"when: {exc}"
+                self.last_error_runs[name] = run.key
                 matched = False
         else:
             matched = known
@@ -366,6 +370,7 @@ class RuleEngine:
         if errors:
             self.errors[name] += 1
             self.last_errors[name] = f"message: {errors[0]}"
+            self.last_error_runs[name] = run.key
         if rule.repeat is Repeat.ON_CHANGE:
             dedup_key = f"{name}#{message_hash(message)}"
         else:  # each time it holds is a decision of its own: its key says when it began

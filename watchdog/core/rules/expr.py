@@ -323,11 +323,15 @@ def _check_condition(condition: bool, result_type: str) -> None:
                                      f"{result_type.lower()}")])
 
 
+_STATUS = re.compile(r"^([A-Z_]+): (.*) \[\1\]$", re.S)
+_DEPTH = re.compile(r"^Expression recursion limit exceeded\. limit: (\d+)$")
 _ERROR_HEAD = re.compile(r"^ERROR: <input>:(\d+):(\d+): (.*)$")
 _STRUCT = re.compile(r"undefined field '(\w+)' not found in struct '([\w.]+)'")
 _OVERLOAD = re.compile(r"found no matching overload for '([^']+)' applied to '\((.*)\)'")
 _RIGHT_INT = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)(?![\w.])")
 _LEFT_INT = re.compile(r"(?<![\w.])(-?\d+)\s*$")
+_RIGHT_DOUBLE = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)\.0*(?![\w.])")
+_LEFT_DOUBLE = re.compile(r"(?<![\w.])(-?\d+)\.0*\s*$")
 _OPERATORS = {"_>_": ">", "_>=_": ">=", "_<_": "<", "_<=_": "<=", "_==_": "==", "_!=_": "!=",
               "_+_": "+", "_-_": "-", "_*_": "*", "_/_": "/", "_%_": "%", "_&&_": "&&",
               "_||_": "||", "_?_:_": "?:", "!_": "!", "-_": "-"}
@@ -336,7 +340,9 @@ _OPERATORS = {"_>_": ">", "_>=_": ">=", "_<_": "<", "_<=_": "<=", "_==_": "==", 
 def _issues(text: str, source: str, struct_paths: dict[str, str]) -> list[Issue]:
     """CEL's compile error text (one ``ERROR: <input>:L:C: msg`` block per problem, each with a
     caret snippet) as issues with messages rewritten for rule authors."""
-    text = text.removeprefix("INVALID_ARGUMENT: ").removesuffix(" [INVALID_ARGUMENT]")
+    status = _STATUS.match(text)  # "CODE: message [CODE]", the status of the C++ library
+    if status is not None:
+        text = status.group(2)
     issues = []
     for line in text.splitlines():
         head = _ERROR_HEAD.match(line)
@@ -344,7 +350,13 @@ def _issues(text: str, source: str, struct_paths: dict[str, str]) -> list[Issue]
             row, column = int(head.group(1)), int(head.group(2))
             issues.append(Issue(row, column, _explain(head.group(3), source, row, column,
                                                       struct_paths)))
-    return issues or [Issue(1, 1, text.strip().splitlines()[0] if text.strip() else "invalid")]
+    if not issues:
+        first = text.strip().splitlines()[0] if text.strip() else "invalid"
+        depth = _DEPTH.match(first)
+        if depth is not None:
+            first = f"nested more than {depth.group(1)} levels deep (CEL's limit)"
+        issues.append(Issue(1, 1, first))
+    return issues
 
 
 def _explain(message: str, source: str, row: int, column: int,
@@ -384,6 +396,10 @@ def _number_hint(source: str, row: int, column: int) -> str:
     literal = (_RIGHT_INT.search(line[column - 1:]) or _LEFT_INT.search(line[:column - 1]))
     if literal is not None:
         return f"write {literal.group(1)}.0"
+    # a whole double beside an int (run.tool_calls >= 3.0): the count wants the int
+    whole = (_RIGHT_DOUBLE.search(line[column - 1:]) or _LEFT_DOUBLE.search(line[:column - 1]))
+    if whole is not None:
+        return f"write {whole.group(1)} (counts are ints)"
     return "write the literal as a double (300.0) or convert with double(...) / int(...)"
 
 

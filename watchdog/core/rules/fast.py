@@ -122,8 +122,8 @@ def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCon
         # a ternary has the lowest precedence: splitting at the && or || before its ? is wrong
         code, _partial = _Compiler(tokens, "?" not in tokens, fields).expression(
             0, len(tokens))
-    except _Unsupported:
-        return None
+    except (_Unsupported, RecursionError):
+        return None  # (nested deeper than Python compiles: CEL alone, which allows it)
     if code == _UNKNOWN:
         return None  # nothing known: asking would only cost time
     # (a known condition is a bool: the checker only lets bool conditions in)
@@ -132,8 +132,13 @@ def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCon
                                  "_any_failing": _any_failing,
                                  "_budget": _budget,
                                  "_NO_BUDGET": _NO_BUDGET, "int": int, "bool": bool}
-    function: FastCondition = eval(
-        f"lambda run, now, budget=_NO_BUDGET, session=None, fleet=None: {code}", namespace)
+    try:
+        function: FastCondition = eval(
+            f"lambda run, now, budget=_NO_BUDGET, session=None, fleet=None: {code}", namespace)
+    except (RecursionError, SyntaxError, MemoryError):
+        # the code of a long chain of partly known parts nests one conditional in the next,
+        # deeper than Python's compiler goes (thousands of `||`): CEL alone decides it
+        return None
     return function
 
 
