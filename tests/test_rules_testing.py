@@ -118,5 +118,7 @@ def test_progress_ends_an_idle_stretch_at_once(tmp_path: Path) -> None:
               - {at: 181, tick: true}
             expect: []
         """)
+    # (step 2's empty notify withdraws idle-each's note: the run is no longer idle)
     assert [(step, d.rule, d.message) for step, d in result.fired] == [
-        (1, "idle-each", "idle 70"), (3, "idle-each", "idle 40"), (5, "idle-held", "held 101")]
+        (1, "idle-each", "idle 70"), (2, "idle-each", ""), (3, "idle-each", "idle 40"),
+        (5, "idle-held", "held 101")]
