@@ -20,11 +20,11 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from watchdog import __version__
 from watchdog.core.bounds import id_problem
 from watchdog.core.durations import DurationError, parse_seconds
 from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
+from watchdog.core.version import __version__
 from watchdog.shell import logs
 from watchdog.shell.config import Config, load
 from watchdog.shell.errors import WatchdogError
