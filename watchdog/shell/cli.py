@@ -316,7 +316,16 @@ def _api_error(exc: urllib.error.HTTPError) -> str:
 
 def _client(args: argparse.Namespace) -> ApiClient:
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
-    return ApiClient(url, os.environ.get(TOKEN_ENV, "").strip() or None)  # (a file's newline)
+    given = "--url" if args.url else URL_ENV if os.environ.get(URL_ENV) else "the default"
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        scheme, host = parts.scheme, parts.hostname
+    except ValueError:
+        scheme, host = "", None
+    if scheme not in ("http", "https") or not host:  # (`localhost:9477` reads as a scheme)
+        raise CommandFailed(f"{given} {url!r} is not the control API's URL: expected "
+                            f"http://HOST:PORT, e.g. {DEFAULT_URL}", EXIT_UNREACHABLE)
+    return ApiClient(url.strip(), os.environ.get(TOKEN_ENV, "").strip() or None)  # (a newline)
 
 
 OUTPUTS = ("table", "wide", "json")
@@ -552,8 +561,9 @@ def _session(args: argparse.Namespace) -> int:
 
 def session_text(context: dict[str, Any]) -> str:
     """A session's context as an operator reads it."""
-    lines = [f"session {context.get('session', '')}: {context.get('runs', 0)} runs, "
-             f"{context.get('checkpoints', 0)} checkpoints"]
+    runs, checkpoints = context.get("runs", 0), context.get("checkpoints", 0)
+    lines = [f"session {context.get('session', '')}: {runs} run{'' if runs == 1 else 's'}, "
+             f"{checkpoints} checkpoint{'' if checkpoints == 1 else 's'}"]
     if context.get("last_checkpoint_at"):
         lines.append(f"last checkpoint: {context['last_checkpoint_at']}"
                      + (f" (run {context['last_checkpoint_run']})"
@@ -561,8 +571,10 @@ def session_text(context: dict[str, Any]) -> str:
     if context.get("last_remaining") is not None:
         lines.append(f"remaining: {context['last_remaining']}")
     streak = context.get("zero_progress_streak") or 0
-    lines.append(f"progress: none across the last {streak + 1} checkpoints"
-                 if context.get("zero_progress") else "progress: yes")
+    if context.get("zero_progress"):
+        lines.append(f"progress: none across the last {streak + 1} checkpoints")
+    else:  # (progress is what checkpoints tell: none told, none known)
+        lines.append("progress: yes" if checkpoints else "progress: no checkpoint yet")
     active = context.get("active_runs") or []
     if active:
         lines.append("active runs: " + ", ".join(str(run) for run in active))
