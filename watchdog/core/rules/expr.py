@@ -453,6 +453,11 @@ class Template:
         return "".join(out)
 
 
+# ``{{ run.x }}`` (Helm, Jinja) or ``{run.x}`` (Python) where ``${run.x}`` was meant: sent to the
+# agent as written, never rendered
+NOT_A_PLACEHOLDER = re.compile(r"\{\{?\s*((?:run|session|fleet)\.[\w.\[\]'\"]*)\s*\}\}?")
+
+
 def compile_template(text: str) -> Template:
     """Parse and compile every placeholder; positions in :class:`ExprError` are within ``text``."""
     parts: list[str | Expr] = []
@@ -465,6 +470,12 @@ def compile_template(text: str) -> Template:
             i += 3
             continue
         if not text.startswith("${", i):
+            wrong = NOT_A_PLACEHOLDER.match(text, i) if text[i] == "{" else None
+            if wrong is not None:
+                issues.append(Issue(*_position(text, i), f"'{wrong.group()}' is not a "
+                                                         f"placeholder: write ${{{wrong[1]}}}"))
+                i = wrong.end()
+                continue
             literal.append(text[i])
             i += 1
             continue

@@ -8,7 +8,7 @@ wrong and returns ``None``, so one ``watchdog rules check`` lists everything to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 import yaml
@@ -85,8 +85,10 @@ class Reader:
             return _Unreadable(str(exc))
 
     def fields(self, node: Node, rule: str | None, what: str, allowed: Collection[str],
-               required: Iterable[str] = ()) -> dict[str, Node] | None:
-        """A mapping's values by key; unknown, duplicate and missing keys are problems."""
+               required: Iterable[str] = (), synonyms: Mapping[str, str] | None = None,
+               ) -> dict[str, Node] | None:
+        """A mapping's values by key; unknown, duplicate and missing keys are problems (an
+        unknown key in ``synonyms`` is told the allowed key it stands for, else the closest)."""
         if not isinstance(node, MappingNode):
             self.problem(node, rule, f"{what or 'a rule'} must be a mapping, not "
                                      f"{describe(self.value(node))}")
@@ -103,7 +105,9 @@ class Reader:
                 self.problem(key_node, rule, f"{prefix}duplicate key '{key}'")
                 continue
             if key not in allowed:
-                self.problem(key_node, rule, f"{prefix}unknown key '{key}'{suggest(key, allowed)}")
+                meant = (synonyms or {}).get(key)
+                hint = f" (did you mean '{meant}'?)" if meant in allowed else suggest(key, allowed)
+                self.problem(key_node, rule, f"{prefix}unknown key '{key}'{hint}")
                 continue
             found[key] = value_node
         for key in required:
