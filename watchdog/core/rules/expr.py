@@ -328,6 +328,8 @@ _STRUCT = re.compile(r"undefined field '(\w+)' not found in struct '([\w.]+)'")
 _OVERLOAD = re.compile(r"found no matching overload for '([^']+)' applied to '\((.*)\)'")
 _RIGHT_INT = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)(?![\w.])")
 _LEFT_INT = re.compile(r"(?<![\w.])(-?\d+)\s*$")
+_RIGHT_DOUBLE = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)\.(\d*)(?![\w.])")
+_LEFT_DOUBLE = re.compile(r"(?<![\w.])(-?\d+)\.(\d*)\s*$")
 _OPERATORS = {"_>_": ">", "_>=_": ">=", "_<_": "<", "_<=_": "<=", "_==_": "==", "_!=_": "!=",
               "_+_": "+", "_-_": "-", "_*_": "*", "_/_": "/", "_%_": "%", "_&&_": "&&",
               "_||_": "||", "_?_:_": "?:", "!_": "!", "-_": "-"}
@@ -384,6 +386,13 @@ def _number_hint(source: str, row: int, column: int) -> str:
     literal = (_RIGHT_INT.search(line[column - 1:]) or _LEFT_INT.search(line[:column - 1]))
     if literal is not None:
         return f"write {literal.group(1)}.0"
+    # a double literal beside a count (run.errors > 3.0): the count is the int
+    double = (_RIGHT_DOUBLE.search(line[column - 1:]) or _LEFT_DOUBLE.search(line[:column - 1]))
+    if double is not None:
+        whole, fraction = double.groups()
+        if not fraction.strip("0"):
+            return f"counts are ints: write {whole}"
+        return f"counts are ints: compare double(COUNT) with {whole}.{fraction}"
     return "write the literal as a double (300.0) or convert with double(...) / int(...)"
 
 
