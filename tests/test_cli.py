@@ -271,8 +271,9 @@ def test_runs_table_formats_numbers() -> None:
     assert [runs_table([{"id": "r", "agent": "a", "state": "ended", "cost_usd": cost,
                          "unpriced_calls": unpriced}],
                        wide=True).splitlines()[1].split()[8]
-            for cost, unpriced in ((0.0123456, 0), (12.345, 2), (0.0, 3))] == [
-        "$0.0123", "$12.35+2?", "+3?"]
+            for cost, unpriced in ((0.0123456, 0), (12.345, 2), (0.0, 3), (0.0000027, 0),
+                                   (0.00004, 1), (0.00005, 0))] == [
+        "$0.0123", "$12.35+2?", "+3?", "<$0.0001", "<$0.0001+1?", "$0.0001"]
 
 
 TRACE_RUN = "trace:" + "0af7651916cd43dd8448eb211c80319c"

@@ -403,9 +403,11 @@ def _run_row(run: Mapping[str, Any], wide: bool = False) -> tuple[str, ...]:
 
 
 def _usd(cost: float, unpriced: int) -> str:
-    """A run's dollars ("-": no priced call), "+N?" for N model calls with no known price."""
+    """A run's dollars ("-": no priced call; "<$0.0001": less, never "$0.0000", which reads as
+    free), "+N?" for N model calls with no known price."""
     shown = "-" if cost <= 0 and unpriced <= 0 else (
-        f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}" if cost > 0 else "")
+        f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}" if cost >= 0.00005
+        else "<$0.0001" if cost > 0 else "")
     return shown + (f"+{unpriced}?" if unpriced > 0 else "")
 
 
