@@ -912,6 +912,42 @@ def test_metrics_reference_lists_every_metric() -> None:
     assert not missing, missing
 
 
+def test_metrics_reference_gives_each_metrics_type_and_labels() -> None:
+    """The table's type and labels columns are the metric's own: a label the docs name
+    differently (or leave out) is a query that matches nothing. Labels come from each metric
+    as declared; a collector's family (read at scrape time) is checked where it has samples."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from watchdog.shell.metrics import PREFIX, Metrics
+
+    metrics = Metrics("docs")
+    declared: dict[str, tuple[str, set[str]]] = {}
+    for metric in vars(metrics).values():
+        if isinstance(metric, MetricWrapperBase):
+            declared[metric._name.removeprefix(PREFIX)] = (metric._type, set(metric._labelnames))
+    for family in metrics.registry.collect():
+        name = family.name.removeprefix(PREFIX)
+        if family.name.startswith(PREFIX) and name not in declared and family.samples:
+            declared[name] = (family.type, set().union(
+                *(sample.labels for sample in family.samples)) - {"le"})
+    text = (ROOT / "docs" / "metrics.md").read_text("utf-8")
+    problems, seen = [], set()
+    for row in re.findall(r"^\| (`[a-z_]+`(?:, `[a-z_]+`)*) \| ([a-z, ]*) \| ([^|]*) \|", text,
+                          re.M):
+        names = [n.removesuffix("_total") for n in re.findall(r"`([a-z_]+)`", row[0])]
+        types = [t.strip() for t in row[1].split(",")]
+        labels = {label.strip() for label in row[2].split(",")} - {"—", ""}
+        for name, kind in zip(names, types * len(names) if len(types) == 1 else types,
+                              strict=True):
+            if name in declared:
+                seen.add(name)
+                if declared[name] != (kind, labels):
+                    problems.append(f"{name}: docs {kind} {sorted(labels)}, the metric "
+                                    f"{declared[name][0]} {sorted(declared[name][1])}")
+    assert not problems, "\n".join(problems)
+    assert seen == set(declared), sorted(set(declared) - seen)
+
+
 def test_configuration_reference_lists_every_key() -> None:
     from watchdog.shell.config import Config
 
