@@ -379,8 +379,8 @@ def test_the_sidecar_runs_next_to_the_filesystem_watchdog(dist: Dist, tmp_path: 
     """Installed after the sidecar into its venv (an agent framework that needs it), the
     filesystem-events library writes its empty ``watchdog/__init__.py`` over the sidecar's:
     the sidecar still runs, both import, and ``watchdog serve`` says at start that they share
-    the package (uninstalling either breaks the other: the README gives the sidecar a venv of
-    its own)."""
+    the package (the README gives the sidecar a venv of its own). Uninstalled, it takes that
+    ``__init__.py`` with it, and the sidecar runs on."""
     venv = Venv(tmp_path / "venv")
     venv.pip("install", "--quiet", str(dist.sidecar_wheel))
     venv.pip("install", "--quiet", FILESYSTEM)
@@ -408,6 +408,9 @@ def test_the_sidecar_runs_next_to_the_filesystem_watchdog(dist: Dist, tmp_path: 
     warning = lines[-1]
     assert "WARNING" in warning and "filesystem-events library watchdog" in warning, lines
     assert "a venv of its own" in warning
+    venv.pip("uninstall", "--yes", "--quiet", FILESYSTEM)
+    version = venv.run(command, "--version")
+    assert version.returncode == 0 and VERSION in version.stdout, version.stderr
 
 
 # -- sdists ---------------------------------------------------------------------------------

@@ -229,10 +229,10 @@ class Server:
         log.info("OTLP protobuf decode: %s", DECODES[native_state()])
         shared = filesystem_watchdog()
         if shared is not None:
-            log.warning("the filesystem-events library watchdog %s is installed here too: it "
-                        "and agent-watchdog-sidecar share the import package watchdog, so "
-                        "uninstalling either breaks the other; give the sidecar a venv of its "
-                        "own (README: Names)", shared)
+            log.warning("the filesystem-events library watchdog %s is installed here too, in "
+                        "the import package agent-watchdog-sidecar has (watchdog: each writes "
+                        "its watchdog/__init__.py over the other's); give the sidecar a venv "
+                        "of its own (README: Names)", shared)
 
     async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
         """The OTLP/gRPC receivers: the port is bound here, grpcio loads at its first
