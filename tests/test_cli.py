@@ -197,6 +197,14 @@ def test_unreachable_sidecar_is_one_line_and_exit_2(argv: list[str],
     assert "Traceback" not in captured.err
 
 
+def test_a_url_with_the_apis_path_on_it_says_what_the_url_is(
+        fed: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--url", fed.api + "/v1"]) == 1
+    assert capsys.readouterr().err == (
+        "watchdog: no such endpoint: GET /v1/v1/runs (404 not_found); --url or WATCHDOG_URL "
+        "is the control API's base URL, with no path (default http://127.0.0.1:9477)\n")
+
+
 def test_bad_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "--url", "not a url"]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1

@@ -304,6 +304,9 @@ def _api_error(exc: urllib.error.HTTPError) -> str:
     try:
         error = json.loads(exc.read())["error"]
         message = f"{error['message']} ({exc.code} {error['code']})"
+        if exc.code == 404 and str(error["message"]).startswith("no such endpoint"):
+            message += (f"; --url or {URL_ENV} is the control API's base URL, with no path "
+                        f"(default {DEFAULT_URL})")  # (e.g. http://127.0.0.1:9477/v1)
     except (ValueError, KeyError, TypeError, OSError):
         message = f"HTTP {exc.code} {exc.reason}"
         if exc.code == 404:  # not the control API's own answer: another port, another server
