@@ -141,7 +141,7 @@ def test_report_of_unknown_run(fed: RunningServer, capsys: pytest.CaptureFixture
     assert main(["report", "nope/x", "--url", fed.api]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == "watchdog: no run 'nope/x' (404 not_found)\n"
+    assert captured.err == 'watchdog: no run "nope/x" (404 not_found)\n'
 
 
 def test_session_context(sidecar: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
@@ -422,7 +422,7 @@ def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
             "wind_down", "many-tools", "warning", "-", "no", "no"]
 
         assert main(["directives", "job:none", "--url", sidecar.api]) == 1
-        assert capsys.readouterr().err == "watchdog: no run 'job:none' (404 not_found)\n"
+        assert capsys.readouterr().err == 'watchdog: no run "job:none" (404 not_found)\n'
 
 
 def test_directives_past_the_listing_limit_are_said_to_be_left_out(

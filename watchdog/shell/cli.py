@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help="list runs (from a running sidecar)")
     runs.add_argument("--state", choices=("active", "ended"), help="only active or ended runs")
     runs.add_argument("--agent", help="only runs of this agent")
+    runs.add_argument("--session", help="only runs of this session")
     runs.add_argument("--limit", type=_positive_int, default=100,
                       help="at most this many runs (read a page of up to "
                            f"{RUNS_PAGE} at a time)")
@@ -453,6 +454,8 @@ def _runs(args: argparse.Namespace) -> int:
         query["state"] = args.state
     if args.agent:
         query["agent"] = args.agent
+    if args.session:
+        query["session"] = args.session
     limit = None if args.all else args.limit
 
     if args.output == "json":

@@ -5,6 +5,7 @@ fields (DESIGN §2, README "Logs"):
 
 =================  ==============================================================
 ``rule_fired``     rule, action, severity, run, agent, terminal_state
+``rule_withdrawn`` rule, run, agent (a ``repeat: each_time`` notify's note taken back)
 ``directive_sent`` id, run, seq, action, rule, channel (sse, longpoll, webhook), outcome
 ``directive_acked`` run, seq (what the agent acked), acked_seq (the run's acked seq now)
 ``run_ended``      run, agent, terminal_state, reason, has_final_answer

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
-from watchdog.core.rules.decision import Decided
+from watchdog.core.rules.decision import Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
+from watchdog.core.shown import shown
 from watchdog.core.spans.decode import TraceRequest
 from watchdog.core.spans.record import (
     DUPLICATE_SPAN_ID,
@@ -368,11 +369,15 @@ class WatchdogService:
 
     def _decided(self, decided: Decided, run_row: str | None = None) -> None:
         decision, run = decided.decision, decided.run
-        self.observer.rule_fired(decision.rule, decision.action.value, run.agent, run.trace_id)
-        logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
-                   severity=decision.severity.value, run=run.key, agent=run.agent,
-                   terminal_state=decision.terminal_state.value if decision.terminal_state
-                   else None, escalation=decision.escalation)
+        if withdraws(decision.action.value, decision.message):  # (no firing: a note taken back)
+            logs.event("rule_withdrawn", rule=decision.rule, run=run.key, agent=run.agent)
+        else:
+            self.observer.rule_fired(decision.rule, decision.action.value, run.agent,
+                                     run.trace_id)
+            logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
+                       severity=decision.severity.value, run=run.key, agent=run.agent,
+                       terminal_state=decision.terminal_state.value if decision.terminal_state
+                       else None, escalation=decision.escalation)
         if self.sink is not None:
             directive = self.sink.submit(decided, run_row)
             if isinstance(directive, Directive):
@@ -540,7 +545,7 @@ class WatchdogService:
         run, step = self.core.heartbeat(key, messages, self.clock.now(), in_flight,
                                         oldest_call_started, announce)
         if run is None:
-            raise NotFound(f"no active run {key!r}")
+            raise NotFound(f"no active run {shown(key)}")
         self._carry(step)
         return run
 

@@ -96,6 +96,7 @@ from watchdog.core.spans.outcome import (
     stopped_step,
 )
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
+from watchdog.core.spans.scopes import UNSCOPED, view_of, with_aliases
 from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
 from watchdog.core.spans.values import (
     MAX_NAME_CHARS,
@@ -160,11 +161,19 @@ def _head(span: Any) -> tuple[str, str, str | None, str, int, int]:
 
 
 def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
-              firsts: FirstValues | None = None) -> SpanRecord:
+              firsts: FirstValues | None = None, scope: str = "") -> SpanRecord:
     """One OTLP ``Span`` (with its decoded attributes and its resource) as a record; ``firsts``
-    the first-present facts of those attributes where the compiled decode resolved them."""
+    the first-present facts of those attributes where the compiled decode resolved them;
+    ``scope``: the name of its instrumentation scope (what the conventions with ``scopes``
+    read it by: :mod:`watchdog.core.spans.scopes`)."""
+    view = view_of(scope) if scope else UNSCOPED
+    if view.aliases:
+        aliased = with_aliases(attrs, view)
+        if aliased is not attrs:  # (the compiled decode resolved its facts without them)
+            attrs, firsts = aliased, None
     if firsts is None:
         firsts = Firsts(attrs)
+    hidden = view.hidden
     head = span.head() if type(span) is values.NATIVE_SPAN else None  # (set once loaded)
     trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
     key, source = run_key(trace_id, attrs, resource, firsts)
@@ -249,7 +258,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if kind is TOOL:
         if events and firsts[F_TOOL_ARGS] is None:
             attrs, firsts = _with_events(attrs, events, firsts)
-        _fill_tool(record, name, attrs, firsts)
+        _fill_tool(record, name, attrs, firsts, hidden)
         if record.kind is TOOL:
             record.unasked = unasked_tool(attrs)
             record.tool_call_id = tool_call_id(attrs)
@@ -265,15 +274,15 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             # a span of agent kind read as a step of its run (it names no agent): the answer
             # it carries (an attribute, or only an event) is its run's
             _fill_step_answer(record, _with_events(attrs, events, firsts)[0]
-                              if events else attrs)
+                              if events else attrs, hidden)
     elif kind is LLM:
         if events and firsts[F_OUTCOME] is None:
             attrs, firsts = _with_events(attrs, events, firsts)
-        _fill_llm(record, attrs, firsts, span)
+        _fill_llm(record, attrs, firsts, span, hidden)
     elif kind is AGENT:
         if events:
             attrs, firsts = _with_events(attrs, events, firsts)
-        _fill_agent(record, attrs, firsts)
+        _fill_agent(record, attrs, firsts, hidden)
     return record
 
 

@@ -89,8 +89,10 @@ STRANDS = Convention(
     # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
     limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
     # `gen_ai_unredacted_attributes=<list>` in OTEL_SEMCONV_STABILITY_OPT_IN: every sensitive
-    # attribute (and event attribute) not listed is "[REDACTED]"
+    # attribute (and event attribute) not listed is "[REDACTED]" (on its tracer's spans: another
+    # instrumentation's "[REDACTED]" is its content)
     hidden_content=frozenset({"[REDACTED]"}),
+    scopes=("strands",),
     notes="default format: answers, finish reasons and tool arguments only in span events; "
           "latest format with redaction on: the finish reasons only inside the redacted "
           "`gen_ai.output.messages`: a run stopped by `limits` reads unanswered, not "
@@ -533,6 +535,9 @@ LOGFIRE = Convention(
     # agent runs, function tools, handoffs and model calls (Chat Completions or Responses API)
     # each have one; its trace is the root (`Task: Agent workflow` and each agent's
     # `Turn {turn} for agent <name>` are steps)
+    # (its attribute names are the words of its message templates, `name`, `input`, `output`,
+    # `error`, `response`: read on Logfire's spans alone, never another instrumentation's)
+    scopes=("logfire",),
     kinds={"logfire.msg_template": {
         "Agent run: {name!r}": Role.AGENT,
         "Function: {name}": Role.TOOL,
@@ -569,8 +574,10 @@ MASTRA = Convention(
     stopped_steps=(StoppedStep("mastra.model_step.is_continued", "mastra.model_step.output",
                                ("toolCalls",), "max_steps"),),
     # its default SensitiveDataFilter writes this for the value of every key it takes for a
-    # secret (`key`, `token`, `password`…), tool arguments included
+    # secret (`key`, `token`, `password`…), tool arguments included (its exporter's spans:
+    # another instrumentation's "[REDACTED]" is its content)
     hidden_content=frozenset({"[REDACTED]"}),
+    scopes=("@mastra/", "mastra"),
     notes="the loop's `maxSteps`/`stopWhen` stop is the last step's (`agent_step`): its model "
           "asked for tools and the loop did not go on (`max_steps`), with or without an "
           "answer (and so reads a loop that a tool suspended, awaiting approval or run by the "

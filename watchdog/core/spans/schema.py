@@ -125,6 +125,13 @@ class Convention:
 
     name: str
     emitted_by: str  # who emits it: for the README
+    # the instrumentation scopes that emit it (a scope's name, or its beginning: `logfire` for
+    # `logfire.openai_agents`), for an entry whose attribute names are generic words (`name`,
+    # `input`) or whose placeholder for hidden content anyone may write (`[REDACTED]`): its
+    # span attributes (not its event attributes, `event:attribute`) and its hidden texts are
+    # then read on those scopes' spans alone (watchdog.core.spans.scopes); elsewhere an
+    # attribute of the same name is the other instrumentation's own. Empty: every span
+    scopes: Names = ()
     # -- what a span is
     kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # attribute -> value
     root_kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # roots only

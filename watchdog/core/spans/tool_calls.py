@@ -58,7 +58,8 @@ def _tool_name(name: str, firsts: FirstValues) -> str:
 
 
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
-               firsts: FirstValues) -> None:
+               firsts: FirstValues, hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
+    """``hidden``: the texts that are hidden content on this span (its scope's)."""
     tool = _tool_name(name, firsts)
     target: str | None = firsts[F_TRANSFER_TARGET]
     if target is not None:
@@ -72,7 +73,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         # The output tool carries the answer itself: a final answer, not agent work.
         record.kind = OTHER
         record.final_answer = not record.error
-        args = _hidden(firsts[F_TOOL_ARGS])
+        args = _hidden(firsts[F_TOOL_ARGS], hidden)
         if args is not None:
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
         return
@@ -82,23 +83,23 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         record.kind = OTHER
         return
     if tool in LOOP_END_TOOLS and not record.error \
-            and _is_loop_end(tool, name, firsts, firsts[F_TOOL_RESULT]):
+            and _is_loop_end(tool, name, firsts, firsts[F_TOOL_RESULT], hidden):
         # The framework's own tool to end its loop (DSPy ReAct's `finish`): no agent work,
         # and no answer either (a later step extracts it).
         record.kind = OTHER
         record.loop_end = True
         return
-    args = _hidden(firsts[F_TOOL_ARGS])
+    args = _hidden(firsts[F_TOOL_ARGS], hidden)
     if args is not None:
         # Without arguments (content capture off) two calls cannot be told apart: no hash,
         # so they never count as repeats of each other. Nor with a value of them hidden (a
         # filter that redacts the values of keys it takes for secrets: Mastra's `key`):
         # calls that differ only there would look the same.
         canonical = canonical_arguments(args)
-        if not _any_hidden_value(canonical):
+        if not _any_hidden_value(canonical, hidden):
             record.args_hash = stable_hash(tool + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
-    result = _hidden(firsts[F_TOOL_RESULT])
+    result = _hidden(firsts[F_TOOL_RESULT], hidden)
     if result is not None:
         text = _as_text(result)
         record.result_hash = stable_hash(tool + "\0" + text)
@@ -111,23 +112,20 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
             _failed(record, *failure)
 
 
-# an instrumentation's placeholders for hidden content as JSON strings (a value in canonical
-# JSON arguments)
-_HIDDEN_VALUES = tuple(f'"{text}"' for text in sorted(HIDDEN_CONTENT)
-                       if text and '"' not in text and "\\" not in text)
+def _any_hidden_value(canonical: str, hidden: frozenset[str]) -> bool:
+    """Whether canonical JSON arguments hold a placeholder for hidden content (one of
+    ``hidden``) as a value."""
+    return any(f'"{text}"' in canonical for text in hidden
+               if text and '"' not in text and "\\" not in text)
 
 
-def _any_hidden_value(canonical: str) -> bool:
-    """Whether canonical JSON arguments hold a placeholder for hidden content as a value."""
-    return any(hidden in canonical for hidden in _HIDDEN_VALUES)
-
-
-def _is_loop_end(tool: str, name: str, firsts: FirstValues, result: object) -> bool:
+def _is_loop_end(tool: str, name: str, firsts: FirstValues, result: object,
+                 hidden: frozenset[str]) -> bool:
     """A loop-end tool's call: its own result, or (content capture off) a hidden result on a
     span named after the tool's method (DSPy's `finish.__call__`), no tool name recorded."""
     if result == LOOP_END_TOOLS[tool]:
         return True
-    return isinstance(result, str) and result in HIDDEN_CONTENT \
+    return isinstance(result, str) and result in hidden \
         and firsts[F_TOOL_NAME] is None \
         and any(name == tool + suffix for suffix in TOOL_NAME_SPAN_SUFFIXES)
 

@@ -26,8 +26,9 @@ from aiohttp.web_protocol import RequestHandler
 
 from watchdog.core.bounds import id_problem
 from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.shown import shown
 from watchdog.shell.api.directives import DirectiveRoutes
-from watchdog.shell.api.http import MAX_BODY_BYTES, Handler, _shown, error_response
+from watchdog.shell.api.http import MAX_BODY_BYTES, Handler, error_response
 from watchdog.shell.api.interface import Watchdog
 from watchdog.shell.api.rules import RuleRoutes
 from watchdog.shell.api.runs import RunRoutes
@@ -100,7 +101,7 @@ async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         problem = id_problem(raw)
         if problem is not None:
             what = "session id" if request.path.startswith("/v1/sessions/") else "run id"
-            raise BadRequest(f"{what} {_shown(raw)} is not allowed: it {problem}")
+            raise BadRequest(f"{what} {shown(raw)} is not allowed: it {problem}")
     return await handler(request)
 
 
@@ -118,10 +119,10 @@ async def query_middleware(request: web.Request, handler: Handler) -> web.Stream
             if name not in allowed:
                 resource = request.match_info.route.resource
                 where = resource.canonical if resource is not None else request.path
-                raise BadRequest(f"query parameter {_shown(name)} is not allowed on "
+                raise BadRequest(f"query parameter {shown(name)} is not allowed on "
                                  f"{request.method} {where}: {takes}")
             if len(request.query.getall(name)) > 1:
-                raise BadRequest(f"query parameter {_shown(name)} is given more than once: "
+                raise BadRequest(f"query parameter {shown(name)} is given more than once: "
                                  f"give it once")
     return await handler(request)
 
@@ -252,7 +253,7 @@ def create_app(service: Watchdog, config: Config, *,
         params[route] = allowed
 
     runs = RunRoutes(service, config.max_request_bytes, directives)
-    add("GET", "/v1/runs", runs.list_runs, "state", "agent", "limit", "after")
+    add("GET", "/v1/runs", runs.list_runs, "state", "agent", "session", "limit", "after")
     add("GET", RUNS, runs.get_run)
     add("GET", RUNS + "/report", runs.report)
     add("POST", RUNS + "/heartbeat", runs.heartbeat)
