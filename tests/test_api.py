@@ -101,6 +101,14 @@ def test_unknown_run_and_endpoint_are_json_404(sidecar: RunningServer) -> None:
     assert status == 404 and body["error"]["code"] == "not_found"
     status, body = request(sidecar, "DELETE", "/v1/runs")
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
+    # another listener's path, asked of this port: the answer says where it is
+    status, body = request(sidecar, "GET", "/metrics")
+    assert (status, body["error"]["message"]) == (404, (
+        "no such endpoint: GET /metrics on the control API: metrics and health are served on "
+        "metrics_address (default 0.0.0.0:9464)"))
+    status, body = request(sidecar, "POST", "/v1/traces")
+    assert status == 404 and body["error"]["message"].endswith(
+        "OTLP/HTTP is received on otlp_http_address (default 127.0.0.1:4318)")
 
 
 @pytest.mark.parametrize(("query", "named"), [

@@ -506,6 +506,13 @@ def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
     ("{name: r, when: run.errors > 1, action: notify, message: 'a ${run.errors'}",
      "rule r: message: unclosed '${' (a placeholder ends with '}'; write $${ for a literal ${) "
      "(column 3)"),
+    # Helm's or Python's braces, sent to the agent as written: the placeholder to write instead
+    ("{name: r, when: run.errors > 1, action: notify, message: 'errors: {{ run.errors }}'}",
+     "rule r: message: '{{ run.errors }}' is not a placeholder: write ${run.errors} (column 9)"),
+    ("{name: r, when: run.errors > 1, action: notify, message: 'left: {run.budget.remaining_"
+     "tool_calls}, {\"json\": 1}'}",
+     "rule r: message: '{run.budget.remaining_tool_calls}' is not a placeholder: write "
+     "${run.budget.remaining_tool_calls} (column 7)"),
     ("just-a-string", "rule #1: a rule must be a mapping, not 'just-a-string'"),
     ("{name: r, when: run.errors > 1, action: notify, message: no}",
      "rule r: message: expected a non-empty string (YAML reads no as a boolean: quote it), "
@@ -514,6 +521,16 @@ def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
 def test_rule_problems(tmp_path: Path, rule: str, message: str) -> None:
     path = write(tmp_path / "r.yaml", f"rules:\n  - {rule}\n")
     assert problems(path) == [f"{path}:5: {message}"]
+
+
+@pytest.mark.parametrize("key", ["expr", "condition", "if"])
+def test_a_condition_under_another_languages_key_is_told_when(tmp_path: Path, key: str) -> None:
+    """Prometheus' ``expr`` (or ``condition``, ``if``): told it is ``when``, not the closest
+    spelling (``condition`` read as ``action``)."""
+    path = write(tmp_path / "r.yaml", f"rules:\n  - {{name: r, {key}: run.errors > 1, "
+                                      f"action: notify, message: m}}\n")
+    assert problems(path) == [f"{path}:5: rule r: unknown key '{key}' (did you mean 'when'?)",
+                              f"{path}:5: rule r: 'when' is required"]
 
 
 def test_budget_problems(tmp_path: Path) -> None:

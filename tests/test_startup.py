@@ -237,6 +237,35 @@ def test_invalid_yaml_in_the_config_file_is_one_line(tmp_path: Path) -> None:
                            ), line
 
 
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """A mapping's keys are unique in YAML; PyYAML would keep the last one and drop the first
+    without a word (a second ``rules:`` dropped the first's packs). In the file, nested
+    (a webhook) and in ``WATCHDOG_WEBHOOKS``; a merge key's values still give way."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("rules: [/etc/rules/team]\nlog_level: info\nrules: [/etc/rules/ops]\n")
+    said = f"config file {config}: invalid YAML at line 3, column 1: the key 'rules' is given " \
+           f"twice (first on line 1)"
+    with pytest.raises(ConfigError) as refused:
+        load(str(config), env={})
+    assert refused.value.message == said
+    hook = "{name: ops, url: 'http://hooks.example/a', secret: 0123456789abcdef0, name: dev}"
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": f"[{hook}]"})
+    assert refused.value.message == ("webhooks is not allowed: the key 'name' is given twice "
+                                     "(first on line 1); expected a YAML list of webhooks")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(f"webhooks:\n  - {hook}\n")
+    with pytest.raises(ConfigError) as refused:
+        load(str(nested), env={})
+    assert "line 2, column 75: the key 'name' is given twice" in refused.value.message
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("log_level: &level debug\nwebhooks: [{<<: {name: a, secret: "
+                      "0123456789abcdef0}, name: b, url: 'http://hooks.example/a'}]\n")
+    assert [hook["name"] for hook in load(str(merged), env={}).webhooks] == ["b"]
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line == f"watchdog: {said}"
+
+
 def test_a_time_key_says_what_it_accepts_and_shows_the_value_as_given() -> None:
     """0 and -1s are refused with the same words (positive), and a duration is shown as it
     was written, not converted to seconds."""

@@ -330,8 +330,8 @@ _STRUCT = re.compile(r"undefined field '(\w+)' not found in struct '([\w.]+)'")
 _OVERLOAD = re.compile(r"found no matching overload for '([^']+)' applied to '\((.*)\)'")
 _RIGHT_INT = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)(?![\w.])")
 _LEFT_INT = re.compile(r"(?<![\w.])(-?\d+)\s*$")
-_RIGHT_DOUBLE = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)\.0*(?![\w.])")
-_LEFT_DOUBLE = re.compile(r"(?<![\w.])(-?\d+)\.0*\s*$")
+_RIGHT_DOUBLE = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)\.(\d*)(?![\w.])")
+_LEFT_DOUBLE = re.compile(r"(?<![\w.])(-?\d+)\.(\d*)\s*$")
 _OPERATORS = {"_>_": ">", "_>=_": ">=", "_<_": "<", "_<=_": "<=", "_==_": "==", "_!=_": "!=",
               "_+_": "+", "_-_": "-", "_*_": "*", "_/_": "/", "_%_": "%", "_&&_": "&&",
               "_||_": "||", "_?_:_": "?:", "!_": "!", "-_": "-"}
@@ -396,10 +396,13 @@ def _number_hint(source: str, row: int, column: int) -> str:
     literal = (_RIGHT_INT.search(line[column - 1:]) or _LEFT_INT.search(line[:column - 1]))
     if literal is not None:
         return f"write {literal.group(1)}.0"
-    # a whole double beside an int (run.tool_calls >= 3.0): the count wants the int
-    whole = (_RIGHT_DOUBLE.search(line[column - 1:]) or _LEFT_DOUBLE.search(line[:column - 1]))
-    if whole is not None:
-        return f"write {whole.group(1)} (counts are ints)"
+    # a double literal beside a count (run.errors > 3.0): the count is the int
+    double = (_RIGHT_DOUBLE.search(line[column - 1:]) or _LEFT_DOUBLE.search(line[:column - 1]))
+    if double is not None:
+        whole, fraction = double.groups()
+        if not fraction.strip("0"):
+            return f"counts are ints: write {whole}"
+        return f"counts are ints: compare double(COUNT) with {whole}.{fraction}"
     return "write the literal as a double (300.0) or convert with double(...) / int(...)"
 
 
@@ -469,6 +472,11 @@ class Template:
         return "".join(out)
 
 
+# ``{{ run.x }}`` (Helm, Jinja) or ``{run.x}`` (Python) where ``${run.x}`` was meant: sent to the
+# agent as written, never rendered
+NOT_A_PLACEHOLDER = re.compile(r"\{\{?\s*((?:run|session|fleet)\.[\w.\[\]'\"]*)\s*\}\}?")
+
+
 def compile_template(text: str) -> Template:
     """Parse and compile every placeholder; positions in :class:`ExprError` are within ``text``."""
     parts: list[str | Expr] = []
@@ -481,6 +489,12 @@ def compile_template(text: str) -> Template:
             i += 3
             continue
         if not text.startswith("${", i):
+            wrong = NOT_A_PLACEHOLDER.match(text, i) if text[i] == "{" else None
+            if wrong is not None:
+                issues.append(Issue(*_position(text, i), f"'{wrong.group()}' is not a "
+                                                         f"placeholder: write ${{{wrong[1]}}}"))
+                i = wrong.end()
+                continue
             literal.append(text[i])
             i += 1
             continue

@@ -61,6 +61,9 @@ RULE_TERMINAL_STATES = tuple(s.value for s in TerminalState if s not in (
 PACK_KEYS = ("apiVersion", "kind", "name", "budgets", "rules", "disable")
 RULE_KEYS = ("name", "description", "agents", "when", "for", "action", "severity", "message",
              "repeat", "terminal_state", "grace", "enabled")
+# What other rule languages call a rule's keys (Prometheus: expr, alert; others: condition, if)
+RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", "if": "when",
+                     "alert": "name"}
 GRACE_KEYS = ("tool_calls", "seconds")
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS)
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
@@ -406,7 +409,8 @@ def _switch_off(reader: Reader, node: Node) -> str | None:
 def _read_rule(reader: Reader, node: Node, index: int) -> tuple[str | None, Rule | None]:
     """A rule's name (when it has a valid one) and the rule, or None (problems recorded)."""
     label = reader.label(node, index)
-    fields = reader.fields(node, label, "", RULE_KEYS, ("name", "when", "action", "message"))
+    fields = reader.fields(node, label, "", RULE_KEYS, ("name", "when", "action", "message"),
+                           synonyms=RULE_KEY_SYNONYMS)
     if fields is None:
         return None, None
     name = _read_name(reader, fields, label)

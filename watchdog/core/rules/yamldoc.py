@@ -14,7 +14,7 @@ mapping's own keys win over merged ones, and of merged mappings the first listed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 import yaml
@@ -227,8 +227,10 @@ class Reader:
         return value
 
     def fields(self, node: Node, rule: str | None, what: str, allowed: Collection[str],
-               required: Iterable[str] = ()) -> dict[str, Node] | None:
-        """A mapping's values by key; unknown, duplicate and missing keys are problems."""
+               required: Iterable[str] = (), synonyms: Mapping[str, str] | None = None,
+               ) -> dict[str, Node] | None:
+        """A mapping's values by key; unknown, duplicate and missing keys are problems (an
+        unknown key in ``synonyms`` is told the allowed key it stands for, else the closest)."""
         if not isinstance(node, MappingNode):
             self.problem(node, rule, f"{what or 'a rule'} must be a mapping, not "
                                      f"{describe(self.value(node))}")
@@ -251,7 +253,9 @@ class Reader:
                 self.problem(key_node, rule, f"{prefix}duplicate key '{key}'")
                 continue
             if key not in allowed:
-                self.problem(key_node, rule, f"{prefix}unknown key '{key}'{suggest(key, allowed)}")
+                meant = (synonyms or {}).get(key)
+                hint = f" (did you mean '{meant}'?)" if meant in allowed else suggest(key, allowed)
+                self.problem(key_node, rule, f"{prefix}unknown key '{key}'{hint}")
                 continue
             found[key] = value_node
         for key_node, value_node in inherited:  # (keys the mapping's own do not set)

@@ -51,6 +51,12 @@ SESSIONS = "/v1/sessions/{id:[^/]+}"
 _HTTP_ERROR_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                      405: "method_not_allowed", 413: "payload_too_large",
                      415: "unsupported_media_type"}
+# Paths another listener of the sidecar serves, asked of the API's port: where they are
+ELSEWHERE = {
+    **dict.fromkeys(("/metrics", "/healthz", "/readyz"),
+                    "metrics and health are served on metrics_address (default 0.0.0.0:9464)"),
+    **dict.fromkeys(("/v1/traces", "/v1/logs", "/v1/metrics"),
+                    "OTLP/HTTP is received on otlp_http_address (default 127.0.0.1:4318)")}
 
 
 @web.middleware
@@ -75,6 +81,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         message = exc.reason
         if exc.status == 404:
             message = f"no such endpoint: {request.method} {request.path}"
+            if request.path in ELSEWHERE:
+                message += f" on the control API: {ELSEWHERE[request.path]}"
         elif exc.status == 405:
             message = f"method {request.method} is not allowed on {request.path}"
         elif exc.status == 413:
