@@ -163,7 +163,8 @@ class Convention:
     # (attribute holding JSON, path, value, default name): a trace root whose JSON has that
     # value there is a compiled graph's own invocation, read only when nothing names its agent:
     # the span is named after the graph (LangGraph.js' createReactAgent({name})), but for the
-    # framework's default graph name, which names no agent
+    # framework's default graph name, which names no agent (an empty path: the attribute's own
+    # value, where an SDK flattens the metadata into one attribute per key: Langfuse's)
     root_graph_json: tuple[tuple[str, Path, str, str], ...] = ()
     # attributes on a workflow root that list a team's members (AutoGen's group chats): the
     # root is the team's invocation, its members peers, each a child run of it (none its own
@@ -174,7 +175,8 @@ class Convention:
     # at the root or nested (an agent run as another agent's tool: a child run)
     agent_name_invocations: Names = _NO_NAMES
     # (attribute holding JSON, path to a graph node's name in it): a span of agent kind named
-    # after the node it runs in is a step of a graph, not an agent of its own
+    # after the node it runs in is a step of a graph, not an agent of its own (an empty path:
+    # the attribute's own value, the node's name in a flattened metadata key)
     graph_node_json: tuple[tuple[str, Path], ...] = ()
     session: Names = _NO_NAMES
     # a model call's response id: two model-call spans with one id are the same call traced
