@@ -131,6 +131,15 @@ TS_MASTRA := tests/frameworks/ts/mastra/node_modules/.installed
 $(TS_MASTRA): tests/frameworks/ts/mastra/package.json tests/frameworks/ts/mastra/package-lock.json
 	cd tests/frameworks/ts/mastra && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
+## ... and the LangGraph.js agent traced by OpenLLMetry's Node SDK (tests/frameworks/ts/traceloop:
+## @traceloop/node-server-sdk brings its own OpenTelemetry JS and instrumentations); it takes
+## tsx from the first
+TS_TRACELOOP := tests/frameworks/ts/traceloop/node_modules/.installed
+$(TS_TRACELOOP): tests/frameworks/ts/traceloop/package.json \
+		tests/frameworks/ts/traceloop/package-lock.json
+	cd tests/frameworks/ts/traceloop && npm ci --omit=optional --no-audit --no-fund \
+		--loglevel=error
+	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
@@ -288,7 +297,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

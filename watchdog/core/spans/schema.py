@@ -196,6 +196,11 @@ class Convention:
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
     tool_name_span_suffixes: Names = _NO_NAMES  # "lookup.__call__" -> lookup
+    # names an instrumentation gives a tool span that are the tool's class, not the tool (every
+    # LangChain.js tool is a DynamicStructuredTool under OpenLLMetry): the tool's name is then
+    # read from ``tool_name_json``, (attribute holding JSON, path to the name in it): its result
+    tool_name_placeholders: frozenset[str] = _NO_SET
+    tool_name_json: tuple[tuple[str, Path], ...] = ()
     # span names of a framework's step that runs the tool the model call before it asked for
     # and names none (a span of no kind): that tool's execution, named after the call
     tool_run_span_names: Names = _NO_NAMES
