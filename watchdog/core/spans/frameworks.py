@@ -299,6 +299,25 @@ LANGFUSE = Convention(
           "`agent` node): a step of its graph, by its `langgraph_node` metadata",
 )
 
+RIG = Convention(
+    name="rig",
+    emitted_by="rig's own GenAI tracing spans (Rust, rig-core's `Agent`: `invoke_agent`, "
+               "`chat`, `execute_tool`) through `tracing-opentelemetry`",
+    # a tool that returns an error: rig hands its text to the model as the result, "Toolset
+    # error: ToolCallError: ToolCallError: <the error>", on a span that ends OK
+    tool_result_error_texts=(
+        ("gen_ai.tool.call.result", "ToolCallError: ",
+         r"(?s)^Toolset error: (?:ToolCallError: )+(?P<message>.*)$"),),
+    notes="rig makes its `invoke_agent` span the current span's when there is one and enters "
+          "neither: its `chat` and `execute_tool` spans hang from the application's span around "
+          "the invocation; without one (rig's own example) every span is a trace of its own "
+          "(the model calls read as loose calls, the tools apart from them, the agent span a "
+          "run with nothing in it: a known gap); `max_turns` returns an error the application "
+          "records on its span (\"reached max turn limit\": `max_turns`); the model calls "
+          "carry no finish reason or messages: the answer is the agent span's "
+          "`gen_ai.completion`",
+)
+
 AUTOGEN = Convention(
     name="AutoGen AgentChat",
     emitted_by="autogen-core's own GenAI spans; model calls by opentelemetry-instrumentation-"
@@ -625,5 +644,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
-    OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA,
+    OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
 )
