@@ -9,7 +9,7 @@ Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``
 DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`; Genkit for Go,
-``go/genkit``); the Rust agent
+``go/genkit``); a rig agent (``rust/rig``, rig-core's ``Agent``); the Rust agent
 (``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
@@ -56,6 +56,7 @@ from tests.frameworks import fakellm, jvm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
 from tests.frameworks.test_genkit_go import genkit_go
+from tests.frameworks.test_rig import rig_agent
 from tests.harness import (
     RunningServer,
     http_request,
@@ -142,6 +143,7 @@ AGENTS = [
     *(Agent("genkit-go", "endpoint_genkit_go", mode) for mode in ("endpoint", "endpoint_stream")),
     *(Agent("rust", "endpoint_rust", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
+    Agent("rig", "endpoint_rig", "endpoint"),  # rig-core's Agent (Chat Completions)
     Agent("java", "langchain4j", "chat"),
     Agent("java", "langchain4j", "chat_stream"),
     Agent("java", "anthropic-java", "messages"),
@@ -311,6 +313,7 @@ COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "go": lambda agent: ([str(go_agent()), agent.mode], GO_DIR),
     "rust": lambda agent: ([str(rust_agent()), agent.mode], RUST_DIR),
     "genkit-go": lambda agent: ([str(genkit_go()), agent.mode], genkit_go().parent),
+    "rig": lambda agent: ([str(rig_agent()), agent.mode], rig_agent().parent),
 }
 
 

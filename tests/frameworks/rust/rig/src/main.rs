@@ -10,6 +10,12 @@
 //! GenAI fields rig records declared on it), or, for a scenario ending `_bare`, inside none, as
 //! rig's example has it (each span a trace of its own). With RECORD_SPANS set, every span is also appended
 //! there as one OTLP/JSON export request per line.
+//!
+//! With argv[1] `endpoint` it is the model endpoint's agent instead
+//! (tests/frameworks/test_model_endpoint_frameworks.py): no tracing, the OpenAI provider's base
+//! URL OPENAI_BASE_URL (the sidecar), the model ENDPOINT_MODEL, the task ENDPOINT_TASK, one tool
+//! `search`, max_turns 100; it prints one JSON line last: {"ran": [the search terms its tool ran
+//! with], "output": answer}.
 use std::fs::OpenOptions;
 use std::io::Write;
 
@@ -75,6 +81,61 @@ impl std::error::Error for BackendError {}
 
 struct Lookup;
 
+#[derive(Deserialize)]
+struct SearchArgs {
+    q: String,
+}
+
+/// The endpoint agent's one tool: every execution counted (its terms, in order).
+struct Search(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Tool for Search {
+    const NAME: &'static str = "search";
+    type Error = BackendError;
+    type Args = SearchArgs;
+    type Output = String;
+
+    async fn definition(&self, _prompt: String) -> ToolDefinition {
+        ToolDefinition {
+            name: "search".to_string(),
+            description: "Search the files for a term.".to_string(),
+            parameters: json!({"type": "object",
+                               "properties": {"q": {"type": "string", "description": "the term"}},
+                               "required": ["q"]}),
+        }
+    }
+
+    async fn call(&self, args: Self::Args) -> Result<Self::Output, Self::Error> {
+        let mut ran = self.0.lock().expect("the terms");
+        ran.push(args.q.clone());
+        Ok(format!("search #{}: no file matches '{}'", ran.len(), args.q))
+    }
+}
+
+/// The model endpoint's agent: rig's loop on the OpenAI provider at OPENAI_BASE_URL.
+async fn endpoint() {
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = openai::Client::builder()
+        .api_key(std::env::var("OPENAI_API_KEY").unwrap_or_else(|_| "sk-none".to_string()))
+        .base_url(std::env::var("OPENAI_BASE_URL").expect("the sidecar's model endpoint"))
+        .build()
+        .expect("the OpenAI client")
+        .completions_api();
+    let agent = client
+        .agent(std::env::var("ENDPOINT_MODEL").expect("ENDPOINT_MODEL"))
+        .name("rig-endpoint")
+        .preamble("You are a careful research agent. Use the search tool, then answer.")
+        .tool(Search(ran.clone()))
+        .build();
+    let task = std::env::var("ENDPOINT_TASK").unwrap_or_else(|_| "Find the file.".to_string());
+    let output = match agent.prompt(task.as_str()).max_turns(100).await {
+        Ok(answer) => answer,
+        Err(error) => format!("stopped: {error}"),
+    };
+    let ran = ran.lock().expect("the terms").clone();
+    println!("{}", json!({"ran": ran, "output": output}));
+}
+
 impl Tool for Lookup {
     const NAME: &'static str = "lookup";
     type Error = BackendError;
@@ -101,6 +162,9 @@ impl Tool for Lookup {
 #[tokio::main]
 async fn main() {
     let argument = std::env::args().nth(1).unwrap_or_else(|| "three_tools".to_string());
+    if argument == "endpoint" {
+        return endpoint().await;
+    }
     let bare = argument.ends_with("_bare");
     let scenario = argument.trim_end_matches("_bare").to_string();
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").expect("the sidecar");
