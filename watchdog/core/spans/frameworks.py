@@ -314,8 +314,9 @@ RIG = Convention(
           "(the model calls read as loose calls, the tools apart from them, the agent span a "
           "run with nothing in it: a known gap); `max_turns` returns an error the application "
           "records on its span (\"reached max turn limit\": `max_turns`); the model calls "
-          "carry no finish reason or messages: the answer is the agent span's "
-          "`gen_ai.completion`",
+          "carry no finish reason, messages or model: the answer is the agent span's "
+          "`gen_ai.completion`, and the calls are unpriced (a known gap; the [model endpoint]"
+          "(model-endpoint.md) prices them by the model the request names)",
 )
 
 AUTOGEN = Convention(
