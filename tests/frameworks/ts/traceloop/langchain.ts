@@ -24,9 +24,9 @@ import * as traceloop from "@traceloop/node-server-sdk";
 import { z } from "zod";
 
 process.env.OTEL_BSP_SCHEDULE_DELAY ??= "50"; // the SDK's batch processor reads it
-// LangChain.js runs its callbacks in the background by default: the instrumentation's handler
-// can then see a model call's end before its start and never end its span (a call lost, now
-// and then, on a loaded machine); awaited, every call is traced
+// LangChain.js runs its callbacks in the background by default; awaited here, as serverless
+// deployments set it (the instrumentation loses a model call's span now and then either way:
+// tests/frameworks/test_langchainjs_olm.py)
 process.env.LANGCHAIN_CALLBACKS_BACKGROUND = "false";
 
 class Recorded implements SpanExporter {
