@@ -86,6 +86,8 @@ MODEL_CALL_MARKS = TABLES.model_call_marks
 TOOL_CALL_MARKS = TABLES.tool_call_marks
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
+TOOL_NAME_PLACEHOLDERS = TABLES.tool_name_placeholders
+TOOL_NAME_JSON = TABLES.tool_name_json
 LLM_SPAN_SUFFIXES = TABLES.llm_span_suffixes
 
 # Output tools deliver the final answer (pydantic-ai final_result, smolagents final_answer);
@@ -157,7 +159,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
     + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
     + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
-    + tuple(key for key, _ in ERROR_JSON)
+    + tuple(key for key, _ in ERROR_JSON) + tuple(key for key, _ in TOOL_NAME_JSON)
     + tuple(key for rule in STOPPED_STEPS for key in (rule.continued, rule.output))
     + tuple(key for key, _, _, _ in ROOT_GRAPH_JSON) + TEAM_MEMBER_KEYS
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS

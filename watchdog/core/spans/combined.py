@@ -171,6 +171,8 @@ class Tables:
     tool_name: Names
     tool_name_span_prefixes: Names
     tool_name_span_suffixes: Names
+    tool_name_placeholders: frozenset[str]
+    tool_name_json: tuple[tuple[str, Path], ...]
     tool_args: Names
     tool_args_envelopes: tuple[tuple[frozenset[str], str], ...]
     tool_result: Names
@@ -288,6 +290,9 @@ def combine() -> Tables:
         tool_name=_names("tool_name"),
         tool_name_span_prefixes=_names("tool_name_span_prefixes"),
         tool_name_span_suffixes=_names("tool_name_span_suffixes"),
+        tool_name_placeholders=_union("tool_name_placeholders"),
+        tool_name_json=tuple(pair for convention in CONVENTIONS
+                             for pair in convention.tool_name_json),
         tool_args=_names("tool_args"),
         tool_args_envelopes=tuple(pair for convention in ENTRIES
                                   for pair in convention.tool_args_envelopes),

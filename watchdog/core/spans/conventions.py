@@ -60,6 +60,7 @@ from watchdog.core.spans.attributes import (
     F_PARENT_RUN,
     F_SESSION,
     F_TOOL_ARGS,
+    F_TOOL_RESULT,
     JSON_IDENTITY_KEYS,
     NESTED_STEP_SPAN_NAMES,
     ROLE_KINDS,
@@ -97,7 +98,7 @@ from watchdog.core.spans.outcome import (
 )
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
 from watchdog.core.spans.scopes import UNSCOPED, view_of, with_aliases
-from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
+from watchdog.core.spans.tool_calls import _fill_tool, result_call_id, tool_call_id
 from watchdog.core.spans.values import (
     MAX_NAME_CHARS,
     Firsts,
@@ -182,6 +183,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if role is AGENT_ROLE and parent is not None:  # the run's agent (a node's, a handoff's)
         role = nested_agent_role(name, attrs)
         step = role is not AGENT_ROLE
+    elif role is WORKFLOW and parent is not None \
+            and (nested := nested_agent_role(name, attrs)) is not AGENT_ROLE:
+        role, step = nested, True  # a framing kind below the root that a convention says is a
+        # step (OpenLLMetry's JS LangChain instrumentation: every chain a workflow)
     json_agent = None
     for json_key in JSON_IDENTITY_KEYS:
         if json_key in attrs:
@@ -260,7 +265,9 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             attrs, firsts = _with_events(attrs, events, firsts)
         _fill_tool(record, name, attrs, firsts, hidden)
         if record.kind is TOOL:
-            record.unasked = unasked_tool(attrs)
+            # (a result that names the model's call it answers was asked for: LangChain.js'
+            # ToolMessage under OpenLLMetry, whose span carries no call id)
+            record.unasked = unasked_tool(attrs) and result_call_id(firsts[F_TOOL_RESULT]) is None
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)

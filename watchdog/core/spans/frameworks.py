@@ -265,6 +265,62 @@ LANGSMITH = Convention(
           "another's tool names no agent in its metadata: no child run (a known gap)",
 )
 
+LANGFUSE = Convention(
+    name="Langfuse",
+    emitted_by="the Langfuse SDK's own spans (Python, OpenTelemetry-based since v3: `@observe`, "
+               "`start_as_current_observation`, its LangChain `CallbackHandler`), sent by an "
+               "extra OTLP exporter on the tracer provider Langfuse uses",
+    # only `langfuse.*` attributes: the observation's type says what a span is
+    kinds={"langfuse.observation.type": {"generation": Role.LLM, "tool": Role.TOOL,
+                                         "agent": Role.AGENT}},
+    root_kinds={"langfuse.observation.type": {"chain": Role.WORKFLOW, "span": Role.WORKFLOW}},
+    # the run's metadata flattened, one attribute per key: create_agent(name=…)'s on every span
+    # of its graph, LangGraph's node names and integration
+    agent_name=("langfuse.observation.metadata.lc_agent_name",),
+    agent_name_invocations=("langfuse.observation.metadata.lc_agent_name",),
+    graph_node_json=(("langfuse.observation.metadata.langgraph_node", ()),),
+    root_graph_json=(("langfuse.observation.metadata.ls_integration", (), "langgraph",
+                      "LangGraph"),),
+    tool_args=("langfuse.observation.input",),
+    tool_result=("langfuse.observation.output",),
+    answer=("langfuse.observation.output",),
+    llm_output=("langfuse.observation.output",),
+    input_messages=("langfuse.observation.input",),
+    request_model=("langfuse.observation.model.name",),
+    usage_json=(("langfuse.observation.usage_details", ("input",), ("output",)),),
+    # a handled tool error (handle_tool_error): the ToolMessage with status "error"
+    tool_result_errors=(ErrorResult("langfuse.observation.output",
+                                    ((("type",), "tool"), (("status",), "error")),
+                                    ("content",)),),
+    notes="no finish reason: a model call's output (LangChain's message as JSON) asking for "
+          "tools is no answer; a failed span is status ERROR with the message alone "
+          "(`langfuse.observation.level` ERROR, `status_message`), no exception type: a run "
+          "a tool's exception ended reads `error` with no type (a known gap); LangGraph's "
+          "recursion limit is in that message (`GraphRecursionError`); the CallbackHandler "
+          "makes a chain whose name says \"agent\" an agent observation (create_react_agent's "
+          "`agent` node): a step of its graph, by its `langgraph_node` metadata",
+)
+
+RIG = Convention(
+    name="rig",
+    emitted_by="rig's own GenAI tracing spans (Rust, rig-core's `Agent`: `invoke_agent`, "
+               "`chat`, `execute_tool`) through `tracing-opentelemetry`",
+    # a tool that returns an error: rig hands its text to the model as the result, "Toolset
+    # error: ToolCallError: ToolCallError: <the error>", on a span that ends OK
+    tool_result_error_texts=(
+        ("gen_ai.tool.call.result", "ToolCallError: ",
+         r"(?s)^Toolset error: (?:ToolCallError: )+(?P<message>.*)$"),),
+    notes="rig makes its `invoke_agent` span the current span's when there is one and enters "
+          "neither: its `chat` and `execute_tool` spans hang from the application's span around "
+          "the invocation; without one (rig's own example) every span is a trace of its own "
+          "(the model calls read as loose calls, the tools apart from them, the agent span a "
+          "run with nothing in it: a known gap); `max_turns` returns an error the application "
+          "records on its span (\"reached max turn limit\": `max_turns`); the model calls "
+          "carry no finish reason, messages or model: the answer is the agent span's "
+          "`gen_ai.completion`, and the calls are unpriced (a known gap; the [model endpoint]"
+          "(model-endpoint.md) prices them by the model the request names)",
+)
+
 AUTOGEN = Convention(
     name="AutoGen AgentChat",
     emitted_by="autogen-core's own GenAI spans; model calls by opentelemetry-instrumentation-"
@@ -595,6 +651,6 @@ MASTRA = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
-    GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
-    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA,
+    LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
+    OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
 )

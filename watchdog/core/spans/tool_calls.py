@@ -23,11 +23,13 @@ from watchdog.core.spans.attributes import (
     TOOL_CALL_ID_JSON_KEYS,
     TOOL_CALL_ID_KEYS,
     TOOL_CALL_INPUT_KEYS,
+    TOOL_NAME_JSON,
+    TOOL_NAME_PLACEHOLDERS,
     TOOL_NAME_SPAN_PREFIXES,
     TOOL_NAME_SPAN_SUFFIXES,
 )
 from watchdog.core.spans.failures import _failed
-from watchdog.core.spans.outcome import flagged_error, result_error
+from watchdog.core.spans.outcome import at_path, flagged_error, result_error
 from watchdog.core.spans.record import OTHER, SpanRecord
 from watchdog.core.spans.values import (
     MAX_BRIEF_CHARS,
@@ -57,10 +59,28 @@ def _tool_name(name: str, firsts: FirstValues) -> str:
     return (tool or "unknown")[:MAX_NAME_CHARS]
 
 
+def _named_in_json(attrs: Mapping[str, object]) -> str | None:
+    """The tool's name where the span names only its class (:attr:`Convention.
+    tool_name_placeholders`): in its result (:attr:`Convention.tool_name_json`), if there."""
+    for key, path in TOOL_NAME_JSON:
+        raw = attrs.get(key)
+        if not isinstance(raw, str) or f'"{path[-1]}"' not in raw:
+            continue
+        try:
+            value = at_path(_load_json(raw), path)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, str) and value.strip():
+            return value.strip()[:MAX_NAME_CHARS]
+    return None
+
+
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
                firsts: FirstValues, hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
     """``hidden``: the texts that are hidden content on this span (its scope's)."""
     tool = _tool_name(name, firsts)
+    if tool in TOOL_NAME_PLACEHOLDERS:
+        tool = _named_in_json(attrs) or tool
     target: str | None = firsts[F_TRANSFER_TARGET]
     if target is not None:
         # a transfer to another agent: `execute_tool transfer_to_<agent> <agent>`
@@ -150,6 +170,22 @@ def tool_call_id(attrs: Mapping[str, object]) -> str | None:
             found = _input_call_id(value)
             if found:
                 return found[:MAX_NAME_CHARS]
+    return None
+
+
+def result_call_id(result: object) -> str | None:
+    """The id of the model's tool call a tool's result says it answers (LangChain's
+    ToolMessage: its ``tool_call_id``, at the top or one level down), where it says."""
+    if isinstance(result, str):
+        if len(result) > MAX_CALL_INPUT_CHARS or 'call_id"' not in result:
+            return None
+        try:
+            result = _load_json(result)
+        except ValueError:
+            return None
+    if isinstance(result, dict):
+        found = _input_call_id(result)
+        return found[:MAX_NAME_CHARS] if found else None
     return None
 
 
