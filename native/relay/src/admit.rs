@@ -12,6 +12,17 @@
 //! goes upstream at once, with the bound it gets; Python still reads it, opens its run and
 //! books its call as for any other, and checks that its own decision is the same.
 //!
+//! A request that continues a run goes on at once too, when Python has said what the next
+//! request of its conversation gets (`admit_next`, published when it booked the run's call):
+//! only for a run whose next request cannot be decided otherwise by what it carries. Python
+//! publishes that for a run with no budget, no directive, nothing left to answer (its last
+//! call handed over no tool call), nothing in flight, not traced; a request of its
+//! conversation that is longer than the one Python decided and ends with tool results (a new
+//! user message may start the next run), none of which answers a call any response through
+//! this relay handed over (`handed`: a result answering another run's call goes to that
+//! run), gets it once. Any request of that conversation read here takes
+//! the entry (it is used once); a Chat Completions request this cannot read takes them all.
+//!
 //! Everything else, and anything this cannot read as plainly as Python does, goes to Python.
 
 use std::collections::{HashMap, HashSet};
@@ -42,6 +53,12 @@ const MAX_AGENT_CHARS: usize = 200;
 const SDK_MARKS: [&str; 3] = ["[agent-watchdog: system instruction", "[budget: ", "[grace: "];
 /// A session's id is `model:` and the first 12 bytes of its conversation's digest in hex.
 pub type Digest = [u8; 12];
+/// Conversations whose next request Python said may go on at once: past this, no more are
+/// taken (Python publishes again at the run's next call).
+pub const MAX_NEXT: usize = 1 << 16;
+/// Tool-call ids handed over through the relay, remembered: past this, no continuing request
+/// goes on before Python has read it.
+pub const MAX_HANDED: usize = 1 << 18;
 
 /// What Python set at start: the upstreams, the agent of a request that names none, the
 /// endpoint's token header and value (when it has one).
@@ -58,6 +75,28 @@ pub struct Admission {
     pub settings: Arc<Settings>,
     agents: HashMap<String, i64>,
     known: HashSet<Digest>,
+    /// What the next request of a conversation gets, once (`admit_next`).
+    next: HashMap<Digest, Next>,
+    /// Every tool-call id a Chat Completions response through the relay handed over.
+    handed: HashSet<String>,
+    /// A response's tool calls could not be read here (or too many were): no continuing
+    /// request goes on before Python has read it any more.
+    blind: bool,
+}
+
+/// The next request of a conversation, as Python published it: its bound, and the length of
+/// the request Python decided (the next one must be longer).
+#[derive(Clone, Copy)]
+struct Next {
+    keep: i64,
+    messages: usize,
+}
+
+/// A Chat Completions request that continues its conversation: its length, and the tool
+/// calls its results (after the model's last answer) answer.
+pub struct Continues {
+    messages: usize,
+    answers: Vec<String>,
 }
 
 /// A request read as a new conversation's first: its API, agent and conversation, and the
@@ -67,6 +106,8 @@ pub struct First {
     agent: String,
     digest: Digest,
     named: Option<String>,
+    /// None: a new conversation's first request; else one that continues its conversation.
+    continues: Option<Continues>,
 }
 
 impl First {
@@ -84,6 +125,8 @@ pub struct Admitted {
     pub keep: i64,
     pub target: &'static str,
     pub named: Option<String>,
+    /// It continues its conversation (not a new conversation's first request).
+    pub continued: bool,
 }
 
 /// What becomes of a new conversation's first request.
@@ -96,7 +139,48 @@ pub enum Verdict {
 
 impl Admission {
     pub fn new(settings: Settings) -> Self {
-        Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new() }
+        Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new(),
+                    next: HashMap::new(), handed: HashSet::new(), blind: false }
+    }
+
+    /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
+    /// is longer than `messages` (and answers no call handed over).
+    pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize) {
+        if self.next.len() < MAX_NEXT || self.next.contains_key(&digest) {
+            self.next.insert(digest, Next { keep, messages });
+        }
+    }
+
+    /// Forgets what the next request of `digest` (all, for None) gets.
+    pub fn next_clear(&mut self, digest: Option<Digest>) {
+        match digest {
+            Some(digest) => {
+                self.next.remove(&digest);
+            }
+            None => self.next.clear(),
+        }
+    }
+
+    /// The tool calls a response handed over (None: it could not be read here).
+    pub fn handed(&mut self, ids: Option<Vec<String>>) {
+        let Some(ids) = ids else {
+            self.blind = true;
+            self.next.clear();
+            return;
+        };
+        for id in ids {
+            if self.handed.len() >= MAX_HANDED && !self.handed.contains(&id) {
+                self.blind = true;
+                self.next.clear();
+                return;
+            }
+            self.handed.insert(id);
+        }
+    }
+
+    /// Whether continuing requests may still go on before Python has read them.
+    pub fn sighted(&self) -> bool {
+        !self.blind
     }
 
     pub fn learn(&mut self, agent: String, keep: i64) {
@@ -118,15 +202,26 @@ impl Admission {
 
     /// What becomes of a request [`read`] found to be a new conversation's first.
     pub fn judge(&mut self, first: First, headers: &HeaderMap) -> Verdict {
-        if self.known.contains(&first.digest) {
-            return Verdict::No;
-        }
-        let Some(&keep) = self.agents.get(&first.agent) else {
-            return Verdict::Learn(first.agent);
+        // (any request of a conversation takes what its next one gets: it is used once)
+        let next = if self.next.is_empty() { None } else { self.next.remove(&first.digest) };
+        let keep = if let Some(continues) = &first.continues {
+            match next {
+                Some(next) if !self.blind && continues.messages > next.messages
+                    && !continues.answers.iter().any(|id| self.handed.contains(id)) => next.keep,
+                _ => return Verdict::No,
+            }
+        } else {
+            if self.known.contains(&first.digest) {
+                return Verdict::No;
+            }
+            let Some(&keep) = self.agents.get(&first.agent) else {
+                return Verdict::Learn(first.agent);
+            };
+            if !self.know(first.digest) {
+                return Verdict::No;
+            }
+            keep
         };
-        if !self.know(first.digest) {
-            return Verdict::No;
-        }
         let settings = &self.settings;
         let target = api_path(first.api);
         let url = match first.api {
@@ -134,7 +229,8 @@ impl Admission {
             _ => format!("{}{}", settings.openai, &target[3..]),
         };
         Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep,
-                                     target, named: first.named })
+                                     target, named: first.named,
+                                     continued: first.continues.is_some() })
     }
 }
 
@@ -248,8 +344,84 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
         return None;
     };
-    let digest = digest(api, &agent, first_request(api, &body)?);
-    Some(First { api, agent, digest, named })
+    let (anchor, continues) = match first_request(api, &body) {
+        Some(anchor) => (anchor, None),
+        None if api == Api::Chat => {
+            let (anchor, continues) = continuing(body.get("messages")?.as_array()?)?;
+            (anchor, Some(continues))
+        }
+        None => return None,
+    };
+    let digest = digest(api, &agent, anchor);
+    Some(First { api, agent, digest, named, continues })
+}
+
+/// A Chat Completions request that continues its conversation, as Python reads it: messages
+/// of the system and developer (plain strings), the user (the first one a string: the
+/// anchor), the model and tools only, the model's among them; after its last answer, only
+/// tool results (each naming its call by a string), at least one. Its anchor, length and the
+/// calls its results answer; None for anything else.
+fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
+    let mut anchor = None;
+    let mut last_answer = None;
+    for (index, message) in messages.iter().enumerate() {
+        let message = message.as_object()?;
+        match message.get("role")?.as_str()? {
+            "system" | "developer" => plain(message.get("content")?)?,
+            "user" => {
+                if anchor.is_none() {
+                    anchor = Some(non_empty(message.get("content")?)?);
+                }
+            }
+            "assistant" => last_answer = Some(index),
+            "tool" => {}
+            _ => return None,
+        }
+    }
+    let mut answers = Vec::new();
+    for message in &messages[last_answer? + 1..] {
+        let message = message.as_object()?;
+        (message.get("role")?.as_str()? == "tool").then_some(())?;
+        answers.push(message.get("tool_call_id")?.as_str()?.to_owned());
+    }
+    // (tool results last: a new user message may start the conversation's next run)
+    (!answers.is_empty()).then_some(())?;
+    Some((anchor?, Continues { messages: messages.len(), answers }))
+}
+
+/// The tool-call ids a whole Chat Completions response hands over (every choice's, a superset
+/// of what Python reads); None when this cannot be sure to read them all as Python does.
+pub fn response_call_ids(data: &[u8]) -> Option<Vec<String>> {
+    if crate::observe::long_digit_run(data) {
+        return None;
+    }
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(data) else {
+        return None;
+    };
+    let mut ids = Vec::new();
+    let Some(choices) = body.get("choices") else { return Some(ids) };
+    for choice in choices.as_array()? {
+        let Some(message) = choice.get("message").filter(|message| !message.is_null()) else {
+            continue;
+        };
+        let message = message.as_object()?;
+        if message.get("function_call").is_some_and(|call| !call.is_null()) {
+            return None; // (a legacy call: Python names it by its function)
+        }
+        match message.get("tool_calls") {
+            None | Some(Value::Null) => {}
+            Some(calls) => {
+                for call in calls.as_array()? {
+                    match call.get("id") {
+                        Some(Value::String(id)) => ids.push(id.clone()),
+                        None | Some(Value::Null) => {}
+                        Some(_) => return None, // (Python writes it with `str()`)
+                    }
+                }
+            }
+        }
+    }
+    Some(ids)
 }
 
 /// A new conversation's first request, as Python reads it (no tool results, no answer of the

@@ -68,7 +68,7 @@ enum Event {
     /// A new conversation's first request, sent on at once with the bound `keep` (-1: none)
     /// that its agent's new runs get (`admit`): Python reads it as a request it forwarded.
     Taken { id: u64, method: String, target: String, headers: Headers, body: Bytes,
-            in_flight: usize, keep: i64, arrived: Instant },
+            in_flight: usize, keep: i64, arrived: Instant, continued: bool },
     /// A forward failed before the client's answer began: no head in time ("timeout"), none
     /// at all ("unreachable"), its body stopped ("stalled") or broke off ("broken") while it
     /// was read whole, or a response a bound cannot judge ("unjudged", `detail` what): Python
@@ -213,6 +213,20 @@ impl Ticket {
                     observe::observe_stream(api, data).ok(),
                 _ => None,
             };
+            if self.api == Some(Api::Chat) && (200..300).contains(&self.status) {
+                // the tool calls it handed over, before its client has its end: a request
+                // that answers one is that call's run's, which Python decides
+                let ids = match (&seen, &body) {
+                    (Some(seen), _) => Some(seen.calls.iter().map(|call| call.call_id.clone())
+                                            .collect()),
+                    (None, Some(data)) if !is_stream(&self.content_type) =>
+                        admit::response_call_ids(data),
+                    _ => None,
+                };
+                if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+                    admission.handed(ids);
+                }
+            }
             self.shared.push(Event::Done {
                 id: self.id, status: self.status, outcome, body,
                 content_type: std::mem::take(&mut self.content_type),
@@ -520,8 +534,20 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             admit::read(settings, &method, &target, &parts.headers, body),
         _ => None,
     };
-    let verdict = first.and_then(|first| shared.admission.lock().unwrap().as_mut()
-        .map(|admission| admission.judge(first, &parts.headers)));
+    let verdict = match first {
+        Some(first) => shared.admission.lock().unwrap().as_mut()
+            .map(|admission| admission.judge(first, &parts.headers)),
+        None => {
+            if target.contains("/chat/completions") {
+                // (a request of a conversation this cannot read may be one of those whose
+                // next request Python said may go on: none does before Python has read it)
+                if let Some(admission) = shared.admission.lock().unwrap().as_mut() {
+                    admission.next_clear(None);
+                }
+            }
+            None
+        }
+    };
     let mut reply = match (verdict, body) {
         (Some(Verdict::Admitted(admitted)), Some(body)) => {
             let keep = admitted.keep;
@@ -531,7 +557,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             }
             shared.push(Event::Taken { id, method, target: admitted.target.to_owned(), headers,
                                        body: body.clone(), in_flight: in_flight - 1, keep,
-                                       arrived: ticket.started });
+                                       arrived: ticket.started,
+                                       continued: admitted.continued });
             Reply::Forward {
                 method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
                 observe: true, notify: true, direct: false,
@@ -918,9 +945,10 @@ impl Relay {
                              arrived } =>
                 ("request", id, method, target, headers, bytes(body), refusal, in_flight, learn,
                  arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
-            Event::Taken { id, method, target, headers, body, in_flight, keep, arrived } =>
+            Event::Taken { id, method, target, headers, body, in_flight, keep, arrived,
+                           continued } =>
                 ("taken", id, method, target, headers, PyBytes::new(py, &body), in_flight, keep,
-                 arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
+                 arrived.elapsed().as_secs_f64(), continued).into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
             Event::Done { id, status, outcome, body, content_type, seconds, changed, seen } =>
@@ -1028,6 +1056,39 @@ impl Relay {
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
             admission.learn(agent, keep);
         }
+    }
+
+    /// The next request of the conversation ``session`` (its 24 hex digits) goes on at once
+    /// with the bound ``keep`` (-1: none) if it is longer than ``messages`` and answers no tool
+    /// call handed over (module `admit`); once.
+    fn admit_next(&self, session: &str, keep: i64, messages: usize) -> PyResult<()> {
+        let digest = admit::parse_digest(session).ok_or_else(
+            || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
+        if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+            admission.admit_next(digest, keep, messages);
+        }
+        Ok(())
+    }
+
+    /// Forgets what the next request of ``session`` (of every conversation, for None) gets.
+    #[pyo3(signature = (session=None))]
+    fn admit_next_clear(&self, session: Option<&str>) -> PyResult<()> {
+        let digest = match session {
+            Some(session) => Some(admit::parse_digest(session).ok_or_else(
+                || PyValueError::new_err(format!("not a session digest: {session:?}")))?),
+            None => None,
+        };
+        if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+            admission.next_clear(digest);
+        }
+        Ok(())
+    }
+
+    /// False once a response's tool calls could not be read here (or too many were handed
+    /// over to remember): from then on every continuing request waits for Python.
+    #[getter]
+    fn sighted(&self) -> bool {
+        self.shared.admission.lock().unwrap().as_ref().is_none_or(|admission| admission.sighted())
     }
 
     /// The final-answer tools, never trimmed (the first value set holds: they are the

@@ -150,12 +150,17 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        self.evictions = 0  # runs and conversations let go (their bound): they are new again
 
     def __len__(self) -> int:
         return len(self._runs)
 
     def get(self, key: str) -> EndpointRun | None:
         return self._runs.get(key)
+
+    def latest(self, conversation: str) -> str | None:
+        """The run a conversation's later requests sent whole go to (its latest)."""
+        return self._conversations.get(conversation)
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
                  ended: Callable[[str], bool],
@@ -274,12 +279,14 @@ class ModelBook:
             self._conversations.move_to_end(conversation)
             while len(self._conversations) > MAX_CONVERSATIONS:
                 self._conversations.popitem(last=False)
+                self.evictions += 1
         return state
 
     def _keep(self, state: EndpointRun) -> EndpointRun:
         self._runs[state.key] = state
         while len(self._runs) > self.max_runs:
             self._runs.popitem(last=False)
+            self.evictions += 1
         return state
 
     def _touch(self, state: EndpointRun) -> EndpointRun:
