@@ -8,8 +8,10 @@ looks at what the upstream has received meanwhile."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 
 from tests.harness import RunningServer, wait_until
 from tests.test_model_admission import (
+    AGENT,
     BUDGET_PACK,
     PATHS,
     REPLIES,
@@ -210,10 +213,149 @@ def test_a_continuing_request_decided_otherwise_is_a_logged_miss(
         assert post(server, PATHS["chat"], turn("wrong"))[0] == 200
         told(server, 1)
         session = next(iter(native.next_of.values()))
-        server.call(lambda: native.relay.admit_next(session, 1, 2))
+        server.call(lambda: native.relay.admit_next(session, 1, 2, AGENT))
         assert post(server, PATHS["chat"], tool_turn("wrong", 1))[0] == 200
         wait_until(lambda: native.missed == 1, "the miss seen")
         assert native.continued == 1
         assert any("its run's next" in r.getMessage() and "decided otherwise once read"
                    in r.getMessage() for r in caplog.records)
         assert not native.next_of
+
+
+# -- the same upstream requests with the fast path on and off -------------------------------------
+
+SCENARIO_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: continuation-scenarios
+budgets:
+  - agents: ["packed"]
+    max_tool_calls: 4
+rules:
+  - name: third-call-wind-down
+    agents: ["winding"]
+    when: "!run.ended && run.iterations >= 3"
+    action: wind_down
+    severity: warning
+    grace: {tool_calls: 2}
+    message: "WIND DOWN: report now"
+  - name: fifth-call-abort
+    agents: ["aborting"]
+    when: "run.iterations >= 5"
+    action: abort
+    severity: critical
+    message: "ABORTED at five calls"
+"""
+
+
+def scripted(handler: Any, seen: Any) -> None:
+    """The upstream: a plain answer, or the tool calls the request's ``metadata.calls`` asks
+    for, their ids drawn from the request (the same on every sidecar)."""
+    from tests.test_model_proxy import send
+
+    body = json.loads(seen.body)
+    wanted = int((body.get("metadata") or {}).get("calls", 0))
+    tools_left = body.get("tool_choice") != "none" and body.get("tools")
+    if not wanted or not tools_left:
+        send(handler, 200, json.dumps(REPLIES[PATHS["chat"]]).encode())
+        return
+    tag = hashlib.sha256(untimed(seen.body)).hexdigest()[:10]
+    send(handler, 200, json.dumps({
+        "id": "chatcmpl-" + tag, "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                             "tool_calls": [
+            {"id": f"call_{tag}_{n}", "type": "function", "function": {
+                "name": "search", "arguments": json.dumps({"q": n})}} for n in range(wanted)]},
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3,
+                                                        "completion_tokens": 9}}).encode())
+
+
+# (agent, system prompt, per turn: the tool calls asked of the model, what each result says)
+SCENARIOS: list[tuple[str, str, list[tuple[int, str]]]] = [
+    (AGENT, "plain", [(0, "fine")] * 5),  # every later request goes on ahead
+    (AGENT, "budget by header", [(1, "fine")] * 6),
+    ("packed", "budget by pack", [(2, "fine")] * 4),
+    (AGENT, "error loop", [(1, "Error: connection refused")] * 8),
+    ("winding", "wind-down", [(1, "fine")] * 6),
+    ("aborting", "abort", [(0, "fine")] * 7),
+    (AGENT, "[budget: 3 of 9 tool calls left — wrap up soon] the SDK's", [(1, "fine")] * 4),
+    (AGENT, "mixed", [(0, "fine"), (2, "fine"), (0, "fine"), (0, "fine"), (1, "fine"),
+                      (0, "fine")]),
+]
+
+
+def play(server: RunningServer, index: int, turns: int) -> None:
+    """``turns`` more requests of scenario ``index``'s conversation, as its agent sends them:
+    the model's answer back with a result for each tool call it asked for, and for a plain
+    answer, a call of the agent's own and its result (as the bench's agents send them)."""
+    agent, system, script = SCENARIOS[index]
+    conversation = CONVERSATIONS.setdefault((id(server), index), [
+        {"role": "system", "content": system}, {"role": "user", "content": f"task {index}"}])
+    headers = {"X-Watchdog-Agent": agent}
+    if system == "budget by header":
+        headers["X-Watchdog-Budget-Tool-Calls"] = "4"
+    done = sum(1 for message in conversation if message["role"] == "assistant")
+    for calls, said in script[done:done + turns]:
+        status, body = post(server, PATHS["chat"], json.dumps({
+            "model": "m", "messages": conversation, "tools": SEARCH,
+            "metadata": {"calls": str(calls)}}).encode(), headers)
+        assert status == 200, body
+        message = json.loads(body)["choices"][0]["message"]
+        handed = message.get("tool_calls") or []
+        if not handed:
+            own = f"own_{index}_{done}"
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": own, "type": "function", "function": {"name": "search",
+                                                            "arguments": "{}"}}]}
+            handed = message["tool_calls"]
+        conversation.append(message)
+        conversation += [{"role": "tool", "tool_call_id": call["id"], "content": said}
+                         for call in handed]
+        done += 1
+
+
+CONVERSATIONS: dict[tuple[int, int], list[dict[str, Any]]] = {}
+
+
+def test_what_the_upstream_sees_is_the_same_with_requests_sent_on_ahead_or_not(
+        tmp_path: Path) -> None:
+    """The endpoint's steering scenarios (budgets by header and by pack with their countdown
+    and final request, an error loop's abort, a wind-down with its grace, a rule's abort, the
+    client SDK's own notes, runs that hand tool calls over between plain answers), their
+    conversations interleaved, played against a sidecar that sends continuing requests on
+    ahead and one whose loop decides them all: the upstream sees the same requests, byte for
+    byte, in the same order; and the first sent some on ahead, none decided otherwise."""
+    seen: dict[bool, list[tuple[str, bytes]]] = {}
+    for ahead in (True, False):
+        raw = RawUpstream(scripted)
+        try:
+            with sidecar(tmp_path, raw, SCENARIO_PACK, state=f"state-{ahead}") as server:
+                native = native_of(server)
+                server.call(lambda: setattr(native, "ahead", ahead))  # noqa: B023
+                for round_ in range(8):
+                    for index in range(len(SCENARIOS)):
+                        play(server, index, 1)
+                        if round_ % 2:  # (the loop's booking, and so what it told, comes
+                            told_or_not(server)  # in its time: both ways)
+                if ahead:
+                    wait_until(lambda: native.continued > 0, "some sent on ahead")  # noqa: B023
+                    assert native.missed == 0
+                else:
+                    assert native.continued == 0
+            seen[ahead] = [(request.path, untimed(request.body)) for request in raw.seen]
+        finally:
+            raw.close()
+    assert len(seen[True]) > 30
+    assert seen[True] == seen[False]
+
+
+def untimed(body: bytes) -> bytes:
+    """A request as the upstream saw it, with the times a final report's activity log
+    quotes (how long the run had taken at each step) left out: they differ from run to run."""
+    return re.sub(rb"(elapsed |\+)\d+(\.\d+)?s\b", rb"\1<s>", body)
+
+
+def told_or_not(server: RunningServer) -> None:
+    """Until the loop has booked what has ended (the relay is told what it may send on)."""
+    native = native_of(server)
+    wait_until(lambda: not server.call(lambda: native.ended), "the calls booked")

@@ -21,7 +21,8 @@
 //! user message may start the next run), none of which answers a call any response through
 //! this relay handed over (`handed`: a result answering another run's call goes to that
 //! run), gets it once. Any request of that conversation read here takes
-//! the entry (it is used once); a Chat Completions request this cannot read takes them all.
+//! the entry (it is used once); a Chat Completions request this cannot read takes those of
+//! its agent (all, if it names a run or an agent this cannot read).
 //!
 //! Everything else, and anything this cannot read as plainly as Python does, goes to Python.
 
@@ -86,10 +87,10 @@ pub struct Admission {
 
 /// The next request of a conversation, as Python published it: its bound, and the length of
 /// the request Python decided (the next one must be longer).
-#[derive(Clone, Copy)]
 struct Next {
     keep: i64,
     messages: usize,
+    agent: String,
 }
 
 /// A Chat Completions request that continues its conversation: its length, and the tool
@@ -145,9 +146,9 @@ impl Admission {
 
     /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
     /// is longer than `messages` (and answers no call handed over).
-    pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize) {
+    pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize, agent: String) {
         if self.next.len() < MAX_NEXT || self.next.contains_key(&digest) {
-            self.next.insert(digest, Next { keep, messages });
+            self.next.insert(digest, Next { keep, messages, agent });
         }
     }
 
@@ -157,6 +158,18 @@ impl Admission {
             Some(digest) => {
                 self.next.remove(&digest);
             }
+            None => self.next.clear(),
+        }
+    }
+
+    /// A Chat Completions request this cannot read: what the next requests of its agent's
+    /// conversations get is forgotten (of every agent's, for None: it may name a run).
+    pub fn unread(&mut self, agent: Option<String>) {
+        if self.next.is_empty() {
+            return;
+        }
+        match agent {
+            Some(agent) => self.next.retain(|_, next| next.agent != agent),
             None => self.next.clear(),
         }
     }
@@ -292,6 +305,27 @@ fn path_agent(segment: &str) -> Option<String> {
     let name = String::from_utf8(name).ok()?;
     (printable && (1..=MAX_AGENT_CHARS).contains(&name.len()) && !name.contains(['/', '\\'])
      && name != "." && name != "..").then_some(name)
+}
+
+/// The agent of a request [`read`] cannot read, as Python names it; None when this cannot be
+/// sure, or the request names a run (it may be any agent's).
+pub fn agent_of(settings: &Settings, target: &str, headers: &HeaderMap) -> Option<String> {
+    if headers.contains_key("x-watchdog-run") {
+        return None;
+    }
+    let (_, _, named) = door(target)?;
+    let agent = match headers.get(AGENT_HEADER) {
+        Some(value) => {
+            let bytes = value.as_bytes();
+            if !(1..=MAX_AGENT_CHARS).contains(&bytes.len())
+                || !bytes.iter().all(|byte| (0x20..0x7f).contains(byte)) {
+                return None;
+            }
+            Some(String::from_utf8_lossy(bytes).into_owned())
+        }
+        None => named,
+    };
+    Some(agent.filter(|name| !name.is_empty()).unwrap_or_else(|| settings.default_agent.clone()))
 }
 
 /// The request, if it is plainly a new conversation's first (read without the lock).

@@ -538,11 +538,13 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         Some(first) => shared.admission.lock().unwrap().as_mut()
             .map(|admission| admission.judge(first, &parts.headers)),
         None => {
-            if target.contains("/chat/completions") {
+            if let (true, Some(settings)) = (target.contains("/chat/completions"), &settings) {
                 // (a request of a conversation this cannot read may be one of those whose
-                // next request Python said may go on: none does before Python has read it)
+                // next request Python said may go on: none of its agent's does before Python
+                // has read it)
+                let agent = admit::agent_of(settings, &target, &parts.headers);
                 if let Some(admission) = shared.admission.lock().unwrap().as_mut() {
-                    admission.next_clear(None);
+                    admission.unread(agent);
                 }
             }
             None
@@ -1058,14 +1060,15 @@ impl Relay {
         }
     }
 
-    /// The next request of the conversation ``session`` (its 24 hex digits) goes on at once
-    /// with the bound ``keep`` (-1: none) if it is longer than ``messages`` and answers no tool
-    /// call handed over (module `admit`); once.
-    fn admit_next(&self, session: &str, keep: i64, messages: usize) -> PyResult<()> {
+    /// The next request of the conversation ``session`` (its 24 hex digits) of ``agent`` goes
+    /// on at once with the bound ``keep`` (-1: none) if it is longer than ``messages`` and
+    /// answers no tool call handed over (module `admit`); once.
+    fn admit_next(&self, session: &str, keep: i64, messages: usize, agent: String)
+                  -> PyResult<()> {
         let digest = admit::parse_digest(session).ok_or_else(
             || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
-            admission.admit_next(digest, keep, messages);
+            admission.admit_next(digest, keep, messages, agent);
         }
         Ok(())
     }

@@ -152,6 +152,7 @@ class NativeEndpoint:
         self.admitted = 0  # requests the relay sent on before this loop read them
         self.missed = 0  # of those, decided otherwise here once read
         self.continued = 0  # of those, requests that continue a run (admit_next)
+        self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
         self._evictions = 0  # the book's, when the relay was last told
@@ -403,7 +404,7 @@ class NativeEndpoint:
         state = exchange.state
         conversation = state.conversation
         relay = self.relay
-        if (plan.api != "chat" or conversation is None or state.traced
+        if (not self.ahead or plan.api != "chat" or conversation is None or state.traced
                 or state.key_source is not KeySource.WATCHDOG or state.pending
                 or state.asking or state.reserved or state.final_used or state.stop is not None
                 or state.answered == 0 or self.closed or exchange.broke
@@ -427,7 +428,7 @@ class NativeEndpoint:
         while len(self.next_of) > MAX_NEXT:
             _, gone = self.next_of.popitem(last=False)
             relay.admit_next_clear(gone)
-        relay.admit_next(session, -1, state.messages)
+        relay.admit_next(session, -1, state.messages, state.agent or "")
 
     def _stepped(self, step: Step) -> None:
         """After a step of the core: what the relay learned holds while what it was learned
