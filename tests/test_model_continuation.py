@@ -94,6 +94,23 @@ def test_a_request_that_continues_a_run_goes_on_while_the_loop_is_busy(
                    lambda: f"one run, both calls booked: {runs(server)}")
 
 
+def test_a_request_sent_as_soon_as_the_answer_before_it_ends_waits_for_its_booking_only(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """An agent sends its next request as soon as it has the answer before it, before the loop
+    can have booked that answer's call: the relay holds that request for the booking (which it
+    would wait for anyway) and then sends it on as it was told, without the loop deciding it
+    first."""
+    with sidecar(tmp_path, upstream) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("warming"))[0] == 200  # (the first booking
+        wait_until(lambda: native.next_of, "warm")  # loads the pricing, the conventions...)
+        assert post(server, PATHS["chat"], turn("at once"))[0] == 200
+        for calls in range(1, 5):
+            assert post(server, PATHS["chat"], tool_turn("at once", calls))[0] == 200
+        wait_until(lambda: native.admitted == 5, lambda: f"{native.admitted} of 5 read")
+        assert native.continued == 4 and native.missed == 0
+
+
 def test_a_continuing_request_goes_on_once_per_call_booked(
         tmp_path: Path, upstream: RawUpstream) -> None:
     """What the relay was told is used once: the request after, while the loop has not booked

@@ -57,6 +57,9 @@ pub type Digest = [u8; 12];
 /// Conversations whose next request Python said may go on at once: past this, no more are
 /// taken (Python publishes again at the run's next call).
 pub const MAX_NEXT: usize = 1 << 16;
+/// How long a continuing request waits for Python to book the call before it (and say what
+/// it gets): then it is Python's to decide, as any other.
+pub const WAIT_BOOKED: std::time::Duration = std::time::Duration::from_millis(50);
 /// Tool-call ids handed over through the relay, remembered: past this, no continuing request
 /// goes on before Python has read it.
 pub const MAX_HANDED: usize = 1 << 18;
@@ -78,6 +81,9 @@ pub struct Admission {
     known: HashSet<Digest>,
     /// What the next request of a conversation gets, once (`admit_next`).
     next: HashMap<Digest, Next>,
+    /// Conversations whose last call Python is to book: it then says what their next request
+    /// gets, or that it does not say (`next_clear`).
+    booking: HashSet<Digest>,
     /// Every tool-call id a Chat Completions response through the relay handed over.
     handed: HashSet<String>,
     /// A response's tool calls could not be read here (or too many were): no continuing
@@ -112,6 +118,11 @@ pub struct First {
 }
 
 impl First {
+    /// Its conversation, if it continues one (a new conversation's first request: None).
+    pub fn continuing(&self) -> Option<Digest> {
+        self.continues.as_ref().map(|_| self.digest)
+    }
+
     pub fn hex(&self) -> String {
         self.digest.iter().map(|byte| format!("{byte:02x}")).collect()
     }
@@ -128,6 +139,8 @@ pub struct Admitted {
     pub named: Option<String>,
     /// It continues its conversation (not a new conversation's first request).
     pub continued: bool,
+    /// Its conversation.
+    pub digest: Digest,
 }
 
 /// What becomes of a new conversation's first request.
@@ -141,12 +154,14 @@ pub enum Verdict {
 impl Admission {
     pub fn new(settings: Settings) -> Self {
         Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new(),
-                    next: HashMap::new(), handed: HashSet::new(), blind: false }
+                    next: HashMap::new(), booking: HashSet::new(), handed: HashSet::new(),
+                    blind: false }
     }
 
     /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
     /// is longer than `messages` (and answers no call handed over).
     pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize, agent: String) {
+        self.booking.remove(&digest);
         if self.next.len() < MAX_NEXT || self.next.contains_key(&digest) {
             self.next.insert(digest, Next { keep, messages, agent });
         }
@@ -157,9 +172,26 @@ impl Admission {
         match digest {
             Some(digest) => {
                 self.next.remove(&digest);
+                self.booking.remove(&digest);
             }
-            None => self.next.clear(),
+            None => {
+                self.next.clear();
+                self.booking.clear();
+            }
         }
+    }
+
+    /// A call of the conversation `digest` goes upstream: once it is booked, Python says what
+    /// the conversation's next request gets (or that it does not).
+    pub fn asked(&mut self, digest: Digest) {
+        if self.booking.len() < MAX_NEXT {
+            self.booking.insert(digest);
+        }
+    }
+
+    /// Whether Python is still to say what the next request of `digest` gets.
+    pub fn booking(&self, digest: &Digest) -> bool {
+        self.booking.contains(digest)
     }
 
     /// A Chat Completions request this cannot read: what the next requests of its agent's
@@ -243,7 +275,8 @@ impl Admission {
         };
         Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep,
                                      target, named: first.named,
-                                     continued: first.continues.is_some() })
+                                     continued: first.continues.is_some(),
+                                     digest: first.digest })
     }
 }
 

@@ -88,7 +88,7 @@ enum Reply {
     Respond { status: u16, headers: Headers, body: Bytes },
     Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
               notify: bool, direct: bool, trim: Option<Trim>, watch: Option<Api>,
-              unasked: Option<Bytes> },
+              unasked: Option<Bytes>, ahead: Option<admit::Digest> },
 }
 
 struct Shared {
@@ -111,6 +111,8 @@ struct Shared {
     answers: OnceLock<Answers>,
     /// What goes upstream before Python has read it (None until `Relay.admission`).
     admission: Mutex<Option<Admission>>,
+    /// Python said (or took back) what a conversation's next request gets.
+    told: Notify,
     client: reqwest::Client,
     /// For this process's own loopback relay: never through a proxy.
     direct: reqwest::Client,
@@ -534,6 +536,9 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             admit::read(settings, &method, &target, &parts.headers, body),
         _ => None,
     };
+    if let Some(digest) = first.as_ref().and_then(|first| first.continuing()) {
+        booked(&shared, &digest).await;
+    }
     let verdict = match first {
         Some(first) => shared.admission.lock().unwrap().as_mut()
             .map(|admission| admission.judge(first, &parts.headers)),
@@ -566,7 +571,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 observe: true, notify: true, direct: false,
                 trim: usize::try_from(keep).ok().map(|keep| Trim {
                     api: admitted.api, keep: Some(keep), hide_usage: false }),
-                watch: (keep < 0).then_some(admitted.api), unasked: None }
+                watch: (keep < 0).then_some(admitted.api), unasked: None,
+                ahead: (admitted.api == Api::Chat).then_some(admitted.digest) }
         }
         (verdict, body) => {
             if let Some(Verdict::Learn(agent)) = verdict {
@@ -587,8 +593,16 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 return Ok(answer(status, &headers, body, ticket));
             }
             Reply::Forward { method, url, headers, body, observe, notify, direct, mut trim,
-                             watch, unasked } => {
+                             watch, unasked, ahead } => {
                 ticket.notify = notify;
+                if let Some(digest) = ahead {
+                    // (its conversation's next request waits for the call's booking, which
+                    // may say what it gets: from now, as its client may have the answer
+                    // before the relay has seen its end)
+                    if let Some(admission) = shared.admission.lock().unwrap().as_mut() {
+                        admission.asked(digest);
+                    }
+                }
                 ticket.started = Instant::now();
                 let method = reqwest::Method::from_bytes(method.as_bytes())
                     .unwrap_or(reqwest::Method::POST);
@@ -637,6 +651,23 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                     None => return Ok(undecided(&parts.uri, ticket)),
                 }
             }
+        }
+    }
+}
+
+/// Until Python has said what the next request of the conversation `digest` gets, when it is
+/// booking the call before it (at most `admit::WAIT_BOOKED`): that request is then judged on
+/// what Python said, at once, rather than queued for Python behind that booking.
+async fn booked(shared: &Shared, digest: &admit::Digest) {
+    let deadline = tokio::time::Instant::now() + admit::WAIT_BOOKED;
+    loop {
+        let told = shared.told.notified();
+        tokio::pin!(told);
+        told.as_mut().enable();
+        let booking = shared.admission.lock().unwrap().as_ref()
+            .is_some_and(|admission| admission.booking(digest));
+        if !booking || tokio::time::timeout_at(deadline, told).await.is_err() {
+            return;
         }
     }
 }
@@ -915,7 +946,7 @@ impl Relay {
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
             body_timeout, decide_timeout, answers,
-            admission: Mutex::new(None), client,
+            admission: Mutex::new(None), told: Notify::new(), client,
             direct, usage_refused: AtomicBool::new(false) });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
@@ -975,11 +1006,14 @@ impl Relay {
     /// usage-only chunk left out, and an upstream that refuses ``stream_options`` (400 or 422
     /// naming it) is sent ``unasked`` instead.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false, api="", keep=-1, watch=false, unasked=None))]
+                        direct=false, api="", keep=-1, watch=false, unasked=None, ahead=None))]
     #[allow(clippy::too_many_arguments)]
     fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
                observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool,
-               unasked: Option<&[u8]>) -> PyResult<bool> {
+               unasked: Option<&[u8]>, ahead: Option<&str>) -> PyResult<bool> {
+        let ahead = ahead.map(|session| admit::parse_digest(session).ok_or_else(
+            || PyValueError::new_err(format!("not a session digest: {session:?}"))))
+            .transpose()?;
         let hide_usage = unasked.is_some();
         let parsed = || Api::parse(api)
             .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")));
@@ -991,7 +1025,8 @@ impl Relay {
         Ok(self.reply(id, Reply::Forward { method, url, headers,
                                            body: Bytes::copy_from_slice(body), observe,
                                            notify: notify || observe, direct, trim, watch,
-                                           unasked: unasked.map(Bytes::copy_from_slice) }))
+                                           unasked: unasked.map(Bytes::copy_from_slice),
+                                           ahead }))
     }
 
     /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls
@@ -1070,6 +1105,7 @@ impl Relay {
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
             admission.admit_next(digest, keep, messages, agent);
         }
+        self.shared.told.notify_waiters();
         Ok(())
     }
 
@@ -1084,6 +1120,7 @@ impl Relay {
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
             admission.next_clear(digest);
         }
+        self.shared.told.notify_waiters();
         Ok(())
     }
 

@@ -288,8 +288,8 @@ class NativeEndpoint:
                 if plan.exchange is not None:
                     plan.exchange.settle()
         for plan, status, outcome, *_ in ended:
-            if plan.exchange is not None and 200 <= status < 300 and outcome == "ok":
-                self._publish_next(plan)
+            if plan.exchange is not None and plan.api == "chat":
+                self._publish_next(plan, 200 <= status < 300 and outcome == "ok")
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                  body: bytes | None, refusal: str, in_flight: int, learn: str | None,
@@ -332,7 +332,8 @@ class NativeEndpoint:
             observed = plan.exchange is not None
             if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
                                       plan.body, observed, api=plan.api, keep=plan.keep,
-                                      watch=observed, unasked=plan.unasked):
+                                      watch=observed, unasked=plan.unasked,
+                                      ahead=self._ahead(plan)):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return
@@ -396,39 +397,64 @@ class NativeEndpoint:
             self.check_basis()
             self.relay.admit_agent(learn, plan.keep)
 
-    def _publish_next(self, plan: Plan) -> None:
+    def _ahead(self, plan: Plan) -> str | None:
+        """The conversation of a request whose booked call may tell the relay what its next
+        request gets (the relay then holds that request for the booking, briefly)."""
+        exchange = plan.exchange
+        if not self.ahead or exchange is None or plan.api != "chat" or plan.keep != -1:
+            return None
+        state, turn = exchange.state, exchange.turn
+        if state.conversation is None or state.traced or turn.act is not Act.PASS or turn.usage:
+            return None
+        return state.conversation[:24]
+
+    def _publish_next(self, plan: Plan, answered: bool) -> None:
         """The relay told what the next request of the booked call's conversation gets, when
-        nothing that request carries can change it (see the module's theory): a plain pass."""
+        nothing that request carries can change it (see the module's theory): a plain pass;
+        else that it does not say (``answered``: the call was, completely)."""
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
         conversation = state.conversation
         relay = self.relay
-        if (not self.ahead or plan.api != "chat" or conversation is None or state.traced
-                or state.key_source is not KeySource.WATCHDOG or state.pending
-                or state.asking or state.reserved or state.final_used or state.stop is not None
-                or state.answered == 0 or self.closed or exchange.broke
-                or exchange.turn.act is not Act.PASS or exchange.turn.usage):
-            return
-        proxy = self.proxy
-        if proxy.book.latest(conversation) != state.key or state.run_key != state.key:
-            return
-        service = proxy.service
-        if service.board(state.key) is not None:
-            return
-        run = service.model_run(state.key)
-        if run is None or run.framed or run.budget:
-            return
-        self.check_basis()
-        if self._basis is None:
+        if conversation is None or self.closed:
             return
         session = conversation[:24]
+        if not self._nothing_carried(plan, answered):
+            self.next_of.pop(state.key, None)
+            relay.admit_next_clear(session)  # (the relay holds its next request no more)
+            return
         self.next_of[state.key] = session
         self.next_of.move_to_end(state.key)
         while len(self.next_of) > MAX_NEXT:
             _, gone = self.next_of.popitem(last=False)
             relay.admit_next_clear(gone)
         relay.admit_next(session, -1, state.messages, state.agent or "")
+
+    def _nothing_carried(self, plan: Plan, answered: bool) -> bool:
+        """Whether what the next request of the booked call's run gets cannot depend on what
+        it carries (the module's theory): then it is a plain pass."""
+        exchange = plan.exchange
+        assert exchange is not None
+        state = exchange.state
+        if (not answered or not self.ahead or state.traced
+                or state.key_source is not KeySource.WATCHDOG or state.pending
+                or state.asking or state.reserved or state.final_used or state.stop is not None
+                or state.answered == 0 or exchange.broke
+                or exchange.turn.act is not Act.PASS or exchange.turn.usage):
+            return False
+        proxy = self.proxy
+        if proxy.book.latest(state.conversation or "") != state.key \
+                or state.run_key != state.key:
+            return False
+        service = proxy.service
+        if service.board(state.key) is not None:
+            return False
+        run = service.model_run(state.key)
+        if run is None or run.framed or run.budget:
+            return False
+        self.check_basis()
+        return self._basis is not None
 
     def _stepped(self, step: Step) -> None:
         """After a step of the core: what the relay learned holds while what it was learned
