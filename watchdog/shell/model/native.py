@@ -577,6 +577,8 @@ class NativeEndpoint:
         finally:
             if settle and plan.exchange is not None:
                 plan.exchange.settle()
+                if plan.api == "chat":  # (no call to book: the relay holds no request for it)
+                    self._publish_next(plan, False)
 
     # -- the streams changed in flight: the aiohttp relay -------------------------------------
 
