@@ -150,7 +150,9 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
-        self.evictions = 0  # runs and conversations let go (their bound): they are new again
+        # told the key of each run let go (its bound), or whose conversation was: a request of
+        # it is then read as new
+        self.let_go: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -278,15 +280,17 @@ class ModelBook:
             self._conversations[conversation] = state.key
             self._conversations.move_to_end(conversation)
             while len(self._conversations) > MAX_CONVERSATIONS:
-                self._conversations.popitem(last=False)
-                self.evictions += 1
+                _, key = self._conversations.popitem(last=False)
+                if self.let_go is not None:
+                    self.let_go(key)
         return state
 
     def _keep(self, state: EndpointRun) -> EndpointRun:
         self._runs[state.key] = state
         while len(self._runs) > self.max_runs:
-            self._runs.popitem(last=False)
-            self.evictions += 1
+            key, _ = self._runs.popitem(last=False)
+            if self.let_go is not None:
+                self.let_go(key)
         return state
 
     def _touch(self, state: EndpointRun) -> EndpointRun:

@@ -78,9 +78,9 @@ response through the relay handed over (that call's run's, else), is decided by 
 counts and nothing else, ended or not: a plain pass, no bound. The relay uses what it was
 told once; this process takes it back when the run's directives or its end change (a step of
 the core that decided on it, ended, merged or resumed it, or the tracker let it go), when the
-rules or the fleet change, and when the book lets a run or a conversation go. A continuing request
-it sent on is read here as the others (``continued`` counts them), and one decided otherwise
-once read is logged as a miss, as above.
+rules or the fleet change, and when the book lets the run or its conversation go. A
+continuing request it sent on is read here as the others (``continued`` counts them), and one
+decided otherwise once read is logged as a miss, as above.
 
 Nothing here logs a header; the relay never does.
 """
@@ -155,7 +155,6 @@ class NativeEndpoint:
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
-        self._evictions = 0  # the book's, when the relay was last told
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
         self._full = False  # the relay remembers all the conversations it can
         self.taken_at = 0.0  # when the events in hand were taken (the service's clock)
@@ -186,6 +185,7 @@ class NativeEndpoint:
                    if SESSION_DIGEST.fullmatch(digest))  # (another's session may be "model:…")
         proxy.service.stepped = self._stepped
         proxy.service.tracker.dropped = self._dropped
+        proxy.book.let_go = self._dropped
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.relay.fd, self._drain)
         self.proxy.before_identify = self._before_identify
@@ -474,7 +474,8 @@ class NativeEndpoint:
                 self.relay.admit_next_clear(session)
 
     def _dropped(self, key: str) -> None:
-        """The tracker let the ended run ``key`` go: a request of it would open it anew."""
+        """The tracker let the ended run ``key`` go, or the book the run or its conversation:
+        a request of it would open it anew."""
         session = self.next_of.pop(key, None)
         if session is not None and self.relay is not None and not self.closed:
             self.relay.admit_next_clear(session)
@@ -495,14 +496,11 @@ class NativeEndpoint:
         rules = core.engine.ruleset if core.engine is not None else None
         fleet = core.fleet.activation()
         basis = self._basis
-        evictions = self.proxy.book.evictions
         if basis is None or basis[0] is not rules or (basis[1] is not fleet
-                                                      and basis[1] != fleet) \
-                or evictions != self._evictions:
-            if basis is not None or evictions != self._evictions:
+                                                      and basis[1] != fleet):
+            if basis is not None:
                 self._forget()
             self._basis = (rules, fleet)
-            self._evictions = evictions
 
     def _forget(self) -> None:
         self.relay.admit_clear()
