@@ -376,3 +376,23 @@ def told_or_not(server: RunningServer) -> None:
     """Until the loop has booked what has ended (the relay is told what it may send on)."""
     native = native_of(server)
     wait_until(lambda: not server.call(lambda: native.ended), "the calls booked")
+
+
+@pytest.mark.parametrize("agent", ["", AGENT, "ägent"])
+@pytest.mark.parametrize("task", ["task one", "ünïcode \\u2028 task", "x" * 3000])
+def test_the_relay_reads_a_continuing_requests_conversation_as_the_loop(
+        agent: str, task: str) -> None:
+    """The conversation (its digest: the session) the relay finds for a continuing request is
+    the one the loop's book finds for it."""
+    from watchdog.core.model.book import _digest as conversation_digest
+    from watchdog.core.model.chat import ChatWire
+    from watchdog.shell.model._relay import Relay
+
+    for calls in (1, 3):
+        body = tool_turn(task, calls)
+        read = ChatWire().read_request(json.loads(body))
+        assert read.results and not read.last_is_user
+        headers = [("x-watchdog-agent", agent)] if agent.isascii() and agent else []
+        named = agent if headers else AGENT
+        assert Relay.first_digest("POST", PATHS["chat"], headers, body, agent=AGENT) == \
+            conversation_digest("chat", named, read.anchor)[:24]

@@ -602,3 +602,99 @@ pub fn parse_digest(hex: &str) -> Option<Digest> {
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings { openai: "http://up/v1".into(), anthropic: "http://up".into(),
+                   default_agent: "bot".into(), token: None }
+    }
+
+    fn body(after: &str) -> Vec<u8> {
+        format!(r#"{{"model":"m","messages":[{{"role":"system","content":"s"}},
+                   {{"role":"user","content":"task"}}{after}]}}"#).into_bytes()
+    }
+
+    const ANSWERED: &str = r#",{"role":"assistant","content":"done"},
+                              {"role":"tool","tool_call_id":"own_1","content":"r"}"#;
+
+    fn read_chat(body: &[u8]) -> Option<First> {
+        read(&settings(), "POST", "/v1/chat/completions", &HeaderMap::new(), body)
+    }
+
+    #[test]
+    fn a_continuing_request_is_read_with_its_length_and_the_calls_its_results_answer() {
+        let first = read_chat(&body(ANSWERED)).unwrap();
+        let continues = first.continues.as_ref().unwrap();
+        assert_eq!(continues.messages, 4);
+        assert_eq!(continues.answers, vec!["own_1".to_owned()]);
+        // the same conversation as its first request
+        assert_eq!(first.digest, read_chat(&body("")).unwrap().digest);
+        assert!(read_chat(&body("")).unwrap().continues.is_none());
+    }
+
+    #[test]
+    fn a_request_that_may_start_a_run_or_is_not_plain_is_not_read() {
+        for after in [
+            r#",{"role":"assistant","content":"done"},{"role":"user","content":"next"}"#,
+            r#",{"role":"assistant","content":"done"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"tool","tool_call_id":1,"content":"r"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"function","name":"f","content":"r"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"system","content":"s"},
+               {"role":"tool","tool_call_id":"x","content":"r"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"developer","content":"[budget: 1"},
+               {"role":"tool","tool_call_id":"x","content":"r"}"#,
+        ] {
+            assert!(read_chat(&body(after)).is_none(), "{after}");
+        }
+    }
+
+    #[test]
+    fn what_python_said_goes_once_to_a_longer_request_that_answers_no_call_handed_over() {
+        let headers = HeaderMap::new();
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        let judged = |admission: &mut Admission, body: &[u8]| {
+            matches!(admission.judge(read_chat(body).unwrap(), &headers), Verdict::Admitted(_))
+        };
+        assert!(!judged(&mut admission, &body(ANSWERED)), "not told");
+        admission.admit_next(digest, -1, 4, "bot".into());
+        assert!(!judged(&mut admission, &body(ANSWERED)), "not longer");
+        admission.admit_next(digest, -1, 2, "bot".into());
+        assert!(judged(&mut admission, &body(ANSWERED)));
+        assert!(!judged(&mut admission, &body(ANSWERED)), "once");
+        admission.handed(Some(vec!["own_1".into()]));
+        admission.admit_next(digest, -1, 2, "bot".into());
+        assert!(!judged(&mut admission, &body(ANSWERED)), "a call handed over");
+        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.unread(Some("other".into()));
+        admission.handed(Some(vec![]));
+        let other = body(r#",{"role":"assistant","content":"d"},
+                            {"role":"tool","tool_call_id":"own_2","content":"r"}"#);
+        assert!(judged(&mut admission, &other), "another agent's unread request");
+        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.unread(Some("bot".into()));
+        assert!(!judged(&mut admission, &other), "its agent's unread request");
+        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.handed(None);
+        assert!(!admission.sighted());
+        admission.admit_next(digest, -1, 2, "bot".into());
+        assert!(!judged(&mut admission, &other), "a response it could not read");
+    }
+
+    #[test]
+    fn a_whole_responses_tool_calls_are_read_or_it_is_not_sure() {
+        let calls = br#"{"choices":[{"message":{"tool_calls":[{"id":"a"},{"id":"b"}]}},
+                        {"message":{"tool_calls":[{"id":"c"}]}}]}"#;
+        assert_eq!(response_call_ids(calls), Some(vec!["a".into(), "b".into(), "c".into()]));
+        assert_eq!(response_call_ids(br#"{"choices":[{"message":{"content":"x"}}]}"#),
+                   Some(vec![]));
+        for unsure in [&br#"{"choices":[{"message":{"tool_calls":[{"id":1}]}}]}"#[..],
+                       br#"{"choices":[{"message":{"function_call":{"name":"f"}}}]}"#,
+                       br#"{"choices":[{"message":{"tool_calls":[{"id":"a"}]}"#, b"NaN"] {
+            assert_eq!(response_call_ids(unsure), None);
+        }
+    }
+}
