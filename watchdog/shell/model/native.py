@@ -75,12 +75,16 @@ next request's tool results make no records), with no other request of it in fli
 stopped. Such a run's next request, longer than the one decided and ending with tool results
 (a new user message may start the conversation's next run) none of which answers a call any
 response through the relay handed over (that call's run's, else), is decided by the same
-counts and nothing else, ended or not: a plain pass, no bound. The relay uses what it was
-told once; this process takes it back when the run's directives or its end change (a step of
-the core that decided on it, ended, merged or resumed it, or the tracker let it go), when the
-rules or the fleet change, and when the book lets the run or its conversation go. A
-continuing request it sent on is read here as the others (``continued`` counts them), and one
-decided otherwise once read is logged as a miss, as above.
+counts and nothing else, ended or not: a plain pass, no bound. A request that may be told
+so (``forward``'s ``ahead``: its conversation) marks its conversation in the relay, whose next
+request then waits for this booking (at most 50 ms), which publishes or takes the mark back
+(``admit_next_clear``): an agent that sends its next request as soon as it has the answer
+still finds it said. The relay uses what it was told once; this process takes it back when
+the run's directives or its end change (a step of the core that decided on it, ended, merged
+or resumed it, or the tracker let it go), when the rules or the fleet change, and when the
+book lets the run or its conversation go. A continuing request it sent on is read here as the
+others (``continued`` counts them), and one decided otherwise once read is logged as a miss,
+as above.
 
 Nothing here logs a header; the relay never does.
 """
