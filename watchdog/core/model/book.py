@@ -151,12 +151,19 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        # told the key of each run let go (its bound), or whose conversation was: a request of
+        # it is then read as new
+        self.let_go: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._runs)
 
     def get(self, key: str) -> EndpointRun | None:
         return self._runs.get(key)
+
+    def latest(self, conversation: str) -> str | None:
+        """The run a conversation's later requests sent whole go to (its latest)."""
+        return self._conversations.get(conversation)
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
                  ended: Callable[[str], bool],
@@ -274,13 +281,17 @@ class ModelBook:
             self._conversations[conversation] = state.key
             self._conversations.move_to_end(conversation)
             while len(self._conversations) > MAX_CONVERSATIONS:
-                self._conversations.popitem(last=False)
+                _, key = self._conversations.popitem(last=False)
+                if self.let_go is not None:
+                    self.let_go(key)
         return state
 
     def _keep(self, state: EndpointRun) -> EndpointRun:
         self._runs[state.key] = state
         while len(self._runs) > self.max_runs:
-            self._runs.popitem(last=False)
+            key, _ = self._runs.popitem(last=False)
+            if self.let_go is not None:
+                self.let_go(key)
         return state
 
     def _touch(self, state: EndpointRun) -> EndpointRun:
