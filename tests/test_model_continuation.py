@@ -94,6 +94,54 @@ def test_a_request_that_continues_a_run_goes_on_while_the_loop_is_busy(
                    lambda: f"one run, both calls booked: {runs(server)}")
 
 
+def answering(task: str, *turns: list[str], calls: int | None = None) -> bytes:
+    """The request that follows the model's handing over, at each of ``turns``, as many calls
+    of ``search`` as it has results (``call_0``...: the upstream's), with those results; with
+    ``calls``, the upstream is asked to hand that many over again."""
+    after: list[dict[str, Any]] = []
+    for results in turns:
+        after += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{n}", "type": "function",
+             "function": {"name": "search", "arguments": json.dumps({"q": n})}}
+            for n in range(len(results))]}, *({"role": "tool", "tool_call_id": f"call_{n}",
+                                              "content": result}
+                                             for n, result in enumerate(results))]
+    return turn(task, *after, **({"metadata": {"calls": str(calls)}} if calls else {}))
+
+
+def test_a_request_answering_the_calls_handed_over_goes_on_while_the_loop_is_busy(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A real agent's next request: the model handed two calls over, and the agent sends their
+    results back. The loop proved, when it booked the call, that such a request gets a plain
+    pass (what the rules decide on the records its results make, read as no failure and like
+    no result before, whenever it comes within the hold); the relay finds it carries just that
+    and sends it on at once. The loop reads it afterwards and decides the same. A result that
+    reads as a failure, or repeats one the run had, keeps the next request for the loop."""
+    with sidecar(tmp_path, upstream) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("real", metadata={"calls": "2"}))[0] == 200
+        told_or_not(server)
+        body = answering("real", ["found a", "found b"], calls=2)
+        with busy(server) as held:
+            assert post(server, PATHS["chat"], body)[0] == 200
+            assert not held.free.is_set(), "the request waited for the loop"
+        assert upstream.seen[-1].body == body
+        wait_until(lambda: native.answered == 1, "the request read by the loop")
+        assert native.missed == 0
+        wait_until(lambda: runs(server) and runs(server)[0]["tool_calls"] == 2,
+                   lambda: f"both results booked in the run: {runs(server)}")
+        # handed over again: one result repeats one the run had
+        told_or_not(server)
+        waits(server, upstream, answering("real", ["found a", "found b"], ["found c", "found a"]),
+              "found c")
+        # a result that reads as a failure
+        assert post(server, PATHS["chat"], turn("failing", metadata={"calls": "2"}))[0] == 200
+        told_or_not(server)
+        waits(server, upstream, answering("failing", ["Error: the index is gone", "found"]),
+              "the index is gone")
+        assert native.answered == 1 and native.missed == 0
+
+
 def test_a_request_sent_as_soon_as_the_answer_before_it_ends_waits_for_its_booking_only(
         tmp_path: Path, upstream: RawUpstream) -> None:
     """An agent sends its next request as soon as it has the answer before it, before the loop
@@ -282,22 +330,35 @@ def scripted(handler: Any, seen: Any) -> None:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": None,
                                              "tool_calls": [
             {"id": f"call_{tag}_{n}", "type": "function", "function": {
-                "name": "search", "arguments": json.dumps({"q": n})}} for n in range(wanted)]},
+                "name": body["tools"][0]["function"]["name"], "arguments": json.dumps({"q": n})}}
+            for n in range(wanted)]},
             "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3,
                                                         "completion_tokens": 9}}).encode())
 
 
 # (agent, system prompt, per turn: the tool calls asked of the model, what each result says)
+# (a result's {n}: the turn's number, so that results differ from turn to turn)
 SCENARIOS: list[tuple[str, str, list[tuple[int, str]]]] = [
     (AGENT, "plain", [(0, "fine")] * 5),  # every later request goes on ahead
-    (AGENT, "budget by header", [(1, "fine")] * 6),
-    ("packed", "budget by pack", [(2, "fine")] * 4),
+    (AGENT, "budget by header", [(1, "fine {n}")] * 6),
+    ("packed", "budget by pack", [(2, "fine {n}")] * 4),
     (AGENT, "error loop", [(1, "Error: connection refused")] * 8),
-    ("winding", "wind-down", [(1, "fine")] * 6),
+    ("winding", "wind-down", [(1, "fine {n}")] * 6),
     ("aborting", "abort", [(0, "fine")] * 7),
-    (AGENT, "[budget: 3 of 9 tool calls left — wrap up soon] the SDK's", [(1, "fine")] * 4),
-    (AGENT, "mixed", [(0, "fine"), (2, "fine"), (0, "fine"), (0, "fine"), (1, "fine"),
+    (AGENT, "[budget: 3 of 9 tool calls left — wrap up soon] the SDK's", [(1, "fine {n}")] * 4),
+    (AGENT, "mixed", [(0, "fine"), (2, "fine {n}"), (0, "fine"), (0, "fine"), (1, "fine {n}"),
                       (0, "fine")]),
+    # a real agent's calls answered: the same call each turn (the default pack's
+    # repeated-tool-call and tool-cycle wind it down), two calls each turn, a result that
+    # repeats (repeated-tool-result), failures now and then
+    # (an agent of their own: a request of AGENT's that the relay cannot read, the SDK's
+    # above, takes back what it was told of every conversation of AGENT's)
+    ("answering", "calls answered", [(1, "found {n}")] * 7),
+    ("answering", "two calls answered", [(2, "got {n}")] * 6),
+    ("answering", "results repeat", [(1, "the same")] * 7),
+    ("answering", "now and then a failure", [(1, "found {n}"), (1, "Error: timeout {n}"),
+                                             (1, "found {n}"), (2, "ValueError: no {n}"),
+                                             (1, "found {n}"), (1, "found {n}")]),
 ]
 
 
@@ -309,12 +370,15 @@ def play(server: RunningServer, index: int, turns: int) -> None:
     conversation = CONVERSATIONS.setdefault((id(server), index), [
         {"role": "system", "content": system}, {"role": "user", "content": f"task {index}"}])
     headers = {"X-Watchdog-Agent": agent}
+    # (a tool that fails has an outage the fleet sees, for every run that uses it: the
+    # failing scenarios' tool is one of their own)
+    tools = FLAKY if "error" in system or "failure" in system else SEARCH
     if system == "budget by header":
         headers["X-Watchdog-Budget-Tool-Calls"] = "4"
     done = sum(1 for message in conversation if message["role"] == "assistant")
     for calls, said in script[done:done + turns]:
         status, body = post(server, PATHS["chat"], json.dumps({
-            "model": "m", "messages": conversation, "tools": SEARCH,
+            "model": "m", "messages": conversation, "tools": tools,
             "metadata": {"calls": str(calls)}}).encode(), headers)
         assert status == 200, body
         message = json.loads(body)["choices"][0]["message"]
@@ -326,12 +390,14 @@ def play(server: RunningServer, index: int, turns: int) -> None:
                                                             "arguments": "{}"}}]}
             handed = message["tool_calls"]
         conversation.append(message)
-        conversation += [{"role": "tool", "tool_call_id": call["id"], "content": said}
-                         for call in handed]
+        conversation += [{"role": "tool", "tool_call_id": call["id"],
+                          "content": said.format(n=done)} for call in handed]
         done += 1
 
 
 CONVERSATIONS: dict[tuple[int, int], list[dict[str, Any]]] = {}
+FLAKY = [{"type": "function", "function": {"name": "flaky", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}}}}]
 
 
 def test_what_the_upstream_sees_is_the_same_with_requests_sent_on_ahead_or_not(
@@ -355,7 +421,8 @@ def test_what_the_upstream_sees_is_the_same_with_requests_sent_on_ahead_or_not(
                         if round_ % 2:  # (the loop's booking, and so what it told, comes
                             told_or_not(server)  # in its time: both ways)
                 if ahead:
-                    wait_until(lambda: native.continued > 0, "some sent on ahead")  # noqa: B023
+                    wait_until(lambda: native.answered > 0,  # noqa: B023
+                               "some that answer the calls handed over sent on ahead")
                     assert native.missed == 0
                 else:
                     assert native.continued == 0
@@ -396,3 +463,65 @@ def test_the_relay_reads_a_continuing_requests_conversation_as_the_loop(
         named = agent if headers else AGENT
         assert Relay.first_digest("POST", PATHS["chat"], headers, body, agent=AGENT) == \
             conversation_digest("chat", named, read.anchor)[:24]
+
+
+# -- what the relay reads in a tool result, as Python reads it ----------------------------------
+
+TRICKY = ["", " ", "\t", "\x0b", "\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "a", "Z",
+          "_", ".", ":", "0", "é", "ſ", "\u212a", "ı", "İ", "{", '"', "(", ")", "-", "\n"]
+HEADS = ["error", "Error", "ERROR", "exception", "Exception", "traceback (most recent call last)",
+         "Traceback (most recent call last)", "ValueError", "requests.exceptions.HTTPError",
+         "_Err.error", "ſError", "{", '{"error"', '{ "Error" ', "errors", "Exceptional", "found",
+         "K\u212aError", "x" * 190 + "Error", "x" * 196 + "Error"]
+
+
+def result_texts() -> list[str]:
+    """Texts to read: every string of the committed framework recordings (the tool results
+    and errors real agents produced among them), and made-up ones around what the failure
+    pattern reads (its words, then characters Unicode treats apart from ASCII)."""
+    import random
+
+    texts: dict[str, None] = {}
+
+    def strings(value: Any) -> None:
+        if isinstance(value, str):
+            texts[value[:400]] = None
+        elif isinstance(value, list):
+            for item in value:
+                strings(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                strings(item)
+
+    from tests.recorded import RECORDINGS
+    for path in sorted(RECORDINGS.rglob("*.jsonl")):
+        for line in path.read_text("utf-8").splitlines():
+            if line.strip():
+                strings(json.loads(line))
+    rng = random.Random(27)
+    for head in HEADS:
+        for _ in range(60):
+            texts["".join(rng.choice(TRICKY) for _ in range(rng.randrange(3))) + head
+                  + "".join(rng.choice(TRICKY) for _ in range(rng.randrange(4)))] = None
+    return list(texts)
+
+
+def test_the_relay_reads_a_tool_result_as_python_does_or_says_it_is_not_sure() -> None:
+    """Over the recorded and made-up tool results: where the relay says whether a result
+    looks failed, Python's ``looks_failed`` says the same; it is sure of every ASCII text; and
+    its hash of a text is Python's ``stable_hash``."""
+    from watchdog.core.model.failure import looks_failed
+    from watchdog.core.spans.values import stable_hash
+    from watchdog.shell.model._relay import Relay
+
+    texts = result_texts()
+    assert len(texts) > 5000
+    failed = unsure = 0
+    for text in texts:
+        said, hashed = Relay.read_result(text)
+        assert said is None or said == looks_failed(text), repr(text)
+        assert said is not None or not text[:200].isascii(), repr(text)
+        assert hashed == stable_hash(text), repr(text)
+        failed += said is True
+        unsure += said is None
+    assert failed > 100 and unsure < len(texts) / 4, (failed, unsure)

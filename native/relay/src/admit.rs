@@ -27,6 +27,7 @@
 //! Everything else, and anything this cannot read as plainly as Python does, goes to Python.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use hyper::header::HeaderMap;
@@ -89,21 +90,76 @@ pub struct Admission {
     /// A response's tool calls could not be read here (or too many were): no continuing
     /// request goes on before Python has read it any more.
     blind: bool,
+    /// The tool-call ids a conversation's next request is to answer (`Expect`), and whose:
+    /// a response that hands one over again takes that back (the call is another run's).
+    expecting: HashMap<String, Digest>,
 }
 
-/// The next request of a conversation, as Python published it: its bound, and the length of
-/// the request Python decided (the next one must be longer).
+/// The next request of a conversation, as Python published it: its bound, the length of
+/// the request Python decided (the next one must be longer), until when it holds, and, when
+/// the call booked handed tool calls over, the results it is to carry.
 struct Next {
     keep: i64,
     messages: usize,
     agent: String,
+    until: Instant,
+    expect: Option<Expect>,
+}
+
+/// The results a conversation's next request carries, as Python proved what it gets: the
+/// model's answer that handed the calls over (right after the request decided), then one
+/// result for each call and nothing else, none read as a failure
+/// ([`crate::failed::looks_failed`]), none the same result (its hash) as one the run had
+/// before or as another of them.
+pub struct Expect {
+    /// The calls handed over, in the answer's order: their ids and their tools' names.
+    pub calls: Vec<(String, String)>,
+    /// The hashes of the results the run had so far.
+    pub seen: HashSet<i64>,
 }
 
 /// A Chat Completions request that continues its conversation: its length, and the tool
-/// calls its results (after the model's last answer) answer.
+/// calls its results (after the model's last answer) answer, with where that answer is, the
+/// ids of the tool calls it carries (None: not plainly that) and each result's text when its
+/// content is a string.
 pub struct Continues {
     messages: usize,
     answers: Vec<String>,
+    last_answer: usize,
+    calls: Option<Vec<String>>,
+    texts: Vec<Option<String>>,
+}
+
+impl Continues {
+    /// Whether it carries exactly what `expect` says after the `messages` decided.
+    fn carries(&self, messages: usize, expect: &Expect) -> bool {
+        let calls = &expect.calls;
+        if self.last_answer != messages || self.messages != messages + 1 + calls.len()
+            || self.answers.len() != calls.len() {
+            return false;
+        }
+        let Some(ids) = &self.calls else { return false };
+        if ids.len() != calls.len() || ids.iter().zip(calls).any(|(id, (call, _))| id != call) {
+            return false;
+        }
+        let mut answered = vec![false; calls.len()];
+        let mut hashes = HashSet::with_capacity(calls.len());
+        for (id, text) in self.answers.iter().zip(&self.texts) {
+            let Some(index) = calls.iter().position(|(call, _)| call == id) else {
+                return false;
+            };
+            let Some(text) = text else { return false };
+            if std::mem::replace(&mut answered[index], true)
+                || crate::failed::looks_failed(text) != Some(false) {
+                return false;
+            }
+            let hash = crate::failed::stable_hash(&format!("{}\0{text}", calls[index].1));
+            if expect.seen.contains(&hash) || !hashes.insert(hash) {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// A request read as a new conversation's first: its API, agent and conversation, and the
@@ -155,27 +211,52 @@ impl Admission {
     pub fn new(settings: Settings) -> Self {
         Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new(),
                     next: HashMap::new(), booking: HashSet::new(), handed: HashSet::new(),
-                    blind: false }
+                    blind: false, expecting: HashMap::new() }
     }
 
     /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
-    /// is longer than `messages` (and answers no call handed over).
-    pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize, agent: String) {
+    /// comes within `hold`: with `expect`, if it carries just that after the `messages`
+    /// decided ([`Expect`]); without, if it is longer than `messages` and answers no call
+    /// handed over.
+    pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize, agent: String,
+                      hold: Duration, expect: Option<Expect>) {
         self.booking.remove(&digest);
-        if self.next.len() < MAX_NEXT || self.next.contains_key(&digest) {
-            self.next.insert(digest, Next { keep, messages, agent });
+        self.take(&digest);
+        if self.next.len() >= MAX_NEXT
+            || expect.as_ref().is_some_and(|expect| expect.calls.iter().any(
+                |(id, _)| self.expecting.contains_key(id))) {
+            return; // (a call id another conversation's next request is to answer: Python's)
         }
+        if let Some(expect) = &expect {
+            for (id, _) in &expect.calls {
+                self.expecting.insert(id.clone(), digest);
+            }
+        }
+        self.next.insert(digest, Next { keep, messages, agent, until: Instant::now() + hold,
+                                        expect });
+    }
+
+    /// Takes what the next request of `digest` gets (and the calls it was to answer).
+    fn take(&mut self, digest: &Digest) -> Option<Next> {
+        let next = self.next.remove(digest)?;
+        if let Some(expect) = &next.expect {
+            for (id, _) in &expect.calls {
+                self.expecting.remove(id);
+            }
+        }
+        Some(next)
     }
 
     /// Forgets what the next request of `digest` (all, for None) gets.
     pub fn next_clear(&mut self, digest: Option<Digest>) {
         match digest {
             Some(digest) => {
-                self.next.remove(&digest);
+                self.take(&digest);
                 self.booking.remove(&digest);
             }
             None => {
                 self.next.clear();
+                self.expecting.clear();
                 self.booking.clear();
             }
         }
@@ -201,8 +282,18 @@ impl Admission {
             return;
         }
         match agent {
-            Some(agent) => self.next.retain(|_, next| next.agent != agent),
-            None => self.next.clear(),
+            Some(agent) => {
+                let gone: Vec<Digest> = self.next.iter()
+                    .filter(|(_, next)| next.agent == agent).map(|(digest, _)| *digest)
+                    .collect();
+                for digest in gone {
+                    self.take(&digest);
+                }
+            }
+            None => {
+                self.next.clear();
+                self.expecting.clear();
+            }
         }
     }
 
@@ -210,14 +301,17 @@ impl Admission {
     pub fn handed(&mut self, ids: Option<Vec<String>>) {
         let Some(ids) = ids else {
             self.blind = true;
-            self.next.clear();
+            self.next_clear(None);
             return;
         };
         for id in ids {
             if self.handed.len() >= MAX_HANDED && !self.handed.contains(&id) {
                 self.blind = true;
-                self.next.clear();
+                self.next_clear(None);
                 return;
+            }
+            if let Some(digest) = self.expecting.get(&id).copied() {
+                self.take(&digest); // (handed over again: a result for it is another run's)
             }
             self.handed.insert(id);
         }
@@ -248,11 +342,14 @@ impl Admission {
     /// What becomes of a request [`read`] found to be a new conversation's first.
     pub fn judge(&mut self, first: First, headers: &HeaderMap) -> Verdict {
         // (any request of a conversation takes what its next one gets: it is used once)
-        let next = if self.next.is_empty() { None } else { self.next.remove(&first.digest) };
+        let next = if self.next.is_empty() { None } else { self.take(&first.digest) };
         let keep = if let Some(continues) = &first.continues {
             match next {
-                Some(next) if !self.blind && continues.messages > next.messages
-                    && !continues.answers.iter().any(|id| self.handed.contains(id)) => next.keep,
+                Some(next) if !self.blind && Instant::now() < next.until && match &next.expect {
+                    Some(expect) => continues.carries(next.messages, expect),
+                    None => continues.messages > next.messages
+                        && !continues.answers.iter().any(|id| self.handed.contains(id)),
+                } => next.keep,
                 _ => return Verdict::No,
             }
         } else {
@@ -445,15 +542,30 @@ fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
             _ => return None,
         }
     }
+    let last_answer = last_answer?;
     let mut answers = Vec::new();
-    for message in &messages[last_answer? + 1..] {
+    let mut texts = Vec::new();
+    for message in &messages[last_answer + 1..] {
         let message = message.as_object()?;
         (message.get("role")?.as_str()? == "tool").then_some(())?;
         answers.push(message.get("tool_call_id")?.as_str()?.to_owned());
+        texts.push(message.get("content").and_then(Value::as_str).map(str::to_owned));
     }
     // (tool results last: a new user message may start the conversation's next run)
     (!answers.is_empty()).then_some(())?;
-    Some((anchor?, Continues { messages: messages.len(), answers }))
+    Some((anchor?, Continues { messages: messages.len(), answers, last_answer,
+                               calls: answer_calls(&messages[last_answer]), texts }))
+}
+
+/// The ids of the tool calls a model's answer carries, in order, when it plainly carries
+/// them as Python reads them (a list of calls each with a string id; no legacy function call).
+fn answer_calls(message: &Value) -> Option<Vec<String>> {
+    let message = message.as_object()?;
+    if message.get("function_call").is_some_and(|call| !call.is_null()) {
+        return None;
+    }
+    message.get("tool_calls")?.as_array()?.iter()
+        .map(|call| call.as_object()?.get("id")?.as_str().map(str::to_owned)).collect()
 }
 
 /// The tool-call ids a whole Chat Completions response hands over (every choice's, a superset
@@ -617,6 +729,8 @@ mod tests {
                    {{"role":"user","content":"task"}}{after}]}}"#).into_bytes()
     }
 
+    const HOLD: Duration = Duration::from_secs(60);
+
     const ANSWERED: &str = r#",{"role":"assistant","content":"done"},
                               {"role":"tool","tool_call_id":"own_1","content":"r"}"#;
 
@@ -660,27 +774,27 @@ mod tests {
             matches!(admission.judge(read_chat(body).unwrap(), &headers), Verdict::Admitted(_))
         };
         assert!(!judged(&mut admission, &body(ANSWERED)), "not told");
-        admission.admit_next(digest, -1, 4, "bot".into());
+        admission.admit_next(digest, -1, 4, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &body(ANSWERED)), "not longer");
-        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         assert!(judged(&mut admission, &body(ANSWERED)));
         assert!(!judged(&mut admission, &body(ANSWERED)), "once");
         admission.handed(Some(vec!["own_1".into()]));
-        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &body(ANSWERED)), "a call handed over");
-        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         admission.unread(Some("other".into()));
         admission.handed(Some(vec![]));
         let other = body(r#",{"role":"assistant","content":"d"},
                             {"role":"tool","tool_call_id":"own_2","content":"r"}"#);
         assert!(judged(&mut admission, &other), "another agent's unread request");
-        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         admission.unread(Some("bot".into()));
         assert!(!judged(&mut admission, &other), "its agent's unread request");
-        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         admission.handed(None);
         assert!(!admission.sighted());
-        admission.admit_next(digest, -1, 2, "bot".into());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &other), "a response it could not read");
     }
 
@@ -696,5 +810,80 @@ mod tests {
                        br#"{"choices":[{"message":{"tool_calls":[{"id":"a"}]}"#, b"NaN"] {
             assert_eq!(response_call_ids(unsure), None);
         }
+    }
+
+    /// The model's answer handing over the calls `ids` (of the tool "search"), then a result
+    /// for each of `results` (id, content as JSON).
+    fn handed_turn(ids: &[&str], results: &[(&str, &str)]) -> Vec<u8> {
+        let calls: Vec<String> = ids.iter().map(|id| format!(
+            r#"{{"id":"{id}","type":"function","function":{{"name":"search","#
+            ).to_owned() + r#""arguments":"{}"}}"#).collect();
+        let mut after = format!(r#",{{"role":"assistant","content":null,"tool_calls":[{}]}}"#,
+                                calls.join(","));
+        for (id, content) in results {
+            after.push_str(&format!(
+                r#",{{"role":"tool","tool_call_id":"{id}","content":{content}}}"#));
+        }
+        body(&after)
+    }
+
+    fn expect(ids: &[&str], seen: &[i64]) -> Option<Expect> {
+        Some(Expect { calls: ids.iter().map(|id| ((*id).to_owned(), "search".to_owned()))
+                          .collect(),
+                      seen: seen.iter().copied().collect() })
+    }
+
+    #[test]
+    fn a_request_answering_the_calls_handed_over_goes_on_only_as_python_proved_it() {
+        let headers = HeaderMap::new();
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        let judged = |admission: &mut Admission, body: &[u8]| {
+            read_chat(body).is_some_and(|first| matches!(admission.judge(first, &headers),
+                                                          Verdict::Admitted(_)))
+        };
+        let good = handed_turn(&["a", "b"], &[("b", r#""two""#), ("a", r#""one""#)]);
+        let tell = |admission: &mut Admission, seen: &[i64]| {
+            admission.handed(Some(vec!["a".into(), "b".into()]));
+            admission.admit_next(digest, -1, 2, "bot".into(), HOLD, expect(&["a", "b"], seen));
+        };
+        tell(&mut admission, &[]);
+        assert!(judged(&mut admission, &good), "its calls' results, in any order");
+        assert!(!judged(&mut admission, &good), "once");
+        let hash = crate::failed::stable_hash("search\0one");
+        for (case, bad, seen) in [
+            ("a result the run had", good.clone(), vec![hash]),
+            ("a failed result", handed_turn(&["a", "b"], &[("a", r#""Error: no""#),
+                                                            ("b", r#""two""#)]), vec![]),
+            ("an unsure one", handed_turn(&["a", "b"], &[("a", "\"\u{a0}x\""), ("b", r#""t""#)]),
+             vec![]),
+            ("the same result twice", handed_turn(&["a", "b"], &[("a", r#""x""#),
+                                                                  ("b", r#""x""#)]), vec![]),
+            ("a result missing", handed_turn(&["a", "b"], &[("a", r#""x""#)]), vec![]),
+            ("one answered twice", handed_turn(&["a", "b"], &[("a", r#""x""#), ("a", r#""y""#)]),
+             vec![]),
+            ("another call", handed_turn(&["a", "c"], &[("a", r#""x""#), ("c", r#""y""#)]),
+             vec![]),
+            ("content in parts", handed_turn(&["a", "b"], &[
+                ("a", r#"[{"type":"text","text":"x"}]"#), ("b", r#""y""#)]), vec![]),
+        ] {
+            tell(&mut admission, &seen);
+            assert!(!judged(&mut admission, &bad), "{case}");
+        }
+        // a message more before the answer: not right after the request decided
+        tell(&mut admission, &[]);
+        let good_text = String::from_utf8(good.clone()).unwrap();
+        let longer = good_text.replacen(
+            r#"{"role":"assistant""#,
+            r#"{"role":"assistant","content":"hm"},{"role":"assistant""#, 1);
+        assert!(!judged(&mut admission, longer.as_bytes()), "an extra message");
+        // handed over again by another response: that call's result is another run's
+        tell(&mut admission, &[]);
+        admission.handed(Some(vec!["b".into()]));
+        assert!(!judged(&mut admission, &good), "handed over again");
+        // past its hold
+        admission.handed(Some(vec!["a".into(), "b".into()]));
+        admission.admit_next(digest, -1, 2, "bot".into(), Duration::ZERO, expect(&["a", "b"], &[]));
+        assert!(!judged(&mut admission, &good), "too late");
     }
 }

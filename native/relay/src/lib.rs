@@ -38,6 +38,7 @@ use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
 mod admit;
+mod failed;
 mod inflate;
 mod observe;
 mod trim;
@@ -1096,14 +1097,24 @@ impl Relay {
     }
 
     /// The next request of the conversation ``session`` (its 24 hex digits) of ``agent`` goes
-    /// on at once with the bound ``keep`` (-1: none) if it is longer than ``messages`` and
-    /// answers no tool call handed over (module `admit`); once.
-    fn admit_next(&self, session: &str, keep: i64, messages: usize, agent: String)
+    /// on at once with the bound ``keep`` (-1: none) if it comes within ``seconds`` and, with
+    /// ``calls`` (the tool calls the call booked handed over: id and tool name), carries just
+    /// their results, none a failure, none with a hash in ``seen`` (the run's results so far)
+    /// or another's; without, if it is longer than ``messages`` and answers no tool call
+    /// handed over (module `admit`); once.
+    #[pyo3(signature = (session, keep, messages, agent, seconds=60.0, calls=None, seen=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn admit_next(&self, session: &str, keep: i64, messages: usize, agent: String,
+                  seconds: f64, calls: Option<Vec<(String, String)>>, seen: Option<Vec<i64>>)
                   -> PyResult<()> {
         let digest = admit::parse_digest(session).ok_or_else(
             || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
+        let hold = std::time::Duration::try_from_secs_f64(seconds).map_err(
+            |_| PyValueError::new_err(format!("not a number of seconds: {seconds}")))?;
+        let expect = calls.map(|calls| admit::Expect {
+            calls, seen: seen.unwrap_or_default().into_iter().collect() });
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
-            admission.admit_next(digest, keep, messages, agent);
+            admission.admit_next(digest, keep, messages, agent, hold, expect);
         }
         self.shared.told.notify_waiters();
         Ok(())
@@ -1169,6 +1180,13 @@ impl Relay {
                                   default_agent: agent.to_owned(), token };
         admit::read(&settings, method, target, &header_map(&headers), body)
             .map(|first| first.hex())
+    }
+
+    /// What the relay reads in a tool result's text: whether Python's ``looks_failed`` says it
+    /// is a failed tool's (None: not sure), and ``stable_hash`` of it. For tests.
+    #[staticmethod]
+    fn read_result(text: &str) -> (Option<bool>, i64) {
+        (failed::looks_failed(text), failed::stable_hash(text))
     }
 
     /// Whether the upstream refused a request's ``stream_options`` (that request was sent

@@ -48,7 +48,7 @@ import hashlib
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed, refusal_of
@@ -323,6 +323,29 @@ class ModelBook:
         if request.messages:
             state.messages = request.messages
         return records
+
+    def answered_records(self, state: EndpointRun, now_ns: int, seen: Iterable[int]
+                         ) -> list[SpanRecord] | None:
+        """The records :meth:`tool_records` makes for a request that answers each of the run's
+        pending calls with a result that is no failure and like no result in ``seen`` nor
+        another's (each a fresh text: the rules count it as such a result, whatever it says),
+        at ``now_ns``; None if the run traces its tools itself."""
+        if state.traced:
+            return None
+        seen = set(seen)
+        records = []
+        for call in state.pending.values():
+            record = self._tool_record(state, call, ToolResult(
+                call.call_id, f"\0{_random_hex(64)}", False), now_ns)
+            if record.result_hash is None or record.result_hash in seen:
+                return None  # (64 random bits that hash like a result seen: never)
+            seen.add(record.result_hash)
+            records.append(record)
+        return records
+
+    def handed_by(self, call_id: str) -> str | None:
+        """The run that last handed over the tool call ``call_id`` (as far as remembered)."""
+        return self._calls.get(call_id)
 
     def _tool_record(self, state: EndpointRun, call: ToolCall, result: ToolResult | None,
                      now_ns: int) -> SpanRecord:

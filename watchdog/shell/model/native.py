@@ -105,6 +105,7 @@ from multidict import CIMultiDict
 
 from watchdog.core.handout import Step
 from watchdog.core.model.book import Caller, Unbooked
+from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.steer import Act, answer_tools
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
@@ -119,6 +120,12 @@ TICKET_PATH = "/relay/"
 SESSION_PREFIX = "model:"  # a conversation's session: this and its digest's first 24 hex digits
 SESSION_DIGEST = re.compile(r"[0-9a-f]{24}")
 MAX_NEXT = 1 << 16  # runs whose next request the relay was told (its own bound: admit.rs)
+# what the relay is told of a run's next request holds for a request that comes within this
+# many seconds; this process proves it for NEXT_MARGIN seconds more (the time from its word to
+# the relay's, and from the request's coming to this loop's reading it)
+NEXT_HOLD = 60.0
+NEXT_MARGIN = 30.0
+MAX_EXPECTED = 64  # tool calls handed over whose results the relay checks (more: the loop's)
 
 
 def missing_relay() -> str | None:
@@ -156,6 +163,7 @@ class NativeEndpoint:
         self.admitted = 0  # requests the relay sent on before this loop read them
         self.missed = 0  # of those, decided otherwise here once read
         self.continued = 0  # of those, requests that continue a run (admit_next)
+        self.answered = 0  # of those, requests carrying the results of the calls handed over
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
@@ -366,6 +374,10 @@ class NativeEndpoint:
         self.continued += continued
         if isinstance(plan, Plan):
             exchange = plan.exchange
+            if continued and exchange is not None:
+                handed_by, key = proxy.book.handed_by, exchange.state.key
+                self.answered += any(handed_by(result.call_id) == key
+                                     for result in exchange.request.results)
             self._publish(plan, None)
             if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep
                                     and exchange.unasked is None):
@@ -414,8 +426,10 @@ class NativeEndpoint:
 
     def _publish_next(self, plan: Plan, answered: bool) -> None:
         """The relay told what the next request of the booked call's conversation gets, when
-        nothing that request carries can change it (see the module's theory): a plain pass;
-        else that it does not say (``answered``: the call was, completely)."""
+        this process can prove it (see the module's theory): a plain pass, for a request that
+        comes within ``NEXT_HOLD`` and, when the call handed tool calls over, carries their
+        results and nothing else, none a failure, none like a result the run had; else that
+        it does not say (``answered``: the call was, completely)."""
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
@@ -424,41 +438,68 @@ class NativeEndpoint:
         if conversation is None or self.closed:
             return
         session = conversation[:24]
-        if not self._nothing_carried(plan, answered):
+        proved = self._proved_next(plan, answered)
+        if proved is None:
             self.next_of.pop(state.key, None)
             relay.admit_next_clear(session)  # (the relay holds its next request no more)
             return
+        calls, seen = proved
         self.next_of[state.key] = session
         self.next_of.move_to_end(state.key)
         while len(self.next_of) > MAX_NEXT:
             _, gone = self.next_of.popitem(last=False)
             relay.admit_next_clear(gone)
-        relay.admit_next(session, -1, state.messages, state.agent or "")
+        relay.admit_next(session, -1, state.messages, state.agent or "", NEXT_HOLD, calls, seen)
 
-    def _nothing_carried(self, plan: Plan, answered: bool) -> bool:
-        """Whether what the next request of the booked call's run gets cannot depend on what
-        it carries (the module's theory): then it is a plain pass."""
+    def _proved_next(self, plan: Plan, answered: bool
+                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None] | None:
+        """What the relay is told the next request of the booked call's run must carry to get
+        a plain pass (the calls handed over, as id and tool name, and the result hashes the
+        run had; None, None: nothing of the calls it answers, as none is pending), when this
+        process proves that it gets that: the run has no budget, no directive, nothing asked
+        or reserved, and the core proves its rules decide nothing and the timer leaves it
+        running up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now, with the records such a
+        request makes (:meth:`Core.quiet`). None when it cannot."""
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
         if (not answered or not self.ahead or state.traced
-                or state.key_source is not KeySource.WATCHDOG or state.pending
+                or state.key_source is not KeySource.WATCHDOG
                 or state.asking or state.reserved or state.final_used or state.stop is not None
                 or state.answered == 0 or exchange.broke
-                or exchange.turn.act is not Act.PASS or exchange.turn.usage):
-            return False
+                or exchange.turn.act is not Act.PASS or exchange.turn.usage
+                or len(state.pending) > MAX_EXPECTED):
+            return None
         proxy = self.proxy
-        if proxy.book.latest(state.conversation or "") != state.key \
-                or state.run_key != state.key:
-            return False
+        book = proxy.book
+        if book.latest(state.conversation or "") != state.key or state.run_key != state.key:
+            return None
         service = proxy.service
         if service.board(state.key) is not None:
-            return False
-        run = service.model_run(state.key)
-        if run is None or run.framed or run.budget:
-            return False
+            return None
+        core = service.core
+        until = service.now() + NEXT_HOLD + NEXT_MARGIN
+        calls: list[tuple[str, str]] | None = None
+        seen: list[int] | None = None
+        records = []
+        if state.pending:
+            ids = list(state.pending)
+            if any(not call_id or call_id.startswith(LEGACY_CALL_ID)
+                   or book.handed_by(call_id) != state.key for call_id in ids):
+                return None
+            seen = core.result_hashes(state.key)
+            found = book.answered_records(state, int(until * 1e9), seen)
+            if found is None:
+                return None
+            records = found
+            calls = [(call.call_id, call.name[:200] or "unknown")
+                     for call in state.pending.values()]
+        if not core.quiet(state.key, records, until):
+            return None
         self.check_basis()
-        return self._basis is not None
+        if self._basis is None:
+            return None
+        return calls, seen
 
     def _stepped(self, step: Step) -> None:
         """After a step of the core: what the relay learned holds while what it was learned
