@@ -66,25 +66,34 @@ have decided otherwise (the fleet changed while it was on its way) is logged as 
 the relay forgets what it learned.
 
 A request that continues a run is decided from the run, so the relay can send it on only
-when this process has said what it gets. When a call of a run is booked, this process
-publishes (``admit_next``) what the next request of its conversation gets, only when that
-cannot depend on what the request carries: a Chat Completions run keyed by its conversation
-(no trace, no run header, not the client SDK's), with no budget of any kind (the rule packs'
-included) and no directive, whose booked call handed over no tool call (none pending: the
-next request's tool results make no records), with no other request of it in flight, not
-stopped. Such a run's next request, longer than the one decided and ending with tool results
-(a new user message may start the conversation's next run) none of which answers a call any
-response through the relay handed over (that call's run's, else), is decided by the same
-counts and nothing else, ended or not: a plain pass, no bound. A request that may be told
-so (``forward``'s ``ahead``: its conversation) marks its conversation in the relay, whose next
-request then waits for this booking (at most 50 ms), which publishes or takes the mark back
-(``admit_next_clear``): an agent that sends its next request as soon as it has the answer
-still finds it said. The relay uses what it was told once; this process takes it back when
-the run's directives or its end change (a step of the core that decided on it, ended, merged
-or resumed it, or the tracker let it go), when the rules or the fleet change, and when the
-book lets the run or its conversation go. A continuing request it sent on is read here as the
-others (``continued`` counts them), and one decided otherwise once read is logged as a miss,
-as above.
+when this process has said what it gets, and it says so only when it proves it. When a call
+of a run is booked, this process publishes (``admit_next``) what the next request of its
+conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
+header, not the client SDK's), with no budget of any kind (the rule packs' included) and no
+directive, with no other request of it in flight, not stopped: a plain pass, no bound, for a
+request that comes within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
+<watchdog.core.step.Core.quiet>`): its rules decide nothing, on the timer or at that request,
+and the timer does not end the run, up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now (the margin
+covers the time from this word to the relay's and from the request's coming to this loop's
+reading it). When the booked call handed tool calls over, the request is one that carries the
+model's answer with those calls and a result for each, and nothing else (the relay checks it:
+``admit.rs``); the proof folds the records such a request makes, each result read as not
+failed and like no result before (the relay checks that too: Rust twins of ``looks_failed``
+and ``stable_hash``, told the hashes of the results the run had), into a copy of the run. When
+it handed none over, the request is one longer than the one decided and ending with tool
+results (a new user message may start the conversation's next run) none of which answers a
+call any response through the relay handed over (that call's run's, else): it makes no record,
+so nothing is evaluated at it. A request that may be told so (``forward``'s ``ahead``: its
+conversation) marks its conversation in the relay, whose next request then waits for this
+booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
+agent that sends its next request as soon as it has the answer still finds it said. The relay
+uses what it was told once; this process takes it back when the run's directives or its end
+change (a step of the core that decided on it, ended, merged or resumed it, or the tracker let
+it go), when the rules or the fleet change, and when the book lets the run or its
+conversation go. A continuing request it sent on is read here as the others (``continued``
+counts them; ``answered`` those with the results of the calls handed over), and one decided
+otherwise once read (a change from outside the run meanwhile: a reload, the fleet) is logged
+as a miss, as above.
 
 Nothing here logs a header; the relay never does.
 """
