@@ -34,7 +34,6 @@ known to be there and not in memory (see :class:`~watchdog.core.sessions.Session
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -359,7 +358,7 @@ class Core(CoreReads):
             return False
         if not records:  # (the request's step folds nothing in: no rule evaluated)
             return True
-        after = copy.deepcopy(run)
+        after = run.copy()
         for record in records:
             after.apply(record, until)
         changed = changed_signals(snapshot(run), after, False)
