@@ -92,8 +92,8 @@ def _timed(method: Callable[..., Any], stage: str,
 
 
 def _conversation(client: Any, index: int) -> None:
-    """One conversation: each streamed answer's tool call run (its result "ok") and sent on,
-    until the model answers."""
+    """One conversation: each streamed answer's tool call run (a result of its own, as a real
+    tool's) and sent on, until the model answers."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": f"task {index}"}]
     while True:
         calls: dict[int, dict[str, str]] = {}
@@ -112,8 +112,8 @@ def _conversation(client: Any, index: int) -> None:
             {"id": made["id"], "type": "function",
              "function": {"name": made["name"], "arguments": made["args"]}}
             for made in calls.values()]})
-        messages += [{"role": "tool", "tool_call_id": made["id"], "content": "ok"}
-                     for made in calls.values()]
+        messages += [{"role": "tool", "tool_call_id": made["id"],
+                      "content": f"found {len(messages)}"} for made in calls.values()]
 
 
 def in_tree(tree: Path, conversations: int, turns: int) -> dict[str, float]:
