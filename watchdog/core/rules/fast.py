@@ -51,6 +51,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -413,6 +414,7 @@ class _Compiler:
 RISING = frozenset({"elapsed_seconds", "idle_seconds", "in_flight_seconds"})
 
 
+@functools.lru_cache(maxsize=4096)  # (asked at each booking, of the same few conditions)
 def rises_with_time(source: str) -> bool:
     """Whether the condition ``source`` can only turn from false to true as time goes on,
     while nothing else about the run changes: a conjunction (``&&`` at the top level, no

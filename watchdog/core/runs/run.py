@@ -244,7 +244,7 @@ class RunState(RunCounts):
             kind = type(value)
             if kind is dict or kind is list:
                 value = value.copy()
-            elif not isinstance(value, _IMMUTABLE):
+            elif kind not in _SHARED and not isinstance(value, _IMMUTABLE):
                 value = copy.deepcopy(value)
             setattr(clone, name, value)
         return clone
@@ -345,3 +345,4 @@ _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_
 _TUPLE_LIST_SLOTS = ("_answered", "_asked", "_named", "_tool_spans", "_failures")
 # values a run's copy shares with it (nothing in them changes)
 _IMMUTABLE = (int, float, str, tuple, frozenset, Enum, type(None))
+_SHARED = frozenset({int, float, str, tuple, bool, type(None)})  # (the most, told at once)
