@@ -196,13 +196,14 @@ def waits(server: RunningServer, upstream: RawUpstream, body: bytes, marker: str
 def test_a_run_whose_next_request_may_be_decided_otherwise_waits_for_the_loop(
         tmp_path: Path, upstream: RawUpstream) -> None:
     """Each of these waits for the loop: the next request of a run whose call handed over tool
-    calls (their results are read: errors, repeats), of a run with a budget, one that answers
-    a call another response handed over, one no longer than the request decided, one with
-    content the relay does not read, and one the loop decided itself."""
+    calls, answered with the same result twice (a repeat the rules count), of a run with a
+    budget, one that answers a call another response handed over, one no longer than the
+    request decided, one with content the relay does not read, and one the loop decided
+    itself."""
     pack = BUDGET_PACK.format(agent="budgeted", calls=50)
     with sidecar(tmp_path, upstream, pack) as server:
         native = native_of(server)
-        # handed over two calls: their results may fire a rule
+        # handed over two calls, answered with the same result twice
         assert post(server, PATHS["chat"], turn("handing", metadata={"calls": "2"}))[0] == 200
         wait_until(lambda: len(runs(server)) == 1, "booked")
         handed = json.loads(tool_calls_body := turn("handing", {
