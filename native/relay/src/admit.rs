@@ -263,8 +263,11 @@ impl Admission {
     }
 
     /// A call of the conversation `digest` goes upstream: once it is booked, Python says what
-    /// the conversation's next request gets (or that it does not).
+    /// the conversation's next request gets (or that it does not). What it said before is
+    /// taken back: it was of the run as it was before this call (said, say, while Python
+    /// decided this very request, having booked the call before it just then).
     pub fn asked(&mut self, digest: Digest) {
+        self.take(&digest);
         if self.booking.len() < MAX_NEXT {
             self.booking.insert(digest);
         }
@@ -881,6 +884,10 @@ mod tests {
         tell(&mut admission, &[]);
         admission.handed(Some(vec!["b".into()]));
         assert!(!judged(&mut admission, &good), "handed over again");
+        // a call of the conversation gone upstream since (Python decided the request itself)
+        tell(&mut admission, &[]);
+        admission.asked(digest);
+        assert!(!judged(&mut admission, &good), "said before a call went upstream");
         // past its hold
         admission.handed(Some(vec!["a".into(), "b".into()]));
         admission.admit_next(digest, -1, 2, "bot".into(), Duration::ZERO, expect(&["a", "b"], &[]));

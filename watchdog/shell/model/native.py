@@ -87,7 +87,9 @@ so nothing is evaluated at it. A request that may be told so (``forward``'s ``ah
 conversation) marks its conversation in the relay, whose next request then waits for this
 booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
 agent that sends its next request as soon as it has the answer still finds it said. The relay
-uses what it was told once; this process takes it back when the run's directives or its end
+uses what it was told once, and forgets it when a call of the conversation goes upstream (it
+was of the run before that call: said, say, while this loop decided that very request, having
+booked the call before it then); this process takes it back when the run's directives or its end
 change (a step of the core that decided on it, ended, merged or resumed it, or the tracker let
 it go), when the rules or the fleet change, and when the book lets the run or its
 conversation go. A continuing request it sent on is read here as the others (``continued``
