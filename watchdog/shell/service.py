@@ -158,7 +158,7 @@ class WatchdogService:
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         # told after each step of the core (the model endpoint's relay: the fleet may have
         # moved, and with it what a new run gets)
-        self.stepped: Callable[[], None] | None = None
+        self.stepped: Callable[[Step], None] | None = None
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
         self.queries = RunQueries(self.core, store, self.clock,
@@ -310,7 +310,7 @@ class WatchdogService:
         """Hand what a core step produced to whoever takes it: one way, no answers back."""
         self.state.take(step.dirty, step.activity, step.gone)
         if self.stepped is not None:
-            self.stepped()
+            self.stepped(step)
         observer = self.observer
         if step.batch is not None:
             observer.batch_applied(step.batch, step.evicted)

@@ -50,7 +50,7 @@ import hashlib
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed, refusal_of
@@ -158,12 +158,19 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        # told the key of each run let go (its bound), or whose conversation was: a request of
+        # it is then read as new
+        self.let_go: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._runs)
 
     def get(self, key: str) -> EndpointRun | None:
         return self._runs.get(key)
+
+    def latest(self, conversation: str) -> str | None:
+        """The run a conversation's later requests sent whole go to (its latest)."""
+        return self._conversations.get(conversation)
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
                  ended: Callable[[str], bool],
@@ -281,13 +288,17 @@ class ModelBook:
             self._conversations[conversation] = state.key
             self._conversations.move_to_end(conversation)
             while len(self._conversations) > MAX_CONVERSATIONS:
-                self._conversations.popitem(last=False)
+                _, key = self._conversations.popitem(last=False)
+                if self.let_go is not None:
+                    self.let_go(key)
         return state
 
     def _keep(self, state: EndpointRun) -> EndpointRun:
         self._runs[state.key] = state
         while len(self._runs) > self.max_runs:
-            self._runs.popitem(last=False)
+            key, _ = self._runs.popitem(last=False)
+            if self.let_go is not None:
+                self.let_go(key)
         return state
 
     def _touch(self, state: EndpointRun) -> EndpointRun:
@@ -324,6 +335,29 @@ class ModelBook:
         if request.messages:
             state.messages = request.messages
         return records
+
+    def answered_records(self, state: EndpointRun, now_ns: int, seen: Iterable[int]
+                         ) -> list[SpanRecord] | None:
+        """The records :meth:`tool_records` makes for a request that answers each of the run's
+        pending calls with a result that is no failure and like no result in ``seen`` nor
+        another's (each a fresh text: the rules count it as such a result, whatever it says),
+        at ``now_ns``; None if the run traces its tools itself."""
+        if state.traced:
+            return None
+        seen = set(seen)
+        records = []
+        for call in state.pending.values():
+            record = self._tool_record(state, call, ToolResult(
+                call.call_id, f"\0{_random_hex(64)}", False), now_ns)
+            if record.result_hash is None or record.result_hash in seen:
+                return None  # (64 random bits that hash like a result seen: never)
+            seen.add(record.result_hash)
+            records.append(record)
+        return records
+
+    def handed_by(self, call_id: str) -> str | None:
+        """The run that last handed over the tool call ``call_id`` (as far as remembered)."""
+        return self._calls.get(call_id)
 
     def _tool_record(self, state: EndpointRun, call: ToolCall, result: ToolResult | None,
                      now_ns: int) -> SpanRecord:

@@ -36,6 +36,7 @@ The engine is pure: no clock, no I/O. It is not thread-safe; the shell calls it 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -51,6 +52,7 @@ from watchdog.core.rules.decision import (
     Severity,
 )
 from watchdog.core.rules.expr import EvalError, activation
+from watchdog.core.rules.fast import rises_with_time
 from watchdog.core.rules.model import Grace, Repeat, Rule, RuleSet
 from watchdog.core.rules.signals import run_activation, session_activation
 from watchdog.core.runs.run import RunState
@@ -326,6 +328,36 @@ class RuleEngine:
             if escalation is not None:
                 decisions.append(escalation)
         return decisions
+
+    def steady(self, run: RunState) -> bool:
+        """Whether what the rules decide for ``run`` changes with time only as each of its
+        timed rules' conditions turns true (:meth:`decides` at a later time covers the time
+        before it): no ``for`` waiting, no grace announced, and every timed rule of its agent
+        either fired already (``once``) or :func:`~watchdog.core.rules.fast.rises_with_time`
+        with no ``for`` of its own."""
+        state = self._runs.get(run.key)
+        if state is not None and (state.pending or state.grace):
+            return False
+        fired = state.fired if state is not None else ()
+        return all((rule.repeat is Repeat.ONCE and rule.name in fired)
+                   or (rule.for_seconds == 0 and rises_with_time(rule.when.source))
+                   for rule in self._view(run.agent_name).timed)
+
+    def decides(self, run: RunState, now: float, session: Session = None,
+                timed_only: bool = False, changed: AbstractSet[str] | None = None,
+                fleet: dict[str, Any] | None = None) -> bool:
+        """Whether :meth:`evaluate` would decide anything, with the engine left as it was (the
+        run's rule state evaluated on a copy, no error counted): ``run`` may be a run as it
+        would be, not the tracker's."""
+        runs, errors, last_errors = self._runs, self.errors, self.last_errors
+        state = runs.get(run.key)
+        self._runs = OrderedDict() if state is None else OrderedDict(
+            {run.key: copy.deepcopy(state)})
+        self.errors, self.last_errors = Counter(), {}
+        try:
+            return bool(self.evaluate(run, now, session, timed_only, changed, fleet))
+        finally:
+            self._runs, self.errors, self.last_errors = runs, errors, last_errors
 
     def _evaluate_rule(self, rule: Rule, run: RunState, now: float, act: Any,
                        state: _RunRules | None, known: bool | None,
