@@ -148,7 +148,11 @@ class NativeEndpoint:
         self.internal = f"http://127.0.0.1:{runner.addresses[0][1]}{TICKET_PATH}"
         self.relay = Relay(host, port, config.model_max_body_bytes, config.model_max_concurrent,
                            CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
-                           body_timeout=config.model_body_timeout)
+                           body_timeout=config.model_body_timeout,
+                           max_inflight=config.model_max_inflight_bytes)
+        relay = self.relay
+        if proxy_metrics := self.proxy.metrics:
+            proxy_metrics.model_bytes_from(lambda: relay.held_bytes)
         proxy = self.proxy
         token = None if proxy.token is None else (TOKEN_HEADER, proxy.token)
         self.relay.admission(proxy.openai, proxy.anthropic, config.model_agent_name or "",
@@ -278,6 +282,8 @@ class NativeEndpoint:
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
+            if refusal == "over_budget":
+                raise proxy.over_budget(True)
             if refusal == "too_large":
                 raise proxy.too_large(proxy.config.model_max_body_bytes)
             if refusal == "body_late":
