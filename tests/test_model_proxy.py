@@ -6,6 +6,7 @@ byte."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import http.client
 import json
@@ -516,11 +517,10 @@ def chunked_post(sidecar: RunningServer, body: bytes) -> tuple[int, dict[str, st
     connection = http.client.HTTPConnection(host, port, timeout=10)
     try:
         pieces = (body[at:at + 65536] for at in range(0, len(body), 65536))
-        try:
+        # (refused before it was all sent: its answer came first)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             connection.request("POST", "/v1/chat/completions", pieces,
                                {"Content-Type": "application/json"}, encode_chunked=True)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # refused before it was all sent: its answer came first
         response = connection.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
