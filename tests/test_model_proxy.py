@@ -532,9 +532,10 @@ OVER_BUDGET = 'agent_watchdog_model_overloaded_total{limit="model_max_inflight_b
 
 
 def test_request_bytes_past_the_inflight_budget_get_503_until_retried(tmp_path: Path) -> None:
-    """Two held 1 MiB requests fill a 2.5 MiB budget: a third, declared or chunked, gets 503
-    with Retry-After (counted; the bytes held stay within the budget) and, once they have
-    ended, passes when retried."""
+    """Two held 1 MiB requests fill a 2.5 MiB budget: a third (12 MiB, more than a socket's
+    buffers take), declared or chunked, gets 503 with Retry-After while its client is still
+    sending it (counted; the bytes held stay within the budget) and, once they have ended,
+    passes when retried."""
     release = threading.Event()
 
     def held(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
@@ -542,7 +543,7 @@ def test_request_bytes_past_the_inflight_budget_get_503_until_retried(tmp_path: 
         completion_reply(handler, seen)
 
     raw = RawUpstream(held)
-    body = many_messages(1 << 20)
+    body, large = many_messages(1 << 20), many_messages(12 << 20)
     budget = (5 << 20) // 2
     try:
         with sidecar_for(tmp_path, raw, model_max_inflight_bytes=budget) as sidecar:
@@ -553,10 +554,10 @@ def test_request_bytes_past_the_inflight_budget_get_503_until_retried(tmp_path: 
                 thread.start()
             wait_until(lambda: len(raw.seen) == 2, what="two requests upstream", timeout=10)
             assert metric(sidecar, BYTES_HELD) == 2 * len(body) <= budget
-            status, answer = post(sidecar, "/v1/chat/completions", body)
+            status, answer = post(sidecar, "/v1/chat/completions", large)
             assert status == 503
             assert "model_max_inflight_bytes" in json.loads(answer)["error"]["message"]
-            status, headers, answer = chunked_post(sidecar, body)
+            status, headers, answer = chunked_post(sidecar, large)
             assert (status, headers["Retry-After"]) == (503, "1")
             assert json.loads(answer)["error"]["code"] == "overloaded"
             assert metric(sidecar, OVER_BUDGET) == 2
@@ -567,9 +568,9 @@ def test_request_bytes_past_the_inflight_budget_get_503_until_retried(tmp_path: 
                 thread.join(10)
             assert results == [200, 200]
             wait_until(lambda: metric(sidecar, BYTES_HELD) == 0, what="the bytes released")
-            assert post(sidecar, "/v1/chat/completions", body)[0] == 200
-            assert chunked_post(sidecar, body)[0] == 200
-            assert [seen.body for seen in raw.seen[2:]] == [body, body]
+            assert post(sidecar, "/v1/chat/completions", large)[0] == 200
+            assert chunked_post(sidecar, large)[0] == 200
+            assert [seen.body for seen in raw.seen[2:]] == [large, large]
     finally:
         release.set()
         raw.close()

@@ -34,6 +34,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
@@ -502,7 +503,7 @@ fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
 /// in `held_bytes` as it comes past what it declared (a chunked one); else why not
 /// (`too_large`, `over_budget`, `unreadable`).
 async fn read_body(shared: &Shared, ticket: &mut Ticket, declared: Option<u64>,
-                   mut incoming: Incoming) -> Result<Bytes, &'static str> {
+                   incoming: &mut Incoming) -> Result<Bytes, &'static str> {
     let mut data = BytesMut::with_capacity(
         declared.map_or(0, |length| length as usize).min(shared.max_body));
     while let Some(frame) = incoming.frame().await {
@@ -519,6 +520,17 @@ async fn read_body(shared: &Shared, ticket: &mut Ticket, declared: Option<u64>,
         }
     }
     Ok(data.freeze())
+}
+
+/// Reads a body to its end, dropping it (at most `most` bytes).
+async fn drain(incoming: &mut Incoming, most: usize) {
+    let mut seen = 0;
+    while let Some(Ok(frame)) = incoming.frame().await {
+        seen += frame.data_ref().map_or(0, Bytes::len);
+        if seen > most {
+            return;
+        }
+    }
 }
 
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
@@ -544,15 +556,27 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         refusal = "bad_host"; // RFC 9112 §3.2
     } else if declared.is_some_and(|length| length > shared.max_body as u64) {
         refusal = "too_large";
-    } else if declared.is_some_and(|length| !shared.hold(0, length as usize)) {
-        refusal = "over_budget";
     } else {
-        ticket.held = declared.unwrap_or(0) as usize;
-        let read = read_body(&shared, &mut ticket, declared, incoming);
+        let mut incoming = incoming;
+        let read = async {
+            if declared.is_some_and(|length| !shared.hold(0, length as usize)) {
+                Err("over_budget")
+            } else {
+                ticket.held = declared.unwrap_or(0) as usize;
+                read_body(&shared, &mut ticket, declared, &mut incoming).await
+            }
+        };
+        let started = Instant::now();
         match tokio::time::timeout(shared.body_timeout, read).await {
             Ok(Ok(read)) => body = Some(read),
             Ok(Err(why)) => refusal = why,
             Err(_) => refusal = "body_late", // (its slot is freed with the answer)
+        }
+        if refusal == "over_budget" {
+            // the rest of its body read and dropped (within the time it had), so its client,
+            // still sending it, reads the answer: a connection closed under it may lose it
+            let left = shared.body_timeout.saturating_sub(started.elapsed());
+            let _ = tokio::time::timeout(left, drain(&mut incoming, shared.max_body)).await;
         }
     }
     let method = parts.method.as_str().to_owned();
@@ -993,7 +1017,8 @@ impl Relay {
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
                         direct=false, api="", keep=-1, watch=false, unasked=None))]
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
+    fn forward(&self, id: u64, method: String, url: String, headers: Headers,
+               body: PyBackedBytes,
                observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool,
                unasked: Option<&[u8]>) -> PyResult<bool> {
         let hide_usage = unasked.is_some();
@@ -1005,7 +1030,8 @@ impl Relay {
         };
         let watch = if keep < 0 && watch { Some(parsed()?) } else { None };
         Ok(self.reply(id, Reply::Forward { method, url, headers,
-                                           body: Bytes::copy_from_slice(body), observe,
+                                           // (Python's bytes, shared: not copied)
+                                           body: Bytes::from_owner(body), observe,
                                            notify: notify || observe, direct, trim, watch,
                                            unasked: unasked.map(Bytes::copy_from_slice) }))
     }

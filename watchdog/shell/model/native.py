@@ -283,7 +283,7 @@ class NativeEndpoint:
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
             if refusal == "over_budget":
-                raise proxy.over_budget(True)
+                raise proxy.over_budget()
             if refusal == "too_large":
                 raise proxy.too_large(proxy.config.model_max_body_bytes)
             if refusal == "body_late":
@@ -309,6 +309,7 @@ class NativeEndpoint:
                                       watch=observed, unasked=plan.unasked):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
+            plan.body = b""  # the relay's now (shared, not copied): not held here as well
             return
         ticket = secrets.token_urlsafe(24)
         self.tickets[ticket] = plan
@@ -335,6 +336,7 @@ class NativeEndpoint:
             self._publish(plan, None)
             if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep
                                     and exchange.unasked is None):
+                plan.body = b""  # (the relay's, sent on already: not held here as well)
                 self.pending[number] = plan
                 return
             exchange.state.final_used = False  # the final turn did not go: the request did

@@ -238,18 +238,17 @@ class ModelProxy:
         return Refused(503, "overloaded", f"{in_flight} model requests are in flight "
                        f"(model_max_concurrent): retry shortly", {"Retry-After": RETRY_AFTER})
 
-    def over_budget(self, reading: bool) -> Refused:
-        """The request would take the bodies held past ``model_max_inflight_bytes``
-        (``reading``: its body was being read, so its connection closes with the answer)."""
+    def over_budget(self) -> Refused:
+        """The request would take the bodies held past ``model_max_inflight_bytes`` (the rest
+        of its body is read and dropped, so its client, still sending it, reads the answer)."""
         if self.metrics is not None:
             self.metrics.model_overloaded("model_max_inflight_bytes")
         return Refused(503, "overloaded", f"the model requests in flight hold too many bytes "
                        f"of request bodies to take this one (model_max_inflight_bytes, "
                        f"{self.config.model_max_inflight_bytes}): retry shortly",
-                       {"Retry-After": RETRY_AFTER, **({"Connection": "close"} if reading
-                                                       else {})})
+                       {"Retry-After": RETRY_AFTER})
 
-    def hold(self, held: Held, size: int, reading: bool) -> None:
+    def hold(self, held: Held, size: int) -> None:
         """Counts a request's body as ``size`` bytes (more than it held), or refuses it: past
         ``model_max_inflight_bytes`` with other requests holding some (one alone is taken)."""
         more = size - held.bytes
@@ -257,7 +256,7 @@ class ModelProxy:
             return
         if self.held_bytes > held.bytes \
                 and self.held_bytes + more > self.config.model_max_inflight_bytes:
-            raise self.over_budget(reading)
+            raise self.over_budget()
         self.held_bytes += more
         held.bytes = size
 
@@ -782,7 +781,7 @@ class ModelProxy:
         limit = self.config.model_max_body_bytes
         self._length_taken(request)
         if request.content_length:  # counted before it is read, as it is declared
-            self.hold(held, request.content_length, False)
+            self.hold(held, request.content_length)
         data = bytearray()
         try:
             async with asyncio.timeout(self.config.model_body_timeout):
@@ -790,7 +789,7 @@ class ModelProxy:
                     data += chunk
                     if len(data) > limit:
                         raise self.too_large(limit)
-                    self.hold(held, len(data), True)  # (a chunked body: as it is read)
+                    self.hold(held, len(data))  # (a chunked body: as it is read)
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
         except EndedEarly:  # its client ended its side of the connection before its end
