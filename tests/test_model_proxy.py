@@ -560,7 +560,13 @@ def test_request_bytes_past_the_inflight_budget_get_503_until_retried(tmp_path: 
             status, headers, answer = chunked_post(sidecar, large)
             assert (status, headers["Retry-After"]) == (503, "1")
             assert json.loads(answer)["error"]["code"] == "overloaded"
-            assert metric(sidecar, OVER_BUDGET) == 2
+            host, port = sidecar.server.addresses["model"]
+            waits = raw_http(sidecar, (  # (refused before its body is sent)
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(large)}\r\n"
+                f"Expect: 100-continue\r\n\r\n").encode())
+            assert waits.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in waits.lower()
+            assert metric(sidecar, OVER_BUDGET) == 3
             assert metric(sidecar, BYTES_HELD) == 2 * len(body)
             assert len(raw.seen) == 2
             release.set()

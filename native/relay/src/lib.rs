@@ -558,8 +558,13 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         refusal = "too_large";
     } else {
         let mut incoming = incoming;
+        // a client that waits for `100 Continue` is refused before it sends its body (hyper
+        // says it only once the body is read): nothing of it to read and drop
+        let waits = parts.headers.get(hyper::header::EXPECT)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let before = declared.is_some_and(|length| !shared.hold(0, length as usize));
         let read = async {
-            if declared.is_some_and(|length| !shared.hold(0, length as usize)) {
+            if before {
                 Err("over_budget")
             } else {
                 ticket.held = declared.unwrap_or(0) as usize;
@@ -572,7 +577,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             Ok(Err(why)) => refusal = why,
             Err(_) => refusal = "body_late", // (its slot is freed with the answer)
         }
-        if refusal == "over_budget" {
+        if refusal == "over_budget" && !(before && waits) {
             // the rest of its body read and dropped (within the time it had), so its client,
             // still sending it, reads the answer: a connection closed under it may lose it
             let left = shared.body_timeout.saturating_sub(started.elapsed());

@@ -757,6 +757,10 @@ class ModelProxy:
         the compiled relay does), else the client is told to go on."""
         try:
             self._length_taken(request)
+            size = request.content_length or 0
+            if self.held_bytes > 0 and \
+                    self.held_bytes + size > self.config.model_max_inflight_bytes:
+                raise self.over_budget()
         except Refused as refused:
             answer = self.refusal(self.wire_of(request.method, request.path), refused,
                                   request.headers)
