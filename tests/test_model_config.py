@@ -28,10 +28,14 @@ def test_from_the_environment() -> None:
                        "WATCHDOG_MODEL_AGENT_NAME": "checkout-agent",
                        "WATCHDOG_MODEL_ABORT": "error",
                        "WATCHDOG_MODEL_UPSTREAM_TIMEOUT": "2m",
-                       "WATCHDOG_MODEL_MAX_CONCURRENT": "8"})
+                       "WATCHDOG_MODEL_MAX_CONCURRENT": "8",
+                       "WATCHDOG_MODEL_MAX_INFLIGHT_BYTES": "33554432"})
     assert (config.model_address, config.model_upstream, config.model_agent_name,
-            config.model_abort, config.model_upstream_timeout, config.model_max_concurrent) == (
-        "127.0.0.1:9478", "http://llm.internal:8000/v1", "checkout-agent", "error", 120.0, 8)
+            config.model_abort, config.model_upstream_timeout, config.model_max_concurrent,
+            config.model_max_inflight_bytes) == (
+        "127.0.0.1:9478", "http://llm.internal:8000/v1", "checkout-agent", "error", 120.0, 8,
+        32 << 20)
+    assert load(env={}).model_max_inflight_bytes == 64 << 20
 
 
 @pytest.mark.parametrize(("env", "words"), [
@@ -47,6 +51,7 @@ def test_from_the_environment() -> None:
     ({"WATCHDOG_MODEL_RELAY": "rust"}, ["model_relay='rust'", "native, python"]),
     ({"WATCHDOG_MODEL_MAX_BODY_BYTES": "0"}, ["model_max_body_bytes='0'", "from 1 to"]),
     ({"WATCHDOG_MODEL_MAX_CONCURRENT": "many"}, ["model_max_concurrent='many'", "integer"]),
+    ({"WATCHDOG_MODEL_MAX_INFLIGHT_BYTES": "0"}, ["model_max_inflight_bytes='0'", "from 1 to"]),
     ({"WATCHDOG_MODEL_UPSTREAM_TIMEOUT": "0"}, ["model_upstream_timeout='0'", "positive"]),
     ({"WATCHDOG_MODEL_AGENT_NAME": "a\x01b"}, ["model_agent_name", "printable"]),
     ({"WATCHDOG_MODEL_ADDRESS": "0.0.0.0:9478"}, ["model_address='0.0.0.0:9478'",

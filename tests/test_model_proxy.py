@@ -6,6 +6,7 @@ byte."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import http.client
 import json
@@ -492,6 +493,105 @@ def test_too_many_requests_in_flight_is_503(tmp_path: Path) -> None:
     finally:
         release.set()
         raw.close()
+
+
+def many_messages(size: int) -> bytes:
+    """A chat request of about ``size`` bytes: a long history of small messages."""
+    message = {"role": "user", "content": "x" * 40}
+    count = size // len(json.dumps(message))
+    return json.dumps({"model": "m", "messages": [message] * count}).encode()
+
+
+def metric(sidecar: RunningServer, line: str) -> float:
+    """The value of the exposition line that starts ``line`` (0 when absent)."""
+    _, text = http_request("GET", sidecar.url("metrics") + "/metrics")
+    for row in text.decode().splitlines():
+        if row.startswith(line + " "):
+            return float(row.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def chunked_post(sidecar: RunningServer, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    """``body`` sent chunked (no Content-Length), 64 KiB a chunk; the answer."""
+    host, port = sidecar.server.addresses["model"]
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        pieces = (body[at:at + 65536] for at in range(0, len(body), 65536))
+        # (refused before it was all sent: its answer came first)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            connection.request("POST", "/v1/chat/completions", pieces,
+                               {"Content-Type": "application/json"}, encode_chunked=True)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+BYTES_HELD = "agent_watchdog_model_request_bytes_in_flight"
+OVER_BUDGET = 'agent_watchdog_model_overloaded_total{limit="model_max_inflight_bytes"}'
+
+
+def test_request_bytes_past_the_inflight_budget_get_503_until_retried(tmp_path: Path) -> None:
+    """Two held 1 MiB requests fill a 2.5 MiB budget: a third (12 MiB, more than a socket's
+    buffers take), declared or chunked, gets 503 with Retry-After while its client is still
+    sending it (counted; the bytes held stay within the budget) and, once they have ended,
+    passes when retried."""
+    release = threading.Event()
+
+    def held(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        release.wait(10)
+        completion_reply(handler, seen)
+
+    raw = RawUpstream(held)
+    body, large = many_messages(1 << 20), many_messages(12 << 20)
+    budget = (5 << 20) // 2
+    try:
+        with sidecar_for(tmp_path, raw, model_max_inflight_bytes=budget) as sidecar:
+            results: list[int] = []
+            first = [threading.Thread(target=lambda: results.append(post(
+                sidecar, "/v1/chat/completions", body)[0])) for _ in range(2)]
+            for thread in first:
+                thread.start()
+            wait_until(lambda: len(raw.seen) == 2, what="two requests upstream", timeout=10)
+            assert metric(sidecar, BYTES_HELD) == 2 * len(body) <= budget
+            status, answer = post(sidecar, "/v1/chat/completions", large)
+            assert status == 503
+            assert "model_max_inflight_bytes" in json.loads(answer)["error"]["message"]
+            status, headers, answer = chunked_post(sidecar, large)
+            assert (status, headers["Retry-After"]) == (503, "1")
+            assert json.loads(answer)["error"]["code"] == "overloaded"
+            host, port = sidecar.server.addresses["model"]
+            waits = raw_http(sidecar, (  # (refused before its body is sent)
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(large)}\r\n"
+                f"Expect: 100-continue\r\n\r\n").encode())
+            assert waits.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in waits.lower()
+            assert metric(sidecar, OVER_BUDGET) == 3
+            assert metric(sidecar, BYTES_HELD) == 2 * len(body)
+            assert len(raw.seen) == 2
+            release.set()
+            for thread in first:
+                thread.join(10)
+            assert results == [200, 200]
+            wait_until(lambda: metric(sidecar, BYTES_HELD) == 0, what="the bytes released")
+            assert post(sidecar, "/v1/chat/completions", large)[0] == 200
+            assert chunked_post(sidecar, large)[0] == 200
+            assert [seen.body for seen in raw.seen[2:]] == [large, large]
+    finally:
+        release.set()
+        raw.close()
+
+
+def test_one_request_alone_passes_past_the_inflight_budget(tmp_path: Path,
+                                                            upstream: RawUpstream) -> None:
+    """A request alone is taken whatever its size (a max-size request always passes), declared
+    or chunked."""
+    body = many_messages(3 << 20)
+    with sidecar_for(tmp_path, upstream, model_max_inflight_bytes=1 << 20) as sidecar:
+        assert post(sidecar, "/v1/chat/completions", body)[0] == 200
+        assert chunked_post(sidecar, body)[0] == 200
+        assert metric(sidecar, OVER_BUDGET) == 0
+    assert [seen.body for seen in upstream.seen] == [body, body]
 
 
 @pytest.mark.parametrize("body", [b"{not json", b'{"model": "m", "messages": "\xff\xfe"}',

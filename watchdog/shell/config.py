@@ -60,6 +60,9 @@ MODEL_ABORTS = ("answer", "error")  # an aborted run's next request: a final ans
 MODEL_RELAYS = ("native", "python")  # the compiled relay, or the aiohttp one
 DEFAULT_MODEL_MAX_BODY_BYTES = 16 * 1024 * 1024  # a request body; long histories with images
 DEFAULT_MODEL_MAX_CONCURRENT = 256  # requests in flight through the endpoint at once
+# request bodies' bytes held at once by the requests in flight: at peak a request costs some 4 to
+# 5 times its body (parsed, steered, relayed), so 64 MiB of bodies fit a 512 MiB container
+DEFAULT_MODEL_MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
 DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long reasoning call)
 # seconds a request's body may take to arrive once its head has (a slow client's 16 MiB on a
 # slow link; a stalled one holds a model_max_concurrent slot no longer)
@@ -77,6 +80,7 @@ INT_MAXIMUMS = {
     "forward_queue_size": 1_000_000,
     "model_max_body_bytes": 1 << 30,
     "model_max_concurrent": 10_000,
+    "model_max_inflight_bytes": 1 << 40,
 }
 ENV_PREFIX = "WATCHDOG_"
 MEMORY_STATE_DIR = ":memory:"
@@ -125,6 +129,7 @@ class Config:
     model_relay: str | None = None  # native (compiled) | python; None: native where built
     model_max_body_bytes: int = DEFAULT_MODEL_MAX_BODY_BYTES
     model_max_concurrent: int = DEFAULT_MODEL_MAX_CONCURRENT
+    model_max_inflight_bytes: int = DEFAULT_MODEL_MAX_INFLIGHT_BYTES
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
     model_body_timeout: float = DEFAULT_MODEL_BODY_TIMEOUT
 

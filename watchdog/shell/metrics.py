@@ -274,6 +274,12 @@ class Metrics:
         self.model_steered_total = counter(
             "model_steered_total", "Model requests the endpoint steered, by action (note, "
             "final, abort, trim).", ["agent", "action"])
+        self.model_overloaded_total = counter(
+            "model_overloaded_total", "Model requests answered 503 with Retry-After, by the "
+            "limit they met (model_max_concurrent, model_max_inflight_bytes).", ["limit"])
+        self.model_request_bytes_in_flight = gauge(
+            "model_request_bytes_in_flight", "Bytes of request bodies the model requests in "
+            "flight hold (bounded by model_max_inflight_bytes, but for one request alone).", ())
         self.model_upstream_duration_seconds = histogram(
             "model_upstream_duration_seconds", "Seconds from a request sent upstream to the "
             "end of its response.", ["api"], MODEL_UPSTREAM_BUCKETS)
@@ -402,6 +408,13 @@ class Metrics:
 
     def model_request(self, agent: str | None, api: str, outcome: str) -> None:
         self._child(self.model_requests_total, self.agent(agent), clip(api), clip(outcome)).inc()
+
+    def model_overloaded(self, limit: str) -> None:
+        self._child(self.model_overloaded_total, clip(limit)).inc()
+
+    def model_bytes_from(self, held: Callable[[], int]) -> None:
+        """``model_request_bytes_in_flight`` read at scrape time from ``held``."""
+        self.model_request_bytes_in_flight.set_function(held)
 
     def model_steered(self, agent: str | None, action: str) -> None:
         self._child(self.model_steered_total, self.agent(agent), clip(action)).inc()

@@ -34,6 +34,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
@@ -57,9 +58,9 @@ type Headers = Vec<(String, String)>;
 /// What the relay tells Python.
 enum Event {
     /// A request read: method, target, headers, body (None: refused before it was read), the
-    /// refusal ("" none, "too_large", "overloaded", "unreadable", "body_late": its body did
-    /// not arrive in time, "bad_host": an HTTP/1.1 request without one Host header), requests
-    /// in flight.
+    /// refusal ("" none, "too_large", "overloaded", "over_budget": past `max_inflight`,
+    /// "unreadable", "body_late": its body did not arrive in time, "bad_host": an HTTP/1.1
+    /// request without one Host header), requests in flight.
     /// `learn`: the agent of a new conversation's first request, whose new runs the relay
     /// has not been told about (`Relay.admit_agent`). `arrived`: when its head came (Python
     /// is told how long ago, so its run's call is in flight from then, as on its own relay).
@@ -101,6 +102,9 @@ struct Shared {
     in_flight: AtomicUsize,
     max_body: usize,
     max_concurrent: usize,
+    /// The bytes of request bodies the requests in flight hold (`model_max_inflight_bytes`).
+    held_bytes: Mutex<usize>,
+    max_inflight: usize,
     observe_limit: usize,
     /// How long a request's body may take to arrive once its head has (`model_body_timeout`).
     body_timeout: Duration,
@@ -122,6 +126,21 @@ struct Shared {
 }
 
 impl Shared {
+    /// Counts a request's body as `size` bytes where it held `held` (fewer): false, counting
+    /// nothing, when that takes the total past `max_inflight` while other requests hold some
+    /// (a request alone is always taken).
+    fn hold(&self, held: usize, size: usize) -> bool {
+        let mut total = self.held_bytes.lock().unwrap();
+        if size <= held {
+            return true;
+        }
+        if *total > held && *total + (size - held) > self.max_inflight {
+            return false;
+        }
+        *total += size - held;
+        true
+    }
+
     fn answers(&self) -> Answers {
         self.answers.get().cloned().unwrap_or_default()
     }
@@ -177,6 +196,8 @@ struct Ticket {
     changed: bool,
     /// The API of an observed response, read here when it is a successful stream.
     api: Option<Api>,
+    /// The bytes of its body counted in `held_bytes` (until the ticket is dropped).
+    held: usize,
 }
 
 /// What a response's observer holds: the bytes copied as they pass (bounded), or a whole
@@ -243,6 +264,7 @@ impl Drop for Ticket {
         self.end("cancelled");
         self.shared.waiting.lock().unwrap().remove(&self.id);
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        *self.shared.held_bytes.lock().unwrap() -= self.held;
     }
 }
 
@@ -494,13 +516,47 @@ fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// A request's body, read into one buffer (of its declared length: never copied again), counted
+/// in `held_bytes` as it comes past what it declared (a chunked one); else why not
+/// (`too_large`, `over_budget`, `unreadable`).
+async fn read_body(shared: &Shared, ticket: &mut Ticket, declared: Option<u64>,
+                   incoming: &mut Incoming) -> Result<Bytes, &'static str> {
+    let mut data = BytesMut::with_capacity(
+        declared.map_or(0, |length| length as usize).min(shared.max_body));
+    while let Some(frame) = incoming.frame().await {
+        let Ok(chunk) = frame.map_err(|_| "unreadable")?.into_data() else { continue };
+        if data.len() + chunk.len() > shared.max_body {
+            return Err("too_large");
+        }
+        data.extend_from_slice(&chunk);
+        if data.len() > ticket.held {
+            if !shared.hold(ticket.held, data.len()) {
+                return Err("over_budget");
+            }
+            ticket.held = data.len();
+        }
+    }
+    Ok(data.freeze())
+}
+
+/// Reads a body to its end, dropping it (at most `most` bytes).
+async fn drain(incoming: &mut Incoming, most: usize) {
+    let mut seen = 0;
+    while let Some(Ok(frame)) = incoming.frame().await {
+        seen += frame.data_ref().map_or(0, Bytes::len);
+        if seen > most {
+            return;
+        }
+    }
+}
+
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 -> Result<Response<RelayBody>, Infallible> {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     let mut ticket = Ticket { shared: shared.clone(), id, notify: false, ended: false,
                               started: Instant::now(), status: 0, content_type: String::new(),
-                              observed: None, changed: false, api: None };
+                              observed: None, changed: false, api: None, held: 0 };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts.headers.iter()
         .map(|(name, value)| (name.as_str().to_owned(),
@@ -518,14 +574,31 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
     } else if declared.is_some_and(|length| length > shared.max_body as u64) {
         refusal = "too_large";
     } else {
-        let read = http_body_util::Limited::new(incoming, shared.max_body).collect();
-        match tokio::time::timeout(shared.body_timeout, read).await {
-            Ok(Ok(collected)) => body = Some(collected.to_bytes()),
-            Ok(Err(error)) => {
-                refusal = if error.is::<http_body_util::LengthLimitError>() { "too_large" }
-                          else { "unreadable" };
+        let mut incoming = incoming;
+        // a client that waits for `100 Continue` is refused before it sends its body (hyper
+        // says it only once the body is read): nothing of it to read and drop
+        let waits = parts.headers.get(hyper::header::EXPECT)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let before = declared.is_some_and(|length| !shared.hold(0, length as usize));
+        let read = async {
+            if before {
+                Err("over_budget")
+            } else {
+                ticket.held = declared.unwrap_or(0) as usize;
+                read_body(&shared, &mut ticket, declared, &mut incoming).await
             }
+        };
+        let started = Instant::now();
+        match tokio::time::timeout(shared.body_timeout, read).await {
+            Ok(Ok(read)) => body = Some(read),
+            Ok(Err(why)) => refusal = why,
             Err(_) => refusal = "body_late", // (its slot is freed with the answer)
+        }
+        if refusal == "over_budget" && !(before && waits) {
+            // the rest of its body read and dropped (within the time it had), so its client,
+            // still sending it, reads the answer: a connection closed under it may lose it
+            let left = shared.body_timeout.saturating_sub(started.elapsed());
+            let _ = tokio::time::timeout(left, drain(&mut incoming, shared.max_body)).await;
         }
     }
     let method = parts.method.as_str().to_owned();
@@ -890,12 +963,13 @@ impl Relay {
     #[new]
     #[pyo3(signature = (host, port, max_body, max_concurrent, connect_timeout, read_timeout,
                         observe_limit, threads=2, answer_tools=vec![],
-                        answer_tool_prefixes=vec![], body_timeout=60.0))]
+                        answer_tool_prefixes=vec![], body_timeout=60.0,
+                        max_inflight=usize::MAX))]
     #[allow(clippy::too_many_arguments)]
     fn new(host: &str, port: u16, max_body: usize, max_concurrent: usize,
            connect_timeout: f64, read_timeout: f64, observe_limit: usize, threads: usize,
-           answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>, body_timeout: f64)
-           -> PyResult<Self> {
+           answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>, body_timeout: f64,
+           max_inflight: usize) -> PyResult<Self> {
         let seconds = |value: f64, name: &str| {
             if value.is_finite() && value > 0.0 && value < 1e9 { Ok(Duration::from_secs_f64(value)) }
             else { Err(PyValueError::new_err(format!("{name} must be a positive number"))) }
@@ -945,7 +1019,8 @@ impl Relay {
         let shared = Arc::new(Shared {
             events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
-            in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
+            in_flight: AtomicUsize::new(0), max_body, max_concurrent,
+            held_bytes: Mutex::new(0), max_inflight, observe_limit,
             body_timeout, decide_timeout, answers,
             admission: Mutex::new(None), told: Notify::new(), client,
             direct, usage_refused: AtomicBool::new(false) });
@@ -1009,7 +1084,8 @@ impl Relay {
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
                         direct=false, api="", keep=-1, watch=false, unasked=None, ahead=None))]
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
+    fn forward(&self, id: u64, method: String, url: String, headers: Headers,
+               body: PyBackedBytes,
                observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool,
                unasked: Option<&[u8]>, ahead: Option<&str>) -> PyResult<bool> {
         let ahead = ahead.map(|session| admit::parse_digest(session).ok_or_else(
@@ -1024,7 +1100,8 @@ impl Relay {
         };
         let watch = if keep < 0 && watch { Some(parsed()?) } else { None };
         Ok(self.reply(id, Reply::Forward { method, url, headers,
-                                           body: Bytes::copy_from_slice(body), observe,
+                                           // (Python's bytes, shared: not copied)
+                                           body: Bytes::from_owner(body), observe,
                                            notify: notify || observe, direct, trim, watch,
                                            unasked: unasked.map(Bytes::copy_from_slice),
                                            ahead }))
@@ -1207,6 +1284,12 @@ impl Relay {
     #[getter]
     fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The bytes of request bodies the requests in flight hold (`model_max_inflight_bytes`).
+    #[getter]
+    fn held_bytes(&self) -> usize {
+        *self.shared.held_bytes.lock().unwrap()
     }
 
     /// Stops listening and ends the relay's threads (requests in flight are cut).

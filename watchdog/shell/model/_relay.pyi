@@ -6,13 +6,14 @@ class Relay:
     port: int
     fd: int
     in_flight: int
+    held_bytes: int
     queued_requests: int
 
     def __init__(self, host: str, port: int, max_body: int, max_concurrent: int,
                  connect_timeout: float, read_timeout: float, observe_limit: int,
                  threads: int = 2, answer_tools: list[str] = ...,
                  answer_tool_prefixes: list[str] = ...,
-                 body_timeout: float = 60.0) -> None: ...
+                 body_timeout: float = 60.0, max_inflight: int = ...) -> None: ...
     def take(self) -> list[tuple[Any, ...]]: ...
     def respond(self, id: int, status: int, headers: list[tuple[str, str]],
                 body: bytes) -> bool: ...

@@ -198,7 +198,11 @@ class NativeEndpoint:
         self.internal = f"http://127.0.0.1:{runner.addresses[0][1]}{TICKET_PATH}"
         self.relay = Relay(host, port, config.model_max_body_bytes, config.model_max_concurrent,
                            CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
-                           body_timeout=config.model_body_timeout)
+                           body_timeout=config.model_body_timeout,
+                           max_inflight=config.model_max_inflight_bytes)
+        relay = self.relay
+        if proxy_metrics := self.proxy.metrics:
+            proxy_metrics.model_bytes_from(lambda: relay.held_bytes)
         proxy = self.proxy
         token = None if proxy.token is None else (TOKEN_HEADER, proxy.token)
         self.relay.admission(proxy.openai, proxy.anthropic, config.model_agent_name or "",
@@ -333,6 +337,8 @@ class NativeEndpoint:
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
+            if refusal == "over_budget":
+                raise proxy.over_budget()
             if refusal == "too_large":
                 raise proxy.too_large(proxy.config.model_max_body_bytes)
             if refusal == "body_late":
@@ -359,6 +365,7 @@ class NativeEndpoint:
                                       ahead=self._ahead(plan)):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
+            plan.body = b""  # the relay's now (shared, not copied): not held here as well
             return
         ticket = secrets.token_urlsafe(24)
         self.tickets[ticket] = plan
@@ -392,6 +399,7 @@ class NativeEndpoint:
             self._publish(plan, None)
             if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep
                                     and exchange.unasked is None):
+                plan.body = b""  # (the relay's, sent on already: not held here as well)
                 self.pending[number] = plan
                 return
             exchange.state.final_used = False  # the final turn did not go: the request did

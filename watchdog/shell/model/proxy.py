@@ -19,7 +19,10 @@ answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
 Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, 408
 and the connection closed), requests in flight
-(``model_max_concurrent``, 503 with Retry-After), whole responses read for observation
+(``model_max_concurrent``, 503 with Retry-After), the bytes of their bodies held at once
+(``model_max_inflight_bytes``: a request whose declared length, or whose body as it is read,
+would take the total past it gets 503 with Retry-After, unless it is the only one holding
+any; counted until the request has ended), whole responses read for observation
 (``MAX_RESPONSE_BYTES``: larger ones pass unobserved), SSE events (``MAX_SSE_EVENT_BYTES``). One
 client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
 honours ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (read once at start: aiohttp's per-request
@@ -127,6 +130,15 @@ def gone(exchange: Exchange | None) -> str:
     return exchange.outcome if exchange is not None and exchange.answered else "cancelled"
 
 
+class Held:
+    """The bytes of a request's body counted in ``model_max_inflight_bytes``."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
 class ModelProxy:
     def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
         self.service = service
@@ -141,6 +153,9 @@ class ModelProxy:
         host, _ = split_address("model_address", config.model_address or "127.0.0.1:0")
         self.token = config.api_token if not is_loopback(host) else None
         self.in_flight = 0
+        self.held_bytes = 0  # of the bodies of the requests in flight (model_max_inflight_bytes)
+        if observer is not None:  # (the compiled relay's own count instead, where it serves)
+            observer.model_bytes_from(lambda: self.held_bytes)
         self.failures = 0  # calls whose observation failed (a bug)
         # the upstream refused stream_options: streams are no longer asked for their usage
         self.usage_unasked = False
@@ -186,9 +201,10 @@ class ModelProxy:
             if self.in_flight >= self.config.model_max_concurrent:
                 raise self.overloaded(self.in_flight)
             self.in_flight += 1
+            held = Held()
             try:
                 plan = self.plan(wire, request.method, target, request.headers,
-                                 await self._body(request), agent, arrived)
+                                 await self._body(request, held), agent, arrived)
                 if isinstance(plan, Answer):
                     return web.Response(status=plan.status, body=plan.body,
                                         headers=plan.headers)
@@ -199,6 +215,7 @@ class ModelProxy:
                         plan.exchange.settle()
             finally:
                 self.in_flight -= 1
+                self.held_bytes -= held.bytes
         except Refused as refused:
             answer = self.refusal(wire, refused, request.headers)
             response = web.Response(status=answer.status, body=answer.body,
@@ -215,10 +232,33 @@ class ModelProxy:
         """The API a request speaks (None: another path, passed through); ``path`` decoded."""
         return self.wires.get(path.rstrip("/")) if method == "POST" else None
 
-    @staticmethod
-    def overloaded(in_flight: int) -> Refused:
+    def overloaded(self, in_flight: int) -> Refused:
+        if self.metrics is not None:
+            self.metrics.model_overloaded("model_max_concurrent")
         return Refused(503, "overloaded", f"{in_flight} model requests are in flight "
                        f"(model_max_concurrent): retry shortly", {"Retry-After": RETRY_AFTER})
+
+    def over_budget(self) -> Refused:
+        """The request would take the bodies held past ``model_max_inflight_bytes`` (the rest
+        of its body is read and dropped, so its client, still sending it, reads the answer)."""
+        if self.metrics is not None:
+            self.metrics.model_overloaded("model_max_inflight_bytes")
+        return Refused(503, "overloaded", f"the model requests in flight hold too many bytes "
+                       f"of request bodies to take this one (model_max_inflight_bytes, "
+                       f"{self.config.model_max_inflight_bytes}): retry shortly",
+                       {"Retry-After": RETRY_AFTER})
+
+    def hold(self, held: Held, size: int) -> None:
+        """Counts a request's body as ``size`` bytes (more than it held), or refuses it: past
+        ``model_max_inflight_bytes`` with other requests holding some (one alone is taken)."""
+        more = size - held.bytes
+        if more <= 0:
+            return
+        if self.held_bytes > held.bytes \
+                and self.held_bytes + more > self.config.model_max_inflight_bytes:
+            raise self.over_budget()
+        self.held_bytes += more
+        held.bytes = size
 
     @staticmethod
     def too_large(limit: int) -> Refused:
@@ -717,6 +757,10 @@ class ModelProxy:
         the compiled relay does), else the client is told to go on."""
         try:
             self._length_taken(request)
+            size = request.content_length or 0
+            if self.held_bytes > 0 and \
+                    self.held_bytes + size > self.config.model_max_inflight_bytes:
+                raise self.over_budget()
         except Refused as refused:
             answer = self.refusal(self.wire_of(request.method, request.path), refused,
                                   request.headers)
@@ -737,9 +781,11 @@ class ModelProxy:
                           f"{request.content_length} bytes; the model endpoint takes at most "
                           f"{limit} (model_max_body_bytes)")
 
-    async def _body(self, request: web.Request) -> bytes:
+    async def _body(self, request: web.Request, held: Held) -> bytes:
         limit = self.config.model_max_body_bytes
         self._length_taken(request)
+        if request.content_length:  # counted before it is read, as it is declared
+            self.hold(held, request.content_length)
         data = bytearray()
         try:
             async with asyncio.timeout(self.config.model_body_timeout):
@@ -747,6 +793,7 @@ class ModelProxy:
                     data += chunk
                     if len(data) > limit:
                         raise self.too_large(limit)
+                    self.hold(held, len(data))  # (a chunked body: as it is read)
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
         except EndedEarly:  # its client ended its side of the connection before its end
