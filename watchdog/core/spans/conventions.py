@@ -277,6 +277,27 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     return record
 
 
+# The compiled normalise's tables (watchdog.core.spans.native installs them with the compiled
+# decode): a span of the compiled decode read by ``Span.record`` where it is sure of it.
+compiled_normaliser: Any = None
+
+
+def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
+               firsts: FirstValues | None = None) -> SpanRecord:
+    """:func:`normalise`, by the compiled normalise (``native/otlp/src/normalise.rs``) where it
+    is sure of the span: a model or tool call of a known convention that ended without an error
+    or event (a model call's facts then filled here, by :func:`_fill_llm`)."""
+    normaliser = compiled_normaliser
+    if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN:
+        made = span.record(attrs, firsts, resource, normaliser)
+        if made is not None:
+            record: SpanRecord = made[0]
+            if not made[1]:
+                _fill_llm(record, attrs, firsts, span)
+            return record
+    return normalise(span, attrs, resource, firsts)
+
+
 def _with_events(attrs: Mapping[str, object], events: Any,
                  firsts: FirstValues) -> tuple[Mapping[str, object], FirstValues]:
     """The attributes plus the facts some frameworks put only in span events (read only when
@@ -289,6 +310,6 @@ def _with_events(attrs: Mapping[str, object], events: Any,
     return merged, Firsts(merged)
 
 
-__all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "request_hash", "role_of", "run_key", "select_attributes", "short_type", "stable_hash",
-           "unasked_tool"]
+__all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise",
+           "normalised", "redact", "request_hash", "role_of", "run_key", "select_attributes",
+           "short_type", "stable_hash", "unasked_tool"]
