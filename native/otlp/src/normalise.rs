@@ -165,7 +165,8 @@ impl Normaliser {
     }
 }
 
-/// What `Span.record` hands over of the span itself.
+/// What `Span.record` hands over of the span itself (one that ended without an error, a status
+/// text or an event).
 pub struct Head<'a> {
     pub trace_id: String,
     pub span_id: String,
@@ -173,8 +174,6 @@ pub struct Head<'a> {
     pub name: &'a str,
     pub start: u64,
     pub end: u64,
-    /// the status ERROR, a status text or an event: Python reads it
-    pub eventful: bool,
 }
 
 fn cut(text: &str, chars: usize) -> &str {
@@ -207,9 +206,6 @@ pub fn record<'py>(
     firsts: &Bound<'py, PyTuple>,
     resource: &Bound<'py, PyAny>,
 ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
-    if head.eventful {
-        return Ok(None);
-    }
     let role = role_of(py, normaliser, attrs)?;
     let Some(tool) = role else {
         return Ok(None);

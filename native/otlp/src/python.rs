@@ -377,6 +377,13 @@ impl Span {
         resource: &Bound<'py, PyAny>,
         normaliser: &Bound<'py, Normaliser>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
+        let span = &self.span;
+        if span.status.code == STATUS_CODE_ERROR
+            || !span.status.message.is_empty()
+            || !span.events.is_empty()
+        {
+            return Ok(None); // (an error, a status text, an event: Python reads them)
+        }
         let body = self.body.bind(py);
         let data = body.as_bytes();
         let Some(head) = self.head_of(data) else {
@@ -474,8 +481,7 @@ enum Kind {
 }
 
 impl Span {
-    /// What ``head`` answers (None: the span is refused), and whether the span has an error
-    /// status, a status text or an event.
+    /// What ``head`` answers (None: the span is refused).
     fn head_of<'a>(&self, data: &'a [u8]) -> Option<normalise::Head<'a>> {
         let tables = self.tables.get();
         let span = &self.span;
@@ -502,9 +508,6 @@ impl Span {
             Some((cut, _)) => &name[..cut],
             None => name,
         };
-        let eventful = span.status.code == STATUS_CODE_ERROR
-            || !span.status.message.is_empty()
-            || !span.events.is_empty();
         Some(normalise::Head {
             trace_id: hex(trace),
             span_id: hex(id),
@@ -512,7 +515,6 @@ impl Span {
             name,
             start,
             end,
-            eventful,
         })
     }
 
