@@ -1,11 +1,14 @@
 //! `normalise` for the spans it can be sure of (`Span.record`): a model or tool call whose role
-//! a convention's kind attribute names, that ended without an error, status text or event, its
-//! record made here; a tool call's facts filled here too (its name, its arguments and result as
-//! hashes and briefs, whether a model asked for it, the call id it answers), a model call's left
-//! to the Python `_fill_llm`. The tables are the Python conventions' own, handed over once
-//! (`Normaliser`): no convention is written twice. Where a span reaches a branch this does not
-//! read (an attribute a table names for it, a value read otherwise), it answers None, "unsure",
-//! before it sets anything, and the Python `normalise` reads the span whole.
+//! a convention's kind attribute names gets its record made here (its ids, times, run key, kind,
+//! agent, session, parent run: `normalise`'s dispatch); a tool call that ended without an error,
+//! a status text or an event its facts too (its name, its arguments and result as hashes and
+//! briefs, whether a model asked for it, the call id it answers). What is left (the status and
+//! events, a model call's facts, a tool call's this does not read) is the Python `_fill_role`'s,
+//! on the record made here. The tables are the Python conventions' own, handed over once
+//! (`Normaliser`): no convention is written twice. Where the dispatch reaches a branch this does
+//! not read (an attribute a table names for it, a role other than a model or tool call), it
+//! answers None, "unsure", and the Python `normalise` reads the span whole; where a tool call's
+//! facts do, it leaves them all to `_fill_role`, none set.
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -165,8 +168,7 @@ impl Normaliser {
     }
 }
 
-/// What `Span.record` hands over of the span itself (one that ended without an error, a status
-/// text or an event).
+/// What `Span.record` hands over of the span itself.
 pub struct Head<'a> {
     pub trace_id: String,
     pub span_id: String,
@@ -197,11 +199,13 @@ fn or<'py>(first: Bound<'py, PyAny>, second: Bound<'py, PyAny>) -> PyResult<Boun
 }
 
 /// The record of `head`, or None where Python must read the span (see the module's comment);
-/// with it whether its facts are all filled (a tool call's) or `_fill_llm` is to fill them.
+/// with it whether its facts are all filled (a tool call's that ended without an error or an
+/// event, `eventful`) or `_fill_role` is to read the span's status and events and fill them.
 pub fn record<'py>(
     py: Python<'py>,
     normaliser: &Normaliser,
     head: Head<'_>,
+    eventful: bool,
     attrs: &Bound<'py, PyDict>,
     firsts: &Bound<'py, PyTuple>,
     resource: &Bound<'py, PyAny>,
@@ -246,11 +250,10 @@ pub fn record<'py>(
         }
         None => None,
     };
-    let filled = if tool {
-        match tool_facts(py, normaliser, attrs, firsts)? {
-            Some(filled) => Some(filled),
-            None => return Ok(None),
-        }
+    // (a tool call's facts where it ended without an error or an event, and this reads them
+    // all; else `_fill_role`'s)
+    let filled = if tool && !eventful {
+        tool_facts(py, normaliser, attrs, firsts)?
     } else {
         None
     };

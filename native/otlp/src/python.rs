@@ -378,18 +378,24 @@ impl Span {
         normaliser: &Bound<'py, Normaliser>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
         let span = &self.span;
-        if span.status.code == STATUS_CODE_ERROR
+        // (an error, a status text, an event: Python reads them, and the role's facts after)
+        let eventful = span.status.code == STATUS_CODE_ERROR
             || !span.status.message.is_empty()
-            || !span.events.is_empty()
-        {
-            return Ok(None); // (an error, a status text, an event: Python reads them)
-        }
+            || !span.events.is_empty();
         let body = self.body.bind(py);
         let data = body.as_bytes();
         let Some(head) = self.head_of(data) else {
             return Ok(None);
         };
-        normalise::record(py, normaliser.get(), head, attrs, firsts, resource)
+        normalise::record(
+            py,
+            normaliser.get(),
+            head,
+            eventful,
+            attrs,
+            firsts,
+            resource,
+        )
     }
 
     /// The attributes the convention tables name, as ``select_attributes`` reads them: a

@@ -226,7 +226,15 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
+    _fill_role(record, span, attrs, firsts)
+    return record
 
+
+def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
+               firsts: FirstValues) -> None:
+    """The record's failure or limit stop (from the span's status and events), and what its
+    role reads: the second half of :func:`normalise`, on the record its dispatch made."""
+    name, kind = record.name, record.kind
     status = span.status
     events = span.events  # (read once: the compiled decode's is a call each time)
     if status.code == STATUS_CODE_ERROR or (events and _wrapped_error(events)):
@@ -274,7 +282,6 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         if events:
             attrs, firsts = _with_events(attrs, events, firsts)
         _fill_agent(record, attrs, firsts)
-    return record
 
 
 # The compiled normalise's tables (watchdog.core.spans.native installs them with the compiled
@@ -285,15 +292,16 @@ compiled_normaliser: Any = None
 def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
                firsts: FirstValues | None = None) -> SpanRecord:
     """:func:`normalise`, by the compiled normalise (``native/otlp/src/normalise.rs``) where it
-    is sure of the span: a model or tool call of a known convention that ended without an error
-    or event (a model call's facts then filled here, by :func:`_fill_llm`)."""
+    is sure of the span: a model or tool call of a known convention, its record made there (and
+    a tool call's facts, where it ended without an error or event), the rest filled here
+    (:func:`_fill_role`)."""
     normaliser = compiled_normaliser
     if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN:
         made = span.record(attrs, firsts, resource, normaliser)
         if made is not None:
             record: SpanRecord = made[0]
             if not made[1]:
-                _fill_llm(record, attrs, firsts, span)
+                _fill_role(record, span, attrs, firsts)
             return record
     return normalise(span, attrs, resource, firsts)
 
