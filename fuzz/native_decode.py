@@ -17,9 +17,9 @@ record (as reprs), and neither may raise where the other does not.
 
 The first byte picks the route: 0 the bytes as they are, 1 a request *built* from them (the
 attributes normalisation reads, values of every type: :func:`ingest.built`), 2 one built of
-model and tool calls (:func:`calls_built`: a call's facts most often there, what else a span
-may carry beside them). The Rust decoder alone, with AddressSanitizer, is ``native/otlp/fuzz``
-(cargo-fuzz).
+model, tool and agent calls (:func:`calls_built`: a call's facts most often there, what else a
+span may carry beside them). The Rust decoder alone, with AddressSanitizer, is
+``native/otlp/fuzz`` (cargo-fuzz).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ with atheris.instrument_imports(include=["watchdog"]):
     from watchdog.core.spans.identity import Resource
     from watchdog.core.spans.pipeline import Decoded, attributes, records_from
 
-from ingest import KEYS, _value, built
+from ingest import KEYS, NAMES, _value, built
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 # a model or a tool call's facts, each most often there (calls_built)
@@ -72,7 +72,7 @@ def read(compiled: bool, body: bytes) -> str | tuple[Decoded, list[str]]:
 
 
 def calls_built(data: atheris.FuzzedDataProvider) -> ExportTraceServiceRequest:
-    """A request of model and tool calls: a call's facts most often there, other attributes
+    """A request of model, tool and agent calls: a call's facts most often there, other attributes
     normalisation reads beside them, values of every type."""
     request = ExportTraceServiceRequest()
     resource_spans = request.resource_spans.add()
@@ -80,14 +80,14 @@ def calls_built(data: atheris.FuzzedDataProvider) -> ExportTraceServiceRequest:
         _value(data, resource_spans.resource.attributes.add(key=data.PickValueInList(KEYS)))
     spans = resource_spans.scope_spans.add().spans
     for index in range(data.ConsumeIntInRange(1, 6)):
-        span = spans.add(name=data.PickValueInList(["chat m", "execute_tool t", "watchdog.run a"]),
+        span = spans.add(name=data.PickValueInList(NAMES),
                          trace_id=b"\1" * 16, span_id=(index + 1).to_bytes(8, "big"),
                          start_time_unix_nano=1_700_000_000_000_000_000,
                          end_time_unix_nano=1_700_000_001_000_000_000)
         if data.ConsumeBool():
             span.parent_span_id = b"\2" * 8
         span.attributes.add(key="gen_ai.operation.name").value.string_value = \
-            data.PickValueInList(["chat", "execute_tool"])
+            data.PickValueInList(["chat", "execute_tool", "invoke_agent"])
         for key in CALL_FACTS:
             if data.ConsumeIntInRange(0, 3):
                 kv = span.attributes.add(key=key)

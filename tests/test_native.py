@@ -456,7 +456,8 @@ NORMALISED_KEYS = sorted({
     "gen_ai.transfer.target.name", "watchdog.tool.refused", "metadata", "haystack.tool.error",
     "watchdog.budget.max_tokens", "gen_ai.usage.input_tokens", "gen_ai.output.messages",
     "gen_ai.input.messages", "gen_ai.response.finish_reasons", "gen_ai.request.model",
-    "tool_call_id", "call_id", "traceloop.entity.output", "gen_ai.completion", "not.a.fact"})
+    "tool_call_id", "call_id", "traceloop.entity.output", "gen_ai.completion", "not.a.fact",
+    "gen_ai.agent.source", "gen_ai.provider.name", "gen_ai.application_name", "output"})
 NORMALISED_VALUES: list[dict[str, Any]] = [
     {"string_value": text} for text in (
         "execute_tool", "chat", "invoke_agent", "TOOL", "LLM", "tool", "read_file",
@@ -465,7 +466,7 @@ NORMALISED_VALUES: list[dict[str, Any]] = [
         '{"k": "[REDACTED]"}', "not json", "ok status='error' here", "x" * 300, "é" * 250,
         "agent-0", "run-1", "call_1", '[{"role": "user", "content": "hi"}]',
         '[{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}]', '["stop"]',
-        "secret password=hunter2 in /home/user/file.txt",
+        "secret password=hunter2 in /home/user/file.txt", "langgraph", "langchain",
         "content='no such file' name='read_file' tool_call_id='c1' status='error'")
 ] + ODD_VALUES
 
@@ -484,7 +485,8 @@ def test_the_compiled_normalise_reads_odd_spans_as_normalise_does() -> None:
             span = spans.add(trace_id=bytes(range(1, 17)),
                              span_id=(resource_index * 100 + index + 1).to_bytes(8, "big"),
                              name=rng.choice(["chat gpt-4o", "execute_tool read_file", "x" * 300,
-                                              "watchdog.run a", "lookup.acall"]),
+                                              "watchdog.run a", "lookup.acall", "invoke_agent",
+                                              "invoke_agent a", "Agent._run_step"]),
                              start_time_unix_nano=1_700_000_000_000_000_000,
                              end_time_unix_nano=1_700_000_001_000_000_000)
             if rng.random() < 0.8:
@@ -495,7 +497,7 @@ def test_the_compiled_normalise_reads_odd_spans_as_normalise_does() -> None:
             if rng.random() < 0.05:
                 span.events.add(name="exception")
             span.attributes.add(key="gen_ai.operation.name").value.string_value = \
-                rng.choice(["execute_tool", "chat"])
+                rng.choice(["execute_tool", "chat", "invoke_agent"])
             for key in ("gen_ai.tool.name", "gen_ai.tool.call.arguments",
                         "gen_ai.tool.call.result", "gen_ai.tool.call.id"):
                 if rng.random() < 0.7:  # (a tool call's facts, most often there)

@@ -37,15 +37,20 @@ type UnaskedRule = (Py<PyString>, Py<PyAny>, Vec<Py<PyString>>);
 #[pyclass(frozen, module = "watchdog.core.spans._native")]
 pub struct Normaliser {
     record_class: Py<PyAny>,
-    /// SpanKind.LLM, SpanKind.TOOL; KeySource.WATCHDOG, AGENT_CALL, TRACE; Role.LLM, Role.TOOL
-    kinds: (Py<PyAny>, Py<PyAny>),
+    /// SpanKind.LLM, TOOL, AGENT; KeySource.WATCHDOG, AGENT_CALL, TRACE; Role.LLM, TOOL, AGENT
+    kinds: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
     sources: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
-    roles: (Py<PyAny>, Py<PyAny>),
+    roles: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
     /// ``KIND_MAPS``: (attribute, {value: role}), the first that names a role wins
     kind_maps: Vec<(Py<PyString>, Py<PyDict>)>,
     /// attributes that take a span of any role down a branch read only by Python (JSON
     /// identity, a budget)
     dispatch_unsure: Vec<Py<PyString>>,
+    /// an agent's span below the root: the attributes of ``NESTED_AGENT_ROLES``' rules, and
+    /// the names of a step's span (``NESTED_STEP_SPAN_NAMES``, ``NESTED_STEP_SPAN_SUFFIXES``)
+    agent_unsure: Vec<Py<PyString>>,
+    step_names: Vec<String>,
+    step_suffixes: Vec<String>,
     facts: Facts,
     /// ``OUTPUT_TOOL_NAMES``, ``OUTPUT_TOOL_PREFIXES``, ``LOOP_END_TOOLS``' names
     answer_tools: Vec<String>,
@@ -87,17 +92,21 @@ fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
 impl Normaliser {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (record_class, kinds, sources, roles, kind_maps, dispatch_unsure, facts,
+    #[pyo3(signature = (record_class, kinds, sources, roles, kind_maps, dispatch_unsure,
+                        agent_unsure, step_names, step_suffixes, facts,
                         answer_tools, answer_tool_prefixes, loop_end_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
                         max_name_chars, max_brief_chars, client_run_span))]
     fn new(
         record_class: Py<PyAny>,
-        kinds: (Py<PyAny>, Py<PyAny>),
+        kinds: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
         sources: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
-        roles: (Py<PyAny>, Py<PyAny>),
+        roles: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
         kind_maps: &Bound<'_, PyAny>,
         dispatch_unsure: &Bound<'_, PyAny>,
+        agent_unsure: &Bound<'_, PyAny>,
+        step_names: &Bound<'_, PyAny>,
+        step_suffixes: &Bound<'_, PyAny>,
         facts: [usize; 9],
         answer_tools: &Bound<'_, PyAny>,
         answer_tool_prefixes: &Bound<'_, PyAny>,
@@ -139,6 +148,9 @@ impl Normaliser {
             roles,
             kind_maps: maps,
             dispatch_unsure: py_strings(dispatch_unsure)?,
+            agent_unsure: py_strings(agent_unsure)?,
+            step_names: strings(step_names)?,
+            step_suffixes: strings(step_suffixes)?,
             facts: Facts {
                 run_id,
                 agent_call_id,
@@ -210,10 +222,14 @@ pub fn record<'py>(
     firsts: &Bound<'py, PyTuple>,
     resource: &Bound<'py, PyAny>,
 ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
-    let role = role_of(py, normaliser, attrs)?;
-    let Some(tool) = role else {
+    let Some(role) = role_of(py, normaliser, attrs)? else {
         return Ok(None);
     };
+    if role == Role::Agent && !sure_agent(py, normaliser, head.name, head.parent.is_some(), attrs)?
+    {
+        return Ok(None);
+    }
+    let tool = role == Role::Tool;
     for key in &normaliser.dispatch_unsure {
         if attrs.contains(key.bind(py))? {
             return Ok(None);
@@ -231,8 +247,9 @@ pub fn record<'py>(
         resource.getattr(intern!(py, "agent"))?,
     )?;
     let agent = text_of(&agent);
-    if agent.is_none() && head.parent.is_none() {
-        return Ok(None); // (a root's own JSON may name its agent: _root_agent)
+    if agent.is_none() && (head.parent.is_none() || role == Role::Agent) {
+        // (a root's own JSON may name its agent, _root_agent; an agent's span its name)
+        return Ok(None);
     }
     let agent = match agent {
         Some(agent) => {
@@ -274,10 +291,10 @@ pub fn record<'py>(
         }
     };
     let watchdog_key = source.is(&normaliser.sources.0);
-    let kind = if tool {
-        &normaliser.kinds.1
-    } else {
-        &normaliser.kinds.0
+    let kind = match role {
+        Role::Llm => &normaliser.kinds.0,
+        Role::Tool => &normaliser.kinds.1,
+        Role::Agent => &normaliser.kinds.2,
     };
     let record = normaliser.record_class.bind(py).call1((
         key,
@@ -321,13 +338,21 @@ pub fn record<'py>(
     Ok(Some((record, false)))
 }
 
-/// Some(true) for a tool call, Some(false) for a model call, by the first of ``KIND_MAPS`` that
-/// names a role (``identity.role_of``'s first loop); None for any other role, or none named.
+/// The roles this makes records of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Llm,
+    Tool,
+    Agent,
+}
+
+/// The span's role by the first of ``KIND_MAPS`` that names one (``identity.role_of``'s first
+/// loop); None for any other role, or none named.
 fn role_of(
     py: Python<'_>,
     normaliser: &Normaliser,
     attrs: &Bound<'_, PyDict>,
-) -> PyResult<Option<bool>> {
+) -> PyResult<Option<Role>> {
     for (key, roles) in &normaliser.kind_maps {
         let Some(value) = attrs.get_item(key.bind(py))? else {
             continue;
@@ -339,14 +364,42 @@ fn role_of(
             continue;
         };
         if role.is(&normaliser.roles.0) {
-            return Ok(Some(false));
+            return Ok(Some(Role::Llm));
         }
         if role.is(&normaliser.roles.1) {
-            return Ok(Some(true));
+            return Ok(Some(Role::Tool));
+        }
+        if role.is(&normaliser.roles.2) {
+            return Ok(Some(Role::Agent));
         }
         return Ok(None);
     }
     Ok(None)
+}
+
+/// Whether an agent's span is the agent's own (``identity.nested_agent_role`` says AGENT of a
+/// span below the root by none of its rules and neither by its name): where a rule's attribute
+/// is there, or the name is a step's, Python reads it.
+fn sure_agent(
+    py: Python<'_>,
+    normaliser: &Normaliser,
+    name: &str,
+    nested: bool,
+    attrs: &Bound<'_, PyDict>,
+) -> PyResult<bool> {
+    if !nested {
+        return Ok(true);
+    }
+    for key in &normaliser.agent_unsure {
+        if attrs.contains(key.bind(py))? {
+            return Ok(false);
+        }
+    }
+    Ok(!normaliser.step_names.iter().any(|step| step == name)
+        && !normaliser
+            .step_suffixes
+            .iter()
+            .any(|suffix| name.ends_with(suffix.as_str())))
 }
 
 /// A tool call's facts, as ``tool_calls._fill_tool``, ``identity.unasked_tool`` and

@@ -157,10 +157,11 @@ class KeyValueList:
 
 class Normaliser:
     """The tables ``Span.record`` reads (see ``watchdog.core.spans.native._normaliser``)."""
-    def __init__(self, record_class: type, kinds: tuple[object, object],
-                 sources: tuple[object, object, object], roles: tuple[object, object],
+    def __init__(self, record_class: type, kinds: tuple[object, object, object],
+                 sources: tuple[object, object, object], roles: tuple[object, object, object],
                  kind_maps: Iterable[tuple[str, dict[str, object]]],
-                 dispatch_unsure: Iterable[str],
+                 dispatch_unsure: Iterable[str], agent_unsure: Iterable[str],
+                 step_names: Iterable[str], step_suffixes: Iterable[str],
                  facts: tuple[int, int, int, int, int, int, int, int, int],
                  answer_tools: Iterable[str], answer_tool_prefixes: Iterable[str],
                  loop_end_tools: Iterable[str], tool_unsure: Iterable[str],

@@ -121,10 +121,15 @@ def _normaliser(json: Any) -> Any:
     tool_unsure = (*a.DECLINED_TOOL_FLAGS, *(rule.attribute for rule, _ in
                                              outcome.TOOL_RESULT_ERRORS),
                    *(flag for flag, _, _ in outcome.TOOL_ERROR_FLAGS), *a.TOOL_CALL_INPUT_KEYS)
+    # ... and of an agent's span below the root: a rule that makes it no agent's, a step's name
+    agent_unsure = tuple(dict.fromkeys(key for rule in a.NESTED_AGENT_ROLES
+                                       for key, _ in rule.where))
     return _native.Normaliser(
-        SpanRecord, (SpanKind.LLM, SpanKind.TOOL),
-        (KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE), (Role.LLM, Role.TOOL),
-        [(key, dict(roles)) for key, roles in a.KIND_MAPS], dispatch_unsure, facts,
+        SpanRecord, (SpanKind.LLM, SpanKind.TOOL, SpanKind.AGENT),
+        (KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE),
+        (Role.LLM, Role.TOOL, Role.AGENT), [(key, dict(roles)) for key, roles in a.KIND_MAPS],
+        dispatch_unsure, agent_unsure, sorted(a.NESTED_STEP_SPAN_NAMES),
+        a.NESTED_STEP_SPAN_SUFFIXES, facts,
         sorted(a.OUTPUT_TOOL_NAMES),
         a.OUTPUT_TOOL_PREFIXES, sorted(a.LOOP_END_TOOLS), tool_unsure,
         [(key, marker) for key, marker, _ in outcome.TOOL_RESULT_ERROR_TEXTS],
