@@ -210,9 +210,16 @@ fn or<'py>(first: Bound<'py, PyAny>, second: Bound<'py, PyAny>) -> PyResult<Boun
     Ok(if first.is_truthy()? { first } else { second })
 }
 
+/// What is left of a record `record` made: nothing (a tool call's, filled here); its role's
+/// facts (``conventions._fill_facts``: the span ended without an error, a status text or an
+/// event); or its status and events, then its role's facts (``conventions._fill_role``).
+pub const FILLED: u8 = 0;
+pub const FACTS_LEFT: u8 = 1;
+pub const STATUS_LEFT: u8 = 2;
+
 /// The record of `head`, or None where Python must read the span (see the module's comment);
-/// with it whether its facts are all filled (a tool call's that ended without an error or an
-/// event, `eventful`) or `_fill_role` is to read the span's status and events and fill them.
+/// with it what is left of it to fill (`FILLED`, `FACTS_LEFT`, `STATUS_LEFT`; `eventful`: the
+/// span ended with an error, a status text or an event).
 pub fn record<'py>(
     py: Python<'py>,
     normaliser: &Normaliser,
@@ -221,7 +228,7 @@ pub fn record<'py>(
     attrs: &Bound<'py, PyDict>,
     firsts: &Bound<'py, PyTuple>,
     resource: &Bound<'py, PyAny>,
-) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
+) -> PyResult<Option<(Bound<'py, PyAny>, u8)>> {
     let Some(role) = role_of(py, normaliser, attrs)? else {
         return Ok(None);
     };
@@ -333,9 +340,12 @@ pub fn record<'py>(
     )?;
     if let Some(filled) = filled {
         filled.set(py, &record)?;
-        return Ok(Some((record, true)));
+        return Ok(Some((record, FILLED)));
     }
-    Ok(Some((record, false)))
+    Ok(Some((
+        record,
+        if eventful { STATUS_LEFT } else { FACTS_LEFT },
+    )))
 }
 
 /// The roles this makes records of.

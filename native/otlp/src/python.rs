@@ -367,8 +367,9 @@ impl Span {
 
     /// ``conventions.normalise`` of the span, with the attributes and first-present facts
     /// ``read`` made of it, where the compiled normalise is sure of it
-    /// (``native/otlp/src/normalise.rs``): (the record, whether its role's facts are filled);
-    /// None where the Python ``normalise`` reads it.
+    /// (``native/otlp/src/normalise.rs``): (the record, what is left to fill of it: 0 nothing,
+    /// 1 its role's facts, 2 its status and events and its role's facts); None where the Python
+    /// ``normalise`` reads it.
     fn record<'py>(
         &self,
         py: Python<'py>,
@@ -376,7 +377,7 @@ impl Span {
         firsts: &Bound<'py, PyTuple>,
         resource: &Bound<'py, PyAny>,
         normaliser: &Bound<'py, Normaliser>,
-    ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
+    ) -> PyResult<Option<(Bound<'py, PyAny>, u8)>> {
         let span = &self.span;
         // (an error, a status text, an event: Python reads them, and the role's facts after)
         let eventful = span.status.code == STATUS_CODE_ERROR

@@ -86,9 +86,10 @@ class Span:
         """``selected()`` and the tables' first-present facts, by index."""
     def head(self) -> tuple[str, str, str | None, str, int, int] | None: ...
     def record(self, attrs: dict[str, object], firsts: tuple[object, ...], resource: object,
-               normaliser: Normaliser) -> tuple[object, bool] | None:
+               normaliser: Normaliser) -> tuple[object, int] | None:
         """``normalise`` of the span where the compiled normalise is sure of it: (the record,
-        whether its facts are all filled: a model call's are ``_fill_llm``'s); None: unsure."""
+        what is left to fill: 0 nothing, 1 its role's facts, 2 its status and events and its
+        role's facts); None: unsure."""
 
 class Status:
     @property

@@ -234,7 +234,6 @@ def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
                firsts: FirstValues) -> None:
     """The record's failure or limit stop (from the span's status and events), and what its
     role reads: the second half of :func:`normalise`, on the record its dispatch made."""
-    name, kind = record.name, record.kind
     status = span.status
     events = span.events  # (read once: the compiled decode's is a call each time)
     if status.code == STATUS_CODE_ERROR or (events and _wrapped_error(events)):
@@ -253,7 +252,13 @@ def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
             record.limit_stop = short_type(exc_type)
         elif exc_message:
             record.limit_stop = phrase_limit(exc_message)
+    _fill_facts(record, span, attrs, firsts, events)
 
+
+def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
+                firsts: FirstValues, events: Any = ()) -> None:
+    """What the record's role reads (and the facts its span's ``events`` add)."""
+    name, kind = record.name, record.kind
     if kind is TOOL:
         if events and firsts[F_TOOL_ARGS] is None:
             attrs, firsts = _with_events(attrs, events, firsts)
@@ -294,13 +299,16 @@ def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
     """:func:`normalise`, by the compiled normalise (``native/otlp/src/normalise.rs``) where it
     is sure of the span: a model or tool call of a known convention, its record made there (and
     a tool call's facts, where it ended without an error or event), the rest filled here
-    (:func:`_fill_role`)."""
+    (:func:`_fill_role`, or :func:`_fill_facts` where the span has no status or events to read)."""
     normaliser = compiled_normaliser
     if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN:
         made = span.record(attrs, firsts, resource, normaliser)
         if made is not None:
             record: SpanRecord = made[0]
-            if not made[1]:
+            left = made[1]
+            if left == 1:  # (its span ended with no error, status text or event)
+                _fill_facts(record, span, attrs, firsts)
+            elif left:
                 _fill_role(record, span, attrs, firsts)
             return record
     return normalise(span, attrs, resource, firsts)
