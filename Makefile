@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector loadgen goagent genkit-go rust-agent java-agent
+	dist-image dist-chart collector loadgen goagent genkit-go rust-agent rig-agent java-agent
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -131,6 +131,15 @@ TS_MASTRA := tests/frameworks/ts/mastra/node_modules/.installed
 $(TS_MASTRA): tests/frameworks/ts/mastra/package.json tests/frameworks/ts/mastra/package-lock.json
 	cd tests/frameworks/ts/mastra && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
+## ... and the LangGraph.js agent traced by OpenLLMetry's Node SDK (tests/frameworks/ts/traceloop:
+## @traceloop/node-server-sdk brings its own OpenTelemetry JS and instrumentations); it takes
+## tsx from the first
+TS_TRACELOOP := tests/frameworks/ts/traceloop/node_modules/.installed
+$(TS_TRACELOOP): tests/frameworks/ts/traceloop/package.json \
+		tests/frameworks/ts/traceloop/package-lock.json
+	cd tests/frameworks/ts/traceloop && npm ci --omit=optional --no-audit --no-fund \
+		--loglevel=error
+	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
@@ -205,6 +214,31 @@ $(RUST_AGENT): $(RUST_AGENT_SOURCES) $(RUST_AGENT_BUILT)
 	mkdir -p $(@D) && ln -sf $(RUST_AGENT_BUILT) $@
 
 rust-agent: $(RUST_AGENT)
+
+## ... and the rig agent of tests/frameworks/test_rig.py (tests/frameworks/rust/rig: rig-core with
+## tracing-opentelemetry and the OTLP exporter, as its Cargo.lock pins them), built the same way
+## into AGENT_WATCHDOG_CACHE/rig-agent/<hash of its sources>/rig-agent (its own target dir);
+## .cache/rig-agent/<hash>/rig-agent links to it. Cold (no target dir): 132 CPU seconds, 7 min on
+## two cores shared with a load of 8; after a change of src/, 3-4 s
+RIG_AGENT_SOURCES := tests/frameworks/rust/rig/Cargo.toml tests/frameworks/rust/rig/Cargo.lock \
+	$(sort $(wildcard tests/frameworks/rust/rig/src/*.rs))
+RIG_AGENT_HASH    := $(shell cat $(RIG_AGENT_SOURCES) | sha256sum | cut -c1-16)
+RIG_AGENT         := .cache/rig-agent/$(RIG_AGENT_HASH)/rig-agent
+RIG_AGENT_BUILT   := $(AGENT_WATCHDOG_CACHE)/rig-agent/$(RIG_AGENT_HASH)/rig-agent
+RIG_AGENT_TARGET  := $(AGENT_WATCHDOG_CACHE)/rig-agent/target
+
+$(RIG_AGENT_BUILT):
+	@mkdir -p $(@D) && exec 9>$(AGENT_WATCHDOG_CACHE)/rig-agent/target.lock && flock 9 && \
+	if [ ! -f $@ ]; then set -x; \
+		(cd tests/frameworks/rust/rig && CARGO_TARGET_DIR=$(RIG_AGENT_TARGET) \
+			cargo build --locked --quiet) && \
+		cp $(RIG_AGENT_TARGET)/debug/rig-agent $@.tmp-$$PPID && mv $@.tmp-$$PPID $@; \
+	fi
+
+$(RIG_AGENT): $(RIG_AGENT_SOURCES) $(RIG_AGENT_BUILT)
+	mkdir -p $(@D) && ln -sf $(RIG_AGENT_BUILT) $@
+
+rig-agent: $(RIG_AGENT)
 
 ## java-agent: the Java agents of the model endpoint's tests (tests/frameworks/java: LangChain4j and
 ## the anthropic-java SDK, as its pom.xml pins them), built by Maven from Maven Central into the
@@ -288,7 +322,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

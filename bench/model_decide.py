@@ -10,7 +10,8 @@ the tool call the one before asked for and its result: a request that continues 
 Reported per request, µs of the loop thread's CPU (``time.thread_time``): deciding it
 (``ModelProxy.plan``: read it, find its run, record the tool results it carries, open the run,
 steer) and booking its call when its response has ended (``observe_whole`` and ``observed``,
-what the relay read made into a record, and ``book_calls``, the core's step). ``--baseline
+what the relay read made into a record, and ``book_calls``, the core's step), and telling the
+relay what the conversation's next request gets (``NativeEndpoint._publish_next``). ``--baseline
 TREE`` runs the same in another source tree (a subprocess, ``python -P`` with that tree first
 on the path), the two alternating for ``--rounds`` rounds: the median of the rounds of each.
 """
@@ -36,7 +37,9 @@ TOOLS = [{"type": "function", "function": {
     "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
 STAGES = {"decide": (("proxy", "ModelProxy", "plan"),),
           "book": (("proxy", "ModelProxy", "observe_whole"), ("proxy", "ModelProxy", "observed"),
-                   ("proxy", "ModelProxy", "book_calls"))}
+                   ("proxy", "ModelProxy", "book_calls")),
+          # telling the relay what the conversation's next request gets (a tree without it: 0)
+          "tell": (("native", "NativeEndpoint", "_publish_next"),)}
 
 
 def measure(conversations: int, turns: int) -> dict[str, float]:
@@ -45,13 +48,15 @@ def measure(conversations: int, turns: int) -> dict[str, float]:
 
     from tests.frameworks.fakellm import FakeLLM, answer, call
     from tests.harness import running_server, sidecar_config
-    from watchdog.shell.model import proxy
+    from watchdog.shell.model import native, proxy
 
     spent: collections.Counter[str] = collections.Counter()
+    modules = {"proxy": proxy, "native": native}
     for stage, targets in STAGES.items():
-        for _, owner, name in targets:
-            cls = getattr(proxy, owner)
-            setattr(cls, name, _timed(getattr(cls, name), stage, spent))
+        for module, owner, name in targets:
+            cls = getattr(modules[module], owner)
+            if hasattr(cls, name):
+                setattr(cls, name, _timed(getattr(cls, name), stage, spent))
 
     def pick(_index: int, body: dict[str, Any]) -> Any:
         results = sum(1 for message in body.get("messages", []) if message.get("role") == "tool")
@@ -87,8 +92,8 @@ def _timed(method: Callable[..., Any], stage: str,
 
 
 def _conversation(client: Any, index: int) -> None:
-    """One conversation: each streamed answer's tool call run (its result "ok") and sent on,
-    until the model answers."""
+    """One conversation: each streamed answer's tool call run (a result of its own, as a real
+    tool's) and sent on, until the model answers."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": f"task {index}"}]
     while True:
         calls: dict[int, dict[str, str]] = {}
@@ -107,8 +112,8 @@ def _conversation(client: Any, index: int) -> None:
             {"id": made["id"], "type": "function",
              "function": {"name": made["name"], "arguments": made["args"]}}
             for made in calls.values()]})
-        messages += [{"role": "tool", "tool_call_id": made["id"], "content": "ok"}
-                     for made in calls.values()]
+        messages += [{"role": "tool", "tool_call_id": made["id"],
+                      "content": f"found {len(messages)}"} for made in calls.values()]
 
 
 def in_tree(tree: Path, conversations: int, turns: int) -> dict[str, float]:

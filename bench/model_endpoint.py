@@ -19,9 +19,12 @@ takes, each one still read and booked as a model call of a run); one sidecar per
 (``model_relay``: the aiohttp relay ``python``, the compiled one ``native``), all in the same
 run. Every request carries a task of its own (one conversation, one run): a new conversation's
 first request, which the compiled relay sends on before the event loop reads it. ``--turns N``
-makes each conversation N requests, one after another, each later one carrying the tool calls
-and results before it: a request that continues a run, which the event loop decides before it
-goes on (the path most of a real agent's requests take). ``--budget N`` gives
+makes each conversation N requests, one after another, as a real agent sends them: each but
+the last offers a tool, which the upstream calls (a tool call of its own id in the stream's
+finish chunk), and each later one carries the calls the model handed over before it (their
+ids read from the streams) and a result for each: a request that continues a run (the path
+most of a real agent's requests take), which the compiled relay sends on before the event
+loop reads it when the loop has proved what it gets. ``--budget N`` gives
 every run a budget of N tool calls (``x-watchdog-budget-tool-calls``, which the direct side's
 upstream ignores): each request then carries the bound its response is trimmed to (N <= 3: and
 the countdown in its instructions), the path every request of a budgeted run but its final one
@@ -141,10 +144,14 @@ class _Upstream(asyncio.Protocol):
                 length = int(value)
         if len(self.buffer) < head_end + 4 + length:
             return
+        offers = b'"tools"' in self.buffer[head_end + 4:head_end + 4 + length]
         self.buffer = self.buffer[head_end + 4 + length:]
-        self.busy = asyncio.get_running_loop().create_task(self.answer(head.split(" ", 2)))
+        self.busy = asyncio.get_running_loop().create_task(self.answer(head.split(" ", 2),
+                                                                       offers))
 
-    async def answer(self, request_line: list[str]) -> None:
+    async def answer(self, request_line: list[str], offers: bool = False) -> None:
+        """A streamed answer; to a request that offers tools (``offers``), with a tool call of
+        ``search`` in its finish chunk (an id of its own, as a model's)."""
         transport = self.transport
         assert transport is not None
         if request_line[0] != "POST":  # the readiness probe
@@ -156,10 +163,16 @@ class _Upstream(asyncio.Protocol):
         transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8"
                         b"\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
                         b"x-request-id: " + answer_id.encode() + b"\r\n\r\n")
-        deltas: list[tuple[dict[str, str], str | None]] = [({"role": "assistant",
-                                                              "content": ""}, None)]
+        deltas: list[tuple[dict[str, object], str | None]] = [({"role": "assistant",
+                                                                 "content": ""}, None)]
         deltas += [({"content": f"word{i} "}, None) for i in range(self.chunks - 3)]
-        deltas.append(({}, "stop"))
+        if offers:
+            deltas.append(({"tool_calls": [{
+                "index": 0, "id": f"call_{answer_id}", "type": "function", "function": {
+                    "name": "search", "arguments": json.dumps({"q": str(self.served)})}}]},
+                "tool_calls"))
+        else:
+            deltas.append(({}, "stop"))
         for index, (delta, finish) in enumerate(deltas):
             if index:
                 await asyncio.sleep(self.pause)
@@ -332,24 +345,40 @@ BUDGET: dict[str, str] = {}  # --budget: the header that gives each run its budg
 CONVERSATION = {"turns": 1}  # --turns: requests a conversation
 
 
-def request_body(number: int, turn: int) -> bytes:
-    """Turn ``turn`` of conversation ``number``: a system and a user message, and for each turn
-    before, the model's tool call and the tool's result (loadgen's ``stream`` sends the same)."""
+SEARCH_TOOL = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+def request_body(number: int, history: list[dict[str, object]], tools: bool) -> bytes:
+    """A turn of conversation ``number``: a system and a user message, and for each turn
+    before (``history``), the model's tool call and the tool's result; with ``tools`` (every
+    turn but a conversation's last), the tool offered, which the upstream calls (loadgen's
+    ``stream`` sends the same)."""
     messages: list[dict[str, object]] = [
         {"role": "system", "content": "You are a benchmark."},
-        {"role": "user", "content": f"Task {number}: say the words."}]
-    for k in range(1, turn):
-        call = f"call_{number}_{k}"
-        messages += [{"role": "assistant", "content": None, "tool_calls": [{
-                          "id": call, "type": "function",
-                          "function": {"name": "search", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": call, "content": f"result {k}"}]
-    return json.dumps({"model": MODEL, "stream": True, "messages": messages}).encode()
+        {"role": "user", "content": f"Task {number}: say the words."}, *history]
+    return json.dumps({"model": MODEL, "stream": True, "messages": messages,
+                       **({"tools": SEARCH_TOOL} if tools else {})}).encode()
+
+
+def answered(event: bytes, turn: int) -> list[dict[str, object]]:
+    """The model's answer that handed the tool call in ``event`` (an SSE event) over, and the
+    tool's result, as an agent sends them back."""
+    call = json.loads(event.removeprefix(b"data: "))["choices"][0]["delta"]["tool_calls"][0]
+    return [{"role": "assistant", "content": None, "tool_calls": [{
+                "id": call["id"], "type": "function", "function": call["function"]}]},
+            {"role": "tool", "tool_call_id": call["id"], "content": f"result {turn}"}]
 
 
 async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int, turn: int,
-                     timings: Timings) -> None:
-    body = request_body(number, turn)
+                     timings: Timings, history: list[dict[str, object]] | None = None,
+                     tools: bool = False) -> None:
+    """Turn ``turn`` of conversation ``number`` after ``history`` (the turns before); with
+    ``tools`` (a turn that is not its conversation's last), the tool call the model hands over
+    and its result are added to it."""
+    history = [] if history is None else history
+    body = request_body(number, history, tools)
+    handed = b""
     start = time.perf_counter()
     arrivals: list[float] = []
     pending = b""
@@ -362,10 +391,16 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
             now = time.perf_counter()
             pending += data
             while b"\n\n" in pending:
-                _event, pending = pending.split(b"\n\n", 1)
+                event, pending = pending.split(b"\n\n", 1)
+                if tools and not handed and b'"tool_calls"' in event:
+                    handed = event
                 arrivals.append(now)
     if len(arrivals) < 2:
         raise SystemExit(f"{base_url}: a stream of {len(arrivals)} events")
+    if tools:
+        if not handed:
+            raise SystemExit(f"{base_url}: no tool call handed over")
+        history += answered(handed, turn)
     timings.ttfb.append(arrivals[0] - start)
     timings.gaps += [b - a for a, b in itertools.pairwise(arrivals)]
     timings.streams.append(arrivals[-1] - arrivals[0])
@@ -385,8 +420,10 @@ async def phase(session: aiohttp.ClientSession, base_url: str, streams: int,
     async def worker(index: int) -> None:
         await asyncio.sleep(spread * index / concurrency)
         for number in numbers:
+            history: list[dict[str, object]] = []
             for turn in range(1, min(turns, streams - number * turns) + 1):
-                await one_stream(session, base_url, first + number, turn, timings)
+                await one_stream(session, base_url, first + number, turn, timings, history,
+                                 turn < turns)
     await asyncio.gather(*(worker(index) for index in range(concurrency)))
     return timings
 

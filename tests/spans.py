@@ -56,12 +56,15 @@ def record_of(span: ReadableSpan) -> SpanRecord:
 class SpanMaker:
     """A real tracer whose ended spans are collected in memory."""
 
-    def __init__(self, resource: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, resource: Mapping[str, Any] | None = None,
+                 scope: str = "watchdog-tests") -> None:
+        """``scope``: the instrumentation scope its spans come from (a framework's own, for
+        what a convention with ``scopes`` reads on its spans alone)."""
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider(
             resource=Resource.create({"service.name": "test-agent", **(resource or {})}))
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracer = self.provider.get_tracer("watchdog-tests")
+        self.tracer = self.provider.get_tracer(scope)
 
     def finished(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())

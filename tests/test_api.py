@@ -94,20 +94,28 @@ def test_trace_keyed_run_is_found_by_its_id(sidecar: RunningServer) -> None:
 def test_unknown_run_and_endpoint_are_json_404(sidecar: RunningServer) -> None:
     status, body = request(sidecar, "GET", path("no-such-run"))
     assert status == 404
-    assert body == {"error": {"code": "not_found", "message": "no run 'no-such-run'"}}
+    assert body == {"error": {"code": "not_found", "message": 'no run "no-such-run"'}}
     status, body = request(sidecar, "GET", path("no-such-run", "/report"))
     assert status == 404 and body["error"]["code"] == "not_found"
     status, body = request(sidecar, "GET", "/v1/nothing-here")
     assert status == 404 and body["error"]["code"] == "not_found"
     status, body = request(sidecar, "DELETE", "/v1/runs")
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
+    # another listener's path, asked of this port: the answer says where it is
+    status, body = request(sidecar, "GET", "/metrics")
+    assert (status, body["error"]["message"]) == (404, (
+        "no such endpoint: GET /metrics on the control API: metrics and health are served on "
+        "metrics_address (default 0.0.0.0:9464)"))
+    status, body = request(sidecar, "POST", "/v1/traces")
+    assert status == 404 and body["error"]["message"].endswith(
+        "OTLP/HTTP is received on otlp_http_address (default 127.0.0.1:4318)")
 
 
 @pytest.mark.parametrize(("query", "named"), [
-    ("state=foo", "state='foo' is not allowed: expected one of active, ended"),
-    ("limit=abc", "limit='abc' is not allowed: expected an integer from 1 to 1000"),
-    ("limit=0", "limit='0'"),
-    ("limit=100000", "limit='100000'"),
+    ("state=foo", 'state="foo" is not allowed: expected one of active, ended'),
+    ("limit=abc", 'limit="abc" is not allowed: expected an integer from 1 to 1000'),
+    ("limit=0", 'limit="0"'),
+    ("limit=100000", 'limit="100000"'),
 ])
 def test_bad_query_values_are_400(sidecar: RunningServer, query: str, named: str) -> None:
     status, body = request(sidecar, "GET", "/v1/runs?" + query)
@@ -174,9 +182,12 @@ def test_heartbeat(fed: RunningServer) -> None:
 @pytest.mark.parametrize(("body", "fragment"), [
     (b"{not json", "not valid JSON"),
     (b"[1, 2]", "must be a JSON object"),
-    (b'{"messages": "many"}', "messages='many' is not allowed"),
+    (b'{"messages": "many"}', 'messages="many" is not allowed'),
     (b'{"messages": -1}', "messages=-1 is not allowed"),
-    (b'{"messages": true}', "messages=True is not allowed"),
+    (b'{"messages": true}', "messages=true is not allowed"),
+    (b'{"messages": null}', "messages=null is not allowed"),
+    (b'{"messages": [false, {"a": null}]}', 'messages=[false, {"a": null}] is not allowed'),
+    (b'{"messages": "\\u0007 \\u00e4"}', 'messages="\\u0007 \u00e4" is not allowed'),
 ])
 def test_heartbeat_bad_bodies_are_400(fed: RunningServer, body: bytes, fragment: str) -> None:
     status, answer = request(fed, "POST", path(ACTIVE_ID, "/heartbeat"), body,
@@ -314,13 +325,13 @@ def raw_exchange(sidecar: RunningServer, data: bytes, timeout: float = 10) -> tu
 
 
 @pytest.mark.parametrize(("target", "message"), [
-    ("/v1/runs?offset=2", "query parameter 'offset' is not allowed on GET /v1/runs: it takes "
-                          "state, agent, limit"),
-    ("/v1/runs?limit=2&page=2", "query parameter 'page' is not allowed on GET /v1/runs"),
-    ("/v1/runs?state=active&state=ended", "query parameter 'state' is given more than once"),
-    (path(ACTIVE_ID) + "?verbose=1", "query parameter 'verbose' is not allowed on "
+    ("/v1/runs?offset=2", 'query parameter "offset" is not allowed on GET /v1/runs: it takes '
+                          "state, agent, session, limit"),
+    ("/v1/runs?limit=2&page=2", 'query parameter "page" is not allowed on GET /v1/runs'),
+    ("/v1/runs?state=active&state=ended", 'query parameter "state" is given more than once'),
+    (path(ACTIVE_ID) + "?verbose=1", 'query parameter "verbose" is not allowed on '
                                      "GET /v1/runs/{id}: it takes none"),
-    (path(ACTIVE_ID, "/report") + "?format=json", "query parameter 'format' is not allowed"),
+    (path(ACTIVE_ID, "/report") + "?format=json", 'query parameter "format" is not allowed'),
 ])
 def test_unknown_or_repeated_query_parameters_are_400_naming_the_allowed(
         fed: RunningServer, target: str, message: str) -> None:

@@ -141,7 +141,7 @@ def test_report_of_unknown_run(fed: RunningServer, capsys: pytest.CaptureFixture
     assert main(["report", "nope/x", "--url", fed.api]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == "watchdog: no run 'nope/x' (404 not_found)\n"
+    assert captured.err == 'watchdog: no run "nope/x" (404 not_found)\n'
 
 
 def test_session_context(sidecar: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
@@ -168,7 +168,7 @@ def test_session_context(sidecar: RunningServer, capsys: pytest.CaptureFixture[s
     assert (context["checkpoints"], context["zero_progress"]) == (2, True)
     assert main(["session", "never-seen", "--url", sidecar.api]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "session never-seen: 0 runs, 0 checkpoints", "progress: yes"]
+        "session never-seen: 0 runs, 0 checkpoints", "progress: no checkpoint yet"]
     with pytest.raises(SystemExit) as exited:
         main(["session", "", "--url", sidecar.api])
     assert exited.value.code == 2
@@ -197,9 +197,32 @@ def test_unreachable_sidecar_is_one_line_and_exit_2(argv: list[str],
     assert "Traceback" not in captured.err
 
 
+def test_a_url_with_the_apis_path_on_it_says_what_the_url_is(
+        fed: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--url", fed.api + "/v1"]) == 1
+    assert capsys.readouterr().err == (
+        "watchdog: no such endpoint: GET /v1/v1/runs (404 not_found); --url or WATCHDOG_URL "
+        "is the control API's base URL, with no path (default http://127.0.0.1:9477)\n")
+
+
 def test_bad_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "--url", "not a url"]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("url", ["localhost:9477", "127.0.0.1:9477", "ftp://127.0.0.1:9477",
+                                 "http://", "http://[::1"])
+def test_a_url_without_http_says_what_a_url_is(url: str, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``WATCHDOG_URL=localhost:9477`` (no scheme: ``localhost`` reads as one) is named as
+    given, with the form it takes, not as a sidecar that does not run."""
+    monkeypatch.setenv("WATCHDOG_URL", url)
+    assert main(["runs"]) == 2
+    assert capsys.readouterr().err == (f"watchdog: WATCHDOG_URL {url!r} is not the control "
+                                       f"API's URL: expected http://HOST:PORT, e.g. "
+                                       f"http://127.0.0.1:9477\n")
+    assert main(["report", "r1", "--url", url]) == 2
+    assert capsys.readouterr().err.startswith(f"watchdog: --url {url!r} is not")
 
 
 def test_token_from_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -256,8 +279,9 @@ def test_runs_table_formats_numbers() -> None:
     assert [runs_table([{"id": "r", "agent": "a", "state": "ended", "cost_usd": cost,
                          "unpriced_calls": unpriced}],
                        wide=True).splitlines()[1].split()[8]
-            for cost, unpriced in ((0.0123456, 0), (12.345, 2), (0.0, 3))] == [
-        "$0.0123", "$12.35+2?", "+3?"]
+            for cost, unpriced in ((0.0123456, 0), (12.345, 2), (0.0, 3), (0.0000027, 0),
+                                   (0.00004, 1), (0.00005, 0))] == [
+        "$0.0123", "$12.35+2?", "+3?", "<$0.0001", "<$0.0001+1?", "$0.0001"]
 
 
 TRACE_RUN = "trace:" + "0af7651916cd43dd8448eb211c80319c"
@@ -398,7 +422,7 @@ def test_directives_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
             "wind_down", "many-tools", "warning", "-", "no", "no"]
 
         assert main(["directives", "job:none", "--url", sidecar.api]) == 1
-        assert capsys.readouterr().err == "watchdog: no run 'job:none' (404 not_found)\n"
+        assert capsys.readouterr().err == 'watchdog: no run "job:none" (404 not_found)\n'
 
 
 def test_directives_past_the_listing_limit_are_said_to_be_left_out(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -774,6 +775,30 @@ def test_without_the_exporter_setup_tracing_names_the_clients_own_extra(
     with pytest.raises(ImportError) as missing:
         Watchdog(url="http://127.0.0.1:9").setup_tracing()
     assert f"{project['name']}[otlp]" in str(missing.value)
+
+
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_ENDPOINT",
+                                      "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])
+def test_setup_tracing_pointed_at_the_grpc_port_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        variable: str) -> None:
+    """OTLP/HTTP to :4317 (OTLP/gRPC's port, the sidecar's too) reads as binary garbage
+    retried, and no span arrives: a warning names the port to use; :4318 gets none."""
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    wd = Watchdog(url="http://127.0.0.1:9")
+    monkeypatch.setenv(variable, "http://127.0.0.1:4317")
+    with caplog.at_level(logging.WARNING, logger="agent_watchdog_client"):
+        wd.setup_tracing("grpc-port", set_global=False).shutdown()
+        (warning,) = [r.getMessage() for r in caplog.records if "4317" in r.getMessage()]
+        assert "OTLP/gRPC's: the sidecar takes OTLP/HTTP on port 4318" in warning
+        caplog.clear()
+        monkeypatch.setenv(variable, "http://127.0.0.1:4318")
+        wd.setup_tracing("http-port", set_global=False).shutdown()
+        wd.setup_tracing("explicit", endpoint="http://127.0.0.1:4318/v1/traces",
+                         set_global=False).shutdown()
+        assert not [r for r in caplog.records if "4317" in r.getMessage()]
+    wd.close()
 
 
 def test_a_sidecar_that_stops_answering_costs_a_sync_one_timeout() -> None:

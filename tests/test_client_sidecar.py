@@ -337,3 +337,27 @@ def test_the_reporter_resumes_as_soon_as_a_sync_hears_the_sidecar(tmp_path: Path
             assert wd.reporter.sent >= 1
             assert run_detail(sidecar.api, run.id)["agent"] == "explorer"
     wd.close()
+
+
+@pytest.mark.parametrize("wrong", ["/v1", "metrics"])
+def test_a_url_that_is_not_the_control_api_is_said_once(
+        sidecar: RunningServer, caplog: pytest.LogCaptureFixture, wrong: str) -> None:
+    """``WATCHDOG_URL`` with the API's ``/v1`` on it, or the metrics port: every step answers
+    404 and the agent goes unsteered, which the client says once (as it says a refused token);
+    the sidecar's own 404 about a run (ended, or never seen) is no such news."""
+    url = sidecar.api + "/v1" if wrong == "/v1" else sidecar.url("metrics")
+    with caplog.at_level(logging.WARNING, logger="agent_watchdog_client"):
+        wd = Watchdog(url, tracer_provider=TracerProvider())
+        with wd.run(agent="lost", max_tool_calls=5) as run:
+            for _ in range(3):
+                run.before_model_call()
+        wd.close()
+        said = [r.getMessage() for r in caplog.records if "answers HTTP 404" in r.getMessage()]
+        assert len(said) == 1, said
+        assert said[0].startswith(f"agent-watchdog: {url} answers HTTP 404 where the control "
+                                  f"API has a route: WATCHDOG_URL is the API's base URL")
+        caplog.clear()
+        transport = Transport(sidecar.api)
+        answer = transport.request("GET", "/v1/runs/never-seen")
+        assert answer.status == 404  # the API's word on a run
+        assert not [r for r in caplog.records if "answers HTTP 404" in r.getMessage()]

@@ -1218,3 +1218,92 @@ def test_langsmith_span_named_after_its_lc_agent_name_is_the_agent(otel: SpanMak
         "research": (SpanKind.TOOL, "lc_manager", False),
         "lc_manager": (SpanKind.AGENT, "lc_manager", False),
         "lg_researcher": (SpanKind.AGENT, "lg_researcher", True)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Setups first recorded by unseen5: Langfuse's own spans, OpenLLMetry's LangChain.js
+# instrumentation, rig
+
+
+def test_langfuse_flattened_metadata_names_graph_steps_and_the_graph(otel: SpanMaker) -> None:
+    """Langfuse flattens a run's metadata into one attribute per key, each JSON-encoded: a
+    chain the CallbackHandler made an agent observation because its name says "agent"
+    (create_react_agent's node) is a step of its graph by its `langgraph_node`, and a root
+    chain of LangGraph's (`ls_integration`) is named after the graph."""
+    root = otel.open("lg_researcher", {
+        "langfuse.observation.type": "chain",
+        "langfuse.observation.metadata.ls_integration": '"langgraph"'})
+    node = otel.open("agent", {"langfuse.observation.type": "agent",
+                               "langfuse.observation.metadata.langgraph_node": '"agent"'},
+                     parent=root)
+    named = otel.open("research_agent", {"langfuse.observation.type": "agent"}, parent=root)
+    for span in (node, named, root):
+        span.end()
+    records = {r.name: r for r in records_of(otel.take())}
+    assert (records["agent"].kind, records["research_agent"].kind) == (
+        SpanKind.OTHER, SpanKind.AGENT)
+    assert (records["lg_researcher"].kind, records["lg_researcher"].agent) == (
+        SpanKind.AGENT, "lg_researcher")
+
+
+def test_langchainjs_chains_below_the_root_are_steps_and_tools_named_by_their_result(
+        otel: SpanMaker) -> None:
+    """OpenLLMetry's LangChain.js instrumentation: every chain a `workflow` span (a step below
+    the application's agent span, the root's framing kind at the root); a tool span named after
+    the tool's class takes the tool's name from the ToolMessage it returned, whose call id makes
+    it a call a model asked for (not the frame of a model loop)."""
+    chain = {"traceloop.span.kind": "workflow", "gen_ai.provider.name": "langchain",
+             "gen_ai.operation.name": "workflow"}
+    root = otel.open("lg_researcher.agent", {"traceloop.span.kind": "agent"})
+    step = otel.span("workflow RunnableSequence",
+                     {**chain, "traceloop.workflow.name": "RunnableSequence"}, parent=root)
+    message = {"lc": 1, "type": "constructor", "kwargs": {
+        "status": "success", "content": "value of a", "tool_call_id": "call_1",
+        "name": "lookup"}}
+    tool = otel.span("execute_tool DynamicStructuredTool", {
+        "gen_ai.operation.name": "execute_tool", "traceloop.span.kind": "task",
+        "traceloop.entity.name": "DynamicStructuredTool",
+        "traceloop.entity.input": json.dumps({"args": ['{"key":"a"}']}),
+        "traceloop.entity.output": json.dumps(message)}, parent=root)
+    root.end()
+    lone = otel.span("workflow CompiledStateGraph", chain)
+    del step, tool, lone
+    records = {r.name: r for r in records_of(otel.take())}
+    assert records["workflow RunnableSequence"].kind is SpanKind.OTHER
+    assert (records["workflow CompiledStateGraph"].kind,
+            records["workflow CompiledStateGraph"].workflow) == (SpanKind.AGENT, True)
+    tool_record = records["execute_tool DynamicStructuredTool"]
+    assert (tool_record.kind, tool_record.tool_name, tool_record.unasked) == (
+        SpanKind.TOOL, "lookup", False)
+
+
+def test_a_run_whose_span_told_a_limit_ends_after_the_gap_without_its_root(
+        otel: SpanMaker) -> None:
+    """A run one of whose spans told a stop at a limit, whose root never comes (OpenLLMetry's
+    `withAgent` in JavaScript leaves it open when the invocation raises), ends `loose_run_gap`
+    after its last span, at that limit; one that told none waits for `run_end_timeout`."""
+    tracker = RunTracker(loose_run_gap=2.0)
+    for limited in (True, False):
+        root = otel.open("agent", {"traceloop.span.kind": "agent"})
+        otel.span("chat m", chat_attrs(), parent=root)
+        otel.span("graph", {"traceloop.span.kind": "task"}, parent=root,
+                  error="Recursion limit of 8 reached without hitting a stop condition."
+                  if limited else None)
+        tracker.apply(records_of(otel.take()), T0)  # (the root is never ended)
+    tracker.expire(T0 + 3.0)
+    ended = list(tracker.ended())
+    assert [(run.terminal_state, run.terminal_reason) for run in ended] == [
+        (TerminalState.TOOL_LIMIT_REACHED, "GraphRecursionError")]
+
+
+def test_rig_tool_error_handed_to_the_model_is_a_failed_call(otel: SpanMaker) -> None:
+    """rig hands a tool's error to the model as its result text, on a span that ends OK."""
+    failed = record_of(otel.span("execute_tool", {
+        **tool_attrs("lookup", '{"key":"broken"}'),
+        "gen_ai.tool.call.result": "Toolset error: ToolCallError: ToolCallError: backend "
+                                   "unavailable for broken"}))
+    fine = record_of(otel.span("execute_tool", {
+        **tool_attrs("lookup", '{"key":"a"}'),
+        "gen_ai.tool.call.result": "no ToolCallError: here"}))
+    assert (failed.error, failed.error_message) == (True, "backend unavailable for broken")
+    assert fine.error is False

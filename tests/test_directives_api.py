@@ -242,13 +242,13 @@ async def test_a_long_poll_whose_client_left_is_not_counted_as_delivered() -> No
 async def test_unknown_or_repeated_directive_query_parameters_are_400() -> None:
     async with sidecar() as car, aiohttp.ClientSession() as http:
         for path, message in (
-                ("/v1/runs/r/directives?since=3", "query parameter 'since' is not allowed on "
+                ("/v1/runs/r/directives?since=3", 'query parameter "since" is not allowed on '
                  "GET /v1/runs/{id}/directives: it takes after, wait, limit"),
-                ("/v1/runs/r/directives?after=1&after=2", "query parameter 'after' is given "
+                ("/v1/runs/r/directives?after=1&after=2", 'query parameter "after" is given '
                  "more than once"),
-                ("/v1/runs/r/directives/stream?since=1", "query parameter 'since' is not "
+                ("/v1/runs/r/directives/stream?since=1", 'query parameter "since" is not '
                  "allowed on GET /v1/runs/{id}/directives/stream: it takes after"),
-                ("/v1/directives/stream?run=r", "query parameter 'run' is not allowed on "
+                ("/v1/directives/stream?run=r", 'query parameter "run" is not allowed on '
                  "GET /v1/directives/stream: it takes after")):
             async with http.get(car.url + path) as response:
                 assert response.status == 400, path

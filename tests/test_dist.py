@@ -375,6 +375,44 @@ def test_the_sidecar_wheel_installs_and_runs(dist: Dist, tmp_path: Path) -> None
     assert native.stdout.strip() == "on", native.stdout + native.stderr  # the compiled decode
 
 
+def test_the_sidecar_runs_next_to_the_filesystem_watchdog(dist: Dist, tmp_path: Path) -> None:
+    """Installed after the sidecar into its venv (an agent framework that needs it), the
+    filesystem-events library writes its empty ``watchdog/__init__.py`` over the sidecar's:
+    the sidecar still runs, both import, and ``watchdog serve`` says at start that they share
+    the package (the README gives the sidecar a venv of its own). Uninstalled, it takes that
+    ``__init__.py`` with it, and the sidecar runs on."""
+    venv = Venv(tmp_path / "venv")
+    venv.pip("install", "--quiet", str(dist.sidecar_wheel))
+    venv.pip("install", "--quiet", FILESYSTEM)
+    command = str(venv.path / "bin" / "watchdog")
+    version = venv.run(command, "--version")
+    assert version.returncode == 0 and VERSION in version.stdout, version.stderr
+    assert venv.imports("watchdog.observers")
+    serve = subprocess.Popen(
+        [command, "serve", "--state-dir", ":memory:", "--otlp-grpc-address", "off",
+         "--otlp-http-address", "127.0.0.1:0", "--api-address", "127.0.0.1:0",
+         "--metrics-address", "127.0.0.1:0", "--rules-watch-interval", "0"],
+        cwd=venv.path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        assert serve.stderr is not None
+        for line in serve.stderr:  # (the test's timeout bounds a sidecar that says nothing)
+            lines.append(line)
+            if "OTLP protobuf decode" in line:
+                lines.append(serve.stderr.readline())
+                break
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    assert any("listening" in line for line in lines), lines
+    warning = lines[-1]
+    assert "WARNING" in warning and "filesystem-events library watchdog" in warning, lines
+    assert "a venv of its own" in warning
+    venv.pip("uninstall", "--yes", "--quiet", FILESYSTEM)
+    version = venv.run(command, "--version")
+    assert version.returncode == 0 and VERSION in version.stdout, version.stderr
+
+
 # -- sdists ---------------------------------------------------------------------------------
 
 def sdist_members(sdist: Path) -> dict[str, tarfile.TarInfo]:

@@ -465,7 +465,9 @@ def _installed(python: Path, names: list[str]) -> dict[str, bool]:
     return found
 
 
-def check_pip_line(block: Block, line: str) -> None:
+def pip_line_requirements(block: Block, line: str) -> list[str]:
+    """What a ``pip install`` line installs: its requirements, with the client's dependencies
+    and those of the client extras it names (the client's own name last)."""
     from packaging.requirements import Requirement
 
     words = shlex.split(line.split(" #", 1)[0])
@@ -491,8 +493,54 @@ def check_pip_line(block: Block, line: str) -> None:
             assert not unknown, f"{block.where}: the sidecar has no extras {sorted(unknown)}"
         else:
             needed.append(word)
+    return needed
+
+
+FRAMEWORK_ENVS = ROOT / "tests" / "frameworks" / "envs"
+
+
+def venv_list_not_installed(venv: str, needed: list[str]) -> list[str]:
+    """What the list of the venv a snippet runs in (``tests/frameworks/envs/VENV.txt``) asks
+    for that ``needed`` (a pip line's requirements) would not install as pasted into a fresh
+    venv: a distribution or extra it does not name, or the specifier of one that keeps out the
+    newest release (``<``, ``<=``, ``==``, ``~=``, ``!=``, ``===``), whole (its lower bound may
+    be what lets pip take a pre-release), when it does not carry it: pip would pick another
+    version than the one the snippet was run with. A lower bound alone is not asked for."""
+    from packaging.requirements import Requirement
+
+    given: dict[str, tuple[set[str], set[str]]] = {}  # name: (extras, clauses)
+    for text in needed:
+        requirement = Requirement(text)
+        extras, clauses = given.setdefault(_canonical(requirement.name), (set(), set()))
+        extras |= requirement.extras
+        clauses |= {str(spec) for spec in requirement.specifier}
+    missing = []
+    for raw in (FRAMEWORK_ENVS / f"{venv}.txt").read_text("utf-8").splitlines():
+        text = raw.split("#", 1)[0].strip()
+        if not text:
+            continue
+        requirement = Requirement(text)
+        extras, clauses = given.get(_canonical(requirement.name), (set(), set()))
+        upper = any(spec.operator not in (">=", ">") for spec in requirement.specifier)
+        binding = {str(spec) for spec in requirement.specifier} if upper else set()
+        if (_canonical(requirement.name) not in given or requirement.extras - extras
+                or binding - clauses):
+            missing.append(text)
+    return missing
+
+
+def check_pip_line(block: Block, line: str) -> None:
+    from packaging.requirements import Requirement
+
+    needed = pip_line_requirements(block, line)
+    client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
+    venv = block.options.get("venv")
+    if venv:
+        unlisted = venv_list_not_installed(venv, needed)
+        assert not unlisted, (f"{block.where}: the venv {venv} the snippet runs in has "
+                              f"{unlisted}, which {line!r} does not install as pasted")
     names = sorted({Requirement(dep).name for dep in needed})
-    if block.options.get("venv") and _canonical(client["name"]) in map(_canonical, names):
+    if venv and _canonical(client["name"]) in map(_canonical, names):
         # a framework venv gets the client from client/ on PYTHONPATH, as the tests run it
         names = [n for n in names if _canonical(n) != _canonical(client["name"])]
     missing = [name for name, ok in _installed(venv_python(block), names).items() if not ok]
@@ -776,6 +824,40 @@ def test_no_release_history_prose() -> None:
     assert not found, "\n".join(found)
 
 
+def _pip_lines_of_venv_blocks() -> list[tuple[Block, str]]:
+    return [(block, line[2:] if block.kind == "python" else line)
+            for block in all_blocks() if block.options.get("venv")
+            for line in block.text.splitlines()
+            if (block.kind == "python" and line.startswith("# pip install "))
+            or (block.kind == "pip" and line.startswith("pip install "))]
+
+
+def test_install_lines_install_what_their_snippets_ran_with() -> None:
+    """A snippet's ``pip install`` line, pasted into a fresh venv, installs what the venv the
+    tests run the snippet in was made from (without a venv's pins, the snippet may not even
+    import): checked without the venvs, so the unit tier sees it."""
+    lines = _pip_lines_of_venv_blocks()
+    assert lines
+    problems = [f"{block.where}: {line!r} leaves out {missing} of "
+                f"tests/frameworks/envs/{block.options['venv']}.txt"
+                for block, line in lines
+                if (missing := venv_list_not_installed(block.options["venv"],
+                                                       pip_line_requirements(block, line)))]
+    assert not problems, "\n".join(problems)
+
+
+def test_an_install_line_without_its_venvs_pins_is_caught() -> None:
+    block = Block(README, 1, "python", "", "python", {"venv": "openai_v2"})
+    needed = pip_line_requirements(block, "pip install 'agent-watchdog-client[otlp]' openai "
+                                          "opentelemetry-instrumentation-openai-v2")
+    assert venv_list_not_installed("openai_v2", needed) == [
+        "opentelemetry-util-genai>=0.4b0,<1", "httpx>=0.27"]
+    # a lower bound alone is what pip picks anyway; an extra of the venv's must be named
+    assert venv_list_not_installed("pydantic_ai", pip_line_requirements(
+        block, "pip install 'agent-watchdog-client[otlp]' pydantic-ai-slim")) == [
+        "pydantic-ai-slim[openai]>=1.0"]
+
+
 def test_install_lines_use_this_projects_names() -> None:
     wrong = re.compile(r"pip install\s+['\"]?agent-watchdog(?![-\w])")
     found = [f"{path.relative_to(ROOT)}:{number}" for path in DOCUMENTS
@@ -828,6 +910,42 @@ def test_metrics_reference_lists_every_metric() -> None:
     missing = sorted(name for name in names
                      if not re.search(rf"`{re.escape(name)}(_total)?`", text))
     assert not missing, missing
+
+
+def test_metrics_reference_gives_each_metrics_type_and_labels() -> None:
+    """The table's type and labels columns are the metric's own: a label the docs name
+    differently (or leave out) is a query that matches nothing. Labels come from each metric
+    as declared; a collector's family (read at scrape time) is checked where it has samples."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from watchdog.shell.metrics import PREFIX, Metrics
+
+    metrics = Metrics("docs")
+    declared: dict[str, tuple[str, set[str]]] = {}
+    for metric in vars(metrics).values():
+        if isinstance(metric, MetricWrapperBase):
+            declared[metric._name.removeprefix(PREFIX)] = (metric._type, set(metric._labelnames))
+    for family in metrics.registry.collect():
+        name = family.name.removeprefix(PREFIX)
+        if family.name.startswith(PREFIX) and name not in declared and family.samples:
+            declared[name] = (family.type, set().union(
+                *(sample.labels for sample in family.samples)) - {"le"})
+    text = (ROOT / "docs" / "metrics.md").read_text("utf-8")
+    problems, seen = [], set()
+    for row in re.findall(r"^\| (`[a-z_]+`(?:, `[a-z_]+`)*) \| ([a-z, ]*) \| ([^|]*) \|", text,
+                          re.M):
+        names = [n.removesuffix("_total") for n in re.findall(r"`([a-z_]+)`", row[0])]
+        types = [t.strip() for t in row[1].split(",")]
+        labels = {label.strip() for label in row[2].split(",")} - {"—", ""}
+        for name, kind in zip(names, types * len(names) if len(types) == 1 else types,
+                              strict=True):
+            if name in declared:
+                seen.add(name)
+                if declared[name] != (kind, labels):
+                    problems.append(f"{name}: docs {kind} {sorted(labels)}, the metric "
+                                    f"{declared[name][0]} {sorted(declared[name][1])}")
+    assert not problems, "\n".join(problems)
+    assert seen == set(declared), sorted(set(declared) - seen)
 
 
 def test_configuration_reference_lists_every_key() -> None:

@@ -179,7 +179,7 @@ def stdlib_state_dir(state: Path, tracker: RunTracker, entries: list[ActivityEnt
     with contextlib.closing(sqlite3.connect(state / DB_FILE)) as db, db:
         for run in [*tracker.active(), *tracker.ended()]:
             row = run.to_dict()
-            db.execute("INSERT INTO runs VALUES (?,?,?,?,?)",
+            db.execute("INSERT INTO runs (key, agent, ended, updated, data) VALUES (?,?,?,?,?)",
                        (run.key, run.agent or "unknown", int(run.ended), run.last_seen,
                         stdlib_row(row)))
             mine = [entry[1:] for entry in entries if entry.run_key == run.key]
@@ -229,7 +229,8 @@ def test_a_row_an_older_build_wrote_with_infinity_loads(tmp_path: Path) -> None:
     assert "Infinity" in text
     store = Store(str(tmp_path))
     with contextlib.closing(sqlite3.connect(tmp_path / DB_FILE)) as db, db:
-        db.execute("INSERT INTO runs VALUES ('run-inf', 'a', 0, 1.0, ?)", (text,))
+        db.execute("INSERT INTO runs (key, agent, ended, updated, data) "
+                   "VALUES ('run-inf', 'a', 0, 1.0, ?)", (text,))
     loaded = store.get_run("run-inf")
     assert loaded is not None and loaded["budget"] == {"max_cost_usd": math.inf}
     assert RunState.from_dict(loaded).budget == {}

@@ -10,12 +10,18 @@ from __future__ import annotations
 import re
 
 import pytest
+from agent_watchdog_client.directive import Directive as ClientDirective
+from agent_watchdog_client.directive import DirectiveBoard
+from agent_watchdog_client.steer import Steering
 from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import FLEET_SLICE, MAX_TOOLS, Fleet
 from watchdog.core.handout import Step
-from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.model.steer import Board, Counts, decide
+from watchdog.core.rules.decision import Decided
+from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.rules.expr import ExprError, compile_expr
 from watchdog.core.rules.pack import load_rules, load_text
 from watchdog.core.runs.tracker import RunTracker
@@ -68,7 +74,13 @@ def core(window: float = 300.0) -> Core:
 
 def told(step: Step) -> dict[str, str]:
     return {d.run.key: d.decision.message for d in step.decisions
-            if d.decision.rule == "tool-outage"}
+            if d.decision.rule == "tool-outage" and d.decision.message}
+
+
+def withdrawn(step: Step) -> set[str]:
+    """The runs whose outage note ``step`` withdraws (a notify with an empty message)."""
+    return {d.run.key for d in step.decisions
+            if d.decision.rule == "tool-outage" and not d.decision.message}
 
 
 def test_every_run_that_used_the_tool_is_told_once_when_the_third_run_sees_it_fail() -> None:
@@ -107,6 +119,7 @@ def test_a_success_ends_the_outage_and_the_next_outage_tells_the_runs_again() ->
     assert len(told(last)) == 3
     recovered = agents.tool(0, T0 + 30)
     assert recovered.outages == {"search": False} and told(recovered) == {}
+    assert withdrawn(recovered) == {agents.key(i) for i in range(3)}
     assert watchdog.fleet.failing() == {}
     # failures before the success no longer count: two new ones are not an outage
     assert told(agents.tool(1, T0 + 31, ConnectionError("refused"))) == {}
@@ -239,3 +252,60 @@ def test_an_outage_for_ten_thousand_runs_is_told_a_bounded_slice_a_tick() -> Non
     assert ticks == count // FLEET_SLICE  # (each turn takes FLEET_SLICE of the 10,000)
     assert seen == [f"run-{index}" for index in range(count - 1)]
     assert len(watchdog.to_tell) == 0 and told(watchdog.fleet_tick(T0 + 200)) == {}
+
+
+def instructions(decided: list[Decided]) -> tuple[str, str]:
+    """What a run's next model request would carry after ``decided`` (its directives in order),
+    as the model endpoint steers it and as the client SDK does."""
+    endpoint, client = Board(), DirectiveBoard()
+    for seq, one in enumerate(decided, 1):
+        directive = Directive.from_decision(one.decision, one.run, one.now, None, seq, seq)
+        endpoint.post(directive)
+        client.post(ClientDirective.from_json(directive.to_json()))
+    turn = decide(Counts(used=1, handed=1, budget={}), endpoint, "", has_tools=True)
+    return turn.text, Steering("r", {}).compose(client, 1).instructions
+
+
+def test_the_tools_next_success_withdraws_the_outage_note_from_the_runs_instructions() -> None:
+    watchdog = core()
+    agents = Agents(watchdog)
+    agents.start(3)
+    decided: dict[str, list[Decided]] = {agents.key(i): [] for i in range(3)}
+    for step in [agents.tool(i, T0 + 10 + i, ConnectionError("refused")) for i in range(3)]:
+        for one in step.decisions:
+            decided[one.run.key].append(one)
+    for key in decided:
+        endpoint, client = instructions(decided[key])
+        assert NOTE.match(endpoint) and NOTE.match(client)
+    recovered = agents.tool(0, T0 + 30)
+    assert recovered.outages == {"search": False}
+    for one in recovered.decisions:
+        decided[one.run.key].append(one)
+    for key in decided:  # every run told of the outage hears it is over: no note left
+        assert instructions(decided[key]) == ("", "")
+    # the next outage tells them again
+    third = [agents.tool(i, T0 + 40 + i, TimeoutError("x")) for i in range(3)][-1]
+    for one in third.decisions:
+        decided[one.run.key].append(one)
+    for key in decided:
+        endpoint, client = instructions(decided[key])
+        assert "(TimeoutError)" in endpoint and "(TimeoutError)" in client
+
+
+def test_a_restart_after_the_withdrawal_tells_the_runs_at_the_next_outage() -> None:
+    """What fired is restored from its records (the fired-rule log): a note withdrawn before
+    the restart does not count as told, so the next outage tells the runs again."""
+    watchdog = core()
+    agents = Agents(watchdog)
+    agents.start(3)
+    records = []
+    steps = [agents.tool(i, T0 + 10 + i, ConnectionError("refused")) for i in range(3)]
+    steps.append(agents.tool(0, T0 + 30))
+    assert withdrawn(steps[-1]) == {agents.key(i) for i in range(3)}
+    for step in steps:
+        records += [FiredRecord.of(one.decision, one.now, 0) for one in step.decisions]
+    restarted = RuleEngine(load_rules([]))
+    restarted.restore(records)
+    watchdog.engine = restarted
+    third = [agents.tool(i, T0 + 40 + i, TimeoutError("x")) for i in range(3)][-1]
+    assert sorted(told(third)) == sorted(agents.key(i) for i in range(3))

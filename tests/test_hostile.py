@@ -207,9 +207,9 @@ CONTROL_BODIES: list[tuple[str, str, bytes, str]] = [
     ("heartbeat", "/heartbeat", b'{"announce": {"session": "a\\u0000b"}}',
      "must not contain control characters"),
     ("heartbeat", "/heartbeat", b'{"announce": {"agent": "a"}, "trace_id": "AB' + b"0" * 30
-     + b'"}', "trace_id='AB000000000000000000000000000000' is not allowed: expected the run's"),
+     + b'"}', 'trace_id="AB000000000000000000000000000000" is not allowed: expected the run\'s'),
     ("heartbeat", "/heartbeat", b'{"announce": {"trace_id": "' + b"0" * 32 + b'"}}',
-     "announce.trace_id='00000000000000000000000000000000' is not allowed"),
+     'announce.trace_id="00000000000000000000000000000000" is not allowed'),
     ("ack", "/ack", b'{"seq": ' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"}",
      "nested too deeply"),
     ("ack", "/ack", b'{"seq": 99999999999999999999999999}', "is not allowed"),
@@ -245,7 +245,7 @@ CODED_BODIES: list[tuple[str, Callable[[], bytes], str, int, str, str]] = [
     ("cut gzip", lambda: gzip.compress(b'{"messages": 1}')[:-9], "gzip", 400, "bad_request",
      "not valid gzip data"),
     ("unsupported coding", lambda: b'{"messages": 1}', "br", 415, "unsupported_media_type",
-     "unsupported Content-Encoding 'br'"),
+     'unsupported Content-Encoding "br"'),
     ("gzip bomb", lambda: gzip_bomb(32 * MIB), "gzip", 413, "payload_too_large",
      "(after decompression)"),
 ]

@@ -31,6 +31,10 @@ rules:
     action: abort
     severity: critical
     message: "stop: ${run.tool_calls} tool calls"
+  - name: reads-a-tool-not-called
+    when: run.tools["fetch"] > 0
+    action: notify
+    message: fetched
 """
 
 
@@ -99,6 +103,14 @@ def test_decisions_are_json_events(tmp_path: Path) -> None:
     assert events[("run_ended", None)].items() >= {
         **common, "run": RUN_ID, "agent": "logger", "terminal_state": "aborted",
         "reason": "two-tools-stop", "has_final_answer": True}.items()
+    # a rule that fails to evaluate (no "fetch" key) is said once, with the error and the run
+    # (only rule_errors_total counted it: what failed, and where, was nowhere)
+    failed = [r for r in records if r.get("event") == "rule_error"]
+    assert len(failed) == 1, failed
+    assert failed[0].items() >= {"level": "warning", "logger": "watchdog.decisions",
+                                 "rule": "reads-a-tool-not-called", "errors": 1,
+                                 "run": RUN_ID}.items()
+    assert failed[0]["error"].startswith("when: ") and "fetch" in failed[0]["error"], failed
     text = log_file.read_text()
     for secret in (HOOK_SECRET, URL_TOKEN):
         assert secret not in text
@@ -131,3 +143,20 @@ def test_text_lines_and_exceptions_in_json(capsys: pytest.CaptureFixture[str],
     assert len(out) == 2
     line = json.loads(out[1])
     assert line["message"] == "it failed" and "ValueError: boom" in line["exception"]
+
+
+def test_a_failing_rule_is_logged_at_its_first_error_then_once_a_minute(
+        capsys: pytest.CaptureFixture[str], root_logging: None) -> None:
+    """Every failure counts in rule_errors_total; the log says the first, then at most one line
+    each RULE_ERROR_LOG_INTERVAL per rule with the failures since, however often it fails."""
+    logs.setup("info", "json")
+    failing = logs.RuleErrorLog()
+    for second in range(0, 150):  # three failures a second for 150 s, of two rules
+        failing.failed("a", 2, f"run-{second}", "when: no such key: 'fetch'", 1000.0 + second)
+        failing.failed("b", 1, f"run-{second}", "message: ${x}: bad", 1000.0 + second)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [(r["rule"], r["errors"], r["run"], r["level"]) for r in lines] == [
+        ("a", 2, "run-0", "warning"), ("b", 1, "run-0", "warning"),
+        ("a", 120, "run-60", "warning"), ("b", 60, "run-60", "warning"),
+        ("a", 120, "run-120", "warning"), ("b", 60, "run-120", "warning")]
+    assert lines[0]["error"] == "when: no such key: 'fetch'"

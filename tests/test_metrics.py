@@ -14,6 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.trace import Span
 
 from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
@@ -376,3 +378,42 @@ def test_the_log_content_outcomes_shown_from_the_start_are_the_joins() -> None:
     from watchdog.shell.metrics import LOG_CONTENT_OUTCOMES
 
     assert LOG_CONTENT_OUTCOMES == CONTENT_OUTCOMES
+
+
+def test_a_withdrawn_note_is_no_rule_firing(clock: ManualClock,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A tool outage's note (``tool-outage``, a ``repeat: each_time`` notify) is withdrawn when
+    the tool succeeds again: a notify with an empty message, which counts no firing in
+    ``rule_fired_total`` and is logged as ``rule_withdrawn``, not ``rule_fired``."""
+    wired = Sidecar(clock, Config())
+    wired.service.core.engine = RuleEngine(load_rules([]))  # the default pack, as served
+    maker = SpanMaker({"service.name": "demo"})
+    roots = [maker.open("invoke_agent demo", {"gen_ai.operation.name": "invoke_agent",
+                                              "gen_ai.agent.name": "demo"}, start=T0)
+             for _ in range(3)]
+
+    def call_search(root: Span, at: float, error: BaseException | None = None) -> None:
+        maker.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=at - 1,
+                   end=at - 0.5)
+        maker.span("execute_tool search", tool_attrs("search", '{"q": "x"}',
+                                                     None if error else "ok"),
+                   parent=root, start=at - 0.4, end=at, exception=error)
+        wired.export(maker)
+        wired.service.tick()
+
+    try:
+        for index, root in enumerate(roots):
+            call_search(root, T0 + 1 + index, ConnectionError("refused"))
+        fired = wired.value("rule_fired_total", rule="tool-outage", action="notify",
+                            agent="demo")
+        assert fired == 3  # each run told of the outage once
+        with caplog.at_level("INFO", logger="watchdog.decisions"):
+            call_search(roots[0], T0 + 10)  # the tool is back: the three notes withdrawn
+        withdrawn = [r.getMessage() for r in caplog.records
+                     if r.getMessage().startswith("rule_withdrawn")]
+        assert len(withdrawn) == 3 and all("rule=tool-outage" in m for m in withdrawn)
+        assert not [r for r in caplog.records if r.getMessage().startswith("rule_fired")]
+        assert wired.value("rule_fired_total", rule="tool-outage", action="notify",
+                           agent="demo") == fired
+    finally:
+        wired.store.close()

@@ -4,6 +4,7 @@ upstream (bench/loadgen, built by the bench), and with its Python ones on reques
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -179,10 +180,14 @@ def test_the_go_client_runs_phases_over_kept_connections() -> None:
 
 
 def test_both_clients_send_a_conversations_turns_in_order_with_its_history() -> None:
-    """``--turns 3``: each worker sends a conversation's three requests one after another, the
-    later ones carrying the tool calls and results before them; the Go client sends what the
-    Python one does (``request_body``), byte for byte as JSON."""
+    """``--turns 3``: each worker sends a conversation's three requests one after another, each
+    but the last offering a tool, the later ones carrying the tool call the model handed over
+    (its id, read from the stream before) and a result for it, as a real agent does; the Go
+    client sends what the Python one does (``request_body``), byte for byte as JSON."""
     seen: list[dict[str, Any]] = []
+
+    def handed_id(body: bytes) -> str:
+        return "call_" + hashlib.sha256(body).hexdigest()[:12]
 
     class Recorder(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -191,8 +196,15 @@ def test_both_clients_send_a_conversations_turns_in_order_with_its_history() -> 
             pass
 
         def do_POST(self) -> None:
-            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            body = b"data: {}\n\ndata: [DONE]\n\n"
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            request = json.loads(raw)
+            seen.append(request)
+            delta: dict[str, Any] = {}
+            if "tools" in request:  # (an id from the request: the same for both clients)
+                delta = {"tool_calls": [{"index": 0, "id": handed_id(raw), "type": "function",
+                                         "function": {"name": "search", "arguments": "{}"}}]}
+            body = b"data: " + json.dumps({"choices": [{"delta": delta}]}).encode() + \
+                b"\n\ndata: [DONE]\n\n"
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Content-Length", str(len(body)))
@@ -220,12 +232,21 @@ def test_both_clients_send_a_conversations_turns_in_order_with_its_history() -> 
     finally:
         server.shutdown()
         server.server_close()
-    expected = [json.loads(model_endpoint.request_body(number, turn))
-                for number, turn in ((40, 1), (40, 2), (40, 3), (41, 1), (41, 2), (41, 3),
-                                     (42, 1))]
+    expected = []
+    for number, turns in ((40, 3), (41, 3), (42, 1)):
+        history: list[dict[str, object]] = []
+        for turn in range(1, turns + 1):
+            body = model_endpoint.request_body(number, history, turn < 3)
+            expected.append(json.loads(body))
+            call = handed_id(json.dumps(json.loads(body), separators=(", ", ": ")).encode())
+            history += [{"role": "assistant", "content": None, "tool_calls": [{
+                            "id": call, "type": "function",
+                            "function": {"name": "search", "arguments": "{}"}}]},
+                        {"role": "tool", "tool_call_id": call, "content": f"result {turn}"}]
     assert go == expected
     assert seen == expected
     assert [len(body["messages"]) for body in go] == [2, 4, 6, 2, 4, 6, 2]
+    assert [("tools" in body) for body in go] == [True, True, False] * 2 + [True]
 
 
 def test_the_bench_measures_conversations_of_several_turns() -> None:

@@ -6,6 +6,7 @@ request names — a real sidecar in front of a raw upstream the test scripts byt
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -29,6 +30,8 @@ from tests.test_model_proxy import (
     Seen,
     completion_reply,
     post,
+    reset,
+    send,
     sidecar_for,
 )
 
@@ -152,24 +155,30 @@ def upstream_ok() -> Iterator[RawUpstream]:
 
 # -- a whole response cut or stalled mid-body ---------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["cut", "stalled"])
+@pytest.mark.parametrize("fault", ["cut", "reset", "stalled"])
 @pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
 def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
         relay: str, tmp_path: Path, released: threading.Event, fault: str,
         budget: str | None) -> None:
     """An upstream that sends a whole (not streamed) response's head and part of its body,
-    then closes its connection or goes silent: the agent gets a 502 or 504 saying so (the
-    relay reads a whole response before it answers), never a 200 with a short body, and the
-    call is counted as the upstream's failure."""
+    then closes its connection, resets it (a body of no length said, which ends with its
+    connection: a reset is no end, RFC 9112 §8) or goes silent: the agent gets a 502 or 504
+    saying so (the relay reads a whole response before it answers), never a 200 with a short
+    body, and the call is counted as the upstream's failure."""
     def partial(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(COMPLETION)))
+        if fault == "reset":
+            handler.send_header("Connection", "close")
+        else:
+            handler.send_header("Content-Length", str(len(COMPLETION)))
         handler.end_headers()
         handler.wfile.write(COMPLETION[:40])
         handler.wfile.flush()
         if fault == "stalled":
             released.wait(60)
+        if fault == "reset":
+            reset(handler)
         handler.close_connection = True
 
     raw = RawUpstream(partial)
@@ -182,7 +191,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
                 "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
                 headers)
             error = json.loads(answer)["error"]
-            if fault == "cut":
+            if fault != "stalled":
                 assert status == 502, answer
                 assert error["code"] == "upstream_broken"
                 assert "answered, then broke off" in error["message"]
@@ -191,7 +200,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
                 assert status == 504, answer
                 assert error["code"] == "upstream_timeout"
                 assert "answered, then sent nothing more for 0.5 s" in error["message"]
-            counted = "upstream_error" if fault == "cut" else "upstream_timeout"
+            counted = "upstream_timeout" if fault == "stalled" else "upstream_error"
             wait_until(lambda: outcomes(sidecar, "cutter") == {counted: 1.0},
                        lambda: f"counted: {outcomes(sidecar, 'cutter')}")
     finally:
@@ -329,6 +338,220 @@ def test_a_final_answer_that_stalls_mid_way_is_broken_off(
             assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
     finally:
         released.set()
+        raw.close()
+
+
+# -- a stream broken off, then sent again ---------------------------------------------------------
+
+def tool_call_chunks(tag: str) -> bytes:
+    """A streamed answer's first events: two calls of ``search``, whole (no finish reason and
+    no ``[DONE]`` yet)."""
+    return b"".join(b"data: %s\n\n" % json.dumps({
+        "id": "chatcmpl-" + tag, "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [{
+            "index": index, "id": f"call_{tag}_{index}", "type": "function",
+            "function": {"name": "search", "arguments": "{}"}}]}}]}).encode()
+        for index in range(2))
+
+
+@pytest.mark.parametrize("budget", ["2", None], ids=["budget", "none"])
+def test_a_stream_broken_off_then_sent_again_charges_only_the_calls_the_agent_ran(
+        relay: str, tmp_path: Path, budget: str | None) -> None:
+    """An upstream breaks a stream off after the deltas of two tool calls: the agent sees a
+    failed answer (its SDK raises) and sends the same request again, which is answered with
+    two other calls that it runs. The calls of the broken answer were never handed over:
+    nothing charges them, on both relays. So the request sent again still gets its tools (a
+    budget of 2: not withdrawn for the final report), and once the two calls it ran are
+    answered the run has made 2 tool calls, not 4; the run has no tool running while the
+    agent is to send the request again."""
+    def cut_then_whole(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(raw.seen) == 1:  # an unfinished chunked body, then the connection closes
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            events = tool_call_chunks("cut")
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(events), events))
+            handler.wfile.flush()
+            handler.close_connection = True
+            return
+        body = json.loads(seen.body)
+        calls = [] if body.get("tool_choice") == "none" or len(raw.seen) > 2 else [
+            {"id": f"call_ok_{index}", "type": "function",
+             "function": {"name": "search", "arguments": "{}"}} for index in range(2)]
+        message = {"role": "assistant", "content": None if calls else "Report.",
+                   **({"tool_calls": calls} if calls else {})}
+        send(handler, 200, json.dumps({
+            "id": f"chatcmpl-{len(raw.seen)}", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if calls else "stop"}]}).encode())
+
+    raw = RawUpstream(cut_then_whole)
+    headers = {"x-watchdog-agent": "resender"}
+    if budget is not None:
+        headers["x-watchdog-budget-tool-calls"] = budget
+    messages: list[dict[str, object]] = [{"role": "user", "content": "find it"}]
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            host, port = sidecar.server.addresses["model"]
+            streamed = json.dumps({"model": "m", "stream": True, "tools": TOOLS,
+                                   "messages": messages}).encode()
+            connection = http.client.HTTPConnection(host, port, timeout=10)
+            connection.request("POST", "/v1/chat/completions", streamed,
+                               {"Content-Type": "application/json", **headers})
+            response = connection.getresponse()
+            assert response.status == 200
+            with pytest.raises(http.client.IncompleteRead) as broken:
+                response.read()
+            assert b"call_cut_1" in broken.value.partial
+            connection.close()
+            run_id = wait_until(lambda: (r := sidecar.get_json("/v1/runs")["runs"])
+                                and r[0]["errors"] == 1 and r[0]["id"], "the failed call")
+            signals = run_detail(sidecar.api, run_id)["signals"]  # type: ignore[index]
+            assert signals["in_flight"] == 0, signals
+
+            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+            assert status == 200, answer
+            assert "tool_choice" not in json.loads(raw.seen[1].body)  # its tools still offered
+            message = json.loads(answer)["choices"][0]["message"]
+            assert [call["id"] for call in message["tool_calls"]] == ["call_ok_0", "call_ok_1"]
+
+            messages += [message, *({"role": "tool", "tool_call_id": call["id"],
+                                     "content": "found"} for call in message["tool_calls"])]
+            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+            assert status == 200, answer
+            if budget is not None:  # spent: the final report
+                assert json.loads(raw.seen[2].body)["tool_choice"] == "none"
+            runs = sidecar.get_json("/v1/runs?agent=resender")["runs"]
+            assert [(run["id"], run["tool_calls"], run["iterations"]) for run in runs] == [
+                (run_id, 2, 3)]
+    finally:
+        raw.close()
+
+
+# -- tool calls whose ids are not unique --------------------------------------------------------
+
+@pytest.mark.parametrize("ids", [["", ""], ["call_0", "call_0"]], ids=["empty", "same"])
+def test_calls_an_upstream_gives_one_id_each_count_one_each(
+        relay: str, tmp_path: Path, ids: list[str]) -> None:
+    """An OpenAI-compatible server that gives its tool calls no id, or the same id to each
+    (as some local ones do), answers with two calls at a time; the agent runs them and sends
+    their results (under those ids). Every call the agent ran counts, on both relays: a
+    budget of 4 is spent after two answers (the run ends ``tool_limit_reached``, its third
+    request the final one), never a run of 2 tool calls that ran 4."""
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        body = json.loads(seen.body)
+        message: dict[str, object] = {"role": "assistant", "content": "Report."}
+        if body.get("tool_choice") != "none":
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "search", "arguments": json.dumps({"q": at})}}
+                for at, call_id in enumerate(ids)]}
+        send(handler, 200, json.dumps({
+            "id": f"chatcmpl-{len(raw.seen)}", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if "tool_calls" in message
+                         else "stop"}]}).encode())
+
+    raw = RawUpstream(reply)
+    headers = {"x-watchdog-agent": "sameids", "x-watchdog-budget-tool-calls": "4"}
+    messages: list[dict[str, object]] = [{"role": "user", "content": "find it"}]
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            for _ in range(3):
+                status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                    "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+                assert status == 200, answer
+                message = json.loads(answer)["choices"][0]["message"]
+                calls = message.get("tool_calls") or []
+                messages += [message, *({"role": "tool", "tool_call_id": call["id"],
+                                         "content": "found"} for call in calls)]
+            assert json.loads(raw.seen[2].body)["tool_choice"] == "none"  # the final request
+            assert message["content"] == "Report."
+            runs = wait_until(lambda: (r := sidecar.get_json("/v1/runs?agent=sameids")["runs"])
+                              and r[0]["state"] == "ended" and r, "the run ended")
+            assert [(run["tool_calls"], run["terminal_state"]) for run in runs] == [
+                (4, "tool_limit_reached")]
+    finally:
+        raw.close()
+
+
+# -- a run's final request that gets no answer, sent again ------------------------------------
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/v1/chat/completions", 429), ("/v1/chat/completions", 503), ("/v1/messages", 529)])
+def test_a_final_request_the_upstream_did_not_answer_goes_upstream_again_when_sent_again(
+        relay: str, tmp_path: Path, path: str, status: int) -> None:
+    """A run's budget is spent (its one tool call made): its next request goes upstream for
+    the final report, and the upstream answers it with a rate limit or a server error (with
+    ``retry-after``), which the agent's SDK retries. The final turn did not happen: the
+    request sent again goes upstream for the report again, on both relays, and the agent
+    gets the model's report — not the stop note that follows a final turn answered."""
+    messages_api = path == "/v1/messages"
+
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(raw.seen) == 1:  # the one tool call
+            content: list[dict[str, object]] = [
+                {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {}}]
+            calls = [{"id": "call_1", "type": "function",
+                      "function": {"name": "search", "arguments": "{}"}}]
+        elif len(raw.seen) == 2:  # the final request, busy
+            send(handler, status, b'{"error": {"message": "busy", "type": "overloaded"}}',
+                 {"retry-after": "0"})
+            return
+        else:
+            content, calls = [{"type": "text", "text": "The model's report."}], []
+        if messages_api:
+            send(handler, 200, json.dumps({
+                "id": f"msg_{len(raw.seen)}", "type": "message", "role": "assistant",
+                "model": "m", "content": content,
+                "stop_reason": "tool_use" if calls else "end_turn",
+                "usage": {"input_tokens": 1, "output_tokens": 1}}).encode())
+        else:
+            send(handler, 200, json.dumps({
+                "id": f"chatcmpl-{len(raw.seen)}", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop",
+                             "message": {"role": "assistant",
+                                         "content": None if calls else content[0]["text"],
+                                         **({"tool_calls": calls} if calls else {})}}]}).encode())
+
+    raw = RawUpstream(reply)
+    tools = [{"name": "search", "input_schema": {"type": "object"}}] if messages_api \
+        else TOOLS
+    messages: list[dict[str, object]] = [{"role": "user", "content": "find it"}]
+    headers = {"x-watchdog-agent": "refinal", "x-watchdog-budget-tool-calls": "1"}
+
+    def ask() -> tuple[int, bytes]:
+        return post(sidecar, path, json.dumps({"model": "m", "max_tokens": 100, "tools": tools,
+                                               "messages": messages}).encode(), headers)
+
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            answered, answer = ask()
+            assert answered == 200, answer
+            if messages_api:
+                messages += [{"role": "assistant", "content": json.loads(answer)["content"]},
+                             {"role": "user", "content": [{"type": "tool_result",
+                                                           "tool_use_id": "toolu_1",
+                                                           "content": "found"}]}]
+            else:
+                messages += [json.loads(answer)["choices"][0]["message"],
+                             {"role": "tool", "tool_call_id": "call_1", "content": "found"}]
+            answered, answer = ask()
+            assert answered == status, answer
+            answered, answer = ask()  # as the SDK retries
+            assert answered == 200, answer
+            assert len(raw.seen) == 3  # the report asked for again
+            for seen in raw.seen[1:]:
+                choice = json.loads(seen.body)["tool_choice"]
+                assert choice == ({"type": "none"} if messages_api else "none"), choice
+            got = json.loads(answer)
+            text = got["content"][0]["text"] if messages_api \
+                else got["choices"][0]["message"]["content"]
+            assert text == "The model's report."
+    finally:
         raw.close()
 
 

@@ -328,6 +328,44 @@ def test_odd_json_the_rust_reader_reads_gives_what_python_reads() -> None:
     assert seen is not None and seen == python("chat", chat) and seen.complete
 
 
+def n_choices_stream(chunk_per_choice: bool) -> bytes:
+    """A stream of ``n`` = 2 answers: each a text and two calls, the second's named otherwise,
+    their parts interleaved (a chunk for each choice's part, or one for both parts)."""
+    def part(index: int, delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
+        return {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
+
+    rounds = [[part(choice, {"role": "assistant", "content": f"text{choice} "})
+               for choice in range(2)],
+              [part(choice, {"content": f"more{choice}"}) for choice in range(2)]]
+    for call in range(2):
+        rounds.append([part(choice, {"tool_calls": [{
+            "index": call, "id": f"call_{choice}_{call}", "type": "function",
+            "function": {"name": f"tool{choice}_{call}", "arguments": ""}}]})
+            for choice in range(2)])
+        rounds.append([part(choice, {"tool_calls": [{
+            "index": call, "function": {"arguments": f'{{"c": {choice}}}'}}]})
+            for choice in range(2)])
+    rounds.append([part(1, {}, "length"), part(0, {}, "tool_calls")])
+    chunks = [[one] for parts in rounds for one in parts] if chunk_per_choice else rounds
+    events = [b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m",
+                                      "choices": choices}, separators=(",", ":")).encode()
+              + b"\n\n" for choices in chunks]
+    return b"".join(events) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("chunk_per_choice", [True, False], ids=["chunk_each", "together"])
+def test_a_stream_of_several_choices_is_read_as_its_first(chunk_per_choice: bool) -> None:
+    """``n`` > 1: the answer read is the first choice's, as a whole response's ``choices[0]``
+    is; another choice's text and calls (``index`` 1) are no part of it, by either reader (they
+    were merged into the first's: a call named ``tool0_0tool1_0``, its arguments both)."""
+    stream = n_choices_stream(chunk_per_choice)
+    seen = python("chat", stream)
+    assert seen.text == "text0 more0" and seen.finish_reason == "tool_calls" and seen.complete
+    assert [(c.call_id, c.name, c.arguments) for c in seen.calls] == [
+        ("call_0_0", "tool0_0", '{"c": 0}'), ("call_0_1", "tool0_1", '{"c": 0}')]
+    assert rust("chat", stream) == seen
+
+
 def test_a_bad_api_name_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not a model API"):
         Relay.observed("embeddings", b"")

@@ -10,7 +10,9 @@ import gzip
 import http.client
 import json
 import logging
+import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -104,6 +106,16 @@ def send(handler: BaseHTTPRequestHandler, status: int, body: bytes,
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def reset(handler: BaseHTTPRequestHandler) -> None:
+    """The upstream's connection reset (an RST, with no FIN before it), what was written
+    sent first."""
+    handler.wfile.flush()
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                  struct.pack("ii", 1, 0))
+    os.close(handler.connection.detach())
+    handler.close_connection = True
 
 
 def completion_reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
@@ -586,6 +598,8 @@ def test_bad_budget_headers_are_a_clear_400(sidecar: RunningServer, upstream: Ra
     assert head.startswith(b"HTTP/1.1 400"), (value, head)
     message = json.loads(text)["error"]["message"]
     assert header in message and "is not allowed" in message
+    # the largest allowed in the digits asked for (not 1e+06, an exponent the header refuses)
+    assert message.endswith(("from 0 to 1000000", "from 0 to 2592000")), message
     assert upstream.seen == []
 
 
@@ -702,13 +716,14 @@ CUT_STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"The answer is"}
               b'data: {"choices":[{"index":0,"delta":{"content":" partial"}}]}\n\n')
 
 
-@pytest.mark.parametrize("framing", ["chunked", "length"])
+@pytest.mark.parametrize("framing", ["chunked", "length", "reset"])
 def test_an_upstream_cut_off_mid_stream_is_cut_off_for_the_client_too(
         tmp_path: Path, framing: str) -> None:
     """An upstream whose stream breaks off (its connection closed mid-body: an unfinished
-    chunked body, or fewer bytes than its length said): the client sees its answer broken off
-    too, never an answer that ended, on both relays, with a bound on tool calls, a budget in
-    dollars (its stream read event by event) or neither; the sidecar serves on."""
+    chunked body, or fewer bytes than its length said; or reset, a body of no length said that
+    ends with its connection: a reset is no end, RFC 9112 §8): the client sees its answer
+    broken off too, never an answer that ended, on both relays, with a bound on tool calls, a
+    budget in dollars (its stream read event by event) or neither; the sidecar serves on."""
     def cut(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
@@ -716,10 +731,17 @@ def test_an_upstream_cut_off_mid_stream_is_cut_off_for_the_client_too(
             handler.send_header("Transfer-Encoding", "chunked")
             handler.end_headers()
             handler.wfile.write(b"%x\r\n%s\r\n" % (len(CUT_STREAM), CUT_STREAM))
-        else:
+        elif framing == "length":
             handler.send_header("Content-Length", str(len(CUT_STREAM) + 500))
             handler.end_headers()
             handler.wfile.write(CUT_STREAM)
+        else:
+            handler.send_header("Connection", "close")
+            handler.end_headers()
+            handler.wfile.write(CUT_STREAM)
+            handler.wfile.flush()
+            time.sleep(0.1)  # (its events on their way before the reset)
+            reset(handler)
         handler.wfile.flush()
         handler.close_connection = True
 

@@ -191,6 +191,68 @@ def test_streams_trimmed_alike(api: str, keep: int, step: Step, odd: bool, size:
         assert expected[1] == (keep < 3)
 
 
+def choices_stream(answers: list[list[str]], together: bool) -> tuple[bytes, bytes]:
+    """A Chat Completions answer of ``n`` = len(answers) choices, each calling the tools it
+    names: streamed (a chunk for each choice's part, or one for the parts of all choices at
+    once) and whole."""
+    def call(choice: int, at: int, name: str) -> dict[str, object]:
+        return {"index": at, "id": f"call_{choice}_{at}", "type": "function",
+                "function": {"name": name, "arguments": "{}"}}
+
+    rounds = [[{"index": choice, "delta": {"tool_calls": [call(choice, at, name)]},
+                "finish_reason": None} for choice, names in enumerate(answers)
+               if at < len(names) for name in [names[at]]]
+              for at in range(max(map(len, answers)))]
+    rounds.append([{"index": choice, "delta": {},
+                    "finish_reason": "tool_calls" if answers[choice] else "stop"}
+                   for choice in reversed(range(len(answers)))])
+    chunks = rounds if together else [[one] for parts in rounds for one in parts]
+    stream = b"".join(b"data: %s\n\n" % json.dumps(
+        {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": parts}).encode()
+        for parts in chunks) + b"data: [DONE]\n\n"
+    whole = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": [
+        {"index": choice, "finish_reason": "tool_calls" if names else "stop", "message": {
+            "role": "assistant", "content": None,
+            "tool_calls": [call(choice, at, name) for at, name in enumerate(names)]}}
+        for choice, names in enumerate(answers)]}).encode()
+    return stream, whole
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["chunk_each", "together"])
+@pytest.mark.parametrize("keep", [0, 1, 2])
+@pytest.mark.parametrize("answers", [
+    [["final_result"], ["search", "search", "search"]],
+    [["search", "search"], ["final_result", "search", "search"]],
+    [[], ["search", "search"], ["search"]]], ids=["answer_first", "answer_second", "three"])
+def test_the_choices_of_a_stream_are_trimmed_each_as_a_whole_answers_are(
+        keep: int, answers: list[list[str]], together: bool) -> None:
+    """``n`` > 1: each choice of a stream is handed at most the calls left (and its
+    final-answer calls), as each choice of a whole response is, by both trimmers. (The calls
+    were counted across choices by their index alone: a choice whose first call was another's
+    final answer was handed one more.)"""
+    stream, whole = choices_stream(answers, together)
+    trimmed = python_stream("chat", keep, [stream])
+    assert trimmed is not None and rust("chat", keep, [stream], True) == trimmed
+    handed: dict[int, list[tuple[int, str]]] = {}
+    finish: dict[int, str] = {}
+    for event in trimmed[0].split(b"\n\n"):
+        if not event.startswith(b"data: {"):
+            continue
+        for choice in json.loads(event[6:])["choices"]:
+            handed.setdefault(choice["index"], []).extend(
+                (call["index"], call["function"]["name"])
+                for call in choice["delta"].get("tool_calls", ()))
+            if choice["finish_reason"]:
+                finish[choice["index"]] = choice["finish_reason"]
+    expected = python_whole("chat", keep, whole)
+    assert expected is not None
+    for message in json.loads(expected[0])["choices"]:
+        calls = message["message"].get("tool_calls", [])
+        assert handed.get(message["index"], []) == [
+            (at, call["function"]["name"]) for at, call in enumerate(calls)]
+        assert finish[message["index"]] == message["finish_reason"]
+
+
 LEGACY = {"call": Step(tool_calls=(ToolCall("search", {"q": "é"}),)),
           "answer": Step(text="Done.", tool_calls=(ToolCall("final_result", {"answer": "42"}),)),
           "text": Step(text="No call.")}

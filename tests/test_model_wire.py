@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from opentelemetry.trace import Span
 
 from tests.frameworks.fakellm import (
     Step,
@@ -20,6 +21,7 @@ from tests.frameworks.fakellm import (
     response_events,
     response_object,
 )
+from tests.spans import T0, SpanMaker, chat_attrs, records_of
 from watchdog.core.directives.model import Directive
 from watchdog.core.directives.prompt import bare_prompt
 from watchdog.core.model.book import Caller, ModelBook, Unbooked, parse_traceparent
@@ -843,13 +845,21 @@ def test_a_response_that_broke_off_is_a_failed_call_that_hands_nothing_over() ->
         Call("call_1", "search", "{}")], 1, 2)
     assert (record.error, record.error_type, record.final_answer) == (
         True, "IncompleteResponse", False)
-    assert (state.handed, state.answered) == (0, 0) and "call_1" in state.pending
+    assert (state.handed, state.answered) == (0, 0) and "call_1" in state.begun
     book.settle(state)
     again = book.identify("chat", request, Caller(), "a", lambda _key: False)
     assert again is state
+    assert book.tool_records(state, request, 3) == []  # sent again: call_1 never ran
     whole = book.call_record(state, request, Observation(text="The answer is 4.",
                                                          complete=True), [], 3, 4)
     assert (whole.error, whole.final_answer, state.answered) == (False, True, 1)
+    # one the agent ran all the same (its SDK gave it the call's deltas) counts, once
+    book.call_record(state, request, Observation(), [Call("call_2", "search", "{}")], 5, 6)
+    ran = chat_request({"role": "assistant", "tool_calls": [{
+        "id": "call_2", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "found"})
+    assert [record.tool_name for record in book.tool_records(state, ran, 7)] == ["search"]
+    assert book.tool_records(state, ran, 8) == []
 
 
 @pytest.mark.parametrize(("status", "body", "read"), [
@@ -865,3 +875,61 @@ def test_a_refusal_is_read_as_the_model_apis_say_it(status: int, body: bytes,
                                                     read: tuple[str, str]) -> None:
     assert refusal_of(status, body) == read
     assert refused(status) and not refused(429) and not refused(500) and not refused(408)
+
+
+def test_a_late_response_of_an_evicted_run_goes_where_the_runs_own_late_span_goes() -> None:
+    """A call whose ``traceparent`` named a run at its request is pinned to that run (its
+    record names it as the client SDK's spans do). Its response ends after the run was
+    evicted: the record is the evicted run's late call and opens no run of that key again;
+    once memory has let the run go, it goes where a late span of the run's own goes (the
+    run's key opened again either way): pinning opens no run its spans would not."""
+    maker = SpanMaker()
+
+    def sdk_run(tracker: RunTracker, key: str, at: float) -> Span:
+        ids = {"watchdog.run.id": key, "gen_ai.agent.name": "a"}
+        root = maker.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent", **ids},
+                          start=at)
+        maker.span("chat m", chat_attrs(finish="tool_calls", **ids), parent=root, start=at,
+                   end=at + 0.5)
+        tracker.apply(records_of(maker.take()), at + 1)
+        return root
+
+    tracker = RunTracker(max_runs=2, max_ended=1)
+    context = sdk_run(tracker, "run-r", T0).get_span_context()
+    trace = f"{context.trace_id:032x}"
+    request = chat_request()
+    book = ModelBook()
+    state = book.identify("chat", request, Caller(
+        traceparent=f"00-{trace}-{context.span_id:016x}-01"), "a", lambda _key: False)
+    named = tracker.trace_run(trace)  # (the run the trace names at the request)
+    assert named == "run-r"
+
+    def response(at: float) -> SpanRecord:
+        record = book.call_record(state, request, Observation(
+            finish_reason="stop", text="hi", complete=True), [], int(at * 1e9),
+            int((at + 0.1) * 1e9), named)
+        assert (record.run_key, record.pinned) == ("run-r", True)
+        return record
+
+    sdk_run(tracker, "run-x", T0 + 2)
+    sdk_run(tracker, "run-y", T0 + 3)  # three active runs, two allowed: run-r is evicted
+    evicted = tracker.get("run-r")
+    assert evicted is not None and (evicted.ended, evicted.terminal_reason) == (True, "evicted")
+    late = tracker.apply([response(T0 + 4)], T0 + 5)
+    assert (late.late_spans, late.started) == (1, [])
+    assert [run.key for run in tracker.active()] == ["run-x", "run-y"]
+    assert evicted.iterations == 2 and evicted.ended
+
+    # run-x evicted in turn, the one ended run memory keeps: run-r is gone from memory
+    sdk_run(tracker, "run-z", T0 + 6)
+    assert tracker.get("run-r") is None
+    pinned = tracker.apply([response(T0 + 7)], T0 + 8)
+    # the same history, and then a late span of the run's own instead
+    again = RunTracker(max_runs=2, max_ended=1)
+    for key, at in (("run-r", T0), ("run-x", T0 + 2), ("run-y", T0 + 3), ("run-z", T0 + 6)):
+        sdk_run(again, key, at)
+    assert again.get("run-r") is None
+    ids = {"watchdog.run.id": "run-r", "gen_ai.agent.name": "a"}
+    maker.span("chat m", chat_attrs(finish="stop", **ids), start=T0 + 7, end=T0 + 7.1)
+    own = again.apply(records_of(maker.take()), T0 + 8)
+    assert [run.key for run in pinned.started] == [run.key for run in own.started] == ["run-r"]

@@ -467,6 +467,7 @@ NORMALISED_VALUES: list[dict[str, Any]] = [
         "agent-0", "run-1", "call_1", '[{"role": "user", "content": "hi"}]',
         '[{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}]', '["stop"]',
         "secret password=hunter2 in /home/user/file.txt", "langgraph", "langchain",
+        "StructuredTool", '{"tool_call_id": "call_1", "content": "ok"}',
         "content='no such file' name='read_file' tool_call_id='c1' status='error'")
 ] + ODD_VALUES
 
@@ -506,6 +507,21 @@ def test_the_compiled_normalise_reads_odd_spans_as_normalise_does() -> None:
             for _ in range(rng.randint(0, 4)):
                 key_value = span.attributes.add(key=rng.choice(NORMALISED_KEYS))
                 key_value.value.CopyFrom(AnyValue(**rng.choice(NORMALISED_VALUES)))
+    # and a clean tool call with each value as its name, its arguments and its result
+    spans = request.resource_spans.add().scope_spans.add().spans
+    for index, value in enumerate(NORMALISED_VALUES * 3):
+        span = spans.add(trace_id=bytes(range(1, 17)), span_id=(10_000 + index).to_bytes(8, "big"),
+                         parent_span_id=b"\7" * 8, name="execute_tool t",
+                         start_time_unix_nano=1_700_000_000_000_000_000,
+                         end_time_unix_nano=1_700_000_001_000_000_000)
+        facts = {"gen_ai.operation.name": {"string_value": "execute_tool"},
+                 "gen_ai.tool.name": {"string_value": "read_file"},
+                 "gen_ai.tool.call.arguments": {"string_value": '{"path": "a.py"}'},
+                 "gen_ai.tool.call.result": {"string_value": "fine"}}
+        facts[("gen_ai.tool.name", "gen_ai.tool.call.arguments",
+               "gen_ai.tool.call.result")[index // len(NORMALISED_VALUES)]] = value
+        for key, fact in facts.items():
+            span.attributes.add(key=key).value.CopyFrom(AnyValue(**fact))
     sure = unsure = 0
     for both in normalised_both_ways(request.SerializeToString()):
         if both is None:

@@ -238,3 +238,17 @@ def test_mask_keeps_different_messages_apart(first: str, second: str) -> None:
 
 def test_mask_output_is_readable() -> None:
     assert mask("file /tmp/a1 not found after 3 tries") == "file <path> not found after <n> tries"
+
+
+def test_a_doubled_quote_inside_a_quoted_secret_does_not_end_it() -> None:
+    # SQL (and CSV, and shell-less env files) write a quote inside a quoted value twice: the
+    # value goes on past it, to its closing quote
+    assert redact("UPDATE users SET password='it''s my secret' WHERE id=7") == (
+        f"UPDATE users SET password='{REDACTED}' WHERE id=7")
+    assert redact("DB_PASSWORD='a''b''c d' next") == f"DB_PASSWORD='{REDACTED}' next"
+    assert redact('{"sql": "SET password=\'x\'\'y z\' WHERE 1"}') == (
+        f'{{"sql": "SET password=\'{REDACTED}\' WHERE 1"}}')
+    assert redact("api_key='''quoted'' start' ok") == f"api_key='{REDACTED}' ok"
+    # an empty value is still empty, and JSON's quotes are not doubled
+    assert redact("password='' user='bob'") == "password='' user='bob'"
+    assert redact('{"password": "", "user": "bob"}') == '{"password": "", "user": "bob"}'

@@ -236,6 +236,37 @@ def test_an_expectation_in_a_test_of_no_steps_says_so(tmp_path: Path,
                                 f"test has no steps: nothing can fire)"]
 
 
+def test_yaml_that_expands_or_nests_without_end_is_refused_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tool call's arguments that aliases expand to 9^9 strings (the test ran for ever,
+    encoding them), or that contain themselves; nesting 10,000 deep (a traceback); a file
+    that is not UTF-8 (no line)."""
+    levels = ["&a0 [x, x, x, x, x, x, x, x, x]"] + [
+        f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    tests = write(tmp_path / "bomb.test.yaml", f"""\
+        tests:
+          - name: bomb
+            steps:
+              - {{at: 0, tool: search, args: {{q: [{", ".join(levels)}]}}, result: x}}
+              - {{at: 1, tool: search, args: &self {{q: *self}}}}
+            expect: []
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert (code, out.splitlines()) == (1, [
+        f"{tests}:4: test 'bomb': step 0: args: an unreadable value (its aliases expand it to "
+        f"more than 100,000 values, or into itself)",
+        f"{tests}:5: test 'bomb': step 1: args: an unreadable value (its aliases expand it to "
+        f"more than 100,000 values, or into itself)"])
+    deep = write(tmp_path / "deep.test.yaml", "tests:\n  - " + "[" * 10_000 + "]" * 10_000)
+    code, out, _ = cli(capsys, "rules", "test", deep)
+    assert (code, out) == (1, f"{deep}:2: bad YAML: nested more than 100 levels deep\n")
+    latin = tmp_path / "latin.test.yaml"
+    latin.write_bytes("tests:\n  - name: caf\xe9\n".encode("latin-1"))
+    code, out, _ = cli(capsys, "rules", "test", str(latin))
+    assert (code, out) == (1, f"{latin}:2: not UTF-8 text (invalid continuation byte at byte "
+                              f"20); save it as UTF-8\n")
+
+
 def test_a_test_without_its_steps_says_so(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     tests = write(tmp_path / "nosteps.test.yaml", """\

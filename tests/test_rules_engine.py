@@ -22,7 +22,7 @@ from watchdog.core.rules.engine import (
     message_hash,
 )
 from watchdog.core.rules.model import Grace
-from watchdog.core.rules.pack import RuleSet, load_rules, load_text
+from watchdog.core.rules.pack import RulePackError, RuleSet, load_rules, load_text
 from watchdog.core.runs.fields import NS
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
@@ -609,3 +609,53 @@ def test_messages_are_bounded_and_bad_session_values_read_as_defaults() -> None:
     agent.session = {"runs": "many", "id": 7}
     (decision,) = agent.tool(1)
     assert len(decision.message) == MAX_MESSAGE_CHARS and decision.message.endswith("x…")
+
+
+def test_a_decision_at_a_runs_end_carries_the_state_its_rule_pack_budget_gives_it() -> None:
+    """A run that ends on its own, its answer given, having spent the rule pack's tool budget
+    is ``tool_limit_reached`` (the core's end, after the batch's rules ran); no rule can read
+    a terminal state (it is no signal: refused at load), and what a rule decided in that
+    batch hands out the run as it ended — the reclassified state, not the one before."""
+    from watchdog.core.sessions import SessionBook
+    from watchdog.core.step import Core
+
+    with pytest.raises(RulePackError, match="terminal_state"):
+        load_text(PACK_HEAD + """
+  - name: reads-state
+    when: run.terminal_state == "completed"
+    action: notify
+    message: x
+""")
+    core = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(load_text(
+        PACK_HEAD + """
+  - name: at-end
+    when: run.ended
+    action: notify
+    message: ended
+""")))
+    maker = SpanMaker()
+    root = maker.open("invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                         "gen_ai.agent.name": "a"}, start=T0)
+    maker.span("chat m", chat_attrs(finish="tool_calls"), parent=root, start=T0, end=T0 + 1)
+    for n in (1, 2):
+        maker.span("execute_tool t", tool_attrs("t", f'{{"n": {n}}}', "ok"), parent=root,
+                   start=T0 + n, end=T0 + n + 0.5)
+    maker.span("chat m", chat_attrs(finish="stop"), parent=root, start=T0 + 3, end=T0 + 4)
+    root.set_attribute("gen_ai.output.messages", json.dumps([
+        {"role": "assistant", "parts": [{"type": "text", "content": "done"}]}]))
+    root.end(int((T0 + 5) * NS))
+    step = core.apply(records_of(maker.take()), T0 + 6)
+    assert [(view.terminal_state, view.terminal_reason) for view in step.finished] == [
+        (TerminalState.TOOL_LIMIT_REACHED, "budget")]
+    assert [(d.decision.rule, d.run.terminal_state) for d in step.decisions] == [
+        ("at-end", TerminalState.TOOL_LIMIT_REACHED)]
+
+
+PACK_HEAD = """
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: end
+budgets:
+  - agents: ["*"]
+    max_tool_calls: 2
+rules:"""

@@ -154,7 +154,12 @@ def test_int_and_double_get_a_hint_naming_the_literal() -> None:
     assert issue.column == 18
     assert issue.message.endswith("hint: CEL does not mix int and double; write 300.0")
     assert one_issue("300 < run.elapsed_seconds").message.endswith("write 300.0")
-    assert "CEL does not mix int and double" in one_issue("run.tool_calls > 2.5").message
+    # a double beside a count: the count is the int (not: write the literal as a double)
+    assert one_issue("run.errors > 3.0").message.endswith(
+        "CEL does not mix int and double; counts are ints: write 3")
+    assert one_issue("5.0 <= run.tool_calls").message.endswith("counts are ints: write 5")
+    assert one_issue("run.tool_calls > 2.5").message.endswith(
+        "CEL does not mix int and double; counts are ints: compare double(COUNT) with 2.5")
 
 
 def test_syntax_errors_are_short() -> None:

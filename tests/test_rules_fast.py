@@ -254,6 +254,24 @@ def test_what_only_cel_can_decide_gets_no_fast_path(source: str) -> None:
     assert compile_expr(source, condition=True).fast is None
 
 
+@pytest.mark.parametrize(("source", "expected"), [
+    ("!" * 3001 + "(run.errors > 1)", False),  # CEL folds the chain; fast.py recursed on it
+    ("!" * 3000 + "(run.errors > 1)", True),
+    (" || ".join(f"session.runs > {i}" for i in range(3000)) + " || run.errors > 1", True),
+    ("!" * 250 + "(session.runs > 1 || run.errors > 1)", True),  # 250 nested _not(...) calls
+])
+def test_conditions_nested_deeper_than_python_compiles_load_and_cel_decides_them(
+        source: str, expected: bool) -> None:
+    """A condition CEL accepts whose fast code Python cannot compile (nested too deep) has no
+    fast path: it loads, and CEL decides it (its load raised RecursionError: a traceback at
+    `watchdog rules check`, at start, and a failed reload the gauge did not tell)."""
+    expr = compile_expr(source, condition=True)
+    assert expr.fast is None
+    run = RunState("run-1", KeySource.WATCHDOG, "ab" * 16, 1_700_000_000.0)
+    run.errors = 2
+    assert cel_says(source, run) is expected
+
+
 def test_plain_placeholders_render_as_cel_renders_them() -> None:
     """``${run.<field>}`` of every scalar signal, and the default pack's messages: rendered
     from the RunState exactly as CEL renders them on the run's activation (a value of another
@@ -331,3 +349,46 @@ def test_the_engine_decides_the_same_with_and_without_the_fast_path(
     assert len(fast) > 500
     assert {"idle-timeout", "total-timeout", "tool-cycle", "error-loop"} <= {d[1] for d in fast}
     assert fast == slow
+
+
+RISING_CASES = [
+    ("!run.ended && run.idle_seconds > 300.0 && run.in_flight == 0", True),
+    ("!run.ended && run.elapsed_seconds > 900.0", True),
+    ("120.0 <= run.in_flight_seconds && run.iterations > 1", True),
+    ("run.iterations >= 3", True),  # (no time in it: constant while the run stands still)
+    ("run.elapsed_seconds < 900.0", False),
+    ("run.elapsed_seconds > 60.0 || run.iterations > 2", False),
+    ("!(run.elapsed_seconds > 60.0)", False),
+    ("run.elapsed_seconds > 60.0 && run.elapsed_seconds < 600.0", False),
+    ("run.idle_seconds > run.elapsed_seconds", False),
+    ("has(run.budget.remaining_seconds) && run.budget.remaining_seconds < 30.0", False),
+    ("run.elapsed_seconds * 2.0 > 60.0", False),
+    ("run.elapsed_seconds > 60.0 ? true : false", False),
+]
+
+
+@pytest.mark.parametrize(("source", "rising"), RISING_CASES)
+def test_a_condition_known_to_rise_with_time_only_turns_true_as_time_goes_on(
+        source: str, rising: bool) -> None:
+    """rises_with_time: which conditions turn from false to true at most once as time goes on
+    for a run that stands still (the proof the model endpoint's relay relies on to send a
+    continuing request on ahead); CEL, at second after second, agrees for those it says so of,
+    and each one it refuses has a run for which it turns back or is not known to rise."""
+    from watchdog.core.rules.engine import _activation
+    from watchdog.core.rules.fast import rises_with_time
+
+    assert rises_with_time(source) is rising
+    if not rising:
+        return
+    expression = compile_expr(source, condition=True)
+    rng = random.Random(source)
+    for _ in range(20):
+        run = RunState("r", KeySource.WATCHDOG, "t", 0.0)
+        run.first_start_ns = rng.randrange(0, 10**12)
+        run.last_progress = rng.uniform(0, 1000)
+        run.in_flight = rng.choice((0, 1))
+        run.in_flight_since = rng.choice((None, rng.uniform(0, 1000)))
+        run.iterations = rng.randrange(4)
+        seen = [expression.matches(_activation(run, float(now), {}, None, None))
+                for now in range(1000, 3000, 7)]
+        assert seen == sorted(seen), (source, seen)  # False... then True...

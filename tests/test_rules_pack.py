@@ -141,6 +141,60 @@ def test_multi_document_files_and_merge_keys(tmp_path: Path) -> None:
     assert [r.name for r in load_rules([str(path)], include_default=False).rules] == ["a", "b"]
 
 
+def test_merge_keys_let_a_rule_set_its_own_keys_over_the_merged_ones(tmp_path: Path) -> None:
+    """YAML's merge key: the mapping's own keys win over merged ones, the first merged mapping
+    over the next (they read as duplicate keys, and the merged name as the rule's: "rule
+    slow-researcher: duplicate rule name" for the rule named slow-writer)."""
+    merged = """\
+        rules:
+          - &slow
+            name: slow-researcher
+            agents: ["researcher*"]
+            when: "!run.ended && run.elapsed_seconds > 300.0"
+            action: wind_down
+            message: "Running for ${int(run.elapsed_seconds)} s: wrap up."
+          - <<: *slow
+            name: slow-writer
+            agents: ["writer*"]
+          - <<: [{name: first, severity: info}, *slow]
+            agents: ["w*"]
+    """
+    path = write(tmp_path / "merge.yaml", merged + "      - {<<: *slow}\n")
+    assert problems(path) == [f"{path}:16: rule slow-researcher: duplicate rule name (first "
+                              f"defined on line 5)"]
+    path = write(tmp_path / "merge.yaml", merged)
+    rules = {r.name: r for r in load_rules([path], include_default=False).rules}
+    assert list(rules) == ["slow-researcher", "slow-writer", "first"]
+    assert rules["slow-writer"].agents == ("writer*",)
+    assert rules["slow-writer"].when.source == rules["slow-researcher"].when.source
+    assert (rules["first"].agents, rules["first"].severity) == (("w*",), Severity.INFO)
+    assert rules["first"].action is Action.WIND_DOWN
+    bad = write(tmp_path / "bad.yaml", "rules:\n  - {<<: [1], name: r, when: 'true', "
+                                        "action: notify, message: m}\n")
+    assert problems(bad) == [f"{bad}:5: rule r: a merge key (<<) takes a mapping or a list of "
+                             f"mappings"]
+
+
+def test_merge_bombs_and_deep_nesting_are_refused_quickly(tmp_path: Path) -> None:
+    """Each rule merging the one before twice (2^30 keys merged if copied), lists nested 10,000
+    deep (PyYAML's composer recursed past Python's stack: a traceback): read in a moment, the
+    nesting named with its line."""
+    lines = ["rules:", "  - &r0 {name: r, when: 'true', action: notify, message: x}"]
+    lines += [f"  - &r{i} {{<<: [*r{i - 1}, *r{i - 1}], name: r{i}}}" for i in range(1, 31)]
+    bomb = write(tmp_path / "bomb.yaml", "\n".join(lines) + "\n")
+    assert len(load_rules([bomb], include_default=False).rules) == 31
+    deep = write(tmp_path / "deep.yaml", "rules:\n  - " + "[" * 10_000 + "]" * 10_000 + "\n")
+    assert problems(deep) == [f"{deep}:5: bad YAML: nested more than 100 levels deep"]
+
+
+def test_a_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(HEADER.encode() + "rules:\n  - {name: r, when: 'run.agent == \"\xe9\"'"
+                     ", action: notify, message: m}\n".encode("latin-1"))
+    assert problems(str(path)) == [f"{path}:5: not UTF-8 text (invalid continuation byte at "
+                                   f"byte 98); save it as UTF-8"]
+
+
 # -- merging --------------------------------------------------------------------------------------
 
 def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
@@ -190,6 +244,33 @@ def test_a_later_pack_can_bring_a_disabled_rule_back(tmp_path: Path) -> None:
     ruleset = load_rules([first, second])
     rule = ruleset.get("error-loop")
     assert rule is not None and "9" in rule.when.source
+
+
+def test_a_rule_of_a_name_and_enabled_false_switches_an_earlier_one_off(tmp_path: Path) -> None:
+    """What "`disable: [names]` or `enabled: false` switches rules off" reads as: the name and
+    `enabled: false` alone (it asked for when, action and message, so the rule had to be written
+    out whole to be switched off)."""
+    path = write(tmp_path / "off.yaml", """\
+        rules:
+          - name: idle-timeout
+            enabled: false
+          - {name: tool-cycle, enabled: false, description: "we loop on purpose"}
+    """)
+    ruleset = load_rules([path])
+    assert {r.name for r in ruleset.disabled} == {"idle-timeout", "tool-cycle"}
+    assert ruleset.get("idle-timeout") is None and ruleset.get("error-loop") is not None
+    typo = write(tmp_path / "typo.yaml", """\
+        rules:
+          - {name: idle-timeot, enabled: false}
+          - {name: idle-timeout, enabled: true}
+    """)
+    assert problems(typo, include_default=True) == [
+        f"{typo}:5: rule idle-timeot: enabled: false switches off a rule of an earlier pack, and "
+        f"there is none of this name (did you mean 'idle-timeout'?) (a new rule needs when, "
+        f"action and message)",
+        f"{typo}:6: rule idle-timeout: 'when' is required",
+        f"{typo}:6: rule idle-timeout: 'action' is required",
+        f"{typo}:6: rule idle-timeout: 'message' is required"]
 
 
 def test_budgets_of_later_packs_come_first(tmp_path: Path) -> None:
@@ -425,6 +506,13 @@ def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
     ("{name: r, when: run.errors > 1, action: notify, message: 'a ${run.errors'}",
      "rule r: message: unclosed '${' (a placeholder ends with '}'; write $${ for a literal ${) "
      "(column 3)"),
+    # Helm's or Python's braces, sent to the agent as written: the placeholder to write instead
+    ("{name: r, when: run.errors > 1, action: notify, message: 'errors: {{ run.errors }}'}",
+     "rule r: message: '{{ run.errors }}' is not a placeholder: write ${run.errors} (column 9)"),
+    ("{name: r, when: run.errors > 1, action: notify, message: 'left: {run.budget.remaining_"
+     "tool_calls}, {\"json\": 1}'}",
+     "rule r: message: '{run.budget.remaining_tool_calls}' is not a placeholder: write "
+     "${run.budget.remaining_tool_calls} (column 7)"),
     ("just-a-string", "rule #1: a rule must be a mapping, not 'just-a-string'"),
     ("{name: r, when: run.errors > 1, action: notify, message: no}",
      "rule r: message: expected a non-empty string (YAML reads no as a boolean: quote it), "
@@ -433,6 +521,16 @@ def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
 def test_rule_problems(tmp_path: Path, rule: str, message: str) -> None:
     path = write(tmp_path / "r.yaml", f"rules:\n  - {rule}\n")
     assert problems(path) == [f"{path}:5: {message}"]
+
+
+@pytest.mark.parametrize("key", ["expr", "condition", "if"])
+def test_a_condition_under_another_languages_key_is_told_when(tmp_path: Path, key: str) -> None:
+    """Prometheus' ``expr`` (or ``condition``, ``if``): told it is ``when``, not the closest
+    spelling (``condition`` read as ``action``)."""
+    path = write(tmp_path / "r.yaml", f"rules:\n  - {{name: r, {key}: run.errors > 1, "
+                                      f"action: notify, message: m}}\n")
+    assert problems(path) == [f"{path}:5: rule r: unknown key '{key}' (did you mean 'when'?)",
+                              f"{path}:5: rule r: 'when' is required"]
 
 
 def test_budget_problems(tmp_path: Path) -> None:

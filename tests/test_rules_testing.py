@@ -93,3 +93,32 @@ def test_a_heartbeat_that_grows_the_conversation_is_evaluated_at_once(tmp_path: 
         """)
     assert result.passed, result.failures
     assert fired(result) == [(2, "long-talk")]
+
+
+def test_progress_ends_an_idle_stretch_at_once(tmp_path: Path) -> None:
+    """A span is progress: rules on idle_seconds are evaluated there and see it false, so an
+    each_time rule is armed again and a `for` starts over — at the span, not at the timer's
+    next turn (a rule test has none between its steps: the second idle stretch fired nothing,
+    and the `for` counted the first stretch into the second: it fired at 150)."""
+    [result] = results(tmp_path, """\
+        rules:
+          - {name: idle-each, when: run.idle_seconds > 30.0, repeat: each_time, action: notify,
+             message: "idle ${int(run.idle_seconds)}"}
+          - {name: idle-held, when: run.idle_seconds > 30.0, for: 60s, action: notify,
+             message: "held ${int(run.idle_seconds)}"}
+        """, """\
+        tests:
+          - name: two idle stretches
+            steps:
+              - {at: 0, tool: search, args: {q: a}}
+              - {at: 70, tick: true}
+              - {at: 80, tool: search, args: {q: b}}
+              - {at: 120, tick: true}
+              - {at: 150, tick: true}
+              - {at: 181, tick: true}
+            expect: []
+        """)
+    # (step 2's empty notify withdraws idle-each's note: the run is no longer idle)
+    assert [(step, d.rule, d.message) for step, d in result.fired] == [
+        (1, "idle-each", "idle 70"), (2, "idle-each", ""), (3, "idle-each", "idle 40"),
+        (5, "idle-held", "held 101")]

@@ -23,13 +23,14 @@ ENDED = MAX_ENDED_IN_MEMORY + 300  # more than memory keeps: the oldest come fro
 
 
 def export_runs(sidecar: RunningServer, keys: Iterable[str], end: bool,
-                agent: str = "pager") -> None:
+                agent: str = "pager", session: str | None = None) -> None:
     """One span per run: a model call in its agent's span (the run is active), or the
-    agent's whole span with its answer (the run has ended)."""
+    agent's whole span with its answer (the run has ended); ``session``: the runs'."""
     maker = SpanMaker()
     for key in keys:
         t = time.time() - 2
-        ids = {"watchdog.run.id": key, "gen_ai.agent.name": agent}
+        ids = {"watchdog.run.id": key, "gen_ai.agent.name": agent,
+               **({"watchdog.session.id": session} if session else {})}
         if end:
             maker.span(f"invoke_agent {agent}", {"gen_ai.operation.name": "invoke_agent",
                                                  "final_result": "done", **ids},
@@ -140,14 +141,53 @@ def test_runs_that_change_between_pages_never_shift_the_next_page(
 
 def test_a_cursor_that_is_not_one_and_a_page_too_large_are_refused(
         sidecar: RunningServer) -> None:
-    for query, expected in (("after=bogus", "after='bogus' is not allowed"),
-                            ("after=", "after='' is not allowed"),
+    for query, expected in (("after=bogus", 'after="bogus" is not allowed'),
+                            ("after=", 'after="" is not allowed'),
                             ("after=WzEsMSwiYSJd&after=WzEsMSwiYSJd", "is given more than once"),
-                            ("limit=1001", "limit='1001' is not allowed"),
-                            ("offset=10", "query parameter 'offset' is not allowed")):
+                            ("limit=1001", 'limit="1001" is not allowed'),
+                            ("offset=10", 'query parameter "offset" is not allowed')):
         status, raw = http_request("GET", sidecar.api + "/v1/runs?" + query)
         assert status == 400, (query, raw)
         assert expected in json.loads(raw)["error"]["message"], (query, raw)
     # a well-formed cursor of a run no longer there still places the page
     status, raw = http_request("GET", sidecar.api + "/v1/runs?after=WzEsMSwiYSJd")
     assert status == 200 and json.loads(raw) == {"runs": [], "next": None}
+
+
+def test_the_session_filter_pages_through_the_sessions_runs_in_memory_and_stored(
+        sidecar: RunningServer) -> None:
+    """``session=``: only that session's runs, active and ended, those memory no longer
+    holds read from the store, page after page; with ``agent=`` both must hold."""
+    ended = [f"ended-{i:05d}" for i in range(MAX_ENDED_IN_MEMORY + 300)]
+    mine = set(ended[::50])
+    for start in range(0, len(ended), 500):  # (in order: the oldest leave memory first)
+        chunk = ended[start:start + 500]
+        export_runs(sidecar, [key for key in chunk if key in mine], end=True, session="s/1")
+        export_runs(sidecar, [key for key in chunk if key not in mine], end=True,
+                    session="other")
+    active = [f"active-{i:03d}" for i in range(30)]
+    export_runs(sidecar, active[:10], end=False, session="s/1", agent="helper")
+    export_runs(sidecar, active[10:], end=False)
+    wait_until(lambda: stored_ended(sidecar) == len(ended), what="the ended runs stored")
+
+    everything = [run["id"] for runs in every_page(sidecar, limit=1000) for run in runs]
+    want = [key for key in everything if key in mine or key in active[:10]]
+    assert len(want) == len(mine) + 10
+    assert any(key in mine for key in everything[30 + MAX_ENDED_IN_MEMORY:])  # (stored ones)
+    pages = every_page(sidecar, session="s/1", limit=7)
+    assert [run["id"] for runs in pages for run in runs] == want
+    assert {run["session"] for runs in pages for run in runs} == {"s/1"}
+    assert [run["id"] for runs in every_page(sidecar, session="s/1", state="ended", limit=1000)
+            for run in runs] == [key for key in want if key in mine]
+    assert [run["id"] for runs in every_page(sidecar, session="s/1", agent="helper")
+            for run in runs] == want[:10]
+    assert set(want[:10]) == set(active[:10])
+    assert every_page(sidecar, session="s/1", agent="pager", state="active") == [[]]
+    assert every_page(sidecar, session="nobody") == [[]]
+    status, raw = http_request("GET", sidecar.api + "/v1/runs?session=" + "x" * 201)
+    assert status == 400 and "session=" in json.loads(raw)["error"]["message"], raw
+
+    done = subprocess.run([sys.executable, "-m", "watchdog", "runs", "--url", sidecar.api,
+                           "--session", "s/1", "--all", "-o", "json"], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert [run["id"] for run in json.loads(done.stdout)["runs"]] == want

@@ -245,12 +245,12 @@ def test_the_report_names_the_first_stop_however_many_directives_came_after(
 
 @pytest.mark.parametrize(("body", "message"), [
     ({}, "remaining is required"),
-    ({"remaining": None}, "remaining=None is not allowed"),
-    ({"remaining": True}, "remaining=True is not allowed"),
+    ({"remaining": None}, "remaining=null is not allowed"),
+    ({"remaining": True}, "remaining=true is not allowed"),
     ({"remaining": ["a"]}, "expected a string or a finite number"),
     ({"remaining": "x", "state": ["a"]}, "state must be an object"),
     ({"remaining": "x", "state": {"a": {"b": 1}}}, "state.a is not allowed"),
-    ({"remaining": "x", "state": {"": 1}}, "state key '' is not allowed"),
+    ({"remaining": "x", "state": {"": 1}}, 'state key "" is not allowed'),
     ({"remaining": "x", "failed_approaches": "tried"}, "failed_approaches must be a list"),
     ({"remaining": "x", "failed_approaches": [1]}, "failed_approaches must be a list"),
     ({"remaining": "x", "run_id": 7}, "run_id must be a string"),
@@ -316,7 +316,7 @@ def test_a_version_1_state_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -
     assert store.get_session("s") == session.to_dict()
     store.close()
     check = sqlite3.connect(tmp_path / DB_FILE)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     check.close()
     reopened = Store(str(tmp_path))  # opening a current file again changes nothing
     assert reopened.get_session("s") == session.to_dict()

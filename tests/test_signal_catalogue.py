@@ -83,7 +83,7 @@ def test_a_new_entry_appears_everywhere() -> None:
     before = detector.snapshot(run)
     run.apply(span(3), NOW)
     assert detector.changed(before, run, has_budget=False) == {
-        "spans_seen", "tool_calls", "tools"}
+        "spans_seen", "tool_calls", "tools", "idle_seconds"}  # (a span is progress)
     # the CEL declarations, and which rules the timer evaluates
     schemas = {"run": run_schema(catalogue), "session": SESSION_SCHEMA}
     checked = checker(schemas).compile("run.spans_seen > 2 && run.waiting_seconds > 1.0")
@@ -107,7 +107,7 @@ def test_the_runs_change_detection_is_the_catalogues() -> None:
     assert before == ChangeDetector(RUN_SIGNALS).snapshot(run)
     run.apply(span(2), NOW)  # the same call again
     assert changed_signals(before, run, has_budget=False) == {
-        "tool_calls", "tools", "repeated_tool_call", "cycle_repeats"}
+        "tool_calls", "tools", "repeated_tool_call", "cycle_repeats", "idle_seconds"}
     before = snapshot(run)
     run.apply(span(4), NOW)
     assert "budget" in changed_signals(before, run, has_budget=True)  # remaining_* follow usage

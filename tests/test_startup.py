@@ -237,6 +237,35 @@ def test_invalid_yaml_in_the_config_file_is_one_line(tmp_path: Path) -> None:
                            ), line
 
 
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """A mapping's keys are unique in YAML; PyYAML would keep the last one and drop the first
+    without a word (a second ``rules:`` dropped the first's packs). In the file, nested
+    (a webhook) and in ``WATCHDOG_WEBHOOKS``; a merge key's values still give way."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("rules: [/etc/rules/team]\nlog_level: info\nrules: [/etc/rules/ops]\n")
+    said = f"config file {config}: invalid YAML at line 3, column 1: the key 'rules' is given " \
+           f"twice (first on line 1)"
+    with pytest.raises(ConfigError) as refused:
+        load(str(config), env={})
+    assert refused.value.message == said
+    hook = "{name: ops, url: 'http://hooks.example/a', secret: 0123456789abcdef0, name: dev}"
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": f"[{hook}]"})
+    assert refused.value.message == ("webhooks is not allowed: the key 'name' is given twice "
+                                     "(first on line 1); expected a YAML list of webhooks")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(f"webhooks:\n  - {hook}\n")
+    with pytest.raises(ConfigError) as refused:
+        load(str(nested), env={})
+    assert "line 2, column 75: the key 'name' is given twice" in refused.value.message
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("log_level: &level debug\nwebhooks: [{<<: {name: a, secret: "
+                      "0123456789abcdef0}, name: b, url: 'http://hooks.example/a'}]\n")
+    assert [hook["name"] for hook in load(str(merged), env={}).webhooks] == ["b"]
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line == f"watchdog: {said}"
+
+
 def test_a_time_key_says_what_it_accepts_and_shows_the_value_as_given() -> None:
     """0 and -1s are refused with the same words (positive), and a duration is shown as it
     was written, not converted to seconds."""
@@ -386,6 +415,21 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     config.write_bytes(b"\xffmax_runs: 5\n")
     line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
     assert line == f"watchdog: config file {config}: not UTF-8 text (byte 0); save it as UTF-8"
+
+
+def test_yaml_nested_past_the_stack_is_one_line_with_its_place(tmp_path: Path) -> None:
+    """PyYAML's composer recursed past Python's stack on lists nested 10,000 deep: a
+    traceback, for the config file and WATCHDOG_WEBHOOKS alike."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text("max_runs: 5\nwebhooks: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    with pytest.raises(ConfigError) as refused:
+        load(str(config), env={})
+    assert refused.value.message == (f"config file {config}: invalid YAML at line 2, column 110:"
+                                     f" nested more than 100 levels deep")
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": "[" * 10_000 + "]" * 10_000})
+    assert refused.value.message == ("webhooks is not allowed: nested more than 100 levels "
+                                     "deep; expected a YAML list of webhooks")
 
 
 def test_every_problem_of_a_webhook_is_reported_at_once() -> None:

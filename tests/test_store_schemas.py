@@ -4,7 +4,8 @@
 workload's misbehaving agents through the real core, runs, activity, a session, directives
 with report prompts' facts, webhook deliveries and an ack) with what it read back from it
 (``expected.json``). This build migrates the files when it opens them (state schema 4 → 5:
-activity chunks into a rowid table; directives 1 → 2: records as MessagePack, a
+activity chunks into a rowid table; 5 → 6: a ``session`` column, read out of the runs' rows;
+directives 1 → 2: records as MessagePack, a
 ``terminal_state`` column; 2 → 3: the runs' snapshots stored with their directives; 3 → 4: a
 ``grace`` column, the wind_downs' announced graces read out of their records) and must read
 back the same, then keep writing into them."""
@@ -78,8 +79,13 @@ def test_a_state_dir_the_build_before_wrote_reads_the_same(tmp_path: Path) -> No
     assert [row["key"] for row in store.load_runs(False, 1000)] == expected["ended"]
     assert {key: as_json(store.activity(key)) for key in keys} == expected["activity"]
     assert store.get_session("session-1") == expected["session"]
+    # schema 6: each run's session read out of its old row, for the listing's filter
+    for key in keys:
+        session = expected["runs"][key]["session"]
+        ended = key in expected["ended"]
+        assert [row[1] for row in store.list_runs(ended, None, None, 100, session)] == [key]
     store.close()
-    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 5
+    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 6
 
     directives = DirectiveStore(str(state))
     stored = directives.list_after(0, 10_000)

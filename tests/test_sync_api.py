@@ -128,7 +128,7 @@ def test_a_client_stop_and_bad_requests(sidecar: RunningServer) -> None:
     maker = SpanMaker()
     sync(sidecar, tools(maker, 0, 1))
     status, answer = sync(sidecar, [], query="&stop=whatever")
-    assert status == 400 and "stop='whatever' is not allowed" in answer["error"]["message"]
+    assert status == 400 and 'stop="whatever" is not allowed' in answer["error"]["message"]
     status, raw = http_request("POST", f"{sidecar.api}/v1/runs/sync-run/sync", b"\xff\x00junk",
                                {"Content-Type": "application/x-protobuf"})
     assert status == 400 and json.loads(raw)["error"]["code"] == "bad_request"

@@ -164,7 +164,11 @@ def row(convention: Convention) -> str:
          + " in place of content: no tool arguments or result (hidden calls are no repeats of "
            "each other), no agent output; a hidden model output is the answer unless a tool "
            "call follows"]
-        if c.hidden_content else [])
+        if c.hidden_content else []) + (
+        ["read on the spans of instrumentation scope " + " or ".join(
+            f"`{scope}…`" for scope in c.scopes) + " only (another instrumentation's "
+         "attribute of the same name, or its own placeholder, is its own)"]
+        if c.scopes else [])
     cells = [f"**{c.name}** ({c.emitted_by})", _cell(spans), _cell(answer), _cell(limit),
              _cell(agent), _cell(tools), _cell(failed), "; ".join(notes) or "—"]
     return "| " + " | ".join(cells) + " |"

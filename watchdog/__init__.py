@@ -10,4 +10,6 @@ The agent-side client is a distribution of its own (``client/`` in the repositor
 ``agent-watchdog-client``, import ``agent_watchdog_client``).
 """
 
-__version__ = "0.2.0"
+from watchdog.core.version import __version__
+
+__all__ = ["__version__"]

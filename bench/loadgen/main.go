@@ -10,6 +10,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -132,7 +133,9 @@ func fail(message string) {
 
 // upstream serves until SIGTERM: every POST answered with a chunked text/event-stream of
 // `chunks` events (a role chunk, words, a finish chunk, [DONE]) `chunk-ms` apart, each event
-// one HTTP chunk written as it is made; anything else (the readiness probe) with {}.
+// one HTTP chunk written as it is made; a request that offers tools is handed a tool call of
+// its first tool in its finish chunk (an id of its own, as a model's); anything else (the
+// readiness probe) with {}.
 func upstream(args []string) {
 	flags := flag.NewFlagSet("upstream", flag.ExitOnError)
 	port := flags.Int("port", 0, "port on 127.0.0.1")
@@ -145,13 +148,15 @@ func upstream(args []string) {
 	pause := time.Duration(*chunkMs * float64(time.Millisecond))
 	var served atomic.Int64
 	handler := func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxEvent))
+		body, _ := io.ReadAll(io.LimitReader(r.Body, maxEvent))
 		if r.Method != http.MethodPost {
 			w.Header()["Content-Type"] = []string{"application/json"}
 			_, _ = w.Write([]byte("{}"))
 			return
 		}
-		id := fmt.Sprintf("chatcmpl-bench%x", served.Add(1))
+		number := served.Add(1)
+		id := fmt.Sprintf("chatcmpl-bench%x", number)
+		offers := bytes.Contains(body, []byte(`"tools"`))
 		header := w.Header()
 		header["Content-Type"] = []string{"text/event-stream; charset=utf-8"}
 		header["Cache-Control"] = []string{"no-cache"}
@@ -165,6 +170,10 @@ func upstream(args []string) {
 			delta, finish := `{"content":"word`+strconv.Itoa(index-1)+` "}`, "null"
 			if index == 0 {
 				delta = `{"role":"assistant","content":""}`
+			} else if index == *chunks-2 && offers {
+				delta, finish = fmt.Sprintf(`{"tool_calls":[{"index":0,"id":"call_bench%x",`+
+					`"type":"function","function":{"name":"search","arguments":`+
+					`"{\"q\":\"%d\"}"}}]}`, number, number), `"tool_calls"`
 			} else if index == *chunks-2 {
 				delta, finish = "{}", `"stop"`
 			}
@@ -250,8 +259,10 @@ func phase(pool *http.Client, base string, streams, concurrency, first int, spre
 			time.Sleep(time.Duration(spread * float64(index) / float64(concurrency) * 1e9))
 			buffer := make([]byte, 64<<10) // one a worker: garbage made per stream is GC's CPU
 			for number := next.Add(1) - 1; number*int64(turns) < int64(streams); number = next.Add(1) - 1 {
+				var history bytes.Buffer // the turns before: each the model's call and its result
 				for turn := 1; turn <= turns && int(number)*turns+turn <= streams; turn++ {
-					line, err := stream(pool, base, first+int(number), turn, budget, buffer)
+					line, err := stream(pool, base, first+int(number), turn, turn < turns,
+						budget, buffer, &history)
 					out.Lock()
 					if err != nil && failed == nil {
 						failed = err
@@ -273,20 +284,21 @@ func phase(pool *http.Client, base string, streams, concurrency, first int, spre
 
 // stream sends one request and reads its SSE events as they arrive: its timings as a JSON line.
 // Turn 1 of a conversation is a system and a user message; each later turn carries, for each
-// turn before, the model's tool call and the tool's result (bench/model_endpoint.py's
-// `request_body` writes the same).
-func stream(client *http.Client, base string, number, turn, budget int, buf []byte) ([]byte,
-	error) {
-	var history bytes.Buffer
-	for k := 1; k < turn; k++ {
-		fmt.Fprintf(&history, `, {"role": "assistant", "content": null, "tool_calls": [{"id": `+
-			`"call_%d_%d", "type": "function", "function": {"name": "search", "arguments": `+
-			`"{}"}}]}, {"role": "tool", "tool_call_id": "call_%d_%d", "content": "result %d"}`,
-			number, k, number, k, k)
+// turn before, the model's tool call and the tool's result, as a real agent sends them: the
+// call the model handed over (its id, name and arguments, read from the stream) and a result
+// of its own (`history` holds them; bench/model_endpoint.py's `one_stream` does the same). A
+// turn with `tools` (all but a conversation's last) offers the model a tool, which the
+// upstream calls.
+func stream(client *http.Client, base string, number, turn int, tools bool, budget int,
+	buf []byte, history *bytes.Buffer) ([]byte, error) {
+	offered := ""
+	if tools {
+		offered = `, "tools": [{"type": "function", "function": {"name": "search", ` +
+			`"parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]`
 	}
 	body := fmt.Sprintf(`{"model": "%s", "stream": true, "messages": [{"role": "system", `+
 		`"content": "You are a benchmark."}, {"role": "user", "content": "Task %d: say the `+
-		`words."}%s]}`, model, number, history.String())
+		`words."}%s]%s}`, model, number, history.String(), offered)
 	request, err := http.NewRequest(http.MethodPost, base+"/chat/completions",
 		bytes.NewReader([]byte(body)))
 	if err != nil {
@@ -309,6 +321,7 @@ func stream(client *http.Client, base string, number, turn, budget int, buf []by
 	}
 	arrivals := make([]time.Time, 0, 64)
 	var pending []byte
+	var handed []byte // the event that handed a tool call over
 	for {
 		n, err := response.Body.Read(buf)
 		if n > 0 {
@@ -318,6 +331,9 @@ func stream(client *http.Client, base string, number, turn, budget int, buf []by
 				end := bytes.Index(pending, []byte("\n\n"))
 				if end < 0 {
 					break
+				}
+				if tools && handed == nil && bytes.Contains(pending[:end], []byte(`"tool_calls"`)) {
+					handed = append([]byte(nil), pending[:end]...)
 				}
 				pending = pending[end+2:]
 				arrivals = append(arrivals, now)
@@ -336,6 +352,11 @@ func stream(client *http.Client, base string, number, turn, budget int, buf []by
 	if len(arrivals) < 2 {
 		return nil, fmt.Errorf("a stream of %d events", len(arrivals))
 	}
+	if tools {
+		if err := answer(handed, history, turn); err != nil {
+			return nil, err
+		}
+	}
 	line := fmt.Appendf(nil, `{"ttfb":%.9f,"stream":%.9f,"gaps":[`,
 		arrivals[0].Sub(start).Seconds(), arrivals[len(arrivals)-1].Sub(arrivals[0]).Seconds())
 	for i := 1; i < len(arrivals); i++ {
@@ -345,4 +366,34 @@ func stream(client *http.Client, base string, number, turn, budget int, buf []by
 		line = strconv.AppendFloat(line, arrivals[i].Sub(arrivals[i-1]).Seconds(), 'f', 9, 64)
 	}
 	return append(line, "]}\n"...), nil
+}
+
+// answer adds to `history` the model's answer that handed the tool call in `event` (an SSE
+// event) over, and the tool's result, as an agent sends them back.
+func answer(event []byte, history *bytes.Buffer, turn int) error {
+	var chunk struct {
+		Choices []struct {
+			Delta struct {
+				ToolCalls []struct {
+					ID       string `json:"id"`
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	data := bytes.TrimPrefix(event, []byte("data: "))
+	if err := json.Unmarshal(data, &chunk); err != nil || len(chunk.Choices) == 0 ||
+		len(chunk.Choices[0].Delta.ToolCalls) == 0 {
+		return fmt.Errorf("no tool call handed over: %.200s", event)
+	}
+	call := chunk.Choices[0].Delta.ToolCalls[0]
+	quoted := func(text string) string { out, _ := json.Marshal(text); return string(out) }
+	fmt.Fprintf(history, `, {"role": "assistant", "content": null, "tool_calls": [{"id": %s, `+
+		`"type": "function", "function": {"name": %s, "arguments": %s}}]}, {"role": "tool", `+
+		`"tool_call_id": %s, "content": "result %d"}`, quoted(call.ID),
+		quoted(call.Function.Name), quoted(call.Function.Arguments), quoted(call.ID), turn)
+	return nil
 }

@@ -31,6 +31,7 @@ SEVERITIES = (INFO, WARNING, CRITICAL)
 GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT = "tool_calls", "seconds", "ends_at_tool_calls"
 GRACE_KEYS = (GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT)
 BUDGET_MESSAGE_PREFIX = "[budget"
+WITHDRAWN_MESSAGE = ""  # a notify's message that withdraws its rule's earlier note
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,12 @@ class Directive:
         return "budget" in self.rule or self.message.startswith(BUDGET_MESSAGE_PREFIX)
 
     @property
+    def withdraws(self) -> bool:
+        """A notify with an empty message: its rule's earlier note no longer holds (a tool
+        outage is over), and leaves the model's instructions."""
+        return self.action == NOTIFY and self.message == WITHDRAWN_MESSAGE
+
+    @property
     def grace_ends_at(self) -> int | None:
         """A wind_down's hard cap: the run's tool-call count at which its grace is used up
         (absolute, so re-reading the directive gives the same cap), or None."""
@@ -152,9 +159,13 @@ class DirectiveBoard:
                 if ends is not None and (self.grace is None
                                          or ends < (self.grace.grace_ends_at or 0)):
                     self.grace = directive
+            elif directive.withdraws:
+                notify = self.latest_notify
+                if notify is not None and notify.rule == directive.rule:
+                    self.latest_notify = None  # its rule no longer holds (the outage is over)
             else:
                 self.latest_notify = directive
-            if directive.is_budget:
+            if directive.is_budget and not directive.withdraws:
                 self.latest_budget = directive
             self._changed.notify_all()
         return True

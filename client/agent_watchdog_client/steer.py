@@ -8,7 +8,8 @@ with the sidecar (:mod:`agent_watchdog_client.sync`), so the directives on the b
 for every span that ended before it; then :meth:`Steering.turn` decides the :class:`ModelTurn`:
 
 * the *instructions* — a budget note with the true number of tool calls left (once three or
-  fewer are left), the latest wind-down's report prompt, a newer notice;
+  fewer are left), the latest wind-down's report prompt, a newer notice (until its rule
+  withdraws it);
 * whether the turn is *final*: after an abort, once the tool budget is used up, or once the
   tool-call grace of a wind-down is used up, the model is asked for its progress report with no
   tools offered, and its answer is the run's result.

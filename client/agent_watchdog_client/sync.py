@@ -136,7 +136,7 @@ class SyncChannel:
         except (OSError, http.client.HTTPException) as exc:
             self._failed(exc, started)
             return None
-        self.transport.health.answered(status, started)
+        self.transport.health.answered(status, started, payload)
         self._retry_delay = self.retry_first
         if status != 200:
             log.debug("sync for run %s: HTTP %s %r", run_id, status, payload[:300])

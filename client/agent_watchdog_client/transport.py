@@ -58,6 +58,7 @@ class Reachability:
         self._lock = threading.Lock()
         self._reachable: bool | None = None  # None: not tried yet
         self._failed_since = -1  # when the latest failed request started (monotonic ns)
+        self._told_not_the_api = False
 
     @property
     def reachable(self) -> bool | None:
@@ -73,10 +74,17 @@ class Reachability:
             log.warning("agent-watchdog sidecar unreachable at %s: %s; continuing without it",
                         self.url, _describe(error))
 
-    def answered(self, status: int, started: int) -> None:
+    def answered(self, status: int, started: int, body: bytes = b"") -> None:
         """An answer with ``status``: the sidecar is there, unless it refused this client's
         token (401, 403), which leaves the agent as unwatched as a sidecar that is down and is
-        said once the same way (every later request is refused alike)."""
+        said once the same way (every later request is refused alike). A 404 that is not the
+        control API's word on a run (``WATCHDOG_URL`` with a path, or another server's port)
+        leaves it unwatched too, and is said once."""
+        if status == 404 and not self._told_not_the_api and not _a_runs_404(body):
+            self._told_not_the_api = True
+            log.warning("agent-watchdog: %s answers HTTP 404 where the control API has a "
+                        "route: WATCHDOG_URL is the API's base URL, with no path (default %s); "
+                        "continuing without it", self.url, DEFAULT_URL)
         if status not in REFUSED_STATUSES:
             self.succeeded(started)
         elif self._mark_failed(started):
@@ -103,6 +111,17 @@ class Reachability:
             self._reachable = True
         if was is False:
             log.info("agent-watchdog sidecar reachable again at %s", self.url)
+
+
+def _a_runs_404(body: bytes) -> bool:
+    """Whether a 404's body is the control API's answer about a run (``no run 'x'``: it has
+    ended, or was never seen), not its own or another server's "no such endpoint"."""
+    try:
+        error = json.loads(body)["error"]
+        return bool(error["code"] == "not_found"
+                    and not str(error["message"]).startswith("no such endpoint"))
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def _describe(error: BaseException) -> str:
@@ -209,7 +228,7 @@ class Transport:
             raise SidecarUnavailable(_describe(exc)) from exc
         finally:
             connection.close()
-        self.health.answered(response.status, started)
+        self.health.answered(response.status, started, response.body)
         return response
 
 

@@ -28,6 +28,28 @@ _instrumented: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
 _instrument_lock = threading.Lock()
 
 
+OTLP_GRPC_PORT = 4317  # OTLP's ports by convention: gRPC 4317, HTTP 4318 (the sidecar's too)
+
+
+def _warn_of_the_grpc_port(endpoint: str | None) -> None:
+    """An OTLP/HTTP exporter pointed at OTLP/gRPC's port gets an HTTP/2 answer it cannot read
+    (a BadStatusLine of binary bytes, retried), and none of the agent's spans arrive: said once,
+    with the port to use."""
+    from urllib.parse import urlsplit
+
+    target = (endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+              or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    try:
+        port = urlsplit(target.strip()).port if target else None
+    except ValueError:
+        return  # (the exporter says what is wrong with it)
+    if port == OTLP_GRPC_PORT:
+        log.warning("agent-watchdog: setup_tracing() exports OTLP/HTTP to %s, port %d, which is "
+                    "OTLP/gRPC's: the sidecar takes OTLP/HTTP on port 4318 "
+                    "(OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318)", target,
+                    OTLP_GRPC_PORT)
+
+
 class Watchdog:
     """``Watchdog()`` reads ``WATCHDOG_URL`` (default ``http://127.0.0.1:9477``) and
     ``WATCHDOG_API_TOKEN`` (sent as a Bearer token)."""
@@ -95,6 +117,7 @@ class Watchdog:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+        _warn_of_the_grpc_port(endpoint)
         exporter_args: dict[str, Any] = {}
         if endpoint is not None:
             exporter_args["endpoint"] = endpoint

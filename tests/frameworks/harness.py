@@ -120,6 +120,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "hermes": (*_OTEL, *_OPENAI, "run_agent", "tools.registry"),
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
+    "langfuse": (*_LANGCHAIN, "langfuse", "langfuse.langchain"),
     "litellm_logfire": (*_OTEL, *_LITELLM, *_OPENAI),
     # Logfire and MLflow are imported by the drivers after they set the exporters' variables:
     # only the OpenAI SDK (and pydantic-ai) beneath them here

@@ -2,18 +2,20 @@
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
-``ChatOpenAI`` agent, crewai, smolagents, AutoGen AgentChat, Agno (Chat Completions and
+``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
+smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
 ``OpenAIResponsesLlm``), Haystack's ``Agent`` and Semantic Kernel's ``ChatCompletionAgent`` (and
 DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`; Genkit for Go,
-``go/genkit``); the Rust agent
+``go/genkit``); a rig agent (``rust/rig``, rig-core's ``Agent``); the Rust agent
 (``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
 loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
-``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS; Mastra, ``ts/mastra/endpoint.ts``) — is
+``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS; Mastra, ``ts/mastra/endpoint.ts``;
+LangGraph.js traced by OpenLLMetry's Node SDK, ``ts/traceloop/endpoint.ts``) — is
 pointed at a real sidecar by
 ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` alone (``@ai-sdk/anthropic``: its ``baseURL``):
 no OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no header. Behind the sidecar is the
@@ -54,6 +56,7 @@ from tests.frameworks import fakellm, jvm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
 from tests.frameworks.test_genkit_go import genkit_go
+from tests.frameworks.test_rig import rig_agent
 from tests.harness import (
     RunningServer,
     http_request,
@@ -119,6 +122,7 @@ AGENTS = [
     Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
     Agent("langchain", "endpoint_langchain", "invoke"),
     Agent("langchain", "endpoint_langchain", "stream"),
+    Agent("langfuse", "endpoint_langchain", "langfuse"),  # traced by Langfuse's CallbackHandler
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
     Agent("autogen", "endpoint_autogen", "run"),
@@ -139,6 +143,7 @@ AGENTS = [
     *(Agent("genkit-go", "endpoint_genkit_go", mode) for mode in ("endpoint", "endpoint_stream")),
     *(Agent("rust", "endpoint_rust", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
+    Agent("rig", "endpoint_rig", "endpoint"),  # rig-core's Agent (Chat Completions)
     Agent("java", "langchain4j", "chat"),
     Agent("java", "langchain4j", "chat_stream"),
     Agent("java", "anthropic-java", "messages"),
@@ -152,6 +157,8 @@ AGENTS = [
         "chat", "chat_stream", "responses", "responses_stream")),
     # (Mastra: each API once, one of them streamed: a node process is 2-3 s)
     *(Agent("ts", "endpoint_mastra", mode) for mode in ("responses", "chat_stream")),
+    # LangGraph.js' ReAct agent on ChatOpenAI, traced by OpenLLMetry's Node SDK
+    Agent("ts", "endpoint_langgraphjs_traceloop", "invoke"),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]
@@ -282,9 +289,11 @@ def rust_agent() -> Path:
 # the TypeScript agents (env "ts"), by driver: their file in ts/
 TS_AGENTS = {"endpoint_ts": "agent.ts", "endpoint_ai_sdk": "ai_sdk.ts",
              "endpoint_openai_agents_js": "openai_agents.ts",
-             "endpoint_mastra": "mastra/endpoint.ts"}
+             "endpoint_mastra": "mastra/endpoint.ts",
+             "endpoint_langgraphjs_traceloop": "traceloop/endpoint.ts"}
 TS_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "@openai/agents", "tsx",
-               "mastra/node_modules/@mastra/core")
+               "mastra/node_modules/@mastra/core",
+               "traceloop/node_modules/@traceloop/node-server-sdk")
 
 
 def ts_agent(agent: Agent) -> Path:
@@ -304,6 +313,7 @@ COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "go": lambda agent: ([str(go_agent()), agent.mode], GO_DIR),
     "rust": lambda agent: ([str(rust_agent()), agent.mode], RUST_DIR),
     "genkit-go": lambda agent: ([str(genkit_go()), agent.mode], genkit_go().parent),
+    "rig": lambda agent: ([str(rig_agent()), agent.mode], rig_agent().parent),
 }
 
 

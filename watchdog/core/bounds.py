@@ -15,6 +15,8 @@ import json
 import math
 import re
 
+from watchdog.core.shown import shown
+
 MAX_ID_CHARS = 200
 # More tokens than any model call uses (a year of a large model's output); a larger figure is
 # taken as this bound, so a run's sum stays far below 2**63 (CEL's int) for billions of calls.
@@ -55,7 +57,7 @@ def id_problem(value: str) -> str | None:
 def check_id(value: str, what: str) -> str:
     problem = id_problem(value)
     if problem is not None:
-        raise InvalidId(f"{what} {value[:64]!r} is not allowed: it {problem}")
+        raise InvalidId(f"{what} {shown(value[:64])} is not allowed: it {problem}")
     return value
 
 

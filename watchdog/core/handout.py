@@ -45,6 +45,8 @@ class Step:
     # records dropped as another span with an id already applied (RecentSpans.conflicts)
     conflicts: list[SpanRecord] = field(default_factory=list)
     rule_errors: Counter[str] = field(default_factory=Counter)
+    # of each rule with errors: its latest error's run and text (for the log)
+    rule_error_texts: dict[str, tuple[str, str]] = field(default_factory=dict)
     eval_seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
     outages: dict[str, bool] = field(default_factory=dict)  # tool -> failing now (began/ended)

@@ -60,15 +60,17 @@ class CoreReads:
         return self.tracker.get(key) is not None
 
     def page_keys(self, active: bool, agent: str | None, before: tuple[float, str] | None,
-                  limit: int) -> list[tuple[float, str]]:
+                  limit: int, session: str | None = None) -> list[tuple[float, str]]:
         """At most ``limit`` of the active (or the ended) runs in memory as ``(place, key)``,
         in the listing's order (:data:`PAGE_ORDER`): the greatest first, only those below
-        ``before`` (a page's last); ``agent``: only its runs."""
+        ``before`` (a page's last); ``agent``, ``session``: only the runs of that agent, of
+        that session."""
         runs = self.tracker.active() if active else self.tracker.ended()
         place = PAGE_ORDER[active]
         picked: Iterable[tuple[float, str]] = (
             (getattr(run, place), run.key) for run in runs
-            if agent is None or run.agent_name == agent)
+            if (agent is None or run.agent_name == agent)
+            and (session is None or run.session == session))
         if before is not None:
             picked = (item for item in picked if item < before)
         return heapq.nlargest(limit, picked)

@@ -162,7 +162,8 @@ def _keyed_value_end(text: str, match: re.Match[str]) -> tuple[int, bool] | None
     """Where the value after a secret-looking key ends, and whether it was quoted; None when
     there is none to redact.
 
-    Quoted: at its closing quote; a line or text that ends first (a value cut short) ends it.
+    Quoted: at its closing quote (not at a quote written twice, SQL's and CSV's escape of one
+    inside a value); a line or text that ends first (a value cut short) ends it.
     Unquoted: at a space, a quote or a separator, and only if 4 characters long at least."""
     start = match.end()
     quote = match.group(2)
@@ -171,6 +172,9 @@ def _keyed_value_end(text: str, match: re.Match[str]) -> tuple[int, bool] | None
         newline = text.find("\n", start, limit)
         stop = limit if newline < 0 else newline
         closing = _closing(quote).search(text, start, stop)
+        if len(quote) == 1:  # a quote written twice is one inside the value (SQL, CSV): on
+            while closing is not None and text.startswith(quote, closing.end(), stop):
+                closing = _closing(quote).search(text, closing.end() + 1, stop)
         if closing is not None:  # (the value ends where its closing quote begins)
             end = closing.end() - len(quote)
             return (end, True) if end > start else None

@@ -49,6 +49,7 @@ from typing import Any, TypeAlias
 
 from watchdog.core.bounds import InvalidId, check_id, is_number
 from watchdog.core.redact import REDACTED, brief, redact, secret_name
+from watchdog.core.shown import shown
 
 MAX_SESSIONS_IN_MEMORY = 10_000  # sessions cached; the rest are read back from the store
 MAX_FACTS = 100  # facts kept per session; the least recently set are dropped first
@@ -58,7 +59,6 @@ MAX_FAILED_APPROACHES = 50  # the most recent are kept
 MAX_APPROACH_CHARS = 500
 MAX_REMAINING_CHARS = 2000
 MAX_RECENT_RUNS = 64  # runs remembered per session, to count distinct runs (see note_run)
-MAX_SHOWN_CHARS = 80  # of a refused value, in the error that refuses it
 NOTE_APPROACHES = 10  # failed approaches named in the zero-progress note (all are in the context)
 
 Remaining: TypeAlias = "str | int | float"
@@ -99,10 +99,7 @@ def _remaining(value: object) -> Remaining:
         return brief(value, MAX_REMAINING_CHARS)
     if is_number(value):
         return value  # type: ignore[return-value]
-    shown = repr(value)  # (cut: a body may hold a megabyte of list)
-    if len(shown) > MAX_SHOWN_CHARS:
-        shown = shown[:MAX_SHOWN_CHARS - 3] + "..."
-    raise CheckpointError(f"remaining={shown} is not allowed: expected a string or a finite "
+    raise CheckpointError(f"remaining={shown(value)} is not allowed: expected a string or a finite "
                           f"number (what is left to do)")
 
 
@@ -115,7 +112,7 @@ def _state(value: object) -> dict[str, FactValue | None]:
     facts: dict[str, FactValue | None] = {}
     for key, item in value.items():
         if not key or len(key) > MAX_FACT_KEY_CHARS:
-            raise CheckpointError(f"state key {key[:40]!r} is not allowed: expected 1 to "
+            raise CheckpointError(f"state key {shown(key[:40])} is not allowed: expected 1 to "
                                   f"{MAX_FACT_KEY_CHARS} characters")
         name = redact(key)  # a key may hold a secret too (a URL with its password)
         if item is None or isinstance(item, bool):

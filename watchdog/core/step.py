@@ -318,6 +318,59 @@ class Core(CoreReads):
                 resumed[key] = back[1]
         return resumed
 
+    def quiet(self, key: str, records: Sequence[SpanRecord], until: float) -> bool:
+        """Whether the active run ``key`` is proved to get no decision of the rules, nor to be
+        ended by the timer, from now up to ``until`` (this clock's): on the timer as it is
+        now, and at a request that brings ``records`` (what the request carries: the results of
+        the calls it handed over; each made at ``until``), whenever before then it comes.
+
+        Exact by construction: the request's step is :meth:`open_run`'s, whose rules are
+        evaluated (:meth:`_evaluate_batch`) on a copy of the run with the records folded in,
+        for the signals they change, by the engine itself on a copy of its state for the run
+        (:meth:`RuleEngine.decides`); the timer's on the run as it is. Time enters only
+        through signals that grow with it, so, every timed rule of its agent being steady
+        (:meth:`RuleEngine.steady`: each only turns true as they grow), none deciding at
+        ``until`` means none before. An ended run is neither evaluated nor ended again, and
+        a request of it that folds nothing in is evaluated by nothing. The fleet is read as
+        it is now (when it moves, the shell takes back what it said on it), and none of the
+        records' tools may be failing (a success could end its outage). Not for a run with a
+        budget (its own or its pack's)."""
+        run = self.tracker.get(key)
+        tracker = self.tracker
+        engine = self.engine
+        if run is None or run.framed or run.budget or (
+                engine is not None and engine.agent_budget(run.agent_name)):
+            return False
+        if run.ended:  # (not evaluated, by the timer or at a request that folds nothing in)
+            return not records
+        if run.last_seen + min(tracker.loose_run_gap, tracker.run_end_timeout) <= until:
+            return False
+        fleet = self.fleet
+        if any(fleet.is_failing(record.tool_name or "unknown") for record in records):
+            return False
+        if engine is None or not engine.ruleset.rules:
+            return True
+        if not engine.steady(run):
+            return False
+        cel_fleet = fleet.activation()
+        if engine.decides(run, until, partial(self._session_of, run), timed_only=True,
+                          fleet=cel_fleet):
+            return False
+        if not records:  # (the request's step folds nothing in: no rule evaluated)
+            return True
+        after = run.copy()
+        for record in records:
+            after.apply(record, until)
+        changed = changed_signals(snapshot(run), after, False)
+        return not changed or not engine.decides(after, until, partial(self._session_of, after),
+                                                 changed=changed, fleet=cel_fleet)
+
+    def result_hashes(self, key: str) -> list[int]:
+        """The hashes of the distinct results the run ``key``'s tools gave (bounded by
+        ``MAX_DISTINCT_SIGNATURES``): a result like none of them counts as a new one."""
+        run = self.tracker.get(key)
+        return list(run.result_hashes()) if run is not None else []
+
     def recent_lines(self, key: str) -> tuple[str, ...]:
         """The run's last steps as report lines (redacted), oldest first."""
         run, recent = self.tracker.get(key), self._recent.get(key)
@@ -460,7 +513,11 @@ class Core(CoreReads):
         assert self.engine is not None
         step.eval_seconds += self._timer() - started
         if self.engine.errors:
-            step.rule_errors.update(self.engine.drain_errors())
+            errors = self.engine.drain_errors()
+            step.rule_errors.update(errors)
+            for rule in errors:
+                step.rule_error_texts[rule] = (self.engine.last_error_runs.get(rule, ""),
+                                               self.engine.last_errors.get(rule, ""))
 
     def _decide(self, decision: Decision, run: RunState, now: float, step: Step) -> None:
         state = forced_state(decision.action, decision.terminal_state)

@@ -20,11 +20,11 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from watchdog import __version__
 from watchdog.core.bounds import id_problem
 from watchdog.core.durations import DurationError, parse_seconds
 from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
+from watchdog.core.version import __version__
 from watchdog.shell import logs
 from watchdog.shell.config import Config, load
 from watchdog.shell.errors import WatchdogError
@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help="list runs (from a running sidecar)")
     runs.add_argument("--state", choices=("active", "ended"), help="only active or ended runs")
     runs.add_argument("--agent", help="only runs of this agent")
+    runs.add_argument("--session", help="only runs of this session")
     runs.add_argument("--limit", type=_positive_int, default=100,
                       help="at most this many runs (read a page of up to "
                            f"{RUNS_PAGE} at a time)")
@@ -304,6 +305,9 @@ def _api_error(exc: urllib.error.HTTPError) -> str:
     try:
         error = json.loads(exc.read())["error"]
         message = f"{error['message']} ({exc.code} {error['code']})"
+        if exc.code == 404 and str(error["message"]).startswith("no such endpoint"):
+            message += (f"; --url or {URL_ENV} is the control API's base URL, with no path "
+                        f"(default {DEFAULT_URL})")  # (e.g. http://127.0.0.1:9477/v1)
     except (ValueError, KeyError, TypeError, OSError):
         message = f"HTTP {exc.code} {exc.reason}"
         if exc.code == 404:  # not the control API's own answer: another port, another server
@@ -316,7 +320,16 @@ def _api_error(exc: urllib.error.HTTPError) -> str:
 
 def _client(args: argparse.Namespace) -> ApiClient:
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
-    return ApiClient(url, os.environ.get(TOKEN_ENV, "").strip() or None)  # (a file's newline)
+    given = "--url" if args.url else URL_ENV if os.environ.get(URL_ENV) else "the default"
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        scheme, host = parts.scheme, parts.hostname
+    except ValueError:
+        scheme, host = "", None
+    if scheme not in ("http", "https") or not host:  # (`localhost:9477` reads as a scheme)
+        raise CommandFailed(f"{given} {url!r} is not the control API's URL: expected "
+                            f"http://HOST:PORT, e.g. {DEFAULT_URL}", EXIT_UNREACHABLE)
+    return ApiClient(url.strip(), os.environ.get(TOKEN_ENV, "").strip() or None)  # (a newline)
 
 
 OUTPUTS = ("table", "wide", "json")
@@ -394,9 +407,11 @@ def _run_row(run: Mapping[str, Any], wide: bool = False) -> tuple[str, ...]:
 
 
 def _usd(cost: float, unpriced: int) -> str:
-    """A run's dollars ("-": no priced call), "+N?" for N model calls with no known price."""
+    """A run's dollars ("-": no priced call; "<$0.0001": less, never "$0.0000", which reads as
+    free), "+N?" for N model calls with no known price."""
     shown = "-" if cost <= 0 and unpriced <= 0 else (
-        f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}" if cost > 0 else "")
+        f"${cost:.2f}" if cost >= 1 else f"${cost:.4f}" if cost >= 0.00005
+        else "<$0.0001" if cost > 0 else "")
     return shown + (f"+{unpriced}?" if unpriced > 0 else "")
 
 
@@ -439,6 +454,8 @@ def _runs(args: argparse.Namespace) -> int:
         query["state"] = args.state
     if args.agent:
         query["agent"] = args.agent
+    if args.session:
+        query["session"] = args.session
     limit = None if args.all else args.limit
 
     if args.output == "json":
@@ -552,8 +569,9 @@ def _session(args: argparse.Namespace) -> int:
 
 def session_text(context: dict[str, Any]) -> str:
     """A session's context as an operator reads it."""
-    lines = [f"session {context.get('session', '')}: {context.get('runs', 0)} runs, "
-             f"{context.get('checkpoints', 0)} checkpoints"]
+    runs, checkpoints = context.get("runs", 0), context.get("checkpoints", 0)
+    lines = [f"session {context.get('session', '')}: {runs} run{'' if runs == 1 else 's'}, "
+             f"{checkpoints} checkpoint{'' if checkpoints == 1 else 's'}"]
     if context.get("last_checkpoint_at"):
         lines.append(f"last checkpoint: {context['last_checkpoint_at']}"
                      + (f" (run {context['last_checkpoint_run']})"
@@ -561,8 +579,10 @@ def session_text(context: dict[str, Any]) -> str:
     if context.get("last_remaining") is not None:
         lines.append(f"remaining: {context['last_remaining']}")
     streak = context.get("zero_progress_streak") or 0
-    lines.append(f"progress: none across the last {streak + 1} checkpoints"
-                 if context.get("zero_progress") else "progress: yes")
+    if context.get("zero_progress"):
+        lines.append(f"progress: none across the last {streak + 1} checkpoints")
+    else:  # (progress is what checkpoints tell: none told, none known)
+        lines.append("progress: yes" if checkpoints else "progress: no checkpoint yet")
     active = context.get("active_runs") or []
     if active:
         lines.append("active runs: " + ", ".join(str(run) for run in active))

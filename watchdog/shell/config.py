@@ -420,6 +420,41 @@ def yaml_problem(exc: Exception) -> str:
     return f"invalid YAML at {where}{problem}" if where else f"invalid YAML: {problem}"
 
 
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` of a configuration's YAML, but a mapping that gives a key twice is
+    invalid YAML, as the YAML spec says (PyYAML would take the last one and drop the first
+    without a word: a second ``rules:`` or ``webhooks:`` in a file). Raises ``yaml.YAMLError``,
+    the second key's place in it."""
+    import yaml
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    from watchdog.core.rules.yamldoc import BoundedLoader  # (nesting bounded: no RecursionError)
+
+    root = yaml.compose(text, Loader=BoundedLoader)
+    pending = [] if root is None else [root]
+    walked: set[int] = set()  # (aliases share nodes: each is walked once)
+    while pending:
+        node = pending.pop()
+        if id(node) in walked:
+            continue
+        walked.add(id(node))
+        if isinstance(node, SequenceNode):
+            pending.extend(node.value)
+        elif isinstance(node, MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                pending.append(value)
+                if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue  # (a merge key's mapping gives way to the keys beside it)
+                line = first.get((key.tag, key.value))
+                if line is not None:
+                    raise yaml.MarkedYAMLError(
+                        problem=f"the key {key.value!r} is given twice (first on line {line})",
+                        problem_mark=key.start_mark)
+                first[(key.tag, key.value)] = key.start_mark.line + 1
+    return yaml.load(text, Loader=BoundedLoader)
+
+
 def url_for_logs(url: str) -> str:
     """``url`` with its password (if any) replaced by ``***``."""
     try:
@@ -602,7 +637,7 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
             import yaml  # (only a config file or WATCHDOG_WEBHOOKS is YAML)
 
             try:
-                value = yaml.safe_load(value) if value.strip() else []
+                value = load_yaml(value) if value.strip() else []
             except yaml.YAMLError as exc:
                 problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
                 raise ConfigError(f"{key} is not allowed: {problem}; expected a YAML list of "
@@ -706,7 +741,7 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
         import yaml
 
         try:
-            document = yaml.safe_load(Path(path).read_text("utf-8")) or {}
+            document = load_yaml(Path(path).read_text("utf-8")) or {}
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:

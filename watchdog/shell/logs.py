@@ -5,9 +5,11 @@ fields (DESIGN §2, README "Logs"):
 
 =================  ==============================================================
 ``rule_fired``     rule, action, severity, run, agent, terminal_state
+``rule_withdrawn`` rule, run, agent (a ``repeat: each_time`` notify's note taken back)
 ``directive_sent`` id, run, seq, action, rule, channel (sse, longpoll, webhook), outcome
 ``directive_acked`` run, seq (what the agent acked), acked_seq (the run's acked seq now)
 ``run_ended``      run, agent, terminal_state, reason, has_final_answer
+``rule_error``     rule, errors, run, error (a warning; see :class:`RuleErrorLog`)
 =================  ==============================================================
 
 With ``log_format: json`` every line is one JSON object: ``time``, ``level``, ``logger``,
@@ -35,12 +37,37 @@ EVENT_ATTR = "watchdog_event"
 _decisions = logging.getLogger(DECISIONS)
 
 
-def event(name: str, **fields: Any) -> None:
+RULE_ERROR_LOG_INTERVAL = 60.0  # seconds between two rule_error lines of one rule
+MAX_RULE_ERROR_LOGS = 1024  # rules whose last rule_error line is remembered (then start over)
+
+
+def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log decision event ``name`` with ``fields`` (text: ``name k=v ...``; JSON: fields)."""
-    if not _decisions.isEnabledFor(logging.INFO):
+    if not _decisions.isEnabledFor(level):
         return
     text = " ".join(f"{key}={_text(value)}" for key, value in fields.items())
-    _decisions.info("%s %s", name, text, extra={EVENT_ATTR: name, FIELDS_ATTR: fields})
+    _decisions.log(level, "%s %s", name, text, extra={EVENT_ATTR: name, FIELDS_ATTR: fields})
+
+
+class RuleErrorLog:
+    """``rule_error`` warnings: a rule whose condition or message fails to evaluate (it counts as
+    not matching) is logged at its first error with what failed and on which run, then at most
+    once each :data:`RULE_ERROR_LOG_INTERVAL` with the errors since (every one is counted in
+    ``rule_errors_total``)."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, tuple[float, int]] = {}  # rule -> (last logged at, errors since)
+
+    def failed(self, rule: str, errors: int, run: str, error: str, now: float) -> None:
+        logged, since = self._rules.get(rule, (float("-inf"), 0))
+        since += errors
+        if now - logged < RULE_ERROR_LOG_INTERVAL:
+            self._rules[rule] = (logged, since)
+            return
+        if rule not in self._rules and len(self._rules) >= MAX_RULE_ERROR_LOGS:
+            self._rules.clear()
+        self._rules[rule] = (now, 0)
+        event("rule_error", level=logging.WARNING, rule=rule, errors=since, run=run, error=error)
 
 
 def directive_sent(directive: Directive, channel: str, outcome: str = "sent",

@@ -28,11 +28,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from watchdog import __version__
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
 from watchdog.core.spans.native import native_state, use_native
+from watchdog.core.version import __version__
 from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
@@ -227,6 +227,12 @@ class Server:
                  ", ".join(f"{k}={f'[{h}]' if ':' in h else h}:{p}"
                            for k, (h, p) in self.addresses.items()))
         log.info("OTLP protobuf decode: %s", DECODES[native_state()])
+        shared = filesystem_watchdog()
+        if shared is not None:
+            log.warning("the filesystem-events library watchdog %s is installed here too, in "
+                        "the import package agent-watchdog-sidecar has (watchdog: each writes "
+                        "its watchdog/__init__.py over the other's); give the sidecar a venv "
+                        "of its own (README: Names)", shared)
 
     async def _start_grpc(self, admission: Admission, forward: Forwarder | None) -> None:
         """The OTLP/gRPC receivers: the port is bound here, grpcio loads at its first
@@ -369,6 +375,18 @@ class Server:
         if self._owner is not None:
             self._owner.close()  # the state dir is free for the next sidecar
             self._owner = None
+
+
+def filesystem_watchdog() -> str | None:
+    """The version of the filesystem-events library ``watchdog`` where it is installed beside
+    the sidecar (its import package is ``watchdog`` too: the two share one directory), else
+    None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("watchdog")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 @contextlib.contextmanager

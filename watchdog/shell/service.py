@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
-from watchdog.core.rules.decision import Decided
+from watchdog.core.rules.decision import Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
+from watchdog.core.shown import shown
 from watchdog.core.spans.decode import TraceRequest
 from watchdog.core.spans.record import (
     DUPLICATE_SPAN_ID,
@@ -157,7 +158,7 @@ class WatchdogService:
         self.priority = Priority()  # bulk work steps aside for syncs in flight (DESIGN §8)
         # told after each step of the core (the model endpoint's relay: the fleet may have
         # moved, and with it what a new run gets)
-        self.stepped: Callable[[], None] | None = None
+        self.stepped: Callable[[Step], None] | None = None
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
         self.queries = RunQueries(self.core, store, self.clock,
@@ -169,6 +170,7 @@ class WatchdogService:
         self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
         self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
+        self._rule_errors = logs.RuleErrorLog()
         self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
         # GenAI log events and the spans they describe meet here (bounded in size and time):
         # made with the span pipeline, at the first export (:attr:`log_join`)
@@ -308,7 +310,7 @@ class WatchdogService:
         """Hand what a core step produced to whoever takes it: one way, no answers back."""
         self.state.take(step.dirty, step.activity, step.gone)
         if self.stepped is not None:
-            self.stepped()
+            self.stepped(step)
         observer = self.observer
         if step.batch is not None:
             observer.batch_applied(step.batch, step.evicted)
@@ -319,6 +321,8 @@ class WatchdogService:
         for rule, count in step.rule_errors.items():
             for _ in range(count):
                 observer.rule_error(rule)
+            self._rule_errors.failed(rule, count, *step.rule_error_texts.get(rule, ("", "")),
+                                     self.clock.now())
         if step.outages:
             observer.tools_failing(step.outages)
             for tool, failing in step.outages.items():
@@ -368,11 +372,15 @@ class WatchdogService:
 
     def _decided(self, decided: Decided, run_row: str | None = None) -> None:
         decision, run = decided.decision, decided.run
-        self.observer.rule_fired(decision.rule, decision.action.value, run.agent, run.trace_id)
-        logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
-                   severity=decision.severity.value, run=run.key, agent=run.agent,
-                   terminal_state=decision.terminal_state.value if decision.terminal_state
-                   else None, escalation=decision.escalation)
+        if withdraws(decision.action.value, decision.message):  # (no firing: a note taken back)
+            logs.event("rule_withdrawn", rule=decision.rule, run=run.key, agent=run.agent)
+        else:
+            self.observer.rule_fired(decision.rule, decision.action.value, run.agent,
+                                     run.trace_id)
+            logs.event("rule_fired", rule=decision.rule, action=decision.action.value,
+                       severity=decision.severity.value, run=run.key, agent=run.agent,
+                       terminal_state=decision.terminal_state.value if decision.terminal_state
+                       else None, escalation=decision.escalation)
         if self.sink is not None:
             directive = self.sink.submit(decided, run_row)
             if isinstance(directive, Directive):
@@ -540,7 +548,7 @@ class WatchdogService:
         run, step = self.core.heartbeat(key, messages, self.clock.now(), in_flight,
                                         oldest_call_started, announce)
         if run is None:
-            raise NotFound(f"no active run {key!r}")
+            raise NotFound(f"no active run {shown(key)}")
         self._carry(step)
         return run
 

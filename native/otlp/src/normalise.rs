@@ -52,10 +52,11 @@ pub struct Normaliser {
     step_names: Vec<String>,
     step_suffixes: Vec<String>,
     facts: Facts,
-    /// ``OUTPUT_TOOL_NAMES``, ``OUTPUT_TOOL_PREFIXES``, ``LOOP_END_TOOLS``' names
+    /// ``OUTPUT_TOOL_NAMES``, ``OUTPUT_TOOL_PREFIXES``; the names of the tools whose calls
+    /// Python reads (``LOOP_END_TOOLS``, ``TOOL_NAME_PLACEHOLDERS``: named in their result)
     answer_tools: Vec<String>,
     answer_tool_prefixes: Vec<String>,
-    loop_end_tools: Vec<String>,
+    left_tools: Vec<String>,
     /// attributes that take a tool span down a branch read only by Python (a declined call's
     /// flag, a framework's error flag or result status, a call id in the input JSON)
     tool_unsure: Vec<Py<PyString>>,
@@ -94,7 +95,7 @@ impl Normaliser {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (record_class, kinds, sources, roles, kind_maps, dispatch_unsure,
                         agent_unsure, step_names, step_suffixes, facts,
-                        answer_tools, answer_tool_prefixes, loop_end_tools, tool_unsure,
+                        answer_tools, answer_tool_prefixes, left_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
                         max_name_chars, max_brief_chars, client_run_span))]
     fn new(
@@ -110,7 +111,7 @@ impl Normaliser {
         facts: [usize; 9],
         answer_tools: &Bound<'_, PyAny>,
         answer_tool_prefixes: &Bound<'_, PyAny>,
-        loop_end_tools: &Bound<'_, PyAny>,
+        left_tools: &Bound<'_, PyAny>,
         tool_unsure: &Bound<'_, PyAny>,
         result_texts: &Bound<'_, PyAny>,
         hidden: &Bound<'_, PyAny>,
@@ -164,7 +165,7 @@ impl Normaliser {
             },
             answer_tools: strings(answer_tools)?,
             answer_tool_prefixes: strings(answer_tool_prefixes)?,
-            loop_end_tools: strings(loop_end_tools)?,
+            left_tools: strings(left_tools)?,
             tool_unsure: py_strings(tool_unsure)?,
             result_texts: texts,
             hidden: strings(hidden)?,
@@ -494,7 +495,7 @@ fn tool_facts<'py>(
     };
     let tool = cut(tool, normaliser.max_name_chars).to_owned();
     if normaliser.answer_tools.contains(&tool)
-        || normaliser.loop_end_tools.contains(&tool)
+        || normaliser.left_tools.contains(&tool)
         || normaliser
             .answer_tool_prefixes
             .iter()
@@ -503,6 +504,15 @@ fn tool_facts<'py>(
         return Ok(None);
     }
     let brief = normaliser.brief.bind(py);
+    let result_value = firsts.get_item(facts.tool_result)?;
+    if let Ok(text) = result_value.cast::<PyString>() {
+        if text
+            .to_str()
+            .map_or(true, |text| text.contains("call_id\""))
+        {
+            return Ok(None); // (the result may name the call it answers: result_call_id)
+        }
+    }
     let args_value = firsts.get_item(facts.tool_args)?;
     let Ok(args) = content(normaliser, &args_value) else {
         return Ok(None);
@@ -525,7 +535,6 @@ fn tool_facts<'py>(
             Some((hash, short))
         }
     };
-    let result_value = firsts.get_item(facts.tool_result)?;
     let Ok(result) = content(normaliser, &result_value) else {
         return Ok(None);
     };

@@ -12,9 +12,22 @@
 //! goes upstream at once, with the bound it gets; Python still reads it, opens its run and
 //! books its call as for any other, and checks that its own decision is the same.
 //!
+//! A request that continues a run goes on at once too, when Python has said what the next
+//! request of its conversation gets (`admit_next`, published when it booked the run's call):
+//! only for a run whose next request cannot be decided otherwise by what it carries. Python
+//! publishes that for a run with no budget, no directive, nothing left to answer (its last
+//! call handed over no tool call), nothing in flight, not traced; a request of its
+//! conversation that is longer than the one Python decided and ends with tool results (a new
+//! user message may start the next run), none of which answers a call any response through
+//! this relay handed over (`handed`: a result answering another run's call goes to that
+//! run), gets it once. Any request of that conversation read here takes
+//! the entry (it is used once); a Chat Completions request this cannot read takes those of
+//! its agent (all, if it names a run or an agent this cannot read).
+//!
 //! Everything else, and anything this cannot read as plainly as Python does, goes to Python.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use hyper::header::HeaderMap;
@@ -42,6 +55,15 @@ const MAX_AGENT_CHARS: usize = 200;
 const SDK_MARKS: [&str; 3] = ["[agent-watchdog: system instruction", "[budget: ", "[grace: "];
 /// A session's id is `model:` and the first 12 bytes of its conversation's digest in hex.
 pub type Digest = [u8; 12];
+/// Conversations whose next request Python said may go on at once: past this, no more are
+/// taken (Python publishes again at the run's next call).
+pub const MAX_NEXT: usize = 1 << 16;
+/// How long a continuing request waits for Python to book the call before it (and say what
+/// it gets): then it is Python's to decide, as any other.
+pub const WAIT_BOOKED: std::time::Duration = std::time::Duration::from_millis(50);
+/// Tool-call ids handed over through the relay, remembered: past this, no continuing request
+/// goes on before Python has read it.
+pub const MAX_HANDED: usize = 1 << 18;
 
 /// What Python set at start: the upstreams, the agent of a request that names none, the
 /// endpoint's token header and value (when it has one).
@@ -58,6 +80,86 @@ pub struct Admission {
     pub settings: Arc<Settings>,
     agents: HashMap<String, i64>,
     known: HashSet<Digest>,
+    /// What the next request of a conversation gets, once (`admit_next`).
+    next: HashMap<Digest, Next>,
+    /// Conversations whose last call Python is to book: it then says what their next request
+    /// gets, or that it does not say (`next_clear`).
+    booking: HashSet<Digest>,
+    /// Every tool-call id a Chat Completions response through the relay handed over.
+    handed: HashSet<String>,
+    /// A response's tool calls could not be read here (or too many were): no continuing
+    /// request goes on before Python has read it any more.
+    blind: bool,
+    /// The tool-call ids a conversation's next request is to answer (`Expect`), and whose:
+    /// a response that hands one over again takes that back (the call is another run's).
+    expecting: HashMap<String, Digest>,
+}
+
+/// The next request of a conversation, as Python published it: its bound, the length of
+/// the request Python decided (the next one must be longer), until when it holds, and, when
+/// the call booked handed tool calls over, the results it is to carry.
+struct Next {
+    keep: i64,
+    messages: usize,
+    agent: String,
+    until: Instant,
+    expect: Option<Expect>,
+}
+
+/// The results a conversation's next request carries, as Python proved what it gets: the
+/// model's answer that handed the calls over (right after the request decided), then one
+/// result for each call and nothing else, none read as a failure
+/// ([`crate::failed::looks_failed`]), none the same result (its hash) as one the run had
+/// before or as another of them.
+pub struct Expect {
+    /// The calls handed over, in the answer's order: their ids and their tools' names.
+    pub calls: Vec<(String, String)>,
+    /// The hashes of the results the run had so far.
+    pub seen: HashSet<i64>,
+}
+
+/// A Chat Completions request that continues its conversation: its length, and the tool
+/// calls its results (after the model's last answer) answer, with where that answer is, the
+/// ids of the tool calls it carries (None: not plainly that) and each result's text when its
+/// content is a string.
+pub struct Continues {
+    messages: usize,
+    answers: Vec<String>,
+    last_answer: usize,
+    calls: Option<Vec<String>>,
+    texts: Vec<Option<String>>,
+}
+
+impl Continues {
+    /// Whether it carries exactly what `expect` says after the `messages` decided.
+    fn carries(&self, messages: usize, expect: &Expect) -> bool {
+        let calls = &expect.calls;
+        if self.last_answer != messages || self.messages != messages + 1 + calls.len()
+            || self.answers.len() != calls.len() {
+            return false;
+        }
+        let Some(ids) = &self.calls else { return false };
+        if ids.len() != calls.len() || ids.iter().zip(calls).any(|(id, (call, _))| id != call) {
+            return false;
+        }
+        let mut answered = vec![false; calls.len()];
+        let mut hashes = HashSet::with_capacity(calls.len());
+        for (id, text) in self.answers.iter().zip(&self.texts) {
+            let Some(index) = calls.iter().position(|(call, _)| call == id) else {
+                return false;
+            };
+            let Some(text) = text else { return false };
+            if std::mem::replace(&mut answered[index], true)
+                || crate::failed::looks_failed(text) != Some(false) {
+                return false;
+            }
+            let hash = crate::failed::stable_hash(&format!("{}\0{text}", calls[index].1));
+            if expect.seen.contains(&hash) || !hashes.insert(hash) {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// A request read as a new conversation's first: its API, agent and conversation, and the
@@ -67,9 +169,16 @@ pub struct First {
     agent: String,
     digest: Digest,
     named: Option<String>,
+    /// None: a new conversation's first request; else one that continues its conversation.
+    continues: Option<Continues>,
 }
 
 impl First {
+    /// Its conversation, if it continues one (a new conversation's first request: None).
+    pub fn continuing(&self) -> Option<Digest> {
+        self.continues.as_ref().map(|_| self.digest)
+    }
+
     pub fn hex(&self) -> String {
         self.digest.iter().map(|byte| format!("{byte:02x}")).collect()
     }
@@ -84,6 +193,10 @@ pub struct Admitted {
     pub keep: i64,
     pub target: &'static str,
     pub named: Option<String>,
+    /// It continues its conversation (not a new conversation's first request).
+    pub continued: bool,
+    /// Its conversation.
+    pub digest: Digest,
 }
 
 /// What becomes of a new conversation's first request.
@@ -96,7 +209,120 @@ pub enum Verdict {
 
 impl Admission {
     pub fn new(settings: Settings) -> Self {
-        Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new() }
+        Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new(),
+                    next: HashMap::new(), booking: HashSet::new(), handed: HashSet::new(),
+                    blind: false, expecting: HashMap::new() }
+    }
+
+    /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
+    /// comes within `hold`: with `expect`, if it carries just that after the `messages`
+    /// decided ([`Expect`]); without, if it is longer than `messages` and answers no call
+    /// handed over.
+    pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize, agent: String,
+                      hold: Duration, expect: Option<Expect>) {
+        self.booking.remove(&digest);
+        self.take(&digest);
+        if self.next.len() >= MAX_NEXT
+            || expect.as_ref().is_some_and(|expect| expect.calls.iter().any(
+                |(id, _)| self.expecting.contains_key(id))) {
+            return; // (a call id another conversation's next request is to answer: Python's)
+        }
+        if let Some(expect) = &expect {
+            for (id, _) in &expect.calls {
+                self.expecting.insert(id.clone(), digest);
+            }
+        }
+        self.next.insert(digest, Next { keep, messages, agent, until: Instant::now() + hold,
+                                        expect });
+    }
+
+    /// Takes what the next request of `digest` gets (and the calls it was to answer).
+    fn take(&mut self, digest: &Digest) -> Option<Next> {
+        let next = self.next.remove(digest)?;
+        if let Some(expect) = &next.expect {
+            for (id, _) in &expect.calls {
+                self.expecting.remove(id);
+            }
+        }
+        Some(next)
+    }
+
+    /// Forgets what the next request of `digest` (all, for None) gets.
+    pub fn next_clear(&mut self, digest: Option<Digest>) {
+        match digest {
+            Some(digest) => {
+                self.take(&digest);
+                self.booking.remove(&digest);
+            }
+            None => {
+                self.next.clear();
+                self.expecting.clear();
+                self.booking.clear();
+            }
+        }
+    }
+
+    /// A call of the conversation `digest` goes upstream: once it is booked, Python says what
+    /// the conversation's next request gets (or that it does not). What it said before is
+    /// taken back: it was of the run as it was before this call (said, say, while Python
+    /// decided this very request, having booked the call before it just then).
+    pub fn asked(&mut self, digest: Digest) {
+        self.take(&digest);
+        if self.booking.len() < MAX_NEXT {
+            self.booking.insert(digest);
+        }
+    }
+
+    /// Whether Python is still to say what the next request of `digest` gets.
+    pub fn booking(&self, digest: &Digest) -> bool {
+        self.booking.contains(digest)
+    }
+
+    /// A Chat Completions request this cannot read: what the next requests of its agent's
+    /// conversations get is forgotten (of every agent's, for None: it may name a run).
+    pub fn unread(&mut self, agent: Option<String>) {
+        if self.next.is_empty() {
+            return;
+        }
+        match agent {
+            Some(agent) => {
+                let gone: Vec<Digest> = self.next.iter()
+                    .filter(|(_, next)| next.agent == agent).map(|(digest, _)| *digest)
+                    .collect();
+                for digest in gone {
+                    self.take(&digest);
+                }
+            }
+            None => {
+                self.next.clear();
+                self.expecting.clear();
+            }
+        }
+    }
+
+    /// The tool calls a response handed over (None: it could not be read here).
+    pub fn handed(&mut self, ids: Option<Vec<String>>) {
+        let Some(ids) = ids else {
+            self.blind = true;
+            self.next_clear(None);
+            return;
+        };
+        for id in ids {
+            if self.handed.len() >= MAX_HANDED && !self.handed.contains(&id) {
+                self.blind = true;
+                self.next_clear(None);
+                return;
+            }
+            if let Some(digest) = self.expecting.get(&id).copied() {
+                self.take(&digest); // (handed over again: a result for it is another run's)
+            }
+            self.handed.insert(id);
+        }
+    }
+
+    /// Whether continuing requests may still go on before Python has read them.
+    pub fn sighted(&self) -> bool {
+        !self.blind
     }
 
     pub fn learn(&mut self, agent: String, keep: i64) {
@@ -118,15 +344,29 @@ impl Admission {
 
     /// What becomes of a request [`read`] found to be a new conversation's first.
     pub fn judge(&mut self, first: First, headers: &HeaderMap) -> Verdict {
-        if self.known.contains(&first.digest) {
-            return Verdict::No;
-        }
-        let Some(&keep) = self.agents.get(&first.agent) else {
-            return Verdict::Learn(first.agent);
+        // (any request of a conversation takes what its next one gets: it is used once)
+        let next = if self.next.is_empty() { None } else { self.take(&first.digest) };
+        let keep = if let Some(continues) = &first.continues {
+            match next {
+                Some(next) if !self.blind && Instant::now() < next.until && match &next.expect {
+                    Some(expect) => continues.carries(next.messages, expect),
+                    None => continues.messages > next.messages
+                        && !continues.answers.iter().any(|id| self.handed.contains(id)),
+                } => next.keep,
+                _ => return Verdict::No,
+            }
+        } else {
+            if self.known.contains(&first.digest) {
+                return Verdict::No;
+            }
+            let Some(&keep) = self.agents.get(&first.agent) else {
+                return Verdict::Learn(first.agent);
+            };
+            if !self.know(first.digest) {
+                return Verdict::No;
+            }
+            keep
         };
-        if !self.know(first.digest) {
-            return Verdict::No;
-        }
         let settings = &self.settings;
         let target = api_path(first.api);
         let url = match first.api {
@@ -134,7 +374,9 @@ impl Admission {
             _ => format!("{}{}", settings.openai, &target[3..]),
         };
         Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep,
-                                     target, named: first.named })
+                                     target, named: first.named,
+                                     continued: first.continues.is_some(),
+                                     digest: first.digest })
     }
 }
 
@@ -198,6 +440,27 @@ fn path_agent(segment: &str) -> Option<String> {
      && name != "." && name != "..").then_some(name)
 }
 
+/// The agent of a request [`read`] cannot read, as Python names it; None when this cannot be
+/// sure, or the request names a run (it may be any agent's).
+pub fn agent_of(settings: &Settings, target: &str, headers: &HeaderMap) -> Option<String> {
+    if headers.contains_key("x-watchdog-run") {
+        return None;
+    }
+    let (_, _, named) = door(target)?;
+    let agent = match headers.get(AGENT_HEADER) {
+        Some(value) => {
+            let bytes = value.as_bytes();
+            if !(1..=MAX_AGENT_CHARS).contains(&bytes.len())
+                || !bytes.iter().all(|byte| (0x20..0x7f).contains(byte)) {
+                return None;
+            }
+            Some(String::from_utf8_lossy(bytes).into_owned())
+        }
+        None => named,
+    };
+    Some(agent.filter(|name| !name.is_empty()).unwrap_or_else(|| settings.default_agent.clone()))
+}
+
 /// The request, if it is plainly a new conversation's first (read without the lock).
 pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap, body: &[u8])
             -> Option<First> {
@@ -248,8 +511,99 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
         return None;
     };
-    let digest = digest(api, &agent, first_request(api, &body)?);
-    Some(First { api, agent, digest, named })
+    let (anchor, continues) = match first_request(api, &body) {
+        Some(anchor) => (anchor, None),
+        None if api == Api::Chat => {
+            let (anchor, continues) = continuing(body.get("messages")?.as_array()?)?;
+            (anchor, Some(continues))
+        }
+        None => return None,
+    };
+    let digest = digest(api, &agent, anchor);
+    Some(First { api, agent, digest, named, continues })
+}
+
+/// A Chat Completions request that continues its conversation, as Python reads it: messages
+/// of the system and developer (plain strings), the user (the first one a string: the
+/// anchor), the model and tools only, the model's among them; after its last answer, only
+/// tool results (each naming its call by a string), at least one. Its anchor, length and the
+/// calls its results answer; None for anything else.
+fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
+    let mut anchor = None;
+    let mut last_answer = None;
+    for (index, message) in messages.iter().enumerate() {
+        let message = message.as_object()?;
+        match message.get("role")?.as_str()? {
+            "system" | "developer" => plain(message.get("content")?)?,
+            "user" => {
+                if anchor.is_none() {
+                    anchor = Some(non_empty(message.get("content")?)?);
+                }
+            }
+            "assistant" => last_answer = Some(index),
+            "tool" => {}
+            _ => return None,
+        }
+    }
+    let last_answer = last_answer?;
+    let mut answers = Vec::new();
+    let mut texts = Vec::new();
+    for message in &messages[last_answer + 1..] {
+        let message = message.as_object()?;
+        (message.get("role")?.as_str()? == "tool").then_some(())?;
+        answers.push(message.get("tool_call_id")?.as_str()?.to_owned());
+        texts.push(message.get("content").and_then(Value::as_str).map(str::to_owned));
+    }
+    // (tool results last: a new user message may start the conversation's next run)
+    (!answers.is_empty()).then_some(())?;
+    Some((anchor?, Continues { messages: messages.len(), answers, last_answer,
+                               calls: answer_calls(&messages[last_answer]), texts }))
+}
+
+/// The ids of the tool calls a model's answer carries, in order, when it plainly carries
+/// them as Python reads them (a list of calls each with a string id; no legacy function call).
+fn answer_calls(message: &Value) -> Option<Vec<String>> {
+    let message = message.as_object()?;
+    if message.get("function_call").is_some_and(|call| !call.is_null()) {
+        return None;
+    }
+    message.get("tool_calls")?.as_array()?.iter()
+        .map(|call| call.as_object()?.get("id")?.as_str().map(str::to_owned)).collect()
+}
+
+/// The tool-call ids a whole Chat Completions response hands over (every choice's, a superset
+/// of what Python reads); None when this cannot be sure to read them all as Python does.
+pub fn response_call_ids(data: &[u8]) -> Option<Vec<String>> {
+    if crate::observe::long_digit_run(data) {
+        return None;
+    }
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(data) else {
+        return None;
+    };
+    let mut ids = Vec::new();
+    let Some(choices) = body.get("choices") else { return Some(ids) };
+    for choice in choices.as_array()? {
+        let Some(message) = choice.get("message").filter(|message| !message.is_null()) else {
+            continue;
+        };
+        let message = message.as_object()?;
+        if message.get("function_call").is_some_and(|call| !call.is_null()) {
+            return None; // (a legacy call: Python names it by its function)
+        }
+        match message.get("tool_calls") {
+            None | Some(Value::Null) => {}
+            Some(calls) => {
+                for call in calls.as_array()? {
+                    match call.get("id") {
+                        Some(Value::String(id)) => ids.push(id.clone()),
+                        None | Some(Value::Null) => {}
+                        Some(_) => return None, // (Python writes it with `str()`)
+                    }
+                }
+            }
+        }
+    }
+    Some(ids)
 }
 
 /// A new conversation's first request, as Python reads it (no tool results, no answer of the
@@ -362,4 +716,181 @@ pub fn parse_digest(hex: &str) -> Option<Digest> {
         *byte = u8::from_str_radix(&hex[index * 2..index * 2 + 2], 16).ok()?;
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings { openai: "http://up/v1".into(), anthropic: "http://up".into(),
+                   default_agent: "bot".into(), token: None }
+    }
+
+    fn body(after: &str) -> Vec<u8> {
+        format!(r#"{{"model":"m","messages":[{{"role":"system","content":"s"}},
+                   {{"role":"user","content":"task"}}{after}]}}"#).into_bytes()
+    }
+
+    const HOLD: Duration = Duration::from_secs(60);
+
+    const ANSWERED: &str = r#",{"role":"assistant","content":"done"},
+                              {"role":"tool","tool_call_id":"own_1","content":"r"}"#;
+
+    fn read_chat(body: &[u8]) -> Option<First> {
+        read(&settings(), "POST", "/v1/chat/completions", &HeaderMap::new(), body)
+    }
+
+    #[test]
+    fn a_continuing_request_is_read_with_its_length_and_the_calls_its_results_answer() {
+        let first = read_chat(&body(ANSWERED)).unwrap();
+        let continues = first.continues.as_ref().unwrap();
+        assert_eq!(continues.messages, 4);
+        assert_eq!(continues.answers, vec!["own_1".to_owned()]);
+        // the same conversation as its first request
+        assert_eq!(first.digest, read_chat(&body("")).unwrap().digest);
+        assert!(read_chat(&body("")).unwrap().continues.is_none());
+    }
+
+    #[test]
+    fn a_request_that_may_start_a_run_or_is_not_plain_is_not_read() {
+        for after in [
+            r#",{"role":"assistant","content":"done"},{"role":"user","content":"next"}"#,
+            r#",{"role":"assistant","content":"done"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"tool","tool_call_id":1,"content":"r"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"function","name":"f","content":"r"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"system","content":"s"},
+               {"role":"tool","tool_call_id":"x","content":"r"}"#,
+            r#",{"role":"assistant","content":"d"},{"role":"developer","content":"[budget: 1"},
+               {"role":"tool","tool_call_id":"x","content":"r"}"#,
+        ] {
+            assert!(read_chat(&body(after)).is_none(), "{after}");
+        }
+    }
+
+    #[test]
+    fn what_python_said_goes_once_to_a_longer_request_that_answers_no_call_handed_over() {
+        let headers = HeaderMap::new();
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        let judged = |admission: &mut Admission, body: &[u8]| {
+            matches!(admission.judge(read_chat(body).unwrap(), &headers), Verdict::Admitted(_))
+        };
+        assert!(!judged(&mut admission, &body(ANSWERED)), "not told");
+        admission.admit_next(digest, -1, 4, "bot".into(), HOLD, None);
+        assert!(!judged(&mut admission, &body(ANSWERED)), "not longer");
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        assert!(judged(&mut admission, &body(ANSWERED)));
+        assert!(!judged(&mut admission, &body(ANSWERED)), "once");
+        admission.handed(Some(vec!["own_1".into()]));
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        assert!(!judged(&mut admission, &body(ANSWERED)), "a call handed over");
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.unread(Some("other".into()));
+        admission.handed(Some(vec![]));
+        let other = body(r#",{"role":"assistant","content":"d"},
+                            {"role":"tool","tool_call_id":"own_2","content":"r"}"#);
+        assert!(judged(&mut admission, &other), "another agent's unread request");
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.unread(Some("bot".into()));
+        assert!(!judged(&mut admission, &other), "its agent's unread request");
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.handed(None);
+        assert!(!admission.sighted());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        assert!(!judged(&mut admission, &other), "a response it could not read");
+    }
+
+    #[test]
+    fn a_whole_responses_tool_calls_are_read_or_it_is_not_sure() {
+        let calls = br#"{"choices":[{"message":{"tool_calls":[{"id":"a"},{"id":"b"}]}},
+                        {"message":{"tool_calls":[{"id":"c"}]}}]}"#;
+        assert_eq!(response_call_ids(calls), Some(vec!["a".into(), "b".into(), "c".into()]));
+        assert_eq!(response_call_ids(br#"{"choices":[{"message":{"content":"x"}}]}"#),
+                   Some(vec![]));
+        for unsure in [&br#"{"choices":[{"message":{"tool_calls":[{"id":1}]}}]}"#[..],
+                       br#"{"choices":[{"message":{"function_call":{"name":"f"}}}]}"#,
+                       br#"{"choices":[{"message":{"tool_calls":[{"id":"a"}]}"#, b"NaN"] {
+            assert_eq!(response_call_ids(unsure), None);
+        }
+    }
+
+    /// The model's answer handing over the calls `ids` (of the tool "search"), then a result
+    /// for each of `results` (id, content as JSON).
+    fn handed_turn(ids: &[&str], results: &[(&str, &str)]) -> Vec<u8> {
+        let calls: Vec<String> = ids.iter().map(|id| format!(
+            r#"{{"id":"{id}","type":"function","function":{{"name":"search","#
+            ).to_owned() + r#""arguments":"{}"}}"#).collect();
+        let mut after = format!(r#",{{"role":"assistant","content":null,"tool_calls":[{}]}}"#,
+                                calls.join(","));
+        for (id, content) in results {
+            after.push_str(&format!(
+                r#",{{"role":"tool","tool_call_id":"{id}","content":{content}}}"#));
+        }
+        body(&after)
+    }
+
+    fn expect(ids: &[&str], seen: &[i64]) -> Option<Expect> {
+        Some(Expect { calls: ids.iter().map(|id| ((*id).to_owned(), "search".to_owned()))
+                          .collect(),
+                      seen: seen.iter().copied().collect() })
+    }
+
+    #[test]
+    fn a_request_answering_the_calls_handed_over_goes_on_only_as_python_proved_it() {
+        let headers = HeaderMap::new();
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        let judged = |admission: &mut Admission, body: &[u8]| {
+            read_chat(body).is_some_and(|first| matches!(admission.judge(first, &headers),
+                                                          Verdict::Admitted(_)))
+        };
+        let good = handed_turn(&["a", "b"], &[("b", r#""two""#), ("a", r#""one""#)]);
+        let tell = |admission: &mut Admission, seen: &[i64]| {
+            admission.handed(Some(vec!["a".into(), "b".into()]));
+            admission.admit_next(digest, -1, 2, "bot".into(), HOLD, expect(&["a", "b"], seen));
+        };
+        tell(&mut admission, &[]);
+        assert!(judged(&mut admission, &good), "its calls' results, in any order");
+        assert!(!judged(&mut admission, &good), "once");
+        let hash = crate::failed::stable_hash("search\0one");
+        for (case, bad, seen) in [
+            ("a result the run had", good.clone(), vec![hash]),
+            ("a failed result", handed_turn(&["a", "b"], &[("a", r#""Error: no""#),
+                                                            ("b", r#""two""#)]), vec![]),
+            ("an unsure one", handed_turn(&["a", "b"], &[("a", "\"\u{a0}x\""), ("b", r#""t""#)]),
+             vec![]),
+            ("the same result twice", handed_turn(&["a", "b"], &[("a", r#""x""#),
+                                                                  ("b", r#""x""#)]), vec![]),
+            ("a result missing", handed_turn(&["a", "b"], &[("a", r#""x""#)]), vec![]),
+            ("one answered twice", handed_turn(&["a", "b"], &[("a", r#""x""#), ("a", r#""y""#)]),
+             vec![]),
+            ("another call", handed_turn(&["a", "c"], &[("a", r#""x""#), ("c", r#""y""#)]),
+             vec![]),
+            ("content in parts", handed_turn(&["a", "b"], &[
+                ("a", r#"[{"type":"text","text":"x"}]"#), ("b", r#""y""#)]), vec![]),
+        ] {
+            tell(&mut admission, &seen);
+            assert!(!judged(&mut admission, &bad), "{case}");
+        }
+        // a message more before the answer: not right after the request decided
+        tell(&mut admission, &[]);
+        let good_text = String::from_utf8(good.clone()).unwrap();
+        let longer = good_text.replacen(
+            r#"{"role":"assistant""#,
+            r#"{"role":"assistant","content":"hm"},{"role":"assistant""#, 1);
+        assert!(!judged(&mut admission, longer.as_bytes()), "an extra message");
+        // handed over again by another response: that call's result is another run's
+        tell(&mut admission, &[]);
+        admission.handed(Some(vec!["b".into()]));
+        assert!(!judged(&mut admission, &good), "handed over again");
+        // a call of the conversation gone upstream since (Python decided the request itself)
+        tell(&mut admission, &[]);
+        admission.asked(digest);
+        assert!(!judged(&mut admission, &good), "said before a call went upstream");
+        // past its hold
+        admission.handed(Some(vec!["a".into(), "b".into()]));
+        admission.admit_next(digest, -1, 2, "bot".into(), Duration::ZERO, expect(&["a", "b"], &[]));
+        assert!(!judged(&mut admission, &good), "too late");
+    }
 }

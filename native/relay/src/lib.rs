@@ -38,6 +38,7 @@ use pyo3::types::PyBytes;
 use tokio::sync::{oneshot, Notify};
 
 mod admit;
+mod failed;
 mod inflate;
 mod observe;
 mod trim;
@@ -68,7 +69,7 @@ enum Event {
     /// A new conversation's first request, sent on at once with the bound `keep` (-1: none)
     /// that its agent's new runs get (`admit`): Python reads it as a request it forwarded.
     Taken { id: u64, method: String, target: String, headers: Headers, body: Bytes,
-            in_flight: usize, keep: i64, arrived: Instant },
+            in_flight: usize, keep: i64, arrived: Instant, continued: bool },
     /// A forward failed before the client's answer began: no head in time ("timeout"), none
     /// at all ("unreachable"), its body stopped ("stalled") or broke off ("broken") while it
     /// was read whole, or a response a bound cannot judge ("unjudged", `detail` what): Python
@@ -88,7 +89,7 @@ enum Reply {
     Respond { status: u16, headers: Headers, body: Bytes },
     Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
               notify: bool, direct: bool, trim: Option<Trim>, watch: Option<Api>,
-              unasked: Option<Bytes> },
+              unasked: Option<Bytes>, ahead: Option<admit::Digest> },
 }
 
 struct Shared {
@@ -111,6 +112,8 @@ struct Shared {
     answers: OnceLock<Answers>,
     /// What goes upstream before Python has read it (None until `Relay.admission`).
     admission: Mutex<Option<Admission>>,
+    /// Python said (or took back) what a conversation's next request gets.
+    told: Notify,
     client: reqwest::Client,
     /// For this process's own loopback relay: never through a proxy.
     direct: reqwest::Client,
@@ -213,6 +216,20 @@ impl Ticket {
                     observe::observe_stream(api, data).ok(),
                 _ => None,
             };
+            if self.api == Some(Api::Chat) && (200..300).contains(&self.status) {
+                // the tool calls it handed over, before its client has its end: a request
+                // that answers one is that call's run's, which Python decides
+                let ids = match (&seen, &body) {
+                    (Some(seen), _) => Some(seen.calls.iter().map(|call| call.call_id.clone())
+                                            .collect()),
+                    (None, Some(data)) if !is_stream(&self.content_type) =>
+                        admit::response_call_ids(data),
+                    _ => None,
+                };
+                if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+                    admission.handed(ids);
+                }
+            }
             self.shared.push(Event::Done {
                 id: self.id, status: self.status, outcome, body,
                 content_type: std::mem::take(&mut self.content_type),
@@ -520,8 +537,25 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             admit::read(settings, &method, &target, &parts.headers, body),
         _ => None,
     };
-    let verdict = first.and_then(|first| shared.admission.lock().unwrap().as_mut()
-        .map(|admission| admission.judge(first, &parts.headers)));
+    if let Some(digest) = first.as_ref().and_then(|first| first.continuing()) {
+        booked(&shared, &digest).await;
+    }
+    let verdict = match first {
+        Some(first) => shared.admission.lock().unwrap().as_mut()
+            .map(|admission| admission.judge(first, &parts.headers)),
+        None => {
+            if let (true, Some(settings)) = (target.contains("/chat/completions"), &settings) {
+                // (a request of a conversation this cannot read may be one of those whose
+                // next request Python said may go on: none of its agent's does before Python
+                // has read it)
+                let agent = admit::agent_of(settings, &target, &parts.headers);
+                if let Some(admission) = shared.admission.lock().unwrap().as_mut() {
+                    admission.unread(agent);
+                }
+            }
+            None
+        }
+    };
     let mut reply = match (verdict, body) {
         (Some(Verdict::Admitted(admitted)), Some(body)) => {
             let keep = admitted.keep;
@@ -531,13 +565,15 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             }
             shared.push(Event::Taken { id, method, target: admitted.target.to_owned(), headers,
                                        body: body.clone(), in_flight: in_flight - 1, keep,
-                                       arrived: ticket.started });
+                                       arrived: ticket.started,
+                                       continued: admitted.continued });
             Reply::Forward {
                 method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
                 observe: true, notify: true, direct: false,
                 trim: usize::try_from(keep).ok().map(|keep| Trim {
                     api: admitted.api, keep: Some(keep), hide_usage: false }),
-                watch: (keep < 0).then_some(admitted.api), unasked: None }
+                watch: (keep < 0).then_some(admitted.api), unasked: None,
+                ahead: (admitted.api == Api::Chat).then_some(admitted.digest) }
         }
         (verdict, body) => {
             if let Some(Verdict::Learn(agent)) = verdict {
@@ -558,8 +594,16 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                 return Ok(answer(status, &headers, body, ticket));
             }
             Reply::Forward { method, url, headers, body, observe, notify, direct, mut trim,
-                             watch, unasked } => {
+                             watch, unasked, ahead } => {
                 ticket.notify = notify;
+                if let Some(digest) = ahead {
+                    // (its conversation's next request waits for the call's booking, which
+                    // may say what it gets: from now, as its client may have the answer
+                    // before the relay has seen its end)
+                    if let Some(admission) = shared.admission.lock().unwrap().as_mut() {
+                        admission.asked(digest);
+                    }
+                }
                 ticket.started = Instant::now();
                 let method = reqwest::Method::from_bytes(method.as_bytes())
                     .unwrap_or(reqwest::Method::POST);
@@ -608,6 +652,23 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
                     None => return Ok(undecided(&parts.uri, ticket)),
                 }
             }
+        }
+    }
+}
+
+/// Until Python has said what the next request of the conversation `digest` gets, when it is
+/// booking the call before it (at most `admit::WAIT_BOOKED`): that request is then judged on
+/// what Python said, at once, rather than queued for Python behind that booking.
+async fn booked(shared: &Shared, digest: &admit::Digest) {
+    let deadline = tokio::time::Instant::now() + admit::WAIT_BOOKED;
+    loop {
+        let told = shared.told.notified();
+        tokio::pin!(told);
+        told.as_mut().enable();
+        let booking = shared.admission.lock().unwrap().as_ref()
+            .is_some_and(|admission| admission.booking(digest));
+        if !booking || tokio::time::timeout_at(deadline, told).await.is_err() {
+            return;
         }
     }
 }
@@ -886,7 +947,7 @@ impl Relay {
             waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0), max_body, max_concurrent, observe_limit,
             body_timeout, decide_timeout, answers,
-            admission: Mutex::new(None), client,
+            admission: Mutex::new(None), told: Notify::new(), client,
             direct, usage_refused: AtomicBool::new(false) });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
@@ -918,9 +979,10 @@ impl Relay {
                              arrived } =>
                 ("request", id, method, target, headers, bytes(body), refusal, in_flight, learn,
                  arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
-            Event::Taken { id, method, target, headers, body, in_flight, keep, arrived } =>
+            Event::Taken { id, method, target, headers, body, in_flight, keep, arrived,
+                           continued } =>
                 ("taken", id, method, target, headers, PyBytes::new(py, &body), in_flight, keep,
-                 arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
+                 arrived.elapsed().as_secs_f64(), continued).into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
             Event::Done { id, status, outcome, body, content_type, seconds, changed, seen } =>
@@ -945,11 +1007,14 @@ impl Relay {
     /// usage-only chunk left out, and an upstream that refuses ``stream_options`` (400 or 422
     /// naming it) is sent ``unasked`` instead.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false, api="", keep=-1, watch=false, unasked=None))]
+                        direct=false, api="", keep=-1, watch=false, unasked=None, ahead=None))]
     #[allow(clippy::too_many_arguments)]
     fn forward(&self, id: u64, method: String, url: String, headers: Headers, body: &[u8],
                observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool,
-               unasked: Option<&[u8]>) -> PyResult<bool> {
+               unasked: Option<&[u8]>, ahead: Option<&str>) -> PyResult<bool> {
+        let ahead = ahead.map(|session| admit::parse_digest(session).ok_or_else(
+            || PyValueError::new_err(format!("not a session digest: {session:?}"))))
+            .transpose()?;
         let hide_usage = unasked.is_some();
         let parsed = || Api::parse(api)
             .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")));
@@ -961,7 +1026,8 @@ impl Relay {
         Ok(self.reply(id, Reply::Forward { method, url, headers,
                                            body: Bytes::copy_from_slice(body), observe,
                                            notify: notify || observe, direct, trim, watch,
-                                           unasked: unasked.map(Bytes::copy_from_slice) }))
+                                           unasked: unasked.map(Bytes::copy_from_slice),
+                                           ahead }))
     }
 
     /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls
@@ -1030,6 +1096,52 @@ impl Relay {
         }
     }
 
+    /// The next request of the conversation ``session`` (its 24 hex digits) of ``agent`` goes
+    /// on at once with the bound ``keep`` (-1: none) if it comes within ``seconds`` and, with
+    /// ``calls`` (the tool calls the call booked handed over: id and tool name), carries just
+    /// their results, none a failure, none with a hash in ``seen`` (the run's results so far)
+    /// or another's; without, if it is longer than ``messages`` and answers no tool call
+    /// handed over (module `admit`); once.
+    #[pyo3(signature = (session, keep, messages, agent, seconds=60.0, calls=None, seen=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn admit_next(&self, session: &str, keep: i64, messages: usize, agent: String,
+                  seconds: f64, calls: Option<Vec<(String, String)>>, seen: Option<Vec<i64>>)
+                  -> PyResult<()> {
+        let digest = admit::parse_digest(session).ok_or_else(
+            || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
+        let hold = std::time::Duration::try_from_secs_f64(seconds).map_err(
+            |_| PyValueError::new_err(format!("not a number of seconds: {seconds}")))?;
+        let expect = calls.map(|calls| admit::Expect {
+            calls, seen: seen.unwrap_or_default().into_iter().collect() });
+        if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+            admission.admit_next(digest, keep, messages, agent, hold, expect);
+        }
+        self.shared.told.notify_waiters();
+        Ok(())
+    }
+
+    /// Forgets what the next request of ``session`` (of every conversation, for None) gets.
+    #[pyo3(signature = (session=None))]
+    fn admit_next_clear(&self, session: Option<&str>) -> PyResult<()> {
+        let digest = match session {
+            Some(session) => Some(admit::parse_digest(session).ok_or_else(
+                || PyValueError::new_err(format!("not a session digest: {session:?}")))?),
+            None => None,
+        };
+        if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+            admission.next_clear(digest);
+        }
+        self.shared.told.notify_waiters();
+        Ok(())
+    }
+
+    /// False once a response's tool calls could not be read here (or too many were handed
+    /// over to remember): from then on every continuing request waits for Python.
+    #[getter]
+    fn sighted(&self) -> bool {
+        self.shared.admission.lock().unwrap().as_ref().is_none_or(|admission| admission.sighted())
+    }
+
     /// The final-answer tools, never trimmed (the first value set holds: they are the
     /// conventions', which do not change while the process runs).
     fn answer_tools(&self, names: Vec<String>, prefixes: Vec<String>) {
@@ -1068,6 +1180,13 @@ impl Relay {
                                   default_agent: agent.to_owned(), token };
         admit::read(&settings, method, target, &header_map(&headers), body)
             .map(|first| first.hex())
+    }
+
+    /// What the relay reads in a tool result's text: whether Python's ``looks_failed`` says it
+    /// is a failed tool's (None: not sure), and ``stable_hash`` of it. For tests.
+    #[staticmethod]
+    fn read_result(text: &str) -> (Option<bool>, i64) {
+        (failed::looks_failed(text), failed::stable_hash(text))
     }
 
     /// Whether the upstream refused a request's ``stream_options`` (that request was sent

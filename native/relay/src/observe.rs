@@ -228,7 +228,7 @@ impl Reader {
             }
         }
         let Some(Value::Array(choices)) = data.get("choices") else { return Ok(()) };
-        let Some(Value::Object(choice)) = choices.first() else { return Ok(()) };
+        let Some(choice) = first_choice(choices)? else { return Ok(()) };
         if let Some(finish) = str_of(choice.get("finish_reason")) {
             seen.finish_reason = Some(finish.to_owned());
         }
@@ -591,7 +591,8 @@ enum Keep {
 }
 
 const CHAT: Keep = Keep::Keys(&[("id", Keep::All), ("model", Keep::All), ("usage", Keep::All),
-    ("choices", Keep::Keys(&[("finish_reason", Keep::All), ("delta", Keep::Keys(&[
+    ("choices", Keep::Keys(&[("index", Keep::All), ("finish_reason", Keep::All),
+                             ("delta", Keep::Keys(&[
         ("content", Keep::All), ("tool_calls", Keep::All),
         ("function_call", Keep::All)]))]))]);
 const RESPONSES: Keep = Keep::Keys(&[("type", Keep::All), ("response", Keep::All),
@@ -841,6 +842,19 @@ fn token(value: Option<&Value>) -> u64 {
     text.parse::<u64>().map_or(MAX_TOKENS, |count| count.min(MAX_TOKENS))
 }
 
+/// `chat.first_choice`: the first choice of a chunk (a choice whose `index` is another
+/// integer is another answer of `n` > 1, not read); Ok(None): none is read.
+fn first_choice(choices: &[Value]) -> Out<Option<&Map<String, Value>>> {
+    for choice in choices {
+        let Value::Object(choice) = choice else { return Ok(None) };
+        match py_int(choice.get("index"))? {
+            Some(index) if index != 0 => continue,
+            _ => return Ok(Some(choice)),
+        }
+    }
+    Ok(None)
+}
+
 /// `wire.plain_content`: the text of a chat chunk whose delta is only its content, cut out
 /// without parsing the chunk (Ok(None): the chunk is read whole).
 fn plain_content(data: &str) -> Out<Option<String>> {
@@ -853,6 +867,11 @@ fn plain_content(data: &str) -> Out<Option<String>> {
         if count > 1 || (count == 1 && !data.contains(&format!("{key}:null"))) {
             return Ok(None);
         }
+    }
+    let count = data.matches("\"index\"").count(); // (another choice's text: not the first's)
+    if count > 1 || (count == 1 && !data.contains("\"index\":0,")
+                     && !data.contains("\"index\":0}")) {
+        return Ok(None);
     }
     let Some(at) = data.find(PLAIN_DELTA) else { return Ok(None) };
     if !data[..at].contains("\"choices\":[") {

@@ -510,7 +510,8 @@ impl LastEvent {
 /// A stream's rewriter (the wire's `stream_trimmer`): the bytes to send for each event
 /// (empty: dropped), None for the event's own.
 enum Rewriter {
-    Chat { slots: Vec<(Option<i128>, Option<i128>)>, work: usize, kept: i128, handed: usize },
+    /// Each choice's calls (by its index: `n` > 1), and the calls seen of all of them.
+    Chat { choices: Vec<(i128, ChatChoice)>, seen: usize },
     Responses { calls: usize, dropped: Vec<i128>, skipped: i128 },
     Messages { uses: usize, answers: usize, dropped: Vec<i128> },
 }
@@ -534,7 +535,7 @@ impl StreamTrim {
     pub fn new(trim: Trim, answers: Answers) -> Self {
         let Trim { api, keep, hide_usage } = trim;
         let rewriter = match api {
-            Api::Chat => Rewriter::Chat { slots: Vec::new(), work: 0, kept: 0, handed: 0 },
+            Api::Chat => Rewriter::Chat { choices: Vec::new(), seen: 0 },
             Api::Responses => Rewriter::Responses { calls: 0, dropped: Vec::new(), skipped: 0 },
             Api::Messages => Rewriter::Messages { uses: 0, answers: 0, dropped: Vec::new() },
         };
@@ -578,8 +579,8 @@ impl StreamTrim {
         let Some(mut data) = json_data(event)? else { return Ok(None) };
         let (answers, api) = (&self.answers, self.api);
         match &mut self.rewriter {
-            Rewriter::Chat { slots, work, kept, handed } =>
-                Ok(chat_rewrite(&mut data, keep, answers, Slots { slots, work, kept, handed })),
+            Rewriter::Chat { choices, seen } =>
+                Ok(chat_rewrite(&mut data, keep, answers, choices, seen)),
             Rewriter::Responses { calls, dropped, skipped } => {
                 let kind = str_of(data.get("type")).map(str::to_owned);
                 let index = as_int(data.get("output_index"));
@@ -699,49 +700,61 @@ fn is_call_item(kind: Option<&str>) -> bool {
     kind.is_some_and(|kind| CALL_ITEMS.contains(&kind))
 }
 
-/// A chat stream's calls so far (`ChatTrimmer`'s): each call's index (None: a legacy
-/// `function_call`) and the index it is handed on at (None: dropped), the calls that are not
-/// final answers seen, the indexed calls kept, and all calls kept.
-struct Slots<'a> {
-    slots: &'a mut Vec<(Option<i128>, Option<i128>)>,
-    work: &'a mut usize,
-    kept: &'a mut i128,
-    handed: &'a mut usize,
+/// A chat stream's calls so far, of one choice (`chat._Choice`): each call's index (None: a
+/// legacy `function_call`) and the index it is handed on at (None: dropped), the calls that
+/// are not final answers seen, the indexed calls kept, and all calls kept.
+#[derive(Default)]
+struct ChatChoice {
+    slots: Vec<(Option<i128>, Option<i128>)>,
+    work: usize,
+    kept: i128,
+    handed: usize,
 }
 
-fn chat_slot(call: &Map<String, Value>, index: Option<i128>, keep: usize, answers: &Answers,
-             state: &mut Slots) -> Option<i128> {
-    if let Some((_, slot)) = state.slots.iter().find(|(i, _)| *i == index) {
-        return *slot;
+fn chat_slot(call: &Map<String, Value>, number: i128, index: Option<i128>, keep: usize,
+             answers: &Answers, states: &mut Vec<(i128, ChatChoice)>, seen: &mut usize)
+             -> Option<i128> {
+    let at = states.iter().position(|(n, _)| *n == number);
+    if let Some(at) = at {
+        if let Some((_, slot)) = states[at].1.slots.iter().find(|(i, _)| *i == index) {
+            return *slot;
+        }
     }
-    if state.slots.len() >= MAX_TOOL_CALLS_SEEN {
+    if *seen >= MAX_TOOL_CALLS_SEEN {
         return None;
     }
+    *seen += 1; // (so a choice is kept only with a call: they are bounded too)
+    let at = at.unwrap_or_else(|| {
+        states.push((number, ChatChoice::default()));
+        states.len() - 1
+    });
+    let state = &mut states[at].1;
     let name = call.get("function").and_then(|f| f.as_object()).and_then(|f| f.get("name"));
     let mut taken = answers.is_answer(name);
     if !taken {
-        taken = *state.work < keep;
-        *state.work += 1;
+        taken = state.work < keep;
+        state.work += 1;
     }
     let mut slot = None;
     if taken {
-        slot = Some(if index.is_some() { *state.kept } else { 0 });
+        slot = Some(if index.is_some() { state.kept } else { 0 });
         if index.is_some() {
-            *state.kept += 1;
+            state.kept += 1;
         }
-        *state.handed += 1;
+        state.handed += 1;
     }
     state.slots.push((index, slot));
     slot
 }
 
 fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
-                mut state: Slots) -> Option<Vec<u8>> {
+                states: &mut Vec<(i128, ChatChoice)>, seen: &mut usize) -> Option<Vec<u8>> {
     let Some(Value::Array(choices)) = data.get_mut("choices") else { return None };
     let single = choices.len() == 1;
     let (mut changed, mut empty) = (false, false);
     for choice in choices.iter_mut() {
         let Value::Object(choice) = choice else { continue };
+        let number = as_int(choice.get("index")).unwrap_or(0);
         let finish_none = matches!(choice.get("finish_reason"), None | Some(Value::Null));
         if let Some(Value::Object(delta)) = choice.get_mut("delta") {
             let mut emptied = false;
@@ -754,7 +767,7 @@ fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
                         out.push(call.clone());
                         continue;
                     };
-                    match chat_slot(map, Some(index), keep, answers, &mut state) {
+                    match chat_slot(map, number, Some(index), keep, answers, states, seen) {
                         None => moved = true,
                         Some(slot) if slot != index => {
                             let mut renumbered = map.clone();
@@ -778,7 +791,7 @@ fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
             if let Some(Value::Object(function)) = delta.get("function_call") {
                 let mut call = Map::new();
                 call.insert("function".into(), Value::Object(function.clone()));
-                if chat_slot(&call, None, keep, answers, &mut state).is_none() {
+                if chat_slot(&call, number, None, keep, answers, states, seen).is_none() {
                     delta.shift_remove("function_call");
                     changed = true;
                     emptied = true;
@@ -788,7 +801,8 @@ fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
                 empty = !delta.values().any(truthy) && finish_none;
             }
         }
-        if *state.handed == 0 && matches!(str_of(choice.get("finish_reason")),
+        let handed = states.iter().find(|(n, _)| *n == number).map_or(0, |(_, c)| c.handed);
+        if handed == 0 && matches!(str_of(choice.get("finish_reason")),
                                           Some("tool_calls" | "function_call")) {
             choice.insert("finish_reason".into(), Value::String("stop".into()));
             changed = true;

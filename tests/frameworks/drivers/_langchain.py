@@ -66,7 +66,10 @@ lookup_handled.handle_tool_error = True
 
 
 def run(scenario: str, instrument: Callable[[TracerProvider], object],
-        before_shutdown: Callable[[], object] = lambda: None) -> None:
+        before_shutdown: Callable[[], object] = lambda: None,
+        callbacks: Callable[[], list[object]] = list) -> None:
+    """Drive ``scenario``; ``callbacks`` makes the LangChain callback handlers a tracer that is
+    one (Langfuse's) passes in the invocation's config (a nested agent inherits them)."""
     if scenario.endswith("_nocontent"):
         os.environ.update(CONTENT_OFF)
         scenario = scenario.removesuffix("_nocontent")
@@ -77,7 +80,11 @@ def run(scenario: str, instrument: Callable[[TracerProvider], object],
     def model(name: str) -> ChatOpenAI:
         return ChatOpenAI(model=name, base_url=base_url, api_key="sk-fake", temperature=0)
 
-    config = {"recursion_limit": RECURSION_LIMIT} if scenario == "limit" else {}
+    config: dict[str, object] = ({"recursion_limit": RECURSION_LIMIT} if scenario == "limit"
+                                 else {})
+    handlers = callbacks()
+    if handlers:
+        config["callbacks"] = handlers
     if scenario == "react_three_tools":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

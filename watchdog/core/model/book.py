@@ -31,13 +31,15 @@ arguments, result, error) at the agent's next request of the run, which comes on
 with the result that request carries for it (a tool message of the call's id; else, as agents
 that replay results as plain text send them, the text after the last answer that names the
 call's id, or that text whole when it answers the only call), else without one — each once (a
-result that shows up later finds its call counted). A response that asks only for final-answer
-tools (:func:`~watchdog.core.model.steer.is_answer_tool`) is the run's answer, their arguments its
-text; such a call is never a tool call of the run. All of this holds unless the agent traces
-its calls itself (a ``traceparent``, or a run the client SDK announced): then its spans count
-the tools, and the
-model call pairs with the agent's span of the same call by its response id (another scope: a
-twin, counted once). A run the agent sends no spans for is *loose*: it ends with its answer.
+result that shows up later finds its call counted). A response that broke off before its end
+handed nothing over (its agent saw a failed answer, and typically sends the request again): a
+call it had begun counts only when the next request answers it. A response that asks only for
+final-answer tools (:func:`~watchdog.core.model.steer.is_answer_tool`) is the run's answer,
+their arguments its text; such a call is never a tool call of the run. All of this holds
+unless the agent traces its calls itself (a ``traceparent``, or a run the client SDK
+announced): then its spans count the tools, and the model call pairs with the agent's span
+of the same call by its response id (another scope: a twin, counted once). A run the agent
+sends no spans for is *loose*: it ends with its answer.
 
 Everything is bounded (``MAX_*``), least recently used first out.
 """
@@ -48,7 +50,7 @@ import hashlib
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed, refusal_of
@@ -113,7 +115,12 @@ class EndpointRun:
     agent: str | None = None
     traced: bool = False  # the agent traces its own calls: its spans count the tools
     conversation: str | None = None
-    pending: dict[str, ToolCall] = field(default_factory=dict)  # handed over, no result yet
+    # handed over, no result yet: by call id (a call whose id another one has, an upstream's
+    # empty or repeated id, under that id and a number: :func:`_wait`, :func:`_answered`)
+    pending: dict[str, ToolCall] = field(default_factory=dict)
+    # the calls a response that broke off had begun: not handed over (the agent saw a failed
+    # answer), counted only if its next request answers one
+    begun: dict[str, ToolCall] = field(default_factory=dict)
     first: int = 0  # the length of its conversation at its first request
     asking: int = 0  # its requests taken and not yet settled (with the model, or answered)
     answered: int = 0  # its model calls recorded
@@ -151,12 +158,19 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        # told the key of each run let go (its bound), or whose conversation was: a request of
+        # it is then read as new
+        self.let_go: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._runs)
 
     def get(self, key: str) -> EndpointRun | None:
         return self._runs.get(key)
+
+    def latest(self, conversation: str) -> str | None:
+        """The run a conversation's later requests sent whole go to (its latest)."""
+        return self._conversations.get(conversation)
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
                  ended: Callable[[str], bool],
@@ -274,13 +288,17 @@ class ModelBook:
             self._conversations[conversation] = state.key
             self._conversations.move_to_end(conversation)
             while len(self._conversations) > MAX_CONVERSATIONS:
-                self._conversations.popitem(last=False)
+                _, key = self._conversations.popitem(last=False)
+                if self.let_go is not None:
+                    self.let_go(key)
         return state
 
     def _keep(self, state: EndpointRun) -> EndpointRun:
         self._runs[state.key] = state
         while len(self._runs) > self.max_runs:
-            self._runs.popitem(last=False)
+            key, _ = self._runs.popitem(last=False)
+            if self.let_go is not None:
+                self.let_go(key)
         return state
 
     def _touch(self, state: EndpointRun) -> EndpointRun:
@@ -298,13 +316,18 @@ class ModelBook:
         records: list[SpanRecord] = []
         answered: list[tuple[ToolCall, ToolResult | None]] = []
         for result in request.results:
-            call = state.pending.pop(result.call_id, None)
+            call = _answered(state.pending, result.call_id) \
+                or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
         unanswered = list(state.pending.values())
         state.pending.clear()
         for call in unanswered:
             answered.append((call, _said_result(call, request.said, len(unanswered))))
+        for call in state.begun.values():  # (a request sent again answers none of them)
+            if (said := _said_result(call, request.said, 0)) is not None:
+                answered.append((call, said))
+        state.begun.clear()
         for call, found in answered:
             state.results += 1
             if not state.traced:
@@ -312,6 +335,29 @@ class ModelBook:
         if request.messages:
             state.messages = request.messages
         return records
+
+    def answered_records(self, state: EndpointRun, now_ns: int, seen: Iterable[int]
+                         ) -> list[SpanRecord] | None:
+        """The records :meth:`tool_records` makes for a request that answers each of the run's
+        pending calls with a result that is no failure and like no result in ``seen`` nor
+        another's (each a fresh text: the rules count it as such a result, whatever it says),
+        at ``now_ns``; None if the run traces its tools itself."""
+        if state.traced:
+            return None
+        seen = set(seen)
+        records = []
+        for call in state.pending.values():
+            record = self._tool_record(state, call, ToolResult(
+                call.call_id, f"\0{_random_hex(64)}", False), now_ns)
+            if record.result_hash is None or record.result_hash in seen:
+                return None  # (64 random bits that hash like a result seen: never)
+            seen.add(record.result_hash)
+            records.append(record)
+        return records
+
+    def handed_by(self, call_id: str) -> str | None:
+        """The run that last handed over the tool call ``call_id`` (as far as remembered)."""
+        return self._calls.get(call_id)
 
     def _tool_record(self, state: EndpointRun, call: ToolCall, result: ToolResult | None,
                      now_ns: int) -> SpanRecord:
@@ -367,9 +413,10 @@ class ModelBook:
                 "length", "max_tokens", "content_filter"):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
+        waiting = state.begun if broke else state.pending
         for call in work:
-            if len(state.pending) < MAX_PENDING_CALLS:
-                state.pending[call.call_id] = call
+            if len(waiting) < MAX_PENDING_CALLS:
+                _wait(waiting, call)
             if call.call_id:
                 self._calls[call.call_id] = state.key
         while len(self._calls) > MAX_RESPONSE_IDS:
@@ -424,6 +471,26 @@ class ModelBook:
             # (named as the client SDK names its run: the run exists, opened at the request)
             record.run_key, record.key_source, record.pinned = run_key, KeySource.WATCHDOG, True
         return record
+
+
+def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:
+    """``call`` waits for its result: under its id, or, when a call handed over before has the
+    same id (an upstream that gives none, or the same one to each call), under its id and a
+    number, so that each call counts once."""
+    key, number = call.call_id, len(waiting)
+    while key in waiting:
+        key, number = f"{call.call_id}\0{number}", number + 1
+    waiting[key] = call
+
+
+def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
+    """The call waiting that a result of ``call_id`` answers (the first of that id), taken."""
+    call = waiting.pop(call_id, None)
+    if call is None:
+        prefix = call_id + "\0"
+        key = next((key for key in waiting if key.startswith(prefix)), None)
+        call = waiting.pop(key) if key is not None else None
+    return call
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:

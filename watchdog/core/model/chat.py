@@ -330,10 +330,9 @@ class ChatAccumulator:
             seen.model = data["model"][:200]
         if data.get("usage"):
             _usage(seen, data["usage"])
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        choice = first_choice(data.get("choices"))
+        if choice is None:
             return
-        choice = choices[0]
         if isinstance(choice.get("finish_reason"), str):
             seen.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
@@ -361,6 +360,20 @@ class ChatAccumulator:
                 call.arguments += given
             if index is LEGACY:
                 call.call_id = function_call_id(call.name)
+
+
+def first_choice(choices: object) -> dict[str, Any] | None:
+    """A stream chunk's part of the answer that is read: its first choice, as a whole
+    response's ``choices[0]``. With ``n`` > 1 each chunk carries the part of one choice (or
+    of several), named by its ``index``: a choice whose index is another integer is another
+    answer, not read (its text and calls are no part of the first's)."""
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, dict):
+            return None
+        index = choice.get("index")
+        if not isinstance(index, int) or index == 0:
+            return choice
+    return None
 
 
 def _parts_of(delta: dict[str, Any]) -> list[tuple[int | None, dict[str, Any]]]:
@@ -399,31 +412,33 @@ class ChatTrimmer:
     kept; a call is judged by its first delta, which names it), numbers the kept ones without
     gaps, and says "stop" instead of "tool_calls" (or "function_call") when none is left; an
     event left with nothing to say is dropped. A legacy ``function_call`` is one more call,
-    with no index to number."""
+    with no index to number. Each choice (``n`` > 1: told by its ``index``) is trimmed apart,
+    as :meth:`ChatWire.trim` trims a whole response's."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        # the upstream's index (LEGACY: none) -> the one handed on (None: dropped)
-        self._slots: dict[int | None, int | None] = {}
-        self._work = 0  # calls (not final-answer ones) seen
-        self._kept = 0  # indexed calls kept
-        self._handed = 0  # calls kept
+        self._choices: dict[int, _Choice] = {}  # by the choice's index (not an int: 0)
+        self._seen = 0  # calls seen, of all choices
 
-    def _slot(self, index: int | None, call: dict[str, Any]) -> int | None:
-        if index in self._slots:
-            return self._slots[index]
-        if len(self._slots) >= MAX_TOOL_CALLS_SEEN:  # more calls than are read: dropped
+    def _slot(self, number: int, index: int | None, call: dict[str, Any]) -> int | None:
+        choice = self._choices.get(number)
+        if choice is not None and index in choice.slots:
+            return choice.slots[index]
+        if self._seen >= MAX_TOOL_CALLS_SEEN:  # more calls than are read: dropped
             return None
+        self._seen += 1  # (so a choice is kept only with a call: they are bounded too)
+        if choice is None:
+            choice = self._choices[number] = _Choice()
         kept = is_answer_tool(_name_of(call))
         if not kept:
-            kept = self._work < self.keep
-            self._work += 1
+            kept = choice.work < self.keep
+            choice.work += 1
         slot: int | None = None
         if kept:
-            slot = self._kept if index is not LEGACY else 0
-            self._kept += index is not LEGACY
-            self._handed += 1
-        self._slots[index] = slot
+            slot = choice.kept if index is not LEGACY else 0
+            choice.kept += index is not LEGACY
+            choice.handed += 1
+        choice.slots[index] = slot
         return slot
 
     def rewrite(self, event: Event) -> bytes:
@@ -435,6 +450,8 @@ class ChatTrimmer:
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
+            number = choice.get("index")
+            number = number if isinstance(number, int) else 0
             delta, emptied = choice.get("delta"), False
             if isinstance(delta, dict) and isinstance(delta.get("tool_calls"), list):
                 calls = delta["tool_calls"]
@@ -443,7 +460,7 @@ class ChatTrimmer:
                     if not (isinstance(call, dict) and isinstance(call.get("index"), int)):
                         kept.append(call)
                         continue
-                    slot = self._slot(call["index"], call)
+                    slot = self._slot(number, call["index"], call)
                     if slot is None:
                         moved = True
                     elif slot != call["index"]:
@@ -459,14 +476,14 @@ class ChatTrimmer:
                         del delta["tool_calls"]
                         emptied = True
             if isinstance(delta, dict) and isinstance(delta.get("function_call"), dict) \
-                    and self._slot(LEGACY, {"function": delta["function_call"]}) is None:
+                    and self._slot(number, LEGACY, {"function": delta["function_call"]}) is None:
                 del delta["function_call"]
                 changed = emptied = True
             if emptied and isinstance(delta, dict):
                 empty = not any(value for value in delta.values()) \
                     and choice.get("finish_reason") is None
-            if self._handed == 0 and choice.get("finish_reason") in ("tool_calls",
-                                                                      "function_call"):
+            handed = self._choices[number].handed if number in self._choices else 0
+            if handed == 0 and choice.get("finish_reason") in ("tool_calls", "function_call"):
                 choice["finish_reason"] = "stop"
                 changed = True
         if not changed:
@@ -474,3 +491,17 @@ class ChatTrimmer:
         if empty and len(choices) == 1 and not data.get("usage"):
             return b""
         return sse(data)
+
+
+class _Choice:
+    """What :class:`ChatTrimmer` keeps of one choice's calls: the upstream's index of each
+    (LEGACY: none) -> the one handed on (None: dropped), the calls that are not final answers
+    seen, the indexed calls kept, and all calls kept."""
+
+    __slots__ = ("handed", "kept", "slots", "work")
+
+    def __init__(self) -> None:
+        self.slots: dict[int | None, int | None] = {}
+        self.work = 0
+        self.kept = 0
+        self.handed = 0

@@ -42,6 +42,7 @@ from watchdog.core.rules.decision import (
     GRACE_ENDS_AT,
     GRACE_TOOL_CALLS,
     Action,
+    withdraws,
 )
 from watchdog.core.runs.steps import format_usd
 
@@ -177,7 +178,10 @@ class Board:
             if self.abort is None:
                 self.abort = directive
         elif directive.action == Action.NOTIFY:
-            if not is_budget(directive):
+            if withdraws(directive.action, directive.message):
+                if self.notify is not None and self.notify.rule == directive.rule:
+                    self.notify = None  # its rule no longer holds (the outage is over)
+            elif not is_budget(directive):
                 self.notify = directive
         elif directive.action == Action.WIND_DOWN:
             self.wind_down = directive

@@ -304,11 +304,11 @@ def judged_data(event: Event) -> dict[str, Any] | None:
 
 def plain_content(data: str | None) -> str | None:
     """The text of a chat completion chunk that carries nothing else an observation reads
-    (one choice whose delta is only its ``content``; no tool calls, usage or finish reason),
-    cut out without parsing the chunk; None: the chunk is to be read whole. A quoted key
-    inside a JSON string has its quotes escaped, so the keys counted here are the chunk's
-    (the rest of a chunk is not checked: one cut short after its delta still gives its
-    text)."""
+    (one choice, the first, whose delta is only its ``content``; no tool calls, usage or
+    finish reason), cut out without parsing the chunk; None: the chunk is to be read whole. A
+    quoted key inside a JSON string has its quotes escaped, so the keys counted here are the
+    chunk's (the rest of a chunk is not checked: one cut short after its delta still gives
+    its text)."""
     if data is None or data.count('"delta"') != 1 or data.count('"choices"') != 1 \
             or '"tool_calls"' in data:
         return None
@@ -316,6 +316,9 @@ def plain_content(data: str | None) -> str | None:
         count = data.count(key)
         if count > 1 or (count == 1 and key + ":null" not in data):
             return None
+    count = data.count('"index"')  # (another choice's text is no part of the first's)
+    if count > 1 or (count == 1 and '"index":0,' not in data and '"index":0}' not in data):
+        return None
     at = data.find(_PLAIN_DELTA)
     if at < 0 or data.find('"choices":[', 0, at) < 0:
         return None

@@ -38,6 +38,14 @@ class Severity(StrEnum):
 GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT = "tool_calls", "seconds", "ends_at_tool_calls"
 GRACE_KEYS = (GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT)
 BUDGET_MESSAGE_PREFIX = "[budget"  # how a directive that tells the run's budget begins
+# a notify with this message withdraws its rule's earlier note (the rule's condition no longer
+# holds: a tool outage is over); a rule's own message is never empty
+WITHDRAWN_MESSAGE = ""
+
+
+def withdraws(action: str, message: str) -> bool:
+    """A directive that withdraws its rule's note rather than giving one."""
+    return action == Action.NOTIFY.value and message == WITHDRAWN_MESSAGE
 
 
 @dataclass(frozen=True, slots=True)

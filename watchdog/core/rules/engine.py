@@ -13,7 +13,9 @@ keeps, only once something happened, a small :class:`_RunRules`:
   per run; :meth:`RuleEngine.restore` refills it after a restart so nothing fires twice. A rule
   with ``repeat: each_time`` is taken out of ``fired`` again by an evaluation that finds its
   condition false, so it fires once each time the condition holds (a tool outage: once per
-  outage); its decisions' keys carry the moment each one fired.
+  outage); its decisions' keys carry the moment each one fired. A ``notify`` of such a rule is
+  withdrawn by that evaluation: a notify with an empty message (``WITHDRAWN_MESSAGE``), which
+  takes the rule's note out of the run's instructions (the outage is over).
 * ``grace[rule]`` — when a ``wind_down`` with ``grace`` fired, and at which tool-call count. If the
   run goes on past the grace (more tool calls, or more seconds, than allowed) and has not ended
   or been aborted, an ``abort`` escalation fires once (dedup key ``RULE#grace``). The wind_down
@@ -34,6 +36,7 @@ The engine is pure: no clock, no I/O. It is not thread-safe; the shell calls it 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -41,8 +44,15 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.core.rules.decision import GRACE_ENDS_AT, Action, Decision, Severity
+from watchdog.core.rules.decision import (
+    GRACE_ENDS_AT,
+    WITHDRAWN_MESSAGE,
+    Action,
+    Decision,
+    Severity,
+)
 from watchdog.core.rules.expr import EvalError, activation
+from watchdog.core.rules.fast import rises_with_time
 from watchdog.core.rules.model import Grace, Repeat, Rule, RuleSet
 from watchdog.core.rules.signals import run_activation, session_activation
 from watchdog.core.runs.run import RunState
@@ -56,6 +66,7 @@ MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders 
 GRACE_SUFFIX = "#grace"
 FLEET = "fleet"  # what a rule reading the CEL variable `fleet` reads (see signals_read)
 EACH_TIME_MARK = "@"  # dedup keys of ``repeat: each_time``: rule@<seconds it fired>
+WITHDRAWN_SUFFIX = "~withdrawn"  # rule@<seconds>~withdrawn: its notify's note withdrawn then
 SESSION = "session"  # what a rule reading the CEL variable `session` reads (see signals_read)
 # the CEL session of a run: the mapping (None: no session), or a function giving it when asked
 Session = Mapping[str, Any] | None | Callable[[], Mapping[str, Any] | None]
@@ -151,6 +162,7 @@ class RuleEngine:
     def __init__(self, ruleset: RuleSet) -> None:
         self.errors: Counter[str] = Counter()  # rule -> evaluation errors since last drained
         self.last_errors: dict[str, str] = {}  # rule -> its latest evaluation error (for humans)
+        self.last_error_runs: dict[str, str] = {}  # rule -> the run of its latest error
         self._runs: OrderedDict[str, _RunRules] = OrderedDict()
         self._agents: dict[str, _AgentView] = {}
         self._install(ruleset)
@@ -165,6 +177,8 @@ class RuleEngine:
         self._ruleset = ruleset
         self._by_name = {rule.name: rule for rule in ruleset.rules}
         self.last_errors = {k: v for k, v in self.last_errors.items() if k in self._by_name}
+        self.last_error_runs = {k: v for k, v in self.last_error_runs.items()
+                                if k in self._by_name}
         self._agents = {}
         self.timed_rules_exist = any(
             rule.timed or (rule.grace is not None and rule.grace.seconds is not None)
@@ -220,6 +234,9 @@ class RuleEngine:
         stored without its grace takes its rule's)."""
         for record in fired:
             state = self._state(record.run_key)
+            if record.dedup_key.endswith(WITHDRAWN_SUFFIX):  # (its note withdrawn since)
+                state.fired.discard(record.rule)
+                continue
             state.fired.add(record.dedup_key.partition(EACH_TIME_MARK)[0])
             action = Action(record.action)
             if action is Action.ABORT:
@@ -296,7 +313,9 @@ class RuleEngine:
                     known = None
                 if known is False:  # as CEL says (None: ask it)
                     if state is not None and (state.pending or rule.repeat is Repeat.EACH_TIME):
-                        _lapsed(rule, state)
+                        withdrawn = _lapsed(rule, state, run, now)
+                        if withdrawn is not None:
+                            decisions.append(withdrawn)
                     continue
                 decision, act = self._evaluate_rule(rule, run, now, act, state, known,
                                                     budget, session, fleet)
@@ -309,6 +328,36 @@ class RuleEngine:
             if escalation is not None:
                 decisions.append(escalation)
         return decisions
+
+    def steady(self, run: RunState) -> bool:
+        """Whether what the rules decide for ``run`` changes with time only as each of its
+        timed rules' conditions turns true (:meth:`decides` at a later time covers the time
+        before it): no ``for`` waiting, no grace announced, and every timed rule of its agent
+        either fired already (``once``) or :func:`~watchdog.core.rules.fast.rises_with_time`
+        with no ``for`` of its own."""
+        state = self._runs.get(run.key)
+        if state is not None and (state.pending or state.grace):
+            return False
+        fired = state.fired if state is not None else ()
+        return all((rule.repeat is Repeat.ONCE and rule.name in fired)
+                   or (rule.for_seconds == 0 and rises_with_time(rule.when.source))
+                   for rule in self._view(run.agent_name).timed)
+
+    def decides(self, run: RunState, now: float, session: Session = None,
+                timed_only: bool = False, changed: AbstractSet[str] | None = None,
+                fleet: dict[str, Any] | None = None) -> bool:
+        """Whether :meth:`evaluate` would decide anything, with the engine left as it was (the
+        run's rule state evaluated on a copy, no error counted): ``run`` may be a run as it
+        would be, not the tracker's."""
+        runs, errors, last_errors = self._runs, self.errors, self.last_errors
+        state = runs.get(run.key)
+        self._runs = OrderedDict() if state is None else OrderedDict(
+            {run.key: copy.deepcopy(state)})
+        self.errors, self.last_errors = Counter(), {}
+        try:
+            return bool(self.evaluate(run, now, session, timed_only, changed, fleet))
+        finally:
+            self._runs, self.errors, self.last_errors = runs, errors, last_errors
 
     def _evaluate_rule(self, rule: Rule, run: RunState, now: float, act: Any,
                        state: _RunRules | None, known: bool | None,
@@ -325,13 +374,12 @@ class RuleEngine:
             except EvalError as exc:
                 self.errors[name] += 1
                 self.last_errors[name] = f"when: {exc}"
+                self.last_error_runs[name] = run.key
                 matched = False
         else:
             matched = known
         if not matched:
-            if state is not None:
-                _lapsed(rule, state)
-            return None, act
+            return (_lapsed(rule, state, run, now) if state is not None else None), act
         if rule.for_seconds > 0:
             state = state if state is not None else self._state(run.key)
             since = state.pending.setdefault(name, now)
@@ -347,11 +395,14 @@ class RuleEngine:
             message, errors = rule.message.render(act)
         else:
             errors = []
+        if not message:  # (an empty notify withdraws a note: a rule's says at least its name)
+            message = f"[{name}]"
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS - 1] + "…"
         if errors:
             self.errors[name] += 1
             self.last_errors[name] = f"message: {errors[0]}"
+            self.last_error_runs[name] = run.key
         if rule.repeat is Repeat.ON_CHANGE:
             dedup_key = f"{name}#{message_hash(message)}"
         else:  # each time it holds is a decision of its own: its key says when it began
@@ -404,14 +455,21 @@ def _activation(run: RunState, now: float, budget: dict[str, float], session: Se
                       fleet)
 
 
-def _lapsed(rule: Rule, state: _RunRules) -> None:
+def _lapsed(rule: Rule, state: _RunRules, run: RunState, now: float) -> Decision | None:
     """``rule``'s condition is false for the run: a ``for`` starts over, and a rule with
-    ``repeat: each_time`` may fire again the next time it holds."""
+    ``repeat: each_time`` may fire again the next time it holds. A ``notify`` of such a rule
+    that told the run while it held is withdrawn (its note is no longer true: the outage is
+    over), unless the run has ended."""
     name = rule.name
     if name in state.pending:
         del state.pending[name]
-    if rule.repeat is Repeat.EACH_TIME:
-        state.fired.discard(name)
+    if rule.repeat is not Repeat.EACH_TIME or name not in state.fired:
+        return None
+    state.fired.discard(name)
+    if rule.action is not Action.NOTIFY or run.ended:
+        return None
+    return Decision(run.key, name, Action.NOTIFY, Severity.INFO, WITHDRAWN_MESSAGE, None,
+                    f"{name}{EACH_TIME_MARK}{now:.3f}{WITHDRAWN_SUFFIX}")
 
 
 def announced_grace(grace: Grace, calls_at: int) -> dict[str, float]:

@@ -323,11 +323,15 @@ def _check_condition(condition: bool, result_type: str) -> None:
                                      f"{result_type.lower()}")])
 
 
+_STATUS = re.compile(r"^([A-Z_]+): (.*) \[\1\]$", re.S)
+_DEPTH = re.compile(r"^Expression recursion limit exceeded\. limit: (\d+)$")
 _ERROR_HEAD = re.compile(r"^ERROR: <input>:(\d+):(\d+): (.*)$")
 _STRUCT = re.compile(r"undefined field '(\w+)' not found in struct '([\w.]+)'")
 _OVERLOAD = re.compile(r"found no matching overload for '([^']+)' applied to '\((.*)\)'")
 _RIGHT_INT = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)(?![\w.])")
 _LEFT_INT = re.compile(r"(?<![\w.])(-?\d+)\s*$")
+_RIGHT_DOUBLE = re.compile(r"^[<>=!+\-*/%]*\s*(-?\d+)\.(\d*)(?![\w.])")
+_LEFT_DOUBLE = re.compile(r"(?<![\w.])(-?\d+)\.(\d*)\s*$")
 _OPERATORS = {"_>_": ">", "_>=_": ">=", "_<_": "<", "_<=_": "<=", "_==_": "==", "_!=_": "!=",
               "_+_": "+", "_-_": "-", "_*_": "*", "_/_": "/", "_%_": "%", "_&&_": "&&",
               "_||_": "||", "_?_:_": "?:", "!_": "!", "-_": "-"}
@@ -336,7 +340,9 @@ _OPERATORS = {"_>_": ">", "_>=_": ">=", "_<_": "<", "_<=_": "<=", "_==_": "==", 
 def _issues(text: str, source: str, struct_paths: dict[str, str]) -> list[Issue]:
     """CEL's compile error text (one ``ERROR: <input>:L:C: msg`` block per problem, each with a
     caret snippet) as issues with messages rewritten for rule authors."""
-    text = text.removeprefix("INVALID_ARGUMENT: ").removesuffix(" [INVALID_ARGUMENT]")
+    status = _STATUS.match(text)  # "CODE: message [CODE]", the status of the C++ library
+    if status is not None:
+        text = status.group(2)
     issues = []
     for line in text.splitlines():
         head = _ERROR_HEAD.match(line)
@@ -344,7 +350,13 @@ def _issues(text: str, source: str, struct_paths: dict[str, str]) -> list[Issue]
             row, column = int(head.group(1)), int(head.group(2))
             issues.append(Issue(row, column, _explain(head.group(3), source, row, column,
                                                       struct_paths)))
-    return issues or [Issue(1, 1, text.strip().splitlines()[0] if text.strip() else "invalid")]
+    if not issues:
+        first = text.strip().splitlines()[0] if text.strip() else "invalid"
+        depth = _DEPTH.match(first)
+        if depth is not None:
+            first = f"nested more than {depth.group(1)} levels deep (CEL's limit)"
+        issues.append(Issue(1, 1, first))
+    return issues
 
 
 def _explain(message: str, source: str, row: int, column: int,
@@ -384,6 +396,13 @@ def _number_hint(source: str, row: int, column: int) -> str:
     literal = (_RIGHT_INT.search(line[column - 1:]) or _LEFT_INT.search(line[:column - 1]))
     if literal is not None:
         return f"write {literal.group(1)}.0"
+    # a double literal beside a count (run.errors > 3.0): the count is the int
+    double = (_RIGHT_DOUBLE.search(line[column - 1:]) or _LEFT_DOUBLE.search(line[:column - 1]))
+    if double is not None:
+        whole, fraction = double.groups()
+        if not fraction.strip("0"):
+            return f"counts are ints: write {whole}"
+        return f"counts are ints: compare double(COUNT) with {whole}.{fraction}"
     return "write the literal as a double (300.0) or convert with double(...) / int(...)"
 
 
@@ -453,6 +472,11 @@ class Template:
         return "".join(out)
 
 
+# ``{{ run.x }}`` (Helm, Jinja) or ``{run.x}`` (Python) where ``${run.x}`` was meant: sent to the
+# agent as written, never rendered
+NOT_A_PLACEHOLDER = re.compile(r"\{\{?\s*((?:run|session|fleet)\.[\w.\[\]'\"]*)\s*\}\}?")
+
+
 def compile_template(text: str) -> Template:
     """Parse and compile every placeholder; positions in :class:`ExprError` are within ``text``."""
     parts: list[str | Expr] = []
@@ -465,6 +489,12 @@ def compile_template(text: str) -> Template:
             i += 3
             continue
         if not text.startswith("${", i):
+            wrong = NOT_A_PLACEHOLDER.match(text, i) if text[i] == "{" else None
+            if wrong is not None:
+                issues.append(Issue(*_position(text, i), f"'{wrong.group()}' is not a "
+                                                         f"placeholder: write ${{{wrong[1]}}}"))
+                i = wrong.end()
+                continue
             literal.append(text[i])
             i += 1
             continue

@@ -51,6 +51,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -122,8 +123,8 @@ def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCon
         # a ternary has the lowest precedence: splitting at the && or || before its ? is wrong
         code, _partial = _Compiler(tokens, "?" not in tokens, fields).expression(
             0, len(tokens))
-    except _Unsupported:
-        return None
+    except (_Unsupported, RecursionError):
+        return None  # (nested deeper than Python compiles: CEL alone, which allows it)
     if code == _UNKNOWN:
         return None  # nothing known: asking would only cost time
     # (a known condition is a bool: the checker only lets bool conditions in)
@@ -132,8 +133,13 @@ def compile_fast(source: str, fields: Mapping[str, str] = RUN_FIELDS) -> FastCon
                                  "_any_failing": _any_failing,
                                  "_budget": _budget,
                                  "_NO_BUDGET": _NO_BUDGET, "int": int, "bool": bool}
-    function: FastCondition = eval(
-        f"lambda run, now, budget=_NO_BUDGET, session=None, fleet=None: {code}", namespace)
+    try:
+        function: FastCondition = eval(
+            f"lambda run, now, budget=_NO_BUDGET, session=None, fleet=None: {code}", namespace)
+    except (RecursionError, SyntaxError, MemoryError):
+        # the code of a long chain of partly known parts nests one conditional in the next,
+        # deeper than Python's compiler goes (thousands of `||`): CEL alone decides it
+        return None
     return function
 
 
@@ -405,3 +411,48 @@ class _Compiler:
             if depth == 0:
                 return index
         raise _Unsupported
+
+
+# The time signals that only grow while a run's state stands still (its age, how long it has
+# been idle, how long its oldest call has run): a condition comparing one of them to a literal
+# as ``field > N`` (or ``>=``, or ``N < field``) turns true at most once as time goes on
+RISING = frozenset({"elapsed_seconds", "idle_seconds", "in_flight_seconds"})
+
+
+@functools.lru_cache(maxsize=4096)  # (asked at each booking, of the same few conditions)
+def rises_with_time(source: str) -> bool:
+    """Whether the condition ``source`` can only turn from false to true as time goes on,
+    while nothing else about the run changes: a conjunction (``&&`` at the top level, no
+    ``||``, no ``?:``, no ``now``) whose every part that names a time signal is a comparison
+    of a :data:`RISING` signal with a number that is true above a threshold, and whose other
+    parts name no signal of seconds at all. False for anything else (not known to rise)."""
+    try:
+        tokens = _tokens(source)
+    except _Unsupported:
+        return False
+    if any(token in ("||", "?", ":", "now") for token in tokens):
+        return False
+    parts: list[list[str]] = [[]]
+    depth = 0
+    for token in tokens:
+        if token in _OPEN:
+            depth += 1
+        elif token in _CLOSE:
+            depth -= 1
+        if token == "&&" and depth == 0:
+            parts.append([])
+        else:
+            parts[-1].append(token)
+    for part in parts:
+        if not any("seconds" in token for token in part):
+            continue
+        if len(part) != 5 or _number(part[-1] if part[0] == "run" else part[0]) is None:
+            return False
+        if part[0] == "run":
+            rising = part[1] == "." and part[2] in RISING and part[3] in (">", ">=")
+        else:
+            rising = part[2] == "run" and part[3] == "." and part[4] in RISING \
+                and part[1] in ("<", "<=")
+        if not rising:
+            return False
+    return True

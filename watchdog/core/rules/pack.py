@@ -61,6 +61,9 @@ RULE_TERMINAL_STATES = tuple(s.value for s in TerminalState if s not in (
 PACK_KEYS = ("apiVersion", "kind", "name", "budgets", "rules", "disable")
 RULE_KEYS = ("name", "description", "agents", "when", "for", "action", "severity", "message",
              "repeat", "terminal_state", "grace", "enabled")
+# What other rule languages call a rule's keys (Prometheus: expr, alert; others: condition, if)
+RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", "if": "when",
+                     "alert": "name"}
 GRACE_KEYS = ("tool_calls", "seconds")
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS)
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
@@ -84,6 +87,7 @@ class _Pack:
     rules: list[Rule] = field(default_factory=list)
     budgets: list[Budget] = field(default_factory=list)
     disable: list[tuple[str, int]] = field(default_factory=list)
+    switch_off: list[tuple[str, int]] = field(default_factory=list)  # {name, enabled: false}
 
 
 def load_rules(paths: Sequence[str], include_default: bool = True) -> RuleSet:
@@ -190,7 +194,8 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
             "enabled": r.enabled} for r in pack.rules],
         "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line}
                     for b in pack.budgets],
-        "disable": [[name, line] for name, line in pack.disable]} for pack in packs]}
+        "disable": [[name, line] for name, line in pack.disable],
+        "switch_off": [[name, line] for name, line in pack.switch_off]} for pack in packs]}
 
 
 def read_ahead(file: str) -> _Pack | None:
@@ -204,7 +209,8 @@ def read_ahead(file: str) -> _Pack | None:
         return _Pack(file, str(form["name"]), [_ahead_rule(file, rule) for rule in form["rules"]],
                      [Budget(tuple(b["agents"]), {k: float(v) for k, v in b["limits"].items()},
                              file, int(b["line"])) for b in form["budgets"]],
-                     [(str(name), int(line)) for name, line in form["disable"]])
+                     [(str(name), int(line)) for name, line in form["disable"]],
+                     [(str(name), int(line)) for name, line in form.get("switch_off", ())])
     except (OSError, ValueError, LookupError, TypeError, ExprError):
         return None  # (read from the YAML instead, as any other file)
 
@@ -249,7 +255,8 @@ def _read_text(reader: Reader) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        reader.problem(None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        reader.problem(data.count(b"\n", 0, exc.start) + 1, None,
+                       f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8")
         return ""
 
 
@@ -285,7 +292,12 @@ def _read_pack(reader: Reader, node: Node) -> _Pack:
     if "rules" in fields:
         seen: dict[str, int] = {}
         for index, item in enumerate(reader.sequence(fields["rules"], None, "rules") or [], 1):
-            name, rule = _read_rule(reader, item, index)
+            name: str | None = _switch_off(reader, item)
+            rule: Rule | None = None
+            if name is not None:  # {name: N, enabled: false}: as disable: [N]
+                pack.switch_off.append((name, reader.line(item)))
+            else:
+                name, rule = _read_rule(reader, item, index)
             if name is not None and name in seen:
                 reader.problem(item, name, f"duplicate rule name (first defined on line "
                                            f"{seen[name]})")
@@ -378,10 +390,27 @@ def glob_problem(glob: str) -> str | None:
     return None
 
 
+def _switch_off(reader: Reader, node: Node) -> str | None:
+    """The name of an earlier pack's rule that ``node`` switches off — a rule of a name and
+    ``enabled: false`` alone (and perhaps a description), which says to switch it off as
+    ``disable: [name]`` does — else None (a rule to read)."""
+    from yaml.nodes import MappingNode, ScalarNode
+
+    if not isinstance(node, MappingNode):
+        return None
+    keys = {key.value: value for key, value in node.value if isinstance(key, ScalarNode)}
+    if len(keys) != len(node.value) or not {"name", "enabled"} <= set(keys) \
+            or not set(keys) <= {"name", "enabled", "description"}:
+        return None
+    enabled, name = reader.value(keys["enabled"]), reader.value(keys["name"])
+    return name if enabled is False and isinstance(name, str) and name.strip() else None
+
+
 def _read_rule(reader: Reader, node: Node, index: int) -> tuple[str | None, Rule | None]:
     """A rule's name (when it has a valid one) and the rule, or None (problems recorded)."""
     label = reader.label(node, index)
-    fields = reader.fields(node, label, "", RULE_KEYS, ("name", "when", "action", "message"))
+    fields = reader.fields(node, label, "", RULE_KEYS, ("name", "when", "action", "message"),
+                           synonyms=RULE_KEY_SYNONYMS)
     if fields is None:
         return None, None
     name = _read_name(reader, fields, label)
@@ -509,6 +538,13 @@ def _merge(packs: list[_Pack], problems: list[Problem]) -> RuleSet:
                 problems.append(Problem(pack.file, line, None,
                                         f"disable: no rule named {name!r} in this or an earlier "
                                         f"pack{suggest(name, by_name)}"))
+            switched_off.add(name)
+        for name, line in pack.switch_off:
+            if name not in by_name:
+                problems.append(Problem(pack.file, line, name,
+                                        f"enabled: false switches off a rule of an earlier pack, "
+                                        f"and there is none of this name{suggest(name, by_name)}"
+                                        f" (a new rule needs when, action and message)"))
             switched_off.add(name)
         budgets[:0] = pack.budgets  # later packs first
     enabled = tuple(r for n, r in by_name.items() if r.enabled and n not in switched_off)

@@ -104,7 +104,9 @@ def read_test_file(path: str) -> tuple[TestFile | None, list[Problem]]:
     except OSError as exc:
         return None, [Problem(path, None, None, f"cannot read: {exc.strerror or exc}")]
     except UnicodeDecodeError as exc:
-        return None, [Problem(path, None, None, f"not UTF-8 text ({exc.reason})")]
+        return None, [Problem(path, data.count(b"\n", 0, exc.start) + 1, None,
+                              f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
+                              f"UTF-8")]
     if len(data) > MAX_TEST_FILE_BYTES:
         return None, [Problem(path, None, None, f"larger than {MAX_TEST_FILE_BYTES} bytes")]
     documents = reader.documents(text)
@@ -244,9 +246,9 @@ def _read_step(reader: Reader, node: Node, index: int, where: str) -> Step | Non
     if kind == "tool":
         step.data["tool"] = reader.string(body, None, f"{where}: tool")
         if "args" in fields:
-            step.data["args"] = reader.value(fields["args"])
+            step.data["args"] = reader.data(fields["args"], None, f"{where}: args")
         if "result" in fields:
-            step.data["result"] = reader.value(fields["result"])
+            step.data["result"] = reader.data(fields["result"], None, f"{where}: result")
         if "error" in fields:
             step.data["error"] = _read_error(reader, fields["error"], where)
         if "runs" in fields:

@@ -4,11 +4,17 @@ Rule packs and rule tests are read from YAML *nodes* (``yaml.compose``), not fro
 objects ``safe_load`` returns, because every message a rule author sees names the file, the line
 and the rule. A :class:`Reader` never stops at the first problem: each getter records what is
 wrong and returns ``None``, so one ``watchdog rules check`` lists everything to fix.
+
+YAML's own ways to make a small file large are bounded: nesting (:data:`MAX_DEPTH` levels, past
+which PyYAML's composer would overflow Python's stack), and aliases (a value that its aliases
+expand to more than :data:`MAX_EXPANDED_NODES` nodes, a "billion laughs", is not read).
+Merge keys (``<<: *anchor``) are read as YAML defines them, without changing the nodes: the
+mapping's own keys win over merged ones, and of merged mappings the first listed wins.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 import yaml
@@ -18,6 +24,120 @@ from watchdog.core.durations import DurationError, parse_duration, parse_seconds
 from watchdog.core.rules.problem import Problem, suggest
 
 T = TypeVar("T")
+
+MAX_DEPTH = 100  # nesting levels of a YAML file (a rule pack has 5; Python's stack ~300)
+MAX_EXPANDED_NODES = 100_000  # nodes a value may stand for with its aliases expanded
+MERGE_TAG = "tag:yaml.org,2002:merge"
+Pair = tuple[Node, Node]
+
+
+class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML: untyped)
+    """PyYAML's safe loader refusing to nest deeper than :data:`MAX_DEPTH` (a ComposerError at
+    the place, where PyYAML's recursive composer would raise RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if self._depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_DEPTH} levels deep",
+                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _key(node: Node) -> object:
+    """What makes two mapping keys the same key (a scalar's tag and text; another node itself)."""
+    return (node.tag, node.value) if isinstance(node, ScalarNode) else id(node)
+
+
+class Merged:
+    """The pairs of mappings with their merge keys (``<<``) applied, remembered per node (a merge
+    bomb, each level merging the one before twice, costs one pass per node)."""
+
+    def __init__(self) -> None:
+        self._pairs: dict[int, tuple[list[Pair], list[Pair]]] = {}
+        self._open: set[int] = set()
+
+    def pairs(self, node: MappingNode) -> tuple[list[Pair], list[Pair]]:
+        """``node``'s own pairs (merge keys left out) and the pairs it merges in that its own keys
+        do not set, one per key, in precedence order (first wins). Raises
+        :class:`yaml.constructor.ConstructorError` when a merge key's value is not a mapping or
+        a list of them."""
+        known = self._pairs.get(id(node))
+        if known is not None:
+            return known
+        own = [(k, v) for k, v in node.value if k.tag != MERGE_TAG]
+        keys = {_key(k) for k, _ in own}
+        inherited: list[Pair] = []
+        self._open.add(id(node))
+        try:
+            for key_node, value_node in node.value:
+                if key_node.tag != MERGE_TAG:
+                    continue
+                sources = (value_node.value if isinstance(value_node, SequenceNode)
+                           else [value_node])
+                for source in sources:
+                    if not isinstance(source, MappingNode):
+                        raise yaml.constructor.ConstructorError(
+                            None, None, "a merge key (<<) takes a mapping or a list of mappings",
+                            source.start_mark)
+                    if id(source) in self._open:
+                        continue  # (a mapping merging itself adds nothing to itself)
+                    source_own, source_inherited = self.pairs(source)
+                    for pair in (*source_own, *source_inherited):
+                        if _key(pair[0]) not in keys:
+                            keys.add(_key(pair[0]))
+                            inherited.append(pair)
+        finally:
+            self._open.discard(id(node))
+        self._pairs[id(node)] = (own, inherited)
+        return own, inherited
+
+
+class _Constructor(yaml.constructor.SafeConstructor):  # type: ignore[misc]
+    """PyYAML's safe constructor with :class:`Merged`'s merge keys: the nodes are left as they
+    are (PyYAML's flattens them in place, so a second look would see the merged keys as the
+    mapping's own)."""
+
+    def __init__(self, merged: Merged) -> None:
+        super().__init__()
+        self.merged = merged
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            own, inherited = self.merged.pairs(node)
+            # (the base reads node.value, a later pair winning: a flat copy, not the node)
+            node = MappingNode(node.tag, [*reversed(inherited), *own], node.start_mark,
+                               node.end_mark, node.flow_style)
+        return yaml.constructor.BaseConstructor.construct_mapping(  # type: ignore[no-any-return]
+            self, node, deep=deep)
+
+
+def expanded_size(node: Node, limit: int, sizes: dict[int, int] | None = None) -> int:
+    """How many nodes ``node`` stands for with its aliases expanded, counted up to just past
+    ``limit`` (a node that contains itself: past it)."""
+    sizes = {} if sizes is None else sizes
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = limit + 1  # (met again inside itself: it never ends)
+    total = 1
+    if isinstance(node, SequenceNode):
+        children: Iterable[Node] = node.value
+    elif isinstance(node, MappingNode):
+        children = (child for pair in node.value for child in pair)
+    else:
+        children = ()
+    for child in children:
+        total += expanded_size(child, limit, sizes)
+        if total > limit:
+            break
+    sizes[id(node)] = total
+    return total
 
 
 def line_of(node: Node) -> int:
@@ -39,7 +159,9 @@ class Reader:
     def __init__(self, file: str) -> None:
         self.file = file
         self.problems: list[Problem] = []
-        self._constructor = yaml.constructor.SafeConstructor()
+        self._merged = Merged()
+        self._constructor = _Constructor(self._merged)
+        self._sizes: dict[int, int] = {}
 
     def line(self, node: Node, row: int = 1) -> int:
         """The file line of line ``row`` of ``node``'s text (:func:`text_line`)."""
@@ -49,7 +171,11 @@ class Reader:
         """How problems name an item of a list (a rule): the ``name`` it has as written, else
         its position (``#3``)."""
         if isinstance(node, MappingNode):
-            for key, value in node.value:
+            try:
+                own, inherited = self._merged.pairs(node)
+            except yaml.YAMLError:
+                own, inherited = node.value, []
+            for key, value in (*own, *inherited):
                 text = str(value.value).strip() if isinstance(value, ScalarNode) else ""
                 if key.value == "name" and text:
                     return text
@@ -62,7 +188,7 @@ class Reader:
     def documents(self, text: str) -> list[Node]:
         """The YAML documents of ``text`` (empty ones dropped); a syntax error is a problem."""
         try:
-            nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+            nodes = list(yaml.compose_all(text, Loader=BoundedLoader))
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             detail = " ".join(p for p in (exc.context, exc.problem) if p)
@@ -78,23 +204,47 @@ class Reader:
                                          and n.tag.endswith(":null"))]
 
     def value(self, node: Node) -> Any:
-        """The plain Python value of a node (YAML typing: ints, floats, bools, null)."""
+        """The plain Python value of a node (YAML typing: ints, floats, bools, null); an
+        :class:`Unreadable` one when YAML cannot construct it or its aliases expand it past
+        :data:`MAX_EXPANDED_NODES` nodes."""
+        if not isinstance(node, ScalarNode) \
+                and expanded_size(node, MAX_EXPANDED_NODES, self._sizes) > MAX_EXPANDED_NODES:
+            return Unreadable(f"its aliases expand it to more than {MAX_EXPANDED_NODES:,} "
+                              f"values, or into itself")
         try:
             return self._constructor.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
-            return _Unreadable(str(exc))
+            return Unreadable(str(exc))
+        except RecursionError:  # (merge keys chained deeper than the stack)
+            return Unreadable("nested too deep")
+
+    def data(self, node: Node, rule: str | None, key: str) -> Any:
+        """Any value (a tool call's arguments), or None with a problem when it is unreadable."""
+        value = self.value(node)
+        if isinstance(value, Unreadable):
+            self.problem(node, rule, f"{key}: {value!r}")
+            return None
+        return value
 
     def fields(self, node: Node, rule: str | None, what: str, allowed: Collection[str],
-               required: Iterable[str] = ()) -> dict[str, Node] | None:
-        """A mapping's values by key; unknown, duplicate and missing keys are problems."""
+               required: Iterable[str] = (), synonyms: Mapping[str, str] | None = None,
+               ) -> dict[str, Node] | None:
+        """A mapping's values by key; unknown, duplicate and missing keys are problems (an
+        unknown key in ``synonyms`` is told the allowed key it stands for, else the closest)."""
         if not isinstance(node, MappingNode):
             self.problem(node, rule, f"{what or 'a rule'} must be a mapping, not "
                                      f"{describe(self.value(node))}")
             return None
         prefix = f"{what}: " if what else ""
-        self._constructor.flatten_mapping(node)  # YAML merge keys (<<: *anchor)
+        try:
+            own, inherited = self._merged.pairs(node)  # YAML merge keys (<<: *anchor)
+        except (yaml.constructor.ConstructorError, RecursionError) as exc:
+            mark = getattr(exc, "problem_mark", None)
+            self.problem(node if mark is None else mark.line + 1, rule,
+                         f"{prefix}{getattr(exc, 'problem', 'merge keys nested too deep')}")
+            own, inherited = [(k, v) for k, v in node.value if k.tag != MERGE_TAG], []
         found: dict[str, Node] = {}
-        for key_node, value_node in node.value:
+        for key_node, value_node in own:
             key = self.value(key_node)
             if not isinstance(key, str):
                 self.problem(key_node, rule, f"{prefix}key {key!r} is not a string")
@@ -103,9 +253,19 @@ class Reader:
                 self.problem(key_node, rule, f"{prefix}duplicate key '{key}'")
                 continue
             if key not in allowed:
-                self.problem(key_node, rule, f"{prefix}unknown key '{key}'{suggest(key, allowed)}")
+                meant = (synonyms or {}).get(key)
+                hint = f" (did you mean '{meant}'?)" if meant in allowed else suggest(key, allowed)
+                self.problem(key_node, rule, f"{prefix}unknown key '{key}'{hint}")
                 continue
             found[key] = value_node
+        for key_node, value_node in inherited:  # (keys the mapping's own do not set)
+            key = self.value(key_node)
+            if not isinstance(key, str):
+                self.problem(key_node, rule, f"{prefix}key {key!r} is not a string")
+            elif key not in allowed:
+                self.problem(key_node, rule, f"{prefix}unknown key '{key}'{suggest(key, allowed)}")
+            else:
+                found[key] = value_node
         for key in required:
             if key not in found:
                 self.problem(node, rule, f"{prefix}'{key}' is required")
@@ -188,8 +348,9 @@ class Reader:
         return list(node.value)
 
 
-class _Unreadable:
-    """A node whose value YAML could not construct (e.g. an unknown ``!tag``)."""
+class Unreadable:
+    """A node whose value YAML could not construct (e.g. an unknown ``!tag``), or that its aliases
+    make too large to read."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

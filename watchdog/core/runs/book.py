@@ -8,7 +8,7 @@ they are saved and put back over a restart. Where each span goes is
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from watchdog.core.bounds import is_number
@@ -81,6 +81,8 @@ class RunBook:
         self.loose_run_gap = loose_run_gap
         self._active: OrderedDict[str, RunState] = OrderedDict()
         self._ended: OrderedDict[str, RunState] = OrderedDict()
+        # told the key of each ended run let go (its bound): a request of it finds it no more
+        self.dropped: Callable[[str], None] | None = None
         self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
         self._frames = FrameBook()
         self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
@@ -285,4 +287,6 @@ class RunBook:
 
     def _trim_ended(self) -> None:
         while len(self._ended) > self.max_ended:
-            self._ended.popitem(last=False)
+            key, _ = self._ended.popitem(last=False)
+            if self.dropped is not None:
+                self.dropped(key)

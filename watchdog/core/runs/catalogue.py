@@ -21,7 +21,8 @@ this module, never text from a rule. ``read`` sees ``run`` (the RunState), ``now
 CEL takes it. ``moves_with`` lists expressions of ``run`` alone whose values are immutable: when
 none of them changed across a batch of spans, neither did the signal (an over-approximation is
 safe: a rule is evaluated more often than needed, never less). A ``timed`` signal changes with
-time alone: it is not compared, and the rules reading it run on the timer.
+time alone: the rules reading it run on the timer, and also when its ``moves_with`` moved
+(``idle_seconds``, set back to 0 by progress).
 
 Types are Python types: ``int`` is CEL ``int``, ``float`` is ``double``, a nested ``dict`` is a
 struct, :class:`MapOf` an open map, and :class:`Maybe` a field that may be absent (a budget that is
@@ -99,11 +100,12 @@ BUDGET_TIMED = frozenset({"remaining_seconds"})  # the budget's fields that move
 _IDENTITY = "identity"
 _TOOLS = "tool executions, and per tool name (64 names per run, then `_other`)"
 _USAGE = "usage, from LLM spans only"
+_ARGUMENTS = ("; calls whose arguments were not recorded (content capture off, redacted values, "
+              "or a tracer that records none: [frameworks.md](frameworks.md)) are not counted")
 _ERRORS = ("failed tool/LLM spans, and tool results that say the call failed (the agent span "
            "repeats its children's error and is not counted again)")
 _IN_FLIGHT = ("calls started but not ended, as the client SDK (or the model endpoint) last said, "
               "and how long the oldest of them has run; 0 once the run ended")
-_OUTCOME = "outcome so far"
 
 RUN_SIGNALS: tuple[Signal, ...] = (
     Signal("id", str, "run.key", _IDENTITY),
@@ -131,17 +133,20 @@ RUN_SIGNALS: tuple[Signal, ...] = (
     _plain("repeated_error", int, "count of the most frequent error signature: type + message "
                                   "with ids, numbers and paths masked"),
     _plain("repeated_tool_call", int, "count of the most frequent identical call: tool + "
-                                      "canonical (sorted-key) JSON arguments"),
+                                      "canonical (sorted-key) JSON arguments" + _ARGUMENTS),
     _plain("repeated_tool_result", int, "count of the most frequent identical result of one "
                                         "tool whose arguments differed from the previous such "
-                                        "call"),
+                                        "call" + _ARGUMENTS),
     _plain("cycle_repeats", int, "repetitions of a repeating tail cycle of calls (A→B→A→B…, "
-                                 "length 1–4); 0 when there is none"),
+                                 "length 1–4); 0 when there is none" + _ARGUMENTS),
     Signal("elapsed_seconds", float, "float(run.elapsed_seconds(now))",
            "since the run's first span started", timed=True),
+    # timed, and set back to 0 by progress: a rule reading it is evaluated then too, so what
+    # held during the idle stretch lapses at once (a `for` starts over, an each_time re-arms),
+    # not at the timer's next turn (a rule test has none between its steps)
     Signal("idle_seconds", float, "float(run.idle_seconds(now))",
            "since the last sign of progress (a new span, or a heartbeat whose message count "
-           "grew)", timed=True),
+           "grew)", ("run.last_progress",), timed=True),
     Signal("in_flight", int, "run.calls_in_flight()", _IN_FLIGHT, ("run.in_flight", "run.ended")),
     Signal("in_flight_seconds", float, "float(run.in_flight_seconds(now))", _IN_FLIGHT,
            timed=True),
@@ -153,9 +158,13 @@ RUN_SIGNALS: tuple[Signal, ...] = (
            ("tuple(run.budget.items())",),
            with_budget=("run.tool_calls", "run.iterations", "run.input_tokens",
                         "run.output_tokens", "run.cost_usd")),
-    _plain("has_final_answer", bool, _OUTCOME),
-    Signal("finish_reason", str, "run.finish_reason or ''", _OUTCOME, ("run.finish_reason",)),
-    _plain("ended", bool, _OUTCOME),
+    _plain("has_final_answer", bool, "whether the run has given a final answer so far"),
+    Signal("finish_reason", str, "run.finish_reason or ''",
+           "the latest finish reason a model call (or the agent span) gave, as its framework "
+           "or API names it: `stop`, `tool_calls`, `length` (OpenAI), `end_turn`, `max_tokens` "
+           "(Anthropic), `STOP`, `MAX_TOKENS` (Gemini), `FinishReason.STOP` (Semantic "
+           "Kernel)…; `''` when none did", ("run.finish_reason",)),
+    _plain("ended", bool, "whether the run has ended (see [Terminal states](#terminal-states))"),
 )
 
 # What the generated code may call besides the RunState's own attributes.

@@ -3,8 +3,9 @@
 The shell takes a :func:`snapshot` of each run an export request is about to touch and, after
 the spans are folded in, asks :func:`changed_signals` what moved. Most spans move only counters
 no rule reads (a new, distinct tool call changes ``tool_calls`` but not ``repeated_tool_call``),
-so most spans cost no CEL evaluation at all. Time signals (elapsed, idle) are not compared: they
-change with time alone, and the rules reading them run on the timer.
+so most spans cost no CEL evaluation at all. Time signals change with time alone, and the rules
+reading them run on the timer; idle is also moved by progress (the run's ``last_progress``),
+which sets it back to 0.
 
 What is compared comes from the signal catalogue: the snapshot is every distinct expression of
 the signals' ``moves_with`` and ``with_budget`` (:mod:`watchdog.core.runs.catalogue`), read by one

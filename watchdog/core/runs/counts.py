@@ -6,6 +6,8 @@ announcements update them (see :mod:`watchdog.core.runs.run` for the theory of o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from watchdog.core.runs.fields import (
     CLOCK_SKEW_TOLERANCE,
     MAX_ASKED,
@@ -565,6 +567,10 @@ class RunCounts(RunFields):
                 count = entry[0]
             if count > self.repeated_tool_result:
                 self.repeated_tool_result = count
+
+    def result_hashes(self) -> Iterable[int]:
+        """The hashes of the distinct tool results counted (``repeated_tool_result``)."""
+        return self._result_counts.keys()
 
     def _track_cycle(self, call: int) -> None:
         """For each cycle length L, ``_cycle_runs[L-1]`` counts how many consecutive calls

@@ -17,8 +17,10 @@ here, how it ends, what it reports (its views and signals) and how it is stored.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
+from enum import Enum
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
@@ -233,6 +235,20 @@ class RunState(RunCounts):
                        self.last_seen, self.last_progress, self.ended_at, now, self.framed,
                        self.root_span)
 
+    def copy(self) -> RunState:
+        """An independent copy, to fold records into that the run has not seen (what a request
+        would make of it). Its mutable fields are dicts and lists of immutable values, copied
+        (anything else mutable is copied deep)."""
+        clone = RunState.__new__(RunState)
+        for name, value in zip(RunFields.__slots__, _read_slots(self), strict=True):
+            kind = type(value)
+            if kind is dict or kind is list:
+                value = value.copy()
+            elif kind not in _SHARED and not isinstance(value, _IMMUTABLE):
+                value = copy.deepcopy(value)
+            setattr(clone, name, value)
+        return clone
+
     # -- persistence ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -327,3 +343,6 @@ _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
 # tuples of tuples (JSON: lists of lists)
 _TUPLE_LIST_SLOTS = ("_answered", "_asked", "_named", "_tool_spans", "_failures")
+# values a run's copy shares with it (nothing in them changes)
+_IMMUTABLE = (int, float, str, tuple, frozenset, Enum, type(None))
+_SHARED = frozenset({int, float, str, tuple, bool, type(None)})  # (the most, told at once)

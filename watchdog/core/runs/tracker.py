@@ -610,10 +610,12 @@ class RunTracker(RunBook):
             answers.move_to_end(run.key)
             while len(answers) > MAX_TRACED_ANSWERS:
                 answers.popitem(last=False)
-        if not run.ended and run.end_error_type is not None and run.key_source is KEY_TRACE:
-            # its own agent span failed and the trace's root that closes it has not come (an
-            # instrumentation may leave it open when the run raises): it ends after
-            # loose_run_gap without a span unless the root comes (expire)
+        if not run.ended and (run.end_error_type is not None or run.limit_stop is not None) \
+                and run.key_source is KEY_TRACE:
+            # its own agent span failed, or a span of it told a stop at a limit, and the trace's
+            # root that closes it has not come (an instrumentation may leave it open when the
+            # run raises: OpenLLMetry's `withAgent` in JavaScript): it ends after loose_run_gap
+            # without a span unless the root comes (expire)
             failed = self._failed_unclosed
             failed[run.key] = None
             failed.move_to_end(run.key)

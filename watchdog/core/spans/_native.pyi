@@ -165,7 +165,7 @@ class Normaliser:
                  step_names: Iterable[str], step_suffixes: Iterable[str],
                  facts: tuple[int, int, int, int, int, int, int, int, int],
                  answer_tools: Iterable[str], answer_tool_prefixes: Iterable[str],
-                 loop_end_tools: Iterable[str], tool_unsure: Iterable[str],
+                 left_tools: Iterable[str], tool_unsure: Iterable[str],
                  result_texts: Iterable[tuple[str, str]], hidden: Iterable[str],
                  hidden_values: Iterable[str],
                  unasked: Iterable[tuple[str, object, Iterable[str]]],

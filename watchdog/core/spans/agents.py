@@ -61,8 +61,9 @@ def _answer_output(output: object) -> str:
     return text
 
 
-def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object]) -> None:
-    output = _content(attrs, AGENT_OUTPUT_KEYS)
+def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object],
+                      hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
+    output = _content(attrs, AGENT_OUTPUT_KEYS, hidden)
     if output is not None and not _is_empty_output(output) and has_text(output) \
             and answer_limit(output) is None:
         text = _answer_output(output)
@@ -71,8 +72,10 @@ def _fill_step_answer(record: SpanRecord, attrs: Mapping[str, object]) -> None:
             record.final_output = brief(text, MAX_BRIEF_CHARS)
 
 
-def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues) -> None:
-    output = _hidden(firsts[F_AGENT_OUTPUT])
+def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues,
+                hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
+    """``hidden``: the texts that are hidden content on this span (its scope's)."""
+    output = _hidden(firsts[F_AGENT_OUTPUT], hidden)
     finish = firsts[F_FINISH_REASON]
     if isinstance(output, str) and finish is None and '"finish_reason"' in output:
         finish = output_finish_reason(output)
@@ -87,7 +90,7 @@ def _fill_agent(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstVa
             record.cap_request = name
             break
     if LOOP_CAPS and record.name in LOOP_CAPS and output is None and not record.error \
-            and record.limit_stop is None and firsts[F_AGENT_OUTPUT] in HIDDEN_CONTENT:
+            and record.limit_stop is None and firsts[F_AGENT_OUTPUT] in hidden:
         # its trajectory hidden: the run says if its loop ended by its loop-end tool
         record.loop_cap = LOOP_CAPS[record.name]
     stopped_silent = (limit is not None and limit == record.finish_reason) or stand_in is not None

@@ -86,6 +86,8 @@ MODEL_CALL_MARKS = TABLES.model_call_marks
 TOOL_CALL_MARKS = TABLES.tool_call_marks
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
+TOOL_NAME_PLACEHOLDERS = TABLES.tool_name_placeholders
+TOOL_NAME_JSON = TABLES.tool_name_json
 LLM_SPAN_SUFFIXES = TABLES.llm_span_suffixes
 
 # Output tools deliver the final answer (pydantic-ai final_result, smolagents final_answer);
@@ -99,7 +101,12 @@ HIDDEN_CONTENT = TABLES.hidden_content
 CAP_REQUESTS = TABLES.cap_requests
 LOOP_CAPS = TABLES.loop_caps
 HIDDEN_ANSWERS = TABLES.hidden_answers
-HIDDEN_CONTENT_CHARS = max(map(len, HIDDEN_CONTENT), default=-1)
+# ... and those of scoped entries, hidden content on their scopes' spans only
+SCOPED_HIDDEN_CONTENT = frozenset(text for scoped in TABLES.scopes
+                                  for text in scoped.hidden_content)
+# (a request that is a placeholder, whoever wrote it, is no request: request_hash)
+ANY_HIDDEN_CONTENT = HIDDEN_CONTENT | SCOPED_HIDDEN_CONTENT
+HIDDEN_CONTENT_CHARS = max(map(len, ANY_HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.core.rule_tests reads it)
 # Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
@@ -152,7 +159,7 @@ WANTED_ATTRIBUTES = frozenset(
     + tuple(key for key, _ in TABLES.cap_requests) + TABLES.hidden_answers
     + ANSWER_TEXT_KEYS + tuple(key for key, _, _ in USAGE_JSON)
     + tuple(key for key, _ in ROOT_AGENT_NAME_JSON) + tuple(key for key, _ in LIMIT_ERROR_JSON)
-    + tuple(key for key, _ in ERROR_JSON)
+    + tuple(key for key, _ in ERROR_JSON) + tuple(key for key, _ in TOOL_NAME_JSON)
     + tuple(key for rule in STOPPED_STEPS for key in (rule.continued, rule.output))
     + tuple(key for key, _, _, _ in ROOT_GRAPH_JSON) + TEAM_MEMBER_KEYS
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
@@ -168,6 +175,11 @@ SCALAR_ATTRIBUTES = frozenset(
     + tuple(flag for flag, _, _ in TABLES.tool_error_flags) + DECLINED_TOOL_FLAGS
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
 ) | BUDGET_ATTRIBUTES
+# A scoped entry's attributes (combined.alias): decoded under their own names, given their
+# aliases on the spans of its scopes (watchdog.core.spans.scopes)
+ALIASED = {alias: name for scoped in TABLES.scopes for name, alias in scoped.aliases}
+WANTED_ATTRIBUTES |= frozenset(ALIASED[key] for key in WANTED_ATTRIBUTES if key in ALIASED)
+SCALAR_ATTRIBUTES |= frozenset(ALIASED[key] for key in SCALAR_ATTRIBUTES if key in ALIASED)
 
 # The facts the dispatch and the model-call and tool readers look up by first presence (the
 # first of a fact's attribute names whose value is present and not ""), each read as it is or

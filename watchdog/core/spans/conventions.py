@@ -60,6 +60,7 @@ from watchdog.core.spans.attributes import (
     F_PARENT_RUN,
     F_SESSION,
     F_TOOL_ARGS,
+    F_TOOL_RESULT,
     JSON_IDENTITY_KEYS,
     NESTED_STEP_SPAN_NAMES,
     ROLE_KINDS,
@@ -96,7 +97,8 @@ from watchdog.core.spans.outcome import (
     stopped_step,
 )
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
-from watchdog.core.spans.tool_calls import _fill_tool, tool_call_id
+from watchdog.core.spans.scopes import UNSCOPED, view_of, with_aliases
+from watchdog.core.spans.tool_calls import _fill_tool, result_call_id, tool_call_id
 from watchdog.core.spans.values import (
     MAX_NAME_CHARS,
     Firsts,
@@ -160,11 +162,19 @@ def _head(span: Any) -> tuple[str, str, str | None, str, int, int]:
 
 
 def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
-              firsts: FirstValues | None = None) -> SpanRecord:
+              firsts: FirstValues | None = None, scope: str = "") -> SpanRecord:
     """One OTLP ``Span`` (with its decoded attributes and its resource) as a record; ``firsts``
-    the first-present facts of those attributes where the compiled decode resolved them."""
+    the first-present facts of those attributes where the compiled decode resolved them;
+    ``scope``: the name of its instrumentation scope (what the conventions with ``scopes``
+    read it by: :mod:`watchdog.core.spans.scopes`)."""
+    view = view_of(scope) if scope else UNSCOPED
+    if view.aliases:
+        aliased = with_aliases(attrs, view)
+        if aliased is not attrs:  # (the compiled decode resolved its facts without them)
+            attrs, firsts = aliased, None
     if firsts is None:
         firsts = Firsts(attrs)
+    hidden = view.hidden
     head = span.head() if type(span) is values.NATIVE_SPAN else None  # (set once loaded)
     trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
     key, source = run_key(trace_id, attrs, resource, firsts)
@@ -173,6 +183,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if role is AGENT_ROLE and parent is not None:  # the run's agent (a node's, a handoff's)
         role = nested_agent_role(name, attrs)
         step = role is not AGENT_ROLE
+    elif role is WORKFLOW and parent is not None \
+            and (nested := nested_agent_role(name, attrs)) is not AGENT_ROLE:
+        role, step = nested, True  # a framing kind below the root that a convention says is a
+        # step (OpenLLMetry's JS LangChain instrumentation: every chain a workflow)
     json_agent = None
     for json_key in JSON_IDENTITY_KEYS:
         if json_key in attrs:
@@ -226,14 +240,15 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
-    _fill_role(record, span, attrs, firsts)
+    _fill_role(record, span, attrs, firsts, hidden)
     return record
 
 
 def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
-               firsts: FirstValues) -> None:
+               firsts: FirstValues, hidden: frozenset[str]) -> None:
     """The record's failure or limit stop (from the span's status and events), and what its
-    role reads: the second half of :func:`normalise`, on the record its dispatch made."""
+    role reads (``hidden``: the texts that are hidden content on the span, its scope's): the
+    second half of :func:`normalise`, on the record its dispatch made."""
     status = span.status
     events = span.events  # (read once: the compiled decode's is a call each time)
     if status.code == STATUS_CODE_ERROR or (events and _wrapped_error(events)):
@@ -252,19 +267,21 @@ def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
             record.limit_stop = short_type(exc_type)
         elif exc_message:
             record.limit_stop = phrase_limit(exc_message)
-    _fill_facts(record, span, attrs, firsts, events)
+    _fill_facts(record, span, attrs, firsts, hidden, events)
 
 
 def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
-                firsts: FirstValues, events: Any = ()) -> None:
+                firsts: FirstValues, hidden: frozenset[str], events: Any = ()) -> None:
     """What the record's role reads (and the facts its span's ``events`` add)."""
     name, kind = record.name, record.kind
     if kind is TOOL:
         if events and firsts[F_TOOL_ARGS] is None:
             attrs, firsts = _with_events(attrs, events, firsts)
-        _fill_tool(record, name, attrs, firsts)
+        _fill_tool(record, name, attrs, firsts, hidden)
         if record.kind is TOOL:
-            record.unasked = unasked_tool(attrs)
+            # (a result that names the model's call it answers was asked for: LangChain.js'
+            # ToolMessage under OpenLLMetry, whose span carries no call id)
+            record.unasked = unasked_tool(attrs) and result_call_id(firsts[F_TOOL_RESULT]) is None
             record.tool_call_id = tool_call_id(attrs)
     elif kind is OTHER:  # maybe a tool traced by hand: which asked call it runs, if it says
         record.tool_call_id = tool_call_id(attrs)
@@ -278,15 +295,15 @@ def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
             # a span of agent kind read as a step of its run (it names no agent): the answer
             # it carries (an attribute, or only an event) is its run's
             _fill_step_answer(record, _with_events(attrs, events, firsts)[0]
-                              if events else attrs)
+                              if events else attrs, hidden)
     elif kind is LLM:
         if events and firsts[F_OUTCOME] is None:
             attrs, firsts = _with_events(attrs, events, firsts)
-        _fill_llm(record, attrs, firsts, span)
+        _fill_llm(record, attrs, firsts, span, hidden)
     elif kind is AGENT:
         if events:
             attrs, firsts = _with_events(attrs, events, firsts)
-        _fill_agent(record, attrs, firsts)
+        _fill_agent(record, attrs, firsts, hidden)
 
 
 # The compiled normalise's tables (watchdog.core.spans.native installs them with the compiled
@@ -295,23 +312,25 @@ compiled_normaliser: Any = None
 
 
 def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
-               firsts: FirstValues | None = None) -> SpanRecord:
+               firsts: FirstValues | None = None, scope: str = "") -> SpanRecord:
     """:func:`normalise`, by the compiled normalise (``native/otlp/src/normalise.rs``) where it
-    is sure of the span: a model or tool call of a known convention, its record made there (and
-    a tool call's facts, where it ended without an error or event), the rest filled here
-    (:func:`_fill_role`, or :func:`_fill_facts` where the span has no status or events to read)."""
+    is sure of the span: a model, tool or agent call of a known convention, of a scope no scoped
+    convention reads, its record made there (and a tool call's facts, where it ended without an
+    error or event), the rest filled here (:func:`_fill_role`, or :func:`_fill_facts` where the
+    span has no status or events to read)."""
     normaliser = compiled_normaliser
-    if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN:
+    if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN \
+            and (not scope or view_of(scope) is UNSCOPED):
         made = span.record(attrs, firsts, resource, normaliser)
         if made is not None:
             record: SpanRecord = made[0]
             left = made[1]
             if left == 1:  # (its span ended with no error, status text or event)
-                _fill_facts(record, span, attrs, firsts)
+                _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden)
             elif left:
-                _fill_role(record, span, attrs, firsts)
+                _fill_role(record, span, attrs, firsts, UNSCOPED.hidden)
             return record
-    return normalise(span, attrs, resource, firsts)
+    return normalise(span, attrs, resource, firsts, scope)
 
 
 def _with_events(attrs: Mapping[str, object], events: Any,

@@ -89,8 +89,10 @@ STRANDS = Convention(
     # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
     limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
     # `gen_ai_unredacted_attributes=<list>` in OTEL_SEMCONV_STABILITY_OPT_IN: every sensitive
-    # attribute (and event attribute) not listed is "[REDACTED]"
+    # attribute (and event attribute) not listed is "[REDACTED]" (on its tracer's spans: another
+    # instrumentation's "[REDACTED]" is its content)
     hidden_content=frozenset({"[REDACTED]"}),
+    scopes=("strands",),
     notes="default format: answers, finish reasons and tool arguments only in span events; "
           "latest format with redaction on: the finish reasons only inside the redacted "
           "`gen_ai.output.messages`: a run stopped by `limits` reads unanswered, not "
@@ -261,6 +263,62 @@ LANGSMITH = Convention(
           "and traceback: the type is read from the repr, and such an event fails its span even "
           "when a later update left the span OK; a create_react_agent run inside "
           "another's tool names no agent in its metadata: no child run (a known gap)",
+)
+
+LANGFUSE = Convention(
+    name="Langfuse",
+    emitted_by="the Langfuse SDK's own spans (Python, OpenTelemetry-based since v3: `@observe`, "
+               "`start_as_current_observation`, its LangChain `CallbackHandler`), sent by an "
+               "extra OTLP exporter on the tracer provider Langfuse uses",
+    # only `langfuse.*` attributes: the observation's type says what a span is
+    kinds={"langfuse.observation.type": {"generation": Role.LLM, "tool": Role.TOOL,
+                                         "agent": Role.AGENT}},
+    root_kinds={"langfuse.observation.type": {"chain": Role.WORKFLOW, "span": Role.WORKFLOW}},
+    # the run's metadata flattened, one attribute per key: create_agent(name=…)'s on every span
+    # of its graph, LangGraph's node names and integration
+    agent_name=("langfuse.observation.metadata.lc_agent_name",),
+    agent_name_invocations=("langfuse.observation.metadata.lc_agent_name",),
+    graph_node_json=(("langfuse.observation.metadata.langgraph_node", ()),),
+    root_graph_json=(("langfuse.observation.metadata.ls_integration", (), "langgraph",
+                      "LangGraph"),),
+    tool_args=("langfuse.observation.input",),
+    tool_result=("langfuse.observation.output",),
+    answer=("langfuse.observation.output",),
+    llm_output=("langfuse.observation.output",),
+    input_messages=("langfuse.observation.input",),
+    request_model=("langfuse.observation.model.name",),
+    usage_json=(("langfuse.observation.usage_details", ("input",), ("output",)),),
+    # a handled tool error (handle_tool_error): the ToolMessage with status "error"
+    tool_result_errors=(ErrorResult("langfuse.observation.output",
+                                    ((("type",), "tool"), (("status",), "error")),
+                                    ("content",)),),
+    notes="no finish reason: a model call's output (LangChain's message as JSON) asking for "
+          "tools is no answer; a failed span is status ERROR with the message alone "
+          "(`langfuse.observation.level` ERROR, `status_message`), no exception type: a run "
+          "a tool's exception ended reads `error` with no type (a known gap); LangGraph's "
+          "recursion limit is in that message (`GraphRecursionError`); the CallbackHandler "
+          "makes a chain whose name says \"agent\" an agent observation (create_react_agent's "
+          "`agent` node): a step of its graph, by its `langgraph_node` metadata",
+)
+
+RIG = Convention(
+    name="rig",
+    emitted_by="rig's own GenAI tracing spans (Rust, rig-core's `Agent`: `invoke_agent`, "
+               "`chat`, `execute_tool`) through `tracing-opentelemetry`",
+    # a tool that returns an error: rig hands its text to the model as the result, "Toolset
+    # error: ToolCallError: ToolCallError: <the error>", on a span that ends OK
+    tool_result_error_texts=(
+        ("gen_ai.tool.call.result", "ToolCallError: ",
+         r"(?s)^Toolset error: (?:ToolCallError: )+(?P<message>.*)$"),),
+    notes="rig makes its `invoke_agent` span the current span's when there is one and enters "
+          "neither: its `chat` and `execute_tool` spans hang from the application's span around "
+          "the invocation; without one (rig's own example) every span is a trace of its own "
+          "(the model calls read as loose calls, the tools apart from them, the agent span a "
+          "run with nothing in it: a known gap); `max_turns` returns an error the application "
+          "records on its span (\"reached max turn limit\": `max_turns`); the model calls "
+          "carry no finish reason, messages or model: the answer is the agent span's "
+          "`gen_ai.completion`, and the calls are unpriced (a known gap; the [model endpoint]"
+          "(model-endpoint.md) prices them by the model the request names)",
 )
 
 AUTOGEN = Convention(
@@ -533,6 +591,9 @@ LOGFIRE = Convention(
     # agent runs, function tools, handoffs and model calls (Chat Completions or Responses API)
     # each have one; its trace is the root (`Task: Agent workflow` and each agent's
     # `Turn {turn} for agent <name>` are steps)
+    # (its attribute names are the words of its message templates, `name`, `input`, `output`,
+    # `error`, `response`: read on Logfire's spans alone, never another instrumentation's)
+    scopes=("logfire",),
     kinds={"logfire.msg_template": {
         "Agent run: {name!r}": Role.AGENT,
         "Function: {name}": Role.TOOL,
@@ -569,8 +630,10 @@ MASTRA = Convention(
     stopped_steps=(StoppedStep("mastra.model_step.is_continued", "mastra.model_step.output",
                                ("toolCalls",), "max_steps"),),
     # its default SensitiveDataFilter writes this for the value of every key it takes for a
-    # secret (`key`, `token`, `password`…), tool arguments included
+    # secret (`key`, `token`, `password`…), tool arguments included (its exporter's spans:
+    # another instrumentation's "[REDACTED]" is its content)
     hidden_content=frozenset({"[REDACTED]"}),
+    scopes=("@mastra/", "mastra"),
     notes="the loop's `maxSteps`/`stopWhen` stop is the last step's (`agent_step`): its model "
           "asked for tools and the loop did not go on (`max_steps`), with or without an "
           "answer (and so reads a loop that a tool suspended, awaiting approval or run by the "
@@ -588,6 +651,6 @@ MASTRA = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
-    GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK, OPENLIT,
-    ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA,
+    LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
+    OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
 )

@@ -133,6 +133,8 @@ def _json_identity(name: str, attrs: Mapping[str, object], role: Role | None
 
     def found(key: str, path: Path) -> object:
         raw = attrs.get(key)
+        if not path:  # the attribute's own value (a flattened metadata key: Langfuse's)
+            return raw
         if not isinstance(raw, str) or f'"{path[-1]}"' not in raw:
             return None
         if key not in parsed:
@@ -183,13 +185,15 @@ def _root_graph(name: str, attrs: Mapping[str, object]) -> str | None:
     root_graph_json`): parsed only when the value occurs in the text."""
     for key, path, value, default in ROOT_GRAPH_JSON:
         raw = attrs.get(key)
-        if not isinstance(raw, str) or f'"{value}"' not in raw:
+        if not isinstance(raw, str) or (path and f'"{value}"' not in raw):
             continue
-        try:
-            parsed = _load_json(raw)
-        except (ValueError, RecursionError):
-            continue
-        if at_path(parsed, path) == value and name and name != default and _encodable(name):
+        found: object = raw  # an empty path: the attribute's own value (flattened metadata)
+        if path:
+            try:
+                found = at_path(_load_json(raw), path)
+            except (ValueError, RecursionError):
+                continue
+        if found == value and name and name != default and _encodable(name):
             return name[:MAX_NAME_CHARS]
     return None
 

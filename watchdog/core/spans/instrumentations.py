@@ -149,7 +149,8 @@ OPENINFERENCE = Convention(
 
 OPENLLMETRY = Convention(
     name="OpenLLMetry",
-    emitted_by="Traceloop OpenLLMetry (opentelemetry-instrumentation-langchain, -openai, ...)",
+    emitted_by="Traceloop OpenLLMetry (opentelemetry-instrumentation-langchain, -openai, ...; "
+               "the Node SDK `@traceloop/node-server-sdk` for LangChain.js)",
     kinds={"traceloop.span.kind": {"tool": Role.TOOL, "agent": Role.AGENT,
                                    "workflow": Role.WORKFLOW,
                                    # OpenAI Agents: the model's transfer_to_<agent> call
@@ -159,6 +160,12 @@ OPENLLMETRY = Convention(
     # LlamaIndex's workflow agents: the step that runs a tool (`call_tool`) is a span of kind
     # "task" like every other step, told only by the tool's name and arguments it carries
     tool_call_marks=(("tool.name",), ("tool.arguments",)),
+    # LangChain.js (@traceloop/instrumentation-langchain): every chain is a `workflow` span
+    # named after its class (the graph, CompiledStateGraph, and its steps, RunnableSequence,
+    # RunnableLambda), each hung from the active context (the application's span around the
+    # invocation: `withAgent`), not from the chain that ran it: below the root, a step of its run
+    nested_agent_roles=(NestedAgent((("traceloop.span.kind", "workflow"),
+                                     ("gen_ai.provider.name", "langchain"))),),
     # LangChain/LangGraph: the agent whose graph ran the span, on every span of it
     agent_name=("traceloop.association.properties.lc_agent_name",),
     agent_span_name=("traceloop.entity.name",),
@@ -166,6 +173,11 @@ OPENLLMETRY = Convention(
     # class), its entity name the same: no agent's name
     agent_span_name_placeholders=(r"\w+\.(?:workflow|task)",),
     tool_name=("traceloop.entity.name",),
+    # LangChain.js: every tool span is named after the tool's class; its result, the
+    # ToolMessage LangChain serialised, names the tool
+    tool_name_placeholders=frozenset({"DynamicStructuredTool", "DynamicTool",
+                                      "StructuredTool"}),
+    tool_name_json=(("traceloop.entity.output", ("kwargs", "name")),),
     tool_args=("tool.arguments", "traceloop.entity.input"),
     tool_args_envelopes=((frozenset({"input_str", "inputs"}), "inputs"),),  # LangChain tools
     tool_result=("traceloop.entity.output",),
@@ -179,6 +191,15 @@ OPENLLMETRY = Convention(
     total_tokens=("llm.usage.total_tokens",),
     cache_read_tokens=("gen_ai.usage.cache_read_input_tokens",),
     cache_write_tokens=("gen_ai.usage.cache_creation_input_tokens",),
+    notes="LangChain.js (Node SDK): every span hangs from the active context, not from the chain "
+          "that ran it: frame each invocation with `withAgent`/`withWorkflow` (without, each "
+          "span is a trace of its own and every chain reads as a run: a known gap); a tool span "
+          "is named after the tool's class (`DynamicStructuredTool`): its name is read from the "
+          "ToolMessage it returned, and the model's call id that message names makes it a call "
+          "a model asked for (a tool that raised returns none: it keeps the class's name); "
+          "`withAgent` never ends its span when the invocation raises (LangGraph's recursion "
+          "limit): the limit the graph's span told ends the run `loose_run_gap` after its last "
+          "span"
 )
 
 WATCHDOG = Convention(

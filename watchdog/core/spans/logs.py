@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core.spans.attributes import (
+    ALIASED,
     MESSAGES_DELTA_KEYS,
     MESSAGES_JSON_KEYS,
     OUTPUT_MESSAGES_JSON_KEYS,
@@ -74,8 +75,10 @@ __all__ = [
 
 # The log events whose attributes are a span's content (the conventions tables name them)
 CONTENT_EVENTS = frozenset(TABLES.log_events)
-# What a model call's content is: a span with none of these waits for its log
-CONTENT_KEYS = frozenset(MESSAGES_JSON_KEYS + OUTPUT_MESSAGES_JSON_KEYS + MESSAGES_DELTA_KEYS)
+# What a model call's content is: a span with none of these waits for its log (a scoped
+# entry's under their own names: what a span carries)
+CONTENT_KEYS = frozenset(ALIASED.get(key, key) for key in (
+    MESSAGES_JSON_KEYS + OUTPUT_MESSAGES_JSON_KEYS + MESSAGES_DELTA_KEYS))
 _LLM = Role.LLM
 
 WAIT_SECONDS = 2.0  # how long a span waits for its content (its run's end waits with it)

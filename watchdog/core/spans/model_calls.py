@@ -14,6 +14,7 @@ from typing import Any
 from watchdog.core.bounds import reported_cost
 from watchdog.core.redact import brief
 from watchdog.core.spans.attributes import (
+    ANY_HIDDEN_CONTENT,
     F_ANSWER_TEXT,
     F_CACHE_READ,
     F_CACHE_WRITE,
@@ -98,7 +99,8 @@ def _fill_price_facts(record: SpanRecord, firsts: FirstValues) -> None:
 
 
 def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues,
-              span: Any) -> None:
+              span: Any, hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
+    """``hidden``: the texts that are hidden content on this span (its scope's)."""
     response_id = firsts[F_RESPONSE_ID]
     if response_id:
         record.response_id = response_id[:MAX_NAME_CHARS]
@@ -167,7 +169,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValu
         # loop, loose calls); never an instrumentation's placeholder for hidden content
         text = answer_text(firsts[F_ANSWER_TEXT] or output)
         if text is not None and not (len(text) <= HIDDEN_CONTENT_CHARS
-                                     and text.strip() in HIDDEN_CONTENT):
+                                     and text.strip() in hidden):
             record.final_output = brief(text, MAX_BRIEF_CHARS)
     if record.requested_tools:
         record.asked_tools = asked_tools(output_messages, span)
@@ -222,7 +224,7 @@ def request_hash(value: object) -> int | None:
     if text is None:
         return None
     text = " ".join(text.split())
-    if not text or (len(text) <= HIDDEN_CONTENT_CHARS and text in HIDDEN_CONTENT):
+    if not text or (len(text) <= HIDDEN_CONTENT_CHARS and text in ANY_HIDDEN_CONTENT):
         return None
     return stable_hash(text.casefold())
 

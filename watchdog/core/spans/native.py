@@ -108,7 +108,7 @@ def _normaliser(json: Any) -> Any:
     assert _native is not None
     from watchdog.core.redact import brief
     from watchdog.core.spans import attributes as a
-    from watchdog.core.spans import outcome, tool_calls, values
+    from watchdog.core.spans import outcome, values
     from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
     from watchdog.core.spans.schema import Role
 
@@ -117,10 +117,14 @@ def _normaliser(json: Any) -> Any:
     # a branch of the dispatch it does not read: an agent named in JSON, a budget
     dispatch_unsure = (*a.JSON_IDENTITY_KEYS, *sorted(a.BUDGET_ATTRIBUTES))
     # ... and of a tool call's: a declined call, a framework's error flag or result status, a
-    # call id in the input's JSON
+    # call id in the input's JSON, a tool named in its result
     tool_unsure = (*a.DECLINED_TOOL_FLAGS, *(rule.attribute for rule, _ in
                                              outcome.TOOL_RESULT_ERRORS),
-                   *(flag for flag, _, _ in outcome.TOOL_ERROR_FLAGS), *a.TOOL_CALL_INPUT_KEYS)
+                   *(flag for flag, _, _ in outcome.TOOL_ERROR_FLAGS), *a.TOOL_CALL_INPUT_KEYS,
+                   *(key for key, _ in a.TOOL_NAME_JSON))
+    # the placeholders for hidden content as JSON strings (tool_calls._any_hidden_value)
+    hidden_values = tuple(f'"{text}"' for text in sorted(a.HIDDEN_CONTENT)
+                          if text and '"' not in text and "\\" not in text)
     # ... and of an agent's span below the root: a rule that makes it no agent's, a step's name
     agent_unsure = tuple(dict.fromkeys(key for rule in a.NESTED_AGENT_ROLES
                                        for key, _ in rule.where))
@@ -131,9 +135,10 @@ def _normaliser(json: Any) -> Any:
         dispatch_unsure, agent_unsure, sorted(a.NESTED_STEP_SPAN_NAMES),
         a.NESTED_STEP_SPAN_SUFFIXES, facts,
         sorted(a.OUTPUT_TOOL_NAMES),
-        a.OUTPUT_TOOL_PREFIXES, sorted(a.LOOP_END_TOOLS), tool_unsure,
+        a.OUTPUT_TOOL_PREFIXES, sorted({*a.LOOP_END_TOOLS, *a.TOOL_NAME_PLACEHOLDERS}),
+        tool_unsure,
         [(key, marker) for key, marker, _ in outcome.TOOL_RESULT_ERROR_TEXTS],
-        sorted(a.HIDDEN_CONTENT), tool_calls._HIDDEN_VALUES, a.UNASKED_TOOLS,
+        sorted(a.HIDDEN_CONTENT), hidden_values, a.UNASKED_TOOLS,
         a.TOOL_CALL_ID_KEYS, json, brief, values.MAX_NAME_CHARS, values.MAX_BRIEF_CHARS,
         a.CLIENT_RUN_SPAN)
 

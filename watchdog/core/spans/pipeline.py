@@ -115,7 +115,7 @@ def slices_of(request: TraceRequest, size: int | None,
                             join.hold(span, resource, scope, now, waits, content)
                             held = True
                             continue
-                    record = _checked(normalised(span, attrs, resource, firsts))
+                    record = _checked(normalised(span, attrs, resource, firsts, scope))
                     if record.kind is LLM:
                         record.scope = scope
                         _pair(record, models, inner)
@@ -204,7 +204,8 @@ def late_content(join: LogJoin) -> list[tuple[SpanRecord, SpanRecord]]:
     for unread, content in late:
         span = Span.FromString(unread.span)
         try:
-            reread = normalise(span, merged(selected(span), content), unread.resource)
+            reread = normalise(span, merged(selected(span), content), unread.resource,
+                               scope=unread.scope)
         except SpanRejected:  # (it was read once: it is not refused now)
             continue
         pairs.append((unread.record, reread))
@@ -229,7 +230,7 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
             if content is not None:
                 attrs = merged(attrs, content)
             try:
-                record = _checked(normalise(span, attrs, resource))
+                record = _checked(normalise(span, attrs, resource, scope=scope))
             except SpanRejected as exc:
                 decoded.rejected[exc.reason] += 1
                 if not decoded.first_error:

@@ -125,6 +125,13 @@ class Convention:
 
     name: str
     emitted_by: str  # who emits it: for the README
+    # the instrumentation scopes that emit it (a scope's name, or its beginning: `logfire` for
+    # `logfire.openai_agents`), for an entry whose attribute names are generic words (`name`,
+    # `input`) or whose placeholder for hidden content anyone may write (`[REDACTED]`): its
+    # span attributes (not its event attributes, `event:attribute`) and its hidden texts are
+    # then read on those scopes' spans alone (watchdog.core.spans.scopes); elsewhere an
+    # attribute of the same name is the other instrumentation's own. Empty: every span
+    scopes: Names = ()
     # -- what a span is
     kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # attribute -> value
     root_kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # roots only
@@ -163,7 +170,8 @@ class Convention:
     # (attribute holding JSON, path, value, default name): a trace root whose JSON has that
     # value there is a compiled graph's own invocation, read only when nothing names its agent:
     # the span is named after the graph (LangGraph.js' createReactAgent({name})), but for the
-    # framework's default graph name, which names no agent
+    # framework's default graph name, which names no agent (an empty path: the attribute's own
+    # value, where an SDK flattens the metadata into one attribute per key: Langfuse's)
     root_graph_json: tuple[tuple[str, Path, str, str], ...] = ()
     # attributes on a workflow root that list a team's members (AutoGen's group chats): the
     # root is the team's invocation, its members peers, each a child run of it (none its own
@@ -174,7 +182,8 @@ class Convention:
     # at the root or nested (an agent run as another agent's tool: a child run)
     agent_name_invocations: Names = _NO_NAMES
     # (attribute holding JSON, path to a graph node's name in it): a span of agent kind named
-    # after the node it runs in is a step of a graph, not an agent of its own
+    # after the node it runs in is a step of a graph, not an agent of its own (an empty path:
+    # the attribute's own value, the node's name in a flattened metadata key)
     graph_node_json: tuple[tuple[str, Path], ...] = ()
     session: Names = _NO_NAMES
     # a model call's response id: two model-call spans with one id are the same call traced
@@ -194,6 +203,11 @@ class Convention:
     tool_name: Names = _NO_NAMES
     tool_name_span_prefixes: Names = _NO_NAMES  # "execute_tool lookup" -> lookup
     tool_name_span_suffixes: Names = _NO_NAMES  # "lookup.__call__" -> lookup
+    # names an instrumentation gives a tool span that are the tool's class, not the tool (every
+    # LangChain.js tool is a DynamicStructuredTool under OpenLLMetry): the tool's name is then
+    # read from ``tool_name_json``, (attribute holding JSON, path to the name in it): its result
+    tool_name_placeholders: frozenset[str] = _NO_SET
+    tool_name_json: tuple[tuple[str, Path], ...] = ()
     # span names of a framework's step that runs the tool the model call before it asked for
     # and names none (a span of no kind): that tool's execution, named after the call
     tool_run_span_names: Names = _NO_NAMES

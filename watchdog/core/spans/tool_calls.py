@@ -23,11 +23,13 @@ from watchdog.core.spans.attributes import (
     TOOL_CALL_ID_JSON_KEYS,
     TOOL_CALL_ID_KEYS,
     TOOL_CALL_INPUT_KEYS,
+    TOOL_NAME_JSON,
+    TOOL_NAME_PLACEHOLDERS,
     TOOL_NAME_SPAN_PREFIXES,
     TOOL_NAME_SPAN_SUFFIXES,
 )
 from watchdog.core.spans.failures import _failed
-from watchdog.core.spans.outcome import flagged_error, result_error
+from watchdog.core.spans.outcome import at_path, flagged_error, result_error
 from watchdog.core.spans.record import OTHER, SpanRecord
 from watchdog.core.spans.values import (
     MAX_BRIEF_CHARS,
@@ -57,9 +59,28 @@ def _tool_name(name: str, firsts: FirstValues) -> str:
     return (tool or "unknown")[:MAX_NAME_CHARS]
 
 
+def _named_in_json(attrs: Mapping[str, object]) -> str | None:
+    """The tool's name where the span names only its class (:attr:`Convention.
+    tool_name_placeholders`): in its result (:attr:`Convention.tool_name_json`), if there."""
+    for key, path in TOOL_NAME_JSON:
+        raw = attrs.get(key)
+        if not isinstance(raw, str) or f'"{path[-1]}"' not in raw:
+            continue
+        try:
+            value = at_path(_load_json(raw), path)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, str) and value.strip():
+            return value.strip()[:MAX_NAME_CHARS]
+    return None
+
+
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
-               firsts: FirstValues) -> None:
+               firsts: FirstValues, hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
+    """``hidden``: the texts that are hidden content on this span (its scope's)."""
     tool = _tool_name(name, firsts)
+    if tool in TOOL_NAME_PLACEHOLDERS:
+        tool = _named_in_json(attrs) or tool
     target: str | None = firsts[F_TRANSFER_TARGET]
     if target is not None:
         # a transfer to another agent: `execute_tool transfer_to_<agent> <agent>`
@@ -72,7 +93,7 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         # The output tool carries the answer itself: a final answer, not agent work.
         record.kind = OTHER
         record.final_answer = not record.error
-        args = _hidden(firsts[F_TOOL_ARGS])
+        args = _hidden(firsts[F_TOOL_ARGS], hidden)
         if args is not None:
             record.final_output = brief(_as_text(args), MAX_BRIEF_CHARS)
         return
@@ -82,23 +103,23 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         record.kind = OTHER
         return
     if tool in LOOP_END_TOOLS and not record.error \
-            and _is_loop_end(tool, name, firsts, firsts[F_TOOL_RESULT]):
+            and _is_loop_end(tool, name, firsts, firsts[F_TOOL_RESULT], hidden):
         # The framework's own tool to end its loop (DSPy ReAct's `finish`): no agent work,
         # and no answer either (a later step extracts it).
         record.kind = OTHER
         record.loop_end = True
         return
-    args = _hidden(firsts[F_TOOL_ARGS])
+    args = _hidden(firsts[F_TOOL_ARGS], hidden)
     if args is not None:
         # Without arguments (content capture off) two calls cannot be told apart: no hash,
         # so they never count as repeats of each other. Nor with a value of them hidden (a
         # filter that redacts the values of keys it takes for secrets: Mastra's `key`):
         # calls that differ only there would look the same.
         canonical = canonical_arguments(args)
-        if not _any_hidden_value(canonical):
+        if not _any_hidden_value(canonical, hidden):
             record.args_hash = stable_hash(tool + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
-    result = _hidden(firsts[F_TOOL_RESULT])
+    result = _hidden(firsts[F_TOOL_RESULT], hidden)
     if result is not None:
         text = _as_text(result)
         record.result_hash = stable_hash(tool + "\0" + text)
@@ -111,23 +132,20 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
             _failed(record, *failure)
 
 
-# an instrumentation's placeholders for hidden content as JSON strings (a value in canonical
-# JSON arguments)
-_HIDDEN_VALUES = tuple(f'"{text}"' for text in sorted(HIDDEN_CONTENT)
-                       if text and '"' not in text and "\\" not in text)
+def _any_hidden_value(canonical: str, hidden: frozenset[str]) -> bool:
+    """Whether canonical JSON arguments hold a placeholder for hidden content (one of
+    ``hidden``) as a value."""
+    return any(f'"{text}"' in canonical for text in hidden
+               if text and '"' not in text and "\\" not in text)
 
 
-def _any_hidden_value(canonical: str) -> bool:
-    """Whether canonical JSON arguments hold a placeholder for hidden content as a value."""
-    return any(hidden in canonical for hidden in _HIDDEN_VALUES)
-
-
-def _is_loop_end(tool: str, name: str, firsts: FirstValues, result: object) -> bool:
+def _is_loop_end(tool: str, name: str, firsts: FirstValues, result: object,
+                 hidden: frozenset[str]) -> bool:
     """A loop-end tool's call: its own result, or (content capture off) a hidden result on a
     span named after the tool's method (DSPy's `finish.__call__`), no tool name recorded."""
     if result == LOOP_END_TOOLS[tool]:
         return True
-    return isinstance(result, str) and result in HIDDEN_CONTENT \
+    return isinstance(result, str) and result in hidden \
         and firsts[F_TOOL_NAME] is None \
         and any(name == tool + suffix for suffix in TOOL_NAME_SPAN_SUFFIXES)
 
@@ -152,6 +170,22 @@ def tool_call_id(attrs: Mapping[str, object]) -> str | None:
             found = _input_call_id(value)
             if found:
                 return found[:MAX_NAME_CHARS]
+    return None
+
+
+def result_call_id(result: object) -> str | None:
+    """The id of the model's tool call a tool's result says it answers (LangChain's
+    ToolMessage: its ``tool_call_id``, at the top or one level down), where it says."""
+    if isinstance(result, str):
+        if len(result) > MAX_CALL_INPUT_CHARS or 'call_id"' not in result:
+            return None
+        try:
+            result = _load_json(result)
+        except ValueError:
+            return None
+    if isinstance(result, dict):
+        found = _input_call_id(result)
+        return found[:MAX_NAME_CHARS] if found else None
     return None
 
 

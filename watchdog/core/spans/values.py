@@ -126,16 +126,18 @@ def _first(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | None:
     return None
 
 
-def _content(attrs: Mapping[str, object], keys: tuple[str, ...]) -> object | None:
+def _content(attrs: Mapping[str, object], keys: tuple[str, ...],
+             hidden: frozenset[str] = HIDDEN_CONTENT) -> object | None:
     """:func:`_first` of content (a message, an output, a tool's arguments or result): None
-    where an instrumentation wrote its placeholder for hidden content (content capture off)."""
-    return _hidden(_first(attrs, keys))
+    where an instrumentation wrote its placeholder for hidden content (content capture off;
+    ``hidden``: the placeholders of the span's scope)."""
+    return _hidden(_first(attrs, keys), hidden)
 
 
-def _hidden(value: object) -> object | None:
+def _hidden(value: object, hidden: frozenset[str] = HIDDEN_CONTENT) -> object | None:
     """Content as it is, or None where it is an instrumentation's placeholder for hidden content
-    (content capture off)."""
-    if isinstance(value, str) and len(value) <= HIDDEN_CONTENT_CHARS and value in HIDDEN_CONTENT:
+    (content capture off; ``hidden``: the placeholders of the span's scope)."""
+    if isinstance(value, str) and len(value) <= HIDDEN_CONTENT_CHARS and value in hidden:
         return None
     return value
 

@@ -26,8 +26,9 @@ from aiohttp.web_protocol import RequestHandler
 
 from watchdog.core.bounds import id_problem
 from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.shown import shown
 from watchdog.shell.api.directives import DirectiveRoutes
-from watchdog.shell.api.http import MAX_BODY_BYTES, Handler, _shown, error_response
+from watchdog.shell.api.http import MAX_BODY_BYTES, Handler, error_response
 from watchdog.shell.api.interface import Watchdog
 from watchdog.shell.api.rules import RuleRoutes
 from watchdog.shell.api.runs import RunRoutes
@@ -50,6 +51,12 @@ SESSIONS = "/v1/sessions/{id:[^/]+}"
 _HTTP_ERROR_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                      405: "method_not_allowed", 413: "payload_too_large",
                      415: "unsupported_media_type"}
+# Paths another listener of the sidecar serves, asked of the API's port: where they are
+ELSEWHERE = {
+    **dict.fromkeys(("/metrics", "/healthz", "/readyz"),
+                    "metrics and health are served on metrics_address (default 0.0.0.0:9464)"),
+    **dict.fromkeys(("/v1/traces", "/v1/logs", "/v1/metrics"),
+                    "OTLP/HTTP is received on otlp_http_address (default 127.0.0.1:4318)")}
 
 
 @web.middleware
@@ -74,6 +81,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         message = exc.reason
         if exc.status == 404:
             message = f"no such endpoint: {request.method} {request.path}"
+            if request.path in ELSEWHERE:
+                message += f" on the control API: {ELSEWHERE[request.path]}"
         elif exc.status == 405:
             message = f"method {request.method} is not allowed on {request.path}"
         elif exc.status == 413:
@@ -92,7 +101,7 @@ async def ids_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         problem = id_problem(raw)
         if problem is not None:
             what = "session id" if request.path.startswith("/v1/sessions/") else "run id"
-            raise BadRequest(f"{what} {_shown(raw)} is not allowed: it {problem}")
+            raise BadRequest(f"{what} {shown(raw)} is not allowed: it {problem}")
     return await handler(request)
 
 
@@ -110,10 +119,10 @@ async def query_middleware(request: web.Request, handler: Handler) -> web.Stream
             if name not in allowed:
                 resource = request.match_info.route.resource
                 where = resource.canonical if resource is not None else request.path
-                raise BadRequest(f"query parameter {_shown(name)} is not allowed on "
+                raise BadRequest(f"query parameter {shown(name)} is not allowed on "
                                  f"{request.method} {where}: {takes}")
             if len(request.query.getall(name)) > 1:
-                raise BadRequest(f"query parameter {_shown(name)} is given more than once: "
+                raise BadRequest(f"query parameter {shown(name)} is given more than once: "
                                  f"give it once")
     return await handler(request)
 
@@ -244,7 +253,7 @@ def create_app(service: Watchdog, config: Config, *,
         params[route] = allowed
 
     runs = RunRoutes(service, config.max_request_bytes, directives)
-    add("GET", "/v1/runs", runs.list_runs, "state", "agent", "limit", "after")
+    add("GET", "/v1/runs", runs.list_runs, "state", "agent", "session", "limit", "after")
     add("GET", RUNS, runs.get_run)
     add("GET", RUNS + "/report", runs.report)
     add("POST", RUNS + "/heartbeat", runs.heartbeat)

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from watchdog.core.directives.model import Directive
+from watchdog.core.shown import shown
 from watchdog.shell import logs
 from watchdog.shell.api.http import (
     MAX_SEQ,
@@ -17,7 +18,6 @@ from watchdog.shell.api.http import (
     _int_param,
     _is_int_in,
     _json_object,
-    _shown,
     json_response,
 )
 from watchdog.shell.directives.hub import StreamEnded, SubscriberOverflow, Subscription
@@ -170,7 +170,7 @@ def parse_ack(body: dict[str, Any]) -> int:
                          "the agent has seen (an integer from 0 to " + str(MAX_SEQ) + ")")
     seq = body.get("seq")
     if not isinstance(seq, int) or not _is_int_in(seq, 0, MAX_SEQ):
-        raise BadRequest(f"seq={_shown(seq)} is not allowed: expected an integer from 0 to "
+        raise BadRequest(f"seq={shown(seq)} is not allowed: expected an integer from 0 to "
                          f"{MAX_SEQ} (the seq of the last directive the agent has seen)")
     return seq
 

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from watchdog.core.bounds import load_json
+from watchdog.core.shown import shown
 from watchdog.core.spans import codings
 from watchdog.shell.errors import (
     BadRequest,
@@ -56,7 +57,7 @@ async def request_body(request: web.Request, limit: int = MAX_BODY_BYTES,
     within ``BODY_READ_TIMEOUT`` (:class:`RequestTimeout`, 408)."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding not in codings.SUPPORTED:
-        raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r}: send the body "
+        raise UnsupportedMediaType(f"unsupported Content-Encoding {shown(encoding)}: send the body "
                                    f"as it is, or as gzip or deflate")
     limit_text = f"{setting}={limit}" if setting else f"{limit} bytes"
     if (request.content_length or 0) > limit:
@@ -88,12 +89,6 @@ def _is_int_in(value: object, low: int, high: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 
 
-def _shown(value: object) -> str:
-    """A client's value in an error message: its repr, cut (it may be megabytes)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _float_param(raw: str | None, name: str, default: float, low: float, high: float) -> float:
     if raw is None or raw == "":
         return default
@@ -102,7 +97,7 @@ def _float_param(raw: str | None, name: str, default: float, low: float, high: f
     except ValueError:
         value = float("nan")
     if not low <= value <= high:  # NaN fails too
-        raise BadRequest(f"{name}={raw!r} is not allowed: expected seconds from {low:g} to "
+        raise BadRequest(f"{name}={shown(raw)} is not allowed: expected seconds from {low:g} to "
                          f"{high:g}")
     return value
 
@@ -115,7 +110,8 @@ def _int_param(raw: str | None, name: str, default: int, low: int, high: int) ->
     except ValueError:
         value = low - 1
     if not low <= value <= high:
-        raise BadRequest(f"{name}={raw!r} is not allowed: expected an integer from {low} to {high}")
+        raise BadRequest(f"{name}={shown(raw)} is not allowed: expected an integer from {low} "
+                         f"to {high}")
     return value
 
 

@@ -19,7 +19,8 @@ class RunReads(Protocol):
     logs."""
 
     async def list_runs(self, state: str | None, agent: str | None, limit: int,
-                        after: tuple[bool, float, str] | None = None
+                        after: tuple[bool, float, str] | None = None,
+                        session: str | None = None
                         ) -> tuple[list[dict[str, Any]], tuple[bool, float, str] | None]: ...
     async def run_detail(self, key: str) -> dict[str, Any]: ...
     async def find_run(self, key: str) -> RunView: ...

@@ -25,6 +25,7 @@ from watchdog.core.bounds import (
     load_json,
 )
 from watchdog.core.runs.view import run_summary
+from watchdog.core.shown import shown
 from watchdog.core.spans.decode import DecodeError, parse_protobuf
 from watchdog.core.spans.record import BUDGET_KEYS, WHOLE_BUDGET_KEYS
 from watchdog.core.sync import CLIENT_STOPS, SYNC_DIRECTIVE_WAIT, sync_answer
@@ -34,7 +35,6 @@ from watchdog.shell.api.http import (
     _int_param,
     _is_int_in,
     _json_object,
-    _shown,
     _wants_json,
     json_response,
     request_body,
@@ -64,14 +64,17 @@ class RunRoutes:
         query = request.query
         state = query.get("state") or None
         if state is not None and state not in RUN_STATES:
-            raise BadRequest(f"state={state!r} is not allowed: expected one of "
+            raise BadRequest(f"state={shown(state)} is not allowed: expected one of "
                              + ", ".join(RUN_STATES))
         agent = query.get("agent") or None
+        session = query.get("session") or None
+        if session is not None and (problem := id_problem(session)) is not None:
+            raise BadRequest(f"session={shown(session)} is not allowed: it {problem}")
         limit = _int_param(query.get("limit"), "limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
         after = query.get("after")
         runs, last = await self.service.queries.list_runs(
             state=state, agent=agent, limit=limit,
-            after=None if after is None else read_cursor(after))
+            after=None if after is None else read_cursor(after), session=session)
         return json_response({"runs": runs,
                               "next": None if last is None else write_cursor(last)})
 
@@ -120,7 +123,7 @@ class RunRoutes:
         after = _int_param(request.query.get("after"), "after", 0, 0, MAX_SEQ)
         stop = request.query.get("stop") or None
         if stop is not None and stop not in CLIENT_STOPS:
-            raise BadRequest(f"stop={stop!r} is not allowed: expected one of "
+            raise BadRequest(f"stop={shown(stop)} is not allowed: expected one of "
                              + ", ".join(sorted(CLIENT_STOPS)))
         announce = _announce_header(request.headers.get(ANNOUNCE_HEADER))
         body = await request_body(request, self.max_request_bytes, "max_request_bytes")
@@ -158,7 +161,7 @@ def write_cursor(place: tuple[bool, float, str]) -> str:
 
 def read_cursor(raw: str) -> tuple[bool, float, str]:
     """What :func:`write_cursor` wrote; anything else is a :class:`BadRequest`."""
-    problem = BadRequest(f"after={_shown(raw[:MAX_CURSOR_CHARS])} is not allowed: expected "
+    problem = BadRequest(f"after={shown(raw[:MAX_CURSOR_CHARS])} is not allowed: expected "
                          f"the next of an answer of GET /v1/runs")
     if not raw or len(raw) > MAX_CURSOR_CHARS:
         raise problem
@@ -186,16 +189,16 @@ def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
     """A ``POST /v1/runs/{id}/heartbeat`` body; raises :class:`BadRequest` naming the field."""
     messages = body.get("messages", 0)
     if not isinstance(messages, int) or not _is_int_in(messages, 0, MAX_MESSAGES):
-        raise BadRequest(f"messages={_shown(messages)} is not allowed: expected an integer "
+        raise BadRequest(f"messages={shown(messages)} is not allowed: expected an integer "
                          f"from 0 to {MAX_MESSAGES} (the conversation length)")
     in_flight = body.get("in_flight")
     if in_flight is not None and not _is_int_in(in_flight, 0, MAX_IN_FLIGHT):
-        raise BadRequest(f"in_flight={_shown(in_flight)} is not allowed: expected an integer "
+        raise BadRequest(f"in_flight={shown(in_flight)} is not allowed: expected an integer "
                          f"from 0 to {MAX_IN_FLIGHT} (calls started and not ended)")
     oldest = body.get("oldest_call_started")
     if oldest is not None and not (is_number(oldest)
                                    and MIN_EPOCH_SECONDS <= oldest <= MAX_EPOCH_SECONDS):
-        raise BadRequest(f"oldest_call_started={_shown(oldest)} is not allowed: expected "
+        raise BadRequest(f"oldest_call_started={shown(oldest)} is not allowed: expected "
                          f"epoch seconds from {MIN_EPOCH_SECONDS} (2000) to "
                          f"{MAX_EPOCH_SECONDS:g}")
     announce = _announcement(body.get("announce"))
@@ -209,7 +212,7 @@ def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:
 def _trace_id(value: object, name: str) -> str:
     """The run's trace (the client SDK's run span's), as W3C Trace Context writes it."""
     if not isinstance(value, str) or not TRACE_ID.fullmatch(value) or value == ZERO_TRACE:
-        raise BadRequest(f"{name}={_shown(value)} is not allowed: expected the run's trace "
+        raise BadRequest(f"{name}={shown(value)} is not allowed: expected the run's trace "
                          f"id, 32 lower-case hex digits, not all zero")
     return value
 
@@ -247,12 +250,12 @@ def _announcement(value: object) -> dict[str, Any] | None:
         if item is None:
             continue
         if not isinstance(item, expected):
-            raise BadRequest(f"announce.{key}={_shown(item)} is not allowed: expected a "
+            raise BadRequest(f"announce.{key}={shown(item)} is not allowed: expected a "
                              f"{expected.__name__}")
         if key in ID_KEYS:
             problem = id_problem(item)
             if problem is not None:
-                raise BadRequest(f"announce.{key}={_shown(item)} is not allowed: it {problem}")
+                raise BadRequest(f"announce.{key}={shown(item)} is not allowed: it {problem}")
         if key == "trace_id":
             _trace_id(item, "announce.trace_id")
         announce[key] = item
@@ -263,7 +266,7 @@ def _announcement(value: object) -> dict[str, Any] | None:
         for key, raw in budget.items():
             limit = budget_limit(raw, key in WHOLE_BUDGET_KEYS)
             if key not in allowed or limit is None:
-                raise BadRequest(f"announce.budget.{key[:64]}={_shown(raw)} is not allowed: "
+                raise BadRequest(f"announce.budget.{key[:64]}={shown(raw)} is not allowed: "
                                  f"expected {', '.join(sorted(allowed))} with numbers from 0 "
                                  f"to {MAX_BUDGET:g} (whole ones for counts)")
             limits[key] = limit

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog.core.directives.model import REPORTING_ACTIONS, Directive
 from watchdog.core.rules.decision import Decided
 from watchdog.core.rules.engine import FiredRecord
+from watchdog.core.shown import shown
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.directives.hub import DeliveryMetrics, Hub, NullMetrics
 from watchdog.shell.directives.store import AddResult, DirectiveStore
@@ -285,7 +286,7 @@ class Outbox:
         """The agent has seen directives up to ``seq``; returns the run's acked seq."""
         latest = await self.hub.latest_seq(run_id)
         if seq > latest:
-            raise BadRequest(f"seq={seq} is not allowed: run {run_id!r} has directives up to "
+            raise BadRequest(f"seq={seq} is not allowed: run {shown(run_id)} has directives up to "
                              f"seq {latest}")
         return await self._lane.run(self.store.ack, run_id, seq, self.clock.now())
 

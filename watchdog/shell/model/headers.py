@@ -197,6 +197,6 @@ def budget_from(watchdog: Mapping[str, str]) -> dict[str, float] | None:
             kind = "an integer in ASCII digits" if integer \
                 else "a number in ASCII digits, with a decimal point or not,"
             raise Refused(400, "bad_request", f"{header}={text[:64]!r} is not allowed: "
-                          f"expected {kind} from 0 to {largest:g}")
+                          f"expected {kind} from 0 to {largest:.0f}")  # (not 1e+06)
         budget[key] = value
     return budget or None

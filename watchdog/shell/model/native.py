@@ -32,6 +32,8 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   gets (a bound or none, and nothing else: no note, no final turn, no answer of its own), is
   sent on by the relay at once, before this loop has read it (``admit``, below); it comes
   here as ``taken`` and is read, given its run and booked as a forwarded one is;
+* a request that continues a run whose next request this process has said (``admit_next``,
+  below) goes on the same way, and comes here as ``taken`` too;
 * a request whose answer must be held (the final report, replaced by a stop note when the
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
@@ -63,6 +65,38 @@ failing tools). Such a request that this process would
 have decided otherwise (the fleet changed while it was on its way) is logged as a miss, and
 the relay forgets what it learned.
 
+A request that continues a run is decided from the run, so the relay can send it on only
+when this process has said what it gets, and it says so only when it proves it. When a call
+of a run is booked, this process publishes (``admit_next``) what the next request of its
+conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
+header, not the client SDK's), with no budget of any kind (the rule packs' included) and no
+directive, with no other request of it in flight, not stopped: a plain pass, no bound, for a
+request that comes within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
+<watchdog.core.step.Core.quiet>`): its rules decide nothing, on the timer or at that request,
+and the timer does not end the run, up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now (the margin
+covers the time from this word to the relay's and from the request's coming to this loop's
+reading it). When the booked call handed tool calls over, the request is one that carries the
+model's answer with those calls and a result for each, and nothing else (the relay checks it:
+``admit.rs``); the proof folds the records such a request makes, each result read as not
+failed and like no result before (the relay checks that too: Rust twins of ``looks_failed``
+and ``stable_hash``, told the hashes of the results the run had), into a copy of the run. When
+it handed none over, the request is one longer than the one decided and ending with tool
+results (a new user message may start the conversation's next run) none of which answers a
+call any response through the relay handed over (that call's run's, else): it makes no record,
+so nothing is evaluated at it. A request that may be told so (``forward``'s ``ahead``: its
+conversation) marks its conversation in the relay, whose next request then waits for this
+booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
+agent that sends its next request as soon as it has the answer still finds it said. The relay
+uses what it was told once, and forgets it when a call of the conversation goes upstream (it
+was of the run before that call: said, say, while this loop decided that very request, having
+booked the call before it then); this process takes it back when the run's directives or its end
+change (a step of the core that decided on it, ended, merged or resumed it, or the tracker let
+it go), when the rules or the fleet change, and when the book lets the run or its
+conversation go. A continuing request it sent on is read here as the others (``continued``
+counts them; ``answered`` those with the results of the calls handed over), and one decided
+otherwise once read (a change from outside the run meanwhile: a reload, the fleet) is logged
+as a miss, as above.
+
 Nothing here logs a header; the relay never does.
 """
 
@@ -72,6 +106,7 @@ import asyncio
 import logging
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
@@ -79,10 +114,13 @@ from urllib.parse import unquote
 from aiohttp import web
 from multidict import CIMultiDict
 
+from watchdog.core.handout import Step
 from watchdog.core.model.book import Caller, Unbooked
+from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.steer import Act, answer_tools
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
+from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
@@ -92,6 +130,13 @@ log = logging.getLogger("watchdog.model")
 TICKET_PATH = "/relay/"
 SESSION_PREFIX = "model:"  # a conversation's session: this and its digest's first 24 hex digits
 SESSION_DIGEST = re.compile(r"[0-9a-f]{24}")
+MAX_NEXT = 1 << 16  # runs whose next request the relay was told (its own bound: admit.rs)
+# what the relay is told of a run's next request holds for a request that comes within this
+# many seconds; this process proves it for NEXT_MARGIN seconds more (the time from its word to
+# the relay's, and from the request's coming to this loop's reading it)
+NEXT_HOLD = 60.0
+NEXT_MARGIN = 30.0
+MAX_EXPECTED = 64  # tool calls handed over whose results the relay checks (more: the loop's)
 
 
 def missing_relay() -> str | None:
@@ -128,6 +173,11 @@ class NativeEndpoint:
         self.answers_told = False  # the relay has the final-answer tools (Relay.answer_tools)
         self.admitted = 0  # requests the relay sent on before this loop read them
         self.missed = 0  # of those, decided otherwise here once read
+        self.continued = 0  # of those, requests that continue a run (admit_next)
+        self.answered = 0  # of those, requests carrying the results of the calls handed over
+        self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
+        # runs whose next request the relay was told -> their conversation's 24 hex digits
+        self.next_of: OrderedDict[str, str] = OrderedDict()
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
         self._full = False  # the relay remembers all the conversations it can
         self.taken_at = 0.0  # when the events in hand were taken (the service's clock)
@@ -156,7 +206,9 @@ class NativeEndpoint:
         self._know(digest for digest in (sid.removeprefix(SESSION_PREFIX) for sid in
                                          proxy.service.sessions.ids(SESSION_PREFIX))
                    if SESSION_DIGEST.fullmatch(digest))  # (another's session may be "model:…")
-        proxy.service.stepped = self.check_basis
+        proxy.service.stepped = self._stepped
+        proxy.service.tracker.dropped = self._dropped
+        proxy.book.let_go = self._dropped
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.relay.fd, self._drain)
         self.proxy.before_identify = self._before_identify
@@ -258,6 +310,9 @@ class NativeEndpoint:
             for plan, *_ in ended:
                 if plan.exchange is not None:
                     plan.exchange.settle()
+        for plan, status, outcome, *_ in ended:
+            if plan.exchange is not None and plan.api == "chat":
+                self._publish_next(plan, 200 <= status < 300 and outcome == "ok")
 
     def _request(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                  body: bytes | None, refusal: str, in_flight: int, learn: str | None,
@@ -300,7 +355,8 @@ class NativeEndpoint:
             observed = plan.exchange is not None
             if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
                                       plan.body, observed, api=plan.api, keep=plan.keep,
-                                      watch=observed, unasked=plan.unasked):
+                                      watch=observed, unasked=plan.unasked,
+                                      ahead=self._ahead(plan)):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
             return
@@ -312,10 +368,12 @@ class NativeEndpoint:
             self._done(number, 0, "cancelled", None, "", 0.0)
 
     def _taken(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
-               body: bytes, in_flight: int, keep: int, waited: float) -> None:
-        """A new conversation's first request the relay sent on with the bound ``keep``
-        (-1: none): read, given its run, and booked when its response ends, as if decided
-        here; a miss if it is not what this process decides now."""
+               body: bytes, in_flight: int, keep: int, waited: float,
+               continued: bool = False) -> None:
+        """A new conversation's first request (``continued``: a request that continues a run)
+        the relay sent on with the bound ``keep`` (-1: none): read, given its run, and booked
+        when its response ends, as if decided here; a miss if it is not what this process
+        decides now."""
         proxy = self.proxy
         wire = proxy.wire_of(method, target)
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
@@ -324,8 +382,13 @@ class NativeEndpoint:
         except Refused as refused:
             plan = proxy.refusal(wire, refused, headers)
         self.admitted += 1
+        self.continued += continued
         if isinstance(plan, Plan):
             exchange = plan.exchange
+            if continued and exchange is not None:
+                handed_by, key = proxy.book.handed_by, exchange.state.key
+                self.answered += any(handed_by(result.call_id) == key
+                                     for result in exchange.request.results)
             self._publish(plan, None)
             if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep
                                     and exchange.unasked is None):
@@ -335,8 +398,9 @@ class NativeEndpoint:
             exchange.settle()
         self.missed += 1
         self._forget()
-        log.warning("model request sent on as a new run's (bound %s) but decided otherwise "
-                    "once read (%s): the rules or the fleet changed meanwhile", keep,
+        log.warning("model request sent on as %s (bound %s) but decided otherwise "
+                    "once read (%s): the rules or the fleet changed meanwhile",
+                    "its run's next" if continued else "a new run's", keep,
                     "an answer" if isinstance(plan, Answer) else plan.exchange.turn.act.value
                     if plan.exchange is not None else "unread")
 
@@ -359,6 +423,118 @@ class NativeEndpoint:
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
             self.relay.admit_agent(learn, plan.keep)
+
+    def _ahead(self, plan: Plan) -> str | None:
+        """The conversation of a request whose booked call may tell the relay what its next
+        request gets (the relay then holds that request for the booking, briefly)."""
+        exchange = plan.exchange
+        if not self.ahead or exchange is None or plan.api != "chat" or plan.keep != -1:
+            return None
+        state, turn = exchange.state, exchange.turn
+        if state.conversation is None or state.traced or turn.act is not Act.PASS or turn.usage:
+            return None
+        return state.conversation[:24]
+
+    def _publish_next(self, plan: Plan, answered: bool) -> None:
+        """The relay told what the next request of the booked call's conversation gets, when
+        this process can prove it (see the module's theory): a plain pass, for a request that
+        comes within ``NEXT_HOLD`` and, when the call handed tool calls over, carries their
+        results and nothing else, none a failure, none like a result the run had; else that
+        it does not say (``answered``: the call was, completely)."""
+        exchange = plan.exchange
+        assert exchange is not None
+        state = exchange.state
+        conversation = state.conversation
+        relay = self.relay
+        if conversation is None or self.closed:
+            return
+        session = conversation[:24]
+        proved = self._proved_next(plan, answered)
+        if proved is None:
+            self.next_of.pop(state.key, None)
+            relay.admit_next_clear(session)  # (the relay holds its next request no more)
+            return
+        calls, seen = proved
+        self.next_of[state.key] = session
+        self.next_of.move_to_end(state.key)
+        while len(self.next_of) > MAX_NEXT:
+            _, gone = self.next_of.popitem(last=False)
+            relay.admit_next_clear(gone)
+        relay.admit_next(session, -1, state.messages, state.agent or "", NEXT_HOLD, calls, seen)
+
+    def _proved_next(self, plan: Plan, answered: bool
+                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None] | None:
+        """What the relay is told the next request of the booked call's run must carry to get
+        a plain pass (the calls handed over, as id and tool name, and the result hashes the
+        run had; None, None: nothing of the calls it answers, as none is pending), when this
+        process proves that it gets that: the run has no budget, no directive, nothing asked
+        or reserved, and the core proves its rules decide nothing and the timer leaves it
+        running up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now, with the records such a
+        request makes (:meth:`Core.quiet`). None when it cannot."""
+        exchange = plan.exchange
+        assert exchange is not None
+        state = exchange.state
+        if (not answered or not self.ahead or state.traced
+                or state.key_source is not KeySource.WATCHDOG
+                or state.asking or state.reserved or state.final_used or state.stop is not None
+                or state.answered == 0 or exchange.broke
+                or exchange.turn.act is not Act.PASS or exchange.turn.usage
+                or len(state.pending) > MAX_EXPECTED):
+            return None
+        proxy = self.proxy
+        book = proxy.book
+        if book.latest(state.conversation or "") != state.key or state.run_key != state.key:
+            return None
+        service = proxy.service
+        if service.board(state.key) is not None:
+            return None
+        core = service.core
+        until = service.now() + NEXT_HOLD + NEXT_MARGIN
+        calls: list[tuple[str, str]] | None = None
+        seen: list[int] | None = None
+        records = []
+        if state.pending:
+            ids = list(state.pending)
+            if any(not call_id or call_id.startswith(LEGACY_CALL_ID)
+                   or book.handed_by(call_id) != state.key for call_id in ids):
+                return None
+            seen = core.result_hashes(state.key)
+            found = book.answered_records(state, int(until * 1e9), seen)
+            if found is None:
+                return None
+            records = found
+            calls = [(call.call_id, call.name[:200] or "unknown")
+                     for call in state.pending.values()]
+        if not core.quiet(state.key, records, until):
+            return None
+        self.check_basis()
+        if self._basis is None:
+            return None
+        return calls, seen
+
+    def _stepped(self, step: Step) -> None:
+        """After a step of the core: what the relay learned holds while what it was learned
+        from does (the rules, the fleet; each run told, its directives and its end)."""
+        self.check_basis()
+        next_of = self.next_of
+        if not next_of or self.relay is None or self.closed:
+            return
+        keys = {decided.run.key for decided in step.decisions}
+        keys.update(run.key for run in step.finished)
+        keys.update(step.gone)
+        keys.update(step.gone.values())
+        keys.update(step.resumed)
+        for key in keys:
+            session = next_of.pop(key, None)
+            if session is not None:
+                self.relay.admit_next_clear(session)
+
+    def _dropped(self, key: str) -> None:
+        """The tracker let the ended run ``key`` go, or the book the run or its conversation:
+        a request of it would open it anew."""
+        session = self.next_of.pop(key, None)
+        if session is not None and self.relay is not None and not self.closed:
+            self.relay.admit_next_clear(session)
 
     def _know(self, sessions: Iterable[str]) -> None:
         if not self._full and not self.relay.known(list(sessions)):
@@ -384,6 +560,8 @@ class NativeEndpoint:
 
     def _forget(self) -> None:
         self.relay.admit_clear()
+        self.relay.admit_next_clear()
+        self.next_of.clear()
         self._basis = None
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
@@ -453,6 +631,8 @@ class NativeEndpoint:
         finally:
             if settle and plan.exchange is not None:
                 plan.exchange.settle()
+                if plan.api == "chat":  # (no call to book: the relay holds no request for it)
+                    self._publish_next(plan, False)
 
     # -- the streams changed in flight: the aiohttp relay -------------------------------------
 

@@ -477,6 +477,26 @@ class ModelProxy:
     # -- forwarding -----------------------------------------------------------------------------
 
     async def forward(self, request: web.Request, plan: Plan) -> web.StreamResponse:
+        """The request sent upstream and its response passed on. A run's final request that
+        got no answer (a rate limit or a server error, which the agent's SDK retries; an
+        upstream that failed, or broke its answer off; a client that went away) has not had
+        its final turn: the same request sent again goes upstream for the report again, not
+        answered with the stop note that follows a final turn."""
+        exchange = plan.exchange
+        final = exchange is not None and exchange.turn.act is Act.FINAL
+        try:
+            response = await self._forward(request, plan)
+        except BaseException:
+            if final:
+                assert exchange is not None
+                exchange.state.final_used = False
+            raise
+        if final and exchange is not None and (exchange.broke or not (
+                200 <= response.status < 300 or refused(response.status))):
+            exchange.state.final_used = False
+        return response
+
+    async def _forward(self, request: web.Request, plan: Plan) -> web.StreamResponse:
         session = self.session
         assert session is not None, "ModelProxy.start() first"
         api, url, body, headers, exchange = plan.api, plan.url, plan.body, plan.headers, \
@@ -658,7 +678,9 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        self._book(Booked(record, exchange.key, len(handed), exchange.arrived), into)
+        # (a response that broke off handed nothing over: no tool of it runs at the agent)
+        self._book(Booked(record, exchange.key, 0 if seen.broke_off else len(handed),
+                          exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
         """``booked`` goes to ``into`` (the caller books the lot in one step), else now."""

@@ -23,6 +23,7 @@ event) goes on plain. With a bound, one in a coding it cannot read is never pass
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -113,7 +114,10 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if keep is not None:
             raise Unjudged("too long to read")
         return _passed(exchange, await relay(request, upstream))
+    closing = _closing(upstream)
     data, whole = await read_upto(upstream, MAX_RESPONSE_BYTES)
+    if whole and _reset(closing):  # its end a reset: broken off (502), as the compiled relay
+        raise aiohttp.ClientPayloadError("the connection was reset")
     if not whole:  # no length said: too long to read, passed on as it comes
         if keep is not None:
             raise Unjudged("too long to read")
@@ -371,11 +375,37 @@ def _buffered(upstream: aiohttp.ClientResponse) -> bytes:
 async def _chunks(upstream: aiohttp.ClientResponse, first: bytes = b"") -> AsyncIterator[bytes]:
     """The upstream's body as it comes (``first``: what was read of it already);
     :class:`UpstreamCut` if it fails after its answer began."""
+    closing = _closing(upstream)
     try:
         if first:
             yield first
         async for chunk in upstream.content.iter_any():
             yield chunk
+        if _reset(closing):
+            raise aiohttp.ClientPayloadError("the connection was reset")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
         log.warning("model upstream response cut short: %s", type(exc).__name__)
         raise UpstreamCut from None
+
+
+def _closing(upstream: aiohttp.ClientResponse) -> asyncio.Future[None] | None:
+    """For a body that ends with its connection (no length said, not chunked): the close of
+    that connection, which fails if it was reset rather than closed. aiohttp reads either one
+    as the body's end; the compiled relay (hyper), and HTTP (RFC 9112 §8: a message closed
+    prematurely is incomplete), take a reset for a body broken off. None: another body, or a
+    connection closed already."""
+    if upstream.content_length is not None \
+            or "chunked" in upstream.headers.get("Transfer-Encoding", "").lower():
+        return None
+    connection = upstream.connection
+    protocol = connection.protocol if connection is not None else None
+    closing = protocol.closed if protocol is not None else None
+    if closing is not None:  # (its failure read here, else by this callback: never unread)
+        closing.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return closing
+
+
+def _reset(closing: asyncio.Future[None] | None) -> bool:
+    """Whether the connection :func:`_closing` watched was reset, not closed."""
+    return closing is not None and closing.done() and not closing.cancelled() \
+        and closing.exception() is not None

@@ -46,8 +46,8 @@ from typing import Literal, Protocol
 
 import aiohttp
 
-from watchdog import __version__
 from watchdog.core.durations import parse_retry_after
+from watchdog.core.version import __version__
 from watchdog.shell.config import DEFAULT_MAX_FORWARD_QUEUE_REQUESTS, Config, url_for_logs
 from watchdog.shell.tls import context_for
 

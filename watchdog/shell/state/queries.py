@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.view import RunView, run_detail, run_summary
+from watchdog.core.shown import shown
 from watchdog.shell.clock import Clock
 from watchdog.shell.errors import NotFound
 from watchdog.shell.state.lanes import Lane
@@ -33,7 +34,7 @@ class LiveRuns(Protocol):
     def view(self, key: str, now: float) -> RunView | None: ...
     def newest_keys(self, active: bool, agent: str | None, limit: int) -> list[str]: ...
     def page_keys(self, active: bool, agent: str | None, before: tuple[float, str] | None,
-                  limit: int) -> list[tuple[float, str]]: ...
+                  limit: int, session: str | None = None) -> list[tuple[float, str]]: ...
     def holds(self, key: str) -> bool: ...
     def child_views(self, key: str, now: float) -> list[RunView]: ...
     def stored_view(self, data: dict[str, Any], now: float) -> RunView: ...
@@ -62,10 +63,10 @@ class RunQueries:
         if run is None:
             data = await self._lane.run(self.store.get_run, key)
             if data is None:
-                raise NotFound(f"no run {key!r}")
+                raise NotFound(f"no run {shown(key)}")
             run = self.from_store(data, self.clock.now())
             if run is None:
-                raise NotFound(f"run {key!r} is stored but cannot be read (see the log)")
+                raise NotFound(f"run {shown(key)} is stored but cannot be read (see the log)")
         return run
 
     def from_store(self, data: dict[str, Any], now: float) -> RunView | None:
@@ -95,7 +96,8 @@ class RunQueries:
         return sorted(children.values(), key=_started)
 
     async def list_runs(self, state: str | None, agent: str | None, limit: int,
-                        after: Place | None = None) -> tuple[list[dict[str, Any]], Place | None]:
+                        after: Place | None = None, session: str | None = None
+                        ) -> tuple[list[dict[str, Any]], Place | None]:
         """One page of the run listing (``GET /v1/runs``), by key set: at most ``limit`` run
         summaries after ``after`` (the place of the last run of the page before; None: the
         first page) in the listing's order (:data:`watchdog.core.reads.PAGE_ORDER`: the active
@@ -103,7 +105,8 @@ class RunQueries:
         the store, most recently seen first), and the place of the page's last run when there
         may be more (else None). A place is ``(active, time, key)``: runs that come, change or
         end between two pages never shift the next page (no run is listed twice in one state,
-        none skipped that stayed as it was)."""
+        none skipped that stayed as it was). ``agent``, ``session``: only the runs of that
+        agent, of that session."""
         limit = max(1, min(limit, MAX_LIST_LIMIT))
         groups = [True, False] if state is None else [state == "active"]
         if after is not None:  # from the cursor's group on
@@ -116,9 +119,10 @@ class RunQueries:
             before = (after[1], after[2]) if after is not None and after[0] == active else None
             places: list[tuple[float, str, dict[str, Any] | None]] = [
                 (place, key, None) for place, key in
-                self.runs.page_keys(active, agent, before, want)]
+                self.runs.page_keys(active, agent, before, want, session)]
             if not active:  # the store keeps the ended runs memory no longer holds
-                stored = await self._lane.run(self.store.list_runs, True, agent, before, want)
+                stored = await self._lane.run(self.store.list_runs, True, agent, before, want,
+                                              session)
                 places.extend(row for row in stored if not self.runs.holds(row[1]))
                 places.sort(key=lambda item: (item[0], item[1]), reverse=True)
             found.extend(((active, place, key), data) for place, key, data in places[:want])

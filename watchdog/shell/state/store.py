@@ -35,7 +35,7 @@ from watchdog.core.runs.activity import ActivityEntry
 if TYPE_CHECKING:
     import msgspec
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DB_FILE = "watchdog.sqlite3"
 HELD = "runs, activity and sessions"  # what the file holds (to say what moving it aside drops)
 OWNER_FILE = "watchdog.lock"  # held (flock) by the one sidecar that uses the state dir
@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS runs (
     agent TEXT NOT NULL,
     ended INTEGER NOT NULL,
     updated REAL NOT NULL,
-    data TEXT NOT NULL
+    data TEXT NOT NULL,
+    session TEXT  -- the run's session (NULL: none): GET /v1/runs?session=
 );
 CREATE INDEX IF NOT EXISTS runs_by_state ON runs (ended, updated);
 CREATE TABLE IF NOT EXISTS activity_chunks (
@@ -118,6 +119,15 @@ CREATE TABLE activity_chunks (
 INSERT INTO activity_chunks (run, last_seq, data)
     SELECT run, last_seq, data FROM activity_chunks_v4;
 DROP TABLE activity_chunks_v4;
+COMMIT;
+""",
+    # the run's session beside its agent, for the listing's filter (GET /v1/runs?session=);
+    # a row an older build wrote with Infinity/NaN is no JSON to SQLite: its session is read
+    # at its next write
+    6: """
+BEGIN;
+ALTER TABLE runs ADD COLUMN session TEXT;
+UPDATE runs SET session = CASE WHEN json_valid(data) THEN json_extract(data, '$.session') END;
 COMMIT;
 """,
 }
@@ -296,7 +306,7 @@ class Rows:
 
     def __init__(self, activity_log_size: int) -> None:
         self.activity_log_size = activity_log_size
-        self.runs: list[tuple[str, str, int, float, str]] = []
+        self.runs: list[tuple[str, str, int, float, str, str | None]] = []
         self.chunks: list[tuple[str, int, str]] = []  # one row per run: its new entries
         self.trims: list[tuple[str, int]] = []
         self.sessions: list[tuple[str, float, str]] = []
@@ -308,8 +318,10 @@ class Rows:
 
     def add_run(self, r: dict[str, Any]) -> None:
         try:
+            session = r.get("session")
             self.runs.append((r["key"], r.get("agent") or r.get("service") or "unknown",
-                              int(bool(r["ended"])), float(r["last_seen"]), encode_row(r)))
+                              int(bool(r["ended"])), float(r["last_seen"]), encode_row(r),
+                              session if isinstance(session, str) else None))
         except (TypeError, ValueError, OverflowError):
             self.refused.append(str(r.get("key")))
 
@@ -447,9 +459,11 @@ class Store:
         """Write encoded rows in one transaction: SQL only, so the thread calling it holds the
         GIL little (the encoding is done where it can be sliced: :class:`Rows`)."""
         with self._transaction() as db:
-            execute_rows(db, "INSERT INTO runs (key, agent, ended, updated, data)", rows.runs,
+            execute_rows(db, "INSERT INTO runs (key, agent, ended, updated, data, session)",
+                         rows.runs,
                          "ON CONFLICT(key) DO UPDATE SET agent=excluded.agent, "
-                         "ended=excluded.ended, updated=excluded.updated, data=excluded.data")
+                         "ended=excluded.ended, updated=excluded.updated, data=excluded.data, "
+                         "session=excluded.session")
             execute_rows(db, "INSERT OR REPLACE INTO activity_chunks (run, last_seq, data)",
                          rows.chunks)
             execute_rows(db, "DELETE FROM activity_chunks WHERE rowid IN (SELECT c.rowid FROM (",
@@ -533,14 +547,19 @@ class Store:
         return decode(row[0]) if row else None
 
     def list_runs(self, ended: bool, agent: str | None, before: tuple[float, str] | None,
-                  limit: int) -> list[tuple[float, str, dict[str, Any]]]:
+                  limit: int, session: str | None = None
+                  ) -> list[tuple[float, str, dict[str, Any]]]:
         """At most ``limit`` stored runs as ``(updated, key, snapshot)``, the most recently
         updated first (ties: the greatest key first), only those below ``before`` (a page's
-        last ``(updated, key)``): one page of a key-set listing (``runs_by_state`` finds it)."""
+        last ``(updated, key)``): one page of a key-set listing (``runs_by_state`` finds it);
+        ``agent``, ``session``: only the runs of that agent, of that session."""
         sql, args = "SELECT updated, key, data FROM runs WHERE ended=?", list[object]([int(ended)])
         if agent:
             sql += " AND agent=?"
             args.append(agent)
+        if session:
+            sql += " AND session=?"
+            args.append(session)
         if before is not None:
             sql += " AND (updated < ? OR (updated = ? AND key < ?))"
             args.extend((before[0], before[0], before[1]))

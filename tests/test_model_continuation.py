@@ -1,0 +1,528 @@
+"""The compiled relay sends a request that continues a run upstream before the event loop has
+read it, once the loop has said what the next request of that conversation gets
+(``admit_next``: ``watchdog/shell/model/native.py``, ``native/relay/src/admit.rs``); and only
+when nothing the request carries can change that.
+
+As in ``tests/test_model_admission.py``, a served test holds the sidecar's event loop busy and
+looks at what the upstream has received meanwhile."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import RunningServer, wait_until
+from tests.test_model_admission import (
+    AGENT,
+    BUDGET_PACK,
+    PATHS,
+    REPLIES,
+    SEARCH,
+    busy,
+    in_background,
+    post,
+    runs,
+    seen_with,
+    sidecar,
+)
+from tests.test_model_admission import upstream as upstream  # (the fixture)
+from tests.test_model_proxy import RawUpstream
+from watchdog.shell.model.native import NativeEndpoint
+
+ANSWER = REPLIES[PATHS["chat"]]["choices"][0]["message"]  # the upstream's plain answer
+
+
+def turn(task: str, *after: dict[str, Any], **extra: Any) -> bytes:
+    """A request of the conversation of ``task``: its system prompt, the task, and the
+    messages ``after`` it."""
+    return json.dumps({"model": "m", "messages": [
+        {"role": "system", "content": "You are terse."}, {"role": "user", "content": task},
+        *after], "tools": SEARCH, **extra}).encode()
+
+
+def tool_turn(task: str, calls: int) -> bytes:
+    """The agent's turn ``calls`` (as the bench's agents send it): for each turn before, the
+    model's tool call and the tool's result."""
+    after: list[dict[str, Any]] = []
+    for k in range(1, calls + 1):
+        call = f"bench_{task.replace(' ', '_')}_{k}"
+        after += [{"role": "assistant", "content": None, "tool_calls": [{
+                      "id": call, "type": "function",
+                      "function": {"name": "search", "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": call, "content": f"result {k}"}]
+    return turn(task, *after)
+
+
+def native_of(server: RunningServer) -> NativeEndpoint:
+    native = server.server.native
+    assert native is not None
+    return native
+
+
+def told(server: RunningServer, count: int) -> None:
+    """Until the relay has been told what the next request of ``count`` runs gets."""
+    native = native_of(server)
+    wait_until(lambda: len(native.next_of) >= count,
+               lambda: f"{len(native.next_of)} of {count} runs told")
+
+
+def test_a_request_that_continues_a_run_goes_on_while_the_loop_is_busy(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """The run's call handed over no tool call and it has no budget and no directive: its next
+    request (as the bench's agents send it: tool results for calls of their own) gets a plain
+    pass whatever its results say, so the relay sends it on at once; the loop reads it
+    afterwards, books it in the same run and finds the same."""
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], turn("task one"))[0] == 200  # decided by the loop
+        told(server, 1)
+        body = tool_turn("task one", 1)
+        with busy(server) as held:
+            status, answer = post(server, PATHS["chat"], body)
+            assert not held.free.is_set(), "the request waited for the loop"
+        assert status == 200 and json.loads(answer) == REPLIES[PATHS["chat"]]
+        assert upstream.seen[-1].body == body  # byte for byte
+        native = native_of(server)
+        wait_until(lambda: native.continued == 1, "the request read by the loop")
+        assert native.missed == 0
+        wait_until(lambda: [run["iterations"] for run in runs(server)] == [2],
+                   lambda: f"one run, both calls booked: {runs(server)}")
+
+
+def answering(task: str, *turns: list[str], calls: int | None = None) -> bytes:
+    """The request that follows the model's handing over, at each of ``turns``, as many calls
+    of ``search`` as it has results (``call_0``...: the upstream's), with those results; with
+    ``calls``, the upstream is asked to hand that many over again."""
+    after: list[dict[str, Any]] = []
+    for results in turns:
+        after += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{n}", "type": "function",
+             "function": {"name": "search", "arguments": json.dumps({"q": n})}}
+            for n in range(len(results))]}, *({"role": "tool", "tool_call_id": f"call_{n}",
+                                              "content": result}
+                                             for n, result in enumerate(results))]
+    return turn(task, *after, **({"metadata": {"calls": str(calls)}} if calls else {}))
+
+
+def test_a_request_answering_the_calls_handed_over_goes_on_while_the_loop_is_busy(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A real agent's next request: the model handed two calls over, and the agent sends their
+    results back. The loop proved, when it booked the call, that such a request gets a plain
+    pass (what the rules decide on the records its results make, read as no failure and like
+    no result before, whenever it comes within the hold); the relay finds it carries just that
+    and sends it on at once. The loop reads it afterwards and decides the same. A result that
+    reads as a failure, or repeats one the run had, keeps the next request for the loop."""
+    with sidecar(tmp_path, upstream) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("real", metadata={"calls": "2"}))[0] == 200
+        told_or_not(server)
+        body = answering("real", ["found a", "found b"], calls=2)
+        with busy(server) as held:
+            assert post(server, PATHS["chat"], body)[0] == 200
+            assert not held.free.is_set(), "the request waited for the loop"
+        assert upstream.seen[-1].body == body
+        wait_until(lambda: native.answered == 1, "the request read by the loop")
+        assert native.missed == 0
+        wait_until(lambda: runs(server) and runs(server)[0]["tool_calls"] == 2,
+                   lambda: f"both results booked in the run: {runs(server)}")
+        # handed over again: one result repeats one the run had
+        told_or_not(server)
+        waits(server, upstream, answering("real", ["found a", "found b"], ["found c", "found a"]),
+              "found c")
+        # a result that reads as a failure
+        assert post(server, PATHS["chat"], turn("failing", metadata={"calls": "2"}))[0] == 200
+        told_or_not(server)
+        waits(server, upstream, answering("failing", ["Error: the index is gone", "found"]),
+              "the index is gone")
+        assert native.answered == 1 and native.missed == 0
+
+
+def test_a_request_sent_as_soon_as_the_answer_before_it_ends_waits_for_its_booking_only(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """An agent sends its next request as soon as it has the answer before it, before the loop
+    can have booked that answer's call: the relay holds that request for the booking (which it
+    would wait for anyway) and then sends it on as it was told, without the loop deciding it
+    first."""
+    with sidecar(tmp_path, upstream) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("warming"))[0] == 200  # (the first booking
+        wait_until(lambda: native.next_of, "warm")  # loads the pricing, the conventions...)
+        assert post(server, PATHS["chat"], turn("at once"))[0] == 200
+        for calls in range(1, 5):
+            assert post(server, PATHS["chat"], tool_turn("at once", calls))[0] == 200
+        wait_until(lambda: native.admitted == 5, lambda: f"{native.admitted} of 5 read")
+        assert native.continued == 4 and native.missed == 0
+
+
+def test_a_continuing_request_goes_on_once_per_call_booked(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """What the relay was told is used once: the request after, while the loop has not booked
+    the call before it, waits for the loop."""
+    with sidecar(tmp_path, upstream) as server:
+        assert post(server, PATHS["chat"], turn("once"))[0] == 200
+        told(server, 1)
+        with busy(server) as held:
+            assert post(server, PATHS["chat"], tool_turn("once", 1))[0] == 200
+            answer = in_background(lambda: post(server, PATHS["chat"], tool_turn("once", 2)))
+            held.waiting(1)
+            assert len(upstream.seen) == 2
+        assert answer()[0] == 200
+        native = native_of(server)
+        wait_until(lambda: native.continued == 1 and native.admitted == 1, "read")
+        # booked, told again: the next one goes on
+        told(server, 1)
+        with busy(server) as held:
+            assert post(server, PATHS["chat"], tool_turn("once", 3))[0] == 200
+            assert not held.free.is_set()
+        wait_until(lambda: native.continued == 2, "read")
+        assert native.missed == 0
+
+
+def waits(server: RunningServer, upstream: RawUpstream, body: bytes, marker: str,
+          headers: dict[str, str] | None = None) -> None:
+    """``body`` is kept for the loop: nothing of it reaches the upstream while it is busy."""
+    with busy(server) as held:
+        answer = in_background(lambda: post(server, PATHS["chat"], body, headers))
+        held.waiting(1)
+        assert not seen_with(upstream, marker)
+    assert answer()[0] == 200
+
+
+def test_a_run_whose_next_request_may_be_decided_otherwise_waits_for_the_loop(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """Each of these waits for the loop: the next request of a run whose call handed over tool
+    calls, answered with the same result twice (a repeat the rules count), of a run with a
+    budget, one that answers a call another response handed over, one no longer than the
+    request decided, one with content the relay does not read, and one the loop decided
+    itself."""
+    pack = BUDGET_PACK.format(agent="budgeted", calls=50)
+    with sidecar(tmp_path, upstream, pack) as server:
+        native = native_of(server)
+        # handed over two calls, answered with the same result twice
+        assert post(server, PATHS["chat"], turn("handing", metadata={"calls": "2"}))[0] == 200
+        wait_until(lambda: len(runs(server)) == 1, "booked")
+        handed = json.loads(tool_calls_body := turn("handing", {
+            "role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{n}", "type": "function",
+                 "function": {"name": "search", "arguments": json.dumps({"q": n})}}
+                for n in range(2)]}, *({"role": "tool", "tool_call_id": f"call_{n}",
+                                       "content": "found"} for n in range(2))))
+        assert handed["messages"][-1]["role"] == "tool"
+        waits(server, upstream, tool_calls_body, "found")
+        # a budget: the loop counts every call
+        budgeted = {"X-Watchdog-Agent": "budgeted"}
+        assert post(server, PATHS["chat"], turn("budget"), budgeted)[0] == 200
+        waits(server, upstream, tool_turn("budget", 1), "result 1", budgeted)
+        # an answer to a call another response handed over (call_0, above)
+        assert post(server, PATHS["chat"], turn("twin"))[0] == 200
+        told(server, 1)
+        stolen = turn("twin", ANSWER, {"role": "tool", "tool_call_id": "call_0",
+                                       "content": "stolen"})
+        waits(server, upstream, stolen, "stolen")
+        # no longer than the request decided
+        assert post(server, PATHS["chat"], tool_turn("short", 1))[0] == 200
+        told(server, 1)
+        waits(server, upstream, turn("short", ANSWER, {"role": "tool", "tool_call_id": "x",
+                                                       "content": "short again"}), "short again")
+        # a new user message (it may start the next run), content in parts
+        for task, marker, *last in (
+                ("task U", "user next", {"role": "user", "content": "user next"}),
+                ("task P", "parts next", {"role": "system", "content": [
+                    {"type": "text", "text": "parts next"}]},
+                 {"role": "tool", "tool_call_id": "y", "content": "found"})):
+            assert post(server, PATHS["chat"], turn(task))[0] == 200
+            told(server, 1)
+            waits(server, upstream, turn(task, ANSWER, *last), marker)
+        assert native.continued == 0 and native.missed == 0
+
+
+def test_a_directive_on_the_run_takes_back_what_the_relay_was_told(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A rule that fires on the run (here at its second model call) posts a directive: its
+    next request carries the wind-down note, which only the loop writes."""
+    pack = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: continuation-wind-down
+rules:
+  - name: second-call-wind-down
+    when: "run.iterations >= 2"
+    action: wind_down
+    severity: warning
+    message: "WIND DOWN NOW"
+"""
+    with sidecar(tmp_path, upstream, pack) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("winding"))[0] == 200
+        told(server, 1)
+        assert post(server, PATHS["chat"], tool_turn("winding", 1))[0] == 200
+        wait_until(lambda: native.continued == 1, "the second request read")
+        wait_until(lambda: not native.next_of and runs(server)[0]["iterations"] == 2,
+                   "the directive takes it back")
+        waits(server, upstream, tool_turn("winding", 2), "result 2")
+        assert b"WIND DOWN NOW" in upstream.seen[-1].body
+        assert native.missed == 0
+
+
+def test_a_continuing_request_decided_otherwise_is_a_logged_miss(
+        tmp_path: Path, upstream: RawUpstream, caplog: pytest.LogCaptureFixture) -> None:
+    """What the relay was told made wrong on purpose (a bound of 1): the request it sends on
+    is read, found to differ, logged, counted, and the relay forgets what it was told."""
+    caplog.set_level(logging.WARNING, logger="watchdog.model")
+    with sidecar(tmp_path, upstream) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("wrong"))[0] == 200
+        told(server, 1)
+        session = next(iter(native.next_of.values()))
+        server.call(lambda: native.relay.admit_next(session, 1, 2, AGENT))
+        assert post(server, PATHS["chat"], tool_turn("wrong", 1))[0] == 200
+        wait_until(lambda: native.missed == 1, "the miss seen")
+        assert native.continued == 1
+        assert any("its run's next" in r.getMessage() and "decided otherwise once read"
+                   in r.getMessage() for r in caplog.records)
+        assert not native.next_of
+
+
+# -- the same upstream requests with the fast path on and off -------------------------------------
+
+SCENARIO_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: continuation-scenarios
+budgets:
+  - agents: ["packed"]
+    max_tool_calls: 4
+rules:
+  - name: third-call-wind-down
+    agents: ["winding"]
+    when: "!run.ended && run.iterations >= 3"
+    action: wind_down
+    severity: warning
+    grace: {tool_calls: 2}
+    message: "WIND DOWN: report now"
+  - name: fifth-call-abort
+    agents: ["aborting"]
+    when: "run.iterations >= 5"
+    action: abort
+    severity: critical
+    message: "ABORTED at five calls"
+"""
+
+
+def scripted(handler: Any, seen: Any) -> None:
+    """The upstream: a plain answer, or the tool calls the request's ``metadata.calls`` asks
+    for, their ids drawn from the request (the same on every sidecar)."""
+    from tests.test_model_proxy import send
+
+    body = json.loads(seen.body)
+    wanted = int((body.get("metadata") or {}).get("calls", 0))
+    tools_left = body.get("tool_choice") != "none" and body.get("tools")
+    if not wanted or not tools_left:
+        send(handler, 200, json.dumps(REPLIES[PATHS["chat"]]).encode())
+        return
+    tag = hashlib.sha256(untimed(seen.body)).hexdigest()[:10]
+    send(handler, 200, json.dumps({
+        "id": "chatcmpl-" + tag, "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                             "tool_calls": [
+            {"id": f"call_{tag}_{n}", "type": "function", "function": {
+                "name": body["tools"][0]["function"]["name"], "arguments": json.dumps({"q": n})}}
+            for n in range(wanted)]},
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3,
+                                                        "completion_tokens": 9}}).encode())
+
+
+# (agent, system prompt, per turn: the tool calls asked of the model, what each result says)
+# (a result's {n}: the turn's number, so that results differ from turn to turn)
+SCENARIOS: list[tuple[str, str, list[tuple[int, str]]]] = [
+    (AGENT, "plain", [(0, "fine")] * 5),  # every later request goes on ahead
+    (AGENT, "budget by header", [(1, "fine {n}")] * 6),
+    ("packed", "budget by pack", [(2, "fine {n}")] * 4),
+    (AGENT, "error loop", [(1, "Error: connection refused")] * 8),
+    ("winding", "wind-down", [(1, "fine {n}")] * 6),
+    ("aborting", "abort", [(0, "fine")] * 7),
+    (AGENT, "[budget: 3 of 9 tool calls left — wrap up soon] the SDK's", [(1, "fine {n}")] * 4),
+    (AGENT, "mixed", [(0, "fine"), (2, "fine {n}"), (0, "fine"), (0, "fine"), (1, "fine {n}"),
+                      (0, "fine")]),
+    # a real agent's calls answered: the same call each turn (the default pack's
+    # repeated-tool-call and tool-cycle wind it down), two calls each turn, a result that
+    # repeats (repeated-tool-result), failures now and then
+    # (an agent of their own: a request of AGENT's that the relay cannot read, the SDK's
+    # above, takes back what it was told of every conversation of AGENT's)
+    ("answering", "calls answered", [(1, "found {n}")] * 7),
+    ("answering", "two calls answered", [(2, "got {n}")] * 6),
+    ("answering", "results repeat", [(1, "the same")] * 7),
+    ("answering", "now and then a failure", [(1, "found {n}"), (1, "Error: timeout {n}"),
+                                             (1, "found {n}"), (2, "ValueError: no {n}"),
+                                             (1, "found {n}"), (1, "found {n}")]),
+]
+
+
+def play(server: RunningServer, index: int, turns: int) -> None:
+    """``turns`` more requests of scenario ``index``'s conversation, as its agent sends them:
+    the model's answer back with a result for each tool call it asked for, and for a plain
+    answer, a call of the agent's own and its result (as the bench's agents send them)."""
+    agent, system, script = SCENARIOS[index]
+    conversation = CONVERSATIONS.setdefault((id(server), index), [
+        {"role": "system", "content": system}, {"role": "user", "content": f"task {index}"}])
+    headers = {"X-Watchdog-Agent": agent}
+    # (a tool that fails has an outage the fleet sees, for every run that uses it: the
+    # failing scenarios' tool is one of their own)
+    tools = FLAKY if "error" in system or "failure" in system else SEARCH
+    if system == "budget by header":
+        headers["X-Watchdog-Budget-Tool-Calls"] = "4"
+    done = sum(1 for message in conversation if message["role"] == "assistant")
+    for calls, said in script[done:done + turns]:
+        status, body = post(server, PATHS["chat"], json.dumps({
+            "model": "m", "messages": conversation, "tools": tools,
+            "metadata": {"calls": str(calls)}}).encode(), headers)
+        assert status == 200, body
+        message = json.loads(body)["choices"][0]["message"]
+        handed = message.get("tool_calls") or []
+        if not handed:
+            own = f"own_{index}_{done}"
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": own, "type": "function", "function": {"name": "search",
+                                                            "arguments": "{}"}}]}
+            handed = message["tool_calls"]
+        conversation.append(message)
+        conversation += [{"role": "tool", "tool_call_id": call["id"],
+                          "content": said.format(n=done)} for call in handed]
+        done += 1
+
+
+CONVERSATIONS: dict[tuple[int, int], list[dict[str, Any]]] = {}
+FLAKY = [{"type": "function", "function": {"name": "flaky", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+def test_what_the_upstream_sees_is_the_same_with_requests_sent_on_ahead_or_not(
+        tmp_path: Path) -> None:
+    """The endpoint's steering scenarios (budgets by header and by pack with their countdown
+    and final request, an error loop's abort, a wind-down with its grace, a rule's abort, the
+    client SDK's own notes, runs that hand tool calls over between plain answers), their
+    conversations interleaved, played against a sidecar that sends continuing requests on
+    ahead and one whose loop decides them all: the upstream sees the same requests, byte for
+    byte, in the same order; and the first sent some on ahead, none decided otherwise."""
+    seen: dict[bool, list[tuple[str, bytes]]] = {}
+    for ahead in (True, False):
+        raw = RawUpstream(scripted)
+        try:
+            with sidecar(tmp_path, raw, SCENARIO_PACK, state=f"state-{ahead}") as server:
+                native = native_of(server)
+                server.call(lambda: setattr(native, "ahead", ahead))  # noqa: B023
+                for round_ in range(8):
+                    for index in range(len(SCENARIOS)):
+                        play(server, index, 1)
+                        if round_ % 2:  # (the loop's booking, and so what it told, comes
+                            told_or_not(server)  # in its time: both ways)
+                if ahead:
+                    wait_until(lambda: native.answered > 0,  # noqa: B023
+                               "some that answer the calls handed over sent on ahead")
+                    assert native.missed == 0
+                else:
+                    assert native.continued == 0
+            seen[ahead] = [(request.path, untimed(request.body)) for request in raw.seen]
+        finally:
+            raw.close()
+    assert len(seen[True]) > 30
+    assert seen[True] == seen[False]
+
+
+def untimed(body: bytes) -> bytes:
+    """A request as the upstream saw it, with the times a final report's activity log
+    quotes (how long the run had taken at each step) left out: they differ from run to run."""
+    return re.sub(rb"(elapsed |\+)\d+(\.\d+)?s\b", rb"\1<s>", body)
+
+
+def told_or_not(server: RunningServer) -> None:
+    """Until the loop has booked what has ended (the relay is told what it may send on)."""
+    native = native_of(server)
+    wait_until(lambda: not server.call(lambda: native.ended), "the calls booked")
+
+
+@pytest.mark.parametrize("agent", ["", AGENT, "ägent"])
+@pytest.mark.parametrize("task", ["task one", "ünïcode \\u2028 task", "x" * 3000])
+def test_the_relay_reads_a_continuing_requests_conversation_as_the_loop(
+        agent: str, task: str) -> None:
+    """The conversation (its digest: the session) the relay finds for a continuing request is
+    the one the loop's book finds for it."""
+    from watchdog.core.model.book import _digest as conversation_digest
+    from watchdog.core.model.chat import ChatWire
+    from watchdog.shell.model._relay import Relay
+
+    for calls in (1, 3):
+        body = tool_turn(task, calls)
+        read = ChatWire().read_request(json.loads(body))
+        assert read.results and not read.last_is_user
+        headers = [("x-watchdog-agent", agent)] if agent.isascii() and agent else []
+        named = agent if headers else AGENT
+        assert Relay.first_digest("POST", PATHS["chat"], headers, body, agent=AGENT) == \
+            conversation_digest("chat", named, read.anchor)[:24]
+
+
+# -- what the relay reads in a tool result, as Python reads it ----------------------------------
+
+TRICKY = ["", " ", "\t", "\x0b", "\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "a", "Z",
+          "_", ".", ":", "0", "é", "ſ", "\u212a", "ı", "İ", "{", '"', "(", ")", "-", "\n"]
+HEADS = ["error", "Error", "ERROR", "exception", "Exception", "traceback (most recent call last)",
+         "Traceback (most recent call last)", "ValueError", "requests.exceptions.HTTPError",
+         "_Err.error", "ſError", "{", '{"error"', '{ "Error" ', "errors", "Exceptional", "found",
+         "K\u212aError", "x" * 190 + "Error", "x" * 196 + "Error"]
+
+
+def result_texts() -> list[str]:
+    """Texts to read: every string of the committed framework recordings (the tool results
+    and errors real agents produced among them), and made-up ones around what the failure
+    pattern reads (its words, then characters Unicode treats apart from ASCII)."""
+    import random
+
+    texts: dict[str, None] = {}
+
+    def strings(value: Any) -> None:
+        if isinstance(value, str):
+            texts[value[:400]] = None
+        elif isinstance(value, list):
+            for item in value:
+                strings(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                strings(item)
+
+    from tests.recorded import RECORDINGS
+    for path in sorted(RECORDINGS.rglob("*.jsonl")):
+        for line in path.read_text("utf-8").splitlines():
+            if line.strip():
+                strings(json.loads(line))
+    rng = random.Random(27)
+    for head in HEADS:
+        for _ in range(60):
+            texts["".join(rng.choice(TRICKY) for _ in range(rng.randrange(3))) + head
+                  + "".join(rng.choice(TRICKY) for _ in range(rng.randrange(4)))] = None
+    return list(texts)
+
+
+def test_the_relay_reads_a_tool_result_as_python_does_or_says_it_is_not_sure() -> None:
+    """Over the recorded and made-up tool results: where the relay says whether a result
+    looks failed, Python's ``looks_failed`` says the same; it is sure of every ASCII text; and
+    its hash of a text is Python's ``stable_hash``."""
+    from watchdog.core.model.failure import looks_failed
+    from watchdog.core.spans.values import stable_hash
+    from watchdog.shell.model._relay import Relay
+
+    texts = result_texts()
+    assert len(texts) > 5000
+    failed = unsure = 0
+    for text in texts:
+        said, hashed = Relay.read_result(text)
+        assert said is None or said == looks_failed(text), repr(text)
+        assert said is not None or not text[:200].isascii(), repr(text)
+        assert hashed == stable_hash(text), repr(text)
+        failed += said is True
+        unsure += said is None
+    assert failed > 100 and unsure < len(texts) / 4, (failed, unsure)
