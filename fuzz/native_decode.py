@@ -11,9 +11,15 @@ Any difference, or any other exception, is a crash: libFuzzer stops and saves th
     .venv/bin/python fuzz/native_decode.py -dict=fuzz/otlp.dict fuzz/corpus/native_decode
     .venv/bin/python fuzz/native_decode.py -help=1     # the libFuzzer options
 
+The compiled normalise (``Span.record``) is held to ``normalise`` on its own too: every span
+of the compiled decode it is sure of, read both ways from the same attributes, must make the same
+record (as reprs), and neither may raise where the other does not.
+
 The first byte picks the route: 0 the bytes as they are, 1 a request *built* from them (the
-attributes normalisation reads, values of every type: :func:`ingest.built`). The Rust decoder
-alone, with AddressSanitizer, is ``native/otlp/fuzz`` (cargo-fuzz).
+attributes normalisation reads, values of every type: :func:`ingest.built`), 2 one built of
+model, tool and agent calls (:func:`calls_built`: a call's facts most often there, what else a
+span may carry beside them). The Rust decoder alone, with AddressSanitizer, is
+``native/otlp/fuzz`` (cargo-fuzz).
 """
 
 from __future__ import annotations
@@ -27,11 +33,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 with atheris.instrument_imports(include=["watchdog"]):
-    from watchdog.core.spans import decode, native, values
+    from watchdog.core.spans import conventions, decode, native, values
     from watchdog.core.spans.attributes import FIRST_FACTS
-    from watchdog.core.spans.pipeline import Decoded, records_from
+    from watchdog.core.spans.identity import Resource
+    from watchdog.core.spans.pipeline import Decoded, attributes, records_from
 
-from ingest import built
+from ingest import KEYS, NAMES, _value, built
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+# a model or a tool call's facts, each most often there (calls_built)
+CALL_FACTS = ("gen_ai.tool.name", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
+              "gen_ai.tool.call.id", "gen_ai.agent.name", "gen_ai.agent.call.id",
+              "gen_ai.usage.input_tokens", "gen_ai.output.messages", "gen_ai.input.messages")
+CALL_TEXTS = ["read_file", "final_result", "finish", "[REDACTED]", '{"path": "a", "n": 1}',
+              '{"x": 1.5}', '{"k": "[REDACTED]"}', "not json", "agent-0", "é" * 250,
+              "content='no' name='t' status='error'", '[{"role": "user", "content": "hi"}]']
 
 if not native.AVAILABLE:
     sys.exit("the compiled decode (watchdog.core.spans._native) is not built: run make")
@@ -55,12 +71,65 @@ def read(compiled: bool, body: bytes) -> str | tuple[Decoded, list[str]]:
     return records_from(request), facts
 
 
+def calls_built(data: atheris.FuzzedDataProvider) -> ExportTraceServiceRequest:
+    """A request of model, tool and agent calls: a call's facts most often there, other attributes
+    normalisation reads beside them, values of every type."""
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    for _ in range(data.ConsumeIntInRange(0, 2)):
+        _value(data, resource_spans.resource.attributes.add(key=data.PickValueInList(KEYS)))
+    spans = resource_spans.scope_spans.add().spans
+    for index in range(data.ConsumeIntInRange(1, 6)):
+        span = spans.add(name=data.PickValueInList(NAMES),
+                         trace_id=b"\1" * 16, span_id=(index + 1).to_bytes(8, "big"),
+                         start_time_unix_nano=1_700_000_000_000_000_000,
+                         end_time_unix_nano=1_700_000_001_000_000_000)
+        if data.ConsumeBool():
+            span.parent_span_id = b"\2" * 8
+        span.attributes.add(key="gen_ai.operation.name").value.string_value = \
+            data.PickValueInList(["chat", "execute_tool", "invoke_agent"])
+        for key in CALL_FACTS:
+            if data.ConsumeIntInRange(0, 3):
+                kv = span.attributes.add(key=key)
+                if data.ConsumeBool():
+                    kv.value.string_value = data.PickValueInList(CALL_TEXTS)
+                else:
+                    _value(data, kv)
+        for _ in range(data.ConsumeIntInRange(0, 3)):
+            _value(data, span.attributes.add(key=data.PickValueInList(KEYS)))
+    return request
+
+
+def normalised_alike(body: bytes) -> None:
+    """Each span of ``body`` the compiled normalise is sure of reads as ``normalise`` reads it."""
+    native.use_native(True)
+    try:
+        request = decode.parse_protobuf(body)
+    except decode.DecodeError:
+        return
+    normaliser = conventions.compiled_normaliser
+    for resource_spans in request.resource_spans:
+        resource = Resource.of(attributes(resource_spans.resource.attributes))
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs, firsts = span.read()
+                if span.record(attrs, firsts, resource, normaliser) is None:
+                    continue
+                ours = conventions.normalised(span, attrs, resource, firsts)
+                reference = conventions.normalise(span, attrs, resource, firsts)
+                assert repr(ours) == repr(reference), (ours, reference)
+
+
 def test_one_input(data: bytes) -> None:
     if not data:
         return
     body = data[1:]
-    if data[0] % 2:
+    route = data[0] % 3
+    if route == 1:
         body = built(atheris.FuzzedDataProvider(body)).SerializeToString()
+    elif route == 2:
+        body = calls_built(atheris.FuzzedDataProvider(body)).SerializeToString()
+    normalised_alike(body)
     ours, reference = read(True, body), read(False, body)
     if isinstance(reference, str) or isinstance(ours, str):
         assert ours == reference, (ours, reference)

@@ -30,11 +30,18 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from tests.harness import running_server, sidecar_config
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
 from watchdog.core.runs.tracker import RunTracker
-from watchdog.core.spans import decode, model_calls, native, outcome, values
+from watchdog.core.spans import conventions, decode, model_calls, native, outcome, values
 from watchdog.core.spans.attributes import FIRST_FACTS
 from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
+from watchdog.core.spans.identity import Resource
 from watchdog.core.spans.logs import LogJoin, parse_logs_json
-from watchdog.core.spans.pipeline import Decoded, records_from, released, slices_of
+from watchdog.core.spans.pipeline import (
+    Decoded,
+    attributes,
+    records_from,
+    released,
+    slices_of,
+)
 from watchdog.shell.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -398,3 +405,135 @@ def test_first_present_facts_of_odd_values_are_the_same_on_both_paths() -> None:
         assert facts == first_facts(reference, compiled=False), list(reference.attributes)
         present += sum(fact != "None" for fact in facts[1])
     assert present > 2000, present
+
+
+# The compiled normalise (native/otlp/src/normalise.rs): on every span it is sure of, the record
+# `normalise` makes of the same read; every other span left to `normalise`.
+
+def normalised_both_ways(body: bytes) -> Iterator[tuple[str, str] | None]:
+    """Each span of ``body`` (the compiled decode's) the compiled normalise is sure of, as it
+    reads it and as ``normalise`` does (reprs: a value's type counts); None for one it leaves
+    to ``normalise``."""
+    with decoding(compiled=True):
+        request = parse_protobuf(body)
+        normaliser = conventions.compiled_normaliser
+        assert normaliser is not None
+        for resource_spans in request.resource_spans:
+            resource = Resource.of(attributes(resource_spans.resource.attributes))
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    attrs, firsts = span.read()
+                    if span.record(attrs, firsts, resource, normaliser) is None:
+                        yield None
+                        continue
+                    ours = conventions.normalised(span, attrs, resource, firsts)
+                    yield repr(ours), repr(conventions.normalise(span, attrs, resource, firsts))
+
+
+def test_the_compiled_normalise_reads_every_recorded_span_as_normalise_does() -> None:
+    sure, kinds = 0, set()
+    for driver, scenario in ALL:
+        for delivery, bodies in deliveries(driver, scenario).items():
+            for body in bodies:
+                for both in normalised_both_ways(body):
+                    if both is not None:
+                        ours, reference = both
+                        assert ours == reference, (driver, scenario, delivery)
+                        sure += 1
+                        kinds.add(reference.split("kind=", 1)[1].split(",", 1)[0])
+    # (it is sure of many: model and tool calls; a model call's reader may find it is none)
+    assert sure > 1000 and {"<SpanKind.LLM: 'llm'>", "<SpanKind.TOOL: 'tool'>"} <= kinds, \
+        (sure, kinds)
+
+
+# What a model or tool call's span may carry where the compiled normalise reads it, and the
+# attributes of every branch it leaves to `normalise`.
+NORMALISED_KEYS = sorted({
+    "gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind", "gen_ai.tool.name",
+    "gen_ai.tool.call.id", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "tool.name",
+    "input.value", "output.value", "gen_ai.agent.name", "gen_ai.agent.call.id",
+    "watchdog.run.id", "watchdog.parent_run.id", "gen_ai.conversation.id", "session.id",
+    "gen_ai.transfer.target.name", "watchdog.tool.refused", "metadata", "haystack.tool.error",
+    "watchdog.budget.max_tokens", "gen_ai.usage.input_tokens", "gen_ai.output.messages",
+    "gen_ai.input.messages", "gen_ai.response.finish_reasons", "gen_ai.request.model",
+    "tool_call_id", "call_id", "traceloop.entity.output", "gen_ai.completion", "not.a.fact",
+    "gen_ai.agent.source", "gen_ai.provider.name", "gen_ai.application_name", "output"})
+NORMALISED_VALUES: list[dict[str, Any]] = [
+    {"string_value": text} for text in (
+        "execute_tool", "chat", "invoke_agent", "TOOL", "LLM", "tool", "read_file",
+        "final_result", "final_result_x", "finish", "Completed.", "[REDACTED]", "__REDACTED__",
+        '{"path": "a.py", "line": 1}', '{"b": 1, "a": {"c": [1, 2]}}', '{"x": 1.5}',
+        '{"k": "[REDACTED]"}', "not json", "ok status='error' here", "x" * 300, "é" * 250,
+        "agent-0", "run-1", "call_1", '[{"role": "user", "content": "hi"}]',
+        '[{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}]', '["stop"]',
+        "secret password=hunter2 in /home/user/file.txt", "langgraph", "langchain",
+        "StructuredTool", '{"tool_call_id": "call_1", "content": "ok"}',
+        "content='no such file' name='read_file' tool_call_id='c1' status='error'")
+] + ODD_VALUES
+
+
+def test_the_compiled_normalise_reads_odd_spans_as_normalise_does() -> None:
+    rng = random.Random(31)
+    request = decode.ExportTraceServiceRequest()
+    for resource_index in range(40):
+        resource_spans = request.resource_spans.add()
+        for key in rng.sample(["gen_ai.agent.name", "watchdog.run.id", "service.name",
+                               "watchdog.budget.max_tokens", "session.id"], rng.randint(0, 3)):
+            resource_spans.resource.attributes.add(key=key).value.string_value = \
+                rng.choice(["r", "", "5", "x" * 300])
+        spans = resource_spans.scope_spans.add().spans
+        for index in range(60):
+            span = spans.add(trace_id=bytes(range(1, 17)),
+                             span_id=(resource_index * 100 + index + 1).to_bytes(8, "big"),
+                             name=rng.choice(["chat gpt-4o", "execute_tool read_file", "x" * 300,
+                                              "watchdog.run a", "lookup.acall", "invoke_agent",
+                                              "invoke_agent a", "Agent._run_step"]),
+                             start_time_unix_nano=1_700_000_000_000_000_000,
+                             end_time_unix_nano=1_700_000_001_000_000_000)
+            if rng.random() < 0.8:
+                span.parent_span_id = (index + 7).to_bytes(8, "big")
+            if rng.random() < 0.1:
+                span.status.code = rng.choice([1, 2])
+                span.status.message = rng.choice(["", "max turns exceeded"])
+            if rng.random() < 0.05:
+                span.events.add(name="exception")
+            span.attributes.add(key="gen_ai.operation.name").value.string_value = \
+                rng.choice(["execute_tool", "chat", "invoke_agent"])
+            for key in ("gen_ai.tool.name", "gen_ai.tool.call.arguments",
+                        "gen_ai.tool.call.result", "gen_ai.tool.call.id"):
+                if rng.random() < 0.7:  # (a tool call's facts, most often there)
+                    key_value = span.attributes.add(key=key)
+                    key_value.value.CopyFrom(AnyValue(**rng.choice(NORMALISED_VALUES)))
+            for _ in range(rng.randint(0, 4)):
+                key_value = span.attributes.add(key=rng.choice(NORMALISED_KEYS))
+                key_value.value.CopyFrom(AnyValue(**rng.choice(NORMALISED_VALUES)))
+    # and a clean tool call with each value as its name, its arguments and its result
+    spans = request.resource_spans.add().scope_spans.add().spans
+    for index, value in enumerate(NORMALISED_VALUES * 3):
+        span = spans.add(trace_id=bytes(range(1, 17)), span_id=(10_000 + index).to_bytes(8, "big"),
+                         parent_span_id=b"\7" * 8, name="execute_tool t",
+                         start_time_unix_nano=1_700_000_000_000_000_000,
+                         end_time_unix_nano=1_700_000_001_000_000_000)
+        facts = {"gen_ai.operation.name": {"string_value": "execute_tool"},
+                 "gen_ai.tool.name": {"string_value": "read_file"},
+                 "gen_ai.tool.call.arguments": {"string_value": '{"path": "a.py"}'},
+                 "gen_ai.tool.call.result": {"string_value": "fine"}}
+        facts[("gen_ai.tool.name", "gen_ai.tool.call.arguments",
+               "gen_ai.tool.call.result")[index // len(NORMALISED_VALUES)]] = value
+        for key, fact in facts.items():
+            span.attributes.add(key=key).value.CopyFrom(AnyValue(**fact))
+    sure = unsure = 0
+    for both in normalised_both_ways(request.SerializeToString()):
+        if both is None:
+            unsure += 1
+            continue
+        sure += 1
+        assert both[0] == both[1]
+    assert sure > 300 and unsure > 300, (sure, unsure)  # (both ways are taken)
+
+
+def test_the_switch_chooses_the_normalise() -> None:
+    with decoding(compiled=False):
+        assert conventions.compiled_normaliser is None
+    with decoding(compiled=True):
+        assert conventions.compiled_normaliser is not None

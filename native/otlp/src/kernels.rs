@@ -206,15 +206,7 @@ impl Json {
     /// inner value), as ``canonical_arguments`` writes them; None where Python should (not
     /// JSON, or a float: Python and serde_json write those differently).
     fn canonical(&self, text: &Bound<'_, PyString>) -> Option<String> {
-        let value = parsed(text.to_str().ok()?)?;
-        if has_float(&value) {
-            return None;
-        }
-        let value = match value {
-            Value::Object(mut map) => self.unwrapped(&mut map).unwrap_or(Value::Object(map)),
-            other => other,
-        };
-        serde_json::to_string(&value).ok()
+        canonical_text(self, text.to_str().ok()?)
     }
 
     /// The (name, call id or "") of the tool calls a model's output messages (JSON text) ask
@@ -289,14 +281,31 @@ impl Json {
 /// big-endian 64-bit int; None for a text that is no UTF-8 (a lone surrogate: Python replaces it).
 #[pyfunction]
 fn stable_hash(text: &Bound<'_, PyString>) -> Option<i64> {
-    let text = text.to_str().ok()?;
+    Some(hash_text(text.to_str().ok()?))
+}
+
+/// ``stable_hash`` of a text that is UTF-8.
+pub fn hash_text(text: &str) -> i64 {
     let mut hasher = Blake2bVar::new(8).expect("8 is a BLAKE2b digest size");
     hasher.update(text.as_bytes());
     let mut digest = [0u8; 8];
     hasher
         .finalize_variable(&mut digest)
         .expect("the digest is 8 bytes");
-    Some(i64::from_be_bytes(digest))
+    i64::from_be_bytes(digest)
+}
+
+/// ``Json.canonical`` of a text that is UTF-8.
+pub fn canonical_text(json: &Json, text: &str) -> Option<String> {
+    let value = parsed(text)?;
+    if has_float(&value) {
+        return None;
+    }
+    let value = match value {
+        Value::Object(mut map) => json.unwrapped(&mut map).unwrap_or(Value::Object(map)),
+        other => other,
+    };
+    serde_json::to_string(&value).ok()
 }
 
 /// A JSON message list read for the lists at the keys the tables name (a message's lists in

@@ -9,3 +9,6 @@ mod python;
 
 #[cfg(feature = "python")]
 mod kernels;
+
+#[cfg(feature = "python")]
+mod normalise;

@@ -10,7 +10,11 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::normalise::{self, Normaliser};
 use crate::wire;
+
+/// ``conventions.STATUS_CODE_ERROR``
+const STATUS_CODE_ERROR: i32 = 2;
 
 /// The convention tables' attribute names (handed over once, at import): the wanted ones, each
 /// as the Python string a selected dict is keyed by, whether it is a scalar (its string is
@@ -344,34 +348,55 @@ impl Span {
     /// ``bounds.span_times`` makes them); None where the span is refused (the Python reading
     /// then says why).
     fn head<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let tables = self.tables.get();
         let data = self.body.bind(py).as_bytes();
-        let span = &self.span;
-        let (trace, id) = (span.trace_id.of(data), span.span_id.of(data));
-        if trace.len() != 16 || zero(trace) || id.len() != 8 || zero(id) {
-            return Ok(None);
+        match self.head_of(data) {
+            Some(head) => Ok(Some(
+                (
+                    head.trace_id,
+                    head.span_id,
+                    head.parent,
+                    head.name,
+                    head.start,
+                    head.end,
+                )
+                    .into_pyobject(py)?,
+            )),
+            None => Ok(None),
         }
-        let (start, end) = (span.start_time_unix_nano, span.end_time_unix_nano);
-        let minimum = tables.min_time_ns;
-        let (start, end) = match (start >= minimum, end >= minimum) {
-            (true, true) => (start, end.max(start)),
-            (false, true) => (end, end),
-            (true, false) => (start, start),
-            (false, false) => return Ok(None),
+    }
+
+    /// ``conventions.normalise`` of the span, with the attributes and first-present facts
+    /// ``read`` made of it, where the compiled normalise is sure of it
+    /// (``native/otlp/src/normalise.rs``): (the record, what is left to fill of it: 0 nothing,
+    /// 1 its role's facts, 2 its status and events and its role's facts); None where the Python
+    /// ``normalise`` reads it.
+    fn record<'py>(
+        &self,
+        py: Python<'py>,
+        attrs: &Bound<'py, PyDict>,
+        firsts: &Bound<'py, PyTuple>,
+        resource: &Bound<'py, PyAny>,
+        normaliser: &Bound<'py, Normaliser>,
+    ) -> PyResult<Option<(Bound<'py, PyAny>, u8)>> {
+        let span = &self.span;
+        // (an error, a status text, an event: Python reads them, and the role's facts after)
+        let eventful = span.status.code == STATUS_CODE_ERROR
+            || !span.status.message.is_empty()
+            || !span.events.is_empty();
+        let body = self.body.bind(py);
+        let data = body.as_bytes();
+        let Some(head) = self.head_of(data) else {
+            return Ok(None);
         };
-        let parent = span.parent_span_id.of(data);
-        let parent = if parent.len() == 8 && !zero(parent) {
-            Some(hex(parent))
-        } else {
-            None
-        };
-        let name = span.name.text(data);
-        let name = match name.char_indices().nth(tables.max_name_chars) {
-            Some((cut, _)) => &name[..cut],
-            None => name,
-        };
-        let head = (hex(trace), hex(id), parent, name, start, end);
-        Ok(Some(head.into_pyobject(py)?))
+        normalise::record(
+            py,
+            normaliser.get(),
+            head,
+            eventful,
+            attrs,
+            firsts,
+            resource,
+        )
     }
 
     /// The attributes the convention tables name, as ``select_attributes`` reads them: a
@@ -463,6 +488,43 @@ enum Kind {
 }
 
 impl Span {
+    /// What ``head`` answers (None: the span is refused).
+    fn head_of<'a>(&self, data: &'a [u8]) -> Option<normalise::Head<'a>> {
+        let tables = self.tables.get();
+        let span = &self.span;
+        let (trace, id) = (span.trace_id.of(data), span.span_id.of(data));
+        if trace.len() != 16 || zero(trace) || id.len() != 8 || zero(id) {
+            return None;
+        }
+        let (start, end) = (span.start_time_unix_nano, span.end_time_unix_nano);
+        let minimum = tables.min_time_ns;
+        let (start, end) = match (start >= minimum, end >= minimum) {
+            (true, true) => (start, end.max(start)),
+            (false, true) => (end, end),
+            (true, false) => (start, start),
+            (false, false) => return None,
+        };
+        let parent = span.parent_span_id.of(data);
+        let parent = if parent.len() == 8 && !zero(parent) {
+            Some(hex(parent))
+        } else {
+            None
+        };
+        let name = span.name.text(data);
+        let name = match name.char_indices().nth(tables.max_name_chars) {
+            Some((cut, _)) => &name[..cut],
+            None => name,
+        };
+        Some(normalise::Head {
+            trace_id: hex(trace),
+            span_id: hex(id),
+            parent,
+            name,
+            start,
+            end,
+        })
+    }
+
     /// The selected dict, each value also handed to ``seen`` with its name's slot and what it
     /// is known to be.
     fn select<'py>(
@@ -780,6 +842,7 @@ pub struct KeyValueList {
 fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_class::<Tables>()?;
+    m.add_class::<Normaliser>()?;
     m.add_class::<Request>()?;
     m.add_class::<ResourceSpans>()?;
     m.add_class::<Resource>()?;

@@ -85,6 +85,11 @@ class Span:
     def read(self) -> tuple[dict[str, object], tuple[object, ...]]:
         """``selected()`` and the tables' first-present facts, by index."""
     def head(self) -> tuple[str, str, str | None, str, int, int] | None: ...
+    def record(self, attrs: dict[str, object], firsts: tuple[object, ...], resource: object,
+               normaliser: Normaliser) -> tuple[object, int] | None:
+        """``normalise`` of the span where the compiled normalise is sure of it: (the record,
+        what is left to fill: 0 nothing, 1 its role's facts, 2 its status and events and its
+        role's facts); None: unsure."""
 
 class Status:
     @property
@@ -150,6 +155,22 @@ class ArrayValue:
 class KeyValueList:
     @property
     def values(self) -> list[KeyValue]: ...
+
+class Normaliser:
+    """The tables ``Span.record`` reads (see ``watchdog.core.spans.native._normaliser``)."""
+    def __init__(self, record_class: type, kinds: tuple[object, object, object],
+                 sources: tuple[object, object, object], roles: tuple[object, object, object],
+                 kind_maps: Iterable[tuple[str, dict[str, object]]],
+                 dispatch_unsure: Iterable[str], agent_unsure: Iterable[str],
+                 step_names: Iterable[str], step_suffixes: Iterable[str],
+                 facts: tuple[int, int, int, int, int, int, int, int, int],
+                 answer_tools: Iterable[str], answer_tool_prefixes: Iterable[str],
+                 left_tools: Iterable[str], tool_unsure: Iterable[str],
+                 result_texts: Iterable[tuple[str, str]], hidden: Iterable[str],
+                 hidden_values: Iterable[str],
+                 unasked: Iterable[tuple[str, object, Iterable[str]]],
+                 call_id_keys: Iterable[str], json: Json, brief: Callable[[str, int], str],
+                 max_name_chars: int, max_brief_chars: int, client_run_span: str) -> None: ...
 
 class Phrases:
     """The limit phrases' regexes in one pass; ValueError for one Rust's regex does not read."""

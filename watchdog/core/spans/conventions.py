@@ -240,7 +240,15 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
+    _fill_role(record, span, attrs, firsts, hidden)
+    return record
 
+
+def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
+               firsts: FirstValues, hidden: frozenset[str]) -> None:
+    """The record's failure or limit stop (from the span's status and events), and what its
+    role reads (``hidden``: the texts that are hidden content on the span, its scope's): the
+    second half of :func:`normalise`, on the record its dispatch made."""
     status = span.status
     events = span.events  # (read once: the compiled decode's is a call each time)
     if status.code == STATUS_CODE_ERROR or (events and _wrapped_error(events)):
@@ -259,7 +267,13 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             record.limit_stop = short_type(exc_type)
         elif exc_message:
             record.limit_stop = phrase_limit(exc_message)
+    _fill_facts(record, span, attrs, firsts, hidden, events)
 
+
+def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
+                firsts: FirstValues, hidden: frozenset[str], events: Any = ()) -> None:
+    """What the record's role reads (and the facts its span's ``events`` add)."""
+    name, kind = record.name, record.kind
     if kind is TOOL:
         if events and firsts[F_TOOL_ARGS] is None:
             attrs, firsts = _with_events(attrs, events, firsts)
@@ -290,7 +304,33 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         if events:
             attrs, firsts = _with_events(attrs, events, firsts)
         _fill_agent(record, attrs, firsts, hidden)
-    return record
+
+
+# The compiled normalise's tables (watchdog.core.spans.native installs them with the compiled
+# decode): a span of the compiled decode read by ``Span.record`` where it is sure of it.
+compiled_normaliser: Any = None
+
+
+def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
+               firsts: FirstValues | None = None, scope: str = "") -> SpanRecord:
+    """:func:`normalise`, by the compiled normalise (``native/otlp/src/normalise.rs``) where it
+    is sure of the span: a model, tool or agent call of a known convention, of a scope no scoped
+    convention reads, its record made there (and a tool call's facts, where it ended without an
+    error or event), the rest filled here (:func:`_fill_role`, or :func:`_fill_facts` where the
+    span has no status or events to read)."""
+    normaliser = compiled_normaliser
+    if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN \
+            and (not scope or view_of(scope) is UNSCOPED):
+        made = span.record(attrs, firsts, resource, normaliser)
+        if made is not None:
+            record: SpanRecord = made[0]
+            left = made[1]
+            if left == 1:  # (its span ended with no error, status text or event)
+                _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden)
+            elif left:
+                _fill_role(record, span, attrs, firsts, UNSCOPED.hidden)
+            return record
+    return normalise(span, attrs, resource, firsts, scope)
 
 
 def _with_events(attrs: Mapping[str, object], events: Any,
@@ -305,6 +345,6 @@ def _with_events(attrs: Mapping[str, object], events: Any,
     return merged, Firsts(merged)
 
 
-__all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise", "redact",
-           "request_hash", "role_of", "run_key", "select_attributes", "short_type", "stable_hash",
-           "unasked_tool"]
+__all__ = ["Resource", "SpanRejected", "canonical_arguments", "classify", "normalise",
+           "normalised", "redact", "request_hash", "role_of", "run_key", "select_attributes",
+           "short_type", "stable_hash", "unasked_tool"]

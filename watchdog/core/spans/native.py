@@ -101,11 +101,55 @@ def _kernels() -> tuple[Any, Any, Any]:
     return _patterns(outcome.LIMIT_PHRASES), _patterns(outcome.LIMIT_STATUS), json
 
 
+@cache
+def _normaliser(json: Any) -> Any:
+    """The compiled normalise's tables (``native/otlp/src/normalise.rs``): the conventions' own,
+    and what takes a span down a branch it leaves to the Python ``normalise``."""
+    assert _native is not None
+    from watchdog.core.redact import brief
+    from watchdog.core.spans import attributes as a
+    from watchdog.core.spans import outcome, values
+    from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
+    from watchdog.core.spans.schema import Role
+
+    facts = (a.F_RUN_ID, a.F_AGENT_CALL_ID, a.F_AGENT_NAME, a.F_SESSION, a.F_PARENT_RUN,
+             a.F_TOOL_NAME, a.F_TRANSFER_TARGET, a.F_TOOL_ARGS, a.F_TOOL_RESULT)
+    # a branch of the dispatch it does not read: an agent named in JSON, a budget
+    dispatch_unsure = (*a.JSON_IDENTITY_KEYS, *sorted(a.BUDGET_ATTRIBUTES))
+    # ... and of a tool call's: a declined call, a framework's error flag or result status, a
+    # call id in the input's JSON, a tool named in its result
+    tool_unsure = (*a.DECLINED_TOOL_FLAGS, *(rule.attribute for rule, _ in
+                                             outcome.TOOL_RESULT_ERRORS),
+                   *(flag for flag, _, _ in outcome.TOOL_ERROR_FLAGS), *a.TOOL_CALL_INPUT_KEYS,
+                   *(key for key, _ in a.TOOL_NAME_JSON))
+    # the placeholders for hidden content as JSON strings (tool_calls._any_hidden_value)
+    hidden_values = tuple(f'"{text}"' for text in sorted(a.HIDDEN_CONTENT)
+                          if text and '"' not in text and "\\" not in text)
+    # ... and of an agent's span below the root: a rule that makes it no agent's, a step's name
+    agent_unsure = tuple(dict.fromkeys(key for rule in a.NESTED_AGENT_ROLES
+                                       for key, _ in rule.where))
+    return _native.Normaliser(
+        SpanRecord, (SpanKind.LLM, SpanKind.TOOL, SpanKind.AGENT),
+        (KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE),
+        (Role.LLM, Role.TOOL, Role.AGENT), [(key, dict(roles)) for key, roles in a.KIND_MAPS],
+        dispatch_unsure, agent_unsure, sorted(a.NESTED_STEP_SPAN_NAMES),
+        a.NESTED_STEP_SPAN_SUFFIXES, facts,
+        sorted(a.OUTPUT_TOOL_NAMES),
+        a.OUTPUT_TOOL_PREFIXES, sorted({*a.LOOP_END_TOOLS, *a.TOOL_NAME_PLACEHOLDERS}),
+        tool_unsure,
+        [(key, marker) for key, marker, _ in outcome.TOOL_RESULT_ERROR_TEXTS],
+        sorted(a.HIDDEN_CONTENT), hidden_values, a.UNASKED_TOOLS,
+        a.TOOL_CALL_ID_KEYS, json, brief, values.MAX_NAME_CHARS, values.MAX_BRIEF_CHARS,
+        a.CLIENT_RUN_SPAN)
+
+
 def _use_kernels(on: bool) -> None:
-    """The compiled kernels on (and the 64-bit stable hash), or the Python twins alone."""
-    from watchdog.core.spans import model_calls, outcome, values
+    """The compiled kernels on (and the 64-bit stable hash, the compiled normalise), or the
+    Python twins alone."""
+    from watchdog.core.spans import conventions, model_calls, outcome, values
 
     phrases, status, json = _kernels() if on else (None, None, None)
+    conventions.compiled_normaliser = _normaliser(json) if json is not None else None
     outcome.compiled_phrases = phrases.first if phrases is not None else None
     outcome.compiled_status = status.first if status is not None else None
     values.compiled_canonical = json.canonical if json is not None else None

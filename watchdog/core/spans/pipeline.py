@@ -14,7 +14,7 @@ from operator import attrgetter
 
 from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans import values
-from watchdog.core.spans.conventions import Resource, SpanRejected, normalise
+from watchdog.core.spans.conventions import Resource, SpanRejected, normalise, normalised
 from watchdog.core.spans.decode import TraceRequest, attributes
 from watchdog.core.spans.logs import CONTENT_KEYS, Held, LogJoin, merged
 from watchdog.core.spans.record import (
@@ -115,7 +115,7 @@ def slices_of(request: TraceRequest, size: int | None,
                             join.hold(span, resource, scope, now, waits, content)
                             held = True
                             continue
-                    record = _checked(normalise(span, attrs, resource, firsts, scope))
+                    record = _checked(normalised(span, attrs, resource, firsts, scope))
                     if record.kind is LLM:
                         record.scope = scope
                         _pair(record, models, inner)
