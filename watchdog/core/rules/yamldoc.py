@@ -60,16 +60,21 @@ class Merged:
 
     def __init__(self) -> None:
         self._pairs: dict[int, tuple[list[Pair], list[Pair]]] = {}
-        self._open: set[int] = set()
+        self._open: set[int] = set()  # (the mappings being merged, one inside the next)
 
     def pairs(self, node: MappingNode) -> tuple[list[Pair], list[Pair]]:
         """``node``'s own pairs (merge keys left out) and the pairs it merges in that its own keys
         do not set, one per key, in precedence order (first wins). Raises
         :class:`yaml.constructor.ConstructorError` when a merge key's value is not a mapping or
-        a list of them."""
+        a list of them, or when merges chain more than :data:`MAX_DEPTH` mappings deep (each
+        merging the one after, anchored apart: past the stack, were it followed)."""
         known = self._pairs.get(id(node))
         if known is not None:
             return known
+        if len(self._open) >= MAX_DEPTH:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"merge keys (<<) chained more than {MAX_DEPTH} mappings deep",
+                node.start_mark)
         own = [(k, v) for k, v in node.value if k.tag != MERGE_TAG]
         keys = {_key(k) for k, _ in own}
         inherited: list[Pair] = []
