@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer, wait_until
+from tests.harness import RunningServer, http_request, wait_until
 from tests.test_model_admission import (
     AGENT,
     BUDGET_PACK,
@@ -267,6 +267,27 @@ rules:
         waits(server, upstream, tool_turn("winding", 2), "result 2")
         assert b"WIND DOWN NOW" in upstream.seen[-1].body
         assert native.missed == 0
+
+
+def test_a_budget_announced_on_the_run_takes_back_what_the_relay_was_told(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A heartbeat that announces a budget on the run (its id, as GET /v1/runs lists it),
+    with no rule firing on it: its next request is the loop's, which counts it against the
+    budget (it went on as told before: decided otherwise once read, a miss; a budget it
+    could not bound)."""
+    with sidecar(tmp_path, upstream) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("announced", metadata={"calls": "2"}))[0] == 200
+        told(server, 1)
+        key = runs(server)[0]["id"]
+        status, _ = http_request(
+            "POST", f"{server.api}/v1/runs/{key}/heartbeat",
+            json.dumps({"messages": 3, "announce": {"budget": {"max_tool_calls": 50}}}).encode(),
+            {"Content-Type": "application/json"})
+        assert status == 200
+        wait_until(lambda: not native.next_of, "the announcement takes it back")
+        waits(server, upstream, answering("announced", ["found a", "found b"]), "found a")
+        assert native.continued == 0 and native.missed == 0
 
 
 def test_a_continuing_request_decided_otherwise_is_a_logged_miss(

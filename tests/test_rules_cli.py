@@ -254,9 +254,23 @@ def test_yaml_that_expands_or_nests_without_end_is_refused_with_its_line(
     code, out, _ = cli(capsys, "rules", "test", tests)
     assert (code, out.splitlines()) == (1, [
         f"{tests}:4: test 'bomb': step 0: args: an unreadable value (its aliases expand it to "
-        f"more than 100,000 values, or into itself)",
+        f"more than 100,000 values, more than 100 levels deep, or into itself)",
         f"{tests}:5: test 'bomb': step 1: args: an unreadable value (its aliases expand it to "
-        f"more than 100,000 values, or into itself)"])
+        f"more than 100,000 values, more than 100 levels deep, or into itself)"])
+    # anchors chained 3,000 deep, each list holding the one before (a RecursionError out of
+    # counting what it expands to: a traceback)
+    chain = ["x-chain:", "  - &c0 [x]"] + [f"  - &c{i} [*c{i - 1}]" for i in range(1, 3000)]
+    chained = write(tmp_path / "chain.test.yaml", "\n".join(chain) + "\n" + textwrap.dedent("""\
+        tests:
+          - name: chained
+            steps:
+              - {at: 0, tool: search, args: {q: *c2999}, result: x}
+            expect: []
+    """))
+    code, out, _ = cli(capsys, "rules", "test", chained)
+    assert code == 1 and f"{chained}:3005: test 'chained': step 0: args: an unreadable value (" \
+        f"its aliases expand it to more than 100,000 values, more than 100 levels deep, or " \
+        f"into itself)" in out.splitlines(), out
     deep = write(tmp_path / "deep.test.yaml", "tests:\n  - " + "[" * 10_000 + "]" * 10_000)
     code, out, _ = cli(capsys, "rules", "test", deep)
     assert (code, out) == (1, f"{deep}:2: bad YAML: nested more than 100 levels deep\n")

@@ -187,6 +187,21 @@ def test_merge_bombs_and_deep_nesting_are_refused_quickly(tmp_path: Path) -> Non
     assert problems(deep) == [f"{deep}:5: bad YAML: nested more than 100 levels deep"]
 
 
+def test_merge_keys_chained_past_the_stack_are_a_problem_not_a_traceback(tmp_path: Path) -> None:
+    """Mappings each merging the one anchored before, read from the last (the rule merges the
+    chain's end): a problem with its line (the merges were followed one call inside the next,
+    past Python's stack: a RecursionError out of `rules check`, from naming the rule)."""
+    lines = ["x-bases:", "  b0: &b0 {name: r, when: 'true', action: notify, message: x}"]
+    lines += [f"  b{i}: &b{i} {{<<: *b{i - 1}}}" for i in range(1, 3000)]
+    lines += ["rules:", "  - <<: *b2999"]
+    path = write(tmp_path / "chain.yaml", "\n".join(lines) + "\n")
+    found = problems(path)
+    assert f"{path}:2905: rule #1: merge keys (<<) chained more than 100 mappings deep" in found
+    shallow = [*lines[:2 + 50], "rules:", "  - <<: *b50"]  # (50 deep: read as YAML says)
+    path = write(tmp_path / "shallow.yaml", "\n".join(shallow) + "\n")
+    assert problems(path) == [f"{path}:4: RulePack: unknown key 'x-bases'"]
+
+
 def test_a_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes(HEADER.encode() + "rules:\n  - {name: r, when: 'run.agent == \"\xe9\"'"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from watchdog.core.rule_tests import TestResult, read_test_file, run_test
 from watchdog.core.rules.pack import load_rules
+from watchdog.core.rules.testfile import MAX_TEST_FILE_BYTES
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
 
@@ -122,3 +123,14 @@ def test_progress_ends_an_idle_stretch_at_once(tmp_path: Path) -> None:
     assert [(step, d.rule, d.message) for step, d in result.fired] == [
         (1, "idle-each", "idle 70"), (2, "idle-each", ""), (3, "idle-each", "idle 40"),
         (5, "idle-held", "held 101")]
+
+
+def test_a_test_file_too_large_is_told_so_whatever_byte_it_is_cut_at(tmp_path: Path) -> None:
+    """A file one character past the limit, that character two bytes long: the read stops
+    inside it (it was told "not UTF-8 text (unexpected end of data...)")."""
+    path = tmp_path / "large.test.yaml"
+    path.write_bytes(b"#" * MAX_TEST_FILE_BYTES + "\u00e9\n".encode())
+    test_file, problems = read_test_file(str(path))
+    assert test_file is None
+    assert [p.message for p in problems] == [f"larger than {MAX_TEST_FILE_BYTES} bytes"]
+

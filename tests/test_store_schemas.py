@@ -139,6 +139,27 @@ def test_a_migrated_state_dir_is_written_on_and_reopened(tmp_path: Path) -> None
     again_store.close()
 
 
+def test_a_migration_that_committed_is_not_run_again(tmp_path: Path) -> None:
+    """A sidecar stopped right after a migration's COMMIT, before the version was set after it:
+    the next start reads the file on (adding the session column again failed: 'duplicate
+    column name: session', no start until the file was moved aside)."""
+    state, _expected = old_state_dir(tmp_path)
+    path = state / state_store.DB_FILE
+    db = sqlite3.connect(path, isolation_level=None)
+    for step in (5, 6):  # (as Store does, and no further)
+        db.executescript(state_store._MIGRATIONS[step])
+    db.close()
+    store = Store(str(state))
+    try:
+        assert version(path) == state_store.SCHEMA_VERSION
+        sessions = {data.get("session") for _, _, data in store.list_runs(True, None, None, 500)}
+        some = next(session for session in sessions if session)
+        assert {data.get("session") for _, _, data in
+                store.list_runs(True, None, None, 500, some)} == {some}
+    finally:
+        store.close()
+
+
 def test_a_version_1_record_with_infinity_keeps_its_terminal_state(tmp_path: Path) -> None:
     """The stdlib wrote Infinity into version 1's JSON; SQLite cannot read such a row, the
     migration reads its terminal state with the stdlib."""

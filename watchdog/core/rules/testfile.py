@@ -100,15 +100,16 @@ def read_test_file(path: str) -> tuple[TestFile | None, list[Problem]]:
     try:
         with open(path, "rb") as stream:
             data = stream.read(MAX_TEST_FILE_BYTES + 1)
-        text = data.decode("utf-8")
     except OSError as exc:
         return None, [Problem(path, None, None, f"cannot read: {exc.strerror or exc}")]
+    if len(data) > MAX_TEST_FILE_BYTES:  # (before decoding: the read may end inside a char)
+        return None, [Problem(path, None, None, f"larger than {MAX_TEST_FILE_BYTES} bytes")]
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, [Problem(path, data.count(b"\n", 0, exc.start) + 1, None,
                               f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
                               f"UTF-8")]
-    if len(data) > MAX_TEST_FILE_BYTES:
-        return None, [Problem(path, None, None, f"larger than {MAX_TEST_FILE_BYTES} bytes")]
     documents = reader.documents(text)
     if len(documents) != 1:
         if not reader.problems:

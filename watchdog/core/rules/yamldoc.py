@@ -60,16 +60,21 @@ class Merged:
 
     def __init__(self) -> None:
         self._pairs: dict[int, tuple[list[Pair], list[Pair]]] = {}
-        self._open: set[int] = set()
+        self._open: set[int] = set()  # (the mappings being merged, one inside the next)
 
     def pairs(self, node: MappingNode) -> tuple[list[Pair], list[Pair]]:
         """``node``'s own pairs (merge keys left out) and the pairs it merges in that its own keys
         do not set, one per key, in precedence order (first wins). Raises
         :class:`yaml.constructor.ConstructorError` when a merge key's value is not a mapping or
-        a list of them."""
+        a list of them, or when merges chain more than :data:`MAX_DEPTH` mappings deep (each
+        merging the one after, anchored apart: past the stack, were it followed)."""
         known = self._pairs.get(id(node))
         if known is not None:
             return known
+        if len(self._open) >= MAX_DEPTH:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"merge keys (<<) chained more than {MAX_DEPTH} mappings deep",
+                node.start_mark)
         own = [(k, v) for k, v in node.value if k.tag != MERGE_TAG]
         keys = {_key(k) for k, _ in own}
         inherited: list[Pair] = []
@@ -117,13 +122,17 @@ class _Constructor(yaml.constructor.SafeConstructor):  # type: ignore[misc]
             self, node, deep=deep)
 
 
-def expanded_size(node: Node, limit: int, sizes: dict[int, int] | None = None) -> int:
+def expanded_size(node: Node, limit: int, sizes: dict[int, int] | None = None,
+                  depth: int = 0) -> int:
     """How many nodes ``node`` stands for with its aliases expanded, counted up to just past
-    ``limit`` (a node that contains itself: past it)."""
+    ``limit`` (a node that contains itself, or that its aliases nest more than
+    :data:`MAX_DEPTH` levels deep: past it)."""
     sizes = {} if sizes is None else sizes
     known = sizes.get(id(node))
     if known is not None:
         return known
+    if depth >= MAX_DEPTH:  # (anchors chained, each inside the next: past the stack)
+        return limit + 1
     sizes[id(node)] = limit + 1  # (met again inside itself: it never ends)
     total = 1
     if isinstance(node, SequenceNode):
@@ -133,7 +142,7 @@ def expanded_size(node: Node, limit: int, sizes: dict[int, int] | None = None) -
     else:
         children = ()
     for child in children:
-        total += expanded_size(child, limit, sizes)
+        total += expanded_size(child, limit, sizes, depth + 1)
         if total > limit:
             break
     sizes[id(node)] = total
@@ -210,7 +219,7 @@ class Reader:
         if not isinstance(node, ScalarNode) \
                 and expanded_size(node, MAX_EXPANDED_NODES, self._sizes) > MAX_EXPANDED_NODES:
             return Unreadable(f"its aliases expand it to more than {MAX_EXPANDED_NODES:,} "
-                              f"values, or into itself")
+                              f"values, more than {MAX_DEPTH} levels deep, or into itself")
         try:
             return self._constructor.construct_object(node, deep=True)
         except yaml.YAMLError as exc:

@@ -91,11 +91,11 @@ uses what it was told once, and forgets it when a call of the conversation goes 
 was of the run before that call: said, say, while this loop decided that very request, having
 booked the call before it then); this process takes it back when the run's directives or its end
 change (a step of the core that decided on it, ended, merged or resumed it, or the tracker let
-it go), when the rules or the fleet change, and when the book lets the run or its
-conversation go. A continuing request it sent on is read here as the others (``continued``
-counts them; ``answered`` those with the results of the calls handed over), and one decided
-otherwise once read (a change from outside the run meanwhile: a reload, the fleet) is logged
-as a miss, as above.
+it go) or it takes a budget or a frame (an announcement), when the rules or the fleet change,
+and when the book lets the run or its conversation go. A continuing request it sent on is read
+here as the others (``continued`` counts them; ``answered`` those with the results of the calls
+handed over), and one decided otherwise once read (a change from outside the run meanwhile: a
+reload, the fleet) is logged as a miss, as above.
 
 Nothing here logs a header; the relay never does.
 """
@@ -532,6 +532,13 @@ class NativeEndpoint:
         keys.update(step.gone)
         keys.update(step.gone.values())
         keys.update(step.resumed)
+        # a run that took a budget or a frame since (a heartbeat's or a sync's announcement,
+        # which decides nothing when no rule fires on it): what the relay was told is no
+        # longer proved (Core.quiet is not for such a run)
+        engine = self.proxy.service.core.engine
+        keys.update(key for key, run in step.dirty.items() if key in next_of and (
+            run.framed or run.budget
+            or (engine is not None and engine.agent_budget(run.agent_name))))
         for key in keys:
             session = next_of.pop(key, None)
             if session is not None:

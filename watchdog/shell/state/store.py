@@ -74,7 +74,9 @@ CREATE TABLE IF NOT EXISTS tracker_state (
 );
 """
 
-# version -> the statements that bring a file of the version before it up to it.
+# version -> the statements that bring a file of the version before it up to it. One that
+# cannot run twice (a column added, a table dropped) sets its version in its own transaction:
+# a sidecar stopped after its COMMIT does not run it again at its next start (which failed)
 _MIGRATIONS: dict[int, str] = {
     2: """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -96,6 +98,7 @@ INSERT OR REPLACE INTO activity_chunks (run, last_seq, data)
     SELECT run, MAX(seq), json_group_array(json_array(seq, at, kind, name, detail, result, error))
     FROM (SELECT * FROM activity ORDER BY run, seq) GROUP BY run;
 DROP TABLE activity;
+PRAGMA user_version=3;
 COMMIT;
 """,
     4: """
@@ -128,6 +131,7 @@ COMMIT;
 BEGIN;
 ALTER TABLE runs ADD COLUMN session TEXT;
 UPDATE runs SET session = CASE WHEN json_valid(data) THEN json_extract(data, '$.session') END;
+PRAGMA user_version=6;
 COMMIT;
 """,
 }
