@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import select
@@ -519,11 +520,20 @@ def runs_seen(sidecar: RunningServer, count: int, timeout: float = 20.0
     return sorted(details, key=lambda run: (run["started_at"] or "", run["id"]))
 
 
-def check_runs(sidecar: RunningServer, expected: Sequence[Expect]) -> list[dict[str, Any]]:
-    """Assert the sidecar shows exactly the expected runs (in start order); return them."""
+def check_runs(sidecar: RunningServer, expected: Sequence[Expect],
+               any_order: bool = False) -> list[dict[str, Any]]:
+    """Assert the sidecar shows exactly the expected runs (in start order; ``any_order``: in
+    some order, for runs that start in the same instant, whose order a live run does not
+    fix); return them."""
     runs = runs_seen(sidecar, len(expected))
     by_id = {run["id"]: run for run in runs}
     seen = [_seen(run, by_id) for run in runs]
+    if any_order and len(runs) == len(expected):
+        for order in itertools.permutations(range(len(runs))):
+            if all(_matches(expect, seen[index])
+                   for expect, index in zip(expected, order, strict=True)):
+                runs, seen = [runs[i] for i in order], [seen[i] for i in order]
+                break
     wanted = []
     for expect, got in zip(expected, seen, strict=False):
         wanted.append({f.name: (got[f.name] if getattr(expect, f.name) is UNCHECKED
@@ -533,6 +543,11 @@ def check_runs(sidecar: RunningServer, expected: Sequence[Expect]) -> list[dict[
         + json.dumps(seen, indent=1) + "\nactive/ended: "
         + json.dumps([(r["id"], r["state"]) for r in runs]))
     return runs
+
+
+def _matches(expect: Expect, got: Mapping[str, Any]) -> bool:
+    return all(getattr(expect, f.name) is UNCHECKED or got[f.name] == getattr(expect, f.name)
+               for f in fields(expect))
 
 
 def loop_expected(agent: str, limit_state: str = "tool_limit_reached",
