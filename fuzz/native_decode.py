@@ -107,7 +107,7 @@ def normalised_alike(body: bytes) -> None:
         request = decode.parse_protobuf(body)
     except decode.DecodeError:
         return
-    normaliser = conventions.compiled_normaliser
+    normaliser = values.compiled_normaliser
     for resource_spans in request.resource_spans:
         resource = Resource.of(attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:

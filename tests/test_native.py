@@ -416,7 +416,7 @@ def normalised_both_ways(body: bytes) -> Iterator[tuple[str, str] | None]:
     to ``normalise``."""
     with decoding(compiled=True):
         request = parse_protobuf(body)
-        normaliser = conventions.compiled_normaliser
+        normaliser = values.compiled_normaliser
         assert normaliser is not None
         for resource_spans in request.resource_spans:
             resource = Resource.of(attributes(resource_spans.resource.attributes))
@@ -534,6 +534,6 @@ def test_the_compiled_normalise_reads_odd_spans_as_normalise_does() -> None:
 
 def test_the_switch_chooses_the_normalise() -> None:
     with decoding(compiled=False):
-        assert conventions.compiled_normaliser is None
+        assert values.compiled_normaliser is None
     with decoding(compiled=True):
-        assert conventions.compiled_normaliser is not None
+        assert values.compiled_normaliser is not None

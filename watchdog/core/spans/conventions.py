@@ -306,11 +306,6 @@ def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
         _fill_agent(record, attrs, firsts, hidden)
 
 
-# The compiled normalise's tables (watchdog.core.spans.native installs them with the compiled
-# decode): a span of the compiled decode read by ``Span.record`` where it is sure of it.
-compiled_normaliser: Any = None
-
-
 def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
                firsts: FirstValues | None = None, scope: str = "") -> SpanRecord:
     """:func:`normalise`, by the compiled normalise (``native/otlp/src/normalise.rs``) where it
@@ -318,7 +313,7 @@ def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
     convention reads, its record made there (and a tool call's facts, where it ended without an
     error or event), the rest filled here (:func:`_fill_role`, or :func:`_fill_facts` where the
     span has no status or events to read)."""
-    normaliser = compiled_normaliser
+    normaliser = values.compiled_normaliser
     if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN \
             and (not scope or view_of(scope) is UNSCOPED):
         made = span.record(attrs, firsts, resource, normaliser)

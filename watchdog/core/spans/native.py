@@ -146,10 +146,10 @@ def _normaliser(json: Any) -> Any:
 def _use_kernels(on: bool) -> None:
     """The compiled kernels on (and the 64-bit stable hash, the compiled normalise), or the
     Python twins alone."""
-    from watchdog.core.spans import conventions, model_calls, outcome, values
+    from watchdog.core.spans import model_calls, outcome, values
 
     phrases, status, json = _kernels() if on else (None, None, None)
-    conventions.compiled_normaliser = _normaliser(json) if json is not None else None
+    values.compiled_normaliser = _normaliser(json) if json is not None else None
     outcome.compiled_phrases = phrases.first if phrases is not None else None
     outcome.compiled_status = status.first if status is not None else None
     values.compiled_canonical = json.canonical if json is not None else None

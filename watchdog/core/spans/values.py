@@ -185,6 +185,11 @@ _int = token_count
 _SIGNED_64 = struct.Struct(">q")  # the same value as int.from_bytes(..., "big", signed=True)
 
 
+# The compiled normalise's tables (watchdog.core.spans.native installs them with the compiled
+# decode): a span of the compiled decode read by ``Span.record`` where it is sure of it
+# (:func:`~watchdog.core.spans.conventions.normalised`).
+compiled_normaliser: Any = None
+
 # The compiled stable_hash (watchdog.core.spans.native installs it with the compiled decode): the
 # same hash, or None for a text that is no UTF-8 (hashed below, its lone surrogates replaced).
 compiled_hash: Callable[[str], int | None] | None = None
