@@ -66,9 +66,12 @@ def native_of(server: RunningServer) -> NativeEndpoint:
 
 
 def told(server: RunningServer, count: int) -> None:
-    """Until the relay has been told what the next request of ``count`` runs gets."""
+    """Until the relay has been told what the next request of ``count`` runs gets, once every
+    call that has ended is booked (what was told before a call's booking is no proof of what
+    its run's next request gets: the booking tells again, or takes it back)."""
     native = native_of(server)
-    wait_until(lambda: len(native.next_of) >= count,
+    wait_until(lambda: not server.call(lambda: native.ended)
+               and len(native.next_of) >= count,
                lambda: f"{len(native.next_of)} of {count} runs told")
 
 
