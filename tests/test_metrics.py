@@ -41,11 +41,12 @@ P = "agent_watchdog_"
 class Sidecar:
     """A service wired to its metrics, as ``Server.start`` wires them."""
 
-    def __init__(self, clock: ManualClock, config: Config) -> None:
+    def __init__(self, clock: ManualClock, config: Config,
+                 engine: RuleEngine | None = None) -> None:
         self.clock = clock
         self.metrics = Metrics(version="1.2.3")
         self.store = Store(":memory:")
-        self.service = WatchdogService(config, self.store, self.metrics, clock)
+        self.service = WatchdogService(config, self.store, self.metrics, clock, engine=engine)
         self.metrics.read_live_runs(self.service.live_runs, clock.now)
 
     def export(self, maker: SpanMaker, protocol: str = "http") -> None:
@@ -316,6 +317,40 @@ def test_rule_and_directive_metrics(sidecar: Sidecar) -> None:
     metrics.set_stuck({("writer", "tool-cycle"): 3})
     assert sidecar.value("runs_stuck", agent="explorer", reason="idle-timeout") == 0
     assert sidecar.value("runs_stuck", agent="writer", reason="tool-cycle") == 3
+
+
+def test_a_run_told_to_stop_is_told_nothing_more(clock: ManualClock) -> None:
+    """An abort is the last word a run gets: its end may never come (an agent that cannot
+    send it), and the timers that would fire for a run that went silent (idle, total time)
+    say nothing it was not told; it stays stuck for the abort's reason until it is
+    abandoned."""
+    wired = Sidecar(clock, Config(), RuleEngine(load_rules([])))
+    try:
+        maker = SpanMaker({"service.name": "explorer", "watchdog.run.id": "run-stuck"})
+        root = maker.open("invoke_agent explorer", {"gen_ai.operation.name": "invoke_agent"},
+                          start=T0)  # its end is never exported
+        for i in range(5):
+            maker.span("execute_tool read", tool_attrs("read", f'{{"p": {i}}}'), parent=root,
+                       start=T0 + i, end=T0 + i + 0.5, error="no such file")
+        wired.export(maker)
+        stuck = {"agent": "explorer", "reason": "loop_detected"}
+        assert wired.value("rule_fired_total", rule="error-loop", action="abort",
+                           agent="explorer") == 1
+        for _ in range(2):
+            clock.advance(400)  # past idle-timeout's 300 s
+            wired.service.tick()
+            assert wired.value("runs_stuck", **stuck) == 1
+        clock.advance(300)  # past total-timeout's 900 s, and abandoned (run_end_timeout)
+        wired.service.tick()
+        run = wired.service.tracker.get("run-stuck")
+        assert run is not None and run.terminal_state is TerminalState.LOOP_DETECTED
+        assert wired.value("runs_stuck", **stuck) == 0
+        fired = {labels["rule"] for name, labels, _ in
+                 samples(wired.metrics.render("text/plain")[0].decode())
+                 if name == P + "rule_fired_total"}
+        assert fired == {"error-loop"}
+    finally:
+        wired.store.close()
 
 
 def test_the_process_and_its_garbage_collector_are_measured(sidecar: Sidecar) -> None:

@@ -22,6 +22,11 @@ keeps, only once something happened, a small :class:`_RunRules`:
   announces the tool-call count at which its grace ends (``ends_at_tool_calls``); an agent with
   the client SDK stops there by itself and says so (:meth:`RuleEngine.grace_kept`), so only
   un-steered agents, and seconds graces, need the escalation.
+* ``aborted`` — an abort was decided (a rule's, or a grace's escalation): the run was told to
+  stop, and its terminal state is set. Nothing more is decided for it: not the timers of a run
+  whose end never comes (idle, total time), which would only repeat the stop under another
+  name in the directives, ``rule_fired_total`` and ``runs_stuck``; not a notify, nor its
+  withdrawal. The run ends as the abort said, when its end comes or it is abandoned.
 
 One evaluation asks each rule that applies to the run's agent the fast path first
 (:mod:`watchdog.core.rules.fast`), and builds the CEL activation (``run.signals`` + the session)
@@ -287,8 +292,10 @@ class RuleEngine:
         ``fleet`` is the CEL ``fleet`` (:meth:`Fleet.activation
         <watchdog.core.fleet.Fleet.activation>`; None: no tool failing).
         """
-        view = self._view(run.agent_name)
         state = self._runs.get(run.key)
+        if state is not None and state.aborted:
+            return []  # told to stop: an abort is the run's last word (see module docstring)
+        view = self._view(run.agent_name)
         # while no tool fails, a rule reading `fleet` waits for the fleet to change (an
         # outage beginning or ending): a tool call per run would otherwise cost it an
         # evaluation with nothing to find
@@ -336,6 +343,8 @@ class RuleEngine:
         either fired already (``once``) or :func:`~watchdog.core.rules.fast.rises_with_time`
         with no ``for`` of its own."""
         state = self._runs.get(run.key)
+        if state is not None and state.aborted:
+            return True  # nothing more is decided for it
         if state is not None and (state.pending or state.grace):
             return False
         fired = state.fired if state is not None else ()
