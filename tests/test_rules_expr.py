@@ -257,3 +257,46 @@ def test_template_timed_when_a_placeholder_reads_time() -> None:
 ])
 def test_values_read_naturally_in_messages(value: object, text: str) -> None:
     assert format_value(value) == text
+
+
+# -- cost -----------------------------------------------------------------------------------------
+
+TENFOLD = '.replace("a", "aaaaaaaaaa")'  # each call makes a string of "a"s ten times longer
+
+
+def test_an_expression_that_can_grow_without_bound_is_refused_at_load() -> None:
+    """cel-expr-python has no cost limit: a chain of replaces that multiplies a signal's
+    string is refused at load, at the call where what it builds passes the bound."""
+    issue = one_issue("!run.ended\n  && run.last_error" + TENFOLD * 5 + ".size() > 3")
+    assert issue.line == 2 and issue.message.startswith(
+        "too costly: one evaluation could build ")
+    assert "(at most 10,000,000)" in issue.message
+    assert issue.column == len("  && run.last_error" + TENFOLD * 4) + len(".replace") + 1
+    # a comprehension over a grown list, and one nested in another, are bounded alike
+    assert one_issue("run.tools.all(a, run.tools.all(b, run.tools.all(c, (a + b + c)"
+                     + TENFOLD * 2 + " != '')))").message.startswith("too costly")
+    assert one_issue("(run.agent" + TENFOLD * 3 + ").split('').map(x, x" + TENFOLD
+                     + ").size() > 0").message.startswith("too costly")
+    with pytest.raises(ExprError, match="too costly"):
+        compile_template("${run.last_error" + TENFOLD * 6 + "}")
+
+
+def test_the_cost_bound_holds_and_useful_rules_are_far_below_it() -> None:
+    """What an accepted expression builds is within its bound, at the longest string a
+    signal holds; the default pack's expressions (checked anew) cost a fraction of it."""
+    from watchdog.core.rules.cost import MAX_COST, STRING_CHARS, check_cost
+    from watchdog.core.rules.expr import _environments
+    from watchdog.core.rules.pack import load_rules
+    from watchdog.core.spans.values import MAX_ERROR_CHARS, MAX_NAME_CHARS
+
+    assert max(MAX_ERROR_CHARS, MAX_NAME_CHARS) <= STRING_CHARS
+    grown = "run.last_error" + TENFOLD * 3
+    compile_expr(grown + ".size() > 3")  # accepted
+    cost = check_cost(_environments().checker.compile(grown + ".size() > 3").serialize())
+    built = evaluate(grown + ".size()", run_dict(last_error="a" * MAX_ERROR_CHARS))
+    assert built == MAX_ERROR_CHARS * 1000 <= cost <= MAX_COST
+    sources = [part.source for rule in load_rules([]).rules
+               for part in (rule.when, *(p for p in rule.message._parts if not isinstance(p, str)))]
+    assert len(sources) > 20
+    assert max(check_cost(_environments().checker.compile(s).serialize())
+               for s in sources) < MAX_COST / 5

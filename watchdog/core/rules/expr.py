@@ -14,6 +14,10 @@ At evaluation time cel-expr-python returns errors as values, not exceptions (an 
 is ``NOT_FOUND``); :meth:`Expr.evaluate` turns them into :class:`EvalError`, which the engine
 counts as "did not match" plus a rule error.
 
+Each checked expression's cost is bounded before it is accepted (:mod:`watchdog.core.rules.cost`):
+cel-expr-python has no cost limit of its own, so a rule whose evaluation could make megabytes
+(a chain of ``replace``, a comprehension over one) is refused at load, with its position.
+
 A third compile, against a schema without the time-dependent signals, tells whether an expression
 reads one of them (:attr:`Expr.timed`): only such rules need evaluating on a timer.
 
@@ -37,6 +41,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core.rules import checked
+from watchdog.core.rules.cost import CostError, check_cost
 from watchdog.core.rules.fast import FastCondition, FastValue, compile_fast, compile_fast_value
 from watchdog.core.rules.signals import NO_FLEET, SCHEMAS, TIME_DEPENDENT, field_names
 from watchdog.core.runs.catalogue import FieldType, ListOf, MapOf, Maybe, Schema
@@ -306,6 +311,11 @@ def compile_expr(source: str, *, condition: bool = False) -> Expr:
         raise ExprError(_issues(str(exc), source, envs.struct_paths)) from None
     result_type = program.return_type().name()
     _check_condition(condition, result_type)
+    try:
+        check_cost(program.serialize())
+    except CostError as exc:
+        line, column = _position(source, exc.offset)
+        raise ExprError([Issue(line, column, str(exc))]) from None
     try:
         envs.timeless.compile(source)
         timed = False
