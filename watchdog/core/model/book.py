@@ -244,6 +244,19 @@ class ModelBook:
                 or (answered and (call.call_ids is None
                                   or not answered.isdisjoint(call.call_ids)))]
 
+    @staticmethod
+    def continues(api: str, request: Request, caller: Caller, agent: str | None,
+                  state: EndpointRun) -> bool:
+        """Whether ``request`` is of ``state``'s run or conversation: its trace's run, the
+        run its ``x-watchdog-run`` names, else the same first user message of the same agent
+        on the same API (a request sent again is, whatever else it carries)."""
+        trace = parse_traceparent(caller.traceparent)
+        if trace is not None:
+            return state.key == "trace:" + trace[0]
+        if caller.run is not None:
+            return state.key == caller.run
+        return state.conversation == _digest(api, agent, request.anchor)
+
     def _conversation(self, api: str, request: Request, agent: str | None,
                       ended: Callable[[str], bool],
                       resume: Callable[[str], str | None] | None) -> EndpointRun:

@@ -54,7 +54,7 @@ class _Http1Server(web.Server):
     def __call__(self) -> Any:  # the protocol factory of every accepted connection
         handler = super().__call__()
         handler.__class__ = _ModelRequests
-        return _Http1Only(handler)
+        return Http1Only(handler)
 
 
 # aiohttp's refusals by status: their code in the API's error shape
@@ -86,12 +86,12 @@ class _ModelRequests(RequestHandler):
         return response
 
 
-class _Http1Only(Wrapped):
+class Http1Only(Wrapped):
     """One connection: aiohttp's request handler, unless its first bytes are HTTP/2's
     preface: then refused, what the client still sends read and dropped, and closed when the
     client ends or after ``LINGER`` seconds (the handler is told when the connection is lost)."""
 
-    __slots__ = ("first", "payload", "refused", "transport")
+    __slots__ = ("ended", "first", "payload", "refused", "transport")
 
     def __init__(self, handler: asyncio.Protocol) -> None:
         super().__init__(handler)
@@ -99,6 +99,10 @@ class _Http1Only(Wrapped):
         self.first = True
         self.refused = False
         self.payload: Any = None  # the body of the last request read (a StreamReader)
+        # the client ended its side while a request was in progress: it has either half-closed
+        # (it waits for the answer) or gone (an SDK's timeout); the endpoint lets the request
+        # go when the client sends it, or its run's next request, again (ModelProxy)
+        self.ended = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -133,6 +137,7 @@ class _Http1Only(Wrapped):
         if not busy:
             return self.handler.eof_received()  # idle (or amid a head): the transport closes
         # the client ended its side after its request: answered, then the connection closes
+        self.ended = True
         handler.close()
         if self.payload is not None and not self.payload.is_eof():  # a body its end cut short
             self.payload.set_exception(EndedEarly(

@@ -86,7 +86,7 @@ class Exchange:
     """One request on its way: what the response is read against."""
 
     __slots__ = ("agent", "answered", "arrived", "broke", "key", "request", "reserved",
-                 "started_ns", "state", "turn", "unasked", "wire")
+                 "settled", "started_ns", "state", "turn", "unasked", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
                  started_ns: int, agent: str, key: str, unasked: bytes | None = None,
@@ -102,6 +102,7 @@ class Exchange:
         # its stream's last event came: the client had it all, whatever its connection does
         self.answered = False
         self.broke = False  # its response broke off before its end (booked as a failed call)
+        self.settled = False  # no longer its run's (settle: once)
         # the tool calls it may hand over, kept from its run's other requests until it is
         # booked or settled
         self.reserved = (turn.keep or 0) if turn.act is not Act.FINAL else 0
@@ -127,6 +128,9 @@ class Exchange:
         self.reserved = 0
 
     def settle(self) -> None:
-        """The request is over: released, and no longer its run's (ModelBook.settle)."""
+        """The request is over: released, and no longer its run's (ModelBook.settle); a
+        second call does nothing (a request let go before its handler ended)."""
         self.release()
-        ModelBook.settle(self.state)
+        if not self.settled:
+            self.settled = True
+            ModelBook.settle(self.state)

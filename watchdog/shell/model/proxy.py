@@ -79,7 +79,7 @@ from watchdog.shell.model.headers import (
     proxy_for,
     request_headers,
 )
-from watchdog.shell.model.http1 import EndedEarly
+from watchdog.shell.model.http1 import EndedEarly, Http1Only
 from watchdog.shell.model.plans import (
     JSON,
     REFUSED_USAGE_STATUSES,
@@ -164,6 +164,9 @@ class ModelProxy:
         # called with each request read, before its run is found: the native endpoint books
         # the calls it holds unbooked that the request may continue (see Booked)
         self.before_identify: Callable[[str, Request, Caller, str | None], None] | None = None
+        # the requests with the model on this relay: their client's connection, and the task
+        # that relays their answer (to let one go whose client sent it again: _let_go_resent)
+        self.asking: dict[Exchange, tuple[Http1Only | None, asyncio.Task[Any] | None]] = {}
 
     async def start(self) -> None:
         self.proxies = {base: proxy_for(base) for base in (self.openai, self.anthropic)}
@@ -208,10 +211,16 @@ class ModelProxy:
                 if isinstance(plan, Answer):
                     return web.Response(status=plan.status, body=plan.body,
                                         headers=plan.headers)
+                if plan.exchange is not None:
+                    protocol = request.transport.get_protocol() if request.transport else None
+                    self.asking[plan.exchange] = (
+                        protocol if isinstance(protocol, Http1Only) else None,
+                        asyncio.current_task())
                 try:
                     return await self.forward(request, plan)
                 finally:
                     if plan.exchange is not None:  # the request was the run's until now
+                        self.asking.pop(plan.exchange, None)
                         plan.exchange.settle()
             finally:
                 self.in_flight -= 1
@@ -417,6 +426,8 @@ class ModelProxy:
 
             if self.before_identify is not None:
                 self.before_identify(wire.api, parsed, caller, agent)
+            if self.asking:
+                self._let_go_resent(wire.api, parsed, caller, agent)
             state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
             run = self._run_of(state, agent, budget,
                                self.book.tool_records(state, parsed, time.time_ns()))
@@ -441,6 +452,25 @@ class ModelProxy:
         if state is not None:
             self.book.settle(state)
         return None
+
+    def _let_go_resent(self, api: str, parsed: Any, caller: Caller, agent: str | None
+                       ) -> None:
+        """A request of a run or conversation whose earlier request is still with the model
+        though its client ended its side of the connection: that client gave up on it (an
+        SDK's timeout, then its retry) and sends again. The earlier request is cancelled here
+        and is its run's no more (a half-closed client that waited for its answer sends no
+        request of the same conversation meanwhile): the new one is not a twin run, nor
+        kept from the tool calls the earlier one held back for itself."""
+        for exchange, (protocol, task) in list(self.asking.items()):
+            if protocol is None or not protocol.ended or exchange.answered \
+                    or not self.book.continues(api, parsed, caller, agent, exchange.state):
+                continue
+            del self.asking[exchange]
+            exchange.settle()
+            if task is not None:
+                task.cancel()
+            logs.event("model_request_resent", run=exchange.key, agent=exchange.agent,
+                       api=api)
 
     def _steer_unrecorded(self, state: EndpointRun, parsed: Any, agent: str | None,
                           budget: dict[str, float] | None
