@@ -4,7 +4,8 @@
 workload's misbehaving agents through the real core, runs, activity, a session, directives
 with report prompts' facts, webhook deliveries and an ack) with what it read back from it
 (``expected.json``). This build migrates the files when it opens them (state schema 4 → 5:
-activity chunks into a rowid table; 5 → 6: a ``session`` column, read out of the runs' rows;
+activity chunks into a rowid table; 5 → 6: a ``session`` column, read out of the runs' rows
+(6 → 7: with Python, of rows an older build wrote with NaN);
 directives 1 → 2: records as MessagePack, a
 ``terminal_state`` column; 2 → 3: the runs' snapshots stored with their directives; 3 → 4: a
 ``grace`` column, the wind_downs' announced graces read out of their records) and must read
@@ -85,7 +86,7 @@ def test_a_state_dir_the_build_before_wrote_reads_the_same(tmp_path: Path) -> No
         ended = key in expected["ended"]
         assert [row[1] for row in store.list_runs(ended, None, None, 100, session)] == [key]
     store.close()
-    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 6
+    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 7
 
     directives = DirectiveStore(str(state))
     stored = directives.list_after(0, 10_000)
@@ -228,3 +229,31 @@ def test_a_version_3_file_keeps_the_graces_its_wind_downs_announced(tmp_path: Pa
     assert [(f.rule, f.grace) for f in migrated.fired_records()] == current
     migrated.close()
     assert version(state / directive_store.DB_FILE) == 4
+
+
+def test_old_rows_with_nan_are_listed_under_their_session(tmp_path: Path) -> None:
+    """A run row an older build wrote with NaN or Infinity is no JSON to SQLite: the session
+    such a row holds is read with Python when the file is migrated (from schema 4, and from a
+    schema 6 file whose migration left it unread), so ?session= lists it at once, though an
+    ended run is never written again."""
+    for start in (4, 6):
+        (tmp_path / str(start)).mkdir()
+        state, _expected = old_state_dir(tmp_path / str(start))
+        path = state / state_store.DB_FILE
+        db = sqlite3.connect(path)
+        key, data = db.execute("SELECT key, data FROM runs WHERE ended=1 AND "
+                               "json_extract(data, '$.session') IS NOT NULL LIMIT 1").fetchone()
+        row = json.loads(data)
+        row["cost_usd"], row["duration_seconds"] = math.nan, math.inf
+        db.execute("UPDATE runs SET data=? WHERE key=?", (json.dumps(row), key))
+        db.commit()
+        for step in range(5, start + 1):  # (the build before migrated it to 6)
+            db.executescript(state_store._MIGRATIONS[step])
+        db.close()
+        store = Store(str(state))
+        try:
+            listed = [r[1] for r in store.list_runs(True, None, None, 500, row["session"])]
+            assert key in listed, start
+        finally:
+            store.close()
+        assert version(path) == state_store.SCHEMA_VERSION

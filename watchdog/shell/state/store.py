@@ -12,7 +12,9 @@ in the same transaction. Sessions are one JSON row each (:meth:`SessionState.to_
 checkpoint is written synchronously (:meth:`Store.save_sessions`) before the API acknowledges it.
 
 Schema versions: 1 had runs and activity; 2 adds sessions; 3 stores activity in chunks; 4 adds
-the tracker state; 5 keeps the chunks in a rowid table (appended, indexed by run). An older
+the tracker state; 5 keeps the chunks in a rowid table (appended, indexed by run); 6 adds the
+runs' ``session`` column (read out of their rows); 7 reads it with Python from the rows an older
+build wrote with Infinity/NaN, which SQLite's JSON cannot read. An older
 file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
 """
 
@@ -35,7 +37,7 @@ from watchdog.core.runs.activity import ActivityEntry
 if TYPE_CHECKING:
     import msgspec
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DB_FILE = "watchdog.sqlite3"
 HELD = "runs, activity and sessions"  # what the file holds (to say what moving it aside drops)
 OWNER_FILE = "watchdog.lock"  # held (flock) by the one sidecar that uses the state dir
@@ -125,8 +127,7 @@ DROP TABLE activity_chunks_v4;
 COMMIT;
 """,
     # the run's session beside its agent, for the listing's filter (GET /v1/runs?session=);
-    # a row an older build wrote with Infinity/NaN is no JSON to SQLite: its session is read
-    # at its next write
+    # a row an older build wrote with Infinity/NaN is no JSON to SQLite: 7 reads its session
     6: """
 BEGIN;
 ALTER TABLE runs ADD COLUMN session TEXT;
@@ -134,7 +135,37 @@ UPDATE runs SET session = CASE WHEN json_valid(data) THEN json_extract(data, '$.
 PRAGMA user_version=6;
 COMMIT;
 """,
+    7: "",  # (in Python: _read_old_sessions)
 }
+
+
+def _read_old_sessions(db: sqlite3.Connection) -> None:
+    """Schema 7: the session of each run row an older build wrote with Infinity/NaN (no JSON
+    to SQLite, so 6 left its ``session`` empty), read with Python, which reads such rows; an
+    ended run is never written again, and would never be listed under its session."""
+    db.execute("BEGIN")
+    try:
+        found: list[tuple[str, str]] = []
+        for key, data in db.execute("SELECT key, data FROM runs WHERE session IS NULL "
+                                    "AND NOT json_valid(data)"):
+            try:
+                row = decode(data)
+            except ValueError:  # (damaged: skipped at the restore, as before)
+                continue
+            session = row.get("session") if isinstance(row, dict) else None
+            if isinstance(session, str):
+                found.append((session, key))
+        for start in range(0, len(found), ROWS_PER_STATEMENT):
+            db.executemany("UPDATE runs SET session=? WHERE key=?",
+                           found[start:start + ROWS_PER_STATEMENT])
+        db.execute("PRAGMA user_version=7")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+_PYTHON_MIGRATIONS = {7: _read_old_sessions}
 
 
 # Rows go into SQLite a statement per many rows: ``executemany`` runs its statement once per
@@ -418,7 +449,10 @@ class Store:
                 self._db.executescript(_SCHEMA)
             else:
                 for step in range(version + 1, SCHEMA_VERSION + 1):
-                    self._db.executescript(_MIGRATIONS[step])
+                    if _MIGRATIONS[step]:
+                        self._db.executescript(_MIGRATIONS[step])
+                    if step in _PYTHON_MIGRATIONS:
+                        _PYTHON_MIGRATIONS[step](self._db)
             if version != SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._reader = sqlite3.connect(target, check_same_thread=False,
