@@ -135,6 +135,30 @@ def test_rules_listing_and_reload(tmp_path: Path) -> None:
         assert b'agent_watchdog_rule_errors_total{rule="broken"} 0.0' in body.splitlines()
 
 
+def test_a_reload_that_fails_keeps_the_rules_and_says_why(tmp_path: Path) -> None:
+    """A pack whose expression holds what CEL cannot take (an unpaired surrogate, as YAML's
+    escape writes it) is a pack problem with its line, not a failed request: 422, the rules
+    kept, rules_reload_success 0."""
+    pack = tmp_path / "mine.yaml"
+    head = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+    pack.write_text(head)
+    config = sidecar_config(tmp_path / "state", rules=(str(pack),), rules_watch_interval=0.0)
+    with running_server(config) as server:
+        before = server.get_json("/v1/rules")["rules"]
+        for when, message in (('"run.agent == \\"\\ud800\\""', "x"),
+                              ("run.tool_calls > 3", '"\\udfff"')):
+            pack.write_text(head + f"rules:\n  - name: odd\n    when: {when}\n"
+                            f"    action: notify\n    message: {message}\n")
+            status, body = http_request("POST", server.api + "/-/reload")
+            assert status == 422, body
+            said = json.loads(body)["error"]["message"]
+            assert "keeping the previous rules" in said and "mine.yaml:" in said
+            assert "unpaired surrogate" in said
+            assert server.get_json("/v1/rules")["rules"] == before
+            status, metrics = http_request("GET", server.metrics + "/metrics")
+            assert b"agent_watchdog_rules_reload_success 0.0" in metrics
+
+
 def test_a_reload_is_enforced_at_once_on_the_active_runs(tmp_path: Path) -> None:
     """A budget lowered below what an active run used aborts it as the reload is answered, not
     at its next span (no timer here: the reload's own evaluation does it)."""

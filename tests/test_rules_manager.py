@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.core.rules.pack import RulePackError
+from watchdog.core.rules.pack import RulePackError, RuleSet
 from watchdog.shell.rule_files import RuleManager, pack_failure
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
@@ -89,3 +89,34 @@ def test_a_bad_pack_at_start_is_an_error_said_in_one_line(tmp_path: Path) -> Non
     line = pack_failure(caught.value)
     assert "\n" not in line and "nope" in line and "watchdog rules check" in line
     assert manager.engine is None
+
+
+def test_a_reload_that_fails_outside_the_packs_keeps_the_rules_and_says_why(
+        tmp_path: Path) -> None:
+    """A load that fails with something other than a pack problem (here: the rules directory
+    gone between the look and the listing, as a ConfigMap swap can make it) is a failed
+    reload like a bad pack's: the running rules kept, the outcome False, the error said."""
+    pack = tmp_path / "mine.yaml"
+    write(pack, "first")
+    outcomes: list[bool] = []
+
+    class Swapped(RuleManager):
+        gone = False
+
+        def _load(self) -> RuleSet:
+            if self.gone:
+                os.listdir(tmp_path / "gone")  # FileNotFoundError
+            return super()._load()
+
+    manager = Swapped([str(pack)], include_default=False, reloaded=outcomes.append)
+
+    async def scenario() -> tuple[bool, str]:
+        await manager.start()
+        manager.gone = True
+        return await manager.reload()
+
+    ok, message = asyncio.run(scenario())
+    assert not ok and outcomes == [True, False]
+    assert message.startswith("rule reload failed, keeping the previous rules: "
+                              "FileNotFoundError: ")
+    assert rule_names(manager) == {"first"}

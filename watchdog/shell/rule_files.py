@@ -58,6 +58,13 @@ class RuleManager:
                 message = "rule reload failed, keeping the previous rules:\n" + str(exc)
                 log.error("%s", message)
                 return False, message
+            except Exception as exc:  # not a pack's problem (a bug, a directory gone): the
+                # same answer, and the traceback in the log
+                self.reloaded(False)
+                message = (f"rule reload failed, keeping the previous rules: "
+                           f"{type(exc).__name__}: {exc}")
+                log.exception("%s", message)
+                return False, message
             self.engine.replace(ruleset)
             self._sources = ruleset.sources
             self.reloaded(True)

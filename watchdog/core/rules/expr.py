@@ -298,6 +298,7 @@ def compile_expr(source: str, *, condition: bool = False) -> Expr:
     """Check and compile ``source``; a condition must be a bool. Raises :class:`ExprError`."""
     if not source.strip():
         raise ExprError([Issue(1, 1, "empty expression")])
+    _check_text(source)
     known = checked.shipped().get(source) if recorded is None else None
     if known is not None:  # a shipped pack's: checked ahead, compiled at its first evaluation
         result_type, timed = known
@@ -325,6 +326,21 @@ def compile_expr(source: str, *, condition: bool = False) -> Expr:
         recorded[source] = (result_type, timed)
     return Expr(source, envs.runtime.compile(source), result_type, timed,
                 compile_fast(source) if condition else None)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_text(source: str) -> None:
+    """An expression is Unicode text: an unpaired surrogate (YAML's ``"\\ud800"`` escape) is
+    no character CEL can read."""
+    found = _SURROGATE.search(source)
+    if found is not None:
+        line = source.count("\n", 0, found.start()) + 1
+        column = found.start() - (source.rfind("\n", 0, found.start()) + 1) + 1
+        raise ExprError([Issue(line, column, f"U+{ord(found.group()):04X} is an unpaired "
+                                             "surrogate, no character: write the character "
+                                             "itself")])
 
 
 def _check_condition(condition: bool, result_type: str) -> None:
@@ -489,6 +505,7 @@ NOT_A_PLACEHOLDER = re.compile(r"\{\{?\s*((?:run|session|fleet)\.[\w.\[\]'\"]*)\
 
 def compile_template(text: str) -> Template:
     """Parse and compile every placeholder; positions in :class:`ExprError` are within ``text``."""
+    _check_text(text)  # (the message goes into directives, webhooks and the model's prompt)
     parts: list[str | Expr] = []
     issues: list[Issue] = []
     literal: list[str] = []
