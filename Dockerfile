@@ -89,8 +89,9 @@ LABEL org.opencontainers.image.title="agent-watchdog-sidecar" \
       org.opencontainers.image.description="Watches LLM agents through their OpenTelemetry spans; tells stuck, looping or over-budget runs to wrap up or stop." \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
-# OTLP/gRPC, OTLP/HTTP, metrics + health, control API (DESIGN §2).
-EXPOSE 4317 4318 9464 9477
+# OTLP/gRPC, OTLP/HTTP, metrics + health, control API (DESIGN §2), and the model endpoint
+# (DESIGN §12: off unless WATCHDOG_MODEL_ADDRESS is set, e.g. 0.0.0.0:9478).
+EXPOSE 4317 4318 9464 9477 9478
 # Kubernetes uses the chart's probes; this is for `docker run` and compose. It asks /healthz
 # where the metrics listener is, WATCHDOG_METRICS_ADDRESS (default 0.0.0.0:9464; a wildcard
 # host is asked on loopback), with the image's own python (tests/test_dockerfile.py runs it).

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 WATCHDOG_UID = "65532"
-PORTS = {"4317", "4318", "9464", "9477"}
+# every port the chart gives a container (OTLP gRPC and HTTP, metrics, API, model endpoint)
+PORTS = {"4317", "4318", "9464", "9477", "9478"}
 STATE_DIR = "/var/lib/watchdog"
 
 
@@ -177,6 +178,10 @@ def test_ports_and_entrypoint(instructions: list[Instruction]) -> None:
     exposed = {port.split("/")[0] for i in final if i.keyword == "EXPOSE"
                for port in i.args.split()}
     assert exposed == PORTS
+    import yaml
+
+    chart = yaml.safe_load((ROOT / "helm" / "agent-watchdog" / "values.yaml").read_text())
+    assert {str(port) for port in chart["ports"].values()} == PORTS
     [entrypoint] = [json.loads(i.args) for i in final if i.keyword == "ENTRYPOINT"]
     [cmd] = [json.loads(i.args) for i in final if i.keyword == "CMD"]
     assert (entrypoint, cmd) == (["watchdog"], ["serve"])  # exec form: signals reach watchdog
