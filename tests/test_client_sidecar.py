@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -251,8 +252,8 @@ def test_a_run_whose_announcement_is_refused_still_syncs(sidecar: RunningServer)
                 pass
         run_id = run.id
     wd.close()
-    assert wd.syncer.sent == 3
-    assert sidecar.get_json(f"/v1/runs/{run_id}")["iterations"] == 2
+    assert wd.syncer.sent == 4  # (one per model request, and the last as the run exits)
+    assert sidecar.get_json(f"/v1/runs/{run_id}")["iterations"] == 3  # (the last: at exit)
 
 
 def test_the_heartbeat_announces_a_run_whose_syncs_did_not(sidecar: RunningServer) -> None:
@@ -361,3 +362,30 @@ def test_a_url_that_is_not_the_control_api_is_said_once(
         answer = transport.request("GET", "/v1/runs/never-seen")
         assert answer.status == 404  # the API's word on a run
         assert not [r for r in caplog.records if "answers HTTP 404" in r.getMessage()]
+
+
+def test_a_steered_run_tells_the_sidecar_it_ended_without_an_exporter(
+        sidecar: RunningServer) -> None:
+    """A run that syncs (an adapter, or a loop asking before_model_call) says its end with its
+    last sync, as it exits: with no exporter at all (a broken one), the sidecar still hears the
+    run's own span (a home-grown loop's carries its answer), and the run ends then, not at a
+    timeout 15 minutes later."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())  # no exporter: sync only
+    tracer = wd.tracer()
+    ended = {}
+    for inner in (False, True):
+        agent_span = tracer.start_as_current_span("invoke_agent inner", attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "inner"}) \
+            if inner else contextlib.nullcontext()
+        with wd.run(agent="no-exporter") as run, agent_span:
+            for _ in range(2):
+                run.before_model_call()
+                with tracer.start_as_current_span("chat", attributes={
+                        "gen_ai.operation.name": "chat"}):
+                    pass
+            run.set_final_answer("the answer")
+        detail = sidecar.get_json(f"/v1/runs/{run.id}")  # (the sync was answered: no wait)
+        ended[inner] = (detail["state"], detail["iterations"], detail["terminal_state"])
+    wd.close()
+    assert ended[False] == ("ended", 2, "completed")
+    assert ended[True][:2] == ("ended", 2)

@@ -23,6 +23,8 @@ the agent's thread calls here (``directive()``, ``budget_note()``, ``instruction
 A run ends on the sidecar when its own span arrives. When no agent span was started inside
 the run (a home-grown loop), the run's own span becomes that agent span when the ``with``
 block exits, carrying the exception if the block raised and ``set_final_answer()`` if given.
+A run that synced sends that span with a last sync as it exits, so the sidecar hears the end
+though the exporter never delivers it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 
 from agent_watchdog_client.directive import Directive, DirectiveBoard
@@ -231,6 +234,11 @@ class Run:
                 span.set_attribute("error.type", type(error).__qualname__)
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             span.end()
+            if self.tally.keep_spans and isinstance(span, ReadableSpan):
+                # a steered run says its end with a last sync (its spans' end, its own span):
+                # the sidecar ends it now, though its exporter may never deliver them
+                with self._steer_lock:
+                    self._sync(last=span)
         if self._token is not None:
             try:
                 otel_context.detach(self._token)  # type: ignore[arg-type]
@@ -383,10 +391,14 @@ class Run:
         return (tally.model_spans, steering.tools_admitted, steering.tools_refused,
                 tally.ended_calls, self.board.last_seq)
 
-    def _sync(self) -> None:
+    def _sync(self, last: ReadableSpan | None = None) -> None:
+        """Send the ended spans not synced yet (and ``last``, the run's own span, as the run
+        exits) and take the sidecar's answer."""
         tally = self.tally
         tally.keep_spans = True  # the run steers: from now on its ended calls wait for a sync
         spans = tally.take_unsynced()
+        if last is not None:
+            spans.append(last)
         # a stop the run made by itself goes with the spans (the sidecar takes it first: a tool
         # call refused at the stop still ends a span), and again until a sync carried it
         stop = self.steering.unreported_stop
@@ -398,7 +410,7 @@ class Run:
             else self.announcement(with_trace=True)
         answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop, announce)
         if answer is None:
-            tally.give_back(spans)
+            tally.give_back(spans if last is None else spans[:-1])
             return
         self._sync_announced = True
         if stop is not None:
