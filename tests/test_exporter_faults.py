@@ -4,12 +4,21 @@ OTel SDK's own exporters, read back from ``/v1/runs``."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.harness import RunningServer, running_server, sidecar_config
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.otel import export_http
+from tests.ports import free_port
 from tests.spans import SpanMaker, chat_attrs, tool_attrs
+from tests.test_otlp_http import export_outcomes
+
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 
 def test_loose_calls_of_two_replicas_of_one_service_are_two_runs(
@@ -75,3 +84,73 @@ def test_a_batch_sent_again_after_a_restart_is_applied_once(tmp_path: Path) -> N
 def counts(sidecar: RunningServer) -> tuple[int, int]:
     run = sidecar.get_json("/v1/runs/across-restart")
     return run["iterations"], run["tool_calls"]
+
+
+def test_a_collector_retries_what_an_overloaded_sidecar_refuses_and_drops_nothing(
+        tmp_path: Path) -> None:
+    """A gateway's Collector (its OTLP exporter, several consumers) sends more calls at once
+    than the sidecar has processing slots: the calls past the slots are refused with
+    UNAVAILABLE and a RetryInfo, which the Collector retries, so every batch arrives. (gRPC's
+    own RESOURCE_EXHAUSTED carries no RetryInfo: the Collector drops the batch on it.)"""
+    from tests.test_scale_out import otelcol
+
+    batches = 40
+    bodies = []
+    t = time.time() - 10
+    for index in range(batches):
+        maker = SpanMaker({"service.name": "gateway-agents"})
+        ids = {"watchdog.run.id": f"pressed-{index}"}
+        for step in range(100):
+            maker.span("execute_tool search", tool_attrs("search", f'{{"q": {step}}}',
+                                                         "found " * 50, **ids),
+                       start=t + step * 0.01, end=t + step * 0.01 + 0.005)
+        bodies.append(encode_spans(maker.take()).SerializeToString())
+    with running_server(sidecar_config(tmp_path / "state", max_pending_requests=2)) as sidecar:
+        port = free_port()
+        config = tmp_path / "collector.yaml"
+        config.write_text(json.dumps({
+            "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{port}"}}}},
+            "exporters": {"load_balancing": {
+                "protocol": {"otlp": {
+                    "tls": {"insecure": True},
+                    # (at most 4 calls a slot in flight: gRPC core's own bound is not reached)
+                    "sending_queue": {"enabled": True, "num_consumers": 6, "queue_size": 500},
+                    "retry_on_failure": {"enabled": True, "initial_interval": "100ms",
+                                         "max_interval": "500ms", "max_elapsed_time": "60s"}}},
+                "resolver": {"static": {"hostnames": [sidecar.grpc_target]}}}},
+            "service": {"telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}},
+                        "pipelines": {"traces": {"receivers": ["otlp"],
+                                                 "exporters": ["load_balancing"]}}}}))
+        log_path = tmp_path / "collector.log"
+        with log_path.open("w") as log:
+            collector = subprocess.Popen([str(otelcol()), "--config", str(config)],
+                                         stderr=log)
+        try:
+            url = f"http://127.0.0.1:{port}/v1/traces"
+            wait_until(lambda: collector.poll() is not None or _accepts(url),
+                       "the Collector to accept exports", timeout=60)
+            assert collector.poll() is None, log_path.read_text()
+            with ThreadPoolExecutor(8) as pool:
+                statuses = set(pool.map(lambda body: http_request("POST", url, body, PROTOBUF,
+                                                                  timeout=30)[0], bodies))
+            assert statuses == {200}
+
+            def arrived() -> int:
+                runs = sidecar.get_json(f"/v1/runs?limit={batches}")["runs"]
+                return sum(run["tool_calls"] == 100 for run in runs)
+
+            wait_until(lambda: arrived() == batches or "Dropping data" in log_path.read_text(),
+                       "every batch at the sidecar", timeout=60)
+            assert "Dropping data" not in log_path.read_text(), log_path.read_text()[-2000:]
+            assert arrived() == batches
+            assert export_outcomes(sidecar, "grpc").get("overloaded", 0) > 0  # (pressed)
+        finally:
+            collector.terminate()
+            collector.wait(30)
+
+
+def _accepts(url: str) -> bool:
+    try:
+        return http_request("POST", url, b"", PROTOBUF, timeout=2)[0] == 200
+    except OSError:
+        return False
