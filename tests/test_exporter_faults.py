@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
@@ -17,6 +21,7 @@ from tests.otel import export_http
 from tests.ports import free_port
 from tests.spans import SpanMaker, chat_attrs, tool_attrs
 from tests.test_otlp_http import export_outcomes
+from watchdog.shell.receivers import otlp_grpc
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
@@ -154,3 +159,32 @@ def _accepts(url: str) -> bool:
         return http_request("POST", url, b"", PROTOBUF, timeout=2)[0] == 200
     except OSError:
         return False
+
+
+def test_a_grpc_call_whose_message_stalls_gives_its_slot_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call holds its processing slot from before its message is read: one whose message
+    never comes is answered DEADLINE_EXCEEDED after ``MESSAGE_READ_TIMEOUT`` and frees its
+    slot, so the next export (the only slot) is served."""
+    monkeypatch.setattr(otlp_grpc, "MESSAGE_READ_TIMEOUT", 0.3)
+    release = threading.Event()
+
+    def stalled() -> Iterator[bytes]:
+        release.wait(10)  # (the message would come only after the answer)
+        yield b""
+
+    maker = SpanMaker()
+    maker.span("chat gpt-4o", chat_attrs(**{"watchdog.run.id": "after-the-stall"}),
+               start=time.time() - 5)
+    body = encode_spans(maker.take()).SerializeToString()
+    with running_server(sidecar_config(tmp_path / "state", max_pending_requests=1)) as sidecar, \
+            grpc.insecure_channel(sidecar.grpc_target) as channel:
+        export = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+        with pytest.raises(grpc.RpcError) as caught:
+            channel.stream_unary(export)(stalled(), timeout=10)
+        release.set()
+        error: grpc.Call = caught.value  # type: ignore[assignment]
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "did not arrive within 0.3s" in (error.details() or "")
+        assert channel.unary_unary(export)(body, timeout=10) == b""
+        assert sidecar.get_json("/v1/runs/after-the-stall")["iterations"] == 1
