@@ -90,7 +90,7 @@ class RecentSpans:
     is counted once. Another span with an id already applied (another name or time:
     :func:`~watchdog.core.spans.record.copy_mark`) is dropped too — the first of an id is the
     span — and counted in :attr:`conflicts` (a rejection the receiver reports). Bounded: the
-    last :data:`MAX_RECENT_SPANS` (some 2 MB when full), which covers a retry that comes within
+    last :data:`MAX_RECENT_SPANS` (some 3 MB when full), which covers a retry that comes within
     that many spans of its first copy.
 
     Kept over a clean restart (:meth:`state`, :meth:`restore`): a batch the sidecar applied

@@ -82,6 +82,7 @@ def loose_group(item: _Grouped) -> tuple[str | None, ...]:
     session = item.session
     return (item.service, item.instance if session is None else None, item.agent, session)
 
+
 class RunBook:
     """What the tracker holds (all bounded), its reads, and its state over a restart."""
 
