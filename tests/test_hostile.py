@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -477,8 +478,10 @@ def test_uploads_are_bounded_per_client(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_grpc_refuses_past_its_bound_instead_of_queueing(tmp_path: Path) -> None:
-    """Calls past ``max_pending_requests`` get RESOURCE_EXHAUSTED from gRPC itself (not queued
-    behind the busy event loop); the admitted ones are served."""
+    """Calls past ``max_pending_requests`` that arrive while the event loop is busy are
+    refused UNAVAILABLE with a RetryInfo (every OTLP exporter retries it) once it is free,
+    before their message is read (past ``CALLS_PER_SLOT`` times that many in progress, gRPC
+    refuses them itself with RESOURCE_EXHAUSTED); the admitted ones are served."""
     bodies = []
     for index in range(8):  # distinct bodies (a repeated one is a retry), applied in slices
         maker = SpanMaker()
@@ -500,6 +503,7 @@ def test_grpc_refuses_past_its_bound_instead_of_queueing(tmp_path: Path) -> None
         hold.start()
         blocked.wait(10)
         results: list[grpc.StatusCode] = []
+        retry_after: set[int] = set()  # RetryInfo delays of the calls refused UNAVAILABLE
         with grpc.insecure_channel(sidecar.grpc_target) as channel:
             call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1."
                                        "TraceService/Export")
@@ -509,10 +513,15 @@ def test_grpc_refuses_past_its_bound_instead_of_queueing(tmp_path: Path) -> None
                     future.result()
                     results.append(grpc.StatusCode.OK)
                 except grpc.RpcError as exc:
-                    results.append(exc.code())
+                    error: grpc.Call = exc  # type: ignore[assignment]
+                    results.append(error.code())
+                    trailers = dict(error.trailing_metadata() or ())
+                    if error.code() is grpc.StatusCode.UNAVAILABLE:
+                        retry_after.add(error_details_pb2.RetryInfo.FromString(
+                            trailers["google.rpc.retryinfo-bin"]).retry_delay.seconds)
         hold.join()
         assert results.count(grpc.StatusCode.OK) >= 2, results
-        assert grpc.StatusCode.RESOURCE_EXHAUSTED in results, results
+        assert grpc.StatusCode.UNAVAILABLE in results and retry_after == {1}, results
         assert set(results) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 grpc.StatusCode.UNAVAILABLE}, results
         assert grpc_export(sidecar, b"") == b""

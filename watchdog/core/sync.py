@@ -90,12 +90,18 @@ class RecentSpans:
     is counted once. Another span with an id already applied (another name or time:
     :func:`~watchdog.core.spans.record.copy_mark`) is dropped too — the first of an id is the
     span — and counted in :attr:`conflicts` (a rejection the receiver reports). Bounded: the
-    last :data:`MAX_RECENT_SPANS` (some 2 MB when full), which covers a retry that comes within
-    that many spans of its first copy."""
+    last :data:`MAX_RECENT_SPANS` (some 3 MB when full), which covers a retry that comes within
+    that many spans of its first copy.
+
+    Kept over a clean restart (:meth:`state`, :meth:`restore`): a batch the sidecar applied
+    just before it stopped, whose answer the exporter never read, comes again to the next
+    process. A copy mark is a hash of this process's, so a span taken back is told by its
+    times alone (its start and end, to the nanosecond)."""
 
     def __init__(self, size: int = MAX_RECENT_SPANS) -> None:
-        self._ids: dict[str, int] = {}  # trace + span id -> the copy mark of the one applied
-        self._order: deque[str] = deque()
+        # trace + span id -> the copy mark of the one applied (its times, taken back)
+        self._ids: dict[str, int | tuple[int, int]] = {}
+        self._order: deque[tuple[str, int, int]] = deque()  # (trace + span id, start, end)
         self._size = size
         self.duplicates = 0  # spans dropped as a second copy
         self.conflicts: list[SpanRecord] = []  # of the last admit: other spans of an id applied
@@ -109,17 +115,40 @@ class RecentSpans:
             mark = copy_mark(record)
             first = ids.get(key)
             if first is not None:
-                if first != mark:
+                if first != mark and first != (record.start_ns, record.end_ns):
                     self.conflicts.append(record)
                 else:
                     self.duplicates += 1
                 continue
             ids[key] = mark
-            order.append(key)
+            order.append((key, record.start_ns, record.end_ns))
             if len(order) > self._size:
-                del ids[order.popleft()]
+                del ids[order.popleft()[0]]
             admitted.append(record)
         return admitted
+
+    def state(self) -> list[list[Any]]:
+        """The ids remembered, oldest first, with their spans' times (JSON-able)."""
+        return [list(item) for item in self._order]
+
+    def restore(self, state: object) -> int:
+        """Take back what :meth:`state` gave (before any span is admitted); returns the
+        entries left out because they cannot be read."""
+        skipped = 0
+        for item in state if isinstance(state, list) else ():
+            try:
+                key, start, end = item
+                if not (isinstance(key, str) and type(start) is int and type(end) is int):
+                    raise TypeError(f"not a span's id and times: {item!r}")
+            except (TypeError, ValueError):
+                skipped += 1
+                continue
+            if key not in self._ids:
+                self._ids[key] = (start, end)
+                self._order.append((key, start, end))
+        while len(self._order) > self._size:
+            del self._ids[self._order.popleft()[0]]
+        return skipped
 
 
 def sync_answer(run: RunView | None, run_id: str, applied: int,

@@ -260,20 +260,26 @@ class WatchdogService:
         return newer
 
     def _restore_tracker_state(self) -> None:
-        """What the tracker held beyond its runs at a clean shutdown (not after a crash: then
-        a nested agent whose spans came before the restart is not split out of its trace's
-        run); never a failed start."""
+        """What the tracker held beyond its runs at a clean shutdown, and the spans applied
+        last (not after a crash: then a nested agent whose spans came before the restart is
+        not split out of its trace's run, and a batch sent again is applied again); never a
+        failed start."""
         saved = self.store.take_tracker_state()
         if saved is None:
             return
         try:
-            skipped = self.tracker.restore_state(json.loads(saved))
+            kept = json.loads(saved)
+            skipped = self.tracker.restore_state(kept)
+            unread = self.core.recent.restore(kept.get("recent_spans"))
         except (ValueError, TypeError, AttributeError):
             log.warning("the tracker state kept at the last shutdown cannot be read: skipped")
             return
         if skipped:
             log.warning("%d traces of the tracker state kept at the last shutdown cannot be "
                         "read: skipped", skipped)
+        if unread:
+            log.warning("%d span ids of those applied last, kept at the last shutdown, cannot be "
+                        "read: skipped (such a span sent again is applied again)", unread)
 
     def _unreadable(self, key: str) -> None:
         self._run_failed("restore", key)
@@ -292,6 +298,7 @@ class WatchdogService:
             log.exception("the traces held for their log events could not be applied")
         try:
             kept = self.tracker.state()
+            kept["recent_spans"] = self.core.recent.state()  # (a retry after the restart)
             if kept["left_out"]:
                 log.warning("%d traces in progress are too many to keep their records over the "
                             "restart: a nested agent of theirs stays in its parent's run",

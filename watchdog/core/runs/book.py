@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from watchdog.core.bounds import is_number
 from watchdog.core.runs.frames import FrameBook, TraceFrames
@@ -32,7 +32,7 @@ MAX_TRACED_ANSWERS = 10_000
 # closes it only ``loose_run_gap`` after its last span: an instrumentation may leave that root
 # open when the run raises (it is never exported); this many such runs are watched at once
 MAX_FAILED_UNCLOSED = 10_000
-MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (service, agent, session) tracked at once
+MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (loose_group) tracked at once
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
 # Spans of no kind a run keeps that no tool asked for matched yet: the model call that asked
 # for them may come later (its request after theirs), and then takes them (the most recent
@@ -68,6 +68,21 @@ class LooseAnswer(NamedTuple):
     since_ns: int  # when the answer before it (of the run before) ended; 0: unknown
 
 
+class _Grouped(Protocol):
+    service: str | None
+    instance: str | None
+    agent: str | None
+    session: str | None
+
+
+def loose_group(item: _Grouped) -> tuple[str | None, ...]:
+    """The agent whose loose calls (a span's, or a run's) form one run: its service, its name
+    and its session, else (no session) which process of the service it is: two replicas of one
+    service are two agents, but the turns of one conversation may be served by any of them."""
+    session = item.session
+    return (item.service, item.instance if session is None else None, item.agent, session)
+
+
 class RunBook:
     """What the tracker holds (all bounded), its reads, and its state over a restart."""
 
@@ -87,7 +102,7 @@ class RunBook:
         self._frames = FrameBook()
         self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
         self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
-        # (service, agent, session) -> the call that ended its last run of loose calls: that
+        # loose_group -> the call that ended its last run of loose calls: that
         # call's twin (its span by a second instrumentation, a trace of its own) may come after
         # it, and is no call of a next run; nor is a call that ended before it started (and
         # after the answer before it), sent after it: its run's, late
@@ -180,7 +195,7 @@ class RunBook:
             target[run.key] = run
             if run.loose_trace is not None:
                 self._loose_traces[run.loose_trace] = run.key
-                group = (run.service, run.agent, run.session)
+                group = loose_group(run)
                 if not run.ended:
                     self._loose[group] = run.key
                 elif run.has_final_answer and (answer := run.answer_call()) is not None:

@@ -103,6 +103,7 @@ class RunCounts(RunFields):
             # (the service of its agent, model or tool calls: a span of no kind, come first,
             # may be a library's of its own resource, LiteLLM's raw request)
             self.service = record.service
+            self.instance = record.instance
             self._plumbing_service = record.kind is OTHER
         if self.session is None and record.session is not None:
             self.session = record.session

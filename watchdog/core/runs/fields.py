@@ -65,7 +65,7 @@ class RunFields:
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
-        "input_hash", "input_tokens", "iterations", "key", "key_source",
+        "input_hash", "input_tokens", "instance", "iterations", "key", "key_source",
         "last_error", "last_progress", "last_seen", "limit_stop", "loose_trace", "messages",
         "named_at", "named_by_agent", "named_trace",
         "output_tokens", "parent_run",
@@ -83,6 +83,7 @@ class RunFields:
         self.agent: str | None = None
         self.agent_spans = False  # a span of the agent's came (not only the model endpoint's)
         self.service: str | None = None
+        self.instance: str | None = None  # which process of the service (its calls')
         self._plumbing_service = False  # ... taken from a span of no kind: a call's names it
         self.session: str | None = None
         self.session_counted = False  # the shell has counted this run in its session's runs

@@ -18,8 +18,9 @@ One run per agent invocation (DESIGN §3):
   a child run by :mod:`watchdog.core.runs.frames`;
 * a model (or tool) call that is a whole trace by itself — a home-grown loop traced only by its
   client's instrumentation, with no span for the invocation — is *loose*: consecutive loose
-  calls of one agent (service, agent name, session) form one run, which ends with a call that
-  answered, or after ``loose_run_gap`` seconds without a call;
+  calls of one agent (service and its instance, agent name, session: ``loose_group``) form
+  one run, which ends with a call that answered, or after ``loose_run_gap`` seconds without a
+  call;
 * a tool call no model asked for at the root of such a trace, with model calls below it, is not
   loose: it is the invocation (code invoked a function that runs the model loop itself, as
   Semantic Kernel's ``kernel.invoke_prompt`` does), the trace's run, ended by it; so is a
@@ -62,6 +63,7 @@ from watchdog.core.runs.book import (
     MAX_UNPLACED_TRACES,
     TRACED_ANSWER_WAIT,
     RunBook,
+    loose_group,
 )
 from watchdog.core.runs.counts import claimable
 from watchdog.core.runs.frames import LATE_SPAN_GRACE, TraceFrames
@@ -147,7 +149,7 @@ class RunTracker(RunBook):
         if record.kind is OTHER and record.parent_span_id is None:
             # a trace of its own named after a tool the agent's last loose model call asked
             # for: that tool's execution, traced by hand (the apply makes it a tool call)
-            loose = self._loose.get((record.service, record.agent, record.session))
+            loose = self._loose.get(loose_group(record))
             run = self._active.get(loose) if loose is not None else None
             if run is not None and run.asked_for(record) is not None:
                 record.run_key, record.loose = run.key, True
@@ -191,7 +193,7 @@ class RunTracker(RunBook):
                 # it frames its trace's run, which ends with it
                 record.kind, record.workflow = AGENT, True
                 continue
-            group = (record.service, record.agent, record.session)
+            group = loose_group(record)
             answer = self._loose_answers.get(group)
             if answer is not None and record.response_id is not None \
                     and answer.response_id == record.response_id and answer.scope != record.scope:
@@ -477,7 +479,7 @@ class RunTracker(RunBook):
             self._late_parent_answer(run, result)
             return
         if record.loose and run.has_final_answer:
-            group = (record.service, record.agent, record.session)
+            group = loose_group(record)
             if self._loose.get(group) == run.key:  # the next call opens the next run
                 del self._loose[group]
             self._remember_answer(group, run.key, record.response_id or "", record.scope,
@@ -551,7 +553,7 @@ class RunTracker(RunBook):
         if run is None or run.trace_id != trace_id or run.loose_trace != trace_id:
             return
         self._loose_traces.pop(trace_id, None)
-        group = (root.service, root.agent, root.session)
+        group = loose_group(root)
         if self._loose.get(group) == run.key:
             del self._loose[group]
         run.loose_trace = None

@@ -233,6 +233,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if agent:
         record.agent = agent[:MAX_NAME_CHARS]
     record.service = resource.service
+    record.instance = resource.instance
     session = firsts[F_SESSION] or resource.session
     if session:
         record.session = session  # (refused whole when too long, as a run id is)
@@ -320,6 +321,8 @@ def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
         if made is not None:
             record: SpanRecord = made[0]
             left = made[1]
+            if resource.instance is not None:  # (the compiled normalise does not set it)
+                record.instance = resource.instance
             if left == 1:  # (its span ended with no error, status text or event)
                 _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden)
             elif left:

@@ -215,6 +215,9 @@ class Resource:
     run_id: str | None
     agent: str | None
     service: str | None  # already cut to MAX_NAME_CHARS
+    # which process of the service (OTel's service.namespace and service.instance.id): two
+    # replicas of one service are two agents
+    instance: str | None
     session: str | None
     parent_run: str | None
     announces_budget: bool
@@ -225,9 +228,20 @@ class Resource:
         return cls(attrs=attrs, run_id=_first_str(attrs, RUN_ID_KEYS),
                    agent=_first_str(attrs, AGENT_NAME_KEYS),
                    service=service[:MAX_NAME_CHARS] if service else None,
+                   instance=_instance(attrs),
                    session=_first_str(attrs, SESSION_KEYS),
                    parent_run=_first_str(attrs, PARENT_RUN_KEYS),
                    announces_budget=not BUDGET_ATTRIBUTES.isdisjoint(attrs))
+
+
+def _instance(attrs: Mapping[str, object]) -> str | None:
+    """The process of its service a resource names (``service.namespace``,
+    ``service.instance.id``), or None when it names none."""
+    namespace = _first_str(attrs, ("service.namespace",))
+    instance = _first_str(attrs, ("service.instance.id",))
+    if namespace is None and instance is None:
+        return None
+    return f"{(namespace or '')[:MAX_NAME_CHARS]}/{(instance or '')[:MAX_NAME_CHARS]}"
 
 
 def _budget(attrs: Mapping[str, object], resource: Resource) -> dict[str, float] | None:

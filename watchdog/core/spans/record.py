@@ -61,6 +61,7 @@ class SpanRecord:
     end_ns: int
     agent: str | None = None
     service: str | None = None  # resource service.name: the agent name of last resort
+    instance: str | None = None  # which process of the service (Resource.instance)
     session: str | None = None
     parent_run: str | None = None
     tool_name: str | None = None

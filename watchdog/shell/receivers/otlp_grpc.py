@@ -20,9 +20,10 @@ with ``otlp_grpc_address: off`` never loads grpcio (about 11 MB and seven thread
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from watchdog.core.spans.decode import (
@@ -33,7 +34,7 @@ from watchdog.core.spans.decode import (
 )
 from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
-from watchdog.shell.errors import BadRequest, PayloadTooLarge, WatchdogError
+from watchdog.shell.errors import BadRequest, PayloadTooLarge, RequestTimeout, WatchdogError
 from watchdog.shell.metrics import Metrics
 from watchdog.shell.receivers.admission import Admission
 from watchdog.shell.receivers.consumer import TraceConsumer
@@ -52,6 +53,16 @@ METHOD_NAME = "Export"
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 # opentelemetry-python's gRPC exporter reads RetryInfo from this key instead of the Status.
 PYTHON_RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+
+# A call holds its processing slot while its message arrives (an overloaded receiver refuses a
+# call before reading it), at most this long; as OTLP/HTTP's BODY_READ_TIMEOUT.
+MESSAGE_READ_TIMEOUT = 10.0
+# Calls gRPC core takes in at once, per processing slot (max_pending_requests): past the
+# slots, a call is refused by the receiver (UNAVAILABLE + RetryInfo, which every OTLP exporter
+# retries) without its message being read; past this many, gRPC core refuses it itself with
+# RESOURCE_EXHAUSTED and no RetryInfo (a Collector's and the Go SDK's exporters drop the batch
+# then) instead of queueing it unseen behind a busy event loop.
+CALLS_PER_SLOT = 4
 
 # gRPC messages are binary protobuf; they are forwarded uncompressed (gRPC inflated them).
 FORWARD_CONTENT_TYPE = "application/x-protobuf"
@@ -76,9 +87,18 @@ class TraceService:
         self.oversize = admission.oversize("gRPC", config.max_request_bytes)
         self._expected_auth = config.api_token
 
-    async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def export(self, requests: AsyncIterator[bytes],
+                     context: grpc.aio.ServicerContext) -> bytes:
+        """One ``Export`` call, its message as it arrives (:func:`handler`)."""
+        body: bytes | None = None
         try:
-            return await self._export(body, context)
+            self._authorize(context.invocation_metadata() or ())
+            with self.admission:  # taken before the message is read: overload refused unread
+                body = await _one_message(requests)
+                answer, fresh = await self._export(body)
+            if fresh and self.forward is not None:  # queued only: the upstream never delays it
+                self.forward.offer(self.signal, body, FORWARD_CONTENT_TYPE)
+            return answer
         except WatchdogError as exc:
             error = exc
         except Exception:  # never a traceback to the client; the log has it
@@ -87,22 +107,17 @@ class TraceService:
         if error.export_outcome is not None:
             self._count(error.export_outcome)
         if isinstance(error, PayloadTooLarge):
-            self.oversize.refused(len(body))
+            self.oversize.refused(None if body is None else len(body))
         await context.abort(_status_code(error.grpc_status), error.message,
                             trailing_metadata=_error_details(error))
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
-    async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        self._authorize(context.invocation_metadata() or ())
+    async def _export(self, body: bytes) -> tuple[bytes, bool]:
         if len(body) > self.max_request_bytes:
             raise PayloadTooLarge(f"export request of {len(body)} bytes exceeds "
                                   f"max_request_bytes={self.max_request_bytes} (after "
                                   f"decompression); send smaller batches")
-        with self.admission:
-            answer, fresh = await self._consume(body)
-        if fresh and self.forward is not None:  # queued only: the upstream never delays this
-            self.forward.offer(self.signal, body, FORWARD_CONTENT_TYPE)
-        return answer
+        return await self._consume(body)
 
     async def _consume(self, body: bytes) -> tuple[bytes, bool]:
         """The answer, and whether the request is new (not a retry of one already applied)."""
@@ -133,11 +148,31 @@ def _status_code(code: int) -> grpc.StatusCode:
 
 
 def handler(service_name: str, receiver: TraceService) -> grpc.GenericRpcHandler:
-    """``service_name``'s ``Export`` method, answered by ``receiver``."""
+    """``service_name``'s ``Export`` method, answered by ``receiver``. Registered as a
+    client-streaming method (on the wire a unary call is a stream of one message), so the
+    handler runs before the message is read: one refused for overload is never read."""
     import grpc
 
     return grpc.method_handlers_generic_handler(service_name, {
-        METHOD_NAME: grpc.unary_unary_rpc_method_handler(receiver.export)})
+        METHOD_NAME: grpc.stream_unary_rpc_method_handler(receiver.export)})
+
+
+async def _one_message(requests: AsyncIterator[bytes]) -> bytes:
+    """The one message of a unary call, within ``MESSAGE_READ_TIMEOUT``."""
+    body: bytes | None = None
+    try:
+        async with asyncio.timeout(MESSAGE_READ_TIMEOUT):
+            async for message in requests:
+                if body is not None:
+                    raise BadRequest("an Export call carries one request message; this one "
+                                     "sent more")
+                body = message
+    except TimeoutError:
+        raise RequestTimeout(f"the request message did not arrive within "
+                             f"{MESSAGE_READ_TIMEOUT:g}s") from None
+    if body is None:
+        raise BadRequest("the Export call ended without its request message")
+    return body
 
 
 def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:
@@ -161,16 +196,16 @@ def create_server(consumer: TraceConsumer, metrics: Metrics, admission: Admissio
     import grpc
 
     receiver = TraceService(consumer, metrics, admission, config, forward)
-    # Bounded in flight inside gRPC core: past max_pending_requests calls it answers
-    # RESOURCE_EXHAUSTED at once (OTLP exporters retry it) instead of queueing them unseen
-    # while the event loop is busy; below that, Admission answers UNAVAILABLE + RetryInfo.
+    # Bounded in flight inside gRPC core (CALLS_PER_SLOT); below that, Admission answers
+    # UNAVAILABLE + RetryInfo past max_pending_requests.
     settings = {"grpc.max_receive_message_length": read_limit(config.max_request_bytes),
                 # grpc sets SO_REUSEPORT by default: a second watchdog would silently share the
                 # port and split the agents' spans between two processes. Refuse the port.
                 "grpc.so_reuseport": 0, **dict(options)}
     server = grpc.aio.server(handlers=(handler(SERVICE_NAME, receiver),),
                              options=tuple(settings.items()),
-                             maximum_concurrent_rpcs=config.max_pending_requests)
+                             maximum_concurrent_rpcs=CALLS_PER_SLOT
+                             * config.max_pending_requests)
     address = address if address is not None else config.otlp_grpc_address
     port = server.add_insecure_port(address)
     if port == 0 and not address.endswith(":0"):  # older grpcio: no raise
