@@ -1,7 +1,8 @@
 """Real agents steered through the sidecar's model endpoint with no code in them (DESIGN §12).
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
-``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
+``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai (alone and traced as
+Langfuse's docs set it up), LangChain's
 ``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
@@ -121,6 +122,8 @@ AGENTS = [
     Agent("openai_agents", "endpoint_openai_agents", "chat"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "run"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
+    # traced as Langfuse's docs set it up (Agent.instrument_all() under the Langfuse SDK)
+    Agent("pydantic_ai_langfuse", "endpoint_pydantic_ai", "langfuse"),
     Agent("langchain", "endpoint_langchain", "invoke"),
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("langfuse", "endpoint_langchain", "langfuse"),  # traced by Langfuse's CallbackHandler
