@@ -280,7 +280,8 @@ java-agent: $(JAVA_AGENT)
 ## bridge and the OTLP exporter, as its pom.xml pins them), built by Maven from Maven Central the
 ## same way into AGENT_WATCHDOG_CACHE/spring-ai-agent/<hash of its sources>/ (agent.jar, lib/,
 ## classpath); .cache/spring-ai-agent/<hash>/ links there (tests/frameworks/jvm.py hashes the same
-## files). Cold (Maven downloads some 60 MB, compiles): SPRING_AI_COLD.
+## files). Cold (Maven downloads 120 MB with its plugins, compiles): 87 s, 15 CPU-seconds on two
+## cores shared with a load of 13; then nothing.
 SPRING_AI_AGENT_SOURCES := tests/frameworks/spring_ai/pom.xml \
 	$(shell find tests/frameworks/spring_ai/src -type f -name '*.java' | LC_ALL=C sort)
 SPRING_AI_AGENT_HASH    := $(shell cat $(SPRING_AI_AGENT_SOURCES) | sha256sum | cut -c1-16)

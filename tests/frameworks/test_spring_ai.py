@@ -7,7 +7,8 @@ of ``make test``) from Maven Central (:mod:`tests.frameworks.jvm`).
 What it emits (details: the recordings): the application's span around the invocation (a web
 request's, here an observation of its own; none in the scenarios ending ``_bare``), below it
 ``spring_ai chat_client`` (``spring.ai.kind`` chat_client, the tools' names), its advisors'
-spans (``tool _calling``, then one ``call`` per model call), each model call ``chat <model>``
+spans (``tool _calling``, then one ``call`` per model call; ``gen_ai.operation.name`` framework
+on all of these), each model call ``chat <model>``
 (GenAI: model, usage, finish reasons, response id; no messages) with the HTTP client's ``POST``
 below it, and each tool call ``execute_tool <tool>`` (``spring.ai.tool.call.id``; its arguments
 and result only with the tools' content on: ``spring.ai.tools.observations.include-content``,
@@ -46,6 +47,8 @@ SCRIPTS: dict[str, Script] = {
     **{name: scenarios.script(name) for name in ("three_tools", "limit", "tool_error")},
     "three_tools_bare": scenarios.script("three_tools"),
     "tool_error_default": scenarios.script("tool_error"),
+    "two_invocations": fakellm.steps(fakellm.call("lookup", key="a"), fakellm.answer("A."),
+                                     fakellm.call("lookup", key="b"), fakellm.answer("B.")),
     "repeat": fakellm.looping("lookup", lambda index: {"key": "a"},
                               answer_without_tools=scenarios.SUMMARY),
 }
@@ -65,6 +68,11 @@ EXPECTED: dict[str, list[Expect]] = {
     "three_tools_bare": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
     # Spring AI's default (no tool content on the spans): read the same
     "tool_error_default": [Expect(AGENT, 2, 1, 0, "completed", True, None, None)],
+    # two prompts in the application's one observation (one web request): one run each (the
+    # chat client's span is the invocation); the second, a sibling of the first below the
+    # trace's root, reads as the first's child run, as sibling agents of one trace do
+    "two_invocations": [Expect(AGENT, 2, 1, 0, "completed", True, None, None),
+                        Expect(AGENT, 2, 1, 0, "completed", True, None, AGENT)],
 }
 
 

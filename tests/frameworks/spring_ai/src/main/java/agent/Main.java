@@ -49,7 +49,9 @@ import org.springframework.ai.tool.observation.ToolCallingContentObservationFilt
  * {@code spring.ai.tools.observations.include-content=true} has it). SCENARIO is
  * {@code three_tools}, {@code tool_error} (the tool throws for "broken"), {@code limit} (the
  * tool-calling manager's {@code maxTotalToolCalls(5)}: past it, the manager's message is the
- * answer), {@code repeat} (the same, one call repeated); ending {@code _default}, without the
+ * answer), {@code repeat} (the same, one call repeated), {@code two_invocations} (two prompts
+ * of the chat client, one after the other, in the application's one observation); ending
+ * {@code _default}, without the
  * tools' content (Spring AI's default). The application runs each invocation inside an
  * observation of its own ({@code research}, as a web request's would be) unless the scenario ends
  * {@code _bare} (then without the tools' content either). With RECORD_SPANS set, every export is also
@@ -63,7 +65,8 @@ public final class Main {
     static final String SERVICE = "spring_ai_researcher";
     static final Map<String, String> TASKS = Map.of(
             "three_tools", "Look up a, b and c.", "limit", "Look up every key you can find.",
-            "repeat", "Look up every key you can find.", "tool_error", "Look up broken.");
+            "repeat", "Look up every key you can find.", "tool_error", "Look up broken.",
+            "two_invocations", "Look up a.");
 
     /** The scenarios' one tool, as every driver's ({@code drivers/_tools.py}). */
     static final class Lookup {
@@ -197,7 +200,10 @@ public final class Main {
                 said = client.prompt().user(task).call().content();
             } else {
                 said = io.micrometer.observation.Observation.createNotStarted("research", registry)
-                        .observe(() -> client.prompt().user(task).call().content());
+                        .observe(() -> base.equals("two_invocations")
+                                ? client.prompt().user(task).call().content() + " / "
+                                        + client.prompt().user("Look up b.").call().content()
+                                : client.prompt().user(task).call().content());
             }
         } catch (RuntimeException error) {
             said = "stopped: " + error;
