@@ -253,19 +253,6 @@ def test_genai_identity_session_and_agent_name(otel: SpanMaker) -> None:
     assert record.key_source is KeySource.TRACE
 
 
-def test_the_applications_session_id_over_a_minted_conversation_id(otel: SpanMaker) -> None:
-    """pydantic-ai mints a conversation id for each run; the session the application set
-    (Langfuse's propagate_attributes, OpenInference's using_session: ``session.id``) on the same
-    span is the session."""
-    record = record_of(otel.span("invoke_agent researcher", {
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": "researcher",
-        "gen_ai.conversation.id": "01a229c8-4d57-7076-8373-c3b435cded8b",
-        "session.id": "session-42",
-    }))
-    assert record.session == "session-42"
-
-
 def test_run_key_precedence() -> None:
     maker = SpanMaker(resource={"watchdog.run.id": "from-resource"})
     explicit = record_of(maker.span("s", {"watchdog.run.id": "from-span",

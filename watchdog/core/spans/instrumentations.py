@@ -37,10 +37,7 @@ GENAI = Convention(
                        "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens")),
     agent_name=("gen_ai.agent.name",),
     agent_span_name=("gen_ai.workflow.name",),
-    # OTel's general `session.id` (semconv's session namespace: what the application sets, by
-    # OpenInference's using_session or Langfuse's propagate_attributes) before the conversation
-    # id, which a framework may mint for each run by itself (pydantic-ai)
-    session=("session.id", "gen_ai.conversation.id"),
+    session=("gen_ai.conversation.id",),
     response_id=("gen_ai.response.id",),
     tool_name=("gen_ai.tool.name",),
     tool_name_span_prefixes=("execute_tool ",),
