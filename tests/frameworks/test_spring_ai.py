@@ -8,11 +8,11 @@ What it emits (details: the recordings): the application's span around the invoc
 request's, here an observation of its own; none in the scenarios ending ``_bare``), below it
 ``spring_ai chat_client`` (``spring.ai.kind`` chat_client, the tools' names), its advisors'
 spans (``tool _calling``, then one ``call`` per model call; ``gen_ai.operation.name`` framework
-on all of these), each model call ``chat <model>``
-(GenAI: model, usage, finish reasons, response id; no messages) with the HTTP client's ``POST``
-below it, and each tool call ``execute_tool <tool>`` (``spring.ai.tool.call.id``; its arguments
-and result only with the tools' content on: ``spring.ai.tools.observations.include-content``,
-which the scenarios set but those ending ``_default`` and ``_bare``). No span names an agent (the
+on all of these), each model call ``chat <model>`` (GenAI: model, usage, finish reasons,
+response id; no messages) with the HTTP client's ``POST`` below it, and each tool call
+``execute_tool <tool>`` (``spring.ai.tool.call.id``; its arguments and result only with the
+tools' content on: ``spring.ai.tools.observations.include-content``, which the scenarios set but
+those ending ``_default`` and ``_bare``). No span names an agent (the
 run is named after the service) or a session, or carries the answer. A tool's exception is
 handed to the model as its message on a span that ends OK; the tool-calling manager's
 ``maxTotalToolCalls`` ends the invocation with its own message as the answer: both known gaps,
@@ -34,7 +34,7 @@ from tests.frameworks import fakellm, jvm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
     RECORDINGS,
-        UNCHECKED,
+    UNCHECKED,
     Expect,
     check_recorded,
     check_runs,
