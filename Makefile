@@ -9,7 +9,8 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector loadgen goagent genkit-go rust-agent rig-agent java-agent
+	dist-image dist-chart collector loadgen goagent genkit-go rust-agent rig-agent java-agent \
+	spring-ai-agent
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -274,6 +275,37 @@ $(JAVA_AGENT): $(JAVA_AGENT_DIR)/classpath
 
 java-agent: $(JAVA_AGENT)
 
+## spring-ai-agent: the Spring AI agent of tests/frameworks/test_spring_ai.py (tests/frameworks/
+## spring_ai: Spring AI's ChatClient on its OpenAI model, Micrometer Tracing's OpenTelemetry
+## bridge and the OTLP exporter, as its pom.xml pins them), built by Maven from Maven Central the
+## same way into AGENT_WATCHDOG_CACHE/spring-ai-agent/<hash of its sources>/ (agent.jar, lib/,
+## classpath); .cache/spring-ai-agent/<hash>/ links there (tests/frameworks/jvm.py hashes the same
+## files). Cold (Maven downloads 120 MB with its plugins, compiles): 87 s, 15 CPU-seconds on two
+## cores shared with a load of 13; then nothing.
+SPRING_AI_AGENT_SOURCES := tests/frameworks/spring_ai/pom.xml \
+	$(shell find tests/frameworks/spring_ai/src -type f -name '*.java' | LC_ALL=C sort)
+SPRING_AI_AGENT_HASH    := $(shell cat $(SPRING_AI_AGENT_SOURCES) | sha256sum | cut -c1-16)
+SPRING_AI_AGENT_DIR     := $(AGENT_WATCHDOG_CACHE)/spring-ai-agent/$(SPRING_AI_AGENT_HASH)
+SPRING_AI_AGENT         := .cache/spring-ai-agent/$(SPRING_AI_AGENT_HASH)/classpath
+
+$(SPRING_AI_AGENT_DIR)/classpath:
+	@mkdir -p $(@D) && exec 9>$(SPRING_AI_AGENT_DIR).lock && flock 9 && if [ ! -f $@ ]; then \
+		echo "building the Spring AI agent into $(SPRING_AI_AGENT_DIR)"; \
+		rm -rf $(SPRING_AI_AGENT_DIR).tmp $(@D)/* \
+		&& mvn -B -q -f tests/frameworks/spring_ai/pom.xml \
+			-Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
+			-Dagent.build.dir=$(SPRING_AI_AGENT_DIR).tmp package \
+		&& mv $(SPRING_AI_AGENT_DIR).tmp/lib $(SPRING_AI_AGENT_DIR).tmp/agent.jar $(@D)/ \
+		&& rm -rf $(SPRING_AI_AGENT_DIR).tmp \
+		&& printf '%s\n' "$(@D)/agent.jar$$(ls $(@D)/lib | LC_ALL=C sort | sed 's|^|:$(@D)/lib/|' | tr -d '\n')" \
+			> $@.tmp && mv $@.tmp $@ || exit 1; \
+	fi
+
+$(SPRING_AI_AGENT): $(SPRING_AI_AGENT_DIR)/classpath
+	mkdir -p .cache/spring-ai-agent && ln -sfn $(SPRING_AI_AGENT_DIR) $(@D)
+
+spring-ai-agent: $(SPRING_AI_AGENT)
+
 ## collector: the OpenTelemetry Collector the scale-out tests run (tests/test_scale_out.py), built
 ## by the Collector builder from Go modules as tests/collector/builder-config.yaml says, into
 ## the user's cache (AGENT_WATCHDOG_CACHE/otelcol/<hash of that file>/, the builder beside it, as
@@ -322,7 +354,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

@@ -216,6 +216,14 @@ def test_the_metrics_count_what_the_runs_count(driver: str, scenario: str) -> No
 
 
 RESTART_CUTS = 10  # restart points tried per recording, span by span
+# GAP (pinned): the cut points after which a crash misreads these recordings: pydantic-ai's agent
+# run (keyed by its call id) below the application's Langfuse observation (keyed by the trace)
+# is placed in that observation's run by the records the tracker retains of the trace; restarted
+# after a crash before the observation's span comes, the observation is a run of its own (named
+# after the service) and the agent's run its child. Take a recording out when it reads right.
+CRASH_MISREAD = {("pydantic_ai_langfuse", "limit"): [7],
+                 ("pydantic_ai_langfuse", "three_tools"): [8],
+                 ("pydantic_ai_langfuse", "tool_error"): [3]}
 
 
 @pytest.mark.parametrize(("driver", "scenario"), ALL, ids=[f"{d}-{s}" for d, s in ALL])
@@ -238,7 +246,9 @@ def test_a_recording_reads_the_same_across_a_restart(driver: str, scenario: str)
              if runs_read(requests, restart_at=cut, clean=True) != exported]
     assert not clean, f"restarted cleanly after these spans: {clean}"
     crashed = [cut for cut in cut_points if runs_read(requests, restart_at=cut) != exported]
-    if split_from_frames(driver, scenario):
+    if (driver, scenario) in CRASH_MISREAD:
+        assert crashed == CRASH_MISREAD[driver, scenario], crashed
+    elif split_from_frames(driver, scenario):
         assert crashed, "the known gap is closed: take it out of this test and the README"
     else:
         assert not crashed, f"restarted after a crash after these spans: {crashed}"
@@ -329,7 +339,10 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 # its own).
 # A trace's frames outlive its run by LATE_SPAN_GRACE, so a nested agent whose spans come
 # after the root is still split out (test_batches_in_any_order_...).
-OUT_OF_ORDER_MISREAD = {"haystack_oi": 1}
+# A second invocation of Spring AI's chat client in one trace, sent before the first, joins it
+# (one run of both); pydantic-ai's agent run (keyed by its call id) below the application's
+# Langfuse observation, at its limit, sent after that observation, leaves it a run of its own.
+OUT_OF_ORDER_MISREAD = {"haystack_oi": 1, "pydantic_ai_langfuse": 1, "spring_ai": 2}
 
 
 def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
@@ -373,7 +386,10 @@ def test_out_of_order_requests_misread_no_more_answers_than_pinned() -> None:
 # Semantic Kernel's two invocations of one service, each a root tool span sent before its model
 # loop (the second's first), join one run of loose calls (a lone root is kept for a group's
 # only trace). Lower a count when a change reads more of them right; never raise one.
-BATCH_ORDER_MISREAD = {"semantic_kernel_137_agent": 1, "semantic_kernel_agent": 1}
+# The same as above for Spring AI's two invocations in one trace and pydantic-ai's agent run
+# below the application's Langfuse observation.
+BATCH_ORDER_MISREAD = {"pydantic_ai_langfuse": 2, "semantic_kernel_137_agent": 1,
+                       "semantic_kernel_agent": 1, "spring_ai": 6}
 
 
 def batch_orders(spans: list[ScopedSpan]) -> Iterator[list[ExportTraceServiceRequest]]:

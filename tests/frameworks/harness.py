@@ -128,6 +128,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "logfire": (*_OTEL, *_OPENAI),
     "mlflow": (*_OTEL, *_OPENAI),
     "pydantic_ai_logfire": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", *_OPENAI),
+    "pydantic_ai_langfuse": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", "langfuse",
+                             *_OPENAI),
     "llamaindex": (*_OTEL, "openinference.instrumentation.llama_index",
                    "openinference.instrumentation.llama_index._handler",
                    "llama_index.core.agent.workflow", "llama_index.llms.openai_like",

@@ -1,5 +1,6 @@
-"""The Java agents of the model endpoint's tests (``java/``, a Maven project): where ``make
-java-agent`` (part of ``make test``) built them, and one run of one."""
+"""The Java agents of the tests, each a Maven project: the model endpoint's (``java/``, built by
+``make java-agent``) and the Spring AI agent (``spring_ai/``, ``make spring-ai-agent``), both part
+of ``make test``: where they were built, and one run of one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 from tests.frameworks.harness import DRIVER_TIMEOUT, ROOT
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
+SPRING_AI_DIR = Path(__file__).resolve().parent / "spring_ai"
+# each project's make target, and where it builds (.cache/NAME/HASH/)
+TARGETS = {JAVA_DIR: "java-agent", SPRING_AI_DIR: "spring-ai-agent"}
 
 
 def jvm_flags() -> list[str]:
@@ -22,23 +26,25 @@ def jvm_flags() -> list[str]:
     return line.partition(":=")[2].split()
 
 
-def build_dir() -> Path:
-    """``.cache/java-agent/HASH/`` (agent.jar, lib/, classpath, agent.jsa), HASH that of
-    ``java/``'s pom.xml and sources, as the Makefile hashes them (pom.xml, then the sources in
-    byte order)."""
-    sources = [JAVA_DIR / "pom.xml", *sorted((JAVA_DIR / "src").rglob("*.java"),
-                                             key=lambda path: str(path.relative_to(ROOT)))]
+def build_dir(project: Path = JAVA_DIR) -> Path:
+    """``.cache/<target>/HASH/`` (agent.jar, lib/, classpath; ``java/``'s also agent.jsa), HASH
+    that of the project's pom.xml and sources, as the Makefile hashes them (pom.xml, then the
+    sources in byte order)."""
+    sources = [project / "pom.xml", *sorted((project / "src").rglob("*.java"),
+                                            key=lambda path: str(path.relative_to(ROOT)))]
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
-    return ROOT / ".cache" / "java-agent" / digest
+    return ROOT / ".cache" / TARGETS[project] / digest
 
 
-def built() -> Path:
-    """The build of the sources as they are now; an AssertionError saying how to make it."""
-    built = build_dir()
+def built(project: Path = JAVA_DIR) -> Path:
+    """The build of the project's sources as they are now; an AssertionError saying how to make
+    it."""
+    built = build_dir(project)
     if not (built / "classpath").is_file():
         raise AssertionError(f"{built}/classpath is missing (the Java agents of "
-                             f"tests/frameworks/java as they are now): run `make java-agent` "
-                             f"(part of `make test`; it needs a JDK 17 and Maven)")
+                             f"{project.relative_to(ROOT)} as they are now): run `make "
+                             f"{TARGETS[project]}` (part of `make test`; it needs a JDK 17 and "
+                             f"Maven)")
     return built
 
 
@@ -54,5 +60,19 @@ def run(driver: str, mode: str, env: dict[str, str]) -> subprocess.CompletedProc
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-6000:])
         raise AssertionError(f"java agent.Main {driver} {mode} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def run_spring_ai(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``java agent.Main ARGS...`` of ``spring_ai/`` once, to its exit (an AssertionError if it
+    fails)."""
+    classpath = (built(SPRING_AI_DIR) / "classpath").read_text().strip()
+    result = subprocess.run(["java", *jvm_flags(), "-cp", classpath, "agent.Main", *args],
+                            env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
+                            cwd=SPRING_AI_DIR)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"java agent.Main {' '.join(args)} exited {result.returncode}:\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result

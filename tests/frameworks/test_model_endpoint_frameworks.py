@@ -1,7 +1,8 @@
 """Real agents steered through the sidecar's model endpoint with no code in them (DESIGN §12).
 
 Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
-``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai, LangChain's
+``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai (alone and traced as
+Langfuse's docs set it up), LangChain's
 ``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
@@ -11,7 +12,8 @@ DSPy's ReAct, whose tools are text: its own tests at the end), each in its frame
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`; Genkit for Go,
 ``go/genkit``); a rig agent (``rust/rig``, rig-core's ``Agent``); the Rust agent
 (``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
-(``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`); the
+(``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`;
+``spring_ai/``: Spring AI's ``ChatClient``, called and streamed); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
 loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
 ``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS; Mastra, ``ts/mastra/endpoint.ts``;
@@ -120,6 +122,8 @@ AGENTS = [
     Agent("openai_agents", "endpoint_openai_agents", "chat"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "run"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
+    # traced as Langfuse's docs set it up (Agent.instrument_all() under the Langfuse SDK)
+    Agent("pydantic_ai_langfuse", "endpoint_pydantic_ai", "langfuse"),
     Agent("langchain", "endpoint_langchain", "invoke"),
     Agent("langchain", "endpoint_langchain", "stream"),
     Agent("langfuse", "endpoint_langchain", "langfuse"),  # traced by Langfuse's CallbackHandler
@@ -148,6 +152,9 @@ AGENTS = [
     Agent("java", "langchain4j", "chat_stream"),
     Agent("java", "anthropic-java", "messages"),
     Agent("java", "anthropic-java", "messages_stream"),
+    # Spring AI's ChatClient on its OpenAI model (the official openai-java SDK beneath it)
+    Agent("spring-ai", "spring_ai", "call"),
+    Agent("spring-ai", "spring_ai", "stream"),
     *(Agent("ts", "endpoint_ts", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     *(Agent("ts", "endpoint_ai_sdk", mode) for mode in (
@@ -314,6 +321,9 @@ COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "rust": lambda agent: ([str(rust_agent()), agent.mode], RUST_DIR),
     "genkit-go": lambda agent: ([str(genkit_go()), agent.mode], genkit_go().parent),
     "rig": lambda agent: ([str(rig_agent()), agent.mode], rig_agent().parent),
+    "spring-ai": lambda agent: (["java", *jvm.jvm_flags(), "-cp", (jvm.built(
+        jvm.SPRING_AI_DIR) / "classpath").read_text().strip(), "agent.Main", "endpoint",
+                                 agent.mode], jvm.SPRING_AI_DIR),
 }
 
 

@@ -647,10 +647,35 @@ MASTRA = Convention(
           "its `tracingContext` on (as Mastra's docs show), else a trace and a run of its own",
 )
 
+SPRING_AI = Convention(
+    name="Spring AI",
+    emitted_by="Spring AI's Micrometer observations (Java: `ChatClient`, its advisors, the chat "
+               "model, each tool call) through Micrometer Tracing's OpenTelemetry bridge",
+    # a ChatClient call is one invocation (its `gen_ai.operation.name` is "framework", as its
+    # advisors' are): two of them in one web request's trace are two runs
+    kinds={"spring.ai.kind": {"chat_client": Role.AGENT}},
+    # each tool call's arguments and result, when the application asks for them
+    # (spring.ai.tools.observations.include-content=true); the span's name gives the tool
+    tool_args=("spring.ai.tool.call.arguments",),
+    tool_result=("spring.ai.tool.call.result",),
+    notes="Spring AI has no agent name: the run is named after the service "
+          "(`spring.application.name`), and no session; each `spring_ai chat_client` span is "
+          "an invocation (`spring.ai.kind`), below a web request's span or the trace's root "
+          "(a second one below the same span reads as the first's child run); its advisors' "
+          "spans are steps of it. By default no content is on the spans: the tools' arguments "
+          "and results only with `spring.ai.tools.observations.include-content=true` (without "
+          "them a repeated call cannot be told from another); never the answer. A tool's "
+          "exception is handed to the model as its message, on a span that ends OK, and "
+          "`maxTotalToolCalls` ends the invocation with its own message as the answer: neither "
+          "is told by a span (a known gap: the run reads answered, or `no_response` when the "
+          "last model call asked for tools)" + ON_NO_SPAN,
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
+    SPRING_AI,
 )
