@@ -115,10 +115,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from watchdog.core.handout import Step
-from watchdog.core.model.book import Caller, Unbooked
+from watchdog.core.model.book import Caller, EndpointRun, Unbooked
 from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
-from watchdog.core.model.steer import Act, answer_tools
+from watchdog.core.model.steer import Act, Counts, answer_tools, decide
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
@@ -178,6 +178,7 @@ class NativeEndpoint:
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
+        self.next_budget: dict[str, dict[str, float]] = {}  # the budget each was proved with
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
         self._full = False  # the relay remembers all the conversations it can
         self.taken_at = 0.0  # when the events in hand were taken (the service's clock)
@@ -436,7 +437,7 @@ class NativeEndpoint:
         """The conversation of a request whose booked call may tell the relay what its next
         request gets (the relay then holds that request for the booking, briefly)."""
         exchange = plan.exchange
-        if not self.ahead or exchange is None or plan.api != "chat" or plan.keep != -1:
+        if not self.ahead or exchange is None or plan.api != "chat":
             return None
         state, turn = exchange.state, exchange.turn
         if state.conversation is None or state.traced or turn.act is not Act.PASS or turn.usage:
@@ -460,25 +461,30 @@ class NativeEndpoint:
         proved = self._proved_next(plan, answered)
         if proved is None:
             self.next_of.pop(state.key, None)
+            self.next_budget.pop(state.key, None)
             relay.admit_next_clear(session)  # (the relay holds its next request no more)
             return
-        calls, seen = proved
+        calls, seen, keep = proved
         self.next_of[state.key] = session
         self.next_of.move_to_end(state.key)
         while len(self.next_of) > MAX_NEXT:
-            _, gone = self.next_of.popitem(last=False)
+            key, gone = self.next_of.popitem(last=False)
+            self.next_budget.pop(key, None)
             relay.admit_next_clear(gone)
-        relay.admit_next(session, -1, state.messages, state.agent or "", NEXT_HOLD, calls, seen)
+        relay.admit_next(session, keep, state.messages, state.agent or "", NEXT_HOLD, calls,
+                         seen)
 
     def _proved_next(self, plan: Plan, answered: bool
-                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None] | None:
+                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None, int] | None:
         """What the relay is told the next request of the booked call's run must carry to get
         a plain pass (the calls handed over, as id and tool name, and the result hashes the
-        run had; None, None: nothing of the calls it answers, as none is pending), when this
-        process proves that it gets that: the run has no budget, no directive, nothing asked
-        or reserved, and the core proves its rules decide nothing and the timer leaves it
-        running up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now, with the records such a
-        request makes (:meth:`Core.quiet`). None when it cannot."""
+        run had; None, None: nothing of the calls it answers, as none is pending), and the
+        bound it gets (-1: none), when this process proves that it gets that: the run has no
+        budget but one of tool calls, no directive, nothing asked or reserved, and the core
+        proves its rules decide nothing and the timer leaves it running up to ``NEXT_HOLD`` +
+        ``NEXT_MARGIN`` from now, with the records such a request makes (:meth:`Core.quiet`);
+        with a budget of tool calls, the request gets a plain pass with its bound whether it
+        offers tools or not (:meth:`_bound_next`). None when it cannot."""
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
@@ -513,12 +519,40 @@ class NativeEndpoint:
             records = found
             calls = [(call.call_id, call.name[:200] or "unknown")
                      for call in state.pending.values()]
-        if not core.quiet(state.key, records, until):
+        if not core.quiet(state.key, records, until, tool_budget=True):
+            return None
+        keep = self._bound_next(state, len(records))
+        if keep is None:
             return None
         self.check_basis()
         if self._basis is None:
             return None
-        return calls, seen
+        run = core.tracker.get(state.key)
+        self.next_budget[state.key] = dict(run.budget) if run is not None else {}
+        return calls, seen, keep
+
+    def _bound_next(self, state: EndpointRun, answers: int) -> int | None:
+        """The bound the next request of ``state``'s run gets (-1: none) when it is a plain
+        pass whatever it says of tools (offered or not) and its instructions (none of the
+        client SDK's: the relay checks), ``answers`` results of the calls handed over folded
+        in (each one tool call more, and one result more): the run's counts then, decided as
+        :meth:`ModelProxy._observe_request` decides them (:func:`decide`); None when it is
+        not (a countdown, a final turn)."""
+        view = self.proxy.service.model_run(state.key)
+        if view is None:
+            return None
+        limit = view.budget.get("max_tool_calls")
+        if limit is None:
+            return -1 if not view.budget else None
+        counts = Counts(used=max(view.tool_calls + answers, state.results + answers),
+                        handed=state.handed, budget={"max_tool_calls": limit})
+        turns = {decide(counts, None, "", offers) for offers in (True, False)}
+        if len(turns) != 1:
+            return None
+        turn = turns.pop()
+        if turn.act is not Act.PASS or turn.usage or turn.keep is None:
+            return None
+        return turn.keep
 
     def _stepped(self, step: Step) -> None:
         """After a step of the core: what the relay learned holds while what it was learned
@@ -534,12 +568,12 @@ class NativeEndpoint:
         keys.update(step.resumed)
         # a run that took a budget or a frame since (a heartbeat's or a sync's announcement,
         # which decides nothing when no rule fires on it): what the relay was told is no
-        # longer proved (Core.quiet is not for such a run)
-        engine = self.proxy.service.core.engine
+        # longer proved (Core.quiet is not for such a run; a bound was of the budget proved)
+        proved = self.next_budget
         keys.update(key for key, run in step.dirty.items() if key in next_of and (
-            run.framed or run.budget
-            or (engine is not None and engine.agent_budget(run.agent_name))))
+            run.framed or run.budget != proved.get(key, run.budget)))
         for key in keys:
+            proved.pop(key, None)
             session = next_of.pop(key, None)
             if session is not None:
                 self.relay.admit_next_clear(session)
@@ -548,6 +582,7 @@ class NativeEndpoint:
         """The tracker let the ended run ``key`` go, or the book the run or its conversation:
         a request of it would open it anew."""
         session = self.next_of.pop(key, None)
+        self.next_budget.pop(key, None)
         if session is not None and self.relay is not None and not self.closed:
             self.relay.admit_next_clear(session)
 
@@ -577,6 +612,7 @@ class NativeEndpoint:
         self.relay.admit_clear()
         self.relay.admit_next_clear()
         self.next_of.clear()
+        self.next_budget.clear()
         self._basis = None
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
