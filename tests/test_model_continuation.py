@@ -34,6 +34,7 @@ from tests.test_model_admission import (
     busy,
     in_background,
     post,
+    reply,
     runs,
     seen_with,
     sidecar,
@@ -659,3 +660,41 @@ def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_until_the_countdo
     bodies = seen["python"][0]
     assert b"tool calls left" not in bodies[7] and b"2 of 12 tool calls left" in bodies[8]
     assert b'"tool_choice": "none"' in bodies[-1] or b'"tool_choice":"none"' in bodies[-1]
+
+
+def test_a_response_whose_calls_the_relay_cannot_read_holds_continuing_requests_until_booked(
+        tmp_path: Path) -> None:
+    """A Chat Completions response in a coding the relay cannot read (``br``): it cannot tell
+    which tool calls it handed over, so no continuing request goes on ahead, of any
+    conversation, until the loop has booked it and told the relay the calls it read it as
+    handing over (here none: the loop cannot read it either). Then they go on ahead again;
+    the response is logged once and counted (``model_ahead_unread_total``)."""
+    from tests.test_model_proxy import send
+
+    def unreadable(handler: Any, seen: Any) -> None:
+        if b"in brotli" in seen.body:
+            send(handler, 200, b"\x8b\x02\x80not brotli at all", {"Content-Encoding": "br"})
+        else:
+            reply(handler, seen)
+
+    raw = RawUpstream(unreadable)
+    try:
+        with sidecar(tmp_path, raw) as server:
+            native = native_of(server)
+            assert post(server, PATHS["chat"], turn("first"))[0] == 200
+            told(server, 1)
+            assert post(server, PATHS["chat"], turn("in brotli"))[0] == 200
+            wait_until(lambda: native.unread == 1, "the unreadable response booked")
+            assert server.call(lambda: native.relay.sighted)
+            with busy(server) as held:
+                assert post(server, PATHS["chat"], tool_turn("first", 1))[0] == 200
+                assert not held.free.is_set(), "the request waited for the loop"
+            wait_until(lambda: native.continued == 1, "read")
+            assert native.missed == 0
+            status, text = http_request("GET", server.metrics + "/metrics")
+            assert status == 200
+            assert "agent_watchdog_model_ahead_unread_total 1.0" in text.decode()
+            assert ('agent_watchdog_model_ahead_total{kind="continued",outcome="same"} 1.0'
+                    in text.decode())
+    finally:
+        raw.close()

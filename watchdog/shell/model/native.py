@@ -69,9 +69,11 @@ A request that continues a run is decided from the run, so the relay can send it
 when this process has said what it gets, and it says so only when it proves it. When a call
 of a run is booked, this process publishes (``admit_next``) what the next request of its
 conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
-header, not the client SDK's), with no budget of any kind (the rule packs' included) and no
-directive, with no other request of it in flight, not stopped: a plain pass, no bound, for a
-request that comes within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
+header, not the client SDK's), with no budget but one of tool calls (the rule packs'
+included) and no directive, with no other request of it in flight, not stopped: a plain pass,
+with no bound or the bound of the tool calls left (more than three: no countdown, no final
+request, whatever the request says of tools; :meth:`_bound_next`), for a request that comes
+within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
 <watchdog.core.step.Core.quiet>`): its rules decide nothing, on the timer or at that request,
 and the timer does not end the run, up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now (the margin
 covers the time from this word to the relay's and from the request's coming to this loop's
@@ -83,7 +85,9 @@ and ``stable_hash``, told the hashes of the results the run had), into a copy of
 it handed none over, the request is one longer than the one decided and ending with tool
 results (a new user message may start the conversation's next run) none of which answers a
 call any response through the relay handed over (that call's run's, else): it makes no record,
-so nothing is evaluated at it. A request that may be told so (``forward``'s ``ahead``: its
+so nothing is evaluated at it. A response whose calls the relay cannot read comes ``unread``:
+until this process has booked it and told the relay the ids it read it as handing over
+(``sight``), no continuing request goes on ahead. A request that may be told so (``forward``'s ``ahead``: its
 conversation) marks its conversation in the relay, whose next request then waits for this
 booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
 agent that sends its next request as soon as it has the answer still finds it said. The relay
@@ -115,7 +119,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from watchdog.core.handout import Step
-from watchdog.core.model.book import Caller, EndpointRun, Unbooked
+from watchdog.core.model.book import MAX_PENDING_CALLS, Caller, EndpointRun, Unbooked
 from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.steer import Act, Counts, answer_tools, decide
@@ -175,6 +179,8 @@ class NativeEndpoint:
         self.missed = 0  # of those, decided otherwise here once read
         self.continued = 0  # of those, requests that continue a run (admit_next)
         self.answered = 0  # of those, requests carrying the results of the calls handed over
+        self.unread = 0  # responses whose tool calls the relay could not read
+        self.to_sight: dict[int, Plan] = {}  # of those, the ones still to book (by id(plan))
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
@@ -315,6 +321,8 @@ class NativeEndpoint:
             for plan, *_ in ended:
                 if plan.exchange is not None:
                     plan.exchange.settle()
+                if self.to_sight and self.to_sight.pop(id(plan), None) is not None:
+                    self._sight(plan)
         for plan, status, outcome, *_ in ended:
             if plan.exchange is not None and plan.api == "chat":
                 self._publish_next(plan, 200 <= status < 300 and outcome == "ok")
@@ -391,6 +399,8 @@ class NativeEndpoint:
             plan = proxy.refusal(wire, refused, headers)
         self.admitted += 1
         self.continued += continued
+        metrics = proxy.metrics
+        kind = "continued" if continued else "first"
         if isinstance(plan, Plan):
             exchange = plan.exchange
             if continued and exchange is not None:
@@ -402,10 +412,14 @@ class NativeEndpoint:
                                     and exchange.unasked is None):
                 plan.body = b""  # (the relay's, sent on already: not held here as well)
                 self.pending[number] = plan
+                if metrics is not None:
+                    metrics.model_ahead(kind, "same")
                 return
             exchange.state.final_used = False  # the final turn did not go: the request did
             exchange.settle()
         self.missed += 1
+        if metrics is not None:
+            metrics.model_ahead(kind, "missed")
         self._forget()
         log.warning("model request sent on as %s (bound %s) but decided otherwise "
                     "once read (%s): the rules or the fleet changed meanwhile",
@@ -617,7 +631,9 @@ class NativeEndpoint:
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
               content_type: str, seconds: float, changed: bool = False,
-              seen: ObservedFields | None = None) -> None:
+              seen: ObservedFields | None = None, unread: bool = False) -> None:
+        if unread:
+            self._unread(number)
         held = self.ticket_of.pop(number, None)
         if held is not None:  # the aiohttp relay's: settled there, unless it never came
             plan = self.tickets.pop(held[0], None)
@@ -630,6 +646,35 @@ class NativeEndpoint:
                                seen))
             if plan.unasked is not None and self.relay.usage_refused:
                 self.proxy.usage_refused()  # (sent again without: no later request asks)
+
+    def _unread(self, number: int) -> None:
+        """The relay could not read the tool calls of response ``number``: counted, and once
+        it is booked (at once, when nothing here books it) the relay is told the ids this
+        process read it as handing over (:meth:`_sight`)."""
+        self.unread += 1
+        if (metrics := self.proxy.metrics) is not None:
+            metrics.model_ahead_unread()
+        if self.unread == 1:
+            log.warning("the model endpoint's relay could not read a response's tool calls: "
+                        "continuing requests wait for the loop until it has booked it (logged "
+                        "once; counted in model_ahead_unread_total)")
+        plan = self.pending.get(number)
+        if plan is None or plan.exchange is None:
+            self.relay.sight([])  # (no call of it booked here: it hands nothing over here)
+        else:
+            self.to_sight[id(plan)] = plan
+
+    def _sight(self, plan: Plan) -> None:
+        """The relay told the tool calls the booked call of ``plan`` handed over (it could not
+        read them): those of its run's waiting for their results, or, when they may be more
+        than the run keeps waiting, every id the book remembers."""
+        exchange = plan.exchange
+        assert exchange is not None
+        state = exchange.state
+        calls = [*state.pending.values(), *state.begun.values()]
+        book = self.proxy.book
+        self.relay.sight(book.handed_ids() if len(calls) >= MAX_PENDING_CALLS
+                         else [call.call_id for call in calls if call.call_id])
 
     def _finish(self, plan: Plan, status: int, outcome: str, body: bytes | None,
                 content_type: str, seconds: float, into: list[Booked] | None = None,
