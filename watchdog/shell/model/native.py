@@ -88,8 +88,8 @@ call any response through the relay handed over (that call's run's, else): it ma
 so nothing is evaluated at it. A response whose calls the relay cannot read comes ``unread``:
 until this process has booked it and told the relay the ids it read it as handing over
 (``sight``), no continuing request goes on ahead. A request that may be told so
-(``forward``'s ``ahead``: its conversation) marks its conversation in the relay, whose next request then waits for this
-booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
+(``forward``'s ``ahead``: its conversation) marks its conversation in the relay, whose next
+request then waits for this booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
 agent that sends its next request as soon as it has the answer still finds it said. The relay
 uses what it was told once, and forgets it when a call of the conversation goes upstream (it
 was of the run before that call: said, say, while this loop decided that very request, having
