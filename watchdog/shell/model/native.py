@@ -87,17 +87,17 @@ results (a new user message may start the conversation's next run) none of which
 call any response through the relay handed over (that call's run's, else): it makes no record,
 so nothing is evaluated at it. A response whose calls the relay cannot read comes ``unread``:
 until this process has booked it and told the relay the ids it read it as handing over
-(``sight``), no continuing request goes on ahead. A request that may be told so
-(``forward``'s ``ahead``: its conversation) marks its conversation in the relay, whose next
-request then waits for this booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
-agent that sends its next request as soon as it has the answer still finds it said. The relay
-uses what it was told once, and forgets it when a call of the conversation goes upstream (it
-was of the run before that call: said, say, while this loop decided that very request, having
-booked the call before it then); this process takes it back when the run's directives or its end
-change (a step of the core that decided on it, ended, merged or resumed it, or the tracker let
-it go) or it takes a budget or a frame (an announcement), when the rules or the fleet change,
-and when the book lets the run or its conversation go. A continuing request it sent on is read
-here as the others (``continued`` counts them; ``answered`` those with the results of the calls
+(``sight``), no continuing request goes on ahead. A request that may be told so (``forward``'s
+``ahead``: its conversation) marks its conversation in the relay, whose next request then waits
+for this booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``):
+an agent that sends its next request as soon as it has the answer still finds it said. The relay
+uses what it was told once, and forgets it when a call of the conversation goes upstream (it was
+of the run before that call: said, say, while this loop decided that very request, having booked
+the call before it then); this process takes it back when the run's directives or its end change
+(a step of the core that decided on it, ended, merged or resumed it, or the tracker let it go)
+or it takes another budget or a frame (an announcement), when the rules or the fleet change, and
+when the book lets the run or its conversation go. A continuing request it sent on is read here
+as the others (``continued`` counts them; ``answered`` those with the results of the calls
 handed over), and one decided otherwise once read (a change from outside the run meanwhile: a
 reload, the fleet) is logged as a miss, as above.
 
