@@ -571,8 +571,19 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         .and_then(|value| value.to_str().ok()).and_then(|value| value.trim().parse::<u64>().ok());
     let mut refusal = "";
     let mut body = None;
+    let waits = parts.headers.get(hyper::header::EXPECT)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if in_flight > shared.max_concurrent {
         refusal = "overloaded";
+        if !waits {
+            // its body read and dropped first (at most `max_body`, within the time a body
+            // has), as the Python relay does, so its client, still sending it, reads the
+            // 503: a connection closed under it may lose it. (One that waits for `100
+            // Continue` is refused before it sends it.)
+            let mut incoming = incoming;
+            let _ = tokio::time::timeout(shared.body_timeout,
+                                         drain(&mut incoming, shared.max_body)).await;
+        }
     } else if parts.version == hyper::Version::HTTP_11
               && parts.headers.get_all(hyper::header::HOST).iter().count() != 1 {
         refusal = "bad_host"; // RFC 9112 §3.2
@@ -582,8 +593,6 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         let mut incoming = incoming;
         // a client that waits for `100 Continue` is refused before it sends its body (hyper
         // says it only once the body is read): nothing of it to read and drop
-        let waits = parts.headers.get(hyper::header::EXPECT)
-            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         let before = declared.is_some_and(|length| !shared.hold(0, length as usize));
         let read = async {
             if before {
