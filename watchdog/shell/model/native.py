@@ -552,13 +552,15 @@ class NativeEndpoint:
         in (each one tool call more, and one result more): the run's counts then, decided as
         :meth:`ModelProxy._observe_request` decides them (:func:`decide`); None when it is
         not (a countdown, a final turn)."""
-        view = self.proxy.service.model_run(state.key)
-        if view is None:
+        core = self.proxy.service.core
+        run = core.tracker.get(state.key)
+        if run is None:
             return None
-        limit = view.budget.get("max_tool_calls")
+        pack = core.engine.agent_budget(run.agent_name) if core.engine is not None else {}
+        limit = run.budget.get("max_tool_calls", pack.get("max_tool_calls"))
         if limit is None:
-            return -1 if not view.budget else None
-        counts = Counts(used=max(view.tool_calls + answers, state.results + answers),
+            return -1 if not run.budget and not pack else None
+        counts = Counts(used=max(run.tool_calls + answers, state.results + answers),
                         handed=state.handed, budget={"max_tool_calls": limit})
         turns = {decide(counts, None, "", offers) for offers in (True, False)}
         if len(turns) != 1:
