@@ -698,3 +698,36 @@ def test_a_response_whose_calls_the_relay_cannot_read_holds_continuing_requests_
                     in text.decode())
     finally:
         raw.close()
+
+
+def test_a_checkpoint_of_the_runs_session_takes_back_what_the_relay_was_told(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """What the relay was told was proved with the run's session as it was: a checkpoint
+    posted to that session (here the conversation's own) may make a rule that reads it fire at
+    the next request, with that request's records (not at the checkpoint itself: the run had no
+    tool call yet). The next request is the loop's, which writes the wind-down note; none went
+    on ahead to be decided otherwise."""
+    pack = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: continuation-sessions
+rules:
+  - name: checkpointed-and-working
+    when: "session.checkpoints >= 1 && run.tool_calls >= 1"
+    action: wind_down
+    severity: warning
+    message: "CHECKPOINTED: WIND DOWN"
+"""
+    with sidecar(tmp_path, upstream, pack) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("checkpointed", metadata={"calls": "1"}))[0] == 200
+        told(server, 1)
+        session = runs(server)[0]["session"]
+        status, _ = http_request(
+            "POST", f"{server.api}/v1/sessions/{session}/checkpoints",
+            json.dumps({"remaining": "the rest"}).encode(), {"Content-Type": "application/json"})
+        assert status == 200
+        wait_until(lambda: not native.next_of, "the checkpoint takes it back")
+        waits(server, upstream, answering("checkpointed", ["found a"]), "found a")
+        assert b"CHECKPOINTED: WIND DOWN" in upstream.seen[-1].body
+        assert native.continued == 0 and native.missed == 0

@@ -95,7 +95,8 @@ uses what it was told once, and forgets it when a call of the conversation goes 
 of the run before that call: said, say, while this loop decided that very request, having booked
 the call before it then); this process takes it back when the run's directives or its end change
 (a step of the core that decided on it, ended, merged or resumed it, or the tracker let it go)
-or it takes another budget or a frame (an announcement), when the rules or the fleet change, and
+or it takes another budget or a frame (an announcement), when a checkpoint changes its session
+(``Service.session_changed``), when the rules or the fleet change, and
 when the book lets the run or its conversation go. A continuing request it sent on is read here
 as the others (``continued`` counts them; ``answered`` those with the results of the calls
 handed over), and one decided otherwise once read (a change from outside the run meanwhile: a
@@ -218,6 +219,7 @@ class NativeEndpoint:
                                          proxy.service.sessions.ids(SESSION_PREFIX))
                    if SESSION_DIGEST.fullmatch(digest))  # (another's session may be "model:…")
         proxy.service.stepped = self._stepped
+        proxy.service.session_changed = self._session_changed
         proxy.service.tracker.dropped = self._dropped
         proxy.book.let_go = self._dropped
         self.loop = asyncio.get_running_loop()
@@ -593,6 +595,17 @@ class NativeEndpoint:
             session = next_of.pop(key, None)
             if session is not None:
                 self.relay.admit_next_clear(session)
+
+    def _session_changed(self, session: str) -> None:
+        """A checkpoint changed ``session`` (or gave it a run): what the relay was told of its
+        runs' next requests was proved with the session as it was (the rules may read it)."""
+        if not self.next_of or self.relay is None or self.closed:
+            return
+        get = self.proxy.service.core.tracker.get
+        for key in [key for key in self.next_of
+                    if (run := get(key)) is None or run.session == session]:
+            self.next_budget.pop(key, None)
+            self.relay.admit_next_clear(self.next_of.pop(key))
 
     def _dropped(self, key: str) -> None:
         """The tracker let the ended run ``key`` go, or the book the run or its conversation:
