@@ -69,8 +69,8 @@ A request that continues a run is decided from the run, so the relay can send it
 when this process has said what it gets, and it says so only when it proves it. When a call
 of a run is booked, this process publishes (``admit_next``) what the next request of its
 conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
-header, not the client SDK's), with no budget but one of tool calls (the rule packs'
-included) and no directive, with no other request of it in flight, not stopped: a plain pass,
+header, not the client SDK's), with no budget but a rule pack's of tool calls (none
+announced) and no directive, with no other request of it in flight, not stopped: a plain pass,
 with no bound or the bound of the tool calls left (more than three: no countdown, no final
 request, whatever the request says of tools; :meth:`_bound_next`), for a request that comes
 within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
@@ -95,7 +95,7 @@ uses what it was told once, and forgets it when a call of the conversation goes 
 of the run before that call: said, say, while this loop decided that very request, having booked
 the call before it then); this process takes it back when the run's directives or its end change
 (a step of the core that decided on it, ended, merged or resumed it, or the tracker let it go)
-or it takes another budget or a frame (an announcement), when a checkpoint changes its session
+or it takes a budget or a frame (an announcement), when a checkpoint changes its session
 (``Service.session_changed``), when the rules or the fleet change, and
 when the book lets the run or its conversation go. A continuing request it sent on is read here
 as the others (``continued`` counts them; ``answered`` those with the results of the calls
@@ -185,7 +185,6 @@ class NativeEndpoint:
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
-        self.next_budget: dict[str, dict[str, float]] = {}  # the budget each was proved with
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
         self._full = False  # the relay remembers all the conversations it can
         self.taken_at = 0.0  # when the events in hand were taken (the service's clock)
@@ -477,15 +476,13 @@ class NativeEndpoint:
         proved = self._proved_next(plan, answered)
         if proved is None:
             self.next_of.pop(state.key, None)
-            self.next_budget.pop(state.key, None)
             relay.admit_next_clear(session)  # (the relay holds its next request no more)
             return
         calls, seen, keep = proved
         self.next_of[state.key] = session
         self.next_of.move_to_end(state.key)
         while len(self.next_of) > MAX_NEXT:
-            key, gone = self.next_of.popitem(last=False)
-            self.next_budget.pop(key, None)
+            _, gone = self.next_of.popitem(last=False)
             relay.admit_next_clear(gone)
         relay.admit_next(session, keep, state.messages, state.agent or "", NEXT_HOLD, calls,
                          seen)
@@ -496,11 +493,11 @@ class NativeEndpoint:
         a plain pass (the calls handed over, as id and tool name, and the result hashes the
         run had; None, None: nothing of the calls it answers, as none is pending), and the
         bound it gets (-1: none), when this process proves that it gets that: the run has no
-        budget but one of tool calls, no directive, nothing asked or reserved, and the core
-        proves its rules decide nothing and the timer leaves it running up to ``NEXT_HOLD`` +
-        ``NEXT_MARGIN`` from now, with the records such a request makes (:meth:`Core.quiet`);
-        with a budget of tool calls, the request gets a plain pass with its bound whether it
-        offers tools or not (:meth:`_bound_next`). None when it cannot."""
+        budget but its rule pack's of tool calls, no directive, nothing asked or reserved, and
+        the core proves its rules decide nothing and the timer leaves it running up to
+        ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now, with the records such a request makes
+        (:meth:`Core.quiet`); with a budget of tool calls, the request gets a plain pass with
+        its bound whether it offers tools or not (:meth:`_bound_next`). None when it cannot."""
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
@@ -543,8 +540,6 @@ class NativeEndpoint:
         self.check_basis()
         if self._basis is None:
             return None
-        run = core.tracker.get(state.key)
-        self.next_budget[state.key] = dict(run.budget) if run is not None else {}
         return calls, seen, keep
 
     def _bound_next(self, state: EndpointRun, answers: int) -> int | None:
@@ -586,12 +581,10 @@ class NativeEndpoint:
         keys.update(step.resumed)
         # a run that took a budget or a frame since (a heartbeat's or a sync's announcement,
         # which decides nothing when no rule fires on it): what the relay was told is no
-        # longer proved (Core.quiet is not for such a run; a bound was of the budget proved)
-        proved = self.next_budget
+        # longer proved (Core.quiet is not for such a run)
         keys.update(key for key, run in step.dirty.items() if key in next_of and (
-            run.framed or run.budget != proved.get(key, run.budget)))
+            run.framed or run.budget))
         for key in keys:
-            proved.pop(key, None)
             session = next_of.pop(key, None)
             if session is not None:
                 self.relay.admit_next_clear(session)
@@ -604,14 +597,12 @@ class NativeEndpoint:
         get = self.proxy.service.core.tracker.get
         for key in [key for key in self.next_of
                     if (run := get(key)) is None or run.session == session]:
-            self.next_budget.pop(key, None)
             self.relay.admit_next_clear(self.next_of.pop(key))
 
     def _dropped(self, key: str) -> None:
         """The tracker let the ended run ``key`` go, or the book the run or its conversation:
         a request of it would open it anew."""
         session = self.next_of.pop(key, None)
-        self.next_budget.pop(key, None)
         if session is not None and self.relay is not None and not self.closed:
             self.relay.admit_next_clear(session)
 
@@ -641,7 +632,6 @@ class NativeEndpoint:
         self.relay.admit_clear()
         self.relay.admit_next_clear()
         self.next_of.clear()
-        self.next_budget.clear()
         self._basis = None
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
