@@ -11,7 +11,9 @@ Reported per request, µs of the loop thread's CPU (``time.thread_time``): decid
 (``ModelProxy.plan``: read it, find its run, record the tool results it carries, open the run,
 steer) and booking its call when its response has ended (``observe_whole`` and ``observed``,
 what the relay read made into a record, and ``book_calls``, the core's step), and telling the
-relay what the conversation's next request gets (``NativeEndpoint._publish_next``). ``--baseline
+relay what the conversation's next request gets (``NativeEndpoint._publish_next``); and the
+garbage collector's pauses (wall time, any thread's: they hold every Python thread), per request
+and the longest, with the collections of the oldest generation per 1,000 requests. ``--baseline
 TREE`` runs the same in another source tree (a subprocess, ``python -P`` with that tree first
 on the path), the two alternating for ``--rounds`` rounds: the median of the rounds of each.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import gc
 import json
 import os
 import statistics
@@ -51,6 +54,15 @@ def measure(conversations: int, turns: int) -> dict[str, float]:
     from watchdog.shell.model import native, proxy
 
     spent: collections.Counter[str] = collections.Counter()
+    pauses: list[tuple[int, int]] = []  # (generation, ns) of each collection
+    began = [0]
+
+    def collected(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter_ns()
+        else:
+            pauses.append((info["generation"], time.perf_counter_ns() - began[0]))
+
     modules = {"proxy": proxy, "native": native}
     for stage, targets in STAGES.items():
         for module, owner, name in targets:
@@ -73,10 +85,18 @@ def measure(conversations: int, turns: int) -> dict[str, float]:
             for index in range(20):  # warm: what loads at the first requests
                 _conversation(client, -index - 1)
             spent.clear()
-            for index in range(conversations):
-                _conversation(client, index)
+            gc.callbacks.append(collected)
+            try:
+                for index in range(conversations):
+                    _conversation(client, index)
+            finally:
+                gc.callbacks.remove(collected)
     requests = conversations * turns
-    return {stage: spent[stage] / requests / 1000 for stage in STAGES}
+    return {**{stage: spent[stage] / requests / 1000 for stage in STAGES},
+            "gc": sum(ns for _, ns in pauses) / requests / 1000,
+            "gc longest ms": max((ns for _, ns in pauses), default=0) / 1e6,
+            "gen2 per 1000": sum(1 for generation, _ in pauses if generation == 2)
+            * 1000 / requests}
 
 
 def _timed(method: Callable[..., Any], stage: str,
@@ -147,10 +167,14 @@ def main() -> None:
     first = None
     for name, results in rounds.items():
         medians = {stage: statistics.median(r[stage] for r in results) for stage in STAGES}
+        collector = {what: statistics.median(r.get(what, 0.0) for r in results)
+                     for what in ("gc", "gc longest ms", "gen2 per 1000")}
         ratio = "" if first is None else "  (" + ", ".join(
             f"{stage} x{medians[stage] / first[stage]:.2f}" for stage in STAGES) + " of this tree)"
         print(f"  {name}: " + ", ".join(f"{stage} {value:.1f}"
                                          for stage, value in medians.items()) + ratio)
+        print("    collector: " + ", ".join(f"{what} {value:.2f}"
+                                            for what, value in collector.items()))
         first = first or medians
 
 

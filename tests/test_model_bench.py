@@ -258,8 +258,8 @@ def test_the_bench_measures_conversations_of_several_turns() -> None:
 
 
 def test_the_decide_bench_times_each_request_against_a_baseline_in_the_same_run() -> None:
-    """bench/model_decide.py: the loop's CPU to decide and to book a request, this tree and a
-    baseline tree (this one again) alternating."""
+    """bench/model_decide.py: the loop's CPU to decide and to book a request, and the
+    collector's pauses, this tree and a baseline tree (this one again) alternating."""
     result = subprocess.run(
         [sys.executable, "-P", str(ROOT / "bench" / "model_decide.py"), "--conversations", "3",
          "--turns", "2", "--rounds", "1", "--baseline", str(ROOT)],
@@ -269,6 +269,10 @@ def test_the_decide_bench_times_each_request_against_a_baseline_in_the_same_run(
     lines = result.stdout.splitlines()
     assert lines[0].startswith("the loop's CPU per request, µs (3 conversations of 2"), lines
     assert lines[1].startswith("  this tree: decide ") and ", book " in lines[1], lines
-    assert lines[2].startswith(f"  baseline {ROOT}: decide ") and " of this tree)" in lines[2]
+    assert lines[2].startswith("    collector: gc ") and ", gen2 per 1000 " in lines[2], lines
+    assert lines[3].startswith(f"  baseline {ROOT}: decide ") and " of this tree)" in lines[3]
+    assert lines[4].startswith("    collector: gc "), lines
     figures = [float(part.split()[-1]) for part in lines[1].split(":", 1)[1].split(",")]
     assert all(0 < figure < 100_000 for figure in figures), figures
+    collector = [float(part.split()[-1]) for part in lines[2].split(":", 1)[1].split(",")]
+    assert all(0 <= figure < 100_000 for figure in collector), collector

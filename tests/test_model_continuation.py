@@ -12,12 +12,19 @@ import hashlib
 import json
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer, http_request, wait_until
+from tests.harness import (
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from tests.test_model_admission import (
     AGENT,
     BUDGET_PACK,
@@ -27,6 +34,7 @@ from tests.test_model_admission import (
     busy,
     in_background,
     post,
+    reply,
     runs,
     seen_with,
     sidecar,
@@ -200,10 +208,11 @@ def test_a_run_whose_next_request_may_be_decided_otherwise_waits_for_the_loop(
         tmp_path: Path, upstream: RawUpstream) -> None:
     """Each of these waits for the loop: the next request of a run whose call handed over tool
     calls, answered with the same result twice (a repeat the rules count), of a run with a
-    budget, one that answers a call another response handed over, one no longer than the
+    budget in dollars, one that answers a call another response handed over, one no longer than the
     request decided, one with content the relay does not read, and one the loop decided
     itself."""
-    pack = BUDGET_PACK.format(agent="budgeted", calls=50)
+    pack = BUDGET_PACK.format(agent="budgeted", calls=50).replace("max_tool_calls",
+                                                                    "max_cost_usd")
     with sidecar(tmp_path, upstream, pack) as server:
         native = native_of(server)
         # handed over two calls, answered with the same result twice
@@ -217,9 +226,10 @@ def test_a_run_whose_next_request_may_be_decided_otherwise_waits_for_the_loop(
                                        "content": "found"} for n in range(2))))
         assert handed["messages"][-1]["role"] == "tool"
         waits(server, upstream, tool_calls_body, "found")
-        # a budget: the loop counts every call
+        # a budget in dollars: the loop counts every call's cost
         budgeted = {"X-Watchdog-Agent": "budgeted"}
         assert post(server, PATHS["chat"], turn("budget"), budgeted)[0] == 200
+        told_or_not(server)
         waits(server, upstream, tool_turn("budget", 1), "result 1", budgeted)
         # an answer to a call another response handed over (call_0, above)
         assert post(server, PATHS["chat"], turn("twin"))[0] == 200
@@ -321,6 +331,8 @@ name: continuation-scenarios
 budgets:
   - agents: ["packed"]
     max_tool_calls: 4
+  - agents: ["long-packed"]
+    max_tool_calls: 11
 rules:
   - name: third-call-wind-down
     agents: ["winding"]
@@ -367,6 +379,7 @@ SCENARIOS: list[tuple[str, str, list[tuple[int, str]]]] = [
     (AGENT, "plain", [(0, "fine")] * 5),  # every later request goes on ahead
     (AGENT, "budget by header", [(1, "fine {n}")] * 6),
     ("packed", "budget by pack", [(2, "fine {n}")] * 4),
+    ("long-packed", "a long budget by pack", [(2, "fine {n}")] * 7),  # (bounds ahead)
     (AGENT, "error loop", [(1, "Error: connection refused")] * 8),
     ("winding", "wind-down", [(1, "fine {n}")] * 6),
     ("aborting", "abort", [(0, "fine")] * 7),
@@ -550,3 +563,171 @@ def test_the_relay_reads_a_tool_result_as_python_does_or_says_it_is_not_sure() -
         failed += said is True
         unsure += said is None
     assert failed > 100 and unsure < len(texts) / 4, (failed, unsure)
+
+
+# -- budgeted runs: the bound of tools left, told ahead -------------------------------------------
+
+BOUND_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: continuation-bounds
+budgets:
+  - agents: ["wide"]
+    max_tool_calls: 13
+  - agents: ["long"]
+    max_tool_calls: 12
+"""
+# (agent, the tool calls the model asks for at each request)
+BOUNDED = [("wide", 9), ("long", 2)]
+
+
+def bounded_agent(server: RunningServer, agent: str, calls: int) -> list[int]:
+    """The agent's loop, with no wait between its requests: each request's answer back with a
+    result for each tool call handed over, until an answer with none; the calls it was handed
+    at each request."""
+    conversation: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": f"task of {agent}"}]
+    handed: list[int] = []
+    while len(handed) < 12:
+        status, body = post(server, PATHS["chat"], json.dumps({
+            "model": "m", "messages": conversation, "tools": SEARCH,
+            "metadata": {"calls": str(calls)}}).encode(), {"X-Watchdog-Agent": agent})
+        assert status == 200, body
+        message = json.loads(body)["choices"][0]["message"]
+        calls_handed = message.get("tool_calls") or []
+        handed.append(len(calls_handed))
+        if not calls_handed:
+            return handed
+        conversation.append(message)
+        conversation += [{"role": "tool", "tool_call_id": call["id"],
+                          "content": f"found {len(handed)}.{n}"}
+                         for n, call in enumerate(calls_handed)]
+    raise AssertionError(f"no final answer: {handed}")
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_until_the_countdown(
+        tmp_path: Path, latency: float) -> None:
+    """Runs with a rule pack's budget of tool calls, their agents sending each request as soon
+    as they have the answer before it, at a model's latency of 0, 20 and 150 ms: the loop
+    proves at each booking that the next request (the calls handed over answered) gets a plain
+    pass bounded to the calls left (more than three: no countdown yet), and the compiled relay
+    sends it on with that bound, trimming the answer to it. Through the Python relay and
+    through the compiled one, the upstream sees the same requests, byte for byte (the
+    countdown, then the final request with the tools withdrawn), and the agents are handed the
+    same calls; the compiled relay sent some on ahead, none decided otherwise."""
+    from tests.test_model_proxy import send
+
+    def slow(handler: Any, seen: Any) -> None:  # (each call asked for with arguments of its
+        time.sleep(latency)                      # own: no rule of the default pack fires)
+        body = json.loads(seen.body)
+        tag = hashlib.sha256(seen.body).hexdigest()[:10]
+        if body.get("tool_choice") == "none":
+            send(handler, 200, json.dumps(REPLIES[PATHS["chat"]]).encode())
+            return
+        send(handler, 200, json.dumps({
+            "id": "chatcmpl-" + tag, "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                                 "tool_calls": [
+                {"id": f"call_{tag}_{n}", "type": "function", "function": {
+                    "name": "search", "arguments": json.dumps({"q": f"{tag} {n}"})}}
+                for n in range(int(body["metadata"]["calls"]))]},
+                "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3,
+                                                            "completion_tokens": 9}}).encode())
+
+    seen: dict[str, tuple[list[bytes], list[list[int]]]] = {}
+    for relay in ("python", "native"):
+        raw = RawUpstream(slow)
+        try:
+            path = tmp_path / f"pack-{relay}.yaml"
+            path.write_text(BOUND_PACK)
+            with running_server(sidecar_config(
+                    tmp_path / f"state-{relay}", model_address="127.0.0.1:0", model_relay=relay,
+                    model_upstream=raw.base + "/v1", model_upstream_anthropic=raw.base,
+                    model_agent_name=AGENT, rules=(str(path),))) as server:
+                handed = [bounded_agent(server, agent, calls) for agent, calls in BOUNDED]
+                if relay == "native":
+                    native = native_of(server)
+                    wait_until(lambda: native.continued > 0,  # noqa: B023
+                               "some sent on ahead")
+                    assert native.missed == 0
+            seen[relay] = ([untimed(request.body) for request in raw.seen], handed)
+        finally:
+            raw.close()
+    assert seen["python"][1] == [[9, 4, 0], [2, 2, 2, 2, 2, 2, 0]]
+    assert seen["native"] == seen["python"]
+    bodies = seen["python"][0]
+    assert b"tool calls left" not in bodies[7] and b"2 of 12 tool calls left" in bodies[8]
+    assert b'"tool_choice": "none"' in bodies[-1] or b'"tool_choice":"none"' in bodies[-1]
+
+
+def test_a_response_whose_calls_the_relay_cannot_read_holds_continuing_requests_until_booked(
+        tmp_path: Path) -> None:
+    """A Chat Completions response in a coding the relay cannot read (``br``): it cannot tell
+    which tool calls it handed over, so no continuing request goes on ahead, of any
+    conversation, until the loop has booked it and told the relay the calls it read it as
+    handing over (here none: the loop cannot read it either). Then they go on ahead again;
+    the response is logged once and counted (``model_ahead_unread_total``)."""
+    from tests.test_model_proxy import send
+
+    def unreadable(handler: Any, seen: Any) -> None:
+        if b"in brotli" in seen.body:
+            send(handler, 200, b"\x8b\x02\x80not brotli at all", {"Content-Encoding": "br"})
+        else:
+            reply(handler, seen)
+
+    raw = RawUpstream(unreadable)
+    try:
+        with sidecar(tmp_path, raw) as server:
+            native = native_of(server)
+            assert post(server, PATHS["chat"], turn("first"))[0] == 200
+            told(server, 1)
+            assert post(server, PATHS["chat"], turn("in brotli"))[0] == 200
+            wait_until(lambda: native.unread == 1, "the unreadable response booked")
+            assert server.call(lambda: native.relay.sighted)
+            with busy(server) as held:
+                assert post(server, PATHS["chat"], tool_turn("first", 1))[0] == 200
+                assert not held.free.is_set(), "the request waited for the loop"
+            wait_until(lambda: native.continued == 1, "read")
+            assert native.missed == 0
+            status, text = http_request("GET", server.metrics + "/metrics")
+            assert status == 200
+            assert "agent_watchdog_model_ahead_unread_total 1.0" in text.decode()
+            assert ('agent_watchdog_model_ahead_total{kind="continued",outcome="same"} 1.0'
+                    in text.decode())
+    finally:
+        raw.close()
+
+
+def test_a_checkpoint_of_the_runs_session_takes_back_what_the_relay_was_told(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """What the relay was told was proved with the run's session as it was: a checkpoint
+    posted to that session (here the conversation's own) may make a rule that reads it fire at
+    the next request, with that request's records (not at the checkpoint itself: the run had no
+    tool call yet). The next request is the loop's, which writes the wind-down note; none went
+    on ahead to be decided otherwise."""
+    pack = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: continuation-sessions
+rules:
+  - name: checkpointed-and-working
+    when: "session.checkpoints >= 1 && run.tool_calls >= 1"
+    action: wind_down
+    severity: warning
+    message: "CHECKPOINTED: WIND DOWN"
+"""
+    with sidecar(tmp_path, upstream, pack) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("checkpointed", metadata={"calls": "1"}))[0] == 200
+        told(server, 1)
+        session = runs(server)[0]["session"]
+        status, _ = http_request(
+            "POST", f"{server.api}/v1/sessions/{session}/checkpoints",
+            json.dumps({"remaining": "the rest"}).encode(), {"Content-Type": "application/json"})
+        assert status == 200
+        wait_until(lambda: not native.next_of, "the checkpoint takes it back")
+        waits(server, upstream, answering("checkpointed", ["found a"]), "found a")
+        assert b"CHECKPOINTED: WIND DOWN" in upstream.seen[-1].body
+        assert native.continued == 0 and native.missed == 0

@@ -465,6 +465,7 @@ def test_a_body_over_the_limit_is_413(tmp_path: Path, upstream: RawUpstream) -> 
 
 
 def test_too_many_requests_in_flight_is_503(tmp_path: Path) -> None:
+    """Past ``model_max_concurrent``: 503 with Retry-After, whatever the request's size."""
     release = threading.Event()
 
     def held(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
@@ -487,6 +488,15 @@ def test_too_many_requests_in_flight_is_503(tmp_path: Path) -> None:
             assert failure.value.code == 503
             assert failure.value.headers["Retry-After"] == "1"
             assert "model_max_concurrent" in json.loads(failure.value.read())["error"]["message"]
+            # a body more than a socket's buffers take, declared or chunked: its client, still
+            # sending it, reads the 503 (its body read and dropped, not left unread under it)
+            large = many_messages(12 << 20)
+            status, answer = post(sidecar, "/v1/chat/completions", large)
+            assert status == 503
+            assert "model_max_concurrent" in json.loads(answer)["error"]["message"]
+            status, headers, answer = chunked_post(sidecar, large)
+            assert (status, headers["Retry-After"]) == (503, "1")
+            assert len(raw.seen) == 1
             release.set()
             first.join(10)
             assert results == [200]

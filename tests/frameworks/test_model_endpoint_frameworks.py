@@ -476,8 +476,17 @@ def test_one_run_per_invocation_with_its_counts(plain: RunningServer, llm: FakeL
                                                 agent: Agent) -> None:
     model = llm.script(f"{agent.name}-counts", counting(agent))
     before = run_ids(plain)
+    native = plain.server.native
+    ahead = (native.continued, native.missed) if native is not None else (0, 0)
     outcome = drive(agent, plain, model)
     assert outcome == {"ran": ["alpha", "beta"], "output": ANSWER}
+    if native is not None and agent.driver == "endpoint_openai" and agent.mode in (
+            "chat", "chat_stream"):
+        # the agent's continuing requests (the tool call handed over, answered) go on
+        # through the compiled relay before the loop reads them; the loop reads them as such
+        wait_until(lambda: plain.call(lambda: native.continued) > ahead[0],
+                   "a continuing request sent on ahead")
+        assert native.missed == ahead[1]
     requests = llm.requests(model)
     assert len(requests) == 3
     # nothing to apply: what the agent sent is what the upstream read

@@ -318,7 +318,8 @@ class Core(CoreReads):
                 resumed[key] = back[1]
         return resumed
 
-    def quiet(self, key: str, records: Sequence[SpanRecord], until: float) -> bool:
+    def quiet(self, key: str, records: Sequence[SpanRecord], until: float,
+              tool_budget: bool = False) -> bool:
         """Whether the active run ``key`` is proved to get no decision of the rules, nor to be
         ended by the timer, from now up to ``until`` (this clock's): on the timer as it is
         now, and at a request that brings ``records`` (what the request carries: the results of
@@ -334,12 +335,19 @@ class Core(CoreReads):
         a request of it that folds nothing in is evaluated by nothing. The fleet is read as
         it is now (when it moves, the shell takes back what it said on it), and none of the
         records' tools may be failing (a success could end its outage). Not for a run with a
-        budget (its own or its pack's)."""
+        budget (its own or its pack's), but its pack's of tool calls alone with ``tool_budget``
+        (the rules read it as they read any signal, on the copy; what the request gets of it is
+        the caller's to work out: :func:`watchdog.core.model.steer.decide`); never one the
+        agent counts itself (``budget_used``), nor one it announced (a header on each request,
+        which the relay does not send on ahead: not worth the proof)."""
         run = self.tracker.get(key)
         tracker = self.tracker
         engine = self.engine
-        if run is None or run.framed or run.budget or (
-                engine is not None and engine.agent_budget(run.agent_name)):
+        if run is None or run.framed:
+            return False
+        pack = engine.agent_budget(run.agent_name) if engine is not None else {}
+        if run.budget or (pack and (not tool_budget or run.budget_used or any(
+                name != "max_tool_calls" for name in pack))):
             return False
         if run.ended:  # (not evaluated, by the timer or at a request that folds nothing in)
             return not records

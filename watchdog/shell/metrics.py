@@ -280,6 +280,15 @@ class Metrics:
         self.model_request_bytes_in_flight = gauge(
             "model_request_bytes_in_flight", "Bytes of request bodies the model requests in "
             "flight hold (bounded by model_max_inflight_bytes, but for one request alone).", ())
+        self.model_ahead_total = counter(
+            "model_ahead_total", "Model requests the compiled relay sent upstream before the "
+            "loop read them, by kind (first: a new run's first request; continued: a request "
+            "that continues a run) and outcome (same: the loop decided the same once it read "
+            "it; missed: it decided otherwise).", ["kind", "outcome"])
+        self.model_ahead_unread_total = counter(
+            "model_ahead_unread_total", "Chat Completions responses whose tool calls the "
+            "compiled relay could not read: until the loop has booked each, no continuing "
+            "request goes on before the loop reads it.", ())
         self.model_upstream_duration_seconds = histogram(
             "model_upstream_duration_seconds", "Seconds from a request sent upstream to the "
             "end of its response.", ["api"], MODEL_UPSTREAM_BUCKETS)
@@ -411,6 +420,12 @@ class Metrics:
 
     def model_overloaded(self, limit: str) -> None:
         self._child(self.model_overloaded_total, clip(limit)).inc()
+
+    def model_ahead(self, kind: str, outcome: str) -> None:
+        self._child(self.model_ahead_total, clip(kind), clip(outcome)).inc()
+
+    def model_ahead_unread(self) -> None:
+        self.model_ahead_unread_total.inc()
 
     def model_bytes_from(self, held: Callable[[], int]) -> None:
         """``model_request_bytes_in_flight`` read at scrape time from ``held``."""

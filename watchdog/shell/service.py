@@ -159,6 +159,8 @@ class WatchdogService:
         # told after each step of the core (the model endpoint's relay: the fleet may have
         # moved, and with it what a new run gets)
         self.stepped: Callable[[Step], None] | None = None
+        # told the id of a session a checkpoint changed (the model relay's proofs read it)
+        self.session_changed: Callable[[str], None] | None = None
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
                                  self._run_failed, self.priority)
         self.queries = RunQueries(self.core, store, self.clock,
@@ -706,6 +708,8 @@ class WatchdogService:
             self._carry(self.core.claim_session(checkpoint.run, session_id, self.clock.now()))
         outcome = session.checkpoint(checkpoint, self._active_runs(session))
         self.sessions.changed(session)
+        if self.session_changed is not None:
+            self.session_changed(session_id)
         await self.state.save_sessions([session.to_dict()])
         fired = self.evaluate(outcome.runs, self.clock.now(), changed=SESSION_CHANGED)
         return {**session.context(), "fired": fired}

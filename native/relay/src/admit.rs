@@ -61,8 +61,11 @@ pub const MAX_NEXT: usize = 1 << 16;
 /// How long a continuing request waits for Python to book the call before it (and say what
 /// it gets): then it is Python's to decide, as any other.
 pub const WAIT_BOOKED: std::time::Duration = std::time::Duration::from_millis(50);
-/// Tool-call ids handed over through the relay, remembered: past this, no continuing request
-/// goes on before Python has read it.
+/// Tool-call ids handed over through the relay, remembered: the last half of them at least (two
+/// generations of `MAX_HANDED / 2`; the older goes when the newer is full). Python forgets a
+/// call's id once it has booked `MAX_RESPONSE_IDS` (20,000) newer ones
+/// (`watchdog/core/model/book.py`), so every id it still reads a result as answering is one of
+/// these: the relay reads each response's calls before Python books it.
 pub const MAX_HANDED: usize = 1 << 18;
 
 /// What Python set at start: the upstreams, the agent of a request that names none, the
@@ -85,11 +88,14 @@ pub struct Admission {
     /// Conversations whose last call Python is to book: it then says what their next request
     /// gets, or that it does not say (`next_clear`).
     booking: HashSet<Digest>,
-    /// Every tool-call id a Chat Completions response through the relay handed over.
+    /// The tool-call ids the Chat Completions responses through the relay handed over, the
+    /// latest (`handed`) and the generation before them (`older`).
     handed: HashSet<String>,
-    /// A response's tool calls could not be read here (or too many were): no continuing
-    /// request goes on before Python has read it any more.
-    blind: bool,
+    older: HashSet<String>,
+    /// Responses whose tool calls could not be read here, until Python has booked each and
+    /// said which ids it handed over (`sight`): meanwhile no continuing request goes on before
+    /// Python has read it.
+    unsighted: u64,
     /// The tool-call ids a conversation's next request is to answer (`Expect`), and whose:
     /// a response that hands one over again takes that back (the call is another run's).
     expecting: HashMap<String, Digest>,
@@ -211,7 +217,7 @@ impl Admission {
     pub fn new(settings: Settings) -> Self {
         Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new(),
                     next: HashMap::new(), booking: HashSet::new(), handed: HashSet::new(),
-                    blind: false, expecting: HashMap::new() }
+                    older: HashSet::new(), unsighted: 0, expecting: HashMap::new() }
     }
 
     /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
@@ -300,29 +306,46 @@ impl Admission {
         }
     }
 
-    /// The tool calls a response handed over (None: it could not be read here).
+    /// The tool calls a response handed over (None: it could not be read here; Python says
+    /// which, once it has booked it: [`Admission::sight`]).
     pub fn handed(&mut self, ids: Option<Vec<String>>) {
-        let Some(ids) = ids else {
-            self.blind = true;
-            self.next_clear(None);
-            return;
-        };
+        match ids {
+            Some(ids) => self.remember(ids),
+            None => self.unsighted += 1,
+        }
+    }
+
+    /// The tool calls Python read a response this could not read as handing over (`ids`:
+    /// those it remembers, none if it read none): once each such response is told, continuing
+    /// requests go on ahead again.
+    pub fn sight(&mut self, ids: Vec<String>) {
+        self.remember(ids);
+        self.unsighted = self.unsighted.saturating_sub(1);
+    }
+
+    fn remember(&mut self, ids: Vec<String>) {
         for id in ids {
-            if self.handed.len() >= MAX_HANDED && !self.handed.contains(&id) {
-                self.blind = true;
-                self.next_clear(None);
-                return;
-            }
             if let Some(digest) = self.expecting.get(&id).copied() {
                 self.take(&digest); // (handed over again: a result for it is another run's)
+            }
+            if self.handed.contains(&id) || self.older.contains(&id) {
+                continue;
+            }
+            if self.handed.len() >= MAX_HANDED / 2 {
+                self.older = std::mem::take(&mut self.handed);
             }
             self.handed.insert(id);
         }
     }
 
-    /// Whether continuing requests may still go on before Python has read them.
+    fn was_handed(&self, id: &str) -> bool {
+        self.handed.contains(id) || self.older.contains(id)
+    }
+
+    /// Whether continuing requests may go on before Python has read them (no response whose
+    /// tool calls this could not read is still to be told by Python).
     pub fn sighted(&self) -> bool {
-        !self.blind
+        self.unsighted == 0
     }
 
     pub fn learn(&mut self, agent: String, keep: i64) {
@@ -348,10 +371,10 @@ impl Admission {
         let next = if self.next.is_empty() { None } else { self.take(&first.digest) };
         let keep = if let Some(continues) = &first.continues {
             match next {
-                Some(next) if !self.blind && Instant::now() < next.until && match &next.expect {
+                Some(next) if self.sighted() && Instant::now() < next.until && match &next.expect {
                     Some(expect) => continues.carries(next.messages, expect),
                     None => continues.messages > next.messages
-                        && !continues.answers.iter().any(|id| self.handed.contains(id)),
+                        && !continues.answers.iter().any(|id| self.was_handed(id)),
                 } => next.keep,
                 _ => return Verdict::No,
             }
@@ -799,6 +822,33 @@ mod tests {
         assert!(!admission.sighted());
         admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &other), "a response it could not read");
+        // Python booked it and said which calls it handed over: sighted again
+        admission.handed(None);
+        admission.sight(vec![]);
+        assert!(!admission.sighted(), "one of two told");
+        admission.sight(vec!["own_2".into()]);
+        assert!(admission.sighted());
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        assert!(!judged(&mut admission, &other), "its call, as Python read it");
+        let third = body(r#",{"role":"assistant","content":"d"},
+                            {"role":"tool","tool_call_id":"own_3","content":"r"}"#);
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        assert!(judged(&mut admission, &third), "a call no response handed over");
+    }
+
+    #[test]
+    fn the_ids_handed_over_are_remembered_in_two_generations() {
+        let mut admission = Admission::new(settings());
+        admission.handed(Some((0..MAX_HANDED / 2).map(|n| format!("id_{n}")).collect()));
+        admission.handed(Some(vec!["id_0".into()])); // (known: not again)
+        assert!(admission.was_handed("id_0") && admission.older.is_empty());
+        admission.handed(Some(vec!["next_0".into()]));
+        assert!(admission.was_handed("id_0") && admission.was_handed("next_0"));
+        assert!(admission.sighted(), "never blind for their number");
+        admission.handed(Some((1..MAX_HANDED / 2).map(|n| format!("next_{n}")).collect()));
+        admission.handed(Some(vec!["last".into()]));
+        assert!(!admission.was_handed("id_0") && admission.was_handed("next_0"));
+        assert!(admission.handed.len() + admission.older.len() <= MAX_HANDED);
     }
 
     #[test]

@@ -80,9 +80,11 @@ enum Event {
     /// bytes observed (with `observe`), its content type, seconds from forward to the end.
     /// With a bound on tool calls, whether the relay changed what it passed on. `seen`: what
     /// a successful stream of a known API said, read here (module `observe`; None: Python
-    /// reads the bytes).
+    /// reads the bytes). `unread`: a Chat Completions response whose tool calls could not be
+    /// read here (Python says which it handed over once booked: `Relay.sight`).
     Done { id: u64, status: u16, outcome: &'static str, body: Option<Bytes>,
-           content_type: String, seconds: f64, changed: bool, seen: Option<Seen> },
+           content_type: String, seconds: f64, changed: bool, seen: Option<Seen>,
+           unread: bool },
 }
 
 /// Python's answer to a request.
@@ -237,6 +239,7 @@ impl Ticket {
                     observe::observe_stream(api, data).ok(),
                 _ => None,
             };
+            let mut unread = false;
             if self.api == Some(Api::Chat) && (200..300).contains(&self.status) {
                 // the tool calls it handed over, before its client has its end: a request
                 // that answers one is that call's run's, which Python decides
@@ -248,13 +251,15 @@ impl Ticket {
                     _ => None,
                 };
                 if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+                    unread = ids.is_none();
                     admission.handed(ids);
                 }
             }
             self.shared.push(Event::Done {
                 id: self.id, status: self.status, outcome, body,
                 content_type: std::mem::take(&mut self.content_type),
-                seconds: self.started.elapsed().as_secs_f64(), changed: self.changed, seen });
+                seconds: self.started.elapsed().as_secs_f64(), changed: self.changed, seen,
+                unread });
         }
     }
 }
@@ -566,8 +571,19 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         .and_then(|value| value.to_str().ok()).and_then(|value| value.trim().parse::<u64>().ok());
     let mut refusal = "";
     let mut body = None;
+    let waits = parts.headers.get(hyper::header::EXPECT)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if in_flight > shared.max_concurrent {
         refusal = "overloaded";
+        if !waits {
+            // its body read and dropped first (at most `max_body`, within the time a body
+            // has), as the Python relay does, so its client, still sending it, reads the
+            // 503: a connection closed under it may lose it. (One that waits for `100
+            // Continue` is refused before it sends it.)
+            let mut incoming = incoming;
+            let _ = tokio::time::timeout(shared.body_timeout,
+                                         drain(&mut incoming, shared.max_body)).await;
+        }
     } else if parts.version == hyper::Version::HTTP_11
               && parts.headers.get_all(hyper::header::HOST).iter().count() != 1 {
         refusal = "bad_host"; // RFC 9112 §3.2
@@ -577,8 +593,6 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
         let mut incoming = incoming;
         // a client that waits for `100 Continue` is refused before it sends its body (hyper
         // says it only once the body is read): nothing of it to read and drop
-        let waits = parts.headers.get(hyper::header::EXPECT)
-            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         let before = declared.is_some_and(|length| !shared.hold(0, length as usize));
         let read = async {
             if before {
@@ -1040,9 +1054,10 @@ impl Relay {
     /// ``("taken", id, method, target, headers, body, in_flight, keep, waited)``
     /// (``waited``: seconds since the request's head came),
     /// ``("failed", id, kind, detail)``,
-    /// ``("done", id, status, outcome, body, content_type, seconds, changed, seen)``: ``seen``
-    /// what a successful stream of a known API said, as ``Relay.observed`` gives it (None:
-    /// read ``body``).
+    /// ``("done", id, status, outcome, body, content_type, seconds, changed, seen, unread)``:
+    /// ``seen`` what a successful stream of a known API said, as ``Relay.observed`` gives it
+    /// (None: read ``body``); ``unread``: a Chat Completions response whose tool calls could
+    /// not be read here, to be told once booked (``sight``).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut sink = [0u8; 256];
         while matches!((&self.wake_reader).read_some(&mut sink), Some(n) if n > 0) {}
@@ -1060,9 +1075,10 @@ impl Relay {
                  arrived.elapsed().as_secs_f64(), continued).into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
-            Event::Done { id, status, outcome, body, content_type, seconds, changed, seen } =>
+            Event::Done { id, status, outcome, body, content_type, seconds, changed, seen,
+                          unread } =>
                 ("done", id, status, outcome, bytes(body), content_type, seconds, changed,
-                 seen.map(seen_tuple)).into_pyobject(py)?.into_any(),
+                 seen.map(seen_tuple), unread).into_pyobject(py)?.into_any(),
         })).collect()
     }
 
@@ -1212,11 +1228,20 @@ impl Relay {
         Ok(())
     }
 
-    /// False once a response's tool calls could not be read here (or too many were handed
-    /// over to remember): from then on every continuing request waits for Python.
+    /// False while a response whose tool calls could not be read here is still to be told
+    /// (``sight``): meanwhile every continuing request waits for Python.
     #[getter]
     fn sighted(&self) -> bool {
         self.shared.admission.lock().unwrap().as_ref().is_none_or(|admission| admission.sighted())
+    }
+
+    /// A response whose ``done`` event said ``unread``, booked: the tool-call ids Python read
+    /// it as handing over (those it remembers; none if it read none). Once every such response
+    /// is told, continuing requests go on ahead again.
+    fn sight(&self, ids: Vec<String>) {
+        if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
+            admission.sight(ids);
+        }
     }
 
     /// The final-answer tools, never trimmed (the first value set holds: they are the

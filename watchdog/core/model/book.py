@@ -372,6 +372,10 @@ class ModelBook:
         """The run that last handed over the tool call ``call_id`` (as far as remembered)."""
         return self._calls.get(call_id)
 
+    def handed_ids(self) -> list[str]:
+        """The ids of every tool call handed over that :meth:`handed_by` remembers."""
+        return list(self._calls)
+
     def _tool_record(self, state: EndpointRun, call: ToolCall, result: ToolResult | None,
                      now_ns: int) -> SpanRecord:
         record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],

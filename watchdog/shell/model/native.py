@@ -69,9 +69,11 @@ A request that continues a run is decided from the run, so the relay can send it
 when this process has said what it gets, and it says so only when it proves it. When a call
 of a run is booked, this process publishes (``admit_next``) what the next request of its
 conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
-header, not the client SDK's), with no budget of any kind (the rule packs' included) and no
-directive, with no other request of it in flight, not stopped: a plain pass, no bound, for a
-request that comes within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
+header, not the client SDK's), with no budget but a rule pack's of tool calls (none
+announced) and no directive, with no other request of it in flight, not stopped: a plain pass,
+with no bound or the bound of the tool calls left (more than three: no countdown, no final
+request, whatever the request says of tools; :meth:`_bound_next`), for a request that comes
+within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
 <watchdog.core.step.Core.quiet>`): its rules decide nothing, on the timer or at that request,
 and the timer does not end the run, up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now (the margin
 covers the time from this word to the relay's and from the request's coming to this loop's
@@ -83,17 +85,20 @@ and ``stable_hash``, told the hashes of the results the run had), into a copy of
 it handed none over, the request is one longer than the one decided and ending with tool
 results (a new user message may start the conversation's next run) none of which answers a
 call any response through the relay handed over (that call's run's, else): it makes no record,
-so nothing is evaluated at it. A request that may be told so (``forward``'s ``ahead``: its
-conversation) marks its conversation in the relay, whose next request then waits for this
-booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``): an
-agent that sends its next request as soon as it has the answer still finds it said. The relay
-uses what it was told once, and forgets it when a call of the conversation goes upstream (it
-was of the run before that call: said, say, while this loop decided that very request, having
-booked the call before it then); this process takes it back when the run's directives or its end
-change (a step of the core that decided on it, ended, merged or resumed it, or the tracker let
-it go) or it takes a budget or a frame (an announcement), when the rules or the fleet change,
-and when the book lets the run or its conversation go. A continuing request it sent on is read
-here as the others (``continued`` counts them; ``answered`` those with the results of the calls
+so nothing is evaluated at it. A response whose calls the relay cannot read comes ``unread``:
+until this process has booked it and told the relay the ids it read it as handing over
+(``sight``), no continuing request goes on ahead. A request that may be told so (``forward``'s
+``ahead``: its conversation) marks its conversation in the relay, whose next request then waits
+for this booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``):
+an agent that sends its next request as soon as it has the answer still finds it said. The relay
+uses what it was told once, and forgets it when a call of the conversation goes upstream (it was
+of the run before that call: said, say, while this loop decided that very request, having booked
+the call before it then); this process takes it back when the run's directives or its end change
+(a step of the core that decided on it, ended, merged or resumed it, or the tracker let it go)
+or it takes a budget or a frame (an announcement), when a checkpoint changes its session
+(``Service.session_changed``), when the rules or the fleet change, and
+when the book lets the run or its conversation go. A continuing request it sent on is read here
+as the others (``continued`` counts them; ``answered`` those with the results of the calls
 handed over), and one decided otherwise once read (a change from outside the run meanwhile: a
 reload, the fleet) is logged as a miss, as above.
 
@@ -115,10 +120,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from watchdog.core.handout import Step
-from watchdog.core.model.book import Caller, Unbooked
+from watchdog.core.model.book import MAX_PENDING_CALLS, Caller, EndpointRun, Unbooked
 from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
-from watchdog.core.model.steer import Act, answer_tools
+from watchdog.core.model.steer import Act, Counts, answer_tools, decide
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
@@ -175,6 +180,8 @@ class NativeEndpoint:
         self.missed = 0  # of those, decided otherwise here once read
         self.continued = 0  # of those, requests that continue a run (admit_next)
         self.answered = 0  # of those, requests carrying the results of the calls handed over
+        self.unread = 0  # responses whose tool calls the relay could not read
+        self.to_sight: dict[int, Plan] = {}  # of those, the ones still to book (by id(plan))
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
@@ -211,6 +218,7 @@ class NativeEndpoint:
                                          proxy.service.sessions.ids(SESSION_PREFIX))
                    if SESSION_DIGEST.fullmatch(digest))  # (another's session may be "model:…")
         proxy.service.stepped = self._stepped
+        proxy.service.session_changed = self._session_changed
         proxy.service.tracker.dropped = self._dropped
         proxy.book.let_go = self._dropped
         self.loop = asyncio.get_running_loop()
@@ -314,6 +322,8 @@ class NativeEndpoint:
             for plan, *_ in ended:
                 if plan.exchange is not None:
                     plan.exchange.settle()
+                if self.to_sight and self.to_sight.pop(id(plan), None) is not None:
+                    self._sight(plan)
         for plan, status, outcome, *_ in ended:
             if plan.exchange is not None and plan.api == "chat":
                 self._publish_next(plan, 200 <= status < 300 and outcome == "ok")
@@ -390,6 +400,8 @@ class NativeEndpoint:
             plan = proxy.refusal(wire, refused, headers)
         self.admitted += 1
         self.continued += continued
+        metrics = proxy.metrics
+        kind = "continued" if continued else "first"
         if isinstance(plan, Plan):
             exchange = plan.exchange
             if continued and exchange is not None:
@@ -401,10 +413,14 @@ class NativeEndpoint:
                                     and exchange.unasked is None):
                 plan.body = b""  # (the relay's, sent on already: not held here as well)
                 self.pending[number] = plan
+                if metrics is not None:
+                    metrics.model_ahead(kind, "same")
                 return
             exchange.state.final_used = False  # the final turn did not go: the request did
             exchange.settle()
         self.missed += 1
+        if metrics is not None:
+            metrics.model_ahead(kind, "missed")
         self._forget()
         log.warning("model request sent on as %s (bound %s) but decided otherwise "
                     "once read (%s): the rules or the fleet changed meanwhile",
@@ -436,7 +452,7 @@ class NativeEndpoint:
         """The conversation of a request whose booked call may tell the relay what its next
         request gets (the relay then holds that request for the booking, briefly)."""
         exchange = plan.exchange
-        if not self.ahead or exchange is None or plan.api != "chat" or plan.keep != -1:
+        if not self.ahead or exchange is None or plan.api != "chat":
             return None
         state, turn = exchange.state, exchange.turn
         if state.conversation is None or state.traced or turn.act is not Act.PASS or turn.usage:
@@ -462,23 +478,26 @@ class NativeEndpoint:
             self.next_of.pop(state.key, None)
             relay.admit_next_clear(session)  # (the relay holds its next request no more)
             return
-        calls, seen = proved
+        calls, seen, keep = proved
         self.next_of[state.key] = session
         self.next_of.move_to_end(state.key)
         while len(self.next_of) > MAX_NEXT:
             _, gone = self.next_of.popitem(last=False)
             relay.admit_next_clear(gone)
-        relay.admit_next(session, -1, state.messages, state.agent or "", NEXT_HOLD, calls, seen)
+        relay.admit_next(session, keep, state.messages, state.agent or "", NEXT_HOLD, calls,
+                         seen)
 
     def _proved_next(self, plan: Plan, answered: bool
-                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None] | None:
+                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None, int] | None:
         """What the relay is told the next request of the booked call's run must carry to get
         a plain pass (the calls handed over, as id and tool name, and the result hashes the
-        run had; None, None: nothing of the calls it answers, as none is pending), when this
-        process proves that it gets that: the run has no budget, no directive, nothing asked
-        or reserved, and the core proves its rules decide nothing and the timer leaves it
-        running up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now, with the records such a
-        request makes (:meth:`Core.quiet`). None when it cannot."""
+        run had; None, None: nothing of the calls it answers, as none is pending), and the
+        bound it gets (-1: none), when this process proves that it gets that: the run has no
+        budget but its rule pack's of tool calls, no directive, nothing asked or reserved, and
+        the core proves its rules decide nothing and the timer leaves it running up to
+        ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now, with the records such a request makes
+        (:meth:`Core.quiet`); with a budget of tool calls, the request gets a plain pass with
+        its bound whether it offers tools or not (:meth:`_bound_next`). None when it cannot."""
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
@@ -513,12 +532,40 @@ class NativeEndpoint:
             records = found
             calls = [(call.call_id, call.name[:200] or "unknown")
                      for call in state.pending.values()]
-        if not core.quiet(state.key, records, until):
+        if not core.quiet(state.key, records, until, tool_budget=True):
+            return None
+        keep = self._bound_next(state, len(records))
+        if keep is None:
             return None
         self.check_basis()
         if self._basis is None:
             return None
-        return calls, seen
+        return calls, seen, keep
+
+    def _bound_next(self, state: EndpointRun, answers: int) -> int | None:
+        """The bound the next request of ``state``'s run gets (-1: none) when it is a plain
+        pass whatever it says of tools (offered or not) and its instructions (none of the
+        client SDK's: the relay checks), ``answers`` results of the calls handed over folded
+        in (each one tool call more, and one result more): the run's counts then, decided as
+        :meth:`ModelProxy._observe_request` decides them (:func:`decide`); None when it is
+        not (a countdown, a final turn)."""
+        core = self.proxy.service.core
+        run = core.tracker.get(state.key)
+        if run is None:
+            return None
+        pack = core.engine.agent_budget(run.agent_name) if core.engine is not None else {}
+        limit = run.budget.get("max_tool_calls", pack.get("max_tool_calls"))
+        if limit is None:
+            return -1 if not run.budget and not pack else None
+        counts = Counts(used=max(run.tool_calls + answers, state.results + answers),
+                        handed=state.handed, budget={"max_tool_calls": limit})
+        turns = {decide(counts, None, "", offers) for offers in (True, False)}
+        if len(turns) != 1:
+            return None
+        turn = turns.pop()
+        if turn.act is not Act.PASS or turn.usage or turn.keep is None:
+            return None
+        return turn.keep
 
     def _stepped(self, step: Step) -> None:
         """After a step of the core: what the relay learned holds while what it was learned
@@ -535,14 +582,22 @@ class NativeEndpoint:
         # a run that took a budget or a frame since (a heartbeat's or a sync's announcement,
         # which decides nothing when no rule fires on it): what the relay was told is no
         # longer proved (Core.quiet is not for such a run)
-        engine = self.proxy.service.core.engine
         keys.update(key for key, run in step.dirty.items() if key in next_of and (
-            run.framed or run.budget
-            or (engine is not None and engine.agent_budget(run.agent_name))))
+            run.framed or run.budget))
         for key in keys:
             session = next_of.pop(key, None)
             if session is not None:
                 self.relay.admit_next_clear(session)
+
+    def _session_changed(self, session: str) -> None:
+        """A checkpoint changed ``session`` (or gave it a run): what the relay was told of its
+        runs' next requests was proved with the session as it was (the rules may read it)."""
+        if not self.next_of or self.relay is None or self.closed:
+            return
+        get = self.proxy.service.core.tracker.get
+        for key in [key for key in self.next_of
+                    if (run := get(key)) is None or run.session == session]:
+            self.relay.admit_next_clear(self.next_of.pop(key))
 
     def _dropped(self, key: str) -> None:
         """The tracker let the ended run ``key`` go, or the book the run or its conversation:
@@ -581,7 +636,9 @@ class NativeEndpoint:
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
               content_type: str, seconds: float, changed: bool = False,
-              seen: ObservedFields | None = None) -> None:
+              seen: ObservedFields | None = None, unread: bool = False) -> None:
+        if unread:
+            self._unread(number)
         held = self.ticket_of.pop(number, None)
         if held is not None:  # the aiohttp relay's: settled there, unless it never came
             plan = self.tickets.pop(held[0], None)
@@ -594,6 +651,35 @@ class NativeEndpoint:
                                seen))
             if plan.unasked is not None and self.relay.usage_refused:
                 self.proxy.usage_refused()  # (sent again without: no later request asks)
+
+    def _unread(self, number: int) -> None:
+        """The relay could not read the tool calls of response ``number``: counted, and once
+        it is booked (at once, when nothing here books it) the relay is told the ids this
+        process read it as handing over (:meth:`_sight`)."""
+        self.unread += 1
+        if (metrics := self.proxy.metrics) is not None:
+            metrics.model_ahead_unread()
+        if self.unread == 1:
+            log.warning("the model endpoint's relay could not read a response's tool calls: "
+                        "continuing requests wait for the loop until it has booked it (logged "
+                        "once; counted in model_ahead_unread_total)")
+        plan = self.pending.get(number)
+        if plan is None or plan.exchange is None:
+            self.relay.sight([])  # (no call of it booked here: it hands nothing over here)
+        else:
+            self.to_sight[id(plan)] = plan
+
+    def _sight(self, plan: Plan) -> None:
+        """The relay told the tool calls the booked call of ``plan`` handed over (it could not
+        read them): those of its run's waiting for their results, or, when they may be more
+        than the run keeps waiting, every id the book remembers."""
+        exchange = plan.exchange
+        assert exchange is not None
+        state = exchange.state
+        calls = [*state.pending.values(), *state.begun.values()]
+        book = self.proxy.book
+        self.relay.sight(book.handed_ids() if len(calls) >= MAX_PENDING_CALLS
+                         else [call.call_id for call in calls if call.call_id])
 
     def _finish(self, plan: Plan, status: int, outcome: str, body: bytes | None,
                 content_type: str, seconds: float, into: list[Booked] | None = None,
