@@ -11,9 +11,11 @@ that run has ended, the next run of its session); else the conversation it conti
 one its Responses ``conversation`` names by id, else the same first user message of the same
 agent on the same API. A request that
 carries a new user message (its last message is the user's) in a conversation whose run has
-ended, or that is shorter than the conversation was (the agent started over), starts the
-conversation's next run, in the conversation's session (a conversation the server keeps
-sends only its new items: its length is not read). So does a conversation's first
+ended, or that is shorter than the conversation was (the agent started over; not when its tool
+results answer calls its run handed over: the agent goes on from its history after a request
+aside, a summary it asked the model for on that history), starts the conversation's next
+run, in the conversation's session (a conversation the server keeps sends only its new items:
+its length is not read). So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
 the same first message (two agents started at the same moment), not the same one, which sends
@@ -259,16 +261,17 @@ class ModelBook:
                                        None, session=session, agent=agent,
                                        conversation=digest, messages=request.messages))
                 self._conversations[digest] = key = found
+        answers_its_calls = False  # its results answer calls its run handed over
         for result in request.results:  # the run that handed over the calls it answers
             handed = self._runs.get(self._calls.get(result.call_id) or "")
             if handed is not None and handed.conversation == digest:
-                key = handed.key
+                key, answers_its_calls = handed.key, True
                 break
         state = self._runs.get(key) if key is not None else None
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
                 or (not request.kept and (
-                    request.messages < state.messages
+                    (request.messages < state.messages and not answers_its_calls)
                     or (request.messages <= state.first and not request.results
                         and (state.asking > 0 or state.answered > 0))))):
             self._conversations.move_to_end(digest)
