@@ -426,6 +426,27 @@ def check_last_is_the_only_one_without_tools(agent: Agent,
     assert "Tools are withdrawn" in instructions(requests[-1])
 
 
+
+def check_a_chained_responses_run(agent: Agent, sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent whose Responses requests after the first send only their new items (the tool
+    results) and ``previous_response_id``, with the budget pack's 3 tool calls, the model
+    searching on: one run, the true countdown in the instructions of each request that offers
+    tools, 3 tools run, then the report as its output."""
+    model = llm.script(f"{agent.name}-chained", searching())
+    before = run_ids(sidecar)
+    outcome = drive(agent, sidecar, model)
+    requests = llm.requests(model)
+    assert outcome == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
+    assert [bool(body.get("previous_response_id")) for body in requests] == [
+        False, True, True, True]
+    assert [len(body["input"]) for body in requests] == [1] * 4  # only the new items
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    check_last_is_the_only_one_without_tools(agent, requests)
+    run = the_new_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, BUDGET, "tool_limit_reached"), run
+
 # -- the scripts ----------------------------------------------------------------------------
 
 def counting(agent: Agent) -> fakellm.Script:
