@@ -5,8 +5,9 @@ Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and 
 ``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
-``OpenAIResponsesLlm``), Haystack's ``Agent`` and Semantic Kernel's ``ChatCompletionAgent`` (and
-DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
+``OpenAIResponsesLlm``), LiteLLM's SDK (``litellm.completion``), Haystack's ``Agent`` and
+Semantic Kernel's ``ChatCompletionAgent`` (and DSPy's ReAct, whose tools are text: its own
+tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`; Genkit for Go,
 ``go/genkit``); a rig agent (``rust/rig``, rig-core's ``Agent``); the Rust agent
@@ -133,6 +134,9 @@ AGENTS = [
     Agent("strands", "endpoint_strands", "run"),
     *(Agent("google_adk", "endpoint_google_adk", mode) for mode in (
         "litellm", "litellm_stream", "chat", "chat_stream", "responses", "responses_stream")),
+    # LiteLLM's SDK as the client (litellm.completion, its OpenAI provider)
+    Agent("litellm_logfire", "endpoint_litellm", "completion"),
+    Agent("litellm_logfire", "endpoint_litellm", "completion_stream"),
     Agent("haystack", "endpoint_haystack", "run"),
     Agent("haystack", "endpoint_haystack", "stream"),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke", tool="Files-search"),
