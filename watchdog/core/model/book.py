@@ -138,6 +138,9 @@ class EndpointRun:
     run_key: str | None = None  # the run's key
     tool_limit: float | None = None  # its max_tool_calls
     used: int = 0  # its tool calls made
+    # the request identified last goes on from the run's own calls (its results answer calls
+    # the run handed over): a run ended at an answer (to a request aside) is taken back
+    going_on: bool = False
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -163,6 +166,7 @@ class ModelBook:
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
+        self._going_on = False  # (what _identify found of the request it reads)
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -182,7 +186,9 @@ class ModelBook:
         a session (read for a conversation this book does not know that the request goes on
         with: the book was lost in a restart, or had let it go). The request is taken until
         :meth:`settle`."""
+        self._going_on = False
         state = self._identify(api, request, caller, agent, ended, resume)
+        state.going_on = self._going_on
         state.asking += 1
         return state
 
@@ -275,6 +281,7 @@ class ModelBook:
                     or (request.messages <= state.first and not request.results
                         and (state.asking > 0 or state.answered > 0))))):
             self._conversations.move_to_end(digest)
+            self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
         return self._next_run(digest, session, agent, request.messages)
 
