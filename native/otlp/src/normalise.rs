@@ -14,7 +14,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
+use crate::failures::{self, Failures, Status};
 use crate::kernels::{canonical_text, hash_text, Json};
+use crate::model_calls::{self, ModelCalls};
 
 /// The dispatch's places (`conventions.normalise`) and the tool readers' (`tool_calls`), by
 /// their index in the first-present facts (`attributes.FIRST_FACTS`).
@@ -76,6 +78,9 @@ pub struct Normaliser {
     max_brief_chars: usize,
     /// ``CLIENT_RUN_SPAN``: the client SDK's span framing a run starts so
     client_run_span: String,
+    /// a model call's facts (``model_calls.rs``), a failure's (``failures.rs``)
+    model_calls: Py<ModelCalls>,
+    failures: Py<Failures>,
 }
 
 fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -97,7 +102,8 @@ impl Normaliser {
                         agent_unsure, step_names, step_suffixes, facts,
                         answer_tools, answer_tool_prefixes, left_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
-                        max_name_chars, max_brief_chars, client_run_span))]
+                        max_name_chars, max_brief_chars, client_run_span, model_calls,
+                        failures))]
     fn new(
         record_class: Py<PyAny>,
         kinds: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
@@ -123,6 +129,8 @@ impl Normaliser {
         max_name_chars: usize,
         max_brief_chars: usize,
         client_run_span: String,
+        model_calls: Py<ModelCalls>,
+        failures: Py<Failures>,
     ) -> PyResult<Self> {
         let mut maps = Vec::new();
         for item in kind_maps.try_iter()? {
@@ -177,6 +185,8 @@ impl Normaliser {
             max_name_chars,
             max_brief_chars,
             client_run_span,
+            model_calls,
+            failures,
         })
     }
 }
@@ -211,21 +221,30 @@ fn or<'py>(first: Bound<'py, PyAny>, second: Bound<'py, PyAny>) -> PyResult<Boun
     Ok(if first.is_truthy()? { first } else { second })
 }
 
-/// What is left of a record `record` made: nothing (a tool call's, filled here); its role's
-/// facts (``conventions._fill_facts``: the span ended without an error, a status text or an
-/// event); or its status and events, then its role's facts (``conventions._fill_role``).
+/// What is left of a record `record` made: nothing (its status and facts filled here); its
+/// role's facts (``conventions._fill_facts``), of a span without events or with them
+/// (`FACTS_LEFT`, `EVENT_FACTS_LEFT`); or its status and events, then its role's facts
+/// (``conventions._fill_role``).
 pub const FILLED: u8 = 0;
 pub const FACTS_LEFT: u8 = 1;
 pub const STATUS_LEFT: u8 = 2;
+pub const EVENT_FACTS_LEFT: u8 = 3;
+
+/// What a record's role reads, made here.
+enum RoleFacts<'py> {
+    Tool(ToolFacts<'py>),
+    Llm(model_calls::LlmFacts<'py>),
+}
 
 /// The record of `head`, or None where Python must read the span (see the module's comment);
-/// with it what is left of it to fill (`FILLED`, `FACTS_LEFT`, `STATUS_LEFT`; `eventful`: the
-/// span ended with an error, a status text or an event).
+/// with it what is left of it to fill (`FILLED`, `FACTS_LEFT`, `STATUS_LEFT`,
+/// `EVENT_FACTS_LEFT`; `status`: the span's status and events).
+#[allow(clippy::too_many_arguments)]
 pub fn record<'py>(
     py: Python<'py>,
     normaliser: &Normaliser,
     head: Head<'_>,
-    eventful: bool,
+    status: Status<'_>,
     attrs: &Bound<'py, PyDict>,
     firsts: &Bound<'py, PyTuple>,
     resource: &Bound<'py, PyAny>,
@@ -275,10 +294,33 @@ pub fn record<'py>(
         }
         None => None,
     };
-    // (a tool call's facts where it ended without an error or an event, and this reads them
-    // all; else `_fill_role`'s)
-    let filled = if tool && !eventful {
-        tool_facts(py, normaliser, attrs, firsts)?
+    // (its failure or limit stop, where its status and events say it as a table reads it;
+    // then its role's facts where this reads them all; else `_fill_role`'s, `_fill_facts`')
+    let events = !status.events.is_empty();
+    let failure = if status.eventful() {
+        failures::status(py, normaliser.failures.get(), &status, attrs)?
+    } else {
+        None
+    };
+    let status_read = failure.is_some() || !status.eventful();
+    let filled = if !status_read {
+        None
+    } else if tool {
+        if events && firsts.get_item(facts.tool_args)?.is_none() {
+            None // (its arguments may be an event's: _with_events)
+        } else {
+            tool_facts(py, normaliser, attrs, firsts)?.map(RoleFacts::Tool)
+        }
+    } else if role == Role::Llm {
+        model_calls::facts(
+            py,
+            normaliser.model_calls.get(),
+            normaliser.json.get(),
+            attrs,
+            firsts,
+            events,
+        )?
+        .map(RoleFacts::Llm)
     } else {
         None
     };
@@ -339,14 +381,23 @@ pub fn record<'py>(
             resource.getattr(intern!(py, "parent_run"))?,
         )?,
     )?;
-    if let Some(filled) = filled {
-        filled.set(py, &record)?;
-        return Ok(Some((record, FILLED)));
+    if let Some(failure) = failure {
+        failure.set(py, &record)?;
     }
-    Ok(Some((
-        record,
-        if eventful { STATUS_LEFT } else { FACTS_LEFT },
-    )))
+    let left = match filled {
+        Some(RoleFacts::Tool(filled)) => {
+            filled.set(py, &record)?;
+            FILLED
+        }
+        Some(RoleFacts::Llm(filled)) => {
+            filled.set(py, &record)?;
+            FILLED
+        }
+        None if !status_read => STATUS_LEFT,
+        None if events => EVENT_FACTS_LEFT,
+        None => FACTS_LEFT,
+    };
+    Ok(Some((record, left)))
 }
 
 /// The roles this makes records of.

@@ -320,8 +320,10 @@ def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
         if made is not None:
             record: SpanRecord = made[0]
             left = made[1]
-            if left == 1:  # (its span ended with no error, status text or event)
+            if left == 1:  # (its status read, its span without events)
                 _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden)
+            elif left == 3:  # (... with events)
+                _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden, span.events)
             elif left:
                 _fill_role(record, span, attrs, firsts, UNSCOPED.hidden)
             return record
