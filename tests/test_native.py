@@ -598,7 +598,13 @@ def test_model_calls_and_failures_are_read_whole_by_the_compiled_normalise() -> 
              proto_span(2, FAILED_TOOL, (2, "file src/a.py is locked"),
                         ("RuntimeError", "file src/a.py is locked")),
              proto_span(3, MODEL_CALL, (2, ""), ("UsageLimitExceeded", "out of tokens")),
-             proto_span(4, FAILED_TOOL, (1, "Max turns exceeded: 3"))]
+             proto_span(4, FAILED_TOOL, (1, "Max turns exceeded: 3")),
+             proto_span(5, {**{key: value for key, value in MODEL_CALL.items()
+                               if "messages" not in key},
+                            "llm.input_messages.0.message.role": "user",
+                            "llm.input_messages.1.message.role": "assistant",
+                            "gen_ai.completion.0.tool_calls.0.name": "read_file",
+                            "gen_ai.completion.0.tool_calls.0.id": "c2"})]
     read = list(filled_both_ways(spans))
     for left, ours, reference in read:
         assert left == 0, reference
@@ -607,6 +613,7 @@ def test_model_calls_and_failures_are_read_whole_by_the_compiled_normalise() -> 
     assert "limit_stop='limit_turns'" in read[1][2]
     assert "error_type='RuntimeError'" in read[2][2]
     assert "limit_stop='UsageLimitExceeded'" in read[3][2]
+    assert "messages=3" in read[5][2] and "('read_file', 'c2')" in read[5][2]
 
 
 ODD_MODEL_VALUES: list[dict[str, Any]] = [
@@ -627,7 +634,14 @@ ODD_MODEL_KEYS = sorted({
     "gen_ai.usage.cost", "gen_ai.usage.cache_read.input_tokens", "gen_ai.response.id",
     "gen_ai.request.model", "gen_ai.response.model", "gen_ai.provider.name", "error.type",
     "output.value", "llm.token_count.prompt", "langfuse.observation.usage_details",
-    "gen_ai.framework.error.message", "gen_ai.tool.call.arguments", "gen_ai.tool.name"})
+    "gen_ai.framework.error.message", "gen_ai.tool.call.arguments", "gen_ai.tool.name",
+    # (flattened messages, counted by their keys, and the tool calls they ask for)
+    "llm.input_messages.0.message.role", "llm.input_messages.12.message.content",
+    "llm.input_messages.\u00b2.message.role", "gen_ai.prompt.1.role", "gen_ai.completion.0.role",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.id",
+    "gen_ai.completion.0.tool_calls.1.name", "gen_ai.completion.0.tool_calls.1.id",
+    "gen_ai.input.messages_delta"})
 ODD_STATUSES = [(0, ""), (1, ""), (2, ""), (2, "boom"), (0, "Max turns exceeded"),
                 (2, "RuntimeError: file locked"), (2, "UsageLimitExceeded: 5 requests"),
                 (2, "é"), (1, "recursion limit of 25 reached")]

@@ -3,16 +3,25 @@
 //! JSON text (counted by their ``"role"`` keys) and its tool requests where the JSON kernel
 //! reads them (`Json::asked`): its tokens, cost and cached tokens, model, provider, response
 //! id, finish reason, limit stop or tool request and the tools asked for, its message count
-//! and prompt. Anything else (an answer, whose text and request Python reads; no finish
-//! reason; a usage object; a number written as text; a model named in JSON; flattened
-//! messages; an output that may ask only for the framework's answer tool) is left to the
-//! Python ``_fill_llm``: `facts` answers None, none set.
+//! and prompt; messages flattened into keys (``llm.input_messages.{i}...``) counted, and the
+//! tool calls asked for read, from the span's keys as the decode holds them. Anything else (an
+//! answer, whose text and request Python reads; no finish reason; a usage object; a number
+//! written as text; a model named in JSON; an output that may ask only for the framework's
+//! answer tool) is left to the Python ``_fill_llm``: `facts` answers None, none set.
 
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::kernels::Json;
+use crate::wire;
+
+/// ``model_calls.ASKED_TOOL_FLAT``: <prefix>{i}<infix>{j}<name or id suffix>.
+struct AskedFlat {
+    prefix: String,
+    infix: String,
+    suffixes: [String; 2],
+}
 
 /// Where ``_fill_llm`` reads each fact: its index in the first-present facts
 /// (``attributes.FIRST_FACTS``).
@@ -32,6 +41,7 @@ struct Places {
     response_id: usize,
     prompt: usize,
     outcome: usize,
+    messages_delta: usize,
 }
 
 /// The tables a model call's facts are read by, handed over once
@@ -53,6 +63,14 @@ pub struct ModelCalls {
     max_name_chars: usize,
     max_tokens: i64,
     max_cost: f64,
+    /// ``FLAT_INPUT_PREFIXES``, ``FLAT_OUTPUT_PREFIXES``, ``FLAT_TOOL_CALLS``,
+    /// ``ASKED_TOOL_FLAT``, ``MAX_ASKED_TOOLS``; ``MESSAGES_DELTA_KEYS`` is not empty
+    flat_inputs: Vec<String>,
+    flat_outputs: Vec<String>,
+    flat_tool_calls: String,
+    asked_flat: Vec<AskedFlat>,
+    max_asked: usize,
+    reports_delta: bool,
 }
 
 #[pymethods]
@@ -60,7 +78,7 @@ impl ModelCalls {
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        places: [usize; 15],
+        places: [usize; 16],
         tool_reasons: Vec<String>,
         limit_reasons: Vec<String>,
         usage_keys: &Bound<'_, PyAny>,
@@ -70,8 +88,14 @@ impl ModelCalls {
         max_name_chars: usize,
         max_tokens: i64,
         max_cost: f64,
+        flat_inputs: Vec<String>,
+        flat_outputs: Vec<String>,
+        flat_tool_calls: String,
+        asked_flat: Vec<(String, String, String, String)>,
+        max_asked: usize,
+        reports_delta: bool,
     ) -> PyResult<Self> {
-        let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome] =
+        let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta] =
             places;
         let usage_keys = usage_keys
             .try_iter()?
@@ -94,6 +118,7 @@ impl ModelCalls {
                 response_id,
                 prompt,
                 outcome,
+                messages_delta,
             },
             tool_reasons,
             limit_reasons,
@@ -104,6 +129,19 @@ impl ModelCalls {
             max_name_chars,
             max_tokens,
             max_cost,
+            flat_inputs,
+            flat_outputs,
+            flat_tool_calls,
+            asked_flat: asked_flat
+                .into_iter()
+                .map(|(prefix, infix, name, id)| AskedFlat {
+                    prefix,
+                    infix,
+                    suffixes: [name, id],
+                })
+                .collect(),
+            max_asked,
+            reports_delta,
         })
     }
 }
@@ -123,6 +161,7 @@ pub struct LlmFacts<'py> {
     limit: bool,
     asked: Option<Bound<'py, PyTuple>>,
     messages: i64,
+    messages_delta: i64,
     prompt: Bound<'py, PyAny>,
 }
 
@@ -161,7 +200,12 @@ impl LlmFacts<'_> {
                 record.setattr(intern!(py, "asked_tools"), asked)?;
             }
         }
-        record.setattr(intern!(py, "messages"), self.messages)?;
+        if self.messages != 0 {
+            record.setattr(intern!(py, "messages"), self.messages)?;
+        }
+        if self.messages_delta != 0 {
+            record.setattr(intern!(py, "messages_delta"), self.messages_delta)?;
+        }
         if !self.prompt.is_none() {
             record.setattr(intern!(py, "prompt"), self.prompt)?;
         }
@@ -254,6 +298,85 @@ fn reason<'py>(
     name(py, &value, chars).map(|found| found.or_else(|| Some(PyString::new(py, "").into_any())))
 }
 
+/// The span's attribute keys and values as the decode holds them (``span.attributes``: a
+/// flattened convention's messages are counted by their keys).
+pub struct Keys<'a> {
+    pub attributes: &'a [wire::KeyValue],
+    pub data: &'a [u8],
+}
+
+/// ``values._flat_count``: one more than the highest index after one of `prefixes`.
+fn flat_count(keys: &Keys<'_>, prefixes: &[String]) -> Result<i64, Unsure> {
+    let mut highest: i64 = -1;
+    for kv in keys.attributes {
+        let key = kv.key.text(keys.data);
+        for prefix in prefixes {
+            let Some(rest) = key.strip_prefix(prefix.as_str()) else {
+                continue;
+            };
+            let index = rest.split('.').next().unwrap_or("");
+            if !index.is_ascii() {
+                return Err(Unsure); // (str.isdigit of Unicode digits)
+            }
+            if !index.is_empty() && index.bytes().all(|byte| byte.is_ascii_digit()) {
+                let index: i64 = index.parse().map_err(|_| Unsure)?;
+                highest = highest.max(index);
+            }
+        }
+    }
+    Ok(highest + 1)
+}
+
+/// ``model_calls.asked_tools``' reading of flattened output keys.
+fn asked_flat<'py>(
+    py: Python<'py>,
+    calls: &ModelCalls,
+    keys: &Keys<'_>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut flat: Vec<(String, [String; 2])> = Vec::new(); // (index, [name, id]) in order
+    for kv in keys.attributes {
+        let key = kv.key.text(keys.data);
+        for rule in &calls.asked_flat {
+            if !key.starts_with(rule.prefix.as_str()) || !key.contains(rule.infix.as_str()) {
+                continue;
+            }
+            for (slot, suffix) in rule.suffixes.iter().enumerate() {
+                if !key.ends_with(suffix.as_str()) {
+                    continue;
+                }
+                let (start, end) = (rule.prefix.len(), key.len() - suffix.len());
+                let index = if start < end { &key[start..end] } else { "" };
+                let text = match kv.value {
+                    wire::AnyValue::String(slice) => slice.text(keys.data),
+                    _ => "",
+                };
+                let known = flat.iter().position(|(seen, _)| seen == index);
+                if !text.is_empty() && (known.is_some() || flat.len() < calls.max_asked) {
+                    let at = known.unwrap_or_else(|| {
+                        flat.push((index.to_owned(), [String::new(), String::new()]));
+                        flat.len() - 1
+                    });
+                    flat[at].1[slot] = cut(text, calls.max_name_chars).to_owned();
+                }
+                break;
+            }
+        }
+    }
+    let asked: Vec<(String, String)> = flat
+        .into_iter()
+        .filter(|(_, [name, _])| !name.is_empty())
+        .map(|(_, [name, id])| (name, id))
+        .collect();
+    PyTuple::new(py, asked)
+}
+
+fn cut(text: &str, chars: usize) -> &str {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
 /// The facts of a model call, or None where Python reads them (see the module's comment);
 /// `events`: the span has events (an output only an event carries is Python's).
 pub fn facts<'py>(
@@ -263,8 +386,9 @@ pub fn facts<'py>(
     attrs: &Bound<'py, PyDict>,
     firsts: &Bound<'py, PyTuple>,
     events: bool,
+    keys: &Keys<'_>,
 ) -> PyResult<Option<LlmFacts<'py>>> {
-    Ok(read(py, calls, json, attrs, firsts, events)?.ok())
+    Ok(read(py, calls, json, attrs, firsts, events, keys)?.ok())
 }
 
 fn read<'py>(
@@ -274,6 +398,7 @@ fn read<'py>(
     attrs: &Bound<'py, PyDict>,
     firsts: &Bound<'py, PyTuple>,
     events: bool,
+    keys: &Keys<'_>,
 ) -> PyResult<Result<LlmFacts<'py>, Unsure>> {
     let at = &calls.places;
     if events && firsts.get_item(at.outcome)?.is_none() {
@@ -297,18 +422,37 @@ fn read<'py>(
         return Ok(Err(Unsure)); // (an answer, or another reason: Python reads the output)
     }
     let output_messages = firsts.get_item(at.output_messages)?;
-    let messages = match count_messages(&firsts.get_item(at.messages)?) {
-        Ok(count) if count > 0 => count,
-        _ => return Ok(Err(Unsure)), // (flattened messages: counted by their keys)
+    let Ok(mut messages) = count_messages(&firsts.get_item(at.messages)?) else {
+        return Ok(Err(Unsure));
     };
-    let flat_out = if output_messages.is_none() {
-        0
+    let counted = if messages == 0 {
+        // flattened conventions: the count is in the keys
+        (|| -> Result<_, Unsure> {
+            let inputs = flat_count(keys, &calls.flat_inputs)?;
+            let outputs = flat_count(keys, &calls.flat_outputs)?;
+            let tools = outputs > 0
+                && keys.attributes.iter().any(|kv| {
+                    let key = kv.key.text(keys.data);
+                    key.contains(calls.flat_tool_calls.as_str())
+                        && calls
+                            .flat_outputs
+                            .iter()
+                            .any(|prefix| key.starts_with(prefix.as_str()))
+                });
+            Ok((inputs, outputs, tools))
+        })()
+    } else if output_messages.is_none() {
+        Ok((messages, 0, false))
     } else {
-        match count_messages(&output_messages) {
-            Ok(count) => count,
-            Err(unsure) => return Ok(Err(unsure)),
-        }
+        count_messages(&output_messages).map(|outputs| (messages, outputs, false))
     };
+    let Ok((counted, flat_out, flat_tools)) = counted else {
+        return Ok(Err(Unsure));
+    };
+    messages = counted;
+    if limit && flat_tools {
+        return Ok(Err(Unsure)); // (its flattened output asks for tools all the same)
+    }
     let mut asked = None;
     if !limit {
         let output = if output_messages.is_none() {
@@ -324,16 +468,24 @@ fn read<'py>(
                 return Ok(Err(Unsure)); // (it may ask only for an answer tool)
             }
         }
-        let Ok(text) = output_messages.cast::<PyString>() else {
-            return Ok(Err(Unsure)); // (flattened output keys, a list: Python reads them)
+        let text = if output_messages.is_none() {
+            None
+        } else {
+            let Ok(text) = output_messages.cast::<PyString>() else {
+                return Ok(Err(Unsure)); // (a list: Python reads it)
+            };
+            let Ok(plain) = text.to_str() else {
+                return Ok(Err(Unsure));
+            };
+            plain.contains("\"tool_call").then_some(text)
         };
-        if !text.to_str().is_ok_and(|text| text.contains("\"tool_call")) {
-            return Ok(Err(Unsure));
-        }
-        match json.asked(py, text)? {
-            Some(found) => asked = Some(found),
-            None => return Ok(Err(Unsure)),
-        }
+        asked = Some(match text {
+            Some(text) => match json.asked(py, text)? {
+                Some(found) => found,
+                None => return Ok(Err(Unsure)),
+            },
+            None => asked_flat(py, calls, keys)?, // (no JSON tool calls: the flattened keys)
+        });
     }
     let input = firsts.get_item(at.input_tokens)?;
     let output = firsts.get_item(at.output_tokens)?;
@@ -409,6 +561,15 @@ fn read<'py>(
     let Ok((response_id, model, provider)) = names else {
         return Ok(Err(Unsure));
     };
+    let mut messages_delta = 0;
+    if messages != 0 {
+        messages += flat_out.max(1);
+    } else if calls.reports_delta {
+        match count_messages(&firsts.get_item(at.messages_delta)?) {
+            Ok(count) => messages_delta = count,
+            Err(unsure) => return Ok(Err(unsure)),
+        }
+    }
     cache_read = cache_read.min(input_tokens);
     cache_write = cache_write.min(input_tokens - cache_read);
     Ok(Ok(LlmFacts {
@@ -423,7 +584,8 @@ fn read<'py>(
         finish_reason: finish,
         limit,
         asked,
-        messages: messages + flat_out.max(1),
+        messages,
+        messages_delta,
         prompt: firsts.get_item(at.prompt)?,
     }))
 }

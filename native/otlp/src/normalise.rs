@@ -1,14 +1,16 @@
 //! `normalise` for the spans it can be sure of (`Span.record`): a model or tool call whose role
 //! a convention's kind attribute names gets its record made here (its ids, times, run key, kind,
-//! agent, session, parent run: `normalise`'s dispatch); a tool call that ended without an error,
-//! a status text or an event its facts too (its name, its arguments and result as hashes and
-//! briefs, whether a model asked for it, the call id it answers). What is left (the status and
-//! events, a model call's facts, a tool call's this does not read) is the Python `_fill_role`'s,
-//! on the record made here. The tables are the Python conventions' own, handed over once
-//! (`Normaliser`): no convention is written twice. Where the dispatch reaches a branch this does
-//! not read (an attribute a table names for it, a role other than a model or tool call), it
-//! answers None, "unsure", and the Python `normalise` reads the span whole; where a tool call's
-//! facts do, it leaves them all to `_fill_role`, none set.
+//! agent, session, parent run: `normalise`'s dispatch); then its failure or a limit stop its
+//! status or exception names (`failures.rs`), and its role's facts: a tool call's (its name,
+//! its arguments and result as hashes and briefs, whether a model asked for it, the call id it
+//! answers) and a model call's that asked for tools or stopped at a limit (`model_calls.rs`).
+//! What is left (a status or event it does not read, a model call's answer, an agent's facts)
+//! is the Python `_fill_role`'s or `_fill_facts`', on the record made here. The tables are the
+//! Python conventions' own, handed over once (`Normaliser`): no convention is written twice.
+//! Where the dispatch reaches a branch this does not read (an attribute a table names for it,
+//! a role other than a model or tool call), it answers None, "unsure", and the Python
+//! `normalise` reads the span whole; where a status's or a role's facts do, it leaves them all
+//! to Python, none set.
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -238,13 +240,15 @@ enum RoleFacts<'py> {
 
 /// The record of `head`, or None where Python must read the span (see the module's comment);
 /// with it what is left of it to fill (`FILLED`, `FACTS_LEFT`, `STATUS_LEFT`,
-/// `EVENT_FACTS_LEFT`; `status`: the span's status and events).
+/// `EVENT_FACTS_LEFT`; `status`: the span's status and events; `keys`: its attributes as the
+/// decode holds them).
 #[allow(clippy::too_many_arguments)]
 pub fn record<'py>(
     py: Python<'py>,
     normaliser: &Normaliser,
     head: Head<'_>,
     status: Status<'_>,
+    keys: model_calls::Keys<'_>,
     attrs: &Bound<'py, PyDict>,
     firsts: &Bound<'py, PyTuple>,
     resource: &Bound<'py, PyAny>,
@@ -319,6 +323,7 @@ pub fn record<'py>(
             attrs,
             firsts,
             events,
+            &keys,
         )?
         .map(RoleFacts::Llm)
     } else {

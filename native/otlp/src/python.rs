@@ -11,7 +11,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::failures::{Failures, Status as SpanStatus};
-use crate::model_calls::ModelCalls;
+use crate::model_calls::{Keys, ModelCalls};
 use crate::normalise::{self, Normaliser};
 use crate::wire;
 
@@ -389,7 +389,20 @@ impl Span {
             events: &span.events,
             data,
         };
-        normalise::record(py, normaliser.get(), head, status, attrs, firsts, resource)
+        let keys = Keys {
+            attributes: &span.attributes,
+            data,
+        };
+        normalise::record(
+            py,
+            normaliser.get(),
+            head,
+            status,
+            keys,
+            attrs,
+            firsts,
+            resource,
+        )
     }
 
     /// The attributes the convention tables name, as ``select_attributes`` reads them: a

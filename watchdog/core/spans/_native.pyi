@@ -178,7 +178,10 @@ class ModelCalls:
     def __init__(self, places: tuple[int, ...], tool_reasons: list[str],
                  limit_reasons: list[str], usage_keys: Iterable[str], reports_cost: bool,
                  answer_tool_scan: str | None, max_reason_chars: int, max_name_chars: int,
-                 max_tokens: int, max_cost: float) -> None: ...
+                 max_tokens: int, max_cost: float, flat_inputs: Iterable[str],
+                 flat_outputs: Iterable[str], flat_tool_calls: str,
+                 asked_flat: Iterable[tuple[str, str, str, str]], max_asked: int,
+                 reports_delta: bool) -> None: ...
 
 class Failures:
     """The tables a failure is read by (``native/otlp/src/failures.rs``)."""

@@ -110,6 +110,7 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
     from watchdog.core.bounds import MAX_REPORTED_COST, MAX_TOKENS_PER_CALL
     from watchdog.core.redact import brief, mask
     from watchdog.core.spans import attributes as a
+    from watchdog.core.spans import model_calls as model_calls_tables
     from watchdog.core.spans import outcome, values
     from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
     from watchdog.core.spans.schema import Role
@@ -133,11 +134,14 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
     model_calls = _native.ModelCalls(
         (a.F_FINISH_REASON, a.F_OUTPUT_MESSAGES, a.F_LLM_OUTPUT, a.F_MESSAGES, a.F_INPUT_TOKENS,
          a.F_OUTPUT_TOKENS, a.F_TOTAL_TOKENS, a.F_REPORTED_COST, a.F_CACHE_READ,
-         a.F_CACHE_WRITE, a.F_MODEL, a.F_PROVIDER, a.F_RESPONSE_ID, a.F_PROMPT, a.F_OUTCOME),
+         a.F_CACHE_WRITE, a.F_MODEL, a.F_PROVIDER, a.F_RESPONSE_ID, a.F_PROMPT, a.F_OUTCOME,
+         a.F_MESSAGES_DELTA),
         sorted(outcome.TOOL_FINISH_REASONS), sorted(outcome.LIMIT_FINISH_REASONS),
         [key for key, _, _ in a.USAGE_JSON], bool(a.REPORTED_COST_KEYS),
         outcome.ANSWER_TOOL_SCAN if outcome.ANSWER_TOOL_MARKERS else None,
-        outcome.MAX_REASON_CHARS, values.MAX_NAME_CHARS, MAX_TOKENS_PER_CALL, MAX_REPORTED_COST)
+        outcome.MAX_REASON_CHARS, values.MAX_NAME_CHARS, MAX_TOKENS_PER_CALL, MAX_REPORTED_COST,
+        a.FLAT_INPUT_PREFIXES, a.FLAT_OUTPUT_PREFIXES, a.FLAT_TOOL_CALLS,
+        model_calls_tables.ASKED_TOOL_FLAT, MAX_ASKED_TOOLS, bool(a.MESSAGES_DELTA_KEYS))
     failures = _native.Failures(
         sorted(a.WRAPPED_EXCEPTION_TYPES), status, [limit for _, limit in outcome.LIMIT_STATUS],
         phrases, [limit for _, limit in outcome.LIMIT_PHRASES], sorted(outcome.LIMIT_EXCEPTIONS),
