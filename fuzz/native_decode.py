@@ -44,10 +44,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 # a model or a tool call's facts, each most often there (calls_built)
 CALL_FACTS = ("gen_ai.tool.name", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
               "gen_ai.tool.call.id", "gen_ai.agent.name", "gen_ai.agent.call.id",
-              "gen_ai.usage.input_tokens", "gen_ai.output.messages", "gen_ai.input.messages")
+              "gen_ai.usage.input_tokens", "gen_ai.output.messages", "gen_ai.input.messages",
+              "gen_ai.response.finish_reasons", "gen_ai.request.model", "gen_ai.response.id",
+              "error.type")
 CALL_TEXTS = ["read_file", "final_result", "finish", "[REDACTED]", '{"path": "a", "n": 1}',
               '{"x": 1.5}', '{"k": "[REDACTED]"}', "not json", "agent-0", "é" * 250,
-              "content='no' name='t' status='error'", '[{"role": "user", "content": "hi"}]']
+              "content='no' name='t' status='error'", '[{"role": "user", "content": "hi"}]',
+              "tool_calls", "limit_turns", "stop", '["tool_call"]', "RuntimeError",
+              '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]']
+# a span's status and its exception (failures.rs): the limits and errors they may name
+STATUS_TEXTS = ["", "boom", "Max turns exceeded: 3", "UsageLimitExceeded: 5", "é",
+                "RuntimeError: locked", "recursion limit of 25 reached"]
+EXCEPTION_TEXTS = ["", "RuntimeError", "pkg.MaxTurnsExceeded", "Exception", "boom",
+                   "RuntimeError('boom')", "max turns (3) exceeded", "RuntimeError: x"]
 
 if not native.AVAILABLE:
     sys.exit("the compiled decode (watchdog.core.spans._native) is not built: run make")
@@ -97,6 +106,15 @@ def calls_built(data: atheris.FuzzedDataProvider) -> ExportTraceServiceRequest:
                     _value(data, kv)
         for _ in range(data.ConsumeIntInRange(0, 3)):
             _value(data, span.attributes.add(key=data.PickValueInList(KEYS)))
+        if data.ConsumeIntInRange(0, 2) == 0:
+            span.status.code = data.ConsumeIntInRange(0, 2)
+            span.status.message = data.PickValueInList(STATUS_TEXTS)
+            if data.ConsumeBool():
+                event = span.events.add(name=data.PickValueInList(["exception", "log"]))
+                for key in ("exception.type", "exception.message"):
+                    if data.ConsumeIntInRange(0, 3):
+                        event.attributes.add(key=key).value.string_value = \
+                            data.PickValueInList(EXCEPTION_TEXTS)
     return request
 
 

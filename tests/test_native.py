@@ -532,6 +532,146 @@ def test_the_compiled_normalise_reads_odd_spans_as_normalise_does() -> None:
     assert sure > 300 and unsure > 300, (sure, unsure)  # (both ways are taken)
 
 
+# A model call's facts and a span's failure (native/otlp/src/model_calls.rs, failures.rs): read
+# whole where they are table reads, left to `_fill_facts` or `_fill_role` where they are not.
+
+MODEL_CALL = {
+    "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+    "gen_ai.provider.name": "openai", "gen_ai.response.id": "chatcmpl-1",
+    "gen_ai.usage.input_tokens": 900, "gen_ai.usage.output_tokens": 40,
+    "gen_ai.response.finish_reasons": ["tool_call"],
+    "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", "content": "fix"}]}]',
+    "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "tool_call", "id": '
+                              '"c1", "name": "read_file", "arguments": {"path": "a.py"}}]}]',
+}
+FAILED_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file",
+               "gen_ai.tool.call.id": "call_1",
+               "gen_ai.tool.call.arguments": '{"path": "src/a.py"}'}
+
+
+def proto_span(index: int, facts: dict[str, object], status: tuple[int, str] = (0, ""),
+               exception: tuple[str, str] | None = None) -> ProtoSpan:
+    span = ProtoSpan(trace_id=bytes(range(1, 17)), span_id=(index + 1).to_bytes(8, "big"),
+                     parent_span_id=b"\7" * 8, name="chat gpt-4o",
+                     start_time_unix_nano=1_700_000_000_000_000_000,
+                     end_time_unix_nano=1_700_000_001_000_000_000)
+    for key, value in facts.items():
+        any_value = span.attributes.add(key=key).value
+        if isinstance(value, dict):
+            any_value.CopyFrom(AnyValue(**value))
+        elif isinstance(value, list):
+            for item in value:
+                any_value.array_value.values.add(string_value=item)
+        elif isinstance(value, int):
+            any_value.int_value = value
+        else:
+            any_value.string_value = str(value)
+    span.status.code, span.status.message = status
+    if exception is not None:
+        event = span.events.add(name="exception")
+        for key, text in zip(("exception.type", "exception.message"), exception, strict=True):
+            if text:
+                event.attributes.add(key=key).value.string_value = text
+    return span
+
+
+def filled_both_ways(spans: list[ProtoSpan]) -> Iterator[tuple[int | None, str, str]]:
+    """Each span as (what the compiled normalise left of it to fill, None: unsure; its record
+    as ``normalised`` makes it; as ``normalise`` does)."""
+    request = decode.ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.extend(spans)
+    with decoding(compiled=True):
+        normaliser = values.compiled_normaliser
+        for span in parse_protobuf(request.SerializeToString()).resource_spans[0] \
+                .scope_spans[0].spans:
+            attrs, firsts = span.read()
+            resource = Resource.of({})
+            made = span.record(attrs, firsts, resource, normaliser)
+            yield (made[1] if made is not None else None,
+                   repr(conventions.normalised(span, attrs, resource, firsts)),
+                   repr(conventions.normalise(span, attrs, resource, firsts)))
+
+
+def test_model_calls_and_failures_are_read_whole_by_the_compiled_normalise() -> None:
+    limit = {**MODEL_CALL, "gen_ai.response.finish_reasons": ["limit_turns"]}
+    spans = [proto_span(0, MODEL_CALL), proto_span(1, limit),
+             proto_span(2, FAILED_TOOL, (2, "file src/a.py is locked"),
+                        ("RuntimeError", "file src/a.py is locked")),
+             proto_span(3, MODEL_CALL, (2, ""), ("UsageLimitExceeded", "out of tokens")),
+             proto_span(4, FAILED_TOOL, (1, "Max turns exceeded: 3")),
+             proto_span(5, {**{key: value for key, value in MODEL_CALL.items()
+                               if "messages" not in key},
+                            "llm.input_messages.0.message.role": "user",
+                            "llm.input_messages.1.message.role": "assistant",
+                            "gen_ai.completion.0.tool_calls.0.name": "read_file",
+                            "gen_ai.completion.0.tool_calls.0.id": "c2"})]
+    read = list(filled_both_ways(spans))
+    for left, ours, reference in read:
+        assert left == 0, reference
+        assert ours == reference
+    assert "requested_tools=True" in read[0][2] and "('read_file', 'c1')" in read[0][2]
+    assert "limit_stop='limit_turns'" in read[1][2]
+    assert "error_type='RuntimeError'" in read[2][2]
+    assert "limit_stop='UsageLimitExceeded'" in read[3][2]
+    assert "messages=3" in read[5][2] and "('read_file', 'c2')" in read[5][2]
+
+
+ODD_MODEL_VALUES: list[dict[str, Any]] = [
+    {"string_value": text} for text in (
+        "tool_calls", "TOOL_CALLS", "stop", "limit_turns", "length", '["tool_calls"]', "[x",
+        "é", '"gpt-4o"', "gpt-4o", "12", "1e3", "RuntimeError", "pkg.UsageLimitExceeded",
+        '[{"role": "user"}, {"role": "assistant"}]', '{"error": {"message": "max turns"}}',
+        '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]',
+        '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "final_result"}]}]',
+        '[{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "t"}}]}]',
+        '{"input": 3, "output": 4}', "x" * 300)
+] + [{"array_value": {"values": [{"string_value": text} for text in texts]}}
+     for texts in ((), ("tool_call",), ("stop", "limit_turns"), ("é",))
+     ] + [{"int_value": n} for n in (0, 7, -3, 10**12)] + [{"double_value": 0.25}] + ODD_VALUES
+ODD_MODEL_KEYS = sorted({
+    "gen_ai.response.finish_reasons", "gen_ai.output.messages", "gen_ai.input.messages",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.total_tokens",
+    "gen_ai.usage.cost", "gen_ai.usage.cache_read.input_tokens", "gen_ai.response.id",
+    "gen_ai.request.model", "gen_ai.response.model", "gen_ai.provider.name", "error.type",
+    "output.value", "llm.token_count.prompt", "langfuse.observation.usage_details",
+    "gen_ai.framework.error.message", "gen_ai.tool.call.arguments", "gen_ai.tool.name",
+    # (flattened messages, counted by their keys, and the tool calls they ask for)
+    "llm.input_messages.0.message.role", "llm.input_messages.12.message.content",
+    "llm.input_messages.\u00b2.message.role", "gen_ai.prompt.1.role", "gen_ai.completion.0.role",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.id",
+    "gen_ai.completion.0.tool_calls.1.name", "gen_ai.completion.0.tool_calls.1.id",
+    "gen_ai.input.messages_delta"})
+ODD_STATUSES = [(0, ""), (1, ""), (2, ""), (2, "boom"), (0, "Max turns exceeded"),
+                (2, "RuntimeError: file locked"), (2, "UsageLimitExceeded: 5 requests"),
+                (2, "é"), (1, "recursion limit of 25 reached")]
+ODD_EXCEPTIONS = [None, None, ("RuntimeError", "boom"), ("", "max turns (3) exceeded"),
+                  ("pkg.MaxTurnsExceeded", ""), ("Exception", "RuntimeError('boom')"),
+                  ("ValueError", "RuntimeError: x"), ("ValueError", "é" * 3000)]
+
+
+def test_odd_model_calls_and_failures_read_as_normalise_does() -> None:
+    rng = random.Random(31)
+    spans = []
+    for index in range(1500):
+        facts: dict[str, object] = {
+            "gen_ai.operation.name": rng.choice(["chat", "chat", "execute_tool"])}
+        if rng.random() < 0.7:  # (most often the facts it reads whole)
+            facts.update(MODEL_CALL if facts["gen_ai.operation.name"] == "chat" else FAILED_TOOL)
+        for _ in range(rng.randint(0, 4)):
+            facts[rng.choice(ODD_MODEL_KEYS)] = rng.choice(ODD_MODEL_VALUES)
+        spans.append(proto_span(index, facts, rng.choice(ODD_STATUSES),
+                                rng.choice(ODD_EXCEPTIONS)))
+    filled = left = 0
+    for made, ours, reference in filled_both_ways(spans):
+        assert ours == reference
+        if made == 0:
+            filled += 1
+        else:
+            left += 1
+    assert filled > 300 and left > 300, (filled, left)  # (both ways are taken)
+
+
 def test_the_switch_chooses_the_normalise() -> None:
     with decoding(compiled=False):
         assert values.compiled_normaliser is None

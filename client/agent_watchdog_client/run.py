@@ -392,13 +392,16 @@ class Run:
                 tally.ended_calls, self.board.last_seq)
 
     def _sync(self, last: ReadableSpan | None = None) -> None:
-        """Send the ended spans not synced yet (and ``last``, the run's own span, as the run
-        exits) and take the sidecar's answer."""
+        """Send the ended spans not synced yet (and, as the run exits, the agent spans that
+        ended in it and ``last``, its own span) and take the sidecar's answer."""
         tally = self.tally
         tally.keep_spans = True  # the run steers: from now on its ended calls wait for a sync
         spans = tally.take_unsynced()
-        if last is not None:
-            spans.append(last)
+        ends: list[ReadableSpan] = []
+        if last is not None:  # the agent spans that ended in the run, then its own
+            ends = [agent for agent in tally.ended_agents if isinstance(agent, ReadableSpan)]
+            ends.append(last)
+            spans.extend(ends)
         # a stop the run made by itself goes with the spans (the sidecar takes it first: a tool
         # call refused at the stop still ends a span), and again until a sync carried it
         stop = self.steering.unreported_stop
@@ -410,7 +413,7 @@ class Run:
             else self.announcement(with_trace=True)
         answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop, announce)
         if answer is None:
-            tally.give_back(spans if last is None else spans[:-1])
+            tally.give_back(spans[:len(spans) - len(ends)])
             return
         self._sync_announced = True
         if stop is not None:

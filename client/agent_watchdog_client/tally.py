@@ -75,13 +75,16 @@ else:
 class RunTally(_Counts):
     """Created by the run; ``owner`` is the :class:`~agent_watchdog_client.Run` it belongs to."""
 
-    __slots__ = ("_agent_spans", "owner")
+    __slots__ = ("_agent_spans", "ended_agents", "owner")
 
     def __init__(self, owner: object) -> None:
         self.owner = owner
         self.span_attributes: dict[str, Any] = {}
         self.agent_spans = 0
         self._agent_spans: dict[int, Span] = {}  # open agent spans, oldest first
+        # the agent spans ended inside the run, the last 64 (a steered run's last sync sends
+        # them before its own span: a framework's limit stop is on its agent span)
+        self.ended_agents: deque[Span] = deque(maxlen=64)
         self.tool_spans = 0  # tool calls started (output tools excluded)
         self.tools_ended = 0  # tool calls ended (output tools excluded)
         self.model_spans = 0  # model calls started
@@ -102,7 +105,9 @@ class RunTally(_Counts):
         return spans[-1] if spans else None
 
     def agent_ended(self, span_id: int) -> None:
-        self._agent_spans.pop(span_id, None)
+        span = self._agent_spans.pop(span_id, None)
+        if span is not None:
+            self.ended_agents.append(span)
 
     @property
     def calls(self) -> dict[int, int]:

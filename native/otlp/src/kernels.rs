@@ -48,6 +48,13 @@ impl Phrases {
         let Ok(text) = text.to_str() else {
             return -2;
         };
+        self.first_of(text)
+    }
+}
+
+impl Phrases {
+    /// ``first`` of a text that is UTF-8.
+    pub fn first_of(&self, text: &str) -> i64 {
         if !text.is_ascii() || text.bytes().any(|byte| (0x1c..=0x1f).contains(&byte)) {
             return -2;
         }
@@ -211,7 +218,7 @@ impl Json {
 
     /// The (name, call id or "") of the tool calls a model's output messages (JSON text) ask
     /// for, at most `max_asked`; None where Python should read them (not a JSON list).
-    fn asked<'py>(
+    pub fn asked<'py>(
         &self,
         py: Python<'py>,
         text: &Bound<'py, PyString>,

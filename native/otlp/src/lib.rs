@@ -12,3 +12,9 @@ mod kernels;
 
 #[cfg(feature = "python")]
 mod normalise;
+
+#[cfg(feature = "python")]
+mod model_calls;
+
+#[cfg(feature = "python")]
+mod failures;

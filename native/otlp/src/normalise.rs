@@ -1,20 +1,24 @@
 //! `normalise` for the spans it can be sure of (`Span.record`): a model or tool call whose role
 //! a convention's kind attribute names gets its record made here (its ids, times, run key, kind,
-//! agent, session, parent run: `normalise`'s dispatch); a tool call that ended without an error,
-//! a status text or an event its facts too (its name, its arguments and result as hashes and
-//! briefs, whether a model asked for it, the call id it answers). What is left (the status and
-//! events, a model call's facts, a tool call's this does not read) is the Python `_fill_role`'s,
-//! on the record made here. The tables are the Python conventions' own, handed over once
-//! (`Normaliser`): no convention is written twice. Where the dispatch reaches a branch this does
-//! not read (an attribute a table names for it, a role other than a model or tool call), it
-//! answers None, "unsure", and the Python `normalise` reads the span whole; where a tool call's
-//! facts do, it leaves them all to `_fill_role`, none set.
+//! agent, session, parent run: `normalise`'s dispatch); then its failure or a limit stop its
+//! status or exception names (`failures.rs`), and its role's facts: a tool call's (its name,
+//! its arguments and result as hashes and briefs, whether a model asked for it, the call id it
+//! answers) and a model call's that asked for tools or stopped at a limit (`model_calls.rs`).
+//! What is left (a status or event it does not read, a model call's answer, an agent's facts)
+//! is the Python `_fill_role`'s or `_fill_facts`', on the record made here. The tables are the
+//! Python conventions' own, handed over once (`Normaliser`): no convention is written twice.
+//! Where the dispatch reaches a branch this does not read (an attribute a table names for it,
+//! a role other than a model or tool call), it answers None, "unsure", and the Python
+//! `normalise` reads the span whole; where a status's or a role's facts do, it leaves them all
+//! to Python, none set.
 
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
+use crate::failures::{self, Failures, Status};
 use crate::kernels::{canonical_text, hash_text, Json};
+use crate::model_calls::{self, ModelCalls};
 
 /// The dispatch's places (`conventions.normalise`) and the tool readers' (`tool_calls`), by
 /// their index in the first-present facts (`attributes.FIRST_FACTS`).
@@ -76,6 +80,9 @@ pub struct Normaliser {
     max_brief_chars: usize,
     /// ``CLIENT_RUN_SPAN``: the client SDK's span framing a run starts so
     client_run_span: String,
+    /// a model call's facts (``model_calls.rs``), a failure's (``failures.rs``)
+    model_calls: Py<ModelCalls>,
+    failures: Py<Failures>,
 }
 
 fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -97,7 +104,8 @@ impl Normaliser {
                         agent_unsure, step_names, step_suffixes, facts,
                         answer_tools, answer_tool_prefixes, left_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
-                        max_name_chars, max_brief_chars, client_run_span))]
+                        max_name_chars, max_brief_chars, client_run_span, model_calls,
+                        failures))]
     fn new(
         record_class: Py<PyAny>,
         kinds: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
@@ -123,6 +131,8 @@ impl Normaliser {
         max_name_chars: usize,
         max_brief_chars: usize,
         client_run_span: String,
+        model_calls: Py<ModelCalls>,
+        failures: Py<Failures>,
     ) -> PyResult<Self> {
         let mut maps = Vec::new();
         for item in kind_maps.try_iter()? {
@@ -177,6 +187,8 @@ impl Normaliser {
             max_name_chars,
             max_brief_chars,
             client_run_span,
+            model_calls,
+            failures,
         })
     }
 }
@@ -211,21 +223,32 @@ fn or<'py>(first: Bound<'py, PyAny>, second: Bound<'py, PyAny>) -> PyResult<Boun
     Ok(if first.is_truthy()? { first } else { second })
 }
 
-/// What is left of a record `record` made: nothing (a tool call's, filled here); its role's
-/// facts (``conventions._fill_facts``: the span ended without an error, a status text or an
-/// event); or its status and events, then its role's facts (``conventions._fill_role``).
+/// What is left of a record `record` made: nothing (its status and facts filled here); its
+/// role's facts (``conventions._fill_facts``), of a span without events or with them
+/// (`FACTS_LEFT`, `EVENT_FACTS_LEFT`); or its status and events, then its role's facts
+/// (``conventions._fill_role``).
 pub const FILLED: u8 = 0;
 pub const FACTS_LEFT: u8 = 1;
 pub const STATUS_LEFT: u8 = 2;
+pub const EVENT_FACTS_LEFT: u8 = 3;
+
+/// What a record's role reads, made here.
+enum RoleFacts<'py> {
+    Tool(ToolFacts<'py>),
+    Llm(model_calls::LlmFacts<'py>),
+}
 
 /// The record of `head`, or None where Python must read the span (see the module's comment);
-/// with it what is left of it to fill (`FILLED`, `FACTS_LEFT`, `STATUS_LEFT`; `eventful`: the
-/// span ended with an error, a status text or an event).
+/// with it what is left of it to fill (`FILLED`, `FACTS_LEFT`, `STATUS_LEFT`,
+/// `EVENT_FACTS_LEFT`; `status`: the span's status and events; `keys`: its attributes as the
+/// decode holds them).
+#[allow(clippy::too_many_arguments)]
 pub fn record<'py>(
     py: Python<'py>,
     normaliser: &Normaliser,
     head: Head<'_>,
-    eventful: bool,
+    status: Status<'_>,
+    keys: model_calls::Keys<'_>,
     attrs: &Bound<'py, PyDict>,
     firsts: &Bound<'py, PyTuple>,
     resource: &Bound<'py, PyAny>,
@@ -275,10 +298,34 @@ pub fn record<'py>(
         }
         None => None,
     };
-    // (a tool call's facts where it ended without an error or an event, and this reads them
-    // all; else `_fill_role`'s)
-    let filled = if tool && !eventful {
-        tool_facts(py, normaliser, attrs, firsts)?
+    // (its failure or limit stop, where its status and events say it as a table reads it;
+    // then its role's facts where this reads them all; else `_fill_role`'s, `_fill_facts`')
+    let events = !status.events.is_empty();
+    let failure = if status.eventful() {
+        failures::status(py, normaliser.failures.get(), &status, attrs)?
+    } else {
+        None
+    };
+    let status_read = failure.is_some() || !status.eventful();
+    let filled = if !status_read {
+        None
+    } else if tool {
+        if events && firsts.get_item(facts.tool_args)?.is_none() {
+            None // (its arguments may be an event's: _with_events)
+        } else {
+            tool_facts(py, normaliser, attrs, firsts)?.map(RoleFacts::Tool)
+        }
+    } else if role == Role::Llm {
+        model_calls::facts(
+            py,
+            normaliser.model_calls.get(),
+            normaliser.json.get(),
+            attrs,
+            firsts,
+            events,
+            &keys,
+        )?
+        .map(RoleFacts::Llm)
     } else {
         None
     };
@@ -339,14 +386,23 @@ pub fn record<'py>(
             resource.getattr(intern!(py, "parent_run"))?,
         )?,
     )?;
-    if let Some(filled) = filled {
-        filled.set(py, &record)?;
-        return Ok(Some((record, FILLED)));
+    if let Some(failure) = failure {
+        failure.set(py, &record)?;
     }
-    Ok(Some((
-        record,
-        if eventful { STATUS_LEFT } else { FACTS_LEFT },
-    )))
+    let left = match filled {
+        Some(RoleFacts::Tool(filled)) => {
+            filled.set(py, &record)?;
+            FILLED
+        }
+        Some(RoleFacts::Llm(filled)) => {
+            filled.set(py, &record)?;
+            FILLED
+        }
+        None if !status_read => STATUS_LEFT,
+        None if events => EVENT_FACTS_LEFT,
+        None => FACTS_LEFT,
+    };
+    Ok(Some((record, left)))
 }
 
 /// The roles this makes records of.

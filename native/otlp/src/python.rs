@@ -10,11 +10,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::failures::{Failures, Status as SpanStatus};
+use crate::model_calls::{Keys, ModelCalls};
 use crate::normalise::{self, Normaliser};
 use crate::wire;
-
-/// ``conventions.STATUS_CODE_ERROR``
-const STATUS_CODE_ERROR: i32 = 2;
 
 /// The convention tables' attribute names (handed over once, at import): the wanted ones, each
 /// as the Python string a selected dict is keyed by, whether it is a scalar (its string is
@@ -379,20 +378,27 @@ impl Span {
         normaliser: &Bound<'py, Normaliser>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, u8)>> {
         let span = &self.span;
-        // (an error, a status text, an event: Python reads them, and the role's facts after)
-        let eventful = span.status.code == STATUS_CODE_ERROR
-            || !span.status.message.is_empty()
-            || !span.events.is_empty();
         let body = self.body.bind(py);
         let data = body.as_bytes();
         let Some(head) = self.head_of(data) else {
             return Ok(None);
         };
+        let status = SpanStatus {
+            code: span.status.code,
+            message: span.status.message.text(data),
+            events: &span.events,
+            data,
+        };
+        let keys = Keys {
+            attributes: &span.attributes,
+            data,
+        };
         normalise::record(
             py,
             normaliser.get(),
             head,
-            eventful,
+            status,
+            keys,
             attrs,
             firsts,
             resource,
@@ -843,6 +849,8 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_class::<Tables>()?;
     m.add_class::<Normaliser>()?;
+    m.add_class::<ModelCalls>()?;
+    m.add_class::<Failures>()?;
     m.add_class::<Request>()?;
     m.add_class::<ResourceSpans>()?;
     m.add_class::<Resource>()?;

@@ -89,7 +89,7 @@ class Span:
                normaliser: Normaliser) -> tuple[object, int] | None:
         """``normalise`` of the span where the compiled normalise is sure of it: (the record,
         what is left to fill: 0 nothing, 1 its role's facts, 2 its status and events and its
-        role's facts); None: unsure."""
+        role's facts, 3 its role's facts with its events); None: unsure."""
 
 class Status:
     @property
@@ -170,7 +170,27 @@ class Normaliser:
                  hidden_values: Iterable[str],
                  unasked: Iterable[tuple[str, object, Iterable[str]]],
                  call_id_keys: Iterable[str], json: Json, brief: Callable[[str, int], str],
-                 max_name_chars: int, max_brief_chars: int, client_run_span: str) -> None: ...
+                 max_name_chars: int, max_brief_chars: int, client_run_span: str,
+                 model_calls: ModelCalls, failures: Failures) -> None: ...
+
+class ModelCalls:
+    """The tables a model call's facts are read by (``native/otlp/src/model_calls.rs``)."""
+    def __init__(self, places: tuple[int, ...], tool_reasons: list[str],
+                 limit_reasons: list[str], usage_keys: Iterable[str], reports_cost: bool,
+                 answer_tool_scan: str | None, max_reason_chars: int, max_name_chars: int,
+                 max_tokens: int, max_cost: float, flat_inputs: Iterable[str],
+                 flat_outputs: Iterable[str], flat_tool_calls: str,
+                 asked_flat: Iterable[tuple[str, str, str, str]], max_asked: int,
+                 reports_delta: bool) -> None: ...
+
+class Failures:
+    """The tables a failure is read by (``native/otlp/src/failures.rs``)."""
+    def __init__(self, wrapped: list[str], status: Phrases | None, status_limits: list[str],
+                 phrases: Phrases | None, phrase_limits: list[str],
+                 limit_exceptions: list[str], error_type_keys: Iterable[str],
+                 reported_keys: Iterable[str], brief: Callable[[str, int], str],
+                 mask: Callable[[str], str], max_name_chars: int, max_error_chars: int,
+                 max_phrase_chars: int) -> None: ...
 
 class Phrases:
     """The limit phrases' regexes in one pass; ValueError for one Rust's regex does not read."""

@@ -311,9 +311,9 @@ def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
                firsts: FirstValues | None = None, scope: str = "") -> SpanRecord:
     """:func:`normalise`, by the compiled normalise (``native/otlp/src/normalise.rs``) where it
     is sure of the span: a model, tool or agent call of a known convention, of a scope no scoped
-    convention reads, its record made there (and a tool call's facts, where it ended without an
-    error or event), the rest filled here (:func:`_fill_role`, or :func:`_fill_facts` where the
-    span has no status or events to read)."""
+    convention reads, its record made there (and its failure, a tool call's facts, a model
+    call's that asked for tools or stopped at a limit, where they are table reads), the rest
+    filled here (:func:`_fill_role`, or :func:`_fill_facts` where its status was read there)."""
     normaliser = values.compiled_normaliser
     if normaliser is not None and type(firsts) is tuple and type(span) is values.NATIVE_SPAN \
             and (not scope or view_of(scope) is UNSCOPED):
@@ -323,8 +323,10 @@ def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
             left = made[1]
             if resource.instance is not None:  # (the compiled normalise does not set it)
                 record.instance = resource.instance
-            if left == 1:  # (its span ended with no error, status text or event)
+            if left == 1:  # (its status read, its span without events)
                 _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden)
+            elif left == 3:  # (... with events)
+                _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden, span.events)
             elif left:
                 _fill_role(record, span, attrs, firsts, UNSCOPED.hidden)
             return record

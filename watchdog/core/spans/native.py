@@ -102,12 +102,15 @@ def _kernels() -> tuple[Any, Any, Any]:
 
 
 @cache
-def _normaliser(json: Any) -> Any:
-    """The compiled normalise's tables (``native/otlp/src/normalise.rs``): the conventions' own,
-    and what takes a span down a branch it leaves to the Python ``normalise``."""
+def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
+    """The compiled normalise's tables (``native/otlp/src/normalise.rs``, ``model_calls.rs``,
+    ``failures.rs``): the conventions' own, and what takes a span down a branch it leaves to
+    the Python ``normalise``."""
     assert _native is not None
-    from watchdog.core.redact import brief
+    from watchdog.core.bounds import MAX_REPORTED_COST, MAX_TOKENS_PER_CALL
+    from watchdog.core.redact import brief, mask
     from watchdog.core.spans import attributes as a
+    from watchdog.core.spans import model_calls as model_calls_tables
     from watchdog.core.spans import outcome, values
     from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
     from watchdog.core.spans.schema import Role
@@ -128,6 +131,23 @@ def _normaliser(json: Any) -> Any:
     # ... and of an agent's span below the root: a rule that makes it no agent's, a step's name
     agent_unsure = tuple(dict.fromkeys(key for rule in a.NESTED_AGENT_ROLES
                                        for key, _ in rule.where))
+    model_calls = _native.ModelCalls(
+        (a.F_FINISH_REASON, a.F_OUTPUT_MESSAGES, a.F_LLM_OUTPUT, a.F_MESSAGES, a.F_INPUT_TOKENS,
+         a.F_OUTPUT_TOKENS, a.F_TOTAL_TOKENS, a.F_REPORTED_COST, a.F_CACHE_READ,
+         a.F_CACHE_WRITE, a.F_MODEL, a.F_PROVIDER, a.F_RESPONSE_ID, a.F_PROMPT, a.F_OUTCOME,
+         a.F_MESSAGES_DELTA),
+        sorted(outcome.TOOL_FINISH_REASONS), sorted(outcome.LIMIT_FINISH_REASONS),
+        [key for key, _, _ in a.USAGE_JSON], bool(a.REPORTED_COST_KEYS),
+        outcome.ANSWER_TOOL_SCAN if outcome.ANSWER_TOOL_MARKERS else None,
+        outcome.MAX_REASON_CHARS, values.MAX_NAME_CHARS, MAX_TOKENS_PER_CALL, MAX_REPORTED_COST,
+        a.FLAT_INPUT_PREFIXES, a.FLAT_OUTPUT_PREFIXES, a.FLAT_TOOL_CALLS,
+        model_calls_tables.ASKED_TOOL_FLAT, MAX_ASKED_TOOLS, bool(a.MESSAGES_DELTA_KEYS))
+    failures = _native.Failures(
+        sorted(a.WRAPPED_EXCEPTION_TYPES), status, [limit for _, limit in outcome.LIMIT_STATUS],
+        phrases, [limit for _, limit in outcome.LIMIT_PHRASES], sorted(outcome.LIMIT_EXCEPTIONS),
+        a.ERROR_TYPE_KEYS,
+        tuple(dict.fromkeys(key for key, _ in (*outcome.ERROR_JSON, *outcome.LIMIT_ERROR_JSON))),
+        brief, mask, values.MAX_NAME_CHARS, values.MAX_ERROR_CHARS, outcome.MAX_PHRASE_CHARS)
     return _native.Normaliser(
         SpanRecord, (SpanKind.LLM, SpanKind.TOOL, SpanKind.AGENT),
         (KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE),
@@ -140,7 +160,7 @@ def _normaliser(json: Any) -> Any:
         [(key, marker) for key, marker, _ in outcome.TOOL_RESULT_ERROR_TEXTS],
         sorted(a.HIDDEN_CONTENT), hidden_values, a.UNASKED_TOOLS,
         a.TOOL_CALL_ID_KEYS, json, brief, values.MAX_NAME_CHARS, values.MAX_BRIEF_CHARS,
-        a.CLIENT_RUN_SPAN)
+        a.CLIENT_RUN_SPAN, model_calls, failures)
 
 
 def _use_kernels(on: bool) -> None:
@@ -149,7 +169,7 @@ def _use_kernels(on: bool) -> None:
     from watchdog.core.spans import model_calls, outcome, values
 
     phrases, status, json = _kernels() if on else (None, None, None)
-    values.compiled_normaliser = _normaliser(json) if json is not None else None
+    values.compiled_normaliser = _normaliser(phrases, status, json) if json is not None else None
     outcome.compiled_phrases = phrases.first if phrases is not None else None
     outcome.compiled_status = status.first if status is not None else None
     values.compiled_canonical = json.canonical if json is not None else None

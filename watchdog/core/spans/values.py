@@ -294,6 +294,6 @@ def _flat_count(keys: Iterable[str], prefixes: tuple[str, ...]) -> int:
         for prefix in prefixes:
             if key.startswith(prefix):
                 index, _, _ = key[len(prefix):].partition(".")
-                if index.isdigit():
+                if index.isascii() and index.isdigit():  # (int() refuses "²", a digit too)
                     highest = max(highest, int(index))
     return highest + 1

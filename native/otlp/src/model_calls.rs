@@ -1,0 +1,591 @@
+//! A model call's facts (``model_calls._fill_llm``) where they are table reads: a call whose
+//! finish reason says it asked for tools or stopped at a limit, with its input messages as
+//! JSON text (counted by their ``"role"`` keys) and its tool requests where the JSON kernel
+//! reads them (`Json::asked`): its tokens, cost and cached tokens, model, provider, response
+//! id, finish reason, limit stop or tool request and the tools asked for, its message count
+//! and prompt; messages flattened into keys (``llm.input_messages.{i}...``) counted, and the
+//! tool calls asked for read, from the span's keys as the decode holds them. Anything else (an
+//! answer, whose text and request Python reads; no finish reason; a usage object; a number
+//! written as text; a model named in JSON; an output that may ask only for the framework's
+//! answer tool) is left to the Python ``_fill_llm``: `facts` answers None, none set.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::kernels::Json;
+use crate::wire;
+
+/// ``model_calls.ASKED_TOOL_FLAT``: <prefix>{i}<infix>{j}<name or id suffix>.
+struct AskedFlat {
+    prefix: String,
+    infix: String,
+    suffixes: [String; 2],
+}
+
+/// Where ``_fill_llm`` reads each fact: its index in the first-present facts
+/// (``attributes.FIRST_FACTS``).
+struct Places {
+    finish: usize,
+    output_messages: usize,
+    llm_output: usize,
+    messages: usize,
+    input_tokens: usize,
+    output_tokens: usize,
+    total_tokens: usize,
+    reported_cost: usize,
+    cache_read: usize,
+    cache_write: usize,
+    model: usize,
+    provider: usize,
+    response_id: usize,
+    prompt: usize,
+    outcome: usize,
+    messages_delta: usize,
+}
+
+/// The tables a model call's facts are read by, handed over once
+/// (``watchdog.core.spans.native``).
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct ModelCalls {
+    places: Places,
+    /// ``TOOL_FINISH_REASONS``, ``LIMIT_FINISH_REASONS`` (lower case)
+    tool_reasons: Vec<String>,
+    limit_reasons: Vec<String>,
+    /// the attributes of ``USAGE_JSON``: a call with no token counts and one of them is
+    /// Python's
+    usage_keys: Vec<Py<PyString>>,
+    /// ``REPORTED_COST_KEYS`` is not empty: the cost and cached tokens are read
+    reports_cost: bool,
+    /// ``ANSWER_TOOL_SCAN`` (None: no ``ANSWER_TOOL_MARKERS``)
+    answer_tool_scan: Option<String>,
+    max_reason_chars: usize,
+    max_name_chars: usize,
+    max_tokens: i64,
+    max_cost: f64,
+    /// ``FLAT_INPUT_PREFIXES``, ``FLAT_OUTPUT_PREFIXES``, ``FLAT_TOOL_CALLS``,
+    /// ``ASKED_TOOL_FLAT``, ``MAX_ASKED_TOOLS``; ``MESSAGES_DELTA_KEYS`` is not empty
+    flat_inputs: Vec<String>,
+    flat_outputs: Vec<String>,
+    flat_tool_calls: String,
+    asked_flat: Vec<AskedFlat>,
+    max_asked: usize,
+    reports_delta: bool,
+}
+
+#[pymethods]
+impl ModelCalls {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        places: [usize; 16],
+        tool_reasons: Vec<String>,
+        limit_reasons: Vec<String>,
+        usage_keys: &Bound<'_, PyAny>,
+        reports_cost: bool,
+        answer_tool_scan: Option<String>,
+        max_reason_chars: usize,
+        max_name_chars: usize,
+        max_tokens: i64,
+        max_cost: f64,
+        flat_inputs: Vec<String>,
+        flat_outputs: Vec<String>,
+        flat_tool_calls: String,
+        asked_flat: Vec<(String, String, String, String)>,
+        max_asked: usize,
+        reports_delta: bool,
+    ) -> PyResult<Self> {
+        let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta] =
+            places;
+        let usage_keys = usage_keys
+            .try_iter()?
+            .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
+            .collect::<PyResult<_>>()?;
+        Ok(ModelCalls {
+            places: Places {
+                finish,
+                output_messages,
+                llm_output,
+                messages,
+                input_tokens,
+                output_tokens,
+                total_tokens,
+                reported_cost,
+                cache_read,
+                cache_write,
+                model,
+                provider,
+                response_id,
+                prompt,
+                outcome,
+                messages_delta,
+            },
+            tool_reasons,
+            limit_reasons,
+            usage_keys,
+            reports_cost,
+            answer_tool_scan,
+            max_reason_chars,
+            max_name_chars,
+            max_tokens,
+            max_cost,
+            flat_inputs,
+            flat_outputs,
+            flat_tool_calls,
+            asked_flat: asked_flat
+                .into_iter()
+                .map(|(prefix, infix, name, id)| AskedFlat {
+                    prefix,
+                    infix,
+                    suffixes: [name, id],
+                })
+                .collect(),
+            max_asked,
+            reports_delta,
+        })
+    }
+}
+
+/// A model call's facts, made before any is set.
+pub struct LlmFacts<'py> {
+    response_id: Option<Bound<'py, PyAny>>,
+    input_tokens: i64,
+    output_tokens: i64,
+    reported_cost: Option<f64>,
+    cache_read: i64,
+    cache_write: i64,
+    model: Option<Bound<'py, PyAny>>,
+    provider: Option<Bound<'py, PyAny>>,
+    finish_reason: Bound<'py, PyAny>,
+    /// the limit the finish reason names; else the call asked for these tools
+    limit: bool,
+    asked: Option<Bound<'py, PyTuple>>,
+    messages: i64,
+    messages_delta: i64,
+    prompt: Bound<'py, PyAny>,
+}
+
+impl LlmFacts<'_> {
+    pub fn set(self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Some(response_id) = self.response_id {
+            record.setattr(intern!(py, "response_id"), response_id)?;
+        }
+        if self.input_tokens != 0 {
+            record.setattr(intern!(py, "input_tokens"), self.input_tokens)?;
+        }
+        if self.output_tokens != 0 {
+            record.setattr(intern!(py, "output_tokens"), self.output_tokens)?;
+        }
+        if let Some(cost) = self.reported_cost {
+            record.setattr(intern!(py, "reported_cost_usd"), cost)?;
+        }
+        if self.cache_read != 0 {
+            record.setattr(intern!(py, "cache_read_tokens"), self.cache_read)?;
+        }
+        if self.cache_write != 0 {
+            record.setattr(intern!(py, "cache_write_tokens"), self.cache_write)?;
+        }
+        if let Some(model) = self.model {
+            record.setattr(intern!(py, "model"), model)?;
+        }
+        if let Some(provider) = self.provider {
+            record.setattr(intern!(py, "provider"), provider)?;
+        }
+        record.setattr(intern!(py, "finish_reason"), &self.finish_reason)?;
+        if self.limit {
+            record.setattr(intern!(py, "limit_stop"), self.finish_reason)?;
+        } else {
+            record.setattr(intern!(py, "requested_tools"), true)?;
+            if let Some(asked) = self.asked {
+                record.setattr(intern!(py, "asked_tools"), asked)?;
+            }
+        }
+        if self.messages != 0 {
+            record.setattr(intern!(py, "messages"), self.messages)?;
+        }
+        if self.messages_delta != 0 {
+            record.setattr(intern!(py, "messages_delta"), self.messages_delta)?;
+        }
+        if !self.prompt.is_none() {
+            record.setattr(intern!(py, "prompt"), self.prompt)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a fact is left to Python.
+struct Unsure;
+
+/// ``bounds.token_count`` of a value that is an int, a flag or None.
+fn tokens(value: &Bound<'_, PyAny>, most: i64) -> Result<i64, Unsure> {
+    if value.is_none() || value.is_instance_of::<PyBool>() {
+        return Ok(0);
+    }
+    if !value.is_instance_of::<PyInt>() {
+        return Err(Unsure); // (a float, a numeric string: Python reads them)
+    }
+    let count: i64 = value.extract().map_err(|_| Unsure)?;
+    Ok(count.clamp(0, most))
+}
+
+/// ``bounds.reported_cost`` of a value that is no string.
+fn cost(value: &Bound<'_, PyAny>, most: f64) -> Result<Option<f64>, Unsure> {
+    if value.is_none() || value.is_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    let number = if value.is_instance_of::<PyInt>() {
+        value.extract::<i64>().map_err(|_| Unsure)? as f64
+    } else if value.is_instance_of::<PyFloat>() {
+        value.extract::<f64>().map_err(|_| Unsure)?
+    } else if value.is_instance_of::<PyString>() {
+        return Err(Unsure);
+    } else {
+        return Ok(None);
+    };
+    Ok((0.0..=most).contains(&number).then_some(number))
+}
+
+/// A text fact (``str`` or None) cut to `chars`, where it is not empty.
+fn name<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+    chars: usize,
+) -> Result<Option<Bound<'py, PyAny>>, Unsure> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    let text = value.cast::<PyString>().map_err(|_| Unsure)?;
+    let plain = text.to_str().map_err(|_| Unsure)?;
+    if plain.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(match plain.char_indices().nth(chars) {
+        Some((end, _)) => PyString::new(py, &plain[..end]).into_any(),
+        None => value.clone(),
+    }))
+}
+
+/// ``values._count_messages`` of a JSON text or a list.
+fn count_messages(value: &Bound<'_, PyAny>) -> Result<i64, Unsure> {
+    if let Ok(text) = value.cast::<PyString>() {
+        let text = text.to_str().map_err(|_| Unsure)?;
+        return Ok(text.matches("\"role\"").count() as i64);
+    }
+    if let Ok(list) = value.cast::<PyList>() {
+        return Ok(list.len() as i64);
+    }
+    Ok(0)
+}
+
+/// ``outcome.finish_reason`` of a string that is no JSON list, or a list of strings.
+fn reason<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+    chars: usize,
+) -> Result<Option<Bound<'py, PyAny>>, Unsure> {
+    let value = if let Ok(list) = value.cast::<PyList>() {
+        let Some(last) = list.iter().last() else {
+            return Ok(None);
+        };
+        last
+    } else {
+        value.clone()
+    };
+    let text = value.cast::<PyString>().map_err(|_| Unsure)?;
+    if text.to_str().map_err(|_| Unsure)?.starts_with('[') {
+        return Err(Unsure); // (a list written as JSON: Python parses it)
+    }
+    name(py, &value, chars).map(|found| found.or_else(|| Some(PyString::new(py, "").into_any())))
+}
+
+/// The span's attribute keys and values as the decode holds them (``span.attributes``: a
+/// flattened convention's messages are counted by their keys).
+pub struct Keys<'a> {
+    pub attributes: &'a [wire::KeyValue],
+    pub data: &'a [u8],
+}
+
+/// ``values._flat_count``: one more than the highest index after one of `prefixes`.
+fn flat_count(keys: &Keys<'_>, prefixes: &[String]) -> Result<i64, Unsure> {
+    let mut highest: i64 = -1;
+    for kv in keys.attributes {
+        let key = kv.key.text(keys.data);
+        for prefix in prefixes {
+            let Some(rest) = key.strip_prefix(prefix.as_str()) else {
+                continue;
+            };
+            let index = rest.split('.').next().unwrap_or("");
+            if !index.is_ascii() {
+                return Err(Unsure); // (str.isdigit of Unicode digits)
+            }
+            if !index.is_empty() && index.bytes().all(|byte| byte.is_ascii_digit()) {
+                let index: i64 = index.parse().map_err(|_| Unsure)?;
+                highest = highest.max(index);
+            }
+        }
+    }
+    Ok(highest + 1)
+}
+
+/// ``model_calls.asked_tools``' reading of flattened output keys.
+fn asked_flat<'py>(
+    py: Python<'py>,
+    calls: &ModelCalls,
+    keys: &Keys<'_>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut flat: Vec<(String, [String; 2])> = Vec::new(); // (index, [name, id]) in order
+    for kv in keys.attributes {
+        let key = kv.key.text(keys.data);
+        for rule in &calls.asked_flat {
+            if !key.starts_with(rule.prefix.as_str()) || !key.contains(rule.infix.as_str()) {
+                continue;
+            }
+            for (slot, suffix) in rule.suffixes.iter().enumerate() {
+                if !key.ends_with(suffix.as_str()) {
+                    continue;
+                }
+                let (start, end) = (rule.prefix.len(), key.len() - suffix.len());
+                let index = if start < end { &key[start..end] } else { "" };
+                let text = match kv.value {
+                    wire::AnyValue::String(slice) => slice.text(keys.data),
+                    _ => "",
+                };
+                let known = flat.iter().position(|(seen, _)| seen == index);
+                if !text.is_empty() && (known.is_some() || flat.len() < calls.max_asked) {
+                    let at = known.unwrap_or_else(|| {
+                        flat.push((index.to_owned(), [String::new(), String::new()]));
+                        flat.len() - 1
+                    });
+                    flat[at].1[slot] = cut(text, calls.max_name_chars).to_owned();
+                }
+                break;
+            }
+        }
+    }
+    let asked: Vec<(String, String)> = flat
+        .into_iter()
+        .filter(|(_, [name, _])| !name.is_empty())
+        .map(|(_, [name, id])| (name, id))
+        .collect();
+    PyTuple::new(py, asked)
+}
+
+fn cut(text: &str, chars: usize) -> &str {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// The facts of a model call, or None where Python reads them (see the module's comment);
+/// `events`: the span has events (an output only an event carries is Python's).
+pub fn facts<'py>(
+    py: Python<'py>,
+    calls: &ModelCalls,
+    json: &Json,
+    attrs: &Bound<'py, PyDict>,
+    firsts: &Bound<'py, PyTuple>,
+    events: bool,
+    keys: &Keys<'_>,
+) -> PyResult<Option<LlmFacts<'py>>> {
+    Ok(read(py, calls, json, attrs, firsts, events, keys)?.ok())
+}
+
+fn read<'py>(
+    py: Python<'py>,
+    calls: &ModelCalls,
+    json: &Json,
+    attrs: &Bound<'py, PyDict>,
+    firsts: &Bound<'py, PyTuple>,
+    events: bool,
+    keys: &Keys<'_>,
+) -> PyResult<Result<LlmFacts<'py>, Unsure>> {
+    let at = &calls.places;
+    if events && firsts.get_item(at.outcome)?.is_none() {
+        return Ok(Err(Unsure)); // (its outcome may be an event's: _with_events)
+    }
+    let finish = firsts.get_item(at.finish)?;
+    if finish.is_none() {
+        return Ok(Err(Unsure));
+    }
+    let finish = match reason(py, &finish, calls.max_reason_chars) {
+        Ok(Some(finish)) => finish,
+        _ => return Ok(Err(Unsure)), // (an empty list: the output's reason, Python's)
+    };
+    let finish_text = finish.cast::<PyString>()?.to_str()?.to_owned();
+    if !finish_text.is_ascii() {
+        return Ok(Err(Unsure)); // (str.lower of Unicode)
+    }
+    let lowered = finish_text.to_ascii_lowercase();
+    let limit = calls.limit_reasons.contains(&lowered);
+    if !limit && !calls.tool_reasons.contains(&lowered) {
+        return Ok(Err(Unsure)); // (an answer, or another reason: Python reads the output)
+    }
+    let output_messages = firsts.get_item(at.output_messages)?;
+    let Ok(mut messages) = count_messages(&firsts.get_item(at.messages)?) else {
+        return Ok(Err(Unsure));
+    };
+    let counted = if messages == 0 {
+        // flattened conventions: the count is in the keys
+        (|| -> Result<_, Unsure> {
+            let inputs = flat_count(keys, &calls.flat_inputs)?;
+            let outputs = flat_count(keys, &calls.flat_outputs)?;
+            let tools = outputs > 0
+                && keys.attributes.iter().any(|kv| {
+                    let key = kv.key.text(keys.data);
+                    key.contains(calls.flat_tool_calls.as_str())
+                        && calls
+                            .flat_outputs
+                            .iter()
+                            .any(|prefix| key.starts_with(prefix.as_str()))
+                });
+            Ok((inputs, outputs, tools))
+        })()
+    } else if output_messages.is_none() {
+        Ok((messages, 0, false))
+    } else {
+        count_messages(&output_messages).map(|outputs| (messages, outputs, false))
+    };
+    let Ok((counted, flat_out, flat_tools)) = counted else {
+        return Ok(Err(Unsure));
+    };
+    messages = counted;
+    if limit && flat_tools {
+        return Ok(Err(Unsure)); // (its flattened output asks for tools all the same)
+    }
+    let mut asked = None;
+    if !limit {
+        let output = if output_messages.is_none() {
+            firsts.get_item(at.llm_output)?
+        } else {
+            output_messages.clone()
+        };
+        if let (Some(scan), Ok(text)) = (&calls.answer_tool_scan, output.cast::<PyString>()) {
+            if text
+                .to_str()
+                .map_or(true, |text| text.contains(scan.as_str()))
+            {
+                return Ok(Err(Unsure)); // (it may ask only for an answer tool)
+            }
+        }
+        let text = if output_messages.is_none() {
+            None
+        } else {
+            let Ok(text) = output_messages.cast::<PyString>() else {
+                return Ok(Err(Unsure)); // (a list: Python reads it)
+            };
+            let Ok(plain) = text.to_str() else {
+                return Ok(Err(Unsure));
+            };
+            plain.contains("\"tool_call").then_some(text)
+        };
+        asked = Some(match text {
+            Some(text) => match json.asked(py, text)? {
+                Some(found) => found,
+                None => return Ok(Err(Unsure)),
+            },
+            None => asked_flat(py, calls, keys)?, // (no JSON tool calls: the flattened keys)
+        });
+    }
+    let input = firsts.get_item(at.input_tokens)?;
+    let output = firsts.get_item(at.output_tokens)?;
+    if input.is_none() && output.is_none() {
+        for key in &calls.usage_keys {
+            if attrs.contains(key.bind(py))? {
+                return Ok(Err(Unsure)); // (a usage object: _usage)
+            }
+        }
+    }
+    let read = || -> Result<_, Unsure> {
+        let input_tokens = tokens(&input, calls.max_tokens)?;
+        let output_tokens = tokens(&output, calls.max_tokens)?;
+        Ok((input_tokens, output_tokens))
+    };
+    let (mut input_tokens, output_tokens) = match read() {
+        Ok(found) => found,
+        Err(unsure) => return Ok(Err(unsure)),
+    };
+    let (mut reported_cost, mut cache_read, mut cache_write) = (None, 0, 0);
+    if calls.reports_cost {
+        let found = (|| -> Result<_, Unsure> {
+            Ok((
+                cost(
+                    &firsts.get_item(at.reported_cost).map_err(|_| Unsure)?,
+                    calls.max_cost,
+                )?,
+                tokens(
+                    &firsts.get_item(at.cache_read).map_err(|_| Unsure)?,
+                    calls.max_tokens,
+                )?,
+                tokens(
+                    &firsts.get_item(at.cache_write).map_err(|_| Unsure)?,
+                    calls.max_tokens,
+                )?,
+            ))
+        })();
+        match found {
+            Ok(found) => (reported_cost, cache_read, cache_write) = found,
+            Err(unsure) => return Ok(Err(unsure)),
+        }
+    }
+    if input_tokens == 0 && output_tokens == 0 {
+        match tokens(&firsts.get_item(at.total_tokens)?, calls.max_tokens) {
+            Ok(total) => input_tokens = total,
+            Err(unsure) => return Ok(Err(unsure)),
+        }
+    }
+    let model = firsts.get_item(at.model)?;
+    if let Ok(text) = model.cast::<PyString>() {
+        if text
+            .to_str()
+            .map_or(true, |text| text.starts_with('"') || text.ends_with('"'))
+        {
+            return Ok(Err(Unsure)); // (JSON-encoded: MLflow's)
+        }
+    }
+    let names = (|| -> Result<_, Unsure> {
+        Ok((
+            name(
+                py,
+                &firsts.get_item(at.response_id).map_err(|_| Unsure)?,
+                calls.max_name_chars,
+            )?,
+            name(py, &model, calls.max_name_chars)?,
+            name(
+                py,
+                &firsts.get_item(at.provider).map_err(|_| Unsure)?,
+                calls.max_name_chars,
+            )?,
+        ))
+    })();
+    let Ok((response_id, model, provider)) = names else {
+        return Ok(Err(Unsure));
+    };
+    let mut messages_delta = 0;
+    if messages != 0 {
+        messages += flat_out.max(1);
+    } else if calls.reports_delta {
+        match count_messages(&firsts.get_item(at.messages_delta)?) {
+            Ok(count) => messages_delta = count,
+            Err(unsure) => return Ok(Err(unsure)),
+        }
+    }
+    cache_read = cache_read.min(input_tokens);
+    cache_write = cache_write.min(input_tokens - cache_read);
+    Ok(Ok(LlmFacts {
+        response_id,
+        input_tokens,
+        output_tokens,
+        reported_cost,
+        cache_read,
+        cache_write,
+        model,
+        provider,
+        finish_reason: finish,
+        limit,
+        asked,
+        messages,
+        messages_delta,
+        prompt: firsts.get_item(at.prompt)?,
+    }))
+}
