@@ -4,6 +4,9 @@ sidecar."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from watchdog.core.handout import Step
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs.terminal import TerminalState
@@ -107,3 +110,54 @@ def test_a_run_that_ended_otherwise_or_is_its_spans_to_end_is_not_taken_back() -
     _view, step = watchdog.open_run("model:4", KeySource.WATCHDOG, "ab" * 16, T0 + 70, "a",
                                     None, None)
     assert step.resumed == {} and run.terminal_state is TerminalState.ABANDONED
+
+
+WOUND_DOWN = """apiVersion: agent-watchdog/v1
+kind: RulePack
+name: resumed
+rules:
+  - name: wrap-up
+    when: run.iterations >= 1
+    action: wind_down
+    message: wrap up now
+    grace: {tool_calls: 1}
+"""
+
+
+def tool_call(key: str, at: float) -> SpanRecord:
+    return SpanRecord(run_key=key, key_source=KeySource.WATCHDOG, trace_id="ab" * 16,
+                      span_id=f"{int(at * 10):016x}", parent_span_id=None,
+                      name="execute_tool search", kind=SpanKind.TOOL, start_ns=int(at * NS),
+                      end_ns=int(at * NS), agent="a", tool_name="search", loose=True,
+                      scope=ENDPOINT_SCOPE)
+
+
+def test_a_run_taken_back_keeps_what_its_rules_decided(tmp_path: Path) -> None:
+    """What fired for a run stays fired when its agent takes it back: its ``once`` rule does not
+    fire again, and the grace its wind_down announced goes on from where it was announced
+    (an abort when the agent goes past it), not from the request that took the run back."""
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(WOUND_DOWN)
+    watchdog = Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None),
+                    RuleEngine(load_rules([str(pack)], False)))
+    key = "model:6"
+    decided: list[tuple[str, str]] = []
+
+    def note(step: Step) -> None:
+        decided.extend((d.decision.rule, d.decision.action.value) for d in step.decisions)
+
+    note(watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)[1])
+    note(watchdog.model_records([model_call(key, T0)], T0))  # wrap-up fires: 0 tool calls
+    note(watchdog.model_records([tool_call(key, T0 + 0.5)], T0 + 0.5))  # one: the grace
+    note(watchdog.model_records([model_call(key, T0 + 1, answer=True)], T0 + 1))  # the aside
+    assert decided == [("wrap-up", "wind_down")]
+    run = watchdog.tracker.get(key)
+    assert run is not None and run.terminal_state is TerminalState.COMPLETED
+    _view, step = watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0 + 2, "a", None,
+                                    None, going_on=True)
+    note(step)
+    assert step.resumed == {key: ("completed", "answer")}
+    note(watchdog.model_records([model_call(key, T0 + 3)], T0 + 3))
+    assert decided == [("wrap-up", "wind_down")]  # (once: not again)
+    note(watchdog.model_records([tool_call(key, T0 + 3.5)], T0 + 3.5))  # past its grace
+    assert decided == [("wrap-up", "wind_down"), ("wrap-up", "abort")]

@@ -314,7 +314,9 @@ class Core(CoreReads):
         now: it was slow, not gone (a tool that ran longer than the timeout), or (``going_on``:
         its request answers calls the run handed over) the answer was to a request aside (a
         summary it asked for) and it goes on. Each is active again,
-        counts on and ends as a live run does, its rules evaluated afresh; a run whose spans
+        counts on and ends as a live run does, its rules evaluated again (what fired for it
+        stays fired: :meth:`RuleEngine.take_back
+        <watchdog.core.rules.engine.RuleEngine.take_back>`); a run whose spans
         say when it ends (a trace's, the client SDK's) is left as it is, as late spans are.
         Returns each resumed run's key, the state it had ended in and why (the shell says
         so)."""
@@ -323,6 +325,8 @@ class Core(CoreReads):
             back = self.tracker.resume(key, now, going_on)
             if back is not None:
                 resumed[key] = back[1]
+                if self.engine is not None:
+                    self.engine.take_back(key)
         return resumed
 
     def quiet(self, key: str, records: Sequence[SpanRecord], until: float,

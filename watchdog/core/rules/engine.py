@@ -64,6 +64,9 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 
 MAX_RUN_STATES = 100_000  # far above the tracker's bounds: only guards a shell that never forgets
+# the states of runs that ended, kept for a run its agent takes back (Core._resume): as many as
+# the tracker keeps ended runs in memory (MAX_ENDED_IN_MEMORY), the only ones taken back
+MAX_ENDED_STATES = 2_000
 MAX_CACHED_AGENTS = 4096  # agent names whose applicable rules are remembered; then start over
 MAX_CACHED_CHANGES = 1024  # per agent: sets of changed signals whose rules are remembered
 MESSAGE_HASH_BYTES = 4  # on_change dedup keys: rule#<8 hex>; collisions only merge two messages
@@ -169,6 +172,7 @@ class RuleEngine:
         self.last_errors: dict[str, str] = {}  # rule -> its latest evaluation error (for humans)
         self.last_error_runs: dict[str, str] = {}  # rule -> the run of its latest error
         self._runs: OrderedDict[str, _RunRules] = OrderedDict()
+        self._ended: OrderedDict[str, _RunRules] = OrderedDict()  # (forget, take_back)
         self._agents: dict[str, _AgentView] = {}
         self._install(ruleset)
 
@@ -195,7 +199,7 @@ class RuleEngine:
         even when its rule is gone, and still escalates."""
         self._install(ruleset)
         names = self._by_name
-        for state in self._runs.values():
+        for state in (*self._runs.values(), *self._ended.values()):
             for name in [n for n in state.pending if n not in names]:
                 del state.pending[name]
 
@@ -230,8 +234,31 @@ class RuleEngine:
         return state
 
     def forget(self, run_key: str) -> None:
-        """The run ended (and was evaluated) or was evicted: drop its state."""
-        self._runs.pop(run_key, None)
+        """The run ended (and was evaluated) or was evicted: its state is dropped, and kept
+        aside (the last :data:`MAX_ENDED_STATES`) for :meth:`take_back`."""
+        state = self._runs.pop(run_key, None)
+        if state is not None:
+            earlier = self._ended.get(run_key)
+            if earlier is not None:  # (evaluated again once ended: what fired before holds)
+                state.fired |= earlier.fired
+                for name, announced in earlier.grace.items():
+                    state.grace.setdefault(name, announced)
+                state.aborted |= earlier.aborted
+            self._ended[run_key] = state
+            self._ended.move_to_end(run_key)
+            while len(self._ended) > MAX_ENDED_STATES:
+                self._ended.popitem(last=False)
+
+    def take_back(self, run_key: str) -> None:
+        """The ended run is active again (its agent went on with it): what fired for it stays
+        fired (a ``once`` rule does not fire again, an announced grace goes on, an abort is
+        its last word); a ``for`` is timed afresh (nothing was evaluated while it had ended)."""
+        state = self._ended.pop(run_key, None)
+        if state is not None and run_key not in self._runs:
+            state.pending.clear()
+            self._runs[run_key] = state
+            while len(self._runs) > MAX_RUN_STATES:
+                self._runs.popitem(last=False)
 
     def restore(self, fired: Iterable[FiredRecord]) -> None:
         """After a restart: what already fired, so nothing fires twice, and each grace goes on
