@@ -151,12 +151,14 @@ def test_a_run_taken_back_keeps_what_its_rules_decided(tmp_path: Path) -> None:
     note(watchdog.model_records([tool_call(key, T0 + 0.5)], T0 + 0.5))  # one: the grace
     note(watchdog.model_records([model_call(key, T0 + 1, answer=True)], T0 + 1))  # the aside
     assert decided == [("wrap-up", "wind_down")]
+    assert watchdog.stuck_counts() == {}  # (ended)
     run = watchdog.tracker.get(key)
     assert run is not None and run.terminal_state is TerminalState.COMPLETED
     _view, step = watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0 + 2, "a", None,
                                     None, going_on=True)
     note(step)
     assert step.resumed == {key: ("completed", "answer")}
+    assert watchdog.stuck_counts() == {("a", "wrap-up"): 1}  # (active again, wound down)
     note(watchdog.model_records([model_call(key, T0 + 3)], T0 + 3))
     assert decided == [("wrap-up", "wind_down")]  # (once: not again)
     note(watchdog.model_records([tool_call(key, T0 + 3.5)], T0 + 3.5))  # past its grace

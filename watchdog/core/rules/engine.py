@@ -251,8 +251,8 @@ class RuleEngine:
 
     def take_back(self, run_key: str) -> None:
         """The ended run is active again (its agent went on with it): what fired for it stays
-        fired (a ``once`` rule does not fire again, an announced grace goes on, an abort is
-        its last word); a ``for`` is timed afresh (nothing was evaluated while it had ended)."""
+        fired (a ``once`` rule does not fire again, an announced grace goes on); a ``for`` is
+        timed afresh (nothing was evaluated while it had ended)."""
         state = self._ended.pop(run_key, None)
         if state is not None and run_key not in self._runs:
             state.pending.clear()
