@@ -34,7 +34,7 @@ known to be there and not in memory (see :class:`~watchdog.core.sessions.Session
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from functools import partial
@@ -45,7 +45,7 @@ from watchdog.core.fleet import FLEET_SLICE, Fleet, ToTell
 from watchdog.core.handout import Failure, Step
 from watchdog.core.reads import CoreReads
 from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
-from watchdog.core.rules.engine import FiredRecord, RuleEngine
+from watchdog.core.rules.engine import MAX_ENDED_STATES, FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
 from watchdog.core.runs.fields import NS
@@ -84,6 +84,8 @@ class Core(CoreReads):
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self.recent = RecentSpans()  # the spans of any run applied last
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
+        # ... of runs that ended since, the last MAX_ENDED_STATES (a run taken back: _resume)
+        self._stuck_ended: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._recent: dict[str, RecentSteps] = {}
         self.cycles = CycleBook()  # loops across agents (session.agent_cycle)
 
@@ -327,6 +329,9 @@ class Core(CoreReads):
                 resumed[key] = back[1]
                 if self.engine is not None:
                     self.engine.take_back(key)
+                stuck = self._stuck_ended.pop(key, None)
+                if stuck is not None:  # (a wind_down or abort it was sent holds)
+                    self._stuck.setdefault(key, stuck)
         return resumed
 
     def quiet(self, key: str, records: Sequence[SpanRecord], until: float,
@@ -601,7 +606,12 @@ class Core(CoreReads):
     def _forget(self, key: str) -> None:
         if self.engine is not None:
             self.engine.forget(key)
-        self._stuck.pop(key, None)
+        stuck = self._stuck.pop(key, None)
+        if stuck is not None:
+            self._stuck_ended[key] = stuck
+            self._stuck_ended.move_to_end(key)
+            while len(self._stuck_ended) > MAX_ENDED_STATES:
+                self._stuck_ended.popitem(last=False)
         self._recent.pop(key, None)
 
     def stuck_counts(self) -> dict[tuple[str, str], int]:
