@@ -38,6 +38,13 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
 
+While a request of a run is with the model, the relay watches its client's connection (a
+second descriptor of its socket, peeked: hyper reads nothing of it meanwhile) and tells when
+the client ends its side (``ended``: it half-closed, or went away); a request of the same run
+or conversation that comes then lets it go (:meth:`ModelProxy._let_go_resent`, the rule of
+both relays: an SDK's retry after its timeout), and ``let_go`` closes that connection, which
+cancels it as a client gone does.
+
 A forward that fails before the client's answer has begun (no head in time, none at all, a
 whole response whose body stalls or breaks off while the relay reads it first, one a bound
 cannot judge) comes back as ``failed`` and is answered here as the aiohttp relay answers it
