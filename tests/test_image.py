@@ -166,7 +166,7 @@ def test_the_image_is_configured_for_a_restricted_pod(image: Loaded) -> None:
     config = inspected["Config"]
     assert config["User"] == f"{WATCHDOG_UID}:{WATCHDOG_UID}"
     assert (config["Entrypoint"], config["Cmd"]) == (["watchdog"], ["serve"])
-    assert set(config["ExposedPorts"]) == {f"{p}/tcp" for p in (4317, 4318, 9464, 9477)}
+    assert set(config["ExposedPorts"]) == {f"{p}/tcp" for p in (4317, 4318, 9464, 9477, 9478)}
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["PATH"].startswith("/opt/watchdog/bin:")
     assert env["WATCHDOG_STATE_DIR"] == STATE_DIR

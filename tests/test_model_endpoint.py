@@ -402,6 +402,66 @@ def test_tool_calls_past_the_budget_are_trimmed(sidecar: RunningServer, llm: Fak
     assert requests[2]["tool_choice"] == "none"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_several_answers_are_each_trimmed_and_the_first_is_counted(
+        sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """A request for ``n`` = 2 answers, each asking for two calls: the agent takes the first
+    (``choices[0]``), which is what the run counts; every answer it gets is trimmed to the
+    calls left, so whichever it took, none goes past the budget."""
+    two = Step(tool_calls=(ToolCall("search", {"q": "x"}), ToolCall("search", {"q": "y"})))
+    model = llm.script("answers", lambda _i, body: two if offers_tools(body)
+                       else answer("REPORT: done"))
+    chat = client(sidecar, "budgeted")
+    messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
+                           {"role": "user", "content": "Find the answer."}]
+    ran, offered = 0, []
+    for _ in range(5):
+        calls: dict[int, dict[int, dict[str, str]]] = {}  # by choice, by call index
+        content = ""
+        if stream:
+            with chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                              n=2, stream=True) as events:
+                for chunk in events:
+                    for choice in chunk.choices:
+                        content += (choice.delta.content or "") if choice.index == 0 else ""
+                        for part in choice.delta.tool_calls or ():
+                            made = calls.setdefault(choice.index, {}).setdefault(
+                                part.index, {"id": "", "name": "", "arguments": ""})
+                            made["id"] = part.id or made["id"]
+                            if part.function is not None:
+                                made["name"] += part.function.name or ""
+                                made["arguments"] += part.function.arguments or ""
+        else:
+            response = chat.chat.completions.create(model=model, messages=messages,
+                                                    tools=TOOLS, n=2)
+            content = response.choices[0].message.content or ""
+            for choice in response.choices:
+                for i, c in enumerate(choice.message.tool_calls or ()):
+                    calls.setdefault(choice.index, {})[i] = {
+                        "id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+        offered.append(sorted(len(made) for made in calls.values()))
+        taken = list(calls.get(0, {}).values())
+        if not taken:
+            break
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": c["arguments"]}} for c in taken]})
+        for made in taken:
+            ran += 1
+            messages.append({"role": "tool", "tool_call_id": made["id"], "content": "nothing"})
+    assert (content, ran) == ("REPORT: done", 3)
+    assert offered == [[2, 2], [1, 1], []], offered  # (1 left: each answer trimmed to it)
+    requests = llm.requests(model)
+    assert [LEFT.findall(system_of(body)) for body in requests] == [
+        [("3", "3")], [("1", "3")], []]
+    assert requests[-1]["tool_choice"] == "none"
+    run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted") if r["state"] == "ended"],
+                     "the run ends with its report")[0]
+    detail = sidecar.get_json(f"/v1/runs/{run['id']}")
+    assert (detail["signals"]["iterations"], detail["signals"]["tool_calls"]) == (3, 3)
+    assert detail["terminal_state"] == "tool_limit_reached"
+
+
 # -- legacy functions (Chat Completions' function_call) ----------------------------------------
 
 FUNCTIONS = [TOOLS[0]["function"]]

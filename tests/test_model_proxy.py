@@ -592,6 +592,59 @@ def test_request_bytes_past_the_inflight_budget_get_503_until_retried(tmp_path: 
         raw.close()
 
 
+def test_the_openai_sdk_retries_past_the_inflight_budget_on_its_own(tmp_path: Path) -> None:
+    """The real ``openai`` SDK, whose requests it refuses for the bytes in flight: its client
+    reads the 503 (not a connection closed under a body still being sent), waits the
+    ``Retry-After`` it says, and sends the request again, which passes once the held requests
+    have ended. The agent sees nothing but its answer, and the upstream gets its body once."""
+    import openai
+
+    release = threading.Event()
+
+    def held(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(seen.body) < (4 << 20):
+            release.wait(10)
+        completion_reply(handler, seen)
+
+    raw = RawUpstream(held)
+    body = many_messages(1 << 20)
+    history = [{"role": "user", "content": "x" * (12 << 20)}]  # (one message: the SDK's
+    # own work on a request is by message)
+    statuses: list[tuple[int, str | None]] = []
+
+    def answered(response: Any) -> None:  # what the SDK's own HTTP client read
+        statuses.append((response.status_code, response.headers.get("retry-after")))
+        if response.status_code == 503:
+            release.set()
+
+    http_client = openai.DefaultHttpxClient(event_hooks={"response": [answered]})
+    try:
+        with sidecar_for(tmp_path, raw, model_max_inflight_bytes=(5 << 20) // 2) as sidecar:
+            first = [threading.Thread(target=post, args=(sidecar, "/v1/chat/completions", body))
+                     for _ in range(2)]
+            for thread in first:
+                thread.start()
+            wait_until(lambda: len(raw.seen) == 2, what="two requests upstream", timeout=10)
+            client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY,
+                                   max_retries=3, http_client=http_client)
+            began = time.monotonic()
+            reply = client.chat.completions.with_raw_response.create(model="m", messages=history)
+            took = time.monotonic() - began
+            assert reply.parse().choices[0].message.content == "hi"
+            assert statuses[0] == (503, "1") and statuses[-1][0] == 200, statuses
+            assert reply.retries_taken == len(statuses) - 1 >= 1
+            assert took >= 1.0  # the Retry-After it was told, not a reset's quick retry
+            assert metric(sidecar, OVER_BUDGET) == reply.retries_taken
+            for thread in first:
+                thread.join(10)
+            assert [len(seen.body) for seen in raw.seen[2:]] == [len(raw.seen[2].body)]
+            assert json.loads(raw.seen[2].body)["messages"] == history
+    finally:
+        release.set()
+        http_client.close()
+        raw.close()
+
+
 def test_one_request_alone_passes_past_the_inflight_budget(tmp_path: Path,
                                                             upstream: RawUpstream) -> None:
     """A request alone is taken whatever its size (a max-size request always passes), declared

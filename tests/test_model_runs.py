@@ -4,6 +4,7 @@ own spans or SDK steering share a run: real sidecar, real ``openai`` SDK, script
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from tests.spans import SpanMaker, chat_attrs, tool_attrs
 from watchdog.shell.clock import ManualClock
 
 KEY = "sk-runs-SECRET-0123456789"
+LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
 TOOLS = [{"type": "function", "function": {
     "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
 
@@ -813,6 +815,61 @@ def test_a_runs_call_is_in_flight_from_when_its_request_came(tmp_path: Path,
         signals = (_run(sidecar, key) or {})["signals"]
         assert signals["in_flight"] == 1
         assert abs(signals["in_flight_seconds"] - 3.0) < 0.5, signals["in_flight_seconds"]
+
+
+@pytest.mark.parametrize(("withdrawn", "later"), [(False, False), (True, False), (False, True)])
+def test_a_side_request_on_the_runs_history_does_not_split_the_run(
+        tmp_path: Path, llm: FakeLLM, withdrawn: bool, later: bool) -> None:
+    """An agent that asks the model something aside midway (a summary of the work so far: its
+    history and a user message of its own, with no tools or with them withdrawn) and then goes
+    on from its history without that exchange: its next request is shorter than the side one
+    was, but it answers the calls its run handed over, so it is the same run going on (not an
+    agent that started over, with a budget of its own): one run, the true countdown, never a
+    tool call past the budget, and the report as the agent's output. ``later``: it goes on
+    only once the aside's answer has ended the run (a run seen through the endpoint alone
+    ends at an answer): its next request takes the run back, to be steered by the rules and
+    end at its budget (the rule pack's, which the run's own signals do not carry)."""
+    pack = tmp_path / "budgets.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: aside\nbudgets:\n"
+                    "  - agents: [aside-agent]\n    max_tool_calls: 3\n")
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),))
+    with running_server(config) as sidecar:
+        aside_loop(sidecar, llm, withdrawn, later)
+
+
+def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: bool) -> None:
+    model = llm.script("aside", looping("search", lambda i: {"q": str(i)},
+                                        answer_without_tools="REPORT"))
+    client = chat(sidecar, **{"x-watchdog-agent": "aside-agent"})
+    messages: list[Any] = [{"role": "system", "content": "S"},
+                           {"role": "user", "content": "Find the config file."}]
+    handed = 0
+    for step in range(8):
+        message = client.chat.completions.create(model=model, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        if not message.tool_calls:
+            break
+        handed += len(message.tool_calls)
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [c.model_dump() for c in message.tool_calls]})
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": "nothing"}
+                     for c in message.tool_calls]
+        if step == 0:
+            aside = [*messages, {"role": "user", "content": "Summarise the work so far."}]
+            offered: dict[str, Any] = {"tools": TOOLS, "tool_choice": "none"} if withdrawn else {}
+            client.chat.completions.create(model=model, messages=aside, **offered)
+            if later:
+                wait_until(lambda: ended_runs(sidecar, "aside-agent"), "the aside ends the run")
+    assert (message.content, handed) == ("REPORT", 3)
+    said = [LEFT.findall(body["messages"][0]["content"]) for body in llm.requests(model)
+            if body.get("tools") and body.get("tool_choice") != "none"]
+    assert said == [[("3", "3")], [("2", "3")], [("1", "3")]], said
+    runs = wait_until(lambda: (runs := [run for run in sidecar.get_json(
+        "/v1/runs?agent=aside-agent")["runs"]]) and all(run["state"] == "ended" for run in runs)
+        and runs, "the run ends")
+    assert [(run["tool_calls"], run["iterations"], run["terminal_state"]) for run in runs] == [
+        (3, 5, "tool_limit_reached")], runs
 
 
 def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(

@@ -1,5 +1,6 @@
-"""A run taken as abandoned whose agent acts again through the model endpoint (DESIGN §12) is
-active again (:meth:`Core._resume`): pure core, no sidecar."""
+"""A run taken as abandoned, or ended at an answer it goes on from, whose agent acts again
+through the model endpoint (DESIGN §12) is active again (:meth:`Core._resume`): pure core, no
+sidecar."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_the_next_request_of_an_abandoned_run_takes_it_back() -> None:
     abandoned(watchdog, "model:1")
     view, step = watchdog.open_run("model:1", KeySource.WATCHDOG, "ab" * 16, T0 + 70, "a",
                                    None, None)
-    assert step.resumed == {"model:1": "run_end_timeout"}
+    assert step.resumed == {"model:1": ("abandoned", "run_end_timeout")}
     assert not view.ended and view.terminal_state is None
     assert [run.key for run in watchdog.tracker.active()] == ["model:1"]
     step = watchdog.model_records([model_call("model:1", T0 + 71, answer=True)], T0 + 71)
@@ -58,20 +59,47 @@ def test_a_response_that_outlasted_the_timeout_takes_its_run_back() -> None:
     watchdog = core()
     abandoned(watchdog, "model:2")
     step = watchdog.model_records([model_call("model:2", T0 + 70)], T0 + 70)
-    assert step.resumed == {"model:2": "run_end_timeout"}
+    assert step.resumed == {"model:2": ("abandoned", "run_end_timeout")}
     run = watchdog.tracker.get("model:2")
     assert run is not None and not run.ended and run.iterations == 2
+
+
+def test_a_run_ended_at_an_answer_it_goes_on_from_is_taken_back() -> None:
+    """The answer was to a request aside (a summary the agent asked for): the agent's next
+    request of the run, which answers calls the run handed over, takes it back, and it ends at
+    its own answer; a request that answers none of them does not."""
+    watchdog = core()
+    watchdog.open_run("model:5", KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)
+    watchdog.model_records([model_call("model:5", T0)], T0)
+    watchdog.model_records([model_call("model:5", T0 + 1, answer=True)], T0 + 1)  # the aside's
+    run = watchdog.tracker.get("model:5")
+    assert run is not None and run.terminal_state is TerminalState.COMPLETED
+    _view, step = watchdog.open_run("model:5", KeySource.WATCHDOG, "ab" * 16, T0 + 2, "a",
+                                    None, None)  # (a request that answers none of its calls)
+    assert step.resumed == {} and run.ended
+    view, step = watchdog.open_run("model:5", KeySource.WATCHDOG, "ab" * 16, T0 + 2, "a",
+                                   None, None, going_on=True)
+    assert step.resumed == {"model:5": ("completed", "answer")}
+    assert not view.ended and view.terminal_state is None
+    watchdog.model_records([model_call("model:5", T0 + 3)], T0 + 3)  # it asks for tools
+    assert not run.ended
+    step = watchdog.model_records([model_call("model:5", T0 + 4, answer=True)], T0 + 4)
+    assert run.ended and run.iterations == 4 and run.terminal_state is TerminalState.COMPLETED
+    assert [finished.key for finished in step.finished] == ["model:5"]
 
 
 def test_a_run_that_ended_otherwise_or_is_its_spans_to_end_is_not_taken_back() -> None:
     watchdog = core()
     watchdog.open_run("model:3", KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)
-    watchdog.model_records([model_call("model:3", T0, answer=True)], T0)  # answered: ended
-    _view, step = watchdog.open_run("model:3", KeySource.WATCHDOG, "ab" * 16, T0 + 70, "a",
-                                    None, None)
-    assert step.resumed == {}
+    watchdog.model_records([model_call("model:3", T0)], T0)
     run = watchdog.tracker.get("model:3")
-    assert run is not None and run.terminal_state is TerminalState.COMPLETED
+    assert run is not None
+    run.force(TerminalState.ABORTED, "stop")
+    watchdog.tracker.end("model:3", T0 + 1)  # stopped: the endpoint answered an abort
+    assert run.terminal_state is TerminalState.ABORTED
+    _view, step = watchdog.open_run("model:3", KeySource.WATCHDOG, "ab" * 16, T0 + 70, "a",
+                                    None, None, going_on=True)
+    assert step.resumed == {} and run.terminal_state is TerminalState.ABORTED
     abandoned(watchdog, "model:4")  # the client SDK's run: its spans and heartbeats tell
     run = watchdog.tracker.get("model:4")
     assert run is not None

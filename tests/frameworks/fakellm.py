@@ -6,7 +6,8 @@ set of tool calls; past its end the last step repeats (so a looping script loops
 framework's own limit stops it). Every request body is recorded per model, so a test can assert
 what the model saw at each request (its instructions, its tools, its messages).
 
-Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``;
+Served: ``POST /v1/chat/completions`` (plain and streamed, with ``stream_options.include_usage``
+and ``n`` answers, the same step in each with call ids of its own, a stream's chunks interleaved;
 a request that offers legacy ``functions`` and no ``tools`` is answered in their shape: the first
 call as ``message.function_call``, streamed as ``delta.function_call``, finish reason
 ``function_call``), ``POST /v1/responses`` (the OpenAI Responses API, plain and streamed:
@@ -289,6 +290,45 @@ def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | Non
                "model": model, "choices": [], "usage": usage}
 
 
+def _answers(body: dict[str, Any]) -> int:
+    """How many answers a chat request asks for (``n``; 1 unless a small positive integer)."""
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 8 else 1
+
+
+def _as_choice(data: dict[str, Any], number: int) -> dict[str, Any]:
+    """``data`` (a completion or a chunk) with its choice as choice ``number``: that index,
+    and call ids of its own."""
+    text = json.dumps(data).replace('"call_', f'"call_{number}')
+    made: dict[str, Any] = json.loads(text)
+    for choice in made.get("choices") or ():
+        choice["index"] = number
+    return made
+
+
+def _several(completion_: dict[str, Any], answers: int) -> dict[str, Any]:
+    """A completion with ``answers`` choices (``n``), the same step in each, call ids apart."""
+    if answers == 1:
+        return completion_
+    choices = [_as_choice(completion_, number)["choices"][0] for number in range(answers)]
+    return {**completion_, "choices": choices}
+
+
+def _interleaved(pieces: Iterator[dict[str, Any]], answers: int) -> Iterator[dict[str, Any]]:
+    """The chunks of ``answers`` choices (``n``), one chunk of each in turn, as OpenAI
+    interleaves them; a usage-only chunk (no choices) once, last."""
+    made = list(pieces)
+    if answers == 1:
+        yield from made
+        return
+    last = [piece for piece in made if not piece["choices"]]
+    made = [piece for piece in made if piece["choices"]]
+    for piece in made:
+        for number in range(answers):
+            yield _as_choice(piece, number)
+    yield from last
+
+
 _ANTHROPIC_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 
 
@@ -491,8 +531,10 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     self._send_json(200, response)
                 return
             legacy = legacy_functions(body)
+            answers = _answers(body)
             if not body.get("stream"):
-                self._send_json(200, completion(name, response_id, step, usage, legacy))
+                self._send_json(200, _several(completion(name, response_id, step, usage,
+                                                         legacy), answers))
                 return
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self.send_response(200)
@@ -500,8 +542,9 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
-            for index, piece in enumerate(chunks(name, response_id, step,
-                                                 usage if include_usage else None, legacy)):
+            for index, piece in enumerate(_interleaved(
+                    chunks(name, response_id, step, usage if include_usage else None, legacy),
+                    answers)):
                 if index and model.chunk_delay:
                     time.sleep(model.chunk_delay)
                 self.wfile.write(b"data: " + json.dumps(piece).encode() + b"\n\n")

@@ -6,8 +6,9 @@ Langfuse's docs set it up), LangChain's
 ``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
-``OpenAIResponsesLlm``), Haystack's ``Agent`` and Semantic Kernel's ``ChatCompletionAgent`` (and
-DSPy's ReAct, whose tools are text: its own tests at the end), each in its framework's venv
+``OpenAIResponsesLlm``), LiteLLM's SDK (``litellm.completion``), Haystack's ``Agent`` and
+Semantic Kernel's ``ChatCompletionAgent`` (and DSPy's ReAct, whose tools are text: its own
+tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
 ``anthropic-sdk-go``; :mod:`tests.frameworks.test_model_endpoint_go`; Genkit for Go,
 ``go/genkit``); a rig agent (``rust/rig``, rig-core's ``Agent``); the Rust agent
@@ -137,6 +138,9 @@ AGENTS = [
     Agent("strands", "endpoint_strands", "run"),
     *(Agent("google_adk", "endpoint_google_adk", mode) for mode in (
         "litellm", "litellm_stream", "chat", "chat_stream", "responses", "responses_stream")),
+    # LiteLLM's SDK as the client (litellm.completion, its OpenAI provider)
+    Agent("litellm_logfire", "endpoint_litellm", "completion"),
+    Agent("litellm_logfire", "endpoint_litellm", "completion_stream"),
     Agent("haystack", "endpoint_haystack", "run"),
     Agent("haystack", "endpoint_haystack", "stream"),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke", tool="Files-search"),
@@ -435,6 +439,27 @@ def check_last_is_the_only_one_without_tools(agent: Agent,
         assert all(agent.tool in tool_names(body) for body in requests[:-1])
     assert "Tools are withdrawn" in instructions(requests[-1])
 
+
+
+def check_a_chained_responses_run(agent: Agent, sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent whose Responses requests after the first send only their new items (the tool
+    results) and ``previous_response_id``, with the budget pack's 3 tool calls, the model
+    searching on: one run, the true countdown in the instructions of each request that offers
+    tools, 3 tools run, then the report as its output."""
+    model = llm.script(f"{agent.name}-chained", searching())
+    before = run_ids(sidecar)
+    outcome = drive(agent, sidecar, model)
+    requests = llm.requests(model)
+    assert outcome == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
+    assert [bool(body.get("previous_response_id")) for body in requests] == [
+        False, True, True, True]
+    assert [len(body["input"]) for body in requests] == [1] * 4  # only the new items
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    check_last_is_the_only_one_without_tools(agent, requests)
+    run = the_new_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, BUDGET, "tool_limit_reached"), run
 
 # -- the scripts ----------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ Responses API; ``anthropic-sdk-go``: Messages; each streamed and not), pinned by
 and built by ``make goagent`` (part of ``make test``) from the Go module proxy. The three
 scenarios and the API key run with the other agents
 (:mod:`tests.frameworks.test_model_endpoint_frameworks`); here, what only the Go SDKs offer:
-the agent's name and budget headers from the environment alone, on both relays."""
+the agent's name and budget headers from the environment alone, on both relays; and the
+Responses API's conversation chained by ``previous_response_id`` from a client that is not
+Python."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ import pytest
 
 from tests.frameworks import test_model_endpoint_frameworks as shared
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.test_model_endpoint_frameworks import plain  # noqa: F401 (its sidecar)
+from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (sidecars)
+    budgeted,
+    plain,
+)
 from tests.harness import RunningServer
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
@@ -41,3 +46,11 @@ def test_the_name_and_budget_headers_come_from_the_environment_too(
     run = shared.the_new_run(plain, before)
     assert (run["agent"], run["tool_calls"], run["terminal_state"]) == (
         "go-headed", 2, "tool_limit_reached"), run
+
+
+@pytest.mark.parametrize("mode", ["responses_chained", "responses_chained_stream"])
+def test_a_responses_conversation_chained_by_id_is_one_run(
+        budgeted: RunningServer, llm: FakeLLM, mode: str) -> None:  # noqa: F811
+    """openai-go's tool loop on the Responses API, each request after the first only its tool
+    results and ``previous_response_id``, streamed and not: one run."""
+    shared.check_a_chained_responses_run(shared.Agent("go", "endpoint_go", mode), budgeted, llm)

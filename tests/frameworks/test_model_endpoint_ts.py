@@ -67,3 +67,12 @@ def test_a_conversation_the_server_keeps_is_a_run_per_turn(
     assert [(run["tool_calls"], run["terminal_state"]) for run in runs] == [
         (3, "tool_limit_reached")] * 2, runs
     assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]
+
+
+
+@pytest.mark.parametrize("mode", ["responses_chained", "responses_chained_stream"])
+def test_a_responses_conversation_chained_by_id_is_one_run(
+        budgeted: RunningServer, llm: FakeLLM, mode: str) -> None:  # noqa: F811
+    """The ``openai`` npm package's tool loop on the Responses API, each request after the
+    first only its tool results and ``previous_response_id``, streamed and not: one run."""
+    shared.check_a_chained_responses_run(shared.Agent("ts", "endpoint_ts", mode), budgeted, llm)

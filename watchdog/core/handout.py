@@ -38,8 +38,9 @@ class Step:
     finished: list[RunView] = field(default_factory=list)  # ended or evicted
     evicted: list[RunView] = field(default_factory=list)  # ... of those, evicted (the bound)
     gone: dict[str, str] = field(default_factory=dict)  # runs folded into another (not to keep)
-    # runs taken as abandoned whose agent acted again: active again (key -> why it had ended)
-    resumed: dict[str, str] = field(default_factory=dict)
+    # runs taken as abandoned, or completed at an answer, whose agent acted again: active
+    # again (key -> the state it had ended in, and why)
+    resumed: dict[str, tuple[str, str]] = field(default_factory=dict)
     batch: BatchResult | None = None  # the tracker's counts (metrics)
     applied: int = 0  # records applied (a synced span's second copy is not)
     # records dropped as another span with an id already applied (RecentSpans.conflicts)

@@ -266,13 +266,16 @@ class Core(CoreReads):
 
     def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
                  agent: str | None, session: str | None, budget: dict[str, float] | None,
-                 records: Sequence[SpanRecord] = ()) -> tuple[RunView, Step]:
+                 records: Sequence[SpanRecord] = (), going_on: bool = False
+                 ) -> tuple[RunView, Step]:
         """The model endpoint's run at a request (DESIGN §12), after ``records`` (what the
         request carried: its tool results) are applied in the same step: opened at its first
         request (no span has ended yet), told what the request's headers say, and evaluated
         when it is new or its budget changed, so its directives account for the request; its
-        view after that. A run the client SDK frames is left as it is (its spans name it)."""
-        resumed = self._resume((key,), now)  # (before its records: they count in it)
+        view after that. A run the client SDK frames is left as it is (its spans name it).
+        ``going_on``: the request goes on from the run's own tool calls (its results answer
+        calls the run handed over): a run ended at an answer is taken back too."""
+        resumed = self._resume((key,), now, going_on)  # (before its records: they count)
         step = self.apply(records, now) if records else Step()
         step.resumed.update(resumed)
         run, created = self.tracker.open(key, key_source, trace_id, now)
@@ -304,16 +307,20 @@ class Core(CoreReads):
         step.resumed.update(resumed)
         return step
 
-    def _resume(self, keys: Iterable[str], now: float) -> dict[str, str]:
+    def _resume(self, keys: Iterable[str], now: float, going_on: bool = False
+                ) -> dict[str, tuple[str, str]]:
         """The runs of ``keys`` taken as ``abandoned`` (silent for ``run_end_timeout``, or
-        evicted) whose agent's model request or response comes now: it was slow, not gone
-        (a tool that ran longer than the timeout). Each is active again, counts on and ends
-        as a live run does, its rules evaluated afresh; a run whose spans say when it ends (a
-        trace's, the client SDK's) is left as it is, as late spans are. Returns each resumed
-        run's key and the reason it had been abandoned for (the shell says so)."""
-        resumed: dict[str, str] = {}
+        evicted) or ``completed`` (at an answer) whose agent's model request or response comes
+        now: it was slow, not gone (a tool that ran longer than the timeout), or (``going_on``:
+        its request answers calls the run handed over) the answer was to a request aside (a
+        summary it asked for) and it goes on. Each is active again,
+        counts on and ends as a live run does, its rules evaluated afresh; a run whose spans
+        say when it ends (a trace's, the client SDK's) is left as it is, as late spans are.
+        Returns each resumed run's key, the state it had ended in and why (the shell says
+        so)."""
+        resumed: dict[str, tuple[str, str]] = {}
         for key in keys:
-            back = self.tracker.resume(key, now)
+            back = self.tracker.resume(key, now, going_on)
             if back is not None:
                 resumed[key] = back[1]
         return resumed

@@ -345,8 +345,8 @@ class WatchdogService:
                 self._decided(decided, rows[key])
         for key, into in step.gone.items():
             logs.event("run_merged", run=key, into=into)
-        for key, reason in step.resumed.items():  # (its run_ended said abandoned)
-            logs.event("run_resumed", run=key, was="abandoned", reason=reason)
+        for key, (was, reason) in step.resumed.items():  # (its run_ended said so)
+            logs.event("run_resumed", run=key, was=was, reason=reason)
         if step.finished:
             observer.runs_finished(step.finished)
             for run in step.finished:
@@ -607,13 +607,14 @@ class WatchdogService:
 
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
                    session: str | None, budget: dict[str, float] | None,
-                   records: Sequence[SpanRecord] = ()) -> RunView:
+                   records: Sequence[SpanRecord] = (), going_on: bool = False) -> RunView:
         """The endpoint's run at a request, opened if no span has named it yet, after the
-        ``records`` the request carried (one step of the core)."""
+        ``records`` the request carried (one step of the core); ``going_on``: the request
+        answers calls the run handed over (:meth:`Core.open_run`)."""
         self.state.admit()
         self.pricer.load_soon()  # priced when the upstream has answered
         run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
-                                       session, budget, records)
+                                       session, budget, records, going_on)
         self._carry(step)
         return run
 

@@ -2,7 +2,9 @@
 // OPENAI_BASE_URL or ANTHROPIC_BASE_URL alone (no OpenTelemetry, no watchdog client). The model
 // to ask is ENDPOINT_MODEL, the task ENDPOINT_TASK; argv[1] is the mode: `chat` or
 // `chat_stream` (Chat Completions, openai-go), `responses` or `responses_stream` (the Responses
-// API, the conversation sent whole, openai-go), `messages` or `messages_stream` (Anthropic
+// API, the conversation sent whole, openai-go), `responses_chained` or `responses_chained_stream`
+// (the Responses API, each request after the first only its new items and the previous
+// response's id, openai-go), `messages` or `messages_stream` (Anthropic
 // Messages, anthropic-sdk-go).
 // It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
 package main
@@ -121,15 +123,21 @@ func chat(ctx context.Context, client openai.Client, model, task string, stream 
 	return stopped, nil
 }
 
-func respond(ctx context.Context, client openai.Client, model, task string, stream bool) (string, error) {
+// respond is the Responses API's tool loop; chained: each request after the first sends only its
+// new items (the tool results) and the previous response's id (previous_response_id).
+func respond(ctx context.Context, client openai.Client, model, task string, stream, chained bool) (string, error) {
 	input := responses.ResponseInputParam{
 		responses.ResponseInputItemParamOfMessage(task, responses.EasyInputMessageRoleUser)}
 	tools := []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{
 		Name: "search", Description: openai.String(description), Parameters: parameters,
 		Strict: openai.Bool(false)}}}
+	previous := ""
 	for step := 0; step < maxSteps; step++ {
 		params := responses.ResponseNewParams{Model: model, Instructions: openai.String(instructions),
 			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input}, Tools: tools}
+		if previous != "" {
+			params.PreviousResponseID = openai.String(previous)
+		}
 		var response *responses.Response
 		if stream {
 			events := client.Responses.NewStreaming(ctx, params)
@@ -166,6 +174,9 @@ func respond(ctx context.Context, client openai.Client, model, task string, stre
 		}
 		if len(calls) == 0 {
 			return response.OutputText(), nil
+		}
+		if chained {
+			previous, input = response.ID, nil
 		}
 		for _, c := range calls {
 			result, err := search(c.Arguments)
@@ -244,12 +255,13 @@ func run(mode string) (string, error) {
 	switch strings.TrimSuffix(mode, "_stream") {
 	case "chat": // OPENAI_BASE_URL and OPENAI_API_KEY from the environment
 		return chat(ctx, openai.NewClient(), model, task, stream)
-	case "responses":
-		return respond(ctx, openai.NewClient(), model, task, stream)
+	case "responses", "responses_chained":
+		return respond(ctx, openai.NewClient(), model, task, stream,
+			strings.HasPrefix(mode, "responses_chained"))
 	case "messages": // ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY from the environment
 		return messages(ctx, anthropic.NewClient(), model, task, stream)
 	}
-	return "", fmt.Errorf("unknown mode %q (chat, responses, messages; each with _stream)", mode)
+	return "", fmt.Errorf("unknown mode %q (chat, responses, responses_chained, messages; each with _stream)", mode)
 }
 
 func main() {

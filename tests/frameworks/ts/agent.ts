@@ -2,7 +2,8 @@
 // endpoint by OPENAI_BASE_URL alone (no OpenTelemetry, no watchdog client). The model to ask
 // is ENDPOINT_MODEL, the task ENDPOINT_TASK; argv[2] is the mode: `chat` or `chat_stream`
 // (Chat Completions), `responses` or `responses_stream` (the Responses API, the conversation
-// sent whole).
+// sent whole), `responses_chained` or `responses_chained_stream` (the Responses API, each
+// request after the first only its new items and the previous response's id).
 // It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
 import OpenAI from "openai";
 
@@ -79,8 +80,11 @@ function outputText(response: OpenAI.Responses.Response): string {
     .join("");
 }
 
-async function responses(client: OpenAI, model: string, stream: boolean): Promise<string> {
-  const input: OpenAI.Responses.ResponseInputItem[] = [{ role: "user", content: TASK }];
+// `chained`: each request after the first sends only its new items (the tool results) and the
+// previous response's id (`previous_response_id`), the conversation kept by the server.
+async function responses(client: OpenAI, model: string, stream: boolean, chained: boolean): Promise<string> {
+  let input: OpenAI.Responses.ResponseInputItem[] = [{ role: "user", content: TASK }];
+  let previous: string | undefined;
   const tools: OpenAI.Responses.Tool[] = [{
     type: "function", name: "search", description: "Search the files for a term.",
     parameters: PARAMETERS, strict: false,
@@ -88,16 +92,23 @@ async function responses(client: OpenAI, model: string, stream: boolean): Promis
   for (let step = 0; step < MAX_STEPS; step++) {
     let response: OpenAI.Responses.Response | undefined;
     if (stream) {
-      const events = await client.responses.create({ model, instructions: INSTRUCTIONS, input, tools, stream: true });
+      const events = await client.responses.create({
+        model, instructions: INSTRUCTIONS, input, tools, stream: true, previous_response_id: previous });
       for await (const event of events) {
         if (event.type === "response.completed") response = event.response;
       }
       if (response === undefined) throw new Error("the stream ended without response.completed");
     } else {
-      response = await client.responses.create({ model, instructions: INSTRUCTIONS, input, tools });
+      response = await client.responses.create({
+        model, instructions: INSTRUCTIONS, input, tools, previous_response_id: previous });
     }
     const calls = response.output.filter((item) => item.type === "function_call");
-    input.push(...(response.output as OpenAI.Responses.ResponseInputItem[]));
+    if (chained) {
+      previous = response.id;
+      input = [];
+    } else {
+      input.push(...(response.output as OpenAI.Responses.ResponseInputItem[]));
+    }
     if (calls.length === 0) return outputText(response);
     for (const c of calls) {
       input.push({ type: "function_call_output", call_id: c.call_id, output: search(JSON.parse(c.arguments).q) });
@@ -111,5 +122,6 @@ const model = process.env.ENDPOINT_MODEL;
 if (!model) throw new Error("ENDPOINT_MODEL is not set");
 const client = new OpenAI(); // OPENAI_BASE_URL and OPENAI_API_KEY from the environment
 const stream = mode.endsWith("_stream");
-const output = mode.startsWith("chat") ? await chat(client, model, stream) : await responses(client, model, stream);
+const output = mode.startsWith("chat") ? await chat(client, model, stream)
+  : await responses(client, model, stream, mode.startsWith("responses_chained"));
 console.log(JSON.stringify({ ran, output }));

@@ -11,9 +11,11 @@ that run has ended, the next run of its session); else the conversation it conti
 one its Responses ``conversation`` names by id, else the same first user message of the same
 agent on the same API. A request that
 carries a new user message (its last message is the user's) in a conversation whose run has
-ended, or that is shorter than the conversation was (the agent started over), starts the
-conversation's next run, in the conversation's session (a conversation the server keeps
-sends only its new items: its length is not read). So does a conversation's first
+ended, or that is shorter than the conversation was (the agent started over; not when its tool
+results answer calls its run handed over: the agent goes on from its history after a request
+aside, a summary it asked the model for on that history), starts the conversation's next
+run, in the conversation's session (a conversation the server keeps sends only its new items:
+its length is not read). So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
 the same first message (two agents started at the same moment), not the same one, which sends
@@ -136,6 +138,9 @@ class EndpointRun:
     run_key: str | None = None  # the run's key
     tool_limit: float | None = None  # its max_tool_calls
     used: int = 0  # its tool calls made
+    # the request identified last goes on from the run's own calls (its results answer calls
+    # the run handed over): a run ended at an answer (to a request aside) is taken back
+    going_on: bool = False
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -161,6 +166,7 @@ class ModelBook:
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
+        self._going_on = False  # (what _identify found of the request it reads)
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -180,7 +186,9 @@ class ModelBook:
         a session (read for a conversation this book does not know that the request goes on
         with: the book was lost in a restart, or had let it go). The request is taken until
         :meth:`settle`."""
+        self._going_on = False
         state = self._identify(api, request, caller, agent, ended, resume)
+        state.going_on = self._going_on
         state.asking += 1
         return state
 
@@ -272,19 +280,21 @@ class ModelBook:
                                        None, session=session, agent=agent,
                                        conversation=digest, messages=request.messages))
                 self._conversations[digest] = key = found
+        answers_its_calls = False  # its results answer calls its run handed over
         for result in request.results:  # the run that handed over the calls it answers
             handed = self._runs.get(self._calls.get(result.call_id) or "")
             if handed is not None and handed.conversation == digest:
-                key = handed.key
+                key, answers_its_calls = handed.key, True
                 break
         state = self._runs.get(key) if key is not None else None
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
                 or (not request.kept and (
-                    request.messages < state.messages
+                    (request.messages < state.messages and not answers_its_calls)
                     or (request.messages <= state.first and not request.results
                         and (state.asking > 0 or state.answered > 0))))):
             self._conversations.move_to_end(digest)
+            self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
         return self._next_run(digest, session, agent, request.messages)
 

@@ -154,19 +154,21 @@ class RunBook:
         run = self._active[key] = RunState(key, key_source, trace_id, now)
         return run, True
 
-    def resume(self, key: str, now: float) -> tuple[RunState, str] | None:
-        """The run ``key``, ended ``abandoned``, active again (:meth:`RunState.resume`), and
-        the reason it had been abandoned for; None when it is not such a run, or its spans
-        say when it ends (a trace's run, or one the client SDK frames)."""
+    def resume(self, key: str, now: float, going_on: bool = False
+               ) -> tuple[RunState, tuple[str, str]] | None:
+        """The run ``key``, ended ``abandoned`` (or ``completed``, ``going_on``), active
+        again (:meth:`RunState.resume`), and the state and reason it had ended with; None when
+        it is not such a run, or its spans say when it ends (a trace's run, or one the client
+        SDK frames)."""
         run = self._ended.get(key)
         if run is None or run.framed or run.key_source is KEY_TRACE:
             return None
-        reason = run.resume(now)
-        if reason is None:
+        ended = run.resume(now, going_on)
+        if ended is None:
             return None
         del self._ended[key]
         self._active[key] = run
-        return run, reason
+        return run, ended
 
     def active(self) -> Iterator[RunState]:
         return iter(self._active.values())

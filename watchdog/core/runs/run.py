@@ -39,6 +39,9 @@ from watchdog.core.runs.terminal import TerminalState, classify_end
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.record import BUDGET_KEYS, KeySource, SpanRecord
 
+# the states a run of the model endpoint's is taken back from when its agent goes on with it
+RESUMABLE = frozenset({TerminalState.ABANDONED, TerminalState.COMPLETED})
+
 
 class RunState(RunCounts):
     """Signals of one run. Mutated only through :meth:`apply`, :meth:`heartbeat` and :meth:`end`."""
@@ -101,18 +104,24 @@ class RunState(RunCounts):
         self.terminal_state, self.terminal_reason = TerminalState.TOOL_LIMIT_REACHED, "budget"
         return True
 
-    def resume(self, now: float) -> str | None:
-        """The run was taken as ``abandoned`` (silent for ``run_end_timeout``, or evicted) and
-        its agent acts again now (its next request to the model endpoint: it was slow, not
-        gone): it is active again, to count on and end as a live run does. Returns the reason
-        it had been abandoned for; None (nothing changed) for a run that did not end so."""
-        if not self.ended or self.terminal_state is not TerminalState.ABANDONED:
+    def resume(self, now: float, going_on: bool = False) -> tuple[str, str] | None:
+        """The run ended and its agent acts again now (its next request to the model endpoint):
+        taken as ``abandoned`` (silent for ``run_end_timeout``, or evicted: it was slow, not
+        gone), or ``completed`` at an answer of the model the agent did not end with (an
+        answer to a request aside, a summary of the work so far, after which it goes on with
+        its tools: ``going_on``, its request answers calls the run handed over). It is
+        active again, to count on and end as a live run does. Returns the state it had ended
+        in and the reason; None (nothing changed) for a run that did not end so."""
+        state = self.terminal_state
+        if not self.ended or state is None or state not in (
+                RESUMABLE if going_on else (TerminalState.ABANDONED,)):
             return None
-        reason = self.terminal_reason or "run_end_timeout"
+        reason = self.terminal_reason or (
+            "run_end_timeout" if state is TerminalState.ABANDONED else "answer")
         self.ended, self.ended_at = False, None
         self.terminal_state = self.terminal_reason = None
         self.last_seen = now
-        return reason
+        return state.value, reason
 
     def uncapped(self, cap: str) -> bool:
         """The loop cap ``cap`` its agent span told was this ended run's limit, and the loop-end

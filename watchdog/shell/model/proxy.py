@@ -520,7 +520,7 @@ class ModelProxy:
             key = service.trace_run(state.trace_id) or state.key
             return service.model_open(key, KeySource.TRACE, state.trace_id, agent, None, budget)
         run = service.model_open(state.key, state.key_source, state.trace_id, agent,
-                                 state.session, budget, records)
+                                 state.session, budget, records, state.going_on)
         if run.framed:
             state.traced = True  # the client SDK's run: its spans count the tools
         return run
