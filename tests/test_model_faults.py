@@ -605,6 +605,51 @@ def test_a_client_that_half_closes_after_its_request_gets_its_answer(
         raw.close()
 
 
+def test_a_request_whose_client_closed_is_let_go_when_it_is_sent_again(
+        relay: str, tmp_path: Path) -> None:
+    """A client closes its connection while its request is with the model (an SDK's timeout)
+    and sends the request again: the first is let go (its upstream request dropped, counted
+    ``cancelled``), and the one sent again is the run's, answered; one run."""
+    dropped = threading.Event()
+
+    def answer(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if seen is raw.seen[0]:  # the first: held until the relay drops it
+            handler.connection.settimeout(10)
+            try:
+                if handler.connection.recv(1) == b"":
+                    dropped.set()
+            except TimeoutError:
+                pass  # (never dropped)
+            except OSError:  # (reset)
+                dropped.set()
+            return
+        completion_reply(handler, seen)
+
+    raw = RawUpstream(answer)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            body = json.dumps({"model": "m", "tools": TOOLS, "messages": [
+                {"role": "user", "content": "closed, then sent again"}]}).encode()
+            request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       b"application/json\r\nx-watchdog-agent: resent\r\nConnection: close"
+                       b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            host, port = sidecar.server.addresses["model"]
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(request)
+                wait_until(lambda: len(raw.seen) == 1, "the first request upstream")
+            time.sleep(0.3)  # (as an SDK waits before its retry)
+            answered = raw_exchange(sidecar, request)
+            assert answered.startswith(b"HTTP/1.1 200 "), answered[:300]
+            assert answered.endswith(COMPLETION), answered[-300:]
+            assert dropped.wait(10), "the first request's upstream request was not dropped"
+            wait_until(lambda: outcomes(sidecar, "resent").get("cancelled") == 1,
+                       "the first counted cancelled")
+            assert len(raw.seen) == 2
+            assert len(sidecar.get_json("/v1/runs?agent=resent")["runs"]) == 1
+    finally:
+        raw.close()
+
+
 STREAM = (b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
           b'"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
 

@@ -184,16 +184,12 @@ def test_a_first_request_sent_again_after_it_failed_is_the_same_run(
 
 
 def test_a_request_the_sdk_sends_again_after_its_timeout_is_the_same_run(
-        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
-        request: pytest.FixtureRequest) -> None:
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str) -> None:  # noqa: F811
     """The SDK gives up on a request the model is slow to answer (its timeout) and sends it
     again while the first is still with the model: the first is its client's no more. The
     retry is the run's first request, not a twin run's, and the tool call the first would have
-    handed over is not held against the budget: the retry gets its tool. (The compiled relay
-    does not yet tell the sidecar that a client ended its side: docs/limits.md.)"""
-    if model_relay == "native":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "the compiled relay does not tell when a client ends its side (docs/limits.md)")))
+    handed over is not held against the budget: the retry gets its tool. (Both relays: the
+    compiled one tells the sidecar that the first request's client ended its side.)"""
     def script(index: int, body: dict[str, Any]) -> Step:
         if index == 0:
             time.sleep(4)  # past the client's timeout, and its retry's arrival

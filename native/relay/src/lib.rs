@@ -85,6 +85,10 @@ enum Event {
     Done { id: u64, status: u16, outcome: &'static str, body: Option<Bytes>,
            content_type: String, seconds: f64, changed: bool, seen: Option<Seen>,
            unread: bool },
+    /// The client of a request still with the model ended its side of the connection (it
+    /// half-closed, waiting for its answer, or went away: an SDK's timeout): Python may let
+    /// the request go (`Relay.let_go`) when its client sends it, or its run's next, again.
+    Ended { id: u64 },
 }
 
 /// Python's answer to a request.
@@ -125,6 +129,37 @@ struct Shared {
     direct: reqwest::Client,
     /// The upstream refused a request's `stream_options` (`Relay.usage_refused`).
     usage_refused: AtomicBool,
+    /// The requests whose client's end is watched: their connection (`Relay.let_go`) and
+    /// the watch (`watch_client`, ended with the request).
+    watched: Mutex<HashMap<u64, (Arc<Client>, tokio::task::AbortHandle)>>,
+}
+
+/// A client's connection, as its requests know it: its socket (to watch for the client's
+/// end) and what drops it (`Relay.let_go`: the connection closes, its request is cancelled).
+struct Client {
+    fd: std::os::fd::RawFd,
+    drop: Notify,
+}
+
+/// Until the client of request `id` ends its side of the connection (`Event::Ended`), read
+/// on a second descriptor of its socket: a peek, so hyper's reading is left as it was (it
+/// reads nothing of a connection while it serves a request on it, `half_close`). Bytes the
+/// client sends meanwhile (a request pipelined) end the watch: that client is still there.
+async fn watch_client(shared: Arc<Shared>, id: u64, socket: tokio::net::TcpStream) {
+    let mut byte = [0u8; 1];
+    if !matches!(socket.peek(&mut byte).await, Ok(read) if read > 0) {
+        shared.push(Event::Ended { id });
+    }
+}
+
+/// A second descriptor of the client's socket, to watch (None: none could be had, out of
+/// descriptors: its end goes untold).
+fn watch_socket(client: &Client) -> Option<tokio::net::TcpStream> {
+    // (the connection, and its descriptor, outlive the request that asks: it is served on it)
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(client.fd) };
+    let socket = std::net::TcpStream::from(fd.try_clone_to_owned().ok()?);
+    socket.set_nonblocking(true).ok()?;
+    tokio::net::TcpStream::from_std(socket).ok()
 }
 
 impl Shared {
@@ -200,6 +235,8 @@ struct Ticket {
     api: Option<Api>,
     /// The bytes of its body counted in `held_bytes` (until the ticket is dropped).
     held: usize,
+    /// Its client's end is watched (`Shared::watched`) from when it goes to the model.
+    watched: bool,
 }
 
 /// What a response's observer holds: the bytes copied as they pass (bounded), or a whole
@@ -267,6 +304,11 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         self.end("cancelled");
+        if self.watched {
+            if let Some((_, watch)) = self.shared.watched.lock().unwrap().remove(&self.id) {
+                watch.abort();
+            }
+        }
         self.shared.waiting.lock().unwrap().remove(&self.id);
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
         *self.shared.held_bytes.lock().unwrap() -= self.held;
@@ -555,13 +597,14 @@ async fn drain(incoming: &mut Incoming, most: usize) {
     }
 }
 
-async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
+async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incoming>)
                 -> Result<Response<RelayBody>, Infallible> {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     let mut ticket = Ticket { shared: shared.clone(), id, notify: false, ended: false,
                               started: Instant::now(), status: 0, content_type: String::new(),
-                              observed: None, changed: false, api: None, held: 0 };
+                              observed: None, changed: false, api: None, held: 0,
+                              watched: false };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts.headers.iter()
         .map(|(name, value)| (name.as_str().to_owned(),
@@ -683,6 +726,15 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>)
             Reply::Forward { method, url, headers, body, observe, notify, direct, mut trim,
                              watch, unasked, ahead } => {
                 ticket.notify = notify;
+                if notify && !ticket.watched {
+                    // with the model from now: its client's end is told (Python's to judge)
+                    if let Some(socket) = watch_socket(&client) {
+                        let watch = tokio::spawn(watch_client(shared.clone(), id, socket));
+                        shared.watched.lock().unwrap()
+                            .insert(id, (client.clone(), watch.abort_handle()));
+                        ticket.watched = true;
+                    }
+                }
                 if let Some(digest) = ahead {
                     // (its conversation's next request waits for the call's booking, which
                     // may say what it gets: from now, as its client may have the answer
@@ -1037,7 +1089,8 @@ impl Relay {
             held_bytes: Mutex::new(0), max_inflight, observe_limit,
             body_timeout, decide_timeout, answers,
             admission: Mutex::new(None), told: Notify::new(), client,
-            direct, usage_refused: AtomicBool::new(false) });
+            direct, usage_refused: AtomicBool::new(false),
+            watched: Mutex::new(HashMap::new()) });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
         Ok(Relay { shared, runtime: Mutex::new(Some(runtime)), stop, wake_reader, port })
@@ -1057,7 +1110,9 @@ impl Relay {
     /// ``("done", id, status, outcome, body, content_type, seconds, changed, seen, unread)``:
     /// ``seen`` what a successful stream of a known API said, as ``Relay.observed`` gives it
     /// (None: read ``body``); ``unread``: a Chat Completions response whose tool calls could
-    /// not be read here, to be told once booked (``sight``).
+    /// not be read here, to be told once booked (``sight``);
+    /// ``("ended", id)``: the client of a request forwarded (and not yet done) ended its side
+    /// of the connection (``let_go``).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut sink = [0u8; 256];
         while matches!((&self.wake_reader).read_some(&mut sink), Some(n) if n > 0) {}
@@ -1079,7 +1134,22 @@ impl Relay {
                           unread } =>
                 ("done", id, status, outcome, bytes(body), content_type, seconds, changed,
                  seen.map(seen_tuple), unread).into_pyobject(py)?.into_any(),
+            Event::Ended { id } => ("ended", id).into_pyobject(py)?.into_any(),
         })).collect()
+    }
+
+    /// Lets request ``id`` go: its client's connection is closed, which cancels the request
+    /// (its upstream request dropped; its ``done`` event comes, ``cancelled``), as when a
+    /// client goes away. Only a request whose client's end is watched (one with the model);
+    /// False for another, or one gone.
+    fn let_go(&self, id: u64) -> bool {
+        match self.shared.watched.lock().unwrap().get(&id) {
+            Some((client, _)) => {
+                client.drop.notify_one();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Answers request ``id`` with this status, headers and body.
@@ -1370,13 +1440,21 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
             // a request's head, as its body, arrives within model_body_timeout (and a
             // keep-alive connection idle that long is closed: aiohttp's closes at 75 s)
             let head_timeout = shared.body_timeout;
-            let service = service_fn(move |request| handle(shared.clone(), request));
+            let client = Arc::new(Client { fd: stream.as_raw_fd(), drop: Notify::new() });
+            let dropped = client.clone();
+            let service = service_fn(move |request| handle(shared.clone(), client.clone(),
+                                                           request));
             // a client may end its side once its request is sent (RFC 9112 §9.6): its answer
-            // still goes to it (a client that closed is told apart when its answer is written)
-            let _ = http1::Builder::new().keep_alive(true).title_case_headers(true)
+            // still goes to it (a client that closed is told apart when its answer is written;
+            // its end is told to Python while its request is with the model: `watch_client`)
+            let connection = http1::Builder::new().keep_alive(true).title_case_headers(true)
                 .half_close(true)
                 .timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(head_timeout)
-                .serve_connection(TokioIo::new(stream), service).await;
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = connection => {}
+                () = dropped.drop.notified() => {} // let go: the connection closes
+            }
         });
     }
 }

@@ -38,6 +38,13 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
   under a one-time ticket, which handles it as the aiohttp endpoint does.
 
+While a request of a run is with the model, the relay watches its client's connection (a
+second descriptor of its socket, peeked: hyper reads nothing of it meanwhile) and tells when
+the client ends its side (``ended``: it half-closed, or went away); a request of the same run
+or conversation that comes then lets it go (:meth:`ModelProxy._let_go_resent`, the rule of
+both relays: an SDK's retry after its timeout), and ``let_go`` closes that connection, which
+cancels it as a client gone does.
+
 A forward that fails before the client's answer has begun (no head in time, none at all, a
 whole response whose body stalls or breaks off while the relay reads it first, one a bound
 cannot judge) comes back as ``failed`` and is answered here as the aiohttp relay answers it
@@ -127,7 +134,7 @@ from watchdog.core.model.steer import Act, Counts, answer_tools, decide
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
-from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Plan
+from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Exchange, Plan
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
 
 log = logging.getLogger("watchdog.model")
@@ -158,6 +165,23 @@ def built() -> bool:
     return missing_relay() is None
 
 
+class Forwarded:
+    """A request the relay forwarded, with the model until its ``done`` (or ``failed``) event
+    (:class:`~watchdog.shell.model.plans.Asking`): ``ended`` once the relay told that its
+    client ended its side of the connection; let go, the relay closes that connection."""
+
+    __slots__ = ("ended", "exchange", "number", "relay")
+
+    def __init__(self, relay: Any, number: int, exchange: Exchange) -> None:
+        self.relay = relay
+        self.number = number
+        self.exchange = exchange
+        self.ended = False
+
+    def let_go(self) -> None:
+        self.relay.let_go(self.number)
+
+
 class NativeEndpoint:
     """The model endpoint on the compiled relay; :class:`ModelProxy` decides and books."""
 
@@ -165,6 +189,8 @@ class NativeEndpoint:
         self.proxy = proxy
         self.relay: Any = None  # watchdog.shell.model._relay.Relay
         self.pending: dict[int, Plan] = {}  # forwarded requests, until their response ends
+        # those of a run (and those to the aiohttp relay), as ModelProxy.asking has them
+        self.forwarded: dict[int, Forwarded] = {}
         self.tickets: dict[str, Plan] = {}  # plans for the aiohttp relay, until it takes them
         self.ticket_of: dict[int, tuple[str, Plan]] = {}
         self.runner: web.AppRunner | None = None
@@ -246,6 +272,8 @@ class NativeEndpoint:
         self.pending.clear()
         self.tickets.clear()
         self.ticket_of.clear()
+        for number in list(self.forwarded):
+            self._asked(number)
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -264,6 +292,9 @@ class NativeEndpoint:
                     self._taken(number, *event[2:])
                 elif kind == "done":
                     self._done(number, *event[2:])
+                elif kind == "ended":
+                    if (forwarded := self.forwarded.get(number)) is not None:
+                        forwarded.ended = True
                 else:
                     self._upstream_failed(number, event[2], event[3])
             except Exception:  # a bug: the request is answered, the loop goes on
@@ -375,6 +406,8 @@ class NativeEndpoint:
                                       ahead=self._ahead(plan)):
                 del self.pending[number]  # the client went away meanwhile
                 self._finish(plan, 0, "cancelled", None, "", 0.0)
+            else:
+                self._asking(number, plan)
             plan.body = b""  # the relay's now (shared, not copied): not held here as well
             return
         ticket = secrets.token_urlsafe(24)
@@ -383,6 +416,22 @@ class NativeEndpoint:
         if not self.relay.forward(number, "POST", self.internal + ticket, [], b"", False, True,
                                   True):
             self._done(number, 0, "cancelled", None, "", 0.0)
+        else:
+            self._asking(number, plan)
+
+    def _asking(self, number: int, plan: Plan) -> None:
+        """Request ``number``, of a run, is with the model: told to the proxy, which lets it
+        go when its client, having ended its side, sends it (or its run's next) again
+        (:meth:`ModelProxy._let_go_resent`)."""
+        if plan.exchange is not None:
+            forwarded = self.forwarded[number] = Forwarded(self.relay, number, plan.exchange)
+            self.proxy.asking[plan.exchange] = forwarded
+
+    def _asked(self, number: int) -> None:
+        """Request ``number`` is no longer with the model (its response ended, or failed)."""
+        forwarded = self.forwarded.pop(number, None)
+        if forwarded is not None and self.proxy.asking.get(forwarded.exchange) is forwarded:
+            del self.proxy.asking[forwarded.exchange]
 
     def _taken(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                body: bytes, in_flight: int, keep: int, waited: float,
@@ -413,6 +462,7 @@ class NativeEndpoint:
                                     and exchange.unasked is None):
                 plan.body = b""  # (the relay's, sent on already: not held here as well)
                 self.pending[number] = plan
+                self._asking(number, plan)
                 if metrics is not None:
                     metrics.model_ahead(kind, "same")
                 return
@@ -639,6 +689,7 @@ class NativeEndpoint:
               seen: ObservedFields | None = None, unread: bool = False) -> None:
         if unread:
             self._unread(number)
+        self._asked(number)
         held = self.ticket_of.pop(number, None)
         if held is not None:  # the aiohttp relay's: settled there, unless it never came
             plan = self.tickets.pop(held[0], None)
@@ -717,6 +768,7 @@ class NativeEndpoint:
     def _upstream_failed(self, number: int, kind: str, detail: str) -> None:
         """The relay's forward failed before its answer began: answered here, always (the
         relay waits for this answer)."""
+        self._asked(number)
         plan = self.pending.pop(number, None)
         settle = plan is not None
         held = self.ticket_of.pop(number, None)

@@ -3,7 +3,7 @@ send it upstream, with the exchange its response is read against; and a call to 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from multidict import CIMultiDict
 
@@ -80,6 +80,17 @@ def refuses_usage(body: bytes, coding: str) -> bool:
     except ValueError:  # (a coding it cannot read, or more than that inflated: not one)
         return False
     return b"stream_options" in body
+
+
+class Asking(Protocol):
+    """A request with the model, as its relay has it (``ModelProxy.asking``): whether its
+    client ended its side of the connection (half-closed, or gone: an SDK's timeout), and
+    how it is let go (cancelled, its upstream request dropped)."""
+
+    @property
+    def ended(self) -> bool: ...
+
+    def let_go(self) -> None: ...
 
 
 class Exchange:

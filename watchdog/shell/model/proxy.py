@@ -84,6 +84,7 @@ from watchdog.shell.model.plans import (
     JSON,
     REFUSED_USAGE_STATUSES,
     Answer,
+    Asking,
     Booked,
     Exchange,
     Plan,
@@ -139,6 +140,25 @@ class Held:
         self.bytes = 0
 
 
+class Handled:
+    """A request with the model on this relay (:class:`Asking`): its client's connection (None:
+    not one it can tell the end of), and the task that relays its answer."""
+
+    __slots__ = ("protocol", "task")
+
+    def __init__(self, protocol: Http1Only | None, task: asyncio.Task[Any] | None) -> None:
+        self.protocol = protocol
+        self.task = task
+
+    @property
+    def ended(self) -> bool:
+        return self.protocol is not None and self.protocol.ended
+
+    def let_go(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
 class ModelProxy:
     def __init__(self, service: WatchdogService, config: Config, observer: Any = None) -> None:
         self.service = service
@@ -164,9 +184,10 @@ class ModelProxy:
         # called with each request read, before its run is found: the native endpoint books
         # the calls it holds unbooked that the request may continue (see Booked)
         self.before_identify: Callable[[str, Request, Caller, str | None], None] | None = None
-        # the requests with the model on this relay: their client's connection, and the task
-        # that relays their answer (to let one go whose client sent it again: _let_go_resent)
-        self.asking: dict[Exchange, tuple[Http1Only | None, asyncio.Task[Any] | None]] = {}
+        # the requests with the model, as their relay has them (this one's: Handled; the
+        # compiled relay's: native.Forwarded), to let one go whose client sent it again
+        # (_let_go_resent)
+        self.asking: dict[Exchange, Asking] = {}
 
     async def start(self) -> None:
         self.proxies = {base: proxy_for(base) for base in (self.openai, self.anthropic)}
@@ -213,7 +234,7 @@ class ModelProxy:
                                         headers=plan.headers)
                 if plan.exchange is not None:
                     protocol = request.transport.get_protocol() if request.transport else None
-                    self.asking[plan.exchange] = (
+                    self.asking[plan.exchange] = Handled(
                         protocol if isinstance(protocol, Http1Only) else None,
                         asyncio.current_task())
                 try:
@@ -461,14 +482,13 @@ class ModelProxy:
         and is its run's no more (a half-closed client that waited for its answer sends no
         request of the same conversation meanwhile): the new one is not a twin run, nor
         kept from the tool calls the earlier one held back for itself."""
-        for exchange, (protocol, task) in list(self.asking.items()):
-            if protocol is None or not protocol.ended or exchange.answered \
+        for exchange, asking in list(self.asking.items()):
+            if not asking.ended or exchange.answered or exchange.settled \
                     or not self.book.continues(api, parsed, caller, agent, exchange.state):
                 continue
             del self.asking[exchange]
             exchange.settle()
-            if task is not None:
-                task.cancel()
+            asking.let_go()
             logs.event("model_request_resent", run=exchange.key, agent=exchange.agent,
                        api=api)
 
