@@ -838,6 +838,56 @@ def test_a_side_request_on_the_runs_history_does_not_split_the_run(
         aside_loop(sidecar, llm, withdrawn, later)
 
 
+RESPONSES_TOOLS: list[Any] = [{"type": "function", "name": "search",
+                               "parameters": {"type": "object",
+                                              "properties": {"q": {"type": "string"}}}}]
+
+
+def test_a_side_request_of_a_kept_conversation_does_not_split_the_run(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """The Responses API, the conversation kept by the server (``previous_response_id``): the
+    agent asks for a summary aside on the response it continues (the tool outputs and a user
+    message of its own), whose answer ends the run, then goes on from that response with the
+    same outputs. That request takes the run back, as a conversation sent whole does: one run,
+    the true countdown, ended at its budget."""
+    pack = tmp_path / "budgets.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: aside\nbudgets:\n"
+                    "  - agents: [aside-agent]\n    max_tool_calls: 3\n")
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),))
+    with running_server(config) as sidecar:
+        model = llm.script("aside-kept", looping("search", lambda i: {"q": str(i)},
+                                                 answer_without_tools="REPORT"))
+        client = chat(sidecar, **{"x-watchdog-agent": "aside-agent"})
+        response = client.responses.create(model=model, input="Find the config file.",
+                                           tools=RESPONSES_TOOLS)
+        handed = 0
+        for step in range(8):
+            outputs: list[Any] = [
+                {"type": "function_call_output", "call_id": item.call_id, "output": "nothing"}
+                for item in response.output if item.type == "function_call"]
+            if not outputs:
+                break
+            handed += len(outputs)
+            if step == 0:
+                client.responses.create(model=model, previous_response_id=response.id,
+                                        input=[*outputs, {"role": "user",
+                                                          "content": "Summarise the work."}])
+                wait_until(lambda: ended_runs(sidecar, "aside-agent"), "the aside ends the run")
+            response = client.responses.create(model=model, previous_response_id=response.id,
+                                               input=outputs, tools=RESPONSES_TOOLS)
+        assert (response.output_text, handed) == ("REPORT", 3)
+        said = [LEFT.findall(body.get("instructions") or "") for body in llm.requests(model)
+                if body.get("tools") and body.get("tool_choice") != "none"]
+        assert said == [[("3", "3")], [("2", "3")], [("1", "3")]], said
+        runs = wait_until(lambda: (runs := [run for run in sidecar.get_json(
+            "/v1/runs?agent=aside-agent")["runs"]]) and all(run["state"] == "ended"
+                                                            for run in runs) and runs,
+            "the run ends")
+        assert [(run["tool_calls"], run["iterations"], run["terminal_state"])
+                for run in runs] == [(3, 5, "tool_limit_reached")], runs
+
+
 def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: bool) -> None:
     model = llm.script("aside", looping("search", lambda i: {"q": str(i)},
                                         answer_without_tools="REPORT"))

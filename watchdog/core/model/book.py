@@ -220,6 +220,11 @@ class ModelBook:
             known = self._runs.get(previous) if previous is not None else None
             if known is not None:
                 if not (request.last_is_user and _over(known, ended)):
+                    # (its results answer calls the run handed over: it goes on after an
+                    # aside, as a conversation sent whole does)
+                    self._going_on = not request.last_is_user and any(
+                        self._calls.get(result.call_id) == known.key
+                        for result in request.results)
                     return self._touch(known)
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
