@@ -817,9 +817,10 @@ def test_a_runs_call_is_in_flight_from_when_its_request_came(tmp_path: Path,
         assert abs(signals["in_flight_seconds"] - 3.0) < 0.5, signals["in_flight_seconds"]
 
 
-@pytest.mark.parametrize(("withdrawn", "later"), [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize(("withdrawn", "later", "named"), [
+    (False, False, False), (True, False, False), (False, True, False), (False, True, True)])
 def test_a_side_request_on_the_runs_history_does_not_split_the_run(
-        tmp_path: Path, llm: FakeLLM, withdrawn: bool, later: bool) -> None:
+        tmp_path: Path, llm: FakeLLM, withdrawn: bool, later: bool, named: bool) -> None:
     """An agent that asks the model something aside midway (a summary of the work so far: its
     history and a user message of its own, with no tools or with them withdrawn) and then goes
     on from its history without that exchange: its next request is shorter than the side one
@@ -828,14 +829,15 @@ def test_a_side_request_on_the_runs_history_does_not_split_the_run(
     tool call past the budget, and the report as the agent's output. ``later``: it goes on
     only once the aside's answer has ended the run (a run seen through the endpoint alone
     ends at an answer): its next request takes the run back, to be steered by the rules and
-    end at its budget (the rule pack's, which the run's own signals do not carry)."""
+    end at its budget (the rule pack's, which the run's own signals do not carry). ``named``: the
+    run is the one its ``x-watchdog-run`` header names, which is taken back the same way."""
     pack = tmp_path / "budgets.yaml"
     pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: aside\nbudgets:\n"
                     "  - agents: [aside-agent]\n    max_tool_calls: 3\n")
     config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
                             model_upstream=llm.base_url, rules=(str(pack),))
     with running_server(config) as sidecar:
-        aside_loop(sidecar, llm, withdrawn, later)
+        aside_loop(sidecar, llm, withdrawn, later, "aside-run-1" if named else None)
 
 
 RESPONSES_TOOLS: list[Any] = [{"type": "function", "name": "search",
@@ -888,10 +890,14 @@ def test_a_side_request_of_a_kept_conversation_does_not_split_the_run(
                 for run in runs] == [(3, 5, "tool_limit_reached")], runs
 
 
-def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: bool) -> None:
+def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: bool,
+               named: str | None = None) -> None:
     model = llm.script("aside", looping("search", lambda i: {"q": str(i)},
                                         answer_without_tools="REPORT"))
-    client = chat(sidecar, **{"x-watchdog-agent": "aside-agent"})
+    headers = {"x-watchdog-agent": "aside-agent"}
+    if named is not None:
+        headers["x-watchdog-run"] = named
+    client = chat(sidecar, **headers)
     messages: list[Any] = [{"role": "system", "content": "S"},
                            {"role": "user", "content": "Find the config file."}]
     handed = 0

@@ -214,17 +214,14 @@ class ModelBook:
             if state is None:
                 state = self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
                                                _random_hex(128), None, agent=agent))
+            self._going_on = self._answers_calls_of(state, request)
             return self._touch(state)
         if request.previous_response_id is not None:
             previous = self._responses.get(request.previous_response_id)
             known = self._runs.get(previous) if previous is not None else None
             if known is not None:
                 if not (request.last_is_user and _over(known, ended)):
-                    # (its results answer calls the run handed over: it goes on after an
-                    # aside, as a conversation sent whole does)
-                    self._going_on = not request.last_is_user and any(
-                        self._calls.get(result.call_id) == known.key
-                        for result in request.results)
+                    self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
@@ -256,6 +253,13 @@ class ModelBook:
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
                                   or not answered.isdisjoint(call.call_ids)))]
+
+    def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
+        """Whether ``request`` goes on from calls ``state``'s run handed over (its results
+        answer them, no new user message): after an aside, as a conversation sent whole does
+        (:meth:`_conversation`)."""
+        return not request.last_is_user and any(
+            self._calls.get(result.call_id) == state.key for result in request.results)
 
     @staticmethod
     def continues(api: str, request: Request, caller: Caller, agent: str | None,
