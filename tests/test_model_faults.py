@@ -650,6 +650,75 @@ def test_a_request_whose_client_closed_is_let_go_when_it_is_sent_again(
         raw.close()
 
 
+def test_a_final_request_whose_client_closed_gets_the_report_when_it_is_sent_again(
+        relay: str, tmp_path: Path) -> None:
+    """The run's budget is spent: its next request goes upstream for the final report, which
+    the model takes long to write; the SDK gives up waiting (its timeout, its connection
+    closed) and sends the request again. The first is let go: it had no turn, so the one sent
+    again goes upstream for the report, and the agent gets it (not the stop note that follows
+    a final turn answered)."""
+    dropped = threading.Event()
+
+    def answer(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(raw.seen) == 1:  # the one tool call
+            send(handler, 200, json.dumps({
+                "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": None, "tool_calls": [{
+                        "id": "call_1", "type": "function",
+                        "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
+            return
+        if seen is raw.seen[1]:  # the final request: held until the relay drops it
+            handler.connection.settimeout(10)
+            try:
+                if handler.connection.recv(1) == b"":
+                    dropped.set()
+            except TimeoutError:
+                pass  # (never dropped)
+            except OSError:  # (reset)
+                dropped.set()
+            return
+        send(handler, 200, json.dumps({
+            "id": "chatcmpl-3", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": "The model's report."}}]}).encode())
+
+    raw = RawUpstream(answer)
+    messages: list[dict[str, object]] = [{"role": "user", "content": "find it, slowly"}]
+    headers = {"x-watchdog-agent": "refinal-closed", "x-watchdog-budget-tool-calls": "1"}
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            answered, first = post(sidecar, "/v1/chat/completions", json.dumps(
+                {"model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+            assert answered == 200, first
+            messages += [json.loads(first)["choices"][0]["message"],
+                         {"role": "tool", "tool_call_id": "call_1", "content": "found"}]
+            body = json.dumps({"model": "m", "tools": TOOLS, "messages": messages}).encode()
+            request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       b"application/json\r\nx-watchdog-agent: refinal-closed\r\n"
+                       b"x-watchdog-budget-tool-calls: 1\r\nConnection: close"
+                       b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            host, port = sidecar.server.addresses["model"]
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(request)
+                wait_until(lambda: len(raw.seen) == 2, "the final request upstream")
+            time.sleep(0.3)  # (as an SDK waits before its retry)
+            answered_again = raw_exchange(sidecar, request)
+            assert answered_again.startswith(b"HTTP/1.1 200 "), answered_again[:300]
+            got = json.loads(answered_again.split(b"\r\n\r\n", 1)[1])
+            assert got["choices"][0]["message"]["content"] == "The model's report.", got
+            assert dropped.wait(10), "the first request's upstream request was not dropped"
+            assert len(raw.seen) == 3
+            assert json.loads(raw.seen[2].body)["tool_choice"] == "none"  # the final request
+            wait_until(lambda: outcomes(sidecar, "refinal-closed").get("cancelled") == 1,
+                       "the first counted cancelled")
+            # the final turn was had: the request is answered here, not sent upstream again
+            again = raw_exchange(sidecar, request)
+            assert b'"chatcmpl-watchdog' in again and len(raw.seen) == 3, again[-300:]
+    finally:
+        raw.close()
+
+
 STREAM = (b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
           b'"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
 

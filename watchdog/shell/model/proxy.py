@@ -481,13 +481,16 @@ class ModelProxy:
         SDK's timeout, then its retry) and sends again. The earlier request is cancelled here
         and is its run's no more (a half-closed client that waited for its answer sends no
         request of the same conversation meanwhile): the new one is not a twin run, nor
-        kept from the tool calls the earlier one held back for itself."""
+        kept from the tool calls the earlier one held back for itself; an earlier final
+        request had no turn (the report goes upstream again, as for one that got no answer)."""
         for exchange, asking in list(self.asking.items()):
             if not asking.ended or exchange.answered or exchange.settled \
                     or not self.book.continues(api, parsed, caller, agent, exchange.state):
                 continue
             del self.asking[exchange]
             exchange.settle()
+            if exchange.turn.act is Act.FINAL:
+                exchange.state.final_used = False
             asking.let_go()
             logs.event("model_request_resent", run=exchange.key, agent=exchange.agent,
                        api=api)
@@ -579,7 +582,8 @@ class ModelProxy:
         except BaseException:
             if final:
                 assert exchange is not None
-                exchange.state.final_used = False
+                if not exchange.settled:  # (else let go: _let_go_resent said so, and the
+                    exchange.state.final_used = False  # request sent again may have had it)
             raise
         if final and exchange is not None and (exchange.broke or not (
                 200 <= response.status < 300 or refused(response.status))):
