@@ -570,14 +570,16 @@ TS_DIR = HERE / "ts"
 
 
 def run_ts_driver(script: str, driver: str, scenario: str, sidecar: RunningServer,
-                  llm: FakeLLM, model: str) -> str:
+                  llm: FakeLLM, model: str, record_to: Path | None = None) -> str:
     """``tests/frameworks/ts/SCRIPT`` (node, tsx) on ``scenario``: its spans exported to the
     sidecar, its model ``model`` served by ``llm`` (with ``RECORD_SPANS``: the export recorded
-    as ``driver``'s); its stdout."""
+    as ``driver``'s; else with ``record_to``, there); its stdout."""
     env = clean_environ()
     env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                 "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
+    if record_to is not None:
+        env["RECORD_SPANS"] = str(record_to)
     if os.environ.get("RECORD_SPANS"):
         target = RECORDINGS / driver / f"{scenario}.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
