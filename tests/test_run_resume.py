@@ -163,3 +163,28 @@ def test_a_run_taken_back_keeps_what_its_rules_decided(tmp_path: Path) -> None:
     assert decided == [("wrap-up", "wind_down")]  # (once: not again)
     note(watchdog.model_records([tool_call(key, T0 + 3.5)], T0 + 3.5))  # past its grace
     assert decided == [("wrap-up", "wind_down"), ("wrap-up", "abort")]
+
+
+def test_a_rule_that_fired_at_a_late_span_keeps_what_fired_before(tmp_path: Path) -> None:
+    """A late span of the ended run makes another rule fire for it: a run taken back after
+    that still keeps what fired before it ended."""
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(WOUND_DOWN + "  - name: a-tool\n    when: run.tool_calls >= 1\n"
+                                 "    action: notify\n    message: a tool ran\n")
+    watchdog = Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None),
+                    RuleEngine(load_rules([str(pack)], False)))
+    key = "model:7"
+    decided: list[str] = []
+
+    def note(step: Step) -> None:
+        decided.extend(d.decision.rule for d in step.decisions)
+
+    note(watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)[1])
+    note(watchdog.model_records([model_call(key, T0)], T0))
+    note(watchdog.model_records([model_call(key, T0 + 1, answer=True)], T0 + 1))
+    note(watchdog.model_records([tool_call(key, T0 + 0.7)], T0 + 1.5))  # late, once ended
+    assert decided == ["wrap-up", "a-tool"]
+    note(watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0 + 2, "a", None, None,
+                           going_on=True)[1])
+    note(watchdog.model_records([model_call(key, T0 + 3)], T0 + 3))
+    assert decided == ["wrap-up", "a-tool"]
