@@ -304,7 +304,7 @@ def test_a_poisoned_stored_run_does_not_stop_the_timer_for_the_others(tmp_path: 
     state = tmp_path / "state"
     maker = SpanMaker()
     root = maker.open("invoke_agent a", start=time.time())  # never ends: the runs stay active
-    for key in ("healthy-1", "poisoned", "damaged", "unreadable", "healthy-2"):
+    for key in ("healthy-1", "poisoned", "damaged", "unreadable", "nested", "healthy-2"):
         maker.span("chat m", {**chat_attrs(), "watchdog.run.id": key}, parent=root,
                    start=time.time())
     with running_server(sidecar_config(state)) as sidecar:
@@ -321,6 +321,10 @@ def test_a_poisoned_stored_run_does_not_stop_the_timer_for_the_others(tmp_path: 
                                        "max_iterations": float("nan"), "max_tokens": 50}})
         poison("damaged", {"first_start_ns": "not a number"})
         poison("unreadable", {"key_source": "no such source"})
+        # JSON nested past the recursion limit (its session unread too: a schema-6 file)
+        db.execute("UPDATE runs SET data=?, session=NULL WHERE key='nested'",
+                   ("[" * 100_000 + "]" * 100_000,))
+        db.execute("PRAGMA user_version=6")
     pack = tmp_path / "quiet.yaml"
     pack.write_text(QUIET_PACK)
     config = sidecar_config(state, rules=(str(pack),), default_rules=False, eval_interval=0.05)
@@ -333,10 +337,11 @@ def test_a_poisoned_stored_run_does_not_stop_the_timer_for_the_others(tmp_path: 
         assert status == 200 and detail["budget"] == {"max_tokens": 50.0,
                                                       "remaining_tokens": 35.0}
         failures = metric_values(sidecar, "agent_watchdog_run_failures_total")
-        assert failures["stage=restore"] >= 1, failures  # "unreadable" skipped, not a failed start
+        assert failures["stage=restore"] >= 2, failures  # "unreadable", "nested": skipped
         assert failures["stage=rules"] >= 1  # "damaged", on every tick, alone
-        status, answer = api(sidecar, "GET", run_path("unreadable"))
-        assert status == 404 and "cannot be read" in answer["error"]["message"]
+        for key in ("unreadable", "nested"):
+            status, answer = api(sidecar, "GET", run_path(key))
+            assert status == 404 and "cannot be read" in answer["error"]["message"]
         status, listing = api(sidecar, "GET", "/v1/runs")
         assert status == 200
         assert {"healthy-1", "healthy-2", "poisoned"} <= {r["id"] for r in listing["runs"]}

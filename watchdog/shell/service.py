@@ -48,7 +48,7 @@ from watchdog.shell.pricing import GenAIPrices
 from watchdog.shell.priority import Priority
 from watchdog.shell.state.persist import StateWriter
 from watchdog.shell.state.queries import RunQueries
-from watchdog.shell.state.store import Store, StoreWriteError, decode, encode_row
+from watchdog.shell.state.store import UNREADABLE, Store, StoreWriteError, decode, encode_row
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -253,7 +253,7 @@ class WatchdogService:
                 row = decode(text)
                 if not isinstance(row, dict) or row.get("key") != key:
                     raise ValueError("not this run's snapshot")
-            except ValueError:
+            except UNREADABLE:
                 self._unreadable(key)
                 continue
             stored = loaded[key] if key in loaded else self.store.get_run(key)

@@ -150,7 +150,7 @@ def _read_old_sessions(db: sqlite3.Connection) -> None:
                                     "AND NOT json_valid(data)"):
             try:
                 row = decode(data)
-            except ValueError:  # (damaged: skipped at the restore, as before)
+            except UNREADABLE:  # (damaged: skipped at the restore, as before)
                 continue
             session = row.get("session") if isinstance(row, dict) else None
             if isinstance(session, str):
@@ -321,6 +321,10 @@ def encode_items(items: list[tuple[Any, ...]]) -> str:
     if text is None:
         text = json.dumps(items, separators=(",", ":"), ensure_ascii=False)
     return text
+
+
+# what reading a damaged row raises: not JSON, or nested past the stdlib's recursion limit
+UNREADABLE = (ValueError, RecursionError)
 
 
 def decode(text: str) -> Any:
@@ -575,14 +579,14 @@ class Store:
         """Run snapshots, most recently updated first."""
         with self._read_lock:
             rows = self._reader.execute(
-                "SELECT data FROM runs WHERE ended=? ORDER BY updated DESC LIMIT ?",
+                "SELECT key, data FROM runs WHERE ended=? ORDER BY updated DESC LIMIT ?",
                 (0 if active else 1, limit)).fetchall()
-        return [decode(row[0]) for row in rows]
+        return [_row_or_key(key, data) for key, data in rows]
 
     def get_run(self, key: str) -> dict[str, Any] | None:
         with self._read_lock:
             row = self._reader.execute("SELECT data FROM runs WHERE key=?", (key,)).fetchone()
-        return decode(row[0]) if row else None
+        return _row_or_key(key, row[0]) if row else None
 
     def list_runs(self, ended: bool, agent: str | None, before: tuple[float, str] | None,
                   limit: int, session: str | None = None
@@ -613,10 +617,10 @@ class Store:
             rows = self._reader.execute(
                 # json_valid first: a row an older build wrote with Infinity/NaN is not JSON to
                 # SQLite, and json_extract would fail the query for every run
-                "SELECT data FROM runs WHERE CASE WHEN json_valid(data) THEN "
+                "SELECT key, data FROM runs WHERE CASE WHEN json_valid(data) THEN "
                 "json_extract(data, '$.parent_run') END = ? "
                 "ORDER BY updated LIMIT ?", (parent, limit)).fetchall()
-        return [decode(row[0]) for row in rows]
+        return [_row_or_key(key, data) for key, data in rows]
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         with self._read_lock:
@@ -649,7 +653,7 @@ def _row_or_key(key: str, data: str) -> dict[str, Any]:
     the reader cannot make a run of (it is counted, and the others are read)."""
     try:
         row = decode(data)
-    except ValueError:
+    except UNREADABLE:
         return {"key": key}
     return row if isinstance(row, dict) else {"key": key}
 
