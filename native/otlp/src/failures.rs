@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::kernels::{hash_text, Phrases};
+use crate::normalise::py_strings;
 use crate::wire;
 
 const STATUS_CODE_ERROR: i32 = 2;
@@ -38,13 +39,6 @@ pub struct Failures {
     max_name_chars: usize,
     max_error_chars: usize,
     max_phrase_chars: usize,
-}
-
-fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
-    value
-        .try_iter()?
-        .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
-        .collect()
 }
 
 #[pymethods]

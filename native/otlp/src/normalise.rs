@@ -89,7 +89,7 @@ fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     value.try_iter()?.map(|item| item?.extract()).collect()
 }
 
-fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
+pub(crate) fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
     value
         .try_iter()?
         .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
