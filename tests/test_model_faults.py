@@ -605,6 +605,19 @@ def test_a_client_that_half_closes_after_its_request_gets_its_answer(
         raw.close()
 
 
+def held_until_dropped(handler: BaseHTTPRequestHandler, dropped: threading.Event) -> None:
+    """An upstream answering nothing until the relay drops its request (``dropped`` set then;
+    at most 10 s)."""
+    handler.connection.settimeout(10)
+    try:
+        if handler.connection.recv(1) == b"":
+            dropped.set()
+    except TimeoutError:
+        pass  # (never dropped)
+    except OSError:  # (reset)
+        dropped.set()
+
+
 def test_a_request_whose_client_closed_is_let_go_when_it_is_sent_again(
         relay: str, tmp_path: Path) -> None:
     """A client closes its connection while its request is with the model (an SDK's timeout)
@@ -614,14 +627,7 @@ def test_a_request_whose_client_closed_is_let_go_when_it_is_sent_again(
 
     def answer(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         if seen is raw.seen[0]:  # the first: held until the relay drops it
-            handler.connection.settimeout(10)
-            try:
-                if handler.connection.recv(1) == b"":
-                    dropped.set()
-            except TimeoutError:
-                pass  # (never dropped)
-            except OSError:  # (reset)
-                dropped.set()
+            held_until_dropped(handler, dropped)
             return
         completion_reply(handler, seen)
 
@@ -669,14 +675,7 @@ def test_a_final_request_whose_client_closed_gets_the_report_when_it_is_sent_aga
                         "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
             return
         if seen is raw.seen[1]:  # the final request: held until the relay drops it
-            handler.connection.settimeout(10)
-            try:
-                if handler.connection.recv(1) == b"":
-                    dropped.set()
-            except TimeoutError:
-                pass  # (never dropped)
-            except OSError:  # (reset)
-                dropped.set()
+            held_until_dropped(handler, dropped)
             return
         send(handler, 200, json.dumps({
             "id": "chatcmpl-3", "object": "chat.completion", "model": "m",
