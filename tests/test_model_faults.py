@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -618,6 +618,18 @@ def held_until_dropped(handler: BaseHTTPRequestHandler, dropped: threading.Event
         dropped.set()
 
 
+def sent_then_closed(sidecar: RunningServer, request: bytes,
+                     upstream: Callable[[], bool]) -> None:
+    """A client sends ``request`` and closes its connection once it is with the model
+    (``upstream`` true: an SDK's timeout), then waits a moment, as an SDK does before its
+    retry."""
+    host, port = sidecar.server.addresses["model"]
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(request)
+        wait_until(upstream, "the request upstream")
+    time.sleep(0.3)
+
+
 def test_a_request_whose_client_closed_is_let_go_when_it_is_sent_again(
         relay: str, tmp_path: Path) -> None:
     """A client closes its connection while its request is with the model (an SDK's timeout)
@@ -639,11 +651,7 @@ def test_a_request_whose_client_closed_is_let_go_when_it_is_sent_again(
             request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                        b"application/json\r\nx-watchdog-agent: resent\r\nConnection: close"
                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-            host, port = sidecar.server.addresses["model"]
-            with socket.create_connection((host, port), timeout=10) as sock:
-                sock.sendall(request)
-                wait_until(lambda: len(raw.seen) == 1, "the first request upstream")
-            time.sleep(0.3)  # (as an SDK waits before its retry)
+            sent_then_closed(sidecar, request, lambda: len(raw.seen) == 1)
             answered = raw_exchange(sidecar, request)
             assert answered.startswith(b"HTTP/1.1 200 "), answered[:300]
             assert answered.endswith(COMPLETION), answered[-300:]
@@ -697,11 +705,7 @@ def test_a_final_request_whose_client_closed_gets_the_report_when_it_is_sent_aga
                        b"application/json\r\nx-watchdog-agent: refinal-closed\r\n"
                        b"x-watchdog-budget-tool-calls: 1\r\nConnection: close"
                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-            host, port = sidecar.server.addresses["model"]
-            with socket.create_connection((host, port), timeout=10) as sock:
-                sock.sendall(request)
-                wait_until(lambda: len(raw.seen) == 2, "the final request upstream")
-            time.sleep(0.3)  # (as an SDK waits before its retry)
+            sent_then_closed(sidecar, request, lambda: len(raw.seen) == 2)
             answered_again = raw_exchange(sidecar, request)
             assert answered_again.startswith(b"HTTP/1.1 200 "), answered_again[:300]
             got = json.loads(answered_again.split(b"\r\n\r\n", 1)[1])

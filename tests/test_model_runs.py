@@ -190,9 +190,13 @@ def test_a_request_the_sdk_sends_again_after_its_timeout_is_the_same_run(
     retry is the run's first request, not a twin run's, and the tool call the first would have
     handed over is not held against the budget: the retry gets its tool. (Both relays: the
     compiled one tells the sidecar that the first request's client ended its side.)"""
+    retried = threading.Event()
+
     def script(index: int, body: dict[str, Any]) -> Step:
-        if index == 0:
-            time.sleep(4)  # past the client's timeout, and its retry's arrival
+        if index == 0:  # slow: held past the client's timeout, until its retry arrives here
+            retried.wait(10)
+        else:
+            retried.set()
         return call("search", q="a") if index < 2 else answer("done")
 
     model = llm.script("timed-out-first", script)
