@@ -569,14 +569,13 @@ def loop_expected(agent: str, limit_state: str = "tool_limit_reached",
 TS_DIR = HERE / "ts"
 
 
-def run_ts_driver(script: str, driver: str, scenario: str, sidecar: RunningServer,
-                  llm: FakeLLM, model: str, record_to: Path | None = None) -> str:
-    """``tests/frameworks/ts/SCRIPT`` (node, tsx) on ``scenario``: its spans exported to the
-    sidecar, its model ``model`` served by ``llm`` (with ``RECORD_SPANS``: the export recorded
-    as ``driver``'s; else with ``record_to``, there); its stdout."""
+def driver_env(sidecar: RunningServer, llm: FakeLLM, driver: str, scenario: str, model: str,
+               record_to: Path | None = None) -> dict[str, str]:
+    """A compiled or node driver's environment: its spans exported to the sidecar over
+    OTLP/HTTP, its model ``model`` served by ``llm``; with ``RECORD_SPANS`` set, the export
+    recorded as ``driver``'s ``scenario`` (else with ``record_to``, there)."""
     env = clean_environ()
     env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                 "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
     if record_to is not None:
         env["RECORD_SPANS"] = str(record_to)
@@ -585,6 +584,16 @@ def run_ts_driver(script: str, driver: str, scenario: str, sidecar: RunningServe
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         env["RECORD_SPANS"] = str(target)
+    return env
+
+
+def run_ts_driver(script: str, driver: str, scenario: str, sidecar: RunningServer,
+                  llm: FakeLLM, model: str, record_to: Path | None = None) -> str:
+    """``tests/frameworks/ts/SCRIPT`` (node, tsx) on ``scenario``: its spans exported to the
+    sidecar, its model ``model`` served by ``llm`` (with ``RECORD_SPANS``: the export recorded
+    as ``driver``'s; else with ``record_to``, there); its stdout."""
+    env = driver_env(sidecar, llm, driver, scenario, model, record_to)
+    env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
     result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / script), scenario],
                             env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
                             cwd=TS_DIR, check=False)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,11 +32,10 @@ from tests.frameworks import cases, scenarios
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
     DRIVER_TIMEOUT,
-    RECORDINGS,
     Expect,
     check_recorded,
     check_runs,
-    clean_environ,
+    driver_env,
     top_answers,
 )
 from tests.harness import RunningServer
@@ -76,14 +74,7 @@ def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> dict[str, Any]
         cases.register(llm, model, cases.delegate("research", topic="a"))
     else:
         scenarios.scripted(llm, DRIVER, scenario)
-    env = clean_environ()
-    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
-                "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
-    if os.environ.get("RECORD_SPANS"):
-        target = RECORDINGS / DRIVER / f"{scenario}.jsonl"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)
-        env["RECORD_SPANS"] = str(target)
+    env = driver_env(sidecar, llm, DRIVER, scenario, model)
     result = subprocess.run([str(genkit_go()), scenario], env=env, capture_output=True,
                             text=True, timeout=DRIVER_TIMEOUT, check=False)
     if result.returncode != 0:

@@ -24,7 +24,6 @@ live and from its committed recording.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,12 +35,11 @@ from tests.frameworks import fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
     DRIVER_TIMEOUT,
-    RECORDINGS,
     UNCHECKED,
     Expect,
     check_recorded,
     check_runs,
-    clean_environ,
+    driver_env,
 )
 from tests.harness import RunningServer
 
@@ -89,14 +87,7 @@ def rig_agent() -> Path:
 def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> str:
     """Run the agent once on the scenario's script; its stdout."""
     model = llm.script(f"{DRIVER}-{scenario}", SCRIPTS[scenario])
-    env = clean_environ()
-    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
-                "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
-    if os.environ.get("RECORD_SPANS"):
-        target = RECORDINGS / DRIVER / f"{scenario}.jsonl"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)
-        env["RECORD_SPANS"] = str(target)
+    env = driver_env(sidecar, llm, DRIVER, scenario, model)
     result = subprocess.run([str(rig_agent()), scenario], env=env, capture_output=True,
                             text=True, timeout=DRIVER_TIMEOUT, check=False)
     if result.returncode != 0:

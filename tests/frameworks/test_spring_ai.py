@@ -25,7 +25,6 @@ committed recording.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -33,12 +32,11 @@ import pytest
 from tests.frameworks import fakellm, jvm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
-    RECORDINGS,
     UNCHECKED,
     Expect,
     check_recorded,
     check_runs,
-    clean_environ,
+    driver_env,
 )
 from tests.harness import RunningServer
 
@@ -82,14 +80,7 @@ EXPECTED: dict[str, list[Expect]] = {
 def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> str:
     """Run the agent once on the scenario's script; its stdout."""
     model = llm.script(f"{DRIVER}-{scenario}", SCRIPTS[scenario])
-    env = clean_environ()
-    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
-                "FAKE_LLM_BASE_URL": llm.base_url, "FAKE_LLM_MODEL": model})
-    if os.environ.get("RECORD_SPANS"):
-        target = RECORDINGS / DRIVER / f"{scenario}.jsonl"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)
-        env["RECORD_SPANS"] = str(target)
+    env = driver_env(sidecar, llm, DRIVER, scenario, model)
     return jvm.run_spring_ai([scenario], env).stdout
 
 
