@@ -144,6 +144,8 @@ def row(convention: Convention) -> str:
              + ["a span of no kind with " + " and ".join(
                  "/".join(f"`{key}`" for key in group) for group in marks) + " (tool)"
                 for marks in (c.tool_call_marks,) if marks]
+             + [f"`{key}` = {value}: a record (no model or tool call)"
+                for key, value in c.records]
              + [f"model-call span `…{suffix}` (a model call whatever it records)"
                 for suffix in c.llm_span_suffixes]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]

@@ -89,6 +89,7 @@ _SEMANTIC_KERNEL = ("semantic_kernel.agents", "semantic_kernel.connectors.ai",
                     "semantic_kernel.connectors.ai.open_ai", "semantic_kernel.functions")
 PRELOAD: dict[str, tuple[str, ...]] = {
     # agent_framework.openai imports its client at first use: the OpenAI SDK is preloaded here
+    "ag2": (*_OTEL, "ag2", "ag2.config", "ag2.middleware.builtin", *_OPENAI),
     "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", *_OPENAI),
     "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",
              "agno.team", *_OPENAI),

@@ -152,6 +152,7 @@ class Tables:
     unasked_tools: tuple[UnaskedTool, ...]
     model_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
     tool_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
+    records: tuple[tuple[str, str], ...]
     nested_agent_roles: tuple[NestedAgent, ...]
     nested_step_span_names: frozenset[str]
     tool_run_span_names: frozenset[str]
@@ -263,6 +264,7 @@ def combine() -> Tables:
                                if convention.model_call_marks),
         tool_call_marks=tuple(convention.tool_call_marks for convention in ENTRIES
                               if convention.tool_call_marks),
+        records=tuple(pair for convention in ENTRIES for pair in convention.records),
         nested_agent_roles=tuple(rule for convention in ENTRIES
                                  for rule in convention.nested_agent_roles),
         nested_step_span_names=frozenset(_names("nested_step_span_names")),

@@ -26,6 +26,7 @@ from watchdog.core.spans.attributes import (
     NESTED_STEP_SPAN_NAMES,
     NESTED_STEP_SPAN_SUFFIXES,
     PARENT_RUN_KEYS,
+    RECORD_SPANS,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
     ROOT_GRAPH_JSON,
@@ -81,6 +82,9 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
                 role = roles.get(value)
                 if role is not None:
                     return role
+    for key, value in RECORD_SPANS:
+        if attrs.get(key) == value:
+            return None
     for groups in MODEL_CALL_MARKS:
         if all(any(key in attrs for key in group) for group in groups):
             return Role.LLM

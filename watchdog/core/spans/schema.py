@@ -144,6 +144,10 @@ class Convention:
     # ... and a tool call when it carries an attribute of each group (a tool's name and its
     # arguments on a step span of an instrumentation's own kind, which no kind map types)
     tool_call_marks: tuple[tuple[str, ...], ...] = ()
+    # (attribute, value): a span that records what another span of the trace already carries
+    # (an accounting record of a model call beside the call's own span): no model or tool call,
+    # whatever model, usage or tool it names (read before the marks above)
+    records: tuple[tuple[str, str], ...] = ()
     # a span of agent kind below the trace root that is no agent of its own
     nested_agent_roles: tuple[NestedAgent, ...] = ()
     # span names of such steps when they name no agent (an instrumentation's fallback name)
