@@ -45,9 +45,10 @@ def main(mode: str) -> None:
     app = (ApplicationBuilder()
            .with_actions(ask_model=ask_model.bind(client=OpenAI()), search=search_action,
                          answer=answer)
-           .with_transitions(("ask_model", "answer", expr("len(pending) == 0 or model_calls >= 30")),
-                             ("ask_model", "search", default),
-                             ("search", "ask_model", default))
+           .with_transitions(
+               ("ask_model", "answer", expr("len(pending) == 0 or model_calls >= 30")),
+               ("ask_model", "search", default),
+               ("search", "ask_model", default))
            .with_state(messages=[{"role": "system", "content": INSTRUCTIONS},
                                  {"role": "user", "content": TASK}], model_calls=0, pending=[])
            .with_entrypoint("ask_model")
