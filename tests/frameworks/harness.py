@@ -106,7 +106,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "beeai": (*_OTEL, "openinference.instrumentation.beeai", "beeai_framework.adapters.openai",
               "beeai_framework.agents.requirement", "beeai_framework.tools", *_LITELLM,
               *_OPENAI),
-    "burr": (*_OTEL, "burr.core", "burr.integrations.opentelemetry",
+    "burr": (*_OTEL, "_burr", "burr.core", "burr.integrations.opentelemetry",
              "opentelemetry.instrumentation.openai", "opentelemetry.instrumentation.openai.v1",
              *_OPENAI),
     "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai",
