@@ -25,6 +25,7 @@ from tests.recorded import (
     signatures,
 )
 from tests.spans import SpanMaker, records_of
+from tests.test_rebatching import as_exported, ended_runs
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
@@ -1698,3 +1699,19 @@ def test_ag2_counts_each_model_call_and_its_tokens_once() -> None:
     run = fold(records)
     assert (run.iterations, run.tool_calls) == (4, 3)
     assert run.input_tokens == sum(r.input_tokens for r in records if r.name.startswith("chat"))
+
+
+def test_an_agent_named_by_an_emitters_stand_in_is_named_after_its_service() -> None:
+    """AG2's middleware given no name writes ``unknown`` as the agent's name and in its span's
+    name: it names no agent (every unnamed agent of every service would be one), so the span
+    names none and its run is the service's; a name is read as before."""
+    maker = SpanMaker()
+    with maker.agent("invoke_agent unknown", {"gen_ai.agent.name": "unknown"}):
+        pass
+    with maker.agent("invoke_agent scout", {"gen_ai.agent.name": "scout"}):
+        pass
+    unnamed, scout = records_of(maker.take())
+    assert (unnamed.kind, unnamed.agent, unnamed.service) == (AGENT, None, "test-agent")
+    assert (scout.kind, scout.agent) == (AGENT, "scout")
+    (run,) = ended_runs(as_exported("ag2_native", "three_tools_bare"))
+    assert (run.agent, run.agent_name) == (None, "ag2-app")

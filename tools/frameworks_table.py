@@ -108,6 +108,7 @@ def row(convention: Convention) -> str:
                 if key not in c.agent_name]
              + _places(c.agent_span_name, "agent span ")
              + [f"(not one matching /{pattern}/)" for pattern in c.agent_span_name_placeholders]
+             + [f"(not `{name}`, whoever writes it)" for name in c.agent_name_placeholders]
              + [f"`{key}` JSON `{_dotted(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json]
              + [f"root `{key}` JSON `{_dotted(path)}`" for key, path in c.root_agent_name_json]

@@ -11,11 +11,12 @@ usage again, no operation name. Every span carries ``ag2.span.type``. No session
 application's own attributes, which the middleware stamps on every span (``span_attributes``:
 ``session.id`` here, in ``_session``).
 
-Read wrong before the AG2 entry (``records``): each ``record_usage`` span, a model and its
-usage with no operation, was a model call of its own by the GenAI marks: twice the iterations,
-twice the tokens. AG2's loop has no cap of its own (the model endpoint's budget stops it:
-``test_model_endpoint_frameworks``). Known gap, pinned: without ``agent_name`` the run is
-named ``unknown`` (AG2's placeholder), not after the ``Agent``.
+Read wrong before the AG2 entry: each ``record_usage`` span, a model and its usage with no
+operation, was a model call of its own by the GenAI marks (twice the iterations, twice the
+tokens; ``records`` now); the middleware given no ``agent_name`` names every agent ``unknown``,
+which was the run's agent (every unnamed AG2 agent of every service one agent, its budgets and
+metrics shared; ``agent_name_placeholders`` now: the service's name). AG2's loop has no cap of
+its own (the model endpoint's budget stops it: ``test_model_endpoint_frameworks``).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ SCRIPTS: dict[str, Script] = {
 }
 CASES: dict[str, list[Expect]] = {
     "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
-    # known gap, pinned: AG2's placeholder name when the middleware is given none
-    "three_tools_bare": [Expect("unknown", 4, 3, 0, "completed", True, None, None)],
+    # the middleware given no name writes AG2's stand-in (`unknown`), which names no agent:
+    # the run is named after the service, as a run no span names
+    "three_tools_bare": [Expect("ag2-app", 4, 3, 0, "completed", True, None, None)],
     "three_tools_session": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
     # the tool's exception fails its span and goes to the model, which answers
     "tool_error": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],

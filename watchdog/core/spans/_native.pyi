@@ -164,7 +164,7 @@ class Normaliser:
                  dispatch_unsure: Iterable[str], agent_unsure: Iterable[str],
                  step_names: Iterable[str], step_suffixes: Iterable[str],
                  facts: tuple[int, int, int, int, int, int, int, int, int],
-                 answer_tools: Iterable[str], answer_tool_prefixes: Iterable[str],
+                 agent_placeholders: Iterable[str], answer_tools: Iterable[str], answer_tool_prefixes: Iterable[str],
                  left_tools: Iterable[str], tool_unsure: Iterable[str],
                  result_texts: Iterable[tuple[str, str]], hidden: Iterable[str],
                  hidden_values: Iterable[str],

@@ -22,6 +22,7 @@ AGENT_NAME_KEYS = TABLES.agent_name
 AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
 AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
 AGENT_SPAN_NAME_PLACEHOLDERS = TABLES.agent_span_name_placeholders
+AGENT_NAME_PLACEHOLDERS = TABLES.agent_name_placeholders
 AGENT_NAME_JSON = TABLES.agent_name_json
 AGENT_INVOCATION_KEYS = TABLES.agent_name_invocations
 WRAPPED_EXCEPTION_TYPES = frozenset(TABLES.wrapped_exceptions)

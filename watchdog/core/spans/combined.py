@@ -161,6 +161,7 @@ class Tables:
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
     agent_span_name_placeholders: re.Pattern[str] | None
+    agent_name_placeholders: frozenset[str]
     agent_name_json: tuple[tuple[str, Path], ...]
     root_agent_name_json: tuple[tuple[str, Path], ...]
     root_graph_json: tuple[tuple[str, Path, str, str], ...]
@@ -275,6 +276,7 @@ def combine() -> Tables:
         agent_span_name_patterns=tuple(re.compile(pattern) for convention in ENTRIES
                                        for pattern in convention.agent_span_name_patterns),
         agent_span_name_placeholders=_any_of(_names("agent_span_name_placeholders")),
+        agent_name_placeholders=frozenset(_names("agent_name_placeholders")),
         agent_name_json=tuple(pair for convention in ENTRIES
                               for pair in convention.agent_name_json),
         root_agent_name_json=tuple(pair for convention in ENTRIES

@@ -677,10 +677,13 @@ AG2 = Convention(
     # its `record_usage model_call` span repeats the usage of the `chat` span beside it (a
     # model and its tokens, no operation): a record, not a second model call
     records=(("ag2.usage.kind", "model_call"),),
+    # the middleware's name for an agent it was given none for (`invoke_agent unknown`)
+    agent_name_placeholders=("unknown",),
     notes="GenAI spans (`invoke_agent`, `chat`, `execute_tool`); each model call's usage is "
           "recorded again on a `record_usage model_call` span beside it, which is no model "
           "call; the agent's name is the middleware's `agent_name` (without it AG2 writes "
-          "`unknown`, read as the agent's name: a known gap), not the `Agent`'s; AG2's loop "
+          "`unknown`, which names no agent: the run is named after the service), not the "
+          "`Agent`'s; AG2's loop "
           "has no cap of its own; a tool's exception fails its span and is handed to the "
           "model, whose answer ends the run; `record_usage` spans of spend no model-call span "
           "carries (a subtask's rollup, compaction) are read as model calls",

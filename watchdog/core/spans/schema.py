@@ -163,6 +163,10 @@ class Convention:
     # regexes matching an `agent_span_name` value in full that names no agent: the name an
     # instrumentation makes up for a span of no named entity (`<class>.<span kind>`)
     agent_span_name_placeholders: Names = _NO_NAMES
+    # values of an agent-name attribute, or names of an agent's span, that name no agent: the
+    # stand-in an emitter writes for an agent it was given no name for, whoever writes it (the
+    # run is named as if none were there: after `service.name`)
+    agent_name_placeholders: Names = _NO_NAMES
     # (attribute holding JSON, path to an agent's name in it): the agent a span works for when
     # no attribute names it; and a span named after that agent is the agent's invocation, at
     # the root or nested (an agent run as another agent's tool: a child run)
