@@ -25,7 +25,7 @@ def main(scenario: str) -> None:
     init_instruments("openai")
     base_url, model = model_settings()
     app = _burr.agent(OpenAI(base_url=base_url, api_key="sk-fake"), model, lookup, SCHEMA,
-                      "Look things up, then answer.", TASKS[scenario], cap=5,
+                      "Look things up, then answer.", TASKS.get(scenario, "Look up a."), cap=5,
                       hooks=[OpenTelemetryBridge()])
     try:
         print(_burr.run(app))
