@@ -143,7 +143,8 @@ AGENTS = [
     Agent("litellm_logfire", "endpoint_litellm", "completion"),
     Agent("litellm_logfire", "endpoint_litellm", "completion_stream"),
     Agent("haystack", "endpoint_haystack", "run"),
-    Agent("ag2", "endpoint_ag2", "run"),  # AG2 1.x's Agent on its OpenAIConfig
+    # AG2 1.x's Agent on its OpenAIConfig, streamed and not
+    *(Agent("ag2", "endpoint_ag2", mode) for mode in ("run", "stream")),
     Agent("burr", "endpoint_burr", "run"),  # an Apache Burr state machine on the OpenAI client
     Agent("haystack", "endpoint_haystack", "stream"),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke", tool="Files-search"),

@@ -1,6 +1,7 @@
 """An AG2 1.x ``Agent`` on its ``OpenAIConfig`` with no ``base_url``: the OpenAI client beneath it
 reads ``OPENAI_BASE_URL``, so the base URL alone points it at the sidecar. AG2's loop calls the
-model until it answers without a tool call. Mode (argv[1]): ``run`` (``Agent.ask``). See
+model until it answers without a tool call. Mode (argv[1]): ``run`` (``Agent.ask``) or
+``stream`` (the same, the model's answers streamed: ``OpenAIConfig(streaming=True)``). See
 :mod:`endpoint_common`."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from endpoint_common import INSTRUCTIONS, TASK, done, model, search
 
 
 async def main(mode: str) -> None:
-    assert mode == "run", mode
-    agent = Agent("researcher", INSTRUCTIONS, config=OpenAIConfig(model=model()), tools=[search])
+    config = OpenAIConfig(model=model(), streaming={"run": False, "stream": True}[mode])
+    agent = Agent("researcher", INSTRUCTIONS, config=config, tools=[search])
     reply = await agent.ask(TASK)
     done(reply.body)
 
