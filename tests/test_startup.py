@@ -24,7 +24,7 @@ import pytest
 from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.test_directives_store import directive
-from watchdog.shell.config import INT_MAXIMUMS, Config, load
+from watchdog.shell.config import INT_MAXIMUMS, SECONDS_ALLOWED, Config, load
 from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
 from watchdog.shell.directives.store import DirectiveStore
 from watchdog.shell.errors import ConfigError
@@ -196,12 +196,12 @@ def test_variables_that_are_not_configuration_are_left_alone(tmp_path: Path) -> 
      "run_end_timeout? allowed: "),
     ([], {"WATCHDOG_RUN_END_TIMEOUT": "15 minutes"},
      "watchdog: run_end_timeout='15 minutes' is not allowed: expected a positive number of "
-     "seconds or a duration (e.g. 900 or 15m); a duration like 500ms, 30s, 1m30s, 1h, 1d "
-     "(units ms s m h d w y, largest first)"),
+     "seconds or a duration, at most 1y (e.g. 900 or 15m); a duration like 500ms, 30s, 1m30s, "
+     "1h, 1d (units ms s m h d w y, largest first)"),
     (["--eval-interval", "1.5h"], {},
      "watchdog: eval_interval='1.5h' is not allowed: expected a positive number of seconds or "
-     "a duration (e.g. 1 or 500ms); a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h "
-     "d w y, largest first)"),
+     "a duration, at most 1y (e.g. 1 or 500ms); a duration like 500ms, 30s, 1m30s, 1h, 1d "
+     "(units ms s m h d w y, largest first)"),
     (["--max-runs", "many"], {},
      "watchdog: max_runs='many' is not allowed: expected an integer"),
 ])
@@ -212,6 +212,31 @@ def test_an_unknown_key_or_a_bad_value(tmp_path: Path, args: list[str], extra: d
     line = failed_start(serve_env(tmp_path / "state", fresh_ports(), **extra),
                         *(arg.format(config=config) for arg in args))
     assert line.startswith(expected.format(config=config)), line
+
+
+def test_a_time_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
+    """Every time key has an upper bound: a YAML integer of 400 digits (past a float), and
+    durations the compiled relay's timers or a thread's wait cannot hold, are one line each,
+    never a traceback."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text(f"run_end_timeout: 1{'0' * 400}\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line.startswith("watchdog: run_end_timeout=") and line.endswith(
+        "is not allowed: expected a positive number of seconds or a duration, at most 1y (e.g. "
+        "900 or 15m); a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest "
+        "first)"), line
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
+                                  WATCHDOG_MODEL_ADDRESS="127.0.0.1:0",
+                                  WATCHDOG_MODEL_UPSTREAM_TIMEOUT="99999999999999999999y"))
+    assert line.startswith("watchdog: model_upstream_timeout='99999999999999999999y' is not "
+                           "allowed: expected a positive number of seconds or a duration, at "
+                           "most 1y"), line
+    for key, allowed in SECONDS_ALLOWED.items():
+        with pytest.raises(ConfigError) as refused:
+            load(env={f"WATCHDOG_{key.upper()}": "366d"})
+        assert refused.value.message == f"{key}='366d' is not allowed: expected {allowed}"
+        if key != "log_content_wait":
+            assert getattr(load(env={f"WATCHDOG_{key.upper()}": "365d"}), key) == 365 * 86400
 
 
 def test_an_integer_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
@@ -276,7 +301,7 @@ def test_a_time_key_says_what_it_accepts_and_shows_the_value_as_given() -> None:
         said.append(refused.value.message)
         assert refused.value.message.startswith(
             f"run_end_timeout={value!r} is not allowed: expected a positive number of seconds "
-            f"or a duration (e.g. 900 or 15m)"), refused.value.message
+            f"or a duration, at most 1y (e.g. 900 or 15m)"), refused.value.message
     with pytest.raises(ConfigError) as refused:
         load(flags={"log_content_wait": "11m"})
     assert refused.value.message.startswith("log_content_wait='11m' is not allowed: expected a "

@@ -26,7 +26,7 @@ from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
 from watchdog.core.version import __version__
 from watchdog.shell import logs
-from watchdog.shell.config import Config, load
+from watchdog.shell.config import MAX_SECONDS, Config, load
 from watchdog.shell.errors import WatchdogError
 
 DEFAULT_URL = "http://127.0.0.1:9477"  # the control API's default bind (DESIGN §2)
@@ -202,9 +202,9 @@ def _positive_float(text: str) -> float:
         value = parse_seconds(text)
     except DurationError:
         value = 0.0
-    if not value > 0:
+    if not 0 < value <= MAX_SECONDS:  # (time.sleep refuses some 3e11 years)
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds or a "
-                                         f"duration like 500ms, 30s, 1m")
+                                         f"duration like 500ms, 30s, 1m (at most 1y)")
     return value
 
 

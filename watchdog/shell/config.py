@@ -49,6 +49,11 @@ DEFAULT_ACTIVITY_LOG_SIZE = 200
 # first export: tests/test_footprint.py checks they agree)
 DEFAULT_LOG_CONTENT_WAIT = 2.0
 MAX_LOG_CONTENT_WAIT = 600.0  # its run's end waits with it
+# The longest of every other time key: far beyond any real wait, and within what the timers it
+# goes to take (a thread's wait and the compiled relay's timeouts refuse some 3e11 years, and
+# a float refuses a duration of 400 digits).
+MAX_SECONDS = 365 * 86400.0  # 1y
+SECONDS_MAXIMUMS = {"log_content_wait": MAX_LOG_CONTENT_WAIT}
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
@@ -157,13 +162,10 @@ class Config:
         good_addresses = {name: address for name, address in addresses.items()
                           if check(split_address, name, address)}
         problems += _shared_ports(good_addresses)
-        for key in SECONDS_ALLOWED:
-            if key != "rules_watch_interval" and not key.startswith("model_"):
-                require(getattr(self, key) > 0, key, SECONDS_ALLOWED[key])
-        require(self.log_content_wait <= MAX_LOG_CONTENT_WAIT, "log_content_wait",
-                SECONDS_ALLOWED["log_content_wait"])
-        require(self.rules_watch_interval >= 0, "rules_watch_interval",
-                SECONDS_ALLOWED["rules_watch_interval"])
+        for key, allowed in SECONDS_ALLOWED.items():
+            seconds = getattr(self, key)
+            least_ok = seconds >= 0 if key == "rules_watch_interval" else seconds > 0
+            require(least_ok and seconds <= SECONDS_MAXIMUMS.get(key, MAX_SECONDS), key, allowed)
         if self.trace_url is not None and (problem := trace_url_problem(self.trace_url)):
             problems.append(f"trace_url={self.trace_url!r} is not allowed: {problem}; e.g. "
                             f"https://grafana.example/explore?traceId={{trace_id}}")
@@ -218,9 +220,6 @@ class Config:
                 (_require, (name is None or (0 < len(name) <= 200 and name.isprintable()),
                             "model_agent_name", name, "a printable name of 1-200 characters"))):
             _checked(problems, test, *args)
-        for key in ("model_upstream_timeout", "model_body_timeout"):
-            _checked(problems, _require, getattr(self, key) > 0, key,
-                     given.get(key, getattr(self, key)), SECONDS_ALLOWED[key])
         return problems
 
 
@@ -254,16 +253,19 @@ UNKNOWN_KEY = "unknown configuration key"
 # What each time key accepts (every float key is one), said whether the value is no duration
 # at all or one out of range.
 SECONDS_ALLOWED = {
-    "run_end_timeout": "a positive number of seconds or a duration (e.g. 900 or 15m)",
-    "loose_run_gap": "a positive number of seconds or a duration (e.g. 120 or 2m)",
-    "state_flush_interval": "a positive number of seconds or a duration (e.g. 1 or 500ms)",
-    "eval_interval": "a positive number of seconds or a duration (e.g. 1 or 500ms)",
-    "fleet_window": "a positive number of seconds or a duration (e.g. 300 or 5m)",
+    "run_end_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 900 or 15m)",
+    "loose_run_gap": "a positive number of seconds or a duration, at most 1y (e.g. 120 or 2m)",
+    "state_flush_interval": "a positive number of seconds or a duration, at most 1y (e.g. 1 or "
+                            "500ms)",
+    "eval_interval": "a positive number of seconds or a duration, at most 1y (e.g. 1 or 500ms)",
+    "fleet_window": "a positive number of seconds or a duration, at most 1y (e.g. 300 or 5m)",
     "log_content_wait": "a positive number of seconds or a duration, at most 10m (e.g. 2 or 5s)",
-    "rules_watch_interval": "a number of seconds >= 0 or a duration (e.g. 2 or 2s; 0 disables "
-                            "watching the rule files)",
-    "model_upstream_timeout": "a positive number of seconds or a duration (e.g. 600 or 10m)",
-    "model_body_timeout": "a positive number of seconds or a duration (e.g. 60 or 1m)",
+    "rules_watch_interval": "a number of seconds >= 0 or a duration, at most 1y (e.g. 2 or 2s; "
+                            "0 disables watching the rule files)",
+    "model_upstream_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 600 "
+                              "or 10m)",
+    "model_body_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 60 or "
+                          "1m)",
 }
 
 

@@ -14,6 +14,7 @@ mapping's own keys win over merged ones, and of merged mappings the first listed
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -308,9 +309,7 @@ class Reader:
 
     def number(self, node: Node, rule: str | None, key: str, minimum: float = 0.0
                ) -> float | None:
-        return self.get(node, rule, key,
-                        lambda v: float(v) if isinstance(v, (int, float))
-                        and not isinstance(v, bool) and v >= minimum else None,
+        return self.get(node, rule, key, lambda v: _finite_number(v, minimum),
                         f"a number >= {minimum:g}")
 
     def duration(self, node: Node, rule: str | None, key: str, seconds: bool = False
@@ -381,3 +380,14 @@ def describe(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
+
+def _finite_number(value: object, minimum: float) -> float | None:
+    """``value`` as a float if it is a number from ``minimum`` that a float holds: not YAML's
+    ``.inf`` or ``.nan``, nor an integer of some 310 digits or more (``float`` raises)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= minimum else None
