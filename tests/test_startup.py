@@ -102,6 +102,20 @@ def test_an_unusable_state_dir(tmp_path: Path) -> None:
                     f"to keep nothing")
 
 
+def test_an_empty_state_dir_is_refused(tmp_path: Path) -> None:
+    """``WATCHDOG_STATE_DIR=`` (a shell variable that was not set) is no directory: it put the
+    state files in the working directory itself."""
+    ports = fresh_ports()
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_STATE_DIR="")
+    done = subprocess.run([sys.executable, "-m", "watchdog", "serve"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == EXIT_STARTUP, done.stderr
+    assert done.stderr == ("watchdog: state_dir='' is not allowed: expected a directory "
+                           "(relative to the working directory, e.g. state), or :memory: to keep "
+                           "nothing\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def seeded_state(state: Path) -> None:
     """A state dir as a sidecar leaves it: runs (enough for pages of their own) and
     directives, both files closed."""

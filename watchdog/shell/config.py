@@ -171,6 +171,11 @@ class Config:
                             f"https://grafana.example/explore?traceId={{trace_id}}")
         for name, most in INT_MAXIMUMS.items():
             require(1 <= getattr(self, name) <= most, name, f"an integer from 1 to {most}")
+        # (an empty one, an unset shell variable's, would put the state files in the working
+        # directory itself)
+        check(_require, self.state_dir.strip() != "", "state_dir", self.state_dir,
+              f"a directory (relative to the working directory, e.g. {DEFAULT_STATE_DIR}), or "
+              f"{MEMORY_STATE_DIR} to keep nothing")
         check(_require, self.log_level in LOG_LEVELS, "log_level", self.log_level,
               "one of " + ", ".join(LOG_LEVELS))
         check(_require, self.log_format in LOG_FORMATS, "log_format", self.log_format,
