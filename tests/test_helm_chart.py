@@ -413,6 +413,8 @@ def test_a_typo_in_values_is_refused_by_name(chart: helm.Chart, values: dict[str
     ({"config": {"state_flush_interval": "0ms"}}, "/config/state_flush_interval"),
     ({"config": {"max_runs": 0}}, "/config/max_runs"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
+    ({"modelEndpoint": {"upstreamAnthropic": "https://api.anthropic.com/v1"}},
+     "/modelEndpoint/upstreamAnthropic"),
 ])
 def test_a_bad_value_is_refused_with_its_path(chart: helm.Chart, values: dict[str, Any],
                                               where: str) -> None:
@@ -435,12 +437,39 @@ def test_gateway_without_a_token_fails_to_render(chart: helm.Chart) -> None:
       "podMonitor": {"enabled": True}}, "enable one of them"),
     ({"mode": "gateway", "auth": {"token": "t" * 20},
       "gateway": {"replicas": 2, "persistence": {"existingClaim": "c"}}}, "gateway.replicas=1"),
+    # What the watchdog would refuse at start (a pod in a crash loop), refused by the render:
+    # two listeners on one port, in either mode, the model endpoint's too while it is on
+    ({"ports": {"otlpHttp": 9477}},
+     "ports.api=9477 is the port of ports.otlpHttp too: give each listener a port of its own"),
+    ({"mode": "gateway", "auth": {"token": "t" * 20}, "ports": {"model": 9464}},
+     "ports.model=9464 is the port of ports.metrics too"),
+    # a gateway's token: 16 characters at least, one word (whitespace around is dropped)
+    ({"mode": "gateway", "auth": {"token": "short-token\n"}},
+     "auth.token is 11 characters: a gateway's token (its listeners are on every interface) "
+     "needs at least 16"),
+    ({"mode": "gateway", "auth": {"token": "a token of sixteen chars"}},
+     "auth.token holds whitespace or a control character inside"),
+    # a webhook's URL and secret, never shown (either may hold a credential)
+    ({"webhooks": [{"url": "ftp://hooks.example/in-secret-path", "secret": "s" * 16}]},
+     "webhooks[0].url (hidden) is not allowed: expected an http:// or https:// URL with a host"),
+    ({"webhooks": [{"url": "https://hooks.example/in", "secret": "s" * 16},
+                   {"url": "https://hooks.example/in", "secret": "short-secret"}]},
+     "webhooks[1].secret (hidden, 12 characters) is not allowed"),
 ])
 def test_values_that_cannot_work_fail_with_the_key(chart: helm.Chart, values: dict[str, Any],
                                                    says: str) -> None:
     with pytest.raises(helm.HelmRenderError) as refused:
         render(chart, values)
     assert says in str(refused.value)
+    assert "in-secret-path" not in str(refused.value) and "short-secret" not in str(refused.value)
+
+
+def test_what_the_watchdog_takes_renders(chart: helm.Chart) -> None:
+    """The other side of the checks above: the model port is free while the endpoint is off, a
+    token with a Secret file's newline is the token, a Standard Webhooks secret is short."""
+    render(chart, {"ports": {"model": 9464}, "modelEndpoint": {"enabled": False}})
+    render(chart, {"mode": "gateway", "auth": {"token": "t" * 16 + "\n"},
+                   "webhooks": [{"url": "https://hooks.example/in", "secret": "whsec_AAAA"}]})
 
 
 def test_the_schema_refuses_unknown_keys_everywhere(source: ChartSource) -> None:
