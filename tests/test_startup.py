@@ -8,6 +8,8 @@ SO_REUSEPORT would otherwise let two processes share :4317 and split the agents'
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -80,6 +82,31 @@ def test_a_second_watchdog_cannot_share_the_grpc_port(tmp_path: Path) -> None:
     assert line.endswith("cannot listen (Address already in use); another process (another "
                          "watchdog?) holds the port: stop it — or choose another address with "
                          "WATCHDOG_OTLP_GRPC_ADDRESS or --otlp-grpc-address")
+
+
+def test_a_sighup_while_it_starts_is_a_reload_once_it_has(tmp_path: Path) -> None:
+    """SIGHUP's default action ends a process: one that came while the sidecar read its
+    config, loaded the server or restored its state ended it without a word (exit -1). The
+    config file is a FIFO, so the start is held reading it while the signal comes."""
+    config = tmp_path / "watchdog.yaml"
+    os.mkfifo(config)
+    ports = fresh_ports()
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve", "--config",
+                                    str(config)], env=serve_env(tmp_path / "state", ports),
+                                   stderr=log, text=True)
+        try:
+            with open(config, "w", encoding="utf-8") as held:  # (opened once the sidecar reads)
+                process.send_signal(signal.SIGHUP)
+                held.write("log_level: info\n")
+            wait_until(lambda: process.poll() is not None
+                       or "rules reloaded" in (log.seek(0), log.read())[1],
+                       timeout=30, what="the sidecar to start and reload its rules")
+            assert process.poll() is None, (process.returncode, log.seek(0), log.read())
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert process.returncode == 0
 
 
 def test_a_bad_rule_pack(tmp_path: Path) -> None:

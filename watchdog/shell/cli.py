@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import urllib.error
@@ -216,12 +217,23 @@ def _config_from(args: argparse.Namespace) -> Config:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    hangups = catch_hangups()
     config = _config_from(args)
     logs.setup(config.log_level, config.log_format)
     from watchdog.shell.server import serve  # the server's dependencies load only when serving
 
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, hangups))
     return 0
+
+
+def catch_hangups() -> list[int]:
+    """The SIGHUPs that come while the sidecar starts (its config read, the server loaded, the
+    rules read, the state restored: seconds with a large state), before the server handles
+    them: by default one would end the process without a word. The server reloads the rules
+    once it has started if any came (see :func:`watchdog.shell.server.serve`)."""
+    caught: list[int] = []
+    signal.signal(signal.SIGHUP, lambda signum, _frame: caught.append(signum))
+    return caught
 
 
 def _rules_check(args: argparse.Namespace) -> int:
