@@ -280,6 +280,21 @@ def test_a_time_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
             assert getattr(load(env={f"WATCHDOG_{key.upper()}": "365d"}), key) == 365 * 86400
 
 
+def test_an_integer_of_more_digits_than_python_reads_is_one_line(tmp_path: Path) -> None:
+    """YAML's integer of 5,000 digits (past int()'s 4,300: a ValueError out of PyYAML) in the
+    config file, and in WATCHDOG_WEBHOOKS' YAML: where it is, never a traceback."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text(f"log_level: info\nmax_runs: {'9' * 5000}\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line == (f"watchdog: config file {config}: invalid YAML at line 2, column 11: an "
+                    f"integer of 5000 characters is too long to be a number")
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": f"[{{url: 'http://hooks.example/a', secret: "
+                                       f"{'9' * 5000}}}]"})
+    assert refused.value.message == ("webhooks is not allowed: an integer of 5000 characters is "
+                                     "too long to be a number; expected a YAML list of webhooks")
+
+
 def test_an_integer_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
     """Every integer key has an upper bound (beyond SQLite's 64-bit integers, the sidecar
     would fail as it reads its state back): said in one line, as any bad value."""

@@ -50,6 +50,18 @@ class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML: untyped)
             self._depth -= 1
 
 
+def _bounded_int(loader: yaml.constructor.SafeConstructor, node: ScalarNode) -> int:
+    """YAML's integer, refused at its place when Python's ``int()`` refuses its digits (more
+    than ``sys.get_int_max_str_digits()``, 4300: a ValueError, a traceback, where every other
+    YAML problem is a line and a column)."""
+    try:
+        return int(yaml.constructor.SafeConstructor.construct_yaml_int(loader, node))
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(node.value)} characters is too long to be a number",
+            node.start_mark) from None
+
+
 def _key(node: Node) -> object:
     """What makes two mapping keys the same key (a scalar's tag and text; another node itself)."""
     return (node.tag, node.value) if isinstance(node, ScalarNode) else id(node)
@@ -121,6 +133,10 @@ class _Constructor(yaml.constructor.SafeConstructor):  # type: ignore[misc]
                                node.end_mark, node.flow_style)
         return yaml.constructor.BaseConstructor.construct_mapping(  # type: ignore[no-any-return]
             self, node, deep=deep)
+
+
+for _loader in (BoundedLoader, _Constructor):  # (the files' YAML and the packs' nodes alike)
+    _loader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
 def expanded_size(node: Node, limit: int, sizes: dict[int, int] | None = None,
