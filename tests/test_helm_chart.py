@@ -40,6 +40,7 @@ from kubernetes_validate.utils import latest_version
 from tests.harness import wait_until
 from tests.ports import free_port
 from tests.test_dist import packaged_chart
+from tests.test_startup import service_links
 from watchdog.shell.config import (
     INT_MAXIMUMS,
     MAX_SECONDS,
@@ -745,6 +746,27 @@ def test_every_configuration_key_the_chart_does_not_set_goes_under_config(
     config = load(env=rendered_env(container, {"api-token": "gateway-token-0123456789"}))
     assert {key: getattr(config, key) for key in CONFIG_VALUES} == {
         key: read for key, (_, read) in CONFIG_VALUES.items()}
+
+
+def test_the_gateway_starts_among_its_own_services_links(chart: helm.Chart) -> None:
+    """Installed as the README does (`helm install watchdog`), the gateway's Services are
+    watchdog-agent-watchdog(-headless): the kubelet gives every pod of the namespace, the
+    gateway's own, WATCHDOG_AGENT_WATCHDOG_* service links (a headless Service none), which
+    the watchdog refused as unknown variables (a crash loop)."""
+    manifests = chart.render(copy.deepcopy(MODES["gateway"]), name="watchdog",
+                             namespace=NAMESPACE)
+    services = [doc for path, text in sorted(manifests.items()) if not path.endswith("NOTES.txt")
+                for doc in yaml.safe_load_all(text) if doc and doc["kind"] == "Service"]
+    assert {s["metadata"]["name"] for s in services} >= {"watchdog-agent-watchdog"}
+    links: dict[str, str] = {}
+    for service in services:
+        if service["spec"].get("clusterIP") != "None":
+            links.update(service_links(service["metadata"]["name"], "10.0.0.9", {
+                port["name"]: port["port"] for port in service["spec"]["ports"]}))
+    assert "WATCHDOG_AGENT_WATCHDOG_SERVICE_HOST" in links
+    gateway = watchdog_containers(render(chart, MODES["gateway"]))[0]
+    env = rendered_env(gateway, {"api-token": "gateway-token-0123456789"})
+    assert load(env={**links, **env}).otlp_grpc_address == "0.0.0.0:4317"
 
 
 def get_json(url: str) -> Any:

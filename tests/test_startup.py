@@ -219,16 +219,39 @@ def test_an_unknown_environment_variable(tmp_path: Path) -> None:
                            "did you mean WATCHDOG_RUN_END_TIMEOUT?"), line
 
 
+def service_links(service: str, ip: str, ports: dict[str, int]) -> dict[str, str]:
+    """The variables the kubelet gives every pod of a namespace for a Service in it
+    (enableServiceLinks, on by default; kubelet's envvars.FromServices): ``ports`` by name,
+    the first the Service's port."""
+    name = service.upper().replace("-", "_")
+    first = next(iter(ports.values()))
+    links = {f"{name}_SERVICE_HOST": ip, f"{name}_SERVICE_PORT": str(first),
+             f"{name}_PORT": f"tcp://{ip}:{first}"}
+    for port_name, port in ports.items():
+        links[f"{name}_SERVICE_PORT_{port_name.upper().replace('-', '_')}"] = str(port)
+        tcp = f"{name}_PORT_{port}_TCP"
+        links.update({tcp: f"tcp://{ip}:{port}", f"{tcp}_PROTO": "tcp", f"{tcp}_PORT": str(port),
+                      f"{tcp}_ADDR": ip})
+    return links
+
+
 def test_variables_that_are_not_configuration_are_left_alone(tmp_path: Path) -> None:
-    """The client SDK's WATCHDOG_URL and Kubernetes' service links for a Service named
-    "watchdog" share the pod's environment; the sidecar starts with them."""
+    """The client SDK's WATCHDOG_URL and Kubernetes' service links share the pod's
+    environment: those of a Service named "watchdog", and of one whose name begins
+    "watchdog-", as the gateway's (`helm install watchdog`: watchdog-agent-watchdog, which
+    the gateway's own pods and every pod of its namespace get: the sidecar refused them as
+    unknown variables); the sidecar starts with them."""
     ports = fresh_ports()
-    env = serve_env(tmp_path / "state", ports, WATCHDOG_URL="http://127.0.0.1:9477",
-                    WATCHDOG_SERVICE_HOST="10.0.0.7", WATCHDOG_SERVICE_PORT="9477",
-                    WATCHDOG_PORT="tcp://10.0.0.7:9477",
-                    WATCHDOG_PORT_9477_TCP_ADDR="10.0.0.7")
+    links = {**service_links("watchdog", "10.0.0.7", {"api": 9477}),
+             **service_links("watchdog-agent-watchdog", "10.0.0.8", {
+                 "otlp-grpc": 4317, "otlp-http": 4318, "api": 9477, "metrics": 9464,
+                 "model": 9478})}
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_URL="http://127.0.0.1:9477", **links)
     with running_sidecar(env, ports["metrics"]) as process:
         assert process.poll() is None
+    # (a variable of that shape without its Service's _SERVICE_HOST is no link: a typo)
+    with pytest.raises(ConfigError, match="unknown environment variable WATCHDOG_API_PORT"):
+        load(env={"WATCHDOG_API_PORT": "9477"})
 
 
 @pytest.mark.parametrize(("args", "extra", "expected"), [

@@ -673,11 +673,28 @@ FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 # WATCHDOG_* variables that are not configuration keys, so the sidecar leaves them alone:
 # WATCHDOG_URL tells the client SDK and the CLI where the control API is (an agent container
-# and its sidecar often share one env block), and Kubernetes injects "service links"
-# (WATCHDOG_SERVICE_HOST, WATCHDOG_PORT_9477_TCP, ...) into every pod of a namespace that has
-# a Service named "watchdog".
+# and its sidecar often share one env block), and Kubernetes injects "service links" into every
+# pod of a namespace for each Service in it (S_SERVICE_HOST, S_SERVICE_PORT[_NAME], S_PORT,
+# S_PORT_9477_TCP[_PROTO|_PORT|_ADDR], S the name upper-cased, "-" as "_"): those of a Service
+# named "watchdog", and of any whose name begins "watchdog-" (the gateway's own,
+# watchdog-agent-watchdog, which its pods and every pod beside it get), known by their
+# S_SERVICE_HOST.
 NOT_CONFIG_ENV = ("WATCHDOG_URL",)
 _SERVICE_LINK_ENV = re.compile(r"^WATCHDOG_(?:SERVICE_(?:HOST|PORT)(?:_\w+)?|PORT(?:_\w+)?)$")
+_SERVICE_HOST = "_SERVICE_HOST"
+
+
+def service_links(names: Iterable[str]) -> set[str]:
+    """The ``WATCHDOG_*`` variables among ``names`` that are Kubernetes service links: those of
+    a Service ``S`` whose ``S_SERVICE_HOST`` is there too (a variable of that shape alone, such
+    as ``WATCHDOG_API_PORT``, is no link: it is refused as a misspelt key)."""
+    names = [name for name in names if name.startswith(ENV_PREFIX)]
+    services = [name.removesuffix(_SERVICE_HOST) for name in names
+                if name.endswith(_SERVICE_HOST)]
+    return {name for name in names if _SERVICE_LINK_ENV.match(name) or any(
+        name == service + _SERVICE_HOST or name.startswith((service + "_SERVICE_PORT",
+                                                             service + "_PORT"))
+        for service in services)}
 
 
 def _closest(word: str, choices: Iterable[str]) -> str | None:
@@ -692,13 +709,14 @@ def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[
     (a typo such as ``WATCHDOG_RUN_END_TIMOUT``) is refused rather than silently ignored:
     added to ``problems`` if given, else raised."""
     values: dict[str, str] = {}
+    links = service_links(env)
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG_ENV:
             continue
         key = name[len(ENV_PREFIX):].lower()
         if key in FIELD_TYPES:
             values[key] = value
-        elif not _SERVICE_LINK_ENV.match(name):
+        elif name not in links:
             close = _closest(key, FIELD_TYPES)
             hint = f"did you mean {ENV_PREFIX}{close.upper()}? " if close else ""
             message = (f"unknown environment variable {name}: {hint}"
