@@ -120,6 +120,15 @@ def test_a_bad_rule_pack(tmp_path: Path) -> None:
     assert "`watchdog rules check PATH...` lists every problem" in line
 
 
+def test_a_path_with_a_line_break_is_shown_escaped_in_the_one_line(tmp_path: Path) -> None:
+    """An error is one line whatever it quotes: a rule file named with a line break (a
+    WATCHDOG_RULES written over two lines) split it in two."""
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
+                                  WATCHDOG_RULES=f"{tmp_path}/team\nops.yaml"))
+    assert line.startswith(f"watchdog: bad rule pack: {tmp_path}/team\\nops.yaml: no such "
+                           f"file or directory"), line
+
+
 def test_an_unusable_state_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

@@ -638,15 +638,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
+# A control character shown escaped, as Python writes it in a string: an error is one line
+# whatever a path or a name in it holds (a rule file "a\nb" from WATCHDOG_RULES).
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def one_line(message: str) -> str:
+    return message.translate(_ESCAPED)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
     except CommandFailed as exc:
-        print(f"watchdog: {exc.message}", file=sys.stderr)
+        print(f"watchdog: {one_line(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except WatchdogError as exc:
-        print(f"watchdog: {exc.message}", file=sys.stderr)
+        print(f"watchdog: {one_line(exc.message)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 130
