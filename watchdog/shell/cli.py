@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve", help="run the sidecar",
+        # (argparse's own usage lists all 40 flags, 36 lines above a bad flag's error)
+        usage="%(prog)s [-h] [--config FILE] [--KEY VALUE ...]",
         description="Run the sidecar. Each key is read from the --config file, then its "
                     "WATCHDOG_<KEY> env var, then its flag (later sources win).")
     _add_config_flags(serve)
