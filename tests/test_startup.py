@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import socket
 import sqlite3
@@ -150,6 +151,21 @@ def test_an_empty_state_dir_is_refused(tmp_path: Path) -> None:
                            "(relative to the working directory, e.g. state), or :memory: to keep "
                            "nothing\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_state_dir_that_takes_no_write_is_one_line(tmp_path: Path) -> None:
+    """A full disk at the start (here the file size limit, RLIMIT_FSIZE 0, which fails the
+    first write as ENOSPC would): the lock file's pid was a traceback (OSError)."""
+    def no_file_growth() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    done = subprocess.run([sys.executable, "-m", "watchdog", "serve"],
+                          env=serve_env(tmp_path / "state", fresh_ports()), capture_output=True,
+                          text=True, timeout=60, preexec_fn=no_file_growth)
+    assert (done.returncode, done.stderr) == (EXIT_STARTUP, (
+        f"watchdog: state_dir '{tmp_path / 'state'}': File too large: set state_dir "
+        f"(WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or :memory: to keep "
+        f"nothing\n"))
 
 
 def seeded_state(state: Path) -> None:
