@@ -281,6 +281,29 @@ def test_yaml_that_expands_or_nests_without_end_is_refused_with_its_line(
                               f"20); save it as UTF-8\n")
 
 
+def test_an_integer_of_more_digits_than_python_reads_is_a_problem_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """YAML's integer of 5,000 digits: Python's int() refuses past 4,300 (a ValueError, a
+    traceback at `rules check`); in a pack and in a rule test's step alike."""
+    digits = "9" * 5000
+    pack = write(tmp_path / "big.yaml", HEADER + f"budgets: [{{agents: ['*'], max_tool_calls: "
+                                                 f"{digits}}}]\n")
+    code, _, err = cli(capsys, "rules", "check", pack)
+    assert (code, err.splitlines()) == (1, [
+        f"{pack}:4: budgets: max_tool_calls: expected an integer >= 1, got an unreadable value "
+        f"(an integer of 5000 characters is too...", "1 problem found"])
+    tests = write(tmp_path / "big.test.yaml", f"""\
+        tests:
+          - name: big
+            steps:
+              - {{at: 0, tool: search, args: {{q: {digits}}}, result: x}}
+            expect: []
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert code == 1 and out.startswith(f"{tests}:4: test 'big': step 0: args: an unreadable "
+                                        f"value"), out
+
+
 def test_a_test_without_its_steps_says_so(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     tests = write(tmp_path / "nosteps.test.yaml", """\

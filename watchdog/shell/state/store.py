@@ -413,9 +413,14 @@ def own(state_dir: str) -> IO[bytes] | None:
         raise StoreError(f"state_dir {state_dir!r} is in use by another watchdog"
                          f"{f' (pid {holder})' if holder.isdigit() else ''}: give each sidecar "
                          f"a state dir of its own") from None
-    owner.truncate(0)
-    owner.write(str(os.getpid()).encode())
-    owner.flush()
+    try:  # (its first write: a full disk, or a file size limit, says so here)
+        owner.truncate(0)
+        owner.write(str(os.getpid()).encode())
+        owner.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # (its close writes the buffer again, and fails)
+            owner.close()
+        raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
     return owner
 
 
