@@ -149,7 +149,7 @@ class WatchdogService:
         self.store = store
         self.observer: Observer = observer or NullObserver()
         self.clock: Clock = clock or SystemClock()
-        self.sessions = SessionBook(store.get_session)
+        self.sessions = SessionBook(store.get_session, unreadable=self._session_unreadable)
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
         self.pricer = GenAIPrices()
@@ -285,6 +285,11 @@ class WatchdogService:
 
     def _unreadable(self, key: str) -> None:
         self._run_failed("restore", key)
+
+    def _session_unreadable(self, session_id: str, error: Exception) -> None:
+        self.observer.run_failed("session")
+        log.warning("session %s is stored but cannot be read (%s): a run or checkpoint of it "
+                    "starts it afresh", shown(session_id), str(error)[:200] or type(error).__name__)
 
     def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
         self.core.restore_forced(fired)
@@ -722,6 +727,9 @@ class WatchdogService:
         """What the next run of a session starts from; an unknown session has an empty
         context (zero counts), since agents ask for it before their first checkpoint."""
         session = self.sessions.get(session_id)
+        if session is None and self.sessions.cannot_be_read(session_id):
+            raise NotFound(f"session {shown(session_id)} is stored but cannot be read "
+                           "(see the log)")
         context = session.context() if session is not None else empty_context(session_id)
         context["active_runs"] = self._active_runs(session) if session is not None else []
         return context
