@@ -322,16 +322,21 @@ class SessionState:
         state = cls(data["id"])
         for name, allowed in _STORED_TYPES.items():
             if name in data:
-                value: Any = data[name]
+                value = data[name]
                 if not isinstance(value, allowed) or (isinstance(value, bool)
                                                       and bool not in allowed):
                     raise UnreadableSession(f"{name} is a {type(value).__name__}")
                 items = _STORED_ITEMS.get(name)
-                if items is not None and not all(isinstance(item, items) for item in (
-                        value.values() if isinstance(value, dict) else value)):
+                if items is not None and not all(isinstance(item, items)
+                                                 for item in _held(data[name])):
                     raise UnreadableSession(f"{name} holds a value of another type")
                 setattr(state, name, _copy(value))
         return state
+
+
+def _held(value: Any) -> Iterable[Any]:
+    """What a stored list holds, or a stored dict's values."""
+    return value.values() if isinstance(value, dict) else value
 
 
 class UnreadableSession(ValueError):
