@@ -162,7 +162,7 @@ class WatchdogService:
         # told the id of a session a checkpoint changed (the model relay's proofs read it)
         self.session_changed: Callable[[str], None] | None = None
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
-                                 self._run_failed, self.priority)
+                                 self._run_failed, self.priority, applied=self.core.recent)
         self.queries = RunQueries(self.core, store, self.clock,
                                   self.state.unsaved, self._run_failed,
                                   config.activity_log_size, config.trace_url)
@@ -235,6 +235,7 @@ class WatchdogService:
             if run is not None:
                 self.state.take({key: run}, [])
         active_keys = restored
+        self._restore_applied()
         self._restore_tracker_state()
         for key in active_keys:  # their last steps, for the report prompts of their next ones
             self.core.remember(self.store.activity(key, RECENT_STEPS))
@@ -260,6 +261,15 @@ class WatchdogService:
             if newer_snapshot(row, stored):
                 newer[key] = row
         return newer
+
+    def _restore_applied(self) -> None:
+        """The span ids the flushes stored with the runs they changed (the last ones a crash
+        left too): such a span sent again is dropped, its counts being stored."""
+        spans, unread = self.store.applied_spans()
+        unread += self.core.recent.restore(spans)
+        if unread:
+            log.warning("%d span ids of those applied, kept by the state flushes, cannot be "
+                        "read: skipped (such a span sent again is applied again)", unread)
 
     def _restore_tracker_state(self) -> None:
         """What the tracker held beyond its runs at a clean shutdown, and the spans applied
