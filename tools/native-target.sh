@@ -39,6 +39,10 @@ else
     fi
     mkdir -p "$dir.partial"
     mv "$dir.partial" "$dir"
+    # the copy may have been built after these sources were last written (the cache is shared:
+    # another tree's build): dated now, they are newer than anything it holds, and cargo
+    # compiles the workspace's crates (else it may find them fresh and keep the other build)
+    (cd "$root" && echo "$sources" | tr '\n' '\0' | xargs -0 touch -h)
 fi
 CARGO_TARGET_DIR=$dir "$@"
 touch "$dir/.built"
