@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from tests.harness import wait_until
 from tests.ports import free_port
 from tests.processes import answers, fresh_ports
 from tests.scripted import ScriptedAgent, api
-from tests.spans import SpanMaker, chat_attrs, tool_attrs
+from tests.test_exporter_faults import explorer_steps
 from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
 from watchdog.shell.state.store import DB_FILE
 
@@ -244,17 +243,7 @@ def test_a_batch_sent_again_after_a_kill_is_applied_once(tmp_path: Path) -> None
     its answer; the exporter (a Collector's queue) sends the batch again, re-cut, with a span
     more, to the next process: the span ids the flush stored with the run's counts tell it
     which spans were applied, and its calls count once, not twice."""
-    maker = SpanMaker({"service.name": "killed"})
-    ids = {"watchdog.run.id": "across-kill", "gen_ai.agent.name": "explorer"}
-    t = time.time() - 20
-    root = maker.open("invoke_agent explorer", {"gen_ai.operation.name": "invoke_agent", **ids},
-                      start=t)
-    for step in range(4):
-        maker.span("chat gpt-4o", chat_attrs(finish="tool_calls", **ids), parent=root,
-                   start=t + step, end=t + step + 0.3)
-        maker.span("execute_tool search", tool_attrs("search", f'{{"q": {step}}}', "found",
-                                                     **ids), parent=root,
-                   start=t + step + 0.4, end=t + step + 0.6)
+    maker, _root, _start = explorer_steps("killed", "across-kill", 4)
     spans = maker.take()
     flushed = spans[:6]  # three steps; the fourth comes only with the batch sent again
 
