@@ -3,6 +3,7 @@ file and line, a readable diff when a rule test fails, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -103,6 +104,21 @@ def test_check_as_a_process_never_shows_a_traceback(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"{pack}:5: rule a: when: syntax error")
+
+
+def test_check_names_a_file_whose_name_is_no_utf8_readably(tmp_path: Path) -> None:
+    """A file name in another encoding (Latin-1 ``é``) is shown with a backslash escape, as
+    ``ls`` shows it, and the process neither fails to print it nor writes a surrogate."""
+    pack = tmp_path / os.fsdecode(b"r\xe9gles.yaml")
+    write(pack, HEADER + "rules:\n  - {name: a, when: 'x >', action: notify, message: m}\n")
+    for locale in ("C.UTF-8", "C"):
+        done = subprocess.run([sys.executable, "-m", "watchdog", "rules", "check", str(tmp_path)],
+                              capture_output=True, timeout=60,
+                              env={**os.environ, "LC_ALL": locale, "PYTHONIOENCODING": ""})
+        assert done.returncode == 1, done.stderr
+        assert b"Traceback" not in done.stderr
+        assert done.stderr.startswith(
+            os.fsencode(tmp_path) + b"/r\\xe9gles.yaml:5: rule a: when: syntax error"), done.stderr
 
 
 # -- rules test -----------------------------------------------------------------------------------
