@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from pathlib import Path
+
+import pytest
 
 from tests.test_signal_changes import record
 from watchdog.core.runs.activity import ActivityEntry
@@ -16,6 +19,7 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.record import KeySource, SpanKind
 from watchdog.core.sync import MAX_RECENT_SPANS, RecentSpans
+from watchdog.shell.state import store as state_store
 from watchdog.shell.state.persist import WRITE_PART_RUNS, StateWriter
 from watchdog.shell.state.store import Store, StoreWriteError
 
@@ -212,3 +216,21 @@ def test_a_flush_stores_the_span_ids_applied_with_the_runs_and_a_failed_one_give
     assert len(kept) == MAX_RECENT_SPANS and unread == 0
     restored = RecentSpans()
     assert restored.restore(kept) == 0 and restored.take_new() == []  # stored: not again
+
+
+def test_the_span_ids_of_many_small_flushes_are_kept_in_the_newest_chunks_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quiet sidecar flushes a span or two at a time: far fewer ids than the store keeps, but
+    a chunk each. Only the newest ``MAX_APPLIED_CHUNKS`` chunks stay (the table is bounded by
+    rows as well as by ids), and they are the ones read back."""
+    monkeypatch.setattr(state_store, "MAX_APPLIED_CHUNKS", 5)
+    store = Store(str(tmp_path))
+    for index in range(12):
+        store.save([], [], applied=[(f"{index:048x}", index, index + 1)])
+    kept, unread = store.applied_spans()
+    assert [start for _, start, _ in kept] == [7, 8, 9, 10, 11] and unread == 0
+    db = sqlite3.connect(tmp_path / state_store.DB_FILE)
+    try:
+        assert db.execute("SELECT COUNT(*) FROM applied_spans").fetchone() == (5,)
+    finally:
+        db.close()
