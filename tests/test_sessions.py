@@ -18,6 +18,7 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from watchdog.core import sessions
 from watchdog.core.rules.decision import Action, Decided, Decision, Severity
 from watchdog.core.rules.signals import SESSION_SCHEMA, session_activation
 from watchdog.core.runs.run import RunState
@@ -193,6 +194,8 @@ def test_a_session_round_trips_through_json() -> None:
     again = SessionState.from_dict(json.loads(json.dumps(session.to_dict())))
     assert again == session
     assert again.context() == session.context()
+    # every field is read back: from_dict reads only those it knows the stored type of
+    assert set(SessionState.__slots__) - {"id"} == set(sessions._STORED_TYPES)
 
 
 def test_the_report_of_a_run_stopped_for_no_progress_says_so(sidecar: RunningServer) -> None:
