@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
 
 from tests.test_signal_changes import record
 from watchdog.core.runs.activity import ActivityEntry
@@ -16,8 +21,12 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.record import KeySource, SpanKind
 from watchdog.core.sync import MAX_RECENT_SPANS, RecentSpans
-from watchdog.shell.state.persist import WRITE_PART_RUNS, StateWriter
+from watchdog.shell.priority import Priority
+from watchdog.shell.state import store as state_store
+from watchdog.shell.state.persist import MAX_LATE_RUNS, WRITE_PART_RUNS, StateWriter
 from watchdog.shell.state.store import Store, StoreWriteError
+
+T = TypeVar("T")
 
 
 class Observer:
@@ -212,3 +221,86 @@ def test_a_flush_stores_the_span_ids_applied_with_the_runs_and_a_failed_one_give
     assert len(kept) == MAX_RECENT_SPANS and unread == 0
     restored = RecentSpans()
     assert restored.restore(kept) == 0 and restored.take_new() == []  # stored: not again
+
+
+def test_the_span_ids_of_many_small_flushes_are_kept_in_the_newest_chunks_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quiet sidecar flushes a span or two at a time: far fewer ids than the store keeps, but
+    a chunk each. Only the newest ``MAX_APPLIED_CHUNKS`` chunks stay (the table is bounded by
+    rows as well as by ids), and they are the ones read back."""
+    monkeypatch.setattr(state_store, "MAX_APPLIED_CHUNKS", 5)
+    store = Store(str(tmp_path))
+    for index in range(12):
+        store.save([], [], applied=[(f"{index:048x}", index, index + 1)])
+    kept, unread = store.applied_spans()
+    assert [start for _, start, _ in kept] == [7, 8, 9, 10, 11] and unread == 0
+    db = sqlite3.connect(tmp_path / state_store.DB_FILE)
+    try:
+        assert db.execute("SELECT COUNT(*) FROM applied_spans").fetchone() == (5,)
+    finally:
+        db.close()
+
+
+class Applying(Priority):
+    """A flush's slices with spans applied between them (``during``: called once, before the
+    run at its index is snapshotted)."""
+
+    def __init__(self, during: dict[int, Callable[[], None]]) -> None:
+        super().__init__()
+        self.during = during
+
+    async def sliced(self, items: Iterable[T]) -> AsyncIterator[T]:
+        for index, item in enumerate(list(items)):
+            if index in self.during:
+                self.during.pop(index)()
+            yield item
+
+
+def test_spans_applied_while_a_flush_snapshots_its_runs_are_stored_with_their_counts(
+        tmp_path: Path) -> None:
+    """Spans applied between two slices of a flush's snapshots, to the run it snapshots next
+    (its counts in the flush) and to one it snapshotted already (not): the flush stores both
+    runs as they are once its slices are done, with both ids, so after a crash neither span
+    counts again, nor is either dropped with its counts lost."""
+    store, recent = Store(str(tmp_path)), RecentSpans()
+    runs = [RunState(f"run-{index}", KeySource.WATCHDOG, f"{index:032x}", 1.7e9)
+            for index in range(3)]
+    late = {index: record(SpanKind.TOOL) for index in (0, 1)}
+
+    def apply(index: int) -> None:
+        assert recent.admit([late[index]]) == [late[index]]
+        runs[index].tool_calls += 1  # (what the span's apply changes)
+        state.take({runs[index].key: runs[index]}, [])
+
+    state = StateWriter(store, SessionBook(lambda _id: None), Observer(), str(tmp_path),
+                        lambda *_: None, Applying({1: lambda: (apply(1), apply(0))}),
+                        applied=recent)
+    state.take({run.key: run for run in runs}, [])
+    assert asyncio.run(state.save_pending()) is True
+    assert [(store.get_run(run.key) or {})["tool_calls"] for run in runs] == [1, 1, 0]
+    kept, _ = store.applied_spans()
+    restarted = RecentSpans()  # a crash before the next flush
+    restarted.restore(kept)
+    assert restarted.admit(list(late.values())) == []
+
+
+def test_spans_applied_while_a_flush_changes_many_runs_go_with_the_next_flush(
+        tmp_path: Path) -> None:
+    """Past ``MAX_LATE_RUNS`` runs changed while a flush snapshots, the spans applied meanwhile
+    are not snapshotted again: their ids go with the next flush, none lost."""
+    store, recent = Store(str(tmp_path)), RecentSpans()
+    runs = [RunState(f"run-{index}", KeySource.WATCHDOG, f"{index:032x}", 1.7e9)
+            for index in range(MAX_LATE_RUNS + 2)]
+    spans = [record(SpanKind.TOOL) for _ in runs]
+
+    def apply_all() -> None:
+        assert recent.admit(spans) == spans
+        state.take({run.key: run for run in runs}, [])
+
+    state = StateWriter(store, SessionBook(lambda _id: None), Observer(), str(tmp_path),
+                        lambda *_: None, Applying({1: apply_all}), applied=recent)
+    state.take({runs[0].key: runs[0], runs[1].key: runs[1]}, [])
+    assert asyncio.run(state.save_pending()) is True
+    assert store.applied_spans()[0] == []
+    assert asyncio.run(state.save_pending()) is True
+    assert len(store.applied_spans()[0]) == len(spans)

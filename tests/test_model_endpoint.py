@@ -694,6 +694,38 @@ def test_anthropic_budget_counts_down_then_withdraws_tools(sidecar: RunningServe
     assert run["tool_calls"] == 3 and run["iterations"] == 4 and run["has_final_answer"]
 
 
+def test_an_anthropic_request_whose_tool_choice_is_none_gets_no_countdown(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Anthropic's ``tool_choice: {"type": "none"}`` withdraws the tools it keeps defined, as
+    OpenAI's ``"none"`` does: that request goes on as sent (its system prompt, the cached
+    prefix, unchanged), and the run's next request with tools counts down as before."""
+    import anthropic  # (as anthropic_loop)
+
+    model = llm.script("claude-aside", looping("search", lambda i: {"q": f"page {i}"},
+                                               answer_without_tools="So far: page 0."))
+    claude = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY, max_retries=0,
+                                 default_headers={"x-watchdog-agent": "budgeted"})
+    messages: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    first = claude.messages.create(model=model, max_tokens=512, system="You research.",
+                                   messages=messages, tools=ANTHROPIC_TOOLS)
+    (use,) = [block for block in first.content if block.type == "tool_use"]
+    messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                               "content": "result 1"}]}]
+    aside = claude.messages.create(model=model, max_tokens=512, system="You research.",
+                                   messages=messages, tools=ANTHROPIC_TOOLS,
+                                   tool_choice={"type": "none"})
+    assert [block.text for block in aside.content if block.type == "text"] == \
+        ["So far: page 0."]
+    claude.messages.create(model=model, max_tokens=512, system="You research.",
+                           messages=messages, tools=ANTHROPIC_TOOLS)
+    requests = llm.requests(model)
+    assert "[budget: 3 of 3 tool calls left" in requests[0]["system"]
+    assert requests[1]["system"] == "You research.", requests[1]["system"]
+    assert requests[1]["tool_choice"] == {"type": "none"}
+    assert "[budget: 2 of 3 tool calls left" in requests[2]["system"]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("claude-stop", looping("search", lambda i: {"q": f"page {i}"}))

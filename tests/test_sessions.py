@@ -18,6 +18,7 @@ from tests.harness import (
     sidecar_config,
     wait_until,
 )
+from watchdog.core import sessions
 from watchdog.core.rules.decision import Action, Decided, Decision, Severity
 from watchdog.core.rules.signals import SESSION_SCHEMA, session_activation
 from watchdog.core.runs.run import RunState
@@ -193,6 +194,8 @@ def test_a_session_round_trips_through_json() -> None:
     again = SessionState.from_dict(json.loads(json.dumps(session.to_dict())))
     assert again == session
     assert again.context() == session.context()
+    # every field is read back: from_dict reads only those it knows the stored type of
+    assert set(SessionState.__slots__) - {"id"} == set(sessions._STORED_TYPES)
 
 
 def test_the_report_of_a_run_stopped_for_no_progress_says_so(sidecar: RunningServer) -> None:
@@ -286,6 +289,42 @@ def test_the_book_is_an_lru_in_front_of_the_store_and_keeps_dirty_sessions() -> 
     assert a is not None and a.runs == 1 and loads == []
     assert sorted(state.id for state in book.take_dirty()) == ["a", "b", "c"]
     assert book.take_dirty() == []
+
+
+@pytest.mark.parametrize("fields", [
+    {"facts": {"repo": ["/src"]}}, {"failed_approaches": [1]}, {"recent_runs": {"r": "1"}},
+    {"agent_cycle": [None]}, {"runs": True}, {"zero_progress": 1}])
+def test_a_stored_session_holding_a_value_of_another_type_cannot_be_read(
+        fields: dict[str, Any]) -> None:
+    """What a stored session's fields hold is checked as the fields are (a list in a fact, a
+    number among the failed approaches would raise wherever the context or the note is
+    made); a bool is no count, nor a count a bool."""
+    with pytest.raises(sessions.UnreadableSession):
+        SessionState.from_dict({**SessionState("s").to_dict(), **fields})
+
+
+def test_a_session_that_could_not_be_read_is_read_again_once_started_afresh() -> None:
+    """A stored row that cannot be read is unknown to the book until the session starts
+    afresh; once it has (its new row stored), the book reads it from the store again after it
+    left the LRU, rather than taking it for unreadable still."""
+    stored: dict[str, object] = {"s": "{"}
+    told: list[str] = []
+
+    def load(session_id: str) -> object:
+        data = stored.get(session_id)
+        if data == "{":
+            raise ValueError("not JSON")
+        return data
+
+    book = SessionBook(load, max_sessions=1, unreadable=lambda sid, _exc: told.append(sid))
+    assert book.get("s") is None and book.cannot_be_read("s") and told == ["s"]
+    assert book.note_run("s", "run-s", T0) is not None  # its next run starts it afresh
+    (written,) = book.take_dirty()
+    stored["s"] = written.to_dict()
+    book.note_run("other", "run-o", T0)  # "s" leaves the LRU
+    again = book.get("s")
+    assert again is not None and again.runs == 1 and not book.cannot_be_read("s")
+    assert told == ["s"]
 
 
 # -- the store ----------------------------------------------------------------------------------

@@ -34,6 +34,9 @@ log = logging.getLogger("watchdog")
 MAX_PENDING_ACTIVITY = 250_000  # activity entries waiting for the store before ingest says 503
 STATE_RETRY_AFTER = 5.0  # seconds exporters are told to wait while the state is not writable
 WRITE_PART_RUNS = 200  # runs (with their new activity) per store transaction of a flush
+# runs a flush snapshots again at the end of its slices, with the spans applied meanwhile
+# (about one slice of work): past it, those spans' ids go with the next flush (_take_late)
+MAX_LATE_RUNS = 32
 
 T = TypeVar("T")
 
@@ -167,8 +170,7 @@ class StateWriter:
         gone, self._gone = self._gone, set()
         states = self.sessions.take_dirty()
         # the ids of the spans applied by now: their runs are among those snapshotted below
-        # (one applied while they are, whose run is snapshotted after it, is not among them:
-        # after a crash it would count again, rather than never)
+        # (and those applied meanwhile, when few runs changed: _take_late)
         applied = self.applied.take_new() if self.applied is not None else []
         self._saving = activity  # still the run's (unsaved) until the store has it
         self._checkpointed = set()
@@ -205,6 +207,7 @@ class StateWriter:
                                if key not in dirty)
         last = parts[-1]
         last.gone.extend((key,) for key in gone)  # after the activity they may still have
+        self._take_late(last, applied)
         last.add_applied(applied)  # with the last part: once every run is written
         async for state in self.priority.sliced(states):
             last.add_sessions((state.to_dict(),))
@@ -230,6 +233,30 @@ class StateWriter:
         if wrote:
             self._written()
         return True
+
+    def _take_late(self, last: Rows, applied: list[tuple[str, int, int]]) -> None:
+        """Add to ``applied`` the ids of the spans applied while the flush snapshotted its runs
+        (a span's run snapshotted after it has its counts stored, one snapshotted before it
+        not): the runs changed since the flush began are snapshotted again into ``last``
+        here, with no turn between, so each id the flush stores has its counts stored with it
+        and each count its id (a crash then counts no span twice when it comes again). When
+        more than ``MAX_LATE_RUNS`` runs changed, the ids go with the next flush instead (a
+        crash before it counts them again). The runs stay dirty: the next flush writes them
+        with their activity."""
+        if self.applied is None:
+            return
+        late = self.applied.take_new()
+        if not late:
+            return
+        if len(self._dirty) > MAX_LATE_RUNS:
+            self.applied.give_back(len(late))
+            return
+        for run in self._dirty.values():
+            try:
+                last.add_run(run.to_dict())
+            except Exception:  # (its refusal is counted when the next flush meets it)
+                continue
+        applied.extend(late)
 
     async def save_sessions(self, sessions: list[dict[str, Any]]) -> None:
         """Store session snapshots now (a checkpoint, before it is acknowledged)."""
