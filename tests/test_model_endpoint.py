@@ -645,7 +645,7 @@ ANTHROPIC_TOOLS = [{"name": "search", "description": "Search.",
 
 
 def anthropic_loop(sidecar: RunningServer, model: str, agent: str, stream: bool,
-                   limit: int = 10) -> tuple[str, int]:
+                   limit: int = 10, **options: Any) -> tuple[str, int]:
     import anthropic  # here: only these tests need the SDK, not every process collecting them
 
     claude = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY, max_retries=0,
@@ -655,11 +655,12 @@ def anthropic_loop(sidecar: RunningServer, model: str, agent: str, stream: bool,
     for _ in range(limit):
         if stream:
             with claude.messages.stream(model=model, max_tokens=512, system="You research.",
-                                        messages=messages, tools=ANTHROPIC_TOOLS) as events:
+                                        messages=messages, tools=ANTHROPIC_TOOLS,
+                                        **options) as events:
                 message = events.get_final_message()
         else:
             message = claude.messages.create(model=model, max_tokens=512, system="You research.",
-                                             messages=messages, tools=ANTHROPIC_TOOLS)
+                                             messages=messages, tools=ANTHROPIC_TOOLS, **options)
         uses = [block for block in message.content if block.type == "tool_use"]
         text = "".join(block.text for block in message.content if block.type == "text")
         if not uses:
@@ -692,6 +693,29 @@ def test_anthropic_budget_counts_down_then_withdraws_tools(sidecar: RunningServe
     run = wait_until(lambda: [r for r in runs_of(sidecar, "budgeted")
                               if r["state"] == "ended"], "the run ends with its report")[0]
     assert run["tool_calls"] == 3 and run["iterations"] == 4 and run["has_final_answer"]
+
+
+@pytest.mark.parametrize("option", ["output_config", "output_format"])
+def test_an_anthropic_final_request_with_a_json_format_asks_for_the_report_in_it(
+        sidecar: RunningServer, llm: FakeLLM, option: str) -> None:
+    """Messages' structured outputs (``output_config.format``, and the beta's
+    ``output_format``), as the OpenAI APIs' response formats: the final request keeps the
+    format and asks for the report within it."""
+    answer_format = {"type": "json_schema",
+                     "schema": REPORT_SCHEMA["json_schema"]["schema"]}  # type: ignore[index]
+    report = json.dumps({"answer": "Searched pages 0-2."})
+    model = llm.script(f"claude-schema-{option}", looping(
+        "search", lambda i: {"q": f"page {i}"}, answer_without_tools=report))
+    given = {"output_config": {"format": answer_format}} if option == "output_config" \
+        else {"extra_body": {"output_format": answer_format}}
+    output, ran = anthropic_loop(sidecar, model, "budgeted", False, **given)
+    assert (output, ran) == (report, 3)
+    final = llm.requests(model)[-1]
+    assert final["tool_choice"] == {"type": "none"} and "Tools are withdrawn" in final["system"]
+    assert STRUCTURED_REPORT in final["system"], final["system"]
+    kept = final["output_config"]["format"] if option == "output_config" \
+        else final["output_format"]
+    assert kept == answer_format
 
 
 def test_an_anthropic_request_whose_tool_choice_is_none_gets_no_countdown(

@@ -28,6 +28,7 @@ from watchdog.core.model.wire import (
     clipped,
     closed_up,
     dumps,
+    is_structured,
     json_data,
     judged_data,
     request_hash,
@@ -82,7 +83,8 @@ class MessagesWire:
             and not _is_result_message(last),
             results=results,
             said=said,
-            input_hash=request_hash(messages))
+            input_hash=request_hash(messages),
+            structured=is_structured(_output_format(body)))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         system = body.get("system")
@@ -288,3 +290,12 @@ class MessagesTrimmer:
                 delta["stop_reason"] = "end_turn"
                 return sse(data, event.name)
         return event.raw
+
+
+def _output_format(body: dict[str, Any]) -> object:
+    """A Messages request's answer format: ``output_config.format``, or the structured-outputs
+    beta's ``output_format``."""
+    config = body.get("output_config")
+    if isinstance(config, dict) and "format" in config:
+        return config["format"]
+    return body.get("output_format")
