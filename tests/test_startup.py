@@ -121,12 +121,16 @@ def test_a_bad_rule_pack(tmp_path: Path) -> None:
     assert "`watchdog rules check PATH...` lists every problem" in line
 
 
-def test_a_path_with_a_line_break_is_shown_escaped_in_the_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("brk", "shown"), [("\n", "\\n"), ("\x85", "\\x85"),
+                                            ("\u2028", "\\u2028"), ("\x1e", "\\x1e")])
+def test_a_path_with_a_line_break_is_shown_escaped_in_the_one_line(
+        tmp_path: Path, brk: str, shown: str) -> None:
     """An error is one line whatever it quotes: a rule file named with a line break (a
-    WATCHDOG_RULES written over two lines) split it in two."""
+    WATCHDOG_RULES written over two lines; NEL, a line separator, a record separator, which
+    str.splitlines breaks at too) split it in two."""
     line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
-                                  WATCHDOG_RULES=f"{tmp_path}/team\nops.yaml"))
-    assert line.startswith(f"watchdog: bad rule pack: {tmp_path}/team\\nops.yaml: no such "
+                                  WATCHDOG_RULES=f"{tmp_path}/team{brk}ops.yaml"))
+    assert line.startswith(f"watchdog: bad rule pack: {tmp_path}/team{shown}ops.yaml: no such "
                            f"file or directory"), line
 
 

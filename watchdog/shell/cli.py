@@ -640,10 +640,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-# A control character shown escaped, as Python writes it in a string: an error is one line
-# whatever a path or a name in it holds (a rule file "a\nb" from WATCHDOG_RULES).
-_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {
-    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+# A control character (C0, DEL, C1) or a line or paragraph separator shown escaped, as Python
+# writes it in a string: an error is one line whatever a path or a name in it holds (a rule file
+# "a\nb" from WATCHDOG_RULES), for every reader that splits lines as str.splitlines does.
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160))} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t",
+    0x2028: "\\u2028", 0x2029: "\\u2029"}
 
 
 def one_line(message: str) -> str:
