@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -270,3 +271,49 @@ def test_a_batch_sent_again_after_a_kill_is_applied_once(tmp_path: Path) -> None
         assert counts(second) == (4, 4)  # the fourth step, never applied before, counts
         send(second, flushed[:2])
         assert counts(second) == (4, 4)
+
+
+def test_a_span_held_out_of_every_run_is_applied_again_after_a_kill(tmp_path: Path) -> None:
+    """A hand-traced tool's span (no GenAI attributes) sent before the model call that asked
+    for it is held out of every run's counts until that call comes. The sidecar is killed
+    after a flush: the span's id must not have been stored as applied (its counts are in no
+    stored run), so when the exporter sends it again with the rest, it is held again and
+    counted as the call's tool: one tool call, not none."""
+    from tests.spans import SpanMaker, chat_attrs
+    from tests.test_assembly_asked_tools import _asking_chat
+
+    maker = SpanMaker({"service.name": "hand-loop"})
+    t = time.time() - 20
+    root = maker.open("research agent", start=t)
+    maker.span("chat", _asking_chat(), parent=root, start=t, end=t + 1)
+    call = maker.take()
+    maker.span("lookup {key}", {"input": "{}"}, parent=root, start=t + 1.1, end=t + 1.2)
+    tool = maker.take()
+    maker.span("chat", chat_attrs(finish="stop", **{"gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}])}),
+        parent=root, start=t + 2, end=t + 3)
+    root.end(int((t + 4) * 1e9))
+    rest = maker.take()
+    marker, _root, _start = explorer_steps("hand-loop", "flushed-after", 1)
+    flushed_after = marker.take()
+
+    def send(target: Sidecar, batch: list[Any]) -> None:
+        exporter = OTLPSpanExporter(endpoint=target.otlp_http + "/v1/traces", timeout=10)
+        try:
+            assert exporter.export(batch) is SpanExportResult.SUCCESS
+        finally:
+            exporter.shutdown()
+
+    state = tmp_path / "state"
+    with sidecar(state, state_flush_interval="100ms") as first:
+        send(first, tool)
+        send(first, flushed_after)  # a later flush than the one after the tool's request
+        wait_until(lambda: stored_run(state, "flushed-after") is not None,
+                   what="a flush after the tool's span was applied")
+        first.kill()
+    with sidecar(state, state_flush_interval="100ms") as second:
+        send(second, tool)
+        send(second, rest + call)
+        (run,) = [run for run in second.get("/v1/runs")["runs"]
+                  if run["id"] != "flushed-after"]
+        assert (run["tool_calls"], run["iterations"]) == (1, 2), run

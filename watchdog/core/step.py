@@ -83,6 +83,7 @@ class Core(CoreReads):
         self.to_tell = ToTell()  # runs an outage's change still concerns, told a slice a tick
         self.ledger = SpanLedger()  # spans of synced runs applied so far (DESIGN §8)
         self.recent = RecentSpans()  # the spans of any run applied last
+        self.recent.held = self.tracker.held_keys  # (stored as applied once in a run's counts)
         self._stuck: dict[str, tuple[str, str]] = {}  # run -> (agent, reason) after wind_down/abort
         # ... of runs that ended since, the last MAX_ENDED_STATES (a run taken back: _resume)
         self._stuck_ended: OrderedDict[str, tuple[str, str]] = OrderedDict()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from watchdog.core.runs.view import RunView, plain
@@ -110,7 +110,13 @@ class RecentSpans:
         self.duplicates = 0  # spans dropped as a second copy
         self.conflicts: list[SpanRecord] = []  # of the last admit: other spans of an id applied
         self._added = 0  # ids ever admitted (restored ones are stored already: not counted)
-        self._taken = 0  # ... of which take_new handed out
+        self._taken = 0  # ... of which take_new handed out or carried
+        # ids to hand out at the next take: those the tracker held at the last (their counts
+        # are in no run yet) and those given back (a write that failed), oldest first
+        self._carried: list[tuple[str, int, int]] = []
+        # the keys (trace + span id) of the spans the tracker holds out of every run (set by
+        # the core: the tracker's)
+        self.held: Callable[[], Container[str]] = frozenset
 
     def admit(self, records: Iterable[SpanRecord]) -> list[SpanRecord]:
         """The records whose span was not applied lately (one of each in the batch)."""
@@ -137,19 +143,31 @@ class RecentSpans:
     def take_new(self) -> list[tuple[str, int, int]]:
         """The ids remembered since the last take (at most the last ``size``), oldest first,
         each with its span's times (what :meth:`restore` takes back): a state flush stores
-        them with the runs they changed."""
+        them with the runs they changed. A span the tracker holds out of every run (:attr:`held`)
+        is carried to a later take: its id stored before its counts, a crash would lose it
+        when it comes again."""
         new = min(self._added - self._taken, len(self._order))
         self._taken = self._added
-        if new <= 0:
+        taken = self._carried
+        self._carried = []
+        if new > 0:
+            newest = list(itertools.islice(reversed(self._order), new))
+            newest.reverse()
+            taken += newest
+        if not taken:
             return []
-        newest = list(itertools.islice(reversed(self._order), new))
-        newest.reverse()
-        return newest
+        ids, held = self._ids, self.held()
+        handed: list[tuple[str, int, int]] = []
+        for item in taken:
+            if item[0] not in ids:  # forgotten meanwhile (past size)
+                continue
+            (self._carried if item[0] in held else handed).append(item)
+        return handed
 
-    def give_back(self, count: int) -> None:
-        """``count`` ids of the last take were not stored (the write failed): the next take
-        hands them out again (those still remembered)."""
-        self._taken = max(self._taken - count, 0)
+    def give_back(self, items: list[tuple[str, int, int]]) -> None:
+        """``items`` of the last takes were not stored (the write failed): the next take hands
+        them out again (those still remembered)."""
+        self._carried[:0] = items
 
     def state(self) -> list[list[Any]]:
         """The ids remembered, oldest first, with their spans' times (JSON-able)."""

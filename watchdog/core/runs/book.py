@@ -116,6 +116,15 @@ class RunBook:
 
     # -- reads ----------------------------------------------------------------------------------
 
+    def held_keys(self) -> set[str]:
+        """The spans held out of every run's counts until a later span places or claims them
+        (trace + span id, as :class:`~watchdog.core.sync.RecentSpans` keys them): at most
+        MAX_UNCLAIMED_RUNS x MAX_UNCLAIMED_PER_RUN + MAX_UNPLACED_TRACES x
+        MAX_UNPLACED_PER_TRACE."""
+        return {record.trace_id + record.span_id
+                for holds in (self._unclaimed, self._unplaced)
+                for records in holds.values() for record in records}
+
     def get(self, key: str) -> RunState | None:
         return self._active.get(key) or self._ended.get(key)
 

@@ -55,7 +55,7 @@ class AppliedSpans(Protocol):
     stored with the runs whose counts they changed: a crash loses both or neither."""
 
     def take_new(self) -> list[tuple[str, int, int]]: ...
-    def give_back(self, count: int) -> None: ...
+    def give_back(self, items: list[tuple[str, int, int]]) -> None: ...
 
 
 class WriteObserver(Protocol):
@@ -177,7 +177,7 @@ class StateWriter:
         try:
             saved = await self._save(dirty, activity, states, gone, applied)
         except asyncio.CancelledError:
-            self._requeue(dirty, activity, states, gone, len(applied))
+            self._requeue(dirty, activity, states, gone, applied)
             raise
         finally:
             self._checkpointed = None
@@ -227,7 +227,7 @@ class StateWriter:
                 await self.in_lane(self.store.write, last)
                 wrote = True
         except StoreWriteError as exc:
-            self._requeue(dirty, activity, states, gone, len(applied))
+            self._requeue(dirty, activity, states, gone, applied)
             self.failed(exc)
             return False
         if wrote:
@@ -249,7 +249,7 @@ class StateWriter:
         if not late:
             return
         if len(self._dirty) > MAX_LATE_RUNS:
-            self.applied.give_back(len(late))
+            self.applied.give_back(late)
             return
         for run in self._dirty.values():
             try:
@@ -271,7 +271,8 @@ class StateWriter:
                                    retry_after=STATE_RETRY_AFTER) from None
 
     def _requeue(self, dirty: dict[str, Snapshotted], activity: PendingActivity,
-                 sessions: list[SessionState], gone: set[str], applied: int) -> None:
+                 sessions: list[SessionState], gone: set[str],
+                 applied: list[tuple[str, int, int]]) -> None:
         """What a failed write took, pending again, in its order (older activity first)."""
         if self.applied is not None:
             self.applied.give_back(applied)
