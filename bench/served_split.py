@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import pstats
 import signal
@@ -66,26 +67,34 @@ def thread_cpu(pid: int) -> Counter[str]:
     return seconds
 
 
-def one_round(bodies: list[bytes], spans: int, profile: str | None) -> dict[str, float]:
-    launcher = (PROBE, *(("--profile", profile) if profile else ()))
+def one_round(bodies: list[bytes], spans: int, profile: str | None = None,
+              parts: str | None = None) -> dict[str, float]:
+    launcher = (PROBE, *(("--profile", profile) if profile else ()),
+                *(("--parts", parts) if parts else ()))
     with tempfile.TemporaryDirectory() as state, sidecar(state, launcher=launcher) as proc:
         ports, pid = proc["ports"], proc["process"].pid
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
         warm_up(url, pid)
         warm = metric(ports, "agent_watchdog_spans_received_total")
-        if profile:
+        if profile or parts:
             os.kill(pid, signal.SIGUSR1)
         before = thread_cpu(pid)
         asyncio.run(send_all(url, bodies))
         received = metric(ports, "agent_watchdog_spans_received_total") - warm
         settled_rss(pid)
         after = thread_cpu(pid)
-        if profile:
+        if profile or parts:
             os.kill(pid, signal.SIGUSR2)
             time.sleep(1.0)  # (written by the sidecar's main thread at its next turn)
     if received != spans:
         raise SystemExit(f"spans lost: sent {spans}, received {received}")
-    return {name: (after[name] - before.get(name, 0.0)) / spans * 1e6 for name in after}
+    threads = {name: (after[name] - before.get(name, 0.0)) / spans * 1e6 for name in after}
+    if parts:
+        split = json.loads(Path(parts).read_text())
+        loop = split.pop("loop")
+        split["the rest: HTTP, request bookkeeping, hand-offs"] = loop - sum(split.values())
+        threads.update({f"loop: {name}": seconds / spans * 1e6 for name, seconds in split.items()})
+    return threads
 
 
 def profile_split(path: str) -> list[tuple[str, float]]:
@@ -133,17 +142,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000, help="concurrent runs")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--profile", metavar="FILE", help="cProfile the event loop into FILE")
+    parser.add_argument("--parts", action="store_true",
+                        help="the event loop's CPU by part (bench/served_probe.py's PARTS)")
     args = parser.parse_args()
     bodies = list(batches(args.runs, 512, args.spans, workload=args.workload))
     spans = len(bodies) * 512
-    rounds = [one_round(bodies, spans, None) for _ in range(args.rounds)]
-    names = sorted({n for r in rounds for n in r}, key=lambda n: -statistics.median(
-        [r.get(n, 0.0) for r in rounds]))
+    with tempfile.TemporaryDirectory() as scratch:
+        parts = f"{scratch}/parts.json" if args.parts else None
+        rounds = [one_round(bodies, spans, parts=parts) for _ in range(args.rounds)]
+    names = sorted({n for r in rounds for n in r}, key=lambda n: (
+        n.startswith("loop: "), -statistics.median([r.get(n, 0.0) for r in rounds])))
     print(f"{args.workload}: {spans} spans, CPU µs a span by thread (each round)")
     for name in names:
         cells = " ".join(f"{r.get(name, 0.0):7.1f}" for r in rounds)
-        print(f"  {name:<24}{cells}")
-    print(f"  {'total':<24}" + " ".join(f"{sum(r.values()):7.1f}" for r in rounds))
+        print(f"  {name:<48}{cells}")
+    print(f"  {'total':<48}" + " ".join(
+        f"{sum(v for n, v in r.items() if not n.startswith('loop: ')):7.1f}" for r in rounds))
     if args.profile:
         profiled = one_round(bodies, spans, args.profile)
         loop = statistics.median(r.get("loop", 0.0) for r in rounds)

@@ -23,6 +23,7 @@ from watchdog.shell.metrics import (
     MAX_AGENTS,
     MAX_ERROR_TYPES_PER_AGENT,
     MAX_LABEL_CHARS,
+    MAX_PENDING_SERIES,
     MAX_TOOLS_PER_AGENT,
     OTHER,
     Metrics,
@@ -317,6 +318,49 @@ def test_rule_and_directive_metrics(sidecar: Sidecar) -> None:
     metrics.set_stuck({("writer", "tool-cycle"): 3})
     assert sidecar.value("runs_stuck", agent="explorer", reason="idle-timeout") == 0
     assert sidecar.value("runs_stuck", agent="writer", reason="tool-cycle") == 3
+
+
+def test_decisions_are_counted_at_the_scrape_with_their_latest_trace(sidecar: Sidecar) -> None:
+    """``rule_fired`` adds up until the registry is collected: every decision counted, each
+    series' exemplar the latest trace among its decisions (one without a trace keeps the one
+    before), new agents past the cap still ``_other``."""
+    metrics = sidecar.metrics
+    first, latest = "a" * 32, "b" * 32
+    metrics.rule_fired("error-loop", "abort", "explorer", first)
+    metrics.rule_fired("error-loop", "abort", "explorer", latest)
+    metrics.rule_fired("error-loop", "abort", "explorer", None)
+    metrics.rule_fired("tool-cycle", "wind_down", "explorer", None)
+
+    def fired() -> dict[tuple[str, str], tuple[float, str]]:
+        body = metrics.render(PROMETHEUS_ACCEPT)[0].decode()
+        found = {}
+        for line in body.splitlines():
+            if line.startswith(P + "rule_fired_total{"):
+                sample, _, exemplar = line.partition(" # ")
+                labels = dict(LABEL.findall(sample))
+                found[(labels["rule"], labels["agent"])] = (float(sample.split()[-1]), exemplar)
+        return found
+
+    counted = fired()
+    assert counted[("error-loop", "explorer")][0] == 3
+    assert f'trace_id="{latest}"' in counted[("error-loop", "explorer")][1]
+    assert counted[("tool-cycle", "explorer")] == (1, "")
+    metrics.rule_fired("error-loop", "abort", "explorer", None)  # after the scrape
+    assert fired()[("error-loop", "explorer")][0] == 4
+    for index in range(MAX_AGENTS + 2):
+        metrics.rule_fired("error-loop", "abort", f"agent-{index}", None)
+    assert fired()[("error-loop", OTHER)][0] >= 2
+
+
+def test_decisions_waiting_for_a_scrape_are_bounded(sidecar: Sidecar) -> None:
+    """Past ``MAX_PENDING_SERIES`` label combinations waiting, the decisions go into their
+    series without a scrape: what waits never grows with the agents a scrape has not seen."""
+    metrics = sidecar.metrics
+    for index in range(MAX_PENDING_SERIES + 1):
+        metrics.rule_fired(f"rule-{index % 7}", "abort", f"agent-{index}", None)
+    assert metrics.pending_series() <= 1
+    assert sidecar.value("rule_fired_total", rule="rule-0", action="abort",
+                         agent="agent-0") == 1
 
 
 def test_a_run_told_to_stop_is_told_nothing_more(clock: ManualClock) -> None:

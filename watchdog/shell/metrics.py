@@ -9,8 +9,9 @@ Theory of operation
   finished run, from aggregates the core already computed — never once per span. The per-agent
   counters of applied spans (tool calls, tokens, errors) are only added up in plain dicts on
   the ingest path (``batch_applied``: once per ingest slice, a prometheus_client ``inc`` with
-  an exemplar costs ~5 µs) and moved into their series when the registry is collected (a
-  scrape), or when many label combinations are waiting (:data:`MAX_PENDING_SERIES`).
+  an exemplar costs ~5 µs), and so are the decisions (``rule_fired``), and moved into their
+  series when the registry is collected (a scrape), or when many label combinations are
+  waiting (:data:`MAX_PENDING_SERIES`).
 * Gauges about live runs (``runs_active``, ``run_idle_seconds_max``) are not kept up to date at
   all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the plain values
   (agent, last progress) that the function given to :meth:`Metrics.read_live_runs` returns for
@@ -374,10 +375,14 @@ class Metrics:
             self._child(self.runs_evicted_total, self.agent(run.agent)).inc()
 
     def publish(self) -> None:
-        """Move the counts ``batch_applied`` added up into their series (with each agent's
-        latest trace id as the exemplar)."""
-        tool_calls, tokens, errors, cost, exemplars = self._pending.take()
+        """Move the counts ``batch_applied`` and ``rule_fired`` added up into their series
+        (with each agent's, or each rule's, action's and agent's, latest trace id as the
+        exemplar), in the order they first came (the label caps admit values so)."""
+        tool_calls, tokens, errors, cost, exemplars, fired = self._pending.take()
         child = self._child
+        for (rule, action, agent), (count, trace_id) in fired.items():
+            child(self.rule_fired_total, self._rules(rule), clip(action), self.agent(agent)).inc(
+                count, _exemplar(trace_id))
         for (agent, tool), count in tool_calls.items():
             label = self.agent(agent)
             child(self.tool_calls_total, label, self._tool(label, tool)).inc(
@@ -393,6 +398,10 @@ class Metrics:
             label = self.agent(agent)
             child(self.cost_usd_total, label, self._model(label, model)).inc(
                 dollars, _exemplar(exemplars.get(agent)))
+
+    def pending_series(self) -> int:
+        """Label combinations added up and not yet in their series."""
+        return self._pending.waiting()
 
     def runs_finished(self, runs: Iterable[RunView]) -> None:
         child = self._child
@@ -440,8 +449,10 @@ class Metrics:
     # -- rules engine and directives ----------------------------------------------------------
 
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
-        self._child(self.rule_fired_total, self._rules(rule), clip(action),
-                    self.agent(agent)).inc(1, _exemplar(trace_id))
+        """Added up until the next collection (a decision is made every few spans on a busy
+        loop; an ``inc`` with an exemplar costs ~5 µs), as ``batch_applied``'s counts are."""
+        if self._pending.fire(rule, action, agent, trace_id) > MAX_PENDING_SERIES:
+            self.publish()
 
     def rule_error(self, rule: str) -> None:
         self._child(self.rule_errors_total, self._rules(rule)).inc()
@@ -531,6 +542,8 @@ class PendingCounts:
         self.errors: Tally[Key] = Tally()
         self.cost: dict[Key, float] = {}
         self.exemplars: dict[str, str] = {}
+        # (rule, action, agent) -> decisions, and the latest trace id among them
+        self.fired: dict[tuple[str, str, str], tuple[int, str | None]] = {}
 
     def add(self, result: BatchResult) -> int:
         """Add ``result``'s counts; returns how many label combinations now wait."""
@@ -541,12 +554,29 @@ class PendingCounts:
             for key, dollars in result.cost.items():
                 self.cost[key] = self.cost.get(key, 0.0) + dollars
             self.exemplars.update(result.exemplars)
-            return len(self.tool_calls) + len(self.tokens) + len(self.errors) + len(self.cost)
+            return self._waiting()
+
+    def waiting(self) -> int:
+        with self._lock:
+            return self._waiting()
+
+    def fire(self, rule: str, action: str, agent: str, trace_id: str | None) -> int:
+        """One decision of ``rule``; returns how many label combinations now wait."""
+        key = (rule, action, agent)
+        with self._lock:
+            count, latest = self.fired.get(key, (0, None))
+            self.fired[key] = (count + 1, trace_id or latest)
+            return self._waiting()
+
+    def _waiting(self) -> int:
+        return (len(self.tool_calls) + len(self.tokens) + len(self.errors) + len(self.cost)
+                + len(self.fired))
 
     def take(self) -> tuple[Tally[Key], Tally[Key], Tally[Key], dict[Key, float],
-                            dict[str, str]]:
+                            dict[str, str], dict[tuple[str, str, str], tuple[int, str | None]]]:
         with self._lock:
-            taken = self.tool_calls, self.tokens, self.errors, self.cost, self.exemplars
+            taken = (self.tool_calls, self.tokens, self.errors, self.cost, self.exemplars,
+                     self.fired)
             self._clear()
         return taken
 
