@@ -65,6 +65,17 @@ PARTS: tuple[tuple[str, str, str, bool], ...] = (
     ("timer", "watchdog.shell.service", "WatchdogService._expire", False),
     ("timer", "watchdog.core.step", "Core.fleet_tick", False),
     ("directives published", "watchdog.shell.directives.hub", "Hub.publish", True),
+    # coroutines: each step timed (what they await runs outside them)
+    ("HTTP: a request handled (aiohttp)", "aiohttp.web_protocol", "RequestHandler._handle_request",
+     False),
+    ("HTTP: the body read", "watchdog.shell.receivers.otlp_http", "TraceReceiver._read_body",
+     False),
+    ("the request applied in slices", "watchdog.shell.service",
+     "WatchdogService.export_in_slices", False),
+    ("slices' turns", "watchdog.shell.priority", "Priority.turn", False),
+    ("directive writer", "watchdog.shell.directives.outbox", "Outbox._write_loop", False),
+    ("flush", "watchdog.shell.state.persist", "StateWriter.save_pending", False),
+    ("timer", "watchdog.shell.service", "WatchdogService.tick_in_slices", False),
 )
 
 
@@ -123,6 +134,40 @@ class Parts:
 
         return call
 
+    def timed_coroutine(self, part: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        parts = self
+
+        class Steps:
+            def __init__(self, coroutine: Any) -> None:
+                self.coroutine = coroutine
+
+            def __await__(self) -> Any:
+                steps = self.coroutine.__await__()
+                sent: Any = None
+                thrown: BaseException | None = None
+                while True:
+                    frame = parts.enter(part, False)
+                    try:
+                        if thrown is not None:
+                            waiting = steps.throw(thrown)
+                        else:
+                            waiting = steps.send(sent)
+                    except StopIteration as done:
+                        return done.value
+                    finally:
+                        parts.leave(frame)
+                    sent = thrown = None
+                    try:
+                        sent = yield waiting
+                    except BaseException as exc:  # (a cancellation, thrown into the step)
+                        thrown = exc
+
+        @functools.wraps(function)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await Steps(function(*args, **kwargs))
+
+        return call
+
     def collector(self, phase: str, _info: dict[str, Any]) -> None:
         if phase == "start":
             self.gc_frame = self.enter("garbage collector", False)
@@ -138,8 +183,12 @@ class Parts:
             owner_name, _, attribute = name.rpartition(".")
             owner = getattr(module, owner_name) if owner_name else module
             function = getattr(owner, attribute)
-            timed = (self.timed_generator(part, function) if inspect.isgeneratorfunction(function)
-                     else self.timed(part, inherit, function))
+            if inspect.isgeneratorfunction(function):
+                timed = self.timed_generator(part, function)
+            elif inspect.iscoroutinefunction(function):
+                timed = self.timed_coroutine(part, function)
+            else:
+                timed = self.timed(part, inherit, function)
             if dataclasses.is_dataclass(owner) and not isinstance(owner, type):
                 replaced = dataclasses.replace(owner, **{attribute: timed})
                 setattr(module, owner_name, replaced)
