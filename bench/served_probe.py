@@ -148,10 +148,7 @@ class Parts:
                 while True:
                     frame = parts.enter(part, False)
                     try:
-                        if thrown is not None:
-                            waiting = steps.throw(thrown)
-                        else:
-                            waiting = steps.send(sent)
+                        waiting = steps.throw(thrown) if thrown is not None else steps.send(sent)
                     except StopIteration as done:
                         return done.value
                     finally:
