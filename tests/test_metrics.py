@@ -20,6 +20,7 @@ from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
 from watchdog.shell.metrics import (
+    INGEST_LAG_BUCKETS,
     MAX_AGENTS,
     MAX_ERROR_TYPES_PER_AGENT,
     MAX_LABEL_CHARS,
@@ -27,6 +28,7 @@ from watchdog.shell.metrics import (
     MAX_TOOLS_PER_AGENT,
     OTHER,
     Metrics,
+    PlainHistogram,
     create_metrics_app,
 )
 from watchdog.shell.service import WatchdogService
@@ -318,6 +320,25 @@ def test_rule_and_directive_metrics(sidecar: Sidecar) -> None:
     metrics.set_stuck({("writer", "tool-cycle"): 3})
     assert sidecar.value("runs_stuck", agent="explorer", reason="idle-timeout") == 0
     assert sidecar.value("runs_stuck", agent="writer", reason="tool-cycle") == 3
+
+
+def test_a_plain_histogram_is_shown_as_prometheus_client_shows_one() -> None:
+    """``ingest_lag_seconds`` and ``rule_eval_duration_seconds`` are counted by
+    :class:`PlainHistogram`: the same values on a bound, between two, past the last, zero and
+    NaN give the exposition prometheus_client's ``Histogram`` gives, in both formats."""
+    from prometheus_client import CollectorRegistry, Histogram
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    plain = PlainHistogram("lag_seconds", "Lag.", INGEST_LAG_BUCKETS, ours)
+    reference = Histogram("lag_seconds", "Lag.", registry=theirs, buckets=INGEST_LAG_BUCKETS)
+    for value in (0.0, 0.05, 0.07, 1, 1.0000001, 6, 299.9, 300, 301, 1e9, 0.0, float("nan")):
+        plain.observe(value)
+        reference.observe(value)
+    assert generate_latest(ours) == generate_latest(theirs)
+    assert openmetrics(ours) == openmetrics(theirs)
+    assert ours.get_sample_value("lag_seconds_bucket", {"le": "1.0"}) == 5
 
 
 def test_decisions_are_counted_at_the_scrape_with_their_latest_trace(sidecar: Sidecar) -> None:
