@@ -7,8 +7,10 @@ tracker; every ``--flush-every`` spans the runs the batches changed are snapshot
 of this process, the best of ``--repeat`` rounds, each into a fresh store in a temporary
 directory: the rows encoded (:class:`~watchdog.shell.state.store.Rows`) and written
 (:meth:`~watchdog.shell.state.store.Store.write`) in parts of ``WRITE_PART_RUNS`` runs, per span
-ingested and per run written, and the size of the file they make. Run it from two trees to
-compare builds (``python -P``, the tree's ``bench/`` first on the path).
+ingested and per run written, and the size of the file they make; and, alternating with
+those rounds, the same flushes with the ids of their spans stored too (a chunk a flush, as the
+state writer stores them for a start after a crash): the ratio of the two. Run it from two trees
+to compare builds (``python -P``, the tree's ``bench/`` first on the path).
 """
 
 from __future__ import annotations
@@ -27,14 +29,27 @@ from bench.workload import WORKLOADS
 from watchdog.shell.state import store
 
 
-def write_all(made: list[Flush]) -> tuple[float, float, int]:
-    """CPU seconds encoding and writing every flush into a fresh store, and its file's size."""
+def applied_ids(spans: int, start: int) -> list[tuple[str, int, int]]:
+    """The ids of ``spans`` spans applied (:meth:`RecentSpans.take_new`'s shape: trace + span
+    id in hex, start and end in ns), as a flush stores them."""
+    now = 1_795_320_000 * 10**9
+    return [(f"{(start + n) * 7919:032x}{start + n:016x}", now + n * 1000, now + n * 1000 + 500)
+            for n in range(spans)]
+
+
+def write_all(made: list[Flush], applied: list[list[tuple[str, int, int]]] | None = None
+              ) -> tuple[float, float, int]:
+    """CPU seconds encoding and writing every flush into a fresh store, and its file's size;
+    ``applied``: each flush's span ids, stored with its last part (as the state writer does)."""
     encoding = writing = 0.0
     with tempfile.TemporaryDirectory() as directory:
         db = store.Store(directory)
-        for flush in made:
+        for index, flush in enumerate(made):
             began = time.process_time()
-            for rows in flush_parts(db, flush):
+            parts = list(flush_parts(db, flush))
+            if applied is not None:
+                parts[-1].add_applied(applied[index])
+            for rows in parts:
                 encoded = time.process_time()
                 db.write(rows)
                 encoding += encoded - began
@@ -58,10 +73,16 @@ def main() -> None:
     made = collect(args.workload, args.runs, args.spans, args.batch,
                    max(1, args.flush_every // args.batch))
     written = sum(len(snapshots) for snapshots, _ in made)
+    per_flush = min(args.flush_every, args.spans)
+    ids = [applied_ids(per_flush, index * per_flush) for index in range(len(made))]
     best = (float("inf"), float("inf"), 0)
-    for _ in range(args.repeat):
+    best_ids = (float("inf"), float("inf"), 0)
+    for _ in range(args.repeat):  # alternating: the same load on both
+        encoding, writing, size = write_all(made, ids)
+        best_ids = (min(best_ids[0], encoding), min(best_ids[1], writing), size)
         encoding, writing, size = write_all(made)
         best = (min(best[0], encoding), min(best[1], writing), size)
+    with_ids = best_ids[0] + best_ids[1]
     encoding, writing, size = best
     print(f"[{args.workload}] {args.spans:,} spans, {len(made)} flushes, {written:,} runs "
           f"written, a {size / 1e6:.1f} MB file")
@@ -69,6 +90,10 @@ def main() -> None:
           f"µs a run written")
     print(f"  SQLite  {writing * 1e6 / args.spans:6.1f} µs a span {writing * 1e6 / written:7.1f} "
           f"µs a run written")
+    added = (with_ids - encoding - writing) * 1e6 / args.spans
+    print(f"  with the span ids applied stored too (a chunk a flush): "
+          f"x{with_ids / (encoding + writing):.3f} the CPU time, {added:.2f} µs a span; "
+          f"a {best_ids[2] / 1e6:.1f} MB file")
 
 
 if __name__ == "__main__":

@@ -244,6 +244,29 @@ def test_serve_still_validates_its_flags(capsys: pytest.CaptureFixture[str]) -> 
     assert "api_token" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["serve", "--max-runs"], ["serve", "--max-rnus", "5"],
+                                  ["serve", "extra"]])
+def test_a_bad_serve_flag_is_its_error_under_a_short_usage(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse's usage of `serve` listed its 40 flags: 36 lines above the error (a flag
+    argparse does not know is the command's error, under its own short usage)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage in ("usage: watchdog serve [-h] [--config FILE] [--KEY VALUE ...]",
+                     "usage: watchdog [-h] [--version] COMMAND ...")
+    assert error.startswith("watchdog") and argv[1] in error, error
+
+
+def test_a_watch_interval_past_a_year_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`runs --interval` past what time.sleep takes (an OverflowError, a traceback)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["runs", "--watch", "--interval", "99999999999999999999y"])
+    assert exit_info.value.code == 2
+    assert "(at most 1y)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", ["report", "directives"])
 def test_an_empty_run_id_is_a_usage_error(command: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:

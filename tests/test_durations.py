@@ -10,7 +10,7 @@ import pytest
 from watchdog.core.durations import DURATION_HELP, SECONDS_HELP, DurationError, parse_duration
 from watchdog.core.rules.pack import RulePackError, load_text
 from watchdog.core.rules.testfile import read_test_file
-from watchdog.shell.config import load
+from watchdog.shell.config import load, shown
 from watchdog.shell.errors import ConfigError
 
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: t\n"
@@ -88,3 +88,31 @@ def test_rule_test_steps_take_durations_too(tmp_path: Path) -> None:
     assert problems == [] and parsed is not None
     steps = parsed.tests[0].steps
     assert [(s.at, s.duration) for s in steps] == [(0.0, 0.0), (90.0, 0.5), (100.0, 0.0)]
+
+
+HUGE = "1" + "0" * 400  # past any float: float() of it is inf, of the int it raises
+
+
+def test_a_number_past_a_float_is_refused_where_a_duration_or_number_is_read() -> None:
+    """A YAML integer of 400 digits, the same digits as text (an env var) and a duration of
+    400 digits are a problem of the pack or the configuration, never an OverflowError (a
+    traceback) nor an infinite budget, grace or timer."""
+    too_large = "this one is too large for a number of seconds"
+    with pytest.raises(RulePackError) as caught:
+        load_text(HEADER + f"budgets: [{{agents: ['*'], max_seconds: {HUGE}, max_cost_usd: "
+                           f"{HUGE}}}]\nrules:\n  - {{name: a, when: 'true', action: wind_down, "
+                           f"message: m, for: '{HUGE}s', grace: {{seconds: '{HUGE}'}}}}\n")
+    messages = [p.message for p in caught.value.problems]
+    assert len(messages) == 4, messages
+    assert all(too_large in message for message in messages if "cost" not in message), messages
+    assert any(message.startswith("budgets: max_cost_usd: expected a number >= 0")
+               for message in messages), messages
+    with pytest.raises(RulePackError):
+        load_text(HEADER + "budgets: [{agents: ['*'], max_cost_usd: .inf}]\n")
+    for value in (HUGE, f"{HUGE}s", "99999999999999999999y"):
+        with pytest.raises(ConfigError) as refused:
+            load(env={"WATCHDOG_EVAL_INTERVAL": value})
+        assert refused.value.message.startswith(
+            f"eval_interval={shown(value)} is not allowed: expected a positive number of "
+            f"seconds or a duration, at most 1y"), refused.value.message
+    assert load(env={"WATCHDOG_EVAL_INTERVAL": "1y"}).eval_interval == 365 * 86400.0

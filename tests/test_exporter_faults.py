@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.trace import Span
 
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.otel import export_http
@@ -60,17 +61,7 @@ def test_a_batch_sent_again_after_a_restart_is_applied_once(tmp_path: Path) -> N
     """The sidecar applied a batch and stopped (a rolling update) before the exporter read its
     answer; the exporter (or a Collector's queue) sends the batch again, re-cut, to the next
     process: its tool and model calls are counted once, not twice."""
-    maker = SpanMaker({"service.name": "restarted"})
-    ids = {"watchdog.run.id": "across-restart", "gen_ai.agent.name": "explorer"}
-    t = time.time() - 20
-    root = maker.open("invoke_agent explorer", {"gen_ai.operation.name": "invoke_agent", **ids},
-                      start=t)
-    for step in range(3):
-        maker.span("chat gpt-4o", chat_attrs(finish="tool_calls", **ids), parent=root,
-                   start=t + step, end=t + step + 0.3)
-        maker.span("execute_tool search", tool_attrs("search", f'{{"q": {step}}}', "found",
-                                                     **ids), parent=root,
-                   start=t + step + 0.4, end=t + step + 0.6)
+    maker, root, t = explorer_steps("restarted", "across-restart", 3)
     spans = maker.take()
     config = sidecar_config(tmp_path / "state")
     with running_server(config) as sidecar:
@@ -84,6 +75,23 @@ def test_a_batch_sent_again_after_a_restart_is_applied_once(tmp_path: Path) -> N
         export_http(sidecar, maker.take())
         run = sidecar.get_json("/v1/runs/across-restart")
         assert (run["iterations"], run["tool_calls"], run["state"]) == (3, 3, "ended")
+
+
+def explorer_steps(service: str, run_id: str, steps: int) -> tuple[SpanMaker, Span, float]:
+    """The spans of ``steps`` steps of an explorer run ``run_id`` (a model call asking for a
+    tool, then the tool's call) under its root, left open; the maker, the root, the start."""
+    maker = SpanMaker({"service.name": service})
+    ids = {"watchdog.run.id": run_id, "gen_ai.agent.name": "explorer"}
+    t = time.time() - 20
+    root = maker.open("invoke_agent explorer", {"gen_ai.operation.name": "invoke_agent", **ids},
+                      start=t)
+    for step in range(steps):
+        maker.span("chat gpt-4o", chat_attrs(finish="tool_calls", **ids), parent=root,
+                   start=t + step, end=t + step + 0.3)
+        maker.span("execute_tool search", tool_attrs("search", f'{{"q": {step}}}', "found",
+                                                     **ids), parent=root,
+                   start=t + step + 0.4, end=t + step + 0.6)
+    return maker, root, t
 
 
 def counts(sidecar: RunningServer) -> tuple[int, int]:

@@ -10,10 +10,12 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from tests.test_signal_changes import record
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.run import RunState
 from watchdog.core.sessions import SessionBook
-from watchdog.core.spans.record import KeySource
+from watchdog.core.spans.record import KeySource, SpanKind
+from watchdog.core.sync import MAX_RECENT_SPANS, RecentSpans
 from watchdog.shell.state.persist import WRITE_PART_RUNS, StateWriter
 from watchdog.shell.state.store import Store, StoreWriteError
 
@@ -168,3 +170,45 @@ def test_a_flush_cancelled_midway_leaves_everything_for_the_final_flush(tmp_path
     assert [entry.seq for entry in store.activity("run-0")] == [1, 2]  # written once, not twice
     stored = store.get_session("conv-1")
     assert stored is not None and stored["runs"] == 1
+
+
+def test_a_flush_stores_the_span_ids_applied_with_the_runs_and_a_failed_one_gives_them_back(
+        tmp_path: Path) -> None:
+    """The span ids applied since the last flush are stored with it (in its last part, once
+    every run is written); a flush that cannot be written hands them to the next; the store
+    keeps the newest ``MAX_RECENT_SPANS`` of them, read back at the next start."""
+    store = Store(str(tmp_path))
+    recent = RecentSpans()
+    state = StateWriter(store, SessionBook(lambda _id: None), Observer(), str(tmp_path),
+                        lambda *_: None, applied=recent)
+
+    def apply(count: int) -> list[str]:
+        records = [record(SpanKind.TOOL) for _ in range(count)]
+        assert recent.admit(records) == records
+        changed_runs(state, 1)
+        return [r.trace_id + r.span_id for r in records]
+
+    first = apply(3)
+    assert asyncio.run(state.save_pending()) is True
+    assert [key for key, _, _ in store.applied_spans()[0]] == first
+    second = apply(2)
+    write = store.write
+
+    def failing(rows: object) -> None:
+        raise StoreWriteError("disk full")
+
+    store.write = failing  # type: ignore[method-assign]
+    assert asyncio.run(state.save_pending()) is False
+    third = apply(1)
+    store.write = write  # type: ignore[method-assign]
+    assert asyncio.run(state.save_pending()) is True
+    assert [key for key, _, _ in store.applied_spans()[0]] == first + second + third
+    assert asyncio.run(state.save_pending()) is True  # nothing new: no chunk
+    assert len(store.applied_spans()[0]) == 6
+    for _ in range(3):  # past the bound: the chunks wholly older than the newest ids go
+        apply(MAX_RECENT_SPANS // 2)
+        assert asyncio.run(state.save_pending()) is True
+    kept, unread = store.applied_spans()
+    assert len(kept) == MAX_RECENT_SPANS and unread == 0
+    restored = RecentSpans()
+    assert restored.restore(kept) == 0 and restored.take_new() == []  # stored: not again

@@ -25,6 +25,7 @@ from tests.recorded import (
     signatures,
 )
 from tests.spans import SpanMaker, records_of
+from tests.test_rebatching import as_exported, ended_runs
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
@@ -1673,3 +1674,44 @@ def test_a_failed_spans_error_reported_only_in_an_attribute_is_its_message() -> 
     assert (tool.kind, tool.error, tool.error_message) == (
         TOOL, True, "Error running tool (non-fatal)")
     assert (agent.kind, agent.agent, agent.limit_stop) == (AGENT, "researcher", "MaxTurnsExceeded")
+
+
+def test_a_span_recording_a_model_calls_usage_again_is_no_model_call() -> None:
+    """AG2's ``record_usage model_call``: the model and token usage of the ``chat`` span beside
+    it, with no operation name. A span of a model and usage and no kind is a model call (the
+    GenAI marks); one that says it records a model call already traced (``records``) is not,
+    whoever emits it."""
+    maker = SpanMaker()
+    usage = {"gen_ai.response.model": "m", "gen_ai.usage.input_tokens": 28,
+             "gen_ai.usage.output_tokens": 9}
+    maker.span("record_usage model_call", {**usage, "ag2.usage.kind": "model_call"})
+    maker.span("usage", usage)
+    record, marked = records_of(maker.take())
+    assert (record.kind, record.input_tokens) == (OTHER, 0)
+    assert (marked.kind, marked.input_tokens) == (LLM, 28)
+
+
+def test_ag2_counts_each_model_call_and_its_tokens_once() -> None:
+    """AG2's recording: four ``chat`` spans and four ``record_usage`` spans beside them, read
+    as four model calls whose tokens are the chat spans'."""
+    records = recorded_records("ag2_native", "three_tools")
+    assert [r.kind for r in records if r.name == "record_usage model_call"] == [OTHER] * 4
+    run = fold(records)
+    assert (run.iterations, run.tool_calls) == (4, 3)
+    assert run.input_tokens == sum(r.input_tokens for r in records if r.name.startswith("chat"))
+
+
+def test_an_agent_named_by_an_emitters_stand_in_is_named_after_its_service() -> None:
+    """AG2's middleware given no name writes ``unknown`` as the agent's name and in its span's
+    name: it names no agent (every unnamed agent of every service would be one), so the span
+    names none and its run is the service's; a name is read as before."""
+    maker = SpanMaker()
+    with maker.agent("invoke_agent unknown", {"gen_ai.agent.name": "unknown"}):
+        pass
+    with maker.agent("invoke_agent scout", {"gen_ai.agent.name": "scout"}):
+        pass
+    unnamed, scout = records_of(maker.take())
+    assert (unnamed.kind, unnamed.agent, unnamed.service) == (AGENT, None, "test-agent")
+    assert (scout.kind, scout.agent) == (AGENT, "scout")
+    (run,) = ended_runs(as_exported("ag2_native", "three_tools_bare"))
+    assert (run.agent, run.agent_name) == (None, "ag2-app")

@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,16 @@ from kubernetes_validate.utils import latest_version
 from tests.harness import wait_until
 from tests.ports import free_port
 from tests.test_dist import packaged_chart
-from watchdog.shell.config import INT_MAXIMUMS, ConfigError, load
+from tests.test_startup import service_links
+from watchdog.shell.config import (
+    INT_MAXIMUMS,
+    MAX_SECONDS,
+    SECONDS_ALLOWED,
+    SECONDS_MAXIMUMS,
+    Config,
+    ConfigError,
+    load,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "agent-watchdog"
@@ -405,6 +414,8 @@ def test_a_typo_in_values_is_refused_by_name(chart: helm.Chart, values: dict[str
     ({"config": {"state_flush_interval": "0ms"}}, "/config/state_flush_interval"),
     ({"config": {"max_runs": 0}}, "/config/max_runs"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
+    ({"modelEndpoint": {"upstreamAnthropic": "https://api.anthropic.com/v1"}},
+     "/modelEndpoint/upstreamAnthropic"),
 ])
 def test_a_bad_value_is_refused_with_its_path(chart: helm.Chart, values: dict[str, Any],
                                               where: str) -> None:
@@ -427,12 +438,39 @@ def test_gateway_without_a_token_fails_to_render(chart: helm.Chart) -> None:
       "podMonitor": {"enabled": True}}, "enable one of them"),
     ({"mode": "gateway", "auth": {"token": "t" * 20},
       "gateway": {"replicas": 2, "persistence": {"existingClaim": "c"}}}, "gateway.replicas=1"),
+    # What the watchdog would refuse at start (a pod in a crash loop), refused by the render:
+    # two listeners on one port, in either mode, the model endpoint's too while it is on
+    ({"ports": {"otlpHttp": 9477}},
+     "ports.api=9477 is the port of ports.otlpHttp too: give each listener a port of its own"),
+    ({"mode": "gateway", "auth": {"token": "t" * 20}, "ports": {"model": 9464}},
+     "ports.model=9464 is the port of ports.metrics too"),
+    # a gateway's token: 16 characters at least, one word (whitespace around is dropped)
+    ({"mode": "gateway", "auth": {"token": "short-token\n"}},
+     "auth.token is 11 characters: a gateway's token (its listeners are on every interface) "
+     "needs at least 16"),
+    ({"mode": "gateway", "auth": {"token": "a token of sixteen chars"}},
+     "auth.token holds whitespace or a control character inside"),
+    # a webhook's URL and secret, never shown (either may hold a credential)
+    ({"webhooks": [{"url": "ftp://hooks.example/in-secret-path", "secret": "s" * 16}]},
+     "webhooks[0].url (hidden) is not allowed: expected an http:// or https:// URL with a host"),
+    ({"webhooks": [{"url": "https://hooks.example/in", "secret": "s" * 16},
+                   {"url": "https://hooks.example/in", "secret": "short-secret"}]},
+     "webhooks[1].secret (hidden, 12 characters) is not allowed"),
 ])
 def test_values_that_cannot_work_fail_with_the_key(chart: helm.Chart, values: dict[str, Any],
                                                    says: str) -> None:
     with pytest.raises(helm.HelmRenderError) as refused:
         render(chart, values)
     assert says in str(refused.value)
+    assert "in-secret-path" not in str(refused.value) and "short-secret" not in str(refused.value)
+
+
+def test_what_the_watchdog_takes_renders(chart: helm.Chart) -> None:
+    """The other side of the checks above: the model port is free while the endpoint is off, a
+    token with a Secret file's newline is the token, a Standard Webhooks secret is short."""
+    render(chart, {"ports": {"model": 9464}, "modelEndpoint": {"enabled": False}})
+    render(chart, {"mode": "gateway", "auth": {"token": "t" * 16 + "\n"},
+                   "webhooks": [{"url": "https://hooks.example/in", "secret": "whsec_AAAA"}]})
 
 
 def test_the_schema_refuses_unknown_keys_everywhere(source: ChartSource) -> None:
@@ -462,7 +500,8 @@ def test_the_schema_refuses_unknown_keys_everywhere(source: ChartSource) -> None
 
 
 def test_the_schema_bounds_the_integer_keys_as_the_sidecar_does(source: ChartSource) -> None:
-    """A value the sidecar would refuse at start is refused by `helm install` already."""
+    """A value the sidecar would refuse at start is refused by `helm install` already: an
+    integer, or a time given as a number of seconds."""
     schema = json.loads((source.directory / "values.schema.json").read_text())
     found: dict[str, int] = {}
 
@@ -479,6 +518,10 @@ def test_the_schema_bounds_the_integer_keys_as_the_sidecar_does(source: ChartSou
 
     walk(schema)
     assert found == INT_MAXIMUMS
+    times = schema["properties"]["config"]["properties"]
+    assert {key: times[key]["anyOf"][0]["maximum"] for key in SECONDS_ALLOWED if key in times} \
+        == {key: SECONDS_MAXIMUMS.get(key, MAX_SECONDS) for key in SECONDS_ALLOWED
+            if key != "rules_watch_interval"}
 
 
 # -- the sidecar: named templates in an agent's own chart ----------------------------------
@@ -662,6 +705,68 @@ def test_the_watchdog_accepts_the_rendered_configuration(chart: helm.Chart) -> N
     del env["WATCHDOG_API_TOKEN"]  # what the chart refuses to render: the watchdog refuses too
     with pytest.raises(ConfigError, match="non-loopback"):
         load(env=env)
+
+
+# The configuration keys the chart sets from values of its own (ports, auth, rules, webhooks,
+# forward, modelEndpoint), and `insecure`, which it does not offer: a gateway's listeners take a
+# token, a sidecar's are on 127.0.0.1. Every other key goes under `config:`, as
+# docs/kubernetes.md says, and reaches the watchdog: a value for each, none its default.
+SET_BY_THE_CHART = {"otlp_grpc_address", "otlp_http_address", "api_address", "metrics_address",
+                    "model_address", "state_dir", "rules", "default_rules",
+                    "rules_watch_interval", "api_token", "webhooks", "forward_endpoint",
+                    "forward_headers", "model_upstream", "model_upstream_anthropic",
+                    "model_agent_name", "insecure"}
+CONFIG_VALUES: dict[str, tuple[Any, Any]] = {  # key: (the value under config:, as read)
+    "run_end_timeout": ("30m", 1800.0), "loose_run_gap": ("3m", 180.0),
+    "max_runs": (500, 500), "max_request_bytes": (1073741824, 1073741824),
+    "max_pending_requests": (32, 32), "state_flush_interval": ("500ms", 0.5),
+    "activity_log_size": (100, 100), "eval_interval": (0.5, 0.5), "fleet_window": ("10m", 600.0),
+    "log_content_wait": ("5s", 5.0), "trace_url": ("https://g.example/t/{trace_id}",
+                                                   "https://g.example/t/{trace_id}"),
+    "log_level": ("debug", "debug"), "log_format": ("json", "json"), "native": (False, False),
+    "forward_queue_size": (10, 10), "model_abort": ("error", "error"),
+    "model_relay": ("python", "python"), "model_max_body_bytes": (1048576, 1048576),
+    "model_max_concurrent": (16, 16), "model_max_inflight_bytes": (1 << 40, 1 << 40),
+    "model_upstream_timeout": ("2m", 120.0), "model_body_timeout": (30, 30.0),
+}
+
+
+def test_every_configuration_key_the_chart_does_not_set_goes_under_config(
+        chart: helm.Chart) -> None:
+    """`config:` takes every key of the configuration reference the chart does not set itself
+    (the schema refused log_content_wait, which values.yaml offers, loose_run_gap, native and
+    model_relay), and each reaches the watchdog as written."""
+    keys = {f.name for f in fields(Config)}
+    assert set(CONFIG_VALUES) == keys - SET_BY_THE_CHART
+    for key, (_, read) in CONFIG_VALUES.items():
+        assert read != getattr(Config(), key), key
+    values = {**MODES["gateway"], "config": {key: value for key, (value, _)
+                                             in CONFIG_VALUES.items()}}
+    container = watchdog_containers(render(chart, values))[0]
+    config = load(env=rendered_env(container, {"api-token": "gateway-token-0123456789"}))
+    assert {key: getattr(config, key) for key in CONFIG_VALUES} == {
+        key: read for key, (_, read) in CONFIG_VALUES.items()}
+
+
+def test_the_gateway_starts_among_its_own_services_links(chart: helm.Chart) -> None:
+    """Installed as the README does (`helm install watchdog`), the gateway's Services are
+    watchdog-agent-watchdog(-headless): the kubelet gives every pod of the namespace, the
+    gateway's own, WATCHDOG_AGENT_WATCHDOG_* service links (a headless Service none), which
+    the watchdog refused as unknown variables (a crash loop)."""
+    manifests = chart.render(copy.deepcopy(MODES["gateway"]), name="watchdog",
+                             namespace=NAMESPACE)
+    services = [doc for path, text in sorted(manifests.items()) if not path.endswith("NOTES.txt")
+                for doc in yaml.safe_load_all(text) if doc and doc["kind"] == "Service"]
+    assert {s["metadata"]["name"] for s in services} >= {"watchdog-agent-watchdog"}
+    links: dict[str, str] = {}
+    for service in services:
+        if service["spec"].get("clusterIP") != "None":
+            links.update(service_links(service["metadata"]["name"], "10.0.0.9", {
+                port["name"]: port["port"] for port in service["spec"]["ports"]}))
+    assert "WATCHDOG_AGENT_WATCHDOG_SERVICE_HOST" in links
+    gateway = watchdog_containers(render(chart, MODES["gateway"]))[0]
+    env = rendered_env(gateway, {"api-token": "gateway-token-0123456789"})
+    assert load(env={**links, **env}).otlp_grpc_address == "0.0.0.0:4317"
 
 
 def get_json(url: str) -> Any:

@@ -347,6 +347,45 @@ def test_a_poisoned_stored_run_does_not_stop_the_timer_for_the_others(tmp_path: 
         assert {"healthy-1", "healthy-2", "poisoned"} <= {r["id"] for r in listing["runs"]}
 
 
+def test_a_stored_session_that_cannot_be_read_is_answered_and_started_afresh(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    damaged = {"not-json": "{", "nested": "[" * 100_000 + "]" * 100_000,
+               "a-list": "[1, 2]", "wrong-types": json.dumps({"id": "wrong-types",
+                                                              "facts": "a string", "runs": []})}
+    with running_server(sidecar_config(state)) as sidecar:
+        for session in ("intact", *damaged):
+            status, _ = api(sidecar, "POST", f"/v1/sessions/{session}/checkpoints",
+                            json.dumps({"remaining": 3, "state": {"repo": "/src"}}).encode())
+            assert status == 200
+    with sqlite3.connect(state / "watchdog.sqlite3") as db:
+        for session, data in damaged.items():
+            db.execute("UPDATE sessions SET data=? WHERE id=?", (data, session))
+    with running_server(sidecar_config(state)) as sidecar:
+        status, context = api(sidecar, "GET", "/v1/sessions/intact/context")
+        assert status == 200 and context["facts"] == {"repo": "/src"}
+        for session in damaged:
+            status, answer = api(sidecar, "GET", f"/v1/sessions/{session}/context")
+            assert status == 404, answer
+            assert answer["error"]["message"] == (
+                f"session \"{session}\" is stored but cannot be read (see the log)")
+        # a run of such a session, and a checkpoint, start it afresh (its row replaced)
+        maker = SpanMaker()
+        root = maker.open("invoke_agent a", start=time.time())
+        maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "r1",
+                              "watchdog.session.id": "not-json"}, parent=root,
+                   start=time.time())
+        export(sidecar, maker)
+        wait_until(lambda: api(sidecar, "GET", "/v1/sessions/not-json/context")[0] == 200,
+                   what="the session started afresh by its run")
+        assert api(sidecar, "GET", "/v1/sessions/not-json/context")[1]["runs"] == 1
+        status, context = api(sidecar, "POST", "/v1/sessions/a-list/checkpoints",
+                              json.dumps({"remaining": 2}).encode())
+        assert status == 200 and context["checkpoints"] == 1, context
+        assert metric_values(sidecar, "agent_watchdog_run_failures_total"
+                             ).get("stage=session", 0) >= 2
+
+
 # -- ids -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("run_id", ["{braces}", "a/b", "percent%41", "space d", "ünï€ode",

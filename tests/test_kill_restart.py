@@ -20,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.frameworks.fakellm import FakeLLM, answer, steps
 from tests.harness import wait_until
 from tests.ports import free_port
 from tests.processes import answers, fresh_ports
 from tests.scripted import ScriptedAgent, api
+from tests.test_exporter_faults import explorer_steps
 from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
 from watchdog.shell.state.store import DB_FILE
 
@@ -233,3 +236,37 @@ def test_a_trace_an_announcement_named_keeps_its_run_after_a_kill(tmp_path: Path
             assert second.get("/v1/runs/caller-run")["signals"]["iterations"] == 0
             assert [run["id"] for run in second.get("/v1/runs")["runs"]
                     if run["id"].startswith("trace:")] == []
+
+
+def test_a_batch_sent_again_after_a_kill_is_applied_once(tmp_path: Path) -> None:
+    """The sidecar applied a batch, flushed its runs, and was killed before the exporter read
+    its answer; the exporter (a Collector's queue) sends the batch again, re-cut, with a span
+    more, to the next process: the span ids the flush stored with the run's counts tell it
+    which spans were applied, and its calls count once, not twice."""
+    maker, _root, _start = explorer_steps("killed", "across-kill", 4)
+    spans = maker.take()
+    flushed = spans[:6]  # three steps; the fourth comes only with the batch sent again
+
+    def send(target: Sidecar, batch: list[Any]) -> None:
+        exporter = OTLPSpanExporter(endpoint=target.otlp_http + "/v1/traces", timeout=10)
+        try:
+            assert exporter.export(batch) is SpanExportResult.SUCCESS
+        finally:
+            exporter.shutdown()
+
+    def counts(target: Sidecar) -> tuple[int, int]:
+        run = target.get("/v1/runs/across-kill")
+        return run["signals"]["iterations"], run["signals"]["tool_calls"]
+
+    state = tmp_path / "state"
+    with sidecar(state, state_flush_interval="100ms") as first:
+        send(first, flushed)
+        wait_until(lambda: (stored_run(state, "across-kill") or {}).get("tool_calls") == 3,
+                   what="the run's three calls flushed")
+        first.kill()
+    with sidecar(state, state_flush_interval="100ms") as second:
+        assert counts(second) == (3, 3)
+        send(second, spans[::-1])  # the whole batch again, re-cut: another body
+        assert counts(second) == (4, 4)  # the fourth step, never applied before, counts
+        send(second, flushed[:2])
+        assert counts(second) == (4, 4)

@@ -700,6 +700,33 @@ def test_a_response_whose_calls_the_relay_cannot_read_holds_continuing_requests_
         raw.close()
 
 
+def test_a_request_the_relay_cannot_read_takes_back_only_what_its_conversation_was_told(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A Chat Completions request the relay cannot read (its system message in parts) may be
+    of a conversation whose next request the loop said may go on: that conversation's next one
+    waits for the loop. When the relay can tell which conversation it is of (its agent, its
+    first user message a string, no trace or run named), only that one's: the agent's other
+    conversations still go on ahead."""
+    with sidecar(tmp_path, upstream) as server:
+        native = native_of(server)
+        assert post(server, PATHS["chat"], turn("task one", metadata={"calls": "1"}))[0] == 200
+        told(server, 1)
+        parts = json.loads(turn("task two"))  # another conversation of the agent
+        parts["messages"][0]["content"] = [{"type": "text", "text": "You are terse."}]
+        assert post(server, PATHS["chat"], json.dumps(parts).encode())[0] == 200
+        assert native.answered == 0  # (the loop's: the relay could not read it)
+        body = answering("task one", ["found"], calls=1)
+        with busy(server) as held:
+            answer = in_background(lambda: post(server, PATHS["chat"], body))
+            wait_until(lambda: upstream.seen[-1].body == body
+                       or held.relay.queued_requests > held.queued, "the request sent or held")
+            assert upstream.seen[-1].body == body, "task one's request waited for the loop"
+            assert not held.free.is_set()
+        assert answer()[0] == 200
+        wait_until(lambda: native.answered == 1, "the request read by the loop")
+        assert native.missed == 0
+
+
 def test_a_checkpoint_of_the_runs_session_takes_back_what_the_relay_was_told(
         tmp_path: Path, upstream: RawUpstream) -> None:
     """What the relay was told was proved with the run's session as it was: a checkpoint

@@ -26,6 +26,7 @@ from tests.frameworks.fakellm import (
 )
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from watchdog.core.model.steer import STRUCTURED_REPORT
 from watchdog.shell.clock import ManualClock
 
 KEY = "sk-test-SECRET-abcdef0123456789abcdef"
@@ -173,6 +174,88 @@ def test_budget_of_three_counts_down_then_withdraws_tools(sidecar: RunningServer
     assert detail["signals"]["tool_calls"] == 3
     assert detail["has_final_answer"]
     assert detail["terminal_state"] == "tool_limit_reached"
+
+
+def test_a_request_that_can_call_no_tool_gets_no_countdown(sidecar: RunningServer,
+                                                            llm: FakeLLM) -> None:
+    """A request whose ``tool_choice`` is ``"none"`` (a summary an agent asks for mid-run) can
+    call no tool: it goes on as sent, no countdown in its instructions (which would change the
+    prompt's prefix: a prompt-cache miss for nothing), and the run's next request with tools
+    counts down as before."""
+    model = llm.script("sider", looping("search", lambda i: {"q": f"page {i}"},
+                                        answer_without_tools="So far: page 0."))
+    chat = client(sidecar, "budgeted")
+    messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
+                           {"role": "user", "content": "Find the answer."}]
+    first = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    calls = [c.model_dump() for c in first.choices[0].message.tool_calls or ()]
+    messages += [{"role": "assistant", "content": None, "tool_calls": calls},
+                 {"role": "tool", "tool_call_id": calls[0]["id"], "content": "result 1"}]
+    summary = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                           tool_choice="none")
+    assert summary.choices[0].message.content == "So far: page 0."
+    chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    requests = llm.requests(model)
+    assert "[budget: 3 of 3 tool calls left" in system_of(requests[0])
+    assert requests[1]["messages"] == messages and requests[1]["tool_choice"] == "none"
+    assert "agent-watchdog" not in json.dumps(requests[1]), requests[1]
+    assert "[budget: 2 of 3 tool calls left" in system_of(requests[2])
+
+
+REPORT_SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True,
+    "schema": {"type": "object", "additionalProperties": False, "required": ["answer"],
+               "properties": {"answer": {"type": "string"}}}}}
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_final_request_with_a_structured_format_asks_for_the_report_in_it(
+        sidecar: RunningServer, llm: FakeLLM, api: str) -> None:
+    """An agent whose answers must follow a strict JSON schema (``response_format``, the
+    Responses API's ``text.format``) parses its final answer by it: at the budget, the final
+    request keeps that format and asks for the report within it, not in Markdown sections the
+    schema cannot hold, so the agent finishes normally with the report as its result."""
+    report = json.dumps({"answer": "Searched pages 0-2; page 3 is left."})
+    model = llm.script(f"schema-{api}", looping("search", lambda i: {"q": f"page {i}"},
+                                                answer_without_tools=report))
+    chat = client(sidecar, "budgeted")
+    if api == "chat":
+        messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
+                               {"role": "user", "content": "Find the answer."}]
+        for _ in range(5):
+            response = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                                    response_format=REPORT_SCHEMA)
+            calls = [c.model_dump() for c in response.choices[0].message.tool_calls or ()]
+            if not calls:
+                break
+            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+            messages += [{"role": "tool", "tool_call_id": c["id"], "content": "result"}
+                         for c in calls]
+        output = response.choices[0].message.content
+        final = llm.requests(model)[-1]
+        told, kept = system_of(final), final["response_format"]
+        assert kept == REPORT_SCHEMA
+    else:
+        text_format = {"format": {"type": "json_schema", **REPORT_SCHEMA["json_schema"]}}
+        items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+        for _ in range(5):
+            answer = chat.responses.create(model=model, instructions="You research.",
+                                           input=items, tools=RESPONSES_TOOLS,
+                                           text=text_format)  # type: ignore[arg-type]
+            asked = [item for item in answer.output if item.type == "function_call"]
+            if not asked:
+                break
+            for item in asked:
+                items += [{"type": "function_call", "call_id": item.call_id,
+                           "name": item.name, "arguments": item.arguments},
+                          {"type": "function_call_output", "call_id": item.call_id,
+                           "output": "result"}]
+        output = answer.output_text
+        final = llm.requests(model)[-1]
+        told, kept = final["instructions"], final["text"]
+        assert kept == text_format
+    assert output == report
+    assert final["tool_choice"] == "none" and "Tools are withdrawn" in told
+    assert STRUCTURED_REPORT in told, told
 
 
 @pytest.mark.parametrize(("agent", "spent"), [

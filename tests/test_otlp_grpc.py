@@ -3,6 +3,8 @@ what the SDK cannot send) against a real sidecar."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.spans import SpanMaker, chat_attrs, encode
 from tests.test_otlp_http import EXPECTED_SIGNALS, agent_run, assert_run, export_outcomes
 
@@ -107,3 +109,69 @@ def test_token_in_metadata(tmp_path: Path) -> None:
                 assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
                 assert "bearer token" in caught.value.details()
         assert export_outcomes(sidecar, "grpc") == {"ok": 1, "unauthorized": 3}
+
+
+def spans_received(sidecar: RunningServer) -> float:
+    metrics = sidecar.server.metrics
+    assert metrics is not None
+    return sum(sample.value for family in metrics.registry.collect()
+               for sample in family.samples
+               if sample.name == "agent_watchdog_spans_received_total"
+               and sample.labels["protocol"] == "grpc")
+
+
+def pending(sidecar: RunningServer) -> int:
+    return sidecar.call(lambda: sidecar.server.admission.pending
+                        if sidecar.server.admission is not None else -1)
+
+
+def test_a_call_cancelled_before_its_message_is_counted(sidecar: RunningServer,
+                                                        channel: grpc.Channel) -> None:
+    """A client that cancels while its message has not come (an exporter shut down, a
+    deadline passed) is counted ``cancelled``, and its processing slot is given back."""
+    hold = threading.Event()
+
+    def nothing_yet() -> Iterator[bytes]:
+        hold.wait(30)
+        yield from ()
+
+    call = channel.stream_unary(EXPORT_METHOD).future(nothing_yet())
+    try:
+        wait_until(lambda: pending(sidecar) == 1, what="the call at the receiver")
+        assert call.cancel()
+    finally:
+        hold.set()
+    wait_until(lambda: export_outcomes(sidecar, "grpc") == {"cancelled": 1},
+               what="the cancelled call counted")
+    assert pending(sidecar) == 0
+    # a call that closes its stream sending nothing is no cancellation: invalid, answered so
+    with pytest.raises(grpc.RpcError) as refused:
+        channel.stream_unary(EXPORT_METHOD)(iter(()), timeout=10)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert export_outcomes(sidecar, "grpc") == {"cancelled": 1, "invalid": 1}
+
+
+def test_a_call_cancelled_while_its_spans_are_applied_is_counted_and_applied_whole(
+        sidecar: RunningServer, channel: grpc.Channel) -> None:
+    """Cancelled while its message's spans are applied (in slices, the event loop served in
+    between), a call is counted ``cancelled`` and its message applied whole all the same:
+    the exporter's retry is a duplicate, no span counted twice or lost."""
+    maker = SpanMaker()
+    runs = 6000
+    for index in range(runs):
+        maker.span("chat m", {**chat_attrs(), "watchdog.run.id": f"c-{index}"},
+                   start=time.time())
+    body = encode(maker.take()).SerializeToString()
+    call = channel.unary_unary(EXPORT_METHOD).future(body, timeout=60)
+    while not 0 < spans_received(sidecar) < runs:  # the moment: some slices applied
+        assert not call.done(), "answered before a cancel could come: make the batch larger"
+        time.sleep(0.001)
+    assert call.cancel()
+    wait_until(lambda: export_outcomes(sidecar, "grpc") == {"cancelled": 1},
+               what="the cancelled call counted")
+    assert spans_received(sidecar) == runs
+    assert pending(sidecar) == 0
+    export_raw(channel, body)  # the exporter's retry
+    assert export_outcomes(sidecar, "grpc") == {"cancelled": 1, "duplicate": 1}
+    assert spans_received(sidecar) == runs
+    assert sidecar.get_json("/v1/runs/c-5999")["signals"]["iterations"] == 1

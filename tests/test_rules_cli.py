@@ -3,6 +3,7 @@ file and line, a readable diff when a rule test fails, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -103,6 +104,21 @@ def test_check_as_a_process_never_shows_a_traceback(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"{pack}:5: rule a: when: syntax error")
+
+
+def test_check_names_a_file_whose_name_is_no_utf8_readably(tmp_path: Path) -> None:
+    """A file name in another encoding (Latin-1 ``é``) is shown with a backslash escape, as
+    ``ls`` shows it, and the process neither fails to print it nor writes a surrogate."""
+    pack = tmp_path / os.fsdecode(b"r\xe9gles.yaml")
+    write(pack, HEADER + "rules:\n  - {name: a, when: 'x >', action: notify, message: m}\n")
+    for locale in ("C.UTF-8", "C"):
+        done = subprocess.run([sys.executable, "-m", "watchdog", "rules", "check", str(tmp_path)],
+                              capture_output=True, timeout=60,
+                              env={**os.environ, "LC_ALL": locale, "PYTHONIOENCODING": ""})
+        assert done.returncode == 1, done.stderr
+        assert b"Traceback" not in done.stderr
+        assert done.stderr.startswith(
+            os.fsencode(tmp_path) + b"/r\\xe9gles.yaml:5: rule a: when: syntax error"), done.stderr
 
 
 # -- rules test -----------------------------------------------------------------------------------
@@ -279,6 +295,29 @@ def test_yaml_that_expands_or_nests_without_end_is_refused_with_its_line(
     code, out, _ = cli(capsys, "rules", "test", str(latin))
     assert (code, out) == (1, f"{latin}:2: not UTF-8 text (invalid continuation byte at byte "
                               f"20); save it as UTF-8\n")
+
+
+def test_an_integer_of_more_digits_than_python_reads_is_a_problem_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """YAML's integer of 5,000 digits: Python's int() refuses past 4,300 (a ValueError, a
+    traceback at `rules check`); in a pack and in a rule test's step alike."""
+    digits = "9" * 5000
+    pack = write(tmp_path / "big.yaml", HEADER + f"budgets: [{{agents: ['*'], max_tool_calls: "
+                                                 f"{digits}}}]\n")
+    code, _, err = cli(capsys, "rules", "check", pack)
+    assert (code, err.splitlines()) == (1, [
+        f"{pack}:4: budgets: max_tool_calls: expected an integer >= 1, got an unreadable value "
+        f"(an integer of 5000 characters is too...", "1 problem found"])
+    tests = write(tmp_path / "big.test.yaml", f"""\
+        tests:
+          - name: big
+            steps:
+              - {{at: 0, tool: search, args: {{q: {digits}}}, result: x}}
+            expect: []
+    """)
+    code, out, _ = cli(capsys, "rules", "test", tests)
+    assert code == 1 and out.startswith(f"{tests}:4: test 'big': step 0: args: an unreadable "
+                                        f"value"), out
 
 
 def test_a_test_without_its_steps_says_so(tmp_path: Path,

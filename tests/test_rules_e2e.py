@@ -4,6 +4,7 @@ sidecar's rules decide, and the decisions come back as directives on the control
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -157,6 +158,31 @@ def test_a_reload_that_fails_keeps_the_rules_and_says_why(tmp_path: Path) -> Non
             assert server.get_json("/v1/rules")["rules"] == before
             status, metrics = http_request("GET", server.metrics + "/metrics")
             assert b"agent_watchdog_rules_reload_success 0.0" in metrics
+
+
+def test_a_reload_names_a_rule_file_whose_name_is_no_utf8_readably(tmp_path: Path) -> None:
+    """A rule file in a watched directory named in another encoding (Latin-1 ``é``: byte
+    0xE9) is named with a backslash escape in the 422, never a surrogate escape."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    config = sidecar_config(tmp_path / "state", rules=(str(rules),), rules_watch_interval=0.0)
+    with running_server(config) as server:
+        (rules / os.fsdecode(b"r\xe9gles.yaml")).write_text(
+            "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+            "rules:\n  - {name: a, when: 'x >', action: notify, message: m}\n")
+        status, body = http_request("POST", server.api + "/-/reload")
+        assert status == 422, body
+        said = json.loads(body)["error"]["message"]
+        assert f"{rules}/r\\xe9gles.yaml:5: rule a: when: syntax error" in said, said
+        assert "\\udc" not in body.decode() and "\udce9" not in said
+        (rules / os.fsdecode(b"r\xe9gles.yaml")).write_text(
+            "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: mine\n"
+            "rules:\n  - {name: a, when: 'run.tool_calls > 9', action: notify, message: m}\n")
+        status, body = http_request("POST", server.api + "/-/reload")
+        assert status == 200, body
+        listing = server.get_json("/v1/rules")
+        assert {r["name"]: r["source"] for r in listing["rules"]}["a"] == (
+            f"{rules}/r\\xe9gles.yaml:5")
 
 
 def test_a_reload_is_enforced_at_once_on_the_active_runs(tmp_path: Path) -> None:

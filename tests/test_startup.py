@@ -8,6 +8,9 @@ SO_REUSEPORT would otherwise let two processes share :4317 and split the agents'
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -24,7 +27,7 @@ import pytest
 from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.test_directives_store import directive
-from watchdog.shell.config import INT_MAXIMUMS, Config, load
+from watchdog.shell.config import INT_MAXIMUMS, SECONDS_ALLOWED, Config, load
 from watchdog.shell.directives.store import DB_FILE as DIRECTIVES_FILE
 from watchdog.shell.directives.store import DirectiveStore
 from watchdog.shell.errors import ConfigError
@@ -82,6 +85,31 @@ def test_a_second_watchdog_cannot_share_the_grpc_port(tmp_path: Path) -> None:
                          "WATCHDOG_OTLP_GRPC_ADDRESS or --otlp-grpc-address")
 
 
+def test_a_sighup_while_it_starts_is_a_reload_once_it_has(tmp_path: Path) -> None:
+    """SIGHUP's default action ends a process: one that came while the sidecar read its
+    config, loaded the server or restored its state ended it without a word (exit -1). The
+    config file is a FIFO, so the start is held reading it while the signal comes."""
+    config = tmp_path / "watchdog.yaml"
+    os.mkfifo(config)
+    ports = fresh_ports()
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve", "--config",
+                                    str(config)], env=serve_env(tmp_path / "state", ports),
+                                   stderr=log, text=True)
+        try:
+            with open(config, "w", encoding="utf-8") as held:  # (opened once the sidecar reads)
+                process.send_signal(signal.SIGHUP)
+                held.write("log_level: info\n")
+            wait_until(lambda: process.poll() is not None
+                       or "rules reloaded" in (log.seek(0), log.read())[1],
+                       timeout=30, what="the sidecar to start and reload its rules")
+            assert process.poll() is None, (process.returncode, log.seek(0), log.read())
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert process.returncode == 0
+
+
 def test_a_bad_rule_pack(tmp_path: Path) -> None:
     pack = tmp_path / "broken.yaml"
     pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: broken\nrules:\n"
@@ -93,6 +121,15 @@ def test_a_bad_rule_pack(tmp_path: Path) -> None:
     assert "`watchdog rules check PATH...` lists every problem" in line
 
 
+def test_a_path_with_a_line_break_is_shown_escaped_in_the_one_line(tmp_path: Path) -> None:
+    """An error is one line whatever it quotes: a rule file named with a line break (a
+    WATCHDOG_RULES written over two lines) split it in two."""
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
+                                  WATCHDOG_RULES=f"{tmp_path}/team\nops.yaml"))
+    assert line.startswith(f"watchdog: bad rule pack: {tmp_path}/team\\nops.yaml: no such "
+                           f"file or directory"), line
+
+
 def test_an_unusable_state_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -100,6 +137,35 @@ def test_an_unusable_state_dir(tmp_path: Path) -> None:
     assert line == (f"watchdog: state_dir '{blocker / 'state'}': Not a directory: set state_dir "
                     f"(WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or :memory: "
                     f"to keep nothing")
+
+
+def test_an_empty_state_dir_is_refused(tmp_path: Path) -> None:
+    """``WATCHDOG_STATE_DIR=`` (a shell variable that was not set) is no directory: it put the
+    state files in the working directory itself."""
+    ports = fresh_ports()
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_STATE_DIR="")
+    done = subprocess.run([sys.executable, "-m", "watchdog", "serve"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == EXIT_STARTUP, done.stderr
+    assert done.stderr == ("watchdog: state_dir='' is not allowed: expected a directory "
+                           "(relative to the working directory, e.g. state), or :memory: to keep "
+                           "nothing\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_state_dir_that_takes_no_write_is_one_line(tmp_path: Path) -> None:
+    """A full disk at the start (here the file size limit, RLIMIT_FSIZE 0, which fails the
+    first write as ENOSPC would): the lock file's pid was a traceback (OSError)."""
+    def no_file_growth() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    done = subprocess.run([sys.executable, "-m", "watchdog", "serve"],
+                          env=serve_env(tmp_path / "state", fresh_ports()), capture_output=True,
+                          text=True, timeout=60, preexec_fn=no_file_growth)
+    assert (done.returncode, done.stderr) == (EXIT_STARTUP, (
+        f"watchdog: state_dir '{tmp_path / 'state'}': File too large: set state_dir "
+        f"(WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or :memory: to keep "
+        f"nothing\n"))
 
 
 def seeded_state(state: Path) -> None:
@@ -178,16 +244,39 @@ def test_an_unknown_environment_variable(tmp_path: Path) -> None:
                            "did you mean WATCHDOG_RUN_END_TIMEOUT?"), line
 
 
+def service_links(service: str, ip: str, ports: dict[str, int]) -> dict[str, str]:
+    """The variables the kubelet gives every pod of a namespace for a Service in it
+    (enableServiceLinks, on by default; kubelet's envvars.FromServices): ``ports`` by name,
+    the first the Service's port."""
+    name = service.upper().replace("-", "_")
+    first = next(iter(ports.values()))
+    links = {f"{name}_SERVICE_HOST": ip, f"{name}_SERVICE_PORT": str(first),
+             f"{name}_PORT": f"tcp://{ip}:{first}"}
+    for port_name, port in ports.items():
+        links[f"{name}_SERVICE_PORT_{port_name.upper().replace('-', '_')}"] = str(port)
+        tcp = f"{name}_PORT_{port}_TCP"
+        links.update({tcp: f"tcp://{ip}:{port}", f"{tcp}_PROTO": "tcp", f"{tcp}_PORT": str(port),
+                      f"{tcp}_ADDR": ip})
+    return links
+
+
 def test_variables_that_are_not_configuration_are_left_alone(tmp_path: Path) -> None:
-    """The client SDK's WATCHDOG_URL and Kubernetes' service links for a Service named
-    "watchdog" share the pod's environment; the sidecar starts with them."""
+    """The client SDK's WATCHDOG_URL and Kubernetes' service links share the pod's
+    environment: those of a Service named "watchdog", and of one whose name begins
+    "watchdog-", as the gateway's (`helm install watchdog`: watchdog-agent-watchdog, which
+    the gateway's own pods and every pod of its namespace get: the sidecar refused them as
+    unknown variables); the sidecar starts with them."""
     ports = fresh_ports()
-    env = serve_env(tmp_path / "state", ports, WATCHDOG_URL="http://127.0.0.1:9477",
-                    WATCHDOG_SERVICE_HOST="10.0.0.7", WATCHDOG_SERVICE_PORT="9477",
-                    WATCHDOG_PORT="tcp://10.0.0.7:9477",
-                    WATCHDOG_PORT_9477_TCP_ADDR="10.0.0.7")
+    links = {**service_links("watchdog", "10.0.0.7", {"api": 9477}),
+             **service_links("watchdog-agent-watchdog", "10.0.0.8", {
+                 "otlp-grpc": 4317, "otlp-http": 4318, "api": 9477, "metrics": 9464,
+                 "model": 9478})}
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_URL="http://127.0.0.1:9477", **links)
     with running_sidecar(env, ports["metrics"]) as process:
         assert process.poll() is None
+    # (a variable of that shape without its Service's _SERVICE_HOST is no link: a typo)
+    with pytest.raises(ConfigError, match="unknown environment variable WATCHDOG_API_PORT"):
+        load(env={"WATCHDOG_API_PORT": "9477"})
 
 
 @pytest.mark.parametrize(("args", "extra", "expected"), [
@@ -196,12 +285,12 @@ def test_variables_that_are_not_configuration_are_left_alone(tmp_path: Path) -> 
      "run_end_timeout? allowed: "),
     ([], {"WATCHDOG_RUN_END_TIMEOUT": "15 minutes"},
      "watchdog: run_end_timeout='15 minutes' is not allowed: expected a positive number of "
-     "seconds or a duration (e.g. 900 or 15m); a duration like 500ms, 30s, 1m30s, 1h, 1d "
-     "(units ms s m h d w y, largest first)"),
+     "seconds or a duration, at most 1y (e.g. 900 or 15m); a duration like 500ms, 30s, 1m30s, "
+     "1h, 1d (units ms s m h d w y, largest first)"),
     (["--eval-interval", "1.5h"], {},
      "watchdog: eval_interval='1.5h' is not allowed: expected a positive number of seconds or "
-     "a duration (e.g. 1 or 500ms); a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h "
-     "d w y, largest first)"),
+     "a duration, at most 1y (e.g. 1 or 500ms); a duration like 500ms, 30s, 1m30s, 1h, 1d "
+     "(units ms s m h d w y, largest first)"),
     (["--max-runs", "many"], {},
      "watchdog: max_runs='many' is not allowed: expected an integer"),
 ])
@@ -212,6 +301,46 @@ def test_an_unknown_key_or_a_bad_value(tmp_path: Path, args: list[str], extra: d
     line = failed_start(serve_env(tmp_path / "state", fresh_ports(), **extra),
                         *(arg.format(config=config) for arg in args))
     assert line.startswith(expected.format(config=config)), line
+
+
+def test_a_time_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
+    """Every time key has an upper bound: a YAML integer of 400 digits (past a float), and
+    durations the compiled relay's timers or a thread's wait cannot hold, are one line each,
+    never a traceback."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text(f"run_end_timeout: 1{'0' * 400}\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line.startswith("watchdog: run_end_timeout=") and line.endswith(
+        "is not allowed: expected a positive number of seconds or a duration, at most 1y (e.g. "
+        "900 or 15m); a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest "
+        "first)"), line
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
+                                  WATCHDOG_MODEL_ADDRESS="127.0.0.1:0",
+                                  WATCHDOG_MODEL_UPSTREAM_TIMEOUT="99999999999999999999y"))
+    assert line.startswith("watchdog: model_upstream_timeout='99999999999999999999y' is not "
+                           "allowed: expected a positive number of seconds or a duration, at "
+                           "most 1y"), line
+    for key, allowed in SECONDS_ALLOWED.items():
+        with pytest.raises(ConfigError) as refused:
+            load(env={f"WATCHDOG_{key.upper()}": "366d"})
+        assert refused.value.message == f"{key}='366d' is not allowed: expected {allowed}"
+        if key != "log_content_wait":
+            assert getattr(load(env={f"WATCHDOG_{key.upper()}": "365d"}), key) == 365 * 86400
+
+
+def test_an_integer_of_more_digits_than_python_reads_is_one_line(tmp_path: Path) -> None:
+    """YAML's integer of 5,000 digits (past int()'s 4,300: a ValueError out of PyYAML) in the
+    config file, and in WATCHDOG_WEBHOOKS' YAML: where it is, never a traceback."""
+    config = tmp_path / "watchdog.yaml"
+    config.write_text(f"log_level: info\nmax_runs: {'9' * 5000}\n")
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports()), "--config", str(config))
+    assert line == (f"watchdog: config file {config}: invalid YAML at line 2, column 11: an "
+                    f"integer of 5000 characters is too long to be a number")
+    with pytest.raises(ConfigError) as refused:
+        load(env={"WATCHDOG_WEBHOOKS": f"[{{url: 'http://hooks.example/a', secret: "
+                                       f"{'9' * 5000}}}]"})
+    assert refused.value.message == ("webhooks is not allowed: an integer of 5000 characters is "
+                                     "too long to be a number; expected a YAML list of webhooks")
 
 
 def test_an_integer_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
@@ -276,7 +405,7 @@ def test_a_time_key_says_what_it_accepts_and_shows_the_value_as_given() -> None:
         said.append(refused.value.message)
         assert refused.value.message.startswith(
             f"run_end_timeout={value!r} is not allowed: expected a positive number of seconds "
-            f"or a duration (e.g. 900 or 15m)"), refused.value.message
+            f"or a duration, at most 1y (e.g. 900 or 15m)"), refused.value.message
     with pytest.raises(ConfigError) as refused:
         load(flags={"log_content_wait": "11m"})
     assert refused.value.message.startswith("log_content_wait='11m' is not allowed: expected a "

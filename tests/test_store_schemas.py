@@ -85,8 +85,9 @@ def test_a_state_dir_the_build_before_wrote_reads_the_same(tmp_path: Path) -> No
         session = expected["runs"][key]["session"]
         ended = key in expected["ended"]
         assert [row[1] for row in store.list_runs(ended, None, None, 100, session)] == [key]
+    assert store.applied_spans() == ([], 0)  # schema 8: none stored by the old build
     store.close()
-    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 7
+    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 8
 
     directives = DirectiveStore(str(state))
     stored = directives.list_after(0, 10_000)

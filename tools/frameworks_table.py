@@ -108,6 +108,7 @@ def row(convention: Convention) -> str:
                 if key not in c.agent_name]
              + _places(c.agent_span_name, "agent span ")
              + [f"(not one matching /{pattern}/)" for pattern in c.agent_span_name_placeholders]
+             + [f"(not `{name}`, whoever writes it)" for name in c.agent_name_placeholders]
              + [f"`{key}` JSON `{_dotted(path)}` (a span named so is the agent)"
                 for key, path in c.agent_name_json]
              + [f"root `{key}` JSON `{_dotted(path)}`" for key, path in c.root_agent_name_json]
@@ -144,6 +145,8 @@ def row(convention: Convention) -> str:
              + ["a span of no kind with " + " and ".join(
                  "/".join(f"`{key}`" for key in group) for group in marks) + " (tool)"
                 for marks in (c.tool_call_marks,) if marks]
+             + [f"`{key}` = {value}: a record (no model or tool call)"
+                for key, value in c.records]
              + [f"model-call span `…{suffix}` (a model call whatever it records)"
                 for suffix in c.llm_span_suffixes]
              + [f"span `{name}` ({role})" for name, role in c.span_names.items()]

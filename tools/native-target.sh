@@ -9,7 +9,7 @@
 # (100 CPU seconds). A directory built from these very sources (its .built stamp) can be trusted,
 # so the sources are dated back before running COMMAND and cargo finds nothing to do. A directory
 # for new sources starts as a copy of the last one used (the dependencies stay compiled; cargo
-# compiles the workspace's crates, as their mtimes are new). One build at a time (a lock), the
+# compiles the workspace's crates, their sources touched first). One build at a time (a lock), the
 # three directories used last are kept.
 #
 # PyO3's build configuration is rerun, and everything above it compiled again, whenever the
@@ -39,6 +39,9 @@ else
     fi
     mkdir -p "$dir.partial"
     mv "$dir.partial" "$dir"
+    # the copy may hold a build newer than these sources' mtimes (another clone's or worktree's
+    # sources, built since they were written): cargo would take it as up to date
+    (cd "$root" && echo "$sources" | tr '\n' '\0' | xargs -0 touch -h)
 fi
 CARGO_TARGET_DIR=$dir "$@"
 touch "$dir/.built"

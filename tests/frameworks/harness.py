@@ -89,6 +89,7 @@ _SEMANTIC_KERNEL = ("semantic_kernel.agents", "semantic_kernel.connectors.ai",
                     "semantic_kernel.connectors.ai.open_ai", "semantic_kernel.functions")
 PRELOAD: dict[str, tuple[str, ...]] = {
     # agent_framework.openai imports its client at first use: the OpenAI SDK is preloaded here
+    "ag2": (*_OTEL, "ag2", "ag2.config", "ag2.middleware.builtin", *_OPENAI),
     "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", *_OPENAI),
     "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",
              "agno.team", *_OPENAI),
@@ -105,6 +106,9 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "beeai": (*_OTEL, "openinference.instrumentation.beeai", "beeai_framework.adapters.openai",
               "beeai_framework.agents.requirement", "beeai_framework.tools", *_LITELLM,
               *_OPENAI),
+    "burr": (*_OTEL, "_burr", "burr.core", "burr.integrations.opentelemetry",
+             "opentelemetry.instrumentation.openai", "opentelemetry.instrumentation.openai.v1",
+             *_OPENAI),
     "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai",
                *_OPENAI),
     "crewai_openlit": (*_OTEL, "crewai", "crewai.tools", "openlit", *_OPENAI),

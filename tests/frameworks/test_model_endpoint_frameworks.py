@@ -6,7 +6,8 @@ Langfuse's docs set it up), LangChain's
 ``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
-``OpenAIResponsesLlm``), LiteLLM's SDK (``litellm.completion``), Haystack's ``Agent`` and
+``OpenAIResponsesLlm``), LiteLLM's SDK (``litellm.completion``), Haystack's ``Agent``, AG2's
+``Agent``, an Apache Burr state machine and
 Semantic Kernel's ``ChatCompletionAgent`` (and DSPy's ReAct, whose tools are text: its own
 tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
@@ -142,6 +143,9 @@ AGENTS = [
     Agent("litellm_logfire", "endpoint_litellm", "completion"),
     Agent("litellm_logfire", "endpoint_litellm", "completion_stream"),
     Agent("haystack", "endpoint_haystack", "run"),
+    # AG2 1.x's Agent on its OpenAIConfig, streamed and not
+    *(Agent("ag2", "endpoint_ag2", mode) for mode in ("run", "stream")),
+    Agent("burr", "endpoint_burr", "run"),  # an Apache Burr state machine on the OpenAI client
     Agent("haystack", "endpoint_haystack", "stream"),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke", tool="Files-search"),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "stream", tool="Files-search"),

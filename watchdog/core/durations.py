@@ -32,6 +32,7 @@ _NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 
 DURATION_HELP = "a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first)"
 SECONDS_HELP = "a number of seconds >= 0 or " + DURATION_HELP
+TOO_LARGE = "this one is too large for a number of seconds"
 
 
 class DurationError(ValueError):
@@ -55,8 +56,14 @@ def parse_duration(value: object) -> float:
         hint = "" if isinstance(value, bool) or not _NUMBER.match(str(bare)) else (
             f"a bare number has no unit: write {bare}s")
         raise DurationError(DURATION_HELP, hint)
-    return sum(int(count) * UNIT_SECONDS["ms" if name == "ms_" else name]
-               for name, count in match.groupdict().items() if count is not None)
+    try:  # (a count of hundreds of digits is past any float)
+        seconds = sum(int(count) * UNIT_SECONDS["ms" if name == "ms_" else name]
+                      for name, count in match.groupdict().items() if count is not None)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise DurationError(DURATION_HELP, TOO_LARGE)
+    return seconds
 
 
 def parse_seconds(value: object) -> float:
@@ -64,15 +71,27 @@ def parse_seconds(value: object) -> float:
     if isinstance(value, bool):
         raise DurationError(SECONDS_HELP)
     if isinstance(value, (int, float)):
-        if not math.isfinite(value) or value < 0:
+        if value < 0 or (isinstance(value, float) and math.isnan(value)):
             raise DurationError(SECONDS_HELP)
-        return float(value)
+        return _finite(value)
     if isinstance(value, str) and _NUMBER.match(value.strip()):
-        return float(value.strip())
+        return _finite(value.strip())
     try:
         return parse_duration(value)
-    except DurationError:
-        raise DurationError(SECONDS_HELP) from None
+    except DurationError as exc:  # (its hint for a bare number does not apply here)
+        raise DurationError(SECONDS_HELP, exc.hint if exc.hint == TOO_LARGE else "") from None
+
+
+def _finite(number: float | str) -> float:
+    """``float(number)``, refused when it is past what a float holds: YAML's ``.inf``, an integer
+    or a string of digits of some 310 digits or more (``float`` would raise or give inf)."""
+    try:
+        seconds = float(number)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise DurationError(SECONDS_HELP, TOO_LARGE)
+    return seconds
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:

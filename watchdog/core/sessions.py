@@ -314,12 +314,49 @@ class SessionState:
         return {name: _copy(getattr(self, name)) for name in self.__slots__}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
-        state = cls(str(data["id"]))
-        for name in cls.__slots__:
-            if name in data and name != "id":
-                setattr(state, name, _copy(data[name]))
+    def from_dict(cls, data: object) -> SessionState:
+        """A stored :meth:`to_dict`; :class:`UnreadableSession` if it is not one (damaged on
+        disk, or written by a build that kept other fields)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("id"), str):
+            raise UnreadableSession("not a stored session")
+        state = cls(data["id"])
+        for name, allowed in _STORED_TYPES.items():
+            if name in data:
+                value = data[name]
+                if not isinstance(value, allowed) or (isinstance(value, bool)
+                                                      and bool not in allowed):
+                    raise UnreadableSession(f"{name} is a {type(value).__name__}")
+                items = _STORED_ITEMS.get(name)
+                if items is not None and not all(isinstance(item, items)
+                                                 for item in _held(data[name])):
+                    raise UnreadableSession(f"{name} holds a value of another type")
+                setattr(state, name, _copy(value))
         return state
+
+
+def _held(value: Any) -> Iterable[Any]:
+    """What a stored list holds, or a stored dict's values."""
+    return value.values() if isinstance(value, dict) else value
+
+
+class UnreadableSession(ValueError):
+    """A stored session that cannot be made a :class:`SessionState` again."""
+
+
+_NUMBER = (int, float)
+# what each stored field may hold (a bool is an int to isinstance: allowed only where named)
+_STORED_TYPES: dict[str, tuple[type, ...]] = {
+    "runs": (int,), "checkpoints": (int,), "zero_progress": (bool,),
+    "zero_progress_streak": (int,), "last_remaining": (str, *_NUMBER, type(None)),
+    "last_checkpoint_at": (*_NUMBER, type(None)), "last_checkpoint_run": (str, type(None)),
+    "facts": (dict,), "failed_approaches": (list,), "recent_runs": (dict,),
+    "updated_at": _NUMBER, "agent_cycle": (list,), "agent_cycle_repeats": (int,),
+    "cycle_orchestrator": (str, type(None)),
+}
+_STORED_ITEMS: dict[str, tuple[type, ...]] = {  # what a list holds; a dict, as its values
+    "facts": (str, *_NUMBER), "failed_approaches": (str,), "recent_runs": (int,),
+    "agent_cycle": (str,),
+}
 
 
 def empty_context(session_id: str) -> dict[str, Any]:
@@ -349,15 +386,23 @@ def _iso(seconds: float | None) -> str | None:
 class SessionBook:
     """The sessions the shell works with: an LRU of :class:`SessionState` in front of the store.
 
-    ``load`` reads a stored session (a :meth:`SessionState.to_dict` mapping, or None). A
-    changed session is *dirty* until the shell takes it (:meth:`take_dirty`) to persist it; a
-    dirty session evicted from the LRU stays reachable through the dirty set, so nothing is lost
-    between two flushes.
+    ``load`` reads a stored session (a :meth:`SessionState.to_dict` mapping, or None; a
+    ``ValueError`` or ``RecursionError`` if the stored row cannot be read). A changed session is
+    *dirty* until the shell takes it (:meth:`take_dirty`) to persist it; a dirty session evicted
+    from the LRU stays reachable through the dirty set, so nothing is lost between two flushes.
+
+    A stored session that cannot be read is reported to ``unreadable`` once and then known as
+    such (:meth:`cannot_be_read`): to :meth:`get` it is unknown, and :meth:`get_or_create`
+    starts it afresh, which replaces the stored row at the next write.
     """
 
-    def __init__(self, load: Callable[[str], Mapping[str, Any] | None],
-                 max_sessions: int = MAX_SESSIONS_IN_MEMORY) -> None:
+    def __init__(self, load: Callable[[str], object],
+                 max_sessions: int = MAX_SESSIONS_IN_MEMORY,
+                 unreadable: Callable[[str, Exception], None] | None = None) -> None:
         self._load = load
+        self._on_unreadable = unreadable
+        # stored sessions found unreadable, until started afresh (bounded by the store's ids)
+        self._unreadable: set[str] = set()
         self.max_sessions = max_sessions
         self._cache: OrderedDict[str, SessionState] = OrderedDict()
         self._dirty: dict[str, SessionState] = {}
@@ -388,14 +433,26 @@ class SessionBook:
             return state
         state = self._dirty.get(session_id)
         if state is None:
-            if self._stored is not None and session_id not in self._stored:
+            if (self._stored is not None and session_id not in self._stored) \
+                    or session_id in self._unreadable:
                 return None
-            data = self._load(session_id)
-            if data is None:
+            try:
+                data = self._load(session_id)
+                if data is None:
+                    return None
+                state = SessionState.from_dict(data)
+            except (ValueError, RecursionError) as exc:
+                self._unreadable.add(session_id)
+                if self._on_unreadable is not None:
+                    self._on_unreadable(session_id, exc)
                 return None
-            state = SessionState.from_dict(data)
         self._remember(state)
         return state
+
+    def cannot_be_read(self, session_id: str) -> bool:
+        """Whether the store holds ``session_id`` in a row that cannot be read (as :meth:`get`
+        found it), not started afresh since."""
+        return session_id in self._unreadable
 
     def get_or_create(self, session_id: str) -> SessionState:
         state = self.get(session_id)
@@ -405,6 +462,7 @@ class SessionBook:
         return state
 
     def _remember(self, state: SessionState) -> None:
+        self._unreadable.discard(state.id)
         self._cache[state.id] = state
         while len(self._cache) > self.max_sessions:
             evicted, _state = self._cache.popitem(last=False)

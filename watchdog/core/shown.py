@@ -31,3 +31,18 @@ def _words(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return "an array"
     return f"a {type(value).__name__}"
+
+
+def readable_path(path: str) -> str:
+    """A file name as a message shows it: the bytes of a name that is no UTF-8 (which Python
+    holds as surrogate escapes, ``\\udce9``) as backslash escapes (``\\xe9``), as ``ls -b``
+    shows them; any other text as it is."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        pass
+    try:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # (a surrogate no byte was decoded to: escaped as code point)
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")

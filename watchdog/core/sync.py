@@ -20,6 +20,7 @@ span while the ledger holds any run. Pure: no IO, no clock.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Any
@@ -96,7 +97,10 @@ class RecentSpans:
     Kept over a clean restart (:meth:`state`, :meth:`restore`): a batch the sidecar applied
     just before it stopped, whose answer the exporter never read, comes again to the next
     process. A copy mark is a hash of this process's, so a span taken back is told by its
-    times alone (its start and end, to the nanosecond)."""
+    times alone (its start and end, to the nanosecond). And over a crash, as far as the runs
+    are: each state flush stores the ids applied since the one before (:meth:`take_new`, with
+    the runs they changed), so a span whose counts are stored is one the next process drops
+    when it comes again; one applied after the last flush counts again, its counts lost."""
 
     def __init__(self, size: int = MAX_RECENT_SPANS) -> None:
         # trace + span id -> the copy mark of the one applied (its times, taken back)
@@ -105,6 +109,8 @@ class RecentSpans:
         self._size = size
         self.duplicates = 0  # spans dropped as a second copy
         self.conflicts: list[SpanRecord] = []  # of the last admit: other spans of an id applied
+        self._added = 0  # ids ever admitted (restored ones are stored already: not counted)
+        self._taken = 0  # ... of which take_new handed out
 
     def admit(self, records: Iterable[SpanRecord]) -> list[SpanRecord]:
         """The records whose span was not applied lately (one of each in the batch)."""
@@ -125,7 +131,25 @@ class RecentSpans:
             if len(order) > self._size:
                 del ids[order.popleft()[0]]
             admitted.append(record)
+        self._added += len(admitted)
         return admitted
+
+    def take_new(self) -> list[tuple[str, int, int]]:
+        """The ids remembered since the last take (at most the last ``size``), oldest first,
+        each with its span's times (what :meth:`restore` takes back): a state flush stores
+        them with the runs they changed."""
+        new = min(self._added - self._taken, len(self._order))
+        self._taken = self._added
+        if new <= 0:
+            return []
+        newest = list(itertools.islice(reversed(self._order), new))
+        newest.reverse()
+        return newest
+
+    def give_back(self, count: int) -> None:
+        """``count`` ids of the last take were not stored (the write failed): the next take
+        hands them out again (those still remembered)."""
+        self._taken = max(self._taken - count, 0)
 
     def state(self) -> list[list[Any]]:
         """The ids remembered, oldest first, with their spans' times (JSON-able)."""

@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import urllib.error
@@ -26,7 +27,7 @@ from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
 from watchdog.core.version import __version__
 from watchdog.shell import logs
-from watchdog.shell.config import Config, load
+from watchdog.shell.config import MAX_SECONDS, Config, load
 from watchdog.shell.errors import WatchdogError
 
 DEFAULT_URL = "http://127.0.0.1:9477"  # the control API's default bind (DESIGN §2)
@@ -82,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve", help="run the sidecar",
+        # (argparse's own usage lists all 40 flags, 36 lines above a bad flag's error)
+        usage="%(prog)s [-h] [--config FILE] [--KEY VALUE ...]",
         description="Run the sidecar. Each key is read from the --config file, then its "
                     "WATCHDOG_<KEY> env var, then its flag (later sources win).")
     _add_config_flags(serve)
@@ -202,9 +205,9 @@ def _positive_float(text: str) -> float:
         value = parse_seconds(text)
     except DurationError:
         value = 0.0
-    if not value > 0:
+    if not 0 < value <= MAX_SECONDS:  # (time.sleep refuses some 3e11 years)
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds or a "
-                                         f"duration like 500ms, 30s, 1m")
+                                         f"duration like 500ms, 30s, 1m (at most 1y)")
     return value
 
 
@@ -216,12 +219,23 @@ def _config_from(args: argparse.Namespace) -> Config:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    hangups = catch_hangups()
     config = _config_from(args)
     logs.setup(config.log_level, config.log_format)
     from watchdog.shell.server import serve  # the server's dependencies load only when serving
 
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, hangups))
     return 0
+
+
+def catch_hangups() -> list[int]:
+    """The SIGHUPs that come while the sidecar starts (its config read, the server loaded, the
+    rules read, the state restored: seconds with a large state), before the server handles
+    them: by default one would end the process without a word. The server reloads the rules
+    once it has started if any came (see :func:`watchdog.shell.server.serve`)."""
+    caught: list[int] = []
+    signal.signal(signal.SIGHUP, lambda signum, _frame: caught.append(signum))
+    return caught
 
 
 def _rules_check(args: argparse.Namespace) -> int:
@@ -626,15 +640,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
+# A control character shown escaped, as Python writes it in a string: an error is one line
+# whatever a path or a name in it holds (a rule file "a\nb" from WATCHDOG_RULES).
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def one_line(message: str) -> str:
+    return message.translate(_ESCAPED)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
     except CommandFailed as exc:
-        print(f"watchdog: {exc.message}", file=sys.stderr)
+        print(f"watchdog: {one_line(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except WatchdogError as exc:
-        print(f"watchdog: {exc.message}", file=sys.stderr)
+        print(f"watchdog: {one_line(exc.message)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 130

@@ -49,6 +49,11 @@ DEFAULT_ACTIVITY_LOG_SIZE = 200
 # first export: tests/test_footprint.py checks they agree)
 DEFAULT_LOG_CONTENT_WAIT = 2.0
 MAX_LOG_CONTENT_WAIT = 600.0  # its run's end waits with it
+# The longest of every other time key: far beyond any real wait, and within what the timers it
+# goes to take (a thread's wait and the compiled relay's timeouts refuse some 3e11 years, and
+# a float refuses a duration of 400 digits).
+MAX_SECONDS = 365 * 86400.0  # 1y
+SECONDS_MAXIMUMS = {"log_content_wait": MAX_LOG_CONTENT_WAIT}
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
@@ -157,18 +162,20 @@ class Config:
         good_addresses = {name: address for name, address in addresses.items()
                           if check(split_address, name, address)}
         problems += _shared_ports(good_addresses)
-        for key in SECONDS_ALLOWED:
-            if key != "rules_watch_interval" and not key.startswith("model_"):
-                require(getattr(self, key) > 0, key, SECONDS_ALLOWED[key])
-        require(self.log_content_wait <= MAX_LOG_CONTENT_WAIT, "log_content_wait",
-                SECONDS_ALLOWED["log_content_wait"])
-        require(self.rules_watch_interval >= 0, "rules_watch_interval",
-                SECONDS_ALLOWED["rules_watch_interval"])
+        for key, allowed in SECONDS_ALLOWED.items():
+            seconds = getattr(self, key)
+            least_ok = seconds >= 0 if key == "rules_watch_interval" else seconds > 0
+            require(least_ok and seconds <= SECONDS_MAXIMUMS.get(key, MAX_SECONDS), key, allowed)
         if self.trace_url is not None and (problem := trace_url_problem(self.trace_url)):
             problems.append(f"trace_url={self.trace_url!r} is not allowed: {problem}; e.g. "
                             f"https://grafana.example/explore?traceId={{trace_id}}")
         for name, most in INT_MAXIMUMS.items():
             require(1 <= getattr(self, name) <= most, name, f"an integer from 1 to {most}")
+        # (an empty one, an unset shell variable's, would put the state files in the working
+        # directory itself)
+        check(_require, self.state_dir.strip() != "", "state_dir", self.state_dir,
+              f"a directory (relative to the working directory, e.g. {DEFAULT_STATE_DIR}), or "
+              f"{MEMORY_STATE_DIR} to keep nothing")
         check(_require, self.log_level in LOG_LEVELS, "log_level", self.log_level,
               "one of " + ", ".join(LOG_LEVELS))
         check(_require, self.log_format in LOG_FORMATS, "log_format", self.log_format,
@@ -218,9 +225,6 @@ class Config:
                 (_require, (name is None or (0 < len(name) <= 200 and name.isprintable()),
                             "model_agent_name", name, "a printable name of 1-200 characters"))):
             _checked(problems, test, *args)
-        for key in ("model_upstream_timeout", "model_body_timeout"):
-            _checked(problems, _require, getattr(self, key) > 0, key,
-                     given.get(key, getattr(self, key)), SECONDS_ALLOWED[key])
         return problems
 
 
@@ -254,16 +258,19 @@ UNKNOWN_KEY = "unknown configuration key"
 # What each time key accepts (every float key is one), said whether the value is no duration
 # at all or one out of range.
 SECONDS_ALLOWED = {
-    "run_end_timeout": "a positive number of seconds or a duration (e.g. 900 or 15m)",
-    "loose_run_gap": "a positive number of seconds or a duration (e.g. 120 or 2m)",
-    "state_flush_interval": "a positive number of seconds or a duration (e.g. 1 or 500ms)",
-    "eval_interval": "a positive number of seconds or a duration (e.g. 1 or 500ms)",
-    "fleet_window": "a positive number of seconds or a duration (e.g. 300 or 5m)",
+    "run_end_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 900 or 15m)",
+    "loose_run_gap": "a positive number of seconds or a duration, at most 1y (e.g. 120 or 2m)",
+    "state_flush_interval": "a positive number of seconds or a duration, at most 1y (e.g. 1 or "
+                            "500ms)",
+    "eval_interval": "a positive number of seconds or a duration, at most 1y (e.g. 1 or 500ms)",
+    "fleet_window": "a positive number of seconds or a duration, at most 1y (e.g. 300 or 5m)",
     "log_content_wait": "a positive number of seconds or a duration, at most 10m (e.g. 2 or 5s)",
-    "rules_watch_interval": "a number of seconds >= 0 or a duration (e.g. 2 or 2s; 0 disables "
-                            "watching the rule files)",
-    "model_upstream_timeout": "a positive number of seconds or a duration (e.g. 600 or 10m)",
-    "model_body_timeout": "a positive number of seconds or a duration (e.g. 60 or 1m)",
+    "rules_watch_interval": "a number of seconds >= 0 or a duration, at most 1y (e.g. 2 or 2s; "
+                            "0 disables watching the rule files)",
+    "model_upstream_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 600 "
+                              "or 10m)",
+    "model_body_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 60 or "
+                          "1m)",
 }
 
 
@@ -666,11 +673,28 @@ FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 # WATCHDOG_* variables that are not configuration keys, so the sidecar leaves them alone:
 # WATCHDOG_URL tells the client SDK and the CLI where the control API is (an agent container
-# and its sidecar often share one env block), and Kubernetes injects "service links"
-# (WATCHDOG_SERVICE_HOST, WATCHDOG_PORT_9477_TCP, ...) into every pod of a namespace that has
-# a Service named "watchdog".
+# and its sidecar often share one env block), and Kubernetes injects "service links" into every
+# pod of a namespace for each Service in it (S_SERVICE_HOST, S_SERVICE_PORT[_NAME], S_PORT,
+# S_PORT_9477_TCP[_PROTO|_PORT|_ADDR], S the name upper-cased, "-" as "_"): those of a Service
+# named "watchdog", and of any whose name begins "watchdog-" (the gateway's own,
+# watchdog-agent-watchdog, which its pods and every pod beside it get), known by their
+# S_SERVICE_HOST.
 NOT_CONFIG_ENV = ("WATCHDOG_URL",)
 _SERVICE_LINK_ENV = re.compile(r"^WATCHDOG_(?:SERVICE_(?:HOST|PORT)(?:_\w+)?|PORT(?:_\w+)?)$")
+_SERVICE_HOST = "_SERVICE_HOST"
+
+
+def service_links(names: Iterable[str]) -> set[str]:
+    """The ``WATCHDOG_*`` variables among ``names`` that are Kubernetes service links: those of
+    a Service ``S`` whose ``S_SERVICE_HOST`` is there too (a variable of that shape alone, such
+    as ``WATCHDOG_API_PORT``, is no link: it is refused as a misspelt key)."""
+    names = [name for name in names if name.startswith(ENV_PREFIX)]
+    services = [name.removesuffix(_SERVICE_HOST) for name in names
+                if name.endswith(_SERVICE_HOST)]
+    return {name for name in names if _SERVICE_LINK_ENV.match(name) or any(
+        name == service + _SERVICE_HOST or name.startswith((service + "_SERVICE_PORT",
+                                                             service + "_PORT"))
+        for service in services)}
 
 
 def _closest(word: str, choices: Iterable[str]) -> str | None:
@@ -685,13 +709,14 @@ def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[
     (a typo such as ``WATCHDOG_RUN_END_TIMOUT``) is refused rather than silently ignored:
     added to ``problems`` if given, else raised."""
     values: dict[str, str] = {}
+    links = service_links(env)
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG_ENV:
             continue
         key = name[len(ENV_PREFIX):].lower()
         if key in FIELD_TYPES:
             values[key] = value
-        elif not _SERVICE_LINK_ENV.match(name):
+        elif name not in links:
             close = _closest(key, FIELD_TYPES)
             hint = f"did you mean {ENV_PREFIX}{close.upper()}? " if close else ""
             message = (f"unknown environment variable {name}: {hint}"

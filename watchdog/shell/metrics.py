@@ -303,7 +303,7 @@ class Metrics:
         # faults
         self.run_failures_total = counter(
             "run_failures_total", "Per-run work that failed and was skipped for that run alone "
-            "(stage: rules, flush, restore, read, view); the other runs go on.", ["stage"])
+            "(stage: rules, flush, restore, read, view, session); the other runs go on.", ["stage"])
         self.state_writable_gauge = gauge(
             "state_writable", "1 while the state directory can be written; 0 while exports are "
             "refused because it cannot (disk full, read-only, I/O error).", ())

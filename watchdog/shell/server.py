@@ -480,8 +480,9 @@ def settle_collector() -> None:
     gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
 
 
-async def serve(config: Config) -> None:
-    """Run until SIGINT/SIGTERM, then shut down cleanly."""
+async def serve(config: Config, hangups: Sequence[int] = ()) -> None:
+    """Run until SIGINT/SIGTERM, then shut down cleanly; SIGHUP reloads the rules, and
+    ``hangups`` (SIGHUPs caught while the sidecar started) asks for a reload once it has."""
     server = Server(config)
     try:
         await server.start()
@@ -502,6 +503,8 @@ async def serve(config: Config) -> None:
         task.add_done_callback(reloads.discard)
 
     loop.add_signal_handler(signal.SIGHUP, reload)
+    if hangups:  # (the rules were read before it came, maybe before the files it announced)
+        reload()
     try:
         await stop.wait()
     finally:

@@ -149,7 +149,7 @@ class WatchdogService:
         self.store = store
         self.observer: Observer = observer or NullObserver()
         self.clock: Clock = clock or SystemClock()
-        self.sessions = SessionBook(store.get_session)
+        self.sessions = SessionBook(store.get_session, unreadable=self._session_unreadable)
         tracker = RunTracker(max_runs=config.max_runs, run_end_timeout=config.run_end_timeout,
                              loose_run_gap=config.loose_run_gap)
         self.pricer = GenAIPrices()
@@ -162,7 +162,7 @@ class WatchdogService:
         # told the id of a session a checkpoint changed (the model relay's proofs read it)
         self.session_changed: Callable[[str], None] | None = None
         self.state = StateWriter(store, self.sessions, self.observer, config.state_dir,
-                                 self._run_failed, self.priority)
+                                 self._run_failed, self.priority, applied=self.core.recent)
         self.queries = RunQueries(self.core, store, self.clock,
                                   self.state.unsaved, self._run_failed,
                                   config.activity_log_size, config.trace_url)
@@ -235,6 +235,7 @@ class WatchdogService:
             if run is not None:
                 self.state.take({key: run}, [])
         active_keys = restored
+        self._restore_applied()
         self._restore_tracker_state()
         for key in active_keys:  # their last steps, for the report prompts of their next ones
             self.core.remember(self.store.activity(key, RECENT_STEPS))
@@ -261,6 +262,15 @@ class WatchdogService:
                 newer[key] = row
         return newer
 
+    def _restore_applied(self) -> None:
+        """The span ids the flushes stored with the runs they changed (the last ones a crash
+        left too): such a span sent again is dropped, its counts being stored."""
+        spans, unread = self.store.applied_spans()
+        unread += self.core.recent.restore(spans)
+        if unread:
+            log.warning("%d span ids of those applied, kept by the state flushes, cannot be "
+                        "read: skipped (such a span sent again is applied again)", unread)
+
     def _restore_tracker_state(self) -> None:
         """What the tracker held beyond its runs at a clean shutdown, and the spans applied
         last (not after a crash: then a nested agent whose spans came before the restart is
@@ -285,6 +295,11 @@ class WatchdogService:
 
     def _unreadable(self, key: str) -> None:
         self._run_failed("restore", key)
+
+    def _session_unreadable(self, session_id: str, error: Exception) -> None:
+        self.observer.run_failed("session")
+        log.warning("session %s is stored but cannot be read (%s): a run or checkpoint of it "
+                    "starts it afresh", shown(session_id), str(error)[:200] or type(error).__name__)
 
     def restore_forced(self, fired: Iterable[FiredRecord]) -> None:
         self.core.restore_forced(fired)
@@ -722,6 +737,9 @@ class WatchdogService:
         """What the next run of a session starts from; an unknown session has an empty
         context (zero counts), since agents ask for it before their first checkpoint."""
         session = self.sessions.get(session_id)
+        if session is None and self.sessions.cannot_be_read(session_id):
+            raise NotFound(f"session {shown(session_id)} is stored but cannot be read "
+                           "(see the log)")
         context = session.context() if session is not None else empty_context(session_id)
         context["active_runs"] = self._active_runs(session) if session is not None else []
         return context

@@ -134,4 +134,37 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- if and .Values.gateway.persistence.existingClaim (gt (int .Values.gateway.replicas) 1) }}
 {{- fail "gateway.persistence.existingClaim holds one replica's state: set gateway.replicas=1 (each replica needs a volume of its own)" }}
 {{- end }}
+{{- /* The listeners share one network namespace (the pod): the watchdog refuses two on one port. */}}
+{{- $listeners := list (list "ports.otlpGrpc" .Values.ports.otlpGrpc) (list "ports.otlpHttp" .Values.ports.otlpHttp) (list "ports.api" .Values.ports.api) (list "ports.metrics" .Values.ports.metrics) }}
+{{- if .Values.modelEndpoint.enabled }}
+{{- $listeners = append $listeners (list "ports.model" .Values.ports.model) }}
+{{- end }}
+{{- $taken := dict }}
+{{- range $listeners }}
+{{- $port := include "agent-watchdog.envValue" (index . 1) }}
+{{- if hasKey $taken $port }}
+{{- fail (printf "%s=%s is the port of %s too: give each listener a port of its own" (index . 0) $port (get $taken $port)) }}
+{{- end }}
+{{- $_ := set $taken $port (index . 0) }}
+{{- end }}
+{{- /* Webhooks as the watchdog reads them (config.py), never showing a URL or a secret (either may hold a credential). */}}
+{{- range $index, $hook := .Values.webhooks }}
+{{- if not (regexMatch "^https?://[^/?#:@]+" ($hook.url | toString)) }}
+{{- fail (printf "webhooks[%d].url (hidden) is not allowed: expected an http:// or https:// URL with a host" $index) }}
+{{- end }}
+{{- $secret := $hook.secret | toString }}
+{{- if and (not (hasPrefix "whsec_" $secret)) (lt (len $secret) 16) }}
+{{- fail (printf "webhooks[%d].secret (hidden, %d characters) is not allowed: expected 'whsec_<base64>' (Standard Webhooks) or a string of at least 16 characters" $index (len $secret)) }}
+{{- end }}
+{{- end }}
+{{- /* A gateway's token guards listeners on every interface: the watchdog's rules for it (config.py). */}}
+{{- if and (eq .Values.mode "gateway") .Values.auth.token }}
+{{- $token := trim .Values.auth.token }}
+{{- if regexMatch "[[:space:][:cntrl:]]" $token }}
+{{- fail "auth.token holds whitespace or a control character inside: a token is one word of printable characters (e.g. openssl rand -hex 32)" }}
+{{- end }}
+{{- if lt (len $token) 16 }}
+{{- fail (printf "auth.token is %d characters: a gateway's token (its listeners are on every interface) needs at least 16 (e.g. openssl rand -hex 32)" (len $token)) }}
+{{- end }}
+{{- end }}
 {{- end }}

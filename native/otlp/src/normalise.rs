@@ -56,6 +56,8 @@ pub struct Normaliser {
     step_names: Vec<String>,
     step_suffixes: Vec<String>,
     facts: Facts,
+    /// ``AGENT_NAME_PLACEHOLDERS``: an agent named so names none (Python reads its span)
+    agent_placeholders: Vec<String>,
     /// ``OUTPUT_TOOL_NAMES``, ``OUTPUT_TOOL_PREFIXES``; the names of the tools whose calls
     /// Python reads (``LOOP_END_TOOLS``, ``TOOL_NAME_PLACEHOLDERS``: named in their result)
     answer_tools: Vec<String>,
@@ -101,7 +103,7 @@ impl Normaliser {
     #[new]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (record_class, kinds, sources, roles, kind_maps, dispatch_unsure,
-                        agent_unsure, step_names, step_suffixes, facts,
+                        agent_unsure, step_names, step_suffixes, facts, agent_placeholders,
                         answer_tools, answer_tool_prefixes, left_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
                         max_name_chars, max_brief_chars, client_run_span, model_calls,
@@ -117,6 +119,7 @@ impl Normaliser {
         step_names: &Bound<'_, PyAny>,
         step_suffixes: &Bound<'_, PyAny>,
         facts: [usize; 9],
+        agent_placeholders: &Bound<'_, PyAny>,
         answer_tools: &Bound<'_, PyAny>,
         answer_tool_prefixes: &Bound<'_, PyAny>,
         left_tools: &Bound<'_, PyAny>,
@@ -173,6 +176,7 @@ impl Normaliser {
                 tool_args,
                 tool_result,
             },
+            agent_placeholders: strings(agent_placeholders)?,
             answer_tools: strings(answer_tools)?,
             answer_tool_prefixes: strings(answer_tool_prefixes)?,
             left_tools: strings(left_tools)?,
@@ -287,6 +291,13 @@ pub fn record<'py>(
             let Ok(text) = agent.to_str() else {
                 return Ok(None);
             };
+            if normaliser
+                .agent_placeholders
+                .iter()
+                .any(|name| name == text)
+            {
+                return Ok(None);
+            }
             let short = cut(text, normaliser.max_name_chars);
             if text.is_empty() {
                 None

@@ -284,8 +284,15 @@ impl Admission {
         self.booking.contains(digest)
     }
 
-    /// A Chat Completions request this cannot read: what the next requests of its agent's
-    /// conversations get is forgotten (of every agent's, for None: it may name a run).
+    /// A Chat Completions request this cannot read, of the conversation `digest`
+    /// ([`conversation_of`]): what its next request gets is forgotten.
+    pub fn unread_conversation(&mut self, digest: &Digest) {
+        self.take(digest);
+    }
+
+    /// A Chat Completions request this cannot read, nor tie to a conversation: what the next
+    /// requests of its agent's conversations get is forgotten (of every agent's, for None: it
+    /// may name a run).
     pub fn unread(&mut self, agent: Option<String>) {
         if self.next.is_empty() {
             return;
@@ -482,6 +489,37 @@ pub fn agent_of(settings: &Settings, target: &str, headers: &HeaderMap) -> Optio
         None => named,
     };
     Some(agent.filter(|name| !name.is_empty()).unwrap_or_else(|| settings.default_agent.clone()))
+}
+
+/// The conversation of a Chat Completions request [`read`] cannot read, as Python's book names
+/// it (the digest of its agent and its first user message), when this can be sure of it: no
+/// trace or run named (Python takes the run of those), a body in no coding that reads as JSON,
+/// its first user message with text a string (one whose text is empty is passed over, as
+/// Python passes it), and no larger than [`read`] reads. None otherwise: then the request may
+/// be of any of its agent's.
+pub fn conversation_of(agent: &str, headers: &HeaderMap, body: &[u8]) -> Option<Digest> {
+    if body.len() > MAX_READ || headers.contains_key("traceparent") || headers.contains_key("x-watchdog-run")
+        || headers.get_all("content-encoding").iter()
+            .any(|value| !value.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity")) {
+        return None;
+    }
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
+        return None;
+    };
+    for message in body.get("messages")?.as_array()? {
+        let Some(message) = message.as_object() else {
+            continue;
+        };
+        if message.get("role").and_then(Value::as_str) != Some("user") {
+            continue;
+        }
+        match message.get("content") {
+            Some(Value::String(text)) if text.is_empty() => {}
+            Some(Value::String(text)) => return Some(digest(Api::Chat, agent, text)),
+            _ => return None, // (Python's anchor is then the content's JSON, not written here)
+        }
+    }
+    None
 }
 
 /// The request, if it is plainly a new conversation's first (read without the lock).
@@ -834,6 +872,44 @@ mod tests {
                             {"role":"tool","tool_call_id":"own_3","content":"r"}"#);
         admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
         assert!(judged(&mut admission, &third), "a call no response handed over");
+    }
+
+    #[test]
+    fn a_request_not_read_is_tied_to_its_conversation_only_when_python_would_tie_it_so() {
+        let plain = HeaderMap::new();
+        let digest = read_chat(&body("")).unwrap().digest;
+        // a system message in parts: not read, but its conversation is the first request's
+        let parts = br#"{"messages":[{"role":"system","content":[{"type":"text","text":"s"}]},
+                        {"role":"user","content":""},{"role":"user","content":"task"}]}"#;
+        assert!(read_chat(parts).is_none());
+        assert_eq!(conversation_of("bot", &plain, parts), Some(digest));
+        assert_ne!(conversation_of("other", &plain, parts), Some(digest));
+        for (headers, body) in [
+            (vec![("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")],
+             &parts[..]),
+            (vec![("x-watchdog-run", "r")], &parts[..]),
+            (vec![("content-encoding", "gzip")], &parts[..]),
+            (vec![], br#"{"messages":[{"role":"user","content":[{"text":"task"}]}]}"#),
+            (vec![], br#"{"messages":[{"role":"user"}]}"#),
+            (vec![], br#"{"messages":"task"}"#),
+            (vec![], b"not json"),
+        ] {
+            let mut map = HeaderMap::new();
+            for (name, value) in headers {
+                map.insert(name, value.parse().unwrap());
+            }
+            assert_eq!(conversation_of("bot", &map, body), None,
+                       "{:?}", String::from_utf8_lossy(body));
+        }
+        // what Python said of that conversation goes; another conversation's stays
+        let mut admission = Admission::new(settings());
+        let other = read_chat(br#"{"messages":[{"role":"system","content":"s"},
+                                     {"role":"user","content":"another task"}]}"#)
+            .unwrap().digest;
+        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(other, -1, 2, "bot".into(), HOLD, None);
+        admission.unread_conversation(&digest);
+        assert!(admission.take(&digest).is_none() && admission.take(&other).is_some());
     }
 
     #[test]

@@ -675,12 +675,17 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
             .map(|admission| admission.judge(first, &parts.headers)),
         None => {
             if let (true, Some(settings)) = (target.contains("/chat/completions"), &settings) {
-                // (a request of a conversation this cannot read may be one of those whose
-                // next request Python said may go on: none of its agent's does before Python
-                // has read it)
+                // (a request this cannot read may be of a conversation whose next request
+                // Python said may go on: not before Python has read it. Of that conversation,
+                // when this can tell which; else of any of its agent's)
                 let agent = admit::agent_of(settings, &target, &parts.headers);
+                let conversation = agent.as_deref().zip(body.as_deref())
+                    .and_then(|(agent, body)| admit::conversation_of(agent, &parts.headers, body));
                 if let Some(admission) = shared.admission.lock().unwrap().as_mut() {
-                    admission.unread(agent);
+                    match conversation {
+                        Some(digest) => admission.unread_conversation(&digest),
+                        None => admission.unread(agent),
+                    }
                 }
             }
             None

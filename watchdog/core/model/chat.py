@@ -31,7 +31,9 @@ from watchdog.core.model.wire import (
     ToolResult,
     anchor_of,
     append_text,
+    can_call,
     clipped,
+    is_structured,
     json_data,
     judged_data,
     plain_content,
@@ -93,7 +95,8 @@ class ChatWire:
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
-            has_tools=bool(body.get("tools")) or bool(body.get("functions")),
+            has_tools=can_call(body.get("tools"), body.get("tool_choice"))
+            or can_call(body.get("functions"), body.get("function_call")),
             instructions="\n".join(instructions),
             anchor=anchor,
             messages=len(messages),
@@ -101,7 +104,8 @@ class ChatWire:
             results=results,
             said=said,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-            input_hash=request_hash(messages))
+            input_hash=request_hash(messages),
+            structured=is_structured(body.get("response_format")))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         messages = body.get("messages")

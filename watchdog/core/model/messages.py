@@ -24,6 +24,7 @@ from watchdog.core.model.wire import (
     ToolResult,
     anchor_of,
     append_text,
+    can_call,
     clipped,
     closed_up,
     dumps,
@@ -73,7 +74,7 @@ class MessagesWire:
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
-            has_tools=bool(body.get("tools")),
+            has_tools=can_call(body.get("tools"), body.get("tool_choice")),
             instructions=text_of(body.get("system")),
             anchor=anchor,
             messages=len(messages),

@@ -29,8 +29,10 @@ from watchdog.core.model.wire import (
     ToolResult,
     anchor_of,
     append_text,
+    can_call,
     clipped,
     closed_up,
+    is_structured,
     json_data,
     judged_data,
     request_hash,
@@ -123,7 +125,9 @@ class ResponsesWire:
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
-            has_tools=bool(body.get("tools")),
+            has_tools=can_call(body.get("tools"), body.get("tool_choice")),
+            structured=isinstance(answer := body.get("text"), dict)
+            and is_structured(answer.get("format")),
             instructions="\n".join(instructions),
             anchor=anchor,
             messages=count,

@@ -71,6 +71,14 @@ Write the report in Markdown with exactly these sections:
 Report only what you actually observed; mark anything uncertain as uncertain."""
 
 
+# Added to the final-report instruction of a request whose answer must follow a JSON format
+# (Chat ``response_format``, Responses ``text.format``): the format is kept, since the agent
+# parses its final answer by it, so the report is asked for in its terms.
+STRUCTURED_REPORT = ("This request requires its answer in a JSON format (its response "
+                     "format): answer in that format, never in plain text, and give the report "
+                     "in its fields — in a text field as the sections above.")
+
+
 @cache
 def answer_tools() -> tuple[frozenset[str], tuple[str, ...]]:
     """The final-answer tools' names and name prefixes, from the conventions' tables (loaded
@@ -249,8 +257,13 @@ class Counts:
     per_call_tokens: float = 0.0  # and tokens
 
 
-def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
+def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool,
+           structured: bool = False) -> Turn:
+    """The turn of one request; ``has_tools``: it can call tools (offered, not withdrawn by
+    its ``tool_choice``); ``structured``: its answer must follow a JSON format."""
     turn = _decide(counts, board, instructions, has_tools)
+    if turn.act is Act.FINAL and structured:
+        turn = replace(turn, text=f"{turn.text}\n\n{STRUCTURED_REPORT}")
     if turn.act is not Act.ABORT and not USAGE_BUDGETS.isdisjoint(counts.budget):
         return replace(turn, usage=True)
     return turn

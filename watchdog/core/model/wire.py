@@ -62,9 +62,28 @@ class Request:
     # the request sends only the new items, so its length says nothing of the conversation's
     kept: bool = False
     include_usage: bool = False  # chat: stream_options.include_usage
+    # its answer must follow a JSON format (chat ``response_format``, Responses ``text.format``)
+    structured: bool = False
     # its request as a span's is hashed (SpanRecord.input_hash: its last user message, case and
     # spacing ignored); a run's input is its first call's (watchdog.core.cycles)
     input_hash: int | None = None
+
+
+# the JSON answer formats (chat ``response_format.type``, Responses ``text.format.type``)
+STRUCTURED_FORMATS = frozenset(("json_schema", "json_object"))
+
+
+def can_call(tools: object, choice: object) -> bool:
+    """Whether a request's ``tools`` (or legacy ``functions``) can be called under its
+    ``choice`` (``tool_choice``, legacy ``function_call``): offered, and not withdrawn
+    (``"none"``; Anthropic ``{"type": "none"}``)."""
+    return bool(tools) and choice != "none" and not (
+        isinstance(choice, dict) and choice.get("type") == "none")
+
+
+def is_structured(answer_format: object) -> bool:
+    """Whether a request's answer format asks for JSON (a schema, or any JSON object)."""
+    return isinstance(answer_format, dict) and answer_format.get("type") in STRUCTURED_FORMATS
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from watchdog.core.bounds import is_number
 from watchdog.core.rules.decision import Action, Severity
 from watchdog.core.rules.expr import Expr, Template
 from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.shown import readable_path
 
 MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; then start over
 
@@ -109,7 +110,7 @@ class Rule:
             "grace": self.grace.describe() if self.grace else None,
             "enabled": self.enabled,
             "timed": self.timed,
-            "source": f"{self.file}:{self.line}",
+            "source": f"{readable_path(self.file)}:{self.line}",
         }
 
 

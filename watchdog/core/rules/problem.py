@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from watchdog.core.shown import readable_path
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -17,7 +19,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        file = readable_path(self.file)
+        where = file if self.line is None else f"{file}:{self.line}"
         if self.rule is not None:
             return f"{where}: rule {self.rule}: {self.message}"
         return f"{where}: {self.message}"

@@ -14,6 +14,7 @@ mapping's own keys win over merged ones, and of merged mappings the first listed
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -47,6 +48,18 @@ class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML: untyped)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+def _bounded_int(loader: yaml.constructor.SafeConstructor, node: ScalarNode) -> int:
+    """YAML's integer, refused at its place when Python's ``int()`` refuses its digits (more
+    than ``sys.get_int_max_str_digits()``, 4300: a ValueError, a traceback, where every other
+    YAML problem is a line and a column)."""
+    try:
+        return int(yaml.constructor.SafeConstructor.construct_yaml_int(loader, node))
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(node.value)} characters is too long to be a number",
+            node.start_mark) from None
 
 
 def _key(node: Node) -> object:
@@ -120,6 +133,10 @@ class _Constructor(yaml.constructor.SafeConstructor):  # type: ignore[misc]
                                node.end_mark, node.flow_style)
         return yaml.constructor.BaseConstructor.construct_mapping(  # type: ignore[no-any-return]
             self, node, deep=deep)
+
+
+for _loader in (BoundedLoader, _Constructor):  # (the files' YAML and the packs' nodes alike)
+    _loader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
 def expanded_size(node: Node, limit: int, sizes: dict[int, int] | None = None,
@@ -308,9 +325,7 @@ class Reader:
 
     def number(self, node: Node, rule: str | None, key: str, minimum: float = 0.0
                ) -> float | None:
-        return self.get(node, rule, key,
-                        lambda v: float(v) if isinstance(v, (int, float))
-                        and not isinstance(v, bool) and v >= minimum else None,
+        return self.get(node, rule, key, lambda v: _finite_number(v, minimum),
                         f"a number >= {minimum:g}")
 
     def duration(self, node: Node, rule: str | None, key: str, seconds: bool = False
@@ -381,3 +396,14 @@ def describe(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
+
+def _finite_number(value: object, minimum: float) -> float | None:
+    """``value`` as a float if it is a number from ``minimum`` that a float holds: not YAML's
+    ``.inf`` or ``.nan``, nor an integer of some 310 digits or more (``float`` raises)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= minimum else None

@@ -22,6 +22,7 @@ AGENT_NAME_KEYS = TABLES.agent_name
 AGENT_SPAN_NAME_KEYS = TABLES.agent_span_name
 AGENT_SPAN_NAME_PATTERNS = TABLES.agent_span_name_patterns
 AGENT_SPAN_NAME_PLACEHOLDERS = TABLES.agent_span_name_placeholders
+AGENT_NAME_PLACEHOLDERS = TABLES.agent_name_placeholders
 AGENT_NAME_JSON = TABLES.agent_name_json
 AGENT_INVOCATION_KEYS = TABLES.agent_name_invocations
 WRAPPED_EXCEPTION_TYPES = frozenset(TABLES.wrapped_exceptions)
@@ -83,6 +84,7 @@ TOOL_RUN_SPAN_NAMES = TABLES.tool_run_span_names
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 MODEL_CALL_MARKS = TABLES.model_call_marks
+RECORD_SPANS = TABLES.records
 TOOL_CALL_MARKS = TABLES.tool_call_marks
 TOOL_NAME_SPAN_PREFIXES = TABLES.tool_name_span_prefixes
 TOOL_NAME_SPAN_SUFFIXES = TABLES.tool_name_span_suffixes
@@ -166,6 +168,7 @@ WANTED_ATTRIBUTES = frozenset(
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
     + MESSAGES_DELTA_KEYS + TRANSFER_TARGET_KEYS + CALLER_KEYS + MODEL_KEYS + PROVIDER_KEYS
     + tuple(key for marks in TOOL_CALL_MARKS for group in marks for key in group)
+    + tuple(key for key, _ in RECORD_SPANS)
 ) | BUDGET_ATTRIBUTES
 # Where a number or a flag is read: a JSON-encoded one ("12", "true") is decoded to it.
 SCALAR_ATTRIBUTES = frozenset(

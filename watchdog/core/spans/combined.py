@@ -152,6 +152,7 @@ class Tables:
     unasked_tools: tuple[UnaskedTool, ...]
     model_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
     tool_call_marks: tuple[tuple[tuple[str, ...], ...], ...]
+    records: tuple[tuple[str, str], ...]
     nested_agent_roles: tuple[NestedAgent, ...]
     nested_step_span_names: frozenset[str]
     tool_run_span_names: frozenset[str]
@@ -160,6 +161,7 @@ class Tables:
     agent_span_name: Names
     agent_span_name_patterns: tuple[re.Pattern[str], ...]
     agent_span_name_placeholders: re.Pattern[str] | None
+    agent_name_placeholders: frozenset[str]
     agent_name_json: tuple[tuple[str, Path], ...]
     root_agent_name_json: tuple[tuple[str, Path], ...]
     root_graph_json: tuple[tuple[str, Path, str, str], ...]
@@ -263,6 +265,7 @@ def combine() -> Tables:
                                if convention.model_call_marks),
         tool_call_marks=tuple(convention.tool_call_marks for convention in ENTRIES
                               if convention.tool_call_marks),
+        records=tuple(pair for convention in ENTRIES for pair in convention.records),
         nested_agent_roles=tuple(rule for convention in ENTRIES
                                  for rule in convention.nested_agent_roles),
         nested_step_span_names=frozenset(_names("nested_step_span_names")),
@@ -273,6 +276,7 @@ def combine() -> Tables:
         agent_span_name_patterns=tuple(re.compile(pattern) for convention in ENTRIES
                                        for pattern in convention.agent_span_name_patterns),
         agent_span_name_placeholders=_any_of(_names("agent_span_name_placeholders")),
+        agent_name_placeholders=frozenset(_names("agent_name_placeholders")),
         agent_name_json=tuple(pair for convention in ENTRIES
                               for pair in convention.agent_name_json),
         root_agent_name_json=tuple(pair for convention in ENTRIES

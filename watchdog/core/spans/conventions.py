@@ -82,6 +82,7 @@ from watchdog.core.spans.identity import (
     _root_agent,
     _root_graph,
     classify,
+    named,
     nested_agent_role,
     role_of,
     run_key,
@@ -214,7 +215,7 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             and _root_graph(name, attrs) is not None:
         record.graph = True  # a graph's span, or a step's: the tracker tells by where it ran
 
-    agent = (None if step else firsts[F_AGENT_NAME]) or resource.agent \
+    agent = (None if step else named(firsts[F_AGENT_NAME])) or resource.agent \
         or json_agent
     if agent is None and kind is AGENT:
         agent = firsts[F_AGENT_SPAN_NAME]

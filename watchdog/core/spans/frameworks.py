@@ -671,11 +671,29 @@ SPRING_AI = Convention(
           "last model call asked for tools)" + ON_NO_SPAN,
 )
 
+AG2 = Convention(
+    name="AG2",
+    emitted_by="AG2 1.x's `TelemetryMiddleware` (`ag2[tracing]`: GenAI spans, `ag2.span.type`)",
+    # its `record_usage model_call` span repeats the usage of the `chat` span beside it (a
+    # model and its tokens, no operation): a record, not a second model call
+    records=(("ag2.usage.kind", "model_call"),),
+    # the middleware's name for an agent it was given none for (`invoke_agent unknown`)
+    agent_name_placeholders=("unknown",),
+    notes="GenAI spans (`invoke_agent`, `chat`, `execute_tool`); each model call's usage is "
+          "recorded again on a `record_usage model_call` span beside it, which is no model "
+          "call; the agent's name is the middleware's `agent_name` (without it AG2 writes "
+          "`unknown`, which names no agent: the run is named after the service), not the "
+          "`Agent`'s; AG2's loop "
+          "has no cap of its own; a tool's exception fails its span and is handed to the "
+          "model, whose answer ends the run; `record_usage` spans of spend no model-call span "
+          "carries (a subtask's rollup, compaction) are read as model calls",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI,
+    SPRING_AI, AG2,
 )

@@ -12,6 +12,7 @@ from watchdog.core.bounds import budget_limit
 from watchdog.core.spans.attributes import (
     AGENT_NAME_JSON,
     AGENT_NAME_KEYS,
+    AGENT_NAME_PLACEHOLDERS,
     AGENT_ROLE,
     AGENT_SPAN_NAME_PATTERNS,
     ANNOUNCED_BUDGET,
@@ -26,6 +27,7 @@ from watchdog.core.spans.attributes import (
     NESTED_STEP_SPAN_NAMES,
     NESTED_STEP_SPAN_SUFFIXES,
     PARENT_RUN_KEYS,
+    RECORD_SPANS,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
     ROOT_GRAPH_JSON,
@@ -81,6 +83,9 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
                 role = roles.get(value)
                 if role is not None:
                     return role
+    for key, value in RECORD_SPANS:
+        if attrs.get(key) == value:
+            return None
     for groups in MODEL_CALL_MARKS:
         if all(any(key in attrs for key in group) for group in groups):
             return Role.LLM
@@ -198,11 +203,17 @@ def _root_graph(name: str, attrs: Mapping[str, object]) -> str | None:
     return None
 
 
+def named(agent: str | None) -> str | None:
+    """An agent's name as a span gives it, None for a stand-in that names no agent
+    (:attr:`~watchdog.core.spans.schema.Convention.agent_name_placeholders`)."""
+    return None if agent in AGENT_NAME_PLACEHOLDERS else agent
+
+
 def _agent_from_span_name(name: str) -> str | None:
     for pattern in AGENT_SPAN_NAME_PATTERNS:
         match = pattern.match(name)
         if match:
-            return match.group("name")
+            return named(match.group("name"))
     return None
 
 
@@ -226,7 +237,7 @@ class Resource:
     def of(cls, attrs: Mapping[str, object]) -> Resource:
         service = _first_str(attrs, ("service.name",))
         return cls(attrs=attrs, run_id=_first_str(attrs, RUN_ID_KEYS),
-                   agent=_first_str(attrs, AGENT_NAME_KEYS),
+                   agent=named(_first_str(attrs, AGENT_NAME_KEYS)),
                    service=service[:MAX_NAME_CHARS] if service else None,
                    instance=_instance(attrs),
                    session=_first_str(attrs, SESSION_KEYS),

@@ -153,7 +153,7 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
         (KeySource.WATCHDOG, KeySource.AGENT_CALL, KeySource.TRACE),
         (Role.LLM, Role.TOOL, Role.AGENT), [(key, dict(roles)) for key, roles in a.KIND_MAPS],
         dispatch_unsure, agent_unsure, sorted(a.NESTED_STEP_SPAN_NAMES),
-        a.NESTED_STEP_SPAN_SUFFIXES, facts,
+        a.NESTED_STEP_SPAN_SUFFIXES, facts, sorted(a.AGENT_NAME_PLACEHOLDERS),
         sorted(a.OUTPUT_TOOL_NAMES),
         a.OUTPUT_TOOL_PREFIXES, sorted({*a.LOOP_END_TOOLS, *a.TOOL_NAME_PLACEHOLDERS}),
         tool_unsure,

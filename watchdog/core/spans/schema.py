@@ -144,6 +144,10 @@ class Convention:
     # ... and a tool call when it carries an attribute of each group (a tool's name and its
     # arguments on a step span of an instrumentation's own kind, which no kind map types)
     tool_call_marks: tuple[tuple[str, ...], ...] = ()
+    # (attribute, value): a span that records what another span of the trace already carries
+    # (an accounting record of a model call beside the call's own span): no model or tool call,
+    # whatever model, usage or tool it names (read before the marks above)
+    records: tuple[tuple[str, str], ...] = ()
     # a span of agent kind below the trace root that is no agent of its own
     nested_agent_roles: tuple[NestedAgent, ...] = ()
     # span names of such steps when they name no agent (an instrumentation's fallback name)
@@ -159,6 +163,10 @@ class Convention:
     # regexes matching an `agent_span_name` value in full that names no agent: the name an
     # instrumentation makes up for a span of no named entity (`<class>.<span kind>`)
     agent_span_name_placeholders: Names = _NO_NAMES
+    # values of an agent-name attribute, or names of an agent's span, that name no agent: the
+    # stand-in an emitter writes for an agent it was given no name for, whoever writes it (the
+    # run is named as if none were there: after `service.name`)
+    agent_name_placeholders: Names = _NO_NAMES
     # (attribute holding JSON, path to an agent's name in it): the agent a span works for when
     # no attribute names it; and a span named after that agent is the agent's invocation, at
     # the root or nested (an agent run as another agent's tool: a child run)

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from watchdog.core.bounds import plain_number
 from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.shown import readable_path
 from watchdog.shell.api.http import error_response, json_response
 from watchdog.shell.errors import NotFound
 
@@ -28,7 +29,7 @@ class RuleRoutes:
             "budgets": [{"agents": list(b.agents),
                          **{key: plain_number(value) for key, value in b.limits.items()}}
                         for b in ruleset.budgets],
-            "sources": [source.path for source in ruleset.sources],
+            "sources": [readable_path(source.path) for source in ruleset.sources],
         })
 
     async def reload(self, request: web.Request) -> web.Response:

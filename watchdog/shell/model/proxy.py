@@ -461,7 +461,7 @@ class ModelProxy:
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
             return state, decide(counts, service.board(run.key), parsed.instructions,
-                                 parsed.has_tools), run.key, run.agent
+                                 parsed.has_tools, parsed.structured), run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not recorded: %s", exc)
             if state is not None:
@@ -509,7 +509,8 @@ class ModelProxy:
         counts = Counts(used=max(state.used, state.results), handed=state.handed,
                         budget={} if limit is None else {"max_tool_calls": limit},
                         final_used=state.final_used, stop=state.stop, reserved=state.reserved)
-        return state, decide(counts, board, parsed.instructions, parsed.has_tools), key, \
+        return state, decide(counts, board, parsed.instructions, parsed.has_tools,
+                             parsed.structured), key, \
             agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,

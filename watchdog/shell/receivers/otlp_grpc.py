@@ -21,10 +21,11 @@ with ``otlp_grpc_address: off`` never loads grpcio (about 11 MB and seven thread
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from watchdog.core.spans.decode import (
     DecodeError,
@@ -71,7 +72,15 @@ FORWARD_CONTENT_TYPE = "application/x-protobuf"
 READ_MARGIN = 4 * 1024 * 1024
 MAX_GRPC_LENGTH = 2**31 - 1  # grpc.max_receive_message_length is a C int
 
+# export_requests_total's outcome of a call its client cancelled (or whose deadline passed)
+# before it was answered; a message read by then is applied whole all the same (see _whole)
+CANCELLED = "cancelled"
+# How long a call whose message stream ended empty waits for the cancellation that may have
+# ended it (it comes right after, from the same stream reset), before it is answered invalid.
+CANCEL_NOTICE_SECONDS = 0.1
+
 Metadata = Sequence[tuple[str, str | bytes]]
+T = TypeVar("T")
 
 
 class TraceService:
@@ -94,11 +103,13 @@ class TraceService:
         try:
             self._authorize(context.invocation_metadata() or ())
             with self.admission:  # taken before the message is read: overload refused unread
-                body = await _one_message(requests)
-                answer, fresh = await self._export(body)
-            if fresh and self.forward is not None:  # queued only: the upstream never delays it
-                self.forward.offer(self.signal, body, FORWARD_CONTENT_TYPE)
+                body = await _one_message(requests, context)
+                answer, outcome = await _whole(self._export(body))
+            self._count(outcome)
             return answer
+        except asyncio.CancelledError:  # the client cancelled (or its deadline passed)
+            self._count(CANCELLED)
+            raise
         except WatchdogError as exc:
             error = exc
         except Exception:  # never a traceback to the client; the log has it
@@ -112,22 +123,28 @@ class TraceService:
                             trailing_metadata=_error_details(error))
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
-    async def _export(self, body: bytes) -> tuple[bytes, bool]:
+    async def _export(self, body: bytes) -> tuple[bytes, str]:
+        """Apply the message, forward it if new; the answer and its outcome (counted once
+        answered: a call cancelled meanwhile counts as ``cancelled``)."""
         if len(body) > self.max_request_bytes:
             raise PayloadTooLarge(f"export request of {len(body)} bytes exceeds "
                                   f"max_request_bytes={self.max_request_bytes} (after "
                                   f"decompression); send smaller batches")
-        return await self._consume(body)
+        answer, fresh, outcome = await self._consume(body)
+        if fresh and self.forward is not None:  # queued only: the upstream never delays it
+            self.forward.offer(self.signal, body, FORWARD_CONTENT_TYPE)
+        return answer, outcome
 
-    async def _consume(self, body: bytes) -> tuple[bytes, bool]:
-        """The answer, and whether the request is new (not a retry of one already applied)."""
+    async def _consume(self, body: bytes) -> tuple[bytes, bool, str]:
+        """The answer, whether the request is new (not a retry of one already applied), and
+        its outcome."""
         try:
             decoded = await self.consumer.export_in_slices(
                 functools.partial(parse_protobuf, body), PROTOCOL, request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
-        self._count(decoded.outcome())
-        return response_protobuf(decoded.rejected_count, decoded.message()), not decoded.duplicate
+        return (response_protobuf(decoded.rejected_count, decoded.message()),
+                not decoded.duplicate, decoded.outcome())
 
     def _count(self, outcome: str) -> None:
         self.metrics.export_request(PROTOCOL, outcome)
@@ -157,7 +174,8 @@ def handler(service_name: str, receiver: TraceService) -> grpc.GenericRpcHandler
         METHOD_NAME: grpc.stream_unary_rpc_method_handler(receiver.export)})
 
 
-async def _one_message(requests: AsyncIterator[bytes]) -> bytes:
+async def _one_message(requests: AsyncIterator[bytes],
+                       context: grpc.aio.ServicerContext) -> bytes:
     """The one message of a unary call, within ``MESSAGE_READ_TIMEOUT``."""
     body: bytes | None = None
     try:
@@ -171,8 +189,40 @@ async def _one_message(requests: AsyncIterator[bytes]) -> bytes:
         raise RequestTimeout(f"the request message did not arrive within "
                              f"{MESSAGE_READ_TIMEOUT:g}s") from None
     if body is None:
+        await _cancelled_soon(context)
         raise BadRequest("the Export call ended without its request message")
     return body
+
+
+async def _whole(work: Coroutine[Any, Any, T]) -> T:
+    """``work``'s result; cancelled meanwhile, ``work`` still runs to its end (a message read is
+    applied whole, never cut between two slices, and its digest kept: the exporter's retry is
+    a duplicate) before the cancellation goes on, so the call's processing slot is held until
+    then."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task)
+        if not task.cancelled() and isinstance(task.exception(), Exception) \
+                and not isinstance(task.exception(), WatchdogError):
+            log.error("OTLP/gRPC export failed", exc_info=task.exception())
+        raise
+
+
+async def _cancelled_soon(context: grpc.aio.ServicerContext) -> None:
+    """A call's message stream ended empty: wait (at most ``CANCEL_NOTICE_SECONDS``) for the
+    cancellation that ends it so (gRPC ends the stream first, and cancels the handler after),
+    so that a cancelled call is counted as such, not as one that sent no message."""
+    over = asyncio.Event()
+    context.add_done_callback(lambda _context: over.set())
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(CANCEL_NOTICE_SECONDS):
+            await over.wait()
+    if context.cancelled():
+        raise asyncio.CancelledError
 
 
 def _error_details(error: WatchdogError) -> tuple[tuple[str, bytes], ...]:

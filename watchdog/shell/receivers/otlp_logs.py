@@ -69,14 +69,14 @@ class LogsService(otlp_grpc.TraceService):
 
     signal: Signal = "logs"
 
-    async def _consume(self, body: bytes) -> tuple[bytes, bool]:
+    async def _consume(self, body: bytes) -> tuple[bytes, bool, str]:
         parse, _ = logs_codec("application/x-protobuf")
         try:
             fresh = await self.consumer.export_logs(
                 functools.partial(parse, body), otlp_grpc.PROTOCOL, request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
-        return b"", fresh  # an empty ExportLogsServiceResponse: full success
+        return b"", fresh, "ok"  # an empty ExportLogsServiceResponse: full success
 
     def _count(self, outcome: str) -> None:
         """As :meth:`LogsReceiver._count`."""

@@ -97,9 +97,9 @@ class PassThroughService(otlp_grpc.TraceService):
         super().__init__(consumer, metrics, admission, config, forward)
         self.signal = signal
 
-    async def _consume(self, body: bytes) -> tuple[bytes, bool]:
+    async def _consume(self, body: bytes) -> tuple[bytes, bool, str]:
         check_message(self.signal, body, otlp_grpc.FORWARD_CONTENT_TYPE)
-        return b"", True  # an empty Export*ServiceResponse: full success
+        return b"", True, "ok"  # an empty Export*ServiceResponse: full success
 
     def _count(self, outcome: str) -> None:
         """As :meth:`PassThroughReceiver._count`."""

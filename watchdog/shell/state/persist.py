@@ -47,6 +47,14 @@ class Snapshotted(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+class AppliedSpans(Protocol):
+    """The span ids applied since the last flush (:class:`~watchdog.core.sync.RecentSpans`),
+    stored with the runs whose counts they changed: a crash loses both or neither."""
+
+    def take_new(self) -> list[tuple[str, int, int]]: ...
+    def give_back(self, count: int) -> None: ...
+
+
 class WriteObserver(Protocol):
     def run_failed(self, stage: str) -> None: ...
     def state_writable(self, writable: bool) -> None: ...
@@ -82,8 +90,9 @@ class PendingActivity:
 class StateWriter:
     def __init__(self, store: Store, sessions: SessionBook, observer: WriteObserver,
                  state_dir: str, on_failed_run: Callable[[str, str], None],
-                 priority: Priority | None = None) -> None:
+                 priority: Priority | None = None, applied: AppliedSpans | None = None) -> None:
         self.store = store
+        self.applied = applied
         self.sessions = sessions
         self.observer = observer
         self.state_dir = state_dir
@@ -138,8 +147,9 @@ class StateWriter:
         activity, gone = self._pending.entries, self._gone
         self._dirty, self._pending, self._gone = {}, PendingActivity(), set()
         sessions = [state.to_dict() for state in self.sessions.take_dirty()]
-        if rows or activity or sessions or gone:
-            self.store.save(rows, activity, sessions, gone)
+        applied = self.applied.take_new() if self.applied is not None else []
+        if rows or activity or sessions or gone or applied:
+            self.store.save(rows, activity, sessions, gone, applied)
 
     async def save_pending(self) -> bool:
         """Persist changed runs, new activity and changed sessions without stalling the event
@@ -156,20 +166,26 @@ class StateWriter:
         activity, self._pending = self._pending, PendingActivity()
         gone, self._gone = self._gone, set()
         states = self.sessions.take_dirty()
+        # the ids of the spans applied by now: their runs are among those snapshotted below
+        # (one applied while they are, whose run is snapshotted after it, is not among them:
+        # after a crash it would count again, rather than never)
+        applied = self.applied.take_new() if self.applied is not None else []
         self._saving = activity  # still the run's (unsaved) until the store has it
         self._checkpointed = set()
         try:
-            return await self._save(dirty, activity, states, gone)
+            saved = await self._save(dirty, activity, states, gone, applied)
         except asyncio.CancelledError:
-            self._requeue(dirty, activity, states, gone)
+            self._requeue(dirty, activity, states, gone, len(applied))
             raise
         finally:
             self._checkpointed = None
             if self._saving is activity:
                 self._saving = PendingActivity()
+        return saved
 
     async def _save(self, dirty: dict[str, Snapshotted], activity: PendingActivity,
-                    states: list[SessionState], gone: set[str]) -> bool:
+                    states: list[SessionState], gone: set[str],
+                    applied: list[tuple[str, int, int]]) -> bool:
         size = self.store.activity_log_size
         parts = [Rows(size)]
         by_run = activity.by_run
@@ -189,6 +205,7 @@ class StateWriter:
                                if key not in dirty)
         last = parts[-1]
         last.gone.extend((key,) for key in gone)  # after the activity they may still have
+        last.add_applied(applied)  # with the last part: once every run is written
         async for state in self.priority.sliced(states):
             last.add_sessions((state.to_dict(),))
         for rows in parts:
@@ -207,7 +224,7 @@ class StateWriter:
                 await self.in_lane(self.store.write, last)
                 wrote = True
         except StoreWriteError as exc:
-            self._requeue(dirty, activity, states, gone)
+            self._requeue(dirty, activity, states, gone, len(applied))
             self.failed(exc)
             return False
         if wrote:
@@ -227,8 +244,10 @@ class StateWriter:
                                    retry_after=STATE_RETRY_AFTER) from None
 
     def _requeue(self, dirty: dict[str, Snapshotted], activity: PendingActivity,
-                 sessions: list[SessionState], gone: set[str]) -> None:
+                 sessions: list[SessionState], gone: set[str], applied: int) -> None:
         """What a failed write took, pending again, in its order (older activity first)."""
+        if self.applied is not None:
+            self.applied.give_back(applied)
         self._gone |= gone
         for key, run in dirty.items():
             self._dirty.setdefault(key, run)  # the run object is live: its next snapshot is new

@@ -14,7 +14,9 @@ checkpoint is written synchronously (:meth:`Store.save_sessions`) before the API
 Schema versions: 1 had runs and activity; 2 adds sessions; 3 stores activity in chunks; 4 adds
 the tracker state; 5 keeps the chunks in a rowid table (appended, indexed by run); 6 adds the
 runs' ``session`` column (read out of their rows); 7 reads it with Python from the rows an older
-build wrote with Infinity/NaN, which SQLite's JSON cannot read. An older
+build wrote with Infinity/NaN, which SQLite's JSON cannot read; 8 adds the span ids applied
+(``applied_spans``: one chunk per flush, the ids it stored the counts of; the last
+:data:`~watchdog.core.sync.MAX_RECENT_SPANS` kept), read back at a start after a crash. An older
 file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
 """
 
@@ -33,16 +35,20 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from watchdog.core.runs.activity import ActivityEntry
+from watchdog.core.sync import MAX_RECENT_SPANS
 
 if TYPE_CHECKING:
     import msgspec
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 DB_FILE = "watchdog.sqlite3"
 HELD = "runs, activity and sessions"  # what the file holds (to say what moving it aside drops)
 OWNER_FILE = "watchdog.lock"  # held (flock) by the one sidecar that uses the state dir
 MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
 MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
+# chunks of span ids applied kept (one a flush), however few ids each holds: a redelivery
+# comes within minutes of its first copy, not this many flushes (17 minutes at one a second)
+MAX_APPLIED_CHUNKS = 1024
 # the writer's page cache (SQLite's default is 2 MiB): a flush rewrites every changed run's row
 # and index entries, scattered over the file; a cache that holds them reads none back
 CACHE_KIB = 8192
@@ -72,6 +78,12 @@ CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated);
 -- what the run tracker held beyond its runs at a clean shutdown (one row, taken at the start)
 CREATE TABLE IF NOT EXISTS tracker_state (
     id INTEGER PRIMARY KEY CHECK (id = 0),
+    data TEXT NOT NULL
+);
+-- the span ids each flush stored the counts of (a JSON array of [trace + span id, start, end])
+CREATE TABLE IF NOT EXISTS applied_spans (
+    seq INTEGER PRIMARY KEY,
+    spans INTEGER NOT NULL,
     data TEXT NOT NULL
 );
 """
@@ -136,6 +148,13 @@ PRAGMA user_version=6;
 COMMIT;
 """,
     7: "",  # (in Python: _read_old_sessions)
+    8: """
+CREATE TABLE IF NOT EXISTS applied_spans (
+    seq INTEGER PRIMARY KEY,
+    spans INTEGER NOT NULL,
+    data TEXT NOT NULL
+);
+""",
 }
 
 
@@ -341,7 +360,8 @@ class Rows:
     """One write's rows, encoded (JSON) before the store lane gets them: a caller on the event
     loop adds them a few at a time between yields, and the lane only runs SQL."""
 
-    __slots__ = ("activity_log_size", "chunks", "gone", "refused", "runs", "sessions", "trims")
+    __slots__ = ("activity_log_size", "applied", "chunks", "gone", "refused", "runs",
+                 "sessions", "trims")
 
     def __init__(self, activity_log_size: int) -> None:
         self.activity_log_size = activity_log_size
@@ -351,9 +371,10 @@ class Rows:
         self.sessions: list[tuple[str, float, str]] = []
         self.refused: list[str] = []  # runs whose snapshot cannot be encoded (not written)
         self.gone: list[tuple[str]] = []  # runs to delete, with their activity (after it)
+        self.applied: list[tuple[int, str]] = []  # span ids applied: (how many, JSON)
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.chunks or self.sessions or self.gone)
+        return bool(self.runs or self.chunks or self.sessions or self.gone or self.applied)
 
     def add_run(self, r: dict[str, Any]) -> None:
         try:
@@ -376,6 +397,13 @@ class Rows:
 
     def add_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         self.sessions.extend(_session_rows(sessions))
+
+    def add_applied(self, spans: Sequence[tuple[str, int, int]]) -> None:
+        """Span ids applied (:meth:`~watchdog.core.sync.RecentSpans.take_new`): one chunk,
+        JSON by msgspec alone (a text and two integers each: nothing the stdlib writes
+        otherwise)."""
+        if spans:
+            self.applied.append((len(spans), codecs().json_encoder.encode(spans).decode()))
 
 
 def _delete_runs(db: sqlite3.Connection, keys: Sequence[tuple[str]]) -> None:
@@ -413,9 +441,14 @@ def own(state_dir: str) -> IO[bytes] | None:
         raise StoreError(f"state_dir {state_dir!r} is in use by another watchdog"
                          f"{f' (pid {holder})' if holder.isdigit() else ''}: give each sidecar "
                          f"a state dir of its own") from None
-    owner.truncate(0)
-    owner.write(str(os.getpid()).encode())
-    owner.flush()
+    try:  # (its first write: a full disk, or a file size limit, says so here)
+        owner.truncate(0)
+        owner.write(str(os.getpid()).encode())
+        owner.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # (its close writes the buffer again, and fails)
+            owner.close()
+        raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
     return owner
 
 
@@ -483,7 +516,8 @@ class Store:
     # -- writes ---------------------------------------------------------------------------------
 
     def save(self, runs: Iterable[dict[str, Any]], activity: Iterable[ActivityEntry],
-             sessions: Iterable[dict[str, Any]] = (), gone: Iterable[str] = ()) -> list[str]:
+             sessions: Iterable[dict[str, Any]] = (), gone: Iterable[str] = (),
+             applied: Sequence[tuple[str, int, int]] = ()) -> list[str]:
         """Upsert run and session snapshots and append activity entries, and delete the runs
         ``gone`` (folded into another run), in one transaction.
         Returns the keys of runs whose snapshot could not be encoded (skipped, the rest is
@@ -494,6 +528,7 @@ class Store:
         rows.add_activity(_by_run(activity).items())
         rows.add_sessions(sessions)
         rows.gone.extend((key,) for key in gone)
+        rows.add_applied(applied)
         self.write(rows)
         return rows.refused
 
@@ -513,6 +548,14 @@ class Store:
                          "ON c.run = t.column1 AND c.last_seq <= t.column2)")
             execute_rows(db, _UPSERT_SESSION_HEAD, rows.sessions, _UPSERT_SESSION_TAIL)
             _delete_runs(db, rows.gone)
+            if rows.applied:
+                execute_rows(db, "INSERT INTO applied_spans (spans, data)", rows.applied)
+                # the chunks wholly older than the newest MAX_RECENT_SPANS ids go, and any
+                # beyond MAX_APPLIED_CHUNKS (flushes of a span or two each)
+                db.execute("DELETE FROM applied_spans WHERE seq IN (SELECT seq FROM (SELECT "
+                           "seq, spans, SUM(spans) OVER (ORDER BY seq DESC) AS upto FROM "
+                           "applied_spans) WHERE upto - spans >= ?) OR seq <= (SELECT MAX(seq) "
+                           "FROM applied_spans) - ?", (MAX_RECENT_SPANS, MAX_APPLIED_CHUNKS))
 
     def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         """Upsert session snapshots (a checkpoint: before the API answers)."""
@@ -563,6 +606,24 @@ class Store:
         shutdown); replaces what an earlier one kept."""
         with self._transaction() as db:
             db.execute("INSERT OR REPLACE INTO tracker_state (id, data) VALUES (0, ?)", (data,))
+
+    def applied_spans(self) -> tuple[list[Any], int]:
+        """The span ids the flushes stored (:meth:`Rows.add_applied`), oldest first, and how
+        many chunks cannot be read (damaged: skipped)."""
+        spans: list[Any] = []
+        unread = 0
+        with self._read_lock:
+            rows = self._reader.execute("SELECT data FROM applied_spans ORDER BY seq").fetchall()
+        for (data,) in rows:
+            try:
+                chunk = decode(data)
+            except UNREADABLE:
+                chunk = None
+            if isinstance(chunk, list):
+                spans.extend(chunk)
+            else:
+                unread += 1
+        return spans, unread
 
     def take_tracker_state(self) -> str | None:
         """What :meth:`save_tracker_state` kept, removed from the store as it is read: it is
